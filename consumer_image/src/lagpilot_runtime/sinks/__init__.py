@@ -1,0 +1,1 @@
+"""Built-in sinks; each exposes process(records, ctx) per the handler contract."""
