@@ -1,0 +1,335 @@
+"""Fetch a consumer group's offsets from Kafka: batched, shared admin connections, classified errors.
+
+One `AdminClient` per Kafka cluster and security configuration is shared by every CR that uses it
+(`AdminPool`), not one per CR per cycle: a cluster with 50 groups sees one connection set. Each
+observation is four batched requests issued together and awaited together:
+
+1. DescribeTopics for the topic (partition count; never auto-creates a topic, unlike Metadata);
+2. ListOffsets earliest for all partitions;  3. ListOffsets latest (read_committed: the LSO);
+4. OffsetFetch for the group, which also returns each commit's metadata string — the runtime's
+   capacity report `lp1;cap=<records/s>;ts=<ms>` (docs/CONTRACTS.md), so capacity costs nothing.
+
+Errors become `ObserveError(reason, message)` with a CamelCase reason the handlers put in the
+`Degraded` condition: TopicNotFound, AuthenticationFailed, AuthorizationFailed, BrokerUnreachable,
+KafkaTimeout, KafkaError. Messages name the bootstrap servers and the topic, never credentials.
+"""
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lagpilot.spec import KafkaSpec
+
+log = logging.getLogger(__name__)
+
+CAPACITY_PREFIX = "lp1;"
+
+
+class ObserveError(Exception):
+    """An observation failed for a reason the user can act on; `reason` is CamelCase."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{reason}: {message}")
+
+
+class SecretError(ObserveError):
+    """The Kafka credentials Secret is missing or lacks a key (values are never echoed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityReport:
+    """What one consumer measured: records per busy second, when (unix ms)."""
+
+    records_per_second: float
+    ts_ms: int
+
+
+def parse_capacity_metadata(metadata: str | None) -> CapacityReport | None:
+    """Parse `lp1;cap=<float>;ts=<int>`; anything else (other tools' metadata) yields None."""
+    if not metadata or not metadata.startswith(CAPACITY_PREFIX):
+        return None
+    fields: dict[str, str] = {}
+    for part in metadata[len(CAPACITY_PREFIX):].split(";"):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+    try:
+        cap = float(fields["cap"])
+        ts = int(fields["ts"])
+    except (KeyError, ValueError):
+        return None
+    if not (cap >= 0 and cap != float("inf")) or ts <= 0:
+        return None
+    return CapacityReport(records_per_second=cap, ts_ms=ts)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionOffsets:
+    """Offsets of one partition: log start, end (LSO), the group's commit (None: never committed)."""
+
+    partition: int
+    earliest: int
+    latest: int
+    committed: int | None
+    capacity: CapacityReport | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    topic: str
+    group_id: str
+    observed_at: float  # unix seconds, taken when the responses arrived
+    partitions: tuple[PartitionOffsets, ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+def _decode(data: Mapping[str, str], key: str) -> str | None:
+    raw = data.get(key)
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(raw, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise SecretError("SecretMalformed", f"key {key!r} is not valid base64-encoded UTF-8") from None
+
+
+def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
+                 secret_name: str | None = None) -> dict[str, str]:
+    """librdkafka configuration for the operator's own admin connection.
+
+    `secret_data` is the Secret's `data` (base64 values, as the API returns them). Raises
+    SecretError naming the Secret and the missing key — never a value.
+    """
+    conf: dict[str, str] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "security.protocol": kafka.security_protocol,
+    }
+    if kafka.sasl_mechanism and kafka.uses_sasl:
+        conf["sasl.mechanism"] = kafka.sasl_mechanism
+    if not kafka.secret_name:
+        return conf
+    where = f"Secret {secret_name or kafka.secret_name!r}"
+    if secret_data is None:
+        raise SecretError("SecretNotFound", f"{where} (spec.kafka.secretRef) does not exist")
+    if kafka.uses_sasl:
+        for key, opt in (("username", "sasl.username"), ("password", "sasl.password")):
+            value = _decode(secret_data, key)
+            if not value:
+                raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} (needed for {kafka.security_protocol})")
+            conf[opt] = value
+    if kafka.uses_ssl:
+        for key, opt in (("ca.crt", "ssl.ca.pem"), ("tls.crt", "ssl.certificate.pem"),
+                         ("tls.key", "ssl.key.pem")):
+            value = _decode(secret_data, key)
+            if value:
+                conf[opt] = value
+        if ("ssl.certificate.pem" in conf) != ("ssl.key.pem" in conf):
+            raise SecretError("SecretMalformed", f"{where} must hold both tls.crt and tls.key, or neither")
+    return conf
+
+
+def config_key(conf: Mapping[str, str]) -> str:
+    """A stable pool key for a configuration: a hash, so secrets never sit in a visible key."""
+    return hashlib.sha256(json.dumps(sorted(conf.items())).encode()).hexdigest()[:16]
+
+
+# --- the shared admin clients --------------------------------------------------------------------
+
+class AdminHandle:
+    """An AdminClient plus the last client-level error its error callback saw (for classification)."""
+
+    def __init__(self, client: Any, bootstrap: str):
+        self.client = client
+        self.bootstrap = bootstrap
+        self._lock = threading.Lock()
+        self._last_error: tuple[str, float] | None = None  # (error name, when)
+
+    def on_error(self, err: Any) -> None:
+        name = _error_name(err)
+        with self._lock:
+            self._last_error = (name, time.monotonic())
+
+    def recent_error(self, within_s: float = 60.0) -> str | None:
+        try:
+            self.client.poll(0)  # serves error_cb
+        except Exception:  # noqa: BLE001 - a fake or closed client: nothing to serve
+            pass
+        with self._lock:
+            if self._last_error and time.monotonic() - self._last_error[1] <= within_s:
+                return self._last_error[0]
+        return None
+
+
+def _default_factory(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+    return AdminClient(conf)
+
+
+class AdminPool:
+    """AdminClients shared across CRs, keyed by configuration hash, reference-counted by owner."""
+
+    def __init__(self, factory: Callable[[dict[str, Any]], Any] = _default_factory,
+                 socket_timeout_ms: int = 10_000):
+        self._factory = factory
+        self._socket_timeout_ms = socket_timeout_ms
+        self._lock = threading.Lock()
+        self._handles: dict[str, AdminHandle] = {}
+        self._owners: dict[str, str] = {}  # owner (namespace/name) -> key
+
+    def acquire(self, owner: str, conf: Mapping[str, str]) -> AdminHandle:
+        """The shared handle for `conf`; switching an owner to a new config releases the old one."""
+        key = config_key(conf)
+        with self._lock:
+            old = self._owners.get(owner)
+            if old != key:
+                self._owners[owner] = key
+                if old is not None:
+                    self._drop_if_unused(old)
+            handle = self._handles.get(key)
+            if handle is None:
+                holder: list[AdminHandle] = []
+                full = {
+                    **conf,
+                    "socket.timeout.ms": self._socket_timeout_ms,
+                    # a dead broker must not cost minutes of reconnect back-off
+                    "reconnect.backoff.max.ms": 5_000,
+                    "error_cb": lambda err: holder[0].on_error(err) if holder else None,
+                    "client.id": "lagpilot-operator",
+                }
+                handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""))
+                holder.append(handle)
+                self._handles[key] = handle
+                log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
+                                                              "clients": len(self._handles)})
+            return handle
+
+    def release(self, owner: str) -> None:
+        with self._lock:
+            key = self._owners.pop(owner, None)
+            if key is not None:
+                self._drop_if_unused(key)
+
+    def _drop_if_unused(self, key: str) -> None:
+        if key not in self._owners.values():
+            self._handles.pop(key, None)  # librdkafka closes the client when it is collected
+
+    def size(self) -> int:
+        with self._lock:
+            return len(self._handles)
+
+
+# --- error classification ------------------------------------------------------------------------
+
+_UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_DESTROY", "NETWORK_EXCEPTION",
+                "BROKER_NOT_AVAILABLE", "_SSL"}
+_AUTHN = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "ILLEGAL_SASL_STATE",
+          "UNSUPPORTED_SASL_MECHANISM"}
+_AUTHZ = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+          "CLUSTER_AUTHORIZATION_FAILED"}
+_MISSING = {"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"}
+_TIMEOUT = {"_TIMED_OUT", "REQUEST_TIMED_OUT", "_TIMED_OUT_QUEUE"}
+
+
+def _error_name(err: Any) -> str:
+    """KafkaError / KafkaException → its code name (`_TRANSPORT`, `UNKNOWN_TOPIC_OR_PART`, ...)."""
+    inner = err.args[0] if getattr(err, "args", None) and hasattr(err.args[0], "name") else err
+    try:
+        return str(inner.name())
+    except Exception:  # noqa: BLE001 - not a KafkaError
+        return type(err).__name__
+
+
+def classify(err: BaseException, handle: AdminHandle | None, topic: str, bootstrap: str) -> ObserveError:
+    """Map a failed call to a user-facing reason. A timeout is reported as the recent client error
+    behind it (broker down, authentication) when the error callback saw one."""
+    if isinstance(err, ObserveError):
+        return err
+    name = _error_name(err)
+    if name in _TIMEOUT or isinstance(err, (TimeoutError, concurrent.futures.TimeoutError)):
+        recent = handle.recent_error() if handle else None
+        name = recent or "_TIMED_OUT"
+        if name in _TIMEOUT:
+            return ObserveError("KafkaTimeout", f"no answer from the Kafka cluster at {bootstrap} in time; "
+                                                "is it reachable, and is spec.kafka.securityProtocol right?")
+    if name in _MISSING:
+        return ObserveError("TopicNotFound", f"topic {topic!r} does not exist on {bootstrap}")
+    if name in _AUTHN:
+        return ObserveError("AuthenticationFailed", f"the Kafka cluster at {bootstrap} rejected the "
+                                                    "credentials from spec.kafka.secretRef")
+    if name in _AUTHZ:
+        return ObserveError("AuthorizationFailed", f"the Kafka principal may not describe topic "
+                                                   f"{topic!r} or its group on {bootstrap} ({name})")
+    if name in _UNREACHABLE:
+        return ObserveError("BrokerUnreachable", f"cannot connect to the Kafka cluster at {bootstrap} ({name})")
+    return ObserveError("KafkaError", f"Kafka request to {bootstrap} failed ({name})")
+
+
+# --- the observation -----------------------------------------------------------------------------
+
+def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 10.0,
+            clock: Callable[[], float] = time.time) -> Observation:
+    """Partition count, earliest/latest/committed offsets and capacity reports for one group."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicCollection, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = handle.client
+    deadline = time.monotonic() + timeout_s
+
+    def wait(fut: concurrent.futures.Future) -> Any:
+        left = max(0.1, deadline - time.monotonic())
+        return fut.result(timeout=left)
+
+    try:
+        desc = wait(admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic])
+        ids = sorted(p.id for p in desc.partitions)
+        if not ids:
+            raise ObserveError("TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}")
+        tps = [TopicPartition(topic, i) for i in ids]
+        kw = {"request_timeout": timeout_s, "isolation_level": IsolationLevel.READ_COMMITTED}
+        earliest_f = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw)
+        latest_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)
+        committed_f = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, i) for i in ids])],
+            request_timeout=timeout_s)[group_id]
+        earliest = {tp.partition: wait(f).offset for tp, f in earliest_f.items()}
+        latest = {tp.partition: wait(f).offset for tp, f in latest_f.items()}
+        committed_tps = wait(committed_f).topic_partitions
+        now = clock()
+    except ObserveError:
+        raise
+    except Exception as err:  # noqa: BLE001 - every Kafka failure is classified for the user
+        raise classify(err, handle, topic, handle.bootstrap) from None
+
+    committed: dict[int, tuple[int | None, CapacityReport | None]] = {}
+    for tp in committed_tps:
+        if tp.error is not None:
+            raise classify(_as_exception(tp.error), handle, topic, handle.bootstrap)
+        off = tp.offset if tp.offset is not None and tp.offset >= 0 else None
+        committed[tp.partition] = (off, parse_capacity_metadata(getattr(tp, "metadata", None)))
+    parts = tuple(
+        PartitionOffsets(partition=i, earliest=int(earliest[i]), latest=int(latest[i]),
+                         committed=committed.get(i, (None, None))[0],
+                         capacity=committed.get(i, (None, None))[1])
+        for i in ids
+    )
+    return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
+
+
+def _as_exception(err: Any) -> Exception:
+    from confluent_kafka import KafkaException
+    return KafkaException(err)
