@@ -1,0 +1,125 @@
+{{/*
+Names and labels, in the usual Helm shape.
+*/}}
+{{- define "lagpilot.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: <release>-lagpilot, or the release name when it already contains the chart name. */}}
+{{- define "lagpilot.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "lagpilot.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lagpilot.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lagpilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "lagpilot.labels" -}}
+helm.sh/chart: {{ include "lagpilot.chart" . }}
+app.kubernetes.io/name: {{ include "lagpilot.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: lagpilot
+{{- end }}
+
+{{- define "lagpilot.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "lagpilot.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lagpilot.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "lagpilot.drainServiceAccountName" -}}
+{{- default (printf "%s-drain" (include "lagpilot.fullname" .)) .Values.drain.serviceAccount.name }}
+{{- end }}
+
+{{/* Namespaces that get the drain ServiceAccount + Role, one per line. */}}
+{{- define "lagpilot.drainNamespaces" -}}
+{{- $ns := .Values.drain.namespaces }}
+{{- if not $ns }}
+{{- $ns = .Values.watchNamespaces | default (list .Release.Namespace) }}
+{{- end }}
+{{- range $ns }}
+{{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's rules on namespaced resources: bound cluster-wide (ClusterRole) when it watches all
+namespaces, or as a Role in each watched namespace. Exactly what docs/rbac.md lists; the unit
+tests compare the two and fail on any `*`.
+*/}}
+{{- define "lagpilot.operatorNamespacedRules" -}}
+# the custom resource: kopf lists/watches it and patches finalizers + its progress annotations
+- apiGroups: ["lagpilot.io"]
+  resources: ["batchconsumergroups"]
+  verbs: ["get", "list", "watch", "patch"]
+# status is written only through the status subresource
+- apiGroups: ["lagpilot.io"]
+  resources: ["batchconsumergroups/status"]
+  verbs: ["get", "patch"]
+# ownerReferences with blockOwnerDeletion on the Deployment/Job need update on the owner's
+# finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on (e.g. OpenShift)
+- apiGroups: ["lagpilot.io"]
+  resources: ["batchconsumergroups/finalizers"]
+  verbs: ["update"]
+# the consumer Deployment it creates, scales and updates (deletion is left to garbage collection)
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "update"]
+# the drain Job it starts, watches and cancels
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# Kubernetes events: kopf posts core/v1 events; events.k8s.io for clients that use the new API
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# the Kafka credentials Secret named in spec.kafka.secretRef: checked to exist and have the
+# expected keys (never logged); the pods read it through secretKeyRef, not the operator
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
+
+{{/* The drain driver's rules: Spark on Kubernetes executors in its own namespace. */}}
+{{- define "lagpilot.drainRules" -}}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "create", "delete", "deletecollection"]
+{{- if .Values.drain.rbac.persistentVolumeClaims }}
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "create", "delete", "deletecollection"]
+{{- end }}
+{{- end }}
