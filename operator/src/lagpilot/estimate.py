@@ -1,0 +1,224 @@
+"""Smoothed produce rate per partition and consumer capacity, from successive lag snapshots.
+
+Pure: ``update(prev_state, snapshot) -> state``. The state is JSON-serialisable (``to_dict`` /
+``from_dict``) so the operator stores it in the CR status and a restarted operator resumes with the
+rates it had instead of starting blind.
+
+Why these choices:
+- EWMA with a *time-based* alpha (``1 - 0.5 ** (dt / half_life)``) so irregular observation
+  intervals (a slow API call, an operator restart, a long gap) weigh samples by the time they cover.
+  A long gap simply yields the average rate over the gap.
+- Asymmetric half-lives: rises are followed fast (30 s), falls slowly (120 s). Over-estimating the
+  rate for a minute costs a replica for a while; under-estimating it costs SLA violations.
+- Offsets moving backwards (topic recreated, partition truncated) reset that partition's estimate
+  instead of producing a negative rate; it is reported in ``events``.
+- Retention deleting records the group had not consumed (committed < low) is counted once per
+  record into ``data_loss_records`` (cumulative) and reported in ``events``.
+- Capacity per replica is the median of the consumers' own reports (records per busy second, from
+  commit metadata), smoothed; robust to one consumer's odd batch.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping
+
+from lagpilot.lag import LagSnapshot, PartitionOffsets, partition_lag
+
+
+@dataclass(frozen=True)
+class EstimatorConfig:
+    """Smoothing parameters (defaults documented in docs/decision.md)."""
+
+    rise_half_life_s: float = 30.0
+    fall_half_life_s: float = 120.0
+    capacity_half_life_s: float = 120.0
+
+
+DEFAULT_CONFIG = EstimatorConfig()
+
+
+@dataclass(frozen=True)
+class PartitionEstimate:
+    """What the estimator remembers about one partition."""
+
+    partition: int
+    end: int
+    low: int
+    committed: int | None
+    lag: int
+    produce_rate: float = 0.0  # records/s, smoothed
+    consume_rate: float = 0.0  # records/s the group committed, smoothed (informational)
+    samples: int = 0  # rate samples folded in since the last reset (0: rate not known yet)
+    lost_through: int | None = None  # highest log-start offset already counted as data loss
+
+
+@dataclass(frozen=True)
+class EstimatorState:
+    """The estimator's memory; stored in the CR status between cycles."""
+
+    at_s: float
+    partitions: dict[int, PartitionEstimate]
+    capacity_per_replica: float | None = None  # records per busy second of one consumer
+    data_loss_records: int = 0  # cumulative records deleted by retention before consumption
+    resets: int = 0  # cumulative partition resets (offsets went backwards)
+    events: tuple[str, ...] = field(default=())  # what this update noticed (not cumulative)
+
+    @property
+    def produce_rate(self) -> float:
+        """Whole-topic produce rate (records/s)."""
+        return sum(p.produce_rate for p in self.partitions.values())
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.partitions.values())
+
+    def rate(self, partition: int) -> float:
+        est = self.partitions.get(partition)
+        return est.produce_rate if est is not None else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (partition keys become strings, as JSON requires)."""
+        return {
+            "atS": self.at_s,
+            "capacityPerReplica": self.capacity_per_replica,
+            "dataLossRecords": self.data_loss_records,
+            "resets": self.resets,
+            "partitions": {str(k): asdict(v) for k, v in sorted(self.partitions.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EstimatorState":
+        """Inverse of :meth:`to_dict`. Raises ValueError on a malformed value (callers then start fresh)."""
+        try:
+            parts = {
+                int(k): PartitionEstimate(**{**v, "partition": int(v["partition"])})
+                for k, v in dict(data.get("partitions", {})).items()
+            }
+            cap = data.get("capacityPerReplica")
+            return cls(
+                at_s=float(data["atS"]),
+                partitions=parts,
+                capacity_per_replica=None if cap is None else float(cap),
+                data_loss_records=int(data.get("dataLossRecords", 0)),
+                resets=int(data.get("resets", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed estimator state: {exc}") from exc
+
+
+def _alpha(dt: float, half_life: float) -> float:
+    if half_life <= 0:
+        return 1.0
+    return 1.0 - 0.5 ** (dt / half_life)
+
+
+def _fresh(p: PartitionOffsets) -> PartitionEstimate:
+    return PartitionEstimate(
+        partition=p.partition, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p)
+    )
+
+
+def _count_loss(p: PartitionOffsets, lost_through: int | None) -> tuple[int, int | None]:
+    """New records lost to retention on this partition and the updated high-water of counted loss."""
+    if p.committed is None or p.committed >= p.low:
+        return 0, lost_through
+    counted_from = p.committed if lost_through is None else max(p.committed, lost_through)
+    new = max(0, p.low - counted_from)
+    return new, max(p.low, lost_through if lost_through is not None else p.low)
+
+
+def _capacity(
+    prev: float | None, reports: Mapping[int, float], dt: float, cfg: EstimatorConfig
+) -> float | None:
+    values = [v for v in reports.values() if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    if not values:
+        return prev
+    sample = float(statistics.median(values))
+    if prev is None or dt <= 0:
+        return sample
+    return prev + _alpha(dt, cfg.capacity_half_life_s) * (sample - prev)
+
+
+def update(
+    prev: EstimatorState | None, snap: LagSnapshot, config: EstimatorConfig = DEFAULT_CONFIG
+) -> EstimatorState:
+    """Fold one snapshot into the estimate.
+
+    ``prev`` None (first cycle, or state lost): rates start unknown (0, ``samples`` 0) and the next
+    snapshot's rate is taken as is. A snapshot not newer than ``prev`` refreshes offsets and lag
+    but leaves rates alone (duplicate or skewed clock).
+    """
+    events: list[str] = []
+    if prev is None:
+        parts: dict[int, PartitionEstimate] = {}
+        loss_total = 0
+        for p in snap.partitions:
+            new_loss, lost_through = _count_loss(p, None)
+            loss_total += new_loss
+            if new_loss:
+                events.append(f"DataLoss:{p.partition}:{new_loss}")
+            parts[p.partition] = replace(_fresh(p), lost_through=lost_through)
+        return EstimatorState(
+            at_s=snap.at_s,
+            partitions=parts,
+            capacity_per_replica=_capacity(None, snap.capacity_reports, 0.0, config),
+            data_loss_records=loss_total,
+            events=tuple(events),
+        )
+
+    dt = snap.at_s - prev.at_s
+    parts = {}
+    loss_total = prev.data_loss_records
+    resets = prev.resets
+    for p in snap.partitions:
+        old = prev.partitions.get(p.partition)
+        if old is None:
+            est = _fresh(p)
+            events.append(f"PartitionAdded:{p.partition}")
+        elif p.end < old.end or p.low < old.low:
+            est = _fresh(p)
+            resets += 1
+            events.append(f"OffsetsWentBackwards:{p.partition}")
+        elif dt <= 0:
+            est = replace(old, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p))
+        else:
+            inst = (p.end - old.end) / dt
+            if old.samples == 0:
+                rate = inst
+            else:
+                hl = config.rise_half_life_s if inst > old.produce_rate else config.fall_half_life_s
+                rate = old.produce_rate + _alpha(dt, hl) * (inst - old.produce_rate)
+            consume = old.consume_rate
+            if p.committed is not None and old.committed is not None and p.committed >= old.committed:
+                inst_c = (p.committed - old.committed) / dt
+                consume = inst_c if old.samples == 0 else old.consume_rate + _alpha(
+                    dt, config.fall_half_life_s
+                ) * (inst_c - old.consume_rate)
+            est = PartitionEstimate(
+                partition=p.partition,
+                end=p.end,
+                low=p.low,
+                committed=p.committed,
+                lag=partition_lag(p),
+                produce_rate=max(0.0, rate),
+                consume_rate=max(0.0, consume),
+                samples=old.samples + 1,
+                lost_through=old.lost_through,
+            )
+        new_loss, lost_through = _count_loss(p, est.lost_through)
+        if new_loss:
+            loss_total += new_loss
+            events.append(f"DataLoss:{p.partition}:{new_loss}")
+        parts[p.partition] = replace(est, lost_through=lost_through)
+    for gone in sorted(set(prev.partitions) - set(parts)):
+        events.append(f"PartitionRemoved:{gone}")
+    return EstimatorState(
+        at_s=max(prev.at_s, snap.at_s),
+        partitions=parts,
+        capacity_per_replica=_capacity(prev.capacity_per_replica, snap.capacity_reports, dt, config),
+        data_loss_records=loss_total,
+        resets=resets,
+        events=tuple(events),
+    )

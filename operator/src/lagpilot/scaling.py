@@ -1,0 +1,372 @@
+"""The replica decision: like the HPA's replica calculator + stabilization, on a catch-up projection.
+
+Pipeline (one pure call per reconcile, ``now`` passed in, history returned for the CR status):
+  raw recommendation (projection vs SLA target, dead band) -> stabilization windows (HPA algorithm:
+  scale-up takes the min of the recommendations in its window, scale-down the max of its window) ->
+  clamp to [min, min(max, partitions)] -> guard (never scale down while the current projection
+  exceeds the SLA) -> Decision with a CamelCase reason, plus the drain need.
+
+Invariants (tested with hypothesis): never above partitions or max; never below min unless
+scale-to-zero is allowed and the group is idle; never scale down while the projected catch-up
+exceeds the SLA; more lag never yields fewer replicas; constant load converges without flapping.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from lagpilot.drain_policy import DrainNeed, DrainPolicy, drain_need
+from lagpilot.estimate import EstimatorState
+from lagpilot.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
+from lagpilot.projection import INF, PartitionLoad, project, required_replicas
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """Scaling knobs: the CR's ``spec.scaling`` + ``catchUpSLASeconds`` plus model figures."""
+
+    min_replicas: int = 1
+    max_replicas: int = 10
+    tolerance: float = 0.1  # dead band around the target (fraction)
+    poll_interval_s: float = 15.0
+    scale_up_window_s: float = 0.0
+    scale_down_window_s: float = 300.0
+    sla_s: float = 600.0
+    # aim below the SLA: start-up delays and estimate noise eat the rest
+    target_fraction: float = 0.8
+    # a consumer busier than this is one burst away from falling behind
+    max_utilization: float = 0.9
+    # expected pod start (scheduling + image + process + group join), counted in scale-up projections
+    pod_start_s: float = 30.0
+    # below this whole-topic rate (records/s) with no lag the group is idle (scale to zero if min 0)
+    idle_rate: float = 1e-3
+
+    @property
+    def scale_to_zero(self) -> bool:
+        return self.min_replicas == 0
+
+    @property
+    def target_s(self) -> float:
+        return self.sla_s * self.target_fraction
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], **model: Any) -> "ScalingPolicy":
+        """From the raw CR ``spec`` dict (``scaling`` and ``catchUpSLASeconds``); ``model`` overrides
+        the figures that are not in the spec (target_fraction, pod_start_s, ...)."""
+        s = dict(spec.get("scaling") or {})
+        behavior = dict(s.get("behavior") or {})
+        up = dict(behavior.get("scaleUp") or {})
+        down = dict(behavior.get("scaleDown") or {})
+        pol = cls(
+            min_replicas=int(s.get("minReplicas", 1)),
+            max_replicas=int(s.get("maxReplicas", 10)),
+            tolerance=float(s.get("tolerance", 0.1)),
+            poll_interval_s=float(s.get("pollIntervalSeconds", 15)),
+            scale_up_window_s=float(up.get("stabilizationWindowSeconds", 0)),
+            scale_down_window_s=float(down.get("stabilizationWindowSeconds", 300)),
+            sla_s=float(spec.get("catchUpSLASeconds", 600)),
+            **model,
+        )
+        return pol.validate()
+
+    def validate(self) -> "ScalingPolicy":
+        problems = []
+        if self.min_replicas < 0:
+            problems.append("scaling.minReplicas must be >= 0")
+        if self.max_replicas < 1 or self.max_replicas < self.min_replicas:
+            problems.append("scaling.maxReplicas must be >= 1 and >= minReplicas")
+        if not 0 <= self.tolerance < 1:
+            problems.append("scaling.tolerance must be in [0, 1)")
+        if self.scale_up_window_s < 0 or self.scale_down_window_s < 0:
+            problems.append("stabilization windows must be >= 0")
+        if self.sla_s <= 0:
+            problems.append("catchUpSLASeconds must be > 0")
+        if not 0 < self.target_fraction <= 1 or not 0 < self.max_utilization <= 1:
+            problems.append("target_fraction and max_utilization must be in (0, 1]")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+@dataclass(frozen=True)
+class ScalingObservation:
+    """What the decision needs from one observation cycle."""
+
+    now_s: float
+    partitions: int
+    current_replicas: int
+    loads: tuple[PartitionLoad, ...]
+    capacity_per_replica: float | None  # None: no consumer has reported yet
+    drain_active: bool = False
+    last_drain_end_s: float | None = None
+    oldest_age_s: Mapping[int, float] = field(default_factory=dict)
+
+    @property
+    def total_lag(self) -> float:
+        return sum(l.lag for l in self.loads)
+
+    @property
+    def produce_rate(self) -> float:
+        return sum(l.rate for l in self.loads)
+
+    @classmethod
+    def from_estimate(
+        cls,
+        now_s: float,
+        current_replicas: int,
+        state: EstimatorState,
+        snap: LagSnapshot | None = None,
+        *,
+        drain_active: bool = False,
+        last_drain_end_s: float | None = None,
+    ) -> "ScalingObservation":
+        """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
+        loads = []
+        ages: dict[int, float] = {}
+        offsets = snap.by_partition() if snap is not None else {}
+        for pid, est in sorted(state.partitions.items()):
+            po = offsets.get(pid)
+            start = consume_position(po) if po is not None else (est.committed if est.committed is not None else est.low)
+            loads.append(PartitionLoad(pid, float(est.lag), est.produce_rate, start, est.end))
+            if po is not None:
+                age = oldest_unprocessed_age_s(po, now_s)
+                if age is not None:
+                    ages[pid] = age
+        return cls(
+            now_s=now_s,
+            partitions=len(loads),
+            current_replicas=current_replicas,
+            loads=tuple(loads),
+            capacity_per_replica=state.capacity_per_replica,
+            drain_active=drain_active,
+            last_drain_end_s=last_drain_end_s,
+            oldest_age_s=ages,
+        )
+
+
+@dataclass(frozen=True)
+class ScalingHistory:
+    """Raw recommendations of the last window (what HPA keeps in memory; we keep it in status)."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    last_scale_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recommendations": [[t, r] for t, r in self.recommendations],
+            "lastScaleS": self.last_scale_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ScalingHistory":
+        """Inverse of :meth:`to_dict`; a missing or malformed value gives an empty history."""
+        if not data:
+            return cls()
+        try:
+            recs = tuple((float(t), int(r)) for t, r in data.get("recommendations", []))
+            last = data.get("lastScaleS")
+            return cls(recs, None if last is None else float(last))
+        except (TypeError, ValueError):
+            return cls()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One reconcile's answer. ``reason`` is CamelCase for conditions and events."""
+
+    desired_replicas: int
+    reason: str
+    message: str
+    projected_catch_up_s: float | None  # at desired replicas (None: capacity unknown)
+    current_catch_up_s: float | None  # at current replicas
+    required_replicas: int | None  # fewest meeting the target (None: unreachable or unknown)
+    at_risk: bool  # projected catch-up at desired exceeds the SLA
+    drain: DrainNeed | None = None
+    hot_partitions: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        def fin(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else round(x, 1)
+
+        return {
+            "desiredReplicas": self.desired_replicas,
+            "reason": self.reason,
+            "message": self.message,
+            "projectedCatchUpSeconds": fin(self.projected_catch_up_s),
+            "currentCatchUpSeconds": fin(self.current_catch_up_s),
+            "requiredReplicas": self.required_replicas,
+            "atRisk": self.at_risk,
+            "hotPartitions": list(self.hot_partitions),
+            "drain": self.drain.to_dict() if self.drain else None,
+        }
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return "never" if not math.isfinite(x) else f"{x:.0f}s"
+
+
+def stabilize(
+    raw: int, current: int, now_s: float, history: ScalingHistory, policy: ScalingPolicy
+) -> tuple[int, ScalingHistory]:
+    """HPA's ``stabilizeRecommendationWithBehaviors`` with ``now`` passed in and history returned."""
+    keep = max(policy.scale_up_window_s, policy.scale_down_window_s)
+    recs = [(t, r) for t, r in history.recommendations if now_s - t <= keep and t <= now_s]
+    recs.append((now_s, raw))
+    up = raw
+    down = raw
+    for t, r in recs:
+        if now_s - t <= policy.scale_up_window_s:
+            up = min(up, r)
+        if now_s - t <= policy.scale_down_window_s:
+            down = max(down, r)
+    out = current
+    if out < up:
+        out = up
+    if out > down:
+        out = down
+    return out, replace(history, recommendations=tuple(recs))
+
+
+def decide(
+    obs: ScalingObservation,
+    policy: ScalingPolicy,
+    history: ScalingHistory | None = None,
+    drain_policy: DrainPolicy | None = None,
+) -> tuple[Decision, ScalingHistory]:
+    """Desired replicas (and drain need) for one observation. Pure: same inputs, same answer."""
+    history = history or ScalingHistory()
+    cur = max(0, obs.current_replicas)
+    parts = obs.partitions
+    cap_hi = min(policy.max_replicas, parts)
+    lo = min(policy.min_replicas, cap_hi)
+    rate = obs.produce_rate
+    lag = obs.total_lag
+    idle = lag <= 0 and rate <= policy.idle_rate
+    c = obs.capacity_per_replica
+    target = policy.target_s
+
+    if parts <= 0:
+        d = Decision(cur, "NoPartitions", "topic has no partitions (missing?): replicas unchanged",
+                     None, None, None, False)
+        return d, history
+
+    drain: DrainNeed | None = None
+    hot: tuple[int, ...] = ()
+    cur_proj: float | None = None
+    required: int | None = None
+    if c is None or c <= 0:
+        if cur == 0 and not idle:
+            raw, reason, why = max(1, lo), "ScaleFromZero", "records waiting, no capacity figure yet"
+        else:
+            raw, reason, why = cur, "CapacityUnknown", "no consumer has reported its capacity yet"
+            if not idle:
+                raw = max(raw, 1)
+    else:
+        if drain_policy is not None:
+            drain = drain_need(
+                obs.loads, c, group_replicas=cap_hi, target_s=target, sla_s=policy.sla_s,
+                policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
+                last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
+            )
+        drained = set(drain.partitions) if drain else set()
+        # after the hand-off the drained backlog is no longer the group's to clear
+        loads = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
+        hot = tuple(p for p, t in sorted(project(obs.loads, parts, c).per_partition_s.items(),
+                                         key=lambda kv: (-kv[1], kv[0])) if t > target)
+        cur_proj = project(loads, cur, c).catch_up_s
+        cur_util = project(loads, cur, c).utilization if cur > 0 else INF
+        required = required_replicas(loads, c, target, cap_hi, current_replicas=cur,
+                                     startup_s=policy.pod_start_s, max_utilization=policy.max_utilization)
+        if idle and policy.scale_to_zero:
+            raw, reason, why = 0, "ScaleToZero", "idle: no lag and no records arriving"
+        elif required is None:
+            raw, reason = cap_hi, "SLAUnreachable"
+            limit = "partitions" if parts <= policy.max_replicas else "maxReplicas"
+            why = f"even {cap_hi} replicas (capped by {limit}) cannot catch up within {target:.0f}s"
+        elif required > cur:
+            band = target * (1 + policy.tolerance)
+            if cur > 0 and cur_proj <= band and cur_util <= policy.max_utilization * (1 + policy.tolerance):
+                raw, reason = cur, "WithinTolerance"
+                why = f"projected {_fmt(cur_proj)} within {policy.tolerance:.0%} of target {target:.0f}s"
+            else:
+                raw, reason = required, "ScaleUp"
+                why = f"projected {_fmt(cur_proj)} at {cur} > target {target:.0f}s"
+        else:
+            down_to = required_replicas(loads, c, target * (1 - policy.tolerance), cap_hi,
+                                        max_utilization=policy.max_utilization * (1 - policy.tolerance))
+            if down_to is not None and down_to < cur:
+                raw, reason = down_to, "ScaleDown"
+                why = f"{down_to} replicas project {_fmt(project(loads, down_to, c).catch_up_s)} <= target {target:.0f}s"
+            else:
+                raw, reason = cur, "Steady"
+                why = f"projected {_fmt(cur_proj)} at {cur}, target {target:.0f}s"
+        if not idle or not policy.scale_to_zero:
+            raw = max(raw, 1)
+
+    raw = max(min(raw, cap_hi), lo if not (idle and policy.scale_to_zero) else 0)
+    stabilized, history = stabilize(raw, cur, obs.now_s, history, policy)
+    floor = 0 if (idle and policy.scale_to_zero) else lo
+    desired = max(min(stabilized, cap_hi), floor)
+    if desired < raw and reason in ("ScaleUp", "ScaleFromZero", "SLAUnreachable"):
+        reason = "ScaleUpStabilized"
+    if desired > raw and reason in ("ScaleDown", "ScaleToZero", "Steady", "WithinTolerance"):
+        if desired > cur:
+            reason = "BelowMinimum" if cur < lo else reason
+        else:
+            reason, why = "ScaleDownStabilized", f"{why}; holding {desired} for the {policy.scale_down_window_s:.0f}s scale-down window"
+    if desired < cur and cur_proj is not None and cur_proj > policy.sla_s:
+        desired = cur
+        reason, why = "ScaleDownBlockedAtRisk", f"projected {_fmt(cur_proj)} > SLA {policy.sla_s:.0f}s"
+    if desired > cur_cap(cur, cap_hi) and reason in ("Steady", "WithinTolerance", "ScaleDownStabilized"):
+        reason = "BelowMinimum"
+    if cur > cap_hi and desired <= cap_hi and reason in ("Steady", "WithinTolerance", "ScaleDownStabilized"):
+        reason, why = ("CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"), f"{cur} > cap {cap_hi}"
+
+    proj_desired: float | None = None
+    if c is not None and c > 0:
+        drained = set(drain.partitions) if drain else set()
+        loads_d = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
+        proj_desired = project(loads_d, desired, c, current_replicas=cur, startup_s=policy.pod_start_s).catch_up_s
+    at_risk = proj_desired is not None and proj_desired > policy.sla_s
+    if reason == "SLAUnreachable":
+        at_risk = True
+    arrow = f"{cur}->{desired}"
+    message = f"{_verb(cur, desired)} {arrow}: {why}"
+    if drain is not None:
+        message += f"; {drain.message}"
+    if history.last_scale_s is None or desired != cur:
+        history = replace(history, last_scale_s=obs.now_s if desired != cur else history.last_scale_s)
+    return (
+        Decision(
+            desired_replicas=desired,
+            reason=reason,
+            message=message,
+            projected_catch_up_s=proj_desired,
+            current_catch_up_s=cur_proj,
+            required_replicas=required,
+            at_risk=at_risk,
+            drain=drain,
+            hot_partitions=hot,
+        ),
+        history,
+    )
+
+
+def cur_cap(cur: int, cap_hi: int) -> int:
+    return min(cur, cap_hi)
+
+
+def _verb(cur: int, desired: int) -> str:
+    if desired > cur:
+        return "scale up"
+    if desired < cur:
+        return "scale down"
+    return "keep"
+
+
+def loads_from(lags: Sequence[float], rates: Sequence[float]) -> tuple[PartitionLoad, ...]:
+    """Convenience for tests and the simulator: partition i has lags[i] and rates[i]."""
+    return tuple(PartitionLoad(i, float(l), float(r)) for i, (l, r) in enumerate(zip(lags, rates)))
