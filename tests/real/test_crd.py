@@ -1,0 +1,376 @@
+"""The BatchConsumerGroup CRD on the real kube-apiserver (v1.35, with CEL and structural pruning).
+
+What is shown: the CRD installs and becomes Established; every example is accepted and stored
+without a field being pruned; defaults are applied; `kubectl get bcg` shows the printer columns
+(with values once status is written through the status subresource); `kubectl explain` reads well;
+invalid CRs are rejected with an error naming the offending field; topic and groupId are immutable.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fixtures.kube import wait_until
+
+pytestmark = [pytest.mark.real]
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "batchconsumergroup.yaml"
+CRD_NAME = "batchconsumergroups.lagpilot.io"
+EXAMPLES = sorted((ROOT / "examples").glob("bcg-*.yaml"))
+
+BASE: dict[str, Any] = {
+    "apiVersion": "lagpilot.io/v1alpha1",
+    "kind": "BatchConsumerGroup",
+    "metadata": {"name": "base"},
+    "spec": {
+        "kafka": {"bootstrapServers": "kafka:9092"},
+        "topic": "orders",
+        "groupId": "orders-batch",
+        "processing": {"sink": "log"},
+    },
+}
+
+# The status sketch of docs/CONTRACTS.md, as the operator writes it.
+STATUS = {
+    "observedGeneration": 1, "partitions": 6, "replicas": 3, "desiredReplicas": 4,
+    "totalLag": 12345, "maxPartitionLag": 8000, "produceRate": 450.2, "capacityPerReplica": 137.5,
+    "projectedCatchUpSeconds": 812, "slaSeconds": 600,
+    "lastDecision": "scale up 3→4: projected 812s > SLA 600s",
+    "lastScaleTime": "2026-01-01T00:00:00Z",
+    "partitionLag": [{"partition": 0, "lag": 10, "committed": 100, "end": 110, "rate": 12.5},
+                     {"partition": 1, "lag": 8000, "committed": None, "end": 8000, "rate": 400.0,
+                      "oldestRecordAgeSeconds": 31.5}],
+    "drain": {"phase": "Running", "attempt": 1,
+              "ranges": [{"partition": 1, "from": 0, "to": 8000, "done": 1200}]},
+    "conditions": [
+        {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "consumers up",
+         "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "CatchUpAtRisk", "status": "True", "reason": "ProjectionAboveSLA",
+         "message": "projected 812s > SLA 600s", "observedGeneration": 1,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
+    ],
+}
+
+
+def merged(patch: dict[str, Any], base: dict[str, Any] = BASE) -> dict[str, Any]:
+    """Deep-merge `patch` into a copy of `base`; a None value deletes the key."""
+    out = copy.deepcopy(base)
+
+    def merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+        for k, v in src.items():
+            if v is None:
+                dst.pop(k, None)
+            elif isinstance(v, dict) and isinstance(dst.get(k), dict):
+                merge(dst[k], v)
+            else:
+                dst[k] = copy.deepcopy(v)
+
+    merge(out, patch)
+    return out
+
+
+def dig(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj[part]
+    return obj
+
+
+def is_subset(small: Any, big: Any) -> bool:
+    """True when every field of `small` is in `big` with the same value (nothing pruned)."""
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(k in big and is_subset(v, big[k]) for k, v in small.items())
+    if isinstance(small, list):
+        return isinstance(big, list) and len(small) == len(big) and all(map(is_subset, small, big))
+    return small == big
+
+
+# --------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def crd(kube):
+    """Install (or update) the CRD and wait until it is Established and served."""
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-tests",
+                 "-f", str(CRD_FILE))
+    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=120s", timeout=150)
+    # Established can precede discovery: wait until kubectl resolves the short name.
+    wait_until(lambda: kube.kubectl("get", "bcg", "-A", check=False).returncode == 0,
+               "the bcg resource in discovery", timeout=120)
+    return kube
+
+
+@pytest.fixture(scope="module")
+def ns(crd):
+    """One namespace for the module (CRs need no ServiceAccount); deleted without waiting."""
+    name = f"crd-{uuid.uuid4().hex[:8]}"
+    crd.kubectl("create", "namespace", name)
+    yield name
+    crd.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def create(kube, ns: str, obj: dict[str, Any]):
+    return kube.kubectl("create", "-n", ns, "-f", "-", input_text=yaml.safe_dump(obj, allow_unicode=True),
+                        check=False)
+
+
+def get_json(kube, ns: str, name: str) -> dict[str, Any]:
+    return json.loads(kube.kubectl("get", "bcg", name, "-n", ns, "-o", "json").stdout)
+
+
+# --------------------------------------------------------------------------- install, examples
+
+def test_crd_is_established_with_its_names(crd):
+    out = json.loads(crd.kubectl("get", "crd", CRD_NAME, "-o", "json").stdout)
+    conds = {c["type"]: c["status"] for c in out["status"]["conditions"]}
+    assert conds.get("Established") == "True" and conds.get("NamesAccepted") == "True"
+    assert out["status"]["acceptedNames"]["shortNames"] == ["bcg"]
+    assert out["status"]["acceptedNames"]["categories"] == ["lagpilot"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.stem for e in EXAMPLES])
+def test_example_is_accepted_and_stored_unpruned(crd, ns, example):
+    proc = crd.kubectl("apply", "-n", ns, "-f", str(example), check=False)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    bcg = next(d for d in docs if d["kind"] == "BatchConsumerGroup")
+    name = bcg["metadata"]["name"]
+    assert f"batchconsumergroup.lagpilot.io/{name}" in proc.stdout
+    assert "Warning" not in proc.stderr, proc.stderr  # e.g. 'unknown field' would mean pruning
+    stored = get_json(crd, ns, name)
+    assert is_subset(bcg["spec"], stored["spec"]), (bcg["spec"], stored["spec"])
+
+
+def test_defaults_are_applied(crd, ns):
+    obj = merged({"metadata": {"name": "minimal"}})
+    proc = create(crd, ns, obj)
+    assert proc.returncode == 0, proc.stderr
+    spec = get_json(crd, ns, "minimal")["spec"]
+    expected = {
+        "kafka.securityProtocol": "PLAINTEXT",
+        "batch.maxRecords": 500, "batch.timeoutMs": 1000,
+        "processing.concurrency": 1,
+        "failure.maxRetries": 3, "failure.backoffMs": 200, "failure.policy": "deadLetter",
+        "scaling.minReplicas": 1, "scaling.maxReplicas": 10, "scaling.tolerance": 0.1,
+        "scaling.pollIntervalSeconds": 15,
+        "scaling.behavior.scaleUp.stabilizationWindowSeconds": 0,
+        "scaling.behavior.scaleDown.stabilizationWindowSeconds": 300,
+        "catchUpSLASeconds": 600,
+        "drain.enabled": True, "drain.splitFactor": 4, "drain.maxTasks": 16,
+        "drain.minBacklogRecords": 10000, "drain.cancel": False,
+        "paused": False,
+        "template.image": "lagpilot/consumer:0.1.0", "template.imagePullPolicy": "IfNotPresent",
+    }
+    got = {path: dig(spec, path) for path in expected}
+    assert got == expected
+    assert "deadLetterTopic" not in spec["failure"]  # "<topic>.dlq" is computed by the operator
+
+
+def test_postgres_defaults_are_applied(crd, ns):
+    obj = merged({"metadata": {"name": "pg-defaults"},
+                  "spec": {"processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg"}}}}})
+    proc = create(crd, ns, obj)
+    assert proc.returncode == 0, proc.stderr
+    pg = get_json(crd, ns, "pg-defaults")["spec"]["processing"]["postgres"]
+    assert pg == {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "table": "lagpilot_records", "mode": "insert"}
+
+
+# --------------------------------------------------------------------------- kubectl get / explain
+
+def test_get_shows_printer_columns_and_status_values(crd, ns):
+    name = "printer"
+    assert create(crd, ns, merged({"metadata": {"name": name}})).returncode == 0
+    header = crd.kubectl("get", "bcg", name, "-n", ns).stdout.splitlines()[0].split()
+    assert header == ["NAME", "TOPIC", "REPLICAS", "LAG", "CATCH-UP", "SLA", "READY", "AGE"]
+    wide = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide").stdout.splitlines()[0].split()
+    assert wide == ["NAME", "TOPIC", "PARTITIONS", "REPLICAS", "DESIRED", "LAG", "MAX-LAG", "RATE",
+                    "CATCH-UP", "SLA", "READY", "DECISION", "AGE"]
+
+    crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": STATUS}))
+    row = crd.kubectl("get", "bcg", name, "-n", ns, "--no-headers").stdout.split()
+    assert row[:7] == [name, "orders", "3", "12345", "812", "600", "True"]
+    wide_row = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide", "--no-headers").stdout
+    assert re.search(r"\b6\s+3\s+4\s+12345\s+8000\s+450\.2\s+812\s+600\s+True\s+scale up 3→4", wide_row), wide_row
+
+
+def test_status_round_trips_through_the_status_subresource(crd, ns):
+    """Every contract status field is declared (nothing pruned); undeclared ones are dropped."""
+    name = "status-rt"
+    assert create(crd, ns, merged({"metadata": {"name": name}})).returncode == 0
+    sent = {**STATUS, "notInSchema": 1}
+    proc = crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
+                       "-p", json.dumps({"status": sent}), check=False)
+    assert proc.returncode == 0, proc.stderr
+    status = get_json(crd, ns, name)["status"]
+    want = copy.deepcopy(STATUS)
+    del want["partitionLag"][1]["committed"]  # null in a merge patch removes the field
+    assert is_subset(want, status), status
+    assert "notInSchema" not in status
+    # status is ignored on the main resource: a spec update cannot overwrite it
+    crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", json.dumps({"status": {"replicas": 99}}))
+    assert get_json(crd, ns, name)["status"]["replicas"] == 3
+
+
+def test_category_and_field_selector(crd, ns):
+    for name, topic in [("sel-a", "alpha"), ("sel-b", "beta")]:
+        obj = merged({"metadata": {"name": name}, "spec": {"topic": topic, "groupId": name}})
+        assert create(crd, ns, obj).returncode == 0
+    names = crd.kubectl("get", "lagpilot", "-n", ns, "-o", "name").stdout.split()
+    assert {"batchconsumergroup.lagpilot.io/sel-a", "batchconsumergroup.lagpilot.io/sel-b"} <= set(names)
+    sel = crd.kubectl("get", "bcg", "-n", ns, "--field-selector", "spec.topic=beta", "-o", "name").stdout.split()
+    assert sel == ["batchconsumergroup.lagpilot.io/sel-b"]
+
+
+def _explain(kube, what: str) -> str:
+    # the OpenAPI v3 document is published a little after Established: retry until it is there
+    def attempt() -> str | None:
+        proc = kube.kubectl("explain", what, check=False)
+        return proc.stdout if proc.returncode == 0 and "DESCRIPTION" in proc.stdout else None
+    return wait_until(attempt, f"kubectl explain {what}", timeout=120, interval=2)
+
+
+def test_explain_spec_reads_well(crd):
+    out = _explain(crd, "bcg.spec")
+    text = " ".join(out.split())
+    crd_spec = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for field, schema in crd_spec["properties"].items():
+        assert re.search(rf"^\s+{field}\s+<", out, re.M), f"{field} missing from explain"
+        first_words = " ".join(schema["description"].split()[:6])
+        assert first_words in text, f"description of {field} missing from explain"
+    for req in crd_spec["required"]:
+        assert re.search(rf"^\s+{req}\s+<\S+> -required-", out, re.M), req
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("bcg.spec.kafka.bootstrapServers", "Comma-separated host:port list"),
+    ("bcg.spec.batch.maxRecords", "Default 500 (1 to 100000)"),
+    ("bcg.spec.processing.handler", '"package.module:function"'),
+    ("bcg.spec.kafka.securityProtocol", "SASL_SSL"),
+    ("bcg.status.projectedCatchUpSeconds", "Projected seconds until the lag is cleared"),
+], ids=["bootstrapServers", "maxRecords", "handler", "securityProtocol", "projectedCatchUp"])
+def test_explain_nested_field(crd, path, expected):
+    text = " ".join(_explain(crd, path).split())
+    assert expected in text
+
+
+# --------------------------------------------------------------------------- rejections
+
+# (id, patch onto BASE, the field the error must name, a fragment of the error's reason)
+INVALID = [
+    ("missing-topic", {"spec": {"topic": None}}, "spec.topic", "Required value"),
+    ("missing-group-id", {"spec": {"groupId": None}}, "spec.groupId", "Required value"),
+    ("missing-bootstrap", {"spec": {"kafka": {"bootstrapServers": None}}}, "spec.kafka.bootstrapServers",
+     "Required value"),
+    ("batch-size-zero", {"spec": {"batch": {"maxRecords": 0}}}, "spec.batch.maxRecords",
+     "greater than or equal to 1"),
+    ("batch-size-too-large", {"spec": {"batch": {"maxRecords": 100001}}}, "spec.batch.maxRecords",
+     "less than or equal to 100000"),
+    ("batch-timeout-too-large", {"spec": {"batch": {"timeoutMs": 600001}}}, "spec.batch.timeoutMs",
+     "less than or equal to 600000"),
+    ("batch-timeout-over-sla", {"spec": {"batch": {"timeoutMs": 10000}, "catchUpSLASeconds": 5}},
+     "spec.batch.timeoutMs", "must be shorter than catchUpSLASeconds"),
+    ("min-above-max-replicas", {"spec": {"scaling": {"minReplicas": 5, "maxReplicas": 2}}},
+     "spec.scaling.minReplicas", "less than or equal to scaling.maxReplicas"),
+    ("min-above-default-max", {"spec": {"scaling": {"minReplicas": 11}}}, "spec.scaling.minReplicas",
+     "less than or equal to scaling.maxReplicas"),
+    ("max-replicas-zero", {"spec": {"scaling": {"maxReplicas": 0}}}, "spec.scaling.maxReplicas",
+     "greater than or equal to 1"),
+    ("sink-and-handler", {"spec": {"processing": {"sink": "log", "handler": "mypkg.handlers:process"}}},
+     "spec.processing", "exactly one of processing.sink or processing.handler"),
+    ("neither-sink-nor-handler", {"spec": {"processing": {"sink": None, "concurrency": 2}}},
+     "spec.processing", "exactly one of processing.sink or processing.handler"),
+    ("handler-without-colon", {"spec": {"processing": {"sink": None, "handler": "mypkg.handlers.process"}}},
+     "spec.processing.handler", "should match"),
+    ("handler-path-like", {"spec": {"processing": {"sink": None, "handler": "mypkg/handlers:process"}}},
+     "spec.processing.handler", "should match"),
+    ("unknown-sink", {"spec": {"processing": {"sink": "s3"}}}, "spec.processing.sink", 'Unsupported value: "s3"'),
+    ("sla-zero", {"spec": {"catchUpSLASeconds": 0}}, "spec.catchUpSLASeconds", "greater than or equal to 1"),
+    ("sla-negative", {"spec": {"catchUpSLASeconds": -60}}, "spec.catchUpSLASeconds",
+     "greater than or equal to 1"),
+    ("sasl-without-secret-ref", {"spec": {"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "PLAIN"}}},
+     "spec.kafka.secretRef", "required when kafka.securityProtocol is"),
+    ("sasl-without-mechanism", {"spec": {"kafka": {"securityProtocol": "SASL_PLAINTEXT",
+                                                   "secretRef": {"name": "kafka-creds"}}}},
+     "spec.kafka.saslMechanism", "required when kafka.securityProtocol is"),
+    ("ssl-without-secret-ref", {"spec": {"kafka": {"securityProtocol": "SSL"}}}, "spec.kafka.secretRef",
+     "required when kafka.securityProtocol is"),
+    ("mechanism-with-plaintext", {"spec": {"kafka": {"saslMechanism": "PLAIN"}}}, "spec.kafka.saslMechanism",
+     "Forbidden"),
+    ("bad-security-protocol", {"spec": {"kafka": {"securityProtocol": "TLS"}}}, "spec.kafka.securityProtocol",
+     'Unsupported value: "TLS"'),
+    ("bad-sasl-mechanism", {"spec": {"kafka": {"securityProtocol": "SASL_SSL", "saslMechanism": "GSSAPI",
+                                               "secretRef": {"name": "kafka-creds"}}}},
+     "spec.kafka.saslMechanism", 'Unsupported value: "GSSAPI"'),
+    ("bootstrap-without-port", {"spec": {"kafka": {"bootstrapServers": "kafka"}}}, "spec.kafka.bootstrapServers",
+     "should match"),
+    ("bootstrap-with-scheme", {"spec": {"kafka": {"bootstrapServers": "PLAINTEXT://kafka:9092"}}},
+     "spec.kafka.bootstrapServers", "should match"),
+    ("bad-topic-name", {"spec": {"topic": "orders topic"}}, "spec.topic", "should match"),
+    ("topic-dot", {"spec": {"topic": ".."}}, "spec.topic", 'must not be "." or ".."'),
+    ("postgres-sink-without-config", {"spec": {"processing": {"sink": "postgres"}}}, "spec.processing.postgres",
+     "required when processing.sink is postgres"),
+    ("postgres-config-with-log-sink", {"spec": {"processing": {"postgres": {"dsnSecretRef": {"name": "pg"}}}}},
+     "spec.processing.postgres", "only allowed when processing.sink is postgres"),
+    ("postgres-table-injection", {"spec": {"processing": {"sink": "postgres", "postgres": {
+        "dsnSecretRef": {"name": "pg"}, "table": "x; drop table y"}}}},
+     "spec.processing.postgres.table", "should match"),
+    ("dead-letter-topic-is-topic", {"spec": {"failure": {"deadLetterTopic": "orders"}}},
+     "spec.failure.deadLetterTopic", "must differ from topic"),
+    ("bad-failure-policy", {"spec": {"failure": {"policy": "ignore"}}}, "spec.failure.policy",
+     'Unsupported value: "ignore"'),
+    ("concurrency-zero", {"spec": {"processing": {"concurrency": 0}}}, "spec.processing.concurrency",
+     "greater than or equal to 1"),
+    ("tolerance-above-one", {"spec": {"scaling": {"tolerance": 1.5}}}, "spec.scaling.tolerance",
+     "less than or equal to 1"),
+    ("reserved-env-name", {"spec": {"template": {"env": [{"name": "LAGPILOT_TOPIC", "value": "other"}]}}},
+     "spec.template.env", "reserved for the lagpilot runtime"),
+    ("config-value-not-string", {"spec": {"processing": {"config": {"retries": 3}}}},
+     "spec.processing.config.retries", "must be of type string"),
+    ("unknown-field-typo", {"spec": {"batch": {"maxRecord": 5}}}, "spec.batch.maxRecord", "unknown field"),
+    ("name-too-long", {"metadata": {"name": "n" * 53}}, "metadata.name", "at most 52 characters"),
+]
+
+
+@pytest.mark.parametrize("patch,field,reason", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_cr_is_rejected_naming_the_field(crd, ns, patch, field, reason, request):
+    obj = merged(patch)
+    if "name" not in patch.get("metadata", {}):
+        obj["metadata"]["name"] = f"bad-{request.node.callspec.id}"[:52]
+    proc = create(crd, ns, obj)
+    assert proc.returncode != 0, f"accepted: {proc.stdout}"
+    err = " ".join(proc.stderr.split())
+    assert field in err, err
+    assert reason in err, err
+    # rejected means not stored
+    gone = crd.kubectl("get", "bcg", obj["metadata"]["name"], "-n", ns, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_base_cr_of_the_invalid_table_is_valid(crd, ns):
+    """Positive control: the rejections above come from their patch, not from the base."""
+    proc = create(crd, ns, merged({"metadata": {"name": "base-ok"}}))
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("field,new", [("topic", "orders-v2"), ("groupId", "another-group")])
+def test_topic_and_group_id_are_immutable(crd, ns, field, new):
+    name = f"immutable-{field.lower()}"
+    assert create(crd, ns, merged({"metadata": {"name": name}})).returncode == 0
+    proc = crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge",
+                       "-p", json.dumps({"spec": {field: new}}), check=False)
+    assert proc.returncode != 0
+    err = " ".join(proc.stderr.split())
+    assert f"spec.{field}" in err and "immutable" in err, err
+    assert get_json(crd, ns, name)["spec"][field] == BASE["spec"][field]
+    # other fields stay mutable (positive control for the transition rule)
+    proc = crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge",
+                       "-p", json.dumps({"spec": {"scaling": {"maxReplicas": 3}, "paused": True}}), check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert get_json(crd, ns, name)["spec"]["scaling"]["maxReplicas"] == 3
