@@ -1,0 +1,165 @@
+"""The drain plan: the contract between the operator (which fixes it) and the drain job (which runs it).
+
+Pure: no I/O, no Spark, no Kafka. The operator imports it to split a hand-off into sub-ranges and to
+name the progress groups it reads; the drain job imports it to parse the plan it was given. Keeping
+the split here (and not inside Spark's ``minPartitions`` logic) gives every sub-range a stable
+identity across retries, which is what lets a retry skip finished work exactly.
+
+Progress is kept in Kafka itself, as committed offsets of small consumer groups that never have
+members: group ``<groupId>.lagpilot-drain.<drainId>.<k>`` holds, for every drained partition, the
+next offset to process in that partition's k-th sub-range, and in the commit metadata
+(``lpd1;n=<records>``) how many records that sub-range has processed so far. The operator reads
+them with the same ``list_consumer_group_offsets`` call it uses for lag; Kafka expires them with the
+broker's ``offsets.retention.minutes`` (7 days by default) once unused.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+PROGRESS_METADATA_PREFIX = "lpd1"
+
+
+@dataclass(frozen=True, order=True)
+class SubRange:
+    """Offsets ``[start, end)`` of one partition: the unit of work of one Spark task."""
+
+    partition: int
+    index: int  # k-th sub-range of this partition (0-based); names the progress group
+    start: int
+    end: int  # exclusive
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> "SubRange":
+        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    """What one drain job must process: explicit sub-ranges of one topic, never "latest"."""
+
+    drain_id: str
+    topic: str
+    group_id: str
+    sub_ranges: tuple[SubRange, ...]
+    batch_max_records: int = 500
+    parallelism: int = 4  # Spark tasks running at once (local[N] / executors x cores)
+    read_committed: bool = False
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def validate(self) -> "DrainPlan":
+        """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
+        if not self.drain_id or not self.topic or not self.group_id:
+            raise ValueError("drain plan needs drainId, topic and groupId")
+        if self.batch_max_records < 1 or self.parallelism < 1:
+            raise ValueError("drain plan needs batchMaxRecords >= 1 and parallelism >= 1")
+        seen: dict[tuple[int, int], SubRange] = {}
+        by_partition: dict[int, list[SubRange]] = {}
+        for s in self.sub_ranges:
+            if s.start < 0 or s.end < s.start:
+                raise ValueError(f"bad sub-range {s.to_dict()}")
+            if (s.partition, s.index) in seen:
+                raise ValueError(f"duplicate sub-range index {s.index} for partition {s.partition}")
+            seen[(s.partition, s.index)] = s
+            by_partition.setdefault(s.partition, []).append(s)
+        for p, subs in by_partition.items():
+            subs.sort(key=lambda s: s.start)
+            for a, b in zip(subs, subs[1:]):
+                if b.start < a.end:
+                    raise ValueError(f"overlapping sub-ranges in partition {p}: {a.to_dict()} and {b.to_dict()}")
+        return self
+
+    def partition_ranges(self) -> dict[int, tuple[int, int]]:
+        """Each partition's whole drained range ``[min start, max end)``."""
+        out: dict[int, tuple[int, int]] = {}
+        for s in self.sub_ranges:
+            lo, hi = out.get(s.partition, (s.start, s.end))
+            out[s.partition] = (min(lo, s.start), max(hi, s.end))
+        return out
+
+    def progress_groups(self) -> list[str]:
+        """The progress group names, one per sub-range index."""
+        return sorted({progress_group(self.group_id, self.drain_id, s.index) for s in self.sub_ranges})
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "drainId": self.drain_id,
+            "topic": self.topic,
+            "groupId": self.group_id,
+            "batchMaxRecords": self.batch_max_records,
+            "parallelism": self.parallelism,
+            "readCommitted": self.read_committed,
+            "subRanges": [s.to_dict() for s in self.sub_ranges],
+        }, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DrainPlan":
+        d = json.loads(text)
+        return cls(
+            drain_id=str(d["drainId"]),
+            topic=str(d["topic"]),
+            group_id=str(d["groupId"]),
+            sub_ranges=tuple(SubRange.from_dict(s) for s in d["subRanges"]),
+            batch_max_records=int(d.get("batchMaxRecords", 500)),
+            parallelism=int(d.get("parallelism", 4)),
+            read_committed=bool(d.get("readCommitted", False)),
+        ).validate()
+
+
+def progress_group(group_id: str, drain_id: str, index: int) -> str:
+    """The consumer group whose committed offsets are the progress of sub-ranges with this index."""
+    return f"{group_id}.lagpilot-drain.{drain_id}.{index}"
+
+
+def progress_metadata(records_done: int) -> str:
+    """Commit metadata of a progress offset: how many records the sub-range has processed."""
+    return f"{PROGRESS_METADATA_PREFIX};n={int(records_done)}"
+
+
+def parse_progress_metadata(metadata: str | None) -> int:
+    """Records done from ``lpd1;n=<int>``; 0 when absent or foreign (never raises)."""
+    if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
+        return 0
+    for part in metadata.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key == "n" and value.isdigit():
+            return int(value)
+    return 0
+
+
+def split_ranges(ranges: Mapping[int, tuple[int, int]], split_factor: int,
+                 min_records_per_task: int = 1) -> tuple[SubRange, ...]:
+    """Cut each partition's ``[start, end)`` into ``split_factor`` near-equal sub-ranges.
+
+    A partition with fewer than ``split_factor * min_records_per_task`` records gets fewer pieces
+    (a task that handles less than one batch buys nothing). Pieces tile the range exactly: no gap,
+    no overlap, so every offset belongs to exactly one task.
+    """
+    out: list[SubRange] = []
+    for p in sorted(ranges):
+        start, end = ranges[p]
+        size = end - start
+        if size <= 0:
+            continue
+        pieces = max(1, min(split_factor, size // max(1, min_records_per_task)))
+        step = size / pieces
+        bounds = [start + math.floor(i * step) for i in range(pieces)] + [end]
+        for i in range(pieces):
+            if bounds[i + 1] > bounds[i]:
+                out.append(SubRange(p, i, bounds[i], bounds[i + 1]))
+    return tuple(out)
+
+
+def parallelism_for(sub_ranges: Iterable[SubRange], max_tasks: int) -> int:
+    """How many tasks run at once: every sub-range at once, capped by spec.drain.maxTasks."""
+    n = sum(1 for _ in sub_ranges)
+    return max(1, min(max_tasks, n))

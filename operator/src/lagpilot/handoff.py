@@ -1,0 +1,554 @@
+"""The drain hand-off as a pure state machine, persisted in ``status.drain`` (see docs/drain.md).
+
+Phases (a transition per phase, Strimzi-style):
+
+    (idle) --plan--> Planned --quiesce, group empty, fix starts, alter offsets--> HandedOff
+    HandedOff --restore replicas + create Job--> Running --Job complete--> Succeeded --progress
+    complete--> Verified;  Running --Job failed--> Running (retry with backoff) ... --> Failed;
+    any phase --spec.drain.cancel--> Cancelled (unfinished sub-ranges stay recorded; resumed when
+    cancel is cleared).
+
+``next_action(spec, drain, observed, now)`` is pure: it compares the recorded status with what was
+observed (Kafka offsets, group emptiness, the Deployment's replicas, the Job, the progress groups)
+and returns ONE action for the executor (``lagpilot.drain``). Rules that make the hand-off exact:
+
+- The plan (split offsets = end offsets at plan time) is written to status before anything moves.
+- The start of each range is fixed (written to status) only while the group is empty, from its
+  committed offset; the group's offsets move to ``split`` only after that write, and only while the
+  group is still empty (the admin API refuses otherwise). So ``[start, split)`` is exactly what the
+  group had not processed, and the group resumes at ``split``: every offset has one owner.
+- A restart between any two steps is recognised from Kafka: a fixed start whose committed offset
+  already equals ``split`` was handed off (the alter happened, its status write was lost).
+- A range once handed off is never re-planned: it stays in status until its sub-ranges are done,
+  through retries, cancellation and restarts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagpilot_runtime.drain_plan import SubRange, split_ranges
+
+from .spec import GroupSpec
+
+MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
+BACKOFF_BASE_S = 10.0
+BACKOFF_MAX_S = 300.0
+HISTORY = 5  # finished drains kept in status.drain.history
+
+
+class Phase(str, enum.Enum):
+    PLANNED = "Planned"
+    HANDED_OFF = "HandedOff"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    VERIFIED = "Verified"
+    CANCELLED = "Cancelled"
+
+
+class Kind(str, enum.Enum):
+    """What the executor does; status (if any) is written AFTER the effect succeeded."""
+
+    NONE = "None"                    # wait; maybe write status (progress, messages)
+    WRITE_STATUS = "WriteStatus"     # no side effect, only the new status
+    QUIESCE = "Quiesce"              # scale the consumer Deployment to 0
+    ALTER_OFFSETS = "AlterOffsets"   # move the (empty) group's committed offsets to split
+    LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
+    DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
+    RESTORE = "Restore"              # abort before hand-off: give the replicas back
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """One drained partition: ``[start, split)``; start is None until fixed with the group empty."""
+
+    partition: int
+    split: int
+    start: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partition": self.partition, "start": self.start, "split": self.split}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PartitionRange":
+        start = d.get("start")
+        return cls(int(d["partition"]), int(d["split"]), None if start is None else int(start))
+
+
+@dataclass(frozen=True)
+class SubProgress:
+    """A sub-range and how far it got: next offset to process and records done (from Kafka)."""
+
+    partition: int
+    index: int
+    start: int
+    end: int
+    next: int
+    records: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.next >= self.end
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.end - max(self.next, self.start))
+
+    def sub_range(self) -> SubRange:
+        return SubRange(self.partition, self.index, self.start, self.end)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end,
+                "next": self.next, "records": self.records}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SubProgress":
+        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),
+                   int(d.get("next", d["start"])), int(d.get("records", 0)))
+
+
+@dataclass(frozen=True)
+class DrainStatus:
+    """``status.drain``; every field survives an operator restart."""
+
+    id: int
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    ranges: tuple[PartitionRange, ...] = ()
+    sub_ranges: tuple[SubProgress, ...] = ()
+    restore_replicas: int = 1
+    attempt: int = 0
+    attempt_base: int = 1  # attempts are counted from here (reset on resume / spec change)
+    retry_at: float | None = None
+    cancel_requested: bool = False
+    failed_generation: int | None = None
+    planned_at: float | None = None
+    quiesced_at: float | None = None
+    handed_off_at: float | None = None
+    resumed_at: float | None = None  # live group given its replicas back
+    started_at: float | None = None
+    finished_at: float | None = None
+    last_error: str = ""
+    history: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def partitions(self) -> list[int]:
+        return [r.partition for r in self.ranges]
+
+    @property
+    def records_total(self) -> int:
+        if self.sub_ranges:
+            return sum(s.end - s.start for s in self.sub_ranges)
+        return sum(r.split - r.start for r in self.ranges if r.start is not None)
+
+    @property
+    def records_done(self) -> int:
+        return sum(s.records for s in self.sub_ranges)
+
+    @property
+    def remaining(self) -> int:
+        return sum(s.remaining for s in self.sub_ranges)
+
+    @property
+    def pause_seconds(self) -> float | None:
+        """How long the live group had no consumers for this hand-off."""
+        if self.quiesced_at is None or self.resumed_at is None:
+            return None
+        return round(self.resumed_at - self.quiesced_at, 3)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "id": self.id,
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "message": self.message,
+            "partitions": self.partitions,
+            "ranges": [r.to_dict() for r in self.ranges],
+            "subRanges": [s.to_dict() for s in self.sub_ranges],
+            "restoreReplicas": self.restore_replicas,
+            "attempt": self.attempt,
+            "attemptBase": self.attempt_base,
+            "retryAt": self.retry_at,
+            "cancelRequested": self.cancel_requested,
+            "failedGeneration": self.failed_generation,
+            "plannedAt": self.planned_at,
+            "quiescedAt": self.quiesced_at,
+            "handedOffAt": self.handed_off_at,
+            "resumedAt": self.resumed_at,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "pauseSeconds": self.pause_seconds,
+            "recordsTotal": self.records_total,
+            "recordsDone": self.records_done,
+            "lastError": self.last_error,
+            "history": [dict(h) for h in self.history],
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "DrainStatus | None":
+        if not d or "phase" not in d or "id" not in d:
+            return None
+
+        def f(key: str) -> float | None:
+            v = d.get(key)
+            return None if v is None else float(v)
+
+        fg = d.get("failedGeneration")
+        return cls(
+            id=int(d["id"]),
+            phase=Phase(d["phase"]),
+            reason=str(d.get("reason") or ""),
+            message=str(d.get("message") or ""),
+            ranges=tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
+            sub_ranges=tuple(SubProgress.from_dict(s) for s in d.get("subRanges") or ()),
+            restore_replicas=int(d.get("restoreReplicas") or 0),
+            attempt=int(d.get("attempt") or 0),
+            attempt_base=int(d.get("attemptBase") or 1),
+            retry_at=f("retryAt"),
+            cancel_requested=bool(d.get("cancelRequested")),
+            failed_generation=None if fg is None else int(fg),
+            planned_at=f("plannedAt"),
+            quiesced_at=f("quiescedAt"),
+            handed_off_at=f("handedOffAt"),
+            resumed_at=f("resumedAt"),
+            started_at=f("startedAt"),
+            finished_at=f("finishedAt"),
+            last_error=str(d.get("lastError") or ""),
+            history=tuple(dict(h) for h in d.get("history") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Offsets:
+    """One partition as observed in Kafka: committed (None: no commit yet), low and end watermarks."""
+
+    committed: int | None
+    low: int
+    end: int
+
+    @property
+    def position(self) -> int:
+        """Where the group resumes: its commit, else the earliest record (auto.offset.reset)."""
+        return self.committed if self.committed is not None else self.low
+
+
+class JobState(str, enum.Enum):
+    ABSENT = "Absent"
+    ACTIVE = "Active"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class JobObservation:
+    state: JobState
+    pods_alive: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the executor measured this cycle; None means "not measured" (never "empty")."""
+
+    generation: int
+    offsets: Mapping[int, Offsets] | None
+    group_empty: bool | None
+    replicas: int
+    wanted: Sequence[int] = ()
+    job: JobObservation | None = None
+    # (partition, index) -> (next offset, records done), from the progress groups
+    progress: Mapping[tuple[int, int], tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Kind
+    status: DrainStatus | None = None   # to write after the effect; None: leave status alone
+    reason: str = ""
+    message: str = ""
+    offsets: Mapping[int, int] = field(default_factory=dict)  # ALTER_OFFSETS
+    replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
+    attempt: int = 0                     # LAUNCH: which Job
+    event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
+
+
+def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
+    """Deterministic, so a Job created before a lost status write is found again (409 → adopt)."""
+    suffix = f"-drain-{drain_id}-{attempt}"
+    return cr_name[: 63 - len(suffix)].rstrip("-.") + suffix
+
+
+def backoff_seconds(attempt: int) -> float:
+    """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
+    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+
+
+def replicas_override(drain: DrainStatus | None) -> int | None:
+    """What the scaler must use instead of its own decision: 0 while the group is being quiesced.
+
+    Only phase Planned holds the group at zero; from HandedOff on, the group's position is `split`
+    and the scaler is free again.
+    """
+    if drain is not None and drain.phase is Phase.PLANNED:
+        return 0
+    return None
+
+
+def with_progress(drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None) -> DrainStatus:
+    """Merge observed progress into the sub-ranges; never moves backwards (a lost read is ignored)."""
+    if not progress or not drain.sub_ranges:
+        return drain
+    subs = []
+    for s in drain.sub_ranges:
+        nxt, recs = progress.get((s.partition, s.index), (s.next, s.records))
+        subs.append(dataclasses.replace(s, next=max(s.next, min(max(nxt, s.start), s.end)), records=max(s.records, recs)))
+    return dataclasses.replace(drain, sub_ranges=tuple(subs))
+
+
+def progress_message(d: DrainStatus) -> str:
+    parts = ", ".join(f"p{r.partition}[{r.start}..{r.split})" for r in d.ranges if r.start is not None)
+    return f"drain {d.id} {d.phase.value}: {d.records_done}/{d.records_total} records; {parts}".strip()
+
+
+def _summary(d: DrainStatus) -> dict[str, Any]:
+    return {"id": d.id, "phase": d.phase.value, "reason": d.reason,
+            "ranges": [r.to_dict() for r in d.ranges], "recordsTotal": d.records_total,
+            "recordsDone": d.records_done, "pauseSeconds": d.pause_seconds,
+            "seconds": None if d.started_at is None or d.finished_at is None else round(d.finished_at - d.started_at, 3)}
+
+
+def _finish(d: DrainStatus, phase: Phase, reason: str, message: str, now: float) -> DrainStatus:
+    done = dataclasses.replace(d, phase=phase, reason=reason, message=message, finished_at=now, retry_at=None)
+    kept = tuple(h for h in done.history if h.get("id") != done.id)  # one entry per drain id
+    return dataclasses.replace(done, history=(kept + (_summary(done),))[-HISTORY:])
+
+
+def _idle(d: DrainStatus | None) -> bool:
+    """No drain holds a range: a new one may be planned."""
+    if d is None:
+        return True
+    if d.phase is Phase.VERIFIED:
+        return True
+    return d.phase is Phase.CANCELLED and d.remaining == 0
+
+
+def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, now: float) -> Action:
+    """The one next step of the hand-off; pure (the clock and every observation are inputs)."""
+    cfg = spec.drain
+    stop = cfg.cancel or not cfg.enabled
+
+    if _idle(drain):
+        return _maybe_plan(spec, drain, observed, now)
+    assert drain is not None
+    d = drain
+
+    if d.phase is Phase.PLANNED:
+        return _planned(spec, d, observed, now, stop)
+
+    if d.phase is Phase.HANDED_OFF:
+        if cfg.cancel:
+            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
+                        f"drain {d.id} cancelled before launch; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas,
+                          event=("Normal", "DrainCancelled", c.message))
+        return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=True)
+
+    # from here the range is handed off: it only ever finishes, fails or is cancelled
+    d = with_progress(d, observed.progress)
+    job = observed.job
+
+    if d.phase is Phase.RUNNING:
+        if job is None:
+            return _progress_only(drain, d)
+        if job.state is JobState.SUCCEEDED:
+            s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
+                                    message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
+            return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
+        if cfg.cancel:
+            if job.state is not JobState.ABSENT or job.pods_alive > 0:
+                c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
+                                        message=f"drain {d.id}: deleting Job attempt {d.attempt}")
+                return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
+            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
+                        f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
+            return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.FAILED:
+            if d.retry_at is None:
+                if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
+                    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
+                                f"drain {d.id} failed {d.attempt} times ({job.message or 'Job failed'}); "
+                                f"{d.remaining} records stay recorded; edit the spec to retry", now)
+                    f = dataclasses.replace(f, failed_generation=observed.generation, last_error=job.message)
+                    return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+                delay = backoff_seconds(d.attempt)
+                r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
+                                        message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in {delay:.0f}s")
+                return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
+            if now < d.retry_at:
+                return _progress_only(drain, d)
+            return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+        if job.state is JobState.ABSENT:
+            if d.retry_at is not None and now < d.retry_at:
+                return _progress_only(drain, d)
+            if d.retry_at is not None:
+                return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+            # the Job vanished (deleted by someone): recreate the same attempt, same ranges
+            return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
+        return _progress_only(drain, d)
+
+    if d.phase is Phase.SUCCEEDED:
+        if observed.progress is None:
+            return _progress_only(drain, d)
+        if d.remaining == 0:
+            v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
+            v = dataclasses.replace(v, message=progress_message(v))
+            return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
+        r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now,
+                                last_error="Job succeeded but progress shows unfinished sub-ranges",
+                                message=f"drain {d.id}: Job succeeded with {d.remaining} records unfinished; retrying")
+        return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
+
+    if d.phase is Phase.FAILED:
+        if cfg.cancel:
+            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
+                        f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+            return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
+        if d.failed_generation is not None and observed.generation > d.failed_generation:
+            return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
+                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange", restore=False, reset_attempts=True)
+        return _progress_only(drain, d)
+
+    if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
+        if cfg.cancel:
+            return _progress_only(drain, d)
+        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+            return Action(Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop")
+        return _launch(dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None), observed, now,
+                       attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
+
+    return Action(Kind.NONE)
+
+
+def _progress_only(before: DrainStatus, after: DrainStatus) -> Action:
+    """Nothing to do but record progress (only when it changed: no write, no echo)."""
+    if after.sub_ranges != before.sub_ranges:
+        after = dataclasses.replace(after, message=progress_message(after))
+        return Action(Kind.NONE, after, "Progress", after.message)
+    return Action(Kind.NONE)
+
+
+def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, now: float) -> Action:
+    cfg = spec.drain
+    if not cfg.enabled or cfg.cancel or spec.paused or not observed.wanted or observed.offsets is None:
+        return Action(Kind.NONE)
+    ranges = []
+    for p in sorted(set(observed.wanted)):
+        o = observed.offsets.get(p)
+        if o is None or o.end - o.position <= 0:
+            continue
+        ranges.append(PartitionRange(p, split=o.end))
+    if not ranges:
+        return Action(Kind.NONE)
+    d = DrainStatus(
+        id=(prev.id + 1) if prev else 1,
+        phase=Phase.PLANNED,
+        reason="Planned",
+        ranges=tuple(ranges),
+        restore_replicas=max(0, observed.replicas),
+        planned_at=now,
+        history=prev.history if prev else (),
+    )
+    d = dataclasses.replace(d, message=f"drain {d.id} planned for partitions {d.partitions} up to split "
+                                        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; quiescing the group")
+    return Action(Kind.WRITE_STATUS, d, d.reason, d.message, event=("Normal", "DrainPlanned", d.message))
+
+
+def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action:
+    offs = observed.offsets
+    if offs is None or any(r.partition not in offs for r in d.ranges):
+        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets")
+    # a fixed start whose committed offset already equals split: the alter happened
+    altered = {r.partition for r in d.ranges if r.start is not None and offs[r.partition].committed == r.split}
+    if stop and not altered:
+        c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
+                    f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
+        c = dataclasses.replace(c, ranges=(), sub_ranges=())
+        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas)
+    if observed.group_empty is not True:
+        q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
+        if observed.replicas > 0:
+            q = dataclasses.replace(q, reason="Quiescing", message=f"drain {d.id}: scaling the group to 0 to move its offsets")
+            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
+        q = dataclasses.replace(q, reason="WaitingForGroupEmpty",
+                                message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed or static members)")
+        return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
+    if d.quiesced_at is None:
+        d = dataclasses.replace(d, quiesced_at=now)
+    # group empty: fix (or re-fix) the start of every range not yet handed off
+    new_ranges: list[PartitionRange] = []
+    changed = False
+    for r in d.ranges:
+        if r.partition in altered:
+            new_ranges.append(r)
+            continue
+        pos = offs[r.partition].position
+        if r.start != pos:
+            changed = True
+        if pos >= r.split:
+            changed = True
+            continue  # the group already got there: nothing to drain in this partition
+        new_ranges.append(dataclasses.replace(r, start=pos))
+    if changed:
+        if not new_ranges:
+            c = _finish(d, Phase.CANCELLED, "NothingToDrain", f"drain {d.id}: the group reached the split points by itself", now)
+            c = dataclasses.replace(c, ranges=())
+            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas)
+        f = dataclasses.replace(d, ranges=tuple(new_ranges), reason="StartsFixed",
+                                message=f"drain {d.id}: ranges fixed " + ", ".join(
+                                    f"p{r.partition}[{r.start}..{r.split})" for r in new_ranges))
+        return Action(Kind.WRITE_STATUS, f, f.reason, f.message)
+    subs = split_ranges({r.partition: (int(r.start), r.split) for r in d.ranges if r.start is not None},
+                        spec.drain.split_factor, min_records_per_task=spec.batch.max_records)
+    h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff",
+                            sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
+    h = dataclasses.replace(h, message=progress_message(h))
+    to_alter = {r.partition: r.split for r in d.ranges if r.partition not in altered}
+    if to_alter:
+        return Action(Kind.ALTER_OFFSETS, h, h.reason, h.message, offsets=to_alter,
+                      event=("Normal", "DrainHandedOff", h.message))
+    return Action(Kind.WRITE_STATUS, h, h.reason, h.message, event=("Normal", "DrainHandedOff", h.message))
+
+
+def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str, restore: bool,
+            reset_attempts: bool = False) -> Action:
+    attempt = max(1, attempt)
+    r = dataclasses.replace(
+        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason,
+        started_at=d.started_at if d.started_at is not None else now,
+        resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
+    )
+    if reset_attempts:
+        # attempts are counted from here again (spec changed / resumed after cancel); job names stay unique
+        r = dataclasses.replace(r, failed_generation=None, attempt_base=attempt)
+    r = dataclasses.replace(r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1])
+    return Action(Kind.LAUNCH, r, r.reason, r.message, replicas=d.restore_replicas if restore else None,
+                  attempt=attempt, event=("Normal", "DrainStarted", r.message))
+
+
+def condition(d: DrainStatus | None) -> tuple[str, str, str]:
+    """The ``Draining`` condition (status, reason, message) for status.conditions."""
+    if d is None:
+        return "False", "NoDrain", "no drain has run"
+    active = d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED)
+    reason = {
+        Phase.PLANNED: "HandOffInProgress", Phase.HANDED_OFF: "HandedOff", Phase.RUNNING: "DrainRunning",
+        Phase.SUCCEEDED: "Verifying", Phase.VERIFIED: "DrainVerified", Phase.FAILED: "DrainFailed",
+        Phase.CANCELLED: "DrainCancelled",
+    }[d.phase]
+    return ("True" if active else "False"), reason, (d.message or progress_message(d))[:1000]
