@@ -32,12 +32,13 @@ CHART_DIR = REPO_ROOT / "charts" / "lagpilot"
 
 
 class HelmError(RuntimeError):
-    """A helm command failed; carries its stderr (helm never prints secrets of ours)."""
+    """A helm command failed; carries what it printed (`helm lint` reports on stdout, the rest on
+    stderr; the chart holds no secrets, so neither does the output)."""
 
-    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
-        super().__init__(f"helm {' '.join(argv[1:3])} ... exited {returncode}: {stderr.strip()[-2000:]}")
+    def __init__(self, argv: Sequence[str], returncode: int, output: str) -> None:
+        super().__init__(f"helm {' '.join(argv[1:3])} ... exited {returncode}: {output.strip()[-3000:]}")
         self.returncode = returncode
-        self.stderr = stderr
+        self.output = output
 
 
 def helm_path(cache: Path | None = None) -> Path:
@@ -93,7 +94,7 @@ def _run(helm: Path, args: Sequence[str], timeout: float = 120.0) -> subprocess.
     argv = [str(helm), *args]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)  # noqa: S603
     if proc.returncode != 0:
-        raise HelmError(argv, proc.returncode, proc.stderr)
+        raise HelmError(argv, proc.returncode, proc.stdout + proc.stderr)
     return proc
 
 
