@@ -1,0 +1,251 @@
+"""The consumer's configuration: the pod environment (docs/CONTRACTS.md) parsed once into a frozen object.
+
+Parsing does no I/O. Every error names the variable at fault and never echoes a secret's value.
+Secret fields are excluded from ``repr`` so that logging the config (or an exception carrying it)
+cannot leak them.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+FAILURE_POLICIES = ("deadLetter", "pause", "exit")
+SINKS = ("postgres", "log")
+POSTGRES_MODES = ("insert", "upsert")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """The environment is invalid; the message names the variable (never its secret value)."""
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Everything `lagpilot consume` needs, typed; see docs/consumer.md for each variable."""
+
+    bootstrap_servers: str
+    topic: str
+    group_id: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_pem: str | None = field(default=None, repr=False)
+    ssl_cert_pem: str | None = field(default=None, repr=False)
+    ssl_key_pem: str | None = field(default=None, repr=False)
+    batch_max_records: int = 500
+    batch_timeout_ms: int = 1000
+    sink: str | None = None
+    handler: str | None = None
+    handler_config: Mapping[str, str] = field(default_factory=dict)
+    concurrency: int = 1
+    postgres_dsn: str | None = field(default=None, repr=False)
+    postgres_table: str = "lagpilot_records"
+    postgres_mode: str = "insert"
+    failure_policy: str = "deadLetter"
+    max_retries: int = 3
+    retry_backoff_ms: int = 200
+    dlq_topic: str = ""
+    metrics_port: int = 8080
+    pod_name: str | None = None
+    log_level: str = "INFO"
+    # Not rendered by the operator (runtime tuning with safe defaults; documented in docs/consumer.md)
+    session_timeout_ms: int = 30000
+    max_poll_interval_ms: int = 600000
+    shutdown_grace_ms: int = 25000
+
+    @property
+    def handler_spec(self) -> str:
+        """What to load: a built-in sink name or ``module:function``."""
+        return self.sink or self.handler or ""
+
+    def validate(self) -> None:
+        """Cross-field rules; raises ConfigError naming the variable."""
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("LAGPILOT_BOOTSTRAP_SERVERS is required")
+        if not self.topic.strip():
+            raise ConfigError("LAGPILOT_TOPIC is required")
+        if not self.group_id.strip():
+            raise ConfigError("LAGPILOT_GROUP_ID is required")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"LAGPILOT_SECURITY_PROTOCOL must be one of {', '.join(SECURITY_PROTOCOLS)}, got {self.security_protocol!r}")
+        if self.security_protocol.startswith("SASL_"):
+            if self.sasl_mechanism is None:
+                raise ConfigError(f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}")
+            if not self.sasl_username or self.sasl_password is None:
+                raise ConfigError("LAGPILOT_SASL_USERNAME and LAGPILOT_SASL_PASSWORD are required with SASL")
+        if self.sasl_mechanism is not None and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"LAGPILOT_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}")
+        if bool(self.ssl_cert_pem) != bool(self.ssl_key_pem):
+            raise ConfigError("LAGPILOT_SSL_CERT_PEM and LAGPILOT_SSL_KEY_PEM must be set together")
+        if (self.sink is None) == (self.handler is None):
+            raise ConfigError("exactly one of LAGPILOT_SINK and LAGPILOT_HANDLER must be set")
+        if self.sink is not None and self.sink not in SINKS:
+            raise ConfigError(f"LAGPILOT_SINK must be one of {', '.join(SINKS)}, got {self.sink!r}")
+        if self.handler is not None:
+            module, sep, func = self.handler.partition(":")
+            if not sep or not module.strip() or not func.strip():
+                raise ConfigError(f"LAGPILOT_HANDLER must be 'module:function', got {self.handler!r}")
+        if self.sink == "postgres" and not self.postgres_dsn:
+            raise ConfigError("LAGPILOT_POSTGRES_DSN is required with LAGPILOT_SINK=postgres")
+        if self.postgres_mode not in POSTGRES_MODES:
+            raise ConfigError(f"LAGPILOT_POSTGRES_MODE must be one of {', '.join(POSTGRES_MODES)}, got {self.postgres_mode!r}")
+        if not _is_identifier(self.postgres_table):
+            raise ConfigError(f"LAGPILOT_POSTGRES_TABLE must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table), got {self.postgres_table!r}")
+        if self.failure_policy not in FAILURE_POLICIES:
+            raise ConfigError(f"LAGPILOT_FAILURE_POLICY must be one of {', '.join(FAILURE_POLICIES)}, got {self.failure_policy!r}")
+        if self.failure_policy == "deadLetter" and self.dlq_topic == self.topic:
+            raise ConfigError("LAGPILOT_DLQ_TOPIC must differ from LAGPILOT_TOPIC")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"LAGPILOT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.session_timeout_ms > self.max_poll_interval_ms:
+            raise ConfigError("LAGPILOT_SESSION_TIMEOUT_MS must not exceed LAGPILOT_MAX_POLL_INTERVAL_MS")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "ConsumerConfig":
+        """Parse the pod environment (os.environ by default); raises ConfigError."""
+        e = os.environ if env is None else env
+
+        def opt(name: str) -> str | None:
+            v = e.get(name)
+            return v if v not in (None, "") else None
+
+        topic = (opt("LAGPILOT_TOPIC") or "").strip()
+        cfg = cls(
+            bootstrap_servers=(opt("LAGPILOT_BOOTSTRAP_SERVERS") or "").strip(),
+            topic=topic,
+            group_id=(opt("LAGPILOT_GROUP_ID") or "").strip(),
+            security_protocol=(opt("LAGPILOT_SECURITY_PROTOCOL") or "PLAINTEXT").strip().upper(),
+            sasl_mechanism=_upper(opt("LAGPILOT_SASL_MECHANISM")),
+            sasl_username=opt("LAGPILOT_SASL_USERNAME"),
+            sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
+            ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"),
+            ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
+            ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"),
+            batch_max_records=_int(e, "LAGPILOT_BATCH_MAX_RECORDS", 500, 1, 100000),
+            batch_timeout_ms=_int(e, "LAGPILOT_BATCH_TIMEOUT_MS", 1000, 1, 600000),
+            sink=_strip(opt("LAGPILOT_SINK")),
+            handler=_strip(opt("LAGPILOT_HANDLER")),
+            handler_config=_handler_config(opt("LAGPILOT_HANDLER_CONFIG")),
+            concurrency=_int(e, "LAGPILOT_CONCURRENCY", 1, 1, 64),
+            postgres_dsn=opt("LAGPILOT_POSTGRES_DSN"),
+            postgres_table=(opt("LAGPILOT_POSTGRES_TABLE") or "lagpilot_records").strip(),
+            postgres_mode=(opt("LAGPILOT_POSTGRES_MODE") or "insert").strip(),
+            failure_policy=(opt("LAGPILOT_FAILURE_POLICY") or "deadLetter").strip(),
+            max_retries=_int(e, "LAGPILOT_MAX_RETRIES", 3, 0, 100),
+            retry_backoff_ms=_int(e, "LAGPILOT_RETRY_BACKOFF_MS", 200, 0, 600000),
+            dlq_topic=(opt("LAGPILOT_DLQ_TOPIC") or f"{topic}.dlq").strip(),
+            metrics_port=_int(e, "LAGPILOT_METRICS_PORT", 8080, 0, 65535),
+            pod_name=_strip(opt("LAGPILOT_POD_NAME")),
+            log_level=(opt("LAGPILOT_LOG_LEVEL") or "INFO").strip().upper(),
+            session_timeout_ms=_int(e, "LAGPILOT_SESSION_TIMEOUT_MS", 30000, 1000, 3600000),
+            max_poll_interval_ms=_int(e, "LAGPILOT_MAX_POLL_INTERVAL_MS", 600000, 1000, 86400000),
+            shutdown_grace_ms=_int(e, "LAGPILOT_SHUTDOWN_GRACE_MS", 25000, 0, 3600000),
+        )
+        cfg.validate()
+        return cfg
+
+    def kafka_security(self) -> dict[str, Any]:
+        """librdkafka settings for security, shared by the consumer, the DLQ producer and admin calls."""
+        conf: dict[str, Any] = {"security.protocol": self.security_protocol.lower()}
+        if self.security_protocol.startswith("SASL_"):
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.username"] = self.sasl_username
+            conf["sasl.password"] = self.sasl_password
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            if self.ssl_ca_pem:
+                conf["ssl.ca.pem"] = self.ssl_ca_pem
+            if self.ssl_cert_pem:
+                conf["ssl.certificate.pem"] = self.ssl_cert_pem
+                conf["ssl.key.pem"] = self.ssl_key_pem
+        return conf
+
+    def consumer_conf(self) -> dict[str, Any]:
+        """The librdkafka consumer configuration (contains secrets: never log it).
+
+        Why these values:
+        - enable.auto.commit / enable.auto.offset.store false: offsets move only through our
+          synchronous commit after the handler succeeded.
+        - cooperative-sticky: a rebalance revokes only the partitions that move, so the others keep
+          flowing and on_revoke only has to settle the moving ones.
+        - group.instance.id (static membership) from the pod name: a restarted pod gets its
+          partitions back without a rebalance, as long as it returns within session.timeout.ms.
+        - max.poll.interval.ms: the loop calls consume() only between batches, so this bounds one
+          batch's wall time including retries and failure isolation. 10 minutes by default: a
+          batch of up to 100000 records through a slow sink with retries stays well inside it,
+          while a truly hung handler is caught earlier by the liveness probe, which fails once
+          the loop has made no progress for the same interval (see metrics.Health).
+        """
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": self.session_timeout_ms,
+            "max.poll.interval.ms": self.max_poll_interval_ms,
+            "enable.partition.eof": False,
+            # batches of up to batch_max_records small records should arrive in few fetches
+            "fetch.min.bytes": 1,
+            "queued.min.messages": max(100000, 2 * self.batch_max_records),
+            "client.id": f"lagpilot-{self.pod_name or 'consumer'}",
+        }
+        if self.pod_name:
+            conf["group.instance.id"] = self.pod_name
+        conf.update(self.kafka_security())
+        return conf
+
+    def producer_conf(self) -> dict[str, Any]:
+        """The DLQ producer: idempotent, acks=all, so a dead-lettered record is durable before we commit."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "client.id": f"lagpilot-dlq-{self.pod_name or 'consumer'}",
+        }
+        conf.update(self.kafka_security())
+        return conf
+
+
+def _strip(v: str | None) -> str | None:
+    return v.strip() if v is not None else None
+
+
+def _upper(v: str | None) -> str | None:
+    return v.strip().upper() if v is not None else None
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _handler_config(raw: str | None) -> dict[str, str]:
+    if raw is None:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"LAGPILOT_HANDLER_CONFIG must be a JSON object: {exc.msg} at position {exc.pos}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
+        raise ConfigError("LAGPILOT_HANDLER_CONFIG must be a JSON object of string to string")
+    return parsed
+
+
+def _is_identifier(name: str) -> bool:
+    parts = name.split(".")
+    return 1 <= len(parts) <= 2 and all(p and (p[0].isalpha() or p[0] == "_") and all(c.isalnum() or c == "_" for c in p) and p.isascii() for p in parts)

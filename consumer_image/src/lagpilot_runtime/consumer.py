@@ -1,0 +1,487 @@
+"""`lagpilot consume`: the batch consumer loop (confluent-kafka), configured by the pod environment.
+
+The loop, on one thread (the only one that touches the Kafka consumer and commits):
+
+1. fill a batch: ``consume(num_messages=N - have, timeout)`` until N records, or T ms after the
+   first record of the batch arrived, or shutdown was requested;
+2. call the handler once with the batch (retries, failure isolation and the failure policy in
+   :mod:`lagpilot_runtime.failure`);
+3. commit, synchronously, each partition's highest processed offset + 1 (never past a record that
+   was not processed or dead-lettered) with the capacity metadata string ``lp1;cap=..;ts=..``.
+
+Rebalances (cooperative-sticky, so callbacks only concern the partitions that move) run inside
+``consume()``, i.e. between batches, never during a handler call. On revoke the records already
+taken from Kafka but not yet handed to the handler are processed and committed before the
+partitions are given up (unless shutting down: then they are abandoned, uncommitted). On lost
+(session expired; we may no longer commit) the lost partitions' pending records are dropped.
+
+SIGTERM/SIGINT: stop consuming; a handler call in progress finishes and its batch is committed;
+records not yet handed to the handler are abandoned (not processed, not committed); the consumer
+closes. A watchdog ends the process if this takes longer than LAGPILOT_SHUTDOWN_GRACE_MS.
+
+Exit codes: 0 clean shutdown, 1 fatal (exit policy, systemic handler failure, dead-lettering
+failed, fenced or fatal Kafka error), 2 invalid configuration or handler.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from . import jsonlog
+from .config import ConfigError, ConsumerConfig
+from .failure import (Abandoned, DeadLetterError, DeadLetterProducer, Failure, RetryPolicy, SystemicFailure,
+                      commit_positions, run_batch)
+from .handler import BatchContext, Handler, HandlerLoadError, Record, describe_error, load_handler
+from .metrics import CapacityEstimator, ConsumerMetrics, Health, MetricsServer, capacity_metadata
+
+log = logging.getLogger("lagpilot.consumer")
+
+POLL_SLICE_S = 0.5  # longest single consume() wait: bounds how late a SIGTERM is noticed while idle
+COMMIT_ATTEMPTS = 3
+
+TP = tuple[str, int]
+
+
+def to_record(msg: Any) -> Record:
+    """A confluent_kafka.Message → Record (bytes untouched; no decoding, so it cannot fail)."""
+    ts_type, ts = msg.timestamp()
+    headers = msg.headers() or []
+    return Record(
+        topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
+        headers=[(k, v if v is not None else b"") for k, v in headers],
+        timestamp_ms=ts if ts_type != 0 else None,
+    )
+
+
+class FatalError(Exception):
+    """Stop the consumer with exit code 1."""
+
+
+def _fields(**kw: Any) -> dict[str, Any]:
+    return {"fields": kw}
+
+
+class BatchConsumer:
+    """The loop around an injected confluent_kafka.Consumer-like object (a fake in unit tests)."""
+
+    def __init__(
+        self,
+        cfg: ConsumerConfig,
+        consumer: Any,
+        handler: Handler,
+        dead_letter: Callable[[Sequence[Failure]], None] | None = None,
+        metrics: ConsumerMetrics | None = None,
+        health: Health | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.cfg = cfg
+        self.consumer = consumer
+        self.handler = handler
+        self.dead_letter = dead_letter
+        self.metrics = metrics or ConsumerMetrics()
+        self.health = health or Health(stale_after_s=cfg.max_poll_interval_ms / 1000.0)
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.stop_event = threading.Event()
+        self.ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
+                                source="consumer", concurrency=cfg.concurrency)
+        self.policy = RetryPolicy(cfg.max_retries, cfg.retry_backoff_ms)
+        self.capacity = CapacityEstimator(cfg.batch_max_records)
+        self.pending: list[Record] = []
+        self.owned: set[TP] = set()
+        self.paused: set[TP] = set()
+        self.committed: dict[TP, int] = {}
+        self.high_watermarks: dict[TP, int] = {}
+        self.exit_code = 0
+        self.fatal: BaseException | None = None
+        self.processed_records = 0  # records of successful batches (dead-lettered included)
+        self._last_commit_s = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def subscribe(self) -> None:
+        self.consumer.subscribe([self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+
+    def request_stop(self, reason: str = "signal") -> None:
+        if not self.stop_event.is_set():
+            log.info("shutdown requested", extra=_fields(event="shutdown_requested", reason=reason))
+        self.stop_event.set()
+        self.health.stopping = True
+
+    def run(self) -> int:
+        """Consume until stopped; returns the exit code."""
+        self.subscribe()
+        try:
+            while not self.stop_event.is_set():
+                batch = self.fill_batch()
+                if self.fatal is not None:
+                    raise FatalError(describe_error(self.fatal))
+                if self.stop_event.is_set():
+                    self._abandon(batch, "shutdown")
+                    break
+                if batch:
+                    self.process(batch)
+        except FatalError as exc:
+            self.exit_code = 1
+            log.error("consumer stopping on a fatal error", extra=_fields(event="fatal", error=str(exc)))
+        finally:
+            self._abandon(self.pending, "shutdown")
+            self.pending = []
+            self.health.stopping = True
+        return self.exit_code
+
+    def close(self) -> None:
+        """Leave cleanly: close the Kafka consumer (no commit: everything processed is committed)."""
+        self.stop_event.set()
+        try:
+            self.consumer.close()
+        except Exception as exc:  # noqa: BLE001 - closing on the way out
+            log.warning("consumer close failed", extra=_fields(event="close_failed", error=describe_error(exc)))
+        self.ctx.close()
+
+    # -- batching -------------------------------------------------------------------------------
+    def fill_batch(self) -> list[Record]:
+        """Up to N records, or what arrived within T ms of the batch's first record."""
+        n = self.cfg.batch_max_records
+        timeout_s = self.cfg.batch_timeout_ms / 1000.0
+        deadline: float | None = self.clock() + timeout_s if self.pending else None
+        while len(self.pending) < n and not self.stop_event.is_set() and self.fatal is None:
+            wait = POLL_SLICE_S if deadline is None else min(POLL_SLICE_S, deadline - self.clock())
+            if wait <= 0:
+                break
+            msgs = self.consumer.consume(num_messages=n - len(self.pending), timeout=wait)
+            self.health.progress()
+            self.metrics.last_progress.set(time.time())
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    self._on_message_error(m, err)
+                    continue
+                tp = (m.topic(), m.partition())
+                if tp in self.paused:
+                    continue  # fetched before the pause took effect; consumed again after a restart
+                self.pending.append(to_record(m))
+            if self.pending and deadline is None:
+                deadline = self.clock() + timeout_s
+        batch, self.pending = self.pending, []
+        return batch
+
+    def _on_message_error(self, msg: Any, err: Any) -> None:
+        """Errors delivered as messages never crash the loop, except librdkafka's fatal ones."""
+        name = err.name() if hasattr(err, "name") else str(err)
+        fields = dict(event="kafka_error", error=str(err), code=name)
+        try:
+            if msg.topic() is not None:
+                fields.update(topic=msg.topic(), partition=msg.partition(), offset=msg.offset())
+        except Exception:  # noqa: BLE001 - some error events carry no topic
+            pass
+        if hasattr(err, "fatal") and err.fatal():
+            self.fatal = FatalError(f"fatal Kafka error: {err}")
+            log.error("fatal Kafka error", extra=_fields(**fields))
+            return
+        if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN"):
+            self.health.connected = False
+        log.warning("Kafka error", extra=_fields(**fields))
+
+    # -- processing -------------------------------------------------------------------------------
+    def process(self, batch: list[Record]) -> None:
+        """Handler (with the failure policy), then commit. Raises FatalError to stop the loop."""
+        t0 = self.clock()
+
+        def call(piece: list[Record]) -> None:
+            self.handler(piece, self.ctx)
+
+        def on_error(piece: Sequence[Record], exc: BaseException, attempt: int) -> None:
+            self.metrics.handler_errors.inc()
+            if attempt > 0:
+                self.metrics.retries.inc()
+            first, last = piece[0], piece[-1]
+            log.warning("handler failed", extra=_fields(
+                event="handler_error", records=len(piece), attempt=attempt, error=describe_error(exc),
+                first=first.where, last=last.where))
+
+        try:
+            result = run_batch(batch, call, self.policy, sleep=self._sleep, should_stop=self.stop_event.is_set,
+                               on_error=on_error)
+        except Abandoned:
+            self.metrics.batches.labels("abandoned").inc()
+            self._abandon(batch, "shutdown during retries")
+            return
+        except SystemicFailure as exc:
+            self.metrics.batches.labels("failed").inc()
+            raise FatalError(f"{exc}; nothing of this batch is committed, it is consumed again after restart") from exc
+        failures = result.failures
+        policy = self.cfg.failure_policy
+        for f in failures:
+            self.metrics.failed_records.labels(policy).inc()
+            log.error("record failed", extra=_fields(
+                event="record_failed", topic=f.record.topic, partition=f.record.partition, offset=f.record.offset,
+                error=f.error, retriable=f.retriable, policy=policy))
+        if failures and policy == "deadLetter":
+            try:
+                if self.dead_letter is None:
+                    raise DeadLetterError("no dead-letter producer configured")
+                self.dead_letter(failures)
+            except DeadLetterError as exc:
+                self.metrics.batches.labels("failed").inc()
+                raise FatalError(f"{exc}; the batch is not committed") from exc
+            self.metrics.dlq_records.inc(len(failures))
+        if failures and policy == "pause":
+            self._pause({(f.record.topic, f.record.partition) for f in failures})
+        positions = commit_positions(batch, failures, policy)
+        self.commit(positions, t0=t0, n=len(batch))
+        ok_records = len(batch) - len(failures)
+        self.metrics.records.inc(ok_records)
+        self.processed_records += len(batch) if policy == "deadLetter" else ok_records
+        self.metrics.batches.labels("ok" if not failures else "partial").inc()
+        self.metrics.batch_size.observe(len(batch))
+        self.health.progress()
+        if failures and policy == "exit":
+            where = ", ".join(f.record.where for f in failures[:5])
+            raise FatalError(f"failure policy exit: {len(failures)} record(s) failed ({where}); committed up to the first failure")
+
+    def commit(self, positions: dict[TP, int], t0: float, n: int) -> None:
+        """Synchronous commit of ``positions`` (owned partitions only) with the capacity metadata."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        todo = {tp: off for tp, off in positions.items() if tp in self.owned}
+        dropped = set(positions) - set(todo)
+        if dropped:
+            log.warning("not committing partitions no longer assigned", extra=_fields(
+                event="commit_skipped", partitions=sorted(p for _, p in dropped)))
+        if not todo:
+            return
+        # busy = handler (+ retries, DLQ) + commit; this commit's own cost is not known before it
+        # happens, so the previous commit's duration stands in for it
+        self.capacity.observe(n, self.clock() - t0 + self._last_commit_s)
+        metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+        offsets = [TopicPartition(t, p, off, metadata=metadata) for (t, p), off in sorted(todo.items())]
+        commit_start = self.clock()
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                result = self.consumer.commit(offsets=offsets, asynchronous=False)
+                errors = [tp for tp in (result or []) if getattr(tp, "error", None)]
+                if errors:
+                    raise KafkaException(errors[0].error)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                code = err.code() if hasattr(err, "code") else None
+                self.metrics.commits.labels("failed").inc()
+                fields = dict(event="commit_failed", error=str(err), attempt=attempt, partitions=sorted(p for _, p in todo))
+                if code == KafkaError.FENCED_INSTANCE_ID or (hasattr(err, "fatal") and err.fatal()):
+                    log.error("commit failed fatally", extra=_fields(**fields))
+                    raise FatalError(f"commit failed: {err}") from exc
+                retriable = hasattr(err, "retriable") and err.retriable()
+                if not retriable or attempt == COMMIT_ATTEMPTS - 1:
+                    # e.g. a rebalance took the partitions: the new owner re-consumes from the last
+                    # committed offset (at-least-once; the postgres sink makes that harmless)
+                    log.warning("commit failed; records will be consumed again", extra=_fields(**fields))
+                    return
+                log.warning("commit failed, retrying", extra=_fields(**fields))
+                self._sleep(0.1 * (attempt + 1))
+        self.metrics.commits.labels("ok").inc()
+        busy = self.clock() - t0
+        self._last_commit_s = max(0.0, busy - (commit_start - t0))
+        self.metrics.batch_duration.observe(busy)
+        cap = self.capacity.capacity()
+        if cap is not None:
+            self.metrics.capacity.set(cap)
+        for (t, p), off in todo.items():
+            self.committed[(t, p)] = off
+            self.metrics.committed_offset.labels(t, str(p)).set(off)
+            hw = self.high_watermarks.get((t, p))
+            if hw is not None and hw >= 0:
+                self.metrics.lag.labels(t, str(p)).set(max(0, hw - off))
+
+    def _pause(self, tps: set[TP]) -> None:
+        from confluent_kafka import TopicPartition
+
+        new = tps - self.paused
+        if not new:
+            return
+        self.consumer.pause([TopicPartition(t, p) for t, p in sorted(new)])
+        self.paused |= new
+        self.metrics.paused.set(len(self.paused))
+        self.health.paused = sorted(f"{t}/{p}" for t, p in self.paused)
+        self.pending = [r for r in self.pending if (r.topic, r.partition) not in self.paused]
+        log.error("partitions paused by the failure policy; they resume after a restart or a rebalance",
+                  extra=_fields(event="partitions_paused", partitions=sorted(f"{t}/{p}" for t, p in new)))
+
+    def _abandon(self, records: list[Record], why: str) -> None:
+        if records:
+            log.info("abandoning records not yet handed to the handler (not committed)",
+                     extra=_fields(event="batch_abandoned", records=len(records), reason=why))
+
+    def _sleep(self, seconds: float) -> None:
+        """Backoff sleep that a shutdown request cuts short."""
+        self.stop_event.wait(seconds)
+
+    # -- rebalance callbacks (run inside consume(), on this thread) ---------------------------------
+    def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
+        new = {(tp.topic, tp.partition) for tp in partitions}
+        self.owned |= new
+        self.health.member = True
+        self.health.connected = True
+        self.health.assigned = len(self.owned)
+        self.metrics.assigned.set(len(self.owned))
+        self.metrics.rebalances.labels("assign").inc()
+        log.info("partitions assigned", extra=_fields(event="assigned", partitions=sorted(p for _, p in new),
+                                                       owned=sorted(p for _, p in self.owned)))
+
+    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.metrics.rebalances.labels("revoke").inc()
+        try:
+            if self.pending and not self.stop_event.is_set() and self.fatal is None:
+                # finish the in-flight batch: the records were taken from Kafka, process and commit
+                # them while we still own their partitions
+                batch, self.pending = self.pending, []
+                log.info("revoke: finishing the in-flight batch before giving partitions up",
+                         extra=_fields(event="revoke_flush", records=len(batch), partitions=sorted(p for _, p in gone)))
+                self.process(batch)
+            elif self.pending:
+                self._abandon([r for r in self.pending if (r.topic, r.partition) in gone], "revoked during shutdown")
+                self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
+        except FatalError as exc:
+            self.fatal = exc
+            self.stop_event.set()
+        except Exception as exc:  # noqa: BLE001 - never let an exception escape into librdkafka
+            self.fatal = exc
+            self.stop_event.set()
+        finally:
+            self._forget(gone)
+            log.info("partitions revoked", extra=_fields(event="revoked", partitions=sorted(p for _, p in gone),
+                                                          owned=sorted(p for _, p in self.owned)))
+
+    def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.metrics.rebalances.labels("lost").inc()
+        dropped = [r for r in self.pending if (r.topic, r.partition) in gone]
+        self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
+        self._abandon(dropped, "partitions lost")
+        self._forget(gone)
+        log.warning("partitions lost (session expired); their uncommitted records go to the next owner",
+                    extra=_fields(event="lost", partitions=sorted(p for _, p in gone)))
+
+    def _forget(self, gone: set[TP]) -> None:
+        self.owned -= gone
+        if self.paused & gone:
+            self.paused -= gone
+            self.metrics.paused.set(len(self.paused))
+            self.health.paused = sorted(f"{t}/{p}" for t, p in self.paused)
+        for t, p in gone:
+            self.committed.pop((t, p), None)
+            self.high_watermarks.pop((t, p), None)
+            self.metrics.forget_partition(t, p)
+        self.health.assigned = len(self.owned)
+        self.metrics.assigned.set(len(self.owned))
+
+    # -- librdkafka callbacks ------------------------------------------------------------------------
+    def on_stats(self, stats_json: str) -> None:
+        """Every statistics.interval.ms: broker reachability (readiness) and high watermarks (lag)."""
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return
+        brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        if brokers:
+            self.health.connected = any(b.get("state") == "UP" for b in brokers)
+        for pid, pst in stats.get("topics", {}).get(self.cfg.topic, {}).get("partitions", {}).items():
+            p = int(pid)
+            if p < 0 or (self.cfg.topic, p) not in self.owned:
+                continue
+            hi = pst.get("hi_offset", -1)
+            if hi is not None and hi >= 0:
+                self.high_watermarks[(self.cfg.topic, p)] = hi
+                c = self.committed.get((self.cfg.topic, p))
+                if c is not None:
+                    self.metrics.lag.labels(self.cfg.topic, str(p)).set(max(0, hi - c))
+
+    def on_error(self, err: Any) -> None:
+        """Client-level errors (not tied to a record)."""
+        name = err.name() if hasattr(err, "name") else str(err)
+        if name in ("_ALL_BROKERS_DOWN", "_TRANSPORT"):
+            self.health.connected = False
+        if hasattr(err, "fatal") and err.fatal():
+            self.fatal = FatalError(f"fatal Kafka error: {err}")
+            self.stop_event.set()
+        log.warning("Kafka client error", extra=_fields(event="kafka_error", code=name, error=str(err)))
+
+
+def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
+    def on_signal(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if loop.stop_event.is_set():
+            return
+        loop.request_stop(name)
+
+        def expire() -> None:
+            log.error("shutdown grace period expired; exiting without finishing",
+                      extra=_fields(event="grace_expired", grace_s=grace_s))
+            logging.shutdown()
+            os._exit(1)
+
+        timer = threading.Timer(grace_s, expire)
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `lagpilot consume` (the consumer image's command). Configured by the environment."""
+    parser = argparse.ArgumentParser(prog="lagpilot consume", description=(
+        "Run the lagpilot batch consumer. Configuration comes from LAGPILOT_* environment variables; "
+        "see docs/consumer.md."))
+    parser.parse_args(argv or [])
+    jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").strip().upper() or "INFO")
+    try:
+        cfg = ConsumerConfig.from_env()
+        handler = load_handler(cfg.handler_spec)
+    except (ConfigError, HandlerLoadError) as exc:
+        log.error("invalid configuration", extra=_fields(event="config_error", error=str(exc)))
+        return 2
+    logging.getLogger().setLevel(cfg.log_level)
+    log.info("starting", extra=_fields(event="starting", config=repr(cfg)))
+
+    from confluent_kafka import Consumer
+
+    metrics = ConsumerMetrics()
+    health = Health(stale_after_s=cfg.max_poll_interval_ms / 1000.0)
+    server = MetricsServer(metrics, health, cfg.metrics_port).start()
+    log.info("metrics endpoint up", extra=_fields(event="metrics_listening", port=server.port))
+
+    dlq: DeadLetterProducer | None = None
+    if cfg.failure_policy == "deadLetter":
+        dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
+    holder: dict[str, BatchConsumer] = {}
+    conf = cfg.consumer_conf()
+    conf["statistics.interval.ms"] = 5000
+    conf["stats_cb"] = lambda s: holder["loop"].on_stats(s)
+    conf["error_cb"] = lambda e: holder["loop"].on_error(e)
+    consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
+    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health)
+    holder["loop"] = loop
+    _install_signals(loop, cfg.shutdown_grace_ms / 1000.0)
+    code = loop.run()
+    loop.close()
+    if dlq is not None:
+        dlq.close()
+    try:
+        from .sinks import postgres as _pg
+
+        _pg.close()
+    except Exception:  # noqa: BLE001 - psycopg may be absent in a custom image
+        pass
+    server.stop()
+    log.info("stopped", extra=_fields(event="stopped", exit_code=code, processed_records=loop.processed_records))
+    return code

@@ -1,0 +1,207 @@
+"""The handler contract, shared by the consumer loop and the Spark drain job (docs/CONTRACTS.md).
+
+A handler is ``process(records: list[Record], ctx: BatchContext) -> None``: raise to fail the batch,
+return when every record is durably processed. Delivery is at-least-once: after a crash, a failed
+commit or failure isolation the same record can reach the handler again, so handlers must be
+idempotent (the built-in postgres sink is: it is keyed on topic/partition/offset).
+
+A handler may say *which* records failed by raising :class:`RecordError` (one record) or
+:class:`RecordsFailed` (several); the runtime then skips blind bisection. ``retriable=False``
+(e.g. :class:`RecordDecodeError`) means retrying cannot help: the record goes straight to the
+failure policy.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as handed to handlers; values are raw bytes (decoding is the handler's job)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+    @property
+    def where(self) -> str:
+        """``topic/partition/offset``, for error messages."""
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+
+class Handler(Protocol):
+    def __call__(self, records: list[Record], ctx: "BatchContext") -> None: ...
+
+
+@dataclass
+class BatchContext:
+    """What a handler gets besides its records.
+
+    ``config`` is processing.config from the CR (strings only). ``concurrency`` threads are
+    available through :meth:`map` for per-record work; commits always happen on the consuming
+    thread after the handler returned, never from these threads.
+    """
+
+    config: Mapping[str, str]
+    logger: logging.Logger
+    source: str = "consumer"  # "consumer" | "drain"
+    concurrency: int = 1
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+
+    def map(self, fn: Callable[[Record], Any], records: list[Record]) -> list[Any]:
+        """Run ``fn`` on every record (in up to ``concurrency`` threads) and wait for all.
+
+        Raises :class:`RecordsFailed` naming every record whose call raised, after all calls
+        finished (so no record is left half-processed in the background).
+        """
+        if self.concurrency <= 1 or len(records) <= 1:
+            results, errors = [], []
+            for r in records:
+                try:
+                    results.append(fn(r))
+                except Exception as exc:  # noqa: BLE001 - collected and re-raised below
+                    errors.append(_as_record_error(r, exc))
+                    results.append(None)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="lagpilot-handler")
+            futures = [self._pool.submit(fn, r) for r in records]
+            results, errors = [], []
+            for r, fut in zip(records, futures):
+                exc = fut.exception()
+                if exc is None:
+                    results.append(fut.result())
+                else:
+                    errors.append(_as_record_error(r, exc))
+                    results.append(None)
+        if errors:
+            raise RecordsFailed(errors)
+        return results
+
+    def close(self) -> None:
+        """Stop the worker threads (after the last batch)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class RecordError(Exception):
+    """One record failed. ``retriable=False`` sends it to the failure policy without retries."""
+
+    retriable = True
+
+    def __init__(self, record: Record, cause: BaseException | str, retriable: bool | None = None) -> None:
+        self.record = record
+        self.cause = cause
+        if retriable is not None:
+            self.retriable = retriable
+        super().__init__(f"{record.where}: {describe_error(cause)}")
+
+
+class RecordDecodeError(RecordError):
+    """A record's bytes cannot be decoded: permanent, never retried."""
+
+    retriable = False
+
+
+class RecordsFailed(Exception):
+    """Several records failed; the others in the batch may be retried without them."""
+
+    def __init__(self, errors: Iterable[RecordError]) -> None:
+        self.errors = list(errors)
+        where = ", ".join(e.record.where for e in self.errors[:5])
+        more = f" (+{len(self.errors) - 5} more)" if len(self.errors) > 5 else ""
+        super().__init__(f"{len(self.errors)} record(s) failed: {where}{more}")
+
+
+def _as_record_error(record: Record, exc: BaseException) -> RecordError:
+    if isinstance(exc, RecordError):
+        return exc
+    retriable = not isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError))
+    return RecordError(record, exc, retriable=retriable)
+
+
+def describe_error(exc: BaseException | str) -> str:
+    """``Type: message``, bounded in length (it ends up in a Kafka header and a log line)."""
+    if isinstance(exc, str):
+        text = exc
+    elif isinstance(exc, RecordError):
+        return describe_error(exc.cause)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 1000 else text[:997] + "..."
+
+
+def decode_json(record: Record) -> Any:
+    """The record's value as JSON, or :class:`RecordDecodeError` naming the record."""
+    if record.value is None:
+        raise RecordDecodeError(record, "value is null (tombstone)")
+    try:
+        return json.loads(record.value.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordDecodeError(record, exc) from exc
+
+
+def decode_text(record: Record) -> str | None:
+    """The record's value as UTF-8 text, or :class:`RecordDecodeError` naming the record."""
+    if record.value is None:
+        return None
+    try:
+        return record.value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordDecodeError(record, exc) from exc
+
+
+def per_record(fn: Callable[[Record, BatchContext], Any]) -> Handler:
+    """Turn a per-record function into a batch handler that runs it on ``ctx.concurrency`` threads.
+
+    This is the seeds' thread-pool pattern: the consuming thread hands one batch to the pool, waits
+    for all of it, and only then commits.
+    """
+
+    def process(records: list[Record], ctx: BatchContext) -> None:
+        ctx.map(lambda r: fn(r, ctx), records)
+
+    process.__name__ = getattr(fn, "__name__", "process")
+    process.__doc__ = fn.__doc__
+    process.__wrapped__ = fn  # type: ignore[attr-defined]
+    return process
+
+
+BUILTIN_SINKS = {
+    "postgres": "lagpilot_runtime.sinks.postgres:process",
+    "log": "lagpilot_runtime.sinks.log:process",
+}
+
+
+class HandlerLoadError(ImportError):
+    """The handler named in the config cannot be loaded."""
+
+
+def load_handler(spec: str) -> Handler:
+    """A built-in sink name (``postgres``, ``log``) or ``module:function`` → the callable."""
+    target = BUILTIN_SINKS.get(spec, spec)
+    module_name, sep, func_name = target.partition(":")
+    if not sep or not module_name or not func_name:
+        raise HandlerLoadError(f"handler must be 'module:function' or one of {sorted(BUILTIN_SINKS)}, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise HandlerLoadError(f"cannot import handler module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in func_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise HandlerLoadError(f"module {module_name!r} has no attribute {func_name!r}")
+    if not callable(obj):
+        raise HandlerLoadError(f"{target!r} is not callable")
+    return obj

@@ -1,0 +1,186 @@
+"""Prometheus metrics, capacity estimation and the probe endpoints of the consumer.
+
+One HTTP server on LAGPILOT_METRICS_PORT serves ``/metrics`` (Prometheus text format), ``/healthz``
+(liveness: the loop came back to Kafka recently) and ``/readyz`` (readiness: a member of the group
+with an assignment and a reachable broker).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+BATCH_SIZE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000)
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class ConsumerMetrics:
+    """The ``lagpilot_consumer_*`` metrics, in a registry of their own (tests create many)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.records = Counter("lagpilot_consumer_records_processed_total", "Records whose batch the handler processed successfully (dead-lettered records excluded)", registry=r)
+        self.batches = Counter("lagpilot_consumer_batches_total", "Batches handed to the handler, by outcome", ["outcome"], registry=r)
+        self.batch_size = Histogram("lagpilot_consumer_batch_size_records", "Records per batch", buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.batch_duration = Histogram("lagpilot_consumer_batch_duration_seconds", "Busy time per batch: handler (with retries) + dead-lettering + commit", buckets=DURATION_BUCKETS, registry=r)
+        self.handler_errors = Counter("lagpilot_consumer_handler_errors_total", "Handler calls that raised (each retry counts)", registry=r)
+        self.retries = Counter("lagpilot_consumer_retries_total", "Handler calls that were retries", registry=r)
+        self.dlq_records = Counter("lagpilot_consumer_dlq_records_total", "Records sent to the dead-letter topic", registry=r)
+        self.failed_records = Counter("lagpilot_consumer_failed_records_total", "Records that still failed after retries, by policy applied", ["policy"], registry=r)
+        self.commits = Counter("lagpilot_consumer_commits_total", "Offset commits, by outcome", ["outcome"], registry=r)
+        self.rebalances = Counter("lagpilot_consumer_rebalances_total", "Rebalance callbacks, by kind", ["kind"], registry=r)
+        self.committed_offset = Gauge("lagpilot_consumer_committed_offset", "Last offset committed by this consumer per assigned partition", ["topic", "partition"], registry=r)
+        self.lag = Gauge("lagpilot_consumer_lag_records", "High watermark minus committed offset per assigned partition", ["topic", "partition"], registry=r)
+        self.assigned = Gauge("lagpilot_consumer_assigned_partitions", "Partitions currently assigned", registry=r)
+        self.paused = Gauge("lagpilot_consumer_paused_partitions", "Partitions paused by the pause failure policy", registry=r)
+        self.capacity = Gauge("lagpilot_consumer_capacity_records_per_second", "Records per busy second (estimated at a full batch)", registry=r)
+        self.last_progress = Gauge("lagpilot_consumer_last_progress_timestamp_seconds", "Unix time the loop last came back to Kafka", registry=r)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop per-partition series of a partition that is no longer ours."""
+        for g in (self.committed_offset, self.lag):
+            try:
+                g.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+
+@dataclass
+class CapacityEstimator:
+    """Records per busy second, estimated for a *full* batch from recent batches.
+
+    Busy time = handler (with retries) + dead-lettering + commit. Consume rate is useless to the
+    operator (it equals the produce rate while the consumer keeps up); busy-time capacity is what
+    one replica could do if it never waited. Small batches (the consumer is idle, batches close on
+    the timeout) under-state it when the handler has a fixed cost per call, so when recent batches
+    were not full, ``busy = fixed + per_record * n`` is fitted by least squares and evaluated at
+    ``max_records``. With full batches the plain ratio is used.
+    """
+
+    max_records: int
+    window: int = 50
+    samples: deque = field(default_factory=deque)
+
+    def observe(self, n: int, busy_s: float) -> None:
+        if n <= 0 or busy_s <= 0:
+            return
+        self.samples.append((n, busy_s))
+        while len(self.samples) > self.window:
+            self.samples.popleft()
+
+    def capacity(self) -> float | None:
+        if not self.samples:
+            return None
+        full = [(n, b) for n, b in self.samples if n >= 0.9 * self.max_records]
+        if len(full) >= 3 or len(full) == len(self.samples):
+            return sum(n for n, _ in full) / sum(b for _, b in full)
+        ratio = sum(n for n, _ in self.samples) / sum(b for _, b in self.samples)
+        xs = [n for n, _ in self.samples]
+        ys = [b for _, b in self.samples]
+        k = len(xs)
+        mx, my = sum(xs) / k, sum(ys) / k
+        sxx = sum((x - mx) ** 2 for x in xs)
+        if k < 3 or sxx <= 0 or max(xs) < 2 * min(xs):
+            return ratio
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        intercept = my - slope * mx
+        if slope <= 0 or intercept < 0:
+            return ratio
+        projected = self.max_records / (intercept + slope * self.max_records)
+        # with a fixed cost per call (intercept >= 0) bigger batches only amortise it further
+        return max(ratio, projected)
+
+
+def capacity_metadata(capacity: float | None, now_ms: int) -> str:
+    """The offset-commit metadata string of docs/CONTRACTS.md: ``lp1;cap=<r/s>;ts=<unix ms>``."""
+    cap = "" if capacity is None else f"{capacity:.1f}"
+    return f"lp1;cap={cap};ts={now_ms}"
+
+
+def parse_capacity_metadata(text: str | None) -> tuple[float | None, int | None]:
+    """The inverse of :func:`capacity_metadata` (for tests and the operator); (None, None) if foreign."""
+    if not text or not text.startswith("lp1;"):
+        return None, None
+    fields = dict(p.split("=", 1) for p in text.split(";")[1:] if "=" in p)
+    try:
+        cap = float(fields["cap"]) if fields.get("cap") else None
+        ts = int(fields["ts"]) if fields.get("ts") else None
+    except ValueError:
+        return None, None
+    return cap, ts
+
+
+@dataclass
+class Health:
+    """Probe state, written by the consuming thread, read by the HTTP thread."""
+
+    stale_after_s: float
+    clock: Callable[[], float] = time.monotonic
+    last_progress: float = field(default=0.0)
+    member: bool = False
+    assigned: int = 0
+    connected: bool = False
+    paused: list[str] = field(default_factory=list)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.last_progress = self.clock()
+
+    def progress(self) -> None:
+        self.last_progress = self.clock()
+
+    def live(self) -> tuple[bool, dict]:
+        age = self.clock() - self.last_progress
+        return age <= self.stale_after_s, {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+
+    def ready(self) -> tuple[bool, dict]:
+        ok = self.member and self.connected and not self.stopping
+        return ok, {"member": self.member, "assigned_partitions": self.assigned, "connected": self.connected,
+                    "paused_partitions": self.paused, "stopping": self.stopping}
+
+
+class MetricsServer:
+    """``/metrics``, ``/healthz``, ``/readyz`` on one port, in a daemon thread."""
+
+    def __init__(self, metrics: ConsumerMetrics, health: Health, port: int, host: str = "0.0.0.0") -> None:
+        registry = metrics.registry
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                elif path in ("/healthz", "/readyz"):
+                    ok, detail = health.live() if path == "/healthz" else health.ready()
+                    body = json.dumps({"ok": ok, **detail}).encode()
+                    ctype, code = "application/json", 200 if ok else 503
+                else:
+                    body, ctype, code = b"not found\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:  # probes every few seconds: keep logs quiet
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), _Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="lagpilot-metrics", daemon=True)
+
+    def start(self) -> "MetricsServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
