@@ -1,0 +1,321 @@
+"""A single-node Apache Kafka broker (KRaft, combined broker+controller) from Maven Central jars.
+
+Why jars and not the release tarball: the machines reach package registries only. Maven Central has
+`kafka_2.13` (broker, StorageTool) and `kafka-tools` (the CLI tools: consumer groups, perf tests).
+
+Version pin: 4.3.1, the newest release for which Maven Central serves *both* `kafka_2.13` and
+`kafka-tools` (4.2.2 and 4.4.0 have no `kafka-tools` artifact there). Its classes are Java 17
+bytecode (major 61), so it runs on the machine's Java 17.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from lagpilot_dev import maven
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, tcp_open, wait_for
+
+log = logging.getLogger("lagpilot_dev.kafka")
+
+KAFKA_VERSION = "4.3.1"
+# Kafka 4.x ships log4j-api/core 2.24.3 but no slf4j binding: without one the broker logs nothing.
+# Kafka's own code logs through slf4j 1.7 (slf4j-api 1.7.36), hence log4j-slf4j-impl, not -slf4j2-.
+LOG4J_VERSION = "2.24.3"
+
+CONSUMER_GROUPS_CLASS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+CONSUMER_PERF_CLASS = "org.apache.kafka.tools.ConsumerPerformance"
+PRODUCER_PERF_CLASS = "org.apache.kafka.tools.ProducerPerformance"
+TOPICS_CLASS = "org.apache.kafka.tools.TopicCommand"
+STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
+
+BROKER_LOG4J = """\
+status = warn
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 50MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.orgkafka.name = org.apache.kafka
+logger.orgkafka.level = INFO
+"""
+
+# the CLI tools print their results on stdout; their own logging goes to stderr, warnings only
+TOOLS_LOG4J = """\
+status = warn
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+"""
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id as Kafka's `Uuid.randomUuid().toString()` makes it (22-char url-safe base64,
+    never starting with '-'), so formatting needs no extra JVM start for `StorageTool random-uuid`."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+def server_properties(data_dir: Path, broker_port: int, controller_port: int) -> str:
+    """The broker config: one combined node on loopback, replication factors 1, fast group joins."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": "1",
+        # 50 offsets partitions by default: their creation on first group use is slow on 2 cores
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # consumers join at once instead of waiting 3 s for more members
+        "group.initial.rebalance.delay.ms": "0",
+        # tests and the operator must create topics explicitly: a typo must not create a topic
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+        "log.retention.hours": "-1",
+        "log.segment.bytes": str(64 * 1024 * 1024),
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+class KafkaPart:
+    """Install (jars), format (once), start, stop, kill and inspect the local broker."""
+
+    name = "kafka"
+
+    def __init__(self, cache_dir: Path, state_dir: Path, version: str = KAFKA_VERSION) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.state_dir = Path(state_dir)
+        self.version = version
+        self.home = self.cache_dir / f"kafka-{version}"
+        self.libs = self.home / "libs"
+        self.dir = self.state_dir / "kafka"
+        self.data_dir = self.dir / "data"
+        self.ports = Ports(self.state_dir)
+        self.process = Process(
+            name="kafka",
+            argv=[],  # filled in by start(): the ports may change
+            log_file=self.dir / "kafka.out",
+            pid_file=self.dir / "kafka.pid",
+            marker=f"-Dlagpilot.part=kafka:{self.dir}",
+        )
+
+    # ---- install -------------------------------------------------------------------------------
+    def installed(self) -> bool:
+        """True when the jars and logging configs are in the cache."""
+        return (self.home / ".complete").exists()
+
+    def install(self) -> None:
+        """Fetch the broker, the CLI tools and a log4j2 slf4j binding (first run only)."""
+        if self.installed():
+            return
+        with file_lock(self.cache_dir / f".kafka-{self.version}.lock"):
+            if self.installed():
+                return
+            deps = [
+                maven.Dep("org.apache.kafka", "kafka_2.13", self.version),
+                maven.Dep("org.apache.kafka", "kafka-tools", self.version),
+                maven.Dep("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+            ]
+            maven.fetch(deps, self.libs, self.cache_dir, what=f"kafka {self.version}")
+            (self.home / "config").mkdir(parents=True, exist_ok=True)
+            (self.home / "config" / "log4j2.properties").write_text(BROKER_LOG4J)
+            (self.home / "config" / "tools-log4j2.properties").write_text(TOOLS_LOG4J)
+            (self.home / ".complete").write_text(self.version + "\n")
+
+    # ---- run -----------------------------------------------------------------------------------
+    def _java(self) -> str:
+        java = shutil.which("java")
+        if java is None:
+            raise RuntimeError("Java is not installed (Kafka 4.x brokers need Java 17+)")
+        return java
+
+    def _classpath(self) -> str:
+        return str(self.libs / "*")
+
+    def bootstrap_servers(self) -> str:
+        """host:port of the PLAINTEXT listener (stable across restarts)."""
+        return f"{LOOPBACK}:{self.ports.ensure('kafka.broker')}"
+
+    def _format_if_needed(self, props_file: Path) -> None:
+        if (self.data_dir / "meta.properties").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            self._java(), "-Xmx256m", f"-Dlog4j2.configurationFile={self.home / 'config' / 'tools-log4j2.properties'}",
+            "-cp", self._classpath(), STORAGE_TOOL_CLASS,
+            "format", "-t", new_cluster_id(), "-c", str(props_file), "--ignore-formatted",
+        ]
+        log.info("formatting kafka storage", extra={"data_dir": str(self.data_dir)})
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+        if proc.returncode != 0:
+            raise RuntimeError(f"kafka StorageTool format failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    def is_running(self) -> bool:
+        return self.process.is_running()
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start the broker on its persisted ports and data dir; wait until an AdminClient lists topics."""
+        self.install()
+        with file_lock(self.dir / "start.lock"):
+            if not self.process.is_running():
+                # a port taken by a stranger while we were down: move rather than fail (logged)
+                broker_port = self.ports.ensure("kafka.broker", must_be_free=True)
+                controller_port = self.ports.ensure("kafka.controller", must_be_free=True)
+                self.dir.mkdir(parents=True, exist_ok=True)
+                props_file = self.dir / "server.properties"
+                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port))
+                self._format_if_needed(props_file)
+                (self.dir / "logs").mkdir(exist_ok=True)
+                self.process.argv = [
+                    self._java(), "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                    "-Djava.awt.headless=true", self.process.marker,
+                    f"-Dkafka.logs.dir={self.dir / 'logs'}",
+                    f"-Dlog4j2.configurationFile={self.home / 'config' / 'log4j2.properties'}",
+                    "-cp", self._classpath(), "kafka.Kafka", str(props_file),
+                ]
+                self.process.start()
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Wait until the broker answers a metadata request (AdminClient.list_topics)."""
+        from confluent_kafka.admin import AdminClient
+
+        bootstrap = self.bootstrap_servers()
+
+        host, port = bootstrap.rsplit(":", 1)
+
+        def ready() -> bool:
+            # TCP first: librdkafka logs every refused connection to stderr, which buries real errors
+            if not tcp_open(int(port), host):
+                return False
+            admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
+            md = admin.list_topics(timeout=10)
+            # after a crash the broker recovers its logs before it leads their partitions again:
+            # ready means every existing partition has a leader (single node: this broker)
+            leaderless = [f"{t}/{p}" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
+                          if pm.leader < 0]
+            return bool(md.brokers) and not leaderless
+
+        try:
+            wait_for(ready, f"kafka broker at {bootstrap}", timeout=timeout, interval=1.0,
+                     alive=self.process.is_running)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- {self.process.log_file} (tail) ---\n{self.process.log_tail()}\n"
+                               f"--- server.log (tail) ---\n{self._server_log_tail()}") from exc
+
+    def _server_log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join((self.dir / "logs" / "server.log").read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no server.log)"
+
+    def stop(self) -> None:
+        """Controlled shutdown (SIGTERM), SIGKILL after 60 s."""
+        self.process.stop(grace=60.0)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (fault tests); `start()` brings it back on the same data dir and ports."""
+        self.process.kill()
+
+    def info(self) -> dict[str, object]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers(),
+            "kafka_home": str(self.libs),
+            "kafka_version": self.version,
+            "kafka_log": str(self.dir / "logs" / "server.log"),
+            "kafka_data_dir": str(self.data_dir),
+        }
+
+    # ---- Kafka's own CLI tools ------------------------------------------------------------------
+    def run_cli_tool(self, tool_class: str, args: Sequence[str], timeout: float = 300.0,
+                     heap: str = "256m") -> subprocess.CompletedProcess[str]:
+        """Run one of Kafka's CLI tools (e.g. CONSUMER_GROUPS_CLASS) from the cached jars.
+
+        Returns the CompletedProcess (text mode); the caller checks `returncode`.
+        """
+        self.install()
+        return run_cli_tool(self.libs, self.home / "config" / "tools-log4j2.properties", tool_class, args,
+                            timeout=timeout, heap=heap)
+
+    def consumer_groups(self, args: Sequence[str], timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+        """`kafka-consumer-groups.sh --bootstrap-server <ours> <args>`."""
+        return self.run_cli_tool(CONSUMER_GROUPS_CLASS, ["--bootstrap-server", self.bootstrap_servers(), *args],
+                                 timeout=timeout)
+
+
+def run_cli_tool(libs: Path, log4j_config: Path | None, tool_class: str, args: Sequence[str],
+                 timeout: float = 300.0, heap: str = "256m") -> subprocess.CompletedProcess[str]:
+    """Run a Kafka CLI tool class with the jars in `libs` (usable from `StackInfo.kafka_home`)."""
+    java = shutil.which("java") or "java"
+    argv = [java, f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+    if log4j_config is not None:
+        argv.append(f"-Dlog4j2.configurationFile={log4j_config}")
+    argv += ["-cp", str(Path(libs) / "*"), tool_class, *args]
+    env = dict(os.environ)
+    env.pop("KAFKA_OPTS", None)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)  # noqa: S603
+
+
+_HEADER = re.compile(r"^\s*GROUP\s+TOPIC\s+PARTITION\b")
+
+
+def parse_consumer_groups_describe(text: str) -> list[dict[str, str]]:
+    """Parse the table `kafka-consumer-groups --describe --group G` prints into one dict per row.
+
+    Keys are the header words (GROUP, TOPIC, PARTITION, CURRENT-OFFSET, LOG-END-OFFSET, LAG,
+    CONSUMER-ID, HOST, CLIENT-ID); a "-" cell stays "-". Other lines (warnings, blank lines,
+    "Consumer group 'g' has no active members.") are skipped.
+    """
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in text.splitlines():
+        if _HEADER.match(line):
+            header = line.split()
+            continue
+        if header is None or not line.strip():
+            continue
+        cells = line.split()
+        if len(cells) < len(header):
+            continue
+        # CLIENT-ID is last and the only column that may contain spaces: join the overflow into it
+        if len(cells) > len(header):
+            cells = cells[: len(header) - 1] + [" ".join(cells[len(header) - 1:])]
+        rows.append(dict(zip(header, cells, strict=True)))
+    return rows

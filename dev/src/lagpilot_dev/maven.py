@@ -1,0 +1,88 @@
+"""Fetch jars from Maven Central with a throw-away pom and the system `mvn`.
+
+Why Maven and not plain HTTP: the transitive runtime closure (Kafka: ~80 jars) is Maven's job, and
+`dependency:copy-dependencies` gives exactly that. The Maven repository lives in `<cache>/m2`, so
+everything the stack downloads is under one directory and the user's ~/.m2 is left alone.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+log = logging.getLogger("lagpilot_dev.maven")
+
+
+@dataclass(frozen=True)
+class Dep:
+    """One Maven coordinate, with optional exclusions as "group:artifact" (or "group:*")."""
+
+    group: str
+    artifact: str
+    version: str
+    exclusions: tuple[str, ...] = ()
+
+    def xml(self) -> str:
+        excl = "".join(
+            f"<exclusion><groupId>{escape(e.split(':')[0])}</groupId>"
+            f"<artifactId>{escape(e.split(':')[1])}</artifactId></exclusion>"
+            for e in self.exclusions
+        )
+        return (
+            f"<dependency><groupId>{escape(self.group)}</groupId><artifactId>{escape(self.artifact)}</artifactId>"
+            f"<version>{escape(self.version)}</version>"
+            + (f"<exclusions>{excl}</exclusions>" if excl else "")
+            + "</dependency>"
+        )
+
+
+def pom(deps: Sequence[Dep]) -> str:
+    """A minimal pom whose only purpose is to list `deps`."""
+    body = "".join(d.xml() for d in deps)
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>lagpilot.dev</groupId><artifactId>fetch</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{body}</dependencies></project>"
+    )
+
+
+def fetch(deps: Sequence[Dep], dest: Path, cache: Path, what: str) -> list[Path]:
+    """Copy the runtime closure of `deps` into `dest` (atomically: a half-done fetch never counts).
+
+    Returns the jar paths. Raises RuntimeError with Maven's output when resolution fails.
+    """
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Maven (`mvn`) is not installed: apt-get install -y maven")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        (work / "pom.xml").write_text(pom(deps))
+        out = work / "jars"
+        argv = [
+            mvn, "-B", "-q", "-f", str(work / "pom.xml"),
+            f"-Dmaven.repo.local={cache / 'm2'}",
+            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
+        ]
+        log.info("downloading jars from Maven Central (first run only)", extra={"what": what, "into": str(dest)})
+        t0 = time.monotonic()
+        env = dict(os.environ)
+        env.setdefault("MAVEN_OPTS", "-Xmx512m")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)  # noqa: S603
+        if proc.returncode != 0:
+            raise RuntimeError(f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        if dest.exists():
+            shutil.rmtree(dest)
+        out.replace(dest)
+        jars = sorted(dest.glob("*.jar"))
+        log.info("downloaded jars", extra={"what": what, "jars": len(jars), "seconds": round(time.monotonic() - t0, 1)})
+        return jars
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,69 @@
+"""Pure helpers of lagpilot_dev.kafka: no broker, no Java."""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagpilot_dev.kafka import new_cluster_id, parse_consumer_groups_describe, server_properties
+
+DESCRIBE_ACTIVE = """
+GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             CONSUMER-ID                                           HOST            CLIENT-ID
+g1              orders          0          3334            3334            0               rdkafka-7c1e1a5c-0b44-4c4e-9a53-2b9a6e9cb8a0         /127.0.0.1      rdkafka
+g1              orders          1          3310            3356            46              rdkafka-7c1e1a5c-0b44-4c4e-9a53-2b9a6e9cb8a0         /127.0.0.1      rdkafka
+"""
+
+DESCRIBE_INACTIVE = """
+Consumer group 'g2' has no active members.
+
+GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             CONSUMER-ID     HOST            CLIENT-ID
+g2              orders          2          -               3310            -               -               -               -
+g2              orders          0          100             3334            3234            -               -               -
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (DESCRIBE_ACTIVE, [("orders", "0", "3334", "3334", "0"), ("orders", "1", "3310", "3356", "46")]),
+        (DESCRIBE_INACTIVE, [("orders", "2", "-", "3310", "-"), ("orders", "0", "100", "3334", "3234")]),
+        ("", []),
+        ("Error: Consumer group 'x' does not exist.\n", []),
+    ],
+    ids=["active-members", "no-active-members", "empty", "error-text"],
+)
+def test_parse_consumer_groups_describe(text: str, expected: list[tuple[str, ...]]) -> None:
+    rows = parse_consumer_groups_describe(text)
+    got = [(r["TOPIC"], r["PARTITION"], r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"]) for r in rows]
+    assert got == expected
+
+
+def test_parse_keeps_client_id_with_spaces() -> None:
+    text = ("GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n"
+            "g t 0 1 2 1 c-1 /127.0.0.1 my client id\n")
+    (row,) = parse_consumer_groups_describe(text)
+    assert row["CLIENT-ID"] == "my client id"
+    assert row["LAG"] == "1"
+
+
+@given(st.integers(min_value=0, max_value=200))
+def test_new_cluster_id_is_kafka_shaped(_: int) -> None:
+    cid = new_cluster_id()
+    assert len(cid) == 22
+    assert not cid.startswith("-")
+    assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+
+
+def test_server_properties_loopback_single_node() -> None:
+    text = server_properties(Path("/data/k"), 9092, 9093)
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["log.dirs"] == "/data/k"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["offsets.topic.replication.factor"] == "1"
