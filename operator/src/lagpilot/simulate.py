@@ -1,7 +1,716 @@
-"""`lagpilot simulate`: replay a produce-rate trace through the policies (work in progress)."""
+"""`lagpilot simulate`: replay a produce-rate trace through the scaling policies, side by side.
+
+The lagpilot policy runs through the SAME functions the operator uses: the simulated offsets become
+a :class:`~lagpilot.lag.LagSnapshot`, go through :func:`lagpilot.estimate.update`, then
+:func:`lagpilot.scaling.decide` (with the drain policy). The KEDA baseline runs through
+:mod:`lagpilot.keda` (Kafka scaler + HPA model).
+
+The model (documented in docs/decision.md):
+- fluid, per-partition FIFO queues of segments ``[t0, t1, n]`` (n records produced uniformly over
+  [t0, t1]); latency is exact for that fluid model: a piece processed over [s, e] has latencies
+  spread uniformly between ``s - t0`` and ``e - t1``;
+- a consumer processes ``capacity`` records/s shared among the partitions it owns (range assignor,
+  work-conserving: water-filling among non-empty partitions); new pods start after
+  ``pod_start_s``; removed pods stop at once; rebalance pauses are not modelled;
+- a drain takes a partition's whole queue at plan time (split = end), cuts it into tasks of equal
+  size, each task starts ``drain_start_s`` after launch and processes its sub-range FIFO at
+  ``drain_task_capacity``; one drain at a time; at most ``max_drain_tasks`` tasks;
+- observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
+  batch (rate x ``batch_timeout_s``), like a batching consumer's committed offsets.
+
+Metrics per policy: ``within_sla_fraction`` (records processed within the SLA of being produced,
+over processed records plus records still waiting at the end that are already older than the SLA),
+``p99_latency_s``, ``max_latency_s`` (both including still-waiting records at their current age, a
+lower bound), ``violation_minutes`` (time during which the oldest unprocessed record is older than
+the SLA), ``replica_minutes`` (pods that exist, starting ones included), ``drain_task_minutes``
+(from launch, start-up included, to each task's finish), ``scale_events``.
+"""
 from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import math
+import sys
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from lagpilot import keda as keda_model
+from lagpilot.drain_policy import DrainPolicy
+from lagpilot.estimate import EstimatorState, update
+from lagpilot.lag import PartitionOffsets, snapshot
+from lagpilot.scaling import ScalingHistory, ScalingObservation, ScalingPolicy, decide
+
+log = logging.getLogger("lagpilot.simulate")
+
+POLICIES = ("lagpilot", "static", "keda", "keda_tuned")
+KEDA_SWEEP = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
+
+
+# ---------------------------------------------------------------------------------------- trace
+@dataclass(frozen=True)
+class Trace:
+    """Produce rate per row (one row a minute); optional per-row partition weights."""
+
+    times: tuple[float, ...]
+    rates: tuple[float, ...]
+    weights: tuple[tuple[float, ...] | None, ...]
+
+    @property
+    def end_s(self) -> float:
+        if not self.times:
+            return 0.0
+        step = self.times[-1] - self.times[-2] if len(self.times) > 1 else 60.0
+        return self.times[-1] + step
+
+
+def parse_trace(lines: Sequence[str] | Any) -> Trace:
+    """Parse CSV text rows ``t_s,produce_msgs_per_s[,partition_weights]`` (header required)."""
+    reader = csv.DictReader(lines)
+    times: list[float] = []
+    rates: list[float] = []
+    weights: list[tuple[float, ...] | None] = []
+    for row in reader:
+        times.append(float(row["t_s"]))
+        rates.append(max(0.0, float(row["produce_msgs_per_s"])))
+        w = (row.get("partition_weights") or "").strip()
+        weights.append(tuple(float(x) for x in w.split(",")) if w else None)
+    order = sorted(range(len(times)), key=lambda i: times[i])
+    return Trace(tuple(times[i] for i in order), tuple(rates[i] for i in order), tuple(weights[i] for i in order))
+
+
+def load_trace(path: str) -> Trace:
+    with open(path, newline="") as f:
+        return parse_trace(f)
+
+
+def _weights(w: tuple[float, ...] | None, partitions: int) -> list[float]:
+    if not w:
+        return [1.0 / partitions] * partitions
+    vals = [max(0.0, x) for x in (list(w) + [0.0] * partitions)[:partitions]]
+    total = sum(vals)
+    return [v / total for v in vals] if total > 0 else [1.0 / partitions] * partitions
+
+
+# ---------------------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class SimParams:
+    """Model figures; the CLI flags override them. Defaults are deliberately not optimistic."""
+
+    partitions: int = 3
+    capacity: float = 137.0  # records/s one consumer processes (per busy second)
+    sla_s: float = 600.0
+    pod_start_s: float = 30.0  # schedule + pull (cached) + start + join the group
+    drain_start_s: float = 90.0  # Job pod + spark-submit + executors + Kafka source planning
+    drain_task_capacity: float | None = None  # None: same as a consumer (same handler, same batch)
+    max_drain_tasks: int = 16
+    split_factor: int = 4
+    min_backlog_records: int = 10_000
+    drain_min_interval_s: float = 60.0
+    step_s: float = 5.0
+    batch_timeout_s: float = 1.0
+    min_replicas: int = 1
+    max_replicas: int | None = None  # None: the partition count
+    poll_interval_s: float = 15.0
+
+    @property
+    def task_capacity(self) -> float:
+        return self.drain_task_capacity or self.capacity
+
+
+class _Queue:
+    """FIFO of fluid segments [t0, t1, n]."""
+
+    __slots__ = ("segs", "total")
+
+    def __init__(self) -> None:
+        self.segs: deque[list[float]] = deque()
+        self.total = 0.0
+
+    def push(self, t0: float, t1: float, n: float) -> None:
+        if n > 0:
+            self.segs.append([t0, t1, n])
+            self.total += n
+
+    def oldest(self) -> float | None:
+        return self.segs[0][0] if self.segs else None
+
+    def take(self, amount: float, s: float, e: float, out: "_Latency") -> float:
+        """Process up to ``amount`` records over [s, e] (linearly); returns what was processed."""
+        amount = min(amount, self.total)
+        if amount <= 0:
+            return 0.0
+        done = 0.0
+        span = e - s
+        while done < amount - 1e-12 and self.segs:
+            seg = self.segs[0]
+            t0, t1, n = seg
+            x = min(n, amount - done)
+            frac = x / n
+            tx = t0 + (t1 - t0) * frac  # produce time of the last record taken
+            ps = s + span * (done / amount)
+            pe = s + span * ((done + x) / amount)
+            out.add(ps - t0, pe - tx, x)
+            if x >= n - 1e-9:
+                self.segs.popleft()
+            else:
+                seg[0] = tx
+                seg[2] = n - x
+            done += x
+        self.total = max(0.0, self.total - done)
+        if not self.segs:
+            self.total = 0.0
+        return done
+
+    def take_all(self) -> list[list[float]]:
+        segs = list(self.segs)
+        self.segs.clear()
+        self.total = 0.0
+        return segs
+
+
+def _split(segs: list[list[float]], parts: int) -> list[_Queue]:
+    """Cut a run of segments into ``parts`` queues of equal record counts (consecutive sub-ranges)."""
+    total = sum(s[2] for s in segs)
+    queues = [_Queue() for _ in range(max(1, parts))]
+    if total <= 0:
+        return queues
+    size = total / len(queues)
+    qi = 0
+    room = size
+    for t0, t1, n in segs:
+        while n > 1e-9:
+            x = n if qi == len(queues) - 1 else min(n, room)
+            tx = t0 + (t1 - t0) * (x / n)
+            queues[qi].push(t0, tx, x)
+            t0, n = tx, n - x
+            room -= x
+            if room <= 1e-9 and qi < len(queues) - 1:
+                qi += 1
+                room = size
+    return queues
+
+
+class _Latency:
+    """Latency distribution from uniform pieces (lo, hi, n); 1 s bins for the quantiles."""
+
+    def __init__(self, sla_s: float) -> None:
+        self.sla = sla_s
+        self.within = 0.0
+        self.count = 0.0
+        self.max = 0.0
+        self.bins: dict[int, float] = {}
+
+    def add(self, lo: float, hi: float, n: float) -> None:
+        lo, hi = max(0.0, min(lo, hi)), max(0.0, max(lo, hi))
+        if n <= 0:
+            return
+        if hi <= self.sla:
+            self.within += n
+        elif lo < self.sla:
+            self.within += n * (self.sla - lo) / (hi - lo)
+        self.count += n
+        self.max = max(self.max, hi)
+        key = int((lo + hi) / 2)
+        self.bins[key] = self.bins.get(key, 0.0) + n
+
+    def quantile(self, q: float) -> float:
+        if self.count <= 0:
+            return 0.0
+        goal = q * self.count
+        acc = 0.0
+        for k in sorted(self.bins):
+            acc += self.bins[k]
+            if acc >= goal:
+                return float(k) + 0.5
+        return self.max
+
+
+def range_assignment(partitions: int, consumers: int) -> list[list[int]]:
+    """Kafka's range assignor for one topic: contiguous blocks, the first ones one larger."""
+    if consumers <= 0:
+        return []
+    consumers = min(consumers, partitions)
+    base, extra = divmod(partitions, consumers)
+    out, p = [], 0
+    for i in range(consumers):
+        k = base + (1 if i < extra else 0)
+        out.append(list(range(p, p + k)))
+        p += k
+    return out
+
+
+def _water_fill(budget: float, queued: list[float]) -> list[float]:
+    """Split ``budget`` fairly among queues, never giving one more than it holds."""
+    alloc = [0.0] * len(queued)
+    active = [i for i, q in enumerate(queued) if q > 0]
+    while budget > 1e-12 and active:
+        share = budget / len(active)
+        nxt = []
+        for i in active:
+            room = queued[i] - alloc[i]
+            give = min(room, share)
+            alloc[i] += give
+            budget -= give
+            if queued[i] - alloc[i] > 1e-12:
+                nxt.append(i)
+        if len(nxt) == len(active):
+            break
+        active = nxt
+    return alloc
+
+
+@dataclass
+class _Task:
+    queue: _Queue
+    launched: float
+    start_at: float
+    done_at: float | None = None
+
+
+@dataclass
+class PolicyResult:
+    """Metrics of one policy on one trace (the JSON object per policy)."""
+
+    within_sla_fraction: float
+    p99_latency_s: float
+    max_latency_s: float
+    violation_minutes: float
+    replica_minutes: float
+    drain_task_minutes: float
+    scale_events: int
+    drains: int
+    produced: float
+    processed: float
+    remaining: float
+    extra: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("series")
+        extra = d.pop("extra")
+        for k in ("within_sla_fraction",):
+            d[k] = round(d[k], 6)
+        for k in ("p99_latency_s", "max_latency_s", "violation_minutes", "replica_minutes",
+                  "drain_task_minutes", "produced", "processed", "remaining"):
+            d[k] = round(d[k], 1)
+        d.update(extra)
+        return d
+
+
+Controller = Callable[["_World", float], None]
+
+
+class _World:
+    """The simulated topic, consumers and drains; a controller changes ``desired`` and launches drains."""
+
+    def __init__(self, trace: Trace, params: SimParams, initial_replicas: int) -> None:
+        self.trace = trace
+        self.p = params
+        n = params.partitions
+        self.queues = [_Queue() for _ in range(n)]
+        self.produced_by = [0.0] * n
+        self.rates = [0.0] * n
+        self.pods: list[float] = [-math.inf] * initial_replicas  # ready_at per pod
+        self.tasks: list[_Task] = []
+        self.last_drain_end: float | None = None
+        self.drains = 0
+        self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
+        self.scale_events = 0
+        self.lat = _Latency(params.sla_s)
+
+    # observers ---------------------------------------------------------------------------
+    def observed_lags(self) -> list[float]:
+        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates)]
+
+    def ready(self, t: float) -> int:
+        return sum(1 for r in self.pods if r <= t)
+
+    @property
+    def drain_active(self) -> bool:
+        return any(task.done_at is None for task in self.tasks)
+
+    # actions -----------------------------------------------------------------------------
+    def scale(self, desired: int, t: float) -> None:
+        desired = max(0, desired)
+        cur = len(self.pods)
+        if desired == cur:
+            return
+        self.scale_events += 1
+        if desired > cur:
+            self.pods.extend([t + self.p.pod_start_s] * (desired - cur))
+        else:
+            # remove starting pods first, then ready ones
+            self.pods.sort()
+            del self.pods[desired:]
+
+    def launch_drain(self, plan: Sequence[tuple[int, int]], t: float) -> None:
+        """Hand the whole queue of each planned partition to a drain of ``tasks`` tasks."""
+        budget = self.p.max_drain_tasks
+        for partition, tasks in plan:
+            tasks = min(tasks, budget)
+            if tasks <= 0:
+                break
+            budget -= tasks
+            segs = self.queues[partition].take_all()
+            for q in _split(segs, tasks):
+                self.tasks.append(_Task(q, t, t + self.p.drain_start_s))
+        self.drains += 1
+
+    # one step ----------------------------------------------------------------------------
+    def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
+        n = self.p.partitions
+        for i in range(n):
+            r = rate * weights[i]
+            self.rates[i] = r
+            self.queues[i].push(t, t + dt, r * dt)
+            self.produced_by[i] += r * dt
+        ready = self.ready(t)
+        for owned in range_assignment(n, ready):
+            budget = self.p.capacity * dt
+            alloc = _water_fill(budget, [self.queues[i].total for i in owned])
+            share = budget / len(owned)
+            for i, a in zip(owned, alloc):
+                if a > 0:
+                    self.queues[i].take(a, t, t + dt * min(1.0, a / share) if share > 0 else t + dt, self.lat)
+        running = 0
+        task_cap = self.p.task_capacity
+        for task in self.tasks:
+            if task.done_at is not None:
+                continue
+            running += 1
+            if task.start_at >= t + dt:
+                continue
+            s = max(t, task.start_at)
+            amount = task_cap * (t + dt - s)
+            need = task.queue.total
+            took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
+            if task.queue.total <= 1e-9:
+                task.done_at = s + took / task_cap
+        if self.tasks and not self.drain_active:
+            self.last_drain_end = max(task.done_at or t for task in self.tasks)
+            self.finished_task_s += sum((task.done_at or t) - task.launched for task in self.tasks)
+            self.tasks = []
+        oldest = min(
+            [q.oldest() for q in self.queues if q.oldest() is not None]
+            + [task.queue.oldest() for task in self.tasks if task.queue.oldest() is not None],
+            default=None,
+        )
+        age = 0.0 if oldest is None else max(0.0, t + dt - oldest)
+        return age, running
+
+    def remaining(self) -> float:
+        return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
+
+
+def _run(trace: Trace, params: SimParams, initial: int, controller: Controller | None) -> PolicyResult:
+    world = _World(trace, params, initial)
+    dt = params.step_s
+    end = trace.end_s
+    row = 0
+    t = trace.times[0] if trace.times else 0.0
+    violation = 0.0
+    replica_s = 0.0
+    running_task_s = 0.0
+    series: dict[str, list[float]] = {"t": [], "age": [], "lag": [], "replicas": [], "tasks": []}
+    next_sample = t
+    while t < end - 1e-9:
+        while row + 1 < len(trace.times) and trace.times[row + 1] <= t:
+            row += 1
+        weights = _weights(trace.weights[row], params.partitions)
+        if controller is not None:
+            controller(world, t)
+        replica_s += len(world.pods) * dt
+        age, running = world.advance(t, dt, trace.rates[row], weights)
+        # tasks still running are counted for the whole step; finished ones up to their finish
+        running_task_s += sum(1 for task in world.tasks if task.done_at is None) * dt
+        if age > params.sla_s:
+            violation += dt
+        if t >= next_sample:
+            series["t"].append(t)
+            series["age"].append(age)
+            series["lag"].append(world.remaining())
+            series["replicas"].append(len(world.pods))
+            series["tasks"].append(running)
+            next_sample = t + 60.0
+        t += dt
+    # tasks finished mid-step: count them exactly from launch to finish
+    finished_task_s = world.finished_task_s
+    open_task_s = sum(t - task.launched for task in world.tasks)
+    drain_task_minutes = (finished_task_s + open_task_s) / 60
+    _ = running_task_s
+    produced = sum(world.produced_by)
+    remaining = world.remaining()
+    processed = world.lat.count
+    late_waiting = 0.0
+    oldest_age = 0.0
+    for q in world.queues + [task.queue for task in world.tasks]:
+        for t0, t1, n in q.segs:
+            a0, a1 = t - t1, t - t0  # ages of the newest and oldest record of the segment
+            oldest_age = max(oldest_age, a1)
+            if a1 > params.sla_s:
+                frac = 1.0 if a0 >= params.sla_s else (a1 - params.sla_s) / (a1 - a0)
+                late_waiting += n * frac
+                world.lat.bins[int((max(a0, params.sla_s) + a1) / 2)] = (
+                    world.lat.bins.get(int((max(a0, params.sla_s) + a1) / 2), 0.0) + n * frac
+                )
+    denom = processed + late_waiting
+    within = world.lat.within / denom if denom > 0 else 1.0
+    lat_count = world.lat.count
+    world.lat.count = denom
+    p99 = world.lat.quantile(0.99)
+    world.lat.count = lat_count
+    return PolicyResult(
+        within_sla_fraction=within,
+        p99_latency_s=p99,
+        max_latency_s=max(world.lat.max, oldest_age),
+        violation_minutes=violation / 60,
+        replica_minutes=replica_s / 60,
+        drain_task_minutes=drain_task_minutes,
+        scale_events=world.scale_events,
+        drains=world.drains,
+        produced=produced,
+        processed=processed,
+        remaining=remaining,
+        series=series,
+    )
+
+
+# -------------------------------------------------------------------------------- controllers
+def lagpilot_controller(params: SimParams) -> Controller:
+    """The operator's loop on simulated offsets: snapshot -> estimate.update -> decide."""
+    policy = ScalingPolicy(
+        min_replicas=params.min_replicas,
+        max_replicas=params.max_replicas or params.partitions,
+        sla_s=params.sla_s,
+        pod_start_s=params.pod_start_s,
+        poll_interval_s=params.poll_interval_s,
+    ).validate()
+    drain = DrainPolicy(
+        split_factor=params.split_factor,
+        max_tasks=params.max_drain_tasks,
+        min_backlog_records=params.min_backlog_records,
+        start_up_s=params.drain_start_s,
+        task_capacity=params.drain_task_capacity,
+        min_interval_s=params.drain_min_interval_s,
+    ).validate()
+    state: dict[str, Any] = {"est": None, "hist": ScalingHistory(), "next": -math.inf, "decisions": {}}
+
+    def control(world: _World, t: float) -> None:
+        if t < state["next"]:
+            return
+        state["next"] = t + params.poll_interval_s
+        lags = world.observed_lags()
+        ready = world.ready(t)
+        owned = {i for block in range_assignment(params.partitions, ready) for i in block}
+        parts = []
+        for i in range(params.partitions):
+            end = int(round(world.produced_by[i]))
+            committed = max(0, end - int(round(lags[i])))
+            oldest = world.queues[i].oldest()
+            parts.append(PartitionOffsets(i, 0, end, committed, oldest))
+        snap = snapshot(t, parts, {i: params.capacity for i in owned})
+        est: EstimatorState = update(state["est"], snap)
+        state["est"] = est
+        obs = ScalingObservation.from_estimate(
+            t, len(world.pods), est, snap, drain_active=world.drain_active, last_drain_end_s=world.last_drain_end
+        )
+        decision, state["hist"] = decide(obs, policy, state["hist"], drain)
+        state["decisions"][decision.reason] = state["decisions"].get(decision.reason, 0) + 1
+        world.scale(decision.desired_replicas, t)
+        if decision.drain is not None and not world.drain_active:
+            world.launch_drain([(r.partition, r.tasks) for r in decision.drain.ranges], t)
+
+    control.state = state  # type: ignore[attr-defined]
+    return control
+
+
+def keda_controller(params: SimParams, lag_threshold: int) -> Controller:
+    cfg = keda_model.KedaConfig(lag_threshold=lag_threshold)
+    box = {"state": keda_model.KedaState()}
+
+    def control(world: _World, t: float) -> None:
+        desired, box["state"] = keda_model.step(
+            box["state"], t, len(world.pods), world.observed_lags(), params.partitions, cfg
+        )
+        world.scale(desired, t)
+
+    return control
+
+
+def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int = 10) -> PolicyResult:
+    """One policy on one trace."""
+    if policy == "static":
+        return _run(trace, params, params.partitions, None)
+    if policy == "lagpilot":
+        ctl = lagpilot_controller(params)
+        res = _run(trace, params, max(1, params.min_replicas), ctl)
+        res.extra["decision_reasons"] = dict(sorted(ctl.state["decisions"].items()))  # type: ignore[attr-defined]
+        return res
+    if policy == "keda":
+        res = _run(trace, params, 1, keda_controller(params, lag_threshold))
+        res.extra["lag_threshold"] = lag_threshold
+        return res
+    raise ValueError(f"unknown policy {policy!r}")
+
+
+def _better(a: PolicyResult, b: PolicyResult) -> bool:
+    """KEDA at its best: most records within the SLA, then fewest violation minutes, then cost."""
+    ka = (round(a.within_sla_fraction, 6), -round(a.violation_minutes, 3), -(a.replica_minutes))
+    kb = (round(b.within_sla_fraction, 6), -round(b.violation_minutes, 3), -(b.replica_minutes))
+    return ka > kb
+
+
+def run_all(
+    trace: Trace, params: SimParams, sweep: Sequence[int] = KEDA_SWEEP
+) -> tuple[dict[str, PolicyResult], list[dict[str, Any]]]:
+    """All four policies; ``keda_tuned`` is the best threshold of the sweep (the sweep is returned)."""
+    results: dict[str, PolicyResult] = {
+        "lagpilot": run_policy(trace, params, "lagpilot"),
+        "static": run_policy(trace, params, "static"),
+        "keda": run_policy(trace, params, "keda", 10),
+    }
+    best: PolicyResult | None = None
+    table = []
+    for thr in sweep:
+        res = results["keda"] if thr == 10 else run_policy(trace, params, "keda", thr)
+        table.append({"lag_threshold": thr, "within_sla_fraction": round(res.within_sla_fraction, 6),
+                      "violation_minutes": round(res.violation_minutes, 1),
+                      "replica_minutes": round(res.replica_minutes, 1)})
+        if best is None or _better(res, best):
+            best = res
+    assert best is not None
+    results["keda_tuned"] = best
+    return results, table
+
+
+# ------------------------------------------------------------------------------------- output
+COLUMNS = ("within_sla_fraction", "p99_latency_s", "max_latency_s", "violation_minutes",
+           "replica_minutes", "drain_task_minutes", "scale_events")
+
+
+def format_table(results: dict[str, PolicyResult]) -> str:
+    head = f"{'policy':<12}" + "".join(f"{c:>21}" for c in COLUMNS)
+    lines = [head]
+    for name, r in results.items():
+        d = r.to_dict()
+        cells = []
+        for c in COLUMNS:
+            v = d[c]
+            cells.append(f"{v:>21.4f}" if c == "within_sla_fraction" else f"{v:>21}")
+        label = name + (f" ({d['lag_threshold']})" if "lag_threshold" in d and name == "keda_tuned" else "")
+        lines.append(f"{label:<12}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, PolicyResult], params: SimParams, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    for name, r in results.items():
+        hrs = [x / 3600 for x in r.series["t"]]
+        axes[0].plot(hrs, r.series["age"], label=name, lw=1)
+        axes[1].plot(hrs, r.series["lag"], label=name, lw=1)
+        axes[2].plot(hrs, r.series["replicas"], label=name, lw=1)
+        axes[3].plot(hrs, r.series["tasks"], label=name, lw=1)
+    axes[0].axhline(params.sla_s, color="red", ls="--", lw=1, label=f"SLA {params.sla_s:.0f}s")
+    axes[0].set_ylabel("oldest record age (s)")
+    axes[0].set_ylim(bottom=0)
+    axes[1].set_ylim(bottom=0)
+    axes[0].set_yscale("symlog", linthresh=max(1.0, params.sla_s / 10))
+    axes[1].set_ylabel("unprocessed records")
+    axes[1].set_yscale("symlog", linthresh=1000)
+    axes[2].set_ylabel("replicas")
+    axes[3].set_ylabel("drain tasks")
+    axes[3].set_xlabel("hours")
+    axes[0].legend(fontsize=8, ncol=5)
+    fig.suptitle(f"{params.partitions} partitions, capacity {params.capacity}/s per consumer, SLA {params.sla_s:.0f}s")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimParams()
+    ap = argparse.ArgumentParser(prog="lagpilot simulate", description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", required=True, help="CSV t_s,produce_msgs_per_s[,partition_weights]")
+    ap.add_argument("--partitions", type=int, default=d.partitions)
+    ap.add_argument("--capacity", type=float, default=d.capacity, help="records/s one consumer processes")
+    ap.add_argument("--sla-seconds", type=float, default=d.sla_s)
+    ap.add_argument("--pod-start-seconds", type=float, default=d.pod_start_s)
+    ap.add_argument("--drain-start-seconds", type=float, default=d.drain_start_s)
+    ap.add_argument("--drain-task-capacity", type=float, default=None,
+                    help="records/s of one drain task (default: --capacity)")
+    ap.add_argument("--max-drain-tasks", type=int, default=d.max_drain_tasks)
+    ap.add_argument("--split-factor", type=int, default=d.split_factor, help="drain tasks per partition")
+    ap.add_argument("--min-backlog-records", type=int, default=d.min_backlog_records)
+    ap.add_argument("--step-seconds", type=float, default=d.step_s)
+    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset")
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    ap.add_argument("--plot", default=None, help="PNG path (default simulate.png without --json)")
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `lagpilot simulate` (see issue 5 and docs/decision.md)."""
-    raise NotImplementedError("simulator under construction")
+    args = build_parser().parse_args(argv)
+    if args.partitions < 1 or args.capacity <= 0 or args.sla_seconds <= 0 or args.step_seconds <= 0:
+        print("error: partitions, capacity, sla and step must be positive", file=sys.stderr)
+        return 2
+    params = SimParams(
+        partitions=args.partitions,
+        capacity=args.capacity,
+        sla_s=args.sla_seconds,
+        pod_start_s=args.pod_start_seconds,
+        drain_start_s=args.drain_start_seconds,
+        drain_task_capacity=args.drain_task_capacity,
+        max_drain_tasks=args.max_drain_tasks,
+        split_factor=args.split_factor,
+        min_backlog_records=args.min_backlog_records,
+        step_s=args.step_seconds,
+    )
+    try:
+        trace = load_trace(args.trace)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"error: cannot read trace {args.trace}: {exc}", file=sys.stderr)
+        return 2
+    wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in wanted if p not in POLICIES]
+    if unknown:
+        print(f"error: unknown policies {unknown}; choose from {POLICIES}", file=sys.stderr)
+        return 2
+    if "keda_tuned" in wanted:
+        results, sweep = run_all(trace, params)
+        results = {k: v for k, v in results.items() if k in wanted}
+    else:
+        results = {p: run_policy(trace, params, p) for p in wanted}
+        sweep = []
+    out = {
+        "policies": {k: v.to_dict() for k, v in results.items()},
+        "params": {k: v for k, v in asdict(params).items()},
+        "keda_sweep": sweep,
+    }
+    if args.json:
+        print(json.dumps(out, sort_keys=False))
+        return 0
+    print(format_table(results))
+    if sweep:
+        best = results.get("keda_tuned")
+        if best is not None:
+            print(f"keda_tuned: best lagThreshold {best.extra.get('lag_threshold')} of {[s['lag_threshold'] for s in sweep]}")
+    path = args.plot or "simulate.png"
+    try:
+        plot(results, params, path)
+        print(f"plot: {path}")
+    except ImportError:
+        print("plot skipped: matplotlib not installed (pip install 'lagpilot[plot]')", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""A model of the baseline: KEDA's Kafka scaler driving the HPA (pure; used by the simulator).
+
+Defaults as KEDA and Kubernetes ship them (sources cited in docs/decision.md):
+- Kafka scaler: ``lagThreshold`` 10, ``activationLagThreshold`` 0, ``allowIdleConsumers`` false:
+  the metric is the total lag, capped at ``partitions x lagThreshold`` so the HPA never asks for more
+  consumers than partitions.
+- ScaledObject: ``pollingInterval`` 30 s (activation 0 <-> 1), ``cooldownPeriod`` 300 s (back to 0),
+  ``minReplicaCount`` 0, ``maxReplicaCount`` 100.
+- HPA: 15 s sync period, tolerance 0.1, external metric with an AverageValue target: desired =
+  ceil(metric / target) unless metric / (target x current) is within the tolerance; scale-up
+  stabilization 0 s, scale-down 300 s; scale-up rate limit max(+4 pods, +100%) per 15 s;
+  scale-down limit 100% per 15 s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class KedaConfig:
+    lag_threshold: int = 10
+    activation_lag_threshold: int = 0
+    allow_idle_consumers: bool = False
+    polling_interval_s: float = 30.0
+    cooldown_s: float = 300.0
+    min_replicas: int = 0
+    max_replicas: int = 100
+    hpa_sync_s: float = 15.0
+    tolerance: float = 0.1
+    up_window_s: float = 0.0
+    down_window_s: float = 300.0
+    scale_up_pods: int = 4
+    scale_up_percent: int = 100
+    scale_up_period_s: float = 15.0
+    scale_down_percent: int = 100
+    scale_down_period_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class KedaState:
+    """What KEDA's operator and the HPA controller keep in memory between syncs."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    scale_events: tuple[tuple[float, int], ...] = ()  # (time, replica change) for the rate limits
+    last_active_s: float | None = None
+    next_poll_s: float = 0.0
+    next_sync_s: float = 0.0
+
+
+def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfig) -> int:
+    """The external metric KEDA serves: total lag, capped at partitions x threshold (integer maths)."""
+    total = int(sum(max(0, int(l)) for l in partition_lags))
+    if not cfg.allow_idle_consumers and cfg.lag_threshold > 0 and total // cfg.lag_threshold > partitions:
+        total = partitions * cfg.lag_threshold
+    return total
+
+
+def is_active(partition_lags: Sequence[float], cfg: KedaConfig) -> bool:
+    return int(sum(max(0, int(l)) for l in partition_lags)) > cfg.activation_lag_threshold
+
+
+def hpa_replicas(current: int, metric: int, cfg: KedaConfig) -> int:
+    """HPA replica calculator for an external metric with an AverageValue target."""
+    if current <= 0:
+        return 0
+    ratio = metric / (cfg.lag_threshold * current)
+    if abs(ratio - 1.0) <= cfg.tolerance:
+        return current
+    return math.ceil(metric / cfg.lag_threshold)
+
+
+def _stabilize(raw: int, current: int, now_s: float, recs: list[tuple[float, int]], cfg: KedaConfig) -> int:
+    up = down = raw
+    for t, r in recs:
+        if now_s - t <= cfg.up_window_s:
+            up = min(up, r)
+        if now_s - t <= cfg.down_window_s:
+            down = max(down, r)
+    out = current
+    if out < up:
+        out = up
+    if out > down:
+        out = down
+    return out
+
+
+def _rate_limit(desired: int, current: int, now_s: float, events: Sequence[tuple[float, int]], cfg: KedaConfig) -> int:
+    if desired > current:
+        added = sum(d for t, d in events if now_s - t < cfg.scale_up_period_s and d > 0)
+        start = current - added
+        limit = max(start + cfg.scale_up_pods, math.ceil(start * (1 + cfg.scale_up_percent / 100)))
+        return min(desired, limit)
+    if desired < current:
+        removed = -sum(d for t, d in events if now_s - t < cfg.scale_down_period_s and d < 0)
+        start = current + removed
+        limit = math.floor(start * (1 - cfg.scale_down_percent / 100))
+        return max(desired, limit)
+    return desired
+
+
+def step(
+    state: KedaState,
+    now_s: float,
+    current: int,
+    partition_lags: Sequence[float],
+    partitions: int,
+    cfg: KedaConfig = KedaConfig(),
+) -> tuple[int, KedaState]:
+    """Advance KEDA + HPA to ``now_s``; returns the replica count they set (maybe unchanged)."""
+    desired = current
+    if now_s >= state.next_poll_s:
+        active = is_active(partition_lags, cfg)
+        last_active = now_s if active else state.last_active_s
+        if current == 0 and active:
+            desired = max(1, cfg.min_replicas)
+        elif (
+            current > 0
+            and not active
+            and cfg.min_replicas == 0
+            and (last_active is None or now_s - last_active >= cfg.cooldown_s)
+        ):
+            desired = 0
+        state = replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
+    if desired == current and current > 0 and now_s >= state.next_sync_s:
+        metric = keda_metric(partition_lags, partitions, cfg)
+        raw = hpa_replicas(current, metric, cfg)
+        keep = max(cfg.up_window_s, cfg.down_window_s)
+        recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
+        recs.append((now_s, raw))
+        stab = _stabilize(raw, current, now_s, recs, cfg)
+        limited = _rate_limit(stab, current, now_s, state.scale_events, cfg)
+        desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
+        state = replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
+    if desired != current:
+        events = [(t, d) for t, d in state.scale_events if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)]
+        events.append((now_s, desired - current))
+        state = replace(state, scale_events=tuple(events))
+    return desired, state
+
+
+__all__ = ["KedaConfig", "KedaState", "keda_metric", "hpa_replicas", "is_active", "step"]
