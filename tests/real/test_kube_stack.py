@@ -3,16 +3,13 @@ kube-controller-manager collects garbage, runs Deployments and Jobs (pods throug
 from __future__ import annotations
 
 import json
-import os
-import signal
-import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lagpilot_dev.paths import pid_alive
 from tests.fixtures.kube import KubeEnv, wait_until
 
 pytestmark = pytest.mark.real
@@ -110,3 +107,98 @@ def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(kub
 
     # the GC picks up new resource types on its discovery resync (30 s): allow for several
     wait_until(both_gone, "the Widget and its ConfigMap to be deleted (foreground)", timeout=180)
+
+
+# A container that records its pid and, on SIGTERM, writes <dir>/<pod>.term and exits.
+WORKER = textwrap.dedent('''
+    import os, signal, sys, time
+    out, me = sys.argv[1], os.environ["HOSTNAME"]
+    def on_term(signum, frame):
+        open(os.path.join(out, me + ".term"), "w").close()
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    with open(os.path.join(out, me + ".pid"), "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(0.2)
+''')
+
+
+def _deployment(name: str, replicas: int, command: list[str]) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"terminationGracePeriodSeconds": 30,
+                                       "containers": [{"name": "worker", "image": "lagpilot/test:0",
+                                                       "command": command}]}}},
+    }
+
+
+@pytest.mark.slow
+def test_deployment_replicas_are_local_processes_and_scale_to_zero(kube: KubeEnv, kube_api: Any, namespace: Any,
+                                                                   pod_runner: Any, tmp_path: Path) -> None:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube_api)
+    ns = namespace()
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    apps.create_namespaced_deployment(ns, _deployment("workers", 2, ["python", str(script), str(out)]))
+
+    def two_ready() -> bool:
+        line = kube.kubectl("get", "deploy", "workers", "-n", ns, "--no-headers").stdout.split()
+        return len(line) > 1 and line[1] == "2/2"
+
+    wait_until(two_ready, "kubectl get deploy to show 2/2", timeout=180)
+    pids = pod_runner.running_pids(ns)
+    assert len(pids) == 2
+    for pod_name, pid in pids.items():
+        assert pid_alive(pid)
+        assert str(script) in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
+        assert (out / f"{pod_name}.pid").read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
+    # the real ReplicaSet controller created them: they are owned by the Deployment's ReplicaSet
+    rs_names = {rs.metadata.name for rs in apps.list_namespaced_replica_set(ns).items}
+    pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns).items
+    assert {p.metadata.owner_references[0].name for p in pods} <= rs_names and len(rs_names) == 1
+
+    kube.kubectl("scale", "deploy", "workers", "-n", ns, "--replicas=0")
+    wait_until(lambda: not client.CoreV1Api(kube_api).list_namespaced_pod(ns).items, "the pods to be deleted", timeout=180)
+    wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "the processes to exit", timeout=60)
+    assert {f.name for f in out.glob("*.term")} == {f"{name}.term" for name in pids}  # SIGTERMed, gracefully
+    assert pod_runner.running_pids(ns) == {}
+
+
+@pytest.mark.slow
+def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(kube: KubeEnv, kube_api: Any,
+                                                                              namespace: Any, pod_runner: Any) -> None:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(kube_api)
+    ns = namespace()
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "lagpilot/test:0",
+            "command": ["python", "-c", "import os; print('job done in', os.environ['JOB_NS'])"],
+            "env": [{"name": "JOB_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        }]}}},
+    }
+    batch.create_namespaced_job(ns, job)
+
+    def complete() -> bool:
+        st = batch.read_namespaced_job_status("once", ns).status
+        return any(c.type == "Complete" and c.status == "True" for c in st.conditions or [])
+
+    wait_until(complete, "the Job to be Complete", timeout=180)
+    st = batch.read_namespaced_job_status("once", ns).status
+    assert st.succeeded == 1 and not st.failed
+    pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns, label_selector="job-name=once").items
+    assert [p.status.phase for p in pods] == ["Succeeded"]
+    log_path = pod_runner.log_path(ns, pods[0].metadata.name)
+    assert f"job done in {ns}" in log_path.read_text()
+    out = kube.kubectl("get", "job", "once", "-n", ns, "--no-headers").stdout
+    assert "Complete" in out and "1/1" in out
