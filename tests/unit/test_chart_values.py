@@ -81,7 +81,8 @@ def _schema_for(path: str) -> dict[str, Any] | None:
         props = node.get("properties", {})
         if part in props:
             node = props[part]
-        elif isinstance(node.get("additionalProperties"), dict) or node.get("type") == "object" and "properties" not in node:
+        elif isinstance(node.get("additionalProperties"), dict) or (
+                node.get("type") == "object" and "properties" not in node):
             return node  # a map or a pass-through object: its inner keys are free-form by design
         else:
             return None

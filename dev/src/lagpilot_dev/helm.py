@@ -82,7 +82,8 @@ def ensure_helm(cache: Path | None = None, timeout: float = 1800.0) -> Path:
     return found
 
 
-def _run(helm: Path, args: Sequence[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+def run_helm(helm: Path, args: Sequence[str], timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run helm with its config/cache dirs in a temp dir; HelmError when it fails."""
     # helm wants writable config/cache dirs; keep them out of $HOME and out of the repo
     home = Path(tempfile.gettempdir()) / "lagpilot-helm-home"
     env = {
@@ -137,7 +138,7 @@ def template(values: Mapping[str, Any] | None = None, set_values: Sequence[str] 
     with tempfile.TemporaryDirectory(prefix="lagpilot-helm-") as d:
         args = ["template", release, str(chart), "--namespace", namespace,
                 *(["--include-crds"] if include_crds else []), *_value_args(values, set_values, Path(d))]
-        out = _run(helm, args).stdout
+        out = run_helm(helm, args).stdout
     objects = [doc for doc in yaml.safe_load_all(out) if doc]
     return Rendered(objects=objects, manifest=out)
 
@@ -149,7 +150,7 @@ def lint(values: Mapping[str, Any] | None = None, set_values: Sequence[str] = ()
     with tempfile.TemporaryDirectory(prefix="lagpilot-helm-") as d:
         args = ["lint", str(chart), "--namespace", namespace, *(["--strict"] if strict else []),
                 *_value_args(values, set_values, Path(d))]
-        proc = _run(helm, args)
+        proc = run_helm(helm, args)
     return proc.stdout + proc.stderr
 
 
@@ -166,9 +167,7 @@ def chart_rbac_objects(rendered: Rendered) -> list[dict[str, Any]]:
 
 
 class _Kube(Protocol):
-    """What this module needs of `lagpilot_dev.kube.KubePart` (kept structural: no import cycle)."""
-
-    admin_kubeconfig: Path
+    """What this module needs of `lagpilot_dev.kube.KubePart` (structural: tests may pass a fake)."""
 
     def kubectl(self, *args: str, kubeconfig: Path | None = None, timeout: float = 120.0,
                 input_text: str | None = None) -> subprocess.CompletedProcess[str]: ...

@@ -1,0 +1,222 @@
+"""The chart on the real API server: server-side dry-run, a real apply, and the ServiceAccounts'
+effective permissions (`kubectl auth can-i --as=system:serviceaccount:...`): allowed exactly what
+docs/helm.md / docs/rbac.md list, denied the rest.
+
+The operator Deployment is applied with replicas 0: a live operator watching every namespace of the
+shared test cluster would act on other tests' objects. Running the operator with the chart's
+permissions is the operator e2e's job, through `lagpilot_dev.helm.operator_kubeconfig`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from lagpilot_dev import helm as h
+from tests.fixtures.kube import KubeEnv, wait_until
+
+pytestmark = pytest.mark.real
+
+CRD = "batchconsumergroups.lagpilot.io"
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Any:
+    return h.ensure_helm()
+
+
+@pytest.fixture
+def release(kube: KubeEnv) -> Iterator[str]:
+    """A unique release name (cluster-scoped RBAC names derive from it); its cluster objects are
+    deleted afterwards (namespaced ones go with the test namespaces)."""
+    name = f"lpt-{uuid.uuid4().hex[:6]}"
+    yield name
+    for kind in ("clusterrolebinding", "clusterrole"):
+        for suffix in ("", "-scanning"):
+            kube.kubectl("delete", kind, f"{name}-lagpilot{suffix}", "--ignore-not-found", check=False)
+
+
+def _render(helm_bin: Any, release: str, namespace: str, values: dict[str, Any]) -> h.Rendered:
+    return h.template(values, release=release, namespace=namespace, helm=helm_bin)
+
+
+def _without_live_operator(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(objects)
+    for o in out:
+        if o["kind"] == "Deployment":
+            o["spec"]["replicas"] = 0
+    return out
+
+
+def _can_i(kube: KubeEnv, who: str, verb: str, resource: str, namespace: str | None,
+           subresource: str | None = None) -> bool:
+    args = ["auth", "can-i", verb, resource, f"--as={who}"]
+    if namespace:
+        args += ["-n", namespace]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    proc = kube.kubectl(*args, check=False)
+    answer = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {proc.stdout!r} {proc.stderr!r}"
+    return answer == "yes"
+
+
+# (verb, resource, subresource) the operator's ServiceAccount must be allowed in a served namespace
+OPERATOR_ALLOWED = [
+    *[(v, CRD, None) for v in ("get", "list", "watch", "patch")],
+    ("get", CRD, "status"), ("patch", CRD, "status"),
+    ("update", CRD, "finalizers"),
+    *[(v, "deployments.apps", None) for v in ("get", "list", "watch", "create", "patch", "update")],
+    *[(v, "jobs.batch", None) for v in ("get", "list", "watch", "create", "delete")],
+    ("create", "events", None), ("patch", "events", None),
+    ("create", "events.events.k8s.io", None), ("patch", "events.events.k8s.io", None),
+    ("get", "secrets", None),
+]
+# ... and denied there
+OPERATOR_DENIED = [
+    ("list", "secrets", None), ("watch", "secrets", None), ("create", "secrets", None),
+    ("delete", CRD, None), ("create", CRD, None), ("update", CRD, None),
+    ("delete", "deployments.apps", None), ("patch", "jobs.batch", None),
+    ("create", "pods", None), ("delete", "pods", None), ("get", "configmaps", None),
+    ("create", "roles.rbac.authorization.k8s.io", None), ("create", "rolebindings.rbac.authorization.k8s.io", None),
+    ("create", "serviceaccounts", None), ("create", "serviceaccounts", "token"),
+    ("create", "pods", "exec"),
+]
+DRAIN_ALLOWED = [
+    *[(v, "pods", None) for v in ("get", "list", "watch", "create", "delete", "deletecollection")],
+    ("get", "services", None), ("create", "services", None), ("delete", "services", None),
+    ("get", "configmaps", None), ("create", "configmaps", None), ("delete", "configmaps", None),
+]
+DRAIN_DENIED = [
+    ("get", "secrets", None), ("create", "jobs.batch", None), ("create", "deployments.apps", None),
+    ("get", CRD, None), ("create", "persistentvolumeclaims", None), ("create", "pods", "exec"),
+    ("create", "roles.rbac.authorization.k8s.io", None),
+]
+
+
+def _check(kube: KubeEnv, who: str, namespace: str | None, rows: list[tuple[str, str, str | None]],
+           expected: bool) -> list[str]:
+    wrong = []
+    for verb, resource, sub in rows:
+        if _can_i(kube, who, verb, resource, namespace, sub) != expected:
+            wrong.append(f"{verb} {resource}{'/' + sub if sub else ''} in {namespace or '(cluster)'}")
+    return wrong
+
+
+def _sa(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+@pytest.mark.parametrize("mode", ["all-namespaces", "watch-namespaces"])
+def test_rendered_chart_passes_server_side_dry_run(kube: KubeEnv, helm_bin: Any, release: str,
+                                                   namespace: Callable[..., str], mode: str) -> None:
+    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    values: dict[str, Any] = {"watchNamespaces": [team]} if mode == "watch-namespaces" else {}
+    rendered = _render(helm_bin, release, rel_ns, values)
+    out = h.kubectl_apply(kube.part, rendered.objects, dry_run_server=True)
+    # every rendered object was accepted by admission and the structural schemas (none persisted)
+    for o in rendered.objects:
+        assert f"{o['kind'].lower()}" in out.lower()
+        assert o["metadata"]["name"] in out
+    assert kube.kubectl("get", "deployment", "-n", rel_ns, "-o", "name").stdout.strip() == ""
+
+
+def test_helm_install_dry_run_on_the_server_prints_next_commands(kube: KubeEnv, helm_bin: Any, release: str,
+                                                                 namespace: Callable[..., str]) -> None:
+    rel_ns = namespace("lp-sys")
+    proc = h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-n", rel_ns, "--dry-run=server",
+                             "--kubeconfig", str(kube.kubeconfig)])
+    assert "NOTES:" in proc.stdout
+    assert f"kubectl -n {rel_ns} rollout status deployment/{release}-lagpilot" in proc.stdout
+    assert "kubectl get bcg -A -w" in proc.stdout
+
+
+def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    rel_ns, team, other = namespace("lp-sys"), namespace("lp-team"), namespace("lp-other")
+    rendered = _render(helm_bin, release, rel_ns, {"watchNamespaces": [team]})
+    h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
+    full = f"{release}-lagpilot"
+    operator, drain = _sa(rel_ns, full), _sa(team, f"{full}-drain")
+
+    # RBAC is cached by the authorizer: wait for the first grant to be visible, then check them all
+    wait_until(lambda: _can_i(kube, operator, "create", "deployments.apps", team), "the operator's Role", 60)
+    wait_until(lambda: _can_i(kube, drain, "create", "pods", team), "the drain driver's Role", 60)
+
+    wrong = (_check(kube, operator, team, OPERATOR_ALLOWED, True)
+             + _check(kube, operator, team, OPERATOR_DENIED, False)
+             # a namespace it does not serve: nothing at all
+             + _check(kube, operator, other, OPERATOR_ALLOWED, False)
+             + _check(kube, operator, rel_ns, [("create", "deployments.apps", None), ("get", "secrets", None)], False)
+             # cluster-wide: only kopf's read-only scans
+             + _check(kube, operator, None, [("list", "customresourcedefinitions.apiextensions.k8s.io", None),
+                                             ("watch", "customresourcedefinitions.apiextensions.k8s.io", None),
+                                             ("list", "namespaces", None), ("watch", "namespaces", None)], True)
+             + _check(kube, operator, None, [("create", "namespaces", None), ("list", "nodes", None),
+                                             ("create", "clusterroles.rbac.authorization.k8s.io", None),
+                                             ("patch", "customresourcedefinitions.apiextensions.k8s.io", None)],
+                      False)
+             + _check(kube, drain, team, DRAIN_ALLOWED, True)
+             + _check(kube, drain, team, DRAIN_DENIED, False)
+             + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False))
+    assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
+
+
+def test_all_namespaces_install_serves_every_namespace_but_nothing_more(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    rel_ns, anywhere = namespace("lp-sys"), namespace("lp-any")
+    rendered = _render(helm_bin, release, rel_ns, {})
+    h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
+    operator = _sa(rel_ns, f"{release}-lagpilot")
+    wait_until(lambda: _can_i(kube, operator, "create", "deployments.apps", anywhere), "the operator's ClusterRole", 60)
+    wrong = (_check(kube, operator, anywhere, OPERATOR_ALLOWED, True)
+             + _check(kube, operator, anywhere, OPERATOR_DENIED, False)
+             + _check(kube, operator, None, [("list", "namespaces", None), ("create", "namespaces", None),
+                                             ("list", "nodes", None)], False))
+    assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
+    # the drain ServiceAccount exists in the release namespace only (drain.namespaces default)
+    sas = kube.kubectl("get", "serviceaccounts", "-A", "-o", "json",
+                       "-l", f"app.kubernetes.io/component=drain,app.kubernetes.io/instance={release}").stdout
+    assert {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in json.loads(sas)["items"]} == {
+        (rel_ns, f"{release}-lagpilot-drain")}
+
+
+def _example_bcg() -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all((h.REPO_ROOT / "examples" / "bcg-postgres.yaml").read_text()) if d]
+    assert {d["kind"] for d in docs} >= {"BatchConsumerGroup"}
+    return docs
+
+
+def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    """The helper the operator e2e uses: a real token for the chart's ServiceAccount, and real
+    API calls with it (not only `can-i`): status writes work, anything else is Forbidden."""
+    rel_ns, team, other = namespace("lp-sys"), namespace("lp-team"), namespace("lp-other")
+    crd = [o for o in _render(helm_bin, release, rel_ns, {}).objects if o["kind"] == "CustomResourceDefinition"]
+    h.kubectl_apply(kube.part, crd)
+    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
+    sa_kubeconfig = h.operator_kubeconfig(kube.part, {"watchNamespaces": [team]}, release=release, namespace=rel_ns)
+    for obj in _example_bcg():
+        kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(obj))
+    name = next(d for d in _example_bcg() if d["kind"] == "BatchConsumerGroup")["metadata"]["name"]
+
+    def as_operator(*args: str) -> Any:
+        return kube.kubectl(*args, kubeconfig=sa_kubeconfig, check=False)
+
+    wait_until(lambda: as_operator("get", "bcg", name, "-n", team).returncode == 0, "RBAC for the operator SA", 60)
+    patched = as_operator("patch", "bcg", name, "-n", team, "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": {"observedGeneration": 1}}))
+    assert patched.returncode == 0, patched.stderr
+    assert as_operator("get", "secret", "orders-pg", "-n", team).returncode == 0
+    for forbidden in (("delete", "bcg", name, "-n", team), ("get", "secrets", "-n", team),
+                      ("get", "bcg", "-n", other), ("get", "configmaps", "-n", team),
+                      ("create", "namespace", f"{release}-nope")):
+        proc = as_operator(*forbidden)
+        assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), (forbidden, proc.stderr)
+    whoami = json.loads(as_operator("auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["username"] == _sa(rel_ns, f"{release}-lagpilot")
