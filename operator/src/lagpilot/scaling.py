@@ -213,15 +213,18 @@ def stabilize(
 ) -> tuple[int, ScalingHistory]:
     """HPA's ``stabilizeRecommendationWithBehaviors`` with ``now`` passed in and history returned."""
     keep = max(policy.scale_up_window_s, policy.scale_down_window_s)
-    recs = [(t, r) for t, r in history.recommendations if now_s - t <= keep and t <= now_s]
-    recs.append((now_s, raw))
+    # like the HPA: remembered recommendations count while strictly inside their window
+    past = [(t, r) for t, r in history.recommendations if 0 <= now_s - t < keep]
     up = raw
-    down = raw
-    for t, r in recs:
-        if now_s - t <= policy.scale_up_window_s:
+    # no remembered recommendations (first decision, or status lost): treat the current count as
+    # recommended now, so a restart never scales down at once (the HPA's in-memory flaw)
+    down = raw if history.recommendations or policy.scale_down_window_s <= 0 else max(raw, current)
+    for t, r in past:
+        if now_s - t < policy.scale_up_window_s:
             up = min(up, r)
-        if now_s - t <= policy.scale_down_window_s:
+        if now_s - t < policy.scale_down_window_s:
             down = max(down, r)
+    recs = past + [(now_s, raw)]
     out = current
     if out < up:
         out = up
@@ -278,8 +281,10 @@ def decide(
                                          key=lambda kv: (-kv[1], kv[0])) if t > target)
         cur_proj = project(loads, cur, c).catch_up_s
         cur_util = project(loads, cur, c).utilization if cur > 0 else INF
-        required = required_replicas(loads, c, target, cap_hi, current_replicas=cur,
-                                     startup_s=policy.pod_start_s, max_utilization=policy.max_utilization)
+        # the replica count is chosen on the load alone (not on the current count), so that the
+        # answer under constant load is a fixed point: no up-then-down flapping. The pod start-up
+        # only enters the reported projection at the desired count.
+        required = required_replicas(loads, c, target, cap_hi, max_utilization=policy.max_utilization)
         if idle and policy.scale_to_zero:
             raw, reason, why = 0, "ScaleToZero", "idle: no lag and no records arriving"
         elif required is None:
@@ -306,24 +311,27 @@ def decide(
         if not idle or not policy.scale_to_zero:
             raw = max(raw, 1)
 
-    raw = max(min(raw, cap_hi), lo if not (idle and policy.scale_to_zero) else 0)
-    stabilized, history = stabilize(raw, cur, obs.now_s, history, policy)
     floor = 0 if (idle and policy.scale_to_zero) else lo
+    raw = max(min(raw, cap_hi), floor)
+    stabilized, history = stabilize(raw, cur, obs.now_s, history, policy)
     desired = max(min(stabilized, cap_hi), floor)
-    if desired < raw and reason in ("ScaleUp", "ScaleFromZero", "SLAUnreachable"):
+    if desired < cur and stabilized > cap_hi:
+        reason = "CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"
+        why = f"{cur} replicas > cap {cap_hi} (min(maxReplicas, partitions))"
+    elif desired > cur and reason not in ("ScaleUp", "ScaleFromZero", "SLAUnreachable"):
+        reason, why = "BelowMinimum", f"{cur} < minReplicas {lo}"
+    elif desired < cur and reason not in ("ScaleDown", "ScaleToZero"):
+        limit = "CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"
+        reason, why = limit, f"{cur} > cap {cap_hi}"
+    elif desired == cur and raw < cur:
+        reason = "ScaleDownStabilized"
+        why = f"{why}; holding for the {policy.scale_down_window_s:.0f}s scale-down window"
+    elif desired == cur and raw > cur:
         reason = "ScaleUpStabilized"
-    if desired > raw and reason in ("ScaleDown", "ScaleToZero", "Steady", "WithinTolerance"):
-        if desired > cur:
-            reason = "BelowMinimum" if cur < lo else reason
-        else:
-            reason, why = "ScaleDownStabilized", f"{why}; holding {desired} for the {policy.scale_down_window_s:.0f}s scale-down window"
-    if desired < cur and cur_proj is not None and cur_proj > policy.sla_s:
+        why = f"{why}; holding for the {policy.scale_up_window_s:.0f}s scale-up window"
+    if desired < cur <= cap_hi and cur_proj is not None and cur_proj > policy.sla_s:
         desired = cur
         reason, why = "ScaleDownBlockedAtRisk", f"projected {_fmt(cur_proj)} > SLA {policy.sla_s:.0f}s"
-    if desired > cur_cap(cur, cap_hi) and reason in ("Steady", "WithinTolerance", "ScaleDownStabilized"):
-        reason = "BelowMinimum"
-    if cur > cap_hi and desired <= cap_hi and reason in ("Steady", "WithinTolerance", "ScaleDownStabilized"):
-        reason, why = ("CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"), f"{cur} > cap {cap_hi}"
 
     proj_desired: float | None = None
     if c is not None and c > 0:
@@ -337,8 +345,8 @@ def decide(
     message = f"{_verb(cur, desired)} {arrow}: {why}"
     if drain is not None:
         message += f"; {drain.message}"
-    if history.last_scale_s is None or desired != cur:
-        history = replace(history, last_scale_s=obs.now_s if desired != cur else history.last_scale_s)
+    if desired != cur:
+        history = replace(history, last_scale_s=obs.now_s)
     return (
         Decision(
             desired_replicas=desired,
@@ -353,10 +361,6 @@ def decide(
         ),
         history,
     )
-
-
-def cur_cap(cur: int, cap_hi: int) -> int:
-    return min(cur, cap_hi)
 
 
 def _verb(cur: int, desired: int) -> str:
