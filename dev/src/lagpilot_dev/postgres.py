@@ -306,8 +306,7 @@ class PostgresPart:
 
     def info(self) -> dict[str, Any]:
         return {
-            "postgres_dsn": self.app_dsn(),
-            "postgres_admin_dsn": self.admin_dsn(),
+            "postgres_dsn": self.app_dsn(),  # the superuser's DSN stays out of status output: admin_dsn()
             "postgres_port": self.port(),
             "postgres_data_dir": str(self.data_dir()),
             "postgres_log": str(self.dir / "postgres.log"),

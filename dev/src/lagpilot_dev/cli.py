@@ -1,0 +1,85 @@
+"""`lagpilot dev up|status|down`: the local real-parts stack for people and scripts.
+
+    lagpilot dev up [--parts kafka,kube,postgres,spark] [--json]
+    lagpilot dev status [--json]
+    lagpilot dev down [--parts ...]
+
+Human output goes to stdout as shell lines (`export KUBECONFIG=...`), so `eval "$(lagpilot dev up)"`
+works; progress logs go to stderr as JSON lines. `--json` prints one JSON object on stdout instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from lagpilot_dev import logutil
+from lagpilot_dev.stack import ALL_PARTS, DEFAULT_PARTS, Stack, StackInfo, parse_parts
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lagpilot dev", description="the local real-parts stack")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="install and start what is missing, print connection details")
+    up.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                    help=f"comma-separated subset of {','.join(ALL_PARTS)} or 'all' (default: %(default)s)")
+    up.add_argument("--json", action="store_true", help="print one JSON object")
+    st = sub.add_parser("status", help="show what is running (starts nothing)")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
+    down = sub.add_parser("down", help="stop the running parts")
+    down.add_argument("--parts", default="all", help="comma-separated parts to stop (default: all)")
+    down.add_argument("--json", action="store_true", help="print one JSON object")
+    for s in (up, st, down):
+        s.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
+    return p
+
+
+def render_human(info: StackInfo) -> str:
+    """Shell-friendly lines: exports first (eval-able), details as comments."""
+    lines = list(info.shell_exports())
+    for name, running in info.running.items():
+        lines.append(f"# {name}: {'running' if running else 'not running'}")
+    if info.bootstrap_servers:
+        lines.append(f"# kafka bootstrap servers: {info.bootstrap_servers}")
+    if info.kafka_home:
+        lines.append(f"# kafka CLI classpath: {info.kafka_home}/*")
+    if info.postgres_dsn:
+        lines.append(f"# postgres DSN: {info.postgres_dsn}")
+    if info.kubectl:
+        lines.append(f"# kubectl: {info.kubectl}")
+    if info.spark_jars:
+        lines.append(f"# spark jars: {','.join(info.spark_jars)}")
+    lines.append(f"# state: {info.state_dir}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.quiet:
+        logutil.setup()
+    stack = Stack()
+    try:
+        if args.cmd == "up":
+            t0 = time.monotonic()
+            info = stack.up(parse_parts(args.parts))
+            if args.json:
+                print(json.dumps({**info.to_dict(), "seconds": round(time.monotonic() - t0, 1)}, sort_keys=True))
+            else:
+                print(render_human(info))
+        elif args.cmd == "status":
+            info = stack.status()
+            print(info.to_json() if args.json else render_human(info))
+            return 0
+        elif args.cmd == "down":
+            stopped = stack.down(parse_parts(args.parts, default=ALL_PARTS))
+            print(json.dumps({"stopped": stopped}) if args.json else
+                  (f"stopped: {', '.join(stopped)}" if stopped else "nothing was running"))
+    except (RuntimeError, ValueError, TimeoutError) as exc:
+        print(f"lagpilot dev {args.cmd}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
