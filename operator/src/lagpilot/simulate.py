@@ -318,6 +318,7 @@ class _World:
         self.tasks: list[_Task] = []
         self.last_drain_end: float | None = None
         self.drains = 0
+        self.drained: dict[int, int] = {}  # partition -> drains of it
         self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
         self.scale_events = 0
         self.lat = _Latency(params.sla_s)
@@ -356,6 +357,7 @@ class _World:
                 break
             budget -= tasks
             segs = self.queues[partition].take_all()
+            self.drained[partition] = self.drained.get(partition, 0) + 1
             for q in _split(segs, tasks):
                 self.tasks.append(_Task(q, t, t + self.p.drain_start_s))
         self.drains += 1
@@ -476,6 +478,7 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
         processed=processed,
         remaining=remaining,
         series=series,
+        extra={"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {},
     )
 
 

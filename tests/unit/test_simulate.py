@@ -1,0 +1,167 @@
+"""Simulator sanity: conservation, ample capacity, FIFO latency maths, the hot partition, the CLI."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from lagpilot.simulate import (
+    SimParams,
+    _Latency,
+    _Queue,
+    _split,
+    _water_fill,
+    main,
+    parse_trace,
+    range_assignment,
+    run_all,
+    run_policy,
+)
+
+
+def trace_of(rows: list[tuple[float, float, str]]):  # type: ignore[no-untyped-def]
+    text = "t_s,produce_msgs_per_s,partition_weights\n" + "".join(f'{t},{r},"{w}"\n' for t, r, w in rows)
+    return parse_trace(io.StringIO(text))
+
+
+def flat(rate: float, minutes: int, weights: str = ""):  # type: ignore[no-untyped-def]
+    return trace_of([(60 * m, rate, weights) for m in range(minutes)])
+
+
+def burst(minutes: int = 120):  # type: ignore[no-untyped-def]
+    """Quiet, a 40-minute burst above 3 consumers, quiet again."""
+    return trace_of([(60 * m, 600.0 if 20 <= m < 60 else 20.0, "") for m in range(minutes)])
+
+
+def hot(minutes: int = 150):  # type: ignore[no-untyped-def]
+    """One partition of four carries 70 % of 250/s = 175/s > 137/s: one consumer can never keep up."""
+    return trace_of([(60 * m, 250.0 if 10 <= m < 100 else 20.0, "0.7,0.1,0.1,0.1" if 10 <= m < 100 else "")
+                     for m in range(minutes)])
+
+
+def test_parse_trace_with_and_without_weights() -> None:
+    tr = parse_trace(io.StringIO('t_s,produce_msgs_per_s,partition_weights\n60,2.5,\n0,1.5,"0.7,0.3"\n'))
+    assert tr.times == (0.0, 60.0) and tr.rates == (1.5, 2.5)
+    assert tr.weights == ((0.7, 0.3), None) and tr.end_s == 120.0
+    tr2 = parse_trace(io.StringIO("t_s,produce_msgs_per_s\n0,1\n"))
+    assert tr2.weights == (None,)
+
+
+def test_queue_fifo_latency_is_exact_for_the_fluid_model() -> None:
+    q, lat = _Queue(), _Latency(sla_s=100)
+    q.push(0, 10, 100)  # 10/s over [0, 10]
+    q.take(50, 50, 60, lat)  # first half (produced 0..5) processed over 50..60
+    assert lat.count == 50 and lat.max == pytest.approx(55)  # last record: produced 5, done 60
+    assert q.total == 50 and q.oldest() == pytest.approx(5)
+    q.take(50, 200, 210, lat)  # second half: latencies 195..200, all late
+    assert lat.within == pytest.approx(50) and lat.count == 100
+    assert lat.quantile(0.99) == pytest.approx(197.5, abs=1)
+
+
+def test_split_keeps_order_and_counts() -> None:
+    parts = _split([[0, 10, 100], [10, 20, 50]], 3)
+    assert [round(p.total, 6) for p in parts] == [50, 50, 50]
+    assert parts[0].oldest() == 0 and parts[1].oldest() == pytest.approx(5) and parts[2].oldest() == pytest.approx(10)
+
+
+@pytest.mark.parametrize(
+    "budget,queued,expected",
+    [(10, [100, 100], [5, 5]), (10, [2, 100], [2, 8]), (10, [0, 3], [0, 3]), (0, [5], [0])],
+    ids=["even", "one-short", "one-empty", "no-budget"],
+)
+def test_water_fill(budget: float, queued: list[float], expected: list[float]) -> None:
+    assert _water_fill(budget, queued) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "partitions,consumers,expected",
+    [(3, 1, [[0, 1, 2]]), (3, 2, [[0, 1], [2]]), (3, 5, [[0], [1], [2]]), (3, 0, [])],
+    ids=["one", "two", "more-than-partitions", "none"],
+)
+def test_range_assignment(partitions: int, consumers: int, expected: list[list[int]]) -> None:
+    assert range_assignment(partitions, consumers) == expected
+
+
+def test_static_with_ample_capacity_is_always_within_sla() -> None:
+    r = run_policy(flat(30, 60), SimParams(partitions=3, capacity=100), "static")
+    assert r.within_sla_fraction == 1.0 and r.violation_minutes == 0
+    assert r.replica_minutes == pytest.approx(3 * 60)
+    assert r.p99_latency_s < 10
+
+
+@pytest.mark.parametrize("policy", ["lagpilot", "static", "keda"])
+@pytest.mark.parametrize("trace_name", ["burst", "hot"])
+def test_conservation(policy: str, trace_name: str) -> None:
+    tr = burst() if trace_name == "burst" else hot()
+    params = SimParams(partitions=3 if trace_name == "burst" else 4, capacity=137)
+    r = run_policy(tr, params, policy)
+    assert r.produced == pytest.approx(r.processed + r.remaining, rel=1e-9, abs=1e-6)
+    assert 0.0 <= r.within_sla_fraction <= 1.0
+    assert r.p99_latency_s <= r.max_latency_s + 1
+
+
+def test_lagpilot_drains_a_burst_that_the_capped_group_cannot_clear() -> None:
+    params = SimParams(partitions=3, capacity=137)
+    lp = run_policy(burst(), params, "lagpilot")
+    st = run_policy(burst(), params, "static")
+    assert lp.drains >= 1 and lp.drain_task_minutes > 0
+    assert st.within_sla_fraction < 1.0
+    assert lp.within_sla_fraction > st.within_sla_fraction
+    assert lp.replica_minutes < st.replica_minutes
+
+
+def test_hot_partition_is_drained_repeatedly_and_alone() -> None:
+    params = SimParams(partitions=4, capacity=137)
+    lp = run_policy(hot(), params, "lagpilot")
+    st = run_policy(hot(), params, "static")
+    assert lp.extra["drains_by_partition"].get("0", 0) >= 5
+    assert set(lp.extra["drains_by_partition"]) == {"0"}
+    assert lp.within_sla_fraction > 0.99 > st.within_sla_fraction
+
+
+def test_keda_tuned_is_the_best_of_the_sweep() -> None:
+    results, sweep = run_all(burst(60), SimParams(partitions=3, capacity=137), sweep=(1, 10, 1000))
+    best = max(s["within_sla_fraction"] for s in sweep)
+    assert results["keda_tuned"].within_sla_fraction == pytest.approx(best, abs=1e-6)
+    assert results["keda_tuned"].extra["lag_threshold"] in (1, 10, 1000)
+    assert set(results) == {"lagpilot", "static", "keda", "keda_tuned"}
+
+
+def test_cli_json_last_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("t_s,produce_msgs_per_s\n" + "".join(f"{60 * m},{400 if m < 10 else 5}\n" for m in range(30)))
+    rc = main(["--trace", str(path), "--partitions", "3", "--capacity", "137", "--sla-seconds", "300",
+               "--pod-start-seconds", "20", "--drain-start-seconds", "40", "--drain-task-capacity", "200",
+               "--max-drain-tasks", "8", "--json", "--policies", "lagpilot,static,keda"])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    out = json.loads(last)
+    assert set(out["policies"]) == {"lagpilot", "static", "keda"}
+    for metrics in out["policies"].values():
+        for key in ("within_sla_fraction", "p99_latency_s", "max_latency_s", "violation_minutes",
+                    "replica_minutes", "drain_task_minutes", "scale_events"):
+            assert key in metrics
+    assert out["params"]["drain_task_capacity"] == 200 and out["params"]["sla_s"] == 300
+
+
+def test_cli_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "t.csv"
+    path.write_text("t_s,produce_msgs_per_s\n" + "".join(f"{60 * m},50\n" for m in range(10)))
+    png = tmp_path / "p.png"
+    assert main(["--trace", str(path), "--policies", "lagpilot,static", "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "within_sla_fraction" in out and "lagpilot" in out
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args", [["--trace", "/nonexistent.csv"], ["--trace", "x", "--capacity", "0"],
+                                  ["--trace", "x", "--policies", "nope"]], ids=["missing", "bad-capacity", "bad-policy"])
+def test_cli_bad_input(args: list[str], tmp_path: Path) -> None:
+    if args[1] == "x":
+        p = tmp_path / "x.csv"
+        p.write_text("t_s,produce_msgs_per_s\n0,1\n")
+        args = [a if a != "x" else str(p) for a in args]
+    assert main(args) == 2
