@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from lagpilot_dev.paths import file_lock
+
 log = logging.getLogger("lagpilot_dev.maven")
 
 
@@ -62,6 +64,13 @@ def fetch(deps: Sequence[Dep], dest: Path, cache: Path, what: str) -> list[Path]
     if mvn is None:
         raise RuntimeError("Maven (`mvn`) is not installed: apt-get install -y maven")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # Maven 3.8 does not lock its local repository: two parts fetching at once could trip over
+    # each other's half-written files, so fetches into one cache take turns.
+    with file_lock(cache / ".maven.lock"):
+        return _fetch_locked(mvn, deps, dest, cache, what)
+
+
+def _fetch_locked(mvn: str, deps: Sequence[Dep], dest: Path, cache: Path, what: str) -> list[Path]:
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         (work / "pom.xml").write_text(pom(deps))
