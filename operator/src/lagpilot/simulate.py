@@ -596,7 +596,7 @@ COLUMNS = ("within_sla_fraction", "p99_latency_s", "max_latency_s", "violation_m
 
 
 def format_table(results: dict[str, PolicyResult]) -> str:
-    head = f"{'policy':<12}" + "".join(f"{c:>21}" for c in COLUMNS)
+    head = f"{'policy':<18}" + "".join(f"{c:>21}" for c in COLUMNS)
     lines = [head]
     for name, r in results.items():
         d = r.to_dict()
@@ -605,7 +605,7 @@ def format_table(results: dict[str, PolicyResult]) -> str:
             v = d[c]
             cells.append(f"{v:>21.4f}" if c == "within_sla_fraction" else f"{v:>21}")
         label = name + (f" ({d['lag_threshold']})" if "lag_threshold" in d and name == "keda_tuned" else "")
-        lines.append(f"{label:<12}" + "".join(cells))
+        lines.append(f"{label:<18}" + "".join(cells))
     return "\n".join(lines)
 
 
