@@ -117,8 +117,9 @@ WORKER = textwrap.dedent('''
         open(os.path.join(out, me + ".term"), "w").close()
         sys.exit(0)
     signal.signal(signal.SIGTERM, on_term)
-    with open(os.path.join(out, me + ".pid"), "w") as f:
+    with open(os.path.join(out, me + ".pid.tmp"), "w") as f:
         f.write(str(os.getpid()))
+    os.replace(os.path.join(out, me + ".pid.tmp"), os.path.join(out, me + ".pid"))  # atomic for the test
     while True:
         time.sleep(0.2)
 ''')
@@ -157,9 +158,12 @@ def test_deployment_replicas_are_local_processes_and_scale_to_zero(kube: KubeEnv
     pids = pod_runner.running_pids(ns)
     assert len(pids) == 2
     for pod_name, pid in pids.items():
+        # Ready comes with the process start (no probe): the script may not have written its file yet
+        pid_file = out / f"{pod_name}.pid"
+        wait_until(pid_file.exists, f"{pid_file.name}", timeout=60)
+        assert pid_file.read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
         assert pid_alive(pid)
         assert str(script) in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
-        assert (out / f"{pod_name}.pid").read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
     # the real ReplicaSet controller created them: they are owned by the Deployment's ReplicaSet
     rs_names = {rs.metadata.name for rs in apps.list_namespaced_replica_set(ns).items}
     pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns).items

@@ -40,8 +40,9 @@ WORKER = textwrap.dedent('''
             pass
     srv = http.server.HTTPServer(("127.0.0.1", int(os.environ["PORT"])), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    with open(os.path.join(out, me + ".json"), "w") as f:
+    with open(os.path.join(out, me + ".json.tmp"), "w") as f:
         json.dump({"pid": os.getpid(), "env": dict(os.environ), "argv": sys.argv}, f)
+    os.replace(os.path.join(out, me + ".json.tmp"), os.path.join(out, me + ".json"))  # atomic for the test
     print("worker up", me, flush=True)
     while True:
         time.sleep(0.2)

@@ -247,7 +247,8 @@ def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs
     command = [expand_vars(str(c), env) for c in container.get("command") or []]
     args = [expand_vars(str(a), env) for a in container.get("args") or []]
     if not command:
-        entry = entrypoints.get(image_repository(str(container.get("image") or "")))
+        repo = image_repository(str(container.get("image") or ""))
+        entry = next((e for key, e in entrypoints.items() if repo == key or repo.endswith("/" + key)), None)
         if entry is None:
             raise StartError(f"container {container.get('name')!r} has no command and the local runner does not "
                              f"know the entrypoint of image {container.get('image')!r}")
