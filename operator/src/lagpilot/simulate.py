@@ -30,9 +30,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import logging
 import math
+import os
 import sys
+import tempfile
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -42,8 +43,6 @@ from lagpilot.drain_policy import DrainPolicy
 from lagpilot.estimate import EstimatorState, update
 from lagpilot.lag import PartitionOffsets, snapshot
 from lagpilot.scaling import ScalingHistory, ScalingObservation, ScalingPolicy, decide
-
-log = logging.getLogger("lagpilot.simulate")
 
 POLICIES = ("lagpilot", "static", "keda", "keda_tuned")
 KEDA_SWEEP = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
@@ -416,7 +415,6 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
     t = trace.times[0] if trace.times else 0.0
     violation = 0.0
     replica_s = 0.0
-    running_task_s = 0.0
     series: dict[str, list[float]] = {"t": [], "age": [], "lag": [], "replicas": [], "tasks": []}
     next_sample = t
     while t < end - 1e-9:
@@ -427,8 +425,6 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
             controller(world, t)
         replica_s += len(world.pods) * dt
         age, running = world.advance(t, dt, trace.rates[row], weights)
-        # tasks still running are counted for the whole step; finished ones up to their finish
-        running_task_s += sum(1 for task in world.tasks if task.done_at is None) * dt
         if age > params.sla_s:
             violation += dt
         if t >= next_sample:
@@ -443,7 +439,6 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
     finished_task_s = world.finished_task_s
     open_task_s = sum(t - task.launched for task in world.tasks)
     drain_task_minutes = (finished_task_s + open_task_s) / 60
-    _ = running_task_s
     produced = sum(world.produced_by)
     remaining = world.remaining()
     processed = world.lat.count
@@ -656,7 +651,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    ap.add_argument("--plot", default=None, help="PNG path (default simulate.png without --json)")
+    ap.add_argument("--plot", default=None,
+                    help="PNG path (default: lagpilot-simulate.png in the temp dir; not drawn with --json unless given)")
     return ap
 
 
@@ -699,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
         "keda_sweep": sweep,
     }
     if args.json:
+        if args.plot:
+            _plot_or_say(results, params, args.plot)
         print(json.dumps(out, sort_keys=False))
         return 0
     print(format_table(results))
@@ -706,13 +704,16 @@ def main(argv: list[str] | None = None) -> int:
         best = results.get("keda_tuned")
         if best is not None:
             print(f"keda_tuned: best lagThreshold {best.extra.get('lag_threshold')} of {[s['lag_threshold'] for s in sweep]}")
-    path = args.plot or "simulate.png"
+    _plot_or_say(results, params, args.plot or os.path.join(tempfile.gettempdir(), "lagpilot-simulate.png"))
+    return 0
+
+
+def _plot_or_say(results: dict[str, PolicyResult], params: SimParams, path: str) -> None:
     try:
         plot(results, params, path)
-        print(f"plot: {path}")
+        print(f"plot: {path}", file=sys.stderr)
     except ImportError:
         print("plot skipped: matplotlib not installed (pip install 'lagpilot[plot]')", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
