@@ -77,3 +77,45 @@ def test_traversable_by(tmp_path: Path) -> None:
         assert traversable_by(inner / "not-yet-created", os.stat(closed).st_uid, set())
     finally:
         closed.chmod(0o755)
+
+
+def test_install_runs_apt_and_disables_debians_main_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine has only the psql client: install() must apt-get the server, without letting
+    Debian create (and start) its own cluster on 5432."""
+    import subprocess
+
+    from lagpilot_dev import postgres
+
+    bindir = tmp_path / "usr/lib/postgresql/15/bin"
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        if "install" in argv:
+            bindir.mkdir(parents=True)
+            (bindir / "initdb").write_text("")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    conf = tmp_path / "etc/postgresql-common/createcluster.conf"
+    monkeypatch.setattr(postgres, "CREATECLUSTER_CONF", conf)
+    monkeypatch.setattr(postgres, "find_bindir", lambda: bindir if (bindir / "initdb").exists() else None)
+    monkeypatch.setattr(postgres.subprocess, "run", fake_run)
+    monkeypatch.setattr(postgres.os, "geteuid", lambda: 0)
+    part = postgres.PostgresPart(tmp_path / "cache", tmp_path / "state")
+    assert not part.installed()
+    part.install()
+    assert part.installed()
+    assert [c[:2] for c in calls] == [["apt-get", "update"], ["apt-get", "install"]]
+    assert calls[1][-1] == "postgresql" and "-y" in calls[1]
+    assert "create_main_cluster = false" in conf.read_text()
+    part.install()  # installed: no second apt run
+    assert len(calls) == 2
+
+
+def test_install_without_root_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagpilot_dev import postgres
+
+    monkeypatch.setattr(postgres, "find_bindir", lambda: None)
+    monkeypatch.setattr(postgres.os, "geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="apt-get install -y postgresql"):
+        postgres.PostgresPart(tmp_path / "cache", tmp_path / "state").install()

@@ -62,6 +62,17 @@ def find_bindir() -> Path | None:
     return max(found)[1] if found else None
 
 
+def apt_commands() -> list[list[str]]:
+    """The apt-get calls that install the server. Wait for a busy dpkg lock (another apt run)
+    instead of failing; keep our createcluster.conf (--force-confold) instead of prompting."""
+    lock_wait = ["-o", "DPkg::Lock::Timeout=600"]
+    return [
+        ["apt-get", "update", "-q", *lock_wait],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *lock_wait,
+         "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold", "postgresql"],
+    ]
+
+
 def traversable_by(path: Path, uid: int, gids: set[int]) -> bool:
     """True when user `uid` (in groups `gids`) can enter every directory from / down to `path`."""
     p = Path(path).resolve()
@@ -121,8 +132,7 @@ class PostgresPart:
                 CREATECLUSTER_CONF.write_text("create_main_cluster = false\n")
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             log.info("installing PostgreSQL with apt-get (first run only)")
-            for argv in (["apt-get", "update", "-q"],
-                         ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"]):
+            for argv in apt_commands():
                 proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)  # noqa: S603
                 if proc.returncode != 0:
                     raise RuntimeError(f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
