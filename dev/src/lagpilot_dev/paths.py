@@ -27,6 +27,9 @@ log = logging.getLogger("lagpilot_dev")
 
 LOOPBACK = "127.0.0.1"
 
+# detached children started by this interpreter (they outlive it; see Process.start)
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
 
 def cache_dir() -> Path:
     """The shared, reusable cache: jars, binaries, the Maven repository. Safe to keep forever."""
@@ -214,6 +217,7 @@ class Process:
                 list(self.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 cwd=self.cwd, env=env, start_new_session=True, user=self.user, **self.extra_popen,
             )
+        _CHILDREN.append(proc)  # keep a reference: no "still running" ResourceWarning when it is collected
         self.pid_file.write_text(f"{proc.pid}\n")
         log.info("started process", extra={"part": self.name, "pid": proc.pid, "log": str(self.log_file)})
         return proc.pid
