@@ -305,14 +305,19 @@ def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extr
     # `python3` is first on PATH: they import lagpilot_runtime and the user's handler
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or f"local[{plan.parallelism},4]"
     builder = (SparkSession.builder.appName(f"lagpilot-drain-{plan.group_id}-{plan.drain_id}")
-               .master(master or f"local[{plan.parallelism},4]")
+               .master(master)
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "1")
                .config("spark.python.worker.reuse", "true")
                .config("spark.task.maxFailures", "4")
                .config("spark.driver.memory", os.environ.get("LAGPILOT_SPARK_DRIVER_MEMORY", "1g"))
                .config("spark.sql.execution.arrow.pyspark.enabled", "false"))
+    if master.startswith("local"):
+        # everything is in this pod/process: no need to resolve (or expose) the host name
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     for k, v in extra_conf.items():

@@ -1,0 +1,51 @@
+"""Handlers used by the drain tests and the benchmark (importable by consumer pods and Spark workers
+through PYTHONPATH=<repo root>).
+
+`slow_postgres`: the built-in postgres sink after a pause of config["sleep"] seconds (gives a
+fault test time to kill something mid-way).
+`ledger`: appends (topic, partition, offset, source) to a PostgreSQL table WITHOUT a primary key,
+(create it first with LEDGER_DDL) so any offset processed twice (by both paths, or twice by one) shows up as a duplicate row; it
+costs config["cost_ms"] per call in total (a fixed-latency sink, like the benchmark's).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from lagpilot_runtime.handler import BatchContext, Record
+from lagpilot_runtime.sinks import postgres
+
+_local = threading.local()
+
+
+def slow_postgres(records: list[Record], ctx: BatchContext) -> None:
+    time.sleep(float(ctx.config.get("sleep", "0")))
+    postgres.process(records, ctx)
+
+
+def _conn() -> Any:
+    import psycopg
+
+    conn = getattr(_local, "conn", None)
+    if conn is None or conn.closed:
+        conn = psycopg.connect(os.environ["LAGPILOT_POSTGRES_DSN"], autocommit=True)
+        _local.conn = conn
+    return conn
+
+
+LEDGER_DDL = 'CREATE TABLE {table} (topic text, partition int, "offset" bigint, source text, at double precision)'
+
+
+def ledger(records: list[Record], ctx: BatchContext) -> None:
+    t0 = time.monotonic()
+    table = ctx.config.get("table", "drain_ledger")
+    conn = _conn()
+    now = time.time()
+    with conn.cursor().copy(f"COPY {table} (topic, partition, \"offset\", source, at) FROM STDIN") as cp:
+        for r in records:
+            cp.write_row((r.topic, r.partition, r.offset, ctx.source, now))
+    left = float(ctx.config.get("cost_ms", "0")) / 1000.0 - (time.monotonic() - t0)
+    if left > 0:
+        time.sleep(left)
