@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from lagpilot_dev.kafka import parse_consumer_groups_describe
-from tests.fixtures.stack import wait_topic_ready
+from tests.fixtures.stack import create_topic, wait_topic_ready
 
 pytestmark = [pytest.mark.real]
 
@@ -102,25 +103,42 @@ def test_10k_records_round_trip_and_offsets_agree_with_kafka_cli(kafka_bootstrap
     assert cli_lag == {p: 0 for p in range(PARTITIONS)}
 
 
-@pytest.mark.slow
-def test_broker_killed_with_sigkill_restarts_on_same_data_dir(kafka_bootstrap: str, kafka_admin: Any,
-                                                              kafka_part: Any, new_topic: Any) -> None:
-    from confluent_kafka import Consumer, TopicPartition
+@pytest.fixture
+def private_kafka(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A second broker with its own state dir (same jar cache): killing it disturbs no other test
+    or session sharing the stack's broker."""
+    from lagpilot_dev.kafka import KafkaPart
 
-    topic = new_topic(partitions=2)
-    acked = produce(kafka_bootstrap, topic, 500, tag="before-kill")
-    pid_before = kafka_part.process.pid()
+    part = KafkaPart(stack.cache_dir, tmp_path_factory.mktemp("kafka-fault-state"))
+    part.start()
+    try:
+        yield part
+    finally:
+        part.purge()
+
+
+@pytest.mark.slow
+def test_broker_killed_with_sigkill_restarts_on_same_data_dir(private_kafka: Any) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = private_kafka.bootstrap_servers()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = f"fault-{uuid.uuid4().hex[:8]}"
+    create_topic(admin, topic, 2)
+    acked = produce(bootstrap, topic, 500, tag="before-kill")
+    pid_before = private_kafka.process.pid()
     assert pid_before is not None
 
-    kafka_part.kill()
-    assert not kafka_part.is_running()
-    kafka_part.start()
-    assert kafka_part.is_running()
-    assert kafka_part.process.pid() != pid_before
-    assert kafka_part.bootstrap_servers() == kafka_bootstrap  # same address after the restart
-    wait_topic_ready(kafka_admin, topic, 2)
+    private_kafka.kill()
+    assert not private_kafka.is_running()
+    private_kafka.start()
+    assert private_kafka.is_running()
+    assert private_kafka.process.pid() != pid_before
+    assert private_kafka.bootstrap_servers() == bootstrap  # same address after the restart
+    wait_topic_ready(admin, topic, 2)
 
-    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False})
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=60)[1] for p in range(2)}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,21 +45,36 @@ def test_the_server_does_not_run_as_root(stack: Any, postgres_dsn: str) -> None:
     assert os.stat(f"/proc/{pid}").st_uid != 0
 
 
+@pytest.fixture
+def private_postgres(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A second cluster with its own state (killing it disturbs no session sharing the stack's)."""
+    from lagpilot_dev.postgres import PostgresPart
+
+    part = PostgresPart(stack.cache_dir, tmp_path_factory.mktemp("pg-fault-state"))
+    part.start()
+    try:
+        yield part
+    finally:
+        part.purge()
+
+
 @pytest.mark.slow
-def test_killed_server_restarts_and_keeps_committed_rows(stack: Any, postgres_dsn: str) -> None:
+def test_killed_server_restarts_and_keeps_committed_rows(private_postgres: Any) -> None:
     import psycopg
 
-    pg = stack.part("postgres")
+    pg = private_postgres
+    dsn = pg.app_dsn()
     table = f"crash_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_dsn, connect_timeout=30) as conn:
+    with psycopg.connect(dsn, connect_timeout=30) as conn:
         conn.execute(f"CREATE TABLE {table} (n int)")
         conn.execute(f"INSERT INTO {table} SELECT generate_series(1, 1000)")
         conn.commit()
+    pid_before = pg.process().pid()
     pg.kill()
     assert not pg.is_running()
     pg.start()
-    assert pg.info()["postgres_dsn"] == postgres_dsn  # same port, same password
-    with psycopg.connect(postgres_dsn, connect_timeout=30) as conn:
+    assert pg.process().pid() != pid_before
+    assert pg.app_dsn() == dsn  # same port, same password
+    with psycopg.connect(dsn, connect_timeout=30) as conn:
         count, total = conn.execute(f"SELECT count(*), sum(n) FROM {table}").fetchone()
-        conn.execute(f"DROP TABLE {table}")
     assert (count, total) == (1000, 1000 * 1001 // 2)

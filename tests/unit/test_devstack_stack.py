@@ -203,3 +203,13 @@ def test_importing_the_stack_does_not_import_parts() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ}).stdout.strip()
     assert out == "[]"
+
+
+def test_purge_stops_then_deletes_data_of_parts_that_can(tmp_path: Path) -> None:
+    s, parts = fake_stack(tmp_path)
+    purged: list[str] = []
+    parts["kafka"].purge = lambda: purged.append("kafka")  # type: ignore[attr-defined]
+    parts["kafka"].running = True
+    assert s.purge(["kafka", "spark"]) == ["kafka"]  # spark has no data to purge
+    assert purged == ["kafka"]
+    assert not parts["kafka"].running

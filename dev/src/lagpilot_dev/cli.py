@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     down = sub.add_parser("down", help="stop the running parts")
     down.add_argument("--parts", default="all", help="comma-separated parts to stop (default: all)")
     down.add_argument("--json", action="store_true", help="print one JSON object")
+    down.add_argument("--purge", action="store_true", help="also delete the parts' data (caches stay)")
     for s in (up, st, down):
         s.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
     return p
@@ -72,9 +73,15 @@ def main(argv: list[str] | None = None) -> int:
             print(info.to_json() if args.json else render_human(info))
             return 0
         elif args.cmd == "down":
-            stopped = stack.down(parse_parts(args.parts, default=ALL_PARTS))
-            print(json.dumps({"stopped": stopped}) if args.json else
-                  (f"stopped: {', '.join(stopped)}" if stopped else "nothing was running"))
+            names = parse_parts(args.parts, default=ALL_PARTS)
+            stopped = stack.down(names)
+            purged = stack.purge(names) if args.purge else []
+            if args.json:
+                print(json.dumps({"stopped": stopped, **({"purged": purged} if args.purge else {})}))
+            else:
+                print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+                if purged:
+                    print(f"purged data of: {', '.join(purged)}")
     except (RuntimeError, ValueError, TimeoutError) as exc:
         print(f"lagpilot dev {args.cmd}: {exc}", file=sys.stderr)
         return 1

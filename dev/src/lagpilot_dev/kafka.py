@@ -254,6 +254,11 @@ class KafkaPart:
         """SIGKILL the broker (fault tests); `start()` brings it back on the same data dir and ports."""
         self.process.kill()
 
+    def purge(self) -> None:
+        """Stop and delete the broker's data, logs and config (the jar cache stays)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def info(self) -> dict[str, object]:
         return {
             "bootstrap_servers": self.bootstrap_servers(),

@@ -308,6 +308,16 @@ class PostgresPart:
         """SIGKILL the postmaster and its backends (fault tests); `start()` recovers from WAL."""
         self.process().kill()
 
+    def purge(self) -> None:
+        """Stop and delete the cluster (wherever its data dir lives) and its state."""
+        self.stop()
+        pointer = self.dir / "data-dir"
+        if pointer.exists():
+            data = Path(pointer.read_text().strip())
+            shutil.rmtree(data.parent if data.parent.parent == Path("/var/lib/lagpilot") else data, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._process = None
+
     def admin_dsn(self) -> str:
         return dsn(SUPERUSER, self._secrets()["superuser"], self.port(), "postgres")
 

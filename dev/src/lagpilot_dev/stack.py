@@ -212,6 +212,22 @@ class Stack:
             self._owner_file(name).unlink(missing_ok=True)
         return stopped
 
+    def purge(self, parts: Iterable[str] | None = None) -> list[str]:
+        """Stop the parts and delete their data (a fresh start next `up`); caches stay."""
+        names = parse_parts(None if parts is None else list(parts), default=ALL_PARTS)
+        self.down(names)
+        purged = []
+        for name in names:
+            try:
+                part = self.part(name)
+            except ImportError:
+                continue
+            purge = getattr(part, "purge", None)
+            if purge is not None:
+                purge()
+                purged.append(name)
+        return purged
+
     # ---- ownership and leases (several test sessions on one machine) ---------------------------
     def _owner_file(self, name: str) -> Path:
         return self.state_dir / "owners" / f"{name}.tests"
