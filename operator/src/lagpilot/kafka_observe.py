@@ -98,14 +98,14 @@ class Observation:
 
 # --- configuration -------------------------------------------------------------------------------
 
-def _decode(data: Mapping[str, str], key: str) -> str | None:
+def _decode(data: Mapping[str, str], key: str, where: str) -> str | None:
     raw = data.get(key)
     if raw is None:
         return None
     try:
         return base64.b64decode(raw, validate=True).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
-        raise SecretError("SecretMalformed", f"key {key!r} is not valid base64-encoded UTF-8") from None
+        raise SecretError("SecretMalformed", f"{where}: key {key!r} is not valid base64-encoded UTF-8") from None
 
 
 def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
@@ -128,14 +128,14 @@ def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
         raise SecretError("SecretNotFound", f"{where} (spec.kafka.secretRef) does not exist")
     if kafka.uses_sasl:
         for key, opt in (("username", "sasl.username"), ("password", "sasl.password")):
-            value = _decode(secret_data, key)
+            value = _decode(secret_data, key, where)
             if not value:
                 raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} (needed for {kafka.security_protocol})")
             conf[opt] = value
     if kafka.uses_ssl:
         for key, opt in (("ca.crt", "ssl.ca.pem"), ("tls.crt", "ssl.certificate.pem"),
                          ("tls.key", "ssl.key.pem")):
-            value = _decode(secret_data, key)
+            value = _decode(secret_data, key, where)
             if value:
                 conf[opt] = value
         if ("ssl.certificate.pem" in conf) != ("ssl.key.pem" in conf):

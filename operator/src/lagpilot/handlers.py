@@ -1,0 +1,91 @@
+"""kopf handlers for BatchConsumerGroup: thin — gather inputs, call reconcile.py, apply outputs.
+
+- create / update (spec) / resume: server-side apply the consumer Deployment at once, so a new or
+  changed CR has its Deployment without waiting for the control loop.
+- one daemon per CR: the control loop (observe → estimate → decide → scale → one status patch),
+  paced by spec.scaling.pollIntervalSeconds (re-read every cycle: a changed interval applies at the
+  next cycle), backing off exponentially while Degraded.
+- delete: nothing to do. The Deployment carries a controller ownerReference, so the garbage
+  collector deletes it (and its pods) with the CR; no external resource needs cleaning up. lagpilot
+  adds no finalizer of its own. kopf does put its finalizer on each CR because daemons require one
+  (kopf stops the daemon before the object disappears); it is removed as soon as the daemon stops,
+  so a deletion completes within a second while the operator runs. If the operator is uninstalled
+  first, a CR deletion waits for it; `kubectl patch bcg NAME --type=merge -p
+  '{"metadata":{"finalizers":null}}'` releases it (docs/rbac.md).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import kopf
+
+from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
+from lagpilot.deployment import API_GROUP
+from lagpilot.kubeapi import PLURAL, VERSION, KubeError
+from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
+from lagpilot.spec import SpecError
+from lagpilot.status import TRUE, Condition, merge_conditions
+
+log = logging.getLogger(__name__)
+RESOURCE = (API_GROUP, VERSION, PLURAL)
+
+
+def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
+    """The cycle's dependencies; events go through kopf's poster (core/v1 events on the CR)."""
+
+    def emit(type_: str, reason: str, message: str) -> None:
+        kopf.event(body, type=type_, reason=reason, message=message)
+
+    cfg = memo.config
+    return Deps(kube=memo.kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
+                pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
+                min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds)
+
+
+@kopf.on.resume(*RESOURCE)
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
+    """Render and server-side apply the consumer Deployment."""
+    ref = GroupRef.from_body(body)
+    try:
+        n = apply_deployment(ref, dict(spec), dict(status), _deps(memo, body))
+    except SpecError as err:
+        # the CRD schema catches most mistakes at admission; this is what it cannot express
+        message = f"spec is invalid: {err}"
+        kopf.event(body, type="Warning", reason="InvalidSpec", message=message)
+        conds = merge_conditions(status.get("conditions"), [
+            Condition("Degraded", TRUE, "InvalidSpec", message),
+            Condition("Ready", "False", "InvalidSpec", message),
+        ], ref.generation, time.time())
+        try:
+            memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation})
+        except KubeError as kerr:
+            log.warning("status write failed", extra={"group": ref.key, "error": str(kerr)})
+        raise kopf.PermanentError(message) from None
+    except KubeError as err:
+        raise kopf.TemporaryError(f"applying the consumer Deployment failed: {err}", delay=10) from None
+    log.info("deployment applied", extra={"group": ref.key, "replicas": n})
+
+
+@kopf.daemon(*RESOURCE, cancellation_timeout=10.0)
+async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Observe → decide → act → report, every pollIntervalSeconds, until the CR goes away."""
+    cache = Cache()
+    deps = _deps(memo, body)
+    ref = GroupRef.from_body(body)
+    try:
+        while not stopped:
+            ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
+            try:
+                result = await asyncio.to_thread(run_cycle, ref, dict(body.spec), dict(body.status), deps, cache)
+            except Exception as err:  # noqa: BLE001 - a bug must not kill the loop for good
+                log.exception("control loop cycle crashed", extra={"group": ref.key})
+                raise kopf.TemporaryError(f"cycle crashed: {type(err).__name__}", delay=30) from None
+            await stopped.wait(max(0.5, result.delay_s))
+    finally:
+        memo.admin_pool.release(ref.key)
+        memo.metrics.forget(ref.namespace, ref.name)

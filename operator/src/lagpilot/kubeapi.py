@@ -1,0 +1,93 @@
+"""The few Kubernetes API calls the operator makes, behind one small class.
+
+Every verb here is listed in docs/rbac.md (the Helm chart's Role is built from that list):
+- apps/deployments: get, patch (server-side apply with field manager `lagpilot`);
+- core/secrets: get (the Kafka credentials for the operator's own admin connection);
+- lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed);
+- core/events + events.k8s.io/events: create (kopf posts the events).
+kopf itself lists/watches batchconsumergroups and patches them (annotations for its progress).
+
+Handlers call these through `asyncio.to_thread`; the kubernetes client is thread-safe enough for
+that (one urllib3 pool). Errors are re-raised as `KubeError` with the HTTP status and the API's
+reason, without bodies (a 422 body can echo the object we sent).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lagpilot.deployment import API_GROUP, FIELD_MANAGER
+
+log = logging.getLogger(__name__)
+PLURAL = "batchconsumergroups"
+VERSION = "v1alpha1"
+
+
+class KubeError(Exception):
+    def __init__(self, status: int | None, reason: str, what: str):
+        self.status = status
+        self.reason = reason
+        super().__init__(f"{what}: HTTP {status} {reason}")
+
+
+def _wrap(err: Exception, what: str) -> KubeError:
+    status = getattr(err, "status", None)
+    reason = str(getattr(err, "reason", "") or type(err).__name__)
+    return KubeError(status, reason, what)
+
+
+def load_api_client() -> Any:
+    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    from kubernetes import client, config
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+class KubeApi:
+    def __init__(self, api_client: Any = None):
+        from kubernetes import client
+        self._client = api_client if api_client is not None else load_api_client()
+        self.apps = client.AppsV1Api(self._client)
+        self.core = client.CoreV1Api(self._client)
+        self.custom = client.CustomObjectsApi(self._client)
+
+    def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply the whole desired Deployment (force: the operator owns these fields)."""
+        meta = manifest["metadata"]
+        try:
+            resp = self.apps.patch_namespaced_deployment(
+                meta["name"], meta["namespace"], manifest, field_manager=FIELD_MANAGER, force=True,
+                _content_type="application/apply-patch+yaml")
+        except Exception as err:  # noqa: BLE001
+            raise _wrap(err, f"apply Deployment {meta['namespace']}/{meta['name']}") from None
+        return self._client.sanitize_for_serialization(resp)
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            resp = self.apps.read_namespaced_deployment(name, namespace)
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) == 404:
+                return None
+            raise _wrap(err, f"get Deployment {namespace}/{name}") from None
+        return self._client.sanitize_for_serialization(resp)
+
+    def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The Secret's `data` (base64 values), None when it does not exist."""
+        try:
+            resp = self.core.read_namespaced_secret(name, namespace)
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) == 404:
+                return None
+            raise _wrap(err, f"get Secret {namespace}/{name}") from None
+        return dict(resp.data or {})
+
+    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """JSON merge patch of the CR's status subresource."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                API_GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
+        except Exception as err:  # noqa: BLE001
+            raise _wrap(err, f"patch status of BatchConsumerGroup {namespace}/{name}") from None

@@ -1,0 +1,119 @@
+"""The operator's Prometheus metrics (`lagpilot_*`), one label set per BatchConsumerGroup.
+
+Gauges describe the last observation of each group; counters count decisions and failures. Label
+sets of a deleted group are removed (`forget`) so a long-running operator does not export stale
+series. A registry is injected so unit tests never share global state.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+GROUP = ("namespace", "name")
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry = REGISTRY):
+        g = lambda n, d, extra=(): Gauge(n, d, GROUP + tuple(extra), registry=registry)  # noqa: E731
+        self.partition_lag = g("lagpilot_partition_lag_records",
+                               "Records not yet committed by the group, per partition.", ("partition",))
+        self.partition_rate = g("lagpilot_partition_produce_rate_records_per_second",
+                                "Smoothed produce rate per partition.", ("partition",))
+        self.total_lag = g("lagpilot_lag_records", "Records not yet committed, all partitions.")
+        self.projected = g("lagpilot_projected_catch_up_seconds",
+                           "Projected catch-up time at the current replica count (+Inf: never).")
+        self.sla = g("lagpilot_sla_seconds", "The group's catch-up SLA.")
+        self.desired = g("lagpilot_desired_replicas", "Replicas the last decision asked for.")
+        self.replicas = g("lagpilot_replicas", "Replicas of the consumer Deployment.")
+        self.partitions = g("lagpilot_partitions", "Partition count of the topic.")
+        self.produce_rate = g("lagpilot_produce_rate_records_per_second",
+                              "Smoothed produce rate of the whole topic.")
+        self.capacity = g("lagpilot_capacity_records_per_second",
+                          "Records one consumer processes per busy second (from commit metadata).")
+        self.data_loss = g("lagpilot_data_loss_records",
+                           "Records deleted by retention before the group consumed them (cumulative).")
+        self.decisions = Counter("lagpilot_scale_decisions_total",
+                                 "Scale decisions applied, by direction.", GROUP + ("direction",),
+                                 registry=registry)
+        self.errors = Counter("lagpilot_observe_errors_total",
+                              "Failed observation cycles, by reason.", GROUP + ("reason",),
+                              registry=registry)
+        self.cycle_seconds = Histogram("lagpilot_cycle_duration_seconds",
+                                       "Duration of one observe-decide-act cycle.",
+                                       registry=registry,
+                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self._lock = threading.Lock()
+        self._partitions_seen: dict[tuple[str, str], set[str]] = {}
+
+    def observe_group(self, namespace: str, name: str, *, partition_lag: Mapping[int, int],
+                      partition_rate: Mapping[int, float], total_lag: int, projected_s: float | None,
+                      sla_s: float, desired: int, replicas: int, produce_rate: float,
+                      capacity: float | None, data_loss: int) -> None:
+        key = (namespace, name)
+        parts = {str(p) for p in partition_lag}
+        with self._lock:
+            for gone in self._partitions_seen.get(key, set()) - parts:
+                self._remove(self.partition_lag, namespace, name, gone)
+                self._remove(self.partition_rate, namespace, name, gone)
+            self._partitions_seen[key] = parts
+        for p, lag in partition_lag.items():
+            self.partition_lag.labels(namespace, name, str(p)).set(lag)
+            self.partition_rate.labels(namespace, name, str(p)).set(partition_rate.get(p, 0.0))
+        self.total_lag.labels(namespace, name).set(total_lag)
+        self.projected.labels(namespace, name).set(float("inf") if projected_s is None else projected_s)
+        self.sla.labels(namespace, name).set(sla_s)
+        self.desired.labels(namespace, name).set(desired)
+        self.replicas.labels(namespace, name).set(replicas)
+        self.partitions.labels(namespace, name).set(len(partition_lag))
+        self.produce_rate.labels(namespace, name).set(produce_rate)
+        if capacity is not None:
+            self.capacity.labels(namespace, name).set(capacity)
+        self.data_loss.labels(namespace, name).set(data_loss)
+
+    def count_decision(self, namespace: str, name: str, direction: str) -> None:
+        self.decisions.labels(namespace, name, direction).inc()
+
+    def count_error(self, namespace: str, name: str, reason: str) -> None:
+        self.errors.labels(namespace, name, reason).inc()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted group."""
+        with self._lock:
+            parts = self._partitions_seen.pop((namespace, name), set())
+        for p in parts:
+            self._remove(self.partition_lag, namespace, name, p)
+            self._remove(self.partition_rate, namespace, name, p)
+        for gauge in (self.total_lag, self.projected, self.sla, self.desired, self.replicas,
+                      self.partitions, self.produce_rate, self.capacity, self.data_loss):
+            self._remove(gauge, namespace, name)
+        for counter in (self.decisions, self.errors):
+            for labels in _label_sets(counter):
+                if labels[:2] == (namespace, name):
+                    self._remove(counter, *labels)
+
+    @staticmethod
+    def _remove(metric: Gauge | Counter, *labels: str) -> None:
+        try:
+            metric.remove(*labels)
+        except KeyError:
+            pass
+
+
+def _label_sets(metric: Counter) -> Iterable[tuple[str, ...]]:
+    # prometheus_client keeps children in `_metrics`; copy the keys under its lock-free read
+    return list(getattr(metric, "_metrics", {}).keys())
+
+
+_default: OperatorMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> OperatorMetrics:
+    """The process-wide metrics on the default registry (created once)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = OperatorMetrics()
+        return _default

@@ -1,0 +1,424 @@
+"""One reconcile of a BatchConsumerGroup, as a fixed pipeline (HPA-style), called by handlers.py.
+
+    read (spec, status, Deployment) -> observe (Kafka, batched) -> estimate -> decide (pure core)
+    -> act (server-side apply of the Deployment, only when the replica count changes)
+    -> report (one status merge patch, only when something changed; events; metrics)
+
+Nothing here holds policy arithmetic: lag.py, estimate.py, projection.py, scaling.py and
+drain_policy.py decide; this module converts between the outside world and their dataclasses.
+
+What must survive an operator restart lives in the CR status: the estimator state
+(`status.estimator`: smoothed rates, capacity, data-loss bookkeeping) and the scaling history
+(`status.scalingHistory`: recommendations of the stabilization window, last scale time). The
+per-CR `memo` only caches the last status this operator wrote, because the live body may not yet
+carry our own previous write when the next cycle starts.
+
+Failures never escape as exceptions: a missing topic, a missing or malformed Secret, an unreachable
+broker, rejected credentials, or an invalid spec set `Degraded=True` with a CamelCase reason and a
+message naming the cause (never a secret), post a Warning event, count a metric, and return a
+back-off delay (exponential, capped) for the next attempt.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from lagpilot import estimate as est_mod
+from lagpilot import lag as lag_mod
+from lagpilot.deployment import build_deployment, deployment_name
+from lagpilot.drain_policy import DrainPolicy
+from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
+from lagpilot.kafka_observe import observe as kafka_observe
+from lagpilot.kubeapi import KubeError
+from lagpilot.metrics import OperatorMetrics
+from lagpilot.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
+from lagpilot.spec import GroupSpec, SpecError, parse_spec
+from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, status_patch
+
+log = logging.getLogger(__name__)
+
+# drain phases during which the drain executor owns the replica count (it quiesces the group)
+DRAIN_HOLDS_REPLICAS = ("Planned", "HandedOff")
+DRAIN_ACTIVE = ("Planned", "HandedOff", "Running", "Succeeded")
+
+
+class Kube(Protocol):
+    def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
+    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+
+EmitFn = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+ObserveFn = Callable[..., Observation]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRef:
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> "GroupRef":
+        meta = body.get("metadata", {})
+        gen = meta.get("generation")
+        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")),
+                   int(gen) if gen is not None else None)
+
+
+@dataclasses.dataclass
+class Deps:
+    """Everything a cycle touches outside itself (fakes in unit tests)."""
+
+    kube: Kube
+    admin_pool: AdminPool
+    metrics: OperatorMetrics
+    emit: EmitFn
+    pod_start_seconds: float = 30.0
+    kafka_timeout_seconds: float = 10.0
+    min_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 300.0
+    clock: Callable[[], float] = time.time
+    observe: ObserveFn = kafka_observe
+    version: str = "0.1.0"
+
+
+@dataclasses.dataclass
+class Cache:
+    """Per-CR memo: a cache of what this operator last wrote, and the failure streak."""
+
+    last_status: dict[str, Any] | None = None
+    failures: int = 0
+    last_error: str | None = None
+    last_event_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleResult:
+    ok: bool
+    delay_s: float
+    reason: str
+    decision: Decision | None = None
+    applied_replicas: int | None = None
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+def _clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
+    """Replica count for an apply outside the control loop: what the loop last decided, else the
+    minimum; never above maxReplicas or the last known partition count; 0 when paused."""
+    if spec.paused:
+        return 0
+    s = spec.scaling
+    want = status.get("desiredReplicas")
+    n = int(want) if isinstance(want, int) and want >= 0 else s.min_replicas
+    cap = s.max_replicas
+    parts = status.get("partitions")
+    if isinstance(parts, int) and parts > 0:
+        cap = min(cap, parts)
+    return max(min(n, cap), min(s.min_replicas, cap))
+
+
+def _dep_replicas(dep: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(spec.replicas, status.replicas, status.readyReplicas) of a Deployment."""
+    if not dep:
+        return 0, 0, 0
+    spec_r = int((dep.get("spec") or {}).get("replicas") or 0)
+    st = dep.get("status") or {}
+    return spec_r, int(st.get("replicas") or 0), int(st.get("readyReplicas") or 0)
+
+
+def _finite(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def backoff_s(failures: int, lo: float, hi: float) -> float:
+    """Exponential back-off: lo, 2lo, 4lo, ... capped at hi."""
+    return min(hi, lo * (2 ** max(0, failures - 1)))
+
+
+def _current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[str, Any]:
+    """The CR status as last written: the live body, unless our own newer write has not arrived yet."""
+    live = dict(raw_status or {})
+    cached = cache.last_status
+    if not cached:
+        return live
+    live_at = (live.get("estimator") or {}).get("atS") or 0
+    cached_at = (cached.get("estimator") or {}).get("atS") or 0
+    return {**live, **cached} if cached_at > live_at else live
+
+
+# --- apply (create/update/resume handlers and the loop) -----------------------------------------
+
+def apply_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None,
+                     deps: Deps, replicas: int | None = None) -> int:
+    """Server-side apply the consumer Deployment; returns the replica count applied.
+
+    Raises SpecError (invalid spec) or KubeError (API failure) for the handler to translate.
+    """
+    spec = parse_spec(raw_spec)
+    n = _clamp_initial(spec, raw_status or {}) if replicas is None else replicas
+    deps.kube.apply_deployment(build_deployment(ref.name, ref.namespace, ref.uid, spec, n, deps.version))
+    return n
+
+
+# --- the control loop cycle ---------------------------------------------------------------------
+
+def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None,
+              deps: Deps, cache: Cache) -> CycleResult:
+    """One observe → decide → act → report pass. Never raises for expected failures."""
+    started = time.monotonic()
+    status = _current_status(raw_status, cache)
+    now = deps.clock()
+    try:
+        spec = parse_spec(raw_spec)
+    except SpecError as err:
+        return _fail(ref, status, deps, cache, now, "InvalidSpec", f"spec is invalid: {err}",
+                     delay=deps.max_backoff_seconds)
+    try:
+        result = _cycle(ref, spec, raw_spec, status, deps, cache, now)
+    except ObserveError as err:
+        return _fail(ref, status, deps, cache, now, err.reason, err.message, spec=spec)
+    except KubeError as err:
+        return _fail(ref, status, deps, cache, now, "KubernetesAPIError", str(err), spec=spec)
+    finally:
+        deps.metrics.cycle_seconds.observe(time.monotonic() - started)
+    cache.failures = 0
+    cache.last_error = None
+    return result
+
+
+def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: dict[str, Any],
+           deps: Deps, cache: Cache, now: float) -> CycleResult:
+    poll = spec.scaling.poll_interval_seconds
+    dname = deployment_name(ref.name)
+    dep = deps.kube.get_deployment(ref.namespace, dname)
+    if dep is None:
+        n = apply_deployment(ref, raw_spec, status, deps)
+        deps.emit("Normal", "DeploymentCreated", f"created Deployment {dname} with {n} replicas")
+        dep = deps.kube.get_deployment(ref.namespace, dname)
+    cur, pods, ready = _dep_replicas(dep)
+
+    if spec.paused:
+        applied = None
+        if cur != 0:
+            apply_deployment(ref, raw_spec, status, deps, replicas=0)
+            deps.emit("Normal", "Paused", f"spec.paused: scaled {dname} {cur}->0")
+            applied, cur = 0, 0
+        new = {
+            "replicas": pods, "desiredReplicas": 0, "lastDecision": "paused: replicas 0, no decisions",
+            "conditions": merge_conditions(status.get("conditions"), [
+                Condition("Ready", FALSE, "Paused", "spec.paused is true: consumers scaled to 0"),
+                Condition("Scaling", FALSE, "Paused", "no scaling decisions while paused"),
+                Condition("Degraded", FALSE, "AsExpected", ""),
+            ], ref.generation, now),
+            "observedGeneration": ref.generation,
+        }
+        _write_status(ref, status, new, deps, cache)
+        return CycleResult(True, poll, "Paused", None, applied)
+
+    # observe
+    conf = _kafka_config(ref, spec, deps)
+    handle = deps.admin_pool.acquire(ref.key, conf)
+    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)
+
+    # estimate
+    snap = lag_mod.snapshot(
+        obs.observed_at,
+        [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions],
+        {p.partition: p.capacity.records_per_second for p in obs.partitions if p.capacity is not None},
+    )
+    prev_est = None
+    if status.get("estimator"):
+        try:
+            prev_est = est_mod.EstimatorState.from_dict(status["estimator"])
+        except ValueError:
+            log.warning("estimator state in status unreadable; starting fresh", extra={"group": ref.key})
+    est = est_mod.update(prev_est, snap)
+
+    # decide
+    drain_status = status.get("drain") or {}
+    phase = drain_status.get("phase")
+    sobs = ScalingObservation.from_estimate(
+        now, cur, est, snap, drain_active=phase in DRAIN_ACTIVE,
+        last_drain_end_s=_num(drain_status.get("lastEndS")))
+    policy = ScalingPolicy.from_spec(raw_spec, pod_start_s=deps.pod_start_seconds)
+    drain_policy = DrainPolicy.from_spec(raw_spec) if spec.drain.enabled else None
+    history = ScalingHistory.from_dict(status.get("scalingHistory"))
+    decision, history = decide(sobs, policy, history, drain_policy)
+
+    # act
+    applied: int | None = None
+    held = phase in DRAIN_HOLDS_REPLICAS
+    desired = decision.desired_replicas
+    last_scale_time = status.get("lastScaleTime")
+    if desired != cur and not held:
+        apply_deployment(ref, raw_spec, status, deps, replicas=desired)
+        applied = desired
+        direction = "up" if desired > cur else "down"
+        deps.metrics.count_decision(ref.namespace, ref.name, direction)
+        deps.emit("Normal", "ScaledUp" if desired > cur else "ScaledDown", decision.message)
+        log.info("scaled", extra={"group": ref.key, "from": cur, "to": desired, "reason": decision.reason})
+        last_scale_time = rfc3339(now)
+    for e in est.events:
+        kind, _, rest = e.partition(":")
+        if kind == "DataLoss":
+            p, _, n = rest.partition(":")
+            deps.emit("Warning", "DataLoss", f"retention deleted {n} records of partition {p} of topic "
+                                             f"{spec.topic!r} before group {spec.group_id!r} consumed them")
+        elif kind == "OffsetsWentBackwards":
+            deps.emit("Warning", "OffsetsWentBackwards", f"offsets of partition {rest} of topic {spec.topic!r} "
+                                                         "moved backwards (topic recreated?); its estimate was reset")
+
+    # report
+    target = applied if applied is not None else cur
+    lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
+    conds = _conditions(spec, decision, target, cur, ready, held, lost_now, est)
+    rates_known = any(p.samples > 0 for p in est.partitions.values())
+    new = {
+        "observedGeneration": ref.generation,
+        "partitions": len(snap.partitions),
+        "replicas": pods,
+        "desiredReplicas": target if held else desired,
+        "totalLag": snap.total_lag,
+        "maxPartitionLag": snap.max_partition_lag,
+        "produceRate": _finite(est.produce_rate, 2) if rates_known else None,
+        "capacityPerReplica": _finite(est.capacity_per_replica, 2),
+        "projectedCatchUpSeconds": _finite(decision.current_catch_up_s),
+        "slaSeconds": int(spec.catch_up_sla_seconds),
+        "lastDecision": decision.message if not held else f"drain {phase}: replicas held at {cur}; {decision.message}",
+        "lastScaleTime": last_scale_time,
+        "dataLossRecords": est.data_loss_records,
+        "partitionLag": [
+            {"partition": p.partition, "lag": lag_mod.partition_lag(p), "committed": p.committed,
+             "end": p.end, "earliest": p.low,
+             "rate": _finite(est.rate(p.partition), 3) or 0.0}
+            for p in snap.partitions
+        ],
+        "estimator": est.to_dict(),
+        "scalingHistory": history.to_dict(),
+        "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
+    }
+    _write_status(ref, status, new, deps, cache)
+    deps.metrics.observe_group(
+        ref.namespace, ref.name,
+        partition_lag={p.partition: lag_mod.partition_lag(p) for p in snap.partitions},
+        partition_rate={p: e.produce_rate for p, e in est.partitions.items()},
+        total_lag=snap.total_lag, projected_s=_finite(decision.current_catch_up_s),
+        sla_s=spec.catch_up_sla_seconds, desired=desired, replicas=target,
+        produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records)
+    if cache.last_event_reason is not None:
+        deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
+        cache.last_event_reason = None
+    return CycleResult(True, spec.scaling.poll_interval_seconds, decision.reason, decision, applied)
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps) -> dict[str, str]:
+    secret = None
+    if spec.kafka.secret_name:
+        try:
+            secret = deps.kube.read_secret_data(ref.namespace, spec.kafka.secret_name)
+        except KubeError as err:
+            if err.status == 403:
+                raise SecretError("SecretForbidden", f"the operator may not read Secret "
+                                                     f"{spec.kafka.secret_name!r} (RBAC)") from None
+            raise
+    return admin_config(spec.kafka, secret)
+
+
+def _conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
+                lost_now: list[int], est: est_mod.EstimatorState) -> list[Condition]:
+    out: list[Condition] = []
+    if target == 0:
+        out.append(Condition("Ready", TRUE, "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
+                             "no consumer replicas wanted"))
+    elif ready >= target:
+        out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready"))
+    else:
+        out.append(Condition("Ready", FALSE, "ConsumersNotReady", f"{ready}/{target} consumers ready"))
+    if held:
+        out.append(Condition("Scaling", FALSE, "DrainHandOff",
+                             "the drain hand-off holds the replica count; decisions resume after it"))
+    elif target != cur or ready != target:
+        out.append(Condition("Scaling", TRUE, d.reason, d.message))
+    else:
+        out.append(Condition("Scaling", FALSE, d.reason, d.message))
+    if d.at_risk:
+        hot = f"; hot partitions {list(d.hot_partitions)}" if d.hot_partitions else ""
+        out.append(Condition("CatchUpAtRisk", TRUE, "ProjectedAboveSLA" if d.reason != "SLAUnreachable" else d.reason,
+                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} > SLA "
+                             f"{spec.catch_up_sla_seconds:.0f}s{hot}"))
+    elif d.projected_catch_up_s is None:
+        out.append(Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown",
+                             "no consumer has reported its capacity yet"))
+    else:
+        out.append(Condition("CatchUpAtRisk", FALSE, "WithinSLA",
+                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} <= SLA "
+                             f"{spec.catch_up_sla_seconds:.0f}s"))
+    if lost_now:
+        out.append(Condition("Degraded", TRUE, "DataLoss",
+                             f"retention deleted records of partitions {lost_now} before the group consumed them "
+                             f"({est.data_loss_records} records lost so far)"))
+    else:
+        out.append(Condition("Degraded", FALSE, "AsExpected", ""))
+    return out
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return "never" if not math.isfinite(x) else f"{x:.0f}s"
+
+
+def _write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache) -> None:
+    patch = status_patch(old, new)
+    if patch is None:
+        return
+    deps.kube.patch_status(ref.namespace, ref.name, patch)
+    # cache only the fields this loop owns: other writers (the drain executor) stay authoritative
+    cache.last_status = {k: v for k, v in {**(cache.last_status or {}), **new}.items() if v is not None}
+
+
+def _fail(ref: GroupRef, status: dict[str, Any], deps: Deps, cache: Cache, now: float, reason: str,
+          message: str, spec: GroupSpec | None = None, delay: float | None = None) -> CycleResult:
+    """Degraded=True naming the cause, a Warning event, a metric, and the back-off delay."""
+    cache.failures += 1
+    wait = delay if delay is not None else backoff_s(cache.failures, deps.min_backoff_seconds,
+                                                     deps.max_backoff_seconds)
+    log.warning("cycle failed", extra={"group": ref.key, "reason": reason, "failures": cache.failures,
+                                       "retry_in_s": wait})
+    deps.metrics.count_error(ref.namespace, ref.name, reason)
+    # an event per failure, but the back-off bounds the rate; a repeated cause within the streak
+    # is posted only when the streak hits a power of two (1, 2, 4, 8, ...)
+    if cache.last_error != reason or (cache.failures & (cache.failures - 1)) == 0:
+        deps.emit("Warning", reason, f"{message} (retrying in {wait:.0f}s)")
+    cache.last_error = reason
+    cache.last_event_reason = reason
+    new: dict[str, Any] = {
+        "observedGeneration": ref.generation,
+        "conditions": merge_conditions(status.get("conditions"), [
+            Condition("Degraded", TRUE, reason, message),
+            Condition("Ready", FALSE, reason, message),
+        ], ref.generation, now),
+    }
+    if spec is not None:
+        new["slaSeconds"] = int(spec.catch_up_sla_seconds)
+    try:
+        _write_status(ref, status, new, deps, cache)
+    except KubeError as err:
+        log.warning("status write failed", extra={"group": ref.key, "error": str(err)})
+    return CycleResult(False, wait, reason)

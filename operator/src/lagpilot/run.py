@@ -1,0 +1,65 @@
+"""`lagpilot operator`: run kopf with lagpilot's handlers.
+
+    lagpilot operator [--namespace NS ...] [--all-namespaces] [--standalone]
+                      [--metrics-port N] [--liveness URL] [--verbose]
+
+Without --namespace the operator watches all namespaces (needs the ClusterRole of the chart).
+--standalone disables kopf's peering (no KopfPeering objects): run exactly one operator replica.
+The metrics endpoint (`lagpilot_*`, Prometheus text format) listens on --metrics-port, default
+$LAGPILOT_OPERATOR_METRICS_PORT or 9090; 0 disables it. Logs are JSON lines on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lagpilot operator", description=__doc__.split("\n\n")[0])
+    p.add_argument("--namespace", "-n", action="append", default=[],
+                   help="namespace (or kopf glob pattern) to watch; repeatable")
+    p.add_argument("--all-namespaces", "-A", action="store_true",
+                   help="watch every namespace (the default when no --namespace is given)")
+    p.add_argument("--standalone", action="store_true", help="no peering: a single operator replica")
+    p.add_argument("--metrics-port", type=int,
+                   default=int(os.environ.get("LAGPILOT_OPERATOR_METRICS_PORT") or 9090),
+                   help="Prometheus metrics port; 0 disables (default %(default)s)")
+    p.add_argument("--metrics-host", default="0.0.0.0")
+    p.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    p.add_argument("--verbose", "-v", action="store_true")
+    args = p.parse_args(argv)
+    if args.namespace and args.all_namespaces:
+        p.error("--namespace and --all-namespaces are mutually exclusive")
+    if not 0 <= args.metrics_port < 65536:
+        p.error("--metrics-port must be in 0..65535")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    import kopf  # heavy imports only for this subcommand
+
+    level = os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper()
+    kopf.configure(verbose=args.verbose or level == "DEBUG", quiet=level in ("WARNING", "ERROR"),
+                   log_format=kopf.LogFormat.JSON, log_refkey="object")
+    log = logging.getLogger("lagpilot.run")
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+        start_http_server(args.metrics_port, addr=args.metrics_host)
+        log.info("metrics endpoint started", extra={"port": args.metrics_port})
+
+    import lagpilot.handlers  # noqa: F401  registers the handlers and the startup settings
+
+    kopf.run(
+        standalone=args.standalone,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

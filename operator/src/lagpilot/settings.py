@@ -1,0 +1,80 @@
+"""Operator-wide settings: kopf tuning (one @kopf.on.startup) and the env-driven model figures.
+
+Environment (all optional):
+- LAGPILOT_POD_START_SECONDS (default 30): how long a new consumer pod takes to start consuming;
+  the projection adds it before new replicas help (pods are not instant).
+- LAGPILOT_KAFKA_TIMEOUT_SECONDS (default 10): per-cycle budget for the Kafka admin requests.
+- LAGPILOT_MAX_BACKOFF_SECONDS (default 300): ceiling of the retry delay after a failed cycle.
+- LAGPILOT_OPERATOR_METRICS_PORT: read by run.py (0 disables the metrics endpoint).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from lagpilot.kafka_observe import AdminPool
+from lagpilot.metrics import default_metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    pod_start_seconds: float = 30.0
+    kafka_timeout_seconds: float = 10.0
+    max_backoff_seconds: float = 300.0
+    min_backoff_seconds: float = 5.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "OperatorConfig":
+        env = dict(os.environ if env is None else env)
+
+        def num(key: str, default: float) -> float:
+            raw = env.get(key)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{key} must be a number, got {raw!r}") from None
+            if value < 0:
+                raise ValueError(f"{key} must be >= 0, got {raw!r}")
+            return value
+
+        return cls(
+            pod_start_seconds=num("LAGPILOT_POD_START_SECONDS", cls.pod_start_seconds),
+            kafka_timeout_seconds=num("LAGPILOT_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds),
+            max_backoff_seconds=num("LAGPILOT_MAX_BACKOFF_SECONDS", cls.max_backoff_seconds),
+        )
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Tune kopf and build the shared, operator-wide objects (copied by reference into every CR's memo)."""
+    # Progress and the diff base go to annotations under our own prefix: the CRD's status schema is
+    # structural, so kopf's default `status.kopf` would be pruned (and cause endless re-handling).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.lagpilot.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="kopf.lagpilot.io", key="last-handled-configuration")
+    # Only our explicit events (scale decisions, Degraded causes) and kopf's own warnings become
+    # Kubernetes events; INFO log lines stay in the log instead of flooding `kubectl describe`.
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING
+    # A watch that silently stalls (proxy, NAT) is noticed within minutes: the server ends it after
+    # server_timeout and kopf re-lists; the client gives up a little later.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    # API calls are small; a stuck call is retried instead of blocking a handler forever.
+    settings.networking.request_timeout = 60
+    # Create/update handlers retry with backoff when the apply fails (API server briefly away).
+    settings.execution.max_workers = 16
+    # The daemon per CR does its own pacing; on operator shutdown give a cycle in flight a moment.
+    memo.config = OperatorConfig.from_env()
+    memo.admin_pool = AdminPool(socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000))
+    memo.metrics = default_metrics()
+    if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
+        from lagpilot.kubeapi import KubeApi
+        memo.kube = KubeApi()

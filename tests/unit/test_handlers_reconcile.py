@@ -1,0 +1,341 @@
+"""reconcile.py: the control-loop cycle against fakes (no cluster, no broker).
+
+The fakes keep what a real API server would: the Deployment's replicas, the CR status (merge
+patches applied), Secrets. Observations are scripted per cycle; the clock is injected.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from lagpilot.kafka_observe import AdminPool, CapacityReport, Observation, ObserveError, PartitionOffsets
+from lagpilot.kubeapi import KubeError
+from lagpilot.metrics import OperatorMetrics
+from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, backoff_s, run_cycle
+from lagpilot.status import find_condition
+
+T0 = 1_700_000_000.0
+NS, NAME = "team-a", "orders"
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
+        self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.status: dict[str, Any] = {}
+        self.status_patches: list[dict[str, Any]] = []
+        self.applies: list[dict[str, Any]] = []
+        self.ready = True  # pods become ready at once (a kubelet that never fails)
+        self.fail_apply: KubeError | None = None
+
+    def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        if self.fail_apply:
+            raise self.fail_apply
+        m = copy.deepcopy(manifest)
+        n = m["spec"]["replicas"]
+        m["status"] = {"replicas": n, "readyReplicas": n if self.ready else 0}
+        self.deployments[(m["metadata"]["namespace"], m["metadata"]["name"])] = m
+        self.applies.append(m)
+        return m
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.deployments.get((namespace, name)))
+
+    def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        return self.secrets.get((namespace, name))
+
+    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.status_patches.append(copy.deepcopy(patch))
+        for k, v in patch.items():
+            if v is None:
+                self.status.pop(k, None)
+            else:
+                self.status[k] = copy.deepcopy(v)
+
+    @property
+    def replicas(self) -> int:
+        return self.deployments[(NS, f"{NAME}-consumer")]["spec"]["replicas"]
+
+
+class Script:
+    """Scripted Kafka: per-partition (earliest, latest, committed, capacity) or an error."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[int, int, int | None, float | None]] = []
+        self.error: ObserveError | None = None
+        self.calls = 0
+        self.clock = T0
+
+    def set(self, parts: list[tuple[int, int, int | None, float | None]]) -> None:
+        self.parts = parts
+
+    def __call__(self, handle: Any, topic: str, group: str, timeout: float) -> Observation:
+        self.calls += 1
+        if self.error:
+            raise self.error
+        return Observation(topic, group, self.clock, tuple(
+            PartitionOffsets(i, e, l, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
+            for i, (e, l, c, cap) in enumerate(self.parts)))
+
+
+class World:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.kube = FakeKube()
+        self.kafka = Script()
+        self.events: list[tuple[str, str, str]] = []
+        self.spec = spec
+        self.generation = 1
+        self.pool = AdminPool(factory=lambda conf: object())
+        self.deps = Deps(kube=self.kube, admin_pool=self.pool,
+                         metrics=OperatorMetrics(CollectorRegistry()),
+                         emit=lambda t, r, m: self.events.append((t, r, m)),
+                         pod_start_seconds=0.0, clock=lambda: self.kafka.clock, observe=self.kafka)
+        self.cache = Cache()
+
+    @property
+    def ref(self) -> GroupRef:
+        return GroupRef(NS, NAME, "uid-1", self.generation)
+
+    def cycle(self, advance: float = 0.0):  # noqa: ANN201
+        self.kafka.clock += advance
+        return run_cycle(self.ref, self.spec, copy.deepcopy(self.kube.status), self.deps, self.cache)
+
+    def cond(self, type_: str) -> dict[str, Any]:
+        c = find_condition(self.kube.status.get("conditions"), type_)
+        assert c is not None, self.kube.status.get("conditions")
+        return dict(c)
+
+    def reasons(self) -> list[str]:
+        return [r for _, r, _ in self.events]
+
+
+def base_spec(**scaling: Any) -> dict[str, Any]:
+    return {
+        "kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
+        "processing": {"sink": "log"},
+        "scaling": {"minReplicas": 1, "maxReplicas": 10, "pollIntervalSeconds": 5,
+                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                                 "scaleDown": {"stabilizationWindowSeconds": 30}}, **scaling},
+        "catchUpSLASeconds": 60,
+        "drain": {"enabled": False},
+    }
+
+
+def test_first_cycle_creates_deployment_and_reports() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 100, None)] * 3)
+    res = w.cycle()
+    assert res.ok and res.delay_s == 5
+    assert w.kube.replicas == 1
+    assert "DeploymentCreated" in w.reasons()
+    st = w.kube.status
+    assert st["partitions"] == 3 and st["totalLag"] == 0 and st["observedGeneration"] == 1
+    assert st["slaSeconds"] == 60 and "estimator" in st and "scalingHistory" in st
+    assert [p["partition"] for p in st["partitionLag"]] == [0, 1, 2]
+    assert all(c["observedGeneration"] == 1 for c in st["conditions"])
+    assert w.cond("Degraded")["status"] == "False"
+    assert w.cond("Ready")["status"] == "True"
+
+
+def test_backlog_scales_up_capped_at_partitions_then_down_after_window() -> None:
+    w = World(base_spec())
+    # a backlog of 20k records per partition at capacity 10/s: far beyond the SLA at any count.
+    # (It is there before the first observation: a burst produced between two observations would
+    # read as a huge produce rate, which the estimator lets decay slowly, by design.)
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    res = w.cycle()
+    assert w.kube.replicas == 3, (res, w.kube.status.get("lastDecision"))  # capped at 3 partitions
+    assert "ScaledUp" in w.reasons()
+    assert w.cond("CatchUpAtRisk")["status"] == "True"
+    assert w.kube.status["desiredReplicas"] == 3
+    # lag drained, no new records: the scale-down waits for the 30 s window
+    w.kafka.set([(0, 21000, 21000, 10.0)] * 3)
+    t_drained = w.kafka.clock + 5
+    w.cycle(advance=5)
+    assert w.kube.replicas == 3
+    while w.kube.replicas == 3 and w.kafka.clock < t_drained + 120:
+        w.cycle(advance=5)
+    assert w.kube.replicas == 1
+    # not before the 30 s window has passed since the last recommendation of 3 (at T0)
+    assert w.kafka.clock - T0 >= 30
+    assert "ScaledDown" in w.reasons()
+    assert w.cond("CatchUpAtRisk")["status"] == "False"
+
+
+def test_history_survives_operator_restart() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    w.cycle()
+    assert w.kube.replicas == 3
+    w.kafka.set([(0, 21000, 21000, 10.0)] * 3)
+    w.cycle(advance=5)
+    # restart: a fresh cache; everything it needs comes from the CR status
+    w.cache = Cache()
+    w.cycle(advance=5)
+    assert w.kube.replicas == 3, "a restart must not forget the scale-down window"
+    est = w.kube.status["estimator"]
+    assert est["capacityPerReplica"] == pytest.approx(10.0)
+
+
+def test_unchanged_status_is_not_written() -> None:
+    """While the state does not change (paused, or the same failure), repeated cycles write nothing,
+    even though time passes (lastTransitionTime is kept, not rewritten)."""
+    w = World({**base_spec(), "paused": True})
+    w.cycle()
+    n = len(w.kube.status_patches)
+    w.cycle(advance=5)
+    w.cycle(advance=5)
+    assert len(w.kube.status_patches) == n
+    w = World(base_spec())
+    w.kafka.error = ObserveError("TopicNotFound", "topic 'orders' does not exist on k:9092")
+    w.cycle()
+    n = len(w.kube.status_patches)
+    w.cycle(advance=5)
+    w.cycle(advance=5)
+    assert len(w.kube.status_patches) == n
+
+
+def test_paused_scales_to_zero_without_observing() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 100, None)])
+    w.cycle()
+    calls = w.kafka.calls
+    w.spec = {**base_spec(), "paused": True}
+    w.generation = 2
+    w.cycle(advance=5)
+    assert w.kube.replicas == 0 and w.kafka.calls == calls
+    assert w.cond("Ready")["reason"] == "Paused" and w.cond("Ready")["observedGeneration"] == 2
+    assert "Paused" in w.reasons()
+    w.spec = base_spec()
+    w.generation = 3
+    w.cycle(advance=5)
+    assert w.kube.replicas >= 1
+    assert w.cond("Ready")["reason"] == "ConsumersNotReady"  # just scaled up: pods not ready yet
+    w.cycle(advance=5)
+    assert w.cond("Ready")["status"] == "True"
+
+
+@pytest.mark.parametrize("reason", ["TopicNotFound", "BrokerUnreachable", "AuthenticationFailed"])
+def test_kafka_failures_degrade_with_backoff(reason: str) -> None:
+    w = World(base_spec())
+    w.kafka.error = ObserveError(reason, f"cause {reason} on k:9092")
+    delays = [w.cycle(advance=1).delay_s for _ in range(4)]
+    assert delays == [5, 10, 20, 40]
+    deg = w.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", reason)
+    assert "k:9092" in deg["message"]
+    assert w.cond("Ready")["status"] == "False"
+    warnings = [e for e in w.events if e[0] == "Warning"]
+    assert warnings and all(e[1] == reason for e in warnings)
+    assert len(warnings) == 3  # failures 1, 2 and 4: repeated causes are thinned out
+    # the Deployment still exists (created before the observation failed)
+    assert w.kube.replicas == 1
+    # recovery clears Degraded and resets the back-off
+    w.kafka.error = None
+    w.kafka.set([(0, 10, 10, None)])
+    res = w.cycle(advance=1)
+    assert res.ok and res.delay_s == 5
+    assert w.cond("Degraded")["status"] == "False"
+    assert "Recovered" in w.reasons()
+
+
+SASL = {**base_spec(), "kafka": {"bootstrapServers": "k:9093", "securityProtocol": "SASL_PLAINTEXT",
+                                 "saslMechanism": "PLAIN", "secretRef": {"name": "kcreds"}}}
+
+
+def b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+@pytest.mark.parametrize("secret, reason", [
+    (None, "SecretNotFound"),
+    ({"username": b64("svc")}, "SecretMalformed"),
+    ({"username": b64("svc"), "password": "%%not-base64%%"}, "SecretMalformed"),
+], ids=["missing", "no-password", "bad-base64"])
+def test_secret_problems_degrade_without_leaking(secret: dict[str, str] | None, reason: str) -> None:
+    w = World(copy.deepcopy(SASL))
+    if secret is not None:
+        w.kube.secrets[(NS, "kcreds")] = {**secret, "other": b64("hunter2-secret")}
+    w.kafka.set([(0, 10, 10, None)])
+    res = w.cycle()
+    assert not res.ok and res.reason == reason
+    deg = w.cond("Degraded")
+    assert deg["reason"] == reason and "kcreds" in deg["message"]
+    blob = repr(w.kube.status) + repr(w.events)
+    assert "hunter2" not in blob and "svc" not in blob
+    assert w.kafka.calls == 0  # no Kafka call with half a configuration
+
+
+def test_good_secret_reaches_the_admin_config_only() -> None:
+    seen: list[dict[str, Any]] = []
+    w = World(copy.deepcopy(SASL))
+    w.deps.admin_pool = AdminPool(factory=lambda conf: seen.append(conf) or object())
+    w.kube.secrets[(NS, "kcreds")] = {"username": b64("svc"), "password": b64("hunter2")}
+    w.kafka.set([(0, 10, 10, None)])
+    assert w.cycle().ok
+    assert seen[0]["sasl.username"] == "svc" and seen[0]["sasl.password"] == "hunter2"
+    dep = w.kube.deployments[(NS, "orders-consumer")]
+    assert "hunter2" not in repr(dep) and "hunter2" not in repr(w.kube.status)
+
+
+def test_invalid_spec_degrades_and_waits_long() -> None:
+    spec = base_spec()
+    spec["scaling"]["minReplicas"] = 5
+    spec["scaling"]["maxReplicas"] = 2
+    w = World(spec)
+    res = w.cycle()
+    assert not res.ok and res.reason == "InvalidSpec" and res.delay_s == w.deps.max_backoff_seconds
+    assert "spec.scaling.maxReplicas" in w.cond("Degraded")["message"]
+    assert not w.kube.deployments
+
+
+def test_drain_hand_off_holds_replicas() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
+    w.cycle()
+    w.kube.status["drain"] = {"phase": "HandedOff"}
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    w.cycle(advance=5)
+    assert w.kube.replicas == 1
+    assert w.cond("Scaling")["reason"] == "DrainHandOff"
+    assert w.kube.status["drain"] == {"phase": "HandedOff"}  # not ours: untouched
+
+
+def test_apply_failure_becomes_degraded() -> None:
+    w = World(base_spec())
+    w.kube.fail_apply = KubeError(403, "Forbidden", "apply Deployment team-a/orders-consumer")
+    res = w.cycle()
+    assert not res.ok and res.reason == "KubernetesAPIError"
+    assert "403" in w.cond("Degraded")["message"]
+
+
+def test_apply_uses_status_desired_within_bounds() -> None:
+    w = World(base_spec(maxReplicas=4))
+    n = apply_deployment(w.ref, w.spec, {"desiredReplicas": 9, "partitions": 6}, w.deps)
+    assert n == 4
+    n = apply_deployment(w.ref, w.spec, {"desiredReplicas": 9, "partitions": 2}, w.deps)
+    assert n == 2
+    n = apply_deployment(w.ref, {**w.spec, "paused": True}, {"desiredReplicas": 3}, w.deps)
+    assert n == 0
+    n = apply_deployment(w.ref, w.spec, {}, w.deps)
+    assert n == 1
+
+
+def test_data_loss_is_reported() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 50, None)])
+    w.cycle()
+    w.kafka.set([(80, 100, 50, None)])  # retention moved the log start past the commit
+    w.cycle(advance=5)
+    assert "DataLoss" in w.reasons()
+    assert w.kube.status["dataLossRecords"] == 30
+    assert w.cond("Degraded")["reason"] == "DataLoss"
+
+
+@pytest.mark.parametrize("failures, expected", [(1, 5), (2, 10), (3, 20), (7, 300), (30, 300)])
+def test_backoff(failures: int, expected: float) -> None:
+    assert backoff_s(failures, 5, 300) == expected

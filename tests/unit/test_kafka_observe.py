@@ -1,0 +1,164 @@
+"""kafka_observe.py: capacity metadata, admin config from a Secret, the shared pool, error
+classification, and one observation against a fake AdminClient (no broker)."""
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from lagpilot.kafka_observe import (AdminHandle, AdminPool, ObserveError, SecretError, admin_config, classify,
+                                    config_key, observe, parse_capacity_metadata)
+from lagpilot.spec import KafkaSpec
+
+
+@pytest.mark.parametrize("meta, cap, ts", [
+    ("lp1;cap=137.5;ts=1700000000000", 137.5, 1700000000000),
+    ("lp1;ts=5;cap=2", 2.0, 5),
+    ("lp1;cap=0;ts=5", 0.0, 5),
+], ids=["plain", "reordered", "zero"])
+def test_capacity_metadata(meta: str, cap: float, ts: int) -> None:
+    r = parse_capacity_metadata(meta)
+    assert r is not None and r.records_per_second == cap and r.ts_ms == ts
+
+
+@pytest.mark.parametrize("meta", [None, "", "foreign tool", "lp1;cap=abc;ts=1", "lp1;cap=1", "lp2;cap=1;ts=1",
+                                  "lp1;cap=-1;ts=1", "lp1;cap=inf;ts=1"])
+def test_capacity_metadata_rejects(meta: str | None) -> None:
+    assert parse_capacity_metadata(meta) is None
+
+
+def b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+def test_admin_config_plaintext() -> None:
+    assert admin_config(KafkaSpec("k:9092"), None) == {"bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT"}
+
+
+def test_admin_config_sasl_ssl() -> None:
+    k = KafkaSpec("k:9093", "SASL_SSL", "SCRAM-SHA-512", "creds")
+    conf = admin_config(k, {"username": b64("u"), "password": b64("p"), "ca.crt": b64("CA")})
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512" and conf["sasl.username"] == "u"
+    assert conf["sasl.password"] == "p" and conf["ssl.ca.pem"] == "CA" and "ssl.key.pem" not in conf
+
+
+@pytest.mark.parametrize("data, reason", [
+    (None, "SecretNotFound"),
+    ({"password": b64("topsecret")}, "SecretMalformed"),
+    ({"username": b64("u"), "password": b64("topsecret"), "tls.crt": b64("C")}, "SecretMalformed"),
+])
+def test_admin_config_secret_errors_never_echo_values(data: dict[str, str] | None, reason: str) -> None:
+    k = KafkaSpec("k:9093", "SASL_SSL", "PLAIN", "creds")
+    with pytest.raises(SecretError) as info:
+        admin_config(k, data)
+    assert info.value.reason == reason and "creds" in info.value.message
+    assert "topsecret" not in str(info.value)
+
+
+def test_pool_shares_one_client_per_config() -> None:
+    made: list[dict[str, Any]] = []
+    pool = AdminPool(factory=lambda conf: made.append(conf) or SimpleNamespace(poll=lambda t: 0))
+    a = {"bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT"}
+    b = {"bootstrap.servers": "other:9092", "security.protocol": "PLAINTEXT"}
+    h1 = pool.acquire("ns/one", a)
+    h2 = pool.acquire("ns/two", dict(a))
+    assert h1 is h2 and len(made) == 1 and pool.size() == 1
+    h3 = pool.acquire("ns/three", b)
+    assert h3 is not h1 and pool.size() == 2
+    pool.acquire("ns/three", a)  # switching config releases the old client
+    assert pool.size() == 1
+    pool.release("ns/one")
+    pool.release("ns/two")
+    assert pool.size() == 1  # ns/three still uses it
+    pool.release("ns/three")
+    assert pool.size() == 0
+    assert "k:9092" not in config_key(a)
+
+
+def kerr(code: int) -> KafkaException:
+    return KafkaException(KafkaError(code))
+
+
+@pytest.mark.parametrize("err, reason", [
+    (kerr(KafkaError.UNKNOWN_TOPIC_OR_PART), "TopicNotFound"),
+    (kerr(KafkaError._TRANSPORT), "BrokerUnreachable"),
+    (kerr(KafkaError._ALL_BROKERS_DOWN), "BrokerUnreachable"),
+    (kerr(KafkaError.SASL_AUTHENTICATION_FAILED), "AuthenticationFailed"),
+    (kerr(KafkaError._AUTHENTICATION), "AuthenticationFailed"),
+    (kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED), "AuthorizationFailed"),
+    (kerr(KafkaError._TIMED_OUT), "KafkaTimeout"),
+    (concurrent.futures.TimeoutError(), "KafkaTimeout"),
+    (kerr(KafkaError.INVALID_REQUEST), "KafkaError"),
+])
+def test_classify(err: BaseException, reason: str) -> None:
+    e = classify(err, None, "orders", "k:9092")
+    assert e.reason == reason and "k:9092" in e.message
+
+
+@pytest.mark.parametrize("recent, reason", [("_TRANSPORT", "BrokerUnreachable"),
+                                             ("_AUTHENTICATION", "AuthenticationFailed")])
+def test_timeout_explained_by_recent_client_error(recent: str, reason: str) -> None:
+    h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092")
+    h.on_error(KafkaError(getattr(KafkaError, recent)))
+    assert classify(kerr(KafkaError._TIMED_OUT), h, "orders", "k:9092").reason == reason
+
+
+def done(value: Any = None, exc: BaseException | None = None) -> concurrent.futures.Future:
+    f: concurrent.futures.Future = concurrent.futures.Future()
+    if exc is not None:
+        f.set_exception(exc)
+    else:
+        f.set_result(value)
+    return f
+
+
+class FakeAdmin:
+    """Answers like confluent-kafka's AdminClient, from a table of offsets."""
+
+    def __init__(self, parts: dict[int, tuple[int, int, int, str | None]], missing: bool = False):
+        self.parts = parts
+        self.missing = missing
+        self.calls: list[str] = []
+
+    def poll(self, t: float) -> int:
+        return 0
+
+    def describe_topics(self, coll: Any, **kw: Any) -> dict[str, concurrent.futures.Future]:
+        self.calls.append("describe_topics")
+        (topic,) = coll.topic_names
+        if self.missing:
+            return {topic: done(exc=kerr(KafkaError.UNKNOWN_TOPIC_OR_PART))}
+        return {topic: done(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in self.parts]))}
+
+    def list_offsets(self, req: dict[Any, Any], **kw: Any) -> dict[Any, concurrent.futures.Future]:
+        self.calls.append("list_offsets")
+        earliest = next(iter(req.values()))._value == -2
+        return {tp: done(SimpleNamespace(offset=self.parts[tp.partition][0 if earliest else 1])) for tp in req}
+
+    def list_consumer_group_offsets(self, reqs: list[Any], **kw: Any) -> dict[str, concurrent.futures.Future]:
+        self.calls.append("list_consumer_group_offsets")
+        (req,) = reqs
+        tps = [SimpleNamespace(partition=tp.partition, offset=self.parts[tp.partition][2], error=None,
+                               metadata=self.parts[tp.partition][3]) for tp in req.topic_partitions]
+        return {req.group_id: done(SimpleNamespace(topic_partitions=tps))}
+
+
+def test_observe_batches_four_requests() -> None:
+    admin = FakeAdmin({0: (0, 100, 40, "lp1;cap=12.5;ts=1700000000000"), 1: (10, 50, -1001, None)})
+    obs = observe(AdminHandle(admin, "k:9092"), "orders", "g", clock=lambda: 123.0)
+    assert sorted(admin.calls) == ["describe_topics", "list_consumer_group_offsets", "list_offsets", "list_offsets"]
+    assert obs.partition_count == 2 and obs.observed_at == 123.0
+    p0, p1 = obs.partitions
+    assert (p0.earliest, p0.latest, p0.committed) == (0, 100, 40)
+    assert p0.capacity is not None and p0.capacity.records_per_second == 12.5
+    assert p1.committed is None and p1.capacity is None
+
+
+def test_observe_missing_topic() -> None:
+    with pytest.raises(ObserveError) as info:
+        observe(AdminHandle(FakeAdmin({}, missing=True), "k:9092"), "orders", "g")
+    assert info.value.reason == "TopicNotFound" and "'orders'" in info.value.message
