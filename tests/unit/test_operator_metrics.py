@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from lagpilot.metrics import OperatorMetrics
 
 
-def sample(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
-    return reg.get_sample_value(name, labels)
+def sample(reg: CollectorRegistry, metric: str, **labels: str) -> float | None:
+    return reg.get_sample_value(metric, labels)
 
 
 def test_group_series_and_forget() -> None:
