@@ -21,6 +21,10 @@ from lagpilot_dev.paths import file_lock
 
 log = logging.getLogger("lagpilot_dev.maven")
 
+# pinned: a bare `dependency:` prefix resolves whatever the installed Maven's super POM names
+# (2.8 from 2013 for Maven 3.8); 3.8.1 runs on Maven 3.6.3+ (verified with the machine's 3.8.7)
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
 
 @dataclass(frozen=True)
 class Dep:
@@ -78,7 +82,7 @@ def _fetch_locked(mvn: str, deps: Sequence[Dep], dest: Path, cache: Path, what: 
         argv = [
             mvn, "-B", "-q", "-f", str(work / "pom.xml"),
             f"-Dmaven.repo.local={cache / 'm2'}",
-            "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
         ]
         log.info("downloading jars from Maven Central (first run only)", extra={"what": what, "into": str(dest)})
         t0 = time.monotonic()
