@@ -1,0 +1,833 @@
+"""`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
+
+    lagpilot demo [--profile default|fast] [--keep] [--namespace NS] [--out DIR] [--plain]
+
+Stages (each prints what it waits for):
+ 1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector
+    (installed into the cache on first use; the first run builds Kubernetes, 20-30 min);
+ 2. the CRD, a namespace, a 3-partition topic and the PostgreSQL DSN Secret;
+ 3. the operator (`lagpilot operator`, a subprocess logging to <out>/operator.log) and the test-side
+    pod runner (threads in this process: it plays the kubelet, consumer pods become local processes);
+ 4. a BatchConsumerGroup (<out>/bcg.yaml, applied with the real kubectl) whose handler writes to
+    PostgreSQL through the built-in sink behind an artificial per-record cost (demo_handler);
+ 5. the replay of a scaled-down seed backfill (quiet → a peak the group cannot absorb → quiet)
+    with a live view: per-partition lag and backlog, projection vs SLA, replicas, the drain and
+    its progress, the conditions and `kubectl get bcg`;
+ 6. waiting for every record to reach PostgreSQL;
+ 7. the summary table, the PNG plot, the JSON summary and the proof: produced = distinct records
+    in PostgreSQL, duplicates = 0. Exit status 1 when the proof fails.
+
+Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
+them and --keep is not given). With --keep the stack, the namespace and the CR stay, and the
+`export KUBECONFIG=...` line is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev import demo_report, demo_view
+from lagpilot_dev.demo_report import Proof, Sample
+from lagpilot_dev.demo_traffic import PROFILES, Producer, Profile, phase_at
+from lagpilot_dev.paths import cache_dir, free_port, http_ok
+
+log = logging.getLogger("lagpilot_dev.demo")
+
+REPO = Path(__file__).resolve().parents[3]
+CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
+CRD_NAME = "batchconsumergroups.lagpilot.io"
+GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
+PARTS = ("kafka", "kube", "postgres", "spark")
+HANDLER = "lagpilot_dev.demo_handler:process"
+DEMO_LABEL = "lagpilot.io/demo"
+
+
+class DemoError(Exception):
+    """A stage could not complete; the message says which and why (the demo exits 2)."""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lagpilot demo", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default",
+                   help="default: the README demo (< 10 min warm); fast: shorter spike, used by the test")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the stack, namespace and CR up at the end and print the KUBECONFIG line")
+    p.add_argument("--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
+    p.add_argument("--plain", action="store_true",
+                   help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)")
+    # development aid until the operator lands: run one consumer process directly, no CR, no Spark
+    p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# ---- small helpers ---------------------------------------------------------------------------------
+
+class _WaitPrinter(logging.Handler):
+    """Shows the stack's own "waiting for ..." log records as stage progress lines."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        super().__init__(logging.INFO)
+        self.say = say
+
+    def emit(self, record: logging.LogRecord) -> None:
+        what = getattr(record, "for", None)
+        msg = record.getMessage()
+        if msg == "waiting" and what:
+            self.say(f"waiting for: {what}")
+        elif msg == "still waiting" and what:
+            self.say(f"still waiting for: {what} ({getattr(record, 'elapsed_s', '?')} s)")
+        elif msg in ("bringing up part", "part is up"):
+            part = getattr(record, "part", "?")
+            secs = getattr(record, "seconds", None)
+            self.say(f"{part}: starting" if msg == "bringing up part" else f"{part}: up in {secs} s")
+        elif "building kubernetes" in msg or msg == "build progress":
+            self.say(getattr(record, "line", None) or msg)
+        elif record.levelno >= logging.WARNING:
+            self.say(f"{record.levelname.lower()}: {msg}")
+
+
+def _sql_count(conn: Any, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    try:
+        return list(conn.execute(query, params).fetchall())
+    except psycopg.errors.UndefinedTable:
+        return []
+
+
+class Demo:
+    """One run of the demo; `run()` does the stages, `cleanup()` undoes what it started."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.profile: Profile = PROFILES[args.profile]
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
+        self.out = Path(args.out) if args.out else cache_dir() / "demo" / self.run_id
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.live = sys.stdout.isatty() and not args.plain
+        self.ns = args.namespace
+        suffix = uuid.uuid4().hex[:6]
+        self.name = "orders-demo"
+        self.topic = f"demo-orders-{suffix}"
+        self.group_id = f"orders-demo-{suffix}"
+        self.table = f"demo_orders_{suffix}"
+        self.audit_table = f"demo_audit_{suffix}"
+        self.t_start = time.monotonic()
+        self.timings: dict[str, float] = {}
+        self.samples: list[Sample] = []
+        self.kubectl_lines: list[str] = []
+        self._kubectl_at = 0.0
+        self.stage = "starting"
+        self.waiting = ""
+        # what cleanup must undo
+        self.stack: Any = None
+        self.lease: str | None = None
+        self.info: Any = None
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.operator_log: Any = None
+        self.runner: Any = None
+        self.producer: Producer | None = None
+        self.api: Any = None
+        self.admin: Any = None
+        self.pg: Any = None
+        self.created_ns = False
+        self.created_topic = False
+        self.parts = PARTS if not args.no_operator else ("kafka", "kube", "postgres")
+        self.consumer: subprocess.Popen[bytes] | None = None
+        self._probe_logged: dict[str, float] = {}
+        self._setup_logging()
+
+    # ---- output ------------------------------------------------------------------------------------
+    def _setup_logging(self) -> None:
+        from lagpilot_dev.logutil import JsonFormatter
+
+        fh = logging.FileHandler(self.out / "demo.log")
+        fh.setFormatter(JsonFormatter())
+        root = logging.getLogger()
+        root.addHandler(fh)
+        root.setLevel(logging.INFO)
+        dev = logging.getLogger("lagpilot_dev")
+        dev.setLevel(logging.INFO)
+        for noisy in ("kubernetes", "urllib3"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        self._wait_printer = _WaitPrinter(lambda m: self.say(m, indent=True))
+        logging.getLogger("lagpilot_dev").addHandler(self._wait_printer)
+        logging.getLogger("lagpilot_dev.podrunner").propagate = True
+        self._wait_printer.addFilter(lambda r: not r.name.startswith(("lagpilot_dev.podrunner", "lagpilot_dev.demo")))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t_start
+
+    def say(self, text: str, indent: bool = False) -> None:
+        print(("      " if indent else "") + text, flush=True)
+
+    def begin(self, n: int, title: str, waiting: str) -> float:
+        self.stage = title
+        self.waiting = waiting
+        self.say(f"\n[{n}/7] {title}")
+        self.say(f"waiting for: {waiting}", indent=True)
+        log.info("stage", extra={"stage": title, "waiting_for": waiting})
+        return time.monotonic()
+
+    def done(self, key: str, t0: float, detail: str = "") -> None:
+        secs = time.monotonic() - t0
+        self.timings[key] = secs
+        self.say(f"✓ {detail or 'done'} ({secs:.1f} s)", indent=True)
+
+    def wait(self, check: Callable[[], Any], what: str, timeout: float, interval: float = 1.0,
+             alive: Callable[[], str | None] | None = None) -> Any:
+        """Poll ``check`` until truthy; print what we wait for every 15 s; DemoError on timeout or
+        when ``alive`` names a dead process."""
+        t0 = time.monotonic()
+        last = t0
+        err: str | None = None
+        while True:
+            try:
+                result = check()
+                if result:
+                    return result
+                err = None
+            except Exception as exc:  # noqa: BLE001 - a failing probe means "not yet"
+                err = repr(exc)[:300]
+            if alive is not None and (dead := alive()):
+                raise DemoError(f"gave up waiting for {what}: {dead}")
+            now = time.monotonic()
+            if now - t0 > timeout:
+                raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {err})" if err else ""))
+            if now - last >= 15:
+                self.say(f"still waiting for: {what} ({now - t0:.0f} s)", indent=True)
+                last = now
+            time.sleep(interval)
+
+    # ---- the stages --------------------------------------------------------------------------------
+    def run(self) -> int:
+        print(f"lagpilot demo · profile {self.profile.name} · output in {self.out}", flush=True)
+        self.stage_stack()
+        self.stage_resources()
+        self.stage_operator()
+        self.stage_group()
+        self.stage_replay()
+        self.stage_catch_up()
+        return self.stage_report()
+
+    def stage_stack(self) -> None:
+        from lagpilot_dev.stack import Stack
+
+        t0 = self.begin(1, "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars",
+                        "every part to be installed (first run only) and healthy")
+        self.stack = Stack()
+        for name in self.parts:
+            try:
+                part = self.stack.part(name)
+            except ImportError as exc:
+                raise DemoError(f"the dev stack has no '{name}' part in this checkout ({exc})") from exc
+            installed = getattr(part, "installed", None)
+            if callable(installed) and not installed():
+                hint = " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores" if name == "kube" else ""
+                self.say(f"{name}: not in the cache yet, installing (first run only){hint}", indent=True)
+        self.info, self.lease = self.stack.acquire(self.parts)
+        i = self.info
+        if not (i.bootstrap_servers and i.kubeconfig and i.postgres_dsn and i.kubectl):
+            raise DemoError(f"the stack came up without all connection details: running={i.running}")
+        self.done("stack_up", t0, f"Kafka {i.bootstrap_servers} · API server {i.kube_server} · "
+                                  f"PostgreSQL 127.0.0.1:{i.parts.get('postgres', {}).get('postgres_port', '?')} · "
+                                  f"{len(i.spark_jars)} Spark jars")
+
+    def kubectl(self, *args: str, input_text: str | None = None, timeout: float = 60.0,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.info.kubectl), f"--kubeconfig={self.info.kubeconfig}", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, input=input_text, timeout=timeout,  # noqa: S603
+                              check=False)
+        log.info("kubectl", extra={"kubectl_args": " ".join(args), "rc": proc.returncode})
+        if check and proc.returncode != 0:
+            raise DemoError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+        return proc
+
+    def stage_resources(self) -> None:
+        import psycopg
+        from confluent_kafka.admin import AdminClient, NewTopic
+        from kubernetes import client, config
+
+        t0 = self.begin(2, f"CRD, namespace {self.ns}, topic {self.topic} (3 partitions), PostgreSQL Secret",
+                        f"CRD {CRD_NAME} to be Established")
+        self.api = config.new_client_from_config(config_file=str(self.info.kubeconfig))
+        core = client.CoreV1Api(self.api)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-demo", "-f", str(CRD_FILE))
+        self.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=90s", timeout=120)
+        self.say(f"✓ kubectl apply --server-side -f {CRD_FILE.relative_to(REPO)}: Established", indent=True)
+
+        self._remove_namespace(core, wait=True)
+        self.say(f"waiting for: namespace {self.ns} and its default ServiceAccount", indent=True)
+        core.create_namespace({"metadata": {"name": self.ns, "labels": {DEMO_LABEL: "true"},
+                                            "annotations": {"lagpilot.io/demo-run": self.run_id}}})
+        self.created_ns = True
+        self.wait(lambda: core.read_namespaced_service_account("default", self.ns), "the default ServiceAccount", 90)
+
+        self.say(f"waiting for: topic {self.topic} with {self.profile.partitions} partitions, each with a leader",
+                 indent=True)
+        self.admin = AdminClient({"bootstrap.servers": self.info.bootstrap_servers,
+                                  "logger": logging.getLogger("lagpilot_dev.demo.kafka")})
+        fut = self.admin.create_topics([NewTopic(self.topic, num_partitions=self.profile.partitions,
+                                                 replication_factor=1)], operation_timeout=30)[self.topic]
+        fut.result(timeout=90)
+        self.created_topic = True
+
+        def topic_ready() -> bool:
+            t = self.admin.list_topics(topic=self.topic, timeout=10).topics.get(self.topic)
+            return bool(t is not None and t.error is None and len(t.partitions) == self.profile.partitions
+                        and all(p.leader >= 0 for p in t.partitions.values()))
+
+        self.wait(topic_ready, f"topic {self.topic} leaders", 60, interval=0.3)
+
+        core.create_namespaced_secret(self.ns, {"metadata": {"name": "demo-pg"}, "type": "Opaque",
+                                                "stringData": {"dsn": self.info.postgres_dsn}})
+        self.pg = psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10,
+                                  application_name="lagpilot-demo")
+        self.done("resources", t0, f"namespace {self.ns}, topic {self.topic}, Secret demo-pg (the DSN; never printed)")
+
+    def _remove_namespace(self, core: Any, wait: bool) -> None:
+        """Delete the namespace (a previous run's, or ours at the end). CRs whose operator is gone
+        keep kopf's finalizer: it is removed first, or the namespace would never go away."""
+        from kubernetes import client
+
+        try:
+            core.read_namespace(self.ns)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        if wait:
+            self.say(f"waiting for: the previous demo namespace {self.ns} to be deleted", indent=True)
+        co = client.CustomObjectsApi(self.api)
+        with contextlib.suppress(client.ApiException):
+            for item in co.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL).get("items", []):
+                with contextlib.suppress(client.ApiException):
+                    co.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, item["metadata"]["name"],
+                                                      {"metadata": {"finalizers": None}})
+        with contextlib.suppress(client.ApiException):
+            core.delete_namespace(self.ns, propagation_policy="Background")
+        if wait:
+            def gone() -> bool:
+                try:
+                    core.read_namespace(self.ns)
+                except client.ApiException as exc:
+                    return exc.status == 404
+                return False
+
+            self.wait(gone, f"namespace {self.ns} to be deleted", 180)
+
+    def stage_operator(self) -> None:
+        from lagpilot_dev.podrunner import PodRunner
+
+        t0 = self.begin(3, "The operator (lagpilot operator) and the pod runner (the kubelet stand-in)",
+                        "the operator's metrics endpoint to answer")
+        if self.args.no_operator:
+            self._start_bare_consumer()
+            self.done("operator_up", t0, "--no-operator: one bare consumer process instead")
+            return
+        port = free_port()
+        log_path = self.out / "operator.log"
+        self.operator_log = open(log_path, "ab")  # noqa: SIM115 - closed in cleanup
+        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO")
+        exe = Path(sys.executable).parent / "lagpilot"
+        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
+                "operator", "--namespace", self.ns, "--standalone", "--metrics-port", str(port),
+                "--metrics-host", "127.0.0.1"]
+        self.operator = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.operator_log,  # noqa: S603
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.say(f"$ lagpilot operator --namespace {self.ns} --standalone   (pid {self.operator.pid}, log {log_path})",
+                 indent=True)
+        self.wait(lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), f"http://127.0.0.1:{port}/metrics", 120,
+                  alive=self._operator_dead)
+
+        self.say("waiting for: the pod runner to register its Node", indent=True)
+        extra_env = {"LAGPILOT_SPARK_JARS": ",".join(self.info.spark_jars)} if self.info.spark_jars else {}
+        self.runner = PodRunner(self.info.kubeconfig, node_name=f"lagpilot-demo-{self.run_id[-4:]}",
+                                workdir=self.out / "pods", namespaces=[self.ns], extra_env=extra_env)
+        self.runner.start()
+        self.done("operator_up", t0, f"operator pid {self.operator.pid}, pod runner node {self.runner.node_name}")
+
+    def _start_bare_consumer(self) -> None:
+        """--no-operator: the env the operator would render, one `lagpilot consume` process."""
+        p = self.profile
+        env = dict(os.environ, LAGPILOT_BOOTSTRAP_SERVERS=self.info.bootstrap_servers, LAGPILOT_TOPIC=self.topic,
+                   LAGPILOT_GROUP_ID=self.group_id, LAGPILOT_BATCH_MAX_RECORDS=str(p.batch_max_records),
+                   LAGPILOT_BATCH_TIMEOUT_MS=str(p.batch_timeout_ms), LAGPILOT_HANDLER=HANDLER,
+                   LAGPILOT_HANDLER_CONFIG=json.dumps(self.manifest()["spec"]["processing"]["config"]),
+                   LAGPILOT_POSTGRES_DSN=self.info.postgres_dsn, LAGPILOT_POSTGRES_TABLE=self.table,
+                   LAGPILOT_METRICS_PORT=str(free_port()), LAGPILOT_POD_NAME="bare-consumer-0")
+        exe = Path(sys.executable).parent / "lagpilot"
+        self.consumer_log = open(self.out / "consumer.log", "ab")  # noqa: SIM115 - closed in cleanup
+        self.consumer = subprocess.Popen([str(exe), "consume"], stdin=subprocess.DEVNULL, stdout=self.consumer_log,  # noqa: S603
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def _operator_dead(self) -> str | None:
+        if self.operator is not None and self.operator.poll() is not None:
+            tail = ""
+            with contextlib.suppress(OSError):
+                tail = "\n".join((self.out / "operator.log").read_text(errors="replace").splitlines()[-15:])
+            return f"the operator exited with {self.operator.returncode}; last lines of operator.log:\n{tail}"
+        return None
+
+    def manifest(self) -> dict[str, Any]:
+        """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml)."""
+        p = self.profile
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "BatchConsumerGroup",
+            "metadata": {"name": self.name, "namespace": self.ns},
+            "spec": {
+                "kafka": {"bootstrapServers": self.info.bootstrap_servers},
+                "topic": self.topic,
+                "groupId": self.group_id,
+                "batch": {"maxRecords": p.batch_max_records, "timeoutMs": p.batch_timeout_ms},
+                "processing": {
+                    # the built-in PostgreSQL sink behind an artificial downstream cost (see demo_handler)
+                    "handler": HANDLER,
+                    "config": {"recordDelayMs": str(p.record_delay_ms), "batchDelayMs": str(p.batch_delay_ms),
+                               "postgres.table": self.table, "auditTable": self.audit_table},
+                },
+                "failure": {"maxRetries": 5, "backoffMs": 200, "policy": "deadLetter"},
+                "scaling": {"minReplicas": 1, "maxReplicas": p.partitions, "tolerance": 0.1,
+                            "pollIntervalSeconds": p.poll_interval_s,
+                            "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                                         "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s}}},
+                "catchUpSLASeconds": p.sla_s,
+                "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
+                          "minBacklogRecords": p.min_backlog_records},
+                "template": {
+                    "env": [
+                        {"name": "LAGPILOT_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "demo-pg", "key": "dsn"}}},
+                        {"name": "LAGPILOT_POSTGRES_TABLE", "value": self.table},
+                    ],
+                },
+            },
+        }
+
+    def stage_group(self) -> None:
+        import yaml
+        from kubernetes import client
+
+        t0 = self.begin(4, f"BatchConsumerGroup {self.ns}/{self.name} → PostgreSQL table {self.table}",
+                        "the operator to create the consumer Deployment")
+        if self.args.no_operator:
+            self.wait(self._group_has_members, f"a member in consumer group {self.group_id}", 120)
+            self.done("group_ready", t0, "--no-operator: bare consumer joined")
+            return
+        path = self.out / "bcg.yaml"
+        path.write_text("# applied by `lagpilot demo`\n" + yaml.safe_dump(self.manifest(), sort_keys=False))
+        self.kubectl("apply", "-f", str(path))
+        self.say(f"$ kubectl apply -f {path}", indent=True)
+        apps = client.AppsV1Api(self.api)
+        core = client.CoreV1Api(self.api)
+        self.wait(lambda: apps.read_namespaced_deployment(self.name, self.ns), f"Deployment {self.ns}/{self.name}",
+                  120, alive=self._operator_dead)
+        self.say("✓ Deployment created; waiting for: a consumer pod to run (pod runner)", indent=True)
+
+        def pod_running() -> bool:
+            pods = core.list_namespaced_pod(self.ns).items
+            return any(p.status.phase == "Running" for p in pods)
+
+        self.wait(pod_running, "a consumer pod in phase Running", 120, alive=self._operator_dead)
+        self.say(f"✓ consumer pod running; waiting for: consumer group {self.group_id} to have a member", indent=True)
+        self.wait(self._group_has_members, f"a member in consumer group {self.group_id}", 120,
+                  alive=self._operator_dead)
+        self.say("waiting for: the operator's first status (partitions observed)", indent=True)
+        self.wait(lambda: (self._status().get("partitions") or 0) >= 1, "status.partitions", 120,
+                  alive=self._operator_dead)
+        self.done("group_ready", t0, "consumer running, status reported")
+
+    def _group_has_members(self) -> bool:
+        futs = self.admin.describe_consumer_groups([self.group_id], request_timeout=10)
+        desc = futs[self.group_id].result(timeout=15)
+        return len(desc.members) > 0
+
+    def _cr(self) -> dict[str, Any]:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api).get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name)
+
+    def _status(self) -> dict[str, Any]:
+        return dict(self._cr().get("status") or {})
+
+    # ---- sampling ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _probe(self, what: str) -> Any:
+        """One observation of the sample: a failure leaves that part empty and is logged (once a minute)."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - the view shows what it could read
+            now = time.monotonic()
+            if now - self._probe_logged.get(what, -1e9) >= 60:
+                self._probe_logged[what] = now
+                log.warning("observation failed", extra={"probe": what, "error": repr(exc)[:500]})
+
+    def sample(self) -> Sample:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+        from kubernetes import client
+
+        prod = self.producer
+        t = prod.elapsed() if prod is not None and prod.t0 is not None else -1.0
+        ph = phase_at(self.profile.phases, t) if t >= 0 else None
+        s = Sample(t=t, produce_rate=ph[1].rate if ph else 0.0, produced=prod.acked if prod else 0)
+        parts = list(range(self.profile.partitions))
+        with self._probe("kafka end offsets"):
+            res = self.admin.list_offsets({TopicPartition(self.topic, p): OffsetSpec.latest() for p in parts},
+                                          request_timeout=10)
+            for tp, fut in res.items():
+                s.end[tp.partition] = int(fut.result(timeout=10).offset)
+        with self._probe("kafka committed offsets"):
+            futs = self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self.group_id, [TopicPartition(self.topic, p) for p in parts])],
+                request_timeout=10)
+            for tp in futs[self.group_id].result(timeout=10).topic_partitions:
+                s.committed[tp.partition] = int(tp.offset) if tp.offset >= 0 else None
+        with self._probe("postgres row counts"):
+            rows = _sql_count(self.pg, f'SELECT partition, count(*) FROM "{self.table}" GROUP BY partition')
+            s.in_sink = {int(p): int(n) for p, n in rows}
+        for p in parts:
+            s.end.setdefault(p, 0)
+            s.in_sink.setdefault(p, 0)
+        with self._probe("CR status"):
+            st = self._status()
+            s.replicas = st.get("replicas")
+            s.desired = st.get("desiredReplicas")
+            s.capacity = st.get("capacityPerReplica")
+            s.observed_rate = st.get("produceRate")
+            pc = st.get("projectedCatchUpSeconds")
+            s.projected_s = float(pc) if pc is not None else None
+            s.sla_s = st.get("slaSeconds") or self.profile.sla_s
+            s.decision = str(st.get("lastDecision") or "")
+            s.conditions = [(c.get("type", ""), c.get("status", ""), c.get("reason", "")) for c in st.get("conditions") or []]
+            s.drain = st.get("drain") or None
+        with self._probe("Deployment"):
+            dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.name, self.ns)
+            s.ready = dep.status.ready_replicas or 0
+            if s.replicas is None:
+                s.replicas = dep.spec.replicas
+        now = time.monotonic()
+        if now - self._kubectl_at >= 3.0:
+            self._kubectl_at = now
+            with self._probe("kubectl get bcg"):
+                proc = self.kubectl("get", "bcg", "-n", self.ns, check=False, timeout=15)
+                self.kubectl_lines = [f"$ kubectl get bcg -n {self.ns}", *proc.stdout.rstrip().splitlines()]
+        self.samples.append(s)
+        return s
+
+    def show(self, s: Sample | None, phase: str = "") -> None:
+        header = demo_view.Header(profile=self.profile.name, elapsed_s=self.elapsed(), stage=self.stage,
+                                  waiting_for=self.waiting, phase=phase, namespace=self.ns, name=self.name)
+        if self.live:
+            frame = demo_view.render(header, s, self.kubectl_lines)
+            sys.stdout.write(demo_view.HOME_CLEAR + "\n".join(frame) + "\n")
+            sys.stdout.flush()
+        elif not hasattr(self, "_last_line") or time.monotonic() - self._last_line >= 10:
+            self._last_line = time.monotonic()
+            print(demo_view.one_line(header, s), flush=True)
+
+    def _phase_text(self) -> str:
+        prod = self.producer
+        if prod is None or prod.t0 is None:
+            return ""
+        ph = phase_at(self.profile.phases, prod.elapsed())
+        names = " → ".join(f"{p.name} {p.rate:g}/s×{p.seconds:g}s" for p in self.profile.phases)
+        if ph is None:
+            return f"replay done ({names})"
+        i, p, left = ph
+        return f"phase {i + 1}/{len(self.profile.phases)}: {p.name} at {p.rate:g} rec/s, {left:.0f} s left   ({names})"
+
+    def stage_replay(self) -> None:
+        p = self.profile
+        t0 = self.begin(5, f"Replay: a scaled-down seed backfill, {p.replay_seconds:.0f} s, ~{p.expected_records:,} records",
+                        "the replay to finish")
+        self.say(f"one consumer manages ~{p.consumer_capacity:.0f} records/s (handler cost {p.record_delay_ms:g} ms/record"
+                 f" + {p.batch_delay_ms:g} ms/batch); peak {max(ph.rate for ph in p.phases):g} records/s; "
+                 f"SLA {p.sla_s} s", indent=True)
+        time.sleep(2 if self.live else 0)
+        self.producer = Producer(self.info.bootstrap_servers, self.topic, p.phases, p.partitions).start()
+        while not self.producer.done.is_set():
+            tick = time.monotonic()
+            ph = phase_at(p.phases, self.producer.elapsed())
+            self.waiting = (f"the replay: {ph[1].name} at {ph[1].rate:g} rec/s, {ph[2]:.0f} s left in this phase"
+                            if ph else "the producer to flush")
+            s = self.sample()
+            self.show(s, self._phase_text())
+            if (dead := self._operator_dead()) is not None:
+                raise DemoError(dead)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        if self.producer.error:
+            self.say(f"producer error: {self.producer.error}", indent=True)
+        self.timings["replay"] = time.monotonic() - t0
+
+    def _caught_up(self, s: Sample) -> str | None:
+        """None when every record is in PostgreSQL, the group's lag is 0 and no drain is active;
+        otherwise what is still missing (what the demo waits for)."""
+        waits = []
+        if s.total_backlog > 0:
+            waits.append(f"{s.total_backlog:,} records to reach PostgreSQL")
+        if s.total_group_lag > 0:
+            waits.append(f"group lag {s.total_group_lag:,} → 0")
+        if s.drain_active:
+            done, total = s.drain_progress()
+            waits.append(f"drain #{(s.drain or {}).get('id')} ({s.drain_phase}, {done:,}/{total:,}) to be verified")
+        if s.produced != sum(s.end.values()):
+            waits.append("the end offsets to show every produced record")
+        return "; ".join(waits) or None
+
+    def stage_catch_up(self) -> None:
+        p = self.profile
+        if self.live:
+            self.stage = "Catching up"
+        else:
+            self.begin(6, "Catching up", "every record to reach PostgreSQL")
+        t0 = time.monotonic()
+        deadline = t0 + p.catch_up_timeout_s
+        linger_until: float | None = None
+        while True:
+            tick = time.monotonic()
+            s = self.sample()
+            missing = self._caught_up(s)
+            if missing is None and linger_until is None:
+                self.timings["catch_up_after_replay"] = tick - t0
+                linger_until = tick + p.linger_s
+            if linger_until is not None:
+                if tick >= linger_until:
+                    break
+                self.waiting = f"nothing: caught up; watching {linger_until - tick:.0f} s more"
+            else:
+                self.waiting = f"{missing} (gives up in {deadline - tick:.0f} s)"
+            self.show(s, self._phase_text())
+            if tick > deadline:
+                self.say(f"\ngave up waiting after {p.catch_up_timeout_s:.0f} s: {missing}")
+                break
+            if (dead := self._operator_dead()) is not None:
+                raise DemoError(dead)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        if self.live:
+            self.show(self.samples[-1], self._phase_text())
+
+    # ---- proof and report --------------------------------------------------------------------------
+    def proof(self) -> Proof:
+        q = f'"{self.table}"'
+        rows, distinct = 0, 0
+        r = _sql_count(self.pg, f'SELECT count(*), count(DISTINCT (topic, partition, "offset")) FROM {q} WHERE topic = %s',
+                       (self.topic,))
+        if r:
+            rows, distinct = int(r[0][0]), int(r[0][1])
+        per: dict[int, dict[str, int]] = {}
+        end = self.samples[-1].end if self.samples else {}
+        for p in range(self.profile.partitions):
+            per[p] = {"end": int(end.get(p, 0)), "rows": 0, "distinct": 0, "min": -1, "max": -1}
+        for part, n, nd, lo, hi in _sql_count(
+                self.pg, f'SELECT partition, count(*), count(DISTINCT "offset"), min("offset"), max("offset") FROM {q} '
+                         "WHERE topic = %s GROUP BY partition", (self.topic,)):
+            per.setdefault(int(part), {"end": 0})
+            per[int(part)].update(rows=int(n), distinct=int(nd), min=int(lo), max=int(hi))
+        proof = Proof(produced=self.producer.acked if self.producer else 0,
+                      end_offsets_total=sum(int(v) for v in end.values()),
+                      rows_in_sink=rows, distinct_in_sink=distinct, per_partition=per)
+        a = f'"{self.audit_table}"'
+        r = _sql_count(self.pg, f'SELECT count(*), count(DISTINCT (partition, "offset")) FROM {a}')
+        if r:
+            proof.processed_attempts, proof.processed_distinct = int(r[0][0]), int(r[0][1])
+            proof.by_source = {str(src): int(n) for src, n in _sql_count(
+                self.pg, f'SELECT source, count(DISTINCT (partition, "offset")) FROM {a} GROUP BY source')}
+        lat = _sql_count(self.pg, (
+            "SELECT max(l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l), avg((l <= %s)::int) FROM ("
+            f"SELECT extract(epoch FROM written_at) - timestamp_ms / 1000.0 AS l FROM {q} "
+            "WHERE topic = %s AND timestamp_ms IS NOT NULL) x"), (self.profile.sla_s, self.topic))
+        if lat and lat[0][0] is not None:
+            proof.latency = {"max_s": round(float(lat[0][0]), 1), "p99_s": round(float(lat[0][1]), 1),
+                             "within_sla_fraction": round(float(lat[0][2]), 4)}
+        return proof
+
+    def stage_report(self) -> int:
+        t0 = self.begin(7, "Summary, plot and proof", "the SQL checks")
+        proof = self.proof()
+        png = self.out / "demo.png"
+        js = self.out / "summary.json"
+        self.timings["total"] = self.elapsed()
+        summary = demo_report.summarize(
+            self.samples, proof, profile=self.profile.name, sla_s=self.profile.sla_s,
+            batch_max_records=self.profile.batch_max_records, partitions=self.profile.partitions,
+            timings=self.timings,
+            paths={"plot": str(png), "summary": str(js), "operator_log": str(self.out / "operator.log"),
+                   "demo_log": str(self.out / "demo.log"), "manifest": str(self.out / "bcg.yaml")})
+        summary.update(namespace=self.ns, name=self.name, topic=self.topic, table=self.table,
+                       producer_error=self.producer.error if self.producer else None)
+        try:
+            demo_report.plot(self.samples, str(png), sla_s=self.profile.sla_s,
+                             title=f"lagpilot demo ({self.profile.name}): {self.topic}, SLA {self.profile.sla_s} s")
+        except Exception as exc:  # noqa: BLE001 - a missing matplotlib must not hide the proof
+            summary["paths"]["plot"] = None
+            self.say(f"plot skipped: {exc!r}", indent=True)
+        js.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        self.timings["report"] = time.monotonic() - t0
+        print()
+        print(demo_report.format_summary(summary))
+        print()
+        print(f"  SQL: SELECT count(*), count(DISTINCT (topic, partition, \"offset\")) FROM {self.table}"
+              f"  →  {proof.rows_in_sink:,} rows, {proof.distinct_in_sink:,} distinct")
+        verdict = ("PROOF OK: produced = distinct records in PostgreSQL "
+                   f"({proof.produced:,}), duplicates = 0, every partition holds offsets 0..end-1")
+        if not proof.ok:
+            verdict = "PROOF FAILED: " + "; ".join(proof.failures())
+        print(f"\n  {verdict}\n")
+        if summary["paths"].get("plot"):
+            print(f"  plot:    {png}")
+        print(f"  summary: {js}")
+        print(f"  logs:    {self.out}/operator.log, {self.out}/demo.log, pods in {self.out}/pods")
+        print(f"  demo wall time {self.elapsed():.0f} s (stack up {self.timings.get('stack_up', 0):.0f} s)")
+        return 0 if proof.ok else 1
+
+    # ---- cleanup -----------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        """Undo what this run started, in dependency order; never raises."""
+        keep = self.args.keep
+        steps: list[tuple[str, Callable[[], None]]] = [("stop the producer", self._stop_producer)]
+        if not keep:
+            steps.append(("delete the BatchConsumerGroup (the operator removes its finalizer)", self._delete_cr))
+        steps += [("stop the pod runner and its processes", self._stop_runner),
+                  ("stop the operator", self._stop_operator)]
+        if not keep:
+            steps += [("delete the namespace, topic and tables", self._delete_resources)]
+        steps.append(("release the stack", lambda: self._release_stack(keep)))
+        print("\ncleaning up:", flush=True)
+        for what, fn in steps:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - clean up as much as possible
+                log.warning("cleanup step failed", extra={"step": what, "error": repr(exc)[:500]})
+                print(f"      {what}: failed ({exc!r:.200})", flush=True)
+        if keep and self.info is not None:
+            print("\nThe stack, namespace and BatchConsumerGroup stay up (the operator and pod runner stopped with the demo):")
+            for line in self.info.shell_exports()[:1]:
+                print(f"  {line}")
+            print(f"  kubectl get bcg -n {self.ns} -o wide")
+            print(f"  kubectl describe bcg -n {self.ns} {self.name}")
+            print("  .venv/bin/lagpilot dev down    # stops the stack")
+
+    def _stop_producer(self) -> None:
+        if self.producer is not None:
+            self.producer.stop()
+
+    def _delete_cr(self) -> None:
+        from kubernetes import client
+
+        if self.api is None or not self.created_ns:
+            return
+        co = client.CustomObjectsApi(self.api)
+        try:
+            co.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return
+            raise
+        if self.operator is not None and self.operator.poll() is None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    co.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name)
+                except client.ApiException as exc:
+                    if exc.status == 404:
+                        return
+                time.sleep(0.5)
+
+    def _stop_runner(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+            self.runner = None
+
+    def _stop_operator(self) -> None:
+        if self.consumer is not None and self.consumer.poll() is None:
+            os.killpg(self.consumer.pid, signal.SIGTERM)
+            try:
+                self.consumer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.consumer.pid, signal.SIGKILL)
+        proc = self.operator
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: pgid == its pid
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        if self.operator_log is not None:
+            self.operator_log.close()
+        self.operator = None
+
+    def _delete_resources(self) -> None:
+        from kubernetes import client
+
+        if self.api is not None and self.created_ns:
+            self._remove_namespace(client.CoreV1Api(self.api), wait=False)
+        if self.admin is not None and self.created_topic:
+            with contextlib.suppress(Exception):
+                for fut in self.admin.delete_topics([self.topic], operation_timeout=30).values():
+                    fut.result(timeout=60)
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                self.pg.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.audit_table}"')
+            with contextlib.suppress(Exception):
+                self.pg.close()
+
+    def _release_stack(self, keep: bool) -> None:
+        if self.stack is None or self.lease is None:
+            return
+        if keep:
+            self.stack.up(self.parts)  # a person's stack now: no test session's release will stop it
+        stopped = self.stack.release(self.lease, stop=not keep)
+        self.lease = None
+        if stopped:
+            print(f"      stopped the parts the demo started: {', '.join(stopped)}", flush=True)
+        if self.api is not None:
+            self.api.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    demo = Demo(args)
+
+    def on_term(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    rc = 2
+    try:
+        rc = demo.run()
+    except KeyboardInterrupt:
+        print("\ninterrupted", flush=True)
+        rc = 130
+    except DemoError as exc:
+        print(f"\ndemo failed at stage '{demo.stage}': {exc}", file=sys.stderr, flush=True)
+        rc = 2
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        demo.cleanup()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

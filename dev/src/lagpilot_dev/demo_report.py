@@ -1,0 +1,397 @@
+"""What the demo observed, and what it concludes from it (pure; the plot needs matplotlib).
+
+The demo samples the world about once a second into a `Sample`: Kafka (end and committed offsets
+per partition), PostgreSQL (rows per partition) and the CR status (replicas, projection, drain).
+`summarize` turns the samples and the final SQL proof into the summary (table + JSON); `plot`
+draws them.
+
+Two kinds of "lag" are shown, because a drain makes them differ:
+- *group lag* (Kafka): end offset − committed offset of the live group. A hand-off moves the group's
+  committed offset to the split point, so group lag drops at once — the records are not processed yet.
+- *backlog*: records produced but not yet in PostgreSQL (end offset − rows in the sink table), the
+  group's and the drain's together. Catch-up is measured on the backlog.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")
+
+
+@dataclass
+class Sample:
+    """One observation; ``t`` is seconds since the replay started (negative before it)."""
+
+    t: float
+    produce_rate: float = 0.0  # the schedule's rate at t
+    produced: int = 0  # acknowledged by the broker so far
+    end: dict[int, int] = field(default_factory=dict)
+    committed: dict[int, int | None] = field(default_factory=dict)
+    in_sink: dict[int, int] = field(default_factory=dict)
+    replicas: int | None = None
+    desired: int | None = None
+    ready: int | None = None  # the Deployment's ready replicas
+    capacity: float | None = None
+    observed_rate: float | None = None
+    projected_s: float | None = None
+    sla_s: float | None = None
+    decision: str = ""
+    conditions: list[tuple[str, str, str]] = field(default_factory=list)
+    drain: dict[str, Any] | None = None  # status.drain as read
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(set(self.end) | set(self.committed) | set(self.in_sink))
+
+    def group_lag(self, p: int) -> int:
+        end = self.end.get(p, 0)
+        c = self.committed.get(p)
+        return max(0, end - (c if c is not None else 0))
+
+    def backlog(self, p: int) -> int:
+        return max(0, self.end.get(p, 0) - self.in_sink.get(p, 0))
+
+    @property
+    def total_group_lag(self) -> int:
+        return sum(self.group_lag(p) for p in self.partitions)
+
+    @property
+    def total_backlog(self) -> int:
+        return sum(self.backlog(p) for p in self.partitions)
+
+    @property
+    def total_in_sink(self) -> int:
+        return sum(self.in_sink.values())
+
+    @property
+    def drain_phase(self) -> str | None:
+        return (self.drain or {}).get("phase")
+
+    @property
+    def drain_active(self) -> bool:
+        return self.drain_phase in ACTIVE_DRAIN_PHASES
+
+    @property
+    def drain_tasks(self) -> int:
+        """Spark tasks the running drain still has work for (unfinished sub-ranges, capped by maxTasks)."""
+        d = self.drain or {}
+        if d.get("phase") != "Running":
+            return 0
+        subs = d.get("subRanges") or []
+        return sum(1 for s in subs if int(s.get("next", s.get("start", 0))) < int(s.get("end", 0)))
+
+    def drain_progress(self) -> tuple[int, int]:
+        """(records done, records total) of the current drain."""
+        d = self.drain or {}
+        return int(d.get("recordsDone") or 0), int(d.get("recordsTotal") or 0)
+
+
+def condition(sample: Sample, ctype: str) -> tuple[str, str] | None:
+    for t, s, r in sample.conditions:
+        if t == ctype:
+            return s, r
+    return None
+
+
+def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
+    """Every drain the status showed (by id), with its last known state; history entries fill in
+    drains that started and finished between two samples."""
+    by_id: dict[int, dict[str, Any]] = {}
+    for s in samples:
+        d = s.drain
+        if not d:
+            continue
+        for h in d.get("history") or []:
+            if "id" in h:
+                by_id.setdefault(int(h["id"]), {}).update(_drain_entry(h))
+        if "id" in d:
+            entry = by_id.setdefault(int(d["id"]), {})
+            if entry.get("final"):
+                continue  # the history's final word wins over a stale live view
+            entry.update(_drain_entry(d))
+            entry.setdefault("first_seen_t", round(s.t, 1))
+            entry["last_seen_t"] = round(s.t, 1)
+    for entry in by_id.values():
+        entry.pop("final", None)
+    return [dict(id=i, **by_id[i]) for i in sorted(by_id)]
+
+
+def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
+    ranges = [{"partition": int(r["partition"]), "start": r.get("start"), "split": r.get("split")}
+              for r in d.get("ranges") or []]
+    out: dict[str, Any] = {
+        "phase": d.get("phase"),
+        "reason": d.get("reason"),
+        "ranges": ranges,
+        "records_total": int(d.get("recordsTotal") or 0),
+        "records_done": int(d.get("recordsDone") or 0),
+    }
+    if d.get("pauseSeconds") is not None:
+        out["pause_seconds"] = d.get("pauseSeconds")
+    if d.get("seconds") is not None:
+        out["seconds"] = d.get("seconds")
+    elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
+        out["seconds"] = round(float(d["finishedAt"]) - float(d["startedAt"]), 1)
+    if "seconds" in d and "subRanges" not in d:  # a history entry: the drain is over
+        out["final"] = True
+    return out
+
+
+def integrate_minutes(samples: Sequence[Sample], value: Any) -> float:
+    """∫ value(sample) dt in minutes (step-wise: each sample's value holds until the next)."""
+    total = 0.0
+    for a, b in zip(samples, samples[1:]):
+        v = value(a)
+        if v:
+            total += float(v) * max(0.0, b.t - a.t)
+    return total / 60.0
+
+
+def caught_up_threshold(batch_max_records: int, partitions: int) -> int:
+    """A backlog this small is 'caught up': at most one batch in flight per partition."""
+    return batch_max_records * max(1, partitions)
+
+
+def catch_up(samples: Sequence[Sample], threshold: int) -> dict[str, float | None]:
+    """Peak backlog, when it peaked, and how long until it was back under ``threshold`` for good
+    (``None`` when it never came back)."""
+    if not samples:
+        return {"peak_backlog": 0, "peak_t": None, "caught_up_t": None, "catch_up_seconds": None}
+    peak = max(samples, key=lambda s: s.total_backlog)
+    after = [s for s in samples if s.t >= peak.t]
+    caught: float | None = None
+    for s in after:
+        if s.total_backlog <= threshold:
+            if caught is None:
+                caught = s.t
+        else:
+            caught = None  # it went up again: not caught up yet
+    return {"peak_backlog": peak.total_backlog, "peak_t": round(peak.t, 1),
+            "caught_up_t": None if caught is None else round(caught, 1),
+            "catch_up_seconds": None if caught is None else round(caught - peak.t, 1)}
+
+
+def scale_events(samples: Sequence[Sample]) -> list[dict[str, Any]]:
+    """Every change of the Deployment's replica count seen, in order."""
+    out: list[dict[str, Any]] = []
+    prev: int | None = None
+    for s in samples:
+        if s.replicas is None:
+            continue
+        if prev is not None and s.replicas != prev:
+            out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas})
+        prev = s.replicas
+    return out
+
+
+@dataclass
+class Proof:
+    """The SQL check: every produced record is in PostgreSQL exactly once."""
+
+    produced: int
+    end_offsets_total: int
+    rows_in_sink: int
+    distinct_in_sink: int
+    per_partition: dict[int, dict[str, int]]  # partition -> end, rows, distinct, min, max
+    processed_attempts: int | None = None  # audit rows (every processing, both paths)
+    processed_distinct: int | None = None
+    by_source: dict[str, int] = field(default_factory=dict)
+    latency: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows_in_sink - self.distinct_in_sink
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.produced - self.distinct_in_sink)
+
+    @property
+    def gapless(self) -> bool:
+        """Every partition holds exactly offsets 0 .. end-1 (nothing missing, nothing extra)."""
+        for p in self.per_partition.values():
+            if p["distinct"] != p["end"]:
+                return False
+            if p["end"] and (p["min"] != 0 or p["max"] != p["end"] - 1):
+                return False
+        return True
+
+    @property
+    def reprocessed(self) -> int | None:
+        if self.processed_attempts is None or self.processed_distinct is None:
+            return None
+        return self.processed_attempts - self.processed_distinct
+
+    @property
+    def ok(self) -> bool:
+        return (self.produced > 0 and self.produced == self.distinct_in_sink == self.end_offsets_total
+                and self.duplicates == 0 and self.gapless)
+
+    def failures(self) -> list[str]:
+        out = []
+        if self.produced <= 0:
+            out.append("nothing was produced")
+        if self.produced != self.distinct_in_sink:
+            out.append(f"produced {self.produced} != distinct in PostgreSQL {self.distinct_in_sink}")
+        if self.end_offsets_total != self.produced:
+            out.append(f"Kafka end offsets sum to {self.end_offsets_total}, the producer counted {self.produced}")
+        if self.duplicates:
+            out.append(f"{self.duplicates} duplicate rows")
+        if not self.gapless:
+            out.append("some partition's offsets in PostgreSQL are not exactly 0..end-1")
+        return out
+
+
+def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: float, batch_max_records: int,
+              partitions: int, timings: Mapping[str, float], paths: Mapping[str, str]) -> dict[str, Any]:
+    """The demo's summary (what the JSON file holds; the table is rendered from it)."""
+    replay = [s for s in samples if s.t >= 0]
+    cu = catch_up(replay, caught_up_threshold(batch_max_records, partitions))
+    drains = drains_seen(samples)
+    events = scale_events(replay)
+    return {
+        "profile": profile,
+        "ok": proof.ok,
+        "failures": proof.failures(),
+        "produced": proof.produced,
+        "distinct_in_sink": proof.distinct_in_sink,
+        "rows_in_sink": proof.rows_in_sink,
+        "duplicates": proof.duplicates,
+        "missing": proof.missing,
+        "gapless": proof.gapless,
+        "reprocessed": proof.reprocessed,
+        "processed_by": dict(proof.by_source),
+        "per_partition": {str(k): v for k, v in sorted(proof.per_partition.items())},
+        "peak_lag": max((s.total_group_lag for s in replay), default=0),
+        "peak_backlog": cu["peak_backlog"],
+        "catch_up_seconds": cu["catch_up_seconds"],
+        "peak_t": cu["peak_t"],
+        "caught_up_t": cu["caught_up_t"],
+        "sla_seconds": sla_s,
+        "latency": dict(proof.latency),
+        "max_replicas": max((s.replicas or 0 for s in replay), default=0),
+        "scale_ups": sum(1 for e in events if e["to"] > e["from"]),
+        "scale_downs": sum(1 for e in events if e["to"] < e["from"]),
+        "scale_events": events,
+        "replica_minutes": round(integrate_minutes(replay, lambda s: s.replicas), 2),
+        "drain_task_minutes": round(integrate_minutes(replay, lambda s: s.drain_tasks), 2),
+        "drains": drains,
+        "drained_records": sum(int(d.get("records_total") or 0) for d in drains),
+        "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
+        "paths": dict(paths),
+    }
+
+
+def _fmt_int(x: Any) -> str:
+    return "—" if x is None else f"{int(x):,}"
+
+
+def _fmt_s(x: Any) -> str:
+    if x is None:
+        return "never"
+    return f"{float(x):.0f} s"
+
+
+def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
+    return " ".join(f"p{r['partition']}[{_fmt_int(r.get('start'))}..{_fmt_int(r.get('split'))})" for r in ranges) or "—"
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The end-of-demo table, plain text."""
+    lat = summary.get("latency") or {}
+    rows = [
+        ("records produced", _fmt_int(summary["produced"])),
+        ("distinct records in PostgreSQL", _fmt_int(summary["distinct_in_sink"])),
+        ("duplicate rows", _fmt_int(summary["duplicates"])),
+        ("peak group lag (Kafka)", _fmt_int(summary["peak_lag"])),
+        ("peak backlog (not yet in PostgreSQL)", _fmt_int(summary["peak_backlog"])),
+        ("time to catch up (peak → caught up)", _fmt_s(summary["catch_up_seconds"])),
+        ("catch-up SLA", _fmt_s(summary["sla_seconds"])),
+        ("max record latency (produce → row)", _fmt_s(lat.get("max_s"))),
+        ("records within SLA of being produced",
+         "—" if lat.get("within_sla_fraction") is None else f"{100 * float(lat['within_sla_fraction']):.1f} %"),
+        ("max replicas / scale-ups / scale-downs",
+         f"{summary['max_replicas']} / {summary['scale_ups']} / {summary['scale_downs']}"),
+        ("replica-minutes", f"{summary['replica_minutes']:.1f}"),
+        ("drain task-minutes", f"{summary['drain_task_minutes']:.1f}"),
+        ("drains", str(len(summary["drains"]))),
+    ]
+    by = summary.get("processed_by") or {}
+    if by:
+        rows.append(("processed by consumers / by the drain",
+                     f"{_fmt_int(by.get('consumer', 0))} / {_fmt_int(by.get('drain', 0))}"))
+    if summary.get("reprocessed") is not None:
+        rows.append(("records processed more than once (at-least-once)", _fmt_int(summary["reprocessed"])))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    for d in summary["drains"]:
+        secs = f", {d['seconds']:.0f} s" if d.get("seconds") is not None else ""
+        pause = f", group paused {d['pause_seconds']:.1f} s" if d.get("pause_seconds") is not None else ""
+        lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"
+                     f" — {_fmt_int(d.get('records_done'))}/{_fmt_int(d.get('records_total'))} records{secs}{pause}")
+    return "\n".join(lines)
+
+
+def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str) -> None:
+    """PNG: backlog and group lag per partition, replicas and drain tasks, projection vs SLA."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [s.t for s in samples]
+    parts = sorted({p for s in samples for p in s.partitions})
+    fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]})
+    ax = axes[0]
+    if parts:
+        ax.stackplot(xs, *[[s.backlog(p) for s in samples] for p in parts],
+                     labels=[f"backlog p{p} (not in PostgreSQL)" for p in parts], alpha=0.55)
+    ax.plot(xs, [s.total_group_lag for s in samples], color="black", lw=1.2, label="group lag (Kafka, all partitions)")
+    ax.set_ylabel("records")
+    ax.legend(loc="upper left", fontsize=8)
+    rate_ax = ax.twinx()
+    rate_ax.plot(xs, [s.produce_rate for s in samples], color="tab:red", lw=1, ls="--", label="produce rate")
+    rate_ax.set_ylabel("produce rate (records/s)", color="tab:red")
+    rate_ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title)
+
+    ax = axes[1]
+    ax.step(xs, [s.replicas if s.replicas is not None else math.nan for s in samples], where="post",
+            label="replicas", color="tab:blue", lw=2)
+    ax.step(xs, [s.desired if s.desired is not None else math.nan for s in samples], where="post",
+            label="desired", color="tab:cyan", ls="--")
+    ax.set_ylabel("consumers")
+    ax.legend(loc="upper left", fontsize=8)
+    task_ax = ax.twinx()
+    task_ax.fill_between(xs, [s.drain_tasks for s in samples], step="post", color="tab:orange", alpha=0.35,
+                         label="drain tasks (Spark)")
+    task_ax.set_ylabel("drain tasks", color="tab:orange")
+    task_ax.legend(loc="upper right", fontsize=8)
+
+    ax = axes[2]
+    cap = 10 * sla_s
+    proj = [min(s.projected_s, cap) if s.projected_s is not None and math.isfinite(s.projected_s) else
+            (cap if s.projected_s is not None else math.nan) for s in samples]
+    ax.plot(xs, proj, color="tab:purple", label=f"projected catch-up (capped at {cap:.0f} s)")
+    ax.axhline(sla_s, color="tab:red", ls="--", label=f"SLA {sla_s:.0f} s")
+    ax.set_ylabel("seconds")
+    ax.set_xlabel("seconds since the replay started")
+    ax.legend(loc="upper left", fontsize=8)
+
+    # shade the drains on every panel
+    active = [s.drain_active for s in samples]
+    start = None
+    for i, a in enumerate(active + [False]):
+        if a and start is None:
+            start = xs[i]
+        elif not a and start is not None:
+            end = xs[i] if i < len(xs) else xs[-1]
+            for a_ in axes:
+                a_.axvspan(start, end, color="tab:orange", alpha=0.08)
+            start = None
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,206 @@
+"""The demo's traffic: profiles (a scaled-down seed backfill) and the paced producer.
+
+The seed's backfill (`backfill-seed0.csv`): 1.5 msg/s of normal traffic for 4 h, a backfill at
+~81 msg/s for 6 h, a peak at ~464 msg/s for 3 h, ~81 msg/s again for 27 h, then back to 1.5 msg/s;
+3 partitions; consumers that managed 5.5 msg/s each. The demo keeps that shape (quiet → backfill
+→ peak → backfill → quiet) and the ratio that matters — the peak is several times what the
+partition-capped group can process — but compresses hours into seconds: the peak lasts a minute
+or two instead of three hours, and the handler's artificial cost makes a consumer process tens of
+records per second instead of thousands.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("lagpilot_dev.demo")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of constant produce rate."""
+
+    name: str
+    seconds: float
+    rate: float  # records per second, whole topic
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything that differs between the full demo and the fast one the test runs."""
+
+    name: str
+    phases: tuple[Phase, ...]
+    partitions: int = 3
+    sla_s: int = 120
+    record_delay_ms: float = 15.0  # handler cost per record: ~60 records/s per consumer
+    batch_delay_ms: float = 50.0  # handler cost per call
+    batch_max_records: int = 200
+    batch_timeout_ms: int = 1000
+    poll_interval_s: int = 5
+    scale_down_window_s: int = 60
+    min_backlog_records: int = 2000
+    split_factor: int = 4
+    max_tasks: int = 12
+    catch_up_timeout_s: float = 480.0  # after the replay: how long to wait for the backlog to clear
+    linger_s: float = 0.0  # after catching up, keep watching (e.g. to show the scale-down)
+
+    @property
+    def replay_seconds(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+    @property
+    def expected_records(self) -> int:
+        return int(sum(p.seconds * p.rate for p in self.phases))
+
+    @property
+    def consumer_capacity(self) -> float:
+        """Records/s one consumer manages with full batches (the handler's cost only)."""
+        cost_s = (self.batch_delay_ms + self.record_delay_ms * self.batch_max_records) / 1000.0
+        return self.batch_max_records / cost_s if cost_s > 0 else float("inf")
+
+
+PROFILES: dict[str, Profile] = {
+    # the README demo: < 10 min on a warm cache
+    "default": Profile(
+        name="default",
+        phases=(
+            Phase("quiet", 30, 6.0),
+            Phase("backfill", 30, 80.0),
+            Phase("peak", 90, 450.0),
+            Phase("backfill", 45, 80.0),
+            Phase("quiet", 30, 6.0),
+        ),
+        sla_s=120,
+        catch_up_timeout_s=420.0,
+        linger_s=0.0,
+    ),
+    # what tests/real/test_demo.py runs: the same code path, a shorter spike, a tighter SLA
+    "fast": Profile(
+        name="fast",
+        phases=(
+            Phase("quiet", 15, 6.0),
+            Phase("peak", 50, 300.0),
+            Phase("quiet", 20, 6.0),
+        ),
+        sla_s=60,
+        min_backlog_records=1000,
+        catch_up_timeout_s=420.0,
+    ),
+}
+
+
+def phase_at(phases: Sequence[Phase], t: float) -> tuple[int, Phase, float] | None:
+    """(index, phase, seconds left in it) at replay time ``t``; None once the replay is over."""
+    start = 0.0
+    for i, p in enumerate(phases):
+        if t < start + p.seconds:
+            return i, p, start + p.seconds - t
+        start += p.seconds
+    return None
+
+
+def records_due(phases: Sequence[Phase], t: float) -> float:
+    """Records the schedule has produced by replay time ``t`` (the integral of the rate)."""
+    total, start = 0.0, 0.0
+    for p in phases:
+        if t <= start:
+            break
+        total += p.rate * (min(t, start + p.seconds) - start)
+        start += p.seconds
+    return total
+
+
+def partition_for(seq: int, partitions: int) -> int:
+    """Round-robin: every partition gets the same share, as in the seed (no hot key)."""
+    return seq % partitions
+
+
+@dataclass
+class Producer:
+    """Replays the profile's schedule into the topic from a background thread.
+
+    Counts only records the broker acknowledged (``acked``): that is what ``produced`` means in the
+    demo's proof. ``t0`` (monotonic) is the replay's start, shared with the live view's clock.
+    """
+
+    bootstrap: str
+    topic: str
+    phases: Sequence[Phase]
+    partitions: int
+    acked: int = 0
+    failed: int = 0
+    sent: int = 0
+    acked_per_partition: dict[int, int] = field(default_factory=dict)
+    t0: float | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        with self._lock:
+            if err is not None:
+                self.failed += 1
+                self.error = str(err)
+            else:
+                self.acked += 1
+                p = msg.partition()
+                self.acked_per_partition[p] = self.acked_per_partition.get(p, 0) + 1
+
+    def start(self) -> Producer:
+        self.t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="demo-producer", daemon=True)
+        self._thread.start()
+        return self
+
+    def elapsed(self) -> float:
+        return 0.0 if self.t0 is None else time.monotonic() - self.t0
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "acks": "all",
+                                  "enable.idempotence": True, "client.id": "lagpilot-demo-producer",
+                                  "logger": logging.getLogger("lagpilot_dev.demo.producer")})
+        try:
+            total_s = sum(p.seconds for p in self.phases)
+            while not self._stop.is_set():
+                t = self.elapsed()
+                due = int(records_due(self.phases, min(t, total_s)))
+                now_ms = int(time.time() * 1000)
+                while self.sent < due:
+                    seq = self.sent
+                    value = json.dumps({"order": seq, "amount_cents": 100 + seq % 9900, "produced_ms": now_ms})
+                    try:
+                        producer.produce(self.topic, key=f"order-{seq}".encode(), value=value.encode(),
+                                         partition=partition_for(seq, self.partitions), on_delivery=self._on_delivery)
+                    except BufferError:
+                        producer.poll(0.1)
+                        continue
+                    self.sent += 1
+                producer.poll(0)
+                if t >= total_s:
+                    break
+                time.sleep(0.05)
+            left = producer.flush(60)
+            if left:
+                self.error = f"{left} records not acknowledged after 60 s"
+        except Exception as exc:  # noqa: BLE001 - reported by the demo, which fails its proof
+            self.error = repr(exc)
+            log.exception("producer failed")
+        finally:
+            self.done.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=90)
