@@ -40,9 +40,13 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
         kopf.event(body, type=type_, reason=reason, message=message)
 
     cfg = memo.config
+    if getattr(memo, "drain", None) is None:  # the drain executor (issue 6): Jobs + offset hand-off
+        from lagpilot.drain import DrainExecutor
+        memo.drain = DrainExecutor(memo.kube._client)
     return Deps(kube=memo.kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
                 pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
-                min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds)
+                min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds,
+                drain=memo.drain)
 
 
 @kopf.on.resume(*RESOURCE)

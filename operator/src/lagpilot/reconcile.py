@@ -91,6 +91,7 @@ class Deps:
     clock: Callable[[], float] = time.time
     observe: ObserveFn = kafka_observe
     version: str = "0.1.0"
+    drain: Any = None  # lagpilot.drain.DrainExecutor (drain issue); None: no drain hand-offs
 
 
 @dataclasses.dataclass
@@ -280,10 +281,19 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
             deps.emit("Warning", "OffsetsWentBackwards", f"offsets of partition {rest} of topic {spec.topic!r} "
                                                          "moved backwards (topic recreated?); its estimate was reset")
 
+    # drain hand-off (lagpilot.drain, issue 6): after the scaler acted, before the status write
+    drain_out = None
+    if deps.drain is not None:
+        from lagpilot.drain import run_in_cycle
+        drain_out = run_in_cycle(deps.drain, ref, spec, raw_spec, status, obs, decision,
+                                 applied if applied is not None else cur, handle, deps, apply_deployment)
+
     # report
     target = applied if applied is not None else cur
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
     conds = _conditions(spec, decision, target, cur, ready, held, lost_now, est)
+    if drain_out is not None:
+        conds.append(Condition("Draining", *drain_out.condition))
     rates_known = any(p.samples > 0 for p in est.partitions.values())
     new = {
         "observedGeneration": ref.generation,
@@ -309,6 +319,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         "scalingHistory": history.to_dict(),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
     }
+    if drain_out is not None and drain_out.status is not None:
+        new["drain"] = drain_out.status
     _write_status(ref, status, new, deps, cache)
     deps.metrics.observe_group(
         ref.namespace, ref.name,

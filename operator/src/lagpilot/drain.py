@@ -1,0 +1,460 @@
+"""The drain executor: performs what the pure hand-off state machine (`handoff.next_action`) asks.
+
+Called once per control-loop cycle by reconcile.py, after the scaler acted and before the status
+write (`DrainExecutor.reconcile`). Within one call it loops observe → next_action → act → write
+`status.drain` until the machine has to wait (group members leaving, the Job running, a retry
+back-off), so the hand-off itself (fix starts → alter offsets → restore replicas → create the Job)
+runs back to back and the live group's pause stays short.
+
+Every effect comes first and its status write right after (`Action.status`), and the state machine
+is built so that a lost write is recognised from Kafka and the API server on the next call. Job
+names are deterministic (`<cr>-drain-<id>-<attempt>`): a Job created before a lost status write is
+adopted (409), never duplicated.
+
+Also here, pure and unit-tested: `build_drain_job` (the Job manifest, owned by the CR, running
+`lagpilot drain` in the consumer image; Secret material only through secretKeyRef) and
+`drain_plan_for` (status → the plan handed to the job).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for, parse_progress_metadata, progress_group
+
+from .deployment import build_env, label_value, owner_reference
+from .handoff import (Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets, Phase, condition,
+                      job_name, next_action)
+from .spec import GroupSpec
+
+log = logging.getLogger(__name__)
+
+MAX_STEPS = 8  # actions per call; the machine waits (Kind.NONE) long before that
+DRAIN_LABEL = "lagpilot.io/drain"
+JOB_LABEL = "lagpilot.io/drain-job"
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainSettings:
+    """Operator-wide drain settings (operator environment; all optional).
+
+    - LAGPILOT_DRAIN_SPARK_JARS: where the Kafka connector jars are inside the consumer image
+      (default /opt/lagpilot/spark-jars; the test stack points it at its cache).
+    - LAGPILOT_DRAIN_SPARK_MASTER: empty (default) runs Spark in local mode inside the Job's pod
+      (`local[<parallelism>]`); `k8s://https://kubernetes.default.svc` runs it in client mode with
+      executors as pods (needs LAGPILOT_DRAIN_SERVICE_ACCOUNT with rights on pods; docs/drain.md).
+    - LAGPILOT_DRAIN_SERVICE_ACCOUNT: the Job pod's ServiceAccount (k8s master only).
+    - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
+    - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
+      the sink is usually latency-bound, so tasks need little CPU.
+    """
+
+    spark_jars: str = "/opt/lagpilot/spark-jars"
+    spark_master: str = ""
+    service_account: str = ""
+    job_ttl_seconds: int = 3600
+    cpu_per_task_m: int = 250
+    executor_cores: int = 2
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
+        e = os.environ if env is None else env
+        return cls(
+            spark_jars=e.get("LAGPILOT_DRAIN_SPARK_JARS") or cls.spark_jars,
+            spark_master=e.get("LAGPILOT_DRAIN_SPARK_MASTER") or "",
+            service_account=e.get("LAGPILOT_DRAIN_SERVICE_ACCOUNT") or "",
+            job_ttl_seconds=int(e.get("LAGPILOT_DRAIN_JOB_TTL_SECONDS") or cls.job_ttl_seconds),
+            cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
+        )
+
+
+# ---- pure builders ----------------------------------------------------------------------------
+
+def drain_plan_for(spec: GroupSpec, drain: DrainStatus) -> DrainPlan:
+    """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself)."""
+    subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
+    return DrainPlan(
+        drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
+        batch_max_records=spec.batch.max_records,
+        parallelism=parallelism_for(subs, spec.drain.max_tasks),
+        # the split is the read_committed end offset (LSO): reading committed data only keeps
+        # aborted transactions out of the drain exactly as the consumer's default would
+        read_committed=True,
+    ).validate()
+
+
+def _secret_refs(env: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+    out = {}
+    for e in env:
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            out[str(e["name"])] = (str(ref["name"]), str(ref["key"]))
+    return out
+
+
+def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
+                   env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Spark conf for client mode on Kubernetes: executors as pods owned by the driver pod.
+
+    Executors get the same environment: plain values through spark.executorEnv, Secret material
+    through spark.kubernetes.executor.secretKeyRef (never as literal values).
+    """
+    executors = max(1, math.ceil(plan.parallelism / settings.executor_cores))
+    conf = {
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": spec.template.image,
+        "spark.kubernetes.executor.podNamePrefix": f"{cr_name[:30]}-drain-{plan.drain_id}".lower(),
+        "spark.executor.instances": str(executors),
+        "spark.executor.cores": str(settings.executor_cores),
+        "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
+        f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
+    }
+    if settings.service_account:
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
+    for name, (secret, key) in _secret_refs(env).items():
+        conf[f"spark.kubernetes.executor.secretKeyRef.{name}"] = f"{secret}:{key}"
+    for e in env:
+        if "value" in e and str(e["name"]) != "LAGPILOT_DRAIN_PLAN":
+            conf[f"spark.executorEnv.{e['name']}"] = str(e["value"])
+    return conf
+
+
+def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
+                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+    """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
+
+    backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
+    status), so status always names the one Job that may be running.
+    """
+    settings = settings or DrainSettings()
+    plan = drain_plan_for(spec, drain)
+    name = job_name(cr_name, drain.id, attempt)
+    labels = {
+        "app.kubernetes.io/name": "lagpilot-drain",
+        "app.kubernetes.io/instance": label_value(cr_name),
+        "app.kubernetes.io/component": "drain",
+        "app.kubernetes.io/part-of": "lagpilot",
+        "app.kubernetes.io/managed-by": "lagpilot",
+        "app.kubernetes.io/version": label_value(version),
+        DRAIN_LABEL: label_value(cr_name),
+        JOB_LABEL: name,
+    }
+    env = [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
+    env += [
+        {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
+        {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
+        {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},
+    ]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+    }
+    if settings.spark_master:
+        env.append({"name": "LAGPILOT_SPARK_MASTER", "value": settings.spark_master})
+        env.append({"name": "LAGPILOT_SPARK_CONF",
+                    "value": json.dumps(spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True)})
+        env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        if settings.service_account:
+            pod_spec["serviceAccountName"] = settings.service_account
+        cpu_m = 1000
+    else:
+        pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
+        cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
+    resources = dict(spec.template.resources) or {
+        "requests": {"cpu": f"{cpu_m}m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+    pod_spec["containers"] = [{
+        "name": "drain",
+        "image": spec.template.image,
+        "imagePullPolicy": spec.template.image_pull_policy,
+        "command": ["lagpilot", "drain"],
+        "env": env,
+        "resources": resources,
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name, "namespace": namespace, "labels": labels,
+            "annotations": {"lagpilot.io/drain-ranges": ",".join(
+                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
+            "ownerReferences": [owner_reference(cr_name, cr_uid)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": settings.job_ttl_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
+    """A Job object (+ its pods) → the state machine's view (pure)."""
+    # a pod being deleted still counts while its process may run (phase not yet final)
+    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
+    if job is None:
+        return JobObservation(JobState.ABSENT, alive)
+    st = job.get("status") or {}
+    conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
+    message = ""
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") not in (None, 0):
+                message = (term.get("message") or f"exit code {term.get('exitCode')}").strip().splitlines()[-1][:300]
+    if "Complete" in conds:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
+        c = conds.get("Failed") or conds.get("FailureTarget") or {}
+        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
+    if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    return JobObservation(JobState.ACTIVE, alive)
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+
+_METRICS: dict[str, Any] = {}
+
+
+def _metrics() -> dict[str, Any]:
+    if not _METRICS:
+        from prometheus_client import Gauge
+        _METRICS["total"] = Gauge("lagpilot_drain_records_total", "Records in the current drain's ranges",
+                                  ["namespace", "name"])
+        _METRICS["done"] = Gauge("lagpilot_drain_records_done", "Records the current drain has processed",
+                                 ["namespace", "name"])
+        _METRICS["active"] = Gauge("lagpilot_drain_active", "1 while a drain holds a range (Planned..Succeeded)",
+                                   ["namespace", "name"])
+        _METRICS["pause"] = Gauge("lagpilot_drain_pause_seconds", "How long the last hand-off paused the live group",
+                                  ["namespace", "name"])
+    return _METRICS
+
+
+def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
+    try:
+        m = _metrics()
+    except Exception:  # noqa: BLE001 - metrics are best effort (e.g. registered twice in tests)
+        return
+    if d is None:
+        return
+    m["total"].labels(namespace, name).set(d.records_total)
+    m["done"].labels(namespace, name).set(d.records_done)
+    m["active"].labels(namespace, name).set(1 if d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED) else 0)
+    if d.pause_seconds is not None:
+        m["pause"].labels(namespace, name).set(d.pause_seconds)
+
+
+# ---- the executor ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class DrainContext:
+    """One CR's inputs for a call, gathered by reconcile.py (no policy in here)."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    spec: GroupSpec
+    raw_drain: Mapping[str, Any] | None
+    offsets: Mapping[int, Offsets]
+    replicas: int
+    wanted: Sequence[int]
+    admin: Any                               # confluent_kafka AdminClient (shared, from the pool)
+    scale: Callable[[int], None]             # apply the consumer Deployment with n replicas
+    patch_status: Callable[[dict[str, Any]], None]
+    emit: Callable[[str, str, str], None]
+    reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)
+    version: str = "0.1.0"
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainResult:
+    status: dict[str, Any] | None
+    condition: tuple[str, str, str]
+    actions: tuple[str, ...] = ()
+
+
+class DrainExecutor:
+    """Kubernetes Jobs + Kafka admin effects for the hand-off. One instance per operator."""
+
+    def __init__(self, api_client: Any, settings: DrainSettings | None = None,
+                 clock: Callable[[], float] = time.time, timeout_s: float = 15.0) -> None:
+        from kubernetes import client
+
+        self.batch = client.BatchV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self._sanitize = api_client.sanitize_for_serialization
+        self.settings = settings or DrainSettings.from_env()
+        self.clock = clock
+        self.timeout_s = timeout_s
+
+    # -- observation ---------------------------------------------------------------------------
+    def group_empty(self, admin: Any, group_id: str) -> bool | None:
+        """True when the group has no members (the admin API then accepts an offset change)."""
+        from confluent_kafka import ConsumerGroupState
+
+        try:
+            desc = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)[group_id].result(timeout=self.timeout_s)
+        except Exception as err:  # noqa: BLE001 - unknown: the machine waits
+            log.warning("describe group failed", extra={"group": group_id, "error": str(err)})
+            return None
+        return not desc.members and desc.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+    def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus) -> dict[tuple[int, int], tuple[int, int]] | None:
+        """(partition, index) → (next, records) from the progress groups; None if any read failed."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        by_index: dict[int, list[int]] = {}
+        for s in d.sub_ranges:
+            by_index.setdefault(s.index, []).append(s.partition)
+        out: dict[tuple[int, int], tuple[int, int]] = {}
+        try:
+            futs = {}
+            for index, parts in by_index.items():
+                g = progress_group(spec.group_id, str(d.id), index)
+                futs[index] = admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in parts])],
+                    request_timeout=self.timeout_s)[g]
+            for index, fut in futs.items():
+                for tp in fut.result(timeout=self.timeout_s).topic_partitions:
+                    if tp.offset is not None and tp.offset >= 0:
+                        out[(tp.partition, index)] = (int(tp.offset), parse_progress_metadata(getattr(tp, "metadata", None)))
+        except Exception as err:  # noqa: BLE001
+            log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
+            return None
+        return out
+
+    def job(self, namespace: str, name: str) -> JobObservation:
+        try:
+            job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 404:
+                raise
+            job = None
+        pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")).get("items") or []
+        return job_observation(job, pods)
+
+    # -- effects ----------------------------------------------------------------------------------
+    def alter_offsets(self, admin: Any, spec: GroupSpec, offsets: Mapping[int, int]) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        req = ConsumerGroupTopicPartitions(spec.group_id, [TopicPartition(spec.topic, p, o) for p, o in sorted(offsets.items())])
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[spec.group_id].result(timeout=self.timeout_s)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"altering offsets of group {spec.group_id} failed: {bad[0].error}")
+
+    def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int) -> None:
+        manifest = build_drain_job(ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
+        try:
+            self.batch.create_namespaced_job(ctx.namespace, manifest)
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
+                raise
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 404:
+                raise
+        # Background propagation leaves the pods to the garbage collector: delete them now, so
+        # "no pod alive" (what Cancelled waits for) comes quickly
+        try:
+            self.core.delete_collection_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")
+        except Exception as err:  # noqa: BLE001
+            log.warning("deleting drain pods failed", extra={"job": name, "error": str(err)})
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
+        group_empty = None
+        progress = None
+        job = None
+        if d is not None and d.phase is Phase.PLANNED:
+            group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+        if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
+            progress = self.progress(ctx.admin, ctx.spec, d)
+        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
+            job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt))
+        return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
+                        wanted=tuple(ctx.wanted), job=job, progress=progress)
+
+    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> None:
+        k = action.kind
+        if k in (Kind.QUIESCE, Kind.RESTORE) and action.replicas is not None:
+            ctx.scale(action.replicas)
+        elif k is Kind.ALTER_OFFSETS:
+            self.alter_offsets(ctx.admin, ctx.spec, action.offsets)
+        elif k is Kind.LAUNCH:
+            assert action.status is not None
+            if action.replicas is not None:
+                ctx.scale(action.replicas)  # the live group first: it resumes at split
+            self.create_job(ctx, action.status, action.attempt)
+        elif k is Kind.DELETE_JOB:
+            assert d is not None
+            self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt))
+
+    def reconcile(self, ctx: DrainContext) -> DrainResult:
+        """Run the machine until it waits; write status.drain after every effect."""
+        d = DrainStatus.from_dict(ctx.raw_drain)
+        offsets, replicas = ctx.offsets, ctx.replicas
+        done: list[str] = []
+        for step in range(MAX_STEPS):
+            if step > 0:
+                offsets = ctx.reobserve()
+            observed = self.observe(ctx, d, offsets, replicas)
+            action = next_action(ctx.spec, d, observed, self.clock())
+            if action.kind is not Kind.NONE:
+                log.info("drain action", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                                                "reason": action.reason, "drain_message": action.message})
+            self.perform(ctx, action, d)
+            if action.kind in (Kind.QUIESCE,) and action.replicas is not None:
+                replicas = action.replicas
+            if action.replicas is not None and action.kind in (Kind.RESTORE, Kind.LAUNCH):
+                replicas = action.replicas
+            if action.status is not None and action.status != d:
+                ctx.patch_status({"drain": {**action.status.to_dict(), "lastEndS": action.status.finished_at}})
+                d = action.status
+            if action.event is not None:
+                ctx.emit(*action.event)
+            done.append(action.kind.value)
+            if action.kind is Kind.NONE:
+                break
+        _publish(ctx.namespace, ctx.name, d)
+        status = None if d is None else {**d.to_dict(), "lastEndS": d.finished_at}
+        return DrainResult(status, condition(d), tuple(done))
+
+
+def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: Mapping[str, Any],
+                 status: Mapping[str, Any], obs: Any, decision: Any, replicas: int, handle: Any, deps: Any,
+                 apply_deployment: Callable[..., int]) -> DrainResult:
+    """The adapter reconcile.py calls: converts its observation and decision, wires the effects."""
+
+    def offsets_of(observation: Any) -> dict[int, Offsets]:
+        return {p.partition: Offsets(p.committed, p.earliest, p.latest) for p in observation.partitions}
+
+    ctx = DrainContext(
+        namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
+        raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
+        wanted=tuple(decision.drain.partitions) if getattr(decision, "drain", None) else (),
+        admin=handle.client,
+        scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
+        patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
+        emit=deps.emit,
+        reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
+        version=getattr(deps, "version", "0.1.0"),
+    )
+    return executor.reconcile(ctx)

@@ -1,0 +1,101 @@
+"""The drain Job manifest and the Job → state view: pure builders, one table each."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from lagpilot.drain import DrainSettings, build_drain_job, drain_plan_for, job_observation
+from lagpilot.handoff import DrainStatus, JobState, PartitionRange, Phase, SubProgress
+from lagpilot.spec import parse_spec
+from lagpilot_runtime.drain_plan import DrainPlan
+
+RAW = {"kafka": {"bootstrapServers": "k:9092", "securityProtocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-512",
+                 "secretRef": {"name": "kafka-creds"}},
+       "topic": "orders", "groupId": "orders-batch", "batch": {"maxRecords": 300},
+       "processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}}},
+       "drain": {"splitFactor": 4, "maxTasks": 6}}
+DRAIN = DrainStatus(id=3, phase=Phase.HANDED_OFF, ranges=(PartitionRange(1, 900, 100),),
+                    sub_ranges=(SubProgress(1, 0, 100, 500, 100), SubProgress(1, 1, 500, 900, 700, 200)))
+
+
+def job(settings: DrainSettings | None = None, **spec_over) -> dict:
+    return build_drain_job("orders", "ns1", "uid-1", parse_spec({**RAW, **spec_over}), DRAIN, 2, settings)
+
+
+def env_of(manifest: dict) -> dict:
+    return {e["name"]: e for e in manifest["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_job_is_owned_named_and_never_retried_by_kubernetes():
+    m = job()
+    assert m["metadata"]["name"] == "orders-drain-3-2"
+    owner = m["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("BatchConsumerGroup", "orders", "uid-1", True)
+    assert m["spec"]["backoffLimit"] == 0 and m["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    c = m["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["lagpilot", "drain"]
+    assert c["securityContext"]["runAsNonRoot"] and not c["securityContext"]["allowPrivilegeEscalation"]
+
+
+def test_plan_in_env_is_the_recorded_sub_ranges():
+    plan = DrainPlan.from_json(env_of(job())["LAGPILOT_DRAIN_PLAN"]["value"])
+    assert (plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records) == ("orders", "orders-batch", "3", 300)
+    assert [(s.partition, s.index, s.start, s.end) for s in plan.sub_ranges] == [(1, 0, 100, 500), (1, 1, 500, 900)]
+    assert plan.parallelism == 2  # min(maxTasks, sub-ranges)
+    assert plan == drain_plan_for(parse_spec(RAW), DRAIN)
+
+
+def test_secrets_only_by_reference():
+    m = job()
+    env = env_of(m)
+    for name, key in [("LAGPILOT_SASL_USERNAME", "username"), ("LAGPILOT_SASL_PASSWORD", "password"),
+                      ("LAGPILOT_POSTGRES_DSN", "dsn")]:
+        assert "value" not in env[name] and env[name]["valueFrom"]["secretKeyRef"]["key"] == key
+    text = json.dumps(m)
+    assert "password\":" not in text.replace('"key": "password"', "")
+
+
+@pytest.mark.parametrize("master,sa,expect_master,expect_token", [
+    ("", "", False, False),
+    ("k8s://https://kubernetes.default.svc", "lagpilot-drain", True, True),
+], ids=["local-mode", "k8s-client-mode"])
+def test_spark_mode(master, sa, expect_master, expect_token):
+    m = job(DrainSettings(spark_master=master, service_account=sa, spark_jars="/jars"))
+    env = env_of(m)
+    pod = m["spec"]["template"]["spec"]
+    assert env["LAGPILOT_SPARK_JARS"]["value"] == "/jars"
+    assert ("LAGPILOT_SPARK_MASTER" in env) == expect_master
+    assert pod.get("automountServiceAccountToken", True) == expect_token
+    if expect_master:
+        conf = json.loads(env["LAGPILOT_SPARK_CONF"]["value"])
+        assert conf["spark.kubernetes.executor.secretKeyRef.LAGPILOT_SASL_PASSWORD"] == "kafka-creds:password"
+        assert conf["spark.kubernetes.namespace"] == "ns1" and pod["serviceAccountName"] == "lagpilot-drain"
+        assert not any("PASSWORD" in k and "secretKeyRef" not in k for k in conf)
+
+
+def pod(phase, exit_code=None, message=None):
+    st = {"phase": phase}
+    if exit_code is not None:
+        st["containerStatuses"] = [{"state": {"terminated": {"exitCode": exit_code, "message": message}}}]
+    return {"metadata": {}, "status": st}
+
+
+JOBS = [
+    ("absent", None, [], JobState.ABSENT, 0),
+    ("absent-pod-still-running", None, [pod("Running")], JobState.ABSENT, 1),
+    ("active", {"status": {"active": 1}}, [pod("Running")], JobState.ACTIVE, 1),
+    ("complete", {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}, [pod("Succeeded", 0)], JobState.SUCCEEDED, 0),
+    ("failed", {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}},
+     [pod("Failed", 3, "topic t: partition 1: offsets 0..9 deleted by retention")], JobState.FAILED, 0),
+    ("failure-target", {"status": {"conditions": [{"type": "FailureTarget", "status": "True", "reason": "x"}]}}, [pod("Failed", 1)], JobState.FAILED, 0),
+]
+
+
+@pytest.mark.parametrize("job_obj,pods,state,alive", [r[1:] for r in JOBS], ids=[r[0] for r in JOBS])
+def test_job_observation(job_obj, pods, state, alive):
+    o = job_observation(job_obj, pods)
+    assert o.state is state and o.pods_alive == alive
+    if job_obj and pods and pods[0]["status"].get("containerStatuses") and state is JobState.FAILED:
+        assert o.message  # the termination message (or exit code) reaches status
