@@ -369,7 +369,8 @@ class BatchConsumer:
         self._abandon(dropped, "partitions lost")
         self._forget(gone)
         log.warning("partitions lost (session expired); their uncommitted records go to the next owner",
-                    extra=_fields(event="lost", partitions=sorted(p for _, p in gone)))
+                    extra=_fields(event="lost", partitions=sorted(p for _, p in gone),
+                                  owned=sorted(p for _, p in self.owned)))
 
     def _forget(self, gone: set[TP]) -> None:
         self.owned -= gone

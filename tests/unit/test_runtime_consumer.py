@@ -1,0 +1,353 @@
+"""The batch loop against a fake confluent-kafka consumer: batching, commits, policies, rebalances, shutdown."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from lagpilot_runtime.config import ConsumerConfig
+from lagpilot_runtime.consumer import BatchConsumer
+from lagpilot_runtime.handler import Record
+from lagpilot_runtime.metrics import parse_capacity_metadata
+
+TOPIC = "t"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Msg:
+    def __init__(self, partition: int, offset: int, value: bytes, error=None) -> None:
+        self._p, self._o, self._v, self._e = partition, offset, value, error
+
+    def error(self):
+        return self._e
+
+    def topic(self):
+        return TOPIC
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def key(self):
+        return None
+
+    def value(self):
+        return self._v
+
+    def headers(self):
+        return None
+
+    def timestamp(self):
+        return (1, 5000 + self._o)
+
+
+class FakeConsumer:
+    """Serves the partitions' records from committed positions; rebalance events are scripted by call number."""
+
+    def __init__(self, clock: Clock, logs: dict[int, list[bytes]], per_call: int = 1000) -> None:
+        self.clock = clock
+        self.logs = logs
+        self.pos = {p: 0 for p in logs}
+        self.assigned: list[int] = []
+        self.paused: set[int] = set()
+        self.commits: list[dict[int, tuple[int, str]]] = []
+        self.per_call = per_call
+        self.calls = 0
+        self.script: dict[int, callable] = {}
+        self.closed = False
+        self.cb: dict = {}
+        self.extra: list[Msg] = []
+
+    def subscribe(self, topics, on_assign, on_revoke, on_lost):
+        self.cb = dict(assign=on_assign, revoke=on_revoke, lost=on_lost)
+        self.script.setdefault(0, lambda: self.assign(list(self.logs)))
+
+    def assign(self, parts):
+        self.assigned += parts
+        self.cb["assign"](self, [TopicPartition(TOPIC, p) for p in parts])
+
+    def revoke(self, parts):
+        self.cb["revoke"](self, [TopicPartition(TOPIC, p) for p in parts])
+        self.assigned = [p for p in self.assigned if p not in parts]
+
+    def lose(self, parts):
+        self.cb["lost"](self, [TopicPartition(TOPIC, p) for p in parts])
+        self.assigned = [p for p in self.assigned if p not in parts]
+
+    def consume(self, num_messages, timeout):
+        event = self.script.pop(self.calls, None)
+        self.calls += 1
+        if event is not None:
+            event()
+        out: list[Msg] = self.extra[:num_messages]
+        self.extra = self.extra[len(out):]
+        budget = min(num_messages, self.per_call) - len(out)
+        progressed = True
+        while budget > 0 and progressed:
+            progressed = False
+            for p in sorted(self.assigned):
+                if p in self.paused or self.pos[p] >= len(self.logs[p]) or budget <= 0:
+                    continue
+                out.append(Msg(p, self.pos[p], self.logs[p][self.pos[p]]))
+                self.pos[p] += 1
+                budget -= 1
+                progressed = True
+        self.clock.t += timeout if len(out) < num_messages else 0.001
+        return out
+
+    def commit(self, offsets, asynchronous):
+        assert asynchronous is False
+        self.commits.append({tp.partition: (tp.offset, tp.metadata) for tp in offsets})
+        return offsets
+
+    def pause(self, tps):
+        self.paused |= {tp.partition for tp in tps}
+
+    def close(self):
+        self.closed = True
+
+    def committed_positions(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for c in self.commits:
+            for p, (off, _) in c.items():
+                out[p] = off
+        return out
+
+
+def cfg(**env) -> ConsumerConfig:
+    base = {"LAGPILOT_BOOTSTRAP_SERVERS": "k:9092", "LAGPILOT_TOPIC": TOPIC, "LAGPILOT_GROUP_ID": "g",
+            "LAGPILOT_HANDLER": "x:y", "LAGPILOT_BATCH_MAX_RECORDS": "10", "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
+            "LAGPILOT_RETRY_BACKOFF_MS": "0", "LAGPILOT_MAX_RETRIES": "1"}
+    base.update({k: str(v) for k, v in env.items()})
+    return ConsumerConfig.from_env(base)
+
+
+class Recorder:
+    """A handler that fails pieces containing b'FAIL' and records each successful call."""
+
+    def __init__(self, on_call=None) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+        self.on_call = on_call
+
+    def __call__(self, records: list[Record], ctx) -> None:
+        if self.on_call is not None:
+            self.on_call(records)
+        if any(r.value and b"FAIL" in r.value for r in records):
+            raise ValueError("contains FAIL")
+        self.batches.append([(r.partition, r.offset) for r in records])
+
+    @property
+    def processed(self) -> list[tuple[int, int]]:
+        return sorted(x for b in self.batches for x in b)
+
+
+def make(logs, handler, dead=None, per_call=1000, **env):
+    clock = Clock()
+    fake = FakeConsumer(clock, logs, per_call=per_call)
+    loop = BatchConsumer(cfg(**env), fake, handler, dead_letter=dead, clock=clock, wall_ms=lambda: 1_700_000_000_000)
+    return loop, fake
+
+
+def stop_when_drained(loop, fake, total):
+    """Stop the loop once every record was handed over (the fake never blocks)."""
+    orig = fake.consume
+
+    def consume(num_messages, timeout):
+        out = orig(num_messages, timeout)
+        if not out and sum(fake.pos.values()) >= total and not loop.pending:
+            loop.request_stop("test")
+        return out
+
+    fake.consume = consume
+
+
+def test_batches_fill_to_n_then_flush_on_timeout_and_commit_each():
+    logs = {0: [b"v"] * 13, 1: [b"v"] * 12}
+    h = Recorder()
+    loop, fake = make(logs, h)
+    stop_when_drained(loop, fake, 25)
+    assert loop.run() == 0
+    assert [len(b) for b in h.batches] == [10, 10, 5]
+    assert h.processed == sorted([(0, i) for i in range(13)] + [(1, i) for i in range(12)])
+    assert len(fake.commits) == 3
+    assert fake.committed_positions() == {0: 13, 1: 12}
+
+
+def test_commit_is_highest_processed_offset_plus_one_per_partition():
+    logs = {0: [b"v"] * 4, 1: [b"v"] * 6}
+    loop, fake = make(logs, Recorder(), LAGPILOT_BATCH_MAX_RECORDS=100)
+    stop_when_drained(loop, fake, 10)
+    loop.run()
+    assert fake.commits[0].keys() == {0, 1}
+    assert fake.commits[0][0][0] == 4 and fake.commits[0][1][0] == 6
+
+
+def test_commit_carries_capacity_metadata():
+    logs = {0: [b"v"] * 30}
+    clock_holder = {}
+
+    def slow(records, ctx):
+        clock_holder["c"].t += 0.01 * len(records)  # 100 records per busy second
+
+    loop, fake = make(logs, slow)
+    clock_holder["c"] = loop.clock
+    stop_when_drained(loop, fake, 30)
+    loop.run()
+    cap, ts = parse_capacity_metadata(fake.commits[-1][0][1])
+    assert ts == 1_700_000_000_000
+    assert cap == pytest.approx(100, rel=0.05)
+    assert loop.metrics.capacity._value.get() == pytest.approx(100, rel=0.05)
+
+
+def test_failing_records_are_dead_lettered_and_the_rest_committed():
+    logs = {0: [b"ok", b"FAIL-1", b"ok", b"ok"], 1: [b"ok", b"ok", b"FAIL-2", b"ok"]}
+    dead: list = []
+    h = Recorder()
+    loop, fake = make(logs, h, dead=dead.extend)
+    stop_when_drained(loop, fake, 8)
+    assert loop.run() == 0
+    assert sorted((f.record.partition, f.record.offset) for f in dead) == [(0, 1), (1, 2)]
+    assert all("contains FAIL" in f.error for f in dead)
+    assert set(h.processed) == {(0, 0), (0, 2), (0, 3), (1, 0), (1, 1), (1, 3)}
+    assert fake.committed_positions() == {0: 4, 1: 4}
+    assert loop.metrics.dlq_records._value.get() == 2
+
+
+def test_dead_letter_failure_commits_nothing_and_exits():
+    logs = {0: [b"ok", b"FAIL"]}
+
+    def broken_dlq(failures):
+        from lagpilot_runtime.failure import DeadLetterError
+        raise DeadLetterError("broker down")
+
+    loop, fake = make(logs, Recorder(), dead=broken_dlq)
+    assert loop.run() == 1
+    assert fake.commits == []
+
+
+def test_pause_policy_commits_up_to_the_failure_and_stops_the_partition():
+    logs = {0: [b"ok", b"FAIL", b"ok"] + [b"ok"] * 20, 1: [b"ok"] * 30}
+    h = Recorder()
+    loop, fake = make(logs, h, LAGPILOT_FAILURE_POLICY="pause", per_call=4)
+    stop_when_drained(loop, fake, 23 + 30)
+    calls = {"n": 0}
+    orig = fake.consume
+
+    def consume(num_messages, timeout):  # the fake keeps no queue for paused partitions: stop on idle
+        calls["n"] += 1
+        out = orig(num_messages, timeout)
+        if not out and calls["n"] > 50:
+            loop.request_stop("test")
+        return out
+
+    fake.consume = consume
+    assert loop.run() == 0
+    assert fake.committed_positions()[0] == 1
+    assert fake.committed_positions()[1] == 30
+    assert 0 in fake.paused and loop.metrics.paused._value.get() == 1
+    # only the first batch's p0 records (offsets 0-4 at 4 records per fetch over 2 partitions) reached the handler
+    assert max(off for p, off in h.processed if p == 0) <= 4
+
+
+def test_exit_policy_commits_up_to_failure_and_exits_nonzero():
+    logs = {0: [b"ok", b"ok", b"FAIL", b"ok"]}
+    loop, fake = make(logs, Recorder(), LAGPILOT_FAILURE_POLICY="exit")
+    assert loop.run() == 1
+    assert fake.committed_positions() == {0: 2}
+
+
+def test_systemic_failure_commits_nothing_and_exits():
+    def down(records, ctx):
+        raise ConnectionError("db down")
+
+    loop, fake = make({0: [b"v"] * 20}, down)
+    assert loop.run() == 1
+    assert fake.commits == []
+
+
+def test_revoke_finishes_in_flight_records_and_commits_before_giving_up():
+    logs = {0: [b"v"] * 6, 1: [b"v"] * 6}
+    h = Recorder()
+    loop, fake = make(logs, h, per_call=4, LAGPILOT_BATCH_MAX_RECORDS=100, LAGPILOT_BATCH_TIMEOUT_MS=100000)
+    seen = {}
+    fake.script[2] = lambda: (seen.setdefault("pending", len(loop.pending)), fake.revoke([1]),
+                              seen.setdefault("commits", list(fake.commits)))
+    stop_when_drained(loop, fake, 10)  # p1 stops at offset 4 when revoked
+    loop.run()
+    assert seen["pending"] == 8
+    assert seen["commits"] and seen["commits"][0] == {0: (4, seen["commits"][0][0][1]), 1: (4, seen["commits"][0][1][1])}
+    assert 1 not in {p for c in fake.commits[1:] for p in c}  # nothing committed for p1 after it was revoked
+    assert h.processed == sorted([(0, i) for i in range(6)] + [(1, i) for i in range(4)])
+
+
+def test_lost_partitions_pending_records_are_dropped_not_committed():
+    logs = {0: [b"v"] * 6, 1: [b"v"] * 6}
+    h = Recorder()
+    loop, fake = make(logs, h, per_call=4, LAGPILOT_BATCH_MAX_RECORDS=100, LAGPILOT_BATCH_TIMEOUT_MS=100000)
+    fake.script[2] = lambda: fake.lose([1])
+    stop_when_drained(loop, fake, 10)
+    loop.run()
+    assert (1, 0) not in h.processed and (1, 1) not in h.processed
+    assert all(1 not in c for c in fake.commits)
+
+
+def test_stop_during_fill_abandons_pending_uncommitted():
+    logs = {0: [b"v"] * 100}
+    h = Recorder()
+    loop, fake = make(logs, h, per_call=3, LAGPILOT_BATCH_MAX_RECORDS=50, LAGPILOT_BATCH_TIMEOUT_MS=100000)
+    fake.script[4] = lambda: loop.request_stop("SIGTERM")
+    assert loop.run() == 0
+    assert h.batches == [] and fake.commits == []
+
+
+def test_stop_during_handler_finishes_and_commits_that_batch():
+    logs = {0: [b"v"] * 100}
+    loop_ref = {}
+    h = Recorder(on_call=lambda records: loop_ref["loop"].request_stop("SIGTERM"))
+    loop, fake = make(logs, h)
+    loop_ref["loop"] = loop
+    assert loop.run() == 0
+    assert len(h.batches) == 1 and fake.committed_positions() == {0: 10}
+
+
+def test_kafka_error_messages_do_not_crash_the_loop(caplog):
+    class Err:
+        def name(self):
+            return "_MSG_TIMED_OUT"
+
+        def fatal(self):
+            return False
+
+        def __str__(self):
+            return "a transient error"
+
+    logs = {0: [b"v"] * 5}
+    h = Recorder()
+    loop, fake = make(logs, h)
+    fake.extra = [Msg(0, 99, b"", error=Err())]
+    stop_when_drained(loop, fake, 5)
+    with caplog.at_level(logging.WARNING):
+        assert loop.run() == 0
+    assert len(h.processed) == 5
+    assert any(getattr(r, "fields", {}).get("code") == "_MSG_TIMED_OUT" for r in caplog.records)
+
+
+def test_metrics_count_records_and_batches():
+    logs = {0: [b"v"] * 25}
+    loop, fake = make(logs, Recorder())
+    stop_when_drained(loop, fake, 25)
+    loop.run()
+    m = loop.metrics
+    assert m.records._value.get() == 25
+    assert m.batches.labels("ok")._value.get() == 3
+    assert m.committed_offset.labels(TOPIC, "0")._value.get() == 25
