@@ -351,3 +351,49 @@ def test_metrics_count_records_and_batches():
     assert m.records._value.get() == 25
     assert m.batches.labels("ok")._value.get() == 3
     assert m.committed_offset.labels(TOPIC, "0")._value.get() == 25
+
+
+def _failing_commits(fake, times: int):
+    from confluent_kafka import KafkaError, KafkaException
+
+    orig = fake.commit
+    state = {"left": times}
+
+    def commit(offsets, asynchronous):
+        if state["left"] > 0:
+            state["left"] -= 1
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION))
+        return orig(offsets, asynchronous)
+
+    fake.commit = commit
+
+
+def test_failed_commit_is_carried_into_the_next_commit():
+    logs = {0: [b"v"] * 10, 1: [b"v"] * 20}
+    loop, fake = make(logs, Recorder(), per_call=1000)
+    _failing_commits(fake, 1)
+    stop_when_drained(loop, fake, 30)
+    loop.run()
+    # first batch (10 records) failed to commit; the next batch's commit carries both partitions
+    assert fake.committed_positions() == {0: 10, 1: 20}
+    assert loop.metrics.commits.labels("failed")._value.get() == 1
+
+
+def test_failed_commit_is_retried_on_revoke_before_giving_up():
+    logs = {0: [b"v"] * 3, 1: [b"v"] * 3}
+    loop, fake = make(logs, Recorder(), per_call=1000)
+    _failing_commits(fake, 1)
+    fake.script[3] = lambda: fake.revoke([0, 1])
+    calls = {"n": 0}
+    orig = fake.consume
+
+    def consume(num_messages, timeout):
+        calls["n"] += 1
+        if calls["n"] > 6:
+            loop.request_stop("test")
+        return orig(num_messages, timeout)
+
+    fake.consume = consume
+    loop.run()
+    assert fake.committed_positions() == {0: 3, 1: 3}
+    assert loop.uncommitted == {}

@@ -103,6 +103,7 @@ class BatchConsumer:
         self.fatal: BaseException | None = None
         self.processed_records = 0  # records of successful batches (dead-lettered included)
         self._last_commit_s = 0.0
+        self.uncommitted: dict[TP, int] = {}  # processed, commit failed non-fatally: retried later
 
     # -- lifecycle -------------------------------------------------------------------------------
     def subscribe(self) -> None:
@@ -248,22 +249,42 @@ class BatchConsumer:
             raise FatalError(f"failure policy exit: {len(failures)} record(s) failed ({where}); committed up to the first failure")
 
     def commit(self, positions: dict[TP, int], t0: float, n: int) -> None:
-        """Synchronous commit of ``positions`` (owned partitions only) with the capacity metadata."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        """Commit ``positions`` (owned partitions only) with the capacity metadata, then update metrics.
 
-        todo = {tp: off for tp, off in positions.items() if tp in self.owned}
-        dropped = set(positions) - set(todo)
-        if dropped:
-            log.warning("not committing partitions no longer assigned", extra=_fields(
-                event="commit_skipped", partitions=sorted(p for _, p in dropped)))
-        if not todo:
-            return
+        Positions whose commit failed without being fatal (e.g. ILLEGAL_GENERATION while a
+        rebalance is under way) are kept and committed with the next batch or, at the latest,
+        in on_revoke before the partition is given up, so a failed commit alone causes no replay.
+        """
         # busy = handler (+ retries, DLQ) + commit; this commit's own cost is not known before it
         # happens, so the previous commit's duration stands in for it
         self.capacity.observe(n, self.clock() - t0 + self._last_commit_s)
+        commit_start = self.clock()
+        ok = self._commit_offsets(positions)
+        busy = self.clock() - t0
+        if ok:
+            self._last_commit_s = max(0.0, self.clock() - commit_start)
+        self.metrics.batch_duration.observe(busy)
+        cap = self.capacity.capacity()
+        if cap is not None:
+            self.metrics.capacity.set(cap)
+
+    def _commit_offsets(self, positions: dict[TP, int]) -> bool:
+        """Synchronous commit of these and any outstanding positions; True when it succeeded."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        merged = dict(self.uncommitted)
+        for tp, off in positions.items():
+            merged[tp] = max(off, merged.get(tp, -1))
+        todo = {tp: off for tp, off in merged.items() if tp in self.owned}
+        dropped = set(merged) - set(todo)
+        if dropped:
+            log.warning("not committing partitions no longer assigned", extra=_fields(
+                event="commit_skipped", partitions=sorted(p for _, p in dropped)))
+        self.uncommitted = {}
+        if not todo:
+            return True
         metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
         offsets = [TopicPartition(t, p, off, metadata=metadata) for (t, p), off in sorted(todo.items())]
-        commit_start = self.clock()
         for attempt in range(COMMIT_ATTEMPTS):
             try:
                 result = self.consumer.commit(offsets=offsets, asynchronous=False)
@@ -281,25 +302,22 @@ class BatchConsumer:
                     raise FatalError(f"commit failed: {err}") from exc
                 retriable = hasattr(err, "retriable") and err.retriable()
                 if not retriable or attempt == COMMIT_ATTEMPTS - 1:
-                    # e.g. a rebalance took the partitions: the new owner re-consumes from the last
-                    # committed offset (at-least-once; the postgres sink makes that harmless)
-                    log.warning("commit failed; records will be consumed again", extra=_fields(**fields))
-                    return
+                    # typically a rebalance in progress: keep the positions for the next commit or
+                    # on_revoke; if the partitions are lost meanwhile, their next owner re-consumes
+                    # from the last commit (at-least-once; the postgres sink makes that harmless)
+                    self.uncommitted = todo
+                    log.warning("commit failed; will commit again with the next batch or on revoke", extra=_fields(**fields))
+                    return False
                 log.warning("commit failed, retrying", extra=_fields(**fields))
                 self._sleep(0.1 * (attempt + 1))
         self.metrics.commits.labels("ok").inc()
-        busy = self.clock() - t0
-        self._last_commit_s = max(0.0, busy - (commit_start - t0))
-        self.metrics.batch_duration.observe(busy)
-        cap = self.capacity.capacity()
-        if cap is not None:
-            self.metrics.capacity.set(cap)
         for (t, p), off in todo.items():
             self.committed[(t, p)] = off
             self.metrics.committed_offset.labels(t, str(p)).set(off)
             hw = self.high_watermarks.get((t, p))
             if hw is not None and hw >= 0:
                 self.metrics.lag.labels(t, str(p)).set(max(0, hw - off))
+        return True
 
     def _pause(self, tps: set[TP]) -> None:
         from confluent_kafka import TopicPartition
@@ -350,6 +368,8 @@ class BatchConsumer:
             elif self.pending:
                 self._abandon([r for r in self.pending if (r.topic, r.partition) in gone], "revoked during shutdown")
                 self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
+            if any(tp in gone for tp in self.uncommitted):
+                self._commit_offsets({})  # last chance for positions whose commit failed earlier
         except FatalError as exc:
             self.fatal = exc
             self.stop_event.set()
@@ -380,6 +400,7 @@ class BatchConsumer:
             self.health.paused = sorted(f"{t}/{p}" for t, p in self.paused)
         for t, p in gone:
             self.committed.pop((t, p), None)
+            self.uncommitted.pop((t, p), None)
             self.high_watermarks.pop((t, p), None)
             self.metrics.forget_partition(t, p)
         self.health.assigned = len(self.owned)
