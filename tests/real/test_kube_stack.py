@@ -206,3 +206,55 @@ def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(kub
     assert f"job done in {ns}" in log_path.read_text()
     out = kube.kubectl("get", "job", "once", "-n", ns, "--no-headers").stdout
     assert "Complete" in out and "1/1" in out
+
+
+@pytest.mark.slow
+def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, tmp_path: Path) -> None:
+    """Fault tests SIGKILL parts and start them again: objects survive, the address and the
+    kubeconfig stay valid, and a pod runner reconnects by itself. On a private control plane (its
+    own state dir) so that other test sessions sharing the stack are not disturbed."""
+    from kubernetes import client, config
+
+    from lagpilot_dev import paths
+    from lagpilot_dev.kube import KubePart
+    from lagpilot_dev.podrunner import PodRunner
+
+    part = KubePart(paths.cache_dir(), tmp_path / "state")
+    part.start()
+    runner = None
+    try:
+        kubeconfig_text = part.admin_kubeconfig.read_text()
+        server = part.server()
+        assert part.kubectl("create", "configmap", "survivor", "--from-literal=k=v").returncode == 0
+        runner = PodRunner(part.admin_kubeconfig, node_name="restart-node", workdir=tmp_path / "runner").start()
+        api = config.new_client_from_config(config_file=str(part.admin_kubeconfig))
+        core = client.CoreV1Api(api)
+        wait_until(lambda: core.read_namespaced_service_account("default", "default"), "default SA", timeout=60)
+        sleeper = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "before"},
+                   "spec": {"containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]}}
+        core.create_namespaced_pod("default", sleeper)
+        wait_until(lambda: core.read_namespaced_pod("before", "default").status.phase == "Running", "pod Running")
+
+        for component in ("apiserver", "etcd", "controller-manager"):
+            part.kill(component)
+            assert not part.component_running(component)
+        part.start()
+        assert part.server() == server and part.admin_kubeconfig.read_text() == kubeconfig_text
+        got = part.kubectl("get", "configmap", "survivor", "-o", "jsonpath={.data.k}")
+        assert got.returncode == 0 and got.stdout == "v"
+
+        sleeper["metadata"]["name"] = "after"
+        wait_until(lambda: core.create_namespaced_pod("default", sleeper), "pod creation after the restart", timeout=60)
+        wait_until(lambda: core.read_namespaced_pod("after", "default").status.phase == "Running",
+                   "the reconnected pod runner to run a new pod", timeout=120)
+        assert core.read_namespaced_pod("before", "default").status.container_statuses[0].restart_count == 0
+        api.close()
+
+        part.stop()  # a graceful stop and start works the same
+        assert not part.is_running()
+        part.start()
+        assert part.is_running()
+    finally:
+        if runner is not None:
+            runner.stop()
+        part.stop()

@@ -429,6 +429,7 @@ class PodWorker:
         self.finished = threading.Event()
         self._wake = threading.Event()
         self._last_status: dict[str, Any] | None = None
+        self._retry_write_at: float | None = None
         self._adopt_existing_status(pod)
         self.thread = threading.Thread(target=self._run, name=f"pod-{self.namespace}/{self.name}", daemon=True)
 
@@ -486,6 +487,8 @@ class PodWorker:
                 self._terminate_and_delete()
                 return
             now = time.monotonic()
+            if self._retry_write_at is not None and now >= self._retry_write_at:
+                self._write_status()
             if self.proc is None:
                 if not self.done and now >= self.backoff_until:
                     self._start_container()
@@ -700,6 +703,9 @@ class PodWorker:
             return
         if self.runner.patch_pod_status(self.namespace, self.name, status):
             self._last_status = status
+            self._retry_write_at = None
+        else:  # apiserver down or restarting (fault tests): the loop retries
+            self._retry_write_at = time.monotonic() + 2.0
 
     def pid(self) -> int | None:
         proc = self.proc
@@ -858,24 +864,33 @@ class PodRunner:
             self._core.patch_namespaced_pod_status(name, namespace, {"status": status}, _preload_content=False)
             return True
         except client.ApiException as exc:
-            if exc.status != 404:
-                log.warning("pod status update failed", extra={"pod": f"{namespace}/{name}", "status": exc.status,
-                                                               "reason": exc.reason})
+            if exc.status == 404:
+                return True  # the pod is gone: nothing left to report
+            log.warning("pod status update failed", extra={"pod": f"{namespace}/{name}", "status": exc.status,
+                                                           "reason": exc.reason})
             return False
         except Exception as exc:  # noqa: BLE001 - apiserver down (fault tests): retried on the next change
             log.warning("pod status update failed", extra={"pod": f"{namespace}/{name}", "error": repr(exc)})
             return False
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """The kubelet's final delete (grace 0, this uid only); retried while the apiserver is away."""
         from kubernetes import client
 
-        try:
-            self._core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": 0,
-                                                                    "preconditions": {"uid": uid}},
-                                             _preload_content=False)
-        except client.ApiException as exc:
-            if exc.status not in (404, 409):
+        while True:
+            try:
+                self._core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": 0,
+                                                                        "preconditions": {"uid": uid}},
+                                                 _preload_content=False)
+                return
+            except client.ApiException as exc:
+                if exc.status in (404, 409):
+                    return
                 log.warning("final pod delete failed", extra={"pod": f"{namespace}/{name}", "status": exc.status})
+            except Exception as exc:  # noqa: BLE001 - apiserver down (fault tests)
+                log.warning("final pod delete failed", extra={"pod": f"{namespace}/{name}", "error": repr(exc)[:300]})
+            if self.stopping.wait(2.0):
+                return
 
     # ---- node ---------------------------------------------------------------------------------------
     def _node_status(self) -> dict[str, Any]:
