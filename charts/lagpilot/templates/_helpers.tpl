@@ -92,6 +92,10 @@ tests compare the two and fail on any `*`.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# the drain Job's pods: still running? the termination message of a failed attempt
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Kubernetes events: kopf posts core/v1 events; events.k8s.io for clients that use the new API
 - apiGroups: [""]
   resources: ["events"]

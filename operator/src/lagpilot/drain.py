@@ -224,6 +224,28 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
     return JobObservation(JobState.ACTIVE, alive)
 
 
+# ---- fault injection (tests only) ----------------------------------------------------------------
+
+def _fault_point(kind: str, when: str) -> None:
+    """Die like `kill -9` at a named point, once per point: the fault tests' way of killing the
+    operator between an effect and its status write (or right after the write).
+
+    LAGPILOT_TEST_CRASH_AT="Quiesce:effect,AlterOffsets:effect,..." and LAGPILOT_TEST_CRASH_DIR
+    (marker files: each point fires once across restarts). Unset in production: a no-op.
+    """
+    points = os.environ.get("LAGPILOT_TEST_CRASH_AT")
+    marker_dir = os.environ.get("LAGPILOT_TEST_CRASH_DIR")
+    if not points or not marker_dir or f"{kind}:{when}" not in points.split(","):
+        return
+    marker = os.path.join(marker_dir, f"{kind}-{when}")
+    if os.path.exists(marker):
+        return
+    with open(marker, "w") as fh:
+        fh.write(str(time.time()))
+    log.warning("fault injection: exiting", extra={"point": f"{kind}:{when}"})
+    os._exit(137)
+
+
 # ---- metrics -----------------------------------------------------------------------------------
 
 _METRICS: dict[str, Any] = {}
@@ -366,17 +388,13 @@ class DrainExecutor:
                 raise
 
     def delete_job(self, namespace: str, name: str) -> None:
+        """Foreground deletion: the Job object stays until the garbage collector removed its pods,
+        so "Job absent" (what Cancelled waits for) means no drain process is left."""
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) != 404:
                 raise
-        # Background propagation leaves the pods to the garbage collector: delete them now, so
-        # "no pod alive" (what Cancelled waits for) comes quickly
-        try:
-            self.core.delete_collection_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")
-        except Exception as err:  # noqa: BLE001
-            log.warning("deleting drain pods failed", extra={"job": name, "error": str(err)})
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
@@ -425,9 +443,11 @@ class DrainExecutor:
                 replicas = action.replicas
             if action.replicas is not None and action.kind in (Kind.RESTORE, Kind.LAUNCH):
                 replicas = action.replicas
+            _fault_point(action.kind.value, "effect")
             if action.status is not None and action.status != d:
                 ctx.patch_status({"drain": {**action.status.to_dict(), "lastEndS": action.status.finished_at}})
                 d = action.status
+                _fault_point(action.kind.value, "status")
             if action.event is not None:
                 ctx.emit(*action.event)
             done.append(action.kind.value)
