@@ -123,6 +123,7 @@ class Demo:
         self.ns = args.namespace
         suffix = uuid.uuid4().hex[:6]
         self.name = "orders-demo"
+        self.deployment = f"{self.name}-consumer"  # the operator's naming (docs/CONTRACTS.md)
         self.topic = f"demo-orders-{suffix}"
         self.group_id = f"orders-demo-{suffix}"
         self.table = f"demo_orders_{suffix}"
@@ -343,7 +344,9 @@ class Demo:
         port = free_port()
         log_path = self.out / "operator.log"
         self.operator_log = open(log_path, "ab")  # noqa: SIM115 - closed in cleanup
-        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO")
+        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO",
+                   # the drain Job's pod runs here, not in the image: point it at the cached connector jars
+                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars))
         exe = Path(sys.executable).parent / "lagpilot"
         argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
                 "operator", "--namespace", self.ns, "--standalone", "--metrics-port", str(port),
@@ -356,9 +359,8 @@ class Demo:
                   alive=self._operator_dead)
 
         self.say("waiting for: the pod runner to register its Node", indent=True)
-        extra_env = {"LAGPILOT_SPARK_JARS": ",".join(self.info.spark_jars)} if self.info.spark_jars else {}
         self.runner = PodRunner(self.info.kubeconfig, node_name=f"lagpilot-demo-{self.run_id[-4:]}",
-                                workdir=self.out / "pods", namespaces=[self.ns], extra_env=extra_env)
+                                workdir=self.out / "pods", namespaces=[self.ns])
         self.runner.start()
         self.done("operator_up", t0, f"operator pid {self.operator.pid}, pod runner node {self.runner.node_name}")
 
@@ -435,7 +437,7 @@ class Demo:
         self.say(f"$ kubectl apply -f {path}", indent=True)
         apps = client.AppsV1Api(self.api)
         core = client.CoreV1Api(self.api)
-        self.wait(lambda: apps.read_namespaced_deployment(self.name, self.ns), f"Deployment {self.ns}/{self.name}",
+        self.wait(lambda: apps.read_namespaced_deployment(self.deployment, self.ns), f"Deployment {self.ns}/{self.deployment}",
                   120, alive=self._operator_dead)
         self.say("✓ Deployment created; waiting for: a consumer pod to run (pod runner)", indent=True)
 
@@ -517,7 +519,7 @@ class Demo:
             s.conditions = [(c.get("type", ""), c.get("status", ""), c.get("reason", "")) for c in st.get("conditions") or []]
             s.drain = st.get("drain") or None
         with self._probe("Deployment"):
-            dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.name, self.ns)
+            dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.deployment, self.ns)
             s.ready = dep.status.ready_replicas or 0
             if s.replicas is None:
                 s.replicas = dep.spec.replicas
