@@ -67,44 +67,42 @@ app.kubernetes.io/part-of: lagpilot
 
 {{/*
 The operator's rules on namespaced resources: bound cluster-wide (ClusterRole) when it watches all
-namespaces, or as a Role in each watched namespace. Exactly what docs/rbac.md lists; the unit
-tests compare the two and fail on any `*`.
+namespaces, or as a Role in each watched namespace. Exactly what docs/rbac.md lists (the operator's
+authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on any `*`.
 */}}
 {{- define "lagpilot.operatorNamespacedRules" -}}
-# the custom resource: kopf lists/watches it and patches finalizers + its progress annotations
+# kopf: the watch stream behind every handler and daemon (it never GETs single objects)
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups"]
-  verbs: ["get", "list", "watch", "patch"]
-# status is written only through the status subresource
+  verbs: ["list", "watch", "patch"]
+# status is written only through the status subresource (one merge patch per changed cycle)
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # ownerReferences with blockOwnerDeletion on the Deployment/Job need update on the owner's
 # finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on (e.g. OpenShift)
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups/finalizers"]
   verbs: ["update"]
-# the consumer Deployment it creates, scales and updates (deletion is left to garbage collection)
+# the consumer Deployment: read its replicas, server-side apply it (an apply creates it when
+# missing, so no create; garbage collection deletes it, so no delete)
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
-# the drain Job it starts, watches and cancels
+  verbs: ["get", "patch"]
+# the drain Job: read the one named in status, create one per attempt, delete on cancel
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "create", "delete"]
 # the drain Job's pods: still running? the termination message of a failed attempt
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
-# Kubernetes events: kopf posts core/v1 events; events.k8s.io for clients that use the new API
+# kopf posts core/v1 events (scale decisions, Degraded causes)
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-# the Kafka credentials Secret named in spec.kafka.secretRef: checked to exist and have the
-# expected keys (never logged); the pods read it through secretKeyRef, not the operator
+  verbs: ["create"]
+# the Kafka credentials Secret named in spec.kafka.secretRef, for the operator's own Kafka admin
+# connection (values never logged; the pods read it through secretKeyRef, not the operator)
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
