@@ -104,8 +104,9 @@ def test_integrate_minutes_is_step_wise() -> None:
 
 def test_scale_events() -> None:
     samples = [_s(t, {}, {}, replicas=r) for t, r in [(0, 1), (5, None), (10, 2), (20, 3), (30, 3), (40, 1)]]
-    assert demo_report.scale_events(samples) == [{"t": 10, "from": 1, "to": 2}, {"t": 20, "from": 2, "to": 3},
-                                                 {"t": 40, "from": 3, "to": 1}]
+    assert demo_report.scale_events(samples) == [{"t": 10, "from": 1, "to": 2, "cause": "scaling"},
+                                                 {"t": 20, "from": 2, "to": 3, "cause": "scaling"},
+                                                 {"t": 40, "from": 3, "to": 1, "cause": "scaling"}]
 
 
 def test_drains_seen_merges_live_status_and_history() -> None:
@@ -206,3 +207,33 @@ def test_render_shows_every_part_of_the_story() -> None:
     assert "drain#2 Running 23/63" in line and "waiting for: the replay" in line
     assert "waiting for: x" in "\n".join(demo_view.render(
         demo_view.Header(profile="fast", elapsed_s=1, stage="s", waiting_for="x"), None, [], colors=False))
+
+
+def test_handler_settings_read_the_dsn_from_the_named_env_var() -> None:
+    from lagpilot_dev.demo_handler import settings
+
+    cfg = settings({"postgres.table": "t1", "dsnEnv": "X_DSN"}, env={"X_DSN": "postgresql://u:p@h/d"})
+    assert cfg.dsn == "postgresql://u:p@h/d" and cfg.table == "t1" and cfg.mode == "insert"
+    assert settings({}, env={"DEMO_POSTGRES_DSN": "postgresql://a"}).table == "lagpilot_records"
+    with pytest.raises(ValueError, match=r"\$DEMO_POSTGRES_DSN") as err:
+        settings({}, env={"LAGPILOT_POSTGRES_DSN": "postgresql://secret"})
+    assert "secret" not in str(err.value)
+
+
+def test_scale_events_tell_the_hand_off_from_scaling() -> None:
+    planned = {"id": 1, "phase": "Planned"}
+    running = {"id": 1, "phase": "Running"}
+    seq = [(0, 1, None), (5, 3, None), (10, 3, planned), (12, 0, planned), (20, 3, running), (40, 1, running)]
+    events = demo_report.scale_events([_s(t, {}, {}, replicas=r, drain=d) for t, r, d in seq])
+    assert [(e["from"], e["to"], e["cause"]) for e in events] == [
+        (1, 3, "scaling"), (3, 0, "drain hand-off"), (0, 3, "drain hand-off"), (3, 1, "scaling")]
+    proof = _proof()
+    summary = demo_report.summarize([_s(t, {0: 0}, {0: 0}, replicas=r, drain=d) for t, r, d in seq], proof,
+                                    profile="fast", sla_s=60, batch_max_records=5, partitions=1, timings={}, paths={})
+    assert summary["scale_ups"] == 1 and summary["scale_downs"] == 1
+
+
+def test_measured_rates() -> None:
+    samples = [_s(t, {0: 100 * t}, {}) for t in range(0, 12)]
+    rates = demo_report.measured_rates(samples, window_s=5)
+    assert rates[0] == 0.0 and rates[1] == pytest.approx(100) and rates[-1] == pytest.approx(100)

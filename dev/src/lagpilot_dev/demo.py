@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -371,7 +372,7 @@ class Demo:
                    LAGPILOT_GROUP_ID=self.group_id, LAGPILOT_BATCH_MAX_RECORDS=str(p.batch_max_records),
                    LAGPILOT_BATCH_TIMEOUT_MS=str(p.batch_timeout_ms), LAGPILOT_HANDLER=HANDLER,
                    LAGPILOT_HANDLER_CONFIG=json.dumps(self.manifest()["spec"]["processing"]["config"]),
-                   LAGPILOT_POSTGRES_DSN=self.info.postgres_dsn, LAGPILOT_POSTGRES_TABLE=self.table,
+                   DEMO_POSTGRES_DSN=self.info.postgres_dsn,
                    LAGPILOT_METRICS_PORT=str(free_port()), LAGPILOT_POD_NAME="bare-consumer-0")
         exe = Path(sys.executable).parent / "lagpilot"
         self.consumer_log = open(self.out / "consumer.log", "ab")  # noqa: SIM115 - closed in cleanup
@@ -413,10 +414,8 @@ class Demo:
                 "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
                           "minBacklogRecords": p.min_backlog_records},
                 "template": {
-                    "env": [
-                        {"name": "LAGPILOT_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "demo-pg", "key": "dsn"}}},
-                        {"name": "LAGPILOT_POSTGRES_TABLE", "value": self.table},
-                    ],
+                    # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
+                    "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "demo-pg", "key": "dsn"}}}],
                 },
             },
         }
@@ -518,6 +517,11 @@ class Demo:
             s.decision = str(st.get("lastDecision") or "")
             s.conditions = [(c.get("type", ""), c.get("status", ""), c.get("reason", "")) for c in st.get("conditions") or []]
             s.drain = st.get("drain") or None
+            if s.projected_s is None and any(c[0] == "CatchUpAtRisk" and c[1] == "True" for c in s.conditions):
+                s.projected_s = math.inf  # the status omits an infinite projection ("never")
+        if s.drain and s.drain.get("ranges"):
+            with self._probe("drain rows in PostgreSQL"):
+                s.drain_in_sink = self._rows_in_ranges(s.drain["ranges"])
         with self._probe("Deployment"):
             dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.deployment, self.ns)
             s.ready = dep.status.ready_replicas or 0
@@ -531,6 +535,18 @@ class Demo:
                 self.kubectl_lines = [f"$ kubectl get bcg -n {self.ns}", *proc.stdout.rstrip().splitlines()]
         self.samples.append(s)
         return s
+
+    def _rows_in_ranges(self, ranges: list[dict[str, Any]]) -> int | None:
+        """Rows of the drain's offset ranges already in PostgreSQL: its progress as the sink sees it."""
+        clauses, params = [], []
+        for r in ranges:
+            if r.get("start") is None or r.get("split") is None:
+                return None
+            clauses.append('(partition = %s AND "offset" >= %s AND "offset" < %s)')
+            params += [int(r["partition"]), int(r["start"]), int(r["split"])]
+        rows = _sql_count(self.pg, f'SELECT count(*) FROM "{self.table}" WHERE topic = %s AND ({" OR ".join(clauses)})',
+                          (self.topic, *params))
+        return int(rows[0][0]) if rows else 0
 
     def show(self, s: Sample | None, phase: str = "") -> None:
         header = demo_view.Header(profile=self.profile.name, elapsed_s=self.elapsed(), stage=self.stage,

@@ -8,12 +8,15 @@ second and a spike needs the drain. Consumers and the Spark drain call the same 
 
     processing:
       handler: "lagpilot_dev.demo_handler:process"
-      config: {recordDelayMs: "15", batchDelayMs: "50", auditTable: "demo_audit"}
+      config: {recordDelayMs: "15", batchDelayMs: "50", postgres.table: orders, auditTable: demo_audit}
+    template:
+      env: [{name: DEMO_POSTGRES_DSN, valueFrom: {secretKeyRef: {name: demo-pg, key: dsn}}}]
 
 Then, per batch: sleep ``batchDelayMs + recordDelayMs * len(records)``, write the records with
-``lagpilot_runtime.sinks.postgres`` (idempotent: primary key topic/partition/offset; DSN from
-``LAGPILOT_POSTGRES_DSN``, table from ``LAGPILOT_POSTGRES_TABLE`` or ``config[postgres.table]``),
-and, when ``auditTable`` is set, append one row per record and processing attempt (no primary key)
+``lagpilot_runtime.sinks.postgres`` (idempotent: primary key topic/partition/offset; table from
+``config[postgres.table]``). The DSN is a secret, so it never travels in ``config``: it comes from
+the environment variable named by ``config[dsnEnv]`` (default ``DEMO_POSTGRES_DSN``), set from a
+Secret through ``template.env`` (``LAGPILOT_*`` names are reserved for the runtime there). And, when ``auditTable`` is set, append one row per record and processing attempt (no primary key)
 saying which path processed it (``ctx.source``: consumer or drain) — the demo reads it to show the
 split between the live group and the drain, and whether any record was processed twice.
 """
@@ -47,12 +50,21 @@ def audit_ddl(table: str) -> str:
             f"processed_at timestamptz NOT NULL DEFAULT now())")
 
 
-def _audit(records: list[Record], ctx: BatchContext, table: str) -> None:
+def settings(config: Any, env: Any = None) -> pg_sink.PostgresSettings:
+    """The sink's settings: DSN from the env var ``config[dsnEnv]``, table and mode from config."""
+    e = os.environ if env is None else env
+    var = config.get("dsnEnv") or "DEMO_POSTGRES_DSN"
+    dsn = e.get(var) or ""
+    if not dsn:
+        raise ValueError(f"the demo handler needs the PostgreSQL DSN in ${var} (from a Secret via template.env)")
+    return pg_sink.PostgresSettings.resolve(config, env={"LAGPILOT_POSTGRES_DSN": dsn})
+
+
+def _audit(records: list[Record], ctx: BatchContext, table: str, dsn: str) -> None:
     global _audit_conn
     import psycopg
 
     pg_sink._check_identifier(table)  # a plain identifier only: it is interpolated into SQL
-    dsn = os.environ.get("LAGPILOT_POSTGRES_DSN", "")
     worker = os.environ.get("LAGPILOT_POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
     with _lock:
         try:
@@ -75,8 +87,9 @@ def process(records: list[Record], ctx: BatchContext) -> None:
     """Sleep for the simulated downstream cost, then write the batch durably to PostgreSQL."""
     if not records:
         return
+    cfg = settings(ctx.config)
     time.sleep(batch_cost_s(len(records), ctx.config))
-    pg_sink.process(records, ctx)
+    pg_sink.write_records(records, cfg)
     table = ctx.config.get("auditTable")
     if table:
-        _audit(records, ctx, table)
+        _audit(records, ctx, table, cfg.dsn)

@@ -41,6 +41,7 @@ class Sample:
     decision: str = ""
     conditions: list[tuple[str, str, str]] = field(default_factory=list)
     drain: dict[str, Any] | None = None  # status.drain as read
+    drain_in_sink: int | None = None  # rows of the current drain's ranges already in PostgreSQL
 
     @property
     def partitions(self) -> list[int]:
@@ -174,16 +175,41 @@ def catch_up(samples: Sequence[Sample], threshold: int) -> dict[str, float | Non
             "catch_up_seconds": None if caught is None else round(caught - peak.t, 1)}
 
 
+HAND_OFF_PHASES = ("Planned", "HandedOff")
+
+
 def scale_events(samples: Sequence[Sample]) -> list[dict[str, Any]]:
-    """Every change of the Deployment's replica count seen, in order."""
+    """Every change of the Deployment's replica count seen, in order. A drain hand-off quiesces
+    the group (→ 0) and gives the replicas back: those two are marked ``"cause": "drain hand-off"``,
+    the others ``"cause": "scaling"`` (the operator's decisions)."""
     out: list[dict[str, Any]] = []
     prev: int | None = None
+    prev_phase: str | None = None
+    quiesced = False
     for s in samples:
         if s.replicas is None:
             continue
         if prev is not None and s.replicas != prev:
-            out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas})
+            hand_off = (s.replicas == 0 and (s.drain_phase in HAND_OFF_PHASES or prev_phase in HAND_OFF_PHASES)) \
+                or (prev == 0 and quiesced)
+            quiesced = s.replicas == 0 and hand_off
+            out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas,
+                        "cause": "drain hand-off" if hand_off else "scaling"})
         prev = s.replicas
+        prev_phase = s.drain_phase
+    return out
+
+
+def measured_rates(samples: Sequence[Sample], window_s: float = 5.0) -> list[float]:
+    """Produce rate per sample from the end offsets (records/s over the last ``window_s``)."""
+    out: list[float] = []
+    j = 0
+    for i, s in enumerate(samples):
+        while j < i and s.t - samples[j + 1].t >= window_s:
+            j += 1
+        a = samples[j]
+        dt = s.t - a.t
+        out.append(max(0.0, (sum(s.end.values()) - sum(a.end.values())) / dt) if dt > 0 else 0.0)
     return out
 
 
@@ -273,8 +299,8 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "sla_seconds": sla_s,
         "latency": dict(proof.latency),
         "max_replicas": max((s.replicas or 0 for s in replay), default=0),
-        "scale_ups": sum(1 for e in events if e["to"] > e["from"]),
-        "scale_downs": sum(1 for e in events if e["to"] < e["from"]),
+        "scale_ups": sum(1 for e in events if e["to"] > e["from"] and e["cause"] == "scaling"),
+        "scale_downs": sum(1 for e in events if e["to"] < e["from"] and e["cause"] == "scaling"),
         "scale_events": events,
         "replica_minutes": round(integrate_minutes(replay, lambda s: s.replicas), 2),
         "drain_task_minutes": round(integrate_minutes(replay, lambda s: s.drain_tasks), 2),
@@ -313,7 +339,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         ("max record latency (produce → row)", _fmt_s(lat.get("max_s"))),
         ("records within SLA of being produced",
          "—" if lat.get("within_sla_fraction") is None else f"{100 * float(lat['within_sla_fraction']):.1f} %"),
-        ("max replicas / scale-ups / scale-downs",
+        ("max replicas / scale-ups / scale-downs (by the scaler)",
          f"{summary['max_replicas']} / {summary['scale_ups']} / {summary['scale_downs']}"),
         ("replica-minutes", f"{summary['replica_minutes']:.1f}"),
         ("drain task-minutes", f"{summary['drain_task_minutes']:.1f}"),
@@ -353,7 +379,7 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str) -> N
     ax.set_ylabel("records")
     ax.legend(loc="upper left", fontsize=8)
     rate_ax = ax.twinx()
-    rate_ax.plot(xs, [s.produce_rate for s in samples], color="tab:red", lw=1, ls="--", label="produce rate")
+    rate_ax.plot(xs, measured_rates(samples), color="tab:red", lw=1, ls="--", label="produce rate (measured)")
     rate_ax.set_ylabel("produce rate (records/s)", color="tab:red")
     rate_ax.legend(loc="upper right", fontsize=8)
     ax.set_title(title)

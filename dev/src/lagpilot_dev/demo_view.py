@@ -95,7 +95,10 @@ def render(header: Header, s: Sample | None, kubectl_lines: Sequence[str], *, co
         label = c(f"drain #{d.get('id')} {d.get('phase')}", YELLOW if active else DIM)
         out.append(f"{label}  {ranges}")
         out.append(f"          {c(bar(done, total, bw + 10), YELLOW if active else DIM)} {done:,}/{total:,} ({pct})"
-                   f"  Spark tasks with work left: {s.drain_tasks}")
+                   f" reported by the drain   Spark tasks with work left: {s.drain_tasks}")
+        if s.drain_in_sink is not None and total:
+            out.append(f"          {c(bar(s.drain_in_sink, total, bw + 10), YELLOW if active else DIM)} "
+                       f"{s.drain_in_sink:,}/{total:,} of its ranges already in PostgreSQL")
     else:
         out.append(c("drain     none so far", DIM))
     if s.decision:

@@ -50,7 +50,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,8 @@ INHERITED_ENV = ("HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "JAVA_HOME", 
                  "LAGPILOT_CACHE", "LAGPILOT_STATE")
 NODE_CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
 # env names as Kubernetes >= 1.34 accepts them (RelaxedEnvironmentVariableValidation): printable ASCII but "="
+# a namespace labelled with this key belongs to the runner whose node name is the value
+RUNNER_LABEL = "lagpilot.io/pod-runner"
 _ENV_NAME = re.compile(r"^[!-<>-~][ -<>-~]*$")
 
 
@@ -716,21 +718,29 @@ class PodWorker:
 class PodRunner:
     """Watches Pods and runs those bound to `node_name` as local processes (see the module docstring).
 
-    `namespaces`: only pods in these namespaces (None: all). `bind`: also bind unscheduled pods
-    to this node (the scheduler's job). Crash back-off starts at `backoff_initial` seconds and
+    `namespaces`: only pods in these namespaces (None: all not claimed by another runner through
+    the namespace label `lagpilot.io/pod-runner=<node name>`). It is read on every event, so a set
+    the caller keeps adding to works: that is how concurrent test sessions sharing one control plane
+    keep their pods apart (each session's runner takes only the namespaces its tests created).
+    `bind`: also bind unscheduled pods (in scope) to this node (the scheduler's job).
+    `delete_node_on_stop`: remove the Node object on stop (for per-session node names); the
+    controller-manager's pod GC then deletes any pod still bound to it. On start, runner Nodes
+    (label lagpilot.io/pod-runner) without a heartbeat for `stale_node_seconds` are deleted likewise. Crash back-off starts at `backoff_initial` seconds and
     doubles up to `backoff_max` (shorter than the kubelet's 10 s -> 300 s, so tests stay quick).
     """
 
     kubeconfig: Path | str
     node_name: str = DEFAULT_NODE_NAME
     workdir: Path | str = Path("podrunner")
-    namespaces: Sequence[str] | None = None
+    namespaces: Collection[str] | None = None
     bind: bool = True
     backoff_initial: float = 1.0
     backoff_max: float = 30.0
     heartbeat_seconds: float = 10.0
     resync_seconds: int = 60
     stop_grace: float = 5.0
+    delete_node_on_stop: bool = False
+    stale_node_seconds: float = 300.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
     entrypoints: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_ENTRYPOINTS))
 
@@ -745,6 +755,7 @@ class PodRunner:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._responses: list[Any] = []
+        self._ns_owner_cache: dict[str, tuple[str | None, float]] = {}
         self._api_client: Any = None
         self._core: Any = None
 
@@ -757,17 +768,15 @@ class PodRunner:
         self._api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
         self._core = client.CoreV1Api(self._api_client)
         self._register_node()
-        scopes: list[str | None] = list(self.namespaces) if self.namespaces else [None]
-        for scope in scopes:
-            t = threading.Thread(target=self._watch_loop, args=(scope,), name=f"podrunner-watch-{scope or 'all'}",
-                                 daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._reap_stale_nodes()
+        t = threading.Thread(target=self._watch_loop, name="podrunner-watch", daemon=True)
+        t.start()
+        self._threads.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="podrunner-heartbeat", daemon=True)
         hb.start()
         self._threads.append(hb)
         log.info("pod runner started", extra={"node": self.node_name, "workdir": str(self.workdir),
-                                              "namespaces": ",".join(self.namespaces or ["*"])})
+                                              "namespaces": "*" if self.namespaces is None else "(given)"})
         return self
 
     def stop(self) -> None:
@@ -784,6 +793,9 @@ class PodRunner:
             w.finished.wait(self.stop_grace + 10)
         for t in self._threads:
             t.join(timeout=10)
+        if self.delete_node_on_stop and self._core is not None:
+            with contextlib.suppress(Exception):
+                self._core.delete_node(self.node_name, _preload_content=False)
         if self._api_client is not None:
             self._api_client.close()
         log.info("pod runner stopped", extra={"node": self.node_name})
@@ -932,6 +944,28 @@ class PodRunner:
                                                    "spec": {"unschedulable": False}}, _preload_content=False)
         self._heartbeat()
 
+    def _reap_stale_nodes(self) -> None:
+        """Delete runner Nodes nobody heartbeats any more (a test session that crashed), so the pod
+        GC removes their pods and their namespaces can finish terminating."""
+        try:
+            nodes = json.loads(self._core.list_node(label_selector="lagpilot.io/pod-runner=true",
+                                                    _preload_content=False).data).get("items") or []
+        except Exception as exc:  # noqa: BLE001 - housekeeping only
+            log.warning("could not list runner nodes", extra={"error": repr(exc)[:300]})
+            return
+        now = dt.datetime.now(dt.timezone.utc)
+        for node in nodes:
+            name = node["metadata"]["name"]
+            beats = [c.get("lastHeartbeatTime") for c in (node.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "Ready" and c.get("lastHeartbeatTime")]
+            if name == self.node_name or not beats:
+                continue
+            last = dt.datetime.strptime(beats[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+            if (now - last).total_seconds() > self.stale_node_seconds:
+                log.info("deleting stale pod-runner node", extra={"node": name, "last_heartbeat": beats[0]})
+                with contextlib.suppress(Exception):
+                    self._core.delete_node(name, _preload_content=False)
+
     def _heartbeat(self) -> None:
         from kubernetes import client
 
@@ -956,25 +990,19 @@ class PodRunner:
                 log.warning("node heartbeat failed", extra={"node": self.node_name, "error": repr(exc)})
 
     # ---- pods ---------------------------------------------------------------------------------------
-    def _watch_loop(self, namespace: str | None) -> None:
+    def _watch_loop(self) -> None:
+        """List (and reconcile), then watch from that version; relist every `resync_seconds` or on error."""
         from kubernetes.watch.watch import iter_resp_lines
 
         while not self.stopping.is_set():
             try:
-                if namespace is None:
-                    resp = self._core.list_pod_for_all_namespaces(_preload_content=False)
-                else:
-                    resp = self._core.list_namespaced_pod(namespace, _preload_content=False)
+                resp = self._core.list_pod_for_all_namespaces(_preload_content=False)
                 listing = json.loads(resp.data)
                 rv = listing["metadata"]["resourceVersion"]
-                self._resync(namespace, listing.get("items") or [])
-                kwargs = {"watch": True, "resource_version": rv, "allow_watch_bookmarks": True,
-                          "timeout_seconds": self.resync_seconds, "_preload_content": False,
-                          "_request_timeout": (10, self.resync_seconds + 30)}
-                if namespace is None:
-                    stream = self._core.list_pod_for_all_namespaces(**kwargs)
-                else:
-                    stream = self._core.list_namespaced_pod(namespace, **kwargs)
+                self._resync(listing.get("items") or [])
+                stream = self._core.list_pod_for_all_namespaces(
+                    watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=self.resync_seconds,
+                    _preload_content=False, _request_timeout=(10, self.resync_seconds + 30))
                 self._responses.append(stream)
                 try:
                     for line in iter_resp_lines(stream):
@@ -999,19 +1027,34 @@ class PodRunner:
                 log.warning("pod watch failed, retrying", extra={"error": repr(exc)[:300]})
                 self.stopping.wait(2.0)
 
-    def _in_scope(self, namespace: str, scope: str | None) -> bool:
-        if scope is not None:
-            return namespace == scope
-        return not self.namespaces or namespace in self.namespaces
+    def _in_scope(self, namespace: str) -> bool:
+        """Given namespaces: exactly those. Otherwise every namespace but those labelled
+        `lagpilot.io/pod-runner=<another node>` (claimed by another runner, e.g. a test session's)."""
+        if self.namespaces is not None:
+            return namespace in self.namespaces
+        owner = self._namespace_owner(namespace)
+        return owner is None or owner == self.node_name
 
-    def _resync(self, scope: str | None, pods: list[dict[str, Any]]) -> None:
+    def _namespace_owner(self, namespace: str) -> str | None:
+        now = time.monotonic()
+        cached = self._ns_owner_cache.get(namespace)
+        if cached is not None and now - cached[1] < 60:
+            return cached[0]
+        try:
+            ns = json.loads(self._core.read_namespace(namespace, _preload_content=False).data)
+            owner = ((ns.get("metadata") or {}).get("labels") or {}).get(RUNNER_LABEL)
+        except Exception:  # noqa: BLE001 - gone or unreachable: treat as unclaimed
+            owner = None
+        self._ns_owner_cache[namespace] = (owner, now)
+        return owner
+
+    def _resync(self, pods: list[dict[str, Any]]) -> None:
         seen = set()
         for pod in pods:
             seen.add(pod["metadata"]["uid"])
             self._on_pod(pod, deleted=False)
         with self._lock:
-            missing = [w for uid, w in self._workers.items()
-                       if uid not in seen and self._in_scope(w.namespace, scope)]
+            missing = [w for uid, w in self._workers.items() if uid not in seen]
         for w in missing:
             self._forget(w)
 
@@ -1023,7 +1066,7 @@ class PodRunner:
     def _on_pod(self, pod: dict[str, Any], deleted: bool) -> None:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         ns, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
-        if self.namespaces and ns not in self.namespaces:
+        if not self._in_scope(ns):
             return
         with self._lock:
             worker = self._workers.get(uid)
