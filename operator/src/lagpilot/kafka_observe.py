@@ -29,6 +29,7 @@ from typing import Any
 from lagpilot.spec import KafkaSpec
 
 log = logging.getLogger(__name__)
+_KAFKA_LOG = logging.getLogger("lagpilot.kafka")
 
 CAPACITY_PREFIX = "lp1;"
 
@@ -206,8 +207,11 @@ class AdminPool:
                 full = {
                     **conf,
                     "socket.timeout.ms": self._socket_timeout_ms,
-                    # a dead broker must not cost minutes of reconnect back-off
+                    # a dead broker is retried every 1-5 s: not hammered, not forgotten for minutes
+                    "reconnect.backoff.ms": 1_000,
                     "reconnect.backoff.max.ms": 5_000,
+                    # librdkafka's own log lines go to the JSON log (served by poll() in observe)
+                    "logger": _KAFKA_LOG,
                     "error_cb": lambda err: holder[0].on_error(err) if holder else None,
                     "client.id": "lagpilot-operator",
                 }
@@ -289,6 +293,7 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
 
     admin = handle.client
     deadline = time.monotonic() + timeout_s
+    handle.recent_error(0)  # serve queued callbacks (error_cb, log lines) of this shared client
 
     def wait(fut: concurrent.futures.Future) -> Any:
         left = max(0.1, deadline - time.monotonic())

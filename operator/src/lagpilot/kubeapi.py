@@ -1,7 +1,8 @@
 """The few Kubernetes API calls the operator makes, behind one small class.
 
 Every verb here is listed in docs/rbac.md (the Helm chart's Role is built from that list):
-- apps/deployments: get, patch (server-side apply with field manager `lagpilot`);
+- apps/deployments: get, patch (server-side apply with field manager `lagpilot`), and create: an
+  apply that creates the Deployment is authorized as `create` as well (measured on v1.35);
 - core/secrets: get (the Kafka credentials for the operator's own admin connection);
 - lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed);
 - core/events + events.k8s.io/events: create (kopf posts the events).
@@ -13,6 +14,7 @@ reason, without bodies (a 422 body can echo the object we sent).
 """
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -33,6 +35,15 @@ class KubeError(Exception):
 def _wrap(err: Exception, what: str) -> KubeError:
     status = getattr(err, "status", None)
     reason = str(getattr(err, "reason", "") or type(err).__name__)
+    if status in (401, 403, 404, 409):
+        # these Status messages name the user, verb and resource ("... cannot create resource
+        # \"deployments\" ..."): safe and what an admin needs; other bodies may echo the object sent
+        try:
+            message = json.loads(getattr(err, "body", "") or "{}").get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if message:
+            reason = f"{reason}: {message}"
     return KubeError(status, reason, what)
 
 

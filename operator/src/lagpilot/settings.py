@@ -6,6 +6,7 @@ Environment (all optional):
 - LAGPILOT_KAFKA_TIMEOUT_SECONDS (default 10): per-cycle budget for the Kafka admin requests.
 - LAGPILOT_MAX_BACKOFF_SECONDS (default 300): ceiling of the retry delay after a failed cycle.
 - LAGPILOT_OPERATOR_METRICS_PORT: read by run.py (0 disables the metrics endpoint).
+- LAGPILOT_KOPF_SCANNING (default false): let kopf scan/watch CRDs and namespaces cluster-wide.
 """
 from __future__ import annotations
 
@@ -69,6 +70,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 30
     # API calls are small; a stuck call is retried instead of blocking a handler forever.
     settings.networking.request_timeout = 60
+    # No cluster-wide scans of CRDs and namespaces: the operator then needs no cluster-scoped
+    # permission at all (docs/rbac.md). The CRD must exist before the operator starts (the chart
+    # installs it first); LAGPILOT_KOPF_SCANNING=true re-enables kopf's scans (CRDs installed later
+    # are noticed; needs list/watch on customresourcedefinitions and namespaces).
+    settings.scanning.disabled = os.environ.get("LAGPILOT_KOPF_SCANNING", "").lower() not in ("1", "true", "yes")
     # Create/update handlers retry with backoff when the apply fails (API server briefly away).
     settings.execution.max_workers = 16
     # The daemon per CR does its own pacing; on operator shutdown give a cycle in flight a moment.

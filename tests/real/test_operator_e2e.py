@@ -1,0 +1,380 @@
+"""The operator end to end on the real parts: kube-apiserver + controller-manager (GC, ReplicaSets),
+the Kafka broker, the consumer runtime in pods run by the test-side pod runner.
+
+The operator runs as a subprocess (`lagpilot operator --namespace NS --standalone`) authenticated as
+a ServiceAccount whose Role is built from the tables of docs/rbac.md, so these tests also prove that
+list sufficient. Shown:
+- apply a CR → the consumer Deployment is created, controller-owned, env per docs/CONTRACTS.md;
+  a backlog → replicas rise, capped at the partition count → lag drains → replicas fall back after
+  the (short) scale-down window; events for each scale; `kubectl get bcg` columns; operator metrics;
+  delete the CR → the garbage collector deletes the Deployment;
+- Degraded paths: missing topic, missing then malformed Secret, credentials a broker rejects, an
+  unreachable broker → `Degraded=True` naming the cause, a Warning event, no secret anywhere, the
+  operator keeps running and recovers when the cause is fixed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fixtures.kube import wait_until
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
+CRD_NAME = "batchconsumergroups.lagpilot.io"
+SA_NAME = "lagpilot-operator"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def rbac_rules() -> list[dict[str, Any]]:
+    """docs/rbac.md's tables as Role rules (one rule per group/resource)."""
+    from tests.unit.test_chart_rbac import parse_rbac_tables
+
+    triples = parse_rbac_tables((REPO / "docs" / "rbac.md").read_text())
+    assert triples, "docs/rbac.md has no RBAC table"
+    grouped: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb in triples:
+        if group in ("apiextensions.k8s.io",) or resource == "namespaces":
+            continue  # cluster-scoped scans: not grantable in a Role, not needed with --namespace
+        grouped.setdefault((group, resource), set()).add(verb)
+    return [{"apiGroups": [g], "resources": [r], "verbs": sorted(v)} for (g, r), v in sorted(grouped.items())]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i in range(per_partition):
+        for part in range(partitions):
+            while True:
+                try:
+                    p.produce(topic, value=json.dumps({"i": i}).encode(), partition=part)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+    assert p.flush(60) == 0
+
+
+class Operator:
+    """`lagpilot operator` as a subprocess, logging to a file (its tail is shown on failure)."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, metrics_port: int):
+        self.log_path = log_path
+        self.metrics_port = metrics_port
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
+        env.update({
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONPATH": str(REPO),
+            # pods of the local runner start in seconds; fail fast and retry often in tests
+            "LAGPILOT_POD_START_SECONDS": "3",
+            "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+            "LAGPILOT_MAX_BACKOFF_SECONDS": "15",
+        })
+        self._fh = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", namespace, "--standalone",
+             "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"],
+            env=env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._fh.close()
+
+
+@pytest.fixture(scope="module")
+def crd(kube: Any) -> Any:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-tests",
+                 "-f", str(CRD_FILE))
+    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=120s", timeout=150)
+    wait_until(lambda: kube.kubectl("get", "bcg", "-A", check=False).returncode == 0,
+               "the bcg resource in discovery", timeout=120)
+    return kube
+
+
+@pytest.fixture
+def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator]]:
+    """Factory: run the operator for a namespace as a ServiceAccount limited to docs/rbac.md."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+    started: list[tuple[Operator, str]] = []
+
+    def start(ns: str) -> Operator:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rbac_rules()})
+        rbac.create_namespaced_role_binding(ns, {
+            "metadata": {"name": SA_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
+        })
+        kubeconfig = crd.kubeconfig_for_service_account(ns, SA_NAME)
+        # logs outside pytest's rotating basetemp (other sessions run pytest concurrently)
+        log_dir = Path(tempfile.mkdtemp(prefix="lagpilot-operator-e2e-"))
+        op = Operator(kubeconfig, ns, log_dir / f"operator-{ns}.log", free_port())
+        print(f"operator log: {op.log_path}")
+        started.append((op, ns))
+        return op
+
+    yield start
+    for op, ns in started:
+        # delete the CRs while the operator runs (kopf's daemon finalizer), then stop it
+        try:
+            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups")
+            wait_until(lambda: not custom.list_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups")["items"], f"CRs in {ns} deleted", 60)
+        except Exception as exc:  # noqa: BLE001 - teardown must reach op.stop()
+            print(f"teardown of {ns}: {exc!r}")
+        # pytest shows captured output only for a failing test
+        print(f"--- operator log ({ns}) ---\n{op.tail(150)}")
+        op.stop()
+
+
+def cr(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def apply_cr(kube: Any, ns: str, obj: dict[str, Any]) -> None:
+    kube.kubectl("apply", "-n", ns, "-f", "-", input_text=yaml.safe_dump(obj))
+
+
+def get_cr(custom: Any, ns: str, name: str) -> dict[str, Any]:
+    return custom.get_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups", name)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return c
+    return None
+
+
+def events_for(core: Any, ns: str, name: str) -> list[Any]:
+    return [e for e in core.list_namespaced_event(ns).items
+            if e.involved_object.kind == "BatchConsumerGroup" and e.involved_object.name == name]
+
+
+# --------------------------------------------------------------------------- the scaling cycle
+
+def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_runner: Any,
+                                                namespace: Callable[..., str], kafka_bootstrap: str,
+                                                new_topic: Callable[..., str],
+                                                start_operator: Callable[[str], Operator]) -> None:
+    from kubernetes import client
+
+    apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+    ns = namespace("op-e2e")
+    partitions, per_partition = 3, 4000
+    topic = new_topic(partitions=partitions, prefix="op-e2e")
+    group = f"op-e2e-{uuid.uuid4().hex[:6]}"
+    # the backlog is there before the operator first looks: 12,000 records; a consumer costs 5 ms
+    # per record (~200 records/s), so one replica needs ~60 s > the 24 s target (0.8 x SLA 30 s)
+    # and three replicas (one per partition) need ~20 s
+    produce(kafka_bootstrap, topic, per_partition, partitions)
+    op = start_operator(ns)
+    name = "orders"
+    apply_cr(crd, ns, cr(name, {
+        "kafka": {"bootstrapServers": kafka_bootstrap},
+        "topic": topic, "groupId": group,
+        "batch": {"maxRecords": 100, "timeoutMs": 500},
+        "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "5"}},
+        "scaling": {"minReplicas": 1, "maxReplicas": 5, "pollIntervalSeconds": 2,
+                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                                 "scaleDown": {"stabilizationWindowSeconds": 10}}},
+        "catchUpSLASeconds": 30,
+        "drain": {"enabled": False},
+        "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+    }))
+    obj = get_cr(custom, ns, name)
+    dname = f"{name}-consumer"
+
+    # 1. the Deployment: created, controller-owned, env per the contract
+    dep = wait_until(lambda: apps.read_namespaced_deployment(dname, ns), "the consumer Deployment", 90)
+    (owner,) = dep.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == ("BatchConsumerGroup", name,
+                                                                     obj["metadata"]["uid"], True)
+    env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
+    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == kafka_bootstrap
+    assert env["LAGPILOT_TOPIC"].value == topic and env["LAGPILOT_GROUP_ID"].value == group
+    assert env["LAGPILOT_HANDLER"].value == "tests.real.operator_handlers:slow"
+    assert env["LAGPILOT_POD_NAME"].value_from.field_ref.field_path == "metadata.name"
+    assert dep.metadata.labels["lagpilot.io/group"] == name
+    assert "lagpilot" in [m.manager for m in dep.metadata.managed_fields]
+
+    # 2. replicas rise to the partition count (maxReplicas 5 > 3 partitions), never above
+    seen: list[int] = []
+
+    def replicas() -> int:
+        n = apps.read_namespaced_deployment(dname, ns).spec.replicas
+        seen.append(n)
+        return n
+
+    wait_until(lambda: replicas() == partitions, f"scale-up to {partitions} replicas", 240, interval=1)
+    status = get_cr(custom, ns, name)["status"]
+    print("after scale-up:", status.get("lastDecision"), "capacity", status.get("capacityPerReplica"))
+    assert status["partitions"] == partitions and status["desiredReplicas"] == partitions
+    assert condition(get_cr(custom, ns, name), "Degraded")["status"] == "False"
+
+    # 3. the lag drains (the three consumers work), then 4. replicas fall after the 10 s window
+    wait_until(lambda: get_cr(custom, ns, name)["status"].get("totalLag") == 0, "the lag to drain", 300, interval=1)
+    t_drained = time.monotonic()
+    wait_until(lambda: replicas() == 1, "scale-down to minReplicas 1", 240, interval=1)
+    print(f"scale-down {time.monotonic() - t_drained:.1f}s after the lag reached 0; replicas seen {sorted(set(seen))}")
+    assert max(seen) == partitions, seen
+
+    final = get_cr(custom, ns, name)
+    print("final status:", json.dumps({k: v for k, v in final["status"].items()
+                                        if k not in ("estimator", "scalingHistory", "partitionLag")}, indent=1))
+    reasons = [e.reason for e in events_for(core, ns, name)]
+    assert "ScaledUp" in reasons and "ScaledDown" in reasons, reasons
+    gen = final["metadata"]["generation"]
+    assert final["status"]["observedGeneration"] == gen
+    assert all(c["observedGeneration"] == gen for c in final["status"]["conditions"])
+    assert final["status"]["estimator"]["capacityPerReplica"] > 0
+
+    # 5. kubectl get bcg shows the columns, with values
+    out = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide").stdout
+    print(out)
+    header, row = out.splitlines()[:2]
+    for col in ("TOPIC", "PARTITIONS", "REPLICAS", "DESIRED", "LAG", "CATCH-UP", "SLA", "READY", "DECISION"):
+        assert col in header, header
+    assert topic in row and " 30 " in row
+
+    # 6. operator metrics
+    text = op.metrics()
+    assert f'lagpilot_partition_lag_records{{name="{name}",namespace="{ns}",partition="2"}}' in text, text[-2000:]
+    assert "lagpilot_scale_decisions_total" in text
+
+    # 7. delete the CR: the real garbage collector removes the Deployment (no operator code runs)
+    crd.kubectl("delete", "bcg", name, "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
+
+    def gone() -> bool:
+        try:
+            apps.read_namespaced_deployment(dname, ns)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, "the Deployment to be garbage-collected", 180, interval=1)
+    assert op.alive(), op.tail()
+
+
+# --------------------------------------------------------------------------- degraded paths
+
+def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_runner: Any,
+                                                   namespace: Callable[..., str], kafka_bootstrap: str,
+                                                   kafka_admin: Any,
+                                                   start_operator: Callable[[str], Operator]) -> None:
+    import base64
+
+    from kubernetes import client
+
+    from tests.fixtures.stack import create_topic
+
+    core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    ns = namespace("op-degraded")
+    op = start_operator(ns)
+    suffix = uuid.uuid4().hex[:6]
+    missing_topic = f"op-missing-{suffix}"
+    secret_name = f"kafka-creds-{suffix}"
+    password = f"pw-{uuid.uuid4().hex}"
+    closed = free_port()  # nothing listens there
+    base = {"groupId": f"g-{suffix}", "processing": {"sink": "log"}, "drain": {"enabled": False},
+            # no consumer pods: these tests are about the operator's own observation
+            "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2}}
+    apply_cr(crd, ns, cr("missing-topic", {**base, "kafka": {"bootstrapServers": kafka_bootstrap},
+                                           "topic": missing_topic}))
+    apply_cr(crd, ns, cr("missing-secret", {**base, "topic": "t", "kafka": {
+        "bootstrapServers": kafka_bootstrap, "securityProtocol": "SASL_PLAINTEXT", "saslMechanism": "PLAIN",
+        "secretRef": {"name": secret_name}}}))
+    apply_cr(crd, ns, cr("unreachable", {**base, "topic": "t", "kafka": {"bootstrapServers": f"127.0.0.1:{closed}"}}))
+
+    def degraded(name: str, reasons: tuple[str, ...]) -> dict[str, Any] | None:
+        c = condition(get_cr(custom, ns, name), "Degraded")
+        return c if c and c["status"] == "True" and c["reason"] in reasons else None
+
+    def warned(name: str, reason: str) -> bool:
+        return any(e.type == "Warning" and e.reason == reason for e in events_for(core, ns, name))
+
+    cases = [("missing-topic", ("TopicNotFound",), missing_topic),
+             ("missing-secret", ("SecretNotFound",), secret_name),
+             ("unreachable", ("BrokerUnreachable",), f"127.0.0.1:{closed}")]
+    for name, reasons, needle in cases:
+        c = wait_until(lambda: degraded(name, reasons), f"{name}: Degraded {reasons}", 120, interval=1)
+        print(f"{name}: {c['reason']}: {c['message']}")
+        assert needle in c["message"]
+        assert condition(get_cr(custom, ns, name), "Ready")["status"] == "False"
+        wait_until(lambda: warned(name, c["reason"]), f"{name}: a Warning event {c['reason']}", 60, interval=1)
+
+    # a Secret without the password → SecretMalformed, naming the key, not the value
+    core.create_namespaced_secret(ns, {"metadata": {"name": secret_name},
+                                       "data": {"username": base64.b64encode(b"lagpilot-user").decode()}})
+    c = wait_until(lambda: degraded("missing-secret", ("SecretMalformed",)), "SecretMalformed", 120, interval=1)
+    print(f"missing-secret: {c['reason']}: {c['message']}")
+    assert "'password'" in c["message"]
+    # complete credentials that this (PLAINTEXT) broker cannot accept over SASL: still Degraded,
+    # and the password appears nowhere
+    core.patch_namespaced_secret(secret_name, ns, {"data": {"password": base64.b64encode(password.encode()).decode()}})
+    c = wait_until(lambda: degraded("missing-secret", ("AuthenticationFailed", "BrokerUnreachable", "KafkaTimeout")),
+                   "Degraded after the credentials are complete", 120, interval=1)
+    print(f"wrong credentials (SASL against a PLAINTEXT listener): {c['reason']}: {c['message']}")
+
+    # fix the missing topic: the group recovers (Degraded False, a Recovered event)
+    create_topic(kafka_admin, missing_topic, 2)
+    wait_until(lambda: (condition(get_cr(custom, ns, "missing-topic"), "Degraded") or {}).get("status") == "False",
+               "missing-topic: recovery once the topic exists", 120, interval=1)
+    assert get_cr(custom, ns, "missing-topic")["status"]["partitions"] == 2
+    wait_until(lambda: any(e.reason == "Recovered" for e in events_for(core, ns, "missing-topic")),
+               "a Recovered event", 60, interval=1)
+
+    # nothing anywhere carries the password or the username; the operator is still up
+    blob = json.dumps([get_cr(custom, ns, n) for n, _, _ in cases], default=str)
+    blob += json.dumps([(e.reason, e.message) for e in core.list_namespaced_event(ns).items])
+    blob += op.tail(100000)
+    assert password not in blob and "lagpilot-user" not in blob
+    assert op.alive(), op.tail()
+    for fut in kafka_admin.delete_topics([missing_topic], operation_timeout=30).values():
+        fut.result(timeout=60)
