@@ -58,6 +58,7 @@ class FakeConsumer:
         self.clock = clock
         self.logs = logs
         self.pos = {p: 0 for p in logs}
+        self.start = dict(self.pos)
         self.assigned: list[int] = []
         self.paused: set[int] = set()
         self.commits: list[dict[int, tuple[int, str]]] = []
@@ -109,6 +110,15 @@ class FakeConsumer:
         assert asynchronous is False
         self.commits.append({tp.partition: (tp.offset, tp.metadata) for tp in offsets})
         return offsets
+
+    def position(self, tps):
+        """Next offset per partition, invalid (-1001) until a record of it was handed out (as librdkafka)."""
+        out = []
+        for tp in tps:
+            p = tp.partition
+            handed = self.pos[p] > self.start[p]
+            out.append(TopicPartition(TOPIC, p, self.pos[p] if handed else -1001))
+        return out
 
     def pause(self, tps):
         self.paused |= {tp.partition for tp in tps}

@@ -21,12 +21,68 @@ def ctx(concurrency: int = 1, **config: str) -> BatchContext:
     return BatchContext(config=config, logger=logging.getLogger("test.handler"), concurrency=concurrency)
 
 
-def test_record_is_frozen_and_fast_constructor_equals_init():
+def test_record_is_frozen():
     r = rec(5)
     with pytest.raises(AttributeError):
         r.offset = 6  # type: ignore[misc]
-    assert Record._fast("t", 0, 5, None, b"v", [("h", b"1")], 99) == r
     assert r.where == "t/0/5"
+
+
+class _Msg:
+    """The parts of confluent_kafka.Message a KafkaRecord reads; counts reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def _read(self, v):
+        self.reads += 1
+        return v
+
+    def timestamp(self):
+        return self._read((1, 99))
+
+    def headers(self):
+        return self._read([("h", b"1"), ("n", None)])
+
+    def topic(self):
+        return self._read("t")
+
+    def partition(self):
+        return self._read(0)
+
+    def offset(self):
+        return self._read(5)
+
+    def key(self):
+        return self._read(None)
+
+    def value(self):
+        return self._read(b"v")
+
+
+def test_kafka_record_is_lazy_and_behaves_as_a_record():
+    import copy
+    import dataclasses
+    import pickle
+
+    from lagpilot_runtime.consumer import to_record
+
+    msg = _Msg()
+    r = to_record(msg)
+    assert msg.reads == 0  # nothing read until a field is used
+    expected = Record("t", 0, 5, None, b"v", [("h", b"1"), ("n", b"")], 99)
+    assert r.value == b"v" and msg.reads == 7
+    assert r.offset == 5 and msg.reads == 7  # materialised once
+    assert r == expected and expected == r and hash(dataclasses.replace(r, headers=())) == hash(dataclasses.replace(expected, headers=()))
+    assert isinstance(r, Record) and r.where == "t/0/5"
+    assert pickle.loads(pickle.dumps(to_record(_Msg()))) == expected
+    assert copy.copy(to_record(_Msg())) == expected
+    assert dataclasses.asdict(to_record(_Msg())) == dataclasses.asdict(expected)
+    assert dataclasses.replace(to_record(_Msg()), value=b"x").value == b"x"
+    with pytest.raises(AttributeError):
+        r.no_such_field  # noqa: B018
+    with pytest.raises(AttributeError):
+        r.offset = 1  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("spec, expected", [

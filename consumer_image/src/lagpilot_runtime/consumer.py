@@ -48,15 +48,52 @@ COMMIT_ATTEMPTS = 3
 TP = tuple[str, int]
 
 
+_FIELDS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+
+
+class KafkaRecord(Record):
+    """A :class:`Record` read from its confluent_kafka Message on first field access.
+
+    Building seven-field objects for every record costs ~1 µs each, as much as the rest of the
+    loop's per-record work; a handler that forwards a batch or only looks at some records should
+    not pay it. The first access to any field materialises all of them (then the message is
+    dropped); equality, hashing, ``repr``, ``dataclasses.replace``/``asdict`` and pickling behave
+    as for a plain Record.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        d = self.__dict__
+        msg = d.pop("_msg", None)
+        if msg is None:
+            raise AttributeError(name)
+        ts_type, ts = msg.timestamp()
+        headers = msg.headers()
+        d.update(topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
+                 headers=[(k, v if v is not None else b"") for k, v in headers] if headers else [],
+                 timestamp_ms=ts if ts_type != 0 else None)
+        if name not in d:
+            raise AttributeError(name)
+        return d[name]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _FIELDS)
+
+    __hash__ = Record.__hash__
+
+    def __reduce__(self) -> tuple:
+        return (Record, tuple(getattr(self, f) for f in _FIELDS))
+
+
+_new = object.__new__
+
+
 def to_record(msg: Any) -> Record:
-    """A confluent_kafka.Message → Record (bytes untouched; no decoding, so it cannot fail)."""
-    ts_type, ts = msg.timestamp()
-    headers = msg.headers() or []
-    return Record(
-        topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
-        headers=[(k, v if v is not None else b"") for k, v in headers],
-        timestamp_ms=ts if ts_type != 0 else None,
-    )
+    """A confluent_kafka.Message → Record (lazy; bytes untouched, no decoding, so it cannot fail)."""
+    r = _new(KafkaRecord)
+    r.__dict__["_msg"] = msg
+    return r
 
 
 class FatalError(Exception):
@@ -160,15 +197,15 @@ class BatchConsumer:
             msgs = self.consumer.consume(num_messages=n - len(self.pending), timeout=wait)
             self.health.progress()
             self.metrics.last_progress.set(time.time())
-            for m in msgs:
+            append, paused = self.pending.append, self.paused
+            for m in msgs:  # the hot path: keep it to a few calls per record
                 err = m.error()
                 if err is not None:
                     self._on_message_error(m, err)
                     continue
-                tp = (m.topic(), m.partition())
-                if tp in self.paused:
+                if paused and (m.topic(), m.partition()) in paused:
                     continue  # fetched before the pause took effect; consumed again after a restart
-                self.pending.append(to_record(m))
+                append(to_record(m))
             if self.pending and deadline is None:
                 deadline = self.clock() + timeout_s
         batch, self.pending = self.pending, []
@@ -236,7 +273,10 @@ class BatchConsumer:
             self.metrics.dlq_records.inc(len(failures))
         if failures and policy == "pause":
             self._pause({(f.record.topic, f.record.partition) for f in failures})
-        positions = commit_positions(batch, failures, policy)
+        if failures and policy != "deadLetter":
+            positions = commit_positions(batch, failures, policy)  # up to the first failure: per record
+        else:
+            positions = self._consumed_positions()
         self.commit(positions, t0=t0, n=len(batch))
         ok_records = len(batch) - len(failures)
         self.metrics.records.inc(ok_records)
@@ -318,6 +358,26 @@ class BatchConsumer:
             if hw is not None and hw >= 0:
                 self.metrics.lag.labels(t, str(p)).set(max(0, hw - off))
         return True
+
+    def _consumed_positions(self) -> dict[TP, int]:
+        """Each owned, unpaused partition's position: its last record handed out + 1.
+
+        Every record handed out since the previous commit is in the batch just processed (records
+        of paused or lost partitions are dropped, and those partitions are not committed here), so
+        this is the batch's highest offset + 1 per partition, from one call instead of a pass over
+        every record (which would also materialise every lazy KafkaRecord).
+        """
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(t, p) for t, p in sorted(self.owned - self.paused)]
+        if not tps:
+            return {}
+        out: dict[TP, int] = {}
+        for tp in self.consumer.position(tps):
+            key = (tp.topic, tp.partition)
+            if tp.offset >= 0 and tp.offset != self.committed.get(key):
+                out[key] = tp.offset
+        return out
 
     def _pause(self, tps: set[TP]) -> None:
         from confluent_kafka import TopicPartition
@@ -459,6 +519,42 @@ def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
     signal.signal(signal.SIGINT, on_signal)
 
 
+def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, MetricsServer, DeadLetterProducer | None]:
+    """The real loop: confluent-kafka consumer, DLQ producer, metrics server (also used by bench/)."""
+    from confluent_kafka import Consumer
+
+    metrics = ConsumerMetrics()
+    health = Health(stale_after_s=cfg.max_poll_interval_ms / 1000.0)
+    server = MetricsServer(metrics, health, cfg.metrics_port).start()
+    log.info("metrics endpoint up", extra=_fields(event="metrics_listening", port=server.port))
+    dlq: DeadLetterProducer | None = None
+    if cfg.failure_policy == "deadLetter":
+        dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
+    holder: dict[str, BatchConsumer] = {}
+    conf = cfg.consumer_conf()
+    conf["statistics.interval.ms"] = 5000  # readiness (broker state) and high watermarks (lag)
+    conf["stats_cb"] = lambda s: holder["loop"].on_stats(s)
+    conf["error_cb"] = lambda e: holder["loop"].on_error(e)
+    consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
+    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health)
+    holder["loop"] = loop
+    return loop, server, dlq
+
+
+def shutdown(loop: BatchConsumer, server: MetricsServer, dlq: DeadLetterProducer | None) -> None:
+    """Close the consumer, the DLQ producer, sink connections and the metrics server."""
+    loop.close()
+    if dlq is not None:
+        dlq.close()
+    try:
+        from .sinks import postgres as _pg
+
+        _pg.close()
+    except Exception:  # noqa: BLE001 - psycopg may be absent in a custom image
+        pass
+    server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lagpilot consume` (the consumer image's command). Configured by the environment."""
     parser = argparse.ArgumentParser(prog="lagpilot consume", description=(
@@ -475,35 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().setLevel(cfg.log_level)
     log.info("starting", extra=_fields(event="starting", config=repr(cfg)))
 
-    from confluent_kafka import Consumer
-
-    metrics = ConsumerMetrics()
-    health = Health(stale_after_s=cfg.max_poll_interval_ms / 1000.0)
-    server = MetricsServer(metrics, health, cfg.metrics_port).start()
-    log.info("metrics endpoint up", extra=_fields(event="metrics_listening", port=server.port))
-
-    dlq: DeadLetterProducer | None = None
-    if cfg.failure_policy == "deadLetter":
-        dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
-    holder: dict[str, BatchConsumer] = {}
-    conf = cfg.consumer_conf()
-    conf["statistics.interval.ms"] = 5000
-    conf["stats_cb"] = lambda s: holder["loop"].on_stats(s)
-    conf["error_cb"] = lambda e: holder["loop"].on_error(e)
-    consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
-    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health)
-    holder["loop"] = loop
+    loop, server, dlq = build(cfg, handler)
     _install_signals(loop, cfg.shutdown_grace_ms / 1000.0)
     code = loop.run()
-    loop.close()
-    if dlq is not None:
-        dlq.close()
-    try:
-        from .sinks import postgres as _pg
-
-        _pg.close()
-    except Exception:  # noqa: BLE001 - psycopg may be absent in a custom image
-        pass
-    server.stop()
+    shutdown(loop, server, dlq)
     log.info("stopped", extra=_fields(event="stopped", exit_code=code, processed_records=loop.processed_records))
     return code

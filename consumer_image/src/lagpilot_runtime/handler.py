@@ -20,9 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Record:
-    """One Kafka record as handed to handlers; values are raw bytes (decoding is the handler's job)."""
+    """One Kafka record as handed to handlers; values are raw bytes (decoding is the handler's job).
+
+    Not ``slots=True``: the consumer hands out a subclass whose fields are read from the Kafka
+    message on first access (``lagpilot_runtime.consumer.KafkaRecord``), which needs ``__dict__``.
+    """
 
     topic: str
     partition: int
