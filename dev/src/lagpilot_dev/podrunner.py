@@ -571,8 +571,7 @@ class PodWorker:
                                                  f"pod={self.name}_{self.namespace}({self.uid})"}}
             self.restart_count += 1
             self.backoff_until = time.monotonic() + delay
-            if self.phase == "Pending":
-                self.phase = "Running" if started_at and reason != "StartError" else "Pending"
+            # the phase stays as it was: Running once a process ran, Pending while none could start
         else:
             self.state = {"terminated": term}
             self.phase = outcome.phase or "Failed"
