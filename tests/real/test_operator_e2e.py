@@ -268,8 +268,16 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     final = get_cr(custom, ns, name)
     print("final status:", json.dumps({k: v for k, v in final["status"].items()
                                         if k not in ("estimator", "scalingHistory", "partitionLag")}, indent=1))
-    reasons = [e.reason for e in events_for(core, ns, name)]
+    events = sorted(events_for(core, ns, name), key=lambda e: e.first_timestamp or e.event_time)
+    for e in events:
+        print(f"event {e.first_timestamp or e.event_time} {e.type} {e.reason}: {e.message}")
+    reasons = [e.reason for e in events]
     assert "ScaledUp" in reasons and "ScaledDown" in reasons, reasons
+    up = max(e.first_timestamp or e.event_time for e in events if e.reason == "ScaledUp")
+    down = min(e.first_timestamp or e.event_time for e in events if e.reason == "ScaledDown")
+    # the scale-down waited for the 10 s window after the last recommendation of 3 (event times
+    # have second precision)
+    assert (down - up).total_seconds() >= 9, (up, down)
     gen = final["metadata"]["generation"]
     assert final["status"]["observedGeneration"] == gen
     assert all(c["observedGeneration"] == gen for c in final["status"]["conditions"])
@@ -288,7 +296,15 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     assert f'lagpilot_partition_lag_records{{name="{name}",namespace="{ns}",partition="2"}}' in text, text[-2000:]
     assert "lagpilot_scale_decisions_total" in text
 
-    # 7. delete the CR: the real garbage collector removes the Deployment (no operator code runs)
+    # 7. pause → replicas 0 and no decisions; resume → back to the minimum
+    crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
+    wait_until(lambda: replicas() == 0, "paused: 0 replicas", 120, interval=1)
+    wait_until(lambda: (condition(get_cr(custom, ns, name), "Ready") or {}).get("reason") == "Paused",
+               "Ready=False/Paused", 60, interval=1)
+    crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
+    wait_until(lambda: replicas() == 1, "resumed: back to minReplicas 1", 120, interval=1)
+
+    # 8. delete the CR: the real garbage collector removes the Deployment (no operator code runs)
     crd.kubectl("delete", "bcg", name, "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
 
     def gone() -> bool:
@@ -369,6 +385,12 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_
     assert get_cr(custom, ns, "missing-topic")["status"]["partitions"] == 2
     wait_until(lambda: any(e.reason == "Recovered" for e in events_for(core, ns, "missing-topic")),
                "a Recovered event", 60, interval=1)
+    # the partition count is followed: grow the topic to 4
+    from confluent_kafka.admin import NewPartitions
+    for fut in kafka_admin.create_partitions([NewPartitions(missing_topic, 4)]).values():
+        fut.result(timeout=60)
+    wait_until(lambda: get_cr(custom, ns, "missing-topic")["status"].get("partitions") == 4,
+               "status.partitions to follow the topic to 4", 120, interval=1)
 
     # nothing anywhere carries the password or the username; the operator is still up
     blob = json.dumps([get_cr(custom, ns, n) for n, _, _ in cases], default=str)

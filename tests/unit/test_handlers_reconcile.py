@@ -339,3 +339,14 @@ def test_data_loss_is_reported() -> None:
 @pytest.mark.parametrize("failures, expected", [(1, 5), (2, 10), (3, 20), (7, 300), (30, 300)])
 def test_backoff(failures: int, expected: float) -> None:
     assert backoff_s(failures, 5, 300) == expected
+
+
+def test_offsets_moving_backwards_are_reported() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 1000, 1000, 10.0)])
+    w.cycle()
+    w.kafka.set([(0, 10, None, None)])  # topic deleted and recreated under the group
+    res = w.cycle(advance=5)
+    assert res.ok
+    assert "OffsetsWentBackwards" in w.reasons()
+    assert w.kube.status["partitionLag"][0]["end"] == 10
