@@ -279,7 +279,9 @@ def decide(
         loads = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
         hot = tuple(p for p, t in sorted(project(obs.loads, parts, c).per_partition_s.items(),
                                          key=lambda kv: (-kv[1], kv[0])) if t > target)
-        cur_proj = project(loads, cur, c).catch_up_s
+        # the current projection on the whole backlog: a planned drain has not taken anything yet,
+        # so it may spare a scale-up but never justify a scale-down (guard below)
+        cur_proj = project(obs.loads, cur, c).catch_up_s
         cur_util = project(loads, cur, c).utilization if cur > 0 else INF
         # the replica count is chosen on the load alone (not on the current count), so that the
         # answer under constant load is a fixed point: no up-then-down flapping. The pod start-up
@@ -293,9 +295,10 @@ def decide(
             why = f"even {cap_hi} replicas (capped by {limit}) cannot catch up within {target:.0f}s"
         elif required > cur:
             band = target * (1 + policy.tolerance)
-            if cur > 0 and cur_proj <= band and cur_util <= policy.max_utilization * (1 + policy.tolerance):
+            cur_proj_after = project(loads, cur, c).catch_up_s
+            if cur > 0 and cur_proj_after <= band and cur_util <= policy.max_utilization * (1 + policy.tolerance):
                 raw, reason = cur, "WithinTolerance"
-                why = f"projected {_fmt(cur_proj)} within {policy.tolerance:.0%} of target {target:.0f}s"
+                why = f"projected {_fmt(cur_proj_after)} within {policy.tolerance:.0%} of target {target:.0f}s"
             else:
                 raw, reason = required, "ScaleUp"
                 why = f"projected {_fmt(cur_proj)} at {cur} > target {target:.0f}s"
