@@ -72,7 +72,7 @@ OPERATOR_ALLOWED = [
     *[(v, CRD, None) for v in ("list", "watch", "patch")],
     ("patch", CRD, "status"),
     ("update", CRD, "finalizers"),
-    ("get", "deployments.apps", None), ("patch", "deployments.apps", None),
+    ("get", "deployments.apps", None), ("create", "deployments.apps", None), ("patch", "deployments.apps", None),
     *[(v, "jobs.batch", None) for v in ("get", "create", "delete")],
     ("list", "pods", None),
     ("create", "events", None),
@@ -83,7 +83,7 @@ OPERATOR_DENIED = [
     ("list", "secrets", None), ("watch", "secrets", None), ("create", "secrets", None),
     ("get", CRD, None), ("delete", CRD, None), ("create", CRD, None), ("update", CRD, None),
     ("update", CRD, "status"),
-    ("create", "deployments.apps", None), ("update", "deployments.apps", None),
+    ("update", "deployments.apps", None),
     ("delete", "deployments.apps", None), ("list", "deployments.apps", None),
     ("patch", "deployments.apps", "scale"),
     ("list", "jobs.batch", None), ("patch", "jobs.batch", None),
@@ -241,3 +241,87 @@ def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
         assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), (forbidden, proc.stderr)
     whoami = json.loads(as_operator("auth", "whoami", "-o", "json").stdout)
     assert whoami["status"]["userInfo"]["username"] == _sa(rel_ns, f"{release}-lagpilot")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_operator_reconciles_with_only_the_charts_service_account(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str], kafka_bootstrap: str,
+        new_topic: Callable[..., str], tmp_path: Any) -> None:
+    """The operator, started with the chart's own command line and environment and authenticated as
+    the chart's ServiceAccount, reconciles a CR: creates the consumer Deployment, writes status, posts
+    no 403 anywhere in its log. Proves the chart's RBAC sufficient for the control loop."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from lagpilot_dev.paths import http_ok
+
+    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    values = {"watchNamespaces": [team]}
+    rendered = _render(helm_bin, release, rel_ns, values)
+    h.kubectl_apply(kube.part, rendered.of_kind("CustomResourceDefinition"))
+    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=120s", timeout=150)
+    sa_kubeconfig = h.operator_kubeconfig(kube.part, values, release=release, namespace=rel_ns)
+
+    # the chart's container, run as a local process: same args (liveness moved to a free loopback
+    # port), same environment (fieldRefs resolved by hand), metrics off (port clashes between tests)
+    (container,) = rendered.get("Deployment", f"{release}-lagpilot")["spec"]["template"]["spec"]["containers"]
+    health = _free_port()
+    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{health}/healthz"
+            for a in container["args"]]
+    assert container["command"] == ["lagpilot", "operator"] and f"--namespace={team}" in args
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
+    env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    env.update({"LAGPILOT_OPERATOR_NAMESPACE": rel_ns, "LAGPILOT_POD_NAME": "chart-test",
+                "LAGPILOT_OPERATOR_METRICS_PORT": "0", "KUBECONFIG": str(sa_kubeconfig),
+                "PYTHONPATH": str(h.REPO_ROOT), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+                "LAGPILOT_MAX_BACKOFF_SECONDS": "15"})
+    log_path = tmp_path / "operator.log"
+    topic = new_topic(partitions=2)
+    name = "chart-rbac"
+    bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
+           "spec": {"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
+                    "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
+                    "catchUpSLASeconds": 60}}
+    with open(log_path, "ab") as log_fh:
+        proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", *container["command"][1:], *args],
+                                env=env, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: proc.poll() is None and http_ok(f"http://127.0.0.1:{health}/healthz"),
+                   "the operator's liveness endpoint", 120)
+        kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
+        dep = wait_until(lambda: kube.kubectl("get", "deployment", f"{name}-consumer", "-n", team, "-o", "json",
+                                              check=False).stdout, "the consumer Deployment", 180)
+        owner = json.loads(dep)["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"], owner["controller"]) == ("BatchConsumerGroup", name, True)
+
+        def status() -> dict[str, Any]:
+            obj = json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout)
+            return obj.get("status") or {}
+
+        st = wait_until(lambda: status().get("conditions") and status(), "status written by the operator", 180)
+        assert st.get("partitions") in (None, 2)
+        # deleting works while it runs (kopf removes its finalizer: the patch verb)
+        kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
+        assert proc.poll() is None, "the operator died"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        log = log_path.read_text(errors="replace")
+        print(f"--- operator log (tail) ---\n{chr(10).join(log.splitlines()[-80:])}")
+    denied = [line for line in log.splitlines() if "forbidden" in line.lower() or " 403" in line or '"403' in line]
+    assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])

@@ -84,11 +84,11 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups/finalizers"]
   verbs: ["update"]
-# the consumer Deployment: read its replicas, server-side apply it (an apply creates it when
-# missing, so no create; garbage collection deletes it, so no delete)
+# the consumer Deployment: read its replicas, server-side apply it (a PATCH; the apply that creates
+# a missing Deployment is also authorized as create: 403 without it); garbage collection deletes it
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "patch"]
+  verbs: ["get", "create", "patch"]
 # the drain Job: read the one named in status, create one per attempt, delete on cancel
 - apiGroups: ["batch"]
   resources: ["jobs"]
