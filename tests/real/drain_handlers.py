@@ -30,7 +30,10 @@ def _conn() -> Any:
 
     conn = getattr(_local, "conn", None)
     if conn is None or conn.closed:
-        conn = psycopg.connect(os.environ["LAGPILOT_POSTGRES_DSN"], autocommit=True)
+        # LEDGER_DSN: a consumer pod with a custom handler gets no LAGPILOT_POSTGRES_DSN (that one
+        # comes with sink=postgres), so the tests pass the DSN through template.env (secretKeyRef)
+        dsn = os.environ.get("LEDGER_DSN") or os.environ["LAGPILOT_POSTGRES_DSN"]
+        conn = psycopg.connect(dsn, autocommit=True)
         _local.conn = conn
     return conn
 

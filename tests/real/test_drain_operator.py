@@ -1,0 +1,340 @@
+"""The drain hand-off end to end: operator (subprocess, RBAC of docs/rbac.md) + kube-apiserver +
+controller-manager + the test-side pod runner (consumer pods, drain Job pods) + Kafka + Spark
+(local mode inside the Job's pod) + PostgreSQL.
+
+A backlog that the partition-capped group (3 partitions → at most 3 consumers, ~100 records/s each)
+cannot clear within the SLA triggers a drain while a trickle of live records keeps arriving. The
+handler (`tests.real.drain_handlers:ledger`) appends (partition, offset, source) to a table WITHOUT
+a primary key, so the end check is strict: every produced offset present, processed by the drain
+exactly for the recorded ranges `[start, split)` and by the group for everything else, duplicates
+counted. The built-in postgres sink (primary key topic/partition/offset) would hold exactly the
+distinct set, which is what "exactly once in PostgreSQL" means under at-least-once delivery; only
+the fault variants that SIGKILL a processing process may show replays of its last uncommitted batch.
+
+Variants: the happy path; the operator killed at each hand-off step (after the plan write, after
+quiesce, after the offset alter, after the Job launch — each before its status write); the drain
+driver SIGKILLed mid-way (retried by the operator on the same ranges); a consumer SIGKILLed during
+the hand-off; a hot partition drained alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.drain_handlers import LEDGER_DDL
+from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+PARTS = 3
+COST_MS = 1000  # per handler call of BATCH records: ~100 records/s per consumer or drain task
+BATCH = 100
+
+
+def operator_rules() -> list[dict[str, Any]]:
+    """docs/rbac.md's rules (so the drain executor's own rows are proven sufficient), plus `create`
+    on deployments: a server-side apply that creates the object is authorized as create."""
+    rules = rbac_rules()
+    for r in rules:
+        if r["apiGroups"] == ["apps"] and r["resources"] == ["deployments"] and "create" not in r["verbs"]:
+            r["verbs"] = sorted([*r["verbs"], "create"])
+    return rules
+
+
+class Operator:
+    """`lagpilot operator` as a restartable subprocess (fault tests kill it)."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_env: dict[str, str]):
+        self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
+        self.env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(REPO),
+                         "LAGPILOT_POD_START_SECONDS": "3", "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+                         "LAGPILOT_MAX_BACKOFF_SECONDS": "15", **extra_env})
+        self.restarts = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        fh = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", self.namespace, "--standalone",
+             "--metrics-port", "0"], env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        fh.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> None:
+        """Restart it if it died (the fault-injection points exit it like kill -9)."""
+        if not self.alive():
+            self.restarts += 1
+            self.start()
+
+    def tail(self, n: int = 80) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+@dataclass
+class Scenario:
+    ns: str
+    name: str
+    topic: str
+    group: str
+    table: str
+    op: Operator
+    custom: Any
+    core: Any
+    produced: dict[int, int] = field(default_factory=dict)  # partition -> records produced so far
+    stop_live: threading.Event = field(default_factory=threading.Event)
+    live_thread: threading.Thread | None = None
+
+    def status(self) -> dict[str, Any]:
+        return get_cr(self.custom, self.ns, self.name).get("status") or {}
+
+    def drain(self) -> dict[str, Any]:
+        return self.status().get("drain") or {}
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[int, int]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
+    for part, n in counts.items():
+        for _ in range(n):
+            while True:
+                try:
+                    p.produce(topic, value=json.dumps({"p": part}).encode(), key=str(produced.get(part, 0) % 50).encode(),
+                              partition=part)
+                    produced[part] = produced.get(part, 0) + 1
+                    break
+                except BufferError:
+                    p.poll(0.1)
+    assert p.flush(60) == 0
+
+
+@pytest.fixture
+def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,
+             new_topic: Callable[..., str], postgres_dsn: str, spark_jars: list[str],
+             tmp_path: Path) -> Iterator[Callable[..., Scenario]]:
+    """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR."""
+    import psycopg
+    from kubernetes import client
+
+    rbac, core, custom = client.RbacAuthorizationV1Api(kube_api), client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    made: list[Scenario] = []
+
+    def make(backlog: dict[int, int], crash_at: str = "", live_per_s: int = 5, sla_s: int = 60) -> Scenario:
+        ns = namespace("drain")
+        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules()})
+        rbac.create_namespaced_role_binding(ns, {
+            "metadata": {"name": SA_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
+        core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
+        topic = new_topic(partitions=PARTS, prefix="drain-e2e")
+        table = "ledger_" + uuid.uuid4().hex[:8]
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(LEDGER_DDL.format(table=table))
+        extra = {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
+        if crash_at:
+            crash_dir = tmp_path / f"crash-{ns}"
+            crash_dir.mkdir()
+            extra.update({"LAGPILOT_TEST_CRASH_AT": crash_at, "LAGPILOT_TEST_CRASH_DIR": str(crash_dir)})
+        op = Operator(crd.kubeconfig_for_service_account(ns, SA_NAME), ns, tmp_path / f"operator-{ns}.log", extra)
+        s = Scenario(ns, "orders", topic, "g-" + uuid.uuid4().hex[:6], table, op, custom, core)
+        produce(kafka_bootstrap, topic, backlog, s.produced)
+        apply_cr(crd, ns, cr(s.name, {
+            "kafka": {"bootstrapServers": kafka_bootstrap},
+            "topic": topic, "groupId": s.group,
+            "batch": {"maxRecords": BATCH, "timeoutMs": 500},
+            "processing": {"handler": "tests.real.drain_handlers:ledger",
+                           "config": {"table": table, "cost_ms": str(COST_MS)}},
+            "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
+                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
+            "catchUpSLASeconds": sla_s,
+            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
+            "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                                 {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
+        }))
+
+        def live() -> None:  # fresh records keep arriving while the drain runs
+            while not s.stop_live.wait(1.0):
+                produce(kafka_bootstrap, topic, {p: live_per_s for p in range(PARTS)}, s.produced)
+
+        if live_per_s:
+            s.live_thread = threading.Thread(target=live, daemon=True)
+            s.live_thread.start()
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.stop_live.set()
+        try:
+            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups")
+            wait_until(lambda: not custom.list_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups")["items"], "CRs deleted", 60)
+        except Exception as exc:  # noqa: BLE001
+            print(f"teardown {s.ns}: {exc!r}")
+        print(f"--- operator log ({s.ns}) ---\n{s.op.tail(120)}")
+        s.op.stop()
+
+
+def wait_phase(s: Scenario, phases: tuple[str, ...], timeout: float, on_poll: Callable[[dict[str, Any]], None] | None = None,
+               interval: float = 1.0) -> dict[str, Any]:
+    """Poll status.drain until its phase is one of `phases`, restarting a dead operator meanwhile."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        s.op.ensure()
+        try:
+            last = s.drain()
+        except Exception:  # noqa: BLE001 - apiserver hiccup: poll again
+            last = last
+        if on_poll is not None:
+            on_poll(last)
+        if last.get("phase") in phases:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"drain never reached {phases}; last {json.dumps(last)[:1500]}\n{s.op.tail()}")
+
+
+def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0) -> dict[str, Any]:
+    """Stop live traffic, let the group catch up, then the exact-once check. Returns the drain status."""
+    import psycopg
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    d = wait_phase(s, ("Verified", "Failed", "Cancelled"), 900)
+    assert d["phase"] == "Verified", json.dumps(d)[:2000]
+    s.stop_live.set()
+    if s.live_thread is not None:
+        s.live_thread.join(30)
+    total = sum(s.produced.values())
+
+    def caught_up() -> bool:
+        s.op.ensure()
+        res = kafka_admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(s.group, [TopicPartition(s.topic, p) for p in range(PARTS)])])[s.group].result(30)
+        return all(tp.offset == s.produced.get(tp.partition, 0) for tp in res.topic_partitions)
+
+    wait_until(caught_up, "group lag back to zero", 600, interval=2)
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute(f'SELECT partition, "offset", source FROM {s.table}').fetchall()
+    seen = [(int(p), int(o)) for p, o, _ in rows]
+    expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
+    assert set(seen) == expected, f"missing {len(expected - set(seen))}, unexpected {len(set(seen) - expected)}"
+    dups = len(seen) - len(set(seen))
+    assert dups <= allow_replayed_batches * BATCH, f"{dups} duplicate rows"
+    # the exact hand-off: the drain processed exactly [start, split) of each recorded range
+    drained = {(p, o) for p, o, src in rows if src == "drain"}
+    planned = {(r["partition"], o) for r in d["ranges"] for o in range(r["start"], r["split"])}
+    assert drained == planned, f"drain rows outside/missing its ranges: {len(drained ^ planned)}"
+    by_group = {(p, o) for p, o, src in rows if src == "consumer"}
+    if allow_replayed_batches == 0:
+        assert not (by_group & drained), "an offset was processed by both paths"
+    assert by_group | drained == expected
+    assert d["recordsTotal"] == len(planned) and d["recordsDone"] >= len(planned)
+    cond = condition(get_cr(s.custom, s.ns, s.name), "Draining")
+    assert cond is not None and cond["status"] == "False" and cond["reason"] == "DrainVerified"
+    print(f"exact-once: {total} produced, {len(rows)} rows ({dups} replayed), drain {len(drained)} "
+          f"in {len(d['subRanges'])} sub-ranges, pause {d.get('pauseSeconds')}s, ranges {d['ranges']}")
+    return d
+
+
+def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Callable[..., Scenario],
+                                                                  kafka_admin: Any, postgres_dsn: str) -> None:
+    s = scenario({p: 15000 for p in range(PARTS)})
+    d = finish_and_check(s, kafka_admin, postgres_dsn)
+    assert sorted(r["partition"] for r in d["ranges"]) == [0, 1, 2]
+    assert len(d["subRanges"]) > PARTS and d["attempt"] == 1
+    assert d["pauseSeconds"] is not None and d["pauseSeconds"] > 0
+    reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
+    for r in ("DrainPlanned", "DrainHandedOff", "DrainStarted", "DrainFinished"):
+        assert r in reasons, reasons
+    assert s.op.restarts == 0, s.op.tail()
+
+
+def test_operator_killed_at_each_hand_off_step(scenario: Callable[..., Scenario], kafka_admin: Any,
+                                               postgres_dsn: str) -> None:
+    points = "WriteStatus:status,Quiesce:effect,AlterOffsets:effect,Launch:effect"
+    s = scenario({p: 15000 for p in range(PARTS)}, crash_at=points)
+    finish_and_check(s, kafka_admin, postgres_dsn)
+    fired = sorted(os.listdir(s.op.env["LAGPILOT_TEST_CRASH_DIR"]))
+    assert fired == sorted(p.replace(":", "-") for p in points.split(",")), fired
+    assert s.op.restarts >= 4
+
+
+def test_drain_driver_killed_midway_is_retried(scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any,
+                                               postgres_dsn: str) -> None:
+    s = scenario({p: 15000 for p in range(PARTS)})
+    killed: list[str] = []
+
+    def kill_when_progressing(d: dict[str, Any]) -> None:
+        if killed or d.get("phase") != "Running" or d.get("recordsDone", 0) < 1000:
+            return
+        pods = s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items
+        for pod in pods:
+            pid = pod_runner.pid_of(s.ns, pod.metadata.name)
+            if pid:
+                os.killpg(pid, signal.SIGKILL)  # the driver, its JVM and the Python workers
+                killed.append(pod.metadata.name)
+
+    wait_phase(s, ("Verified", "Failed"), 900, on_poll=kill_when_progressing)
+    assert killed, "the drain finished before it could be killed"
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=12)
+    assert d["attempt"] >= 2
+    reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
+    assert "DrainAttemptFailed" in reasons, reasons
+
+
+def test_consumer_killed_during_the_hand_off(scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any,
+                                             postgres_dsn: str) -> None:
+    s = scenario({p: 15000 for p in range(PARTS)})
+    killed: list[str] = []
+
+    def kill_a_consumer(d: dict[str, Any]) -> None:
+        if killed or d.get("phase") != "Planned":
+            return
+        for name, pid in pod_runner.running_pids(s.ns).items():
+            if "consumer" in name:
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(name)
+                return
+
+    wait_phase(s, ("HandedOff", "Running", "Verified"), 600, on_poll=kill_a_consumer, interval=0.2)
+    print("killed during the hand-off:", killed)
+    finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=1)
+
+
+def test_hot_partition_is_drained_alone(scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
+    s = scenario({0: 20000, 1: 300, 2: 300})
+    d = finish_and_check(s, kafka_admin, postgres_dsn)
+    assert [r["partition"] for r in d["ranges"]] == [0]
+    assert {sr["partition"] for sr in d["subRanges"]} == {0} and len(d["subRanges"]) == 4
