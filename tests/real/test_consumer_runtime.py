@@ -414,3 +414,18 @@ def test_two_consumers_third_joins_and_leaves_nothing_lost_or_duplicated(kafka_b
     assert att[0] == total, f"{att[0] - total} records were processed twice across the rebalances"
     revokes = [e for e in a.events("revoked") + b.events("revoked") if e["partitions"]]
     assert revokes, "the third consumer's arrival revoked partitions from the first two"
+
+
+def test_sigterm_during_a_handler_longer_than_the_grace_period_exits_without_committing(kafka_bootstrap, postgres_dsn, new_topic, consumers):
+    topic = new_topic(partitions=1)
+    group, table = f"g-{uid()}", f"grace_{uid()}"
+    produce(kafka_bootstrap, topic, [b"r-%d" % i for i in range(50)])
+    c = consumers("grace-0", {**base_env(kafka_bootstrap, topic, group, postgres_dsn, table),
+                              "LAGPILOT_HANDLER": "tests.handlers:slow_postgres", "LAGPILOT_SHUTDOWN_GRACE_MS": "2000",
+                              "LAGPILOT_HANDLER_CONFIG": json.dumps({"sleep_ms": "120000"})})
+    wait_until(lambda: c.events("batch_written"), 120, f"a batch written\n{c.tail()}")
+    c.signal(signal.SIGTERM)
+    assert c.wait(60) == 1  # the watchdog ended it long before the handler's 120 s
+    assert c.events("grace_expired")
+    assert row_count(postgres_dsn, table) == 50
+    assert committed(kafka_bootstrap, group, topic, 1) == {}  # written but never committed: replayed later

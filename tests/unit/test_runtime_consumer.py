@@ -407,3 +407,17 @@ def test_failed_commit_is_retried_on_revoke_before_giving_up():
     loop.run()
     assert fake.committed_positions() == {0: 3, 1: 3}
     assert loop.uncommitted == {}
+
+
+def test_unexpected_error_stops_with_exit_code_1_and_no_commit(caplog):
+    logs = {0: [b"v"] * 5}
+    loop, fake = make(logs, Recorder())
+
+    def broken_position(tps):
+        raise RuntimeError("client bug")
+
+    fake.position = broken_position
+    with caplog.at_level(logging.ERROR):
+        assert loop.run() == 1
+    assert fake.commits == []
+    assert any(getattr(r, "fields", {}).get("event") == "fatal" for r in caplog.records)

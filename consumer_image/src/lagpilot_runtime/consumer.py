@@ -169,6 +169,10 @@ class BatchConsumer:
         except FatalError as exc:
             self.exit_code = 1
             log.error("consumer stopping on a fatal error", extra=_fields(event="fatal", error=str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a bug or an unexpected client error: stop, commit nothing more
+            self.exit_code = 1
+            log.exception("consumer stopping on an unexpected error",
+                          extra=_fields(event="fatal", error=describe_error(exc)))
         finally:
             self._abandon(self.pending, "shutdown")
             self.pending = []

@@ -301,7 +301,10 @@ class DeadLetterProducer:
         """Produce and flush; raises :class:`DeadLetterError` unless every record was acknowledged."""
         if not failures:
             return
-        self._ensure_topic()
+        try:
+            self._ensure_topic()
+        except Exception as exc:  # noqa: BLE001 - e.g. metadata timeout: the batch must not be committed
+            raise DeadLetterError(f"dead-letter topic {self.topic} unavailable: {describe_error(exc)}") from exc
         errors: list[str] = []
         done = threading.Event()
         pending = {"n": len(failures)}
@@ -321,6 +324,8 @@ class DeadLetterProducer:
                     break
                 except BufferError:
                     self._producer.poll(0.1)
+                except Exception as exc:  # noqa: BLE001 - KafkaException etc.
+                    raise DeadLetterError(f"producing to {self.topic} failed: {describe_error(exc)}") from exc
         remaining = self._producer.flush(self.timeout_s)
         if remaining or errors or not done.is_set():
             raise DeadLetterError(f"dead-lettering {len(failures)} record(s) to {self.topic} failed: "
