@@ -93,8 +93,15 @@ class World:
         self.deps = Deps(kube=self.kube, admin_pool=self.pool,
                          metrics=OperatorMetrics(CollectorRegistry()),
                          emit=lambda t, r, m: self.events.append((t, r, m)),
-                         pod_start_seconds=0.0, clock=lambda: self.kafka.clock, observe=self.kafka)
+                         pod_start_seconds=0.0, clock=lambda: self.kafka.clock, observe=self.kafka,
+                         peek=self.peek)
+        self.oldest_ts: dict[int, float] = {}
+        self.peeked: list[dict[int, int]] = []
         self.cache = Cache()
+
+    def peek(self, handle: Any, topic: str, positions: dict[int, int], timeout: float) -> dict[int, float]:
+        self.peeked.append(dict(positions))
+        return {p: ts for p, ts in self.oldest_ts.items() if p in positions}
 
     @property
     def ref(self) -> GroupRef:
@@ -350,3 +357,15 @@ def test_offsets_moving_backwards_are_reported() -> None:
     assert res.ok
     assert "OffsetsWentBackwards" in w.reasons()
     assert w.kube.status["partitionLag"][0]["end"] == 10
+
+
+def test_oldest_record_age_of_lagging_partitions() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 40, None), (0, 50, 50, None), (10, 30, None, None)])
+    w.oldest_ts = {0: T0 - 42.0, 2: T0 - 7.0}
+    w.cycle()
+    # only lagging partitions are read, at the group's position (log start when never committed)
+    assert w.peeked[-1] == {0: 40, 2: 10}
+    ages = {p["partition"]: p.get("oldestRecordAgeSeconds") for p in w.kube.status["partitionLag"]}
+    assert "oldestRecordAgeSeconds" not in w.kube.status["partitionLag"][1]
+    assert ages == {0: 42.0, 1: None, 2: 7.0}  # None: key absent (no lag, nothing to date)

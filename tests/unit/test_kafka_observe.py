@@ -162,3 +162,65 @@ def test_observe_missing_topic() -> None:
     with pytest.raises(ObserveError) as info:
         observe(AdminHandle(FakeAdmin({}, missing=True), "k:9092"), "orders", "g")
     assert info.value.reason == "TopicNotFound" and "'orders'" in info.value.message
+
+
+class FakeMsg:
+    def __init__(self, topic: str, p: int, off: int, ts: tuple[int, int]) -> None:
+        self._t, self._p, self._o, self._ts = topic, p, off, ts
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._ts
+
+
+class FakeConsumer:
+    def __init__(self, msgs: list[FakeMsg]) -> None:
+        self.msgs = msgs
+        self.assigned: list[Any] = []
+        self.unassigned = 0
+
+    def assign(self, tps: list[Any]) -> None:
+        self.assigned = [(tp.partition, tp.offset) for tp in tps]
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMsg]:
+        out, self.msgs = self.msgs, []
+        return out
+
+    def unassign(self) -> None:
+        self.unassigned += 1
+
+
+def test_peek_oldest_reads_one_record_per_partition() -> None:
+    from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
+
+    from lagpilot.kafka_observe import peek_oldest
+
+    c = FakeConsumer([FakeMsg("t", 0, 40, (TIMESTAMP_CREATE_TIME, 1_700_000_000_000)),
+                      FakeMsg("t", 0, 41, (TIMESTAMP_CREATE_TIME, 1_700_000_099_000)),  # later record: ignored
+                      FakeMsg("t", 1, 7, (TIMESTAMP_NOT_AVAILABLE, -1))])
+    h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=lambda: c)
+    out = peek_oldest(h, "t", {0: 40, 1: 7, 2: 3}, timeout_s=0.3)
+    assert c.assigned == [(0, 40), (1, 7), (2, 3)]
+    assert out == {0: 1_700_000_000.0}  # 1 had no timestamp, 2 never arrived: left out
+    assert c.unassigned == 1
+
+
+def test_peek_oldest_never_raises() -> None:
+    from lagpilot.kafka_observe import peek_oldest
+
+    def boom() -> Any:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=boom)
+    assert peek_oldest(h, "t", {0: 1}, timeout_s=0.1) == {}

@@ -152,13 +152,33 @@ def config_key(conf: Mapping[str, str]) -> str:
 # --- the shared admin clients --------------------------------------------------------------------
 
 class AdminHandle:
-    """An AdminClient plus the last client-level error its error callback saw (for classification)."""
+    """An AdminClient plus the last client-level error its error callback saw (for classification),
+    and, made on first use, one shared "peek" consumer of the same cluster (`peek_oldest`)."""
 
-    def __init__(self, client: Any, bootstrap: str):
+    def __init__(self, client: Any, bootstrap: str,
+                 consumer_factory: Callable[[], Any] | None = None):
         self.client = client
         self.bootstrap = bootstrap
         self._lock = threading.Lock()
         self._last_error: tuple[str, float] | None = None  # (error name, when)
+        self._consumer_factory = consumer_factory
+        self._consumer: Any = None
+        self.peek_lock = threading.Lock()  # a Consumer is not safe for concurrent assign/consume
+
+    def peek_consumer(self) -> Any:
+        """The shared peek consumer (call with `peek_lock` held); None when none can be made."""
+        if self._consumer is None and self._consumer_factory is not None:
+            self._consumer = self._consumer_factory()
+        return self._consumer
+
+    def close(self) -> None:
+        with self.peek_lock:
+            if self._consumer is not None:
+                try:
+                    self._consumer.close()
+                except Exception:  # noqa: BLE001 - closing a broken consumer: nothing to do
+                    pass
+                self._consumer = None
 
     def on_error(self, err: Any) -> None:
         name = _error_name(err)
@@ -181,12 +201,37 @@ def _default_factory(conf: dict[str, Any]) -> Any:
     return AdminClient(conf)
 
 
+def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
+    """A consumer that only reads one record per lagging partition: it never joins or commits to
+    any group (manual assign; the group.id is required by librdkafka but never used on the broker
+    side for assign + consume without commits)."""
+    def make() -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **{k: v for k, v in conf.items() if k not in ("client.id",)},
+            "client.id": "lagpilot-operator-peek",
+            "group.id": "lagpilot-operator-peek",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+            # one record per partition is all we want: keep fetches tiny
+            "fetch.max.bytes": 65536,
+            "max.partition.fetch.bytes": 4096,
+            "fetch.wait.max.ms": 100,
+            "queued.max.messages.kbytes": 1024,
+        })
+    return make
+
+
 class AdminPool:
     """AdminClients shared across CRs, keyed by configuration hash, reference-counted by owner."""
 
     def __init__(self, factory: Callable[[dict[str, Any]], Any] = _default_factory,
-                 socket_timeout_ms: int = 10_000):
+                 socket_timeout_ms: int = 10_000,
+                 consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory):
         self._factory = factory
+        self._consumer_factory = consumer_factory
         self._socket_timeout_ms = socket_timeout_ms
         self._lock = threading.Lock()
         self._handles: dict[str, AdminHandle] = {}
@@ -215,7 +260,8 @@ class AdminPool:
                     "error_cb": lambda err: holder[0].on_error(err) if holder else None,
                     "client.id": "lagpilot-operator",
                 }
-                handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""))
+                handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""),
+                                     self._consumer_factory(full) if self._consumer_factory else None)
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
@@ -230,7 +276,9 @@ class AdminPool:
 
     def _drop_if_unused(self, key: str) -> None:
         if key not in self._owners.values():
-            self._handles.pop(key, None)  # librdkafka closes the client when it is collected
+            handle = self._handles.pop(key, None)  # librdkafka closes the admin client when collected
+            if handle is not None:
+                handle.close()
 
     def size(self) -> int:
         with self._lock:
@@ -338,3 +386,47 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
 def _as_exception(err: Any) -> Exception:
     from confluent_kafka import KafkaException
     return KafkaException(err)
+
+
+def peek_oldest(handle: AdminHandle, topic: str, positions: Mapping[int, int],
+                timeout_s: float = 2.0) -> dict[int, float]:
+    """Timestamp (unix seconds) of the record at each given position: the oldest record the group
+    has not processed yet, per partition. Best effort: partitions whose record does not arrive in
+    time, or whose records carry no timestamp, are left out; failures return what was read.
+
+    One shared consumer per cluster, manual assignment, no group membership, no commits.
+    """
+    if not positions:
+        return {}
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
+
+    out: dict[int, float] = {}
+    with handle.peek_lock:
+        try:
+            consumer = handle.peek_consumer()
+            if consumer is None:
+                return {}
+            consumer.assign([TopicPartition(topic, p, off) for p, off in sorted(positions.items())])
+            deadline = time.monotonic() + timeout_s
+            while len(out) < len(positions) and time.monotonic() < deadline:
+                for msg in consumer.consume(num_messages=len(positions) * 4,
+                                            timeout=max(0.05, deadline - time.monotonic())):
+                    if msg.error() is not None or msg.topic() != topic:
+                        continue
+                    p = msg.partition()
+                    if p in positions and p not in out and msg.offset() >= positions[p]:
+                        ts_type, ts_ms = msg.timestamp()
+                        if ts_type != TIMESTAMP_NOT_AVAILABLE and ts_ms > 0:
+                            out[p] = ts_ms / 1000.0
+                        else:
+                            out[p] = float("nan")  # arrived, but without a timestamp
+        except Exception as err:  # noqa: BLE001 - ages are an extra: never fail the cycle for them
+            log.info("oldest-record peek failed", extra={"topic": topic, "error": _error_name(err)})
+        finally:
+            try:
+                consumer = handle.peek_consumer()
+                if consumer is not None:
+                    consumer.unassign()
+            except Exception:  # noqa: BLE001
+                pass
+    return {p: ts for p, ts in out.items() if ts == ts}  # drop NaN (no timestamp)

@@ -33,6 +33,7 @@ from lagpilot.deployment import build_deployment, deployment_name
 from lagpilot.drain_policy import DrainPolicy
 from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
 from lagpilot.kafka_observe import observe as kafka_observe
+from lagpilot.kafka_observe import peek_oldest
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
@@ -90,6 +91,8 @@ class Deps:
     max_backoff_seconds: float = 300.0
     clock: Callable[[], float] = time.time
     observe: ObserveFn = kafka_observe
+    # timestamps of the oldest unprocessed record per lagging partition; None: do not read them
+    peek: Callable[..., dict[int, float]] | None = peek_oldest
     version: str = "0.1.0"
     drain: Any = None  # lagpilot.drain.DrainExecutor (drain issue); None: no drain hand-offs
 
@@ -233,10 +236,17 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     handle = deps.admin_pool.acquire(ref.key, conf)
     obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)
 
+    # the oldest unprocessed record of each lagging partition (its timestamp), best effort
+    offsets = [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions]
+    oldest: dict[int, float] = {}
+    if deps.peek is not None:
+        positions = {p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0}
+        oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
+
     # estimate
     snap = lag_mod.snapshot(
         obs.observed_at,
-        [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions],
+        [dataclasses.replace(p, oldest_unprocessed_ts_s=oldest.get(p.partition)) for p in offsets],
         {p.partition: p.capacity.records_per_second for p in obs.partitions if p.capacity is not None},
     )
     prev_est = None
@@ -309,12 +319,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         "lastDecision": decision.message if not held else f"drain {phase}: replicas held at {cur}; {decision.message}",
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
-        "partitionLag": [
-            {"partition": p.partition, "lag": lag_mod.partition_lag(p), "committed": p.committed,
-             "end": p.end, "earliest": p.low,
-             "rate": _finite(est.rate(p.partition), 3) or 0.0}
-            for p in snap.partitions
-        ],
+        "partitionLag": [_partition_entry(p, est, now) for p in snap.partitions],
         "estimator": est.to_dict(),
         "scalingHistory": history.to_dict(),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
@@ -333,6 +338,15 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
     return CycleResult(True, spec.scaling.poll_interval_seconds, decision.reason, decision, applied)
+
+
+def _partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, now: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {"partition": p.partition, "lag": lag_mod.partition_lag(p), "committed": p.committed,
+                             "end": p.end, "earliest": p.low, "rate": _finite(est.rate(p.partition), 3) or 0.0}
+    age = _finite(lag_mod.oldest_unprocessed_age_s(p, now))
+    if age is not None:
+        entry["oldestRecordAgeSeconds"] = age
+    return entry
 
 
 def _num(x: Any) -> float | None:
