@@ -429,3 +429,26 @@ def test_sigterm_during_a_handler_longer_than_the_grace_period_exits_without_com
     assert c.events("grace_expired")
     assert row_count(postgres_dsn, table) == 50
     assert committed(kafka_bootstrap, group, topic, 1) == {}  # written but never committed: replayed later
+
+
+def test_pause_policy_stops_only_the_failing_partition_and_reports_it(kafka_bootstrap, postgres_dsn, new_topic, consumers):
+    topic = new_topic(partitions=2)
+    group, table = f"g-{uid()}", f"pause_{uid()}"
+    produce(kafka_bootstrap, topic, [b"FAIL" if i == 10 else b"p0-%d" % i for i in range(40)], partition=0)
+    produce(kafka_bootstrap, topic, [b"p1-%d" % i for i in range(40)], partition=1)
+    env = {**base_env(kafka_bootstrap, topic, group, postgres_dsn, table), "LAGPILOT_HANDLER": "tests.handlers:fail_marked",
+           "LAGPILOT_FAILURE_POLICY": "pause", "LAGPILOT_MAX_RETRIES": "1", "LAGPILOT_BATCH_MAX_RECORDS": "15"}
+    c = consumers("pause-0", env)
+    wait_until(lambda: committed(kafka_bootstrap, group, topic, 2) == {0: 10, 1: 40}, 180,
+               f"p0 committed up to its failure, p1 fully\n{c.tail()}", interval=1.0)
+    paused = c.events("partitions_paused")
+    assert [e["partitions"] for e in paused] == [[f"{topic}/0"]]
+    port = c.metrics_port()
+    ready = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10).read())
+    assert ready["paused_partitions"] == [f"{topic}/0"]
+    assert "lagpilot_consumer_paused_partitions 1.0" in urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    # p0 records after the failing record's batch (at most 15 records, so offsets < 25) never reach the sink
+    assert max(o for (o,) in sql(postgres_dsn, f'SELECT "offset" FROM "{table}" WHERE partition = 0')) < 25
+    c.signal(signal.SIGTERM)
+    assert c.wait(90) == 0
+    assert committed(kafka_bootstrap, group, topic, 2) == {0: 10, 1: 40}
