@@ -271,6 +271,11 @@ def test_operator_reconciles_with_only_the_charts_service_account(
     h.kubectl_apply(kube.part, rendered.of_kind("CustomResourceDefinition"))
     kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=120s", timeout=150)
     sa_kubeconfig = h.operator_kubeconfig(kube.part, values, release=release, namespace=rel_ns)
+    # the authorizer caches RBAC: start the operator only once its grants are visible, so that a 403
+    # in its log below means a missing verb, not a race
+    wait_until(lambda: kube.kubectl("get", "bcg", "-n", team, kubeconfig=sa_kubeconfig, check=False).returncode == 0
+               and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "create", "deployments.apps", team),
+               "the chart's RBAC to take effect", 60)
 
     # the chart's container, run as a local process: same args (liveness moved to a free loopback
     # port), same environment (fieldRefs resolved by hand), metrics off (port clashes between tests)
