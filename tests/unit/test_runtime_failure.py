@@ -91,6 +91,13 @@ def test_isolation_finds_exactly_the_bad_records(n, bad, named):
     assert sorted(f.record.offset for f in result.failures) == sorted(bad)
     assert set(sink.ok) == set(range(n)) - bad
     assert all("bad record" in f.error for f in result.failures)
+    assert all(call for call in sink.calls)  # never called with an empty piece
+
+
+def test_single_record_batch_is_retried_then_failed_without_more_calls():
+    sink = Sink(bad={0})
+    result, sleeps = run([rec(0)], sink, retries=2)
+    assert [f.record.offset for f in result.failures] == [0] and sink.calls == [[0], [0], [0]] and len(sleeps) == 2
 
 
 def test_named_errors_skip_bisection():
@@ -145,6 +152,7 @@ def test_isolation_invariant(n, data):
         return
     assert {f.record.offset for f in result.failures} == bad
     assert set(sink.ok) == set(range(n)) - bad
+    assert all(sink.calls)  # never an empty piece
 
 
 def f(offset: int, partition: int = 0) -> Failure:

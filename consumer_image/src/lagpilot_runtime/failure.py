@@ -153,6 +153,11 @@ def run_batch(
     first = with_retries(batch)
     if first is None:
         return BatchResult([], stats["calls"], stats["retries"])
+    if len(batch) == 1:  # already retried alone: nothing to isolate
+        named = _named_errors(first, batch)
+        retriable = not (named and not named[0].retriable)
+        return BatchResult([Failure(batch[0], describe_error(named[0] if named else first), retriable)],
+                           stats["calls"], stats["retries"])
 
     failures: list[Failure] = []
     suspects: list[tuple[Record, BaseException]] = []
@@ -210,7 +215,7 @@ def _split(piece: list[Record], exc: BaseException) -> list[tuple[list[Record], 
     named = _named_errors(exc, piece)
     if named is None:
         mid = len(piece) // 2
-        return [(piece[:mid], None), (piece[mid:], None)]
+        return [(half, None) for half in (piece[:mid], piece[mid:]) if half]
     by_key = {(e.record.topic, e.record.partition, e.record.offset): e for e in named}
     out: list[tuple[list[Record], RecordError | None]] = []
     rest = [r for r in piece if (r.topic, r.partition, r.offset) not in by_key]
