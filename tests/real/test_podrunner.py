@@ -164,8 +164,10 @@ def test_readiness_probe_goes_to_the_pods_own_port(kube_api: Any, namespace: Any
     script, out = worker_script
     core = _core(kube_api)
     ns = namespace()
+    # as the operator renders consumer pods: LAGPILOT_METRICS_PORT=8080 and the probe on 8080
     probe = {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 1}
-    core.create_namespaced_pod(ns, _pod("probed", ["python", str(script), str(out)], readiness=probe))
+    core.create_namespaced_pod(ns, _pod("probed", ["python", str(script), str(out)], readiness=probe,
+                                        env=[{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}]))
     wait_until((out / "probed.json").exists, "the process to start", timeout=60)
     wait_until(lambda: core.read_namespaced_pod("probed", ns).status.phase == "Running", "phase Running", timeout=30)
     # the endpoint answers 503 until <out>/ready exists: the pod must not be Ready yet
@@ -270,3 +272,21 @@ def test_unknown_command_is_a_start_error(kube_api: Any, namespace: Any, pod_run
     wait_until(lambda: core.read_namespaced_pod("nocmd", ns).status.phase == "Failed", "phase Failed", timeout=60)
     term = _container_status(core, ns, "nocmd").state.terminated
     assert term.reason == "StartError" and term.exit_code == 128 and "not found" in term.message
+
+
+def test_pod_acts_as_its_service_account_not_as_admin(kube: Any, kube_api: Any, namespace: Any,
+                                                      pod_runner: Any) -> None:
+    core = _core(kube_api)
+    ns = namespace()
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "reader"}})
+    kubectl = str(kube.kubectl_path)
+    whoami = _pod("whoami", [kubectl, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"], restart="Never")
+    whoami["spec"]["serviceAccountName"] = "reader"
+    core.create_namespaced_pod(ns, whoami)
+    secrets = _pod("secrets", [kubectl, "get", "secrets"], restart="Never")
+    secrets["spec"]["serviceAccountName"] = "reader"
+    core.create_namespaced_pod(ns, secrets)
+    wait_until(lambda: core.read_namespaced_pod("whoami", ns).status.phase == "Succeeded", "whoami to succeed", 120)
+    assert f"system:serviceaccount:{ns}:reader" in pod_runner.log_path(ns, "whoami").read_text()
+    wait_until(lambda: core.read_namespaced_pod("secrets", ns).status.phase == "Failed", "RBAC to refuse", 120)
+    assert "forbidden" in pod_runner.log_path(ns, "secrets").read_text().lower()

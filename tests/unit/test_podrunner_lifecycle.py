@@ -119,16 +119,29 @@ def test_image_repository(image: str, repo: str) -> None:
     assert image_repository(image) == repo
 
 
-@pytest.mark.parametrize(("probe", "expected"), [
-    ({"httpGet": {"path": "/metrics", "port": 8080}}, {"kind": "http", "url": "http://127.0.0.1:5555/metrics", "headers": {}}),
-    ({"httpGet": {"path": "healthz", "port": "metrics", "scheme": "HTTPS",
-                  "httpHeaders": [{"name": "X", "value": "1"}]}},
-     {"kind": "http", "url": "https://127.0.0.1:5555/healthz", "headers": {"X": "1"}}),
-    ({"tcpSocket": {"port": 9092}}, {"kind": "tcp", "port": 5555}),
-    ({"exec": {"command": ["true"]}}, {"kind": "exec", "command": ["true"]}),
-], ids=["http-port-mapped", "named-port-https-headers", "tcp-mapped", "exec"])
-def test_probes_go_to_the_pods_own_port(probe: dict[str, Any], expected: dict[str, Any]) -> None:
-    assert probe_target(probe, 5555) == expected
+METRICS_CONTAINER = {"env": [{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}],
+                     "ports": [{"name": "http", "containerPort": 8080}, {"name": "health", "containerPort": 9000}]}
+
+
+@pytest.mark.parametrize(("probe", "container", "expected"), [
+    ({"httpGet": {"path": "/metrics", "port": 8080}}, METRICS_CONTAINER,
+     {"kind": "http", "url": "http://127.0.0.1:5555/metrics", "headers": {}}),
+    ({"httpGet": {"path": "healthz", "port": "http", "scheme": "HTTPS", "httpHeaders": [{"name": "X", "value": "1"}]}},
+     METRICS_CONTAINER, {"kind": "http", "url": "https://127.0.0.1:5555/healthz", "headers": {"X": "1"}}),
+    ({"httpGet": {"path": "/healthz", "port": "health"}}, METRICS_CONTAINER,
+     {"kind": "http", "url": "http://127.0.0.1:9000/healthz", "headers": {}}),
+    ({"httpGet": {"path": "/", "port": 8080}}, {"env": [{"name": "PORT", "value": "8080"}]},
+     {"kind": "http", "url": "http://127.0.0.1:5555/", "headers": {}}),
+    ({"httpGet": {"path": "/", "port": 8080}}, {}, {"kind": "http", "url": "http://127.0.0.1:8080/", "headers": {}}),
+    ({"httpGet": {"path": "/", "port": "nosuchname"}}, {}, {"kind": "http", "url": "http://127.0.0.1:5555/", "headers": {}}),
+    ({"tcpSocket": {"port": 8080}}, METRICS_CONTAINER, {"kind": "tcp", "port": 5555}),
+    ({"tcpSocket": {"port": 9092}}, METRICS_CONTAINER, {"kind": "tcp", "port": 9092}),
+    ({"exec": {"command": ["true"]}}, {}, {"kind": "exec", "command": ["true"]}),
+], ids=["metrics-port-mapped", "named-metrics-port-https-headers", "other-named-port-as-written",
+        "PORT-mapped", "undeclared-port-as-written", "unknown-name-to-own-port", "tcp-mapped", "tcp-as-written",
+        "exec"])
+def test_probe_targets(probe: dict[str, Any], container: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert probe_target(probe, 5555, container) == expected
 
 
 def test_conditions_keep_transition_time_until_status_changes() -> None:

@@ -44,6 +44,12 @@ class FakeRunner:
     def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         return None
 
+    def pod_credentials(self, pod: dict[str, Any], pod_dir: Path) -> Path:
+        path = pod_dir / "kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return path
+
     def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         with self.lock:
             self.statuses.append(copy.deepcopy(status))
@@ -167,13 +173,15 @@ def test_missing_secret_is_reported_then_container_starts(runner: FakeRunner) ->
 
 def test_each_pod_gets_its_own_port_in_its_env(runner: FakeRunner, tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
-    code = f"import os; open({str(out)!r}, 'w').write(os.environ['LAGPILOT_METRICS_PORT'] + ' ' + os.environ['PORT'])"
+    code = (f"import os; open({str(out)!r}, 'w').write(os.environ['LAGPILOT_METRICS_PORT'] + ' ' + os.environ['PORT']"
+            " + ' ' + os.environ['KUBECONFIG'])")
     w = _start(runner, _pod([sys.executable, "-c", code], restart="Never",
                             env=[{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}]))
     try:
         _wait(lambda: runner.last().get("phase") == "Succeeded", "the container to finish")
-        metrics, port = out.read_text().split()
+        metrics, port, kubeconfig = out.read_text().split()
         assert metrics == port == str(w.port) != "8080"
+        assert kubeconfig == str(w.pod_dir / "kubeconfig")  # the pod's own ServiceAccount credentials
     finally:
         runner.stopping.set()
         w.finished.wait(10)

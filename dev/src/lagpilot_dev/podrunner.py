@@ -23,11 +23,18 @@ Deployment -> ReplicaSet -> Pod chain and Job controller observable end to end:
   final status, then the Pod object is removed (delete with gracePeriodSeconds=0).
 
 One network namespace for all: local pods cannot all listen on the same port, so each pod gets its
-own free port in `LAGPILOT_METRICS_PORT` and `PORT` (overriding what the spec says), and httpGet /
-tcpSocket probes (readiness, liveness) are sent to that port on 127.0.0.1 whatever port the probe
-names. Not emulated: init and sidecar containers (only the first container runs and is reported),
-volumes (a projected ServiceAccount token is not mounted), startup probes, service env links,
-resource limits, image pulls, Events.
+own free port in `LAGPILOT_METRICS_PORT` and `PORT` (overriding what the spec says). httpGet /
+tcpSocket probes (readiness, liveness) go to 127.0.0.1: a probe port that is the spec's value of
+LAGPILOT_METRICS_PORT or PORT (by number or through a named containerPort) goes to the pod's own
+port; any other port is probed as written (fine for a single pod such as the operator).
+
+In-cluster credentials: unless `automountServiceAccountToken: false`, the container's KUBECONFIG
+points to a per-pod kubeconfig holding a TokenRequest token of the pod's ServiceAccount (bound to
+the pod); `KUBERNETES_SERVICE_HOST` is not set, so `load_incluster_config()` fails over to it. So a
+pod runs with exactly its ServiceAccount's RBAC, never the runner's admin identity.
+
+Not emulated: init and sidecar containers (only the first container runs and is reported), volumes,
+startup probes, service env links, resource limits, image pulls, Events.
 
 Usage: `PodRunner(kubeconfig, node_name, workdir).start()` (threads) / `.stop()` (kills its
 processes), or `python -m lagpilot_dev.podrunner --kubeconfig K` in the foreground.
@@ -337,19 +344,54 @@ def pod_conditions(*, phase: str, ready: bool, started_at: str, transitions: dic
     return out
 
 
-def probe_target(probe: Mapping[str, Any], pod_port: int) -> dict[str, Any]:
-    """Where to send a probe: always 127.0.0.1 and the pod's own port (one network namespace
-    for all local pods), keeping the probe's kind, path, scheme and headers."""
+PORT_ENV_VARS = ("LAGPILOT_METRICS_PORT", "PORT")
+
+
+def remapped_ports(container: Mapping[str, Any]) -> set[int]:
+    """The in-pod port numbers that become the local pod's own port: the literal values the spec
+    gives LAGPILOT_METRICS_PORT / PORT (the runner overrides both with a free port)."""
+    ports = set()
+    for var in container.get("env") or []:
+        if var.get("name") in PORT_ENV_VARS and "value" in var:
+            with contextlib.suppress(TypeError, ValueError):
+                ports.add(int(var["value"]))
+    return ports
+
+
+def resolve_probe_port(port: Any, container: Mapping[str, Any]) -> int | None:
+    """A probe's port (number, numeric string, or a named containerPort) as a number."""
+    if isinstance(port, int):
+        return port
+    text = str(port or "")
+    if text.isdigit():
+        return int(text)
+    for p in container.get("ports") or []:
+        if p.get("name") == text:
+            return int(p["containerPort"])
+    return None
+
+
+def probe_target(probe: Mapping[str, Any], pod_port: int, container: Mapping[str, Any]) -> dict[str, Any]:
+    """Where to send a probe: 127.0.0.1 (one network namespace for all local pods). A port the
+    spec ties to LAGPILOT_METRICS_PORT / PORT goes to the pod's own port `pod_port` (so does an
+    unresolvable one); any other port is probed as written (e.g. the operator's fixed health port).
+    Kind, path, scheme and headers are kept."""
+    mapped = remapped_ports(container)
+
+    def port_of(spec_port: Any) -> int:
+        number = resolve_probe_port(spec_port, container)
+        return pod_port if number is None or number in mapped else number
+
     if "httpGet" in probe:
         hg = probe["httpGet"]
         path = hg.get("path") or "/"
         if not path.startswith("/"):
             path = "/" + path
         scheme = str(hg.get("scheme") or "HTTP").lower()
-        return {"kind": "http", "url": f"{scheme}://{LOOPBACK}:{pod_port}{path}",
+        return {"kind": "http", "url": f"{scheme}://{LOOPBACK}:{port_of(hg.get('port'))}{path}",
                 "headers": {h["name"]: h["value"] for h in hg.get("httpHeaders") or []}}
     if "tcpSocket" in probe:
-        return {"kind": "tcp", "port": pod_port}
+        return {"kind": "tcp", "port": port_of(probe["tcpSocket"].get("port"))}
     if "exec" in probe:
         return {"kind": "exec", "command": list(probe["exec"].get("command") or [])}
     return {"kind": "none"}
@@ -367,6 +409,13 @@ def _venv_bin() -> Path:
     if sys.prefix != sys.base_prefix:
         return Path(sys.prefix) / "bin"
     return Path(__file__).resolve().parents[3] / ".venv" / "bin"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def _free_port() -> int:
@@ -509,6 +558,8 @@ class PodWorker:
             env = resolve_env(pod, c, get_secret=lambda n: self.runner.get_secret(self.namespace, n),
                               get_config_map=lambda n: self.runner.get_config_map(self.namespace, n),
                               node_name=self.runner.node_name)
+            if "KUBECONFIG" not in env and pod["spec"].get("automountServiceAccountToken") is not False:
+                env["KUBECONFIG"] = str(self.runner.pod_credentials(pod, self.pod_dir))
         except ContainerConfigError as exc:
             self.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             self.backoff_until = time.monotonic() + 2.0
@@ -604,7 +655,7 @@ class PodWorker:
                                    reap=False)
 
     def _probe_once(self, probe: _Probe) -> bool:
-        target = probe_target(probe.spec, self.port)
+        target = probe_target(probe.spec, self.port, self.container)
         try:
             if target["kind"] == "http":
                 req = urllib.request.Request(target["url"], headers=target["headers"])  # noqa: S310
@@ -867,6 +918,36 @@ class PodRunner:
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         return self._get_data("configmap", namespace, name)
+
+    def pod_credentials(self, pod: Mapping[str, Any], pod_dir: Path) -> Path:
+        """In-cluster credentials, locally: a TokenRequest token of the pod's ServiceAccount (bound
+        to the pod), as `<pod_dir>/kubeconfig` (returned; the container's KUBECONFIG) and as the usual
+        `serviceaccount/{token,ca.crt,namespace}` files. The token is never logged."""
+        from kubernetes import client
+
+        from lagpilot_dev.kube import kubeconfig_yaml
+
+        meta = pod["metadata"]
+        ns, sa = meta["namespace"], pod["spec"].get("serviceAccountName") or "default"
+        body = {"spec": {"expirationSeconds": 86400, "boundObjectRef": {
+            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}}
+        try:
+            resp = self._core.create_namespaced_service_account_token(sa, ns, body, _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                raise ContainerConfigError(f'serviceaccount "{sa}" not found') from exc
+            raise ContainerConfigError(f"token request for serviceaccount {sa}: HTTP {exc.status}") from exc
+        token = json.loads(resp.data)["status"]["token"]
+        cfg = self._api_client.configuration
+        sa_dir = pod_dir / "serviceaccount"
+        sa_dir.mkdir(parents=True, exist_ok=True)
+        ca = Path(cfg.ssl_ca_cert)
+        for name, content in (("token", token), ("namespace", ns), ("ca.crt", ca.read_text())):
+            _write_private(sa_dir / name, content)
+        path = pod_dir / "kubeconfig"
+        _write_private(path, kubeconfig_yaml(cfg.host, ca, f"system:serviceaccount:{ns}:{sa}", token=token,
+                                             namespace=ns))
+        return path
 
     def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         from kubernetes import client
