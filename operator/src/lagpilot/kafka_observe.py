@@ -215,7 +215,9 @@ def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
-            # one record per partition is all we want: keep fetches tiny
+            # one record per partition is all we want: keep fetches small (librdkafka requires
+            # fetch.max.bytes >= message.max.bytes; at least one record is always returned)
+            "message.max.bytes": 65536,
             "fetch.max.bytes": 65536,
             "max.partition.fetch.bytes": 4096,
             "fetch.wait.max.ms": 100,
