@@ -205,8 +205,40 @@ def _row_record(row: Any) -> Any:
     )
 
 
-def run_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    """Process one sub-range's rows: batches through the handler, progress commit after each.
+def rdd_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The Row path (no pyarrow/pandas): pickled Rows from the JVM."""
+    return run_task(spec, ((int(r.lp_sub), _row_record(r)) for r in rows))
+
+
+SUMMARY_SCHEMA = ("records long, batches long, skipped long, first_batch_at double, last_batch_at double, "
+                  "partition long, index long")
+
+
+def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
+    """The Arrow path (`mapInArrow`): columnar batches from the JVM, about twice as fast as Rows."""
+    import pyarrow as pa
+
+    from .handler import Record
+
+    def items() -> Iterator[tuple[int, Any]]:
+        for rb in batches:
+            d = rb.to_pydict()
+            for t, p, o, k, v, hs, ts, sub in zip(d["topic"], d["partition"], d["offset"], d["key"], d["value"],
+                                                  d["headers"], d["ts_ms"], d["lp_sub"]):
+                headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
+                yield sub, Record(t, p, o, k, v, headers, ts)
+
+    schema = pa.schema([("records", pa.int64()), ("batches", pa.int64()), ("skipped", pa.int64()),
+                        ("first_batch_at", pa.float64()), ("last_batch_at", pa.float64()),
+                        ("partition", pa.int64()), ("index", pa.int64())])
+    for summary in run_task(spec, items()):
+        yield pa.RecordBatch.from_pylist([{f.name: summary.get(f.name) for f in schema}], schema=schema)
+
+
+def run_task(spec: TaskSpec, items: Iterable[tuple[int, Any]]) -> Iterator[dict[str, Any]]:
+    """Process one sub-range's records: batches through the handler, progress commit after each.
+
+    ``items`` are (sub-range index in the plan, Record), in offset order.
 
     Yields one summary dict (records, batches, first/last batch wall time) for the driver's log.
     """
@@ -265,19 +297,18 @@ def run_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
     batch: list[Any] = []
     try:
-        for row in rows:
+        for sub_index, record in items:
             if sub is None:
-                sub = spec.sub_ranges[int(row.lp_sub)]
+                sub = spec.sub_ranges[sub_index]
                 summary.update(partition=sub.partition, index=sub.index)
                 committer = _progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index))
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
-            offset = int(row.offset)
-            if offset < done_next:  # done by an earlier attempt of this task (Spark retry)
+            if record.offset < done_next:  # done by an earlier attempt of this task (Spark retry)
                 summary["skipped"] += 1
                 continue
-            batch.append(_row_record(row))
+            batch.append(record)
             if len(batch) >= spec.batch_max_records:
                 flush(batch)
                 batch = []
@@ -297,6 +328,18 @@ def run_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
 
 # ---- the driver ---------------------------------------------------------------------------------
+
+def _arrow_available() -> bool:
+    """mapInArrow needs pyarrow and pandas (the `spark` extra installs both); else the Row path."""
+    if os.environ.get("LAGPILOT_DRAIN_ARROW", "1") == "0":
+        return False
+    try:
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str]) -> Any:
     from pyspark.sql import SparkSession
@@ -364,11 +407,14 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         try:
             frame = build_frame(spark, plan, work, spark_kafka_options(cfg, plan.read_committed))
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
-            results = frame.rdd.mapPartitions(functools.partial(run_task, spec)).collect()
+            if _arrow_available():
+                results = [r.asDict() for r in frame.mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA).collect()]
+            else:
+                results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
         finally:
             spark.stop()
-        summary["records"] = sum(r["records"] for r in results)
-        summary["skipped"] = sum(r["skipped"] for r in results)
+        summary["records"] = sum(r["records"] or 0 for r in results)
+        summary["skipped"] = sum(r["skipped"] or 0 for r in results)
         firsts = [r["first_batch_at"] for r in results if r.get("first_batch_at")]
         summary["first_batch_at"] = min(firsts) if firsts else None
         summary["last_batch_at"] = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
