@@ -2,14 +2,22 @@
 effective permissions (`kubectl auth can-i --as=system:serviceaccount:...`): allowed exactly what
 docs/helm.md / docs/rbac.md list, denied the rest.
 
-The operator Deployment is applied with replicas 0: a live operator watching every namespace of the
-shared test cluster would act on other tests' objects. Running the operator with the chart's
-permissions is the operator e2e's job, through `lagpilot_dev.helm.operator_kubeconfig`.
+Then the operator itself with the chart's permissions, twice: as a local process with the chart's
+command line, environment and a token of its ServiceAccount (`lagpilot_dev.helm.operator_kubeconfig`),
+and through a real `helm install` whose Deployment's pod the test-side pod runner runs. Both serve
+only their own test namespace (`watchNamespaces`); the plain applies above use replicas 0, since an
+operator watching every namespace of the shared test cluster would act on other tests' objects.
 """
 from __future__ import annotations
 
 import copy
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,11 +26,14 @@ import pytest
 import yaml
 
 from lagpilot_dev import helm as h
+from lagpilot_dev.paths import http_ok
 from tests.fixtures.kube import KubeEnv, wait_until
 
 pytestmark = pytest.mark.real
 
 CRD = "batchconsumergroups.lagpilot.io"
+# an API call the operator's RBAC refused (a uid or a timestamp never holds a standalone 403)
+DENIED_LINE = re.compile(r"(?i)forbidden|\b403\b")
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +255,6 @@ def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -258,13 +267,6 @@ def test_operator_reconciles_with_only_the_charts_service_account(
     """The operator, started with the chart's own command line and environment and authenticated as
     the chart's ServiceAccount, reconciles a CR: creates the consumer Deployment, writes status, posts
     no 403 anywhere in its log. Proves the chart's RBAC sufficient for the control loop."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from lagpilot_dev.paths import http_ok
-
     rel_ns, team = namespace("lp-sys"), namespace("lp-team")
     values = {"watchNamespaces": [team]}
     rendered = _render(helm_bin, release, rel_ns, values)
@@ -328,5 +330,63 @@ def test_operator_reconciles_with_only_the_charts_service_account(
                 proc.wait(10)
         log = log_path.read_text(errors="replace")
         print(f"--- operator log (tail) ---\n{chr(10).join(log.splitlines()[-80:])}")
-    denied = [line for line in log.splitlines() if "forbidden" in line.lower() or " 403" in line or '"403' in line]
+    denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
     assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
+
+
+@pytest.mark.slow
+def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str], pod_runner: Any,
+        kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Any) -> None:
+    """A real `helm install`: the controller-manager turns the chart's Deployment into a Pod, the pod
+    runner runs its container (`lagpilot operator ...` with the chart's env and a token of the
+    chart's ServiceAccount), and that operator reconciles a CR end to end; `helm uninstall` removes
+    the operator again (and its cluster-scoped RBAC)."""
+    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    values = {"watchNamespaces": [team],
+              # one network namespace for every local pod: no fixed ports
+              "health": {"port": _free_port()}, "metrics": {"enabled": True, "port": _free_port()},
+              "operator": {"extraEnv": [{"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"},
+                                        {"name": "LAGPILOT_POD_START_SECONDS", "value": "3"}]}}
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(values))
+    helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
+    out = h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args]).stdout
+    assert "STATUS: deployed" in out and "NOTES:" in out
+    full = f"{release}-lagpilot"
+    name = "via-helm"
+    try:
+        def operator_pod() -> dict[str, Any] | None:
+            pods = json.loads(kube.kubectl("get", "pods", "-n", rel_ns, "-o", "json",
+                                           "-l", f"app.kubernetes.io/instance={release}").stdout)["items"]
+            ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                            for c in p.get("status", {}).get("conditions", []))]
+            return ready[0] if ready else None
+
+        pod = wait_until(operator_pod, "the operator pod Ready (kopf /healthz through the pod runner)", 180)
+        assert pod["spec"]["serviceAccountName"] == full
+        topic = new_topic(partitions=2)
+        bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
+               "spec": {"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
+                        "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
+                        "catchUpSLASeconds": 60}}
+        kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
+
+        def cr_status() -> dict[str, Any]:
+            return json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status") or {}
+
+        wait_until(lambda: kube.kubectl("get", "deployment", f"{name}-consumer", "-n", team, check=False).returncode == 0,
+                   "the consumer Deployment created by the helm-installed operator", 180)
+        st = wait_until(lambda: cr_status().get("conditions") and cr_status(), "status from that operator", 180)
+        assert st.get("observedGeneration") == 1
+        kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
+        log_path = pod_runner.log_path(rel_ns, pod["metadata"]["name"])
+        log = log_path.read_text(errors="replace") if log_path else ""
+        assert log, "no operator log from the pod runner"
+        denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
+        assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
+    finally:
+        kube.kubectl("delete", "bcg", name, "-n", team, "--ignore-not-found", "--wait=false", check=False)
+        h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "120s", *helm_args], timeout=180)
+    assert kube.kubectl("get", "deployment", full, "-n", rel_ns, check=False).returncode != 0
+    assert kube.kubectl("get", "clusterrole", f"{full}-scanning", check=False).returncode != 0
