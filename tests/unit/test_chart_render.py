@@ -279,3 +279,18 @@ def test_secrets_are_get_only_and_pods_untouched_by_the_operator(rendered: dict[
         for verb in ("list", "watch", "create", "update", "patch", "delete"):
             assert not _can(_rules(role), "", "secrets", verb), (role["metadata"]["name"], verb)
         assert not _can(_rules(role), "", "pods", "create")
+
+
+def test_schema_is_valid_against_the_draft_07_metaschema(helm: Path, tmp_path: Path) -> None:
+    """helm compiles values.schema.json against its metaschema on every lint/template: the real
+    schema passes (every test above), a schema with an invalid keyword value is refused."""
+    import shutil
+
+    assert '"$schema": "http://json-schema.org/draft-07/schema#"' in (h.CHART_DIR / "values.schema.json").read_text()
+    broken = tmp_path / "lagpilot"
+    shutil.copytree(h.CHART_DIR, broken)
+    schema = broken / "values.schema.json"
+    schema.write_text(schema.read_text().replace('"type": "boolean"', '"type": "bool"', 1))
+    with pytest.raises(h.HelmError) as exc:
+        h.template(helm=helm, chart=broken)
+    assert "not valid against metaschema" in exc.value.output
