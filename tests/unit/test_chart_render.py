@@ -5,6 +5,7 @@ proxy on first use (dev/install-helm.sh).
 """
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
