@@ -17,6 +17,20 @@ log() { printf '[build-kube %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 export GOFLAGS="-mod=mod -buildvcs=false"
 export CGO_ENABLED=0
+# Go's module and build caches for this build live under OUT_DIR/src and are deleted after a
+# successful build (measured: 0.9 GB of modules + 3.0 GB of build cache for v1.35.4), so the only
+# disk kept is the binaries (~280 MB). LAGPILOT_KEEP_GO_CACHE=1 keeps them (a rebuild is then ~35 s
+# instead of ~5 min); LAGPILOT_GO_CACHE_SHARED=1 uses Go's own (shared, user-wide) caches instead.
+if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ]; then
+  export GOMODCACHE="$out/src/go-mod" GOCACHE="$out/src/go-build"
+fi
+cleanup_go_caches() {
+  if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then
+    chmod -R u+w "$out/src" 2>/dev/null || true   # the module cache is read-only by design
+    rm -rf "$out/src"
+    log "removed the build's Go caches (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
+  fi
+}
 
 if [ ! -x "$out/bin/etcd" ]; then
   log "building etcd $ETCD_VERSION"
@@ -63,4 +77,5 @@ if [ ${#need[@]} -gt 0 ]; then
   go build -trimpath -ldflags "$ldf" -o "$out/bin/" "${need[@]}"
   log "kubernetes binaries built"
 fi
+cleanup_go_caches
 "$out/bin/kubectl" version --client 2>/dev/null | head -1 >&2 || true
