@@ -223,10 +223,11 @@ def test_handler_settings_read_the_dsn_from_the_named_env_var() -> None:
 def test_scale_events_tell_the_hand_off_from_scaling() -> None:
     planned = {"id": 1, "phase": "Planned"}
     running = {"id": 1, "phase": "Running"}
-    seq = [(0, 1, None), (5, 3, None), (10, 3, planned), (12, 0, planned), (20, 3, running), (40, 1, running)]
+    seq = [(-1, 0, None), (0, 1, None), (5, 3, None), (10, 3, planned), (12, 0, planned), (20, 3, running),
+           (40, 1, running)]
     events = demo_report.scale_events([_s(t, {}, {}, replicas=r, drain=d) for t, r, d in seq])
     assert [(e["from"], e["to"], e["cause"]) for e in events] == [
-        (1, 3, "scaling"), (3, 0, "drain hand-off"), (0, 3, "drain hand-off"), (3, 1, "scaling")]
+        (0, 1, "start"), (1, 3, "scaling"), (3, 0, "drain hand-off"), (0, 3, "drain hand-off"), (3, 1, "scaling")]
     proof = _proof()
     summary = demo_report.summarize([_s(t, {0: 0}, {0: 0}, replicas=r, drain=d) for t, r, d in seq], proof,
                                     profile="fast", sla_s=60, batch_max_records=5, partitions=1, timings={}, paths={})

@@ -180,12 +180,14 @@ HAND_OFF_PHASES = ("Planned", "HandedOff")
 
 def scale_events(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     """Every change of the Deployment's replica count seen, in order. A drain hand-off quiesces
-    the group (→ 0) and gives the replicas back: those two are marked ``"cause": "drain hand-off"``,
-    the others ``"cause": "scaling"`` (the operator's decisions)."""
+    the group (→ 0) and gives the replicas back: those two are marked ``"cause": "drain hand-off"``;
+    the first 0 → n is ``"start"`` (the Deployment rolling out); the others ``"cause": "scaling"``
+    (the operator's decisions)."""
     out: list[dict[str, Any]] = []
     prev: int | None = None
     prev_phase: str | None = None
     quiesced = False
+    seen_running = False
     for s in samples:
         if s.replicas is None:
             continue
@@ -193,8 +195,9 @@ def scale_events(samples: Sequence[Sample]) -> list[dict[str, Any]]:
             hand_off = (s.replicas == 0 and (s.drain_phase in HAND_OFF_PHASES or prev_phase in HAND_OFF_PHASES)) \
                 or (prev == 0 and quiesced)
             quiesced = s.replicas == 0 and hand_off
-            out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas,
-                        "cause": "drain hand-off" if hand_off else "scaling"})
+            cause = "drain hand-off" if hand_off else ("start" if prev == 0 and not seen_running else "scaling")
+            out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas, "cause": cause})
+        seen_running = seen_running or s.replicas > 0
         prev = s.replicas
         prev_phase = s.drain_phase
     return out
