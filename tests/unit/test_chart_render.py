@@ -25,6 +25,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     "namespaced-no-scanning": {"watchNamespaces": ["team-a"], "rbac": {"create": True, "clusterScanning": False}},
     "everything-on": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
                       "drain": {"serviceAccount": {"create": True}, "namespaces": ["jobs-1", "jobs-2"],
+                                "sparkMaster": "k8s://https://kubernetes.default.svc",
                                 "rbac": {"create": True, "persistentVolumeClaims": True}},
                       "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "high"},
 }
@@ -74,8 +75,9 @@ def test_helm_lint_strict_passes(helm: Path, profile: str) -> None:
     ("serviceAccount.create=false", "/serviceAccount/name"),
     ("serviceMonitor.interval=often", "/serviceMonitor/interval"),
     ("drain.namespaces={UPPER}", "/drain/namespaces/0"),
+    ("drain.sparkMaster=yarn", "/drain/sparkMaster"),
 ], ids=["enum", "namespace-pattern", "pull-policy", "port-range", "typo-key", "unknown-key",
-        "sa-name-required", "duration", "drain-ns"])
+        "sa-name-required", "duration", "drain-ns", "spark-master"])
 def test_schema_rejects_bad_values(helm: Path, set_value: str, complaint: str) -> None:
     for run in (lambda: h.lint(set_values=[set_value], helm=helm),
                 lambda: h.template(release=RELEASE, namespace=NS, set_values=[set_value], helm=helm)):
@@ -178,6 +180,10 @@ def test_drain_driver_gets_a_role_in_its_namespace_only(rendered: dict[str, h.Re
     env = {e["name"]: e.get("value") for e in
            r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["LAGPILOT_DRAIN_SERVICE_ACCOUNT"] == f"{FULL}-drain"
+    assert env["LAGPILOT_DRAIN_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
+    default_env = [e["name"] for e in
+                   rendered["defaults"].get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert "LAGPILOT_DRAIN_SPARK_MASTER" not in default_env  # local mode unless asked
 
 
 def test_operator_deployment_shape(rendered: dict[str, h.Rendered]) -> None:
