@@ -112,6 +112,11 @@ class Operator:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
             return r.read().decode()
 
+    def kill(self) -> None:
+        """SIGKILL: no shutdown at all (what a node failure or OOM kill does)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
     def stop(self) -> None:
         if self.alive():
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -143,12 +148,13 @@ def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator
     started: list[tuple[Operator, str]] = []
 
     def start(ns: str) -> Operator:
-        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rbac_rules()})
-        rbac.create_namespaced_role_binding(ns, {
-            "metadata": {"name": SA_NAME},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
-        })
+        if not any(n == ns for _, n in started):
+            rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rbac_rules()})
+            rbac.create_namespaced_role_binding(ns, {
+                "metadata": {"name": SA_NAME},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+                "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
+            })
         kubeconfig = crd.kubeconfig_for_service_account(ns, SA_NAME)
         # logs outside pytest's rotating basetemp (other sessions run pytest concurrently)
         log_dir = Path(tempfile.mkdtemp(prefix="lagpilot-operator-e2e-"))
@@ -415,3 +421,59 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_
     assert op.alive(), op.tail()
     for fut in kafka_admin.delete_topics([missing_topic], operation_timeout=30).values():
         fut.result(timeout=60)
+
+
+# --------------------------------------------------------------------------- restart
+
+def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: Any, pod_runner: Any,
+                                                          namespace: Callable[..., str], kafka_bootstrap: str,
+                                                          new_topic: Callable[..., str],
+                                                          start_operator: Callable[[str], Operator]) -> None:
+    """SIGKILL the operator mid-backlog; its successor continues from the CR status: the smoothed
+    capacity and the stabilization window's recommendations recorded before the kill are still
+    there after the successor's first cycle (nothing is re-learnt from scratch)."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(kube_api)
+    ns = namespace("op-restart")
+    topic = new_topic(partitions=2, prefix="op-restart")
+    produce(kafka_bootstrap, topic, 3000, 2)
+    op = start_operator(ns)
+    name = "restart"
+    apply_cr(crd, ns, cr(name, {
+        "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"g-{uuid.uuid4().hex[:6]}",
+        "batch": {"maxRecords": 50, "timeoutMs": 500},
+        # ~50 records/s per consumer: the backlog outlives the restart
+        "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "20"}},
+        "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2,
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}},
+        "catchUpSLASeconds": 600, "drain": {"enabled": False},
+        "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+    }))
+
+    def status() -> dict[str, Any]:
+        return get_cr(custom, ns, name).get("status") or {}
+
+    wait_until(lambda: (status().get("estimator") or {}).get("capacityPerReplica")
+               and len((status().get("scalingHistory") or {}).get("recommendations", [])) >= 3,
+               "a capacity estimate and a few recommendations", 180, interval=1)
+    op.kill()
+    t_kill = time.time()
+    before = status()
+    recs_before = [t for t, _ in before["scalingHistory"]["recommendations"]]
+    cap_before = before["estimator"]["capacityPerReplica"]
+    print(f"before the kill: capacity {cap_before}, {len(recs_before)} recommendations, "
+          f"totalLag {before['totalLag']}, replicas {before['desiredReplicas']}")
+    assert before["totalLag"] > 0, "the backlog must outlive the restart for this test to mean anything"
+
+    start_operator(ns)
+    after = wait_until(lambda: (s := status()) and s["estimator"]["atS"] > t_kill and s,
+                       "the successor's first cycle", 120, interval=0.5)
+    recs_after = [t for t, _ in after["scalingHistory"]["recommendations"]]
+    print(f"after the restart: capacity {after['estimator']['capacityPerReplica']}, "
+          f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
+          f"decision: {after['lastDecision']}")
+    assert any(t < t_kill for t in recs_after), "the stabilization history was forgotten"
+    assert after["estimator"]["capacityPerReplica"] > 0
+    assert "capacity" not in after["lastDecision"].lower() or "unknown" not in after["lastDecision"].lower()
+    assert condition(get_cr(custom, ns, name), "Degraded")["status"] == "False"

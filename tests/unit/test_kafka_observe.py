@@ -224,3 +224,18 @@ def test_peek_oldest_never_raises() -> None:
 
     h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=boom)
     assert peek_oldest(h, "t", {0: 1}, timeout_s=0.1) == {}
+
+
+def test_repeated_librdkafka_lines_are_thinned() -> None:
+    import logging
+
+    from lagpilot.kafka_observe import _RepeatFilter
+
+    f = _RepeatFilter(every_s=60)
+
+    def rec(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("lagpilot.kafka", logging.ERROR, __file__, 1, msg, None, None)
+
+    assert f.filter(rec("Connect to 127.0.0.1:41 failed (after 0ms)"))
+    assert not f.filter(rec("Connect to 127.0.0.1:41 failed (after 3ms)"))
+    assert f.filter(rec("SASL handshake failed"))

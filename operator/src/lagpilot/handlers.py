@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from typing import Any
@@ -85,7 +86,12 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
             try:
-                result = await asyncio.to_thread(run_cycle, ref, dict(body.spec), dict(body.status), deps, cache)
+                # a dedicated pool: a cycle blocks on Kafka for up to LAGPILOT_KAFKA_TIMEOUT_SECONDS
+                # (an unreachable broker), which must not starve the other CRs' cycles or kopf's own
+                # sync handlers; the context is copied so kopf.event works from the thread
+                ctx = contextvars.copy_context()
+                result = await asyncio.get_running_loop().run_in_executor(
+                    memo.cycle_pool, ctx.run, run_cycle, ref, dict(body.spec), dict(body.status), deps, cache)
             except Exception as err:  # noqa: BLE001 - a bug must not kill the loop for good
                 log.exception("control loop cycle crashed", extra={"group": ref.key})
                 raise kopf.TemporaryError(f"cycle crashed: {type(err).__name__}", delay=30) from None

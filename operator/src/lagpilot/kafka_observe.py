@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +30,33 @@ from typing import Any
 from lagpilot.spec import KafkaSpec
 
 log = logging.getLogger(__name__)
+
+
+class _RepeatFilter(logging.Filter):
+    """librdkafka repeats a failing connection's line on every retry (every 1-5 s, per broker
+    thread): let each distinct line through once a minute (digits ignored when comparing)."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < self.every_s:
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = now
+        return True
+
+
 _KAFKA_LOG = logging.getLogger("lagpilot.kafka")
+_KAFKA_LOG.addFilter(_RepeatFilter())
 
 CAPACITY_PREFIX = "lp1;"
 

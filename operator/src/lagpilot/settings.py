@@ -6,10 +6,12 @@ Environment (all optional):
 - LAGPILOT_KAFKA_TIMEOUT_SECONDS (default 10): per-cycle budget for the Kafka admin requests.
 - LAGPILOT_MAX_BACKOFF_SECONDS (default 300): ceiling of the retry delay after a failed cycle.
 - LAGPILOT_OPERATOR_METRICS_PORT: read by run.py (0 disables the metrics endpoint).
+- LAGPILOT_CYCLE_WORKERS (default 32): threads for the per-CR control-loop cycles.
 - LAGPILOT_KOPF_SCANNING (default false): let kopf scan/watch CRDs and namespaces cluster-wide.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -27,6 +29,7 @@ class OperatorConfig:
     kafka_timeout_seconds: float = 10.0
     max_backoff_seconds: float = 300.0
     min_backoff_seconds: float = 5.0
+    cycle_workers: int = 32
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "OperatorConfig":
@@ -48,6 +51,7 @@ class OperatorConfig:
             pod_start_seconds=num("LAGPILOT_POD_START_SECONDS", cls.pod_start_seconds),
             kafka_timeout_seconds=num("LAGPILOT_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds),
             max_backoff_seconds=num("LAGPILOT_MAX_BACKOFF_SECONDS", cls.max_backoff_seconds),
+            cycle_workers=max(1, int(num("LAGPILOT_CYCLE_WORKERS", cls.cycle_workers))),
         )
 
 
@@ -79,6 +83,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.execution.max_workers = 16
     # The daemon per CR does its own pacing; on operator shutdown give a cycle in flight a moment.
     memo.config = OperatorConfig.from_env()
+    # threads for the control-loop cycles (handlers.control_loop): each CR's cycle holds one while it
+    # waits on Kafka and the API server, so size it for the CRs that may be slow at the same time
+    memo.cycle_pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=memo.config.cycle_workers, thread_name_prefix="lagpilot-cycle")
     memo.admin_pool = AdminPool(socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000))
     memo.metrics = default_metrics()
     if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
