@@ -185,3 +185,18 @@ def test_each_pod_gets_its_own_port_in_its_env(runner: FakeRunner, tmp_path: Pat
     finally:
         runner.stopping.set()
         w.finished.wait(10)
+
+
+def test_deleting_a_pod_that_never_started_fails_it(runner: FakeRunner) -> None:
+    env = [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "never", "key": "pw"}}}]
+    pod = _pod([sys.executable, "-c", "pass"], restart="Never", env=env)
+    w = _start(runner, pod)
+    _wait(lambda: _cs(runner).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError",
+          "CreateContainerConfigError")
+    deleting = copy.deepcopy(pod)
+    deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
+    w.update(deleting)
+    assert w.finished.wait(30)
+    assert runner.last()["phase"] == "Failed"  # not Succeeded: a Job must not count it
+    assert _cs(runner)["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert runner.deleted == [("ns", "p", "uid-1")]

@@ -565,6 +565,11 @@ class PodWorker:
             self.backoff_until = time.monotonic() + 2.0
             self._write_status()
             return
+        except Exception as exc:  # noqa: BLE001 - apiserver unreachable (fault tests): try again shortly
+            log.warning("cannot prepare container yet", extra={"pod": f"{self.namespace}/{self.name}",
+                                                                "error": repr(exc)[:300]})
+            self.backoff_until = time.monotonic() + 2.0
+            return
         # one network namespace for all local pods: each gets its own port (see module docstring)
         env["LAGPILOT_METRICS_PORT"] = str(self.port)
         env["PORT"] = str(self.port)
@@ -713,11 +718,13 @@ class PodWorker:
                 self.done = True
             self._write_status()
         elif not self.done:
+            # no process (never started, or in back-off): what the kubelet reports for a container
+            # it cannot account for; never Succeeded, or a Job would count a pod that did not run
             self.ready = False
-            if "waiting" in self.state:
-                self.state = {"terminated": terminated_state(137 if self.last_state else 0, None, None, now_rfc3339(),
-                                                             reason="ContainerStatusUnknown" if self.last_state else "Completed")}
-            self.phase, self.done = "Failed" if self.last_state else "Succeeded", True
+            self.state = {"terminated": terminated_state(
+                137, None, None, now_rfc3339(), reason="ContainerStatusUnknown",
+                message="The container could not be located when the pod was terminated")}
+            self.phase, self.done = "Failed", True
             self._write_status()
         self.runner.delete_pod(self.namespace, self.name, self.uid)
 
