@@ -152,6 +152,7 @@ class Demo:
         self.parts = PARTS if not args.no_operator else ("kafka", "kube", "postgres")
         self.consumer: subprocess.Popen[bytes] | None = None
         self._probe_logged: dict[str, float] = {}
+        self._leftovers: list[tuple[str, list[str]]] = []  # (topic, tables) of a kept previous run
         self._setup_logging()
 
     # ---- output ------------------------------------------------------------------------------------
@@ -165,11 +166,12 @@ class Demo:
         root.setLevel(logging.INFO)
         dev = logging.getLogger("lagpilot_dev")
         dev.setLevel(logging.INFO)
+        dev.addHandler(fh)  # directly: logutil.setup() may have turned its propagation off
+        dev.propagate = False
         for noisy in ("kubernetes", "urllib3"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self._wait_printer = _WaitPrinter(lambda m: self.say(m, indent=True))
         logging.getLogger("lagpilot_dev").addHandler(self._wait_printer)
-        logging.getLogger("lagpilot_dev.podrunner").propagate = True
         self._wait_printer.addFilter(lambda r: not r.name.startswith(("lagpilot_dev.podrunner", "lagpilot_dev.demo")))
 
     def elapsed(self) -> float:
@@ -300,6 +302,7 @@ class Demo:
                                                 "stringData": {"dsn": self.info.postgres_dsn}})
         self.pg = psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10,
                                   application_name="lagpilot-demo")
+        self._drop_leftovers()
         self.done("resources", t0, f"namespace {self.ns}, topic {self.topic}, Secret demo-pg (the DSN; never printed)")
 
     def _remove_namespace(self, core: Any, wait: bool) -> None:
@@ -318,11 +321,19 @@ class Demo:
         co = client.CustomObjectsApi(self.api)
         with contextlib.suppress(client.ApiException):
             for item in co.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL).get("items", []):
+                spec = item.get("spec") or {}
+                cfg = (spec.get("processing") or {}).get("config") or {}
+                self._leftovers.append((str(spec.get("topic") or ""),
+                                        [str(cfg.get(k) or "") for k in ("postgres.table", "auditTable")]))
                 with contextlib.suppress(client.ApiException):
                     co.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, item["metadata"]["name"],
                                                       {"metadata": {"finalizers": None}})
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(self.ns, propagation_policy="Background")
+        # pods on a pod-runner Node that is gone (a --keep run) would wait forever for a kubelet
+        # to confirm their deletion: remove them at once, as `kubectl delete --force` does
+        with contextlib.suppress(client.ApiException):
+            core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0)
         if wait:
             def gone() -> bool:
                 try:
@@ -332,6 +343,32 @@ class Demo:
                 return False
 
             self.wait(gone, f"namespace {self.ns} to be deleted", 180)
+            self._remove_stale_nodes(core)
+
+    def _drop_leftovers(self) -> None:
+        """The topic and tables of a previous run's CR in this namespace (a --keep run), demo names only."""
+        for topic, tables in self._leftovers:
+            if topic.startswith("demo-orders-"):
+                with contextlib.suppress(Exception):
+                    for fut in self.admin.delete_topics([topic], operation_timeout=30).values():
+                        fut.result(timeout=60)
+            for table in tables:
+                if table.startswith(("demo_orders_", "demo_audit_")) and table.replace("_", "").isalnum():
+                    with contextlib.suppress(Exception):
+                        self.pg.execute(f'DROP TABLE IF EXISTS "{table}"')
+        self._leftovers.clear()
+
+    def _remove_stale_nodes(self, core: Any) -> None:
+        """Nodes of earlier demo pod runners (kept with --keep, or left by a crash) that are NotReady."""
+        from kubernetes import client
+
+        with contextlib.suppress(client.ApiException):
+            for node in core.list_node().items:
+                name = node.metadata.name
+                ready = [c.status for c in (node.status.conditions or []) if c.type == "Ready"]
+                if name.startswith("lagpilot-demo-") and ready != ["True"]:
+                    with contextlib.suppress(client.ApiException):
+                        core.delete_node(name)
 
     def stage_operator(self) -> None:
         from lagpilot_dev.podrunner import PodRunner
@@ -737,6 +774,8 @@ class Demo:
             print("\nThe stack, namespace and BatchConsumerGroup stay up (the operator and pod runner stopped with the demo):")
             for line in self.info.shell_exports()[:1]:
                 print(f"  {line}")
+            if self.info.kubectl:
+                print(f"  export PATH={Path(self.info.kubectl).parent}:$PATH   # the version-matched kubectl")
             print(f"  kubectl get bcg -n {self.ns} -o wide")
             print(f"  kubectl describe bcg -n {self.ns} {self.name}")
             print("  .venv/bin/lagpilot dev down    # stops the stack")
@@ -768,8 +807,13 @@ class Demo:
                 time.sleep(0.5)
 
     def _stop_runner(self) -> None:
+        from kubernetes import client
+
         if self.runner is not None:
             self.runner.stop()
+            if not self.args.keep and self.api is not None:  # its Node object would stay behind, NotReady
+                with contextlib.suppress(client.ApiException):
+                    client.CoreV1Api(self.api).delete_node(self.runner.node_name)
             self.runner = None
 
     def _stop_operator(self) -> None:
@@ -805,10 +849,14 @@ class Demo:
                 for fut in self.admin.delete_topics([self.topic], operation_timeout=30).values():
                     fut.result(timeout=60)
         if self.pg is not None:
-            with contextlib.suppress(Exception):
-                self.pg.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.audit_table}"')
+            import psycopg
+
             with contextlib.suppress(Exception):
                 self.pg.close()
+            # a fresh connection: an interrupt may have left the old one mid-query
+            with psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10) as conn:
+                conn.execute("SET lock_timeout = '20s'")
+                conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.audit_table}"')
 
     def _release_stack(self, keep: bool) -> None:
         if self.stack is None or self.lease is None:

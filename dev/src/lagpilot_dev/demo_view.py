@@ -15,6 +15,17 @@ from lagpilot_dev.demo_report import Sample, condition
 BOLD, DIM, RED, GREEN, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
 HOME_CLEAR = "\x1b[H\x1b[J"
 
+# what each drain phase means, for a reader who has not read docs/drain.md
+DRAIN_PHASES = {
+    "Planned": "hand-off: the live group is scaled to 0 so its offsets can move to the split point",
+    "HandedOff": "the group resumes at the split; the Spark drain Job is being launched",
+    "Running": "Spark processes the ranges with the same handler, more tasks than partitions",
+    "Succeeded": "the Job finished; checking every sub-range's progress",
+    "Verified": "every offset of the ranges was processed",
+    "Failed": "the Job failed; the ranges stay recorded and are retried",
+    "Cancelled": "cancelled; the unfinished ranges stay recorded",
+}
+
 
 @dataclass
 class Header:
@@ -93,7 +104,7 @@ def render(header: Header, s: Sample | None, kubectl_lines: Sequence[str], *, co
         pct = f"{100 * done / total:.0f}%" if total else "—"
         active = s.drain_active
         label = c(f"drain #{d.get('id')} {d.get('phase')}", YELLOW if active else DIM)
-        out.append(f"{label}  {ranges}")
+        out.append(f"{label}  {ranges}  {c(DRAIN_PHASES.get(str(d.get('phase')), ''), DIM)}")
         out.append(f"          {c(bar(done, total, bw + 10), YELLOW if active else DIM)} {done:,}/{total:,} ({pct})"
                    f" reported by the drain   Spark tasks with work left: {s.drain_tasks}")
         if s.drain_in_sink is not None and total:
