@@ -338,3 +338,38 @@ def test_hot_partition_is_drained_alone(scenario: Callable[..., Scenario], kafka
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert [r["partition"] for r in d["ranges"]] == [0]
     assert {sr["partition"] for sr in d["subRanges"]} == {0} and len(d["subRanges"]) == 4
+
+
+def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(scenario: Callable[..., Scenario], kafka_admin: Any,
+                                                                    postgres_dsn: str) -> None:
+    import psycopg
+
+    s = scenario({p: 15000 for p in range(PARTS)})
+
+    def patch_cancel(value: bool) -> None:
+        s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
+                                                {"spec": {"drain": {"cancel": value}}})
+
+    wait_phase(s, ("Running",), 600)
+    wait_until(lambda: s.drain().get("recordsDone", 0) >= 1000, "some drain progress", 600, interval=1)
+    patch_cancel(True)
+    d = wait_phase(s, ("Cancelled",), 300)
+    assert d["recordsDone"] < d["recordsTotal"], d  # a remainder exists and stays recorded
+    remaining = sum(sr["end"] - sr["next"] for sr in d["subRanges"])
+    assert remaining > 0
+    assert not s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items  # no drain process left
+
+    def drained_rows() -> int:
+        with psycopg.connect(postgres_dsn) as conn:
+            return int(conn.execute(f"SELECT count(*) FROM {s.table} WHERE source = 'drain'").fetchone()[0])
+
+    before = drained_rows()
+    time.sleep(10)
+    assert drained_rows() == before  # cancelled means stopped
+    assert s.drain()["phase"] == "Cancelled"
+    patch_cancel(False)  # resume the same sub-ranges from their progress
+    wait_phase(s, ("Running", "Succeeded", "Verified"), 120)
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=12)
+    assert d["attempt"] >= 2
+    reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
+    assert "DrainCancelled" in reasons, reasons
