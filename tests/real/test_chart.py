@@ -170,17 +170,32 @@ def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
              # a namespace it does not serve: nothing at all
              + _check(kube, operator, other, OPERATOR_ALLOWED, False)
              + _check(kube, operator, rel_ns, [("patch", "deployments.apps", None), ("get", "secrets", None)], False)
-             # cluster-wide: only kopf's read-only scans
+             # cluster-wide: nothing (kopf's scans are off unless rbac.clusterScanning)
              + _check(kube, operator, None, [("list", "customresourcedefinitions.apiextensions.k8s.io", None),
-                                             ("watch", "customresourcedefinitions.apiextensions.k8s.io", None),
-                                             ("list", "namespaces", None), ("watch", "namespaces", None)], True)
-             + _check(kube, operator, None, [("create", "namespaces", None), ("list", "nodes", None),
+                                             ("list", "namespaces", None), ("create", "namespaces", None),
+                                             ("list", "nodes", None),
                                              ("create", "clusterroles.rbac.authorization.k8s.io", None),
                                              ("patch", "customresourcedefinitions.apiextensions.k8s.io", None)],
                       False)
              + _check(kube, drain, team, DRAIN_ALLOWED, True)
              + _check(kube, drain, team, DRAIN_DENIED, False)
              + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False))
+    assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
+
+
+def test_cluster_scanning_grants_only_read_only_cluster_scans(
+        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    rendered = _render(helm_bin, release, rel_ns, {"watchNamespaces": [team],
+                                                   "rbac": {"create": True, "clusterScanning": True}})
+    h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
+    operator = _sa(rel_ns, f"{release}-lagpilot")
+    crds = "customresourcedefinitions.apiextensions.k8s.io"
+    wait_until(lambda: _can_i(kube, operator, "list", crds, None), "the scanning ClusterRole", 60)
+    wrong = (_check(kube, operator, None, [("list", crds, None), ("watch", crds, None),
+                                           ("list", "namespaces", None), ("watch", "namespaces", None)], True)
+             + _check(kube, operator, None, [("get", crds, None), ("patch", crds, None), ("create", "namespaces", None),
+                                             ("get", "namespaces", None), ("list", "nodes", None)], False))
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
 
 
@@ -300,7 +315,9 @@ def test_operator_reconciles_with_only_the_charts_service_account(
                     "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
                     "catchUpSLASeconds": 60}}
     with open(log_path, "ab") as log_fh:
-        proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", *container["command"][1:], *args],
+        # -X faulthandler: on a stall the test sends SIGABRT and the log gets every thread's stack
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "lagpilot.cli",
+                                 *container["command"][1:], *args],
                                 env=env, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_until(lambda: proc.poll() is None and http_ok(f"http://127.0.0.1:{health}/healthz"),
@@ -315,7 +332,12 @@ def test_operator_reconciles_with_only_the_charts_service_account(
             obj = json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout)
             return obj.get("status") or {}
 
-        st = wait_until(lambda: status().get("conditions") and status(), "status written by the operator", 180)
+        try:
+            st = wait_until(lambda: status().get("conditions") and status(), "status written by the operator", 180)
+        except AssertionError as exc:
+            proc.send_signal(signal.SIGABRT)  # dump the stuck operator's stacks into its log
+            proc.wait(30)
+            raise AssertionError(f"{exc}; CR status now: {json.dumps(status())}") from None
         assert st.get("partitions") in (None, 2)
         # deleting works while it runs (kopf removes its finalizer: the patch verb)
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
@@ -329,7 +351,7 @@ def test_operator_reconciles_with_only_the_charts_service_account(
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         log = log_path.read_text(errors="replace")
-        print(f"--- operator log (tail) ---\n{chr(10).join(log.splitlines()[-80:])}")
+        print(f"--- operator log (tail) ---\n{chr(10).join(log.splitlines()[-200:])}")
     denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
     assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
 

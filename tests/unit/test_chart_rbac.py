@@ -16,8 +16,8 @@ from lagpilot_dev import helm as h
 ROOT = Path(__file__).resolve().parents[2]
 Triple = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
-# kopf's own cluster-wide, read-only scans: granted by the separate `-scanning` ClusterRole behind
-# rbac.clusterScanning and documented in docs/helm.md's prose, not part of the operator's rules
+# kopf's own cluster-wide, read-only scans: off by default (the operator disables them), granted by
+# the separate `-scanning` ClusterRole with rbac.clusterScanning; docs/helm.md's prose, not its table
 KOPF_SCANNING: set[Triple] = {
     ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
@@ -82,7 +82,8 @@ def operator_rules() -> set[Triple]:
 
 @pytest.fixture(scope="module")
 def scanning_rules() -> set[Triple]:
-    rendered = h.template({"watchNamespaces": ["a"]}, release="lp", namespace="lagpilot-system")
+    rendered = h.template({"watchNamespaces": ["a"], "rbac": {"create": True, "clusterScanning": True}},
+                          release="lp", namespace="lagpilot-system")
     return _rule_triples(rendered.get("ClusterRole", "lp-lagpilot-scanning")["rules"])
 
 

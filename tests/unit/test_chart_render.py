@@ -22,7 +22,7 @@ FULL = "lp-lagpilot"
 PROFILES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "watch-two-namespaces": {"watchNamespaces": ["team-a", "team-b"]},
-    "namespaced-no-scanning": {"watchNamespaces": ["team-a"], "rbac": {"create": True, "clusterScanning": False}},
+    "namespaced-with-scanning": {"watchNamespaces": ["team-a"], "rbac": {"create": True, "clusterScanning": True}},
     "everything-on": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
                       "drain": {"serviceAccount": {"create": True}, "namespaces": ["jobs-1", "jobs-2"],
                                 "sparkMaster": "k8s://https://kubernetes.default.svc",
@@ -114,8 +114,6 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
         ("ServiceAccount", FULL, NS),
         ("ClusterRole", FULL, None),
         ("ClusterRoleBinding", FULL, None),
-        ("ClusterRole", f"{FULL}-scanning", None),
-        ("ClusterRoleBinding", f"{FULL}-scanning", None),
         ("ServiceAccount", f"{FULL}-drain", NS),
         ("Role", f"{FULL}-drain", NS),
         ("RoleBinding", f"{FULL}-drain", NS),
@@ -127,30 +125,34 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
     assert not any(a.startswith("--namespace") for a in args)
 
 
-def test_watch_namespaces_gives_roles_there_and_nothing_namespaced_cluster_wide(
-        rendered: dict[str, h.Rendered]) -> None:
+def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: dict[str, h.Rendered]) -> None:
     r = rendered["watch-two-namespaces"]
     roles = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("Role")}
     assert roles == {(FULL, "team-a"), (FULL, "team-b"), (f"{FULL}-drain", "team-a"), (f"{FULL}-drain", "team-b")}
     bindings = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("RoleBinding")}
     assert bindings == roles
-    # the only cluster-wide role is kopf's read-only scanning: no workload or secret verbs in it
+    assert [o["kind"] for o in r.objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")] == []
+    container = r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+    assert "LAGPILOT_KOPF_SCANNING" not in {e["name"] for e in container["env"]}  # the operator's default: off
+    drain_sas = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("ServiceAccount")}
+    assert drain_sas == {(FULL, NS), (f"{FULL}-drain", "team-a"), (f"{FULL}-drain", "team-b")}
+
+
+def test_cluster_scanning_is_read_only_and_switches_the_operator_on(rendered: dict[str, h.Rendered]) -> None:
+    r = rendered["namespaced-with-scanning"]
     (cluster_role,) = r.of_kind("ClusterRole")
     assert cluster_role["metadata"]["name"] == f"{FULL}-scanning"
     assert {v for rule in _rules(cluster_role) for v in rule["verbs"]} == {"list", "watch"}
     assert {res for rule in _rules(cluster_role) for res in rule["resources"]} == {
         "customresourcedefinitions", "namespaces"}
-    args = r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--namespace=team-a" in args and "--namespace=team-b" in args
-    assert "--all-namespaces" not in args
-    drain_sas = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("ServiceAccount")}
-    assert drain_sas == {(FULL, NS), (f"{FULL}-drain", "team-a"), (f"{FULL}-drain", "team-b")}
-
-
-def test_namespaced_install_without_scanning_has_nothing_cluster_wide(rendered: dict[str, h.Rendered]) -> None:
-    r = rendered["namespaced-no-scanning"]
-    cluster_scoped = [o["kind"] for o in r.objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    assert cluster_scoped == []
+    (binding,) = r.of_kind("ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == f"{FULL}-scanning"
+    env = {e["name"]: e.get("value") for e in
+           r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LAGPILOT_KOPF_SCANNING"] == "true"
 
 
 def test_role_bindings_point_at_the_operator_service_account(rendered: dict[str, h.Rendered]) -> None:
