@@ -52,6 +52,7 @@ GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 PARTS = ("kafka", "kube", "postgres", "spark")
 HANDLER = "lagpilot_dev.demo_handler:process"
 DEMO_LABEL = "lagpilot.io/demo"
+MAX_OPERATOR_RESTARTS = 3
 
 
 class DemoError(Exception):
@@ -152,6 +153,8 @@ class Demo:
         self.parts = PARTS if not args.no_operator else ("kafka", "kube", "postgres")
         self.consumer: subprocess.Popen[bytes] | None = None
         self._probe_logged: dict[str, float] = {}
+        self.operator_restarts = 0
+        self.operator_exits: list[int] = []
         self._leftovers: list[tuple[str, list[str]]] = []  # (topic, tables) of a kept previous run
         self._setup_logging()
 
@@ -379,22 +382,11 @@ class Demo:
             self._start_bare_consumer()
             self.done("operator_up", t0, "--no-operator: one bare consumer process instead")
             return
-        port = free_port()
-        log_path = self.out / "operator.log"
-        self.operator_log = open(log_path, "ab")  # noqa: SIM115 - closed in cleanup
-        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO",
-                   # the drain Job's pod runs here, not in the image: point it at the cached connector jars
-                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars))
-        exe = Path(sys.executable).parent / "lagpilot"
-        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
-                "operator", "--namespace", self.ns, "--standalone", "--metrics-port", str(port),
-                "--metrics-host", "127.0.0.1"]
-        self.operator = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.operator_log,  # noqa: S603
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.say(f"$ lagpilot operator --namespace {self.ns} --standalone   (pid {self.operator.pid}, log {log_path})",
-                 indent=True)
-        self.wait(lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), f"http://127.0.0.1:{port}/metrics", 120,
-                  alive=self._operator_dead)
+        self._start_operator()
+        self.say(f"$ lagpilot operator --namespace {self.ns} --standalone   (pid {self.operator.pid}, "
+                 f"log {self.out / 'operator.log'})", indent=True)
+        url = f"http://127.0.0.1:{self._operator_port}/metrics"
+        self.wait(lambda: http_ok(url), url, 120, alive=self._operator_dead)
 
         self.say("waiting for: the pod runner to register its Node", indent=True)
         self.runner = PodRunner(self.info.kubeconfig, node_name=f"lagpilot-demo-{self.run_id[-4:]}",
@@ -416,12 +408,41 @@ class Demo:
         self.consumer = subprocess.Popen([str(exe), "consume"], stdin=subprocess.DEVNULL, stdout=self.consumer_log,  # noqa: S603
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
+    def _start_operator(self) -> None:
+        """`lagpilot operator` for the demo namespace, in its own session, logging to <out>/operator.log."""
+        self._operator_port = free_port()
+        if self.operator_log is None:
+            self.operator_log = open(self.out / "operator.log", "ab")  # noqa: SIM115 - closed in cleanup
+        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO",
+                   PYTHONFAULTHANDLER="1",  # a crash in native code leaves a Python traceback in the log
+                   # the drain Job's pod runs here, not in the image: point it at the cached connector jars
+                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars))
+        exe = Path(sys.executable).parent / "lagpilot"
+        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
+                "operator", "--namespace", self.ns, "--standalone", "--metrics-port", str(self._operator_port),
+                "--metrics-host", "127.0.0.1"]
+        self.operator = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.operator_log,  # noqa: S603
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
     def _operator_dead(self) -> str | None:
-        if self.operator is not None and self.operator.poll() is not None:
-            tail = ""
-            with contextlib.suppress(OSError):
-                tail = "\n".join((self.out / "operator.log").read_text(errors="replace").splitlines()[-15:])
-            return f"the operator exited with {self.operator.returncode}; last lines of operator.log:\n{tail}"
+        """None while the operator runs. A crashed operator is restarted (as its Deployment would
+        be, up to MAX_OPERATOR_RESTARTS times, each restart shown and counted in the summary);
+        after that, the reason to give up."""
+        if self.operator is None or self.operator.poll() is None:
+            return None
+        code = self.operator.returncode
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = "\n".join((self.out / "operator.log").read_text(errors="replace").splitlines()[-15:])
+        log.warning("operator exited", extra={"exit_code": code, "restarts": self.operator_restarts})
+        if self.operator_restarts >= MAX_OPERATOR_RESTARTS:
+            return f"the operator exited with {code} (restarted {self.operator_restarts}x already); last lines of operator.log:\n{tail}"
+        self.operator_restarts += 1
+        self.operator_exits.append(code)
+        if not self.live:
+            self.say(f"the operator exited with {code}: restarting it, as its Deployment would "
+                     f"(restart {self.operator_restarts}/{MAX_OPERATOR_RESTARTS}; see operator.log)", indent=True)
+        self._start_operator()
         return None
 
     def manifest(self) -> dict[str, Any]:
@@ -586,7 +607,8 @@ class Demo:
         return int(rows[0][0]) if rows else 0
 
     def show(self, s: Sample | None, phase: str = "") -> None:
-        header = demo_view.Header(profile=self.profile.name, elapsed_s=self.elapsed(), stage=self.stage,
+        stage = self.stage + (f" · operator restarted {self.operator_restarts}x" if self.operator_restarts else "")
+        header = demo_view.Header(profile=self.profile.name, elapsed_s=self.elapsed(), stage=stage,
                                   waiting_for=self.waiting, phase=phase, namespace=self.ns, name=self.name)
         if self.live:
             frame = demo_view.render(header, s, self.kubectl_lines)
@@ -725,6 +747,7 @@ class Demo:
             paths={"plot": str(png), "summary": str(js), "operator_log": str(self.out / "operator.log"),
                    "demo_log": str(self.out / "demo.log"), "manifest": str(self.out / "bcg.yaml")})
         summary.update(namespace=self.ns, name=self.name, topic=self.topic, table=self.table,
+                       operator_restarts=self.operator_restarts, operator_exit_codes=self.operator_exits,
                        producer_error=self.producer.error if self.producer else None)
         try:
             demo_report.plot(self.samples, str(png), sla_s=self.profile.sla_s,

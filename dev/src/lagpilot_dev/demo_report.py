@@ -354,6 +354,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                      f"{_fmt_int(by.get('consumer', 0))} / {_fmt_int(by.get('drain', 0))}"))
     if summary.get("reprocessed") is not None:
         rows.append(("records processed more than once (at-least-once)", _fmt_int(summary["reprocessed"])))
+    if summary.get("operator_restarts"):
+        rows.append(("operator crashes (restarted by the demo)",
+                     f"{summary['operator_restarts']} (exit codes {summary.get('operator_exit_codes')})"))
     width = max(len(k) for k, _ in rows)
     lines = [f"  {k.ljust(width)}  {v}" for k, v in rows]
     for d in summary["drains"]:
