@@ -223,10 +223,11 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
     def items() -> Iterator[tuple[int, Any]]:
         for rb in batches:
             d = rb.to_pydict()
-            for t, p, o, k, v, hs, ts, sub in zip(d["topic"], d["partition"], d["offset"], d["key"], d["value"],
-                                                  d["headers"], d["ts_ms"], d["lp_sub"]):
+            topic = spec.topic  # one topic per plan: no need to ship the column
+            for p, o, k, v, hs, ts, sub in zip(d["partition"], d["offset"], d["key"], d["value"],
+                                               d["headers"], d["ts_ms"], d["lp_sub"]):
                 headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
-                yield sub, Record(t, p, o, k, v, headers, ts)
+                yield sub, Record(topic, p, o, k, v, headers, ts)
 
     schema = pa.schema([("records", pa.int64()), ("batches", pa.int64()), ("skipped", pa.int64()),
                         ("first_batch_at", pa.float64()), ("last_batch_at", pa.float64()),
@@ -357,7 +358,9 @@ def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extr
                .config("spark.python.worker.reuse", "true")
                .config("spark.task.maxFailures", "4")
                .config("spark.driver.memory", os.environ.get("LAGPILOT_SPARK_DRIVER_MEMORY", "1g"))
-               .config("spark.sql.execution.arrow.pyspark.enabled", "false"))
+               .config("spark.sql.execution.arrow.pyspark.enabled", "false")
+               # workers fork from a daemon that already imported pyarrow, pandas, the handler...
+               .config("spark.python.daemon.module", "lagpilot_runtime.spark_daemon"))
     if master.startswith("local"):
         # everything is in this pod/process: no need to resolve (or expose) the host name
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -408,7 +411,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
             frame = build_frame(spark, plan, work, spark_kafka_options(cfg, plan.read_committed))
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
             if _arrow_available():
-                results = [r.asDict() for r in frame.mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA).collect()]
+                results = [r.asDict() for r in frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA).collect()]
             else:
                 results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
         finally:
