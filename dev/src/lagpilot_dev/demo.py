@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -744,7 +745,8 @@ class Demo:
             self.samples, proof, profile=self.profile.name, sla_s=self.profile.sla_s,
             batch_max_records=self.profile.batch_max_records, partitions=self.profile.partitions,
             timings=self.timings,
-            paths={"plot": str(png), "summary": str(js), "operator_log": str(self.out / "operator.log"),
+            paths={"plot": str(png), "summary": str(js), "samples": str(self.out / "samples.jsonl"),
+                   "operator_log": str(self.out / "operator.log"),
                    "demo_log": str(self.out / "demo.log"), "manifest": str(self.out / "bcg.yaml")})
         summary.update(namespace=self.ns, name=self.name, topic=self.topic, table=self.table,
                        operator_restarts=self.operator_restarts, operator_exit_codes=self.operator_exits,
@@ -756,6 +758,9 @@ class Demo:
             summary["paths"]["plot"] = None
             self.say(f"plot skipped: {exc!r}", indent=True)
         js.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        with open(self.out / "samples.jsonl", "w") as fh:  # every observation, for a post-mortem or a re-plot
+            for smp in self.samples:
+                fh.write(json.dumps(dataclasses.asdict(smp), default=str) + "\n")
         self.timings["report"] = time.monotonic() - t0
         print()
         print(demo_report.format_summary(summary))
