@@ -238,3 +238,13 @@ def test_measured_rates() -> None:
     samples = [_s(t, {0: 100 * t}, {}) for t in range(0, 12)]
     rates = demo_report.measured_rates(samples, window_s=5)
     assert rates[0] == 0.0 and rates[1] == pytest.approx(100) and rates[-1] == pytest.approx(100)
+
+
+@pytest.mark.parametrize("line,width,visible", [
+    ("abcdef", 3, "abc"), ("abc", 10, "abc"), ("\x1b[1mabcdef\x1b[0m", 4, "abcd"), ("ab\x1b[33mcd\x1b[0mef", 3, "abc"),
+], ids=["plain", "short", "bold", "color-mid"])
+def test_clip_counts_visible_characters_only(line: str, width: int, visible: str) -> None:
+    got = demo_view.clip(line, width)
+    assert demo_view._ANSI.sub("", got) == visible
+    if "\x1b[" in line and len(visible) < len(demo_view._ANSI.sub("", line)):
+        assert got.endswith(demo_view.RESET)  # a cut never leaves the terminal colored

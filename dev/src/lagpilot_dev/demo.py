@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -612,8 +613,9 @@ class Demo:
         header = demo_view.Header(profile=self.profile.name, elapsed_s=self.elapsed(), stage=stage,
                                   waiting_for=self.waiting, phase=phase, namespace=self.ns, name=self.name)
         if self.live:
-            frame = demo_view.render(header, s, self.kubectl_lines)
-            sys.stdout.write(demo_view.HOME_CLEAR + "\n".join(frame) + "\n")
+            cols, rows = shutil.get_terminal_size((120, 50))
+            frame = [demo_view.clip(line, cols - 1) for line in demo_view.render(header, s, self.kubectl_lines)]
+            sys.stdout.write(demo_view.HOME_CLEAR + "\n".join(frame[:max(10, rows - 1)]) + "\n")
             sys.stdout.flush()
         elif not hasattr(self, "_last_line") or time.monotonic() - self._last_line >= 10:
             self._last_line = time.monotonic()

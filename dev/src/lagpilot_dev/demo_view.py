@@ -6,6 +6,7 @@ clears below before printing it, elsewhere (CI, the test) it prints one summary 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +39,27 @@ class Header:
     phase: str = ""  # producer phase description
     namespace: str = ""
     name: str = ""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def clip(line: str, width: int) -> str:
+    """``line`` cut to ``width`` visible characters (escape codes kept), so a redraw never wraps."""
+    out, seen, i = [], 0, 0
+    while i < len(line):
+        m = _ANSI.match(line, i)
+        if m:
+            out.append(m.group(0))
+            i = m.end()
+            continue
+        if seen >= width:
+            out.append(RESET if "\x1b[" in line else "")
+            break
+        out.append(line[i])
+        seen += 1
+        i += 1
+    return "".join(out)
 
 
 def bar(value: float, total: float, width: int = 30, fill: str = "█", empty: str = "░") -> str:
