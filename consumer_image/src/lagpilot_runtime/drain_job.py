@@ -361,6 +361,12 @@ def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extr
                .config("spark.sql.execution.arrow.pyspark.enabled", "false")
                # workers fork from a daemon that already imported pyarrow, pandas, the handler...
                .config("spark.python.daemon.module", "lagpilot_runtime.spark_daemon"))
+    if master.startswith("k8s://"):
+        # client mode: executors connect back to this pod by IP; they are owned by this pod
+        if os.environ.get("LAGPILOT_POD_IP"):
+            builder = builder.config("spark.driver.host", os.environ["LAGPILOT_POD_IP"])
+        if os.environ.get("LAGPILOT_POD_NAME"):
+            builder = builder.config("spark.kubernetes.driver.pod.name", os.environ["LAGPILOT_POD_NAME"])
     if master.startswith("local"):
         # everything is in this pod/process: no need to resolve (or expose) the host name
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
