@@ -68,3 +68,36 @@ def test_invalid_spec_is_permanent_with_degraded_status_and_event(events: list) 
     deg = next(c for c in patch["conditions"] if c["type"] == "Degraded")
     assert deg["status"] == "True" and deg["reason"] == "InvalidSpec" and deg["observedGeneration"] == 4
     assert events and events[0][:2] == ("Warning", "InvalidSpec")
+
+
+def test_a_cycle_that_runs_too_long_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+    """A hung library call must not make the operator go silent: the daemon logs where the cycle is."""
+    import asyncio
+    import concurrent.futures
+    import threading
+
+    release = threading.Event()
+
+    def stuck_cycle() -> str:
+        release.wait(60)
+        return "done"
+
+    async def main() -> str:
+        where: dict[str, int] = {}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fut = asyncio.get_running_loop().run_in_executor(pool, handlers._tracked, where, stuck_cycle)
+
+            async def unblock_after_first_report() -> None:
+                while not any(r.getMessage() == "control loop cycle still running" for r in caplog.records):
+                    await asyncio.sleep(0.01)
+                release.set()
+
+            helper = asyncio.ensure_future(unblock_after_first_report())
+            out = await handlers.await_cycle(fut, where, "ns/orders", warn_after_s=0.05)
+            await helper
+            return out
+
+    with caplog.at_level("ERROR", logger="lagpilot.handlers"):
+        assert asyncio.run(asyncio.wait_for(main(), 60)) == "done"
+    rec = next(r for r in caplog.records if r.getMessage() == "control loop cycle still running")
+    assert rec.group == "ns/orders" and "stuck_cycle" in rec.stack and "release.wait" in rec.stack

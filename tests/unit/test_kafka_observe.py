@@ -140,17 +140,38 @@ class FakeAdmin:
         return {tp: done(SimpleNamespace(offset=self.parts[tp.partition][0 if earliest else 1])) for tp in req}
 
     def list_consumer_group_offsets(self, reqs: list[Any], **kw: Any) -> dict[str, concurrent.futures.Future]:
-        self.calls.append("list_consumer_group_offsets")
-        (req,) = reqs
-        tps = [SimpleNamespace(partition=tp.partition, offset=self.parts[tp.partition][2], error=None,
-                               metadata=self.parts[tp.partition][3]) for tp in req.topic_partitions]
-        return {req.group_id: done(SimpleNamespace(topic_partitions=tps))}
+        raise AssertionError("never through the admin client: librdkafka crashes on a coordinator error")
+
+    def reader(self, group_id: str) -> "FakeGroupReader":
+        """The per-group offsets consumer: answers committed() from the same table."""
+        return FakeGroupReader(self, group_id)
+
+
+class FakeGroupReader:
+    def __init__(self, admin: FakeAdmin, group_id: str) -> None:
+        self.admin, self.group_id, self.closed = admin, group_id, False
+
+    def committed(self, tps: list[Any], timeout: float) -> list[Any]:
+        assert timeout > 0
+        self.admin.calls.append(f"committed:{self.group_id}")
+        return [SimpleNamespace(partition=tp.partition, offset=self.admin.parts[tp.partition][2], error=None,
+                                metadata=self.admin.parts[tp.partition][3]) for tp in tps]
+
+    def poll(self, t: float) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def handle_for(admin: FakeAdmin) -> AdminHandle:
+    return AdminHandle(admin, "k:9092", group_reader_factory=admin.reader)
 
 
 def test_observe_batches_four_requests() -> None:
     admin = FakeAdmin({0: (0, 100, 40, "lp1;cap=12.5;ts=1700000000000"), 1: (10, 50, -1001, None)})
-    obs = observe(AdminHandle(admin, "k:9092"), "orders", "g", clock=lambda: 123.0)
-    assert sorted(admin.calls) == ["describe_topics", "list_consumer_group_offsets", "list_offsets", "list_offsets"]
+    obs = observe(handle_for(admin), "orders", "g", clock=lambda: 123.0)
+    assert sorted(admin.calls) == ["committed:g", "describe_topics", "list_offsets", "list_offsets"]
     assert obs.partition_count == 2 and obs.observed_at == 123.0
     p0, p1 = obs.partitions
     assert (p0.earliest, p0.latest, p0.committed) == (0, 100, 40)
@@ -160,7 +181,7 @@ def test_observe_batches_four_requests() -> None:
 
 def test_observe_missing_topic() -> None:
     with pytest.raises(ObserveError) as info:
-        observe(AdminHandle(FakeAdmin({}, missing=True), "k:9092"), "orders", "g")
+        observe(handle_for(FakeAdmin({}, missing=True)), "orders", "g")
     assert info.value.reason == "TopicNotFound" and "'orders'" in info.value.message
 
 
@@ -239,3 +260,142 @@ def test_repeated_librdkafka_lines_are_thinned() -> None:
     assert f.filter(rec("Connect to 127.0.0.1:41 failed (after 0ms)"))
     assert not f.filter(rec("Connect to 127.0.0.1:41 failed (after 3ms)"))
     assert f.filter(rec("SASL handshake failed"))
+
+
+# --- thread safety and lifetime of the shared clients (the first-cycle crash, docs/operator.md) ---
+
+def wait_for(cond: Any, what: str, timeout: float = 30.0) -> None:
+    import time
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def fake_pool(readers: list[FakeGroupReader], peeks: list[FakeConsumer]) -> AdminPool:
+    admin = FakeAdmin({0: (0, 10, 5, None)})
+
+    def reader_factory(conf: Any) -> Any:
+        def make(group_id: str) -> FakeGroupReader:
+            readers.append(admin.reader(group_id))
+            return readers[-1]
+        return make
+
+    def peek_factory(conf: Any) -> Any:
+        def make() -> FakeConsumer:
+            peeks.append(FakeConsumer([]))
+            peeks[-1].close = lambda: setattr(peeks[-1], "closed", True)  # type: ignore[method-assign]
+            return peeks[-1]
+        return make
+
+    return AdminPool(factory=lambda conf: admin, consumer_factory=peek_factory, group_reader_factory=reader_factory)
+
+
+CONF = {"bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT"}
+
+
+def test_a_leased_handle_outlives_its_release_and_closes_after() -> None:
+    readers: list[FakeGroupReader] = []
+    peeks: list[FakeConsumer] = []
+    pool = fake_pool(readers, peeks)
+    with pool.lease("ns/a", CONF) as h:
+        observe(h, "orders", "g")
+        pool.release("ns/a")  # e.g. the daemon stopping while its cycle still runs in a thread
+        assert pool.size() == 0
+        observe(h, "orders", "g")  # still usable: not closed under the running cycle
+        assert h.client is not None and not readers[0].closed
+    wait_for(lambda: readers[0].closed and h.client is None, "the last lease to close the handle")
+
+
+def test_release_without_lease_closes_every_consumer() -> None:
+    from lagpilot.kafka_observe import peek_oldest
+
+    readers: list[FakeGroupReader] = []
+    peeks: list[FakeConsumer] = []
+    pool = fake_pool(readers, peeks)
+    with pool.lease("ns/a", CONF) as h:
+        observe(h, "orders", "g1")
+        observe(h, "orders", "g2")
+        peek_oldest(h, "orders", {0: 5}, timeout_s=0.05)
+    assert [r.group_id for r in readers] == ["g1", "g2"] and len(peeks) == 1
+    pool.release("ns/a")
+    wait_for(lambda: all(r.closed for r in readers) and getattr(peeks[0], "closed", False), "consumers closed")
+
+
+def test_one_reader_per_group_and_idle_readers_are_closed() -> None:
+    admin = FakeAdmin({0: (0, 10, 5, None)})
+    made: list[FakeGroupReader] = []
+    h = AdminHandle(admin, "k:9092", group_reader_factory=lambda g: made.append(admin.reader(g)) or made[-1])
+    observe(h, "orders", "g")
+    observe(h, "orders", "g")
+    assert len(made) == 1 and h.group_readers() == 1
+    h.GROUP_IDLE_S = -1.0  # every reader is now idle: the next use closes the others (and itself)
+    observe(h, "orders", "other")
+    assert made[0].closed and h.group_readers() == 0
+
+
+def test_observe_is_bounded_when_another_thread_holds_the_client() -> None:
+    h = handle_for(FakeAdmin({0: (0, 10, 5, None)}))
+    assert h._lock.acquire()  # a call stuck in another thread
+    try:
+        with pytest.raises(ObserveError) as info:
+            observe(h, "orders", "g", timeout_s=0.2)
+        assert info.value.reason == "KafkaTimeout"
+    finally:
+        h._lock.release()
+
+
+def test_peek_is_skipped_while_another_peek_holds_the_consumer() -> None:
+    from lagpilot.kafka_observe import peek_oldest
+
+    c = FakeConsumer([])
+    h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=lambda: c)
+    with h.peek_lock:
+        assert peek_oldest(h, "t", {0: 1}, timeout_s=0.1) == {}
+    assert c.assigned == []
+
+
+def test_error_callback_is_served_only_under_the_handle_lock() -> None:
+    seen: list[bool] = []
+    h: AdminHandle
+
+    def poll(t: float) -> int:
+        seen.append(h._lock.locked())
+        h.on_error(KafkaError(KafkaError._TRANSPORT))  # librdkafka calls error_cb from poll()
+        return 1
+
+    h = AdminHandle(SimpleNamespace(poll=poll), "k:9092")
+    assert h.recent_error() == "_TRANSPORT" and seen == [True]
+
+
+def test_committed_offsets_for_other_modules() -> None:
+    from lagpilot.kafka_observe import committed_offsets
+
+    admin = FakeAdmin({0: (0, 10, 5, None), 1: (0, 10, -1001, None)})
+    assert committed_offsets(handle_for(admin), "progress-g", "orders", [0, 1], 1.0) == {0: 5, 1: None}
+    h = AdminHandle(admin, "k:9092")  # no reader factory: a classified error, not a crash
+    with pytest.raises(ObserveError):
+        committed_offsets(h, "g", "orders", [0], 1.0)
+
+
+def test_consumers_get_the_queued_logger_but_never_the_error_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the admin client has error_cb (served by its poll() under the handle lock); the consumers
+    keep the logger (queued by confluent-kafka, served by their own consume/poll calls)."""
+    import confluent_kafka
+
+    from lagpilot import kafka_observe as ko
+
+    made: list[dict[str, Any]] = []
+    monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: made.append(conf) or SimpleNamespace())
+    admin_conf: dict[str, Any] = {}
+    pool = AdminPool(factory=lambda conf: admin_conf.update(conf) or SimpleNamespace(poll=lambda t: 0))
+    h = pool.acquire("ns/a", CONF)
+    h.peek_consumer()
+    h._group_reader("orders-g")
+    assert callable(admin_conf["error_cb"]) and admin_conf["logger"] is ko._KAFKA_LOG
+    peek, reader = made
+    assert reader["group.id"] == "orders-g" and reader["enable.auto.commit"] is False
+    assert peek["group.id"] == "lagpilot-operator-peek"
+    for conf in (peek, reader):
+        assert "error_cb" not in conf and conf["logger"] is ko._KAFKA_LOG
+        assert conf["bootstrap.servers"] == "k:9092"

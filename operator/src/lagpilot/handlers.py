@@ -18,7 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import sys
+import threading
 import time
+import traceback
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
@@ -76,6 +80,29 @@ def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo
     log.info("deployment applied", extra={"group": ref.key, "replicas": n})
 
 
+def _tracked(where: dict[str, int], fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn` recording its thread, so a cycle that runs too long can be shown (its stack)."""
+    where["thread"] = threading.get_ident()
+    return fn(*args)
+
+
+async def await_cycle(fut: Awaitable[Any], where: dict[str, int], key: str, warn_after_s: float) -> Any:
+    """Await a cycle; every `warn_after_s` it is still running, log the stack of its thread.
+
+    Every Kafka and API call of a cycle has its own timeout, so this should never fire; if a library
+    call hangs anyway, the log says where instead of going silent (the thread cannot be killed).
+    """
+    waited = 0.0
+    while True:
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), warn_after_s)
+        except asyncio.TimeoutError:
+            waited += warn_after_s
+            frame = sys._current_frames().get(where.get("thread", -1))
+            stack = "".join(traceback.format_stack(frame)) if frame else "(not started: every cycle thread is busy)"
+            log.error("control loop cycle still running", extra={"group": key, "seconds": round(waited), "stack": stack})
+
+
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0)
 async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """Observe → decide → act → report, every pollIntervalSeconds, until the CR goes away."""
@@ -90,8 +117,12 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                 # (an unreachable broker), which must not starve the other CRs' cycles or kopf's own
                 # sync handlers; the context is copied so kopf.event works from the thread
                 ctx = contextvars.copy_context()
-                result = await asyncio.get_running_loop().run_in_executor(
-                    memo.cycle_pool, ctx.run, run_cycle, ref, dict(body.spec), dict(body.status), deps, cache)
+                where: dict[str, int] = {}
+                fut = asyncio.get_running_loop().run_in_executor(
+                    memo.cycle_pool, ctx.run, _tracked, where, run_cycle, ref, dict(body.spec), dict(body.status),
+                    deps, cache)
+                # a cycle needs at most ~3 Kafka timeouts (observe, peek, drain) plus API calls
+                result = await await_cycle(fut, where, ref.key, 3 * deps.kafka_timeout_seconds + 60.0)
             except Exception as err:  # noqa: BLE001 - a bug must not kill the loop for good
                 log.exception("control loop cycle crashed", extra={"group": ref.key})
                 raise kopf.TemporaryError(f"cycle crashed: {type(err).__name__}", delay=30) from None

@@ -8,6 +8,18 @@ observation is four batched requests issued together and awaited together:
 2. ListOffsets earliest for all partitions;  3. ListOffsets latest (read_committed: the LSO);
 4. OffsetFetch for the group, which also returns each commit's metadata string — the runtime's
    capacity report `lp1;cap=<records/s>;ts=<ms>` (docs/CONTRACTS.md), so capacity costs nothing.
+   OffsetFetch goes through a per-group Consumer (`Consumer.committed`), never through
+   `AdminClient.list_consumer_group_offsets`: librdkafka (2.16.0, and still on its master in 2026-07)
+   dereferences the admin client's missing consumer-group object when an OffsetFetch answer says
+   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT (`rd_kafka_handle_OffsetFetch` →
+   `rd_kafka_cgrp_op(rk->rk_cgrp == NULL)`): a SIGSEGV in librdkafka's own thread, which a freshly
+   started broker (coordinator still loading) triggers within seconds. A Consumer has that object.
+
+Threads: every call into a shared client is made under a lock taken with a timeout; every wait
+has a timeout; a client leaves the pool only when no cycle holds a lease on it (`AdminPool.lease`).
+Python callbacks: only the `logger` (librdkafka `log.queue=true`: lines are queued and served by
+poll/consume in the calling thread, never from librdkafka's threads) and the admin client's
+`error_cb` (served by `poll()` only, under the handle lock).
 
 Errors become `ObserveError(reason, message)` with a CamelCase reason the handlers put in the
 `Degraded` condition: TopicNotFound, AuthenticationFailed, AuthorizationFailed, BrokerUnreachable,
@@ -17,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +37,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from lagpilot.spec import KafkaSpec
@@ -178,54 +191,212 @@ def config_key(conf: Mapping[str, str]) -> str:
 
 # --- the shared admin clients --------------------------------------------------------------------
 
+def _timed_lock(lock: threading.Lock, timeout_s: float, what: str) -> "_Held":
+    """Acquire `lock` within `timeout_s` or raise TimeoutError: a stuck holder never blocks a cycle forever."""
+    if not lock.acquire(timeout=max(0.0, timeout_s)):
+        raise TimeoutError(f"{what}: lock not free within {timeout_s:.1f}s")
+    return _Held(lock)
+
+
+class _Held:
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+
+class _GroupReader:
+    """A Consumer whose group.id is one observed group, used only for `committed()` (OffsetFetch).
+    It never subscribes (no JoinGroup), never commits, never fetches records."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.lock = threading.Lock()
+        self.last_used = time.monotonic()
+
+
 class AdminHandle:
     """An AdminClient plus the last client-level error its error callback saw (for classification),
-    and, made on first use, one shared "peek" consumer of the same cluster (`peek_oldest`)."""
+    and, made on first use: one shared "peek" consumer of the same cluster (`peek_oldest`) and one
+    offsets reader per observed group (`committed`).
+
+    Lifetime: `AdminPool.lease` counts the cycles using the handle; a handle dropped from the pool
+    is closed by the last lease to end (in a helper thread), never under a running cycle.
+    """
+
+    GROUP_IDLE_S = 600.0  # an offsets reader unused this long is closed (its CR went away)
 
     def __init__(self, client: Any, bootstrap: str,
-                 consumer_factory: Callable[[], Any] | None = None):
+                 consumer_factory: Callable[[], Any] | None = None,
+                 group_reader_factory: Callable[[str], Any] | None = None):
         self.client = client
         self.bootstrap = bootstrap
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # all calls into `client` (requests, poll) and `_last_error`
         self._last_error: tuple[str, float] | None = None  # (error name, when)
         self._consumer_factory = consumer_factory
         self._consumer: Any = None
         self.peek_lock = threading.Lock()  # a Consumer is not safe for concurrent assign/consume
+        self._group_reader_factory = group_reader_factory
+        self._groups: dict[str, _GroupReader] = {}
+        self._groups_lock = threading.Lock()
+        self._leases = 0
+        self._retired = False
+        self._closed = False
+        self._state_lock = threading.Lock()
 
+    # --- lifetime ---------------------------------------------------------------------------------
+    def _lease(self) -> None:
+        with self._state_lock:
+            self._leases += 1
+
+    def _unlease(self) -> None:
+        with self._state_lock:
+            self._leases -= 1
+            close = self._retired and self._leases <= 0 and not self._closed
+        if close:
+            self._close_soon()
+
+    def retire(self) -> None:
+        """No new leases will come (the pool dropped it): close now if unused, else at the last lease."""
+        with self._state_lock:
+            self._retired = True
+            close = self._leases <= 0 and not self._closed
+        if close:
+            self._close_soon()
+
+    def _close_soon(self) -> None:
+        # closing a consumer can wait on the network: never in the caller (the event loop, a cycle)
+        threading.Thread(target=self.close, name="lagpilot-kafka-close", daemon=True).start()
+
+    def close(self) -> None:
+        """Close the consumers and drop the admin client (librdkafka destroys it when collected)."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self.peek_lock:
+            consumer, self._consumer = self._consumer, None
+            _close_quietly(consumer)
+        with self._groups_lock:
+            readers, self._groups = list(self._groups.values()), {}
+        for r in readers:
+            with r.lock:
+                _close_quietly(r.consumer)
+        with self._lock:
+            self.client = None
+
+    # --- the peek consumer ------------------------------------------------------------------------
     def peek_consumer(self) -> Any:
         """The shared peek consumer (call with `peek_lock` held); None when none can be made."""
-        if self._consumer is None and self._consumer_factory is not None:
+        if self._consumer is None and self._consumer_factory is not None and not self._closed:
             self._consumer = self._consumer_factory()
         return self._consumer
 
-    def close(self) -> None:
-        with self.peek_lock:
-            if self._consumer is not None:
-                try:
-                    self._consumer.close()
-                except Exception:  # noqa: BLE001 - closing a broken consumer: nothing to do
-                    pass
-                self._consumer = None
+    # --- committed offsets (OffsetFetch) ----------------------------------------------------------
+    def committed(self, group_id: str, topic: str, partitions: list[int], timeout_s: float) -> list[Any]:
+        """The group's committed offsets (with metadata) for `partitions`; raises KafkaException /
+        TimeoutError. Through a per-group Consumer: see the module docstring for why not the admin API."""
+        from confluent_kafka import TopicPartition
+
+        deadline = time.monotonic() + timeout_s
+        reader = self._group_reader(group_id)
+        with _timed_lock(reader.lock, deadline - time.monotonic(), "offsets reader"):
+            reader.last_used = time.monotonic()
+            out = reader.consumer.committed([TopicPartition(topic, p) for p in partitions],
+                                            timeout=max(0.1, deadline - time.monotonic()))
+            try:
+                reader.consumer.poll(0)  # serve its queued log lines (no assignment: returns None)
+            except Exception:  # noqa: BLE001 - a fake or closed consumer: nothing to serve
+                pass
+        self._close_idle_readers()
+        return list(out)
+
+    def _group_reader(self, group_id: str) -> _GroupReader:
+        if self._group_reader_factory is None:
+            raise RuntimeError("no offsets reader factory configured")
+        with self._groups_lock:
+            if self._closed:
+                raise RuntimeError("kafka handle closed")
+            reader = self._groups.get(group_id)
+            if reader is None:
+                reader = _GroupReader(self._group_reader_factory(group_id))
+                self._groups[group_id] = reader
+            reader.last_used = time.monotonic()
+            return reader
+
+    def _close_idle_readers(self) -> None:
+        now = time.monotonic()
+        idle: list[_GroupReader] = []
+        with self._groups_lock:
+            for gid, r in list(self._groups.items()):
+                if now - r.last_used > self.GROUP_IDLE_S and r.lock.acquire(blocking=False):
+                    del self._groups[gid]
+                    idle.append(r)
+        for r in idle:  # removed from the map and locked by us: nobody else can be using it
+            try:
+                _close_quietly(r.consumer)
+            finally:
+                r.lock.release()
+
+    def group_readers(self) -> int:
+        with self._groups_lock:
+            return len(self._groups)
+
+    # --- the admin client -------------------------------------------------------------------------
+    def call(self, timeout_s: float, fn: Callable[[Any], Any]) -> Any:
+        """Run `fn(admin_client)` (issuing requests returns futures at once) under the handle lock."""
+        with _timed_lock(self._lock, timeout_s, "kafka admin client"):
+            if self.client is None:
+                raise RuntimeError("kafka handle closed")
+            return fn(self.client)
 
     def on_error(self, err: Any) -> None:
-        name = _error_name(err)
-        with self._lock:
-            self._last_error = (name, time.monotonic())
+        """error_cb: librdkafka calls it from `poll()` only, i.e. from `serve()` with `_lock` held."""
+        self._last_error = (_error_name(err), time.monotonic())
 
-    def recent_error(self, within_s: float = 60.0) -> str | None:
+    def serve(self, timeout_s: float = 0.25) -> None:
+        """Serve the admin client's queued callbacks (error_cb, log lines): the only poll() call."""
+        if not self._lock.acquire(timeout=timeout_s):
+            return
         try:
-            self.client.poll(0)  # serves error_cb
+            if self.client is not None:
+                self.client.poll(0)
         except Exception:  # noqa: BLE001 - a fake or closed client: nothing to serve
             pass
-        with self._lock:
-            if self._last_error and time.monotonic() - self._last_error[1] <= within_s:
-                return self._last_error[0]
+        finally:
+            self._lock.release()
+
+    def recent_error(self, within_s: float = 60.0) -> str | None:
+        self.serve()
+        last = self._last_error
+        if last and time.monotonic() - last[1] <= within_s:
+            return last[0]
         return None
+
+
+def _close_quietly(consumer: Any) -> None:
+    if consumer is None:
+        return
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001 - closing a broken consumer: nothing to do
+        pass
 
 
 def _default_factory(conf: dict[str, Any]) -> Any:
     from confluent_kafka.admin import AdminClient
     return AdminClient(conf)
+
+
+_CONSUMER_ONLY_DROPPED = ("client.id", "error_cb")  # consumer errors surface in consume()/committed()
+
+
+def _consumer_base(conf: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in conf.items() if k not in _CONSUMER_ONLY_DROPPED}
 
 
 def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
@@ -235,7 +406,7 @@ def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
     def make() -> Any:
         from confluent_kafka import Consumer
         return Consumer({
-            **{k: v for k, v in conf.items() if k not in ("client.id",)},
+            **_consumer_base(conf),
             "client.id": "lagpilot-operator-peek",
             "group.id": "lagpilot-operator-peek",
             "enable.auto.commit": False,
@@ -253,21 +424,52 @@ def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
     return make
 
 
+def _group_reader_factory(conf: Mapping[str, Any]) -> Callable[[str], Any]:
+    """A Consumer with the observed group's id, for `committed()` only: it never subscribes (so it
+    never joins the group or triggers a rebalance) and never commits."""
+    def make(group_id: str) -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **_consumer_base(conf),
+            "client.id": "lagpilot-operator-offsets",
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        })
+    return make
+
+
 class AdminPool:
     """AdminClients shared across CRs, keyed by configuration hash, reference-counted by owner."""
 
     def __init__(self, factory: Callable[[dict[str, Any]], Any] = _default_factory,
                  socket_timeout_ms: int = 10_000,
-                 consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory):
+                 consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
+                 group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory):
         self._factory = factory
         self._consumer_factory = consumer_factory
+        self._group_reader_factory = group_reader_factory
         self._socket_timeout_ms = socket_timeout_ms
         self._lock = threading.Lock()
         self._handles: dict[str, AdminHandle] = {}
         self._owners: dict[str, str] = {}  # owner (namespace/name) -> key
 
     def acquire(self, owner: str, conf: Mapping[str, str]) -> AdminHandle:
-        """The shared handle for `conf`; switching an owner to a new config releases the old one."""
+        """The shared handle for `conf`; switching an owner to a new config releases the old one.
+        Prefer `lease`, which also keeps the handle open while the caller uses it."""
+        return self._acquire(owner, conf, lease=False)
+
+    @contextlib.contextmanager
+    def lease(self, owner: str, conf: Mapping[str, str]) -> Iterator[AdminHandle]:
+        """`acquire` + a lease: the handle is not closed before the `with` block ends, even if the
+        owner is released (or switches configuration) meanwhile from another thread."""
+        handle = self._acquire(owner, conf, lease=True)
+        try:
+            yield handle
+        finally:
+            handle._unlease()
+
+    def _acquire(self, owner: str, conf: Mapping[str, str], lease: bool) -> AdminHandle:
         key = config_key(conf)
         with self._lock:
             old = self._owners.get(owner)
@@ -284,17 +486,22 @@ class AdminPool:
                     # a dead broker is retried every 1-5 s: not hammered, not forgotten for minutes
                     "reconnect.backoff.ms": 1_000,
                     "reconnect.backoff.max.ms": 5_000,
-                    # librdkafka's own log lines go to the JSON log (served by poll() in observe)
+                    # librdkafka's own log lines go to the JSON log; confluent-kafka sets
+                    # log.queue=true with a logger: served by poll()/consume() in the caller's thread
                     "logger": _KAFKA_LOG,
+                    # served by AdminClient.poll() only (AdminHandle.serve, under the handle lock)
                     "error_cb": lambda err: holder[0].on_error(err) if holder else None,
                     "client.id": "lagpilot-operator",
                 }
                 handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""),
-                                     self._consumer_factory(full) if self._consumer_factory else None)
+                                     self._consumer_factory(full) if self._consumer_factory else None,
+                                     self._group_reader_factory(full) if self._group_reader_factory else None)
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
                                                               "clients": len(self._handles)})
+            if lease:
+                handle._lease()  # under the pool lock: a concurrent release cannot close it first
             return handle
 
     def release(self, owner: str) -> None:
@@ -305,9 +512,9 @@ class AdminPool:
 
     def _drop_if_unused(self, key: str) -> None:
         if key not in self._owners.values():
-            handle = self._handles.pop(key, None)  # librdkafka closes the admin client when collected
+            handle = self._handles.pop(key, None)
             if handle is not None:
-                handle.close()
+                handle.retire()  # closed now if no lease, else when the last lease ends
 
     def size(self) -> int:
         with self._lock:
@@ -364,33 +571,38 @@ def classify(err: BaseException, handle: AdminHandle | None, topic: str, bootstr
 
 def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 10.0,
             clock: Callable[[], float] = time.time) -> Observation:
-    """Partition count, earliest/latest/committed offsets and capacity reports for one group."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, TopicCollection, TopicPartition
+    """Partition count, earliest/latest/committed offsets and capacity reports for one group.
+
+    Returns or raises ObserveError within about `timeout_s`: every lock and every wait is bounded.
+    """
+    from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    admin = handle.client
     deadline = time.monotonic() + timeout_s
-    handle.recent_error(0)  # serve queued callbacks (error_cb, log lines) of this shared client
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
 
     def wait(fut: concurrent.futures.Future) -> Any:
-        left = max(0.1, deadline - time.monotonic())
-        return fut.result(timeout=left)
+        return fut.result(timeout=left())
 
+    handle.serve()  # served callbacks of this shared client (error_cb, log lines)
     try:
-        desc = wait(admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic])
+        desc_f = handle.call(left(), lambda admin: admin.describe_topics(
+            TopicCollection([topic]), request_timeout=timeout_s)[topic])
+        desc = wait(desc_f)
         ids = sorted(p.id for p in desc.partitions)
         if not ids:
             raise ObserveError("TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}")
         tps = [TopicPartition(topic, i) for i in ids]
         kw = {"request_timeout": timeout_s, "isolation_level": IsolationLevel.READ_COMMITTED}
-        earliest_f = admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw)
-        latest_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)
-        committed_f = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group_id, [TopicPartition(topic, i) for i in ids])],
-            request_timeout=timeout_s)[group_id]
+        earliest_f, latest_f = handle.call(left(), lambda admin: (
+            admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw),
+            admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)))
+        # blocking (bounded) while the two ListOffsets are in flight
+        committed_tps = handle.committed(group_id, topic, ids, left())
         earliest = {tp.partition: wait(f).offset for tp, f in earliest_f.items()}
         latest = {tp.partition: wait(f).offset for tp, f in latest_f.items()}
-        committed_tps = wait(committed_f).topic_partitions
         now = clock()
     except ObserveError:
         raise
@@ -412,6 +624,23 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
 
 
+def committed_offsets(handle: AdminHandle, group_id: str, topic: str, partitions: list[int],
+                      timeout_s: float) -> dict[int, int | None]:
+    """A group's committed offset per partition (None: none committed), for other modules (the
+    drain's progress groups): use this, not `AdminClient.list_consumer_group_offsets` (see the
+    module docstring: that call can crash the process). Raises ObserveError."""
+    try:
+        tps = handle.committed(group_id, topic, list(partitions), timeout_s)
+    except Exception as err:  # noqa: BLE001 - classified for the caller
+        raise classify(err, handle, topic, handle.bootstrap) from None
+    out: dict[int, int | None] = {}
+    for tp in tps:
+        if tp.error is not None:
+            raise classify(_as_exception(tp.error), handle, topic, handle.bootstrap)
+        out[tp.partition] = tp.offset if tp.offset is not None and tp.offset >= 0 else None
+    return out
+
+
 def _as_exception(err: Any) -> Exception:
     from confluent_kafka import KafkaException
     return KafkaException(err)
@@ -430,13 +659,16 @@ def peek_oldest(handle: AdminHandle, topic: str, positions: Mapping[int, int],
     from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, TopicPartition
 
     out: dict[int, float] = {}
-    with handle.peek_lock:
+    deadline = time.monotonic() + timeout_s
+    # another cycle peeking (at most its timeout_s): wait for it within our budget, else skip
+    if not handle.peek_lock.acquire(timeout=timeout_s):
+        return {}
+    try:
+        consumer = handle.peek_consumer()
+        if consumer is None:
+            return {}
         try:
-            consumer = handle.peek_consumer()
-            if consumer is None:
-                return {}
             consumer.assign([TopicPartition(topic, p, off) for p, off in sorted(positions.items())])
-            deadline = time.monotonic() + timeout_s
             while len(out) < len(positions) and time.monotonic() < deadline:
                 for msg in consumer.consume(num_messages=len(positions) * 4,
                                             timeout=max(0.05, deadline - time.monotonic())):
@@ -449,13 +681,13 @@ def peek_oldest(handle: AdminHandle, topic: str, positions: Mapping[int, int],
                             out[p] = ts_ms / 1000.0
                         else:
                             out[p] = float("nan")  # arrived, but without a timestamp
-        except Exception as err:  # noqa: BLE001 - ages are an extra: never fail the cycle for them
-            log.info("oldest-record peek failed", extra={"topic": topic, "error": _error_name(err)})
         finally:
             try:
-                consumer = handle.peek_consumer()
-                if consumer is not None:
-                    consumer.unassign()
+                consumer.unassign()
             except Exception:  # noqa: BLE001
                 pass
+    except Exception as err:  # noqa: BLE001 - ages are an extra: never fail the cycle for them
+        log.info("oldest-record peek failed", extra={"topic": topic, "error": _error_name(err)})
+    finally:
+        handle.peek_lock.release()
     return {p: ts for p, ts in out.items() if ts == ts}  # drop NaN (no timestamp)

@@ -20,6 +20,7 @@ back-off delay (exponential, capped) for the next attempt.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -190,7 +191,9 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
         return _fail(ref, status, deps, cache, now, "InvalidSpec", f"spec is invalid: {err}",
                      delay=deps.max_backoff_seconds)
     try:
-        result = _cycle(ref, spec, raw_spec, status, deps, cache, now)
+        # the Kafka handle's lease ends with the cycle: the pool never closes it under us
+        with contextlib.ExitStack() as leases:
+            result = _cycle(ref, spec, raw_spec, status, deps, cache, now, leases)
     except ObserveError as err:
         return _fail(ref, status, deps, cache, now, err.reason, err.message, spec=spec)
     except KubeError as err:
@@ -203,7 +206,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
 
 
 def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: dict[str, Any],
-           deps: Deps, cache: Cache, now: float) -> CycleResult:
+           deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack) -> CycleResult:
     poll = spec.scaling.poll_interval_seconds
     dname = deployment_name(ref.name)
     dep = deps.kube.get_deployment(ref.namespace, dname)
@@ -233,7 +236,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
     # observe
     conf = _kafka_config(ref, spec, deps)
-    handle = deps.admin_pool.acquire(ref.key, conf)
+    handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
     obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)
 
     # the oldest unprocessed record of each lagging partition (its timestamp), best effort

@@ -39,6 +39,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    # a native crash (SIGSEGV in a C extension) or a SIGABRT from a supervisor prints every Python
+    # thread's stack on stderr. Not for crashes inside librdkafka's own threads: librdkafka blocks
+    # all signals there, so the kernel kills the process without running any handler.
+    import faulthandler
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     import kopf  # heavy imports only for this subcommand
 
     level = os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper()
