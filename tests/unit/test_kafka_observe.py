@@ -399,3 +399,20 @@ def test_consumers_get_the_queued_logger_but_never_the_error_callback(monkeypatc
     for conf in (peek, reader):
         assert "error_cb" not in conf and conf["logger"] is ko._KAFKA_LOG
         assert conf["bootstrap.servers"] == "k:9092"
+
+
+def test_safe_admin_answers_offset_fetch_through_the_group_reader_and_locks_the_rest() -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    admin = FakeAdmin({0: (0, 10, 7, "lp1;cap=1;ts=5"), 1: (0, 10, -1001, None)})
+    seen_locked: list[bool] = []
+    h = handle_for(admin)
+    admin.describe_consumer_groups = lambda groups, **kw: seen_locked.append(h._lock.locked()) or {"g": done("desc")}
+    safe = h.safe_admin(1.0)
+    res = safe.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("progress-1", [TopicPartition("orders", 0), TopicPartition("orders", 1)])],
+        request_timeout=1.0)["progress-1"].result(timeout=1)
+    assert [(tp.partition, tp.offset, tp.metadata) for tp in res.topic_partitions] == [(0, 7, "lp1;cap=1;ts=5"),
+                                                                                       (1, -1001, None)]
+    assert admin.calls == ["committed:progress-1"]
+    assert safe.describe_consumer_groups(["g"])["g"].result() == "desc" and seen_locked == [True]

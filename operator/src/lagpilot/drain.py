@@ -470,7 +470,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
         raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
         wanted=tuple(decision.drain.partitions) if getattr(decision, "drain", None) else (),
-        admin=handle.client,
+        admin=handle.safe_admin(executor.timeout_s),  # admin OffsetFetch would SIGSEGV (kafka_observe)
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
         emit=deps.emit,

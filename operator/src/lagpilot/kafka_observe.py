@@ -302,18 +302,26 @@ class AdminHandle:
         TimeoutError. Through a per-group Consumer: see the module docstring for why not the admin API."""
         from confluent_kafka import TopicPartition
 
+        return self.committed_tps(group_id, [TopicPartition(topic, p) for p in partitions], timeout_s)
+
+    def committed_tps(self, group_id: str, tps: list[Any], timeout_s: float) -> list[Any]:
+        """`committed` for any TopicPartitions (several topics allowed)."""
         deadline = time.monotonic() + timeout_s
         reader = self._group_reader(group_id)
         with _timed_lock(reader.lock, deadline - time.monotonic(), "offsets reader"):
             reader.last_used = time.monotonic()
-            out = reader.consumer.committed([TopicPartition(topic, p) for p in partitions],
-                                            timeout=max(0.1, deadline - time.monotonic()))
+            out = reader.consumer.committed(list(tps), timeout=max(0.1, deadline - time.monotonic()))
             try:
                 reader.consumer.poll(0)  # serve its queued log lines (no assignment: returns None)
             except Exception:  # noqa: BLE001 - a fake or closed consumer: nothing to serve
                 pass
         self._close_idle_readers()
         return list(out)
+
+    def safe_admin(self, timeout_s: float = 10.0) -> "SafeAdmin":
+        """The admin client for other modules (the drain): calls under the handle lock, and
+        `list_consumer_group_offsets` through the per-group readers (it would crash librdkafka)."""
+        return SafeAdmin(self, timeout_s)
 
     def _group_reader(self, group_id: str) -> _GroupReader:
         if self._group_reader_factory is None:
@@ -376,6 +384,44 @@ class AdminHandle:
         if last and time.monotonic() - last[1] <= within_s:
             return last[0]
         return None
+
+
+class SafeAdmin:
+    """Stands in for the shared AdminClient in other modules (same method names).
+
+    Every call is made under the handle's lock (taken with a timeout); `list_consumer_group_offsets`
+    is answered by the per-group offsets readers (blocking up to `request_timeout`, then returned as
+    completed futures, as the admin API would): the admin API's own OffsetFetch can SIGSEGV the
+    process (module docstring).
+    """
+
+    def __init__(self, handle: AdminHandle, timeout_s: float) -> None:
+        self._handle = handle
+        self._timeout_s = timeout_s
+
+    def list_consumer_group_offsets(self, requests: list[Any], request_timeout: float | None = None,
+                                    **_: Any) -> dict[str, concurrent.futures.Future]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        timeout = request_timeout or self._timeout_s
+        out: dict[str, concurrent.futures.Future] = {}
+        for req in requests:
+            fut: concurrent.futures.Future = concurrent.futures.Future()
+            try:
+                tps = self._handle.committed_tps(req.group_id, list(req.topic_partitions or []), timeout)
+                fut.set_result(ConsumerGroupTopicPartitions(req.group_id, tps))
+            except Exception as err:  # noqa: BLE001 - delivered through the future, like the admin API
+                fut.set_exception(err)
+            out[req.group_id] = fut
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "list_consumer_group_offsets":  # pragma: no cover - defined above
+            raise AttributeError(name)
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            return self._handle.call(self._timeout_s, lambda client: getattr(client, name)(*args, **kwargs))
+        return locked
 
 
 def _close_quietly(consumer: Any) -> None:
