@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.estimate import EstimatorState, update
+from lagpilot.estimate import EstimatorConfig, EstimatorState, update
 from lagpilot.lag import PartitionOffsets, snapshot
 
 
@@ -158,3 +158,101 @@ def test_rates_never_negative_and_state_always_serialisable(steps: list[tuple[fl
         assert all(p.produce_rate >= 0 and p.lag >= 0 for p in state.partitions.values())
         assert state.data_loss_records >= 0
         json.dumps(state.to_dict())
+
+
+# --- falls: a burst or a dropped load leaves the estimate within ~2 minutes (docs/decision.md) ---
+
+OLD = EstimatorConfig(fall_half_life_s=120.0, window_s=float("inf"))  # before: slow decay, no window cap
+
+
+def _run(cfg: EstimatorConfig, phases: list[tuple[float, float]], poll_s: float,
+         burst_at_s: float | None = None, burst: int = 0) -> list[tuple[float, float]]:
+    """(t, estimate) after each poll; `phases` = [(duration_s, records/s)], a burst of `burst`
+    records lands in the poll interval that contains `burst_at_s`."""
+    out: list[tuple[float, float]] = []
+    state, t, end, acc = None, 0.0, 0, 0.0
+    rates = [(start, rate) for start, rate in _starts(phases)]
+    total = sum(d for d, _ in phases)
+    while t <= total:
+        state = update(state, snap(t, [end]), cfg)
+        out.append((t, state.produce_rate))
+        rate = [r for start, r in rates if start <= t][-1]
+        acc += rate * poll_s
+        if burst_at_s is not None and t <= burst_at_s < t + poll_s:
+            acc += burst
+        end += int(acc)
+        acc -= int(acc)
+        t += poll_s
+    return out
+
+
+def _starts(phases: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    t, out = 0.0, []
+    for d, r in phases:
+        out.append((t, r))
+        t += d
+    return out
+
+
+def _first_below(series: list[tuple[float, float]], after_s: float, bound: float) -> float | None:
+    """Seconds after `after_s` from which the estimate stays at or below `bound` (None: never)."""
+    since = None
+    for t, r in series:
+        if t < after_s:
+            continue
+        if r <= bound:
+            since = t if since is None else since
+        else:
+            since = None
+    return None if since is None else since - after_s
+
+
+# name, phases [(s, rate)], poll, burst (at, records), change at, bound, within (new), old never within
+FALLS = [
+    ("demo: 400/s then 6/s", [(600, 400.0), (900, 6.0)], 15.0, None, 600.0, 12.0, 150.0),
+    ("burst of 10k at 6/s", [(1500, 6.0)], 15.0, (600.0, 10_000), 615.0, 12.0, 150.0),
+    ("burst of 10k, 30 s polls", [(1500, 6.0)], 30.0, (600.0, 10_000), 630.0, 12.0, 180.0),
+    ("1000/s then 100/s", [(600, 1000.0), (900, 100.0)], 15.0, None, 600.0, 120.0, 150.0),
+]
+
+
+@pytest.mark.parametrize("name, phases, poll, burst, change_s, bound, within", FALLS, ids=[f[0] for f in FALLS])
+def test_estimate_follows_a_fall_within_a_stated_time(name: str, phases: list[tuple[float, float]], poll: float,
+                                                      burst: tuple[float, int] | None, change_s: float,
+                                                      bound: float, within: float) -> None:
+    kw = {"burst_at_s": burst[0], "burst": burst[1]} if burst else {}
+    new = _first_below(_run(EstimatorConfig(), phases, poll, **kw), change_s, bound)
+    old = _first_below(_run(OLD, phases, poll, **kw), change_s, bound)
+    assert new is not None and new <= within, f"{name}: below {bound}/s only {new} s after the change"
+    assert old is None or old > 2 * within, f"{name}: the old estimator was already fast ({old} s)"
+
+
+def test_a_fall_is_never_followed_below_the_true_rate() -> None:
+    """The cap uses the windowed average, which never undershoots a constant rate after a fall."""
+    series = _run(EstimatorConfig(), [(600, 400.0), (900, 6.0)], 15.0)
+    assert all(r >= 6.0 * 0.9 for t, r in series if t > 30)
+
+
+def test_constant_noisy_load_is_not_dragged_down_by_the_window_cap() -> None:
+    rng = random.Random(11)
+    state, end, t, low = None, 0, 0.0, []
+    for i in range(400):
+        dt = rng.uniform(10, 20)
+        t += dt
+        end += int(100 * dt * rng.uniform(0.5, 1.5))
+        state = update(state, snap(t, [end]))
+        if i > 20:
+            low.append(state.produce_rate)
+    assert min(low) >= 70 and 85 <= sum(low) / len(low) <= 115
+
+
+def test_window_is_bounded_and_survives_json() -> None:
+    state = None
+    for i in range(300):  # 1 s polls for 5 minutes
+        state = update(state, snap(float(i), [i * 10]))
+    assert state is not None and len(state.partitions[0].window) <= 12
+    restored = EstimatorState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored.partitions == state.partitions
+    legacy = json.loads(json.dumps(state.to_dict()))
+    del legacy["partitions"]["0"]["window"]  # state written by an operator before the window
+    assert update(EstimatorState.from_dict(legacy), snap(300.0, [3000])).produce_rate == pytest.approx(10.0)

@@ -8,8 +8,13 @@ Why these choices:
 - EWMA with a *time-based* alpha (``1 - 0.5 ** (dt / half_life)``) so irregular observation
   intervals (a slow API call, an operator restart, a long gap) weigh samples by the time they cover.
   A long gap simply yields the average rate over the gap.
-- Asymmetric half-lives: rises are followed fast (30 s), falls slowly (120 s). Over-estimating the
-  rate for a minute costs a replica for a while; under-estimating it costs SLA violations.
+- Asymmetric half-lives: rises are followed fast (30 s), falls a little slower (45 s). Over-estimating
+  the rate for a minute costs a replica for a while; under-estimating it costs SLA violations.
+- Falls are also capped by the windowed rate: while the rate falls, the estimate is never above the
+  average rate over the last ~2 minutes (``window_s``; applied once the window spans at least half of
+  that). So a burst, or a load that dropped, leaves the estimate within ~2 minutes instead of
+  decaying for many half-lives (a 120 s half-life kept 173/s in the demo for minutes after the rate
+  fell to ~6/s, and with it an infinite catch-up projection). Rises are never capped (the window lags).
 - Offsets moving backwards (topic recreated, partition truncated) reset that partition's estimate
   instead of producing a negative rate; it is reported in ``events``.
 - Retention deleting records the group had not consumed (committed < low) is counted once per
@@ -32,8 +37,10 @@ class EstimatorConfig:
     """Smoothing parameters (defaults documented in docs/decision.md)."""
 
     rise_half_life_s: float = 30.0
-    fall_half_life_s: float = 120.0
+    fall_half_life_s: float = 45.0
     capacity_half_life_s: float = 120.0
+    window_s: float = 120.0  # falls are capped by the average rate over this trailing window
+    window_spacing_s: float = 12.0  # window samples closer than this are merged (bounds the state)
 
 
 DEFAULT_CONFIG = EstimatorConfig()
@@ -52,6 +59,7 @@ class PartitionEstimate:
     consume_rate: float = 0.0  # records/s the group committed, smoothed (informational)
     samples: int = 0  # rate samples folded in since the last reset (0: rate not known yet)
     lost_through: int | None = None  # highest log-start offset already counted as data loss
+    window: tuple[tuple[float, int], ...] = ()  # recent (at_s, end) samples, oldest first (falls cap)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,10 @@ class EstimatorState:
         """Inverse of :meth:`to_dict`. Raises ValueError on a malformed value (callers then start fresh)."""
         try:
             parts = {
-                int(k): PartitionEstimate(**{**v, "partition": int(v["partition"])})
+                int(k): PartitionEstimate(**{
+                    **v, "partition": int(v["partition"]),
+                    "window": tuple((float(t), int(e)) for t, e in v.get("window") or ()),
+                })
                 for k, v in dict(data.get("partitions", {})).items()
             }
             cap = data.get("capacityPerReplica")
@@ -114,10 +125,38 @@ def _alpha(dt: float, half_life: float) -> float:
     return 1.0 - 0.5 ** (dt / half_life)
 
 
-def _fresh(p: PartitionOffsets) -> PartitionEstimate:
+def _fresh(p: PartitionOffsets, at_s: float) -> PartitionEstimate:
     return PartitionEstimate(
-        partition=p.partition, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p)
+        partition=p.partition, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p),
+        window=((at_s, p.end),),
     )
+
+
+def _slide(window: tuple[tuple[float, int], ...], at_s: float, end: int,
+           cfg: EstimatorConfig) -> tuple[tuple[float, int], ...]:
+    """Append (at_s, end); keep the samples of the last `window_s` plus the newest older one (the
+    anchor, so the window spans at least `window_s` once there is that much history); merge samples
+    closer than `window_spacing_s` (at most ~window_s / spacing + 2 entries)."""
+    w = list(window)
+    if len(w) >= 2 and w[-1][0] - w[-2][0] < cfg.window_spacing_s:
+        w[-1] = (at_s, end)
+    else:
+        w.append((at_s, end))
+    cut = at_s - cfg.window_s
+    while len(w) >= 2 and w[1][0] <= cut:
+        w.pop(0)
+    return tuple(w)
+
+
+def _window_rate(window: tuple[tuple[float, int], ...], cfg: EstimatorConfig) -> float | None:
+    """Average rate over the window; None while it spans less than half of `window_s`."""
+    if len(window) < 2:
+        return None
+    (t0, e0), (t1, e1) = window[0], window[-1]
+    span = t1 - t0
+    if span < cfg.window_s / 2 or e1 < e0:
+        return None
+    return (e1 - e0) / span
 
 
 def _count_loss(p: PartitionOffsets, lost_through: int | None) -> tuple[int, int | None]:
@@ -159,7 +198,7 @@ def update(
             loss_total += new_loss
             if new_loss:
                 events.append(f"DataLoss:{p.partition}:{new_loss}")
-            parts[p.partition] = replace(_fresh(p), lost_through=lost_through)
+            parts[p.partition] = replace(_fresh(p, snap.at_s), lost_through=lost_through)
         return EstimatorState(
             at_s=snap.at_s,
             partitions=parts,
@@ -175,21 +214,26 @@ def update(
     for p in snap.partitions:
         old = prev.partitions.get(p.partition)
         if old is None:
-            est = _fresh(p)
+            est = _fresh(p, snap.at_s)
             events.append(f"PartitionAdded:{p.partition}")
         elif p.end < old.end or p.low < old.low:
-            est = _fresh(p)
+            est = _fresh(p, snap.at_s)
             resets += 1
             events.append(f"OffsetsWentBackwards:{p.partition}")
         elif dt <= 0:
             est = replace(old, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p))
         else:
             inst = (p.end - old.end) / dt
+            window = _slide(old.window or ((prev.at_s, old.end),), snap.at_s, p.end, config)
             if old.samples == 0:
                 rate = inst
+            elif inst > old.produce_rate:
+                rate = old.produce_rate + _alpha(dt, config.rise_half_life_s) * (inst - old.produce_rate)
             else:
-                hl = config.rise_half_life_s if inst > old.produce_rate else config.fall_half_life_s
-                rate = old.produce_rate + _alpha(dt, hl) * (inst - old.produce_rate)
+                rate = old.produce_rate + _alpha(dt, config.fall_half_life_s) * (inst - old.produce_rate)
+                capped = _window_rate(window, config)
+                if capped is not None:
+                    rate = min(rate, capped)
             consume = old.consume_rate
             if p.committed is not None and old.committed is not None and p.committed >= old.committed:
                 inst_c = (p.committed - old.committed) / dt
@@ -206,6 +250,7 @@ def update(
                 consume_rate=max(0.0, consume),
                 samples=old.samples + 1,
                 lost_through=old.lost_through,
+                window=window,
             )
         new_loss, lost_through = _count_loss(p, est.lost_through)
         if new_loss:
