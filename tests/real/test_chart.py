@@ -333,11 +333,17 @@ def test_operator_reconciles_with_only_the_charts_service_account(
             return obj.get("status") or {}
 
         try:
-            st = wait_until(lambda: status().get("conditions") and status(), "status written by the operator", 180)
+            # proc.poll(): an operator that died (e.g. SIGSEGV, exit -11) fails at once, not as a stall
+            st = wait_until(lambda: {"operatorExitCode": proc.returncode} if proc.poll() is not None
+                            else status().get("conditions") and status(), "status written by the operator", 180)
         except AssertionError as exc:
-            proc.send_signal(signal.SIGABRT)  # dump the stuck operator's stacks into its log
-            proc.wait(30)
-            raise AssertionError(f"{exc}; CR status now: {json.dumps(status())}") from None
+            died = proc.poll()
+            if died is None:
+                proc.send_signal(signal.SIGABRT)  # dump the stuck operator's stacks into its log
+                proc.wait(30)
+            raise AssertionError(f"{exc}; operator exit code before SIGABRT: {died}; "
+                                 f"CR status now: {json.dumps(status())}") from None
+        assert "operatorExitCode" not in st, f"the operator died (exit code {proc.returncode}) before writing status"
         assert st.get("partitions") in (None, 2)
         # deleting works while it runs (kopf removes its finalizer: the patch verb)
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
