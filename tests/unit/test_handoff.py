@@ -51,6 +51,7 @@ CASES = [
     ("planned-no-commit-uses-low", spec(), PLANNED, obs({0: Offsets(None, 50, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.PLANNED),
     ("planned-alters", spec(), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), Kind.ALTER_OFFSETS, Phase.HANDED_OFF),
     ("planned-alter-already-done", spec(), FIXED, obs({0: Offsets(1000, 0, 1200)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.HANDED_OFF),
+    ("planned-alter-done-consumers-past-split", spec(), FIXED, obs({0: Offsets(1050, 0, 1200)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.HANDED_OFF),
     ("planned-refix-when-moved", spec(), FIXED, obs({0: Offsets(300, 0, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.PLANNED),
     ("planned-group-got-there", spec(), PLANNED, obs({0: Offsets(1000, 0, 1100)}, empty=True, replicas=0), Kind.RESTORE, Phase.CANCELLED),
     ("planned-cancel-before-alter", spec(cancel=True), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), Kind.RESTORE, Phase.CANCELLED),
@@ -99,6 +100,31 @@ def test_plan_records_split_and_replicas_before_acting():
     assert a.status.ranges == (PartitionRange(0, split=1000, start=None),)
     assert a.status.restore_replicas == 2 and a.status.id == 1
     assert h.replicas_override(a.status) == 0
+
+
+def test_crash_after_alter_then_consumers_past_split_keeps_every_range():
+    """Seen on the real stack: the operator died right after altering the offsets (before recording
+    HandedOff); a restarted operator's apply brought consumers back, which committed past split. The
+    ranges fixed before the alter must stay the drain's — re-fixing them from the group's position
+    would drop [start, split) and hand those records to nobody."""
+    fixed = dataclasses.replace(PLANNED, quiesced_at=NOW, ranges=(
+        PartitionRange(0, split=15010, start=0), PartitionRange(1, split=15010, start=0),
+        PartitionRange(2, split=15010, start=500)))
+    offsets = {0: Offsets(0, 0, 15400), 1: Offsets(15200, 0, 15400), 2: Offsets(15010, 0, 15400)}
+    a = next_action(spec(), fixed, obs(offsets, empty=True, replicas=0), NOW)
+    assert a.kind is Kind.ALTER_OFFSETS and a.offsets == {0: 15010}  # only p0 still needs its alter
+    assert {(r.partition, r.start, r.split) for r in a.status.ranges} == {(0, 0, 15010), (1, 0, 15010), (2, 500, 15010)}
+    covered = {p: sum(x.end - x.start for x in a.status.sub_ranges if x.partition == p) for p in range(3)}
+    assert covered == {0: 15010, 1: 15010, 2: 14510}
+
+
+def test_apply_outside_the_loop_holds_a_quiesced_group_at_zero():
+    from lagpilot.reconcile import _clamp_initial
+    sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
+                     "scaling": {"minReplicas": 1, "maxReplicas": 5}})
+    for phase, want in (("Planned", 0), ("HandedOff", 0), ("Running", 3), ("Verified", 3), (None, 3)):
+        status = {"desiredReplicas": 3, "partitions": 3, "drain": {"phase": phase} if phase else None}
+        assert _clamp_initial(sp, status) == want, phase
 
 
 def test_alter_moves_only_to_split_and_sub_ranges_tile_the_range():

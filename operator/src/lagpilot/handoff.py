@@ -18,7 +18,9 @@ and returns ONE action for the executor (``lagpilot.drain``). Rules that make th
   group is still empty (the admin API refuses otherwise). So ``[start, split)`` is exactly what the
   group had not processed, and the group resumes at ``split``: every offset has one owner.
 - A restart between any two steps is recognised from Kafka: a fixed start whose committed offset
-  already equals ``split`` was handed off (the alter happened, its status write was lost).
+  is at or past ``split`` was handed off (the alter happened, its status write was lost; consumers
+  may have committed past ``split`` since) — kept for the drain, never re-fixed (at worst a replay,
+  never a gap).
 - A range once handed off is never re-planned: it stays in status until its sub-ranges are done,
   through retries, cancellation and restarts.
 """
@@ -473,8 +475,12 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     offs = observed.offsets
     if offs is None or any(r.partition not in offs for r in d.ranges):
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets")
-    # a fixed start whose committed offset already equals split: the alter happened
-    altered = {r.partition for r in d.ranges if r.start is not None and offs[r.partition].committed == r.split}
+    # a fixed start whose committed offset is at or past split: the alter happened (the operator
+    # may have died between altering and recording it, and consumers started meanwhile — e.g. by an
+    # apply on resume — may already have committed past split). Never re-fix such a range: its
+    # records [start, split) belong to the drain; re-fixing would hand them to nobody.
+    altered = {r.partition for r in d.ranges if r.start is not None
+               and offs[r.partition].committed is not None and offs[r.partition].committed >= r.split}
     if stop and not altered:
         c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
                     f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)

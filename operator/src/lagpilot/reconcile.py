@@ -124,6 +124,8 @@ def _clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
     minimum; never above maxReplicas or the last known partition count; 0 when paused."""
     if spec.paused:
         return 0
+    if ((status.get("drain") or {}).get("phase")) in ("Planned", "HandedOff"):
+        return 0  # a hand-off holds the group quiesced; the drain restores the replicas when it launches
     s = spec.scaling
     want = status.get("desiredReplicas")
     n = int(want) if isinstance(want, int) and want >= 0 else s.min_replicas
