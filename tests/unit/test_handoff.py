@@ -122,9 +122,14 @@ def test_apply_outside_the_loop_holds_a_quiesced_group_at_zero():
     from lagpilot.reconcile import _clamp_initial
     sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                      "scaling": {"minReplicas": 1, "maxReplicas": 5}})
-    for phase, want in (("Planned", 0), ("HandedOff", 0), ("Running", 3), ("Verified", 3), (None, 3)):
-        status = {"desiredReplicas": 3, "partitions": 3, "drain": {"phase": phase} if phase else None}
-        assert _clamp_initial(sp, status) == want, phase
+    planned = {"phase": "Planned", "ranges": [{"partition": 0, "split": 10, "start": None}]}
+    emptied = {**planned, "quiescedAt": NOW}
+    fixed = {**planned, "ranges": [{"partition": 0, "split": 10, "start": 4}]}
+    for name, drain, want in (("planned-not-yet-quiesced", planned, 3), ("planned-quiesced", emptied, 0),
+                              ("planned-starts-fixed", fixed, 0), ("handed-off", {"phase": "HandedOff"}, 3),
+                              ("running", {"phase": "Running"}, 3), ("none", None, 3)):
+        status = {"desiredReplicas": 3, "partitions": 3, "drain": drain}
+        assert _clamp_initial(sp, status) == want, name
 
 
 def test_alter_moves_only_to_split_and_sub_ranges_tile_the_range():

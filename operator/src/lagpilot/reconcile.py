@@ -124,8 +124,10 @@ def _clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
     minimum; never above maxReplicas or the last known partition count; 0 when paused."""
     if spec.paused:
         return 0
-    if ((status.get("drain") or {}).get("phase")) in ("Planned", "HandedOff"):
-        return 0  # a hand-off holds the group quiesced; the drain restores the replicas when it launches
+    drain = status.get("drain") or {}
+    if drain.get("phase") == "Planned" and (drain.get("quiescedAt") is not None
+                                            or any(r.get("start") is not None for r in drain.get("ranges") or ())):
+        return 0  # the hand-off already emptied the group: keep it empty (handoff.replicas_override)
     s = spec.scaling
     want = status.get("desiredReplicas")
     n = int(want) if isinstance(want, int) and want >= 0 else s.min_replicas
