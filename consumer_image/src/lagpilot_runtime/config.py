@@ -14,7 +14,7 @@ from typing import Any, Mapping
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
-SINKS = ("postgres", "log")
+SINKS = ("postgres", "log", "ledger")
 POSTGRES_MODES = ("insert", "upsert")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 

@@ -58,6 +58,7 @@ class BatchContext:
     config: Mapping[str, str]
     logger: logging.Logger
     source: str = "consumer"  # "consumer" | "drain"
+    drain_id: str | None = None  # the drain's plan id when source == "drain" (the ledger records it)
     concurrency: int = 1
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
 
@@ -184,6 +185,8 @@ def per_record(fn: Callable[[Record, BatchContext], Any]) -> Handler:
 BUILTIN_SINKS = {
     "postgres": "lagpilot_runtime.sinks.postgres:process",
     "log": "lagpilot_runtime.sinks.log:process",
+    # one row per delivery, no unique key: duplicates counted (tests, benches, the demo's proof)
+    "ledger": "lagpilot_runtime.sinks.ledger:process",
 }
 
 
@@ -192,7 +195,7 @@ class HandlerLoadError(ImportError):
 
 
 def load_handler(spec: str) -> Handler:
-    """A built-in sink name (``postgres``, ``log``) or ``module:function`` → the callable."""
+    """A built-in sink name (``postgres``, ``log``, ``ledger``) or ``module:function`` → the callable."""
     target = BUILTIN_SINKS.get(spec, spec)
     module_name, sep, func_name = target.partition(":")
     if not sep or not module_name or not func_name:
