@@ -35,14 +35,14 @@ import os
 import sys
 import tempfile
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from lagpilot import handoff
 from lagpilot import keda as keda_model
-from lagpilot.drain_policy import DrainPolicy
-from lagpilot.estimate import EstimatorState, update
+from lagpilot import step as step_mod
 from lagpilot.lag import PartitionOffsets, snapshot
-from lagpilot.scaling import ScalingHistory, ScalingObservation, ScalingPolicy, decide
+from lagpilot.spec import BatchSpec, DrainSpec, GroupSpec, KafkaSpec, ScalingSpec
 
 POLICIES = ("lagpilot", "static", "keda", "keda_tuned")
 KEDA_SWEEP = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
@@ -94,15 +94,19 @@ def _weights(w: tuple[float, ...] | None, partitions: int) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------- model
+# measured on this machine (docs/decision.md "Calibration" names the command for each)
+QUIESCE_PAUSE_S = 31.0  # tests/real/test_drain_operator.py: group pause 29.9-32.6 s (session timeout + restart)
+
+
 @dataclass(frozen=True)
 class SimParams:
-    """Model figures; the CLI flags override them. Defaults are deliberately not optimistic."""
+    """Model figures; the CLI flags override them. Defaults are the measured ones (docs/decision.md)."""
 
     partitions: int = 3
     capacity: float = 137.0  # records/s one consumer processes (per busy second)
     sla_s: float = 600.0
     pod_start_s: float = 30.0  # schedule + pull (cached) + start + join the group
-    drain_start_s: float = 90.0  # Job pod + spark-submit + executors + Kafka source planning
+    drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 12.9-20.3 s)
     drain_task_capacity: float | None = None  # None: same as a consumer (same handler, same batch)
     max_drain_tasks: int = 16
     split_factor: int = 4
@@ -113,10 +117,41 @@ class SimParams:
     min_replicas: int = 1
     max_replicas: int | None = None  # None: the partition count
     poll_interval_s: float = 15.0
+    # the live group's pause at a hand-off: consumer-ack path ~ one batch; quiesce path: replicas
+    # held at 0 (handoff.replicas_override) for the pause, then restored (pods start again)
+    handoff_pause_s: float | None = None  # None: batch_timeout_s (ack path) or QUIESCE_PAUSE_S
+    handoff_quiesce: bool = False
+    concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
+    batch_max_records: int = 500
 
     @property
     def task_capacity(self) -> float:
         return self.drain_task_capacity or self.capacity
+
+    @property
+    def pause_s(self) -> float:
+        if self.handoff_pause_s is not None:
+            return self.handoff_pause_s
+        return QUIESCE_PAUSE_S if self.handoff_quiesce else self.batch_timeout_s
+
+    def group_spec(self) -> GroupSpec:
+        """The CR spec this simulated group runs under (the operator's own parse types)."""
+        return GroupSpec(
+            kafka=KafkaSpec(bootstrap_servers="127.0.0.1:9092"), topic="simulated", group_id="simulated",
+            batch=BatchSpec(max_records=self.batch_max_records),
+            scaling=ScalingSpec(min_replicas=self.min_replicas,
+                                max_replicas=self.max_replicas or self.partitions,
+                                poll_interval_seconds=self.poll_interval_s),
+            catch_up_sla_seconds=self.sla_s,
+            drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
+                            min_backlog_records=self.min_backlog_records),
+        )
+
+    def model(self) -> step_mod.Model:
+        return step_mod.Model(pod_start_s=self.pod_start_s, drain_start_s=self.drain_start_s,
+                              handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
+                              max_concurrent_drains=self.concurrent_drains,
+                              drain_min_interval_s=self.drain_min_interval_s)
 
 
 class _Queue:
@@ -270,6 +305,17 @@ class _Task:
 
 
 @dataclass
+class _SimDrain:
+    """One drain: the hand-off's own status (handoff.DrainStatus, its Phase values) and its tasks."""
+
+    status: handoff.DrainStatus
+    tasks_by_partition: dict[int, int]
+    planned_s: float
+    handoff_at: float  # when the group has moved to the split (plan + pause)
+    tasks: list[_Task] = field(default_factory=list)
+
+
+@dataclass
 class PolicyResult:
     """Metrics of one policy on one trace (the JSON object per policy)."""
 
@@ -304,7 +350,8 @@ Controller = Callable[["_World", float], None]
 
 
 class _World:
-    """The simulated topic, consumers and drains; a controller changes ``desired`` and launches drains."""
+    """The simulated topic, consumers and drains; a controller changes the replica count and plans
+    drains, the world runs the drain's hand-off timing (planned -> handed off -> running -> done)."""
 
     def __init__(self, trace: Trace, params: SimParams, initial_replicas: int) -> None:
         self.trace = trace
@@ -314,8 +361,9 @@ class _World:
         self.produced_by = [0.0] * n
         self.rates = [0.0] * n
         self.pods: list[float] = [-math.inf] * initial_replicas  # ready_at per pod
-        self.tasks: list[_Task] = []
-        self.last_drain_end: float | None = None
+        self.sim_drains: list[_SimDrain] = []
+        self.last_status: handoff.DrainStatus | None = None  # the newest finished drain
+        self.paused_until = -math.inf  # the group's hand-off pause
         self.drains = 0
         self.drained: dict[int, int] = {}  # partition -> drains of it
         self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
@@ -331,7 +379,16 @@ class _World:
 
     @property
     def drain_active(self) -> bool:
-        return any(task.done_at is None for task in self.tasks)
+        return bool(self.sim_drains)
+
+    @property
+    def tasks(self) -> list[_Task]:
+        return [task for d in self.sim_drains for task in d.tasks]
+
+    def drain_statuses(self) -> tuple[handoff.DrainStatus, ...]:
+        """What the executor would hold in status.drain: drains in flight, else the last one."""
+        live = tuple(d.status for d in self.sim_drains)
+        return live or ((self.last_status,) if self.last_status is not None else ())
 
     # actions -----------------------------------------------------------------------------
     def scale(self, desired: int, t: float) -> None:
@@ -347,54 +404,85 @@ class _World:
             self.pods.sort()
             del self.pods[desired:]
 
-    def launch_drain(self, plan: Sequence[tuple[int, int]], t: float) -> None:
-        """Hand the whole queue of each planned partition to a drain of ``tasks`` tasks."""
-        budget = self.p.max_drain_tasks
-        for partition, tasks in plan:
-            tasks = min(tasks, budget)
-            if tasks <= 0:
-                break
-            budget -= tasks
-            segs = self.queues[partition].take_all()
-            self.drained[partition] = self.drained.get(partition, 0) + 1
-            for q in _split(segs, tasks):
-                self.tasks.append(_Task(q, t, t + self.p.drain_start_s))
+    def plan_drain(self, need: Any, t: float) -> None:
+        """The executor's plan: split = the end offset now; the hand-off completes after the pause."""
+        tasks = {r.partition: r.tasks for r in need.ranges if r.tasks > 0}
+        if not tasks:
+            return
         self.drains += 1
+        prev_id = max([d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0])
+        ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        st = handoff.DrainStatus(id=prev_id + 1, phase=handoff.Phase.PLANNED, reason=need.reason, ranges=ranges,
+                                 restore_replicas=len(self.pods), planned_at=t)
+        if self.p.handoff_quiesce:
+            st = replace(st, quiesced_at=t)
+            self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
+        self.paused_until = max(self.paused_until, t + self.p.pause_s)
+        self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s))
+
+    def _hand_off(self, d: _SimDrain, t: float) -> None:
+        """Handed off and launched: the range [start, split) leaves the group, tasks start."""
+        subs = []
+        for p, n_tasks in sorted(d.tasks_by_partition.items()):
+            segs = _take_before(self.queues[p], d.planned_s)
+            self.drained[p] = self.drained.get(p, 0) + 1
+            for k, q in enumerate(_split(segs, n_tasks)):
+                d.tasks.append(_Task(q, t, t + self.p.drain_start_s))
+                n = int(round(q.total))
+                subs.append(handoff.SubProgress(p, k, 0, n, 0))
+        st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs))
+        d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
+        if self.p.handoff_quiesce:
+            self.scale(d.status.restore_replicas, t)
 
     # one step ----------------------------------------------------------------------------
     def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
         n = self.p.partitions
+        for d in self.sim_drains:
+            if d.status.handed_off_at is None and d.handoff_at <= t + dt:
+                self._hand_off(d, max(t, d.handoff_at))
         for i in range(n):
             r = rate * weights[i]
             self.rates[i] = r
             self.queues[i].push(t, t + dt, r * dt)
             self.produced_by[i] += r * dt
         ready = self.ready(t)
+        work = max(0.0, dt - max(0.0, min(t + dt, self.paused_until) - t))  # the hand-off pause
         for owned in range_assignment(n, ready):
-            budget = self.p.capacity * dt
+            budget = self.p.capacity * work
+            if budget <= 0:
+                break
             alloc = _water_fill(budget, [self.queues[i].total for i in owned])
             share = budget / len(owned)
+            s0 = t + dt - work
             for i, a in zip(owned, alloc):
                 if a > 0:
-                    self.queues[i].take(a, t, t + dt * min(1.0, a / share) if share > 0 else t + dt, self.lat)
+                    self.queues[i].take(a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat)
         running = 0
         task_cap = self.p.task_capacity
-        for task in self.tasks:
-            if task.done_at is not None:
-                continue
-            running += 1
-            if task.start_at >= t + dt:
-                continue
-            s = max(t, task.start_at)
-            amount = task_cap * (t + dt - s)
-            need = task.queue.total
-            took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
-            if task.queue.total <= 1e-9:
-                task.done_at = s + took / task_cap
-        if self.tasks and not self.drain_active:
-            self.last_drain_end = max(task.done_at or t for task in self.tasks)
-            self.finished_task_s += sum((task.done_at or t) - task.launched for task in self.tasks)
-            self.tasks = []
+        for d in self.sim_drains:
+            for task in d.tasks:
+                if task.done_at is not None:
+                    continue
+                running += 1
+                if task.start_at >= t + dt:
+                    continue
+                s = max(t, task.start_at)
+                amount = task_cap * (t + dt - s)
+                need = task.queue.total
+                took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
+                if task.queue.total <= 1e-9:
+                    task.done_at = s + took / task_cap
+            if d.status.handed_off_at is not None:
+                subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
+                             for sp, task in zip(d.status.sub_ranges, d.tasks))
+                d.status = replace(d.status, sub_ranges=subs)
+        for d in [d for d in self.sim_drains if d.tasks and all(task.done_at is not None for task in d.tasks)]:
+            end = max(task.done_at or t for task in d.tasks)
+            self.finished_task_s += sum((task.done_at or t) - task.launched for task in d.tasks)
+            done = replace(d.status, phase=handoff.Phase.SUCCEEDED)
+            self.last_status = replace(done, phase=handoff.Phase.VERIFIED, finished_at=end)
+            self.sim_drains.remove(d)
         oldest = min(
             [q.oldest() for q in self.queues if q.oldest() is not None]
             + [task.queue.oldest() for task in self.tasks if task.queue.oldest() is not None],
@@ -405,6 +493,27 @@ class _World:
 
     def remaining(self) -> float:
         return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
+
+
+def _take_before(q: _Queue, t_split: float) -> list[list[float]]:
+    """Remove and return the records produced before ``t_split`` (the split offset) from the front."""
+    out: list[list[float]] = []
+    while q.segs and q.segs[0][0] < t_split - 1e-9:
+        t0, t1, n = q.segs[0]
+        if t1 <= t_split + 1e-9:
+            out.append(q.segs.popleft())
+            q.total -= n
+            continue
+        x = n * (t_split - t0) / (t1 - t0)
+        out.append([t0, t_split, x])
+        q.segs[0][0] = t_split
+        q.segs[0][2] = n - x
+        q.total -= x
+        break
+    if not q.segs:
+        q.total = 0.0
+    q.total = max(0.0, q.total)
+    return out
 
 
 def _run(trace: Trace, params: SimParams, initial: int, controller: Controller | None) -> PolicyResult:
@@ -479,23 +588,9 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
 
 # -------------------------------------------------------------------------------- controllers
 def lagpilot_controller(params: SimParams) -> Controller:
-    """The operator's loop on simulated offsets: snapshot -> estimate.update -> decide."""
-    policy = ScalingPolicy(
-        min_replicas=params.min_replicas,
-        max_replicas=params.max_replicas or params.partitions,
-        sla_s=params.sla_s,
-        pod_start_s=params.pod_start_s,
-        poll_interval_s=params.poll_interval_s,
-    ).validate()
-    drain = DrainPolicy(
-        split_factor=params.split_factor,
-        max_tasks=params.max_drain_tasks,
-        min_backlog_records=params.min_backlog_records,
-        start_up_s=params.drain_start_s,
-        task_capacity=params.drain_task_capacity,
-        min_interval_s=params.drain_min_interval_s,
-    ).validate()
-    state: dict[str, Any] = {"est": None, "hist": ScalingHistory(), "next": -math.inf, "decisions": {}}
+    """The operator's own decision step (lagpilot.step.step) on simulated offsets, every poll."""
+    policies = step_mod.Policies.from_group_spec(params.group_spec(), params.model())
+    state: dict[str, Any] = {"step": step_mod.StepState(), "next": -math.inf, "decisions": {}}
 
     def control(world: _World, t: float) -> None:
         if t < state["next"]:
@@ -508,19 +603,15 @@ def lagpilot_controller(params: SimParams) -> Controller:
         for i in range(params.partitions):
             end = int(round(world.produced_by[i]))
             committed = max(0, end - int(round(lags[i])))
-            oldest = world.queues[i].oldest()
-            parts.append(PartitionOffsets(i, 0, end, committed, oldest))
+            parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
         snap = snapshot(t, parts, {i: params.capacity for i in owned})
-        est: EstimatorState = update(state["est"], snap)
-        state["est"] = est
-        obs = ScalingObservation.from_estimate(
-            t, len(world.pods), est, snap, drain_active=world.drain_active, last_drain_end_s=world.last_drain_end
-        )
-        decision, state["hist"] = decide(obs, policy, state["hist"], drain)
-        state["decisions"][decision.reason] = state["decisions"].get(decision.reason, 0) + 1
-        world.scale(decision.desired_replicas, t)
-        if decision.drain is not None and not world.drain_active:
-            world.launch_drain([(r.partition, r.tasks) for r in decision.drain.ranges], t)
+        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses())
+        out, state["step"] = step_mod.step(state["step"], obs, policies, t)
+        reason = out.decision.reason
+        state["decisions"][reason] = state["decisions"].get(reason, 0) + 1
+        world.scale(out.replicas, t)
+        if out.drain is not None:
+            world.plan_drain(out.drain, t)
 
     control.state = state  # type: ignore[attr-defined]
     return control
@@ -653,11 +744,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--plot", default=None,
                     help="PNG path (default: lagpilot-simulate.png in the temp dir; not drawn with --json unless given)")
+    ap.add_argument("--from-demo", default=None, metavar="SUMMARY_JSON",
+                    help="predict a demo run: parameters from its summary.json (flags given explicitly win), "
+                         "--trace its trace.csv; prints predicted vs measured (lagpilot.sim_compare)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.from_demo:
+        from lagpilot.sim_compare import main_from_demo
+
+        return main_from_demo(args, argv, parser)
     if args.partitions < 1 or args.capacity <= 0 or args.sla_seconds <= 0 or args.step_seconds <= 0:
         print("error: partitions, capacity, sla and step must be positive", file=sys.stderr)
         return 2
