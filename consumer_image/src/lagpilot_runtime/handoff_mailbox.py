@@ -1,0 +1,164 @@
+"""The drain hand-off mailbox: the wire contract between the operator and the consumers.
+
+A drain of partition ``p`` takes ``[start, split)`` away from the live group without stopping it
+(docs/drain.md, "The hand-off"). The operator and the consumer that owns ``p`` talk through the
+committed offsets of one extra consumer group per group, the *mailbox* ``<groupId>.lagpilot-handoff``.
+It never has members: both sides write it with "simple" commits (a Consumer that never subscribes)
+and read it with OffsetFetch (``Consumer.committed``). No new topic, no Kubernetes access from pods.
+
+Per partition the mailbox holds one entry, as committed offset ``split`` plus metadata:
+
+- request (operator): ``lph1;id=<drainId>;split=<S>``
+- ack (owner, or the operator for an empty group): ``lph1;id=<drainId>;split=<S>;ack=<start>``
+- sealed (operator, after it recorded the hand-off): ``...;ack=<start>;done=1`` — ignored by
+  consumers, so a stale entry can never move a group whose offsets were later reset by hand.
+
+The order of effects that makes it exact (both sides use the pure rules below):
+
+1. owner: write the ack (``start`` = its own committed offset ``c``: everything below ``c`` was
+   processed and committed, nothing at or above it was), THEN commit its own group's offset ``S``,
+   THEN seek to ``S``;
+2. operator: read the group's committed offset FIRST, then the mailbox. If the group is at or past
+   ``S`` and an ack exists, the ack was written before that commit, so this later read sees it:
+   the drain gets ``[ack, S)``. At or past ``S`` without an ack means the group got there by itself
+   (nothing to drain). Below ``S``: still pending.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "lph1"
+MAILBOX_SUFFIX = ".lagpilot-handoff"
+
+_ENTRY = re.compile(r"^lph1;id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?$")
+
+
+def mailbox_group(group_id: str) -> str:
+    """The mailbox consumer group of ``group_id`` (never has members)."""
+    return f"{group_id}{MAILBOX_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One partition's mailbox entry: a request (ack None), an ack, or a sealed ack."""
+
+    drain_id: int
+    split: int
+    ack: int | None = None
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        if self.drain_id < 0 or self.split < 0 or (self.ack is not None and self.ack < 0):
+            raise ValueError(f"negative value in mailbox entry {self!r}")
+        if self.done and self.ack is None:
+            raise ValueError("a sealed mailbox entry carries its ack")
+
+    @property
+    def acked(self) -> bool:
+        return self.ack is not None
+
+    def encode(self) -> str:
+        s = f"{PREFIX};id={self.drain_id};split={self.split}"
+        if self.ack is not None:
+            s += f";ack={self.ack}"
+        if self.done:
+            s += ";done=1"
+        return s
+
+    def with_ack(self, start: int) -> "Entry":
+        return Entry(self.drain_id, self.split, int(start))
+
+    def sealed(self) -> "Entry":
+        if self.ack is None:
+            raise ValueError("only an acked entry can be sealed")
+        return Entry(self.drain_id, self.split, self.ack, True)
+
+
+def request(drain_id: int, split: int) -> Entry:
+    return Entry(int(drain_id), int(split))
+
+
+def decode(metadata: str | bytes | None, committed_offset: int | None = None) -> Entry | None:
+    """The entry in a mailbox commit's metadata; None for anything else (no commit, garbage, a
+    commit whose offset disagrees with the split it names)."""
+    if metadata is None:
+        return None
+    if isinstance(metadata, bytes):
+        try:
+            metadata = metadata.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    m = _ENTRY.match(metadata.strip())
+    if not m:
+        return None
+    try:
+        e = Entry(int(m.group(1)), int(m.group(2)), None if m.group(3) is None else int(m.group(3)), m.group(4) is not None)
+    except ValueError:  # e.g. "done" without an ack
+        return None
+    if committed_offset is not None and committed_offset >= 0 and committed_offset != e.split:
+        return None
+    return e
+
+
+@dataclass(frozen=True)
+class OwnerStep:
+    """What the owner of a partition does about its mailbox entry, in this order:
+    write ``ack`` (if not None) to the mailbox, then commit its own offset ``move_to`` and seek
+    there (if not None)."""
+
+    ack: Entry | None = None
+    move_to: int | None = None
+
+    @property
+    def noop(self) -> bool:
+        return self.ack is None and self.move_to is None
+
+
+def owner_step(entry: Entry | None, own: int) -> OwnerStep:
+    """The owner's rule (a consumer at a batch boundary, or the operator acting for an empty group).
+
+    ``own``: the group's committed offset of the partition (its position if it never committed):
+    everything below was processed, nothing at or above was.
+
+    - no entry, or a sealed one: nothing.
+    - a request: ack ``own``; move to ``split`` if ``own < split`` (else the range is empty).
+    - an ack ``s`` with ``own >= split``: nothing (the hand-off is frozen from here).
+    - an ack ``s`` with ``own < split`` (the acker died between its two commits): if ``own != s``
+      (records after ``s`` were processed meanwhile, or offsets moved) re-ack ``own``; move to split.
+    """
+    if entry is None or entry.done:
+        return OwnerStep()
+    if not entry.acked:
+        ack = entry.with_ack(own)
+        return OwnerStep(ack, entry.split if own < entry.split else None)
+    if own >= entry.split:
+        return OwnerStep()
+    return OwnerStep(None if own == entry.ack else entry.with_ack(own), entry.split)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The operator's view of one planned partition: pending, or resolved with ``[start, split)``
+    (empty when ``start >= split``)."""
+
+    resolved: bool
+    split: int
+    start: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.resolved and (self.start is None or self.start >= self.split)
+
+
+def resolve(own: int | None, entry: Entry | None, drain_id: int, split: int) -> Resolution:
+    """The operator's rule. ``own`` must be read BEFORE ``entry`` (see the module docstring).
+
+    An entry of another drain id counts as absent."""
+    if entry is not None and entry.drain_id != drain_id:
+        entry = None
+    if own is None or own < split:
+        return Resolution(False, split)
+    if entry is not None and entry.acked:
+        return Resolution(True, split, min(int(entry.ack or 0), split))
+    return Resolution(True, split, split)  # the group passed split by itself: nothing to drain
