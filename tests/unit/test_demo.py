@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot_dev import demo_report, demo_view
+from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_handler import batch_cost_s
 from lagpilot_dev.demo_report import Proof, Sample
 from lagpilot_dev.demo_traffic import PROFILES, Phase, partition_for, phase_at, records_due
@@ -127,9 +127,15 @@ def test_drains_seen_merges_live_status_and_history() -> None:
     assert drains[1]["phase"] == "Planned" and drains[1]["ranges"][0]["split"] == 900
 
 
+def _ledger(per: dict[int, tuple[int, int, int]] | None = None, ends: dict[int, int] | None = None) -> dict:
+    ends = ends or {p: 10 for p in range(3)}
+    return demo_measure.ledger_report(per if per is not None else {p: (n, n, 0) for p, n in ends.items()}, ends)
+
+
 def _proof(**kw) -> Proof:
     base = dict(produced=30, end_offsets_total=30, rows_in_sink=30, distinct_in_sink=30,
-                per_partition={p: {"end": 10, "rows": 10, "distinct": 10, "min": 0, "max": 9} for p in range(3)})
+                per_partition={p: {"end": 10, "rows": 10, "distinct": 10, "min": 0, "max": 9} for p in range(3)},
+                ledger=_ledger())
     base.update(kw)
     return Proof(**base)
 
@@ -145,7 +151,13 @@ def test_proof_ok() -> None:
     (dict(produced=0, end_offsets_total=0, rows_in_sink=0, distinct_in_sink=0), "nothing"),
     (dict(end_offsets_total=31), "end offsets"),
     (dict(per_partition={0: {"end": 10, "rows": 10, "distinct": 10, "min": 1, "max": 10}}), "0..end-1"),
-], ids=["missing", "duplicate", "empty", "offsets-disagree", "shifted-offsets"])
+    # the sink's key hides a redelivery; the ledger (no key) counts it: the proof fails
+    (dict(ledger=_ledger({0: (11, 10, 0), 1: (10, 10, 0), 2: (10, 10, 0)})), "deliveries of records delivered before"),
+    (dict(ledger=_ledger({0: (9, 9, 0), 1: (10, 10, 0), 2: (10, 10, 0)})), "never delivered"),
+    (dict(ledger=_ledger({0: (11, 11, 1), 1: (10, 10, 0), 2: (10, 10, 0)})), "never produced"),
+    (dict(ledger=None), "no delivery ledger"),
+], ids=["missing", "duplicate", "empty", "offsets-disagree", "shifted-offsets", "ledger-duplicate", "ledger-lost",
+        "ledger-outside", "no-ledger"])
 def test_proof_failures(kw: dict, needle: str) -> None:
     p = _proof(**kw)
     assert not p.ok
@@ -160,7 +172,7 @@ def test_summary_and_table() -> None:
                _s(20, {0: 100}, {0: 60}, replicas=3, drain=drain), _s(30, {0: 100}, {0: 100}, replicas=3)]
     proof = _proof(produced=100, end_offsets_total=100, rows_in_sink=100, distinct_in_sink=100,
                    per_partition={0: {"end": 100, "rows": 100, "distinct": 100, "min": 0, "max": 99}},
-                   by_source={"consumer": 45, "drain": 55}, processed_attempts=100, processed_distinct=100,
+                   by_source={"consumer": 45, "drain": 55}, ledger=_ledger(ends={0: 100}),
                    latency={"max_s": 12.0, "p99_s": 11.0, "within_sla_fraction": 1.0})
     summary = demo_report.summarize(samples, proof, profile="fast", sla_s=60, batch_max_records=5, partitions=1,
                                     timings={"total": 100.0}, paths={"plot": "/x.png"})
@@ -171,8 +183,10 @@ def test_summary_and_table() -> None:
     assert summary["drains"][0]["ranges"] == [{"partition": 0, "start": 5, "split": 60}]
     table = demo_report.format_summary(summary)
     for needle in ("records produced", "duplicate rows", "time to catch up", "replica-minutes", "drain #1",
-                   "p0[5..60)", "45 / 55"):
+                   "p0[5..60)", "45 / 55", "records processed more than once (ledger)", "records never delivered (ledger)"):
         assert needle in table
+    assert summary["delivered_more_than_once"] == 0 and summary["lost"] == 0 and summary["ledger"]["delivered"] == 100
+    assert summary["sim_params"]["partitions"] == 1 and summary["sim_params"]["sla_s"] == 60
 
 
 def test_plot_writes_a_png(tmp_path) -> None:
@@ -248,3 +262,138 @@ def test_clip_counts_visible_characters_only(line: str, width: int, visible: str
     assert demo_view._ANSI.sub("", got) == visible
     if "\x1b[" in line and len(visible) < len(demo_view._ANSI.sub("", line)):
         assert got.endswith(demo_view.RESET)  # a cut never leaves the terminal colored
+
+
+# ---- the ledger, the measurements from it, the trace -------------------------------------------------
+@pytest.mark.parametrize("per,ends,want", [
+    ({0: (10, 10, 0)}, {0: 10}, dict(lost=0, duplicated=0, outside=0, delivered=10)),
+    ({0: (13, 10, 0)}, {0: 10}, dict(lost=0, duplicated=3, outside=0, delivered=13)),   # a replayed batch of 3
+    ({0: (8, 8, 0)}, {0: 10}, dict(lost=2, duplicated=0, outside=0, delivered=8)),
+    ({0: (12, 10, 2)}, {0: 10}, dict(lost=0, duplicated=0, outside=2, delivered=12)),
+    ({}, {0: 5, 1: 5}, dict(lost=10, duplicated=0, outside=0, delivered=0)),
+], ids=["exact", "duplicated", "lost", "outside", "nothing"])
+def test_ledger_report(per, ends, want) -> None:
+    rep = demo_measure.ledger_report(per, ends)
+    assert {k: rep[k] for k in want} == want
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12)), max_size=60), st.integers(1, 10))
+def test_ledger_report_matches_a_direct_count(rows: list[tuple[int, int]], end: int) -> None:
+    ends = {p: end for p in range(3)}
+    per = {}
+    for p in {p for p, _ in rows}:
+        offs = [o for q, o in rows if q == p]
+        per[p] = (len(offs), len({o for o in offs if o < end}), len({o for o in offs if o >= end}))
+    rep = demo_measure.ledger_report(per, ends)
+    inside = {(p, o) for p, o in rows if o < end}
+    assert rep["duplicated"] == len(rows) - len(set(rows))
+    assert rep["lost"] == 3 * end - len(inside)
+    assert (rep["lost"] == rep["duplicated"] == rep["outside"] == 0) == (
+        sorted(rows) == sorted((p, o) for p in range(3) for o in range(end)))
+
+
+def _b(worker: str, t: float, n: int, parts=(0,), source="consumer") -> demo_measure.Batch:
+    return demo_measure.Batch(worker, source, t, n, tuple(parts))
+
+
+def test_capacity_uses_full_batches_after_a_batch_of_the_same_worker() -> None:
+    batches = [_b("a", 0, 50), _b("a", 1, 50), _b("a", 2, 50), _b("a", 3, 10),   # 50/s, then a partial batch
+               _b("b", 0, 50), _b("b", 0.5, 50), _b("b", 100, 50),               # 100/s, then idle (gap > 30 s)
+               _b("d", 0, 50, source="drain"), _b("d", 2, 50, source="drain")]
+    assert sorted(demo_measure.saturated_rates(batches, "consumer", 50)) == [50.0, 50.0, 100.0]
+    assert demo_measure.capacity(batches, "consumer", 50) == 50.0
+    assert demo_measure.capacity(batches, "drain", 50) == 25.0
+    assert demo_measure.capacity([], "consumer", 50) is None
+
+
+@pytest.mark.parametrize("times,w,expected", [
+    ([0, 1, 2, 3, 4], (1.5, 2.5), 1.0),
+    ([0, 1, 5, 6], (1.5, 2.0), 4.0),          # the gap spans the window
+    ([0, 1, 2, 9, 10], (3.0, 4.0), 7.0),
+    ([0, 1, 2], (1.5, 3.0), None),             # nothing after the window: not a live partition
+    ([5, 6], (1.0, 2.0), None),                # nothing before it
+], ids=["steady", "spanning", "late-resume", "no-after", "no-before"])
+def test_longest_gap(times, w, expected) -> None:
+    assert demo_measure.longest_gap(times, *w) == expected
+
+
+def test_hand_off_pause_names_the_partition_and_its_usual_gap() -> None:
+    times = {0: [float(t) for t in range(0, 40)], 1: [t * 1.0 for t in range(0, 30)] + [33.5, 34.5, 35.5, 36.5, 37.5, 38.5, 39.5]}
+    got = demo_measure.hand_off_pause(times, (30.0, 31.0))
+    assert got["pause_seconds"] == 4.5 and got["pause_partition"] == 1
+    assert got["usual_gap_seconds"] == 1.0 and got["pause_excess_seconds"] == 3.5
+
+
+def test_drain_measurements_from_the_ledger_and_the_status() -> None:
+    wall0 = 1000.0
+    drain = {"id": 1, "phase": "Running", "ranges": [], "records_total": 0, "records_done": 0, "pause_seconds": 30.0,
+             "times": {"plannedAt": wall0 + 20, "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
+    batches = ([_b("c0", float(t), 50, (0,)) for t in range(0, 40)] + [_b("c1", float(t), 50, (1,)) for t in range(0, 40)]
+               + [_b("spark", 27.0, 50, (1,), source="drain"), _b("spark", 28.0, 50, (1,), source="drain")])
+    samples = [_s(t, {}, {}, replicas=3 if t != 20 else 2) for t in range(0, 40)]
+    for s in samples:
+        s.ready = 3
+    drains = [drain]
+    demo_measure.drain_measurements(drains, batches, samples, wall0)
+    d = drains[0]
+    assert d["status_pause_seconds"] == 30.0  # the operator's own figure, kept apart
+    assert d["pause_seconds"] == 1.0 and d["hand_off_window"] == [20.0, 21.0]
+    assert d["start_up_seconds"] == 7.0 and d["min_replicas_during_hand_off"] == 2
+
+
+def test_pod_starts() -> None:
+    seq = [(0, 1, 1), (5, 3, 1), (6, 3, 2), (9, 3, 3), (20, 2, 2), (30, 3, 2), (31, 2, 2)]
+    samples = []
+    for t, r, ready in seq:
+        s = _s(t, {}, {}, replicas=r)
+        s.ready = ready
+        samples.append(s)
+    assert demo_measure.pod_starts(samples) == [4.0]  # the second scale-up was undone before it was ready
+
+
+def test_trace_rows_cover_the_observation_at_one_second_and_parse_in_the_simulator(tmp_path) -> None:
+    from lagpilot.simulate import load_trace
+
+    rows = demo_traffic.trace_rows({0: 6, 1: 6, 2: 450, 4: 80}, end_s=7.2)
+    assert rows == [(0, 6.0), (1, 6.0), (2, 450.0), (3, 0.0), (4, 80.0), (5, 0.0), (6, 0.0), (7, 0.0)]
+    path = tmp_path / "trace.csv"
+    demo_traffic.write_trace(path, rows)
+    trace = load_trace(str(path))
+    assert trace.times == tuple(float(t) for t, _ in rows) and trace.rates[2] == 450.0 and trace.end_s == 8.0
+
+
+def test_ledger_has_no_key_and_one_row_per_record() -> None:
+    import logging
+
+    from lagpilot_dev.demo_handler import ledger_ddl, ledger_rows, ledger_table
+    from lagpilot_runtime.handler import BatchContext, Record
+
+    sql = ledger_ddl("demo_ledger_x").upper()
+    assert "PRIMARY KEY" not in sql and "UNIQUE" not in sql
+    with pytest.raises(ValueError):
+        ledger_ddl('x"; DROP TABLE y; --')
+    recs = [Record("t", 0, 5, None, b"v", timestamp_ms=1), Record("t", 0, 5, None, b"v", timestamp_ms=1)]
+    rows = ledger_rows(recs, BatchContext({}, logging.getLogger("t"), source="drain"), "w")
+    assert rows == [("t", 0, 5, "drain", "w", None, 1)] * 2  # the same record twice: two rows
+    assert ledger_table({"auditTable": "a"}) == "a" and ledger_table({"ledgerTable": "l", "auditTable": "a"}) == "l"
+    assert ledger_table({}) is None
+
+
+def test_render_shows_the_hand_off_path_and_the_live_group() -> None:
+    drain = {"id": 3, "phase": "Planned", "ranges": [{"partition": 0, "start": 1, "split": 9}], "handOffPath": "mailbox"}
+    s = _s(5, {0: 10}, {0: 2}, replicas=3, drain=drain)
+    s.ready = 3
+    header = demo_view.Header(profile="fast", elapsed_s=5, stage="Replay", waiting_for="x")
+    text = "\n".join(demo_view.render(header, s, [], colors=False, width=160))
+    assert "hand-off  path mailbox" in text and "live group: 3 replicas, 3 ready" in text
+    assert "hand-off mailbox" in demo_view.one_line(header, s)
+
+
+def test_plot_marks_hand_offs(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    samples = [_s(t, {0: 10 * t}, {0: 5 * t}, replicas=2) for t in range(10)]
+    out = tmp_path / "demo.png"
+    demo_report.plot(samples, str(out), sla_s=60, title="t",
+                     drains=[{"id": 1, "hand_off_window": [3.0, 4.0], "hand_off_path": "mailbox", "pause_seconds": 1.2,
+                              "min_replicas_during_hand_off": 2}])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev import demo_report, demo_view
+from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_report import Proof, Sample
 from lagpilot_dev.demo_traffic import PROFILES, Producer, Profile, phase_at
 from lagpilot_dev.paths import cache_dir, free_port, http_ok
@@ -131,7 +131,7 @@ class Demo:
         self.topic = f"demo-orders-{suffix}"
         self.group_id = f"orders-demo-{suffix}"
         self.table = f"demo_orders_{suffix}"
-        self.audit_table = f"demo_audit_{suffix}"
+        self.ledger_table = f"demo_ledger_{suffix}"  # one row per delivery, no key (demo_handler)
         self.t_start = time.monotonic()
         self.timings: dict[str, float] = {}
         self.samples: list[Sample] = []
@@ -329,7 +329,7 @@ class Demo:
                 spec = item.get("spec") or {}
                 cfg = (spec.get("processing") or {}).get("config") or {}
                 self._leftovers.append((str(spec.get("topic") or ""),
-                                        [str(cfg.get(k) or "") for k in ("postgres.table", "auditTable")]))
+                                        [str(cfg.get(k) or "") for k in ("postgres.table", "ledgerTable", "auditTable")]))
                 with contextlib.suppress(client.ApiException):
                     co.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, item["metadata"]["name"],
                                                       {"metadata": {"finalizers": None}})
@@ -358,7 +358,7 @@ class Demo:
                     for fut in self.admin.delete_topics([topic], operation_timeout=30).values():
                         fut.result(timeout=60)
             for table in tables:
-                if table.startswith(("demo_orders_", "demo_audit_")) and table.replace("_", "").isalnum():
+                if table.startswith(("demo_orders_", "demo_audit_", "demo_ledger_")) and table.replace("_", "").isalnum():
                     with contextlib.suppress(Exception):
                         self.pg.execute(f'DROP TABLE IF EXISTS "{table}"')
         self._leftovers.clear()
@@ -463,7 +463,7 @@ class Demo:
                     # the built-in PostgreSQL sink behind an artificial downstream cost (see demo_handler)
                     "handler": HANDLER,
                     "config": {"recordDelayMs": str(p.record_delay_ms), "batchDelayMs": str(p.batch_delay_ms),
-                               "postgres.table": self.table, "auditTable": self.audit_table},
+                               "postgres.table": self.table, "ledgerTable": self.ledger_table},
                 },
                 "failure": {"maxRetries": 5, "backoffMs": 200, "policy": "deadLetter"},
                 "scaling": {"minReplicas": 1, "maxReplicas": p.partitions, "tolerance": 0.1,
@@ -722,12 +722,29 @@ class Demo:
         proof = Proof(produced=self.producer.acked if self.producer else 0,
                       end_offsets_total=sum(int(v) for v in end.values()),
                       rows_in_sink=rows, distinct_in_sink=distinct, per_partition=per)
-        a = f'"{self.audit_table}"'
-        r = _sql_count(self.pg, f'SELECT count(*), count(DISTINCT (partition, "offset")) FROM {a}')
-        if r:
-            proof.processed_attempts, proof.processed_distinct = int(r[0][0]), int(r[0][1])
+        ledger = f'"{self.ledger_table}"'
+        ends = {p: int(v) for p, v in end.items()}
+        counts: dict[int, tuple[int, int, int]] = {}
+        rows_ok = _sql_count(self.pg, "SELECT to_regclass(%s) IS NOT NULL", (self.ledger_table,))
+        if rows_ok and rows_ok[0][0]:
+            for part, n, ndist, hi_ in _sql_count(
+                    self.pg, f'SELECT partition, count(*), count(DISTINCT "offset"), max("offset") FROM {ledger} '
+                             "WHERE topic = %s GROUP BY partition", (self.topic,)):
+                counts[int(part)] = (int(n), int(ndist), 0)
+            for part, nout in _sql_count(
+                    self.pg, f'SELECT l.partition, count(DISTINCT l."offset") FROM {ledger} l '
+                             f'JOIN (SELECT unnest(%s::int[]) AS partition, unnest(%s::bigint[]) AS "end") e '
+                             'ON e.partition = l.partition WHERE l.topic = %s AND (l."offset" >= e."end" OR l."offset" < 0) '
+                             "GROUP BY l.partition", (list(ends), list(ends.values()), self.topic)):
+                n, ndist, _ = counts.get(int(part), (0, 0, 0))
+                counts[int(part)] = (n, ndist - int(nout), int(nout))
+            for part in set(counts) - set(ends):  # a partition the topic does not have: all outside
+                n, ndist, _ = counts[part]
+                counts[part] = (n, 0, ndist)
+            proof.ledger = demo_measure.ledger_report(counts, ends)
             proof.by_source = {str(src): int(n) for src, n in _sql_count(
-                self.pg, f'SELECT source, count(DISTINCT (partition, "offset")) FROM {a} GROUP BY source')}
+                self.pg, f'SELECT source, count(DISTINCT (partition, "offset")) FROM {ledger} WHERE topic = %s GROUP BY source',
+                (self.topic,))}
         lat = _sql_count(self.pg, (
             "SELECT max(l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l), avg((l <= %s)::int) FROM ("
             f"SELECT extract(epoch FROM written_at) - timestamp_ms / 1000.0 AS l FROM {q} "
@@ -737,25 +754,73 @@ class Demo:
                              "within_sla_fraction": round(float(lat[0][2]), 4)}
         return proof
 
+    def ledger_batches(self) -> list[demo_measure.Batch]:
+        """The ledger's rows grouped by delivery (worker + commit time), in replay time."""
+        wall0 = self.producer.wall0 if self.producer is not None else None
+        if wall0 is None:
+            return []
+        rows = _sql_count(self.pg, (
+            'SELECT source, worker, extract(epoch FROM delivered_at), count(*), array_agg(DISTINCT partition) '
+            f'FROM "{self.ledger_table}" WHERE topic = %s GROUP BY source, worker, delivered_at'), (self.topic,))
+        return [demo_measure.Batch(str(w or ""), str(src), float(ts) - wall0, int(n), tuple(sorted(int(x) for x in parts)))
+                for src, w, ts, n, parts in rows]
+
+    def spec_settings(self) -> dict[str, Any]:
+        """The run's settings the simulator needs (what the manifest says)."""
+        p = self.profile
+        return {"split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
+                "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
+                "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0}
+
+    def simulate(self, trace_path: Path, summary: dict[str, Any]) -> None:
+        """What the calibrated simulator says about this run's trace: static replicas and KEDA (the
+        load needs drains when they stay low) and lagpilot's prediction next to the measurement."""
+        from lagpilot import sim_compare
+        from lagpilot import simulate as sim
+
+        trace = sim.load_trace(str(trace_path))
+        summary["baselines"] = sim_compare.baselines(trace, summary)
+        params, _, unknown = sim_compare.params_from_summary(summary)
+        pred = sim_compare.predict(trace, params, ("lagpilot",))["lagpilot"].to_dict()
+        rows = sim_compare.compare(pred, sim_compare.measured_from_summary(summary))
+        summary["sim_to_real"] = {"comparison": {r["metric"]: r for r in rows}, "agrees": sim_compare.agrees(rows),
+                                  "not_modelled": unknown}
+
     def stage_report(self) -> int:
         t0 = self.begin(7, "Summary, plot and proof", "the SQL checks")
         proof = self.proof()
         png = self.out / "demo.png"
         js = self.out / "summary.json"
+        trace_path = self.out / "trace.csv"
         self.timings["total"] = self.elapsed()
         summary = demo_report.summarize(
             self.samples, proof, profile=self.profile.name, sla_s=self.profile.sla_s,
             batch_max_records=self.profile.batch_max_records, partitions=self.profile.partitions,
             timings=self.timings,
             paths={"plot": str(png), "summary": str(js), "samples": str(self.out / "samples.jsonl"),
-                   "operator_log": str(self.out / "operator.log"),
-                   "demo_log": str(self.out / "demo.log"), "manifest": str(self.out / "bcg.yaml")})
+                   "trace": str(trace_path), "operator_log": str(self.out / "operator.log"),
+                   "demo_log": str(self.out / "demo.log"), "manifest": str(self.out / "bcg.yaml")},
+            batches=self.ledger_batches(), wall0=self.producer.wall0 if self.producer else None,
+            spec=self.spec_settings())
         summary.update(namespace=self.ns, name=self.name, topic=self.topic, table=self.table,
+                       ledger_table=self.ledger_table,
                        operator_restarts=self.operator_restarts, operator_exit_codes=self.operator_exits,
-                       producer_error=self.producer.error if self.producer else None)
+                       producer_error=self.producer.error if self.producer else None,
+                       load_average=list(os.getloadavg()))
+        # the exact trace replayed, one row a second from the replay's start to the last observation
+        demo_traffic.write_trace(trace_path, demo_traffic.trace_rows(
+            self.producer.sent_per_second if self.producer else {}, summary["observed_seconds"]))
+        summary["sim_command"] = f".venv/bin/lagpilot simulate --trace {trace_path} --from-demo {js}"
+        try:
+            self.simulate(trace_path, summary)
+        except Exception as exc:  # noqa: BLE001 - the simulator's view is extra; the proof stands alone
+            summary["baselines"] = None
+            self.say(f"simulator comparison skipped: {exc!r}", indent=True)
+            log.warning("simulator comparison failed", extra={"error": repr(exc)[:500]})
         try:
             demo_report.plot(self.samples, str(png), sla_s=self.profile.sla_s,
-                             title=f"lagpilot demo ({self.profile.name}): {self.topic}, SLA {self.profile.sla_s} s")
+                             title=f"lagpilot demo ({self.profile.name}): {self.topic}, SLA {self.profile.sla_s} s",
+                             drains=summary["drains"])
         except Exception as exc:  # noqa: BLE001 - a missing matplotlib must not hide the proof
             summary["paths"]["plot"] = None
             self.say(f"plot skipped: {exc!r}", indent=True)
@@ -769,8 +834,20 @@ class Demo:
         print()
         print(f"  SQL: SELECT count(*), count(DISTINCT (topic, partition, \"offset\")) FROM {self.table}"
               f"  →  {proof.rows_in_sink:,} rows, {proof.distinct_in_sink:,} distinct")
+        if proof.ledger is not None:
+            print(f"  SQL: SELECT count(*), count(DISTINCT (partition, \"offset\")) FROM {self.ledger_table}"
+                  f"  →  {proof.ledger['delivered']:,} deliveries, {proof.ledger['distinct']:,} distinct records "
+                  f"(ledger: no key, one row per delivery)")
+        s2r = summary.get("sim_to_real") or {}
+        if s2r.get("comparison"):
+            from lagpilot.sim_compare import format_comparison
+
+            print("\n  the calibrated simulator on this run's trace (lagpilot predicted vs measured):")
+            print("\n".join("    " + line for line in format_comparison(list(s2r["comparison"].values())).splitlines()))
+            print(f"    {summary['sim_command']}")
         verdict = ("PROOF OK: produced = distinct records in PostgreSQL "
-                   f"({proof.produced:,}), duplicates = 0, every partition holds offsets 0..end-1")
+                   f"({proof.produced:,}), every partition holds offsets 0..end-1, and the delivery ledger shows "
+                   f"each delivered exactly once (lost {proof.lost}, delivered more than once {proof.delivered_twice})")
         if not proof.ok:
             verdict = "PROOF FAILED: " + "; ".join(proof.failures())
         print(f"\n  {verdict}\n")
@@ -886,7 +963,7 @@ class Demo:
             # a fresh connection: an interrupt may have left the old one mid-query
             with psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10) as conn:
                 conn.execute("SET lock_timeout = '20s'")
-                conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.audit_table}"')
+                conn.execute(f'DROP TABLE IF EXISTS "{self.table}", "{self.ledger_table}"')
 
     def _release_stack(self, keep: bool) -> None:
         if self.stack is None or self.lease is None:

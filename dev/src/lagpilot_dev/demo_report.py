@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagpilot_dev import demo_measure
+
 ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")
 
 
@@ -107,17 +109,25 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
             continue
         for h in d.get("history") or []:
             if "id" in h:
-                by_id.setdefault(int(h["id"]), {}).update(_drain_entry(h))
+                entry = by_id.setdefault(int(h["id"]), {})
+                new = _drain_entry(h)
+                new["times"] = {**entry.get("times", {}), **new.get("times", {})}
+                entry.update(new)
         if "id" in d:
             entry = by_id.setdefault(int(d["id"]), {})
             if entry.get("final"):
                 continue  # the history's final word wins over a stale live view
-            entry.update(_drain_entry(d))
+            new = _drain_entry(d)
+            new["times"] = {**entry.get("times", {}), **new.get("times", {})}
+            entry.update(new)
             entry.setdefault("first_seen_t", round(s.t, 1))
             entry["last_seen_t"] = round(s.t, 1)
     for entry in by_id.values():
         entry.pop("final", None)
     return [dict(id=i, **by_id[i]) for i in sorted(by_id)]
+
+
+DRAIN_TIMES = ("plannedAt", "quiescedAt", "handedOffAt", "resumedAt", "startedAt", "finishedAt")
 
 
 def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,6 +142,11 @@ def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
     }
     if d.get("pauseSeconds") is not None:
         out["pause_seconds"] = d.get("pauseSeconds")
+    times = {k: d[k] for k in DRAIN_TIMES if d.get(k) is not None}
+    if times:
+        out["times"] = times
+    if d.get("handOffPath"):
+        out["hand_off_path"] = d.get("handOffPath")
     if d.get("seconds") is not None:
         out["seconds"] = d.get("seconds")
     elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
@@ -218,20 +233,21 @@ def measured_rates(samples: Sequence[Sample], window_s: float = 5.0) -> list[flo
 
 @dataclass
 class Proof:
-    """The SQL check: every produced record is in PostgreSQL exactly once."""
+    """The SQL checks: every produced record is in PostgreSQL, and the delivery ledger (one row per
+    delivery, no key) shows each delivered exactly once."""
 
     produced: int
     end_offsets_total: int
     rows_in_sink: int
     distinct_in_sink: int
     per_partition: dict[int, dict[str, int]]  # partition -> end, rows, distinct, min, max
-    processed_attempts: int | None = None  # audit rows (every processing, both paths)
-    processed_distinct: int | None = None
+    ledger: dict[str, Any] | None = None  # demo_measure.ledger_report(...)
     by_source: dict[str, int] = field(default_factory=dict)
     latency: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def duplicates(self) -> int:
+        """Duplicate rows in the keyed sink table (0 by construction: the ledger is the real check)."""
         return self.rows_in_sink - self.distinct_in_sink
 
     @property
@@ -249,15 +265,18 @@ class Proof:
         return True
 
     @property
-    def reprocessed(self) -> int | None:
-        if self.processed_attempts is None or self.processed_distinct is None:
-            return None
-        return self.processed_attempts - self.processed_distinct
+    def delivered_twice(self) -> int | None:
+        """Deliveries beyond the first, from the ledger (None without a ledger)."""
+        return None if self.ledger is None else int(self.ledger["duplicated"])
+
+    @property
+    def lost(self) -> int | None:
+        """Produced offsets the ledger never saw delivered (None without a ledger)."""
+        return None if self.ledger is None else int(self.ledger["lost"])
 
     @property
     def ok(self) -> bool:
-        return (self.produced > 0 and self.produced == self.distinct_in_sink == self.end_offsets_total
-                and self.duplicates == 0 and self.gapless)
+        return not self.failures()
 
     def failures(self) -> list[str]:
         out = []
@@ -271,16 +290,44 @@ class Proof:
             out.append(f"{self.duplicates} duplicate rows")
         if not self.gapless:
             out.append("some partition's offsets in PostgreSQL are not exactly 0..end-1")
+        if self.ledger is None:
+            out.append("no delivery ledger to count deliveries")
+        else:
+            if self.ledger["lost"]:
+                out.append(f"the ledger shows {self.ledger['lost']} produced records never delivered")
+            if self.ledger["duplicated"]:
+                out.append(f"the ledger shows {self.ledger['duplicated']} deliveries of records delivered before")
+            if self.ledger["outside"]:
+                out.append(f"the ledger holds {self.ledger['outside']} offsets that were never produced")
         return out
 
 
 def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: float, batch_max_records: int,
-              partitions: int, timings: Mapping[str, float], paths: Mapping[str, str]) -> dict[str, Any]:
-    """The demo's summary (what the JSON file holds; the table is rendered from it)."""
+              partitions: int, timings: Mapping[str, float], paths: Mapping[str, str],
+              batches: Sequence[demo_measure.Batch] = (), wall0: float | None = None,
+              spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The demo's summary (what the JSON file holds; the table is rendered from it). ``batches``
+    (the ledger's) and ``wall0`` (replay start, epoch seconds) give the measured hand-off pauses,
+    start-ups and capacities; ``spec`` the run's settings for ``sim_params``."""
     replay = [s for s in samples if s.t >= 0]
     cu = catch_up(replay, caught_up_threshold(batch_max_records, partitions))
     drains = drains_seen(samples)
+    demo_measure.drain_measurements(drains, batches, replay, wall0)
     events = scale_events(replay)
+    cons_cap = demo_measure.capacity(batches, "consumer", batch_max_records)
+    task_cap = demo_measure.capacity(batches, "drain", batch_max_records)
+    pods = demo_measure.pod_starts(replay)
+    sp = spec or {}
+    params = demo_measure.sim_params(
+        partitions=partitions, sla_s=sla_s, consumer_capacity=cons_cap, drain_task_capacity=task_cap,
+        pod_starts_s=pods, drains=drains, split_factor=int(sp.get("split_factor", 4)),
+        max_tasks=int(sp.get("max_tasks", 12)), min_backlog_records=int(sp.get("min_backlog_records", 0)),
+        poll_interval_s=float(sp.get("poll_interval_s", 5)), min_replicas=int(sp.get("min_replicas", 1)),
+        max_replicas=int(sp.get("max_replicas", partitions)),
+        scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
+        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)))
+    pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
+    led = proof.ledger or {}
     return {
         "profile": profile,
         "ok": proof.ok,
@@ -291,7 +338,9 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "duplicates": proof.duplicates,
         "missing": proof.missing,
         "gapless": proof.gapless,
-        "reprocessed": proof.reprocessed,
+        "ledger": {k: v for k, v in led.items() if k != "per_partition"} if proof.ledger is not None else None,
+        "delivered_more_than_once": proof.delivered_twice,
+        "lost": proof.lost,
         "processed_by": dict(proof.by_source),
         "per_partition": {str(k): v for k, v in sorted(proof.per_partition.items())},
         "peak_lag": max((s.total_group_lag for s in replay), default=0),
@@ -307,8 +356,16 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "scale_events": events,
         "replica_minutes": round(integrate_minutes(replay, lambda s: s.replicas), 2),
         "drain_task_minutes": round(integrate_minutes(replay, lambda s: s.drain_tasks), 2),
+        "observed_seconds": round(replay[-1].t, 1) if replay else 0.0,
         "drains": drains,
         "drained_records": sum(int(d.get("records_total") or 0) for d in drains),
+        "max_pause_seconds": max(pauses) if pauses else None,
+        "measured": {"consumer_capacity": cons_cap, "drain_task_capacity": task_cap, "pod_starts_s": pods,
+                     "consumer_batches": sum(1 for b in batches if b.source == "consumer"),
+                     "drain_batches": sum(1 for b in batches if b.source == "drain")},
+        "sim_params": params,
+        "sim_params_measured": [k for k in ("capacity", "drain_task_capacity", "pod_start_s", "drain_start_s",
+                                            "handoff_pause_s") if params.get(k) is not None],
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "paths": dict(paths),
     }
@@ -352,8 +409,14 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     if by:
         rows.append(("processed by consumers / by the drain",
                      f"{_fmt_int(by.get('consumer', 0))} / {_fmt_int(by.get('drain', 0))}"))
-    if summary.get("reprocessed") is not None:
-        rows.append(("records processed more than once (at-least-once)", _fmt_int(summary["reprocessed"])))
+    if summary.get("ledger") is not None:
+        rows.append(("deliveries in the ledger (one row each, no key)", _fmt_int(summary["ledger"]["delivered"])))
+        rows.append(("records processed more than once (ledger)", _fmt_int(summary["delivered_more_than_once"])))
+        rows.append(("records never delivered (ledger)", _fmt_int(summary["lost"])))
+    base = summary.get("baselines") or {}
+    for name, label in (("static", "static replicas (simulated on this trace)"), ("keda", "KEDA (simulated on this trace)")):
+        if (base.get(name) or {}).get("within_sla_fraction") is not None:
+            rows.append((f"within SLA with {label}", f"{100 * float(base[name]['within_sla_fraction']):.1f} %"))
     if summary.get("operator_restarts"):
         rows.append(("operator crashes (restarted by the demo)",
                      f"{summary['operator_restarts']} (exit codes {summary.get('operator_exit_codes')})"))
@@ -361,14 +424,26 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     lines = [f"  {k.ljust(width)}  {v}" for k, v in rows]
     for d in summary["drains"]:
         secs = f", {d['seconds']:.0f} s" if d.get("seconds") is not None else ""
-        pause = f", group paused {d['pause_seconds']:.1f} s" if d.get("pause_seconds") is not None else ""
+        pause = ""
+        if d.get("pause_seconds") is not None:
+            usual = f" (usual {d['usual_gap_seconds']:.1f} s)" if d.get("usual_gap_seconds") is not None else ""
+            pause = f", longest commit gap of the live group {d['pause_seconds']:.1f} s{usual}"
+        if d.get("hand_off_path"):
+            pause += f", hand-off {d['hand_off_path']}"
+        if d.get("min_replicas_during_hand_off") is not None:
+            pause += f", min replicas {d['min_replicas_during_hand_off']}"
+        if d.get("start_up_seconds") is not None:
+            pause += f", first drained record {d['start_up_seconds']:.0f} s after the plan"
         lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"
                      f" — {_fmt_int(d.get('records_done'))}/{_fmt_int(d.get('records_total'))} records{secs}{pause}")
     return "\n".join(lines)
 
 
-def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str) -> None:
-    """PNG: backlog and group lag per partition, replicas and drain tasks, projection vs SLA."""
+def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
+         drains: Sequence[Mapping[str, Any]] = ()) -> None:
+    """PNG: backlog and group lag per partition, replicas (status, desired, ready pods) and drain
+    tasks, projection vs SLA. Drains are shaded orange; each hand-off window (plan → the group past
+    the split) red, labelled with its path and the longest commit gap of the live group."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -395,6 +470,9 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str) -> N
             label="replicas", color="tab:blue", lw=2)
     ax.step(xs, [s.desired if s.desired is not None else math.nan for s in samples], where="post",
             label="desired", color="tab:cyan", ls="--")
+    ax.step(xs, [s.ready if s.ready is not None else math.nan for s in samples], where="post",
+            label="ready pods", color="tab:green", lw=1, ls=":")
+    ax.set_ylim(bottom=-0.2)
     ax.set_ylabel("consumers")
     ax.legend(loc="upper left", fontsize=8)
     task_ax = ax.twinx()
@@ -424,6 +502,19 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str) -> N
             for a_ in axes:
                 a_.axvspan(start, end, color="tab:orange", alpha=0.08)
             start = None
+    for d in drains:
+        w = d.get("hand_off_window")
+        if not w:
+            continue
+        for a_ in axes:
+            a_.axvspan(w[0], max(w[1], w[0] + 0.5), color="tab:red", alpha=0.25)
+        label = f"#{d.get('id')} {d.get('hand_off_path') or 'hand-off'}"
+        if d.get("pause_seconds") is not None:
+            label += f"\ngap {d['pause_seconds']:.1f}s"
+        if d.get("min_replicas_during_hand_off") is not None:
+            label += f", min {d['min_replicas_during_hand_off']} rep."
+        axes[1].annotate(label, (w[0], 0.02), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
+                         rotation=90, va="bottom", ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

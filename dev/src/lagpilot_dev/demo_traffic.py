@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -116,6 +117,22 @@ def records_due(phases: Sequence[Phase], t: float) -> float:
     return total
 
 
+def trace_rows(sent_per_second: dict[int, int], end_s: float) -> list[tuple[int, float]]:
+    """The replayed trace at one-second resolution: ``(t_s, records/s)`` for every second from 0 to
+    ``end_s`` (the end of the demo's observation; seconds with nothing produced are rows of 0), so a
+    simulator run over it covers the same window as the demo's measurements."""
+    last = max([int(math.ceil(end_s))] + [k + 1 for k in sent_per_second])
+    return [(t, float(sent_per_second.get(t, 0))) for t in range(max(1, last))]
+
+
+def write_trace(path: Any, rows: Sequence[tuple[int, float]]) -> None:
+    """``t_s,produce_msgs_per_s`` CSV, the format of ``lagpilot simulate --trace`` (one row a second)."""
+    with open(path, "w") as fh:
+        fh.write("t_s,produce_msgs_per_s\n")
+        for t, r in rows:
+            fh.write(f"{t},{r:g}\n")
+
+
 def partition_for(seq: int, partitions: int) -> int:
     """Round-robin: every partition gets the same share, as in the seed (no hot key)."""
     return seq % partitions
@@ -138,6 +155,8 @@ class Producer:
     sent: int = 0
     acked_per_partition: dict[int, int] = field(default_factory=dict)
     t0: float | None = None
+    wall0: float | None = None  # time.time() at t0: maps the sink's and the ledger's timestamps to replay time
+    sent_per_second: dict[int, int] = field(default_factory=dict)  # replay second -> records produced in it
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
 
@@ -158,6 +177,7 @@ class Producer:
 
     def start(self) -> Producer:
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
         self._thread = threading.Thread(target=self._run, name="demo-producer", daemon=True)
         self._thread.start()
         return self
@@ -187,6 +207,8 @@ class Producer:
                         producer.poll(0.1)
                         continue
                     self.sent += 1
+                    sec = int(t)
+                    self.sent_per_second[sec] = self.sent_per_second.get(sec, 0) + 1
                 producer.poll(0)
                 if t >= total_s:
                     break

@@ -18,8 +18,8 @@ HOME_CLEAR = "\x1b[H\x1b[J"
 
 # what each drain phase means, for a reader who has not read docs/drain.md
 DRAIN_PHASES = {
-    "Planned": "hand-off: the live group is scaled to 0 so its offsets can move to the split point",
-    "HandedOff": "the group resumes at the split; the Spark drain Job is being launched",
+    "Planned": "hand-off: the consumers owning the ranges move past the split (or, with none alive, the group is quiesced)",
+    "HandedOff": "the group consumes past the split; the Spark drain is being launched",
     "Running": "Spark processes the ranges with the same handler, more tasks than partitions",
     "Succeeded": "the Job finished; checking every sub-range's progress",
     "Verified": "every offset of the ranges was processed",
@@ -127,6 +127,13 @@ def render(header: Header, s: Sample | None, kubectl_lines: Sequence[str], *, co
         active = s.drain_active
         label = c(f"drain #{d.get('id')} {d.get('phase')}", YELLOW if active else DIM)
         out.append(f"{label}  {ranges}  {c(DRAIN_PHASES.get(str(d.get('phase')), ''), DIM)}")
+        if d.get("phase") in ("Planned", "HandedOff") or d.get("handOffPath"):
+            rep = "—" if s.replicas is None else str(s.replicas)
+            ready = "—" if s.ready is None else str(s.ready)
+            zero = s.replicas == 0 or s.ready == 0
+            out.append(f"hand-off  path {c(str(d.get('handOffPath') or '—'), BOLD)}   live group: {c(rep, RED if zero else GREEN)}"
+                       f" replicas, {ready} ready during the hand-off"
+                       + (f"   operator's pause {d['pauseSeconds']:.1f} s" if d.get("pauseSeconds") is not None else ""))
         out.append(f"          {c(bar(done, total, bw + 10), YELLOW if active else DIM)} {done:,}/{total:,} ({pct})"
                    f" reported by the drain   Spark tasks with work left: {s.drain_tasks}")
         if s.drain_in_sink is not None and total:
@@ -164,6 +171,8 @@ def one_line(header: Header, s: Sample | None) -> str:
     if d.get("phase"):
         done, total = s.drain_progress()
         drain = f" drain#{d.get('id')} {d.get('phase')} {done}/{total}"
+        if d.get("handOffPath"):
+            drain += f" hand-off {d.get('handOffPath')}"
     return (f"{t} · rate {s.produce_rate:.0f}/s produced {s.produced} in-sink {s.total_in_sink} "
             f"lag/backlog {lags} replicas {s.replicas}/{s.desired} projected {fmt_s(s.projected_s)} "
             f"SLA {fmt_s(s.sla_s)}{drain} · waiting for: {header.waiting_for}")

@@ -1,0 +1,206 @@
+"""What the demo measures from its delivery ledger and its samples (pure, no I/O).
+
+The ledger (``demo_handler``) holds one row per delivered record with the path (``consumer`` or
+``drain``), the worker (pod/pid/thread) and the commit time of its transaction. A *batch* is the
+rows one worker committed together: ``Batch(worker, source, t, n, partitions)`` with ``t`` in
+seconds since the replay started. From those:
+
+- the exactly-once report: lost (produced offsets never delivered) and duplicated (deliveries
+  beyond the first) per partition, counted on rows that have no key;
+- a consumer's capacity: records per second of a saturated consumer, ``n / (t - t_prev)`` over
+  consecutive *full* batches of one worker (a full batch means records were waiting), median;
+- each drain's hand-off pause: the longest gap between two consumer commits of any partition of
+  the live group across the hand-off window (plan → the group consuming past the split again),
+  next to that partition's usual gap just before, so a reader sees what the hand-off added;
+- the drain start-up: plan → first drained record committed;
+- the pod start: a scale-up seen in the status → the Deployment reporting that many ready.
+
+These are also the parameters ``lagpilot simulate --from-demo`` uses to predict the run.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rows of the ledger one worker committed in one transaction."""
+
+    worker: str
+    source: str  # consumer | drain
+    t: float  # commit time, seconds since the replay started
+    n: int
+    partitions: tuple[int, ...] = ()
+
+
+def ledger_report(per_partition: Mapping[int, tuple[int, int, int]], ends: Mapping[int, int]) -> dict[str, Any]:
+    """Exactly-once from the ledger. ``per_partition[p] = (rows, distinct offsets in [0, end),
+    distinct offsets outside it)``; ``ends[p]`` = the partition's end offset (records produced)."""
+    parts: dict[int, dict[str, int]] = {}
+    for p in sorted(set(per_partition) | set(ends)):
+        rows, inside, outside = per_partition.get(p, (0, 0, 0))
+        end = int(ends.get(p, 0))
+        parts[p] = {"produced": end, "delivered": rows, "distinct": inside + outside,
+                    "lost": max(0, end - inside), "duplicated": rows - inside - outside, "outside": outside}
+    total = {k: sum(v[k] for v in parts.values()) for k in ("produced", "delivered", "distinct", "lost",
+                                                                 "duplicated", "outside")}
+    return {**total, "per_partition": {str(p): v for p, v in parts.items()}}
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return round(statistics.median(xs), 2) if xs else None
+
+
+def saturated_rates(batches: Iterable[Batch], source: str, full: int, max_gap_s: float = 30.0) -> list[float]:
+    """Records/s of each full batch of ``source`` after another batch of the same worker:
+    ``n / (t - t_prev)``. Gaps longer than ``max_gap_s`` (an idle worker) are left out."""
+    by_worker: dict[str, list[Batch]] = {}
+    for b in batches:
+        if b.source == source:
+            by_worker.setdefault(b.worker, []).append(b)
+    rates = []
+    for bs in by_worker.values():
+        bs.sort(key=lambda b: b.t)
+        for a, b in zip(bs, bs[1:]):
+            dt = b.t - a.t
+            if b.n >= full and 0 < dt <= max_gap_s:
+                rates.append(b.n / dt)
+    return rates
+
+
+def capacity(batches: Iterable[Batch], source: str, full: int) -> float | None:
+    """A saturated worker's records/s (median over its full batches); None without any."""
+    return _median(saturated_rates(batches, source, full))
+
+
+def commit_times(batches: Iterable[Batch], source: str = "consumer") -> dict[int, list[float]]:
+    """Partition -> sorted commit times of the batches of ``source`` that held that partition."""
+    out: dict[int, set[float]] = {}
+    for b in batches:
+        if b.source == source:
+            for p in b.partitions:
+                out.setdefault(p, set()).add(b.t)
+    return {p: sorted(ts) for p, ts in out.items()}
+
+
+def longest_gap(times: Sequence[float], w0: float, w1: float) -> float | None:
+    """The longest gap between consecutive ``times`` that overlaps [w0, w1]; None when no commit
+    came after the window (the partition was not consumed again) or none came before it."""
+    if not times or times[0] > w0 or times[-1] < w1:
+        return None
+    best = 0.0
+    for a, b in zip(times, times[1:]):
+        if b >= w0 and a <= w1:
+            best = max(best, b - a)
+    return best
+
+
+def usual_gap(times: Sequence[float], before: float, span_s: float = 60.0) -> float | None:
+    """Median gap between commits in the ``span_s`` seconds before ``before``."""
+    ts = [t for t in times if before - span_s <= t <= before]
+    return _median([b - a for a, b in zip(ts, ts[1:])])
+
+
+def hand_off_window(drain: Mapping[str, Any], wall0: float) -> tuple[float, float] | None:
+    """Replay-time window of a drain's hand-off: planned → the live group consuming past the split
+    (``handedOffAt`` on the non-stopping path, ``resumedAt`` after a quiesce); None if not known."""
+    planned = drain.get("plannedAt")
+    ends = [drain.get(k) for k in ("handedOffAt", "resumedAt") if drain.get(k) is not None]
+    if planned is None or not ends:
+        return None
+    return float(planned) - wall0, max(float(e) for e in ends) - wall0
+
+
+def hand_off_pause(times_by_partition: Mapping[int, Sequence[float]], window: tuple[float, float]) -> dict[str, Any]:
+    """The longest commit gap of any live-group partition across the window, with its partition and
+    that partition's usual gap before the window."""
+    w0, w1 = window
+    best: tuple[float, int] | None = None
+    for p, ts in sorted(times_by_partition.items()):
+        g = longest_gap(ts, w0, w1)
+        if g is not None and (best is None or g > best[0]):
+            best = (g, p)
+    if best is None:
+        return {"pause_seconds": None}
+    usual = usual_gap(times_by_partition[best[1]], w0)
+    return {"pause_seconds": round(best[0], 2), "pause_partition": best[1], "usual_gap_seconds": usual,
+            "pause_excess_seconds": None if usual is None else round(max(0.0, best[0] - usual), 2)}
+
+
+def first_drained(batches: Iterable[Batch], after: float) -> float | None:
+    """Commit time of the first drained batch at or after ``after``."""
+    ts = [b.t for b in batches if b.source == "drain" and b.t >= after]
+    return min(ts) if ts else None
+
+
+def pod_starts(samples: Sequence[Any]) -> list[float]:
+    """Seconds from each scale-up seen in the status (replicas n → m > n, n > 0) until the
+    Deployment reported m ready replicas."""
+    out = []
+    prev = None
+    pending: list[tuple[float, int]] = []
+    for s in samples:
+        if s.replicas is not None and prev is not None and s.replicas > prev and prev > 0:
+            pending.append((s.t, s.replicas))
+        if s.replicas is not None:
+            prev = s.replicas
+        still = []
+        for t0, want in pending:
+            if s.ready is not None and s.ready >= want:
+                out.append(round(s.t - t0, 1))
+            elif s.replicas is not None and s.replicas < want:
+                continue  # scaled down again before it was ready
+            else:
+                still.append((t0, want))
+        pending = still
+    return out
+
+
+def min_replicas_during(samples: Sequence[Any], window: tuple[float, float]) -> int | None:
+    """The fewest replicas (status) and ready pods (Deployment) seen inside the window."""
+    vals = [min(v for v in (s.replicas, s.ready) if v is not None) for s in samples
+            if window[0] <= s.t <= window[1] and (s.replicas is not None or s.ready is not None)]
+    return min(vals) if vals else None
+
+
+def drain_measurements(drains: Sequence[dict[str, Any]], batches: Sequence[Batch], samples: Sequence[Any],
+                       wall0: float | None) -> None:
+    """Adds to each drain (in place): its hand-off window, ``pause_seconds`` from the ledger (the
+    operator's own figure stays as ``status_pause_seconds``), ``start_up_seconds`` and the fewest
+    replicas seen during the hand-off."""
+    times = commit_times(batches)
+    for d in drains:
+        if "pause_seconds" in d:
+            d["status_pause_seconds"] = d.pop("pause_seconds")
+        d["pause_seconds"] = None
+        if wall0 is None:
+            continue
+        w = hand_off_window(d.get("times") or {}, wall0)
+        if w is None:
+            continue
+        d["hand_off_window"] = [round(w[0], 1), round(w[1], 1)]
+        d.update(hand_off_pause(times, w))
+        d["min_replicas_during_hand_off"] = min_replicas_during(samples, w)
+        first = first_drained(batches, w[0])
+        d["start_up_seconds"] = None if first is None else round(first - w[0], 1)
+
+
+def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None, drain_task_capacity: float | None,
+               pod_starts_s: Sequence[float], drains: Sequence[Mapping[str, Any]], split_factor: int, max_tasks: int,
+               min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
+               scale_down_window_s: float, batch_timeout_s: float) -> dict[str, Any]:
+    """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
+    measured in this run (the simulator keeps its default)."""
+    starts = [float(d["start_up_seconds"]) for d in drains if d.get("start_up_seconds") is not None]
+    pauses = [float(d["pause_excess_seconds"]) for d in drains if d.get("pause_excess_seconds") is not None]
+    return {
+        "partitions": partitions, "sla_s": float(sla_s), "capacity": consumer_capacity,
+        "drain_task_capacity": drain_task_capacity, "pod_start_s": _median(list(pod_starts_s)),
+        "drain_start_s": _median(starts), "handoff_pause_s": _median(pauses),
+        "max_drain_tasks": max_tasks, "split_factor": split_factor, "min_backlog_records": min_backlog_records,
+        "poll_interval_s": float(poll_interval_s), "min_replicas": min_replicas, "max_replicas": max_replicas,
+        "scale_down_window_s": float(scale_down_window_s), "batch_timeout_s": float(batch_timeout_s),
+    }
