@@ -101,3 +101,102 @@ def test_a_cycle_that_runs_too_long_is_reported_with_its_stack(caplog: pytest.Lo
         assert asyncio.run(asyncio.wait_for(main(), 60)) == "done"
     rec = next(r for r in caplog.records if r.getMessage() == "control loop cycle still running")
     assert rec.group == "ns/orders" and "stuck_cycle" in rec.stack and "release.wait" in rec.stack
+
+
+# ------------------------------------------------------------------ the finalizer (on.delete)
+
+class FakePool:
+    def __init__(self) -> None:
+        self.released: list[str] = []
+
+    def lease(self, owner: str, conf: Any) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm() -> Any:
+            yield SimpleNamespace(safe_admin=lambda timeout: "admin")
+        return cm()
+
+    def release(self, owner: str) -> None:
+        self.released.append(owner)
+
+
+class FakeExecutor:
+    def __init__(self, job: Any, progress: Any) -> None:
+        self._job, self._progress, self.deleted = job, progress, []
+
+    def job(self, namespace: str, name: str) -> Any:
+        return self._job
+
+    def progress(self, admin: Any, spec: Any, d: Any) -> Any:
+        return self._progress
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        self.deleted.append(name)
+
+
+def running_drain() -> dict[str, Any]:
+    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "split": 100}],
+            "subRanges": [{"partition": 0, "index": 0, "start": 0, "end": 100, "next": 40, "records": 40}]}
+
+
+def deleting_memo(kube: Kube, ex: Any) -> Any:
+    m = memo(kube)
+    m.admin_pool, m.drain = FakePool(), ex
+    return m
+
+
+def test_finalize_without_a_drain_releases_at_once(events: list) -> None:
+    kube = Kube()
+    handlers.finalize(body=body(SPEC), spec=SPEC, status={}, meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+                      memo=memo(kube))
+    assert kube.patches == [] and events == []
+
+
+def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(events: list, monkeypatch) -> None:
+    import time as _time
+
+    from lagpilot.handoff import JobObservation, JobState
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    kube = Kube()
+    ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
+    since = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
+    with pytest.raises(kopf.TemporaryError):
+        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
+                          meta={"deletionTimestamp": since}, memo=deleting_memo(kube, ex))
+    (cond,) = [c for c in kube.patches[-1]["conditions"] if c["type"] == "Terminating"]
+    assert (cond["status"], cond["reason"]) == ("True", "WaitingForDrain") and "60/100" in cond["message"]
+    assert [e[1] for e in events] == ["DeletionWaitingForDrain"]
+    assert ex.deleted == []
+
+
+def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> None:
+    from lagpilot.handoff import JobObservation, JobState
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setenv("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS", "20")
+    ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
+    with pytest.raises(kopf.TemporaryError):
+        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
+                          meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+    assert ex.deleted == ["orders-drain-2-1"]
+
+
+def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypatch) -> None:
+    from lagpilot import deletion_io
+    from lagpilot.deletion import Remainder
+    from lagpilot.handoff import JobObservation, JobState
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    written: list[Any] = []
+    monkeypatch.setattr(deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: written.append((g, t, rem)))
+    monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [f"{g}.lagpilot-drain.2.0"])
+    deleted: list[Any] = []
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: deleted.extend(groups) or [])
+    ex = FakeExecutor(JobObservation(JobState.FAILED), {(0, 0): (70, 70)})
+    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
+                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+    assert written == [("g", "t", Remainder(2, ((0, 70, 100),)))]
+    assert deleted == ["g.lagpilot-drain.2.0"]
+    assert [e[1] for e in events] == ["DrainRemainderHandedBack"] and "g.lagpilot-remainder" in events[0][2]

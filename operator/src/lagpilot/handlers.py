@@ -5,24 +5,28 @@
 - one daemon per CR: the control loop (observe → estimate → decide → scale → one status patch),
   paced by spec.scaling.pollIntervalSeconds (re-read every cycle: a changed interval applies at the
   next cycle), backing off exponentially while Degraded.
-- delete: nothing to do. The Deployment carries a controller ownerReference, so the garbage
-  collector deletes it (and its pods) with the CR; no external resource needs cleaning up. lagpilot
-  adds no finalizer of its own. kopf does put its finalizer on each CR because daemons require one
-  (kopf stops the daemon before the object disappears); it is removed as soon as the daemon stops,
-  so a deletion completes within a second while the operator runs. If the operator is uninstalled
-  first, a CR deletion waits for it; `kubectl patch bcg NAME --type=merge -p
-  '{"metadata":{"finalizers":null}}'` releases it (docs/rbac.md).
+- delete (`finalize`, kopf's finalizer): a CR whose drain holds a range is not let go silently —
+  the deletion waits (bounded) for the drain, else hands the unprocessed remainder back to the
+  memberless group `<groupId>.lagpilot-remainder`; decisions in `deletion.py` (pure), Kafka edges
+  in `deletion_io.py`. Without a drain the deletion completes within a second. The Deployment and
+  the Job carry ownerReferences, so the garbage collector deletes them with the CR. If the operator
+  is uninstalled first, a CR deletion waits for it; `kubectl patch bcg NAME --type=merge -p
+  '{"metadata":{"finalizers":null}}'` releases it (docs/rbac.md) — and drops a drain's remainder.
+- daemon start: a remainder left by a deleted CR of the same group becomes this CR's next drain
+  (`adopt_remainder`).
 """
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextvars
 import logging
+import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -31,7 +35,10 @@ from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup sett
 from lagpilot.deployment import API_GROUP
 from lagpilot.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
-from lagpilot.spec import SpecError
+from lagpilot import deletion, deletion_io
+from lagpilot.handoff import DrainStatus, Phase, job_name
+from lagpilot.kafka_observe import admin_config
+from lagpilot.spec import GroupSpec, SpecError, parse_spec
 from lagpilot.status import TRUE, Condition, merge_conditions
 
 log = logging.getLogger(__name__)
@@ -110,6 +117,12 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     deps = _deps(memo, body)
     ref = GroupRef.from_body(body)
     try:
+        try:  # before the first cycle: it might plan a drain of the same offsets
+            ctx = contextvars.copy_context()
+            await asyncio.get_running_loop().run_in_executor(
+                memo.cycle_pool, ctx.run, adopt_remainder, ref, dict(body.spec), dict(body.status), memo, deps.emit)
+        except Exception:  # noqa: BLE001 - retried at the next daemon start; the loop must run
+            log.exception("adopting a remainder failed", extra={"group": ref.key})
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
             try:
@@ -130,3 +143,150 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     finally:
         memo.admin_pool.release(ref.key)
         memo.metrics.forget(ref.namespace, ref.name)
+
+
+# ------------------------------------------------------------------------------ deletion (finalizer)
+
+def _kafka_conf(memo: kopf.Memo, ref: GroupRef, spec: GroupSpec) -> dict[str, Any]:
+    secret = memo.kube.read_secret_data(ref.namespace, spec.kafka.secret_name) if spec.kafka.secret_name else None
+    return admin_config(spec.kafka, secret)
+
+
+def _executor(memo: kopf.Memo) -> Any:
+    if getattr(memo, "drain", None) is None:
+        from lagpilot.drain import DrainExecutor
+        memo.drain = DrainExecutor(memo.kube._client)
+    return memo.drain
+
+
+def _timestamp(value: str | None, default: float) -> float:
+    if not value:
+        return default
+    try:
+        return float(calendar.timegm(time.strptime(value.replace("Z", "+0000")[:19] + "+0000", "%Y-%m-%dT%H:%M:%S%z")))
+    except ValueError:
+        return default
+
+
+def _terminating(memo: kopf.Memo, ref: GroupRef, status: Mapping[str, Any], cond: tuple[str, str, str]) -> bool:
+    """Write the Terminating condition; True when its reason changed (then an event is worth posting)."""
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == "Terminating"), None)
+    conds = merge_conditions(status.get("conditions"), [Condition("Terminating", *cond)], ref.generation, time.time())
+    try:
+        memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds})
+    except KubeError as err:
+        log.warning("status write failed", extra={"group": ref.key, "error": str(err)})
+    return before is None or before.get("reason") != cond[1]
+
+
+@kopf.on.delete(*RESOURCE)
+def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
+             **_: Any) -> None:
+    """Let a drain finish (bounded) or hand its remainder back before the CR goes (deletion.py)."""
+    ref = GroupRef.from_body(body)
+    d = DrainStatus.from_dict(status.get("drain"))
+    if not deletion.holds_range(d):
+        if d is not None:
+            _forget_progress_groups(memo, ref, dict(spec))
+        return  # nothing held: release at once
+    assert d is not None
+    now = time.time()
+    since = _timestamp(meta.get("deletionTimestamp"), now)
+    wait_s = float(os.environ.get("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS") or deletion.DEFAULT_WAIT_S)
+    timeout = memo.config.kafka_timeout_seconds
+    try:
+        gspec = parse_spec(dict(spec))
+    except SpecError as err:
+        message = (f"drain {d.id} holds {d.remaining} unprocessed records but the spec is invalid ({err}); "
+                   f"they cannot be handed back: {deletion.remainder_of(d).ranges}")
+        if now - since < wait_s:
+            _terminating(memo, ref, status, ("True", "InvalidSpec", message))
+            raise kopf.TemporaryError(message, delay=30) from None
+        kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
+        log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
+        return
+    ex = _executor(memo)
+    try:
+        conf = _kafka_conf(memo, ref, gspec)
+        with memo.admin_pool.lease(ref.key + "#delete", conf) as handle:
+            admin = handle.safe_admin(timeout)
+            job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt)) if d.attempt > 0 else None
+            progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
+            committed = None
+            if d.phase is Phase.PLANNED:
+                offs = deletion_io.committed(admin, gspec.group_id, gspec.topic, d.partitions, timeout)
+                committed = {p: o for p, (o, _m) in offs.items()}
+            dec = deletion.decide(d, job=job, progress=progress, committed=committed, deleting_since=since, now=now,
+                                  wait_s=wait_s)
+            message = dec.message.replace("{group}", gspec.group_id)
+            log.info("deletion step", extra={"group": ref.key, "step": dec.kind.value, "reason": dec.reason,
+                                             "detail": message})
+            if dec.kind is deletion.DeleteKind.DELETE_JOB:
+                ex.delete_job(ref.namespace, job_name(ref.name, d.id, d.attempt))
+            elif dec.kind is deletion.DeleteKind.HAND_BACK:
+                assert dec.remainder is not None
+                deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)
+            if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE):
+                # the progress groups are not needed any more, and a CR re-created with this group
+                # starts its drain ids at 1 again: stale progress must not mark its sub-ranges done
+                failed = deletion_io.delete_groups(
+                    admin, deletion_io.list_progress_groups(admin, gspec.group_id, timeout), timeout)
+                if failed:
+                    log.warning("deleting drain progress groups failed", extra={"group": ref.key, "failed": failed[:5]})
+    finally:
+        memo.admin_pool.release(ref.key + "#delete")
+    changed = _terminating(memo, ref, status, (dec.condition[0], dec.reason, message[:1000]))
+    if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
+        kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
+    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB):
+        raise kopf.TemporaryError(message, delay=dec.delay_s)
+
+
+def _forget_progress_groups(memo: kopf.Memo, ref: GroupRef, raw_spec: Mapping[str, Any]) -> None:
+    """Best effort (never blocks a deletion): delete `<groupId>.lagpilot-drain.*`, so a CR re-created
+    with this group, whose drain ids start at 1 again, cannot read a finished drain's progress."""
+    try:
+        gspec = parse_spec(raw_spec)
+        timeout = memo.config.kafka_timeout_seconds
+        with memo.admin_pool.lease(ref.key + "#delete", _kafka_conf(memo, ref, gspec)) as handle:
+            admin = handle.safe_admin(timeout)
+            failed = deletion_io.delete_groups(admin, deletion_io.list_progress_groups(admin, gspec.group_id, timeout), timeout)
+        if failed:
+            log.warning("deleting drain progress groups failed", extra={"group": ref.key, "failed": failed[:5]})
+        memo.admin_pool.release(ref.key + "#delete")
+    except Exception as err:  # noqa: BLE001
+        log.warning("deleting drain progress groups failed", extra={"group": ref.key, "error": str(err)})
+
+
+def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], memo: kopf.Memo,
+                    emit: Callable[[str, str, str], None]) -> None:
+    """A deleted CR of the same group left a remainder: record it as this CR's next drain (it is then
+    launched by the executor like any handed-off drain), then clear the remainder group."""
+    try:
+        gspec = parse_spec(dict(raw_spec))
+    except SpecError:
+        return  # the cycle reports the invalid spec; adoption waits for a valid one
+    timeout = memo.config.kafka_timeout_seconds
+    conf = _kafka_conf(memo, ref, gspec)
+    try:
+        with memo.admin_pool.lease(ref.key + "#adopt", conf) as handle:
+            admin = handle.safe_admin(timeout)
+            rem = deletion_io.read_remainder(admin, gspec.group_id, gspec.topic, timeout)
+            d = DrainStatus.from_dict(status.get("drain"))
+            replicas = int(status.get("desiredReplicas") or max(1, gspec.scaling.min_replicas))
+            kind, new = deletion.adoption(rem, d, replicas, time.time())
+            if kind is deletion.AdoptKind.NONE:
+                if rem is not None:
+                    log.info("remainder waits for the running drain", extra={"group": ref.key, "records": rem.records})
+                return
+            if kind is deletion.AdoptKind.ADOPT:
+                assert new is not None
+                memo.kube.patch_status(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}})
+                emit("Normal", "DrainRemainderAdopted", new.message[:1000])
+                log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
+            failed = deletion_io.delete_groups(admin, [deletion.remainder_group(gspec.group_id)], timeout)
+            if failed:
+                log.warning("clearing the remainder group failed (retried at the next start)",
+                            extra={"group": ref.key, "failed": failed})
+    finally:
+        memo.admin_pool.release(ref.key + "#adopt")

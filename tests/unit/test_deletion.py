@@ -1,0 +1,161 @@
+"""deletion.py: the finalizer's decisions (table tests + properties) and the remainder encoding."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lagpilot.deletion import (AdoptKind, DeleteKind, Remainder, adoption, decide, decode_remainder,
+                               encode_remainder, holds_range, remainder_group, remainder_of)
+from lagpilot.handoff import DrainStatus, JobObservation, JobState, PartitionRange, Phase, SubProgress
+
+T0 = 1000.0
+ACTIVE = JobObservation(JobState.ACTIVE, pods_alive=1)
+FAILED = JobObservation(JobState.FAILED)
+ABSENT = JobObservation(JobState.ABSENT)
+DONE_JOB = JobObservation(JobState.SUCCEEDED)
+
+
+def running(phase: Phase = Phase.RUNNING, nexts: tuple[int, int] = (150, 200), attempt: int = 1) -> DrainStatus:
+    subs = (SubProgress(0, 0, 100, 200, nexts[0], nexts[0] - 100), SubProgress(0, 1, 200, 300, nexts[1], nexts[1] - 200))
+    return DrainStatus(id=3, phase=phase, ranges=(PartitionRange(0, 300, 100),), sub_ranges=subs, attempt=attempt)
+
+
+def step(d, job=ACTIVE, progress=None, committed=None, age=60.0, wait_s=600.0):
+    return decide(d, job=job, progress=progress if progress is not None else {}, committed=committed,
+                  deleting_since=T0, now=T0 + age, wait_s=wait_s)
+
+
+@pytest.mark.parametrize("d, kw, kind, reason", [
+    # nothing held: release at once, whatever else is observed
+    (None, {}, DeleteKind.RELEASE, "NothingHeld"),
+    (running(Phase.VERIFIED, (200, 300)), {}, DeleteKind.RELEASE, "NothingHeld"),
+    (DrainStatus(id=1, phase=Phase.CANCELLED, sub_ranges=(SubProgress(0, 0, 0, 10, 10),)), {}, DeleteKind.RELEASE, "NothingHeld"),
+    # the control loop's last cycle may still run: settle first
+    (running(), {"age": 2.0}, DeleteKind.WAIT, "Settling"),
+    # a running drain within the bound: wait for it
+    (running(), {}, DeleteKind.WAIT, "WaitingForDrain"),
+    # Kafka not answering: wait (within the bound)
+    (running(), {"progress": None}, DeleteKind.WAIT, "WaitingForDrain"),
+    # it finished meanwhile (progress at every end): release
+    (running(), {"progress": {(0, 0): (200, 100), (0, 1): (300, 100)}, "job": DONE_JOB}, DeleteKind.RELEASE, "DrainFinished"),
+    # finished but its pods still exit
+    (running(), {"progress": {(0, 0): (200, 100), (0, 1): (300, 100)}}, DeleteKind.WAIT, "WaitingForDrainExit"),
+    # the bound passed with the Job still running: stop it first, so its progress is final
+    (running(), {"age": 700.0}, DeleteKind.DELETE_JOB, "StoppingDrain"),
+    # ... then hand back
+    (running(), {"age": 700.0, "job": ABSENT}, DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    # the Job failed: the drain cannot finish (nobody retries it any more): hand back now
+    (running(), {"job": FAILED}, DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    (running(Phase.FAILED), {"job": FAILED}, DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    (running(Phase.CANCELLED), {"job": ABSENT}, DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    # handed off, never launched
+    (running(Phase.HANDED_OFF, (100, 200), attempt=0), {"job": None}, DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    # Planned, starts fixed, offsets not altered: the group still owns its records
+    (DrainStatus(id=2, phase=Phase.PLANNED, ranges=(PartitionRange(0, 300, 100),)), {"committed": {0: 100}},
+     DeleteKind.RELEASE, "NothingHandedOff"),
+    # Planned, alter happened but not recorded: [start, split) has no other owner
+    (DrainStatus(id=2, phase=Phase.PLANNED, ranges=(PartitionRange(0, 300, 100),)), {"committed": {0: 310}},
+     DeleteKind.HAND_BACK, "RemainderHandedBack"),
+    (DrainStatus(id=2, phase=Phase.PLANNED, ranges=(PartitionRange(0, 300, 100),)), {"committed": None},
+     DeleteKind.WAIT, "WaitingForKafka"),
+])
+def test_decide(d, kw, kind, reason) -> None:
+    got = step(d, **kw)
+    assert (got.kind, got.reason) == (kind, reason), got
+    assert got.condition[0] == "True" and got.message
+
+
+def test_hand_back_names_exactly_the_unfinished_ranges() -> None:
+    # progress moved past the status: the remainder starts at the observed next offsets
+    got = step(running(), job=FAILED, progress={(0, 0): (180, 80)})
+    assert got.remainder == Remainder(3, ((0, 180, 200), (0, 200, 300)))
+    assert "120 unprocessed records" in got.message and "p0[180..200)" in got.message
+    assert got.event is not None and got.event[:2] == ("Warning", "DrainRemainderHandedBack")
+
+
+def test_progress_never_moves_backwards_and_missing_progress_hands_back_the_recorded_rest() -> None:
+    # Kafka unreachable past the bound: the status' progress is used (a replay at worst, never a gap)
+    got = step(running(), job=ABSENT, progress=None, age=700.0)
+    assert got.kind is DeleteKind.HAND_BACK and got.remainder == Remainder(3, ((0, 150, 200), (0, 200, 300)))
+    got = step(running(), job=FAILED, progress={(0, 0): (120, 20)})  # older than the status
+    assert got.remainder == Remainder(3, ((0, 150, 200), (0, 200, 300)))
+
+
+def test_encoding_round_trip_and_foreign_commits_ignored() -> None:
+    r = Remainder(7, ((0, 5, 10), (0, 20, 30), (2, 0, 1)))
+    enc = encode_remainder(r)
+    assert enc[0] == (5, "lpr1;d=7;r=5-10,20-30") and enc[2][0] == 0
+    assert decode_remainder(enc) == r
+    assert decode_remainder({0: (3, None), 1: (4, "something else")}) is None
+    assert remainder_group("orders") == "orders.lagpilot-remainder"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**9), st.integers(1, 10**6)), max_size=12),
+       st.integers(1, 10**6))
+def test_encoding_property(spans, drain_id) -> None:
+    # non-overlapping ranges per partition (as sub-ranges are)
+    ranges, cursor = [], {}
+    for p, a, n in sorted(spans):
+        a = max(a, cursor.get(p, 0))
+        ranges.append((p, a, a + n))
+        cursor[p] = a + n
+    r = Remainder(drain_id, tuple(sorted(ranges)))
+    enc = encode_remainder(r)
+    assert all(len(meta) < 4096 for _, meta in enc.values())  # Kafka's default offset.metadata.max.bytes
+    assert decode_remainder(enc) == (r if ranges else None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 200), st.integers(1, 100), st.integers(0, 120)),
+                min_size=1, max_size=8),
+       st.sampled_from(list(Phase)), st.sampled_from([ACTIVE, FAILED, ABSENT, DONE_JOB, None]),
+       st.floats(0, 2000), st.floats(10, 1000))
+def test_never_a_silent_drop(subs, phase, job, age, wait_s) -> None:
+    """Whatever is observed: a step either keeps the CR (wait/stop Job), or releases with nothing
+    unfinished, or hands back exactly every unfinished offset."""
+    idx: dict[int, int] = {}
+    sps = []
+    for p, a, n, done in subs:
+        k = idx.get(p, 0)
+        idx[p] = k + 1
+        start = a + k * 1000  # sub-ranges of a partition do not overlap
+        sps.append(SubProgress(p, k, start, start + n, start + min(done, n)))
+    d = DrainStatus(id=1, phase=phase, sub_ranges=tuple(sps), attempt=1,
+                    ranges=tuple(PartitionRange(p, 10**6, 0) for p in sorted(idx)))
+    got = decide(d, job=job, progress={}, committed={}, deleting_since=T0, now=T0 + age, wait_s=wait_s)
+    unfinished = {(s.partition, o) for s in sps for o in range(s.next, s.end)}
+    if got.kind is DeleteKind.RELEASE:
+        assert not unfinished or phase is Phase.VERIFIED
+    if got.kind is DeleteKind.HAND_BACK:
+        handed = {(p, o) for p, a, b in got.remainder.ranges for o in range(a, b)}
+        assert handed == unfinished
+    if phase is not Phase.VERIFIED and unfinished:
+        assert holds_range(d)
+
+
+def test_adoption_makes_a_handed_off_drain_and_clears_only_when_recorded() -> None:
+    rem = Remainder(3, ((0, 150, 200), (0, 200, 300), (1, 5, 9)))
+    kind, new = adoption(rem, None, 2, T0)
+    assert kind is AdoptKind.ADOPT and new is not None
+    assert new.phase is Phase.HANDED_OFF and new.id == 4 and new.restore_replicas == 2
+    assert [(s.partition, s.index, s.start, s.end, s.next) for s in new.sub_ranges] == [
+        (0, 0, 150, 200, 150), (0, 1, 200, 300, 200), (1, 0, 5, 9, 5)]
+    assert new.records_total == rem.records == 154
+    # the status now records it (e.g. the operator died before clearing the group): clear, never adopt twice
+    assert adoption(rem, new, 2, T0)[0] is AdoptKind.CLEAR
+    verified = DrainStatus(id=4, phase=Phase.VERIFIED, history=({"id": 4, "ranges": [r.to_dict() for r in new.ranges]},))
+    assert adoption(rem, verified, 2, T0)[0] is AdoptKind.CLEAR
+    # a drain of this CR holding other ranges: adopt later; an idle older status: adopt with a fresh id
+    assert adoption(rem, running(), 2, T0)[0] is AdoptKind.NONE
+    old = DrainStatus(id=9, phase=Phase.VERIFIED, history=({"id": 9, "ranges": [{"partition": 5, "start": 0, "split": 1}]},))
+    kind, new = adoption(rem, old, 1, T0)
+    assert kind is AdoptKind.ADOPT and new.id == 10 and new.history == old.history
+    assert adoption(None, None, 1, T0) == (AdoptKind.NONE, None)
+
+
+def test_remainder_of_planned_uses_committed() -> None:
+    d = DrainStatus(id=2, phase=Phase.PLANNED, ranges=(PartitionRange(0, 300, 100), PartitionRange(1, 50, None),
+                                                       PartitionRange(2, 80, 70)))
+    assert remainder_of(d, {0: 300, 1: 60, 2: 75}).ranges == ((0, 100, 300),)
