@@ -455,8 +455,9 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
         return get_cr(custom, ns, name).get("status") or {}
 
     wait_until(lambda: (status().get("estimator") or {}).get("capacityPerReplica")
-               and len((status().get("scalingHistory") or {}).get("recommendations", [])) >= 3,
-               "a capacity estimate and a few recommendations", 180, interval=1)
+               and len((status().get("scalingHistory") or {}).get("recommendations", [])) >= 3
+               and all(p.get("samples", 0) >= 2 for p in ((status().get("estimator") or {}).get("partitions") or {"-": {}}).values()),
+               "a capacity estimate, a few recommendations and rate samples", 180, interval=1)
     op.kill()
     t_kill = time.time()
     before = status()
@@ -474,6 +475,15 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
           f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
           f"decision: {after['lastDecision']}")
     assert any(t < t_kill for t in recs_after), "the stabilization history was forgotten"
-    assert after["estimator"]["capacityPerReplica"] > 0
+    # only a restored estimator gives these (a first snapshot also yields some capacity, so
+    # capacityPerReplica > 0 would prove nothing): every partition's rate-sample count continues
+    # from the pre-kill status (a fresh estimator starts at 0), and its sample window still holds
+    # samples taken before the kill
+    parts_before, parts_after = before["estimator"]["partitions"], after["estimator"]["partitions"]
+    assert parts_before and set(parts_after) == set(parts_before)
+    for p, est in parts_before.items():
+        assert est["samples"] >= 2, f"partition {p}: too few samples before the kill for the check to mean anything"
+        assert parts_after[p]["samples"] > est["samples"], (p, est["samples"], parts_after[p]["samples"])
+        assert any(t < t_kill for t, _ in parts_after[p]["window"]), f"partition {p}: pre-kill samples forgotten"
     assert "capacity" not in after["lastDecision"].lower() or "unknown" not in after["lastDecision"].lower()
     assert condition(get_cr(custom, ns, name), "Degraded")["status"] == "False"
