@@ -2,8 +2,11 @@
 
 Runs `lagpilot demo --profile fast` as a user would (a subprocess: its own stack lease, operator,
 pod runner, cleanup) and checks what it wrote: the proof (produced = distinct records in
-PostgreSQL > 0, no duplicates, every partition gapless), a scale-up by the operator, a drain that
-really processed records through the same handler, the plot, and that it cleaned up after itself.
+PostgreSQL > 0, every partition gapless) and, from the delivery ledger — one row per delivery, no
+key, so a redelivery is a second row — nothing lost and nothing delivered twice; a scale-up by the
+operator, a drain that really processed records through the same handler, the live group never at
+0 replicas during a non-quiescing hand-off, the trace it replayed and the simulator's view of it,
+the plot, and that it cleaned up after itself.
 """
 from __future__ import annotations
 
@@ -42,6 +45,13 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
     assert summary["produced"] == summary["distinct_in_sink"], tail
     assert summary["duplicates"] == 0 and summary["missing"] == 0 and summary["gapless"], tail
     assert summary["ok"] and summary["failures"] == []
+    # exactly once, counted in the ledger (no key: the sink's primary key cannot hide a redelivery)
+    ledger = summary["ledger"]
+    assert ledger is not None, tail
+    assert summary["lost"] == 0 and ledger["lost"] == 0, ledger
+    assert summary["delivered_more_than_once"] == 0 and ledger["duplicated"] == 0, ledger
+    assert ledger["outside"] == 0 and ledger["delivered"] == summary["produced"], ledger
+    assert "records processed more than once (ledger)" in proc.stdout
     for part in summary["per_partition"].values():
         assert part["distinct"] == part["end"] > 0
     # the story: the operator scaled up, and a drain processed part of the backlog with the same handler
@@ -52,6 +62,20 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
     assert summary["peak_lag"] > 0 and summary["catch_up_seconds"] is not None
     for d in summary["drains"]:
         assert d["ranges"] and all(r["start"] is not None and r["split"] > r["start"] for r in d["ranges"]), d
+        # the consumers hand off without stopping: the group keeps replicas through the hand-off
+        # (only the Quiesce fallback, for a group with no live consumer, may empty it)
+        if d.get("hand_off_path") and d["hand_off_path"] != "Quiesce" and d.get("min_replicas_during_hand_off") is not None:
+            assert d["min_replicas_during_hand_off"] >= 1, d
+    # the trace it replayed (one row a second) adds up to what it produced, and the calibrated
+    # simulator's baselines and prediction are in the summary
+    trace = (out / "trace.csv").read_text().splitlines()
+    assert trace[0] == "t_s,produce_msgs_per_s" and len(trace) > 60
+    assert sum(float(line.split(",")[1]) for line in trace[1:]) == summary["produced"]
+    assert summary["sim_params"]["capacity"] and summary["sim_params"]["capacity"] > 0, summary["sim_params"]
+    assert set(summary["baselines"]) == {"static", "keda"}, summary.get("baselines")
+    assert summary["baselines"]["static"]["within_sla_fraction"] <= 0.8, summary["baselines"]
+    assert set(summary["sim_to_real"]["comparison"]) == {"within_sla_fraction", "p99_latency_s", "replica_minutes",
+                                                         "drain_task_minutes"}
     # the outputs it printed
     png = Path(summary["paths"]["plot"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -60,7 +84,8 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
     for stage in range(1, 8):
         assert f"[{stage}/7]" in proc.stdout
     assert "waiting for:" in proc.stdout
-    keys = ("produced", "peak_lag", "catch_up_seconds", "replica_minutes", "operator_restarts")
+    keys = ("produced", "peak_lag", "catch_up_seconds", "replica_minutes", "drain_task_minutes", "latency",
+            "max_pause_seconds", "baselines", "sim_to_real", "operator_restarts")
     print(f"demo (fast profile) wall time {wall:.0f}s; summary {json.dumps({k: summary.get(k) for k in keys})}")
 
     # it cleaned up: its namespace is gone or going, its operator is not running

@@ -127,7 +127,7 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     return [dict(id=i, **by_id[i]) for i in sorted(by_id)]
 
 
-DRAIN_TIMES = ("plannedAt", "quiescedAt", "handedOffAt", "resumedAt", "startedAt", "finishedAt")
+DRAIN_TIMES = ("plannedAt", "publishedAt", "quiescedAt", "handedOffAt", "resumedAt", "startedAt", "finishedAt")
 
 
 def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
