@@ -304,12 +304,26 @@ def test_drain_hand_off_holds_replicas() -> None:
     w = World(base_spec())
     w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
     w.cycle()
-    w.kube.status["drain"] = {"phase": "HandedOff"}
+    # the hand-off's quiesce fallback owns the replica count (handoff.holds_replicas)
+    drain = {"id": 1, "phase": "HandedOff", "quiescedAt": T0, "handOffPath": "Quiesce",
+             "ranges": [{"partition": 0, "start": 0, "split": 1000}]}
+    w.kube.status["drain"] = copy.deepcopy(drain)
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle(advance=5)
     assert w.kube.replicas == 1
     assert w.cond("Scaling")["reason"] == "DrainHandOff"
-    assert w.kube.status["drain"] == {"phase": "HandedOff"}  # not ours: untouched
+    assert w.kube.status["drain"] == drain  # not ours: untouched
+
+
+def test_consumer_ack_hand_off_leaves_the_scaler_free() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
+    w.cycle()
+    w.kube.status["drain"] = {"id": 1, "phase": "Planned", "handOffPath": "ConsumerAck",
+                              "ranges": [{"partition": 0, "split": 1000}]}
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    w.cycle(advance=5)
+    assert w.kube.replicas == 3  # the backlog scaled the group up during the hand-off
 
 
 def test_apply_failure_becomes_degraded() -> None:

@@ -1,27 +1,54 @@
-"""When does a backlog need a drain, and of which partitions (pure).
+"""When does a backlog need a drain, of which partitions, and with how many tasks each (pure).
 
 A consumer group never runs more consumers than partitions. When the group at its cap
-(min(maxReplicas, partitions)) still cannot clear its backlog within the SLA target, the backlog of
-the worst partitions is split off by offset range ``[start, split)`` and drained by Spark tasks,
-while the live group continues from ``split``.
+(min(maxReplicas, partitions)) cannot meet the SLA target on its own, the backlog of the partitions
+that need it is split off by offset range ``[start, split)`` and drained by Spark tasks while the
+live group continues from ``split``.
 
-A drain only helps if ``start_up + lag / (tasks * task_capacity)`` is shorter than what the group
-would need for that partition, and only when the backlog is at least ``min_backlog_records`` (the
-start-up is a fixed cost).
+The planner (docs/decision.md, "Drain need"):
 
-Regrowing partitions (live rate >= one consumer's capacity) are handled deliberately: one drain is
-not enough, the backlog regrows behind the split. Such a partition is drained again and again, each
-time when the oldest record's projected latency (its age + the drain's duration) reaches
-``hot_trigger_fraction`` of the SLA, never more often than ``min_interval_s`` after the previous
-drain ended, and never two drains at once (one drain per group at a time).
+- **Gate.** No drain when drains are disabled, capacity is unknown, the executor already runs as many
+  drains as it can (``max_concurrent``; the executor today holds one drain per group), the task
+  budget is used up, or the group at its cap meets the target alone (*stop draining as soon as the
+  group alone meets the target*). After a drain ended, ``min_interval_s`` must pass before the next
+  one, unless the group is overloaded (its live rates exceed what it can process: waiting only lets
+  the backlog regrow).
+- **Which partitions.** Worst first (dedicated catch-up time), until the partitions left to the group
+  meet the target; a *regrowing* partition (its rate alone >= one consumer) is always a candidate,
+  since one drain cannot fix it. Each needs ``lag >= min_backlog_records`` and must be helped by
+  the drain: ``start_up + hand-off + lag / (tasks x task_capacity)`` shorter than the group's time.
+- **When.** A drain is planned when one candidate is *due*: a non-regrowing partition the group
+  cannot clear within the target is due at once; a regrowing one when its oldest record, had we
+  waited one more poll, would reach ``hot_trigger_fraction x SLA`` by the end of its drain (batching
+  the regrowth into fewer drains: each pays the start-up). Once due, every candidate goes into the
+  same drain (the next one may not come before this one ended).
+- **How many tasks.** Enough for the drain to finish within ``work_fraction x target`` (at least one
+  per partition, at most the budget left), spread over the partitions in proportion to their
+  backlog (largest remainder), at most one per batch of records (``min_records_per_task``): every
+  sub-range finishes at about the same time, no partition is left without a task while another gets
+  many. With a budget smaller than the partitions, the most urgent partitions get one task each and
+  the rest wait for the next drain.
+- **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side) the
+  range that regrew behind a running drain's split is planned with the budget left, as soon as the
+  running drain is handed off (``busy_partitions``: partitions whose hand-off is still in progress
+  are never planned twice). With one drain at a time the same rule plans the follow-up the moment
+  the previous drain is done.
+
+Anti-flapping: the gate above (a drain is never planned when the group alone meets the target, so
+the answer does not alternate while the load is steady), the minimum backlog, the "drain must help"
+rule, the minimum interval outside overload, and ranges are never re-planned (the hand-off owns a
+range until its sub-ranges are done).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from lagpilot.projection import INF, PartitionLoad, clear_time_s, project
+
+if TYPE_CHECKING:
+    from lagpilot.spec import GroupSpec
 
 
 @dataclass(frozen=True)
@@ -29,27 +56,52 @@ class DrainPolicy:
     """Drain knobs: the CR's ``spec.drain`` plus model figures the operator cannot read from the spec."""
 
     enabled: bool = True
-    split_factor: int = 4  # Spark tasks per drained partition
-    max_tasks: int = 16  # tasks at once across the drain
+    split_factor: int = 4  # tasks a drained partition gets at most, unless the budget spreads further
+    max_tasks: int = 16  # tasks at once across all drains of the group
     min_backlog_records: int = 10_000
-    start_up_s: float = 90.0  # expected launch -> first record processed (Job pod + Spark start)
+    start_up_s: float = 20.0  # launch -> first record processed (Job pod + Spark start); measured 13-20 s
+    handoff_s: float = 1.0  # the live group's pause during the hand-off (one batch on the consumer path)
     task_capacity: float | None = None  # records/s of one task; None: same as one consumer
-    min_interval_s: float = 60.0  # between the end of one drain and the next plan
+    min_interval_s: float = 60.0  # between the end of one drain and the next plan (not when overloaded)
     hot_trigger_fraction: float = 0.5  # regrowing partition: drain when projected latency >= this x SLA
+    poll_interval_s: float = 15.0  # the next chance to plan (a due check looks one poll ahead)
+    work_fraction: float = 0.25  # a drain's records should take at most this x target after start-up
+    min_records_per_task: int = 500  # one batch: a task with less is pure start-up cost
+    max_concurrent: int = 1  # drains the executor runs side by side (today: one per group)
+
+    @classmethod
+    def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "DrainPolicy":
+        """From the parsed spec (``spec.drain``, ``spec.batch``, ``spec.scaling``); ``model`` sets the
+        figures that are not in the spec (start_up_s, handoff_s, task_capacity, max_concurrent...)."""
+        d = spec.drain
+        model.setdefault("poll_interval_s", spec.scaling.poll_interval_seconds)
+        model.setdefault("min_records_per_task", spec.batch.max_records)
+        return cls(
+            enabled=d.enabled and not d.cancel,
+            split_factor=d.split_factor,
+            max_tasks=d.max_tasks,
+            min_backlog_records=d.min_backlog_records,
+            **model,
+        ).validate()
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], **model: Any) -> "DrainPolicy":
-        """From the raw CR ``spec`` (reads ``spec.drain``); ``model`` overrides the non-spec figures."""
+        """From the raw CR ``spec`` dict (kept for callers that hold no parsed spec; same defaults as
+        spec.parse_spec)."""
         d = dict(spec.get("drain") or {})
-        pol = cls(
+        defaults = cls()
+        return cls(
             enabled=bool(d.get("enabled", True)) and not bool(d.get("cancel", False)),
-            split_factor=int(d.get("splitFactor", 4)),
-            max_tasks=int(d.get("maxTasks", 16)),
-            min_backlog_records=int(d.get("minBacklogRecords", 10_000)),
+            split_factor=int(d.get("splitFactor", defaults.split_factor)),
+            max_tasks=int(d.get("maxTasks", defaults.max_tasks)),
+            min_backlog_records=int(d.get("minBacklogRecords", defaults.min_backlog_records)),
             **model,
-        )
-        pol.validate()
-        return pol
+        ).validate()
+
+    @property
+    def fixed_cost_s(self) -> float:
+        """What a drain costs before its first record: start-up plus the group's hand-off pause."""
+        return self.start_up_s + self.handoff_s
 
     def validate(self) -> "DrainPolicy":
         if self.split_factor < 1:
@@ -58,10 +110,12 @@ class DrainPolicy:
             raise ValueError("drain.maxTasks must be >= 1")
         if self.min_backlog_records < 0:
             raise ValueError("drain.minBacklogRecords must be >= 0")
-        if self.start_up_s < 0 or self.min_interval_s < 0:
-            raise ValueError("drain start-up and interval must be >= 0")
+        if self.start_up_s < 0 or self.min_interval_s < 0 or self.handoff_s < 0:
+            raise ValueError("drain start-up, hand-off and interval must be >= 0")
         if self.task_capacity is not None and self.task_capacity <= 0:
             raise ValueError("drain task capacity must be > 0")
+        if self.max_concurrent < 1 or not 0 < self.work_fraction <= 1:
+            raise ValueError("max_concurrent must be >= 1 and work_fraction in (0, 1]")
         return self
 
 
@@ -70,7 +124,8 @@ class DrainRange:
     """One partition's planned range: records ``[start, end)`` go to the drain, the group resumes at ``end``.
 
     Offsets are None when the caller gave loads without offsets (the simulator works on counts); the
-    operator fixes them from the fresh offsets it writes into the plan.
+    operator fixes them from the fresh offsets it writes into the plan. ``tasks`` is this partition's
+    share of the task budget (the executor cuts the range into that many sub-ranges).
     """
 
     partition: int
@@ -78,14 +133,14 @@ class DrainRange:
     end: int | None
     records: int
     tasks: int
-    expected_s: float  # start-up + records / (tasks x task capacity)
+    expected_s: float  # start-up + hand-off + records / (tasks x task capacity)
     group_would_need_s: float  # the same partition with a dedicated consumer (inf: never)
     regrowing: bool = False
 
 
 @dataclass(frozen=True)
 class DrainNeed:
-    """The decision core's request for a drain; the drain state machine (issue 6) acts on it."""
+    """The decision core's request for a drain; the drain state machine (handoff.py) acts on it."""
 
     ranges: tuple[DrainRange, ...]
     reason: str  # CamelCase: PartitionCapReached | HotPartition | RegrowingPartition
@@ -93,10 +148,15 @@ class DrainNeed:
     tasks: int = 0
     expected_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    follow_up: bool = False  # planned while another drain of the group is still running
 
     @property
     def partitions(self) -> tuple[int, ...]:
         return tuple(r.partition for r in self.ranges)
+
+    @property
+    def tasks_by_partition(self) -> dict[int, int]:
+        return {r.partition: r.tasks for r in self.ranges}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +164,7 @@ class DrainNeed:
             "message": self.message,
             "tasks": self.tasks,
             "expectedSeconds": _finite(self.expected_s),
+            "followUp": self.follow_up,
             "ranges": [
                 {
                     "partition": r.partition,
@@ -124,6 +185,44 @@ def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(x, 1)
 
 
+def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0) -> list[int]:
+    """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder).
+
+    Every partition with records gets at least one task while the budget lasts (the first ones in
+    the given order: callers pass the most urgent first); none gets more tasks than it has
+    ``per_task_min`` records for. The sum never exceeds ``budget``.
+    """
+    n = len(records)
+    out = [0] * n
+    if budget <= 0 or n == 0:
+        return out
+    caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
+    live = [i for i in range(n) if records[i] > 0]
+    for i in live[:budget]:
+        out[i] = 1
+    left = budget - sum(out)
+    while left > 0:
+        room = [i for i in live if out[i] > 0 and out[i] < caps[i]]
+        if not room:
+            break
+        total = sum(records[i] for i in room)
+        # ideal shares of everything handed out so far plus what is left
+        pool = sum(out[i] for i in room) + left
+        ideal = {i: pool * records[i] / total for i in room}
+        want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
+        extra = sum(want[i] - out[i] for i in room)
+        if 0 < extra <= left:
+            for i in room:
+                out[i] = want[i]
+            left -= extra
+            continue
+        # one more task to the partition furthest below its ideal share
+        i = max(room, key=lambda j: (ideal[j] - out[j], records[j], -j))
+        out[i] += 1
+        left -= 1
+    return out
+
+
 def drain_need(
     loads: Sequence[PartitionLoad],
     capacity: float | None,
@@ -136,87 +235,112 @@ def drain_need(
     drain_active: bool = False,
     last_drain_end_s: float | None = None,
     oldest_age_s: Mapping[int, float] | None = None,
+    drains_in_flight: int | None = None,
+    tasks_in_flight: int = 0,
+    busy_partitions: Sequence[int] = (),
 ) -> DrainNeed | None:
-    """Which partitions to drain now, or None.
+    """Which partitions to drain now with how many tasks each, or None (see the module doc).
 
-    ``group_replicas`` is the group's cap (min(maxReplicas, partitions)). Returns None when drains
-    are disabled, one is running, the previous ended less than ``min_interval_s`` ago, capacity is
-    unknown, or the capped group can meet ``target_s`` on its own.
+    ``group_replicas`` is the group's cap (min(maxReplicas, partitions)). ``drains_in_flight``
+    (default: 1 if ``drain_active`` else 0) drains not finished yet, holding ``tasks_in_flight``
+    tasks; ``busy_partitions`` are partitions whose hand-off is not done (never planned twice).
     """
-    if not policy.enabled or drain_active or capacity is None or capacity <= 0 or not loads:
+    if not policy.enabled or capacity is None or capacity <= 0 or not loads:
         return None
-    if last_drain_end_s is not None and now_s - last_drain_end_s < policy.min_interval_s:
+    in_flight = drains_in_flight if drains_in_flight is not None else (1 if drain_active else 0)
+    if in_flight >= policy.max_concurrent:
+        return None
+    budget = policy.max_tasks - max(0, tasks_in_flight)
+    if budget <= 0:
         return None
     group_replicas = max(1, min(group_replicas, len(loads)))
-    if project(loads, group_replicas, capacity).catch_up_s <= target_s:
+    group = project(loads, group_replicas, capacity)
+    if group.catch_up_s <= target_s:
+        return None  # the group alone meets the target: no drain (and no more drains)
+    overloaded = group.utilization >= 1.0
+    if (not overloaded and last_drain_end_s is not None
+            and now_s - last_drain_end_s < policy.min_interval_s):
         return None
     task_cap = policy.task_capacity or capacity
     ages = dict(oldest_age_s or {})
+    busy = set(busy_partitions)
     regrowing = {l.partition for l in loads if l.rate >= capacity}
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
-    budget = policy.max_tasks
-    chosen: list[DrainRange] = []
     notes: list[str] = []
+    candidates: list[PartitionLoad] = []
+    due = False
     for l in ordered:
-        if budget <= 0:
-            notes.append("task budget exhausted")
-            break
-        if l.partition not in regrowing and _rest_ok(
-            remaining.values(), regrowing, group_replicas, capacity, target_s
-        ):
+        if l.partition in busy:
+            continue
+        needed = l.partition in regrowing or overloaded or not _rest_ok(
+            remaining.values(), regrowing, group_replicas, capacity, target_s)
+        if not needed:
             continue
         if l.lag <= 0 or l.lag < policy.min_backlog_records:
             continue
-        tasks = min(policy.split_factor, budget)
-        expected = policy.start_up_s + l.lag / (tasks * task_cap)
         group_time = clear_time_s(l.lag, l.rate, capacity)
-        if not expected < group_time:
-            notes.append(f"partition {l.partition}: drain ({expected:.0f}s) no faster than the group")
+        # the fastest this partition could be drained (its fair share of the budget is at most all of it)
+        best = policy.fixed_cost_s + l.lag / (min(budget, policy.split_factor * len(loads)) * task_cap)
+        if not best < group_time:
+            notes.append(f"partition {l.partition}: drain ({best:.0f}s) no faster than the group")
             continue
-        if l.partition in regrowing:
-            age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
-            if age + expected < policy.hot_trigger_fraction * sla_s:
-                notes.append(f"partition {l.partition}: regrowing, not yet due")
-                continue
-        records = int(l.lag)
-        start = l.start_offset
-        end = l.end_offset
-        chosen.append(
-            DrainRange(
-                partition=l.partition,
-                start=start,
-                end=end,
-                records=records,
-                tasks=tasks,
-                expected_s=expected,
-                group_would_need_s=group_time,
-                regrowing=l.partition in regrowing,
-            )
-        )
-        budget -= tasks
+        candidates.append(l)
         remaining[l.partition] = PartitionLoad(l.partition, 0.0, l.rate, l.start_offset, l.end_offset)
+        if l.partition in regrowing or overloaded:
+            # its backlog regrows after any drain: due when one more poll would bring its oldest
+            # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
+            age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+            lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
+            finish = policy.fixed_cost_s + lag_later / (min(budget, policy.split_factor) * task_cap)
+            if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
+                due = True
+        else:
+            due = True  # the group cannot clear it within the target: every poll waited is lost
+    if not candidates:
+        return None
+    if not due:
+        notes.append("regrowing partitions not yet due")
+        return None
+    # urgency order for a budget smaller than the partitions: oldest record first
+    candidates.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), -l.lag, l.partition))
+    total = sum(l.lag for l in candidates)
+    oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
+    # the drain should finish its records within work_fraction x target (less if the oldest is old)
+    room = max(policy.poll_interval_s, min(policy.work_fraction * target_s, target_s - oldest - policy.fixed_cost_s))
+    want = math.ceil(total / (task_cap * room))
+    n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
+    alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
+    chosen: list[DrainRange] = []
+    for l, tasks in zip(candidates, alloc):
+        if tasks <= 0:
+            notes.append(f"partition {l.partition}: task budget exhausted")
+            continue
+        chosen.append(DrainRange(
+            partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
+            expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
+            group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
+            regrowing=l.partition in regrowing,
+        ))
     if not chosen:
         return None
+    chosen.sort(key=lambda r: r.partition)
     if any(r.regrowing for r in chosen):
         reason = "RegrowingPartition"
     elif any(r.group_would_need_s > target_s for r in chosen):
         reason = "HotPartition"
     else:
         reason = "PartitionCapReached"
-    parts = ", ".join(f"p{r.partition}:{r.records}" for r in chosen)
+    parts = ", ".join(f"p{r.partition}:{r.records}/{r.tasks}" for r in chosen)
     expected_s = max(r.expected_s for r in chosen)
+    tasks_total = sum(r.tasks for r in chosen)
     message = (
-        f"drain {parts} in {sum(r.tasks for r in chosen)} tasks, expected {expected_s:.0f}s; "
+        f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
         f"group capped at {group_replicas} cannot meet {target_s:.0f}s"
     )
     return DrainNeed(
-        ranges=tuple(chosen),
-        reason=reason,
-        message=message,
-        tasks=sum(r.tasks for r in chosen),
-        expected_s=expected_s,
-        notes=tuple(notes),
+        ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
+        notes=tuple(notes), follow_up=in_flight > 0,
     )
 
 
@@ -236,4 +360,4 @@ def _rest_ok(
     return project(rest, replicas, capacity).catch_up_s <= target_s
 
 
-__all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "INF"]
+__all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "INF"]

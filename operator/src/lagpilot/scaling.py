@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from lagpilot.drain_policy import DrainNeed, DrainPolicy, drain_need
 from lagpilot.estimate import EstimatorState
 from lagpilot.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
 from lagpilot.projection import INF, PartitionLoad, project, required_replicas
+
+if TYPE_CHECKING:
+    from lagpilot.spec import GroupSpec
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,24 @@ class ScalingPolicy:
         return self.sla_s * self.target_fraction
 
     @classmethod
+    def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "ScalingPolicy":
+        """From the parsed spec (``spec.scaling``, ``catchUpSLASeconds``); ``model`` overrides the
+        figures that are not in the spec (target_fraction, pod_start_s, ...)."""
+        s = spec.scaling
+        return cls(
+            min_replicas=s.min_replicas,
+            max_replicas=s.max_replicas,
+            tolerance=s.tolerance,
+            poll_interval_s=s.poll_interval_seconds,
+            scale_up_window_s=s.scale_up_window_seconds,
+            scale_down_window_s=s.scale_down_window_seconds,
+            sla_s=spec.catch_up_sla_seconds,
+            **model,
+        ).validate()
+
+    @classmethod
     def from_spec(cls, spec: Mapping[str, Any], **model: Any) -> "ScalingPolicy":
-        """From the raw CR ``spec`` dict (``scaling`` and ``catchUpSLASeconds``); ``model`` overrides
+        """From the raw CR ``spec`` dict (kept for callers without a parsed spec) (``scaling`` and ``catchUpSLASeconds``); ``model`` overrides
         the figures that are not in the spec (target_fraction, pod_start_s, ...)."""
         s = dict(spec.get("scaling") or {})
         behavior = dict(s.get("behavior") or {})
@@ -101,6 +120,9 @@ class ScalingObservation:
     drain_active: bool = False
     last_drain_end_s: float | None = None
     oldest_age_s: Mapping[int, float] = field(default_factory=dict)
+    drains_in_flight: int | None = None  # None: 1 if drain_active else 0
+    tasks_in_flight: int = 0
+    busy_partitions: tuple[int, ...] = ()  # hand-off not done: never planned twice
 
     @property
     def total_lag(self) -> float:
@@ -120,6 +142,9 @@ class ScalingObservation:
         *,
         drain_active: bool = False,
         last_drain_end_s: float | None = None,
+        drains_in_flight: int | None = None,
+        tasks_in_flight: int = 0,
+        busy_partitions: Sequence[int] = (),
     ) -> "ScalingObservation":
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
         loads = []
@@ -142,6 +167,9 @@ class ScalingObservation:
             drain_active=drain_active,
             last_drain_end_s=last_drain_end_s,
             oldest_age_s=ages,
+            drains_in_flight=drains_in_flight,
+            tasks_in_flight=tasks_in_flight,
+            busy_partitions=tuple(busy_partitions),
         )
 
 
@@ -273,6 +301,8 @@ def decide(
                 obs.loads, c, group_replicas=cap_hi, target_s=target, sla_s=policy.sla_s,
                 policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
                 last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
+                drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
+                busy_partitions=obs.busy_partitions,
             )
         drained = set(drain.partitions) if drain else set()
         # after the hand-off the drained backlog is no longer the group's to clear

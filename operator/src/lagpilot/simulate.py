@@ -41,11 +41,17 @@ from typing import Any, Callable, Sequence
 from lagpilot import handoff
 from lagpilot import keda as keda_model
 from lagpilot import step as step_mod
+from lagpilot import tracegen
 from lagpilot.lag import PartitionOffsets, snapshot
 from lagpilot.spec import BatchSpec, DrainSpec, GroupSpec, KafkaSpec, ScalingSpec
 
-POLICIES = ("lagpilot", "static", "keda", "keda_tuned")
+POLICIES = ("lagpilot", "static", "keda", "keda_tuned", "keda_min0")
+DEFAULT_POLICIES = ("lagpilot", "static", "keda", "keda_tuned")
 KEDA_SWEEP = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000)
+# keda_tuned, second stage: the scale-down stabilization window and (with minReplicaCount 0) the
+# cooldown, swept around the best thresholds of the first stage
+KEDA_WINDOWS = (0.0, 60.0, 300.0, 900.0)
+KEDA_COOLDOWNS = (60.0, 300.0, 900.0)
 
 
 # ---------------------------------------------------------------------------------------- trace
@@ -415,7 +421,7 @@ class _World:
         st = handoff.DrainStatus(id=prev_id + 1, phase=handoff.Phase.PLANNED, reason=need.reason, ranges=ranges,
                                  restore_replicas=len(self.pods), planned_at=t)
         if self.p.handoff_quiesce:
-            st = replace(st, quiesced_at=t)
+            st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
         self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s))
@@ -493,6 +499,12 @@ class _World:
 
     def remaining(self) -> float:
         return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
+
+
+def _path(name: str) -> dict[str, Any]:
+    """The hand-off path field, when the hand-off module has one."""
+    value = getattr(handoff, name, None)
+    return {"hand_off_path": value} if value is not None and "hand_off_path" in handoff.DrainStatus.__dataclass_fields__ else {}
 
 
 def _take_before(q: _Queue, t_split: float) -> list[list[float]]:
@@ -609,7 +621,8 @@ def lagpilot_controller(params: SimParams) -> Controller:
         out, state["step"] = step_mod.step(state["step"], obs, policies, t)
         reason = out.decision.reason
         state["decisions"][reason] = state["decisions"].get(reason, 0) + 1
-        world.scale(out.replicas, t)
+        if out.hold is not None or not out.held:
+            world.scale(out.replicas, t)
         if out.drain is not None:
             world.plan_drain(out.drain, t)
 
@@ -617,8 +630,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
     return control
 
 
-def keda_controller(params: SimParams, lag_threshold: int) -> Controller:
-    cfg = keda_model.KedaConfig(lag_threshold=lag_threshold)
+def keda_controller(params: SimParams, cfg: keda_model.KedaConfig) -> Controller:
     box = {"state": keda_model.KedaState()}
 
     def control(world: _World, t: float) -> None:
@@ -630,8 +642,19 @@ def keda_controller(params: SimParams, lag_threshold: int) -> Controller:
     return control
 
 
-def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int = 10) -> PolicyResult:
-    """One policy on one trace."""
+def keda_config(params: SimParams, lag_threshold: int = 10, **over: Any) -> keda_model.KedaConfig:
+    """KEDA's defaults, except minReplicaCount = lagpilot's minReplicas (a fair comparison) and
+    maxReplicaCount = lagpilot's cap; ``over`` sets any other field (cooldown_s, down_window_s...)."""
+    over.setdefault("min_replicas", params.min_replicas)
+    return keda_model.KedaConfig(lag_threshold=lag_threshold,
+                                 max_replicas=params.max_replicas or keda_model.KedaConfig().max_replicas, **over)
+
+
+def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int = 10,
+               keda: keda_model.KedaConfig | None = None) -> PolicyResult:
+    """One policy on one trace: ``lagpilot`` (the operator's step), ``static`` (partitions replicas),
+    ``keda`` (KEDA defaults with minReplicaCount = minReplicas, or ``keda`` given), ``keda_min0``
+    (KEDA exactly as shipped: minReplicaCount 0)."""
     if policy == "static":
         return _run(trace, params, params.partitions, None)
     if policy == "lagpilot":
@@ -639,41 +662,69 @@ def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int 
         res = _run(trace, params, max(1, params.min_replicas), ctl)
         res.extra["decision_reasons"] = dict(sorted(ctl.state["decisions"].items()))  # type: ignore[attr-defined]
         return res
-    if policy == "keda":
-        res = _run(trace, params, 1, keda_controller(params, lag_threshold))
-        res.extra["lag_threshold"] = lag_threshold
+    if policy in ("keda", "keda_min0"):
+        cfg = keda or (keda_config(params, lag_threshold) if policy == "keda"
+                       else keda_model.KedaConfig(lag_threshold=lag_threshold))
+        res = _run(trace, params, max(1, cfg.min_replicas), keda_controller(params, cfg))
+        res.extra.update({"lag_threshold": cfg.lag_threshold, "min_replica_count": cfg.min_replicas,
+                          "cooldown_s": cfg.cooldown_s, "scale_down_window_s": cfg.down_window_s})
         return res
     raise ValueError(f"unknown policy {policy!r}")
 
 
 def _better(a: PolicyResult, b: PolicyResult) -> bool:
     """KEDA at its best: most records within the SLA, then fewest violation minutes, then cost."""
-    ka = (round(a.within_sla_fraction, 6), -round(a.violation_minutes, 3), -(a.replica_minutes))
-    kb = (round(b.within_sla_fraction, 6), -round(b.violation_minutes, 3), -(b.replica_minutes))
-    return ka > kb
+    return _key(a) > _key(b)
 
 
 def run_all(
-    trace: Trace, params: SimParams, sweep: Sequence[int] = KEDA_SWEEP
+    trace: Trace, params: SimParams, sweep: Sequence[int] = KEDA_SWEEP,
+    windows: Sequence[float] = KEDA_WINDOWS, cooldowns: Sequence[float] = KEDA_COOLDOWNS, top: int = 2,
+    policies: Sequence[str] = DEFAULT_POLICIES,
 ) -> tuple[dict[str, PolicyResult], list[dict[str, Any]]]:
-    """All four policies; ``keda_tuned`` is the best threshold of the sweep (the sweep is returned)."""
-    results: dict[str, PolicyResult] = {
-        "lagpilot": run_policy(trace, params, "lagpilot"),
-        "static": run_policy(trace, params, "static"),
-        "keda": run_policy(trace, params, "keda", 10),
-    }
-    best: PolicyResult | None = None
-    table = []
-    for thr in sweep:
-        res = results["keda"] if thr == 10 else run_policy(trace, params, "keda", thr)
-        table.append({"lag_threshold": thr, "within_sla_fraction": round(res.within_sla_fraction, 6),
+    """The policies; ``keda_tuned`` is the best KEDA of a sweep (returned): every ``lagThreshold``
+    at the default windows, then the ``top`` best thresholds with every scale-down window (and
+    every cooldown when minReplicaCount is 0)."""
+    results: dict[str, PolicyResult] = {}
+    for name in ("lagpilot", "static", "keda", "keda_min0"):
+        if name in policies:
+            results[name] = run_policy(trace, params, name)
+    if "keda_tuned" not in policies:
+        return results, []
+    base = keda_config(params)
+    table: list[dict[str, Any]] = []
+    runs: list[tuple[keda_model.KedaConfig, PolicyResult]] = []
+
+    def run(cfg: keda_model.KedaConfig) -> PolicyResult:
+        res = results["keda"] if cfg == base and "keda" in results else run_policy(trace, params, "keda", keda=cfg)
+        table.append({"lag_threshold": cfg.lag_threshold, "scale_down_window_s": cfg.down_window_s,
+                      "cooldown_s": cfg.cooldown_s, "within_sla_fraction": round(res.within_sla_fraction, 6),
                       "violation_minutes": round(res.violation_minutes, 1),
                       "replica_minutes": round(res.replica_minutes, 1)})
-        if best is None or _better(res, best):
-            best = res
-    assert best is not None
+        runs.append((cfg, res))
+        return res
+
+    for thr in sweep:
+        run(replace(base, lag_threshold=thr))
+    ranked = sorted(runs, key=lambda cr: _key(cr[1]), reverse=True)
+    best_thr = []
+    for cfg, _ in ranked:
+        if cfg.lag_threshold not in best_thr:
+            best_thr.append(cfg.lag_threshold)
+    for thr in best_thr[:top]:
+        for w in windows:
+            for cd in (cooldowns if base.min_replicas == 0 else (base.cooldown_s,)):
+                cfg = replace(base, lag_threshold=thr, down_window_s=w, cooldown_s=cd)
+                if cfg.down_window_s == base.down_window_s and cfg.cooldown_s == base.cooldown_s:
+                    continue  # already run in the first stage
+                run(cfg)
+    best = max(runs, key=lambda cr: _key(cr[1]))[1]
     results["keda_tuned"] = best
     return results, table
+
+
+def _key(r: PolicyResult) -> tuple[float, float, float]:
+    return (round(r.within_sla_fraction, 6), -round(r.violation_minutes, 3), -r.replica_minutes)
 
 
 # ------------------------------------------------------------------------------------- output
@@ -728,42 +779,55 @@ def plot(results: dict[str, PolicyResult], params: SimParams, path: str) -> None
 def build_parser() -> argparse.ArgumentParser:
     d = SimParams()
     ap = argparse.ArgumentParser(prog="lagpilot simulate", description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", required=True, help="CSV t_s,produce_msgs_per_s[,partition_weights]")
-    ap.add_argument("--partitions", type=int, default=d.partitions)
-    ap.add_argument("--capacity", type=float, default=d.capacity, help="records/s one consumer processes")
-    ap.add_argument("--sla-seconds", type=float, default=d.sla_s)
+    ap.add_argument("--trace", default=None, help="CSV t_s,produce_msgs_per_s[,partition_weights]")
+    ap.add_argument("--generate", default=None, metavar="KIND",
+                    help="write a trace of a family (flash, hot-partition, diurnal, step, backfill) and exit")
+    ap.add_argument("--seed", type=int, default=0, help="seed for --generate")
+    ap.add_argument("--out", default=None, help="file for --generate (default: stdout)")
+    ap.add_argument("--suite", action="store_true",
+                    help="run every family x --suite-seeds and print lagpilot vs static vs keda vs keda_tuned")
+    ap.add_argument("--suite-seeds", default="0,1,2,3", help="comma-separated seeds for --suite")
+    ap.add_argument("--suite-kinds", default=",".join(tracegen.KINDS), help="comma-separated kinds for --suite")
+    ap.add_argument("--markdown", action="store_true", help="--suite: print a Markdown table")
+    ap.add_argument("--partitions", type=int, default=None, help=f"(default {d.partitions}; --generate: the family's)")
+    ap.add_argument("--capacity", type=float, default=None, help=f"records/s one consumer processes (default {d.capacity})")
+    ap.add_argument("--sla-seconds", type=float, default=None, help=f"(default {d.sla_s})")
     ap.add_argument("--pod-start-seconds", type=float, default=d.pod_start_s)
     ap.add_argument("--drain-start-seconds", type=float, default=d.drain_start_s)
     ap.add_argument("--drain-task-capacity", type=float, default=None,
                     help="records/s of one drain task (default: --capacity)")
-    ap.add_argument("--max-drain-tasks", type=int, default=d.max_drain_tasks)
-    ap.add_argument("--split-factor", type=int, default=d.split_factor, help="drain tasks per partition")
+    ap.add_argument("--max-drain-tasks", "--max-tasks", type=int, default=d.max_drain_tasks, dest="max_drain_tasks")
+    ap.add_argument("--split-factor", type=int, default=d.split_factor,
+                    help="drain tasks per drained partition at most, on average (spec.drain.splitFactor)")
     ap.add_argument("--min-backlog-records", type=int, default=d.min_backlog_records)
+    ap.add_argument("--min-replicas", type=int, default=d.min_replicas,
+                    help="lagpilot's minReplicas, also KEDA's minReplicaCount in 'keda' and 'keda_tuned'")
+    ap.add_argument("--handoff-pause-seconds", type=float, default=None,
+                    help=f"the live group's pause per hand-off (default: one batch, {d.batch_timeout_s:g}s, on the "
+                         f"consumer path; {QUIESCE_PAUSE_S:g}s with --handoff-quiesce)")
+    ap.add_argument("--handoff-quiesce", action="store_true",
+                    help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
+    ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
+                    help="drains the executor runs side by side (today: 1)")
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                    help=f"comma-separated subset of {','.join(POLICIES)}")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--plot", default=None,
                     help="PNG path (default: lagpilot-simulate.png in the temp dir; not drawn with --json unless given)")
-    ap.add_argument("--from-demo", default=None, metavar="SUMMARY_JSON",
-                    help="predict a demo run: parameters from its summary.json (flags given explicitly win), "
-                         "--trace its trace.csv; prints predicted vs measured (lagpilot.sim_compare)")
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.from_demo:
-        from lagpilot.sim_compare import main_from_demo
+def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = None) -> SimParams:
+    d = SimParams()
 
-        return main_from_demo(args, argv, parser)
-    if args.partitions < 1 or args.capacity <= 0 or args.sla_seconds <= 0 or args.step_seconds <= 0:
-        print("error: partitions, capacity, sla and step must be positive", file=sys.stderr)
-        return 2
-    params = SimParams(
-        partitions=args.partitions,
-        capacity=args.capacity,
-        sla_s=args.sla_seconds,
+    def pick(v: Any, fam: Any, default: Any) -> Any:
+        return v if v is not None else (fam if family is not None else default)
+
+    return SimParams(
+        partitions=pick(args.partitions, family.partitions if family else None, d.partitions),
+        capacity=pick(args.capacity, family.capacity if family else None, d.capacity),
+        sla_s=pick(args.sla_seconds, family.sla_s if family else None, d.sla_s),
         pod_start_s=args.pod_start_seconds,
         drain_start_s=args.drain_start_seconds,
         drain_task_capacity=args.drain_task_capacity,
@@ -771,7 +835,96 @@ def main(argv: list[str] | None = None) -> int:
         split_factor=args.split_factor,
         min_backlog_records=args.min_backlog_records,
         step_s=args.step_seconds,
+        min_replicas=args.min_replicas,
+        handoff_pause_s=args.handoff_pause_seconds,
+        handoff_quiesce=args.handoff_quiesce,
+        concurrent_drains=args.concurrent_drains,
     )
+
+
+def trace_from_rows(rows: Sequence[tuple[float, float, tuple[float, ...] | None]]) -> Trace:
+    return Trace(tuple(r[0] for r in rows), tuple(r[1] for r in rows), tuple(r[2] for r in rows))
+
+
+SUITE_SWEEP = (1, 10, 100, 1000, 10_000)
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """Every family x seed: lagpilot vs static vs keda vs keda_tuned (one row per trace)."""
+    kinds = [k.strip() for k in args.suite_kinds.split(",") if k.strip()]
+    seeds = [int(x) for x in args.suite_seeds.split(",") if x.strip()]
+    rows = []
+    for kind in kinds:
+        fam = tracegen.SUITE[kind]
+        params = params_from_args(args, fam)
+        for seed in seeds:
+            trace = trace_from_rows(tracegen.generate(kind, seed, params.partitions, params.capacity))
+            res, _ = run_all(trace, params, sweep=SUITE_SWEEP, windows=(0.0, 300.0), top=1)
+            lp = res["lagpilot"]
+            row = {"kind": kind, "seed": seed, "partitions": params.partitions, "capacity": params.capacity,
+                   "sla_s": params.sla_s}
+            for name, r in res.items():
+                row[name] = {"within_sla_fraction": round(r.within_sla_fraction, 4),
+                             "p99_latency_s": round(r.p99_latency_s, 1),
+                             "cost_minutes": round(r.replica_minutes + r.drain_task_minutes, 1),
+                             "drains": r.drains}
+            row["lagpilot_ok"] = (lp.within_sla_fraction >= 0.999
+                                  and lp.replica_minutes + lp.drain_task_minutes <= res["keda"].replica_minutes)
+            rows.append(row)
+            if not args.json:
+                print(_suite_line(row, args.markdown), flush=True)
+    ok = sum(1 for r in rows if r["lagpilot_ok"])
+    summary = f"lagpilot >= 0.999 within SLA at no more cost than keda on {ok}/{len(rows)} traces"
+    if args.json:
+        print(json.dumps({"suite": rows, "params": asdict(params_from_args(args, None)), "summary": summary}))
+    else:
+        print(summary)
+    return 0
+
+
+def _suite_line(row: dict[str, Any], markdown: bool) -> str:
+    cells = [f"{row['kind']} s{row['seed']}"]
+    for name in ("lagpilot", "static", "keda", "keda_tuned"):
+        m = row.get(name)
+        cells.append("-" if m is None else f"{m['within_sla_fraction']:.4f} / {m['cost_minutes']:.0f}")
+    if markdown:
+        return "| " + " | ".join(cells) + " |"
+    return f"{cells[0]:<18}" + "".join(f"{c:>22}" for c in cells[1:])
+
+
+def suite_header(markdown: bool) -> str:
+    cols = ["trace", "lagpilot", "static", "keda", "keda_tuned"]
+    if markdown:
+        return "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
+    return f"{cols[0]:<18}" + "".join(f"{c:>22}" for c in cols[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.generate:
+        if args.generate not in tracegen.KINDS:
+            print(f"error: unknown trace kind {args.generate!r}; choose from {', '.join(tracegen.KINDS)}", file=sys.stderr)
+            return 2
+        text = tracegen.to_csv(tracegen.generate(args.generate, args.seed, args.partitions, args.capacity))
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(text)
+            print(f"wrote {args.out}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.suite:
+        if not args.json:
+            print("within_sla_fraction / replica+drain-task minutes per policy")
+            print(suite_header(args.markdown))
+        return run_suite(args)
+    if not args.trace:
+        print("error: --trace FILE (or --generate KIND, or --suite) is required", file=sys.stderr)
+        return 2
+    params = params_from_args(args)
+    if params.partitions < 1 or params.capacity <= 0 or params.sla_s <= 0 or params.step_s <= 0:
+        print("error: partitions, capacity, sla and step must be positive", file=sys.stderr)
+        return 2
     try:
         trace = load_trace(args.trace)
     except (OSError, KeyError, ValueError) as exc:
@@ -782,12 +935,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown policies {unknown}; choose from {POLICIES}", file=sys.stderr)
         return 2
-    if "keda_tuned" in wanted:
-        results, sweep = run_all(trace, params)
-        results = {k: v for k, v in results.items() if k in wanted}
-    else:
-        results = {p: run_policy(trace, params, p) for p in wanted}
-        sweep = []
+    results, sweep = run_all(trace, params, policies=wanted)
+    results = {k: results[k] for k in wanted if k in results}
     out = {
         "policies": {k: v.to_dict() for k, v in results.items()},
         "params": {k: v for k, v in asdict(params).items()},
@@ -799,10 +948,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, sort_keys=False))
         return 0
     print(format_table(results))
-    if sweep:
-        best = results.get("keda_tuned")
-        if best is not None:
-            print(f"keda_tuned: best lagThreshold {best.extra.get('lag_threshold')} of {[s['lag_threshold'] for s in sweep]}")
+    best = results.get("keda_tuned")
+    if best is not None:
+        print(f"keda_tuned: lagThreshold {best.extra.get('lag_threshold')}, scale-down window "
+              f"{best.extra.get('scale_down_window_s'):g}s, cooldown {best.extra.get('cooldown_s'):g}s, "
+              f"minReplicaCount {best.extra.get('min_replica_count')} (best of {len(sweep)} runs)")
     _plot_or_say(results, params, args.plot or os.path.join(tempfile.gettempdir(), "lagpilot-simulate.png"))
     return 0
 

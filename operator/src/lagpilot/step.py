@@ -1,0 +1,160 @@
+"""One decision step: the whole pure core of a reconcile, shared by the operator and the simulator.
+
+    step(state, observation, spec, now) -> (decision, state)
+
+covers, in this order: the estimate update (``estimate.update``), the projection and the replica
+decision with its stabilization (``scaling.decide``), the drain planning (``drain_policy.drain_need``,
+called by ``decide``) and the hand-off's replica hold (``handoff.replicas_override``: the rule is the
+hand-off's own, never re-stated here). ``reconcile._cycle`` converts Kafka/Kubernetes reads into a
+:class:`StepObservation` and applies the :class:`StepDecision`; ``simulate`` builds the same
+observation from its simulated topic and applies the same decision to its simulated world. Neither
+holds any policy arithmetic of its own.
+
+Policies are built from the parsed spec (``spec.parse_spec``: one parse, one default per knob)
+plus :class:`Model`, the figures the spec does not carry (pod start-up, drain start-up, hand-off
+pause, drain task throughput, how many drains the executor runs side by side).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lagpilot import estimate as est_mod
+from lagpilot import handoff
+from lagpilot.drain_policy import DrainNeed, DrainPolicy
+from lagpilot.lag import LagSnapshot
+from lagpilot.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
+from lagpilot.spec import GroupSpec
+
+
+@dataclass(frozen=True)
+class Model:
+    """Figures the spec does not hold (measured; docs/decision.md names the command for each)."""
+
+    pod_start_s: float = 30.0  # scheduling + cached image + process start + group join
+    drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 13-20 s)
+    handoff_pause_s: float = 1.0  # the live group's pause at a hand-off (consumer path: one batch)
+    drain_task_capacity: float | None = None  # records/s of one drain task; None: one consumer's
+    max_concurrent_drains: int = 1  # drains the executor runs side by side (status.drain: one)
+    drain_min_interval_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Policies:
+    scaling: ScalingPolicy
+    drain: DrainPolicy | None  # None: drains disabled or cancelled
+
+    @classmethod
+    def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> "Policies":
+        scaling = ScalingPolicy.from_group_spec(spec, pod_start_s=model.pod_start_s)
+        drain = None
+        if spec.drain.enabled and not spec.drain.cancel:
+            drain = DrainPolicy.from_group_spec(
+                spec, start_up_s=model.drain_start_s, handoff_s=model.handoff_pause_s,
+                task_capacity=model.drain_task_capacity, max_concurrent=model.max_concurrent_drains,
+                min_interval_s=model.drain_min_interval_s)
+        return cls(scaling, drain)
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What survives between steps (the operator keeps it in the CR status)."""
+
+    estimator: est_mod.EstimatorState | None = None
+    history: ScalingHistory = ScalingHistory()
+
+    def to_status(self) -> dict[str, Any]:
+        return {"estimator": self.estimator.to_dict() if self.estimator else None,
+                "scalingHistory": self.history.to_dict()}
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> "StepState":
+        """From ``status.estimator`` / ``status.scalingHistory``; unreadable parts start fresh."""
+        est = None
+        if status.get("estimator"):
+            try:
+                est = est_mod.EstimatorState.from_dict(status["estimator"])
+            except (ValueError, TypeError, KeyError):
+                est = None
+        return cls(est, ScalingHistory.from_dict(status.get("scalingHistory")))
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """One observation: offsets (with capacity reports and oldest-record times), the consumer
+    Deployment's replica count, and the drains the executor holds (``status.drain``)."""
+
+    snapshot: LagSnapshot
+    current_replicas: int
+    drains: tuple[handoff.DrainStatus, ...] = ()
+    last_drain_end_s: float | None = None  # when the last drain finished (status.drain.lastEndS)
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    decision: Decision  # the scaler's answer (reason, message, projections, drain need)
+    hold: int | None  # the hand-off's replica override (None: the scaler decides the count)
+    held: bool = False  # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
+    events: tuple[str, ...] = field(default=())  # estimator events (DataLoss:p:n, OffsetsWentBackwards:p)
+
+    @property
+    def replicas(self) -> int:
+        """The replica count to run: the hand-off's override, else the decision (None while the
+        hand-off holds the count without an override: keep what runs)."""
+        if self.hold is not None:
+            return self.hold
+        return self.decision.desired_replicas
+
+    @property
+    def drain(self) -> DrainNeed | None:
+        return self.decision.drain
+
+
+def _idle(d: handoff.DrainStatus) -> bool:
+    rule = getattr(handoff, "is_idle", None) or getattr(handoff, "_idle")
+    return bool(rule(d))
+
+
+def drain_view(drains: Sequence[handoff.DrainStatus], last_end_s: float | None) -> dict[str, Any]:
+    """What the planner needs to know about the drains in flight (from the hand-off's own status)."""
+    live = [d for d in drains if not _idle(d)]
+    ends = [d.finished_at for d in drains if _idle(d) and d.finished_at is not None]
+    if last_end_s is not None:
+        ends.append(last_end_s)
+    tasks = sum(sum(1 for s in d.sub_ranges if not s.done) for d in live)
+    busy = sorted({p for d in live if d.handed_off_at is None for p in d.partitions})
+    return {"drains_in_flight": len(live), "tasks_in_flight": tasks, "busy_partitions": tuple(busy),
+            "last_drain_end_s": max(ends) if ends else None, "drain_active": bool(live)}
+
+
+def hold_of(drains: Sequence[handoff.DrainStatus]) -> int | None:
+    """The hand-off's replica override (the smallest if several drains hold)."""
+    holds = [h for h in (handoff.replicas_override(d) for d in drains) if h is not None]
+    return min(holds) if holds else None
+
+
+def held_by(drains: Sequence[handoff.DrainStatus]) -> bool:
+    """The hand-off owns the replica count (its rule: handoff.holds_replicas)."""
+    rule = getattr(handoff, "holds_replicas", None)
+    if rule is None:
+        return hold_of(drains) is not None
+    return any(rule(d) for d in drains)
+
+
+def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now: float,
+         model: Model = Model()) -> tuple[StepDecision, StepState]:
+    """One pure decision: estimate -> project -> scale (stabilized) -> plan drains -> hand-off hold."""
+    pol = spec if isinstance(spec, Policies) else Policies.from_group_spec(spec, model)
+    est = est_mod.update(state.estimator, obs.snapshot)
+    view = drain_view(obs.drains, obs.last_drain_end_s)
+    sobs = ScalingObservation.from_estimate(
+        now, obs.current_replicas, est, obs.snapshot, drain_active=view["drain_active"],
+        last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
+        tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"])
+    decision, history = decide(sobs, pol.scaling, state.history, pol.drain)
+    return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events)),
+            StepState(est, history))
+
+
+__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "hold_of", "held_by"]

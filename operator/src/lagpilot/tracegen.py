@@ -1,0 +1,157 @@
+"""Trace generators for `lagpilot simulate --generate KIND --seed N [--out FILE]` (pure, seeded).
+
+A trace is CSV rows one a minute: ``t_s,produce_msgs_per_s,partition_weights`` (weights empty:
+spread evenly), the format of ``../shared/traces/backfill-seed0.csv``. Rates are scaled to the group
+the trace is meant for: ``partitions x capacity`` records/s is what the partition-capped group can
+process (``group``). Families (each seed draws its own times, levels and noise):
+
+- ``flash``: a quiet base (3-6 % of ``group``) and, twice a day, a flash spike 20-30x the base
+  (0.6-1.8x ``group``, raised to at least 1.1x: always above what the group can process) for 10-15
+  minutes, spread over every partition (weights jitter +-10 %). 24 h.
+- ``hot-partition``: a moderate load (30-50 % of ``group``) with, for 1-3 hours at a time (twice),
+  one partition (a different one each time) carrying 1.1-1.6x one consumer's capacity. 12 h.
+- ``diurnal``: a daily sine between 10-20 % and 90-130 % of ``group`` with 5 % noise. 24 h.
+- ``step``: levels held 1-3 hours each, drawn between 5 % and 140 % of ``group``. 12 h.
+- ``backfill``: quiet (1-2/s), a plateau (15-30 % of ``group``), a backfill peak (105-130 % of
+  ``group``) for 2-4 hours, the plateau again, quiet again (the seed's backfill shape). 24 h.
+
+``SUITE`` lists the simulator parameters each family is checked with (`lagpilot simulate --suite`).
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+KINDS = ("flash", "hot-partition", "diurnal", "step", "backfill")
+
+Row = tuple[float, float, tuple[float, ...] | None]
+
+
+@dataclass(frozen=True)
+class Family:
+    partitions: int
+    capacity: float
+    sla_s: float
+    hours: int
+
+
+# the group each family's traces are scaled for, and the SLA they are checked against
+SUITE: dict[str, Family] = {
+    "flash": Family(partitions=6, capacity=150.0, sla_s=300.0, hours=24),
+    "hot-partition": Family(partitions=4, capacity=137.0, sla_s=600.0, hours=12),
+    "diurnal": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=24),
+    "step": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=12),
+    "backfill": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=24),
+}
+
+
+def generate(kind: str, seed: int, partitions: int | None = None, capacity: float | None = None,
+             hours: int | None = None) -> list[Row]:
+    """Rows (t_s, rate, weights or None) of a ``kind`` trace for ``seed``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown trace kind {kind!r}; choose from {', '.join(KINDS)}")
+    fam = SUITE[kind]
+    p = partitions or fam.partitions
+    c = capacity or fam.capacity
+    minutes = 60 * (hours or fam.hours)
+    rng = random.Random(f"{kind}:{seed}")
+    group = p * c
+    gen = {"flash": _flash, "hot-partition": _hot, "diurnal": _diurnal, "step": _step, "backfill": _backfill}[kind]
+    return gen(rng, minutes, p, c, group)
+
+
+def _noise(rng: random.Random, x: float, frac: float) -> float:
+    return max(0.0, x * (1 + rng.uniform(-frac, frac)))
+
+
+def _flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    base = group * rng.uniform(0.03, 0.06)
+    spikes: list[tuple[int, int, float]] = []
+    for day in range(max(1, math.ceil(minutes / 1440))):
+        for half in (0, 1):  # one in each half of the day: twice a day
+            lo = day * 1440 + half * 720 + 30
+            start = rng.randrange(lo, lo + 720 - 60)
+            length = rng.randint(10, 15)
+            mult = rng.uniform(20, 30)
+            spikes.append((start, start + length, max(mult * base, 1.1 * group)))
+    rows: list[Row] = []
+    for m in range(minutes):
+        rate, w = _noise(rng, base, 0.1), None
+        for a, b, level in spikes:
+            if a <= m < b:
+                rate = _noise(rng, level, 0.05)
+                w = tuple(round(rng.uniform(0.9, 1.1), 3) for _ in range(p))
+        rows.append((60.0 * m, rate, w))
+    return rows
+
+
+def _hot(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    base = group * rng.uniform(0.3, 0.5)
+    windows = []
+    for k in (0, 1):
+        half = minutes // 2
+        length = rng.randint(60, min(180, half - 30))
+        start = k * half + rng.randrange(15, max(16, half - length - 15))
+        hot_p = rng.randrange(p)
+        windows.append((start, start + length, hot_p, rng.uniform(1.1, 1.6) * c))
+    rows: list[Row] = []
+    for m in range(minutes):
+        rate, w = _noise(rng, base, 0.05), None
+        for a, b, hp, hot_rate in windows:
+            if a <= m < b:
+                others = _noise(rng, base, 0.05) * (p - 1) / p
+                rate = hot_rate + others
+                w = tuple(round(hot_rate / rate if i == hp else others / (p - 1) / rate, 4) for i in range(p))
+        rows.append((60.0 * m, rate, w))
+    return rows
+
+
+def _diurnal(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    lo = group * rng.uniform(0.1, 0.2)
+    hi = group * rng.uniform(0.9, 1.3)
+    phase = rng.uniform(0, 2 * math.pi)
+    rows: list[Row] = []
+    for m in range(minutes):
+        x = 0.5 * (1 + math.sin(2 * math.pi * m / 1440 + phase))
+        rows.append((60.0 * m, _noise(rng, lo + (hi - lo) * x ** 2, 0.05), None))
+    return rows
+
+
+def _step(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    rows: list[Row] = []
+    m = 0
+    while m < minutes:
+        length = rng.randint(60, 180)
+        level = group * rng.uniform(0.05, 1.4)
+        for k in range(m, min(minutes, m + length)):
+            rows.append((60.0 * k, _noise(rng, level, 0.02), None))
+        m += length
+    return rows
+
+
+def _backfill(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    quiet = rng.uniform(1.0, 2.0)
+    plateau = group * rng.uniform(0.15, 0.3)
+    peak = group * rng.uniform(1.05, 1.3)
+    a = rng.randint(60, 240)
+    peak_start = a + rng.randint(120, 360)
+    peak_end = peak_start + rng.randint(120, 240)
+    b = min(minutes - 60, peak_end + rng.randint(240, 600))
+    rows: list[Row] = []
+    for m in range(minutes):
+        rate = quiet if m < a or m >= b else (peak if peak_start <= m < peak_end else plateau)
+        rows.append((60.0 * m, rate, None))
+    return rows
+
+
+def to_csv(rows: Sequence[Row]) -> str:
+    out = ["t_s,produce_msgs_per_s,partition_weights"]
+    for t, r, w in rows:
+        ws = '"' + ",".join(f"{x:g}" for x in w) + '"' if w else ""
+        out.append(f"{t:g},{r:.3f},{ws}")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["KINDS", "SUITE", "Family", "generate", "to_csv"]
