@@ -815,6 +815,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     ap.add_argument("--plot", default=None,
                     help="PNG path (default: lagpilot-simulate.png in the temp dir; not drawn with --json unless given)")
+    ap.add_argument("--from-demo", default=None, metavar="SUMMARY_JSON",
+                    help="predict a demo run: parameters from its summary.json (flags given explicitly win), "
+                         "--trace its trace.csv; prints predicted vs measured (lagpilot.sim_compare)")
     return ap
 
 
@@ -900,7 +903,15 @@ def suite_header(markdown: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.from_demo:  # sim-to-real for a `lagpilot demo` run (owned by the demo side: sim_compare)
+        from lagpilot.sim_compare import main_from_demo
+
+        if not args.trace:
+            print("error: --from-demo needs --trace <out>/trace.csv", file=sys.stderr)
+            return 2
+        return main_from_demo(args, argv, parser)
     if args.generate:
         if args.generate not in tracegen.KINDS:
             print(f"error: unknown trace kind {args.generate!r}; choose from {', '.join(tracegen.KINDS)}", file=sys.stderr)
