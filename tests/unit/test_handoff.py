@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from lagpilot import handoff as h
 from lagpilot.handoff import (Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets,
                               PartitionRange, Phase, SubProgress, next_action)
 from lagpilot.spec import parse_spec
+from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parse_progress_metadata, progress_metadata, split_ranges
 
 NOW = 1_000_000.0
@@ -24,17 +26,25 @@ def spec(**drain):
     return parse_spec(raw)
 
 
-def obs(offsets=None, empty=None, replicas=3, wanted=(), job=None, progress=None, generation=1):
+def obs(offsets=None, empty=None, replicas=3, wanted=(), job=None, progress=None, generation=1, mailbox=None):
     return Observed(generation=generation, offsets=offsets, group_empty=empty, replicas=replicas,
-                    wanted=wanted, job=job, progress=progress)
+                    wanted=wanted, job=job, progress=progress, mailbox=mailbox)
 
 
+REQ = mbx.request(1, 1000)
 PLANNED = DrainStatus(id=1, phase=Phase.PLANNED, ranges=(PartitionRange(0, split=1000),), restore_replicas=3, planned_at=NOW)
-FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000, start=200),), quiesced_at=NOW)
+PUBLISHED = dataclasses.replace(PLANNED, published_at=NOW - 5, hand_off_path=h.PATH_ACK)
+QUIESCING = dataclasses.replace(PUBLISHED, hand_off_path=h.PATH_QUIESCE, quiesced_at=NOW - 1)
+# a status written by a pre-mailbox operator: start fixed while the group was empty
+LEGACY_FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000, start=200),), quiesced_at=NOW)
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600))
-HANDED = dataclasses.replace(FIXED, phase=Phase.HANDED_OFF, sub_ranges=SUBS, handed_off_at=NOW)
-RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW, resumed_at=NOW)
+HANDED = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000, start=200),), phase=Phase.HANDED_OFF,
+                             sub_ranges=SUBS, handed_off_at=NOW)
+RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW)
 DONE_PROGRESS = {(0, 0): (600, 400), (0, 1): (1000, 400)}
+O200 = {0: Offsets(200, 0, 1000)}
+MB_REQ = {0: REQ}
+MB_ACK = {0: REQ.with_ack(200)}
 
 
 # (id, spec, status, observed, expected kind, expected phase after (None: status untouched))
@@ -45,18 +55,28 @@ CASES = [
     ("idle-cancel-blocks-new", spec(cancel=True), None, obs({0: Offsets(200, 0, 1000)}, wanted=(0,)), Kind.NONE, None),
     ("idle-no-backlog", spec(), None, obs({0: Offsets(1000, 0, 1000)}, wanted=(0,)), Kind.NONE, None),
     ("idle-kafka-unknown", spec(), None, obs(None, wanted=(0,)), Kind.NONE, None),
-    ("planned-quiesces", spec(), PLANNED, obs({0: Offsets(200, 0, 1000)}, empty=False, replicas=3), Kind.QUIESCE, Phase.PLANNED),
-    ("planned-waits-members", spec(), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=False, replicas=0), Kind.NONE, Phase.PLANNED),
-    ("planned-fixes-start", spec(), PLANNED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.PLANNED),
-    ("planned-no-commit-uses-low", spec(), PLANNED, obs({0: Offsets(None, 50, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.PLANNED),
-    ("planned-alters", spec(), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), Kind.ALTER_OFFSETS, Phase.HANDED_OFF),
-    ("planned-alter-already-done", spec(), FIXED, obs({0: Offsets(1000, 0, 1200)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.HANDED_OFF),
-    ("planned-alter-done-consumers-past-split", spec(), FIXED, obs({0: Offsets(1050, 0, 1200)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.HANDED_OFF),
-    ("planned-refix-when-moved", spec(), FIXED, obs({0: Offsets(300, 0, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.PLANNED),
-    ("planned-group-got-there", spec(), PLANNED, obs({0: Offsets(1000, 0, 1100)}, empty=True, replicas=0), Kind.RESTORE, Phase.CANCELLED),
-    ("planned-cancel-before-alter", spec(cancel=True), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), Kind.RESTORE, Phase.CANCELLED),
-    ("planned-cancel-after-alter-hands-off", spec(cancel=True), FIXED, obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0), Kind.WRITE_STATUS, Phase.HANDED_OFF),
-    ("planned-kafka-unknown", spec(), FIXED, obs(None, empty=True, replicas=0), Kind.NONE, None),
+    ("planned-publishes", spec(), PLANNED, obs(O200, empty=False, mailbox={0: None}), Kind.PUBLISH, Phase.PLANNED),
+    ("planned-publish-replaces-older-drain", spec(), PLANNED, obs(O200, empty=False, mailbox={0: mbx.Entry(0, 50, 10, True)}), Kind.PUBLISH, Phase.PLANNED),
+    ("planned-republish-never-overwrites-ack", spec(), PLANNED, obs(O200, empty=False, mailbox=MB_ACK), Kind.WRITE_STATUS, Phase.PLANNED),
+    ("planned-mailbox-unknown", spec(), PLANNED, obs(O200, empty=False, mailbox=None), Kind.NONE, None),
+    ("planned-kafka-unknown", spec(), PUBLISHED, obs(None, empty=True, mailbox=MB_REQ), Kind.NONE, None),
+    ("planned-cancel-before-publish-drops", spec(cancel=True), PLANNED, obs(O200, mailbox={0: None}), Kind.RESTORE, Phase.CANCELLED),
+    ("planned-cancel-after-lost-publish-goes-on", spec(cancel=True), PLANNED, obs(O200, mailbox=MB_REQ), Kind.WRITE_STATUS, Phase.PLANNED),
+    ("published-waits-for-acks", spec(), PUBLISHED, obs(O200, empty=False, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
+    ("published-acked-not-yet-moved-pending", spec(), PUBLISHED, obs(O200, empty=False, mailbox=MB_ACK), Kind.NONE, Phase.PLANNED),
+    ("published-acked-and-moved-hands-off", spec(), PUBLISHED, obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
+    ("published-moved-on-past-split-hands-off", spec(), PUBLISHED, obs({0: Offsets(1400, 0, 1500)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
+    ("published-sealed-status-lost", spec(), PUBLISHED, obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox={0: REQ.with_ack(200).sealed()}), Kind.SEAL, Phase.HANDED_OFF),
+    ("published-group-got-there", spec(), PUBLISHED, obs({0: Offsets(1050, 0, 1100)}, empty=False, mailbox=MB_REQ), Kind.SEAL, Phase.CANCELLED),
+    ("published-empty-group-acts-for-owner", spec(), PUBLISHED, obs(O200, empty=True, mailbox=MB_REQ), Kind.ALTER_OFFSETS, Phase.PLANNED),
+    ("published-timeout-quiesces", spec(), dataclasses.replace(PUBLISHED, published_at=NOW - 31), obs(O200, empty=False, mailbox=MB_REQ), Kind.QUIESCE, Phase.PLANNED),
+    ("published-timeout-needs-known-membership", spec(), dataclasses.replace(PUBLISHED, published_at=NOW - 31), obs(O200, empty=None, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
+    ("quiescing-waits-members", spec(), QUIESCING, obs(O200, empty=False, replicas=0, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
+    ("quiescing-empty-acts", spec(), QUIESCING, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), Kind.ALTER_OFFSETS, Phase.PLANNED),
+    ("published-cancel-waits-for-acks", spec(cancel=True), PUBLISHED, obs(O200, empty=False, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
+    ("published-cancel-records-remainder", spec(cancel=True), PUBLISHED, obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.CANCELLED),
+    ("published-disabled-still-hands-off", spec(enabled=False), PUBLISHED, obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
+    ("legacy-fixed-publishes-its-start-as-ack", spec(), LEGACY_FIXED, obs(O200, empty=True, replicas=0, mailbox={0: None}), Kind.PUBLISH, Phase.PLANNED),
     ("handedoff-launches", spec(), HANDED, obs(), Kind.LAUNCH, Phase.RUNNING),
     ("handedoff-disabled-still-launches", spec(enabled=False), HANDED, obs(), Kind.LAUNCH, Phase.RUNNING),
     ("handedoff-cancel-keeps-range", spec(cancel=True), HANDED, obs(), Kind.RESTORE, Phase.CANCELLED),
@@ -66,6 +86,8 @@ CASES = [
     ("running-failed-schedules-retry", spec(), RUNNING, obs(job=JobObservation(JobState.FAILED, 0, "boom")), Kind.WRITE_STATUS, Phase.RUNNING),
     ("running-retry-waits", spec(), dataclasses.replace(RUNNING, retry_at=NOW + 5), obs(job=JobObservation(JobState.FAILED)), Kind.NONE, None),
     ("running-retry-due", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.FAILED)), Kind.LAUNCH, Phase.RUNNING),
+    ("running-retry-due-waits-for-pods", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.FAILED, 1)), Kind.NONE, None),
+    ("running-retry-job-gone-waits-for-pods", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.ABSENT, 1)), Kind.NONE, None),
     ("running-exhausted", spec(), dataclasses.replace(RUNNING, attempt=h.MAX_ATTEMPTS), obs(job=JobObservation(JobState.FAILED)), Kind.WRITE_STATUS, Phase.FAILED),
     ("running-job-vanished", spec(), RUNNING, obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
     ("running-cancel-deletes", spec(cancel=True), RUNNING, obs(job=JobObservation(JobState.ACTIVE, 2)), Kind.DELETE_JOB, Phase.RUNNING),
@@ -99,46 +121,75 @@ def test_plan_records_split_and_replicas_before_acting():
     assert a.kind is Kind.WRITE_STATUS  # no side effect: the plan is written first
     assert a.status.ranges == (PartitionRange(0, split=1000, start=None),)
     assert a.status.restore_replicas == 2 and a.status.id == 1
-    assert h.replicas_override(a.status) == 0
+    assert h.replicas_override(a.status) is None and not h.holds_replicas(a.status)  # the scaler stays free
+    p = next_action(spec(), a.status, obs({0: Offsets(200, 0, 1000)}, empty=False, mailbox={0: None}), NOW)
+    assert p.kind is Kind.PUBLISH and p.entries == {0: mbx.request(1, 1000)}
+    assert p.status.hand_off_path == h.PATH_ACK and p.status.published_at == NOW
 
 
-def test_crash_after_alter_then_consumers_past_split_keeps_every_range():
-    """Seen on the real stack: the operator died right after altering the offsets (before recording
-    HandedOff); a restarted operator's apply brought consumers back, which committed past split. The
-    ranges fixed before the alter must stay the drain's — re-fixing them from the group's position
-    would drop [start, split) and hand those records to nobody."""
+def test_legacy_crash_after_alter_then_consumers_past_split_keeps_every_range():
+    """A pre-mailbox operator died right after altering the offsets (before recording HandedOff);
+    consumers committed past split meanwhile. Its fixed starts become acks, so [start, split) stays
+    the drain's — re-fixing them from the group's position would hand those records to nobody."""
     fixed = dataclasses.replace(PLANNED, quiesced_at=NOW, ranges=(
         PartitionRange(0, split=15010, start=0), PartitionRange(1, split=15010, start=0),
         PartitionRange(2, split=15010, start=500)))
     offsets = {0: Offsets(0, 0, 15400), 1: Offsets(15200, 0, 15400), 2: Offsets(15010, 0, 15400)}
-    a = next_action(spec(), fixed, obs(offsets, empty=True, replicas=0), NOW)
-    assert a.kind is Kind.ALTER_OFFSETS and a.offsets == {0: 15010}  # only p0 still needs its alter
-    assert {(r.partition, r.start, r.split) for r in a.status.ranges} == {(0, 0, 15010), (1, 0, 15010), (2, 500, 15010)}
-    covered = {p: sum(x.end - x.start for x in a.status.sub_ranges if x.partition == p) for p in range(3)}
+    a = next_action(spec(), fixed, obs(offsets, empty=True, replicas=0, mailbox={0: None, 1: None, 2: None}), NOW)
+    assert a.kind is Kind.PUBLISH and {p: e.ack for p, e in a.entries.items()} == {0: 0, 1: 0, 2: 500}
+    mailbox = dict(a.entries)
+    b = next_action(spec(), a.status, obs(offsets, empty=True, replicas=0, mailbox=mailbox), NOW)
+    assert b.kind is Kind.ALTER_OFFSETS and b.offsets == {0: 15010} and not b.entries  # only p0 still needs its move
+    offsets[0] = Offsets(15010, 0, 15400)
+    c = next_action(spec(), b.status, obs(offsets, empty=True, replicas=0, mailbox=mailbox), NOW)
+    assert c.kind is Kind.SEAL and c.status.phase is Phase.HANDED_OFF
+    assert {(r.partition, r.start, r.split) for r in c.status.ranges} == {(0, 0, 15010), (1, 0, 15010), (2, 500, 15010)}
+    covered = {p: sum(x.end - x.start for x in c.status.sub_ranges if x.partition == p) for p in range(3)}
     assert covered == {0: 15010, 1: 15010, 2: 14510}
+    assert all(e.done for e in c.entries.values()) and set(c.entries) == {0, 1, 2}
 
 
-def test_apply_outside_the_loop_holds_a_quiesced_group_at_zero():
+def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
     from lagpilot.reconcile import _clamp_initial
     sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                      "scaling": {"minReplicas": 1, "maxReplicas": 5}})
-    planned = {"phase": "Planned", "ranges": [{"partition": 0, "split": 10, "start": None}]}
-    emptied = {**planned, "quiescedAt": NOW}
-    fixed = {**planned, "ranges": [{"partition": 0, "split": 10, "start": 4}]}
-    for name, drain, want in (("planned-not-yet-quiesced", planned, 3), ("planned-quiesced", emptied, 0),
-                              ("planned-starts-fixed", fixed, 0), ("handed-off", {"phase": "HandedOff"}, 3),
-                              ("running", {"phase": "Running"}, 3), ("none", None, 3)):
+    planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "split": 10, "start": None}]}
+    for name, drain, want in (("planned-not-yet-published", planned, 3),
+                              ("planned-consumer-ack", {**planned, "handOffPath": "ConsumerAck", "publishedAt": NOW}, 3),
+                              ("planned-empty-group", {**planned, "handOffPath": "EmptyGroup", "publishedAt": NOW}, 3),
+                              ("planned-quiesce-fallback", {**planned, "handOffPath": "Quiesce", "quiescedAt": NOW}, 0),
+                              ("legacy-planned-quiesced", {**planned, "quiescedAt": NOW}, 0),
+                              ("handed-off", {"id": 1, "phase": "HandedOff"}, 3),
+                              ("running", {"id": 1, "phase": "Running"}, 3), ("none", None, 3)):
         status = {"desiredReplicas": 3, "partitions": 3, "drain": drain}
         assert _clamp_initial(sp, status) == want, name
+    assert h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "Quiesce"}))
+    assert not h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "ConsumerAck"}))
 
 
-def test_alter_moves_only_to_split_and_sub_ranges_tile_the_range():
-    a = next_action(spec(splitFactor=3), FIXED, obs({0: Offsets(200, 0, 1000)}, empty=True, replicas=0), NOW)
-    assert a.offsets == {0: 1000}
-    subs = a.status.sub_ranges
-    assert subs[0].start == 200 and subs[-1].end == 1000
+def test_empty_group_acks_then_moves_only_to_split_and_sub_ranges_tile_the_range():
+    a = next_action(spec(splitFactor=3), PUBLISHED, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), NOW)
+    assert a.kind is Kind.ALTER_OFFSETS and a.offsets == {0: 1000} and a.entries == {0: REQ.with_ack(200)}
+    assert a.status.hand_off_path == h.PATH_EMPTY and h.replicas_override(a.status) is None
+    b = next_action(spec(splitFactor=3), a.status, obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}), NOW)
+    subs = b.status.sub_ranges
+    assert b.kind is Kind.SEAL and subs[0].start == 200 and subs[-1].end == 1000
     assert all(x.end == y.start for x, y in zip(subs, subs[1:]))
-    assert h.replicas_override(a.status) is None
+    assert b.status.pause_seconds == 0.0
+
+
+def test_quiesce_fallback_holds_then_restores():
+    late = dataclasses.replace(PUBLISHED, published_at=NOW - 31)
+    q = next_action(spec(), late, obs(O200, empty=False, replicas=2, mailbox=MB_REQ), NOW)
+    assert q.kind is Kind.QUIESCE and q.replicas == 0 and q.status.restore_replicas == 2
+    assert h.replicas_override(q.status) == 0 and h.holds_replicas(q.status)
+    a = next_action(spec(), q.status, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), NOW + 30)
+    assert a.kind is Kind.ALTER_OFFSETS and a.status.hand_off_path == h.PATH_QUIESCE
+    b = next_action(spec(), a.status, obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}), NOW + 31)
+    assert b.kind is Kind.SEAL and b.status.phase is Phase.HANDED_OFF and h.holds_replicas(b.status)
+    c = next_action(spec(), b.status, obs(), NOW + 32)
+    assert c.kind is Kind.LAUNCH and c.replicas == 2 and c.status.pause_seconds == 32.0
+    assert not h.holds_replicas(c.status)
 
 
 def test_retry_backoff_grows_and_relaunch_keeps_ranges():
@@ -193,108 +244,312 @@ def test_plan_json_round_trip_and_overlap_rejected():
     assert parse_progress_metadata("lp1;cap=3") == 0 and parse_progress_metadata(None) == 0
 
 
-# ---- model-based: the operator dies between effect and status write --------------------------
+# ---- model-based: operator, consumers, rebalances and crashes interleaved ---------------------
+
+class Consumer:
+    def __init__(self, cid: int):
+        self.cid = cid
+        self.owned: set[int] = set()
+        self.pos: dict[int, int] = {}
+        self.inflight: list[tuple[int, int]] = []  # processed, not yet committed (replayed if killed)
+        self.leaving = False
+
 
 class World:
-    """A toy Kafka group + Deployment + Job, enough to check ownership of every offset."""
+    """A toy Kafka group (consumers running the owner's mailbox rule at batch boundaries and in
+    on_assign), the operator (observing in the executor's order, dying between any two effects),
+    the scaler, the Deployment and the drain Job. Every actor advances one atomic step at a time,
+    in random order, so every interleaving of their effects is possible."""
 
-    def __init__(self, rnd: random.Random, parts: int = 3):
+    def __init__(self, rnd: random.Random, parts: int = 3, mailbox_first: bool = False, crash_rate: float = 0.0):
         self.rnd = rnd
+        self.mailbox_first = mailbox_first  # the deliberately broken observation order
+        self.crash_rate = crash_rate
         self.end = {p: rnd.randint(0, 3000) for p in range(parts)}
         self.committed = {p: rnd.randint(0, self.end[p]) for p in range(parts)}
         self.initial = dict(self.committed)
+        self.mailbox: dict[int, mbx.Entry | None] = {p: None for p in range(parts)}
+        self.owner: dict[int, int | None] = {p: None for p in range(parts)}
+        self.dead_members: dict[int, int] = {}  # killed consumer id -> tick its session expires
+        self.orphan_until: dict[int, int] = {}  # partition of a killed consumer -> tick it can move
+        self.consumers: dict[int, Consumer] = {}
+        self.gens: dict[int, Any] = {}
+        self.to_assign: dict[int, set[int]] = {}
+        self.to_revoke: dict[int, set[int]] = {}
         self.replicas = 3
-        self.members = 3
+        self.next_cid = 0
+        self.tick_no = 0
         self.by_group: list[tuple[int, int]] = []
         self.by_drain: list[tuple[int, int]] = []
-        self.job: dict | None = None  # {"attempt", "state", "subs"}
+        self.replayable: dict[tuple[int, int], int] = {}  # offset -> killed in-flight batches holding it
+        self.job: dict | None = None
         self.progress: dict[tuple[int, int], tuple[int, int]] = {}
         self.status: DrainStatus | None = None
         self.generation = 1
+        self.now = NOW
+        self.stats = {"kills": 0, "op_crashes": 0, "rebalances": 0, "refused_alters": 0}
+        self.paths: set[str] = set()
 
-    def tick(self) -> None:
-        for p in self.end:  # produce
-            self.end[p] += self.rnd.randint(0, 50)
-        if self.members:  # the group processes some records and commits them
+    # -- consumers ---------------------------------------------------------------------------------
+    def add_consumer(self) -> None:
+        c = Consumer(self.next_cid)
+        self.next_cid += 1
+        self.consumers[c.cid] = c
+        self.gens[c.cid] = self.consumer_loop(c)
+        owned = [p for p, o in self.owner.items() if o is not None and o in self.consumers and p in self.consumers[o].owned]
+        if owned and self.rnd.random() < 0.7:  # a join moves a partition (cooperative: revoke, then assign)
+            p = self.rnd.choice(owned)
+            self.to_revoke.setdefault(self.owner[p], set()).add(p)
+
+    def kill(self, cid: int) -> None:
+        c = self.consumers.pop(cid)
+        self.gens.pop(cid)
+        self.stats["kills"] += 1
+        for x in c.inflight:  # its uncommitted batch goes to the next owner again
+            self.replayable[x] = self.replayable.get(x, 0) + 1
+        expiry = self.tick_no + self.rnd.randint(1, 6)  # session timeout
+        self.dead_members[cid] = expiry
+        for p, o in self.owner.items():
+            if o == cid:
+                self.owner[p] = None
+                self.orphan_until[p] = expiry
+        self.to_assign.pop(cid, None)
+        self.to_revoke.pop(cid, None)
+
+    def handoff_check(self, c: Consumer, parts: list[int]):
+        own = {p: self.committed[p] for p in parts}   # the consumer's committed offsets
+        entries = {p: self.mailbox[p] for p in parts}
+        yield
+        for p in parts:
+            step = mbx.owner_step(entries[p], own[p])
+            if step.ack is not None:
+                self.mailbox[p] = step.ack
+                yield
+            if step.move_to is not None:
+                self.committed[p] = step.move_to
+                yield  # dies here: committed, not yet seeked
+                c.pos[p] = step.move_to
+
+    def consumer_loop(self, c: Consumer):
+        while True:
+            yield "consume"  # rebalance callbacks run here, between batches
+            for p in sorted(self.to_revoke.pop(c.cid, set())):
+                c.owned.discard(p)  # everything taken was processed and committed at the boundary
+                if self.owner[p] == c.cid:
+                    self.owner[p] = None
+            if c.leaving:
+                for p in c.owned | self.to_assign.pop(c.cid, set()):
+                    self.owner[p] = None
+                self.consumers.pop(c.cid, None)
+                self.gens.pop(c.cid, None)
+                return
+            new = sorted(self.to_assign.pop(c.cid, set()))
+            for p in new:
+                c.owned.add(p)
+                c.pos[p] = self.committed[p]
+            if new:  # on_assign: the mailbox rule, synchronously, before any record of them
+                yield from self.handoff_check(c, new)
+            taken = []
+            for p in sorted(c.owned):
+                hi = min(self.end[p], c.pos[p] + self.rnd.randint(0, 40))
+                taken += [(p, o) for o in range(c.pos[p], hi)]
+                c.pos[p] = max(c.pos[p], hi)
+            self.by_group += taken  # the handler ran
+            c.inflight = taken
+            yield
+            for p in {p for p, _ in taken}:
+                self.committed[p] = c.pos[p]  # the batch commit
+            c.inflight = []
+            yield
+            if c.owned and self.rnd.random() < 0.5:  # rate-limited mailbox check at the boundary
+                yield from self.handoff_check(c, sorted(c.owned))
+
+    def members(self) -> int:
+        return len(self.consumers) + len(self.dead_members)
+
+    # -- the operator ---------------------------------------------------------------------------------
+    def operator_loop(self, sp, wanted_once):
+        while True:
+            yield
+            d = self.status  # read back from the CR
+            empty, mb = None, None
+            if d is not None and d.phase is Phase.PLANNED:
+                empty = self.members() == 0
+                yield
+                if self.mailbox_first:
+                    mb = dict(self.mailbox)
+                    yield
+                    offs = {p: Offsets(self.committed[p], 0, self.end[p]) for p in self.end}
+                else:
+                    offs = {p: Offsets(self.committed[p], 0, self.end[p]) for p in self.end}
+                    yield
+                    mb = dict(self.mailbox)
+                yield
+            offs = {p: Offsets(self.committed[p], 0, self.end[p]) for p in self.end} if mb is None else offs
+            job = None
+            if d is not None and d.attempt:
+                if self.job is None or self.job["attempt"] != d.attempt:
+                    job = JobObservation(JobState.ABSENT)
+                else:
+                    job = JobObservation({"active": JobState.ACTIVE, "failed": JobState.FAILED,
+                                          "succeeded": JobState.SUCCEEDED}[self.job["state"]], 1 if self.job["state"] == "active" else 0)
+            wanted = wanted_once if d is None else ()
+            a = next_action(sp, d, Observed(self.generation, offs, empty, self.replicas, wanted, job, dict(self.progress), mb), self.now)
+            if a.kind in (Kind.PUBLISH, Kind.SEAL, Kind.ALTER_OFFSETS):
+                self.mailbox.update(a.entries)
+                yield
+            if a.kind is Kind.ALTER_OFFSETS and a.offsets:
+                if self.members():
+                    self.stats["refused_alters"] += 1  # the broker refuses: a member joined meanwhile
+                    continue
+                self.committed.update(a.offsets)
+            elif a.kind is Kind.QUIESCE:
+                self.replicas = 0
+            elif a.kind in (Kind.LAUNCH, Kind.RESTORE, Kind.SEAL):
+                if a.replicas is not None:
+                    self.replicas = a.replicas
+                if a.kind is Kind.LAUNCH and (self.job is None or self.job["attempt"] != a.attempt):
+                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges]}
+            elif a.kind is Kind.DELETE_JOB:
+                self.job = None
+            yield
+            if self.rnd.random() < self.crash_rate:
+                self.stats["op_crashes"] += 1
+                continue  # died before the status write: the next cycle starts from the CR again
+            if a.status is not None:
+                self.status = a.status
+                if a.status.hand_off_path:
+                    self.paths.add(a.status.hand_off_path)
+
+    # -- the world ----------------------------------------------------------------------------------
+    def tick(self, live: bool, chaos: bool) -> None:
+        rnd = self.rnd
+        self.tick_no += 1
+        self.now += 5
+        if live:
             for p in self.end:
-                n = self.rnd.randint(0, 40)
-                hi = min(self.end[p], self.committed[p] + n)
-                self.by_group += [(p, o) for o in range(self.committed[p], hi)]
-                self.committed[p] = hi
-        if self.replicas == 0 and self.members and self.rnd.random() < 0.5:
-            self.members = 0  # members time out / leave
-        if self.replicas > 0 and not self.members and self.rnd.random() < 0.7:
-            self.members = self.replicas
+                self.end[p] += rnd.randint(0, 30)
+        for cid, t in list(self.dead_members.items()):
+            if t <= self.tick_no:
+                del self.dead_members[cid]
+        if chaos and rnd.random() < 0.08 and not h.holds_replicas(self.status):
+            self.replicas = rnd.randint(0, 3)  # the scaler (free unless the quiesce fallback holds)
+        active = [c for c in self.consumers.values() if not c.leaving]
+        if len(active) < self.replicas and rnd.random() < 0.5:
+            self.add_consumer()
+        elif len(active) > self.replicas and rnd.random() < 0.5:
+            rnd.choice(active).leaving = True
+        if chaos and self.consumers and rnd.random() < 0.05:
+            self.kill(rnd.choice(sorted(self.consumers)))
+        if chaos and rnd.random() < 0.05:  # a rebalance moves some partition
+            owned = [p for p, o in self.owner.items() if o in self.consumers and p in self.consumers[o].owned]
+            if owned:
+                p = rnd.choice(owned)
+                self.to_revoke.setdefault(self.owner[p], set()).add(p)
+                self.stats["rebalances"] += 1
+        active = [c for c in self.consumers.values() if not c.leaving]
+        for p, o in self.owner.items():
+            if o is None and active and self.orphan_until.get(p, 0) <= self.tick_no:
+                c = rnd.choice(active)
+                self.owner[p] = c.cid
+                self.to_assign.setdefault(c.cid, set()).add(p)
+        for cid in list(self.gens):
+            if cid in self.gens and rnd.random() < 0.6:
+                next(self.gens[cid], None)  # a leaving consumer's loop ends
         j = self.job
         if j and j["state"] == "active":
             for s in j["subs"]:
                 key = (s.partition, s.index)
                 nxt, recs = self.progress.get(key, (s.start, 0))
-                hi = min(s.end, nxt + self.rnd.randint(0, 300))
+                hi = min(s.end, nxt + rnd.randint(0, 300))
                 self.by_drain += [(s.partition, o) for o in range(nxt, hi)]
                 self.progress[key] = (hi, recs + hi - nxt)
-            if self.rnd.random() < 0.15:
+            if rnd.random() < 0.1:
                 j["state"] = "failed"
             elif all(self.progress.get((s.partition, s.index), (s.start, 0))[0] >= s.end for s in j["subs"]):
                 j["state"] = "succeeded"
 
-    def observe(self, wanted) -> Observed:
-        offs = {p: Offsets(self.committed[p], 0, self.end[p]) for p in self.end}
-        job = None
-        if self.status is not None and self.status.attempt:
-            if self.job is None or self.job["attempt"] != self.status.attempt:
-                job = JobObservation(JobState.ABSENT)
-            else:
-                job = JobObservation({"active": JobState.ACTIVE, "failed": JobState.FAILED,
-                                      "succeeded": JobState.SUCCEEDED}[self.job["state"]], 1 if self.job["state"] == "active" else 0)
-        return Observed(self.generation, offs, self.members == 0, self.replicas, wanted, job, dict(self.progress))
 
-    def apply(self, a: Action, crash: bool) -> None:
-        if a.kind is Kind.QUIESCE:
-            self.replicas = 0
-        elif a.kind is Kind.ALTER_OFFSETS:
-            assert self.members == 0, "alter with members: the broker would refuse"
-            self.committed.update(a.offsets)
-        elif a.kind in (Kind.LAUNCH, Kind.RESTORE):
-            if a.replicas is not None:
-                self.replicas = a.replicas
-            if a.kind is Kind.LAUNCH and (self.job is None or self.job["attempt"] != a.attempt):
-                self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges]}
-        elif a.kind is Kind.DELETE_JOB:
-            self.job = None
-        if a.status is not None and not crash:
-            self.status = a.status
+def run_world(seed: int, crash_rate: float, mailbox_first: bool = False) -> tuple[World, str | None]:
+    """One random run to the end; returns the world and the exactness violation (None: exact)."""
+    rnd = random.Random(seed)
+    w = World(rnd, mailbox_first=mailbox_first, crash_rate=crash_rate)
+    sp = spec(splitFactor=3)
+    wanted = tuple(sorted(rnd.sample(range(3), rnd.randint(1, 3))))
+    op = w.operator_loop(sp, wanted)
+    for _ in range(3000):
+        w.tick(live=True, chaos=True)
+        if rnd.random() < 0.7:
+            next(op)
+        d = w.status
+        if d is not None:
+            if d.phase is Phase.FAILED and d.failed_generation == w.generation:
+                w.generation += 1  # the user fixes the spec: the same ranges are retried
+            if d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0):
+                break
+    else:
+        return w, f"did not converge: {w.status}"
+    # the live group finishes what is left: no more faults, consumers back
+    w.replicas = max(1, w.replicas)
+    for _ in range(5000):
+        w.tick(live=False, chaos=False)
+        if (all(w.committed[p] == w.end[p] for p in w.end) and all(not c.inflight for c in w.consumers.values())
+                and all(o is not None for o in w.owner.values())):
+            break
+    else:
+        return w, "the group never caught up"
+    seen = w.by_group + w.by_drain
+    expected = {(p, o) for p in w.end for o in range(w.initial[p], w.end[p])}
+    missing = expected - set(seen)
+    if missing:
+        return w, f"lost {len(missing)} offsets, e.g. {sorted(missing)[:3]}"
+    if set(seen) - expected:
+        return w, "processed offsets that were committed before the run"
+    counts: dict[tuple[int, int], int] = {}
+    for x in seen:
+        counts[x] = counts.get(x, 0) + 1
+    bad = [x for x, n in counts.items() if n > 1 + w.replayable.get(x, 0)]
+    if bad:
+        return w, f"{len(bad)} offsets processed twice outside a killed consumer's in-flight batch, e.g. {sorted(bad)[:3]}"
+    return w, None
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.floats(0.0, 0.5))
-def test_every_offset_has_exactly_one_owner_despite_crashes(seed, crash_rate):
-    rnd = random.Random(seed)
-    w = World(rnd)
-    sp = spec(splitFactor=3)
-    now = NOW
-    wanted = tuple(sorted(rnd.sample(range(3), rnd.randint(1, 3))))
-    planned_once = False
-    for _ in range(400):
-        w.tick()
-        now += 5
-        want = wanted if not planned_once else ()
-        a = next_action(sp, w.status, w.observe(want), now)
-        w.apply(a, crash=rnd.random() < crash_rate)
-        if w.status is not None:
-            planned_once = True
-            if w.status.phase is Phase.FAILED and w.status.failed_generation == w.generation:
-                w.generation += 1  # the user fixes the spec: the same ranges are retried
-            if w.status.phase is Phase.VERIFIED or (w.status.phase is Phase.CANCELLED and w.status.remaining == 0):
-                break
-    else:
-        raise AssertionError(f"did not converge: {w.status}")
-    assert w.replicas > 0  # the live group got its consumers back
-    # let the group finish everything that is left
-    w.members = w.replicas
-    for p in w.end:
-        w.by_group += [(p, o) for o in range(w.committed[p], w.end[p])]
-        w.committed[p] = w.end[p]
-    owners = w.by_group + w.by_drain
-    assert len(owners) == len(set(owners)), "an offset was processed by both paths"
-    assert set(owners) == {(p, o) for p in w.end for o in range(w.initial[p], w.end[p])}, "an offset was skipped"
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 0.4))
+def test_every_offset_processed_exactly_once_under_any_interleaving(seed, crash_rate):
+    """Operator crashes, consumer kills (mid-batch, between ack and commit, between commit and
+    seek), rebalances, scale events and the group passing split by itself: every offset is
+    processed by exactly one path, except the in-flight batch of a killed consumer (replayed)."""
+    w, violation = run_world(seed, crash_rate)
+    assert violation is None, (violation, w.stats, w.paths)
+
+
+def test_the_model_exercises_every_path_and_fault():
+    stats = {"kills": 0, "op_crashes": 0, "rebalances": 0, "refused_alters": 0}
+    paths: set[str] = set()
+    drained = 0
+    for seed in range(40):
+        w, violation = run_world(seed, 0.2)
+        assert violation is None, (seed, violation)
+        for k in stats:
+            stats[k] += w.stats[k]
+        paths |= w.paths
+        drained += len(w.by_drain)
+    assert paths == {h.PATH_ACK, h.PATH_EMPTY, h.PATH_QUIESCE}, paths
+    assert all(v > 0 for k, v in stats.items() if k != "refused_alters"), stats
+    assert drained > 0
+
+
+def test_the_model_catches_reading_the_mailbox_before_the_group_offsets():
+    """The broken variant: the operator reads the mailbox first; an owner acks and commits split in
+    between, and the operator takes the group's own move for "got there by itself": a range lost."""
+    found = None
+    for seed in range(600):  # deterministic; the first seed that loses a range here is 145
+        _, v = run_world(seed, 0.0, mailbox_first=True)
+        if v is not None:
+            found = (seed, v)
+            break
+    assert found is not None, "the model cannot tell the broken observation order from the right one"
+    assert "lost" in found[1], found
+    _, ok = run_world(found[0], 0.0)
+    assert ok is None, ok  # the same interleaving with the right order stays exact

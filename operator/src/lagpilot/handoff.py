@@ -1,28 +1,36 @@
-"""The drain hand-off as a pure state machine, persisted in ``status.drain`` (see docs/drain.md).
+"""The drain hand-off as a pure state machine, persisted in ``status.drain`` and in Kafka (docs/drain.md).
 
 Phases (a transition per phase, Strimzi-style):
 
-    (idle) --plan--> Planned --quiesce, group empty, fix starts, alter offsets--> HandedOff
-    HandedOff --restore replicas + create Job--> Running --Job complete--> Succeeded --progress
-    complete--> Verified;  Running --Job failed--> Running (retry with backoff) ... --> Failed;
+    (idle) --plan--> Planned --publish split, owners ack + move to split--> HandedOff
+    HandedOff --create Job--> Running --Job complete--> Succeeded --progress complete--> Verified;
+    Running --Job failed--> Running (retry with backoff) ... --> Failed;
     any phase --spec.drain.cancel--> Cancelled (unfinished sub-ranges stay recorded; resumed when
     cancel is cleared).
 
 ``next_action(spec, drain, observed, now)`` is pure: it compares the recorded status with what was
-observed (Kafka offsets, group emptiness, the Deployment's replicas, the Job, the progress groups)
-and returns ONE action for the executor (``lagpilot.drain``). Rules that make the hand-off exact:
+observed (Kafka offsets, the hand-off mailbox, group emptiness, the Deployment's replicas, the Job,
+the progress groups) and returns ONE action for the executor (``lagpilot.drain``).
+
+The hand-off never stops the live group (``lagpilot_runtime.handoff_mailbox``, the wire contract):
 
 - The plan (split offsets = end offsets at plan time) is written to status before anything moves.
-- The start of each range is fixed (written to status) only while the group is empty, from its
-  committed offset; the group's offsets move to ``split`` only after that write, and only while the
-  group is still empty (the admin API refuses otherwise). So ``[start, split)`` is exactly what the
-  group had not processed, and the group resumes at ``split``: every offset has one owner.
-- A restart between any two steps is recognised from Kafka: a fixed start whose committed offset
-  is at or past ``split`` was handed off (the alter happened, its status write was lost; consumers
-  may have committed past ``split`` since) — kept for the drain, never re-fixed (at worst a replay,
-  never a gap).
-- A range once handed off is never re-planned: it stays in status until its sub-ranges are done,
-  through retries, cancellation and restarts.
+- PUBLISH: a request ``(id, split)`` per planned partition in the mailbox group (only where no entry
+  of this drain exists yet: a re-publish must never overwrite an ack).
+- The consumer owning a partition acks (start = its committed offset) and then commits ``split``
+  itself, at a batch boundary (path ``ConsumerAck``). The operator reads the group's committed
+  offsets BEFORE the mailbox: group >= split with an ack → ``[ack, split)``; without an ack → the
+  group got there by itself (nothing to drain); group < split → pending.
+- A group with no members: the operator applies the owner's rule for it (writes the ack, then
+  alters the group's offsets to ``split``; the broker refuses while a member is in) — path
+  ``EmptyGroup``. No ack within ``ack_timeout_s`` (an older consumer image): the old quiesce —
+  scale to 0, wait for the group to be empty, then the same EmptyGroup step — path ``Quiesce``.
+  Only then does the scaler's replica count stay held (``replicas_override``).
+- A published request is never withdrawn (a withdrawal could race an ack and lose a range):
+  cancel/disable wait until every partition resolved; cancel then records the ranges as
+  Cancelled-with-remainder.
+- Every resolved range is sealed in the mailbox (``done=1``) with its HandedOff status write, so a
+  stale entry never moves a group again; a lost status write is recognised from the sealed entries.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from .spec import GroupSpec
@@ -40,6 +49,11 @@ MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on 
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
 HISTORY = 5  # finished drains kept in status.drain.history
+ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
+
+PATH_ACK = "ConsumerAck"      # the owners acked and moved themselves; the group never stopped
+PATH_EMPTY = "EmptyGroup"     # the group had no members: the operator acted for the absent owner
+PATH_QUIESCE = "Quiesce"      # no ack in time: scaled to 0, then as EmptyGroup
 
 
 class Phase(str, enum.Enum):
@@ -57,8 +71,10 @@ class Kind(str, enum.Enum):
 
     NONE = "None"                    # wait; maybe write status (progress, messages)
     WRITE_STATUS = "WriteStatus"     # no side effect, only the new status
-    QUIESCE = "Quiesce"              # scale the consumer Deployment to 0
-    ALTER_OFFSETS = "AlterOffsets"   # move the (empty) group's committed offsets to split
+    PUBLISH = "Publish"              # write hand-off requests to the mailbox (Action.entries)
+    QUIESCE = "Quiesce"              # fallback: scale the consumer Deployment to 0
+    ALTER_OFFSETS = "AlterOffsets"   # empty group: write Action.entries (acks), then alter the group's offsets
+    SEAL = "Seal"                    # write the sealed entries (Action.entries), then the status
     LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
     DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
     RESTORE = "Restore"              # abort before hand-off: give the replicas back
@@ -137,6 +153,13 @@ class DrainStatus:
     finished_at: float | None = None
     last_error: str = ""
     history: tuple[Mapping[str, Any], ...] = ()
+    hand_off_path: str = ""          # ConsumerAck | EmptyGroup | Quiesce ("" before the publish)
+    published_at: float | None = None
+
+    @property
+    def quiescing(self) -> bool:
+        """The quiesce fallback (or a pre-mailbox hand-off) is under way or done for this drain."""
+        return self.hand_off_path == PATH_QUIESCE or (not self.hand_off_path and self.quiesced_at is not None)
 
     @property
     def partitions(self) -> list[int]:
@@ -158,10 +181,14 @@ class DrainStatus:
 
     @property
     def pause_seconds(self) -> float | None:
-        """How long the live group had no consumers for this hand-off."""
-        if self.quiesced_at is None or self.resumed_at is None:
-            return None
-        return round(self.resumed_at - self.quiesced_at, 3)
+        """How long the live group had its consumers removed for this hand-off: 0 on the ConsumerAck
+        and EmptyGroup paths (nothing was stopped; the owners' per-partition pause of at most one
+        batch is the consumers' lagpilot_consumer_handoff_pause_seconds)."""
+        if self.quiescing:
+            if self.quiesced_at is None or self.resumed_at is None:
+                return None
+            return round(self.resumed_at - self.quiesced_at, 3)
+        return 0.0 if self.handed_off_at is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -189,6 +216,8 @@ class DrainStatus:
             "recordsDone": self.records_done,
             "lastError": self.last_error,
             "history": [dict(h) for h in self.history],
+            "handOffPath": self.hand_off_path,
+            "publishedAt": self.published_at,
         }
         return d
 
@@ -223,6 +252,8 @@ class DrainStatus:
             finished_at=f("finishedAt"),
             last_error=str(d.get("lastError") or ""),
             history=tuple(dict(h) for h in d.get("history") or ()),
+            hand_off_path=str(d.get("handOffPath") or ""),
+            published_at=f("publishedAt"),
         )
 
 
@@ -266,6 +297,9 @@ class Observed:
     job: JobObservation | None = None
     # (partition, index) -> (next offset, records done), from the progress groups
     progress: Mapping[tuple[int, int], tuple[int, int]] | None = None
+    # the hand-off mailbox entries of the planned partitions, read AFTER `offsets` (None: not read)
+    mailbox: Mapping[int, mbx.Entry | None] | None = None
+    ack_timeout_s: float = ACK_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -275,6 +309,7 @@ class Action:
     reason: str = ""
     message: str = ""
     offsets: Mapping[int, int] = field(default_factory=dict)  # ALTER_OFFSETS
+    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)  # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
     replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
@@ -292,14 +327,34 @@ def backoff_seconds(attempt: int) -> float:
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
-    """What the scaler must use instead of its own decision: 0 while the group is being quiesced.
-
-    Only phase Planned holds the group at zero; from HandedOff on, the group's position is `split`
-    and the scaler is free again.
-    """
-    if drain is not None and drain.phase is Phase.PLANNED:
+    """What the scaler must use instead of its own decision: 0 while the quiesce fallback is under
+    way (phase Planned on path Quiesce); None otherwise — on the ConsumerAck/EmptyGroup paths the
+    scaler stays free (a rebalance moves a partition with its committed offset and mailbox entry,
+    and the new owner applies the same rule)."""
+    if drain is not None and drain.phase is Phase.PLANNED and drain.quiescing:
         return 0
     return None
+
+
+def holds_replicas(drain: DrainStatus | None) -> bool:
+    """The scaler must not act: the quiesce fallback owns the replica count until the Job launch
+    gives the replicas back (Planned or HandedOff on path Quiesce)."""
+    return drain is not None and drain.phase in (Phase.PLANNED, Phase.HANDED_OFF) and drain.quiescing
+
+
+def replicas_override_raw(raw: Mapping[str, Any] | None) -> int | None:
+    """``replicas_override`` for the raw ``status.drain`` (an apply outside the control loop)."""
+    try:
+        return replicas_override(DrainStatus.from_dict(raw))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def holds_replicas_raw(raw: Mapping[str, Any] | None) -> bool:
+    try:
+        return holds_replicas(DrainStatus.from_dict(raw))
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def with_progress(drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None) -> DrainStatus:
@@ -357,9 +412,9 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
         if cfg.cancel:
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled before launch; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas,
+            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None,
                           event=("Normal", "DrainCancelled", c.message))
-        return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=True)
+        return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
 
     # from here the range is handed off: it only ever finishes, fails or is cancelled
     d = with_progress(d, observed.progress)
@@ -394,10 +449,14 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
                 return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
             if now < d.retry_at:
                 return _progress_only(drain, d)
+            if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
+                return _waiting_for_pods(drain, d)
             return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
         if job.state is JobState.ABSENT:
             if d.retry_at is not None and now < d.retry_at:
                 return _progress_only(drain, d)
+            if job.pods_alive > 0:
+                return _waiting_for_pods(drain, d)
             if d.retry_at is not None:
                 return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
             # the Job vanished (deleted by someone): recreate the same attempt, same ranges
@@ -437,6 +496,13 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
     return Action(Kind.NONE)
 
 
+def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
+    """A retry starts only after the previous attempt's pods have ended (no two attempts at once)."""
+    a = _progress_only(before, after)
+    return dataclasses.replace(a, reason=a.reason or "WaitingForPodsGone",
+                               message=a.message or "waiting for the previous attempt's pods to end")
+
+
 def _progress_only(before: DrainStatus, after: DrainStatus) -> Action:
     """Nothing to do but record progress (only when it changed: no write, no echo)."""
     if after.sub_ranges != before.sub_ranges:
@@ -467,68 +533,108 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         history=prev.history if prev else (),
     )
     d = dataclasses.replace(d, message=f"drain {d.id} planned for partitions {d.partitions} up to split "
-                                        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; quiescing the group")
+                                        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off")
     return Action(Kind.WRITE_STATUS, d, d.reason, d.message, event=("Normal", "DrainPlanned", d.message))
 
 
 def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action:
-    offs = observed.offsets
-    if offs is None or any(r.partition not in offs for r in d.ranges):
-        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets")
-    # a fixed start whose committed offset is at or past split: the alter happened (the operator
-    # may have died between altering and recording it, and consumers started meanwhile — e.g. by an
-    # apply on resume — may already have committed past split). Never re-fix such a range: its
-    # records [start, split) belong to the drain; re-fixing would hand them to nobody.
-    altered = {r.partition for r in d.ranges if r.start is not None
-               and offs[r.partition].committed is not None and offs[r.partition].committed >= r.split}
-    if stop and not altered:
-        c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
-                    f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
-        c = dataclasses.replace(c, ranges=(), sub_ranges=())
-        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas)
-    if observed.group_empty is not True:
+    offs, mb = observed.offsets, observed.mailbox
+    if offs is None or mb is None or any(r.partition not in offs for r in d.ranges):
+        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+    mine = {r.partition: e for r in d.ranges
+            if (e := mb.get(r.partition)) is not None and e.drain_id == d.id and e.split == r.split}
+
+    if d.published_at is None:
+        if stop and not mine:
+            c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
+                        f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
+            c = dataclasses.replace(c, ranges=(), sub_ranges=())
+            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
+        # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
+        entries = {r.partition: (mbx.request(d.id, r.split) if r.start is None else mbx.Entry(d.id, r.split, r.start))
+                   for r in d.ranges if r.partition not in mine}
+        path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
+        p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
+                                message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to acknowledge")
+        if entries:
+            return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
+        return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
+
+    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), d.id, r.split) for r in d.ranges}
+    pending = sorted(p for p, x in res.items() if not x.resolved)
+    if not pending:
+        return _resolved(spec, d, res, mine, now)
+
+    if observed.group_empty is True:
+        # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
+        entries: dict[int, mbx.Entry] = {}
+        alter: dict[int, int] = {}
+        for r in d.ranges:
+            if r.partition not in pending:
+                continue
+            o = offs[r.partition]
+            step = mbx.owner_step(mine.get(r.partition, mbx.request(d.id, r.split)), o.position)
+            if step.ack is not None:
+                entries[r.partition] = step.ack
+            if step.move_to is not None:
+                alter[r.partition] = step.move_to
+            elif o.committed is None:  # never committed and retention already past split
+                alter[r.partition] = max(o.position, r.split)
+        path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
+        q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
+        q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
+                                message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and moving them to split")
+        return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
+
+    if d.quiescing:
         q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
         if observed.replicas > 0:
-            q = dataclasses.replace(q, reason="Quiescing", message=f"drain {d.id}: scaling the group to 0 to move its offsets")
+            q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
+                                    message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
             return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
-        q = dataclasses.replace(q, reason="WaitingForGroupEmpty",
+        q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
                                 message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed or static members)")
         return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
-    if d.quiesced_at is None:
-        d = dataclasses.replace(d, quiesced_at=now)
-    # group empty: fix (or re-fix) the start of every range not yet handed off
-    new_ranges: list[PartitionRange] = []
-    changed = False
-    for r in d.ranges:
-        if r.partition in altered:
-            new_ranges.append(r)
-            continue
-        pos = offs[r.partition].position
-        if r.start != pos:
-            changed = True
-        if pos >= r.split:
-            changed = True
-            continue  # the group already got there: nothing to drain in this partition
-        new_ranges.append(dataclasses.replace(r, start=pos))
-    if changed:
-        if not new_ranges:
-            c = _finish(d, Phase.CANCELLED, "NothingToDrain", f"drain {d.id}: the group reached the split points by itself", now)
-            c = dataclasses.replace(c, ranges=())
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas)
-        f = dataclasses.replace(d, ranges=tuple(new_ranges), reason="StartsFixed",
-                                message=f"drain {d.id}: ranges fixed " + ", ".join(
-                                    f"p{r.partition}[{r.start}..{r.split})" for r in new_ranges))
-        return Action(Kind.WRITE_STATUS, f, f.reason, f.message)
-    subs = split_ranges({r.partition: (int(r.start), r.split) for r in d.ranges if r.start is not None},
+
+    assert d.published_at is not None
+    if observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
+        q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
+                                restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
+                                reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
+                                f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)")
+        if observed.replicas > 0:
+            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
+                          event=("Warning", "DrainHandOffFallback", q.message))
+        return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
+    w = dataclasses.replace(d, reason="WaitingForAcks",
+                            message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
+    return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution],
+              mine: Mapping[int, mbx.Entry], now: float) -> Action:
+    """Every planned partition resolved: seal the entries, record the ranges (HandedOff), or
+    Cancelled (nothing to drain / cancel requested meanwhile: the remainder stays recorded)."""
+    seal = {p: e.sealed() for p, e in mine.items() if e.acked and not e.done}
+    ranges = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty)
+    restore = d.restore_replicas if d.quiescing else None
+    path = d.hand_off_path or PATH_ACK
+    if not ranges:
+        c = _finish(dataclasses.replace(d, hand_off_path=path, handed_off_at=now), Phase.CANCELLED, "NothingToDrain",
+                    f"drain {d.id}: the group reached the split points by itself", now)
+        c = dataclasses.replace(c, ranges=(), resumed_at=now if restore is not None else d.resumed_at)
+        return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal)
+    subs = split_ranges({r.partition: (int(r.start or 0), r.split) for r in ranges},
                         spec.drain.split_factor, min_records_per_task=spec.batch.max_records)
-    h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff",
+    h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff", ranges=ranges, hand_off_path=path,
                             sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
-    h = dataclasses.replace(h, message=progress_message(h))
-    to_alter = {r.partition: r.split for r in d.ranges if r.partition not in altered}
-    if to_alter:
-        return Action(Kind.ALTER_OFFSETS, h, h.reason, h.message, offsets=to_alter,
-                      event=("Normal", "DrainHandedOff", h.message))
-    return Action(Kind.WRITE_STATUS, h, h.reason, h.message, event=("Normal", "DrainHandedOff", h.message))
+    h = dataclasses.replace(h, message=progress_message(h) + f" (hand-off path {path})")
+    if spec.drain.cancel:
+        c = _finish(dataclasses.replace(h, resumed_at=now if restore is not None else None), Phase.CANCELLED, "CancelledBySpec",
+                    f"drain {d.id} cancelled during the hand-off; {h.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+        return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
+                      event=("Normal", "DrainCancelled", c.message))
+    return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
 
 
 def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str, restore: bool,
