@@ -191,11 +191,12 @@ def drain_measurements(drains: Sequence[dict[str, Any]], batches: Sequence[Batch
 def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None, drain_task_capacity: float | None,
                pod_starts_s: Sequence[float], drains: Sequence[Mapping[str, Any]], split_factor: int, max_tasks: int,
                min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
-               scale_down_window_s: float, batch_timeout_s: float) -> dict[str, Any]:
+               scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
     measured in this run (the simulator keeps its default)."""
     starts = [float(d["start_up_seconds"]) for d in drains if d.get("start_up_seconds") is not None]
     pauses = [float(d["pause_excess_seconds"]) for d in drains if d.get("pause_excess_seconds") is not None]
+    paths = [d.get("hand_off_path") for d in drains if d.get("hand_off_path")]
     return {
         "partitions": partitions, "sla_s": float(sla_s), "capacity": consumer_capacity,
         "drain_task_capacity": drain_task_capacity, "pod_start_s": _median(list(pod_starts_s)),
@@ -203,4 +204,7 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
         "max_drain_tasks": max_tasks, "split_factor": split_factor, "min_backlog_records": min_backlog_records,
         "poll_interval_s": float(poll_interval_s), "min_replicas": min_replicas, "max_replicas": max_replicas,
         "scale_down_window_s": float(scale_down_window_s), "batch_timeout_s": float(batch_timeout_s),
+        "batch_max_records": batch_max_records,
+        # the quiesce fallback empties the group (pods restart); measured by the paths the drains took
+        "handoff_quiesce": bool(paths) and sum(p == "Quiesce" for p in paths) * 2 > len(paths),
     }

@@ -325,7 +325,7 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         poll_interval_s=float(sp.get("poll_interval_s", 5)), min_replicas=int(sp.get("min_replicas", 1)),
         max_replicas=int(sp.get("max_replicas", partitions)),
         scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
-        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)))
+        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records)
     pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
     led = proof.ledger or {}
     return {
