@@ -14,8 +14,11 @@ Stages (each prints what it waits for):
     with a live view: per-partition lag and backlog, projection vs SLA, replicas, the drain and
     its progress, the conditions and `kubectl get bcg`;
  6. waiting for every record to reach PostgreSQL;
- 7. the summary table, the PNG plot, the JSON summary and the proof: produced = distinct records
-    in PostgreSQL, duplicates = 0. Exit status 1 when the proof fails.
+ 7. the summary table, the PNG plot, the JSON summary, the trace it replayed (trace.csv) and the
+    proof: produced = distinct records in PostgreSQL, and the delivery ledger (one row per delivery,
+    no key) shows nothing lost and nothing delivered twice; then what the calibrated simulator says
+    of the same trace (static replicas, KEDA, and lagpilot predicted vs measured). Exit status 1
+    when the proof fails.
 
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
 them and --keep is not given). With --keep the stack, the namespace and the CR stay, and the
