@@ -1,4 +1,5 @@
-"""The executor's loop with fake Kafka/Kubernetes effects: the order of effects and status writes."""
+"""The executor's loop with fake Kafka/Kubernetes effects: the order of observations, effects and
+status writes of the mailbox hand-off."""
 from __future__ import annotations
 
 from typing import Any
@@ -6,6 +7,7 @@ from typing import Any
 from lagpilot.drain import DrainContext, DrainExecutor, DrainSettings
 from lagpilot.handoff import JobObservation, JobState, Offsets
 from lagpilot.spec import parse_spec
+from lagpilot_runtime import handoff_mailbox as mbx
 
 SPEC = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                    "batch": {"maxRecords": 10}, "drain": {"splitFactor": 2}})
@@ -14,11 +16,22 @@ SPEC = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "group
 class FakeExecutor(DrainExecutor):
     def __init__(self, log: list[tuple[str, Any]], world: dict[str, Any]) -> None:
         from kubernetes import client
-        super().__init__(client.ApiClient(), DrainSettings(), clock=lambda: 1000.0)
+        super().__init__(client.ApiClient(), DrainSettings(), clock=lambda: world["now"])
+        self.ack_wait_s = 0.0
         self.log, self.world = log, world
 
     def group_empty(self, admin: Any, group_id: str) -> bool | None:
+        self.log.append(("read", "members"))
         return self.world["empty"]
+
+    def mailbox(self, admin: Any, spec: Any, partitions: Any) -> dict[int, Any]:
+        self.log.append(("read", "mailbox"))
+        return {p: self.world["mailbox"].get(p) for p in partitions}
+
+    def write_mailbox(self, admin: Any, spec: Any, entries: Any) -> None:
+        if entries:
+            self.log.append(("mailbox", {p: e.encode() for p, e in entries.items()}))
+            self.world["mailbox"].update(entries)
 
     def progress(self, admin: Any, spec: Any, d: Any) -> dict[tuple[int, int], tuple[int, int]]:
         return dict(self.world["progress"])
@@ -27,6 +40,8 @@ class FakeExecutor(DrainExecutor):
         return self.world["jobs"].get(name, JobObservation(JobState.ABSENT))
 
     def alter_offsets(self, admin: Any, spec: Any, offsets: Any) -> None:
+        if not self.world["empty"]:
+            raise RuntimeError("UNKNOWN_MEMBER_ID: group not empty")
         self.log.append(("alter", dict(offsets)))
         self.world["committed"].update(offsets)
 
@@ -42,6 +57,10 @@ def ctx(log: list[tuple[str, Any]], world: dict[str, Any], raw_drain: Any, wante
     def offsets() -> dict[int, Offsets]:
         return {0: Offsets(world["committed"][0], 0, 500)}
 
+    def reobserve() -> dict[int, Offsets]:
+        log.append(("read", "own"))
+        return offsets()
+
     def patch(p: dict[str, Any]) -> None:
         log.append(("status", p["drain"]["phase"], p["drain"]["reason"]))
         world["status"] = p["drain"]
@@ -52,23 +71,91 @@ def ctx(log: list[tuple[str, Any]], world: dict[str, Any], raw_drain: Any, wante
 
     return DrainContext(namespace="ns", name="orders", uid="u", generation=1, spec=SPEC, raw_drain=raw_drain,
                         offsets=offsets(), replicas=world["replicas"], wanted=wanted, admin=None, scale=scale,
-                        patch_status=patch, emit=lambda *e: log.append(("event", e[1])), reobserve=offsets)
+                        patch_status=patch, emit=lambda *e: log.append(("event", e[1])), reobserve=reobserve)
 
 
-def test_hand_off_order_of_effects_and_writes():
+def world0() -> dict[str, Any]:
+    return {"empty": False, "progress": {}, "jobs": {}, "committed": {0: 100}, "replicas": 3, "status": None,
+            "mailbox": {}, "now": 1000.0}
+
+
+def kinds(log: list[tuple[str, Any]]) -> list[str]:
+    return [e[0] if e[0] != "status" else f"status:{e[1]}:{e[2]}" for e in log if e[0] not in ("event",)]
+
+
+def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox():
     log: list[tuple[str, Any]] = []
-    world: dict[str, Any] = {"empty": False, "progress": {}, "jobs": {}, "committed": {0: 100}, "replicas": 3, "status": None}
-    ex = FakeExecutor(log, world)
-    r1 = ex.reconcile(ctx(log, world, None, wanted=(0,)))
-    # the plan is written before anything moves; then the quiesce; then it waits for the members
-    assert log[:3] == [("status", "Planned", "Planned"), ("event", "DrainPlanned"), ("scale", 0)]
-    assert r1.condition[0] == "True" and r1.actions[-1] == "None"
+    w = world0()
+    ex = FakeExecutor(log, w)
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    assert kinds(log) == ["status:Planned:Planned", "read", "read", "read", "mailbox", "status:Planned:Published",
+                          "read", "read", "read", "status:Planned:WaitingForAcks"], log
+    assert [e[1] for e in log if e[0] == "read"][:3] == ["members", "own", "mailbox"]  # the order that makes it exact
+    assert ("mailbox", {0: "lph1;id=1;split=500"}) in log
+    # the owner acks (start = its committed offset), then commits split itself
+    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+    w["committed"][0] = 500
     log.clear()
-    world["empty"] = True
-    r2 = ex.reconcile(ctx(log, world, world["status"]))
-    kinds = [e[0] if e[0] != "status" else f"status:{e[1]}:{e[2]}" for e in log if e[0] != "event"]
-    assert kinds == ["status:Planned:StartsFixed", "alter", "status:HandedOff:HandedOff", "scale", "create_job",
-                     "status:Running:Launched"], kinds
-    assert ("alter", {0: 500}) in log  # the group moves exactly to split
-    assert ("scale", 3) in log  # the live group gets its replicas back, resuming at split
-    assert r2.status["phase"] == "Running" and r2.status["ranges"] == [{"partition": 0, "start": 100, "split": 500}]
+    r = ex.reconcile(ctx(log, w, w["status"]))
+    assert kinds(log)[:5] == ["read", "read", "read", "mailbox", "status:HandedOff:HandedOff"], log
+    seq = kinds(log)
+    assert seq.index("create_job") + 1 == seq.index("status:Running:Launched"), log
+    assert ("mailbox", {0: "lph1;id=1;split=500;ack=100;done=1"}) in log  # sealed with the HandedOff write
+    assert not [e for e in log if e[0] == "scale"]  # the live group was never touched
+    assert r.status["ranges"] == [{"partition": 0, "start": 100, "split": 500}]
+    assert r.status["handOffPath"] == "ConsumerAck" and r.status["pauseSeconds"] == 0.0
+
+
+def test_empty_group_acks_before_the_alter_and_a_refused_alter_records_nothing():
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    w["empty"] = True
+    ex = FakeExecutor(log, w)
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    # published, then (group empty) acked for the absent owner, then moved, then handed off + launched
+    seq = kinds(log)
+    assert seq.index("mailbox") < seq.index("status:Planned:Published") < seq.index("alter")
+    acks = [e for e in log if e[0] == "mailbox"]
+    assert acks[1] == ("mailbox", {0: "lph1;id=1;split=500;ack=100"})
+    assert log.index(acks[1]) < log.index(("alter", {0: 500}))  # the ack before the move
+    assert w["status"]["phase"] == "Running" and w["status"]["handOffPath"] == "EmptyGroup"
+    assert not [e for e in log if e[0] == "scale"]
+
+    # a member joins between the observation and the alter: refused, no status write, retried later
+    log.clear()
+    w2 = world0()
+    w2["empty"] = True
+    ex2 = FakeExecutor(log, w2)
+    ex2.reconcile(ctx(log, w2, None, wanted=(0,)))  # runs through; now replay with a joining member:
+    w3 = world0()
+    w3["empty"] = True
+    ex3 = FakeExecutor(log, w3)
+    real_alter = FakeExecutor.alter_offsets
+
+    def joined_then_alter(self: Any, admin: Any, spec: Any, offsets: Any) -> None:
+        w3["empty"] = False
+        real_alter(self, admin, spec, offsets)
+
+    ex3.alter_offsets = joined_then_alter.__get__(ex3)  # type: ignore[method-assign]
+    log.clear()
+    r = ex3.reconcile(ctx(log, w3, None, wanted=(0,)))
+    assert r.actions[-1] == "AlterOffsets:refused" and w3["status"]["phase"] == "Planned"
+    assert w3["mailbox"][0].ack == 100  # the joining owner finds the ack and completes the move
+
+
+def test_no_ack_in_time_falls_back_to_quiesce_and_restores():
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    ex = FakeExecutor(log, w)
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    w["now"] += 31  # an older consumer image never acks
+    log.clear()
+    ex.reconcile(ctx(log, w, w["status"]))
+    assert ("scale", 0) in log and w["status"]["handOffPath"] == "Quiesce"
+    w["empty"] = True
+    w["now"] += 30
+    log.clear()
+    ex.reconcile(ctx(log, w, w["status"]))
+    seq = kinds(log)
+    assert seq.index("mailbox") < seq.index("alter") < seq.index("status:HandedOff:HandedOff") < seq.index("scale") < seq.index("create_job")
+    assert ("scale", 3) in log and w["status"]["pauseSeconds"] == 30.0

@@ -2,9 +2,13 @@
 
 Called once per control-loop cycle by reconcile.py, after the scaler acted and before the status
 write (`DrainExecutor.reconcile`). Within one call it loops observe → next_action → act → write
-`status.drain` until the machine has to wait (group members leaving, the Job running, a retry
-back-off), so the hand-off itself (fix starts → alter offsets → restore replicas → create the Job)
-runs back to back and the live group's pause stays short.
+`status.drain` until the machine has to wait (owners to acknowledge, the Job running, a retry
+back-off), so the hand-off itself (publish → acks observed → seal → create the Job) runs back to
+back. The hand-off mailbox (`lagpilot_runtime.handoff_mailbox`) is read with the per-group offsets
+readers (never the admin OffsetFetch, which crashes librdkafka) and written with
+`alter_consumer_group_offsets` (the mailbox group never has members). While phase Planned, every
+observation reads the group's committed offsets BEFORE the mailbox (the ordering the exactness
+argument needs, docs/drain.md).
 
 Every effect comes first and its status write right after (`Action.status`), and the state machine
 is built so that a lost write is recognised from Kafka and the API server on the next call. Job
@@ -26,11 +30,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for, parse_progress_metadata, progress_group
 
 from .deployment import build_env, label_value, owner_reference
-from .handoff import (Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets, Phase, condition,
-                      job_name, next_action)
+from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets, Phase,
+                      condition, job_name, next_action)
 from .spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -322,6 +327,9 @@ class DrainExecutor:
         self.settings = settings or DrainSettings.from_env()
         self.clock = clock
         self.timeout_s = timeout_s
+        # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
+        self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
+        self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
 
     # -- observation ---------------------------------------------------------------------------
     def group_empty(self, admin: Any, group_id: str) -> bool | None:
@@ -358,6 +366,39 @@ class DrainExecutor:
             log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
             return None
         return out
+
+    def mailbox(self, admin: Any, spec: GroupSpec, partitions: Sequence[int]) -> dict[int, mbx.Entry | None] | None:
+        """The hand-off mailbox entries of `partitions`; None if the read failed (the machine waits)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = mbx.mailbox_group(spec.group_id)
+        try:
+            fut = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in partitions])],
+                request_timeout=self.timeout_s)[g]
+            out: dict[int, mbx.Entry | None] = {p: None for p in partitions}
+            for tp in fut.result(timeout=self.timeout_s).topic_partitions:
+                if getattr(tp, "error", None) is not None:
+                    raise RuntimeError(str(tp.error))
+                out[tp.partition] = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            return out
+        except Exception as err:  # noqa: BLE001
+            log.warning("reading the hand-off mailbox failed", extra={"group": spec.group_id, "error": str(err)})
+            return None
+
+    def write_mailbox(self, admin: Any, spec: GroupSpec, entries: Mapping[int, mbx.Entry]) -> None:
+        """A "simple" commit to the memberless mailbox group: offset = split, metadata = the entry."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        if not entries:
+            return
+        g = mbx.mailbox_group(spec.group_id)
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p, e.split, metadata=e.encode())
+                                               for p, e in sorted(entries.items())])
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"writing the hand-off mailbox {g} failed: {bad[0].error}")
 
     def job(self, namespace: str, name: str) -> JobObservation:
         try:
@@ -401,21 +442,41 @@ class DrainExecutor:
         group_empty = None
         progress = None
         job = None
+        mailbox = None
         if d is not None and d.phase is Phase.PLANNED:
+            # order matters: membership, then the group's committed offsets, then the mailbox
             group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+            offsets = ctx.reobserve()
+            mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions)
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
             progress = self.progress(ctx.admin, ctx.spec, d)
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt))
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
-                        wanted=tuple(ctx.wanted), job=job, progress=progress)
+                        wanted=tuple(ctx.wanted), job=job, progress=progress, mailbox=mailbox,
+                        ack_timeout_s=self.ack_timeout_s)
 
-    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> None:
+    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> bool:
+        """Do the action's effect; False when the broker refused an offset move because a member
+        joined meanwhile (nothing to record: that member finds the ack and completes it)."""
         k = action.kind
         if k in (Kind.QUIESCE, Kind.RESTORE) and action.replicas is not None:
             ctx.scale(action.replicas)
+        elif k is Kind.PUBLISH:
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries)
         elif k is Kind.ALTER_OFFSETS:
-            self.alter_offsets(ctx.admin, ctx.spec, action.offsets)
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries)  # the acks first: the owner's order
+            _fault_point(k.value, "ack")
+            try:
+                self.alter_offsets(ctx.admin, ctx.spec, action.offsets)
+            except Exception as err:  # noqa: BLE001 - typically UNKNOWN_MEMBER_ID / non-empty group
+                log.warning("moving the empty group's offsets refused; retrying next cycle",
+                            extra={"group": ctx.spec.group_id, "error": str(err)})
+                return False
+        elif k is Kind.SEAL:
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries)
+            if action.replicas is not None:
+                ctx.scale(action.replicas)
         elif k is Kind.LAUNCH:
             assert action.status is not None
             if action.replicas is not None:
@@ -424,24 +485,28 @@ class DrainExecutor:
         elif k is Kind.DELETE_JOB:
             assert d is not None
             self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt))
+        return True
 
     def reconcile(self, ctx: DrainContext) -> DrainResult:
         """Run the machine until it waits; write status.drain after every effect."""
         d = DrainStatus.from_dict(ctx.raw_drain)
         offsets, replicas = ctx.offsets, ctx.replicas
         done: list[str] = []
-        for step in range(MAX_STEPS):
-            if step > 0:
+        waited = 0.0
+        step = 0
+        while step < MAX_STEPS:
+            if step > 0 and (d is None or d.phase is not Phase.PLANNED):  # Planned re-reads in observe()
                 offsets = ctx.reobserve()
+            step += 1
             observed = self.observe(ctx, d, offsets, replicas)
             action = next_action(ctx.spec, d, observed, self.clock())
             if action.kind is not Kind.NONE:
                 log.info("drain action", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
                                                 "reason": action.reason, "drain_message": action.message})
-            self.perform(ctx, action, d)
-            if action.kind in (Kind.QUIESCE,) and action.replicas is not None:
-                replicas = action.replicas
-            if action.replicas is not None and action.kind in (Kind.RESTORE, Kind.LAUNCH):
+            if not self.perform(ctx, action, d):
+                done.append(action.kind.value + ":refused")
+                break
+            if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
             _fault_point(action.kind.value, "effect")
             if action.status is not None and action.status != d:
@@ -452,6 +517,15 @@ class DrainExecutor:
                 ctx.emit(*action.event)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
+                # right after the publish the owners ack within about a second (their mailbox
+                # check runs at every batch boundary, at most once a second): wait briefly here
+                # instead of a whole control-loop interval
+                if (action.reason == "WaitingForAcks" and d is not None and d.published_at is not None
+                        and waited < self.ack_wait_s and self.clock() - d.published_at < self.ack_wait_s + 1):
+                    time.sleep(0.5)
+                    waited += 0.5
+                    step -= 1
+                    continue
                 break
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else {**d.to_dict(), "lastEndS": d.finished_at}
