@@ -43,7 +43,8 @@ from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, s
 
 log = logging.getLogger(__name__)
 
-# drain phases during which the drain executor owns the replica count (it quiesces the group)
+# drain phases during which the drain executor MAY own the replica count: only on the hand-off's
+# quiesce fallback (handoff.holds_replicas decides; kept for readers of this constant)
 DRAIN_HOLDS_REPLICAS = ("Planned", "HandedOff")
 DRAIN_ACTIVE = ("Planned", "HandedOff", "Running", "Succeeded")
 
@@ -124,10 +125,9 @@ def _clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
     minimum; never above maxReplicas or the last known partition count; 0 when paused."""
     if spec.paused:
         return 0
-    drain = status.get("drain") or {}
-    if drain.get("phase") == "Planned" and (drain.get("quiescedAt") is not None
-                                            or any(r.get("start") is not None for r in drain.get("ranges") or ())):
-        return 0  # the hand-off already emptied the group: keep it empty (handoff.replicas_override)
+    from lagpilot.handoff import replicas_override_raw
+    if replicas_override_raw(status.get("drain")) == 0:
+        return 0  # the quiesce fallback of the hand-off emptied the group: keep it empty
     s = spec.scaling
     want = status.get("desiredReplicas")
     n = int(want) if isinstance(want, int) and want >= 0 else s.min_replicas
@@ -277,7 +277,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
     # act
     applied: int | None = None
-    held = phase in DRAIN_HOLDS_REPLICAS
+    from lagpilot.handoff import holds_replicas_raw
+    held = holds_replicas_raw(drain_status)  # only the hand-off's quiesce fallback holds
     desired = decision.desired_replicas
     last_scale_time = status.get("lastScaleTime")
     if desired != cur and not held:
