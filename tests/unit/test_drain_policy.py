@@ -35,7 +35,7 @@ CASES = [
     ("regrowing-due-by-measured-age", L((12_000, 150), (0, 1)), {"oldest_age_s": {0: 400.0}}, DP, (0,),
      "RegrowingPartition"),
     ("task-budget", L((200_000, 10), (200_000, 10), (200_000, 10)), {}, DrainPolicy(max_tasks=6, split_factor=4,
-                                                                                    start_up_s=60), (0, 1), "HotPartition"),
+                                                                                    start_up_s=60), (0, 1, 2), "HotPartition"),
 ]
 
 
@@ -58,16 +58,26 @@ def test_drain_need(loads, kwargs, policy, parts, reason) -> None:  # type: igno
     json.dumps(need.to_dict())
 
 
-def test_task_budget_split() -> None:
+def test_task_budget_is_spread_over_every_partition() -> None:
+    """Before: splitFactor (4) to the first partition, 2 to the second, nothing to the third."""
     need = drain_need(L((200_000, 10), (200_000, 10), (200_000, 10)), C, group_replicas=3, target_s=TARGET,
                       sla_s=SLA, policy=DrainPolicy(max_tasks=6, split_factor=4), now_s=0)
-    assert need is not None and [r.tasks for r in need.ranges] == [4, 2]
+    assert need is not None and [r.tasks for r in need.ranges] == [2, 2, 2]
 
 
-def test_expected_time_uses_task_capacity() -> None:
+def test_tasks_in_proportion_to_backlog() -> None:
+    need = drain_need(L((300_000, 10), (100_000, 10), (100_000, 10)), C, group_replicas=3, target_s=TARGET,
+                      sla_s=SLA, policy=DrainPolicy(max_tasks=10, split_factor=4), now_s=0)
+    assert need is not None and [r.tasks for r in need.ranges] == [6, 2, 2]
+    # every sub-range finishes at about the same time
+    times = [r.expected_s for r in need.ranges]
+    assert max(times) - min(times) < 0.2 * max(times)
+
+
+def test_expected_time_includes_start_up_and_hand_off() -> None:
     need = drain_need(L((100_000, 0), (0, 0)), C, group_replicas=2, target_s=TARGET, sla_s=SLA,
-                      policy=DrainPolicy(start_up_s=50, split_factor=4, task_capacity=250.0), now_s=0)
-    assert need is not None and need.expected_s == pytest.approx(50 + 100_000 / (4 * 250))
+                      policy=DrainPolicy(start_up_s=50, handoff_s=31, split_factor=4, task_capacity=250.0), now_s=0)
+    assert need is not None and need.expected_s == pytest.approx(50 + 31 + 100_000 / (4 * 250))
 
 
 def test_hot_partition_drained_repeatedly() -> None:
@@ -90,7 +100,8 @@ def test_hot_partition_drained_repeatedly() -> None:
         t += 15
     assert len(drains) >= 5
     gaps = [b - a for a, b in zip(drains, drains[1:])]
-    assert min(gaps) >= DP.start_up_s + DP.min_interval_s
+    # never two at once; the regrowth is batched (a drain only when due), not one per poll
+    assert min(gaps) >= DP.start_up_s + 2 * 15
 
 
 def test_from_spec() -> None:
@@ -101,3 +112,131 @@ def test_from_spec() -> None:
     assert DrainPolicy.from_spec({}) == DrainPolicy()
     with pytest.raises(ValueError):
         DrainPolicy.from_spec({"drain": {"splitFactor": 0}})
+
+
+def test_from_group_spec_one_parse_one_default() -> None:
+    from lagpilot.spec import parse_spec
+    base = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g"}
+    assert DrainPolicy.from_group_spec(parse_spec(base)) == DrainPolicy()  # the same defaults
+    spec = parse_spec({**base, "drain": {"splitFactor": 8, "maxTasks": 32, "minBacklogRecords": 5},
+                       "batch": {"maxRecords": 200}, "scaling": {"pollIntervalSeconds": 5}})
+    pol = DrainPolicy.from_group_spec(spec, start_up_s=45)
+    assert (pol.split_factor, pol.max_tasks, pol.min_backlog_records, pol.start_up_s) == (8, 32, 5, 45)
+    assert (pol.min_records_per_task, pol.poll_interval_s) == (200, 5)
+    assert not DrainPolicy.from_group_spec(parse_spec({**base, "drain": {"cancel": True}})).enabled
+
+
+# --- bursts ------------------------------------------------------------------------------------
+def _need(loads, **kw):  # type: ignore[no-untyped-def]
+    args = dict(group_replicas=len(loads), target_s=TARGET, sla_s=SLA, now_s=1000.0,
+                policy=DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=16))
+    args.update(kw)
+    return drain_need(loads, C, **args)
+
+
+def test_spike_over_capacity_on_every_partition_drains_all_of_them() -> None:
+    """6 partitions each at 2.5x a consumer, backlogs due: every partition gets tasks, within budget."""
+    loads = L(*[(60_000 + 5_000 * i, 250.0) for i in range(6)])
+    need = _need(loads)
+    assert need is not None and need.partitions == (0, 1, 2, 3, 4, 5)
+    assert need.reason == "RegrowingPartition"
+    assert sum(r.tasks for r in need.ranges) == need.tasks <= 16
+    assert all(r.tasks >= 2 for r in need.ranges)
+    # more backlog, never fewer tasks
+    tasks = [r.tasks for r in need.ranges]
+    assert tasks == sorted(tasks)
+
+
+def test_single_hot_partition_drained_alone() -> None:
+    loads = L((60_000, 180.0), (500, 20.0), (500, 20.0), (500, 20.0))
+    need = _need(loads)
+    assert need is not None and need.partitions == (0,)
+    assert 1 <= need.tasks <= 4  # splitFactor per drained partition
+
+
+def test_budget_smaller_than_the_partitions_goes_to_the_oldest_first() -> None:
+    loads = L(*[(50_000, 250.0) for _ in range(6)])
+    ages = {0: 100.0, 1: 400.0, 2: 200.0, 3: 350.0, 4: 50.0, 5: 300.0}
+    need = _need(loads, oldest_age_s=ages, policy=DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=4))
+    assert need is not None and need.tasks == 4
+    assert need.partitions == (1, 2, 3, 5)  # the four oldest, one task each
+    assert all(r.tasks == 1 for r in need.ranges)
+
+
+def test_burst_that_ends_while_a_drain_is_starting_plans_nothing_more() -> None:
+    burst = L(*[(60_000, 250.0) for _ in range(3)])
+    first = _need(burst)
+    assert first is not None
+    # handed off (the group resumes at the split); the burst ends before the drain's tasks start
+    after = L(*[(400.0, 20.0) for _ in range(3)])
+    assert _need(after, drains_in_flight=1, tasks_in_flight=first.tasks) is None
+    assert _need(after) is None  # nor once it finished: the group alone meets the target
+    multi = DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=16, max_concurrent=2)
+    assert _need(after, policy=multi, drains_in_flight=1, tasks_in_flight=first.tasks) is None
+
+
+def test_follow_up_drain_while_the_first_runs_uses_the_budget_left() -> None:
+    loads = L(*[(40_000, 250.0) for _ in range(3)])
+    multi = DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=16, max_concurrent=2)
+    assert _need(loads, drains_in_flight=1, tasks_in_flight=6) is None  # one at a time (today's executor)
+    need = _need(loads, policy=multi, drains_in_flight=1, tasks_in_flight=6, oldest_age_s={0: 250, 1: 250, 2: 250})
+    assert need is not None and need.follow_up and need.tasks <= 10
+    # a partition whose hand-off is still in progress is never planned twice
+    need = _need(loads, policy=multi, drains_in_flight=1, tasks_in_flight=6, busy_partitions=(1,),
+                 oldest_age_s={0: 250, 1: 250, 2: 250})
+    assert need is not None and 1 not in need.partitions
+    assert _need(loads, policy=multi, drains_in_flight=2) is None
+    assert _need(loads, policy=multi, drains_in_flight=1, tasks_in_flight=16) is None
+
+
+def test_no_minimum_interval_while_overloaded_but_kept_otherwise() -> None:
+    overloaded = L(*[(60_000, 250.0) for _ in range(3)])
+    assert _need(overloaded, last_drain_end_s=995.0) is not None
+    backlog_only = L((200_000, 10.0), (0, 0), (0, 0))
+    assert _need(backlog_only, last_drain_end_s=995.0) is None
+    assert _need(backlog_only, last_drain_end_s=900.0) is not None
+
+
+# --- properties ---------------------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from lagpilot.drain_policy import allocate_tasks  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1e6), min_size=1, max_size=12), st.integers(0, 40), st.sampled_from([1.0, 500.0]))
+def test_allocate_tasks_properties(records: list[float], budget: int, per_task: float) -> None:
+    out = allocate_tasks(records, budget, per_task)
+    assert sum(out) <= budget
+    live = [i for i, r in enumerate(records) if r > 0]
+    caps = [max(1, int(r // per_task)) if r > 0 else 0 for r in records]
+    assert all(0 <= o <= c for o, c in zip(out, caps))
+    if budget >= len(live):
+        assert all(out[i] >= 1 for i in live)
+        assert sum(out) == min(budget, sum(caps))  # the budget is used while anyone can take a task
+    else:
+        assert sum(out) == budget
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 500_000), st.floats(0, 400)), min_size=1, max_size=8),
+    st.integers(1, 8), st.integers(1, 24), st.integers(0, 12), st.integers(1, 3), st.integers(0, 2),
+)
+def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concurrent, in_flight) -> None:  # type: ignore[no-untyped-def]
+    loads = L(*rows)
+    pol = DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=max_tasks, max_concurrent=concurrent)
+    need = drain_need(loads, C, group_replicas=replicas, target_s=TARGET, sla_s=SLA, policy=pol, now_s=0.0,
+                      drains_in_flight=in_flight, tasks_in_flight=in_flight_tasks, busy_partitions=(0,))
+    from lagpilot.projection import project
+    if project(loads, max(1, min(replicas, len(loads))), C).catch_up_s <= TARGET:
+        assert need is None  # the group alone meets the target: never a drain
+    if in_flight >= concurrent or in_flight_tasks >= max_tasks:
+        assert need is None
+    if need is None:
+        return
+    assert need.tasks == sum(r.tasks for r in need.ranges) <= max_tasks - in_flight_tasks
+    assert all(r.tasks >= 1 and r.records >= 1000 for r in need.ranges)
+    assert 0 not in need.partitions
+    assert len(set(need.partitions)) == len(need.partitions)

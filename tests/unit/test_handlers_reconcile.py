@@ -383,3 +383,27 @@ def test_oldest_record_age_of_lagging_partitions() -> None:
     ages = {p["partition"]: p.get("oldestRecordAgeSeconds") for p in w.kube.status["partitionLag"]}
     assert "oldestRecordAgeSeconds" not in w.kube.status["partitionLag"][1]
     assert ages == {0: 42.0, 1: None, 2: 7.0}  # None: key absent (no lag, nothing to date)
+
+
+def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reconcile holds no policy arithmetic: one cycle = one call of lagpilot.step.step."""
+    from lagpilot import step as step_mod
+    calls = []
+    real = step_mod.step
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        out = real(*a, **kw)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(step_mod, "step", counting)
+    w = World(base_spec())
+    w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
+    w.cycle()
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    w.cycle(advance=5)
+    assert len(calls) == 2
+    decision, state = calls[-1]
+    assert w.kube.replicas == decision.replicas == 3
+    assert w.kube.status["estimator"] == state.estimator.to_dict()
+    assert w.kube.status["scalingHistory"] == state.history.to_dict()

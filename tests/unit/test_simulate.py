@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lagpilot import simulate
 from lagpilot.simulate import (
     SimParams,
     _Latency,
@@ -165,3 +166,96 @@ def test_cli_bad_input(args: list[str], tmp_path: Path) -> None:
         p.write_text("t_s,produce_msgs_per_s\n0,1\n")
         args = [a if a != "x" else str(p) for a in args]
     assert main(args) == 2
+
+
+# --- the hand-off and drain timing (the operator's drain phases, handoff.Phase) -------------------
+from lagpilot import handoff  # noqa: E402
+from lagpilot.drain_policy import DrainNeed, DrainRange  # noqa: E402
+from lagpilot.simulate import _World, trace_from_rows  # noqa: E402
+
+
+def _need(parts: dict[int, int]) -> DrainNeed:
+    return DrainNeed(tuple(DrainRange(p, None, None, 0, n, 0.0, 0.0) for p, n in parts.items()), "HotPartition", "")
+
+
+@pytest.mark.parametrize("quiesce", [False, True], ids=["consumer-ack", "quiesce"])
+def test_drain_goes_planned_handed_off_running_done_with_the_measured_timing(quiesce: bool) -> None:
+    params = SimParams(partitions=2, capacity=100, drain_start_s=20, handoff_quiesce=quiesce, step_s=1.0,
+                       pod_start_s=30)
+    world = _World(flat(0, 10), params, 2)
+    world.queues[0].push(-100, 0, 10_000)
+    world.produced_by[0] = 10_000
+    world.plan_drain(_need({0: 4}), 0.0)
+    st = world.drain_statuses()[0]
+    assert st.phase is handoff.Phase.PLANNED
+    assert handoff.replicas_override(st) == (0 if quiesce else None)  # the hold is the hand-off's rule
+    assert len(world.pods) == (0 if quiesce else 2)
+    pause = params.pause_s
+    assert pause == (simulate.QUIESCE_PAUSE_S if quiesce else params.batch_timeout_s)
+    t = 0.0
+    while world.drain_statuses()[0].handed_off_at is None:
+        world.advance(t, 1.0, 0.0, [0.5, 0.5])
+        t += 1.0
+    st = world.drain_statuses()[0]
+    assert st.phase is handoff.Phase.RUNNING and st.handed_off_at == pytest.approx(pause, abs=1.0)
+    assert len(st.sub_ranges) == 4 and len(world.tasks) == 4
+    assert len(world.pods) == 2 and world.ready(t) == (0 if quiesce else 2)  # restored pods start again
+    assert world.queues[0].total < 1e-6  # [start, split) left the group
+    while world.drain_active:
+        world.advance(t, 1.0, 0.0, [0.5, 0.5])
+        t += 1.0
+    last = world.drain_statuses()[0]
+    assert last.phase is handoff.Phase.VERIFIED
+    # start-up + 10 000 records over 4 tasks at 100/s = 25 s, after the pause
+    assert last.finished_at == pytest.approx(pause + 20 + 25, abs=1.0)
+    assert world.lat.count == pytest.approx(10_000)
+
+
+def test_records_produced_after_the_plan_stay_with_the_group() -> None:
+    params = SimParams(partitions=1, capacity=100, handoff_pause_s=10, step_s=5.0)
+    world = _World(flat(0, 10), params, 0)
+    world.queues[0].push(-100, 0, 5_000)
+    world.produced_by[0] = 5_000
+    world.plan_drain(_need({0: 1}), 0.0)
+    world.advance(0.0, 5.0, 100.0, [1.0])  # 500 produced during the pause, no consumer
+    world.advance(5.0, 5.0, 100.0, [1.0])
+    world.advance(10.0, 5.0, 100.0, [1.0])
+    assert world.queues[0].total == pytest.approx(1500)  # the split was the end at plan time
+    assert sum(task.queue.total for task in world.tasks) == pytest.approx(5000)
+
+
+def test_quiesce_path_costs_sla_against_the_consumer_path() -> None:
+    tr = burst()
+    ack = run_policy(tr, SimParams(partitions=3, capacity=137), "lagpilot")
+    quiesce = run_policy(tr, SimParams(partitions=3, capacity=137, handoff_quiesce=True), "lagpilot")
+    assert ack.drains >= 1 and quiesce.drains >= 1
+    assert quiesce.max_latency_s >= ack.max_latency_s
+
+
+def test_keda_compares_at_lagpilots_minimum_and_sweeps_windows() -> None:
+    params = SimParams(partitions=3, capacity=137, min_replicas=2)
+    assert run_policy(flat(5, 30), params, "keda").extra["min_replica_count"] == 2
+    assert run_policy(flat(5, 30), params, "keda_min0").extra["min_replica_count"] == 0
+    results, sweep = run_all(burst(60), params, sweep=(1, 10, 1000), windows=(0.0, 300.0), top=1)
+    assert {s["scale_down_window_s"] for s in sweep} == {0.0, 300.0}
+    best = max(s["within_sla_fraction"] for s in sweep)
+    assert results["keda_tuned"].within_sla_fraction == pytest.approx(best, abs=1e-6)
+    zero = SimParams(partitions=3, capacity=137, min_replicas=0)
+    _, sweep0 = run_all(burst(60), zero, sweep=(10,), windows=(300.0,), cooldowns=(60.0, 300.0), top=1)
+    assert {s["cooldown_s"] for s in sweep0} == {60.0, 300.0}
+
+
+def test_cli_generate_and_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "flash.csv"
+    assert main(["--generate", "flash", "--seed", "3", "--out", str(out)]) == 0
+    tr = simulate.load_trace(str(out))
+    assert len(tr.times) == 24 * 60
+    assert main(["--generate", "nope"]) == 2
+    from lagpilot import tracegen
+    monkeypatch.setattr(tracegen, "generate", lambda kind, seed, p=None, c=None: [
+        (60.0 * m, 50.0, None) for m in range(20)])
+    capsys.readouterr()
+    assert main(["--suite", "--suite-kinds", "step", "--suite-seeds", "0,1", "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| step s0 |" in text and "| step s1 |" in text and "2/2 traces" in text

@@ -5,9 +5,9 @@ spread evenly), the format of ``../shared/traces/backfill-seed0.csv``. Rates are
 the trace is meant for: ``partitions x capacity`` records/s is what the partition-capped group can
 process (``group``). Families (each seed draws its own times, levels and noise):
 
-- ``flash``: a quiet base (3-6 % of ``group``) and, twice a day, a flash spike 20-30x the base
-  (0.6-1.8x ``group``, raised to at least 1.1x: always above what the group can process) for 10-15
-  minutes, spread over every partition (weights jitter +-10 %). 24 h.
+- ``flash``: a quiet base (6-10 % of ``group``) and, twice a day, a flash spike 20-30x the base
+  (1.2-3.0x ``group``, raised to at least 1.5x: always well above what the group can process) for
+  10-15 minutes, spread over every partition (weights jitter +-10 %). 24 h.
 - ``hot-partition``: a moderate load (30-50 % of ``group``) with, for 1-3 hours at a time (twice),
   one partition (a different one each time) carrying 1.1-1.6x one consumer's capacity. 12 h.
 - ``diurnal``: a daily sine between 10-20 % and 90-130 % of ``group`` with 5 % noise. 24 h.
@@ -67,7 +67,7 @@ def _noise(rng: random.Random, x: float, frac: float) -> float:
 
 
 def _flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
-    base = group * rng.uniform(0.03, 0.06)
+    base = group * rng.uniform(0.06, 0.10)
     spikes: list[tuple[int, int, float]] = []
     for day in range(max(1, math.ceil(minutes / 1440))):
         for half in (0, 1):  # one in each half of the day: twice a day
@@ -75,7 +75,7 @@ def _flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> 
             start = rng.randrange(lo, lo + 720 - 60)
             length = rng.randint(10, 15)
             mult = rng.uniform(20, 30)
-            spikes.append((start, start + length, max(mult * base, 1.1 * group)))
+            spikes.append((start, start + length, max(mult * base, 1.5 * group)))
     rows: list[Row] = []
     for m in range(minutes):
         rate, w = _noise(rng, base, 0.1), None
