@@ -88,7 +88,7 @@ def test_rows_carry_source_and_drain_id() -> None:
     recs = [Record("t", 1, 7, None, b"v"), Record("t", 1, 8, None, b"w")]
     assert drain_id_of(BatchContext({}, log)) is None
     assert drain_id_of(BatchContext({}, log, source="drain", drain_id="ns.cr.3")) == "ns.cr.3"
-    assert drain_id_of(BatchContext({}, log, source="drain"), {"LAGPILOT_DRAIN_PLAN": '{"id": "d9"}'}) == "d9"
+    assert drain_id_of(BatchContext({}, log, source="drain"), {"LAGPILOT_DRAIN_PLAN": '{"drainId": "d9"}'}) == "d9"
     assert rows_for(recs, "drain", "d9", 1.5) == [("t", 1, 7, "drain", "d9", 1.5), ("t", 1, 8, "drain", "d9", 1.5)]
 
 

@@ -88,7 +88,8 @@ def drain_id_of(ctx: BatchContext, env: Mapping[str, str] | None = None) -> str 
     raw = (os.environ if env is None else env).get("LAGPILOT_DRAIN_PLAN")
     if raw:
         try:
-            v = json.loads(raw).get("id")
+            plan = json.loads(raw)
+            v = plan.get("drainId", plan.get("id"))
             return None if v is None else str(v)
         except (ValueError, AttributeError):
             return None
