@@ -53,6 +53,35 @@ def _fields(**kw: Any) -> dict[str, Any]:
     return {"fields": kw}
 
 
+# ---- start-up timing ------------------------------------------------------------------------------
+
+def process_start_time(pid: int | str = "self") -> float | None:
+    """Wall-clock start of a process (Linux /proc; 10 ms resolution), None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks since boot
+        with open("/proc/stat") as fh:
+            btime = next(int(ln.split()[1]) for ln in fh if ln.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+# the driver's and the tasks' milestones, in the order they happen (seconds since process start)
+STARTUP_MARKS = ("process_start", "main_entered", "progress_read", "pyspark_imported", "jvm_up", "session_ready",
+                 "relations_planned", "job_submitted", "daemon_started", "worker_forked", "task_started",
+                 "first_record", "first_batch_handled")
+
+
+def startup_breakdown(marks: Mapping[str, float | None]) -> dict[str, float]:
+    """Seconds since process start for each known milestone (pure; for the log and the bench)."""
+    t0 = marks.get("process_start") or marks.get("main_entered")
+    if t0 is None:
+        return {}
+    return {k: round(float(marks[k]) - t0, 3) for k in STARTUP_MARKS if marks.get(k) is not None}
+
+
 # ---- Kafka options for Spark (pure) -------------------------------------------------------------
 
 def _jaas_quote(value: str) -> str:
@@ -207,11 +236,14 @@ def _row_record(row: Any) -> Any:
 
 def rdd_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """The Row path (no pyarrow/pandas): pickled Rows from the JVM."""
-    return run_task(spec, ((int(r.lp_sub), _row_record(r)) for r in rows))
+    return run_task(spec, (_row_record(r) for r in rows))
 
 
-SUMMARY_SCHEMA = ("records long, batches long, skipped long, first_batch_at double, last_batch_at double, "
-                  "partition long, index long")
+SUMMARY_FIELDS = (("records", "long"), ("batches", "long"), ("skipped", "long"), ("first_batch_at", "double"),
+                  ("last_batch_at", "double"), ("partition", "long"), ("index", "long"),
+                  ("daemon_started_at", "double"), ("worker_forked_at", "double"), ("task_started_at", "double"),
+                  ("first_record_at", "double"))
+SUMMARY_SCHEMA = ", ".join(f"{n} {t}" for n, t in SUMMARY_FIELDS)
 
 
 def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
@@ -220,29 +252,37 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
 
     from .handler import Record
 
-    def items() -> Iterator[tuple[int, Any]]:
+    def items() -> Iterator[Any]:
         for rb in batches:
             d = rb.to_pydict()
             topic = spec.topic  # one topic per plan: no need to ship the column
-            for p, o, k, v, hs, ts, sub in zip(d["partition"], d["offset"], d["key"], d["value"],
-                                               d["headers"], d["ts_ms"], d["lp_sub"]):
+            for p, o, k, v, hs, ts in zip(d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]):
                 headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
-                yield sub, Record(topic, p, o, k, v, headers, ts)
+                yield Record(topic, p, o, k, v, headers, ts)
 
-    schema = pa.schema([("records", pa.int64()), ("batches", pa.int64()), ("skipped", pa.int64()),
-                        ("first_batch_at", pa.float64()), ("last_batch_at", pa.float64()),
-                        ("partition", pa.int64()), ("index", pa.int64())])
+    schema = pa.schema([(n, pa.int64() if t == "long" else pa.float64()) for n, t in SUMMARY_FIELDS])
     for summary in run_task(spec, items()):
         yield pa.RecordBatch.from_pylist([{f.name: summary.get(f.name) for f in schema}], schema=schema)
 
 
-def run_task(spec: TaskSpec, items: Iterable[tuple[int, Any]]) -> Iterator[dict[str, Any]]:
+def sub_range_of(sub_ranges: Sequence[SubRange], partition: int, offset: int) -> SubRange:
+    """The plan's sub-range holding this offset (sub-ranges of a partition never overlap)."""
+    for s in sub_ranges:
+        if s.partition == partition and s.start <= offset < s.end:
+            return s
+    raise RuntimeError(f"offset {offset} of partition {partition} is in no sub-range of the plan")
+
+
+def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Process one sub-range's records: batches through the handler, progress commit after each.
 
-    ``items`` are (sub-range index in the plan, Record), in offset order.
+    ``items`` are the Records of one Spark task, in offset order: one Kafka partition's
+    ``[start, end)`` that lies inside exactly one sub-range of the plan (the first record names it;
+    a record outside it fails the task rather than commit progress for the wrong sub-range).
 
     Yields one summary dict (records, batches, first/last batch wall time) for the driver's log.
     """
+    task_started_at = time.time()
     from confluent_kafka import TopicPartition
 
     from . import jsonlog
@@ -255,7 +295,9 @@ def run_task(spec: TaskSpec, items: Iterable[tuple[int, Any]]) -> Iterator[dict[
     ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
                        source="drain", concurrency=cfg.concurrency)
     policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
-    summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None}
+    summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
+                               "task_started_at": task_started_at, "worker_forked_at": process_start_time(),
+                               "daemon_started_at": process_start_time(os.getppid()), "first_record_at": None}
     sub: SubRange | None = None
     committer = None
     done_next = 0
@@ -298,14 +340,18 @@ def run_task(spec: TaskSpec, items: Iterable[tuple[int, Any]]) -> Iterator[dict[
 
     batch: list[Any] = []
     try:
-        for sub_index, record in items:
+        for record in items:
             if sub is None:
-                sub = spec.sub_ranges[sub_index]
+                summary["first_record_at"] = time.time()
+                sub = sub_range_of(spec.sub_ranges, record.partition, record.offset)
                 summary.update(partition=sub.partition, index=sub.index)
                 committer = _progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index))
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
+            if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
+                raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
+                                   f"p{sub.partition}[{sub.start}, {sub.end})")
             if record.offset < done_next:  # done by an earlier attempt of this task (Spark retry)
                 summary["skipped"] += 1
                 continue
@@ -342,91 +388,241 @@ def _arrow_available() -> bool:
     return True
 
 
-def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str]) -> Any:
-    from pyspark.sql import SparkSession
+def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
+                 extra_conf: Mapping[str, str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The drain's Spark settings (pure). ``extra_conf`` (LAGPILOT_SPARK_CONF) wins over everything."""
+    e = os.environ if env is None else env
+    master = master or f"local[{plan.parallelism},4]"
+    conf = {
+        "spark.app.name": f"lagpilot-drain-{plan.group_id}-{plan.drain_id}",
+        "spark.master": master,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.eventLog.enabled": "false",
+        "spark.sql.shuffle.partitions": "1",
+        "spark.python.worker.reuse": "true",
+        "spark.task.maxFailures": "4",
+        "spark.driver.memory": e.get("LAGPILOT_SPARK_DRIVER_MEMORY", "1g"),
+        "spark.sql.execution.arrow.pyspark.enabled": "false",
+        # the JVM hands records to Python in Arrow batches of this many rows: the default 10,000
+        # delays a task's first handler batch until the cold JVM has read 10,000 records
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(max(plan.batch_max_records, 1000)),
+        # start-up: C1 only (the JVM's work is a Kafka fetch + Arrow copy; the sink is the bottleneck),
+        # serial GC (cheaper to start than G1 on a small pod); LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS
+        # replaces them; a class-data-sharing archive (LAGPILOT_SPARK_CDS_ARCHIVE) is added when present
+        "spark.driver.extraJavaOptions": driver_java_options(e, cds_archive(jars, e) if master.startswith("local") else None),
+        # workers fork from a daemon that already imported pyarrow, the handler...
+        "spark.python.daemon.module": "lagpilot_runtime.spark_daemon",
+    }
+    if master.startswith("k8s://"):
+        # client mode: executors connect back to this pod by IP; they are owned by this pod
+        if e.get("LAGPILOT_POD_IP"):
+            conf["spark.driver.host"] = e["LAGPILOT_POD_IP"]
+        if e.get("LAGPILOT_POD_NAME"):
+            conf["spark.kubernetes.driver.pod.name"] = e["LAGPILOT_POD_NAME"]
+    if master.startswith("local"):
+        # everything is in this pod/process: no need to resolve (or expose) the host name
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+        if master.startswith("local"):
+            # the connector on the JVM's own class path (not only Spark's jar loader): its classes
+            # can then come from the class-data-sharing archive too (same class path at dump and use)
+            conf["spark.driver.extraClassPath"] = ":".join(jars)
+    conf.update(extra_conf)
+    return conf
 
+
+DEFAULT_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+CDS_ARCHIVE_NAME = "lagpilot-drain.jsa"
+
+
+def cds_archive(jars: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """The class-data-sharing archive to start the driver JVM with, if one exists.
+
+    ``LAGPILOT_SPARK_CDS_ARCHIVE`` (a path; "" or "off" disables), else ``lagpilot-drain.jsa`` next
+    to the connector jars (where `lagpilot drain --train-cds` puts it at image build / dev setup).
+    """
+    value = env.get("LAGPILOT_SPARK_CDS_ARCHIVE")
+    if value is not None:
+        return value if value not in ("", "off") and Path(value).is_file() else None
+    if not jars:
+        return None
+    candidate = Path(jars[0]).parent / CDS_ARCHIVE_NAME
+    return str(candidate) if candidate.is_file() else None
+
+
+def driver_java_options(env: Mapping[str, str], archive: str | None = None) -> str:
+    """The driver JVM's options (local mode: the executors are in it too).
+
+    With an archive the JVM maps Spark's pre-parsed, pre-verified classes instead of loading ~15k
+    classes from jars (measured: JVM CPU to the first task 27.6 s → 7.1 s with C1 + the archive).
+    ``-Xshare:auto``: an archive from another JDK or class path is ignored, never fatal.
+    """
+    opts = env.get("LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS).strip()
+    if archive:
+        opts = f"{opts} -XX:SharedArchiveFile={archive} -Xshare:auto".strip()
+    return opts
+
+
+def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str],
+                  marks: dict[str, float | None] | None = None) -> Any:
+    """Start the JVM and the SparkSession; records ``pyspark_imported``/``jvm_up``/``session_ready`` in marks."""
+    marks = {} if marks is None else marks
     # the Python workers must be this interpreter (the image's / the venv's), not whatever
     # `python3` is first on PATH: they import lagpilot_runtime and the user's handler
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = master or f"local[{plan.parallelism},4]"
-    builder = (SparkSession.builder.appName(f"lagpilot-drain-{plan.group_id}-{plan.drain_id}")
-               .master(master)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.task.maxFailures", "4")
-               .config("spark.driver.memory", os.environ.get("LAGPILOT_SPARK_DRIVER_MEMORY", "1g"))
-               .config("spark.sql.execution.arrow.pyspark.enabled", "false")
-               # workers fork from a daemon that already imported pyarrow, pandas, the handler...
-               .config("spark.python.daemon.module", "lagpilot_runtime.spark_daemon"))
-    if master.startswith("k8s://"):
-        # client mode: executors connect back to this pod by IP; they are owned by this pod
-        if os.environ.get("LAGPILOT_POD_IP"):
-            builder = builder.config("spark.driver.host", os.environ["LAGPILOT_POD_IP"])
-        if os.environ.get("LAGPILOT_POD_NAME"):
-            builder = builder.config("spark.kubernetes.driver.pod.name", os.environ["LAGPILOT_POD_NAME"])
-    if master.startswith("local"):
-        # everything is in this pod/process: no need to resolve (or expose) the host name
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
-    for k, v in extra_conf.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
+    # spark-submit first runs a small launcher JVM to compute the driver's command line
+    os.environ.setdefault("SPARK_LAUNCHER_OPTS", DEFAULT_DRIVER_JAVA_OPTIONS)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    marks["pyspark_imported"] = time.time()
+    conf = SparkConf(loadDefaults=False).setAll(list(session_conf(plan, master, jars, extra_conf).items()))
+    SparkContext._ensure_initialized(conf=conf)  # spark-submit → the driver JVM (py4j gateway)
+    marks["jvm_up"] = time.time()
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    marks["session_ready"] = time.time()
+    return spark
+
+
+class _SessionStarter:
+    """Starts the SparkSession in a thread while the driver reads the progress from Kafka."""
+
+    def __init__(self, *args: Any) -> None:
+        import threading
+
+        self._args = args
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="spark-session", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = build_session(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            self._error = exc
+
+    def get(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def relation_options(topic: str, work: Sequence[tuple[SubRange, int]]) -> list[dict[str, str]]:
+    """Reader options of the Kafka relations for the unfinished work (pure).
+
+    One relation per sub-range *index* k, assigning every partition that still has work in its
+    k-th sub-range, with that partition's ``[start, end)``: Spark's Kafka source makes one task per
+    partition of a relation, so each task is exactly one sub-range, and a plan of P partitions x
+    F pieces needs F relations instead of P x F (each relation costs the driver an offset lookup
+    and planning work before the first task can start).
+    """
+    by_index: dict[int, list[tuple[SubRange, int]]] = {}
+    for sub, start in work:
+        by_index.setdefault(sub.index, []).append((sub, start))
+    out = []
+    for _, items in sorted(by_index.items()):
+        items.sort(key=lambda it: it[0].partition)
+        out.append({
+            "assign": json.dumps({topic: [s.partition for s, _ in items]}),
+            "startingOffsets": json.dumps({topic: {str(s.partition): start for s, start in items}}),
+            "endingOffsets": json.dumps({topic: {str(s.partition): s.end for s, _ in items}}),
+        })
+    return out
 
 
 def build_frame(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]) -> Any:
-    """One Kafka relation per unfinished sub-range, unioned: one Spark task per sub-range."""
+    """The Kafka relations for the unfinished work, unioned: one Spark task per sub-range."""
     from pyspark.sql import functions as F
 
-    index_of = {(s.partition, s.index): i for i, s in enumerate(plan.sub_ranges)}
     frames = []
-    for sub, start in work:
+    for opts in relation_options(plan.topic, work):
         reader = spark.read.format("kafka")
-        for k, v in {**kafka_opts, **read_options(plan.topic, sub, start)}.items():
+        for k, v in {**kafka_opts, **opts}.items():
             reader = reader.option(k, v)
-        df = reader.load().select(
-            "topic", "partition", "offset", "key", "value", "headers",
-            F.unix_millis(F.col("timestamp")).alias("ts_ms"),
-            F.lit(index_of[(sub.partition, sub.index)]).alias("lp_sub"),
-        )
-        frames.append(df)
+        frames.append(reader.load().select("topic", "partition", "offset", "key", "value", "headers",
+                                           F.unix_millis(F.col("timestamp")).alias("ts_ms")))
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
+def _task_marks(results: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """The earliest time any task reached each milestone."""
+    def first(key: str) -> float | None:
+        got = [float(r[key]) for r in results if r.get(key)]
+        return min(got) if got else None
+
+    return {"daemon_started": first("daemon_started_at"), "worker_forked": first("worker_forked_at"),
+            "task_started": first("task_started_at"), "first_record": first("first_record_at"),
+            "first_batch_handled": first("first_batch_at")}
+
+
 def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-        extra_conf: Mapping[str, str]) -> dict[str, Any]:
-    """Drive one drain attempt; returns a summary. Raises RetentionError / RuntimeError."""
+        extra_conf: Mapping[str, str], marks: dict[str, float | None] | None = None) -> dict[str, Any]:
+    """Drive one drain attempt; returns a summary. Raises RetentionError / RuntimeError.
+
+    ``marks`` collects the start-up milestones (epoch seconds); the summary carries them and
+    ``startup`` (seconds since process start per milestone), also logged as event ``drain_startup``.
+    """
+    marks = {} if marks is None else marks
     t0 = time.time()
-    progress = read_progress(cfg, plan)
-    work = remaining_work(plan, progress)
-    done_before = sum(r for _, r in progress.values())
-    log.info("drain plan", extra=_fields(event="drain_plan", drain=plan.drain_id, topic=plan.topic,
-                                         sub_ranges=len(plan.sub_ranges), unfinished=len(work),
-                                         records_done_before=done_before,
-                                         ranges={str(p): list(r) for p, r in plan.partition_ranges().items()}))
-    summary: dict[str, Any] = {"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges), "unfinished_at_start": len(work),
-                               "records_done_before": done_before, "records": 0, "started_at": t0}
-    if work:
-        check_retention(plan, work, low_watermarks(cfg, plan))
-        spark = build_session(plan, master, jars, extra_conf)
-        summary["session_ready_at"] = time.time()
-        try:
+    marks.setdefault("main_entered", t0)
+    # the JVM and the SparkSession take seconds to start: start them while Kafka is asked for the
+    # progress (a finished plan then costs a needless JVM start, but retries of finished plans are rare)
+    starter = _SessionStarter(plan, master, jars, extra_conf, marks)
+    spark = None
+    try:
+        progress = read_progress(cfg, plan)
+        work = remaining_work(plan, progress)
+        marks["progress_read"] = time.time()
+        use_arrow = bool(work) and _arrow_available()  # imports pandas (mapInArrow needs it) while the JVM starts
+        done_before = sum(r for _, r in progress.values())
+        log.info("drain plan", extra=_fields(event="drain_plan", drain=plan.drain_id, topic=plan.topic,
+                                             sub_ranges=len(plan.sub_ranges), unfinished=len(work),
+                                             records_done_before=done_before,
+                                             ranges={str(p): list(r) for p, r in plan.partition_ranges().items()}))
+        summary: dict[str, Any] = {"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges),
+                                   "unfinished_at_start": len(work), "records_done_before": done_before,
+                                   "records": 0, "started_at": marks.get("process_start") or t0}
+        if work:
+            check_retention(plan, work, low_watermarks(cfg, plan))
+            spark = starter.get()
+            summary["session_ready_at"] = marks.get("session_ready")
             frame = build_frame(spark, plan, work, spark_kafka_options(cfg, plan.read_committed))
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
-            if _arrow_available():
-                results = [r.asDict() for r in frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA).collect()]
+            if use_arrow:
+                job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
+                job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
+                marks["relations_planned"] = time.time()
+                marks["job_submitted"] = time.time()
+                results = [r.asDict() for r in job.collect()]
             else:
+                marks["relations_planned"] = time.time()
+                marks["job_submitted"] = time.time()
                 results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
-        finally:
+            marks.update(_task_marks(results))
+            summary["records"] = sum(r["records"] or 0 for r in results)
+            summary["skipped"] = sum(r["skipped"] or 0 for r in results)
+            summary["first_batch_at"] = marks.get("first_batch_handled")
+            summary["last_batch_at"] = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
+            summary["startup"] = startup_breakdown(marks)
+            summary["marks"] = {k: v for k, v in marks.items() if v is not None}
+            log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
+                                                     **summary["startup"]))
+    finally:
+        if spark is None:
+            try:
+                spark = starter.get()
+            except Exception:  # noqa: BLE001 - the session was not needed
+                spark = None
+        if spark is not None:
             spark.stop()
-        summary["records"] = sum(r["records"] or 0 for r in results)
-        summary["skipped"] = sum(r["skipped"] or 0 for r in results)
-        firsts = [r["first_batch_at"] for r in results if r.get("first_batch_at")]
-        summary["first_batch_at"] = min(firsts) if firsts else None
-        summary["last_batch_at"] = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
     after = read_progress(cfg, plan)
     unfinished = remaining_work(plan, after)
     summary["records_done"] = sum(r for _, r in after.values())
@@ -435,6 +631,68 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         raise RuntimeError(f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
                            + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5]))
     return summary
+
+
+# ---- the class-data-sharing archive ------------------------------------------------------------
+
+def _train_map(batches: Iterable[Any]) -> Iterator[Any]:
+    import pyarrow as pa
+
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pylist([{"n": n}], schema=pa.schema([("n", pa.int64())]))
+
+
+def train_cds(archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9", timeout_s: float = 600.0) -> bool:
+    """Write a class-data-sharing archive of the classes a drain loads (run once per image / dev cache).
+
+    Starts the drain's JVM with ``-XX:ArchiveClassesAtExit``, plans a Kafka relation (against
+    ``bootstrap``; an unreachable one fails fast after the planning classes are loaded), runs an
+    Arrow map over a small frame shaped like Kafka rows through the drain's worker daemon, stops,
+    and waits for the JVM to write the archive on exit. Atomic: written to a temp name, renamed.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    target = Path(archive)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    plan = DrainPlan("cds", "lagpilot-cds-training", "lagpilot-cds", (SubRange(0, 0, 0, 1000),), 100, 2)
+    env = dict(os.environ, LAGPILOT_SPARK_CDS_ARCHIVE="off")
+    conf = session_conf(plan, "local[2]", jars, {}, env)
+    conf["spark.driver.extraJavaOptions"] = f"{driver_java_options(env)} -XX:ArchiveClassesAtExit={tmp}"
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LAUNCHER_OPTS", DEFAULT_DRIVER_JAVA_OPTIONS)
+    sconf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    SparkContext._ensure_initialized(conf=sconf)
+    gateway_proc = SparkContext._gateway.proc
+    spark = SparkSession.builder.config(conf=sconf).getOrCreate()
+    try:
+        reader = spark.read.format("kafka")
+        opts = {"kafka.bootstrap.servers": bootstrap, "kafka.default.api.timeout.ms": "3000",
+                "kafka.request.timeout.ms": "2000", "fetchOffset.numRetries": "1", "failOnDataLoss": "true",
+                "includeHeaders": "true", **read_options(plan.topic, plan.sub_ranges[0], 0)}
+        for k, v in opts.items():
+            reader = reader.option(k, v)
+        kafka_df = reader.load().select("topic", "partition", "offset", "key", "value", "headers",
+                                        F.unix_millis(F.col("timestamp")).alias("ts_ms"))
+        try:
+            kafka_df.drop("topic").mapInArrow(_train_map, "n long")._jdf.queryExecution().executedPlan()
+        except Exception:  # noqa: BLE001 - no broker: the planning classes are loaded all the same
+            pass
+        rows = spark.range(0, 5000, numPartitions=2).select(
+            F.lit("t").alias("topic"), F.col("id").cast("int").alias("partition"), F.col("id").alias("offset"),
+            F.col("id").cast("string").cast("binary").alias("key"), F.col("id").cast("string").cast("binary").alias("value"),
+            F.array(F.struct(F.lit("h").alias("key"), F.lit(b"v").alias("value"))).alias("headers"),
+            F.unix_millis(F.current_timestamp()).alias("ts_ms"))
+        rows.drop("topic").mapInArrow(_train_map, "n long").collect()
+    finally:
+        spark.stop()
+    gateway_proc.stdin.close()  # the gateway JVM exits on EOF and writes the archive
+    gateway_proc.wait(timeout=timeout_s)
+    if not tmp.is_file():
+        return False
+    tmp.replace(target)
+    return True
 
 
 def _short_error(exc: BaseException) -> str:
@@ -456,6 +714,7 @@ def _termination_message(text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
     from . import jsonlog
 
     ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
@@ -464,8 +723,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--master", help="Spark master (default: $LAGPILOT_SPARK_MASTER or local[<parallelism>,4])")
     ap.add_argument("--jars", help="connector jars, comma separated or a directory (default: $LAGPILOT_SPARK_JARS)")
     ap.add_argument("--summary-file", help="write the JSON summary here (benchmarks, tests)")
+    ap.add_argument("--train-cds", metavar="ARCHIVE", help="only write the JVM class-data-sharing archive "
+                    f"(image build / dev setup; the drain uses {CDS_ARCHIVE_NAME} next to the jars) and exit")
     args = ap.parse_args(list(argv) if argv is not None else None)
     jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper())
+    if args.train_cds:
+        t = time.time()
+        ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
+        log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
+                                               seconds=round(time.time() - t, 1)))
+        return EXIT_OK if ok else EXIT_FAILED
     try:
         cfg = ConsumerConfig.from_env()
         plan = DrainPlan.from_json(args.plan or os.environ.get("LAGPILOT_DRAIN_PLAN") or "")
@@ -482,7 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
     try:
-        summary = run(plan, cfg, master, jars, {str(k): str(v) for k, v in extra.items()})
+        summary = run(plan, cfg, master, jars, {str(k): str(v) for k, v in extra.items()}, marks)
     except RetentionError as exc:
         log.error(str(exc), extra=_fields(event="drain_data_loss", drain=plan.drain_id))
         _termination_message(str(exc))

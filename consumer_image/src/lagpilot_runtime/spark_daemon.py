@@ -12,7 +12,7 @@ import os
 
 
 def _preload() -> None:
-    for name in ("pyarrow", "pandas", "confluent_kafka", "psycopg", "lagpilot_runtime.drain_job",
+    for name in ("pyarrow", "confluent_kafka", "psycopg", "lagpilot_runtime.drain_job",
                  "lagpilot_runtime.failure", "lagpilot_runtime.handler", "pyspark.worker",
                  "pyspark.sql.pandas.serializers"):
         try:
