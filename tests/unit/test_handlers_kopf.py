@@ -200,3 +200,20 @@ def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypat
     assert written == [("g", "t", Remainder(2, ((0, 70, 100),)))]
     assert deleted == ["g.lagpilot-drain.2.0"]
     assert [e[1] for e in events] == ["DrainRemainderHandedBack"] and "g.lagpilot-remainder" in events[0][2]
+
+
+def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeypatch) -> None:
+    import time as _time
+
+    def boom(memo, ref, spec):
+        raise RuntimeError("broker unreachable")
+
+    monkeypatch.setattr(handlers, "_kafka_conf", boom)
+    recent = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
+    with pytest.raises(kopf.TemporaryError):
+        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
+                          meta={"deletionTimestamp": recent}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
+    assert events == []
+    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
+                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
+    assert [e[1] for e in events] == ["DrainRemainderDropped"] and "(0, 40, 100)" in events[0][2]

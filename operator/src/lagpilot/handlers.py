@@ -43,6 +43,7 @@ from lagpilot.status import TRUE, Condition, merge_conditions
 
 log = logging.getLogger(__name__)
 RESOURCE = (API_GROUP, VERSION, PLURAL)
+DELETE_GRACE_S = 600.0  # past the drain wait: how long a deletion retries an unreachable Kafka before dropping (loudly)
 
 
 def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
@@ -226,15 +227,20 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             elif dec.kind is deletion.DeleteKind.HAND_BACK:
                 assert dec.remainder is not None
                 deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)
-            if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE):
-                # the progress groups are not needed any more, and a CR re-created with this group
-                # starts its drain ids at 1 again: stale progress must not mark its sub-ranges done
-                failed = deletion_io.delete_groups(
-                    admin, deletion_io.list_progress_groups(admin, gspec.group_id, timeout), timeout)
-                if failed:
-                    log.warning("deleting drain progress groups failed", extra={"group": ref.key, "failed": failed[:5]})
-    finally:
+    except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
         memo.admin_pool.release(ref.key + "#delete")
+        if now - since < wait_s + DELETE_GRACE_S:
+            raise kopf.TemporaryError(f"deletion step failed ({type(err).__name__}: {err}); retrying", delay=10) from None
+        message = (f"drain {d.id}: could not hand its remainder back for {now - since:.0f}s ({type(err).__name__}: {err}); "
+                   f"{d.remaining} records are dropped: {list(deletion.remainder_of(d).ranges)[:20]}")
+        kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
+        log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
+        return
+    memo.admin_pool.release(ref.key + "#delete")
+    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE):
+        # the progress groups are not needed any more, and a CR re-created with this group starts
+        # its drain ids at 1 again: stale progress must not mark its sub-ranges done
+        _forget_progress_groups(memo, ref, dict(spec))
     changed = _terminating(memo, ref, status, (dec.condition[0], dec.reason, message[:1000]))
     if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
         kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
