@@ -30,14 +30,14 @@ from typing import Any, Protocol
 
 from lagpilot import estimate as est_mod
 from lagpilot import lag as lag_mod
+from lagpilot import step as step_mod
 from lagpilot.deployment import build_deployment, deployment_name
-from lagpilot.drain_policy import DrainPolicy
 from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
 from lagpilot.kafka_observe import observe as kafka_observe
 from lagpilot.kafka_observe import peek_oldest
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
+from lagpilot.scaling import Decision
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
 from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, status_patch
 
@@ -250,35 +250,24 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         positions = {p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0}
         oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
 
-    # estimate
+    # estimate + decide: one pure step (lagpilot.step), shared with the simulator
     snap = lag_mod.snapshot(
         obs.observed_at,
         [dataclasses.replace(p, oldest_unprocessed_ts_s=oldest.get(p.partition)) for p in offsets],
         {p.partition: p.capacity.records_per_second for p in obs.partitions if p.capacity is not None},
     )
-    prev_est = None
-    if status.get("estimator"):
-        try:
-            prev_est = est_mod.EstimatorState.from_dict(status["estimator"])
-        except ValueError:
-            log.warning("estimator state in status unreadable; starting fresh", extra={"group": ref.key})
-    est = est_mod.update(prev_est, snap)
-
-    # decide
     drain_status = status.get("drain") or {}
     phase = drain_status.get("phase")
-    sobs = ScalingObservation.from_estimate(
-        now, cur, est, snap, drain_active=phase in DRAIN_ACTIVE,
-        last_drain_end_s=_num(drain_status.get("lastEndS")))
-    policy = ScalingPolicy.from_spec(raw_spec, pod_start_s=deps.pod_start_seconds)
-    drain_policy = DrainPolicy.from_spec(raw_spec) if spec.drain.enabled else None
-    history = ScalingHistory.from_dict(status.get("scalingHistory"))
-    decision, history = decide(sobs, policy, history, drain_policy)
+    out, new_state = step_mod.step(
+        step_mod.StepState.from_status(status),
+        step_mod.StepObservation(snap, cur, _drains_of(drain_status), _num(drain_status.get("lastEndS"))),
+        step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
+    decision, est, history = out.decision, new_state.estimator, new_state.history
+    assert est is not None
 
     # act
     applied: int | None = None
-    from lagpilot.handoff import holds_replicas_raw
-    held = holds_replicas_raw(drain_status)  # only the hand-off's quiesce fallback holds
+    held = out.held  # handoff.holds_replicas (only the hand-off's quiesce fallback holds), via the step
     desired = decision.desired_replicas
     last_scale_time = status.get("lastScaleTime")
     if desired != cur and not held:
@@ -355,6 +344,16 @@ def _partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, n
     if age is not None:
         entry["oldestRecordAgeSeconds"] = age
     return entry
+
+
+def _drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
+    """status.drain as the hand-off's DrainStatus (none if absent or unreadable)."""
+    from lagpilot.handoff import DrainStatus
+    try:
+        d = DrainStatus.from_dict(raw)
+    except (ValueError, TypeError, KeyError):
+        return ()
+    return (d,) if d is not None else ()
 
 
 def _num(x: Any) -> float | None:
