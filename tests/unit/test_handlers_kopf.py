@@ -217,3 +217,26 @@ def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeyp
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
     assert [e[1] for e in events] == ["DrainRemainderDropped"] and "(0, 40, 100)" in events[0][2]
+
+
+def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) -> None:
+    from lagpilot import deletion_io
+    from lagpilot.deletion import Remainder
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    cleared: list[Any] = []
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
+    kube, emitted = Kube(), []
+    ref = handlers.GroupRef.from_body(body(SPEC))
+    got = handlers.adopt_remainder(ref, SPEC, {}, deleting_memo(kube, None), lambda *e: emitted.append(e))
+    assert got == 6
+    (patch,) = kube.patches
+    d = patch["drain"]
+    assert (d["id"], d["phase"], d["reason"]) == (6, "HandedOff", "AdoptedRemainder")
+    assert d["subRanges"] == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
+    assert cleared == ["g.lagpilot-remainder"] and emitted[0][1] == "DrainRemainderAdopted"
+    # already recorded (restart before the clear): only the clear, no second drain
+    kube2, cleared[:] = Kube(), []
+    assert handlers.adopt_remainder(ref, SPEC, {"drain": d}, deleting_memo(kube2, None), lambda *e: None) is None
+    assert kube2.patches == [] and cleared == ["g.lagpilot-remainder"]

@@ -120,8 +120,12 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     try:
         try:  # before the first cycle: it might plan a drain of the same offsets
             ctx = contextvars.copy_context()
-            await asyncio.get_running_loop().run_in_executor(
+            adopted = await asyncio.get_running_loop().run_in_executor(
                 memo.cycle_pool, ctx.run, adopt_remainder, ref, dict(body.spec), dict(body.status), memo, deps.emit)
+            for _ in range(40):  # the first cycle must see the adopted drain (the watch delivers it)
+                if adopted is None or (body.status.get("drain") or {}).get("id") == adopted:
+                    break
+                await asyncio.sleep(0.25)
         except Exception:  # noqa: BLE001 - retried at the next daemon start; the loop must run
             log.exception("adopting a remainder failed", extra={"group": ref.key})
         while not stopped:
@@ -265,13 +269,15 @@ def _forget_progress_groups(memo: kopf.Memo, ref: GroupRef, raw_spec: Mapping[st
 
 
 def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], memo: kopf.Memo,
-                    emit: Callable[[str, str, str], None]) -> None:
+                    emit: Callable[[str, str, str], None]) -> int | None:
     """A deleted CR of the same group left a remainder: record it as this CR's next drain (it is then
-    launched by the executor like any handed-off drain), then clear the remainder group."""
+    launched by the executor like any handed-off drain), then clear the remainder group. Returns the
+    adopted drain's id (None: nothing adopted)."""
     try:
         gspec = parse_spec(dict(raw_spec))
     except SpecError:
-        return  # the cycle reports the invalid spec; adoption waits for a valid one
+        return None  # the cycle reports the invalid spec; adoption waits for a valid one
+    adopted = None
     timeout = memo.config.kafka_timeout_seconds
     conf = _kafka_conf(memo, ref, gspec)
     try:
@@ -284,15 +290,17 @@ def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[
             if kind is deletion.AdoptKind.NONE:
                 if rem is not None:
                     log.info("remainder waits for the running drain", extra={"group": ref.key, "records": rem.records})
-                return
+                return None
             if kind is deletion.AdoptKind.ADOPT:
                 assert new is not None
                 memo.kube.patch_status(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}})
                 emit("Normal", "DrainRemainderAdopted", new.message[:1000])
                 log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
+                adopted = new.id
             failed = deletion_io.delete_groups(admin, [deletion.remainder_group(gspec.group_id)], timeout)
             if failed:
                 log.warning("clearing the remainder group failed (retried at the next start)",
                             extra={"group": ref.key, "failed": failed})
     finally:
         memo.admin_pool.release(ref.key + "#adopt")
+    return adopted
