@@ -97,7 +97,7 @@ def validate(schema: dict, value: Any, path: str = "") -> list[str]:
             errs.append(f"{path}: shorter than {schema['minLength']}")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errs.append(f"{path}: longer than {schema['maxLength']}")
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):  # Go: `$` = end of text
             errs.append(f"{path}: {value!r} does not match {schema['pattern']}")
     if isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:

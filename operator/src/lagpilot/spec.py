@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -21,9 +22,20 @@ POSTGRES_MODES = ("insert", "upsert")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DEFAULT_IMAGE = "lagpilot/consumer:0.1.0"
-_HANDLER_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-# Kafka topic names: legal characters and length (Kafka's Topic.validate).
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# Patterns of crds/batchconsumergroup.yaml, character for character (a unit test compares them):
+# the parser accepts exactly what the API server's OpenAPI validation accepts.
+BOOTSTRAP_RE = re.compile(r'''^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(,(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))*$''')
+TOPIC_RE = re.compile(r'''^[a-zA-Z0-9._-]{1,249}$''')
+GROUP_ID_RE = re.compile(r'''^[A-Za-z0-9._:-]+$''')
+HANDLER_RE = re.compile(r'''^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$''')
+TABLE_RE = re.compile(r'''^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$''')
+DNS_SUBDOMAIN_RE = re.compile(r'''^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$''')
+CONFIG_KEY_RE = re.compile(r'''^[-._a-zA-Z0-9]+$''')
+IMAGE_RE = re.compile(r'''^((localhost(:[0-9]+)?|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)+(:[0-9]+)?|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+|\[[0-9A-Fa-f:]+\](:[0-9]+)?)/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$''')
+QUANTITY_RE = re.compile(r'''^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$''')
+ENV_NAME_RE = re.compile(r'''^[-._a-zA-Z][-._a-zA-Z0-9]*$''')
+FIELD_PATH_RE = re.compile(r'''^(metadata\.(name|namespace|uid)|spec\.(nodeName|serviceAccountName)|status\.(hostIP|hostIPs|podIP|podIPs)|metadata\.(labels|annotations)\['(([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?'\])$''')
+RESOURCE_FIELD_RE = re.compile(r'''^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+)$''')
 
 
 class SpecError(ValueError):
@@ -134,99 +146,291 @@ class GroupSpec:
         return self.failure.dead_letter_topic or f"{self.topic}.dlq"
 
     def validate(self) -> "GroupSpec":
-        """Check cross-field rules and bounds; raise SpecError naming every bad field."""
+        """Check every rule of the CRD (OpenAPI bounds and patterns, CEL cross-field rules) on the
+        typed spec; raise SpecError naming every bad field with the path the API server names.
+
+        Kept identical to crds/batchconsumergroup.yaml (tests/unit/test_spec_crd_agreement.py
+        compares the patterns and bounds; tests/real/test_crd_parser_agreement.py compares verdicts
+        on the real API server). Presence rules that the typed spec cannot see (a section absent
+        vs. empty) are checked on the raw dict by `_raw_problems`.
+        """
         problems: list[tuple[str, str]] = []
 
         def need(ok: bool, path: str, msg: str) -> None:
             if not ok:
                 problems.append((path, msg))
 
+        def bounds(value: float, lo: float | None, hi: float | None, path: str) -> None:
+            if lo is not None and hi is not None:
+                need(lo <= value <= hi, path, f"must be in {lo}..{hi}")
+            elif lo is not None:
+                need(value >= lo, path, f"must be >= {lo}")
+
+        def text(value: str, path: str, pattern: re.Pattern[str] | None, max_len: int,
+                 min_len: int = 1, what: str = "") -> bool:
+            ok = min_len <= len(value) <= max_len and (pattern is None or bool(pattern.fullmatch(value)))
+            need(ok, path, what or f"must be {min_len}-{max_len} characters matching {pattern.pattern if pattern else '.*'}")
+            return ok
+
         k = self.kafka
-        need(bool(k.bootstrap_servers.strip()), "spec.kafka.bootstrapServers", "must not be empty")
-        need(all(_hostport_ok(s) for s in k.bootstrap_servers.split(",")),
-             "spec.kafka.bootstrapServers", "must be a comma-separated list of host:port")
+        text(k.bootstrap_servers, "spec.kafka.bootstrapServers", BOOTSTRAP_RE, 2048, 3,
+             "must be a comma-separated list of host:port (no spaces, ports 1-65535, no empty "
+             "host labels; IPv6 in brackets)")
         need(k.security_protocol in SECURITY_PROTOCOLS, "spec.kafka.securityProtocol",
              f"must be one of {', '.join(SECURITY_PROTOCOLS)}")
-        if k.uses_sasl:
-            need(k.sasl_mechanism in SASL_MECHANISMS, "spec.kafka.saslMechanism",
-                 f"is required with {k.security_protocol} and must be one of {', '.join(SASL_MECHANISMS)}")
-        elif k.sasl_mechanism is not None:
+        if k.sasl_mechanism is not None:
             need(k.sasl_mechanism in SASL_MECHANISMS, "spec.kafka.saslMechanism",
                  f"must be one of {', '.join(SASL_MECHANISMS)}")
-        need(k.security_protocol == "PLAINTEXT" or bool(k.secret_name),
-             "spec.kafka.secretRef.name", f"is required with {k.security_protocol}")
-        need(bool(_TOPIC_RE.match(self.topic)), "spec.topic",
-             "must be 1-249 characters of letters, digits, '.', '_' or '-'")
-        need(bool(self.group_id.strip()), "spec.groupId", "must not be empty")
+        if k.uses_sasl:
+            need(k.sasl_mechanism is not None, "spec.kafka.saslMechanism",
+                 f"is required when spec.kafka.securityProtocol is {k.security_protocol}")
+        else:
+            need(k.sasl_mechanism is None, "spec.kafka.saslMechanism",
+                 "is only allowed when spec.kafka.securityProtocol is SASL_PLAINTEXT or SASL_SSL")
+        if k.security_protocol == "PLAINTEXT":
+            need(k.secret_name is None, "spec.kafka.secretRef",
+                 "is only allowed when spec.kafka.securityProtocol is SSL, SASL_PLAINTEXT or "
+                 "SASL_SSL: PLAINTEXT never uses credentials")
+        else:
+            need(k.secret_name is not None, "spec.kafka.secretRef",
+                 f"is required when spec.kafka.securityProtocol is {k.security_protocol}")
+        if k.secret_name is not None:
+            text(k.secret_name, "spec.kafka.secretRef.name", DNS_SUBDOMAIN_RE, 253,
+                 what="must be a DNS subdomain (lower-case letters, digits, '-', '.'), at most 253 characters")
 
-        need(1 <= self.batch.max_records <= 100_000, "spec.batch.maxRecords", "must be in 1..100000")
-        need(1 <= self.batch.timeout_ms <= 600_000, "spec.batch.timeoutMs", "must be in 1..600000")
+        if text(self.topic, "spec.topic", TOPIC_RE, 249,
+                what="must be 1-249 characters of letters, digits, '.', '_' or '-'"):
+            need(self.topic not in (".", ".."), "spec.topic", 'must not be "." or ".."')
+        need(bool(GROUP_ID_RE.fullmatch(self.group_id)) and len(self.group_id) <= 255, "spec.groupId",
+             "must be 1-255 characters of letters, digits, '.', '_', ':' or '-'")
+
+        bounds(self.batch.max_records, 1, 100_000, "spec.batch.maxRecords")
+        bounds(self.batch.timeout_ms, 1, 600_000, "spec.batch.timeoutMs")
+        if self.catch_up_sla_seconds >= 1:
+            need(self.batch.timeout_ms < self.catch_up_sla_seconds * 1000, "spec.batch.timeoutMs",
+                 "must be shorter than spec.catchUpSLASeconds: a batch that waits longer than the "
+                 "SLA can never meet it")
 
         p = self.processing
         need((p.sink is None) != (p.handler is None), "spec.processing",
-             "exactly one of sink or handler must be set")
+             "exactly one of spec.processing.sink or spec.processing.handler must be set")
         if p.sink is not None:
             need(p.sink in SINKS, "spec.processing.sink", f"must be one of {', '.join(SINKS)}")
         if p.handler is not None:
-            need(bool(_HANDLER_RE.match(p.handler)), "spec.processing.handler",
+            text(p.handler, "spec.processing.handler", HANDLER_RE, 256, 3,
                  "must look like 'package.module:function'")
-        need(1 <= p.concurrency <= 64, "spec.processing.concurrency", "must be in 1..64")
-        if p.sink == "postgres":
-            need(bool(p.postgres.dsn_secret_name), "spec.processing.postgres.dsnSecretRef.name",
-                 "is required when sink is postgres")
-            need(bool(p.postgres.dsn_secret_key), "spec.processing.postgres.dsnSecretRef.key",
-                 "must not be empty")
-        need(p.postgres.mode in POSTGRES_MODES, "spec.processing.postgres.mode",
+        bounds(p.concurrency, 1, 64, "spec.processing.concurrency")
+        need(len(p.config) <= 64, "spec.processing.config", "must have at most 64 keys")
+        for key, value in p.config:
+            need(len(value) <= 4096, f"spec.processing.config.{key}", "must be at most 4096 characters")
+        pg = p.postgres
+        if pg.dsn_secret_name is not None:
+            text(pg.dsn_secret_name, "spec.processing.postgres.dsnSecretRef.name", DNS_SUBDOMAIN_RE, 253,
+                 what="must be a DNS subdomain (lower-case letters, digits, '-', '.'), at most 253 characters")
+        _check_key(pg.dsn_secret_key, "spec.processing.postgres.dsnSecretRef.key", need)
+        need(bool(TABLE_RE.fullmatch(pg.table)) and len(pg.table) <= 127, "spec.processing.postgres.table",
+             "must be an identifier or schema.identifier (each at most 63 characters, no quoting)")
+        need(pg.mode in POSTGRES_MODES, "spec.processing.postgres.mode",
              f"must be one of {', '.join(POSTGRES_MODES)}")
-        need(bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$", p.postgres.table)),
-             "spec.processing.postgres.table", "must be a plain SQL identifier")
 
         f = self.failure
-        need(f.max_retries >= 0, "spec.failure.maxRetries", "must be >= 0")
-        need(f.backoff_ms >= 0, "spec.failure.backoffMs", "must be >= 0")
+        bounds(f.max_retries, 0, 100, "spec.failure.maxRetries")
+        bounds(f.backoff_ms, 0, 600_000, "spec.failure.backoffMs")
         need(f.policy in FAILURE_POLICIES, "spec.failure.policy",
              f"must be one of {', '.join(FAILURE_POLICIES)}")
-        if f.dead_letter_topic is not None:
-            need(bool(_TOPIC_RE.match(f.dead_letter_topic)) and f.dead_letter_topic != self.topic,
-                 "spec.failure.deadLetterTopic", "must be a valid topic name other than spec.topic")
+        dlq = f.dead_letter_topic
+        if dlq is not None:
+            if text(dlq, "spec.failure.deadLetterTopic", TOPIC_RE, 249,
+                    what="must be 1-249 characters of letters, digits, '.', '_' or '-'"):
+                need(dlq not in (".", ".."), "spec.failure.deadLetterTopic", 'must not be "." or ".."')
+                need(not dlq.startswith("__"), "spec.failure.deadLetterTopic",
+                     "must not start with \"__\" (Kafka's internal topics)")
+            need(dlq != self.topic, "spec.failure.deadLetterTopic", "must differ from spec.topic")
+            need(dlq.replace(".", "_") != self.topic.replace(".", "_"), "spec.failure.deadLetterTopic",
+                 "must not collide with spec.topic ('.' and '_' are the same character to Kafka)")
+            need(f.policy == "deadLetter", "spec.failure.deadLetterTopic",
+                 "is only allowed when spec.failure.policy is deadLetter")
+        elif f.policy == "deadLetter":
+            need(len(self.topic) <= 245, "spec.topic",
+                 "must be at most 245 characters while spec.failure.policy is deadLetter without "
+                 "spec.failure.deadLetterTopic: the default <topic>.dlq must fit 249 characters")
 
         s = self.scaling
-        need(s.min_replicas >= 0, "spec.scaling.minReplicas", "must be >= 0")
-        need(s.max_replicas >= 1, "spec.scaling.maxReplicas", "must be >= 1")
-        need(s.max_replicas >= s.min_replicas, "spec.scaling.maxReplicas",
-             f"({s.max_replicas}) must be >= spec.scaling.minReplicas ({s.min_replicas})")
-        need(0 <= s.tolerance < 1, "spec.scaling.tolerance", "must be in [0, 1)")
-        need(1 <= s.poll_interval_seconds <= 3600, "spec.scaling.pollIntervalSeconds",
-             "must be in 1..3600")
-        need(s.scale_up_window_seconds >= 0,
-             "spec.scaling.behavior.scaleUp.stabilizationWindowSeconds", "must be >= 0")
-        need(s.scale_down_window_seconds >= 0,
-             "spec.scaling.behavior.scaleDown.stabilizationWindowSeconds", "must be >= 0")
-        need(self.catch_up_sla_seconds > 0, "spec.catchUpSLASeconds", "must be > 0")
+        bounds(s.min_replicas, 0, 1000, "spec.scaling.minReplicas")
+        bounds(s.max_replicas, 1, 1000, "spec.scaling.maxReplicas")
+        need(s.min_replicas <= s.max_replicas, "spec.scaling.minReplicas",
+             f"({s.min_replicas}) must be less than or equal to spec.scaling.maxReplicas ({s.max_replicas})")
+        need(0 <= s.tolerance <= 1, "spec.scaling.tolerance", "must be in [0, 1]")
+        bounds(s.poll_interval_seconds, 1, 3600, "spec.scaling.pollIntervalSeconds")
+        need(s.poll_interval_seconds <= self.catch_up_sla_seconds, "spec.scaling.pollIntervalSeconds",
+             "must be less than or equal to spec.catchUpSLASeconds")
+        bounds(s.scale_up_window_seconds, 0, 3600, "spec.scaling.behavior.scaleUp.stabilizationWindowSeconds")
+        bounds(s.scale_down_window_seconds, 0, 3600,
+               "spec.scaling.behavior.scaleDown.stabilizationWindowSeconds")
+        bounds(self.catch_up_sla_seconds, 1, 604_800, "spec.catchUpSLASeconds")
 
         d = self.drain
-        need(d.split_factor >= 1, "spec.drain.splitFactor", "must be >= 1")
-        need(d.max_tasks >= 1, "spec.drain.maxTasks", "must be >= 1")
-        need(d.min_backlog_records >= 0, "spec.drain.minBacklogRecords", "must be >= 0")
+        bounds(d.split_factor, 1, 256, "spec.drain.splitFactor")
+        bounds(d.max_tasks, 1, 1024, "spec.drain.maxTasks")
+        bounds(d.min_backlog_records, 0, None, "spec.drain.minBacklogRecords")
 
         t = self.template
-        need(bool(t.image.strip()), "spec.template.image", "must not be empty")
+        text(t.image, "spec.template.image", IMAGE_RE, 1024,
+             what="must be an image reference [registry[:port]/]name[:tag][@digest] (lower-case name)")
         need(t.image_pull_policy in PULL_POLICIES, "spec.template.imagePullPolicy",
              f"must be one of {', '.join(PULL_POLICIES)}")
-        for i, e in enumerate(t.env):
-            name = e.get("name") if isinstance(e, Mapping) else None
-            need(isinstance(name, str) and bool(name), f"spec.template.env[{i}].name", "is required")
-            if isinstance(name, str):
-                need(not name.startswith("LAGPILOT_"), f"spec.template.env[{i}].name",
-                     "must not start with LAGPILOT_ (reserved for the operator)")
+        _check_resources(t.resources, need)
+        _check_env(t.env, need)
         if problems:
             raise SpecError(problems)
         return self
 
 
-def _hostport_ok(s: str) -> bool:
-    host, sep, port = s.strip().rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+def _check_key(key: str, path: str, need: Any) -> None:
+    """A Secret/ConfigMap key as Kubernetes validates it (IsConfigMapKey)."""
+    need(1 <= len(key) <= 253 and bool(CONFIG_KEY_RE.fullmatch(key)), path,
+         "must be 1-253 characters of letters, digits, '-', '_' or '.'")
+    need(key != "." and not key.startswith(".."), path, 'must not be "." or start with ".."')
+
+
+_BINARY = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(value: Any) -> Decimal | None:
+    """A Kubernetes resource quantity (int, or a string the CRD's QUANTITY_RE accepts) as a Decimal;
+    None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Decimal(value)
+    if not isinstance(value, str) or len(value) > 64 or not QUANTITY_RE.fullmatch(value):
+        return None
+    m = re.match(r"^\+?([0-9]*\.?[0-9]*)(.*)$", value)
+    assert m is not None  # QUANTITY_RE matched
+    number, suffix = Decimal(m.group(1) if m.group(1) not in ("", ".") else "0"), m.group(2)
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number.scaleb(_DECIMAL[suffix])
+    return number.scaleb(int(suffix[1:]))  # e/E exponent
+
+
+def _check_resources(resources: Mapping[str, Any], need: Any) -> None:
+    parsed: dict[str, dict[str, Decimal]] = {}
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            need(False, f"spec.template.resources.{part}", "must be an object")
+            continue
+        need(len(values) <= 16, f"spec.template.resources.{part}", "must have at most 16 resources")
+        parsed[part] = {}
+        for name, raw in values.items():
+            q = parse_quantity(raw)
+            if isinstance(raw, int) and not isinstance(raw, bool) and raw < 0:
+                need(False, f"spec.template.resources.{part}.{name}", "must be >= 0")
+            elif q is None:
+                need(False, f"spec.template.resources.{part}.{name}",
+                     "must be a non-negative quantity such as 250m, 1, 512Mi")
+            else:
+                parsed[part][name] = q
+    limits, requests = parsed.get("limits", {}), parsed.get("requests", {})
+    bad = sorted(r for r in requests if r in limits and requests[r] > limits[r])
+    need(not bad, "spec.template.resources.requests",
+         f"must be less than or equal to spec.template.resources.limits ({', '.join(bad)})")
+    extra = sorted(set(resources) - {"limits", "requests"})
+    need(not extra, f"spec.template.resources.{extra[0] if extra else ''}", "unknown field")
+
+
+_ENV_SOURCES = ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef")
+
+
+def _check_env(env: tuple[Mapping[str, Any], ...], need: Any) -> None:
+    need(len(env) <= 64, "spec.template.env", "must have at most 64 entries")
+    seen: set[str] = set()
+    for i, e in enumerate(env):
+        at = f"spec.template.env[{i}]"
+        name = e.get("name")
+        if not isinstance(name, str):
+            need(False, f"{at}.name", "is required")
+        else:
+            need(1 <= len(name) <= 256 and bool(ENV_NAME_RE.fullmatch(name)), f"{at}.name",
+                 "must be 1-256 characters of letters, digits, '-', '.', '_', not starting with a digit")
+            need(not name.startswith("LAGPILOT_"), f"{at}.name",
+                 "names starting with LAGPILOT_ are reserved for the lagpilot runtime")
+            need(name not in seen, at, f"duplicate env name {name!r}")
+            seen.add(name)
+        value, value_from = e.get("value"), e.get("valueFrom")
+        if value is not None:
+            need(isinstance(value, str) and len(value) <= 32768, f"{at}.value",
+                 "must be a string of at most 32768 characters")
+        need(not (value is not None and value_from is not None), at,
+             "an env entry takes value or valueFrom, not both")
+        if value_from is None:
+            continue
+        if not isinstance(value_from, Mapping):
+            need(False, f"{at}.valueFrom", "must be an object")
+            continue
+        vf = f"{at}.valueFrom"
+        need(sum(1 for src in _ENV_SOURCES if value_from.get(src) is not None) == 1, vf,
+             "valueFrom takes exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef")
+        for src in ("secretKeyRef", "configMapKeyRef"):
+            ref = value_from.get(src)
+            if ref is None:
+                continue
+            ref = ref if isinstance(ref, Mapping) else {}
+            ref_name, ref_key = ref.get("name"), ref.get("key")
+            if not isinstance(ref_name, str):
+                need(False, f"{vf}.{src}.name", "is required")
+            else:
+                need(1 <= len(ref_name) <= 253 and bool(DNS_SUBDOMAIN_RE.fullmatch(ref_name)), f"{vf}.{src}.name",
+                     "must be a DNS subdomain (lower-case letters, digits, '-', '.'), at most 253 characters")
+            if not isinstance(ref_key, str):
+                need(False, f"{vf}.{src}.key", "is required")
+            else:
+                _check_key(ref_key, f"{vf}.{src}.key", need)
+        field_ref = value_from.get("fieldRef")
+        if isinstance(field_ref, Mapping):
+            need(field_ref.get("apiVersion") in (None, "v1"), f"{vf}.fieldRef.apiVersion", "must be v1")
+            fp = field_ref.get("fieldPath")
+            need(isinstance(fp, str) and len(fp) <= 320 and bool(FIELD_PATH_RE.fullmatch(fp)),
+                 f"{vf}.fieldRef.fieldPath",
+                 "must be a field Kubernetes supports for env: metadata.name, metadata.namespace, "
+                 "metadata.uid, metadata.labels['<key>'], metadata.annotations['<key>'], spec.nodeName, "
+                 "spec.serviceAccountName, status.hostIP, status.hostIPs, status.podIP, status.podIPs")
+        res_ref = value_from.get("resourceFieldRef")
+        if isinstance(res_ref, Mapping):
+            res = res_ref.get("resource")
+            need(isinstance(res, str) and len(res) <= 64 and bool(RESOURCE_FIELD_RE.fullmatch(res)),
+                 f"{vf}.resourceFieldRef.resource",
+                 "must be limits.<r> or requests.<r> for cpu, memory, ephemeral-storage, hugepages-<size>")
+
+
+def _raw_problems(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Presence rules of the CRD that the typed spec cannot tell apart (absent vs. empty)."""
+    problems: list[tuple[str, str]] = []
+    proc = raw.get("processing")
+    if isinstance(proc, Mapping):
+        pg = proc.get("postgres")
+        if proc.get("sink") == "postgres" and pg is None:
+            problems.append(("spec.processing.postgres", "is required when spec.processing.sink is postgres"))
+        if pg is not None and proc.get("sink") != "postgres":
+            problems.append(("spec.processing.postgres",
+                             "is only allowed when spec.processing.sink is postgres"))
+        if isinstance(pg, Mapping):
+            ref = pg.get("dsnSecretRef")
+            if ref is None:
+                problems.append(("spec.processing.postgres.dsnSecretRef", "is required"))
+            elif isinstance(ref, Mapping) and ref.get("name") is None:
+                problems.append(("spec.processing.postgres.dsnSecretRef.name", "is required"))
+    kafka = raw.get("kafka")
+    if isinstance(kafka, Mapping):
+        ref = kafka.get("secretRef")
+        if isinstance(ref, Mapping) and ref.get("name") is None:
+            problems.append(("spec.kafka.secretRef.name", "is required"))
+    return problems
 
 
 class _Reader:
@@ -344,13 +548,13 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             min_replicas=r.get(scaling, "minReplicas", "spec.scaling", int, 1),
             max_replicas=r.get(scaling, "maxReplicas", "spec.scaling", int, 10),
             tolerance=r.get(scaling, "tolerance", "spec.scaling", _NUM, 0.1),
-            poll_interval_seconds=r.get(scaling, "pollIntervalSeconds", "spec.scaling", _NUM, 15.0),
-            scale_up_window_seconds=r.get(up, "stabilizationWindowSeconds",
-                                          "spec.scaling.behavior.scaleUp", _NUM, 0.0),
-            scale_down_window_seconds=r.get(down, "stabilizationWindowSeconds",
-                                            "spec.scaling.behavior.scaleDown", _NUM, 300.0),
+            poll_interval_seconds=float(r.get(scaling, "pollIntervalSeconds", "spec.scaling", int, 15)),
+            scale_up_window_seconds=float(r.get(up, "stabilizationWindowSeconds",
+                                                "spec.scaling.behavior.scaleUp", int, 0)),
+            scale_down_window_seconds=float(r.get(down, "stabilizationWindowSeconds",
+                                                  "spec.scaling.behavior.scaleDown", int, 300)),
         ),
-        catch_up_sla_seconds=r.get(raw, "catchUpSLASeconds", P, _NUM, 600.0),
+        catch_up_sla_seconds=float(r.get(raw, "catchUpSLASeconds", P, int, 600)),
         drain=DrainSpec(
             enabled=r.get(drain, "enabled", "spec.drain", bool, True),
             split_factor=r.get(drain, "splitFactor", "spec.drain", int, 4),
@@ -366,6 +570,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             env=tuple(e if isinstance(e, Mapping) else {} for e in env_raw),
         ),
     )
+    r.problems.extend(_raw_problems(raw))
     if r.problems:
         raise SpecError(r.problems)
     return spec.validate()
