@@ -1,32 +1,46 @@
 #!/usr/bin/env python3
-"""Benchmark of the Spark drain (issue 6): the partition-capped group vs the drain, side by side.
+"""Benchmark of the Spark drain (issue 10): the partition-capped group vs a real drain with hand-off.
 
-    .venv/bin/python bench/drain.py [--json] [--records 300000] [--split-factors 4] [--cost-ms 50]
+    .venv/bin/python bench/drain.py [--json] [--quick] [--records 720000] [--split-factor 4]
 
-Starts (or reuses) the dev stack's Kafka, PostgreSQL and Spark jars, fills one 3-partition topic
-with N records, then processes the whole topic twice, each time into its own ledger table
-(PostgreSQL, no primary key, one row per processed offset, so lost and duplicated offsets are
-counted, not assumed):
+The case a drain exists for: a latency-bound sink (a fixed 50 ms per call, batch 100: at most
+2,000 records/s per consumer) and a backlog on 3 partitions that the group, capped at 3 consumers,
+needs >= 120 s to clear (720,000 records). Everything is counted in delivery ledgers
+(bench/ledger.py: PostgreSQL, one row per delivery, no key), so lost and duplicated offsets are
+counted, not assumed. Two phases on the same topic, broker and run:
 
-- group: 3 `lagpilot consume` processes (one per partition: the cap), batch 500;
-- drain: `lagpilot drain` on the range [0, end) of every partition, split into split_factor x 3
-  Spark tasks (local mode, every task at once), batch 500.
+1. group: 3 `lagpilot consume` processes (fresh group) on the backlog. Its clock starts when the
+   group has joined (every partition has a first commit), so no rebalance is inside its window; it
+   stops when the committed offsets reach the end. `group_clear_s`, steady rate from the ledger.
+2. drain with hand-off: a second fresh group of 3 consumers on the same backlog while a producer
+   adds fresh records (`--live-rate` per partition). Once it has joined, the bench acts as the
+   operator: split = the end offsets now; it writes the hand-off requests to the group's mailbox
+   (lagpilot_runtime.handoff_mailbox: the live owners ack at a batch boundary and seek to the
+   split, nobody stops), waits for every partition to resolve (`resolve`: group offset first, then
+   the ack), launches `lagpilot drain` on [ack, split) cut into split_factor x 3 sub-ranges, and
+   lets the live group go on with the fresh records. When the drain is done and the live group has
+   caught up with the producer, it stops.
 
-The sink costs a fixed 50 ms per call (COPY of the batch's offsets into the ledger, then sleep to
-50 ms): latency-bound, like the seeds' sinks. Rates: records / (last batch end - first batch
-start) from the ledger's timestamps, i.e. steady-state processing; the drain's start-up overhead
-(process launch -> first batch done: JVM, SparkSession, Kafka relations, Python workers) is
-reported separately, with the wall-clock speed-up including it. `--split-factors 1,2,4,8` repeats
-the drain for each factor (how the speed-up scales). Prints a table; with --json one JSON line last.
+Reported: `speedup` (drain steady rate / group steady rate), `start_up_s` (drain launched → first
+drained record in the sink), `plan_to_first_drained_s` (hand-off request written → first drained
+record), `end_to_end_speedup` (the group's time for the drained record count at its measured
+wall rate / the drain's time from the hand-off request to its last record), `handoff_pause_s`
+{max, p95} over the live group's partitions in every hand-off (the longest gap between two sink
+commits of that partition from the request to 10 s after the ack), `lost`/`duplicated` over both
+ledgers, the drain's start-up breakdown (its `drain_startup` milestones) and per-process CPU seconds
+during the drain (Spark JVM, Python workers, drain driver, live consumers; broker and PostgreSQL are
+shared with whatever else runs on the machine). Prints a table, then ONE JSON line last (--json).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +50,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PARTITIONS = 3
 
+from bench import ledger  # noqa: E402
+
+
+# ---- Kafka helpers ----------------------------------------------------------------------------
 
 def produce(bootstrap: str, topic: str, n: int) -> dict[int, int]:
     from confluent_kafka import Producer
@@ -57,127 +75,379 @@ def produce(bootstrap: str, topic: str, n: int) -> dict[int, int]:
     return counts
 
 
-def ledger_stats(dsn: str, table: str, counts: dict[int, int]) -> dict[str, Any]:
-    import psycopg
+class LiveProducer(threading.Thread):
+    """Fresh records at `rate` per partition per second until stopped."""
 
-    with psycopg.connect(dsn) as conn:
-        rows, distinct, t0, t1 = conn.execute(
-            f'SELECT count(*), count(DISTINCT (partition, "offset")), min(at), max(at) FROM {table}').fetchone()
-        outside = conn.execute(
-            f'SELECT count(*) FROM {table} WHERE "offset" < 0 OR ' + " OR ".join(
-                f'(partition = {p} AND "offset" >= {n})' for p, n in counts.items())).fetchone()[0]
-    total = sum(counts.values())
-    return {"rows": int(rows), "distinct": int(distinct), "lost": total - int(distinct) + int(outside),
-            "duplicated": int(rows) - int(distinct), "first_at": t0, "last_at": t1}
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
 
+        self.p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic, self.rate, self.stop_evt, self.sent = topic, rate, threading.Event(), 0
+
+    def run(self) -> None:
+        tick = 0.1
+        per_tick = max(1, round(self.rate * tick))
+        nxt = time.monotonic()
+        while not self.stop_evt.is_set():
+            for part in range(PARTITIONS):
+                for _ in range(per_tick):
+                    self.p.produce(self.topic, value=b'{"live":1}', partition=part)
+                    self.sent += 1
+            self.p.poll(0)
+            nxt += tick
+            time.sleep(max(0.0, nxt - time.monotonic()))
+        self.p.flush(60)
+
+    def stop(self) -> None:
+        self.stop_evt.set()
+        self.join(120)
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "isolation.level": "read_committed"})
+    try:
+        return {p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]) for p in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
+def committed(admin: Any, group: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    res = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])])[group].result(30)
+    return {tp.partition: int(tp.offset) for tp in res.topic_partitions}
+
+
+def wait_until(check: Any, what: str, timeout: float, poll: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(poll)
+    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# ---- processes and their CPU -----------------------------------------------------------------
 
 def base_env(bootstrap: str, topic: str, group: str, dsn: str, table: str, cost_ms: int, batch: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
     env.update({
         "PYTHONPATH": str(REPO), "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic,
         "LAGPILOT_GROUP_ID": group, "LAGPILOT_BATCH_MAX_RECORDS": str(batch), "LAGPILOT_BATCH_TIMEOUT_MS": "200",
-        "LAGPILOT_HANDLER": "tests.real.drain_handlers:ledger",
+        "LAGPILOT_HANDLER": "bench.ledger:process",
         "LAGPILOT_HANDLER_CONFIG": json.dumps({"table": table, "cost_ms": str(cost_ms)}),
         "LAGPILOT_POSTGRES_DSN": dsn, "LAGPILOT_FAILURE_POLICY": "exit", "LAGPILOT_LOG_LEVEL": "WARNING",
     })
     return env
 
 
-def make_ledger(dsn: str, prefix: str) -> str:
-    import psycopg
+def start_consumers(env: dict[str, str], n: int, workdir: Path, tag: str) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for i in range(n):
+        e = dict(env, LAGPILOT_POD_NAME=f"bench-{tag}-{i}", LAGPILOT_METRICS_PORT="0")
+        log = open(workdir / f"{tag}-consumer-{i}.log", "wb")
+        procs.append(subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "consume"], env=e, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True))
+    return procs
 
-    from tests.real.drain_handlers import LEDGER_DDL
 
-    table = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(LEDGER_DDL.format(table=table))
-    return table
+def stop_procs(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
 
 
-def run_group(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], cost_ms: int, batch: int,
-              consumers: int, workdir: Path) -> dict[str, Any]:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(ppid, cpu seconds) of a process."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return int(f[1]), (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def classify(cmd: str, drain_tree: bool, live_tree: bool) -> str | None:
+    """Which bucket a process's CPU goes to (pure)."""
+    if drain_tree:
+        if "java" in cmd.split(" ")[0] or "SparkSubmit" in cmd:
+            return "spark_jvm"
+        if "spark_daemon" in cmd or "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+            return "python_workers"
+        return "drain_driver"
+    if live_tree:
+        return "live_group"
+    if "kafka.Kafka" in cmd:
+        return "broker_shared"
+    if cmd.startswith("postgres") or "/postgres" in cmd.split(" ")[0]:
+        return "postgres_shared"
+    return None
+
+
+class CpuSampler(threading.Thread):
+    """Every 0.5 s: CPU seconds of each process of the drain's tree, the live consumers, the broker and
+    PostgreSQL; per bucket, the growth between start and stop (processes born meanwhile count from 0)."""
+
+    def __init__(self, drain_root: int, live_roots: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.drain_root, self.live_roots = drain_root, set(live_roots)
+        self.first: dict[int, float] = {}
+        self.last: dict[int, tuple[str, float]] = {}
+        self.stop_evt = threading.Event()
+        self.started_at = time.time()
+
+    def sample(self, initial: bool = False) -> None:
+        stats = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = _stat(int(name))
+                if st:
+                    stats[int(name)] = st
+        for pid, (ppid, cpu) in stats.items():
+            chain, cur = set(), pid
+            for _ in range(12):
+                chain.add(cur)
+                cur = stats.get(cur, (0, 0.0))[0]
+                if cur <= 1:
+                    break
+            in_drain, in_live = self.drain_root in chain, bool(chain & self.live_roots)
+            bucket = self.last.get(pid, (None, 0.0))[0] or classify(_cmdline(pid), in_drain, in_live)
+            if bucket is None:
+                continue
+            if initial:
+                self.first[pid] = cpu
+            self.last[pid] = (bucket, cpu)
+
+    def run(self) -> None:
+        self.sample(initial=True)
+        while not self.stop_evt.wait(0.5):
+            self.sample()
+
+    def stop(self) -> dict[str, float]:
+        self.stop_evt.set()
+        self.join(10)
+        out: dict[str, float] = {}
+        for pid, (bucket, cpu) in self.last.items():
+            out[bucket] = out.get(bucket, 0.0) + cpu - self.first.get(pid, 0.0)
+        wall = time.time() - self.started_at
+        res = {k: round(v, 1) for k, v in sorted(out.items())}
+        res["wall_s"] = round(wall, 1)
+        res["cores"] = os.cpu_count() or 0
+        return res
+
+
+# ---- the phases ------------------------------------------------------------------------------
+
+def joined(admin: Any, group: str, topic: str) -> dict[int, int] | None:
+    """The group's committed offsets once every partition has a first commit."""
+    got = committed(admin, group, topic)
+    return got if all(got.get(p, -1) >= 0 for p in range(PARTITIONS)) else None
+
+
+def run_group(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], args: argparse.Namespace,
+              workdir: Path) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient
 
     group = f"bench-group-{uuid.uuid4().hex[:6]}"
-    table = make_ledger(dsn, "bench_group")
-    env = base_env(bootstrap, topic, group, dsn, table, cost_ms, batch)
+    table = f"bench_group_{uuid.uuid4().hex[:8]}"
+    ledger.create_table(dsn, table)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    procs = []
-    t_launch = time.time()
-    for i in range(consumers):
-        e = dict(env, LAGPILOT_POD_NAME=f"bench-consumer-{i}", LAGPILOT_METRICS_PORT="0")
-        log = open(workdir / f"consumer-{i}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "consume"], env=e, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+    procs = start_consumers(base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch),
+                            args.consumers, workdir, "group")
     try:
-        deadline = time.time() + 3600
-        while time.time() < deadline:
-            time.sleep(1.0)
+        first = wait_until(lambda: joined(admin, group, topic), "the group to join", 300, 0.2)
+        t_joined = time.time()
+        at_join = sum(first.values())
+
+        def done() -> bool:
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"a consumer exited: see {workdir}")
-            res = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in counts])])[group].result(30)
-            if all(tp.offset == counts[tp.partition] for tp in res.topic_partitions):
-                break
+            return all(o >= counts[p] for p, o in committed(admin, group, topic).items())
+
+        wait_until(done, "the group to clear the backlog", 7200, 0.5)
         t_done = time.time()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-    st = ledger_stats(dsn, table, counts)
+        stop_procs(procs)
+    st = ledger.stats(dsn, table, {p: (0, n) for p, n in counts.items()})
     total = sum(counts.values())
-    steady = st["last_at"] - st["first_at"]
-    return {"records": total, "consumers": consumers, "records_per_s": total / steady if steady > 0 else None,
-            "wall_records_per_s": total / (t_done - t_launch), "startup_s": st["first_at"] - t_launch,
-            "seconds": steady, "lost": st["lost"], "duplicated": st["duplicated"]}
+    steady = (st["last_at"] or 0) - (st["first_at"] or 0)
+    clear_s = t_done - t_joined
+    return {"records": total, "consumers": args.consumers, "clear_s": round(clear_s, 1),
+            "records_after_join": total - at_join, "wall_records_per_s": (total - at_join) / clear_s,
+            "records_per_s": total / steady if steady > 0 else None,
+            "lost": st["lost"], "duplicated": st["duplicated"], "table": table}
 
 
-def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], cost_ms: int, batch: int,
-              split_factor: int, jars: list[str], workdir: Path) -> dict[str, Any]:
+def handoff(bootstrap: str, admin: Any, group: str, topic: str, drain_id: int, split: dict[int, int],
+            timeout: float) -> tuple[dict[int, int], float]:
+    """Operator side of the mailbox hand-off: request, wait for every partition to resolve, seal.
+    Returns {partition: start} and when the last partition resolved."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from lagpilot_runtime import handoff_mailbox as mbx
+
+    mb = Consumer({"bootstrap.servers": bootstrap, "group.id": mbx.mailbox_group(group), "enable.auto.commit": False})
+    try:
+        reqs = [TopicPartition(topic, p, s, metadata=mbx.request(drain_id, s).encode()) for p, s in split.items()]
+        mb.commit(offsets=reqs, asynchronous=False)
+        starts: dict[int, int] = {}
+
+        def resolved() -> bool:
+            own = committed(admin, group, topic)  # the group's offsets FIRST, then the mailbox
+            got = mb.committed([TopicPartition(topic, p) for p in split], timeout=30)
+            for tp in got:
+                if tp.partition in starts:
+                    continue
+                entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+                r = mbx.resolve(own.get(tp.partition), entry, drain_id, split[tp.partition])
+                if r.resolved:
+                    starts[tp.partition] = split[tp.partition] if r.start is None else r.start
+            return len(starts) == len(split)
+
+        wait_until(resolved, "the live owners to ack the hand-off", timeout, 0.1)
+        t_resolved = time.time()
+        got = mb.committed([TopicPartition(topic, p) for p in split], timeout=30)
+        seal = []
+        for tp in got:
+            entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            if entry is not None and entry.acked and entry.drain_id == drain_id:
+                seal.append(TopicPartition(topic, tp.partition, entry.split, metadata=entry.sealed().encode()))
+        if seal:
+            mb.commit(offsets=seal, asynchronous=False)
+        return starts, t_resolved
+    finally:
+        mb.close()
+
+
+def longest_gap(ats: list[float], t_from: float, t_to: float) -> float:
+    """The longest time without a commit in [t_from, t_to], given commit times (pure): the window is
+    bounded by the last commit before it (or t_from) and t_to."""
+    before = [a for a in ats if a < t_from]
+    edges = [before[-1] if before else t_from] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
+def commit_gaps(dsn: str, table: str, t_from: float, t_to: float) -> dict[int, float]:
+    """Per partition, the longest gap between sink commits of the live group in [t_from, t_to]."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return {p: longest_gap([float(r[0]) for r in conn.execute(
+            f"SELECT DISTINCT at FROM {table} WHERE source = 'consumer' AND partition = %s AND at BETWEEN %s AND %s",
+            (p, t_from - 30.0, t_to))], t_from, t_to) for p in range(PARTITIONS)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (pure)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
+
+
+def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars: list[str],
+              args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient
+
     from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
 
-    group = f"bench-drain-{uuid.uuid4().hex[:6]}"
-    table = make_ledger(dsn, "bench_drain")
-    subs = split_ranges({p: (0, n) for p, n in counts.items()}, split_factor, min_records_per_task=batch)
-    plan = DrainPlan("b1", topic, group, subs, batch, parallelism_for(subs, 1024)).validate()
-    env = base_env(bootstrap, topic, group, dsn, table, cost_ms, batch)
-    env["LAGPILOT_SPARK_JARS"] = ",".join(jars)
-    summary = workdir / f"drain-{split_factor}.json"
-    t_launch = time.time()
-    with open(workdir / f"drain-{split_factor}.log", "wb") as log:
-        rc = subprocess.run([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
-                             "--summary-file", str(summary)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=3600, check=False).returncode
-    t_done = time.time()
-    if rc != 0:
-        raise RuntimeError(f"lagpilot drain exited {rc}: see {workdir / f'drain-{split_factor}.log'}")
-    s = json.loads(summary.read_text())
-    st = ledger_stats(dsn, table, counts)
-    total = sum(counts.values())
-    steady = st["last_at"] - st["first_at"]
-    return {"records": total, "split_factor": split_factor, "tasks": len(subs), "records_per_s": total / steady,
-            "wall_records_per_s": total / (t_done - t_launch), "seconds": steady,
-            "startup_s": st["first_at"] - t_launch,
-            "session_s": s["session_ready_at"] - s["started_at"],
-            "lost": st["lost"], "duplicated": st["duplicated"]}
+    group = f"bench-live-{uuid.uuid4().hex[:6]}"
+    table = f"bench_drain_{uuid.uuid4().hex[:8]}"
+    ledger.create_table(dsn, table)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    env = base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch)
+    live = LiveProducer(bootstrap, topic, args.live_rate)
+    procs = start_consumers(env, args.consumers, workdir, "live")
+    drain_proc = None
+    try:
+        wait_until(lambda: joined(admin, group, topic), "the live group to join", 300, 0.2)
+        live.start()
+        time.sleep(1.0)
+        split = end_offsets(bootstrap, topic)
+        drain_id = int(time.time()) % 1_000_000
+        t_plan = time.time()
+        starts, t_ack = handoff(bootstrap, admin, group, topic, drain_id, split, args.handoff_timeout)
+        ranges = {p: (starts[p], split[p]) for p in split if starts[p] < split[p]}
+        subs = split_ranges(ranges, args.split_factor, min_records_per_task=args.batch)
+        plan = DrainPlan(str(drain_id), topic, group, subs, args.batch, parallelism_for(subs, args.max_tasks)).validate()
+        denv = dict(env, LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO")
+        summary_file = workdir / "drain-summary.json"
+        t_launch = time.time()
+        with open(workdir / "drain.log", "wb") as log:
+            drain_proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
+                                           "--summary-file", str(summary_file)], env=denv, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+            cpu = CpuSampler(drain_proc.pid, [p.pid for p in procs])
+            cpu.start()
+            rc = drain_proc.wait(timeout=3600)
+            cpu_s = cpu.stop()
+        t_drain_done = time.time()
+        if rc != 0:
+            raise RuntimeError(f"lagpilot drain exited {rc}: see {workdir / 'drain.log'}")
+        live.stop()
+        final = end_offsets(bootstrap, topic)
+        wait_until(lambda: all(o >= final[p] for p, o in committed(admin, group, topic).items()),
+                   "the live group to catch up with the fresh records", 600, 0.5)
+    finally:
+        if live.is_alive():
+            live.stop()
+        stop_procs(procs)
+        if drain_proc is not None and drain_proc.poll() is None:
+            os.killpg(drain_proc.pid, signal.SIGKILL)
+    summary = json.loads(summary_file.read_text())
+    drained = ledger.stats(dsn, table, ranges, source="drain")
+    everything = ledger.stats(dsn, table, {p: (0, final[p]) for p in final})
+    drained_n = sum(b - a for a, b in ranges.values())
+    steady = (drained["last_at"] or 0) - (drained["first_at"] or 0)
+    gaps = commit_gaps(dsn, table, t_plan, t_ack + 10.0)
+    return {
+        "records": drained_n, "tasks": len(subs), "split_factor": args.split_factor, "ranges": ranges,
+        "records_per_s": drained_n / steady if steady > 0 else None,
+        "start_up_s": drained["first_at"] - t_launch if drained["first_at"] else None,
+        "plan_to_first_drained_s": drained["first_at"] - t_plan if drained["first_at"] else None,
+        "handoff_ack_s": t_ack - t_plan, "drain_wall_s": t_drain_done - t_launch,
+        "plan_to_last_drained_s": (drained["last_at"] or t_drain_done) - t_plan,
+        "handoff_gaps_s": gaps, "startup_breakdown": summary.get("startup"),
+        "cpu_s": cpu_s, "live_sent": live.sent,
+        "lost": everything["lost"], "duplicated": everything["duplicated"], "outside": everything["outside"],
+        "drained_lost": drained["lost"], "drained_duplicated": drained["duplicated"], "table": table,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=300_000)
-    ap.add_argument("--cost-ms", type=int, default=50)
-    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--records", type=int, default=None, help="backlog (default 720,000; --quick 30,000)")
+    ap.add_argument("--cost-ms", type=int, default=50, help="sink latency per call")
+    ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--consumers", type=int, default=3)
-    ap.add_argument("--split-factors", default="4", help="comma separated; the first is the headline")
+    ap.add_argument("--split-factor", type=int, default=4, help="sub-ranges per partition (3 x 4 = 12 tasks)")
+    ap.add_argument("--max-tasks", type=int, default=12)
+    ap.add_argument("--live-rate", type=int, default=None, help="fresh records/s per partition during the drain "
+                    "(default 200; --quick 50)")
+    ap.add_argument("--handoff-timeout", type=float, default=120.0)
+    ap.add_argument("--quick", action="store_true", help="a short run for CI: 30,000 records")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    factors = [int(x) for x in args.split_factors.split(",") if x.strip()]
+    args.records = args.records or (30_000 if args.quick else 720_000)
+    args.live_rate = args.live_rate if args.live_rate is not None else (50 if args.quick else 200)
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -187,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     info, lease = stack.acquire(["kafka", "postgres", "spark"])
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"lagpilot-bench-drain-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
+    load_before = os.getloadavg()
     try:
         bootstrap, dsn = str(info.bootstrap_servers), str(info.postgres_dsn)
         topic = f"bench-drain-{uuid.uuid4().hex[:6]}"
@@ -194,40 +465,43 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
         counts = produce(bootstrap, topic, args.records)
         print(f"produced {sum(counts.values())} records on {PARTITIONS} partitions; work dir {workdir}", file=sys.stderr)
-        group = run_group(bootstrap, topic, dsn, counts, args.cost_ms, args.batch, args.consumers, workdir)
+        group = run_group(bootstrap, topic, dsn, counts, args, workdir)
         print(f"group: {group}", file=sys.stderr)
-        drains = []
-        for f in factors:
-            d = run_drain(bootstrap, topic, dsn, counts, args.cost_ms, args.batch, f, list(info.spark_jars), workdir)
-            d["speedup"] = d["records_per_s"] / group["records_per_s"]
-            d["speedup_wall"] = d["wall_records_per_s"] / group["wall_records_per_s"]
-            print(f"drain: {d}", file=sys.stderr)
-            drains.append(d)
+        drain = run_drain(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir)
+        print(f"drain: {drain}", file=sys.stderr)
     finally:
         stack.release(lease, stop=os.environ.get("LAGPILOT_KEEP_STACK", "") in ("", "0", "false"))
-    head = drains[0]
+    gaps = list(drain["handoff_gaps_s"].values())
+    group_time_same = drain["records"] / group["wall_records_per_s"]
+    drain_time = drain["plan_to_last_drained_s"]
+
+    def r(x: Any, n: int = 2) -> Any:
+        return round(x, n) if isinstance(x, float) else x
+
     result = {
-        "records": sum(counts.values()), "partitions": PARTITIONS, "sink_ms_per_call": args.cost_ms, "batch": args.batch,
-        "group_records_per_s": round(group["records_per_s"], 1),
-        "drain_records_per_s": round(head["records_per_s"], 1),
-        "drain_tasks": head["tasks"],
-        "speedup": round(head["speedup"], 2),
-        "speedup_wall_incl_startup": round(head["speedup_wall"], 2),
-        "drain_startup_s": round(head["startup_s"], 1),
-        "lost": group["lost"] + sum(d["lost"] for d in drains),
-        "duplicated": group["duplicated"] + sum(d["duplicated"] for d in drains),
-        "group": group,
-        "by_split_factor": {str(d["split_factor"]): {"tasks": d["tasks"], "records_per_s": round(d["records_per_s"], 1),
-                                                     "speedup": round(d["speedup"], 2),
-                                                     "startup_s": round(d["startup_s"], 1),
-                                                     "lost": d["lost"], "duplicated": d["duplicated"]} for d in drains},
+        "records": sum(counts.values()), "partitions": PARTITIONS, "sink_ms_per_call": args.cost_ms,
+        "batch": args.batch, "tasks": drain["tasks"], "quick": args.quick,
+        "group_records_per_s": r(group["records_per_s"], 1), "group_clear_s": group["clear_s"],
+        "drain_records_per_s": r(drain["records_per_s"], 1), "drained_records": drain["records"],
+        "speedup": r(drain["records_per_s"] / group["records_per_s"]) if drain["records_per_s"] and group["records_per_s"] else None,
+        "start_up_s": r(drain["start_up_s"]), "plan_to_first_drained_s": r(drain["plan_to_first_drained_s"]),
+        "handoff_ack_s": r(drain["handoff_ack_s"]),
+        "end_to_end_speedup": r(group_time_same / drain_time) if drain_time > 0 else None,
+        "handoff_pause_s": {"max": r(max(gaps)), "p95": r(percentile(gaps, 95)), "samples": len(gaps)},
+        "lost": group["lost"] + drain["lost"], "duplicated": group["duplicated"] + drain["duplicated"],
+        "startup_breakdown_s": drain["startup_breakdown"], "cpu_s_during_drain": drain["cpu_s"],
+        "load_avg_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
     }
-    print(f"{'path':<22}{'tasks':>6}{'records/s':>12}{'speed-up':>10}{'start-up s':>12}{'lost':>6}{'dup':>6}")
-    print(f"{'group (3 consumers)':<22}{args.consumers:>6}{group['records_per_s']:>12.0f}{1.0:>10.2f}"
-          f"{group['startup_s']:>12.1f}{group['lost']:>6}{group['duplicated']:>6}")
-    for d in drains:
-        print(f"{'drain sf=' + str(d['split_factor']):<22}{d['tasks']:>6}{d['records_per_s']:>12.0f}{d['speedup']:>10.2f}"
-              f"{d['startup_s']:>12.1f}{d['lost']:>6}{d['duplicated']:>6}")
+    print(f"{'path':<34}{'tasks':>6}{'records':>10}{'records/s':>11}{'time s':>9}{'lost':>6}{'dup':>6}")
+    print(f"{'group (3 consumers, the cap)':<34}{args.consumers:>6}{group['records']:>10}{group['records_per_s'] or 0:>11.0f}"
+          f"{group['clear_s']:>9.1f}{group['lost']:>6}{group['duplicated']:>6}")
+    print(f"{'drain + live group (hand-off)':<34}{drain['tasks']:>6}{drain['records']:>10}{drain['records_per_s'] or 0:>11.0f}"
+          f"{drain_time:>9.1f}{drain['lost']:>6}{drain['duplicated']:>6}")
+    print(f"speedup {result['speedup']}  end_to_end_speedup {result['end_to_end_speedup']}  start_up_s "
+          f"{result['start_up_s']}  plan_to_first_drained_s {result['plan_to_first_drained_s']}  handoff_pause_s "
+          f"{result['handoff_pause_s']}")
+    print(f"drain start-up (s since process start): {drain['startup_breakdown']}")
+    print(f"CPU seconds during the drain ({result['cpu_s_during_drain'].get('cores')} cores): {drain['cpu_s']}")
     if args.json:
         print(json.dumps(result))
     return 0
