@@ -1,0 +1,131 @@
+"""The drain job's start-up parts, pure: relation layout (one relation per sub-range index, one task
+per sub-range), the task's sub-range lookup, Spark/JVM settings, the CDS archive choice, the
+start-up breakdown; and the bench's pure helpers (commit gaps, percentile, CPU buckets)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lagpilot_runtime.drain_job import (CDS_ARCHIVE_NAME, DEFAULT_DRIVER_JAVA_OPTIONS, cds_archive, driver_java_options,
+                                        relation_options, remaining_work, session_conf, startup_breakdown, sub_range_of)
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.drain import classify, longest_gap, percentile  # noqa: E402
+
+PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)
+
+
+def test_one_relation_per_sub_range_index_each_partition_once():
+    work = remaining_work(PLAN, {(0, 0): (250, 250), (1, 1): (650, 50)})  # p0#0 finished, p1#1 half done
+    rels = relation_options("orders", work)
+    assert len(rels) == 4  # indexes 0..3, not 3 x 4 relations
+    tasks = []
+    for r in rels:
+        parts = json.loads(r["assign"])["orders"]
+        assert len(parts) == len(set(parts))  # a partition at most once per relation: one task per sub-range
+        starts, ends = json.loads(r["startingOffsets"])["orders"], json.loads(r["endingOffsets"])["orders"]
+        assert sorted(map(int, starts)) == sorted(parts) == sorted(map(int, ends))
+        tasks += [(p, starts[str(p)], ends[str(p)]) for p in parts]
+    assert sorted(tasks) == sorted((s.partition, start, s.end) for s, start in work)
+    assert (1, 650, 700) in tasks and all(t[:2] != (0, 0) for t in tasks)
+    assert "latest" not in json.dumps(rels) and "earliest" not in json.dumps(rels)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.integers(0, 5), st.tuples(st.integers(0, 500), st.integers(0, 500)), min_size=1),
+       st.integers(1, 6), st.data())
+def test_relations_cover_exactly_the_unfinished_offsets(ranges, factor, data):
+    ranges = {p: (min(a, b), max(a, b)) for p, (a, b) in ranges.items()}
+    subs = split_ranges(ranges, factor)
+    if not subs:
+        return
+    plan = DrainPlan("1", "t", "g", subs).validate()
+    progress = {(s.partition, s.index): (data.draw(st.integers(s.start, s.end)), 0) for s in subs}
+    work = remaining_work(plan, progress)
+    covered = []
+    for r in relation_options("t", work):
+        starts, ends = json.loads(r["startingOffsets"])["t"], json.loads(r["endingOffsets"])["t"]
+        for p in json.loads(r["assign"])["t"]:
+            covered += [(p, o) for o in range(starts[str(p)], ends[str(p)])]
+            # every offset of a task lies in one sub-range: the one its first offset names
+            first = sub_range_of(plan.sub_ranges, p, starts[str(p)])
+            assert first.start <= starts[str(p)] and ends[str(p)] == first.end
+    want = [(s.partition, o) for s in subs for o in range(progress[(s.partition, s.index)][0], s.end)]
+    assert sorted(covered) == sorted(want) and len(covered) == len(set(covered))
+
+
+def test_sub_range_of_rejects_offsets_outside_the_plan():
+    assert sub_range_of(PLAN.sub_ranges, 1, 600) == SubRange(1, 1, 600, 700)
+    with pytest.raises(RuntimeError, match="no sub-range"):
+        sub_range_of(PLAN.sub_ranges, 1, 900)
+
+
+def test_session_conf_local_mode_cuts_start_up_and_keeps_overrides(tmp_path):
+    jar = tmp_path / "kafka-clients.jar"
+    jar.write_text("")
+    conf = session_conf(PLAN, None, [str(jar)], {"spark.ui.enabled": "true"}, env={})
+    assert conf["spark.master"] == "local[12,4]"
+    assert conf["spark.ui.enabled"] == "true"  # LAGPILOT_SPARK_CONF wins
+    assert conf["spark.eventLog.enabled"] == "false"
+    assert conf["spark.driver.extraClassPath"] == str(jar)  # the connector on the JVM class path (CDS)
+    assert conf["spark.driver.extraJavaOptions"] == DEFAULT_DRIVER_JAVA_OPTIONS  # no archive next to the jars
+    assert conf["spark.sql.execution.arrow.maxRecordsPerBatch"] == "1000"
+    (tmp_path / CDS_ARCHIVE_NAME).write_text("x")
+    conf = session_conf(PLAN, None, [str(jar)], {}, env={})
+    assert f"-XX:SharedArchiveFile={tmp_path / CDS_ARCHIVE_NAME} -Xshare:auto" in conf["spark.driver.extraJavaOptions"]
+    k8s = session_conf(PLAN, "k8s://https://kubernetes.default.svc", [str(jar)], {}, env={"LAGPILOT_POD_IP": "10.0.0.5"})
+    assert "spark.driver.extraClassPath" not in k8s and "SharedArchiveFile" not in k8s["spark.driver.extraJavaOptions"]
+    assert k8s["spark.driver.host"] == "10.0.0.5"
+
+
+def test_cds_archive_choice(tmp_path):
+    jar = tmp_path / "a.jar"
+    assert cds_archive([str(jar)], {}) is None
+    (tmp_path / CDS_ARCHIVE_NAME).write_text("x")
+    assert cds_archive([str(jar)], {}) == str(tmp_path / CDS_ARCHIVE_NAME)
+    assert cds_archive([str(jar)], {"LAGPILOT_SPARK_CDS_ARCHIVE": "off"}) is None
+    assert cds_archive([str(jar)], {"LAGPILOT_SPARK_CDS_ARCHIVE": str(tmp_path / "missing.jsa")}) is None
+    assert driver_java_options({"LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS": "-Xss512k"}, "/a.jsa") == \
+        "-Xss512k -XX:SharedArchiveFile=/a.jsa -Xshare:auto"
+
+
+def test_startup_breakdown_is_relative_to_process_start_in_milestone_order():
+    got = startup_breakdown({"process_start": 100.0, "jvm_up": 104.5, "main_entered": 100.25,
+                             "first_batch_handled": 109.0, "task_started": None})
+    assert list(got) == ["process_start", "main_entered", "jvm_up", "first_batch_handled"]
+    assert got["jvm_up"] == 4.5 and got["first_batch_handled"] == 9.0
+    assert startup_breakdown({}) == {}
+
+
+@pytest.mark.parametrize("ats,expect", [
+    ([], 10.0),                       # no commit at all in the window: the whole window
+    ([9.0, 11.0, 12.0, 20.0], 8.0),   # the longest gap is inside
+    ([5.0, 14.0, 15.0], 9.0),         # the gap from the last commit before the window counts
+    ([10.0, 11.0], 9.0),              # silent until the end of the window
+])
+def test_longest_gap(ats, expect):
+    assert longest_gap(ats, 10.0, 20.0) == pytest.approx(expect)
+
+
+def test_percentile_nearest_rank():
+    assert percentile([1.0, 2.0, 3.0], 95) == 3.0
+    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
+
+
+@pytest.mark.parametrize("cmd,drain,live,bucket", [
+    ("/usr/lib/jvm/java-17/bin/java -cp x org.apache.spark.deploy.SparkSubmit", True, False, "spark_jvm"),
+    ("/venv/bin/python -m lagpilot_runtime.spark_daemon", True, False, "python_workers"),
+    ("/venv/bin/python -m lagpilot.cli drain --plan {}", True, False, "drain_driver"),
+    ("/venv/bin/python -m lagpilot.cli consume", False, True, "live_group"),
+    ("java -Xmx1g kafka.Kafka server.properties", False, False, "broker_shared"),
+    ("postgres: lagpilot lagpilot 127.0.0.1 idle", False, False, "postgres_shared"),
+    ("/usr/bin/vim", False, False, None),
+])
+def test_cpu_buckets(cmd, drain, live, bucket):
+    assert classify(cmd, drain, live) == bucket
