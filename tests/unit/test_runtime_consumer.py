@@ -421,3 +421,180 @@ def test_unexpected_error_stops_with_exit_code_1_and_no_commit(caplog):
         assert loop.run() == 1
     assert fake.commits == []
     assert any(getattr(r, "fields", {}).get("event") == "fatal" for r in caplog.records)
+
+
+# ---- drain hand-off (the owner's side of lagpilot_runtime.handoff_mailbox) ------------------------
+
+class FakeMailbox:
+    """The memberless mailbox group: committed() reads entries, commit() writes them."""
+
+    def __init__(self, entries=None) -> None:
+        self.entries: dict[int, tuple[int, str]] = dict(entries or {})
+        self.writes: list[tuple[int, str]] = []
+        self.reads = 0
+
+    def committed(self, tps, timeout):
+        self.reads += 1
+        out = []
+        for tp in tps:
+            off, meta = self.entries.get(tp.partition, (-1001, None))
+            out.append(TopicPartition(TOPIC, tp.partition, off) if meta is None else TopicPartition(TOPIC, tp.partition, off, metadata=meta))
+        return out
+
+    def commit(self, offsets, asynchronous):
+        assert asynchronous is False
+        for tp in offsets:
+            self.entries[tp.partition] = (tp.offset, tp.metadata)
+            self.writes.append((tp.partition, tp.metadata))
+        return offsets
+
+
+class HandoffConsumer(FakeConsumer):
+    """FakeConsumer + seek/committed/watermarks, recording the order of effects."""
+
+    def __init__(self, clock, logs, events, broker_committed=None, per_call=1000):
+        super().__init__(clock, logs, per_call=per_call)
+        self.events = events
+        self.broker_committed = dict(broker_committed or {})
+        for p, off in self.broker_committed.items():
+            self.pos[p] = self.start[p] = off
+
+    def commit(self, offsets, asynchronous):
+        self.events.append(("commit", {tp.partition: tp.offset for tp in offsets}))
+        for tp in offsets:
+            self.broker_committed[tp.partition] = tp.offset
+        return super().commit(offsets, asynchronous)
+
+    def seek(self, tp):
+        if tp.partition not in self.assigned:
+            raise RuntimeError("Local: Erroneous state")  # as librdkafka before the assign took effect
+        self.events.append(("seek", tp.partition, tp.offset))
+        self.pos[tp.partition] = tp.offset
+
+    def committed(self, tps, timeout):
+        return [TopicPartition(TOPIC, tp.partition, self.broker_committed.get(tp.partition, -1001)) for tp in tps]
+
+    def get_watermark_offsets(self, tp, timeout):
+        return 0, len(self.logs[tp.partition])
+
+
+def handoff_loop(logs, mailbox, handler, broker_committed=None, per_call=1000, **env):
+    clock = Clock()
+    events: list = []
+    fake = HandoffConsumer(clock, logs, events, broker_committed, per_call=per_call)
+    orig = mailbox.commit
+
+    def mb_commit(offsets, asynchronous):
+        events.append(("ack", [tp.metadata for tp in offsets]))
+        return orig(offsets, asynchronous)
+
+    mailbox.commit = mb_commit
+    loop = BatchConsumer(cfg(**env), fake, handler, clock=clock, wall_ms=lambda: 1_700_000_000_000, mailbox=mailbox)
+    return loop, fake, events
+
+
+def run_batches(loop, n):
+    if not loop.consumer.cb:
+        loop.subscribe()
+    for _ in range(n):
+        fake = loop.consumer
+        if fake.calls > 0 and all(fake.pos[p] >= len(fake.logs[p]) for p in fake.assigned):
+            break  # nothing left: fill_batch would wait for records forever
+        batch = loop.fill_batch()
+        if batch:
+            loop.process(batch)
+        loop.check_handoff()
+        loop.clock.t += 1.5  # past the check interval
+
+
+def test_request_is_acked_then_split_committed_then_seeked_at_a_batch_boundary():
+    logs = {0: [b"x"] * 100, 1: [b"y"] * 30}
+    mailbox = FakeMailbox({0: (60, "lph1;id=4;split=60")})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_BATCH_MAX_RECORDS="10")
+    run_batches(loop, 20)
+    # on_assign saw the request before any record: own committed = low watermark 0 → ack 0, move to 60
+    assert mailbox.entries[0] == (60, "lph1;id=4;split=60;ack=0")
+    first = [e for e in events if e[0] in ("ack", "commit", "seek")][:3]
+    assert first[0] == ("ack", ["lph1;id=4;split=60;ack=0"]) and first[1] == ("commit", {0: 60}), events[:4]
+    p0 = [o for p, o in rec.processed if p == 0]
+    assert p0 == list(range(60, 100))  # [0, 60) belongs to the drain, nothing below split processed here
+    assert [o for p, o in rec.processed if p == 1] == list(range(30))  # the other partition never paused
+    assert loop.handoffs.labels("moved")._value.get() == 1
+
+
+def test_request_seen_mid_stream_acks_the_committed_offset_and_drops_prefetched_records():
+    logs = {0: [b"x"] * 200}
+    mailbox = FakeMailbox()
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, per_call=10, LAGPILOT_BATCH_MAX_RECORDS="10")
+    run_batches(loop, 3)  # 30 processed and committed
+    assert fake.broker_committed[0] == 30
+    mailbox.entries[0] = (150, "lph1;id=9;split=150")  # the operator publishes
+    loop.pending = []
+    run_batches(loop, 8)
+    # the next boundary (after one more batch, committed 40) acks its committed offset
+    assert mailbox.entries[0][1] == "lph1;id=9;split=150;ack=40"
+    i_ack = next(i for i, e in enumerate(events) if e[0] == "ack")
+    assert events[i_ack + 1] == ("commit", {0: 150}) and events[i_ack + 2] == ("seek", 0, 150)
+    p0 = [o for p, o in rec.processed if p == 0]
+    assert p0 == list(range(0, 40)) + list(range(150, 200))  # [40, 150) is the drain's
+    # never a commit below split after the hand-off
+    after = [c[0][0] for c in fake.commits if 0 in c][[c[0][0] for c in fake.commits if 0 in c].index(150):]
+    assert min(after) == 150
+
+
+def test_acker_died_between_its_commits_the_next_owner_finishes_or_reacks():
+    # the previous owner acked 40 and died before committing split: own committed is still 40
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox({0: (80, "lph1;id=2;split=80;ack=40")})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 40})
+    run_batches(loop, 5)
+    assert ("commit", {0: 80}) in events and not [e for e in events if e[0] == "ack"]  # c == s: no re-ack
+    assert [o for _, o in rec.processed] == list(range(80, 100))
+    # records after the ack were processed meanwhile (own 50 > ack 40): re-ack 50, then move
+    mailbox2 = FakeMailbox({0: (80, "lph1;id=2;split=80;ack=40")})
+    rec2 = Recorder()
+    loop2, fake2, events2 = handoff_loop(logs, mailbox2, rec2, broker_committed={0: 50})
+    run_batches(loop2, 5)
+    assert mailbox2.entries[0][1] == "lph1;id=2;split=80;ack=50"
+    assert [e[0] for e in events2 if e[0] in ("ack", "commit")][:2] == ["ack", "commit"]
+
+
+def test_frozen_sealed_and_garbage_entries_change_nothing():
+    logs = {0: [b"x"] * 50, 1: [b"x"] * 50, 2: [b"x"] * 50}
+    mailbox = FakeMailbox({0: (20, "lph1;id=1;split=20;ack=5"),            # acked, group already past split
+                           1: (20, "lph1;id=1;split=20;ack=5;done=1"),     # sealed
+                           2: (20, "lp1;cap=3")})                           # not ours
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 30, 1: 0, 2: 0})
+    run_batches(loop, 30)
+    assert not [e for e in events if e[0] in ("ack", "seek")]
+    assert sorted(rec.processed) == sorted([(0, o) for o in range(30, 50)] + [(1, o) for o in range(50)] + [(2, o) for o in range(50)])
+
+
+def test_mailbox_reads_are_rate_limited_and_a_failed_commit_blocks_the_ack():
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox()
+    loop, fake, _ = handoff_loop(logs, mailbox, Recorder(), per_call=10)
+    loop.subscribe()
+    reads = mailbox.reads
+    for _ in range(5):
+        loop.check_handoff()  # same instant: one read at most
+    assert mailbox.reads - reads <= 1
+    loop.uncommitted[(TOPIC, 0)] = 7
+    mailbox.entries[0] = (90, "lph1;id=3;split=90")
+    loop.clock.t += 2
+    loop.check_handoff()
+    assert mailbox.entries[0][1] == "lph1;id=3;split=90"  # not acked while a commit is outstanding
+
+
+def test_crash_hook_is_off_without_its_env(monkeypatch, tmp_path):
+    from lagpilot_runtime import consumer as mod
+    monkeypatch.delenv("LP_TEST_HANDOFF_CRASH_AT", raising=False)
+    mod._test_crash_point("after_commit")  # returns: no env, no crash
+    monkeypatch.setenv("LP_TEST_HANDOFF_CRASH_AT", "after_ack")
+    monkeypatch.setenv("LP_TEST_HANDOFF_CRASH_DIR", str(tmp_path))
+    mod._test_crash_point("after_commit")  # another point: returns
+    assert not list(tmp_path.iterdir())

@@ -15,6 +15,13 @@ taken from Kafka but not yet handed to the handler are processed and committed b
 partitions are given up (unless shutting down: then they are abandoned, uncommitted). On lost
 (session expired; we may no longer commit) the lost partitions' pending records are dropped.
 
+Drain hand-off (docs/drain.md, :mod:`lagpilot_runtime.handoff_mailbox`): at every batch boundary
+(after the batch commit, never mid-handler; at most one mailbox read per second) and synchronously
+in on_assign for newly assigned partitions, the loop reads the hand-off mailbox of its partitions
+through a second Consumer that never subscribes. For a drain request on a partition it owns it
+writes the ack (start = its committed offset), THEN commits its own offset ``split``, THEN seeks
+there: the drained partition pauses for that one step, the other partitions not at all.
+
 SIGTERM/SIGINT: stop consuming; a handler call in progress finishes and its batch is committed;
 records not yet handed to the handler are abandoned (not processed, not committed); the consumer
 closes. A watchdog ends the process if this takes longer than LAGPILOT_SHUTDOWN_GRACE_MS.
@@ -35,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 from . import jsonlog
 from .config import ConfigError, ConsumerConfig
+from . import handoff_mailbox as mbx
 from .failure import (Abandoned, DeadLetterError, DeadLetterProducer, Failure, RetryPolicy, SystemicFailure,
                       commit_positions, run_batch)
 from .handler import BatchContext, Handler, HandlerLoadError, Record, describe_error, load_handler
@@ -44,6 +52,8 @@ log = logging.getLogger("lagpilot.consumer")
 
 POLL_SLICE_S = 0.5  # longest single consume() wait: bounds how late a SIGTERM is noticed while idle
 COMMIT_ATTEMPTS = 3
+HANDOFF_CHECK_INTERVAL_S = 1.0  # at most one mailbox read (OffsetFetch) per second at batch boundaries
+HANDOFF_TIMEOUT_S = 10.0
 
 TP = tuple[str, int]
 
@@ -100,6 +110,42 @@ class FatalError(Exception):
     """Stop the consumer with exit code 1."""
 
 
+def _test_crash_point(point: str) -> None:
+    """Die like ``kill -9`` at a named hand-off step, once (marker file holding the pid): the real
+    tests' way to kill a consumer between its ack, its split commit and its seek.
+
+    LP_TEST_HANDOFF_CRASH_AT="after_ack|after_commit" and LP_TEST_HANDOFF_CRASH_DIR; unset in
+    production (a no-op). Not LAGPILOT_*: those names are reserved in the CR's template env."""
+    at = os.environ.get("LP_TEST_HANDOFF_CRASH_AT")
+    marker_dir = os.environ.get("LP_TEST_HANDOFF_CRASH_DIR")
+    if not at or not marker_dir or point not in at.split(","):
+        return
+    marker = os.path.join(marker_dir, f"handoff-{point}")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # once across all consumer processes
+    except FileExistsError:
+        return
+    os.write(fd, f"{os.getpid()} {time.time()}".encode())
+    os.close(fd)
+    log.warning("fault injection: exiting", extra=_fields(event="test_crash", point=point))
+    os._exit(137)
+
+
+_HANDOFF_METRICS: dict[int, tuple[Any, Any]] = {}
+
+
+def _handoff_metrics(registry: Any) -> tuple[Any, Any]:
+    got = _HANDOFF_METRICS.get(id(registry))
+    if got is None:
+        from prometheus_client import Counter, Gauge
+        got = (Counter("lagpilot_consumer_handoffs_total", "Drain hand-off steps taken by this consumer, by outcome",
+                       ["outcome"], registry=registry),
+               Gauge("lagpilot_consumer_handoff_pause_seconds",
+                     "How long the last hand-off held this consumer's loop (mailbox read to seek)", registry=registry))
+        _HANDOFF_METRICS[id(registry)] = got
+    return got
+
+
 def _fields(**kw: Any) -> dict[str, Any]:
     return {"fields": kw}
 
@@ -117,6 +163,7 @@ class BatchConsumer:
         health: Health | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        mailbox: Any = None,
     ) -> None:
         self.cfg = cfg
         self.consumer = consumer
@@ -141,6 +188,12 @@ class BatchConsumer:
         self.processed_records = 0  # records of successful batches (dead-lettered included)
         self._last_commit_s = 0.0
         self.uncommitted: dict[TP, int] = {}  # processed, commit failed non-fatally: retried later
+        # drain hand-off: a Consumer of the mailbox group that never subscribes (None: disabled)
+        self.mailbox = mailbox
+        self.floor: dict[TP, int] = {}       # handed-off partitions: never commit below their split
+        self.skip_below: dict[TP, int] = {}  # drop records below the split (a seek that could not run yet)
+        self._last_handoff_check = float("-inf")
+        self.handoffs, self.handoff_pause = _handoff_metrics(self.metrics.registry)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def subscribe(self) -> None:
@@ -166,6 +219,7 @@ class BatchConsumer:
                     break
                 if batch:
                     self.process(batch)
+                self.check_handoff()  # a batch boundary: everything handed out is processed and committed
         except FatalError as exc:
             self.exit_code = 1
             log.error("consumer stopping on a fatal error", extra=_fields(event="fatal", error=str(exc)))
@@ -209,11 +263,123 @@ class BatchConsumer:
                     continue
                 if paused and (m.topic(), m.partition()) in paused:
                     continue  # fetched before the pause took effect; consumed again after a restart
+                if self.skip_below and self._below_split(m):
+                    continue  # prefetched below a hand-off's split: the drain owns it
                 append(to_record(m))
             if self.pending and deadline is None:
                 deadline = self.clock() + timeout_s
         batch, self.pending = self.pending, []
         return batch
+
+    def _below_split(self, m: Any) -> bool:
+        key = (m.topic(), m.partition())
+        floor = self.skip_below.get(key)
+        if floor is None:
+            return False
+        if m.offset() < floor:
+            return True
+        del self.skip_below[key]  # the fetch is past the split: nothing below it can follow
+        return False
+
+    # -- drain hand-off ---------------------------------------------------------------------------
+    def check_handoff(self, parts: set[TP] | None = None) -> None:
+        """Apply the owner's mailbox rule (handoff_mailbox.owner_step) to owned partitions.
+
+        Called at batch boundaries (rate-limited) and from on_assign for the new partitions
+        (``parts``, always). A failure here is logged and retried at the next check: the ack and
+        the split commit are each idempotent under the rule."""
+        if self.mailbox is None:
+            return
+        if parts is None:
+            if self.clock() - self._last_handoff_check < HANDOFF_CHECK_INTERVAL_S:
+                return
+            self._last_handoff_check = self.clock()
+            parts = set(self.owned)
+        # a partition with a failed commit outstanding has processed records above its commit:
+        # acking that commit would hand them to the drain too; wait for the commit to succeed
+        todo = sorted(tp for tp in parts - self.paused if tp in self.owned and tp not in self.uncommitted)
+        if not todo:
+            return
+        from confluent_kafka import TopicPartition
+
+        t0 = self.clock()
+        try:
+            got = self.mailbox.committed([TopicPartition(t, p) for t, p in todo], timeout=HANDOFF_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - retried at the next boundary
+            log.warning("reading the hand-off mailbox failed", extra=_fields(event="handoff_read_failed", error=describe_error(exc)))
+            return
+        for tp in got:
+            entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            if entry is None or entry.done:
+                continue
+            key = (tp.topic, tp.partition)
+            if entry.acked and self.committed.get(key, -1) >= entry.split:
+                continue  # frozen: nothing to do (no OffsetFetch needed)
+            try:
+                own = self._own_committed(key)
+                self._apply_handoff(key, entry, mbx.owner_step(entry, own), own, t0)
+            except FatalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried at the next boundary / by the next owner
+                log.warning("hand-off step failed; retried at the next check", extra=_fields(
+                    event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
+
+    def _own_committed(self, key: TP) -> int:
+        """This group's committed offset of the partition (everything below it is processed)."""
+        from confluent_kafka import TopicPartition
+
+        c = self.committed.get(key)
+        if c is not None:
+            return c
+        got = self.consumer.committed([TopicPartition(*key)], timeout=HANDOFF_TIMEOUT_S)[0]
+        if got.offset is not None and got.offset >= 0:
+            return int(got.offset)
+        low, _high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=HANDOFF_TIMEOUT_S)
+        return int(low)  # never committed: auto.offset.reset=earliest starts at the low watermark
+
+    def _apply_handoff(self, key: TP, entry: mbx.Entry, step: mbx.OwnerStep, own: int, t0: float) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        t, p = key
+        if step.noop:
+            return
+        if step.ack is not None:  # 1. the ack (start = own committed): before the split commit
+            res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=step.ack.encode())], asynchronous=False)
+            errors = [x for x in (res or []) if getattr(x, "error", None)]
+            if errors:
+                raise KafkaException(errors[0].error)
+            _test_crash_point("after_ack")
+        moved = step.move_to is not None
+        if moved:
+            split = int(step.move_to)  # type: ignore[arg-type]
+            # 2. our own offset to split (synchronous); records below it now belong to the drain
+            metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+            res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
+            errors = [x for x in (res or []) if getattr(x, "error", None)]
+            if errors:
+                raise KafkaException(errors[0].error)
+            self.committed[key] = split
+            self.floor[key] = split
+            self.metrics.committed_offset.labels(t, str(p)).set(split)
+            _test_crash_point("after_commit")
+            # 3. seek: drop what was prefetched below split
+            self.skip_below[key] = split
+            self.pending = [r for r in self.pending if (r.topic, r.partition) != key or r.offset >= split]
+            try:
+                self.consumer.seek(TopicPartition(t, p, split))
+            except Exception as exc:  # noqa: BLE001 - in on_assign the partition is not assigned yet:
+                # its fetch then starts from the committed offset (split); skip_below guards either way
+                log.debug("seek after hand-off deferred", extra=_fields(event="handoff_seek_deferred", partition=p,
+                                                                        error=describe_error(exc)))
+        pause = max(0.0, self.clock() - t0)
+        outcome = "moved" if moved else "acked_empty"
+        self.handoffs.labels(outcome).inc()
+        if moved:
+            self.handoff_pause.set(pause)
+        start = step.ack.ack if step.ack is not None else entry.ack
+        log.info("drain hand-off", extra=_fields(
+            event="handoff_ack", topic=t, partition=p, drain_id=entry.drain_id, start=start, split=entry.split,
+            own_committed=own, moved=moved, reack=entry.acked and step.ack is not None, pause_s=round(pause, 3)))
 
     def _on_message_error(self, msg: Any, err: Any) -> None:
         """Errors delivered as messages never crash the loop, except librdkafka's fatal ones."""
@@ -319,7 +485,7 @@ class BatchConsumer:
         merged = dict(self.uncommitted)
         for tp, off in positions.items():
             merged[tp] = max(off, merged.get(tp, -1))
-        todo = {tp: off for tp, off in merged.items() if tp in self.owned}
+        todo = {tp: off for tp, off in merged.items() if tp in self.owned and off >= self.floor.get(tp, -1)}
         dropped = set(merged) - set(todo)
         if dropped:
             log.warning("not committing partitions no longer assigned", extra=_fields(
@@ -417,6 +583,12 @@ class BatchConsumer:
         self.metrics.rebalances.labels("assign").inc()
         log.info("partitions assigned", extra=_fields(event="assigned", partitions=sorted(p for _, p in new),
                                                        owned=sorted(p for _, p in self.owned)))
+        try:
+            # a drain hand-off of a partition we just got: before any record of it is processed
+            self.check_handoff(new)
+        except Exception as exc:  # noqa: BLE001 - never let an exception escape into librdkafka
+            self.fatal = exc
+            self.stop_event.set()
 
     def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -464,6 +636,8 @@ class BatchConsumer:
             self.health.paused = sorted(f"{t}/{p}" for t, p in self.paused)
         for t, p in gone:
             self.committed.pop((t, p), None)
+            self.floor.pop((t, p), None)
+            self.skip_below.pop((t, p), None)
             self.uncommitted.pop((t, p), None)
             self.high_watermarks.pop((t, p), None)
             self.metrics.forget_partition(t, p)
@@ -540,14 +714,33 @@ def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, Metrics
     conf["stats_cb"] = lambda s: holder["loop"].on_stats(s)
     conf["error_cb"] = lambda e: holder["loop"].on_error(e)
     consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
-    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health)
+    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health,
+                         mailbox=mailbox_consumer(cfg))
     holder["loop"] = loop
     return loop, server, dlq
+
+
+def mailbox_consumer(cfg: ConsumerConfig) -> Any:
+    """The drain hand-off mailbox reader/writer: a Consumer of the memberless mailbox group that
+    never subscribes (only OffsetFetch and "simple" commits; never joins, never fetches records)."""
+    from confluent_kafka import Consumer
+
+    conf = {k: v for k, v in cfg.consumer_conf().items()
+            if k not in ("group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+                         "max.poll.interval.ms", "queued.min.messages")}
+    conf.update({"group.id": mbx.mailbox_group(cfg.group_id), "client.id": f"lagpilot-handoff-{cfg.pod_name or 'consumer'}",
+                 "enable.auto.commit": False, "enable.auto.offset.store": False})
+    return Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
 
 
 def shutdown(loop: BatchConsumer, server: MetricsServer, dlq: DeadLetterProducer | None) -> None:
     """Close the consumer, the DLQ producer, sink connections and the metrics server."""
     loop.close()
+    if loop.mailbox is not None:
+        try:
+            loop.mailbox.close()
+        except Exception:  # noqa: BLE001 - closing on the way out
+            pass
     if dlq is not None:
         dlq.close()
     try:
