@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,35 @@ def test_server_properties_loopback_single_node() -> None:
     assert props["auto.create.topics.enable"] == "false"
     assert props["group.initial.rebalance.delay.ms"] == "0"
     assert props["offsets.topic.replication.factor"] == "1"
+
+
+def test_server_properties_sasl_listener_keeps_inter_broker_plaintext() -> None:
+    text = server_properties(Path("/data/k"), 9092, 9093, sasl_port=9094)
+    props = dict(line.split("=", 1) for line in text.splitlines())
+    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,"
+                                  "SASL_PLAINTEXT://127.0.0.1:9094")
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094"
+    assert props["listener.security.protocol.map"] == (
+        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT")
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"
+    assert props["controller.listener.names"] == "CONTROLLER"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    # without a SASL port the config is the PLAINTEXT-only one
+    assert "SASL" not in server_properties(Path("/data/k"), 9092, 9093)
+
+
+def test_sasl_credentials_are_random_persisted_and_private(tmp_path: Path) -> None:
+    from lagpilot_dev.kafka import KafkaPart
+
+    part = KafkaPart(tmp_path / "cache", tmp_path / "state")
+    first = part.sasl_credentials()
+    assert first["username"] == "lagpilot" and first["mechanism"] == "SCRAM-SHA-512"
+    assert len(first["password"]) >= 20
+    assert part.sasl_credentials() == first  # stable across calls (and restarts)
+    path = part.dir / "sasl-credentials.json"
+    assert path.stat().st_mode & 0o077 == 0
+    other = KafkaPart(tmp_path / "cache", tmp_path / "state2").sasl_credentials()
+    assert other["password"] != first["password"]
+    assert first["password"] not in json.dumps(part.info())

@@ -10,8 +10,10 @@ bytecode (major 61), so it runs on the machine's Java 17.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
+import secrets
 import re
 import shutil
 import subprocess
@@ -78,17 +80,34 @@ def new_cluster_id() -> str:
             return cid
 
 
-def server_properties(data_dir: Path, broker_port: int, controller_port: int) -> str:
-    """The broker config: one combined node on loopback, replication factors 1, fast group joins."""
+SASL_MECHANISM = "SCRAM-SHA-512"
+SASL_USERNAME = "lagpilot"
+SCRAM_ITERATIONS = 4096
+
+
+def server_properties(data_dir: Path, broker_port: int, controller_port: int,
+                      sasl_port: int | None = None) -> str:
+    """The broker config: one combined node on loopback, replication factors 1, fast group joins.
+
+    With `sasl_port`, a second client listener SASL_PLAINTEXT (SCRAM-SHA-512 only) on that loopback
+    port; the inter-broker and controller listeners stay PLAINTEXT, so SASL is only what clients
+    see. SCRAM users live in the KRaft metadata log (created by `KafkaPart.ensure_scram_user`)."""
+    listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
+    advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
+    protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if sasl_port is not None:
+        listeners += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
+        advertised += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
+        protocol_map += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{broker_port}",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": protocol_map,
         "log.dirs": str(data_dir),
         "num.partitions": "1",
         "default.replication.factor": "1",
@@ -111,6 +130,11 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int) ->
         "num.network.threads": "2",
         "num.io.threads": "4",
     }
+    if sasl_port is not None:
+        props["sasl.enabled.mechanisms"] = SASL_MECHANISM
+        props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = SASL_MECHANISM
+        props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;")
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -173,6 +197,53 @@ class KafkaPart:
         """host:port of the PLAINTEXT listener (stable across restarts)."""
         return f"{LOOPBACK}:{self.ports.ensure('kafka.broker')}"
 
+    def sasl_bootstrap_servers(self) -> str:
+        """host:port of the SASL_PLAINTEXT (SCRAM-SHA-512) listener (stable across restarts)."""
+        return f"{LOOPBACK}:{self.ports.ensure('kafka.sasl')}"
+
+    def sasl_credentials(self) -> dict[str, str]:
+        """The dev SCRAM user: {"username", "password", "mechanism"}. The password is random per
+        state dir, kept in a 0600 file next to the broker's config (never logged)."""
+        path = self.dir / "sasl-credentials.json"
+        with file_lock(self.dir / "sasl-credentials.lock"):
+            if path.exists():
+                return json.loads(path.read_text())
+            creds = {"username": SASL_USERNAME, "password": secrets.token_urlsafe(18),
+                     "mechanism": SASL_MECHANISM}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(creds))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+            return creds
+
+    def sasl_listener_configured(self) -> bool:
+        """True when the running broker's config has the SASL listener (a broker started before
+        the listener existed needs one restart to get it)."""
+        props = self.dir / "server.properties"
+        return props.exists() and "SASL_PLAINTEXT://" in props.read_text()
+
+    def ensure_scram_user(self, timeout: float = 60.0) -> None:
+        """Create (or update) the dev SCRAM-SHA-512 user through the PLAINTEXT listener
+        (AlterUserScramCredentials; no authorizer is configured). Idempotent; skipped when the
+        marker says this password is already stored in the metadata log."""
+        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                           UserScramCredentialUpsertion)
+
+        creds = self.sasl_credentials()
+        marker = self.dir / "sasl-user.done"
+        tag = f"{creds['username']}:{len(creds['password'])}:{hash_password_tag(creds['password'])}"
+        if marker.exists() and marker.read_text() == tag:
+            return
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers(), "socket.timeout.ms": 10000})
+        upsert = UserScramCredentialUpsertion(
+            creds["username"], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+            creds["password"].encode())
+        for fut in admin.alter_user_scram_credentials([upsert], request_timeout=timeout).values():
+            fut.result(timeout=timeout)
+        marker.write_text(tag)
+        log.info("kafka SCRAM user ready", extra={"username": creds["username"], "mechanism": SASL_MECHANISM})
+
     def _format_if_needed(self, props_file: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
@@ -198,9 +269,10 @@ class KafkaPart:
                 # a port taken by a stranger while we were down: move rather than fail (logged)
                 broker_port = self.ports.ensure("kafka.broker", must_be_free=True)
                 controller_port = self.ports.ensure("kafka.controller", must_be_free=True)
+                sasl_port = self.ports.ensure("kafka.sasl", must_be_free=True)
                 self.dir.mkdir(parents=True, exist_ok=True)
                 props_file = self.dir / "server.properties"
-                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port))
+                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port))
                 self._format_if_needed(props_file)
                 (self.dir / "logs").mkdir(exist_ok=True)
                 self.process.argv = [
@@ -212,6 +284,8 @@ class KafkaPart:
                 ]
                 self.process.start()
         self.wait_ready(timeout)
+        if self.sasl_listener_configured():
+            self.ensure_scram_user()
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Wait until the broker answers a metadata request (AdminClient.list_topics)."""
@@ -224,6 +298,8 @@ class KafkaPart:
         def ready() -> bool:
             # TCP first: librdkafka logs every refused connection to stderr, which buries real errors
             if not tcp_open(int(port), host):
+                return False
+            if self.sasl_listener_configured() and not tcp_open(int(self.sasl_bootstrap_servers().rsplit(":", 1)[1]), host):
                 return False
             admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
             md = admin.list_topics(timeout=10)
@@ -262,6 +338,10 @@ class KafkaPart:
     def info(self) -> dict[str, object]:
         return {
             "bootstrap_servers": self.bootstrap_servers(),
+            # the password stays in kafka/sasl-credentials.json (KafkaPart.sasl_credentials())
+            "sasl_bootstrap_servers": self.sasl_bootstrap_servers() if self.sasl_listener_configured() else None,
+            "sasl_mechanism": SASL_MECHANISM,
+            "sasl_username": SASL_USERNAME,
             "kafka_home": str(self.libs),
             "kafka_version": self.version,
             "kafka_log": str(self.dir / "logs" / "server.log"),
@@ -283,6 +363,13 @@ class KafkaPart:
         """`kafka-consumer-groups.sh --bootstrap-server <ours> <args>`."""
         return self.run_cli_tool(CONSUMER_GROUPS_CLASS, ["--bootstrap-server", self.bootstrap_servers(), *args],
                                  timeout=timeout)
+
+
+def hash_password_tag(password: str) -> str:
+    """A short non-reversible tag of the password for the 'user created' marker."""
+    import hashlib
+
+    return hashlib.sha256(password.encode()).hexdigest()[:16]
 
 
 def run_cli_tool(libs: Path, log4j_config: Path | None, tool_class: str, args: Sequence[str],
