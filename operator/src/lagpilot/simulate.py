@@ -890,13 +890,14 @@ def _suite_line(row: dict[str, Any], markdown: bool) -> str:
     for name in ("lagpilot", "static", "keda", "keda_tuned"):
         m = row.get(name)
         cells.append("-" if m is None else f"{m['within_sla_fraction']:.4f} / {m['cost_minutes']:.0f}")
+    cells.append("yes" if row["lagpilot_ok"] else "no")
     if markdown:
         return "| " + " | ".join(cells) + " |"
     return f"{cells[0]:<18}" + "".join(f"{c:>22}" for c in cells[1:])
 
 
 def suite_header(markdown: bool) -> str:
-    cols = ["trace", "lagpilot", "static", "keda", "keda_tuned"]
+    cols = ["trace", "lagpilot", "static", "keda", "keda_tuned", ">=0.999 & cost<=keda"]
     if markdown:
         return "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
     return f"{cols[0]:<18}" + "".join(f"{c:>22}" for c in cols[1:])
