@@ -238,5 +238,6 @@ def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concu
         return
     assert need.tasks == sum(r.tasks for r in need.ranges) <= max_tasks - in_flight_tasks
     assert all(r.tasks >= 1 and r.records >= 1000 for r in need.ranges)
+    assert all(r.expected_s < r.group_would_need_s for r in need.ranges)  # every drained range is helped
     assert 0 not in need.partitions
     assert len(set(need.partitions)) == len(need.partitions)

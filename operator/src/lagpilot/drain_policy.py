@@ -316,12 +316,16 @@ def drain_need(
         if tasks <= 0:
             notes.append(f"partition {l.partition}: task budget exhausted")
             continue
-        chosen.append(DrainRange(
+        r = DrainRange(
             partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
             expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
             group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
             regrowing=l.partition in regrowing,
-        ))
+        )
+        if not r.expected_s < r.group_would_need_s:
+            notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
+            continue
+        chosen.append(r)
     if not chosen:
         return None
     chosen.sort(key=lambda r: r.partition)
