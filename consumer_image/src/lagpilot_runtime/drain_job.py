@@ -478,6 +478,10 @@ def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extr
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # spark-submit first runs a small launcher JVM to compute the driver's command line
     os.environ.setdefault("SPARK_LAUNCHER_OPTS", DEFAULT_DRIVER_JAVA_OPTIONS)
+    if "SPARK_HOME" not in os.environ:  # else spark-submit and spark-class each start a Python to find it
+        from pyspark.find_spark_home import _find_spark_home
+
+        os.environ["SPARK_HOME"] = _find_spark_home()
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
