@@ -108,14 +108,14 @@ def _openapi_paths(spec: dict[str, Any]) -> list[str]:
     return [e.split(":", 1)[0].lstrip(".") for e in validate(SCHEMA, {"spec": spec}, "")]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(valid_specs())
 def test_every_spec_the_crd_admits_the_parser_accepts(spec: dict[str, Any]) -> None:
     assert _openapi_paths(spec) == []  # the generator stays inside the schema
     parse_spec(spec)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(mutated_specs())
 def test_what_the_schema_rejects_the_parser_rejects_naming_the_field(case: tuple[dict[str, Any], str]) -> None:
     spec, _mutated = case

@@ -1,0 +1,154 @@
+"""SASL/SCRAM-SHA-512 for real (issue 14, item 4): the local broker's SASL_PLAINTEXT listener.
+
+Wrong credentials in the Secret → the operator's own observation is refused by the broker →
+`Degraded=True` with reason `AuthenticationFailed`; the password is in no status, event or operator
+log line. Right credentials → the consumer pods (env from the Secret by secretKeyRef only) consume
+the topic over SASL: the group's committed offsets reach the end of the topic, and the bootstrap
+list given to everyone is the SASL listener alone (its metadata advertises only itself).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
+    Operator,
+    apply_cr,
+    condition,
+    cr,
+    crd,
+    events_for,
+    get_cr,
+    produce,
+    start_operator,
+)
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sasl(kafka_part: Any) -> dict[str, str]:
+    """The SASL listener's address and the dev SCRAM user (created by `lagpilot dev up`)."""
+    assert kafka_part.sasl_listener_configured(), (
+        "the running dev Kafka has no SASL listener: it was started before the listener existed; "
+        "restart the kafka part once (lagpilot dev down --parts kafka && lagpilot dev up --parts kafka)")
+    kafka_part.ensure_scram_user()
+    return {"bootstrap": kafka_part.sasl_bootstrap_servers(), **kafka_part.sasl_credentials()}
+
+
+def _secret(name: str, username: str, password: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "data": {
+        "username": base64.b64encode(username.encode()).decode(),
+        "password": base64.b64encode(password.encode()).decode()}}
+
+
+def test_sasl_listener_accepts_the_scram_user_and_refuses_a_wrong_password(sasl: dict[str, str]) -> None:
+    """The fault is real: the broker itself checks SCRAM (positive and negative control)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    conf = {"bootstrap.servers": sasl["bootstrap"], "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": sasl["username"], "log_level": 0}
+    md = AdminClient({**conf, "sasl.password": sasl["password"]}).list_topics(timeout=30)
+    # the listener advertises itself: clients bootstrapped here stay on SASL
+    assert [f"{b.host}:{b.port}" for b in md.brokers.values()] == [sasl["bootstrap"]]
+    errors: list[str] = []
+    bad = AdminClient({**conf, "sasl.password": "not-" + sasl["password"],
+                       "error_cb": lambda e: errors.append(e.name())})
+    with pytest.raises(KafkaException):
+        bad.list_topics(timeout=8)
+    bad.poll(1)
+    assert "_AUTHENTICATION" in errors, errors
+
+
+def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
+        sasl: dict[str, str], crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
+        kafka_bootstrap: str, kafka_admin: Any, new_topic: Callable[..., str],
+        start_operator: Callable[[str], Operator]) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from kubernetes import client
+
+    core, apps = client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+    ns = namespace("sasl")
+    op = start_operator(ns)
+    topic = new_topic(partitions=2, prefix="sasl")
+    records = 300
+    produce(kafka_bootstrap, topic, records // 2, 2)
+    wrong_password = f"wrong-{uuid.uuid4().hex}"
+    core.create_namespaced_secret(ns, _secret("kafka-wrong", sasl["username"], wrong_password))
+    core.create_namespaced_secret(ns, _secret("kafka-right", sasl["username"], sasl["password"]))
+    kafka = {"bootstrapServers": sasl["bootstrap"], "securityProtocol": "SASL_PLAINTEXT",
+             "saslMechanism": "SCRAM-SHA-512"}
+    group_wrong, group_right = f"sasl-wrong-{uuid.uuid4().hex[:6]}", f"sasl-right-{uuid.uuid4().hex[:6]}"
+    apply_cr(crd, ns, cr("wrong", {
+        "kafka": {**kafka, "secretRef": {"name": "kafka-wrong"}}, "topic": topic, "groupId": group_wrong,
+        "processing": {"sink": "log"}, "drain": {"enabled": False},
+        "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+    apply_cr(crd, ns, cr("right", {
+        "kafka": {**kafka, "secretRef": {"name": "kafka-right"}}, "topic": topic, "groupId": group_right,
+        "processing": {"sink": "log"}, "drain": {"enabled": False}, "batch": {"maxRecords": 50, "timeoutMs": 200},
+        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+
+    # 1. wrong credentials: Degraded, reason naming authentication, a Warning event
+    def degraded(name: str) -> dict[str, Any] | None:
+        c = condition(get_cr(custom, ns, name), "Degraded")
+        return c if c and c["status"] == "True" else None
+
+    c = wait_until(lambda: degraded("wrong"), "wrong: Degraded", 180, interval=1)
+    print(f"wrong credentials: Degraded {c['reason']}: {c['message']}")
+    assert c["reason"] == "AuthenticationFailed", c
+    assert "credentials" in c["message"] and sasl["bootstrap"] in c["message"]
+    assert condition(get_cr(custom, ns, "wrong"), "Ready")["status"] == "False"
+    wait_until(lambda: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
+                           for e in events_for(core, ns, "wrong")), "an AuthenticationFailed event", 60, interval=1)
+
+    # 2. right credentials: the consumer pod consumes every record over SASL
+    dep = wait_until(lambda: apps.read_namespaced_deployment("right-consumer", ns), "the consumer Deployment", 90)
+    env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
+    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == sasl["bootstrap"]
+    assert env["LAGPILOT_SECURITY_PROTOCOL"].value == "SASL_PLAINTEXT"
+    assert env["LAGPILOT_SASL_MECHANISM"].value == "SCRAM-SHA-512"
+    for key, secret_key in (("LAGPILOT_SASL_USERNAME", "username"), ("LAGPILOT_SASL_PASSWORD", "password")):
+        assert env[key].value is None, key  # never a literal
+        ref = env[key].value_from.secret_key_ref
+        assert (ref.name, ref.key) == ("kafka-right", secret_key)
+
+    def committed() -> int:
+        req = ConsumerGroupTopicPartitions(group_right, [TopicPartition(topic, p) for p in (0, 1)])
+        res = kafka_admin.list_consumer_group_offsets([req])[group_right].result(timeout=30)
+        return sum(max(tp.offset, 0) for tp in res.topic_partitions)
+
+    wait_until(lambda: committed() == records, f"group {group_right} to commit all {records} records", 240,
+               interval=2)
+    wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
+               interval=1)
+    right = get_cr(custom, ns, "right")
+    assert condition(right, "Degraded")["status"] == "False", right["status"]["conditions"]
+    print("right credentials:", json.dumps({k: right["status"].get(k) for k in ("replicas", "totalLag")}))
+
+    # 3. fixing the wrong Secret heals the first group (Degraded False)
+    core.patch_namespaced_secret("kafka-wrong", ns, _secret("kafka-wrong", sasl["username"], sasl["password"]))
+    wait_until(lambda: (condition(get_cr(custom, ns, "wrong"), "Degraded") or {}).get("status") == "False",
+               "wrong: recovery once the Secret holds the right password", 180, interval=1)
+
+    # 4. no password anywhere: CR status, events, the operator's log, Deployment specs, pod logs
+    blob = json.dumps([get_cr(custom, ns, n) for n in ("wrong", "right")], default=str)
+    blob += json.dumps([(e.reason, e.message) for e in core.list_namespaced_event(ns).items])
+    blob += json.dumps([d.to_dict() for d in apps.list_namespaced_deployment(ns).items], default=str)
+    blob += op.tail(100000)
+    pods = core.list_namespaced_pod(ns).items
+    assert pods, "no consumer pod ran"
+    for pod in pods:
+        path = pod_runner.log_path(ns, pod.metadata.name)
+        if path.exists():
+            blob += path.read_text(errors="replace")
+    assert wrong_password not in blob
+    assert sasl["password"] not in blob
+    assert op.alive(), op.tail()
