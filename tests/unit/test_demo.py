@@ -341,14 +341,19 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     assert d["start_up_seconds"] == 7.0 and d["min_replicas_during_hand_off"] == 2
 
 
-def test_pod_starts() -> None:
-    seq = [(0, 1, 1), (5, 3, 1), (6, 3, 2), (9, 3, 3), (20, 2, 2), (30, 3, 2), (31, 2, 2)]
+def test_pod_starts_from_the_deployment_and_the_ledger() -> None:
+    seq = [(0, 1, 1), (5, 3, 1), (6, 3, 2), (9, 3, 3), (20, 2, 2), (30, 3, 2), (40, 3, 3)]
     samples = []
-    for t, r, ready in seq:
-        s = _s(t, {}, {}, replicas=r)
-        s.ready = ready
+    for t, pods, ready in seq:
+        s = _s(t, {}, {}, replicas=1)
+        s.pods, s.ready = pods, ready
         samples.append(s)
-    assert demo_measure.pod_starts(samples) == [4.0]  # the second scale-up was undone before it was ready
+    # without ledger rows: scale-up -> that many ready pods
+    assert demo_measure.pod_starts(samples) == [4.0, 10.0]
+    # with them: scale-up -> the new pods' first commits (the last of the new ones)
+    batches = [_b("pod-a/1/1", 0.5, 50), _b("pod-b/2/1", 7.0, 50), _b("pod-c/3/1", 8.5, 50), _b("pod-b/2/1", 9.0, 50),
+               _b("pod-d/4/1", 33.0, 50)]
+    assert demo_measure.pod_starts(samples, batches) == [3.5, 3.0]
 
 
 def test_trace_rows_cover_the_observation_at_one_second_and_parse_in_the_simulator(tmp_path) -> None:

@@ -126,3 +126,21 @@ def test_cli_from_demo_without_sim_params_is_an_error(tmp_path, capsys) -> None:
     summary.write_text(json.dumps({"profile": "old"}))
     assert sim.main(["--trace", str(trace), "--from-demo", str(summary)]) == 2
     assert "sim_params" in capsys.readouterr().err
+
+
+def test_latency_covers_every_record_even_when_the_observed_window_ends_first(tmp_path) -> None:
+    """The demo's latency counts every record (it waits for all); the simulator's result on a
+    window that ends while a backlog remains would leave the not-yet-late ones out. predict takes
+    the latency figures from the trace padded with quiet, the cost from the window as observed."""
+    rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 80)] + [(t, 0.0) for t in range(80, 100)]
+    trace = tmp_path / "trace.csv"
+    _trace_csv(trace, rows)
+    tr = sim.load_trace(str(trace))
+    params, _, _ = sc.params_from_summary(_summary())
+    short = sim.run_policy(tr, params, "static")
+    assert short.remaining > 0
+    got = sc.predict(tr, params, ("static",))["static"]
+    full = sim.run_policy(sc.padded(tr, 600), params, "static")
+    assert got.within_sla_fraction == full.within_sla_fraction < short.within_sla_fraction
+    assert got.replica_minutes == short.replica_minutes  # the cost over the observed window
+    assert sc.padded(tr, 5).times[-5:] == (100.0, 101.0, 102.0, 103.0, 104.0)

@@ -588,6 +588,7 @@ class Demo:
         with self._probe("Deployment"):
             dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.deployment, self.ns)
             s.ready = dep.status.ready_replicas or 0
+            s.pods = dep.spec.replicas
             if s.replicas is None:
                 s.replicas = dep.spec.replicas
         now = time.monotonic()

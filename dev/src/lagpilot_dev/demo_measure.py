@@ -136,26 +136,31 @@ def first_drained(batches: Iterable[Batch], after: float) -> float | None:
     return min(ts) if ts else None
 
 
-def pod_starts(samples: Sequence[Any]) -> list[float]:
-    """Seconds from each scale-up seen in the status (replicas n → m > n, n > 0) until the
-    Deployment reported m ready replicas."""
+def pod_starts(samples: Sequence[Any], batches: Sequence[Batch] = ()) -> list[float]:
+    """Seconds from each scale-up (the Deployment's ``spec.replicas`` n → m > n, n > 0; the status's
+    desired replicas when the Deployment was not read) until the new consumers commit: the m − n
+    consumer workers first seen in the ledger after it, the last of them; without ledger rows,
+    until the Deployment reported m ready pods."""
+    first_seen: dict[str, float] = {}
+    for b in sorted(batches, key=lambda b: b.t):
+        if b.source == "consumer":
+            first_seen.setdefault(b.worker.split("/")[0], b.t)  # per pod
     out = []
     prev = None
-    pending: list[tuple[float, int]] = []
-    for s in samples:
-        if s.replicas is not None and prev is not None and s.replicas > prev and prev > 0:
-            pending.append((s.t, s.replicas))
-        if s.replicas is not None:
-            prev = s.replicas
-        still = []
-        for t0, want in pending:
-            if s.ready is not None and s.ready >= want:
-                out.append(round(s.t - t0, 1))
-            elif s.replicas is not None and s.replicas < want:
-                continue  # scaled down again before it was ready
+    for i, s in enumerate(samples):
+        cur = s.pods if s.pods is not None else s.desired
+        if cur is None:
+            continue
+        if prev is not None and cur > prev > 0:
+            new = sorted(t for t in first_seen.values() if t >= s.t - 1.0)[:cur - prev]
+            if first_seen and len(new) == cur - prev:
+                out.append(round(max(0.0, new[-1] - s.t), 1))
             else:
-                still.append((t0, want))
-        pending = still
+                for later in samples[i:]:
+                    if later.ready is not None and later.ready >= cur:
+                        out.append(round(later.t - s.t, 1))
+                        break
+        prev = cur
     return out
 
 

@@ -36,6 +36,7 @@ class Sample:
     replicas: int | None = None
     desired: int | None = None
     ready: int | None = None  # the Deployment's ready replicas
+    pods: int | None = None  # the Deployment's spec.replicas: pods that exist (starting ones included)
     capacity: float | None = None
     observed_rate: float | None = None
     projected_s: float | None = None
@@ -316,7 +317,7 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
     events = scale_events(replay)
     cons_cap = demo_measure.capacity(batches, "consumer", batch_max_records)
     task_cap = demo_measure.capacity(batches, "drain", batch_max_records)
-    pods = demo_measure.pod_starts(replay)
+    pods = demo_measure.pod_starts(replay, batches)
     sp = spec or {}
     params = demo_measure.sim_params(
         partitions=partitions, sla_s=sla_s, consumer_capacity=cons_cap, drain_task_capacity=task_cap,
@@ -354,7 +355,9 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "scale_ups": sum(1 for e in events if e["to"] > e["from"] and e["cause"] == "scaling"),
         "scale_downs": sum(1 for e in events if e["to"] < e["from"] and e["cause"] == "scaling"),
         "scale_events": events,
-        "replica_minutes": round(integrate_minutes(replay, lambda s: s.replicas), 2),
+        # pods that exist (the Deployment's spec.replicas, as the simulator counts them); the status's
+        # replicas when the Deployment could not be read
+        "replica_minutes": round(integrate_minutes(replay, lambda s: s.pods if s.pods is not None else s.replicas), 2),
         "drain_task_minutes": round(integrate_minutes(replay, lambda s: s.drain_tasks), 2),
         "observed_seconds": round(replay[-1].t, 1) if replay else 0.0,
         "drains": drains,

@@ -161,9 +161,38 @@ def agrees(rows: Sequence[Mapping[str, Any]]) -> bool | None:
     return all(judged) if judged else None
 
 
+def padded(trace: sim.Trace, seconds: float) -> sim.Trace:
+    """The trace followed by ``seconds`` of no traffic (rows of 0 at the trace's own step)."""
+    if not trace.times:
+        return trace
+    step = trace.end_s - trace.times[-1]
+    n = max(0, int(math.ceil(seconds / step)))
+    return sim.Trace(trace.times + tuple(trace.end_s + i * step for i in range(n)), trace.rates + (0.0,) * n,
+                     trace.weights + (None,) * n)
+
+
+LATENCY_KEYS = ("within_sla_fraction", "p99_latency_s", "max_latency_s")
+
+
 def predict(trace: sim.Trace, params: sim.SimParams, policies: Sequence[str]) -> dict[str, Any]:
-    """Each policy's result on the trace (``PolicyResult`` objects)."""
-    return {p: sim.run_policy(trace, params, p) for p in policies}
+    """Each policy's result on the trace (``PolicyResult`` objects).
+
+    The demo waits until every record is processed, so its latency figures cover every record; the
+    simulator's count only records processed by the end of the trace (plus those already older than
+    the SLA). So each policy runs twice: on the trace as observed (cost: replica- and
+    drain-task-minutes over the same window as the demo's) and on the trace followed by 10 x SLA of
+    no traffic (latency: every record processed); a result takes its latency figures from the second.
+    """
+    out = {}
+    longer = padded(trace, 10 * params.sla_s)
+    for p in policies:
+        res = sim.run_policy(trace, params, p)
+        if res.remaining > 0:
+            full = sim.run_policy(longer, params, p)
+            res = dataclasses.replace(res, **{k: getattr(full, k) for k in LATENCY_KEYS},
+                                      extra={**res.extra, "latency_from_padded_trace_s": longer.end_s})
+        out[p] = res
+    return out
 
 
 def baselines(trace: sim.Trace, summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
