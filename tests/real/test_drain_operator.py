@@ -11,10 +11,13 @@ counted. The built-in postgres sink (primary key topic/partition/offset) would h
 distinct set, which is what "exactly once in PostgreSQL" means under at-least-once delivery; only
 the fault variants that SIGKILL a processing process may show replays of its last uncommitted batch.
 
-Variants: the happy path; the operator killed at each hand-off step (after the plan write, after
-quiesce, after the offset alter, after the Job launch — each before its status write); the drain
-driver SIGKILLed mid-way (retried by the operator on the same ranges); a consumer SIGKILLed during
-the hand-off; a hot partition drained alone.
+Variants: the happy path (the mailbox hand-off: path ConsumerAck, the group never stopped; the
+pause each live partition saw is printed from the ledger); the operator killed at each hand-off step
+(after the plan write, after publishing the split, after seeing the acks (seal), after the Job
+launch — each before its status write); the drain driver SIGKILLed mid-way (retried by the operator
+on the same ranges); a consumer SIGKILLed between its ack and its split commit (test-only crash
+point in the consumer, proven fired); a hot partition drained alone. More hand-off faults:
+tests/real/test_handoff_live.py.
 """
 from __future__ import annotations
 
@@ -151,7 +154,8 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
     made: list[Scenario] = []
 
     def make(backlog: dict[int, int], crash_at: str = "", live_per_s: int = 5, sla_s: int = 60,
-             live: dict[int, int] | None = None) -> Scenario:
+             live: dict[int, int] | None = None, consumer_env: dict[str, str] | None = None,
+             operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS) -> Scenario:
         ns = namespace("drain")
         rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules()})
         rbac.create_namespaced_role_binding(ns, {
@@ -168,6 +172,7 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             crash_dir = tmp_path / f"crash-{ns}"
             crash_dir.mkdir()
             extra.update({"LAGPILOT_TEST_CRASH_AT": crash_at, "LAGPILOT_TEST_CRASH_DIR": str(crash_dir)})
+        extra.update(operator_env or {})
         op = Operator(crd.kubeconfig_for_service_account(ns, SA_NAME), ns, tmp_path / f"operator-{ns}.log", extra)
         s = Scenario(ns, "orders", topic, "g-" + uuid.uuid4().hex[:6], table, op, custom, core)
         produce(kafka_bootstrap, topic, backlog, s.produced)
@@ -176,13 +181,14 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             "topic": topic, "groupId": s.group,
             "batch": {"maxRecords": BATCH, "timeoutMs": 500},
             "processing": {"handler": "tests.real.drain_handlers:ledger",
-                           "config": {"table": table, "cost_ms": str(COST_MS)}},
+                           "config": {"table": table, "cost_ms": str(cost_ms)}},
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,
-            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
+            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
             "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
-                                 {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
+                                 {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                                 *({"name": k, "value": v} for k, v in (consumer_env or {}).items())]},
         }))
 
         rates = live if live is not None else {p: live_per_s for p in range(PARTS)}
@@ -229,6 +235,27 @@ def wait_phase(s: Scenario, phases: tuple[str, ...], timeout: float, on_poll: Ca
     raise AssertionError(f"drain never reached {phases}; last {json.dumps(last)[:1500]}\n{s.op.tail()}")
 
 
+def live_pause(s: Scenario, postgres_dsn: str, d: dict[str, Any]) -> float | None:
+    """The longest gap between consecutive live-group batches (ledger rows of source consumer, by
+    handler start time) of any partition, over the last hand-off (plannedAt .. handedOffAt + 5 s).
+    With a 1 s handler per batch the normal gap is ~1 s; the hand-off adds its own pause."""
+    import psycopg
+
+    t0, t1 = d.get("plannedAt"), d.get("handedOffAt")
+    if t0 is None or t1 is None:
+        return None
+    worst = 0.0
+    with psycopg.connect(postgres_dsn) as conn:
+        for p in range(PARTS):
+            ats = [float(r[0]) for r in conn.execute(
+                f"SELECT DISTINCT at FROM {s.table} WHERE source = 'consumer' AND partition = %s AND at BETWEEN %s AND %s ORDER BY at",
+                (p, t0 - 10, t1 + 15)).fetchall()]
+            gaps = [b - a for a, b in zip(ats, ats[1:]) if b >= t0 and a <= t1 + 5]
+            if gaps:
+                worst = max(worst, max(gaps))
+    return round(worst, 3)
+
+
 def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0) -> dict[str, Any]:
     """Stop live traffic, let the group catch up, then the exact-once check. Returns the drain status."""
     import psycopg
@@ -272,7 +299,8 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
     cond = condition(get_cr(s.custom, s.ns, s.name), "Draining")
     assert cond is not None and cond["status"] == "False" and cond["reason"] == "DrainVerified"
     print(f"exact-once: {total} produced, {len(rows)} rows ({dups} replayed), drain {len(drained)} "
-          f"in {len(d['subRanges'])} sub-ranges, pause {d.get('pauseSeconds')}s, ranges {d['ranges']}")
+          f"in {len(d['subRanges'])} sub-ranges, path {d.get('handOffPath')}, group pause {d.get('pauseSeconds')}s, "
+          f"longest live-partition batch gap over the hand-off {live_pause(s, postgres_dsn, d)}s, ranges {d['ranges']}")
     return d
 
 
@@ -282,7 +310,8 @@ def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Call
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert sorted(r["partition"] for r in d["ranges"]) == [0, 1, 2]
     assert len(d["subRanges"]) > PARTS and d["attempt"] == 1
-    assert d["pauseSeconds"] is not None and d["pauseSeconds"] > 0
+    # the mailbox hand-off: the owners acked and moved themselves, the group was never scaled down
+    assert d["handOffPath"] == "ConsumerAck" and d["pauseSeconds"] == 0.0 and d.get("quiescedAt") is None, d
     reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
     for r in ("DrainPlanned", "DrainHandedOff", "DrainStarted", "DrainFinished"):
         assert r in reasons, reasons
@@ -291,7 +320,8 @@ def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Call
 
 def test_operator_killed_at_each_hand_off_step(scenario: Callable[..., Scenario], kafka_admin: Any,
                                                postgres_dsn: str) -> None:
-    points = "WriteStatus:status,Quiesce:effect,AlterOffsets:effect,Launch:effect"
+    # after the plan write, after publishing the split, after seeing the acks (seal), after the launch
+    points = "WriteStatus:status,Publish:effect,Seal:effect,Launch:effect"
     s = scenario({p: 15000 for p in range(PARTS)}, crash_at=points)
     finish_and_check(s, kafka_admin, postgres_dsn)
     fired = sorted(os.listdir(s.op.env["LAGPILOT_TEST_CRASH_DIR"]))
@@ -322,23 +352,25 @@ def test_drain_driver_killed_midway_is_retried(scenario: Callable[..., Scenario]
     assert "DrainAttemptFailed" in reasons, reasons
 
 
-def test_consumer_killed_during_the_hand_off(scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any,
-                                             postgres_dsn: str) -> None:
-    s = scenario({p: 15000 for p in range(PARTS)})
-    killed: list[str] = []
-
-    def kill_a_consumer(d: dict[str, Any]) -> None:
-        if killed or d.get("phase") != "Planned":
-            return
-        for name, pid in pod_runner.running_pids(s.ns).items():
-            if "consumer" in name:
-                os.killpg(pid, signal.SIGKILL)
-                killed.append(name)
-                return
-
-    wait_phase(s, ("HandedOff", "Running", "Verified"), 600, on_poll=kill_a_consumer, interval=0.2)
-    print("killed during the hand-off:", killed)
-    finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=1)
+def test_consumer_killed_between_its_ack_and_its_split_commit(scenario: Callable[..., Scenario], tmp_path: Path,
+                                                              kafka_admin: Any, postgres_dsn: str) -> None:
+    """A consumer SIGKILLed (test-only crash point) right after writing its ack, before committing
+    split: its restarted pod (same static member) finds the ack with its committed offset equal to
+    the ack's start and completes the move. The operator's ack timeout is long, so the quiesce
+    fallback cannot take over: the path is still ConsumerAck."""
+    crash_dir = tmp_path / "consumer-crash"
+    crash_dir.mkdir()
+    s = scenario({p: 15000 for p in range(PARTS)},
+                 consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_ack", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)},
+                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"})
+    d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
+    marker = crash_dir / "handoff-after_ack"
+    assert marker.exists(), "the consumer's crash point never fired"
+    pid = int(marker.read_text().split()[0])
+    assert not Path(f"/proc/{pid}").exists(), f"consumer pid {pid} still alive"
+    print(f"consumer pid {pid} died after its ack; drain {d.get('phase')} via {d.get('handOffPath')}")
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=1)
+    assert d["handOffPath"] == "ConsumerAck", d
 
 
 def test_hot_partition_is_drained_alone(scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:

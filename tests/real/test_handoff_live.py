@@ -1,0 +1,123 @@
+"""The mailbox hand-off under faults on the real stack (operator subprocess + kube-apiserver +
+controller-manager + pod runner + Kafka + Spark + PostgreSQL), with the ledger handler of
+tests/real/test_drain_operator.py (one row per delivery, no key): every offset processed, none
+lost, duplicates at most one in-flight batch per killed consumer.
+
+- a consumer SIGKILLed between its split commit and its seek (test-only crash point, proven fired),
+  in the same run as a drain planned while another partition is mid-rebalance (its owner SIGKILLed
+  just before the drain is enabled: the partition has no live owner when the split is published; the
+  restarted member finds the request in on_assign);
+- a scale-down and scale-up of the Deployment while the hand-off is published (Planned): the
+  scaler stays free on the ConsumerAck path, partitions move with their offsets and mailbox entries.
+
+The operator's ack timeout is raised so the quiesce fallback cannot take over (path ConsumerAck).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+NO_FALLBACK = {"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"}
+
+
+def consumer_pids(pod_runner: Any, s: Scenario) -> dict[str, int]:
+    return {n: pid for n, pid in pod_runner.running_pids(s.ns).items() if "drain" not in n}
+
+
+def wait_group_running(s: Scenario, pod_runner: Any, postgres_dsn: str, replicas: int = PARTS) -> None:
+    import psycopg
+
+    def ready() -> bool:
+        s.op.ensure()
+        if len(consumer_pids(pod_runner, s)) < replicas:
+            return False
+        with psycopg.connect(postgres_dsn) as conn:
+            parts = conn.execute(f"SELECT count(DISTINCT partition) FROM {s.table} WHERE source = 'consumer'").fetchone()[0]
+        return int(parts) == PARTS
+
+    wait_until(ready, "the live group processing every partition", 300, interval=1)
+
+
+def enable_drain(s: Scenario) -> None:
+    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
+                                            {"spec": {"drain": {"enabled": True}}})
+
+
+def handoff_log_lines(pod_runner: Any, s: Scenario) -> list[str]:
+    logs = Path(pod_runner.workdir) / "logs"
+    out = []
+    for f in logs.glob(f"*{s.ns}*"):
+        out += [ln for ln in f.read_text(errors="replace").splitlines() if "handoff_ack" in ln]
+    return out
+
+
+def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance(
+        scenario: Callable[..., Scenario], pod_runner: Any, tmp_path: Path, kafka_admin: Any, postgres_dsn: str) -> None:
+    crash_dir = tmp_path / "consumer-crash"
+    crash_dir.mkdir()
+    s = scenario({p: 8000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK,
+                 consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_commit", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)})
+    wait_group_running(s, pod_runner, postgres_dsn)
+    # mid-rebalance: one member gone (SIGKILL, restarted by the pod runner after its back-off)
+    victim, vpid = sorted(consumer_pids(pod_runner, s).items())[0]
+    os.killpg(vpid, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{vpid}").exists(), "the killed consumer gone", 30, interval=0.1)
+    killed_at = time.time()
+    enable_drain(s)
+    d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.2)
+    assert d["plannedAt"] >= killed_at - 1, "the drain was planned before the rebalance started"
+    restarted = pod_runner.pid_of(s.ns, victim)
+    print(f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {d['plannedAt']:.1f}; "
+          f"victim running again: {restarted is not None and restarted != vpid}")
+    d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
+    marker = crash_dir / "handoff-after_commit"
+    assert marker.exists(), "the consumer's crash point (after its split commit, before its seek) never fired"
+    cpid = int(marker.read_text().split()[0])
+    assert not Path(f"/proc/{cpid}").exists(), f"consumer pid {cpid} still alive"
+    print(f"consumer pid {cpid} died between its split commit and its seek")
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
+    assert d["handOffPath"] == "ConsumerAck" and d.get("quiescedAt") is None, d
+    acks = handoff_log_lines(pod_runner, s)
+    print(f"{len(acks)} handoff_ack log lines, e.g. {acks[:1]}")
+    assert acks, "no consumer logged a hand-off"
+
+
+def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario], pod_runner: Any, kube_api: Any,
+                                               kafka_admin: Any, postgres_dsn: str) -> None:
+    from kubernetes import client
+
+    from lagpilot.deployment import deployment_name
+
+    apps = client.AppsV1Api(kube_api)
+    # a slower handler (3 s per batch of 100): owners ack at their next batch boundary, so the
+    # hand-off stays published for a few seconds while the group rebalances
+    s = scenario({p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000)
+    wait_group_running(s, pod_runner, postgres_dsn)
+    before = consumer_pids(pod_runner, s)
+    enable_drain(s)
+    d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.1)
+    phase_at_scale = d.get("phase")
+    scaled_at = time.time()
+    dep = deployment_name(s.name)
+    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 1}})  # down: two members leave
+    wait_until(lambda: sum(1 for pid in before.values() if Path(f"/proc/{pid}").exists()) <= 1,
+               "two consumers stopped", 60, interval=0.2)
+    down_done = time.time()
+    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 3}})  # up again (the scaler would too)
+    d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
+    print(f"scale-down requested at phase {phase_at_scale} ({scaled_at:.1f}), members gone at {down_done:.1f}, "
+          f"published {d.get('publishedAt')}, handed off {d.get('handedOffAt')}")
+    assert phase_at_scale == "Planned", "the hand-off was over before the scale event"
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
+    assert d["handOffPath"] == "ConsumerAck", d
