@@ -67,19 +67,28 @@ def test_generated_valid_specs_are_admitted_and_parsed(custom, ns, spec):  # noq
     assert _parser_paths(stored["spec"]) is None, (_parser_paths(stored["spec"]), stored["spec"])
 
 
-@settings(max_examples=100, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture])
-@given(any_specs())
-def test_api_server_and_parser_agree(custom, ns, spec):  # noqa: F811
-    stored, err = dry_run_create(custom, ns, spec)
-    if stored is not None:
-        paths = _parser_paths(stored["spec"])
-        assert paths is None, f"admitted by the API server, rejected by the parser at {paths}: {stored['spec']}"
-        return
-    paths = _parser_paths(spec)
-    assert paths is not None, f"rejected by the API server, accepted by the parser: {err}\n{spec}"
-    assert any(p in err for p in paths), f"no common field: parser {paths}, API server: {err}"
+def test_api_server_and_parser_agree(custom, ns):  # noqa: F811
+    verdicts = {"admitted": 0, "rejected": 0}
+
+    @settings(max_examples=100, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(any_specs())
+    def agree(spec: dict[str, Any]) -> None:
+        stored, err = dry_run_create(custom, ns, spec)
+        if stored is not None:
+            verdicts["admitted"] += 1
+            paths = _parser_paths(stored["spec"])
+            assert paths is None, f"admitted by the API server, rejected by the parser at {paths}: {stored['spec']}"
+            return
+        verdicts["rejected"] += 1
+        paths = _parser_paths(spec)
+        assert paths is not None, f"rejected by the API server, accepted by the parser: {err}\n{spec}"
+        assert any(p in err for p in paths), f"no common field: parser {paths}, API server: {err}"
+
+    agree()
+    print("API server verdicts:", verdicts)
+    # the property saw both outcomes (a run where everything passed or failed would prove little)
+    assert verdicts["admitted"] >= 10 and verdicts["rejected"] >= 10, verdicts
 
 
 @pytest.mark.parametrize("spec", [
