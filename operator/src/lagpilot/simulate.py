@@ -418,8 +418,11 @@ class _World:
         self.drains += 1
         prev_id = max([d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0])
         ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        # a group another quiesce emptied gets back what that drain will restore
+        restore = max([len(self.pods)] + [d.status.restore_replicas for d in self.sim_drains
+                                          if d.status.handed_off_at is None and d.status.quiesced_at is not None])
         st = handoff.DrainStatus(id=prev_id + 1, phase=handoff.Phase.PLANNED, reason=need.reason, ranges=ranges,
-                                 restore_replicas=len(self.pods), planned_at=t)
+                                 restore_replicas=restore, planned_at=t)
         if self.p.handoff_quiesce:
             st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
