@@ -164,6 +164,19 @@ def pod_starts(samples: Sequence[Any], batches: Sequence[Batch] = ()) -> list[fl
     return out
 
 
+def pod_changes(samples: Sequence[Any], t0: float, t1: float) -> list[list[float]]:
+    """``[t, from, to]`` for each change of the Deployment's pods (spec.replicas) within [t0, t1]."""
+    out = []
+    prev = None
+    for s in samples:
+        if s.pods is None:
+            continue
+        if prev is not None and s.pods != prev and t0 <= s.t <= t1:
+            out.append([round(s.t, 1), prev, s.pods])
+        prev = s.pods
+    return out
+
+
 def min_replicas_during(samples: Sequence[Any], window: tuple[float, float]) -> int | None:
     """The fewest replicas (status) and ready pods (Deployment) seen inside the window."""
     vals = [min(v for v in (s.replicas, s.ready) if v is not None) for s in samples
@@ -189,6 +202,9 @@ def drain_measurements(drains: Sequence[dict[str, Any]], batches: Sequence[Batch
         d["hand_off_window"] = [round(w[0], 1), round(w[1], 1)]
         d.update(hand_off_pause(times, w))
         d["min_replicas_during_hand_off"] = min_replicas_during(samples, w)
+        # a scale event just before or inside the window: its rebalance also stalls partitions, so a
+        # long gap there is not the hand-off's alone
+        d["pod_changes_near_hand_off"] = pod_changes(samples, w[0] - 10.0, w[1])
         first = first_drained(batches, w[0])
         d["start_up_seconds"] = None if first is None else round(first - w[0], 1)
 

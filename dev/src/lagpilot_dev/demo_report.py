@@ -435,6 +435,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             pause += f", hand-off {d['hand_off_path']}"
         if d.get("min_replicas_during_hand_off") is not None:
             pause += f", min replicas {d['min_replicas_during_hand_off']}"
+        if d.get("pod_changes_near_hand_off"):
+            pause += " (pods " + ", ".join(f"{int(a)}→{int(b)} at {t:.0f} s" for t, a, b in d["pod_changes_near_hand_off"]) + ")"
         if d.get("start_up_seconds") is not None:
             pause += f", first drained record {d['start_up_seconds']:.0f} s after the plan"
         lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"
