@@ -259,3 +259,16 @@ def test_cli_generate_and_suite(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["--suite", "--suite-kinds", "step", "--suite-seeds", "0,1", "--markdown"]) == 0
     text = capsys.readouterr().out
     assert "| step s0 |" in text and "| step s1 |" in text and "2/2 traces" in text
+
+
+@pytest.mark.parametrize("extra", [{}, {"handoff_quiesce": True}, {"concurrent_drains": 3},
+                                   {"concurrent_drains": 3, "handoff_quiesce": True, "drain_start_s": 90}],
+                         ids=["ack", "quiesce", "follow-ups", "follow-ups-quiesce-slow"])
+def test_conservation_through_hand_offs(extra: dict) -> None:  # type: ignore[type-arg]
+    """A flash spike at 2x the group on every partition: every record is processed once or still waits."""
+    tr = trace_of([(60 * m, 900.0 if 10 <= m < 22 else 40.0, "") for m in range(60)])
+    params = SimParams(partitions=3, capacity=150, sla_s=300, min_backlog_records=1000, **extra)
+    r = run_policy(tr, params, "lagpilot")
+    assert r.drains >= 2
+    assert r.produced == pytest.approx(r.processed + r.remaining, rel=1e-9, abs=1e-6)
+    assert r.remaining == pytest.approx(0.0, abs=1e-6)  # the quiet hour clears everything
