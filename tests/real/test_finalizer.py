@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, events_for, get_cr, rbac_rules
+from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401  (crd: fixture)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -155,7 +155,7 @@ def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str]
             "catchUpSLASeconds": 60,
             "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
             "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
-                                 {"name": "LAGPILOT_LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
+                                 {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
         }
         c = Case(ns, "orders", topic, spec["groupId"], table, spec, op, custom, core)
         produce(kafka_bootstrap, topic, {p: backlog for p in range(PARTS)}, c.produced)

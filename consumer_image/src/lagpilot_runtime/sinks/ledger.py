@@ -13,7 +13,8 @@ the batch's write (seconds, float).
 
 Selecting it: ``LAGPILOT_SINK=ledger`` (runtime), or in a CR ``processing.handler:
 lagpilot_runtime.sinks.ledger:process``. Settings: the DSN from ``LAGPILOT_LEDGER_DSN``, else
-``LEDGER_DSN``, else ``LAGPILOT_POSTGRES_DSN`` (environment only: a secret); the table from
+``LEDGER_DSN`` (the one a CR can set: ``template.env`` names ``LAGPILOT_*`` are reserved; use a
+``secretKeyRef``), else ``LAGPILOT_POSTGRES_DSN`` (environment only: a secret); the table from
 ``ctx.config['ledger.table']`` (or ``table``), else ``LAGPILOT_LEDGER_TABLE``, else
 ``lagpilot_ledger``; ``ctx.config['ledger.cost_ms']`` (or ``cost_ms``) pads each call to that many
 milliseconds (a fixed-latency sink for tests and benches). The table is created if missing.
@@ -72,7 +73,7 @@ class LedgerSettings:
         c = config or {}
         dsn = e.get("LAGPILOT_LEDGER_DSN") or e.get("LEDGER_DSN") or e.get("LAGPILOT_POSTGRES_DSN") or ""
         if not dsn:
-            raise ValueError("the ledger sink needs LAGPILOT_LEDGER_DSN (or LAGPILOT_POSTGRES_DSN)")
+            raise ValueError("the ledger sink needs LAGPILOT_LEDGER_DSN, LEDGER_DSN or LAGPILOT_POSTGRES_DSN")
         table = c.get("ledger.table") or c.get("table") or e.get("LAGPILOT_LEDGER_TABLE") or DEFAULT_TABLE
         cost = c.get("ledger.cost_ms") or c.get("cost_ms") or "0"
         return cls(dsn=dsn, table=_check_identifier(table), cost_ms=float(cost))
