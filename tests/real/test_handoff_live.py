@@ -25,6 +25,7 @@ import pytest
 
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
+from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -85,7 +86,9 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     assert marker.exists(), "the consumer's crash point (after its split commit, before its seek) never fired"
     cpid = int(marker.read_text().split()[0])
     assert not Path(f"/proc/{cpid}").exists(), f"consumer pid {cpid} still alive"
-    print(f"consumer pid {cpid} died between its split commit and its seek")
+    crashed_pod = (marker.read_text().split() + [""])[2]
+    print(f"consumer pid {cpid} ({crashed_pod}) died between its split commit and its seek; "
+          f"the SIGKILLed member was {victim}")
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck" and d.get("quiescedAt") is None, d
     acks = handoff_log_lines(pod_runner, s)
@@ -105,19 +108,29 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
     s = scenario({p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000)
     wait_group_running(s, pod_runner, postgres_dsn)
     before = consumer_pids(pod_runner, s)
+    dep = deployment_name(s.name)
+    # scale down (two members finish their 3 s batch and leave: a rebalance) and enable the drain
+    # at once, so the split is published while the group rebalances; scale up again as soon as the
+    # hand-off is seen published (new members join while it resolves)
+    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 1}})
+    down_at = time.time()
     enable_drain(s)
     d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.1)
-    phase_at_scale = d.get("phase")
-    scaled_at = time.time()
-    dep = deployment_name(s.name)
-    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 1}})  # down: two members leave
-    wait_until(lambda: sum(1 for pid in before.values() if Path(f"/proc/{pid}").exists()) <= 1,
-               "two consumers stopped", 60, interval=0.2)
-    down_done = time.time()
-    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 3}})  # up again (the scaler would too)
+    phase_at_up = d.get("phase")
+    apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 3}})
+    up_at = time.time()
+    gone: dict[str, float] = {}
+
+    def members_left() -> bool:
+        for name, pid in before.items():
+            if name not in gone and not Path(f"/proc/{pid}").exists():
+                gone[name] = time.time()
+        return len(gone) >= 2
+
+    wait_until(members_left, "two consumers stopped by the scale-down", 60, interval=0.1)
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
-    print(f"scale-down requested at phase {phase_at_scale} ({scaled_at:.1f}), members gone at {down_done:.1f}, "
-          f"published {d.get('publishedAt')}, handed off {d.get('handedOffAt')}")
-    assert phase_at_scale == "Planned", "the hand-off was over before the scale event"
+    print(f"scale-down at {down_at:.1f}, published {d.get('publishedAt'):.1f}, scale-up at {up_at:.1f} (phase then "
+          f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {d.get('handedOffAt'):.1f}")
+    assert down_at < d["handedOffAt"], "the scale-down came after the hand-off"
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck", d

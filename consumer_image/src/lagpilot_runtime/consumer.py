@@ -125,7 +125,7 @@ def _test_crash_point(point: str) -> None:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # once across all consumer processes
     except FileExistsError:
         return
-    os.write(fd, f"{os.getpid()} {time.time()}".encode())
+    os.write(fd, f"{os.getpid()} {time.time()} {os.environ.get('HOSTNAME', '')}".encode())  # pid, when, pod
     os.close(fd)
     log.warning("fault injection: exiting", extra=_fields(event="test_crash", point=point))
     os._exit(137)
