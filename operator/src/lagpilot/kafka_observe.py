@@ -2,11 +2,18 @@
 
 One `AdminClient` per Kafka cluster and security configuration is shared by every CR that uses it
 (`AdminPool`), not one per CR per cycle: a cluster with 50 groups sees one connection set. Each
-observation is four batched requests issued together and awaited together:
+observation reads:
 
-1. DescribeTopics for the topic (partition count; never auto-creates a topic, unlike Metadata);
-2. ListOffsets earliest for all partitions;  3. ListOffsets latest (read_committed: the LSO);
-4. OffsetFetch for the group, which also returns each commit's metadata string — the runtime's
+1. OffsetFetch for the group (below), first: the end offsets are then read after the commits;
+2. DescribeTopics (partition count; never auto-creates a topic, unlike Metadata), 3. ListOffsets
+   earliest and 4. ListOffsets latest (read_committed: the LSO) come from the cluster's shared
+   `WatermarkBatcher`: every CR cycle arriving within LAGPILOT_KAFKA_BATCH_WINDOW_SECONDS (0.3 s)
+   of the first shares one DescribeTopics and one ListOffsets earliest + latest for all their
+   topics, so these do not grow with the number of CRs on a cluster. Every request is counted
+   (`set_request_counter` → `lagpilot_kafka_requests_total{kind}`).
+   The OffsetFetch (one per CR cycle: librdkafka lets a consumer fetch only its own group's
+   commits, and its admin OffsetFetch takes one group per call and crashes, below) also returns
+   each commit's metadata string — the runtime's
    capacity report `lp1;cap=<records/s>;ts=<ms>` (docs/CONTRACTS.md), so capacity costs nothing.
    OffsetFetch goes through a per-group Consumer (`Consumer.committed`), never through
    `AdminClient.list_consumer_group_offsets`: librdkafka (2.16.0, and still on its master in 2026-07)
@@ -72,6 +79,35 @@ _KAFKA_LOG = logging.getLogger("lagpilot.kafka")
 _KAFKA_LOG.addFilter(_RepeatFilter())
 
 CAPACITY_PREFIX = "lp1;"
+
+# Kafka requests the operator issues, by kind (`describe_topics`, `list_offsets`, `offset_fetch`,
+# `admin_other`): `lagpilot.run` points this at the `lagpilot_kafka_requests_total` counter.
+RequestCounter = Callable[[str, int], None]
+_request_counter: RequestCounter | None = None
+
+
+def set_request_counter(counter: RequestCounter | None) -> None:
+    global _request_counter
+    _request_counter = counter
+
+
+def _count(kind: str, n: int = 1) -> None:
+    c = _request_counter
+    if c is not None and n > 0:
+        try:
+            c(kind, n)
+        except Exception:  # noqa: BLE001 - counting must never fail a cycle
+            pass
+
+
+def default_batch_window_s() -> float:
+    """LAGPILOT_KAFKA_BATCH_WINDOW_SECONDS (default 0.3): how long the first cycle of a batch waits
+    for the other CRs' cycles on the same cluster before the shared watermark requests go out."""
+    import os
+    try:
+        return max(0.0, min(5.0, float(os.environ.get("LAGPILOT_KAFKA_BATCH_WINDOW_SECONDS") or 0.3)))
+    except ValueError:
+        return 0.3
 
 
 class ObserveError(Exception):
@@ -219,6 +255,127 @@ class _GroupReader:
         self.last_used = time.monotonic()
 
 
+@dataclasses.dataclass(frozen=True)
+class TopicWatermarks:
+    """One topic's partitions with their log start and end (LSO) offsets, from one shared batch."""
+
+    partitions: tuple[int, ...]
+    earliest: Mapping[int, int]
+    latest: Mapping[int, int]
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.topics: set[str] = set()
+        self.results: dict[str, TopicWatermarks | BaseException] = {}
+        self.done = threading.Event()
+
+
+class WatermarkBatcher:
+    """Per cluster: the watermark reads of every cycle that arrives within `window_s` of the first
+    one share ONE DescribeTopics (all their topics) and ONE ListOffsets earliest + ONE ListOffsets
+    latest (all partitions of all those topics). The first caller of a batch leads: it waits the
+    window, closes the batch, issues the three requests and hands each topic its answer (or its own
+    error: a missing topic fails only the cycles observing it). The others wait for that, bounded
+    by their own timeout. Kafka round trips per batch: 3, whatever the number of CRs (librdkafka
+    sends a ListOffsets per partition-leader broker: 1 on a one-broker cluster).
+
+    `call(timeout_s, fn)` runs `fn(admin_client)` under the handle lock (`AdminHandle.call`).
+    """
+
+    def __init__(self, call: Callable[[float, Callable[[Any], Any]], Any], window_s: float = 0.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._call = call
+        self.window_s = window_s
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None
+        self.batches = 0  # batches issued (for tests and the bench)
+
+    def get(self, topic: str, timeout_s: float) -> TopicWatermarks:
+        """The topic's watermarks from the current (or next) batch; raises its error, or
+        TimeoutError within about `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            batch = self._open
+            lead = batch is None
+            if batch is None:
+                batch = self._open = _Batch()
+            batch.topics.add(topic)
+        if lead:
+            try:
+                self._sleep(min(self.window_s, max(0.0, (deadline - time.monotonic()) / 2)))
+            finally:
+                with self._lock:
+                    if self._open is batch:
+                        self._open = None  # later arrivals start the next batch
+            self._run(batch, deadline)
+        elif not batch.done.wait(timeout=max(0.0, deadline - time.monotonic())):
+            raise TimeoutError("the shared watermark batch did not answer in time")
+        result = batch.results.get(topic)
+        if result is None:
+            raise TimeoutError("the shared watermark batch gave no answer for the topic")
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _run(self, batch: _Batch, deadline: float) -> None:
+        from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        def left() -> float:
+            return max(0.1, deadline - time.monotonic())
+
+        topics = sorted(batch.topics)
+        try:
+            self.batches += 1
+            desc_f = self._call(left(), lambda admin: admin.describe_topics(
+                TopicCollection(topics), request_timeout=left()))
+            _count("describe_topics")
+            ids: dict[str, list[int]] = {}
+            for t in topics:
+                try:
+                    desc = desc_f[t].result(timeout=left())
+                    ids[t] = sorted(p.id for p in desc.partitions)
+                except BaseException as err:  # noqa: BLE001 - this topic's own error
+                    batch.results[t] = err
+            tps = [TopicPartition(t, i) for t in sorted(ids) for i in ids[t]]
+            earliest: dict[tuple[str, int], Any] = {}
+            latest: dict[tuple[str, int], Any] = {}
+            if tps:
+                kw = {"request_timeout": left(), "isolation_level": IsolationLevel.READ_COMMITTED}
+                earliest_f, latest_f = self._call(left(), lambda admin: (
+                    admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw),
+                    admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)))
+                _count("list_offsets", 2)
+                for futs, out in ((earliest_f, earliest), (latest_f, latest)):
+                    for tp, f in futs.items():
+                        try:
+                            out[(tp.topic, tp.partition)] = f.result(timeout=left()).offset
+                        except BaseException as err:  # noqa: BLE001 - fails that partition's topic
+                            out[(tp.topic, tp.partition)] = err
+            for t, parts in ids.items():
+                if not parts:
+                    batch.results[t] = _NoPartitions()
+                    continue
+                err = next((v for m in (earliest, latest) for p in parts
+                            if isinstance(v := m.get((t, p)), BaseException) or v is None), None)
+                if err is not None:
+                    batch.results[t] = err if isinstance(err, BaseException) else TimeoutError("no offsets")
+                    continue
+                batch.results[t] = TopicWatermarks(
+                    tuple(parts), {p: int(earliest[(t, p)]) for p in parts}, {p: int(latest[(t, p)]) for p in parts})
+        except BaseException as err:  # noqa: BLE001 - every waiting cycle gets the batch's error
+            for t in topics:
+                batch.results.setdefault(t, err)
+        finally:
+            batch.done.set()
+
+
+class _NoPartitions(Exception):
+    """DescribeTopics answered a topic without partitions."""
+
+
 class AdminHandle:
     """An AdminClient plus the last client-level error its error callback saw (for classification),
     and, made on first use: one shared "peek" consumer of the same cluster (`peek_oldest`) and one
@@ -232,7 +389,8 @@ class AdminHandle:
 
     def __init__(self, client: Any, bootstrap: str,
                  consumer_factory: Callable[[], Any] | None = None,
-                 group_reader_factory: Callable[[str], Any] | None = None):
+                 group_reader_factory: Callable[[str], Any] | None = None,
+                 batch_window_s: float = 0.0):
         self.client = client
         self.bootstrap = bootstrap
         self._lock = threading.Lock()  # all calls into `client` (requests, poll) and `_last_error`
@@ -247,6 +405,8 @@ class AdminHandle:
         self._retired = False
         self._closed = False
         self._state_lock = threading.Lock()
+        self.watermarks = WatermarkBatcher(self.call, batch_window_s)
+        self._partitions: dict[str, tuple[int, ...]] = {}  # topic -> partitions (from the batches)
 
     # --- lifetime ---------------------------------------------------------------------------------
     def _lease(self) -> None:
@@ -310,6 +470,7 @@ class AdminHandle:
         reader = self._group_reader(group_id)
         with _timed_lock(reader.lock, deadline - time.monotonic(), "offsets reader"):
             reader.last_used = time.monotonic()
+            _count("offset_fetch")
             out = reader.consumer.committed(list(tps), timeout=max(0.1, deadline - time.monotonic()))
             try:
                 reader.consumer.poll(0)  # serve its queued log lines (no assignment: returns None)
@@ -349,6 +510,15 @@ class AdminHandle:
                 _close_quietly(r.consumer)
             finally:
                 r.lock.release()
+
+    def known_partitions(self, topic: str) -> list[int]:
+        """The topic's partitions as last seen by a watermark batch ([] until then)."""
+        return list(self._partitions.get(topic, ()))
+
+    def remember_partitions(self, topic: str, ids: list[int]) -> None:
+        if len(self._partitions) > 10_000:
+            self._partitions.clear()
+        self._partitions[topic] = tuple(ids)
 
     def group_readers(self) -> int:
         with self._groups_lock:
@@ -420,6 +590,7 @@ class SafeAdmin:
             raise AttributeError(name)
 
         def locked(*args: Any, **kwargs: Any) -> Any:
+            _count("admin_other")
             return self._handle.call(self._timeout_s, lambda client: getattr(client, name)(*args, **kwargs))
         return locked
 
@@ -491,8 +662,10 @@ class AdminPool:
     def __init__(self, factory: Callable[[dict[str, Any]], Any] = _default_factory,
                  socket_timeout_ms: int = 10_000,
                  consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
-                 group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory):
+                 group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory,
+                 batch_window_s: float | None = None):
         self._factory = factory
+        self._batch_window_s = default_batch_window_s() if batch_window_s is None else batch_window_s
         self._consumer_factory = consumer_factory
         self._group_reader_factory = group_reader_factory
         self._socket_timeout_ms = socket_timeout_ms
@@ -541,7 +714,8 @@ class AdminPool:
                 }
                 handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""),
                                      self._consumer_factory(full) if self._consumer_factory else None,
-                                     self._group_reader_factory(full) if self._group_reader_factory else None)
+                                     self._group_reader_factory(full) if self._group_reader_factory else None,
+                                     self._batch_window_s)
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
@@ -621,37 +795,32 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
 
     Returns or raises ObserveError within about `timeout_s`: every lock and every wait is bounded.
     """
-    from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
     deadline = time.monotonic() + timeout_s
 
     def left() -> float:
         return max(0.1, deadline - time.monotonic())
 
-    def wait(fut: concurrent.futures.Future) -> Any:
-        return fut.result(timeout=left())
-
     handle.serve()  # served callbacks of this shared client (error_cb, log lines)
     try:
-        desc_f = handle.call(left(), lambda admin: admin.describe_topics(
-            TopicCollection([topic]), request_timeout=timeout_s)[topic])
-        desc = wait(desc_f)
-        ids = sorted(p.id for p in desc.partitions)
-        if not ids:
-            raise ObserveError("TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}")
-        tps = [TopicPartition(topic, i) for i in ids]
-        kw = {"request_timeout": timeout_s, "isolation_level": IsolationLevel.READ_COMMITTED}
-        earliest_f, latest_f = handle.call(left(), lambda admin: (
-            admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw),
-            admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)))
-        # blocking (bounded) while the two ListOffsets are in flight
-        committed_tps = handle.committed(group_id, topic, ids, left())
-        earliest = {tp.partition: wait(f).offset for tp, f in earliest_f.items()}
-        latest = {tp.partition: wait(f).offset for tp, f in latest_f.items()}
+        # the group's commits first, then the shared watermark batch: the end offsets are read
+        # after the commits, so a commit never appears beyond the end (lag >= 0)
+        ids_hint = handle.known_partitions(topic)
+        committed_tps = handle.committed(group_id, topic, ids_hint, left()) if ids_hint else None
+        wm = handle.watermarks.get(topic, left())
+        ids = list(wm.partitions)
+        if committed_tps is None or sorted(tp.partition for tp in committed_tps) != ids:
+            # first cycle for this topic, or its partition count changed: fetch for the real set
+            # (re-read the watermarks so they still follow the commits)
+            committed_tps = handle.committed(group_id, topic, ids, left())
+            wm = handle.watermarks.get(topic, left())
+            ids = list(wm.partitions)
+        handle.remember_partitions(topic, ids)
+        earliest, latest = wm.earliest, wm.latest
         now = clock()
     except ObserveError:
         raise
+    except _NoPartitions:
+        raise ObserveError("TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}") from None
     except Exception as err:  # noqa: BLE001 - every Kafka failure is classified for the user
         raise classify(err, handle, topic, handle.bootstrap) from None
 
@@ -665,7 +834,7 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
         PartitionOffsets(partition=i, earliest=int(earliest[i]), latest=int(latest[i]),
                          committed=committed.get(i, (None, None))[0],
                          capacity=committed.get(i, (None, None))[1])
-        for i in ids
+        for i in ids if i in earliest and i in latest
     )
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
 

@@ -44,6 +44,12 @@ class OperatorMetrics:
                                        "Duration of one observe-decide-act cycle.",
                                        registry=registry,
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        # operator-wide (no group labels): Kafka requests by kind, to show they do not grow with the
+        # number of CRs on a cluster (kafka_observe.WatermarkBatcher); see docs/operator.md "Scale"
+        self.kafka_requests = Counter("lagpilot_kafka_requests_total",
+                                      "Kafka requests the operator issued, by kind (describe_topics, "
+                                      "list_offsets, offset_fetch, admin_other).", ("kind",),
+                                      registry=registry)
         self._lock = threading.Lock()
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
 
@@ -74,6 +80,9 @@ class OperatorMetrics:
 
     def count_decision(self, namespace: str, name: str, direction: str) -> None:
         self.decisions.labels(namespace, name, direction).inc()
+
+    def count_kafka_request(self, kind: str, n: int = 1) -> None:
+        self.kafka_requests.labels(kind).inc(n)
 
     def count_error(self, namespace: str, name: str, reason: str) -> None:
         self.errors.labels(namespace, name, reason).inc()

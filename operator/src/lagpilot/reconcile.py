@@ -334,7 +334,19 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     if cache.last_event_reason is not None:
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
-    return CycleResult(True, spec.scaling.poll_interval_seconds, decision.reason, decision, applied)
+    return CycleResult(True, aligned_delay(spec.scaling.poll_interval_seconds, deps.clock()), decision.reason,
+                       decision, applied)
+
+
+def aligned_delay(poll_s: float, now: float) -> float:
+    """The wait until the next multiple of `poll_s` on the wall clock (between poll/2 and 3·poll/2):
+    the cycles of every CR with the same poll interval fall into the same instants, so the Kafka
+    watermark reads of a whole cluster share one batch (kafka_observe.WatermarkBatcher) instead of
+    one per CR. On average the wait is still `poll_s`."""
+    if poll_s <= 0 or not math.isfinite(now):
+        return poll_s
+    d = poll_s - math.fmod(now, poll_s)
+    return d if d >= poll_s / 2 else d + poll_s
 
 
 def _partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, now: float) -> dict[str, Any]:
