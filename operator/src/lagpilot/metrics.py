@@ -43,13 +43,17 @@ class OperatorMetrics:
         self.cycle_seconds = Histogram("lagpilot_cycle_duration_seconds",
                                        "Duration of one observe-decide-act cycle.",
                                        registry=registry,
-                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10, 30))
         # operator-wide (no group labels): Kafka requests by kind, to show they do not grow with the
         # number of CRs on a cluster (kafka_observe.WatermarkBatcher); see docs/operator.md "Scale"
         self.kafka_requests = Counter("lagpilot_kafka_requests_total",
                                       "Kafka requests the operator issued, by kind (describe_topics, "
                                       "list_offsets, offset_fetch, admin_other).", ("kind",),
                                       registry=registry)
+        self.kube_requests = Counter("lagpilot_kube_requests_total",
+                                     "Kubernetes API requests made through the kubernetes client "
+                                     "(not kopf's own watches and event posts), by HTTP verb.", ("verb",),
+                                     registry=registry)
         self._lock = threading.Lock()
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
 
@@ -83,6 +87,9 @@ class OperatorMetrics:
 
     def count_kafka_request(self, kind: str, n: int = 1) -> None:
         self.kafka_requests.labels(kind).inc(n)
+
+    def count_kube_request(self, verb: str) -> None:
+        self.kube_requests.labels(verb).inc()
 
     def count_error(self, namespace: str, name: str, reason: str) -> None:
         self.errors.labels(namespace, name, reason).inc()

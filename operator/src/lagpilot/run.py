@@ -11,6 +11,8 @@ $LAGPILOT_OPERATOR_METRICS_PORT or 9090; 0 disables it. Logs are JSON lines on s
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 import logging
 import os
 import sys
@@ -37,6 +39,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def count_kube_requests(count: "Callable[[str], None]") -> None:
+    """Count every request the kubernetes client makes (KubeApi, the drain executor): wraps
+    `RESTClientObject.request` once. kopf's own watch streams and event posts are not included."""
+    from kubernetes.client import rest
+
+    orig = rest.RESTClientObject.request
+    if getattr(orig, "_lagpilot_counted", False):
+        return
+
+    def request(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            count(str(method).upper())
+        except Exception:  # noqa: BLE001 - counting never fails a request
+            pass
+        return orig(self, method, url, *args, **kwargs)
+
+    request._lagpilot_counted = True  # type: ignore[attr-defined]
+    rest.RESTClientObject.request = request  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     # a native crash (SIGSEGV in a C extension) or a SIGABRT from a supervisor prints every Python
@@ -60,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     from lagpilot.kafka_observe import set_request_counter
     from lagpilot.metrics import default_metrics
     set_request_counter(default_metrics().count_kafka_request)  # lagpilot_kafka_requests_total{kind}
+    count_kube_requests(default_metrics().count_kube_request)  # lagpilot_kube_requests_total{verb}
 
     kopf.run(
         standalone=args.standalone,
