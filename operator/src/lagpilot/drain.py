@@ -50,7 +50,9 @@ class DrainSettings:
     """Operator-wide drain settings (operator environment; all optional).
 
     - LAGPILOT_DRAIN_SPARK_JARS: where the Kafka connector jars are inside the consumer image
-      (default /opt/lagpilot/spark-jars; the test stack points it at its cache).
+      (default /opt/lagpilot/spark-jars; the test stack points it at its cache). A JVM
+      class-data-sharing archive `lagpilot-drain.jsa` in that directory (written by
+      `lagpilot drain --train-cds` at image build / by the dev stack) halves the drain's start-up.
     - LAGPILOT_DRAIN_SPARK_MASTER: empty (default) runs Spark in local mode inside the Job's pod
       (`local[<parallelism>]`); `k8s://https://kubernetes.default.svc` runs it in client mode with
       executors as pods (needs LAGPILOT_DRAIN_SERVICE_ACCOUNT with rights on pods; docs/drain.md).
