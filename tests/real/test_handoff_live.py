@@ -8,7 +8,9 @@ lost, duplicates at most one in-flight batch per killed consumer.
   just before the drain is enabled: the partition has no live owner when the split is published; the
   restarted member finds the request in on_assign);
 - a scale-down and scale-up of the Deployment while the hand-off is published (Planned): the
-  scaler stays free on the ConsumerAck path, partitions move with their offsets and mailbox entries.
+  scaler stays free on the ConsumerAck path, partitions move with their offsets and mailbox entries;
+- consumers that never ack (an older image, simulated by LP_TEST_NO_HANDOFF): after the ack
+  timeout the quiesce fallback (scale to 0, wait for the group to be empty, ack + alter for it).
 
 The operator's ack timeout is raised so the quiesce fallback cannot take over (path ConsumerAck).
 """
@@ -134,3 +136,23 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
     assert down_at < d["handedOffAt"], "the scale-down came after the hand-off"
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck", d
+
+
+def test_consumers_that_never_ack_get_the_quiesce_fallback(scenario: Callable[..., Scenario], pod_runner: Any,
+                                                           kafka_admin: Any, postgres_dsn: str) -> None:
+    s = scenario({p: 8000 for p in range(PARTS)}, sla_s=30, consumer_env={"LP_TEST_NO_HANDOFF": "1"},
+                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "10"})
+    held: list[int] = []
+
+    def watch(d: dict[str, Any]) -> None:  # while the fallback holds, the Deployment stays at 0
+        if d.get("phase") == "Planned" and d.get("handOffPath") == "Quiesce" and d.get("quiescedAt"):
+            held.append(len(consumer_pids(pod_runner, s)))
+
+    d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600, on_poll=watch)
+    assert d["handOffPath"] == "Quiesce", d
+    reasons = [e.reason for e in __import__("tests.real.test_operator_e2e", fromlist=["events_for"]).events_for(s.core, s.ns, s.name)]
+    assert "DrainHandOffFallback" in reasons, reasons
+    print(f"fallback: published {d.get('publishedAt')}, quiesced {d.get('quiescedAt')}, consumer pods seen while held {held[-5:]}")
+    assert held and held[-1] == 0, held
+    d = finish_and_check(s, kafka_admin, postgres_dsn)
+    assert d["pauseSeconds"] is not None and d["pauseSeconds"] > 0

@@ -715,7 +715,8 @@ def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, Metrics
     conf["error_cb"] = lambda e: holder["loop"].on_error(e)
     consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
     loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health,
-                         mailbox=mailbox_consumer(cfg))
+                         # LP_TEST_NO_HANDOFF (tests only): behave like an older image without the mailbox
+                         mailbox=None if os.environ.get("LP_TEST_NO_HANDOFF") else mailbox_consumer(cfg))
     holder["loop"] = loop
     return loop, server, dlq
 
