@@ -38,3 +38,75 @@ def test_bench_scale_quick_reaches_ready_and_reports_its_figures(kafka_bootstrap
     # cycles are aligned to the poll interval; a batch is 1 DescribeTopics + 2 ListOffsets)
     assert kinds["list_offsets"] == 2 * kinds["describe_topics"]
     assert kinds["describe_topics"] * 4 <= kinds["offset_fetch"]
+
+
+def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: str) -> None:
+    """Committed offsets (and their metadata) read from `__consumer_offsets` by the one snapshot
+    consumer equal what each group's own OffsetFetch returns, including a commit made just before
+    the observation and a deleted group's offsets; after warm-up no per-group OffsetFetch is sent."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lagpilot import kafka_observe as ko
+
+    run = uuid.uuid4().hex[:6]
+    topics = [f"snap-{run}-{i}" for i in range(3)]
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).values():
+        f.result(60)
+    from confluent_kafka import Producer
+    prod = Producer({"bootstrap.servers": kafka_bootstrap})
+    for t in topics:
+        for p in range(3):
+            for _ in range(6):
+                prod.produce(t, b"x", partition=p)
+    assert prod.flush(30) == 0
+    groups = [(f"snap-{run}-g{i}", topics[i % 3]) for i in range(12)]
+
+    def commit(group: str, topic: str, base: int) -> None:
+        c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+        # a different offset per group and partition (partition 1 of even groups: never committed)
+        c.commit(offsets=[TopicPartition(topic, p, (base + p) % 6) for p in range(3) if not (p == 1 and base % 2 == 0)],
+                 asynchronous=False)
+        c.close()
+
+    for i, (g, t) in enumerate(groups):
+        commit(g, t, i)
+    counted: dict[str, int] = {}
+    ko.set_request_counter(lambda kind, n: counted.__setitem__(kind, counted.get(kind, 0) + n))
+    pool = ko.AdminPool(snapshot_factory=ko._snapshot_consumer_factory, batch_window_s=0.0)
+    try:
+        with pool.lease("bench/snap", {"bootstrap.servers": kafka_bootstrap, "security.protocol": "PLAINTEXT"}) as h:
+            ko.observe(h, topics[0], groups[0][0])  # starts the snapshot
+            wait = __import__("time").monotonic() + 60
+            while not (h.snapshot and h.snapshot.healthy) and __import__("time").monotonic() < wait:
+                __import__("time").sleep(0.2)
+            assert h.snapshot is not None and h.snapshot.healthy, h.snapshot and h.snapshot.failed
+            # commit with the runtime's capacity metadata just before observing: must be seen
+            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": groups[1][0], "enable.auto.commit": False})
+            tp = TopicPartition(groups[1][1], 2, 5, metadata="lp1;cap=42.5;ts=1700000000000")
+            c.commit(offsets=[tp], asynchronous=False)
+            c.close()
+            counted.clear()
+            seen = {g: ko.observe(h, t, g) for g, t in groups}
+            assert counted.get("offset_fetch", 0) == 0 and counted.get("snapshot_fallback", 0) == 0, counted
+            for g, t in groups:
+                direct = ko.committed_offsets(h, g, t, [0, 1, 2], 10)
+                got = {p.partition: p.committed for p in seen[g].partitions}
+                assert got == direct, (g, got, direct)
+            assert {p.partition: p.committed for p in seen[groups[2][0]].partitions} == {0: 2, 1: None, 2: 4}
+            p2 = seen[groups[1][0]].partitions[2]
+            assert p2.committed == 5 and p2.capacity is not None and p2.capacity.records_per_second == 42.5
+            # a group never committed: None everywhere, from the snapshot too
+            fresh = ko.observe(h, topics[0], f"snap-{run}-never")
+            assert [p.committed for p in fresh.partitions] == [None, None, None]
+    finally:
+        ko.set_request_counter(None)
+        pool.release("bench/snap")
+        for f in admin.delete_topics(topics).values():
+            try:
+                f.result(60)
+            except Exception:  # noqa: BLE001
+                pass

@@ -537,3 +537,83 @@ def test_a_cycle_waits_for_a_shared_batch_no_longer_than_its_own_timeout() -> No
     assert admin.calls.count("describe_topics") == 1  # the follower joined the leader's batch
     assert took["follower"][1] == "KafkaTimeout" and took["leader"][1] == "KafkaTimeout"
     assert took["follower"][0] < took["leader"][0]
+
+
+# --- the __consumer_offsets snapshot -------------------------------------------------------------
+
+def _key(group: str, topic: str, partition: int, version: int = 1) -> bytes:
+    s = lambda x: len(x.encode()).to_bytes(2, "big") + x.encode()  # noqa: E731
+    return version.to_bytes(2, "big") + s(group) + s(topic) + partition.to_bytes(4, "big", signed=True)
+
+
+def _value(version: int, offset: int, metadata: str) -> bytes:
+    head = version.to_bytes(2, "big") + offset.to_bytes(8, "big", signed=True)
+    if version >= 3:
+        head += (-1).to_bytes(4, "big", signed=True)
+    m = metadata.encode()
+    meta = (bytes([len(m) + 1]) if version >= 4 else len(m).to_bytes(2, "big")) + m
+    tail = (1700000000000).to_bytes(8, "big")
+    if version == 1:
+        tail += (1800000000000).to_bytes(8, "big")
+    if version >= 4:
+        tail += b"\x01\x00\x10" + bytes(16)  # one tagged field (topic id)
+    return head + meta + tail
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_parse_offset_commit_value_versions(version: int) -> None:
+    from lagpilot.kafka_observe import parse_offset_commit
+
+    assert parse_offset_commit(_key("g", "orders", 7), _value(version, 1234, "lp1;cap=2;ts=5")) == \
+        ("g", "orders", 7, (1234, "lp1;cap=2;ts=5"))
+
+
+def test_parse_offset_commit_tombstone_other_records_and_garbage() -> None:
+    from lagpilot.kafka_observe import parse_offset_commit
+
+    assert parse_offset_commit(_key("g", "t", 0, version=0), None) == ("g", "t", 0, None)  # offset deleted
+    group_meta_key = (2).to_bytes(2, "big") + (1).to_bytes(2, "big") + b"g"
+    assert parse_offset_commit(group_meta_key, b"\x00\x03whatever") is None
+    assert parse_offset_commit(b"", b"") is None and parse_offset_commit(None, None) is None
+    assert parse_offset_commit(_key("g", "t", 0)[:-2], b"x") is None  # truncated key
+    assert parse_offset_commit(_key("g", "t", 0), b"\x00\x04\x00") is None  # truncated value
+    # the Python client stores metadata with its C string's NUL; read back without it
+    assert parse_offset_commit(_key("g", "t", 0), _value(4, 1, "lp1;cap=1;ts=2\x00"))[3] == (1, "lp1;cap=1;ts=2")
+
+
+@pytest.mark.parametrize("group, parts, want", [
+    ("test", 50, 3556498 % 50),       # "test".hashCode() == 3556498
+    ("", 50, 0),
+    ("polygenelubricants", 50, 0),    # hashCode() == Integer.MIN_VALUE: Utils.abs gives 0
+    ("Aa", 8, 2112 % 8), ("BB", 8, 2112 % 8),  # the classic colliding pair
+])
+def test_offsets_partition_for_follows_kafka(group: str, parts: int, want: int) -> None:
+    from lagpilot.kafka_observe import offsets_partition_for
+
+    assert offsets_partition_for(group, parts) == want
+
+
+def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers() -> None:
+    import threading
+
+    from lagpilot.kafka_observe import OffsetsSnapshot, offsets_partition_for
+
+    snap = OffsetsSnapshot(lambda: None)
+    snap.partitions = 4
+    gp = offsets_partition_for("g", 4)
+    snap._offsets[("g", "t")] = {0: (10, "lp1;cap=3;ts=9")}
+    snap._pos[gp] = 5
+    assert snap.committed("g", "t", [0, 1], end=6, timeout_s=0.1) is None  # not caught up: fall back
+
+    def advance() -> None:
+        with snap._cond:
+            snap._offsets[("g", "t")][1] = (7, None)
+            snap._pos[gp] = 6
+            snap._cond.notify_all()
+
+    threading.Timer(0.1, advance).start()
+    assert snap.committed("g", "t", [0, 1, 2], end=6, timeout_s=5) == [
+        (0, 10, "lp1;cap=3;ts=9"), (1, 7, None), (2, None, None)]
+    snap.failed = "GROUP_AUTHORIZATION_FAILED"
+    snap._pos[gp] = 0
+    assert snap.committed("g", "t", [0], end=6, timeout_s=5) is None  # failed: at once, no wait

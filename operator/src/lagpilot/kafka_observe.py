@@ -255,6 +255,185 @@ class _GroupReader:
         self.last_used = time.monotonic()
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _java_string_hash(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def offsets_partition_for(group_id: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition holding a group's commits (Kafka's
+    `Utils.abs(groupId.hashCode()) % partitions`; `Utils.abs(MIN_VALUE)` is 0)."""
+    h = _java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def parse_offset_commit(key: bytes | None, value: bytes | None
+                        ) -> tuple[str, str, int, tuple[int, str | None] | None] | None:
+    """One `__consumer_offsets` record → (group, topic, partition, (offset, metadata) or None for a
+    deleted offset); None for other record types (group metadata, new-protocol records) or bytes
+    this parser does not understand. Key versions 0/1 = OffsetCommitKey; value versions 0-3 plain,
+    4+ flexible (compact metadata string, tagged fields after it)."""
+    try:
+        if not key or len(key) < 2 or int.from_bytes(key[:2], "big", signed=True) not in (0, 1):
+            return None
+        pos = 2
+        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
+        group = key[pos + 2:pos + 2 + n].decode()
+        pos += 2 + n
+        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
+        topic = key[pos + 2:pos + 2 + n].decode()
+        pos += 2 + n
+        if len(key) < pos + 4:
+            return None
+        partition = int.from_bytes(key[pos:pos + 4], "big", signed=True)
+        if value is None:
+            return group, topic, partition, None
+        ver = int.from_bytes(value[:2], "big", signed=True)
+        if ver < 0 or len(value) < 10:
+            return None
+        offset = int.from_bytes(value[2:10], "big", signed=True)
+        pos = 10
+        if ver >= 3:
+            pos += 4  # leader epoch
+        metadata: str | None
+        if ver >= 4:  # compact string: unsigned varint length + 1
+            n, shift = 0, 0
+            while True:
+                b = value[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            metadata = None if n == 0 else value[pos:pos + n - 1].decode()
+        else:
+            n = int.from_bytes(value[pos:pos + 2], "big", signed=True)
+            metadata = None if n < 0 else value[pos + 2:pos + 2 + n].decode()
+        if metadata is not None:
+            # confluent-kafka's Python client stores the C string's terminating NUL with the metadata,
+            # and reads it back as a C string: cut at the first NUL like it does
+            metadata = metadata.split("\x00", 1)[0]
+        return group, topic, partition, (offset, metadata)
+    except (IndexError, UnicodeDecodeError):
+        return None
+
+
+class OffsetsSnapshot:
+    """Every group's committed offsets on one cluster, read from `__consumer_offsets` by ONE consumer
+    (manual assignment of all its partitions from the beginning, read_committed, no group, no
+    commits) in a thread of its own: the OffsetFetch of N groups becomes one fetch stream whose
+    requests do not depend on N. A cycle asks `committed(group, topic, partitions, end)` with the
+    end offset of the group's `__consumer_offsets` partition read by the watermark batch BEFORE the
+    topic's end offsets: the answer holds every commit made before that read (so never a commit
+    beyond the topic's end). Not caught up within the wait (first load, a stalled fetch) or not
+    readable (no permission on the internal topic): None, and the cycle falls back to its group's
+    own OffsetFetch (`AdminHandle.committed`)."""
+
+    def __init__(self, consumer_factory: Callable[[], Any], poll_s: float = 0.5) -> None:
+        self._factory = consumer_factory
+        self._poll_s = poll_s
+        self._cond = threading.Condition()
+        self._offsets: dict[tuple[str, str], dict[int, tuple[int, str | None]]] = {}
+        self._pos: dict[int, int] = {}
+        self.partitions: int | None = None
+        self.failed: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.records = 0
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lagpilot-offsets-snapshot", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def healthy(self) -> bool:
+        return self.failed is None and self.partitions is not None
+
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        consumer = None
+        try:
+            consumer = self._factory()
+            md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
+            t = md.topics.get(OFFSETS_TOPIC)
+            if t is None or t.error is not None or not t.partitions:
+                raise RuntimeError(f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})")
+            tps = [TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in sorted(t.partitions)]
+            consumer.assign(tps)
+            with self._cond:
+                self.partitions = len(tps)
+            while not self._stop.is_set():
+                msgs = consumer.consume(num_messages=5000, timeout=self._poll_s)
+                updates = []
+                eofs: dict[int, int] = {}
+                for m in msgs:
+                    if m.error() is not None:
+                        if _error_name(m.error()) == "_PARTITION_EOF":
+                            eofs[m.partition()] = m.offset()  # the end, past any control records
+                            continue
+                        if _error_name(m.error()) in _AUTHZ:
+                            raise RuntimeError(f"{OFFSETS_TOPIC}: {_error_name(m.error())}")
+                        continue
+                    rec = parse_offset_commit(m.key(), m.value())
+                    if rec is not None:
+                        updates.append(rec)
+                pos = consumer.position([TopicPartition(OFFSETS_TOPIC, tp.partition) for tp in tps])
+                with self._cond:
+                    self.records += len(msgs)
+                    for group, topic, part, val in updates:
+                        d = self._offsets.setdefault((group, topic), {})
+                        if val is None:
+                            d.pop(part, None)
+                        else:
+                            d[part] = val
+                    for tp in pos:
+                        if tp.offset is not None and tp.offset >= 0:
+                            self._pos[tp.partition] = max(self._pos.get(tp.partition, -1), tp.offset)
+                    for part, off in eofs.items():
+                        if off is not None and off >= 0:
+                            self._pos[part] = max(self._pos.get(part, -1), off)
+                    self._cond.notify_all()
+        except Exception as err:  # noqa: BLE001 - the cycles fall back to per-group OffsetFetch
+            with self._cond:
+                self.failed = str(err)[:200]
+                self._cond.notify_all()
+            log.warning("offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed})
+        finally:
+            _close_quietly(consumer)
+
+    def group_partition(self, group_id: str) -> int | None:
+        n = self.partitions
+        return offsets_partition_for(group_id, n) if n else None
+
+    def committed(self, group_id: str, topic: str, partitions: list[int], end: int,
+                  timeout_s: float) -> list[tuple[int, int | None, str | None]] | None:
+        """[(partition, committed offset or None, metadata)] once the snapshot has read its group's
+        `__consumer_offsets` partition up to `end`; None when it cannot within `timeout_s`."""
+        gp = self.group_partition(group_id)
+        if gp is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._pos.get(gp, -1) < end:
+                left = deadline - time.monotonic()
+                if self.failed is not None or left <= 0:
+                    return None
+                self._cond.wait(left)
+            d = self._offsets.get((group_id, topic), {})
+            return [(p, *(d.get(p) or (None, None))) for p in partitions]
+
+
 @dataclasses.dataclass(frozen=True)
 class TopicWatermarks:
     """One topic's partitions with their log start and end (LSO) offsets, from one shared batch."""
@@ -262,6 +441,8 @@ class TopicWatermarks:
     partitions: tuple[int, ...]
     earliest: Mapping[int, int]
     latest: Mapping[int, int]
+    # end offsets of `__consumer_offsets` partitions, read BEFORE `latest` (OffsetsSnapshot); {}: not read
+    offsets_ends: Mapping[int, int] = dataclasses.field(default_factory=dict)
 
 
 class _Batch:
@@ -284,8 +465,10 @@ class WatermarkBatcher:
     """
 
     def __init__(self, call: Callable[[float, Callable[[Any], Any]], Any], window_s: float = 0.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 offsets_partitions: Callable[[], int | None] = lambda: None) -> None:
         self._call = call
+        self._offsets_partitions = offsets_partitions
         self.window_s = window_s
         self._sleep = sleep
         self._lock = threading.Lock()
@@ -329,9 +512,20 @@ class WatermarkBatcher:
         topics = sorted(batch.topics)
         try:
             self.batches += 1
-            desc_f = self._call(left(), lambda admin: admin.describe_topics(
-                TopicCollection(topics), request_timeout=left()))
+            n_off = self._offsets_partitions()
+            off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(n_off or 0)]
+            desc_f, off_f = self._call(left(), lambda admin: (
+                admin.describe_topics(TopicCollection(topics), request_timeout=left()),
+                admin.list_offsets({tp: OffsetSpec.latest() for tp in off_tps}, request_timeout=left(),
+                                   isolation_level=IsolationLevel.READ_COMMITTED) if off_tps else {}))
             _count("describe_topics")
+            _count("list_offsets", 1 if off_tps else 0)
+            offsets_ends: dict[int, int] = {}
+            for tp, f in off_f.items():  # awaited before the topics' ends are asked for
+                try:
+                    offsets_ends[tp.partition] = int(f.result(timeout=left()).offset)
+                except Exception:  # noqa: BLE001 - no end: those groups use their own OffsetFetch
+                    pass
             ids: dict[str, list[int]] = {}
             for t in topics:
                 try:
@@ -364,7 +558,8 @@ class WatermarkBatcher:
                     batch.results[t] = err if isinstance(err, BaseException) else TimeoutError("no offsets")
                     continue
                 batch.results[t] = TopicWatermarks(
-                    tuple(parts), {p: int(earliest[(t, p)]) for p in parts}, {p: int(latest[(t, p)]) for p in parts})
+                    tuple(parts), {p: int(earliest[(t, p)]) for p in parts}, {p: int(latest[(t, p)]) for p in parts},
+                    offsets_ends)
         except BaseException as err:  # noqa: BLE001 - every waiting cycle gets the batch's error
             for t in topics:
                 batch.results.setdefault(t, err)
@@ -390,7 +585,8 @@ class AdminHandle:
     def __init__(self, client: Any, bootstrap: str,
                  consumer_factory: Callable[[], Any] | None = None,
                  group_reader_factory: Callable[[str], Any] | None = None,
-                 batch_window_s: float = 0.0):
+                 batch_window_s: float = 0.0,
+                 snapshot_consumer_factory: Callable[[], Any] | None = None):
         self.client = client
         self.bootstrap = bootstrap
         self._lock = threading.Lock()  # all calls into `client` (requests, poll) and `_last_error`
@@ -405,7 +601,10 @@ class AdminHandle:
         self._retired = False
         self._closed = False
         self._state_lock = threading.Lock()
-        self.watermarks = WatermarkBatcher(self.call, batch_window_s)
+        self.snapshot = OffsetsSnapshot(snapshot_consumer_factory) if snapshot_consumer_factory else None
+        self.watermarks = WatermarkBatcher(
+            self.call, batch_window_s,
+            offsets_partitions=lambda: self.snapshot.partitions if self.snapshot and self.snapshot.healthy else None)
         self._partitions: dict[str, tuple[int, ...]] = {}  # topic -> partitions (from the batches)
 
     # --- lifetime ---------------------------------------------------------------------------------
@@ -438,6 +637,8 @@ class AdminHandle:
             if self._closed:
                 return
             self._closed = True
+        if self.snapshot is not None:
+            self.snapshot.stop()
         with self.peek_lock:
             consumer, self._consumer = self._consumer, None
             _close_quietly(consumer)
@@ -510,6 +711,12 @@ class AdminHandle:
                 _close_quietly(r.consumer)
             finally:
                 r.lock.release()
+
+    def offsets_snapshot(self) -> OffsetsSnapshot | None:
+        """The cluster's `__consumer_offsets` snapshot, started on first use; None when disabled."""
+        if self.snapshot is not None and not self._closed:
+            self.snapshot.start()
+        return self.snapshot
 
     def known_partitions(self, topic: str) -> list[int]:
         """The topic's partitions as last seen by a watermark batch ([] until then)."""
@@ -656,6 +863,29 @@ def _group_reader_factory(conf: Mapping[str, Any]) -> Callable[[str], Any]:
     return make
 
 
+def _snapshot_enabled() -> bool:
+    """LAGPILOT_OFFSETS_SNAPSHOT (default true): read committed offsets from one `__consumer_offsets`
+    consumer per cluster (OffsetsSnapshot) instead of one OffsetFetch per CR cycle."""
+    import os
+    return os.environ.get("LAGPILOT_OFFSETS_SNAPSHOT", "true").lower() not in ("0", "false", "no")
+
+
+def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
+    def make() -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **_consumer_base(conf),
+            "client.id": "lagpilot-operator-offsets-snapshot",
+            "group.id": "lagpilot-operator-offsets-snapshot",  # never joined, never committed to
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 500,
+        })
+    return make
+
+
 class AdminPool:
     """AdminClients shared across CRs, keyed by configuration hash, reference-counted by owner."""
 
@@ -663,8 +893,11 @@ class AdminPool:
                  socket_timeout_ms: int = 10_000,
                  consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
                  group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory,
-                 batch_window_s: float | None = None):
+                 batch_window_s: float | None = None,
+                 snapshot_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = None):
         self._factory = factory
+        self._snapshot_factory = snapshot_factory if snapshot_factory is not None else (
+            _snapshot_consumer_factory if _snapshot_enabled() and factory is _default_factory else None)
         self._batch_window_s = default_batch_window_s() if batch_window_s is None else batch_window_s
         self._consumer_factory = consumer_factory
         self._group_reader_factory = group_reader_factory
@@ -715,7 +948,8 @@ class AdminPool:
                 handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""),
                                      self._consumer_factory(full) if self._consumer_factory else None,
                                      self._group_reader_factory(full) if self._group_reader_factory else None,
-                                     self._batch_window_s)
+                                     self._batch_window_s,
+                                     self._snapshot_factory(full) if self._snapshot_factory else None)
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
@@ -804,6 +1038,19 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
     try:
         # the group's commits first, then the shared watermark batch: the end offsets are read
         # after the commits, so a commit never appears beyond the end (lag >= 0)
+        snap = handle.offsets_snapshot()
+        if snap is not None and snap.healthy:
+            # one fetch stream per cluster instead of an OffsetFetch per group (OffsetsSnapshot)
+            wm = handle.watermarks.get(topic, left())
+            gp = snap.group_partition(group_id)
+            end = wm.offsets_ends.get(gp) if gp is not None else None
+            got = (snap.committed(group_id, topic, list(wm.partitions), end, min(2.0, left() / 2))
+                   if end is not None else None)
+            if got is not None:
+                handle.remember_partitions(topic, list(wm.partitions))
+                return _observation(topic, group_id, wm, [
+                    (p, off if off is not None and off >= 0 else None, meta) for p, off, meta in got], clock())
+            _count("snapshot_fallback")
         ids_hint = handle.known_partitions(topic)
         committed_tps = handle.committed(group_id, topic, ids_hint, left()) if ids_hint else None
         wm = handle.watermarks.get(topic, left())
@@ -815,7 +1062,6 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
             wm = handle.watermarks.get(topic, left())
             ids = list(wm.partitions)
         handle.remember_partitions(topic, ids)
-        earliest, latest = wm.earliest, wm.latest
         now = clock()
     except ObserveError:
         raise
@@ -824,17 +1070,23 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
     except Exception as err:  # noqa: BLE001 - every Kafka failure is classified for the user
         raise classify(err, handle, topic, handle.bootstrap) from None
 
-    committed: dict[int, tuple[int | None, CapacityReport | None]] = {}
+    rows: list[tuple[int, int | None, str | None]] = []
     for tp in committed_tps:
         if tp.error is not None:
             raise classify(_as_exception(tp.error), handle, topic, handle.bootstrap)
         off = tp.offset if tp.offset is not None and tp.offset >= 0 else None
-        committed[tp.partition] = (off, parse_capacity_metadata(getattr(tp, "metadata", None)))
+        rows.append((tp.partition, off, getattr(tp, "metadata", None)))
+    return _observation(topic, group_id, wm, rows, now)
+
+
+def _observation(topic: str, group_id: str, wm: TopicWatermarks,
+                 rows: list[tuple[int, int | None, str | None]], now: float) -> Observation:
+    committed = {p: (off, parse_capacity_metadata(meta)) for p, off, meta in rows}
     parts = tuple(
-        PartitionOffsets(partition=i, earliest=int(earliest[i]), latest=int(latest[i]),
+        PartitionOffsets(partition=i, earliest=int(wm.earliest[i]), latest=int(wm.latest[i]),
                          committed=committed.get(i, (None, None))[0],
                          capacity=committed.get(i, (None, None))[1])
-        for i in ids if i in earliest and i in latest
+        for i in wm.partitions if i in wm.earliest and i in wm.latest
     )
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
 
