@@ -16,7 +16,9 @@ Reported (JSON with --json):
   interpolated inside its bucket), `cr_cycles`;
   `admin_requests_per_cycle` (all Kafka requests per poll interval on the one cluster, by kind in
   `kafka_requests_by_kind`), `watermark_requests_per_cycle` (DescribeTopics + ListOffsets: the
-  shared batches), `offset_fetch_per_cycle` (one per CR cycle: see docs/operator.md "Scale");
+  shared batches), `offset_fetch_per_cycle` (per-group OffsetFetch: only the fallback of the
+  `__consumer_offsets` snapshot), `offsets_topic_fetch_per_cycle` (the snapshot consumer's Fetch
+  requests, from librdkafka's statistics every 5 s); see docs/operator.md "Scale";
   `api_requests_per_cycle` (Kubernetes requests through the kubernetes client per CR cycle; kopf's
   watches and event posts not included);
 - `operator_rss_mb` (VmRSS at the end), `load_before`/`load_after` (1-min load averages).
@@ -216,6 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "admin_requests_per_cycle": r(sum(kafka.values()) / cluster_cycles, 1),
             "watermark_requests_per_cycle": r(watermark / cluster_cycles, 1),
             "offset_fetch_per_cycle": r(kafka.get("offset_fetch", 0) / cluster_cycles, 1),
+            "offsets_topic_fetch_per_cycle": r(kafka.get("offsets_topic_fetch", 0) / cluster_cycles, 1),
             "kafka_requests_by_kind": kafka,
             "api_requests_per_cycle": r(kube / cr_cycles, 2) if cr_cycles else None,
             "observe_errors": errors,

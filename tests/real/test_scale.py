@@ -1,6 +1,6 @@
 """bench/scale.py --quick runs end to end on the real parts (one operator, 20 CRs over 4 topics on
 the local Kafka and kube-apiserver): every CR reaches Ready, the JSON line has its shape, and the
-shared watermark requests per poll interval do not scale with the CRs (one batch of 3 per cluster
+shared watermark requests per poll interval do not scale with the CRs (one batch of 4 per cluster
 cycle, counted by the operator's own `lagpilot_kafka_requests_total`). No timing is asserted."""
 from __future__ import annotations
 
@@ -31,19 +31,21 @@ def test_bench_scale_quick_reaches_ready_and_reports_its_figures(kafka_bootstrap
         assert isinstance(result[key], (int, float)), key
     assert result["observe_errors"] == {}
     kinds = result["kafka_requests_by_kind"]
-    # the cycles really observed Kafka: each CR cycle fetches its group's offsets once (counted
-    # when sent; cycles in flight at the window's edges make the two counts differ a little)
-    assert result["cr_cycles"] > 0 and kinds["offset_fetch"] > 0
-    # 20 CRs' cycles shared the watermark batches: far fewer DescribeTopics than OffsetFetches (the
-    # cycles are aligned to the poll interval; a batch is 1 DescribeTopics + 2 ListOffsets)
-    assert kinds["list_offsets"] == 2 * kinds["describe_topics"]
-    assert kinds["describe_topics"] * 4 <= kinds["offset_fetch"]
+    # the cycles really observed Kafka, and read the commits from the one __consumer_offsets
+    # consumer, not with an OffsetFetch per CR (a fallback under load may add a few)
+    assert result["cr_cycles"] > 0 and kinds["describe_topics"] > 0
+    assert kinds.get("offset_fetch", 0) < result["cr_cycles"] / 2
+    # 20 CRs' cycles shared the watermark batches: far fewer DescribeTopics than CR cycles (the
+    # cycles are aligned to the poll interval; a batch is 1 DescribeTopics + 3 ListOffsets: the
+    # __consumer_offsets ends, then the topics' earliest and latest)
+    assert kinds["list_offsets"] == 3 * kinds["describe_topics"]
+    assert kinds["describe_topics"] * 4 <= result["cr_cycles"]
 
 
 def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: str) -> None:
     """Committed offsets (and their metadata) read from `__consumer_offsets` by the one snapshot
     consumer equal what each group's own OffsetFetch returns, including a commit made just before
-    the observation and a deleted group's offsets; after warm-up no per-group OffsetFetch is sent."""
+    the observation and a group that never committed; after warm-up no per-group OffsetFetch is sent."""
     import uuid
 
     from confluent_kafka import Consumer, TopicPartition

@@ -882,8 +882,29 @@ def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": 500,
+            # its Fetch requests are counted (lagpilot_kafka_requests_total{kind="offsets_topic_fetch"})
+            # from librdkafka's statistics, served by consume() in the snapshot's own thread
+            "statistics.interval.ms": 5000,
+            "stats_cb": _FetchCounter(),
         })
     return make
+
+
+class _FetchCounter:
+    """stats_cb: counts the Fetch requests librdkafka sent to the brokers since the last report."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def __call__(self, stats_json: str) -> None:
+        try:
+            brokers = json.loads(stats_json).get("brokers") or {}
+            total = sum(int(((b.get("req") or {}).get("Fetch")) or 0) for b in brokers.values())
+        except (ValueError, TypeError, AttributeError):
+            return
+        if total >= self._last:
+            _count("offsets_topic_fetch", total - self._last)
+        self._last = total
 
 
 class AdminPool:
