@@ -339,6 +339,7 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     assert d["status_pause_seconds"] == 30.0  # the operator's own figure, kept apart
     assert d["pause_seconds"] == 1.0 and d["hand_off_window"] == [20.0, 21.0]
     assert d["start_up_seconds"] == 7.0 and d["min_replicas_during_hand_off"] == 2
+    assert d["launch_to_first_record_seconds"] == 6.0
     assert d["pod_changes_near_hand_off"] == []
     for s in samples:
         s.pods = 1 if s.t < 15 else 3
