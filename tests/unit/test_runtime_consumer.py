@@ -598,3 +598,24 @@ def test_crash_hook_is_off_without_its_env(monkeypatch, tmp_path):
     monkeypatch.setenv("LP_TEST_HANDOFF_CRASH_DIR", str(tmp_path))
     mod._test_crash_point("after_commit")  # another point: returns
     assert not list(tmp_path.iterdir())
+
+
+def test_on_assign_retries_a_failed_mailbox_read_before_any_record_is_processed():
+    class Flaky(FakeMailbox):
+        def __init__(self, entries):
+            super().__init__(entries)
+            self.fail = 2
+
+        def committed(self, tps, timeout):
+            if self.fail:
+                self.fail -= 1
+                raise RuntimeError("NOT_COORDINATOR")
+            return super().committed(tps, timeout)
+
+    logs = {0: [b"x"] * 60}
+    mailbox = Flaky({0: (50, "lph1;id=2;split=50;ack=10")})  # the previous owner died before its split commit
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 10})
+    run_batches(loop, 5)
+    assert ("commit", {0: 50}) in events
+    assert [o for _, o in rec.processed] == list(range(50, 60))  # nothing of the drain's [10, 50)

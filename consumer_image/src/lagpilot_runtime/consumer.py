@@ -290,6 +290,7 @@ class BatchConsumer:
         the split commit are each idempotent under the rule."""
         if self.mailbox is None:
             return
+        explicit = parts
         if parts is None:
             if self.clock() - self._last_handoff_check < HANDOFF_CHECK_INTERVAL_S:
                 return
@@ -303,10 +304,17 @@ class BatchConsumer:
         from confluent_kafka import TopicPartition
 
         t0 = self.clock()
-        try:
-            got = self.mailbox.committed([TopicPartition(t, p) for t, p in todo], timeout=HANDOFF_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - retried at the next boundary
-            log.warning("reading the hand-off mailbox failed", extra=_fields(event="handoff_read_failed", error=describe_error(exc)))
+        # in on_assign a few tries: a new owner that skipped the check could process records an
+        # earlier owner's ack already gave the drain (duplicates, never a gap: the next check fixes it)
+        tries = 1 if explicit is None else 3
+        for attempt in range(tries):
+            try:
+                got = self.mailbox.committed([TopicPartition(t, p) for t, p in todo], timeout=HANDOFF_TIMEOUT_S)
+                break
+            except Exception as exc:  # noqa: BLE001 - retried at the next boundary
+                log.warning("reading the hand-off mailbox failed", extra=_fields(
+                    event="handoff_read_failed", error=describe_error(exc), attempt=attempt))
+        else:
             return
         for tp in got:
             entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
