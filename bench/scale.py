@@ -159,7 +159,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f.result(60)
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        env.update({"KUBECONFIG": b.kubeconfig, "PYTHONPATH": str(REPO), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "10"})
+        env.update({"KUBECONFIG": b.kubeconfig, "PYTHONPATH": str(REPO), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "10",
+                    # every CR's cycle must be able to wait in the same watermark batch (docs/operator.md "Scale")
+                    "LAGPILOT_CYCLE_WORKERS": str(args.cycle_workers)})
         fh = open(log_path, "ab")
         op = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", ns, "--standalone",
                                "--metrics-port", str(port), "--metrics-host", "127.0.0.1"],
@@ -211,6 +213,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             return None if x is None else round(x, n)
 
         result = {
+            "cycle_workers": args.cycle_workers,
             "crs": args.crs, "topics": args.topics, "clusters": 1, "poll_interval_s": args.poll,
             "ready_seconds": round(ready_s, 1),
             "window_s": round(w1 - w0, 1), "cr_cycles": int(cr_cycles),
@@ -253,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics", type=int, default=None, help="topics (default 20; --quick: 4)")
     ap.add_argument("--poll", type=int, default=None, help="pollIntervalSeconds (default 10; --quick: 5)")
     ap.add_argument("--window-cycles", type=int, default=None, help="poll intervals measured (default 3; --quick: 2)")
+    ap.add_argument("--cycle-workers", type=int, default=None, help="LAGPILOT_CYCLE_WORKERS (default CRs + 8, at least 32)")
     ap.add_argument("--ready-timeout", type=float, default=900.0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
@@ -261,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args.topics = args.topics or (4 if args.quick else 20)
     args.poll = args.poll or (5 if args.quick else 10)
     args.window_cycles = args.window_cycles or (2 if args.quick else 3)
+    args.cycle_workers = args.cycle_workers or max(32, args.crs + 8)
     result = run(args)
     if args.json:
         print(json.dumps(result, sort_keys=True))

@@ -1,6 +1,6 @@
 """bench/scale.py --quick runs end to end on the real parts (one operator, 20 CRs over 4 topics on
 the local Kafka and kube-apiserver): every CR reaches Ready, the JSON line has its shape, and the
-shared watermark requests per poll interval do not scale with the CRs (one batch of 4 per cluster
+shared watermark requests per poll interval do not scale with the CRs (one batch of 3 per cluster
 cycle, counted by the operator's own `lagpilot_kafka_requests_total`). No timing is asserted."""
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def test_bench_scale_quick_reaches_ready_and_reports_its_figures(kafka_bootstrap
     assert result["cr_cycles"] > 0 and kinds["describe_topics"] > 0
     assert kinds.get("offset_fetch", 0) < result["cr_cycles"] / 2
     # 20 CRs' cycles shared the watermark batches: far fewer DescribeTopics than CR cycles (the
-    # cycles are aligned to the poll interval; a batch is 1 DescribeTopics + 3 ListOffsets: the
-    # __consumer_offsets ends, then the topics' earliest and latest)
-    assert kinds["list_offsets"] == 3 * kinds["describe_topics"]
+    # cycles are aligned to the poll interval; a batch is 1 DescribeTopics + 2 ListOffsets: the
+    # topics' starts with the __consumer_offsets ends, then the topics' ends)
+    assert kinds["list_offsets"] == 2 * kinds["describe_topics"]
     assert kinds["describe_topics"] * 4 <= result["cr_cycles"]
 
 

@@ -335,12 +335,13 @@ class OffsetsSnapshot:
     readable (no permission on the internal topic): None, and the cycle falls back to its group's
     own OffsetFetch (`AdminHandle.committed`)."""
 
-    def __init__(self, consumer_factory: Callable[[], Any], poll_s: float = 0.5) -> None:
+    def __init__(self, consumer_factory: Callable[[], Any], poll_s: float = 0.2) -> None:
         self._factory = consumer_factory
         self._poll_s = poll_s
         self._cond = threading.Condition()
         self._offsets: dict[tuple[str, str], dict[int, tuple[int, str | None]]] = {}
         self._pos: dict[int, int] = {}
+        self._wanted: dict[int, int] = {}  # partition -> end offset a waiting cycle needs read
         self.partitions: int | None = None
         self.failed: str | None = None
         self._stop = threading.Event()
@@ -373,8 +374,23 @@ class OffsetsSnapshot:
             consumer.assign(tps)
             with self._cond:
                 self.partitions = len(tps)
+            every = {tp.partition for tp in tps}
+            eof_seen: set[int] = set()
+            active = set(every)
             while not self._stop.is_set():
-                msgs = consumer.consume(num_messages=5000, timeout=self._poll_s)
+                # fetch only while a cycle waits for a partition (or during the first load): a
+                # caught-up snapshot is paused, so its Fetch requests follow the batches, not the
+                # commit traffic of the cluster
+                with self._cond:
+                    behind = {p for p, e in self._wanted.items() if self._pos.get(p, -1) < e}
+                want = set(every) if eof_seen != every else behind
+                if want != active:
+                    if every - want:
+                        consumer.pause([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(every - want)])
+                    if want:
+                        consumer.resume([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(want)])
+                    active = want
+                msgs = consumer.consume(num_messages=5000, timeout=self._poll_s if active else 0.05)
                 updates = []
                 eofs: dict[int, int] = {}
                 for m in msgs:
@@ -401,6 +417,7 @@ class OffsetsSnapshot:
                         if tp.offset is not None and tp.offset >= 0:
                             self._pos[tp.partition] = max(self._pos.get(tp.partition, -1), tp.offset)
                     for part, off in eofs.items():
+                        eof_seen.add(part)
                         if off is not None and off >= 0:
                             self._pos[part] = max(self._pos.get(part, -1), off)
                     self._cond.notify_all()
@@ -425,6 +442,8 @@ class OffsetsSnapshot:
             return None
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if self._pos.get(gp, -1) < end:
+                self._wanted[gp] = max(self._wanted.get(gp, -1), end)  # wakes the (paused) fetching
             while self._pos.get(gp, -1) < end:
                 left = deadline - time.monotonic()
                 if self.failed is not None or left <= 0:
@@ -456,8 +475,10 @@ class WatermarkBatcher:
     """Per cluster: the watermark reads of every cycle that arrives within `window_s` of the first
     one share ONE DescribeTopics (all their topics) and ONE ListOffsets earliest + ONE ListOffsets
     latest (all partitions of all those topics). The first caller of a batch leads: it waits the
-    window, closes the batch, issues the three requests and hands each topic its answer (or its own
-    error: a missing topic fails only the cycles observing it). The others wait for that, bounded
+    window, closes the batch, issues the three requests (DescribeTopics; ListOffsets earliest of the
+    topics + latest of `__consumer_offsets` when the snapshot runs; then ListOffsets latest of the
+    topics) and hands each topic its answer (or its own error: a missing topic fails only the
+    cycles observing it). The others wait for that, bounded
     by their own timeout. Kafka round trips per batch: 3, whatever the number of CRs (librdkafka
     sends a ListOffsets per partition-leader broker: 1 on a one-broker cluster).
 
@@ -512,20 +533,9 @@ class WatermarkBatcher:
         topics = sorted(batch.topics)
         try:
             self.batches += 1
-            n_off = self._offsets_partitions()
-            off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(n_off or 0)]
-            desc_f, off_f = self._call(left(), lambda admin: (
-                admin.describe_topics(TopicCollection(topics), request_timeout=left()),
-                admin.list_offsets({tp: OffsetSpec.latest() for tp in off_tps}, request_timeout=left(),
-                                   isolation_level=IsolationLevel.READ_COMMITTED) if off_tps else {}))
+            desc_f = self._call(left(), lambda admin: admin.describe_topics(
+                TopicCollection(topics), request_timeout=left()))
             _count("describe_topics")
-            _count("list_offsets", 1 if off_tps else 0)
-            offsets_ends: dict[int, int] = {}
-            for tp, f in off_f.items():  # awaited before the topics' ends are asked for
-                try:
-                    offsets_ends[tp.partition] = int(f.result(timeout=left()).offset)
-                except Exception:  # noqa: BLE001 - no end: those groups use their own OffsetFetch
-                    pass
             ids: dict[str, list[int]] = {}
             for t in topics:
                 try:
@@ -534,20 +544,36 @@ class WatermarkBatcher:
                 except BaseException as err:  # noqa: BLE001 - this topic's own error
                     batch.results[t] = err
             tps = [TopicPartition(t, i) for t in sorted(ids) for i in ids[t]]
+            n_off = self._offsets_partitions()
+            off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(n_off or 0)]
             earliest: dict[tuple[str, int], Any] = {}
             latest: dict[tuple[str, int], Any] = {}
+            offsets_ends: dict[int, int] = {}
             if tps:
                 kw = {"request_timeout": left(), "isolation_level": IsolationLevel.READ_COMMITTED}
-                earliest_f, latest_f = self._call(left(), lambda admin: (
-                    admin.list_offsets({tp: OffsetSpec.earliest() for tp in tps}, **kw),
-                    admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)))
-                _count("list_offsets", 2)
-                for futs, out in ((earliest_f, earliest), (latest_f, latest)):
-                    for tp, f in futs.items():
-                        try:
-                            out[(tp.topic, tp.partition)] = f.result(timeout=left()).offset
-                        except BaseException as err:  # noqa: BLE001 - fails that partition's topic
-                            out[(tp.topic, tp.partition)] = err
+                # request A: the topics' log starts AND the __consumer_offsets ends, awaited before
+                # request B asks for the topics' ends (so B follows every commit A's ends cover)
+                first_f = self._call(left(), lambda admin: admin.list_offsets(
+                    {**{tp: OffsetSpec.latest() for tp in off_tps}, **{tp: OffsetSpec.earliest() for tp in tps}}, **kw))
+                _count("list_offsets")
+                for tp, f in first_f.items():
+                    try:
+                        off = f.result(timeout=left()).offset
+                    except BaseException as err:  # noqa: BLE001 - fails that partition's topic
+                        off = err
+                    if tp.topic == OFFSETS_TOPIC:
+                        if not isinstance(off, BaseException):  # else: those groups fall back
+                            offsets_ends[tp.partition] = int(off)
+                    else:
+                        earliest[(tp.topic, tp.partition)] = off
+                latest_f = self._call(left(), lambda admin: admin.list_offsets(
+                    {tp: OffsetSpec.latest() for tp in tps}, **kw))
+                _count("list_offsets")
+                for tp, f in latest_f.items():
+                    try:
+                        latest[(tp.topic, tp.partition)] = f.result(timeout=left()).offset
+                    except BaseException as err:  # noqa: BLE001 - fails that partition's topic
+                        latest[(tp.topic, tp.partition)] = err
             for t, parts in ids.items():
                 if not parts:
                     batch.results[t] = _NoPartitions()
@@ -881,6 +907,7 @@ def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",  # compaction/retention moved the start: never skip ahead
             "fetch.wait.max.ms": 500,
             # its Fetch requests are counted (lagpilot_kafka_requests_total{kind="offsets_topic_fetch"})
             # from librdkafka's statistics, served by consume() in the snapshot's own thread
