@@ -340,6 +340,13 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     assert d["pause_seconds"] == 1.0 and d["hand_off_window"] == [20.0, 21.0]
     assert d["start_up_seconds"] == 7.0 and d["min_replicas_during_hand_off"] == 2
     assert d["launch_to_first_record_seconds"] == 6.0
+    params = demo_measure.sim_params(
+        partitions=3, sla_s=60, consumer_capacity=50.0, drain_task_capacity=None, pod_starts_s=[3.0, 5.0],
+        drains=drains + [{"launch_to_first_record_seconds": 10.0, "pause_excess_seconds": 0.5, "hand_off_path": "ConsumerAck"}],
+        split_factor=4, max_tasks=12, min_backlog_records=1000, poll_interval_s=5, min_replicas=1, max_replicas=3,
+        scale_down_window_s=60, batch_timeout_s=1.0, batch_max_records=50)
+    assert params["drain_start_s"] == 8.0 and params["handoff_pause_s"] == 0.25 and params["pod_start_s"] == 4.0
+    assert params["handoff_quiesce"] is False and params["capacity"] == 50.0
     assert d["pod_changes_near_hand_off"] == []
     for s in samples:
         s.pods = 1 if s.t < 15 else 3

@@ -225,7 +225,9 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
     return {
         "partitions": partitions, "sla_s": float(sla_s), "capacity": consumer_capacity,
         "drain_task_capacity": drain_task_capacity, "pod_start_s": _median(list(pod_starts_s)),
-        "drain_start_s": round(sum(starts) / len(starts), 2) if starts else None,  # mean: each drain pays it "handoff_pause_s": _median(pauses),
+        # drain start-up: the mean, as every drain pays it
+        "drain_start_s": round(sum(starts) / len(starts), 2) if starts else None,
+        "handoff_pause_s": _median(pauses),
         "max_drain_tasks": max_tasks, "split_factor": split_factor, "min_backlog_records": min_backlog_records,
         "poll_interval_s": float(poll_interval_s), "min_replicas": min_replicas, "max_replicas": max_replicas,
         "scale_down_window_s": float(scale_down_window_s), "batch_timeout_s": float(batch_timeout_s),
