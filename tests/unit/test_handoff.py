@@ -553,3 +553,29 @@ def test_the_model_catches_reading_the_mailbox_before_the_group_offsets():
     assert "lost" in found[1], found
     _, ok = run_world(found[0], 0.0)
     assert ok is None, ok  # the same interleaving with the right order stays exact
+
+
+def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them():
+    """The planner's per-partition task counts survive in the plan and decide the sub-ranges;
+    a plan without them (older status) falls back to spec.drain.splitFactor."""
+    from lagpilot.handoff import PartitionRange, sub_ranges_of
+
+    spec = _spec_for_tasks()
+    ranges = (PartitionRange(0, split=10_000, start=0, tasks=6), PartitionRange(1, split=5_000, start=1_000, tasks=1),
+              PartitionRange(2, split=3_000, start=0))
+    subs = sub_ranges_of(ranges, spec)
+    per = {p: [s for s in subs if s.partition == p] for p in (0, 1, 2)}
+    assert [len(per[p]) for p in (0, 1, 2)] == [6, 1, spec.drain.split_factor]
+    for r in ranges:  # pieces tile [start, split) exactly
+        pieces = sorted(per[r.partition], key=lambda s: s.start)
+        assert pieces[0].start == r.start and pieces[-1].end == r.split
+        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))
+    assert PartitionRange.from_dict(ranges[0].to_dict()) == ranges[0]
+    assert "tasks" not in ranges[2].to_dict() and PartitionRange.from_dict(ranges[2].to_dict()) == ranges[2]
+
+
+def _spec_for_tasks():
+    from lagpilot.spec import parse_spec
+
+    return parse_spec({"topic": "t", "groupId": "g", "kafka": {"bootstrapServers": "127.0.0.1:9092"},
+                       "catchUpSLASeconds": 120, "batch": {"maxRecords": 100}, "drain": {"splitFactor": 3}})

@@ -307,6 +307,7 @@ class DrainContext:
     emit: Callable[[str, str, str], None]
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)
     version: str = "0.1.0"
+    tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,7 +456,7 @@ class DrainExecutor:
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt))
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
-                        wanted=tuple(ctx.wanted), job=job, progress=progress, mailbox=mailbox,
+                        wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> bool:
@@ -546,6 +547,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
         raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
         wanted=tuple(decision.drain.partitions) if getattr(decision, "drain", None) else (),
+        tasks=dict(decision.drain.tasks_by_partition) if getattr(decision, "drain", None) else {},
         admin=handle.safe_admin(executor.timeout_s),  # admin OffsetFetch would SIGSEGV (kafka_observe)
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),

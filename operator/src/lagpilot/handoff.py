@@ -87,14 +87,19 @@ class PartitionRange:
     partition: int
     split: int
     start: int | None = None
+    tasks: int | None = None  # Spark tasks the planner gave this partition (None: spec.drain.splitFactor)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"partition": self.partition, "start": self.start, "split": self.split}
+        d: dict[str, Any] = {"partition": self.partition, "start": self.start, "split": self.split}
+        if self.tasks is not None:
+            d["tasks"] = self.tasks
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PartitionRange":
-        start = d.get("start")
-        return cls(int(d["partition"]), int(d["split"]), None if start is None else int(start))
+        start, tasks = d.get("start"), d.get("tasks")
+        return cls(int(d["partition"]), int(d["split"]), None if start is None else int(start),
+                   None if tasks is None else max(1, int(tasks)))
 
 
 @dataclass(frozen=True)
@@ -300,6 +305,8 @@ class Observed:
     # the hand-off mailbox entries of the planned partitions, read AFTER `offsets` (None: not read)
     mailbox: Mapping[int, mbx.Entry | None] | None = None
     ack_timeout_s: float = ACK_TIMEOUT_S
+    # Spark tasks per wanted partition, from the planner (missing: spec.drain.splitFactor)
+    tasks: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -386,7 +393,7 @@ def _finish(d: DrainStatus, phase: Phase, reason: str, message: str, now: float)
     return dataclasses.replace(done, history=(kept + (_summary(done),))[-HISTORY:])
 
 
-def _idle(d: DrainStatus | None) -> bool:
+def is_idle(d: DrainStatus | None) -> bool:
     """No drain holds a range: a new one may be planned."""
     if d is None:
         return True
@@ -400,7 +407,7 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
     cfg = spec.drain
     stop = cfg.cancel or not cfg.enabled
 
-    if _idle(drain):
+    if is_idle(drain):
         return _maybe_plan(spec, drain, observed, now)
     assert drain is not None
     d = drain
@@ -520,7 +527,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         o = observed.offsets.get(p)
         if o is None or o.end - o.position <= 0:
             continue
-        ranges.append(PartitionRange(p, split=o.end))
+        ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
     if not ranges:
         return Action(Kind.NONE)
     d = DrainStatus(
@@ -624,8 +631,7 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
                     f"drain {d.id}: the group reached the split points by itself", now)
         c = dataclasses.replace(c, ranges=(), resumed_at=now if restore is not None else d.resumed_at)
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal)
-    subs = split_ranges({r.partition: (int(r.start or 0), r.split) for r in ranges},
-                        spec.drain.split_factor, min_records_per_task=spec.batch.max_records)
+    subs = sub_ranges_of(ranges, spec)
     h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff", ranges=ranges, hand_off_path=path,
                             sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
     h = dataclasses.replace(h, message=progress_message(h) + f" (hand-off path {path})")
@@ -635,6 +641,16 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
                       event=("Normal", "DrainCancelled", c.message))
     return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
+
+
+def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[SubRange, ...]:
+    """Each handed-off range cut into the tasks the planner gave its partition (splitFactor when the
+    plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
+    subs: list[SubRange] = []
+    for r in ranges:
+        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.split_factor,
+                                 min_records_per_task=spec.batch.max_records))
+    return tuple(subs)
 
 
 def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str, restore: bool,

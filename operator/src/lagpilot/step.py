@@ -111,15 +111,10 @@ class StepDecision:
         return self.decision.drain
 
 
-def _idle(d: handoff.DrainStatus) -> bool:
-    rule = getattr(handoff, "is_idle", None) or getattr(handoff, "_idle")
-    return bool(rule(d))
-
-
 def drain_view(drains: Sequence[handoff.DrainStatus], last_end_s: float | None) -> dict[str, Any]:
     """What the planner needs to know about the drains in flight (from the hand-off's own status)."""
-    live = [d for d in drains if not _idle(d)]
-    ends = [d.finished_at for d in drains if _idle(d) and d.finished_at is not None]
+    live = [d for d in drains if not handoff.is_idle(d)]
+    ends = [d.finished_at for d in drains if handoff.is_idle(d) and d.finished_at is not None]
     if last_end_s is not None:
         ends.append(last_end_s)
     tasks = sum(sum(1 for s in d.sub_ranges if not s.done) for d in live)
