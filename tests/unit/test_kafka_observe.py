@@ -617,3 +617,16 @@ def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers()
     snap.failed = "GROUP_AUTHORIZATION_FAILED"
     snap._pos[gp] = 0
     assert snap.committed("g", "t", [0], end=6, timeout_s=5) is None  # failed: at once, no wait
+
+
+def test_a_client_that_cannot_be_created_is_an_observe_error_without_the_config() -> None:
+    """A TLS key librdkafka cannot load makes AdminClient() raise: a Degraded reason, not a crash."""
+    def factory(conf: Any) -> Any:
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"ssl.key.pem failed: {conf['ssl.key.pem']}"))
+
+    pool = AdminPool(factory=factory, consumer_factory=None, group_reader_factory=None)
+    with pytest.raises(ObserveError) as info:
+        with pool.lease("ns/a", {**CONF, "ssl.key.pem": "KEYMATERIAL"}):
+            pass
+    assert info.value.reason == "KafkaConfigInvalid" and "k:9092" in info.value.message
+    assert "KEYMATERIAL" not in str(info.value)

@@ -993,7 +993,14 @@ class AdminPool:
                     "error_cb": lambda err: holder[0].on_error(err) if holder else None,
                     "client.id": "lagpilot-operator",
                 }
-                handle = AdminHandle(self._factory(full), conf.get("bootstrap.servers", ""),
+                try:
+                    client = self._factory(full)
+                except Exception as err:  # noqa: BLE001 - e.g. a TLS key librdkafka cannot load
+                    # the text of a client-creation error may quote configuration: only its code
+                    raise ObserveError("KafkaConfigInvalid", f"cannot create a Kafka client for "
+                                       f"{conf.get('bootstrap.servers', '')} from spec.kafka and its Secret "
+                                       f"({_error_name(err)}); check the TLS/SASL material") from None
+                handle = AdminHandle(client, conf.get("bootstrap.servers", ""),
                                      self._consumer_factory(full) if self._consumer_factory else None,
                                      self._group_reader_factory(full) if self._group_reader_factory else None,
                                      self._batch_window_s,

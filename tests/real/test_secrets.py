@@ -1,0 +1,147 @@
+"""Secrets never leak (issue 14, item 2), on the real parts.
+
+CRs whose Secrets hold known unique values — the dev SCRAM user's password (the right one, used by
+a running consumer over the SASL listener), a wrong SASL password (unique), a PostgreSQL DSN
+password (unique; the DSN points at a closed port, so the sink fails), a TLS private key (unique;
+an SSL CR against the PLAINTEXT port, so the handshake fails) — run: the right CR's Deployment is
+scaled to its minimum (1) and its pod consumes a backlog and fails in its sink, the wrong password
+and the TLS CR go Degraded. Then every place a value could leak is scanned for each value:
+operator log (JSON lines, tracebacks included), every pod's log, events, CR objects (status),
+the metrics output, Deployments/ReplicaSets/Pods/Jobs specs. 0 hits; credentials reach the pod
+spec only as `secretKeyRef`. Positive control: the same scanner finds the values in the Secrets.
+Not covered here: a drain (none is started: drain disabled).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
+    Operator,
+    apply_cr,
+    condition,
+    cr,
+    crd,
+    get_cr,
+    produce,
+    start_operator,
+)
+from tests.real.test_sasl import sasl  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+def _b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+def hits(text: str, values: dict[str, str]) -> dict[str, int]:
+    """How often each secret value (and its base64 form) occurs in `text`."""
+    return {kind: text.count(v) + text.count(_b64(v)) for kind, v in values.items()}
+
+
+def test_secret_values_appear_nowhere_but_in_their_secrets(
+        sasl: dict[str, str], crd: Any, kube_api: Any, pod_runner: Any,  # noqa: F811
+        namespace: Callable[..., str], kafka_bootstrap: str, new_topic: Callable[..., str],
+        start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+    ns = namespace("secrets")
+    op = start_operator(ns)
+    topic = new_topic(partitions=2, prefix="secrets")
+    produce(kafka_bootstrap, topic, 100, 2)
+    u = uuid.uuid4().hex
+    values = {
+        "sasl_password": sasl["password"],
+        "sasl_wrong_password": f"wrongpw{u}",
+        "dsn_password": f"dsnpw{u}",
+        "tls_key": f"tlskey{u}",
+    }
+    assert len(sasl["password"]) >= 12  # a value specific enough to search for
+    tls_key_pem = f"-----BEGIN PRIVATE KEY-----\n{values['tls_key']}\n-----END PRIVATE KEY-----\n"
+    secrets = {
+        "kafka-right": {"username": sasl["username"], "password": values["sasl_password"]},
+        "kafka-wrong": {"username": sasl["username"], "password": values["sasl_wrong_password"]},
+        "pg": {"dsn": f"postgresql://lagpilot:{values['dsn_password']}@127.0.0.1:1/lagpilot"},
+        "kafka-tls": {"tls.key": tls_key_pem, "tls.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+    }
+    for name, data in secrets.items():
+        core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {k: _b64(v) for k, v in data.items()}})
+    sasl_kafka = {"bootstrapServers": sasl["bootstrap"], "securityProtocol": "SASL_PLAINTEXT",
+                  "saslMechanism": "SCRAM-SHA-512"}
+    common = {"topic": topic, "drain": {"enabled": False}}
+    apply_cr(crd, ns, cr("right", {**common, "groupId": f"sec-right-{u[:6]}",
+                                   "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-right"}},
+                                   "processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg"}}},
+                                   "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
+    apply_cr(crd, ns, cr("wrong", {**common, "groupId": f"sec-wrong-{u[:6]}",
+                                   "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-wrong"}},
+                                   "processing": {"sink": "log"},
+                                   "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+    apply_cr(crd, ns, cr("tls", {**common, "groupId": f"sec-tls-{u[:6]}",
+                                 "kafka": {"bootstrapServers": kafka_bootstrap, "securityProtocol": "SSL",
+                                           "secretRef": {"name": "kafka-tls"}},
+                                 "processing": {"sink": "log"},
+                                 "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+
+    def degraded(name: str) -> dict[str, Any] | None:
+        c = condition(get_cr(custom, ns, name), "Degraded")
+        return c if c and c["status"] == "True" else None
+
+    # the faults really fired: wrong password refused by the broker, TLS CR failing, the right
+    # CR's pod running and its sink failing against the closed port
+    c = wait_until(lambda: degraded("wrong"), "wrong: Degraded", 180, interval=1)
+    assert c["reason"] == "AuthenticationFailed", c
+    c = wait_until(lambda: degraded("tls"), "tls: Degraded", 180, interval=1)
+    print(f"tls: Degraded {c['reason']}: {c['message']}")
+
+    def right_pods() -> list[Any]:
+        return [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("right-")]
+
+    pods = wait_until(lambda: [p for p in right_pods() if pod_runner.log_path(ns, p.metadata.name)
+                               and pod_runner.log_path(ns, p.metadata.name).exists()
+                               and pod_runner.log_path(ns, p.metadata.name).stat().st_size > 0],
+                      "the right CR's consumer pod running with a log", 240, interval=2)
+    pod_log = lambda: "\n".join(pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")  # noqa: E731
+                                for p in right_pods() if pod_runner.log_path(ns, p.metadata.name)
+                                and pod_runner.log_path(ns, p.metadata.name).exists())
+    wait_until(lambda: any(w in pod_log().lower() for w in ("postgres", "connection", "sink")),
+               "the consumer's sink failing (PostgreSQL at a closed port)", 180, interval=2)
+    print(f"pod log tail: {pod_log()[-600:]}")
+
+    # scan
+    def kubectl_json(*what: str) -> str:
+        return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
+
+    places = {
+        "operator log": op.log_path.read_text(errors="replace"),
+        "pod logs": pod_log(),
+        "events": kubectl_json("events"),
+        "CRs (spec+status)": kubectl_json("batchconsumergroups"),
+        "metrics": op.metrics(),
+        "deployments, replicasets, pods, jobs": kubectl_json("deployments,replicasets,pods,jobs"),
+    }
+    found = {place: {k: n for k, n in hits(text, values).items() if n} for place, text in places.items()}
+    print("scanned:", {place: len(text) for place, text in places.items()}, "hits:", found)
+    assert all(len(text) > 0 for place, text in places.items() if place != "pod logs"), places.keys()
+    assert found == {place: {} for place in places}, found
+
+    # positive control: the scanner finds each value where it is (the Secrets, decoded)
+    secret_text = "\n".join(json.dumps({k: base64.b64decode(v).decode() for k, v in (s.data or {}).items()})
+                            for s in core.list_namespaced_secret(ns).items)
+    assert all(n > 0 for n in hits(secret_text, values).values())
+
+    # credentials reach the pod only by secretKeyRef, never as a literal value
+    dep = json.loads(crd.kubectl("get", "deployment", "right-consumer", "-n", ns, "-o", "json").stdout)
+    env = [e for ctr in dep["spec"]["template"]["spec"]["containers"] for e in ctr.get("env") or []]
+    refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})}
+    assert {"kafka-right", "pg"} <= refs, env
+    assert not any(v in json.dumps(env) for v in values.values())
