@@ -6,7 +6,7 @@
 The case a drain exists for: a latency-bound sink (a fixed 50 ms per call, batch 100: at most
 2,000 records/s per consumer) and a backlog on 3 partitions that the group, capped at 3 consumers,
 needs >= 120 s to clear (720,000 records). Everything is counted in delivery ledgers
-(bench/ledger.py: PostgreSQL, one row per delivery, no key), so lost and duplicated offsets are
+(the built-in ledger sink, lagpilot_runtime.sinks.ledger: PostgreSQL, one row per delivery, no key), so lost and duplicated offsets are
 counted, not assumed. Two phases on the same topic, broker and run:
 
 1. group: 3 `lagpilot consume` processes (fresh group) on the backlog. Its clock starts when the
@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PARTITIONS = 3
 
-from bench import ledger  # noqa: E402
+from lagpilot_runtime.sinks import ledger  # noqa: E402
 
 
 # ---- Kafka helpers ----------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def base_env(bootstrap: str, topic: str, group: str, dsn: str, table: str, cost_
     env.update({
         "PYTHONPATH": str(REPO), "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic,
         "LAGPILOT_GROUP_ID": group, "LAGPILOT_BATCH_MAX_RECORDS": str(batch), "LAGPILOT_BATCH_TIMEOUT_MS": "200",
-        "LAGPILOT_HANDLER": "bench.ledger:process",
+        "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.ledger:process",
         "LAGPILOT_HANDLER_CONFIG": json.dumps({"table": table, "cost_ms": str(cost_ms)}),
         "LAGPILOT_POSTGRES_DSN": dsn, "LAGPILOT_FAILURE_POLICY": "exit", "LAGPILOT_LOG_LEVEL": "WARNING",
     })
@@ -351,7 +351,7 @@ def commit_gaps(dsn: str, table: str, t_from: float, t_to: float) -> dict[int, f
 
     with psycopg.connect(dsn) as conn:
         return {p: longest_gap([float(r[0]) for r in conn.execute(
-            f"SELECT DISTINCT at FROM {table} WHERE source = 'consumer' AND partition = %s AND at BETWEEN %s AND %s",
+            f"SELECT DISTINCT delivered_at FROM {table} WHERE source = 'consumer' AND partition = %s AND delivered_at BETWEEN %s AND %s",
             (p, t_from - 30.0, t_to))], t_from, t_to) for p in range(PARTITIONS)}
 
 
