@@ -113,8 +113,10 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     pod_log = lambda: "\n".join(pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")  # noqa: E731
                                 for p in right_pods() if pod_runner.log_path(ns, p.metadata.name)
                                 and pod_runner.log_path(ns, p.metadata.name).exists())
-    wait_until(lambda: any(w in pod_log().lower() for w in ("postgres", "connection", "sink")),
-               "the consumer's sink failing (PostgreSQL at a closed port)", 180, interval=2)
+    # the consumer read records over SASL with the right password and its PostgreSQL sink failed
+    # on them (the DSN's closed port): the exception text is part of what is scanned below
+    wait_until(lambda: '"event": "handler_error"' in pod_log() and "port 1 failed" in pod_log(),
+               "the consumer's sink failing on a batch (PostgreSQL at a closed port)", 180, interval=2)
     print(f"pod log tail: {pod_log()[-600:]}")
 
     # scan
