@@ -630,3 +630,25 @@ def test_a_client_that_cannot_be_created_is_an_observe_error_without_the_config(
             pass
     assert info.value.reason == "KafkaConfigInvalid" and "k:9092" in info.value.message
     assert "KEYMATERIAL" not in str(info.value)
+
+
+def test_a_failed_snapshot_is_retried_after_its_back_off_not_before() -> None:
+    from lagpilot.kafka_observe import OffsetsSnapshot
+
+    made: list[int] = []
+
+    def factory() -> Any:
+        made.append(1)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))  # broker down
+
+    snap = OffsetsSnapshot(factory)
+    snap.start()
+    wait_for(lambda: snap.failed is not None, "the first attempt to fail")
+    snap.start()  # within the back-off: no new attempt
+    assert len(made) == 1 and not snap.healthy
+    snap.RESTART_S = 0.0
+    snap.start()
+    wait_for(lambda: len(made) == 2 and snap.failed is not None, "a second attempt")
+    snap.stop()
+    snap.start()  # stopped (handle closed): never again
+    assert len(made) == 2

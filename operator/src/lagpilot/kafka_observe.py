@@ -346,10 +346,19 @@ class OffsetsSnapshot:
         self.failed: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failed_at = 0.0
         self.records = 0
 
+    RESTART_S = 60.0  # a failed snapshot (broker down at start, no permission) is retried this often
+
     def start(self) -> None:
+        """Start the reading thread; after a failure, start it again once RESTART_S have passed."""
         with self._cond:
+            if self._stop.is_set():
+                return
+            if self._thread is not None and self.failed is not None and not self._thread.is_alive() \
+                    and time.monotonic() - self._failed_at >= self.RESTART_S:
+                self._thread, self.failed, self.partitions = None, None, None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="lagpilot-offsets-snapshot", daemon=True)
                 self._thread.start()
@@ -424,6 +433,7 @@ class OffsetsSnapshot:
         except Exception as err:  # noqa: BLE001 - the cycles fall back to per-group OffsetFetch
             with self._cond:
                 self.failed = str(err)[:200]
+                self._failed_at = time.monotonic()
                 self._cond.notify_all()
             log.warning("offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed})
         finally:
