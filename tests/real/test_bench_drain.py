@@ -23,7 +23,9 @@ def test_bench_drain_quick_is_exact_and_reports_its_figures(kafka_bootstrap: str
                           capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["quick"] is True and result["tasks"] == 12
+    # a partition whose [ack, split) holds fewer than splitFactor batches gets fewer pieces (the live
+    # group's progress before the hand-off decides that), so only the bounds are fixed
+    assert result["quick"] is True and 1 <= result["tasks"] <= 12
     assert result["drained_records"] > 0  # the hand-off really gave the drain a range
     assert result["lost"] == 0
     assert result["duplicated"] == 0
