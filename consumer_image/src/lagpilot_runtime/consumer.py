@@ -45,7 +45,8 @@ from .config import ConfigError, ConsumerConfig
 from . import handoff_mailbox as mbx
 from .failure import (Abandoned, DeadLetterError, DeadLetterProducer, Failure, RetryPolicy, SystemicFailure,
                       commit_positions, run_batch)
-from .handler import BatchContext, Handler, HandlerLoadError, Record, describe_error, load_handler
+from .handler import (BatchContext, Handler, HandlerLoadError, Record, batch_offsets, commits_progress, describe_error,
+                      load_handler)
 from .metrics import CapacityEstimator, ConsumerMetrics, Health, MetricsServer, capacity_metadata
 
 log = logging.getLogger("lagpilot.consumer")
@@ -175,7 +176,9 @@ class BatchConsumer:
         self.wall_ms = wall_ms
         self.stop_event = threading.Event()
         self.ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
-                                source="consumer", concurrency=cfg.concurrency)
+                                source="consumer", concurrency=cfg.concurrency, group_id=cfg.group_id)
+        # exactly-once capability: the handler stores its progress with its output (docs/consumer.md)
+        self.sink_progress = commits_progress(handler)
         self.policy = RetryPolicy(cfg.max_retries, cfg.retry_backoff_ms)
         self.capacity = CapacityEstimator(cfg.batch_max_records)
         self.pending: list[Record] = []
@@ -332,6 +335,56 @@ class BatchConsumer:
                 log.warning("hand-off step failed; retried at the next check", extra=_fields(
                     event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
 
+    def sync_sink_progress(self, parts: set[TP]) -> None:
+        """For a progress-committing handler: read its progress for ``parts`` and, where it is ahead
+        of the group's committed offset, commit it to Kafka (synchronous), skip records below it and
+        seek there. Records below the sink's progress are in the sink: delivering them again would
+        duplicate them. Fails the consumer (exit 1, restarted) if the sink cannot be read: processing
+        without knowing its progress could deliver twice."""
+        if not self.sink_progress or not parts:
+            return
+        from confluent_kafka import KafkaException, TopicPartition
+
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(parts):
+            by_topic.setdefault(t, []).append(p)
+        got: dict[TP, int] = {}
+        for topic, plist in by_topic.items():
+            for attempt in range(3):
+                try:
+                    got.update({(topic, int(p)): int(o) for p, o in
+                                self.handler.progress(topic, plist, self.ctx).items()})  # type: ignore[attr-defined]
+                    break
+                except Exception as exc:  # noqa: BLE001 - retried, then fatal
+                    log.warning("reading the sink's progress failed", extra=_fields(
+                        event="sink_progress_failed", error=describe_error(exc), attempt=attempt))
+                    if attempt == 2:
+                        raise FatalError(f"cannot read the sink's progress: {describe_error(exc)}") from exc
+                    self._sleep(0.5 * (attempt + 1))
+        ahead: dict[TP, int] = {}
+        for key, sink_next in got.items():
+            if sink_next > self._own_committed(key):
+                ahead[key] = sink_next
+        if not ahead:
+            return
+        metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+        res = self.consumer.commit(offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(ahead.items())],
+                                   asynchronous=False)
+        errors = [x for x in (res or []) if getattr(x, "error", None)]
+        if errors:
+            raise KafkaException(errors[0].error)
+        for (t, p), o in ahead.items():
+            self.committed[(t, p)] = o
+            self.skip_below[(t, p)] = max(o, self.skip_below.get((t, p), -1))
+            self.pending = [r for r in self.pending if (r.topic, r.partition) != (t, p) or r.offset >= o]
+            self.metrics.committed_offset.labels(t, str(p)).set(o)
+            try:
+                self.consumer.seek(TopicPartition(t, p, o))
+            except Exception:  # noqa: BLE001 - not assigned yet in on_assign: fetch starts at the commit
+                pass
+        log.info("resuming from the sink's progress (ahead of the group's commit)", extra=_fields(
+            event="sink_progress_ahead", partitions={f"{t}/{p}": o for (t, p), o in sorted(ahead.items())}))
+
     def _own_committed(self, key: TP) -> int:
         """This group's committed offset of the partition (everything below it is processed)."""
         from confluent_kafka import TopicPartition
@@ -410,8 +463,12 @@ class BatchConsumer:
     def process(self, batch: list[Record]) -> None:
         """Handler (with the failure policy), then commit. Raises FatalError to stop the loop."""
         t0 = self.clock()
+        offsets = batch_offsets(batch) if self.sink_progress else None
 
         def call(piece: list[Record]) -> None:
+            # progress only with the whole batch: a piece of a failure isolation does not cover
+            # everything below its last offset (its rows are at-least-once, docs/consumer.md)
+            self.ctx.offsets = offsets if len(piece) == len(batch) else None
             self.handler(piece, self.ctx)
 
         def on_error(piece: Sequence[Record], exc: BaseException, attempt: int) -> None:
@@ -592,6 +649,9 @@ class BatchConsumer:
         log.info("partitions assigned", extra=_fields(event="assigned", partitions=sorted(p for _, p in new),
                                                        owned=sorted(p for _, p in self.owned)))
         try:
+            # the sink may be ahead of Kafka (crash after its commit, before ours): catch Kafka up
+            # first, so the hand-off's ack below and every later commit start from max(both)
+            self.sync_sink_progress(new)
             # a drain hand-off of a partition we just got: before any record of it is processed
             self.check_handoff(new)
         except Exception as exc:  # noqa: BLE001 - never let an exception escape into librdkafka

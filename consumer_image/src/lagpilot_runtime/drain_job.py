@@ -287,13 +287,14 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
     from . import jsonlog
     from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
-    from .handler import BatchContext, load_handler
+    from .handler import BatchContext, commits_progress, load_handler
 
     cfg = ConsumerConfig.from_env()
     jsonlog.setup(cfg.log_level)
     handler = load_handler(cfg.handler_spec)
     ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
-                       source="drain", concurrency=cfg.concurrency)
+                       source="drain", concurrency=cfg.concurrency, group_id=spec.group_id, drain_id=spec.drain_id)
+    sink_progress = commits_progress(handler)
     policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
     summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
                                "task_started_at": task_started_at, "worker_forked_at": process_start_time(),
@@ -320,7 +321,14 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
     def flush(batch: list[Any]) -> None:
         nonlocal done_next, done_records, dlq
-        result = run_batch(batch, lambda piece: handler(piece, ctx), policy, sleep=time.sleep)
+        offsets = {(spec.topic, sub.partition): batch[-1].offset + 1} if sink_progress else None  # type: ignore[union-attr]
+
+        def call(piece: list[Any]) -> None:
+            # progress with the whole batch only (a piece of a failure isolation does not cover all below it)
+            ctx.offsets = offsets if len(piece) == len(batch) else None
+            handler(piece, ctx)
+
+        result = run_batch(batch, call, policy, sleep=time.sleep)
         if result.failures:
             if cfg.failure_policy != "deadLetter":
                 where = ", ".join(f.record.where for f in result.failures[:5])
@@ -349,6 +357,17 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
+                ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
+                if sink_progress:
+                    # the sink's progress for this sub-range (same transaction as its rows) may be
+                    # ahead of the progress group (a crash after the sink's commit, before Kafka's),
+                    # and it never expires (a progress group does: offsets.retention.minutes)
+                    sink_next = handler.progress(spec.topic, [sub.partition], ctx).get(sub.partition)  # type: ignore[attr-defined]
+                    if sink_next is not None and sink_next > done_next:
+                        log.info("resuming from the sink's progress", extra=_fields(
+                            event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
+                            kafka_next=done_next, sink_next=sink_next))
+                        done_next = min(sink_next, sub.end)
             if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
                 raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
                                    f"p{sub.partition}[{sub.start}, {sub.end})")

@@ -3,7 +3,16 @@
 A handler is ``process(records: list[Record], ctx: BatchContext) -> None``: raise to fail the batch,
 return when every record is durably processed. Delivery is at-least-once: after a crash, a failed
 commit or failure isolation the same record can reach the handler again, so handlers must be
-idempotent (the built-in postgres sink is: it is keyed on topic/partition/offset).
+idempotent (every record carries ``topic``/``partition``/``offset`` for that) — unless the handler
+**commits progress** (below).
+
+Exactly once (optional capability, docs/consumer.md): a handler that sets ``commits_progress =
+True`` and has a ``progress(topic, partitions, ctx) -> {partition: next_offset}`` attribute stores,
+in the same transaction as a batch's output, ``ctx.offsets`` (the next offset per partition after
+the batch, under the scope ``ctx.progress_scope``). The runtime then resumes from
+max(Kafka committed, the handler's progress) and skips records below the handler's progress, so a
+crash between the sink's commit and Kafka's causes no second delivery. The built-in postgres sink
+does this (table ``<table>_lagpilot_progress``).
 
 A handler may say *which* records failed by raising :class:`RecordError` (one record) or
 :class:`RecordsFailed` (several); the runtime then skips blind bisection. ``retriable=False``
@@ -61,6 +70,21 @@ class BatchContext:
     drain_id: str | None = None  # the drain's plan id when source == "drain" (the ledger records it)
     concurrency: int = 1
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+    # exactly-once capability (progress-committing handlers): who writes, and where this call ends
+    group_id: str | None = None
+    sub_range: tuple[int, int, int, int] | None = None  # drain: (partition, index, start, end)
+    # (topic, partition) -> next offset after this call's records, set by the runtime for each call
+    # that completes everything below it; None for pieces of a failure isolation (store no progress)
+    offsets: dict[tuple[str, int], int] | None = None
+
+    @property
+    def progress_scope(self) -> str:
+        """The key a progress-committing sink stores ``offsets`` under: the consumer group, or the
+        drain's sub-range (its identity: group, drain id, index and range)."""
+        if self.source == "drain" and self.sub_range is not None:
+            p, k, a, b = self.sub_range
+            return f"drain:{self.group_id or ''}:{self.drain_id or ''}:{k}:{a}-{b}"
+        return f"group:{self.group_id or ''}"
 
     def map(self, fn: Callable[[Record], Any], records: list[Record]) -> list[Any]:
         """Run ``fn`` on every record (in up to ``concurrency`` threads) and wait for all.
@@ -188,6 +212,21 @@ BUILTIN_SINKS = {
     # one row per delivery, no unique key: duplicates counted (tests, benches, the demo's proof)
     "ledger": "lagpilot_runtime.sinks.ledger:process",
 }
+
+
+def commits_progress(handler: Any) -> bool:
+    """Does the handler store its progress with its output (the exactly-once capability)?"""
+    return bool(getattr(handler, "commits_progress", False)) and callable(getattr(handler, "progress", None))
+
+
+def batch_offsets(records: Iterable[Record]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> highest offset + 1 among the records (pure)."""
+    out: dict[tuple[str, int], int] = {}
+    for r in records:
+        k = (r.topic, r.partition)
+        if r.offset + 1 > out.get(k, -1):
+            out[k] = r.offset + 1
+    return out
 
 
 class HandlerLoadError(ImportError):

@@ -6,6 +6,16 @@ NOTHING``: a batch replayed after a crash (processed, not yet committed) writes 
 higher offset of the same partition (or by any offset of another partition, i.e. after the key
 moved partitions). Records without a key cannot be upserted and fail permanently (dead-lettered).
 
+Exactly once without relying on a key: every batch's rows and its progress (``ctx.offsets``: next
+offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's sub-range)
+are written in ONE transaction; the progress lives in ``<table>_lagpilot_progress`` (primary key
+scope/topic/partition, ``next_offset`` only ever grows). The consumer and the drain read it back
+(:func:`progress`) and skip what the sink already holds, so a crash between this commit and the
+Kafka commit delivers nothing twice. ``postgres.key`` = ``none`` (or ``LAGPILOT_POSTGRES_KEY``)
+creates the insert-mode table without a primary key and inserts plainly: then the progress table is
+the only protection against duplicates (tests use it to prove exactly-once with a table that can
+show duplicates). A progress row never expires (unlike Kafka offsets: offsets.retention.minutes).
+
 Settings come from the pod environment (``LAGPILOT_POSTGRES_DSN`` / ``_TABLE`` / ``_MODE``), which
 the drain job shares; ``ctx.config`` keys ``postgres.table`` / ``postgres.mode`` override them.
 The table is created if missing. Batches of 100 rows or more are staged with ``COPY`` into a
@@ -34,6 +44,7 @@ class PostgresSettings:
     table: str = "lagpilot_records"
     mode: str = "insert"
     method: str = "auto"
+    key: str = "primary"  # "primary" | "none" (insert mode only)
 
     @classmethod
     def resolve(cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> "PostgresSettings":
@@ -46,12 +57,17 @@ class PostgresSettings:
         table = c.get("postgres.table") or e.get("LAGPILOT_POSTGRES_TABLE") or "lagpilot_records"
         mode = c.get("postgres.mode") or e.get("LAGPILOT_POSTGRES_MODE") or "insert"
         method = c.get("postgres.method") or "auto"
+        key = c.get("postgres.key") or e.get("LAGPILOT_POSTGRES_KEY") or "primary"
+        if key not in ("primary", "none"):
+            raise ValueError(f"postgres key must be primary or none, got {key!r}")
+        if key == "none" and mode != "insert":
+            raise ValueError("postgres key none needs insert mode (upsert is keyed by (topic, key))")
         if mode not in ("insert", "upsert"):
             raise ValueError(f"postgres mode must be insert or upsert, got {mode!r}")
         if method not in ("auto", "copy", "executemany"):
             raise ValueError(f"postgres method must be auto, copy or executemany, got {method!r}")
         _check_identifier(table)
-        return cls(dsn=dsn, table=table, mode=mode, method=method)
+        return cls(dsn=dsn, table=table, mode=mode, method=method, key=key)
 
 
 def _check_identifier(name: str) -> None:
@@ -66,13 +82,30 @@ def _qualified(table: str) -> str:
     return ".".join(f'"{p}"' for p in table.split("."))
 
 
-def ddl(table: str, mode: str) -> str:
-    """CREATE TABLE IF NOT EXISTS for the mode's key."""
-    key = '(topic, partition, "offset")' if mode == "insert" else "(topic, key)"
+def ddl(table: str, mode: str, key: str = "primary") -> str:
+    """CREATE TABLE IF NOT EXISTS for the mode's key (``key="none"``: insert mode without a key)."""
+    pk = '(topic, partition, "offset")' if mode == "insert" else "(topic, key)"
     key_null = "" if mode == "insert" else " NOT NULL"
+    pk_clause = "" if key == "none" and mode == "insert" else f", PRIMARY KEY {pk}"
     return (f"CREATE TABLE IF NOT EXISTS {_qualified(table)} (topic text NOT NULL, partition integer NOT NULL, "
             f'"offset" bigint NOT NULL, key bytea{key_null}, value bytea, headers jsonb, timestamp_ms bigint, '
-            f"written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY {key})")
+            f"written_at timestamptz NOT NULL DEFAULT now(){pk_clause})")
+
+
+def progress_table(table: str) -> str:
+    """The sink's progress table: ``<table>_lagpilot_progress`` (same schema)."""
+    return f"{table}_lagpilot_progress"
+
+
+def progress_ddl(table: str) -> str:
+    return (f"CREATE TABLE IF NOT EXISTS {_qualified(progress_table(table))} (scope text NOT NULL, topic text NOT NULL, "
+            "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (scope, topic, partition))")
+
+
+def progress_rows(scope: str, offsets: Mapping[tuple[str, int], int] | None) -> list[tuple[str, str, int, int]]:
+    """(scope, topic, partition, next_offset) rows for a batch's progress (pure)."""
+    return [(scope, t, int(p), int(o)) for (t, p), o in sorted((offsets or {}).items())]
 
 
 def headers_json(headers: Sequence[tuple[str, bytes]]) -> str | None:
@@ -99,7 +132,9 @@ def rows_for(records: Sequence[Record], mode: str) -> list[tuple[Any, ...]]:
     return [(r.topic, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms) for r in newest.values()]
 
 
-def _conflict_clause(table: str, mode: str) -> str:
+def _conflict_clause(table: str, mode: str, key: str = "primary") -> str:
+    if mode == "insert" and key == "none":
+        return ""
     if mode == "insert":
         return 'ON CONFLICT (topic, partition, "offset") DO NOTHING'
     t = _qualified(table)
@@ -134,26 +169,39 @@ def _drop_connection(settings: PostgresSettings) -> None:
             pass
 
 
-def ensure_table(conn: Any, table: str, mode: str) -> None:
-    """Create the table if missing; an advisory lock stops concurrent replicas racing on the DDL."""
+def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> None:
+    """Create the table and its progress table if missing; an advisory lock stops concurrent replicas
+    racing on the DDL."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lagpilot:{table}",))
-        conn.execute(ddl(table, mode))
+        conn.execute(ddl(table, mode, key))
+        conn.execute(progress_ddl(table))
 
 
 COPY_MIN_ROWS = 100
 
 
-def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]], method: str = "auto") -> None:
-    """Write rows idempotently in one transaction (COPY into a staging table, or executemany)."""
-    if not rows:
+def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]], method: str = "auto",
+               key: str = "primary", progress: Sequence[tuple[str, str, int, int]] = ()) -> None:
+    """Write rows (idempotently unless ``key="none"``) and the batch's progress rows in ONE
+    transaction (COPY into a staging table, or executemany)."""
+    if not rows and not progress:
         return
     if method == "auto":
         method = "copy" if len(rows) >= COPY_MIN_ROWS else "executemany"
     t = _qualified(table)
     cols = ", ".join(f'"{c}"' for c in COLUMNS)
-    conflict = _conflict_clause(table, mode)
+    conflict = _conflict_clause(table, mode, key)
     with conn.transaction():
+        if progress:
+            pt = _qualified(progress_table(table))
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {pt} (scope, topic, partition, next_offset) VALUES (%s, %s, %s, %s) "
+                    f"ON CONFLICT (scope, topic, partition) DO UPDATE SET next_offset = "
+                    f"GREATEST({pt}.next_offset, EXCLUDED.next_offset), updated_at = now()", list(progress))
+        if not rows:
+            return
         if method == "executemany":
             with conn.cursor() as cur:
                 cur.executemany(f"INSERT INTO {t} ({cols}) VALUES (%s, %s, %s, %s, %s, %s, %s) {conflict}", rows)
@@ -168,27 +216,92 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
         conn.execute(f'INSERT INTO {t} ({cols}) SELECT {cols} FROM "{stage}" {conflict}')
 
 
-def write_records(records: Sequence[Record], settings: PostgresSettings) -> None:
-    """Write a batch (creating the table on first use); reconnects next time after a broken connection."""
+def _ready_connection(settings: PostgresSettings) -> Any:
+    conn = _connection(settings)
+    marker = (hashlib.sha256(settings.dsn.encode()).hexdigest(), settings.table, settings.mode)
+    if marker not in _created:
+        ensure_table(conn, settings.table, settings.mode, settings.key)
+        _created.add(marker)
+    return conn
+
+
+def write_records(records: Sequence[Record], settings: PostgresSettings,
+                  progress: Sequence[tuple[str, str, int, int]] = ()) -> None:
+    """Write a batch and its progress (creating the tables on first use); reconnects next time
+    after a broken connection."""
     import psycopg
 
     rows = rows_for(records, settings.mode)
     with _lock:
         try:
-            conn = _connection(settings)
-            marker = (hashlib.sha256(settings.dsn.encode()).hexdigest(), settings.table, settings.mode)
-            if marker not in _created:
-                ensure_table(conn, settings.table, settings.mode)
-                _created.add(marker)
-            write_rows(conn, settings.table, settings.mode, rows, settings.method)
+            conn = _ready_connection(settings)
+            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress)
+            _test_crash_point("after_sink_write")
         except psycopg.OperationalError:
             _drop_connection(settings)
             raise
 
 
+def _test_crash_point(point: str) -> None:
+    """Tests only: die like ``kill -9`` right after a batch's transaction committed (once across
+    processes: an O_EXCL marker file holding the pid). LP_TEST_SINK_CRASH_AT=after_sink_write
+    (optionally LP_TEST_SINK_CRASH_SOURCE=consumer|drain) and LP_TEST_SINK_CRASH_DIR; unset in
+    production (a no-op)."""
+    if os.environ.get("LP_TEST_SINK_CRASH_AT") != point or not os.environ.get("LP_TEST_SINK_CRASH_DIR"):
+        return
+    _crash_once(point)
+
+
+def _crash_once(point: str) -> None:
+    import time as _time
+
+    want = os.environ.get("LP_TEST_SINK_CRASH_SOURCE")
+    if want and want != _current_source.get("source"):
+        return
+    after = int(os.environ.get("LP_TEST_SINK_CRASH_AFTER_BATCHES", "0") or 0)
+    _current_source["batches"] = _current_source.get("batches", 0) + 1
+    if _current_source["batches"] <= after:
+        return
+    marker = os.path.join(os.environ["LP_TEST_SINK_CRASH_DIR"], f"sink-{point}")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, f"{os.getpid()} {_time.time()} {_current_source.get('source')}".encode())
+    os.close(fd)
+    os._exit(137)
+
+
+_current_source: dict[str, Any] = {}
+
+
 def process(records: list[Record], ctx: BatchContext) -> None:
-    """Handler-contract entry point: the batch is durable in PostgreSQL when this returns."""
-    write_records(records, PostgresSettings.resolve(ctx.config))
+    """Handler-contract entry point: the batch (and ``ctx.offsets`` under ``ctx.progress_scope``)
+    is durable in PostgreSQL when this returns."""
+    _current_source["source"] = ctx.source
+    write_records(records, PostgresSettings.resolve(ctx.config), progress_rows(ctx.progress_scope, ctx.offsets))
+
+
+def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[int, int]:
+    """The next offset per partition this sink holds under ``ctx.progress_scope`` (missing: none)."""
+    import psycopg
+
+    settings = PostgresSettings.resolve(ctx.config)
+    with _lock:
+        try:
+            conn = _ready_connection(settings)
+            got = conn.execute(
+                f"SELECT partition, next_offset FROM {_qualified(progress_table(settings.table))} "
+                "WHERE scope = %s AND topic = %s AND partition = ANY(%s)",
+                (ctx.progress_scope, topic, [int(p) for p in partitions])).fetchall()
+        except psycopg.OperationalError:
+            _drop_connection(settings)
+            raise
+    return {int(p): int(o) for p, o in got}
+
+
+process.commits_progress = True  # type: ignore[attr-defined]
+process.progress = progress  # type: ignore[attr-defined]
 
 
 def close() -> None:
