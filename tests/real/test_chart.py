@@ -107,6 +107,7 @@ OPERATOR_DENIED = [
 DRAIN_ALLOWED = [
     *[(v, "pods", None) for v in ("get", "list", "watch", "create", "delete", "deletecollection")],
     ("get", "services", None), ("create", "services", None), ("delete", "services", None),
+    ("deletecollection", "services", None),
     ("get", "configmaps", None), ("create", "configmaps", None), ("delete", "configmaps", None),
 ]
 DRAIN_DENIED = [

@@ -75,6 +75,31 @@ def test_spark_mode(master, sa, expect_master, expect_token):
         assert not any("PASSWORD" in k and "secretKeyRef" not in k for k in conf)
 
 
+@pytest.mark.parametrize("cores,parallelism_subs,executors", [(2, 2, 1), (1, 2, 2), (3, 2, 1)])
+def test_k8s_executors_sized_from_parallelism(cores, parallelism_subs, executors):
+    m = job(DrainSettings(spark_master="k8s://https://kubernetes.default.svc", service_account="sa",
+                          executor_cores=cores, executor_memory="768m"))
+    env = env_of(m)
+    conf = json.loads(env["LAGPILOT_SPARK_CONF"]["value"])
+    assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == (str(executors), str(cores))
+    assert conf["spark.executor.memory"] == "768m"
+    # no PVC rights in the drain Role: Spark must not list/own/reuse claims
+    assert conf["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
+    assert conf["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
+    assert conf["spark.local.dir"].startswith("/tmp/")  # the emptyDir; the root filesystem is read-only
+    # the driver finds its own pod (owner of the executors) and is reachable on the pod IP
+    assert env["LAGPILOT_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["LAGPILOT_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
+def test_drain_settings_from_env():
+    s = DrainSettings.from_env({"LAGPILOT_DRAIN_SPARK_MASTER": "k8s://https://a:6443",
+                                "LAGPILOT_DRAIN_EXECUTOR_CORES": "1", "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m"})
+    assert (s.spark_master, s.executor_cores, s.executor_memory) == ("k8s://https://a:6443", 1, "512m")
+    d = DrainSettings.from_env({})
+    assert (d.spark_master, d.executor_cores, d.executor_memory) == ("", 2, "1g")
+
+
 def pod(phase, exit_code=None, message=None):
     st = {"phase": phase}
     if exit_code is not None:

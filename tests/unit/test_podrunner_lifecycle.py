@@ -75,15 +75,24 @@ def bin_dir(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("container", "env", "expected_tail"), [
     ({"command": ["lagpilot", "consume"]}, {}, ["consume"]),
     ({"command": ["lagpilot"], "args": ["drain", "--port=$(PORT)"]}, {"PORT": "4242"}, ["drain", "--port=4242"]),
-    ({"image": "lagpilot/consumer:0.1.0", "args": ["--once"]}, {}, ["consume", "--once"]),
-    ({"image": "registry.local:5000/lagpilot/consumer@sha256:abc"}, {}, ["consume"]),
-    ({"image": "ghcr.io/acme/lagpilot/consumer:1"}, {}, ["consume"]),
-], ids=["command", "args-expanded", "image-entrypoint", "registry-image-entrypoint", "org-prefixed-image"])
+    ({"image": "lagpilot/operator:0.1.0", "args": ["--once"]}, {}, ["operator", "--once"]),
+], ids=["command", "args-expanded", "image-entrypoint"])
 def test_build_argv_resolves_in_the_venv_first(bin_dir: Path, container: dict[str, Any], env: dict[str, str],
                                                expected_tail: list[str]) -> None:
     argv = build_argv(container, env, bin_dirs=[str(bin_dir)], python=sys.executable, search_path="/usr/bin:/bin")
     assert argv[0] == str(bin_dir / "lagpilot")
     assert argv[1:] == expected_tail
+
+
+@pytest.mark.parametrize(("container", "expected_tail"), [
+    ({"image": "lagpilot/consumer:0.1.0", "args": ["executor"]}, ["executor"]),  # Spark's executor pods
+    ({"image": "registry.local:5000/lagpilot/consumer@sha256:abc"}, ["consume"]),  # the image's CMD
+    ({"image": "ghcr.io/acme/lagpilot/consumer:1", "args": ["drain"]}, ["drain"]),  # args replace CMD
+], ids=["spark-executor", "registry-image-cmd", "org-prefixed-args"])
+def test_consumer_image_entrypoint_as_in_a_container(bin_dir: Path, container: dict[str, Any],
+                                                     expected_tail: list[str]) -> None:
+    argv = build_argv(container, {}, bin_dirs=[str(bin_dir)], python="/venv/bin/python", search_path="/usr/bin:/bin")
+    assert argv == ["/venv/bin/python", "-m", "lagpilot_runtime.image_entrypoint", *expected_tail]
 
 
 @pytest.mark.parametrize("prog", ["python", "python3", "python3.11"])

@@ -115,7 +115,7 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
   verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "create", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "create", "delete", "deletecollection"]

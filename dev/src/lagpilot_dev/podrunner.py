@@ -11,7 +11,8 @@ Deployment -> ReplicaSet -> Pod chain and Job controller observable end to end:
 - for each Pod bound to its Node it runs the FIRST container's `command` + `args` as a local
   process (the image is ignored; a command without a path resolves through the project's
   `.venv/bin` first, `python` is the venv's interpreter; an image listed in `entrypoints` supplies
-  the command when the container has none), with the env the Pod spec gives (`value` with
+  the command when the container has none, and its CMD when there are no args either: test-side
+  knowledge of our own images, e.g. Spark's executor pods of the consumer image), with the env the Pod spec gives (`value` with
   `$(VAR)` expansion, `secretKeyRef`, `configMapKeyRef`, `fieldRef`, `resourceFieldRef`, `envFrom`);
 - it writes the status a kubelet would: phase Pending -> Running -> Succeeded/Failed, the
   PodScheduled / Initialized / ContainersReady / Ready conditions, containerStatuses (waiting /
@@ -68,9 +69,17 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_NODE_NAME = "lagpilot-local"
 KUBELET_VERSION = "v1.35.4"
 # images whose entrypoint the runner knows (the container spec gives no command): repository -> argv
+# (test-side only: a real kubelet reads them from the image). The consumer image's ENTRYPOINT is
+# `python -m lagpilot_runtime.image_entrypoint` with CMD `consume`: Spark's executor pods carry no
+# command and `args: ["executor"]`, which that entrypoint turns into the executor JVM (as Spark's
+# entrypoint.sh does); other args go to `lagpilot`. As in a container, `args` replace the image's CMD.
 DEFAULT_ENTRYPOINTS: dict[str, list[str]] = {
-    "lagpilot/consumer": ["lagpilot", "consume"],
+    "lagpilot/consumer": ["python", "-m", "lagpilot_runtime.image_entrypoint"],
     "lagpilot/operator": ["lagpilot", "operator"],
+}
+# the image's CMD, used when the container gives neither command nor args
+DEFAULT_IMAGE_CMDS: dict[str, list[str]] = {
+    "lagpilot/consumer": ["consume"],
 }
 # host variables a local "container" inherits (a real one inherits none, but Java, Spark and the
 # cache locations must be found); everything else comes from the Pod spec
@@ -249,7 +258,7 @@ def image_repository(image: str) -> str:
 
 def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs: Sequence[str],
                python: str, entrypoints: Mapping[str, Sequence[str]] = DEFAULT_ENTRYPOINTS,
-               search_path: str = "") -> list[str]:
+               search_path: str = "", image_cmds: Mapping[str, Sequence[str]] = DEFAULT_IMAGE_CMDS) -> list[str]:
     """The local argv for a container: command + args with `$(VAR)` expanded; the image's known
     entrypoint when there is no command; a bare program name resolved in `bin_dirs` first, then
     `search_path`; `python`/`python3` become `python` (the project's interpreter)."""
@@ -257,11 +266,13 @@ def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs
     args = [expand_vars(str(a), env) for a in container.get("args") or []]
     if not command:
         repo = image_repository(str(container.get("image") or ""))
-        entry = next((e for key, e in entrypoints.items() if repo == key or repo.endswith("/" + key)), None)
-        if entry is None:
+        key = next((k for k in entrypoints if repo == k or repo.endswith("/" + k)), None)
+        if key is None:
             raise StartError(f"container {container.get('name')!r} has no command and the local runner does not "
                              f"know the entrypoint of image {container.get('image')!r}")
-        command = list(entry)
+        command = list(entrypoints[key])
+        if not args:
+            args = list(image_cmds.get(key, ()))
     prog = command[0]
     if re.fullmatch(r"python(3(\.\d+)?)?", prog):
         resolved: str | None = python

@@ -56,7 +56,11 @@ class DrainSettings:
     - LAGPILOT_DRAIN_SPARK_MASTER: empty (default) runs Spark in local mode inside the Job's pod
       (`local[<parallelism>]`); `k8s://https://kubernetes.default.svc` runs it in client mode with
       executors as pods (needs LAGPILOT_DRAIN_SERVICE_ACCOUNT with rights on pods; docs/drain.md).
-    - LAGPILOT_DRAIN_SERVICE_ACCOUNT: the Job pod's ServiceAccount (k8s master only).
+    - LAGPILOT_DRAIN_SERVICE_ACCOUNT: the Job pod's ServiceAccount (k8s master only): the chart's
+      drain ServiceAccount, whose Role allows pods/services/configmaps in the drain namespace.
+    - LAGPILOT_DRAIN_EXECUTOR_CORES (default 2) / LAGPILOT_DRAIN_EXECUTOR_MEMORY (default 1g): each
+      executor pod's task slots and JVM heap (k8s master only); the executor count is
+      ceil(parallelism / cores).
     - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
     - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
       the sink is usually latency-bound, so tasks need little CPU.
@@ -68,6 +72,7 @@ class DrainSettings:
     job_ttl_seconds: int = 3600
     cpu_per_task_m: int = 250
     executor_cores: int = 2
+    executor_memory: str = "1g"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
@@ -78,6 +83,8 @@ class DrainSettings:
             service_account=e.get("LAGPILOT_DRAIN_SERVICE_ACCOUNT") or "",
             job_ttl_seconds=int(e.get("LAGPILOT_DRAIN_JOB_TTL_SECONDS") or cls.job_ttl_seconds),
             cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
+            executor_cores=max(1, int(e.get("LAGPILOT_DRAIN_EXECUTOR_CORES") or cls.executor_cores)),
+            executor_memory=e.get("LAGPILOT_DRAIN_EXECUTOR_MEMORY") or cls.executor_memory,
         )
 
 
@@ -110,15 +117,24 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
     """Spark conf for client mode on Kubernetes: executors as pods owned by the driver pod.
 
     Executors get the same environment: plain values through spark.executorEnv, Secret material
-    through spark.kubernetes.executor.secretKeyRef (never as literal values).
+    through spark.kubernetes.executor.secretKeyRef (never as literal values). The executor pods run
+    the same image with `args: ["executor"]` (its entrypoint starts Spark's executor backend).
+    PersistentVolumeClaims are neither owned nor reused: the drain Role has no rights on them.
     """
     executors = max(1, math.ceil(plan.parallelism / settings.executor_cores))
     conf = {
         "spark.kubernetes.namespace": namespace,
         "spark.kubernetes.container.image": spec.template.image,
+        "spark.kubernetes.container.image.pullPolicy": spec.template.image_pull_policy,
         "spark.kubernetes.executor.podNamePrefix": f"{cr_name[:30]}-drain-{plan.drain_id}".lower(),
         "spark.executor.instances": str(executors),
         "spark.executor.cores": str(settings.executor_cores),
+        "spark.executor.memory": settings.executor_memory,
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
+        "spark.local.dir": "/tmp/spark-local",
         "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
         f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
     }
@@ -170,6 +186,8 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
         env.append({"name": "LAGPILOT_SPARK_CONF",
                     "value": json.dumps(spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True)})
         env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        # the driver looks its pod up by name: executor pods are owned by it (deleted with it)
+        env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
         cpu_m = 1000

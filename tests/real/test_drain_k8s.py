@@ -1,0 +1,197 @@
+"""A drain on Spark's Kubernetes backend, for real: the kube-apiserver, Spark's own scheduler backend
+(spark-kubernetes, bundled with pyspark), Kafka and PostgreSQL.
+
+The drain Job comes from `build_drain_job` with a `k8s://<apiserver>` master and the chart's drain
+ServiceAccount (its ServiceAccount, Role and RoleBinding rendered by `helm template` and applied).
+The test-side pod runner runs the Job's pod (`lagpilot drain`: the Spark driver, client mode) with
+a token of that ServiceAccount only; the driver asks the API server for executor pods, which the
+runner then runs from the consumer image's entrypoint (`executor` → KubernetesExecutorBackend).
+Checked: 2 executor pods created through the API server (`kubectl get pods -l spark-role=executor`),
+owned by the driver pod; the Job succeeds; every planned offset is in the delivery ledger (built-in
+`ledger` sink: one row per delivery, no unique key) exactly once; the executor pods are deleted at
+the end; the driver's log holds no 403/Forbidden.
+
+Not through the operator (its state machine is covered by test_drain_operator.py): the Job has no
+owner here, the test creates it directly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagpilot_runtime.drain_plan import split_ranges
+from tests.fixtures.kube import KubeEnv, wait_until
+from tests.real.test_drain_job import produce
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+PARTS = 2
+PER_PARTITION = 1500
+DENIED = ("Forbidden", " 403", "code=403")
+
+
+def _executors(kube: KubeEnv, ns: str) -> list[dict[str, Any]]:
+    out = kube.kubectl("get", "pods", "-n", ns, "-l", "spark-role=executor", "-o", "json").stdout
+    return json.loads(out)["items"]
+
+
+def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def _pid(pod: dict[str, Any]) -> int:
+    cid = pod["status"]["containerStatuses"][0]["containerID"]
+    assert cid.startswith("local://"), cid
+    return int(cid.removeprefix("local://"))
+
+
+def _ledger(dsn: str, table: str, ranges: dict[int, tuple[int, int]]) -> dict[str, Any]:
+    from lagpilot_runtime.sinks.ledger import stats
+
+    return stats(dsn, table, ranges)
+
+
+def _ledger_rows(dsn: str, table: str) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn, connect_timeout=30) as conn:
+        try:
+            return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        except psycopg.errors.UndefinedTable:
+            return 0
+
+
+def _job_done(kube: KubeEnv, ns: str, name: str) -> str | None:
+    job = json.loads(kube.kubectl("get", "job", "-n", ns, name, "-o", "json").stdout)
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return str(c["type"])
+    return None
+
+
+def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], new_topic: Callable[..., str],
+               kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], cost_ms: int,
+               during: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
+    from kubernetes import client
+
+    from lagpilot.drain import DrainSettings, build_drain_job
+    from lagpilot.handoff import DrainStatus, PartitionRange, Phase, SubProgress
+    from lagpilot.spec import parse_spec
+    from lagpilot_dev import helm as h
+
+    ns = namespace("drk8s")
+    core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
+    core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
+    # the chart's drain ServiceAccount + Role + RoleBinding for this namespace, as helm renders them
+    release = f"lpk-{uuid.uuid4().hex[:5]}"
+    rendered = h.template({"drain": {"namespaces": [ns]}}, release=release, namespace=ns, helm=h.ensure_helm())
+    rbac = [o for o in rendered.objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+            and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "drain"]
+    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}, [o["kind"] for o in rbac]
+    sa = next(o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount")
+    h.kubectl_apply(kube.part, rbac)
+
+    topic = new_topic(partitions=PARTS, prefix="drk8s")
+    produce(kafka_bootstrap, topic, PER_PARTITION, PARTS)
+    ranges = {p: (0, PER_PARTITION) for p in range(PARTS)}
+    subs = split_ranges(ranges, 2, min_records_per_task=200)  # 4 sub-ranges: 4 tasks
+    table = "drk8s_" + uuid.uuid4().hex[:8]
+    spec = parse_spec({
+        "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
+        "batch": {"maxRecords": 100},
+        "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
+                       "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)}},
+        "drain": {"splitFactor": 2, "maxTasks": 4},
+        "template": {"env": [{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
+    })
+    drain = DrainStatus(id=1, phase=Phase.HANDED_OFF,
+                        ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),
+                        sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
+    settings = DrainSettings(spark_jars=",".join(spark_jars), spark_master=f"k8s://{kube.server}",
+                             service_account=sa, executor_cores=2, executor_memory="512m")
+    job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
+    job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == sa and "automountServiceAccountToken" not in pod_spec
+    conf = json.loads(next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF"))
+    assert conf["spark.executor.instances"] == "2"
+    name = job["metadata"]["name"]
+    batch.create_namespaced_job(ns, job)
+
+    # two executor pods, created by the driver through the API server, owned by the driver pod
+    execs = wait_until(lambda: (lambda r: r if len(r) >= 2 else None)(_running(_executors(kube, ns))),
+                       "2 running executor pods", 240, 1.0)
+    driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", f"job-name={name}", "-o", "json").stdout)["items"][0]
+    assert driver["spec"]["serviceAccountName"] == sa
+    for p in execs:
+        owners = p["metadata"].get("ownerReferences") or []
+        assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])], owners
+        assert p["spec"]["containers"][0].get("args") == ["executor"] and not p["spec"]["containers"][0].get("command")
+    listing = kube.kubectl("get", "pods", "-n", ns, "-l", "spark-role=executor").stdout
+    print(listing)
+    extra = during(ns, table) if during else None
+
+    outcome = wait_until(lambda: _job_done(kube, ns, name), "the drain Job to finish", 480, 1.0)
+    logs = sorted((pod_runner.workdir / "logs").glob(f"{ns}_*.log"))
+    driver_log = next(p for p in logs if driver["metadata"]["name"] in p.name).read_text(errors="replace")
+    assert outcome == "Complete", driver_log[-6000:]
+    rep = _ledger(postgres_dsn, table, ranges)
+    # executors deleted by the driver at the end (the pod runner removes them once they stopped)
+    wait_until(lambda: _executors(kube, ns) == [], "executor pods deleted", 120, 1.0)
+    denied = [ln for ln in driver_log.splitlines() if any(d in ln for d in DENIED)]
+    assert denied == [], denied[:5]
+    return {"report": rep, "total": PER_PARTITION * PARTS, "subs": len(subs), "extra": extra, "driver_log": driver_log,
+            "executor_logs": [p.name for p in logs if "-exec-" in p.name]}
+
+
+def test_drain_on_k8s_executor_pods(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
+                                    new_topic: Callable[..., str], kafka_bootstrap: str, postgres_dsn: str,
+                                    spark_jars: list[str]) -> None:
+    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
+                     cost_ms=20)
+    rep = out["report"]
+    print("ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
+    assert (rep["lost"], rep["duplicated"], rep["outside"]) == (0, 0, 0), rep
+    assert rep["delivered"] == rep["distinct"] == out["total"]
+
+
+def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any, pod_runner: Any,
+                                                   namespace: Callable[..., str], new_topic: Callable[..., str],
+                                                   kafka_bootstrap: str, postgres_dsn: str,
+                                                   spark_jars: list[str]) -> None:
+    def kill_one(ns: str, table: str) -> dict[str, Any]:
+        wait_until(lambda: _ledger_rows(postgres_dsn, table) >= 200, "some deliveries before the kill", 240, 0.5)
+        victim = _running(_executors(kube, ns))[0]
+        pid, exec_id = _pid(victim), victim["metadata"]["labels"]["spark-exec-id"]
+        before = _ledger_rows(postgres_dsn, table)
+        os.kill(pid, signal.SIGKILL)
+        # the fault fired: that process is gone (reaped by the pod runner) and its pod is Failed
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"executor pid {pid} gone", 30, 0.2)
+        pod = victim["metadata"]["name"]
+        wait_until(lambda: json.loads(kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json", check=False).stdout
+                                      or '{"status": {"phase": "Failed"}}')["status"].get("phase") == "Failed"
+                   or not _executors(kube, ns), f"{pod} Failed", 60, 0.5)
+        return {"pid": pid, "pod": pod, "exec_id": exec_id, "rows_at_kill": before, "at": time.time()}
+
+    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
+                     cost_ms=1500, during=kill_one)
+    rep, killed = out["report"], out["extra"]
+    print("killed:", killed, "ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
+    assert killed["rows_at_kill"] < out["total"], "the drain finished before the kill: slow the sink down"
+    # Spark saw it: the executor's running tasks failed with ExecutorLostFailure and were run again;
+    # (Spark also asks the API server for a replacement pod; whether it starts before the end varies)
+    assert f"ExecutorLostFailure (executor {killed['exec_id']} exited" in out["driver_log"], out["driver_log"][-4000:]
+    print("executor pods that ran:", out["executor_logs"])
+    assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
+    # at-least-once across the kill: only the batches the killed executor's tasks had delivered but
+    # not yet committed as progress come again (at most one batch per task it ran), never more
+    assert rep["duplicated"] <= out["subs"] * 100, rep
