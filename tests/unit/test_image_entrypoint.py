@@ -47,3 +47,19 @@ def test_spark_home_defaults_to_installed_pyspark():
 def test_other_args_go_to_lagpilot(args, tail):
     argv, _ = command_for(args, {"PATH": "/nonexistent"})
     assert argv[0].endswith("lagpilot") and argv[1:] == tail
+
+
+def test_dockerfile_and_pod_runner_agree_on_the_images_entrypoint():
+    """The test-side pod runner's knowledge of the consumer image (it has no image to read) is the
+    Dockerfile's ENTRYPOINT + CMD."""
+    import json
+    import re
+    from pathlib import Path
+
+    from lagpilot_dev.podrunner import DEFAULT_ENTRYPOINTS, DEFAULT_IMAGE_CMDS
+
+    text = (Path(__file__).resolve().parents[2] / "consumer_image" / "Dockerfile").read_text()
+    (entry,) = re.findall(r"^ENTRYPOINT (.*)$", text, re.M)
+    (cmd,) = re.findall(r"^CMD (.*)$", text, re.M)
+    assert json.loads(entry) == DEFAULT_ENTRYPOINTS["lagpilot/consumer"]
+    assert json.loads(cmd) == DEFAULT_IMAGE_CMDS["lagpilot/consumer"]
