@@ -9,7 +9,9 @@ runner then runs from the consumer image's entrypoint (`executor` → Kubernetes
 Checked: 2 executor pods created through the API server (`kubectl get pods -l spark-role=executor`),
 owned by the driver pod; the Job succeeds; every planned offset is in the delivery ledger (built-in
 `ledger` sink: one row per delivery, no unique key) exactly once; the executor pods are deleted at
-the end; the driver's log holds no 403/Forbidden.
+the end; the driver's log holds no 403/Forbidden. Then the same with one executor process SIGKILLed
+mid-drain (Spark reruns its tasks: ledger exact), and with the driver SIGKILLed (the Job fails; the
+executor pods, owned by the driver pod, are garbage-collected once the Job is deleted).
 
 Not through the operator (its state machine is covered by test_drain_operator.py): the Job has no
 owner here, the test creates it directly.
@@ -139,6 +141,8 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     listing = kube.kubectl("get", "pods", "-n", ns, "-l", "spark-role=executor").stdout
     print(listing)
     extra = during(ns, table) if during else None
+    if extra and extra.get("stop"):  # the test ends the drain its own way
+        return {"extra": extra, "ns": ns, "job": name, "driver": driver["metadata"]["name"]}
 
     outcome = wait_until(lambda: _job_done(kube, ns, name), "the drain Job to finish", 480, 1.0)
     logs = sorted((pod_runner.workdir / "logs").glob(f"{ns}_*.log"))
@@ -195,3 +199,30 @@ def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any,
     # at-least-once across the kill: only the batches the killed executor's tasks had delivered but
     # not yet committed as progress come again (at most one batch per task it ran), never more
     assert rep["duplicated"] <= out["subs"] * 100, rep
+
+
+def test_drain_on_k8s_driver_lost_executors_garbage_collected(kube: KubeEnv, kube_api: Any, pod_runner: Any,
+                                                              namespace: Callable[..., str],
+                                                              new_topic: Callable[..., str], kafka_bootstrap: str,
+                                                              postgres_dsn: str, spark_jars: list[str]) -> None:
+    """Failure cleanup through owner references: the driver is SIGKILLed (no shutdown hook, so Spark
+    cannot delete its executors itself), the Job fails; deleting the Job (what the operator does on
+    cancel/failure, or its TTL) removes the driver pod, and the garbage collector the executor pods."""
+    def kill_driver(ns: str, table: str) -> dict[str, Any]:
+        wait_until(lambda: _ledger_rows(postgres_dsn, table) >= 100, "some deliveries", 240, 0.5)
+        driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", "job-name", "-o", "json").stdout)["items"][0]
+        pid = _pid(driver)
+        os.killpg(pid, signal.SIGKILL)  # the driver and its JVM at once, like a lost node
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"driver pid {pid} gone", 30, 0.2)
+        return {"stop": True, "pid": pid}
+
+    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
+                     cost_ms=1500, during=kill_driver)
+    ns, job = out["ns"], out["job"]
+    assert wait_until(lambda: _job_done(kube, ns, job), "the Job to fail", 120, 1.0) == "Failed"
+    left = _executors(kube, ns)
+    assert left, "the executor pods should outlive their killed driver until its pod is deleted"
+    assert all(not p["metadata"].get("deletionTimestamp") for p in left)
+    kube.kubectl("delete", "job", "-n", ns, job, "--cascade=background", "--wait=false")
+    wait_until(lambda: _executors(kube, ns) == [], "executor pods garbage-collected", 180, 1.0)
+    print("executors left after the driver died:", [p["metadata"]["name"] for p in left], "-> all collected")
