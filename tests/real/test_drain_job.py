@@ -4,8 +4,8 @@
 sub-ranges, delivering into the delivery ledger (built-in sink `ledger`: one row per delivery, no
 unique key, so a duplicate is a counted row, never hidden by a primary key). Checked: exactly the
 planned offsets are delivered, each once (lost 0, duplicated 0, nothing outside the plan); progress in Kafka reaches every sub-range's end; a driver killed mid-way is
-retried and the retry skips finished work; a range whose start retention already deleted fails
-with exit code 3 naming the partition and offsets.
+retried and the retry skips finished work. Retention deleting part of a range:
+tests/real/test_retention_drain.py.
 """
 from __future__ import annotations
 
@@ -176,21 +176,5 @@ def test_driver_killed_midway_then_retry_skips_finished_work(kafka_bootstrap: st
     assert before <= total
 
 
-def test_retention_gap_fails_clearly(kafka_bootstrap: str, kafka_admin: Any, postgres_dsn: str, spark_jars: list[str],
-                                     topic: str, tmp_path: Path) -> None:
-    from confluent_kafka import TopicPartition
-
-    # retention (here: an explicit delete) removed partition 1 below offset 1500
-    fut = kafka_admin.delete_records([TopicPartition(topic, 1, 1500)])
-    for f in fut.values():
-        f.result(timeout=60)
-    ranges = {0: (0, 1000), 1: (1000, 3000)}
-    subs = split_ranges(ranges, 2, min_records_per_task=200)
-    plan = DrainPlan("t3", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, 2).validate()
-    table = "dj_" + uuid.uuid4().hex[:8]
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table, LAGPILOT_SINK="postgres")
-    proc = start_drain(plan, env, tmp_path / "s.json", tmp_path / "d.log")
-    assert proc.wait(timeout=300) == 3
-    log = (tmp_path / "d.log").read_text()
-    assert "partition 1: offsets 1000..1499 deleted by retention" in log
-    assert "low watermark 1500" in log
+# retention deleting part of a range: tests/real/test_retention_drain.py (the drain records the loss
+# exactly and drains the rest; the operator reports DataLoss)

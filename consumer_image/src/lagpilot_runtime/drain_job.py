@@ -20,7 +20,9 @@ secretKeyRef and are passed to Spark as ``kafka.*`` options, never logged), plus
 separated, or a directory holding them), ``LAGPILOT_SPARK_CONF`` (JSON object of extra Spark conf).
 
 Exit codes: 0 every sub-range done (checked against Kafka at the end), 1 failed (retry may help),
-2 bad configuration or plan, 3 the range is gone (retention deleted records before they were drained).
+2 bad configuration or plan. Records retention deleted before the drain read them are recorded in
+the sub-range's progress metadata (``lost=a-b``) and the rest is drained (the operator reports the
+loss: DataLoss condition, event, metric); 3 is no longer used.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, ConsumerConfig
-from .drain_plan import DrainPlan, SubRange, parse_progress_metadata, progress_group, progress_metadata
+from .drain_plan import (DrainPlan, SubRange, parse_progress_lost, parse_progress_metadata, progress_group,
+                         progress_metadata)
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -198,6 +201,64 @@ def check_retention(plan: DrainPlan, work: Sequence[tuple[SubRange, int]], low: 
                              + "; ".join(lost) + ". Those records cannot be processed; the rest was not started.")
 
 
+def retention_losses(work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]
+                     ) -> tuple[list[tuple[SubRange, int, int]], list[tuple[SubRange, int]]]:
+    """Split the unfinished work at the partitions' low watermarks (pure).
+
+    Returns ``(lost, work)``: ``(sub-range, a, b)`` for every sub-range whose next offset ``a`` is
+    below the low watermark (``b = min(low, end)``: retention deleted ``[a, b)`` before the drain
+    read it), and the work that is left (starting at ``b``; a sub-range lost entirely drops out).
+    """
+    lost: list[tuple[SubRange, int, int]] = []
+    left: list[tuple[SubRange, int]] = []
+    for s, start in work:
+        lw = low.get(s.partition)
+        if lw is not None and lw > start:
+            b = min(lw, s.end)
+            lost.append((s, start, b))
+            if b < s.end:
+                left.append((s, b))
+        else:
+            left.append((s, start))
+    return lost, left
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, overlapping/adjacent ranges joined (pure)."""
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[SubRange, int, int]],
+                  timeout_s: float = 30.0) -> None:
+    """Commit each lost sub-range's progress past the deleted offsets, with ``lost=a-b`` in its
+    metadata (merged with earlier losses): the operator reads it (DataLoss condition, event,
+    metric) and the rest of the sub-range, still exact, is drained from there."""
+    from confluent_kafka import TopicPartition
+
+    for s, a, b in lost:
+        c = _progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+        try:
+            got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+            meta = getattr(got, "metadata", None)
+            if got.offset is not None and got.offset >= b:
+                continue  # already past (a concurrent or earlier record)
+            ranges = merge_ranges(parse_progress_lost(meta) + ((a, b),))
+            res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, b,
+                                                   metadata=progress_metadata(parse_progress_metadata(meta), ranges))],
+                           asynchronous=False)
+            errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+            if errs:
+                raise RuntimeError(f"recording the retention loss failed: {errs[0]}")
+        finally:
+            c.close()
+
+
 def low_watermarks(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0) -> dict[int, int]:
     from confluent_kafka import TopicPartition
 
@@ -304,9 +365,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     done_next = 0
     done_records = 0
     dlq: DeadLetterProducer | None = None
+    lost_before: tuple[tuple[int, int], ...] = ()  # retention losses recorded in the progress: kept
 
     def commit(next_offset: int, records: int) -> None:
-        tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records))  # type: ignore[union-attr]
+        tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records, lost_before))  # type: ignore[union-attr]
         for attempt in range(5):
             try:
                 res = committer.commit(offsets=[tp], asynchronous=False)
@@ -357,6 +419,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
+                lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
                 ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
                 if sink_progress:
                     # the sink's progress for this sub-range (same transaction as its rows) may be
@@ -614,7 +677,16 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                                    "unfinished_at_start": len(work), "records_done_before": done_before,
                                    "records": 0, "started_at": marks.get("process_start") or t0}
         if work:
-            check_retention(plan, work, low_watermarks(cfg, plan))
+            # retention deleted part of the range before it was read: record exactly what is gone
+            # (progress metadata lost=a-b; the operator reports it) and drain the rest, still exact
+            lost, work = retention_losses(work, low_watermarks(cfg, plan))
+            if lost:
+                record_losses(cfg, plan, lost)
+                summary["lost"] = [{"partition": s.partition, "index": s.index, "start": a, "end": b} for s, a, b in lost]
+                log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
+                    event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
+                    lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
+        if work:
             spark = starter.get()
             summary["session_ready_at"] = marks.get("session_ready")
             frame = build_frame(spark, plan, work, spark_kafka_options(cfg, plan.read_committed))

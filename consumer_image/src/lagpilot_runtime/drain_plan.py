@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 PROGRESS_METADATA_PREFIX = "lpd1"
@@ -120,9 +120,29 @@ def progress_group(group_id: str, drain_id: str, index: int) -> str:
     return f"{group_id}.lagpilot-drain.{drain_id}.{index}"
 
 
-def progress_metadata(records_done: int) -> str:
-    """Commit metadata of a progress offset: how many records the sub-range has processed."""
-    return f"{PROGRESS_METADATA_PREFIX};n={int(records_done)}"
+def progress_metadata(records_done: int, lost: Sequence[tuple[int, int]] = ()) -> str:
+    """Commit metadata of a progress offset: how many records the sub-range has processed, and the
+    offset ranges ``[a, b)`` of it that retention deleted before the drain read them (``lost=a-b,..``)."""
+    text = f"{PROGRESS_METADATA_PREFIX};n={int(records_done)}"
+    if lost:
+        text += ";lost=" + ",".join(f"{int(a)}-{int(b)}" for a, b in lost)
+    return text
+
+
+def parse_progress_lost(metadata: str | None) -> tuple[tuple[int, int], ...]:
+    """The ``lost=a-b,c-d`` ranges of a progress commit's metadata; () when absent (never raises)."""
+    if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
+        return ()
+    for part in metadata.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key == "lost":
+            out = []
+            for item in value.split(","):
+                a, _, b = item.partition("-")
+                if a.isdigit() and b.isdigit() and int(a) < int(b):
+                    out.append((int(a), int(b)))
+            return tuple(out)
+    return ()
 
 
 def parse_progress_metadata(metadata: str | None) -> int:

@@ -31,11 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for, parse_progress_metadata, progress_group
+from lagpilot_runtime.drain_plan import (DrainPlan, SubRange, parallelism_for, parse_progress_lost, parse_progress_metadata,
+                                        progress_group)
 
 from .deployment import build_env, label_value, owner_reference
 from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets, Phase,
-                      condition, job_name, next_action)
+                      condition, data_loss_condition, job_name, next_action)
 from .spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -290,6 +291,21 @@ def _metrics() -> dict[str, Any]:
     return _METRICS
 
 
+def _count_lost(namespace: str, name: str, n: int) -> None:
+    """lagpilot_drain_records_lost_total: records of handed-off ranges retention deleted before the
+    drain read them (counted once, when the status first records them)."""
+    try:
+        m = _metrics()
+        if "lost" not in m:
+            from prometheus_client import Counter
+            m["lost"] = Counter("lagpilot_drain_records_lost_total",
+                                "Records of drained ranges deleted by retention before the drain read them",
+                                ["namespace", "name"])
+        m["lost"].labels(namespace, name).inc(n)
+    except Exception:  # noqa: BLE001 - metrics are best effort
+        pass
+
+
 def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
     try:
         m = _metrics()
@@ -333,6 +349,7 @@ class DrainResult:
     status: dict[str, Any] | None
     condition: tuple[str, str, str]
     actions: tuple[str, ...] = ()
+    data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
 
 
 class DrainExecutor:
@@ -364,8 +381,11 @@ class DrainExecutor:
             return None
         return not desc.members and desc.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
 
-    def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus) -> dict[tuple[int, int], tuple[int, int]] | None:
-        """(partition, index) → (next, records) from the progress groups; None if any read failed."""
+    def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
+                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None
+                 ) -> dict[tuple[int, int], tuple[int, int]] | None:
+        """(partition, index) → (next, records) from the progress groups; None if any read failed.
+        ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         by_index: dict[int, list[int]] = {}
@@ -382,7 +402,11 @@ class DrainExecutor:
             for index, fut in futs.items():
                 for tp in fut.result(timeout=self.timeout_s).topic_partitions:
                     if tp.offset is not None and tp.offset >= 0:
-                        out[(tp.partition, index)] = (int(tp.offset), parse_progress_metadata(getattr(tp, "metadata", None)))
+                        meta = getattr(tp, "metadata", None)
+                        out[(tp.partition, index)] = (int(tp.offset), parse_progress_metadata(meta))
+                        lost = parse_progress_lost(meta)
+                        if lost and lost_out is not None:
+                            lost_out[(tp.partition, index)] = lost
         except Exception as err:  # noqa: BLE001
             log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
             return None
@@ -469,13 +493,16 @@ class DrainExecutor:
             group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
             offsets = ctx.reobserve()
             mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions)
+        lost = None
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
-            progress = self.progress(ctx.admin, ctx.spec, d)
+            found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+            progress = self.progress(ctx.admin, ctx.spec, d, found)
+            lost = None if progress is None else found
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt))
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s)
+                        ack_timeout_s=self.ack_timeout_s, lost=lost)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
@@ -536,6 +563,8 @@ class DrainExecutor:
                 _fault_point(action.kind.value, "status")
             if action.event is not None:
                 ctx.emit(*action.event)
+            if action.lost_records:
+                _count_lost(ctx.namespace, ctx.name, action.lost_records)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 # right after the publish the owners ack within about a second (their mailbox
@@ -550,7 +579,7 @@ class DrainExecutor:
                 break
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else {**d.to_dict(), "lastEndS": d.finished_at}
-        return DrainResult(status, condition(d), tuple(done))
+        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d))
 
 
 def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: Mapping[str, Any],

@@ -238,12 +238,16 @@ def drain_need(
     drains_in_flight: int | None = None,
     tasks_in_flight: int = 0,
     busy_partitions: Sequence[int] = (),
+    retention_s: float | None = None,
 ) -> DrainNeed | None:
     """Which partitions to drain now with how many tasks each, or None (see the module doc).
 
     ``group_replicas`` is the group's cap (min(maxReplicas, partitions)). ``drains_in_flight``
     (default: 1 if ``drain_active`` else 0) drains not finished yet, holding ``tasks_in_flight``
     tasks; ``busy_partitions`` are partitions whose hand-off is not done (never planned twice).
+    ``retention_s`` (the topic's retention.ms / 1000, best effort; None: unknown or infinite): a
+    partition whose oldest record expires within ``target_s`` (age + target >= retention) is planned
+    before every other one, whatever its age rank (see :func:`expiring_first`).
     """
     if not policy.enabled or capacity is None or capacity <= 0 or not loads:
         return None
@@ -297,6 +301,8 @@ def drain_need(
                 due = True
         else:
             due = True  # the group cannot clear it within the target: every poll waited is lost
+        if _expires_soon(l, ages, retention_s, target_s):
+            due = True  # waiting for the regrowing trigger would let retention delete the range
     if not candidates:
         return None
     if not due:
@@ -304,6 +310,9 @@ def drain_need(
         return None
     # urgency order for a budget smaller than the partitions: oldest record first
     candidates.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), -l.lag, l.partition))
+    candidates = expiring_first(candidates, ages, retention_s, target_s)
+    if retention_s is not None and candidates and _expires_soon(candidates[0], ages, retention_s, target_s):
+        notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
     total = sum(l.lag for l in candidates)
     oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
     # the drain should finish its records within work_fraction x target (less if the oldest is old)
@@ -346,6 +355,23 @@ def drain_need(
         ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
         notes=tuple(notes), follow_up=in_flight > 0,
     )
+
+
+def _expires_soon(l: PartitionLoad, ages: Mapping[int, float], retention_s: float | None, target_s: float) -> bool:
+    if retention_s is None or retention_s <= 0:
+        return False
+    age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+    return age + target_s >= retention_s
+
+
+def expiring_first(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], retention_s: float | None,
+                   target_s: float) -> list[PartitionLoad]:
+    """Candidates whose oldest unprocessed record would be deleted by retention before the target
+    (age + target >= retention) first, least time left first; the others keep their order (pure).
+    With a task budget smaller than the candidates this decides who is drained now."""
+    soon = [l for l in candidates if _expires_soon(l, ages, retention_s, target_s)]
+    soon.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), l.partition))
+    return soon + [l for l in candidates if l not in soon]
 
 
 def _rest_ok(

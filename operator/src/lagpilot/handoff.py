@@ -160,6 +160,13 @@ class DrainStatus:
     history: tuple[Mapping[str, Any], ...] = ()
     hand_off_path: str = ""          # ConsumerAck | EmptyGroup | Quiesce ("" before the publish)
     published_at: float | None = None
+    # retention deleted these offsets of handed-off ranges before the drain read them:
+    # (partition, start, end) ranges, recorded by the drain job in its progress metadata
+    lost: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def records_lost(self) -> int:
+        return sum(b - a for _, a, b in self.lost)
 
     @property
     def quiescing(self) -> bool:
@@ -223,6 +230,8 @@ class DrainStatus:
             "history": [dict(h) for h in self.history],
             "handOffPath": self.hand_off_path,
             "publishedAt": self.published_at,
+            "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost],
+            "recordsLost": self.records_lost,
         }
         return d
 
@@ -259,6 +268,7 @@ class DrainStatus:
             history=tuple(dict(h) for h in d.get("history") or ()),
             hand_off_path=str(d.get("handOffPath") or ""),
             published_at=f("publishedAt"),
+            lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
         )
 
 
@@ -307,6 +317,8 @@ class Observed:
     ack_timeout_s: float = ACK_TIMEOUT_S
     # Spark tasks per wanted partition, from the planner (missing: spec.drain.splitFactor)
     tasks: Mapping[int, int] = field(default_factory=dict)
+    # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
+    lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +332,7 @@ class Action:
     replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
+    lost_records: int = 0                # records newly recorded as lost (lagpilot_drain_records_lost_total)
 
 
 def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
@@ -426,6 +439,18 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
     # from here the range is handed off: it only ever finishes, fails or is cancelled
     d = with_progress(d, observed.progress)
     job = observed.job
+    new_lost = lost_ranges(d, observed.lost)
+    if new_lost:
+        # retention deleted part of a handed-off range before the drain read it: record it (once),
+        # say exactly which offsets, and let the drain go on with the rest (still exact)
+        merged = tuple(sorted(d.lost + new_lost))
+        n = sum(b - a for _, a, b in new_lost)
+        what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
+        msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
+               f"({what}); the rest of the range is drained")
+        lost_d = dataclasses.replace(d, lost=merged, message=msg)
+        return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
+                      lost_records=n)
 
     if d.phase is Phase.RUNNING:
         if job is None:
@@ -501,6 +526,38 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
                        attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
 
     return Action(Kind.NONE)
+
+
+def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
+                ) -> tuple[tuple[int, int, int], ...]:
+    """(partition, start, end) losses in ``observed`` not yet in ``d.lost``, clipped to the drain's
+    sub-ranges (pure; a foreign or garbled range is ignored)."""
+    if not observed:
+        return ()
+    known = set(d.lost)
+    bounds = {(s.partition, s.index): (s.start, s.end) for s in d.sub_ranges}
+    out = []
+    for (p, k), ranges in sorted(observed.items()):
+        if (p, k) not in bounds:
+            continue
+        lo, hi = bounds[(p, k)]
+        for a, b in ranges:
+            a, b = max(int(a), lo), min(int(b), hi)
+            if a < b and (p, a, b) not in known and not any(q == p and x <= a and b <= y for q, x, y in known):
+                out.append((p, a, b))
+    return tuple(sorted(set(out)))
+
+
+def data_loss_condition(d: DrainStatus | None) -> tuple[str, str, str] | None:
+    """The ``DataLoss`` condition for handed-off ranges: True naming the partitions and exact offsets
+    retention deleted before the drain read them (while that drain is the current one)."""
+    if d is None:
+        return None
+    if not d.lost:
+        return "False", "NoDataLoss", f"drain {d.id}: no record of its ranges was deleted before it read them"
+    what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in d.lost)
+    return "True", "RetentionDeletedRecords", (f"drain {d.id}: {d.records_lost} records deleted by retention "
+                                               f"before the drain read them ({what})")[:1000]
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:

@@ -301,6 +301,9 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     conds = _conditions(spec, decision, target, cur, ready, held, lost_now, est)
     if drain_out is not None:
         conds.append(Condition("Draining", *drain_out.condition))
+        if getattr(drain_out, "data_loss", None) is not None:
+            # retention deleted part of a handed-off range before the drain read it (exact offsets)
+            conds.append(Condition("DataLoss", *drain_out.data_loss))
     rates_known = any(p.samples > 0 for p in est.partitions.values())
     new = {
         "observedGeneration": ref.generation,

@@ -1,0 +1,77 @@
+"""Retention and drains (issue 12 item 2): the drain job splits its work at the low watermark and
+records exactly what was lost; the hand-off machine turns that into a DataLoss status, event and
+metric count once; the planner puts partitions about to expire first."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from lagpilot import handoff as h
+from lagpilot.drain_policy import PartitionLoad, expiring_first
+from lagpilot.handoff import JobObservation, JobState, Kind, next_action
+from lagpilot_runtime.drain_job import merge_ranges, retention_losses
+from lagpilot_runtime.drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_metadata
+
+from tests.unit.test_handoff import NOW, RUNNING, obs, spec
+
+
+@pytest.mark.parametrize("work, low, lost, left", [
+    # nothing deleted
+    ([(SubRange(0, 0, 0, 100), 0)], {0: 0}, [], [(0, 0, 0)]),
+    # part of the first sub-range deleted: [10, 40) lost, the rest from 40
+    ([(SubRange(0, 0, 0, 100), 10), (SubRange(0, 1, 100, 200), 100)], {0: 40}, [(0, 0, 10, 40)], [(0, 0, 40), (0, 1, 100)]),
+    # the first sub-range entirely, the second partly; another partition untouched
+    ([(SubRange(0, 0, 0, 100), 50), (SubRange(0, 1, 100, 200), 130), (SubRange(1, 0, 0, 50), 0)], {0: 150, 1: 0},
+     [(0, 0, 50, 100), (0, 1, 130, 150)], [(0, 1, 150), (1, 0, 0)]),
+    # unknown watermark: nothing assumed lost
+    ([(SubRange(2, 0, 5, 9), 5)], {}, [], [(2, 0, 5)]),
+])
+def test_work_is_split_at_the_low_watermark(work, low, lost, left):
+    got_lost, got_left = retention_losses(work, low)
+    assert [(s.partition, s.index, a, b) for s, a, b in got_lost] == lost
+    assert [(s.partition, s.index, start) for s, start in got_left] == left
+    # nothing falls between the two: every unfinished offset is lost or still to drain
+    for s, start in work:
+        lost_n = sum(b - a for x, a, b in got_lost if x == s)
+        left_n = sum(s.end - st for x, st in got_left if x == s)
+        assert lost_n + left_n == s.end - start
+
+
+def test_progress_metadata_carries_the_losses():
+    meta = progress_metadata(120, [(10, 40), (50, 60)])
+    assert meta == "lpd1;n=120;lost=10-40,50-60"
+    assert parse_progress_metadata(meta) == 120 and parse_progress_lost(meta) == ((10, 40), (50, 60))
+    assert parse_progress_lost("lpd1;n=3") == () and parse_progress_lost("garbage;lost=1-2") == ()
+    assert merge_ranges([(50, 60), (10, 40), (40, 45)]) == ((10, 45), (50, 60))
+
+
+def test_a_recorded_loss_becomes_a_dataloss_status_event_and_count_once():
+    running = RUNNING  # sub-ranges p0 [200, 600) and [600, 1000)
+    o = obs(job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (450, 0)})
+    o = dataclasses.replace(o, lost={(0, 0): ((200, 450),)})
+    a = next_action(spec(), running, o, NOW)
+    assert a.kind is Kind.WRITE_STATUS and a.lost_records == 250
+    assert a.event is not None and a.event[:2] == ("Warning", "DataLoss")
+    assert "partition 0: offsets [200, 450)" in a.event[2]
+    assert a.status.lost == ((0, 200, 450),) and a.status.to_dict()["recordsLost"] == 250
+    assert h.DrainStatus.from_dict(a.status.to_dict()).lost == ((0, 200, 450),)  # survives a restart
+    cond = h.data_loss_condition(a.status)
+    assert cond[0] == "True" and "partition 0: offsets [200, 450)" in cond[2]
+    # next cycle, same observation: recorded already, no second event or count
+    again = next_action(spec(), a.status, o, NOW + 5)
+    assert again.lost_records == 0 and (again.event is None or again.event[1] != "DataLoss")
+    assert h.data_loss_condition(running)[0] == "False"
+
+
+def test_a_loss_outside_the_drains_sub_ranges_is_ignored():
+    o = dataclasses.replace(obs(job=JobObservation(JobState.ACTIVE, 1)), lost={(0, 7): ((0, 10),), (0, 0): ((0, 100),)})
+    assert h.lost_ranges(RUNNING, o.lost) == ()  # index 7 unknown; [0, 100) is below the sub-range [200, 600)
+
+
+def test_partitions_about_to_expire_are_planned_first():
+    loads = [PartitionLoad(0, 5000, 10.0, 0, 5000), PartitionLoad(1, 5000, 10.0, 0, 5000), PartitionLoad(2, 5000, 10.0, 0, 5000)]
+    ages = {0: 100.0, 1: 3500.0, 2: 50.0}
+    order = [l.partition for l in expiring_first(loads, ages, retention_s=3600.0, target_s=300.0)]
+    assert order == [1, 0, 2]  # p1 expires within the target: first; the rest keep their order
+    assert [l.partition for l in expiring_first(loads, ages, None, 300.0)] == [0, 1, 2]
