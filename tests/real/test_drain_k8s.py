@@ -197,8 +197,9 @@ def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any,
     print("executor pods that ran:", out["executor_logs"])
     assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
     # at-least-once across the kill: only the batches the killed executor's tasks had delivered but
-    # not yet committed as progress come again (at most one batch per task it ran), never more
-    assert rep["duplicated"] <= out["subs"] * 100, rep
+    # not yet committed as progress come again: at most one batch (100) per task it was running,
+    # and it ran at most 2 at a time (spark.executor.cores); never more
+    assert rep["duplicated"] <= 2 * 100, rep
 
 
 def test_drain_on_k8s_driver_lost_executors_garbage_collected(kube: KubeEnv, kube_api: Any, pod_runner: Any,
