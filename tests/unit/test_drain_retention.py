@@ -75,3 +75,34 @@ def test_partitions_about_to_expire_are_planned_first():
     order = [l.partition for l in expiring_first(loads, ages, retention_s=3600.0, target_s=300.0)]
     assert order == [1, 0, 2]  # p1 expires within the target: first; the rest keep their order
     assert [l.partition for l in expiring_first(loads, ages, None, 300.0)] == [0, 1, 2]
+
+
+def test_the_executor_writes_the_loss_emits_one_event_counts_it_and_reports_the_condition():
+    from prometheus_client import REGISTRY
+
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+    log: list = []
+    w = world0()
+    ex = FakeExecutor(log, w)
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+    w["committed"][0] = 500
+    ex.reconcile(ctx(log, w, w["status"]))  # handed off [100, 500) and launched
+    assert w["status"]["phase"] == "Running"
+    before = REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "orders"}) or 0
+    first = w["status"]["subRanges"][0]
+    w["progress"] = {(0, first["index"]): (first["start"] + 50, 0)}
+    w["lost"] = {(0, first["index"]): ((first["start"], first["start"] + 50),)}
+    log.clear()
+    r = ex.reconcile(ctx(log, w, w["status"]))
+    assert [e for e in log if e[0] == "event"] == [("event", "DataLoss")]
+    assert r.status["lostRanges"] == [{"partition": 0, "start": 100, "end": 150}] and r.status["recordsLost"] == 50
+    assert r.data_loss[0] == "True" and "partition 0: offsets [100, 150)" in r.data_loss[2]
+    after = REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "orders"})
+    assert after == before + 50
+    log.clear()
+    r2 = ex.reconcile(ctx(log, w, w["status"]))  # recorded: no second event, no second count
+    assert not [e for e in log if e[0] == "event" and e[1] == "DataLoss"]
+    assert REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "orders"}) == after
+    assert r2.data_loss[0] == "True"
