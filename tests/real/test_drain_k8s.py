@@ -13,8 +13,9 @@ the end; the driver's log holds no 403/Forbidden. Then the same with one executo
 mid-drain (Spark reruns its tasks: ledger exact), and with the driver SIGKILLed (the Job fails; the
 executor pods, owned by the driver pod, are garbage-collected once the Job is deleted).
 
-Not through the operator (its state machine is covered by test_drain_operator.py): the Job has no
-owner here, the test creates it directly.
+The first three create the Job directly (no CR, no owner): quicker, and the fault is the point. The
+last runs the whole hand-off through the operator with `LAGPILOT_DRAIN_SPARK_MASTER=k8s://...`
+(test_drain_operator's scenario and exact-once check) and requires Verified.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import pytest
 from lagpilot_runtime.drain_plan import split_ranges
 from tests.fixtures.kube import KubeEnv, wait_until
 from tests.real.test_drain_job import produce
+from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -227,3 +229,49 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(kube: KubeEnv, kub
     kube.kubectl("delete", "job", "-n", ns, job, "--cascade=background", "--wait=false")
     wait_until(lambda: _executors(kube, ns) == [], "executor pods garbage-collected", 180, 1.0)
     print("executors left after the driver died:", [p["metadata"]["name"] for p in left], "-> all collected")
+
+
+def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], kube: KubeEnv, pod_runner: Any,
+                                               kafka_admin: Any, postgres_dsn: str) -> None:
+    """The same path chosen by the operator (LAGPILOT_DRAIN_SPARK_MASTER): the hand-off, a drain Job
+    whose driver gets its executors from the API server, Verified, exact-once over both paths
+    (the checks of test_drain_operator.finish_and_check)."""
+    import threading
+
+    from lagpilot_dev import helm as h
+    from tests.real.test_drain_operator import PARTS as OP_PARTS
+    from tests.real.test_drain_operator import finish_and_check
+
+    ops = {"LAGPILOT_DRAIN_SPARK_MASTER": f"k8s://{kube.server}", "LAGPILOT_DRAIN_SERVICE_ACCOUNT": "lagpilot-drain",
+           "LAGPILOT_DRAIN_EXECUTOR_CORES": "6", "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m"}
+    s = scenario({p: 15000 for p in range(OP_PARTS)}, operator_env=ops)
+    # the chart's drain ServiceAccount/Role in the CR's namespace (release "lagpilot": lagpilot-drain);
+    # applied before the drain is planned (a pod of a missing ServiceAccount is refused, then retried)
+    rendered = h.template({"drain": {"namespaces": [s.ns]}}, release="lagpilot", namespace=s.ns, helm=h.ensure_helm())
+    h.kubectl_apply(kube.part, [o for o in rendered.objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")
+                                and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "drain"])
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(2.0):
+            try:
+                seen.update(p["metadata"]["name"] for p in _running(_executors(kube, s.ns)))
+            except Exception:  # noqa: BLE001 - a poll that failed: try again
+                pass
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        finish_and_check(s, kafka_admin, postgres_dsn)
+    finally:
+        stop.set()
+        t.join(10)
+    print("executor pods seen running:", sorted(seen))
+    assert len(seen) >= 2, seen
+    wait_until(lambda: _executors(kube, s.ns) == [], "executor pods deleted", 120, 1.0)
+    driver_logs = [p for p in (pod_runner.workdir / "logs").glob(f"{s.ns}_*.log") if "-drain-" in p.name
+                   and "-exec-" not in p.name]
+    assert driver_logs
+    denied = [ln for p in driver_logs for ln in p.read_text(errors="replace").splitlines() if any(d in ln for d in DENIED)]
+    assert denied == [], denied[:5]
