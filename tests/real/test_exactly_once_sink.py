@@ -134,3 +134,41 @@ def test_drain_task_crash_after_the_sink_commit_before_its_progress_commit_deliv
     assert "drain_sink_progress_ahead" in log, log[-6000:]  # the retried task resumed from the sink, not the progress group
     prog = progress(kafka_bootstrap, plan)
     assert all(prog[(s.partition, s.index)][0] == s.end for s in subs)
+
+
+def test_expired_drain_progress_groups_the_sinks_progress_is_authoritative(
+        kafka_bootstrap: str, kafka_admin: Any, postgres_dsn: str, spark_jars: list[str], new_topic: Any,
+        tmp_path: Path) -> None:
+    """Kafka expires a memberless group's offsets after offsets.retention.minutes; deleting the
+    progress groups does the same deterministically. A second run of the finished plan must then
+    deliver nothing again (the sink's progress rows never expire)."""
+    from lagpilot_runtime.drain_plan import DrainPlan, split_ranges
+    from tests.real.test_drain_job import drain_env, progress, start_drain
+
+    topic = new_topic(partitions=1, prefix="eos-expire")
+    produce(kafka_bootstrap, topic, [b'{"i": %d}' % i for i in range(400)], partition=0)
+    ranges = {0: (0, 400)}
+    subs = split_ranges(ranges, 2, min_records_per_task=BATCH)
+    plan = DrainPlan("3", topic, "g-" + uuid.uuid4().hex[:6], subs, BATCH, 2).validate()
+    table = "eos_x_" + uuid.uuid4().hex[:8]
+    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
+                    LAGPILOT_SINK="postgres", LAGPILOT_POSTGRES_KEY="none")
+    env["LAGPILOT_BATCH_MAX_RECORDS"] = str(BATCH)
+    proc = start_drain(plan, env, tmp_path / "s1.json", tmp_path / "d1.log")
+    assert proc.wait(timeout=240) == 0, (tmp_path / "d1.log").read_text(errors="replace")[-4000:]
+    assert delivery_report(postgres_dsn, table, topic, ranges)["duplicated"] == 0
+
+    groups = plan.progress_groups()
+    for f in kafka_admin.delete_consumer_groups(groups, request_timeout=30).values():
+        f.result(timeout=60)
+    assert all(n == 0 for _, n in progress(kafka_bootstrap, plan).values())  # the progress is gone from Kafka
+    assert all(nxt == s.start for s in subs for (p, k), (nxt, _) in progress(kafka_bootstrap, plan).items()
+               if (p, k) == (s.partition, s.index))
+
+    proc = start_drain(plan, env, tmp_path / "s2.json", tmp_path / "d2.log")
+    assert proc.wait(timeout=240) == 0, (tmp_path / "d2.log").read_text(errors="replace")[-4000:]
+    rep = delivery_report(postgres_dsn, table, topic, ranges)
+    print("progress groups expired, second run:", {k: rep[k] for k in ("produced", "delivered", "lost", "duplicated")})
+    assert (rep["lost"], rep["duplicated"], rep["outside"]) == (0, 0, 0), rep
+    assert json.loads((tmp_path / "s2.json").read_text())["unfinished_at_start"] == 0
+    assert all(progress(kafka_bootstrap, plan)[(s.partition, s.index)][0] == s.end for s in subs)  # Kafka caught up

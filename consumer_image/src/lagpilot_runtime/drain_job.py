@@ -201,6 +201,55 @@ def check_retention(plan: DrainPlan, work: Sequence[tuple[SubRange, int]], low: 
                              + "; ".join(lost) + ". Those records cannot be processed; the rest was not started.")
 
 
+def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
+                     timeout_s: float = 30.0) -> list[tuple[SubRange, int]]:
+    """For a progress-committing handler (docs/consumer.md): where the sink's progress of a sub-range
+    is ahead of its progress group (a crash between the two commits, or the group's offsets expired
+    after offsets.retention.minutes), commit the sink's value to the progress group and start
+    there. The sink's progress never expires: it is authoritative. Best effort: on an error the work
+    is unchanged (each task checks the sink again before its first batch)."""
+    if not work:
+        return list(work)
+    try:
+        from confluent_kafka import TopicPartition
+
+        from .handler import BatchContext, commits_progress, load_handler
+
+        handler = load_handler(cfg.handler_spec)
+        if not commits_progress(handler):
+            return list(work)
+        out: list[tuple[SubRange, int]] = []
+        for s, start in work:
+            ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
+                               source="drain", group_id=plan.group_id, drain_id=plan.drain_id,
+                               sub_range=(s.partition, s.index, s.start, s.end))
+            nxt = handler.progress(plan.topic, [s.partition], ctx).get(s.partition)  # type: ignore[attr-defined]
+            if nxt is None or nxt <= start:
+                out.append((s, start))
+                continue
+            nxt = min(int(nxt), s.end)
+            c = _progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+            try:
+                got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+                meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
+                res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
+                    parse_progress_metadata(meta), parse_progress_lost(meta)))], asynchronous=False)
+                errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+                if errs:
+                    raise RuntimeError(str(errs[0]))
+            finally:
+                c.close()
+            log.info("sub-range resumes from the sink's progress", extra=_fields(
+                event="drain_sink_progress_ahead", partition=s.partition, index=s.index, kafka_next=start, sink_next=nxt))
+            if nxt < s.end:
+                out.append((s, nxt))
+        return out
+    except Exception as exc:  # noqa: BLE001 - the tasks check again
+        log.warning("reading the sink's progress in the driver failed", extra=_fields(
+            event="drain_sink_progress_failed", error=str(exc)[:300]))
+        return list(work)
+
+
 def retention_losses(work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]
                      ) -> tuple[list[tuple[SubRange, int, int]], list[tuple[SubRange, int]]]:
     """Split the unfinished work at the partitions' low watermarks (pure).
@@ -665,7 +714,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     spark = None
     try:
         progress = read_progress(cfg, plan)
-        work = remaining_work(plan, progress)
+        work = catch_up_to_sink(cfg, plan, remaining_work(plan, progress))
         marks["progress_read"] = time.time()
         use_arrow = bool(work) and _arrow_available()  # imports pandas (mapInArrow needs it) while the JVM starts
         done_before = sum(r for _, r in progress.values())
