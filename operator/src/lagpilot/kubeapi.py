@@ -47,14 +47,21 @@ def _wrap(err: Exception, what: str) -> KubeError:
     return KubeError(status, reason, what)
 
 
-def load_api_client() -> Any:
-    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+def load_api_client(pool_size: int = 32) -> Any:
+    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
+
+    ``pool_size``: HTTP connections kept to the API server; at least the control loop's cycle
+    threads (LAGPILOT_CYCLE_WORKERS), else concurrent cycles open and discard connections
+    (urllib3's "Connection pool is full", seen with 200 CRs at the client's default of 10)."""
     from kubernetes import client, config
+
+    conf = client.Configuration()
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
+        config.load_incluster_config(client_configuration=conf)
     except config.ConfigException:
-        return config.new_client_from_config()
+        config.load_kube_config(client_configuration=conf)
+    conf.connection_pool_maxsize = max(int(pool_size), 10)
+    return client.ApiClient(conf)
 
 
 class KubeApi:

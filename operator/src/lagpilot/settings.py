@@ -90,5 +90,5 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.admin_pool = AdminPool(socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000))
     memo.metrics = default_metrics()
     if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
-        from lagpilot.kubeapi import KubeApi
-        memo.kube = KubeApi()
+        from lagpilot.kubeapi import KubeApi, load_api_client
+        memo.kube = KubeApi(load_api_client(pool_size=memo.config.cycle_workers))
