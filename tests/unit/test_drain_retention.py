@@ -106,3 +106,27 @@ def test_the_executor_writes_the_loss_emits_one_event_counts_it_and_reports_the_
     assert not [e for e in log if e[0] == "event" and e[1] == "DataLoss"]
     assert REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "orders"}) == after
     assert r2.data_loss[0] == "True"
+
+
+@pytest.mark.parametrize("configs, want", [
+    ({"retention.ms": "604800000"}, 604800.0), ({"retention.ms": "-1"}, None), ({}, None), ({"retention.ms": "x"}, None),
+])
+def test_retention_seconds_from_topic_configs(configs, want):
+    from lagpilot.topic_retention import retention_seconds
+
+    assert retention_seconds(configs) == want
+
+
+def test_an_expiring_regrowing_partition_is_due_at_once():
+    """A regrowing partition waits for its trigger, unless retention would delete its oldest record
+    within the target: then it is planned now."""
+    from lagpilot.drain_policy import DrainPolicy, drain_need
+
+    policy = DrainPolicy(enabled=True)
+    loads = [PartitionLoad(0, 20000, 150.0, 0, 20000), PartitionLoad(1, 10, 1.0, 0, 10)]
+    kwargs = dict(group_replicas=2, target_s=300.0, sla_s=600.0, policy=policy, now_s=0.0, oldest_age_s={0: 10.0})
+    base = drain_need(loads, 100.0, **kwargs)
+    soon = drain_need(loads, 100.0, retention_s=200.0, **kwargs)
+    assert base is None  # regrowing p0 is not due yet without retention
+    assert soon is not None and soon.partitions == (0,)  # with its oldest record expiring: planned now
+    assert any("expires within the target" in n for n in soon.notes)

@@ -260,7 +260,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     phase = drain_status.get("phase")
     out, new_state = step_mod.step(
         step_mod.StepState.from_status(status),
-        step_mod.StepObservation(snap, cur, _drains_of(drain_status), _num(drain_status.get("lastEndS"))),
+        step_mod.StepObservation(snap, cur, _drains_of(drain_status), _num(drain_status.get("lastEndS")),
+                                 retention_s=_retention_s(handle, spec, deps)),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
     decision, est, history = out.decision, new_state.estimator, new_state.history
     assert est is not None
@@ -373,6 +374,15 @@ def _drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
+    """The topic's retention for the drain planner (best effort, cached; None without drains)."""
+    if getattr(deps, "drain", None) is None or not spec.drain.enabled:
+        return None
+    from lagpilot import topic_retention
+
+    return topic_retention.cached(handle, spec.topic, deps.kafka_timeout_seconds)
 
 
 def _kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps) -> dict[str, str]:

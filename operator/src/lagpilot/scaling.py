@@ -123,6 +123,7 @@ class ScalingObservation:
     drains_in_flight: int | None = None  # None: 1 if drain_active else 0
     tasks_in_flight: int = 0
     busy_partitions: tuple[int, ...] = ()  # hand-off not done: never planned twice
+    retention_s: float | None = None  # the topic's retention (seconds; None: unknown): expiring ranges first
 
     @property
     def total_lag(self) -> float:
@@ -145,6 +146,7 @@ class ScalingObservation:
         drains_in_flight: int | None = None,
         tasks_in_flight: int = 0,
         busy_partitions: Sequence[int] = (),
+        retention_s: float | None = None,
     ) -> "ScalingObservation":
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
         loads = []
@@ -170,6 +172,7 @@ class ScalingObservation:
             drains_in_flight=drains_in_flight,
             tasks_in_flight=tasks_in_flight,
             busy_partitions=tuple(busy_partitions),
+            retention_s=retention_s,
         )
 
 
@@ -302,7 +305,7 @@ def decide(
                 policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
                 last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
                 drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
-                busy_partitions=obs.busy_partitions,
+                busy_partitions=obs.busy_partitions, retention_s=obs.retention_s,
             )
         drained = set(drain.partitions) if drain else set()
         # after the hand-off the drained backlog is no longer the group's to clear

@@ -89,6 +89,7 @@ class StepObservation:
     current_replicas: int
     drains: tuple[handoff.DrainStatus, ...] = ()
     last_drain_end_s: float | None = None  # when the last drain finished (status.drain.lastEndS)
+    retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
     sobs = ScalingObservation.from_estimate(
         now, obs.current_replicas, est, obs.snapshot, drain_active=view["drain_active"],
         last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
-        tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"])
+        tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
+        retention_s=obs.retention_s)
     decision, history = decide(sobs, pol.scaling, state.history, pol.drain)
     return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events)),
             StepState(est, history))
