@@ -113,8 +113,11 @@ def test_drain_task_crash_after_the_sink_commit_before_its_progress_commit_deliv
     topic = new_topic(partitions=PARTS, prefix="eos-drain")
     for p in range(PARTS):
         produce(kafka_bootstrap, topic, [b'{"i": %d}' % i for i in range(PER_PARTITION)], partition=p)
-    ranges = {0: (100, 500), 1: (0, 600)}
+    # every sub-range is 2 batches: the crash (a worker's 2nd batch) hits a sub-range's LAST batch, so the
+    # retried task finds the sink at the sub-range's end and must still commit its progress there
+    ranges = {0: (100, 500), 1: (0, 400)}
     subs = split_ranges(ranges, 2, min_records_per_task=BATCH)
+    assert all(s.end - s.start == 2 * BATCH for s in subs)
     plan = DrainPlan("7", topic, "g-" + uuid.uuid4().hex[:6], subs, BATCH, 2).validate()
     table = "eos_d_" + uuid.uuid4().hex[:8]
     env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,

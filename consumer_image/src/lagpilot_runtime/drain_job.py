@@ -415,6 +415,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     done_records = 0
     dlq: DeadLetterProducer | None = None
     lost_before: tuple[tuple[int, int], ...] = ()  # retention losses recorded in the progress: kept
+    kafka_next = [0]  # the progress group's committed offset (the sink's progress may be ahead of it)
 
     def commit(next_offset: int, records: int) -> None:
         tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records, lost_before))  # type: ignore[union-attr]
@@ -424,6 +425,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 errs = [t.error for t in (res or []) if getattr(t, "error", None)]
                 if errs:
                     raise RuntimeError(str(errs[0]))
+                kafka_next[0] = max(kafka_next[0], next_offset)
                 return
             except Exception as exc:  # noqa: BLE001 - retried, then fails the task (Spark retries it)
                 if attempt == 4:
@@ -467,6 +469,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 committer = _progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index))
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
+                kafka_next[0] = done_next
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
                 lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
                 ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
@@ -492,8 +495,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 batch = []
         if batch:
             flush(batch)
-        if sub is not None and done_next < sub.end:
-            commit(sub.end, done_records)  # the range is read to its end (gaps: markers, compaction)
+        if sub is not None and kafka_next[0] < sub.end:
+            # the range is read to its end (gaps: markers, compaction), or the sink's progress already
+            # reached it (a crash after the sink's commit of the last batch, before the progress commit)
+            commit(sub.end, done_records)
         yield summary
     except SystemicFailure as exc:
         raise RuntimeError(f"drain task p{sub.partition if sub else '?'} failed: {exc}") from exc
