@@ -61,6 +61,7 @@ def make_with_offsets(logs, handler, **env):
     ({}, None, set()),                          # nothing stored: Kafka's offset (none) rules
     ({0: 5}, {0: 5}, {(0, o) for o in range(5)}),  # sink ahead on p0: commit 5 first, never deliver 0..4
     ({0: 12, 1: 3}, {0: 12, 1: 3}, {(0, o) for o in range(12)} | {(1, o) for o in range(3)}),
+    ({0: 50}, None, set()),  # beyond the partition's end (topic recreated?): ignored, nothing skipped
 ])
 def test_on_assign_the_consumer_resumes_from_the_sinks_progress(stored, expect_first_commit, skipped):
     logs = {0: [b"v"] * 12, 1: [b"v"] * 7}

@@ -364,6 +364,11 @@ class BatchConsumer:
         ahead: dict[TP, int] = {}
         for key, sink_next in got.items():
             if sink_next > self._own_committed(key):
+                _low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=HANDOFF_TIMEOUT_S)
+                if sink_next > high:  # e.g. the topic was recreated: the progress belongs to another log
+                    log.warning("the sink's progress is beyond the partition's end; ignored", extra=_fields(
+                        event="sink_progress_ignored", topic=key[0], partition=key[1], sink_next=sink_next, end=high))
+                    continue
                 ahead[key] = sink_next
         if not ahead:
             return
