@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
+from confluent_kafka import KafkaException
 
 from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
 from lagpilot.deployment import API_GROUP
@@ -37,7 +38,7 @@ from lagpilot.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
 from lagpilot import deletion, deletion_io
 from lagpilot.handoff import DrainStatus, Phase, job_name
-from lagpilot.kafka_observe import admin_config
+from lagpilot.kafka_observe import ObserveError, admin_config
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
 from lagpilot.status import TRUE, Condition, merge_conditions
 
@@ -117,19 +118,12 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     cache = Cache()
     deps = _deps(memo, body)
     ref = GroupRef.from_body(body)
+    adoption_pending = True
     try:
-        try:  # before the first cycle: it might plan a drain of the same offsets
-            ctx = contextvars.copy_context()
-            adopted = await asyncio.get_running_loop().run_in_executor(
-                memo.cycle_pool, ctx.run, adopt_remainder, ref, dict(body.spec), dict(body.status), memo, deps.emit)
-            for _ in range(40):  # the first cycle must see the adopted drain (the watch delivers it)
-                if adopted is None or (body.status.get("drain") or {}).get("id") == adopted:
-                    break
-                await asyncio.sleep(0.25)
-        except Exception:  # noqa: BLE001 - retried at the next daemon start; the loop must run
-            log.exception("adopting a remainder failed", extra={"group": ref.key})
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
+            if adoption_pending:  # before any cycle may plan a drain of the same offsets; retried until done
+                adoption_pending = not await _adopt(body, memo, deps, ref)
             try:
                 # a dedicated pool: a cycle blocks on Kafka for up to LAGPILOT_KAFKA_TIMEOUT_SECONDS
                 # (an unreachable broker), which must not starve the other CRs' cycles or kopf's own
@@ -148,6 +142,28 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     finally:
         memo.admin_pool.release(ref.key)
         memo.metrics.forget(ref.namespace, ref.name)
+
+
+async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) -> bool:
+    """Adopt a remainder handed back by a deleted CR of the same group (adopt_remainder); True when
+    done (adopted or nothing to adopt). An unreachable broker or bad Kafka settings are the cycle's
+    to report (Degraded): here they only postpone the adoption to the next cycle."""
+    try:
+        ctx = contextvars.copy_context()
+        adopted = await asyncio.get_running_loop().run_in_executor(
+            memo.cycle_pool, ctx.run, adopt_remainder, ref, dict(body.spec), dict(body.status), memo, deps.emit)
+    except (ObserveError, KafkaException, KubeError, SpecError) as err:
+        log.warning("adopting a remainder postponed", extra={"group": ref.key, "error": type(err).__name__,
+                                                              "reason": getattr(err, "reason", "")})
+        return False
+    except Exception:  # noqa: BLE001 - a bug: logged, retried next cycle; the loop must run
+        log.exception("adopting a remainder failed", extra={"group": ref.key})
+        return False
+    for _ in range(40):  # the first cycle must see the adopted drain (the watch delivers it)
+        if adopted is None or (body.status.get("drain") or {}).get("id") == adopted:
+            break
+        await asyncio.sleep(0.25)
+    return True
 
 
 # ------------------------------------------------------------------------------ deletion (finalizer)
