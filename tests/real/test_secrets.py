@@ -115,7 +115,10 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
                                 and pod_runner.log_path(ns, p.metadata.name).exists())
     # the consumer read records over SASL with the right password and its PostgreSQL sink failed
     # on them (the DSN's closed port): the exception text is part of what is scanned below
-    wait_until(lambda: '"event": "handler_error"' in pod_log() and "port 1 failed" in pod_log(),
+    # the sink's progress is read at assignment (exactly-once resume), so an unreachable sink shows
+    # there first (sink_progress_failed, then exit 1 and a restart); a batch would show handler_error
+    wait_until(lambda: any(f'"event": "{e}"' in pod_log() for e in ("handler_error", "sink_progress_failed"))
+               and "port 1 failed" in pod_log(),
                "the consumer's sink failing on a batch (PostgreSQL at a closed port)", 180, interval=2)
     print(f"pod log tail: {pod_log()[-600:]}")
 
