@@ -196,9 +196,18 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
         rates = live if live is not None else {p: live_per_s for p in range(PARTS)}
 
         def live_traffic() -> None:  # fresh records keep arriving while the drain runs
-            while not s.stop_live.wait(1.0):
+            # paced by elapsed time, not "n per loop": a loop that sleeps 1 s and then produces and
+            # flushes runs slower than 1 Hz, and the regrowing test's 150/s became ~97/s (no regrowth)
+            started, sent = time.monotonic(), {p: 0 for p in rates}
+            while not s.stop_live.wait(0.2):
+                due = {p: int(r * (time.monotonic() - started)) - sent[p] for p, r in rates.items()}
+                due = {p: n for p, n in due.items() if n > 0}
+                if not due:
+                    continue
                 try:
-                    produce(kafka_bootstrap, topic, rates, s.produced)
+                    produce(kafka_bootstrap, topic, due, s.produced)
+                    for p, n in due.items():
+                        sent[p] += n
                 except Exception as exc:  # noqa: BLE001 - a broker hiccup must not end the live traffic silently
                     s.live_errors.append(repr(exc))
 
