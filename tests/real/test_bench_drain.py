@@ -29,7 +29,7 @@ def test_bench_drain_quick_is_exact_and_reports_its_figures(kafka_bootstrap: str
     assert result["drained_records"] > 0  # the hand-off really gave the drain a range
     assert result["lost"] == 0
     assert result["duplicated"] == 0
-    for key in ("speedup", "start_up_s", "plan_to_first_drained_s", "end_to_end_speedup", "group_records_per_s",
+    for key in ("speedup", "start_up_s", "launch_to_first_drained_s", "end_to_end_speedup", "group_records_per_s",
                 "drain_records_per_s"):
         assert isinstance(result[key], (int, float)), key
     assert set(result["handoff_pause_s"]) == {"max", "p95", "samples"} and result["handoff_pause_s"]["samples"] == 3
