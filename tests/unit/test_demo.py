@@ -186,6 +186,7 @@ def test_summary_and_table() -> None:
                    "p0[5..60)", "45 / 55", "records processed more than once (ledger)", "records never delivered (ledger)"):
         assert needle in table
     assert summary["delivered_more_than_once"] == 0 and summary["lost"] == 0 and summary["ledger"]["delivered"] == 100
+    assert summary["reprocessed"] == summary["delivered_more_than_once"]
     assert summary["sim_params"]["partitions"] == 1 and summary["sim_params"]["sla_s"] == 60
 
 

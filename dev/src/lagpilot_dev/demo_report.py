@@ -341,6 +341,7 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "gapless": proof.gapless,
         "ledger": {k: v for k, v in led.items() if k != "per_partition"} if proof.ledger is not None else None,
         "delivered_more_than_once": proof.delivered_twice,
+        "reprocessed": proof.delivered_twice,  # the name summary.json had before the ledger: same count
         "lost": proof.lost,
         "processed_by": dict(proof.by_source),
         "per_partition": {str(k): v for k, v in sorted(proof.per_partition.items())},
