@@ -35,23 +35,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..handler import BatchContext, Record
+from . import postgres as postgres_sink
 
 DEFAULT_TABLE = "lagpilot_ledger"
 COLUMNS = ("topic", "partition", "offset", "source", "drain_id", "delivered_at")
 
 
 def _check_identifier(name: str) -> str:
-    parts = name.split(".")
-    ok = 1 <= len(parts) <= 2 and all(
-        p and p.isascii() and (p[0].isalpha() or p[0] == "_") and all(ch.isalnum() or ch == "_" for ch in p) for p in parts)
-    if not ok:
-        raise ValueError(f"ledger table must be a plain identifier (optionally schema.table), got {name!r}")
-    return name
+    return postgres_sink._check_identifier(name, "ledger table")
 
 
 def qualified(table: str) -> str:
     """``"schema"."table"`` (validated)."""
-    return ".".join(f'"{p}"' for p in _check_identifier(table).split("."))
+    return postgres_sink._qualified(_check_identifier(table))
 
 
 def ddl(table: str) -> str:

@@ -70,12 +70,15 @@ class PostgresSettings:
         return cls(dsn=dsn, table=table, mode=mode, method=method, key=key)
 
 
-def _check_identifier(name: str) -> None:
+def _check_identifier(name: str, what: str = "postgres table") -> str:
+    """``name`` if it is a plain identifier, optionally ``schema.table`` (it is interpolated into SQL);
+    shared by every sink that names a table (postgres, ledger)."""
     parts = name.split(".")
     ok = 1 <= len(parts) <= 2 and all(
         p and p.isascii() and (p[0].isalpha() or p[0] == "_") and all(ch.isalnum() or ch == "_" for ch in p) for p in parts)
     if not ok:
-        raise ValueError(f"postgres table must be a plain identifier (optionally schema.table), got {name!r}")
+        raise ValueError(f"{what} must be a plain identifier (optionally schema.table), got {name!r}")
+    return name
 
 
 def _qualified(table: str) -> str:
