@@ -370,13 +370,6 @@ def replicas_override_raw(raw: Mapping[str, Any] | None) -> int | None:
         return None
 
 
-def holds_replicas_raw(raw: Mapping[str, Any] | None) -> bool:
-    try:
-        return holds_replicas(DrainStatus.from_dict(raw))
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
 def with_progress(drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None) -> DrainStatus:
     """Merge observed progress into the sub-ranges; never moves backwards (a lost read is ignored)."""
     if not progress or not drain.sub_ranges:

@@ -43,11 +43,6 @@ from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, s
 
 log = logging.getLogger(__name__)
 
-# drain phases during which the drain executor MAY own the replica count: only on the hand-off's
-# quiesce fallback (handoff.holds_replicas decides; kept for readers of this constant)
-DRAIN_HOLDS_REPLICAS = ("Planned", "HandedOff")
-DRAIN_ACTIVE = ("Planned", "HandedOff", "Running", "Succeeded")
-
 
 class Kube(Protocol):
     def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
