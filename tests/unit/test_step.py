@@ -106,3 +106,11 @@ def test_the_simulator_and_the_operator_call_the_same_step(monkeypatch: pytest.M
     assert len(calls) == 8  # every 15 s poll of the 120 s trace went through step()
     # the operator's cycle: tests/unit/test_handlers_reconcile.py::test_cycle_decides_through_the_step
     assert not hasattr(simulate, "decide") and not hasattr(simulate, "ScalingPolicy")
+
+
+@pytest.mark.parametrize("tolerance", [0, 0.5, 1], ids=["zero", "half", "one"])
+def test_every_tolerance_the_parser_accepts_builds_policies(tolerance: float) -> None:
+    """The CRD and spec.py allow scaling.tolerance in [0, 1]; the policy built from the parsed spec
+    must accept the same range (it rejected 1, so a valid CR crashed every cycle)."""
+    spec = parse_spec({**BASE, "scaling": {"tolerance": tolerance}})
+    assert step_mod.Policies.from_group_spec(spec).scaling.tolerance == tolerance

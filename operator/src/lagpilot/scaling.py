@@ -95,8 +95,8 @@ class ScalingPolicy:
             problems.append("scaling.minReplicas must be >= 0")
         if self.max_replicas < 1 or self.max_replicas < self.min_replicas:
             problems.append("scaling.maxReplicas must be >= 1 and >= minReplicas")
-        if not 0 <= self.tolerance < 1:
-            problems.append("scaling.tolerance must be in [0, 1)")
+        if not 0 <= self.tolerance <= 1:  # the CRD's and spec.py's bound (1: the widest dead band)
+            problems.append("scaling.tolerance must be in [0, 1]")
         if self.scale_up_window_s < 0 or self.scale_down_window_s < 0:
             problems.append("stabilization windows must be >= 0")
         if self.sla_s <= 0:
