@@ -259,7 +259,9 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
         return n
 
     wait_until(lambda: replicas() == partitions, f"scale-up to {partitions} replicas", 240, interval=1)
-    status = get_cr(custom, ns, name)["status"]
+    # the operator writes status after it applied the Deployment (same cycle): wait for that write
+    status = wait_until(lambda: (lambda st: st if st.get("desiredReplicas") == partitions else None)(
+        get_cr(custom, ns, name).get("status") or {}), "the status to report the scale-up", 60, interval=1)
     print("after scale-up:", status.get("lastDecision"), "capacity", status.get("capacityPerReplica"))
     assert status["partitions"] == partitions and status["desiredReplicas"] == partitions
     # while records wait, the age of the oldest unprocessed one is reported per partition
