@@ -1,6 +1,6 @@
 """`lagpilot dev up|status|down`: the local real-parts stack for people and scripts.
 
-    lagpilot dev up [--parts kafka,kube,postgres,spark] [--json]
+    lagpilot dev up [--parts kafka,kube,postgres,spark,prometheus] [--json]
     lagpilot dev status [--json]
     lagpilot dev down [--parts ...]
 
@@ -49,6 +49,8 @@ def render_human(info: StackInfo) -> str:
         lines.append(f"# postgres DSN: {info.postgres_dsn}")
     if info.kubectl:
         lines.append(f"# kubectl: {info.kubectl}")
+    if (prom := info.parts.get("prometheus")):
+        lines.append(f"# prometheus: {prom['prometheus_url']} (promtool: {prom['promtool']})")
     if info.spark_jars:
         lines.append(f"# spark jars: {','.join(info.spark_jars)}")
     lines.append(f"# state: {info.state_dir}")

@@ -34,10 +34,10 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark")
-DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")
+ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus")
+DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus only when asked for
 # stop in this order: dependants first (nothing depends on anything today, but keep it explicit)
-_STOP_ORDER: tuple[str, ...] = ("spark", "postgres", "kube", "kafka")
+_STOP_ORDER: tuple[str, ...] = ("prometheus", "spark", "postgres", "kube", "kafka")
 
 
 class Part(Protocol):
@@ -122,6 +122,9 @@ class Stack:
             elif name == "kube":
                 from lagpilot_dev.kube import KubePart  # written by the kube engineer
                 self._parts[name] = KubePart(self.cache_dir, self.state_dir)
+            elif name == "prometheus":
+                from lagpilot_dev.prometheus import PrometheusPart
+                self._parts[name] = PrometheusPart(self.cache_dir, self.state_dir)
             else:
                 raise ValueError(f"unknown part {name!r}; known: {', '.join(ALL_PARTS)}")
         return self._parts[name]

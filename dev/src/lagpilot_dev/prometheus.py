@@ -1,0 +1,294 @@
+"""Prometheus from Debian, run as a private instance: loopback only, own port, own data dir.
+
+Not a default part: `lagpilot dev up --parts kafka,kube,postgres,prometheus`.
+
+Install without root and without touching the system: `apt-get download prometheus` (the .deb only,
+from the apt lists the machine already has) into `<cache>/prometheus/debs`, then `dpkg-deb -x` into
+`<cache>/prometheus/root`. The package's `prometheus` and `promtool` are static Go binaries (their
+only dependency, libc, is already there); the web UI's JavaScript dependencies are not needed for
+the HTTP API, so they are not fetched.
+
+What it scrapes (config generated at start in `<state>/prometheus/prometheus.yml`, every 2 s):
+- job `lagpilot-operator`: file-based service discovery from `<state>/prometheus/file_sd/operator/*.json`
+  (`add_target("operator", ...)` writes one file per operator process a test or the demo runs);
+- job `lagpilot-consumers`: `<state>/prometheus/file_sd/pods/*.json`, which the test-side pod runner
+  writes for each pod whose container exposes a metrics port and removes when the pod is gone
+  (`write_pod_target` / `remove_pod_target`, called from podrunner.py);
+- itself (job `prometheus`).
+Alert and recording rules: every `<state>/prometheus/rules/*.yml` (`load_rules` writes one, reloads
+and waits until Prometheus lists its groups). Rule evaluation every 2 s.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, wait_for
+
+log = logging.getLogger("lagpilot_dev.prometheus")
+
+PACKAGE = "prometheus"
+OPERATOR_JOB = "lagpilot-operator"
+CONSUMER_JOB = "lagpilot-consumers"
+SCRAPE_INTERVAL = "2s"
+EVALUATION_INTERVAL = "2s"
+_SD_KIND = {"operator": OPERATOR_JOB, "pods": CONSUMER_JOB}
+
+
+def config_yaml(port: int, sd_dir: Path, rules_dir: Path) -> str:
+    """The generated prometheus.yml (JSON is valid YAML: no YAML library needed here)."""
+    cfg = {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
+                   "evaluation_interval": EVALUATION_INTERVAL},
+        "rule_files": [str(rules_dir / "*.yml")],
+        "scrape_configs": [
+            *({"job_name": job, "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}]}
+              for kind, job in _SD_KIND.items()),
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]},
+        ],
+    }
+    return json.dumps(cfg, indent=1) + "\n"
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    """Prometheus watches the directory: never let it read a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)
+
+
+def _target_file(sd_dir: Path, kind: str, key: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
+    return sd_dir / kind / f"{safe}.json"
+
+
+def write_pod_target(sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str]) -> Path:
+    """One consumer pod's metrics endpoint as a file-SD target (the pod runner calls this)."""
+    path = _target_file(sd_dir, "pods", f"{namespace}_{pod}")
+    _write_json_atomic(path, [{"targets": [f"{LOOPBACK}:{port}"],
+                               "labels": {"namespace": namespace, "pod": pod, **labels}}])
+    return path
+
+
+def remove_pod_target(sd_dir: Path, namespace: str, pod: str) -> None:
+    _target_file(sd_dir, "pods", f"{namespace}_{pod}").unlink(missing_ok=True)
+
+
+def pods_sd_dir(state: Path | None = None) -> Path | None:
+    """Where the pod runner writes consumer targets: the running dev Prometheus's file-SD dir, or
+    None when no Prometheus part was ever started in this state dir (then the runner writes nothing)."""
+    from lagpilot_dev.paths import state_dir
+
+    d = (state or state_dir()) / "prometheus" / "file_sd"
+    return d if d.is_dir() else None
+
+
+class PrometheusPart:
+    """Install (apt-get download + dpkg-deb -x), start, stop and query the private Prometheus."""
+
+    name = "prometheus"
+
+    def __init__(self, cache_dir: Path, state_dir: Path) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.state_dir = Path(state_dir)
+        self.home = self.cache_dir / "prometheus"
+        self.root = self.home / "root"
+        self.dir = self.state_dir / "prometheus"
+        self.sd_dir = self.dir / "file_sd"
+        self.rules_dir = self.dir / "rules"
+        self.ports = Ports(self.state_dir)
+        self._process: Process | None = None
+
+    # ---- install -------------------------------------------------------------------------------
+    def binary(self, name: str = "prometheus") -> Path:
+        return self.root / "usr" / "bin" / name
+
+    def promtool(self) -> Path:
+        """`promtool` from the same package (`promtool test rules`, `check rules`)."""
+        self.install()
+        return self.binary("promtool")
+
+    def installed(self) -> bool:
+        return (self.home / ".complete").exists() and self.binary().exists() and self.binary("promtool").exists()
+
+    def install(self) -> None:
+        """Download Debian's .deb and unpack it into the cache (no root, no dpkg database)."""
+        if self.installed():
+            return
+        with file_lock(self.cache_dir / ".prometheus-install.lock"):
+            if self.installed():
+                return
+            debs = self.home / "debs"
+            shutil.rmtree(debs, ignore_errors=True)
+            debs.mkdir(parents=True)
+            log.info("downloading Debian's prometheus package (first run only)")
+            proc = subprocess.run(["apt-get", "download", "-q", PACKAGE], cwd=debs, capture_output=True,  # noqa: S603,S607
+                                  text=True, timeout=1800, check=False)
+            found = sorted(debs.glob(f"{PACKAGE}_*.deb"))
+            if proc.returncode != 0 or not found:
+                raise RuntimeError(f"apt-get download {PACKAGE} failed (exit {proc.returncode}; run `apt-get update` "
+                                   f"once if the lists are missing):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            tmp = self.home / "root.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            proc = subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(tmp)], capture_output=True, text=True,  # noqa: S603,S607
+                                  timeout=600, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"dpkg-deb -x failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+            shutil.rmtree(self.root, ignore_errors=True)
+            tmp.rename(self.root)
+            (self.home / ".complete").write_text(found[-1].name + "\n")
+            log.info("installed prometheus", extra={"deb": found[-1].name, "root": str(self.root)})
+
+    def version(self) -> str:
+        proc = subprocess.run([str(self.binary()), "--version"], capture_output=True, text=True, timeout=30, check=False)  # noqa: S603
+        return (proc.stdout or proc.stderr).splitlines()[0] if (proc.stdout or proc.stderr) else ""
+
+    # ---- run -----------------------------------------------------------------------------------
+    def port(self) -> int:
+        return self.ports.ensure("prometheus")
+
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port()}"
+
+    def process(self) -> Process:
+        if self._process is None:
+            data = self.dir / "data"
+            self._process = Process(
+                name="prometheus",
+                argv=[str(self.binary()), f"--config.file={self.dir / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=1d",
+                      f"--web.listen-address={LOOPBACK}:{self.port()}", "--web.enable-lifecycle",
+                      "--log.format=json", "--log.level=warn"],
+                log_file=self.dir / "prometheus.log", pid_file=self.dir / "prometheus.pid",
+                marker=f"--storage.tsdb.path={data}", cwd=self.dir,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir)},
+            )
+        return self._process
+
+    def is_running(self) -> bool:
+        return self.process().is_running()
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Write the config (on the persisted port) and start; wait until /-/ready answers."""
+        self.install()
+        with file_lock(self.dir / "start.lock"):
+            if not self.process().is_running():
+                self.ports.ensure("prometheus", must_be_free=True)
+                self._process = None  # the port may have moved: rebuild argv
+                for kind in _SD_KIND:
+                    (self.sd_dir / kind).mkdir(parents=True, exist_ok=True)
+                self.rules_dir.mkdir(parents=True, exist_ok=True)
+                (self.dir / "prometheus.yml").write_text(config_yaml(self.port(), self.sd_dir, self.rules_dir))
+                self.process().start()
+        try:
+            wait_for(lambda: http_ok(f"{self.url()}/-/ready"), f"prometheus at {self.url()}", timeout=timeout,
+                     interval=0.3, alive=self.process().is_running)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}") from exc
+
+    def stop(self) -> None:
+        self.process().stop(grace=30.0)
+
+    def kill(self) -> None:
+        self.process().kill()
+
+    def purge(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self._process = None
+
+    def info(self) -> dict[str, Any]:
+        return {"prometheus_url": self.url(), "prometheus_port": self.port(), "promtool": str(self.binary("promtool")),
+                "prometheus_file_sd": str(self.sd_dir), "prometheus_rules_dir": str(self.rules_dir),
+                "prometheus_log": str(self.dir / "prometheus.log")}
+
+    # ---- targets, rules, API ---------------------------------------------------------------------
+    def add_target(self, kind: str, key: str, address: str, labels: Mapping[str, str] | None = None) -> Path:
+        """A file-SD target: kind "operator" (job lagpilot-operator) or "pods" (job lagpilot-consumers)."""
+        if kind not in _SD_KIND:
+            raise ValueError(f"kind must be one of {sorted(_SD_KIND)}")
+        path = _target_file(self.sd_dir, kind, key)
+        _write_json_atomic(path, [{"targets": [address], "labels": dict(labels or {})}])
+        return path
+
+    def remove_target(self, kind: str, key: str) -> None:
+        _target_file(self.sd_dir, kind, key).unlink(missing_ok=True)
+
+    def load_rules(self, name: str, text: str, timeout: float = 30.0) -> Path:
+        """Write `rules/<name>.yml`, reload, and wait until every group in it is loaded.
+
+        The file is checked with `promtool check rules` first: Prometheus keeps its old rules on a
+        bad file and only logs the error, which would make a test wait for nothing."""
+        import yaml
+
+        path = self.rules_dir / f"{name}.yml"
+        tmp = self.rules_dir / f".{name}.check"
+        self.rules_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        try:
+            chk = subprocess.run([str(self.promtool()), "check", "rules", str(tmp)], capture_output=True, text=True,  # noqa: S603
+                                 timeout=60, check=False)
+            if chk.returncode != 0:
+                raise RuntimeError(f"promtool check rules failed:\n{chk.stdout}\n{chk.stderr}")
+            tmp.replace(path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        groups = {g["name"] for g in (yaml.safe_load(text) or {}).get("groups") or []}
+        self.reload()
+        wait_for(lambda: groups <= {g["name"] for g in self.api("rules")["groups"]},
+                 f"rule groups {sorted(groups)} loaded", timeout=timeout, interval=0.3)
+        return path
+
+    def remove_rules(self, name: str) -> None:
+        (self.rules_dir / f"{name}.yml").unlink(missing_ok=True)
+        self.reload()
+
+    def reload(self) -> None:
+        req = urllib.request.Request(f"{self.url()}/-/reload", method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
+            if resp.status != 200:
+                raise RuntimeError(f"prometheus reload answered {resp.status}")
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET /api/v1/<path> and return its `data` (raises on status != success)."""
+        qs = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(f"{self.url()}/api/v1/{path}{qs}", timeout=30) as resp:  # noqa: S310 - loopback
+            body = json.loads(resp.read())
+        if body.get("status") != "success":
+            raise RuntimeError(f"prometheus /api/v1/{path}: {body}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        return list(self.api("query", query=expr)["result"])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return list(self.api("alerts")["alerts"])
+
+    def targets(self, job: str | None = None) -> list[dict[str, Any]]:
+        active = self.api("targets", state="active")["activeTargets"]
+        return [t for t in active if job is None or t.get("labels", {}).get("job") == job]
+
+
+def wait_target_up(part: PrometheusPart, job: str, match: Mapping[str, str], timeout: float = 60.0) -> dict[str, Any]:
+    """Wait until a target of `job` with labels `match` was scraped successfully; return it."""
+    found: dict[str, Any] = {}
+
+    def up() -> bool:
+        for t in part.targets(job):
+            if all(t.get("labels", {}).get(k) == v for k, v in match.items()) and t.get("health") == "up":
+                found.update(t)
+                return True
+        return False
+
+    wait_for(up, f"{job} target {dict(match)} up", timeout=timeout, interval=0.5)
+    return found
+
