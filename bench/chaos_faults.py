@@ -1,0 +1,182 @@
+"""Pieces of bench/chaos.py that need no running stack: the fault record, the summary (per kind:
+injected, recovered, time to recover), the table, and the /proc helpers that find a drain's Spark
+Python workers. Pure functions take their inputs; nothing here talks to Kafka, Kubernetes or
+PostgreSQL."""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# every kind bench/chaos.py can inject, in the order of the table
+KINDS: tuple[str, ...] = (
+    "consumer_kill", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
+    "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "kafka_restart", "apiserver_restart",
+    "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
+)
+
+# the operator's test crash points (LAGPILOT_TEST_CRASH_AT, operator/src/lagpilot/drain.py) per kind:
+# after the plan's status write, after publishing the split, after sealing the acks, after the launch
+HANDOFF_POINTS: dict[str, str] = {
+    "operator_at_plan_write": "WriteStatus:status",
+    "operator_at_publish": "Publish:effect",
+    "operator_at_seal": "Seal:effect",
+    "operator_at_launch": "Launch:effect",
+}
+
+
+@dataclass
+class Fault:
+    """One injection. `fired` only when confirmed (pid gone, port closed, phase reached); a fault that
+    did not fire is reported with `fired=False` and the reason in `detail`, never counted."""
+
+    kind: str
+    round: int
+    target: str = ""
+    fired: bool = False
+    at: float | None = None  # wall time the fault was confirmed injected
+    recovered: bool = False
+    recover_s: float | None = None
+    detail: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["recover_s"] is not None:
+            d["recover_s"] = round(d["recover_s"], 1)
+        return d
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def per_kind(faults: Iterable[Fault]) -> dict[str, dict[str, Any]]:
+    """{kind: {injected, recovered, not_fired, recover_s_median, recover_s_max}} (pure); `injected`
+    counts confirmed faults only."""
+    out: dict[str, dict[str, Any]] = {}
+    times: dict[str, list[float]] = {}
+    for f in faults:
+        k = out.setdefault(f.kind, {"injected": 0, "recovered": 0, "not_fired": 0})
+        if not f.fired:
+            k["not_fired"] += 1
+            continue
+        k["injected"] += 1
+        if f.recovered:
+            k["recovered"] += 1
+            if f.recover_s is not None:
+                times.setdefault(f.kind, []).append(f.recover_s)
+    for kind, k in out.items():
+        ts = times.get(kind, [])
+        med = _median(ts)
+        k["recover_s_median"] = None if med is None else round(med, 1)
+        k["recover_s_max"] = round(max(ts), 1) if ts else None
+    order = {k: i for i, k in enumerate(KINDS)}
+    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, replayed: int | None,
+            extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The bench's JSON line (pure): `faults` = confirmed injections, `recovered` = those recovered."""
+    kinds = per_kind(faults)
+    return {
+        "faults": sum(1 for f in faults if f.fired),
+        "recovered": sum(1 for f in faults if f.fired and f.recovered),
+        "not_fired": sum(1 for f in faults if not f.fired),
+        "kinds": sum(1 for k in kinds.values() if k["injected"] > 0),
+        "lost": lost, "duplicated": duplicated, "replayed": replayed,
+        "per_kind": kinds,
+        **dict(extra or {}),
+    }
+
+
+def table(kinds: Mapping[str, Mapping[str, Any]]) -> str:
+    """The per-kind table (pure)."""
+    def cell(x: Any) -> str:
+        return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
+
+    lines = [f"{'fault kind':<24}{'injected':>9}{'recovered':>10}{'not fired':>10}{'recover s (median)':>20}{'max':>8}"]
+    for kind, k in kinds.items():
+        lines.append(f"{kind:<24}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
+                     f"{cell(k['recover_s_median']):>20}{cell(k['recover_s_max']):>8}")
+    return "\n".join(lines)
+
+
+def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) -> list[str]:
+    """What is wrong with a run's JSON (pure): [] when faults >= min_faults over >= min_kinds kinds,
+    every confirmed fault recovered, nothing lost, nothing duplicated by the exactly-once sink."""
+    problems = []
+    if (result.get("faults") or 0) < min_faults:
+        problems.append(f"faults {result.get('faults')} < {min_faults}")
+    if (result.get("kinds") or 0) < min_kinds:
+        problems.append(f"kinds {result.get('kinds')} < {min_kinds}")
+    if result.get("recovered") != result.get("faults"):
+        problems.append(f"recovered {result.get('recovered')} != faults {result.get('faults')}")
+    if result.get("lost") != 0:
+        problems.append(f"lost {result.get('lost')}")
+    if result.get("duplicated") != 0:
+        problems.append(f"duplicated {result.get('duplicated')}")
+    return problems
+
+
+# ---- /proc ---------------------------------------------------------------------------------------
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def ppid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(root: int, table_: Mapping[int, int] | None = None) -> list[int]:
+    """Every process below `root` (from a {pid: ppid} table, default the live /proc)."""
+    if table_ is None:
+        table_ = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (pp := ppid_of(int(name))) is not None:
+                table_[int(name)] = pp
+    children: dict[int, list[int]] = {}
+    for pid, pp in table_.items():
+        children.setdefault(pp, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def pick_spark_worker(procs: Mapping[int, tuple[int, str]]) -> int | None:
+    """A Spark Python worker among a drain pod's processes {pid: (ppid, cmdline)} (pure): a process of
+    the Python daemon (`lagpilot_runtime.spark_daemon` / `pyspark.daemon` / `pyspark.worker`) whose
+    parent is such a process too (a forked worker: killing it fails one task attempt, the executor
+    retries it); else the youngest daemon process; None when there is none (Spark not started yet)."""
+    def is_py(cmd: str) -> bool:
+        return any(m in cmd for m in ("spark_daemon", "pyspark.daemon", "pyspark.worker", "pyspark/daemon"))
+
+    py = {pid: pp for pid, (pp, cmd) in procs.items() if is_py(cmd)}
+    forked = sorted(pid for pid, pp in py.items() if pp in py)
+    if forked:
+        return forked[-1]
+    return max(py) if py else None
+
+
+def recover_seconds(at: float | None, done_at: float | None) -> float | None:
+    if at is None or done_at is None or math.isnan(done_at):
+        return None
+    return max(0.0, done_at - at)

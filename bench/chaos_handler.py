@@ -1,0 +1,52 @@
+"""The chaos bench's exactly-once handler: the built-in PostgreSQL sink behind a fixed latency.
+
+    processing:
+      handler: "bench.chaos_handler:process"
+      config: {postgres.table: chaos_eos_xxx, postgres.key: "none", cost_ms: "500"}
+    template:
+      env: [{name: CHAOS_PG_DSN, valueFrom: {secretKeyRef: {name: pg, key: dsn}}},
+            {name: PYTHONPATH, value: <repo>}]
+
+Why not ``processing.sink: postgres`` directly: the built-in sink writes thousands of rows per
+second, so no backlog a loaded 2-core machine can produce would need a drain. This module sleeps
+``cost_ms`` per batch (a slow downstream) and then calls the built-in sink's own ``process``
+unchanged: its rows and its progress (``<table>_lagpilot_progress``, next offset per partition
+under ``ctx.progress_scope``) in ONE transaction, and it exposes the sink's ``progress`` so the
+consumer and the drain resume from it (``commits_progress``). With ``postgres.key: none`` the data
+table has no key: every delivery is a row, so the table itself is the delivery ledger the bench
+counts duplicates in.
+
+The sink reads its DSN only from ``LAGPILOT_POSTGRES_DSN``, a name a CR's ``template.env`` may not
+set (``LAGPILOT_*`` is reserved): the DSN arrives as ``CHAOS_PG_DSN`` (from a Secret) and is copied
+at import. Nothing else differs from the built-in sink.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from lagpilot_runtime.handler import BatchContext, Record
+from lagpilot_runtime.sinks import postgres as pg_sink
+
+if os.environ.get("CHAOS_PG_DSN") and not os.environ.get("LAGPILOT_POSTGRES_DSN"):
+    os.environ["LAGPILOT_POSTGRES_DSN"] = os.environ["CHAOS_PG_DSN"]
+
+
+def cost_s(config: Any) -> float:
+    """Seconds of simulated downstream latency per batch (pure)."""
+    return max(0.0, float((config or {}).get("cost_ms", "0") or 0)) / 1000.0
+
+
+def process(records: list[Record], ctx: BatchContext) -> None:
+    """Sleep the batch's cost, then the built-in sink's transaction (rows + progress)."""
+    time.sleep(cost_s(ctx.config))
+    pg_sink.process(records, ctx)
+
+
+def progress(topic: str, partitions: Any, ctx: BatchContext) -> dict[int, int]:
+    return pg_sink.progress(topic, partitions, ctx)
+
+
+process.commits_progress = True  # type: ignore[attr-defined]
+process.progress = progress  # type: ignore[attr-defined]
