@@ -270,6 +270,21 @@ def live_pause(s: Scenario, postgres_dsn: str, d: dict[str, Any]) -> float | Non
     return round(worst, 3)
 
 
+def describe_replays(conn: Any, table: str) -> list[str]:
+    """Each run of offsets delivered more than once: partition, offsets, which paths delivered them and
+    when (handler start times), so a failure says who replayed what instead of only how many."""
+    rows = conn.execute(
+        f'SELECT partition, "offset", string_agg(source, \'+\' ORDER BY at), min(at), max(at) FROM {table} '
+        f'GROUP BY partition, "offset" HAVING count(*) > 1 ORDER BY partition, "offset"').fetchall()
+    runs: list[list[Any]] = []
+    for p, o, srcs, t0, t1 in rows:
+        if runs and runs[-1][0] == p and runs[-1][2] == o - 1 and runs[-1][3] == srcs:
+            runs[-1][2] = o
+        else:
+            runs.append([p, o, o, srcs, t0, t1])
+    return [f"p{p}[{a}..{b}] by {srcs} at {t0:.1f}/{t1:.1f}" for p, a, b, srcs, t0, t1 in runs[:10]]
+
+
 def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0) -> dict[str, Any]:
     """Stop live traffic, let the group catch up, then the exact-once check. Returns the drain status."""
     import psycopg
@@ -301,11 +316,12 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
     assert d["phase"] == "Verified", json.dumps(d)[:2000]
     with psycopg.connect(postgres_dsn) as conn:
         rows = conn.execute(f'SELECT partition, "offset", source FROM {s.table}').fetchall()
+        replays = describe_replays(conn, s.table)
     seen = [(int(p), int(o)) for p, o, _ in rows]
     expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
     assert set(seen) == expected, f"missing {len(expected - set(seen))}, unexpected {len(set(seen) - expected)}"
     dups = len(seen) - len(set(seen))
-    assert dups <= allow_replayed_batches * BATCH, f"{dups} duplicate rows"
+    assert dups <= allow_replayed_batches * BATCH, f"{dups} duplicate rows: {replays}"
     # the exact hand-off: the drains processed exactly [start, split) of their recorded ranges
     drained = {(p, o) for p, o, src in rows if src == "drain"}
     drains = [h for h in d.get("history") or [] if h["phase"] == "Verified"]

@@ -409,6 +409,30 @@ def test_failed_commit_is_retried_on_revoke_before_giving_up():
     assert loop.uncommitted == {}
 
 
+def test_commit_refused_while_stopping_is_retried_at_close_before_the_partitions_go(monkeypatch):
+    # the last batch before a SIGTERM is processed, its commit refused (a rebalance in progress):
+    # close() tries again while the partitions are still ours, so the next owner does not replay it
+    from lagpilot_runtime import consumer as mod
+
+    monkeypatch.setattr(mod, "CLOSE_COMMIT_BACKOFF_S", 0.0)
+    logs = {0: [b"v"] * 3}
+    loop, fake = make(logs, Recorder(), per_call=1000)
+    _failing_commits(fake, mod.COMMIT_ATTEMPTS + 1)  # every attempt of the batch's commit + the first at close
+    orig = fake.consume
+
+    def consume(num_messages, timeout):
+        out = orig(num_messages, timeout)
+        if not out and loop.processed_records:
+            loop.request_stop("test")
+        return out
+
+    fake.consume = consume
+    loop.run()
+    assert loop.uncommitted and fake.committed_positions() == {}  # the batch's own commit failed
+    loop.close()
+    assert fake.committed_positions() == {0: 3} and loop.uncommitted == {} and fake.closed
+
+
 def test_unexpected_error_stops_with_exit_code_1_and_no_commit(caplog):
     logs = {0: [b"v"] * 5}
     loop, fake = make(logs, Recorder())

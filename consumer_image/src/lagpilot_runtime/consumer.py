@@ -53,6 +53,8 @@ log = logging.getLogger("lagpilot.consumer")
 
 POLL_SLICE_S = 0.5  # longest single consume() wait: bounds how late a SIGTERM is noticed while idle
 COMMIT_ATTEMPTS = 3
+CLOSE_COMMIT_ATTEMPTS = 5   # a refused commit (rebalance in progress) retried at close, ~2 s in all
+CLOSE_COMMIT_BACKOFF_S = 0.4
 HANDOFF_CHECK_INTERVAL_S = 1.0  # at most one mailbox read (OffsetFetch) per second at batch boundaries
 HANDOFF_TIMEOUT_S = 10.0
 
@@ -237,8 +239,22 @@ class BatchConsumer:
         return self.exit_code
 
     def close(self) -> None:
-        """Leave cleanly: close the Kafka consumer (no commit: everything processed is committed)."""
+        """Leave cleanly: close the Kafka consumer. Everything processed is committed, except positions
+        whose commit the broker refused (a rebalance in progress while we were stopping): those get a
+        few more attempts here, while the partitions are still ours, before close() gives them up."""
         self.stop_event.set()
+        for attempt in range(CLOSE_COMMIT_ATTEMPTS):
+            if not self.uncommitted:
+                break
+            log.info("committing processed positions before closing", extra=_fields(
+                event="close_commit", attempt=attempt, partitions=sorted(p for _, p in self.uncommitted)))
+            try:
+                if self._commit_offsets({}):
+                    break
+            except Exception as exc:  # noqa: BLE001 - closing on the way out: the next owner replays
+                log.warning("commit before close failed", extra=_fields(event="close_commit_failed", error=describe_error(exc)))
+                break
+            time.sleep(CLOSE_COMMIT_BACKOFF_S)
         try:
             self.consumer.close()
         except Exception as exc:  # noqa: BLE001 - closing on the way out
