@@ -159,17 +159,6 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
             "executor_logs": [p.name for p in logs if "-exec-" in p.name]}
 
 
-def test_drain_on_k8s_executor_pods(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
-                                    new_topic: Callable[..., str], kafka_bootstrap: str, postgres_dsn: str,
-                                    spark_jars: list[str]) -> None:
-    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
-                     cost_ms=20)
-    rep = out["report"]
-    print("ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
-    assert (rep["lost"], rep["duplicated"], rep["outside"]) == (0, 0, 0), rep
-    assert rep["delivered"] == rep["distinct"] == out["total"]
-
-
 def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any, pod_runner: Any,
                                                    namespace: Callable[..., str], new_topic: Callable[..., str],
                                                    kafka_bootstrap: str, postgres_dsn: str,
