@@ -73,7 +73,7 @@ class Script:
     def set(self, parts: list[tuple[int, int, int | None, float | None]]) -> None:
         self.parts = parts
 
-    def __call__(self, handle: Any, topic: str, group: str, timeout: float) -> Observation:
+    def __call__(self, handle: Any, topic: str, group: str, timeout: float, **_: Any) -> Observation:
         self.calls += 1
         if self.error:
             raise self.error

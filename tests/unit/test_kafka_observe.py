@@ -172,17 +172,18 @@ def handle_for(admin: FakeAdmin) -> AdminHandle:
     return AdminHandle(admin, "k:9092", group_reader_factory=admin.reader)
 
 
-def test_observe_batches_four_requests() -> None:
+def test_observe_without_snapshot_reads_commits_first_then_the_cluster_view() -> None:
     admin = FakeAdmin({0: (0, 100, 40, "lp1;cap=12.5;ts=1700000000000"), 1: (10, 50, -1001, None)})
     h = handle_for(admin)
-    obs = observe(h, "orders", "g", clock=lambda: 123.0)
-    # first cycle of a topic: partitions unknown, so commits are read for the described set and
-    # the watermarks are read again after them (end offsets always after the commits)
-    assert admin.calls[:1] == ["describe_topics"] and admin.calls.count("committed:g") == 1
+    obs = observe(h, "orders", "g")
+    # no snapshot: a view gives the partitions, the group's OffsetFetch follows, then a view started
+    # after it answered (the end offsets are always read after the commits)
+    assert admin.calls == ["describe_topics", "list_offsets", "list_offsets", "committed:g",
+                           "list_offsets", "list_offsets"]
     admin.calls.clear()
-    obs = observe(h, "orders", "g", clock=lambda: 123.0)
-    assert admin.calls == ["committed:g", "describe_topics", "list_offsets", "list_offsets"]
-    assert obs.partition_count == 2 and obs.observed_at == 123.0
+    obs = observe(h, "orders", "g")
+    assert admin.calls == ["list_offsets", "list_offsets", "committed:g", "list_offsets", "list_offsets"]
+    assert obs.partition_count == 2 and obs.observed_at == h.observer.latest().read_at
     p0, p1 = obs.partitions
     assert (p0.earliest, p0.latest, p0.committed) == (0, 100, 40)
     assert p0.capacity is not None and p0.capacity.records_per_second == 12.5
@@ -428,117 +429,6 @@ def test_safe_admin_answers_offset_fetch_through_the_group_reader_and_locks_the_
     assert safe.describe_consumer_groups(["g"])["g"].result() == "desc" and seen_locked == [True]
 
 
-# --- the per-cluster watermark batcher ----------------------------------------------------------
-
-def test_concurrent_cycles_of_many_crs_share_one_watermark_batch() -> None:
-    """50 CRs (10 topics) observing together: 3 shared Kafka requests, not 3 per CR; one
-    OffsetFetch per group; each CR gets its own topic's answer. Counted through the hook."""
-    import threading
-
-    from lagpilot import kafka_observe as ko
-
-    admin = FakeAdmin({0: (0, 100, 40, None), 1: (5, 50, 50, None)})
-    h = AdminHandle(admin, "k:9092", group_reader_factory=admin.reader, batch_window_s=0.3)
-    for t in range(10):
-        h.remember_partitions(f"t{t}", [0, 1])  # warm: partitions known from an earlier batch
-    counted: dict[str, int] = {}
-    ko.set_request_counter(lambda kind, n: counted.__setitem__(kind, counted.get(kind, 0) + n))
-    try:
-        results: dict[int, Any] = {}
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(
-            i, observe(h, f"t{i % 10}", f"g{i}", timeout_s=5))) for i in range(50)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(10)
-    finally:
-        ko.set_request_counter(None)
-    assert len(results) == 50 and all(r.topic == f"t{i % 10}" and r.group_id == f"g{i}" for i, r in results.items())
-    assert all(r.partitions[0].latest == 100 and r.partitions[1].committed == 50 for r in results.values())
-    assert admin.calls.count("describe_topics") == 1 and admin.calls.count("list_offsets") == 2
-    assert sorted(admin.topics_asked[0]) == sorted(f"t{t}" for t in range(10))
-    assert counted == {"describe_topics": 1, "list_offsets": 2, "offset_fetch": 50}
-
-
-def test_a_missing_topic_fails_only_its_own_cycles_in_a_shared_batch() -> None:
-    import threading
-
-    admin = FakeAdmin({0: (0, 10, 5, None)}, missing={"gone"})
-    h = AdminHandle(admin, "k:9092", group_reader_factory=admin.reader, batch_window_s=0.2)
-    h.remember_partitions("ok", [0])
-    h.remember_partitions("gone", [0])
-    out: dict[str, Any] = {}
-
-    def run(topic: str) -> None:
-        try:
-            out[topic] = observe(h, topic, "g-" + topic, timeout_s=5)
-        except ObserveError as err:
-            out[topic] = err
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in ("ok", "gone")]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(10)
-    assert admin.calls.count("describe_topics") == 1
-    assert isinstance(out["gone"], ObserveError) and out["gone"].reason == "TopicNotFound"
-    assert not isinstance(out["ok"], ObserveError) and out["ok"].partitions[0].latest == 10
-
-
-def test_batch_failure_reaches_every_waiting_cycle_and_the_next_batch_is_fresh() -> None:
-    from lagpilot.kafka_observe import WatermarkBatcher
-
-    calls: list[int] = []
-
-    def call(timeout_s: float, fn: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 1:
-            raise kerr(KafkaError._TRANSPORT)
-        return fn(FakeAdmin({0: (1, 2, 0, None)}))
-
-    b = WatermarkBatcher(call, window_s=0.0)
-    with pytest.raises(KafkaException):
-        b.get("t", 1.0)
-    wm = b.get("t", 1.0)  # a new batch, not the failed one's answer
-    assert wm.partitions == (0,) and wm.latest == {0: 2} and b.batches == 2
-
-
-def test_a_cycle_waits_for_a_shared_batch_no_longer_than_its_own_timeout() -> None:
-    """The leader's ListOffsets never answer: the leader and the cycle that joined its batch each
-    give up at their own deadline (KafkaTimeout), the shorter one first."""
-    import threading
-    import time as _time
-
-    class Hanging(FakeAdmin):
-        def list_offsets(self, req: dict[Any, Any], **kw: Any) -> dict[Any, concurrent.futures.Future]:
-            self.calls.append("list_offsets")
-            return {tp: concurrent.futures.Future() for tp in req}  # never completed
-
-    admin = Hanging({0: (0, 1, 0, None)})
-    h = AdminHandle(admin, "k:9092", group_reader_factory=admin.reader, batch_window_s=0.2)
-    h.remember_partitions("t", [0])
-    took: dict[str, tuple[float, str]] = {}
-
-    def run(name: str, timeout_s: float) -> None:
-        t0 = _time.monotonic()
-        try:
-            observe(h, "t", name, timeout_s=timeout_s)
-            took[name] = (_time.monotonic() - t0, "ok")
-        except ObserveError as err:
-            took[name] = (_time.monotonic() - t0, err.reason)
-
-    leader = threading.Thread(target=run, args=("leader", 2.0))
-    leader.start()
-    wait_for(lambda: h.watermarks._open is not None, "the leader's batch open")
-    follower = threading.Thread(target=run, args=("follower", 0.5))
-    follower.start()
-    follower.join(5)
-    leader.join(5)
-    assert admin.calls.count("describe_topics") == 1  # the follower joined the leader's batch
-    assert took["follower"][1] == "KafkaTimeout" and took["leader"][1] == "KafkaTimeout"
-    assert took["follower"][0] < took["leader"][0]
-
-
 # --- the __consumer_offsets snapshot -------------------------------------------------------------
 
 def _key(group: str, topic: str, partition: int, version: int = 1) -> bytes:
@@ -601,14 +491,15 @@ def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers()
     snap = OffsetsSnapshot(lambda: None)
     snap.partitions = 4
     gp = offsets_partition_for("g", 4)
-    snap._offsets[("g", "t")] = {0: (10, "lp1;cap=3;ts=9")}
+    snap._offsets[("g", "t")] = {0: [(2, (10, "lp1;cap=3;ts=9"))]}
     snap._pos[gp] = 5
     assert snap.committed("g", "t", [0, 1], end=6, timeout_s=0.1) is None  # not caught up: fall back
 
     def advance() -> None:
         with snap._cond:
-            snap._offsets[("g", "t")][1] = (7, None)
-            snap._pos[gp] = 6
+            snap._offsets[("g", "t")][1] = [(5, (7, None))]
+            snap._offsets[("g", "t")][0].append((6, (11, None)))  # written at the end: after it
+            snap._pos[gp] = 7
             snap._cond.notify_all()
 
     threading.Timer(0.1, advance).start()

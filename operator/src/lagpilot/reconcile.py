@@ -34,7 +34,7 @@ from lagpilot import step as step_mod
 from lagpilot.deployment import build_deployment, deployment_name
 from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
 from lagpilot.kafka_observe import observe as kafka_observe
-from lagpilot.kafka_observe import peek_oldest
+from lagpilot.kafka_observe import observe_max_age_s, peek_oldest
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.scaling import Decision
@@ -236,7 +236,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     # observe
     conf = _kafka_config(ref, spec, deps)
     handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
-    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)
+    # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
+    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll))
 
     # the oldest unprocessed record of each lagging partition (its timestamp), best effort
     offsets = [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions]
@@ -339,9 +340,9 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
 def aligned_delay(poll_s: float, now: float) -> float:
     """The wait until the next multiple of `poll_s` on the wall clock (between poll/2 and 3·poll/2):
-    the cycles of every CR with the same poll interval fall into the same instants, so the Kafka
-    watermark reads of a whole cluster share one batch (kafka_observe.WatermarkBatcher) instead of
-    one per CR. On average the wait is still `poll_s`."""
+    the cycles of every CR with the same poll interval fall into the same instants, so they share
+    one read of the cluster (cluster_view.ClusterObserver) instead of one per CR. On average the
+    wait is still `poll_s`."""
     if poll_s <= 0 or not math.isfinite(now):
         return poll_s
     d = poll_s - math.fmod(now, poll_s)

@@ -1,0 +1,61 @@
+"""The operator's librdkafka configuration for one CR's cluster, from spec.kafka and its Secret."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+
+from lagpilot.kafka_common import SecretError
+from lagpilot.spec import KafkaSpec
+
+
+def _decode(data: Mapping[str, str], key: str, where: str) -> str | None:
+    raw = data.get(key)
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(raw, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise SecretError("SecretMalformed", f"{where}: key {key!r} is not valid base64-encoded UTF-8") from None
+
+
+def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
+                 secret_name: str | None = None) -> dict[str, str]:
+    """librdkafka configuration for the operator's own admin connection.
+
+    `secret_data` is the Secret's `data` (base64 values, as the API returns them). Raises
+    SecretError naming the Secret and the missing key — never a value.
+    """
+    conf: dict[str, str] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "security.protocol": kafka.security_protocol,
+    }
+    if kafka.sasl_mechanism and kafka.uses_sasl:
+        conf["sasl.mechanism"] = kafka.sasl_mechanism
+    if not kafka.secret_name:
+        return conf
+    where = f"Secret {secret_name or kafka.secret_name!r}"
+    if secret_data is None:
+        raise SecretError("SecretNotFound", f"{where} (spec.kafka.secretRef) does not exist")
+    if kafka.uses_sasl:
+        for key, opt in (("username", "sasl.username"), ("password", "sasl.password")):
+            value = _decode(secret_data, key, where)
+            if not value:
+                raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} (needed for {kafka.security_protocol})")
+            conf[opt] = value
+    if kafka.uses_ssl:
+        for key, opt in (("ca.crt", "ssl.ca.pem"), ("tls.crt", "ssl.certificate.pem"),
+                         ("tls.key", "ssl.key.pem")):
+            value = _decode(secret_data, key, where)
+            if value:
+                conf[opt] = value
+        if ("ssl.certificate.pem" in conf) != ("ssl.key.pem" in conf):
+            raise SecretError("SecretMalformed", f"{where} must hold both tls.crt and tls.key, or neither")
+    return conf
+
+
+def config_key(conf: Mapping[str, str]) -> str:
+    """A stable pool key for a configuration: a hash, so secrets never sit in a visible key."""
+    return hashlib.sha256(json.dumps(sorted(conf.items())).encode()).hexdigest()[:16]
+

@@ -1,0 +1,320 @@
+"""Every group's committed offsets on one Kafka cluster, read from `__consumer_offsets` by ONE consumer.
+
+librdkafka lets a consumer fetch only its own group's commits, and its admin OffsetFetch takes one
+group per call (and can crash the process: kafka_admin), so N CRs would mean N OffsetFetches per
+poll interval. Instead one consumer per cluster reads `__consumer_offsets` (all partitions, from the
+beginning, read_committed, manual assignment: it never joins a group or commits) in a thread of its
+own and keeps every group's recent commits with the log offset of each commit record. A reader asks
+"the group's commits as of end offset E of its `__consumer_offsets` partition" (E read by the
+cluster observation BEFORE the topics' end offsets): the answer holds exactly the commits written
+before that read, so never a commit beyond the topic's end, even when the snapshot already read
+further. Once loaded, the snapshot's partitions are paused; the cluster observation resumes the
+partitions of the registered groups up to the ends it read (`want`), once per observation, so the
+snapshot's Fetch requests follow the observations, not the cluster's commit traffic.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lagpilot.kafka_common import _AUTHZ, _count, _error_name, close_quietly, consumer_base
+
+log = logging.getLogger("lagpilot.kafka_observe")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _java_string_hash(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def offsets_partition_for(group_id: str, partitions: int) -> int:
+    """The `__consumer_offsets` partition holding a group's commits (Kafka's
+    `Utils.abs(groupId.hashCode()) % partitions`; `Utils.abs(MIN_VALUE)` is 0)."""
+    h = _java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def parse_offset_commit(key: bytes | None, value: bytes | None
+                        ) -> tuple[str, str, int, tuple[int, str | None] | None] | None:
+    """One `__consumer_offsets` record → (group, topic, partition, (offset, metadata) or None for a
+    deleted offset); None for other record types (group metadata, new-protocol records) or bytes
+    this parser does not understand. Key versions 0/1 = OffsetCommitKey; value versions 0-3 plain,
+    4+ flexible (compact metadata string, tagged fields after it)."""
+    try:
+        if not key or len(key) < 2 or int.from_bytes(key[:2], "big", signed=True) not in (0, 1):
+            return None
+        pos = 2
+        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
+        group = key[pos + 2:pos + 2 + n].decode()
+        pos += 2 + n
+        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
+        topic = key[pos + 2:pos + 2 + n].decode()
+        pos += 2 + n
+        if len(key) < pos + 4:
+            return None
+        partition = int.from_bytes(key[pos:pos + 4], "big", signed=True)
+        if value is None:
+            return group, topic, partition, None
+        ver = int.from_bytes(value[:2], "big", signed=True)
+        if ver < 0 or len(value) < 10:
+            return None
+        offset = int.from_bytes(value[2:10], "big", signed=True)
+        pos = 10
+        if ver >= 3:
+            pos += 4  # leader epoch
+        metadata: str | None
+        if ver >= 4:  # compact string: unsigned varint length + 1
+            n, shift = 0, 0
+            while True:
+                b = value[pos]
+                pos += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            metadata = None if n == 0 else value[pos:pos + n - 1].decode()
+        else:
+            n = int.from_bytes(value[pos:pos + 2], "big", signed=True)
+            metadata = None if n < 0 else value[pos + 2:pos + 2 + n].decode()
+        if metadata is not None:
+            # confluent-kafka's Python client stores the C string's terminating NUL with the metadata,
+            # and reads it back as a C string: cut at the first NUL like it does
+            metadata = metadata.split("\x00", 1)[0]
+        return group, topic, partition, (offset, metadata)
+    except (IndexError, UnicodeDecodeError):
+        return None
+
+
+
+Commit = tuple[int, str | None]  # (offset, metadata)
+
+
+class OffsetsSnapshot:
+    """The `__consumer_offsets` reader of one cluster (module docstring). `committed(group, topic,
+    partitions, end)` waits (bounded) until the group's partition was read up to `end`; None when it
+    cannot (first load of a large topic, a stalled fetch, no permission on the internal topic): the
+    caller then falls back to its group's own OffsetFetch."""
+
+    HISTORY = 4  # commit records kept per (group, topic, partition): the answer "as of end" needs the
+    # newest record below `end` while the snapshot may have read a few newer ones
+
+    RESTART_S = 60.0  # a failed snapshot (broker down at start, no permission) is retried this often
+
+    def __init__(self, consumer_factory: Callable[[], Any], poll_s: float = 0.2) -> None:
+        self._factory = consumer_factory
+        self._poll_s = poll_s
+        self._cond = threading.Condition()
+        # (group, topic) -> partition -> [(log offset of the commit record, commit or None: deleted)]
+        self._offsets: dict[tuple[str, str], dict[int, list[tuple[int, Commit | None]]]] = {}
+        self._pos: dict[int, int] = {}
+        self._wanted: dict[int, int] = {}  # partition -> end offset a reader needs read
+        self.partitions: int | None = None
+        self.failed: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed_at = 0.0
+        self.records = 0
+
+
+    def start(self) -> None:
+        """Start the reading thread; after a failure, start it again once RESTART_S have passed."""
+        with self._cond:
+            if self._stop.is_set():
+                return
+            if self._thread is not None and self.failed is not None and not self._thread.is_alive() \
+                    and time.monotonic() - self._failed_at >= self.RESTART_S:
+                self._thread, self.failed, self.partitions = None, None, None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lagpilot-offsets-snapshot", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def healthy(self) -> bool:
+        return self.failed is None and self.partitions is not None
+
+    def want(self, ends: Mapping[int, int]) -> None:
+        """Read these `__consumer_offsets` partitions up to these end offsets (resumes them)."""
+        with self._cond:
+            changed = False
+            for p, end in ends.items():
+                if self._pos.get(p, -1) < end and self._wanted.get(p, -1) < end:
+                    self._wanted[p] = end
+                    changed = True
+            if changed:
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        consumer = None
+        try:
+            consumer = self._factory()
+            md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
+            t = md.topics.get(OFFSETS_TOPIC)
+            if t is None or t.error is not None or not t.partitions:
+                raise RuntimeError(f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})")
+            tps = [TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in sorted(t.partitions)]
+            consumer.assign(tps)
+            with self._cond:
+                self.partitions = len(tps)
+            every = {tp.partition for tp in tps}
+            eof_seen: set[int] = set()
+            active = set(every)
+            while not self._stop.is_set():
+                # fetch only while a reader waits for a partition (or during the first load): a
+                # caught-up snapshot is paused
+                with self._cond:
+                    behind = {p for p, e in self._wanted.items() if self._pos.get(p, -1) < e}
+                    for p in [p for p in self._wanted if p not in behind]:
+                        del self._wanted[p]
+                want = set(every) if eof_seen != every else behind
+                if want != active:
+                    if every - want:
+                        consumer.pause([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(every - want)])
+                    if want:
+                        consumer.resume([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(want)])
+                    active = want
+                if not active:
+                    with self._cond:  # nothing to read: sleep until a reader wants something
+                        if not any(self._pos.get(p, -1) < e for p, e in self._wanted.items()):
+                            self._cond.wait(1.0)
+                    consumer.poll(0)  # serve queued log lines and statistics
+                    continue
+                msgs = consumer.consume(num_messages=5000, timeout=self._poll_s)
+                updates = []
+                eofs: dict[int, int] = {}
+                for m in msgs:
+                    if m.error() is not None:
+                        if _error_name(m.error()) == "_PARTITION_EOF":
+                            eofs[m.partition()] = m.offset()  # the end, past any control records
+                            continue
+                        if _error_name(m.error()) in _AUTHZ:
+                            raise RuntimeError(f"{OFFSETS_TOPIC}: {_error_name(m.error())}")
+                        continue
+                    rec = parse_offset_commit(m.key(), m.value())
+                    if rec is not None:
+                        updates.append((m.offset(), rec))
+                pos = consumer.position([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(active)])
+                with self._cond:
+                    self.records += len(msgs)
+                    self._apply(updates)
+                    moved = bool(updates)
+                    for tp in pos:
+                        if tp.offset is not None and tp.offset > self._pos.get(tp.partition, -1):
+                            self._pos[tp.partition] = tp.offset
+                            moved = True
+                    for part, off in eofs.items():
+                        eof_seen.add(part)
+                        if off is not None and off > self._pos.get(part, -1):
+                            self._pos[part] = off
+                            moved = True
+                    if moved:
+                        self._cond.notify_all()
+        except Exception as err:  # noqa: BLE001 - the cycles fall back to per-group OffsetFetch
+            with self._cond:
+                self.failed = str(err)[:200]
+                self._failed_at = time.monotonic()
+                self._cond.notify_all()
+            log.warning("offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed})
+        finally:
+            close_quietly(consumer)
+
+    def _apply(self, updates: list[tuple[int, tuple[str, str, int, Commit | None]]]) -> None:
+        """Record commit records (call with the lock held): the last HISTORY per partition."""
+        for log_off, (group, topic, part, val) in updates:
+            hist = self._offsets.setdefault((group, topic), {}).setdefault(part, [])
+            hist.append((log_off, val))
+            if len(hist) > self.HISTORY:
+                del hist[0]
+
+    def group_partition(self, group_id: str) -> int | None:
+        n = self.partitions
+        return offsets_partition_for(group_id, n) if n else None
+
+    def committed(self, group_id: str, topic: str, partitions: list[int], end: int,
+                  timeout_s: float) -> list[tuple[int, int | None, str | None]] | None:
+        """[(partition, committed offset or None, metadata)] as of `end` of the group's
+        `__consumer_offsets` partition, once the snapshot has read it up to `end`; None when it
+        cannot within `timeout_s`."""
+        gp = self.group_partition(group_id)
+        if gp is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            if self._pos.get(gp, -1) < end and self._wanted.get(gp, -1) < end:
+                self._wanted[gp] = end  # wakes the (paused) fetching
+                self._cond.notify_all()
+            while self._pos.get(gp, -1) < end:
+                left = deadline - time.monotonic()
+                if self.failed is not None or left <= 0:
+                    return None
+                self._cond.wait(left)
+            d = self._offsets.get((group_id, topic), {})
+            return [(p, *(_as_of(d.get(p), end) or (None, None))) for p in partitions]
+
+
+def _as_of(hist: list[tuple[int, Commit | None]] | None, end: int) -> Commit | None:
+    """The commit in force before log offset `end`: the newest record below it. When every kept
+    record is at or past `end` (more than HISTORY commits of one partition since), the oldest kept
+    one (the closest to `end`)."""
+    if not hist:
+        return None
+    before = [val for off, val in hist if off < end]
+    return before[-1] if before else hist[0][1]
+
+
+def _snapshot_enabled() -> bool:
+    """LAGPILOT_OFFSETS_SNAPSHOT (default true): read committed offsets from one `__consumer_offsets`
+    consumer per cluster (OffsetsSnapshot) instead of one OffsetFetch per CR cycle."""
+    import os
+    return os.environ.get("LAGPILOT_OFFSETS_SNAPSHOT", "true").lower() not in ("0", "false", "no")
+
+
+def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
+    def make() -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **consumer_base(conf),
+            "client.id": "lagpilot-operator-offsets-snapshot",
+            "group.id": "lagpilot-operator-offsets-snapshot",  # never joined, never committed to
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",  # compaction/retention moved the start: never skip ahead
+            "fetch.wait.max.ms": 500,
+            # its Fetch requests are counted (lagpilot_kafka_requests_total{kind="offsets_topic_fetch"})
+            # from librdkafka's statistics, served by consume() in the snapshot's own thread
+            "statistics.interval.ms": 5000,
+            "stats_cb": _FetchCounter(),
+        })
+    return make
+
+
+class _FetchCounter:
+    """stats_cb: counts the Fetch requests librdkafka sent to the brokers since the last report."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def __call__(self, stats_json: str) -> None:
+        try:
+            brokers = json.loads(stats_json).get("brokers") or {}
+            total = sum(int(((b.get("req") or {}).get("Fetch")) or 0) for b in brokers.values())
+        except (ValueError, TypeError, AttributeError):
+            return
+        if total >= self._last:
+            _count("offsets_topic_fetch", total - self._last)
+        self._last = total
+
