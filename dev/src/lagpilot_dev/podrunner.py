@@ -415,6 +415,11 @@ def node_selector_matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> 
 
 # ---- the runner ---------------------------------------------------------------------------------
 
+def _default_metrics_sd_dir() -> Path | None:
+    from lagpilot_dev.prometheus import pods_sd_dir
+    return pods_sd_dir()
+
+
 def _venv_bin() -> Path:
     """The project's .venv/bin (the interpreter we run in when it is a venv, else the repo's .venv)."""
     if sys.prefix != sys.base_prefix:
@@ -530,7 +535,23 @@ class PodWorker:
             log.exception("pod worker failed", extra={"pod": f"{self.namespace}/{self.name}"})
             self._kill_process(grace=2.0)
         finally:
+            self._publish_metrics_target(False)
             self.finished.set()
+
+    def _publish_metrics_target(self, up: bool) -> None:
+        """The dev Prometheus's file-SD entry for this pod (see lagpilot_dev.prometheus): written when
+        the container starts and its spec sets LAGPILOT_METRICS_PORT (the runner's own port for the
+        pod), removed when the worker ends (pod deleted or gone, runner stopped)."""
+        sd = self.runner.metrics_sd_dir
+        if sd is None or not any(e.get("name") == "LAGPILOT_METRICS_PORT" for e in self.container.get("env") or []):
+            return
+        from lagpilot_dev import prometheus
+        with contextlib.suppress(OSError):
+            if not up:
+                prometheus.remove_pod_target(Path(sd), self.namespace, self.name)
+                return
+            group = (self.pod["metadata"].get("labels") or {}).get("lagpilot.io/group", "")
+            prometheus.write_pod_target(Path(sd), self.namespace, self.name, self.port, {"group": group})
 
     def _loop(self) -> None:
         phase0 = (self.pod.get("status") or {}).get("phase")
@@ -607,6 +628,7 @@ class PodWorker:
                 return
         self.container_started_at = now_rfc3339()
         self.state = {"running": {"startedAt": self.container_started_at}}
+        self._publish_metrics_target(True)
         self.phase = "Running"
         started = time.monotonic()
         rp, lp = c.get("readinessProbe"), c.get("livenessProbe")
@@ -811,6 +833,8 @@ class PodRunner:
     stale_node_seconds: float = 300.0
     extra_env: Mapping[str, str] = field(default_factory=dict)
     entrypoints: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_ENTRYPOINTS))
+    # file-SD dir of the dev Prometheus (lagpilot_dev.prometheus); default: the dev stack's, if that part was set up
+    metrics_sd_dir: Path | str | None = field(default_factory=lambda: _default_metrics_sd_dir())
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
