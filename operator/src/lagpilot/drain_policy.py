@@ -68,6 +68,10 @@ class DrainPolicy:
     work_fraction: float = 0.25  # a drain's records should take at most this x target after start-up
     min_records_per_task: int = 500  # one batch: a task with less is pure start-up cost
     max_concurrent: int = 1  # drains the executor runs side by side (today: one per group)
+    # drain-assisted replica count: run fewer replicas than the load needs and let drains carry
+    # the excess when that saves at least this many replicas (expected, drains' start-up included);
+    # None: never (the group alone is sized for the load)
+    assist_min_saving: float | None = 1.0
 
     @classmethod
     def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "DrainPolicy":
@@ -116,6 +120,8 @@ class DrainPolicy:
             raise ValueError("drain task capacity must be > 0")
         if self.max_concurrent < 1 or not 0 < self.work_fraction <= 1:
             raise ValueError("max_concurrent must be >= 1 and work_fraction in (0, 1]")
+        if self.assist_min_saving is not None and self.assist_min_saving < 0:
+            raise ValueError("assist_min_saving must be >= 0 (or None)")
         return self
 
 
@@ -357,6 +363,87 @@ def drain_need(
     )
 
 
+def consumer_rates(rates: Sequence[float], replicas: int) -> list[tuple[int, float]]:
+    """(partitions, produce rate) per consumer, the highest rates together: ``replicas`` consumers of
+    a balanced assignment (``ceil(P/R)`` or one fewer partitions each) with the rates sorted high to
+    low and dealt out in blocks. The most unbalanced balanced assignment: an upper bound on the
+    excess any balanced assignor leaves to drains (the total rate is the same for all of them)."""
+    n = len(rates)
+    r = max(1, min(replicas, n)) if n else 0
+    if r == 0:
+        return []
+    k = math.ceil(n / r)
+    big = n - r * (k - 1)  # consumers holding k partitions; the others hold k - 1
+    ordered = sorted(rates, reverse=True)
+    out, i = [], 0
+    for j in range(r):
+        size = k if j < big else k - 1
+        out.append((size, sum(ordered[i:i + size])))
+        i += size
+    return out
+
+
+def group_cost(rates: Sequence[float], replicas: int, capacity: float, sla_s: float, policy: DrainPolicy) -> float:
+    """Expected cost of running ``replicas`` consumers on these rates, in replicas (pods) per second:
+    the replicas, plus the drain tasks that carry what the consumers cannot: the excess records at
+    the task throughput, and each drain's fixed cost (start-up + hand-off) per task, one task per
+    partition of an overloaded consumer, once per drain interval. An overloaded consumer's oldest
+    record ages at ``(rate - c) / rate`` per second, and a drain is due when it reaches
+    ``hot_trigger_fraction x SLA``: the interval is ``trigger x SLA x rate / (rate - c)``."""
+    task_cap = policy.task_capacity or capacity
+    trigger = max(policy.poll_interval_s, policy.hot_trigger_fraction * sla_s)
+    cost = float(replicas)
+    for parts, rate in consumer_rates(rates, replicas):
+        excess = rate - capacity
+        if excess <= 0:
+            continue
+        cost += excess / task_cap
+        cost += parts * policy.fixed_cost_s * excess / (trigger * rate)
+    return cost
+
+
+def assisted_replicas(
+    loads: Sequence[PartitionLoad],
+    capacity: float,
+    *,
+    min_replicas: int,
+    cap: int,
+    sla_s: float,
+    policy: DrainPolicy,
+    max_utilization: float = 0.9,
+) -> int | None:
+    """The drain-assisted replica count, or None (size the group for the load, as without drains).
+
+    ``full`` = the fewest replicas (<= ``cap``) whose consumers all stay within ``max_utilization``
+    of their capacity on the live rates (``cap`` when none does). Partition granularity often makes
+    ``full`` expensive: 4 partitions at 50 % of the group need 4 replicas at 90 % utilization,
+    since 3 still leave one consumer two partitions. When fewer replicas plus the drains that carry
+    their excess cost at least ``assist_min_saving`` replicas less than ``full`` (expected cost,
+    :func:`group_cost`), the cheapest such count is returned; the drain planner then plans for the
+    group at that count (the excess regrows behind each split and is drained when due, as for a
+    regrowing partition). Depends on the rates only (not on the lag or the current count): under a
+    constant load the answer is a fixed point."""
+    if policy.assist_min_saving is None or not policy.enabled or capacity <= 0 or not loads:
+        return None
+    rates = [max(0.0, l.rate) for l in loads]
+    cap = max(1, min(cap, len(loads)))
+    lo = max(1, min(min_replicas, cap))
+    full = cap
+    for r in range(lo, cap + 1):
+        if all(rate <= max_utilization * capacity for _, rate in consumer_rates(rates, r)):
+            full = r
+            break
+    if full <= lo:
+        return None
+    full_cost = group_cost(rates, full, capacity, sla_s, policy)
+    best, best_cost = None, full_cost - policy.assist_min_saving
+    for r in range(lo, full):
+        cost = group_cost(rates, r, capacity, sla_s, policy)
+        if cost <= best_cost + 1e-9:
+            best, best_cost = r, cost
+    return best
+
+
 def _expires_soon(l: PartitionLoad, ages: Mapping[int, float], retention_s: float | None, target_s: float) -> bool:
     if retention_s is None or retention_s <= 0:
         return False
@@ -390,4 +477,5 @@ def _rest_ok(
     return project(rest, replicas, capacity).catch_up_s <= target_s
 
 
-__all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "INF"]
+__all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
+           "group_cost", "consumer_rates", "INF"]

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lagpilot.drain_policy import DrainNeed, DrainPolicy, drain_need
+from lagpilot.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need
 from lagpilot.estimate import EstimatorState
 from lagpilot.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
 from lagpilot.projection import INF, PartitionLoad, project, required_replicas
@@ -299,9 +299,15 @@ def decide(
             if not idle:
                 raw = max(raw, 1)
     else:
+        # fewer replicas than the load needs, with drains carrying the excess, when that is cheaper
+        # (rates only: a fixed point under constant load); the drain planner then plans for them
+        assisted = None
+        if drain_policy is not None and not (idle and policy.scale_to_zero):
+            assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, lo), cap=cap_hi, sla_s=policy.sla_s,
+                                         policy=drain_policy, max_utilization=policy.max_utilization)
         if drain_policy is not None:
             drain = drain_need(
-                obs.loads, c, group_replicas=cap_hi, target_s=target, sla_s=policy.sla_s,
+                obs.loads, c, group_replicas=assisted or cap_hi, target_s=target, sla_s=policy.sla_s,
                 policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
                 last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
                 drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
@@ -322,6 +328,12 @@ def decide(
         required = required_replicas(loads, c, target, cap_hi, max_utilization=policy.max_utilization)
         if idle and policy.scale_to_zero:
             raw, reason, why = 0, "ScaleToZero", "idle: no lag and no records arriving"
+        elif assisted is not None:
+            required = assisted
+            raw = assisted
+            reason = "ScaleUp" if assisted > cur else ("ScaleDown" if assisted < cur else "Steady")
+            why = (f"{assisted} replicas with drains carrying their excess cost less than sizing the group "
+                   f"for the load (drain-assisted)")
         elif required is None:
             raw, reason = cap_hi, "SLAUnreachable"
             limit = "partitions" if parts <= policy.max_replicas else "maxReplicas"
