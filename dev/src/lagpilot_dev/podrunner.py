@@ -542,7 +542,7 @@ class PodWorker:
         """The dev Prometheus's file-SD entry for this pod (see lagpilot_dev.prometheus): written when
         the container starts and its spec sets LAGPILOT_METRICS_PORT (the runner's own port for the
         pod), removed when the worker ends (pod deleted or gone, runner stopped)."""
-        sd = self.runner.metrics_sd_dir
+        sd = getattr(self.runner, "metrics_sd_dir", None)
         if sd is None or not any(e.get("name") == "LAGPILOT_METRICS_PORT" for e in self.container.get("env") or []):
             return
         from lagpilot_dev import prometheus
