@@ -54,8 +54,19 @@ class OperatorMetrics:
                                      "Kubernetes API requests made through the kubernetes client "
                                      "(not kopf's own watches and event posts), by HTTP verb.", ("verb",),
                                      registry=registry)
+        # status as metrics, for alert rules and dashboards (charts/lagpilot, docs/observability.md)
+        self.max_replicas = g("lagpilot_max_replicas", "spec.scaling.maxReplicas of the group.")
+        self.oldest_age = g("lagpilot_partition_oldest_record_age_seconds",
+                            "Age of the oldest record not yet processed, per lagging partition.", ("partition",))
+        self.condition = g("lagpilot_status_condition",
+                           "1 for each current status condition of the group (type, status, reason).",
+                           ("type", "status", "reason"))
+        self.drain_tasks = g("lagpilot_drain_tasks",
+                             "Sub-ranges (Spark tasks) of the current drain, by state (done, remaining).", ("state",))
         self._lock = threading.Lock()
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
+        self._conditions_seen: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+        self._aged_seen: dict[tuple[str, str], set[str]] = {}
 
     def observe_group(self, namespace: str, name: str, *, partition_lag: Mapping[int, int],
                       partition_rate: Mapping[int, float], total_lag: int, projected_s: float | None,
@@ -82,6 +93,34 @@ class OperatorMetrics:
             self.capacity.labels(namespace, name).set(capacity)
         self.data_loss.labels(namespace, name).set(data_loss)
 
+    def observe_status(self, namespace: str, name: str, *, conditions: Iterable[Mapping[str, object]],
+                       max_replicas: int | None = None, oldest_age_s: Mapping[int, float] | None = None,
+                       drain_done: int | None = None, drain_remaining: int | None = None) -> None:
+        """The group's status conditions (one series per current type/status/reason), its replica
+        cap, the oldest unprocessed record's age per partition and the current drain's tasks."""
+        key = (namespace, name)
+        now = {(str(c.get("type")), str(c.get("status")), str(c.get("reason") or "")) for c in conditions}
+        ages = {str(p): a for p, a in (oldest_age_s or {}).items()}
+        with self._lock:
+            gone = self._conditions_seen.get(key, set()) - now
+            self._conditions_seen[key] = now
+            aged_gone = self._aged_seen.get(key, set()) - set(ages) if oldest_age_s is not None else set()
+            if oldest_age_s is not None:
+                self._aged_seen[key] = set(ages)
+        for labels in gone:
+            self._remove(self.condition, namespace, name, *labels)
+        for labels in now:
+            self.condition.labels(namespace, name, *labels).set(1)
+        for p in aged_gone:
+            self._remove(self.oldest_age, namespace, name, p)
+        for p, a in ages.items():
+            self.oldest_age.labels(namespace, name, p).set(a)
+        if max_replicas is not None:
+            self.max_replicas.labels(namespace, name).set(max_replicas)
+        if drain_done is not None and drain_remaining is not None:
+            self.drain_tasks.labels(namespace, name, "done").set(drain_done)
+            self.drain_tasks.labels(namespace, name, "remaining").set(drain_remaining)
+
     def count_decision(self, namespace: str, name: str, direction: str) -> None:
         self.decisions.labels(namespace, name, direction).inc()
 
@@ -98,11 +137,19 @@ class OperatorMetrics:
         """Drop every series of a deleted group."""
         with self._lock:
             parts = self._partitions_seen.pop((namespace, name), set())
+            conds = self._conditions_seen.pop((namespace, name), set())
+            aged = self._aged_seen.pop((namespace, name), set())
         for p in parts:
             self._remove(self.partition_lag, namespace, name, p)
             self._remove(self.partition_rate, namespace, name, p)
+        for p in aged:
+            self._remove(self.oldest_age, namespace, name, p)
+        for labels in conds:
+            self._remove(self.condition, namespace, name, *labels)
+        for state in ("done", "remaining"):
+            self._remove(self.drain_tasks, namespace, name, state)
         for gauge in (self.total_lag, self.projected, self.sla, self.desired, self.replicas,
-                      self.partitions, self.produce_rate, self.capacity, self.data_loss):
+                      self.partitions, self.produce_rate, self.capacity, self.data_loss, self.max_replicas):
             self._remove(gauge, namespace, name)
         for counter in (self.decisions, self.errors):
             for labels in _label_sets(counter):

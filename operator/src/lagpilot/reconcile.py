@@ -331,6 +331,14 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         total_lag=snap.total_lag, projected_s=_finite(decision.current_catch_up_s),
         sla_s=spec.catch_up_sla_seconds, desired=desired, replicas=target,
         produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records)
+    drain_now = next(iter(_drains_of(new.get("drain") or drain_status)), None)
+    tasks_done = sum(1 for s in drain_now.sub_ranges if s.done) if drain_now is not None else 0
+    deps.metrics.observe_status(
+        ref.namespace, ref.name, conditions=new["conditions"], max_replicas=spec.scaling.max_replicas,
+        oldest_age_s={p.partition: a for p in snap.partitions
+                      if (a := _finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None},
+        drain_done=tasks_done,
+        drain_remaining=(len(drain_now.sub_ranges) - tasks_done) if drain_now is not None else 0)
     if cache.last_event_reason is not None:
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
@@ -439,6 +447,8 @@ def _fmt_s(x: float | None) -> str:
 
 
 def _write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache) -> None:
+    if new.get("conditions") is not None:
+        deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
     patch = status_patch(old, new)
     if patch is None:
         return
