@@ -292,3 +292,19 @@ def wait_target_up(part: PrometheusPart, job: str, match: Mapping[str, str], tim
     wait_for(up, f"{job} target {dict(match)} up", timeout=timeout, interval=0.5)
     return found
 
+
+
+def rules_from_chart(values: Mapping[str, Any] | None = None, *, release: str = "lagpilot",
+                     namespace: str = "lagpilot-system", helm: Path | None = None) -> str:
+    """The alert rules exactly as charts/lagpilot ships them: `helm template` with
+    `prometheusRule.enabled` (plus `values`), the PrometheusRule's `spec` as a Prometheus rule file."""
+    import yaml
+
+    from lagpilot_dev import helm as h
+
+    merged: dict[str, Any] = {"prometheusRule": {"enabled": True}}
+    for k, v in (values or {}).items():
+        merged[k] = {**merged.get(k, {}), **v} if isinstance(v, Mapping) and isinstance(merged.get(k), dict) else v
+    rendered = h.template(merged, release=release, namespace=namespace, helm=helm or h.ensure_helm())
+    (rule,) = rendered.of_kind("PrometheusRule")
+    return yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False, width=10_000)
