@@ -71,8 +71,9 @@ GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 JOB_LABEL = "lagpilot.io/drain-job"
 TERMINAL = ("Verified", "Failed", "Cancelled")
-STEADY_KINDS = ("consumer_kill", "operator_kill", "kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
-QUICK_KINDS = ("consumer_kill", "operator_kill", "postgres_restart", "kafka_restart")
+STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
+QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "postgres_restart", "kafka_restart")
+SINK_MARKER = "sink-after_sink_write"  # the sink's crash hook (lagpilot_runtime.sinks.postgres._crash_once)
 
 
 def say(msg: str) -> None:
@@ -97,15 +98,29 @@ def tcp_open(port: int) -> bool:
         return False
 
 
-def pid_gone(pid: int, timeout: float = 15.0) -> bool:
-    from lagpilot_dev.paths import pid_alive
+def dead(pid: int) -> bool:
+    """True when `pid` is gone or a zombie with no live thread left. Never reaps: the pod runner runs
+    in this process, so pod processes are our children, and reaping one here would make the runner's
+    Popen.poll() see ECHILD and report exit code 0 (a SIGKILLed drain would look "Completed")."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    if state != "Z":
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
 
+
+def pid_gone(pid: int, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if dead(pid):
             return True
         time.sleep(0.05)
-    return not pid_alive(pid)
+    return dead(pid)
 
 
 def port_closed(port: int, timeout: float = 15.0) -> bool:
@@ -127,7 +142,8 @@ class Producer(threading.Thread):
         from confluent_kafka import Producer as KP
 
         self.p = KP({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                     "message.timeout.ms": 600000, "queue.buffering.max.messages": 2_000_000})
+                     "message.timeout.ms": 600000, "queue.buffering.max.messages": 2_000_000,
+                     "log_level": 2})  # connection-refused lines while the broker restarts are expected
         self.topic, self.rate = topic, rate
         self.stop_evt = threading.Event()
         self.acked = {p: 0 for p in range(PARTS)}
@@ -285,6 +301,7 @@ class Campaign:
         ledger.create_table(self.dsn, self.alo_table)
         for kind, point in cf.HANDOFF_POINTS.items():  # disarmed: a point fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
+        (self.crash_dir / SINK_MARKER).write_text("disarmed")
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
         env.update({"KUBECONFIG": str(i.kubeconfig), "PYTHONPATH": str(REPO), "LAGPILOT_POD_START_SECONDS": "3",
                     "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5", "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
@@ -313,12 +330,18 @@ class Campaign:
                   "catchUpSLASeconds": self.args.sla}
         if which == "eos":
             return {**common,
-                    "processing": {"handler": "bench.chaos_handler:process",
+                    "processing": {"handler": self.args.eos_handler,
                                    "config": {"postgres.table": self.eos_table, "postgres.key": "none",
                                               "cost_ms": str(self.args.cost_ms)}},
                     "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000},
                     "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
-                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
+                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                                         # the sink's crash hook: a consumer dies right after a batch's
+                                         # transaction, before its Kafka commit, once per armed marker
+                                         {"name": "LP_TEST_SINK_CRASH_AT", "value": "after_sink_write"},
+                                         {"name": "LP_TEST_SINK_CRASH_DIR", "value": str(self.crash_dir)},
+                                         {"name": "LP_TEST_SINK_CRASH_SOURCE", "value": "consumer"},
+                                         {"name": "LP_TEST_SINK_CRASH_AFTER_BATCHES", "value": "2"}]}}
         return {**common,
                 "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                                "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},
@@ -341,7 +364,8 @@ class Campaign:
 
     # -- observation -------------------------------------------------------------------------------
     def tick(self) -> None:
-        self.op.ensure()
+        if getattr(self, "op", None) is not None:
+            self.op.ensure()
 
     def until(self, check: Callable[[], Any], what: str, timeout: float, interval: float = 1.0) -> Any:
         deadline = time.monotonic() + timeout
@@ -453,6 +477,13 @@ class Campaign:
                 os.killpg(pid, signal.SIGKILL)
                 f.fired = pid_gone(pid)
                 f.evidence = {"pod": name, "pid": pid}
+            elif kind == "consumer_kill_after_write":
+                marker = self.crash_dir / SINK_MARKER
+                marker.unlink()  # armed: the next consumer batch write (after 2 in its process) dies
+                self.until(lambda: marker.exists() and marker.read_text().strip(), "the sink crash hook to fire", 120, 0.2)
+                pid = int(marker.read_text().split()[0])
+                f.fired = pid_gone(pid)
+                f.evidence = {"pid": pid, "marker": marker.read_text().strip()}
             elif kind == "operator_kill":
                 assert self.op.proc is not None
                 pid = self.op.proc.pid
@@ -807,6 +838,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--alo-cost-ms", type=int, default=50, help="alo handler latency per batch")
     ap.add_argument("--sla", type=int, default=20, help="catchUpSLASeconds of both CRs")
     ap.add_argument("--fault-timeout", type=float, default=300.0, help="seconds to wait for one recovery")
+    ap.add_argument("--eos-handler", default="bench.chaos_handler:process",
+                    help="NEGATIVE CONTROL: bench.chaos_handler:process_at_least_once must show duplicated > 0")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if Path(args.state_dir).resolve() == (cache_dir() / "state" / "default").resolve():

@@ -12,7 +12,7 @@ from typing import Any
 
 # every kind bench/chaos.py can inject, in the order of the table
 KINDS: tuple[str, ...] = (
-    "consumer_kill", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
+    "consumer_kill", "consumer_kill_after_write", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
     "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "kafka_restart", "apiserver_restart",
     "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
 )

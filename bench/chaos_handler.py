@@ -50,3 +50,12 @@ def progress(topic: str, partitions: Any, ctx: BatchContext) -> dict[int, int]:
 
 process.commits_progress = True  # type: ignore[attr-defined]
 process.progress = progress  # type: ignore[attr-defined]
+
+
+def process_at_least_once(records: list[Record], ctx: BatchContext) -> None:
+    """NEGATIVE CONTROL only (`bench/chaos.py --eos-handler bench.chaos_handler:process_at_least_once`):
+    the same write without the exactly-once capability (no ``commits_progress``), so the runtime
+    does not resume from the sink's progress and a consumer killed after the write and before its
+    Kafka commit delivers that batch again: the bench must then report ``duplicated`` > 0."""
+    time.sleep(cost_s(ctx.config))
+    pg_sink.process(records, ctx)
