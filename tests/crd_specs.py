@@ -175,6 +175,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
         spec["drain"] = {"enabled": draw(st.booleans()), "splitFactor": draw(ints("spec.drain.splitFactor")),
                          "maxTasks": draw(ints("spec.drain.maxTasks")),
                          "minBacklogRecords": draw(st.integers(0, 10**12))}
+        if draw(st.booleans()):
+            spec["drain"]["launcher"] = draw(st.sampled_from(schema_at("spec.drain.launcher")["enum"]))
     if draw(st.booleans()):
         spec["paused"] = draw(st.booleans())
 
@@ -219,6 +221,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("groupId", _NASTY_TEXT),
     ("failure.deadLetterTopic", _NASTY_TEXT),
     ("failure.policy", st.sampled_from(["deadLetter", "pause", "exit"])),
+    ("drain.launcher", st.sampled_from(["job", "sparkApplication", "SparkApplication", "spark", ""])),
     ("processing.postgres", st.just({"dsnSecretRef": {"name": "pg"}, "table": "ledger.settled_payments"})),
     ("processing.handler", _NASTY_TEXT),
     ("batch.timeoutMs", st.integers(-1, 700_000)),

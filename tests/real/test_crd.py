@@ -167,7 +167,7 @@ def test_defaults_are_applied(crd, ns):
         "scaling.behavior.scaleDown.stabilizationWindowSeconds": 300,
         "catchUpSLASeconds": 600,
         "drain.enabled": True, "drain.splitFactor": 4, "drain.maxTasks": 16,
-        "drain.minBacklogRecords": 10000, "drain.cancel": False,
+        "drain.minBacklogRecords": 10000, "drain.cancel": False, "drain.launcher": "job",
         "paused": False,
         "template.image": "lagpilot/consumer:0.1.0", "template.imagePullPolicy": "IfNotPresent",
     }
@@ -329,6 +329,8 @@ INVALID = [
      "spec.failure.deadLetterTopic", "must differ from topic"),
     ("bad-failure-policy", {"spec": {"failure": {"policy": "ignore"}}}, "spec.failure.policy",
      'Unsupported value: "ignore"'),
+    ("bad-drain-launcher", {"spec": {"drain": {"launcher": "SparkApplication"}}}, "spec.drain.launcher",
+     'Unsupported value: "SparkApplication"'),
     ("concurrency-zero", {"spec": {"processing": {"concurrency": 0}}}, "spec.processing.concurrency",
      "greater than or equal to 1"),
     ("tolerance-above-one", {"spec": {"scaling": {"tolerance": 1.5}}}, "spec.scaling.tolerance",

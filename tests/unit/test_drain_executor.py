@@ -38,7 +38,7 @@ class FakeExecutor(DrainExecutor):
             lost_out.update(self.world.get("lost") or {})
         return dict(self.world["progress"])
 
-    def job(self, namespace: str, name: str) -> JobObservation:
+    def job(self, namespace: str, name: str, launcher: str = "job") -> JobObservation:
         return self.world["jobs"].get(name, JobObservation(JobState.ABSENT))
 
     def alter_offsets(self, admin: Any, spec: Any, offsets: Any) -> None:
@@ -51,7 +51,7 @@ class FakeExecutor(DrainExecutor):
         self.log.append(("create_job", attempt))
         self.world["jobs"][f"orders-drain-{d.id}-{attempt}"] = JobObservation(JobState.ACTIVE, 1)
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
         self.log.append(("delete_job", name))
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lagpilot.drain import DrainSettings, build_drain_job, drain_plan_for, job_observation
+from lagpilot.drain_manifests import DrainSettings, build_drain_job, drain_plan_for, job_observation
 from lagpilot.handoff import DrainStatus, JobState, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
 from lagpilot_runtime.drain_plan import DrainPlan
@@ -124,3 +124,53 @@ def test_job_observation(job_obj, pods, state, alive):
     assert o.state is state and o.pods_alive == alive
     if job_obj and pods and pods[0]["status"].get("containerStatuses") and state is JobState.FAILED:
         assert o.message  # the termination message (or exit code) reaches status
+
+
+# ---- launcher sparkApplication ------------------------------------------------------------------
+
+def app(settings: DrainSettings | None = None) -> dict:
+    from lagpilot.drain_manifests import build_spark_application
+
+    return build_spark_application("orders", "ns1", "uid-1", parse_spec({**RAW, "drain": {**RAW["drain"], "launcher": "sparkApplication"}}),
+                                   DRAIN, 2, settings)
+
+
+def test_spark_application_runs_the_jobs_plan_with_the_jobs_env_labels_and_owner():
+    a, j = app(DrainSettings(service_account="lagpilot-drain", executor_cores=2)), job()
+    assert (a["apiVersion"], a["kind"]) == ("sparkoperator.k8s.io/v1beta2", "SparkApplication")
+    assert a["metadata"]["name"] == j["metadata"]["name"] == "orders-drain-3-2"  # found again after a lost write
+    assert a["metadata"]["ownerReferences"] == j["metadata"]["ownerReferences"]
+    s = a["spec"]
+    assert (s["type"], s["mode"], s["restartPolicy"]) == ("Python", "cluster", {"type": "Never"})  # retries are ours
+    job_env = env_of(j)
+    for role in ("driver", "executor"):
+        env = {e["name"]: e for e in s[role]["env"]}
+        assert env == job_env  # the same plan, handler, sink and Secret refs as the Job's container
+        assert s[role]["labels"]["lagpilot.io/drain-job"] == "orders-drain-3-2"  # pods_alive sees its pods
+        assert s[role]["securityContext"]["runAsNonRoot"] and s[role]["podSecurityContext"]["runAsUser"] == 10001
+    assert s["driver"]["serviceAccount"] == "lagpilot-drain"
+    assert s["executor"]["instances"] == 1 and s["executor"]["cores"] == 2  # ceil(parallelism 2 / 2 cores)
+    assert "password\":" not in json.dumps(a).replace('"key": "password"', "")
+
+
+APPS = [
+    ("absent", None, [], JobState.ABSENT),
+    ("new", {"metadata": {}}, [], JobState.ACTIVE),
+    ("submitted", {"status": {"applicationState": {"state": "SUBMITTED"}}}, [pod("Pending")], JobState.ACTIVE),
+    ("running", {"status": {"applicationState": {"state": "RUNNING"}}}, [pod("Running")], JobState.ACTIVE),
+    ("succeeding", {"status": {"applicationState": {"state": "SUCCEEDING"}}}, [pod("Running")], JobState.ACTIVE),
+    ("completed", {"status": {"applicationState": {"state": "COMPLETED"}}}, [pod("Succeeded", 0)], JobState.SUCCEEDED),
+    ("failed", {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver pod failed\nexit code 3"}}},
+     [pod("Failed", 3)], JobState.FAILED),
+    ("submission-failed", {"status": {"applicationState": {"state": "SUBMISSION_FAILED"}}}, [], JobState.FAILED),
+]
+
+
+@pytest.mark.parametrize("app_obj,pods,state", [r[1:] for r in APPS], ids=[r[0] for r in APPS])
+def test_spark_application_observation(app_obj, pods, state):
+    from lagpilot.drain_manifests import spark_application_observation
+
+    o = spark_application_observation(app_obj, pods)
+    assert o.state is state and o.pods_alive == sum(1 for p in pods if p["status"]["phase"] in ("Pending", "Running"))
+    if state is JobState.FAILED:
+        assert o.message in ("exit code 3", "SparkApplication SUBMISSION_FAILED")

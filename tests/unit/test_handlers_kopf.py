@@ -125,13 +125,13 @@ class FakeExecutor:
     def __init__(self, job: Any, progress: Any) -> None:
         self._job, self._progress, self.deleted = job, progress, []
 
-    def job(self, namespace: str, name: str) -> Any:
+    def job(self, namespace: str, name: str, launcher: str = "job") -> Any:
         return self._job
 
     def progress(self, admin: Any, spec: Any, d: Any) -> Any:
         return self._progress
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
         self.deleted.append(name)
 
 

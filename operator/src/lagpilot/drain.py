@@ -22,232 +22,26 @@ Also here, pure and unit-tested: `build_drain_job` (the Job manifest, owned by t
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import (DrainPlan, SubRange, parallelism_for, parse_progress_lost, parse_progress_metadata,
+from lagpilot_runtime.drain_plan import (parse_progress_lost, parse_progress_metadata,
                                         progress_group)
 
-from .deployment import build_env, label_value, owner_reference
-from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets, Phase,
+from .drain_manifests import (SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings, build_drain_job,
+                              build_spark_application, job_observation, spark_application_observation)
+from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
+from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, Kind, Observed, Offsets, Phase,
                       condition, data_loss_condition, job_name, next_action)
 from .spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8  # actions per call; the machine waits (Kind.NONE) long before that
-DRAIN_LABEL = "lagpilot.io/drain"
-JOB_LABEL = "lagpilot.io/drain-job"
-
-
-@dataclasses.dataclass(frozen=True)
-class DrainSettings:
-    """Operator-wide drain settings (operator environment; all optional).
-
-    - LAGPILOT_DRAIN_SPARK_JARS: where the Kafka connector jars are inside the consumer image
-      (default /opt/lagpilot/spark-jars; the test stack points it at its cache). A JVM
-      class-data-sharing archive `lagpilot-drain.jsa` in that directory (written by
-      `lagpilot drain --train-cds` at image build / by the dev stack) halves the drain's start-up.
-    - LAGPILOT_DRAIN_SPARK_MASTER: empty (default) runs Spark in local mode inside the Job's pod
-      (`local[<parallelism>]`); `k8s://https://kubernetes.default.svc` runs it in client mode with
-      executors as pods (needs LAGPILOT_DRAIN_SERVICE_ACCOUNT with rights on pods; docs/drain.md).
-    - LAGPILOT_DRAIN_SERVICE_ACCOUNT: the Job pod's ServiceAccount (k8s master only): the chart's
-      drain ServiceAccount, whose Role allows pods/services/configmaps in the drain namespace.
-    - LAGPILOT_DRAIN_EXECUTOR_CORES (default 2) / LAGPILOT_DRAIN_EXECUTOR_MEMORY (default 1g): each
-      executor pod's task slots and JVM heap (k8s master only); the executor count is
-      ceil(parallelism / cores).
-    - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
-    - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
-      the sink is usually latency-bound, so tasks need little CPU.
-    """
-
-    spark_jars: str = "/opt/lagpilot/spark-jars"
-    spark_master: str = ""
-    service_account: str = ""
-    job_ttl_seconds: int = 3600
-    cpu_per_task_m: int = 250
-    executor_cores: int = 2
-    executor_memory: str = "1g"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
-        e = os.environ if env is None else env
-        return cls(
-            spark_jars=e.get("LAGPILOT_DRAIN_SPARK_JARS") or cls.spark_jars,
-            spark_master=e.get("LAGPILOT_DRAIN_SPARK_MASTER") or "",
-            service_account=e.get("LAGPILOT_DRAIN_SERVICE_ACCOUNT") or "",
-            job_ttl_seconds=int(e.get("LAGPILOT_DRAIN_JOB_TTL_SECONDS") or cls.job_ttl_seconds),
-            cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
-            executor_cores=max(1, int(e.get("LAGPILOT_DRAIN_EXECUTOR_CORES") or cls.executor_cores)),
-            executor_memory=e.get("LAGPILOT_DRAIN_EXECUTOR_MEMORY") or cls.executor_memory,
-        )
-
-
-# ---- pure builders ----------------------------------------------------------------------------
-
-def drain_plan_for(spec: GroupSpec, drain: DrainStatus) -> DrainPlan:
-    """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself)."""
-    subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
-    return DrainPlan(
-        drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
-        batch_max_records=spec.batch.max_records,
-        parallelism=parallelism_for(subs, spec.drain.max_tasks),
-        # the split is the read_committed end offset (LSO): reading committed data only keeps
-        # aborted transactions out of the drain exactly as the consumer's default would
-        read_committed=True,
-    ).validate()
-
-
-def _secret_refs(env: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
-    out = {}
-    for e in env:
-        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
-        if ref:
-            out[str(e["name"])] = (str(ref["name"]), str(ref["key"]))
-    return out
-
-
-def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
-                   env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """Spark conf for client mode on Kubernetes: executors as pods owned by the driver pod.
-
-    Executors get the same environment: plain values through spark.executorEnv, Secret material
-    through spark.kubernetes.executor.secretKeyRef (never as literal values). The executor pods run
-    the same image with `args: ["executor"]` (its entrypoint starts Spark's executor backend).
-    PersistentVolumeClaims are neither owned nor reused: the drain Role has no rights on them.
-    """
-    executors = max(1, math.ceil(plan.parallelism / settings.executor_cores))
-    conf = {
-        "spark.kubernetes.namespace": namespace,
-        "spark.kubernetes.container.image": spec.template.image,
-        "spark.kubernetes.container.image.pullPolicy": spec.template.image_pull_policy,
-        "spark.kubernetes.executor.podNamePrefix": f"{cr_name[:30]}-drain-{plan.drain_id}".lower(),
-        "spark.executor.instances": str(executors),
-        "spark.executor.cores": str(settings.executor_cores),
-        "spark.executor.memory": settings.executor_memory,
-        "spark.kubernetes.executor.deleteOnTermination": "true",
-        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
-        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
-        # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
-        "spark.local.dir": "/tmp/spark-local",
-        "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
-        f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
-    }
-    if settings.service_account:
-        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
-    for name, (secret, key) in _secret_refs(env).items():
-        conf[f"spark.kubernetes.executor.secretKeyRef.{name}"] = f"{secret}:{key}"
-    for e in env:
-        if "value" in e and str(e["name"]) != "LAGPILOT_DRAIN_PLAN":
-            conf[f"spark.executorEnv.{e['name']}"] = str(e["value"])
-    return conf
-
-
-def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
-    """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
-
-    backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
-    status), so status always names the one Job that may be running.
-    """
-    settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain)
-    name = job_name(cr_name, drain.id, attempt)
-    labels = {
-        "app.kubernetes.io/name": "lagpilot-drain",
-        "app.kubernetes.io/instance": label_value(cr_name),
-        "app.kubernetes.io/component": "drain",
-        "app.kubernetes.io/part-of": "lagpilot",
-        "app.kubernetes.io/managed-by": "lagpilot",
-        "app.kubernetes.io/version": label_value(version),
-        DRAIN_LABEL: label_value(cr_name),
-        JOB_LABEL: name,
-    }
-    env = [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
-    env += [
-        {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
-        {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
-        {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},
-    ]
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
-    }
-    if settings.spark_master:
-        env.append({"name": "LAGPILOT_SPARK_MASTER", "value": settings.spark_master})
-        env.append({"name": "LAGPILOT_SPARK_CONF",
-                    "value": json.dumps(spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True)})
-        env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
-        # the driver looks its pod up by name: executor pods are owned by it (deleted with it)
-        env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
-        if settings.service_account:
-            pod_spec["serviceAccountName"] = settings.service_account
-        cpu_m = 1000
-    else:
-        pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
-        cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
-    resources = dict(spec.template.resources) or {
-        "requests": {"cpu": f"{cpu_m}m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
-    pod_spec["containers"] = [{
-        "name": "drain",
-        "image": spec.template.image,
-        "imagePullPolicy": spec.template.image_pull_policy,
-        "command": ["lagpilot", "drain"],
-        "env": env,
-        "resources": resources,
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name, "namespace": namespace, "labels": labels,
-            "annotations": {"lagpilot.io/drain-ranges": ",".join(
-                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
-            "ownerReferences": [owner_reference(cr_name, cr_uid)],
-        },
-        "spec": {
-            "backoffLimit": 0,
-            "ttlSecondsAfterFinished": settings.job_ttl_seconds,
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-        },
-    }
-
-
-def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
-    """A Job object (+ its pods) → the state machine's view (pure)."""
-    # a pod being deleted still counts while its process may run (phase not yet final)
-    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
-    if job is None:
-        return JobObservation(JobState.ABSENT, alive)
-    st = job.get("status") or {}
-    conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
-    message = ""
-    for p in pods:
-        for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term.get("exitCode") not in (None, 0):
-                message = (term.get("message") or f"exit code {term.get('exitCode')}").strip().splitlines()[-1][:300]
-    if "Complete" in conds:
-        return JobObservation(JobState.SUCCEEDED, alive)
-    if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
-        c = conds.get("Failed") or conds.get("FailureTarget") or {}
-        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
-    if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
-        return JobObservation(JobState.SUCCEEDED, alive)
-    return JobObservation(JobState.ACTIVE, alive)
 
 
 # ---- fault injection (tests only) ----------------------------------------------------------------
@@ -361,6 +155,7 @@ class DrainExecutor:
 
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)  # SparkApplications (launcher sparkApplication)
         self._sanitize = api_client.sanitize_for_serialization
         self.settings = settings or DrainSettings.from_env()
         self.clock = clock
@@ -445,15 +240,25 @@ class DrainExecutor:
         if bad:
             raise RuntimeError(f"writing the hand-off mailbox {g} failed: {bad[0].error}")
 
-    def job(self, namespace: str, name: str) -> JobObservation:
-        try:
-            job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) != 404:
-                raise
-            job = None
+    def job(self, namespace: str, name: str, launcher: str = "job") -> JobObservation:
+        """The attempt's Job — or, with launcher sparkApplication, its SparkApplication when no Job of
+        that name exists (an attempt launched before the launcher changed is still seen: its pods
+        carry the same drain-job label, so a retry waits for them either way)."""
+        def read(call: Callable[[], Any]) -> dict[str, Any] | None:
+            try:
+                return self._sanitize(call())
+            except Exception as err:  # noqa: BLE001
+                if getattr(err, "status", None) != 404:
+                    raise
+                return None
+
         pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")).get("items") or []
-        return job_observation(job, pods)
+        job = read(lambda: self.batch.read_namespaced_job(name, namespace))
+        if job is not None or launcher != "sparkApplication":
+            return job_observation(job, pods)
+        app = read(lambda: self.custom.get_namespaced_custom_object(
+            SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name))
+        return spark_application_observation(app, pods)
 
     # -- effects ----------------------------------------------------------------------------------
     def alter_offsets(self, admin: Any, spec: GroupSpec, offsets: Mapping[int, int]) -> None:
@@ -466,21 +271,32 @@ class DrainExecutor:
             raise RuntimeError(f"altering offsets of group {spec.group_id} failed: {bad[0].error}")
 
     def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int) -> None:
-        manifest = build_drain_job(ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
+        """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication)."""
+        args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
         try:
-            self.batch.create_namespaced_job(ctx.namespace, manifest)
+            if ctx.spec.drain.launcher == "sparkApplication":
+                self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,
+                                                            SPARK_APP_PLURAL, build_spark_application(*args))
+            else:
+                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args))
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
                 raise
 
-    def delete_job(self, namespace: str, name: str) -> None:
-        """Foreground deletion: the Job object stays until the garbage collector removed its pods,
-        so "Job absent" (what Cancelled waits for) means no drain process is left."""
-        try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) != 404:
-                raise
+    def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
+        """Foreground deletion: the object stays until the garbage collector removed its pods, so
+        "absent" (what Cancelled waits for) means no drain process is left. Both kinds with launcher
+        sparkApplication (the attempt may predate a launcher change)."""
+        calls = [lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")]
+        if launcher == "sparkApplication":
+            calls.append(lambda: self.custom.delete_namespaced_custom_object(
+                SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name, propagation_policy="Foreground"))
+        for call in calls:
+            try:
+                call()
+            except Exception as err:  # noqa: BLE001
+                if getattr(err, "status", None) != 404:
+                    raise
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
@@ -499,7 +315,7 @@ class DrainExecutor:
             progress = self.progress(ctx.admin, ctx.spec, d, found)
             lost = None if progress is None else found
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
-            job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt))
+            job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s, lost=lost)
@@ -532,7 +348,7 @@ class DrainExecutor:
             self.create_job(ctx, action.status, action.attempt)
         elif k is Kind.DELETE_JOB:
             assert d is not None
-            self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt))
+            self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt), ctx.spec.drain.launcher)
         return True
 
     def reconcile(self, ctx: DrainContext) -> DrainResult:
@@ -558,7 +374,7 @@ class DrainExecutor:
                 replicas = action.replicas
             _fault_point(action.kind.value, "effect")
             if action.status is not None and action.status != d:
-                ctx.patch_status({"drain": {**action.status.to_dict(), "lastEndS": action.status.finished_at}})
+                ctx.patch_status({"drain": action.status.to_dict()})
                 d = action.status
                 _fault_point(action.kind.value, "status")
             if action.event is not None:
@@ -578,7 +394,7 @@ class DrainExecutor:
                     continue
                 break
         _publish(ctx.namespace, ctx.name, d)
-        status = None if d is None else {**d.to_dict(), "lastEndS": d.finished_at}
+        status = None if d is None else d.to_dict()
         return DrainResult(status, condition(d), tuple(done), data_loss_condition(d))
 
 

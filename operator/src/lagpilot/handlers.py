@@ -231,7 +231,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         conf = _kafka_conf(memo, ref, gspec)
         with memo.admin_pool.lease(ref.key + "#delete", conf) as handle:
             admin = handle.safe_admin(timeout)
-            job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt)) if d.attempt > 0 else None
+            job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
             progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
             committed = None
             if d.phase is Phase.PLANNED:
@@ -243,7 +243,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             log.info("deletion step", extra={"group": ref.key, "step": dec.kind.value, "reason": dec.reason,
                                              "detail": message})
             if dec.kind is deletion.DeleteKind.DELETE_JOB:
-                ex.delete_job(ref.namespace, job_name(ref.name, d.id, d.attempt))
+                ex.delete_job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher)
             elif dec.kind is deletion.DeleteKind.HAND_BACK:
                 assert dec.remainder is not None
                 deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)

@@ -21,6 +21,7 @@ SINKS = ("postgres", "log")
 POSTGRES_MODES = ("insert", "upsert")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+DRAIN_LAUNCHERS = ("job", "sparkApplication")  # docs/drain.md "Launchers"
 DEFAULT_IMAGE = "lagpilot/consumer:0.1.0"
 # Patterns of crds/batchconsumergroup.yaml, character for character (a unit test compares them):
 # the parser accepts exactly what the API server's OpenAPI validation accepts.
@@ -115,6 +116,7 @@ class DrainSpec:
     max_tasks: int = 16
     min_backlog_records: int = 10000
     cancel: bool = False
+    launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +275,7 @@ class GroupSpec:
         bounds(d.split_factor, 1, 256, "spec.drain.splitFactor")
         bounds(d.max_tasks, 1, 1024, "spec.drain.maxTasks")
         bounds(d.min_backlog_records, 0, None, "spec.drain.minBacklogRecords")
+        need(d.launcher in DRAIN_LAUNCHERS, "spec.drain.launcher", f"must be one of {', '.join(DRAIN_LAUNCHERS)}")
 
         t = self.template
         text(t.image, "spec.template.image", IMAGE_RE, 1024,
@@ -561,6 +564,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             max_tasks=r.get(drain, "maxTasks", "spec.drain", int, 16),
             min_backlog_records=r.get(drain, "minBacklogRecords", "spec.drain", int, 10000),
             cancel=r.get(drain, "cancel", "spec.drain", bool, False),
+            launcher=r.get(drain, "launcher", "spec.drain", str, "job"),
         ),
         paused=r.get(raw, "paused", P, bool, False),
         template=TemplateSpec(

@@ -1,0 +1,310 @@
+"""Pure builders of what runs a drain attempt, and pure readers of its state.
+
+- `build_drain_job` / `job_observation`: a batch/v1 Job running `lagpilot drain` in the consumer
+  image (spec.drain.launcher job, the default), local mode or Spark's Kubernetes backend in
+  client mode (`DrainSettings.spark_master`).
+- `build_spark_application` / `spark_application_observation`: a `SparkApplication` of the kubeflow
+  spark-operator (spec.drain.launcher sparkApplication): the same image, plan, environment, labels
+  and owner; the spark-operator submits it in cluster mode and reports its state in
+  `status.applicationState.state`, which maps onto the same `JobObservation` the state machine reads.
+
+Both are named `<cr>-drain-<id>-<attempt>` (a lost status write finds the object again) and owned by
+the CR; Secret material only through secretKeyRef.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
+
+from .deployment import build_env, label_value, owner_reference
+from .handoff import DrainStatus, JobObservation, JobState, job_name
+from .spec import GroupSpec
+
+DRAIN_LABEL = "lagpilot.io/drain"
+JOB_LABEL = "lagpilot.io/drain-job"
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                      "capabilities": {"drop": ["ALL"]}}
+# the kubeflow spark-operator's API (docs/drain.md "Launchers")
+SPARK_APP_GROUP, SPARK_APP_VERSION, SPARK_APP_PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
+SPARK_VERSION = "4.2.0"  # the pyspark the consumer image carries
+# the driver's main file in the consumer image (Dockerfile): calls `lagpilot drain` under spark-submit
+DRIVER_MAIN = "local:///opt/lagpilot/drain_main.py"
+SPARK_APP_DONE = {"COMPLETED": JobState.SUCCEEDED, "FAILED": JobState.FAILED, "SUBMISSION_FAILED": JobState.FAILED}
+
+
+@dataclasses.dataclass(frozen=True)
+class DrainSettings:
+    """Operator-wide drain settings (operator environment; all optional).
+
+    - LAGPILOT_DRAIN_SPARK_JARS: where the Kafka connector jars are inside the consumer image
+      (default /opt/lagpilot/spark-jars; the test stack points it at its cache). A JVM
+      class-data-sharing archive `lagpilot-drain.jsa` in that directory (written by
+      `lagpilot drain --train-cds` at image build / by the dev stack) halves the drain's start-up.
+    - LAGPILOT_DRAIN_SPARK_MASTER: empty (default) runs Spark in local mode inside the Job's pod
+      (`local[<parallelism>]`); `k8s://https://kubernetes.default.svc` runs it in client mode with
+      executors as pods (needs LAGPILOT_DRAIN_SERVICE_ACCOUNT with rights on pods; docs/drain.md).
+    - LAGPILOT_DRAIN_SERVICE_ACCOUNT: the Job pod's ServiceAccount (k8s master only): the chart's
+      drain ServiceAccount, whose Role allows pods/services/configmaps in the drain namespace.
+    - LAGPILOT_DRAIN_EXECUTOR_CORES (default 2) / LAGPILOT_DRAIN_EXECUTOR_MEMORY (default 1g): each
+      executor pod's task slots and JVM heap (k8s master only); the executor count is
+      ceil(parallelism / cores).
+    - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
+    - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
+      the sink is usually latency-bound, so tasks need little CPU.
+    """
+
+    spark_jars: str = "/opt/lagpilot/spark-jars"
+    spark_master: str = ""
+    service_account: str = ""
+    job_ttl_seconds: int = 3600
+    cpu_per_task_m: int = 250
+    executor_cores: int = 2
+    executor_memory: str = "1g"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
+        e = os.environ if env is None else env
+        return cls(
+            spark_jars=e.get("LAGPILOT_DRAIN_SPARK_JARS") or cls.spark_jars,
+            spark_master=e.get("LAGPILOT_DRAIN_SPARK_MASTER") or "",
+            service_account=e.get("LAGPILOT_DRAIN_SERVICE_ACCOUNT") or "",
+            job_ttl_seconds=int(e.get("LAGPILOT_DRAIN_JOB_TTL_SECONDS") or cls.job_ttl_seconds),
+            cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
+            executor_cores=max(1, int(e.get("LAGPILOT_DRAIN_EXECUTOR_CORES") or cls.executor_cores)),
+            executor_memory=e.get("LAGPILOT_DRAIN_EXECUTOR_MEMORY") or cls.executor_memory,
+        )
+
+
+# ---- pure builders ----------------------------------------------------------------------------
+
+def drain_plan_for(spec: GroupSpec, drain: DrainStatus) -> DrainPlan:
+    """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself)."""
+    subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
+    return DrainPlan(
+        drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
+        batch_max_records=spec.batch.max_records,
+        parallelism=parallelism_for(subs, spec.drain.max_tasks),
+        # the split is the read_committed end offset (LSO): reading committed data only keeps
+        # aborted transactions out of the drain exactly as the consumer's default would
+        read_committed=True,
+    ).validate()
+
+
+def _secret_refs(env: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+    out = {}
+    for e in env:
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            out[str(e["name"])] = (str(ref["name"]), str(ref["key"]))
+    return out
+
+
+def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
+                   env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Spark conf for client mode on Kubernetes: executors as pods owned by the driver pod.
+
+    Executors get the same environment: plain values through spark.executorEnv, Secret material
+    through spark.kubernetes.executor.secretKeyRef (never as literal values). The executor pods run
+    the same image with `args: ["executor"]` (its entrypoint starts Spark's executor backend).
+    PersistentVolumeClaims are neither owned nor reused: the drain Role has no rights on them.
+    """
+    executors = max(1, math.ceil(plan.parallelism / settings.executor_cores))
+    conf = {
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": spec.template.image,
+        "spark.kubernetes.container.image.pullPolicy": spec.template.image_pull_policy,
+        "spark.kubernetes.executor.podNamePrefix": f"{cr_name[:30]}-drain-{plan.drain_id}".lower(),
+        "spark.executor.instances": str(executors),
+        "spark.executor.cores": str(settings.executor_cores),
+        "spark.executor.memory": settings.executor_memory,
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
+        "spark.local.dir": "/tmp/spark-local",
+        "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
+        f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
+    }
+    if settings.service_account:
+        conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
+    for name, (secret, key) in _secret_refs(env).items():
+        conf[f"spark.kubernetes.executor.secretKeyRef.{name}"] = f"{secret}:{key}"
+    for e in env:
+        if "value" in e and str(e["name"]) != "LAGPILOT_DRAIN_PLAN":
+            conf[f"spark.executorEnv.{e['name']}"] = str(e["value"])
+    return conf
+
+
+def _labels(cr_name: str, name: str, version: str) -> dict[str, str]:
+    """Labels of everything one drain attempt creates (Job or SparkApplication, and their pods)."""
+    return {
+        "app.kubernetes.io/name": "lagpilot-drain",
+        "app.kubernetes.io/instance": label_value(cr_name),
+        "app.kubernetes.io/component": "drain",
+        "app.kubernetes.io/part-of": "lagpilot",
+        "app.kubernetes.io/managed-by": "lagpilot",
+        "app.kubernetes.io/version": label_value(version),
+        DRAIN_LABEL: label_value(cr_name),
+        JOB_LABEL: name,
+    }
+
+
+def _drain_env(spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int) -> list[dict[str, Any]]:
+    """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
+    env = [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
+    return env + [
+        {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
+        {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
+        {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},
+    ]
+
+
+def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
+                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+    """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
+
+    backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
+    status), so status always names the one Job that may be running.
+    """
+    settings = settings or DrainSettings()
+    plan = drain_plan_for(spec, drain)
+    name = job_name(cr_name, drain.id, attempt)
+    labels = _labels(cr_name, name, version)
+    env = _drain_env(spec, plan, settings, attempt)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "securityContext": dict(POD_SECURITY),
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+    }
+    if settings.spark_master:
+        env.append({"name": "LAGPILOT_SPARK_MASTER", "value": settings.spark_master})
+        env.append({"name": "LAGPILOT_SPARK_CONF",
+                    "value": json.dumps(spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True)})
+        env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        # the driver looks its pod up by name: executor pods are owned by it (deleted with it)
+        env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        if settings.service_account:
+            pod_spec["serviceAccountName"] = settings.service_account
+        cpu_m = 1000
+    else:
+        pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
+        cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
+    resources = dict(spec.template.resources) or {
+        "requests": {"cpu": f"{cpu_m}m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+    pod_spec["containers"] = [{
+        "name": "drain",
+        "image": spec.template.image,
+        "imagePullPolicy": spec.template.image_pull_policy,
+        "command": ["lagpilot", "drain"],
+        "env": env,
+        "resources": resources,
+        "securityContext": dict(CONTAINER_SECURITY),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name, "namespace": namespace, "labels": labels,
+            "annotations": {"lagpilot.io/drain-ranges": ",".join(
+                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
+            "ownerReferences": [owner_reference(cr_name, cr_uid)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": settings.job_ttl_seconds,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
+    """A Job object (+ its pods) → the state machine's view (pure)."""
+    # a pod being deleted still counts while its process may run (phase not yet final)
+    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
+    if job is None:
+        return JobObservation(JobState.ABSENT, alive)
+    st = job.get("status") or {}
+    conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
+    message = ""
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode") not in (None, 0):
+                message = (term.get("message") or f"exit code {term.get('exitCode')}").strip().splitlines()[-1][:300]
+    if "Complete" in conds:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
+        c = conds.get("Failed") or conds.get("FailureTarget") or {}
+        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
+    if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    return JobObservation(JobState.ACTIVE, alive)
+
+
+def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
+                            attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+    """The SparkApplication for one attempt: cluster mode, the consumer image's driver main, the same
+    plan/environment as the Job (Secret refs stay refs), executors sized like the k8s backend's.
+    restartPolicy Never: retries are the operator's, as with the Job's backoffLimit 0."""
+    settings = settings or DrainSettings()
+    plan = drain_plan_for(spec, drain)
+    name = job_name(cr_name, drain.id, attempt)
+    labels = _labels(cr_name, name, version)
+    env = _drain_env(spec, plan, settings, attempt)
+    pod = {"labels": labels, "env": env, "securityContext": dict(CONTAINER_SECURITY),
+           "podSecurityContext": dict(POD_SECURITY), "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+    driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g"}
+    if settings.service_account:
+        driver["serviceAccount"] = settings.service_account
+    executor = {**pod, "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),
+                "cores": settings.executor_cores, "memory": settings.executor_memory, "deleteOnTermination": True}
+    return {
+        "apiVersion": f"{SPARK_APP_GROUP}/{SPARK_APP_VERSION}",
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": name, "namespace": namespace, "labels": labels,
+            "annotations": {"lagpilot.io/drain-ranges": ",".join(
+                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
+            "ownerReferences": [owner_reference(cr_name, cr_uid)],
+        },
+        "spec": {
+            "type": "Python",
+            "pythonVersion": "3",
+            "mode": "cluster",
+            "sparkVersion": SPARK_VERSION,
+            "image": spec.template.image,
+            "imagePullPolicy": spec.template.image_pull_policy,
+            "mainApplicationFile": DRIVER_MAIN,
+            "sparkConf": {"spark.local.dir": "/tmp/spark-local", "spark.kubernetes.driver.ownPersistentVolumeClaim": "false"},
+            "restartPolicy": {"type": "Never"},
+            "timeToLiveSeconds": settings.job_ttl_seconds,
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+            "driver": driver,
+            "executor": executor,
+        },
+    }
+
+
+def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
+    """A SparkApplication (+ the pods carrying its drain-job label) → the state machine's view (pure).
+    COMPLETED → Succeeded; FAILED / SUBMISSION_FAILED → Failed with the operator's error message;
+    every other state (new, SUBMITTED, RUNNING, PENDING_RERUN, SUCCEEDING, FAILING, UNKNOWN…) → Active."""
+    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
+    if app is None:
+        return JobObservation(JobState.ABSENT, alive)
+    state = ((app.get("status") or {}).get("applicationState") or {})
+    done = SPARK_APP_DONE.get(str(state.get("state") or ""))
+    if done is JobState.FAILED:
+        msg = str(state.get("errorMessage") or f"SparkApplication {state.get('state')}").strip()
+        return JobObservation(JobState.FAILED, alive, msg.splitlines()[-1][:300] if msg else "SparkApplication failed")
+    return JobObservation(done or JobState.ACTIVE, alive)
