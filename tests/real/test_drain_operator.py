@@ -157,9 +157,10 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
 
     def make(backlog: dict[int, int], crash_at: str = "", live_per_s: int = 5, sla_s: int = 60,
              live: dict[int, int] | None = None, consumer_env: dict[str, str] | None = None,
-             operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS) -> Scenario:
+             operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS,
+             drain: dict[str, Any] | None = None, extra_rules: list[dict[str, Any]] | None = None) -> Scenario:
         ns = namespace("drain")
-        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules()})
+        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules() + (extra_rules or [])})
         rbac.create_namespaced_role_binding(ns, {
             "metadata": {"name": SA_NAME},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
@@ -187,7 +188,7 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,
-            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
+            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000, **(drain or {})},
             "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
                                  *({"name": k, "value": v} for k, v in (consumer_env or {}).items())]},
