@@ -16,6 +16,9 @@ from lagpilot.kafka_observe import AdminPool, CapacityReport, Observation, Obser
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, backoff_s, run_cycle
+from lagpilot import status as status_mod
+from lagpilot.estimate import EstimatorState
+from lagpilot.scaling import ScalingHistory
 from lagpilot.status import find_condition
 
 T0 = 1_700_000_000.0
@@ -405,5 +408,57 @@ def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(calls) == 2
     decision, state = calls[-1]
     assert w.kube.replicas == decision.replicas == 3
-    assert w.kube.status["estimator"] == state.estimator.to_dict()
-    assert w.kube.status["scalingHistory"] == state.history.to_dict()
+    # written through the status boundary: RFC 3339 times, each window on one line
+    assert w.kube.status["estimator"] == status_mod.estimator_to_status(state.estimator.to_dict())
+    assert w.kube.status["scalingHistory"] == status_mod.scaling_history_to_status(state.history.to_dict())
+    back = EstimatorState.from_dict(status_mod.estimator_from_status(w.kube.status["estimator"]))
+    assert back.at_s == pytest.approx(state.estimator.at_s, abs=1e-3)
+    assert back.capacity_per_replica == state.estimator.capacity_per_replica
+    assert {p: [e for _, e in x.window] for p, x in back.partitions.items()} == {
+        p: [e for _, e in x.window] for p, x in state.estimator.partitions.items()}
+    hist = ScalingHistory.from_dict(status_mod.scaling_history_from_status(w.kube.status["scalingHistory"]))
+    assert [r for _, r in hist.recommendations] == [r for _, r in state.history.recommendations]
+    assert [round(t, 3) for t, _ in hist.recommendations] == [round(t, 3) for t, _ in state.history.recommendations]
+
+
+def test_status_times_are_rfc3339_strings() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    w.cycle()
+    st = w.kube.status
+    assert st["estimator"]["at"] == "2023-11-14T22:13:20.000Z", st["estimator"]
+    assert isinstance(st["estimator"]["partitions"]["0"]["window"], str)
+    assert "produceRate" in st["estimator"]["partitions"]["0"]  # camelCase, as the rest of the status
+    assert st["scalingHistory"]["recommendationsAt"] == "2023-11-14T22:13:20.000Z"
+    assert st["scalingHistory"]["recommendations"] == "0.000:3"
+    assert status_mod.parse_time(st["lastScaleTime"]) == T0
+
+
+def test_a_status_written_with_float_times_resumes() -> None:
+    """An operator upgraded under a CR whose status an older one wrote (float times, sample lists):
+    the new one resumes from it (estimate, scale-down window, drain) and rewrites it as strings."""
+    old = World(base_spec())
+    old.kafka.set([(0, 21000, 1000, 10.0)] * 3)
+    old.cycle()
+    assert old.kube.replicas == 3
+    legacy = copy.deepcopy(old.kube.status)
+    est = status_mod.estimator_from_status(legacy["estimator"])
+    legacy["estimator"] = {**est, "partitions": {k: {**v, "window": [list(x) for x in v["window"]]}
+                                                 for k, v in est["partitions"].items()}}
+    legacy["scalingHistory"] = {"recommendations": [[T0, 3]], "lastScaleS": T0}
+    legacy["drain"] = {"id": 1, "phase": "Verified", "ranges": [{"partition": 0, "start": 0, "split": 1000}],
+                       "plannedAt": T0 - 100.0, "startedAt": T0 - 90.0, "finishedAt": T0 - 60.0, "lastEndS": T0 - 60.0}
+    assert isinstance(legacy["estimator"]["atS"], float)
+    before = {k: v["samples"] for k, v in legacy["estimator"]["partitions"].items()}
+    w = old
+    w.kube.status = legacy
+    w.cache = Cache()  # the new operator: everything it knows comes from the CR
+    w.kafka.set([(0, 21000, 21000, 10.0)] * 3)  # drained: a scale-down the old window still holds
+    w.cycle(advance=5)
+    assert w.kube.replicas == 3, "the scale-down window recorded as floats was lost"
+    st = w.kube.status
+    assert st["estimator"]["capacityPerReplica"] == pytest.approx(10.0)
+    assert "atS" not in st["estimator"] and st["estimator"]["at"].endswith("Z")
+    samples = {k: v["samples"] for k, v in st["estimator"]["partitions"].items()}
+    assert samples == {k: n + 1 for k, n in before.items()}, (before, samples)  # continued, not restarted
+    assert st["scalingHistory"]["lastScaleTime"] == "2023-11-14T22:13:20.000Z"

@@ -113,7 +113,23 @@ def test_transition(sp, status, observed, kind, phase):
     else:
         assert a.status is not None and a.status.phase is phase
         # the status always round-trips through the CR (what a restarted operator reads back)
-        assert DrainStatus.from_dict(a.status.to_dict()) == a.status
+        assert_round_trip(a.status)
+
+
+def assert_round_trip(d: DrainStatus) -> None:
+    """What a restarted operator reads back is what was written: exactly, for a drain in flight;
+    for a finished one its sub-ranges come back summarised (contiguous done runs merged) with the
+    same totals, and writing it again gives the same status (no diff, no write)."""
+    back = DrainStatus.from_dict(d.to_dict())
+    assert back.to_dict() == d.to_dict()
+    assert (back.records_total, back.records_done, back.remaining) == (d.records_total, d.records_done, d.remaining)
+    assert back.history == tuple(h._compact_history_entry(e) for e in d.history)  # ranges on one line
+    assert [h.ranges_of(e) for e in back.history] == [h.ranges_of(e) for e in d.history]
+    if h._finished(d):
+        assert len(back.sub_ranges) <= len(d.sub_ranges)
+    else:
+        assert back.sub_ranges == d.sub_ranges
+    assert back == dataclasses.replace(d, sub_ranges=back.sub_ranges, history=back.history)
 
 
 def test_plan_records_split_and_replicas_before_acting():
@@ -579,3 +595,113 @@ def _spec_for_tasks():
 
     return parse_spec({"topic": "t", "groupId": "g", "kafka": {"bootstrapServers": "127.0.0.1:9092"},
                        "catchUpSLASeconds": 120, "batch": {"maxRecords": 100}, "drain": {"splitFactor": 3}})
+
+
+# --- the status as the CR holds it: RFC 3339 times, compact after many drains -------------------------
+
+def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) -> tuple[list[dict], DrainStatus]:
+    """``n`` drains of every partition, one after the other, the status read back from JSON (what the
+    apiserver stores) before every step; the owners ack and move at once. Returns status.drain after
+    each finished drain, and the last status as the machine made it (before the JSON)."""
+    import json
+
+    sp = spec(splitFactor=split_factor, maxTasks=1024, minBacklogRecords=0)
+    committed = {p: 1_000_000 for p in range(parts)}  # 7 digits all along: sizes compare
+    end = dict(committed)
+    mailbox: dict[int, mbx.Entry | None] = {p: None for p in range(parts)}
+    raw: dict | None = None
+    job: tuple[int, JobState] | None = None
+    progress: dict[tuple[int, int], tuple[int, int]] = {}
+    now, out = NOW, []
+    for k in range(1, n + 1):
+        for p in end:
+            end[p] += 5000
+        for _ in range(60):
+            d = DrainStatus.from_dict(raw)
+            if d is not None and d.id == k and h.is_idle(d):
+                break
+            jo = None if d is None or not d.attempt else (
+                JobObservation(job[1], 1 if job[1] is JobState.ACTIVE else 0) if job and job[0] == d.attempt
+                else JobObservation(JobState.ABSENT))
+            offs = {p: Offsets(committed[p], 0, end[p]) for p in end}
+            a = next_action(sp, d, Observed(1, offs, False, 3, tuple(end) if h.is_idle(d) else (), jo,
+                                            dict(progress), dict(mailbox)), now)
+            mailbox.update(a.entries)
+            if a.kind is Kind.LAUNCH:
+                job = (a.attempt, JobState.ACTIVE)
+                progress.update({(s.partition, s.index): (s.end, s.end - s.start) for s in a.status.sub_ranges})
+            elif job and job[1] is JobState.ACTIVE:
+                job = (job[0], JobState.SUCCEEDED)
+            for p, e in list(mailbox.items()):  # the owners, at their next batch boundary
+                st_ = mbx.owner_step(e, committed[p])
+                if st_.ack is not None:
+                    mailbox[p] = st_.ack
+                if st_.move_to is not None:
+                    committed[p] = st_.move_to
+            if a.status is not None:
+                mem = a.status
+                raw = json.loads(json.dumps(a.status.to_dict()))
+            now += 2.0
+        else:
+            raise AssertionError(f"drain {k} did not finish: {raw}")
+        assert raw["phase"] == "Verified" and raw["recordsDone"] == raw["recordsTotal"] == parts * 5000, raw
+        out.append(raw)
+    return out, mem
+
+
+def test_status_stays_small_after_50_drains():
+    """After 50 drains of 12 partitions in 8 sub-ranges each, status.drain is as small as after 5:
+    the finished drain's 96 sub-ranges are summarised to one per partition, the history keeps the last
+    5 drains (ranges without task counts), and the times are RFC 3339 strings."""
+    import json
+
+    seen, mem = run_drains_through_the_cr(50)
+    sizes = [len(json.dumps(d)) for d in seen]
+    last = seen[-1]
+    assert len(last["subRanges"]) == 12, last["subRanges"]
+    assert len(last["history"]) == h.HISTORY and [e["id"] for e in last["history"]] == list(range(46, 51))
+    assert all(isinstance(e["ranges"], str) and len(h.ranges_of(e)) == 12 for e in last["history"])
+    assert h.ranges_of(last["history"][-1]) == [{"partition": p, "start": 1_245_000, "split": 1_250_000} for p in range(12)]
+    assert isinstance(last["startedAt"], str) and last["startedAt"].endswith("Z")
+    assert max(sizes[5:]) <= sizes[5] + 10, sizes  # does not grow with the drain count
+    assert sizes[-1] < 8_000, sizes[-1]  # ~1/200 of etcd's 1.5 MiB request limit
+    # what the bound catches: the same drain with its 96 sub-ranges and full history entries
+    assert len(mem.sub_ranges) == 96 and DrainStatus.from_dict(last).to_dict() == last
+    unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges], "history": [dict(e) for e in mem.history]}
+    assert len(json.dumps(unsummarised)) > 2 * sizes[-1]
+
+
+def test_status_times_are_rfc3339_and_old_float_status_still_resumes():
+    d = dataclasses.replace(RUNNING, planned_at=1795403317.7524652, started_at=1795403320.0, retry_at=None)
+    out = d.to_dict()
+    assert out["plannedAt"] == "2026-11-23T03:08:37.752Z" and out["startedAt"] == "2026-11-23T03:08:40.000Z"
+    assert out["retryAt"] is None
+    back = DrainStatus.from_dict(out)
+    assert back.planned_at == pytest.approx(1795403317.752, abs=1e-6)
+    assert back.to_dict() == out  # re-written unchanged: no diff, no status write
+    # a CR written by an operator before times were strings: floats (and numeric strings) still read
+    legacy = {**RUNNING.to_dict(), "plannedAt": 1.7954033177524652e+09, "publishedAt": "1795403318.5",
+              "handedOffAt": 1795403319, "startedAt": 1795403320.25, "retryAt": 1795403400.0}
+    old = DrainStatus.from_dict(legacy)
+    assert (old.planned_at, old.published_at, old.handed_off_at, old.started_at, old.retry_at) == (
+        1.7954033177524652e+09, 1795403318.5, 1795403319.0, 1795403320.25, 1795403400.0)
+    assert old.phase is Phase.RUNNING and old.sub_ranges == RUNNING.sub_ranges
+    # and the resumed machine goes on from it: the retry is due at its recorded time
+    a = next_action(spec(), old, obs(job=JobObservation(JobState.FAILED)), 1795403399.0)
+    assert a.kind is Kind.NONE
+    a = next_action(spec(), old, obs(job=JobObservation(JobState.FAILED)), 1795403401.0)
+    assert a.kind is Kind.LAUNCH and isinstance(a.status.to_dict()["retryAt"], (str, type(None)))
+    with pytest.raises(ValueError):
+        DrainStatus.from_dict({**out, "startedAt": "yesterday"})
+
+
+@given(st.floats(0, 4_102_444_800, allow_nan=False))
+def test_time_format_round_trips_at_millisecond_precision(t):
+    from lagpilot.status import format_time, parse_time
+
+    s = format_time(t)
+    assert len(s) == 24 and s.endswith("Z")
+    back = parse_time(s)
+    assert abs(back - t) <= 0.0005 + 1e-6
+    assert format_time(back) == s
+    assert parse_time(t) == t

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .handoff import DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, with_progress
+from .handoff import DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, ranges_of, with_progress
 
 REMAINDER_SUFFIX = ".lagpilot-remainder"
 REMAINDER_PREFIX = "lpr1"
@@ -207,7 +207,7 @@ def _covered(rem: Remainder, drains: Iterable[Mapping[str, Any]]) -> bool:
     for h in drains:
         if int(h.get("id", 0)) <= rem.drain_id:
             continue
-        spans = [(int(r["partition"]), r.get("start"), int(r["split"])) for r in h.get("ranges") or ()]
+        spans = [(r["partition"], r["start"], r["split"]) for r in ranges_of(h)]  # history keeps them on one line
         if all(any(p == q and s is not None and int(s) <= a and b <= e for q, s, e in spans) for p, a, b in rem.ranges):
             return True
     return False

@@ -44,6 +44,7 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from .spec import GroupSpec
+from .status import format_time, parse_time
 
 MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
 BACKOFF_BASE_S = 10.0
@@ -210,28 +211,29 @@ class DrainStatus:
             "message": self.message,
             "partitions": self.partitions,
             "ranges": [r.to_dict() for r in self.ranges],
-            "subRanges": [s.to_dict() for s in self.sub_ranges],
+            "subRanges": [s.to_dict() for s in _compact_sub_ranges(self)],
             "restoreReplicas": self.restore_replicas,
             "attempt": self.attempt,
             "attemptBase": self.attempt_base,
-            "retryAt": self.retry_at,
+            "retryAt": format_time(self.retry_at),
             "cancelRequested": self.cancel_requested,
             "failedGeneration": self.failed_generation,
-            "plannedAt": self.planned_at,
-            "quiescedAt": self.quiesced_at,
-            "handedOffAt": self.handed_off_at,
-            "resumedAt": self.resumed_at,
-            "startedAt": self.started_at,
-            "finishedAt": self.finished_at,
+            "plannedAt": format_time(self.planned_at),
+            "quiescedAt": format_time(self.quiesced_at),
+            "handedOffAt": format_time(self.handed_off_at),
+            "resumedAt": format_time(self.resumed_at),
+            "startedAt": format_time(self.started_at),
+            "finishedAt": format_time(self.finished_at),
             "pauseSeconds": self.pause_seconds,
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
             "lastError": self.last_error,
-            "history": [dict(h) for h in self.history],
+            "history": [_compact_history_entry(h) for h in self.history],
             "handOffPath": self.hand_off_path,
-            "publishedAt": self.published_at,
+            "publishedAt": format_time(self.published_at),
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost],
             "recordsLost": self.records_lost,
+            "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
 
@@ -240,9 +242,8 @@ class DrainStatus:
         if not d or "phase" not in d or "id" not in d:
             return None
 
-        def f(key: str) -> float | None:
-            v = d.get(key)
-            return None if v is None else float(v)
+        def f(key: str) -> float | None:  # RFC 3339, or the float of a status written before
+            return parse_time(d.get(key))
 
         fg = d.get("failedGeneration")
         return cls(
@@ -270,6 +271,67 @@ class DrainStatus:
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
         )
+
+
+def _finished(d: DrainStatus) -> bool:
+    """Over for good: nothing will ever be read from its sub-ranges again (see ``is_idle``)."""
+    return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
+
+
+def _compact_sub_ranges(d: DrainStatus) -> tuple[SubProgress, ...]:
+    """A finished drain's sub-ranges summarised: each run of contiguous done sub-ranges of a
+    partition becomes one done entry (its lowest index, first start to last end, records summed),
+    so records_total/records_done/remaining are unchanged while up to maxTasks entries shrink to
+    about one per partition. Idempotent; an unfinished drain keeps every sub-range (its progress is
+    matched by (partition, index))."""
+    if not _finished(d) or not d.sub_ranges:
+        return d.sub_ranges
+    out: list[SubProgress] = []
+    for s in sorted(d.sub_ranges, key=lambda x: (x.partition, x.start, x.index)):
+        last = out[-1] if out else None
+        if last is not None and last.partition == s.partition and last.done and s.done and last.end == s.start:
+            out[-1] = SubProgress(s.partition, min(last.index, s.index), last.start, s.end, s.end,
+                                  last.records + s.records)
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
+    """Ranges as one line, ``p0[400..6300) p2[0..75)`` (start None: ``?``); read by ``ranges_of``."""
+    return " ".join(f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['split'])})"
+                    for r in ranges)
+
+
+def ranges_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``ranges`` of status.drain or of a history entry as dicts {partition, start, split}:
+    the one-line form history entries keep (``format_ranges``) or the list of objects."""
+    raw = entry.get("ranges")
+    if not raw:
+        return []
+    if isinstance(raw, str):
+        out = []
+        for item in raw.split():
+            p, _, rest = item.partition("[")
+            a, _, b = rest.rstrip(")").partition("..")
+            if not p.startswith("p") or not b:
+                raise ValueError(f"malformed range {item!r} in {raw!r}")
+            out.append({"partition": int(p[1:]), "start": None if a == "?" else int(a), "split": int(b)})
+        return out
+    return [{"partition": int(r["partition"]), "start": None if r.get("start") is None else int(r["start"]),
+             "split": int(r["split"])} for r in raw]
+
+
+def _compact_history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
+    """A past drain as kept in status.drain.history: its ranges on one line (``format_ranges``; no
+    per-partition task count), times as RFC 3339. Idempotent (an entry read back passes unchanged)."""
+    out = dict(h)
+    if isinstance(out.get("ranges"), list):
+        out["ranges"] = format_ranges(ranges_of(out))
+    for k, v in list(out.items()):
+        if k.endswith("At") and isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = format_time(v)
+    return out
 
 
 @dataclass(frozen=True)

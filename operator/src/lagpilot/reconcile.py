@@ -39,6 +39,7 @@ from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.scaling import Decision
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
+from lagpilot import status as status_mod
 from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, status_patch
 
 log = logging.getLogger(__name__)
@@ -157,8 +158,8 @@ def _current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[
     cached = cache.last_status
     if not cached:
         return live
-    live_at = (live.get("estimator") or {}).get("atS") or 0
-    cached_at = (cached.get("estimator") or {}).get("atS") or 0
+    live_at = status_mod.estimator_time(live.get("estimator"))
+    cached_at = status_mod.estimator_time(cached.get("estimator"))
     return {**live, **cached} if cached_at > live_at else live
 
 
@@ -255,8 +256,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     drain_status = status.get("drain") or {}
     phase = drain_status.get("phase")
     out, new_state = step_mod.step(
-        step_mod.StepState.from_status(status),
-        step_mod.StepObservation(snap, cur, _drains_of(drain_status), _num(drain_status.get("lastEndS")),
+        step_mod.StepState.from_status(status_mod.step_memory_from_status(status)),
+        step_mod.StepObservation(snap, cur, _drains_of(drain_status), _last_drain_end(drain_status),
                                  retention_s=_retention_s(handle, spec, deps)),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
     decision, est, history = out.decision, new_state.estimator, new_state.history
@@ -317,8 +318,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
         "partitionLag": [_partition_entry(p, est, now) for p in snap.partitions],
-        "estimator": est.to_dict(),
-        "scalingHistory": history.to_dict(),
+        "estimator": status_mod.estimator_to_status(est.to_dict()),
+        "scalingHistory": status_mod.scaling_history_to_status(history.to_dict()),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
     }
     if drain_out is not None and drain_out.status is not None:
@@ -378,6 +379,15 @@ def _drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _last_drain_end(raw: Mapping[str, Any]) -> float | None:
+    """When the recorded drain finished (status.drain.finishedAt; lastEndS, a float copy of it, from
+    an older operator)."""
+    try:
+        return status_mod.parse_time(raw.get("finishedAt"))
+    except ValueError:
+        return _num(raw.get("lastEndS"))
 
 
 def _retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:

@@ -34,8 +34,54 @@ class Condition:
 
 
 def rfc3339(now: float) -> str:
-    """Kubernetes time stamps: UTC, second precision, `Z` suffix."""
+    """Kubernetes time stamps: UTC, second precision, `Z` suffix (conditions, lastScaleTime)."""
     return dt.datetime.fromtimestamp(now, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- times in the status: THE formatter/parser pair ----------------------------------------------
+# Inside the operator every time is a float (epoch seconds, `now` passed into pure code); the status
+# holds RFC 3339 strings with millisecond precision ("2026-11-23T06:54:09.503Z"). Convert only here.
+
+def format_time(t: float | None) -> str | None:
+    """Epoch seconds -> RFC 3339 UTC with milliseconds; None stays None. Rounded to the millisecond,
+    so ``format_time(parse_time(format_time(t))) == format_time(t)`` (a round trip never diffs)."""
+    if t is None:
+        return None
+    ms = int(round(float(t) * 1000))
+    secs, frac = divmod(ms, 1000)
+    return dt.datetime.fromtimestamp(secs, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:03d}Z"
+
+
+def parse_time(v: Any) -> float | None:
+    """A status time -> epoch seconds: RFC 3339 (any fraction, `Z` or an offset) or, from a status
+    written before times were strings, a number (int/float or a numeric string). None stays None;
+    anything else raises ValueError."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise ValueError(f"not a time: {v!r}")
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip()
+    try:
+        return float(s)  # the old float form, as a string
+    except ValueError:
+        pass
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    head, dot, rest = s.partition(".")
+    if dot:  # fromisoformat (3.10) takes 3 or 6 fraction digits only: normalise to 6
+        i = 0
+        while i < len(rest) and rest[i].isdigit():
+            i += 1
+        s = f"{head}.{(rest[:i] + '000000')[:6]}{rest[i:]}"
+    try:
+        t = dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 time: {v!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
 
 
 def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Condition],
@@ -71,11 +117,12 @@ def find_condition(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -
 
 
 def _without_ltt(value: Any) -> Any:
-    """A copy of a status value with every condition's lastTransitionTime removed."""
+    """A copy of a status value with every condition's lastTransitionTime removed, and every null
+    field of a nested object (the apiserver keeps none: a merge patch's null deletes the key)."""
     if isinstance(value, list):
         return [_without_ltt(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _without_ltt(v) for k, v in value.items() if k != "lastTransitionTime"}
+        return {k: _without_ltt(v) for k, v in value.items() if k != "lastTransitionTime" and v is not None}
     return value
 
 
@@ -96,3 +143,108 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
         if _without_ltt(old.get(key)) != _without_ltt(value):
             patch[key] = value
     return patch or None
+
+
+# --- the estimator's and the scaler's memory in the status -----------------------------------------
+# Internally (lagpilot.estimate / lagpilot.scaling to_dict/from_dict, the simulator) times are floats
+# and the samples lists of [time, value]. In the status: RFC 3339 times, camelCase keys, and each
+# samples list on one line ("<seconds relative to the base time>:<value> ..."), so `kubectl describe`
+# shows a partition's window in one line instead of one line per sample. Both readers also take the
+# old form (float `atS`, lists), written by an operator before this one.
+
+_EST_KEYS = {"produce_rate": "produceRate", "consume_rate": "consumeRate", "lost_through": "lostThrough"}
+
+
+def _samples_to_str(samples: Iterable[Any], base: float) -> str:
+    return " ".join(f"{float(t) - base:.3f}:{int(v)}" for t, v in samples)
+
+
+def _samples_from(value: Any, base: float | None) -> list[list[float]]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        out = []
+        for item in value.split():
+            off, _, v = item.partition(":")
+            if base is None or not v:
+                raise ValueError(f"malformed samples {value!r}")
+            out.append([base + float(off), int(v)])
+        return out
+    return [[float(t), int(v)] for t, v in value]  # the old form: [[time, value], ...]
+
+
+def estimator_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``EstimatorState.to_dict()`` -> ``status.estimator``."""
+    at = float(d["atS"])
+    parts = {}
+    for k, p in dict(d.get("partitions") or {}).items():
+        q = {_EST_KEYS.get(n, n): v for n, v in dict(p).items() if n != "window"}
+        q["window"] = _samples_to_str(p.get("window") or (), at)
+        parts[str(k)] = q
+    return {"at": format_time(at), "capacityPerReplica": d.get("capacityPerReplica"),
+            "dataLossRecords": d.get("dataLossRecords", 0), "resets": d.get("resets", 0), "partitions": parts}
+
+
+def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.estimator`` (this form or the old one) -> the dict ``EstimatorState.from_dict`` reads.
+    Raises ValueError on a malformed value (the caller then starts fresh)."""
+    if "atS" in d:  # written before times were strings
+        return dict(d)
+    try:
+        at = parse_time(d["at"])
+        back = {v: k for k, v in _EST_KEYS.items()}
+        parts = {}
+        for k, p in dict(d.get("partitions") or {}).items():
+            q = {back.get(n, n): v for n, v in dict(p).items() if n != "window"}
+            q["window"] = _samples_from(p.get("window"), at)
+            parts[str(k)] = q
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed status.estimator: {exc}") from exc
+    return {"atS": at, "capacityPerReplica": d.get("capacityPerReplica"),
+            "dataLossRecords": d.get("dataLossRecords", 0), "resets": d.get("resets", 0), "partitions": parts}
+
+
+def estimator_time(d: Mapping[str, Any] | None) -> float:
+    """When ``status.estimator`` (either form) was computed; 0 if absent or unreadable."""
+    d = d or {}
+    try:
+        return parse_time(d.get("at", d.get("atS"))) or 0.0
+    except ValueError:
+        return 0.0
+
+
+def scaling_history_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``ScalingHistory.to_dict()`` -> ``status.scalingHistory`` (recommendations relative to the newest)."""
+    recs = list(d.get("recommendations") or ())
+    base = max((float(t) for t, _ in recs), default=None)
+    return {"lastScaleTime": format_time(d.get("lastScaleS")),
+            "recommendationsAt": format_time(base),
+            "recommendations": _samples_to_str(recs, base) if base is not None else ""}
+
+
+def scaling_history_from_status(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``status.scalingHistory`` (this form or the old one) -> the dict ``ScalingHistory.from_dict``
+    reads; a malformed value gives None (an empty history, as ``from_dict`` does)."""
+    if not d:
+        return None
+    if "lastScaleS" in d or isinstance(d.get("recommendations"), list):
+        return dict(d)
+    try:
+        base = parse_time(d.get("recommendationsAt"))
+        return {"recommendations": _samples_from(d.get("recommendations") or None, base),
+                "lastScaleS": parse_time(d.get("lastScaleTime"))}
+    except (TypeError, ValueError):
+        return None
+
+
+def step_memory_from_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` with ``estimator`` and ``scalingHistory`` in the form ``StepState.from_status``
+    reads (an unreadable estimator is dropped: the step then starts fresh)."""
+    out = dict(status)
+    if status.get("estimator"):
+        try:
+            out["estimator"] = estimator_from_status(status["estimator"])
+        except ValueError:
+            out["estimator"] = None
+    out["scalingHistory"] = scaling_history_from_status(status.get("scalingHistory"))
+    return out
