@@ -150,3 +150,30 @@ def test_dashboard_panels(on: h.Rendered) -> None:
     # the file in the chart is what the ConfigMap carries
     chart_file = Path(h.CHART_DIR) / "dashboards" / "lagpilot.json"
     assert json.loads(chart_file.read_text()) == d
+
+
+def test_pod_monitor_scrapes_the_consumer_pods_the_operator_creates(helm: Path) -> None:
+    from lagpilot.deployment import GROUP_LABEL, HTTP_PORT, labels
+
+    assert h.template(release=RELEASE, namespace=NS, helm=helm).of_kind("PodMonitor") == []
+    r = h.template({"podMonitor": {"enabled": True}, "watchNamespaces": ["team-a"]},
+                   release=RELEASE, namespace=NS, helm=helm)
+    (pm,) = r.of_kind("PodMonitor")
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    # its selector matches the labels the operator puts on consumer pods, its port is theirs
+    pod_labels = labels("orders", "1.0")
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    # the port name is the consumer container's (operator/src/lagpilot/deployment.py)
+    src = (Path(h.REPO_ROOT) / "operator" / "src" / "lagpilot" / "deployment.py").read_text()
+    assert ep["port"] == "http" and '"name": "http", "containerPort": HTTP_PORT' in src and HTTP_PORT == 8080
+    label = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", GROUP_LABEL)
+    assert ep["relabelings"][0]["sourceLabels"] == [label]
+    r_all = h.template({"podMonitor": {"enabled": True}}, release=RELEASE, namespace=NS, helm=helm)
+    assert r_all.of_kind("PodMonitor")[0]["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_service_monitor_keeps_the_groups_namespace_label(helm: Path) -> None:
+    """Without honorLabels the target's namespace (the operator's) would replace each group's."""
+    r = h.template({"serviceMonitor": {"enabled": True}}, release=RELEASE, namespace=NS, helm=helm)
+    assert r.of_kind("ServiceMonitor")[0]["spec"]["endpoints"][0]["honorLabels"] is True

@@ -50,7 +50,10 @@ def config_yaml(port: int, sd_dir: Path, rules_dir: Path) -> str:
                    "evaluation_interval": EVALUATION_INTERVAL},
         "rule_files": [str(rules_dir / "*.yml")],
         "scrape_configs": [
-            *({"job_name": job, "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}]}
+            # honor_labels: the operator's series carry each group's own `namespace` label (as the
+            # chart's ServiceMonitor keeps it with honorLabels); a target label never overrides it
+            *({"job_name": job, "honor_labels": True,
+               "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}]}
               for kind, job in _SD_KIND.items()),
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]},
         ],
