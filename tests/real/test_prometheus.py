@@ -64,7 +64,6 @@ def _alert(rules: dict[str, dict[str, Any]], name: str, labels: dict[str, str],
 def promtool_tests(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """One promtool test case per alert (1-minute samples)."""
     g = dict(BASE)
-    g2 = {**BASE, "name": "billing"}
     return [
         {"name": "catch-up over SLA for 10m; a group within its SLA stays quiet", "interval": "1m",
          "input_series": [_series("lagpilot_projected_catch_up_seconds", "100x20"),

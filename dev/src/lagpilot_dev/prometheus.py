@@ -134,8 +134,13 @@ class PrometheusPart:
             shutil.rmtree(debs, ignore_errors=True)
             debs.mkdir(parents=True)
             log.info("downloading Debian's prometheus package (first run only)")
-            proc = subprocess.run(["apt-get", "download", "-q", PACKAGE], cwd=debs, capture_output=True,  # noqa: S603,S607
-                                  text=True, timeout=1800, check=False)
+            download = ["apt-get", "download", "-q", PACKAGE]
+            proc = subprocess.run(download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
+            if proc.returncode != 0 and os.geteuid() == 0:
+                # a fresh machine may have no package lists yet: fetch them once (root only) and retry
+                subprocess.run(["apt-get", "update", "-q", "-o", "DPkg::Lock::Timeout=600"], capture_output=True,  # noqa: S603,S607
+                               text=True, timeout=1800, check=False)
+                proc = subprocess.run(download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
             found = sorted(debs.glob(f"{PACKAGE}_*.deb"))
             if proc.returncode != 0 or not found:
                 raise RuntimeError(f"apt-get download {PACKAGE} failed (exit {proc.returncode}; run `apt-get update` "
