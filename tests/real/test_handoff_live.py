@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from lagpilot.status import parse_time
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
@@ -79,9 +80,9 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     killed_at = time.time()
     enable_drain(s)
     d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.2)
-    assert d["plannedAt"] >= killed_at - 1, "the drain was planned before the rebalance started"
+    assert parse_time(d["plannedAt"]) >= killed_at - 1, "the drain was planned before the rebalance started"
     restarted = pod_runner.pid_of(s.ns, victim)
-    print(f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {d['plannedAt']:.1f}; "
+    print(f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {parse_time(d['plannedAt']):.1f}; "
           f"victim running again: {restarted is not None and restarted != vpid}")
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
     marker = crash_dir / "handoff-after_commit"
@@ -131,9 +132,9 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
 
     wait_until(members_left, "two consumers stopped by the scale-down", 60, interval=0.1)
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
-    print(f"scale-down at {down_at:.1f}, published {d.get('publishedAt'):.1f}, scale-up at {up_at:.1f} (phase then "
-          f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {d.get('handedOffAt'):.1f}")
-    assert down_at < d["handedOffAt"], "the scale-down came after the hand-off"
+    print(f"scale-down at {down_at:.1f}, published {parse_time(d.get('publishedAt')):.1f}, scale-up at {up_at:.1f} (phase then "
+          f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {parse_time(d.get('handedOffAt')):.1f}")
+    assert down_at < parse_time(d["handedOffAt"]), "the scale-down came after the hand-off"
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck", d
 

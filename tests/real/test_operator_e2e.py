@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from lagpilot import status as status_mod
 from tests.fixtures.kube import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -456,23 +457,29 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     def status() -> dict[str, Any]:
         return get_cr(custom, ns, name).get("status") or {}
 
+    def recs(st: dict[str, Any]) -> list[list[float]]:  # the status keeps them on one line, RFC 3339 base
+        return (status_mod.scaling_history_from_status(st.get("scalingHistory")) or {}).get("recommendations") or []
+
+    def est(st: dict[str, Any]) -> dict[str, Any]:  # epoch-second windows, as the estimator keeps them
+        return status_mod.estimator_from_status(st["estimator"])
+
     wait_until(lambda: (status().get("estimator") or {}).get("capacityPerReplica")
-               and len((status().get("scalingHistory") or {}).get("recommendations", [])) >= 3
+               and len(recs(status())) >= 3
                and all(p.get("samples", 0) >= 2 for p in ((status().get("estimator") or {}).get("partitions") or {"-": {}}).values()),
                "a capacity estimate, a few recommendations and rate samples", 180, interval=1)
     op.kill()
     t_kill = time.time()
     before = status()
-    recs_before = [t for t, _ in before["scalingHistory"]["recommendations"]]
+    recs_before = [t for t, _ in recs(before)]
     cap_before = before["estimator"]["capacityPerReplica"]
     print(f"before the kill: capacity {cap_before}, {len(recs_before)} recommendations, "
           f"totalLag {before['totalLag']}, replicas {before['desiredReplicas']}")
     assert before["totalLag"] > 0, "the backlog must outlive the restart for this test to mean anything"
 
     start_operator(ns)
-    after = wait_until(lambda: (s := status()) and s["estimator"]["atS"] > t_kill and s,
+    after = wait_until(lambda: (s := status()) and status_mod.estimator_time(s.get("estimator")) > t_kill and s,
                        "the successor's first cycle", 120, interval=0.5)
-    recs_after = [t for t, _ in after["scalingHistory"]["recommendations"]]
+    recs_after = [t for t, _ in recs(after)]
     print(f"after the restart: capacity {after['estimator']['capacityPerReplica']}, "
           f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
           f"decision: {after['lastDecision']}")
@@ -481,7 +488,7 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     # capacityPerReplica > 0 would prove nothing): every partition's rate-sample count continues
     # from the pre-kill status (a fresh estimator starts at 0), and its sample window still holds
     # samples taken before the kill
-    parts_before, parts_after = before["estimator"]["partitions"], after["estimator"]["partitions"]
+    parts_before, parts_after = est(before)["partitions"], est(after)["partitions"]
     assert parts_before and set(parts_after) == set(parts_before)
     for p, est in parts_before.items():
         assert est["samples"] >= 2, f"partition {p}: too few samples before the kill for the check to mean anything"

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lagpilot.status import format_time
 from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_handler import batch_cost_s
 from lagpilot_dev.demo_report import Proof, Sample
@@ -113,11 +114,14 @@ def test_drains_seen_merges_live_status_and_history() -> None:
     running = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 10, "split": 500}],
                "subRanges": [{"partition": 0, "index": 0, "start": 10, "end": 250, "next": 250, "records": 240},
                              {"partition": 0, "index": 1, "start": 250, "end": 500, "next": 300, "records": 50}],
-               "recordsTotal": 490, "recordsDone": 290, "history": []}
-    hist1 = {"id": 1, "phase": "Verified", "reason": "RegrowingPartition", "ranges": running["ranges"],
+               "recordsTotal": 490, "recordsDone": 290, "history": [],
+               "plannedAt": "2023-11-14T22:13:20.000Z", "startedAt": "2023-11-14T22:13:25.250Z"}
+    # as the status holds them: RFC 3339 times, a history entry's ranges on one line
+    hist1 = {"id": 1, "phase": "Verified", "reason": "RegrowingPartition", "ranges": "p0[10..500)",
              "recordsTotal": 490, "recordsDone": 490, "pauseSeconds": 1.5, "seconds": 30.0}
     second = {"id": 2, "phase": "Planned", "ranges": [{"partition": 1, "start": None, "split": 900}],
-              "subRanges": [], "recordsTotal": 0, "recordsDone": 0, "history": [hist1]}
+              "subRanges": [], "recordsTotal": 0, "recordsDone": 0, "history": [hist1],
+              "plannedAt": "2023-11-14T22:13:50.000Z"}
     samples = [_s(0, {}, {}, drain=running), _s(5, {}, {}, drain=second), _s(6, {}, {}, drain=running)]
     assert samples[0].drain_tasks == 1 and samples[0].drain_active
     drains = demo_report.drains_seen(samples)
@@ -125,6 +129,10 @@ def test_drains_seen_merges_live_status_and_history() -> None:
     # the history's final word is not overwritten by a stale live status seen later
     assert drains[0]["phase"] == "Verified" and drains[0]["records_done"] == 490 and drains[0]["seconds"] == 30.0
     assert drains[1]["phase"] == "Planned" and drains[1]["ranges"][0]["split"] == 900
+    assert drains[0]["ranges"] == [{"partition": 0, "start": 10, "split": 500}]
+    # the summary keeps epoch seconds (its format is unchanged)
+    assert drains[0]["times"] == {"plannedAt": 1_700_000_000.0, "startedAt": 1_700_000_005.25}
+    assert drains[1]["times"] == {"plannedAt": 1_700_000_030.0}
 
 
 def _ledger(per: dict[int, tuple[int, int, int]] | None = None, ends: dict[int, int] | None = None) -> dict:
@@ -328,7 +336,7 @@ def test_hand_off_pause_names_the_partition_and_its_usual_gap() -> None:
 def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     wall0 = 1000.0
     drain = {"id": 1, "phase": "Running", "ranges": [], "records_total": 0, "records_done": 0, "pause_seconds": 30.0,
-             "times": {"plannedAt": wall0 + 20, "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
+             "times": {"plannedAt": format_time(wall0 + 20), "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
     batches = ([_b("c0", float(t), 50, (0,)) for t in range(0, 40)] + [_b("c1", float(t), 50, (1,)) for t in range(0, 40)]
                + [_b("spark", 27.0, 50, (1,), source="drain"), _b("spark", 28.0, 50, (1,), source="drain")])
     samples = [_s(t, {}, {}, replicas=3 if t != 20 else 2) for t in range(0, 40)]

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lagpilot.status import parse_time
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -107,11 +109,11 @@ def usual_gap(times: Sequence[float], before: float, span_s: float = 60.0) -> fl
 def hand_off_window(drain: Mapping[str, Any], wall0: float) -> tuple[float, float] | None:
     """Replay-time window of a drain's hand-off: planned → the live group consuming past the split
     (``handedOffAt`` on the non-stopping path, ``resumedAt`` after a quiesce); None if not known."""
-    planned = drain.get("plannedAt")
-    ends = [drain.get(k) for k in ("handedOffAt", "resumedAt") if drain.get(k) is not None]
+    planned = parse_time(drain.get("plannedAt"))  # RFC 3339 as in the status, or epoch seconds
+    ends = [parse_time(drain.get(k)) for k in ("handedOffAt", "resumedAt") if drain.get(k) is not None]
     if planned is None or not ends:
         return None
-    return float(planned) - wall0, max(float(e) for e in ends) - wall0
+    return planned - wall0, max(ends) - wall0
 
 
 def hand_off_pause(times_by_partition: Mapping[int, Sequence[float]], window: tuple[float, float]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagpilot.handoff import ranges_of
+from lagpilot.status import parse_time
 from lagpilot_dev import demo_measure
 
 ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")
@@ -132,8 +134,7 @@ DRAIN_TIMES = ("plannedAt", "publishedAt", "quiescedAt", "handedOffAt", "resumed
 
 
 def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
-    ranges = [{"partition": int(r["partition"]), "start": r.get("start"), "split": r.get("split")}
-              for r in d.get("ranges") or []]
+    ranges = ranges_of(d)  # a list of objects, or one line in a history entry
     out: dict[str, Any] = {
         "phase": d.get("phase"),
         "reason": d.get("reason"),
@@ -143,7 +144,7 @@ def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
     }
     if d.get("pauseSeconds") is not None:
         out["pause_seconds"] = d.get("pauseSeconds")
-    times = {k: d[k] for k in DRAIN_TIMES if d.get(k) is not None}
+    times = {k: parse_time(d[k]) for k in DRAIN_TIMES if d.get(k) is not None}  # RFC 3339 -> epoch s
     if times:
         out["times"] = times
     if d.get("handOffPath"):
@@ -151,7 +152,7 @@ def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
     if d.get("seconds") is not None:
         out["seconds"] = d.get("seconds")
     elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
-        out["seconds"] = round(float(d["finishedAt"]) - float(d["startedAt"]), 1)
+        out["seconds"] = round(parse_time(d["finishedAt"]) - parse_time(d["startedAt"]), 1)
     if "seconds" in d and "subRanges" not in d:  # a history entry: the drain is over
         out["final"] = True
     return out
