@@ -432,6 +432,100 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
     }
 
 
+def parse_variants(items: list[str]) -> dict[str, dict[str, str]]:
+    """``NAME=ENVJSON`` (e.g. ``old={"LAGPILOT_DRAIN_WARM_WORKERS":"0"}``) -> {name: env} (pure)."""
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--startup-ab wants NAME=ENVJSON, got {item!r}")
+        env = json.loads(value or "{}")
+        if not isinstance(env, dict):
+            raise ValueError(f"--startup-ab {name}: the environment must be a JSON object")
+        out[name] = {str(k): str(v) for k, v in env.items()}
+    return out
+
+
+def round_order(names: list[str], rnd: int) -> list[str]:
+    """Alternate which variant runs first (pure): even rounds as given, odd rounds reversed."""
+    return list(names) if rnd % 2 == 0 else list(reversed(names))
+
+
+def median_diffs(rows: dict[str, list[dict[str, Any]]], key: str, base: str) -> dict[str, float | None]:
+    """Per variant, the median over rounds of (variant - base) for ``key`` (pure; same round pairs)."""
+    import statistics
+
+    out: dict[str, float | None] = {}
+    for name, rs in rows.items():
+        if name == base:
+            continue
+        d = [b[key] - a[key] for a, b in zip(rows[base], rs) if a.get(key) is not None and b.get(key) is not None]
+        out[name] = round(statistics.median(d), 2) if d else None
+    return out
+
+
+def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars: list[str],
+                   variants: dict[str, dict[str, str]], args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The drain's start-up alone, variants side by side: per round, each variant (its extra
+    environment) drains the same backlog as a fresh drain (fresh progress groups, fresh ledger),
+    launched as a process; launch -> first drained record in the sink, steady rate, the drain's
+    CPU seconds and its start-up milestones. The order alternates per round (load drifts)."""
+    import statistics
+
+    from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
+
+    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
+    ranges = {p: (0, n) for p, n in counts.items()}
+    for rnd in range(args.rounds):
+        for name in round_order(list(variants), rnd):
+            group = f"bench-ab-{uuid.uuid4().hex[:6]}"
+            table = f"bench_ab_{uuid.uuid4().hex[:8]}"
+            ledger.create_table(dsn, table)
+            subs = split_ranges(ranges, args.split_factor, min_records_per_task=args.batch)
+            plan = DrainPlan(uuid.uuid4().hex[:8], topic, group, subs, args.batch,
+                             parallelism_for(subs, args.max_tasks)).validate()
+            env = base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch)
+            env.update(LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO", **variants[name])
+            summary_file = workdir / f"ab-{name}-{rnd}.json"
+            load = os.getloadavg()[0]
+            t_launch = time.time()
+            with open(workdir / f"ab-{name}-{rnd}.log", "wb") as log:
+                proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
+                                         "--summary-file", str(summary_file)], env=env, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+                cpu = CpuSampler(proc.pid, [])
+                cpu.start()
+                rc = proc.wait(timeout=1800)
+                cpu_s = cpu.stop()
+            if rc != 0:
+                raise RuntimeError(f"lagpilot drain ({name}) exited {rc}: see {workdir}")
+            st = ledger.stats(dsn, table, ranges, source="drain")
+            steady = (st["last_at"] or 0) - (st["first_at"] or 0)
+            summary = json.loads(summary_file.read_text())
+            row = {"round": rnd, "load_1m": round(load, 1),
+                   "launch_to_first_drained_s": round(st["first_at"] - t_launch, 2) if st["first_at"] else None,
+                   "records_per_s": round(sum(counts.values()) / steady) if steady > 0 else None,
+                   "drain_cpu_s": round(sum(v for k, v in cpu_s.items() if k in ("spark_jvm", "python_workers", "drain_driver")), 1),
+                   "lost": st["lost"], "duplicated": st["duplicated"], "startup": summary.get("startup")}
+            rows[name].append(row)
+            print(f"round {rnd} {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    base = next(iter(variants))
+
+    def med(name: str, key: str) -> float | None:
+        got = [r[key] for r in rows[name] if r.get(key) is not None]
+        return round(statistics.median(got), 2) if got else None
+
+    return {"mode": "startup_ab", "records": sum(counts.values()), "rounds": args.rounds, "base": base,
+            "variants": {n: {"env": variants[n], "median_launch_to_first_drained_s": med(n, "launch_to_first_drained_s"),
+                             "median_records_per_s": med(n, "records_per_s"), "median_drain_cpu_s": med(n, "drain_cpu_s"),
+                             "rounds": rows[n]} for n in variants},
+            "median_diff_vs_base": {"launch_to_first_drained_s": median_diffs(rows, "launch_to_first_drained_s", base),
+                                    "records_per_s": median_diffs(rows, "records_per_s", base),
+                                    "drain_cpu_s": median_diffs(rows, "drain_cpu_s", base)},
+            "lost": sum(r["lost"] for rs in rows.values() for r in rs),
+            "duplicated": sum(r["duplicated"] for rs in rows.values() for r in rs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=None, help="backlog (default 720,000; --quick 30,000)")
@@ -445,8 +539,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--handoff-timeout", type=float, default=120.0)
     ap.add_argument("--quick", action="store_true", help="a short run for CI: 30,000 records")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--startup-ab", nargs="+", metavar="NAME=ENVJSON", default=None,
+                    help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
+                    "each NAME=ENVJSON is a variant's extra environment, e.g. old='{\"LAGPILOT_DRAIN_WARM_WORKERS\":\"0\"}' "
+                    "new='{}'; the first is the base of the per-round differences (default backlog 36,000)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of --startup-ab")
     args = ap.parse_args(argv)
-    args.records = args.records or (30_000 if args.quick else 720_000)
+    variants = parse_variants(args.startup_ab) if args.startup_ab else None
+    args.records = args.records or (36_000 if variants else 30_000 if args.quick else 720_000)
     args.live_rate = args.live_rate if args.live_rate is not None else (50 if args.quick else 200)
 
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -465,6 +565,18 @@ def main(argv: list[str] | None = None) -> int:
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
         counts = produce(bootstrap, topic, args.records)
         print(f"produced {sum(counts.values())} records on {PARTITIONS} partitions; work dir {workdir}", file=sys.stderr)
+        if variants:
+            ab = run_startup_ab(bootstrap, topic, dsn, counts, list(info.spark_jars), variants, args, workdir)
+            ab["load_avg_1m"] = {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}
+            ab["cores"] = os.cpu_count()
+            for name, v in ab["variants"].items():
+                print(f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
+                      f"records/s {v['median_records_per_s']}  drain CPU {v['median_drain_cpu_s']} s  env {v['env']}")
+            print(f"median per-round difference vs {ab['base']}: {ab['median_diff_vs_base']}  lost {ab['lost']} "
+                  f"duplicated {ab['duplicated']}  load {ab['load_avg_1m']}")
+            if args.json:
+                print(json.dumps(ab))
+            return 0 if ab["lost"] == 0 and ab["duplicated"] == 0 else 1
         group = run_group(bootstrap, topic, dsn, counts, args, workdir)
         print(f"group: {group}", file=sys.stderr)
         drain = run_drain(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir)

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagpilot_runtime.drain_job import (CDS_ARCHIVE_NAME, DEFAULT_DRIVER_JAVA_OPTIONS, cds_archive, driver_java_options,
-                                        relation_options, remaining_work, session_conf, startup_breakdown, sub_range_of)
+                                        _switch, relation_options, remaining_work, session_conf, startup_breakdown,
+                                        sub_range_of)
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain import classify, longest_gap, percentile  # noqa: E402
+from bench.drain import classify, longest_gap, median_diffs, parse_variants, percentile, round_order  # noqa: E402
 
 PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)
 
@@ -129,3 +130,95 @@ def test_percentile_nearest_rank():
 ])
 def test_cpu_buckets(cmd, drain, live, bucket):
     assert classify(cmd, drain, live) == bucket
+
+
+@pytest.mark.parametrize("value,default,expect", [
+    (None, True, True), ("", True, True), ("0", True, False), ("off", True, False), ("false", True, False),
+    ("1", False, True), (None, False, False), ("yes", False, True),
+])
+def test_start_up_switches(value, default, expect):
+    env = {} if value is None else {"LAGPILOT_DRAIN_WARM_WORKERS": value}
+    assert _switch(env, "LAGPILOT_DRAIN_WARM_WORKERS", default) is expect
+
+
+def test_startup_ab_variants_order_and_paired_differences():
+    v = parse_variants(['old={"LAGPILOT_DRAIN_WARM_WORKERS": 0}', "new={}", "bare="])
+    assert v == {"old": {"LAGPILOT_DRAIN_WARM_WORKERS": "0"}, "new": {}, "bare": {}}
+    assert list(v) == ["old", "new", "bare"]  # the first is the base of the differences
+    with pytest.raises(ValueError):
+        parse_variants(["no-equals-sign"])
+    with pytest.raises(ValueError):
+        parse_variants(["x=[1]"])
+    assert round_order(["a", "b", "c"], 0) == ["a", "b", "c"] and round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
+    rows = {"old": [{"t": 10.0}, {"t": 30.0}, {"t": 12.0}], "new": [{"t": 8.0}, {"t": 31.0}, {"t": 9.0}],
+            "gap": [{"t": None}, {"t": 1.0}, {}]}
+    # paired per round: -2, +1, -3 -> median -2 (best-of or median-of-each would say something else)
+    assert median_diffs(rows, "t", "old") == {"new": -2.0, "gap": -29.0}
+
+
+class _FakeRow(dict):
+    def asDict(self):  # noqa: N802 - pyspark's Row API
+        return dict(self)
+
+
+class _FakeJob:
+    """A DataFrame-shaped job: planning, then collect (or a failure); records what ran."""
+
+    def __init__(self, rows, fail=False, block=None):
+        self.rows, self.fail, self.block, self.planned, self.collected = rows, fail, block, False, False
+        outer = self
+
+        class _QE:
+            def executedPlan(self):  # noqa: N802
+                outer.planned = True
+
+        class _JDF:
+            def queryExecution(self):  # noqa: N802
+                return _QE()
+
+        self._jdf = _JDF()
+
+    def collect(self):
+        if self.block is not None:
+            assert self.block.wait(5), "never cancelled"
+        if self.fail:
+            raise RuntimeError("task failed 4 times")
+        self.collected = True
+        return [_FakeRow(r) for r in self.rows]
+
+
+class _FakeSpark:
+    def __init__(self, on_cancel=None):
+        self.cancelled = 0
+        outer = self
+
+        class _SC:
+            def cancelAllJobs(self):  # noqa: N802
+                outer.cancelled += 1
+                if on_cancel:
+                    on_cancel()
+
+        self.sparkContext = _SC()
+
+
+def test_collect_in_parallel_returns_every_task_summary():
+    from lagpilot_runtime.drain_job import collect_in_parallel
+
+    jobs = [_FakeJob([{"records": i, "index": i}, {"records": 10 + i, "index": i}]) for i in range(4)]
+    spark = _FakeSpark()
+    results, planned = collect_in_parallel(spark, jobs)
+    assert sorted(r["records"] for r in results) == [0, 1, 2, 3, 10, 11, 12, 13]
+    assert len(planned) == 4 and all(j.planned and j.collected for j in jobs) and spark.cancelled == 0
+
+
+def test_collect_in_parallel_a_failure_cancels_the_other_jobs_and_is_raised():
+    import threading
+
+    from lagpilot_runtime.drain_job import collect_in_parallel
+
+    release = threading.Event()
+    spark = _FakeSpark(on_cancel=release.set)  # a cancelled job returns (Spark: its collect raises)
+    jobs = [_FakeJob([{"records": 1}], block=release), _FakeJob([], fail=True)]
+    with pytest.raises(RuntimeError, match="4 times"):
+        collect_in_parallel(spark, jobs)
+    assert spark.cancelled == 1

@@ -73,7 +73,7 @@ def process_start_time(pid: int | str = "self") -> float | None:
 
 # the driver's and the tasks' milestones, in the order they happen (seconds since process start)
 STARTUP_MARKS = ("process_start", "main_entered", "progress_read", "pyspark_imported", "jvm_up", "session_ready",
-                 "relations_planned", "job_submitted", "daemon_started", "worker_forked", "task_started",
+                 "workers_warm", "relations_planned", "job_submitted", "daemon_started", "worker_forked", "task_started",
                  "first_record", "first_batch_handled")
 
 
@@ -678,8 +678,9 @@ def relation_options(topic: str, work: Sequence[tuple[SubRange, int]]) -> list[d
     return out
 
 
-def build_frame(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]) -> Any:
-    """The Kafka relations for the unfinished work, unioned: one Spark task per sub-range."""
+def build_frames(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
+                 kafka_opts: Mapping[str, str]) -> list[Any]:
+    """One Kafka relation per sub-range index for the unfinished work: one Spark task per sub-range."""
     from pyspark.sql import functions as F
 
     frames = []
@@ -689,7 +690,80 @@ def build_frame(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]
             reader = reader.option(k, v)
         frames.append(reader.load().select("topic", "partition", "offset", "key", "value", "headers",
                                            F.unix_millis(F.col("timestamp")).alias("ts_ms")))
-    return functools.reduce(lambda a, b: a.unionByName(b), frames)
+    return frames
+
+
+def build_frame(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]) -> Any:
+    """The Kafka relations for the unfinished work, unioned: one Spark task per sub-range."""
+    return functools.reduce(lambda a, b: a.unionByName(b), build_frames(spark, plan, work, kafka_opts))
+
+
+def _switch(env: Mapping[str, str], name: str, default: bool = True) -> bool:
+    value = env.get(name)
+    return default if value is None or value == "" else value not in ("0", "false", "off", "no")
+
+
+def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str, Any]], list[float]]:
+    """Plan and run one Spark job per relation, each from its own thread (pinned to its own JVM thread).
+
+    Spark's Kafka source plans a relation by creating an admin client and asking the broker for the
+    partitions and offsets, then validating them: mostly waiting on the network. In one unioned
+    plan the relations are planned one after the other; as separate jobs they are planned at once,
+    and each relation's tasks start as soon as that relation is planned. The tasks are the same
+    (one per sub-range, the same ``[start, end)``). Returns the tasks' summaries and when each job
+    was planned. The first failure cancels the other jobs and is raised.
+    """
+    import threading
+
+    results: list[list[dict[str, Any]]] = [[] for _ in jobs]
+    planned: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def one(i: int, job: Any) -> None:
+        try:
+            job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
+            with lock:
+                planned.append(time.time())
+            results[i] = [r.asDict() for r in job.collect()]
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+            with lock:
+                first = not errors
+                errors.append(exc)
+            if first:
+                try:
+                    spark.sparkContext.cancelAllJobs()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    threads = [threading.Thread(target=one, args=(i, j), name=f"drain-job-{i}", daemon=True) for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [r for rs in results for r in rs], planned
+
+
+def warm_workers(spark: Any, marks: dict[str, float | None]) -> Any:
+    """Start the Python worker daemon (its preloads) and one worker with a one-row Arrow job, in a
+    thread, while the Kafka relations are planned: the drain's first task then finds the daemon
+    ready (and reuses the warm worker) instead of waiting for it. Same eval type (mapInArrow) and
+    environment as the drain's tasks, so the same daemon. Best effort: a failure only costs the
+    warm-up. Returns the thread."""
+    import threading
+
+    def go() -> None:
+        try:
+            spark.range(0, 1, numPartitions=1).mapInArrow(_train_map, "n long").collect()
+            marks["workers_warm"] = time.time()
+        except Exception as exc:  # noqa: BLE001
+            log.info("warming the Python workers failed", extra=_fields(event="drain_warm_failed", error=str(exc)[:200]))
+
+    t = threading.Thread(target=go, name="drain-warm-workers", daemon=True)
+    t.start()
+    return t
 
 
 def _task_marks(results: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
@@ -743,15 +817,25 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         if work:
             spark = starter.get()
             summary["session_ready_at"] = marks.get("session_ready")
-            frame = build_frame(spark, plan, work, spark_kafka_options(cfg, plan.read_committed))
+            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
+                warm_workers(spark, marks)
+            kafka_opts = spark_kafka_options(cfg, plan.read_committed)
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
-            if use_arrow:
+            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS"):
+                jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
+                        for f in build_frames(spark, plan, work, kafka_opts)]
+                marks["job_submitted"] = time.time()
+                results, planned = collect_in_parallel(spark, jobs)
+                marks["relations_planned"] = max(planned) if planned else None
+            elif use_arrow:
+                frame = build_frame(spark, plan, work, kafka_opts)
                 job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
                 job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
                 marks["relations_planned"] = time.time()
                 marks["job_submitted"] = time.time()
                 results = [r.asDict() for r in job.collect()]
             else:
+                frame = build_frame(spark, plan, work, kafka_opts)
                 marks["relations_planned"] = time.time()
                 marks["job_submitted"] = time.time()
                 results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
