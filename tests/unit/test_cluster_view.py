@@ -295,3 +295,23 @@ def test_a_stopped_observer_answers_no_one() -> None:
     h.close()
     with pytest.raises(ObserveError):
         observe(h, "t", "g", timeout_s=1)
+
+
+def test_cycles_of_many_crs_start_within_one_views_freshness_but_not_at_once() -> None:
+    """200 CRs with a 10 s interval: every cycle starts within the first 60 % of the 5 s freshness
+    bound after a multiple of the interval (so one view serves them all), spread over it (not one
+    burst at the API server), each wait between poll/2 and 3·poll/2."""
+    from lagpilot.kafka_observe import cycle_phase_s, observe_max_age_s
+    from lagpilot.reconcile import aligned_delay
+
+    poll, now = 10.0, 1_700_000_003.7
+    starts = []
+    for i in range(200):
+        key = f"ns/g{i:03d}"
+        d = aligned_delay(poll, now, cycle_phase_s(key, poll))
+        assert poll / 2 <= d <= 1.5 * poll
+        starts.append((now + d) % poll)
+        assert cycle_phase_s(key, poll) == cycle_phase_s(key, poll)  # stable
+    assert max(starts) < 0.6 * observe_max_age_s(poll) + 1e-6
+    assert max(starts) - min(starts) > 2.0  # spread, not one instant
+    assert len({round(s, 1) for s in starts}) > 20

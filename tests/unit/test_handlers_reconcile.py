@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lagpilot.kafka_observe import AdminPool, CapacityReport, Observation, ObserveError, PartitionOffsets
+from lagpilot.kafka_observe import AdminPool, CapacityReport, Observation, ObserveError, PartitionOffsets, cycle_phase_s
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, backoff_s, run_cycle
+from lagpilot.reconcile import Cache, Deps, GroupRef, aligned_delay, apply_deployment, backoff_s, run_cycle
 from lagpilot import status as status_mod
 from lagpilot.estimate import EstimatorState
 from lagpilot.scaling import ScalingHistory
@@ -139,7 +139,7 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     w = World(base_spec())
     w.kafka.set([(0, 100, 100, None)] * 3)
     res = w.cycle()
-    assert res.ok and res.delay_s == 5
+    assert res.ok and res.delay_s == aligned_delay(5, w.kafka.clock, cycle_phase_s(w.ref.key, 5))
     assert w.kube.replicas == 1
     assert "DeploymentCreated" in w.reasons()
     st = w.kube.status
@@ -248,7 +248,7 @@ def test_kafka_failures_degrade_with_backoff(reason: str) -> None:
     w.kafka.error = None
     w.kafka.set([(0, 10, 10, None)])
     res = w.cycle(advance=1)
-    assert res.ok and res.delay_s == 5
+    assert res.ok and res.delay_s == aligned_delay(5, w.kafka.clock, cycle_phase_s(w.ref.key, 5))
     assert w.cond("Degraded")["status"] == "False"
     assert "Recovered" in w.reasons()
 

@@ -30,6 +30,7 @@ KafkaTimeout, KafkaError. Messages name the bootstrap servers and the topic, nev
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import time
@@ -46,12 +47,21 @@ from lagpilot.offsets_snapshot import (OFFSETS_TOPIC, OffsetsSnapshot, _snapshot
 __all__ = ["AdminHandle", "AdminPool", "CapacityReport", "ClusterObserver", "ClusterView", "ObserveError",
            "Observation", "OFFSETS_TOPIC", "OffsetsSnapshot", "PartitionOffsets", "SafeAdmin", "SecretError",
            "TopicWatermarks", "_KAFKA_LOG", "_RepeatFilter", "_snapshot_consumer_factory", "admin_config",
-           "classify", "committed_offsets", "config_key", "observe", "observe_max_age_s", "offsets_partition_for",
+           "classify", "committed_offsets", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
            "parse_capacity_metadata", "parse_offset_commit", "peek_oldest", "set_request_counter"]
 
 log = logging.getLogger(__name__)
 
 CAPACITY_PREFIX = "lp1;"
+
+
+def cycle_phase_s(key: str, poll_interval_s: float) -> float:
+    """Where in its poll interval a CR's cycle starts (`reconcile.aligned_delay`): spread over the
+    first 60 % of the freshness bound by a hash of the CR's key, so the cycles of many CRs do not
+    reach the API server (and the GIL) in one burst, yet all fall within one cluster view's
+    freshness and share it. Stable across operator restarts."""
+    frac = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") / 2 ** 32
+    return frac * 0.6 * observe_max_age_s(poll_interval_s)
 
 
 def observe_max_age_s(poll_interval_s: float) -> float:

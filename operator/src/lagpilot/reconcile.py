@@ -34,7 +34,7 @@ from lagpilot import step as step_mod
 from lagpilot.deployment import build_deployment, deployment_name
 from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
 from lagpilot.kafka_observe import observe as kafka_observe
-from lagpilot.kafka_observe import observe_max_age_s, peek_oldest
+from lagpilot.kafka_observe import cycle_phase_s, observe_max_age_s, peek_oldest
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.scaling import Decision
@@ -343,18 +343,20 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     if cache.last_event_reason is not None:
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
-    return CycleResult(True, aligned_delay(spec.scaling.poll_interval_seconds, deps.clock()), decision.reason,
+    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), decision.reason,
                        decision, applied)
 
 
-def aligned_delay(poll_s: float, now: float) -> float:
-    """The wait until the next multiple of `poll_s` on the wall clock (between poll/2 and 3·poll/2):
-    the cycles of every CR with the same poll interval fall into the same instants, so they share
-    one read of the cluster (cluster_view.ClusterObserver) instead of one per CR. On average the
+def aligned_delay(poll_s: float, now: float, phase_s: float = 0.0) -> float:
+    """The wait until the next multiple of `poll_s` on the wall clock plus this CR's `phase_s`
+    (between poll/2 and 3·poll/2): the cycles of every CR with the same poll interval fall within
+    a few seconds of the same instants, so they share one read of the cluster
+    (cluster_view.ClusterObserver) instead of one per CR, spread by their phases
+    (kafka_observe.cycle_phase_s) so they do not all call the API server at once. On average the
     wait is still `poll_s`."""
     if poll_s <= 0 or not math.isfinite(now):
         return poll_s
-    d = poll_s - math.fmod(now, poll_s)
+    d = poll_s - math.fmod(now - phase_s, poll_s)
     return d if d >= poll_s / 2 else d + poll_s
 
 
