@@ -81,7 +81,7 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
         commit(g, t, i)
     counted: dict[str, int] = {}
     ko.set_request_counter(lambda kind, n: counted.__setitem__(kind, counted.get(kind, 0) + n))
-    pool = ko.AdminPool(snapshot_factory=ko._snapshot_consumer_factory, batch_window_s=0.0)
+    pool = ko.AdminPool(snapshot_factory=ko._snapshot_consumer_factory)
     try:
         with pool.lease("bench/snap", {"bootstrap.servers": kafka_bootstrap, "security.protocol": "PLAINTEXT"}) as h:
             ko.observe(h, topics[0], groups[0][0])  # starts the snapshot
