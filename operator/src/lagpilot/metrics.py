@@ -45,7 +45,7 @@ class OperatorMetrics:
                                        registry=registry,
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10, 30))
         # operator-wide (no group labels): Kafka requests by kind, to show they do not grow with the
-        # number of CRs on a cluster (kafka_observe.WatermarkBatcher); see docs/operator.md "Scale"
+        # number of CRs on a cluster (cluster_view: one shared view per interval); see docs/operator.md "Scale"
         self.kafka_requests = Counter("lagpilot_kafka_requests_total",
                                       "Kafka requests the operator issued, by kind (describe_topics, "
                                       "list_offsets, offset_fetch, admin_other).", ("kind",),
