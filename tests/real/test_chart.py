@@ -419,3 +419,16 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
         h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "120s", *helm_args], timeout=180)
     assert kube.kubectl("get", "deployment", full, "-n", rel_ns, check=False).returncode != 0
     assert kube.kubectl("get", "clusterrole", f"{full}-scanning", check=False).returncode != 0
+
+
+def test_dashboard_configmap_passes_server_side_dry_run(kube: KubeEnv, helm_bin: Any, release: str,
+                                                        namespace: Callable[..., str]) -> None:
+    """The Grafana dashboard ConfigMap (grafanaDashboard.enabled) is accepted by the API server.
+    The PrometheusRule and PodMonitor need prometheus-operator's CRDs, which the local cluster does
+    not have: their rules are checked by promtool and on a real Prometheus (test_prometheus.py)."""
+    rel_ns = namespace("lp-sys")
+    rendered = _render(helm_bin, release, rel_ns, {"grafanaDashboard": {"enabled": True}})
+    cm = rendered.get("ConfigMap", f"{release}-lagpilot-dashboard")
+    assert json.loads(cm["data"]["lagpilot.json"])["uid"] == "lagpilot-overview"
+    out = h.kubectl_apply(kube.part, [cm], dry_run_server=True)
+    assert f"configmap/{release}-lagpilot-dashboard" in out and "server dry run" in out, out
