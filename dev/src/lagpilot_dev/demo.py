@@ -21,8 +21,12 @@ Stages (each prints what it waits for):
     when the proof fails.
 
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
-them and --keep is not given). With --keep the stack, the namespace and the CR stay, and the
-`export KUBECONFIG=...` line is printed.
+them and --keep is not given). With --keep the stack, the namespace and the CR stay, and so do the
+operator and the pod runner (handed over to a background process `python -m lagpilot_dev.podrunner`
+on the same node, which adopts the consumer pods): a CR applied or edited afterwards is reconciled.
+The demo then prints their pids and how to stop them (also in <out>/kept.json), the
+`export KUBECONFIG=...` line, the Prometheus URL when the dev stack's prometheus part runs, and
+kubectl lines to try.
 """
 from __future__ import annotations
 
@@ -71,7 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", choices=sorted(PROFILES), default="default",
                    help="default: the README demo (< 10 min warm); fast: shorter spike, used by the test")
     p.add_argument("--keep", action="store_true",
-                   help="leave the stack, namespace and CR up at the end and print the KUBECONFIG line")
+                   help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
+                        "still running (a CR applied or edited afterwards is reconciled); prints how to stop them")
     p.add_argument("--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)")
     p.add_argument("--out", default=None,
                    help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
@@ -149,6 +154,7 @@ class Demo:
         self.operator: subprocess.Popen[bytes] | None = None
         self.operator_log: Any = None
         self.runner: Any = None
+        self.kept_runner: subprocess.Popen[bytes] | None = None  # --keep: the background pod runner
         self.producer: Producer | None = None
         self.api: Any = None
         self.admin: Any = None
@@ -283,6 +289,7 @@ class Demo:
         self.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=90s", timeout=120)
         self.say(f"✓ kubectl apply --server-side -f {CRD_FILE.relative_to(REPO)}: Established", indent=True)
 
+        self._stop_kept()
         self._remove_namespace(core, wait=True)
         self.say(f"waiting for: namespace {self.ns} and its default ServiceAccount", indent=True)
         core.create_namespace({"metadata": {"name": self.ns, "labels": {DEMO_LABEL: "true"},
@@ -869,8 +876,12 @@ class Demo:
         steps: list[tuple[str, Callable[[], None]]] = [("stop the producer", self._stop_producer)]
         if not keep:
             steps.append(("delete the BatchConsumerGroup (the operator removes its finalizer)", self._delete_cr))
-        steps += [("stop the pod runner and its processes", self._stop_runner),
-                  ("stop the operator", self._stop_operator)]
+        if keep and self.runner is not None and self.operator is not None:
+            steps += [("hand the pod runner over to a background process (its pods restart once)", self._detach_runner),
+                      ("leave the operator running", self._leave_operator)]
+        else:
+            steps += [("stop the pod runner and its processes", self._stop_runner),
+                      ("stop the operator", self._stop_operator)]
         if not keep:
             steps += [("delete the namespace, topic and tables", self._delete_resources)]
         steps.append(("release the stack", lambda: self._release_stack(keep)))
@@ -882,14 +893,18 @@ class Demo:
                 log.warning("cleanup step failed", extra={"step": what, "error": repr(exc)[:500]})
                 print(f"      {what}: failed ({exc!r:.200})", flush=True)
         if keep and self.info is not None:
-            print("\nThe stack, namespace and BatchConsumerGroup stay up (the operator and pod runner stopped with the demo):")
-            for line in self.info.shell_exports()[:1]:
-                print(f"  {line}")
-            if self.info.kubectl:
-                print(f"  export PATH={Path(self.info.kubectl).parent}:$PATH   # the version-matched kubectl")
-            print(f"  kubectl get bcg -n {self.ns} -o wide")
-            print(f"  kubectl describe bcg -n {self.ns} {self.name}")
-            print("  .venv/bin/lagpilot dev down    # stops the stack")
+            kept = {"operator_pid": self.operator.pid if self.operator is not None else None,
+                    "podrunner_pid": self.kept_runner.pid if self.kept_runner is not None else None,
+                    "operator_metrics": f"http://127.0.0.1:{self._operator_port}/metrics" if self.operator else None,
+                    "operator_log": str(self.out / "operator.log"), "podrunner_log": str(self.out / "podrunner.log"),
+                    "prometheus_url": self._prometheus_url()}
+            with contextlib.suppress(OSError):
+                (self.out / "kept.json").write_text(json.dumps(kept, indent=2) + "\n")
+                self._kept_file().write_text(json.dumps({**kept, "out": str(self.out)}, indent=2) + "\n")
+            print()
+            print("\n".join(kept_lines(
+                ns=self.ns, name=self.name, exports=self.info.shell_exports()[:1], kubectl=self.info.kubectl,
+                **{k: v for k, v in kept.items()})))
 
     def _stop_producer(self) -> None:
         if self.producer is not None:
@@ -950,6 +965,97 @@ class Demo:
             self.operator_log.close()
         self.operator = None
 
+    def _detach_runner(self) -> None:
+        """--keep: the in-process pod runner (threads of this process) cannot outlive the demo, so
+        it stops (its processes end, as on a node restart) and `python -m lagpilot_dev.podrunner`
+        takes over the same node in its own session: it adopts the pods bound there (their restart
+        counts go up by one) and keeps running them after the demo exits."""
+        node = self.runner.node_name
+        before = self._restart_counts()
+        self.runner.stop()
+        self.runner = None
+        with open(self.out / "podrunner.log", "ab") as fh:
+            argv = [sys.executable, "-m", "lagpilot_dev.podrunner", "--kubeconfig", str(self.info.kubeconfig),
+                    "--node-name", node, "--workdir", str(self.out / "pods"), "--namespace", self.ns]
+            self.kept_runner = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,  # noqa: S603
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        ready = None
+        while time.monotonic() < deadline:
+            if self.kept_runner.poll() is not None:
+                raise DemoError(f"the background pod runner exited with {self.kept_runner.returncode} "
+                                f"(see {self.out / 'podrunner.log'})")
+            with contextlib.suppress(Exception):
+                ready = sum(1 for n, c in self._restart_counts(ready_only=True).items() if c > before.get(n, -1))
+            if ready:
+                break
+            time.sleep(1)
+        print(f"      pod runner pid {self.kept_runner.pid} (node {node}): "
+              f"{ready or 0} pod(s) running and ready again under it", flush=True)
+
+    def _restart_counts(self, ready_only: bool = False) -> dict[str, int]:
+        """Pod name -> its container's restartCount (ready_only: only pods running and ready)."""
+        from kubernetes import client
+
+        out = {}
+        for pod in client.CoreV1Api(self.api).list_namespaced_pod(self.ns).items:
+            for cs in pod.status.container_statuses or []:
+                if not ready_only or (cs.ready and cs.state is not None and cs.state.running is not None):
+                    out[pod.metadata.name] = int(cs.restart_count or 0)
+        return out
+
+    def _leave_operator(self) -> None:
+        """--keep: the operator runs on in its own session (not stopped, not restarted any more)."""
+        if self.operator_log is not None:
+            self.operator_log.close()  # the operator has its own copy of the descriptor
+            self.operator_log = None
+        if self.operator is not None and self.operator.poll() is not None:
+            raise DemoError(f"the operator had already exited with {self.operator.returncode}")
+
+    def _kept_file(self) -> Path:
+        return cache_dir() / "demo" / f"kept-{self.ns}.json"
+
+    def _stop_kept(self) -> None:
+        """The operator and pod runner a previous `--keep` run left for this namespace: stopped
+        before the namespace is recreated (two operators must not reconcile one CR). Only pids whose
+        command line is still that operator / pod runner are signalled."""
+        path = self._kept_file()
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        for key, marker in (("podrunner_pid", "lagpilot_dev.podrunner"), ("operator_pid", "operator")):
+            pid = kept.get(key)
+            try:
+                cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, TypeError, ValueError):
+                continue
+            if marker not in cmd or "lagpilot" not in cmd or self.ns not in cmd:
+                continue
+            self.say(f"stopping the {key.split('_')[0]} (pid {pid}) a previous --keep run left", indent=True)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGTERM)  # its own session: pgid == pid
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and Path(f"/proc/{int(pid)}").exists():
+                time.sleep(0.5)
+            if Path(f"/proc/{int(pid)}").exists():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+    def _prometheus_url(self) -> str | None:
+        """The dev stack's Prometheus, when that part runs (`lagpilot dev up --parts ...,prometheus`)."""
+        if self.stack is None:
+            return None
+        try:
+            st = self.stack.status(["prometheus"])
+        except Exception:  # noqa: BLE001 - no prometheus part in this checkout, or not set up
+            return None
+        if not st.running.get("prometheus"):
+            return None
+        return (st.parts.get("prometheus") or {}).get("prometheus_url")
+
     def _delete_resources(self) -> None:
         from kubernetes import client
 
@@ -980,6 +1086,38 @@ class Demo:
             print(f"      stopped the parts the demo started: {', '.join(stopped)}", flush=True)
         if self.api is not None:
             self.api.close()
+
+
+def kept_lines(*, ns: str, name: str, exports: list[str], kubectl: str | None, operator_pid: int | None,
+               podrunner_pid: int | None, operator_metrics: str | None, operator_log: str, podrunner_log: str,
+               prometheus_url: str | None) -> list[str]:
+    """What `lagpilot demo --keep` prints at the end: what still runs, how to stop it, what to try."""
+    out = ["The stack, the namespace and the BatchConsumerGroup stay up."]
+    pids = [p for p in (operator_pid, podrunner_pid) if p is not None]
+    if pids:
+        out.append("The operator and the pod runner keep running: a CR you apply or edit there is reconciled.")
+        if operator_pid is not None:
+            out.append(f"  operator:   pid {operator_pid}, log {operator_log}"
+                       + (f", metrics {operator_metrics}" if operator_metrics else ""))
+        if podrunner_pid is not None:
+            out.append(f"  pod runner: pid {podrunner_pid}, log {podrunner_log} (runs the consumer and drain pods)")
+        out.append(f"  stop them:  kill -TERM -- {' '.join(f'-{p}' for p in pids)}   # their process groups")
+    else:
+        out.append("The operator and the pod runner stopped with the demo (they were not running).")
+    if prometheus_url:
+        out.append(f"  Prometheus: {prometheus_url}")
+    out.append("Try:")
+    out += [f"  {line}" for line in exports]
+    if kubectl:
+        out.append(f"  export PATH={Path(kubectl).parent}:$PATH   # the version-matched kubectl")
+    out += [f"  kubectl get bcg -n {ns} -o wide",
+            f"  kubectl describe bcg -n {ns} {name}",
+            f"  kubectl get pods -n {ns} -w",
+            f"  kubectl patch bcg -n {ns} {name} --type merge -p '{{\"spec\":{{\"scaling\":{{\"maxReplicas\":2}}}}}}'",
+            f"  kubectl get events -n {ns} --sort-by=.lastTimestamp | tail",
+            f"  kubectl delete bcg -n {ns} {name}   # with the operator running: its finalizer lets it go",
+            "  .venv/bin/lagpilot dev down    # stops the stack"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
