@@ -321,8 +321,17 @@ def drain_need(
         notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
     total = sum(l.lag for l in candidates)
     oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
-    # the drain should finish its records within work_fraction x target (less if the oldest is old)
-    room = max(policy.poll_interval_s, min(policy.work_fraction * target_s, target_s - oldest - policy.fixed_cost_s))
+    # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
+    # - its oldest record must still make the target: oldest + fixed cost + work <= target;
+    # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
+    #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
+    #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
+    #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
+    g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
+            for l in candidates)
+    follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
+    room = max(policy.poll_interval_s,
+               min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
     want = math.ceil(total / (task_cap * room))
     n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
     alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
