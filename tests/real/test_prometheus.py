@@ -236,6 +236,12 @@ def test_catch_up_alert_fires_on_the_real_prometheus(prometheus: prom.Prometheus
         assert float(sla["value"][1]) == 10
         (cap,) = prometheus.query(f'lagpilot_max_replicas{{namespace="{ns}",name="{name}"}}')
         assert float(cap["value"][1]) == 1
+        # the status as metrics: the CatchUpAtRisk condition the CR shows, and no drain
+        risk = prometheus.query(f'lagpilot_status_condition{{namespace="{ns}",name="{name}",type="CatchUpAtRisk"}}')
+        assert [(r["metric"]["status"], r["metric"]["reason"]) for r in risk] in (
+            [("True", "ProjectedAboveSLA")], [("True", "SLAUnreachable")]), risk
+        tasks = prometheus.query(f'lagpilot_drain_tasks{{namespace="{ns}",name="{name}"}}')
+        assert {r["metric"]["state"]: float(r["value"][1]) for r in tasks} == {"done": 0, "remaining": 0}
         assert prometheus.query(f'lagpilot_consumer_records_processed_total{{namespace="{ns}"}}'), \
             "the consumer pod's own metrics reached Prometheus"
         # every dashboard query parses and runs on this Prometheus

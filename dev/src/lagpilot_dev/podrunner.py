@@ -29,6 +29,10 @@ tcpSocket probes (readiness, liveness) go to 127.0.0.1: a probe port that is the
 LAGPILOT_METRICS_PORT or PORT (by number or through a named containerPort) goes to the pod's own
 port; any other port is probed as written (fine for a single pod such as the operator).
 
+Metrics: when the dev stack's Prometheus part exists (`metrics_sd_dir`), a pod whose container sets
+LAGPILOT_METRICS_PORT gets a file-SD target `127.0.0.1:<its own port>` while its worker runs
+(lagpilot_dev.prometheus, docs/observability.md).
+
 In-cluster credentials: unless `automountServiceAccountToken: false`, the container's KUBECONFIG
 points to a per-pod kubeconfig holding a TokenRequest token of the pod's ServiceAccount (bound to
 the pod); `KUBERNETES_SERVICE_HOST` is not set, so `load_incluster_config()` fails over to it. So a
