@@ -5,7 +5,8 @@
   wrong expectation makes promtool fail (so the passing run proves something);
 - on the real Prometheus, scraping the operator and the consumer pods (file-based discovery fed by
   the pod runner): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
-  LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs.
+  LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs; the
+  operator SIGKILLed fires LagpilotOperatorDown.
 """
 from __future__ import annotations
 
@@ -191,7 +192,8 @@ def test_catch_up_alert_fires_on_the_real_prometheus(prometheus: prom.Prometheus
     # the chart's rules with a short `for:` and the dev Prometheus's operator job
     rules_name = f"test-{uuid.uuid4().hex[:6]}"
     prometheus.load_rules(rules_name, prom.rules_from_chart(
-        {"prometheusRule": {"operatorJob": prom.OPERATOR_JOB, "for": {"catchUpOverSLA": "4s"}}}, release="lp"))
+        {"prometheusRule": {"operatorJob": prom.OPERATOR_JOB, "for": {"catchUpOverSLA": "4s", "operatorDown": "2s"}}},
+        release="lp"))
     # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
     pod_runner.metrics_sd_dir = prometheus.sd_dir
     ns = namespace("prom")
@@ -252,6 +254,19 @@ def test_catch_up_alert_fires_on_the_real_prometheus(prometheus: prom.Prometheus
                 prometheus.query(expr)  # raises on a parse error
         lag = prometheus.query(f'lagpilot_partition_lag_records{{namespace="{ns}",name="{name}"}}')
         assert {s["metric"]["partition"] for s in lag} == {"0", "1"}
+
+        # the operator dies (SIGKILL): its scrape fails and LagpilotOperatorDown fires for it
+        instance = f"127.0.0.1:{op.metrics_port}"
+        op.kill()
+        assert not op.alive()
+
+        def down() -> dict[str, Any] | None:
+            return next((a for a in prometheus.alerts() if a["labels"].get("alertname") == "LagpilotOperatorDown"
+                         and a["labels"].get("instance") == instance and a["state"] == "firing"), None)
+
+        alert = wait_until(down, "LagpilotOperatorDown firing", timeout=60, interval=1)
+        assert alert["labels"]["severity"] == "critical" and alert["labels"]["job"] == prom.OPERATOR_JOB
+        start_operator(ns)  # a live operator again, for the teardown (the CR's finalizer)
     finally:
         prometheus.remove_target("operator", ns)
         prometheus.remove_rules(rules_name)
