@@ -333,6 +333,12 @@ def drain_need(
     room = max(policy.poll_interval_s,
                min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
     want = math.ceil(total / (task_cap * room))
+    # and enough for each range to beat the group ("the drain must help", checked per range below)
+    helps = 0
+    for l in candidates:
+        spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
+        helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
+    want = max(want, helps)
     n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
     alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
     chosen: list[DrainRange] = []
