@@ -116,3 +116,12 @@ def test_chart_rules_cover_docs_rbac_md(operator_rules: set[Triple], scanning_ru
     granted = operator_rules | scanning_rules
     assert needed - granted == set(), "the operator needs these (docs/rbac.md) but the chart does not grant them"
     assert operator_rules - needed == set(), "the chart grants these but docs/rbac.md does not list them"
+
+
+def test_spark_applications_are_granted_only_when_asked() -> None:
+    rendered = h.template({"rbac": {"create": True, "sparkApplications": True}}, release="lp", namespace="lagpilot-system")
+    granted = _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
+    wanted = {("sparkoperator.k8s.io", "sparkapplications", v) for v in ("get", "create", "delete")}
+    assert wanted <= granted
+    default = _rule_triples(h.template(release="lp", namespace="lagpilot-system").get("ClusterRole", "lp-lagpilot")["rules"])
+    assert not wanted & default  # least privilege: the default launcher (a Job) needs none of it

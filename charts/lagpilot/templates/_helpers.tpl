@@ -93,6 +93,12 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "create", "delete"]
+{{- if .Values.rbac.sparkApplications }}
+# spec.drain.launcher sparkApplication: the same, as a kubeflow spark-operator SparkApplication
+- apiGroups: ["sparkoperator.k8s.io"]
+  resources: ["sparkapplications"]
+  verbs: ["get", "create", "delete"]
+{{- end }}
 # the drain Job's pods: still running? the termination message of a failed attempt
 - apiGroups: [""]
   resources: ["pods"]
