@@ -543,3 +543,23 @@ def test_a_failed_snapshot_is_retried_after_its_back_off_not_before() -> None:
     snap.stop()
     snap.start()  # stopped (handle closed): never again
     assert len(made) == 2
+
+
+def test_snapshot_answers_the_commits_as_of_the_end_read_before_the_topics_end() -> None:
+    """The snapshot may have read past the end the view's first request saw: commits written at or
+    after that end are not returned (they could be beyond the topic's end read later); a tombstone
+    deletes; only the last HISTORY records per partition are kept."""
+    from lagpilot.offsets_snapshot import OffsetsSnapshot, _as_of
+
+    snap = OffsetsSnapshot(lambda: None)
+    snap.partitions = 1
+    snap._apply([(10, ("g", "t", 0, (5, "a"))), (11, ("g", "t", 1, (9, None))),
+                 (12, ("g", "t", 0, (7, "b"))), (13, ("g", "t", 1, None))])
+    snap._pos[0] = 20
+    assert snap.committed("g", "t", [0, 1], end=12, timeout_s=0.1) == [(0, 5, "a"), (1, 9, None)]
+    assert snap.committed("g", "t", [0, 1], end=14, timeout_s=0.1) == [(0, 7, "b"), (1, None, None)]
+    snap._apply([(20 + i, ("g", "t", 0, (100 + i, None))) for i in range(10)])
+    assert len(snap._offsets[("g", "t")][0]) == OffsetsSnapshot.HISTORY
+    assert _as_of(snap._offsets[("g", "t")][0], 27) == (106, None)
+    # every kept record is past the end (more than HISTORY commits since): the closest one
+    assert _as_of(snap._offsets[("g", "t")][0], 12) == (106, None) and _as_of(None, 5) is None
