@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from lagpilot.cluster_view import ClusterObserver
-from lagpilot.kafka_common import _KAFKA_LOG, ObserveError, _count, _error_name, _timed_lock, close_quietly, consumer_base
-from lagpilot.kafka_config import config_key
+from lagpilot.kafka_common import _KAFKA_LOG, ObserveError, _count, _error_name, _timed_lock, close_quietly
+from lagpilot.kafka_config import _default_factory, _group_reader_factory, _peek_consumer_factory, config_key
 from lagpilot.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory, _snapshot_enabled
 
 log = logging.getLogger("lagpilot.kafka_observe")
@@ -279,53 +279,6 @@ class SafeAdmin:
             _count("admin_other")
             return self._handle.call(self._timeout_s, lambda client: getattr(client, name)(*args, **kwargs))
         return locked
-
-
-
-def _default_factory(conf: dict[str, Any]) -> Any:
-    from confluent_kafka.admin import AdminClient
-    return AdminClient(conf)
-
-
-
-def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
-    """A consumer that only reads one record per lagging partition: it never joins or commits to
-    any group (manual assign; the group.id is required by librdkafka but never used on the broker
-    side for assign + consume without commits)."""
-    def make() -> Any:
-        from confluent_kafka import Consumer
-        return Consumer({
-            **consumer_base(conf),
-            "client.id": "lagpilot-operator-peek",
-            "group.id": "lagpilot-operator-peek",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
-            "isolation.level": "read_committed",
-            # one record per partition is all we want: keep fetches small (librdkafka requires
-            # fetch.max.bytes >= message.max.bytes; at least one record is always returned)
-            "message.max.bytes": 65536,
-            "fetch.max.bytes": 65536,
-            "max.partition.fetch.bytes": 4096,
-            "fetch.wait.max.ms": 100,
-            "queued.max.messages.kbytes": 1024,
-        })
-    return make
-
-
-def _group_reader_factory(conf: Mapping[str, Any]) -> Callable[[str], Any]:
-    """A Consumer with the observed group's id, for `committed()` only: it never subscribes (so it
-    never joins the group or triggers a rebalance) and never commits."""
-    def make(group_id: str) -> Any:
-        from confluent_kafka import Consumer
-        return Consumer({
-            **consumer_base(conf),
-            "client.id": "lagpilot-operator-offsets",
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-        })
-    return make
 
 
 

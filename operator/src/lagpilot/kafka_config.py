@@ -1,12 +1,14 @@
-"""The operator's librdkafka configuration for one CR's cluster, from spec.kafka and its Secret."""
+"""The operator's librdkafka configuration for one CR's cluster, from spec.kafka and its Secret, and
+the factories of the clients made from it (the admin client, the peek consumer, the offsets readers)."""
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from lagpilot.kafka_common import SecretError
+from lagpilot.kafka_common import SecretError, consumer_base
 from lagpilot.spec import KafkaSpec
 
 
@@ -59,3 +61,48 @@ def config_key(conf: Mapping[str, str]) -> str:
     """A stable pool key for a configuration: a hash, so secrets never sit in a visible key."""
     return hashlib.sha256(json.dumps(sorted(conf.items())).encode()).hexdigest()[:16]
 
+
+def _default_factory(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+    return AdminClient(conf)
+
+
+
+def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
+    """A consumer that only reads one record per lagging partition: it never joins or commits to
+    any group (manual assign; the group.id is required by librdkafka but never used on the broker
+    side for assign + consume without commits)."""
+    def make() -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **consumer_base(conf),
+            "client.id": "lagpilot-operator-peek",
+            "group.id": "lagpilot-operator-peek",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+            # one record per partition is all we want: keep fetches small (librdkafka requires
+            # fetch.max.bytes >= message.max.bytes; at least one record is always returned)
+            "message.max.bytes": 65536,
+            "fetch.max.bytes": 65536,
+            "max.partition.fetch.bytes": 4096,
+            "fetch.wait.max.ms": 100,
+            "queued.max.messages.kbytes": 1024,
+        })
+    return make
+
+
+def _group_reader_factory(conf: Mapping[str, Any]) -> Callable[[str], Any]:
+    """A Consumer with the observed group's id, for `committed()` only: it never subscribes (so it
+    never joins the group or triggers a rebalance) and never commits."""
+    def make(group_id: str) -> Any:
+        from confluent_kafka import Consumer
+        return Consumer({
+            **consumer_base(conf),
+            "client.id": "lagpilot-operator-offsets",
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        })
+    return make
