@@ -504,6 +504,7 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
             summary = json.loads(summary_file.read_text())
             row = {"round": rnd, "load_1m": round(load, 1),
                    "launch_to_first_drained_s": round(st["first_at"] - t_launch, 2) if st["first_at"] else None,
+                   "launch_to_last_drained_s": round(st["last_at"] - t_launch, 2) if st["last_at"] else None,
                    "records_per_s": round(sum(counts.values()) / steady) if steady > 0 else None,
                    "drain_cpu_s": round(sum(v for k, v in cpu_s.items() if k in ("spark_jvm", "python_workers", "drain_driver")), 1),
                    "lost": st["lost"], "duplicated": st["duplicated"], "startup": summary.get("startup")}
@@ -517,9 +518,11 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
 
     return {"mode": "startup_ab", "records": sum(counts.values()), "rounds": args.rounds, "base": base,
             "variants": {n: {"env": variants[n], "median_launch_to_first_drained_s": med(n, "launch_to_first_drained_s"),
+                             "median_launch_to_last_drained_s": med(n, "launch_to_last_drained_s"),
                              "median_records_per_s": med(n, "records_per_s"), "median_drain_cpu_s": med(n, "drain_cpu_s"),
                              "rounds": rows[n]} for n in variants},
             "median_diff_vs_base": {"launch_to_first_drained_s": median_diffs(rows, "launch_to_first_drained_s", base),
+                                    "launch_to_last_drained_s": median_diffs(rows, "launch_to_last_drained_s", base),
                                     "records_per_s": median_diffs(rows, "records_per_s", base),
                                     "drain_cpu_s": median_diffs(rows, "drain_cpu_s", base)},
             "lost": sum(r["lost"] for rs in rows.values() for r in rs),
@@ -571,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
             ab["cores"] = os.cpu_count()
             for name, v in ab["variants"].items():
                 print(f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
+                      f"launch->last drained {v['median_launch_to_last_drained_s']} s  "
                       f"records/s {v['median_records_per_s']}  drain CPU {v['median_drain_cpu_s']} s  env {v['env']}")
             print(f"median per-round difference vs {ab['base']}: {ab['median_diff_vs_base']}  lost {ab['lost']} "
                   f"duplicated {ab['duplicated']}  load {ab['load_avg_1m']}")
