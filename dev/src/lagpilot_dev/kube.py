@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import secrets
 import ssl
 import subprocess
@@ -90,7 +91,7 @@ def kubeconfig_yaml(server: str, ca_file: Path, user: str, *, client_cert: Path 
 def _write_private(path: Path, text: str) -> None:
     """Write a credential file readable by its owner only (atomically)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
