@@ -156,6 +156,17 @@ def _labels(cr_name: str, name: str, version: str) -> dict[str, str]:
     }
 
 
+def _metadata(cr_name: str, cr_uid: str, name: str, namespace: str, labels: Mapping[str, str],
+              plan: DrainPlan) -> dict[str, Any]:
+    """Metadata of an attempt's object: owned by the CR, its ranges readable in an annotation."""
+    return {
+        "name": name, "namespace": namespace, "labels": dict(labels),
+        "annotations": {"lagpilot.io/drain-ranges": ",".join(
+            f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
+        "ownerReferences": [owner_reference(cr_name, cr_uid)],
+    }
+
+
 def _drain_env(spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int) -> list[dict[str, Any]]:
     """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
     env = [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
@@ -213,12 +224,7 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name, "namespace": namespace, "labels": labels,
-            "annotations": {"lagpilot.io/drain-ranges": ",".join(
-                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
-            "ownerReferences": [owner_reference(cr_name, cr_uid)],
-        },
+        "metadata": _metadata(cr_name, cr_uid, name, namespace, labels, plan),
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": settings.job_ttl_seconds,
@@ -271,12 +277,7 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     return {
         "apiVersion": f"{SPARK_APP_GROUP}/{SPARK_APP_VERSION}",
         "kind": "SparkApplication",
-        "metadata": {
-            "name": name, "namespace": namespace, "labels": labels,
-            "annotations": {"lagpilot.io/drain-ranges": ",".join(
-                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
-            "ownerReferences": [owner_reference(cr_name, cr_uid)],
-        },
+        "metadata": _metadata(cr_name, cr_uid, name, namespace, labels, plan),
         "spec": {
             "type": "Python",
             "pythonVersion": "3",
