@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from lagpilot_dev import logutil
+from lagpilot_dev import images, logutil
 from lagpilot_dev.stack import ALL_PARTS, DEFAULT_PARTS, Stack, StackInfo, parse_parts
 
 
@@ -33,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--purge", action="store_true", help="also delete the parts' data (caches stay)")
     for s in (up, st, down):
         s.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
+    images.add_arguments(sub.add_parser("images", help="build both images from the real Dockerfiles and run them (docs/images.md)"))
     return p
 
 
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             info = stack.status()
             print(info.to_json() if args.json else render_human(info))
             return 0
+        elif args.cmd == "images":
+            return images.main(args, stack)
         elif args.cmd == "down":
             names = parse_parts(args.parts, default=ALL_PARTS)
             stopped = stack.down(names)
