@@ -234,12 +234,14 @@ def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
         return {"made": False}
     t0 = time.monotonic()
     work = layout.base_work
-    shutil.rmtree(work, ignore_errors=True)
-    rootfs = work / "rootfs"
-    rootfs.parent.mkdir(parents=True, exist_ok=True)
-    log.info("debootstrap", extra={"suite": SUITE, "packages": list(BASE_PACKAGES)})
-    _run(["nice", "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE,
-          str(rootfs), apt_mirror()], timeout=1800)
+    rootfs, done = work / "rootfs", work / "debootstrap.done"
+    if force or not done.is_file():  # a finished debootstrap of an interrupted run is reused
+        shutil.rmtree(work, ignore_errors=True)
+        rootfs.parent.mkdir(parents=True, exist_ok=True)
+        log.info("debootstrap", extra={"suite": SUITE, "packages": list(BASE_PACKAGES)})
+        _run(["nice", "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE,
+              str(rootfs), apt_mirror()], timeout=1800)
+        done.write_text(f"{SUITE} {' '.join(BASE_PACKAGES)}\n")
     # python/pip as in the official image: /usr/local/bin/{python,python3,pip,pip3}, site-packages
     # under /usr/local/lib/python3.11 (a virtualenv over Debian's interpreter; pip from ensurepip)
     _run(["chroot", str(rootfs), "/usr/bin/python3.11", "-m", "venv", "/usr/local"], timeout=600)
