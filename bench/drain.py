@@ -464,6 +464,31 @@ def median_diffs(rows: dict[str, list[dict[str, Any]]], key: str, base: str) -> 
     return out
 
 
+def median_ratios(rows: dict[str, list[dict[str, Any]]], key: str, base: str) -> dict[str, float | None]:
+    """Per variant, the median over rounds of (variant / base) for ``key`` (pure; same round pairs)."""
+    import statistics
+
+    out: dict[str, float | None] = {}
+    for name, rs in rows.items():
+        if name == base:
+            continue
+        q = [b[key] / a[key] for a, b in zip(rows[base], rs) if a.get(key) and b.get(key) is not None]
+        out[name] = round(statistics.median(q), 2) if q else None
+    return out
+
+
+def executor_variants(counts: list[int], slots: int, memory_mb: int = 1024) -> dict[str, dict[str, str]]:
+    """``--executors 1,2,4``: the same drain on Spark's local-cluster (separate executor JVMs, each
+    with its own Python worker daemon) with the same total task slots split over N executors (pure)."""
+    out = {}
+    for n in counts:
+        if n < 1:
+            raise ValueError("--executors wants counts >= 1")
+        cores = max(1, math.ceil(slots / n))
+        out[f"{n}x{cores}"] = {"LAGPILOT_SPARK_MASTER": f"local-cluster[{n},{cores},{memory_mb}]"}
+    return out
+
+
 def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars: list[str],
                    variants: dict[str, dict[str, str]], args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """The drain's start-up alone, variants side by side: per round, each variant (its extra
@@ -524,6 +549,7 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
             "median_diff_vs_base": {"launch_to_first_drained_s": median_diffs(rows, "launch_to_first_drained_s", base),
                                     "launch_to_last_drained_s": median_diffs(rows, "launch_to_last_drained_s", base),
                                     "records_per_s": median_diffs(rows, "records_per_s", base),
+                                    "records_per_s_ratio": median_ratios(rows, "records_per_s", base),
                                     "drain_cpu_s": median_diffs(rows, "drain_cpu_s", base)},
             "lost": sum(r["lost"] for rs in rows.values() for r in rs),
             "duplicated": sum(r["duplicated"] for rs in rows.values() for r in rs)}
@@ -546,10 +572,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
                     "each NAME=ENVJSON is a variant's extra environment, e.g. old='{\"LAGPILOT_DRAIN_WARM_WORKERS\":\"0\"}' "
                     "new='{}'; the first is the base of the per-round differences (default backlog 36,000)")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds of --startup-ab")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of --startup-ab / --executors")
+    ap.add_argument("--executors", default=None, metavar="1,2,4",
+                    help="the drain alone on Spark's local-cluster with 1, 2, 4 executor processes sharing the "
+                    "same --max-tasks slots, side by side (like --startup-ab; ratios vs the first count)")
     args = ap.parse_args(argv)
     variants = parse_variants(args.startup_ab) if args.startup_ab else None
-    args.records = args.records or (36_000 if variants else 30_000 if args.quick else 720_000)
+    if args.executors:
+        variants = executor_variants([int(x) for x in args.executors.split(",") if x.strip()], args.max_tasks)
+    args.records = args.records or (120_000 if args.executors else 36_000 if variants else 30_000 if args.quick else 720_000)
     args.live_rate = args.live_rate if args.live_rate is not None else (50 if args.quick else 200)
 
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -572,6 +603,11 @@ def main(argv: list[str] | None = None) -> int:
             ab = run_startup_ab(bootstrap, topic, dsn, counts, list(info.spark_jars), variants, args, workdir)
             ab["load_avg_1m"] = {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}
             ab["cores"] = os.cpu_count()
+            if args.executors:
+                ab["mode"] = "executors"
+                ab["note"] = (f"{os.cpu_count()} cores on this host: every executor JVM and its Python workers share "
+                              "them, so more executors add processes, not CPU; on a cluster each executor brings its own")
+                print(ab["note"])
             for name, v in ab["variants"].items():
                 print(f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
                       f"launch->last drained {v['median_launch_to_last_drained_s']} s  "

@@ -17,7 +17,8 @@ from lagpilot_runtime.drain_job import (CDS_ARCHIVE_NAME, DEFAULT_DRIVER_JAVA_OP
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain import classify, longest_gap, median_diffs, parse_variants, percentile, round_order  # noqa: E402
+from bench.drain import (classify, executor_variants, longest_gap, median_diffs, median_ratios,  # noqa: E402
+                         parse_variants, percentile, round_order)
 
 PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)
 
@@ -222,3 +223,18 @@ def test_collect_in_parallel_a_failure_cancels_the_other_jobs_and_is_raised():
     with pytest.raises(RuntimeError, match="4 times"):
         collect_in_parallel(spark, jobs)
     assert spark.cancelled == 1
+
+
+def test_executor_variants_share_the_task_slots_and_ratios_are_paired():
+    v = executor_variants([1, 2, 4], 12)
+    assert v == {"1x12": {"LAGPILOT_SPARK_MASTER": "local-cluster[1,12,1024]"},
+                 "2x6": {"LAGPILOT_SPARK_MASTER": "local-cluster[2,6,1024]"},
+                 "4x3": {"LAGPILOT_SPARK_MASTER": "local-cluster[4,3,1024]"}}
+    assert list(executor_variants([1, 5], 12)) == ["1x12", "5x3"]  # ceil: never fewer slots than tasks
+    with pytest.raises(ValueError):
+        executor_variants([0], 12)
+    rows = {"1x12": [{"r": 100.0}, {"r": 50.0}, {"r": 80.0}], "2x6": [{"r": 150.0}, {"r": 60.0}, {"r": 80.0}]}
+    assert median_ratios(rows, "r", "1x12") == {"2x6": 1.2}  # 1.5, 1.2, 1.0 per round
+    conf = session_conf(PLAN, "local-cluster[2,6,1024]", [], {}, env={})
+    assert conf["spark.executor.extraJavaOptions"] == DEFAULT_DRIVER_JAVA_OPTIONS
+    assert "spark.executor.extraJavaOptions" not in session_conf(PLAN, None, [], {}, env={})

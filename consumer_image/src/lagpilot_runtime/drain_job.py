@@ -556,6 +556,9 @@ def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
             conf["spark.driver.host"] = e["LAGPILOT_POD_IP"]
         if e.get("LAGPILOT_POD_NAME"):
             conf["spark.kubernetes.driver.pod.name"] = e["LAGPILOT_POD_NAME"]
+    if master.startswith("local-cluster"):
+        # separate executor JVMs on this host (bench/drain.py --executors): the driver's start-up options
+        conf["spark.executor.extraJavaOptions"] = e.get("LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS)
     if master.startswith("local"):
         # everything is in this pod/process: no need to resolve (or expose) the host name
         conf["spark.driver.host"] = "127.0.0.1"
