@@ -243,3 +243,83 @@ def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concu
     assert all(r.expected_s < r.group_would_need_s for r in need.ranges)  # every drained range is helped
     assert 0 not in need.partitions
     assert len(set(need.partitions)) == len(need.partitions)
+
+
+# ------------------------------------------------------------------ drain-assisted replica count
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hst  # noqa: E402
+
+from lagpilot.drain_policy import assisted_replicas, consumer_rates, group_cost  # noqa: E402
+
+C2 = 137.0
+AP = DrainPolicy(start_up_s=20, handoff_s=1)
+
+
+def R(*rates: float) -> list[PartitionLoad]:
+    return [PartitionLoad(i, 0.0, r) for i, r in enumerate(rates)]
+
+
+ASSIST_CASES = [
+    # id, loads, policy, min replicas, expected (None: size the group for the load)
+    # 4 partitions at ~49 % of the group: 2 and 3 replicas both leave a consumer 2 partitions at 98 %
+    # (> 90 %), so the load "needs" 4; 2 replicas at 98 % cost 2 (no excess): 2
+    ("granularity-4-partitions", R(67, 67, 67, 67), AP, 1, 2),
+    # 3 partitions at 59 %: 3 needed for 90 %; 1 replica + drains of 104/s excess ~1.85: 1
+    ("granularity-3-partitions", R(80, 80, 80), AP, 1, 1),
+    # one hot partition (1.5 consumers) on a moderate load: sized for it, 4 replicas + its excess
+    # (~4.5); 2 replicas ~2.9; 1 replica + drains of 204/s ~2.7: the cheapest
+    ("hot-partition", R(206, 45, 45, 45), AP, 1, 1),
+    ("hot-partition-min-2", R(206, 45, 45, 45), AP, 2, 2),
+    ("fits-one-replica", R(20, 20, 20), AP, 1, None),
+    ("min-replicas-already-the-need", R(80, 80, 80), AP, 3, None),
+    # every partition over a consumer: fewer replicas only move work to drains (no saving >= 1)
+    ("overloaded-at-cap", R(200, 200, 200), AP, 1, None),
+    ("start-up-too-costly", R(80, 80, 80), DrainPolicy(start_up_s=3000), 1, None),
+    ("assist-off", R(67, 67, 67, 67), DrainPolicy(assist_min_saving=None), 1, None),
+    ("drains-disabled", R(67, 67, 67, 67), DrainPolicy(enabled=False), 1, None),
+]
+
+
+@pytest.mark.parametrize("loads,policy,lo,expected", [c[1:] for c in ASSIST_CASES], ids=[c[0] for c in ASSIST_CASES])
+def test_assisted_replicas(loads, policy, lo, expected) -> None:  # type: ignore[no-untyped-def]
+    got = assisted_replicas(loads, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=policy)
+    assert got == expected
+
+
+def test_group_cost_counts_excess_and_start_ups() -> None:
+    # 1 consumer, 3 partitions at 80/s: 104/s excess at 137/s per task, plus 3 tasks x 21 s each
+    # drain interval (300 s x 240 / 103 s)
+    cost = group_cost([80, 80, 80], 1, C2, 600.0, AP)
+    assert cost == pytest.approx(1 + 103 / C2 + 3 * 21 * 103 / (300 * 240))
+    assert group_cost([80, 80, 80], 3, C2, 600.0, AP) == 3.0  # nothing over a consumer: replicas only
+
+
+@settings(max_examples=200, deadline=None)
+@given(rates=hst.lists(hst.floats(0, 400), min_size=1, max_size=12), replicas=hst.integers(1, 14))
+def test_consumer_rates_is_a_balanced_assignment(rates, replicas) -> None:  # type: ignore[no-untyped-def]
+    out = consumer_rates(rates, replicas)
+    assert len(out) == min(replicas, len(rates))
+    assert sum(n for n, _ in out) == len(rates)
+    assert sum(r for _, r in out) == pytest.approx(sum(rates))
+    sizes = {n for n, _ in out}
+    assert max(sizes) - min(sizes) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(rates=hst.lists(hst.floats(0, 400), min_size=1, max_size=8), lo=hst.integers(1, 8),
+       lags=hst.lists(hst.floats(0, 1e6), min_size=8, max_size=8), start=hst.sampled_from([0.0, 20.0, 90.0]),
+       saving=hst.sampled_from([0.0, 0.5, 1.0, 2.0]))
+def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  # type: ignore[no-untyped-def]
+    """Fewer replicas than the utilization bound needs, only when cheaper by the saving asked; the
+    answer depends on the rates only (not on the lag: a fixed point under constant load)."""
+    pol = DrainPolicy(start_up_s=start, assist_min_saving=saving)
+    loads = R(*rates)
+    got = assisted_replicas(loads, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol)
+    lagged = [PartitionLoad(l.partition, lag, l.rate) for l, lag in zip(loads, lags)]
+    assert assisted_replicas(lagged, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol) == got
+    if got is None:
+        return
+    assert max(1, min(lo, len(rates))) <= got < len(rates)
+    full = next(r for r in range(got + 1, len(rates) + 1)
+                if all(x <= 0.9 * C2 for _, x in consumer_rates(rates, r)) or r == len(rates))
+    assert group_cost(rates, got, C2, 600.0, pol) <= group_cost(rates, full, C2, 600.0, pol) - saving + 1e-6

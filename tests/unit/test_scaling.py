@@ -225,3 +225,60 @@ def test_observation_from_estimate() -> None:
     assert o.loads[0] == PartitionLoad(0, 50.0, 10.0, 150, 200)
     assert o.loads[1].start_offset == 10 and o.loads[1].lag == 30
     assert o.oldest_age_s == {1: 5.0} and o.drain_active
+
+
+# ------------------------------------------------------------------ drain-assisted replica count
+def test_drain_assisted_count_is_chosen_and_drains_planned_for_it() -> None:
+    """4 partitions at 98 % of two consumers: without drains the group is sized at 4 (90 %
+    utilization); with the drain policy 2 replicas, and the drain planner plans for 2."""
+    loads = [0, 0, 0, 0], [67.0] * 4
+    d, _ = decide(obs(*loads, 4, cap=137.0), P, ScalingHistory())
+    assert d.desired_replicas == 4
+    d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy())
+    assert d.required_replicas == 2 and d.desired_replicas == 2 and d.reason == "ScaleDown"
+    assert "drain-assisted" in d.message
+    # backlog behind the 2 consumers' split: planned as for the group at 2 (not at the cap of 4)
+    d, _ = decide(obs([30_000, 30_000, 300, 300], [67.0, 67.0, 67.0, 67.0], 2, cap=137.0,
+                      oldest_age_s={0: 400.0, 1: 400.0}), P, ScalingHistory(), DrainPolicy())
+    assert d.desired_replicas == 2 and d.drain is not None and set(d.drain.partitions) == {0, 1}
+    # assist off: back to sizing for the load
+    d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy(assist_min_saving=None))
+    assert d.required_replicas == 4 and d.desired_replicas == 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
+       start=st.sampled_from([20.0, 90.0]))
+def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
+    """The drain-assisted count depends on the rates only: same load for an hour, the replica count
+    moves in one direction and settles (drains take the lag; here the lag stays 0)."""
+    history = ScalingHistory()
+    seq = [min(cur, len(rates))]
+    pol = DrainPolicy(start_up_s=start)
+    for k in range(240):
+        o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
+        d, history = decide(o, P, history, pol)
+        seq.append(d.desired_replicas)
+    diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
+    assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
+    assert len(set(seq[-40:])) == 1, seq
+
+
+def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
+    """A rate +-5 % around where 1 replica + drains stops saving a replica over 3: at most one change."""
+    from lagpilot.drain_policy import assisted_replicas
+
+    pol = DrainPolicy()
+    lo, hi = 50.0, 130.0  # per partition: assisted at 50, not at 130 (3 partitions, 137/s)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        got = assisted_replicas(loads_from([0] * 3, [mid] * 3), 137.0, min_replicas=1, cap=3, sla_s=600.0, policy=pol)
+        lo, hi = (mid, hi) if got is not None else (lo, mid)
+    history, cur, changes = ScalingHistory(), 3, 0
+    for k in range(400):
+        rate = lo * (1.05 if k % 2 else 0.95)
+        o = ScalingObservation(NOW + 15 * k, 3, cur, loads_from([0] * 3, [rate] * 3), 137.0)
+        d, history = decide(o, P, history, pol)
+        changes += d.desired_replicas != cur
+        cur = d.desired_replicas
+    assert changes <= 1

@@ -129,6 +129,7 @@ class SimParams:
     handoff_quiesce: bool = False
     concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
     batch_max_records: int = 500
+    drain_assist_min_saving: float | None = 1.0  # None: the group is always sized for the load
 
     @property
     def task_capacity(self) -> float:
@@ -157,7 +158,8 @@ class SimParams:
         return step_mod.Model(pod_start_s=self.pod_start_s, drain_start_s=self.drain_start_s,
                               handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
                               max_concurrent_drains=self.concurrent_drains,
-                              drain_min_interval_s=self.drain_min_interval_s)
+                              drain_min_interval_s=self.drain_min_interval_s,
+                              drain_assist_min_saving=self.drain_assist_min_saving)
 
 
 class _Queue:
@@ -812,6 +814,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
     ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
                     help="drains the executor runs side by side (today: 1)")
+    ap.add_argument("--drain-assist-min-saving", type=float, default=d.drain_assist_min_saving,
+                    help="run fewer replicas than the load needs when the drains carrying their excess save at "
+                         "least this many replicas (expected; docs/decision.md 'Drain-assisted replica count')")
+    ap.add_argument("--no-drain-assist", action="store_true",
+                    help="always size the group for the load (drains only for what it cannot hold)")
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                     help=f"comma-separated subset of {','.join(POLICIES)}")
@@ -845,6 +852,8 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
+        drain_assist_min_saving=None if getattr(args, "no_drain_assist", False)
+        else getattr(args, "drain_assist_min_saving", d.drain_assist_min_saving),
     )
 
 
