@@ -46,7 +46,9 @@ BUILDAH_VERSION = "v1.41.5"  # ADD --checksum needs >= 1.32; this one builds wit
 BUILDAH_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
 APT_PACKAGES = ("podman", "runc", "debootstrap")
 SUITE = "bookworm"
-BASE_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3.11", "python3.11-venv")
+# python3-distutils (+ lib2to3): python3.11-venv needs it through a virtual package debootstrap does not resolve
+BASE_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3.11", "python3.11-venv", "python3-distutils", "python3",
+                 "python3-lib2to3")
 BASE_NAMES = ("docker.io/library/python:3.11-slim-bookworm", "docker.io/library/python:3.11-slim")
 BASE_VERSION = "1"  # bump to remake the base when its recipe changes
 STORAGE_DRIVER = "overlay"
