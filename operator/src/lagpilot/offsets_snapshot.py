@@ -123,6 +123,7 @@ class OffsetsSnapshot:
         self._thread: threading.Thread | None = None
         self._failed_at = 0.0
         self.records = 0
+        self.loaded = False  # every partition read to its end once (the first load is done)
 
 
     def start(self) -> None:
@@ -178,6 +179,9 @@ class OffsetsSnapshot:
                     behind = {p for p, e in self._wanted.items() if self._pos.get(p, -1) < e}
                     for p in [p for p in self._wanted if p not in behind]:
                         del self._wanted[p]
+                if not self.loaded and eof_seen == every:
+                    self.loaded = True
+                    log.info("offsets snapshot loaded", extra={"partitions": len(every), "records": self.records})
                 want = set(every) if eof_seen != every else behind
                 if want != active:
                     if every - want:
