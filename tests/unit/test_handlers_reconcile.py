@@ -25,6 +25,22 @@ T0 = 1_700_000_000.0
 NS, NAME = "team-a", "orders"
 
 
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386, as the API server applies the status patch: objects merge key by key (null
+    deletes), anything else (lists too) replaces."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            merge_patch(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v) if not isinstance(v, dict) else _without_nulls(v)
+
+
+def _without_nulls(v: Any) -> Any:
+    return {k: _without_nulls(x) for k, x in v.items() if x is not None} if isinstance(v, dict) else copy.deepcopy(v)
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
@@ -53,11 +69,7 @@ class FakeKube:
 
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.status_patches.append(copy.deepcopy(patch))
-        for k, v in patch.items():
-            if v is None:
-                self.status.pop(k, None)
-            else:
-                self.status[k] = copy.deepcopy(v)
+        merge_patch(self.status, patch)
 
     @property
     def replicas(self) -> int:
@@ -409,8 +421,8 @@ def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None
     decision, state = calls[-1]
     assert w.kube.replicas == decision.replicas == 3
     # written through the status boundary: RFC 3339 times, each window on one line
-    assert w.kube.status["estimator"] == status_mod.estimator_to_status(state.estimator.to_dict())
-    assert w.kube.status["scalingHistory"] == status_mod.scaling_history_to_status(state.history.to_dict())
+    assert w.kube.status["estimator"] == _without_nulls(status_mod.estimator_to_status(state.estimator.to_dict()))
+    assert w.kube.status["scalingHistory"] == _without_nulls(status_mod.scaling_history_to_status(state.history.to_dict()))
     back = EstimatorState.from_dict(status_mod.estimator_from_status(w.kube.status["estimator"]))
     assert back.at_s == pytest.approx(state.estimator.at_s, abs=1e-3)
     assert back.capacity_per_replica == state.estimator.capacity_per_replica
@@ -462,3 +474,26 @@ def test_a_status_written_with_float_times_resumes() -> None:
     samples = {k: v["samples"] for k, v in st["estimator"]["partitions"].items()}
     assert samples == {k: n + 1 for k, n in before.items()}, (before, samples)  # continued, not restarted
     assert st["scalingHistory"]["lastScaleTime"] == "2023-11-14T22:13:20.000Z"
+    # the patch is a JSON merge patch: no key of the old form may survive beside the new ones
+    assert "lastScaleS" not in st["scalingHistory"]
+    assert not {"produce_rate", "consume_rate", "lost_through"} & {k for v in st["estimator"]["partitions"].values() for k in v}
+    w.cycle(advance=5)  # and the next cycle still resumes from what this one wrote
+    assert {k: v["samples"] for k, v in w.kube.status["estimator"]["partitions"].items()} == {
+        k: n + 2 for k, n in before.items()}
+
+
+def test_a_partition_without_a_commit_does_not_wipe_the_estimate_on_restart() -> None:
+    """A partition the group has not committed yet has committed None; the merge patch drops the
+    null, so the stored estimate lacks the key. A restarted operator must still resume (before:
+    the whole estimate failed to load and every partition started over at 0 samples)."""
+    w = World(base_spec())
+    w.kafka.set([(0, 21000, 1000, 10.0), (0, 21000, 1000, 10.0), (0, 500, None, None)])
+    for _ in range(3):
+        w.cycle(advance=5)
+    assert "committed" not in w.kube.status["estimator"]["partitions"]["2"]  # as the API server stores it
+    before = {k: v["samples"] for k, v in w.kube.status["estimator"]["partitions"].items()}
+    assert min(before.values()) >= 2
+    w.cache = Cache()  # restart
+    w.cycle(advance=5)
+    after = {k: v["samples"] for k, v in w.kube.status["estimator"]["partitions"].items()}
+    assert after == {k: n + 1 for k, n in before.items()}, (before, after)

@@ -174,28 +174,34 @@ def _samples_from(value: Any, base: float | None) -> list[list[float]]:
 
 
 def estimator_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
-    """``EstimatorState.to_dict()`` -> ``status.estimator``."""
+    """``EstimatorState.to_dict()`` -> ``status.estimator``. The status is written with a JSON merge
+    patch, which merges nested objects: the keys of the old form are sent as null (deleted), or a
+    status an older operator wrote would keep them beside the new ones."""
     at = float(d["atS"])
     parts = {}
     for k, p in dict(d.get("partitions") or {}).items():
-        q = {_EST_KEYS.get(n, n): v for n, v in dict(p).items() if n != "window"}
+        q: dict[str, Any] = {_EST_KEYS.get(n, n): v for n, v in dict(p).items() if n != "window"}
         q["window"] = _samples_to_str(p.get("window") or (), at)
+        q.update({old: None for old in _EST_KEYS})
         parts[str(k)] = q
-    return {"at": format_time(at), "capacityPerReplica": d.get("capacityPerReplica"),
+    return {"at": format_time(at), "atS": None, "capacityPerReplica": d.get("capacityPerReplica"),
             "dataLossRecords": d.get("dataLossRecords", 0), "resets": d.get("resets", 0), "partitions": parts}
 
 
 def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
     """``status.estimator`` (this form or the old one) -> the dict ``EstimatorState.from_dict`` reads.
     Raises ValueError on a malformed value (the caller then starts fresh)."""
-    if "atS" in d:  # written before times were strings
-        return dict(d)
+    # a null field is not stored (the merge patch deletes it): `committed` of a partition the group
+    # has not committed yet comes back missing, and EstimatorState.from_dict needs the key
+    if "at" not in d:  # written before times were strings: float atS, lists
+        return {**d, "partitions": {str(k): {"committed": None, **dict(p)}
+                                    for k, p in dict(d.get("partitions") or {}).items()}}
     try:
         at = parse_time(d["at"])
         back = {v: k for k, v in _EST_KEYS.items()}
         parts = {}
         for k, p in dict(d.get("partitions") or {}).items():
-            q = {back.get(n, n): v for n, v in dict(p).items() if n != "window"}
+            q = {"committed": None, **{back.get(n, n): v for n, v in dict(p).items() if n != "window"}}
             q["window"] = _samples_from(p.get("window"), at)
             parts[str(k)] = q
     except (KeyError, TypeError, ValueError) as exc:
@@ -217,7 +223,7 @@ def scaling_history_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
     """``ScalingHistory.to_dict()`` -> ``status.scalingHistory`` (recommendations relative to the newest)."""
     recs = list(d.get("recommendations") or ())
     base = max((float(t) for t, _ in recs), default=None)
-    return {"lastScaleTime": format_time(d.get("lastScaleS")),
+    return {"lastScaleTime": format_time(d.get("lastScaleS")), "lastScaleS": None,  # null: merge patch
             "recommendationsAt": format_time(base),
             "recommendations": _samples_to_str(recs, base) if base is not None else ""}
 
@@ -227,8 +233,8 @@ def scaling_history_from_status(d: Mapping[str, Any] | None) -> dict[str, Any] |
     reads; a malformed value gives None (an empty history, as ``from_dict`` does)."""
     if not d:
         return None
-    if "lastScaleS" in d or isinstance(d.get("recommendations"), list):
-        return dict(d)
+    if isinstance(d.get("recommendations"), list) or ("lastScaleS" in d and "recommendationsAt" not in d):
+        return dict(d)  # written before times were strings
     try:
         base = parse_time(d.get("recommendationsAt"))
         return {"recommendations": _samples_from(d.get("recommendations") or None, base),
