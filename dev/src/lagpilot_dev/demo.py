@@ -900,6 +900,7 @@ class Demo:
                     "prometheus_url": self._prometheus_url()}
             with contextlib.suppress(OSError):
                 (self.out / "kept.json").write_text(json.dumps(kept, indent=2) + "\n")
+                self._kept_file().parent.mkdir(parents=True, exist_ok=True)
                 self._kept_file().write_text(json.dumps({**kept, "out": str(self.out)}, indent=2) + "\n")
             print()
             print("\n".join(kept_lines(
@@ -1024,7 +1025,8 @@ class Demo:
             kept = json.loads(path.read_text())
         except (OSError, ValueError):
             return
-        for key, marker in (("podrunner_pid", "lagpilot_dev.podrunner"), ("operator_pid", "operator")):
+        for key, marker, what in (("podrunner_pid", "lagpilot_dev.podrunner", "pod runner"),
+                                  ("operator_pid", "operator", "operator")):
             pid = kept.get(key)
             try:
                 cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -1032,7 +1034,7 @@ class Demo:
                 continue
             if marker not in cmd or "lagpilot" not in cmd or self.ns not in cmd:
                 continue
-            self.say(f"stopping the {key.split('_')[0]} (pid {pid}) a previous --keep run left", indent=True)
+            self.say(f"stopping the {what} (pid {pid}) a previous --keep run left", indent=True)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(pid), signal.SIGTERM)  # its own session: pgid == pid
             deadline = time.monotonic() + 30
