@@ -101,9 +101,9 @@ def table(kinds: Mapping[str, Mapping[str, Any]]) -> str:
     def cell(x: Any) -> str:
         return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
 
-    lines = [f"{'fault kind':<24}{'injected':>9}{'recovered':>10}{'not fired':>10}{'recover s (median)':>20}{'max':>8}"]
+    lines = [f"{'fault kind':<27}{'injected':>9}{'recovered':>10}{'not fired':>10}{'recover s (median)':>20}{'max':>8}"]
     for kind, k in kinds.items():
-        lines.append(f"{kind:<24}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
+        lines.append(f"{kind:<27}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
                      f"{cell(k['recover_s_median']):>20}{cell(k['recover_s_max']):>8}")
     return "\n".join(lines)
 
