@@ -36,7 +36,7 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(tmp_path: Path) -> No
     argv = [sys.executable, str(REPO / "bench" / "chaos.py"), "--quick", "--json"]
     if state:
         argv += ["--state-dir", state]
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=800)
     tail = f"\n--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, tail
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -54,3 +54,4 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(tmp_path: Path) -> No
     assert result["lost"] == 0, result
     assert result["duplicated"] == 0, result
     assert result["eos"]["delivered"] == result["eos"]["produced"] == result["produced"], result["eos"]
+    assert result["problems"] == [] and result["repairs"] == [], result
