@@ -27,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import tarfile
@@ -44,7 +45,8 @@ BUILDAH_MODULE = "github.com/containers/buildah"
 BUILDAH_VERSION = "v1.41.5"  # ADD --checksum needs >= 1.32; this one builds with the machine's Go
 # no gpgme, btrfs or devicemapper headers needed: pure-Go OpenPGP, no such graph drivers
 BUILDAH_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
-APT_PACKAGES = ("podman", "runc", "debootstrap")
+# netavark: buildah 1.41 sets up its network backend even for --network host and looks for it
+APT_PACKAGES = ("podman", "runc", "netavark", "debootstrap")
 SUITE = "bookworm"
 # python3-distutils (+ lib2to3): python3.11-venv needs it through a virtual package debootstrap does not resolve
 BASE_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3.11", "python3.11-venv", "python3-distutils", "python3",
@@ -126,10 +128,38 @@ def repo_root() -> Path:
     raise RuntimeError(f"no repository root above {here}")
 
 
+def ulimit_flags() -> list[str]:
+    """buildah raises RLIMIT_NOFILE and RLIMIT_NPROC to 1048576 for RUN steps; here the hard limits are
+    lower (20000, 96364) and raising them is refused (EPERM): ask for what the hard limits allow."""
+    flags = []
+    for name, res in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
+        _soft, hard = resource.getrlimit(res)
+        if hard != resource.RLIM_INFINITY and hard < 1048576:
+            flags += ["--ulimit", f"{name}={hard}:{hard}"]
+    return flags
+
+
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+BUILD_CA_PATH = "/etc/lagpilot-build-ca.pem"
+
+
+def build_trust_mounts(layout: Layout) -> list[str]:
+    """Bind mounts for the RUN steps only (never in a layer): the host's CA bundle and a pip.conf
+    pointing pip at it. This machine's egress re-signs TLS with its own CA (in the host's bundle,
+    not in Debian's ca-certificates), so pip inside the build would otherwise fail with
+    CERTIFICATE_VERIFY_FAILED. The built images keep the stock trust store."""
+    if not HOST_CA_BUNDLE.is_file():
+        return []
+    conf = layout.root / "pip-build.conf"
+    conf.write_text(f"[global]\ncert = {BUILD_CA_PATH}\n")
+    return ["--volume", f"{HOST_CA_BUNDLE}:{BUILD_CA_PATH}:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+
+
 def bud_argv(layout: Layout, image: ImageDef, context: Path) -> list[str]:
     """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull."""
     return layout.buildah_argv(
-        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host",
+        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(),
+        *build_trust_mounts(layout),
         "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
         "-t", image.tag, str(context))
 
@@ -147,9 +177,14 @@ def _run(argv: Sequence[str], *, check: bool = True, capture: bool = True, timeo
 # ---------------------------------------------------------------- tools
 
 
+def dpkg_installed(package: str) -> bool:
+    p = _run(["dpkg-query", "-W", "-f", "${Status}", package], check=False)
+    return p.returncode == 0 and p.stdout.strip() == "install ok installed"
+
+
 def ensure_apt_packages(packages: Sequence[str] = APT_PACKAGES) -> list[str]:
-    """apt-get install the packages whose command is missing; returns what was installed."""
-    missing = [p for p in packages if shutil.which(p) is None]
+    """apt-get install the packages not installed yet; returns what was installed."""
+    missing = [p for p in packages if not dpkg_installed(p)]
     if not missing:
         return []
     if os.geteuid() != 0:
