@@ -497,3 +497,21 @@ def test_a_partition_without_a_commit_does_not_wipe_the_estimate_on_restart() ->
     w.cycle(advance=5)
     after = {k: v["samples"] for k, v in w.kube.status["estimator"]["partitions"].items()}
     assert after == {k: n + 1 for k, n in before.items()}, (before, after)
+
+
+def test_memory_round_trips_through_the_status_form_as_written_and_as_stored() -> None:
+    """What reconcile writes (with the null keys that delete the old form) reads back as it was,
+    both as the operator caches it (nulls present) and as the API server stores it (nulls gone)."""
+    w = World(base_spec())
+    w.kafka.set([(0, 21000, 1000, 10.0), (0, 21000, 1000, 10.0), (0, 500, None, None)])
+    for _ in range(3):
+        w.cycle(advance=5)
+    est = EstimatorState.from_dict(status_mod.estimator_from_status(w.kube.status["estimator"]))
+    written = status_mod.estimator_to_status(est.to_dict())
+    for form in (written, _without_nulls(written)):
+        back = EstimatorState.from_dict(status_mod.estimator_from_status(form))
+        assert back.partitions == est.partitions and back.at_s == est.at_s
+    hist = ScalingHistory.from_dict(status_mod.scaling_history_from_status(w.kube.status["scalingHistory"]))
+    written = status_mod.scaling_history_to_status(hist.to_dict())
+    for form in (written, _without_nulls(written)):
+        assert ScalingHistory.from_dict(status_mod.scaling_history_from_status(form)) == hist

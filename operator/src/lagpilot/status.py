@@ -201,7 +201,10 @@ def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
         back = {v: k for k, v in _EST_KEYS.items()}
         parts = {}
         for k, p in dict(d.get("partitions") or {}).items():
-            q = {"committed": None, **{back.get(n, n): v for n, v in dict(p).items() if n != "window"}}
+            # (null-valued keys skipped: the old-form keys this operator sends as null, e.g. in its
+            # own cached copy of what it wrote, must not shadow the new ones)
+            q = {"committed": None, **{back.get(n, n): v for n, v in dict(p).items()
+                                       if n != "window" and v is not None}}
             q["window"] = _samples_from(p.get("window"), at)
             parts[str(k)] = q
     except (KeyError, TypeError, ValueError) as exc:
