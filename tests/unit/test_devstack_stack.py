@@ -214,3 +214,35 @@ def test_purge_stops_then_deletes_data_of_parts_that_can(tmp_path: Path) -> None
     assert s.purge(["kafka", "spark"]) == ["kafka"]  # spark has no data to purge
     assert purged == ["kafka"]
     assert not parts["kafka"].running
+
+
+def test_up_asks_again_when_a_health_probe_misses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # under load the apiserver's /readyz probe can time out right after a successful start: the
+    # answer must still carry the kubeconfig (it was None once: the kube fixture then had no file)
+    from lagpilot_dev import stack as mod
+
+    monkeypatch.setattr(mod.time, "sleep", lambda s: None)
+    s, parts = fake_stack(tmp_path)
+    kube = parts["kube"]
+    misses = {"n": 2}
+
+    def flaky() -> bool:
+        if kube.running and misses["n"] > 0:
+            misses["n"] -= 1
+            return False
+        return kube.running
+
+    kube.is_running = flaky  # type: ignore[method-assign]
+    kube.running = True
+    info = s.up(["kube"])
+    assert info.kubeconfig == "/kc" and misses["n"] == 0
+
+
+def test_up_names_a_part_that_never_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagpilot_dev import stack as mod
+
+    monkeypatch.setattr(mod, "UP_STATUS_GRACE_S", 0.0)
+    s, parts = fake_stack(tmp_path)
+    parts["kube"].is_running = lambda: False  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="not answering its health check: kube"):
+        s.up(["kube"])

@@ -50,6 +50,9 @@ class Part(Protocol):
     def info(self) -> dict[str, Any]: ...
 
 
+UP_STATUS_GRACE_S = 60.0
+
+
 @dataclass
 class StackInfo:
     """Connection details of the running parts; None/[] for a part that is not up."""
@@ -166,7 +169,18 @@ class Stack:
         if errors:
             details = "\n".join(f"[{n}] {e}" for n, e in errors.items())
             raise RuntimeError(f"dev stack: {len(errors)} part(s) failed: {', '.join(errors)}\n{details}")
-        return self.status(names)
+        # a health probe can miss under load (the apiserver's /readyz has 2 s): a part just started or
+        # found running is asked again for a while before it is reported as not running (its
+        # details, e.g. the kubeconfig, would be missing from the answer)
+        info = self.status(names)
+        deadline = time.monotonic() + UP_STATUS_GRACE_S
+        while any(not info.running.get(n) for n in names) and time.monotonic() < deadline:
+            time.sleep(1.0)
+            info = self.status(names)
+        silent = [n for n in names if not info.running.get(n)]
+        if silent:
+            raise RuntimeError(f"dev stack: started but not answering its health check: {', '.join(silent)}")
+        return info
 
     def status(self, parts: Iterable[str] | None = None) -> StackInfo:
         """Details of the parts in `parts` (default: all); starts and installs nothing."""
