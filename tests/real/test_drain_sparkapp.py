@@ -83,7 +83,7 @@ def _driver_env(s: Scenario, app: dict[str, Any]) -> dict[str, str]:
 def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_verified(
         sparkapp_crd: Any, scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str,
         tmp_path: Path) -> None:
-    s = scenario({p: 6000 for p in range(PARTS)}, drain={"launcher": "sparkApplication"}, extra_rules=RULES)
+    s = scenario({p: 4000 for p in range(PARTS)}, sla_s=30, drain={"launcher": "sparkApplication"}, extra_rules=RULES)
 
     # attempt 1: the operator's SparkApplication, as the spark-operator would receive it
     first = wait_until(lambda: _app(s, "orders-drain-1-1"), "the first SparkApplication", 300, 1.0)
