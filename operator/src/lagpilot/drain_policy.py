@@ -34,6 +34,11 @@ The planner (docs/decision.md, "Drain need"):
   are never planned twice). With one drain at a time the same rule plans the follow-up the moment
   the previous drain is done.
 
+- **Drain-assisted replica count** (:func:`assisted_replicas`, used by ``scaling.decide``): when
+  partition granularity makes the group sized for the load expensive, fewer replicas plus the
+  drains that carry their excess are chosen if they save at least ``assist_min_saving`` replicas
+  (expected cost, :func:`group_cost`); the planner is then called for the group at that count.
+
 Anti-flapping: the gate above (a drain is never planned when the group alone meets the target, so
 the answer does not alternate while the load is steady), the minimum backlog, the "drain must help"
 rule, the minimum interval outside overload, and ranges are never re-planned (the hand-off owns a
