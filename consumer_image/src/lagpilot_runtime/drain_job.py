@@ -824,7 +824,8 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                 warm_workers(spark, marks)
             kafka_opts = spark_kafka_options(cfg, plan.read_committed)
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
-            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS"):
+            # one job per relation: off by default (measured under load: no gain, a lower steady rate)
+            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS", default=False):
                 jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
                         for f in build_frames(spark, plan, work, kafka_opts)]
                 marks["job_submitted"] = time.time()
