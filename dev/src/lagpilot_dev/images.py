@@ -128,15 +128,22 @@ def repo_root() -> Path:
     raise RuntimeError(f"no repository root above {here}")
 
 
-def ulimit_flags() -> list[str]:
-    """buildah raises RLIMIT_NOFILE and RLIMIT_NPROC to 1048576 for RUN steps; here the hard limits are
-    lower (20000, 96364) and raising them is refused (EPERM): ask for what the hard limits allow."""
+def ulimit_flags(nproc_cap: int | None = None) -> list[str]:
+    """buildah and podman raise RLIMIT_NOFILE and RLIMIT_NPROC to 1048576 for their containers; here
+    the hard limits are lower (20000, 96364) and raising them is refused (EPERM): ask for what the
+    hard limits allow. runc (podman run) was still refused nproc=96364 (its hard limit) and accepts
+    32768, hence `nproc_cap` for runs."""
     flags = []
     for name, res in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
         _soft, hard = resource.getrlimit(res)
         if hard != resource.RLIM_INFINITY and hard < 1048576:
+            if name == "nproc" and nproc_cap is not None:
+                hard = min(hard, nproc_cap)
             flags += ["--ulimit", f"{name}={hard}:{hard}"]
     return flags
+
+
+RUN_NPROC_CAP = 32768
 
 
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -158,7 +165,7 @@ def build_trust_mounts(layout: Layout) -> list[str]:
 def bud_argv(layout: Layout, image: ImageDef, context: Path) -> list[str]:
     """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull."""
     return layout.buildah_argv(
-        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(),
+        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(RUN_NPROC_CAP),
         *build_trust_mounts(layout),
         "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
         "-t", image.tag, str(context))
@@ -345,7 +352,7 @@ def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[
     text = log_file.read_text(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}")
-    steps = sum(1 for line in text.splitlines() if line.startswith("STEP "))
+    steps = sum(1 for line in text.splitlines() if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line))
     cached = sum(1 for line in text.splitlines() if line.startswith("--> Using cache"))
     return {"image": image.tag, "seconds": seconds, "size_bytes": image_size(layout, image.tag),
             "user": image_user(layout, image.tag), "steps": steps, "cached_steps": cached, "log": str(log_file)}
@@ -353,14 +360,14 @@ def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[
 
 def run_id(layout: Layout, image: ImageDef) -> str:
     """`id` inside the image, as whatever user the image says (its USER)."""
-    return _run(layout.podman_argv("run", "--rm", "--network", "host", "--entrypoint", "id", image.tag),
+    return _run(layout.podman_argv("run", "--rm", "--network", "host", *ulimit_flags(RUN_NPROC_CAP), "--entrypoint", "id", image.tag),
                 timeout=300).stdout.strip()
 
 
 def run_operator_help(layout: Layout) -> dict[str, Any]:
     img = IMAGES["operator"]
     t0 = time.monotonic()
-    p = _run(layout.podman_argv("run", "--rm", "--network", "host", img.tag, "--help"), timeout=300)
+    p = _run(layout.podman_argv("run", "--rm", "--network", "host", *ulimit_flags(RUN_NPROC_CAP), img.tag, "--help"), timeout=300)
     return {"exit": p.returncode, "help_head": p.stdout.strip().splitlines()[:2],
             "id": run_id(layout, img), "seconds": round(time.monotonic() - t0, 1)}
 
@@ -429,7 +436,7 @@ def run_consumer(layout: Layout, bootstrap: str, dsn: str, count: int = 2000, pa
            "LAGPILOT_METRICS_PORT": str(free_port()), "LAGPILOT_POD_NAME": name, "LAGPILOT_BATCH_MAX_RECORDS": "500"}
     env_flags = [a for k in env for a in ("--env", k)]  # values come from our environment, not argv
     t0 = time.monotonic()
-    _run(layout.podman_argv("run", "--detach", "--name", name, "--network", "host", *env_flags, img.tag),
+    _run(layout.podman_argv("run", "--detach", "--name", name, "--network", "host", *ulimit_flags(RUN_NPROC_CAP), *env_flags, img.tag),
          env={**os.environ, **env}, timeout=300)
     try:
         uid_line = ""
