@@ -22,7 +22,8 @@ Per round, each fault is injected, CONFIRMED (pid gone / port closed / crash mar
 dying process / generation bumped while the drain ran) and then waited on until recovered; a fault
 that could not be confirmed is reported as not fired and not counted:
   consumer_kill (SIGKILL of a consumer pod of each CR, at a random moment: ~90 % of a consumer's
-  time is inside a batch), operator_kill (SIGKILL mid-cycle), kafka_restart, apiserver_restart,
+  time is inside a batch), consumer_kill_after_write (the sink's crash hook: an eos consumer dies
+  right after a batch's transaction, before its Kafka commit), operator_kill (SIGKILL mid-cycle), kafka_restart, apiserver_restart,
   etcd_restart, postgres_restart (SIGKILL, then start on the same data dir and port);
   drain 1: operator_at_plan_write/_publish/_seal/_launch (the operator's LAGPILOT_TEST_CRASH_AT
   points: it exits like kill -9 after each hand-off step, before/after its status write),
@@ -39,7 +40,7 @@ drain Verified, CR delete -> the re-created CR's adopted remainder Verified.
 At the end the producer stops, both groups catch up, and the ledgers are compared with the topic's
 end offsets: `lost` (both CRs), `duplicated` (eos: the exactly-once sink), `replayed` (alo).
 Prints the per-kind table, then ONE JSON line last (--json). --quick: one round of consumer_kill,
-operator_kill, postgres_restart and kafka_restart, no drain (the CI version, tests/real/test_chaos.py).
+consumer_kill_after_write, operator_kill, postgres_restart and kafka_restart, no drain (the CI version, tests/real/test_chaos.py).
 """
 from __future__ import annotations
 
