@@ -229,7 +229,11 @@ def test_quiesce_path_costs_sla_against_the_consumer_path() -> None:
     ack = run_policy(tr, SimParams(partitions=3, capacity=137), "lagpilot")
     quiesce = run_policy(tr, SimParams(partitions=3, capacity=137, handoff_quiesce=True), "lagpilot")
     assert ack.drains >= 1 and quiesce.drains >= 1
-    assert quiesce.max_latency_s >= ack.max_latency_s
+    # what the quiesce path costs: the group held at 0 replicas during its hand-offs; the consumer
+    # path never stops it (the max latency of the two runs is set by the burst, not by the pause,
+    # and differed by a few seconds either way as the drains' timing changed)
+    assert min(ack.series["replicas"]) >= 1
+    assert any(r == 0 for r in quiesce.series["replicas"])
 
 
 def test_keda_compares_at_lagpilots_minimum_and_sweeps_windows() -> None:
@@ -282,20 +286,23 @@ def test_drain_assist_beats_keda_where_partition_granularity_costs_replicas() ->
     from lagpilot import tracegen
 
     trace = simulate.trace_from_rows(tracegen.generate("hot-partition", 0, hours=4))
-    params = SimParams(partitions=4, capacity=137.0, sla_s=600.0)
+    params = SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist=True)  # spec.drain.assistReplicas
     keda = run_policy(trace, params, "keda")
     lp = run_policy(trace, params, "lagpilot")
     assert lp.within_sla_fraction >= 0.999 and lp.drains > 0
     assert lp.replica_minutes + lp.drain_task_minutes <= keda.replica_minutes
-    sized = run_policy(trace, SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist_min_saving=None),
-                       "lagpilot")
+    sized = run_policy(trace, SimParams(partitions=4, capacity=137.0, sla_s=600.0), "lagpilot")  # the default: off
     assert sized.within_sla_fraction >= 0.999
     assert sized.replica_minutes + sized.drain_task_minutes > keda.replica_minutes
 
 
-def test_cli_no_drain_assist_flag() -> None:
-    args = simulate.build_parser().parse_args(["--trace", "x.csv", "--no-drain-assist"])
-    assert simulate.params_from_args(args).drain_assist_min_saving is None
-    args = simulate.build_parser().parse_args(["--trace", "x.csv", "--drain-assist-min-saving", "0.5"])
-    assert simulate.params_from_args(args).drain_assist_min_saving == 0.5
-    assert simulate.params_from_args(simulate.build_parser().parse_args(["--trace", "x.csv"])).drain_assist_min_saving == 1.0
+def test_cli_drain_assist_flags() -> None:
+    def params(*flags: str) -> SimParams:
+        return simulate.params_from_args(simulate.build_parser().parse_args(["--trace", "x.csv", *flags]))
+
+    assert not params().drain_assist  # like the CRD's spec.drain.assistReplicas: off unless asked
+    assert params("--drain-assist").drain_assist and params("--drain-assist").drain_assist_min_saving == 1.0
+    p = params("--drain-assist-min-saving", "0.5")
+    assert p.drain_assist and p.drain_assist_min_saving == 0.5
+    assert not params("--drain-assist", "--no-drain-assist").drain_assist
+    assert params("--drain-assist").group_spec().drain.assist_replicas

@@ -129,7 +129,8 @@ class SimParams:
     handoff_quiesce: bool = False
     concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
     batch_max_records: int = 500
-    drain_assist_min_saving: float | None = 1.0  # None: the group is always sized for the load
+    drain_assist: bool = False  # the simulated CR's spec.drain.assistReplicas (opt-in, like the CRD)
+    drain_assist_min_saving: float | None = 1.0  # with drain_assist: the saving that makes it worth it
 
     @property
     def task_capacity(self) -> float:
@@ -151,7 +152,7 @@ class SimParams:
                                 poll_interval_seconds=self.poll_interval_s),
             catch_up_sla_seconds=self.sla_s,
             drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
-                            min_backlog_records=self.min_backlog_records),
+                            min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist),
         )
 
     def model(self) -> step_mod.Model:
@@ -814,11 +815,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
     ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
                     help="drains the executor runs side by side (today: 1)")
-    ap.add_argument("--drain-assist-min-saving", type=float, default=d.drain_assist_min_saving,
-                    help="run fewer replicas than the load needs when the drains carrying their excess save at "
-                         "least this many replicas (expected; docs/decision.md 'Drain-assisted replica count')")
+    ap.add_argument("--drain-assist", action="store_true",
+                    help="the CR opts in to spec.drain.assistReplicas: run fewer replicas than the load needs when "
+                         "the drains carrying their excess save replicas (docs/decision.md 'Drain-assisted replica count')")
+    ap.add_argument("--drain-assist-min-saving", type=float, default=None,
+                    help=f"with --drain-assist (implies it): the expected saving, in replicas, that makes it worth it "
+                         f"(default {d.drain_assist_min_saving:g})")
     ap.add_argument("--no-drain-assist", action="store_true",
-                    help="always size the group for the load (drains only for what it cannot hold)")
+                    help="always size the group for the load (the default, as spec.drain.assistReplicas: false)")
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                     help=f"comma-separated subset of {','.join(POLICIES)}")
@@ -852,8 +856,10 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
-        drain_assist_min_saving=None if getattr(args, "no_drain_assist", False)
-        else getattr(args, "drain_assist_min_saving", d.drain_assist_min_saving),
+        drain_assist=not getattr(args, "no_drain_assist", False) and (
+            getattr(args, "drain_assist", False) or getattr(args, "drain_assist_min_saving", None) is not None),
+        drain_assist_min_saving=(getattr(args, "drain_assist_min_saving", None) if getattr(args, "drain_assist_min_saving", None)
+                                 is not None else d.drain_assist_min_saving),
     )
 
 

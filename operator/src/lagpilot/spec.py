@@ -117,6 +117,7 @@ class DrainSpec:
     min_backlog_records: int = 10000
     cancel: bool = False
     launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
+    assist_replicas: bool = False  # opt-in: fewer replicas than the load needs, drains carry the excess
 
 
 @dataclasses.dataclass(frozen=True)
@@ -565,6 +566,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             min_backlog_records=r.get(drain, "minBacklogRecords", "spec.drain", int, 10000),
             cancel=r.get(drain, "cancel", "spec.drain", bool, False),
             launcher=r.get(drain, "launcher", "spec.drain", str, "job"),
+            assist_replicas=r.get(drain, "assistReplicas", "spec.drain", bool, False),
         ),
         paused=r.get(raw, "paused", P, bool, False),
         template=TemplateSpec(
