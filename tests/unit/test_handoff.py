@@ -705,3 +705,28 @@ def test_time_format_round_trips_at_millisecond_precision(t):
     assert abs(back - t) <= 0.0005 + 1e-6
     assert format_time(back) == s
     assert parse_time(t) == t
+
+
+def test_a_job_that_succeeds_with_work_left_is_retried_as_a_new_attempt_not_flipped_forever():
+    # chaos campaign finding: a Job exiting 0 with sub-ranges unfinished made the status flip
+    # Succeeded <-> Running (IncompleteProgress) every cycle and never launched another attempt
+    half = {(0, 0): (600, 400), (0, 1): (600, 0)}  # sub-range 1 never started
+    done_job = JobObservation(JobState.SUCCEEDED)
+    a = next_action(spec(), RUNNING, obs(job=done_job, progress=half), NOW)
+    assert a.kind is Kind.WRITE_STATUS and a.status.phase is Phase.SUCCEEDED
+    b = next_action(spec(), a.status, obs(job=done_job, progress=half), NOW + 1)
+    assert b.status.phase is Phase.RUNNING and b.status.reason == "IncompleteProgress" and b.status.retry_at > NOW + 1
+    assert b.event is not None and b.event[1] == "DrainIncomplete"
+    # the same finished Job again, before the back-off: no flip back to Succeeded, no launch
+    c = next_action(spec(), b.status, obs(job=done_job, progress=half), NOW + 2)
+    assert c.kind is Kind.NONE and (c.status is None or c.status.phase is Phase.RUNNING)
+    # after the back-off: the next attempt (its own Job name), never the finished one
+    d = next_action(spec(), b.status, obs(job=done_job, progress=half), b.status.retry_at + 1)
+    assert d.kind is Kind.LAUNCH and d.attempt == 2 and d.status.reason == "Retried"
+
+
+def test_attempts_that_keep_succeeding_with_work_left_end_failed():
+    half = {(0, 0): (600, 400), (0, 1): (600, 0)}
+    d = dataclasses.replace(RUNNING, attempt=h.MAX_ATTEMPTS, phase=Phase.SUCCEEDED)
+    a = next_action(spec(), d, obs(job=JobObservation(JobState.SUCCEEDED), progress=half), NOW)
+    assert a.status.phase is Phase.FAILED and a.status.reason == "AttemptsExhausted"

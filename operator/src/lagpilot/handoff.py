@@ -510,7 +510,7 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
     if d.phase is Phase.RUNNING:
         if job is None:
             return _progress_only(drain, d)
-        if job.state is JobState.SUCCEEDED:
+        if job.state is JobState.SUCCEEDED and d.retry_at is None:
             s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
                                     message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
             return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
@@ -522,7 +522,10 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
-        if job.state is JobState.FAILED:
+        # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
+        # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
+        # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
+        if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
             if d.retry_at is None:
                 if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
                     f = _finish(d, Phase.FAILED, "AttemptsExhausted",
@@ -557,9 +560,18 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
             v = dataclasses.replace(v, message=progress_message(v))
             return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
-        r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now,
+        if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
+            f = _finish(d, Phase.FAILED, "AttemptsExhausted",
+                        f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+                        f"{MAX_ATTEMPTS} attempts in all; they stay recorded; edit the spec to retry", now)
+            f = dataclasses.replace(f, failed_generation=observed.generation,
+                                    last_error="Job succeeded but progress shows unfinished sub-ranges")
+            return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+        delay = backoff_seconds(d.attempt)
+        r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
                                 last_error="Job succeeded but progress shows unfinished sub-ranges",
-                                message=f"drain {d.id}: Job succeeded with {d.remaining} records unfinished; retrying")
+                                message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
+                                        f"unfinished; retrying in {delay:.0f}s")
         return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
 
     if d.phase is Phase.FAILED:
