@@ -643,3 +643,19 @@ def test_on_assign_retries_a_failed_mailbox_read_before_any_record_is_processed(
     run_batches(loop, 5)
     assert ("commit", {0: 50}) in events
     assert [o for _, o in rec.processed] == list(range(50, 60))  # nothing of the drain's [10, 50)
+
+
+def test_a_fatal_client_error_stops_the_loop_and_marks_it_not_live():
+    class Fenced:
+        def name(self):
+            return "_FENCED"
+
+        def fatal(self):
+            return True
+
+        def __str__(self):
+            return "Static consumer fenced by other consumer with same group.instance.id"
+
+    loop, _fake = make({0: [b"v"] * 5}, Recorder())
+    loop.on_error(Fenced())
+    assert loop.stop_event.is_set() and not loop.health.live()[0]

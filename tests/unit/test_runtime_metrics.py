@@ -112,3 +112,12 @@ def test_forget_partition_drops_its_series():
     m.forget_partition("t", 3)
     m.forget_partition("t", 3)  # idempotent
     assert all(s.labels.get("partition") != "3" for metric in m.lag.collect() for s in metric.samples)
+
+
+def test_a_fatal_client_error_fails_liveness_at_once():
+    # chaos finding: a consumer fenced as a static member blocked in the client with /healthz at 200
+    h = Health(stale_after_s=60, clock=lambda: 100.0)
+    assert h.live()[0]
+    h.fatal = "fatal Kafka error: Static consumer fenced by other consumer with same group.instance.id"
+    ok, detail = h.live()
+    assert not ok and "fenced" in detail["fatal"]

@@ -227,6 +227,7 @@ class BatchConsumer:
                 self.check_handoff()  # a batch boundary: everything handed out is processed and committed
         except FatalError as exc:
             self.exit_code = 1
+            self.health.fatal = str(exc)
             log.error("consumer stopping on a fatal error", extra=_fields(event="fatal", error=str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug or an unexpected client error: stop, commit nothing more
             self.exit_code = 1
@@ -474,6 +475,7 @@ class BatchConsumer:
             pass
         if hasattr(err, "fatal") and err.fatal():
             self.fatal = FatalError(f"fatal Kafka error: {err}")
+            self.health.fatal = str(self.fatal)
             log.error("fatal Kafka error", extra=_fields(**fields))
             return
         if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN"):
@@ -761,8 +763,24 @@ class BatchConsumer:
             self.health.connected = False
         if hasattr(err, "fatal") and err.fatal():
             self.fatal = FatalError(f"fatal Kafka error: {err}")
+            self.health.fatal = str(self.fatal)  # /healthz fails even if the client then blocks
             self.stop_event.set()
         log.warning("Kafka client error", extra=_fields(event="kafka_error", code=name, error=str(err)))
+
+
+def _exit_after(grace_s: float, code: int) -> threading.Timer:
+    """A watchdog: exit the process with ``code`` after ``grace_s`` unless it ended by itself (a client
+    that blocks in close() after a fatal error, e.g. a fenced static member, must not hang the pod)."""
+    def expire() -> None:
+        log.error("shutdown grace period expired; exiting without finishing",
+                  extra=_fields(event="grace_expired", grace_s=grace_s))
+        logging.shutdown()
+        os._exit(code)
+
+    timer = threading.Timer(grace_s, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
@@ -771,16 +789,7 @@ def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
         if loop.stop_event.is_set():
             return
         loop.request_stop(name)
-
-        def expire() -> None:
-            log.error("shutdown grace period expired; exiting without finishing",
-                      extra=_fields(event="grace_expired", grace_s=grace_s))
-            logging.shutdown()
-            os._exit(1)
-
-        timer = threading.Timer(grace_s, expire)
-        timer.daemon = True
-        timer.start()
+        _exit_after(grace_s, 1)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -861,6 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     loop, server, dlq = build(cfg, handler)
     _install_signals(loop, cfg.shutdown_grace_ms / 1000.0)
     code = loop.run()
+    if code != 0:  # a fatal error: close cleanly if the client lets us, within the grace period
+        _exit_after(cfg.shutdown_grace_ms / 1000.0, code)
     shutdown(loop, server, dlq)
     log.info("stopped", extra=_fields(event="stopped", exit_code=code, processed_records=loop.processed_records))
     return code

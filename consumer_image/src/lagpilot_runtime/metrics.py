@@ -129,6 +129,7 @@ class Health:
     connected: bool = False
     paused: list[str] = field(default_factory=list)
     stopping: bool = False
+    fatal: str = ""  # a fatal client error (e.g. a fenced static member): not live, restart the pod
 
     def __post_init__(self) -> None:
         self.last_progress = self.clock()
@@ -138,7 +139,10 @@ class Health:
 
     def live(self) -> tuple[bool, dict]:
         age = self.clock() - self.last_progress
-        return age <= self.stale_after_s, {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+        detail: dict = {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+        if self.fatal:
+            detail["fatal"] = self.fatal
+        return age <= self.stale_after_s and not self.fatal, detail
 
     def ready(self) -> tuple[bool, dict]:
         ok = self.member and self.connected and not self.stopping
