@@ -65,6 +65,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import chaos_faults as cf  # noqa: E402
 from bench.chaos_faults import Fault  # noqa: E402
+from lagpilot_dev.operator_process import OperatorProcess, operator_env  # noqa: E402
 
 PARTS = 2
 BATCH = 100
@@ -194,32 +195,20 @@ class Producer(threading.Thread):
 
 # ---- the operator --------------------------------------------------------------------------------
 
-class Operator:
-    """`lagpilot operator` as a subprocess; `ensure()` restarts it when dead (its Deployment's job)."""
+class Operator(OperatorProcess):
+    """`lagpilot operator` as a subprocess; `ensure()` restarts it when dead (its Deployment's job).
+    `gen` counts its starts (a cycle count from an earlier process is not comparable)."""
 
     def __init__(self, env: dict[str, str], namespace: str, log_path: Path, port: int) -> None:
-        self.env, self.namespace, self.log_path, self.port = env, namespace, log_path, port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.gen = 0
-        self.deaths: list[tuple[float, int, int]] = []  # (when seen dead, pid, return code)
-        self.start()
+        super().__init__(namespace, log_path, env, metrics_port=port)
 
-    def start(self) -> None:
-        with open(self.log_path, "ab") as fh:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", self.namespace, "--standalone",
-                 "--metrics-port", str(self.port), "--metrics-host", "127.0.0.1"],
-                env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        self.gen += 1
+    @property
+    def port(self) -> int:
+        return self.metrics_port
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def ensure(self) -> None:
-        if not self.alive():
-            assert self.proc is not None
-            self.deaths.append((time.time(), self.proc.pid, int(self.proc.returncode)))
-            self.start()
+    @property
+    def gen(self) -> int:
+        return self.restarts + 1
 
     def cycles(self) -> float | None:
         try:
@@ -230,16 +219,6 @@ class Operator:
         except (OSError, ValueError):
             return None
         return 0.0
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
 
 
 # ---- the campaign ----------------------------------------------------------------------------------
@@ -304,12 +283,11 @@ class Campaign:
         for kind, point in cf.HANDOFF_POINTS.items():  # disarmed: a point fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
         (self.crash_dir / SINK_MARKER).write_text("disarmed")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        env.update({"KUBECONFIG": str(i.kubeconfig), "PYTHONPATH": str(REPO), "LAGPILOT_POD_START_SECONDS": "3",
-                    "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5", "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
-                    "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
-                    "LAGPILOT_TEST_CRASH_AT": ",".join(cf.HANDOFF_POINTS.values()),
-                    "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
+        env = operator_env(i.kubeconfig, REPO, {
+            "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
+            "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
+            "LAGPILOT_TEST_CRASH_AT": ",".join(cf.HANDOFF_POINTS.values()),
+            "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
         self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
         self.runner = PodRunner(i.kubeconfig, node_name=f"chaos-{self.run_id}", workdir=self.workdir / "pods",
                                 namespaces=[self.ns], delete_node_on_stop=True)

@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -36,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from lagpilot.handoff import ranges_of
 from lagpilot.status import parse_time
 from tests.fixtures.kube import wait_until
@@ -60,50 +59,12 @@ def operator_rules() -> list[dict[str, Any]]:
     return rules
 
 
-class Operator:
-    """`lagpilot operator` as a restartable subprocess (fault tests kill it)."""
+class Operator(OperatorProcess):
+    """`lagpilot operator` as a restartable subprocess (fault tests kill it), as a docs/rbac.md
+    ServiceAccount (its kubeconfig)."""
 
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_env: dict[str, str]):
-        self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        self.env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(REPO),
-                         "LAGPILOT_POD_START_SECONDS": "3", "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
-                         "LAGPILOT_MAX_BACKOFF_SECONDS": "15", **extra_env})
-        self.restarts = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        fh = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", self.namespace, "--standalone",
-             "--metrics-port", "0"], env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        fh.close()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def ensure(self) -> None:
-        """Restart it if it died (the fault-injection points exit it like kill -9)."""
-        if not self.alive():
-            self.restarts += 1
-            self.start()
-
-    def tail(self, n: int = 80) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        super().__init__(namespace, log_path, operator_env(kubeconfig, REPO, extra_env))
 
 
 @dataclass

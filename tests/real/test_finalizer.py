@@ -15,12 +15,6 @@ produced offset (lost 0), replays bounded by the batches the stopped tasks had n
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401  (crd: fixture)
 
@@ -49,32 +44,9 @@ def operator_rules() -> list[dict[str, Any]]:
     return rules
 
 
-class Operator:
+class Operator(OperatorProcess):
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_env: dict[str, str]):
-        self.log_path = log_path
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        self.env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(REPO), "LAGPILOT_POD_START_SECONDS": "3",
-                         "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5", "LAGPILOT_MAX_BACKOFF_SECONDS": "15", **extra_env})
-        fh = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", namespace,
-                                      "--standalone", "--metrics-port", "0"], env=self.env, stdout=fh,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        fh.close()
-
-    def tail(self, n: int = 100) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        super().__init__(namespace, log_path, operator_env(kubeconfig, REPO, extra_env))
 
 
 @dataclass

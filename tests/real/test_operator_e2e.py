@@ -15,11 +15,7 @@ list sufficient. Shown:
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -32,6 +28,7 @@ import pytest
 import yaml
 
 from lagpilot import status as status_mod
+from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -79,54 +76,15 @@ def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> 
     assert p.flush(60) == 0
 
 
-class Operator:
+class Operator(OperatorProcess):
     """`lagpilot operator` as a subprocess, logging to a file (its tail is shown on failure)."""
 
     def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, metrics_port: int):
-        self.log_path = log_path
-        self.metrics_port = metrics_port
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        env.update({
-            "KUBECONFIG": str(kubeconfig),
-            "PYTHONPATH": str(REPO),
-            # pods of the local runner start in seconds; fail fast and retry often in tests
-            "LAGPILOT_POD_START_SECONDS": "3",
-            "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
-            "LAGPILOT_MAX_BACKOFF_SECONDS": "15",
-        })
-        self._fh = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", namespace, "--standalone",
-             "--metrics-port", str(metrics_port), "--metrics-host", "127.0.0.1"],
-            env=env, stdout=self._fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        super().__init__(namespace, log_path, operator_env(kubeconfig, REPO), metrics_port=metrics_port)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
             return r.read().decode()
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown at all (what a node failure or OOM kill does)."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._fh.close()
 
 
 @pytest.fixture(scope="module")
