@@ -120,7 +120,10 @@ def default_layout() -> Layout:
 
 
 def repo_root() -> Path:
-    """The repository root (the build context): the directory holding pyproject.toml and both Dockerfiles."""
+    """The repository root (the build context): the directory holding pyproject.toml and both Dockerfiles.
+    $LAGPILOT_IMAGES_CONTEXT overrides it (e.g. a `git archive` export, to build a fixed tree)."""
+    if os.environ.get("LAGPILOT_IMAGES_CONTEXT"):
+        return Path(os.environ["LAGPILOT_IMAGES_CONTEXT"])
     here = Path(__file__).resolve()
     for p in here.parents:
         if (p / "pyproject.toml").is_file() and (p / "consumer_image" / "Dockerfile").is_file():
