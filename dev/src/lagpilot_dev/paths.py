@@ -283,7 +283,11 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 120.0, inter
             last_error = None
         now = time.monotonic()
         if alive is not None and not alive():
-            raise RuntimeError(f"gave up waiting for {what}: the process exited")
+            # asked once more a little later: a process found alive minutes later was once reported
+            # dead here right after its start (CI: prometheus), failing the whole session fixture
+            time.sleep(min(1.0, max(interval, 0.2)))
+            if not alive():
+                raise RuntimeError(f"gave up waiting for {what}: the process exited")
         if now - start > timeout:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
         if now - last_log >= log_every:
