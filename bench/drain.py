@@ -135,7 +135,9 @@ def wait_until(check: Any, what: str, timeout: float, poll: float = 0.5) -> Any:
 # ---- processes and their CPU -----------------------------------------------------------------
 
 def base_env(bootstrap: str, topic: str, group: str, dsn: str, table: str, cost_ms: int, batch: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
+    # the drain's own switches (LAGPILOT_DRAIN_*, e.g. LAGPILOT_DRAIN_WARM_WORKERS=0) pass through, so
+    # a whole bench run can be repeated with one changed
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_") or k.startswith("LAGPILOT_DRAIN_")}
     env.update({
         "PYTHONPATH": str(REPO), "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic,
         "LAGPILOT_GROUP_ID": group, "LAGPILOT_BATCH_MAX_RECORDS": str(batch), "LAGPILOT_BATCH_TIMEOUT_MS": "200",
