@@ -856,10 +856,9 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
-        drain_assist=not getattr(args, "no_drain_assist", False) and (
-            getattr(args, "drain_assist", False) or getattr(args, "drain_assist_min_saving", None) is not None),
-        drain_assist_min_saving=(getattr(args, "drain_assist_min_saving", None) if getattr(args, "drain_assist_min_saving", None)
-                                 is not None else d.drain_assist_min_saving),
+        drain_assist=not args.no_drain_assist and (args.drain_assist or args.drain_assist_min_saving is not None),
+        drain_assist_min_saving=(d.drain_assist_min_saving if args.drain_assist_min_saving is None
+                                 else args.drain_assist_min_saving),
     )
 
 
