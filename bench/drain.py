@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -208,9 +209,9 @@ class CpuSampler(threading.Thread):
     """Every 0.5 s: CPU seconds of each process of the drain's tree, the live consumers, the broker and
     PostgreSQL; per bucket, the growth between start and stop (processes born meanwhile count from 0)."""
 
-    def __init__(self, drain_root: int, live_roots: list[int]) -> None:
+    def __init__(self, drain_roots: list[int], live_roots: list[int]) -> None:
         super().__init__(daemon=True)
-        self.drain_root, self.live_roots = drain_root, set(live_roots)
+        self.drain_roots, self.live_roots = set(drain_roots), set(live_roots)
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
         self.stop_evt = threading.Event()
@@ -230,7 +231,7 @@ class CpuSampler(threading.Thread):
                 cur = stats.get(cur, (0, 0.0))[0]
                 if cur <= 1:
                     break
-            in_drain, in_live = self.drain_root in chain, bool(chain & self.live_roots)
+            in_drain, in_live = bool(chain & self.drain_roots), bool(chain & self.live_roots)
             bucket = self.last.get(pid, (None, 0.0))[0] or classify(_cmdline(pid), in_drain, in_live)
             if bucket is None:
                 continue
@@ -365,6 +366,75 @@ def percentile(values: list[float], q: float) -> float:
     return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
 
 
+RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
+
+
+def tree_rss_mb(root: int) -> float:
+    """Resident memory of a process and its descendants (MB)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st:
+                parents[int(name)] = st[0]
+    total = 0
+    for pid in parents:
+        chain, cur = set(), pid
+        for _ in range(12):
+            chain.add(cur)
+            cur = parents.get(cur, 0)
+            if cur <= 1:
+                break
+        if root in chain:
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, IndexError, ValueError):
+                pass
+    return round(total / 2**20, 1)
+
+
+class WarmRuntime:
+    """`lagpilot drain --serve` as the operator runs it per group (warmRuntime): started, waited for
+    until warm (its cost: warm-up seconds and idle memory, reported), stopped after the run."""
+
+    def __init__(self, env: dict[str, str], max_tasks: int, workdir: Path) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        t0 = time.time()
+        self._log = open(workdir / "drain-runtime.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--serve"],
+                                     env=dict(env, LAGPILOT_DRAIN_RUNTIME_PORT=str(port),
+                                              LAGPILOT_DRAIN_MAX_PARALLELISM=str(max_tasks)),
+                                     stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        def warm() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the drain runtime exited {self.proc.returncode}: see {workdir / 'drain-runtime.log'}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait_until(warm, "the warm drain runtime", 300, 0.2)
+        self.warm_up_s = round(time.time() - t0, 2)
+        time.sleep(2.0)  # idle: the warm-up's tasks are done
+        self.idle_rss_mb = tree_rss_mb(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self._log.close()
+
+
 def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars: list[str],
               args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient
@@ -377,9 +447,14 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
     admin = AdminClient({"bootstrap.servers": bootstrap})
     env = base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch)
     live = LiveProducer(bootstrap, topic, args.live_rate)
+    denv = dict(env, LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO")
+    # the warm runtime is up before the live group starts (the operator keeps it up per group)
+    runtime = WarmRuntime(denv, args.max_tasks, workdir) if args.runtime == "warm" else None
     procs = start_consumers(env, args.consumers, workdir, "live")
     drain_proc = None
     try:
+        if runtime:
+            denv[RUNTIME_URL_ENV] = runtime.url
         wait_until(lambda: joined(admin, group, topic), "the live group to join", 300, 0.2)
         live.start()
         time.sleep(1.0)
@@ -390,14 +465,13 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
         ranges = {p: (starts[p], split[p]) for p in split if starts[p] < split[p]}
         subs = split_ranges(ranges, args.split_factor, min_records_per_task=args.batch)
         plan = DrainPlan(str(drain_id), topic, group, subs, args.batch, parallelism_for(subs, args.max_tasks)).validate()
-        denv = dict(env, LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO")
         summary_file = workdir / "drain-summary.json"
         t_launch = time.time()
         with open(workdir / "drain.log", "wb") as log:
             drain_proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
                                            "--summary-file", str(summary_file)], env=denv, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)
-            cpu = CpuSampler(drain_proc.pid, [p.pid for p in procs])
+            cpu = CpuSampler([drain_proc.pid] + ([runtime.proc.pid] if runtime else []), [p.pid for p in procs])
             cpu.start()
             rc = drain_proc.wait(timeout=3600)
             cpu_s = cpu.stop()
@@ -414,6 +488,8 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
         stop_procs(procs)
         if drain_proc is not None and drain_proc.poll() is None:
             os.killpg(drain_proc.pid, signal.SIGKILL)
+        if runtime:
+            runtime.stop()
     summary = json.loads(summary_file.read_text())
     drained = ledger.stats(dsn, table, ranges, source="drain")
     everything = ledger.stats(dsn, table, {p: (0, final[p]) for p in final})
@@ -428,7 +504,9 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
         "handoff_ack_s": t_ack - t_plan, "drain_wall_s": t_drain_done - t_launch,
         "plan_to_last_drained_s": (drained["last_at"] or t_drain_done) - t_plan,
         "handoff_gaps_s": gaps, "startup_breakdown": summary.get("startup"),
-        "cpu_s": cpu_s, "live_sent": live.sent,
+        "cpu_s": cpu_s, "live_sent": live.sent, "runtime": args.runtime,
+        "runtime_warm_up_s": runtime.warm_up_s if runtime else None,
+        "runtime_idle_rss_mb": runtime.idle_rss_mb if runtime else None,
         "lost": everything["lost"], "duplicated": everything["duplicated"], "outside": everything["outside"],
         "drained_lost": drained["lost"], "drained_duplicated": drained["duplicated"], "table": table,
     }
@@ -520,7 +598,7 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
                 proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
                                          "--summary-file", str(summary_file)], env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-                cpu = CpuSampler(proc.pid, [])
+                cpu = CpuSampler([proc.pid], [])
                 cpu.start()
                 rc = proc.wait(timeout=1800)
                 cpu_s = cpu.stop()
@@ -569,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(default 200; --quick 50)")
     ap.add_argument("--handoff-timeout", type=float, default=120.0)
     ap.add_argument("--quick", action="store_true", help="a short run for CI: 30,000 records")
+    ap.add_argument("--runtime", choices=("warm", "cold"), default="warm",
+                    help="warm: the drain runs in a warm drain runtime started before the run (spec.drain."
+                    "warmRuntime; its warm-up and idle memory reported); cold: the drain process starts Spark itself")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--startup-ab", nargs="+", metavar="NAME=ENVJSON", default=None,
                     help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
@@ -644,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         "handoff_pause_s": {"max": r(max(gaps)), "p95": r(percentile(gaps, 95)), "samples": len(gaps)},
         "lost": group["lost"] + drain["lost"], "duplicated": group["duplicated"] + drain["duplicated"],
         "startup_breakdown_s": drain["startup_breakdown"], "cpu_s_during_drain": drain["cpu_s"],
+        "runtime": drain["runtime"], "runtime_warm_up_s": drain["runtime_warm_up_s"],
+        "runtime_idle_rss_mb": drain["runtime_idle_rss_mb"],
         "load_avg_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
     }
     print(f"{'path':<34}{'tasks':>6}{'records':>10}{'records/s':>11}{'time s':>9}{'lost':>6}{'dup':>6}")
@@ -654,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"speedup {result['speedup']}  end_to_end_speedup {result['end_to_end_speedup']}  start_up_s "
           f"{result['start_up_s']}  launch_to_first_drained_s {result['launch_to_first_drained_s']}  handoff_pause_s "
           f"{result['handoff_pause_s']}")
+    if drain["runtime"] == "warm":
+        print(f"warm drain runtime: warm-up {drain['runtime_warm_up_s']} s before the run, idle RSS "
+              f"{drain['runtime_idle_rss_mb']} MB (kept up per group); start-up below is since the plan reached it")
     print(f"drain start-up (s since process start): {drain['startup_breakdown']}")
     print(f"CPU seconds during the drain ({result['cpu_s_during_drain'].get('cores')} cores): {drain['cpu_s']}")
     if args.json:

@@ -78,11 +78,16 @@ STARTUP_MARKS = ("process_start", "main_entered", "progress_read", "pyspark_impo
 
 
 def startup_breakdown(marks: Mapping[str, float | None]) -> dict[str, float]:
-    """Seconds since process start for each known milestone (pure; for the log and the bench)."""
+    """Seconds since process start for each known milestone (pure; for the log and the bench).
+
+    In the warm drain runtime the start is the request's arrival; milestones its warm session
+    reached before (the worker daemon, a reused worker) are left out rather than shown negative.
+    """
     t0 = marks.get("process_start") or marks.get("main_entered")
     if t0 is None:
         return {}
-    return {k: round(float(marks[k]) - t0, 3) for k in STARTUP_MARKS if marks.get(k) is not None}
+    return {k: round(float(marks[k]) - t0, 3) for k in STARTUP_MARKS
+            if marks.get(k) is not None and float(marks[k]) >= t0}
 
 
 # ---- Kafka options for Spark (pure) -------------------------------------------------------------
@@ -780,20 +785,28 @@ def _task_marks(results: Sequence[Mapping[str, Any]]) -> dict[str, float | None]
             "first_batch_handled": first("first_batch_at")}
 
 
+def job_group(plan: DrainPlan) -> str:
+    """The Spark job group of a drain attempt: the warm runtime cancels it when its caller goes away."""
+    return f"lagpilot-drain-{plan.drain_id}"
+
+
 def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-        extra_conf: Mapping[str, str], marks: dict[str, float | None] | None = None) -> dict[str, Any]:
+        extra_conf: Mapping[str, str], marks: dict[str, float | None] | None = None,
+        warm_session: Any = None) -> dict[str, Any]:
     """Drive one drain attempt; returns a summary. Raises RetentionError / RuntimeError.
 
     ``marks`` collects the start-up milestones (epoch seconds); the summary carries them and
     ``startup`` (seconds since process start per milestone), also logged as event ``drain_startup``.
+    ``warm_session``: a running SparkSession with warm workers (the drain runtime, drain_runtime.py):
+    used as is and left running; else this attempt starts its own and stops it at the end.
     """
     marks = {} if marks is None else marks
     t0 = time.time()
     marks.setdefault("main_entered", t0)
     # the JVM and the SparkSession take seconds to start: start them while Kafka is asked for the
     # progress (a finished plan then costs a needless JVM start, but retries of finished plans are rare)
-    starter = _SessionStarter(plan, master, jars, extra_conf, marks)
-    spark = None
+    starter = _SessionStarter(plan, master, jars, extra_conf, marks) if warm_session is None else None
+    spark = warm_session
     try:
         progress = read_progress(cfg, plan)
         work = catch_up_to_sink(cfg, plan, remaining_work(plan, progress))
@@ -818,10 +831,14 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                     event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
                     lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
         if work:
-            spark = starter.get()
+            if starter is not None:
+                spark = starter.get()
+                if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
+                    warm_workers(spark, marks)
+            else:  # the runtime's session: this plan's Arrow batch size (one drain at a time)
+                spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(max(plan.batch_max_records, 1000)))
             summary["session_ready_at"] = marks.get("session_ready")
-            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
-                warm_workers(spark, marks)
+            spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
             kafka_opts = spark_kafka_options(cfg, plan.read_committed)
             spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges)
             # one job per relation: off by default (measured under load: no gain, a lower steady rate)
@@ -853,13 +870,16 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
             log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
                                                      **summary["startup"]))
     finally:
-        if spark is None:
-            try:
-                spark = starter.get()
-            except Exception:  # noqa: BLE001 - the session was not needed
-                spark = None
-        if spark is not None:
-            spark.stop()
+        if starter is not None:
+            if spark is None:
+                try:
+                    spark = starter.get()
+                except Exception:  # noqa: BLE001 - the session was not needed
+                    spark = None
+            if spark is not None:
+                spark.stop()
+        elif spark is not None:
+            spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
     after = read_progress(cfg, plan)
     unfinished = remaining_work(plan, after)
     summary["records_done"] = sum(r for _, r in after.values())
@@ -952,7 +972,7 @@ def _termination_message(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
-    from . import jsonlog
+    from . import drain_runtime, jsonlog
 
     ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
                                  "calling the consumer's batch handler. Configured by the consumer environment.")
@@ -960,6 +980,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--master", help="Spark master (default: $LAGPILOT_SPARK_MASTER or local[<parallelism>,4])")
     ap.add_argument("--jars", help="connector jars, comma separated or a directory (default: $LAGPILOT_SPARK_JARS)")
     ap.add_argument("--summary-file", help="write the JSON summary here (benchmarks, tests)")
+    ap.add_argument("--serve", action="store_true", help="run the warm drain runtime: keep a Spark session and "
+                    f"warm workers, run plans sent to ${drain_runtime.PORT_ENV} (drain_runtime.py)")
     ap.add_argument("--train-cds", metavar="ARCHIVE", help="only write the JVM class-data-sharing archive "
                     f"(image build / dev setup; the drain uses {CDS_ARCHIVE_NAME} next to the jars) and exit")
     args = ap.parse_args(list(argv) if argv is not None else None)
@@ -970,11 +992,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
                                                seconds=round(time.time() - t, 1)))
         return EXIT_OK if ok else EXIT_FAILED
+    plan: DrainPlan | None = None
     try:
         cfg = ConsumerConfig.from_env()
-        plan = DrainPlan.from_json(args.plan or os.environ.get("LAGPILOT_DRAIN_PLAN") or "")
-        if plan.topic != cfg.topic or plan.group_id != cfg.group_id:
-            raise ValueError("the plan's topic/groupId differ from LAGPILOT_TOPIC/LAGPILOT_GROUP_ID")
+        plan_text = args.plan or os.environ.get("LAGPILOT_DRAIN_PLAN") or ""
+        if not args.serve:
+            plan = DrainPlan.from_json(plan_text)
+            drain_runtime.check_plan(plan, cfg)
         extra = json.loads(os.environ.get("LAGPILOT_SPARK_CONF") or "{}")
         if not isinstance(extra, dict):
             raise ValueError("LAGPILOT_SPARK_CONF must be a JSON object")
@@ -985,21 +1009,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
-    try:
-        summary = run(plan, cfg, master, jars, {str(k): str(v) for k, v in extra.items()}, marks)
-    except RetentionError as exc:
-        log.error(str(exc), extra=_fields(event="drain_data_loss", drain=plan.drain_id))
-        _termination_message(str(exc))
-        return EXIT_DATA_LOSS
-    except Exception as exc:  # noqa: BLE001 - any failure ends the attempt; the operator retries
-        text = _short_error(exc)
-        log.error("drain attempt failed", extra=_fields(event="drain_failed", drain=plan.drain_id, error=text))
-        _termination_message(f"drain failed: {text}")
-        return EXIT_FAILED
-    log.info("drain finished", extra=_fields(event="drain_finished", **{k: v for k, v in summary.items()}))
-    if args.summary_file:
-        Path(args.summary_file).write_text(json.dumps(summary))
-    return EXIT_OK
+    extra_conf = {str(k): str(v) for k, v in extra.items()}
+    if args.serve:
+        return drain_runtime.serve(cfg, master, jars, extra_conf)
+    assert plan is not None
+    outcome: drain_runtime.Outcome | None = None
+    url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)
+    if url:
+        try:
+            outcome = drain_runtime.request(url, plan.to_json())
+            log.info("the drain ran in the warm runtime", extra=_fields(event="drain_runtime_used", drain=plan.drain_id,
+                                                                          exit=outcome.exit))
+        except drain_runtime.Unreachable as exc:
+            log.info("no warm drain runtime: draining here", extra=_fields(event="drain_runtime_unreachable",
+                                                                          drain=plan.drain_id, reason=str(exc)))
+    if outcome is None:
+        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks))
+    if outcome.exit == EXIT_OK:
+        summary = dict(outcome.summary or {})
+        log.info("drain finished", extra=_fields(event="drain_finished", **summary))
+        if args.summary_file:
+            Path(args.summary_file).write_text(json.dumps(summary))
+    else:
+        event = "drain_data_loss" if outcome.exit == EXIT_DATA_LOSS else "drain_failed"
+        log.error(outcome.message, extra=_fields(event=event, drain=plan.drain_id))
+        _termination_message(outcome.message)
+    return outcome.exit
 
 
 if __name__ == "__main__":

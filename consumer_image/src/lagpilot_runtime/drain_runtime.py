@@ -1,0 +1,290 @@
+"""The warm drain runtime: one long-lived Spark driver per BatchConsumerGroup that runs drain plans.
+
+A cold drain spends most of its start-up before it reads a record: spark-submit and the driver JVM,
+the SparkSession, the Kafka source's first planning (class loading, its offset reader), the Python
+worker daemon and its forks. ``lagpilot drain --serve`` does all of that once, with the drain
+Job's own image and environment (the same handler, sink and credentials, as secretKeyRef env), and
+then runs drain plans on request with the session and workers already warm.
+
+The drain Job stays the unit the operator launches, observes, retries and cancels. When its
+environment names a runtime (``LAGPILOT_DRAIN_RUNTIME_URL``), its ``lagpilot drain`` process sends
+its plan there, waits, and exits with the runtime's result (same exit codes, same termination
+message); when nothing listens there it drains by itself, cold, as without a runtime.
+
+Exactness is the drain's own (drain_job.py: progress per sub-range in Kafka and in the sink; a
+retry skips what is recorded). The runtime adds two rules so that no two attempts of one drain
+ever run at once: it runs one plan at a time (a second request gets 409 and its caller waits), and
+when the caller goes away (its Job deleted, its pod killed) it cancels that plan's Spark jobs and
+finishes it (tasks interrupted, in-flight sink transactions rolled back) before it takes the next.
+
+HTTP on 0.0.0.0:``LAGPILOT_DRAIN_RUNTIME_PORT``: ``GET /healthz`` 200 once warm (503 before);
+``POST /drains`` with the plan JSON → 200 ``{"exit": code, "message": ..., "summary": {...}}``
+when the attempt ended, 409 busy, 503 not warm yet, 400 a plan for another topic/group.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import select
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from . import drain_job
+from .config import ConsumerConfig
+from .drain_plan import DrainPlan
+
+log = logging.getLogger("lagpilot.drain.runtime")
+
+RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
+PORT_ENV = "LAGPILOT_DRAIN_RUNTIME_PORT"
+PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
+DEFAULT_PORT = 8093
+BUSY_WAIT_S = 120.0  # a caller waits this long for the runtime to finish (or cancel) another plan
+CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One drain attempt's end, as the drain Job reports it (exit code, termination message)."""
+
+    exit: int
+    message: str = ""
+    summary: Mapping[str, Any] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"exit": self.exit, "message": self.message, "summary": self.summary})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Outcome":
+        d = json.loads(text)
+        return cls(int(d["exit"]), str(d.get("message") or ""), d.get("summary"))
+
+
+def outcome_of(run: Callable[[], Mapping[str, Any]]) -> Outcome:
+    """Run one attempt and map its end to the drain Job's exit codes (shared by cold and warm)."""
+    try:
+        return Outcome(drain_job.EXIT_OK, "", run())
+    except drain_job.RetentionError as exc:
+        return Outcome(drain_job.EXIT_DATA_LOSS, str(exc))
+    except Exception as exc:  # noqa: BLE001 - any failure ends the attempt; the operator retries
+        return Outcome(drain_job.EXIT_FAILED, f"drain failed: {drain_job._short_error(exc)}")
+
+
+def check_plan(plan: DrainPlan, cfg: ConsumerConfig) -> None:
+    if plan.topic != cfg.topic or plan.group_id != cfg.group_id:
+        raise ValueError("the plan's topic/groupId differ from LAGPILOT_TOPIC/LAGPILOT_GROUP_ID")
+
+
+# ---- the runtime (server side) -------------------------------------------------------------------
+
+def _discard(batches: Iterable[Any]) -> Iterator[Any]:
+    """The warm-up's map: counts the records it is given (never calls the handler)."""
+    import pyarrow as pa
+
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pylist([{"n": n}], schema=pa.schema([("n", pa.int64())]))
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """True once the caller closed its end (EOF) or reset it; it sends nothing after its request."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+class DrainRuntime:
+    """A warm SparkSession for one group, running one drain plan at a time."""
+
+    def __init__(self, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
+                 extra_conf: Mapping[str, str], parallelism: int) -> None:
+        self.cfg, self.jars, self.extra_conf = cfg, list(jars), dict(extra_conf)
+        self.master = master or f"local[{max(parallelism, 1)},4]"
+        self.parallelism = max(parallelism, 1)
+        self.spark: Any = None
+        self.ready = threading.Event()
+        self._busy = threading.Lock()
+        self.current: str | None = None
+        self.served = 0
+
+    def warm_up(self) -> dict[str, float]:
+        """Start the session, the worker daemon and the Kafka source once; returns the seconds spent."""
+        t0 = time.time()
+        marks: dict[str, float | None] = {"process_start": drain_job.process_start_time(), "main_entered": t0}
+        plan = DrainPlan("runtime", self.cfg.topic, self.cfg.group_id, (), parallelism=self.parallelism)
+        self.spark = drain_job.build_session(plan, self.master, self.jars, self.extra_conf, marks)
+        drain_job.warm_workers(self.spark, marks).join()
+        self._warm_kafka_source()
+        marks["kafka_source_warm"] = time.time()
+        took = {k: round(float(v) - t0, 2) for k, v in marks.items() if v is not None and k != "process_start"}
+        self.ready.set()
+        log.info("drain runtime warm", extra=drain_job._fields(event="drain_runtime_ready", master=self.master, **took))
+        return took
+
+    def _warm_kafka_source(self) -> None:
+        """Plan (and read at most one record of) a Kafka relation: the source's classes, its offset
+        reader and an executor-side Kafka consumer are loaded before the first real plan arrives.
+        Best effort: a failure only costs the warm-up (the first drain plans cold)."""
+        from confluent_kafka import TopicPartition
+
+        try:
+            c = drain_job._progress_consumer(self.cfg, f"{self.cfg.group_id}.lagpilot-drain-runtime")
+            try:
+                low, high = c.get_watermark_offsets(TopicPartition(self.cfg.topic, 0), timeout=30)
+            finally:
+                c.close()
+            opts = {**drain_job.spark_kafka_options(self.cfg, False),
+                    "assign": json.dumps({self.cfg.topic: [0]}),
+                    "startingOffsets": json.dumps({self.cfg.topic: {"0": int(low)}}),
+                    "endingOffsets": json.dumps({self.cfg.topic: {"0": int(min(low + 1, high))}})}
+            reader = self.spark.read.format("kafka")
+            for k, v in opts.items():
+                reader = reader.option(k, v)
+            self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-warm-up", "warm-up", interruptOnCancel=True)
+            reader.load().select("partition", "offset", "value").mapInArrow(_discard, "n long").collect()
+        except Exception as exc:  # noqa: BLE001
+            log.info("warming the Kafka source failed", extra=drain_job._fields(
+                event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+
+    def serve_plan(self, text: str, caller_gone: Callable[[], bool]) -> tuple[int, Outcome]:
+        """Run one plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away."""
+        if not self.ready.is_set():
+            return 503, Outcome(drain_job.EXIT_FAILED, "drain runtime not warm yet")
+        if not self._busy.acquire(blocking=False):
+            return 409, Outcome(drain_job.EXIT_FAILED, f"drain runtime busy with drain {self.current}")
+        try:
+            try:
+                plan = DrainPlan.from_json(text)
+                check_plan(plan, self.cfg)
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+                return 400, Outcome(drain_job.EXIT_CONFIG, f"bad drain configuration: {exc}")
+            self.current = plan.drain_id
+            received = time.time()
+            marks: dict[str, float | None] = {"process_start": received, "main_entered": received}
+            result: list[Outcome] = []
+            worker = threading.Thread(target=lambda: result.append(outcome_of(lambda: drain_job.run(
+                plan, self.cfg, self.master, self.jars, self.extra_conf, marks, warm_session=self.spark))),
+                name=f"drain-{plan.drain_id}", daemon=True)
+            worker.start()
+            cancelled = False
+            while worker.is_alive():
+                worker.join(0.5)
+                if not cancelled and worker.is_alive() and caller_gone():
+                    cancelled = True
+                    log.warning("the drain's caller went away: cancelling its Spark jobs", extra=drain_job._fields(
+                        event="drain_runtime_cancel", drain=plan.drain_id))
+                    self.spark.sparkContext.cancelJobGroup(drain_job.job_group(plan))
+            outcome = result[0] if result else Outcome(drain_job.EXIT_FAILED, "drain failed: no result")
+            self.served += 1
+            log.info("drain runtime served a plan", extra=drain_job._fields(
+                event="drain_runtime_served", drain=plan.drain_id, exit=outcome.exit, cancelled=cancelled,
+                seconds=round(time.time() - received, 2), served=self.served,
+                records=(outcome.summary or {}).get("records")))
+            return 200, outcome
+        finally:
+            self.current = None
+            self._busy.release()
+
+
+def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *args: Any) -> None:  # structured logs only
+            pass
+
+        def _reply(self, status: int, body: str) -> None:
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path.rstrip("/") == "/healthz":
+                ok = runtime.ready.is_set()
+                self._reply(200 if ok else 503, json.dumps({"warm": ok, "busy": runtime.current}))
+            else:
+                self._reply(404, "{}")
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path.rstrip("/") != "/drains":
+                self._reply(404, "{}")
+                return
+            text = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            status, outcome = runtime.serve_plan(text, lambda: peer_closed(self.connection))
+            try:
+                self._reply(status, outcome.to_json())
+            except OSError:  # the caller is gone; its outcome is in the log
+                pass
+
+    return Handler
+
+
+def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str],
+          env: Mapping[str, str] | None = None) -> int:
+    """`lagpilot drain --serve`: listen first (healthz says 503), warm up, then serve until killed."""
+    e = os.environ if env is None else env
+    port = int(e.get(PORT_ENV) or DEFAULT_PORT)
+    parallelism = int(e.get(PARALLELISM_ENV) or 16)
+    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism)
+    server = ThreadingHTTPServer(("0.0.0.0", port), _handler_class(runtime))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="drain-runtime-http", daemon=True).start()
+    log.info("drain runtime listening", extra=drain_job._fields(event="drain_runtime_listening", port=port,
+                                                                  parallelism=parallelism))
+    runtime.warm_up()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        if runtime.spark is not None:
+            runtime.spark.stop()
+    return drain_job.EXIT_OK
+
+
+# ---- the drain Job's side (client) ---------------------------------------------------------------
+
+class Unreachable(Exception):
+    """Nothing warm answers at the runtime's address: the Job drains by itself."""
+
+
+def request(url: str, plan_text: str, busy_wait_s: float = BUSY_WAIT_S,
+            sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> Outcome:
+    """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
+    listens (or it is not warm yet): no attempt of this drain can be running there then."""
+    u = urllib.parse.urlsplit(url)
+    deadline = now() + busy_wait_s
+    while True:
+        conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or DEFAULT_PORT, timeout=CONNECT_TIMEOUT_S)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:
+                raise Unreachable(f"no drain runtime at {u.hostname}:{u.port}: {exc.__class__.__name__}") from exc
+            conn.sock.settimeout(None)  # a drain takes as long as it takes; the Job's deadline bounds it
+            conn.request("POST", "/drains", body=plan_text.encode(), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            body = resp.read().decode()
+        finally:
+            conn.close()
+        if resp.status == 503:
+            raise Unreachable("the drain runtime is not warm yet")
+        if resp.status == 409 and now() < deadline:
+            sleep(1.0)
+            continue
+        return Outcome.from_json(body)

@@ -1,0 +1,160 @@
+"""The warm drain runtime's protocol without Spark: one plan at a time (409), not warm (503), a plan
+for another group (400), the caller going away cancels the plan's Spark jobs, the Job side's
+fall-back when nothing listens, and the exit-code mapping shared with the cold path."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lagpilot_runtime import drain_job, drain_runtime
+from lagpilot_runtime.config import ConsumerConfig
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange
+from lagpilot_runtime.drain_runtime import DrainRuntime, Outcome, Unreachable
+
+ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
+       "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle"}
+PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2)
+
+
+class FakeContext:
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def cancelJobGroup(self, group: str) -> None:  # noqa: N802 - Spark's name
+        self.cancelled.append(group)
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.sparkContext = FakeContext()
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> DrainRuntime:
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+    rt = DrainRuntime(ConsumerConfig.from_env(), None, [], {}, 4)
+    rt.spark = FakeSpark()
+    rt.ready.set()
+    return rt
+
+
+def test_outcome_round_trips_and_maps_the_exit_codes():
+    o = Outcome(drain_job.EXIT_OK, "", {"records": 5})
+    assert Outcome.from_json(o.to_json()) == o
+    assert drain_runtime.outcome_of(lambda: {"records": 1}).exit == drain_job.EXIT_OK
+    lost = drain_runtime.outcome_of(lambda: (_ for _ in ()).throw(drain_job.RetentionError("gone")))
+    assert (lost.exit, lost.message) == (drain_job.EXIT_DATA_LOSS, "gone")
+    failed = drain_runtime.outcome_of(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert failed.exit == drain_job.EXIT_FAILED and "boom" in failed.message
+
+
+def test_serves_a_plan_with_the_warm_session(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    seen: dict[str, Any] = {}
+
+    def fake_run(plan, cfg, master, jars, extra, marks, warm_session=None):
+        seen.update(plan=plan, session=warm_session, marks=dict(marks))
+        return {"records": 10}
+
+    monkeypatch.setattr(drain_job, "run", fake_run)
+    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
+    assert (status, outcome.exit, outcome.summary) == (200, 0, {"records": 10})
+    assert seen["plan"] == PLAN and seen["session"] is runtime.spark
+    assert seen["marks"]["process_start"] == seen["marks"]["main_entered"]  # start-up counted from the request
+    assert runtime.served == 1 and runtime.current is None
+
+
+def test_not_warm_busy_and_foreign_plans_are_refused(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    release = threading.Event()
+    monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
+    first = threading.Thread(target=runtime.serve_plan, args=(PLAN.to_json(), lambda: False))
+    first.start()
+    deadline = time.time() + 5
+    while runtime.current is None and time.time() < deadline:
+        time.sleep(0.01)
+    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
+    assert status == 409 and "busy with drain 41" in outcome.message
+    release.set()
+    first.join(5)
+    other = DrainPlan("42", "payments", "g", (SubRange(0, 0, 0, 10),), 100, 2)
+    status, outcome = runtime.serve_plan(other.to_json(), lambda: False)
+    assert (status, outcome.exit) == (400, drain_job.EXIT_CONFIG)
+    runtime.ready.clear()
+    assert runtime.serve_plan(PLAN.to_json(), lambda: False)[0] == 503
+
+
+def test_a_caller_that_goes_away_cancels_the_plans_spark_jobs(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    def slow_run(*a, **k):
+        deadline = time.time() + 10
+        while not runtime.spark.sparkContext.cancelled and time.time() < deadline:
+            time.sleep(0.05)
+        raise RuntimeError("Job cancelled")
+
+    monkeypatch.setattr(drain_job, "run", slow_run)
+    calls = iter([False, True])
+    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: next(calls, True))
+    assert runtime.spark.sparkContext.cancelled == [drain_job.job_group(PLAN)]
+    assert (status, outcome.exit) == (200, drain_job.EXIT_FAILED)
+    assert runtime.current is None  # free for the retry
+
+
+def test_peer_closed_sees_eof_but_not_a_quiet_open_peer():
+    a, b = socket.socketpair()
+    try:
+        assert not drain_runtime.peer_closed(a)
+        b.close()
+        assert drain_runtime.peer_closed(a)
+    finally:
+        a.close()
+
+
+def _serve(runtime: DrainRuntime) -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), drain_runtime._handler_class(runtime))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(drain_job, "run", lambda *a, **k: {"records": 3})
+    server, url = _serve(runtime)
+    try:
+        assert drain_runtime.request(url, PLAN.to_json()).summary == {"records": 3}
+        runtime._busy.acquire()  # another plan runs: the caller retries, then gives up with a failure
+        slept: list[float] = []
+        clock = iter(range(100))
+        outcome = drain_runtime.request(url, PLAN.to_json(), busy_wait_s=3, sleep=slept.append,
+                                        now=lambda: float(next(clock)))
+        assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
+        runtime._busy.release()
+        runtime.ready.clear()
+        with pytest.raises(Unreachable):  # not warm: the Job drains by itself
+            drain_runtime.request(url, PLAN.to_json())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_nothing_listening_is_unreachable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(Unreachable):
+        drain_runtime.request(f"http://127.0.0.1:{port}", PLAN.to_json())
+
+
+def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
+    import urllib.request
+
+    server, url = _serve(runtime)
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=5) as r:
+            assert r.status == 200 and json.loads(r.read()) == {"warm": True, "busy": None}
+    finally:
+        server.shutdown()
+        server.server_close()
