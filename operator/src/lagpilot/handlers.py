@@ -60,7 +60,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
     return Deps(kube=memo.kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
                 pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
                 min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds,
-                drain=memo.drain)
+                drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds)
 
 
 @kopf.on.resume(*RESOURCE)

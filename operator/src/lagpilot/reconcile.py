@@ -2,16 +2,21 @@
 
     read (spec, status, Deployment) -> observe (Kafka, batched) -> estimate -> decide (pure core)
     -> act (server-side apply of the Deployment, only when the replica count changes)
-    -> report (one status merge patch, only when something changed; events; metrics)
+    -> report (one status merge patch, only when something a reader sees changed; events; metrics)
 
 Nothing here holds policy arithmetic: lag.py, estimate.py, projection.py, scaling.py and
 drain_policy.py decide; this module converts between the outside world and their dataclasses.
 
 What must survive an operator restart lives in the CR status: the estimator state
 (`status.estimator`: smoothed rates, capacity, data-loss bookkeeping) and the scaling history
-(`status.scalingHistory`: recommendations of the stabilization window, last scale time). The
-per-CR `memo` only caches the last status this operator wrote, because the live body may not yet
-carry our own previous write when the next cycle starts.
+(`status.scalingHistory`: recommendations of the stabilization window, last scale time). These
+two ("memory", `MEMORY_KEYS`) move every cycle (times, rate windows), so they alone never cause a
+write: the status is patched when another field changed (conditions compared without
+`lastTransitionTime`), on a CR's first cycle in this process, and at least every
+`status_heartbeat_seconds` (default 60 s) while only the memory moved; the memory then rides along.
+A restarted operator resumes from a memory at most that old, as after that much downtime. The
+per-CR `Cache` keeps the last status this operator wrote (the live body may not yet carry it when
+the next cycle starts) and the newest memory, written or not.
 
 Failures never escape as exceptions: a missing topic, a missing or malformed Secret, an unreachable
 broker, rejected credentials, or an invalid spec set `Degraded=True` with a CamelCase reason and a
@@ -93,13 +98,21 @@ class Deps:
     peek: Callable[..., dict[int, float]] | None = peek_oldest
     version: str = "0.1.0"
     drain: Any = None  # lagpilot.drain.DrainExecutor (drain issue); None: no drain hand-offs
+    # a status whose only change is the memory (MEMORY_KEYS) is written at most this often
+    status_heartbeat_seconds: float = 60.0
+
+
+MEMORY_KEYS = ("estimator", "scalingHistory")
 
 
 @dataclasses.dataclass
 class Cache:
-    """Per-CR memo: a cache of what this operator last wrote, and the failure streak."""
+    """Per-CR memo: what this operator last wrote, the newest memory (written or not), when the
+    memory was last written, and the failure streak."""
 
     last_status: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    memory_written_at: float | None = None
     failures: int = 0
     last_error: str | None = None
     last_event_reason: str | None = None
@@ -163,6 +176,32 @@ def _current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[
     return {**live, **cached} if cached_at > live_at else live
 
 
+def with_memory(status: Mapping[str, Any], memory: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`status` with the newer of its memory and `memory` (the cycle's last, maybe unwritten): only
+    the MEMORY_KEYS are taken from `memory`; every other field (e.g. a drain another writer
+    recorded) stays the status's own."""
+    out = dict(status)
+    if memory and status_mod.estimator_time(memory.get("estimator")) > status_mod.estimator_time(
+            status.get("estimator")):
+        out.update({k: memory[k] for k in MEMORY_KEYS if k in memory})
+    return out
+
+
+def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], memory_written_at: float | None,
+                 now: float, heartbeat_s: float) -> dict[str, Any] | None:
+    """The merge patch to send, or None. `old`: the status as stored, except that its memory may be
+    the cycle's newer, unwritten one. A field other than the memory (MEMORY_KEYS) changed: its
+    patch, with the memory. Only the memory moved: the memory alone once `heartbeat_s` passed since
+    it was last written (`memory_written_at`; None: not yet in this process), else None."""
+    patch = status_patch(old, new) or {}
+    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
+    if any(k not in MEMORY_KEYS for k in patch):
+        return {**patch, **memory}
+    if memory and (memory_written_at is None or now - memory_written_at >= heartbeat_s):
+        return memory
+    return None
+
+
 # --- apply (create/update/resume handlers and the loop) -----------------------------------------
 
 def apply_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None,
@@ -183,7 +222,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
               deps: Deps, cache: Cache) -> CycleResult:
     """One observe → decide → act → report pass. Never raises for expected failures."""
     started = time.monotonic()
-    status = _current_status(raw_status, cache)
+    status = with_memory(_current_status(raw_status, cache), cache.memory)
     now = deps.clock()
     try:
         spec = parse_spec(raw_spec)
@@ -459,12 +498,19 @@ def _fmt_s(x: float | None) -> str:
 
 
 def _write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache) -> None:
+    """Patch what changed (`status_write`); the memory is kept in `cache` for the next cycle either way."""
     if new.get("conditions") is not None:
         deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
-    patch = status_patch(old, new)
+    now = deps.clock()
+    patch = status_write(old, new, cache.memory_written_at, now, deps.status_heartbeat_seconds)
+    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
+    if memory:
+        cache.memory = memory  # the next cycle resumes from it, written or not
     if patch is None:
         return
     deps.kube.patch_status(ref.namespace, ref.name, patch)
+    if memory:
+        cache.memory_written_at = now
     # cache only the fields this loop owns: other writers (the drain executor) stay authoritative
     cache.last_status = {k: v for k, v in {**(cache.last_status or {}), **new}.items() if v is not None}
 

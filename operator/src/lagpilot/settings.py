@@ -7,6 +7,8 @@ Environment (all optional):
 - LAGPILOT_MAX_BACKOFF_SECONDS (default 300): ceiling of the retry delay after a failed cycle.
 - LAGPILOT_OPERATOR_METRICS_PORT: read by run.py (0 disables the metrics endpoint).
 - LAGPILOT_CYCLE_WORKERS (default 32): threads for the per-CR control-loop cycles.
+- LAGPILOT_STATUS_HEARTBEAT_SECONDS (default 60): while only the estimator's memory moves, the status
+  is written at most this often (reconcile.status_write); a visible change is written at once.
 - LAGPILOT_KOPF_SCANNING (default false): let kopf scan/watch CRDs and namespaces cluster-wide.
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ class OperatorConfig:
     max_backoff_seconds: float = 300.0
     min_backoff_seconds: float = 5.0
     cycle_workers: int = 32
+    status_heartbeat_seconds: float = 60.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "OperatorConfig":
@@ -52,6 +55,7 @@ class OperatorConfig:
             kafka_timeout_seconds=num("LAGPILOT_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds),
             max_backoff_seconds=num("LAGPILOT_MAX_BACKOFF_SECONDS", cls.max_backoff_seconds),
             cycle_workers=max(1, int(num("LAGPILOT_CYCLE_WORKERS", cls.cycle_workers))),
+            status_heartbeat_seconds=num("LAGPILOT_STATUS_HEARTBEAT_SECONDS", cls.status_heartbeat_seconds),
         )
 
 
