@@ -30,7 +30,8 @@ class Kube:
 
 
 def memo(kube: Kube) -> Any:
-    cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2)
+    cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
+                          status_heartbeat_seconds=60.0)
     return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=object())
 
 

@@ -84,11 +84,12 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups/finalizers"]
   verbs: ["update"]
-# the consumer Deployment: read its replicas, server-side apply it (a PATCH; the apply that creates
-# a missing Deployment is also authorized as create: 403 without it); garbage collection deletes it
+# the consumer Deployment: watched into a cache (list, watch), read by name on a cache miss, server-side
+# applied (a PATCH; the apply that creates a missing Deployment is also authorized as create: 403
+# without it); garbage collection deletes it
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # the drain Job: read the one named in status, create one per attempt, delete on cancel
 - apiGroups: ["batch"]
   resources: ["jobs"]

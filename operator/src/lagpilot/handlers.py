@@ -2,6 +2,8 @@
 
 - create / update (spec) / resume: server-side apply the consumer Deployment at once, so a new or
   changed CR has its Deployment without waiting for the control loop.
+- the consumer Deployments are watched (label `app.kubernetes.io/managed-by=lagpilot`) into a cache
+  the cycles read (deployment_cache.py): no GET of the Deployment per cycle.
 - one daemon per CR: the control loop (observe → estimate → decide → scale → one status patch),
   paced by spec.scaling.pollIntervalSeconds (re-read every cycle: a changed interval applies at the
   next cycle), backing off exponentially while Degraded.
@@ -34,6 +36,7 @@ from confluent_kafka import KafkaException
 
 from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
 from lagpilot.deployment import API_GROUP
+from lagpilot.deployment_cache import CachingKube
 from lagpilot.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
 from lagpilot import deletion, deletion_io
@@ -57,10 +60,22 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
     if getattr(memo, "drain", None) is None:  # the drain executor (issue 6): Jobs + offset hand-off
         from lagpilot.drain import DrainExecutor
         memo.drain = DrainExecutor(memo.kube._client)
-    return Deps(kube=memo.kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
+    # the Deployment from the watch's cache (deployment_seen), not a GET per cycle
+    cached = getattr(memo, "deployments", None)
+    kube = CachingKube(memo.kube, cached) if cached is not None else memo.kube
+    return Deps(kube=kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
                 pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
                 min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds,
                 drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "lagpilot"})
+async def deployment_seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """The watch of the consumer Deployments feeds the cache the cycles read (deployment_cache.py)."""
+    cache = getattr(memo, "deployments", None)
+    obj = event.get("object")
+    if cache is not None and isinstance(obj, Mapping):
+        cache.watched(event.get("type"), obj)
 
 
 @kopf.on.resume(*RESOURCE)
