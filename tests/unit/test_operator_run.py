@@ -27,3 +27,16 @@ def test_metrics_port_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_rejects(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
+
+
+def test_the_deployment_watch_successes_are_not_logged() -> None:
+    import logging
+
+    from lagpilot.run import quiet_watch_successes
+
+    def rec(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, msg, None, None)
+
+    assert not quiet_watch_successes(rec("Handler 'deployment_seen' succeeded."))
+    assert quiet_watch_successes(rec("Handler 'deployment_seen' failed with an exception. Will ignore."))
+    assert quiet_watch_successes(rec("Handler 'apply' succeeded."))

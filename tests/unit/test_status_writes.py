@@ -19,6 +19,11 @@ from tests.unit.test_handlers_reconcile import T0, World, base_spec
 HB = 60.0
 
 
+def samples(status: dict[str, Any]) -> set[int]:
+    """The rate-sample counts of status.estimator's partitions (whatever its stored form)."""
+    return {p["samples"] for p in status_mod.estimator_from_status(status["estimator"])["partitions"].values()}
+
+
 def est(at: float, samples: int = 1) -> dict[str, Any]:
     return {"at": status_mod.format_time(at), "capacityPerReplica": None, "partitions": {"0": {"samples": samples}}}
 
@@ -106,7 +111,7 @@ def test_idle_cycles_write_the_status_only_as_a_heartbeat() -> None:
         every.cycle(advance=5)
     assert len(every.kube.status_patches) == 14
     assert {k: w.kube.status[k] for k in MEMORY_KEYS} == {k: every.kube.status[k] for k in MEMORY_KEYS}
-    assert {p["samples"] for p in w.kube.status["estimator"]["partitions"].values()} == {13}
+    assert samples(w.kube.status) == {13}
     w.kafka.set([(0, 150, 100, None)] * 3)  # records arrive: lag is visible at once
     w.cycle(advance=5)
     assert len(w.kube.status_patches) == 4
@@ -119,11 +124,11 @@ def test_a_restart_resumes_from_the_written_memory_and_writes_at_once() -> None:
     for _ in range(5):
         w.cycle(advance=5)
     assert len(w.kube.status_patches) == 2  # only the first two cycles wrote (see above)
-    stored = {p["samples"] for p in w.kube.status["estimator"]["partitions"].values()}
+    stored = samples(w.kube.status)
     w.cache = Cache()  # restart: the unwritten memory is gone; the stored one is at most a heartbeat old
     w.cycle(advance=5)
     assert len(w.kube.status_patches) == 3  # a new process writes its first cycle
-    assert {p["samples"] for p in w.kube.status["estimator"]["partitions"].values()} == {n + 1 for n in stored}
+    assert samples(w.kube.status) == {n + 1 for n in stored}
 
 
 def test_memory_never_shadows_another_writers_fields() -> None:

@@ -47,6 +47,7 @@ from lagpilot.status import TRUE, Condition, merge_conditions
 
 log = logging.getLogger(__name__)
 RESOURCE = (API_GROUP, VERSION, PLURAL)
+SLOW_CYCLE_S = 2.0  # a cycle (queueing for a thread included) slower than this logs its phases
 DELETE_GRACE_S = 600.0  # past the drain wait: how long a deletion retries an unreachable Kafka before dropping (loudly)
 
 
@@ -134,11 +135,16 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     deps = _deps(memo, body)
     ref = GroupRef.from_body(body)
     adoption_pending = True
+    spawned = time.monotonic()
+    first: dict[str, float] | None = {}  # start-up timings, logged once with the first cycle
     try:
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
             if adoption_pending:  # before any cycle may plan a drain of the same offsets; retried until done
+                t = time.monotonic()
                 adoption_pending = not await _adopt(body, memo, deps, ref)
+                if first is not None:
+                    first["adopt_s"] = first.get("adopt_s", 0.0) + time.monotonic() - t
             try:
                 # a dedicated pool: a cycle blocks on Kafka for up to LAGPILOT_KAFKA_TIMEOUT_SECONDS
                 # (an unreachable broker), which must not starve the other CRs' cycles or kopf's own
@@ -149,10 +155,25 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                     memo.cycle_pool, ctx.run, _tracked, where, run_cycle, ref, dict(body.spec), dict(body.status),
                     deps, cache)
                 # a cycle needs at most ~3 Kafka timeouts (observe, peek, drain) plus API calls
+                t = time.monotonic()
                 result = await await_cycle(fut, where, ref.key, 3 * deps.kafka_timeout_seconds + 60.0)
             except Exception as err:  # noqa: BLE001 - a bug must not kill the loop for good
                 log.exception("control loop cycle crashed", extra={"group": ref.key})
                 raise kopf.TemporaryError(f"cycle crashed: {type(err).__name__}", delay=30) from None
+            if first is not None:
+                # how a CR's loop started: time from the daemon's spawn (and from the CR's creation)
+                # to its first cycle's end, and what it waited for (docs/operator.md "Scale")
+                now = time.monotonic()
+                created = _timestamp((body.get("metadata") or {}).get("creationTimestamp"), time.time())
+                log.info("first cycle done", extra={
+                    "group": ref.key, "ok": result.ok, "reason": result.reason,
+                    "since_spawn_s": round(now - spawned, 2), "since_created_s": round(time.time() - created, 1),
+                    "adopt_s": round(first.get("adopt_s", 0.0), 2), "cycle_s": round(now - t, 2),
+                    "phases_s": cache.timing})
+                first = None
+            elif time.monotonic() - t > SLOW_CYCLE_S:
+                log.info("slow cycle", extra={"group": ref.key, "seconds": round(time.monotonic() - t, 2),
+                                              "phases_s": cache.timing})
             await stopped.wait(max(0.5, result.delay_s))
     finally:
         memo.admin_pool.release(ref.key)

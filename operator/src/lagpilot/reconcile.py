@@ -116,6 +116,9 @@ class Cache:
     failures: int = 0
     last_error: str | None = None
     last_event_reason: str | None = None
+    # seconds per phase of the last cycle (deployment, observe, peek, step, act, drain, write, ...):
+    # logged by the control loop with a CR's first cycle and with any slow one
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +225,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
               deps: Deps, cache: Cache) -> CycleResult:
     """One observe → decide → act → report pass. Never raises for expected failures."""
     started = time.monotonic()
+    cache.timing = {}
     status = with_memory(_current_status(raw_status, cache), cache.memory)
     now = deps.clock()
     try:
@@ -248,12 +252,14 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
            deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack) -> CycleResult:
     poll = spec.scaling.poll_interval_seconds
     dname = deployment_name(ref.name)
+    mark = _Marks(cache.timing)
     dep = deps.kube.get_deployment(ref.namespace, dname)
     if dep is None:
         n = apply_deployment(ref, raw_spec, status, deps)
         deps.emit("Normal", "DeploymentCreated", f"created Deployment {dname} with {n} replicas")
         dep = deps.kube.get_deployment(ref.namespace, dname)
     cur, pods, ready = _dep_replicas(dep)
+    mark("deployment")
 
     if spec.paused:
         applied = None
@@ -275,9 +281,11 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
     # observe
     conf = _kafka_config(ref, spec, deps)
+    mark("kafka_config")
     handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
     # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
     obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll))
+    mark("observe")
 
     # the oldest unprocessed record of each lagging partition (its timestamp), best effort
     offsets = [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions]
@@ -287,6 +295,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
 
     # estimate + decide: one pure step (lagpilot.step), shared with the simulator
+    mark("peek")
     snap = lag_mod.snapshot(
         obs.observed_at,
         [dataclasses.replace(p, oldest_unprocessed_ts_s=oldest.get(p.partition)) for p in offsets],
@@ -302,6 +311,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     decision, est, history = out.decision, new_state.estimator, new_state.history
     assert est is not None
 
+    mark("step")
     # act
     applied: int | None = None
     held = out.held  # handoff.holds_replicas (only the hand-off's quiesce fallback holds), via the step
@@ -326,12 +336,14 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
                                                          "moved backwards (topic recreated?); its estimate was reset")
 
     # drain hand-off (lagpilot.drain, issue 6): after the scaler acted, before the status write
+    mark("act")
     drain_out = None
     if deps.drain is not None:
         from lagpilot.drain import run_in_cycle
         drain_out = run_in_cycle(deps.drain, ref, spec, raw_spec, status, obs, decision,
                                  applied if applied is not None else cur, handle, deps, apply_deployment)
 
+    mark("drain")
     # report
     target = applied if applied is not None else cur
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
@@ -364,6 +376,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     if drain_out is not None and drain_out.status is not None:
         new["drain"] = drain_out.status
     _write_status(ref, status, new, deps, cache)
+    mark("write")
     deps.metrics.observe_group(
         ref.namespace, ref.name,
         partition_lag={p.partition: lag_mod.partition_lag(p) for p in snap.partitions},
@@ -384,6 +397,19 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         cache.last_event_reason = None
     return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), decision.reason,
                        decision, applied)
+
+
+class _Marks:
+    """Adds the seconds since the previous mark to `into[phase]` (the cycle's time marks)."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self._into = into
+        self._t = time.monotonic()
+
+    def __call__(self, phase: str) -> None:
+        now = time.monotonic()
+        self._into[phase] = round(self._into.get(phase, 0.0) + now - self._t, 4)
+        self._t = now
 
 
 def aligned_delay(poll_s: float, now: float, phase_s: float = 0.0) -> float:

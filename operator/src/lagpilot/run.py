@@ -59,6 +59,12 @@ def count_kube_requests(count: "Callable[[str], None]") -> None:
     rest.RESTClientObject.request = request  # type: ignore[method-assign]
 
 
+def quiet_watch_successes(record: logging.LogRecord) -> bool:
+    """logging filter: drop kopf's "Handler 'deployment_seen' succeeded." lines."""
+    msg = record.getMessage()
+    return not (msg.startswith("Handler 'deployment_seen'") and msg.endswith("succeeded."))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     # a native crash (SIGSEGV in a C extension) or a SIGABRT from a supervisor prints every Python
@@ -73,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose or level == "DEBUG", quiet=level in ("WARNING", "ERROR"),
                    log_format=kopf.LogFormat.JSON, log_refkey="object")
     log = logging.getLogger("lagpilot.run")
+    # the Deployment watch's handler runs for every event of every consumer Deployment: its
+    # successes are not news (its failures still are)
+    logging.getLogger("kopf.objects").addFilter(quiet_watch_successes)
     if args.metrics_port:
         from prometheus_client import start_http_server
         start_http_server(args.metrics_port, addr=args.metrics_host)
