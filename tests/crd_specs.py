@@ -177,6 +177,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
                          "minBacklogRecords": draw(st.integers(0, 10**12))}
         if draw(st.booleans()):
             spec["drain"]["launcher"] = draw(st.sampled_from(schema_at("spec.drain.launcher")["enum"]))
+        if draw(st.booleans()):  # CEL: a warm runtime only with the job launcher
+            spec["drain"]["warmRuntime"] = spec["drain"].get("launcher") != "sparkApplication" and draw(st.booleans())
     if draw(st.booleans()):
         spec["paused"] = draw(st.booleans())
 
@@ -222,6 +224,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("failure.deadLetterTopic", _NASTY_TEXT),
     ("failure.policy", st.sampled_from(["deadLetter", "pause", "exit"])),
     ("drain.launcher", st.sampled_from(["job", "sparkApplication", "SparkApplication", "spark", ""])),
+    ("drain.warmRuntime", st.sampled_from([True, False, "true", 1])),
     ("processing.postgres", st.just({"dsnSecretRef": {"name": "pg"}, "table": "ledger.settled_payments"})),
     ("processing.handler", _NASTY_TEXT),
     ("batch.timeoutMs", st.integers(-1, 700_000)),

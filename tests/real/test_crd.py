@@ -168,6 +168,7 @@ def test_defaults_are_applied(crd, ns):
         "catchUpSLASeconds": 600,
         "drain.enabled": True, "drain.splitFactor": 4, "drain.maxTasks": 16,
         "drain.minBacklogRecords": 10000, "drain.cancel": False, "drain.launcher": "job",
+        "drain.warmRuntime": False,
         "paused": False,
         "template.image": "lagpilot/consumer:0.1.0", "template.imagePullPolicy": "IfNotPresent",
     }
@@ -331,6 +332,8 @@ INVALID = [
      'Unsupported value: "ignore"'),
     ("bad-drain-launcher", {"spec": {"drain": {"launcher": "SparkApplication"}}}, "spec.drain.launcher",
      'Unsupported value: "SparkApplication"'),
+    ("warm-runtime-with-spark-application", {"spec": {"drain": {"launcher": "sparkApplication", "warmRuntime": True}}},
+     "spec.drain.warmRuntime", "must be false when spec.drain.launcher is"),
     ("concurrency-zero", {"spec": {"processing": {"concurrency": 0}}}, "spec.processing.concurrency",
      "greater than or equal to 1"),
     ("tolerance-above-one", {"spec": {"scaling": {"tolerance": 1.5}}}, "spec.scaling.tolerance",

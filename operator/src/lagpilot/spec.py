@@ -118,6 +118,7 @@ class DrainSpec:
     cancel: bool = False
     launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
     assist_replicas: bool = False  # opt-in: fewer replicas than the load needs, drains carry the excess
+    warm_runtime: bool = False  # opt-in: a long-lived drain runtime per CR (lagpilot.drain_runtime)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +278,9 @@ class GroupSpec:
         bounds(d.max_tasks, 1, 1024, "spec.drain.maxTasks")
         bounds(d.min_backlog_records, 0, None, "spec.drain.minBacklogRecords")
         need(d.launcher in DRAIN_LAUNCHERS, "spec.drain.launcher", f"must be one of {', '.join(DRAIN_LAUNCHERS)}")
+        need(not (d.warm_runtime and d.launcher == "sparkApplication"), "spec.drain.warmRuntime",
+             "spec.drain.warmRuntime must be false when spec.drain.launcher is sparkApplication "
+             "(the warm runtime serves drain Jobs only)")
 
         t = self.template
         text(t.image, "spec.template.image", IMAGE_RE, 1024,
@@ -567,6 +571,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             cancel=r.get(drain, "cancel", "spec.drain", bool, False),
             launcher=r.get(drain, "launcher", "spec.drain", str, "job"),
             assist_replicas=r.get(drain, "assistReplicas", "spec.drain", bool, False),
+            warm_runtime=r.get(drain, "warmRuntime", "spec.drain", bool, DrainSpec.warm_runtime),
         ),
         paused=r.get(raw, "paused", P, bool, False),
         template=TemplateSpec(
