@@ -369,8 +369,9 @@ def percentile(values: list[float], q: float) -> float:
 RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
 
 
-def tree_rss_mb(root: int) -> float:
-    """Resident memory of a process and its descendants (MB)."""
+def tree_pss_mb(root: int) -> float:
+    """Proportional set size of a process and its descendants (MB): shared pages (the forked Python
+    workers share the daemon's) counted once, unlike a sum of RSS."""
     parents: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -387,7 +388,9 @@ def tree_rss_mb(root: int) -> float:
                 break
         if root in chain:
             try:
-                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
             except (OSError, IndexError, ValueError):
                 pass
     return round(total / 2**20, 1)
@@ -423,7 +426,7 @@ class WarmRuntime:
         wait_until(warm, "the warm drain runtime", 300, 0.2)
         self.warm_up_s = round(time.time() - t0, 2)
         time.sleep(2.0)  # idle: the warm-up's tasks are done
-        self.idle_rss_mb = tree_rss_mb(self.proc.pid)
+        self.idle_pss_mb = tree_pss_mb(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -506,7 +509,7 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
         "handoff_gaps_s": gaps, "startup_breakdown": summary.get("startup"),
         "cpu_s": cpu_s, "live_sent": live.sent, "runtime": args.runtime,
         "runtime_warm_up_s": runtime.warm_up_s if runtime else None,
-        "runtime_idle_rss_mb": runtime.idle_rss_mb if runtime else None,
+        "runtime_idle_pss_mb": runtime.idle_pss_mb if runtime else None,
         "lost": everything["lost"], "duplicated": everything["duplicated"], "outside": everything["outside"],
         "drained_lost": drained["lost"], "drained_duplicated": drained["duplicated"], "table": table,
     }
@@ -726,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         "lost": group["lost"] + drain["lost"], "duplicated": group["duplicated"] + drain["duplicated"],
         "startup_breakdown_s": drain["startup_breakdown"], "cpu_s_during_drain": drain["cpu_s"],
         "runtime": drain["runtime"], "runtime_warm_up_s": drain["runtime_warm_up_s"],
-        "runtime_idle_rss_mb": drain["runtime_idle_rss_mb"],
+        "runtime_idle_pss_mb": drain["runtime_idle_pss_mb"],
         "load_avg_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
     }
     print(f"{'path':<34}{'tasks':>6}{'records':>10}{'records/s':>11}{'time s':>9}{'lost':>6}{'dup':>6}")
@@ -738,8 +741,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['start_up_s']}  launch_to_first_drained_s {result['launch_to_first_drained_s']}  handoff_pause_s "
           f"{result['handoff_pause_s']}")
     if drain["runtime"] == "warm":
-        print(f"warm drain runtime: warm-up {drain['runtime_warm_up_s']} s before the run, idle RSS "
-              f"{drain['runtime_idle_rss_mb']} MB (kept up per group); start-up below is since the plan reached it")
+        print(f"warm drain runtime: warm-up {drain['runtime_warm_up_s']} s before the run, idle memory (PSS) "
+              f"{drain['runtime_idle_pss_mb']} MB (kept up per group); start-up below is since the plan reached it")
     print(f"drain start-up (s since process start): {drain['startup_breakdown']}")
     print(f"CPU seconds during the drain ({result['cpu_s_during_drain'].get('cores')} cores): {drain['cpu_s']}")
     if args.json:

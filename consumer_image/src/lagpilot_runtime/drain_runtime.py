@@ -49,6 +49,7 @@ PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
 DEFAULT_PORT = 8093
 BUSY_WAIT_S = 120.0  # a caller waits this long for the runtime to finish (or cancel) another plan
 CONNECT_TIMEOUT_S = 5.0
+KEEP_WARM_EVERY_S = 40.0  # < Spark's one-minute idle timeout of Python workers
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ class DrainRuntime:
         drain_job.warm_workers(self.spark, marks).join()
         self._warm_kafka_source()
         marks["kafka_source_warm"] = time.time()
+        self.keep_workers()
+        marks["workers_forked"] = time.time()
         took = {k: round(float(v) - t0, 2) for k, v in marks.items() if v is not None and k != "process_start"}
         self.ready.set()
         log.info("drain runtime warm", extra=drain_job._fields(event="drain_runtime_ready", master=self.master, **took))
@@ -156,6 +159,25 @@ class DrainRuntime:
         except Exception as exc:  # noqa: BLE001
             log.info("warming the Kafka source failed", extra=drain_job._fields(
                 event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+
+    def keep_workers(self) -> bool:
+        """Run one tiny task per slot at once, unless a plan runs: Spark forks a Python worker per
+        concurrent task and kills workers idle for a minute, so without this every plan after a quiet
+        minute forks its workers again (measured: the first plan's tasks took 4.7 s to their first
+        record, the next ones 0.8-1.0 s). Returns False when a plan was running (nothing done)."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-keep-warm", "keep workers", interruptOnCancel=True)
+            self.spark.range(0, self.parallelism, numPartitions=self.parallelism).mapInArrow(
+                _discard, "n long").collect()
+            return True
+        except Exception as exc:  # noqa: BLE001 - best effort
+            log.info("keeping the workers warm failed", extra=drain_job._fields(
+                event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+            return False
+        finally:
+            self._busy.release()
 
     def serve_plan(self, text: str, caller_gone: Callable[[], bool]) -> tuple[int, Outcome]:
         """Run one plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away."""
@@ -247,7 +269,9 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
                                                                   parallelism=parallelism))
     runtime.warm_up()
     try:
-        threading.Event().wait()
+        while True:  # Spark kills Python workers idle for a minute: keep them (a few ms of CPU)
+            time.sleep(KEEP_WARM_EVERY_S)
+            runtime.keep_workers()
     except KeyboardInterrupt:
         pass
     finally:
