@@ -3,6 +3,7 @@ operator killed between any effect and its status write still gives every offset
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from typing import Any
 
@@ -599,6 +600,17 @@ def _spec_for_tasks():
 
 # --- the status as the CR holds it: RFC 3339 times, compact after many drains -------------------------
 
+def stored(value):
+    """What the API server keeps of a status written with a merge patch: JSON, null fields dropped."""
+    import json
+
+    def drop(v):
+        if isinstance(v, dict):
+            return {k: drop(x) for k, x in v.items() if x is not None}
+        return [drop(x) for x in v] if isinstance(v, list) else v
+    return drop(json.loads(json.dumps(value)))
+
+
 def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) -> tuple[list[dict], DrainStatus]:
     """``n`` drains of every partition, one after the other, the status read back from JSON (what the
     apiserver stores) before every step; the owners ack and move at once. Returns status.drain after
@@ -640,7 +652,7 @@ def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) ->
                     committed[p] = st_.move_to
             if a.status is not None:
                 mem = a.status
-                raw = json.loads(json.dumps(a.status.to_dict()))
+                raw = stored(a.status.to_dict())
             now += 2.0
         else:
             raise AssertionError(f"drain {k} did not finish: {raw}")
@@ -649,26 +661,59 @@ def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) ->
     return out, mem
 
 
-def test_status_stays_small_after_50_drains():
-    """After 50 drains of 12 partitions in 8 sub-ranges each, status.drain is as small as after 5:
-    the finished drain's 96 sub-ranges are summarised to one per partition, the history keeps the last
-    5 drains (ranges without task counts), and the times are RFC 3339 strings."""
+def describe_lines(value, indent: int = 0) -> int:
+    """The lines ``kubectl describe`` prints for a status value: one per scalar field or list item,
+    one per map key plus its children (the describe printer's layout)."""
+    if isinstance(value, dict):
+        return sum(1 + (describe_lines(v) if isinstance(v, (dict, list)) else 0) for v in value.values())
+    if isinstance(value, list):
+        return sum(describe_lines(v) if isinstance(v, dict) else 1 for v in value)
+    return 1
+
+
+def test_status_stays_small_after_100_drains():
+    """After 100 drains of 12 partitions in 8 sub-ranges each, status.drain is as small as after 5:
+    the finished drain's 96 sub-ranges are summarised to one per partition, every range, sub-range and
+    past drain is one line (a list of strings, one describe line each), the history keeps the last 5
+    drains, the defaults are left out and the times are RFC 3339 strings."""
     import json
 
-    seen, mem = run_drains_through_the_cr(50)
+    seen, mem = run_drains_through_the_cr(100)
     sizes = [len(json.dumps(d)) for d in seen]
     last = seen[-1]
-    assert len(last["subRanges"]) == 12, last["subRanges"]
-    assert len(last["history"]) == h.HISTORY and [e["id"] for e in last["history"]] == list(range(46, 51))
-    assert all(isinstance(e["ranges"], str) and len(h.ranges_of(e)) == 12 for e in last["history"])
-    assert h.ranges_of(last["history"][-1]) == [{"partition": p, "start": 1_245_000, "split": 1_250_000} for p in range(12)]
+    assert len(last["subRanges"]) == 12 and all(isinstance(x, str) for x in last["subRanges"]), last["subRanges"]
+    assert last["subRanges"][0] == "p0#0 [1495000..1500000) next=1500000 records=5000"
+    assert isinstance(last["ranges"], str) and last["ranges"].startswith("p0[1495000..1500000) p1[")  # (no task counts planned)
+    assert len(last["history"]) == h.HISTORY and all(isinstance(e, str) for e in last["history"])
+    assert [e["id"] for e in h.history_of(last)] == list(range(96, 101))
+    assert last["history"][-1].startswith("drain 100 Verified (AllRangesDone): p0[1495000..1500000) p1[")
+    assert last["history"][-1].endswith("; 60000/60000 records in 6 s, pause 0 s"), last["history"][-1]
+    assert h.ranges_of(h.history_of(last)[-1]) == [{"partition": p, "start": 1_495_000, "split": 1_500_000} for p in range(12)]
+    assert not {"partitions", "lastError", "lostRanges", "recordsLost", "cancelRequested", "attemptBase"} & set(last)
     assert isinstance(last["startedAt"], str) and last["startedAt"].endswith("Z")
-    assert max(sizes[5:]) <= sizes[5] + 10, sizes  # does not grow with the drain count
-    assert sizes[-1] < 8_000, sizes[-1]  # ~1/200 of etcd's 1.5 MiB request limit
-    # what the bound catches: the same drain with its 96 sub-ranges and full history entries
-    assert len(mem.sub_ranges) == 96 and DrainStatus.from_dict(last).to_dict() == last
-    unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges], "history": [dict(e) for e in mem.history]}
-    assert len(json.dumps(unsummarised)) > 2 * sizes[-1]
+    assert max(sizes[5:]) <= sizes[5] + 20, sizes  # does not grow with the drain count (only the ids' digits)
+    assert sizes[-1] < 4_000, sizes[-1]  # ~1/400 of etcd's 1.5 MiB request limit
+    assert describe_lines(last) <= 45, describe_lines(last)  # 12 partitions: 17 scalars, 1+12+5 lines of lists
+    # what the bounds catch: the same drain with its 96 sub-ranges and the object form of an older operator
+    assert len(mem.sub_ranges) == 96 and stored(DrainStatus.from_dict(last).to_dict()) == last
+    unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges],
+                    "ranges": [r.to_dict() for r in mem.ranges], "history": [dict(e) for e in mem.history]}
+    assert len(json.dumps(unsummarised)) > 3 * sizes[-1]
+    assert describe_lines(unsummarised) > 10 * describe_lines(last)
+    # and the older object form still resumes, to the same machine state
+    assert DrainStatus.from_dict(stored(unsummarised)).to_dict() == DrainStatus.from_dict(last).to_dict()
+
+
+def test_a_running_drain_is_one_line_per_sub_range_and_round_trips_exactly():
+    d = dataclasses.replace(RUNNING, cancel_requested=True, attempt_base=2, last_error="boom",
+                            lost=((0, 12, 20),), ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),))
+    out = d.to_dict()
+    assert out["ranges"].endswith(" p3[?..90)x5"), out["ranges"]
+    assert out["subRanges"] == [h.format_sub_range(s.to_dict()) for s in d.sub_ranges]
+    assert all(isinstance(x, str) and "\n" not in x for x in out["subRanges"])
+    assert (out["cancelRequested"], out["attemptBase"], out["lastError"], out["recordsLost"]) == (True, 2, "boom", 8)
+    assert DrainStatus.from_dict(stored(out)) == d
+    assert h.sub_ranges_in(out) == [s.to_dict() for s in d.sub_ranges]
 
 
 def test_status_times_are_rfc3339_and_old_float_status_still_resumes():

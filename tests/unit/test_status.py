@@ -59,3 +59,105 @@ def test_patch_contains_only_changes() -> None:
     assert status_patch(old, {"replicas": None}) == {"replicas": None}
     assert status_patch({}, {"replicas": None}) is None
     assert status_patch(None, {"partitions": 3}) == {"partitions": 3}
+
+
+# --- one line per partition / range / sub-range / past drain (kubectl describe stays short) --------
+import json  # noqa: E402
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from lagpilot import status as sm  # noqa: E402
+from lagpilot.estimate import EstimatorState, PartitionEstimate  # noqa: E402
+
+
+def _est(**kw) -> EstimatorState:
+    p = PartitionEstimate(partition=0, end=6737, low=0, committed=6737, lag=0, produce_rate=25.59719614538485,
+                          consume_rate=29.579436374452087, samples=25,
+                          window=((T0 - 120.001, 1785), (T0 - 4.997, 6737), (T0, 6737)))
+    return EstimatorState(at_s=T0, partitions={0: PartitionEstimate(**{**p.__dict__, **kw})}, capacity_per_replica=37.8)
+
+
+def test_estimator_partition_is_one_line_and_round_trips() -> None:
+    out = sm.estimator_to_status(_est().to_dict())
+    line = out["partitions"]["0"]
+    assert line == ("committed=6737 end=6737 low=0 lag=0 produceRate=25.59719614538485 "
+                    "consumeRate=29.579436374452087 samples=25 window=-120.001:1785 -4.997:6737 0.000:6737")
+    back = EstimatorState.from_dict(sm.estimator_from_status(json.loads(json.dumps(out))))
+    assert back.partitions[0].produce_rate == 25.59719614538485 and back.partitions[0].committed == 6737
+    assert sm.estimator_to_status(back.to_dict()) == out  # re-written unchanged: no diff, no write
+
+
+@pytest.mark.parametrize("kw, has, lacks", [
+    (dict(committed=None), "end=6737", "committed="),                # no commit yet: left out, read as None
+    (dict(lost_through=120), "lostThrough=120", None),
+    (dict(window=()), "samples=25 window=", None),                    # empty window
+], ids=["no-commit", "lost-through", "empty-window"])
+def test_estimator_line_cases(kw, has, lacks) -> None:
+    out = sm.estimator_to_status(_est(**kw).to_dict())
+    line = out["partitions"]["0"]
+    assert has in line and (lacks is None or lacks not in line)
+    back = EstimatorState.from_dict(sm.estimator_from_status(out))
+    assert back.partitions[0] == _est(**kw).partitions[0]
+
+
+def test_estimator_object_form_of_an_older_operator_still_reads() -> None:
+    old = {"at": sm.format_time(T0), "capacityPerReplica": 37.8, "partitions": {"0": {
+        "end": 10, "low": 0, "committed": 8, "lag": 2, "partition": 0, "produceRate": 1.5, "consumeRate": 1.0,
+        "samples": 3, "window": "-5.000:9 0.000:10"}}}
+    back = EstimatorState.from_dict(sm.estimator_from_status(old))
+    assert back.partitions[0].produce_rate == 1.5 and back.partitions[0].window == ((T0 - 5, 9), (T0, 10))
+    with pytest.raises(ValueError):
+        sm.estimator_from_status({**old, "partitions": {"0": "end=10 bogus"}})
+
+
+@given(st.integers(0, 10**12), st.integers(0, 10**6), st.integers(0, 10**9), st.floats(0, 1e6, allow_nan=False),
+       st.floats(0, 1e6, allow_nan=False), st.one_of(st.none(), st.integers(0, 10**12)))
+def test_estimator_line_round_trips_any_values(end, lag, samples, pr, cr, committed) -> None:
+    e = _est(end=end, lag=lag, samples=samples, produce_rate=pr, consume_rate=cr, committed=committed)
+    out = sm.estimator_to_status(e.to_dict())
+    back = EstimatorState.from_dict(sm.estimator_from_status(json.loads(json.dumps(out))))
+    p, q = back.partitions[0], e.partitions[0]
+    assert (p.end, p.lag, p.samples, p.produce_rate, p.consume_rate, p.committed) == (q.end, q.lag, q.samples, pr, cr, committed)
+    assert sm.estimator_to_status(back.to_dict()) == out
+
+
+@pytest.mark.parametrize("entry, line", [
+    ({"id": 3, "phase": "Verified", "reason": "AllRangesDone", "ranges": [{"partition": 0, "start": 400, "split": 6300, "tasks": 4},
+      {"partition": 2, "start": 0, "split": 75}], "recordsTotal": 5975, "recordsDone": 5975, "pauseSeconds": 0.0, "seconds": 41.5},
+     "drain 3 Verified (AllRangesDone): p0[400..6300) p2[0..75); 5975/5975 records in 41.5 s, pause 0 s"),
+    ({"id": 4, "phase": "Cancelled", "reason": "NothingToDrain", "ranges": [], "recordsTotal": 0, "recordsDone": 0,
+      "pauseSeconds": None, "seconds": None},
+     "drain 4 Cancelled (NothingToDrain): none; 0/0 records"),
+    ({"id": 5, "phase": "Failed", "reason": "AttemptsExhausted", "ranges": "p1[10..20)", "recordsTotal": 10, "recordsDone": 3,
+      "pauseSeconds": 12.25, "seconds": 300},
+     "drain 5 Failed (AttemptsExhausted): p1[10..20); 3/10 records in 300 s, pause 12.25 s"),
+], ids=["verified", "nothing", "failed-quiesce"])
+def test_history_entry_is_one_line_and_reads_back(entry, line) -> None:
+    assert sm.format_history_entry(entry) == line
+    back = sm.parse_history_entry(line)
+    assert sm.format_history_entry(back) == line
+    assert (back["id"], back["recordsDone"], back["seconds"], back["pauseSeconds"]) == (
+        entry["id"], entry["recordsDone"], entry["seconds"], entry["pauseSeconds"])
+    assert sm.parse_ranges(back["ranges"]) == [{k: r[k] for k in ("partition", "start", "split")}
+                                               for r in sm.parse_ranges(entry["ranges"])]
+
+
+@pytest.mark.parametrize("bad", ["p0[1..2", "q0[1..2)", "p0[a..2)", "p0[1..2)x", "p0[1..2)y3"])
+def test_malformed_ranges_raise(bad) -> None:
+    with pytest.raises(ValueError):
+        sm.parse_ranges(bad)
+
+
+@given(st.lists(st.tuples(st.integers(0, 999), st.one_of(st.none(), st.integers(0, 10**12)), st.integers(0, 10**12),
+                          st.one_of(st.none(), st.integers(1, 64))), max_size=20))
+def test_ranges_line_round_trips(items) -> None:
+    ranges = [{"partition": p, "start": a, "split": b, **({} if n is None else {"tasks": n})} for p, a, b, n in items]
+    assert sm.parse_ranges(sm.format_ranges_line(ranges)) == ranges
+
+
+@given(st.integers(0, 999), st.integers(0, 999), st.integers(0, 10**12), st.integers(0, 10**6), st.integers(0, 10**6))
+def test_sub_range_line_round_trips(p, i, start, n, done) -> None:
+    s = {"partition": p, "index": i, "start": start, "end": start + n, "next": start + min(done, n), "records": min(done, n)}
+    line = sm.format_sub_range(s)
+    assert "\n" not in line and sm.parse_sub_range(line) == s == sm.parse_sub_range(s)

@@ -51,6 +51,7 @@ from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_report import Proof, Sample
 from lagpilot_dev.demo_traffic import PROFILES, Producer, Profile, phase_at
 from lagpilot_dev.paths import cache_dir, free_port, http_ok
+from lagpilot.handoff import ranges_of
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -591,7 +592,7 @@ class Demo:
                 s.projected_s = math.inf  # the status omits an infinite projection ("never")
         if s.drain and s.drain.get("ranges"):
             with self._probe("drain rows in PostgreSQL"):
-                s.drain_in_sink = self._rows_in_ranges(s.drain["ranges"])
+                s.drain_in_sink = self._rows_in_ranges(ranges_of(s.drain))
         with self._probe("Deployment"):
             dep = client.AppsV1Api(self.api).read_namespaced_deployment(self.deployment, self.ns)
             s.ready = dep.status.ready_replicas or 0

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot.handoff import ranges_of
+from lagpilot.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.status import parse_time
 from lagpilot_dev import demo_measure
 
@@ -86,8 +86,7 @@ class Sample:
         d = self.drain or {}
         if d.get("phase") != "Running":
             return 0
-        subs = d.get("subRanges") or []
-        return sum(1 for s in subs if int(s.get("next", s.get("start", 0))) < int(s.get("end", 0)))
+        return sum(1 for s in sub_ranges_in(d) if s["next"] < s["end"])
 
     def drain_progress(self) -> tuple[int, int]:
         """(records done, records total) of the current drain."""
@@ -110,7 +109,7 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
         d = s.drain
         if not d:
             continue
-        for h in d.get("history") or []:
+        for h in history_of(d):
             if "id" in h:
                 entry = by_id.setdefault(int(h["id"]), {})
                 new = _drain_entry(h)

@@ -44,7 +44,8 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from .spec import GroupSpec
-from .status import format_time, parse_time
+from .status import (format_history_entry, format_ranges_line, format_sub_range, format_time,
+                     parse_history_entry, parse_ranges, parse_sub_range, parse_time)
 
 MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
 BACKOFF_BASE_S = 10.0
@@ -209,14 +210,15 @@ class DrainStatus:
             "phase": self.phase.value,
             "reason": self.reason,
             "message": self.message,
-            "partitions": self.partitions,
-            "ranges": [r.to_dict() for r in self.ranges],
-            "subRanges": [s.to_dict() for s in _compact_sub_ranges(self)],
+            "partitions": None,  # (the list an older operator kept: the ranges name them)
+            "ranges": format_ranges_line(r.to_dict() for r in self.ranges),
+            "subRanges": [format_sub_range(s.to_dict()) for s in _compact_sub_ranges(self)],
             "restoreReplicas": self.restore_replicas,
             "attempt": self.attempt,
-            "attemptBase": self.attempt_base,
+            # the defaults are left out (null deletes them; from_dict reads them back as defaults)
+            "attemptBase": self.attempt_base if self.attempt_base != 1 else None,
             "retryAt": format_time(self.retry_at),
-            "cancelRequested": self.cancel_requested,
+            "cancelRequested": self.cancel_requested or None,
             "failedGeneration": self.failed_generation,
             "plannedAt": format_time(self.planned_at),
             "quiescedAt": format_time(self.quiesced_at),
@@ -227,12 +229,12 @@ class DrainStatus:
             "pauseSeconds": self.pause_seconds,
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
-            "lastError": self.last_error,
-            "history": [_compact_history_entry(h) for h in self.history],
+            "lastError": self.last_error or None,
+            "history": [format_history_entry(h) for h in self.history],
             "handOffPath": self.hand_off_path,
             "publishedAt": format_time(self.published_at),
-            "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost],
-            "recordsLost": self.records_lost,
+            "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
+            "recordsLost": self.records_lost or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -251,8 +253,8 @@ class DrainStatus:
             phase=Phase(d["phase"]),
             reason=str(d.get("reason") or ""),
             message=str(d.get("message") or ""),
-            ranges=tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
-            sub_ranges=tuple(SubProgress.from_dict(s) for s in d.get("subRanges") or ()),
+            ranges=tuple(PartitionRange.from_dict(r) for r in parse_ranges(d.get("ranges"))),
+            sub_ranges=tuple(SubProgress.from_dict(parse_sub_range(s)) for s in d.get("subRanges") or ()),
             restore_replicas=int(d.get("restoreReplicas") or 0),
             attempt=int(d.get("attempt") or 0),
             attempt_base=int(d.get("attemptBase") or 1),
@@ -266,7 +268,7 @@ class DrainStatus:
             started_at=f("startedAt"),
             finished_at=f("finishedAt"),
             last_error=str(d.get("lastError") or ""),
-            history=tuple(dict(h) for h in d.get("history") or ()),
+            history=tuple(parse_history_entry(h) for h in d.get("history") or ()),
             hand_off_path=str(d.get("handOffPath") or ""),
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
@@ -299,39 +301,30 @@ def _compact_sub_ranges(d: DrainStatus) -> tuple[SubProgress, ...]:
 
 def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
     """Ranges as one line, ``p0[400..6300) p2[0..75)`` (start None: ``?``); read by ``ranges_of``."""
-    return " ".join(f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['split'])})"
-                    for r in ranges)
+    return format_ranges_line(ranges, tasks=False)
 
 
 def ranges_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``ranges`` of status.drain or of a history entry as dicts {partition, start, split}:
-    the one-line form history entries keep (``format_ranges``) or the list of objects."""
-    raw = entry.get("ranges")
-    if not raw:
-        return []
-    if isinstance(raw, str):
-        out = []
-        for item in raw.split():
-            p, _, rest = item.partition("[")
-            a, _, b = rest.rstrip(")").partition("..")
-            if not p.startswith("p") or not b:
-                raise ValueError(f"malformed range {item!r} in {raw!r}")
-            out.append({"partition": int(p[1:]), "start": None if a == "?" else int(a), "split": int(b)})
-        return out
-    return [{"partition": int(r["partition"]), "start": None if r.get("start") is None else int(r["start"]),
-             "split": int(r["split"])} for r in raw]
+    """The ``ranges`` of status.drain or of a history entry (``history_of``) as dicts {partition,
+    start, split}: the one-line form (``p0[400..6300)x4``) or the list of objects of an older operator."""
+    return [{k: r[k] for k in ("partition", "start", "split")} for r in parse_ranges(entry.get("ranges"))]
+
+
+def history_of(drain: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``status.drain.history`` as dicts {id, phase, reason, ranges, recordsDone, recordsTotal,
+    seconds, pauseSeconds}: one line per past drain, or the objects of an older operator."""
+    return [parse_history_entry(h) for h in drain.get("history") or ()]
+
+
+def sub_ranges_in(drain: Mapping[str, Any]) -> list[dict[str, int]]:
+    """``status.drain.subRanges`` as dicts {partition, index, start, end, next, records}."""
+    return [parse_sub_range(s) for s in drain.get("subRanges") or ()]
 
 
 def _compact_history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
-    """A past drain as kept in status.drain.history: its ranges on one line (``format_ranges``; no
-    per-partition task count), times as RFC 3339. Idempotent (an entry read back passes unchanged)."""
-    out = dict(h)
-    if isinstance(out.get("ranges"), list):
-        out["ranges"] = format_ranges(ranges_of(out))
-    for k, v in list(out.items()):
-        if k.endswith("At") and isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[k] = format_time(v)
-    return out
+    """A past drain as read back from status.drain.history (``format_history_entry``, then parsed):
+    ranges on one line without task counts, times as RFC 3339. Idempotent."""
+    return parse_history_entry(format_history_entry(parse_history_entry(h)))
 
 
 @dataclass(frozen=True)
