@@ -47,8 +47,9 @@ class FakeExecutor(DrainExecutor):
         self.log.append(("alter", dict(offsets)))
         self.world["committed"].update(offsets)
 
-    def create_job(self, ctx: Any, d: Any, attempt: int) -> None:
+    def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:
         self.log.append(("create_job", attempt))
+        self.world.setdefault("runtime_urls", []).append(runtime_url)
         self.world["jobs"][f"orders-drain-{d.id}-{attempt}"] = JobObservation(JobState.ACTIVE, 1)
 
     def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:

@@ -87,9 +87,10 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 # the consumer Deployment: watched into a cache (list, watch), read by name on a cache miss, server-side
 # applied (a PATCH; the apply that creates a missing Deployment is also authorized as create: 403
 # without it); garbage collection deletes it
+# (delete: the warm drain runtime's Deployment when spec.drain.warmRuntime is turned off)
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # the drain Job: read the one named in status, create one per attempt, delete on cancel
 - apiGroups: ["batch"]
   resources: ["jobs"]

@@ -32,9 +32,10 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import (parse_progress_lost, parse_progress_metadata,
                                         progress_group)
 
-from .drain_manifests import (SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings, build_drain_job,
-                              build_spark_application, job_observation, spark_application_observation)
+from .drain_manifests import (RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings,
+                              build_drain_job, build_spark_application, job_observation, spark_application_observation)
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
+from .drain_runtime import RuntimeManager
 from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, Kind, Observed, Offsets, Phase,
                       condition, data_loss_condition, job_name, next_action)
 from .spec import GroupSpec
@@ -136,6 +137,7 @@ class DrainContext:
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)
     version: str = "0.1.0"
     tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
+    launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +160,8 @@ class DrainExecutor:
         self.custom = client.CustomObjectsApi(api_client)  # SparkApplications (launcher sparkApplication)
         self._sanitize = api_client.sanitize_for_serialization
         self.settings = settings or DrainSettings.from_env()
+        # spec.drain.warmRuntime: the runtime Deployment per CR and the URL a launch hands to its Job
+        self.runtime = RuntimeManager(api_client, self.settings)
         self.clock = clock
         self.timeout_s = timeout_s
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
@@ -270,18 +274,30 @@ class DrainExecutor:
         if bad:
             raise RuntimeError(f"altering offsets of group {spec.group_id} failed: {bad[0].error}")
 
-    def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int) -> None:
-        """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication)."""
+    def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int, runtime_url: str | None = None) -> None:
+        """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication).
+        `runtime_url`: the CR's warm drain runtime, Ready now (drain_runtime.py); None → cold.
+        Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label)."""
         args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
+        ctx.launched_runtime = "warm" if runtime_url else "cold"
         try:
             if ctx.spec.drain.launcher == "sparkApplication":
                 self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,
                                                             SPARK_APP_PLURAL, build_spark_application(*args))
             else:
-                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args))
+                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args, runtime_url=runtime_url))
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
                 raise
+            ctx.launched_runtime = self._adopted_runtime(ctx.namespace, job_name(ctx.name, d.id, attempt))
+
+    def _adopted_runtime(self, namespace: str, name: str) -> str:
+        """warm | cold as the existing Job's label says ("" when unreadable, e.g. a SparkApplication)."""
+        try:
+            job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
+        except Exception:  # noqa: BLE001 - only for the record
+            return ""
+        return str(((job.get("metadata") or {}).get("labels") or {}).get(RUNTIME_PATH_LABEL) or "")
 
     def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
         """Foreground deletion: the object stays until the garbage collector removed its pods, so
@@ -320,7 +336,7 @@ class DrainExecutor:
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s, lost=lost)
 
-    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> bool:
+    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
         joined meanwhile (nothing to record: that member finds the ack and completes it)."""
         k = action.kind
@@ -345,7 +361,7 @@ class DrainExecutor:
             assert action.status is not None
             if action.replicas is not None:
                 ctx.scale(action.replicas)  # the live group first: it resumes at split
-            self.create_job(ctx, action.status, action.attempt)
+            self.create_job(ctx, action.status, action.attempt, runtime_url)
         elif k is Kind.DELETE_JOB:
             assert d is not None
             self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt), ctx.spec.drain.launcher)
@@ -364,12 +380,21 @@ class DrainExecutor:
             step += 1
             observed = self.observe(ctx, d, offsets, replicas)
             action = next_action(ctx.spec, d, observed, self.clock())
+            runtime_url = None
+            if action.kind is Kind.LAUNCH and ctx.spec.drain.launcher == "job":
+                # the warm runtime, if wanted and Ready right now (else the Job drains cold)
+                runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
             if action.kind is not Kind.NONE:
-                log.info("drain action", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
-                                                "reason": action.reason, "drain_message": action.message})
-            if not self.perform(ctx, action, d):
+                extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                         "reason": action.reason, "drain_message": action.message}
+                if action.kind is Kind.LAUNCH:
+                    extra["runtime"] = "warm" if runtime_url else "cold"
+                log.info("drain action", extra=extra)
+            if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
+            if action.kind is Kind.LAUNCH:
+                action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
             _fault_point(action.kind.value, "effect")
@@ -398,6 +423,17 @@ class DrainExecutor:
         return DrainResult(status, condition(d), tuple(done), data_loss_condition(d))
 
 
+def with_runtime(action: Action, word: str) -> Action:
+    """A launch recorded with the path its Job takes (warm | cold): status.drain.runtime and the
+    DrainStarted event's message (pure)."""
+    if not word or action.status is None:
+        return action
+    event = action.event
+    if event is not None:
+        event = (event[0], event[1], f"{event[2]}; runtime {word}")
+    return dataclasses.replace(action, status=dataclasses.replace(action.status, runtime=word), event=event)
+
+
 def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: Mapping[str, Any],
                  status: Mapping[str, Any], obs: Any, decision: Any, replicas: int, handle: Any, deps: Any,
                  apply_deployment: Callable[..., int]) -> DrainResult:
@@ -405,6 +441,13 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
 
     def offsets_of(observation: Any) -> dict[int, Offsets]:
         return {p.partition: Offsets(p.committed, p.earliest, p.latest) for p in observation.partitions}
+
+    # the warm drain runtime first (created/updated/deleted as the spec says), so a launch in this
+    # very call can find it; never while an attempt runs (it may be the one serving it)
+    runtime = getattr(executor, "runtime", None)
+    if runtime is not None:
+        running = (status.get("drain") or {}).get("phase") == Phase.RUNNING.value
+        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", "0.1.0"), deps.emit)
 
     ctx = DrainContext(
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,

@@ -36,6 +36,11 @@ SPARK_APP_GROUP, SPARK_APP_VERSION, SPARK_APP_PLURAL = "sparkoperator.k8s.io", "
 SPARK_VERSION = "4.2.0"  # the pyspark the consumer image carries
 # the driver's main file in the consumer image (Dockerfile): calls `lagpilot drain` under spark-submit
 DRIVER_MAIN = "local:///opt/lagpilot/drain_main.py"
+# the warm drain runtime (drain_runtime.py): a Job's label saying which path its attempt took, the
+# env that sends its plan to the runtime, and the CPU request of a Job that only waits on it
+RUNTIME_PATH_LABEL = "lagpilot.io/drain-runtime"
+RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
+WARM_JOB_CPU_M = 100
 SPARK_APP_DONE = {"COMPLETED": JobState.SUCCEEDED, "FAILED": JobState.FAILED, "SUBMISSION_FAILED": JobState.FAILED}
 
 
@@ -167,28 +172,27 @@ def _metadata(cr_name: str, cr_uid: str, name: str, namespace: str, labels: Mapp
     }
 
 
+def consumer_env(spec: GroupSpec) -> list[dict[str, Any]]:
+    """The consumer's environment (handler, sink, Kafka, Secret refs) without its metrics port: the
+    base of the drain Job's and of the warm drain runtime's (drain_runtime.py) environment."""
+    return [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
+
+
 def _drain_env(spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int) -> list[dict[str, Any]]:
     """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
-    env = [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
-    return env + [
+    return consumer_env(spec) + [
         {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},
     ]
 
 
-def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
-    """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
-
-    backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
-    status), so status always names the one Job that may be running.
-    """
-    settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain)
-    name = job_name(cr_name, drain.id, attempt)
-    labels = _labels(cr_name, name, version)
-    env = _drain_env(spec, plan, settings, attempt)
+def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
+                   env: list[dict[str, Any]], command: list[str], cpu_m: int | None = None) -> dict[str, Any]:
+    """The pod spec of a drain process (the Job's `lagpilot drain`, the warm runtime's `lagpilot
+    drain --serve`): Spark master/conf and ServiceAccount for the k8s backend, security contexts,
+    /tmp emptyDir, resources (the template's, else a CPU request per task: `cpu_m` overrides it).
+    `env` is extended in place with the Spark settings. restartPolicy Never (a Deployment sets Always)."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
@@ -204,23 +208,50 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
         env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
-        cpu_m = 1000
+        default_cpu_m = 1000
     else:
         pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
-        cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
+        default_cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
     resources = dict(spec.template.resources) or {
-        "requests": {"cpu": f"{cpu_m}m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+        "requests": {"cpu": f"{cpu_m if cpu_m is not None else default_cpu_m}m", "memory": "1536Mi"},
+        "limits": {"memory": "3Gi"}}
     pod_spec["containers"] = [{
         "name": "drain",
         "image": spec.template.image,
         "imagePullPolicy": spec.template.image_pull_policy,
-        "command": ["lagpilot", "drain"],
+        "command": list(command),
         "env": env,
         "resources": resources,
         "securityContext": dict(CONTAINER_SECURITY),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }]
+    return pod_spec
+
+
+def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
+                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0",
+                    runtime_url: str | None = None) -> dict[str, Any]:
+    """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
+
+    backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
+    status), so status always names the one Job that may be running.
+
+    `runtime_url` (spec.drain.warmRuntime, the CR's runtime pod Ready at launch: drain_runtime.py):
+    `LAGPILOT_DRAIN_RUNTIME_URL` tells the process to hand its plan to that warm runtime and wait
+    (it drains by itself when nothing listens there). Label `lagpilot.io/drain-runtime` says warm
+    or cold. A warm Job's pod requests little CPU (it waits; the runtime's pod holds the tasks'
+    request); memory stays, for the cold fallback.
+    """
+    settings = settings or DrainSettings()
+    plan = drain_plan_for(spec, drain)
+    name = job_name(cr_name, drain.id, attempt)
+    labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: "warm" if runtime_url else "cold"}
+    env = _drain_env(spec, plan, settings, attempt)
+    if runtime_url:
+        env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})
+    pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain"],
+                              cpu_m=WARM_JOB_CPU_M if runtime_url else None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

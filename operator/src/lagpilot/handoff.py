@@ -165,6 +165,7 @@ class DrainStatus:
     # retention deleted these offsets of handed-off ranges before the drain read them:
     # (partition, start, end) ranges, recorded by the drain job in its progress metadata
     lost: tuple[tuple[int, int, int], ...] = ()
+    runtime: str = ""  # warm | cold: how the current attempt's Job was launched (lagpilot.drain_runtime)
 
     @property
     def records_lost(self) -> int:
@@ -235,6 +236,7 @@ class DrainStatus:
             "publishedAt": format_time(self.published_at),
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
             "recordsLost": self.records_lost or None,
+            "runtime": self.runtime or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -272,6 +274,7 @@ class DrainStatus:
             hand_off_path=str(d.get("handOffPath") or ""),
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
+            runtime=str(d.get("runtime") or ""),
         )
 
 

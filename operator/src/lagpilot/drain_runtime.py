@@ -1,0 +1,292 @@
+"""The warm drain runtime, operator side (spec.drain.warmRuntime; docs/drain.md "Warm drain runtime").
+
+A cold drain Job spends most of its start-up before it reads a record (driver JVM, SparkSession,
+Kafka source planning, Python worker daemon). With `spec.drain.warmRuntime: true` the operator
+keeps one Deployment `<cr>-drain-runtime` per CR whose pod runs `lagpilot drain --serve`: the drain
+Job's image, command and environment (Secret material as secretKeyRef only) without the plan, plus
+`LAGPILOT_DRAIN_RUNTIME_PORT` and `LAGPILOT_DRAIN_MAX_PARALLELISM` (= spec.drain.maxTasks). It serves
+HTTP on that port (`GET /healthz` 200 once warm; `POST /drains` from the drain Job's process;
+lagpilot_runtime.drain_runtime). The drain Job stays the unit the operator launches, observes,
+retries and cancels: a Job launched while the runtime pod is Ready gets
+`LAGPILOT_DRAIN_RUNTIME_URL=http://<podIP>:<port>` and hands its plan over (label
+`lagpilot.io/drain-runtime: warm`); otherwise it drains by itself (`cold`).
+
+Pure here: `runtime_wanted`, `runtime_port`, `build_runtime_deployment`, `config_hash`,
+`runtime_url` (which pod, if any, serves the next attempt), `sync_action` (what to do with the
+Deployment this cycle). Thin I/O: `RuntimeManager` (get / server-side apply / delete the Deployment,
+list its pods), called once per control-loop cycle from `drain.run_in_cycle` and at each launch.
+
+Choices:
+- port `30000 + crc32("<ns>/<name>") % 20000`: deterministic per CR; the dev pod runner runs every
+  pod as a local process in one network namespace (pod IP 127.0.0.1), so two CRs must not share
+  it (any port works on a real cluster). Declared as containerPort `drain-api`.
+- strategy Recreate: never two runtime pods of one CR at once (same port on the dev runner; on a
+  cluster one warm JVM is the point).
+- the pod template carries `lagpilot.io/drain-runtime-config` (a hash of its labels and spec): a launch
+  uses only a pod whose hash is the current spec's, so a runtime started from an older spec (other
+  handler, image, Kafka settings) never runs a new attempt: the Job goes cold until the new pod
+  is Ready.
+- while an attempt runs (status.drain phase Running) the Deployment is neither patched nor deleted:
+  a warm attempt must not lose its runtime to a spec change; the change applies right after.
+- when not wanted (warmRuntime false, drain disabled, launcher sparkApplication) it is deleted
+  (foreground: gone only once its pod is); the CR's deletion removes it through its owner reference.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from lagpilot_runtime.drain_plan import DrainPlan
+
+from .deployment import FIELD_MANAGER, label_value, owner_reference
+from .drain_manifests import DrainSettings, consumer_env, drain_pod_spec
+from .spec import GroupSpec
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "drain-runtime"
+APP_NAME = "lagpilot-drain-runtime"
+RUNTIME_OF_LABEL = "lagpilot.io/drain-runtime-of"  # the selector: which CR's runtime
+CONFIG_ANNOTATION = "lagpilot.io/drain-runtime-config"
+PORT_NAME = "drain-api"
+PORT_ENV = "LAGPILOT_DRAIN_RUNTIME_PORT"
+PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
+PORT_BASE, PORT_SPAN = 30000, 20000
+# JVM + SparkSession + warm-up take 10-70 s on 2 busy cores: liveness only after a generous delay
+LIVENESS = {"initialDelaySeconds": 180, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
+READINESS = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
+
+
+# ---- pure ----------------------------------------------------------------------------------------
+
+def runtime_wanted(spec: GroupSpec) -> bool:
+    """A runtime exists only where a drain Job could use it."""
+    d = spec.drain
+    return d.warm_runtime and d.enabled and d.launcher == "job"
+
+
+def runtime_name(cr_name: str) -> str:
+    """`<cr>-drain-runtime` (CR names are at most 52 characters: within a Deployment's 253)."""
+    return f"{cr_name}-drain-runtime"
+
+
+def runtime_port(namespace: str, name: str) -> int:
+    """The runtime's HTTP port, deterministic per CR (distinct CRs on one dev host need distinct ports)."""
+    return PORT_BASE + zlib.crc32(f"{namespace}/{name}".encode()) % PORT_SPAN
+
+
+def selector_labels(cr_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP_NAME, RUNTIME_OF_LABEL: label_value(cr_name)}
+
+
+def _labels(cr_name: str, version: str) -> dict[str, str]:
+    return {
+        **selector_labels(cr_name),
+        "app.kubernetes.io/instance": label_value(cr_name),
+        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/part-of": "lagpilot",
+        "app.kubernetes.io/managed-by": "lagpilot",
+        "app.kubernetes.io/version": label_value(version),
+    }
+
+
+def config_hash(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> str:
+    """A short, stable digest of a pod template (what the runtime runs with, and its labels)."""
+    text = json.dumps({"labels": labels, "spec": pod_spec}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
+                             settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+    """The runtime's Deployment: 1 replica, owned by the CR, the drain Job's pod pieces
+    (drain_manifests.drain_pod_spec, consumer_env) with `lagpilot drain --serve`, no plan."""
+    settings = settings or DrainSettings()
+    port = runtime_port(namespace, cr_name)
+    # the Spark side is sized for the most tasks a drain may run (drain_runtime's local[N] / executors)
+    plan = DrainPlan(drain_id="runtime", topic=spec.topic, group_id=spec.group_id, sub_ranges=(),
+                     batch_max_records=spec.batch.max_records, parallelism=spec.drain.max_tasks)
+    env = consumer_env(spec) + [
+        {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
+        {"name": PORT_ENV, "value": str(port)},
+        {"name": PARALLELISM_ENV, "value": str(spec.drain.max_tasks)},
+    ]
+    pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain", "--serve"])
+    pod_spec["restartPolicy"] = "Always"
+    container = pod_spec["containers"][0]
+    container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+    probe = {"httpGet": {"path": "/healthz", "port": PORT_NAME}}
+    container["readinessProbe"] = {**probe, **READINESS}
+    container["livenessProbe"] = {**probe, **LIVENESS}
+    labels = _labels(cr_name, version)
+    digest = config_hash(labels, pod_spec)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": runtime_name(cr_name), "namespace": namespace, "labels": labels,
+            "annotations": {CONFIG_ANNOTATION: digest},
+            "ownerReferences": [owner_reference(cr_name, cr_uid)],
+        },
+        "spec": {
+            "replicas": 1,
+            "revisionHistoryLimit": 2,
+            "selector": {"matchLabels": selector_labels(cr_name)},
+            "strategy": {"type": "Recreate"},
+            "template": {"metadata": {"labels": labels, "annotations": {CONFIG_ANNOTATION: digest}},
+                         "spec": pod_spec},
+        },
+    }
+
+
+def manifest_hash(manifest: Mapping[str, Any] | None) -> str | None:
+    """The config annotation of a runtime Deployment (built or read back); None if absent."""
+    if not manifest:
+        return None
+    return ((manifest.get("metadata") or {}).get("annotations") or {}).get(CONFIG_ANNOTATION)
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    st = pod.get("status") or {}
+    return st.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+
+
+def runtime_url(pods: Sequence[Mapping[str, Any]], port: int, config: str | None = None) -> str | None:
+    """The first Ready runtime pod with a podIP (not being deleted; with `config`, only one running
+    that config) → `http://<podIP>:<port>`; None when there is none (the Job drains cold)."""
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name") or "")):
+        meta = pod.get("metadata") or {}
+        ip = str((pod.get("status") or {}).get("podIP") or "")
+        if not ip or meta.get("deletionTimestamp") or not _ready(pod):
+            continue
+        if config is not None and (meta.get("annotations") or {}).get(CONFIG_ANNOTATION) != config:
+            continue
+        host = f"[{ip}]" if ":" in ip else ip
+        return f"http://{host}:{port}"
+    return None
+
+
+class Sync(enum.Enum):
+    NONE = "none"          # as wanted (or already going away)
+    APPLY = "apply"        # create it, or bring it to the current spec
+    DELETE = "delete"
+    DEFER = "defer"        # would change or delete it, but a drain attempt is running
+
+
+def sync_action(desired: Mapping[str, Any] | None, existing: Mapping[str, Any] | None,
+                attempt_running: bool) -> Sync:
+    """What to do with the runtime Deployment this cycle (pure)."""
+    if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
+        return Sync.NONE  # foreground deletion under way: wait for it to be gone
+    if desired is None:
+        if existing is None:
+            return Sync.NONE
+        return Sync.DEFER if attempt_running else Sync.DELETE
+    if existing is None:
+        return Sync.APPLY
+    if manifest_hash(existing) == manifest_hash(desired) and _same_shell(desired, existing):
+        return Sync.NONE
+    return Sync.DEFER if attempt_running else Sync.APPLY
+
+
+def _same_shell(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> bool:
+    """Replicas and owner as wanted (someone scaled it to 0, or it was adopted from another CR uid)."""
+    owners = [(o.get("uid"), o.get("controller")) for o in (existing.get("metadata") or {}).get("ownerReferences") or []]
+    want = [(o["uid"], o["controller"]) for o in desired["metadata"]["ownerReferences"]]
+    return (existing.get("spec") or {}).get("replicas") == desired["spec"]["replicas"] and owners == want
+
+
+# ---- I/O -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SyncResult:
+    action: Sync
+    name: str
+    error: str = ""
+
+
+class RuntimeManager:
+    """Applies/deletes one CR's runtime Deployment and finds its Ready pod. One per operator."""
+
+    def __init__(self, api_client: Any, settings: DrainSettings | None = None) -> None:
+        from kubernetes import client
+
+        self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self._sanitize = api_client.sanitize_for_serialization
+        self.settings = settings or DrainSettings.from_env()
+        # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
+        # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
+        self._absent: set[str] = set()
+
+    def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
+        return build_runtime_deployment(name, namespace, uid, spec, self.settings, version) if runtime_wanted(spec) else None
+
+    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._sanitize(self.apps.read_namespaced_deployment(name, namespace))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+
+    def sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
+             version: str = "0.1.0", emit: Callable[[str, str, str], None] | None = None) -> SyncResult:
+        """Bring `<cr>-drain-runtime` to what the spec wants. Never raises: a failure is logged and
+        returned (the drain then simply launches cold)."""
+        key, dname = f"{namespace}/{name}", runtime_name(name)
+        desired = self.desired(namespace, name, uid, spec, version)
+        if desired is None and key in self._absent:
+            return SyncResult(Sync.NONE, dname)
+        try:
+            existing = self._get(namespace, dname)
+            action = sync_action(desired, existing, attempt_running)
+            if action is Sync.APPLY:
+                assert desired is not None
+                self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
+                                                      _content_type="application/apply-patch+yaml")
+                verb = "created" if existing is None else "updated"
+                log.info("drain runtime applied", extra={"group": key, "deployment": dname, "verb": verb,
+                                                         "port": runtime_port(namespace, name)})
+                if emit is not None:
+                    emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, port "
+                                                          f"{runtime_port(namespace, name)})")
+            elif action is Sync.DELETE:
+                self.apps.delete_namespaced_deployment(dname, namespace, propagation_policy="Foreground")
+                log.info("drain runtime deleted", extra={"group": key, "deployment": dname})
+                if emit is not None:
+                    emit("Normal", "DrainRuntimeDeleted", f"deleted Deployment {dname} (spec.drain.warmRuntime off "
+                                                          "or drains disabled)")
+            elif action is Sync.DEFER:
+                log.info("drain runtime change deferred: a drain attempt is running",
+                         extra={"group": key, "deployment": dname})
+            if desired is None and existing is None:
+                self._absent.add(key)
+            else:
+                self._absent.discard(key)
+            return SyncResult(action, dname)
+        except Exception as err:  # noqa: BLE001 - best effort: without a runtime drains start cold
+            msg = f"{type(err).__name__}: HTTP {getattr(err, 'status', '')} {getattr(err, 'reason', '')}".strip()
+            log.warning("drain runtime sync failed", extra={"group": key, "deployment": dname, "error": msg})
+            self._absent.discard(key)
+            return SyncResult(Sync.NONE, dname, msg)
+
+    def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = "0.1.0") -> str | None:
+        """The URL a Job launched now should hand its plan to; None → cold (also on any API error)."""
+        desired = self.desired(namespace, name, uid, spec, version)
+        if desired is None:
+            return None
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+        try:
+            pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector)).get("items") or []
+        except Exception as err:  # noqa: BLE001
+            log.warning("listing the drain runtime's pods failed: launching cold",
+                        extra={"group": f"{namespace}/{name}", "error": f"HTTP {getattr(err, 'status', '')}"})
+            return None
+        return runtime_url(pods, runtime_port(namespace, name), manifest_hash(desired))
