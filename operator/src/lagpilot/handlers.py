@@ -39,7 +39,7 @@ from lagpilot.deployment import API_GROUP
 from lagpilot.deployment_cache import CachingKube
 from lagpilot.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
-from lagpilot import deletion, deletion_io
+from lagpilot import deletion, deletion_io, kafka_observe
 from lagpilot.handoff import DrainStatus, Phase, job_name
 from lagpilot.kafka_observe import ObserveError, admin_config
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
@@ -332,27 +332,31 @@ def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[
     adopted = None
     timeout = memo.config.kafka_timeout_seconds
     conf = _kafka_conf(memo, ref, gspec)
-    try:
-        with memo.admin_pool.lease(ref.key + "#adopt", conf) as handle:
-            admin = handle.safe_admin(timeout)
-            rem = deletion_io.read_remainder(admin, gspec.group_id, gspec.topic, timeout)
-            d = DrainStatus.from_dict(status.get("drain"))
-            replicas = int(status.get("desiredReplicas") or max(1, gspec.scaling.min_replicas))
-            kind, new = deletion.adoption(rem, d, replicas, time.time())
-            if kind is deletion.AdoptKind.NONE:
-                if rem is not None:
-                    log.info("remainder waits for the running drain", extra={"group": ref.key, "records": rem.records})
-                return None
-            if kind is deletion.AdoptKind.ADOPT:
-                assert new is not None
-                memo.kube.patch_status(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}})
-                emit("Normal", "DrainRemainderAdopted", new.message[:1000])
-                log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
-                adopted = new.id
-            failed = deletion_io.delete_groups(admin, [deletion.remainder_group(gspec.group_id)], timeout)
-            if failed:
-                log.warning("clearing the remainder group failed (retried at the next start)",
-                            extra={"group": ref.key, "failed": failed})
-    finally:
-        memo.admin_pool.release(ref.key + "#adopt")
+    # leased as the CR itself (its cycles use the same handle; released when its loop ends): a
+    # separate owner released here dropped the shared handle whenever no cycle held it yet
+    with memo.admin_pool.lease(ref.key, conf) as handle:
+        # almost always nothing to adopt: the shared view + offsets snapshot say so without a
+        # metadata request and an OffsetFetch (a consumer) per CR at start-up; if they cannot
+        # say, or the group has commits, it is read exactly as before
+        if kafka_observe.has_commits(handle, gspec.topic, deletion.remainder_group(gspec.group_id), timeout) is False:
+            return None
+        admin = handle.safe_admin(timeout)
+        rem = deletion_io.read_remainder(admin, gspec.group_id, gspec.topic, timeout)
+        d = DrainStatus.from_dict(status.get("drain"))
+        replicas = int(status.get("desiredReplicas") or max(1, gspec.scaling.min_replicas))
+        kind, new = deletion.adoption(rem, d, replicas, time.time())
+        if kind is deletion.AdoptKind.NONE:
+            if rem is not None:
+                log.info("remainder waits for the running drain", extra={"group": ref.key, "records": rem.records})
+            return None
+        if kind is deletion.AdoptKind.ADOPT:
+            assert new is not None
+            memo.kube.patch_status(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}})
+            emit("Normal", "DrainRemainderAdopted", new.message[:1000])
+            log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
+            adopted = new.id
+        failed = deletion_io.delete_groups(admin, [deletion.remainder_group(gspec.group_id)], timeout)
+        if failed:
+            log.warning("clearing the remainder group failed (retried at the next start)",
+                        extra={"group": ref.key, "failed": failed})
     return adopted

@@ -47,7 +47,7 @@ from lagpilot.offsets_snapshot import (OFFSETS_TOPIC, OffsetsSnapshot, _snapshot
 __all__ = ["AdminHandle", "AdminPool", "CapacityReport", "ClusterObserver", "ClusterView", "ObserveError",
            "Observation", "OFFSETS_TOPIC", "OffsetsSnapshot", "PartitionOffsets", "SafeAdmin", "SecretError",
            "TopicWatermarks", "_KAFKA_LOG", "_RepeatFilter", "_snapshot_consumer_factory", "admin_config",
-           "classify", "committed_offsets", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
+           "classify", "committed_offsets", "has_commits", "has_commits", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
            "parse_capacity_metadata", "parse_offset_commit", "peek_oldest", "set_request_counter"]
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,60 @@ def _observation(topic: str, group_id: str, wm: TopicWatermarks,
         for i in wm.partitions if i in wm.earliest and i in wm.latest
     )
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
+
+
+def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float,
+                snapshot_wait_s: float = 5.0) -> bool | None:
+    """Whether `group_id` has a commit on `topic`, from the `__consumer_offsets` snapshot as of a
+    view whose reads started after this call (every commit made before the call is seen); no
+    OffsetFetch, no per-group consumer. None when the snapshot cannot say (disabled, not loaded
+    within `snapshot_wait_s`, failed) or anything failed: the caller then asks the group itself.
+    The group is not registered with the observer (it is asked once, e.g. the remainder group at a
+    CR's start)."""
+    try:
+        started = time.monotonic()
+        snap = handle.offsets_snapshot()
+        if snap is None:
+            return None
+        wm = handle.observer.view(topic, None, started, timeout_s).topic(topic)
+        gp = snap.group_partition(group_id) if snap.healthy else None
+        end = wm.offsets_ends.get(gp) if gp is not None else None
+        if end is None:
+            return None
+        got = snap.committed(group_id, topic, list(wm.partitions), end,
+                             max(0.0, min(snapshot_wait_s, timeout_s - (time.monotonic() - started))))
+    except Exception:  # noqa: BLE001 - the caller's exact path reports (and classifies) errors
+        return None
+    if got is None:
+        return None
+    return any(off is not None and off >= 0 for _p, off, _meta in got)
+
+
+def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float,
+                snapshot_wait_s: float = 5.0) -> bool | None:
+    """Whether `group_id` has a commit on `topic`, from the `__consumer_offsets` snapshot as of a
+    view whose reads started after this call (every commit made before the call is seen); no
+    OffsetFetch, no per-group consumer. None when the snapshot cannot say (disabled, not loaded
+    within `snapshot_wait_s`, failed) or anything failed: the caller then asks the group itself.
+    The group is not registered with the observer (it is asked once, e.g. the remainder group at a
+    CR's start)."""
+    try:
+        started = time.monotonic()
+        snap = handle.offsets_snapshot()
+        if snap is None:
+            return None
+        wm = handle.observer.view(topic, None, started, timeout_s).topic(topic)
+        gp = snap.group_partition(group_id) if snap.healthy else None
+        end = wm.offsets_ends.get(gp) if gp is not None else None
+        if end is None:
+            return None
+        got = snap.committed(group_id, topic, list(wm.partitions), end,
+                             max(0.0, min(snapshot_wait_s, timeout_s - (time.monotonic() - started))))
+    except Exception:  # noqa: BLE001 - the caller's exact path reports (and classifies) errors
+        return None
+    if got is None:
+        return None
+    return any(off is not None and off >= 0 for _p, off, _meta in got)
 
 
 def committed_offsets(handle: AdminHandle, group_id: str, topic: str, partitions: list[int],
