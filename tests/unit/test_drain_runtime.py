@@ -158,3 +158,27 @@ def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_keep_workers_runs_one_task_per_slot_but_never_during_a_plan(runtime: DrainRuntime):
+    ran: list[int] = []
+
+    class Frame:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def mapInArrow(self, fn, schema):  # noqa: N802 - Spark's name
+            return self
+
+        def collect(self):
+            ran.append(self.n)
+            return []
+
+    runtime.spark.sparkContext.setJobGroup = lambda *a, **k: None
+    runtime.spark.range = lambda start, end, numPartitions: Frame(numPartitions)
+    assert runtime.keep_workers() and ran == [4]  # parallelism 4: four concurrent tasks, four workers
+    runtime._busy.acquire()
+    try:
+        assert not runtime.keep_workers() and ran == [4]
+    finally:
+        runtime._busy.release()

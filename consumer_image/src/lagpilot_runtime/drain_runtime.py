@@ -183,7 +183,8 @@ class DrainRuntime:
         """Run one plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away."""
         if not self.ready.is_set():
             return 503, Outcome(drain_job.EXIT_FAILED, "drain runtime not warm yet")
-        if not self._busy.acquire(blocking=False):
+        # the keep-warm job holds the lock for a moment (current None): wait for it; a plan: busy
+        if not self._busy.acquire(timeout=0 if self.current else 10):
             return 409, Outcome(drain_job.EXIT_FAILED, f"drain runtime busy with drain {self.current}")
         try:
             try:
