@@ -126,11 +126,13 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
     try:
         assert drain_runtime.request(url, PLAN.to_json()).summary == {"records": 3}
         runtime._busy.acquire()  # another plan runs: the caller retries, then gives up with a failure
+        runtime.current = "40"
         slept: list[float] = []
         clock = iter(range(100))
         outcome = drain_runtime.request(url, PLAN.to_json(), busy_wait_s=3, sleep=slept.append,
                                         now=lambda: float(next(clock)))
         assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
+        runtime.current = None
         runtime._busy.release()
         runtime.ready.clear()
         with pytest.raises(Unreachable):  # not warm: the Job drains by itself
