@@ -13,7 +13,7 @@ What it scrapes (config generated at start in `<state>/prometheus/prometheus.yml
   (`add_target("operator", ...)` writes one file per operator process a test or the demo runs);
 - job `lagpilot-consumers`: `<state>/prometheus/file_sd/pods/*.json`, which the test-side pod runner
   writes for each pod whose container exposes a metrics port and removes when the pod is gone
-  (`write_pod_target` / `remove_pod_target`, called from podrunner.py);
+  (`write_pod_target` / `remove_pod_target`, called from lagpilot_dev.podrunner.worker);
 - itself (job `prometheus`).
 Alert and recording rules: every `<state>/prometheus/rules/*.yml` (`load_rules` writes one, reloads
 and waits until Prometheus lists its groups). Rule evaluation every 2 s.
