@@ -22,7 +22,11 @@ Reported (JSON with --json):
   requests, from librdkafka's statistics every 5 s); see docs/operator.md "Scale";
   `api_requests_per_cycle` (Kubernetes requests through the kubernetes client per CR cycle, by
   verb in `api_requests_by_verb`; kopf's watches and event posts not included);
-- `operator_rss_mb` (VmRSS at the end), `load_before`/`load_after` (1-min load averages).
+- `operator_rss_mb` (VmRSS at the end), `load_before`/`load_after` (1-min load averages);
+- start-up, from the operator's "first cycle done" log lines: `first_cycles` (CRs whose loop
+  finished a first cycle: every CR, or the ready wait would have failed), `first_cycle_s` (p50 /
+  p90 / max seconds from a CR's creation to the end of its first cycle), `first_cycle_failed`
+  (first cycles that failed, e.g. an API timeout) and `adopt_s` (p50 / max: the remainder check).
 --quick: 20 CRs over 4 topics, poll 5 s, 2 window cycles.
 """
 from __future__ import annotations
@@ -141,6 +145,29 @@ def ready_count(b: Bench, ns: str) -> tuple[int, int] | None:
     return ready, len(items)
 
 
+def first_cycles(log_text: str) -> dict[str, Any]:
+    """The operator's "first cycle done" lines (one per CR loop start) -> start-up figures."""
+    rows = []
+    for line in log_text.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and d.get("message") == "first cycle done":
+            rows.append(d)
+
+    def q(xs: list[float], f: float) -> float | None:
+        xs = sorted(xs)
+        return round(xs[min(len(xs) - 1, int(f * len(xs)))], 2) if xs else None
+
+    created = [float(r.get("since_created_s") or 0) for r in rows]
+    adopt = [float(r.get("adopt_s") or 0) for r in rows]
+    return {"first_cycles": len({r.get("group") for r in rows}),
+            "first_cycle_failed": sum(1 for r in rows if not r.get("ok")),
+            "first_cycle_s": {"p50": q(created, 0.5), "p90": q(created, 0.9), "max": q(created, 1.0)},
+            "adopt_s": {"p50": q(adopt, 0.5), "max": q(adopt, 1.0)}}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -239,6 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "api_requests_by_verb": {k: int(v) for k, v in kube_by_verb.items() if v},
             "observe_errors": errors,
             "operator_rss_mb": rss_mb(op.pid),
+            **first_cycles(log_path.read_text(errors="replace")),
             "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1),
         }
     finally:
