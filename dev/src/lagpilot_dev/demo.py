@@ -1,6 +1,6 @@
 """`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
 
-    lagpilot demo [--profile default|fast] [--keep] [--namespace NS] [--out DIR] [--plain]
+    lagpilot demo [--profile default|fast] [--keep] [--cold-drains] [--namespace NS] [--out DIR] [--plain]
 
 Stages (each prints what it waits for):
  1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector
@@ -78,6 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true",
                    help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
                         "still running (a CR applied or edited afterwards is reconciled); prints how to stop them")
+    p.add_argument("--cold-drains", action="store_true",
+                   help="spec.drain.warmRuntime false: every drain starts its own Spark (no warm runtime pod)")
     p.add_argument("--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)")
     p.add_argument("--out", default=None,
                    help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
@@ -129,6 +131,8 @@ class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.profile: Profile = PROFILES[args.profile]
+        if args.cold_drains:
+            self.profile = dataclasses.replace(self.profile, warm_runtime=False)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
         self.out = Path(args.out) if args.out else cache_dir() / "demo" / self.run_id
         self.out.mkdir(parents=True, exist_ok=True)
@@ -483,7 +487,7 @@ class Demo:
                                          "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s}}},
                 "catchUpSLASeconds": p.sla_s,
                 "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
-                          "minBacklogRecords": p.min_backlog_records},
+                          "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime},
                 "template": {
                     # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
                     "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "demo-pg", "key": "dsn"}}}],

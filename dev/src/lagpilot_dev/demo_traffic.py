@@ -50,6 +50,7 @@ class Profile:
     min_backlog_records: int = 2000
     split_factor: int = 4
     max_tasks: int = 12
+    warm_runtime: bool = True  # spec.drain.warmRuntime: drains start in seconds (docs/drain.md)
     catch_up_timeout_s: float = 480.0  # after the replay: how long to wait for the backlog to clear
     linger_s: float = 0.0  # after catching up, keep watching (e.g. to show the scale-down)
 
