@@ -249,10 +249,11 @@ def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concu
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as hst  # noqa: E402
 
-from lagpilot.drain_policy import assisted_replicas, consumer_rates, group_cost  # noqa: E402
+from lagpilot.drain_policy import assisted_replicas, consumer_rates, group_cost, overloaded_at  # noqa: E402
 
 C2 = 137.0
-AP = DrainPolicy(start_up_s=20, handoff_s=1)
+AP = DrainPolicy(start_up_s=20, handoff_s=1, assist_always=True)  # spec.drain.assistReplicas: true
+BP = DrainPolicy(start_up_s=20, handoff_s=1)  # the default: the assisted count only in bursts
 
 
 def R(*rates: float) -> list[PartitionLoad]:
@@ -274,9 +275,20 @@ ASSIST_CASES = [
     ("min-replicas-already-the-need", R(80, 80, 80), AP, 3, None),
     # every partition over a consumer: fewer replicas only move work to drains (no saving >= 1)
     ("overloaded-at-cap", R(200, 200, 200), AP, 1, None),
-    ("start-up-too-costly", R(80, 80, 80), DrainPolicy(start_up_s=3000), 1, None),
-    ("assist-off", R(67, 67, 67, 67), DrainPolicy(assist_min_saving=None), 1, None),
-    ("drains-disabled", R(67, 67, 67, 67), DrainPolicy(enabled=False), 1, None),
+    ("start-up-too-costly", R(80, 80, 80), DrainPolicy(start_up_s=3000, assist_always=True), 1, None),
+    ("assist-off", R(67, 67, 67, 67), DrainPolicy(assist_min_saving=None, assist_always=True), 1, None),
+    ("drains-disabled", R(67, 67, 67, 67), DrainPolicy(enabled=False, assist_always=True), 1, None),
+    # the default (burst-scoped): steady granularity waste stays with the group sized for the load ...
+    ("burst-scoped-steady-4-partitions", R(67, 67, 67, 67), BP, 1, None),
+    ("burst-scoped-steady-3-partitions", R(80, 80, 80), BP, 1, None),
+    ("burst-scoped-just-under-a-consumer", R(136, 45, 45, 45), BP, 1, None),
+    # ... but while one partition is over a consumer (drains run at every count) the neighbours'
+    # consumers are not kept idle: the same answer as the opt-in
+    ("burst-scoped-hot-partition", R(206, 45, 45, 45), BP, 1, 1),
+    ("burst-scoped-hot-partition-min-2", R(206, 45, 45, 45), BP, 2, 2),
+    # every partition over a consumer: no count is cheaper (work is work), the cap stays
+    ("burst-scoped-overloaded-at-cap", R(200, 200, 200), BP, 1, None),
+    ("burst-scoped-off", R(206, 45, 45, 45), DrainPolicy(assist_min_saving=None), 1, None),
 ]
 
 
@@ -292,6 +304,41 @@ def test_group_cost_counts_excess_and_start_ups() -> None:
     cost = group_cost([80, 80, 80], 1, C2, 600.0, AP)
     assert cost == pytest.approx(1 + 103 / C2 + 3 * 21 * 103 / (300 * 240))
     assert group_cost([80, 80, 80], 3, C2, 600.0, AP) == 3.0  # nothing over a consumer: replicas only
+
+
+OVERLOAD_CASES = [
+    # id, rates, replicas, capacity, overloaded
+    ("hot-partition-dedicated", [206, 45, 45, 45], 4, C2, True),
+    ("all-under", [130, 130, 130], 3, C2, False),
+    ("exactly-capacity", [137, 10], 2, C2, False),
+    ("two-light-on-one-consumer", [80, 80, 10], 2, C2, True),  # 160 on the first consumer
+    ("max-replicas-below-partitions", [50, 50, 50, 50], 2, C2, False),
+    ("max-replicas-below-partitions-over", [70, 70, 70, 70], 2, C2, True),
+]
+
+
+@pytest.mark.parametrize("rates,replicas,cap,expected", [c[1:] for c in OVERLOAD_CASES],
+                         ids=[c[0] for c in OVERLOAD_CASES])
+def test_overloaded_at(rates, replicas, cap, expected) -> None:  # type: ignore[no-untyped-def]
+    assert overloaded_at(rates, replicas, cap) is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(rates=hst.lists(hst.floats(0, 400), min_size=1, max_size=8), lo=hst.integers(1, 8),
+       start=hst.sampled_from([0.0, 20.0, 90.0]), saving=hst.sampled_from([0.0, 1.0, 2.0]))
+def test_burst_scoped_assist_is_the_opt_in_answer_restricted_to_bursts(rates, lo, start, saving) -> None:  # type: ignore[no-untyped-def]
+    """The default (burst-scoped) gives the opt-in's answer while the group at its cap is
+    overloaded, and never a drain-assisted count otherwise (drains only for what the capped group
+    cannot hold)."""
+    loads = R(*rates)
+    kw = dict(min_replicas=lo, cap=len(loads), sla_s=600.0)
+    always = assisted_replicas(loads, C2, policy=DrainPolicy(start_up_s=start, assist_min_saving=saving,
+                                                             assist_always=True), **kw)
+    bursts = assisted_replicas(loads, C2, policy=DrainPolicy(start_up_s=start, assist_min_saving=saving), **kw)
+    if overloaded_at(rates, len(rates), C2):
+        assert bursts == always
+    else:
+        assert bursts is None
 
 
 @settings(max_examples=200, deadline=None)
@@ -312,7 +359,7 @@ def test_consumer_rates_is_a_balanced_assignment(rates, replicas) -> None:  # ty
 def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  # type: ignore[no-untyped-def]
     """Fewer replicas than the utilization bound needs, only when cheaper by the saving asked; the
     answer depends on the rates only (not on the lag: a fixed point under constant load)."""
-    pol = DrainPolicy(start_up_s=start, assist_min_saving=saving)
+    pol = DrainPolicy(start_up_s=start, assist_min_saving=saving, assist_always=True)
     loads = R(*rates)
     got = assisted_replicas(loads, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol)
     lagged = [PartitionLoad(l.partition, lag, l.rate) for l, lag in zip(loads, lags)]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.drain_policy import DrainPolicy
+from lagpilot.drain_policy import DrainPolicy, overloaded_at
 from lagpilot.projection import PartitionLoad, project
 from lagpilot.scaling import (
     Decision,
@@ -155,14 +155,21 @@ def test_bounds(pairs, cur, cap, policy, history) -> None:  # type: ignore[no-un
     assert isinstance(d, Decision) and d.reason and d.message
 
 
+@pytest.mark.parametrize("assist_always", [False, True], ids=["default", "assistReplicas"])
 @settings(max_examples=200, deadline=None)
 @given(load_lists, st.integers(min_value=0, max_value=12), st.floats(min_value=1, max_value=500), policies, histories)
-def test_no_scale_down_while_projection_exceeds_sla(pairs, cur, cap, policy, history) -> None:  # type: ignore[no-untyped-def]
+def test_no_scale_down_while_projection_exceeds_sla(assist_always, pairs, cur, cap, policy, history) -> None:  # type: ignore[no-untyped-def]
+    """The guard. One exception: in a burst (the group at its cap cannot hold the live rates, so the
+    projection is infinite at every count and holding replicas cannot meet the SLA) a scale-down to
+    the drain-assisted count, whose drains carry the excess, is allowed."""
     o = _obs(pairs, cur, cap)
-    d, _ = decide(o, policy, history, DrainPolicy())
+    d, _ = decide(o, policy, history, DrainPolicy(assist_always=assist_always))
     cap_hi = min(policy.max_replicas, len(pairs))
     if d.desired_replicas < cur <= cap_hi:
-        assert project(list(o.loads), cur, cap).catch_up_s <= policy.sla_s
+        if project(list(o.loads), cur, cap).catch_up_s > policy.sla_s:
+            assert overloaded_at([p[1] for p in pairs], cap_hi, cap), d
+            assert "drain-assisted" in d.message and d.desired_replicas >= (d.required_replicas or 0)
+            assert project(list(o.loads), cap_hi, cap).catch_up_s == math.inf
 
 
 @settings(max_examples=200, deadline=None)
@@ -228,18 +235,24 @@ def test_observation_from_estimate() -> None:
 
 
 # ------------------------------------------------------------------ drain-assisted replica count
+OPT_IN = DrainPolicy(assist_always=True)  # spec.drain.assistReplicas: true
+
+
 def test_drain_assisted_count_is_chosen_and_drains_planned_for_it() -> None:
     """4 partitions at 98 % of two consumers: without drains the group is sized at 4 (90 %
     utilization); with the drain policy 2 replicas, and the drain planner plans for 2."""
     loads = [0, 0, 0, 0], [67.0] * 4
     d, _ = decide(obs(*loads, 4, cap=137.0), P, ScalingHistory())
     assert d.desired_replicas == 4
-    d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy())
+    d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), OPT_IN)
     assert d.required_replicas == 2 and d.desired_replicas == 2 and d.reason == "ScaleDown"
     assert "drain-assisted" in d.message
+    # the default (burst-scoped): no burst here (every partition under a consumer), sized for the load
+    d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy())
+    assert d.required_replicas == 4 and d.desired_replicas == 4 and "drain-assisted" not in d.message
     # backlog behind the 2 consumers' split: planned as for the group at 2 (not at the cap of 4)
     d, _ = decide(obs([30_000, 30_000, 300, 300], [67.0, 67.0, 67.0, 67.0], 2, cap=137.0,
-                      oldest_age_s={0: 400.0, 1: 400.0}), P, ScalingHistory(), DrainPolicy())
+                      oldest_age_s={0: 400.0, 1: 400.0}), P, ScalingHistory(), OPT_IN)
     assert d.desired_replicas == 2 and d.drain is not None and set(d.drain.partitions) == {0, 1}
     # assist off: back to sizing for the load
     d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy(assist_min_saving=None))
@@ -254,7 +267,7 @@ def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> Non
     moves in one direction and settles (drains take the lag; here the lag stays 0)."""
     history = ScalingHistory()
     seq = [min(cur, len(rates))]
-    pol = DrainPolicy(start_up_s=start)
+    pol = DrainPolicy(start_up_s=start, assist_always=True)
     for k in range(240):
         o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
         d, history = decide(o, P, history, pol)
@@ -268,7 +281,7 @@ def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
     """A rate +-5 % around where 1 replica + drains stops saving a replica over 3: at most one change."""
     from lagpilot.drain_policy import assisted_replicas
 
-    pol = DrainPolicy()
+    pol = OPT_IN
     lo, hi = 50.0, 130.0  # per partition: assisted at 50, not at 130 (3 partitions, 137/s)
     for _ in range(40):
         mid = (lo + hi) / 2
@@ -282,3 +295,65 @@ def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
         changes += d.desired_replicas != cur
         cur = d.desired_replicas
     assert changes <= 1
+
+
+# ------------------------------------------------------------------ burst-scoped assist (the default)
+HOT = [206.0, 45.0, 45.0, 45.0]  # one partition at 1.5 consumers, the others at a third of one
+
+
+def test_burst_scales_down_to_the_assisted_count_despite_the_infinite_projection() -> None:
+    """A hot partition over one consumer (4 partitions, 137/s): at 4 replicas the projection is
+    infinite (it regrows) and stays infinite at every count, so the guard does not hold the 3 idle
+    neighbours' consumers: after the scale-down window the group goes to the assisted count and the
+    planner plans the drains for the group at that count."""
+    o = obs([40_000.0, 300.0, 300.0, 300.0], HOT, 4, cap=137.0, oldest_age_s={0: 200.0})
+    d, _ = decide(o, P, hist((400, 4)), DrainPolicy())
+    assert d.required_replicas == 1 and d.desired_replicas == 1 and d.reason == "ScaleDown"
+    assert "drain-assisted" in d.message
+    # inside the scale-down window: held (stabilized), not blocked
+    d, _ = decide(o, P, hist((100, 4)), DrainPolicy())
+    assert d.desired_replicas == 4 and d.reason == "ScaleDownStabilized"
+    # no assist at all (simulate --no-drain-assist): the guard holds the cap for the whole burst
+    d, _ = decide(o, P, hist((400, 4)), DrainPolicy(assist_min_saving=None))
+    assert d.desired_replicas == 4 and d.reason in ("ScaleDownBlockedAtRisk", "SLAUnreachable", "Steady")
+    # the same backlog without a burst (the hot partition at 0.9 of a consumer): the guard holds
+    calm = obs([40_000.0, 300.0, 300.0, 300.0], [123.0, 45.0, 45.0, 45.0], 4, cap=137.0, oldest_age_s={0: 200.0})
+    d, _ = decide(calm, P, hist((400, 4)), DrainPolicy())
+    assert d.desired_replicas == 4
+
+
+def test_burst_ends_back_to_the_count_sized_for_the_load() -> None:
+    """The hot partition falls back under a consumer: the burst-scoped count is no longer used and
+    the group scales up at once to what the load needs (no up-window), as any scale-up."""
+    d, _ = decide(obs([0.0] * 4, [130.0, 45.0, 45.0, 45.0], 1, cap=137.0), P, hist((400, 1)), DrainPolicy())
+    assert d.desired_replicas > 1 and "drain-assisted" not in d.message
+
+
+def test_hot_partition_noisy_around_one_consumer_does_not_toggle_every_cycle() -> None:
+    """The hot partition's rate +-5 % around one consumer every poll (in and out of a burst): the
+    scale-down window keeps the count from toggling: at most one change in 100 minutes."""
+    history, cur, changes = ScalingHistory(), 4, 0
+    for k in range(400):
+        hot = 137.0 * (1.05 if k % 2 else 0.95)
+        o = ScalingObservation(NOW + 15 * k, 4, cur, loads_from([0] * 4, [hot, 45.0, 45.0, 45.0]), 137.0)
+        d, history = decide(o, P, history, DrainPolicy())
+        changes += d.desired_replicas != cur
+        cur = d.desired_replicas
+    assert changes <= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
+       start=st.sampled_from([20.0, 90.0]))
+def test_constant_load_burst_scoped_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
+    """The default policy under a constant load (bursts included): one direction, then settled."""
+    history = ScalingHistory()
+    seq = [min(cur, len(rates))]
+    pol = DrainPolicy(start_up_s=start)
+    for k in range(240):
+        o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
+        d, history = decide(o, P, history, pol)
+        seq.append(d.desired_replicas)
+    diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
+    assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
+    assert len(set(seq[-40:])) == 1, seq

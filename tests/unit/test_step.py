@@ -46,6 +46,19 @@ def test_policies_come_from_the_parsed_spec_with_one_default_per_knob() -> None:
     assert ScalingPolicy.from_group_spec(spec) == ScalingPolicy.from_spec(
         {"catchUpSLASeconds": 120, "scaling": {"minReplicas": 2, "maxReplicas": 5}})
     assert DrainPolicy.from_group_spec(parse_spec(BASE)) == DrainPolicy.from_spec({})
+    # spec.drain.assistReplicas: the assisted count always (opt-in) or only in bursts (the default)
+    assert not pol_default_assist(BASE).assist_always
+    opt = {**BASE, "drain": {"assistReplicas": True}}
+    assert pol_default_assist(opt).assist_always and pol_default_assist(opt).assist_min_saving == 1.0
+    assert DrainPolicy.from_group_spec(parse_spec(opt)) == DrainPolicy.from_spec({"drain": {"assistReplicas": True}})
+    never = step_mod.Policies.from_group_spec(parse_spec(BASE), step_mod.Model(drain_assist_min_saving=None)).drain
+    assert never is not None and never.assist_min_saving is None
+
+
+def pol_default_assist(raw):  # type: ignore[no-untyped-def]
+    drain = step_mod.Policies.from_group_spec(parse_spec(raw)).drain
+    assert drain is not None
+    return drain
 
 
 def test_step_is_pure_and_carries_its_state() -> None:

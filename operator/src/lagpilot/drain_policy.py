@@ -77,6 +77,10 @@ class DrainPolicy:
     # the excess when that saves at least this many replicas (expected, drains' start-up included);
     # None: never (the group alone is sized for the load)
     assist_min_saving: float | None = 1.0
+    # the CR's spec.drain.assistReplicas: True, the assisted count whenever it saves (drains may run
+    # in steady state); False (the spec's default), only while the group at its cap cannot hold the
+    # live rates anyway (a consumer over its capacity at every count: drains run in any case)
+    assist_always: bool = False
 
     @classmethod
     def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "DrainPolicy":
@@ -85,6 +89,7 @@ class DrainPolicy:
         d = spec.drain
         model.setdefault("poll_interval_s", spec.scaling.poll_interval_seconds)
         model.setdefault("min_records_per_task", spec.batch.max_records)
+        model.setdefault("assist_always", d.assist_replicas)
         return cls(
             enabled=d.enabled and not d.cancel,
             split_factor=d.split_factor,
@@ -104,7 +109,7 @@ class DrainPolicy:
             split_factor=int(d.get("splitFactor", defaults.split_factor)),
             max_tasks=int(d.get("maxTasks", defaults.max_tasks)),
             min_backlog_records=int(d.get("minBacklogRecords", defaults.min_backlog_records)),
-            **model,
+            **{"assist_always": bool(d.get("assistReplicas", defaults.assist_always)), **model},
         ).validate()
 
     @property
@@ -422,6 +427,13 @@ def group_cost(rates: Sequence[float], replicas: int, capacity: float, sla_s: fl
     return cost
 
 
+def overloaded_at(rates: Sequence[float], replicas: int, capacity: float) -> bool:
+    """Some consumer of ``replicas`` (the most unbalanced balanced assignment, :func:`consumer_rates`)
+    receives more than its ``capacity``: at the group's cap, the partition-capped group cannot hold
+    the load at any count and drains run whatever the replica count (a burst)."""
+    return any(rate > capacity for _, rate in consumer_rates(rates, replicas))
+
+
 def assisted_replicas(
     loads: Sequence[PartitionLoad],
     capacity: float,
@@ -442,11 +454,19 @@ def assisted_replicas(
     :func:`group_cost`), the cheapest such count is returned; the drain planner then plans for the
     group at that count (the excess regrows behind each split and is drained when due, as for a
     regrowing partition). Depends on the rates only (not on the lag or the current count): under a
-    constant load the answer is a fixed point."""
+    constant load the answer is a fixed point.
+
+    With ``policy.assist_always`` False (the default for a CR: ``spec.drain.assistReplicas`` unset)
+    the assisted count is considered only in a *burst*: while the group at ``cap`` cannot hold the
+    live rates (:func:`overloaded_at`), so drains run whatever the count and the consumers the load
+    would size for a hot partition's neighbours sit mostly idle; outside bursts the group is sized
+    for the load and drains run only for what it cannot hold."""
     if policy.assist_min_saving is None or not policy.enabled or capacity <= 0 or not loads:
         return None
     rates = [max(0.0, l.rate) for l in loads]
     cap = max(1, min(cap, len(loads)))
+    if not policy.assist_always and not overloaded_at(rates, cap, capacity):
+        return None  # burst-scoped (the default): the group at its cap holds the load, no drains
     lo = max(1, min(min_replicas, cap))
     full = cap
     for r in range(lo, cap + 1):
@@ -498,4 +518,4 @@ def _rest_ok(
 
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
-           "group_cost", "consumer_rates", "INF"]
+           "group_cost", "consumer_rates", "overloaded_at", "INF"]

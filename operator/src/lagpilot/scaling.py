@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lagpilot.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need
+from lagpilot.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
 from lagpilot.estimate import EstimatorState
 from lagpilot.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
 from lagpilot.projection import INF, PartitionLoad, project, required_replicas
@@ -288,6 +288,7 @@ def decide(
         return d, history
 
     drain: DrainNeed | None = None
+    burst_assist = False  # the count is the drain-assisted one in a burst (the capped group overloaded)
     hot: tuple[int, ...] = ()
     cur_proj: float | None = None
     required: int | None = None
@@ -331,6 +332,7 @@ def decide(
         elif assisted is not None:
             required = assisted
             raw = assisted
+            burst_assist = overloaded_at([l.rate for l in obs.loads], cap_hi, c)
             reason = "ScaleUp" if assisted > cur else ("ScaleDown" if assisted < cur else "Steady")
             why = (f"{assisted} replicas with drains carrying their excess cost less than sizing the group "
                    f"for the load (drain-assisted)")
@@ -377,7 +379,12 @@ def decide(
     elif desired == cur and raw > cur:
         reason = "ScaleUpStabilized"
         why = f"{why}; holding for the {policy.scale_up_window_s:.0f}s scale-up window"
-    if desired < cur <= cap_hi and cur_proj is not None and cur_proj > policy.sla_s:
+    # a burst (the group at its cap cannot hold the live rates: the projection is infinite at every
+    # count) does not block a scale-down to the drain-assisted count: holding replicas cannot bring
+    # the projection within the SLA, the drains planned for the smaller group carry the excess
+    burst_assisted = required is not None and raw < cur and c is not None and c > 0 and burst_assist
+    if (desired < cur <= cap_hi and cur_proj is not None and cur_proj > policy.sla_s
+            and not burst_assisted):
         desired = cur
         reason, why = "ScaleDownBlockedAtRisk", f"projected {_fmt(cur_proj)} > SLA {policy.sla_s:.0f}s"
 

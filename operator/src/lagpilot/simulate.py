@@ -130,7 +130,9 @@ class SimParams:
     concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
     batch_max_records: int = 500
     drain_assist: bool = False  # the simulated CR's spec.drain.assistReplicas (opt-in, like the CRD)
-    drain_assist_min_saving: float | None = 1.0  # with drain_assist: the saving that makes it worth it
+    # the saving that makes the drain-assisted count worth it: always with drain_assist, else only in
+    # bursts (the capped group cannot hold the load); None: never (--no-drain-assist)
+    drain_assist_min_saving: float | None = 1.0
 
     @property
     def task_capacity(self) -> float:
@@ -822,7 +824,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"with --drain-assist (implies it): the expected saving, in replicas, that makes it worth it "
                          f"(default {d.drain_assist_min_saving:g})")
     ap.add_argument("--no-drain-assist", action="store_true",
-                    help="always size the group for the load (the default, as spec.drain.assistReplicas: false)")
+                    help="always size the group for the load, also in bursts (no drain-assisted count at all; "
+                         "the default, as spec.drain.assistReplicas: false, uses it only while the capped group "
+                         "cannot hold the load)")
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                     help=f"comma-separated subset of {','.join(POLICIES)}")
@@ -857,7 +861,8 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
         drain_assist=not args.no_drain_assist and (args.drain_assist or args.drain_assist_min_saving is not None),
-        drain_assist_min_saving=(d.drain_assist_min_saving if args.drain_assist_min_saving is None
+        drain_assist_min_saving=(None if args.no_drain_assist
+                                 else d.drain_assist_min_saving if args.drain_assist_min_saving is None
                                  else args.drain_assist_min_saving),
     )
 

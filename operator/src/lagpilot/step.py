@@ -38,9 +38,9 @@ class Model:
     drain_task_capacity: float | None = None  # records/s of one drain task; None: one consumer's
     max_concurrent_drains: int = 1  # drains the executor runs side by side (status.drain: one)
     drain_min_interval_s: float = 60.0
-    # drain-assisted replica count (drain_policy.assisted_replicas), for CRs with
-    # spec.drain.assistReplicas: fewer replicas when drains carrying their excess save at least this
-    # many replicas; None: never
+    # drain-assisted replica count (drain_policy.assisted_replicas): fewer replicas when drains
+    # carrying their excess save at least this many replicas, always for CRs with
+    # spec.drain.assistReplicas, else only in bursts (drain_policy.overloaded_at); None: never
     drain_assist_min_saving: float | None = 1.0
 
 
@@ -58,8 +58,9 @@ class Policies:
                 spec, start_up_s=model.drain_start_s, handoff_s=model.handoff_pause_s,
                 task_capacity=model.drain_task_capacity, max_concurrent=model.max_concurrent_drains,
                 min_interval_s=model.drain_min_interval_s,
-                # the drain-assisted replica count only where the CR opts in (spec.drain.assistReplicas)
-                assist_min_saving=model.drain_assist_min_saving if spec.drain.assist_replicas else None)
+                # the drain-assisted replica count: always where the CR opts in
+                # (spec.drain.assistReplicas), else only in bursts (the capped group cannot hold the load)
+                assist_min_saving=model.drain_assist_min_saving)
         return cls(scaling, drain)
 
 
