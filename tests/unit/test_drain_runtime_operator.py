@@ -270,3 +270,157 @@ def test_launch_records_the_path_in_status_and_event(word: str) -> None:
     assert out.event == ("Normal", "DrainStarted", f"drain 3 attempt 1: 0/800 records; runtime {word}")
     assert DrainStatus.from_dict(out.status.to_dict()).runtime == word  # survives the status round trip
     assert with_runtime(action, "") is action  # unknown (an adopted SparkApplication): nothing claimed
+
+
+# ---- the executor: a launch asks the runtime, the Job and the status say which path ----------------
+
+class _FakeBatch:
+    def __init__(self, existing: dict[str, Any] | None = None) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.existing = existing
+
+    def create_namespaced_job(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.existing is not None:
+            err = RuntimeError("AlreadyExists")
+            err.status = 409  # type: ignore[attr-defined]
+            raise err
+        self.created.append(body)
+
+    def read_namespaced_job(self, name: str, namespace: str) -> dict[str, Any]:
+        assert self.existing is not None
+        return self.existing
+
+
+class _FakeRuntime:
+    def __init__(self, url: str | None) -> None:
+        self.url_value, self.asked = url, 0
+
+    def url(self, namespace: str, name: str, uid: str, spec: Any, version: str = "0.1.0") -> str | None:
+        self.asked += 1
+        return self.url_value
+
+
+@pytest.mark.parametrize("url,adopted,word", [
+    ("http://127.0.0.1:31000", None, "warm"),
+    (None, None, "cold"),
+    # a Job created before a lost status write (409): recorded as its own label says, not as asked now
+    ("http://127.0.0.1:31000", {"metadata": {"labels": {RUNTIME_PATH_LABEL: "cold"}}}, "cold"),
+])
+def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[str, Any] | None, word: str) -> None:
+    from lagpilot.drain import DrainExecutor
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+    from lagpilot.handoff import JobObservation, JobState
+
+    class Ex(FakeExecutor):
+        def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:
+            DrainExecutor.create_job(self, ctx, d, attempt, runtime_url)  # the real one, on a fake batch API
+            self.world["jobs"][f"orders-drain-{d.id}-{attempt}"] = JobObservation(JobState.ACTIVE, 1)
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    ex = Ex(log, w)
+    ex.batch = _FakeBatch(adopted)  # type: ignore[assignment]
+    ex._sanitize = lambda x: x  # type: ignore[method-assign]
+    ex.runtime = _FakeRuntime(url)  # type: ignore[assignment]
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+    w["committed"][0] = 500
+    r = ex.reconcile(ctx(log, w, w["status"]))
+    assert ex.runtime.asked == 1  # asked at the launch only
+    assert r.status is not None and r.status["phase"] == "Running" and r.status["runtime"] == word
+    started = [e for e in log if e[0] == "event" and e[1] == "DrainStarted"]
+    assert started, log
+    if adopted is None:
+        job = ex.batch.created[0]
+        assert job["metadata"]["labels"][RUNTIME_PATH_LABEL] == word
+        assert (RUNTIME_URL_ENV in env_of(job)) == (word == "warm")
+
+
+# ---- properties and the I/O edge ---------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_pods = st.lists(st.builds(
+    pod, name=st.sampled_from(["a", "b", "c", "d"]), ip=st.sampled_from([None, "", "10.0.0.1", "10.0.0.2", "fd00::1"]),
+    ready=st.booleans(), phase=st.sampled_from(["Running", "Pending", "Succeeded"]),
+    config=st.sampled_from([None, "h1", "h2"]), deleting=st.booleans()), max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pods, st.sampled_from([None, "h1"]))
+def test_runtime_url_property(pods: list[dict[str, Any]], config: str | None) -> None:
+    """A URL iff some pod is Running, Ready, has an IP, is not being deleted and (when asked) runs
+    the config; and then it is the first such pod's (by name)."""
+    ok = [p for p in pods if p["status"].get("podIP") and p["status"]["phase"] == "Running"
+          and p["status"]["conditions"][0]["status"] == "True" and "deletionTimestamp" not in p["metadata"]
+          and (config is None or p["metadata"]["annotations"].get(rt.CONFIG_ANNOTATION) == config)]
+    url = rt.runtime_url(pods, 31000, config)
+    if not ok:
+        assert url is None
+    else:
+        ip = min(ok, key=lambda p: p["metadata"]["name"])["status"]["podIP"]
+        assert url == (f"http://[{ip}]:31000" if ":" in ip else f"http://{ip}:31000")
+
+
+class _FakeApps:
+    def __init__(self, current: dict[str, Any] | None) -> None:
+        self.current, self.calls = current, []
+
+    def read_namespaced_deployment(self, name: str, namespace: str) -> dict[str, Any]:
+        self.calls.append("get")
+        if self.current is None:
+            err = RuntimeError("NotFound")
+            err.status = 404  # type: ignore[attr-defined]
+            raise err
+        return self.current
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
+        assert kw["field_manager"] == "lagpilot" and kw["_content_type"] == "application/apply-patch+yaml"
+        self.calls.append("apply")
+        self.current = body
+
+    def delete_namespaced_deployment(self, name: str, namespace: str, propagation_policy: str = "") -> None:
+        assert propagation_policy == "Foreground"
+        self.calls.append("delete")
+        self.current = None
+
+
+def _manager(current: dict[str, Any] | None) -> tuple[rt.RuntimeManager, _FakeApps]:
+    from kubernetes import client
+
+    m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
+    apps = _FakeApps(current)
+    m.apps, m._sanitize = apps, (lambda x: x)  # type: ignore[assignment,method-assign]
+    return m, apps
+
+
+def test_sync_io_create_keep_defer_delete_and_no_reads_for_unwanted() -> None:
+    events: list[tuple[str, str, str]] = []
+    m, apps = _manager(None)
+    warm = spec_with()
+    assert m.sync("ns1", "orders", "uid-1", warm, False, emit=lambda *e: events.append(e)).action is rt.Sync.APPLY
+    assert m.sync("ns1", "orders", "uid-1", warm, False).action is rt.Sync.NONE  # up to date: a GET, no apply
+    assert apps.calls == ["get", "apply", "get"] and events[0][1] == "DrainRuntimeApplied"
+    off = spec_with(warmRuntime=False)
+    assert m.sync("ns1", "orders", "uid-1", off, True).action is rt.Sync.DEFER  # an attempt runs
+    assert m.sync("ns1", "orders", "uid-1", off, False).action is rt.Sync.DELETE
+    assert m.sync("ns1", "orders", "uid-1", off, False).action is rt.Sync.NONE  # gone: remembered
+    calls = len(apps.calls)
+    for _ in range(5):
+        m.sync("ns1", "orders", "uid-1", off, False)
+    assert len(apps.calls) == calls  # a CR without a runtime costs no API call per cycle
+
+
+def test_sync_io_failure_is_reported_not_raised() -> None:
+    m, apps = _manager(None)
+
+    def forbidden(*a: Any, **k: Any) -> None:
+        err = RuntimeError("Forbidden")
+        err.status, err.reason = 403, "Forbidden"  # type: ignore[attr-defined]
+        raise err
+
+    apps.patch_namespaced_deployment = forbidden  # type: ignore[method-assign]
+    res = m.sync("ns1", "orders", "uid-1", spec_with(), False)
+    assert res.action is rt.Sync.NONE and "403" in res.error
