@@ -72,6 +72,7 @@ BATCH = 100
 GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 JOB_LABEL = "lagpilot.io/drain-job"
+RUNTIME_SELECTOR = "app.kubernetes.io/name=lagpilot-drain-runtime,lagpilot.io/drain-runtime-of=eos"  # operator drain_runtime.py
 TERMINAL = ("Verified", "Failed", "Cancelled")
 STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
 QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "postgres_restart", "kafka_restart")
@@ -241,6 +242,9 @@ class Campaign:
         self.present = {"eos": True, "alo": True}
         self.timeout_ms = 500
         self.repairs: list[dict[str, Any]] = []
+        self.warm = bool(getattr(args, "warm_runtime", False)) and not args.quick
+        self.kinds: frozenset[str] = frozenset(cf.KINDS)  # set by main(): the kinds this run injects
+        self.runtime_waits: list[dict[str, Any]] = []
 
     # -- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -313,7 +317,8 @@ class Campaign:
                     "processing": {"handler": self.args.eos_handler,
                                    "config": {"postgres.table": self.eos_table, "postgres.key": "none",
                                               "cost_ms": str(self.args.cost_ms)}},
-                    "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000},
+                    "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000,
+                              **({"warmRuntime": True} if self.warm else {})},
                     "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
                                          {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
                                          # the sink's crash hook: a consumer dies right after a batch's
@@ -543,38 +548,98 @@ class Campaign:
                        "no eos drain in flight", self.timeout)
         return int(d.get("id") or 0)
 
-    def drain_pod_pid(self) -> tuple[str, int] | None:
+    def drain_pod(self) -> tuple[str, int, str] | None:
+        """(pod, pid, its lagpilot.io/drain-runtime label: warm|cold|"") of the running drain Job's pod."""
         for pod in self.core.list_namespaced_pod(self.ns, label_selector=JOB_LABEL).items:
             if pod.status.phase in ("Running", "Pending"):
                 pid = self.runner.pid_of(self.ns, pod.metadata.name)
                 if pid:
-                    return pod.metadata.name, pid
+                    return pod.metadata.name, pid, str((pod.metadata.labels or {}).get(cf.RUNTIME_LABEL) or "")
         return None
 
-    def kill_executor(self, f: Fault) -> None:
-        got = self.drain_pod_pid()
+    def drain_pod_pid(self) -> tuple[str, int] | None:
+        got = self.drain_pod()
+        return (got[0], got[1]) if got else None
+
+    def runtime_pod(self) -> tuple[str, int | None, bool] | None:
+        """(pod, pid or None, Ready) of the eos drain runtime's pod (--warm-runtime), None when absent."""
+        for pod in self.core.list_namespaced_pod(self.ns, label_selector=RUNTIME_SELECTOR).items:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+            return pod.metadata.name, self.runner.pid_of(self.ns, pod.metadata.name), ready
+        return None
+
+    def wait_runtime_ready(self, before: str) -> None:
+        """--warm-runtime: wait (bounded) until the runtime pod is Ready before a drain round, so its
+        drains launch warm; recorded in `runtime_waits` (a round that starts cold says so)."""
+        if not self.warm:
+            return
+        t = time.time()
+        try:
+            self.until(lambda: (lambda r: bool(r and r[1] and r[2]))(self.runtime_pod()),
+                       "the eos drain runtime pod Ready", self.timeout, 1.0)
+            ok = True
+        except TimeoutError as exc:
+            say(str(exc))
+            ok = False
+        self.runtime_waits.append({"before": before, "ready": ok, "waited_s": round(time.time() - t, 1)})
+        say(f"drain runtime {'Ready' if ok else 'NOT Ready'} before {before} (waited {time.time() - t:.1f} s)")
+
+    def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
+        """`event` records (of one drain) in the runtime pod's log (the pod runner's log file)."""
+        rt = self.runtime_pod()
+        path = self.runner.log_path(self.ns, rt[0]) if rt else None
+        if path is None or not Path(path).exists():
+            return []
+        return cf.log_events(Path(path).read_text(errors="replace").splitlines(), event, drain)
+
+    def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Evidence: how the current attempt runs (status.drain.runtime, the Job pod's runtime label)."""
+        got = None
+        with contextlib.suppress(Exception):
+            got = self.drain_pod()
+        return {"attempt": d.get("attempt"), "status_runtime": d.get("runtime"),
+                "job_pod": got[0] if got else None, "job_runtime_label": got[2] if got else None}
+
+    def kill_executor(self, f: Fault, d: dict[str, Any]) -> None:
+        got = self.drain_pod()
         if got is None:
             return
-        name, root = got
-        procs = {pid: (cf.ppid_of(pid) or 0, cf.cmdline(pid)) for pid in cf.descendants(root)}
-        pid = cf.pick_spark_worker(procs)
+        name, root, label = got
+        tree = "job"
+        if label == "warm":  # the Job's process only waits on the runtime: the workers are the runtime's
+            rt = self.runtime_pod()
+            if rt is None or not rt[1]:
+                return
+            name, root, tree = rt[0], rt[1], "runtime"
+        pids = cf.descendants(root)
+        before = {p: cf.cpu_ticks(p) for p in pids}
+        time.sleep(0.5)
+        busy = cf.busy_pids(before, {p: cf.cpu_ticks(p) for p in pids})
+        procs = {pid: (cf.ppid_of(pid) or 0, cf.cmdline(pid)) for pid in pids}
+        pid = cf.pick_spark_worker(procs, busy)
         if pid is None:
             return
         cmd = procs[pid][1][:120]
         os.kill(pid, signal.SIGKILL)
         if pid_gone(pid):
             f.fired, f.at = True, time.time()
-            f.evidence = {"pod": name, "pid": pid, "cmdline": cmd}
+            f.evidence = {"pod": name, "pid": pid, "cmdline": cmd, "process_tree": tree, "worker_busy": pid in busy,
+                          **self.how_ran(d)}
 
     def arm(self) -> float:
         t = time.time()
-        for point in cf.HANDOFF_POINTS.values():
-            (self.crash_dir / point.replace(":", "-")).unlink(missing_ok=True)
+        for kind, point in cf.HANDOFF_POINTS.items():
+            if kind in self.kinds:  # a point not selected stays disarmed (--kinds)
+                (self.crash_dir / point.replace(":", "-")).unlink(missing_ok=True)
         return t
 
     def check_markers(self, faults: dict[str, Fault], armed_at: float) -> None:
         for kind, point in cf.HANDOFF_POINTS.items():
-            f = faults[kind]
+            f = faults.get(kind)
+            if f is None:
+                continue
             marker = self.crash_dir / point.replace(":", "-")
             if f.fired or not marker.exists() or marker.read_text() == "disarmed":
                 continue
@@ -587,12 +652,16 @@ class Campaign:
                 if died:
                     f.fired, f.at = True, at
                     f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
+                    with contextlib.suppress(Exception):
+                        f.evidence.update(self.how_ran(self.drain()))
 
     def drain_one(self, rnd: int) -> list[Fault]:
         """Drain 1: the operator killed at each hand-off step, a Spark worker killed, the spec changed."""
-        faults = {k: Fault(k, rnd, "eos") for k in cf.HANDOFF_POINTS}
+        faults = {k: Fault(k, rnd, "eos") for k in cf.HANDOFF_POINTS if k in self.kinds}
         ex, sp = Fault("drain_executor_kill", rnd, "eos"), Fault("spec_change_mid_drain", rnd, "eos")
+        want_ex, want_sp = "drain_executor_kill" in self.kinds, "spec_change_mid_drain" in self.kinds
         prev = self.wait_no_drain()
+        self.wait_runtime_ready(f"drain 1 of round {rnd}")
         armed_at = self.arm()
         self.producer.burst(self.args.burst)
         deadline = time.monotonic() + self.timeout * 2
@@ -609,9 +678,10 @@ class Campaign:
                 continue
             ours = int(d.get("id") or 0) > prev
             if ours and d.get("phase") == "Running" and 0 < d.get("recordsDone", 0) < d.get("recordsTotal", 0):
-                if not ex.fired and not ex.detail:
-                    self.kill_executor(ex)
-                elif ex.fired and not sp.fired and time.time() - (ex.at or 0) > 3 and not sp.detail:
+                if want_ex and not ex.fired and not ex.detail:
+                    self.kill_executor(ex, d)
+                elif want_sp and (ex.fired or not want_ex) and not sp.fired and time.time() - (ex.at or 0) > 3 \
+                        and not sp.detail:
                     gen0 = int((self.cr("eos") or {})["metadata"]["generation"])
                     self.timeout_ms = 600 if self.timeout_ms == 500 else 500
                     self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, "eos",
@@ -621,7 +691,8 @@ class Campaign:
                     phase = ((obj.get("status") or {}).get("drain") or {}).get("phase")
                     if new_gen > gen0 and phase == "Running":
                         sp.fired, sp.at = True, time.time()
-                        sp.evidence = {"generation": [gen0, new_gen], "drain_phase": phase, "timeoutMs": self.timeout_ms}
+                        sp.evidence = {"generation": [gen0, new_gen], "drain_phase": phase, "timeoutMs": self.timeout_ms,
+                                       **self.how_ran(d)}
                     else:
                         sp.detail = f"generation {gen0}->{new_gen}, drain phase {phase}"
             if ours and d.get("phase") in TERMINAL:
@@ -636,7 +707,10 @@ class Campaign:
         for f in faults.values():
             if not f.fired:
                 f.detail = f"crash point not reached in this drain (last phase {d.get('phase')})"
-        out = [*faults.values(), ex, sp]
+        out = [*faults.values(), *([ex] if want_ex else []), *([sp] if want_sp else [])]
+        for f in out:  # how the attempt that finished the drain ran
+            if f.fired:
+                f.evidence["verified_attempt"], f.evidence["verified_runtime"] = d.get("attempt"), d.get("runtime")
         broken = False
         for f in out:
             if not f.fired:
@@ -668,7 +742,9 @@ class Campaign:
     def drain_two(self, rnd: int) -> list[Fault]:
         """Drain 2: the drain driver killed (retried), then the CR deleted mid-drain and re-created."""
         dv, de = Fault("drain_driver_kill", rnd, "eos"), Fault("cr_delete_mid_drain", rnd, "eos")
+        want_dv, want_de = "drain_driver_kill" in self.kinds, "cr_delete_mid_drain" in self.kinds
         prev = self.wait_no_drain()
+        self.wait_runtime_ready(f"drain 2 of round {rnd}")
         self.producer.burst(self.args.burst)
         deadline = time.monotonic() + self.timeout * 2
         d: dict[str, Any] = {}
@@ -683,22 +759,24 @@ class Campaign:
                 continue
             ours = int(d.get("id") or 0) > prev
             running = ours and d.get("phase") == "Running" and 0 < d.get("recordsDone", 0) < d.get("recordsTotal", 0)
-            if running and not dv.fired and not dv.detail:
-                got = self.drain_pod_pid()
+            if want_dv and running and not dv.fired and not dv.detail:
+                got = self.drain_pod()
                 if got:
-                    name, pid = got
+                    name, pid, label = got
                     att0, done0, drain_id = int(d.get("attempt") or 0), int(d["recordsDone"]), int(d["id"])
                     os.killpg(pid, signal.SIGKILL)
                     if pid_gone(pid):
                         dv.fired, dv.at = True, time.time()
-                        dv.evidence = {"pod": name, "pid": pid, "attempt": att0, "recordsDone": done0}
-            elif dv.fired and not dv.recovered and ours and int(d.get("attempt") or 0) > att0 \
+                        dv.evidence = {"pod": name, "pid": pid, "attempt": att0, "recordsDone": done0,
+                                       "status_runtime": d.get("runtime"), "job_runtime_label": label}
+            elif dv.fired and ours and int(d.get("attempt") or 0) > att0 and "retry_attempt" not in dv.evidence \
                     and d.get("phase") == "Running" and d.get("recordsDone", 0) > done0:
-                assert dv.at is not None
-                secs = self.recover_wait(dv.at, dv.kind, self.timeout)
-                dv.recovered, dv.recover_s = secs is not None, secs
-                dv.evidence["retry_attempt"] = int(d.get("attempt") or 0)
-            elif (dv.recovered or dv.detail) and running and not de.detail and not de.fired:
+                dv.evidence.update({"retry_attempt": int(d.get("attempt") or 0), "retry_runtime": d.get("runtime")})
+                if want_de:  # the CR is deleted under this retry: recovered = the retry delivering
+                    assert dv.at is not None
+                    secs = self.recover_wait(dv.at, dv.kind, self.timeout, None, lambda: self.cancel_seen(dv, drain_id))
+                    dv.recovered, dv.recover_s = secs is not None, secs
+            elif want_de and (dv.recovered or dv.detail or not want_dv) and running and not de.detail and not de.fired:
                 self.delete_mid_drain(de, d)
                 break
             if ours and d.get("phase") in TERMINAL:
@@ -707,15 +785,93 @@ class Campaign:
         if not dv.fired and not dv.detail:
             dv.detail = f"the drain was not running mid-way (last phase {d.get('phase')})"
         elif dv.fired and not dv.recovered and d.get("phase") == "Verified" and int(d.get("attempt") or 0) > att0:
-            dv.recovered, dv.recover_s = True, None  # retried and finished between two polls
-            secs = self.recover_wait(dv.at or 0, dv.kind, self.timeout)
+            # the retry completed (without cr_delete_mid_drain: recovered = the drain Verified)
+            dv.evidence.update({"verified_attempt": d.get("attempt"), "verified_runtime": d.get("runtime")})
+            secs = self.recover_wait(dv.at or 0, dv.kind, self.timeout, None, lambda: self.cancel_seen(dv, drain_id))
             dv.recovered, dv.recover_s = secs is not None, secs
         if not de.fired and not de.detail:
             de.detail = f"no running drain to delete the CR under (last phase {d.get('phase')})"
-        self.record(dv)
-        self.record(de)
-        del drain_id
-        return [dv, de]
+        out = [*([dv] if want_dv else []), *([de] if want_de else [])]
+        for f in out:
+            self.record(f)
+        return out
+
+    def cancel_seen(self, f: Fault, drain_id: int | None) -> str | None:
+        """Warm: the runtime must have cancelled the killed caller's plan (its log's drain_runtime_cancel
+        and drain_runtime_served cancelled=true for that drain); recorded in the evidence. None = ok."""
+        if f.evidence.get("job_runtime_label") != "warm":
+            return None
+        cancels = self.runtime_events("drain_runtime_cancel", str(drain_id))
+        served = [{k: e.get(k) for k in ("ts", "exit", "cancelled", "records", "seconds")}
+                  for e in self.runtime_events("drain_runtime_served", str(drain_id))]
+        f.evidence["runtime_cancel_logged"] = len(cancels)
+        f.evidence["runtime_served"] = served
+        return None if cancels else f"the runtime logged no cancel of drain {drain_id}"
+
+    def drain_three(self, rnd: int) -> Fault:
+        """--warm-runtime, drain 3: the runtime pod's process group SIGKILLed while a warm attempt runs.
+        Recovered = the drain Verified (the Job's process fails on the dropped connection, the operator
+        retries: cold while the runtime is not Ready, warm once it is) and every partition delivering."""
+        rk = Fault("drain_runtime_kill", rnd, "eos")
+        prev = self.wait_no_drain()
+        self.wait_runtime_ready(f"drain 3 of round {rnd}")
+        self.producer.burst(self.args.burst)
+        deadline = time.monotonic() + self.timeout * 2
+        d: dict[str, Any] = {}
+        tree: list[int] = []
+        attempts: dict[str, Any] = {}
+        cold_seen = 0
+        while time.monotonic() < deadline:
+            self.tick()
+            try:
+                d = self.drain()
+            except Exception:  # noqa: BLE001
+                time.sleep(1)
+                continue
+            ours = int(d.get("id") or 0) > prev
+            if ours and d.get("attempt"):
+                attempts[str(d.get("attempt"))] = d.get("runtime")
+            running = ours and d.get("phase") == "Running" and 0 < d.get("recordsDone", 0) < d.get("recordsTotal", 0)
+            if running and not rk.fired and not rk.detail:
+                job, rt = self.drain_pod(), self.runtime_pod()
+                if job and job[2] == "warm" and rt and rt[1]:
+                    name, pid = rt[0], rt[1]
+                    tree = cf.descendants(pid)
+                    att0 = int(d.get("attempt") or 0)
+                    os.killpg(pid, signal.SIGKILL)
+                    gone = pid_gone(pid)
+                    phase = self.drain().get("phase")
+                    if gone and phase == "Running":
+                        rk.fired, rk.at = True, time.time()
+                    else:
+                        rk.detail = f"not confirmed: pid gone {gone}, drain phase {phase}"
+                    rk.evidence = {"pod": name, "pid": pid, "phase_after_kill": phase, "attempt": att0,
+                                   "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
+                                   "drain": d.get("id"), "status_runtime": d.get("runtime"),
+                                   "job_pod": job[0], "job_runtime_label": job[2], "runtime_tree": len(tree)}
+                elif job and job[2] == "cold":
+                    cold_seen += 1
+            if rk.fired and "left_alive_5s" not in rk.evidence and time.time() - (rk.at or 0) > 5:
+                rk.evidence["left_alive_5s"] = [p for p in tree if not dead(p)]  # Spark's daemon has its own pgid
+            if ours and d.get("phase") in TERMINAL:
+                break
+            time.sleep(1)
+        if not rk.fired and not rk.detail:
+            rk.detail = (f"no warm attempt ran mid-way (cold attempts seen {cold_seen} polls; "
+                         f"last phase {d.get('phase')})")
+        if rk.fired:
+            rk.evidence.update({"attempts": attempts, "final_phase": d.get("phase"),
+                                "verified_attempt": d.get("attempt"), "verified_runtime": d.get("runtime")})
+            if d.get("phase") == "Verified":
+                assert rk.at is not None
+                secs = self.recover_wait(rk.at, rk.kind, self.timeout)
+                rk.recovered, rk.recover_s = secs is not None, secs
+            else:
+                rk.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+            with contextlib.suppress(Exception):
+                rt = self.runtime_pod()
+                rk.evidence["runtime_after"] = {"pod": rt[0], "pid": rt[1], "ready": rt[2]} if rt else None
+        return self.record(rk)
 
     def delete_mid_drain(self, f: Fault, d: dict[str, Any]) -> None:
         first_id = int(d["id"])
@@ -855,6 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-timeout", type=float, default=300.0, help="seconds to wait for one recovery")
     ap.add_argument("--eos-handler", default="bench.chaos_handler:process",
                     help="NEGATIVE CONTROL: bench.chaos_handler:process_at_least_once must show duplicated > 0")
+    ap.add_argument("--warm-runtime", action="store_true",
+                    help="eos drains through the warm drain runtime (spec.drain.warmRuntime); enables drain_runtime_kill")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if Path(args.state_dir).resolve() == (cache_dir() / "state" / "default").resolve():
@@ -863,6 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = kinds - set(cf.KINDS)
     if unknown:
         ap.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(cf.KINDS)}")
+    kinds, not_applicable = cf.split_kinds(kinds, args.warm_runtime and not args.quick)
     rounds = 1 if args.quick else args.rounds
     if args.quick:
         args.fault_timeout = min(args.fault_timeout, 120.0)
@@ -870,6 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.time()
     c = Campaign(args)
+    c.kinds = kinds
     result: dict[str, Any] = {}
     try:
         c.setup()
@@ -884,6 +1044,8 @@ def main(argv: list[str] | None = None) -> int:
                 c.drain_one(rnd)
             if not args.quick and kinds & {"drain_driver_kill", "cr_delete_mid_drain"}:
                 c.drain_two(rnd)
+            if not args.quick and c.warm and "drain_runtime_kill" in kinds:
+                c.drain_three(rnd)
         end = c.finish()
         eos, alo = end["eos"], end["alo"]
         lost = eos["lost"] + alo["lost"] if end["caught_up"] else None
@@ -893,6 +1055,7 @@ def main(argv: list[str] | None = None) -> int:
             "produce_errors": len(c.producer.errors),
             "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
             "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
+            "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,
             "eos_table_keyless": c.eos_keyless, "operator_restarts": c.op.gen - 1, "repairs": c.repairs,
             "fired_all_confirmed": all(f.at is not None and f.evidence for f in c.faults if f.fired),
             "wall_s": round(time.time() - t_start, 1), "workdir": str(c.workdir),
@@ -903,7 +1066,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         c.teardown()
     (c.workdir / "result.json").write_text(json.dumps(result, indent=1))
-    print(cf.table(result["per_kind"]))
+    print(cf.table(result["per_kind"], result.get("not_applicable") or ()))
     print(f"faults {result['faults']} over {result['kinds']} kinds, recovered {result['recovered']}, not fired "
           f"{result['not_fired']}; lost {result['lost']}, duplicated {result['duplicated']} (exactly-once sink), "
           f"replayed {result['replayed']} (at-least-once handler); produced {result['produced']}; "

@@ -13,9 +13,16 @@ from typing import Any
 # every kind bench/chaos.py can inject, in the order of the table
 KINDS: tuple[str, ...] = (
     "consumer_kill", "consumer_kill_after_write", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
-    "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "kafka_restart", "apiserver_restart",
-    "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
+    "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "drain_runtime_kill", "kafka_restart",
+    "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
 )
+
+# kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
+# applicable" (listed, never injected, never counted as not fired)
+WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill",)
+
+# the drain Job's (and its pod's) label saying how the attempt ran (operator drain_runtime.py)
+RUNTIME_LABEL = "lagpilot.io/drain-runtime"
 
 # the operator's test crash points (LAGPILOT_TEST_CRASH_AT, operator/src/lagpilot/drain.py) per kind:
 # after the plan's status write, after publishing the split, after sealing the acks, after the launch
@@ -47,6 +54,13 @@ class Fault:
         if d["recover_s"] is not None:
             d["recover_s"] = round(d["recover_s"], 1)
         return d
+
+
+def split_kinds(selected: Iterable[str], warm: bool) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(kinds to run, kinds not applicable in this mode, in table order) (pure)."""
+    sel = set(selected)
+    na = tuple(k for k in KINDS if k in sel and k in WARM_ONLY and not warm)
+    return frozenset(sel - set(na)), na
 
 
 def _median(xs: Sequence[float]) -> float | None:
@@ -96,8 +110,8 @@ def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, r
     }
 
 
-def table(kinds: Mapping[str, Mapping[str, Any]]) -> str:
-    """The per-kind table (pure)."""
+def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] = ()) -> str:
+    """The per-kind table (pure); `not_applicable` kinds get one `n/a` row each."""
     def cell(x: Any) -> str:
         return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
 
@@ -105,6 +119,9 @@ def table(kinds: Mapping[str, Mapping[str, Any]]) -> str:
     for kind, k in kinds.items():
         lines.append(f"{kind:<27}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
                      f"{cell(k['recover_s_median']):>20}{cell(k['recover_s_max']):>8}")
+    for kind in not_applicable:
+        if kind not in kinds:
+            lines.append(f"{kind:<27}{'n/a':>9}{'n/a':>10}{'n/a':>10}{'(needs --warm-runtime)':>28}")
     return "\n".join(lines)
 
 
@@ -161,19 +178,58 @@ def descendants(root: int, table_: Mapping[int, int] | None = None) -> list[int]
     return out
 
 
-def pick_spark_worker(procs: Mapping[int, tuple[int, str]]) -> int | None:
+def cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process in clock ticks (/proc), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            f = fh.read().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_pids(before: Mapping[int, int | None], after: Mapping[int, int | None]) -> frozenset[int]:
+    """The pids whose CPU ticks grew between two samples (pure)."""
+    return frozenset(p for p, t in after.items() if t is not None and before.get(p) is not None and t > before[p])  # type: ignore[operator]
+
+
+def pick_spark_worker(procs: Mapping[int, tuple[int, str]], busy: Iterable[int] = ()) -> int | None:
     """A Spark Python worker among a drain pod's processes {pid: (ppid, cmdline)} (pure): a process of
     the Python daemon (`lagpilot_runtime.spark_daemon` / `pyspark.daemon` / `pyspark.worker`) whose
     parent is such a process too (a forked worker: killing it fails one task attempt, the executor
-    retries it); else the youngest daemon process; None when there is none (Spark not started yet)."""
+    retries it), preferring one in `busy` (its CPU time grew: it runs a task; the warm runtime keeps
+    idle forked workers too); else the youngest daemon process; None when there is none (Spark not
+    started yet)."""
     def is_py(cmd: str) -> bool:
         return any(m in cmd for m in ("spark_daemon", "pyspark.daemon", "pyspark.worker", "pyspark/daemon"))
 
     py = {pid: pp for pid, (pp, cmd) in procs.items() if is_py(cmd)}
     forked = sorted(pid for pid, pp in py.items() if pp in py)
+    hot = [pid for pid in forked if pid in set(busy)]
+    if hot:
+        return hot[-1]
     if forked:
         return forked[-1]
     return max(py) if py else None
+
+
+def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
+    """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
+    lines that are not JSON objects are skipped."""
+    import json
+
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain)):
+            out.append(rec)
+    return out
 
 
 def recover_seconds(at: float | None, done_at: float | None) -> float | None:

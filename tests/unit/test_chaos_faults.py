@@ -1,0 +1,106 @@
+"""bench/chaos_faults.py: the pure pieces of the fault campaign (kind selection per mode, the busy
+Spark worker pick, the runtime log scan, the summary and its table)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench import chaos_faults as cf
+from bench.chaos_faults import Fault
+
+
+@pytest.mark.parametrize(("selected", "warm", "run", "na"), [
+    (cf.KINDS, False, set(cf.KINDS) - {"drain_runtime_kill"}, ("drain_runtime_kill",)),
+    (cf.KINDS, True, set(cf.KINDS), ()),
+    (("drain_runtime_kill", "drain_driver_kill"), False, {"drain_driver_kill"}, ("drain_runtime_kill",)),
+    (("drain_runtime_kill",), True, {"drain_runtime_kill"}, ()),
+    (("consumer_kill",), False, {"consumer_kill"}, ()),
+    ((), True, set(), ()),
+])
+def test_split_kinds(selected: tuple[str, ...], warm: bool, run: set[str], na: tuple[str, ...]) -> None:
+    got_run, got_na = cf.split_kinds(selected, warm)
+    assert set(got_run) == run and got_na == na
+
+
+@given(st.sets(st.sampled_from(cf.KINDS)), st.booleans())
+def test_split_kinds_partitions_the_selection(selected: set[str], warm: bool) -> None:
+    run, na = cf.split_kinds(selected, warm)
+    assert set(run) | set(na) == selected and not set(run) & set(na)
+    assert set(na) <= set(cf.WARM_ONLY) and (not warm or not na)
+
+
+def test_runtime_kill_is_a_known_kind_warm_only() -> None:
+    assert "drain_runtime_kill" in cf.KINDS and set(cf.WARM_ONLY) <= set(cf.KINDS)
+    assert len(set(cf.KINDS)) == len(cf.KINDS)
+
+
+@pytest.mark.parametrize(("before", "after", "busy"), [
+    ({1: 10, 2: 10}, {1: 12, 2: 10}, {1}),
+    ({1: 10, 2: None}, {1: 10, 2: 50}, set()),     # no first sample: not known to be busy
+    ({1: 10}, {1: None}, set()),                   # gone
+    ({1: 10, 2: 3}, {1: 11, 2: 4, 3: 9}, {1, 2}),  # 3 appeared between the samples
+    ({}, {}, set()),
+])
+def test_busy_pids(before: dict[int, int | None], after: dict[int, int | None], busy: set[int]) -> None:
+    assert cf.busy_pids(before, after) == busy
+
+
+DAEMON = "python -m lagpilot_runtime.spark_daemon"
+PROCS = {
+    100: (1, "java org.apache.spark.deploy.SparkSubmit"),
+    200: (100, DAEMON),                            # the daemon
+    201: (200, DAEMON), 202: (200, DAEMON), 203: (200, DAEMON),  # forked workers
+    300: (100, "python something else"),
+}
+
+
+@pytest.mark.parametrize(("procs", "busy", "want"), [
+    (PROCS, (), 203),          # youngest forked worker
+    (PROCS, (201,), 201),      # a busy forked worker first (the runtime keeps idle ones)
+    (PROCS, (201, 202), 202),
+    (PROCS, (200, 300), 203),  # busy but not a forked worker: ignored
+    ({100: (1, "java"), 200: (100, DAEMON)}, (), 200),  # only the daemon
+    ({100: (1, "java")}, (), None),
+    ({}, (9,), None),
+])
+def test_pick_spark_worker(procs: dict[int, tuple[int, str]], busy: tuple[int, ...], want: int | None) -> None:
+    assert cf.pick_spark_worker(procs, busy) == want
+
+
+def test_log_events() -> None:
+    lines = [
+        "not json at all",
+        json.dumps({"ts": "t1", "event": "drain_runtime_cancel", "drain": "7"}),
+        json.dumps({"ts": "t2", "event": "drain_runtime_served", "drain": "7", "cancelled": True, "exit": 1}),
+        json.dumps({"ts": "t3", "event": "drain_runtime_cancel", "drain": "8"}),
+        "{broken json",
+        json.dumps(["a", "list"]),
+        "  " + json.dumps({"event": "drain_runtime_cancel", "drain": 7}),
+    ]
+    assert [e["ts"] for e in cf.log_events(lines, "drain_runtime_cancel") if "ts" in e] == ["t1", "t3"]
+    assert len(cf.log_events(lines, "drain_runtime_cancel", "7")) == 2  # "7" and 7 are the same drain
+    assert cf.log_events(lines, "drain_runtime_cancel", "9") == []
+    assert cf.log_events(lines, "drain_runtime_served", "7")[0]["cancelled"] is True
+
+
+def test_summary_and_table_with_a_not_applicable_kind() -> None:
+    faults = [
+        Fault("drain_driver_kill", 1, "eos", fired=True, at=1.0, recovered=True, recover_s=30.0, evidence={"pid": 1}),
+        Fault("drain_runtime_kill", 1, "eos", fired=True, at=1.0, recovered=False, evidence={"pid": 2}),
+        Fault("drain_executor_kill", 1, "eos", fired=False, detail="not running"),
+    ]
+    s = cf.summary(faults, 0, 0, 3, {"not_applicable": []})
+    assert (s["faults"], s["recovered"], s["not_fired"], s["kinds"]) == (2, 1, 1, 2)
+    assert s["per_kind"]["drain_runtime_kill"] == {"injected": 1, "recovered": 0, "not_fired": 0,
+                                                  "recover_s_median": None, "recover_s_max": None}
+    assert list(s["per_kind"]) == ["drain_executor_kill", "drain_driver_kill", "drain_runtime_kill"]
+    assert cf.verdict(s) == ["recovered 1 != faults 2"]
+    t = cf.table(cf.per_kind(faults[:1]), ("drain_runtime_kill",))
+    rows = t.splitlines()
+    assert len(rows) == 3 and rows[2].startswith("drain_runtime_kill") and "n/a" in rows[2]
+    assert "needs --warm-runtime" in rows[2]
+    # a kind that ran is never also listed as not applicable
+    assert cf.table(cf.per_kind(faults), ("drain_runtime_kill",)).count("drain_runtime_kill") == 1
