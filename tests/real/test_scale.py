@@ -116,3 +116,37 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
                 f.result(60)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def test_remainder_check_from_the_snapshot_sees_a_hand_back(kafka_bootstrap: str, kafka_admin: object,
+                                                           new_topic: object) -> None:
+    """The start-up adoption's cheap check (kafka_observe.has_commits) on the real broker: False for
+    a group that never committed, True right after a finalizer's hand-back wrote the remainder (a
+    view read after the call sees it), False again once the remainder group is deleted (tombstones)."""
+    import time
+    import uuid
+
+    from lagpilot import deletion_io
+    from lagpilot import kafka_observe as ko
+    from lagpilot.deletion import Remainder, remainder_group
+
+    topic = new_topic(partitions=3, prefix="remainder-check")  # type: ignore[operator]
+    group = "g-" + uuid.uuid4().hex[:6]
+    conf = {"bootstrap.servers": kafka_bootstrap, "security.protocol": "PLAINTEXT"}
+    pool = ko.AdminPool(snapshot_factory=ko._snapshot_consumer_factory)
+    try:
+        with pool.lease("bench/remainder-check", conf) as h:
+            h.offsets_snapshot()
+            deadline = time.monotonic() + 60
+            while not (h.snapshot and h.snapshot.loaded) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert h.snapshot is not None and h.snapshot.loaded, h.snapshot and h.snapshot.failed
+            assert ko.has_commits(h, topic, remainder_group(group), 10) is False
+            deletion_io.write_remainder({"bootstrap.servers": kafka_bootstrap}, kafka_admin, group, topic,
+                                        Remainder(3, ((1, 5, 10),)), 30)
+            assert deletion_io.read_remainder(kafka_admin, group, topic, 30) is not None  # really written
+            assert ko.has_commits(h, topic, remainder_group(group), 10) is True
+            assert deletion_io.delete_groups(kafka_admin, [remainder_group(group)], 30) == []
+            assert ko.has_commits(h, topic, remainder_group(group), 10) is False
+    finally:
+        pool.release("bench/remainder-check")
