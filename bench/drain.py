@@ -578,22 +578,53 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
     environment) drains the same backlog as a fresh drain (fresh progress groups, fresh ledger),
     launched as a process; launch -> first drained record in the sink, steady rate, the drain's
     CPU seconds and its start-up milestones. The order alternates per round (load drifts)."""
+    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
+    ranges = {p: (0, n) for p, n in counts.items()}
+    # a variant with LAGPILOT_DRAIN_RUNTIME=warm (a bench switch) sends its drains to one warm
+    # runtime, started before the rounds (the operator keeps it up per group): one group and ledger
+    # table for all its rounds, each round a fresh drain id, counted by that id
+    runtimes: dict[str, tuple[str, str, WarmRuntime]] = {}
+
+    def variant_env(name: str, group: str, table: str) -> dict[str, str]:
+        env = base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch)
+        env.update(LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO", **variants[name])
+        return env
+
+    try:
+        for name, extra in variants.items():
+            if extra.get("LAGPILOT_DRAIN_RUNTIME") == "warm":
+                group, table = f"bench-ab-{uuid.uuid4().hex[:6]}", f"bench_ab_{uuid.uuid4().hex[:8]}"
+                ledger.create_table(dsn, table)
+                runtimes[name] = (group, table, WarmRuntime(variant_env(name, group, table), args.max_tasks, workdir))
+        return _startup_rounds(bootstrap, topic, dsn, counts, variants, args, workdir, rows, ranges, runtimes, variant_env)
+    finally:
+        for _, _, rt in runtimes.values():
+            rt.stop()
+
+
+def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], variants: dict[str, dict[str, str]],
+                    args: argparse.Namespace, workdir: Path, rows: dict[str, list[dict[str, Any]]],
+                    ranges: dict[int, tuple[int, int]], runtimes: dict[str, tuple[str, str, "WarmRuntime"]],
+                    variant_env: Any) -> dict[str, Any]:
     import statistics
 
     from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
 
-    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
-    ranges = {p: (0, n) for p, n in counts.items()}
     for rnd in range(args.rounds):
         for name in round_order(list(variants), rnd):
-            group = f"bench-ab-{uuid.uuid4().hex[:6]}"
-            table = f"bench_ab_{uuid.uuid4().hex[:8]}"
-            ledger.create_table(dsn, table)
+            drain_id = None
+            if name in runtimes:
+                group, table, rt = runtimes[name]
+                env = dict(variant_env(name, group, table), **{RUNTIME_URL_ENV: rt.url})
+            else:
+                group, table = f"bench-ab-{uuid.uuid4().hex[:6]}", f"bench_ab_{uuid.uuid4().hex[:8]}"
+                ledger.create_table(dsn, table)
+                env = variant_env(name, group, table)
             subs = split_ranges(ranges, args.split_factor, min_records_per_task=args.batch)
             plan = DrainPlan(uuid.uuid4().hex[:8], topic, group, subs, args.batch,
                              parallelism_for(subs, args.max_tasks)).validate()
-            env = base_env(bootstrap, topic, group, dsn, table, args.cost_ms, args.batch)
-            env.update(LAGPILOT_SPARK_JARS=",".join(jars), LAGPILOT_LOG_LEVEL="INFO", **variants[name])
+            if name in runtimes:
+                drain_id = plan.drain_id
             summary_file = workdir / f"ab-{name}-{rnd}.json"
             load = os.getloadavg()[0]
             t_launch = time.time()
@@ -601,13 +632,13 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
                 proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
                                          "--summary-file", str(summary_file)], env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-                cpu = CpuSampler([proc.pid], [])
+                cpu = CpuSampler([proc.pid] + ([runtimes[name][2].proc.pid] if name in runtimes else []), [])
                 cpu.start()
                 rc = proc.wait(timeout=1800)
                 cpu_s = cpu.stop()
             if rc != 0:
                 raise RuntimeError(f"lagpilot drain ({name}) exited {rc}: see {workdir}")
-            st = ledger.stats(dsn, table, ranges, source="drain")
+            st = ledger.stats(dsn, table, ranges, source="drain", drain_id=drain_id)
             steady = (st["last_at"] or 0) - (st["first_at"] or 0)
             summary = json.loads(summary_file.read_text())
             row = {"round": rnd, "load_1m": round(load, 1),
@@ -657,7 +688,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--startup-ab", nargs="+", metavar="NAME=ENVJSON", default=None,
                     help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
                     "each NAME=ENVJSON is a variant's extra environment, e.g. old='{\"LAGPILOT_DRAIN_WARM_WORKERS\":\"0\"}' "
-                    "new='{}'; the first is the base of the per-round differences (default backlog 36,000)")
+                    "new='{}'; the first is the base of the per-round differences (default backlog 36,000); "
+                    "LAGPILOT_DRAIN_RUNTIME=warm in a variant sends its drains to a warm runtime started before the rounds")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of --startup-ab / --executors")
     ap.add_argument("--executors", default=None, metavar="1,2,4",
                     help="the drain alone on Spark's local-cluster with 1, 2, 4 executor processes sharing the "

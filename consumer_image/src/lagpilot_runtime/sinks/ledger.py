@@ -226,35 +226,40 @@ def report_from_counts(counts: Iterable[tuple[int, int, int]], produced_per_part
     }
 
 
-def ledger_counts(conn: Any, table: str, topic: str | None = None, source: str | None = None) -> list[tuple[int, int, int]]:
-    """``(partition, offset, deliveries)`` from the ledger (optionally one topic, one source)."""
+def _where(topic: str | None, source: str | None, drain_id: str | None) -> tuple[list[str], list[Any]]:
     where, args = [], []
-    if topic is not None:
-        where.append("topic = %s")
-        args.append(topic)
-    if source is not None:
-        where.append("source = %s")
-        args.append(source)
+    for column, value in (("topic", topic), ("source", source), ("drain_id", drain_id)):
+        if value is not None:
+            where.append(f"{column} = %s")
+            args.append(value)
+    return where, args
+
+
+def ledger_counts(conn: Any, table: str, topic: str | None = None, source: str | None = None,
+                  drain_id: str | None = None) -> list[tuple[int, int, int]]:
+    """``(partition, offset, deliveries)`` from the ledger (optionally one topic, one source, one drain)."""
+    where, args = _where(topic, source, drain_id)
     sql = (f'SELECT partition, "offset", count(*) FROM {qualified(table)}'
            + (" WHERE " + " AND ".join(where) if where else "") + ' GROUP BY partition, "offset"')
     return [(int(p), int(o), int(n)) for p, o, n in conn.execute(sql, args).fetchall()]
 
 
 def ledger_report(conn: Any, table: str, topic: str | None, produced_per_partition: Mapping[int, int],
-                  produced_from: Mapping[int, int] | None = None, source: str | None = None) -> dict[str, Any]:
+                  produced_from: Mapping[int, int] | None = None, source: str | None = None,
+                  drain_id: str | None = None) -> dict[str, Any]:
     """``{produced, delivered, distinct, lost, duplicated, outside, per_partition, by_source,
     first_at, last_at}`` for a topic (None: every topic in the table).
 
     ``conn``: a psycopg connection; ``produced_per_partition``: partition → end of what had to be
-    delivered (offsets ``produced_from.get(p, 0) .. n-1``); ``source`` restricts to one path.
+    delivered (offsets ``produced_from.get(p, 0) .. n-1``); ``source`` restricts to one path,
+    ``drain_id`` to one drain's deliveries.
     ``by_source``: deliveries per ``consumer`` / ``drain``; ``first_at``/``last_at``: the first and
     last delivery's wall time (steady-state rates for benches).
     """
-    rep = report_from_counts(ledger_counts(conn, table, topic, source), produced_per_partition, produced_from)
-    where = "WHERE topic = %s" if topic is not None else ""
-    args = [topic] if topic is not None else []
-    rows = conn.execute(f"SELECT source, count(*), min(delivered_at), max(delivered_at) FROM {qualified(table)} {where} "
-                        "GROUP BY source", args).fetchall()
+    rep = report_from_counts(ledger_counts(conn, table, topic, source, drain_id), produced_per_partition, produced_from)
+    where, args = _where(topic, None, drain_id)
+    rows = conn.execute(f"SELECT source, count(*), min(delivered_at), max(delivered_at) FROM {qualified(table)} "
+                        + (" WHERE " + " AND ".join(where) if where else "") + " GROUP BY source", args).fetchall()
     rep["by_source"] = {str(s): int(n) for s, n, _, _ in rows}
     picked = [r for r in rows if source is None or r[0] == source]
     rep["first_at"] = min((r[2] for r in picked), default=None)
@@ -262,10 +267,11 @@ def ledger_report(conn: Any, table: str, topic: str | None, produced_per_partiti
     return rep
 
 
-def stats(dsn: str, table: str, ranges: Mapping[int, tuple[int, int]], source: str | None = None) -> dict[str, Any]:
+def stats(dsn: str, table: str, ranges: Mapping[int, tuple[int, int]], source: str | None = None,
+          drain_id: str | None = None) -> dict[str, Any]:
     """Convenience over :func:`ledger_report` with a DSN and ``ranges`` (partition → [start, end))."""
     import psycopg
 
     with psycopg.connect(dsn, connect_timeout=30) as conn:
         return ledger_report(conn, table, None, {p: b for p, (_, b) in ranges.items()},
-                             {p: a for p, (a, _) in ranges.items()}, source=source)
+                             {p: a for p, (a, _) in ranges.items()}, source=source, drain_id=drain_id)
