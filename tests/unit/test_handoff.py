@@ -716,6 +716,19 @@ def test_a_running_drain_is_one_line_per_sub_range_and_round_trips_exactly():
     assert h.sub_ranges_in(out) == [s.to_dict() for s in d.sub_ranges]
 
 
+def test_an_unreadable_history_line_never_makes_the_drain_unreadable():
+    """History lines are for people; one edited by hand is kept as written and the drain in flight
+    (its ranges and progress, what recovery reads) still resumes."""
+    out = dataclasses.replace(RUNNING, history=({"id": 1, "phase": "Verified", "reason": "AllRangesDone",
+                                                 "ranges": "p0[0..10)", "recordsTotal": 10, "recordsDone": 10,
+                                                 "seconds": 2.0, "pauseSeconds": 0.0},)).to_dict()
+    out["history"].append("edited by hand")
+    back = DrainStatus.from_dict(stored(out))
+    assert back.sub_ranges == RUNNING.sub_ranges and back.phase is Phase.RUNNING
+    assert back.to_dict()["history"] == out["history"]  # written back unchanged: no diff
+    assert [e.get("id") for e in back.history] == [1, None]
+
+
 def test_status_times_are_rfc3339_and_old_float_status_still_resumes():
     d = dataclasses.replace(RUNNING, planned_at=1795403317.7524652, started_at=1795403320.0, retry_at=None)
     out = d.to_dict()

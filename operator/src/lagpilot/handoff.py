@@ -270,7 +270,7 @@ class DrainStatus:
             started_at=f("startedAt"),
             finished_at=f("finishedAt"),
             last_error=str(d.get("lastError") or ""),
-            history=tuple(parse_history_entry(h) for h in d.get("history") or ()),
+            history=tuple(parse_history_entry(h, strict=False) for h in d.get("history") or ()),
             hand_off_path=str(d.get("handOffPath") or ""),
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),

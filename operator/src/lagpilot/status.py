@@ -379,7 +379,10 @@ def parse_sub_range(raw: Any) -> dict[str, int]:
 def format_history_entry(h: Mapping[str, Any]) -> str:
     """A finished drain on one line: ``drain 3 Verified (AllRangesDone): p0[400..6300) p2[0..75);
     5975/5975 records in 41.5 s, pause 0 s`` (id, phase, reason, ranges without task counts,
-    records done/total, run seconds and the live group's pause when known)."""
+    records done/total, run seconds and the live group's pause when known). An entry that could not
+    be read (``parse_history_entry(..., strict=False)``) is written back as it was."""
+    if "id" not in h and isinstance(h.get("line"), str):
+        return h["line"]
     ranges = format_ranges_line(parse_ranges(h.get("ranges")), tasks=False) or "none"
     line = (f"drain {int(h['id'])} {h.get('phase') or 'Unknown'} ({h.get('reason') or ''}): {ranges}; "
             f"{int(h.get('recordsDone') or 0)}/{int(h.get('recordsTotal') or 0)} records")
@@ -390,9 +393,16 @@ def format_history_entry(h: Mapping[str, Any]) -> str:
     return line
 
 
-def parse_history_entry(raw: Any) -> dict[str, Any]:
+def parse_history_entry(raw: Any, strict: bool = True) -> dict[str, Any]:
     """``format_history_entry`` (or the object form) -> {id, phase, reason, ranges (one line, as
-    ``ranges_of`` reads), recordsDone, recordsTotal, seconds, pauseSeconds} (absent: None)."""
+    ``ranges_of`` reads), recordsDone, recordsTotal, seconds, pauseSeconds} (absent: None).
+    Malformed: ValueError, or with ``strict=False`` {"line": raw} (a past drain's summary is for
+    people: an edited line must not make the current drain unreadable)."""
+    if not strict:
+        try:
+            return parse_history_entry(raw)
+        except (KeyError, TypeError, ValueError):
+            return {"line": str(raw)}
     if not isinstance(raw, str):
         out = dict(raw)
         if isinstance(out.get("ranges"), list):
