@@ -423,7 +423,7 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
 
     wait_until(lambda: (status().get("estimator") or {}).get("capacityPerReplica")
                and len(recs(status())) >= 3
-               and all(p.get("samples", 0) >= 2 for p in ((status().get("estimator") or {}).get("partitions") or {"-": {}}).values()),
+               and all(p.get("samples", 0) >= 2 for p in (est(status())["partitions"] or {"-": {}}).values()),
                "a capacity estimate, a few recommendations and rate samples", 180, interval=1)
     op.kill()
     t_kill = time.time()
