@@ -1,8 +1,10 @@
-"""Structured JSON logging for the consumer image: one JSON object per line on stderr.
+"""Structured JSON logging: one JSON object per line on stderr. The one formatter of the project:
+the consumer image's runtime and the dev tooling (lagpilot_dev) both use it.
 
-Fields passed as ``extra={"fields": {...}}`` are merged into the object, so a log line about a
-record carries ``topic``, ``partition`` and ``offset`` as fields, not only in the message text.
-Secrets never reach a log call (the config's repr hides them), and nothing here adds them.
+Fields passed as ``extra={"fields": {...}}`` or as plain ``extra={...}`` keys are merged into the
+object, so a log line about a record carries ``topic``, ``partition`` and ``offset`` as fields, not
+only in the message text. Secrets never reach a log call (the config's repr hides them), and nothing
+here adds them.
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import logging
 import sys
 import time
 from typing import Any
+
+# attributes every LogRecord has; anything else was passed through `extra=` and is logged as a field
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName", "fields"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -27,19 +32,25 @@ class JsonFormatter(logging.Formatter):
         if isinstance(fields, dict):
             for k, v in fields.items():
                 out.setdefault(k, v)
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out.setdefault(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-def setup(level: str = "INFO", stream: Any = None) -> None:
-    """Route all stdlib logging through one JSON handler (idempotent)."""
-    root = logging.getLogger()
-    for h in list(root.handlers):
+def setup(level: str | int = "INFO", stream: Any = None, logger: str | None = None) -> None:
+    """Route stdlib logging through one JSON handler (idempotent): the root logger's, or with
+    ``logger`` only that logger's (not propagated: the dev tooling's own lines)."""
+    target = logging.getLogger(logger)
+    for h in list(target.handlers):
         if getattr(h, "_lagpilot_json", False):
-            root.removeHandler(h)
+            target.removeHandler(h)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     handler._lagpilot_json = True  # type: ignore[attr-defined]
-    root.addHandler(handler)
-    root.setLevel(level)
+    target.addHandler(handler)
+    target.setLevel(level)
+    if logger is not None:
+        target.propagate = False

@@ -14,7 +14,8 @@ import json
 import sys
 import time
 
-from lagpilot_dev import images, logutil
+from lagpilot_dev import images
+from lagpilot_runtime import jsonlog
 from lagpilot_dev.stack import ALL_PARTS, DEFAULT_PARTS, Stack, StackInfo, parse_parts
 
 
@@ -61,7 +62,7 @@ def render_human(info: StackInfo) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if not args.quiet:
-        logutil.setup()
+        jsonlog.setup("INFO", logger="lagpilot_dev")
     stack = Stack()
     try:
         if args.cmd == "up":

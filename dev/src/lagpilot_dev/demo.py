@@ -176,7 +176,7 @@ class Demo:
 
     # ---- output ------------------------------------------------------------------------------------
     def _setup_logging(self) -> None:
-        from lagpilot_dev.logutil import JsonFormatter
+        from lagpilot_runtime.jsonlog import JsonFormatter
 
         fh = logging.FileHandler(self.out / "demo.log")
         fh.setFormatter(JsonFormatter())
@@ -185,7 +185,7 @@ class Demo:
         root.setLevel(logging.INFO)
         dev = logging.getLogger("lagpilot_dev")
         dev.setLevel(logging.INFO)
-        dev.addHandler(fh)  # directly: logutil.setup() may have turned its propagation off
+        dev.addHandler(fh)  # directly: jsonlog.setup(logger="lagpilot_dev") may have turned its propagation off
         dev.propagate = False
         for noisy in ("kubernetes", "urllib3"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

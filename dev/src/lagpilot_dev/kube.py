@@ -402,9 +402,10 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m lagpilot_dev.kube [up|down|status]`: the control plane alone (the stack CLI covers all)."""
     import argparse
 
-    from lagpilot_dev import logutil, paths
+    from lagpilot_dev import paths
+    from lagpilot_runtime import jsonlog
 
-    logutil.setup()
+    jsonlog.setup("INFO", logger="lagpilot_dev")
     ap = argparse.ArgumentParser(prog="python -m lagpilot_dev.kube")
     ap.add_argument("action", choices=["up", "down", "status"])
     args = ap.parse_args(argv)

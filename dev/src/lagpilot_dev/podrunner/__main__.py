@@ -16,9 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m lagpilot_dev.podrunner`: run the pod runner in the foreground until SIGINT/SIGTERM."""
     import argparse
 
-    from lagpilot_dev import logutil, paths
+    from lagpilot_dev import paths
+    from lagpilot_runtime import jsonlog
 
-    logutil.setup()
+    jsonlog.setup("INFO", logger="lagpilot_dev")
     default_state = paths.state_dir(paths.cache_dir())
     ap = argparse.ArgumentParser(prog="python -m lagpilot_dev.podrunner", description=podrunner.__doc__.split("\n\n")[0])
     ap.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or str(default_state / "kube" / "admin.kubeconfig"))
