@@ -1,18 +1,12 @@
 """Lag arithmetic on fetched offsets: table-driven."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from lagpilot.lag import (
     PartitionOffsets,
-    committed_beyond_end,
-    format_capacity_metadata,
     lost_records,
-    offsets_went_backwards,
     oldest_unprocessed_age_s,
-    parse_capacity_metadata,
     partition_lag,
     snapshot,
 )
@@ -45,59 +39,6 @@ def test_snapshot_totals_sorted_and_loss() -> None:
     assert snap.total_lag == 50 + 7 + 5
     assert snap.max_partition_lag == 50
     assert snap.data_loss_records == 30
-
-
-BACKWARDS_CASES = [
-    ("nothing-moved", (0, 100), (0, 120), []),
-    ("end-decreased", (0, 100), (0, 5), [0]),
-    ("low-decreased", (40, 100), (0, 100), [0]),
-    ("retention-advanced-low", (0, 100), (60, 130), []),
-]
-
-
-@pytest.mark.parametrize("before,after,expected", [c[1:] for c in BACKWARDS_CASES], ids=[c[0] for c in BACKWARDS_CASES])
-def test_offsets_went_backwards(before: tuple[int, int], after: tuple[int, int], expected: list[int]) -> None:
-    prev = snapshot(0, [PartitionOffsets(0, before[0], before[1], None)])
-    cur = snapshot(1, [PartitionOffsets(0, after[0], after[1], None)])
-    assert offsets_went_backwards(prev, cur) == expected
-    assert offsets_went_backwards(None, cur) == []
-
-
-def test_committed_beyond_end() -> None:
-    snap = snapshot(0, [PartitionOffsets(0, 0, 10, 11), PartitionOffsets(1, 0, 10, 10)])
-    assert committed_beyond_end(snap) == [0]
-
-
-META_CASES = [
-    ("valid", "lp1;cap=137.5;ts=1700000000000", 137.5, 1_700_000_000.0),
-    ("no-ts", "lp1;cap=5.5", 5.5, None),
-    ("bad-ts", "lp1;cap=5.5;ts=soon", 5.5, None),
-    ("foreign", "someone else's metadata", None, None),
-    ("empty", "", None, None),
-    ("none", None, None, None),
-    ("wrong-version", "lp2;cap=3;ts=1", None, None),
-    ("negative", "lp1;cap=-3;ts=1", None, None),
-    ("zero", "lp1;cap=0;ts=1", None, None),
-    ("nan", "lp1;cap=nan;ts=1", None, None),
-    ("inf", "lp1;cap=inf;ts=1", None, None),
-    ("garbage-cap", "lp1;cap=fast", None, None),
-    ("extra-fields", "lp1;x=1;cap=2;ts=3000;y", 2.0, 3.0),
-]
-
-
-@pytest.mark.parametrize("meta,cap,at", [c[1:] for c in META_CASES], ids=[c[0] for c in META_CASES])
-def test_parse_capacity_metadata(meta: str | None, cap: float | None, at: float | None) -> None:
-    rep = parse_capacity_metadata(meta)
-    if cap is None:
-        assert rep is None
-    else:
-        assert rep is not None and math.isclose(rep.records_per_busy_s, cap)
-        assert rep.at_s == at
-
-
-def test_capacity_metadata_round_trip() -> None:
-    rep = parse_capacity_metadata(format_capacity_metadata(12.25, 1234))
-    assert rep is not None and rep.records_per_busy_s == 12.25 and rep.at_s == 1.234
 
 
 def test_oldest_unprocessed_age() -> None:

@@ -9,7 +9,7 @@ from confluent_kafka import TopicPartition
 from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.consumer import BatchConsumer
 from lagpilot_runtime.handler import Record
-from lagpilot_runtime.metrics import parse_capacity_metadata
+from lagpilot_runtime.commit_metadata import decode
 
 TOPIC = "t"
 
@@ -213,9 +213,9 @@ def test_commit_carries_capacity_metadata():
     clock_holder["c"] = loop.clock
     stop_when_drained(loop, fake, 30)
     loop.run()
-    cap, ts = parse_capacity_metadata(fake.commits[-1][0][1])
-    assert ts == 1_700_000_000_000
-    assert cap == pytest.approx(100, rel=0.05)
+    rep = decode(fake.commits[-1][0][1])
+    assert rep is not None and rep.ts_ms == 1_700_000_000_000
+    assert rep.records_per_second == pytest.approx(100, rel=0.05)
     assert loop.metrics.capacity._value.get() == pytest.approx(100, rel=0.05)
 
 

@@ -7,8 +7,7 @@ import urllib.request
 
 import pytest
 
-from lagpilot_runtime.metrics import (CapacityEstimator, ConsumerMetrics, Health, MetricsServer, capacity_metadata,
-                                      parse_capacity_metadata)
+from lagpilot_runtime.metrics import CapacityEstimator, ConsumerMetrics, Health, MetricsServer
 
 
 def test_capacity_of_full_batches_is_records_per_busy_second():
@@ -50,19 +49,6 @@ def test_capacity_window_forgets_old_batches():
 
 def test_capacity_unknown_without_samples():
     assert CapacityEstimator(max_records=10).capacity() is None
-
-
-@pytest.mark.parametrize("cap, text", [(137.04, "lp1;cap=137.0;ts=1700000000000"), (None, "lp1;cap=;ts=1700000000000")],
-                         ids=["known", "unknown"])
-def test_capacity_metadata_round_trip(cap, text):
-    assert capacity_metadata(cap, 1_700_000_000_000) == text
-    got_cap, ts = parse_capacity_metadata(text)
-    assert ts == 1_700_000_000_000 and got_cap == (None if cap is None else pytest.approx(cap, abs=0.05))
-
-
-@pytest.mark.parametrize("text", [None, "", "something else", "lp1;cap=abc;ts=1"], ids=["none", "empty", "foreign", "garbage"])
-def test_parse_foreign_metadata(text):
-    assert parse_capacity_metadata(text) == (None, None)
 
 
 def test_liveness_goes_stale_without_progress():

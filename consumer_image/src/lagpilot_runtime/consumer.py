@@ -47,7 +47,8 @@ from .failure import (Abandoned, DeadLetterError, DeadLetterProducer, Failure, R
                       commit_positions, run_batch)
 from .handler import (BatchContext, Handler, HandlerLoadError, Record, batch_offsets, commits_progress, describe_error,
                       load_handler)
-from .metrics import CapacityEstimator, ConsumerMetrics, Health, MetricsServer, capacity_metadata
+from . import commit_metadata
+from .metrics import CapacityEstimator, ConsumerMetrics, Health, MetricsServer
 
 log = logging.getLogger("lagpilot.consumer")
 
@@ -389,7 +390,7 @@ class BatchConsumer:
                 ahead[key] = sink_next
         if not ahead:
             return
-        metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+        metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
         res = self.consumer.commit(offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(ahead.items())],
                                    asynchronous=False)
         errors = [x for x in (res or []) if getattr(x, "error", None)]
@@ -436,7 +437,7 @@ class BatchConsumer:
         if moved:
             split = int(step.move_to)  # type: ignore[arg-type]
             # 2. our own offset to split (synchronous); records below it now belong to the drain
-            metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+            metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
             res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
             errors = [x for x in (res or []) if getattr(x, "error", None)]
             if errors:
@@ -581,7 +582,7 @@ class BatchConsumer:
         self.uncommitted = {}
         if not todo:
             return True
-        metadata = capacity_metadata(self.capacity.capacity(), self.wall_ms())
+        metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
         offsets = [TopicPartition(t, p, off, metadata=metadata) for (t, p), off in sorted(todo.items())]
         for attempt in range(COMMIT_ATTEMPTS):
             try:

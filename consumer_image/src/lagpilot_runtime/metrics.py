@@ -98,25 +98,6 @@ class CapacityEstimator:
         return max(ratio, projected)
 
 
-def capacity_metadata(capacity: float | None, now_ms: int) -> str:
-    """The offset-commit metadata string of docs/CONTRACTS.md: ``lp1;cap=<r/s>;ts=<unix ms>``."""
-    cap = "" if capacity is None else f"{capacity:.1f}"
-    return f"lp1;cap={cap};ts={now_ms}"
-
-
-def parse_capacity_metadata(text: str | None) -> tuple[float | None, int | None]:
-    """The inverse of :func:`capacity_metadata` (for tests and the operator); (None, None) if foreign."""
-    if not text or not text.startswith("lp1;"):
-        return None, None
-    fields = dict(p.split("=", 1) for p in text.split(";")[1:] if "=" in p)
-    try:
-        cap = float(fields["cap"]) if fields.get("cap") else None
-        ts = int(fields["ts"]) if fields.get("ts") else None
-    except ValueError:
-        return None, None
-    return cap, ts
-
-
 @dataclass
 class Health:
     """Probe state, written by the consuming thread, read by the HTTP thread."""
