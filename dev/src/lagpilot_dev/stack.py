@@ -11,7 +11,7 @@ describe them without knowing what they are:
 
 Parts are imported lazily: `lagpilot_dev.kube` is only imported when the kube part is asked for.
 
-Several pytest sessions (several engineers, one machine) may share one stack. They take *leases*
+Several pytest sessions on one machine may share one stack. They take *leases*
 (`acquire`/`release`); a part started by a test session is stopped when the last lease is released,
 a part started by a person (`lagpilot dev up`) is left running.
 """
@@ -123,7 +123,7 @@ class Stack:
                 from lagpilot_dev.spark import SparkPart
                 self._parts[name] = SparkPart(self.cache_dir, self.state_dir)
             elif name == "kube":
-                from lagpilot_dev.kube import KubePart  # written by the kube engineer
+                from lagpilot_dev.kube import KubePart
                 self._parts[name] = KubePart(self.cache_dir, self.state_dir)
             elif name == "prometheus":
                 from lagpilot_dev.prometheus import PrometheusPart

@@ -21,6 +21,7 @@ import json
 import math
 from typing import Any
 
+from lagpilot import __version__
 from lagpilot.spec import GroupSpec
 
 API_GROUP = "lagpilot.io"
@@ -150,7 +151,7 @@ def termination_grace_seconds(spec: GroupSpec) -> int:
 
 
 def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                     replicas: int, version: str = "0.1.0") -> dict[str, Any]:
+                     replicas: int, version: str = __version__) -> dict[str, Any]:
     """The full desired Deployment, ready for server-side apply."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")

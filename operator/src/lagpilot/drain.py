@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import (parse_progress_lost, parse_progress_metadata,
                                         progress_group)
@@ -135,7 +136,7 @@ class DrainContext:
     patch_status: Callable[[dict[str, Any]], None]
     emit: Callable[[str, str, str], None]
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)
-    version: str = "0.1.0"
+    version: str = __version__
     tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
     launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
 
@@ -447,7 +448,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
     runtime = getattr(executor, "runtime", None)
     if runtime is not None:
         running = (status.get("drain") or {}).get("phase") == Phase.RUNNING.value
-        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", "0.1.0"), deps.emit)
+        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit)
 
     ctx = DrainContext(
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
@@ -459,6 +460,6 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
         emit=deps.emit,
         reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
-        version=getattr(deps, "version", "0.1.0"),
+        version=getattr(deps, "version", __version__),
     )
     return executor.reconcile(ctx)

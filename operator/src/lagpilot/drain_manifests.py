@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
 
 from .deployment import build_env, label_value, owner_reference
@@ -230,7 +231,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
 
 
 def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                    attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0",
+                    attempt: int, settings: DrainSettings | None = None, version: str = __version__,
                     runtime_url: str | None = None) -> dict[str, Any]:
     """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
 
@@ -289,7 +290,7 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
 
 
 def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                            attempt: int, settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+                            attempt: int, settings: DrainSettings | None = None, version: str = __version__) -> dict[str, Any]:
     """The SparkApplication for one attempt: cluster mode, the consumer image's driver main, the same
     plan/environment as the Job (Secret refs stay refs), executors sized like the k8s backend's.
     restartPolicy Never: retries are the operator's, as with the Job's backoffLimit 0."""

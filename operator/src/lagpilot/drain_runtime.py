@@ -42,6 +42,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
@@ -103,7 +104,7 @@ def config_hash(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> str:
 
 
 def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                             settings: DrainSettings | None = None, version: str = "0.1.0") -> dict[str, Any]:
+                             settings: DrainSettings | None = None, version: str = __version__) -> dict[str, Any]:
     """The runtime's Deployment: 1 replica, owned by the CR, the drain Job's pod pieces
     (drain_manifests.drain_pod_spec, consumer_env) with `lagpilot drain --serve`, no plan."""
     settings = settings or DrainSettings()
@@ -237,7 +238,7 @@ class RuntimeManager:
             raise
 
     def sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
-             version: str = "0.1.0", emit: Callable[[str, str, str], None] | None = None) -> SyncResult:
+             version: str = __version__, emit: Callable[[str, str, str], None] | None = None) -> SyncResult:
         """Bring `<cr>-drain-runtime` to what the spec wants. Never raises: a failure is logged and
         returned (the drain then simply launches cold)."""
         key, dname = f"{namespace}/{name}", runtime_name(name)
@@ -277,7 +278,7 @@ class RuntimeManager:
             self._absent.discard(key)
             return SyncResult(Sync.NONE, dname, msg)
 
-    def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = "0.1.0") -> str | None:
+    def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__) -> str | None:
         """The URL a Job launched now should hand its plan to; None → cold (also on any API error)."""
         desired = self.desired(namespace, name, uid, spec, version)
         if desired is None:
