@@ -31,11 +31,18 @@ that could not be confirmed is reported as not fired and not counted:
   (batch.timeoutMs changed while the drain runs: the consumers roll);
   drain 2: drain_driver_kill (SIGKILL of the drain pod's process group), cr_delete_mid_drain (the
   eos CR deleted while its drain runs, finalizer bound 5 s: the remainder is handed back; then the
-  CR is re-created with the same groupId and must adopt it).
+  CR is re-created with the same groupId and must adopt it);
+  --warm-runtime (eos: spec.drain.warmRuntime; the runtime pod must be Ready with the current config
+  before each drain round): the executor kill picks a busy Spark worker of the RUNTIME pod when the
+  attempt runs warm, the driver kill hits a warm attempt's Job process (the runtime's caller: the
+  runtime must log the cancel of that plan), and drain 3: drain_runtime_kill (SIGKILL of the runtime
+  pod's process group mid warm drain; without --warm-runtime that kind is "not applicable").
+  Every drain fault's evidence says how its attempt ran (status.drain.runtime, the Job's label).
 Recovered = infra answering, operator alive with >= 2 cycles since the fault, every partition of
 every CR delivering again after the fault, plus per kind: drain faults -> that drain Verified
 (driver kill: the retry attempt delivering), spec change -> observedGeneration caught up and the
-drain Verified, CR delete -> the re-created CR's adopted remainder Verified.
+drain Verified, CR delete -> the re-created CR's adopted remainder Verified, runtime kill -> that
+drain Verified (its retry cold or warm).
 
 At the end the producer stops, both groups catch up, and the ledgers are compared with the topic's
 end offsets: `lost` (both CRs), `duplicated` (eos: the exactly-once sink), `replayed` (alo).
@@ -571,14 +578,32 @@ class Campaign:
         return None
 
     def wait_runtime_ready(self, before: str) -> None:
-        """--warm-runtime: wait (bounded) until the runtime pod is Ready before a drain round, so its
-        drains launch warm; recorded in `runtime_waits` (a round that starts cold says so)."""
+        """--warm-runtime: wait (bounded) until the runtime pod is Ready and runs the Deployment's current
+        config (the operator hands a launch only such a pod) before a drain round, so its drains launch
+        warm; recorded in `runtime_waits` (a round that starts cold says so)."""
         if not self.warm:
             return
         t = time.time()
+        gen, count = self.base()
+
+        def ready_current() -> bool:
+            # >= 2 operator cycles first: a spec change during the last drain is applied to the
+            # runtime's Deployment only on the first cycle after it (its pod is then replaced)
+            n = self.op.cycles()
+            if n is None or (n - count if self.op.gen == gen else n) < 2:
+                return False
+            r = self.runtime_pod()
+            if not (r and r[1] and r[2]):
+                return False
+            from kubernetes import client
+
+            dep = client.AppsV1Api(self.api).read_namespaced_deployment("eos-drain-runtime", self.ns)
+            want = (dep.spec.template.metadata.annotations or {}).get(cf.RUNTIME_CONFIG_ANNOTATION)
+            pod = self.core.read_namespaced_pod(r[0], self.ns)
+            return bool(want) and (pod.metadata.annotations or {}).get(cf.RUNTIME_CONFIG_ANNOTATION) == want
+
         try:
-            self.until(lambda: (lambda r: bool(r and r[1] and r[2]))(self.runtime_pod()),
-                       "the eos drain runtime pod Ready", self.timeout, 1.0)
+            self.until(ready_current, "the eos drain runtime pod Ready with the current config", self.timeout, 1.0)
             ok = True
         except TimeoutError as exc:
             say(str(exc))
@@ -748,7 +773,7 @@ class Campaign:
         self.producer.burst(self.args.burst)
         deadline = time.monotonic() + self.timeout * 2
         d: dict[str, Any] = {}
-        att0 = done0 = 0
+        att0 = done0 = cold_polls = 0
         drain_id = None
         while time.monotonic() < deadline:
             self.tick()
@@ -761,6 +786,9 @@ class Campaign:
             running = ours and d.get("phase") == "Running" and 0 < d.get("recordsDone", 0) < d.get("recordsTotal", 0)
             if want_dv and running and not dv.fired and not dv.detail:
                 got = self.drain_pod()
+                if got and self.warm and got[2] != "warm":
+                    got = None  # --warm-runtime: the caller of a warm attempt is what must be killed
+                    cold_polls += 1
                 if got:
                     name, pid, label = got
                     att0, done0, drain_id = int(d.get("attempt") or 0), int(d["recordsDone"]), int(d["id"])
@@ -783,7 +811,8 @@ class Campaign:
                 break
             time.sleep(1)
         if not dv.fired and not dv.detail:
-            dv.detail = f"the drain was not running mid-way (last phase {d.get('phase')})"
+            dv.detail = (f"the drain was not running mid-way (last phase {d.get('phase')})" if not cold_polls else
+                         f"no warm attempt ran mid-way ({cold_polls} polls saw a cold one; last phase {d.get('phase')})")
         elif dv.fired and not dv.recovered and d.get("phase") == "Verified" and int(d.get("attempt") or 0) > att0:
             # the retry completed (without cr_delete_mid_drain: recovered = the drain Verified)
             dv.evidence.update({"verified_attempt": d.get("attempt"), "verified_runtime": d.get("runtime")})
