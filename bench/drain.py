@@ -209,15 +209,19 @@ class CpuSampler(threading.Thread):
     """Every 0.5 s: CPU seconds of each process of the drain's tree, the live consumers, the broker and
     PostgreSQL; per bucket, the growth between start and stop (processes born meanwhile count from 0)."""
 
-    def __init__(self, drain_roots: list[int], live_roots: list[int]) -> None:
+    def __init__(self, drain_roots: list[int], live_roots: list[int], extra_drain_roots: Any = None) -> None:
         super().__init__(daemon=True)
         self.drain_roots, self.live_roots = set(drain_roots), set(live_roots)
+        # a callable -> pids that join the drain's roots when seen (--k8s: executor pods' processes)
+        self.extra_drain_roots = extra_drain_roots
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
         self.stop_evt = threading.Event()
         self.started_at = time.time()
 
     def sample(self, initial: bool = False) -> None:
+        if self.extra_drain_roots is not None:
+            self.drain_roots.update(self.extra_drain_roots())
         stats = {}
         for name in os.listdir("/proc"):
             if name.isdigit():
@@ -572,8 +576,74 @@ def executor_variants(counts: list[int], slots: int, memory_mb: int = 1024) -> d
     return out
 
 
+K8S_EXECUTORS_ENV, K8S_CORES_ENV = "LAGPILOT_BENCH_K8S_EXECUTORS", "LAGPILOT_BENCH_K8S_CORES"
+
+
+def k8s_executor_variants(counts: list[int], slots: int) -> dict[str, dict[str, str]]:
+    """``--executors 1,2,4 --k8s``: a ``local`` variant (the drain's own default master,
+    ``local[<slots>,4]``) and, per count N, the same drain on Spark's Kubernetes backend with N
+    executor pods of ceil(slots / N) task slots each (pure; the bench fills in the master and conf
+    per round, these two keys only name the shape)."""
+    out: dict[str, dict[str, str]] = {"local": {}}
+    for n in counts:
+        if n < 1:
+            raise ValueError("--executors wants counts >= 1")
+        cores = max(1, math.ceil(slots / n))
+        out[f"k8s-{n}x{cores}"] = {K8S_EXECUTORS_ENV: str(n), K8S_CORES_ENV: str(cores)}
+    return out
+
+
+def k8s_drain_env(env: dict[str, str], k8s: Any, executors: int, cores: int, pod_prefix: str, run_label: str,
+                  memory: str = "512m") -> dict[str, str]:
+    """The drain process's environment for Spark's Kubernetes backend in client mode (pure but for
+    ``k8s``'s names): the driver is this local process, acting as the chart's drain ServiceAccount;
+    executors get the plain LAGPILOT_* settings through spark.executorEnv and the DSN through the
+    Secret (never literal)."""
+    from lagpilot_dev.spark_k8s import client_mode_conf
+
+    plain = {k: v for k, v in env.items() if k.startswith("LAGPILOT_") and k != "LAGPILOT_POSTGRES_DSN"
+             and not k.startswith(("LAGPILOT_SPARK_", "LAGPILOT_BENCH_"))}
+    plain["PYTHONPATH"] = env.get("PYTHONPATH", str(REPO))
+    conf = client_mode_conf(k8s.namespace, executors, cores, memory, pod_prefix, plain,
+                            {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")}, labels={"lagpilot.io/bench-run": run_label})
+    return dict(env, LAGPILOT_SPARK_MASTER=k8s.master, LAGPILOT_SPARK_CONF=json.dumps(conf, sort_keys=True),
+                KUBECONFIG=str(k8s.driver_kubeconfig))
+
+
+class PodWatch(threading.Thread):
+    """Polls the API server (0.5 s) for the executor pods of one drain (label lagpilot.io/bench-run):
+    names seen, the most Running at once."""
+
+    def __init__(self, k8s: Any, run_label: str) -> None:
+        super().__init__(daemon=True)
+        self.k8s, self.selector = k8s, f"spark-role=executor,lagpilot.io/bench-run={run_label}"
+        self.seen: set[str] = set()
+        self.running_max = 0
+        self.stop_evt = threading.Event()
+
+    def poll(self) -> int:
+        from lagpilot_dev.spark_k8s import executor_summary
+
+        pods = self.k8s.executor_pods(self.selector)
+        self.seen.update(p["metadata"]["name"] for p in pods)
+        self.running_max = max(self.running_max, executor_summary(pods)["running"])
+        return len(pods)
+
+    def run(self) -> None:
+        while not self.stop_evt.wait(0.5):
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - a failed poll: the next one counts
+                pass
+
+    def stop(self) -> None:
+        self.stop_evt.set()
+        self.join(10)
+
+
 def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars: list[str],
-                   variants: dict[str, dict[str, str]], args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+                   variants: dict[str, dict[str, str]], args: argparse.Namespace, workdir: Path,
+                   k8s: Any = None) -> dict[str, Any]:
     """The drain's start-up alone, variants side by side: per round, each variant (its extra
     environment) drains the same backlog as a fresh drain (fresh progress groups, fresh ledger),
     launched as a process; launch -> first drained record in the sink, steady rate, the drain's
@@ -596,7 +666,8 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
                 group, table = f"bench-ab-{uuid.uuid4().hex[:6]}", f"bench_ab_{uuid.uuid4().hex[:8]}"
                 ledger.create_table(dsn, table)
                 runtimes[name] = (group, table, WarmRuntime(variant_env(name, group, table), args.max_tasks, workdir))
-        return _startup_rounds(bootstrap, topic, dsn, counts, variants, args, workdir, rows, ranges, runtimes, variant_env)
+        return _startup_rounds(bootstrap, topic, dsn, counts, variants, args, workdir, rows, ranges, runtimes, variant_env,
+                               k8s)
     finally:
         for _, _, rt in runtimes.values():
             rt.stop()
@@ -605,7 +676,7 @@ def run_startup_ab(bootstrap: str, topic: str, dsn: str, counts: dict[int, int],
 def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], variants: dict[str, dict[str, str]],
                     args: argparse.Namespace, workdir: Path, rows: dict[str, list[dict[str, Any]]],
                     ranges: dict[int, tuple[int, int]], runtimes: dict[str, tuple[str, str, "WarmRuntime"]],
-                    variant_env: Any) -> dict[str, Any]:
+                    variant_env: Any, k8s: Any = None) -> dict[str, Any]:
     import statistics
 
     from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
@@ -625,6 +696,13 @@ def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int]
                              parallelism_for(subs, args.max_tasks)).validate()
             if name in runtimes:
                 drain_id = plan.drain_id
+            watch = None
+            if k8s is not None and K8S_EXECUTORS_ENV in variants[name]:
+                run_label = f"{name}-{rnd}-{plan.drain_id}"
+                env = k8s_drain_env(env, k8s, int(variants[name][K8S_EXECUTORS_ENV]), int(variants[name][K8S_CORES_ENV]),
+                                    f"bench-{plan.drain_id}", run_label)
+                watch = PodWatch(k8s, run_label)
+                watch.start()
             summary_file = workdir / f"ab-{name}-{rnd}.json"
             load = os.getloadavg()[0]
             t_launch = time.time()
@@ -632,10 +710,24 @@ def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int]
                 proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
                                          "--summary-file", str(summary_file)], env=env, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
-                cpu = CpuSampler([proc.pid] + ([runtimes[name][2].proc.pid] if name in runtimes else []), [])
+                cpu = CpuSampler([proc.pid] + ([runtimes[name][2].proc.pid] if name in runtimes else []), [],
+                                 (lambda: k8s.runner.running_pids(k8s.namespace).values()) if watch else None)
                 cpu.start()
                 rc = proc.wait(timeout=1800)
                 cpu_s = cpu.stop()
+            pods_row: dict[str, Any] = {}
+            if watch is not None:
+                watch.stop()
+                watch.poll()
+                t_end = time.time()
+                # Spark deletes its executor pods when the driver stops; the runner then ends them
+                left = wait_until(lambda: watch.poll() == 0 or None, f"executor pods of {name} deleted", 120, 0.5)
+                log_text = (workdir / f"ab-{name}-{rnd}.log").read_text(errors="replace")
+                pods_row = {"executor_pods_seen": len(watch.seen), "executor_pods_running_max": watch.running_max,
+                            "executor_pods_gone_after_exit_s": round(time.time() - t_end, 1) if left else None,
+                            # the driver acts as the chart's drain ServiceAccount: any RBAC refusal shows here
+                            "driver_log_forbidden": sum(1 for ln in log_text.splitlines()
+                                                        if "Forbidden" in ln or " 403" in ln)}
             if rc != 0:
                 raise RuntimeError(f"lagpilot drain ({name}) exited {rc}: see {workdir}")
             st = ledger.stats(dsn, table, ranges, source="drain", drain_id=drain_id)
@@ -646,7 +738,7 @@ def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int]
                    "launch_to_last_drained_s": round(st["last_at"] - t_launch, 2) if st["last_at"] else None,
                    "records_per_s": round(sum(counts.values()) / steady) if steady > 0 else None,
                    "drain_cpu_s": round(sum(v for k, v in cpu_s.items() if k in ("spark_jvm", "python_workers", "drain_driver")), 1),
-                   "lost": st["lost"], "duplicated": st["duplicated"], "startup": summary.get("startup")}
+                   "lost": st["lost"], "duplicated": st["duplicated"], "startup": summary.get("startup"), **pods_row}
             rows[name].append(row)
             print(f"round {rnd} {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
     base = next(iter(variants))
@@ -655,6 +747,22 @@ def _startup_rounds(bootstrap: str, topic: str, dsn: str, counts: dict[int, int]
         got = [r[key] for r in rows[name] if r.get(key) is not None]
         return round(statistics.median(got), 2) if got else None
 
+    out = _ab_result(rows, variants, args, counts, base, med)
+    if k8s is not None:
+        out["median_ratio_vs_base"] = {k: median_ratios(rows, k, base) for k in
+                                       ("launch_to_first_drained_s", "launch_to_last_drained_s", "records_per_s",
+                                        "drain_cpu_s")}
+        for n, v in out["variants"].items():
+            if K8S_EXECUTORS_ENV in variants[n]:
+                v["median_executor_pods_seen"] = med(n, "executor_pods_seen")
+                v["median_executor_pods_running_max"] = med(n, "executor_pods_running_max")
+        out["k8s"] = {"master": k8s.master, "namespace": k8s.namespace, "service_account": k8s.service_account,
+                      "executor_memory": "512m", "driver": "local process (client mode), the drain ServiceAccount's token"}
+    return out
+
+
+def _ab_result(rows: dict[str, list[dict[str, Any]]], variants: dict[str, dict[str, str]], args: argparse.Namespace,
+               counts: dict[int, int], base: str, med: Any) -> dict[str, Any]:
     return {"mode": "startup_ab", "records": sum(counts.values()), "rounds": args.rounds, "base": base,
             "variants": {n: {"env": variants[n], "median_launch_to_first_drained_s": med(n, "launch_to_first_drained_s"),
                              "median_launch_to_last_drained_s": med(n, "launch_to_last_drained_s"),
@@ -694,10 +802,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executors", default=None, metavar="1,2,4",
                     help="the drain alone on Spark's local-cluster with 1, 2, 4 executor processes sharing the "
                     "same --max-tasks slots, side by side (like --startup-ab; ratios vs the first count)")
+    ap.add_argument("--k8s", action="store_true",
+                    help="with --executors: the counts on Spark's Kubernetes backend (client mode against the local "
+                    "kube-apiserver, executor pods run by a pod runner started here, the driver as the chart's drain "
+                    "ServiceAccount) beside a 'local' variant (local[<max-tasks>,4]), the base of the ratios")
     args = ap.parse_args(argv)
+    if args.k8s and not args.executors:
+        ap.error("--k8s goes with --executors")
     variants = parse_variants(args.startup_ab) if args.startup_ab else None
     if args.executors:
-        variants = executor_variants([int(x) for x in args.executors.split(",") if x.strip()], args.max_tasks)
+        counts_arg = [int(x) for x in args.executors.split(",") if x.strip()]
+        variants = (k8s_executor_variants(counts_arg, args.max_tasks) if args.k8s
+                    else executor_variants(counts_arg, args.max_tasks))
     args.records = args.records or (120_000 if args.executors else 36_000 if variants else 30_000 if args.quick else 720_000)
     args.live_rate = args.live_rate if args.live_rate is not None else (50 if args.quick else 200)
 
@@ -706,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     from lagpilot_dev.stack import Stack
 
     stack = Stack()
-    info, lease = stack.acquire(["kafka", "postgres", "spark"])
+    info, lease = stack.acquire(["kafka", "postgres", "spark"] + (["kube"] if args.k8s else []))
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"lagpilot-bench-drain-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
     load_before = os.getloadavg()
@@ -718,14 +834,30 @@ def main(argv: list[str] | None = None) -> int:
         counts = produce(bootstrap, topic, args.records)
         print(f"produced {sum(counts.values())} records on {PARTITIONS} partitions; work dir {workdir}", file=sys.stderr)
         if variants:
-            ab = run_startup_ab(bootstrap, topic, dsn, counts, list(info.spark_jars), variants, args, workdir)
+            k8s = None
+            if args.k8s:
+                from lagpilot_dev.spark_k8s import LocalSparkK8s
+
+                k8s = LocalSparkK8s(stack.part("kube"), workdir, secret_data={"dsn": dsn}, prefix="bench-drain-k8s")
+            try:
+                if k8s is not None:
+                    k8s.start()
+                ab = run_startup_ab(bootstrap, topic, dsn, counts, list(info.spark_jars), variants, args, workdir, k8s)
+            finally:
+                if k8s is not None:
+                    k8s.stop()
             ab["load_avg_1m"] = {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)}
             ab["cores"] = os.cpu_count()
             if args.executors:
-                ab["mode"] = "executors"
+                ab["mode"] = "executors_k8s" if args.k8s else "executors"
                 ab["note"] = (f"{os.cpu_count()} cores on this host: every executor JVM and its Python workers share "
                               "them, so more executors add processes, not CPU; on a cluster each executor brings its own")
                 print(ab["note"])
+            if args.k8s:
+                for name, v in ab["variants"].items():
+                    print(f"{name:<12} executor pods seen via the API {v.get('median_executor_pods_seen', '-')} "
+                          f"(running at once {v.get('median_executor_pods_running_max', '-')})")
+                print(f"median per-round ratio vs {ab['base']}: {ab['median_ratio_vs_base']}")
             for name, v in ab["variants"].items():
                 print(f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
                       f"launch->last drained {v['median_launch_to_last_drained_s']} s  "

@@ -90,19 +90,14 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     from lagpilot.drain_manifests import DrainSettings, build_drain_job
     from lagpilot.handoff import DrainStatus, PartitionRange, Phase, SubProgress
     from lagpilot.spec import parse_spec
-    from lagpilot_dev import helm as h
+    from lagpilot_dev.spark_k8s import apply_drain_rbac
 
     ns = namespace("drk8s")
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
     core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
     # the chart's drain ServiceAccount + Role + RoleBinding for this namespace, as helm renders them
-    release = f"lpk-{uuid.uuid4().hex[:5]}"
-    rendered = h.template({"drain": {"namespaces": [ns]}}, release=release, namespace=ns, helm=h.ensure_helm())
-    rbac = [o for o in rendered.objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-            and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "drain"]
-    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}, [o["kind"] for o in rbac]
-    sa = next(o["metadata"]["name"] for o in rbac if o["kind"] == "ServiceAccount")
-    h.kubectl_apply(kube.part, rbac)
+    # (lagpilot_dev.spark_k8s: shared with bench/drain.py --executors --k8s)
+    sa = apply_drain_rbac(kube.part, ns, f"lpk-{uuid.uuid4().hex[:5]}")
 
     topic = new_topic(partitions=PARTS, prefix="drk8s")
     produce(kafka_bootstrap, topic, PER_PARTITION, PARTS)
@@ -227,7 +222,7 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
     (the checks of test_drain_operator.finish_and_check)."""
     import threading
 
-    from lagpilot_dev import helm as h
+    from lagpilot_dev.spark_k8s import apply_drain_rbac
     from tests.real.test_drain_operator import PARTS as OP_PARTS
     from tests.real.test_drain_operator import finish_and_check
 
@@ -236,9 +231,7 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
     s = scenario({p: 15000 for p in range(OP_PARTS)}, operator_env=ops)
     # the chart's drain ServiceAccount/Role in the CR's namespace (release "lagpilot": lagpilot-drain);
     # applied before the drain is planned (a pod of a missing ServiceAccount is refused, then retried)
-    rendered = h.template({"drain": {"namespaces": [s.ns]}}, release="lagpilot", namespace=s.ns, helm=h.ensure_helm())
-    h.kubectl_apply(kube.part, [o for o in rendered.objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")
-                                and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "drain"])
+    assert apply_drain_rbac(kube.part, s.ns, "lagpilot") == "lagpilot-drain"
     seen: set[str] = set()
     stop = threading.Event()
 

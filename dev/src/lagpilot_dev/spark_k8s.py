@@ -1,0 +1,179 @@
+"""Spark's Kubernetes backend (client mode) on the local stack: shared by tests and benches.
+
+What tests/real/test_drain_k8s.py and `bench/drain.py --executors ... --k8s` both need:
+
+- `drain_rbac_objects` / `apply_drain_rbac`: the chart's drain ServiceAccount, Role and RoleBinding
+  for one namespace, as `helm template` renders them, applied with kubectl (the driver then runs
+  with exactly that least-privilege identity);
+- `client_mode_conf` (pure): the Spark conf of a driver that runs OUTSIDE a pod (a local process,
+  e.g. a bench's `lagpilot drain`) and asks the API server for N executor pods of the consumer
+  image (their entrypoint starts Spark's KubernetesExecutorBackend); plain values reach the
+  executors through spark.executorEnv, Secret material only through secretKeyRef;
+- `LocalSparkK8s`: a namespace claimed by its own pod runner (`lagpilot_dev.podrunner`, executor
+  pods become local processes), the chart's drain RBAC, a Secret, and a kubeconfig of the drain
+  ServiceAccount for the driver; `executor_pods` lists the pods through the API server.
+
+Inside a pod (the operator's Job) the conf comes from `lagpilot.drain_manifests.spark_k8s_conf`
+instead; this module is for the local stack only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONSUMER_IMAGE = "lagpilot/consumer:dev"  # the pod runner knows its entrypoint (lagpilot_runtime.image_entrypoint)
+DRAIN_COMPONENT = "drain"
+
+
+def drain_rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chart's drain ServiceAccount/Role/RoleBinding among rendered objects (pure)."""
+    return [o for o in objects if o.get("kind") in ("ServiceAccount", "Role", "RoleBinding")
+            and ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") == DRAIN_COMPONENT]
+
+
+def apply_drain_rbac(kube_part: Any, namespace: str, release: str) -> str:
+    """Render the chart for `release` with drain.namespaces=[namespace], apply its drain RBAC;
+    returns the drain ServiceAccount's name."""
+    from lagpilot_dev import helm as h
+
+    rendered = h.template({"drain": {"namespaces": [namespace]}}, release=release, namespace=namespace,
+                          helm=h.ensure_helm())
+    rbac = drain_rbac_objects(rendered.objects)
+    kinds = sorted(o["kind"] for o in rbac)
+    if kinds != ["Role", "RoleBinding", "ServiceAccount"]:
+        raise RuntimeError(f"the chart's drain RBAC is not one ServiceAccount/Role/RoleBinding: {kinds}")
+    h.kubectl_apply(kube_part, rbac)
+    return next(str(o["metadata"]["name"]) for o in rbac if o["kind"] == "ServiceAccount")
+
+
+def client_mode_conf(namespace: str, executors: int, cores: int, memory: str, pod_prefix: str,
+                     env: Mapping[str, str], secret_refs: Mapping[str, tuple[str, str]],
+                     labels: Mapping[str, str] | None = None, image: str = CONSUMER_IMAGE,
+                     driver_host: str = "127.0.0.1") -> dict[str, str]:
+    """Spark conf for a driver outside the cluster asking the API server for `executors` pods of
+    `cores` task slots each (pure). `env`: plain values for the executors; `secret_refs`:
+    variable -> (Secret, key), never literal. The executors connect back to `driver_host`."""
+    if executors < 1 or cores < 1:
+        raise ValueError("executors and cores must be >= 1")
+    conf = {
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.container.image": image,
+        "spark.kubernetes.container.image.pullPolicy": "IfNotPresent",
+        "spark.kubernetes.executor.podNamePrefix": pod_prefix.lower()[:40],
+        "spark.executor.instances": str(executors),
+        "spark.executor.cores": str(cores),
+        "spark.executor.memory": memory,
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+        # the driver is a local process: executors (local processes too) reach it on loopback
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": driver_host,
+        # wait for every executor before the first task (as the Job's drain does with its instances)
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
+    }
+    for k, v in (labels or {}).items():
+        conf[f"spark.kubernetes.executor.label.{k}"] = str(v)
+    for name, (secret, key) in secret_refs.items():
+        conf[f"spark.kubernetes.executor.secretKeyRef.{name}"] = f"{secret}:{key}"
+    for k, v in env.items():
+        if k not in secret_refs:
+            conf[f"spark.executorEnv.{k}"] = str(v)
+    return conf
+
+
+def executor_summary(pods: list[dict[str, Any]]) -> dict[str, int]:
+    """{total, running, terminating} of executor pod objects (pure)."""
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and not p["metadata"].get("deletionTimestamp")]
+    return {"total": len(pods), "running": len(running),
+            "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp"))}
+
+
+@dataclass
+class LocalSparkK8s:
+    """A namespace on the local kube-apiserver whose pods a pod runner (started here) runs as local
+    processes, with the chart's drain RBAC, a Secret `secret_data`, and the drain ServiceAccount's
+    kubeconfig (`driver_kubeconfig`) for a driver that runs as a local process.
+
+    `kube_part`: lagpilot_dev.kube.KubePart (its admin kubeconfig, server, kubectl)."""
+
+    kube_part: Any
+    workdir: Path
+    secret_data: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = "lpk8s"
+    namespace: str = ""
+    service_account: str = ""
+    driver_kubeconfig: Path | None = None
+    runner: Any = None
+    _api: Any = None
+
+    @property
+    def server(self) -> str:
+        return str(self.kube_part.server())
+
+    @property
+    def master(self) -> str:
+        return f"k8s://{self.server}"
+
+    def start(self) -> LocalSparkK8s:
+        from kubernetes import client, config
+
+        from lagpilot_dev.podrunner import RUNNER_LABEL, PodRunner
+
+        self._api = config.new_client_from_config(config_file=str(self.kube_part.admin_kubeconfig))
+        core = client.CoreV1Api(self._api)
+        node = f"lagpilot-bench-{os.getpid()}"
+        self.namespace = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
+        core.create_namespace({"metadata": {"name": self.namespace, "labels": {RUNNER_LABEL: node}}})
+        deadline = time.monotonic() + 120
+        while True:  # the ServiceAccount admission plugin rejects pods until "default" exists
+            try:
+                core.read_namespaced_service_account("default", self.namespace)
+                break
+            except client.ApiException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        if self.secret_data:
+            core.create_namespaced_secret(self.namespace, {"metadata": {"name": "drain-env"},
+                                                           "stringData": dict(self.secret_data)})
+        self.service_account = apply_drain_rbac(self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}")
+        self.driver_kubeconfig = self.kube_part.kubeconfig_for_service_account(self.namespace, self.service_account,
+                                                                               create=False)
+        self.runner = PodRunner(self.kube_part.admin_kubeconfig, node_name=node, workdir=self.workdir / "podrunner",
+                                namespaces={self.namespace}, delete_node_on_stop=True).start()
+        return self
+
+    def executor_pods(self, selector: str = "spark-role=executor") -> list[dict[str, Any]]:
+        """Executor pod objects in the namespace, from the API server."""
+        from kubernetes import client
+
+        resp = client.CoreV1Api(self._api).list_namespaced_pod(self.namespace, label_selector=selector,
+                                                               _preload_content=False)
+        return list(json.loads(resp.data)["items"])
+
+    def stop(self) -> None:
+        from kubernetes import client
+
+        if self.runner is not None:
+            self.runner.stop()
+        if self._api is not None:
+            try:
+                client.CoreV1Api(self._api).delete_namespace(self.namespace, propagation_policy="Background")
+            except client.ApiException:
+                pass
+            self._api.close()
+
+    def __enter__(self) -> LocalSparkK8s:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,91 @@
+"""Pure helpers of Spark's Kubernetes backend on the local stack (lagpilot_dev.spark_k8s) and of
+`bench/drain.py --executors ... --k8s`: the client-mode conf (Secret material never literal), the
+chart's drain RBAC selection, executor pod counts, the variants (same task slots) and the drain's
+environment."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lagpilot_dev.spark_k8s import client_mode_conf, drain_rbac_objects, executor_summary
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.drain import K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, k8s_executor_variants  # noqa: E402
+
+DSN = "postgresql://u:s3cret@127.0.0.1:5432/db"
+
+
+def test_client_mode_conf_sizes_executors_and_keeps_secrets_as_refs():
+    conf = client_mode_conf("ns1", 2, 6, "512m", "Bench-AB12", {"LAGPILOT_TOPIC": "t", "LAGPILOT_POSTGRES_DSN": DSN},
+                            {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")}, labels={"lagpilot.io/bench-run": "x-0"})
+    assert conf["spark.kubernetes.namespace"] == "ns1"
+    assert (conf["spark.executor.instances"], conf["spark.executor.cores"], conf["spark.executor.memory"]) == ("2", "6", "512m")
+    assert conf["spark.kubernetes.executor.podNamePrefix"] == "bench-ab12"  # pod names are lower case
+    assert conf["spark.kubernetes.executor.deleteOnTermination"] == "true"
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.kubernetes.executor.label.lagpilot.io/bench-run"] == "x-0"
+    assert conf["spark.executorEnv.LAGPILOT_TOPIC"] == "t"
+    assert conf["spark.kubernetes.executor.secretKeyRef.LAGPILOT_POSTGRES_DSN"] == "drain-env:dsn"
+    assert "s3cret" not in json.dumps(conf)
+    for bad in ((0, 1), (1, 0)):
+        with pytest.raises(ValueError):
+            client_mode_conf("ns", bad[0], bad[1], "512m", "p", {}, {})
+
+
+def test_drain_rbac_objects_takes_only_the_drain_component():
+    objs = [{"kind": "ServiceAccount", "metadata": {"name": "op", "labels": {"app.kubernetes.io/component": "operator"}}},
+            {"kind": "ServiceAccount", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+            {"kind": "Role", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+            {"kind": "RoleBinding", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+            {"kind": "Deployment", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+            {"kind": "Role", "metadata": {"name": "x"}}]
+    assert [(o["kind"], o["metadata"]["name"]) for o in drain_rbac_objects(objs)] == [
+        ("ServiceAccount", "d"), ("Role", "d"), ("RoleBinding", "d")]
+
+
+def test_executor_summary_counts_running_and_terminating():
+    pods = [{"metadata": {}, "status": {"phase": "Running"}},
+            {"metadata": {"deletionTimestamp": "t"}, "status": {"phase": "Running"}},
+            {"metadata": {}, "status": {"phase": "Pending"}}, {"metadata": {}}]
+    assert executor_summary(pods) == {"total": 4, "running": 1, "terminating": 1}
+    assert executor_summary([]) == {"total": 0, "running": 0, "terminating": 0}
+
+
+@given(st.lists(st.integers(1, 16), min_size=1, max_size=4, unique=True), st.integers(1, 24))
+def test_k8s_variants_keep_a_local_base_and_never_fewer_slots(counts, slots):
+    v = k8s_executor_variants(counts, slots)
+    assert next(iter(v)) == "local" and v["local"] == {}
+    assert len(v) == len(counts) + 1
+    for n in counts:
+        cores = math.ceil(slots / n)
+        shape = v[f"k8s-{n}x{cores}"]
+        assert shape == {K8S_EXECUTORS_ENV: str(n), K8S_CORES_ENV: str(cores)}
+        # never fewer slots than tasks, and no executor larger than needed
+        assert n * cores >= slots and (cores == 1 or n * (cores - 1) < slots)
+
+
+def test_k8s_variants_reject_zero():
+    with pytest.raises(ValueError):
+        k8s_executor_variants([0], 12)
+
+
+def test_k8s_drain_env_points_the_driver_at_the_api_server_as_the_drain_account():
+    k8s = SimpleNamespace(namespace="ns1", master="k8s://https://127.0.0.1:6443", driver_kubeconfig=Path("/x/sa.kubeconfig"))
+    env = {"LAGPILOT_TOPIC": "t", "LAGPILOT_POSTGRES_DSN": DSN, "LAGPILOT_SPARK_JARS": "/a.jar",
+           "LAGPILOT_BENCH_K8S_CORES": "6", "PYTHONPATH": "/repo", "HOME": "/root"}
+    out = k8s_drain_env(env, k8s, 2, 6, "bench-1", "k8s-2x6-0-1")
+    assert out["LAGPILOT_SPARK_MASTER"] == "k8s://https://127.0.0.1:6443"
+    assert out["KUBECONFIG"] == "/x/sa.kubeconfig"
+    assert out["LAGPILOT_POSTGRES_DSN"] == DSN  # the driver (a local process) keeps its own environment
+    conf = json.loads(out["LAGPILOT_SPARK_CONF"])
+    assert conf["spark.executor.instances"] == "2" and conf["spark.executor.cores"] == "6"
+    assert conf["spark.executorEnv.LAGPILOT_TOPIC"] == "t" and conf["spark.executorEnv.PYTHONPATH"] == "/repo"
+    assert not any(k.endswith(("LAGPILOT_SPARK_JARS", "LAGPILOT_BENCH_K8S_CORES", "HOME")) for k in conf)
+    assert "s3cret" not in out["LAGPILOT_SPARK_CONF"]  # the DSN reaches executors through the Secret only
