@@ -142,3 +142,41 @@ def test_memory_never_shadows_another_writers_fields() -> None:
     older = {"estimator": est(T0 - 30, 9)}
     assert with_memory(live, older) == live  # a live memory newer than ours (another process) wins
     assert with_memory(copy.deepcopy(live), None) == live
+
+
+def test_the_kafka_secret_is_read_once_a_minute_while_cycles_succeed_and_at_every_failing_attempt() -> None:
+    import base64
+
+    from lagpilot.reconcile import SECRET_MAX_AGE_S
+    from tests.unit.test_handlers_reconcile import NS, SASL
+
+    def b64(s: str) -> str:
+        return base64.b64encode(s.encode()).decode()
+
+    w = World(copy.deepcopy(SASL))
+    reads: list[str] = []
+    orig = w.kube.read_secret_data
+    w.kube.read_secret_data = lambda ns, name: reads.append(name) or orig(ns, name)  # type: ignore[method-assign]
+    w.kafka.set([(0, 10, 10, None)])
+    # missing: every attempt reads it again (the back-off bounds the rate)
+    assert not w.cycle().ok and not w.cycle(advance=5).ok
+    assert len(reads) == 2
+    # created: the next attempt heals, then it is read again only when a minute old
+    w.kube.secrets[(NS, "kcreds")] = {"username": b64("svc"), "password": b64("hunter2")}
+    assert w.cycle(advance=10).ok
+    assert len(reads) == 3
+    for _ in range(int(SECRET_MAX_AGE_S // 5) - 1):
+        assert w.cycle(advance=5).ok
+    assert len(reads) == 3
+    assert w.cycle(advance=5).ok  # 60 s after the read
+    assert len(reads) == 4
+    assert "hunter2" not in repr(w.cache)  # the held credentials never show in a repr
+    # a failing cycle (the broker refuses the credentials) makes the next attempt read it again
+    from lagpilot.kafka_observe import ObserveError
+    w.kafka.error = ObserveError("AuthenticationFailed", "SASL authentication failed on k:9093")
+    assert not w.cycle(advance=5).ok
+    assert len(reads) == 4  # this attempt still used the held copy
+    w.kube.secrets[(NS, "kcreds")] = {"username": b64("svc"), "password": b64("fixed")}
+    w.kafka.error = None
+    assert w.cycle(advance=5).ok
+    assert len(reads) == 5

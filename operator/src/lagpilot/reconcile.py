@@ -119,6 +119,12 @@ class Cache:
     # seconds per phase of the last cycle (deployment, observe, peek, step, act, drain, write, ...):
     # logged by the control loop with a CR's first cycle and with any slow one
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
+    # (Secret name, when read, its data): the Kafka credentials, re-read at most every
+    # SECRET_MAX_AGE_S while cycles succeed, at every attempt while they fail; never in a repr
+    secret: tuple[str, float, dict[str, str]] | None = dataclasses.field(default=None, repr=False)
+
+
+SECRET_MAX_AGE_S = 60.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +286,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         return CycleResult(True, poll, "Paused", None, applied)
 
     # observe
-    conf = _kafka_config(ref, spec, deps)
+    conf = _kafka_config(ref, spec, deps, cache, now)
     mark("kafka_config")
     handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
     # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
@@ -466,16 +472,29 @@ def _retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
     return topic_retention.cached(handle, spec.topic, deps.kafka_timeout_seconds)
 
 
-def _kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps) -> dict[str, str]:
+def _kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float) -> dict[str, str]:
+    """The admin config from spec.kafka and its Secret. The Secret is read again when the last read
+    is SECRET_MAX_AGE_S old, names another Secret, or the last cycle failed (a fixed Secret heals a
+    Degraded CR at its next attempt, as before): not one GET per cycle."""
     secret = None
-    if spec.kafka.secret_name:
-        try:
-            secret = deps.kube.read_secret_data(ref.namespace, spec.kafka.secret_name)
-        except KubeError as err:
-            if err.status == 403:
-                raise SecretError("SecretForbidden", f"the operator may not read Secret "
-                                                     f"{spec.kafka.secret_name!r} (RBAC)") from None
-            raise
+    name = spec.kafka.secret_name
+    if name:
+        held = cache.secret
+        if held is not None and held[0] == name and cache.failures == 0 and 0 <= now - held[1] < SECRET_MAX_AGE_S:
+            secret = held[2]
+        else:
+            cache.secret = None
+            try:
+                secret = deps.kube.read_secret_data(ref.namespace, name)
+            except KubeError as err:
+                if err.status == 403:
+                    raise SecretError("SecretForbidden", f"the operator may not read Secret "
+                                                         f"{name!r} (RBAC)") from None
+                raise
+            if secret is not None:
+                cache.secret = (name, now, dict(secret))
+    else:
+        cache.secret = None
     return admin_config(spec.kafka, secret)
 
 
