@@ -907,7 +907,7 @@ class Campaign:
         self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, "eos")
         t = time.time()
         at_delete = self.drain()
-        f.evidence = {"at_delete": {k: at_delete.get(k) for k in ("id", "phase", "recordsDone", "recordsTotal", "attempt")}}
+        f.evidence = {"at_delete": {k: at_delete.get(k) for k in ("id", "phase", "recordsDone", "recordsTotal", "attempt", "runtime")}}
         mid = at_delete.get("phase") == "Running" and 0 < at_delete.get("recordsDone", 0) < at_delete.get("recordsTotal", 0)
         try:
             self.until(lambda: self.cr("eos") is None, "the eos CR to be released by its finalizer", self.timeout)
@@ -943,7 +943,7 @@ class Campaign:
         secs = self.recover_wait(t, f.kind, self.timeout * 2, None, adopted)
         f.recovered, f.recover_s = secs is not None, secs
         if f.recovered:
-            f.evidence["adopted_drain"] = {k: self.drain().get(k) for k in ("id", "phase", "recordsTotal")}
+            f.evidence["adopted_drain"] = {k: self.drain().get(k) for k in ("id", "phase", "recordsTotal", "attempt", "runtime")}
 
     # -- the end -----------------------------------------------------------------------------------
     def ends(self) -> dict[int, int]:
