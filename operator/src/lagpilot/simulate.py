@@ -123,6 +123,9 @@ class SimParams:
     min_replicas: int = 1
     max_replicas: int | None = None  # None: the partition count
     poll_interval_s: float = 15.0
+    # lagpilot's spec.scaling.behavior.scaleDown.stabilizationWindowSeconds (the demo's CR sets 60 s;
+    # KEDA's model keeps the HPA's own 300 s, keda_tuned sweeps it)
+    scale_down_window_s: float = 300.0
     # the live group's pause at a hand-off: consumer-ack path ~ one batch; quiesce path: replicas
     # held at 0 (handoff.replicas_override) for the pause, then restored (pods start again)
     handoff_pause_s: float | None = None  # None: batch_timeout_s (ack path) or QUIESCE_PAUSE_S
@@ -151,7 +154,8 @@ class SimParams:
             batch=BatchSpec(max_records=self.batch_max_records),
             scaling=ScalingSpec(min_replicas=self.min_replicas,
                                 max_replicas=self.max_replicas or self.partitions,
-                                poll_interval_seconds=self.poll_interval_s),
+                                poll_interval_seconds=self.poll_interval_s,
+                                scale_down_window_seconds=self.scale_down_window_s),
             catch_up_sla_seconds=self.sla_s,
             drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
                             min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist),
@@ -827,6 +831,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="always size the group for the load, also in bursts (no drain-assisted count at all; "
                          "the default, as spec.drain.assistReplicas: false, uses it only while the capped group "
                          "cannot hold the load)")
+    ap.add_argument("--scale-down-window-seconds", type=float, default=d.scale_down_window_s,
+                    help="lagpilot's scale-down stabilization window (spec.scaling.behavior.scaleDown; KEDA keeps "
+                         "the HPA's 300 s)")
     ap.add_argument("--step-seconds", type=float, default=d.step_s)
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                     help=f"comma-separated subset of {','.join(POLICIES)}")
@@ -856,6 +863,7 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         split_factor=args.split_factor,
         min_backlog_records=args.min_backlog_records,
         step_s=args.step_seconds,
+        scale_down_window_s=args.scale_down_window_seconds,
         min_replicas=args.min_replicas,
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
