@@ -155,3 +155,11 @@ def test_opaque_resource_versions_take_the_latest(rv: Any) -> None:
     d["metadata"]["resourceVersion"] = rv
     cache.watched("MODIFIED", d)
     assert cache.get("ns", "g-consumer")["spec"]["replicas"] == 4
+
+
+def test_the_watch_selector_is_the_label_the_deployments_carry() -> None:
+    from lagpilot import deployment
+    from lagpilot.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, WATCH_SELECTOR
+
+    assert deployment.labels("orders", "0.1.0")[MANAGED_BY_LABEL] == MANAGED_BY
+    assert WATCH_SELECTOR == f"{MANAGED_BY_LABEL}={MANAGED_BY}"

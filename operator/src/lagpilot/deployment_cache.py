@@ -2,8 +2,8 @@
 from memory instead of one GET per CR per cycle (docs/operator.md "Scale").
 
 - `DeploymentCache.watched(type, body)`: fed by kopf's watch of the operator's Deployments
-  (handlers.deployment_seen, label `app.kubernetes.io/managed-by=lagpilot`): the initial listing
-  and every change. A watched entry is trusted until the watch replaces or deletes it.
+  (handlers.deployment_seen, label `app.kubernetes.io/managed-by=lagpilot`, selected server-side:
+  other Deployments never reach the operator): the initial listing and every change. A watched entry is trusted until the watch replaces or deletes it.
 - `put(obj)`: what an apply answered (or a fallback GET read): trusted for `provisional_s` (5 s)
   only, unless the watch delivers that version (or a newer one) meanwhile; so a dead watch (no
   list/watch permission, a broken stream) costs a GET per cycle again, never a stale answer.
@@ -24,6 +24,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+# the label of every Deployment the operator manages (deployment.labels): the watch's server-side
+# selector (settings.configure) and the handler's filter (handlers.deployment_seen)
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "lagpilot"
+WATCH_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def _rv(obj: Mapping[str, Any]) -> int | None:

@@ -36,7 +36,7 @@ from confluent_kafka import KafkaException
 
 from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
 from lagpilot.deployment import API_GROUP
-from lagpilot.deployment_cache import CachingKube
+from lagpilot.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
 from lagpilot.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
 from lagpilot import deletion, deletion_io, kafka_observe
@@ -70,7 +70,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
                 drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": "lagpilot"})
+@kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
 async def deployment_seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """The watch of the consumer Deployments feeds the cache the cycles read (deployment_cache.py)."""
     cache = getattr(memo, "deployments", None)

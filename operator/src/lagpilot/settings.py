@@ -93,8 +93,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         max_workers=memo.config.cycle_workers, thread_name_prefix="lagpilot-cycle")
     memo.admin_pool = AdminPool(socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000))
     memo.metrics = default_metrics()
-    # the consumer Deployments as the watch (handlers.deployment_seen) delivers them: no GET per cycle
-    from lagpilot.deployment_cache import DeploymentCache
+    # the consumer Deployments as the watch (handlers.deployment_seen) delivers them: no GET per cycle;
+    # the API server sends only the operator's own Deployments (label selector), not every one
+    from lagpilot.deployment_cache import WATCH_SELECTOR, DeploymentCache
+    settings.watching.label_selectors["apps", "v1", "deployments"] = WATCH_SELECTOR
     memo.deployments = DeploymentCache()
     if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
         from lagpilot.kubeapi import KubeApi, load_api_client
