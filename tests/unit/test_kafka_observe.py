@@ -563,3 +563,55 @@ def test_snapshot_answers_the_commits_as_of_the_end_read_before_the_topics_end()
     assert _as_of(snap._offsets[("g", "t")][0], 27) == (106, None)
     # every kept record is past the end (more than HISTORY commits since): the closest one
     assert _as_of(snap._offsets[("g", "t")][0], 12) == (106, None) and _as_of(None, 5) is None
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _value_any(version: int, offset: int, metadata: str | None) -> bytes:
+    head = version.to_bytes(2, "big") + offset.to_bytes(8, "big", signed=True)
+    if version >= 3:
+        head += (7).to_bytes(4, "big", signed=True)
+    m = None if metadata is None else metadata.encode()
+    if version >= 4:
+        meta = _varint(0 if m is None else len(m) + 1) + (m or b"")
+    else:
+        meta = (-1 if m is None else len(m)).to_bytes(2, "big", signed=True) + (m or b"")
+    return head + meta + (1700000000000).to_bytes(8, "big") + (b"\x00" if version >= 4 else b"")
+
+
+from hypothesis import given as _given, settings as _settings, strategies as _st  # noqa: E402
+
+
+@_settings(max_examples=400, deadline=None)
+@_given(group=_st.text(max_size=40), topic=_st.text(min_size=1, max_size=60), partition=_st.integers(0, 2**31 - 1),
+        key_version=_st.sampled_from([0, 1]), version=_st.integers(0, 5), offset=_st.integers(-1, 2**62),
+        metadata=_st.one_of(_st.none(), _st.text(max_size=300)))
+def test_parse_offset_commit_reads_every_well_formed_record(group: str, topic: str, partition: int, key_version: int,
+                                                            version: int, offset: int, metadata: str | None) -> None:
+    """Any group/topic (unicode), partition, offset and metadata (none, empty, long: a multi-byte
+    varint, with a NUL) of every key/value version reads back as written; a tombstone too."""
+    from lagpilot.kafka_observe import parse_offset_commit
+
+    if version < 4 and metadata is not None and len(metadata.encode()) > 32767:
+        return
+    key = _key(group, topic, partition, key_version)
+    got = parse_offset_commit(key, _value_any(version, offset, metadata))
+    want_meta = None if metadata is None or (version >= 4 and metadata is None) else metadata.split("\x00", 1)[0]
+    assert got == (group, topic, partition, (offset, want_meta))
+    assert parse_offset_commit(key, None) == (group, topic, partition, None)
+
+
+@_settings(max_examples=400, deadline=None)
+@_given(key=_st.binary(max_size=64), value=_st.one_of(_st.none(), _st.binary(max_size=64)))
+def test_parse_offset_commit_never_raises_on_garbage(key: bytes, value: bytes | None) -> None:
+    from lagpilot.kafka_observe import parse_offset_commit
+
+    got = parse_offset_commit(key, value)
+    assert got is None or (isinstance(got[0], str) and isinstance(got[1], str) and isinstance(got[2], int))

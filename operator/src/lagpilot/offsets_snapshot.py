@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,34 +44,40 @@ def offsets_partition_for(group_id: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
+_H = struct.Struct(">h")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+
+
 def parse_offset_commit(key: bytes | None, value: bytes | None
                         ) -> tuple[str, str, int, tuple[int, str | None] | None] | None:
     """One `__consumer_offsets` record → (group, topic, partition, (offset, metadata) or None for a
     deleted offset); None for other record types (group metadata, new-protocol records) or bytes
     this parser does not understand. Key versions 0/1 = OffsetCommitKey; value versions 0-3 plain,
-    4+ flexible (compact metadata string, tagged fields after it)."""
+    4+ flexible (compact metadata string, tagged fields after it). Runs for every record of the
+    snapshot's first load (hundreds of thousands on a busy cluster): struct, not slices."""
     try:
-        if not key or len(key) < 2 or int.from_bytes(key[:2], "big", signed=True) not in (0, 1):
+        if not key or len(key) < 2 or _H.unpack_from(key, 0)[0] not in (0, 1):
             return None
-        pos = 2
-        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
-        group = key[pos + 2:pos + 2 + n].decode()
-        pos += 2 + n
-        n = int.from_bytes(key[pos:pos + 2], "big", signed=True)
+        n = _H.unpack_from(key, 2)[0]
+        if n < 0 or len(key) < 4 + n:
+            return None
+        group = key[4:4 + n].decode()
+        pos = 4 + n
+        n = _H.unpack_from(key, pos)[0]
+        if n < 0 or len(key) < pos + 2 + n + 4:
+            return None
         topic = key[pos + 2:pos + 2 + n].decode()
-        pos += 2 + n
-        if len(key) < pos + 4:
-            return None
-        partition = int.from_bytes(key[pos:pos + 4], "big", signed=True)
+        partition = _I.unpack_from(key, pos + 2 + n)[0]
         if value is None:
             return group, topic, partition, None
-        ver = int.from_bytes(value[:2], "big", signed=True)
-        if ver < 0 or len(value) < 10:
+        if len(value) < 10:
             return None
-        offset = int.from_bytes(value[2:10], "big", signed=True)
-        pos = 10
-        if ver >= 3:
-            pos += 4  # leader epoch
+        ver = _H.unpack_from(value, 0)[0]
+        if ver < 0:
+            return None
+        offset = _Q.unpack_from(value, 2)[0]
+        pos = 14 if ver >= 3 else 10  # + leader epoch from version 3
         metadata: str | None
         if ver >= 4:  # compact string: unsigned varint length + 1
             n, shift = 0, 0
@@ -81,18 +88,21 @@ def parse_offset_commit(key: bytes | None, value: bytes | None
                 shift += 7
                 if not b & 0x80:
                     break
+            if n > 0 and len(value) < pos + n - 1:
+                return None
             metadata = None if n == 0 else value[pos:pos + n - 1].decode()
         else:
-            n = int.from_bytes(value[pos:pos + 2], "big", signed=True)
+            n = _H.unpack_from(value, pos)[0]
+            if n >= 0 and len(value) < pos + 2 + n:
+                return None
             metadata = None if n < 0 else value[pos + 2:pos + 2 + n].decode()
-        if metadata is not None:
+        if metadata is not None and "\x00" in metadata:
             # confluent-kafka's Python client stores the C string's terminating NUL with the metadata,
             # and reads it back as a C string: cut at the first NUL like it does
             metadata = metadata.split("\x00", 1)[0]
         return group, topic, partition, (offset, metadata)
-    except (IndexError, UnicodeDecodeError):
+    except (IndexError, UnicodeDecodeError, struct.error):
         return None
-
 
 
 Commit = tuple[int, str | None]  # (offset, metadata)
