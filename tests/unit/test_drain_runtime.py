@@ -124,19 +124,19 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: {"records": 3})
     server, url = _serve(runtime)
     try:
-        assert drain_runtime.request(url, PLAN.to_json()).summary == {"records": 3}
+        assert drain_runtime.request(url, PLAN).summary == {"records": 3}
         runtime._busy.acquire()  # another plan runs: the caller retries, then gives up with a failure
         runtime.current = "40"
         slept: list[float] = []
         clock = iter(range(100))
-        outcome = drain_runtime.request(url, PLAN.to_json(), busy_wait_s=3, sleep=slept.append,
+        outcome = drain_runtime.request(url, PLAN, busy_wait_s=3, sleep=slept.append,
                                         now=lambda: float(next(clock)))
         assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
         runtime.current = None
         runtime._busy.release()
         runtime.ready.clear()
         with pytest.raises(Unreachable):  # not warm: the Job drains by itself
-            drain_runtime.request(url, PLAN.to_json())
+            drain_runtime.request(url, PLAN)
     finally:
         server.shutdown()
         server.server_close()
@@ -147,7 +147,7 @@ def test_nothing_listening_is_unreachable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(Unreachable):
-        drain_runtime.request(f"http://127.0.0.1:{port}", PLAN.to_json())
+        drain_runtime.request(f"http://127.0.0.1:{port}", PLAN)
 
 
 def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
@@ -184,3 +184,61 @@ def test_keep_workers_runs_one_task_per_slot_but_never_during_a_plan(runtime: Dr
         assert not runtime.keep_workers() and ran == [4]
     finally:
         runtime._busy.release()
+
+
+def test_a_runtime_that_dies_mid_plan_fails_the_attempt_with_a_message():
+    import http.server
+
+    class Dies(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.connection.close()  # the runtime's process gone mid-plan
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dies)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        outcome = drain_runtime.request(f"http://127.0.0.1:{server.server_address[1]}", PLAN)
+        assert outcome.exit == drain_job.EXIT_FAILED and "connection was lost" in outcome.message
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_sigterm_cancels_the_plan_and_waits_until_the_runtime_ended_it(runtime: DrainRuntime,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    import os
+    import signal
+
+    ended: list[float] = []
+
+    def slow_run(*a, **k):
+        deadline = time.time() + 10
+        while not runtime.spark.sparkContext.cancelled and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the cancelled tasks' last moments
+        ended.append(time.time())
+        raise RuntimeError("Job cancelled")
+
+    monkeypatch.setattr(drain_job, "run", slow_run)
+    server, url = _serve(runtime)
+
+    def terminated(signum, frame):
+        raise drain_runtime.Terminated()
+
+    old = signal.signal(signal.SIGTERM, terminated)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        outcome = drain_runtime.request(url, PLAN)
+        returned = time.time()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        server.shutdown()
+        server.server_close()
+    assert outcome.exit == drain_job.EXIT_FAILED and "SIGTERM" in outcome.message
+    assert "not confirmed" not in outcome.message
+    assert runtime.spark.sparkContext.cancelled == [drain_job.job_group(PLAN)]
+    assert ended and returned >= ended[0]  # the Job's process ends only after the plan did

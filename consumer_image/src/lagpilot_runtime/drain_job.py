@@ -31,6 +31,7 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -1016,8 +1017,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcome: drain_runtime.Outcome | None = None
     url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)
     if url:
+        def terminated(signum: int, frame: Any) -> None:
+            raise drain_runtime.Terminated()
+
+        # the Job deleted (cancel, finalizer): stop waiting, let the runtime cancel, wait for it
+        signal.signal(signal.SIGTERM, terminated)
         try:
-            outcome = drain_runtime.request(url, plan.to_json())
+            outcome = drain_runtime.request(url, plan)
             log.info("the drain ran in the warm runtime", extra=_fields(event="drain_runtime_used", drain=plan.drain_id,
                                                                           exit=outcome.exit))
         except drain_runtime.Unreachable as exc:

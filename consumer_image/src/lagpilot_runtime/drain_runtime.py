@@ -50,6 +50,7 @@ DEFAULT_PORT = 8093
 BUSY_WAIT_S = 120.0  # a caller waits this long for the runtime to finish (or cancel) another plan
 CONNECT_TIMEOUT_S = 5.0
 KEEP_WARM_EVERY_S = 40.0  # < Spark's one-minute idle timeout of Python workers
+STOP_WAIT_S = 20.0  # a terminated Job process waits this long for the runtime to end its plan
 
 
 @dataclass(frozen=True)
@@ -288,23 +289,46 @@ class Unreachable(Exception):
     """Nothing warm answers at the runtime's address: the Job drains by itself."""
 
 
-def request(url: str, plan_text: str, busy_wait_s: float = BUSY_WAIT_S,
-            sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> Outcome:
+class Terminated(Exception):
+    """The drain Job's process was asked to stop (SIGTERM: the Job deleted, the attempt cancelled)."""
+
+
+def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
+            sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
+            stop_wait_s: float = STOP_WAIT_S) -> Outcome:
     """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
-    listens (or it is not warm yet): no attempt of this drain can be running there then."""
+    listens (or it is not warm yet): no attempt of this drain can be running there then.
+
+    A connection lost after the plan was sent (the runtime died) ends the attempt as failed (the
+    operator retries it). On :class:`Terminated` (raised by the caller's SIGTERM handler while it
+    waits) the connection is closed, which makes the runtime cancel the plan, and this process waits
+    (up to ``stop_wait_s``) until the runtime no longer runs it: the pod ends only after its plan
+    did, so whoever waits for the pod (the operator's retry, the finalizer's hand-back of the
+    unfinished ranges) never overlaps the cancelled attempt's last writes."""
     u = urllib.parse.urlsplit(url)
+    host, port = u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
     deadline = now() + busy_wait_s
+    plan_text = plan.to_json()
     while True:
-        conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or DEFAULT_PORT, timeout=CONNECT_TIMEOUT_S)
+        conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
         try:
             try:
                 conn.connect()
             except OSError as exc:
-                raise Unreachable(f"no drain runtime at {u.hostname}:{u.port}: {exc.__class__.__name__}") from exc
+                raise Unreachable(f"no drain runtime at {host}:{port}: {exc.__class__.__name__}") from exc
             conn.sock.settimeout(None)  # a drain takes as long as it takes; the Job's deadline bounds it
-            conn.request("POST", "/drains", body=plan_text.encode(), headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            body = resp.read().decode()
+            try:
+                conn.request("POST", "/drains", body=plan_text.encode(), headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = resp.read().decode()
+            except Terminated:
+                conn.close()
+                stopped = wait_not_running(host, port, plan.drain_id, stop_wait_s, sleep, now)
+                return Outcome(drain_job.EXIT_FAILED, "drain stopped (SIGTERM): the runtime cancelled it"
+                               + ("" if stopped else f"; not confirmed within {stop_wait_s:.0f} s"))
+            except (OSError, http.client.HTTPException) as exc:
+                return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime connection was lost: "
+                                                      f"{exc.__class__.__name__}")
         finally:
             conn.close()
         if resp.status == 503:
@@ -313,3 +337,23 @@ def request(url: str, plan_text: str, busy_wait_s: float = BUSY_WAIT_S,
             sleep(1.0)
             continue
         return Outcome.from_json(body)
+
+
+def wait_not_running(host: str, port: int, drain_id: str, timeout_s: float,
+                     sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> bool:
+    """True once the runtime at host:port is not running drain ``drain_id`` (or is gone)."""
+    deadline = now() + timeout_s
+    while True:
+        conn = http.client.HTTPConnection(host, port, timeout=2)
+        try:
+            conn.request("GET", "/healthz")
+            busy = json.loads(conn.getresponse().read().decode() or "{}").get("busy")
+        except (OSError, http.client.HTTPException, ValueError):
+            return True  # nothing answers: the runtime (and its plan) is gone
+        finally:
+            conn.close()
+        if busy != drain_id:
+            return True
+        if now() >= deadline:
+            return False
+        sleep(0.2)
