@@ -86,7 +86,7 @@ def pg_offsets(dsn: str, table: str) -> list[tuple[int, int]]:
 
 def progress(bootstrap: str, plan: DrainPlan) -> dict[tuple[int, int], tuple[int, int]]:
     from lagpilot_runtime.config import ConsumerConfig
-    from lagpilot_runtime.drain_job import read_progress
+    from lagpilot_runtime.drain_progress import read_progress
 
     cfg = ConsumerConfig(bootstrap_servers=bootstrap, topic=plan.topic, group_id=plan.group_id, sink="log")
     return read_progress(cfg, plan)

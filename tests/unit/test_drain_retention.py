@@ -10,7 +10,7 @@ import pytest
 from lagpilot import handoff as h
 from lagpilot.drain_policy import PartitionLoad, expiring_first
 from lagpilot.handoff import JobObservation, JobState, Kind, next_action, sub_ranges_in
-from lagpilot_runtime.drain_job import merge_ranges, retention_losses
+from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
 from lagpilot_runtime.drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_metadata
 
 from tests.unit.test_handoff import NOW, RUNNING, obs, spec

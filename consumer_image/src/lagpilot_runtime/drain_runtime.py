@@ -11,7 +11,7 @@ environment names a runtime (``LAGPILOT_DRAIN_RUNTIME_URL``), its ``lagpilot dra
 its plan there, waits, and exits with the runtime's result (same exit codes, same termination
 message); when nothing listens there it drains by itself, cold, as without a runtime.
 
-Exactness is the drain's own (drain_job.py: progress per sub-range in Kafka and in the sink; a
+Exactness is the drain's own (drain_progress.py: progress per sub-range in Kafka and in the sink; a
 retry skips what is recorded). The runtime adds two rules so that no two attempts of one drain
 ever run at once: it runs one plan at a time (a second request gets 409 and its caller waits), and
 when the caller goes away (its Job deleted, its pod killed) it cancels that plan's Spark jobs and
@@ -37,7 +37,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import drain_job
+from . import drain_job, drain_spark
+from .drain_progress import progress_consumer
+from .drain_task import process_start_time
+from .jsonlog import fields as _fields
 from .config import ConsumerConfig
 from .drain_plan import DrainPlan
 
@@ -123,17 +126,17 @@ class DrainRuntime:
     def warm_up(self) -> dict[str, float]:
         """Start the session, the worker daemon and the Kafka source once; returns the seconds spent."""
         t0 = time.time()
-        marks: dict[str, float | None] = {"process_start": drain_job.process_start_time(), "main_entered": t0}
+        marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": t0}
         plan = DrainPlan("runtime", self.cfg.topic, self.cfg.group_id, (), parallelism=self.parallelism)
-        self.spark = drain_job.build_session(plan, self.master, self.jars, self.extra_conf, marks)
-        drain_job.warm_workers(self.spark, marks).join()
+        self.spark = drain_spark.build_session(plan, self.master, self.jars, self.extra_conf, marks)
+        drain_spark.warm_workers(self.spark, marks).join()
         self._warm_kafka_source()
         marks["kafka_source_warm"] = time.time()
         self.keep_workers()
         marks["workers_forked"] = time.time()
         took = {k: round(float(v) - t0, 2) for k, v in marks.items() if v is not None and k != "process_start"}
         self.ready.set()
-        log.info("drain runtime warm", extra=drain_job._fields(event="drain_runtime_ready", master=self.master, **took))
+        log.info("drain runtime warm", extra=_fields(event="drain_runtime_ready", master=self.master, **took))
         return took
 
     def _warm_kafka_source(self) -> None:
@@ -143,12 +146,12 @@ class DrainRuntime:
         from confluent_kafka import TopicPartition
 
         try:
-            c = drain_job._progress_consumer(self.cfg, f"{self.cfg.group_id}.lagpilot-drain-runtime")
+            c = progress_consumer(self.cfg, f"{self.cfg.group_id}.lagpilot-drain-runtime")
             try:
                 low, high = c.get_watermark_offsets(TopicPartition(self.cfg.topic, 0), timeout=30)
             finally:
                 c.close()
-            opts = {**drain_job.spark_kafka_options(self.cfg, False),
+            opts = {**drain_spark.spark_kafka_options(self.cfg, False),
                     "assign": json.dumps({self.cfg.topic: [0]}),
                     "startingOffsets": json.dumps({self.cfg.topic: {"0": int(low)}}),
                     "endingOffsets": json.dumps({self.cfg.topic: {"0": int(min(low + 1, high))}})}
@@ -158,7 +161,7 @@ class DrainRuntime:
             self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-warm-up", "warm-up", interruptOnCancel=True)
             reader.load().select("partition", "offset", "value").mapInArrow(_discard, "n long").collect()
         except Exception as exc:  # noqa: BLE001
-            log.info("warming the Kafka source failed", extra=drain_job._fields(
+            log.info("warming the Kafka source failed", extra=_fields(
                 event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
 
     def keep_workers(self) -> bool:
@@ -174,7 +177,7 @@ class DrainRuntime:
                 _discard, "n long").collect()
             return True
         except Exception as exc:  # noqa: BLE001 - best effort
-            log.info("keeping the workers warm failed", extra=drain_job._fields(
+            log.info("keeping the workers warm failed", extra=_fields(
                 event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
             return False
         finally:
@@ -206,12 +209,12 @@ class DrainRuntime:
                 worker.join(0.5)
                 if not cancelled and worker.is_alive() and caller_gone():
                     cancelled = True
-                    log.warning("the drain's caller went away: cancelling its Spark jobs", extra=drain_job._fields(
+                    log.warning("the drain's caller went away: cancelling its Spark jobs", extra=_fields(
                         event="drain_runtime_cancel", drain=plan.drain_id))
                     self.spark.sparkContext.cancelJobGroup(drain_job.job_group(plan))
             outcome = result[0] if result else Outcome(drain_job.EXIT_FAILED, "drain failed: no result")
             self.served += 1
-            log.info("drain runtime served a plan", extra=drain_job._fields(
+            log.info("drain runtime served a plan", extra=_fields(
                 event="drain_runtime_served", drain=plan.drain_id, exit=outcome.exit, cancelled=cancelled,
                 seconds=round(time.time() - received, 2), served=self.served,
                 records=(outcome.summary or {}).get("records")))
@@ -267,7 +270,7 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
     server = ThreadingHTTPServer(("0.0.0.0", port), _handler_class(runtime))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="drain-runtime-http", daemon=True).start()
-    log.info("drain runtime listening", extra=drain_job._fields(event="drain_runtime_listening", port=port,
+    log.info("drain runtime listening", extra=_fields(event="drain_runtime_listening", port=port,
                                                                   parallelism=parallelism))
     runtime.warm_up()
     try:

@@ -18,6 +18,11 @@ from typing import Any
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName", "fields"}
 
 
+def fields(**kw: Any) -> dict[str, Any]:
+    """``extra=fields(event=..., partition=...)``: structured fields of one log call."""
+    return {"fields": kw}
+
+
 class JsonFormatter(logging.Formatter):
     """``{"ts": ..., "level": ..., "logger": ..., "msg": ..., **fields}``."""
 

@@ -17,7 +17,7 @@ import os
 
 
 def _preload() -> None:
-    names = ["pyarrow", "pandas", "pyarrow.pandas_compat", "confluent_kafka", "psycopg", "lagpilot_runtime.drain_job",
+    names = ["pyarrow", "pandas", "pyarrow.pandas_compat", "confluent_kafka", "psycopg", "lagpilot_runtime.drain_task",
                  "lagpilot_runtime.failure", "lagpilot_runtime.handler", "pyspark.worker",
                  "pyspark.sql.pandas.serializers"]
     if os.environ.get("LAGPILOT_DRAIN_PRELOAD_PANDAS", "1") == "0":  # A/B switch of bench/drain.py

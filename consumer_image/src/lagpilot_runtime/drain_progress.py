@@ -1,0 +1,196 @@
+"""Drain progress in Kafka and in the sink, and retention (the drain driver's side; pure helpers
+plus the Kafka reads/writes). Progress of sub-range k of a partition is the committed offset of the
+memberless group ``<groupId>.lagpilot-drain.<drainId>.<k>`` (lagpilot_runtime.drain_plan), and for a
+progress-committing handler also the sink's own record; a retry skips what either recorded.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .config import ConsumerConfig
+from .drain_plan import (DrainPlan, SubRange, parse_progress_lost, parse_progress_metadata, progress_group,
+                         progress_metadata)
+from .jsonlog import fields as _fields
+
+log = logging.getLogger("lagpilot.drain")
+
+
+class RetentionError(Exception):
+    """Records of the range were deleted by retention before the drain read them."""
+
+
+def progress_consumer(cfg: ConsumerConfig, group: str) -> Any:
+    """A consumer that never subscribes: it only commits/reads the progress group's offsets."""
+    from confluent_kafka import Consumer
+
+    conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "group.id": group,
+                            "enable.auto.commit": False, "client.id": "lagpilot-drain-progress"}
+    conf.update(cfg.kafka_security())
+    return Consumer(conf, logger=logging.getLogger("lagpilot.drain.librdkafka"))
+
+
+def read_progress(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0) -> dict[tuple[int, int], tuple[int, int]]:
+    """(partition, index) -> (next offset, records done) for every sub-range; start/0 if none committed."""
+    from confluent_kafka import TopicPartition
+
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    by_index: dict[int, list[SubRange]] = {}
+    for s in plan.sub_ranges:
+        by_index.setdefault(s.index, []).append(s)
+    for index, subs in sorted(by_index.items()):
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, index))
+        try:
+            got = c.committed([TopicPartition(plan.topic, s.partition) for s in subs], timeout=timeout_s)
+        finally:
+            c.close()
+        by_p = {tp.partition: tp for tp in got}
+        for s in subs:
+            tp = by_p.get(s.partition)
+            if tp is None or tp.offset < 0:
+                out[(s.partition, s.index)] = (s.start, 0)
+            else:
+                out[(s.partition, s.index)] = (min(max(tp.offset, s.start), s.end), parse_progress_metadata(getattr(tp, "metadata", None)))
+    return out
+
+
+def remaining_work(plan: DrainPlan, progress: Mapping[tuple[int, int], tuple[int, int]]) -> list[tuple[SubRange, int]]:
+    """(sub-range, where to start) for every sub-range not finished yet."""
+    out = []
+    for s in plan.sub_ranges:
+        nxt = progress.get((s.partition, s.index), (s.start, 0))[0]
+        if nxt < s.end:
+            out.append((s, max(nxt, s.start)))
+    return out
+
+
+def check_retention(plan: DrainPlan, work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]) -> None:
+    """Raise RetentionError naming partitions and offsets when a range's start is already deleted."""
+    lost = []
+    for s, start in work:
+        lw = low.get(s.partition)
+        if lw is not None and lw > start:
+            lost.append(f"partition {s.partition}: offsets {start}..{min(lw, s.end) - 1} deleted by retention "
+                        f"(low watermark {lw}, drain sub-range [{s.start}, {s.end}))")
+    if lost:
+        raise RetentionError(f"topic {plan.topic}: the drain range starts before the earliest retained record; "
+                             + "; ".join(lost) + ". Those records cannot be processed; the rest was not started.")
+
+
+def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
+                     timeout_s: float = 30.0) -> list[tuple[SubRange, int]]:
+    """For a progress-committing handler (docs/consumer.md): where the sink's progress of a sub-range
+    is ahead of its progress group (a crash between the two commits, or the group's offsets expired
+    after offsets.retention.minutes), commit the sink's value to the progress group and start
+    there. The sink's progress never expires: it is authoritative. Best effort: on an error the work
+    is unchanged (each task checks the sink again before its first batch)."""
+    if not work:
+        return list(work)
+    try:
+        from confluent_kafka import TopicPartition
+
+        from .handler import BatchContext, commits_progress, load_handler
+
+        handler = load_handler(cfg.handler_spec)
+        if not commits_progress(handler):
+            return list(work)
+        out: list[tuple[SubRange, int]] = []
+        for s, start in work:
+            ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
+                               source="drain", group_id=plan.group_id, drain_id=plan.drain_id,
+                               sub_range=(s.partition, s.index, s.start, s.end))
+            nxt = handler.progress(plan.topic, [s.partition], ctx).get(s.partition)  # type: ignore[attr-defined]
+            if nxt is None or nxt <= start:
+                out.append((s, start))
+                continue
+            nxt = min(int(nxt), s.end)
+            c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+            try:
+                got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+                meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
+                res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
+                    parse_progress_metadata(meta), parse_progress_lost(meta)))], asynchronous=False)
+                errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+                if errs:
+                    raise RuntimeError(str(errs[0]))
+            finally:
+                c.close()
+            log.info("sub-range resumes from the sink's progress", extra=_fields(
+                event="drain_sink_progress_ahead", partition=s.partition, index=s.index, kafka_next=start, sink_next=nxt))
+            if nxt < s.end:
+                out.append((s, nxt))
+        return out
+    except Exception as exc:  # noqa: BLE001 - the tasks check again
+        log.warning("reading the sink's progress in the driver failed", extra=_fields(
+            event="drain_sink_progress_failed", error=str(exc)[:300]))
+        return list(work)
+
+
+def retention_losses(work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]
+                     ) -> tuple[list[tuple[SubRange, int, int]], list[tuple[SubRange, int]]]:
+    """Split the unfinished work at the partitions' low watermarks (pure).
+
+    Returns ``(lost, work)``: ``(sub-range, a, b)`` for every sub-range whose next offset ``a`` is
+    below the low watermark (``b = min(low, end)``: retention deleted ``[a, b)`` before the drain
+    read it), and the work that is left (starting at ``b``; a sub-range lost entirely drops out).
+    """
+    lost: list[tuple[SubRange, int, int]] = []
+    left: list[tuple[SubRange, int]] = []
+    for s, start in work:
+        lw = low.get(s.partition)
+        if lw is not None and lw > start:
+            b = min(lw, s.end)
+            lost.append((s, start, b))
+            if b < s.end:
+                left.append((s, b))
+        else:
+            left.append((s, start))
+    return lost, left
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted, overlapping/adjacent ranges joined (pure)."""
+    out: list[list[int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[SubRange, int, int]],
+                  timeout_s: float = 30.0) -> None:
+    """Commit each lost sub-range's progress past the deleted offsets, with ``lost=a-b`` in its
+    metadata (merged with earlier losses): the operator reads it (DataLoss condition, event,
+    metric) and the rest of the sub-range, still exact, is drained from there."""
+    from confluent_kafka import TopicPartition
+
+    for s, a, b in lost:
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+        try:
+            got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+            meta = getattr(got, "metadata", None)
+            if got.offset is not None and got.offset >= b:
+                continue  # already past (a concurrent or earlier record)
+            ranges = merge_ranges(parse_progress_lost(meta) + ((a, b),))
+            res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, b,
+                                                   metadata=progress_metadata(parse_progress_metadata(meta), ranges))],
+                           asynchronous=False)
+            errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+            if errs:
+                raise RuntimeError(f"recording the retention loss failed: {errs[0]}")
+        finally:
+            c.close()
+
+
+def low_watermarks(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, 0))
+    try:
+        return {p: int(c.get_watermark_offsets(TopicPartition(plan.topic, p), timeout=timeout_s)[0])
+                for p in sorted({s.partition for s in plan.sub_ranges})}
+    finally:
+        c.close()

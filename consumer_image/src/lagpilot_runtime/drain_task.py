@@ -1,0 +1,224 @@
+"""The drain's Spark task: runs in the Python workers (forked from lagpilot_runtime.spark_daemon).
+One task = one sub-range of the plan: its records in batches through the SAME handler and failure
+policy as the consumer, progress committed after every batch (drain_progress), finished work skipped.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import ConsumerConfig
+from .drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_group, progress_metadata
+from .drain_progress import progress_consumer
+from .jsonlog import fields as _fields
+
+log = logging.getLogger("lagpilot.drain")
+
+
+def process_start_time(pid: int | str = "self") -> float | None:
+    """Wall-clock start of a process (Linux /proc; 10 ms resolution), None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime, clock ticks since boot
+        with open("/proc/stat") as fh:
+            btime = next(int(ln.split()[1]) for ln in fh if ln.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+# the driver's and the tasks' milestones, in the order they happen (seconds since process start)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task needs besides the environment: its plan, no secrets."""
+
+    topic: str
+    group_id: str
+    drain_id: str
+    batch_max_records: int
+    sub_ranges: tuple[SubRange, ...]
+
+
+def _row_record(row: Any) -> Any:
+    from .handler import Record
+
+    headers = [(h[0], bytes(h[1]) if h[1] is not None else b"") for h in (row.headers or [])]
+    return Record(
+        topic=row.topic, partition=int(row.partition), offset=int(row.offset),
+        key=bytes(row.key) if row.key is not None else None,
+        value=bytes(row.value) if row.value is not None else None,
+        headers=headers, timestamp_ms=int(row.ts_ms) if row.ts_ms is not None else None,
+    )
+
+
+def rdd_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """The Row path (no pyarrow/pandas): pickled Rows from the JVM."""
+    return run_task(spec, (_row_record(r) for r in rows))
+
+
+SUMMARY_FIELDS = (("records", "long"), ("batches", "long"), ("skipped", "long"), ("first_batch_at", "double"),
+                  ("last_batch_at", "double"), ("partition", "long"), ("index", "long"),
+                  ("daemon_started_at", "double"), ("worker_forked_at", "double"), ("task_started_at", "double"),
+                  ("first_record_at", "double"))
+SUMMARY_SCHEMA = ", ".join(f"{n} {t}" for n, t in SUMMARY_FIELDS)
+
+
+def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
+    """The Arrow path (`mapInArrow`): columnar batches from the JVM, about twice as fast as Rows."""
+    import pyarrow as pa
+
+    from .handler import Record
+
+    def items() -> Iterator[Any]:
+        for rb in batches:
+            d = rb.to_pydict()
+            topic = spec.topic  # one topic per plan: no need to ship the column
+            for p, o, k, v, hs, ts in zip(d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]):
+                headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
+                yield Record(topic, p, o, k, v, headers, ts)
+
+    schema = pa.schema([(n, pa.int64() if t == "long" else pa.float64()) for n, t in SUMMARY_FIELDS])
+    for summary in run_task(spec, items()):
+        yield pa.RecordBatch.from_pylist([{f.name: summary.get(f.name) for f in schema}], schema=schema)
+
+
+def sub_range_of(sub_ranges: Sequence[SubRange], partition: int, offset: int) -> SubRange:
+    """The plan's sub-range holding this offset (sub-ranges of a partition never overlap)."""
+    for s in sub_ranges:
+        if s.partition == partition and s.start <= offset < s.end:
+            return s
+    raise RuntimeError(f"offset {offset} of partition {partition} is in no sub-range of the plan")
+
+
+def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """Process one sub-range's records: batches through the handler, progress commit after each.
+
+    ``items`` are the Records of one Spark task, in offset order: one Kafka partition's
+    ``[start, end)`` that lies inside exactly one sub-range of the plan (the first record names it;
+    a record outside it fails the task rather than commit progress for the wrong sub-range).
+
+    Yields one summary dict (records, batches, first/last batch wall time) for the driver's log.
+    """
+    task_started_at = time.time()
+    from confluent_kafka import TopicPartition
+
+    from . import jsonlog
+    from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
+    from .handler import BatchContext, commits_progress, load_handler
+
+    cfg = ConsumerConfig.from_env()
+    jsonlog.setup(cfg.log_level)
+    handler = load_handler(cfg.handler_spec)
+    ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
+                       source="drain", concurrency=cfg.concurrency, group_id=spec.group_id, drain_id=spec.drain_id)
+    sink_progress = commits_progress(handler)
+    policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
+    summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
+                               "task_started_at": task_started_at, "worker_forked_at": process_start_time(),
+                               "daemon_started_at": process_start_time(os.getppid()), "first_record_at": None}
+    sub: SubRange | None = None
+    committer = None
+    done_next = 0
+    done_records = 0
+    dlq: DeadLetterProducer | None = None
+    lost_before: tuple[tuple[int, int], ...] = ()  # retention losses recorded in the progress: kept
+    kafka_next = [0]  # the progress group's committed offset (the sink's progress may be ahead of it)
+
+    def commit(next_offset: int, records: int) -> None:
+        tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records, lost_before))  # type: ignore[union-attr]
+        for attempt in range(5):
+            try:
+                res = committer.commit(offsets=[tp], asynchronous=False)
+                errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+                if errs:
+                    raise RuntimeError(str(errs[0]))
+                kafka_next[0] = max(kafka_next[0], next_offset)
+                return
+            except Exception as exc:  # noqa: BLE001 - retried, then fails the task (Spark retries it)
+                if attempt == 4:
+                    raise RuntimeError(f"progress commit failed: {exc}") from exc
+                time.sleep(0.2 * (attempt + 1))
+
+    def flush(batch: list[Any]) -> None:
+        nonlocal done_next, done_records, dlq
+        offsets = {(spec.topic, sub.partition): batch[-1].offset + 1} if sink_progress else None  # type: ignore[union-attr]
+
+        def call(piece: list[Any]) -> None:
+            # progress with the whole batch only (a piece of a failure isolation does not cover all below it)
+            ctx.offsets = offsets if len(piece) == len(batch) else None
+            handler(piece, ctx)
+
+        result = run_batch(batch, call, policy, sleep=time.sleep)
+        if result.failures:
+            if cfg.failure_policy != "deadLetter":
+                where = ", ".join(f.record.where for f in result.failures[:5])
+                raise RuntimeError(f"{len(result.failures)} record(s) failed in the drain ({where}); "
+                                   f"failure policy {cfg.failure_policy} stops the drain task")
+            if dlq is None:
+                dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
+            dlq.send(result.failures)
+        done_records += len(batch)
+        done_next = batch[-1].offset + 1
+        commit(done_next, done_records)
+        now = time.time()
+        summary["batches"] += 1
+        summary["records"] += len(batch)
+        summary["first_batch_at"] = summary["first_batch_at"] or now
+        summary["last_batch_at"] = now
+
+    batch: list[Any] = []
+    try:
+        for record in items:
+            if sub is None:
+                summary["first_record_at"] = time.time()
+                sub = sub_range_of(spec.sub_ranges, record.partition, record.offset)
+                summary.update(partition=sub.partition, index=sub.index)
+                committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index))
+                got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
+                done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
+                kafka_next[0] = done_next
+                done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
+                lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
+                ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
+                if sink_progress:
+                    # the sink's progress for this sub-range (same transaction as its rows) may be
+                    # ahead of the progress group (a crash after the sink's commit, before Kafka's),
+                    # and it never expires (a progress group does: offsets.retention.minutes)
+                    sink_next = handler.progress(spec.topic, [sub.partition], ctx).get(sub.partition)  # type: ignore[attr-defined]
+                    if sink_next is not None and sink_next > done_next:
+                        log.info("resuming from the sink's progress", extra=_fields(
+                            event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
+                            kafka_next=done_next, sink_next=sink_next))
+                        done_next = min(sink_next, sub.end)
+            if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
+                raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
+                                   f"p{sub.partition}[{sub.start}, {sub.end})")
+            if record.offset < done_next:  # done by an earlier attempt of this task (Spark retry)
+                summary["skipped"] += 1
+                continue
+            batch.append(record)
+            if len(batch) >= spec.batch_max_records:
+                flush(batch)
+                batch = []
+        if batch:
+            flush(batch)
+        if sub is not None and kafka_next[0] < sub.end:
+            # the range is read to its end (gaps: markers, compaction), or the sink's progress already
+            # reached it (a crash after the sink's commit of the last batch, before the progress commit)
+            commit(sub.end, done_records)
+        yield summary
+    except SystemicFailure as exc:
+        raise RuntimeError(f"drain task p{sub.partition if sub else '?'} failed: {exc}") from exc
+    finally:
+        if committer is not None:
+            committer.close()
+        if dlq is not None:
+            dlq.close()
+        ctx.close()
