@@ -347,8 +347,9 @@ def handoff(bootstrap: str, admin: Any, group: str, topic: str, drain_id: int, s
 def longest_gap(ats: list[float], t_from: float, t_to: float) -> float:
     """The longest time without a commit in [t_from, t_to], given commit times (pure): the window is
     bounded by the last commit before it (or t_from) and t_to."""
-    before = [a for a in ats if a < t_from]
-    edges = [before[-1] if before else t_from] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
+    # the LAST commit before the window (``ats`` comes from SQL in no particular order)
+    before = max((a for a in ats if a < t_from), default=t_from)
+    edges = [before] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
     return max(b - a for a, b in zip(edges, edges[1:]))
 
 

@@ -112,6 +112,7 @@ def test_startup_breakdown_is_relative_to_process_start_in_milestone_order():
     ([9.0, 11.0, 12.0, 20.0], 8.0),   # the longest gap is inside
     ([5.0, 14.0, 15.0], 9.0),         # the gap from the last commit before the window counts
     ([10.0, 11.0], 9.0),              # silent until the end of the window
+    ([9.5, 3.0, 11.0, 12.0, 13.0, 15.0, 17.0, 19.0], 2.0),  # unordered (as SQL returns them): the LAST commit before counts
 ])
 def test_longest_gap(ats, expect):
     assert longest_gap(ats, 10.0, 20.0) == pytest.approx(expect)
