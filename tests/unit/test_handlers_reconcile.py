@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lagpilot.kafka_observe import AdminPool, CapacityReport, Observation, ObserveError, PartitionOffsets, cycle_phase_s
+from lagpilot_runtime.commit_metadata import CapacityReport
+from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, PartitionOffsets, cycle_phase_s
 from lagpilot.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.reconcile import Cache, Deps, GroupRef, aligned_delay, apply_deployment, backoff_s, run_cycle

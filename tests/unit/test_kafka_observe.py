@@ -11,24 +11,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from lagpilot.kafka_observe import (AdminHandle, AdminPool, ObserveError, SecretError, admin_config, classify,
-                                    config_key, observe, parse_capacity_metadata)
+                                    config_key, observe)
 from lagpilot.spec import KafkaSpec
-
-
-@pytest.mark.parametrize("meta, cap, ts", [
-    ("lp1;cap=137.5;ts=1700000000000", 137.5, 1700000000000),
-    ("lp1;ts=5;cap=2", 2.0, 5),
-    ("lp1;cap=0;ts=5", 0.0, 5),
-], ids=["plain", "reordered", "zero"])
-def test_capacity_metadata(meta: str, cap: float, ts: int) -> None:
-    r = parse_capacity_metadata(meta)
-    assert r is not None and r.records_per_second == cap and r.ts_ms == ts
-
-
-@pytest.mark.parametrize("meta", [None, "", "foreign tool", "lp1;cap=abc;ts=1", "lp1;cap=1", "lp2;cap=1;ts=1",
-                                  "lp1;cap=-1;ts=1", "lp1;cap=inf;ts=1"])
-def test_capacity_metadata_rejects(meta: str | None) -> None:
-    assert parse_capacity_metadata(meta) is None
 
 
 def b64(s: str) -> str:

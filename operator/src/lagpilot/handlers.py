@@ -58,7 +58,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
         kopf.event(body, type=type_, reason=reason, message=message)
 
     cfg = memo.config
-    if getattr(memo, "drain", None) is None:  # the drain executor (issue 6): Jobs + offset hand-off
+    if getattr(memo, "drain", None) is None:  # the drain executor: Jobs + offset hand-off
         from lagpilot.drain import DrainExecutor
         memo.drain = DrainExecutor(memo.kube._client)
     # the Deployment from the watch's cache (deployment_seen), not a GET per cycle

@@ -43,17 +43,16 @@ from lagpilot.kafka_common import (_KAFKA_LOG, NoPartitions, ObserveError, Secre
 from lagpilot.kafka_config import admin_config, config_key
 from lagpilot.offsets_snapshot import (OFFSETS_TOPIC, OffsetsSnapshot, _snapshot_consumer_factory,
                                        offsets_partition_for, parse_offset_commit)
+from lagpilot_runtime import commit_metadata
+from lagpilot_runtime.commit_metadata import CapacityReport
 
-__all__ = ["AdminHandle", "AdminPool", "CapacityReport", "ClusterObserver", "ClusterView", "ObserveError",
+__all__ = ["AdminHandle", "AdminPool", "ClusterObserver", "ClusterView", "ObserveError",
            "Observation", "OFFSETS_TOPIC", "OffsetsSnapshot", "PartitionOffsets", "SafeAdmin", "SecretError",
            "TopicWatermarks", "_KAFKA_LOG", "_RepeatFilter", "_snapshot_consumer_factory", "admin_config",
-           "classify", "committed_offsets", "has_commits", "has_commits", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
-           "parse_capacity_metadata", "parse_offset_commit", "peek_oldest", "set_request_counter"]
+           "classify", "committed_offsets", "has_commits", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
+           "parse_offset_commit", "peek_oldest", "set_request_counter"]
 
 log = logging.getLogger(__name__)
-
-CAPACITY_PREFIX = "lp1;"
-
 
 def cycle_phase_s(key: str, poll_interval_s: float) -> float:
     """Where in its poll interval a CR's cycle starts (`reconcile.aligned_delay`): spread over the
@@ -72,33 +71,6 @@ def observe_max_age_s(poll_interval_s: float) -> float:
     except ValueError:
         cap = 5.0
     return max(0.0, min(cap, poll_interval_s / 2))
-
-
-@dataclasses.dataclass(frozen=True)
-class CapacityReport:
-    """What one consumer measured: records per busy second, when (unix ms)."""
-
-    records_per_second: float
-    ts_ms: int
-
-
-def parse_capacity_metadata(metadata: str | None) -> CapacityReport | None:
-    """Parse `lp1;cap=<float>;ts=<int>`; anything else (other tools' metadata) yields None."""
-    if not metadata or not metadata.startswith(CAPACITY_PREFIX):
-        return None
-    fields: dict[str, str] = {}
-    for part in metadata[len(CAPACITY_PREFIX):].split(";"):
-        key, sep, value = part.partition("=")
-        if sep:
-            fields[key.strip()] = value.strip()
-    try:
-        cap = float(fields["cap"])
-        ts = int(fields["ts"])
-    except (KeyError, ValueError):
-        return None
-    if not (cap >= 0 and cap != float("inf")) or ts <= 0:
-        return None
-    return CapacityReport(records_per_second=cap, ts_ms=ts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +154,7 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
 
 def _observation(topic: str, group_id: str, wm: TopicWatermarks,
                  rows: list[tuple[int, int | None, str | None]], now: float) -> Observation:
-    committed = {p: (off, parse_capacity_metadata(meta)) for p, off, meta in rows}
+    committed = {p: (off, commit_metadata.decode(meta)) for p, off, meta in rows}
     parts = tuple(
         PartitionOffsets(partition=i, earliest=int(wm.earliest[i]), latest=int(wm.latest[i]),
                          committed=committed.get(i, (None, None))[0],
@@ -190,33 +162,6 @@ def _observation(topic: str, group_id: str, wm: TopicWatermarks,
         for i in wm.partitions if i in wm.earliest and i in wm.latest
     )
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
-
-
-def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float,
-                snapshot_wait_s: float = 5.0) -> bool | None:
-    """Whether `group_id` has a commit on `topic`, from the `__consumer_offsets` snapshot as of a
-    view whose reads started after this call (every commit made before the call is seen); no
-    OffsetFetch, no per-group consumer. None when the snapshot cannot say (disabled, not loaded
-    within `snapshot_wait_s`, failed) or anything failed: the caller then asks the group itself.
-    The group is not registered with the observer (it is asked once, e.g. the remainder group at a
-    CR's start)."""
-    try:
-        started = time.monotonic()
-        snap = handle.offsets_snapshot()
-        if snap is None:
-            return None
-        wm = handle.observer.view(topic, None, started, timeout_s).topic(topic)
-        gp = snap.group_partition(group_id) if snap.healthy else None
-        end = wm.offsets_ends.get(gp) if gp is not None else None
-        if end is None:
-            return None
-        got = snap.committed(group_id, topic, list(wm.partitions), end,
-                             max(0.0, min(snapshot_wait_s, timeout_s - (time.monotonic() - started))))
-    except Exception:  # noqa: BLE001 - the caller's exact path reports (and classifies) errors
-        return None
-    if got is None:
-        return None
-    return any(off is not None and off >= 0 for _p, off, _meta in got)
 
 
 def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float,

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from lagpilot import __version__
 from lagpilot import estimate as est_mod
 from lagpilot import lag as lag_mod
 from lagpilot import step as step_mod
@@ -96,7 +97,7 @@ class Deps:
     observe: ObserveFn = kafka_observe
     # timestamps of the oldest unprocessed record per lagging partition; None: do not read them
     peek: Callable[..., dict[int, float]] | None = peek_oldest
-    version: str = "0.1.0"
+    version: str = __version__
     drain: Any = None  # lagpilot.drain.DrainExecutor (drain issue); None: no drain hand-offs
     # a status whose only change is the memory (MEMORY_KEYS) is written at most this often
     status_heartbeat_seconds: float = 60.0
