@@ -259,15 +259,11 @@ def test_drain_assisted_count_is_chosen_and_drains_planned_for_it() -> None:
     assert d.required_replicas == 4 and d.desired_replicas == 4
 
 
-@settings(max_examples=60, deadline=None)
-@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
-       start=st.sampled_from([20.0, 90.0]))
-def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
-    """The drain-assisted count depends on the rates only: same load for an hour, the replica count
-    moves in one direction and settles (drains take the lag; here the lag stays 0)."""
+def assert_one_direction_then_settled(rates: list[float], cur: int, pol: DrainPolicy) -> None:
+    """A constant load for an hour (240 cycles of 15 s, lag 0): the replica count moves in one
+    direction, then stays."""
     history = ScalingHistory()
     seq = [min(cur, len(rates))]
-    pol = DrainPolicy(start_up_s=start, assist_always=True)
     for k in range(240):
         o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
         d, history = decide(o, P, history, pol)
@@ -275,6 +271,15 @@ def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> Non
     diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
     assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
     assert len(set(seq[-40:])) == 1, seq
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
+       start=st.sampled_from([20.0, 90.0]))
+def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
+    """The drain-assisted count depends on the rates only: same load for an hour, the replica count
+    moves in one direction and settles (drains take the lag; here the lag stays 0)."""
+    assert_one_direction_then_settled(rates, cur, DrainPolicy(start_up_s=start, assist_always=True))
 
 
 def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
@@ -347,13 +352,4 @@ def test_hot_partition_noisy_around_one_consumer_does_not_toggle_every_cycle() -
        start=st.sampled_from([20.0, 90.0]))
 def test_constant_load_burst_scoped_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
     """The default policy under a constant load (bursts included): one direction, then settled."""
-    history = ScalingHistory()
-    seq = [min(cur, len(rates))]
-    pol = DrainPolicy(start_up_s=start)
-    for k in range(240):
-        o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
-        d, history = decide(o, P, history, pol)
-        seq.append(d.desired_replicas)
-    diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
-    assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
-    assert len(set(seq[-40:])) == 1, seq
+    assert_one_direction_then_settled(rates, cur, DrainPolicy(start_up_s=start))
