@@ -84,6 +84,8 @@ OPERATOR_ALLOWED = [
     ("patch", CRD, "status"),
     ("update", CRD, "finalizers"),
     ("get", "deployments.apps", None), ("create", "deployments.apps", None), ("patch", "deployments.apps", None),
+    # the watch-fed Deployment cache (list, watch); the warm drain runtime's Deployment deleted when turned off
+    ("list", "deployments.apps", None), ("watch", "deployments.apps", None), ("delete", "deployments.apps", None),
     *[(v, "jobs.batch", None) for v in ("get", "create", "delete")],
     ("list", "pods", None),
     ("create", "events", None),
@@ -95,7 +97,6 @@ OPERATOR_DENIED = [
     ("get", CRD, None), ("delete", CRD, None), ("create", CRD, None), ("update", CRD, None),
     ("update", CRD, "status"),
     ("update", "deployments.apps", None),
-    ("delete", "deployments.apps", None), ("list", "deployments.apps", None),
     ("patch", "deployments.apps", "scale"),
     ("list", "jobs.batch", None), ("patch", "jobs.batch", None),
     ("get", "pods", None), ("create", "pods", None), ("delete", "pods", None), ("create", "pods", "exec"),
