@@ -73,6 +73,7 @@ sys.path.insert(0, str(REPO))
 from bench import chaos_faults as cf  # noqa: E402
 from bench.chaos_faults import Fault  # noqa: E402
 from lagpilot_dev.operator_process import OperatorProcess, operator_env  # noqa: E402
+from lagpilot_dev.paths import free_port  # noqa: E402
 
 PARTS = 2
 BATCH = 100
@@ -88,14 +89,6 @@ SINK_MARKER = "sink-after_sink_write"  # the sink's crash hook (lagpilot_runtime
 
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def tcp_open(port: int) -> bool:

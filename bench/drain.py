@@ -377,27 +377,16 @@ RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
 def tree_pss_mb(root: int) -> float:
     """Proportional set size of a process and its descendants (MB): shared pages (the forked Python
     workers share the daemon's) counted once, unlike a sum of RSS."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st:
-                parents[int(name)] = st[0]
+    from bench.chaos_faults import descendants
+
     total = 0
-    for pid in parents:
-        chain, cur = set(), pid
-        for _ in range(12):
-            chain.add(cur)
-            cur = parents.get(cur, 0)
-            if cur <= 1:
-                break
-        if root in chain:
-            try:
-                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-            except (OSError, IndexError, ValueError):
-                pass
+    for pid in [root, *descendants(root)]:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, IndexError, ValueError):
+            pass
     return round(total / 2**20, 1)
 
 
@@ -406,11 +395,9 @@ class WarmRuntime:
     until warm (its cost: warm-up seconds and idle memory, reported), stopped after the run."""
 
     def __init__(self, env: dict[str, str], max_tasks: int, workdir: Path) -> None:
-        import socket
+        from lagpilot_dev.paths import free_port
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         t0 = time.time()
         self._log = open(workdir / "drain-runtime.log", "wb")

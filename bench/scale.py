@@ -35,7 +35,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,12 +47,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 CRD_NAME = "batchconsumergroups.lagpilot.io"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -172,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from lagpilot_dev.paths import free_port
     from lagpilot_dev.stack import Stack
 
     stack = Stack()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -19,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from lagpilot_dev.paths import free_port
 from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
 from tests.real.test_drain_job import PARTS, drain_env, ledger, produce, progress, start_drain, wait_for
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 PER_PARTITION = 3000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _health(url: str) -> dict | None:
@@ -60,7 +54,7 @@ def test_a_killed_caller_cancels_its_plan_and_the_retry_is_exact(kafka_bootstrap
     subs = split_ranges(ranges, 2, min_records_per_task=200)
     plan = DrainPlan("rt1", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 6)).validate()
     table = "drt_" + uuid.uuid4().hex[:8]
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
                     LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table,

@@ -143,11 +143,10 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
 
 
 def test_nothing_listening_is_unreachable():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from lagpilot_dev.paths import free_port
+
     with pytest.raises(Unreachable):
-        drain_runtime.request(f"http://127.0.0.1:{port}", PLAN)
+        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN)
 
 
 def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):

@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from . import jsonlog
+from .jsonlog import fields as _fields
 from .config import ConfigError, ConsumerConfig
 from . import handoff_mailbox as mbx
 from .failure import (Abandoned, DeadLetterError, DeadLetterProducer, Failure, RetryPolicy, SystemicFailure,
@@ -148,10 +149,6 @@ def _handoff_metrics(registry: Any) -> tuple[Any, Any]:
                      "How long the last hand-off held this consumer's loop (mailbox read to seek)", registry=registry))
         _HANDOFF_METRICS[id(registry)] = got
     return got
-
-
-def _fields(**kw: Any) -> dict[str, Any]:
-    return {"fields": kw}
 
 
 class BatchConsumer:
