@@ -125,7 +125,7 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
     server, url = _serve(runtime)
     try:
         assert drain_runtime.request(url, PLAN).summary == {"records": 3}
-        runtime._busy.acquire()  # another plan runs: the caller retries, then gives up with a failure
+        runtime._plan_lock.acquire()  # another plan runs: the caller retries, then gives up with a failure
         runtime.current = "40"
         slept: list[float] = []
         clock = iter(range(100))
@@ -133,7 +133,7 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
                                         now=lambda: float(next(clock)))
         assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
         runtime.current = None
-        runtime._busy.release()
+        runtime._plan_lock.release()
         runtime.ready.clear()
         with pytest.raises(Unreachable):  # not warm: the Job drains by itself
             drain_runtime.request(url, PLAN)
@@ -161,28 +161,87 @@ def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
         server.server_close()
 
 
-def test_keep_workers_runs_one_task_per_slot_but_never_during_a_plan(runtime: DrainRuntime):
-    ran: list[int] = []
+class _Frame:
+    """spark.range(...).mapInArrow(...): collect() records its task count and may block (a keep-warm job in flight)."""
 
-    class Frame:
-        def __init__(self, n: int) -> None:
-            self.n = n
+    def __init__(self, n: int, ran: list[int], hold: threading.Event | None = None,
+                 started: threading.Event | None = None) -> None:
+        self.n, self.ran, self.hold, self.started = n, ran, hold, started
 
-        def mapInArrow(self, fn, schema):  # noqa: N802 - Spark's name
-            return self
+    def mapInArrow(self, fn, schema):  # noqa: N802 - Spark's name
+        return self
 
-        def collect(self):
-            ran.append(self.n)
-            return []
+    def collect(self):
+        if self.started is not None:
+            self.started.set()
+        if self.hold is not None:
+            self.hold.wait(10)
+        self.ran.append(self.n)
+        return []
 
+
+def _fake_keep_warm(runtime: DrainRuntime, ran: list[int], hold: threading.Event | None = None,
+                    started: threading.Event | None = None) -> None:
     runtime.spark.sparkContext.setJobGroup = lambda *a, **k: None
-    runtime.spark.range = lambda start, end, numPartitions: Frame(numPartitions)
+    runtime.spark.range = lambda start, end, numPartitions: _Frame(numPartitions, ran, hold, started)
+
+
+def _run_until_released(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Thread, threading.Event]:
+    """A plan running in the runtime (on its own thread) until the returned event is set."""
+    release = threading.Event()
+    monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
+    first = threading.Thread(target=runtime.serve_plan, args=(PLAN.to_json(), lambda: False))
+    first.start()
+    deadline = time.time() + 5
+    while runtime.current is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert runtime.current == PLAN.drain_id
+    return first, release
+
+
+def test_keep_workers_runs_one_task_per_slot_but_not_during_a_plan(runtime: DrainRuntime,
+                                                                  monkeypatch: pytest.MonkeyPatch):
+    ran: list[int] = []
+    _fake_keep_warm(runtime, ran)
     assert runtime.keep_workers() and ran == [4]  # parallelism 4: four concurrent tasks, four workers
-    runtime._busy.acquire()
+    first, release = _run_until_released(runtime, monkeypatch)
     try:
-        assert not runtime.keep_workers() and ran == [4]
+        assert not runtime.keep_workers() and ran == [4]  # a plan's tasks keep the workers alive
     finally:
-        runtime._busy.release()
+        release.set()
+        first.join(5)
+    assert runtime.keep_workers() and ran == [4, 4]
+
+
+def test_a_plan_arriving_during_keep_warm_is_taken_at_once_a_second_plan_gets_409(
+        runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    """The keep-warm job (a no-op Spark job: reads nothing, writes nothing) does not hold the plan
+    lock: a plan runs beside it; plans exclude each other (409), keep-warm or not."""
+    ran: list[int] = []
+    hold, started = threading.Event(), threading.Event()
+    _fake_keep_warm(runtime, ran, hold, started)
+    keep_warm = threading.Thread(target=runtime.keep_workers)
+    keep_warm.start()
+    try:
+        assert started.wait(5)  # the keep-warm job is in flight (its collect() blocks on `hold`)
+        beside: list[bool] = []
+        second: list[tuple[int, Outcome]] = []
+
+        def fake_run(*a, **k):
+            beside.append(keep_warm.is_alive() and not ran)  # the keep-warm job has not finished
+            second.append(runtime.serve_plan(DrainPlan("43", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2).to_json(),
+                                             lambda: False))
+            return {"records": 10}
+
+        monkeypatch.setattr(drain_job, "run", fake_run)
+        status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
+        assert (status, outcome.summary) == (200, {"records": 10})
+        assert beside == [True]  # taken while the keep-warm job still ran, not after it
+        assert [s for s, _ in second] == [409] and "busy with drain 41" in second[0][1].message
+    finally:
+        hold.set()
+        keep_warm.join(5)
+    assert ran == [4] and runtime.current is None
 
 
 def test_a_runtime_that_dies_mid_plan_fails_the_attempt_with_a_message():

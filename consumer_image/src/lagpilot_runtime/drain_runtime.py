@@ -119,7 +119,7 @@ class DrainRuntime:
         self.parallelism = max(parallelism, 1)
         self.spark: Any = None
         self.ready = threading.Event()
-        self._busy = threading.Lock()
+        self._plan_lock = threading.Lock()  # held by a plan only: plans never run beside each other
         self.current: str | None = None
         self.served = 0
 
@@ -168,8 +168,12 @@ class DrainRuntime:
         """Run one tiny task per slot at once, unless a plan runs: Spark forks a Python worker per
         concurrent task and kills workers idle for a minute, so without this every plan after a quiet
         minute forks its workers again (measured: the first plan's tasks took 4.7 s to their first
-        record, the next ones 0.8-1.0 s). Returns False when a plan was running (nothing done)."""
-        if not self._busy.acquire(blocking=False):
+        record, the next ones 0.8-1.0 s). Returns False when a plan was running (nothing done).
+
+        It does not take the plan lock: the job reads and writes nothing and runs in its own job
+        group (job groups are per thread: PySpark's pinned-thread mode, the default), so a plan that
+        arrives meanwhile starts at once beside it, and cancelling that plan never touches it."""
+        if self.current is not None:  # a plan's tasks keep the workers alive
             return False
         try:
             self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-keep-warm", "keep workers", interruptOnCancel=True)
@@ -180,15 +184,12 @@ class DrainRuntime:
             log.info("keeping the workers warm failed", extra=_fields(
                 event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
             return False
-        finally:
-            self._busy.release()
 
     def serve_plan(self, text: str, caller_gone: Callable[[], bool]) -> tuple[int, Outcome]:
         """Run one plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away."""
         if not self.ready.is_set():
             return 503, Outcome(drain_job.EXIT_FAILED, "drain runtime not warm yet")
-        # the keep-warm job holds the lock for a moment (current None): wait for it; a plan: busy
-        if not self._busy.acquire(timeout=0 if self.current else 10):
+        if not self._plan_lock.acquire(blocking=False):
             return 409, Outcome(drain_job.EXIT_FAILED, f"drain runtime busy with drain {self.current}")
         try:
             try:
@@ -221,7 +222,7 @@ class DrainRuntime:
             return 200, outcome
         finally:
             self.current = None
-            self._busy.release()
+            self._plan_lock.release()
 
 
 def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
