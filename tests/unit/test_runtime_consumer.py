@@ -7,7 +7,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.consumer import BatchConsumer
+from lagpilot_runtime.batch_consumer import BatchConsumer
 from lagpilot_runtime.handler import Record
 from lagpilot_runtime.commit_metadata import decode
 
@@ -412,12 +412,12 @@ def test_failed_commit_is_retried_on_revoke_before_giving_up():
 def test_commit_refused_while_stopping_is_retried_at_close_before_the_partitions_go(monkeypatch):
     # the last batch before a SIGTERM is processed, its commit refused (a rebalance in progress):
     # close() tries again while the partitions are still ours, so the next owner does not replay it
-    from lagpilot_runtime import consumer as mod
+    from lagpilot_runtime import batch_commit, batch_consumer
 
-    monkeypatch.setattr(mod, "CLOSE_COMMIT_BACKOFF_S", 0.0)
+    monkeypatch.setattr(batch_consumer, "CLOSE_COMMIT_BACKOFF_S", 0.0)
     logs = {0: [b"v"] * 3}
     loop, fake = make(logs, Recorder(), per_call=1000)
-    _failing_commits(fake, mod.COMMIT_ATTEMPTS + 1)  # every attempt of the batch's commit + the first at close
+    _failing_commits(fake, batch_commit.COMMIT_ATTEMPTS + 1)  # every attempt of the batch's commit + the first at close
     orig = fake.consume
 
     def consume(num_messages, timeout):
@@ -615,7 +615,7 @@ def test_mailbox_reads_are_rate_limited_and_a_failed_commit_blocks_the_ack():
 
 
 def test_crash_hook_is_off_without_its_env(monkeypatch, tmp_path):
-    from lagpilot_runtime import consumer as mod
+    from lagpilot_runtime import handoff_owner as mod
     monkeypatch.delenv("LP_TEST_HANDOFF_CRASH_AT", raising=False)
     mod._test_crash_point("after_commit")  # returns: no env, no crash
     monkeypatch.setenv("LP_TEST_HANDOFF_CRASH_AT", "after_ack")

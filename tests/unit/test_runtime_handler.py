@@ -65,7 +65,7 @@ def test_kafka_record_is_lazy_and_behaves_as_a_record():
     import dataclasses
     import pickle
 
-    from lagpilot_runtime.consumer import to_record
+    from lagpilot_runtime.kafka_record import to_record
 
     msg = _Msg()
     r = to_record(msg)

@@ -34,7 +34,7 @@ class Record:
     """One Kafka record as handed to handlers; values are raw bytes (decoding is the handler's job).
 
     Not ``slots=True``: the consumer hands out a subclass whose fields are read from the Kafka
-    message on first access (``lagpilot_runtime.consumer.KafkaRecord``), which needs ``__dict__``.
+    message on first access (``lagpilot_runtime.kafka_record.KafkaRecord``), which needs ``__dict__``.
     """
 
     topic: str

@@ -1,0 +1,160 @@
+"""The drain hand-off, the owner's side (docs/drain.md, :mod:`lagpilot_runtime.handoff_mailbox`).
+
+At every batch boundary (after the batch commit, never mid-handler; at most one mailbox read per
+0.5 s) and synchronously in on_assign for newly assigned partitions, the loop reads the hand-off
+mailbox of its partitions through a second Consumer that never subscribes. For a drain request on a
+partition it owns it writes the ack (start = its committed offset), THEN commits its own offset
+``split``, THEN seeks there: the drained partition pauses for that one step, the other partitions
+not at all.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from . import commit_metadata
+from . import handoff_mailbox as mbx
+from .consumer_state import KAFKA_CALL_TIMEOUT_S, TP, FatalError, LoopState, log
+from .handler import describe_error
+from .jsonlog import fields as _fields
+
+HANDOFF_CHECK_INTERVAL_S = 0.5  # at most two mailbox reads (OffsetFetch) a second at batch boundaries: the ack delays a drain's start
+
+
+def _test_crash_point(point: str) -> None:
+    """Die like ``kill -9`` at a named hand-off step, once (marker file holding the pid): the real
+    tests' way to kill a consumer between its ack, its split commit and its seek.
+
+    LP_TEST_HANDOFF_CRASH_AT="after_ack|after_commit" and LP_TEST_HANDOFF_CRASH_DIR; unset in
+    production (a no-op). Not LAGPILOT_*: those names are reserved in the CR's template env."""
+    at = os.environ.get("LP_TEST_HANDOFF_CRASH_AT")
+    marker_dir = os.environ.get("LP_TEST_HANDOFF_CRASH_DIR")
+    if not at or not marker_dir or point not in at.split(","):
+        return
+    marker = os.path.join(marker_dir, f"handoff-{point}")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # once across all consumer processes
+    except FileExistsError:
+        return
+    os.write(fd, f"{os.getpid()} {time.time()} {os.environ.get('HOSTNAME', '')}".encode())  # pid, when, pod
+    os.close(fd)
+    log.warning("fault injection: exiting", extra=_fields(event="test_crash", point=point))
+    os._exit(137)
+
+
+_HANDOFF_METRICS: dict[int, tuple[Any, Any]] = {}
+
+
+def handoff_metrics(registry: Any) -> tuple[Any, Any]:
+    got = _HANDOFF_METRICS.get(id(registry))
+    if got is None:
+        from prometheus_client import Counter, Gauge
+        got = (Counter("lagpilot_consumer_handoffs_total", "Drain hand-off steps taken by this consumer, by outcome",
+                       ["outcome"], registry=registry),
+               Gauge("lagpilot_consumer_handoff_pause_seconds",
+                     "How long the last hand-off held this consumer's loop (mailbox read to seek)", registry=registry))
+        _HANDOFF_METRICS[id(registry)] = got
+    return got
+
+
+class HandoffOwner(LoopState):
+    """The hand-off steps of the partitions this consumer owns (part of BatchConsumer)."""
+
+    handoffs: Any  # Counter by outcome
+    handoff_pause: Any  # Gauge: the last hand-off's pause
+    _last_handoff_check: float
+
+    def check_handoff(self, parts: set[TP] | None = None) -> None:
+        """Apply the owner's mailbox rule (handoff_mailbox.owner_step) to owned partitions.
+
+        Called at batch boundaries (rate-limited) and from on_assign for the new partitions
+        (``parts``, always). A failure here is logged and retried at the next check: the ack and
+        the split commit are each idempotent under the rule."""
+        if self.mailbox is None:
+            return
+        explicit = parts
+        if parts is None:
+            if self.clock() - self._last_handoff_check < HANDOFF_CHECK_INTERVAL_S:
+                return
+            self._last_handoff_check = self.clock()
+            parts = set(self.owned)
+        # a partition with a failed commit outstanding has processed records above its commit:
+        # acking that commit would hand them to the drain too; wait for the commit to succeed
+        todo = sorted(tp for tp in parts - self.paused if tp in self.owned and tp not in self.uncommitted)
+        if not todo:
+            return
+        from confluent_kafka import TopicPartition
+
+        t0 = self.clock()
+        # in on_assign a few tries: a new owner that skipped the check could process records an
+        # earlier owner's ack already gave the drain (duplicates, never a gap: the next check fixes it)
+        tries = 1 if explicit is None else 3
+        for attempt in range(tries):
+            try:
+                got = self.mailbox.committed([TopicPartition(t, p) for t, p in todo], timeout=KAFKA_CALL_TIMEOUT_S)
+                break
+            except Exception as exc:  # noqa: BLE001 - retried at the next boundary
+                log.warning("reading the hand-off mailbox failed", extra=_fields(
+                    event="handoff_read_failed", error=describe_error(exc), attempt=attempt))
+        else:
+            return
+        for tp in got:
+            entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            if entry is None or entry.done:
+                continue
+            key = (tp.topic, tp.partition)
+            if entry.acked and self.committed.get(key, -1) >= entry.split:
+                continue  # frozen: nothing to do (no OffsetFetch needed)
+            try:
+                own = self._own_committed(key)
+                self._apply_handoff(key, entry, mbx.owner_step(entry, own), own, t0)
+            except FatalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried at the next boundary / by the next owner
+                log.warning("hand-off step failed; retried at the next check", extra=_fields(
+                    event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
+
+    def _apply_handoff(self, key: TP, entry: mbx.Entry, step: mbx.OwnerStep, own: int, t0: float) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        t, p = key
+        if step.noop:
+            return
+        if step.ack is not None:  # 1. the ack (start = own committed): before the split commit
+            res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=step.ack.encode())], asynchronous=False)
+            errors = [x for x in (res or []) if getattr(x, "error", None)]
+            if errors:
+                raise KafkaException(errors[0].error)
+            _test_crash_point("after_ack")
+        moved = step.move_to is not None
+        if moved:
+            split = int(step.move_to)  # type: ignore[arg-type]
+            # 2. our own offset to split (synchronous); records below it now belong to the drain
+            metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
+            res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
+            errors = [x for x in (res or []) if getattr(x, "error", None)]
+            if errors:
+                raise KafkaException(errors[0].error)
+            self.committed[key] = split
+            self.floor[key] = split
+            self.metrics.committed_offset.labels(t, str(p)).set(split)
+            _test_crash_point("after_commit")
+            # 3. seek: drop what was prefetched below split
+            self.skip_below[key] = split
+            self.pending = [r for r in self.pending if (r.topic, r.partition) != key or r.offset >= split]
+            try:
+                self.consumer.seek(TopicPartition(t, p, split))
+            except Exception as exc:  # noqa: BLE001 - in on_assign the partition is not assigned yet:
+                # its fetch then starts from the committed offset (split); skip_below guards either way
+                log.debug("seek after hand-off deferred", extra=_fields(event="handoff_seek_deferred", partition=p,
+                                                                        error=describe_error(exc)))
+        pause = max(0.0, self.clock() - t0)
+        outcome = "moved" if moved else "acked_empty"
+        self.handoffs.labels(outcome).inc()
+        if moved:
+            self.handoff_pause.set(pause)
+        start = step.ack.ack if step.ack is not None else entry.ack
+        log.info("drain hand-off", extra=_fields(
+            event="handoff_ack", topic=t, partition=p, drain_id=entry.drain_id, start=start, split=entry.split,
+            own_committed=own, moved=moved, reack=entry.acked and step.ack is not None, pause_s=round(pause, 3)))
