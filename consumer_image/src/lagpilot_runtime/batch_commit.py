@@ -26,6 +26,8 @@ COMMIT_ATTEMPTS = 3
 class BatchCommit(LoopState):
     """Processing a batch and committing its positions (part of BatchConsumer)."""
 
+    _last_commit_s: float  # the previous commit's duration (stands in for this one's in the capacity)
+
     def process(self, batch: list[Record]) -> None:
         """Handler (with the failure policy), then commit. Raises FatalError to stop the loop."""
         t0 = self.clock()

@@ -66,10 +66,9 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         self.health = health or Health(stale_after_s=cfg.max_poll_interval_ms / 1000.0)
         self.clock = clock
         self.wall_ms = wall_ms
-        self.stop_event = threading.Event()
+        self.stop_event = threading.Event()  # the fields: consumer_state.LoopState
         self.ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
                                 source="consumer", concurrency=cfg.concurrency, group_id=cfg.group_id)
-        # exactly-once capability: the handler stores its progress with its output (docs/consumer.md)
         self.sink_progress = commits_progress(handler)
         self.policy = RetryPolicy(cfg.max_retries, cfg.retry_backoff_ms)
         self.capacity = CapacityEstimator(cfg.batch_max_records)
@@ -80,13 +79,12 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         self.high_watermarks: dict[TP, int] = {}
         self.exit_code = 0
         self.fatal: BaseException | None = None
-        self.processed_records = 0  # records of successful batches (dead-lettered included)
+        self.processed_records = 0
         self._last_commit_s = 0.0
-        self.uncommitted: dict[TP, int] = {}  # processed, commit failed non-fatally: retried later
-        # drain hand-off: a Consumer of the mailbox group that never subscribes (None: disabled)
+        self.uncommitted: dict[TP, int] = {}
         self.mailbox = mailbox
-        self.floor: dict[TP, int] = {}       # handed-off partitions: never commit below their split
-        self.skip_below: dict[TP, int] = {}  # drop records below the split (a seek that could not run yet)
+        self.floor: dict[TP, int] = {}
+        self.skip_below: dict[TP, int] = {}
         self._last_handoff_check = float("-inf")
         self.handoffs, self.handoff_pause = handoff_metrics(self.metrics.registry)
 

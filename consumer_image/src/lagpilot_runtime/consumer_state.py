@@ -46,7 +46,7 @@ class LoopState:
     pending: list[Record]  # taken from Kafka, not yet handed to the handler
     owned: set[TP]
     paused: set[TP]  # paused by the failure policy
-    committed: dict[TP, int]  # our last successful commit per partition
+    committed: dict[TP, int]  # our last successful commit per partition (batch, hand-off split, sink catch-up)
     high_watermarks: dict[TP, int]
     exit_code: int
     fatal: BaseException | None  # set inside a callback; the loop stops with it
