@@ -2,24 +2,30 @@
 
 No Docker engine runs here and public base images cannot be pulled, so:
 
-- tools: Debian's `podman` (runs the images, with the `runc` runtime) and `debootstrap` are installed
+- tools: Debian's `podman` (runs the images, with the `runc` runtime) and `mmdebstrap` are installed
   with apt-get (podman needs conmon, its config under /etc/containers and a runtime at fixed paths;
   an extracted tree would need all of those re-pointed, which apt does for us on this root machine).
   Debian's buildah (1.28) cannot parse `ADD --checksum=...` (consumer_image/Dockerfile), so buildah
-  BUILDAH_VERSION is built from the Go module proxy into the cache (once; ~minutes on 2 cores).
+  BUILDAH_VERSION is built from the Go module proxy into the cache (once; ~minutes on 2 cores), against
+  Debian's libsqlite3 (tag `libsqlite3`) rather than compiling the sqlite amalgamation with cgo.
 - base: `FROM python:3.11-slim-bookworm` (consumer) and `python:3.11-slim` (operator's ARG default)
-  name an image that cannot be pulled. A stand-in is made once from a `debootstrap --variant=minbase`
-  of Debian bookworm with Debian's python3.11 + python3.11-venv, a virtualenv at /usr/local (so
+  name an image that cannot be pulled. A stand-in is made once from an `mmdebstrap --variant=minbase`
+  of Debian bookworm (apt downloads, pipelined: several times faster than debootstrap here) with Debian's python3.11 + python3.11-venv, a virtualenv at /usr/local (so
   `python`/`pip` are /usr/local/bin/{python,pip} as in the official image) and the host's apt
   sources, committed under both names. Differences from the official image are listed in docs/images.md.
 - build: `buildah bud --layers --pull=never --isolation chroot --network host` with the UNCHANGED
   Dockerfile and its `<Dockerfile>.dockerignore`; layers are cached in the storage under the cache.
+  The RUN steps see (read-only bind mounts, never in a layer) the host's CA bundle and a pip.conf whose
+  `find-links` is a flat directory of the pure-Python wheels pip already built on the host (pyspark's
+  ~430 MB sdist, built into a wheel by `dev/setup`): the same version from the index would be the
+  sdist, and pip prefers a wheel of the same version, so the image's pip skips that download + build.
 - run: `podman run --network host` of each image: the operator's `lagpilot operator --help`, `id`
   in each (the image's USER), and the consumer's default command (`consume`) against the dev
   stack's Kafka into its PostgreSQL, stopped with SIGTERM once every record landed.
 
-State lives in $LAGPILOT_CACHE/images (default ~/.cache/lagpilot/images): bin/ (buildah), storage/
-(containers-storage, overlay driver), base/ (debootstrap work dir, removed after the commit).
+State lives in $LAGPILOT_IMAGES_CACHE, else $LAGPILOT_CACHE/images (default ~/.cache/lagpilot/images):
+bin/ (buildah), storage/ (containers-storage, overlay driver), base/ (mmdebstrap work dir, removed after
+the commit), wheels/ (links to the host's built wheels). buildah's Go build uses Go's own (user-wide) caches.
 """
 from __future__ import annotations
 
@@ -44,15 +50,21 @@ log = logging.getLogger("lagpilot_dev.images")
 BUILDAH_MODULE = "github.com/containers/buildah"
 BUILDAH_VERSION = "v1.41.5"  # ADD --checksum needs >= 1.32; this one builds with the machine's Go
 # no gpgme, btrfs or devicemapper headers needed: pure-Go OpenPGP, no such graph drivers
-BUILDAH_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper"
+# libsqlite3: link Debian's libsqlite3 (libsqlite3-dev) instead of compiling go-sqlite3's 8 MB C amalgamation
+BUILDAH_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper libsqlite3"
 # netavark: buildah 1.41 sets up its network backend even for --network host and looks for it
-APT_PACKAGES = ("podman", "runc", "netavark", "debootstrap")
+# mmdebstrap: the base (apt's pipelined downloads and resolver; debootstrap took 7-8 min here, network-bound)
+# libsqlite3-dev: buildah's sqlite blob-info cache links against it (BUILDAH_TAGS)
+APT_PACKAGES = ("podman", "runc", "netavark", "mmdebstrap", "libsqlite3-dev")
 SUITE = "bookworm"
-# python3-distutils (+ lib2to3): python3.11-venv needs it through a virtual package debootstrap does not resolve
+# python3-distutils (+ lib2to3): python3.11-venv needs them (debootstrap, used before, did not resolve the virtual package)
 BASE_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3.11", "python3.11-venv", "python3-distutils", "python3",
                  "python3-lib2to3")
 BASE_NAMES = ("docker.io/library/python:3.11-slim-bookworm", "docker.io/library/python:3.11-slim")
-BASE_VERSION = "1"  # bump to remake the base when its recipe changes
+# bump to remake the base when its recipe changes. Not bumped for the move from debootstrap (bookworm
+# only) to mmdebstrap (bookworm + -updates + -security): the same packages and layout, so an existing
+# base stays a valid stand-in and a machine's cached layers are kept (a bump costs a cold rebuild)
+BASE_VERSION = "1"
 STORAGE_DRIVER = "overlay"
 RUNTIME = "runc"
 HOST_APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -116,7 +128,10 @@ class Layout:
 
 
 def default_layout() -> Layout:
-    return Layout(cache_dir() / "images")
+    """$LAGPILOT_IMAGES_CACHE, else $LAGPILOT_CACHE/images: the override moves only this tool's state
+    (e.g. a fresh directory to measure the cold path) and leaves the rest of the cache where it is."""
+    override = os.environ.get("LAGPILOT_IMAGES_CACHE")
+    return Layout(Path(override).expanduser() if override else cache_dir() / "images")
 
 
 def repo_root() -> Path:
@@ -153,23 +168,62 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_CA_PATH = "/etc/lagpilot-build-ca.pem"
 
 
-def build_trust_mounts(layout: Layout) -> list[str]:
-    """Bind mounts for the RUN steps only (never in a layer): the host's CA bundle and a pip.conf
-    pointing pip at it. This machine's egress re-signs TLS with its own CA (in the host's bundle,
-    not in Debian's ca-certificates), so pip inside the build would otherwise fail with
-    CERTIFICATE_VERIFY_FAILED. The built images keep the stock trust store."""
-    if not HOST_CA_BUNDLE.is_file():
+BUILD_WHEELS_PATH = "/lagpilot-wheels"
+
+
+def host_pip_cache() -> Path:
+    return Path(os.environ.get("PIP_CACHE_DIR") or Path.home() / ".cache" / "pip").expanduser()
+
+
+def link_host_wheels(layout: Layout, pip_cache: Path | None = None) -> Path | None:
+    """A flat directory (pip's `find-links` needs one) of the pure-Python wheels (`*-none-any.whl`)
+    pip built from sdists on the host (<pip cache>/wheels/**), hard-linked (copied across devices).
+    None when there are none. Only pure wheels: they install on the image's interpreter as on the host."""
+    src = (pip_cache or host_pip_cache()) / "wheels"
+    wheels = sorted(src.rglob("*-none-any.whl")) if src.is_dir() else []
+    out = layout.root / "wheels"
+    shutil.rmtree(out, ignore_errors=True)
+    if not wheels:
+        return None
+    out.mkdir(parents=True)
+    for w in wheels:
+        dest = out / w.name
+        if dest.exists():
+            continue
+        try:
+            os.link(w, dest)
+        except OSError:
+            shutil.copy2(w, dest)
+    return out
+
+
+def build_mounts(layout: Layout, pip_cache: Path | None = None) -> list[str]:
+    """Bind mounts for the RUN steps only (never in a layer; the Dockerfiles are unchanged):
+    - the host's CA bundle, and pip.conf's `cert` pointing at it: this machine's egress re-signs TLS with
+      its own CA (in the host's bundle, not in Debian's ca-certificates), so pip inside the build would
+      otherwise fail with CERTIFICATE_VERIFY_FAILED. The built images keep the stock trust store.
+    - the host's built wheels (link_host_wheels) as pip.conf's `find-links`: pip still asks the index,
+      and takes a wheel from here only where it is the best candidate (same version: wheel over sdist)."""
+    flags, conf_lines = [], ["[global]"]
+    if HOST_CA_BUNDLE.is_file():
+        flags += ["--volume", f"{HOST_CA_BUNDLE}:{BUILD_CA_PATH}:ro"]
+        conf_lines.append(f"cert = {BUILD_CA_PATH}")
+    wheels = link_host_wheels(layout, pip_cache)
+    if wheels is not None:
+        flags += ["--volume", f"{wheels}:{BUILD_WHEELS_PATH}:ro"]
+        conf_lines.append(f"find-links = {BUILD_WHEELS_PATH}")
+    if not flags:
         return []
     conf = layout.root / "pip-build.conf"
-    conf.write_text(f"[global]\ncert = {BUILD_CA_PATH}\n")
-    return ["--volume", f"{HOST_CA_BUNDLE}:{BUILD_CA_PATH}:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+    conf.write_text("\n".join(conf_lines) + "\n")
+    return [*flags, "--volume", f"{conf}:/etc/pip.conf:ro"]
 
 
 def bud_argv(layout: Layout, image: ImageDef, context: Path) -> list[str]:
     """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull."""
     return layout.buildah_argv(
         "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(RUN_NPROC_CAP),
-        *build_trust_mounts(layout),
+        *build_mounts(layout),
         "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
         "-t", image.tag, str(context))
 
@@ -211,8 +265,8 @@ def ensure_buildah(layout: Layout) -> Path:
     """Build buildah BUILDAH_VERSION from the Go module proxy into the cache (once)."""
     if layout.buildah.is_file():
         return layout.buildah
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
+    go = go_toolchain()
+    if go is None:
         raise RuntimeError("no Go toolchain: buildah is built from the Go module proxy")
     # `go install module@version` asks the proxy for the module's version list (deprecation check),
     # which the proxy here refuses; downloading the one version and building inside it does not.
@@ -228,12 +282,38 @@ def ensure_buildah(layout: Layout) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     log.info("building buildah from the Go module proxy", extra={"version": BUILDAH_VERSION})
-    _run(["nice", go, "build", "-mod=mod", "-p", "1", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
+    # all cores (`-p 1` before serialised its ~300 package compiles)
+    _run(["nice", go, "build", "-mod=mod", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
          cwd=work, env={**os.environ, "CGO_ENABLED": "1"}, timeout=3600)
     out.rename(layout.buildah)
     shutil.rmtree(work, ignore_errors=True)
     log.info("built buildah", extra={"seconds": round(time.monotonic() - t0, 1)})
     return layout.buildah
+
+
+def go_toolchain() -> str | None:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    return go if Path(go).exists() else None
+
+
+def missing_preconditions(layout: Layout) -> list[str]:
+    """What stops build_and_run before it starts, each as a sentence saying what to do (empty: nothing).
+    Checked without installing anything: apt packages need root, buildah needs Go (unless built)."""
+    problems = []
+    missing = [p for p in APT_PACKAGES if not dpkg_installed(p)]
+    if missing and os.geteuid() != 0:
+        problems.append(f"Debian packages {', '.join(missing)} missing and not root: apt-get install {' '.join(missing)}")
+    if missing and os.geteuid() == 0 and shutil.which("apt-get") is None:
+        problems.append(f"Debian packages {', '.join(missing)} missing and no apt-get")
+    if not layout.buildah.is_file() and go_toolchain() is None:
+        problems.append("no Go toolchain (`go`) to build buildah from the Go module proxy")
+    return problems
+
+
+def tool_versions(layout: Layout) -> dict[str, str]:
+    """`buildah --version` and `podman --version` as installed: proof the tools exist after ensure_tools."""
+    return {"buildah": _run([str(layout.buildah), "--version"]).stdout.strip(),
+            "podman": _run(["podman", "--version"]).stdout.strip()}
 
 
 def ensure_tools(layout: Layout) -> dict[str, Any]:
@@ -242,7 +322,8 @@ def ensure_tools(layout: Layout) -> dict[str, Any]:
     ensure_buildah(layout)
     for d in (layout.storage, layout.runroot, layout.tmp):
         d.mkdir(parents=True, exist_ok=True)
-    return {"apt_installed": installed, "buildah": str(layout.buildah), "seconds": round(time.monotonic() - t0, 1)}
+    return {"apt_installed": installed, "buildah": str(layout.buildah), "versions": tool_versions(layout),
+            "seconds": round(time.monotonic() - t0, 1)}
 
 
 # ---------------------------------------------------------------- base
@@ -275,19 +356,26 @@ def apt_mirror() -> str:
     raise RuntimeError("no Debian mirror in the host's apt sources")
 
 
+def mmdebstrap_argv(rootfs: Path) -> list[str]:
+    """minbase bookworm + BASE_PACKAGES into the directory `rootfs`, from the host's apt sources (the
+    deb822 file: bookworm, -updates, -security, as the official image is built) or else its mirror."""
+    sources = str(HOST_APT_SOURCES) if HOST_APT_SOURCES.is_file() else apt_mirror()
+    return ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
+            f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), sources]
+
+
 def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
-    """Make the python:3.11-slim-bookworm stand-in once (debootstrap + Debian's python3.11)."""
+    """Make the python:3.11-slim-bookworm stand-in once (mmdebstrap + Debian's python3.11)."""
     if not force and all(image_exists(layout, n) for n in BASE_NAMES) and base_label_ok(layout):
         return {"made": False}
     t0 = time.monotonic()
     work = layout.base_work
-    rootfs, done = work / "rootfs", work / "debootstrap.done"
-    if force or not done.is_file():  # a finished debootstrap of an interrupted run is reused
+    rootfs, done = work / "rootfs", work / "mmdebstrap.done"
+    if force or not done.is_file():  # a finished mmdebstrap of an interrupted run is reused
         shutil.rmtree(work, ignore_errors=True)
         rootfs.parent.mkdir(parents=True, exist_ok=True)
-        log.info("debootstrap", extra={"suite": SUITE, "packages": list(BASE_PACKAGES)})
-        _run(["nice", "debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE,
-              str(rootfs), apt_mirror()], timeout=1800)
+        log.info("mmdebstrap", extra={"suite": SUITE, "packages": list(BASE_PACKAGES)})
+        _run(["nice", *mmdebstrap_argv(rootfs)], timeout=1800)
         done.write_text(f"{SUITE} {' '.join(BASE_PACKAGES)}\n")
     # python/pip as in the official image: /usr/local/bin/{python,python3,pip,pip3}, site-packages
     # under /usr/local/lib/python3.11 (a virtualenv over Debian's interpreter; pip from ensurepip)
@@ -320,7 +408,7 @@ def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
             "--env", "LANG=C.UTF-8", "--env", "PYTHON_VERSION=3.11 (Debian python3.11)",
             "--cmd", '["python3"]', "--os", "linux", "--arch", "amd64",
             "--annotation", f"org.lagpilot.base.version={BASE_VERSION}",
-            "--label", "org.lagpilot.base=debootstrap bookworm minbase + Debian python3.11 (stand-in for python:3.11-slim-bookworm)",
+            "--label", "org.lagpilot.base=mmdebstrap bookworm minbase + Debian python3.11 (stand-in for python:3.11-slim-bookworm)",
             ctr))
         _run(layout.buildah_argv("commit", "--rm", ctr, BASE_NAMES[0]), timeout=900)
     except Exception:
@@ -511,7 +599,7 @@ def build_and_run(names: Sequence[str] = ("operator", "consumer"), run: bool = T
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default="operator,consumer", help="comma-separated images (default: %(default)s)")
     p.add_argument("--no-run", action="store_true", help="build only")
-    p.add_argument("--rebuild-base", action="store_true", help="remake the debootstrap base image")
+    p.add_argument("--rebuild-base", action="store_true", help="remake the mmdebstrap base image")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
 
