@@ -25,7 +25,7 @@ WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill",)
 RUNTIME_LABEL = "lagpilot.io/drain-runtime"
 RUNTIME_CONFIG_ANNOTATION = "lagpilot.io/drain-runtime-config"  # the runtime pod's config hash
 
-# the operator's test crash points (LAGPILOT_TEST_CRASH_AT, operator/src/lagpilot/drain.py) per kind:
+# the operator's test crash points (LAGPILOT_TEST_CRASH_AT, operator/src/lagpilot/act/drain.py) per kind:
 # after the plan's status write, after publishing the split, after sealing the acks, after the launch
 HANDOFF_POINTS: dict[str, str] = {
     "operator_at_plan_write": "WriteStatus:status",

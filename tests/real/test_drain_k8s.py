@@ -87,8 +87,8 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
                during: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
     from kubernetes import client
 
-    from lagpilot.drain_manifests import DrainSettings, build_drain_job
-    from lagpilot.handoff import DrainStatus, PartitionRange, Phase, SubProgress
+    from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
+    from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
 

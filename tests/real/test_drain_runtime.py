@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot.drain_runtime import APP_NAME, runtime_name, runtime_port
+from lagpilot.act.drain_runtime import APP_NAME, runtime_name, runtime_port
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import events_for

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
-from lagpilot.handoff import history_of, ranges_of
+from lagpilot.decide.handoff import history_of, ranges_of
 from tests.fixtures.kube import wait_until
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401  (crd: fixture)
 
@@ -174,7 +174,7 @@ def wait_drain(c: Case, pred: Callable[[dict[str, Any]], bool], what: str, timeo
 def remainder_in_kafka(kafka_admin: Any, group: str, topic: str) -> Any:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    from lagpilot.deletion import decode_remainder, group_offsets_of, remainder_group
+    from lagpilot.decide.deletion import decode_remainder, group_offsets_of, remainder_group
 
     g = remainder_group(group)
     res = kafka_admin.list_consumer_group_offsets(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot import deletion_io
-from lagpilot.deletion import Remainder, remainder_group
+from lagpilot.act import deletion_io
+from lagpilot.decide.deletion import Remainder, remainder_group
 
 pytestmark = [pytest.mark.real]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot.status import parse_time
+from lagpilot.decide.status import parse_time
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
@@ -103,7 +103,7 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
                                                kafka_admin: Any, postgres_dsn: str) -> None:
     from kubernetes import client
 
-    from lagpilot.deployment import deployment_name
+    from lagpilot.act.deployment import deployment_name
 
     apps = client.AppsV1Api(kube_api)
     # a slower handler (3 s per batch of 100): owners ack at their next batch boundary, so the

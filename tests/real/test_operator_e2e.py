@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lagpilot import status as status_mod
+from lagpilot.decide import status as status_mod
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 

@@ -79,9 +79,9 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     # the operator's side: read the progress like the executor does, then the hand-off machine
     from kubernetes import client as k8s
 
-    from lagpilot import handoff as h
-    from lagpilot import drain as drain_mod
-    from lagpilot.drain import DrainExecutor
+    from lagpilot.decide import handoff as h
+    from lagpilot.act import drain as drain_mod
+    from lagpilot.act.drain import DrainExecutor
     from lagpilot.spec import parse_spec
 
     spec = parse_spec({"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": plan.group_id,

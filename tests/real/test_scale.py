@@ -54,7 +54,7 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from lagpilot import kafka_observe as ko
+    from lagpilot.observe import kafka_observe as ko
 
     run = uuid.uuid4().hex[:6]
     topics = [f"snap-{run}-{i}" for i in range(3)]
@@ -126,9 +126,9 @@ def test_remainder_check_from_the_snapshot_sees_a_hand_back(kafka_bootstrap: str
     import time
     import uuid
 
-    from lagpilot import deletion_io
-    from lagpilot import kafka_observe as ko
-    from lagpilot.deletion import Remainder, remainder_group
+    from lagpilot.act import deletion_io
+    from lagpilot.observe import kafka_observe as ko
+    from lagpilot.decide.deletion import Remainder, remainder_group
 
     topic = new_topic(partitions=3, prefix="remainder-check")  # type: ignore[operator]
     group = "g-" + uuid.uuid4().hex[:6]

@@ -153,7 +153,7 @@ def test_dashboard_panels(on: h.Rendered) -> None:
 
 
 def test_pod_monitor_scrapes_the_consumer_pods_the_operator_creates(helm: Path) -> None:
-    from lagpilot.deployment import GROUP_LABEL, HTTP_PORT, labels
+    from lagpilot.act.deployment import GROUP_LABEL, HTTP_PORT, labels
 
     assert h.template(release=RELEASE, namespace=NS, helm=helm).of_kind("PodMonitor") == []
     r = h.template({"podMonitor": {"enabled": True}, "watchNamespaces": ["team-a"]},
@@ -164,7 +164,7 @@ def test_pod_monitor_scrapes_the_consumer_pods_the_operator_creates(helm: Path) 
     pod_labels = labels("orders", "1.0")
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     (ep,) = pm["spec"]["podMetricsEndpoints"]
-    # the port name is the consumer container's (operator/src/lagpilot/deployment.py)
+    # the port name is the consumer container's (operator/src/lagpilot/act/deployment.py)
     src = (Path(h.REPO_ROOT) / "operator" / "src" / "lagpilot" / "deployment.py").read_text()
     assert ep["port"] == "http" and '"name": "http", "containerPort": HTTP_PORT' in src and HTTP_PORT == 8080
     label = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", GROUP_LABEL)

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from lagpilot import kafka_observe as ko
-from lagpilot.cluster_view import ClusterObserver
-from lagpilot.kafka_observe import AdminHandle, ObserveError, observe, offsets_partition_for
+from lagpilot.observe import kafka_observe as ko
+from lagpilot.observe.cluster_view import ClusterObserver
+from lagpilot.observe.kafka_observe import AdminHandle, ObserveError, observe, offsets_partition_for
 
 OFFSETS_PARTS = 8
 
@@ -310,7 +310,7 @@ def test_cycles_of_many_crs_start_within_one_views_freshness_but_not_at_once() -
     """200 CRs with a 10 s interval: every cycle starts within the first 60 % of the 5 s freshness
     bound after a multiple of the interval (so one view serves them all), spread over it (not one
     burst at the API server), each wait between poll/2 and 3·poll/2."""
-    from lagpilot.kafka_observe import cycle_phase_s, observe_max_age_s
+    from lagpilot.observe.kafka_observe import cycle_phase_s, observe_max_age_s
     from lagpilot.reconcile import aligned_delay
 
     poll, now = 10.0, 1_700_000_003.7

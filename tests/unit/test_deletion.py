@@ -5,9 +5,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.deletion import (AdoptKind, DeleteKind, Remainder, adoption, decide, decode_remainder,
-                               encode_remainder, holds_range, remainder_group, remainder_of)
-from lagpilot.handoff import DrainStatus, JobObservation, JobState, PartitionRange, Phase, SubProgress
+from lagpilot.decide.deletion import (
+    AdoptKind,
+    DeleteKind,
+    Remainder,
+    adoption,
+    decide,
+    decode_remainder,
+    encode_remainder,
+    holds_range,
+    remainder_group,
+    remainder_of,
+)
+from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, PartitionRange, Phase, SubProgress
 
 T0 = 1000.0
 ACTIVE = JobObservation(JobState.ACTIVE, pods_alive=1)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot.status import format_time
+from lagpilot.decide.status import format_time
 from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_handler import batch_cost_s
 from lagpilot_dev.demo_report import Proof, Sample
@@ -378,7 +378,7 @@ def test_pod_starts_from_the_deployment_and_the_ledger() -> None:
 
 
 def test_trace_rows_cover_the_observation_at_one_second_and_parse_in_the_simulator(tmp_path) -> None:
-    from lagpilot.simulate import load_trace
+    from lagpilot.sim.trace import load_trace
 
     rows = demo_traffic.trace_rows({0: 6, 1: 6, 2: 450, 4: 80}, end_s=7.2)
     assert rows == [(0, 6.0), (1, 6.0), (2, 450.0), (3, 0.0), (4, 80.0), (5, 0.0), (6, 0.0), (7, 0.0)]
@@ -431,7 +431,7 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
     own trace, the simulator with the handler-only capacity (an upper bound: overheads only lower
     it, and a slower group keeps fewer records within the SLA) gives static replicas at the
     partition cap and KEDA at most 0.8 of the records within the SLA."""
-    from lagpilot import simulate as sim
+    from lagpilot.sim import params as sim_params, policies as sim_policies, trace as sim_trace
 
     p = PROFILES[name]
     sent = {}
@@ -441,11 +441,11 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
             sent[t] = int(ph.rate)
             t += 1
     rows = demo_traffic.trace_rows(sent, p.replay_seconds + p.catch_up_timeout_s)
-    trace = sim.Trace(tuple(float(a) for a, _ in rows), tuple(r for _, r in rows), tuple(None for _ in rows))
-    params = sim.SimParams(partitions=p.partitions, capacity=p.consumer_capacity, sla_s=p.sla_s, pod_start_s=2.0,
+    trace = sim_trace.Trace(tuple(float(a) for a, _ in rows), tuple(r for _, r in rows), tuple(None for _ in rows))
+    params = sim_params.SimParams(partitions=p.partitions, capacity=p.consumer_capacity, sla_s=p.sla_s, pod_start_s=2.0,
                            poll_interval_s=p.poll_interval_s, step_s=1.0)
     for policy in ("static", "keda"):
-        assert sim.run_policy(trace, params, policy).within_sla_fraction <= 0.8, policy
+        assert sim_policies.run_policy(trace, params, policy).within_sla_fraction <= 0.8, policy
 
 
 def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:

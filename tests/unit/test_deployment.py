@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot.deployment import build_deployment, deployment_name, label_value
+from lagpilot.act.deployment import build_deployment, deployment_name, label_value
 from lagpilot.spec import parse_spec
 
 SASL_PG = {

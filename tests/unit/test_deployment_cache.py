@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.deployment_cache import CachingKube, DeploymentCache
+from lagpilot.act.deployment_cache import CachingKube, DeploymentCache
 
 
 def dep(rv: int | str, replicas: int = 1, ready: int = 0, name: str = "g-consumer") -> dict[str, Any]:
@@ -158,8 +158,8 @@ def test_opaque_resource_versions_take_the_latest(rv: Any) -> None:
 
 
 def test_the_watch_selector_is_the_label_the_deployments_carry() -> None:
-    from lagpilot import deployment
-    from lagpilot.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, WATCH_SELECTOR
+    from lagpilot.act import deployment
+    from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, WATCH_SELECTOR
 
     assert deployment.labels("orders", "0.1.0")[MANAGED_BY_LABEL] == MANAGED_BY
     assert WATCH_SELECTOR == f"{MANAGED_BY_LABEL}={MANAGED_BY}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lagpilot.drain import DrainContext, DrainExecutor, DrainSettings
-from lagpilot.handoff import JobObservation, JobState, Offsets, ranges_of
+from lagpilot.act.drain import DrainContext, DrainExecutor, DrainSettings
+from lagpilot.decide.handoff import JobObservation, JobState, Offsets, ranges_of
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 

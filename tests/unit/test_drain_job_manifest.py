@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lagpilot.drain_manifests import DrainSettings, build_drain_job, drain_plan_for, job_observation
-from lagpilot.handoff import DrainStatus, JobState, PartitionRange, Phase, SubProgress
+from lagpilot.act.drain_manifests import DrainSettings, build_drain_job, drain_plan_for, job_observation
+from lagpilot.decide.handoff import DrainStatus, JobState, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
 from lagpilot_runtime.drain_plan import DrainPlan
 
@@ -129,7 +129,7 @@ def test_job_observation(job_obj, pods, state, alive):
 # ---- launcher sparkApplication ------------------------------------------------------------------
 
 def app(settings: DrainSettings | None = None) -> dict:
-    from lagpilot.drain_manifests import build_spark_application
+    from lagpilot.act.drain_manifests import build_spark_application
 
     return build_spark_application("orders", "ns1", "uid-1", parse_spec({**RAW, "drain": {**RAW["drain"], "launcher": "sparkApplication"}}),
                                    DRAIN, 2, settings)
@@ -168,7 +168,7 @@ APPS = [
 
 @pytest.mark.parametrize("app_obj,pods,state", [r[1:] for r in APPS], ids=[r[0] for r in APPS])
 def test_spark_application_observation(app_obj, pods, state):
-    from lagpilot.drain_manifests import spark_application_observation
+    from lagpilot.act.drain_manifests import spark_application_observation
 
     o = spark_application_observation(app_obj, pods)
     assert o.state is state and o.pods_alive == sum(1 for p in pods if p["status"]["phase"] in ("Pending", "Running"))

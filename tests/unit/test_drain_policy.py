@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from lagpilot.drain_policy import DrainPolicy, drain_need
-from lagpilot.projection import PartitionLoad
+from lagpilot.decide.drain_policy import DrainPolicy, drain_need
+from lagpilot.decide.projection import PartitionLoad
 
 C = 100.0  # records/s per consumer (and per drain task by default)
 TARGET, SLA = 480.0, 600.0
@@ -203,7 +203,7 @@ def test_no_minimum_interval_while_overloaded_but_kept_otherwise() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from lagpilot.drain_policy import allocate_tasks  # noqa: E402
+from lagpilot.decide.drain_policy import allocate_tasks  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
@@ -231,7 +231,7 @@ def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concu
     pol = DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=max_tasks, max_concurrent=concurrent)
     need = drain_need(loads, C, group_replicas=replicas, target_s=TARGET, sla_s=SLA, policy=pol, now_s=0.0,
                       drains_in_flight=in_flight, tasks_in_flight=in_flight_tasks, busy_partitions=(0,))
-    from lagpilot.projection import project
+    from lagpilot.decide.projection import project
     if project(loads, max(1, min(replicas, len(loads))), C).catch_up_s <= TARGET:
         assert need is None  # the group alone meets the target: never a drain
     if in_flight >= concurrent or in_flight_tasks >= max_tasks:
@@ -249,7 +249,12 @@ def test_drain_need_properties(rows, replicas, max_tasks, in_flight_tasks, concu
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as hst  # noqa: E402
 
-from lagpilot.drain_policy import assisted_replicas, consumer_rates, group_cost, overloaded_at  # noqa: E402
+from lagpilot.decide.drain_policy import (  # noqa: E402
+    assisted_replicas,
+    consumer_rates,
+    group_cost,
+    overloaded_at,
+)
 
 C2 = 137.0
 AP = DrainPolicy(start_up_s=20, handoff_s=1, assist_always=True)  # spec.drain.assistReplicas: true

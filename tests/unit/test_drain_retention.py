@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from lagpilot import handoff as h
-from lagpilot.drain_policy import PartitionLoad, expiring_first
-from lagpilot.handoff import JobObservation, JobState, Kind, next_action, sub_ranges_in
+from lagpilot.decide import handoff as h
+from lagpilot.decide.drain_policy import PartitionLoad, expiring_first
+from lagpilot.decide.handoff import JobObservation, JobState, Kind, next_action, sub_ranges_in
 from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
 from lagpilot_runtime.drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_metadata
 
@@ -112,7 +112,7 @@ def test_the_executor_writes_the_loss_emits_one_event_counts_it_and_reports_the_
     ({"retention.ms": "604800000"}, 604800.0), ({"retention.ms": "-1"}, None), ({}, None), ({"retention.ms": "x"}, None),
 ])
 def test_retention_seconds_from_topic_configs(configs, want):
-    from lagpilot.topic_retention import retention_seconds
+    from lagpilot.observe.topic_retention import retention_seconds
 
     assert retention_seconds(configs) == want
 
@@ -120,7 +120,7 @@ def test_retention_seconds_from_topic_configs(configs, want):
 def test_an_expiring_regrowing_partition_is_due_at_once():
     """A regrowing partition waits for its trigger, unless retention would delete its oldest record
     within the target: then it is planned now."""
-    from lagpilot.drain_policy import DrainPolicy, drain_need
+    from lagpilot.decide.drain_policy import DrainPolicy, drain_need
 
     policy = DrainPolicy(enabled=True)
     loads = [PartitionLoad(0, 20000, 150.0, 0, 20000), PartitionLoad(1, 10, 1.0, 0, 10)]

@@ -1,4 +1,4 @@
-"""The warm drain runtime, operator side (lagpilot.drain_runtime): spec.drain.warmRuntime in the CRD
+"""The warm drain runtime, operator side (lagpilot.act.drain_runtime): spec.drain.warmRuntime in the CRD
 and the parser, the runtime Deployment, the URL a launch hands to its Job, the Deployment's sync
 decision, and the Job's warm/cold record. Pure: no cluster."""
 from __future__ import annotations
@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
-from lagpilot import drain_runtime as rt
-from lagpilot.drain import with_runtime
-from lagpilot.drain_manifests import (RUNTIME_PATH_LABEL, RUNTIME_URL_ENV, WARM_JOB_CPU_M, DrainSettings,
-                                      build_drain_job)
-from lagpilot.handoff import Action, DrainStatus, Kind, PartitionRange, Phase, SubProgress
+from lagpilot.act import drain_runtime as rt
+from lagpilot.act.drain import with_runtime
+from lagpilot.act.drain_manifests import (
+    RUNTIME_PATH_LABEL,
+    RUNTIME_URL_ENV,
+    WARM_JOB_CPU_M,
+    DrainSettings,
+    build_drain_job,
+)
+from lagpilot.decide.handoff import Action, DrainStatus, Kind, PartitionRange, Phase, SubProgress
 from lagpilot.spec import DrainSpec, SpecError, parse_spec
 from tests.unit.test_crd_schema import SCHEMA, schema_at, validate
 
@@ -307,10 +312,10 @@ class _FakeRuntime:
     ("http://127.0.0.1:31000", {"metadata": {"labels": {RUNTIME_PATH_LABEL: "cold"}}}, "cold"),
 ])
 def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[str, Any] | None, word: str) -> None:
-    from lagpilot.drain import DrainExecutor
+    from lagpilot.act.drain import DrainExecutor
     from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
 
-    from lagpilot.handoff import JobObservation, JobState
+    from lagpilot.decide.handoff import JobObservation, JobState
 
     class Ex(FakeExecutor):
         def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.estimate import EstimatorConfig, EstimatorState, update
-from lagpilot.lag import PartitionOffsets, snapshot
+from lagpilot.decide.estimate import EstimatorConfig, EstimatorState, update
+from lagpilot.decide.lag import PartitionOffsets, snapshot
 
 
 def snap(t: float, ends: list[int], committed: list[int | None] | None = None, lows: list[int] | None = None,

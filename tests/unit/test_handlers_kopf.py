@@ -8,8 +8,8 @@ import kopf
 import pytest
 
 from lagpilot import handlers
-from lagpilot.handoff import sub_ranges_in
-from lagpilot.kubeapi import KubeError
+from lagpilot.decide.handoff import sub_ranges_in
+from lagpilot.act.kubeapi import KubeError
 
 SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"sink": "log"}}
 
@@ -158,7 +158,7 @@ def test_finalize_without_a_drain_releases_at_once(events: list) -> None:
 def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(events: list, monkeypatch) -> None:
     import time as _time
 
-    from lagpilot.handoff import JobObservation, JobState
+    from lagpilot.decide.handoff import JobObservation, JobState
 
     monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
     kube = Kube()
@@ -174,7 +174,7 @@ def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(event
 
 
 def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> None:
-    from lagpilot.handoff import JobObservation, JobState
+    from lagpilot.decide.handoff import JobObservation, JobState
 
     monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setenv("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS", "20")
@@ -186,9 +186,9 @@ def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> No
 
 
 def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypatch) -> None:
-    from lagpilot import deletion_io
-    from lagpilot.deletion import Remainder
-    from lagpilot.handoff import JobObservation, JobState
+    from lagpilot.act import deletion_io
+    from lagpilot.decide.deletion import Remainder
+    from lagpilot.decide.handoff import JobObservation, JobState
 
     monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
     written: list[Any] = []
@@ -222,8 +222,8 @@ def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeyp
 
 
 def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) -> None:
-    from lagpilot import deletion_io
-    from lagpilot.deletion import Remainder
+    from lagpilot.act import deletion_io
+    from lagpilot.decide.deletion import Remainder
 
     monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))

@@ -13,14 +13,20 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from lagpilot_runtime.commit_metadata import CapacityReport
-from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, PartitionOffsets, cycle_phase_s
-from lagpilot.kubeapi import KubeError
+from lagpilot.observe.kafka_observe import (
+    AdminPool,
+    Observation,
+    ObserveError,
+    PartitionOffsets,
+    cycle_phase_s,
+)
+from lagpilot.act.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.reconcile import Cache, Deps, GroupRef, aligned_delay, apply_deployment, backoff_s, run_cycle
-from lagpilot import status as status_mod
-from lagpilot.estimate import EstimatorState
-from lagpilot.scaling import ScalingHistory
-from lagpilot.status import find_condition
+from lagpilot.decide import status as status_mod
+from lagpilot.decide.estimate import EstimatorState
+from lagpilot.decide.scaling import ScalingHistory
+from lagpilot.decide.status import find_condition
 
 T0 = 1_700_000_000.0
 NS, NAME = "team-a", "orders"
@@ -402,8 +408,8 @@ def test_oldest_record_age_of_lagging_partitions() -> None:
 
 
 def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """reconcile holds no policy arithmetic: one cycle = one call of lagpilot.step.step."""
-    from lagpilot import step as step_mod
+    """reconcile holds no policy arithmetic: one cycle = one call of lagpilot.decide.step.step."""
+    from lagpilot.decide import step as step_mod
     calls = []
     real = step_mod.step
 

@@ -11,9 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot import handoff as h
-from lagpilot.handoff import (Action, DrainStatus, JobObservation, JobState, Kind, Observed, Offsets,
-                              PartitionRange, Phase, SubProgress, next_action)
+from lagpilot.decide import handoff as h
+from lagpilot.decide.handoff import (
+    Action,
+    DrainStatus,
+    JobObservation,
+    JobState,
+    Kind,
+    Observed,
+    Offsets,
+    PartitionRange,
+    Phase,
+    SubProgress,
+    next_action,
+)
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parse_progress_metadata, progress_metadata, split_ranges
@@ -575,7 +586,7 @@ def test_the_model_catches_reading_the_mailbox_before_the_group_offsets():
 def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them():
     """The planner's per-partition task counts survive in the plan and decide the sub-ranges;
     a plan without them (older status) falls back to spec.drain.splitFactor."""
-    from lagpilot.handoff import PartitionRange, sub_ranges_of
+    from lagpilot.decide.handoff import PartitionRange, sub_ranges_of
 
     spec = _spec_for_tasks()
     ranges = (PartitionRange(0, split=10_000, start=0, tasks=6), PartitionRange(1, split=5_000, start=1_000, tasks=1),
@@ -755,7 +766,7 @@ def test_status_times_are_rfc3339_and_old_float_status_still_resumes():
 
 @given(st.floats(0, 4_102_444_800, allow_nan=False))
 def test_time_format_round_trips_at_millisecond_precision(t):
-    from lagpilot.status import format_time, parse_time
+    from lagpilot.decide.status import format_time, parse_time
 
     s = format_time(t)
     assert len(s) == 24 and s.endswith("Z")

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from lagpilot import deletion_io, handlers, kafka_observe
-from lagpilot.cluster_view import TopicWatermarks
-from lagpilot.offsets_snapshot import offsets_partition_for
+from lagpilot import handlers
+from lagpilot.act import deletion_io
+from lagpilot.observe import kafka_observe
+from lagpilot.observe.cluster_view import TopicWatermarks
+from lagpilot.observe.offsets_snapshot import offsets_partition_for
 
 
 class Snap:

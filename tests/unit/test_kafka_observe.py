@@ -10,8 +10,16 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from lagpilot.kafka_observe import (AdminHandle, AdminPool, ObserveError, SecretError, admin_config, classify,
-                                    config_key, observe)
+from lagpilot.observe.kafka_observe import (
+    AdminHandle,
+    AdminPool,
+    ObserveError,
+    SecretError,
+    admin_config,
+    classify,
+    config_key,
+    observe,
+)
 from lagpilot.spec import KafkaSpec
 
 
@@ -220,7 +228,7 @@ class FakeConsumer:
 def test_peek_oldest_reads_one_record_per_partition() -> None:
     from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
 
-    from lagpilot.kafka_observe import peek_oldest
+    from lagpilot.observe.kafka_observe import peek_oldest
 
     c = FakeConsumer([FakeMsg("t", 0, 40, (TIMESTAMP_CREATE_TIME, 1_700_000_000_000)),
                       FakeMsg("t", 0, 41, (TIMESTAMP_CREATE_TIME, 1_700_000_099_000)),  # later record: ignored
@@ -233,7 +241,7 @@ def test_peek_oldest_reads_one_record_per_partition() -> None:
 
 
 def test_peek_oldest_never_raises() -> None:
-    from lagpilot.kafka_observe import peek_oldest
+    from lagpilot.observe.kafka_observe import peek_oldest
 
     def boom() -> Any:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT))
@@ -245,7 +253,7 @@ def test_peek_oldest_never_raises() -> None:
 def test_repeated_librdkafka_lines_are_thinned() -> None:
     import logging
 
-    from lagpilot.kafka_observe import _RepeatFilter
+    from lagpilot.observe.kafka_observe import _RepeatFilter
 
     f = _RepeatFilter(every_s=60)
 
@@ -303,7 +311,7 @@ def test_a_leased_handle_outlives_its_release_and_closes_after() -> None:
 
 
 def test_release_without_lease_closes_every_consumer() -> None:
-    from lagpilot.kafka_observe import peek_oldest
+    from lagpilot.observe.kafka_observe import peek_oldest
 
     readers: list[FakeGroupReader] = []
     peeks: list[FakeConsumer] = []
@@ -341,7 +349,7 @@ def test_observe_is_bounded_when_another_thread_holds_the_client() -> None:
 
 
 def test_peek_is_skipped_while_another_peek_holds_the_consumer() -> None:
-    from lagpilot.kafka_observe import peek_oldest
+    from lagpilot.observe.kafka_observe import peek_oldest
 
     c = FakeConsumer([])
     h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=lambda: c)
@@ -364,7 +372,7 @@ def test_error_callback_is_served_only_under_the_handle_lock() -> None:
 
 
 def test_committed_offsets_for_other_modules() -> None:
-    from lagpilot.kafka_observe import committed_offsets
+    from lagpilot.observe.kafka_observe import committed_offsets
 
     admin = FakeAdmin({0: (0, 10, 5, None), 1: (0, 10, -1001, None)})
     assert committed_offsets(handle_for(admin), "progress-g", "orders", [0, 1], 1.0) == {0: 5, 1: None}
@@ -378,7 +386,7 @@ def test_consumers_get_the_queued_logger_but_never_the_error_callback(monkeypatc
     keep the logger (queued by confluent-kafka, served by their own consume/poll calls)."""
     import confluent_kafka
 
-    from lagpilot import kafka_observe as ko
+    from lagpilot.observe import kafka_observe as ko
 
     made: list[dict[str, Any]] = []
     monkeypatch.setattr(confluent_kafka, "Consumer", lambda conf: made.append(conf) or SimpleNamespace())
@@ -436,14 +444,14 @@ def _value(version: int, offset: int, metadata: str) -> bytes:
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_parse_offset_commit_value_versions(version: int) -> None:
-    from lagpilot.kafka_observe import parse_offset_commit
+    from lagpilot.observe.kafka_observe import parse_offset_commit
 
     assert parse_offset_commit(_key("g", "orders", 7), _value(version, 1234, "lp1;cap=2;ts=5")) == \
         ("g", "orders", 7, (1234, "lp1;cap=2;ts=5"))
 
 
 def test_parse_offset_commit_tombstone_other_records_and_garbage() -> None:
-    from lagpilot.kafka_observe import parse_offset_commit
+    from lagpilot.observe.kafka_observe import parse_offset_commit
 
     assert parse_offset_commit(_key("g", "t", 0, version=0), None) == ("g", "t", 0, None)  # offset deleted
     group_meta_key = (2).to_bytes(2, "big") + (1).to_bytes(2, "big") + b"g"
@@ -462,7 +470,7 @@ def test_parse_offset_commit_tombstone_other_records_and_garbage() -> None:
     ("Aa", 8, 2112 % 8), ("BB", 8, 2112 % 8),  # the classic colliding pair
 ])
 def test_offsets_partition_for_follows_kafka(group: str, parts: int, want: int) -> None:
-    from lagpilot.kafka_observe import offsets_partition_for
+    from lagpilot.observe.kafka_observe import offsets_partition_for
 
     assert offsets_partition_for(group, parts) == want
 
@@ -470,7 +478,7 @@ def test_offsets_partition_for_follows_kafka(group: str, parts: int, want: int) 
 def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers() -> None:
     import threading
 
-    from lagpilot.kafka_observe import OffsetsSnapshot, offsets_partition_for
+    from lagpilot.observe.kafka_observe import OffsetsSnapshot, offsets_partition_for
 
     snap = OffsetsSnapshot(lambda: None)
     snap.partitions = 4
@@ -508,7 +516,7 @@ def test_a_client_that_cannot_be_created_is_an_observe_error_without_the_config(
 
 
 def test_a_failed_snapshot_is_retried_after_its_back_off_not_before() -> None:
-    from lagpilot.kafka_observe import OffsetsSnapshot
+    from lagpilot.observe.kafka_observe import OffsetsSnapshot
 
     made: list[int] = []
 
@@ -533,7 +541,7 @@ def test_snapshot_answers_the_commits_as_of_the_end_read_before_the_topics_end()
     """The snapshot may have read past the end the view's first request saw: commits written at or
     after that end are not returned (they could be beyond the topic's end read later); a tombstone
     deletes; only the last HISTORY records per partition are kept."""
-    from lagpilot.offsets_snapshot import OffsetsSnapshot, _as_of
+    from lagpilot.observe.offsets_snapshot import OffsetsSnapshot, _as_of
 
     snap = OffsetsSnapshot(lambda: None)
     snap.partitions = 1
@@ -581,7 +589,7 @@ def test_parse_offset_commit_reads_every_well_formed_record(group: str, topic: s
                                                             version: int, offset: int, metadata: str | None) -> None:
     """Any group/topic (unicode), partition, offset and metadata (none, empty, long: a multi-byte
     varint, with a NUL) of every key/value version reads back as written; a tombstone too."""
-    from lagpilot.kafka_observe import parse_offset_commit
+    from lagpilot.observe.kafka_observe import parse_offset_commit
 
     if version < 4 and metadata is not None and len(metadata.encode()) > 32767:
         return
@@ -595,7 +603,7 @@ def test_parse_offset_commit_reads_every_well_formed_record(group: str, topic: s
 @_settings(max_examples=400, deadline=None)
 @_given(key=_st.binary(max_size=64), value=_st.one_of(_st.none(), _st.binary(max_size=64)))
 def test_parse_offset_commit_never_raises_on_garbage(key: bytes, value: bytes | None) -> None:
-    from lagpilot.kafka_observe import parse_offset_commit
+    from lagpilot.observe.kafka_observe import parse_offset_commit
 
     got = parse_offset_commit(key, value)
     assert got is None or (isinstance(got[0], str) and isinstance(got[1], str) and isinstance(got[2], int))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lagpilot.keda import KedaConfig, KedaState, hpa_replicas, is_active, keda_metric, step
+from lagpilot.decide.keda import KedaConfig, KedaState, hpa_replicas, is_active, keda_metric, step
 
 CFG = KedaConfig()
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lagpilot.lag import (
+from lagpilot.decide.lag import (
     PartitionOffsets,
     lost_records,
     oldest_unprocessed_age_s,

@@ -23,6 +23,17 @@ def test_the_lagpilot_distribution_packages_no_dev_code() -> None:
     assert sorted(dev["tool"]["setuptools"]["packages"]) == sorted(["lagpilot_dev", *found])
 
 
+def test_the_wheel_lists_every_package_of_the_operator_and_the_runtime() -> None:
+    """setuptools puts only the listed packages into the wheel: every folder with an __init__.py
+    under lagpilot/ (the layers decide, observe, act, sim) and lagpilot_runtime/ is listed."""
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    for src, top in ((ROOT / "operator" / "src", "lagpilot"), (ROOT / "consumer_image" / "src", "lagpilot_runtime")):
+        found = sorted(".".join(d.relative_to(src).parts) for d in [src / top, *(src / top).rglob("*")]
+                       if d.is_dir() and (d / "__init__.py").exists())
+        assert sorted(p for p in packages if p == top or p.startswith(top + ".")) == found
+    assert {"lagpilot.decide", "lagpilot.observe", "lagpilot.act", "lagpilot.sim"} <= set(packages)
+
+
 def test_the_images_copy_no_dev_code() -> None:
     for dockerfile in (ROOT / "operator" / "Dockerfile", ROOT / "consumer_image" / "Dockerfile"):
         copies = [ln for ln in dockerfile.read_text().splitlines() if ln.startswith("COPY ")]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.projection import (
+from lagpilot.decide.projection import (
     PartitionLoad,
     clear_time_s,
     hot_partitions,
@@ -17,7 +17,7 @@ from lagpilot.projection import (
     regrowing_partitions,
     required_replicas,
 )
-from lagpilot.simulate import range_assignment
+from lagpilot.sim.world import range_assignment
 
 INF = math.inf
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.drain_policy import DrainPolicy, overloaded_at
-from lagpilot.projection import PartitionLoad, project
-from lagpilot.scaling import (
+from lagpilot.decide.drain_policy import DrainPolicy, overloaded_at
+from lagpilot.decide.projection import PartitionLoad, project
+from lagpilot.decide.scaling import (
     Decision,
     ScalingHistory,
     ScalingObservation,
@@ -221,8 +221,8 @@ def test_flapping_guard_against_noisy_rate_around_a_boundary() -> None:
 
 
 def test_observation_from_estimate() -> None:
-    from lagpilot.estimate import update
-    from lagpilot.lag import PartitionOffsets, snapshot
+    from lagpilot.decide.estimate import update
+    from lagpilot.decide.lag import PartitionOffsets, snapshot
 
     s0 = snapshot(0, [PartitionOffsets(0, 0, 100, 50), PartitionOffsets(1, 10, 20, None, 5.0)], {0: 120.0})
     s1 = snapshot(10, [PartitionOffsets(0, 0, 200, 150), PartitionOffsets(1, 10, 40, None, 5.0)], {0: 120.0})
@@ -284,7 +284,7 @@ def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> Non
 
 def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
     """A rate +-5 % around where 1 replica + drains stops saving a replica over 3: at most one change."""
-    from lagpilot.drain_policy import assisted_replicas
+    from lagpilot.decide.drain_policy import assisted_replicas
 
     pol = OPT_IN
     lo, hi = 50.0, 130.0  # per partition: assisted at 50, not at 130 (3 partitions, 137/s)

@@ -1,4 +1,4 @@
-"""Sim-to-real comparison (lagpilot.sim_compare): tolerances, parameters from a demo summary, the CLI."""
+"""Sim-to-real comparison (lagpilot.sim.compare): tolerances, parameters from a demo summary, the CLI."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot import simulate as sim
-from lagpilot import sim_compare as sc
+from lagpilot.sim import cli as sim_cli, policies as sim_policies, trace as sim_trace
+from lagpilot.sim import compare as sc
 
 
 def _summary(**kw):
@@ -67,7 +67,7 @@ def test_dest_to_field() -> None:
 
 
 def test_explicit_flags_sees_only_what_was_typed() -> None:
-    got = sc.explicit_flags(sim.build_parser(), ["--trace", "x.csv", "--capacity", "50", "--json"])
+    got = sc.explicit_flags(sim_cli.build_parser(), ["--trace", "x.csv", "--capacity", "50", "--json"])
     assert got == {"trace": "x.csv", "capacity": 50.0, "json": True}
 
 
@@ -94,7 +94,7 @@ def test_cli_from_demo_predicts_and_compares(tmp_path, capsys) -> None:
     _trace_csv(trace, rows)
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps(_summary()))
-    rc = sim.main(["--trace", str(trace), "--from-demo", str(summary), "--json"])
+    rc = sim_cli.main(["--trace", str(trace), "--from-demo", str(summary), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(out["comparison"]) == set(sc.METRICS)
@@ -103,7 +103,7 @@ def test_cli_from_demo_predicts_and_compares(tmp_path, capsys) -> None:
     lp = out["policies"]["lagpilot"]
     assert out["comparison"]["within_sla_fraction"]["predicted"] == pytest.approx(lp["within_sla_fraction"])
     assert lp["produced"] == pytest.approx(sum(r for _, r in rows), rel=1e-6)
-    rc = sim.main(["--trace", str(trace), "--from-demo", str(summary)])
+    rc = sim_cli.main(["--trace", str(trace), "--from-demo", str(summary)])
     text = capsys.readouterr().out
     assert rc == 0 and "predicted" in text and "measured" in text and "verdict" in text
 
@@ -112,7 +112,7 @@ def test_baselines_on_a_burst_the_capped_group_cannot_hold(tmp_path) -> None:
     rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 140)] + [(t, 5.0) for t in range(140, 600)]
     trace = tmp_path / "trace.csv"
     _trace_csv(trace, rows)
-    got = sc.baselines(sim.load_trace(str(trace)), _summary())
+    got = sc.baselines(sim_trace.load_trace(str(trace)), _summary())
     assert set(got) == {"static", "keda"}
     # 3 consumers x 60/s = 180/s against 540/s for 2 min with a 60 s SLA: far from the SLA
     assert got["static"]["within_sla_fraction"] < 0.8 and got["keda"]["within_sla_fraction"] < 0.8
@@ -124,7 +124,7 @@ def test_cli_from_demo_without_sim_params_is_an_error(tmp_path, capsys) -> None:
     _trace_csv(trace, [(0, 1.0), (1, 1.0)])
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"profile": "old"}))
-    assert sim.main(["--trace", str(trace), "--from-demo", str(summary)]) == 2
+    assert sim_cli.main(["--trace", str(trace), "--from-demo", str(summary)]) == 2
     assert "sim_params" in capsys.readouterr().err
 
 
@@ -135,12 +135,12 @@ def test_latency_covers_every_record_even_when_the_observed_window_ends_first(tm
     rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 80)] + [(t, 0.0) for t in range(80, 100)]
     trace = tmp_path / "trace.csv"
     _trace_csv(trace, rows)
-    tr = sim.load_trace(str(trace))
+    tr = sim_trace.load_trace(str(trace))
     params, _, _ = sc.params_from_summary(_summary())
-    short = sim.run_policy(tr, params, "static")
+    short = sim_policies.run_policy(tr, params, "static")
     assert short.remaining > 0
     got = sc.predict(tr, params, ("static",))["static"]
-    full = sim.run_policy(sc.padded(tr, 600), params, "static")
+    full = sim_policies.run_policy(sc.padded(tr, 600), params, "static")
     assert got.within_sla_fraction == full.within_sla_fraction < short.within_sla_fraction
     assert got.replica_minutes == short.replica_minutes  # the cost over the observed window
     assert sc.padded(tr, 5).times[-5:] == (100.0, 101.0, 102.0, 103.0, 104.0)

@@ -7,19 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from lagpilot import simulate
-from lagpilot.simulate import (
-    SimParams,
-    _Latency,
-    _Queue,
-    _split,
-    _water_fill,
-    main,
-    parse_trace,
-    range_assignment,
-    run_all,
-    run_policy,
-)
+from lagpilot.sim import cli as simulate_cli, params as simulate_params, trace as simulate_trace
+from lagpilot.sim.params import SimParams
+from lagpilot.sim.backlog import _Latency, _Queue, _split
+from lagpilot.sim.world import _water_fill, range_assignment
+from lagpilot.sim.cli import main
+from lagpilot.sim.trace import parse_trace
+from lagpilot.sim.policies import run_all, run_policy
 
 
 def trace_of(rows: list[tuple[float, float, str]]):  # type: ignore[no-untyped-def]
@@ -169,9 +163,10 @@ def test_cli_bad_input(args: list[str], tmp_path: Path) -> None:
 
 
 # --- the hand-off and drain timing (the operator's drain phases, handoff.Phase) -------------------
-from lagpilot import handoff  # noqa: E402
-from lagpilot.drain_policy import DrainNeed, DrainRange  # noqa: E402
-from lagpilot.simulate import _World, trace_from_rows  # noqa: E402
+from lagpilot.decide import handoff  # noqa: E402
+from lagpilot.decide.drain_policy import DrainNeed, DrainRange  # noqa: E402
+from lagpilot.sim.world import _World  # noqa: E402
+from lagpilot.sim.trace import trace_from_rows  # noqa: E402
 
 
 def _need(parts: dict[int, int]) -> DrainNeed:
@@ -191,7 +186,7 @@ def test_drain_goes_planned_handed_off_running_done_with_the_measured_timing(qui
     assert handoff.replicas_override(st) == (0 if quiesce else None)  # the hold is the hand-off's rule
     assert len(world.pods) == (0 if quiesce else 2)
     pause = params.pause_s
-    assert pause == (simulate.QUIESCE_PAUSE_S if quiesce else params.batch_timeout_s)
+    assert pause == (simulate_params.QUIESCE_PAUSE_S if quiesce else params.batch_timeout_s)
     t = 0.0
     while world.drain_statuses()[0].handed_off_at is None:
         world.advance(t, 1.0, 0.0, [0.5, 0.5])
@@ -253,10 +248,10 @@ def test_cli_generate_and_suite(tmp_path: Path, capsys: pytest.CaptureFixture[st
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "flash.csv"
     assert main(["--generate", "flash", "--seed", "3", "--out", str(out)]) == 0
-    tr = simulate.load_trace(str(out))
+    tr = simulate_trace.load_trace(str(out))
     assert len(tr.times) == 24 * 60
     assert main(["--generate", "nope"]) == 2
-    from lagpilot import tracegen
+    from lagpilot.sim import tracegen
     monkeypatch.setattr(tracegen, "generate", lambda kind, seed, p=None, c=None: [
         (60.0 * m, 50.0, None) for m in range(20)])
     capsys.readouterr()
@@ -283,9 +278,9 @@ def test_drain_assist_beats_keda_where_partition_granularity_costs_replicas() ->
     an hour): sized for the load lagpilot runs what KEDA runs (4) plus the hot partition's drains;
     with the drain-assisted count it runs 1-2 replicas and the drains carry the excess, within the
     SLA and cheaper than KEDA. Without the assist the same check fails (the test can fail)."""
-    from lagpilot import tracegen
+    from lagpilot.sim import tracegen
 
-    trace = simulate.trace_from_rows(tracegen.generate("hot-partition", 0, hours=4))
+    trace = simulate_trace.trace_from_rows(tracegen.generate("hot-partition", 0, hours=4))
     params = SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist=True)  # spec.drain.assistReplicas
     keda = run_policy(trace, params, "keda")
     lp = run_policy(trace, params, "lagpilot")
@@ -306,7 +301,7 @@ def test_drain_assist_beats_keda_where_partition_granularity_costs_replicas() ->
 
 def test_cli_drain_assist_flags() -> None:
     def params(*flags: str) -> SimParams:
-        return simulate.params_from_args(simulate.build_parser().parse_args(["--trace", "x.csv", *flags]))
+        return simulate_cli.params_from_args(simulate_cli.build_parser().parse_args(["--trace", "x.csv", *flags]))
 
     assert not params().drain_assist  # like the CRD's spec.drain.assistReplicas: off unless asked
     assert params("--drain-assist").drain_assist and params("--drain-assist").drain_assist_min_saving == 1.0
@@ -322,13 +317,13 @@ def test_cli_drain_assist_flags() -> None:
 def test_scale_down_window_reaches_the_simulated_cr_and_from_demo() -> None:
     """lagpilot's scale-down window (the demo's CR sets 60 s) is a simulator parameter: the flag, the
     simulated CR's spec, and a summary.json's sim_params all reach it (it was 'not modelled')."""
-    from lagpilot import sim_compare
+    from lagpilot.sim import compare as sim_compare
 
-    args = simulate.build_parser().parse_args(["--trace", "x.csv", "--scale-down-window-seconds", "60"])
-    p = simulate.params_from_args(args)
+    args = simulate_cli.build_parser().parse_args(["--trace", "x.csv", "--scale-down-window-seconds", "60"])
+    p = simulate_cli.params_from_args(args)
     assert p.scale_down_window_s == 60
     assert p.group_spec().scaling.scale_down_window_seconds == 60
-    pol = simulate.step_mod.Policies.from_group_spec(p.group_spec(), p.model())
+    pol = simulate_params.step_mod.Policies.from_group_spec(p.group_spec(), p.model())
     assert pol.scaling.scale_down_window_s == 60
     assert SimParams().group_spec().scaling.scale_down_window_seconds == 300  # the HPA's default
     params, used, unknown = sim_compare.params_from_summary({"sim_params": {"scale_down_window_s": 60.0}})

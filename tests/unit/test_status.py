@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lagpilot.status import Condition, find_condition, merge_conditions, rfc3339, status_patch
+from lagpilot.decide.status import Condition, find_condition, merge_conditions, rfc3339, status_patch
 
 T0, T1 = 1_700_000_000.0, 1_700_000_100.0
 
@@ -67,8 +67,8 @@ import json  # noqa: E402
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from lagpilot import status as sm  # noqa: E402
-from lagpilot.estimate import EstimatorState, PartitionEstimate  # noqa: E402
+from lagpilot.decide import status as sm  # noqa: E402
+from lagpilot.decide.estimate import EstimatorState, PartitionEstimate  # noqa: E402
 
 
 def _est(**kw) -> EstimatorState:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagpilot.reconcile import MEMORY_KEYS, Cache, status_write, with_memory
-from lagpilot import status as status_mod
-from lagpilot.status import merge_conditions, Condition
+from lagpilot.decide import status as status_mod
+from lagpilot.decide.status import merge_conditions, Condition
 
 from tests.unit.test_handlers_reconcile import T0, World, base_spec
 
@@ -172,7 +172,7 @@ def test_the_kafka_secret_is_read_once_a_minute_while_cycles_succeed_and_at_ever
     assert len(reads) == 4
     assert "hunter2" not in repr(w.cache)  # the held credentials never show in a repr
     # a failing cycle (the broker refuses the credentials) makes the next attempt read it again
-    from lagpilot.kafka_observe import ObserveError
+    from lagpilot.observe.kafka_observe import ObserveError
     w.kafka.error = ObserveError("AuthenticationFailed", "SASL authentication failed on k:9093")
     assert not w.cycle(advance=5).ok
     assert len(reads) == 4  # this attempt still used the held copy

@@ -5,8 +5,8 @@ import io
 
 import pytest
 
-from lagpilot import tracegen
-from lagpilot.simulate import parse_trace
+from lagpilot.sim import tracegen
+from lagpilot.sim.trace import parse_trace
 
 
 @pytest.mark.parametrize("kind", tracegen.KINDS)

@@ -51,7 +51,7 @@ from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
 from lagpilot_dev.demo_report import Proof, Sample
 from lagpilot_dev.demo_traffic import PROFILES, Producer, Profile, phase_at
 from lagpilot_dev.paths import cache_dir, free_port, http_ok
-from lagpilot.handoff import ranges_of
+from lagpilot.decide.handoff import ranges_of
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -791,10 +791,10 @@ class Demo:
     def simulate(self, trace_path: Path, summary: dict[str, Any]) -> None:
         """What the calibrated simulator says about this run's trace: static replicas and KEDA (the
         load needs drains when they stay low) and lagpilot's prediction next to the measurement."""
-        from lagpilot import sim_compare
-        from lagpilot import simulate as sim
+        from lagpilot.sim import compare as sim_compare
+        from lagpilot.sim import trace as sim_trace
 
-        trace = sim.load_trace(str(trace_path))
+        trace = sim_trace.load_trace(str(trace_path))
         summary["baselines"] = sim_compare.baselines(trace, summary)
         params, _, unknown = sim_compare.params_from_summary(summary)
         pred = sim_compare.predict(trace, params, ("lagpilot",))["lagpilot"].to_dict()
@@ -856,7 +856,7 @@ class Demo:
                   f"(ledger: no key, one row per delivery)")
         s2r = summary.get("sim_to_real") or {}
         if s2r.get("comparison"):
-            from lagpilot.sim_compare import format_comparison
+            from lagpilot.sim.compare import format_comparison
 
             print("\n  the calibrated simulator on this run's trace (lagpilot predicted vs measured):")
             print("\n".join("    " + line for line in format_comparison(list(s2r["comparison"].values())).splitlines()))

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lagpilot.status import parse_time
+from lagpilot.decide.status import parse_time
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot.handoff import history_of, ranges_of, sub_ranges_in
-from lagpilot.status import parse_time
+from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
+from lagpilot.decide.status import parse_time
 from lagpilot_dev import demo_measure
 
 ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lagpilot.handoff import ranges_of
+from lagpilot.decide.handoff import ranges_of
 from lagpilot_dev.demo_report import Sample, condition
 
 BOLD, DIM, RED, GREEN, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m", "\x1b[0m"

@@ -13,7 +13,7 @@ What tests/real/test_drain_k8s.py and `bench/drain.py --executors ... --k8s` bot
   pods become local processes), the chart's drain RBAC, a Secret, and a kubeconfig of the drain
   ServiceAccount for the driver; `executor_pods` lists the pods through the API server.
 
-Inside a pod (the operator's Job) the conf comes from `lagpilot.drain_manifests.spark_k8s_conf`
+Inside a pod (the operator's Job) the conf comes from `lagpilot.act.drain_manifests.spark_k8s_conf`
 instead; this module is for the local stack only.
 """
 from __future__ import annotations

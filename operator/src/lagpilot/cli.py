@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "consume": "lagpilot_runtime.consumer:main",
     "drain": "lagpilot_runtime.drain_job:main",
     "operator": "lagpilot.run:main",
-    "simulate": "lagpilot.simulate:main",
+    "simulate": "lagpilot.sim.cli:main",
 }
 PLUGIN_GROUP = "lagpilot.subcommands"
 

@@ -35,15 +35,17 @@ import kopf
 from confluent_kafka import KafkaException
 
 from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
-from lagpilot.deployment import API_GROUP
-from lagpilot.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
-from lagpilot.kubeapi import PLURAL, VERSION, KubeError
+from lagpilot.act.deployment import API_GROUP
+from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
+from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
-from lagpilot import deletion, deletion_io, kafka_observe
-from lagpilot.handoff import DrainStatus, Phase, job_name
-from lagpilot.kafka_observe import ObserveError, admin_config
+from lagpilot.decide import deletion
+from lagpilot.act import deletion_io
+from lagpilot.observe import kafka_observe
+from lagpilot.decide.handoff import DrainStatus, Phase, job_name
+from lagpilot.observe.kafka_observe import ObserveError, admin_config
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
-from lagpilot.status import TRUE, Condition, merge_conditions
+from lagpilot.decide.status import TRUE, Condition, merge_conditions
 
 log = logging.getLogger(__name__)
 RESOURCE = (API_GROUP, VERSION, PLURAL)
@@ -59,7 +61,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
 
     cfg = memo.config
     if getattr(memo, "drain", None) is None:  # the drain executor: Jobs + offset hand-off
-        from lagpilot.drain import DrainExecutor
+        from lagpilot.act.drain import DrainExecutor
         memo.drain = DrainExecutor(memo.kube._client)
     # the Deployment from the watch's cache (deployment_seen), not a GET per cycle
     cached = getattr(memo, "deployments", None)
@@ -211,7 +213,7 @@ def _kafka_conf(memo: kopf.Memo, ref: GroupRef, spec: GroupSpec) -> dict[str, An
 
 def _executor(memo: kopf.Memo) -> Any:
     if getattr(memo, "drain", None) is None:
-        from lagpilot.drain import DrainExecutor
+        from lagpilot.act.drain import DrainExecutor
         memo.drain = DrainExecutor(memo.kube._client)
     return memo.drain
 

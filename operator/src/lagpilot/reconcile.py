@@ -34,19 +34,19 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from lagpilot import __version__
-from lagpilot import estimate as est_mod
-from lagpilot import lag as lag_mod
-from lagpilot import step as step_mod
-from lagpilot.deployment import build_deployment, deployment_name
-from lagpilot.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
-from lagpilot.kafka_observe import observe as kafka_observe
-from lagpilot.kafka_observe import cycle_phase_s, observe_max_age_s, peek_oldest
-from lagpilot.kubeapi import KubeError
+from lagpilot.decide import estimate as est_mod
+from lagpilot.decide import lag as lag_mod
+from lagpilot.decide import step as step_mod
+from lagpilot.act.deployment import build_deployment, deployment_name
+from lagpilot.observe.kafka_observe import AdminPool, Observation, ObserveError, SecretError, admin_config
+from lagpilot.observe.kafka_observe import observe as kafka_observe
+from lagpilot.observe.kafka_observe import cycle_phase_s, observe_max_age_s, peek_oldest
+from lagpilot.act.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.scaling import Decision
+from lagpilot.decide.scaling import Decision
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
-from lagpilot import status as status_mod
-from lagpilot.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, status_patch
+from lagpilot.decide import status as status_mod
+from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions, rfc3339, status_patch
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Deps:
     # timestamps of the oldest unprocessed record per lagging partition; None: do not read them
     peek: Callable[..., dict[int, float]] | None = peek_oldest
     version: str = __version__
-    drain: Any = None  # lagpilot.drain.DrainExecutor (drain issue); None: no drain hand-offs
+    drain: Any = None  # lagpilot.act.drain.DrainExecutor (drain issue); None: no drain hand-offs
     # a status whose only change is the memory (MEMORY_KEYS) is written at most this often
     status_heartbeat_seconds: float = 60.0
 
@@ -144,7 +144,7 @@ def _clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
     minimum; never above maxReplicas or the last known partition count; 0 when paused."""
     if spec.paused:
         return 0
-    from lagpilot.handoff import replicas_override_raw
+    from lagpilot.decide.handoff import replicas_override_raw
     if replicas_override_raw(status.get("drain")) == 0:
         return 0  # the quiesce fallback of the hand-off emptied the group: keep it empty
     s = spec.scaling
@@ -301,7 +301,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         positions = {p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0}
         oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
 
-    # estimate + decide: one pure step (lagpilot.step), shared with the simulator
+    # estimate + decide: one pure step (lagpilot.decide.step), shared with the simulator
     mark("peek")
     snap = lag_mod.snapshot(
         obs.observed_at,
@@ -342,11 +342,11 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
             deps.emit("Warning", "OffsetsWentBackwards", f"offsets of partition {rest} of topic {spec.topic!r} "
                                                          "moved backwards (topic recreated?); its estimate was reset")
 
-    # drain hand-off (lagpilot.drain, issue 6): after the scaler acted, before the status write
+    # drain hand-off (lagpilot.act.drain, issue 6): after the scaler acted, before the status write
     mark("act")
     drain_out = None
     if deps.drain is not None:
-        from lagpilot.drain import run_in_cycle
+        from lagpilot.act.drain import run_in_cycle
         drain_out = run_in_cycle(deps.drain, ref, spec, raw_spec, status, obs, decision,
                                  applied if applied is not None else cur, handle, deps, apply_deployment)
 
@@ -443,7 +443,7 @@ def _partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, n
 
 def _drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     """status.drain as the hand-off's DrainStatus (none if absent or unreadable)."""
-    from lagpilot.handoff import DrainStatus
+    from lagpilot.decide.handoff import DrainStatus
     try:
         d = DrainStatus.from_dict(raw)
     except (ValueError, TypeError, KeyError):
@@ -468,7 +468,7 @@ def _retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
     """The topic's retention for the drain planner (best effort, cached; None without drains)."""
     if getattr(deps, "drain", None) is None or not spec.drain.enabled:
         return None
-    from lagpilot import topic_retention
+    from lagpilot.observe import topic_retention
 
     return topic_retention.cached(handle, spec.topic, deps.kafka_timeout_seconds)
 

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("metrics endpoint started", extra={"port": args.metrics_port})
 
     import lagpilot.handlers  # noqa: F401  registers the handlers and the startup settings
-    from lagpilot.kafka_observe import set_request_counter
+    from lagpilot.observe.kafka_observe import set_request_counter
     from lagpilot.metrics import default_metrics
     set_request_counter(default_metrics().count_kafka_request)  # lagpilot_kafka_requests_total{kind}
     count_kube_requests(default_metrics().count_kube_request)  # lagpilot_kube_requests_total{verb}

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from lagpilot.kafka_observe import AdminPool
+from lagpilot.observe.kafka_observe import AdminPool
 from lagpilot.metrics import default_metrics
 
 
@@ -95,9 +95,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.metrics = default_metrics()
     # the consumer Deployments as the watch (handlers.deployment_seen) delivers them: no GET per cycle;
     # the API server sends only the operator's own Deployments (label selector), not every one
-    from lagpilot.deployment_cache import WATCH_SELECTOR, DeploymentCache
+    from lagpilot.act.deployment_cache import WATCH_SELECTOR, DeploymentCache
     settings.watching.label_selectors["apps", "v1", "deployments"] = WATCH_SELECTOR
     memo.deployments = DeploymentCache()
     if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
-        from lagpilot.kubeapi import KubeApi, load_api_client
+        from lagpilot.act.kubeapi import KubeApi, load_api_client
         memo.kube = KubeApi(load_api_client(pool_size=memo.config.cycle_workers))

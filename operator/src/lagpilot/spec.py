@@ -118,7 +118,7 @@ class DrainSpec:
     cancel: bool = False
     launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
     assist_replicas: bool = False  # opt-in: fewer replicas than the load needs, drains carry the excess
-    warm_runtime: bool = False  # opt-in: a long-lived drain runtime per CR (lagpilot.drain_runtime)
+    warm_runtime: bool = False  # opt-in: a long-lived drain runtime per CR (lagpilot.act.drain_runtime)
 
 
 @dataclasses.dataclass(frozen=True)

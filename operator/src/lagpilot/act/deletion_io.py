@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 
-from .deletion import Remainder, decode_remainder, encode_remainder, group_offsets_of, remainder_group
+from lagpilot.decide.deletion import (
+    Remainder,
+    decode_remainder,
+    encode_remainder,
+    group_offsets_of,
+    remainder_group,
+)
 
 log = logging.getLogger(__name__)
 

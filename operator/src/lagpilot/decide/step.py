@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot import estimate as est_mod
-from lagpilot import handoff
-from lagpilot.drain_policy import DrainNeed, DrainPolicy
-from lagpilot.lag import LagSnapshot
-from lagpilot.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
+from lagpilot.decide import estimate as est_mod
+from lagpilot.decide import handoff
+from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy
+from lagpilot.decide.lag import LagSnapshot
+from lagpilot.decide.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
 from lagpilot.spec import GroupSpec
 
 

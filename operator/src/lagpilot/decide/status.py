@@ -147,7 +147,7 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
 
 
 # --- the estimator's and the scaler's memory in the status -----------------------------------------
-# Internally (lagpilot.estimate / lagpilot.scaling to_dict/from_dict, the simulator) times are floats
+# Internally (lagpilot.decide.estimate / lagpilot.decide.scaling to_dict/from_dict, the simulator) times are floats
 # and the samples lists of [time, value]. In the status: RFC 3339 times, camelCase keys, and each
 # samples list on one line ("<seconds relative to the base time>:<value> ..."), so `kubectl describe`
 # shows a partition's window in one line instead of one line per sample. Both readers also take the
@@ -310,7 +310,7 @@ def step_memory_from_status(status: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # --- status.drain in a few lines -------------------------------------------------------------------
-# The hand-off (lagpilot.handoff DrainStatus.to_dict/from_dict) keeps its ranges, sub-ranges and past
+# The hand-off (lagpilot.decide.handoff DrainStatus.to_dict/from_dict) keeps its ranges, sub-ranges and past
 # drains one per line, so `kubectl describe` shows a drain in ~20 lines, not one line per field of
 # every range. Each parser also takes the object form an operator before this one wrote.
 

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lagpilot.kafka_common import _AUTHZ, _count, _error_name, close_quietly, consumer_base
+from lagpilot.observe.kafka_common import _AUTHZ, _count, _error_name, close_quietly, consumer_base
 
-log = logging.getLogger("lagpilot.kafka_observe")
+log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -47,7 +47,7 @@ from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DrainSettings, consumer_env, drain_pod_spec
-from .spec import GroupSpec
+from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 

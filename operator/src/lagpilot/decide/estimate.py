@@ -29,7 +29,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
-from lagpilot.lag import LagSnapshot, PartitionOffsets, partition_lag
+from lagpilot.decide.lag import LagSnapshot, PartitionOffsets, partition_lag
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import json
 import logging
 from typing import Any
 
-from lagpilot.deployment import API_GROUP, FIELD_MANAGER
+from lagpilot.act.deployment import API_GROUP, FIELD_MANAGER
 
 log = logging.getLogger(__name__)
 PLURAL = "batchconsumergroups"

@@ -29,12 +29,24 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from lagpilot.cluster_view import ClusterObserver
-from lagpilot.kafka_common import _KAFKA_LOG, ObserveError, _count, _error_name, _timed_lock, close_quietly
-from lagpilot.kafka_config import _default_factory, _group_reader_factory, _peek_consumer_factory, config_key
-from lagpilot.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory, _snapshot_enabled
+from lagpilot.observe.cluster_view import ClusterObserver
+from lagpilot.observe.kafka_common import (
+    _KAFKA_LOG,
+    ObserveError,
+    _count,
+    _error_name,
+    _timed_lock,
+    close_quietly,
+)
+from lagpilot.observe.kafka_config import (
+    _default_factory,
+    _group_reader_factory,
+    _peek_consumer_factory,
+    config_key,
+)
+from lagpilot.observe.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory, _snapshot_enabled
 
-log = logging.getLogger("lagpilot.kafka_observe")
+log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
 
 
 class _GroupReader:

@@ -10,7 +10,7 @@ Phases (a transition per phase, Strimzi-style):
 
 ``next_action(spec, drain, observed, now)`` is pure: it compares the recorded status with what was
 observed (Kafka offsets, the hand-off mailbox, group emptiness, the Deployment's replicas, the Job,
-the progress groups) and returns ONE action for the executor (``lagpilot.drain``).
+the progress groups) and returns ONE action for the executor (``lagpilot.act.drain``).
 
 The hand-off never stops the live group (``lagpilot_runtime.handoff_mailbox``, the wire contract):
 
@@ -43,7 +43,7 @@ from typing import Any
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
-from .spec import GroupSpec
+from lagpilot.spec import GroupSpec
 from .status import (format_history_entry, format_ranges_line, format_sub_range, format_time,
                      parse_history_entry, parse_ranges, parse_sub_range, parse_time)
 
@@ -165,7 +165,7 @@ class DrainStatus:
     # retention deleted these offsets of handed-off ranges before the drain read them:
     # (partition, start, end) ranges, recorded by the drain job in its progress metadata
     lost: tuple[tuple[int, int, int], ...] = ()
-    runtime: str = ""  # warm | cold: how the current attempt's Job was launched (lagpilot.drain_runtime)
+    runtime: str = ""  # warm | cold: how the current attempt's Job was launched (lagpilot.act.drain_runtime)
 
     @property
     def records_lost(self) -> int:

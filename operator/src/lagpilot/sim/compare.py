@@ -4,7 +4,7 @@
 
 The demo (``lagpilot demo``) writes the exact trace it replayed (``trace.csv``, one row per second,
 from the replay's start to its last observation) and, in ``summary.json``, the run's parameters
-under ``sim_params`` — named as :class:`lagpilot.simulate.SimParams` fields, measured in that run
+under ``sim_params`` — named as :class:`lagpilot.sim.params.SimParams` fields, measured in that run
 where the demo can measure them (consumer and drain-task capacity from its delivery ledger, pod
 start, drain start-up, hand-off pause) and taken from its spec otherwise — and the measured
 results (``latency.within_sla_fraction``, ``latency.p99_s``, ``replica_minutes``,
@@ -26,7 +26,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lagpilot import simulate as sim
+from lagpilot.sim import (
+    params as sim_params,
+    policies as sim_policies,
+    report as sim_report,
+    trace as sim_trace,
+)
 
 METRICS = ("within_sla_fraction", "p99_latency_s", "replica_minutes", "drain_task_minutes")
 # metric -> (kind, tolerance): "abs" = |predicted - measured| <= tol; "rel" = <= tol * measured
@@ -41,7 +46,7 @@ _NOT_PARAMS = {"trace", "from_demo", "json", "plot", "policies", "generate", "se
 
 
 def sim_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(sim.SimParams)}
+    return {f.name for f in dataclasses.fields(sim_params.SimParams)}
 
 
 def dest_to_field(dest: str, fields: set[str]) -> str | None:
@@ -72,7 +77,7 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict
 
 
 def params_from_summary(summary: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
-                        ) -> tuple[sim.SimParams, dict[str, Any], dict[str, Any]]:
+                        ) -> tuple[sim_params.SimParams, dict[str, Any], dict[str, Any]]:
     """(params, what was set, what the simulator does not model). ``overrides`` are CLI dests or
     field names; ``None`` values (not measured in the run) leave the simulator's default."""
     fields = sim_fields()
@@ -89,7 +94,7 @@ def params_from_summary(summary: Mapping[str, Any], overrides: Mapping[str, Any]
             unknown.pop(name, None)
     if "step_s" in fields and "step_s" not in used:
         used["step_s"] = 1.0  # the demo's trace has one row per second: step at least as fine
-    return sim.SimParams(**used), used, unknown
+    return sim_params.SimParams(**used), used, unknown
 
 
 def measured_from_summary(summary: Mapping[str, Any]) -> dict[str, float | None]:
@@ -161,20 +166,20 @@ def agrees(rows: Sequence[Mapping[str, Any]]) -> bool | None:
     return all(judged) if judged else None
 
 
-def padded(trace: sim.Trace, seconds: float) -> sim.Trace:
+def padded(trace: sim_trace.Trace, seconds: float) -> sim_trace.Trace:
     """The trace followed by ``seconds`` of no traffic (rows of 0 at the trace's own step)."""
     if not trace.times:
         return trace
     step = trace.end_s - trace.times[-1]
     n = max(0, int(math.ceil(seconds / step)))
-    return sim.Trace(trace.times + tuple(trace.end_s + i * step for i in range(n)), trace.rates + (0.0,) * n,
+    return sim_trace.Trace(trace.times + tuple(trace.end_s + i * step for i in range(n)), trace.rates + (0.0,) * n,
                      trace.weights + (None,) * n)
 
 
 LATENCY_KEYS = ("within_sla_fraction", "p99_latency_s", "max_latency_s")
 
 
-def predict(trace: sim.Trace, params: sim.SimParams, policies: Sequence[str]) -> dict[str, Any]:
+def predict(trace: sim_trace.Trace, params: sim_params.SimParams, policies: Sequence[str]) -> dict[str, Any]:
     """Each policy's result on the trace (``PolicyResult`` objects).
 
     The demo waits until every record is processed, so its latency figures cover every record; the
@@ -186,16 +191,16 @@ def predict(trace: sim.Trace, params: sim.SimParams, policies: Sequence[str]) ->
     out = {}
     longer = padded(trace, 10 * params.sla_s)
     for p in policies:
-        res = sim.run_policy(trace, params, p)
+        res = sim_policies.run_policy(trace, params, p)
         if res.remaining > 0:
-            full = sim.run_policy(longer, params, p)
+            full = sim_policies.run_policy(longer, params, p)
             res = dataclasses.replace(res, **{k: getattr(full, k) for k in LATENCY_KEYS},
                                       extra={**res.extra, "latency_from_padded_trace_s": longer.end_s})
         out[p] = res
     return out
 
 
-def baselines(trace: sim.Trace, summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def baselines(trace: sim_trace.Trace, summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """What static replicas (partition count) and KEDA (default lagThreshold) keep on the demo's trace
     with the demo's calibrated parameters: the demo prints these to show the load needed drains."""
     params, _, _ = params_from_summary(summary)
@@ -225,7 +230,7 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
     try:
         with open(args.from_demo) as fh:
             summary = json.load(fh)
-        trace = sim.load_trace(args.trace)
+        trace = sim_trace.load_trace(args.trace)
     except (OSError, KeyError, ValueError) as exc:
         print(f"error: cannot read the demo's summary or trace: {exc}", file=sys.stderr)
         return 2
@@ -253,7 +258,7 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
     print("lagpilot, predicted by the simulator vs measured by the demo:")
     print(format_comparison(rows))
     print()
-    print(sim.format_table(results))
+    print(sim_report.format_table(results))
     print(f"\nverdict: {'the simulator agrees with the run' if verdict else 'the simulator does NOT agree with the run' if verdict is False else 'nothing to judge'}"
           " (within-SLA ±5 pp; replica- and drain-task-minutes ±25 %)")
     return 0

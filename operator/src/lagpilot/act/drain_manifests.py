@@ -24,8 +24,8 @@ from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
 
 from .deployment import build_env, label_value, owner_reference
-from .handoff import DrainStatus, JobObservation, JobState, job_name
-from .spec import GroupSpec
+from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
+from lagpilot.spec import GroupSpec
 
 DRAIN_LABEL = "lagpilot.io/drain"
 JOB_LABEL = "lagpilot.io/drain-job"

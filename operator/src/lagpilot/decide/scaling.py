@@ -16,10 +16,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lagpilot.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
-from lagpilot.estimate import EstimatorState
-from lagpilot.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
-from lagpilot.projection import INF, PartitionLoad, project, required_replicas
+from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
+from lagpilot.decide.estimate import EstimatorState
+from lagpilot.decide.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
+from lagpilot.decide.projection import INF, PartitionLoad, project, required_replicas
 
 if TYPE_CHECKING:
     from lagpilot.spec import GroupSpec

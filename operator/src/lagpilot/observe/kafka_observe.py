@@ -36,13 +36,28 @@ import os
 import time
 from collections.abc import Callable, Mapping
 
-from lagpilot.cluster_view import ClusterObserver, ClusterView, TopicWatermarks
-from lagpilot.kafka_admin import AdminHandle, AdminPool, SafeAdmin
-from lagpilot.kafka_common import (_KAFKA_LOG, NoPartitions, ObserveError, SecretError, _count, _error_name,
-                                   _RepeatFilter, as_exception, classify, set_request_counter)
-from lagpilot.kafka_config import admin_config, config_key
-from lagpilot.offsets_snapshot import (OFFSETS_TOPIC, OffsetsSnapshot, _snapshot_consumer_factory,
-                                       offsets_partition_for, parse_offset_commit)
+from lagpilot.observe.cluster_view import ClusterObserver, ClusterView, TopicWatermarks
+from lagpilot.observe.kafka_admin import AdminHandle, AdminPool, SafeAdmin
+from lagpilot.observe.kafka_common import (
+    _KAFKA_LOG,
+    NoPartitions,
+    ObserveError,
+    SecretError,
+    _count,
+    _error_name,
+    _RepeatFilter,
+    as_exception,
+    classify,
+    set_request_counter,
+)
+from lagpilot.observe.kafka_config import admin_config, config_key
+from lagpilot.observe.offsets_snapshot import (
+    OFFSETS_TOPIC,
+    OffsetsSnapshot,
+    _snapshot_consumer_factory,
+    offsets_partition_for,
+    parse_offset_commit,
+)
 from lagpilot_runtime import commit_metadata
 from lagpilot_runtime.commit_metadata import CapacityReport
 

@@ -37,9 +37,21 @@ from .drain_manifests import (RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLU
                               build_drain_job, build_spark_application, job_observation, spark_application_observation)
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
-from .handoff import (ACK_TIMEOUT_S, Action, DrainStatus, JobObservation, Kind, Observed, Offsets, Phase,
-                      condition, data_loss_condition, job_name, next_action)
-from .spec import GroupSpec
+from lagpilot.decide.handoff import (
+    ACK_TIMEOUT_S,
+    Action,
+    DrainStatus,
+    JobObservation,
+    Kind,
+    Observed,
+    Offsets,
+    Phase,
+    condition,
+    data_loss_condition,
+    job_name,
+    next_action,
+)
+from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lagpilot.kafka_common import SecretError, consumer_base
+from lagpilot.observe.kafka_common import SecretError, consumer_base
 from lagpilot.spec import KafkaSpec
 
 

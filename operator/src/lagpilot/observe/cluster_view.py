@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lagpilot.kafka_common import NoPartitions, _count
+from lagpilot.observe.kafka_common import NoPartitions, _count
 
-log = logging.getLogger("lagpilot.kafka_observe")
+log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lagpilot.projection import INF, PartitionLoad, clear_time_s, project
+from lagpilot.decide.projection import INF, PartitionLoad, clear_time_s, project
 
 if TYPE_CHECKING:
     from lagpilot.spec import GroupSpec

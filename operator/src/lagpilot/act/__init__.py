@@ -1,0 +1,1 @@
+"""Kubernetes: manifests, the drain executor, API calls (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Pure decisions: no I/O, `now` passed in (docs/architecture.md)."""

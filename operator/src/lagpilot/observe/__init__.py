@@ -1,0 +1,1 @@
+"""Kafka observation: client config, shared clients, offsets, topics (docs/architecture.md)."""

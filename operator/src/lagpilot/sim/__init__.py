@@ -1,0 +1,1 @@
+"""The policy simulator, `lagpilot simulate` (docs/architecture.md)."""

@@ -1,0 +1,75 @@
+"""The simulator's model figures (:class:`SimParams`) and the CR spec and decision model they stand for."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lagpilot.decide import step as step_mod
+from lagpilot.spec import BatchSpec, DrainSpec, GroupSpec, KafkaSpec, ScalingSpec
+
+# measured on this machine (docs/decision.md "Calibration" names the command for each)
+QUIESCE_PAUSE_S = 31.0  # tests/real/test_drain_operator.py: group pause 29.9-32.6 s (session timeout + restart)
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Model figures; the CLI flags override them. Defaults are the measured ones (docs/decision.md)."""
+
+    partitions: int = 3
+    capacity: float = 137.0  # records/s one consumer processes (per busy second)
+    sla_s: float = 600.0
+    pod_start_s: float = 30.0  # schedule + pull (cached) + start + join the group
+    drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 12.9-20.3 s)
+    drain_task_capacity: float | None = None  # None: same as a consumer (same handler, same batch)
+    max_drain_tasks: int = 16
+    split_factor: int = 4
+    min_backlog_records: int = 10_000
+    drain_min_interval_s: float = 60.0
+    step_s: float = 5.0
+    batch_timeout_s: float = 1.0
+    min_replicas: int = 1
+    max_replicas: int | None = None  # None: the partition count
+    poll_interval_s: float = 15.0
+    # lagpilot's spec.scaling.behavior.scaleDown.stabilizationWindowSeconds (the demo's CR sets 60 s;
+    # KEDA's model keeps the HPA's own 300 s, keda_tuned sweeps it)
+    scale_down_window_s: float = 300.0
+    # the live group's pause at a hand-off: consumer-ack path ~ one batch; quiesce path: replicas
+    # held at 0 (handoff.replicas_override) for the pause, then restored (pods start again)
+    handoff_pause_s: float | None = None  # None: batch_timeout_s (ack path) or QUIESCE_PAUSE_S
+    handoff_quiesce: bool = False
+    concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
+    batch_max_records: int = 500
+    drain_assist: bool = False  # the simulated CR's spec.drain.assistReplicas (opt-in, like the CRD)
+    # the saving that makes the drain-assisted count worth it: always with drain_assist, else only in
+    # bursts (the capped group cannot hold the load); None: never (--no-drain-assist)
+    drain_assist_min_saving: float | None = 1.0
+
+    @property
+    def task_capacity(self) -> float:
+        return self.drain_task_capacity or self.capacity
+
+    @property
+    def pause_s(self) -> float:
+        if self.handoff_pause_s is not None:
+            return self.handoff_pause_s
+        return QUIESCE_PAUSE_S if self.handoff_quiesce else self.batch_timeout_s
+
+    def group_spec(self) -> GroupSpec:
+        """The CR spec this simulated group runs under (the operator's own parse types)."""
+        return GroupSpec(
+            kafka=KafkaSpec(bootstrap_servers="127.0.0.1:9092"), topic="simulated", group_id="simulated",
+            batch=BatchSpec(max_records=self.batch_max_records),
+            scaling=ScalingSpec(min_replicas=self.min_replicas,
+                                max_replicas=self.max_replicas or self.partitions,
+                                poll_interval_seconds=self.poll_interval_s,
+                                scale_down_window_seconds=self.scale_down_window_s),
+            catch_up_sla_seconds=self.sla_s,
+            drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
+                            min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist),
+        )
+
+    def model(self) -> step_mod.Model:
+        return step_mod.Model(pod_start_s=self.pod_start_s, drain_start_s=self.drain_start_s,
+                              handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
+                              max_concurrent_drains=self.concurrent_drains,
+                              drain_min_interval_s=self.drain_min_interval_s,
+                              drain_assist_min_saving=self.drain_assist_min_saving)

@@ -1,0 +1,233 @@
+"""The simulated topic, consumers and drains (:class:`_World`), advanced step by step.
+
+The model (documented in docs/decision.md):
+- fluid, per-partition FIFO queues of segments ``[t0, t1, n]`` (n records produced uniformly over
+  [t0, t1]); latency is exact for that fluid model: a piece processed over [s, e] has latencies
+  spread uniformly between ``s - t0`` and ``e - t1``;
+- a consumer processes ``capacity`` records/s shared among the partitions it owns (range assignor,
+  work-conserving: water-filling among non-empty partitions); new pods start after
+  ``pod_start_s``; removed pods stop at once; rebalance pauses are not modelled;
+- a drain takes a partition's whole queue at plan time (split = end), cuts it into tasks of equal
+  size, each task starts ``drain_start_s`` after launch and processes its sub-range FIFO at
+  ``drain_task_capacity``; one drain at a time; at most ``max_drain_tasks`` tasks;
+- observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
+  batch (rate x ``batch_timeout_s``), like a batching consumer's committed offsets.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lagpilot.decide import handoff
+from lagpilot.sim.backlog import _Latency, _Queue, _split, _take_before
+from lagpilot.sim.params import SimParams
+from lagpilot.sim.trace import Trace
+
+
+def range_assignment(partitions: int, consumers: int) -> list[list[int]]:
+    """Kafka's range assignor for one topic: contiguous blocks, the first ones one larger."""
+    if consumers <= 0:
+        return []
+    consumers = min(consumers, partitions)
+    base, extra = divmod(partitions, consumers)
+    out, p = [], 0
+    for i in range(consumers):
+        k = base + (1 if i < extra else 0)
+        out.append(list(range(p, p + k)))
+        p += k
+    return out
+
+
+def _water_fill(budget: float, queued: list[float]) -> list[float]:
+    """Split ``budget`` fairly among queues, never giving one more than it holds."""
+    alloc = [0.0] * len(queued)
+    active = [i for i, q in enumerate(queued) if q > 0]
+    while budget > 1e-12 and active:
+        share = budget / len(active)
+        nxt = []
+        for i in active:
+            room = queued[i] - alloc[i]
+            give = min(room, share)
+            alloc[i] += give
+            budget -= give
+            if queued[i] - alloc[i] > 1e-12:
+                nxt.append(i)
+        if len(nxt) == len(active):
+            break
+        active = nxt
+    return alloc
+
+
+@dataclass
+class _Task:
+    queue: _Queue
+    launched: float
+    start_at: float
+    done_at: float | None = None
+
+
+@dataclass
+class _SimDrain:
+    """One drain: the hand-off's own status (handoff.DrainStatus, its Phase values) and its tasks."""
+
+    status: handoff.DrainStatus
+    tasks_by_partition: dict[int, int]
+    planned_s: float
+    handoff_at: float  # when the group has moved to the split (plan + pause)
+    tasks: list[_Task] = field(default_factory=list)
+
+
+class _World:
+    """The simulated topic, consumers and drains; a controller changes the replica count and plans
+    drains, the world runs the drain's hand-off timing (planned -> handed off -> running -> done)."""
+
+    def __init__(self, trace: Trace, params: SimParams, initial_replicas: int) -> None:
+        self.trace = trace
+        self.p = params
+        n = params.partitions
+        self.queues = [_Queue() for _ in range(n)]
+        self.produced_by = [0.0] * n
+        self.rates = [0.0] * n
+        self.pods: list[float] = [-math.inf] * initial_replicas  # ready_at per pod
+        self.sim_drains: list[_SimDrain] = []
+        self.last_status: handoff.DrainStatus | None = None  # the newest finished drain
+        self.paused_until = -math.inf  # the group's hand-off pause
+        self.drains = 0
+        self.drained: dict[int, int] = {}  # partition -> drains of it
+        self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
+        self.scale_events = 0
+        self.lat = _Latency(params.sla_s)
+
+    # observers ---------------------------------------------------------------------------
+    def observed_lags(self) -> list[float]:
+        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates)]
+
+    def ready(self, t: float) -> int:
+        return sum(1 for r in self.pods if r <= t)
+
+    @property
+    def drain_active(self) -> bool:
+        return bool(self.sim_drains)
+
+    @property
+    def tasks(self) -> list[_Task]:
+        return [task for d in self.sim_drains for task in d.tasks]
+
+    def drain_statuses(self) -> tuple[handoff.DrainStatus, ...]:
+        """What the executor would hold in status.drain: drains in flight, else the last one."""
+        live = tuple(d.status for d in self.sim_drains)
+        return live or ((self.last_status,) if self.last_status is not None else ())
+
+    # actions -----------------------------------------------------------------------------
+    def scale(self, desired: int, t: float) -> None:
+        desired = max(0, desired)
+        cur = len(self.pods)
+        if desired == cur:
+            return
+        self.scale_events += 1
+        if desired > cur:
+            self.pods.extend([t + self.p.pod_start_s] * (desired - cur))
+        else:
+            # remove starting pods first, then ready ones
+            self.pods.sort()
+            del self.pods[desired:]
+
+    def plan_drain(self, need: Any, t: float) -> None:
+        """The executor's plan: split = the end offset now; the hand-off completes after the pause."""
+        tasks = {r.partition: r.tasks for r in need.ranges if r.tasks > 0}
+        if not tasks:
+            return
+        self.drains += 1
+        prev_id = max([d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0])
+        ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        # a group another quiesce emptied gets back what that drain will restore
+        restore = max([len(self.pods)] + [d.status.restore_replicas for d in self.sim_drains
+                                          if d.status.handed_off_at is None and d.status.quiesced_at is not None])
+        st = handoff.DrainStatus(id=prev_id + 1, phase=handoff.Phase.PLANNED, reason=need.reason, ranges=ranges,
+                                 restore_replicas=restore, planned_at=t)
+        if self.p.handoff_quiesce:
+            st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
+            self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
+        self.paused_until = max(self.paused_until, t + self.p.pause_s)
+        self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s))
+
+    def _hand_off(self, d: _SimDrain, t: float) -> None:
+        """Handed off and launched: the range [start, split) leaves the group, tasks start."""
+        subs = []
+        for p, n_tasks in sorted(d.tasks_by_partition.items()):
+            segs = _take_before(self.queues[p], d.planned_s)
+            self.drained[p] = self.drained.get(p, 0) + 1
+            for k, q in enumerate(_split(segs, n_tasks)):
+                d.tasks.append(_Task(q, t, t + self.p.drain_start_s))
+                n = int(round(q.total))
+                subs.append(handoff.SubProgress(p, k, 0, n, 0))
+        st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs))
+        d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
+        if self.p.handoff_quiesce:
+            self.scale(d.status.restore_replicas, t)
+
+    # one step ----------------------------------------------------------------------------
+    def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
+        n = self.p.partitions
+        for d in self.sim_drains:
+            if d.status.handed_off_at is None and d.handoff_at <= t + dt:
+                self._hand_off(d, max(t, d.handoff_at))
+        for i in range(n):
+            r = rate * weights[i]
+            self.rates[i] = r
+            self.queues[i].push(t, t + dt, r * dt)
+            self.produced_by[i] += r * dt
+        ready = self.ready(t)
+        work = max(0.0, dt - max(0.0, min(t + dt, self.paused_until) - t))  # the hand-off pause
+        for owned in range_assignment(n, ready):
+            budget = self.p.capacity * work
+            if budget <= 0:
+                break
+            alloc = _water_fill(budget, [self.queues[i].total for i in owned])
+            share = budget / len(owned)
+            s0 = t + dt - work
+            for i, a in zip(owned, alloc):
+                if a > 0:
+                    self.queues[i].take(a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat)
+        running = 0
+        task_cap = self.p.task_capacity
+        for d in self.sim_drains:
+            for task in d.tasks:
+                if task.done_at is not None:
+                    continue
+                running += 1
+                if task.start_at >= t + dt:
+                    continue
+                s = max(t, task.start_at)
+                amount = task_cap * (t + dt - s)
+                need = task.queue.total
+                took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
+                if task.queue.total <= 1e-9:
+                    task.done_at = s + took / task_cap
+            if d.status.handed_off_at is not None:
+                subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
+                             for sp, task in zip(d.status.sub_ranges, d.tasks))
+                d.status = replace(d.status, sub_ranges=subs)
+        for d in [d for d in self.sim_drains if d.tasks and all(task.done_at is not None for task in d.tasks)]:
+            end = max(task.done_at or t for task in d.tasks)
+            self.finished_task_s += sum((task.done_at or t) - task.launched for task in d.tasks)
+            done = replace(d.status, phase=handoff.Phase.SUCCEEDED)
+            self.last_status = replace(done, phase=handoff.Phase.VERIFIED, finished_at=end)
+            self.sim_drains.remove(d)
+        oldest = min(
+            [q.oldest() for q in self.queues if q.oldest() is not None]
+            + [task.queue.oldest() for task in self.tasks if task.queue.oldest() is not None],
+            default=None,
+        )
+        age = 0.0 if oldest is None else max(0.0, t + dt - oldest)
+        return age, running
+
+    def remaining(self) -> float:
+        return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
+
+
+def _path(name: str) -> dict[str, Any]:
+    """The hand-off path field, when the hand-off module has one."""
+    value = getattr(handoff, name, None)
+    return {"hand_off_path": value} if value is not None and "hand_off_path" in handoff.DrainStatus.__dataclass_fields__ else {}
