@@ -165,7 +165,7 @@ def test_pod_monitor_scrapes_the_consumer_pods_the_operator_creates(helm: Path) 
     assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     # the port name is the consumer container's (operator/src/lagpilot/act/deployment.py)
-    src = (Path(h.REPO_ROOT) / "operator" / "src" / "lagpilot" / "deployment.py").read_text()
+    src = (Path(h.REPO_ROOT) / "operator" / "src" / "lagpilot" / "act" / "deployment.py").read_text()
     assert ep["port"] == "http" and '"name": "http", "containerPort": HTTP_PORT' in src and HTTP_PORT == 8080
     label = "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", GROUP_LABEL)
     assert ep["relabelings"][0]["sourceLabels"] == [label]
