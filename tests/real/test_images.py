@@ -4,8 +4,7 @@
 (made once into the cache) and runs them with podman on host network. On a warm cache the builds are
 cached layers (after a code change only the `pip install --no-deps .` steps rerun); on a cold one (CI's
 clean machine) this installs podman/runc/mmdebstrap, builds buildah from the Go module proxy, makes the
-base and builds both images: see docs/images.md for times. Deselected by default (pyproject addopts
-`-m 'not images'`); `./dev/test -m images` runs it.
+base and builds both images: see docs/images.md for times. Part of `./dev/test` (and so of CI).
 """
 from __future__ import annotations
 
