@@ -375,3 +375,99 @@ def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  
     full = next(r for r in range(got + 1, len(rates) + 1)
                 if all(x <= 0.9 * C2 for _, x in consumer_rates(rates, r)) or r == len(rates))
     assert group_cost(rates, got, C2, 600.0, pol) <= group_cost(rates, full, C2, 600.0, pol) - saving + 1e-6
+
+
+# --- bursts at a long drain start-up (one drain at a time): size this drain for the next one too ---
+from lagpilot.drain_policy import tasks_for_two_drains, worst_latency_s  # noqa: E402
+
+FLASH = DrainPolicy(start_up_s=90, handoff_s=1, max_tasks=16, min_backlog_records=10_000)
+
+
+def _flash_onset(rate: float = 383.0) -> list[PartitionLoad]:
+    """Flash seed 101's second burst 30 s in (6 partitions, 150/s each, 2,300/s produced): one
+    partition just below minBacklogRecords."""
+    lags = [10_263, 11_828, 11_460, 9_990, 11_152, 11_259]
+    return [PartitionLoad(i, lag, rate, 0, lag) for i, lag in enumerate(lags)]
+
+
+def test_flash_burst_at_a_90s_start_drains_every_partition_with_tasks_for_the_next_drain() -> None:
+    """Before: p0,p1,p2,p4,p5 in 7 tasks (p3 left for the minimum backlog), 166 s; every later
+    drain (one at a time) inherited what regrew meanwhile and grew longer until records were late.
+    Now every overloaded partition joins and the drain is short enough for the next one."""
+    ages = {i: 27.0 for i in range(6)}
+    need = drain_need(_flash_onset(), 150.0, group_replicas=6, target_s=240.0, sla_s=300.0, policy=FLASH,
+                      now_s=1000.0, oldest_age_s=ages)
+    assert need is not None and need.partitions == (0, 1, 2, 3, 4, 5)
+    assert need.tasks == 16 and all(r.tasks >= 2 for r in need.ranges)
+    # what regrows during this drain (start-up included) is the next drain's range
+    wait = need.expected_s + FLASH.poll_interval_s
+    nxt = [(383.0 - 150.0) * wait] * 6
+    nxt_worst, _ = worst_latency_s(nxt, [b / 383.0 for b in nxt], allocate_tasks(nxt, 16, 500), FLASH, 150.0)
+    old_wait = 166.0 + FLASH.poll_interval_s  # the 7-task plan
+    old = [(383.0 - 150.0) * old_wait] * 6
+    old_worst, _ = worst_latency_s(old, [b / 383.0 for b in old], allocate_tasks(old, 16, 500), FLASH, 150.0)
+    assert nxt_worst < old_worst
+    assert any("joins the due drain" in n for n in need.notes)
+
+
+def test_partitions_below_min_backlog_join_only_a_due_drain_in_overload() -> None:
+    ages = {i: 27.0 for i in range(6)}
+    small = [PartitionLoad(i, 9_000, 383.0, 0, 9_000) for i in range(6)]  # all below the minimum
+    assert drain_need(small, 150.0, group_replicas=6, target_s=240.0, sla_s=300.0, policy=FLASH,
+                      now_s=1000.0, oldest_age_s=ages) is None
+    # not overloaded (a backlog only): the minimum backlog still excludes a partition
+    backlog = [PartitionLoad(0, 200_000, 10.0, 0, 200_000), PartitionLoad(1, 9_000, 10.0, 0, 9_000)]
+    need = drain_need(backlog, 150.0, group_replicas=1, target_s=240.0, sla_s=300.0, policy=FLASH, now_s=1000.0)
+    assert need is not None and 1 not in need.partitions
+
+
+def test_burst_that_ends_while_a_drain_is_starting_is_sized_on_the_old_rule() -> None:
+    """After the burst (rates back under a consumer) the backlog is not regrowing: no next-drain
+    sizing, and nothing is planned while the drain is in flight (one at a time)."""
+    loads = [PartitionLoad(i, 55_000, 13.0, 0, 55_000) for i in range(6)]
+    ages = {i: 160.0 for i in range(6)}
+    kw = dict(group_replicas=6, target_s=240.0, sla_s=300.0, policy=FLASH, now_s=1000.0, oldest_age_s=ages)
+    need = drain_need(loads, 150.0, **kw)  # type: ignore[arg-type]
+    assert need is not None and need.reason != "RegrowingPartition" and need.tasks <= 16
+    assert drain_need(loads, 150.0, drains_in_flight=1, tasks_in_flight=need.tasks, **kw) is None  # type: ignore[arg-type]
+
+
+def _two_drains_worst(loads: list[PartitionLoad], ages: dict[int, float], n: int, high: int, share: float,
+                      policy: DrainPolicy, cap: float) -> float:
+    """The model, stated independently: worst latency of this drain and of the next (one at a time)."""
+    lags = [l.lag for l in loads]
+    olds = [ages[l.partition] for l in loads]
+    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(loads, olds)]
+    alloc = allocate_tasks(lags, n, policy.min_records_per_task)
+    worst, dur = 0.0, policy.fixed_cost_s
+    for lag, a, k in zip(lags, olds, alloc):
+        if k and lag > 0:
+            dur = max(dur, policy.fixed_cost_s + lag / (k * cap))
+            worst = max(worst, a + policy.fixed_cost_s, a * (1 - 1 / k) + policy.fixed_cost_s + lag / (k * cap))
+    nxt = [max(0.0, r - share) * (dur + policy.poll_interval_s) for r in rates]
+    for b, r, k in zip(nxt, rates, allocate_tasks(nxt, high, policy.min_records_per_task)):
+        if k and b > 0:
+            a = b / r
+            worst = max(worst, a + policy.fixed_cost_s, a * (1 - 1 / k) + policy.fixed_cost_s + b / (k * cap))
+    return worst
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(st.floats(0, 200_000), st.floats(0.1, 600), st.floats(0, 400)), min_size=1, max_size=8),
+       low=st.integers(1, 16), span=st.integers(0, 16), start=st.sampled_from([6.0, 20.0, 90.0]),
+       target=st.sampled_from([240.0, 480.0]))
+def test_tasks_for_two_drains_properties(rows, low, span, start, target) -> None:  # type: ignore[no-untyped-def]
+    """Within [low, high]; never worse than ``low`` (the rule before it); the fewest that meets the
+    target when one does, else none in the range meets it."""
+    pol = DrainPolicy(start_up_s=start, handoff_s=1, max_tasks=32)
+    loads = [PartitionLoad(i, lag, rate) for i, (lag, rate, _) in enumerate(rows)]
+    ages = {i: age for i, (_, _, age) in enumerate(rows)}
+    high = low + span
+    n = tasks_for_two_drains(loads, ages, low, high, 150.0, target, pol, 150.0)
+    assert low <= n <= high
+    w = {m: _two_drains_worst(loads, ages, m, high, 150.0, pol, 150.0) for m in range(low, high + 1)}
+    assert w[n] <= w[low] + 1e-6
+    if w[n] <= target:
+        assert all(w[m] > target for m in range(low, n))
+    else:
+        assert all(w[m] > target for m in w) and w[n] <= min(w.values()) + 1e-6

@@ -289,6 +289,7 @@ def drain_need(
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
     candidates: list[PartitionLoad] = []
+    small: list[PartitionLoad] = []  # overloaded, below min_backlog_records: only with a due drain
     due = False
     for l in ordered:
         if l.partition in busy:
@@ -298,6 +299,8 @@ def drain_need(
         if not needed:
             continue
         if l.lag <= 0 or l.lag < policy.min_backlog_records:
+            if overloaded and l.rate > capacity / group.per_consumer_partitions and l.lag >= policy.min_records_per_task:
+                small.append(l)  # joins a drain that is due anyway (it regrows like the others)
             continue
         group_time = clear_time_s(l.lag, l.rate, capacity)
         # the fastest this partition could be drained (its fair share of the budget is at most all of it)
@@ -324,6 +327,12 @@ def drain_need(
     if not due:
         notes.append("regrowing partitions not yet due")
         return None
+    # in a burst every partition over its consumer's share regrows: one left out for the minimum
+    # backlog (an anti-flap rule for *starting* a drain) would wait a whole drain and then be the
+    # largest range of the next one. It joins the drain that is due anyway (one batch at least).
+    for l in small:
+        candidates.append(l)
+        notes.append(f"partition {l.partition}: below minBacklogRecords, joins the due drain (overloaded)")
     # urgency order for a budget smaller than the partitions: oldest record first
     candidates.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), -l.lag, l.partition))
     candidates = expiring_first(candidates, ages, retention_s, target_s)
@@ -350,6 +359,12 @@ def drain_need(
         helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
     want = max(want, helps)
     n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
+    if overloaded or any(l.partition in regrowing for l in candidates):
+        # the backlog regrows behind the split while this drain runs, and (one drain at a time)
+        # the next drain can start only when this one ended: size this one so that both meet
+        # the target, else so that the worse of the two is as short as the budget allows
+        n = tasks_for_two_drains(candidates, ages, n, min(budget, policy.split_factor * len(candidates)),
+                                 capacity / group.per_consumer_partitions, target_s, policy, capacity)
     alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
     chosen: list[DrainRange] = []
     for l, tasks in zip(candidates, alloc):
@@ -386,6 +401,63 @@ def drain_need(
         ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
         notes=tuple(notes), follow_up=in_flight > 0,
     )
+
+
+def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequence[int], policy: DrainPolicy,
+                    task_cap: float) -> tuple[float, float]:
+    """(worst latency of a drain's records, the drain's duration), from the plan (pure).
+
+    A partition's range of ``lag`` records whose oldest is ``age`` old is cut into ``tasks`` equal
+    sub-ranges (the executor's ``split_ranges``), processed side by side from the drain's start
+    (``fixed_cost_s`` after the plan) at ``task_cap`` each. The first sub-range's newest record
+    (``age x (1 - 1/k)`` old at the plan, records spread evenly in time) is processed last, at
+    ``fixed + lag / (k x task_cap)``: that, or the oldest record at ``age + fixed``, is the worst.
+    A partition without tasks keeps its records (not counted)."""
+    worst, duration = 0.0, policy.fixed_cost_s
+    for lag, age, k in zip(lags, ages, tasks):
+        if k <= 0 or lag <= 0:
+            continue
+        work = lag / (k * task_cap)
+        duration = max(duration, policy.fixed_cost_s + work)
+        worst = max(worst, age + policy.fixed_cost_s, age * (1 - 1 / k) + policy.fixed_cost_s + work)
+    return worst, duration
+
+
+def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], low: int, high: int,
+                         share: float, target_s: float, policy: DrainPolicy, capacity: float) -> int:
+    """Tasks for a drain of ``candidates`` while they regrow (the group processes ``share`` records/s
+    of each): the fewest in ``[low, high]`` with which this drain AND the next one meet ``target_s``;
+    if none does, the count that makes the worse of the two shortest (fewest on ties).
+
+    The next drain (one at a time: planned at the first poll after this one ended) takes what
+    regrew behind this one's split: ``(rate - share) x (duration + poll)`` records per partition,
+    the oldest ``backlog / rate`` old, with the whole ``high`` tasks. Pure; the model of
+    :func:`worst_latency_s`. With few tasks the drain is cheap but long, and a long drain leaves a
+    bigger, older backlog to the next one: at a 90 s start-up a flash burst's first drain with 5
+    tasks left 40-55 k records per partition, each next drain longer, until records were late."""
+    task_cap = policy.task_capacity or capacity
+    lags = [l.lag for l in candidates]
+    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) for l in candidates]
+    # the regrowth rate: the estimate, or the mean produce rate over the backlog's own age when that
+    # is higher (FIFO: every record younger than the oldest is in the backlog) -- the smoothed
+    # estimate lags a burst's onset (rises: half-life 30 s) by about as long as the first drain waits
+    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(candidates, olds)]
+    high = max(low, high)
+    best, best_worst = low, INF
+    for n in range(low, high + 1):
+        alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
+        now_worst, duration = worst_latency_s(lags, olds, alloc, policy, task_cap)
+        wait = duration + policy.poll_interval_s
+        nxt = [max(0.0, r - share) * wait for r in rates]
+        nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates)]
+        nxt_alloc = allocate_tasks(nxt, high, per_task_min=policy.min_records_per_task)
+        next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy, task_cap)
+        worst = max(now_worst, next_worst)
+        if worst <= target_s:
+            return n
+        if worst < best_worst - 1e-9:
+            best, best_worst = n, worst
+    return best
 
 
 def consumer_rates(rates: Sequence[float], replicas: int) -> list[tuple[int, float]]:
@@ -518,4 +590,5 @@ def _rest_ok(
 
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
+           "worst_latency_s", "tasks_for_two_drains",
            "group_cost", "consumer_rates", "overloaded_at", "INF"]
