@@ -64,6 +64,12 @@ def split_kinds(selected: Iterable[str], warm: bool) -> tuple[frozenset[str], tu
     return frozenset(sel - set(na)), na
 
 
+def mid_way(drain: Mapping[str, Any]) -> bool:
+    """A drain status (status.drain) Running with some but not all of its records done: the moment a
+    drain fault is injected (pure)."""
+    return drain.get("phase") == "Running" and 0 < drain.get("recordsDone", 0) < drain.get("recordsTotal", 0)
+
+
 def _median(xs: Sequence[float]) -> float | None:
     if not xs:
         return None

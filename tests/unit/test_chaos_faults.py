@@ -25,6 +25,18 @@ def test_split_kinds(selected: tuple[str, ...], warm: bool, run: set[str], na: t
     assert set(got_run) == run and got_na == na
 
 
+@pytest.mark.parametrize(("drain", "mid"), [
+    ({"phase": "Running", "recordsDone": 1, "recordsTotal": 10}, True),
+    ({"phase": "Running", "recordsDone": 0, "recordsTotal": 10}, False),   # not started
+    ({"phase": "Running", "recordsDone": 10, "recordsTotal": 10}, False),  # all done
+    ({"phase": "Running"}, False),
+    ({"phase": "Verified", "recordsDone": 5, "recordsTotal": 10}, False),
+    ({}, False),
+])
+def test_mid_way(drain: dict[str, object], mid: bool) -> None:
+    assert cf.mid_way(drain) is mid
+
+
 @given(st.sets(st.sampled_from(cf.KINDS)), st.booleans())
 def test_split_kinds_partitions_the_selection(selected: set[str], warm: bool) -> None:
     run, na = cf.split_kinds(selected, warm)

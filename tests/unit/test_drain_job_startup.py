@@ -19,8 +19,9 @@ from lagpilot_runtime.drain_task import sub_range_of
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain import (classify, executor_variants, longest_gap, median_diffs, median_ratios,  # noqa: E402
-                         parse_variants, percentile, round_order)
+from bench.drain_measure import classify, longest_gap, percentile  # noqa: E402
+from bench.drain_variants import (executor_variants, median_diffs, median_of, median_ratios, parse_variants,  # noqa: E402
+                                  round_order)
 
 PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)
 
@@ -158,6 +159,9 @@ def test_startup_ab_variants_order_and_paired_differences():
             "gap": [{"t": None}, {"t": 1.0}, {}]}
     # paired per round: -2, +1, -3 -> median -2 (best-of or median-of-each would say something else)
     assert median_diffs(rows, "t", "old") == {"new": -2.0, "gap": -29.0}
+    # one variant's median over its rounds, the rounds without the figure left out
+    assert median_of(rows["new"], "t") == 9.0 and median_of(rows["gap"], "t") == 1.0
+    assert median_of([{}, {"t": None}], "t") is None and median_of([], "t") is None
 
 
 class _FakeRow(dict):

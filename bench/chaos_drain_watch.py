@@ -1,0 +1,151 @@
+"""How the campaign (bench/chaos.py) watches the eos drains it injects faults into: the drain Job's and
+the warm runtime's pods, the runtime's readiness and log, the operator's crash points (armed, then
+confirmed), and `drain_polls`, the one polling loop every drain round runs."""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench import chaos_faults as cf
+from bench.chaos_faults import Fault
+from bench.chaos_procs import JOB_LABEL, RUNTIME_SELECTOR, TERMINAL, say
+from bench.chaos_stack import CampaignBase
+
+
+class DrainWatch(CampaignBase):
+    def wait_no_drain(self) -> int:
+        d = self.until(lambda: (lambda d: d if (not d or d.get("phase") in TERMINAL) else None)(self.drain()) or {"none": 1},
+                       "no eos drain in flight", self.timeout)
+        return int(d.get("id") or 0)
+
+    def drain_pod(self) -> tuple[str, int, str] | None:
+        """(pod, pid, its lagpilot.io/drain-runtime label: warm|cold|"") of the running drain Job's pod."""
+        for pod in self.core.list_namespaced_pod(self.ns, label_selector=JOB_LABEL).items:
+            if pod.status.phase in ("Running", "Pending"):
+                pid = self.runner.pid_of(self.ns, pod.metadata.name)
+                if pid:
+                    return pod.metadata.name, pid, str((pod.metadata.labels or {}).get(cf.RUNTIME_LABEL) or "")
+        return None
+
+    def runtime_pod(self) -> tuple[str, int | None, bool] | None:
+        """(pod, pid or None, Ready) of the eos drain runtime's pod (--warm-runtime), None when absent."""
+        for pod in self.core.list_namespaced_pod(self.ns, label_selector=RUNTIME_SELECTOR).items:
+            if pod.metadata.deletion_timestamp is not None:
+                continue
+            ready = any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
+            return pod.metadata.name, self.runner.pid_of(self.ns, pod.metadata.name), ready
+        return None
+
+    def wait_runtime_ready(self, before: str) -> None:
+        """--warm-runtime: wait (bounded) until the runtime pod is Ready and runs the Deployment's current
+        config (the operator hands a launch only such a pod) before a drain round, so its drains launch
+        warm; recorded in `runtime_waits` (a round that starts cold says so)."""
+        if not self.warm:
+            return
+        t = time.time()
+        gen, count = self.base()
+
+        def ready_current() -> bool:
+            # >= 2 operator cycles first: a spec change during the last drain is applied to the
+            # runtime's Deployment only on the first cycle after it (its pod is then replaced)
+            n = self.op.cycles()
+            if n is None or (n - count if self.op.gen == gen else n) < 2:
+                return False
+            r = self.runtime_pod()
+            if not (r and r[1] and r[2]):
+                return False
+            from kubernetes import client
+
+            dep = client.AppsV1Api(self.api).read_namespaced_deployment("eos-drain-runtime", self.ns)
+            want = (dep.spec.template.metadata.annotations or {}).get(cf.RUNTIME_CONFIG_ANNOTATION)
+            pod = self.core.read_namespaced_pod(r[0], self.ns)
+            return bool(want) and (pod.metadata.annotations or {}).get(cf.RUNTIME_CONFIG_ANNOTATION) == want
+
+        try:
+            self.until(ready_current, "the eos drain runtime pod Ready with the current config", self.timeout, 1.0)
+            ok = True
+        except TimeoutError as exc:
+            say(str(exc))
+            ok = False
+        self.runtime_waits.append({"before": before, "ready": ok, "waited_s": round(time.time() - t, 1)})
+        say(f"drain runtime {'Ready' if ok else 'NOT Ready'} before {before} (waited {time.time() - t:.1f} s)")
+
+    def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
+        """`event` records (of one drain) in the runtime pod's log (the pod runner's log file)."""
+        rt = self.runtime_pod()
+        path = self.runner.log_path(self.ns, rt[0]) if rt else None
+        if path is None or not Path(path).exists():
+            return []
+        return cf.log_events(Path(path).read_text(errors="replace").splitlines(), event, drain)
+
+    def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Evidence: how the current attempt runs (status.drain.runtime, the Job pod's runtime label)."""
+        got = None
+        with contextlib.suppress(Exception):
+            got = self.drain_pod()
+        return {"attempt": d.get("attempt"), "status_runtime": d.get("runtime"),
+                "job_pod": got[0] if got else None, "job_runtime_label": got[2] if got else None}
+
+    def arm(self) -> None:
+        for kind, point in cf.HANDOFF_POINTS.items():
+            if kind in self.kinds:  # a point not selected stays disarmed (--kinds)
+                (self.crash_dir / point.replace(":", "-")).unlink(missing_ok=True)
+
+    def check_markers(self, faults: dict[str, Fault]) -> None:
+        for kind, point in cf.HANDOFF_POINTS.items():
+            f = faults.get(kind)
+            if f is None:
+                continue
+            marker = self.crash_dir / point.replace(":", "-")
+            if f.fired or not marker.exists() or marker.read_text() == "disarmed":
+                continue
+            at = float(marker.read_text().strip())
+            # confirmed: the operator process running at that moment died (seen by ensure())
+            died = [d for d in self.op.deaths if d[0] >= at - 1]
+            if not self.op.alive() or died:
+                self.op.ensure()
+                died = [d for d in self.op.deaths if d[0] >= at - 1]
+                if died:
+                    f.fired, f.at = True, at
+                    f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
+                    with contextlib.suppress(Exception):
+                        f.evidence.update(self.how_ran(self.drain()))
+
+    def cancel_seen(self, f: Fault, drain_id: int | None) -> str | None:
+        """Warm: the runtime must have cancelled the killed caller's plan (its log's drain_runtime_cancel
+        and drain_runtime_served cancelled=true for that drain); recorded in the evidence. None = ok."""
+        if f.evidence.get("job_runtime_label") != "warm":
+            return None
+        cancels = self.runtime_events("drain_runtime_cancel", str(drain_id))
+        served = [{k: e.get(k) for k in ("ts", "exit", "cancelled", "records", "seconds")}
+                  for e in self.runtime_events("drain_runtime_served", str(drain_id))]
+        f.evidence["runtime_cancel_logged"] = len(cancels)
+        f.evidence["runtime_served"] = served
+        return None if cancels else f"the runtime logged no cancel of drain {drain_id}"
+
+    def drain_polls(self, before: str, before_burst: Callable[[], Any] | None = None,
+                    each: Callable[[], None] | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+        """One drain round's loop: wait until no eos drain is in flight (and, --warm-runtime, the runtime
+        pod is Ready), call `before_burst`, add the backlog burst that forces the next drain, then once a
+        second (bounded by twice the fault timeout) yield (status.drain, whether it is that new drain).
+        `each` runs before every poll. The caller breaks out when it is done."""
+        prev = self.wait_no_drain()
+        self.wait_runtime_ready(before)
+        if before_burst is not None:
+            before_burst()
+        self.producer.burst(self.args.burst)
+        deadline = time.monotonic() + self.timeout * 2
+        while time.monotonic() < deadline:
+            if each is not None:
+                each()
+            self.tick()
+            try:
+                d = self.drain()
+            except Exception:  # noqa: BLE001 - apiserver hiccup
+                time.sleep(1)
+                continue
+            yield d, int(d.get("id") or 0) > prev
+            time.sleep(1)

@@ -1,0 +1,59 @@
+"""The end of the campaign (bench/chaos.py): the producer stopped, both groups caught up, and the
+delivery ledgers compared with the topic's end offsets (lost, duplicated, replayed)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.chaos_procs import PARTS, TERMINAL, say
+from bench.chaos_stack import CampaignBase
+
+
+class LedgerChecks(CampaignBase):
+    def ends(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-watermarks-{self.run_id}"})
+        try:
+            return {p: int(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]) for p in range(PARTS)}
+        finally:
+            c.close()
+
+    def committed(self, group: str) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            return {tp.partition: int(tp.offset) for tp in
+                    c.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30)}
+        finally:
+            c.close()
+
+    def finish(self) -> dict[str, Any]:
+        import psycopg
+
+        from lagpilot_runtime.sinks.ledger import ledger_counts, ledger_report, report_from_counts
+
+        self.producer.stop()
+        ends = self.ends()
+        say(f"producer stopped; end offsets {ends} (acked {self.producer.acked}, errors {len(self.producer.errors)})")
+
+        def caught_up() -> bool:
+            d = self.drain()
+            return (all(self.committed(g) == ends for g in self.groups.values())
+                    and (not d or d.get("phase") in TERMINAL))
+
+        caught = False
+        for attempt in range(2):
+            try:
+                self.until(caught_up, "both groups caught up, no drain in flight", 600, 3)
+                caught = True
+                break
+            except TimeoutError as exc:
+                say(str(exc))
+                if attempt == 0:
+                    self.repair("at the end (groups not caught up)", time.time() - 120)
+        with psycopg.connect(self.dsn, connect_timeout=30) as conn:
+            eos = report_from_counts(ledger_counts(conn, self.eos_table, self.topic), ends)
+            alo = ledger_report(conn, self.alo_table, self.topic, ends)
+        return {"ends": ends, "caught_up": caught, "eos": eos, "alo": alo}

@@ -1,0 +1,294 @@
+"""The fault campaign's state, its private stack and CRs (setup, teardown) and how it observes the
+system (CR status, the ledgers' last deliveries, health after a fault, repairs). The fault rounds
+(bench/chaos_steady.py, bench/chaos_drain.py) and the ledger checks (bench/chaos_ledger.py) build on
+it; bench/chaos.py drives them."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import chaos_faults as cf
+from bench.chaos_faults import Fault
+from bench.chaos_procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
+                               say, tcp_open)
+from lagpilot_dev.operator_process import operator_env
+from lagpilot_dev.paths import free_port
+
+
+class CampaignBase:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.run_id = uuid.uuid4().hex[:6]
+        self.ns = f"chaos-{self.run_id}"
+        self.topic = f"chaos-{self.run_id}"
+        self.eos_table = f"chaos_eos_{self.run_id}"
+        self.alo_table = f"chaos_alo_{self.run_id}"
+        self.groups = {"eos": f"chaos-eos-{self.run_id}", "alo": f"chaos-alo-{self.run_id}"}
+        self.workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"lagpilot-chaos-{self.run_id}"
+        self.workdir.mkdir(parents=True)
+        self.crash_dir = self.workdir / "crash"
+        self.crash_dir.mkdir()
+        self.faults: list[Fault] = []
+        self.timeout = args.fault_timeout
+        self.present = {"eos": True, "alo": True}
+        self.timeout_ms = 500
+        self.repairs: list[dict[str, Any]] = []
+        self.warm = bool(getattr(args, "warm_runtime", False)) and not args.quick
+        self.kinds: frozenset[str] = frozenset(cf.KINDS)  # set by main(): the kinds this run injects
+        self.runtime_waits: list[dict[str, Any]] = []
+
+    # -- setup -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        from kubernetes import client, config
+
+        from lagpilot_dev.podrunner import PodRunner
+        from lagpilot_dev.stack import Stack
+        from lagpilot_runtime.sinks import ledger
+        from lagpilot_runtime.sinks import postgres as pg_sink
+
+        self.stack = Stack(state_dir=self.args.state_dir)
+        say(f"stack in {self.stack.state_dir} (private: its restarts do not touch the shared stack)")
+        self.info, self.lease = self.stack.acquire(["kafka", "kube", "postgres", "spark"])
+        i = self.info
+        self.bootstrap, self.dsn = str(i.bootstrap_servers), str(i.postgres_dsn)
+        self.kafka, self.kube, self.pg = self.stack.part("kafka"), self.stack.part("kube"), self.stack.part("postgres")
+        self.kafka_port = int(self.bootstrap.rsplit(":", 1)[1])
+        self.pg_port = int(i.parts["postgres"]["postgres_port"])
+        self.api_port = int(str(i.kube_server).rsplit(":", 1)[1])
+        self.etcd_port = int(i.parts["kube"]["etcd_endpoint"].rsplit(":", 1)[1])
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+        self.kubectl("wait", "--for=condition=Established", "crd/batchconsumergroups.lagpilot.io", "--timeout=90s")
+        self.api = config.new_client_from_config(config_file=str(i.kubeconfig))
+        self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
+        self.core.create_namespace({"metadata": {"name": self.ns, "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"}}})
+        self.until(lambda: self.core.read_namespaced_service_account("default", self.ns), "default SA", 120)
+        self.core.create_namespaced_secret(self.ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": self.dsn}})
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        self.admin.create_topics([NewTopic(self.topic, PARTS, 1)])[self.topic].result(60)
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=30) as conn:
+            pg_sink.ensure_table(conn, self.eos_table, "insert", "none")
+            n_idx = conn.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass", (self.eos_table,)).fetchone()[0]
+        self.eos_keyless = n_idx == 0
+        if not self.eos_keyless:
+            raise RuntimeError(f"{self.eos_table} has an index: duplicates would be hidden")
+        ledger.create_table(self.dsn, self.alo_table)
+        for kind, point in cf.HANDOFF_POINTS.items():  # disarmed: a point fires only once its marker is removed
+            (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
+        (self.crash_dir / SINK_MARKER).write_text("disarmed")
+        env = operator_env(i.kubeconfig, REPO, {
+            "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
+            "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
+            "LAGPILOT_TEST_CRASH_AT": ",".join(cf.HANDOFF_POINTS.values()),
+            "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
+        self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
+        self.runner = PodRunner(i.kubeconfig, node_name=f"chaos-{self.run_id}", workdir=self.workdir / "pods",
+                                namespaces=[self.ns], delete_node_on_stop=True)
+        self.runner.start()
+        self.producer = Producer(self.bootstrap, self.topic, self.args.rate)
+        self.producer.start()
+        self.producer.burst(self.args.warmup)
+        self.apply("eos")
+        self.apply("alo")
+        say(f"namespace {self.ns}, topic {self.topic}, tables {self.eos_table} (no key) / {self.alo_table}; work dir {self.workdir}")
+        t0 = time.time()
+        self.recover_wait(t0, "the first deliveries", 600)
+
+    def spec(self, which: str) -> dict[str, Any]:
+        common = {"kafka": {"bootstrapServers": self.bootstrap}, "topic": self.topic, "groupId": self.groups[which],
+                  "batch": {"maxRecords": BATCH, "timeoutMs": self.timeout_ms},
+                  "failure": {"policy": "exit", "maxRetries": 5, "backoffMs": 500},
+                  "scaling": {"minReplicas": 1, "maxReplicas": PARTS, "pollIntervalSeconds": 2,
+                              "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
+                  "catchUpSLASeconds": self.args.sla}
+        if which == "eos":
+            return {**common,
+                    "processing": {"handler": self.args.eos_handler,
+                                   "config": {"postgres.table": self.eos_table, "postgres.key": "none",
+                                              "cost_ms": str(self.args.cost_ms)}},
+                    "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000,
+                              **({"warmRuntime": True} if self.warm else {})},
+                    "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                                         # the sink's crash hook: a consumer dies right after a batch's
+                                         # transaction, before its Kafka commit, once per armed marker
+                                         {"name": "LP_TEST_SINK_CRASH_AT", "value": "after_sink_write"},
+                                         {"name": "LP_TEST_SINK_CRASH_DIR", "value": str(self.crash_dir)},
+                                         {"name": "LP_TEST_SINK_CRASH_SOURCE", "value": "consumer"},
+                                         {"name": "LP_TEST_SINK_CRASH_AFTER_BATCHES", "value": "2"}]}}
+        return {**common,
+                "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
+                               "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},
+                "drain": {"enabled": False},
+                "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                                     {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
+
+    def apply(self, which: str) -> None:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BatchConsumerGroup", "metadata": {"name": which},
+                "spec": self.spec(which)}
+        self.retry(lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body), "create CR")
+        self.present[which] = True
+
+    def kubectl(self, *args: str) -> str:
+        p = subprocess.run([str(self.info.kubectl), f"--kubeconfig={self.info.kubeconfig}", *args],
+                           capture_output=True, text=True, timeout=180)
+        if p.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {p.stderr.strip()[-500:]}")
+        return p.stdout
+
+    # -- observation -------------------------------------------------------------------------------
+    def tick(self) -> None:
+        if getattr(self, "op", None) is not None:
+            self.op.ensure()
+
+    def until(self, check: Callable[[], Any], what: str, timeout: float, interval: float = 1.0) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self.tick()
+            try:
+                got = check()
+                if got:
+                    return got
+            except Exception as exc:  # noqa: BLE001 - a probe failing means "not yet"
+                last = exc
+            time.sleep(interval)
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error {last!r})")
+
+    def retry(self, fn: Callable[[], Any], what: str, timeout: float = 120) -> Any:
+        return self.until(lambda: fn() or True, what, timeout, 1.0)
+
+    def cr(self, which: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, which)
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+
+    def drain(self, which: str = "eos") -> dict[str, Any]:
+        obj = self.cr(which) or {}
+        return (obj.get("status") or {}).get("drain") or {}
+
+    def last_delivery(self) -> dict[str, dict[int, float]]:
+        import psycopg
+
+        out: dict[str, dict[int, float]] = {}
+        with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+            out["eos"] = {int(p): float(t) for p, t in conn.execute(
+                f'SELECT partition, extract(epoch from max(written_at)) FROM "{self.eos_table}" GROUP BY partition')}
+            out["alo"] = {int(p): float(t) for p, t in conn.execute(
+                f'SELECT partition, max(delivered_at) FROM "{self.alo_table}" GROUP BY partition')}
+        return out
+
+    def health(self, since: float, base: tuple[int, float]) -> str | None:
+        """None when the whole system works again after `since`; else what is still missing."""
+        if not (tcp_open(self.kafka_port) and tcp_open(self.pg_port) and tcp_open(self.api_port)):
+            return "a part's port is closed"
+        for which in ("eos", "alo"):
+            if self.cr(which) is None:
+                return f"CR {which} absent"
+        if not self.op.alive():
+            return "operator down"
+        n = self.op.cycles()
+        if n is None:
+            return "operator metrics not answering"
+        gen, count = base
+        done = n if self.op.gen != gen else n - count
+        if done < 2:
+            return f"operator cycles since the fault {done:.0f} < 2"
+        last = self.last_delivery()
+        for which in ("eos", "alo"):
+            for p in range(PARTS):
+                if last[which].get(p, 0.0) <= since:
+                    return f"{which} partition {p}: no delivery since the fault"
+        return None
+
+    def base(self) -> tuple[int, float]:
+        return (self.op.gen, self.op.cycles() or 0.0)
+
+    def recover_wait(self, since: float, what: str, timeout: float, base: tuple[int, float] | None = None,
+                     extra: Callable[[], str | None] | None = None) -> float | None:
+        """Seconds from `since` until health (and `extra`) hold, or None on timeout."""
+        b = base or (self.op.gen - 1, 0.0)
+        missing: list[str | None] = [None]
+
+        def ok() -> bool:
+            missing[0] = self.health(since, b) or (extra() if extra else None)
+            return missing[0] is None
+
+        try:
+            self.until(ok, what, timeout, 1.0)
+        except TimeoutError:
+            say(f"NOT recovered from {what}: {missing[0]}")
+            return None
+        return time.time() - since
+
+    def record(self, f: Fault) -> Fault:
+        self.faults.append(f)
+        state = (f"recovered in {f.recover_s:.1f} s" if f.recovered and f.recover_s is not None else "NOT RECOVERED") \
+            if f.fired else f"not fired ({f.detail})"
+        say(f"round {f.round} {f.kind} {f.target}: {state}")
+        if f.fired and not f.recovered:
+            self.repair(f"after {f.kind} (round {f.round})", f.at or time.time())
+        return f
+
+    def repair(self, why: str, since: float) -> None:
+        """A fault was not recovered from: so that the next faults are measured on a working system,
+        do what an operator on call would do (reported in `repairs`, never counted as a recovery):
+        delete the consumer pods of every CR with a partition that delivered nothing since `since`
+        (their Deployment recreates them), then wait for health (bounded)."""
+        try:
+            last = self.last_delivery()
+        except Exception as exc:  # noqa: BLE001
+            say(f"repair {why}: cannot read the ledgers ({exc!r})")
+            return
+        for which in ("eos", "alo"):
+            if all(last[which].get(p, 0.0) > since for p in range(PARTS)):
+                continue
+            with contextlib.suppress(Exception):
+                pods = self.core.list_namespaced_pod(
+                    self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}").items
+                names = [p.metadata.name for p in pods]
+                for n in names:
+                    self.core.delete_namespaced_pod(n, self.ns, grace_period_seconds=0)
+                self.repairs.append({"why": why, "cr": which, "deleted_pods": names, "at": round(time.time(), 1)})
+                say(f"REPAIR {why}: {which} delivered nothing since the fault; deleted its consumer pods {names}")
+        self.recover_wait(time.time(), f"health after the repair {why}", 180)
+
+
+    def teardown(self) -> None:
+        with contextlib.suppress(Exception):
+            self.producer.stop_evt.set()
+        for which in ("eos", "alo"):
+            with contextlib.suppress(Exception):
+                self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, which)
+        with contextlib.suppress(Exception):
+            self.until(lambda: not self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["items"],
+                       "CRs deleted", 120)
+        with contextlib.suppress(Exception):
+            self.op.stop()
+        with contextlib.suppress(Exception):
+            self.runner.stop()
+        with contextlib.suppress(Exception):
+            self.core.delete_namespace(self.ns, propagation_policy="Background")
+        with contextlib.suppress(Exception):
+            self.admin.delete_topics([self.topic])[self.topic].result(30)
+        with contextlib.suppress(Exception):
+            import psycopg
+
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                for t in (self.eos_table, f"{self.eos_table}_lagpilot_progress", self.alo_table):
+                    conn.execute(f'DROP TABLE IF EXISTS "{t}"')
+        with contextlib.suppress(Exception):
+            self.stack.release(self.lease, stop=not self.args.keep_stack)
+

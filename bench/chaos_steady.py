@@ -1,0 +1,90 @@
+"""The steady faults of the campaign (bench/chaos.py): a consumer of a CR killed (at a random moment, or by
+the sink's crash hook right after a batch's transaction), the operator killed, a part of the stack
+(Kafka, kube-apiserver, etcd, PostgreSQL) killed and restarted; each confirmed, then waited on."""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+
+from bench.chaos_faults import Fault
+from bench.chaos_procs import SINK_MARKER, pid_gone, port_closed
+from bench.chaos_stack import CampaignBase
+
+
+class SteadyFaults(CampaignBase):
+    def consumer_pid(self, which: str) -> tuple[str, int] | None:
+        pods = self.core.list_namespaced_pod(
+            self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}").items
+        for pod in sorted(pods, key=lambda p: p.metadata.name):
+            pid = self.runner.pid_of(self.ns, pod.metadata.name)
+            if pid:
+                return pod.metadata.name, pid
+        return None
+
+    def steady(self, kind: str, rnd: int, target: str = "") -> Fault:
+        f = Fault(kind, rnd, target)
+        base = self.base()
+        try:
+            if kind == "consumer_kill":
+                got = self.until(lambda: self.consumer_pid(target), f"a running {target} consumer", 120)
+                name, pid = got
+                os.killpg(pid, signal.SIGKILL)
+                f.fired = pid_gone(pid)
+                f.evidence = {"pod": name, "pid": pid}
+            elif kind == "consumer_kill_after_write":
+                marker = self.crash_dir / SINK_MARKER
+                marker.unlink()  # armed: the next consumer batch write (after 2 in its process) dies
+                self.until(lambda: marker.exists() and marker.read_text().strip(), "the sink crash hook to fire", 120, 0.2)
+                pid = int(marker.read_text().split()[0])
+                f.fired = pid_gone(pid)
+                f.evidence = {"pid": pid, "marker": marker.read_text().strip()}
+            elif kind == "operator_kill":
+                assert self.op.proc is not None
+                pid = self.op.proc.pid
+                time.sleep(random.uniform(0, 2.0))  # somewhere in its 2 s cycle
+                os.killpg(pid, signal.SIGKILL)
+                self.op.proc.wait(15)
+                f.fired = pid_gone(pid)
+                f.evidence = {"pid": pid, "returncode": self.op.proc.returncode}
+            elif kind == "kafka_restart":
+                pid = self.kafka.process.pid()
+                self.kafka.kill()
+                f.fired = pid is not None and pid_gone(pid) and port_closed(self.kafka_port)
+                f.evidence = {"pid": pid, "port": self.kafka_port}
+            elif kind in ("apiserver_restart", "etcd_restart"):
+                comp = kind.split("_")[0]
+                port = self.api_port if comp == "apiserver" else self.etcd_port
+                pid = self.kube.processes[comp].pid()
+                self.kube.kill(comp)
+                f.fired = pid is not None and pid_gone(pid) and port_closed(port)
+                f.evidence = {"pid": pid, "port": port}
+            elif kind == "postgres_restart":
+                pid = self.pg.process().pid()
+                self.pg.kill()
+                f.fired = pid is not None and pid_gone(pid) and port_closed(self.pg_port)
+                f.evidence = {"pid": pid, "port": self.pg_port}
+            f.at = time.time()
+            if kind == "kafka_restart":
+                time.sleep(1.0)
+                self.kafka.start()
+            elif kind in ("apiserver_restart", "etcd_restart"):
+                time.sleep(1.0)
+                self.kube.start()
+            elif kind == "postgres_restart":
+                time.sleep(1.0)
+                self.pg.start()
+        except Exception as exc:  # noqa: BLE001 - the fault could not be injected: say so, count nothing
+            f.detail = f"injection failed: {exc!r}"[:300]
+            if kind.endswith("_restart"):
+                with contextlib.suppress(Exception):
+                    {"kafka_restart": self.kafka, "postgres_restart": self.pg}.get(kind, self.kube).start()
+        if not f.fired:
+            f.detail = f.detail or "not confirmed (pid alive or port open)"
+            return self.record(f)
+        assert f.at is not None
+        secs = self.recover_wait(f.at, kind, self.timeout, base)
+        f.recovered, f.recover_s = secs is not None, secs
+        return self.record(f)
