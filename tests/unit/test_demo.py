@@ -449,7 +449,7 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
 
 
 def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
-    from lagpilot_dev.demo import kept_lines
+    from lagpilot_dev.demo_keep import kept_lines
 
     kw = dict(ns="lagpilot-demo", name="orders-demo", exports=["export KUBECONFIG=/s/admin.kubeconfig"],
               kubectl="/c/kube/bin/kubectl", operator_pid=4101, podrunner_pid=4202,
