@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev import demo_proof, demo_report, demo_traffic
+from lagpilot_dev import demo_plot, demo_proof, demo_report, demo_table, demo_traffic
 from lagpilot_dev.demo_config import RunNames, spec_settings
 from lagpilot_dev.demo_console import Console
 from lagpilot_dev.demo_report import Proof, Sample
@@ -97,7 +97,7 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
         console.say(f"simulator comparison skipped: {exc!r}", indent=True)
         log.warning("simulator comparison failed", extra={"error": repr(exc)[:500]})
     try:
-        demo_report.plot(samples, str(paths.plot), sla_s=profile.sla_s,
+        demo_plot.plot(samples, str(paths.plot), sla_s=profile.sla_s,
                          title=f"lagpilot demo ({profile.name}): {names.topic}, SLA {profile.sla_s} s",
                          drains=summary["drains"])
     except Exception as exc:  # noqa: BLE001 - a missing matplotlib must not hide the proof
@@ -115,7 +115,7 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
 def print_report(console: Console, names: RunNames, summary: dict[str, Any], proof: Proof, paths: OutputPaths) -> None:
     """The summary table, the SQL behind the proof, the simulator's comparison, the verdict, the files."""
     print()
-    print(demo_report.format_summary(summary))
+    print(demo_table.format_summary(summary))
     print()
     print(f"  SQL: SELECT count(*), count(DISTINCT (topic, partition, \"offset\")) FROM {names.table}"
           f"  →  {proof.rows_in_sink:,} rows, {proof.distinct_in_sink:,} distinct")
