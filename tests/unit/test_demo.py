@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lagpilot.decide.status import format_time
-from lagpilot_dev import demo_measure, demo_report, demo_traffic, demo_view
+from lagpilot_dev import demo_measure, demo_plot, demo_report, demo_table, demo_traffic, demo_view
 from lagpilot_dev.demo_handler import batch_cost_s
 from lagpilot_dev.demo_report import Proof, Sample
 from lagpilot_dev.demo_traffic import PROFILES, Phase, partition_for, phase_at, records_due
@@ -189,7 +189,7 @@ def test_summary_and_table() -> None:
     assert summary["scale_ups"] == 1 and summary["max_replicas"] == 3
     assert summary["replica_minutes"] == pytest.approx((1 * 10 + 3 * 20) / 60, abs=0.01)
     assert summary["drains"][0]["ranges"] == [{"partition": 0, "start": 5, "split": 60}]
-    table = demo_report.format_summary(summary)
+    table = demo_table.format_summary(summary)
     for needle in ("records produced", "duplicate rows", "time to catch up", "replica-minutes", "drain #1",
                    "p0[5..60)", "45 / 55", "records processed more than once (ledger)", "records never delivered (ledger)"):
         assert needle in table
@@ -204,7 +204,7 @@ def test_plot_writes_a_png(tmp_path) -> None:
     samples[4].projected_s = math.inf
     samples[5].projected_s = 30.0
     out = tmp_path / "demo.png"
-    demo_report.plot(samples, str(out), sla_s=60, title="t")
+    demo_plot.plot(samples, str(out), sla_s=60, title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -419,7 +419,7 @@ def test_plot_marks_hand_offs(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     samples = [_s(t, {0: 10 * t}, {0: 5 * t}, replicas=2) for t in range(10)]
     out = tmp_path / "demo.png"
-    demo_report.plot(samples, str(out), sla_s=60, title="t",
+    demo_plot.plot(samples, str(out), sla_s=60, title="t",
                      drains=[{"id": 1, "hand_off_window": [3.0, 4.0], "hand_off_path": "mailbox", "pause_seconds": 1.2,
                               "min_replicas_during_hand_off": 2}])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -449,7 +449,7 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
 
 
 def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
-    from lagpilot_dev.demo import kept_lines
+    from lagpilot_dev.demo_keep import kept_lines
 
     kw = dict(ns="lagpilot-demo", name="orders-demo", exports=["export KUBECONFIG=/s/admin.kubeconfig"],
               kubectl="/c/kube/bin/kubectl", operator_pid=4101, podrunner_pid=4202,

@@ -378,7 +378,7 @@ def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  
 
 
 # --- bursts at a long drain start-up (one drain at a time): size this drain for the next one too ---
-from lagpilot.drain_policy import tasks_for_two_drains, worst_latency_s  # noqa: E402
+from lagpilot.decide.drain_policy import tasks_for_two_drains, worst_latency_s  # noqa: E402
 
 FLASH = DrainPolicy(start_up_s=90, handoff_s=1, max_tasks=16, min_backlog_records=10_000)
 

@@ -348,7 +348,7 @@ def test_flash_burst_at_a_90s_drain_start_keeps_the_sla() -> None:
     (each from 10 min before to 20 min after; most records of the day are outside them): 0.9966 of
     the bursts' records within the SLA before the planner sized each drain for the next one (the
     whole day 0.9989), 0.9988 now (the whole day 0.9996: docs/decision.md, held-out seeds)."""
-    from lagpilot import tracegen
+    from lagpilot.sim import tracegen
     fam = tracegen.SUITE["flash"]
     rows = tracegen.generate("flash", 8, fam.partitions, fam.capacity)
     params = SimParams(partitions=fam.partitions, capacity=fam.capacity, sla_s=fam.sla_s, drain_start_s=90.0,

@@ -1,9 +1,9 @@
-"""What the demo observed, and what it concludes from it (pure; the plot needs matplotlib).
+"""What the demo observed, and what it concludes from it (pure).
 
 The demo samples the world about once a second into a `Sample`: Kafka (end and committed offsets
 per partition), PostgreSQL (rows per partition) and the CR status (replicas, projection, drain).
-`summarize` turns the samples and the final SQL proof into the summary (table + JSON); `plot`
-draws them.
+`summarize` turns the samples and the final SQL proof into the summary (summary.json);
+`demo_table` prints it and `demo_plot` draws the samples.
 
 Two kinds of "lag" are shown, because a drain makes them differ:
 - *group lag* (Kafka): end offset − committed offset of the live group. A hand-off moves the group's
@@ -13,7 +13,6 @@ Two kinds of "lag" are shown, because a drain makes them differ:
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -373,154 +372,3 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "paths": dict(paths),
     }
-
-
-def _fmt_int(x: Any) -> str:
-    return "—" if x is None else f"{int(x):,}"
-
-
-def _fmt_s(x: Any) -> str:
-    if x is None:
-        return "never"
-    return f"{float(x):.0f} s"
-
-
-def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
-    return " ".join(f"p{r['partition']}[{_fmt_int(r.get('start'))}..{_fmt_int(r.get('split'))})" for r in ranges) or "—"
-
-
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """The end-of-demo table, plain text."""
-    lat = summary.get("latency") or {}
-    rows = [
-        ("records produced", _fmt_int(summary["produced"])),
-        ("distinct records in PostgreSQL", _fmt_int(summary["distinct_in_sink"])),
-        ("duplicate rows", _fmt_int(summary["duplicates"])),
-        ("peak group lag (Kafka)", _fmt_int(summary["peak_lag"])),
-        ("peak backlog (not yet in PostgreSQL)", _fmt_int(summary["peak_backlog"])),
-        ("time to catch up (peak → caught up)", _fmt_s(summary["catch_up_seconds"])),
-        ("catch-up SLA", _fmt_s(summary["sla_seconds"])),
-        ("max record latency (produce → row)", _fmt_s(lat.get("max_s"))),
-        ("records within SLA of being produced",
-         "—" if lat.get("within_sla_fraction") is None else f"{100 * float(lat['within_sla_fraction']):.1f} %"),
-        ("max replicas / scale-ups / scale-downs (by the scaler)",
-         f"{summary['max_replicas']} / {summary['scale_ups']} / {summary['scale_downs']}"),
-        ("replica-minutes", f"{summary['replica_minutes']:.1f}"),
-        ("drain task-minutes", f"{summary['drain_task_minutes']:.1f}"),
-        ("drains", str(len(summary["drains"]))),
-    ]
-    by = summary.get("processed_by") or {}
-    if by:
-        rows.append(("processed by consumers / by the drain",
-                     f"{_fmt_int(by.get('consumer', 0))} / {_fmt_int(by.get('drain', 0))}"))
-    if summary.get("ledger") is not None:
-        rows.append(("deliveries in the ledger (one row each, no key)", _fmt_int(summary["ledger"]["delivered"])))
-        rows.append(("records processed more than once (ledger)", _fmt_int(summary["delivered_more_than_once"])))
-        rows.append(("records never delivered (ledger)", _fmt_int(summary["lost"])))
-    base = summary.get("baselines") or {}
-    for name, label in (("static", "static replicas (simulated on this trace)"), ("keda", "KEDA (simulated on this trace)")):
-        if (base.get(name) or {}).get("within_sla_fraction") is not None:
-            rows.append((f"within SLA with {label}", f"{100 * float(base[name]['within_sla_fraction']):.1f} %"))
-    if summary.get("operator_restarts"):
-        rows.append(("operator crashes (restarted by the demo)",
-                     f"{summary['operator_restarts']} (exit codes {summary.get('operator_exit_codes')})"))
-    width = max(len(k) for k, _ in rows)
-    lines = [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    for d in summary["drains"]:
-        secs = f", {d['seconds']:.0f} s" if d.get("seconds") is not None else ""
-        pause = ""
-        if d.get("pause_seconds") is not None:
-            usual = f" (usual {d['usual_gap_seconds']:.1f} s)" if d.get("usual_gap_seconds") is not None else ""
-            pause = f", longest commit gap of the live group {d['pause_seconds']:.1f} s{usual}"
-        if d.get("hand_off_path"):
-            pause += f", hand-off {d['hand_off_path']}"
-        if d.get("min_replicas_during_hand_off") is not None:
-            pause += f", min replicas {d['min_replicas_during_hand_off']}"
-        if d.get("pod_changes_near_hand_off"):
-            pause += " (pods " + ", ".join(f"{int(a)}→{int(b)} at {t:.0f} s" for t, a, b in d["pod_changes_near_hand_off"]) + ")"
-        if d.get("start_up_seconds") is not None:
-            pause += f", first drained record {d['start_up_seconds']:.0f} s after the plan"
-        lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"
-                     f" — {_fmt_int(d.get('records_done'))}/{_fmt_int(d.get('records_total'))} records{secs}{pause}")
-    return "\n".join(lines)
-
-
-def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
-         drains: Sequence[Mapping[str, Any]] = ()) -> None:
-    """PNG: backlog and group lag per partition, replicas (status, desired, ready pods) and drain
-    tasks, projection vs SLA. Drains are shaded orange; each hand-off window (plan → the group past
-    the split) red, labelled with its path and the longest commit gap of the live group."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = [s.t for s in samples]
-    parts = sorted({p for s in samples for p in s.partitions})
-    fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]})
-    ax = axes[0]
-    if parts:
-        ax.stackplot(xs, *[[s.backlog(p) for s in samples] for p in parts],
-                     labels=[f"backlog p{p} (not in PostgreSQL)" for p in parts], alpha=0.55)
-    ax.plot(xs, [s.total_group_lag for s in samples], color="black", lw=1.2, label="group lag (Kafka, all partitions)")
-    ax.set_ylabel("records")
-    ax.legend(loc="upper left", fontsize=8)
-    rate_ax = ax.twinx()
-    rate_ax.plot(xs, measured_rates(samples), color="tab:red", lw=1, ls="--", label="produce rate (measured)")
-    rate_ax.set_ylabel("produce rate (records/s)", color="tab:red")
-    rate_ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(title)
-
-    ax = axes[1]
-    ax.step(xs, [s.replicas if s.replicas is not None else math.nan for s in samples], where="post",
-            label="replicas", color="tab:blue", lw=2)
-    ax.step(xs, [s.desired if s.desired is not None else math.nan for s in samples], where="post",
-            label="desired", color="tab:cyan", ls="--")
-    ax.step(xs, [s.ready if s.ready is not None else math.nan for s in samples], where="post",
-            label="ready pods", color="tab:green", lw=1, ls=":")
-    ax.set_ylim(bottom=-0.2)
-    ax.set_ylabel("consumers")
-    ax.legend(loc="upper left", fontsize=8)
-    task_ax = ax.twinx()
-    task_ax.fill_between(xs, [s.drain_tasks for s in samples], step="post", color="tab:orange", alpha=0.35,
-                         label="drain tasks (Spark)")
-    task_ax.set_ylabel("drain tasks", color="tab:orange")
-    task_ax.legend(loc="upper right", fontsize=8)
-
-    ax = axes[2]
-    cap = 10 * sla_s
-    proj = [min(s.projected_s, cap) if s.projected_s is not None and math.isfinite(s.projected_s) else
-            (cap if s.projected_s is not None else math.nan) for s in samples]
-    ax.plot(xs, proj, color="tab:purple", label=f"projected catch-up (capped at {cap:.0f} s)")
-    ax.axhline(sla_s, color="tab:red", ls="--", label=f"SLA {sla_s:.0f} s")
-    ax.set_ylabel("seconds")
-    ax.set_xlabel("seconds since the replay started")
-    ax.legend(loc="upper left", fontsize=8)
-
-    # shade the drains on every panel
-    active = [s.drain_active for s in samples]
-    start = None
-    for i, a in enumerate(active + [False]):
-        if a and start is None:
-            start = xs[i]
-        elif not a and start is not None:
-            end = xs[i] if i < len(xs) else xs[-1]
-            for a_ in axes:
-                a_.axvspan(start, end, color="tab:orange", alpha=0.08)
-            start = None
-    for d in drains:
-        w = d.get("hand_off_window")
-        if not w:
-            continue
-        for a_ in axes:
-            a_.axvspan(w[0], max(w[1], w[0] + 0.5), color="tab:red", alpha=0.25)
-        label = f"#{d.get('id')} {d.get('hand_off_path') or 'hand-off'}"
-        if d.get("pause_seconds") is not None:
-            label += f"\ngap {d['pause_seconds']:.1f}s"
-        if d.get("min_replicas_during_hand_off") is not None:
-            label += f", min {d['min_replicas_during_hand_off']} rep."
-        axes[1].annotate(label, (w[0], 0.02), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
-                         rotation=90, va="bottom", ha="right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -1,0 +1,101 @@
+"""What one demo run is: its profile, the names it gives what it creates, and the
+BatchConsumerGroup it applies (pure: no I/O)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev.demo_traffic import PROFILES, Profile
+from lagpilot_dev.paths import cache_dir
+
+REPO = Path(__file__).resolve().parents[3]
+CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
+CRD_NAME = "batchconsumergroups.lagpilot.io"
+GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
+PARTS = ("kafka", "kube", "postgres", "spark")
+PARTS_WITHOUT_OPERATOR = ("kafka", "kube", "postgres")  # --no-operator: no drains, no Spark
+HANDLER = "lagpilot_dev.demo_handler:process"
+DEMO_LABEL = "lagpilot.io/demo"
+PG_SECRET = "demo-pg"  # the Secret holding the PostgreSQL DSN (key "dsn")
+
+
+def profile_for(name: str, cold_drains: bool) -> Profile:
+    """The named profile; --cold-drains turns its warm drain runtime off."""
+    profile = PROFILES[name]
+    return dataclasses.replace(profile, warm_runtime=False) if cold_drains else profile
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """The names one run gives what it creates (a random suffix: runs never share a topic or table)."""
+
+    run_id: str
+    out: Path  # logs, plot, summary
+    ns: str
+    name: str  # the BatchConsumerGroup
+    deployment: str  # the consumer Deployment the operator creates for it
+    topic: str
+    group_id: str
+    table: str  # the sink table
+    ledger_table: str  # one row per delivery, no key (demo_handler)
+
+    @classmethod
+    def new(cls, ns: str, out: str | None) -> RunNames:
+        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
+        suffix = uuid.uuid4().hex[:6]
+        name = "orders-demo"
+        return cls(run_id=run_id, out=Path(out) if out else cache_dir() / "demo" / run_id, ns=ns, name=name,
+                   deployment=f"{name}-consumer",  # the operator's naming (docs/CONTRACTS.md)
+                   topic=f"demo-orders-{suffix}", group_id=f"orders-demo-{suffix}",
+                   table=f"demo_orders_{suffix}", ledger_table=f"demo_ledger_{suffix}")
+
+    @property
+    def node_name(self) -> str:
+        """The pod runner's Node."""
+        return f"lagpilot-demo-{self.run_id[-4:]}"
+
+
+def manifest(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[str, Any]:
+    """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml)."""
+    p = profile
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "BatchConsumerGroup",
+        "metadata": {"name": names.name, "namespace": names.ns},
+        "spec": {
+            "kafka": {"bootstrapServers": bootstrap_servers},
+            "topic": names.topic,
+            "groupId": names.group_id,
+            "batch": {"maxRecords": p.batch_max_records, "timeoutMs": p.batch_timeout_ms},
+            "processing": {
+                # the built-in PostgreSQL sink behind an artificial downstream cost (see demo_handler)
+                "handler": HANDLER,
+                "config": {"recordDelayMs": str(p.record_delay_ms), "batchDelayMs": str(p.batch_delay_ms),
+                           "postgres.table": names.table, "ledgerTable": names.ledger_table},
+            },
+            "failure": {"maxRetries": 5, "backoffMs": 200, "policy": "deadLetter"},
+            "scaling": {"minReplicas": 1, "maxReplicas": p.partitions, "tolerance": 0.1,
+                        "pollIntervalSeconds": p.poll_interval_s,
+                        "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                                     "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s}}},
+            "catchUpSLASeconds": p.sla_s,
+            "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
+                      "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime},
+            "template": {
+                # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
+                "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}],
+            },
+        },
+    }
+
+
+def spec_settings(profile: Profile) -> dict[str, Any]:
+    """The run's settings the simulator needs (what the manifest says)."""
+    p = profile
+    return {"split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
+            "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
+            "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0}

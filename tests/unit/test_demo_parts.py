@@ -1,0 +1,112 @@
+"""Unit tests for the demo's run settings and loop decisions (demo_config, demo_loop, demo_summary's
+paths, demo_keep's record): the pure parts the split out of demo.py made testable."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lagpilot.spec import parse_spec
+from lagpilot_dev import demo_keep
+from lagpilot_dev.demo_config import HANDLER, PG_SECRET, RunNames, manifest, profile_for, spec_settings
+from lagpilot_dev.demo_loop import caught_up, phase_text
+from lagpilot_dev.demo_report import Sample
+from lagpilot_dev.demo_summary import OutputPaths
+from lagpilot_dev.demo_traffic import PROFILES
+
+
+def _names(tmp_path: Path) -> RunNames:
+    return RunNames.new("ns-a", str(tmp_path))
+
+
+def test_run_names_share_one_suffix_and_follow_the_operators_naming(tmp_path: Path) -> None:
+    n = _names(tmp_path)
+    suffix = n.topic.removeprefix("demo-orders-")
+    assert len(suffix) == 6 and n.group_id == f"orders-demo-{suffix}"
+    assert (n.table, n.ledger_table) == (f"demo_orders_{suffix}", f"demo_ledger_{suffix}")
+    assert n.deployment == f"{n.name}-consumer" and n.out == tmp_path and n.ns == "ns-a"
+    assert n.node_name == f"lagpilot-demo-{n.run_id[-4:]}"
+    other = _names(tmp_path)
+    assert other.topic != n.topic and other.table != n.table  # runs never share a topic or a table
+
+
+def test_default_out_is_under_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("lagpilot_dev.demo_config.cache_dir", lambda: tmp_path)
+    n = RunNames.new("ns", None)
+    assert n.out == tmp_path / "demo" / n.run_id
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+@pytest.mark.parametrize("cold", [False, True], ids=["warm", "cold-drains"])
+def test_manifest_is_a_valid_spec_with_the_profiles_settings(tmp_path: Path, name: str, cold: bool) -> None:
+    p = profile_for(name, cold)
+    assert p.warm_runtime is not cold and p.phases == PROFILES[name].phases
+    n = _names(tmp_path)
+    m = manifest(n, p, "127.0.0.1:9092")
+    assert m["metadata"] == {"name": n.name, "namespace": n.ns}
+    spec = m["spec"]
+    parse_spec(spec)  # the operator accepts it (raises on an invalid spec)
+    assert spec["drain"]["warmRuntime"] is not cold
+    assert spec["processing"]["handler"] == HANDLER
+    cfg = spec["processing"]["config"]
+    assert cfg["postgres.table"] == n.table and cfg["ledgerTable"] == n.ledger_table
+    assert all(isinstance(v, str) for v in cfg.values())  # handler config is string to string
+    # the DSN only ever as a secretKeyRef, never inline
+    assert spec["template"]["env"] == [{"name": "DEMO_POSTGRES_DSN",
+                                        "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}]
+    s = spec_settings(p)
+    assert s["max_replicas"] == spec["scaling"]["maxReplicas"] == p.partitions
+    assert s["batch_timeout_s"] * 1000 == spec["batch"]["timeoutMs"]
+    assert s["split_factor"] == spec["drain"]["splitFactor"] and s["max_tasks"] == spec["drain"]["maxTasks"]
+
+
+def _s(end: dict[int, int], sink: dict[int, int], committed: dict[int, int | None] | None = None,
+       produced: int | None = None, drain: dict | None = None) -> Sample:
+    return Sample(t=0, end=end, in_sink=sink, committed=committed if committed is not None else dict(end),
+                  produced=sum(end.values()) if produced is None else produced, drain=drain)
+
+
+@pytest.mark.parametrize("sample,expected", [
+    (_s({0: 10, 1: 5}, {0: 10, 1: 5}), None),
+    (_s({0: 10}, {0: 7}), "3 records to reach PostgreSQL"),
+    (_s({0: 10}, {0: 10}, committed={0: 4}), "group lag 6 → 0"),
+    (_s({0: 10}, {0: 10}, produced=12), "the end offsets to show every produced record"),
+    (_s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Running", "recordsTotal": 8, "recordsDone": 2}),
+     "drain #3 (Running, 2/8) to be verified"),
+    (_s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Verified"}), None),
+    (_s({0: 10}, {0: 9}, committed={0: 8}), "1 records to reach PostgreSQL; group lag 2 → 0"),
+], ids=["caught-up", "backlog", "group-lag", "end-offsets-behind", "drain-active", "drain-verified", "both"])
+def test_caught_up_says_what_is_missing(sample: Sample, expected: str | None) -> None:
+    assert caught_up(sample) == expected
+
+
+def test_phase_text() -> None:
+    p = PROFILES["fast"]
+    assert phase_text(p, None) == ""
+    assert phase_text(p, SimpleNamespace(t0=None)) == ""
+    at = lambda t: SimpleNamespace(t0=0.0, elapsed=lambda: t)  # noqa: E731
+    assert phase_text(p, at(20)).startswith("phase 2/3: peak at 400 rec/s, 45 s left   (quiet 6/s×15s → peak")
+    assert phase_text(p, at(1000)).startswith("replay done (quiet 6/s×15s")
+
+
+def test_output_paths_are_the_summarys_paths(tmp_path: Path) -> None:
+    paths = OutputPaths(tmp_path)
+    got = paths.as_summary()
+    assert set(got) == {"plot", "summary", "samples", "trace", "operator_log", "demo_log", "manifest"}
+    assert got["plot"] == str(tmp_path / "demo.png") and got["summary"] == str(tmp_path / "summary.json")
+    assert got["trace"] == str(tmp_path / "trace.csv") and got["manifest"] == str(tmp_path / "bcg.yaml")
+
+
+def test_kept_record_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("lagpilot_dev.demo_keep.cache_dir", lambda: tmp_path / "cache")
+    out = tmp_path / "out"
+    out.mkdir()
+    kept = {"operator_pid": None, "podrunner_pid": None}
+    demo_keep.write_kept(out, "ns-b", kept)
+    assert json.loads((out / "kept.json").read_text()) == kept
+    assert json.loads(demo_keep.kept_file("ns-b").read_text()) == {**kept, "out": str(out)}
+    said: list[str] = []
+    demo_keep.stop_kept("ns-b", said.append)  # no pid to stop: nothing signalled, the record is gone
+    assert said == [] and not demo_keep.kept_file("ns-b").exists()
