@@ -356,7 +356,7 @@ def test_flash_burst_at_a_90s_drain_start_keeps_the_sla() -> None:
     within = total = 0.0
     for b0, b1 in ((32160.0, 32760.0), (51600.0, 52140.0)):  # rows above the group's 900/s
         window = [(t - (b0 - 600), r, w) for t, r, w in rows if b0 - 600 <= t <= b1 + 1200]
-        lp = run_policy(simulate.trace_from_rows(window), params, "lagpilot")
+        lp = run_policy(trace_from_rows(window), params, "lagpilot")
         assert lp.remaining == pytest.approx(0.0, abs=1e-6) and lp.drains >= 2
         within += lp.within_sla_fraction * lp.processed
         total += lp.processed
@@ -369,6 +369,6 @@ def test_burst_that_ends_while_the_drain_is_starting(start: float) -> None:
     drain, every record within the SLA, the group keeps what arrived after the split."""
     rows = [(0.0, 480.0, None), (600.0, 2300.0, None), (690.0, 480.0, None), (2400.0, 480.0, None)]
     params = SimParams(partitions=6, capacity=150.0, sla_s=300.0, drain_start_s=start, handoff_pause_s=1.0)
-    lp = run_policy(simulate.trace_from_rows(rows), params, "lagpilot")
+    lp = run_policy(trace_from_rows(rows), params, "lagpilot")
     assert lp.drains == 1 and lp.within_sla_fraction == 1.0
     assert lp.produced == pytest.approx(lp.processed + lp.remaining, rel=1e-9)
