@@ -13,7 +13,7 @@ from typing import Any
 from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_report import Sample
 from lagpilot_dev.demo_traffic import Producer, Profile, phase_at
-from lagpilot.handoff import ranges_of
+from lagpilot.decide.handoff import ranges_of
 
 log = logging.getLogger("lagpilot_dev.demo")
 
