@@ -71,13 +71,7 @@ def test_serves_a_plan_with_the_warm_session(runtime: DrainRuntime, monkeypatch:
 
 
 def test_not_warm_busy_and_foreign_plans_are_refused(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
-    release = threading.Event()
-    monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
-    first = threading.Thread(target=runtime.serve_plan, args=(PLAN.to_json(), lambda: False))
-    first.start()
-    deadline = time.time() + 5
-    while runtime.current is None and time.time() < deadline:
-        time.sleep(0.01)
+    first, release = _run_until_released(runtime, monkeypatch)
     status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
     assert status == 409 and "busy with drain 41" in outcome.message
     release.set()
