@@ -409,6 +409,34 @@ def test_failed_commit_is_retried_on_revoke_before_giving_up():
     assert loop.uncommitted == {}
 
 
+def test_commit_refused_until_the_partition_moves_is_given_up_and_said_exactly(caplog):
+    # every commit refused (ILLEGAL_GENERATION through a whole rebalance), then the partition moves
+    # to another member: the processed position cannot be committed by us any more; the loop says
+    # so once, naming the partition, our last commit and the position the next owner replays up to
+    logs = {0: [b"v"] * 3, 1: [b"v"] * 3}
+    loop, fake = make(logs, Recorder(), per_call=1000)
+    _failing_commits(fake, 100)
+    fake.script[3] = lambda: fake.revoke([1])
+    calls = {"n": 0}
+    orig = fake.consume
+
+    def consume(num_messages, timeout):
+        calls["n"] += 1
+        if calls["n"] > 6:
+            loop.request_stop("test")
+        return orig(num_messages, timeout)
+
+    fake.consume = consume
+    with caplog.at_level(logging.WARNING, logger="lagpilot.consumer"):
+        loop.run()
+    given = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "commit_given_up"]
+    assert len(given) == 1, [r.getMessage() for r in caplog.records]
+    assert given[0]["positions"] == {f"{TOPIC}/1": {"committed": None, "position": 3}}, given[0]
+    assert loop.metrics.commits.labels("given_up")._value.get() == 1
+    assert 1 not in {p for _, p in loop.uncommitted}  # partition 0 stays ours: retried later, not given up
+    assert fake.committed_positions() == {}
+
+
 def test_commit_refused_while_stopping_is_retried_at_close_before_the_partitions_go(monkeypatch):
     # the last batch before a SIGTERM is processed, its commit refused (a rebalance in progress):
     # close() tries again while the partitions are still ours, so the next owner does not replay it

@@ -119,11 +119,10 @@ class BatchCommit(LoopState):
         for tp, off in positions.items():
             merged[tp] = max(off, merged.get(tp, -1))
         todo = {tp: off for tp, off in merged.items() if tp in self.owned and off >= self.floor.get(tp, -1)}
-        dropped = set(merged) - set(todo)
-        if dropped:
-            log.warning("not committing partitions no longer assigned", extra=_fields(
-                event="commit_skipped", partitions=sorted(p for _, p in dropped)))
+        dropped = {tp: off for tp, off in merged.items() if tp not in todo}
         self.uncommitted = {}
+        if dropped:
+            self.give_up(dropped, "partition no longer assigned")
         if not todo:
             return True
         metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())

@@ -144,6 +144,8 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
                 log.warning("commit before close failed", extra=_fields(event="close_commit_failed", error=describe_error(exc)))
                 break
             time.sleep(CLOSE_COMMIT_BACKOFF_S)
+        self.give_up(self.uncommitted, "closing")
+        self.uncommitted = {}
         try:
             self.consumer.close()
         except Exception as exc:  # noqa: BLE001 - closing on the way out

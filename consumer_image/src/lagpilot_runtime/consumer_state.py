@@ -61,6 +61,20 @@ class LoopState:
             log.info("abandoning records not yet handed to the handler (not committed)",
                      extra=_fields(event="batch_abandoned", records=len(records), reason=why))
 
+    def give_up(self, positions: dict[TP, int], why: str) -> None:
+        """Processed positions this member can no longer commit (its partitions moved or were lost
+        while the broker refused the commit, e.g. ILLEGAL_GENERATION in a rebalance): the next owner
+        re-consumes from the group's last commit up to these positions (at-least-once; a sink that
+        records its progress makes that harmless). Said once, exactly: the partition, the last
+        commit this member made and the position it could not commit, so a replay can be accounted for."""
+        if not positions:
+            return
+        self.metrics.commits.labels("given_up").inc(len(positions))
+        log.warning("processed positions not committed; the next owner re-consumes them", extra=_fields(
+            event="commit_given_up", reason=why,
+            positions={f"{t}/{p}": {"committed": self.committed.get((t, p)), "position": off}
+                       for (t, p), off in sorted(positions.items())}))
+
     def _sleep(self, seconds: float) -> None:
         """Backoff sleep that a shutdown request cuts short."""
         self.stop_event.wait(seconds)

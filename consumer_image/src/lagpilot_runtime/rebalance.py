@@ -77,6 +77,7 @@ class RebalanceCallbacks(LoopState):
                                   owned=sorted(p for _, p in self.owned)))
 
     def _forget(self, gone: set[TP]) -> None:
+        self.give_up({tp: off for tp, off in self.uncommitted.items() if tp in gone}, "partition revoked or lost")
         self.owned -= gone
         if self.paused & gone:
             self.paused -= gone
