@@ -64,14 +64,14 @@ def test_full_environment_parsed():
     assert cfg.handler_config == {"a": "b"}
     assert (cfg.failure_policy, cfg.dlq_topic, cfg.log_level) == ("pause", "dead", "DEBUG")
     conf = cfg.consumer_conf()
-    assert conf["group.instance.id"] == "pod-0"
+    assert "group.instance.id" not in conf and conf["client.id"] == "lagpilot-pod-0"  # dynamic membership
     assert conf["enable.auto.commit"] is False and conf["enable.auto.offset.store"] is False
     assert conf["partition.assignment.strategy"] == "cooperative-sticky"
     assert conf["sasl.mechanism"] == "SCRAM-SHA-512" and conf["security.protocol"] == "sasl_ssl"
     assert cfg.producer_conf()["acks"] == "all"
 
 
-def test_no_static_membership_without_pod_name():
+def test_no_static_membership_without_pod_name_either():
     assert "group.instance.id" not in ConsumerConfig.from_env(BASE).consumer_conf()
 
 

@@ -88,7 +88,7 @@ def mailbox_consumer(cfg: ConsumerConfig) -> Any:
     from confluent_kafka import Consumer
 
     conf = {k: v for k, v in cfg.consumer_conf().items()
-            if k not in ("group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+            if k not in ("partition.assignment.strategy", "session.timeout.ms",
                          "max.poll.interval.ms", "queued.min.messages")}
     conf.update({"group.id": mbx.mailbox_group(cfg.group_id), "client.id": f"lagpilot-handoff-{cfg.pod_name or 'consumer'}",
                  "enable.auto.commit": False, "enable.auto.offset.store": False})

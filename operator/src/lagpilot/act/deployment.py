@@ -6,8 +6,9 @@ the handlers server-side apply with field manager `lagpilot`. Tested without a c
 Choices worth knowing:
 - Secret material (SASL credentials, TLS keys, the PostgreSQL DSN) reaches the pod only as
   `secretKeyRef` env entries; the operator never copies a secret value into the manifest.
-- `LAGPILOT_POD_NAME` comes from the downward API: the runtime uses it as `group.instance.id`
-  (static membership), so a restarted pod rejoins without a full rebalance.
+- `LAGPILOT_POD_NAME` comes from the downward API: the runtime names its Kafka clients and logs
+  with it (not `group.instance.id`: a static member that stops stalls the group's rebalance until
+  its session times out; docs/consumer.md).
 - Rolling updates use maxSurge 0: a surge pod would be a consumer beyond the partition count, which
   only triggers an extra rebalance and then idles.
 - Restricted Pod Security profile: non-root, no privilege escalation, all capabilities dropped,

@@ -720,7 +720,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
                                     message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
             return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
         q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
-                                message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed or static members)")
+                                message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed members)")
         return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
 
     assert d.published_at is not None
