@@ -389,21 +389,26 @@ def test_failed_commit_is_carried_into_the_next_commit():
     assert loop.metrics.commits.labels("failed")._value.get() == 1
 
 
-def test_failed_commit_is_retried_on_revoke_before_giving_up():
-    logs = {0: [b"v"] * 3, 1: [b"v"] * 3}
-    loop, fake = make(logs, Recorder(), per_call=1000)
-    _failing_commits(fake, 1)
-    fake.script[3] = lambda: fake.revoke([0, 1])
+def _stop_after_consumes(loop, fake, n):
+    """The loop is asked to stop at its (n+1)-th consume() call."""
     calls = {"n": 0}
     orig = fake.consume
 
     def consume(num_messages, timeout):
         calls["n"] += 1
-        if calls["n"] > 6:
+        if calls["n"] > n:
             loop.request_stop("test")
         return orig(num_messages, timeout)
 
     fake.consume = consume
+
+
+def test_failed_commit_is_retried_on_revoke_before_giving_up():
+    logs = {0: [b"v"] * 3, 1: [b"v"] * 3}
+    loop, fake = make(logs, Recorder(), per_call=1000)
+    _failing_commits(fake, 1)
+    fake.script[3] = lambda: fake.revoke([0, 1])
+    _stop_after_consumes(loop, fake, 6)
     loop.run()
     assert fake.committed_positions() == {0: 3, 1: 3}
     assert loop.uncommitted == {}
@@ -417,16 +422,7 @@ def test_commit_refused_until_the_partition_moves_is_given_up_and_said_exactly(c
     loop, fake = make(logs, Recorder(), per_call=1000)
     _failing_commits(fake, 100)
     fake.script[3] = lambda: fake.revoke([1])
-    calls = {"n": 0}
-    orig = fake.consume
-
-    def consume(num_messages, timeout):
-        calls["n"] += 1
-        if calls["n"] > 6:
-            loop.request_stop("test")
-        return orig(num_messages, timeout)
-
-    fake.consume = consume
+    _stop_after_consumes(loop, fake, 6)
     with caplog.at_level(logging.WARNING, logger="lagpilot.consumer"):
         loop.run()
     given = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "commit_given_up"]
