@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from lagpilot_dev import images
+from lagpilot_dev import images, images_tools
 
 pytestmark = [pytest.mark.real, pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -21,7 +21,7 @@ NON_ROOT = "uid=10001(lagpilot) gid=10001(lagpilot)"
 
 @pytest.fixture(scope="module")
 def report(kafka_bootstrap: str, postgres_dsn: str) -> images.Report:
-    problems = images.missing_preconditions(images.default_layout())
+    problems = images_tools.missing_preconditions(images_tools.default_layout())
     if problems:
         reason = "images: cannot build here: " + "; ".join(problems)
         if os.environ.get("CI") == "true":
@@ -32,7 +32,7 @@ def report(kafka_bootstrap: str, postgres_dsn: str) -> images.Report:
 
 def test_the_tools_exist_after_install(report):
     v = report.tools["versions"]
-    assert v["buildah"].startswith("buildah version " + images.BUILDAH_VERSION.lstrip("v")), v
+    assert v["buildah"].startswith("buildah version " + images_tools.BUILDAH_VERSION.lstrip("v")), v
     assert v["podman"].startswith("podman version "), v
 
 

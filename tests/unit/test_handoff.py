@@ -178,7 +178,7 @@ def test_legacy_crash_after_alter_then_consumers_past_split_keeps_every_range():
 
 
 def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
-    from lagpilot.reconcile import _clamp_initial
+    from lagpilot.reconcile_act import clamp_initial
     sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                      "scaling": {"minReplicas": 1, "maxReplicas": 5}})
     planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "split": 10, "start": None}]}
@@ -190,7 +190,7 @@ def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
                               ("handed-off", {"id": 1, "phase": "HandedOff"}, 3),
                               ("running", {"id": 1, "phase": "Running"}, 3), ("none", None, 3)):
         status = {"desiredReplicas": 3, "partitions": 3, "drain": drain}
-        assert _clamp_initial(sp, status) == want, name
+        assert clamp_initial(sp, status) == want, name
     assert h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "Quiesce"}))
     assert not h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "ConsumerAck"}))
 

@@ -1,16 +1,16 @@
-"""lagpilot_dev.images: the build's argv and bind mounts, without building (docs/images.md)."""
+"""lagpilot_dev.images_*: the build's argv and bind mounts, without building (docs/images.md)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from lagpilot_dev import images
+from lagpilot_dev import images_base, images_build, images_tools
 
 
 @pytest.fixture
-def layout(tmp_path: Path) -> images.Layout:
-    lay = images.Layout(tmp_path / "images")
+def layout(tmp_path: Path) -> images_tools.Layout:
+    lay = images_tools.Layout(tmp_path / "images")
     lay.root.mkdir()
     return lay
 
@@ -28,7 +28,7 @@ def test_only_pure_wheels_built_on_the_host_are_linked_flat(layout, tmp_path):
     _wheel(cache, "aa/bb", "native-1.0-cp311-cp311-linux_x86_64.whl")
     (cache / "http-v2").mkdir(parents=True)
     (cache / "http-v2" / "x-1.0-py3-none-any.whl").write_bytes(b"not a built wheel")
-    out = images.link_host_wheels(layout, cache)
+    out = images_build.link_host_wheels(layout, cache)
     assert out == layout.root / "wheels"
     assert sorted(p.name for p in out.iterdir()) == ["pyspark-4.2.0-py2.py3-none-any.whl"]
     assert (out / "pyspark-4.2.0-py2.py3-none-any.whl").read_bytes() == b"spark"
@@ -37,28 +37,28 @@ def test_only_pure_wheels_built_on_the_host_are_linked_flat(layout, tmp_path):
 def test_no_built_wheels_means_no_wheel_mount_and_stale_links_go(layout, tmp_path):
     (layout.root / "wheels").mkdir()
     (layout.root / "wheels" / "old-1-py3-none-any.whl").write_bytes(b"old")
-    assert images.link_host_wheels(layout, tmp_path / "empty") is None
+    assert images_build.link_host_wheels(layout, tmp_path / "empty") is None
     assert not (layout.root / "wheels").exists()
-    flags = images.build_mounts(layout, tmp_path / "empty")
-    assert not any(images.BUILD_WHEELS_PATH in f for f in flags)
+    flags = images_build.build_mounts(layout, tmp_path / "empty")
+    assert not any(images_build.BUILD_WHEELS_PATH in f for f in flags)
 
 
 def test_build_mounts_are_read_only_and_pip_conf_names_them(layout, tmp_path):
     cache = tmp_path / "pip"
     _wheel(cache, "61/69", "pyspark-4.2.0-py2.py3-none-any.whl")
-    flags = images.build_mounts(layout, cache)
+    flags = images_build.build_mounts(layout, cache)
     volumes = [flags[i + 1] for i, f in enumerate(flags) if f == "--volume"]
     assert volumes and all(v.endswith(":ro") for v in volumes), volumes
-    assert f"{layout.root / 'wheels'}:{images.BUILD_WHEELS_PATH}:ro" in volumes
+    assert f"{layout.root / 'wheels'}:{images_build.BUILD_WHEELS_PATH}:ro" in volumes
     conf = (layout.root / "pip-build.conf").read_text()
-    assert f"find-links = {images.BUILD_WHEELS_PATH}" in conf
+    assert f"find-links = {images_build.BUILD_WHEELS_PATH}" in conf
     assert f"{layout.root / 'pip-build.conf'}:/etc/pip.conf:ro" in volumes
-    if images.HOST_CA_BUNDLE.is_file():
-        assert f"cert = {images.BUILD_CA_PATH}" in conf
+    if images_build.HOST_CA_BUNDLE.is_file():
+        assert f"cert = {images_build.BUILD_CA_PATH}" in conf
 
 
 def test_bud_builds_the_real_dockerfile_with_its_ignorefile(layout, tmp_path):
-    argv = images.bud_argv(layout, images.IMAGES["consumer"], tmp_path)
+    argv = images_build.bud_argv(layout, images_build.IMAGES["consumer"], tmp_path)
     assert argv[0] == str(layout.buildah) and "bud" in argv
     assert argv[argv.index("-f") + 1] == str(tmp_path / "consumer_image/Dockerfile")
     assert argv[argv.index("--ignorefile") + 1] == str(tmp_path / "consumer_image/Dockerfile.dockerignore")
@@ -66,31 +66,31 @@ def test_bud_builds_the_real_dockerfile_with_its_ignorefile(layout, tmp_path):
 
 
 def test_the_base_is_minbase_bookworm_with_python311(tmp_path):
-    argv = images.mmdebstrap_argv(tmp_path / "rootfs")
+    argv = images_base.mmdebstrap_argv(tmp_path / "rootfs")
     assert argv[0] == "mmdebstrap" and "--variant=minbase" in argv
     include = next(a for a in argv if a.startswith("--include=")).split("=", 1)[1].split(",")
     assert {"python3.11", "python3.11-venv", "ca-certificates"} <= set(include)
-    assert images.SUITE in argv and str(tmp_path / "rootfs") in argv
+    assert images_base.SUITE in argv and str(tmp_path / "rootfs") in argv
 
 
 def test_images_cache_override_moves_only_the_images_state(monkeypatch, tmp_path):
     monkeypatch.setenv("LAGPILOT_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("LAGPILOT_IMAGES_CACHE", raising=False)
-    assert images.default_layout().root == tmp_path / "cache" / "images"
+    assert images_tools.default_layout().root == tmp_path / "cache" / "images"
     monkeypatch.setenv("LAGPILOT_IMAGES_CACHE", str(tmp_path / "fresh"))
-    assert images.default_layout().root == tmp_path / "fresh"
+    assert images_tools.default_layout().root == tmp_path / "fresh"
 
 
 def test_preconditions_name_what_is_missing(monkeypatch, layout):
-    monkeypatch.setattr(images, "dpkg_installed", lambda p: p != "podman")
-    monkeypatch.setattr(images.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(images, "go_toolchain", lambda: None)
-    problems = images.missing_preconditions(layout)
+    monkeypatch.setattr(images_tools, "dpkg_installed", lambda p: p != "podman")
+    monkeypatch.setattr(images_tools.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(images_tools, "go_toolchain", lambda: None)
+    problems = images_tools.missing_preconditions(layout)
     assert any("podman" in p and "not root" in p for p in problems), problems
     assert any("Go toolchain" in p for p in problems), problems
-    monkeypatch.setattr(images, "dpkg_installed", lambda p: True)
-    monkeypatch.setattr(images, "go_toolchain", lambda: "/usr/bin/go")
-    assert images.missing_preconditions(layout) == []
+    monkeypatch.setattr(images_tools, "dpkg_installed", lambda p: True)
+    monkeypatch.setattr(images_tools, "go_toolchain", lambda: "/usr/bin/go")
+    assert images_tools.missing_preconditions(layout) == []
 
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""When the control loop writes the CR status (reconcile.status_write / _write_status): only when a
+"""When the control loop writes the CR status (reconcile_report.status_write / write_status): only when a
 field a reader sees changed, on a CR's first cycle in a process, and as a heartbeat of the memory
 (status.estimator / status.scalingHistory) while nothing else moves."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.reconcile import MEMORY_KEYS, Cache, status_write, with_memory
+from lagpilot.reconcile_deps import Cache
+from lagpilot.reconcile_report import MEMORY_KEYS, status_write, with_memory
 from lagpilot.decide import status as status_mod
 from lagpilot.decide.status import merge_conditions, Condition
 
@@ -147,7 +148,7 @@ def test_memory_never_shadows_another_writers_fields() -> None:
 def test_the_kafka_secret_is_read_once_a_minute_while_cycles_succeed_and_at_every_failing_attempt() -> None:
     import base64
 
-    from lagpilot.reconcile import SECRET_MAX_AGE_S
+    from lagpilot.reconcile_observe import SECRET_MAX_AGE_S
     from tests.unit.test_handlers_reconcile import NS, SASL
 
     def b64(s: str) -> str:

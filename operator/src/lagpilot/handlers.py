@@ -38,7 +38,9 @@ from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup sett
 from lagpilot.act.deployment import API_GROUP
 from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
 from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
-from lagpilot.reconcile import Cache, Deps, GroupRef, apply_deployment, run_cycle
+from lagpilot.reconcile import run_cycle
+from lagpilot.reconcile_act import apply_deployment
+from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.decide import deletion
 from lagpilot.act import deletion_io
 from lagpilot.observe import kafka_observe

@@ -1,0 +1,133 @@
+"""`lagpilot dev images`, the builds: `buildah bud --layers --pull=never --isolation chroot --network host`
+with the UNCHANGED Dockerfile and its `<Dockerfile>.dockerignore`; layers are cached in the storage
+under the cache. The RUN steps see (read-only bind mounts, never in a layer) the host's CA bundle and a
+pip.conf whose `find-links` is a flat directory of the pure-Python wheels pip already built on the
+host (pyspark's ~430 MB sdist, built into a wheel by `dev/setup`): the same version from the index
+would be the sdist, and pip prefers a wheel of the same version, so the image's pip skips that
+download + build.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev.images_tools import RUN_NPROC_CAP, Layout, image_size, image_user, ulimit_flags
+
+log = logging.getLogger("lagpilot_dev.images")
+
+
+@dataclass(frozen=True)
+class ImageDef:
+    name: str
+    dockerfile: str  # relative to the repository root (the build context)
+    tag: str
+
+    @property
+    def ignorefile(self) -> str:
+        return f"{self.dockerfile}.dockerignore"
+
+
+IMAGES: dict[str, ImageDef] = {
+    "operator": ImageDef("operator", "operator/Dockerfile", "localhost/lagpilot/operator:0.1.0"),
+    "consumer": ImageDef("consumer", "consumer_image/Dockerfile", "localhost/lagpilot/consumer:0.1.0"),
+}
+
+
+def repo_root() -> Path:
+    """The repository root (the build context): the directory holding pyproject.toml and both Dockerfiles.
+    $LAGPILOT_IMAGES_CONTEXT overrides it (e.g. a `git archive` export, to build a fixed tree)."""
+    if os.environ.get("LAGPILOT_IMAGES_CONTEXT"):
+        return Path(os.environ["LAGPILOT_IMAGES_CONTEXT"])
+    here = Path(__file__).resolve()
+    for p in here.parents:
+        if (p / "pyproject.toml").is_file() and (p / "consumer_image" / "Dockerfile").is_file():
+            return p
+    raise RuntimeError(f"no repository root above {here}")
+
+
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+BUILD_CA_PATH = "/etc/lagpilot-build-ca.pem"
+
+
+BUILD_WHEELS_PATH = "/lagpilot-wheels"
+
+
+def host_pip_cache() -> Path:
+    return Path(os.environ.get("PIP_CACHE_DIR") or Path.home() / ".cache" / "pip").expanduser()
+
+
+def link_host_wheels(layout: Layout, pip_cache: Path | None = None) -> Path | None:
+    """A flat directory (pip's `find-links` needs one) of the pure-Python wheels (`*-none-any.whl`)
+    pip built from sdists on the host (<pip cache>/wheels/**), hard-linked (copied across devices).
+    None when there are none. Only pure wheels: they install on the image's interpreter as on the host."""
+    src = (pip_cache or host_pip_cache()) / "wheels"
+    wheels = sorted(src.rglob("*-none-any.whl")) if src.is_dir() else []
+    out = layout.root / "wheels"
+    shutil.rmtree(out, ignore_errors=True)
+    if not wheels:
+        return None
+    out.mkdir(parents=True)
+    for w in wheels:
+        dest = out / w.name
+        if dest.exists():
+            continue
+        try:
+            os.link(w, dest)
+        except OSError:
+            shutil.copy2(w, dest)
+    return out
+
+
+def build_mounts(layout: Layout, pip_cache: Path | None = None) -> list[str]:
+    """Bind mounts for the RUN steps only (never in a layer; the Dockerfiles are unchanged):
+    - the host's CA bundle, and pip.conf's `cert` pointing at it: this machine's egress re-signs TLS with
+      its own CA (in the host's bundle, not in Debian's ca-certificates), so pip inside the build would
+      otherwise fail with CERTIFICATE_VERIFY_FAILED. The built images keep the stock trust store.
+    - the host's built wheels (link_host_wheels) as pip.conf's `find-links`: pip still asks the index,
+      and takes a wheel from here only where it is the best candidate (same version: wheel over sdist)."""
+    flags, conf_lines = [], ["[global]"]
+    if HOST_CA_BUNDLE.is_file():
+        flags += ["--volume", f"{HOST_CA_BUNDLE}:{BUILD_CA_PATH}:ro"]
+        conf_lines.append(f"cert = {BUILD_CA_PATH}")
+    wheels = link_host_wheels(layout, pip_cache)
+    if wheels is not None:
+        flags += ["--volume", f"{wheels}:{BUILD_WHEELS_PATH}:ro"]
+        conf_lines.append(f"find-links = {BUILD_WHEELS_PATH}")
+    if not flags:
+        return []
+    conf = layout.root / "pip-build.conf"
+    conf.write_text("\n".join(conf_lines) + "\n")
+    return [*flags, "--volume", f"{conf}:/etc/pip.conf:ro"]
+
+
+def bud_argv(layout: Layout, image: ImageDef, context: Path) -> list[str]:
+    """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull."""
+    return layout.buildah_argv(
+        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(RUN_NPROC_CAP),
+        *build_mounts(layout),
+        "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
+        "-t", image.tag, str(context))
+
+
+
+def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[str, Any]:
+    context = context or repo_root()
+    t0 = time.monotonic()
+    log.info("building image", extra={"image": image.tag, "dockerfile": image.dockerfile})
+    log_file = layout.root / f"build-{image.name}.log"
+    with open(log_file, "w") as out:
+        proc = subprocess.run(bud_argv(layout, image, context), stdout=out, stderr=subprocess.STDOUT, text=True)
+    seconds = round(time.monotonic() - t0, 1)
+    text = log_file.read_text(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}")
+    steps = sum(1 for line in text.splitlines() if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line))
+    cached = sum(1 for line in text.splitlines() if line.startswith("--> Using cache"))
+    return {"image": image.tag, "seconds": seconds, "size_bytes": image_size(layout, image.tag),
+            "user": image_user(layout, image.tag), "steps": steps, "cached_steps": cached, "log": str(log_file)}

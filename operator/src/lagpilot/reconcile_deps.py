@@ -1,0 +1,86 @@
+"""What one control-loop cycle (reconcile.py) is given: the CR it runs for (`GroupRef`), everything
+it touches outside itself (`Deps`; fakes in unit tests) and the per-CR memo kept between cycles
+(`Cache`)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from lagpilot import __version__
+from lagpilot.metrics import OperatorMetrics
+from lagpilot.observe.kafka_observe import AdminPool, Observation
+from lagpilot.observe.kafka_observe import observe as kafka_observe
+from lagpilot.observe.kafka_observe import peek_oldest
+
+
+class Kube(Protocol):
+    def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]: ...
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
+    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+
+EmitFn = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
+ObserveFn = Callable[..., Observation]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRef:
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> "GroupRef":
+        meta = body.get("metadata", {})
+        gen = meta.get("generation")
+        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")),
+                   int(gen) if gen is not None else None)
+
+
+@dataclasses.dataclass
+class Deps:
+    """Everything a cycle touches outside itself (fakes in unit tests)."""
+
+    kube: Kube
+    admin_pool: AdminPool
+    metrics: OperatorMetrics
+    emit: EmitFn
+    pod_start_seconds: float = 30.0
+    kafka_timeout_seconds: float = 10.0
+    min_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 300.0
+    clock: Callable[[], float] = time.time
+    observe: ObserveFn = kafka_observe
+    # timestamps of the oldest unprocessed record per lagging partition; None: do not read them
+    peek: Callable[..., dict[int, float]] | None = peek_oldest
+    version: str = __version__
+    drain: Any = None  # lagpilot.act.drain.DrainExecutor (drain issue); None: no drain hand-offs
+    # a status whose only change is the memory (MEMORY_KEYS) is written at most this often
+    status_heartbeat_seconds: float = 60.0
+
+
+@dataclasses.dataclass
+class Cache:
+    """Per-CR memo: what this operator last wrote, the newest memory (written or not), when the
+    memory was last written, and the failure streak."""
+
+    last_status: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    memory_written_at: float | None = None
+    failures: int = 0
+    last_error: str | None = None
+    last_event_reason: str | None = None
+    # seconds per phase of the last cycle (deployment, observe, peek, step, act, drain, write, ...):
+    # logged by the control loop with a CR's first cycle and with any slow one
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
+    # (Secret name, when read, its data): the Kafka credentials, re-read at most every
+    # SECRET_MAX_AGE_S while cycles succeed, at every attempt while they fail; never in a repr
+    secret: tuple[str, float, dict[str, str]] | None = dataclasses.field(default=None, repr=False)

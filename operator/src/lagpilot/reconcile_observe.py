@@ -1,0 +1,79 @@
+"""The observe phase of a cycle (reconcile.py): the Kafka credentials from spec.kafka and its Secret,
+a lease on the cluster's shared clients, the group's observation from the cluster's shared view, the
+timestamp of the oldest unprocessed record of each lagging partition, and the lag snapshot the
+decision step reads."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from lagpilot.act.kubeapi import KubeError
+from lagpilot.decide import lag as lag_mod
+from lagpilot.observe.kafka_observe import Observation, SecretError, admin_config, observe_max_age_s
+from lagpilot.reconcile_deps import Cache, Deps, GroupRef
+from lagpilot.spec import GroupSpec
+
+SECRET_MAX_AGE_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    handle: Any  # the leased Kafka handle (kafka_admin), held until the cycle ends
+    obs: Observation
+    snap: lag_mod.LagSnapshot
+
+
+def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float) -> dict[str, str]:
+    """The admin config from spec.kafka and its Secret. The Secret is read again when the last read
+    is SECRET_MAX_AGE_S old, names another Secret, or the last cycle failed (a fixed Secret heals a
+    Degraded CR at its next attempt, as before): not one GET per cycle."""
+    secret = None
+    name = spec.kafka.secret_name
+    if name:
+        held = cache.secret
+        if held is not None and held[0] == name and cache.failures == 0 and 0 <= now - held[1] < SECRET_MAX_AGE_S:
+            secret = held[2]
+        else:
+            cache.secret = None
+            try:
+                secret = deps.kube.read_secret_data(ref.namespace, name)
+            except KubeError as err:
+                if err.status == 403:
+                    raise SecretError("SecretForbidden", f"the operator may not read Secret "
+                                                         f"{name!r} (RBAC)") from None
+                raise
+            if secret is not None:
+                cache.secret = (name, now, dict(secret))
+    else:
+        cache.secret = None
+    return admin_config(spec.kafka, secret)
+
+
+def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack,
+            mark: Callable[[str], None]) -> Observed:
+    """Credentials, lease, observation and peek (time marks kafka_config, observe, peek), then the
+    snapshot. Raises ObserveError / KubeError for the cycle to report."""
+    poll = spec.scaling.poll_interval_seconds
+    conf = kafka_config(ref, spec, deps, cache, now)
+    mark("kafka_config")
+    handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
+    # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
+    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll))
+    mark("observe")
+
+    # the oldest unprocessed record of each lagging partition (its timestamp), best effort
+    offsets = [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions]
+    oldest: dict[int, float] = {}
+    if deps.peek is not None:
+        positions = {p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0}
+        oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
+    mark("peek")
+
+    snap = lag_mod.snapshot(
+        obs.observed_at,
+        [dataclasses.replace(p, oldest_unprocessed_ts_s=oldest.get(p.partition)) for p in offsets],
+        {p.partition: p.capacity.records_per_second for p in obs.partitions if p.capacity is not None},
+    )
+    return Observed(handle, obs, snap)

@@ -1,0 +1,215 @@
+"""The report phase of a cycle (reconcile.py): the CR status it computes (conditions, lag, estimates,
+the memory), when that status is written (`status_write`, `write_status`), and the group's metrics.
+
+What must survive an operator restart lives in the CR status: the estimator state
+(`status.estimator`: smoothed rates, capacity, data-loss bookkeeping) and the scaling history
+(`status.scalingHistory`: recommendations of the stabilization window, last scale time). These
+two ("memory", `MEMORY_KEYS`) move every cycle (times, rate windows), so they alone never cause a
+write: the status is patched when another field changed (conditions compared without
+`lastTransitionTime`), on a CR's first cycle in this process, and at least every
+`status_heartbeat_seconds` (default 60 s) while only the memory moved; the memory then rides along.
+A restarted operator resumes from a memory at most that old, as after that much downtime. The
+per-CR `Cache` keeps the last status this operator wrote (the live body may not yet carry it when
+the next cycle starts) and the newest memory, written or not."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from lagpilot.decide import estimate as est_mod
+from lagpilot.decide import lag as lag_mod
+from lagpilot.decide import status as status_mod
+from lagpilot.decide import step as step_mod
+from lagpilot.decide.scaling import Decision, ScalingHistory
+from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions, status_patch
+from lagpilot.reconcile_deps import Cache, Deps, GroupRef
+from lagpilot.reconcile_drain import drain_progress
+from lagpilot.spec import GroupSpec
+
+MEMORY_KEYS = ("estimator", "scalingHistory")
+
+
+def finite(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[str, Any]:
+    """The CR status as last written: the live body, unless our own newer write has not arrived yet."""
+    live = dict(raw_status or {})
+    cached = cache.last_status
+    if not cached:
+        return live
+    live_at = status_mod.estimator_time(live.get("estimator"))
+    cached_at = status_mod.estimator_time(cached.get("estimator"))
+    return {**live, **cached} if cached_at > live_at else live
+
+
+def with_memory(status: Mapping[str, Any], memory: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`status` with the newer of its memory and `memory` (the cycle's last, maybe unwritten): only
+    the MEMORY_KEYS are taken from `memory`; every other field (e.g. a drain another writer
+    recorded) stays the status's own."""
+    out = dict(status)
+    if memory and status_mod.estimator_time(memory.get("estimator")) > status_mod.estimator_time(
+            status.get("estimator")):
+        out.update({k: memory[k] for k in MEMORY_KEYS if k in memory})
+    return out
+
+
+def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], memory_written_at: float | None,
+                 now: float, heartbeat_s: float) -> dict[str, Any] | None:
+    """The merge patch to send, or None. `old`: the status as stored, except that its memory may be
+    the cycle's newer, unwritten one. A field other than the memory (MEMORY_KEYS) changed: its
+    patch, with the memory. Only the memory moved: the memory alone once `heartbeat_s` passed since
+    it was last written (`memory_written_at`; None: not yet in this process), else None."""
+    patch = status_patch(old, new) or {}
+    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
+    if any(k not in MEMORY_KEYS for k in patch):
+        return {**patch, **memory}
+    if memory and (memory_written_at is None or now - memory_written_at >= heartbeat_s):
+        return memory
+    return None
+
+
+def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache) -> None:
+    """Patch what changed (`status_write`); the memory is kept in `cache` for the next cycle either way."""
+    if new.get("conditions") is not None:
+        deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
+    now = deps.clock()
+    patch = status_write(old, new, cache.memory_written_at, now, deps.status_heartbeat_seconds)
+    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
+    if memory:
+        cache.memory = memory  # the next cycle resumes from it, written or not
+    if patch is None:
+        return
+    deps.kube.patch_status(ref.namespace, ref.name, patch)
+    if memory:
+        cache.memory_written_at = now
+    # cache only the fields this loop owns: other writers (the drain executor) stay authoritative
+    cache.last_status = {k: v for k, v in {**(cache.last_status or {}), **new}.items() if v is not None}
+
+
+def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: float) -> dict[str, Any]:
+    """The status while spec.paused: replicas 0 wanted, no decisions."""
+    return {
+        "replicas": pods, "desiredReplicas": 0, "lastDecision": "paused: replicas 0, no decisions",
+        "conditions": merge_conditions(status.get("conditions"), [
+            Condition("Ready", FALSE, "Paused", "spec.paused is true: consumers scaled to 0"),
+            Condition("Scaling", FALSE, "Paused", "no scaling decisions while paused"),
+            Condition("Degraded", FALSE, "AsExpected", ""),
+        ], ref.generation, now),
+        "observedGeneration": ref.generation,
+    }
+
+
+def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap: lag_mod.LagSnapshot,
+                 out: step_mod.StepDecision, est: est_mod.EstimatorState, history: ScalingHistory,
+                 replicas: tuple[int, int, int], target: int, last_scale_time: Any, drain_out: Any,
+                 now: float) -> dict[str, Any]:
+    """The status of a cycle that observed and decided. `replicas`: the Deployment's (spec.replicas,
+    status.replicas, readyReplicas) before the cycle acted; `target`: the count it now asks for."""
+    cur, pods, ready = replicas
+    decision, held = out.decision, out.held
+    phase = (status.get("drain") or {}).get("phase")
+    lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
+    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est)
+    if drain_out is not None:
+        conds.append(Condition("Draining", *drain_out.condition))
+        if getattr(drain_out, "data_loss", None) is not None:
+            # retention deleted part of a handed-off range before the drain read it (exact offsets)
+            conds.append(Condition("DataLoss", *drain_out.data_loss))
+    rates_known = any(p.samples > 0 for p in est.partitions.values())
+    new = {
+        "observedGeneration": ref.generation,
+        "partitions": len(snap.partitions),
+        "replicas": pods,
+        "desiredReplicas": target if held else decision.desired_replicas,
+        "totalLag": snap.total_lag,
+        "maxPartitionLag": snap.max_partition_lag,
+        "produceRate": finite(est.produce_rate, 2) if rates_known else None,
+        "capacityPerReplica": finite(est.capacity_per_replica, 2),
+        "projectedCatchUpSeconds": finite(decision.current_catch_up_s),
+        "slaSeconds": int(spec.catch_up_sla_seconds),
+        "lastDecision": decision.message if not held else f"drain {phase}: replicas held at {cur}; {decision.message}",
+        "lastScaleTime": last_scale_time,
+        "dataLossRecords": est.data_loss_records,
+        "partitionLag": [partition_entry(p, est, now) for p in snap.partitions],
+        "estimator": status_mod.estimator_to_status(est.to_dict()),
+        "scalingHistory": status_mod.scaling_history_to_status(history.to_dict()),
+        "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
+    }
+    if drain_out is not None and drain_out.status is not None:
+        new["drain"] = drain_out.status
+    return new
+
+
+def partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, now: float) -> dict[str, Any]:
+    entry: dict[str, Any] = {"partition": p.partition, "lag": lag_mod.partition_lag(p), "committed": p.committed,
+                             "end": p.end, "earliest": p.low, "rate": finite(est.rate(p.partition), 3) or 0.0}
+    age = finite(lag_mod.oldest_unprocessed_age_s(p, now))
+    if age is not None:
+        entry["oldestRecordAgeSeconds"] = age
+    return entry
+
+
+def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
+               lost_now: list[int], est: est_mod.EstimatorState) -> list[Condition]:
+    out: list[Condition] = []
+    if target == 0:
+        out.append(Condition("Ready", TRUE, "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
+                             "no consumer replicas wanted"))
+    elif ready >= target:
+        out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready"))
+    else:
+        out.append(Condition("Ready", FALSE, "ConsumersNotReady", f"{ready}/{target} consumers ready"))
+    if held:
+        out.append(Condition("Scaling", FALSE, "DrainHandOff",
+                             "the drain hand-off holds the replica count; decisions resume after it"))
+    elif target != cur or ready != target:
+        out.append(Condition("Scaling", TRUE, d.reason, d.message))
+    else:
+        out.append(Condition("Scaling", FALSE, d.reason, d.message))
+    if d.at_risk:
+        hot = f"; hot partitions {list(d.hot_partitions)}" if d.hot_partitions else ""
+        out.append(Condition("CatchUpAtRisk", TRUE, "ProjectedAboveSLA" if d.reason != "SLAUnreachable" else d.reason,
+                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} > SLA "
+                             f"{spec.catch_up_sla_seconds:.0f}s{hot}"))
+    elif d.projected_catch_up_s is None:
+        out.append(Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown",
+                             "no consumer has reported its capacity yet"))
+    else:
+        out.append(Condition("CatchUpAtRisk", FALSE, "WithinSLA",
+                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} <= SLA "
+                             f"{spec.catch_up_sla_seconds:.0f}s"))
+    if lost_now:
+        out.append(Condition("Degraded", TRUE, "DataLoss",
+                             f"retention deleted records of partitions {lost_now} before the group consumed them "
+                             f"({est.data_loss_records} records lost so far)"))
+    else:
+        out.append(Condition("Degraded", FALSE, "AsExpected", ""))
+    return out
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return "never" if not math.isfinite(x) else f"{x:.0f}s"
+
+
+def report_metrics(ref: GroupRef, spec: GroupSpec, deps: Deps, snap: lag_mod.LagSnapshot,
+                   est: est_mod.EstimatorState, decision: Decision, target: int, new: Mapping[str, Any],
+                   status: Mapping[str, Any], now: float) -> None:
+    """The group's gauges after a cycle that observed and decided (`new`: the status it computed)."""
+    deps.metrics.observe_group(
+        ref.namespace, ref.name,
+        partition_lag={p.partition: lag_mod.partition_lag(p) for p in snap.partitions},
+        partition_rate={p: e.produce_rate for p, e in est.partitions.items()},
+        total_lag=snap.total_lag, projected_s=finite(decision.current_catch_up_s),
+        sla_s=spec.catch_up_sla_seconds, desired=decision.desired_replicas, replicas=target,
+        produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records)
+    tasks_done, tasks_remaining = drain_progress(new.get("drain") or status.get("drain") or {})
+    deps.metrics.observe_status(
+        ref.namespace, ref.name, conditions=new["conditions"], max_replicas=spec.scaling.max_replicas,
+        oldest_age_s={p.partition: a for p in snap.partitions
+                      if (a := finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None},
+        drain_done=tasks_done, drain_remaining=tasks_remaining)
