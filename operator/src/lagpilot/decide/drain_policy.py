@@ -381,7 +381,9 @@ def drain_need(
             notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
             continue
         chosen.append(r)
-    if not chosen:
+    if not any(r.records >= policy.min_backlog_records for r in chosen):
+        # the partitions below minBacklogRecords only join a drain due for a larger one: with that
+        # one left out (no faster than the group, or no task left), there is no drain to join
         return None
     chosen.sort(key=lambda r: r.partition)
     if any(r.regrowing for r in chosen):
