@@ -43,8 +43,7 @@ BASE: dict[str, Any] = {
 STATUS = {
     "observedGeneration": 1, "partitions": 6, "replicas": 3, "desiredReplicas": 4,
     "totalLag": 12345, "maxPartitionLag": 8000, "produceRate": 450.2, "capacityPerReplica": 137.5,
-    "projectedCatchUpSeconds": 812, "slaSeconds": 600,
-    "lastDecision": "scale up 3→4: projected 812s > SLA 600s",
+    "projectedCatchUpSeconds": 812,
     "lastScaleTime": "2026-01-01T00:00:00Z",
     "partitionLag": [{"partition": 0, "lag": 10, "committed": 100, "end": 110, "rate": 12.5},
                      {"partition": 1, "lag": 8000, "committed": None, "end": 8000, "rate": 400.0,
@@ -54,6 +53,9 @@ STATUS = {
     "conditions": [
         {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "consumers up",
          "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Scaling", "status": "True", "reason": "ProjectionAboveSLA",
+         "message": "scale up 3→4: projected 812s > SLA 600s", "observedGeneration": 1,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"},
         {"type": "CatchUpAtRisk", "status": "True", "reason": "ProjectionAboveSLA",
          "message": "projected 812s > SLA 600s", "observedGeneration": 1,
          "lastTransitionTime": "2026-01-01T00:00:00Z"},

@@ -300,6 +300,19 @@ def test_ready_column_filters_on_the_ready_condition():
     assert col["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
 
 
+def test_decision_column_is_the_scaling_condition_message():
+    col = next(c for c in VERSION["additionalPrinterColumns"] if c["name"] == "Decision")
+    assert col["jsonPath"] == '.status.conditions[?(@.type=="Scaling")].message'
+
+
+@pytest.mark.parametrize("path", ["status.slaSeconds", "status.lastDecision"])
+def test_status_does_not_repeat_a_fact_kept_elsewhere(path):
+    """slaSeconds is spec.catchUpSLASeconds and lastDecision the Scaling condition's message: the
+    status keeps each fact once (`kubectl describe bcg` stays short)."""
+    with pytest.raises(KeyError):
+        schema_at(path)
+
+
 # --------------------------------------------------------------------------- defaults and examples
 
 def test_defaults_validate_against_their_own_schema():

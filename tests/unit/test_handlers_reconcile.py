@@ -179,7 +179,7 @@ def test_backlog_scales_up_capped_at_partitions_then_down_after_window() -> None
     # read as a huge produce rate, which the estimator lets decay slowly, by design.)
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     res = w.cycle()
-    assert w.kube.replicas == 3, (res, w.kube.status.get("lastDecision"))  # capped at 3 partitions
+    assert w.kube.replicas == 3, (res, w.cond("Scaling"))  # capped at 3 partitions
     assert "ScaledUp" in w.reasons()
     assert w.cond("CatchUpAtRisk")["status"] == "True"
     assert w.kube.status["desiredReplicas"] == 3
@@ -208,8 +208,9 @@ def test_history_survives_operator_restart() -> None:
     w.cache = Cache()
     w.cycle(advance=5)
     assert w.kube.replicas == 3, "a restart must not forget the scale-down window"
-    est = w.kube.status["estimator"]
-    assert est["capacityPerReplica"] == pytest.approx(10.0)
+    # the capacity is kept once, at the top level (not again inside status.estimator)
+    assert w.kube.status["capacityPerReplica"] == pytest.approx(10.0)
+    assert "capacityPerReplica" not in w.kube.status["estimator"]
 
 
 def test_unchanged_status_is_not_written() -> None:
@@ -432,9 +433,10 @@ def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None
     # written through the status boundary: RFC 3339 times, each window on one line
     assert w.kube.status["estimator"] == _without_nulls(status_mod.estimator_to_status(state.estimator.to_dict()))
     assert w.kube.status["scalingHistory"] == _without_nulls(status_mod.scaling_history_to_status(state.history.to_dict()))
-    back = EstimatorState.from_dict(status_mod.estimator_from_status(w.kube.status["estimator"]))
+    back = EstimatorState.from_dict(status_mod.step_memory_from_status(w.kube.status)["estimator"])
     assert back.at_s == pytest.approx(state.estimator.at_s, abs=1e-3)
-    assert back.capacity_per_replica == state.estimator.capacity_per_replica
+    # the capacity comes back from status.capacityPerReplica (rounded to 2 decimals there)
+    assert back.capacity_per_replica == pytest.approx(state.estimator.capacity_per_replica, abs=0.005)
     assert {p: [e for _, e in x.window] for p, x in back.partitions.items()} == {
         p: [e for _, e in x.window] for p, x in state.estimator.partitions.items()}
     hist = ScalingHistory.from_dict(status_mod.scaling_history_from_status(w.kube.status["scalingHistory"]))
@@ -484,7 +486,8 @@ def test_a_status_written_with_float_times_resumes() -> None:
     w.cycle(advance=5)
     assert w.kube.replicas == 3, "the scale-down window recorded as floats was lost"
     st = w.kube.status
-    assert st["estimator"]["capacityPerReplica"] == pytest.approx(10.0)
+    assert st["capacityPerReplica"] == pytest.approx(10.0)
+    assert "capacityPerReplica" not in st["estimator"]  # the older operator's copy deleted
     assert "atS" not in st["estimator"] and st["estimator"]["at"].endswith("Z")
     samples = _samples(st)
     assert samples == {k: n + 1 for k, n in before.items()}, (before, samples)  # continued, not restarted

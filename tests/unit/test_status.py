@@ -62,6 +62,7 @@ def test_patch_contains_only_changes() -> None:
 
 
 # --- one line per partition / range / sub-range / past drain (kubectl describe stays short) --------
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 
 from hypothesis import given  # noqa: E402
@@ -99,6 +100,30 @@ def test_estimator_line_cases(kw, has, lacks) -> None:
     assert has in line and (lacks is None or lacks not in line)
     back = EstimatorState.from_dict(sm.estimator_from_status(out))
     assert back.partitions[0] == _est(**kw).partitions[0]
+
+
+def test_estimator_status_keeps_no_copy_of_the_top_level_facts() -> None:
+    """status.capacityPerReplica and status.dataLossRecords are the estimator's capacity and loss
+    count: status.estimator does not repeat them (null: the merge patch deletes an older copy)."""
+    e = dataclasses.replace(_est(), data_loss_records=7)
+    out = sm.estimator_to_status(e.to_dict())
+    assert out["capacityPerReplica"] is None and out["dataLossRecords"] is None
+    assert {k for k, v in out.items() if v is not None} == {"at", "resets", "partitions"}
+
+
+@pytest.mark.parametrize("top, inner, cap, lost", [
+    ({"capacityPerReplica": 37.8, "dataLossRecords": 7}, {}, 37.8, 7),             # this operator
+    ({}, {"capacityPerReplica": 12.5, "dataLossRecords": 3}, 12.5, 3),             # an older status
+    ({"capacityPerReplica": 37.8, "dataLossRecords": 7}, {"capacityPerReplica": 1.0, "dataLossRecords": 1}, 37.8, 7),
+    ({}, {}, None, 0),                                                              # nothing measured yet
+], ids=["top-level", "older-inner-copy", "top-level-wins", "none"])
+def test_step_memory_reads_the_estimator_facts_from_the_top_level(top, inner, cap, lost) -> None:
+    from lagpilot.decide.step import StepState
+    est = {**sm.estimator_to_status(dataclasses.replace(_est(), capacity_per_replica=None).to_dict()), **inner}
+    status = {**top, "estimator": {k: v for k, v in est.items() if v is not None}}
+    back = StepState.from_status(sm.step_memory_from_status(json.loads(json.dumps(status)))).estimator
+    assert back is not None and back.capacity_per_replica == cap and back.data_loss_records == lost
+    assert back.partitions == _est().partitions
 
 
 def test_estimator_object_form_of_an_older_operator_still_reads() -> None:

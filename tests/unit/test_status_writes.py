@@ -63,7 +63,7 @@ def test_status_write_table(name: str, new: dict[str, Any], written_at: float | 
 
 status_values = st.one_of(st.none(), st.integers(0, 3), st.text("ab", max_size=2))
 statuses = st.fixed_dictionaries({}, optional={
-    "totalLag": status_values, "lastDecision": status_values, "replicas": status_values,
+    "totalLag": status_values, "desiredReplicas": status_values, "replicas": status_values,
     "estimator": st.builds(est, st.floats(T0, T0 + 100), st.integers(0, 5)),
     "scalingHistory": st.builds(lambda r: {"recommendations": r}, st.text("0123", max_size=3)),
 })

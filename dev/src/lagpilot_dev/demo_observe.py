@@ -94,8 +94,9 @@ class Observer:
             s.observed_rate = st.get("produceRate")
             pc = st.get("projectedCatchUpSeconds")
             s.projected_s = float(pc) if pc is not None else None
-            s.sla_s = st.get("slaSeconds") or self.profile.sla_s
-            s.decision = str(st.get("lastDecision") or "")
+            s.sla_s = self.profile.sla_s  # the spec's catchUpSLASeconds (the status does not repeat it)
+            scaling = next((c for c in st.get("conditions") or [] if c.get("type") == "Scaling"), {})
+            s.decision = str(scaling.get("message") or "")  # the last decision and its reason
             s.conditions = [(c.get("type", ""), c.get("status", ""), c.get("reason", "")) for c in st.get("conditions") or []]
             s.drain = st.get("drain") or None
             if s.projected_s is None and any(c[0] == "CatchUpAtRisk" and c[1] == "True" for c in s.conditions):

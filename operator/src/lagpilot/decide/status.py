@@ -229,8 +229,11 @@ def estimator_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
     whole, and the old top-level ``atS`` is sent as null (deleted)."""
     at = float(d["atS"])
     parts = {str(k): _estimate_to_line(dict(p), at) for k, p in dict(d.get("partitions") or {}).items()}
-    return {"at": format_time(at), "atS": None, "capacityPerReplica": d.get("capacityPerReplica"),
-            "dataLossRecords": d.get("dataLossRecords", 0), "resets": d.get("resets", 0), "partitions": parts}
+    # capacityPerReplica and dataLossRecords are status.capacityPerReplica / status.dataLossRecords
+    # (one fact, one place): sent as null, so an older operator's copies here are deleted;
+    # step_memory_from_status reads them back from the top level
+    return {"at": format_time(at), "atS": None, "capacityPerReplica": None, "dataLossRecords": None,
+            "resets": d.get("resets", 0), "partitions": parts}
 
 
 def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,8 +262,10 @@ def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
             parts[str(k)] = q
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed status.estimator: {exc}") from exc
+    # capacityPerReplica/dataLossRecords: only an older operator's copies (this one keeps them at
+    # the top level; step_memory_from_status puts those in)
     return {"atS": at, "capacityPerReplica": d.get("capacityPerReplica"),
-            "dataLossRecords": d.get("dataLossRecords", 0), "resets": d.get("resets", 0), "partitions": parts}
+            "dataLossRecords": d.get("dataLossRecords") or 0, "resets": d.get("resets", 0), "partitions": parts}
 
 
 def estimator_time(d: Mapping[str, Any] | None) -> float:
@@ -296,13 +301,23 @@ def scaling_history_from_status(d: Mapping[str, Any] | None) -> dict[str, Any] |
         return None
 
 
+# the estimator's facts the status keeps once, at the top level (not inside status.estimator)
+ESTIMATOR_TOP_LEVEL = ("capacityPerReplica", "dataLossRecords")
+
+
 def step_memory_from_status(status: Mapping[str, Any]) -> dict[str, Any]:
     """``status`` with ``estimator`` and ``scalingHistory`` in the form ``StepState.from_status``
-    reads (an unreadable estimator is dropped: the step then starts fresh)."""
+    reads (an unreadable estimator is dropped: the step then starts fresh). The estimator's
+    capacity and data-loss count come from ``status.capacityPerReplica`` / ``status.dataLossRecords``
+    (an older operator's copies inside ``status.estimator`` are used only when those are absent)."""
     out = dict(status)
     if status.get("estimator"):
         try:
-            out["estimator"] = estimator_from_status(status["estimator"])
+            est = estimator_from_status(status["estimator"])
+            for k in ESTIMATOR_TOP_LEVEL:
+                if status.get(k) is not None:
+                    est[k] = status[k]
+            out["estimator"] = est
         except ValueError:
             out["estimator"] = None
     out["scalingHistory"] = scaling_history_from_status(status.get("scalingHistory"))
