@@ -188,8 +188,6 @@ def _fail(ref: GroupRef, status: dict[str, Any], deps: Deps, cache: Cache, now: 
             Condition("Ready", FALSE, reason, message),
         ], ref.generation, now),
     }
-    if spec is not None:
-        new["slaSeconds"] = int(spec.catch_up_sla_seconds)
     try:
         write_status(ref, status, new, deps, cache)
     except KubeError as err:

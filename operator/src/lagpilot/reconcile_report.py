@@ -92,7 +92,7 @@ def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], dep
 def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: float) -> dict[str, Any]:
     """The status while spec.paused: replicas 0 wanted, no decisions."""
     return {
-        "replicas": pods, "desiredReplicas": 0, "lastDecision": "paused: replicas 0, no decisions",
+        "replicas": pods, "desiredReplicas": 0,
         "conditions": merge_conditions(status.get("conditions"), [
             Condition("Ready", FALSE, "Paused", "spec.paused is true: consumers scaled to 0"),
             Condition("Scaling", FALSE, "Paused", "no scaling decisions while paused"),
@@ -112,7 +112,7 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
     decision, held = out.decision, out.held
     phase = (status.get("drain") or {}).get("phase")
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
-    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est)
+    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est, phase)
     if drain_out is not None:
         conds.append(Condition("Draining", *drain_out.condition))
         if getattr(drain_out, "data_loss", None) is not None:
@@ -129,8 +129,6 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "produceRate": finite(est.produce_rate, 2) if rates_known else None,
         "capacityPerReplica": finite(est.capacity_per_replica, 2),
         "projectedCatchUpSeconds": finite(decision.current_catch_up_s),
-        "slaSeconds": int(spec.catch_up_sla_seconds),
-        "lastDecision": decision.message if not held else f"drain {phase}: replicas held at {cur}; {decision.message}",
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
         "partitionLag": [partition_entry(p, est, now) for p in snap.partitions],
@@ -153,7 +151,7 @@ def partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, no
 
 
 def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
-               lost_now: list[int], est: est_mod.EstimatorState) -> list[Condition]:
+               lost_now: list[int], est: est_mod.EstimatorState, phase: str | None = None) -> list[Condition]:
     out: list[Condition] = []
     if target == 0:
         out.append(Condition("Ready", TRUE, "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
@@ -164,7 +162,7 @@ def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, 
         out.append(Condition("Ready", FALSE, "ConsumersNotReady", f"{ready}/{target} consumers ready"))
     if held:
         out.append(Condition("Scaling", FALSE, "DrainHandOff",
-                             "the drain hand-off holds the replica count; decisions resume after it"))
+                             f"drain {phase}: replicas held at {cur}; {d.message}"))
     elif target != cur or ready != target:
         out.append(Condition("Scaling", TRUE, d.reason, d.message))
     else:
