@@ -146,6 +146,27 @@ def test_empty_group_acks_before_the_alter_and_a_refused_alter_records_nothing()
     assert w3["mailbox"][0].ack == 100  # the joining owner finds the ack and completes the move
 
 
+def test_empty_group_move_skips_a_partition_a_member_took_past_the_split_meanwhile():
+    # between the executor's observation (empty, committed 100 < split 500) and its alter, a member
+    # joined, found the ack, moved to 500, processed and committed up to 530 and left (empty again):
+    # the fresh read before the alter sees 530, so nothing moves back to 500
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    w["empty"] = True
+    ex = FakeExecutor(log, w)
+    real_write = FakeExecutor.write_mailbox
+
+    def ack_then_member_came_and_went(self: Any, admin: Any, spec: Any, entries: Any) -> None:
+        real_write(self, admin, spec, entries)
+        if any(e.ack is not None for e in entries.values()):
+            w["committed"][0] = 530
+
+    ex.write_mailbox = ack_then_member_came_and_went.__get__(ex)  # type: ignore[method-assign]
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    assert not [e for e in log if e[0] == "alter"], log
+    assert w["committed"][0] == 530 and w["status"]["phase"] == "Running", (w["committed"], w["status"])
+
+
 def test_no_ack_in_time_falls_back_to_quiesce_and_restores():
     log: list[tuple[str, Any]] = []
     w = world0()

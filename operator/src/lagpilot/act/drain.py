@@ -48,6 +48,7 @@ from lagpilot.decide.handoff import (
     Phase,
     condition,
     data_loss_condition,
+    forward_moves,
     job_name,
     next_action,
 )
@@ -361,7 +362,11 @@ class DrainExecutor:
             self.write_mailbox(ctx.admin, ctx.spec, action.entries)  # the acks first: the owner's order
             _fault_point(k.value, "ack")
             try:
-                self.alter_offsets(ctx.admin, ctx.spec, action.offsets)
+                # forward only: a member may have come, moved past the split and gone since the observation
+                fresh = ctx.reobserve()
+                moves = forward_moves(action.offsets, {p: o.committed for p, o in fresh.items()})
+                if moves:
+                    self.alter_offsets(ctx.admin, ctx.spec, moves)
             except Exception as err:  # noqa: BLE001 - typically UNKNOWN_MEMBER_ID / non-empty group
                 log.warning("moving the empty group's offsets refused; retrying next cycle",
                             extra={"group": ctx.spec.group_id, "error": str(err)})

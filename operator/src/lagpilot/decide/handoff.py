@@ -763,6 +763,16 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
     return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
 
 
+def forward_moves(moves: Mapping[int, int], committed_now: Mapping[int, int | None]) -> dict[int, int]:
+    """The part of an empty group's move (ALTER_OFFSETS) to perform, given the group's committed
+    offsets read again right before the alter: only partitions still below their target. Between
+    the observation the move was decided on and the alter, a consumer may have joined, found the
+    hand-off in the mailbox, moved itself to the split, processed and committed records past it and
+    left again (the group is empty again, so the broker accepts the alter): moving such a partition
+    "to split" would take it backwards and the next owner would process those records twice."""
+    return {p: off for p, off in moves.items() if (c := committed_now.get(p)) is None or c < off}
+
+
 def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[SubRange, ...]:
     """Each handed-off range cut into the tasks the planner gave its partition (splitFactor when the
     plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
