@@ -352,6 +352,11 @@ def decide(
         else:
             down_to = required_replicas(loads, c, target * (1 - policy.tolerance), cap_hi,
                                         max_utilization=policy.max_utilization * (1 - policy.tolerance))
+            if down_to is not None and required is not None:
+                # the tighter bounds can only ask for more; where no count meets the tighter
+                # utilization, required_replicas falls back to the fewest meeting the target alone,
+                # which can be below what the load needs at the plain bound: up, then down, forever
+                down_to = max(down_to, required)
             if down_to is not None and down_to < cur:
                 raw, reason = down_to, "ScaleDown"
                 why = f"{down_to} replicas project {_fmt(project(loads, down_to, c).catch_up_s)} <= target {target:.0f}s"
