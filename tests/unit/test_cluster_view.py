@@ -190,8 +190,11 @@ def test_without_the_snapshot_each_group_sends_its_own_offset_fetch_first() -> N
     assert all(r.partitions[0].committed == 7 for r in results.values())
     fetches = [i for i, c in enumerate(cluster.calls) if c.startswith("offset_fetch")]
     assert len(fetches) == 12
-    # every group's commits were read before some view's end offsets that its cycle used
-    assert cluster.calls[-1] == "list_offsets" and cluster.count("list_offsets") <= 2 * (1 + 12)
+    # every group's commits were read before some view's end offsets that its cycle used. Views
+    # (2 ListOffsets each): at most one started after each group's fetch, one more per topic first
+    # asked while a view was being read, and the first (thread scheduling decides how many of these
+    # happen: 28 were seen once under load 10, above the earlier bound without the per-topic term)
+    assert cluster.calls[-1] == "list_offsets" and cluster.count("list_offsets") <= 2 * (1 + 12 + 4)
 
 
 def test_a_view_older_than_the_freshness_bound_is_not_reused(counted: Any) -> None:
