@@ -36,7 +36,8 @@ import pytest
 
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
-from lagpilot.decide.status import parse_ranges, parse_time
+from lagpilot.decide.status import parse_time
+from lagpilot.decide.status_codec import parse_ranges
 from tests.fixtures.kube import wait_until
 from tests.real.drain_handlers import LEDGER_DDL
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lagpilot.decide import status as status_mod
+from lagpilot.decide import status_codec
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 
@@ -416,10 +416,10 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
         return get_cr(custom, ns, name).get("status") or {}
 
     def recs(st: dict[str, Any]) -> list[list[float]]:  # the status keeps them on one line, RFC 3339 base
-        return (status_mod.scaling_history_from_status(st.get("scalingHistory")) or {}).get("recommendations") or []
+        return (status_codec.scaling_history_from_status(st.get("scalingHistory")) or {}).get("recommendations") or []
 
     def est(st: dict[str, Any]) -> dict[str, Any]:  # epoch-second windows, as the estimator keeps them
-        return status_mod.estimator_from_status(st["estimator"])
+        return status_codec.estimator_from_status(st["estimator"])
 
     wait_until(lambda: status().get("capacityPerReplica")
                and len(recs(status())) >= 3
@@ -435,7 +435,7 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     assert before["totalLag"] > 0, "the backlog must outlive the restart for this test to mean anything"
 
     start_operator(ns)
-    after = wait_until(lambda: (s := status()) and status_mod.estimator_time(s.get("estimator")) > t_kill and s,
+    after = wait_until(lambda: (s := status()) and status_codec.estimator_time(s.get("estimator")) > t_kill and s,
                        "the successor's first cycle", 120, interval=0.5)
     recs_after = [t for t, _ in recs(after)]
     decision_after = (condition({"status": after}, "Scaling") or {}).get("message") or ""  # the last decision

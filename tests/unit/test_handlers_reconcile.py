@@ -26,6 +26,7 @@ from lagpilot.reconcile import aligned_delay, backoff_s, run_cycle
 from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.decide import status as status_mod
+from lagpilot.decide import status_codec
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.scaling import ScalingHistory
 from lagpilot.decide.status import find_condition
@@ -436,15 +437,15 @@ def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None
     decision, state = calls[-1]
     assert w.kube.replicas == decision.replicas == 3
     # written through the status boundary: RFC 3339 times, each window on one line
-    assert w.kube.status["estimator"] == _without_nulls(status_mod.estimator_to_status(state.estimator.to_dict()))
-    assert w.kube.status["scalingHistory"] == _without_nulls(status_mod.scaling_history_to_status(state.history.to_dict()))
-    back = EstimatorState.from_dict(status_mod.step_memory_from_status(w.kube.status)["estimator"])
+    assert w.kube.status["estimator"] == _without_nulls(status_codec.estimator_to_status(state.estimator.to_dict()))
+    assert w.kube.status["scalingHistory"] == _without_nulls(status_codec.scaling_history_to_status(state.history.to_dict()))
+    back = EstimatorState.from_dict(status_codec.step_memory_from_status(w.kube.status)["estimator"])
     assert back.at_s == pytest.approx(state.estimator.at_s, abs=1e-3)
     # the capacity comes back from status.capacityPerReplica (rounded to 2 decimals there)
     assert back.capacity_per_replica == pytest.approx(state.estimator.capacity_per_replica, abs=0.005)
     assert {p: [e for _, e in x.window] for p, x in back.partitions.items()} == {
         p: [e for _, e in x.window] for p, x in state.estimator.partitions.items()}
-    hist = ScalingHistory.from_dict(status_mod.scaling_history_from_status(w.kube.status["scalingHistory"]))
+    hist = ScalingHistory.from_dict(status_codec.scaling_history_from_status(w.kube.status["scalingHistory"]))
     assert [r for _, r in hist.recommendations] == [r for _, r in state.history.recommendations]
     assert [round(t, 3) for t, _ in hist.recommendations] == [round(t, 3) for t, _ in state.history.recommendations]
 
@@ -465,7 +466,7 @@ def test_status_times_are_rfc3339_strings() -> None:
 
 def _samples(status) -> dict:
     """Rate samples per partition in status.estimator (one line per partition)."""
-    return {k: v["samples"] for k, v in status_mod.estimator_from_status(status["estimator"])["partitions"].items()}
+    return {k: v["samples"] for k, v in status_codec.estimator_from_status(status["estimator"])["partitions"].items()}
 
 
 def test_a_status_written_with_float_times_resumes() -> None:
@@ -476,7 +477,7 @@ def test_a_status_written_with_float_times_resumes() -> None:
     old.cycle()
     assert old.kube.replicas == 3
     legacy = copy.deepcopy(old.kube.status)
-    est = status_mod.estimator_from_status(legacy["estimator"])
+    est = status_codec.estimator_from_status(legacy["estimator"])
     legacy["estimator"] = {**est, "partitions": {k: {**v, "window": [list(x) for x in v["window"]]}
                                                  for k, v in est["partitions"].items()}}
     legacy["scalingHistory"] = {"recommendations": [[T0, 3]], "lastScaleS": T0}
@@ -531,12 +532,12 @@ def test_memory_round_trips_through_the_status_form_as_written_and_as_stored() -
     w.kafka.set([(0, 21000, 1000, 10.0), (0, 21000, 1000, 10.0), (0, 500, None, None)])
     for _ in range(3):
         w.cycle(advance=5)
-    est = EstimatorState.from_dict(status_mod.estimator_from_status(w.kube.status["estimator"]))
-    written = status_mod.estimator_to_status(est.to_dict())
+    est = EstimatorState.from_dict(status_codec.estimator_from_status(w.kube.status["estimator"]))
+    written = status_codec.estimator_to_status(est.to_dict())
     for form in (written, _without_nulls(written)):
-        back = EstimatorState.from_dict(status_mod.estimator_from_status(form))
+        back = EstimatorState.from_dict(status_codec.estimator_from_status(form))
         assert back.partitions == est.partitions and back.at_s == est.at_s
-    hist = ScalingHistory.from_dict(status_mod.scaling_history_from_status(w.kube.status["scalingHistory"]))
-    written = status_mod.scaling_history_to_status(hist.to_dict())
+    hist = ScalingHistory.from_dict(status_codec.scaling_history_from_status(w.kube.status["scalingHistory"]))
+    written = status_codec.scaling_history_to_status(hist.to_dict())
     for form in (written, _without_nulls(written)):
-        assert ScalingHistory.from_dict(status_mod.scaling_history_from_status(form)) == hist
+        assert ScalingHistory.from_dict(status_codec.scaling_history_from_status(form)) == hist

@@ -69,6 +69,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from lagpilot.decide import status as sm  # noqa: E402
+from lagpilot.decide import status_codec as sc  # noqa: E402
 from lagpilot.decide.estimate import EstimatorState, PartitionEstimate  # noqa: E402
 
 
@@ -80,13 +81,13 @@ def _est(**kw) -> EstimatorState:
 
 
 def test_estimator_partition_is_one_line_and_round_trips() -> None:
-    out = sm.estimator_to_status(_est().to_dict())
+    out = sc.estimator_to_status(_est().to_dict())
     line = out["partitions"]["0"]
     assert line == ("committed=6737 end=6737 low=0 lag=0 produceRate=25.59719614538485 "
                     "consumeRate=29.579436374452087 samples=25 window=-120.001:1785 -4.997:6737 0.000:6737")
-    back = EstimatorState.from_dict(sm.estimator_from_status(json.loads(json.dumps(out))))
+    back = EstimatorState.from_dict(sc.estimator_from_status(json.loads(json.dumps(out))))
     assert back.partitions[0].produce_rate == 25.59719614538485 and back.partitions[0].committed == 6737
-    assert sm.estimator_to_status(back.to_dict()) == out  # re-written unchanged: no diff, no write
+    assert sc.estimator_to_status(back.to_dict()) == out  # re-written unchanged: no diff, no write
 
 
 @pytest.mark.parametrize("kw, has, lacks", [
@@ -95,10 +96,10 @@ def test_estimator_partition_is_one_line_and_round_trips() -> None:
     (dict(window=()), "samples=25 window=", None),                    # empty window
 ], ids=["no-commit", "lost-through", "empty-window"])
 def test_estimator_line_cases(kw, has, lacks) -> None:
-    out = sm.estimator_to_status(_est(**kw).to_dict())
+    out = sc.estimator_to_status(_est(**kw).to_dict())
     line = out["partitions"]["0"]
     assert has in line and (lacks is None or lacks not in line)
-    back = EstimatorState.from_dict(sm.estimator_from_status(out))
+    back = EstimatorState.from_dict(sc.estimator_from_status(out))
     assert back.partitions[0] == _est(**kw).partitions[0]
 
 
@@ -106,7 +107,7 @@ def test_estimator_status_keeps_no_copy_of_the_top_level_facts() -> None:
     """status.capacityPerReplica and status.dataLossRecords are the estimator's capacity and loss
     count: status.estimator does not repeat them (null: the merge patch deletes an older copy)."""
     e = dataclasses.replace(_est(), data_loss_records=7)
-    out = sm.estimator_to_status(e.to_dict())
+    out = sc.estimator_to_status(e.to_dict())
     assert out["capacityPerReplica"] is None and out["dataLossRecords"] is None
     assert {k for k, v in out.items() if v is not None} == {"at", "resets", "partitions"}
 
@@ -119,9 +120,9 @@ def test_estimator_status_keeps_no_copy_of_the_top_level_facts() -> None:
 ], ids=["top-level", "older-inner-copy", "top-level-wins", "none"])
 def test_step_memory_reads_the_estimator_facts_from_the_top_level(top, inner, cap, lost) -> None:
     from lagpilot.decide.step import StepState
-    est = {**sm.estimator_to_status(dataclasses.replace(_est(), capacity_per_replica=None).to_dict()), **inner}
+    est = {**sc.estimator_to_status(dataclasses.replace(_est(), capacity_per_replica=None).to_dict()), **inner}
     status = {**top, "estimator": {k: v for k, v in est.items() if v is not None}}
-    back = StepState.from_status(sm.step_memory_from_status(json.loads(json.dumps(status)))).estimator
+    back = StepState.from_status(sc.step_memory_from_status(json.loads(json.dumps(status)))).estimator
     assert back is not None and back.capacity_per_replica == cap and back.data_loss_records == lost
     assert back.partitions == _est().partitions
 
@@ -130,21 +131,21 @@ def test_estimator_object_form_of_an_older_operator_still_reads() -> None:
     old = {"at": sm.format_time(T0), "capacityPerReplica": 37.8, "partitions": {"0": {
         "end": 10, "low": 0, "committed": 8, "lag": 2, "partition": 0, "produceRate": 1.5, "consumeRate": 1.0,
         "samples": 3, "window": "-5.000:9 0.000:10"}}}
-    back = EstimatorState.from_dict(sm.estimator_from_status(old))
+    back = EstimatorState.from_dict(sc.estimator_from_status(old))
     assert back.partitions[0].produce_rate == 1.5 and back.partitions[0].window == ((T0 - 5, 9), (T0, 10))
     with pytest.raises(ValueError):
-        sm.estimator_from_status({**old, "partitions": {"0": "end=10 bogus"}})
+        sc.estimator_from_status({**old, "partitions": {"0": "end=10 bogus"}})
 
 
 @given(st.integers(0, 10**12), st.integers(0, 10**6), st.integers(0, 10**9), st.floats(0, 1e6, allow_nan=False),
        st.floats(0, 1e6, allow_nan=False), st.one_of(st.none(), st.integers(0, 10**12)))
 def test_estimator_line_round_trips_any_values(end, lag, samples, pr, cr, committed) -> None:
     e = _est(end=end, lag=lag, samples=samples, produce_rate=pr, consume_rate=cr, committed=committed)
-    out = sm.estimator_to_status(e.to_dict())
-    back = EstimatorState.from_dict(sm.estimator_from_status(json.loads(json.dumps(out))))
+    out = sc.estimator_to_status(e.to_dict())
+    back = EstimatorState.from_dict(sc.estimator_from_status(json.loads(json.dumps(out))))
     p, q = back.partitions[0], e.partitions[0]
     assert (p.end, p.lag, p.samples, p.produce_rate, p.consume_rate, p.committed) == (q.end, q.lag, q.samples, pr, cr, committed)
-    assert sm.estimator_to_status(back.to_dict()) == out
+    assert sc.estimator_to_status(back.to_dict()) == out
 
 
 @pytest.mark.parametrize("entry, line", [
@@ -159,30 +160,30 @@ def test_estimator_line_round_trips_any_values(end, lag, samples, pr, cr, commit
      "drain 5 Failed (AttemptsExhausted): p1[10..20); 3/10 records in 300 s, pause 12.25 s"),
 ], ids=["verified", "nothing", "failed-quiesce"])
 def test_history_entry_is_one_line_and_reads_back(entry, line) -> None:
-    assert sm.format_history_entry(entry) == line
-    back = sm.parse_history_entry(line)
-    assert sm.format_history_entry(back) == line
+    assert sc.format_history_entry(entry) == line
+    back = sc.parse_history_entry(line)
+    assert sc.format_history_entry(back) == line
     assert (back["id"], back["recordsDone"], back["seconds"], back["pauseSeconds"]) == (
         entry["id"], entry["recordsDone"], entry["seconds"], entry["pauseSeconds"])
-    assert sm.parse_ranges(back["ranges"]) == [{k: r[k] for k in ("partition", "start", "split")}
-                                               for r in sm.parse_ranges(entry["ranges"])]
+    assert sc.parse_ranges(back["ranges"]) == [{k: r[k] for k in ("partition", "start", "split")}
+                                               for r in sc.parse_ranges(entry["ranges"])]
 
 
 @pytest.mark.parametrize("bad", ["p0[1..2", "q0[1..2)", "p0[a..2)", "p0[1..2)x", "p0[1..2)y3"])
 def test_malformed_ranges_raise(bad) -> None:
     with pytest.raises(ValueError):
-        sm.parse_ranges(bad)
+        sc.parse_ranges(bad)
 
 
 @given(st.lists(st.tuples(st.integers(0, 999), st.one_of(st.none(), st.integers(0, 10**12)), st.integers(0, 10**12),
                           st.one_of(st.none(), st.integers(1, 64))), max_size=20))
 def test_ranges_line_round_trips(items) -> None:
     ranges = [{"partition": p, "start": a, "split": b, **({} if n is None else {"tasks": n})} for p, a, b, n in items]
-    assert sm.parse_ranges(sm.format_ranges_line(ranges)) == ranges
+    assert sc.parse_ranges(sc.format_ranges_line(ranges)) == ranges
 
 
 @given(st.integers(0, 999), st.integers(0, 999), st.integers(0, 10**12), st.integers(0, 10**6), st.integers(0, 10**6))
 def test_sub_range_line_round_trips(p, i, start, n, done) -> None:
     s = {"partition": p, "index": i, "start": start, "end": start + n, "next": start + min(done, n), "records": min(done, n)}
-    line = sm.format_sub_range(s)
-    assert "\n" not in line and sm.parse_sub_range(line) == s == sm.parse_sub_range(s)
+    line = sc.format_sub_range(s)
+    assert "\n" not in line and sc.parse_sub_range(line) == s == sc.parse_sub_range(s)

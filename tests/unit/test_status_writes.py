@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from lagpilot.reconcile_deps import Cache
 from lagpilot.reconcile_report import MEMORY_KEYS, status_write, with_memory
 from lagpilot.decide import status as status_mod
+from lagpilot.decide import status_codec
 from lagpilot.decide.status import merge_conditions, Condition
 
 from tests.unit.test_handlers_reconcile import T0, World, base_spec
@@ -22,7 +23,7 @@ HB = 60.0
 
 def samples(status: dict[str, Any]) -> set[int]:
     """The rate-sample counts of status.estimator's partitions (whatever its stored form)."""
-    return {p["samples"] for p in status_mod.estimator_from_status(status["estimator"])["partitions"].values()}
+    return {p["samples"] for p in status_codec.estimator_from_status(status["estimator"])["partitions"].values()}
 
 
 def est(at: float, samples: int = 1) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any
 
 from lagpilot.act.kubeapi import KubeError
 from lagpilot.decide import estimate as est_mod
-from lagpilot.decide import status as status_mod
+from lagpilot.decide import status_codec
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision, ScalingHistory
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
@@ -132,7 +132,7 @@ def _decide(spec: GroupSpec, status: Mapping[str, Any], seen: Observed, cur: int
     memory in the status, the observation and the recorded drain."""
     drain_status = status.get("drain") or {}
     out, new_state = step_mod.step(
-        step_mod.StepState.from_status(status_mod.step_memory_from_status(status)),
+        step_mod.StepState.from_status(status_codec.step_memory_from_status(status)),
         step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
                                  retention_s=retention_s(seen.handle, spec, deps)),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)

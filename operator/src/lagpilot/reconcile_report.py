@@ -19,7 +19,7 @@ from typing import Any
 
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import lag as lag_mod
-from lagpilot.decide import status as status_mod
+from lagpilot.decide import status_codec
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision, ScalingHistory
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions, status_patch
@@ -40,8 +40,8 @@ def current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[s
     cached = cache.last_status
     if not cached:
         return live
-    live_at = status_mod.estimator_time(live.get("estimator"))
-    cached_at = status_mod.estimator_time(cached.get("estimator"))
+    live_at = status_codec.estimator_time(live.get("estimator"))
+    cached_at = status_codec.estimator_time(cached.get("estimator"))
     return {**live, **cached} if cached_at > live_at else live
 
 
@@ -50,7 +50,7 @@ def with_memory(status: Mapping[str, Any], memory: Mapping[str, Any] | None) -> 
     the MEMORY_KEYS are taken from `memory`; every other field (e.g. a drain another writer
     recorded) stays the status's own."""
     out = dict(status)
-    if memory and status_mod.estimator_time(memory.get("estimator")) > status_mod.estimator_time(
+    if memory and status_codec.estimator_time(memory.get("estimator")) > status_codec.estimator_time(
             status.get("estimator")):
         out.update({k: memory[k] for k in MEMORY_KEYS if k in memory})
     return out
@@ -132,8 +132,8 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
         "partitionLag": [partition_entry(p, est, now) for p in snap.partitions],
-        "estimator": status_mod.estimator_to_status(est.to_dict()),
-        "scalingHistory": status_mod.scaling_history_to_status(history.to_dict()),
+        "estimator": status_codec.estimator_to_status(est.to_dict()),
+        "scalingHistory": status_codec.scaling_history_to_status(history.to_dict()),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
     }
     if drain_out is not None and drain_out.status is not None:

@@ -44,8 +44,9 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from lagpilot.spec import GroupSpec
-from .status import (format_history_entry, format_ranges_line, format_sub_range, format_time,
-                     parse_history_entry, parse_ranges, parse_sub_range, parse_time)
+from .status import format_time, parse_time
+from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
+                           parse_sub_range)
 
 MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
 BACKOFF_BASE_S = 10.0
