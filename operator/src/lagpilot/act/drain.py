@@ -15,9 +15,8 @@ is built so that a lost write is recognised from Kafka and the API server on the
 names are deterministic (`<cr>-drain-<id>-<attempt>`): a Job created before a lost status write is
 adopted (409), never duplicated.
 
-Also here, pure and unit-tested: `build_drain_job` (the Job manifest, owned by the CR, running
-`lagpilot drain` in the consumer image; Secret material only through secretKeyRef) and
-`drain_plan_for` (status → the plan handed to the job).
+The Kafka admin and Kubernetes calls it makes are in `drain_calls.DrainCalls` (its base class; unit
+tests replace them); the Job and SparkApplication manifests in `drain_manifests`.
 """
 from __future__ import annotations
 
@@ -29,19 +28,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
-from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import (parse_progress_lost, parse_progress_metadata,
-                                        progress_group)
 
-from .drain_manifests import (RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings,
-                              build_drain_job, build_spark_application, job_observation, spark_application_observation)
+from .drain_calls import DrainCalls
+from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
     Action,
     DrainStatus,
-    JobObservation,
     Kind,
     Observed,
     Offsets,
@@ -162,8 +157,8 @@ class DrainResult:
     data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
 
 
-class DrainExecutor:
-    """Kubernetes Jobs + Kafka admin effects for the hand-off. One instance per operator."""
+class DrainExecutor(DrainCalls):
+    """Runs the hand-off state machine against the cluster (its calls: `DrainCalls`). One instance per operator."""
 
     def __init__(self, api_client: Any, settings: DrainSettings | None = None,
                  clock: Callable[[], float] = time.time, timeout_s: float = 15.0) -> None:
@@ -181,152 +176,6 @@ class DrainExecutor:
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
         self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
-
-    # -- observation ---------------------------------------------------------------------------
-    def group_empty(self, admin: Any, group_id: str) -> bool | None:
-        """True when the group has no members (the admin API then accepts an offset change)."""
-        from confluent_kafka import ConsumerGroupState
-
-        try:
-            desc = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)[group_id].result(timeout=self.timeout_s)
-        except Exception as err:  # noqa: BLE001 - unknown: the machine waits
-            log.warning("describe group failed", extra={"group": group_id, "error": str(err)})
-            return None
-        return not desc.members and desc.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
-
-    def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
-                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None
-                 ) -> dict[tuple[int, int], tuple[int, int]] | None:
-        """(partition, index) → (next, records) from the progress groups; None if any read failed.
-        ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        by_index: dict[int, list[int]] = {}
-        for s in d.sub_ranges:
-            by_index.setdefault(s.index, []).append(s.partition)
-        out: dict[tuple[int, int], tuple[int, int]] = {}
-        try:
-            futs = {}
-            for index, parts in by_index.items():
-                g = progress_group(spec.group_id, str(d.id), index)
-                futs[index] = admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in parts])],
-                    request_timeout=self.timeout_s)[g]
-            for index, fut in futs.items():
-                for tp in fut.result(timeout=self.timeout_s).topic_partitions:
-                    if tp.offset is not None and tp.offset >= 0:
-                        meta = getattr(tp, "metadata", None)
-                        out[(tp.partition, index)] = (int(tp.offset), parse_progress_metadata(meta))
-                        lost = parse_progress_lost(meta)
-                        if lost and lost_out is not None:
-                            lost_out[(tp.partition, index)] = lost
-        except Exception as err:  # noqa: BLE001
-            log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
-            return None
-        return out
-
-    def mailbox(self, admin: Any, spec: GroupSpec, partitions: Sequence[int]) -> dict[int, mbx.Entry | None] | None:
-        """The hand-off mailbox entries of `partitions`; None if the read failed (the machine waits)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        g = mbx.mailbox_group(spec.group_id)
-        try:
-            fut = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in partitions])],
-                request_timeout=self.timeout_s)[g]
-            out: dict[int, mbx.Entry | None] = {p: None for p in partitions}
-            for tp in fut.result(timeout=self.timeout_s).topic_partitions:
-                if getattr(tp, "error", None) is not None:
-                    raise RuntimeError(str(tp.error))
-                out[tp.partition] = mbx.decode(getattr(tp, "metadata", None), tp.offset)
-            return out
-        except Exception as err:  # noqa: BLE001
-            log.warning("reading the hand-off mailbox failed", extra={"group": spec.group_id, "error": str(err)})
-            return None
-
-    def write_mailbox(self, admin: Any, spec: GroupSpec, entries: Mapping[int, mbx.Entry]) -> None:
-        """A "simple" commit to the memberless mailbox group: offset = split, metadata = the entry."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        if not entries:
-            return
-        g = mbx.mailbox_group(spec.group_id)
-        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p, e.split, metadata=e.encode())
-                                               for p, e in sorted(entries.items())])
-        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
-        bad = [tp for tp in res.topic_partitions if tp.error is not None]
-        if bad:
-            raise RuntimeError(f"writing the hand-off mailbox {g} failed: {bad[0].error}")
-
-    def job(self, namespace: str, name: str, launcher: str = "job") -> JobObservation:
-        """The attempt's Job — or, with launcher sparkApplication, its SparkApplication when no Job of
-        that name exists (an attempt launched before the launcher changed is still seen: its pods
-        carry the same drain-job label, so a retry waits for them either way)."""
-        def read(call: Callable[[], Any]) -> dict[str, Any] | None:
-            try:
-                return self._sanitize(call())
-            except Exception as err:  # noqa: BLE001
-                if getattr(err, "status", None) != 404:
-                    raise
-                return None
-
-        pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")).get("items") or []
-        job = read(lambda: self.batch.read_namespaced_job(name, namespace))
-        if job is not None or launcher != "sparkApplication":
-            return job_observation(job, pods)
-        app = read(lambda: self.custom.get_namespaced_custom_object(
-            SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name))
-        return spark_application_observation(app, pods)
-
-    # -- effects ----------------------------------------------------------------------------------
-    def alter_offsets(self, admin: Any, spec: GroupSpec, offsets: Mapping[int, int]) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        req = ConsumerGroupTopicPartitions(spec.group_id, [TopicPartition(spec.topic, p, o) for p, o in sorted(offsets.items())])
-        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[spec.group_id].result(timeout=self.timeout_s)
-        bad = [tp for tp in res.topic_partitions if tp.error is not None]
-        if bad:
-            raise RuntimeError(f"altering offsets of group {spec.group_id} failed: {bad[0].error}")
-
-    def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int, runtime_url: str | None = None) -> None:
-        """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication).
-        `runtime_url`: the CR's warm drain runtime, Ready now (drain_runtime.py); None → cold.
-        Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label)."""
-        args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
-        ctx.launched_runtime = "warm" if runtime_url else "cold"
-        try:
-            if ctx.spec.drain.launcher == "sparkApplication":
-                self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,
-                                                            SPARK_APP_PLURAL, build_spark_application(*args))
-            else:
-                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args, runtime_url=runtime_url))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
-                raise
-            ctx.launched_runtime = self._adopted_runtime(ctx.namespace, job_name(ctx.name, d.id, attempt))
-
-    def _adopted_runtime(self, namespace: str, name: str) -> str:
-        """warm | cold as the existing Job's label says ("" when unreadable, e.g. a SparkApplication)."""
-        try:
-            job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
-        except Exception:  # noqa: BLE001 - only for the record
-            return ""
-        return str(((job.get("metadata") or {}).get("labels") or {}).get(RUNTIME_PATH_LABEL) or "")
-
-    def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
-        """Foreground deletion: the object stays until the garbage collector removed its pods, so
-        "absent" (what Cancelled waits for) means no drain process is left. Both kinds with launcher
-        sparkApplication (the attempt may predate a launcher change)."""
-        calls = [lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")]
-        if launcher == "sparkApplication":
-            calls.append(lambda: self.custom.delete_namespaced_custom_object(
-                SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name, propagation_policy="Foreground"))
-        for call in calls:
-            try:
-                call()
-            except Exception as err:  # noqa: BLE001
-                if getattr(err, "status", None) != 404:
-                    raise
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:

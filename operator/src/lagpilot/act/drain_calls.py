@@ -1,0 +1,180 @@
+"""The calls the drain executor (`drain.DrainExecutor`) makes, one method each: Kafka admin (group
+membership, the progress groups, the hand-off mailbox, the empty group's offset move) and
+Kubernetes (the drain Job or SparkApplication: read, create or adopt, delete). The executor's
+loop decides which to call; unit tests replace these methods with fakes."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from lagpilot_runtime import handoff_mailbox as mbx
+from lagpilot_runtime.drain_plan import parse_progress_lost, parse_progress_metadata, progress_group
+
+from lagpilot.decide.handoff import DrainStatus, JobObservation, job_name
+from lagpilot.spec import GroupSpec
+
+from .drain_manifests import (RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings,
+                              build_drain_job, build_spark_application, job_observation, spark_application_observation)
+
+if TYPE_CHECKING:
+    from .drain import DrainContext
+
+log = logging.getLogger("lagpilot.act.drain")
+
+
+class DrainCalls:
+    """Kafka admin and Kubernetes calls of the drain executor (the attributes are set by its __init__)."""
+
+    batch: Any
+    core: Any
+    custom: Any
+    _sanitize: Any
+    settings: DrainSettings
+    timeout_s: float
+
+    # -- observation ---------------------------------------------------------------------------
+    def group_empty(self, admin: Any, group_id: str) -> bool | None:
+        """True when the group has no members (the admin API then accepts an offset change)."""
+        from confluent_kafka import ConsumerGroupState
+
+        try:
+            desc = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)[group_id].result(timeout=self.timeout_s)
+        except Exception as err:  # noqa: BLE001 - unknown: the machine waits
+            log.warning("describe group failed", extra={"group": group_id, "error": str(err)})
+            return None
+        return not desc.members and desc.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+    def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
+                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None
+                 ) -> dict[tuple[int, int], tuple[int, int]] | None:
+        """(partition, index) → (next, records) from the progress groups; None if any read failed.
+        ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        by_index: dict[int, list[int]] = {}
+        for s in d.sub_ranges:
+            by_index.setdefault(s.index, []).append(s.partition)
+        out: dict[tuple[int, int], tuple[int, int]] = {}
+        try:
+            futs = {}
+            for index, parts in by_index.items():
+                g = progress_group(spec.group_id, str(d.id), index)
+                futs[index] = admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in parts])],
+                    request_timeout=self.timeout_s)[g]
+            for index, fut in futs.items():
+                for tp in fut.result(timeout=self.timeout_s).topic_partitions:
+                    if tp.offset is not None and tp.offset >= 0:
+                        meta = getattr(tp, "metadata", None)
+                        out[(tp.partition, index)] = (int(tp.offset), parse_progress_metadata(meta))
+                        lost = parse_progress_lost(meta)
+                        if lost and lost_out is not None:
+                            lost_out[(tp.partition, index)] = lost
+        except Exception as err:  # noqa: BLE001
+            log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
+            return None
+        return out
+
+    def mailbox(self, admin: Any, spec: GroupSpec, partitions: Sequence[int]) -> dict[int, mbx.Entry | None] | None:
+        """The hand-off mailbox entries of `partitions`; None if the read failed (the machine waits)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = mbx.mailbox_group(spec.group_id)
+        try:
+            fut = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in partitions])],
+                request_timeout=self.timeout_s)[g]
+            out: dict[int, mbx.Entry | None] = {p: None for p in partitions}
+            for tp in fut.result(timeout=self.timeout_s).topic_partitions:
+                if getattr(tp, "error", None) is not None:
+                    raise RuntimeError(str(tp.error))
+                out[tp.partition] = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            return out
+        except Exception as err:  # noqa: BLE001
+            log.warning("reading the hand-off mailbox failed", extra={"group": spec.group_id, "error": str(err)})
+            return None
+
+    def write_mailbox(self, admin: Any, spec: GroupSpec, entries: Mapping[int, mbx.Entry]) -> None:
+        """A "simple" commit to the memberless mailbox group: offset = split, metadata = the entry."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        if not entries:
+            return
+        g = mbx.mailbox_group(spec.group_id)
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p, e.split, metadata=e.encode())
+                                               for p, e in sorted(entries.items())])
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"writing the hand-off mailbox {g} failed: {bad[0].error}")
+
+    def job(self, namespace: str, name: str, launcher: str = "job") -> JobObservation:
+        """The attempt's Job — or, with launcher sparkApplication, its SparkApplication when no Job of
+        that name exists (an attempt launched before the launcher changed is still seen: its pods
+        carry the same drain-job label, so a retry waits for them either way)."""
+        def read(call: Callable[[], Any]) -> dict[str, Any] | None:
+            try:
+                return self._sanitize(call())
+            except Exception as err:  # noqa: BLE001
+                if getattr(err, "status", None) != 404:
+                    raise
+                return None
+
+        pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")).get("items") or []
+        job = read(lambda: self.batch.read_namespaced_job(name, namespace))
+        if job is not None or launcher != "sparkApplication":
+            return job_observation(job, pods)
+        app = read(lambda: self.custom.get_namespaced_custom_object(
+            SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name))
+        return spark_application_observation(app, pods)
+
+    # -- effects ----------------------------------------------------------------------------------
+    def alter_offsets(self, admin: Any, spec: GroupSpec, offsets: Mapping[int, int]) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        req = ConsumerGroupTopicPartitions(spec.group_id, [TopicPartition(spec.topic, p, o) for p, o in sorted(offsets.items())])
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[spec.group_id].result(timeout=self.timeout_s)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"altering offsets of group {spec.group_id} failed: {bad[0].error}")
+
+    def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int, runtime_url: str | None = None) -> None:
+        """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication).
+        `runtime_url`: the CR's warm drain runtime, Ready now (drain_runtime.py); None → cold.
+        Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label)."""
+        args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
+        ctx.launched_runtime = "warm" if runtime_url else "cold"
+        try:
+            if ctx.spec.drain.launcher == "sparkApplication":
+                self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,
+                                                            SPARK_APP_PLURAL, build_spark_application(*args))
+            else:
+                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args, runtime_url=runtime_url))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
+                raise
+            ctx.launched_runtime = self._adopted_runtime(ctx.namespace, job_name(ctx.name, d.id, attempt))
+
+    def _adopted_runtime(self, namespace: str, name: str) -> str:
+        """warm | cold as the existing Job's label says ("" when unreadable, e.g. a SparkApplication)."""
+        try:
+            job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
+        except Exception:  # noqa: BLE001 - only for the record
+            return ""
+        return str(((job.get("metadata") or {}).get("labels") or {}).get(RUNTIME_PATH_LABEL) or "")
+
+    def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
+        """Foreground deletion: the object stays until the garbage collector removed its pods, so
+        "absent" (what Cancelled waits for) means no drain process is left. Both kinds with launcher
+        sparkApplication (the attempt may predate a launcher change)."""
+        calls = [lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")]
+        if launcher == "sparkApplication":
+            calls.append(lambda: self.custom.delete_namespaced_custom_object(
+                SPARK_APP_GROUP, SPARK_APP_VERSION, namespace, SPARK_APP_PLURAL, name, propagation_policy="Foreground"))
+        for call in calls:
+            try:
+                call()
+            except Exception as err:  # noqa: BLE001
+                if getattr(err, "status", None) != 404:
+                    raise
