@@ -5,7 +5,7 @@ loop decides which to call; unit tests replace these methods with fakes."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
@@ -14,8 +14,9 @@ from lagpilot_runtime.drain_plan import parse_progress_lost, parse_progress_meta
 from lagpilot.decide.handoff import DrainStatus, JobObservation, job_name
 from lagpilot.spec import GroupSpec
 
-from .drain_manifests import (RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION, DrainSettings,
-                              build_drain_job, build_spark_application, job_observation, spark_application_observation)
+from .drain_manifests import (JOB_LABEL, RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION,
+                              DrainSettings, build_drain_job, build_spark_application, job_observation,
+                              spark_application_observation)
 
 if TYPE_CHECKING:
     from .drain import DrainContext
