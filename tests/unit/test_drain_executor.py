@@ -183,3 +183,29 @@ def test_no_ack_in_time_falls_back_to_quiesce_and_restores():
     seq = kinds(log)
     assert seq.index("mailbox") < seq.index("alter") < seq.index("status:HandedOff:HandedOff") < seq.index("scale") < seq.index("create_job")
     assert ("scale", 3) in log and w["status"]["pauseSeconds"] == 30.0
+
+
+def test_the_executor_reads_its_job_through_the_kubernetes_client_calls():
+    # DrainCalls.job itself (the other tests replace it): the pods by the drain-job label, then the
+    # Job; absent (404) without a SparkApplication launcher is ABSENT
+    from lagpilot.act.drain_calls import DrainCalls
+    from lagpilot.act.drain_manifests import JOB_LABEL
+
+    class NotFound(Exception):
+        status = 404
+
+    asked: list[str] = []
+
+    class Core:
+        def list_namespaced_pod(self, namespace: str, label_selector: str) -> dict[str, Any]:
+            asked.append(label_selector)
+            return {"items": []}
+
+    class Batch:
+        def read_namespaced_job(self, name: str, namespace: str) -> dict[str, Any]:
+            raise NotFound()
+
+    calls = DrainCalls()
+    calls.core, calls.batch, calls.custom, calls._sanitize = Core(), Batch(), None, lambda x: x
+    assert calls.job("ns", "orders-drain-1-1").state is JobState.ABSENT
+    assert asked == [f"{JOB_LABEL}=orders-drain-1-1"]
