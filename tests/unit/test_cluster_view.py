@@ -15,17 +15,9 @@ from confluent_kafka import KafkaError, KafkaException
 from lagpilot.observe import kafka_observe as ko
 from lagpilot.observe.cluster_view import ClusterObserver
 from lagpilot.observe.kafka_observe import AdminHandle, ObserveError, observe, offsets_partition_for
+from tests.fixtures.futures import done
 
 OFFSETS_PARTS = 8
-
-
-def done(value: Any = None, exc: BaseException | None = None) -> concurrent.futures.Future:
-    f: concurrent.futures.Future = concurrent.futures.Future()
-    if exc is not None:
-        f.set_exception(exc)
-    else:
-        f.set_result(value)
-    return f
 
 
 class Cluster:

@@ -21,6 +21,7 @@ from lagpilot.observe.kafka_observe import (
     observe,
 )
 from lagpilot.spec import KafkaSpec
+from tests.fixtures.futures import done
 
 
 def b64(s: str) -> str:
@@ -97,15 +98,6 @@ def test_timeout_explained_by_recent_client_error(recent: str, reason: str) -> N
     h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092")
     h.on_error(KafkaError(getattr(KafkaError, recent)))
     assert classify(kerr(KafkaError._TIMED_OUT), h, "orders", "k:9092").reason == reason
-
-
-def done(value: Any = None, exc: BaseException | None = None) -> concurrent.futures.Future:
-    f: concurrent.futures.Future = concurrent.futures.Future()
-    if exc is not None:
-        f.set_exception(exc)
-    else:
-        f.set_result(value)
-    return f
 
 
 class FakeAdmin:
