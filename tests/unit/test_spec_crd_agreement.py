@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from lagpilot import spec as spec_mod
 from lagpilot.spec import SpecError, parse_spec
-from tests.crd_specs import mutated_specs, schema_at, valid_specs
+from tests.crd_specs import mutated_specs, schema_at, set_path, valid_specs
 from tests.unit.test_crd_schema import SCHEMA, validate
 
 PATTERNS = {
@@ -70,17 +70,6 @@ def test_every_pattern_in_the_spec_schema_is_known_to_the_parser() -> None:
     assert patterned == set(PATTERNS.values()) | set(SAME_PATTERN)
 
 
-def _set(spec: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
-    import copy
-    out = copy.deepcopy(spec)
-    *parents, leaf = dotted.split(".")
-    node = out
-    for p in parents:
-        node = node.setdefault(p, {})
-    node[leaf] = value
-    return out
-
-
 NUMERIC = [(p, s) for p, s in _walk(SCHEMA["properties"]["spec"], "spec")
            if s.get("type") in ("integer", "number") and "[]" not in p and "*" not in p]
 
@@ -88,20 +77,20 @@ NUMERIC = [(p, s) for p, s in _walk(SCHEMA["properties"]["spec"], "spec")
 @pytest.mark.parametrize("path,schema", NUMERIC, ids=[p for p, _ in NUMERIC])
 def test_numeric_bounds_are_the_crd_bounds(path: str, schema: dict) -> None:
     dotted = path.removeprefix("spec.")
-    base = _set(BASE, "catchUpSLASeconds", 604800) if path != "spec.catchUpSLASeconds" else BASE
+    base = set_path(BASE, "catchUpSLASeconds", 604800) if path != "spec.catchUpSLASeconds" else BASE
     for edge in ("minimum", "maximum"):
         if edge not in schema:
             continue
         step = -1 if edge == "minimum" else 1
         bad = schema[edge] + (step if schema["type"] == "integer" else step * 0.001)
         with pytest.raises(SpecError) as info:
-            parse_spec(_set(base, dotted, bad))
+            parse_spec(set_path(base, dotted, bad))
         assert path in [p for p, _ in info.value.problems], (bad, info.value.problems)
-        assert validate(SCHEMA, {"spec": _set(base, dotted, bad)})  # the schema agrees
+        assert validate(SCHEMA, {"spec": set_path(base, dotted, bad)})  # the schema agrees
     if schema["type"] == "integer":  # integer fields take no fractions, in the CRD and the parser
         frac = schema.get("minimum", 0) + 1.5
         with pytest.raises(SpecError):
-            parse_spec(_set(base, dotted, frac))
+            parse_spec(set_path(base, dotted, frac))
 
 
 def _openapi_paths(spec: dict[str, Any]) -> list[str]:
