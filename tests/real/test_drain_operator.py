@@ -39,6 +39,7 @@ from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.decide.status import parse_time
 from lagpilot.decide.status_codec import parse_ranges
 from tests.fixtures.kube import wait_until
+from tests.fixtures.stack import produce_counts
 from tests.real.drain_handlers import LEDGER_DDL
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401
 
@@ -93,20 +94,17 @@ class Scenario:
 
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[int, int]) -> None:
-    from confluent_kafka import Producer
+    produce_counts(bootstrap, topic, counts, produced, lambda part: json.dumps({"p": part}).encode())
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for part, n in counts.items():
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, value=json.dumps({"p": part}).encode(), key=str(produced.get(part, 0) % 50).encode(),
-                              partition=part)
-                    produced[part] = produced.get(part, 0) + 1
-                    break
-                except BufferError:
-                    p.poll(0.1)
-    assert p.flush(60) == 0
+
+def grant_operator(rbac: Any, core: Any, ns: str, rules: list[dict[str, Any]], postgres_dsn: str) -> None:
+    """The operator's Role + RoleBinding to its ServiceAccount in `ns`, and the `pg` Secret (the DSN)."""
+    rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rules})
+    rbac.create_namespaced_role_binding(ns, {
+        "metadata": {"name": SA_NAME},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
+    core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
 
 
 @pytest.fixture
@@ -125,12 +123,7 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
              operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS,
              drain: dict[str, Any] | None = None, extra_rules: list[dict[str, Any]] | None = None) -> Scenario:
         ns = namespace("drain")
-        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules() + (extra_rules or [])})
-        rbac.create_namespaced_role_binding(ns, {
-            "metadata": {"name": SA_NAME},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
-        core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
+        grant_operator(rbac, core, ns, operator_rules() + (extra_rules or []), postgres_dsn)
         topic = new_topic(partitions=PARTS, prefix="drain-e2e")
         table = "ledger_" + uuid.uuid4().hex[:8]
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:

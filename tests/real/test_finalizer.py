@@ -23,10 +23,11 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from lagpilot.decide.handoff import history_of, ranges_of
 from tests.fixtures.kube import wait_until
-from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401  (crd: fixture)
+from tests.fixtures.stack import produce_counts
+from tests.real.test_drain_operator import Operator, grant_operator, operator_rules
+from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr  # noqa: F401  (crd: fixture)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -35,19 +36,6 @@ PARTS = 3
 BATCH = 100
 COST_MS = 2000  # per handler call: ~50 records/s per consumer or drain task (the drain must be slow enough to catch mid-way)
 PLURAL = ("lagpilot.io", "v1alpha1")
-
-
-def operator_rules() -> list[dict[str, Any]]:
-    rules = rbac_rules()
-    for r in rules:
-        if r["apiGroups"] == ["apps"] and r["resources"] == ["deployments"] and "create" not in r["verbs"]:
-            r["verbs"] = sorted([*r["verbs"], "create"])
-    return rules
-
-
-class Operator(OperatorProcess):
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, extra_env: dict[str, str]):
-        super().__init__(namespace, log_path, operator_env(kubeconfig, REPO, extra_env))
 
 
 @dataclass
@@ -79,22 +67,6 @@ class Case:
         self.custom.delete_namespaced_custom_object(*PLURAL, self.ns, "batchconsumergroups", self.name)
 
 
-def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[int, int]) -> None:
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True})
-    for part, n in counts.items():
-        for _ in range(n):
-            while True:
-                try:
-                    p.produce(topic, value=b"{}", key=str(produced.get(part, 0) % 50).encode(), partition=part)
-                    produced[part] = produced.get(part, 0) + 1
-                    break
-                except BufferError:
-                    p.poll(0.1)
-    assert p.flush(60) == 0
-
-
 @pytest.fixture
 def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,
          new_topic: Callable[..., str], postgres_dsn: str, spark_jars: list[str], tmp_path: Path) -> Iterator[Callable[..., Case]]:
@@ -107,12 +79,7 @@ def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str]
 
     def make(backlog: int, wait_s: str) -> Case:
         ns = namespace("fin")
-        rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": operator_rules()})
-        rbac.create_namespaced_role_binding(ns, {
-            "metadata": {"name": SA_NAME},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
-        core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
+        grant_operator(rbac, core, ns, operator_rules(), postgres_dsn)
         topic = new_topic(partitions=PARTS, prefix="fin")
         table = "fin_ledger_" + uuid.uuid4().hex[:8]
         create_table(postgres_dsn, table)
@@ -131,7 +98,7 @@ def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str]
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
         }
         c = Case(ns, "orders", topic, spec["groupId"], table, spec, op, custom, core)
-        produce(kafka_bootstrap, topic, {p: backlog for p in range(PARTS)}, c.produced)
+        produce_counts(kafka_bootstrap, topic, {p: backlog for p in range(PARTS)}, c.produced, lambda part: b"{}")
         apply_cr(crd, ns, cr(c.name, spec))
         made.append(c)
         return c
