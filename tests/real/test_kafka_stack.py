@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.kafka import parse_consumer_groups_describe
-from tests.fixtures.stack import create_topic, wait_topic_ready
+from tests.fixtures.stack import create_topic, private_part, wait_topic_ready
 
 pytestmark = [pytest.mark.real]
 
@@ -109,12 +109,8 @@ def private_kafka(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     or session sharing the stack's broker."""
     from lagpilot_dev.kafka import KafkaPart
 
-    part = KafkaPart(stack.cache_dir, tmp_path_factory.mktemp("kafka-fault-state"))
-    part.start()
-    try:
+    with private_part(KafkaPart(stack.cache_dir, tmp_path_factory.mktemp("kafka-fault-state"))) as part:
         yield part
-    finally:
-        part.purge()
 
 
 @pytest.mark.slow

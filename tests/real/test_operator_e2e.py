@@ -30,12 +30,11 @@ import yaml
 from lagpilot.decide import status_codec
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
+from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
-CRD_NAME = "batchconsumergroups.lagpilot.io"
 SA_NAME = "lagpilot-operator"
 
 
@@ -85,16 +84,6 @@ class Operator(OperatorProcess):
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
             return r.read().decode()
-
-
-@pytest.fixture(scope="module")
-def crd(kube: Any) -> Any:
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-tests",
-                 "-f", str(CRD_FILE))
-    kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=120s", timeout=150)
-    wait_until(lambda: kube.kubectl("get", "bcg", "-A", check=False).returncode == 0,
-               "the bcg resource in discovery", timeout=120)
-    return kube
 
 
 @pytest.fixture

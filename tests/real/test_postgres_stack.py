@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.stack import private_part
+
 pytestmark = [pytest.mark.real]
 
 
@@ -50,12 +52,8 @@ def private_postgres(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     """A second cluster with its own state (killing it disturbs no session sharing the stack's)."""
     from lagpilot_dev.postgres import PostgresPart
 
-    part = PostgresPart(stack.cache_dir, tmp_path_factory.mktemp("pg-fault-state"))
-    part.start()
-    try:
+    with private_part(PostgresPart(stack.cache_dir, tmp_path_factory.mktemp("pg-fault-state"))) as part:
         yield part
-    finally:
-        part.purge()
 
 
 @pytest.mark.slow
