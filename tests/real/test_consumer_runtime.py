@@ -6,6 +6,7 @@ Every wait is on a condition with a generous timeout; nothing asserts on timing.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
@@ -256,32 +258,41 @@ def test_sigkill_mid_batch_then_restart_every_record_exactly_once(kafka_bootstra
     assert second.wait(90) == 0
 
 
-def test_sigterm_mid_stream_clean_exit_commits_exactly_what_was_processed(kafka_bootstrap, postgres_dsn, new_topic, consumers):
-    topic = new_topic(partitions=3)
-    group, table, attempts = f"g-{uid()}", f"term_{uid()}", f"term_att_{uid()}"
+@contextlib.contextmanager
+def producing(bootstrap: str, topic: str, step: int, pause_s: float, keyed: bool = False) -> Iterator[dict[str, int]]:
+    """Produce `step` records ("r-<i>", keyed "k<i>" if `keyed`) every `pause_s` from a thread until
+    the block ends; yields {"n": records produced so far}."""
     stop = threading.Event()
     produced = {"n": 0}
 
     def producer() -> None:
         i = 0
         while not stop.is_set():
-            produce(kafka_bootstrap, topic, [b"r-%d" % (i + j) for j in range(100)])
-            i += 100
+            produce(bootstrap, topic, [b"r-%d" % (i + j) for j in range(step)],
+                    keys=[b"k%d" % (i + j) for j in range(step)] if keyed else None)
+            i += step
             produced["n"] = i
-            time.sleep(0.05)
+            time.sleep(pause_s)
 
     t = threading.Thread(target=producer, daemon=True)
     t.start()
     try:
+        yield produced
+    finally:
+        stop.set()
+        t.join(60)
+
+
+def test_sigterm_mid_stream_clean_exit_commits_exactly_what_was_processed(kafka_bootstrap, postgres_dsn, new_topic, consumers):
+    topic = new_topic(partitions=3)
+    group, table, attempts = f"g-{uid()}", f"term_{uid()}", f"term_att_{uid()}"
+    with producing(kafka_bootstrap, topic, step=100, pause_s=0.05) as produced:
         c = consumers("term-0", {**base_env(kafka_bootstrap, topic, group, postgres_dsn, table),
                                  "LAGPILOT_HANDLER": "tests.handlers:counting", "LAGPILOT_BATCH_MAX_RECORDS": "100",
                                  "LAGPILOT_HANDLER_CONFIG": json.dumps({"sleep_ms": "300", "attempts_table": attempts})})
         wait_until(lambda: row_count(postgres_dsn, attempts) >= 1000, 180, f"1000 records processed\n{c.tail()}")
         c.signal(signal.SIGTERM)
         assert c.wait(90) == 0, c.tail()
-    finally:
-        stop.set()
-        t.join(60)
     assert c.events("stopped") and c.events("stopped")[0]["exit_code"] == 0
     offsets = committed(kafka_bootstrap, group, topic, 3)
     processed = sql(postgres_dsn, f'SELECT partition, count(*), count(DISTINCT "offset"), max("offset") FROM "{attempts}" GROUP BY partition')
@@ -373,20 +384,7 @@ def test_two_consumers_third_joins_and_leaves_nothing_lost_or_duplicated(kafka_b
     env = {**base_env(kafka_bootstrap, topic, group, postgres_dsn, table), "LAGPILOT_HANDLER": "tests.handlers:counting",
            "LAGPILOT_BATCH_MAX_RECORDS": "100", "LAGPILOT_BATCH_TIMEOUT_MS": "200",
            "LAGPILOT_HANDLER_CONFIG": json.dumps({"sleep_ms": "50", "attempts_table": attempts})}
-    stop = threading.Event()
-    produced = {"n": 0}
-
-    def producer() -> None:
-        i = 0
-        while not stop.is_set():
-            produce(kafka_bootstrap, topic, [b"r-%d" % (i + j) for j in range(60)], keys=[b"k%d" % (i + j) for j in range(60)])
-            i += 60
-            produced["n"] = i
-            time.sleep(0.1)
-
-    t = threading.Thread(target=producer, daemon=True)
-    t.start()
-    try:
+    with producing(kafka_bootstrap, topic, step=60, pause_s=0.1, keyed=True) as produced:
         a, b = consumers("reb-0", env), consumers("reb-1", env)
         wait_until(lambda: a.events("assigned") and b.events("assigned") and row_count(postgres_dsn, table) > 500, 180,
                    f"two consumers running\n{a.tail()}\n{b.tail()}")
@@ -400,9 +398,6 @@ def test_two_consumers_third_joins_and_leaves_nothing_lost_or_duplicated(kafka_b
         wait_until(lambda: len(owned_now(a) | owned_now(b)) == 6, 120,
                    f"partitions back with the first two\n{a.tail()}\n{b.tail()}")
         time.sleep(2)
-    finally:
-        stop.set()
-        t.join(60)
     total = produced["n"]
     wait_until(lambda: sum(committed(kafka_bootstrap, group, topic, 6).values()) == total, 240,
                f"all {total} committed\n{a.tail()}\n{b.tail()}", interval=1.0)
