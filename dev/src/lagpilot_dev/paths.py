@@ -219,6 +219,12 @@ class Process:
             )
         _CHILDREN.append(proc)  # keep a reference: no "still running" ResourceWarning when it is collected
         self.pid_file.write_text(f"{proc.pid}\n")
+        # Popen returns once the child's exec closed its error pipe, which the kernel does before it
+        # sets the new command line: for a moment /proc/<pid>/cmdline is empty and pid() would not
+        # recognise the process (seen in CI under load: is_running() False right after start)
+        deadline = time.monotonic() + 10.0
+        while self.marker not in " ".join(_cmdline(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         log.info("started process", extra={"part": self.name, "pid": proc.pid, "log": str(self.log_file)})
         return proc.pid
 
