@@ -119,7 +119,9 @@ class BatchCommit(LoopState):
         for tp, off in positions.items():
             merged[tp] = max(off, merged.get(tp, -1))
         todo = {tp: off for tp, off in merged.items() if tp in self.owned and off >= self.floor.get(tp, -1)}
-        dropped = {tp: off for tp, off in merged.items() if tp not in todo}
+        # not ours any more: announced; ours but below a hand-off's split: superseded by the split's
+        # commit (the records below it are the drain's), nothing to announce
+        dropped = {tp: off for tp, off in merged.items() if tp not in self.owned}
         self.uncommitted = {}
         if dropped:
             self.give_up(dropped, "partition no longer assigned")
