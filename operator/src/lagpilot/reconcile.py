@@ -80,9 +80,9 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
         with contextlib.ExitStack() as leases:
             result = _cycle(ref, spec, raw_spec, status, deps, cache, now, leases)
     except ObserveError as err:
-        return _fail(ref, status, deps, cache, now, err.reason, err.message, spec=spec)
+        return _fail(ref, status, deps, cache, now, err.reason, err.message)
     except KubeError as err:
-        return _fail(ref, status, deps, cache, now, "KubernetesAPIError", str(err), spec=spec)
+        return _fail(ref, status, deps, cache, now, "KubernetesAPIError", str(err))
     finally:
         deps.metrics.cycle_seconds.observe(time.monotonic() - started)
     cache.failures = 0
@@ -167,7 +167,7 @@ def aligned_delay(poll_s: float, now: float, phase_s: float = 0.0) -> float:
 
 
 def _fail(ref: GroupRef, status: dict[str, Any], deps: Deps, cache: Cache, now: float, reason: str,
-          message: str, spec: GroupSpec | None = None, delay: float | None = None) -> CycleResult:
+          message: str, delay: float | None = None) -> CycleResult:
     """Degraded=True naming the cause, a Warning event, a metric, and the back-off delay."""
     cache.failures += 1
     wait = delay if delay is not None else backoff_s(cache.failures, deps.min_backoff_seconds,
