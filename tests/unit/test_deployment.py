@@ -11,7 +11,7 @@ from lagpilot.spec import parse_spec
 
 SASL_PG = {
     "kafka": {"bootstrapServers": "k:9093", "securityProtocol": "SASL_SSL",
-              "saslMechanism": "SCRAM-SHA-256", "secretRef": {"name": "kafka-creds"}},
+              "saslMechanism": "SCRAM-SHA-256", "secretRef": {"name": "kafka-creds"}, "sessionTimeoutMs": 12000},
     "topic": "orders", "groupId": "g1",
     "batch": {"maxRecords": 200, "timeoutMs": 45000},
     "processing": {"sink": "postgres", "config": {"x": "1"},
@@ -61,6 +61,7 @@ def test_env_follows_contract_and_secrets_only_by_reference() -> None:
     assert env["LAGPILOT_POSTGRES_TABLE"]["value"] == "t1"
     assert env["LAGPILOT_TOPIC"]["value"] == "orders" and env["LAGPILOT_GROUP_ID"]["value"] == "g1"
     assert env["LAGPILOT_BATCH_MAX_RECORDS"]["value"] == "200"
+    assert env["LAGPILOT_SESSION_TIMEOUT_MS"]["value"] == "12000"
     assert json.loads(env["LAGPILOT_HANDLER_CONFIG"]["value"]) == {"x": "1"}
     assert env["LAGPILOT_DLQ_TOPIC"]["value"] == "orders.dlq"
     assert env["LAGPILOT_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -76,6 +77,7 @@ def test_plaintext_log_sink_has_no_secret_refs() -> None:
                          "processing": {"handler": "pkg.mod:fn"}}))
     assert not any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in env.values())
     assert env["LAGPILOT_HANDLER"]["value"] == "pkg.mod:fn" and "LAGPILOT_SINK" not in env
+    assert env["LAGPILOT_SESSION_TIMEOUT_MS"]["value"] == "30000"  # the CRD's and the runtime's default
 
 
 def test_pod_is_restricted_and_probed() -> None:

@@ -53,6 +53,7 @@ class KafkaSpec:
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     secret_name: str | None = None
+    session_timeout_ms: int = 30000
 
     @property
     def uses_sasl(self) -> bool:
@@ -198,6 +199,7 @@ class GroupSpec:
         else:
             need(k.secret_name is not None, "spec.kafka.secretRef",
                  f"is required when spec.kafka.securityProtocol is {k.security_protocol}")
+        bounds(k.session_timeout_ms, 6_000, 300_000, "spec.kafka.sessionTimeoutMs")
         if k.secret_name is not None:
             text(k.secret_name, "spec.kafka.secretRef.name", DNS_SUBDOMAIN_RE, 253,
                  what="must be a DNS subdomain (lower-case letters, digits, '-', '.'), at most 253 characters")
@@ -500,6 +502,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
         security_protocol=r.get(kafka, "securityProtocol", "spec.kafka", str, "PLAINTEXT"),
         sasl_mechanism=r.get(kafka, "saslMechanism", "spec.kafka", str, None),
         secret_name=r.get(secret_ref, "name", "spec.kafka.secretRef", str, None) or None,
+        session_timeout_ms=r.get(kafka, "sessionTimeoutMs", "spec.kafka", int, 30000),
     )
     batch = r.section(raw, "batch", P)
     proc = r.section(raw, "processing", P)

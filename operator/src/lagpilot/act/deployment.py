@@ -118,6 +118,7 @@ def build_env(spec: GroupSpec) -> list[dict[str, Any]]:
         _value_env("LAGPILOT_GROUP_ID", spec.group_id),
         _value_env("LAGPILOT_BATCH_MAX_RECORDS", spec.batch.max_records),
         _value_env("LAGPILOT_BATCH_TIMEOUT_MS", spec.batch.timeout_ms),
+        _value_env("LAGPILOT_SESSION_TIMEOUT_MS", k.session_timeout_ms),
     ]
     if p.sink:
         env.append(_value_env("LAGPILOT_SINK", p.sink))
