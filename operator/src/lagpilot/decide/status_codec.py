@@ -2,7 +2,9 @@
 would otherwise print an object per field: the estimator's per-partition memory, the scaler's
 recommendation history, a drain's ranges, sub-ranges and finished-drain history lines; each
 ``*_to_status``/``format_*`` has its parser, and the parsers also read the older, longer forms.
-Numbers round-trip exactly (an operator restarted from its status resumes where it was)."""
+Numbers round-trip exactly (an operator restarted from its status resumes where it was), except the
+estimator's rates, written to 0.001 records/s (``RATE_DECIMALS``): the line is also the status's
+per-partition view, and a restart resumes from the rounded rates."""
 from __future__ import annotations
 
 import re
