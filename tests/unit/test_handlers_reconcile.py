@@ -30,6 +30,7 @@ from lagpilot.decide import status_codec
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.scaling import ScalingHistory
 from lagpilot.decide.status import find_condition
+from lagpilot.decide.status_codec import partitions_view
 
 T0 = 1_700_000_000.0
 NS, NAME = "team-a", "orders"
@@ -172,7 +173,9 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     assert "slaSeconds" not in st and "lastDecision" not in st, st
     assert w.cond("Scaling")["message"].startswith("keep 1->1"), w.cond("Scaling")
     assert not {"capacityPerReplica", "dataLossRecords"} & set(st["estimator"]), st["estimator"]
-    assert [p["partition"] for p in st["partitionLag"]] == [0, 1, 2]
+    # one per-partition list, one line each: status.estimator.partitions (no status.partitionLag)
+    assert "partitionLag" not in st and [p["partition"] for p in partitions_view(st)] == [0, 1, 2]
+    assert all(isinstance(x, str) and "\n" not in x for x in st["estimator"]["partitions"].values())
     assert all(c["observedGeneration"] == 1 for c in st["conditions"])
     assert w.cond("Degraded")["status"] == "False"
     assert w.cond("Ready")["status"] == "True"
@@ -401,7 +404,18 @@ def test_offsets_moving_backwards_are_reported() -> None:
     res = w.cycle(advance=5)
     assert res.ok
     assert "OffsetsWentBackwards" in w.reasons()
-    assert w.kube.status["partitionLag"][0]["end"] == 10
+    assert partitions_view(w.kube.status)[0]["end"] == 10
+
+
+def test_an_older_operators_partition_lag_list_is_deleted() -> None:
+    """status.partitionLag (a list of objects, 6 describe lines per partition) repeated what
+    status.estimator.partitions shows on one line; the first write of this operator deletes it."""
+    w = World(base_spec())
+    w.kube.status["partitionLag"] = [{"partition": 0, "lag": 0, "committed": 5, "end": 5, "earliest": 0, "rate": 1.0}]
+    w.kafka.set([(0, 100, 40, None)])
+    w.cycle()
+    assert w.kube.status_patches[0].get("partitionLag", "absent") is None, w.kube.status_patches[0]
+    assert "partitionLag" not in w.kube.status and partitions_view(w.kube.status)[0]["lag"] == 60
 
 
 def test_oldest_record_age_of_lagging_partitions() -> None:
@@ -411,8 +425,9 @@ def test_oldest_record_age_of_lagging_partitions() -> None:
     w.cycle()
     # only lagging partitions are read, at the group's position (log start when never committed)
     assert w.peeked[-1] == {0: 40, 2: 10}
-    ages = {p["partition"]: p.get("oldestRecordAgeSeconds") for p in w.kube.status["partitionLag"]}
-    assert "oldestRecordAgeSeconds" not in w.kube.status["partitionLag"][1]
+    ages = {p["partition"]: p.get("oldestAgeSeconds") for p in partitions_view(w.kube.status)}
+    assert "oldestAgeSeconds" not in w.kube.status["estimator"]["partitions"]["1"]
+    assert " lag=60 oldestAgeSeconds=42 " in w.kube.status["estimator"]["partitions"]["0"]
     assert ages == {0: 42.0, 1: None, 2: 7.0}  # None: key absent (no lag, nothing to date)
 
 

@@ -129,19 +129,24 @@ def test_transition(sp, status, observed, kind, phase):
 
 
 def assert_round_trip(d: DrainStatus) -> None:
-    """What a restarted operator reads back is what was written: exactly, for a drain in flight;
-    for a finished one its sub-ranges come back summarised (contiguous done runs merged) with the
-    same totals, and writing it again gives the same status (no diff, no write)."""
-    back = DrainStatus.from_dict(d.to_dict())
-    assert back.to_dict() == d.to_dict()
+    """What a restarted operator reads back is what was written: exactly, for a drain in flight
+    (a Failed or Cancelled one with a remainder included: its retry or resume reads the sub-ranges);
+    a finished one (Verified, or Cancelled with nothing left) comes back without its sub-ranges and
+    restoreReplicas (nothing reads them again) but with the same totals and is idle as before, and
+    writing it again gives the same status (no diff, no write)."""
+    out = d.to_dict()
+    back = DrainStatus.from_dict(out)
+    assert back.to_dict() == out
     assert (back.records_total, back.records_done, back.remaining) == (d.records_total, d.records_done, d.remaining)
+    assert h.is_idle(back) == h.is_idle(d) and h._finished(back) == h._finished(d)
     assert back.history == tuple(h._compact_history_entry(e) for e in d.history)  # ranges on one line
     assert [h.ranges_of(e) for e in back.history] == [h.ranges_of(e) for e in d.history]
     if h._finished(d):
-        assert len(back.sub_ranges) <= len(d.sub_ranges)
+        assert out["subRanges"] is None and out["restoreReplicas"] is None and back.sub_ranges == ()
+        assert back == dataclasses.replace(d, sub_ranges=(), history=back.history, restore_replicas=0,
+                                           done_counts=(d.records_done, d.records_total))
     else:
-        assert back.sub_ranges == d.sub_ranges
-    assert back == dataclasses.replace(d, sub_ranges=back.sub_ranges, history=back.history)
+        assert back == dataclasses.replace(d, history=back.history)
 
 
 def test_plan_records_split_and_replicas_before_acting():
@@ -704,16 +709,16 @@ def describe_lines(value, indent: int = 0) -> int:
 
 def test_status_stays_small_after_100_drains():
     """After 100 drains of 12 partitions in 8 sub-ranges each, status.drain is as small as after 5:
-    the finished drain's 96 sub-ranges are summarised to one per partition, every range, sub-range and
-    past drain is one line (a list of strings, one describe line each), the history keeps the last 5
-    drains, the defaults are left out and the times are RFC 3339 strings."""
+    the finished drain keeps no sub-ranges (its record counts, ranges and history line summarise
+    them), every range and past drain is one line (a list of strings, one describe line each), the
+    history keeps the last 5 drains, the defaults are left out and the times are RFC 3339 strings."""
     import json
 
     seen, mem = run_drains_through_the_cr(100)
     sizes = [len(json.dumps(d)) for d in seen]
     last = seen[-1]
-    assert len(last["subRanges"]) == 12 and all(isinstance(x, str) for x in last["subRanges"]), last["subRanges"]
-    assert last["subRanges"][0] == "p0#0 [1495000..1500000) next=1500000 records=5000"
+    assert "subRanges" not in last and "restoreReplicas" not in last, sorted(last)
+    assert (last["recordsDone"], last["recordsTotal"]) == (60_000, 60_000)
     assert isinstance(last["ranges"], str) and last["ranges"].startswith("p0[1495000..1500000) p1[")  # (no task counts planned)
     assert len(last["history"]) == h.HISTORY and all(isinstance(e, str) for e in last["history"])
     assert [e["id"] for e in h.history_of(last)] == list(range(96, 101))
@@ -723,8 +728,8 @@ def test_status_stays_small_after_100_drains():
     assert not {"partitions", "lastError", "lostRanges", "recordsLost", "cancelRequested", "attemptBase"} & set(last)
     assert isinstance(last["startedAt"], str) and last["startedAt"].endswith("Z")
     assert max(sizes[5:]) <= sizes[5] + 20, sizes  # does not grow with the drain count (only the ids' digits)
-    assert sizes[-1] < 4_000, sizes[-1]  # ~1/400 of etcd's 1.5 MiB request limit
-    assert describe_lines(last) <= 45, describe_lines(last)  # 12 partitions: 17 scalars, 1+12+5 lines of lists
+    assert sizes[-1] < 2_800, sizes[-1]  # ~1/550 of etcd's 1.5 MiB request limit (3.3 kB with the sub-ranges)
+    assert describe_lines(last) <= 22, describe_lines(last)  # 12 partitions: 15 scalars, 1+5 lines of history
     # what the bounds catch: the same drain with its 96 sub-ranges and the object form of an older operator
     assert len(mem.sub_ranges) == 96 and stored(DrainStatus.from_dict(last).to_dict()) == last
     unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges],
@@ -819,3 +824,21 @@ def test_attempts_that_keep_succeeding_with_work_left_end_failed():
     d = dataclasses.replace(RUNNING, attempt=h.MAX_ATTEMPTS, phase=Phase.SUCCEEDED)
     a = next_action(spec(), d, obs(job=JobObservation(JobState.SUCCEEDED), progress=half), NOW)
     assert a.status.phase is Phase.FAILED and a.status.reason == "AttemptsExhausted"
+
+
+@pytest.mark.parametrize("progress, keeps", [
+    ({(0, 0): (600, 400)}, True),              # cancelled half-way: the remainder is what resume reads
+    (DONE_PROGRESS, False),                    # cancelled with nothing left: over, like Verified
+], ids=["remainder", "nothing-left"])
+def test_a_cancelled_drain_keeps_its_sub_ranges_only_while_something_remains(progress, keeps):
+    c = dataclasses.replace(h.with_progress(RUNNING, progress), phase=Phase.CANCELLED, reason="CancelledBySpec",
+                            finished_at=NOW)
+    out = stored(c.to_dict())
+    assert ("subRanges" in out) is keeps and ("restoreReplicas" in out) is keeps, out
+    back = DrainStatus.from_dict(out)
+    assert (back.remaining, back.records_done, back.records_total) == (c.remaining, c.records_done, c.records_total)
+    a = next_action(spec(), back, obs(job=JobObservation(JobState.ABSENT)), NOW + 1)
+    if keeps:  # resumed: the same unfinished sub-ranges are launched again
+        assert a.kind is Kind.LAUNCH and a.status.sub_ranges == c.sub_ranges and a.status.remaining == 400
+    else:
+        assert h.is_idle(back) and a.kind is not Kind.LAUNCH

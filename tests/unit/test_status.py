@@ -80,14 +80,38 @@ def _est(**kw) -> EstimatorState:
     return EstimatorState(at_s=T0, partitions={0: PartitionEstimate(**{**p.__dict__, **kw})}, capacity_per_replica=37.8)
 
 
+def _rounded(pe: PartitionEstimate) -> PartitionEstimate:
+    """What a restarted operator reads back: the rates to 0.001 records/s (sc.RATE_DECIMALS)."""
+    return dataclasses.replace(pe, produce_rate=round(pe.produce_rate, 3), consume_rate=round(pe.consume_rate, 3))
+
+
 def test_estimator_partition_is_one_line_and_round_trips() -> None:
     out = sc.estimator_to_status(_est().to_dict())
     line = out["partitions"]["0"]
-    assert line == ("committed=6737 end=6737 low=0 lag=0 produceRate=25.59719614538485 "
-                    "consumeRate=29.579436374452087 samples=25 window=-120.001:1785 -4.997:6737 0.000:6737")
+    assert line == ("committed=6737 end=6737 low=0 lag=0 produceRate=25.597 "
+                    "consumeRate=29.579 samples=25 window=-120.001:1785 -4.997:6737 0.000:6737")
     back = EstimatorState.from_dict(sc.estimator_from_status(json.loads(json.dumps(out))))
-    assert back.partitions[0].produce_rate == 25.59719614538485 and back.partitions[0].committed == 6737
+    assert back.partitions[0].produce_rate == 25.597 and back.partitions[0].committed == 6737
+    assert back.partitions[0] == _rounded(_est().partitions[0])  # everything else exactly
     assert sc.estimator_to_status(back.to_dict()) == out  # re-written unchanged: no diff, no write
+
+
+def test_the_estimator_line_is_the_per_partition_view_with_the_oldest_age() -> None:
+    """status.estimator.partitions is the status's one per-partition list (no status.partitionLag):
+    the oldest waiting record's age sits after the lag, is not estimator memory (not read back), and
+    partitions_view gives a reader every figure of the line."""
+    out = sc.estimator_to_status(_est(lag=40, committed=6697).to_dict(), {0: 12.345, 7: 1.0})
+    line = out["partitions"]["0"]
+    assert line.startswith("committed=6697 end=6737 low=0 lag=40 oldestAgeSeconds=12.3 produceRate=25.597 "), line
+    back = EstimatorState.from_dict(sc.estimator_from_status(json.loads(json.dumps(out))))
+    assert back.partitions[0] == _rounded(_est(lag=40, committed=6697).partitions[0])
+    assert sc.estimator_to_status(back.to_dict()) == {**out, "partitions": {"0": line.replace(" oldestAgeSeconds=12.3", "")}}
+    assert sc.partitions_view({"estimator": out}) == [{"partition": 0, "committed": 6697, "end": 6737, "low": 0, "lag": 40,
+                                                       "oldestAgeSeconds": 12.3, "produceRate": 25.597,
+                                                       "consumeRate": 29.579, "samples": 25}]
+    assert sc.partitions_view({}) == [] and sc.partitions_view({"estimator": {"partitions": {"0": "x=y=z"}}}) == []
+    with pytest.raises(ValueError):
+        sc.estimator_from_status({**out, "partitions": {"0": line.replace("=12.3", "=soon")}})
 
 
 @pytest.mark.parametrize("kw, has, lacks", [
@@ -100,7 +124,7 @@ def test_estimator_line_cases(kw, has, lacks) -> None:
     line = out["partitions"]["0"]
     assert has in line and (lacks is None or lacks not in line)
     back = EstimatorState.from_dict(sc.estimator_from_status(out))
-    assert back.partitions[0] == _est(**kw).partitions[0]
+    assert back.partitions[0] == _rounded(_est(**kw).partitions[0])
 
 
 def test_estimator_status_keeps_no_copy_of_the_top_level_facts() -> None:
@@ -124,7 +148,7 @@ def test_step_memory_reads_the_estimator_facts_from_the_top_level(top, inner, ca
     status = {**top, "estimator": {k: v for k, v in est.items() if v is not None}}
     back = StepState.from_status(sc.step_memory_from_status(json.loads(json.dumps(status)))).estimator
     assert back is not None and back.capacity_per_replica == cap and back.data_loss_records == lost
-    assert back.partitions == _est().partitions
+    assert back.partitions == {0: _rounded(_est().partitions[0])}
 
 
 def test_estimator_object_form_of_an_older_operator_still_reads() -> None:
@@ -144,7 +168,8 @@ def test_estimator_line_round_trips_any_values(end, lag, samples, pr, cr, commit
     out = sc.estimator_to_status(e.to_dict())
     back = EstimatorState.from_dict(sc.estimator_from_status(json.loads(json.dumps(out))))
     p, q = back.partitions[0], e.partitions[0]
-    assert (p.end, p.lag, p.samples, p.produce_rate, p.consume_rate, p.committed) == (q.end, q.lag, q.samples, pr, cr, committed)
+    assert (p.end, p.lag, p.samples, p.committed) == (q.end, q.lag, q.samples, committed)
+    assert (p.produce_rate, p.consume_rate) == (round(pr, 3), round(cr, 3))
     assert sc.estimator_to_status(back.to_dict()) == out
 
 

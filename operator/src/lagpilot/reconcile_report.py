@@ -131,8 +131,10 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "projectedCatchUpSeconds": finite(decision.current_catch_up_s),
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
-        "partitionLag": [partition_entry(p, est, now) for p in snap.partitions],
-        "estimator": status_codec.estimator_to_status(est.to_dict()),
+        # the per-partition view is status.estimator.partitions, one line each (offsets, lag, rates,
+        # the oldest waiting record's age); null deletes the list an older operator kept here
+        "partitionLag": None,
+        "estimator": status_codec.estimator_to_status(est.to_dict(), oldest_ages(snap, now)),
         "scalingHistory": status_codec.scaling_history_to_status(history.to_dict()),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
     }
@@ -141,13 +143,10 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
     return new
 
 
-def partition_entry(p: lag_mod.PartitionOffsets, est: est_mod.EstimatorState, now: float) -> dict[str, Any]:
-    entry: dict[str, Any] = {"partition": p.partition, "lag": lag_mod.partition_lag(p), "committed": p.committed,
-                             "end": p.end, "earliest": p.low, "rate": finite(est.rate(p.partition), 3) or 0.0}
-    age = finite(lag_mod.oldest_unprocessed_age_s(p, now))
-    if age is not None:
-        entry["oldestRecordAgeSeconds"] = age
-    return entry
+def oldest_ages(snap: lag_mod.LagSnapshot, now: float) -> dict[int, float]:
+    """Age (s) of the oldest unprocessed record of each lagging partition whose age is known."""
+    return {p.partition: a for p in snap.partitions
+            if (a := finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None}
 
 
 def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
@@ -208,6 +207,5 @@ def report_metrics(ref: GroupRef, spec: GroupSpec, deps: Deps, snap: lag_mod.Lag
     tasks_done, tasks_remaining = drain_progress(new.get("drain") or status.get("drain") or {})
     deps.metrics.observe_status(
         ref.namespace, ref.name, conditions=new["conditions"], max_replicas=spec.scaling.max_replicas,
-        oldest_age_s={p.partition: a for p in snap.partitions
-                      if (a := finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None},
+        oldest_age_s=oldest_ages(snap, now),
         drain_done=tasks_done, drain_remaining=tasks_remaining)

@@ -167,6 +167,9 @@ class DrainStatus:
     # (partition, start, end) ranges, recorded by the drain job in its progress metadata
     lost: tuple[tuple[int, int, int], ...] = ()
     runtime: str = ""  # warm | cold: how the current attempt's Job was launched (lagpilot.act.drain_runtime)
+    # (records done, records total) of a finished drain read back from a status that no longer
+    # lists its sub-ranges (``_finished``: nothing will be read from them again)
+    done_counts: tuple[int, int] | None = None
 
     @property
     def records_lost(self) -> int:
@@ -185,10 +188,14 @@ class DrainStatus:
     def records_total(self) -> int:
         if self.sub_ranges:
             return sum(s.end - s.start for s in self.sub_ranges)
+        if self.done_counts is not None:
+            return self.done_counts[1]
         return sum(r.split - r.start for r in self.ranges if r.start is not None)
 
     @property
     def records_done(self) -> int:
+        if not self.sub_ranges and self.done_counts is not None:
+            return self.done_counts[0]
         return sum(s.records for s in self.sub_ranges)
 
     @property
@@ -207,6 +214,10 @@ class DrainStatus:
         return 0.0 if self.handed_off_at is not None else None
 
     def to_dict(self) -> dict[str, Any]:
+        """``status.drain``. A finished drain (``_finished``) keeps what a reader and a restarted
+        operator use (id, phase, message, ranges, times, path, pause, records done/total, losses,
+        history) but not its sub-ranges or restoreReplicas: null deletes them (merge patch)."""
+        over = _finished(self)
         d: dict[str, Any] = {
             "id": self.id,
             "phase": self.phase.value,
@@ -214,8 +225,8 @@ class DrainStatus:
             "message": self.message,
             "partitions": None,  # (the list an older operator kept: the ranges name them)
             "ranges": format_ranges_line(r.to_dict() for r in self.ranges),
-            "subRanges": [format_sub_range(s.to_dict()) for s in _compact_sub_ranges(self)],
-            "restoreReplicas": self.restore_replicas,
+            "subRanges": None if over else [format_sub_range(s.to_dict()) for s in self.sub_ranges],
+            "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
             # the defaults are left out (null deletes them; from_dict reads them back as defaults)
             "attemptBase": self.attempt_base if self.attempt_base != 1 else None,
@@ -251,13 +262,17 @@ class DrainStatus:
             return parse_time(d.get(key))
 
         fg = d.get("failedGeneration")
+        subs = tuple(SubProgress.from_dict(parse_sub_range(s)) for s in d.get("subRanges") or ())
+        done_counts = None
+        if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
+            done_counts = (int(d.get("recordsDone") or 0), int(d["recordsTotal"]))
         return cls(
             id=int(d["id"]),
             phase=Phase(d["phase"]),
             reason=str(d.get("reason") or ""),
             message=str(d.get("message") or ""),
             ranges=tuple(PartitionRange.from_dict(r) for r in parse_ranges(d.get("ranges"))),
-            sub_ranges=tuple(SubProgress.from_dict(parse_sub_range(s)) for s in d.get("subRanges") or ()),
+            sub_ranges=subs,
             restore_replicas=int(d.get("restoreReplicas") or 0),
             attempt=int(d.get("attempt") or 0),
             attempt_base=int(d.get("attemptBase") or 1),
@@ -276,31 +291,13 @@ class DrainStatus:
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
             runtime=str(d.get("runtime") or ""),
+            done_counts=done_counts,
         )
 
 
 def _finished(d: DrainStatus) -> bool:
     """Over for good: nothing will ever be read from its sub-ranges again (see ``is_idle``)."""
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
-
-
-def _compact_sub_ranges(d: DrainStatus) -> tuple[SubProgress, ...]:
-    """A finished drain's sub-ranges summarised: each run of contiguous done sub-ranges of a
-    partition becomes one done entry (its lowest index, first start to last end, records summed),
-    so records_total/records_done/remaining are unchanged while up to maxTasks entries shrink to
-    about one per partition. Idempotent; an unfinished drain keeps every sub-range (its progress is
-    matched by (partition, index))."""
-    if not _finished(d) or not d.sub_ranges:
-        return d.sub_ranges
-    out: list[SubProgress] = []
-    for s in sorted(d.sub_ranges, key=lambda x: (x.partition, x.start, x.index)):
-        last = out[-1] if out else None
-        if last is not None and last.partition == s.partition and last.done and s.done and last.end == s.start:
-            out[-1] = SubProgress(s.partition, min(last.index, s.index), last.start, s.end, s.end,
-                                  last.records + s.records)
-        else:
-            out.append(s)
-    return tuple(out)
 
 
 def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:

@@ -2,7 +2,9 @@
 would otherwise print an object per field: the estimator's per-partition memory, the scaler's
 recommendation history, a drain's ranges, sub-ranges and finished-drain history lines; each
 ``*_to_status``/``format_*`` has its parser, and the parsers also read the older, longer forms.
-Numbers round-trip exactly (an operator restarted from its status resumes where it was)."""
+Numbers round-trip exactly (an operator restarted from its status resumes where it was), except the
+estimator's rates, written to 0.001 records/s (``RATE_DECIMALS``): the line is also the status's
+per-partition view, and a restart resumes from the rounded rates."""
 from __future__ import annotations
 
 import re
@@ -52,9 +54,26 @@ _EST_LINE = (("committed", "committed", int), ("end", "end", int), ("low", "low"
              ("samples", "samples", int), ("lost_through", "lostThrough", int))
 
 
-def _estimate_to_line(p: Mapping[str, Any], base: float) -> str:
-    """``PartitionEstimate`` (asdict) -> "committed=6737 end=6737 ... window=-120.001:1785 0.000:6737"."""
-    kv = [f"{name}={_num(p[k])}" for k, name, _ in _EST_LINE if p.get(k) is not None]
+RATE_DECIMALS = 3  # produceRate/consumeRate in the status: records/s to 0.001 (the estimator resumes from them)
+# the partition's oldest unprocessed record's age (an observation, not memory: not read back)
+AGE_KEY = "oldestAgeSeconds"
+
+
+def _rate(x: Any) -> str:
+    return _num(round(float(x), RATE_DECIMALS))
+
+
+def _estimate_to_line(p: Mapping[str, Any], base: float, age: float | None = None) -> str:
+    """``PartitionEstimate`` (asdict) -> "committed=6737 end=6737 low=0 lag=0 produceRate=9.85
+    consumeRate=22.776 samples=34 window=-120.001:1785 0.000:6737" (rates rounded to
+    ``RATE_DECIMALS``; ``oldestAgeSeconds=12.3`` after ``lag`` when the partition has a waiting record)."""
+    kv = []
+    for k, name, typ in _EST_LINE:
+        if p.get(k) is None:
+            continue
+        kv.append(f"{name}={_rate(p[k]) if typ is float else _num(p[k])}")
+        if name == "lag" and age is not None:
+            kv.append(f"{AGE_KEY}={_num(round(float(age), 1))}")
     return " ".join(kv + ["window=" + _samples_to_str(p.get("window") or (), base)]).rstrip()
 
 
@@ -68,6 +87,8 @@ def _estimate_from_line(line: str, base: float, partition: str) -> dict[str, Any
         if eq and name == "window":
             in_window = True
             window.extend([v] if v else [])
+        elif eq and not in_window and name == AGE_KEY:
+            float(v)  # validated; an observation of the cycle that wrote it, not the estimator's memory
         elif eq and not in_window:
             k, typ = kinds.get(name, (name, _parse_num))
             out[k] = typ(v)
@@ -80,13 +101,15 @@ def _estimate_from_line(line: str, base: float, partition: str) -> dict[str, Any
     return out
 
 
-def estimator_to_status(d: Mapping[str, Any]) -> dict[str, Any]:
+def estimator_to_status(d: Mapping[str, Any], ages: Mapping[int, float] | None = None) -> dict[str, Any]:
     """``EstimatorState.to_dict()`` -> ``status.estimator``: each partition's memory on one line
-    (``kubectl describe`` shows one line per partition). The status is written with a JSON merge
+    (``kubectl describe`` shows one line per partition); this is also the status's per-partition
+    view (offsets, lag, rates; ``ages``: the oldest waiting record's age of lagging partitions). The status is written with a JSON merge
     patch, which merges nested objects: a string replaces a partition object of an older operator
     whole, and the old top-level ``atS`` is sent as null (deleted)."""
     at = float(d["atS"])
-    parts = {str(k): _estimate_to_line(dict(p), at) for k, p in dict(d.get("partitions") or {}).items()}
+    ages = ages or {}
+    parts = {str(k): _estimate_to_line(dict(p), at, ages.get(int(k))) for k, p in dict(d.get("partitions") or {}).items()}
     # capacityPerReplica and dataLossRecords are status.capacityPerReplica / status.dataLossRecords
     # (one fact, one place): sent as null, so an older operator's copies here are deleted;
     # step_memory_from_status reads them back from the top level
@@ -124,6 +147,27 @@ def estimator_from_status(d: Mapping[str, Any]) -> dict[str, Any]:
     # the top level; step_memory_from_status puts those in)
     return {"atS": at, "capacityPerReplica": d.get("capacityPerReplica"),
             "dataLossRecords": d.get("dataLossRecords") or 0, "resets": d.get("resets", 0), "partitions": parts}
+
+
+def partitions_view(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The per-partition view of a status (``status.estimator.partitions``, either form) as dicts
+    {partition, committed, end, low, lag, produceRate, consumeRate[, oldestAgeSeconds]}, by
+    partition; [] when absent or unreadable. For readers (tests, the demo), not the estimator."""
+    est = (status or {}).get("estimator") or {}
+    out = []
+    try:
+        for k, raw in dict(est.get("partitions") or {}).items():
+            if isinstance(raw, str):
+                kv = dict(t.partition("=")[::2] for t in raw.split(" window=")[0].split())
+                row: dict[str, Any] = {"partition": int(k), "committed": None}
+                row.update({n: _parse_num(v) for n, v in kv.items()})
+            else:
+                row = {"partition": int(k), "committed": None, **{n: v for n, v in dict(raw).items() if n != "window"}}
+                row.update({_EST_KEYS.get(n, n): v for n, v in dict(raw).items() if n in _EST_KEYS})
+            out.append(row)
+    except (TypeError, ValueError):
+        return []
+    return sorted(out, key=lambda r: r["partition"])
 
 
 def estimator_time(d: Mapping[str, Any] | None) -> float:
