@@ -28,11 +28,18 @@ The planner (docs/decision.md, "Drain need"):
   sub-range finishes at about the same time, no partition is left without a task while another gets
   many. With a budget smaller than the partitions, the most urgent partitions get one task each and
   the rest wait for the next drain.
-- **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side) the
-  range that regrew behind a running drain's split is planned with the budget left, as soon as the
-  running drain is handed off (``busy_partitions``: partitions whose hand-off is still in progress
-  are never planned twice). With one drain at a time the same rule plans the follow-up the moment
-  the previous drain is done.
+- **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side;
+  the operator's runs one) and a load that regrows behind every split (overloaded or regrowing
+  partitions), the range that regrew behind a running drain's split has its own rule: it is due
+  when one more poll would make its worst record miss the target with the tasks free now
+  (:func:`follow_up_due`); it waits for the tasks it wants (:func:`pipeline_tasks`) while its
+  records can still make the SLA; it gets ``k`` tasks a partition from a steady-state model of
+  drains staggered in time whose start-ups overlap (one task a partition when three may run side
+  by side at a 90 s start-up), more only while its own worst record misses the target, never more
+  than the budget left by the drains in flight (``busy_partitions``: partitions whose hand-off is
+  still in progress are never planned twice). The burst's first drain is sized by the same model
+  so that it leaves tasks for the follow-ups. With one drain at a time none of this applies: the
+  next drain is planned by the rules above once the previous one is done (unchanged).
 
 - **Drain-assisted replica count** (:func:`assisted_replicas`, used by ``scaling.decide``): when
   partition granularity makes the group sized for the load expensive, fewer replicas plus the
@@ -285,10 +292,14 @@ def drain_need(
     ages = dict(oldest_age_s or {})
     busy = set(busy_partitions)
     regrowing = {l.partition for l in loads if l.rate >= capacity}
-    # pipelined drains (an executor running several side by side) while the load regrows behind
-    # every split: follow-ups have their own timing and sizing (follow_up_due, pipeline_tasks);
-    # with one drain at a time (max_concurrent 1) nothing below changes
-    pipelined = policy.max_concurrent > 1 and (overloaded or bool(regrowing))
+    # pipelined drains (an executor running several side by side) while the group is overloaded
+    # (the load regrows behind every split) and one drain at a time could not hold the target in
+    # steady state (one_at_a_time_worst_s): follow-ups have their own timing and sizing
+    # (follow_up_due, pipeline_tasks). Otherwise (a hot partition carried by drains, a mild
+    # excess) the rules above, like one drain at a time (max_concurrent 1): nothing below changes
+    pipelined = (policy.max_concurrent > 1 and overloaded
+                 and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
+                                           capacity) > target_s)
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
@@ -481,6 +492,30 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
         if worst < best_worst - 1e-9:
             best, best_worst = n, worst
     return best
+
+
+def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, float], share: float,
+                          policy: DrainPolicy, capacity: float) -> float:
+    """The worst record of one drain at a time in steady state on these rates (pure): each cycle is
+    start-up + hand-off + poll + the work, ``C = (F + poll) / (1 - X / N)`` with ``X`` the tasks
+    the excess over the group keeps busy (``sum(rate - share) / task throughput`` over the
+    partitions that regrow) and ``N`` the budget; a record just behind a split waits for the next
+    split, then for its sub-range: about ``C (1 - 1/k) + C - poll`` with ``k = N / partitions``
+    (docs/decision.md, "flash at 90 s"). Infinite when the budget cannot carry the excess."""
+    task_cap = policy.task_capacity or capacity
+    rates = []
+    for l in loads:
+        age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+        rates.append(max(l.rate, l.lag / age if age >= policy.poll_interval_s else 0.0))
+    over = [r - share for r in rates if r > share]
+    if not over:
+        return 0.0
+    busy = sum(over) / task_cap
+    if busy >= policy.max_tasks:
+        return INF
+    cycle = (policy.fixed_cost_s + policy.poll_interval_s) / (1 - busy / policy.max_tasks)
+    k = max(1.0, policy.max_tasks / len(over))
+    return cycle * (1 - 1 / k) + cycle - policy.poll_interval_s
 
 
 def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], budget: int, share: float,
@@ -680,5 +715,5 @@ def _rest_ok(
 
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
-           "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due",
+           "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
            "group_cost", "consumer_rates", "overloaded_at", "INF"]
