@@ -29,10 +29,10 @@ The planner (docs/decision.md, "Drain need"):
   many. With a budget smaller than the partitions, the most urgent partitions get one task each and
   the rest wait for the next drain.
 - **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side;
-  the operator's runs one) and a load that regrows behind every split (overloaded or regrowing
-  partitions), the range that regrew behind a running drain's split has its own rule: it is due
-  when one more poll would make its worst record miss the target with the tasks free now
-  (:func:`follow_up_due`); it waits for the tasks it wants (:func:`pipeline_tasks`) while its
+  the operator's runs one), while the group is overloaded and one drain at a time could not hold
+  the target in steady state (:func:`one_at_a_time_worst_s`), the range that regrew behind a
+  running drain's split has its own rule: it is due when one more poll would make its worst
+  record miss the target with the tasks free now (:func:`follow_up_due`); it waits for the tasks it wants (:func:`pipeline_tasks`) while its
   records can still make the SLA; it gets ``k`` tasks a partition from a steady-state model of
   drains staggered in time whose start-ups overlap (one task a partition when three may run side
   by side at a 90 s start-up), more only while its own worst record misses the target, never more
