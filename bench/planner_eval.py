@@ -1,9 +1,10 @@
 """Held-out evaluation of the planner over generated traces (issue 11), in the simulator.
 
-    .venv/bin/python bench/planner_eval.py [--kinds flash,...] [--seeds 100-109,0-9] [--starts 90,20,6] [--json]
+    .venv/bin/python bench/planner_eval.py [--kinds flash,...] [--seeds 100-109,0-9] [--starts 90,20,6]
+        [--concurrent-drains 1] [--json]
 
 Each trace is `tracegen.generate(kind, seed)` with the family's `tracegen.SUITE` parameters, simulated
-with pods 30 s, a 1 s hand-off pause, <= 16 drain tasks; lagpilot at each drain start, KEDA once (it
+with pods 30 s, a 1 s hand-off pause, <= 16 drain tasks; lagpilot at each drain start (with ``--concurrent-drains`` drains side by side), KEDA once (it
 does not drain). A run is ok when within-SLA >= 0.999 and replica + drain-task minutes <= KEDA's
 replica minutes. Prints a Markdown table (or, with --json, one JSON object: runs and the counts).
 """
@@ -29,7 +30,7 @@ def seeds_of(text: str) -> list[int]:
     return out
 
 
-def evaluate(kinds: list[str], seeds: list[int], starts: list[float]) -> list[dict]:
+def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1) -> list[dict]:
     rows = []
     for kind in kinds:
         fam = tracegen.SUITE[kind]
@@ -39,15 +40,15 @@ def evaluate(kinds: list[str], seeds: list[int], starts: list[float]) -> list[di
                         handoff_pause_s=1.0, max_drain_tasks=16)
             keda = run_policy(trace, SimParams(**base), "keda")
             for st in starts:
-                lp = run_policy(trace, SimParams(drain_start_s=st, **base), "lagpilot")
+                lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent, **base), "lagpilot")
                 cost = lp.replica_minutes + lp.drain_task_minutes
-                rows.append({"kind": kind, "seed": seed, "drain_start_s": st,
+                rows.append({"kind": kind, "seed": seed, "drain_start_s": st, "concurrent": concurrent,
                              "within": round(lp.within_sla_fraction, 6), "p99": round(lp.p99_latency_s, 1),
                              "cost": round(cost, 1), "keda_cost": round(keda.replica_minutes, 1),
                              "keda_within": round(keda.within_sla_fraction, 4), "drains": lp.drains,
                              "within_ok": lp.within_sla_fraction >= 0.999,
                              "ok": lp.within_sla_fraction >= 0.999 and cost <= keda.replica_minutes})
-                print(f"# {kind} s{seed} {st:.0f}s within {rows[-1]['within']}", file=sys.stderr, flush=True)
+                print(f"# {kind} s{seed} {st:.0f}s c{concurrent} within {rows[-1]['within']} cost {rows[-1]['cost']} keda {rows[-1]['keda_cost']}", file=sys.stderr, flush=True)
     return rows
 
 
@@ -56,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=KINDS)
     ap.add_argument("--seeds", default="100-109,0-9")
     ap.add_argument("--starts", default="90,20,6", help="drain start-up seconds, comma-separated")
+    ap.add_argument("--concurrent-drains", type=int, default=1,
+                    help="drains the simulated executor runs side by side (default 1, today's executor)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]
-    rows = evaluate(kinds, seeds_of(a.seeds), starts)
+    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains)
     if a.json:
         counts = {f"{k}@{st:.0f}": {"runs": len(rs), "within_ok": sum(r["within_ok"] for r in rs),
                                      "ok": sum(r["ok"] for r in rs),

@@ -181,6 +181,7 @@ def test_follow_up_drain_while_the_first_runs_uses_the_budget_left() -> None:
     loads = L(*[(40_000, 250.0) for _ in range(3)])
     multi = DrainPolicy(start_up_s=20, min_backlog_records=1000, max_tasks=16, max_concurrent=2)
     assert _need(loads, drains_in_flight=1, tasks_in_flight=6) is None  # one at a time (today's executor)
+    # (one drain at a time would hold this excess in steady state: not pipelined, the regrowing trigger)
     need = _need(loads, policy=multi, drains_in_flight=1, tasks_in_flight=6, oldest_age_s={0: 250, 1: 250, 2: 250})
     assert need is not None and need.follow_up and need.tasks <= 10
     # a partition whose hand-off is still in progress is never planned twice
@@ -476,3 +477,144 @@ def test_tasks_for_two_drains_properties(rows, low, span, start, target) -> None
         assert all(w[m] > target for m in range(low, n))
     else:
         assert all(w[m] > target for m in w) and w[n] <= min(w.values()) + 1e-6
+
+
+# --- follow-up drains side by side (max_concurrent > 1; the operator's executor runs 1) ------------
+from lagpilot.decide.drain_policy import follow_up_due, one_at_a_time_worst_s, pipeline_tasks  # noqa: E402
+
+PIPE = DrainPolicy(start_up_s=90, handoff_s=1, max_tasks=16, min_backlog_records=10_000, max_concurrent=3)
+FLASH_KW = dict(group_replicas=6, target_s=240.0, sla_s=300.0, now_s=1000.0)
+
+
+def _behind_split(age: float, rate: float = 383.0, share: float = 150.0) -> tuple[list[PartitionLoad], dict[int, float]]:
+    """Flash seed 101's second burst: what regrew behind a running drain's split on every partition
+    (the group takes ``share`` of each partition's ``rate``), its oldest record ``age`` old."""
+    lag = int(rate * age)  # FIFO: every record younger than the oldest is still there
+    return [PartitionLoad(i, lag, rate, 0, lag) for i in range(6)], {i: age for i in range(6)}
+
+
+@pytest.mark.parametrize("age,in_flight_tasks,concurrent,due", [
+    (30.0, 6, 3, False),   # just split: waiting batches more regrowth into the next drain
+    (45.0, 6, 3, False),
+    (50.0, 6, 3, True),    # one more poll and its worst record (one task each) misses the target
+    (70.0, 6, 3, False),   # past that point it wants more tasks than the 10 free: it waits for them ...
+    (90.0, 6, 3, True),    # ... only while its records can still make the SLA
+    (50.0, 6, 1, False),   # one drain at a time: never a second while one runs
+    (90.0, 6, 1, False),
+    (90.0, 16, 3, False),  # no task left
+    (50.0, 12, 3, False),  # 4 tasks free of the 6 it wants: wait while the SLA can be made
+    (90.0, 12, 3, True),   # then the budget left, oldest partitions first
+])
+def test_follow_up_for_the_regrowth_behind_a_running_split(age, in_flight_tasks, concurrent, due) -> None:  # type: ignore[no-untyped-def]
+    loads, ages = _behind_split(age)
+    pol = DrainPolicy(start_up_s=90, handoff_s=1, max_tasks=16, min_backlog_records=10_000, max_concurrent=concurrent)
+    need = drain_need(loads, 150.0, policy=pol, oldest_age_s=ages, drains_in_flight=1,
+                      tasks_in_flight=in_flight_tasks, **FLASH_KW)  # type: ignore[arg-type]
+    assert (need is not None) == due, need
+    if need is None:
+        return
+    assert need.follow_up and need.reason == "RegrowingPartition"
+    assert need.tasks <= 16 - in_flight_tasks
+    assert any(r.records >= pol.min_backlog_records for r in need.ranges)
+    if age == 50.0:
+        # one task a partition: several one-task drains staggered in time, their start-ups overlapping
+        assert need.partitions == (0, 1, 2, 3, 4, 5) and all(r.tasks == 1 for r in need.ranges)
+        assert need.expected_s <= 240.0
+    if in_flight_tasks == 12:
+        assert need.tasks == 4 and len(need.partitions) == 4  # the budget left: never more
+
+
+def test_follow_up_due_is_monotone_in_age_and_tasks() -> None:
+    """Older regrowth is due no later; more free tasks never make it due sooner than fewer."""
+    prev = False
+    for age in range(10, 200, 5):
+        loads, ages = _behind_split(float(age))
+        now = follow_up_due(loads, ages, 6, 150.0, 240.0, PIPE, 150.0)
+        assert now or not prev
+        prev = now
+        if follow_up_due(loads, ages, 12, 150.0, 240.0, PIPE, 150.0):
+            assert follow_up_due(loads, ages, 6, 150.0, 240.0, PIPE, 150.0)
+    assert not follow_up_due(loads, ages, 0, 150.0, 240.0, PIPE, 150.0)  # no task: never
+
+
+def test_burst_that_ends_while_a_drain_is_starting_plans_no_follow_up() -> None:
+    """The first drain handed off, its tasks still starting; the rates fall back under the group's
+    capacity: the group alone meets the target, no follow-up (whatever the concurrency)."""
+    first = drain_need(_flash_onset(), 150.0, policy=PIPE, oldest_age_s={i: 27.0 for i in range(6)}, **FLASH_KW)  # type: ignore[arg-type]
+    assert first is not None and not first.follow_up
+    after = [PartitionLoad(i, 2_000, 20.0, 0, 2_000) for i in range(6)]
+    assert drain_need(after, 150.0, policy=PIPE, oldest_age_s={i: 60.0 for i in range(6)}, drains_in_flight=1,
+                      tasks_in_flight=first.tasks, **FLASH_KW) is None  # type: ignore[arg-type]
+
+
+def test_pipelined_first_drain_leaves_tasks_for_the_follow_up() -> None:
+    """At a 90 s start-up with three drains side by side, the burst's first drain takes one task a
+    partition (its range makes the target), leaving 10 for the follow-ups; one at a time, the same
+    onset takes the whole budget (unchanged: the next drain can only start when this one ended)."""
+    ages = {i: 27.0 for i in range(6)}
+    piped = drain_need(_flash_onset(), 150.0, policy=PIPE, oldest_age_s=ages, **FLASH_KW)  # type: ignore[arg-type]
+    one = drain_need(_flash_onset(), 150.0, policy=FLASH, oldest_age_s=ages, **FLASH_KW)  # type: ignore[arg-type]
+    assert piped is not None and one is not None
+    assert piped.tasks == 6 and one.tasks == 16
+    assert piped.expected_s <= 240.0
+
+
+@pytest.mark.parametrize("concurrent,rate,k", [
+    (3, 383.0, 1),   # start-ups overlap: one task a partition a drain, drains staggered
+    (2, 383.0, 2),   # two side by side cannot carry one-task drains: two a partition
+    (3, 600.0, None),  # (600 - 150) / 150 = 3 tasks busy a partition, more than 16 / 6: no pipeline
+])
+def test_pipeline_tasks_per_partition(concurrent, rate, k) -> None:  # type: ignore[no-untyped-def]
+    loads, ages = _behind_split(30.0, rate)
+    pol = DrainPolicy(start_up_s=90, handoff_s=1, max_tasks=16, min_backlog_records=10_000, max_concurrent=concurrent)
+    n = pipeline_tasks(loads, ages, 16, 150.0, 240.0, pol, 150.0)
+    if k is None:
+        assert n is None
+    else:
+        assert n == k * 6
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.floats(0, 200_000), st.floats(0, 800), st.floats(0, 400)), min_size=1, max_size=8),
+    concurrent=st.integers(1, 4), in_flight=st.integers(0, 4), in_flight_tasks=st.integers(0, 20),
+    max_tasks=st.integers(1, 20), start=st.sampled_from([6.0, 20.0, 90.0]),
+)
+def test_follow_up_properties(rows, concurrent, in_flight, in_flight_tasks, max_tasks, start) -> None:  # type: ignore[no-untyped-def]
+    """Across drains in flight the budget is never exceeded; one drain at a time never plans a
+    second; every follow-up has a range of at least minBacklogRecords and only helped ranges."""
+    loads = [PartitionLoad(i, lag, rate, 0, int(lag)) for i, (lag, rate, _) in enumerate(rows)]
+    ages = {i: age for i, (_, _, age) in enumerate(rows)}
+    pol = DrainPolicy(start_up_s=start, handoff_s=1, max_tasks=max_tasks, min_backlog_records=10_000,
+                      max_concurrent=concurrent)
+    need = drain_need(loads, 150.0, group_replicas=len(loads), target_s=240.0, sla_s=300.0, policy=pol,
+                      now_s=0.0, oldest_age_s=ages, drains_in_flight=in_flight, tasks_in_flight=in_flight_tasks)
+    if in_flight >= concurrent or in_flight_tasks >= max_tasks:
+        assert need is None
+    if need is None:
+        return
+    assert need.follow_up == (in_flight > 0)
+    assert in_flight_tasks + need.tasks <= max_tasks
+    assert need.tasks == sum(r.tasks for r in need.ranges) and all(r.tasks >= 1 for r in need.ranges)
+    assert any(r.records >= pol.min_backlog_records for r in need.ranges)
+    assert all(r.expected_s < r.group_would_need_s for r in need.ranges)
+    assert len(set(need.partitions)) == len(need.partitions)
+
+
+def test_pipelining_only_where_one_drain_at_a_time_cannot_hold() -> None:
+    """Flash s101's second spike (x = 1.55 tasks busy on each of 6 partitions, 16 tasks, 90 s
+    start-up): one drain at a time cycles in ~250 s and its worst record is far past the 240 s
+    target, so drains side by side are planned; a hot partition carried by drains (one partition
+    1.5x a consumer) is held one at a time: the rules for max_concurrent 1 apply."""
+    loads, ages = _behind_split(50.0)
+    assert one_at_a_time_worst_s(loads, ages, 150.0, PIPE, 150.0) > 240.0
+    hot = [PartitionLoad(0, 20_000, 225.0, 0, 20_000)] + [PartitionLoad(i, 500, 50.0, 0, 500) for i in range(1, 6)]
+    hot_ages = {0: 100.0, **{i: 10.0 for i in range(1, 6)}}
+    assert one_at_a_time_worst_s(hot, hot_ages, 150.0, PIPE, 150.0) < 240.0
+    piped = drain_need(hot, 150.0, policy=PIPE, oldest_age_s=hot_ages, drains_in_flight=1, tasks_in_flight=2, **FLASH_KW)  # type: ignore[arg-type]
+    one = drain_need(hot, 150.0, policy=FLASH, oldest_age_s=hot_ages, drains_in_flight=0, **FLASH_KW)  # type: ignore[arg-type]
+    # the same answer as one drain at a time once the previous one is done (budget left aside)
+    assert (piped is None) == (one is None)
+    if piped is not None and one is not None:
+        assert piped.partitions == one.partitions
+    assert one_at_a_time_worst_s(loads, ages, 150.0, DrainPolicy(max_tasks=4, start_up_s=90), 150.0) == float("inf")

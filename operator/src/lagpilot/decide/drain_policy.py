@@ -28,11 +28,18 @@ The planner (docs/decision.md, "Drain need"):
   sub-range finishes at about the same time, no partition is left without a task while another gets
   many. With a budget smaller than the partitions, the most urgent partitions get one task each and
   the rest wait for the next drain.
-- **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side) the
-  range that regrew behind a running drain's split is planned with the budget left, as soon as the
-  running drain is handed off (``busy_partitions``: partitions whose hand-off is still in progress
-  are never planned twice). With one drain at a time the same rule plans the follow-up the moment
-  the previous drain is done.
+- **Follow-up drains.** With ``max_concurrent > 1`` (an executor that runs drains side by side;
+  the operator's runs one), while the group is overloaded and one drain at a time could not hold
+  the target in steady state (:func:`one_at_a_time_worst_s`), the range that regrew behind a
+  running drain's split has its own rule: it is due when one more poll would make its worst
+  record miss the target with the tasks free now (:func:`follow_up_due`); it waits for the tasks it wants (:func:`pipeline_tasks`) while its
+  records can still make the SLA; it gets ``k`` tasks a partition from a steady-state model of
+  drains staggered in time whose start-ups overlap (one task a partition when three may run side
+  by side at a 90 s start-up), more only while its own worst record misses the target, never more
+  than the budget left by the drains in flight (``busy_partitions``: partitions whose hand-off is
+  still in progress are never planned twice). The burst's first drain is sized by the same model
+  so that it leaves tasks for the follow-ups. With one drain at a time none of this applies: the
+  next drain is planned by the rules above once the previous one is done (unchanged).
 
 - **Drain-assisted replica count** (:func:`assisted_replicas`, used by ``scaling.decide``): when
   partition granularity makes the group sized for the load expensive, fewer replicas plus the
@@ -285,6 +292,14 @@ def drain_need(
     ages = dict(oldest_age_s or {})
     busy = set(busy_partitions)
     regrowing = {l.partition for l in loads if l.rate >= capacity}
+    # pipelined drains (an executor running several side by side) while the group is overloaded
+    # (the load regrows behind every split) and one drain at a time could not hold the target in
+    # steady state (one_at_a_time_worst_s): follow-ups have their own timing and sizing
+    # (follow_up_due, pipeline_tasks). Otherwise (a hot partition carried by drains, a mild
+    # excess) the rules above, like one drain at a time (max_concurrent 1): nothing below changes
+    pipelined = (policy.max_concurrent > 1 and overloaded
+                 and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
+                                           capacity) > target_s)
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
@@ -310,7 +325,9 @@ def drain_need(
             continue
         candidates.append(l)
         remaining[l.partition] = PartitionLoad(l.partition, 0.0, l.rate, l.start_offset, l.end_offset)
-        if l.partition in regrowing or overloaded:
+        if pipelined and in_flight > 0 and (l.partition in regrowing or overloaded):
+            pass  # a follow-up: due by its own rule below (follow_up_due), not the trigger
+        elif l.partition in regrowing or overloaded:
             # its backlog regrows after any drain: due when one more poll would bring its oldest
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
             age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
@@ -324,6 +341,18 @@ def drain_need(
             due = True  # waiting for the regrowing trigger would let retention delete the range
     if not candidates:
         return None
+    share = capacity / group.per_consumer_partitions
+    if not due and pipelined and in_flight > 0:
+        planned = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity)
+        due = follow_up_due(candidates, ages, planned or budget, share, target_s, policy, capacity)
+        wanted = pipeline_tasks(candidates, ages, policy.max_tasks, share, target_s, policy, capacity)
+        if due and wanted is not None and budget < wanted and not follow_up_due(
+                candidates, ages, planned or budget, share, sla_s, policy, capacity):
+            # the tasks this follow-up wants are still held by the drains in flight: wait for them
+            # while its records can still make the SLA (a follow-up that leaves partitions out, or
+            # gives them too few tasks, doubles their next range and takes a drain slot)
+            due = False
+            notes.append(f"follow-up waits for tasks ({budget} free of {wanted} wanted)")
     if not due:
         notes.append("regrowing partitions not yet due")
         return None
@@ -359,7 +388,10 @@ def drain_need(
         helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
     want = max(want, helps)
     n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
-    if overloaded or any(l.partition in regrowing for l in candidates):
+    piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
+    if piped is not None:
+        n = piped
+    elif overloaded or any(l.partition in regrowing for l in candidates):
         # the backlog regrows behind the split while this drain runs, and (one drain at a time)
         # the next drain can start only when this one ended: size this one so that both meet
         # the target, else so that the worse of the two is as short as the budget allows
@@ -460,6 +492,97 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
         if worst < best_worst - 1e-9:
             best, best_worst = n, worst
     return best
+
+
+def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, float], share: float,
+                          policy: DrainPolicy, capacity: float) -> float:
+    """The worst record of one drain at a time in steady state on these rates (pure): each cycle is
+    start-up + hand-off + poll + the work, ``C = (F + poll) / (1 - X / N)`` with ``X`` the tasks
+    the excess over the group keeps busy (``sum(rate - share) / task throughput`` over the
+    partitions that regrow) and ``N`` the budget; a record just behind a split waits for the next
+    split, then for its sub-range: about ``C (1 - 1/k) + C - poll`` with ``k = N / partitions``
+    (docs/decision.md, "flash at 90 s"). Infinite when the budget cannot carry the excess."""
+    task_cap = policy.task_capacity or capacity
+    rates = []
+    for l in loads:
+        age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+        rates.append(max(l.rate, l.lag / age if age >= policy.poll_interval_s else 0.0))
+    over = [r - share for r in rates if r > share]
+    if not over:
+        return 0.0
+    busy = sum(over) / task_cap
+    if busy >= policy.max_tasks:
+        return INF
+    cycle = (policy.fixed_cost_s + policy.poll_interval_s) / (1 - busy / policy.max_tasks)
+    k = max(1.0, policy.max_tasks / len(over))
+    return cycle * (1 - 1 / k) + cycle - policy.poll_interval_s
+
+
+def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], budget: int, share: float,
+                   target_s: float, policy: DrainPolicy, capacity: float) -> int | None:
+    """Tasks for one drain of ``candidates`` when drains run side by side (``max_concurrent`` > 1)
+    while the partitions regrow (the group processes ``share`` records/s of each), or None when no
+    pipeline can carry the regrowth (the caller then sizes as for one drain at a time).
+
+    Steady state: a drain every ``tau`` seconds takes what regrew since the last split, ``k`` tasks
+    a partition; ``x`` = regrowth / task throughput (the worst partition). A drain lasts
+    ``F + x tau / k`` (``F``: start-up + hand-off), so ``F / tau + x / k`` drains are in flight
+    (<= ``max_concurrent``) holding ``k F / tau + x`` tasks a partition (<= the budget's share,
+    ``max_tasks / partitions``); its worst record is ``tau (1 - 1/k) + F + x tau / k`` old when
+    processed (:func:`worst_latency_s`). ``k`` is the count with the smallest worst record at the
+    shortest feasible ``tau``: cutting a range into more tasks makes its oldest sub-range wait for
+    the younger ones' split, so several one-task drains staggered in time beat one drain of many
+    tasks once their start-ups overlap. Then more tasks (up to ``splitFactor`` a partition) only
+    while this drain's own worst record misses ``target_s`` (a burst's first drain takes the
+    backlog of its onset). At most ``budget``. Pure."""
+    n_parts = len(candidates)
+    if n_parts == 0 or budget <= 0:
+        return None
+    task_cap = policy.task_capacity or capacity
+    fixed = policy.fixed_cost_s
+    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) for l in candidates]
+    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(candidates, olds)]
+    x = max(0.0, max(r - share for r in rates)) / task_cap
+    per_part = policy.max_tasks / n_parts
+    best_k, best_w = 0, INF
+    for k in range(1, policy.split_factor + 1):
+        room_tasks, room_drains = per_part - x, policy.max_concurrent - x / k
+        if room_tasks <= 0 or room_drains <= 0:
+            continue
+        tau = max(policy.poll_interval_s, k * fixed / room_tasks, fixed / room_drains)
+        worst = tau * (1 - 1 / k) + fixed + x * tau / k
+        if worst < best_w - 1e-9:
+            best_k, best_w = k, worst
+    if best_k == 0:
+        return None
+    lags = [l.lag for l in candidates]
+    high = min(budget, policy.split_factor * n_parts)
+    n = min(best_k * n_parts, high)
+    while n < high:
+        alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
+        if worst_latency_s(lags, olds, alloc, policy, task_cap)[0] <= target_s:
+            break
+        n += 1
+    return max(min(n_parts, budget), n)
+
+
+def follow_up_due(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], budget: int, share: float,
+                  target_s: float, policy: DrainPolicy, capacity: float) -> bool:
+    """A follow-up drain (planned while an earlier drain still runs) of the range that regrew behind
+    the earlier split is due when one more poll's wait would make its worst record miss ``target_s``:
+    the range as it will be at the next poll (each partition grows by ``rate - share`` records/s,
+    its oldest record one poll older), cut over the ``budget`` tasks free now, run from a fresh
+    start-up (:func:`worst_latency_s`). Before that, waiting batches more regrowth into the same
+    drain (fewer start-ups); after it, the oldest record cannot make the target any more. Pure."""
+    if budget <= 0:
+        return False
+    task_cap = policy.task_capacity or capacity
+    poll = policy.poll_interval_s
+    lags = [l.lag + max(0.0, l.rate - share) * poll for l in candidates]
+    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) + poll for l in candidates]
+    alloc = allocate_tasks(lags, budget, per_task_min=policy.min_records_per_task)
+    worst, _ = worst_latency_s(lags, olds, alloc, policy, task_cap)
+    return worst >= target_s
 
 
 def consumer_rates(rates: Sequence[float], replicas: int) -> list[tuple[int, float]]:
@@ -592,5 +715,5 @@ def _rest_ok(
 
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
-           "worst_latency_s", "tasks_for_two_drains",
+           "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
            "group_cost", "consumer_rates", "overloaded_at", "INF"]
