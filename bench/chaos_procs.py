@@ -15,8 +15,6 @@ from lagpilot_dev.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parents[1]
 PARTS = 2
 BATCH = 100
-# spec.kafka.sessionTimeoutMs of the campaign's groups: a SIGKILLed consumer's partitions move after 10 s (default 30 s)
-SESSION_TIMEOUT_MS = 10_000
 GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 JOB_LABEL = "lagpilot.io/drain-job"

@@ -16,9 +16,9 @@ from typing import Any
 
 from bench import chaos_faults as cf
 from bench.chaos_faults import Fault
-from bench.chaos_procs import (BATCH, CRD_FILE, SESSION_TIMEOUT_MS, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
+from bench.chaos_procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
                                say, tcp_open)
-from lagpilot_dev.operator_process import operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, operator_env
 from lagpilot_dev.paths import free_port
 
 
@@ -104,7 +104,7 @@ class CampaignBase:
         self.recover_wait(t0, "the first deliveries", 600)
 
     def spec(self, which: str) -> dict[str, Any]:
-        common = {"kafka": {"bootstrapServers": self.bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS}, "topic": self.topic, "groupId": self.groups[which],
+        common = {"kafka": {"bootstrapServers": self.bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS}, "topic": self.topic, "groupId": self.groups[which],
                   "batch": {"maxRecords": BATCH, "timeoutMs": self.timeout_ms},
                   "failure": {"policy": "exit", "maxRetries": 5, "backoffMs": 500},
                   "scaling": {"minReplicas": 1, "maxReplicas": PARTS, "pollIntervalSeconds": 2,

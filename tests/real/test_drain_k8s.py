@@ -31,7 +31,8 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain_plan import split_ranges
-from tests.fixtures.kube import SESSION_TIMEOUT_MS, KubeEnv, wait_until
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
+from tests.fixtures.kube import KubeEnv, wait_until
 from tests.real.test_drain_job import produce
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant
 
@@ -105,7 +106,7 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     subs = split_ranges(ranges, 2, min_records_per_task=200)  # 4 sub-ranges: 4 tasks
     table = "drk8s_" + uuid.uuid4().hex[:8]
     spec = parse_spec({
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
+        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
         "batch": {"maxRecords": 100},
         "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                        "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)}},

@@ -34,11 +34,11 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import OperatorProcess, operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.decide.status import parse_time
 from lagpilot.decide.status_codec import parse_ranges
-from tests.fixtures.kube import SESSION_TIMEOUT_MS, wait_until
+from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
 from tests.real.drain_handlers import LEDGER_DDL
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401
@@ -139,7 +139,7 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
                      logs=Path(pod_runner.workdir) / "logs")
         produce(kafka_bootstrap, topic, backlog, s.produced)
         apply_cr(crd, ns, cr(s.name, {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS},
+            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
             "topic": topic, "groupId": s.group,
             "batch": {"maxRecords": BATCH, "timeoutMs": 500},
             "processing": {"handler": "tests.real.drain_handlers:ledger",

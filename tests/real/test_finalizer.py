@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from lagpilot.decide.handoff import history_of, ranges_of
-from tests.fixtures.kube import SESSION_TIMEOUT_MS, wait_until
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
+from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
 from tests.real.test_drain_operator import Operator, grant_operator, operator_rules
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr  # noqa: F401  (crd: fixture)
@@ -86,7 +87,7 @@ def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str]
         op = Operator(crd.kubeconfig_for_service_account(ns, SA_NAME), ns, tmp_path / f"operator-{ns}.log",
                       {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": wait_s})
         spec = {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
+            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
             "batch": {"maxRecords": BATCH, "timeoutMs": 500},
             "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                            "config": {"ledger.table": table, "ledger.cost_ms": str(COST_MS)}},

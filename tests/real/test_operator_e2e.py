@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from lagpilot.decide import status_codec
-from lagpilot_dev.operator_process import OperatorProcess, operator_env
-from tests.fixtures.kube import SESSION_TIMEOUT_MS, wait_until
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
+from tests.fixtures.kube import wait_until
 from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -171,7 +171,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     op = start_operator(ns)
     name = "orders"
     apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS},
+        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
         "topic": topic, "groupId": group,
         "batch": {"maxRecords": 100, "timeoutMs": 500},
         "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "5"}},
@@ -392,7 +392,7 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     op = start_operator(ns)
     name = "restart"
     apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": SESSION_TIMEOUT_MS},
+        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
         "topic": topic, "groupId": f"g-{uuid.uuid4().hex[:6]}",
         "batch": {"maxRecords": 50, "timeoutMs": 500},
         # ~50 records/s per consumer: the backlog outlives the restart

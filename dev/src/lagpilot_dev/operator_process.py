@@ -18,6 +18,9 @@ from pathlib import Path
 # pods of the local runner start in seconds; fail fast and retry often on the dev stack
 DEV_OPERATOR_ENV = {"LAGPILOT_POD_START_SECONDS": "3", "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
                     "LAGPILOT_MAX_BACKOFF_SECONDS": "15"}
+# spec.kafka.sessionTimeoutMs of the groups the real tests and the chaos campaign create: a consumer
+# they SIGKILL (no LeaveGroup) keeps its partitions this long; 10 s instead of the 30 s default
+DEV_SESSION_TIMEOUT_MS = 10_000
 
 
 def operator_env(kubeconfig: Path | str, pythonpath: Path | str, extra: Mapping[str, str] | None = None,

@@ -502,7 +502,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
         security_protocol=r.get(kafka, "securityProtocol", "spec.kafka", str, "PLAINTEXT"),
         sasl_mechanism=r.get(kafka, "saslMechanism", "spec.kafka", str, None),
         secret_name=r.get(secret_ref, "name", "spec.kafka.secretRef", str, None) or None,
-        session_timeout_ms=r.get(kafka, "sessionTimeoutMs", "spec.kafka", int, 30000),
+        session_timeout_ms=r.get(kafka, "sessionTimeoutMs", "spec.kafka", int, KafkaSpec.session_timeout_ms),
     )
     batch = r.section(raw, "batch", P)
     proc = r.section(raw, "processing", P)

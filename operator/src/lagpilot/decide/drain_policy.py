@@ -330,7 +330,7 @@ def drain_need(
         elif l.partition in regrowing or overloaded:
             # its backlog regrows after any drain: due when one more poll would bring its oldest
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
-            age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+            age = _age(l, ages)
             lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
             finish = policy.fixed_cost_s + lag_later / (min(budget, policy.split_factor) * task_cap)
             if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
@@ -363,7 +363,7 @@ def drain_need(
         candidates.append(l)
         notes.append(f"partition {l.partition}: below minBacklogRecords, joins the due drain (overloaded)")
     # urgency order for a budget smaller than the partitions: oldest record first
-    candidates.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), -l.lag, l.partition))
+    candidates.sort(key=lambda l: (-_age(l, ages), -l.lag, l.partition))
     candidates = expiring_first(candidates, ages, retention_s, target_s)
     if retention_s is not None and candidates and _expires_soon(candidates[0], ages, retention_s, target_s):
         notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
@@ -471,11 +471,11 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     tasks left 40-55 k records per partition, each next drain longer, until records were late."""
     task_cap = policy.task_capacity or capacity
     lags = [l.lag for l in candidates]
-    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) for l in candidates]
+    olds = [_age(l, ages) for l in candidates]
     # the regrowth rate: the estimate, or the mean produce rate over the backlog's own age when that
     # is higher (FIFO: every record younger than the oldest is in the backlog) -- the smoothed
     # estimate lags a burst's onset (rises: half-life 30 s) by about as long as the first drain waits
-    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(candidates, olds)]
+    rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
     high = max(low, high)
     best, best_worst = low, INF
     for n in range(low, high + 1):
@@ -494,6 +494,17 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     return best
 
 
+def _age(l: PartitionLoad, ages: Mapping[int, float]) -> float:
+    """The partition's oldest waiting record's age: observed, else its lag over its rate."""
+    return ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+
+
+def _seen_rate(l: PartitionLoad, age: float, poll_s: float) -> float:
+    """The rate its backlog implies (lag over the oldest record's age, once that spans a poll), or its
+    produce rate if higher: a burst's backlog shows the rate before the estimator's smoothing does."""
+    return max(l.rate, l.lag / age if age >= poll_s else 0.0)
+
+
 def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, float], share: float,
                           policy: DrainPolicy, capacity: float) -> float:
     """The worst record of one drain at a time in steady state on these rates (pure): each cycle is
@@ -505,8 +516,8 @@ def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, flo
     task_cap = policy.task_capacity or capacity
     rates = []
     for l in loads:
-        age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
-        rates.append(max(l.rate, l.lag / age if age >= policy.poll_interval_s else 0.0))
+        age = _age(l, ages)
+        rates.append(_seen_rate(l, age, policy.poll_interval_s))
     over = [r - share for r in rates if r > share]
     if not over:
         return 0.0
@@ -540,8 +551,8 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
         return None
     task_cap = policy.task_capacity or capacity
     fixed = policy.fixed_cost_s
-    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) for l in candidates]
-    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(candidates, olds)]
+    olds = [_age(l, ages) for l in candidates]
+    rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
     x = max(0.0, max(r - share for r in rates)) / task_cap
     per_part = policy.max_tasks / n_parts
     best_k, best_w = 0, INF
@@ -579,7 +590,7 @@ def follow_up_due(candidates: Sequence[PartitionLoad], ages: Mapping[int, float]
     task_cap = policy.task_capacity or capacity
     poll = policy.poll_interval_s
     lags = [l.lag + max(0.0, l.rate - share) * poll for l in candidates]
-    olds = [ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0) + poll for l in candidates]
+    olds = [_age(l, ages) + poll for l in candidates]
     alloc = allocate_tasks(lags, budget, per_task_min=policy.min_records_per_task)
     worst, _ = worst_latency_s(lags, olds, alloc, policy, task_cap)
     return worst >= target_s
@@ -684,7 +695,7 @@ def assisted_replicas(
 def _expires_soon(l: PartitionLoad, ages: Mapping[int, float], retention_s: float | None, target_s: float) -> bool:
     if retention_s is None or retention_s <= 0:
         return False
-    age = ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+    age = _age(l, ages)
     return age + target_s >= retention_s
 
 
@@ -694,7 +705,7 @@ def expiring_first(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
     (age + target >= retention) first, least time left first; the others keep their order (pure).
     With a task budget smaller than the candidates this decides who is drained now."""
     soon = [l for l in candidates if _expires_soon(l, ages, retention_s, target_s)]
-    soon.sort(key=lambda l: (-ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0), l.partition))
+    soon.sort(key=lambda l: (-_age(l, ages), l.partition))
     return soon + [l for l in candidates if l not in soon]
 
 

@@ -77,9 +77,10 @@ def _estimate_to_line(p: Mapping[str, Any], base: float, age: float | None = Non
     return " ".join(kv + ["window=" + _samples_to_str(p.get("window") or (), base)]).rstrip()
 
 
-def _estimate_from_line(line: str, base: float, partition: str) -> dict[str, Any]:
-    kinds = {name: (k, typ) for k, name, typ in _EST_LINE}
-    out: dict[str, Any] = {"committed": None, "lost_through": None}
+def _split_line(line: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """An estimator line -> its ``name=value`` fields before ``window=`` and the window's tokens.
+    Raises ValueError on a token of neither kind."""
+    fields: list[tuple[str, str]] = []
     window: list[str] = []
     in_window = False
     for tok in line.split():
@@ -87,15 +88,25 @@ def _estimate_from_line(line: str, base: float, partition: str) -> dict[str, Any
         if eq and name == "window":
             in_window = True
             window.extend([v] if v else [])
-        elif eq and not in_window and name == AGE_KEY:
-            float(v)  # validated; an observation of the cycle that wrote it, not the estimator's memory
         elif eq and not in_window:
-            k, typ = kinds.get(name, (name, _parse_num))
-            out[k] = typ(v)
+            fields.append((name, v))
         elif in_window and not eq:
             window.append(tok)
         else:
             raise ValueError(f"malformed estimator line {line!r}")
+    return fields, window
+
+
+def _estimate_from_line(line: str, base: float, partition: str) -> dict[str, Any]:
+    kinds = {name: (k, typ) for k, name, typ in _EST_LINE}
+    out: dict[str, Any] = {"committed": None, "lost_through": None}
+    fields, window = _split_line(line)
+    for name, v in fields:
+        if name == AGE_KEY:
+            float(v)  # validated; an observation of the cycle that wrote it, not the estimator's memory
+            continue
+        k, typ = kinds.get(name, (name, _parse_num))
+        out[k] = typ(v)
     out["partition"] = int(partition)
     out["window"] = _samples_from(" ".join(window), base)
     return out
@@ -158,9 +169,8 @@ def partitions_view(status: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     try:
         for k, raw in dict(est.get("partitions") or {}).items():
             if isinstance(raw, str):
-                kv = dict(t.partition("=")[::2] for t in raw.split(" window=")[0].split())
                 row: dict[str, Any] = {"partition": int(k), "committed": None}
-                row.update({n: _parse_num(v) for n, v in kv.items()})
+                row.update({n: _parse_num(v) for n, v in _split_line(raw)[0]})
             else:
                 row = {"partition": int(k), "committed": None, **{n: v for n, v in dict(raw).items() if n != "window"}}
                 row.update({_EST_KEYS.get(n, n): v for n, v in dict(raw).items() if n in _EST_KEYS})
