@@ -120,6 +120,8 @@ class DrainSpec:
     launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
     assist_replicas: bool = False  # opt-in: fewer replicas than the load needs, drains carry the excess
     warm_runtime: bool = False  # opt-in: a long-lived drain runtime per CR (lagpilot.act.drain_runtime)
+    # with warm_runtime: None = always running; a number = on demand (decide.runtime), kept this long after a drain
+    warm_runtime_cooldown_s: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,13 +17,15 @@ pause, drain task throughput, how many drains the executor runs side by side).
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import handoff
-from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy
+from lagpilot.decide import runtime as rt_mod
+from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy, overloaded_at
 from lagpilot.decide.lag import LagSnapshot
 from lagpilot.decide.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
 from lagpilot.spec import GroupSpec
@@ -35,6 +37,8 @@ class Model:
 
     pod_start_s: float = 30.0  # scheduling + cached image + process start + group join
     drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 13-20 s)
+    # a drain launched on a Ready warm runtime -> first batch (bench/drain.py --runtime warm: start_up_s 2.3 s)
+    drain_warm_start_s: float = 3.0
     handoff_pause_s: float = 1.0  # the live group's pause at a hand-off (consumer path: one batch)
     drain_task_capacity: float | None = None  # records/s of one drain task; None: one consumer's
     max_concurrent_drains: int = 1  # drains the executor runs side by side (status.drain: one)
@@ -49,6 +53,7 @@ class Model:
 class Policies:
     scaling: ScalingPolicy
     drain: DrainPolicy | None  # None: drains disabled or cancelled
+    runtime: rt_mod.RuntimePolicy = rt_mod.RuntimePolicy()  # the warm drain runtime (decide.runtime)
 
     @classmethod
     def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> "Policies":
@@ -62,7 +67,9 @@ class Policies:
                 # the drain-assisted replica count: always where the CR opts in
                 # (spec.drain.assistReplicas), else only in bursts (the capped group cannot hold the load)
                 assist_min_saving=model.drain_assist_min_saving)
-        return cls(scaling, drain)
+        runtime = rt_mod.RuntimePolicy.from_group_spec(spec, warm_up_s=model.drain_start_s,
+                                                       warm_start_s=model.drain_warm_start_s)
+        return cls(scaling, drain, runtime)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class StepObservation:
     drains: tuple[handoff.DrainStatus, ...] = ()
     last_drain_end_s: float | None = None  # when the last drain finished (status.drain.lastEndS)
     retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
+    runtime: rt_mod.RuntimeObservation | None = None  # the warm drain runtime's Deployment (None: none observed)
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,8 @@ class StepDecision:
     hold: int | None  # the hand-off's replica override (None: the scaler decides the count)
     held: bool = False  # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
     events: tuple[str, ...] = field(default=())  # estimator events (DataLoss:p:n, OffsetsWentBackwards:p)
+    runtime_replicas: int | None = None  # the warm drain runtime's replica count (None: no runtime)
+    split_waits: bool = False  # a drain is due but waits for the warm runtime (its split once Ready)
 
     @property
     def replicas(self) -> int:
@@ -157,8 +167,22 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
         last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
         tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
         retention_s=obs.retention_s)
-    decision, history = decide(sobs, pol.scaling, state.history, pol.drain)
-    return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events)),
+    rpol, dpol = pol.runtime, pol.drain
+    if dpol is not None and rpol.mode != rt_mod.MODE_OFF:
+        dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
+    decision, history = decide(sobs, pol.scaling, state.history, dpol)
+    waits = decision.drain is not None and rt_mod.split_waits(rpol, obs.runtime, now)
+    cap = max(1, min(pol.scaling.max_replicas, sobs.partitions or 1))
+    overloaded = bool(sobs.capacity_per_replica) and overloaded_at(
+        [l.rate for l in sobs.loads], cap, sobs.capacity_per_replica or 0.0)
+    replicas = rt_mod.wanted_replicas(rpol, obs.runtime, overloaded=overloaded, drain_wanted=decision.drain is not None,
+                                      drain_in_flight=view["drain_active"], last_drain_end_s=view["last_drain_end_s"],
+                                      now=now)
+    if waits:
+        decision = dataclasses.replace(
+            decision, drain=None,
+            message=f"{decision.message}; a drain is due: it waits for the warm drain runtime (split once it is Ready)")
+    return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits),
             StepState(est, history))
 
 

@@ -1,0 +1,115 @@
+"""The warm drain runtime on demand (pure): when it runs, and when a due drain waits for it.
+
+``spec.drain.warmRuntime: true`` keeps a drain runtime (a warm SparkSession, ``lagpilot.act.drain_runtime``)
+per CR. Without ``spec.drain.warmRuntimeCooldownSeconds`` it runs all the time (mode ``always``). With
+it (mode ``on-demand``) it runs only around bursts, scaled 0 -> 1 -> 0:
+
+- **wanted** while the group at its cap cannot hold the live rates (``drain_policy.overloaded_at``:
+  a burst), while a drain is wanted or in flight, and for ``cooldown`` seconds after the last drain
+  ended (follow-ups of the same burst start warm);
+- **the split waits for it.** A drain due while the runtime warms up is not planned yet: its split
+  is taken when the runtime is Ready, so the records that arrive during the warm-up belong to the
+  first drain instead of waiting behind its split for the next one (one start-up a burst, paid
+  before the split, not between two drains). A runtime that is not Ready ``2 x warm-up`` after its
+  scale-up is given up on for this drain (planned cold: the Job starts its own Spark);
+- the start-up a drain planned now would see (:func:`start_up_s`) is the warm one once Ready, the
+  warm-up left plus the warm one while warming, and a cold drain's otherwise.
+
+Mode ``off`` (``warmRuntime: false``, or drains disabled, or launcher ``sparkApplication``): every
+drain is a cold Job, planned when due (the rule before this module).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lagpilot.spec import GroupSpec
+
+MODE_OFF = "off"
+MODE_ALWAYS = "always"
+MODE_ON_DEMAND = "on-demand"
+MODES = (MODE_OFF, MODE_ALWAYS, MODE_ON_DEMAND)
+GIVE_UP_FACTOR = 2.0  # a runtime not Ready this many warm-ups after its scale-up: plan the drain cold
+
+
+def mode_of(spec: "GroupSpec") -> str:
+    """The runtime mode a CR asks for (the runtime exists only where a drain Job could use it)."""
+    d = spec.drain
+    if not (d.warm_runtime and d.enabled and d.launcher == "job"):
+        return MODE_OFF
+    return MODE_ALWAYS if d.warm_runtime_cooldown_s is None else MODE_ON_DEMAND
+
+
+@dataclass(frozen=True)
+class RuntimePolicy:
+    mode: str = MODE_OFF
+    cooldown_s: float = 600.0  # on-demand: kept after the last drain ended
+    warm_up_s: float = 20.0  # scale-up -> Ready: the JVM and SparkSession a cold drain also starts
+    warm_start_s: float = 3.0  # a drain launched on a Ready runtime -> first record
+
+    @classmethod
+    def from_group_spec(cls, spec: "GroupSpec", *, warm_up_s: float, warm_start_s: float) -> "RuntimePolicy":
+        cooldown = spec.drain.warm_runtime_cooldown_s
+        return cls(mode_of(spec), cls.cooldown_s if cooldown is None else float(cooldown), warm_up_s, warm_start_s)
+
+
+@dataclass(frozen=True)
+class RuntimeObservation:
+    """The runtime Deployment as observed: its replica count, a Ready pod of the current config,
+    and when it was last scaled from 0 to 1 (None: unknown or never)."""
+
+    replicas: int = 0
+    ready: bool = False
+    scaled_up_at_s: float | None = None
+
+
+def _warming(pol: RuntimePolicy, obs: RuntimeObservation, now: float) -> bool:
+    """Asked for, not Ready yet, and not given up on."""
+    if obs.ready or obs.replicas <= 0:
+        return False
+    if obs.scaled_up_at_s is None:
+        return True
+    return now - obs.scaled_up_at_s < GIVE_UP_FACTOR * pol.warm_up_s
+
+
+def start_up_s(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -> float:
+    """Launch (or, when it must wait for the runtime, now) -> first record of a drain planned now."""
+    if pol.mode == MODE_OFF or obs is None:
+        return pol.warm_up_s
+    if obs.ready:
+        return pol.warm_start_s
+    if _warming(pol, obs, now):
+        since = now if obs.scaled_up_at_s is None else obs.scaled_up_at_s
+        return max(0.0, since + pol.warm_up_s - now) + pol.warm_start_s
+    if obs.replicas <= 0 and pol.mode == MODE_ON_DEMAND:
+        return pol.warm_up_s + pol.warm_start_s  # scaled up now, split once Ready
+    return pol.warm_up_s  # given up on: a cold Job
+
+
+def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, overloaded: bool, drain_wanted: bool,
+                    drain_in_flight: bool, last_drain_end_s: float | None, now: float) -> int | None:
+    """The runtime Deployment's replica count (None: no runtime for this CR). On demand, a scale-up
+    holds for its warm-up plus the cooldown (no 0 -> 1 -> 0 while a due drain flickers)."""
+    if pol.mode == MODE_OFF:
+        return None
+    if pol.mode == MODE_ALWAYS:
+        return 1
+    recent = last_drain_end_s is not None and now - last_drain_end_s < pol.cooldown_s
+    held = (obs is not None and obs.replicas > 0 and obs.scaled_up_at_s is not None
+            and now - obs.scaled_up_at_s < pol.warm_up_s + pol.cooldown_s)
+    return 1 if (overloaded or drain_wanted or drain_in_flight or recent or held) else 0
+
+
+def split_waits(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -> bool:
+    """A drain due now is not planned yet: the on-demand runtime is (being) started and its split is
+    taken once it is Ready (never longer than ``GIVE_UP_FACTOR`` warm-ups after the scale-up)."""
+    if pol.mode != MODE_ON_DEMAND or obs is None or obs.ready:
+        return False
+    if obs.replicas <= 0:
+        return True  # scaled up by this decision
+    return _warming(pol, obs, now)
+
+
+__all__ = ["MODE_OFF", "MODE_ALWAYS", "MODE_ON_DEMAND", "MODES", "RuntimePolicy", "RuntimeObservation", "mode_of",
+           "start_up_s", "wanted_replicas", "split_waits"]
