@@ -30,7 +30,8 @@ def seeds_of(text: str) -> list[int]:
     return out
 
 
-def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1) -> list[dict]:
+def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1,
+             warm_runtime: str = "off") -> list[dict]:
     rows = []
     for kind in kinds:
         fam = tracegen.SUITE[kind]
@@ -40,9 +41,12 @@ def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent
                         handoff_pause_s=1.0, max_drain_tasks=16)
             keda = run_policy(trace, SimParams(**base), "keda")
             for st in starts:
-                lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent, **base), "lagpilot")
-                cost = lp.replica_minutes + lp.drain_task_minutes
-                rows.append({"kind": kind, "seed": seed, "drain_start_s": st, "concurrent": concurrent,
+                lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent,
+                                                 warm_runtime=warm_runtime, **base), "lagpilot")
+                runtime_min = lp.extra.get("drain_runtime_minutes", 0.0)
+                cost = lp.replica_minutes + lp.drain_task_minutes + runtime_min
+                rows.append({"kind": kind, "seed": seed, "drain_start_s": st, "concurrent": concurrent, "warm_runtime": warm_runtime,
+                             "runtime_minutes": runtime_min,
                              "within": round(lp.within_sla_fraction, 6), "p99": round(lp.p99_latency_s, 1),
                              "cost": round(cost, 1), "keda_cost": round(keda.replica_minutes, 1),
                              "keda_within": round(keda.within_sla_fraction, 4), "drains": lp.drains,
@@ -59,10 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", default="90,20,6", help="drain start-up seconds, comma-separated")
     ap.add_argument("--concurrent-drains", type=int, default=1,
                     help="drains the simulated executor runs side by side (default 1, today's executor)")
+    ap.add_argument("--warm-runtime", choices=("off", "always", "on-demand"), default="off",
+                    help="the simulated CR's warm drain runtime (cost includes its pod-minutes)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]
-    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains)
+    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime)
     if a.json:
         counts = {f"{k}@{st:.0f}": {"runs": len(rs), "within_ok": sum(r["within_ok"] for r in rs),
                                      "ok": sum(r["ok"] for r in rs),

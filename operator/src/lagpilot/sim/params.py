@@ -37,6 +37,12 @@ class SimParams:
     handoff_pause_s: float | None = None  # None: batch_timeout_s (ack path) or QUIESCE_PAUSE_S
     handoff_quiesce: bool = False
     concurrent_drains: int = 1  # drains the executor runs side by side (today's executor: 1)
+    # the warm drain runtime (decide.runtime): off (every drain a cold Job: drain_start_s), always
+    # (spec.drain.warmRuntime: drains start in drain_warm_start_s), on-demand (+ warmRuntimeCooldownSeconds:
+    # scaled up in bursts, Ready drain_start_s later; a due drain's split waits for it)
+    warm_runtime: str = "off"
+    runtime_cooldown_s: float = 600.0
+    drain_warm_start_s: float = 3.0  # a drain on a Ready runtime -> first batch (bench/drain.py warm: 2.3 s)
     batch_max_records: int = 500
     drain_assist: bool = False  # the simulated CR's spec.drain.assistReplicas (opt-in, like the CRD)
     # the saving that makes the drain-assisted count worth it: always with drain_assist, else only in
@@ -64,11 +70,15 @@ class SimParams:
                                 scale_down_window_seconds=self.scale_down_window_s),
             catch_up_sla_seconds=self.sla_s,
             drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
-                            min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist),
+                            min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist,
+                            warm_runtime=self.warm_runtime != "off",
+                            warm_runtime_cooldown_s=(int(self.runtime_cooldown_s) if self.warm_runtime == "on-demand"
+                                                     else None)),
         )
 
     def model(self) -> step_mod.Model:
         return step_mod.Model(pod_start_s=self.pod_start_s, drain_start_s=self.drain_start_s,
+                              drain_warm_start_s=self.drain_warm_start_s,
                               handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
                               max_concurrent_drains=self.concurrent_drains,
                               drain_min_interval_s=self.drain_min_interval_s,

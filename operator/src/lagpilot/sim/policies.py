@@ -134,7 +134,8 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
         processed=processed,
         remaining=remaining,
         series=series,
-        extra={"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {},
+        extra={**({"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {}),
+               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if params.warm_runtime != "off" else {})},
     )
 
 
@@ -157,8 +158,11 @@ def lagpilot_controller(params: SimParams) -> Controller:
             committed = max(0, end - int(round(lags[i])))
             parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
         snap = snapshot(t, parts, {i: params.capacity for i in owned})
-        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses())
+        runtime = world.runtime_observation(t) if params.warm_runtime != "off" else None
+        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses(), runtime=runtime)
         out, state["step"] = step_mod.step(state["step"], obs, policies, t)
+        if out.runtime_replicas is not None:
+            world.scale_runtime(out.runtime_replicas, t)
         reason = out.decision.reason
         state["decisions"][reason] = state["decisions"].get(reason, 0) + 1
         if out.hold is not None or not out.held:

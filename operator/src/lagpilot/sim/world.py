@@ -8,8 +8,11 @@ The model (documented in docs/decision.md):
   work-conserving: water-filling among non-empty partitions); new pods start after
   ``pod_start_s``; removed pods stop at once; rebalance pauses are not modelled;
 - a drain takes a partition's whole queue at plan time (split = end), cuts it into tasks of equal
-  size, each task starts ``drain_start_s`` after launch and processes its sub-range FIFO at
-  ``drain_task_capacity``; one drain at a time; at most ``max_drain_tasks`` tasks;
+  size, each task starts ``drain_start_s`` after launch (``drain_warm_start_s`` when the warm
+  runtime is Ready and not serving another drain) and processes its sub-range FIFO at
+  ``drain_task_capacity``; at most ``concurrent_drains`` side by side and ``max_drain_tasks`` tasks;
+- the warm drain runtime (``warm_runtime`` always / on-demand): scaled as the decision step says,
+  Ready ``drain_start_s`` after a scale-up (the same JVM and SparkSession a cold drain starts);
 - observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
   batch (rate x ``batch_timeout_s``), like a batching consumer's committed offsets.
 """
@@ -76,6 +79,7 @@ class _SimDrain:
     planned_s: float
     handoff_at: float  # when the group has moved to the split (plan + pause)
     tasks: list[_Task] = field(default_factory=list)
+    warm: bool = False  # launched on the warm runtime
 
 
 class _World:
@@ -98,6 +102,12 @@ class _World:
         self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
         self.scale_events = 0
         self.lat = _Latency(params.sla_s)
+        # the warm drain runtime: replicas, when Ready, when last scaled up
+        always = params.warm_runtime == "always"
+        self.runtime_replicas = 1 if always else 0
+        self.runtime_ready_at: float | None = -math.inf if always else None
+        self.runtime_scaled_up_at: float | None = None
+        self.runtime_s = 0.0  # runtime pod-seconds (drain_runtime_minutes)
 
     # observers ---------------------------------------------------------------------------
     def observed_lags(self) -> list[float]:
@@ -133,6 +143,24 @@ class _World:
             self.pods.sort()
             del self.pods[desired:]
 
+    def runtime_observation(self, t: float) -> Any:
+        from lagpilot.decide.runtime import RuntimeObservation
+        ready = self.runtime_ready_at is not None and self.runtime_ready_at <= t
+        return RuntimeObservation(self.runtime_replicas, ready, self.runtime_scaled_up_at)
+
+    def scale_runtime(self, replicas: int, t: float) -> None:
+        if replicas > 0 and self.runtime_replicas == 0:
+            self.runtime_replicas, self.runtime_scaled_up_at = 1, t
+            self.runtime_ready_at = t + self.p.drain_start_s
+        elif replicas <= 0 and self.runtime_replicas > 0:
+            self.runtime_replicas, self.runtime_ready_at = 0, None
+
+    def _start_s(self, t: float) -> float:
+        """A drain launched at ``t``: warm on a Ready runtime that serves no other drain, else cold."""
+        ready = self.runtime_ready_at is not None and self.runtime_ready_at <= t
+        busy = any(d.warm for d in self.sim_drains if d.tasks)
+        return self.p.drain_warm_start_s if ready and not busy else self.p.drain_start_s
+
     def plan_drain(self, need: Any, t: float) -> None:
         """The executor's plan: split = the end offset now; the hand-off completes after the pause."""
         tasks = {r.partition: r.tasks for r in need.ranges if r.tasks > 0}
@@ -155,11 +183,13 @@ class _World:
     def _hand_off(self, d: _SimDrain, t: float) -> None:
         """Handed off and launched: the range [start, split) leaves the group, tasks start."""
         subs = []
+        start_s = self._start_s(t)
+        d.warm = start_s < self.p.drain_start_s
         for p, n_tasks in sorted(d.tasks_by_partition.items()):
             segs = _take_before(self.queues[p], d.planned_s)
             self.drained[p] = self.drained.get(p, 0) + 1
             for k, q in enumerate(_split(segs, n_tasks)):
-                d.tasks.append(_Task(q, t, t + self.p.drain_start_s))
+                d.tasks.append(_Task(q, t, t + start_s))
                 n = int(round(q.total))
                 subs.append(handoff.SubProgress(p, k, 0, n, 0))
         st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs))
@@ -170,6 +200,7 @@ class _World:
     # one step ----------------------------------------------------------------------------
     def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
         n = self.p.partitions
+        self.runtime_s += self.runtime_replicas * dt
         for d in self.sim_drains:
             if d.status.handed_off_at is None and d.handoff_at <= t + dt:
                 self._hand_off(d, max(t, d.handoff_at))
