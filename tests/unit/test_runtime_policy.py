@@ -63,10 +63,9 @@ def test_start_up_and_the_split_waiting(pol, obs, now, start_up, waits) -> None:
 
 
 @pytest.mark.parametrize("pol, obs, kw, replicas", [
-    (OFF, None, {"overloaded": True}, None),
+    (OFF, None, {"drain_wanted": True}, None),
     (ALWAYS, None, {}, 1),
     (ON_DEMAND, None, {}, 0),
-    (ON_DEMAND, None, {"overloaded": True}, 1),  # a burst: warm it before a drain is due
     (ON_DEMAND, None, {"drain_wanted": True}, 1),
     (ON_DEMAND, None, {"drain_in_flight": True}, 1),
     (ON_DEMAND, None, {"last_drain_end_s": 1000 - 599}, 1),  # within the cooldown
@@ -77,7 +76,7 @@ def test_start_up_and_the_split_waiting(pol, obs, now, start_up, waits) -> None:
     (ON_DEMAND, rt.RuntimeObservation(1, True, None), {}, 0),
 ])
 def test_wanted_replicas(pol, obs, kw, replicas) -> None:  # type: ignore[no-untyped-def]
-    args = {"overloaded": False, "drain_wanted": False, "drain_in_flight": False, "last_drain_end_s": None,
+    args = {"drain_wanted": False, "drain_in_flight": False, "last_drain_end_s": None,
             "now": 1000.0, **kw}
     assert rt.wanted_replicas(pol, obs, **args) == replicas
 
@@ -116,7 +115,7 @@ def test_the_step_holds_a_due_drain_until_the_runtime_is_ready_then_plans_it_war
     for at in (0.0, 15.0, 30.0):
         _, state = step_mod.step(state, _burst_obs(at, rt.RuntimeObservation(0, False, None), 0), pol, at)
     out, state = step_mod.step(state, _burst_obs(45.0, rt.RuntimeObservation(0, False, None), 60_000), pol, 45.0)
-    assert out.runtime_replicas == 1  # a burst: scaled up
+    assert out.runtime_replicas == 1  # a drain is due: scaled up
     assert out.drain is None and out.split_waits and "waits for the warm drain runtime" in out.decision.message
     out, state = step_mod.step(state, _burst_obs(60.0, rt.RuntimeObservation(1, False, 45.0), 70_000), pol, 60.0)
     assert out.drain is None and out.split_waits and out.runtime_replicas == 1

@@ -4,9 +4,12 @@
 per CR. Without ``spec.drain.warmRuntimeCooldownSeconds`` it runs all the time (mode ``always``). With
 it (mode ``on-demand``) it runs only around bursts, scaled 0 -> 1 -> 0:
 
-- **wanted** while the group at its cap cannot hold the live rates (``drain_policy.overloaded_at``:
-  a burst), while a drain is wanted or in flight, and for ``cooldown`` seconds after the last drain
-  ended (follow-ups of the same burst start warm);
+- **wanted** while a drain is wanted (due, or waiting for it) or in flight, and for ``cooldown``
+  seconds after the last drain ended (follow-ups of the same burst start warm); a scale-up holds for
+  its warm-up plus the cooldown. No separate burst signal: while the runtime is down the planner
+  sees a drain's start-up as warm-up + warm start, so a drain falls due that much earlier — the
+  anticipation is the planner's own due rule (a separate "group overloaded" trigger was tried: the
+  same within-SLA on the flash traces, more idle runtime minutes on long overloads);
 - **the split waits for it.** A drain due while the runtime warms up is not planned yet: its split
   is taken when the runtime is Ready, so the records that arrive during the warm-up belong to the
   first drain instead of waiting behind its split for the next one (one start-up a burst, paid
@@ -87,7 +90,7 @@ def start_up_s(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -
     return pol.warm_up_s  # given up on: a cold Job
 
 
-def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, overloaded: bool, drain_wanted: bool,
+def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, drain_wanted: bool,
                     drain_in_flight: bool, last_drain_end_s: float | None, now: float) -> int | None:
     """The runtime Deployment's replica count (None: no runtime for this CR). On demand, a scale-up
     holds for its warm-up plus the cooldown (no 0 -> 1 -> 0 while a due drain flickers)."""
@@ -98,7 +101,7 @@ def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, overl
     recent = last_drain_end_s is not None and now - last_drain_end_s < pol.cooldown_s
     held = (obs is not None and obs.replicas > 0 and obs.scaled_up_at_s is not None
             and now - obs.scaled_up_at_s < pol.warm_up_s + pol.cooldown_s)
-    return 1 if (overloaded or drain_wanted or drain_in_flight or recent or held) else 0
+    return 1 if (drain_wanted or drain_in_flight or recent or held) else 0
 
 
 def split_waits(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -> bool:

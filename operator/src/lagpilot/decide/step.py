@@ -25,7 +25,7 @@ from typing import Any
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import handoff
 from lagpilot.decide import runtime as rt_mod
-from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy, overloaded_at
+from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy
 from lagpilot.decide.lag import LagSnapshot
 from lagpilot.decide.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
 from lagpilot.spec import GroupSpec
@@ -172,10 +172,7 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
     decision, history = decide(sobs, pol.scaling, state.history, dpol)
     waits = decision.drain is not None and rt_mod.split_waits(rpol, obs.runtime, now)
-    cap = max(1, min(pol.scaling.max_replicas, sobs.partitions or 1))
-    overloaded = bool(sobs.capacity_per_replica) and overloaded_at(
-        [l.rate for l in sobs.loads], cap, sobs.capacity_per_replica or 0.0)
-    replicas = rt_mod.wanted_replicas(rpol, obs.runtime, overloaded=overloaded, drain_wanted=decision.drain is not None,
+    replicas = rt_mod.wanted_replicas(rpol, obs.runtime, drain_wanted=decision.drain is not None,
                                       drain_in_flight=view["drain_active"], last_drain_end_s=view["last_drain_end_s"],
                                       now=now)
     if waits:

@@ -55,6 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
     ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
                     help="drains the executor runs side by side (today: 1)")
+    ap.add_argument("--warm-runtime", choices=("off", "always", "on-demand"), default=d.warm_runtime,
+                    help="the CR's warm drain runtime: off (spec.drain.warmRuntime false, the CRD's default: every "
+                         "drain a cold Job, --drain-start-seconds), always (warmRuntime true: drains start in "
+                         "--drain-warm-start-seconds once it is Ready), on-demand (+ warmRuntimeCooldownSeconds: "
+                         "scaled up in bursts, Ready --drain-start-seconds later; a due drain's split waits for it)")
+    ap.add_argument("--runtime-cooldown-seconds", type=float, default=d.runtime_cooldown_s,
+                    help="on-demand: spec.drain.warmRuntimeCooldownSeconds (kept this long after the last drain)")
+    ap.add_argument("--drain-warm-start-seconds", type=float, default=d.drain_warm_start_s,
+                    help="a drain launched on a Ready warm runtime -> first batch")
     ap.add_argument("--drain-assist", action="store_true",
                     help="the CR opts in to spec.drain.assistReplicas: run fewer replicas than the load needs when "
                          "the drains carrying their excess save replicas (docs/decision.md 'Drain-assisted replica count')")
@@ -102,6 +111,9 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
+        warm_runtime=args.warm_runtime,
+        runtime_cooldown_s=args.runtime_cooldown_seconds,
+        drain_warm_start_s=args.drain_warm_start_seconds,
         drain_assist=not args.no_drain_assist and (args.drain_assist or args.drain_assist_min_saving is not None),
         drain_assist_min_saving=(None if args.no_drain_assist
                                  else d.drain_assist_min_saving if args.drain_assist_min_saving is None

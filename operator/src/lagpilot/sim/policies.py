@@ -135,7 +135,7 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
         remaining=remaining,
         series=series,
         extra={**({"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {}),
-               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if params.warm_runtime != "off" else {})},
+               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if world.runtime_s > 0 else {})},
     )
 
 

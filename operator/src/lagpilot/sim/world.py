@@ -107,7 +107,9 @@ class _World:
         self.runtime_replicas = 1 if always else 0
         self.runtime_ready_at: float | None = -math.inf if always else None
         self.runtime_scaled_up_at: float | None = None
-        self.runtime_s = 0.0  # runtime pod-seconds (drain_runtime_minutes)
+        # runtime pod-seconds serving no drain (drain_runtime_minutes): while it serves one, its driver
+        # is that drain's, as a cold Job's driver is (neither is in drain_task_minutes)
+        self.runtime_s = 0.0
 
     # observers ---------------------------------------------------------------------------
     def observed_lags(self) -> list[float]:
@@ -200,7 +202,8 @@ class _World:
     # one step ----------------------------------------------------------------------------
     def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
         n = self.p.partitions
-        self.runtime_s += self.runtime_replicas * dt
+        if not any(d.warm for d in self.sim_drains if d.tasks):
+            self.runtime_s += self.runtime_replicas * dt  # idle: serving no drain (warming, cooldown)
         for d in self.sim_drains:
             if d.status.handed_off_at is None and d.handoff_at <= t + dt:
                 self._hand_off(d, max(t, d.handoff_at))
