@@ -48,7 +48,9 @@ WITH = [  # (existing, decided replicas, the stamp the apply carries)
     ("stay-at-1-keeps-the-stamp", dep(1), 1, EARLIER),
     ("scale-down-keeps-the-stamp", dep(1), 0, EARLIER),
     ("stay-at-0", dep(0), 0, EARLIER),
-    ("at-1-without-stamp-stays-without", dep(1, stamp=None), 1, None),
+    ("at-1-without-stamp-is-stamped-now", dep(1, stamp=None), 1, format_time(NOW)),  # an older operator's
+    ("at-1-unreadable-stamp-is-stamped-now", dep(1, stamp="yesterday"), 1, format_time(NOW)),
+    ("at-0-without-stamp-stays-without", dep(0, stamp=None), 0, None),
     ("being-deleted-counts-as-0", dep(1, deleting=True), 1, format_time(NOW)),
 ]
 
@@ -72,7 +74,8 @@ SYNC = [  # (decided replicas or None, existing, attempt running, action)
     ("at-0-want-1-running", 1, dep(0), True, rt.Sync.APPLY),  # a scale-up takes no runtime from an attempt
     ("at-1-want-0", 0, dep(1), False, rt.Sync.APPLY),
     ("at-1-want-0-running", 0, dep(1), True, rt.Sync.DEFER),  # a warm attempt keeps its runtime
-    ("at-1-stamp-lost", 1, dep(1, stamp=None), False, rt.Sync.NONE),  # nothing to restore: kept as is
+    ("at-1-never-stamped", 1, dep(1, stamp=None), False, rt.Sync.APPLY),  # stamped once, then NONE
+    ("at-1-never-stamped-running", 1, dep(1, stamp=None), True, rt.Sync.DEFER),
     ("none-present", None, dep(1), False, rt.Sync.DELETE),
     ("none-present-running", None, dep(0), True, rt.Sync.DEFER),
     ("none-absent", None, None, False, rt.Sync.NONE),

@@ -216,11 +216,14 @@ def with_replicas(desired: Mapping[str, Any], replicas: int, existing: Mapping[s
                   now: float) -> dict[str, Any]:
     """The desired Deployment with the decided replica count; a scale-up from 0 (or the creation)
     stamps `SCALED_UP_ANNOTATION` with `now`, otherwise the existing stamp is kept (a server-side
-    apply that left it out would remove it)."""
+    apply that left it out would remove it). A running Deployment without a readable stamp (made
+    by an operator before the stamp existed, or scaled up by hand) is stamped now: the step bounds
+    how long a due drain waits for the runtime from that time, never from "unknown"."""
     out = copy.deepcopy(dict(desired))
     out["spec"]["replicas"] = replicas
-    stamp = format_time(now) if replicas > 0 and replicas_of(existing) == 0 else \
-        (((existing or {}).get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION)
+    kept = (((existing or {}).get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION)
+    fresh = replicas > 0 and (replicas_of(existing) == 0 or scaled_up_at(existing) is None)
+    stamp = format_time(now) if fresh else kept
     if stamp:
         out["metadata"]["annotations"][SCALED_UP_ANNOTATION] = stamp
     return out
