@@ -93,7 +93,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
 def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: dict[str, Any],
            deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack) -> CycleResult:
     """The phases in order, each timed into `cache.timing`: deployment, then (paused: scale to 0 and
-    report) observe (kafka_config, observe, peek), decide (step), act, drain, report (write)."""
+    report) observe (kafka_config, observe, peek, runtime), decide (step), act, drain, report (write)."""
     poll = spec.scaling.poll_interval_seconds
     mark = _Marks(cache.timing)
     cur, pods, ready = ensure_deployment(ref, raw_spec, status, deps)
