@@ -125,10 +125,8 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     cannot clear within the SLA scales it to 1 (stamped), the due drain waits for it (the Scaling
     condition says so, and status.drain.plannedAt is after the runtime pod's Ready transition), the
     Job is launched warm, the ledger holds every offset once, and once the drain ended and the 5 s
-    passed the Deployment is back at 0 (kept). The backlog is produced before the CR: a burst
-    produced later would also raise the estimator's arrival rate, and the runtime rule keeps the
-    runtime while the capped group looks overloaded (decide/runtime.py), which only makes the test
-    longer."""
+    passed the Deployment is back at 0 (kept). The backlog is produced before the CR (no arrival
+    rate spike in the estimator: the drain is due for the backlog alone)."""
     from kubernetes import client
 
     from lagpilot.act.drain_runtime import SCALED_UP_ANNOTATION

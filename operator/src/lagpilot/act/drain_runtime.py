@@ -20,7 +20,7 @@ Pure here: `runtime_wanted`, `runtime_port`, `build_runtime_deployment`, `config
 
 Replicas (`decide.runtime`, `StepDecision.runtime_replicas`): 1 all the time without
 `spec.drain.warmRuntimeCooldownSeconds` (as before); with it, on demand: 0 or 1 as the step says
-(a burst or a due drain scales it up, the cooldown after the last drain down; the Deployment stays
+(a due drain scales it up, the cooldown after the last drain down; the Deployment stays
 with 0 replicas). A scale-up from 0 (or the creation) writes the time in the annotation
 `lagpilot.io/drain-runtime-scaled-up-at` (RFC 3339, in the same apply): the step's `scaled_up_at_s`,
 which bounds how long a due drain's split waits for the runtime to be Ready.
