@@ -120,13 +120,14 @@ def _worktree_pythonpath() -> dict[str, str]:
 
 def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_zero(
         scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str) -> None:
-    """spec.drain.warmRuntimeCooldownSeconds: 5. The runtime Deployment is created with 0 replicas
-    (no drain can be due before the consumers report their capacity); the backlog the capped group
-    cannot clear within the SLA scales it to 1 (stamped), the due drain waits for it (the Scaling
-    condition says so, and status.drain.plannedAt is after the runtime pod's Ready transition), the
-    Job is launched warm, the ledger holds every offset once, and once the drain ended and the 5 s
-    passed the Deployment is back at 0 (kept). The backlog is produced before the CR (no arrival
-    rate spike in the estimator: the drain is due for the backlog alone)."""
+    """spec.drain.warmRuntimeCooldownSeconds: 5. The CR starts with `cancel: true` (no drain may be
+    due): the runtime Deployment is created with 0 replicas and stays there although the capped
+    group cannot clear the backlog within the SLA; `cancel: false` makes the drain due, which scales
+    it to 1 (stamped); the drain waits for it (the Scaling condition says so, and
+    status.drain.plannedAt is after the runtime pod's Ready transition), the Job is launched warm,
+    the ledger holds every offset once, and once the drain ended and the 5 s passed the Deployment
+    is back at 0 (kept). The backlog is produced before the CR (no arrival-rate spike in the
+    estimator: the drain is due for the backlog alone)."""
     from kubernetes import client
 
     from lagpilot.act.drain_runtime import SCALED_UP_ANNOTATION
@@ -134,24 +135,46 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
 
     t0, t_cr = time.monotonic(), time.time()
     # 3 consumers at ~50 records/s each need far more than the 20 s SLA for 12,000 records, even
-    # after the runtime's warm-up: a drain falls due once their capacity is known
+    # after the runtime's warm-up
     s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
-                 drain={"warmRuntime": True, "warmRuntimeCooldownSeconds": 5}, operator_env=_worktree_pythonpath())
+                 drain={"warmRuntime": True, "warmRuntimeCooldownSeconds": 5, "cancel": True},
+                 operator_env=_worktree_pythonpath())
     apps = client.AppsV1Api(s.custom.api_client)
+
+    def scaling_message() -> str:
+        return next((c.get("message", "") for c in s.status().get("conditions") or [] if c.get("type") == "Scaling"), "")
+
+    # the operator knows the group cannot catch up in time, but no drain may be due: the runtime stays at 0
+    late = wait_until(lambda: "cannot catch up" in scaling_message() and scaling_message(),
+                      "the operator seeing the SLA missed", 60, interval=0.5)
+    dep = _get_deployment(apps, s)
+    assert dep is not None and dep.spec.replicas == 0, (late, dep and dep.spec.replicas)
+    assert SCALED_UP_ANNOTATION not in (dep.metadata.annotations or {}), dep.metadata.annotations
+    assert not s.core.list_namespaced_pod(s.ns, label_selector=f"app.kubernetes.io/name={APP_NAME}").items
+    t_due = time.time()
+    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
+                                            {"spec": {"drain": {"cancel": False}}})
     waited: list[str] = []
 
-    def scaled_up() -> Any:
-        msg = next((c.get("message", "") for c in s.status().get("conditions") or [] if c.get("type") == "Scaling"), "")
+    def note_wait() -> None:  # the Scaling condition while the due drain waits (written after the scale-up)
+        msg = scaling_message()
         if "waits for the warm drain runtime" in msg:
             waited.append(msg)
+
+    def scaled_up() -> Any:
+        note_wait()
         d = _get_deployment(apps, s)
         return d if d is not None and d.spec.replicas == 1 else None
 
-    dep = wait_until(scaled_up, "the runtime scaled 0 -> 1 for the burst", 90, interval=0.5)
+    def ready_pod() -> Any:
+        note_wait()
+        return _ready_runtime_pod(s)
+
+    dep = wait_until(scaled_up, "the runtime scaled 0 -> 1 for the due drain", 90, interval=0.5)
     stamp = parse_time((dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION))
-    assert stamp is not None and stamp >= t_cr, (stamp, t_cr)
+    assert stamp is not None and stamp >= t_due - 1, (stamp, t_due)
     assert not s.drain().get("plannedAt"), "a drain was planned before the runtime was even asked for"
-    pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 150, interval=0.5)
+    pod = wait_until(ready_pod, "the runtime pod Ready (warm)", 150, interval=0.5)
     ready_at = next(c.last_transition_time for c in pod.status.conditions if c.type == "Ready").timestamp()
 
     d = finish_and_check(s, kafka_admin, postgres_dsn)
@@ -179,7 +202,8 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     assert [a[:2] for a in applied] == [("created", 0), ("scaled 0->1", 1), ("scaled 1->0", 0)], applied
     up, down = applied[1][2], applied[2][2]
     assert up is not None and down is not None and down >= finished + 5, (down, finished)
-    print(f"on-demand runtime: CR at 0 s, scaled up {up - t_cr:.1f} s (stamp {stamp - t_cr:.1f} s), Ready "
+    print(f"on-demand runtime: CR at 0 s, cancel false at {t_due - t_cr:.1f} s, scaled up {up - t_cr:.1f} s "
+          f"(stamp {stamp - t_cr:.1f} s), Ready "
           f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
           f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
           f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s")
