@@ -179,6 +179,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
             spec["drain"]["launcher"] = draw(st.sampled_from(schema_at("spec.drain.launcher")["enum"]))
         if draw(st.booleans()):  # CEL: a warm runtime only with the job launcher
             spec["drain"]["warmRuntime"] = spec["drain"].get("launcher") != "sparkApplication" and draw(st.booleans())
+        if spec["drain"].get("warmRuntime") and draw(st.booleans()):  # CEL: a cooldown only with a warm runtime
+            spec["drain"]["warmRuntimeCooldownSeconds"] = draw(ints("spec.drain.warmRuntimeCooldownSeconds"))
     if draw(st.booleans()):
         spec["paused"] = draw(st.booleans())
 
@@ -225,6 +227,7 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("failure.policy", st.sampled_from(["deadLetter", "pause", "exit"])),
     ("drain.launcher", st.sampled_from(["job", "sparkApplication", "SparkApplication", "spark", ""])),
     ("drain.warmRuntime", st.sampled_from([True, False, "true", 1])),
+    ("drain.warmRuntimeCooldownSeconds", st.sampled_from([-1, 0, 5, 86400, 86401, 1.5, "60"])),
     ("processing.postgres", st.just({"dsnSecretRef": {"name": "pg"}, "table": "ledger.settled_payments"})),
     ("processing.handler", _NASTY_TEXT),
     ("batch.timeoutMs", st.integers(-1, 700_000)),

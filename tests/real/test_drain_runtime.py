@@ -13,6 +13,7 @@ holds every offset once, the drain exactly its recorded ranges (test_drain_opera
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,7 +58,7 @@ def test_warm_runtime_serves_the_drain_exactly_once(scenario: Callable[..., Scen
     # the group (3 consumers, ~50 records/s each) needs > 20 s (the SLA) for what is left after the
     # runtime's warm-up: a drain is planned once cancel is lifted
     s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
-                 drain={"warmRuntime": True, "cancel": True})
+                 drain={"warmRuntime": True, "cancel": True}, operator_env=_worktree_pythonpath())
     apps = client.AppsV1Api(s.custom.api_client)
     dep = wait_until(lambda: _get_deployment(apps, s), "the runtime Deployment", 60, interval=1)
     owner = dep.metadata.owner_references[0]
@@ -107,3 +108,115 @@ def _get_deployment(apps: Any, s: Scenario) -> Any:
         if getattr(exc, "status", None) == 404:
             return None
         raise
+
+
+def _worktree_pythonpath() -> dict[str, str]:
+    """The operator subprocess imports this checkout's packages (operator_env puts only the repo root
+    on PYTHONPATH; the venv's editable install may point at another checkout)."""
+    from tests.real.test_drain_operator import REPO
+
+    return {"PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("operator/src", "consumer_image/src", "dev/src", "."))}
+
+
+def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_zero(
+        scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str) -> None:
+    """spec.drain.warmRuntimeCooldownSeconds: 5. The CR starts with `cancel: true` (no drain may be
+    due): the runtime Deployment is created with 0 replicas and stays there although the capped
+    group cannot clear the backlog within the SLA; `cancel: false` makes the drain due, which scales
+    it to 1 (stamped); the drain waits for it (the Scaling condition says so, and
+    status.drain.plannedAt is after the runtime pod's Ready transition), the Job is launched warm,
+    the ledger holds every offset once, and once the drain ended and the 5 s passed the Deployment
+    is back at 0 (kept). The backlog is produced before the CR (no arrival-rate spike in the
+    estimator: the drain is due for the backlog alone)."""
+    from kubernetes import client
+
+    from lagpilot.act.drain_runtime import SCALED_UP_ANNOTATION
+    from lagpilot.decide.status import parse_time
+
+    t0, t_cr = time.monotonic(), time.time()
+    # 3 consumers at ~50 records/s each need far more than the 20 s SLA for 12,000 records, even
+    # after the runtime's warm-up
+    s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
+                 drain={"warmRuntime": True, "warmRuntimeCooldownSeconds": 5, "cancel": True},
+                 operator_env=_worktree_pythonpath())
+    apps = client.AppsV1Api(s.custom.api_client)
+
+    def scaling_message() -> str:
+        return next((c.get("message", "") for c in s.status().get("conditions") or [] if c.get("type") == "Scaling"), "")
+
+    # the operator knows the group cannot catch up in time, but no drain may be due: the runtime stays at 0
+    late = wait_until(lambda: "cannot catch up" in scaling_message() and scaling_message(),
+                      "the operator seeing the SLA missed", 60, interval=0.5)
+    dep = _get_deployment(apps, s)
+    assert dep is not None and dep.spec.replicas == 0, (late, dep and dep.spec.replicas)
+    assert SCALED_UP_ANNOTATION not in (dep.metadata.annotations or {}), dep.metadata.annotations
+    assert not s.core.list_namespaced_pod(s.ns, label_selector=f"app.kubernetes.io/name={APP_NAME}").items
+    t_due = time.time()
+    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
+                                            {"spec": {"drain": {"cancel": False}}})
+    waited: list[str] = []
+
+    def note_wait() -> None:  # the Scaling condition while the due drain waits (written after the scale-up)
+        msg = scaling_message()
+        if "waits for the warm drain runtime" in msg:
+            waited.append(msg)
+
+    def scaled_up() -> Any:
+        note_wait()
+        d = _get_deployment(apps, s)
+        return d if d is not None and d.spec.replicas == 1 else None
+
+    def ready_pod() -> Any:
+        note_wait()
+        return _ready_runtime_pod(s)
+
+    dep = wait_until(scaled_up, "the runtime scaled 0 -> 1 for the due drain", 90, interval=0.5)
+    stamp = parse_time((dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION))
+    assert stamp is not None and stamp >= t_due - 1, (stamp, t_due)
+    assert not s.drain().get("plannedAt"), "a drain was planned before the runtime was even asked for"
+    pod = wait_until(ready_pod, "the runtime pod Ready (warm)", 150, interval=0.5)
+    ready_at = next(c.last_transition_time for c in pod.status.conditions if c.type == "Ready").timestamp()
+
+    d = finish_and_check(s, kafka_admin, postgres_dsn)
+    assert d.get("runtime") == "warm", d
+    assert d["attempt"] == 1, d
+    planned, finished = parse_time(d["plannedAt"]), parse_time(d["finishedAt"])
+    assert planned is not None and finished is not None
+    # the split waited for the runtime: planned after the pod turned Ready (second precision, rounded down)
+    assert planned >= ready_at, (planned, ready_at)
+    assert waited, "the Scaling condition never said the drain waits for the runtime"
+    jobs = client.BatchV1Api(s.custom.api_client).list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items
+    assert [j.metadata.labels["lagpilot.io/drain-runtime"] for j in jobs] == ["warm"], jobs
+    rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
+    served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
+    assert len(served) == 1 and served[0]["exit"] == 0, served
+
+    # the cooldown (5 s) after the drain ended: back to 0 replicas, the Deployment and its stamp kept
+    dep = wait_until(lambda: (lambda x: x if x.spec.replicas == 0 else None)(_get_deployment(apps, s)),
+                     "the runtime scaled back to 0 after the cooldown", 90, interval=0.5)
+    t_down = time.time()
+    assert (dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION), "the last scale-up stamp is kept"
+    # the operator's own record: created at 0, one scale-up, one scale-down after the cooldown
+    applied = [(r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
+               for r in _log_events_by_message(s.op.log_path, "drain runtime applied")]
+    assert [a[:2] for a in applied] == [("created", 0), ("scaled 0->1", 1), ("scaled 1->0", 0)], applied
+    up, down = applied[1][2], applied[2][2]
+    assert up is not None and down is not None and down >= finished + 5, (down, finished)
+    print(f"on-demand runtime: CR at 0 s, cancel false at {t_due - t_cr:.1f} s, scaled up {up - t_cr:.1f} s "
+          f"(stamp {stamp - t_cr:.1f} s), Ready "
+          f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
+          f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
+          f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s")
+
+
+def _log_events_by_message(path: Any, message: str) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if message in line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("message") == message:
+                out.append(rec)
+    return out

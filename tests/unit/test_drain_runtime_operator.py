@@ -93,6 +93,43 @@ def test_parser_verdicts(drain: dict[str, Any], ok: bool, path: str | None) -> N
         assert validate(SCHEMA, {"spec": raw})
 
 
+COOLDOWN = [  # (drain section, parsed cooldown or the error, the OpenAPI part rejects it too)
+    ({"warmRuntime": True}, None, False),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 0}, 0, False),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 600}, 600, False),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 86400}, 86400, False),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 86401}, "must be in 0..86400", True),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": -1}, "must be in 0..86400", True),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 1.5}, "must be an integer", True),
+    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": "60"}, "must be an integer", True),
+    # the CEL rule (no OpenAPI error): a cooldown says when the warm runtime runs, so only with one
+    ({"warmRuntimeCooldownSeconds": 60}, "allowed only with spec.drain.warmRuntime true", False),
+    ({"warmRuntime": False, "warmRuntimeCooldownSeconds": 60}, "allowed only with spec.drain.warmRuntime true", False),
+]
+
+
+@pytest.mark.parametrize("drain,want,openapi", COOLDOWN, ids=[json.dumps(c[0]) for c in COOLDOWN])
+def test_parser_cooldown_verdicts(drain: dict[str, Any], want: Any, openapi: bool) -> None:
+    raw = {**RAW, "drain": drain}
+    assert bool(validate(SCHEMA, {"spec": raw})) is openapi
+    if not isinstance(want, str):
+        assert parse_spec(raw).drain.warm_runtime_cooldown_s == want
+        return
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw)
+    msgs = [m for p, m in info.value.problems if p == "spec.drain.warmRuntimeCooldownSeconds"]
+    assert msgs and want in msgs[0], info.value.problems
+
+
+def test_crd_cooldown_field_and_cel_rule() -> None:
+    s = schema_at("spec.drain.warmRuntimeCooldownSeconds")
+    assert (s["type"], s["minimum"], s["maximum"]) == ("integer", 0, 86400) and "default" not in s
+    rules = schema_at("spec.drain")["x-kubernetes-validations"]
+    rule = next(r for r in rules if "warmRuntimeCooldownSeconds" in r["rule"])
+    assert rule["fieldPath"] == ".warmRuntimeCooldownSeconds"
+    assert "spec.drain.warmRuntimeCooldownSeconds is allowed only with spec.drain.warmRuntime true" in rule["message"]
+
+
 @pytest.mark.parametrize("drain,wanted", [
     ({"warmRuntime": True}, True),
     ({"warmRuntime": False}, False),

@@ -93,7 +93,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
 def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: dict[str, Any],
            deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack) -> CycleResult:
     """The phases in order, each timed into `cache.timing`: deployment, then (paused: scale to 0 and
-    report) observe (kafka_config, observe, peek), decide (step), act, drain, report (write)."""
+    report) observe (kafka_config, observe, peek, runtime), decide (step), act, drain, report (write)."""
     poll = spec.scaling.poll_interval_seconds
     mark = _Marks(cache.timing)
     cur, pods, ready = ensure_deployment(ref, raw_spec, status, deps)
@@ -111,7 +111,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     emit_estimate_events(spec, est, deps)
     mark("act")
     target = applied if applied is not None else cur
-    drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps)
+    drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas)
     mark("drain")
 
     new = cycle_status(ref, spec, status, seen.snap, out, est, history, (cur, pods, ready), target,
@@ -134,7 +134,8 @@ def _decide(spec: GroupSpec, status: Mapping[str, Any], seen: Observed, cur: int
     out, new_state = step_mod.step(
         step_mod.StepState.from_status(status_codec.step_memory_from_status(status)),
         step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
-                                 retention_s=retention_s(seen.handle, spec, deps)),
+                                 retention_s=retention_s(seen.handle, spec, deps),
+                                 runtime=seen.runtime_observation),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
     assert new_state.estimator is not None
     return out, new_state.estimator, new_state.history

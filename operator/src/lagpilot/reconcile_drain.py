@@ -47,14 +47,14 @@ def retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
 
 
 def run_drain(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: Mapping[str, Any],
-              seen: Observed, decision: Decision, replicas: int, deps: Deps) -> Any:
+              seen: Observed, decision: Decision, replicas: int, deps: Deps, runtime_replicas: int | None = 1) -> Any:
     """The drain executor's step (its DrainResult), after the scaler acted and before the status
-    write; None without a drain executor."""
+    write, with the step's replica count for the warm drain runtime; None without a drain executor."""
     if deps.drain is None:
         return None
     from lagpilot.act.drain import run_in_cycle
     return run_in_cycle(deps.drain, ref, spec, raw_spec, status, seen.obs, decision, replicas, seen.handle, deps,
-                        apply_deployment)
+                        apply_deployment, runtime_replicas=runtime_replicas, runtime_seen=seen.runtime)
 
 
 def drain_progress(raw: Mapping[str, Any]) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """The observe phase of a cycle (reconcile.py): the Kafka credentials from spec.kafka and its Secret,
 a lease on the cluster's shared clients, the group's observation from the cluster's shared view, the
-timestamp of the oldest unprocessed record of each lagging partition, and the lag snapshot the
-decision step reads."""
+timestamp of the oldest unprocessed record of each lagging partition, the lag snapshot the
+decision step reads, and the warm drain runtime's Deployment and pods (spec.drain.warmRuntime only)."""
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +23,12 @@ class Observed:
     handle: Any  # the leased Kafka handle (kafka_admin), held until the cycle ends
     obs: Observation
     snap: lag_mod.LagSnapshot
+    runtime: Any = None  # act.drain_runtime.RuntimeSeen: the warm drain runtime read (None: none, or not read)
+
+    @property
+    def runtime_observation(self) -> Any:
+        """What the decision step sees of the warm drain runtime (decide.runtime.RuntimeObservation)."""
+        return None if self.runtime is None else self.runtime.observation
 
 
 def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float) -> dict[str, str]:
@@ -53,8 +59,9 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
 
 def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack,
             mark: Callable[[str], None]) -> Observed:
-    """Credentials, lease, observation and peek (time marks kafka_config, observe, peek), then the
-    snapshot. Raises ObserveError / KubeError for the cycle to report."""
+    """Credentials, lease, observation and peek (time marks kafka_config, observe, peek), the
+    snapshot, then the warm drain runtime (mark runtime). Raises ObserveError / KubeError for the
+    cycle to report."""
     poll = spec.scaling.poll_interval_seconds
     conf = kafka_config(ref, spec, deps, cache, now)
     mark("kafka_config")
@@ -76,4 +83,16 @@ def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float
         [dataclasses.replace(p, oldest_unprocessed_ts_s=oldest.get(p.partition)) for p in offsets],
         {p.partition: p.capacity.records_per_second for p in obs.partitions if p.capacity is not None},
     )
-    return Observed(handle, obs, snap)
+    runtime = observe_runtime(ref, spec, deps)
+    mark("runtime")
+    return Observed(handle, obs, snap, runtime)
+
+
+def observe_runtime(ref: GroupRef, spec: GroupSpec, deps: Deps) -> Any:
+    """The warm drain runtime's Deployment and pods, read once a cycle (act.drain_runtime.RuntimeManager
+    .observe; its sync reuses the read). None, without any API call, for a CR without spec.drain.warmRuntime
+    or an operator without drains; None also on an API error (best effort, logged)."""
+    manager = getattr(deps.drain, "runtime", None)
+    if manager is None:
+        return None
+    return manager.observe(ref.namespace, ref.name, ref.uid, spec, deps.version)

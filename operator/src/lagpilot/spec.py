@@ -120,7 +120,8 @@ class DrainSpec:
     launcher: str = "job"  # job: a batch/v1 Job; sparkApplication: the kubeflow spark-operator's CR
     assist_replicas: bool = False  # opt-in: fewer replicas than the load needs, drains carry the excess
     warm_runtime: bool = False  # opt-in: a long-lived drain runtime per CR (lagpilot.act.drain_runtime)
-    # with warm_runtime: None = always running; a number = on demand (decide.runtime), kept this long after a drain
+    # spec.drain.warmRuntimeCooldownSeconds, with warm_runtime only: None = always running; a number = on
+    # demand (decide.runtime: scaled 0 -> 1 for a burst or a due drain, kept this long after the last drain)
     warm_runtime_cooldown_s: int | None = None
 
 
@@ -285,6 +286,11 @@ class GroupSpec:
         need(not (d.warm_runtime and d.launcher == "sparkApplication"), "spec.drain.warmRuntime",
              "spec.drain.warmRuntime must be false when spec.drain.launcher is sparkApplication "
              "(the warm runtime serves drain Jobs only)")
+        if d.warm_runtime_cooldown_s is not None:
+            bounds(d.warm_runtime_cooldown_s, 0, 86_400, "spec.drain.warmRuntimeCooldownSeconds")
+            need(d.warm_runtime, "spec.drain.warmRuntimeCooldownSeconds",
+                 "spec.drain.warmRuntimeCooldownSeconds is allowed only with spec.drain.warmRuntime true "
+                 "(it says when the warm drain runtime runs)")
 
         t = self.template
         text(t.image, "spec.template.image", IMAGE_RE, 1024,
@@ -577,6 +583,8 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
             launcher=r.get(drain, "launcher", "spec.drain", str, "job"),
             assist_replicas=r.get(drain, "assistReplicas", "spec.drain", bool, False),
             warm_runtime=r.get(drain, "warmRuntime", "spec.drain", bool, DrainSpec.warm_runtime),
+            warm_runtime_cooldown_s=r.get(drain, "warmRuntimeCooldownSeconds", "spec.drain", int,
+                                          DrainSpec.warm_runtime_cooldown_s),
         ),
         paused=r.get(raw, "paused", P, bool, False),
         template=TemplateSpec(

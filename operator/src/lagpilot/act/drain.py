@@ -303,18 +303,23 @@ def with_runtime(action: Action, word: str) -> Action:
 
 def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: Mapping[str, Any],
                  status: Mapping[str, Any], obs: Any, decision: Any, replicas: int, handle: Any, deps: Any,
-                 apply_deployment: Callable[..., int]) -> DrainResult:
-    """The adapter reconcile.py calls: converts its observation and decision, wires the effects."""
+                 apply_deployment: Callable[..., int], runtime_replicas: int | None = 1,
+                 runtime_seen: Any = None) -> DrainResult:
+    """The adapter reconcile.py calls: converts its observation and decision, wires the effects.
+    `runtime_replicas` is the step's count for the warm drain runtime (None: none), `runtime_seen`
+    this cycle's read of it (`RuntimeManager.observe`; None: not read)."""
 
     def offsets_of(observation: Any) -> dict[int, Offsets]:
         return {p.partition: Offsets(p.committed, p.earliest, p.latest) for p in observation.partitions}
 
-    # the warm drain runtime first (created/updated/deleted as the spec says), so a launch in this
-    # very call can find it; never while an attempt runs (it may be the one serving it)
+    # the warm drain runtime first (created/scaled/updated/deleted as the spec and the step say), so
+    # a launch in this very call can find it; never changed or scaled down while an attempt runs (it
+    # may be the one serving it)
     runtime = getattr(executor, "runtime", None)
     if runtime is not None:
         running = (status.get("drain") or {}).get("phase") == Phase.RUNNING.value
-        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit)
+        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit,
+                     replicas=runtime_replicas, seen=runtime_seen, now=getattr(deps, "clock", time.time)())
 
     ctx = DrainContext(
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,

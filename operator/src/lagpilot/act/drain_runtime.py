@@ -12,9 +12,18 @@ retries and cancels: a Job launched while the runtime pod is Ready gets
 `lagpilot.io/drain-runtime: warm`); otherwise it drains by itself (`cold`).
 
 Pure here: `runtime_wanted`, `runtime_port`, `build_runtime_deployment`, `config_hash`,
-`runtime_url` (which pod, if any, serves the next attempt), `sync_action` (what to do with the
-Deployment this cycle). Thin I/O: `RuntimeManager` (get / server-side apply / delete the Deployment,
-list its pods), called once per control-loop cycle from `drain.run_in_cycle` and at each launch.
+`runtime_url` (which pod, if any, serves the next attempt), `observation_of` (the decision step's
+`RuntimeObservation`), `with_replicas` (the count the step decided, and the scale-up time),
+`sync_action` (what to do with the Deployment this cycle). Thin I/O: `RuntimeManager`: `observe`
+(get the Deployment, list its pods while it has replicas) in the cycle's observe phase, `sync`
+(server-side apply / delete, reusing that read) from `drain.run_in_cycle`, `url` at each launch.
+
+Replicas (`decide.runtime`, `StepDecision.runtime_replicas`): 1 all the time without
+`spec.drain.warmRuntimeCooldownSeconds` (as before); with it, on demand: 0 or 1 as the step says
+(a due drain scales it up, the cooldown after the last drain down; the Deployment stays
+with 0 replicas). A scale-up from 0 (or the creation) writes the time in the annotation
+`lagpilot.io/drain-runtime-scaled-up-at` (RFC 3339, in the same apply): the step's `scaled_up_at_s`,
+which bounds how long a due drain's split waits for the runtime to be Ready.
 
 Choices:
 - port `30000 + crc32("<ns>/<name>") % 20000`: deterministic per CR; the dev pod runner runs every
@@ -27,22 +36,27 @@ Choices:
   handler, image, Kafka settings) never runs a new attempt: the Job goes cold until the new pod
   is Ready.
 - while an attempt runs (status.drain phase Running) the Deployment is neither patched nor deleted:
-  a warm attempt must not lose its runtime to a spec change; the change applies right after.
+  a warm attempt must not lose its runtime to a spec change or a scale-down; the change applies
+  right after. A scale-up from 0 is applied (there is no pod to lose).
 - when not wanted (warmRuntime false, drain disabled, launcher sparkApplication) it is deleted
   (foreground: gone only once its pod is); the CR's deletion removes it through its owner reference.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import hashlib
 import json
 import logging
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot.decide.runtime import RuntimeObservation
+from lagpilot.decide.status import format_time, parse_time
 from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
@@ -55,6 +69,7 @@ COMPONENT = "drain-runtime"
 APP_NAME = "lagpilot-drain-runtime"
 RUNTIME_OF_LABEL = "lagpilot.io/drain-runtime-of"  # the selector: which CR's runtime
 CONFIG_ANNOTATION = "lagpilot.io/drain-runtime-config"
+SCALED_UP_ANNOTATION = "lagpilot.io/drain-runtime-scaled-up-at"  # RFC 3339: its last scale-up from 0
 PORT_NAME = "drain-api"
 PORT_ENV = "LAGPILOT_DRAIN_RUNTIME_PORT"
 PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
@@ -173,6 +188,47 @@ def runtime_url(pods: Sequence[Mapping[str, Any]], port: int, config: str | None
     return None
 
 
+def replicas_of(manifest: Mapping[str, Any] | None) -> int:
+    """spec.replicas of a runtime Deployment (0: absent, or being deleted)."""
+    if not manifest or (manifest.get("metadata") or {}).get("deletionTimestamp"):
+        return 0
+    return int((manifest.get("spec") or {}).get("replicas") or 0)
+
+
+def scaled_up_at(manifest: Mapping[str, Any] | None) -> float | None:
+    """The Deployment's last scale-up from 0 (its annotation); None when absent or unreadable."""
+    raw = ((manifest or {}).get("metadata") or {}).get("annotations") or {}
+    try:
+        return parse_time(raw.get(SCALED_UP_ANNOTATION))
+    except ValueError:
+        return None
+
+
+def observation_of(existing: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], port: int,
+                   config: str | None) -> RuntimeObservation:
+    """What the decision step sees of the runtime: the Deployment's replicas, whether a pod of the
+    current config is Ready (the notion `runtime_url` uses for a launch), the last scale-up."""
+    return RuntimeObservation(replicas=replicas_of(existing), ready=runtime_url(pods, port, config) is not None,
+                              scaled_up_at_s=scaled_up_at(existing))
+
+
+def with_replicas(desired: Mapping[str, Any], replicas: int, existing: Mapping[str, Any] | None,
+                  now: float) -> dict[str, Any]:
+    """The desired Deployment with the decided replica count; a scale-up from 0 (or the creation)
+    stamps `SCALED_UP_ANNOTATION` with `now`, otherwise the existing stamp is kept (a server-side
+    apply that left it out would remove it). A running Deployment without a readable stamp (made
+    by an operator before the stamp existed, or scaled up by hand) is stamped now: the step bounds
+    how long a due drain waits for the runtime from that time, never from "unknown"."""
+    out = copy.deepcopy(dict(desired))
+    out["spec"]["replicas"] = replicas
+    kept = (((existing or {}).get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION)
+    fresh = replicas > 0 and (replicas_of(existing) == 0 or scaled_up_at(existing) is None)
+    stamp = format_time(now) if fresh else kept
+    if stamp:
+        out["metadata"]["annotations"][SCALED_UP_ANNOTATION] = stamp
+    return out
+
+
 class Sync(enum.Enum):
     NONE = "none"          # as wanted (or already going away)
     APPLY = "apply"        # create it, or bring it to the current spec
@@ -193,14 +249,19 @@ def sync_action(desired: Mapping[str, Any] | None, existing: Mapping[str, Any] |
         return Sync.APPLY
     if manifest_hash(existing) == manifest_hash(desired) and _same_shell(desired, existing):
         return Sync.NONE
+    if replicas_of(existing) == 0 and desired["spec"]["replicas"] > 0:
+        return Sync.APPLY  # a scale-up from 0: there is no runtime pod an attempt could be using
     return Sync.DEFER if attempt_running else Sync.APPLY
 
 
 def _same_shell(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> bool:
-    """Replicas and owner as wanted (someone scaled it to 0, or it was adopted from another CR uid)."""
+    """Replicas, scale-up stamp and owner as wanted (someone scaled it by hand, or it was adopted
+    from another CR uid)."""
     owners = [(o.get("uid"), o.get("controller")) for o in (existing.get("metadata") or {}).get("ownerReferences") or []]
     want = [(o["uid"], o["controller"]) for o in desired["metadata"]["ownerReferences"]]
-    return (existing.get("spec") or {}).get("replicas") == desired["spec"]["replicas"] and owners == want
+    stamps = [((m.get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION) for m in (desired, existing)]
+    return ((existing.get("spec") or {}).get("replicas") == desired["spec"]["replicas"] and owners == want
+            and stamps[0] == stamps[1])
 
 
 # ---- I/O -----------------------------------------------------------------------------------------
@@ -210,6 +271,15 @@ class SyncResult:
     action: Sync
     name: str
     error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeSeen:
+    """One cycle's read of a CR's runtime (`RuntimeManager.observe`): the Deployment as read (None:
+    absent) and what the decision step sees of it. `sync` reuses the read (no second GET)."""
+
+    existing: dict[str, Any] | None
+    observation: RuntimeObservation
 
 
 class RuntimeManager:
@@ -237,26 +307,57 @@ class RuntimeManager:
                 return None
             raise
 
-    def sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
-             version: str = __version__, emit: Callable[[str, str, str], None] | None = None) -> SyncResult:
-        """Bring `<cr>-drain-runtime` to what the spec wants. Never raises: a failure is logged and
-        returned (the drain then simply launches cold)."""
-        key, dname = f"{namespace}/{name}", runtime_name(name)
+    def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+        return self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector)).get("items") or []
+
+    def observe(self, namespace: str, name: str, uid: str, spec: GroupSpec,
+                version: str = __version__) -> RuntimeSeen | None:
+        """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only while
+        it has replicas. None (no call at all) for a CR without a runtime, and on an API error
+        (logged; `sync` then reads the Deployment itself, the step sees no runtime)."""
         desired = self.desired(namespace, name, uid, spec, version)
+        if desired is None:
+            return None
+        try:
+            existing = self._get(namespace, runtime_name(name))
+            pods = self._pods(namespace, name) if replicas_of(existing) > 0 else []
+        except Exception as err:  # noqa: BLE001 - best effort: the step then plans as without a runtime
+            log.warning("observing the drain runtime failed", extra={
+                "group": f"{namespace}/{name}", "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
+            return None
+        return RuntimeSeen(existing, observation_of(existing, pods, runtime_port(namespace, name), manifest_hash(desired)))
+
+    def sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
+             version: str = __version__, emit: Callable[[str, str, str], None] | None = None,
+             replicas: int | None = 1, seen: RuntimeSeen | None = None, now: float | None = None) -> SyncResult:
+        """Bring `<cr>-drain-runtime` to what the spec and the step want: `replicas` is the step's
+        `runtime_replicas` (None: no runtime, deleted), `seen` this cycle's `observe` (no second
+        GET), `now` the scale-up stamp's time. Never raises: a failure is logged and returned (the
+        drain then simply launches cold)."""
+        key, dname = f"{namespace}/{name}", runtime_name(name)
+        desired = self.desired(namespace, name, uid, spec, version) if replicas is not None else None
         if desired is None and key in self._absent:
             return SyncResult(Sync.NONE, dname)
         try:
-            existing = self._get(namespace, dname)
+            existing = seen.existing if seen is not None else self._get(namespace, dname)
+            if desired is not None:
+                assert replicas is not None
+                desired = with_replicas(desired, replicas, existing, time.time() if now is None else now)
             action = sync_action(desired, existing, attempt_running)
             if action is Sync.APPLY:
                 assert desired is not None
                 self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
                                                       _content_type="application/apply-patch+yaml")
                 verb = "created" if existing is None else "updated"
+                before, after = replicas_of(existing), desired["spec"]["replicas"]
+                if existing is not None and before != after and manifest_hash(existing) == manifest_hash(desired):
+                    verb = f"scaled {before}->{after}"
                 log.info("drain runtime applied", extra={"group": key, "deployment": dname, "verb": verb,
-                                                         "port": runtime_port(namespace, name)})
+                                                         "replicas": after, "port": runtime_port(namespace, name)})
                 if emit is not None:
-                    emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, port "
+                    emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, "
+                                                          f"{after} replica{'' if after == 1 else 's'}, port "
                                                           f"{runtime_port(namespace, name)})")
             elif action is Sync.DELETE:
                 self.apps.delete_namespaced_deployment(dname, namespace, propagation_policy="Foreground")
@@ -283,9 +384,8 @@ class RuntimeManager:
         desired = self.desired(namespace, name, uid, spec, version)
         if desired is None:
             return None
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
         try:
-            pods = self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector)).get("items") or []
+            pods = self._pods(namespace, name)
         except Exception as err:  # noqa: BLE001
             log.warning("listing the drain runtime's pods failed: launching cold",
                         extra={"group": f"{namespace}/{name}", "error": f"HTTP {getattr(err, 'status', '')}"})
