@@ -31,7 +31,7 @@ def seeds_of(text: str) -> list[int]:
 
 
 def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1,
-             warm_runtime: str = "off") -> list[dict]:
+             warm_runtime: str = "off", cooldown_s: float = SimParams.runtime_cooldown_s) -> list[dict]:
     rows = []
     for kind in kinds:
         fam = tracegen.SUITE[kind]
@@ -42,7 +42,8 @@ def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent
             keda = run_policy(trace, SimParams(**base), "keda")
             for st in starts:
                 lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent,
-                                                 warm_runtime=warm_runtime, **base), "lagpilot")
+                                                 warm_runtime=warm_runtime, runtime_cooldown_s=cooldown_s, **base),
+                                "lagpilot")
                 runtime_min = lp.extra.get("drain_runtime_minutes", 0.0)
                 cost = lp.replica_minutes + lp.drain_task_minutes + runtime_min
                 rows.append({"kind": kind, "seed": seed, "drain_start_s": st, "concurrent": concurrent, "warm_runtime": warm_runtime,
@@ -65,10 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="drains the simulated executor runs side by side (default 1, today's executor)")
     ap.add_argument("--warm-runtime", choices=("off", "always", "on-demand"), default="off",
                     help="the simulated CR's warm drain runtime (cost includes its pod-minutes)")
+    ap.add_argument("--runtime-cooldown-seconds", type=float, default=SimParams.runtime_cooldown_s,
+                    help="on-demand: spec.drain.warmRuntimeCooldownSeconds")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]
-    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime)
+    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime, a.runtime_cooldown_seconds)
     if a.json:
         counts = {f"{k}@{st:.0f}": {"runs": len(rs), "within_ok": sum(r["within_ok"] for r in rs),
                                      "ok": sum(r["ok"] for r in rs),

@@ -55,7 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
-from lagpilot.decide.runtime import RuntimeObservation
+from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
 from lagpilot_runtime.drain_plan import DrainPlan
 
@@ -313,15 +313,17 @@ class RuntimeManager:
 
     def observe(self, namespace: str, name: str, uid: str, spec: GroupSpec,
                 version: str = __version__) -> RuntimeSeen | None:
-        """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only while
-        it has replicas. None (no call at all) for a CR without a runtime, and on an API error
+        """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only on
+        demand (``warmRuntimeCooldownSeconds``) while it has replicas. None (no call at all) for a CR without a runtime, and on an API error
         (logged; `sync` then reads the Deployment itself, the step sees no runtime)."""
         desired = self.desired(namespace, name, uid, spec, version)
         if desired is None:
             return None
         try:
             existing = self._get(namespace, runtime_name(name))
-            pods = self._pods(namespace, name) if replicas_of(existing) > 0 else []
+            # the pods only where the step reads them (on demand: is it Ready?); always-mode plans as before
+            on_demand = mode_of(spec) == MODE_ON_DEMAND
+            pods = self._pods(namespace, name) if on_demand and replicas_of(existing) > 0 else []
         except Exception as err:  # noqa: BLE001 - best effort: the step then plans as without a runtime
             log.warning("observing the drain runtime failed", extra={
                 "group": f"{namespace}/{name}", "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})

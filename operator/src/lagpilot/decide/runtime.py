@@ -13,10 +13,13 @@ it (mode ``on-demand``) it runs only around bursts, scaled 0 -> 1 -> 0:
 - **the split waits for it.** A drain due while the runtime warms up is not planned yet: its split
   is taken when the runtime is Ready, so the records that arrive during the warm-up belong to the
   first drain instead of waiting behind its split for the next one (one start-up a burst, paid
-  before the split, not between two drains). A runtime that is not Ready ``2 x warm-up`` after its
-  scale-up is given up on for this drain (planned cold: the Job starts its own Spark);
+  before the split, not between two drains). A runtime that is not Ready :func:`give_up_s` after its
+  scale-up (2 warm-ups, at least 120 s) is given up on for this drain (planned cold: the Job starts
+  its own Spark);
 - the start-up a drain planned now would see (:func:`start_up_s`) is the warm one once Ready, the
-  warm-up left plus the warm one while warming, and a cold drain's otherwise.
+  warm-up left plus the warm one while warming, and a cold drain's otherwise. The step uses it in
+  mode ``on-demand`` only: with ``always`` the planner keeps the model's cold figure, as before this
+  module (conservative: a Ready runtime starts drains sooner than planned).
 
 Mode ``off`` (``warmRuntime: false``, or drains disabled, or launcher ``sparkApplication``): every
 drain is a cold Job, planned when due (the rule before this module).
@@ -33,7 +36,11 @@ MODE_OFF = "off"
 MODE_ALWAYS = "always"
 MODE_ON_DEMAND = "on-demand"
 MODES = (MODE_OFF, MODE_ALWAYS, MODE_ON_DEMAND)
-GIVE_UP_FACTOR = 2.0  # a runtime not Ready this many warm-ups after its scale-up: plan the drain cold
+# a runtime not Ready this long after its scale-up is given up on for the drain (planned cold):
+# 2 warm-ups, at least the 120 s a JVM and SparkSession can take on 2 busy cores (measured 10-70 s;
+# the runtime pod's liveness probe starts after 180 s, lagpilot.act.drain_runtime)
+GIVE_UP_FACTOR = 2.0
+GIVE_UP_MIN_S = 120.0
 
 
 def mode_of(spec: "GroupSpec") -> str:
@@ -67,13 +74,16 @@ class RuntimeObservation:
     scaled_up_at_s: float | None = None
 
 
+def give_up_s(pol: RuntimePolicy) -> float:
+    return max(GIVE_UP_FACTOR * pol.warm_up_s, GIVE_UP_MIN_S)
+
+
 def _warming(pol: RuntimePolicy, obs: RuntimeObservation, now: float) -> bool:
-    """Asked for, not Ready yet, and not given up on."""
-    if obs.ready or obs.replicas <= 0:
+    """Asked for, not Ready yet, and not given up on. Without a scale-up time (never stamped) the
+    wait could not be bounded: not warming (the drain goes cold; the operator stamps every scale-up)."""
+    if obs.ready or obs.replicas <= 0 or obs.scaled_up_at_s is None:
         return False
-    if obs.scaled_up_at_s is None:
-        return True
-    return now - obs.scaled_up_at_s < GIVE_UP_FACTOR * pol.warm_up_s
+    return now - obs.scaled_up_at_s < give_up_s(pol)
 
 
 def start_up_s(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -> float:
@@ -83,8 +93,8 @@ def start_up_s(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -
     if obs.ready:
         return pol.warm_start_s
     if _warming(pol, obs, now):
-        since = now if obs.scaled_up_at_s is None else obs.scaled_up_at_s
-        return max(0.0, since + pol.warm_up_s - now) + pol.warm_start_s
+        assert obs.scaled_up_at_s is not None
+        return max(0.0, obs.scaled_up_at_s + pol.warm_up_s - now) + pol.warm_start_s
     if obs.replicas <= 0 and pol.mode == MODE_ON_DEMAND:
         return pol.warm_up_s + pol.warm_start_s  # scaled up now, split once Ready
     return pol.warm_up_s  # given up on: a cold Job
@@ -106,7 +116,7 @@ def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, drain
 
 def split_waits(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -> bool:
     """A drain due now is not planned yet: the on-demand runtime is (being) started and its split is
-    taken once it is Ready (never longer than ``GIVE_UP_FACTOR`` warm-ups after the scale-up)."""
+    taken once it is Ready (never longer than :func:`give_up_s` after the scale-up)."""
     if pol.mode != MODE_ON_DEMAND or obs is None or obs.ready:
         return False
     if obs.replicas <= 0:
@@ -115,4 +125,4 @@ def split_waits(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) 
 
 
 __all__ = ["MODE_OFF", "MODE_ALWAYS", "MODE_ON_DEMAND", "MODES", "RuntimePolicy", "RuntimeObservation", "mode_of",
-           "start_up_s", "wanted_replicas", "split_waits"]
+           "start_up_s", "wanted_replicas", "split_waits", "give_up_s"]

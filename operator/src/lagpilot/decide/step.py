@@ -168,7 +168,7 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
         tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
         retention_s=obs.retention_s)
     rpol, dpol = pol.runtime, pol.drain
-    if dpol is not None and rpol.mode != rt_mod.MODE_OFF:
+    if dpol is not None and rpol.mode == rt_mod.MODE_ON_DEMAND:  # always: the cold figure, as before
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
     decision, history = decide(sobs, pol.scaling, state.history, dpol)
     waits = decision.drain is not None and rt_mod.split_waits(rpol, obs.runtime, now)

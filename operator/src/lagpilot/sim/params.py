@@ -41,7 +41,7 @@ class SimParams:
     # (spec.drain.warmRuntime: drains start in drain_warm_start_s), on-demand (+ warmRuntimeCooldownSeconds:
     # scaled up in bursts, Ready drain_start_s later; a due drain's split waits for it)
     warm_runtime: str = "off"
-    runtime_cooldown_s: float = 600.0
+    runtime_cooldown_s: float = 120.0  # the value docs recommend (docs/decision.md "warm runtime on demand")
     drain_warm_start_s: float = 3.0  # a drain on a Ready runtime -> first batch (bench/drain.py warm: 2.3 s)
     batch_max_records: int = 500
     drain_assist: bool = False  # the simulated CR's spec.drain.assistReplicas (opt-in, like the CRD)
