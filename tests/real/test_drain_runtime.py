@@ -28,16 +28,17 @@ from tests.real.test_operator_e2e import events_for
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
-def _log_events(path: Any, event: str) -> list[dict[str, Any]]:
+def _log_events(path: Any, event: str, key: str = "event") -> list[dict[str, Any]]:
+    """The JSON log records whose ``key`` (``event``, or ``message``) is exactly ``event``."""
     out = []
     for line in path.read_text(errors="replace").splitlines():
-        if f'"{event}"' not in line:
+        if event not in line:
             continue
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec.get("event") == event:
+        if rec.get(key) == event:
             out.append(rec)
     return out
 
@@ -198,7 +199,7 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     assert (dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION), "the last scale-up stamp is kept"
     # the operator's own record: created at 0, one scale-up, one scale-down after the cooldown
     applied = [(r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
-               for r in _log_events_by_message(s.op.log_path, "drain runtime applied")]
+               for r in _log_events(s.op.log_path, "drain runtime applied", key="message")]
     assert [a[:2] for a in applied] == [("created", 0), ("scaled 0->1", 1), ("scaled 1->0", 0)], applied
     up, down = applied[1][2], applied[2][2]
     assert up is not None and down is not None and down >= finished + 5, (down, finished)
@@ -207,16 +208,3 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
           f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
           f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
           f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s")
-
-
-def _log_events_by_message(path: Any, message: str) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if message in line:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("message") == message:
-                out.append(rec)
-    return out
