@@ -110,3 +110,27 @@ def test_kept_record_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     said: list[str] = []
     demo_keep.stop_kept("ns-b", said.append)  # no pid to stop: nothing signalled, the record is gone
     assert said == [] and not demo_keep.kept_file("ns-b").exists()
+
+
+
+def test_operator_env_runs_the_checkouts_own_code(tmp_path: Path) -> None:
+    """The real tests' operator subprocess imports the tree that launched it: the package source dirs
+    precede the repo root on PYTHONPATH (the root alone leaves `lagpilot` to the venv's editable
+    install: another checkout when this one is a git worktree); a path that is no checkout stays as given."""
+    import subprocess
+    import sys
+
+    import lagpilot_dev
+    from lagpilot_dev.operator_process import operator_env
+
+    repo = Path(lagpilot_dev.__file__).resolve().parents[3]
+    env = operator_env("/k", repo, base={"PATH": "/usr/bin", "LAGPILOT_X": "1"})
+    assert env["PYTHONPATH"].split(":") == [str(repo / "operator/src"), str(repo / "consumer_image/src"),
+                                            str(repo / "dev/src"), str(repo)]
+    assert "LAGPILOT_X" not in env and env["KUBECONFIG"] == "/k"
+    assert operator_env("/k", tmp_path, base={})["PYTHONPATH"] == str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", "import lagpilot, lagpilot_runtime, lagpilot_dev as d; "
+                          "print(lagpilot.__file__); print(lagpilot_runtime.__file__); print(d.__file__)"],
+                         env={**env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    for line in out.stdout.split():
+        assert Path(line).resolve().is_relative_to(repo), out.stdout

@@ -1,6 +1,7 @@
 """`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
 
-    lagpilot demo [--profile default|fast] [--keep] [--cold-drains] [--namespace NS] [--out DIR] [--plain]
+    lagpilot demo [--profile default|fast] [--keep] [--cold-drains | --runtime-on-demand SECONDS]
+                  [--namespace NS] [--out DIR] [--plain]
 
 Stages (each prints what it waits for):
  1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector
@@ -39,8 +40,8 @@ from typing import Any
 
 from lagpilot_dev import demo_keep, demo_summary
 from lagpilot_dev.demo_cluster import Cluster
-from lagpilot_dev.demo_config import (CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest,
-                                      profile_for)
+from lagpilot_dev.demo_config import (CRD_NAME, MAX_RUNTIME_COOLDOWN_S, PARTS, PARTS_WITHOUT_OPERATOR, RunNames,
+                                      manifest, profile_for)
 from lagpilot_dev.demo_console import Console, DemoError, setup_logging
 from lagpilot_dev.demo_loop import RunLoop
 from lagpilot_dev.demo_observe import Observer
@@ -61,8 +62,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true",
                    help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
                         "still running (a CR applied or edited afterwards is reconciled); prints how to stop them")
-    p.add_argument("--cold-drains", action="store_true",
-                   help="spec.drain.warmRuntime false: every drain starts its own Spark (no warm runtime pod)")
+    runtime = p.add_mutually_exclusive_group()
+    runtime.add_argument("--cold-drains", action="store_true",
+                         help="spec.drain.warmRuntime false: every drain starts its own Spark (no warm runtime pod)")
+    runtime.add_argument("--runtime-on-demand", type=int, default=None, metavar="SECONDS",
+                         help="the warm drain runtime on demand (spec.drain.warmRuntimeCooldownSeconds SECONDS): "
+                              "scaled 0 -> 1 when a drain falls due (its split waits until the runtime is Ready), "
+                              "back to 0 SECONDS after the last drain; the summary adds its scale-ups, warm-up "
+                              "and up-time (default: the runtime runs all the time)")
     p.add_argument("--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)")
     p.add_argument("--out", default=None,
                    help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
@@ -70,7 +77,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)")
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.runtime_on_demand is not None and not 0 <= args.runtime_on_demand <= MAX_RUNTIME_COOLDOWN_S:
+        p.error(f"--runtime-on-demand: 0..{MAX_RUNTIME_COOLDOWN_S} seconds (the CRD's range)")
+    return args
 
 
 class Demo:
@@ -80,7 +90,7 @@ class Demo:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.profile = profile_for(args.profile, args.cold_drains)
+        self.profile = profile_for(args.profile, args.cold_drains, args.runtime_on_demand)
         self.names = RunNames.new(args.namespace, args.out)
         self.names.out.mkdir(parents=True, exist_ok=True)
         self.console = Console(live=sys.stdout.isatty() and not args.plain)
@@ -105,7 +115,9 @@ class Demo:
 
     # ---- the stages --------------------------------------------------------------------------------
     def run(self) -> int:
-        print(f"lagpilot demo · profile {self.profile.name} · output in {self.names.out}", flush=True)
+        runtime = (f" · warm drain runtime on demand (cooldown {self.profile.runtime_cooldown_s} s)"
+                   if self.profile.runtime_on_demand else "")
+        print(f"lagpilot demo · profile {self.profile.name}{runtime} · output in {self.names.out}", flush=True)
         self.cluster.acquire_stack()
         self.stage_resources()
         self.stage_operator()

@@ -21,12 +21,22 @@ PARTS_WITHOUT_OPERATOR = ("kafka", "kube", "postgres")  # --no-operator: no drai
 HANDLER = "lagpilot_dev.demo_handler:process"
 DEMO_LABEL = "lagpilot.io/demo"
 PG_SECRET = "demo-pg"  # the Secret holding the PostgreSQL DSN (key "dsn")
+MAX_RUNTIME_COOLDOWN_S = 86400  # spec.drain.warmRuntimeCooldownSeconds' maximum (the CRD)
 
 
-def profile_for(name: str, cold_drains: bool) -> Profile:
-    """The named profile; --cold-drains turns its warm drain runtime off."""
+def profile_for(name: str, cold_drains: bool, runtime_on_demand_s: int | None = None) -> Profile:
+    """The named profile; --cold-drains turns its warm drain runtime off; --runtime-on-demand SECONDS
+    runs it on demand (spec.drain.warmRuntimeCooldownSeconds, warmRuntime true): not both."""
     profile = PROFILES[name]
-    return dataclasses.replace(profile, warm_runtime=False) if cold_drains else profile
+    if cold_drains and runtime_on_demand_s is not None:
+        raise ValueError("--cold-drains and --runtime-on-demand exclude each other")
+    if cold_drains:
+        return dataclasses.replace(profile, warm_runtime=False)
+    if runtime_on_demand_s is not None:
+        if not 0 <= runtime_on_demand_s <= MAX_RUNTIME_COOLDOWN_S:
+            raise ValueError(f"--runtime-on-demand must be 0..{MAX_RUNTIME_COOLDOWN_S} seconds (the CRD's range)")
+        return dataclasses.replace(profile, warm_runtime=True, runtime_cooldown_s=int(runtime_on_demand_s))
+    return profile
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,8 @@ def manifest(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[
                                      "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s}}},
             "catchUpSLASeconds": p.sla_s,
             "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
-                      "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime},
+                      "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime,
+                      **({"warmRuntimeCooldownSeconds": p.runtime_cooldown_s} if p.runtime_on_demand else {})},
             "template": {
                 # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
                 "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}],
@@ -94,8 +105,13 @@ def manifest(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[
 
 
 def spec_settings(profile: Profile) -> dict[str, Any]:
-    """The run's settings the simulator needs (what the manifest says)."""
+    """The run's settings the simulator needs (what the manifest says); the runtime's mode and
+    cooldown only for a run with the runtime on demand (the README demo's settings as before)."""
     p = profile
-    return {"split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
-            "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
-            "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0}
+    out: dict[str, Any] = {
+        "split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
+        "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
+        "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0}
+    if p.runtime_on_demand:
+        out.update(warm_runtime="on-demand", runtime_cooldown_s=float(p.runtime_cooldown_s or 0))
+    return out

@@ -16,6 +16,8 @@ from lagpilot_dev.demo_report import Sample
 from lagpilot_dev.demo_traffic import Producer, Profile, phase_at
 
 TICK_S = 1.0  # one sample a second
+# --runtime-on-demand: after catching up, watch the runtime's scale-down at most its cooldown plus this
+RUNTIME_DOWN_MARGIN_S = 60.0
 PLAIN_EVERY_S = 10.0  # --plain: one progress line this often
 
 
@@ -105,7 +107,8 @@ class RunLoop:
         console.timings["replay"] = time.monotonic() - t0
 
     def catch_up(self) -> None:
-        """Stage 6: sample until caught up (then linger as the profile says) or its timeout."""
+        """Stage 6: sample until caught up (then linger as the profile says; with the runtime on
+        demand, until it is scaled back to 0, at most its cooldown + RUNTIME_DOWN_MARGIN_S) or its timeout."""
         p, console = self.profile, self.console
         if console.live:
             console.stage = "Catching up"
@@ -114,6 +117,7 @@ class RunLoop:
         t0 = time.monotonic()
         deadline = t0 + p.catch_up_timeout_s
         linger_until: float | None = None
+        runtime_until: float | None = None
         while True:
             tick = time.monotonic()
             s = self.observer.sample(self.producer)
@@ -121,14 +125,20 @@ class RunLoop:
             if missing is None and linger_until is None:
                 console.timings["catch_up_after_replay"] = tick - t0
                 linger_until = tick + p.linger_s
+                if p.runtime_on_demand:
+                    runtime_until = tick + float(p.runtime_cooldown_s or 0) + RUNTIME_DOWN_MARGIN_S
             if linger_until is not None:
-                if tick >= linger_until:
+                runtime_up = runtime_until is not None and tick < runtime_until and s.runtime_replicas != 0
+                if tick >= linger_until and not runtime_up:
                     break
-                console.waiting = f"nothing: caught up; watching {linger_until - tick:.0f} s more"
+                console.waiting = (f"nothing: caught up; watching the warm drain runtime's scale-down "
+                                   f"(cooldown {p.runtime_cooldown_s} s; at most {runtime_until - tick:.0f} s more)"
+                                   if runtime_up and runtime_until is not None
+                                   else f"nothing: caught up; watching {linger_until - tick:.0f} s more")
             else:
                 console.waiting = f"{missing} (gives up in {deadline - tick:.0f} s)"
             self.show(s, phase_text(p, self.producer))
-            if tick > deadline:
+            if linger_until is None and tick > deadline:
                 console.say(f"\ngave up waiting after {p.catch_up_timeout_s:.0f} s: {missing}")
                 break
             if (dead := self.operator_dead()) is not None:

@@ -13,7 +13,10 @@ seconds since the replay started. From those:
   the live group across the hand-off window (plan → the group consuming past the split again),
   next to that partition's usual gap just before, so a reader sees what the hand-off added;
 - the drain start-up: plan → first drained record committed;
-- the pod start: a scale-up seen in the status → the Deployment reporting that many ready.
+- the pod start: a scale-up seen in the status → the Deployment reporting that many ready;
+- the warm drain runtime on demand (``--runtime-on-demand``): each scale-up (the operator's stamp)
+  → a runtime pod Ready (its Ready transition), the scale-downs, and the minutes it ran (all, and
+  serving no warm drain: the simulator's ``drain_runtime_minutes``).
 
 These are also the parameters ``lagpilot simulate --from-demo`` uses to predict the run.
 """
@@ -214,17 +217,82 @@ def drain_measurements(drains: Sequence[dict[str, Any]], batches: Sequence[Batch
         d["launch_to_first_record_seconds"] = None if first is None else round(max(0.0, first - w[1]), 1)
 
 
+def _serving_warm_drain(s: Any) -> bool:
+    """The sample shows a warm drain attempt running (its Job handed its plan to the runtime)."""
+    d = s.drain or {}
+    return d.get("phase") == "Running" and d.get("runtime") == "warm"
+
+
+def runtime_report(samples: Sequence[Any], wall0: float | None) -> dict[str, Any] | None:
+    """The warm drain runtime as sampled (``Sample.runtime_*``; None when it was not sampled): each
+    scale-up (0 -> n, the first sample already up included) with its stamp, when a pod of it was
+    Ready and the warm-up between them (stamp -> Ready transition), the scale-downs, and the minutes
+    it had replicas: ``up_minutes`` all of them, ``idle_minutes`` those serving no warm drain (what
+    the simulator's ``drain_runtime_minutes`` counts). Times ``*_t`` in seconds since ``wall0``."""
+    seen = [s for s in samples if s.runtime_replicas is not None]
+    if not seen:
+        return None
+    episodes: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    up_s = idle_s = 0.0
+    for a, b in zip(seen, seen[1:]):
+        if a.runtime_replicas:
+            dt = max(0.0, b.t - a.t)
+            up_s += a.runtime_replicas * dt
+            if not _serving_warm_drain(a):
+                idle_s += a.runtime_replicas * dt
+    for s in seen:
+        r = int(s.runtime_replicas or 0)
+        stamp = s.runtime_scaled_up_at
+        restamped = (cur is not None and r > 0 and stamp is not None and cur["stamp"] is not None
+                     and abs(stamp - cur["stamp"]) > 0.5)  # down and up again between two samples
+        if cur is not None and (r == 0 or restamped):
+            cur["scaled_down_t"] = round(s.t, 1)
+            cur = None
+        if r > 0 and cur is None:
+            cur = {"stamp": stamp, "seen_up_t": round(s.t, 1), "ready_at": None, "scaled_down_t": None}
+            episodes.append(cur)
+        if cur is not None:
+            if cur["stamp"] is None:
+                cur["stamp"] = stamp
+            ready = s.runtime_ready_since
+            if cur["ready_at"] is None and ready is not None and (cur["stamp"] is None or ready >= cur["stamp"] - 1.0):
+                cur["ready_at"] = ready  # a pod of this scale-up (the transition time has whole seconds)
+    out_eps = []
+    for e in episodes:
+        warm = None if e["stamp"] is None or e["ready_at"] is None else round(max(0.0, e["ready_at"] - e["stamp"]), 1)
+        rel = (lambda x: None if x is None or wall0 is None else round(x - wall0, 1))  # noqa: E731
+        out_eps.append({"scaled_up_t": rel(e["stamp"]), "seen_up_t": e["seen_up_t"], "ready_t": rel(e["ready_at"]),
+                        "warm_up_seconds": warm, "scaled_down_t": e["scaled_down_t"]})
+    warm_ups = [e["warm_up_seconds"] for e in out_eps if e["warm_up_seconds"] is not None]
+    return {"scale_ups": len(out_eps), "scale_downs": sum(1 for e in out_eps if e["scaled_down_t"] is not None),
+            "warm_ups_seconds": warm_ups,
+            "warm_up_seconds": round(sum(warm_ups) / len(warm_ups), 2) if warm_ups else None,
+            "up_minutes": round(up_s / 60.0, 2), "idle_minutes": round(idle_s / 60.0, 2),
+            "replicas_at_end": int(seen[-1].runtime_replicas or 0), "episodes": out_eps}
+
+
 def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None, drain_task_capacity: float | None,
                pod_starts_s: Sequence[float], drains: Sequence[Mapping[str, Any]], split_factor: int, max_tasks: int,
                min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
-               scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int) -> dict[str, Any]:
+               scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int,
+               warm_runtime: str | None = None, runtime_cooldown_s: float | None = None,
+               runtime: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
-    measured in this run (the simulator keeps its default)."""
+    measured in this run (the simulator keeps its default).
+
+    With the runtime on demand (``warm_runtime="on-demand"``, ``runtime`` = :func:`runtime_report`)
+    the drain start-up splits in two as the simulator models it: ``drain_start_s`` = the runtime's
+    warm-up (scale-up -> Ready, the mean; also a cold drain's start-up there) and
+    ``drain_warm_start_s`` = launch -> first record of the warm drains (the mean). Without it the
+    keys are as before (``drain_start_s`` = every drain's launch -> first record; the README demo
+    runs the runtime all the time, so its drains start warm, as the simulator's default "off" mode
+    starts them after ``drain_start_s``)."""
     starts = [float(d["launch_to_first_record_seconds"]) for d in drains
               if d.get("launch_to_first_record_seconds") is not None]
     pauses = [float(d["pause_excess_seconds"]) for d in drains if d.get("pause_excess_seconds") is not None]
     paths = [d.get("hand_off_path") for d in drains if d.get("hand_off_path")]
-    return {
+    out: dict[str, Any] = {
         "partitions": partitions, "sla_s": float(sla_s), "capacity": consumer_capacity,
         "drain_task_capacity": drain_task_capacity, "pod_start_s": _median(list(pod_starts_s)),
         # drain start-up: the mean, as every drain pays it
@@ -237,3 +305,11 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
         # the quiesce fallback empties the group (pods restart); measured by the paths the drains took
         "handoff_quiesce": bool(paths) and sum(p == "Quiesce" for p in paths) * 2 > len(paths),
     }
+    if warm_runtime == "on-demand":
+        warm = [float(d["launch_to_first_record_seconds"]) for d in drains
+                if d.get("runtime") == "warm" and d.get("launch_to_first_record_seconds") is not None]
+        out.update(warm_runtime="on-demand",
+                   runtime_cooldown_s=None if runtime_cooldown_s is None else float(runtime_cooldown_s),
+                   drain_warm_start_s=round(sum(warm) / len(warm), 2) if warm else None,
+                   drain_start_s=(runtime or {}).get("warm_up_seconds"))
+    return out

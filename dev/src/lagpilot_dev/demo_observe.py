@@ -31,6 +31,20 @@ def sql_rows(conn: Any, query: str, params: tuple[Any, ...] = ()) -> list[tuple[
         return []
 
 
+def ready_since(pods: list[Any], now: float) -> float | None:
+    """The earliest Ready transition (epoch s) of the pods that are Ready and not being deleted;
+    ``now`` for a Ready pod whose condition has no transition time; None when none is Ready."""
+    out: float | None = None
+    for pod in pods:
+        if pod.metadata.deletion_timestamp is not None or (pod.status.phase or "") != "Running":
+            continue
+        for c in pod.status.conditions or []:
+            if c.type == "Ready" and c.status == "True":
+                at = c.last_transition_time.timestamp() if c.last_transition_time is not None else now
+                out = at if out is None else min(out, at)
+    return out
+
+
 @dataclass
 class Observer:
     """Takes the samples (all kept, in order) and the latest `kubectl get bcg` lines."""
@@ -110,6 +124,9 @@ class Observer:
             s.pods = dep.spec.replicas
             if s.replicas is None:
                 s.replicas = dep.spec.replicas
+        if self.profile.runtime_on_demand:
+            with self._probe("drain runtime"):
+                self._sample_runtime(s)
         now = time.monotonic()
         if now - self._kubectl_at >= KUBECTL_EVERY_S:
             self._kubectl_at = now
@@ -118,6 +135,30 @@ class Observer:
                 self.kubectl_lines = [f"$ kubectl get bcg -n {n.ns}", *proc.stdout.rstrip().splitlines()]
         self.samples.append(s)
         return s
+
+    def _sample_runtime(self, s: Sample) -> None:
+        """The warm drain runtime on demand: its Deployment's replicas and scale-up stamp (the
+        operator's annotation), and since when a runtime pod (not being deleted) is Ready: the
+        Ready condition's transition time, or now when the condition carries none."""
+        from kubernetes import client
+
+        from lagpilot.act.drain_runtime import runtime_name, scaled_up_at, selector_labels
+
+        n = self.cluster.names
+        try:
+            dep = client.AppsV1Api(self.cluster.api).read_namespaced_deployment(runtime_name(n.name), n.ns)
+        except client.ApiException as exc:
+            if exc.status == 404:  # not created yet
+                s.runtime_replicas = 0
+                return
+            raise
+        s.runtime_replicas = int(dep.spec.replicas or 0)
+        s.runtime_scaled_up_at = scaled_up_at({"metadata": {"annotations": dep.metadata.annotations or {}}})
+        if s.runtime_replicas <= 0:
+            return
+        selector = ",".join(f"{k}={v}" for k, v in selector_labels(n.name).items())
+        pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(n.ns, label_selector=selector).items
+        s.runtime_ready_since = ready_since(pods, time.time())
 
     def _rows_in_ranges(self, ranges: list[dict[str, Any]]) -> int | None:
         """Rows of the drain's offset ranges already in PostgreSQL: its progress as the sink sees it."""

@@ -46,6 +46,11 @@ class Sample:
     conditions: list[tuple[str, str, str]] = field(default_factory=list)
     drain: dict[str, Any] | None = None  # status.drain as read
     drain_in_sink: int | None = None  # rows of the current drain's ranges already in PostgreSQL
+    # the warm drain runtime Deployment, sampled only when it runs on demand (--runtime-on-demand):
+    # spec.replicas, its scale-up stamp (epoch s) and since when a runtime pod is Ready (epoch s; None: none)
+    runtime_replicas: int | None = None
+    runtime_scaled_up_at: float | None = None
+    runtime_ready_since: float | None = None
 
     @property
     def partitions(self) -> list[int]:
@@ -147,6 +152,8 @@ def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
         out["times"] = times
     if d.get("handOffPath"):
         out["hand_off_path"] = d.get("handOffPath")
+    if d.get("runtime"):
+        out["runtime"] = d.get("runtime")  # warm | cold: how the drain's Job was launched (status.drain.runtime)
     if d.get("seconds") is not None:
         out["seconds"] = d.get("seconds")
     elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
@@ -317,6 +324,7 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
     cons_cap = demo_measure.capacity(batches, "consumer", batch_max_records)
     task_cap = demo_measure.capacity(batches, "drain", batch_max_records)
     pods = demo_measure.pod_starts(replay, batches)
+    runtime = demo_measure.runtime_report(replay, wall0)  # None unless the runtime ran on demand (sampled)
     sp = spec or {}
     params = demo_measure.sim_params(
         partitions=partitions, sla_s=sla_s, consumer_capacity=cons_cap, drain_task_capacity=task_cap,
@@ -325,10 +333,11 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         poll_interval_s=float(sp.get("poll_interval_s", 5)), min_replicas=int(sp.get("min_replicas", 1)),
         max_replicas=int(sp.get("max_replicas", partitions)),
         scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
-        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records)
+        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records,
+        warm_runtime=sp.get("warm_runtime"), runtime_cooldown_s=sp.get("runtime_cooldown_s"), runtime=runtime)
     pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
     led = proof.ledger or {}
-    return {
+    out = {
         "profile": profile,
         "ok": proof.ok,
         "failures": proof.failures(),
@@ -368,7 +377,12 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
                      "drain_batches": sum(1 for b in batches if b.source == "drain")},
         "sim_params": params,
         "sim_params_measured": [k for k in ("capacity", "drain_task_capacity", "pod_start_s", "drain_start_s",
-                                            "handoff_pause_s") if params.get(k) is not None],
+                                            "drain_warm_start_s", "handoff_pause_s") if params.get(k) is not None],
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "paths": dict(paths),
     }
+    if runtime is not None:
+        # the warm drain runtime on demand: scale-ups/downs, warm-ups, minutes up and idle
+        out["runtime"] = {"mode": sp.get("warm_runtime"), "cooldown_seconds": sp.get("runtime_cooldown_s"),
+                          **runtime}
+    return out

@@ -63,6 +63,9 @@ def simulate(trace_path: Path, summary: dict[str, Any]) -> None:
     rows = sim_compare.compare(pred, sim_compare.measured_from_summary(summary))
     summary["sim_to_real"] = {"comparison": {r["metric"]: r for r in rows}, "agrees": sim_compare.agrees(rows),
                               "not_modelled": unknown}
+    runtime = sim_compare.runtime_comparison(pred, summary)
+    if runtime is not None:  # the runtime on demand: its minutes serving no drain, shown not judged
+        summary["sim_to_real"]["runtime"] = runtime
 
 
 def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samples: Sequence[Sample],
@@ -129,6 +132,10 @@ def print_report(console: Console, names: RunNames, summary: dict[str, Any], pro
 
         print("\n  the calibrated simulator on this run's trace (lagpilot predicted vs measured):")
         print("\n".join("    " + line for line in format_comparison(list(s2r["comparison"].values())).splitlines()))
+        if s2r.get("runtime"):
+            from lagpilot.sim.compare import format_runtime
+
+            print(f"    {format_runtime(s2r['runtime'])}")
         print(f"    {summary['sim_command']}")
     verdict = ("PROOF OK: produced = distinct records in PostgreSQL "
                f"({proof.produced:,}), every partition holds offsets 0..end-1, and the delivery ledger shows "

@@ -51,6 +51,13 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     for name, label in (("static", "static replicas (simulated on this trace)"), ("keda", "KEDA (simulated on this trace)")):
         if (base.get(name) or {}).get("within_sla_fraction") is not None:
             rows.append((f"within SLA with {label}", f"{100 * float(base[name]['within_sla_fraction']):.1f} %"))
+    rt = summary.get("runtime")
+    if rt:  # --runtime-on-demand
+        warm = "—" if rt.get("warm_up_seconds") is None else f"{float(rt['warm_up_seconds']):.0f} s"
+        rows.append(("warm drain runtime on demand: scale-ups / scale-downs / warm-up (mean)",
+                     f"{rt.get('scale_ups')} / {rt.get('scale_downs')} / {warm}"))
+        rows.append(("warm drain runtime minutes up / serving no drain",
+                     f"{float(rt.get('up_minutes') or 0):.1f} / {float(rt.get('idle_minutes') or 0):.1f}"))
     if summary.get("operator_restarts"):
         rows.append(("operator crashes (restarted by the demo)",
                      f"{summary['operator_restarts']} (exit codes {summary.get('operator_exit_codes')})"))
@@ -70,6 +77,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             pause += " (pods " + ", ".join(f"{int(a)}→{int(b)} at {t:.0f} s" for t, a, b in d["pod_changes_near_hand_off"]) + ")"
         if d.get("start_up_seconds") is not None:
             pause += f", first drained record {d['start_up_seconds']:.0f} s after the plan"
+        if rt and d.get("runtime"):
+            pause += f", {d['runtime']} start"
         lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"
                      f" — {_fmt_int(d.get('records_done'))}/{_fmt_int(d.get('records_total'))} records{secs}{pause}")
     return "\n".join(lines)

@@ -51,8 +51,15 @@ class Profile:
     split_factor: int = 4
     max_tasks: int = 12
     warm_runtime: bool = True  # spec.drain.warmRuntime: drains start in seconds (docs/drain.md)
+    # spec.drain.warmRuntimeCooldownSeconds (--runtime-on-demand): the runtime scaled 0 -> 1 when a drain
+    # falls due, back to 0 this long after the last drain; None: always running (the README demo)
+    runtime_cooldown_s: int | None = None
     catch_up_timeout_s: float = 480.0  # after the replay: how long to wait for the backlog to clear
     linger_s: float = 0.0  # after catching up, keep watching (e.g. to show the scale-down)
+
+    @property
+    def runtime_on_demand(self) -> bool:
+        return self.warm_runtime and self.runtime_cooldown_s is not None
 
     @property
     def replay_seconds(self) -> float:

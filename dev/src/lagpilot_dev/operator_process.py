@@ -23,12 +23,28 @@ DEV_OPERATOR_ENV = {"LAGPILOT_POD_START_SECONDS": "3", "LAGPILOT_KAFKA_TIMEOUT_S
 DEV_SESSION_TIMEOUT_MS = 10_000
 
 
+# a checkout's package source dirs (pyproject.toml's package-dir, dev/pyproject.toml)
+SOURCE_DIRS = ("operator/src", "consumer_image/src", "dev/src")
+
+
+def checkout_pythonpath(pythonpath: Path | str) -> str:
+    """`pythonpath` preceded by its package source dirs when it is a checkout: the operator runs the
+    code of the tree that launched it. With the repo root alone, `lagpilot` would be imported through
+    the venv's editable install, i.e. from the checkout the venv was installed from (/work/main for a
+    git worktree sharing that venv)."""
+    root = Path(pythonpath)
+    dirs = [str(root / d) for d in SOURCE_DIRS if (root / d).is_dir()]
+    return os.pathsep.join([*dirs, str(pythonpath)])
+
+
 def operator_env(kubeconfig: Path | str, pythonpath: Path | str, extra: Mapping[str, str] | None = None,
                  base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without any LAGPILOT_ setting, plus the kubeconfig, the repo on
-    PYTHONPATH (handlers of tests and benches), the dev stack's timings and `extra`."""
+    """This process's environment without any LAGPILOT_ setting, plus the kubeconfig, the repo and
+    its package source dirs on PYTHONPATH (handlers of tests and benches; the checkout's own
+    operator), the dev stack's timings and `extra`."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("LAGPILOT_")}
-    env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": str(pythonpath), **DEV_OPERATOR_ENV, **(extra or {})})
+    env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": checkout_pythonpath(pythonpath), **DEV_OPERATOR_ENV,
+                **(extra or {})})
     return env
 
 

@@ -8,8 +8,10 @@ under ``sim_params`` — named as :class:`lagpilot.sim.params.SimParams` fields,
 where the demo can measure them (consumer and drain-task capacity from its delivery ledger, pod
 start, drain start-up, hand-off pause) and taken from its spec otherwise — and the measured
 results (``latency.within_sla_fraction``, ``latency.p99_s``, ``replica_minutes``,
-``drain_task_minutes``). This module builds the simulator's parameters from that (a flag given
-explicitly on the command line wins), runs the policies on the trace and compares.
+``drain_task_minutes``; with the warm drain runtime on demand also ``runtime``, its minutes shown
+next to the simulator's ``drain_runtime_minutes``, not judged). This module builds the simulator's
+parameters from that (a flag given explicitly on the command line wins), runs the policies on the
+trace and compares.
 
 Agreement: within-SLA fraction within 5 percentage points; replica-minutes and drain-task-minutes
 within 25 % of the measured value; the p99 latency is shown, not judged. Parameters the simulator
@@ -135,6 +137,29 @@ def compare(predicted: Mapping[str, Any], measured: Mapping[str, float | None]) 
     return [judge(m, None if predicted.get(m) is None else float(predicted[m]), measured.get(m)) for m in METRICS]
 
 
+def runtime_comparison(predicted: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The warm drain runtime's minutes serving no drain: the simulator's ``drain_runtime_minutes``
+    next to what the demo measured (``summary["runtime"]``, a run with the runtime on demand); shown,
+    not judged. None when the demo did not measure the runtime."""
+    rt = summary.get("runtime")
+    if not rt:
+        return None
+    return {"predicted_idle_minutes": float(predicted.get("drain_runtime_minutes") or 0.0),
+            "measured_idle_minutes": rt.get("idle_minutes"), "measured_up_minutes": rt.get("up_minutes"),
+            "measured_scale_ups": rt.get("scale_ups"), "measured_scale_downs": rt.get("scale_downs"),
+            "measured_warm_up_seconds": rt.get("warm_up_seconds")}
+
+
+def format_runtime(row: Mapping[str, Any]) -> str:
+    def num(x: Any, fmt: str) -> str:
+        return "—" if x is None else format(float(x), fmt)
+
+    return (f"warm drain runtime minutes serving no drain (not judged): predicted "
+            f"{num(row['predicted_idle_minutes'], '.1f')}, measured {num(row['measured_idle_minutes'], '.1f')} "
+            f"(up {num(row['measured_up_minutes'], '.1f')} min, {row.get('measured_scale_ups')} scale-ups, "
+            f"{row.get('measured_scale_downs')} scale-downs, warm-up {num(row['measured_warm_up_seconds'], '.1f')} s)")
+
+
 def _cell(metric: str, v: float | None) -> str:
     if v is None:
         return "—"
@@ -246,9 +271,12 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
     pred = results["lagpilot"].to_dict()
     rows = compare(pred, measured_from_summary(summary))
     verdict = agrees(rows)
+    runtime = runtime_comparison(pred, summary)
     out = {"policies": {k: v.to_dict() for k, v in results.items()}, "params": dataclasses.asdict(params),
            "not_modelled": unknown, "comparison": {r["metric"]: r for r in rows}, "agrees": verdict,
            "demo": {"summary": args.from_demo, "profile": summary.get("profile"), "trace": args.trace}}
+    if runtime is not None:
+        out["runtime"] = runtime
     if args.json:
         print(json.dumps(out, sort_keys=False, default=str))
         return 0
@@ -257,6 +285,8 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
     print()
     print("lagpilot, predicted by the simulator vs measured by the demo:")
     print(format_comparison(rows))
+    if runtime is not None:
+        print(format_runtime(runtime))
     print()
     print(sim_report.format_table(results))
     print(f"\nverdict: {'the simulator agrees with the run' if verdict else 'the simulator does NOT agree with the run' if verdict is False else 'nothing to judge'}"
