@@ -40,8 +40,7 @@ from typing import Any
 
 from lagpilot_dev import demo_keep, demo_summary
 from lagpilot_dev.demo_cluster import Cluster
-from lagpilot_dev.demo_config import (CRD_NAME, MAX_RUNTIME_COOLDOWN_S, PARTS, PARTS_WITHOUT_OPERATOR, RunNames,
-                                      manifest, profile_for)
+from lagpilot_dev.demo_config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo_console import Console, DemoError, setup_logging
 from lagpilot_dev.demo_loop import RunLoop
 from lagpilot_dev.demo_observe import Observer
@@ -78,8 +77,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.runtime_on_demand is not None and not 0 <= args.runtime_on_demand <= MAX_RUNTIME_COOLDOWN_S:
-        p.error(f"--runtime-on-demand: 0..{MAX_RUNTIME_COOLDOWN_S} seconds (the CRD's range)")
+    try:  # the profile's own rules (the CRD's range of the cooldown), as a usage error
+        profile_for(args.profile, args.cold_drains, args.runtime_on_demand)
+    except ValueError as err:
+        p.error(str(err))
     return args
 
 

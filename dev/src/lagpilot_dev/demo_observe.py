@@ -142,7 +142,7 @@ class Observer:
         Ready condition's transition time, or now when the condition carries none."""
         from kubernetes import client
 
-        from lagpilot.act.drain_runtime import runtime_name, scaled_up_at, selector_labels
+        from lagpilot.act.drain_runtime import runtime_name, scaled_up_at, selector
 
         n = self.cluster.names
         try:
@@ -156,8 +156,7 @@ class Observer:
         s.runtime_scaled_up_at = scaled_up_at({"metadata": {"annotations": dep.metadata.annotations or {}}})
         if s.runtime_replicas <= 0:
             return
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(n.name).items())
-        pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(n.ns, label_selector=selector).items
+        pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(n.ns, label_selector=selector(n.name)).items
         s.runtime_ready_since = ready_since(pods, time.time())
 
     def _rows_in_ranges(self, ranges: list[dict[str, Any]]) -> int | None:

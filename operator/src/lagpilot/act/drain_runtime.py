@@ -101,6 +101,11 @@ def selector_labels(cr_name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP_NAME, RUNTIME_OF_LABEL: label_value(cr_name)}
 
 
+def selector(cr_name: str) -> str:
+    """`selector_labels` as a label selector (the runtime's pods)."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(cr_name).items())
+
+
 def _labels(cr_name: str, version: str) -> dict[str, str]:
     return {
         **selector_labels(cr_name),
@@ -308,8 +313,7 @@ class RuntimeManager:
             raise
 
     def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
-        return self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector)).get("items") or []
+        return self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector(name))).get("items") or []
 
     def observe(self, namespace: str, name: str, uid: str, spec: GroupSpec,
                 version: str = __version__) -> RuntimeSeen | None:

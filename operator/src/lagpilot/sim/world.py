@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagpilot.decide import handoff
+from lagpilot.decide.runtime import RuntimeObservation
 from lagpilot.sim.backlog import _Latency, _Queue, _split, _take_before
 from lagpilot.sim.params import SimParams
 from lagpilot.sim.trace import Trace
@@ -145,10 +146,16 @@ class _World:
             self.pods.sort()
             del self.pods[desired:]
 
-    def runtime_observation(self, t: float) -> Any:
-        from lagpilot.decide.runtime import RuntimeObservation
-        ready = self.runtime_ready_at is not None and self.runtime_ready_at <= t
-        return RuntimeObservation(self.runtime_replicas, ready, self.runtime_scaled_up_at)
+    def _runtime_ready(self, t: float) -> bool:
+        return self.runtime_ready_at is not None and self.runtime_ready_at <= t
+
+    @property
+    def _runtime_serving(self) -> bool:
+        """The runtime serves a drain (one launched warm whose tasks run)."""
+        return any(d.warm for d in self.sim_drains if d.tasks)
+
+    def runtime_observation(self, t: float) -> RuntimeObservation:
+        return RuntimeObservation(self.runtime_replicas, self._runtime_ready(t), self.runtime_scaled_up_at)
 
     def scale_runtime(self, replicas: int, t: float) -> None:
         if replicas > 0 and self.runtime_replicas == 0:
@@ -159,9 +166,8 @@ class _World:
 
     def _start_s(self, t: float) -> float:
         """A drain launched at ``t``: warm on a Ready runtime that serves no other drain, else cold."""
-        ready = self.runtime_ready_at is not None and self.runtime_ready_at <= t
-        busy = any(d.warm for d in self.sim_drains if d.tasks)
-        return self.p.drain_warm_start_s if ready and not busy else self.p.drain_start_s
+        warm = self._runtime_ready(t) and not self._runtime_serving
+        return self.p.drain_warm_start_s if warm else self.p.drain_start_s
 
     def plan_drain(self, need: Any, t: float) -> None:
         """The executor's plan: split = the end offset now; the hand-off completes after the pause."""
@@ -202,7 +208,7 @@ class _World:
     # one step ----------------------------------------------------------------------------
     def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
         n = self.p.partitions
-        if not any(d.warm for d in self.sim_drains if d.tasks):
+        if not self._runtime_serving:
             self.runtime_s += self.runtime_replicas * dt  # idle: serving no drain (warming, cooldown)
         for d in self.sim_drains:
             if d.status.handed_off_at is None and d.handoff_at <= t + dt:
