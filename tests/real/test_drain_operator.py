@@ -148,7 +148,9 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,
             "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000, **(drain or {})},
-            "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+            # this checkout's packages first (the venv's editable install may point at another checkout)
+            "template": {"env": [{"name": "PYTHONPATH", "value": os.pathsep.join(
+                                     str(REPO / d) for d in (".", "consumer_image/src", "operator/src"))},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
                                  *({"name": k, "value": v} for k, v in (consumer_env or {}).items())]},
         }))
