@@ -3,6 +3,7 @@ for another group (400), the caller going away cancels the plan's Spark jobs, th
 fall-back when nothing listens, and the exit-code mapping shared with the cold path."""
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
@@ -12,14 +13,25 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_job, drain_runtime
+from lagpilot_runtime import drain_job, drain_runtime, plan_auth
 from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange
 from lagpilot_runtime.drain_runtime import DrainRuntime, Outcome, Unreachable
 
 ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
        "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle"}
-PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2)
+PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)
+KEY, CR_UID = bytes.fromhex("11" * 32), "uid-1"
+_ATTEMPTS = itertools.count(1)  # every call a fresh attempt: the runtime refuses replays (test_drain_runtime_auth)
+
+
+def auth_for(plan: DrainPlan = PLAN) -> plan_auth.PlanAuth:
+    return plan_auth.sign(KEY, plan.to_json(), CR_UID, plan.drain_id, next(_ATTEMPTS), time.time() + 600)
+
+
+def signed(plan: DrainPlan = PLAN) -> str:
+    """The body a drain Job sends: its plan and the operator's signature."""
+    return json.dumps({"plan": plan.to_json(), "auth": auth_for(plan).to_dict()})
 
 
 class FakeContext:
@@ -39,7 +51,7 @@ class FakeSpark:
 def runtime(monkeypatch: pytest.MonkeyPatch) -> DrainRuntime:
     for k, v in ENV.items():
         monkeypatch.setenv(k, v)
-    rt = DrainRuntime(ConsumerConfig.from_env(), None, [], {}, 4)
+    rt = DrainRuntime(ConsumerConfig.from_env(), None, [], {}, 4, key=KEY, cr_uid=CR_UID)
     rt.spark = FakeSpark()
     rt.ready.set()
     return rt
@@ -63,7 +75,7 @@ def test_serves_a_plan_with_the_warm_session(runtime: DrainRuntime, monkeypatch:
         return {"records": 10}
 
     monkeypatch.setattr(drain_job, "run", fake_run)
-    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
+    status, outcome = runtime.serve_plan(signed(), lambda: False)
     assert (status, outcome.exit, outcome.summary) == (200, 0, {"records": 10})
     assert seen["plan"] == PLAN and seen["session"] is runtime.spark
     assert seen["marks"]["process_start"] == seen["marks"]["main_entered"]  # start-up counted from the request
@@ -72,15 +84,15 @@ def test_serves_a_plan_with_the_warm_session(runtime: DrainRuntime, monkeypatch:
 
 def test_not_warm_busy_and_foreign_plans_are_refused(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
     first, release = _run_until_released(runtime, monkeypatch)
-    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
-    assert status == 409 and "busy with drain 41" in outcome.message
+    status, outcome = runtime.serve_plan(signed(), lambda: False)
+    assert status == 409 and "busy" in outcome.message and "41" not in outcome.message
     release.set()
     first.join(5)
     other = DrainPlan("42", "payments", "g", (SubRange(0, 0, 0, 10),), 100, 2)
-    status, outcome = runtime.serve_plan(other.to_json(), lambda: False)
+    status, outcome = runtime.serve_plan(signed(other), lambda: False)
     assert (status, outcome.exit) == (400, drain_job.EXIT_CONFIG)
     runtime.ready.clear()
-    assert runtime.serve_plan(PLAN.to_json(), lambda: False)[0] == 503
+    assert runtime.serve_plan(signed(), lambda: False)[0] == 503
 
 
 def test_a_caller_that_goes_away_cancels_the_plans_spark_jobs(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
@@ -92,7 +104,7 @@ def test_a_caller_that_goes_away_cancels_the_plans_spark_jobs(runtime: DrainRunt
 
     monkeypatch.setattr(drain_job, "run", slow_run)
     calls = iter([False, True])
-    status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: next(calls, True))
+    status, outcome = runtime.serve_plan(signed(), lambda: next(calls, True))
     assert runtime.spark.sparkContext.cancelled == [drain_job.job_group(PLAN)]
     assert (status, outcome.exit) == (200, drain_job.EXIT_FAILED)
     assert runtime.current is None  # free for the retry
@@ -109,7 +121,7 @@ def test_peer_closed_sees_eof_but_not_a_quiet_open_peer():
 
 
 def _serve(runtime: DrainRuntime) -> tuple[ThreadingHTTPServer, str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), drain_runtime._handler_class(runtime))
+    server = drain_runtime.make_server(runtime, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -118,19 +130,19 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: {"records": 3})
     server, url = _serve(runtime)
     try:
-        assert drain_runtime.request(url, PLAN).summary == {"records": 3}
+        assert drain_runtime.request(url, PLAN, auth=auth_for()).summary == {"records": 3}
         runtime._plan_lock.acquire()  # another plan runs: the caller retries, then gives up with a failure
         runtime.current = "40"
         slept: list[float] = []
         clock = iter(range(100))
-        outcome = drain_runtime.request(url, PLAN, busy_wait_s=3, sleep=slept.append,
+        outcome = drain_runtime.request(url, PLAN, auth=auth_for(), busy_wait_s=3, sleep=slept.append,
                                         now=lambda: float(next(clock)))
         assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
         runtime.current = None
         runtime._plan_lock.release()
         runtime.ready.clear()
         with pytest.raises(Unreachable):  # not warm: the Job drains by itself
-            drain_runtime.request(url, PLAN)
+            drain_runtime.request(url, PLAN, auth=auth_for())
     finally:
         server.shutdown()
         server.server_close()
@@ -149,7 +161,7 @@ def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
     server, url = _serve(runtime)
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=5) as r:
-            assert r.status == 200 and json.loads(r.read()) == {"warm": True, "busy": None}
+            assert r.status == 200 and json.loads(r.read()) == {"warm": True, "busy": False, "running": None}
     finally:
         server.shutdown()
         server.server_close()
@@ -184,7 +196,7 @@ def _run_until_released(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) 
     """A plan running in the runtime (on its own thread) until the returned event is set."""
     release = threading.Event()
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
-    first = threading.Thread(target=runtime.serve_plan, args=(PLAN.to_json(), lambda: False))
+    first = threading.Thread(target=runtime.serve_plan, args=(signed(), lambda: False))
     first.start()
     deadline = time.time() + 5
     while runtime.current is None and time.time() < deadline:
@@ -223,15 +235,15 @@ def test_a_plan_arriving_during_keep_warm_is_taken_at_once_a_second_plan_gets_40
 
         def fake_run(*a, **k):
             beside.append(keep_warm.is_alive() and not ran)  # the keep-warm job has not finished
-            second.append(runtime.serve_plan(DrainPlan("43", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2).to_json(),
+            second.append(runtime.serve_plan(signed(DrainPlan("43", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2)),
                                              lambda: False))
             return {"records": 10}
 
         monkeypatch.setattr(drain_job, "run", fake_run)
-        status, outcome = runtime.serve_plan(PLAN.to_json(), lambda: False)
+        status, outcome = runtime.serve_plan(signed(), lambda: False)
         assert (status, outcome.summary) == (200, {"records": 10})
         assert beside == [True]  # taken while the keep-warm job still ran, not after it
-        assert [s for s, _ in second] == [409] and "busy with drain 41" in second[0][1].message
+        assert [s for s, _ in second] == [409] and "busy" in second[0][1].message
     finally:
         hold.set()
         keep_warm.join(5)
@@ -284,7 +296,7 @@ def test_sigterm_cancels_the_plan_and_waits_until_the_runtime_ended_it(runtime: 
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
     try:
         timer.start()
-        outcome = drain_runtime.request(url, PLAN)
+        outcome = drain_runtime.request(url, PLAN, auth=auth_for())
         returned = time.time()
     finally:
         signal.signal(signal.SIGTERM, old)

@@ -213,7 +213,7 @@ def _termination_message(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
-    from . import drain_runtime, jsonlog
+    from . import drain_runtime, jsonlog, plan_auth
 
     ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
                                  "calling the consumer's batch handler. Configured by the consumer environment.")
@@ -256,6 +256,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert plan is not None
     outcome: drain_runtime.Outcome | None = None
     url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)
+    auth = None
+    if url:
+        try:  # the operator's signature of this plan: the runtime runs nothing else
+            auth = plan_auth.PlanAuth.from_dict(json.loads(os.environ.get(plan_auth.AUTH_ENV) or "null"))
+        except (ValueError, plan_auth.Refused) as exc:
+            log.info("no signature for the warm drain runtime: draining here", extra=_fields(
+                event="drain_runtime_unreachable", drain=plan.drain_id, reason=str(exc)))
+            url = None
     if url:
         def terminated(signum: int, frame: Any) -> None:
             raise drain_runtime.Terminated()
@@ -263,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the Job deleted (cancel, finalizer): stop waiting, let the runtime cancel, wait for it
         signal.signal(signal.SIGTERM, terminated)
         try:
-            outcome = drain_runtime.request(url, plan)
+            outcome = drain_runtime.request(url, plan, auth=auth, plan_text=plan_text)
             log.info("the drain ran in the warm runtime", extra=_fields(event="drain_runtime_used", drain=plan.drain_id,
                                                                           exit=outcome.exit))
         except drain_runtime.Unreachable as exc:

@@ -20,6 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 PROGRESS_METADATA_PREFIX = "lpd1"
+# bounds of a plan (issue 23, C1): what the CRD allows (spec.batch.maxRecords <= 100000,
+# spec.drain.maxTasks <= 1024), and more sub-ranges than a plan passed as one environment variable
+# (the kernel's 128 KiB per variable) can hold
+MAX_BATCH_RECORDS = 100_000
+MAX_PARALLELISM = 1024
+MAX_SUB_RANGES = 4096
 
 
 @dataclass(frozen=True, order=True)
@@ -60,8 +66,12 @@ class DrainPlan:
         """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
         if not self.drain_id or not self.topic or not self.group_id:
             raise ValueError("drain plan needs drainId, topic and groupId")
-        if self.batch_max_records < 1 or self.parallelism < 1:
-            raise ValueError("drain plan needs batchMaxRecords >= 1 and parallelism >= 1")
+        if not 1 <= self.batch_max_records <= MAX_BATCH_RECORDS:
+            raise ValueError(f"drain plan needs 1 <= batchMaxRecords <= {MAX_BATCH_RECORDS}")
+        if not 1 <= self.parallelism <= MAX_PARALLELISM:
+            raise ValueError(f"drain plan needs 1 <= parallelism <= {MAX_PARALLELISM}")
+        if len(self.sub_ranges) > MAX_SUB_RANGES:
+            raise ValueError(f"drain plan has more than {MAX_SUB_RANGES} sub-ranges")
         seen: dict[tuple[int, int], SubRange] = {}
         by_partition: dict[int, list[SubRange]] = {}
         for s in self.sub_ranges:

@@ -17,12 +17,27 @@ ever run at once: it runs one plan at a time (a second request gets 409 and its 
 when the caller goes away (its Job deleted, its pod killed) it cancels that plan's Spark jobs and
 finishes it (tasks interrupted, in-flight sink transactions rolled back) before it takes the next.
 
-HTTP on 0.0.0.0:``LAGPILOT_DRAIN_RUNTIME_PORT``: ``GET /healthz`` 200 once warm (503 before);
-``POST /drains`` with the plan JSON → 200 ``{"exit": code, "message": ..., "summary": {...}}``
-when the attempt ended, 409 busy, 503 not warm yet, 400 a plan for another topic/group.
+Who may send a plan (issue 23, C1; docs/drain.md "Who may send the warm runtime a plan"): only the
+operator, through a drain Job. The body is ``{"plan": <plan text>, "auth": <plan_auth.PlanAuth>}``:
+the operator's HMAC-SHA256 of the exact plan text with the CR uid, drain id, attempt and an expiry,
+under the CR's key (``LAGPILOT_DRAIN_RUNTIME_KEY``, from the Secret the operator owns; the runtime
+drops it from its environment before Spark starts). The runtime checks it (constant time), its
+own CR uid, the expiry, that the signed drain id is the plan's, and that (drain id, attempt) is
+newer than every plan it took before (a replay is refused); a refused plan never reaches the drain.
+Signed plans always run ``read_committed``. Bodies (256 KiB), plan counts (drain_plan bounds),
+connections (16 at once) and each socket read/write (10 s) are bounded.
+
+HTTP on 0.0.0.0:``LAGPILOT_DRAIN_RUNTIME_PORT``: ``GET /healthz`` 200 once warm (503 before), with
+``{"warm", "busy", "running"}`` (``running``: a digest of the running plan's signature, which only
+its own caller can recognise; never the drain id); ``POST /drains`` → 200
+``{"exit": code, "message": ..., "summary": {...}}`` when the attempt ended, 401 refused (unsigned,
+forged, expired, another CR's, a replay), 409 busy, 503 not warm yet, 400 a plan for another
+topic/group, 411/413 no or too large a body.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import http.client
 import json
 import logging
@@ -37,7 +52,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import drain_job, drain_spark
+from . import drain_job, drain_spark, plan_auth
 from .drain_progress import progress_consumer
 from .drain_task import process_start_time
 from .jsonlog import fields as _fields
@@ -54,6 +69,9 @@ BUSY_WAIT_S = 120.0  # a caller waits this long for the runtime to finish (or ca
 CONNECT_TIMEOUT_S = 5.0
 KEEP_WARM_EVERY_S = 40.0  # < Spark's one-minute idle timeout of Python workers
 STOP_WAIT_S = 20.0  # a terminated Job process waits this long for the runtime to end its plan
+MAX_BODY_BYTES = 256 * 1024  # a plan travels as one env var (<= 128 KiB) plus its signature
+REQUEST_TIMEOUT_S = 10.0  # each socket read/write of the runtime's HTTP side (a silent caller is dropped)
+MAX_CONNECTIONS = 16  # handler threads at once; more connections get 503 and are closed
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,23 @@ def outcome_of(run: Callable[[], Mapping[str, Any]]) -> Outcome:
         return Outcome(drain_job.EXIT_DATA_LOSS, str(exc))
     except Exception as exc:  # noqa: BLE001 - any failure ends the attempt; the operator retries
         return Outcome(drain_job.EXIT_FAILED, f"drain failed: {drain_job._short_error(exc)}")
+
+
+def running_token(auth: plan_auth.PlanAuth) -> str:
+    """What healthz shows of the running plan: a digest of its signature (only the caller holding
+    that signature recognises it; it names no drain)."""
+    return hashlib.sha256(auth.signature.encode()).hexdigest()[:16]
+
+
+def envelope(body: str) -> tuple[str, plan_auth.PlanAuth]:
+    """(plan text, signature) of a request body; Refused when it is not a signed plan."""
+    try:
+        d = json.loads(body)
+    except ValueError:
+        raise plan_auth.Refused("not a signed plan") from None
+    if not isinstance(d, dict) or not isinstance(d.get("plan"), str) or not isinstance(d.get("auth"), dict):
+        raise plan_auth.Refused("not a signed plan")
+    return d["plan"], plan_auth.PlanAuth.from_dict(d["auth"])
 
 
 def check_plan(plan: DrainPlan, cfg: ConsumerConfig) -> None:
@@ -113,7 +148,7 @@ class DrainRuntime:
     """A warm SparkSession for one group, running one drain plan at a time."""
 
     def __init__(self, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-                 extra_conf: Mapping[str, str], parallelism: int) -> None:
+                 extra_conf: Mapping[str, str], parallelism: int, key: bytes = b"", cr_uid: str = "") -> None:
         self.cfg, self.jars, self.extra_conf = cfg, list(jars), dict(extra_conf)
         self.master = master or f"local[{max(parallelism, 1)},4]"
         self.parallelism = max(parallelism, 1)
@@ -121,7 +156,10 @@ class DrainRuntime:
         self.ready = threading.Event()
         self._plan_lock = threading.Lock()  # held by a plan only: plans never run beside each other
         self.current: str | None = None
+        self.running: str | None = None  # running_token of the running plan (healthz)
         self.served = 0
+        self.key, self.cr_uid = key, cr_uid  # the CR's plan key and uid (serve(): from the environment)
+        self.taken: tuple[int, int] | None = None  # the newest (drain id, attempt) ever taken: older ones are replays
 
     def warm_up(self) -> dict[str, float]:
         """Start the session, the worker daemon and the Kafka source once; returns the seconds spent."""
@@ -185,19 +223,40 @@ class DrainRuntime:
                 event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
             return False
 
-    def serve_plan(self, text: str, caller_gone: Callable[[], bool]) -> tuple[int, Outcome]:
-        """Run one plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away."""
+    def _refused(self, reason: str) -> tuple[int, Outcome]:
+        log.warning("drain plan refused", extra=_fields(event="drain_runtime_refused", reason=reason))
+        return 401, Outcome(drain_job.EXIT_FAILED, f"drain runtime refused the plan: {reason}")
+
+    def serve_plan(self, body: str, caller_gone: Callable[[], bool],
+                   now: Callable[[], float] = time.time) -> tuple[int, Outcome]:
+        """Run one signed plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away.
+        The signature is checked before anything else (an unsigned caller learns nothing, not even
+        "busy"); a refused plan never reaches the drain."""
         if not self.ready.is_set():
             return 503, Outcome(drain_job.EXIT_FAILED, "drain runtime not warm yet")
-        if not self._plan_lock.acquire(blocking=False):
-            return 409, Outcome(drain_job.EXIT_FAILED, f"drain runtime busy with drain {self.current}")
         try:
-            try:
-                plan = DrainPlan.from_json(text)
-                check_plan(plan, self.cfg)
-            except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-                return 400, Outcome(drain_job.EXIT_CONFIG, f"bad drain configuration: {exc}")
-            self.current = plan.drain_id
+            text, auth = envelope(body)
+            plan_auth.verify(self.key, text, auth, self.cr_uid, now())
+        except plan_auth.Refused as exc:
+            return self._refused(str(exc))
+        try:
+            plan = DrainPlan.from_json(text)
+            check_plan(plan, self.cfg)
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            return 400, Outcome(drain_job.EXIT_CONFIG, f"bad drain configuration: {exc}")
+        if plan.drain_id != auth.drain_id or not plan.drain_id.isdigit():
+            return self._refused("the signed drain id is not the plan's")
+        order = (int(plan.drain_id), auth.attempt)
+        if not self._plan_lock.acquire(blocking=False):
+            return 409, Outcome(drain_job.EXIT_FAILED, "drain runtime busy with another plan")
+        try:
+            if self.taken is not None and order <= self.taken:
+                return self._refused(f"replay: drain {order[0]} attempt {order[1]} is not newer than one "
+                                     "this runtime already took")
+            self.taken = order
+            # a drain reads committed records only: the split is the read_committed end offset (LSO)
+            plan = dataclasses.replace(plan, read_committed=True)
+            self.current, self.running = plan.drain_id, running_token(auth)
             received = time.time()
             marks: dict[str, float | None] = {"process_start": received, "main_entered": received}
             result: list[Outcome] = []
@@ -221,13 +280,14 @@ class DrainRuntime:
                 records=(outcome.summary or {}).get("records")))
             return 200, outcome
         finally:
-            self.current = None
+            self.current = self.running = None
             self._plan_lock.release()
 
 
 def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = REQUEST_TIMEOUT_S  # every socket read and write: a silent caller is dropped
 
         def log_message(self, fmt: str, *args: Any) -> None:  # structured logs only
             pass
@@ -243,7 +303,8 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if self.path.rstrip("/") == "/healthz":
                 ok = runtime.ready.is_set()
-                self._reply(200 if ok else 503, json.dumps({"warm": ok, "busy": runtime.current}))
+                self._reply(200 if ok else 503, json.dumps({"warm": ok, "busy": runtime.running is not None,
+                                                            "running": runtime.running}))
             else:
                 self._reply(404, "{}")
 
@@ -251,7 +312,17 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") != "/drains":
                 self._reply(404, "{}")
                 return
-            text = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            length = self.headers.get("Content-Length")
+            if length is None or not length.strip().isdigit():
+                self.close_connection = True
+                self._reply(411, json.dumps({"exit": drain_job.EXIT_CONFIG, "message": "Content-Length needed"}))
+                return
+            if int(length) > MAX_BODY_BYTES:  # refused unread
+                self.close_connection = True
+                self._reply(413, json.dumps({"exit": drain_job.EXIT_CONFIG,
+                                             "message": f"a plan has at most {MAX_BODY_BYTES} bytes"}))
+                return
+            text = self.rfile.read(int(length)).decode(errors="replace")
             status, outcome = runtime.serve_plan(text, lambda: peer_closed(self.connection))
             try:
                 self._reply(status, outcome.to_json())
@@ -261,15 +332,78 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class BoundedServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer with at most ``max_connections`` handler threads: a connection beyond
+    them gets 503 and is closed at once (with the handler's socket timeout, a flood of silent
+    connections costs at most that many threads for REQUEST_TIMEOUT_S each)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max(1, max_connections))
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def make_server(runtime: DrainRuntime, host: str, port: int) -> BoundedServer:
+    return BoundedServer((host, port), _handler_class(runtime), MAX_CONNECTIONS)
+
+
+def runtime_identity(env: Mapping[str, str]) -> tuple[bytes, str]:
+    """(key, CR uid) from the runtime pod's environment; ValueError naming what is missing or wrong."""
+    raw = env.get(plan_auth.KEY_ENV)
+    if not raw:
+        raise ValueError(f"{plan_auth.KEY_ENV} is not set (the CR's drain runtime key Secret)")
+    try:
+        key = plan_auth.parse_key(raw)
+    except ValueError:
+        raise ValueError(f"{plan_auth.KEY_ENV} is not a {plan_auth.KEY_BYTES}-byte hex key") from None
+    want = env.get(plan_auth.KEY_ID_ENV)
+    if want and plan_auth.key_id(key) != want:
+        raise ValueError(f"{plan_auth.KEY_ENV} is not the key the operator signs with ({plan_auth.KEY_ID_ENV})")
+    uid = env.get(plan_auth.CR_UID_ENV) or ""
+    if not uid:
+        raise ValueError(f"{plan_auth.CR_UID_ENV} is not set")
+    return key, uid
+
+
 def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str],
           env: Mapping[str, str] | None = None) -> int:
     """`lagpilot drain --serve`: listen first (healthz says 503), warm up, then serve until killed."""
     e = os.environ if env is None else env
     port = int(e.get(PORT_ENV) or DEFAULT_PORT)
     parallelism = int(e.get(PARALLELISM_ENV) or 16)
-    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism)
-    server = ThreadingHTTPServer(("0.0.0.0", port), _handler_class(runtime))
-    server.daemon_threads = True
+    try:
+        key, cr_uid = runtime_identity(e)
+    except ValueError as exc:
+        msg = f"bad drain configuration: {exc}"
+        log.error(msg, extra=_fields(event="drain_config_error"))
+        drain_job._termination_message(msg)
+        return drain_job.EXIT_CONFIG
+    # Spark's JVM and its Python workers (the user's handler) start after this: not in their environment
+    os.environ.pop(plan_auth.KEY_ENV, None)
+    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism, key=key, cr_uid=cr_uid)
+    server = make_server(runtime, "0.0.0.0", port)
     threading.Thread(target=server.serve_forever, name="drain-runtime-http", daemon=True).start()
     log.info("drain runtime listening", extra=_fields(event="drain_runtime_listening", port=port,
                                                                   parallelism=parallelism))
@@ -299,7 +433,8 @@ class Terminated(Exception):
 
 def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
             sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
-            stop_wait_s: float = STOP_WAIT_S) -> Outcome:
+            stop_wait_s: float = STOP_WAIT_S, auth: plan_auth.PlanAuth | None = None,
+            plan_text: str | None = None) -> Outcome:
     """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
     listens (or it is not warm yet): no attempt of this drain can be running there then.
 
@@ -308,11 +443,17 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
     waits) the connection is closed, which makes the runtime cancel the plan, and this process waits
     (up to ``stop_wait_s``) until the runtime no longer runs it: the pod ends only after its plan
     did, so whoever waits for the pod (the operator's retry, the finalizer's hand-back of the
-    unfinished ranges) never overlaps the cancelled attempt's last writes."""
+    unfinished ranges) never overlaps the cancelled attempt's last writes.
+
+    ``auth`` is the operator's signature of ``plan_text`` (the Job's LAGPILOT_DRAIN_PLAN as is): a
+    refusal (401: expired, a replay, another key) ends the attempt as failed, never cold: a replay
+    of this very plan may be running in the runtime."""
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
     deadline = now() + busy_wait_s
-    plan_text = plan.to_json()
+    text = plan_text if plan_text is not None else plan.to_json()
+    body = json.dumps({"plan": text, "auth": auth.to_dict() if auth is not None else None})
+    token = running_token(auth) if auth is not None else ""
     while True:
         conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
         try:
@@ -322,12 +463,12 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
                 raise Unreachable(f"no drain runtime at {host}:{port}: {exc.__class__.__name__}") from exc
             conn.sock.settimeout(None)  # a drain takes as long as it takes; the Job's deadline bounds it
             try:
-                conn.request("POST", "/drains", body=plan_text.encode(), headers={"Content-Type": "application/json"})
+                conn.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
                 resp = conn.getresponse()
-                body = resp.read().decode()
+                answer = resp.read().decode()
             except Terminated:
                 conn.close()
-                stopped = wait_not_running(host, port, plan.drain_id, stop_wait_s, sleep, now)
+                stopped = wait_not_running(host, port, token, stop_wait_s, sleep, now)
                 return Outcome(drain_job.EXIT_FAILED, "drain stopped (SIGTERM): the runtime cancelled it"
                                + ("" if stopped else f"; not confirmed within {stop_wait_s:.0f} s"))
             except (OSError, http.client.HTTPException) as exc:
@@ -340,23 +481,27 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
         if resp.status == 409 and now() < deadline:
             sleep(1.0)
             continue
-        return Outcome.from_json(body)
+        try:
+            return Outcome.from_json(answer)
+        except (ValueError, KeyError, TypeError):
+            return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime answered HTTP {resp.status}")
 
 
-def wait_not_running(host: str, port: int, drain_id: str, timeout_s: float,
+def wait_not_running(host: str, port: int, token: str, timeout_s: float,
                      sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> bool:
-    """True once the runtime at host:port is not running drain ``drain_id`` (or is gone)."""
+    """True once the runtime at host:port is not running the plan whose ``running_token`` is
+    ``token`` (or is gone)."""
     deadline = now() + timeout_s
     while True:
         conn = http.client.HTTPConnection(host, port, timeout=2)
         try:
             conn.request("GET", "/healthz")
-            busy = json.loads(conn.getresponse().read().decode() or "{}").get("busy")
+            busy = json.loads(conn.getresponse().read().decode() or "{}").get("running")
         except (OSError, http.client.HTTPException, ValueError):
             return True  # nothing answers: the runtime (and its plan) is gone
         finally:
             conn.close()
-        if busy != drain_id:
+        if not token or busy != token:
             return True
         if now() >= deadline:
             return False
