@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.drain_measure import CpuSampler
-from bench.drain_run import RUNTIME_URL_ENV, WarmRuntime, make_plan, start_drain
+from bench.drain_run import WarmRuntime, make_plan, start_drain
 from bench.drain_variants import (K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, median_diffs, median_of, median_ratios,
                                   round_order)
 from bench.drain_workload import base_env, drain_env, wait_until
@@ -122,8 +122,9 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
     """One variant's drain of the whole backlog in one round: its row."""
     args, workdir, k8s = run.args, run.workdir, run.k8s
     ranges = {p: (0, n) for p, n in run.counts.items()}
-    env = dict(target.env, **{RUNTIME_URL_ENV: target.runtime.url}) if target.runtime else target.env
-    plan = make_plan(uuid.uuid4().hex[:8], run.topic, target.group, ranges, args)
+    # drain ids are numbers (the warm runtime orders attempts by them): a fresh, growing one per round
+    plan = make_plan(str(time.time_ns() // 1000), run.topic, target.group, ranges, args)
+    env = target.runtime.job_env(target.env, plan) if target.runtime else target.env
     drain_id = plan.drain_id if target.runtime else None
     watch = None
     if k8s is not None and K8S_EXECUTORS_ENV in extra:

@@ -19,6 +19,7 @@ from typing import IO, Any
 from bench.drain_measure import CpuSampler, commit_gaps, tree_pss_mb
 from bench.drain_workload import (LiveProducer, base_env, committed, drain_env, end_offsets, joined, start_consumers,
                                   stop_procs, wait_until)
+from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
 from lagpilot_runtime.sinks import ledger
 
@@ -123,6 +124,9 @@ class WarmRuntime:
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
+        # what the operator gives its runtime: the CR's key (its Secret) and uid; here made up per run
+        self.key, self.cr_uid = plan_auth.new_key(), f"bench-{uuid.uuid4()}"
+        env = dict(env, **{plan_auth.KEY_ENV: self.key, plan_auth.CR_UID_ENV: self.cr_uid})
         t0 = time.time()
         self._log = open(workdir / "drain-runtime.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--serve"],
@@ -143,6 +147,12 @@ class WarmRuntime:
         self.warm_up_s = round(time.time() - t0, 2)
         time.sleep(2.0)  # idle: the warm-up's tasks are done
         self.idle_pss_mb = tree_pss_mb(self.proc.pid)
+
+    def job_env(self, env: dict[str, str], plan: DrainPlan, attempt: int = 1) -> dict[str, str]:
+        """A drain Job's environment for this runtime: its URL and the operator's signature of the plan."""
+        auth = plan_auth.sign(plan_auth.parse_key(self.key), plan.to_json(), self.cr_uid, plan.drain_id, attempt,
+                              time.time() + plan_auth.PLAN_TTL_S)
+        return dict(env, **{RUNTIME_URL_ENV: self.url, plan_auth.AUTH_ENV: auth.to_json()})
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -170,8 +180,6 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
     procs = start_consumers(env, args.consumers, workdir, "live")
     drain_proc = None
     try:
-        if runtime:
-            denv[RUNTIME_URL_ENV] = runtime.url
         wait_until(lambda: joined(admin, group, topic), "the live group to join", 300, 0.2)
         live.start()
         time.sleep(1.0)
@@ -181,6 +189,8 @@ def run_drain(bootstrap: str, topic: str, dsn: str, counts: dict[int, int], jars
         starts, t_ack = handoff(bootstrap, admin, group, topic, drain_id, split, args.handoff_timeout)
         ranges = {p: (starts[p], split[p]) for p in split if starts[p] < split[p]}
         plan = make_plan(str(drain_id), topic, group, ranges, args)
+        if runtime:
+            denv = runtime.job_env(denv, plan)
         summary_file = workdir / "drain-summary.json"
         t_launch = time.time()
         with open(workdir / "drain.log", "wb") as log:

@@ -244,8 +244,10 @@ class DrainRuntime:
             check_plan(plan, self.cfg)
         except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
             return 400, Outcome(drain_job.EXIT_CONFIG, f"bad drain configuration: {exc}")
-        if plan.drain_id != auth.drain_id or not plan.drain_id.isdigit():
+        if plan.drain_id != auth.drain_id:
             return self._refused("the signed drain id is not the plan's")
+        if not plan.drain_id.isdigit():  # the operator's drain ids are numbers: they order attempts
+            return self._refused("a drain id is a number")
         order = (int(plan.drain_id), auth.attempt)
         if not self._plan_lock.acquire(blocking=False):
             return 409, Outcome(drain_job.EXIT_FAILED, "drain runtime busy with another plan")
