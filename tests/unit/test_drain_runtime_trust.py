@@ -250,3 +250,27 @@ def test_sync_creates_the_policy_and_the_secret_before_the_deployment() -> None:
     assert res.action is rt.Sync.APPLY and not res.error
     assert [p["metadata"]["name"] for p in m.net.created] == [rt.runtime_name("orders")]
     assert rt.key_secret_name("orders") in m.core.secrets
+
+
+def test_a_job_of_the_attempts_name_not_owned_by_the_cr_is_not_adopted() -> None:
+    from lagpilot.act.drain import DrainExecutor
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+    from tests.unit.test_drain_runtime_operator import _FakeBatch, _FakeRuntime
+
+    squatter = {"metadata": {"labels": {}, "ownerReferences": [owner("BatchConsumerGroup", "orders", "someone")]}}
+
+    class Ex(FakeExecutor):
+        def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:
+            DrainExecutor.create_job(self, ctx, d, attempt, runtime_url)
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    ex = Ex(log, w)
+    ex.batch = _FakeBatch(squatter)  # type: ignore[assignment]
+    ex._sanitize = lambda x: x  # type: ignore[method-assign]
+    ex.runtime = _FakeRuntime(None)  # type: ignore[assignment]
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+    w["committed"][0] = 500
+    with pytest.raises(RuntimeError, match="not owned"):
+        ex.reconcile(ctx(log, w, w["status"]))
