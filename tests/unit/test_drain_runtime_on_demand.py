@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from lagpilot.act import drain_runtime as rt
+from lagpilot_runtime import plan_auth
 from lagpilot.act.drain_manifests import DrainSettings
 from lagpilot.decide.handoff import condition
 from lagpilot.decide.runtime import RuntimeObservation
@@ -19,7 +20,9 @@ from lagpilot.decide.status import format_time, parse_time
 from tests.unit.test_drain_runtime_operator import _FakeApps, pod, spec_with
 
 NOW = 1_790_000_000.0
-D = rt.build_runtime_deployment("orders", "ns1", "uid-1", spec_with(warmRuntimeCooldownSeconds=5))
+# with the fingerprint of the key _manager gives the CR (the pod template follows the key)
+D = rt.build_runtime_deployment("orders", "ns1", "uid-1", spec_with(warmRuntimeCooldownSeconds=5),
+                                key_id=plan_auth.key_id(bytes(32)))
 HASH = rt.manifest_hash(D)
 EARLIER = format_time(NOW - 300)
 
@@ -135,6 +138,9 @@ def _manager(current: dict[str, Any] | None, pods: list[dict[str, Any]] | None =
     m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
     apps, core = _FakeApps(current), _FakeCore(pods or [])
     m.apps, m.core, m._sanitize = apps, core, (lambda x: x)  # type: ignore[assignment,method-assign]
+    # the CR's key and NetworkPolicy as already made (test_drain_runtime_trust covers making them)
+    m._keys[("ns1", "orders", "uid-1")] = bytes(32)
+    m._policies.add(("ns1", "orders", "uid-1"))
     return m, apps, core
 
 

@@ -341,12 +341,19 @@ class _FakeRuntime:
         self.asked += 1
         return self.url_value
 
+    def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
+             now: float | None = None) -> Any:
+        from lagpilot_runtime import plan_auth
+
+        return plan_auth.sign(b"k" * 32, plan_text, uid, drain_id, attempt, (now or 0) + 600)
+
 
 @pytest.mark.parametrize("url,adopted,word", [
     ("http://127.0.0.1:31000", None, "warm"),
     (None, None, "cold"),
     # a Job created before a lost status write (409): recorded as its own label says, not as asked now
-    ("http://127.0.0.1:31000", {"metadata": {"labels": {RUNTIME_PATH_LABEL: "cold"}}}, "cold"),
+    ("http://127.0.0.1:31000", {"metadata": {"labels": {RUNTIME_PATH_LABEL: "cold"},
+                                             "ownerReferences": [{"uid": "u", "controller": True}]}}, "cold"),
 ])
 def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[str, Any] | None, word: str) -> None:
     from lagpilot.act.drain import DrainExecutor
@@ -377,6 +384,7 @@ def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[st
         job = ex.batch.created[0]
         assert job["metadata"]["labels"][RUNTIME_PATH_LABEL] == word
         assert (RUNTIME_URL_ENV in env_of(job)) == (word == "warm")
+        assert ("LAGPILOT_DRAIN_PLAN_AUTH" in env_of(job)) == (word == "warm")  # the operator's signature
 
 
 # ---- properties and the I/O edge ---------------------------------------------------------------------
@@ -435,6 +443,9 @@ def _manager(current: dict[str, Any] | None) -> tuple[rt.RuntimeManager, _FakeAp
     m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
     apps = _FakeApps(current)
     m.apps, m._sanitize = apps, (lambda x: x)  # type: ignore[assignment,method-assign]
+    # the CR's key and NetworkPolicy as already made (test_drain_runtime_trust covers making them)
+    m._keys[("ns1", "orders", "uid-1")] = bytes(32)
+    m._policies.add(("ns1", "orders", "uid-1"))
     return m, apps
 
 

@@ -15,8 +15,8 @@ from lagpilot.decide.handoff import DrainStatus, JobObservation, job_name
 from lagpilot.spec import GroupSpec
 
 from .drain_manifests import (JOB_LABEL, RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION,
-                              DrainSettings, build_drain_job, build_spark_application, job_observation,
-                              spark_application_observation)
+                              DrainSettings, build_drain_job, build_spark_application, drain_plan_for,
+                              job_observation, spark_application_observation)
 
 if TYPE_CHECKING:
     from .drain import DrainContext
@@ -33,6 +33,8 @@ class DrainCalls:
     _sanitize: Any
     settings: DrainSettings
     timeout_s: float
+    runtime: Any  # drain_runtime.RuntimeManager: signs warm plans
+    clock: Callable[[], float]
 
     # -- observation ---------------------------------------------------------------------------
     def group_empty(self, admin: Any, group_id: str) -> bool | None:
@@ -143,26 +145,44 @@ class DrainCalls:
     def create_job(self, ctx: DrainContext, d: DrainStatus, attempt: int, runtime_url: str | None = None) -> None:
         """The attempt's Job, or its SparkApplication (spec.drain.launcher sparkApplication).
         `runtime_url`: the CR's warm drain runtime, Ready now (drain_runtime.py); None → cold.
-        Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label)."""
+        Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label).
+        A warm Job carries the operator's signature of its plan (`RuntimeManager.sign`); when it
+        cannot be signed (the CR's key unreadable) the Job goes cold. A Job of that name the CR
+        does not own is never adopted (raises)."""
         args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
+        runtime_auth = None
+        if runtime_url:
+            try:
+                runtime_auth = self.runtime.sign(ctx.namespace, ctx.name, ctx.uid, drain_plan_for(ctx.spec, d).to_json(),
+                                                 str(d.id), attempt, self.clock())
+            except Exception as err:  # noqa: BLE001 - no signature, no warm hand-over: the Job drains cold
+                log.warning("signing the warm drain plan failed: launching cold", extra={
+                    "group": f"{ctx.namespace}/{ctx.name}", "error": f"{type(err).__name__}: {err}"[:300]})
+                runtime_url = None
         ctx.launched_runtime = "warm" if runtime_url else "cold"
         try:
             if ctx.spec.drain.launcher == "sparkApplication":
                 self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,
                                                             SPARK_APP_PLURAL, build_spark_application(*args))
             else:
-                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args, runtime_url=runtime_url))
+                self.batch.create_namespaced_job(ctx.namespace, build_drain_job(*args, runtime_url=runtime_url,
+                                                                                runtime_auth=runtime_auth))
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
                 raise
-            ctx.launched_runtime = self._adopted_runtime(ctx.namespace, job_name(ctx.name, d.id, attempt))
+            ctx.launched_runtime = self._adopted_runtime(ctx.namespace, job_name(ctx.name, d.id, attempt), ctx.uid)
 
-    def _adopted_runtime(self, namespace: str, name: str) -> str:
-        """warm | cold as the existing Job's label says ("" when unreadable, e.g. a SparkApplication)."""
+    def _adopted_runtime(self, namespace: str, name: str, uid: str = "") -> str:
+        """warm | cold as the existing Job's label says ("" when unreadable, e.g. a SparkApplication).
+        Raises when the Job is readable and not the CR's (its controller ownerReference): a Job made
+        by someone else under the attempt's name is never taken for the attempt."""
         try:
             job = self._sanitize(self.batch.read_namespaced_job(name, namespace))
         except Exception:  # noqa: BLE001 - only for the record
             return ""
+        refs = [r for r in (job.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
+        if uid and not any(r.get("uid") == uid for r in refs):
+            raise RuntimeError(f"Job {name} exists and is not owned by this BatchConsumerGroup: not adopted")
         return str(((job.get("metadata") or {}).get("labels") or {}).get(RUNTIME_PATH_LABEL) or "")
 
     def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:

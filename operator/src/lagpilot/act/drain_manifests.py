@@ -22,6 +22,7 @@ from typing import Any
 
 from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
+from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 
 from .deployment import build_env, label_value, owner_reference
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
@@ -232,7 +233,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
 
 def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
                     attempt: int, settings: DrainSettings | None = None, version: str = __version__,
-                    runtime_url: str | None = None) -> dict[str, Any]:
+                    runtime_url: str | None = None, runtime_auth: Any = None) -> dict[str, Any]:
     """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
 
     backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
@@ -242,7 +243,9 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     `LAGPILOT_DRAIN_RUNTIME_URL` tells the process to hand its plan to that warm runtime and wait
     (it drains by itself when nothing listens there). Label `lagpilot.io/drain-runtime` says warm
     or cold. A warm Job's pod requests little CPU (it waits; the runtime's pod holds the tasks'
-    request); memory stays, for the cold fallback.
+    request); memory stays, for the cold fallback. `runtime_auth` (a plan_auth.PlanAuth: the
+    operator's signature of this attempt's plan text, which the runtime requires) goes to
+    `LAGPILOT_DRAIN_PLAN_AUTH`; the Job never gets the key itself.
     """
     settings = settings or DrainSettings()
     plan = drain_plan_for(spec, drain)
@@ -251,6 +254,8 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     env = _drain_env(spec, plan, settings, attempt)
     if runtime_url:
         env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})
+        if runtime_auth is not None:
+            env.append({"name": RUNTIME_AUTH_ENV, "value": runtime_auth.to_json()})
     pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain"],
                               cpu_m=WARM_JOB_CPU_M if runtime_url else None)
     return {

@@ -39,7 +39,24 @@ Choices:
   a warm attempt must not lose its runtime to a spec change or a scale-down; the change applies
   right after. A scale-up from 0 is applied (there is no pod to lose).
 - when not wanted (warmRuntime false, drain disabled, launcher sparkApplication) it is deleted
-  (foreground: gone only once its pod is); the CR's deletion removes it through its owner reference.
+  (foreground: gone only once its pod is, and only when the CR owns it); the CR's deletion removes
+  it through its owner reference.
+
+Who may send it a plan (issue 23, C1; docs/drain.md "Who may send the warm runtime a plan"):
+- a per-CR key: the Secret `<cr>-drain-runtime-key` (32 random bytes, hex; immutable), created by
+  the operator, owned by the CR, referenced (secretKeyRef) only by the runtime's container, after
+  its Spark executor conf is built (executors never get it); never by the consumer or Job pods.
+  Its fingerprint (`LAGPILOT_DRAIN_RUNTIME_KEY_ID`) is in the pod template, so a new key rolls
+  the runtime. `RuntimeManager.key` reads it once per operator process (`get`; `create` if absent)
+  and refuses a Secret the CR does not own.
+- at each warm launch the operator signs the attempt's plan (`RuntimeManager.sign`,
+  lagpilot_runtime.plan_auth); the Job carries the signature, not the key.
+- the URL only from a pod owned by this CR's runtime Deployment (pod → ReplicaSet → Deployment →
+  CR uid: `owned_pods`), never a look-alike whose labels match.
+- a NetworkPolicy `<cr>-drain-runtime` (`build_network_policy`, owned by the CR, created before the
+  Deployment): ingress to the runtime's pods only from this CR's drain pods in the namespace, on
+  the runtime port (and, with Spark's k8s backend, from this CR's executors on any port: the
+  runtime is their driver).
 """
 from __future__ import annotations
 
@@ -57,10 +74,11 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
+from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
-from .drain_manifests import DrainSettings, consumer_env, drain_pod_spec
+from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
 from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -74,6 +92,7 @@ PORT_NAME = "drain-api"
 PORT_ENV = "LAGPILOT_DRAIN_RUNTIME_PORT"
 PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
 PORT_BASE, PORT_SPAN = 30000, 20000
+KEY_FIELD = "key"  # the key Secret's data field (hex)
 # JVM + SparkSession + warm-up take 10-70 s on 2 busy cores: liveness only after a generous delay
 LIVENESS = {"initialDelaySeconds": 180, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
 READINESS = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
@@ -95,6 +114,11 @@ def runtime_name(cr_name: str) -> str:
 def runtime_port(namespace: str, name: str) -> int:
     """The runtime's HTTP port, deterministic per CR (distinct CRs on one dev host need distinct ports)."""
     return PORT_BASE + zlib.crc32(f"{namespace}/{name}".encode()) % PORT_SPAN
+
+
+def key_secret_name(cr_name: str) -> str:
+    """`<cr>-drain-runtime-key`: the Secret holding the CR's plan-signing key."""
+    return f"{cr_name}-drain-runtime-key"
 
 
 def selector_labels(cr_name: str) -> dict[str, str]:
@@ -124,9 +148,12 @@ def config_hash(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> str:
 
 
 def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                             settings: DrainSettings | None = None, version: str = __version__) -> dict[str, Any]:
+                             settings: DrainSettings | None = None, version: str = __version__,
+                             key_id: str = "") -> dict[str, Any]:
     """The runtime's Deployment: 1 replica, owned by the CR, the drain Job's pod pieces
-    (drain_manifests.drain_pod_spec, consumer_env) with `lagpilot drain --serve`, no plan."""
+    (drain_manifests.drain_pod_spec, consumer_env) with `lagpilot drain --serve`, no plan; the
+    CR's key (secretKeyRef), its fingerprint `key_id` and the CR uid added after the Spark conf
+    was built from the env (so executors get neither)."""
     settings = settings or DrainSettings()
     port = runtime_port(namespace, cr_name)
     # the Spark side is sized for the most tasks a drain may run (drain_runtime's local[N] / executors)
@@ -140,6 +167,11 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
     pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain", "--serve"])
     pod_spec["restartPolicy"] = "Always"
     container = pod_spec["containers"][0]
+    container["env"] = container["env"] + [
+        {"name": plan_auth.KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key_secret_name(cr_name), "key": KEY_FIELD}}},
+        {"name": plan_auth.CR_UID_ENV, "value": cr_uid},
+        *([{"name": plan_auth.KEY_ID_ENV, "value": key_id}] if key_id else []),
+    ]
     container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
     probe = {"httpGet": {"path": "/healthz", "port": PORT_NAME}}
     container["readinessProbe"] = {**probe, **READINESS}
@@ -163,6 +195,75 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
                          "spec": pod_spec},
         },
     }
+
+
+def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
+                     version: str = __version__) -> dict[str, Any]:
+    """The CR's plan-signing key: owned by the CR (deleted with it), immutable (a new key is a new
+    Secret: delete it and the operator makes another, which rolls the runtime)."""
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
+        "metadata": {"name": key_secret_name(cr_name), "namespace": namespace, "labels": _labels(cr_name, version),
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "stringData": {KEY_FIELD: key_hex},
+    }
+
+
+def build_network_policy(cr_name: str, namespace: str, cr_uid: str, settings: DrainSettings | None = None,
+                         version: str = __version__) -> dict[str, Any]:
+    """Ingress to the CR's runtime pods only from the CR's drain pods (label
+    `app.kubernetes.io/name: lagpilot-drain` + `lagpilot.io/drain: <cr>`, same namespace) on the
+    runtime port; with Spark's k8s backend (`settings.spark_master`) also from the CR's executors
+    (`spark-role: executor` + `lagpilot.io/drain: <cr>`) on any port (they connect back to their
+    driver: the runtime). Everything else is dropped where the network plugin enforces policies."""
+    settings = settings or DrainSettings()
+    rules: list[dict[str, Any]] = [{
+        "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "lagpilot-drain",
+                                                  DRAIN_LABEL: label_value(cr_name)}}}],
+        "ports": [{"protocol": "TCP", "port": runtime_port(namespace, cr_name)}],
+    }]
+    if settings.spark_master:
+        rules.append({"from": [{"podSelector": {"matchLabels": {DRAIN_LABEL: label_value(cr_name),
+                                                                "spark-role": "executor"}}}]})
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": runtime_name(cr_name), "namespace": namespace, "labels": _labels(cr_name, version),
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "spec": {"podSelector": {"matchLabels": selector_labels(cr_name)}, "policyTypes": ["Ingress"],
+                 "ingress": rules},
+    }
+
+
+def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The object's controller ownerReference (None: none)."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Its controller is the object with this uid."""
+    ref = controller_of(obj)
+    return bool(uid) and ref is not None and ref.get("uid") == uid
+
+
+def owned_pods(pods: Sequence[Mapping[str, Any]], replicasets: Sequence[Mapping[str, Any]],
+               deployment: Mapping[str, Any] | None, cr_uid: str) -> list[Mapping[str, Any]]:
+    """The pods of this CR's runtime: controlled by a ReplicaSet that is controlled by the runtime
+    Deployment (by uid) that is controlled by the CR (by uid). A pod whose labels merely match
+    (anyone who may create pods in the namespace can copy them) is not one of them (pure)."""
+    if deployment is None or not owned_by(deployment, cr_uid):
+        return []
+    dep_uid = ((deployment.get("metadata") or {}).get("uid")) or ""
+    rs_uids = {str((rs.get("metadata") or {}).get("uid")) for rs in replicasets
+               if owned_by(rs, dep_uid) and (controller_of(rs) or {}).get("kind") == "Deployment"}
+    out = []
+    for pod in pods:
+        ref = controller_of(pod)
+        if ref is not None and ref.get("kind") == "ReplicaSet" and ref.get("uid") in rs_uids:
+            out.append(pod)
+    return out
 
 
 def manifest_hash(manifest: Mapping[str, Any] | None) -> str | None:
@@ -295,14 +396,81 @@ class RuntimeManager:
 
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.net = client.NetworkingV1Api(api_client)
         self._sanitize = api_client.sanitize_for_serialization
         self.settings = settings or DrainSettings.from_env()
         # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
         self._absent: set[str] = set()
+        self._keys: dict[tuple[str, str, str], bytes] = {}  # (namespace, name, CR uid) -> the CR's key
+        self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
-        return build_runtime_deployment(name, namespace, uid, spec, self.settings, version) if runtime_wanted(spec) else None
+        """The runtime Deployment the spec wants (None: none). Reads (or creates) the CR's key on
+        first use: raises when it cannot (the caller's error path: no runtime change, cold drains)."""
+        if not runtime_wanted(spec):
+            return None
+        key = self.key(namespace, name, uid)
+        return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
+
+    def key(self, namespace: str, name: str, uid: str) -> bytes:
+        """The CR's plan-signing key: read once per operator process from the Secret the operator
+        made for this CR (created here when absent). Raises if the Secret is not the CR's or holds
+        no valid key: a Secret someone else made (knowing its key) must never be signed with."""
+        cache = (namespace, name, uid)
+        if cache in self._keys:
+            return self._keys[cache]
+        sname = key_secret_name(name)
+        try:
+            secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 404:
+                raise
+            key_hex = plan_auth.new_key()
+            try:
+                self.core.create_namespaced_secret(namespace, build_key_secret(name, namespace, uid, key_hex))
+                log.info("drain runtime key created", extra={"group": f"{namespace}/{name}", "secret": sname})
+                self._keys[cache] = plan_auth.parse_key(key_hex)
+                return self._keys[cache]
+            except Exception as err2:  # noqa: BLE001
+                if getattr(err2, "status", None) != 409:
+                    raise
+                secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile
+        if not owned_by(secret, uid):
+            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its drain "
+                               "runtime key (delete it; the operator makes its own)")
+        import base64
+
+        raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
+        try:
+            key = plan_auth.parse_key(base64.b64decode(raw))
+        except ValueError:
+            raise RuntimeError(f"Secret {sname} holds no valid drain runtime key (field {KEY_FIELD!r})") from None
+        self._keys[cache] = key
+        return key
+
+    def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
+             now: float | None = None) -> plan_auth.PlanAuth:
+        """The operator's signature of one warm attempt's plan (valid plan_auth.PLAN_TTL_S)."""
+        t = time.time() if now is None else now
+        return plan_auth.sign(self.key(namespace, name, uid), plan_text, uid, drain_id, attempt,
+                              t + plan_auth.PLAN_TTL_S)
+
+    def ensure_policy(self, namespace: str, name: str, uid: str) -> None:
+        """Create the CR's NetworkPolicy unless it exists as the CR's (once per operator process).
+        One left by an earlier CR of the same name (its garbage collection pending) is not
+        counted: retried at the next apply."""
+        cache = (namespace, name, uid)
+        if cache in self._policies:
+            return
+        try:
+            self.net.create_namespaced_network_policy(namespace, build_network_policy(name, namespace, uid, self.settings))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 409:
+                raise
+            if not owned_by(self._sanitize(self.net.read_namespaced_network_policy(runtime_name(name), namespace)), uid):
+                raise RuntimeError(f"NetworkPolicy {runtime_name(name)} exists and is not this BatchConsumerGroup's")
+        self._policies.add(cache)
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -320,10 +488,10 @@ class RuntimeManager:
         """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only on
         demand (``warmRuntimeCooldownSeconds``) while it has replicas. None (no call at all) for a CR without a runtime, and on an API error
         (logged; `sync` then reads the Deployment itself, the step sees no runtime)."""
-        desired = self.desired(namespace, name, uid, spec, version)
-        if desired is None:
+        if not runtime_wanted(spec):
             return None
         try:
+            desired = self.desired(namespace, name, uid, spec, version)
             existing = self._get(namespace, runtime_name(name))
             # the pods only where the step reads them (on demand: is it Ready?); always-mode plans as before
             on_demand = mode_of(spec) == MODE_ON_DEMAND
@@ -342,17 +510,27 @@ class RuntimeManager:
         GET), `now` the scale-up stamp's time. Never raises: a failure is logged and returned (the
         drain then simply launches cold)."""
         key, dname = f"{namespace}/{name}", runtime_name(name)
-        desired = self.desired(namespace, name, uid, spec, version) if replicas is not None else None
-        if desired is None and key in self._absent:
+        if (replicas is None or not runtime_wanted(spec)) and key in self._absent:
             return SyncResult(Sync.NONE, dname)
+        policy_error = ""
         try:
+            desired = self.desired(namespace, name, uid, spec, version) if replicas is not None else None
             existing = seen.existing if seen is not None else self._get(namespace, dname)
             if desired is not None:
                 assert replicas is not None
                 desired = with_replicas(desired, replicas, existing, time.time() if now is None else now)
             action = sync_action(desired, existing, attempt_running)
+            if action is Sync.DELETE and not owned_by(existing, uid):
+                log.warning("drain runtime Deployment not owned by this BatchConsumerGroup: not deleted",
+                            extra={"group": key, "deployment": dname})
+                action = Sync.NONE
             if action is Sync.APPLY:
                 assert desired is not None
+                try:  # the policy first: the runtime never listens without it (where policies are enforced)
+                    self.ensure_policy(namespace, name, uid)
+                except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
+                    policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
+                    log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
                 self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
                                                       _content_type="application/apply-patch+yaml")
                 verb = "created" if existing is None else "updated"
@@ -378,7 +556,7 @@ class RuntimeManager:
                 self._absent.add(key)
             else:
                 self._absent.discard(key)
-            return SyncResult(action, dname)
+            return SyncResult(action, dname, policy_error)
         except Exception as err:  # noqa: BLE001 - best effort: without a runtime drains start cold
             msg = f"{type(err).__name__}: HTTP {getattr(err, 'status', '')} {getattr(err, 'reason', '')}".strip()
             log.warning("drain runtime sync failed", extra={"group": key, "deployment": dname, "error": msg})
@@ -386,14 +564,26 @@ class RuntimeManager:
             return SyncResult(Sync.NONE, dname, msg)
 
     def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__) -> str | None:
-        """The URL a Job launched now should hand its plan to; None → cold (also on any API error)."""
-        desired = self.desired(namespace, name, uid, spec, version)
-        if desired is None:
+        """The URL a Job launched now should hand its plan to; None → cold (also on any API error, or
+        when the CR's key cannot be had). Only a pod of the CR's own runtime Deployment (`owned_pods`)."""
+        if not runtime_wanted(spec):
             return None
         try:
+            desired = self.desired(namespace, name, uid, spec, version)
             pods = self._pods(namespace, name)
+            deployment = self._get(namespace, runtime_name(name)) if pods else None
+            replicasets = self._replicasets(namespace, name) if deployment is not None else []
         except Exception as err:  # noqa: BLE001
-            log.warning("listing the drain runtime's pods failed: launching cold",
-                        extra={"group": f"{namespace}/{name}", "error": f"HTTP {getattr(err, 'status', '')}"})
+            log.warning("reading the drain runtime failed: launching cold",
+                        extra={"group": f"{namespace}/{name}",
+                               "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
             return None
-        return runtime_url(pods, runtime_port(namespace, name), manifest_hash(desired))
+        mine = owned_pods(pods, replicasets, deployment, uid)
+        if len(mine) < len(pods):
+            log.warning("pods that look like the drain runtime but are not its own: ignored",
+                        extra={"group": f"{namespace}/{name}",
+                               "pods": sorted(str((p.get("metadata") or {}).get("name")) for p in pods if p not in mine)})
+        return runtime_url(mine, runtime_port(namespace, name), manifest_hash(desired))
+
+    def _replicasets(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return self._sanitize(self.apps.list_namespaced_replica_set(namespace, label_selector=selector(name))).get("items") or []
