@@ -279,13 +279,16 @@ def test_no_rbac_rule_uses_a_wildcard_or_a_privilege_verb(rendered: dict[str, h.
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES), ids=str)
-def test_secrets_are_get_only_and_pods_untouched_by_the_operator(rendered: dict[str, h.Rendered],
-                                                                 profile: str) -> None:
+def test_secrets_are_get_and_create_only_and_pods_untouched_by_the_operator(rendered: dict[str, h.Rendered],
+                                                                            profile: str) -> None:
+    """Secrets: `get` (the Kafka credentials) and `create` (the warm drain runtime's per-CR key
+    Secret, issue 23 C1: docs/rbac.md); never list/watch (no bulk read of a namespace's Secrets),
+    never update/patch/delete (nobody's Secret is changed; its own go with their CR)."""
     r = rendered[profile]
     operator_roles = [o for o in r.of_kind("ClusterRole") + r.of_kind("Role")
                       if not o["metadata"]["name"].endswith("-drain")]
     for role in operator_roles:
-        for verb in ("list", "watch", "create", "update", "patch", "delete"):
+        for verb in ("list", "watch", "update", "patch", "delete", "deletecollection"):
             assert not _can(_rules(role), "", "secrets", verb), (role["metadata"]["name"], verb)
         assert not _can(_rules(role), "", "pods", "create")
 

@@ -111,9 +111,18 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
   verbs: ["create"]
 # the Kafka credentials Secret named in spec.kafka.secretRef, for the operator's own Kafka admin
 # connection (values never logged; the pods read it through secretKeyRef, not the operator)
+# (create: the warm drain runtime's key Secret <cr>-drain-runtime-key, owned by the CR; get reads it back)
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "create"]
+# the warm drain runtime: its pods are used only when owned through a ReplicaSet by its Deployment
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["list"]
+# the warm drain runtime's NetworkPolicy (only the CR's drain pods reach it): created, read on 409
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create"]
 {{- end }}
 
 {{/* The drain driver's rules: Spark on Kubernetes executors in its own namespace. */}}
