@@ -52,7 +52,7 @@ LEGACY_FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600))
 HANDED = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000, start=200),), phase=Phase.HANDED_OFF,
                              sub_ranges=SUBS, handed_off_at=NOW)
-RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW)
+RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW, progress_at=NOW)
 DONE_PROGRESS = {(0, 0): (600, 400), (0, 1): (1000, 400)}
 O200 = {0: Offsets(200, 0, 1000)}
 MB_REQ = {0: REQ}

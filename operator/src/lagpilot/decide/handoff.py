@@ -44,6 +44,7 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from lagpilot.spec import GroupSpec
+from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
 from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
                            parse_sub_range)
@@ -170,6 +171,9 @@ class DrainStatus:
     # (records done, records total) of a finished drain read back from a status that no longer
     # lists its sub-ranges (``_finished``: nothing will be read from them again)
     done_counts: tuple[int, int] | None = None
+    # when the current attempt launched or its progress last moved (the no-progress detector's clock)
+    progress_at: float | None = None
+    stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
 
     @property
     def records_lost(self) -> int:
@@ -249,6 +253,8 @@ class DrainStatus:
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
             "recordsLost": self.records_lost or None,
             "runtime": self.runtime or None,
+            "progressAt": format_time(self.progress_at),
+            "stalled": self.stalled or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -292,6 +298,8 @@ class DrainStatus:
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
             runtime=str(d.get("runtime") or ""),
             done_counts=done_counts,
+            progress_at=f("progressAt"),
+            stalled=str(d.get("stalled") or ""),
         )
 
 
@@ -354,6 +362,7 @@ class JobObservation:
     state: JobState
     pods_alive: int = 0
     message: str = ""
+    running: int | None = None  # its pods in phase Running (None: not observed)
 
 
 @dataclass(frozen=True)
@@ -375,6 +384,7 @@ class Observed:
     tasks: Mapping[int, int] = field(default_factory=dict)
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
+    stall_limits: StallLimits = field(default_factory=StallLimits)
 
 
 @dataclass(frozen=True)
@@ -400,6 +410,7 @@ def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
 def backoff_seconds(attempt: int) -> float:
     """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
     return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -487,6 +498,8 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
 
     # from here the range is handed off: it only ever finishes, fails or is cancelled
     d = with_progress(d, observed.progress)
+    if d.sub_ranges != drain.sub_ranges:  # progress moved: the stall clock restarts, a stall is over
+        d = dataclasses.replace(d, progress_at=now, stalled="")
     job = observed.job
     new_lost = lost_ranges(d, observed.lost)
     if new_lost:
@@ -516,6 +529,12 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.ACTIVE and d.retry_at is None:
+            if d.progress_at is None:  # a status written before the detector: start its clock now
+                return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+            st = stall(now, d.progress_at, job.running, observed.stall_limits)
+            if st is not None:
+                return _stalled(d, st, observed, now)
         # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
         # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
         # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
@@ -619,6 +638,23 @@ def data_loss_condition(d: DrainStatus | None) -> tuple[str, str, str] | None:
     what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in d.lost)
     return "True", "RetentionDeletedRecords", (f"drain {d.id}: {d.records_lost} records deleted by retention "
                                                f"before the drain read them ({what})")[:1000]
+
+
+def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Action:
+    """A running attempt without progress (or without a running pod) for too long: delete its Job
+    and count the attempt as failed — the retry (same ranges, back-off) launches once its pods are
+    gone; in the last attempt the drain goes Failed. ``stalled`` keeps the DrainStalled condition
+    True until progress moves again."""
+    what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
+    if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
+        f = _finish(d, Phase.FAILED, "AttemptsExhausted", f"{what}; Job deleted; {d.remaining} records stay recorded; "
+                    "edit the spec to retry", now)
+        f = dataclasses.replace(f, failed_generation=observed.generation, last_error=what, stalled=st.reason)
+        return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
+                            message=f"{what}; Job deleted, retrying in {delay:.0f}s")
+    return Action(Kind.DELETE_JOB, r, r.reason, r.message, attempt=d.attempt, event=("Warning", "DrainStalled", r.message[:1000]))
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
@@ -785,7 +821,7 @@ def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason
             reset_attempts: bool = False) -> Action:
     attempt = max(1, attempt)
     r = dataclasses.replace(
-        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason,
+        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason, progress_at=now,
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
     )
