@@ -108,7 +108,7 @@ CASES = [
     ("succeeded-verifies", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=DONE_PROGRESS), Kind.WRITE_STATUS, Phase.VERIFIED),
     ("succeeded-incomplete-retries", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress={(0, 0): (600, 400)}), Kind.WRITE_STATUS, Phase.RUNNING),
     ("succeeded-progress-unknown", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=None), Kind.NONE, None),
-    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=1), Kind.NONE, None),
+    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=NOW + 60), obs(generation=1), Kind.NONE, None),
     ("failed-retries-on-spec-change", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=2), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-resumes", spec(), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-stays", spec(cancel=True), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.NONE, None),

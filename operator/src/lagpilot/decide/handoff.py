@@ -49,9 +49,10 @@ from .status import format_time, parse_time
 from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
                            parse_sub_range)
 
-MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
+MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
+FAILED_ROUND_BACKOFF_MAX_S = 3600.0  # Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
 
@@ -174,6 +175,7 @@ class DrainStatus:
     # when the current attempt launched or its progress last moved (the no-progress detector's clock)
     progress_at: float | None = None
     stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
+    failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
 
     @property
     def records_lost(self) -> int:
@@ -255,6 +257,7 @@ class DrainStatus:
             "runtime": self.runtime or None,
             "progressAt": format_time(self.progress_at),
             "stalled": self.stalled or None,
+            "failedRounds": self.failed_rounds or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -300,6 +303,7 @@ class DrainStatus:
             done_counts=done_counts,
             progress_at=f("progressAt"),
             stalled=str(d.get("stalled") or ""),
+            failed_rounds=int(d.get("failedRounds") or 0),
         )
 
 
@@ -411,6 +415,25 @@ def backoff_seconds(attempt: int) -> float:
     """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
     return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
 
+
+def failed_round_backoff_seconds(rounds: int) -> float:
+    """After the n-th round of attempts ended Failed: n*n + n minutes (2, 6, 12, 20, 30, 42, 56),
+    then every 60 minutes, for ever — Strimzi's back-off for a KafkaConnector's autoRestart. The
+    drain holds its ranges meanwhile (nobody else may process them); cancel stops the retries."""
+    n = max(1, rounds)
+    return min(FAILED_ROUND_BACKOFF_MAX_S, 60.0 * (n * n + n))
+
+
+def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", now: float) -> DrainStatus:
+    """A round of MAX_ATTEMPTS used up: phase Failed, the next round scheduled (retryAt, in the
+    message and so in the Draining condition), the ranges kept."""
+    n = d.failed_rounds + 1
+    retry_at = now + failed_round_backoff_seconds(n)
+    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
+                f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
+                f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
+    return dataclasses.replace(f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n,
+                               retry_at=retry_at)
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -541,10 +564,8 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
         if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
             if d.retry_at is None:
                 if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-                    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                                f"drain {d.id} failed {d.attempt} times ({job.message or 'Job failed'}); "
-                                f"{d.remaining} records stay recorded; edit the spec to retry", now)
-                    f = dataclasses.replace(f, failed_generation=observed.generation, last_error=job.message)
+                    f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+                                   f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
                     return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
                 delay = backoff_seconds(d.attempt)
                 r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
@@ -574,11 +595,9 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             v = dataclasses.replace(v, message=progress_message(v))
             return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
         if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-            f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                        f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                        f"{MAX_ATTEMPTS} attempts in all; they stay recorded; edit the spec to retry", now)
-            f = dataclasses.replace(f, failed_generation=observed.generation,
-                                    last_error="Job succeeded but progress shows unfinished sub-ranges")
+            f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+                           f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
+                        observed, now)
             return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
         delay = backoff_seconds(d.attempt)
         r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
@@ -592,9 +611,20 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
-        if d.failed_generation is not None and observed.generation > d.failed_generation:
+        spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
+        if d.retry_at is None and not spec_changed:
+            # Failed by an operator that only retried on a spec change: schedule its next round
+            n = max(1, d.failed_rounds)
+            at = now + failed_round_backoff_seconds(n)
+            r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
+                                    message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+            return Action(Kind.NONE, r, r.reason, r.message)
+        if spec_changed or (d.retry_at is not None and now >= d.retry_at):
+            if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+                return _waiting_for_pods(drain, d)  # never two attempts at once
             return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange", restore=False, reset_attempts=True)
+                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+                           restore=False, reset_attempts=True)
         return _progress_only(drain, d)
 
     if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
@@ -647,9 +677,7 @@ def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Actio
     True until progress moves again."""
     what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
     if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-        f = _finish(d, Phase.FAILED, "AttemptsExhausted", f"{what}; Job deleted; {d.remaining} records stay recorded; "
-                    "edit the spec to retry", now)
-        f = dataclasses.replace(f, failed_generation=observed.generation, last_error=what, stalled=st.reason)
+        f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
         return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
     delay = backoff_seconds(d.attempt)
     r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
