@@ -52,7 +52,7 @@ LEGACY_FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600))
 HANDED = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000, start=200),), phase=Phase.HANDED_OFF,
                              sub_ranges=SUBS, handed_off_at=NOW)
-RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW)
+RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW, progress_at=NOW)
 DONE_PROGRESS = {(0, 0): (600, 400), (0, 1): (1000, 400)}
 O200 = {0: Offsets(200, 0, 1000)}
 MB_REQ = {0: REQ}
@@ -108,7 +108,7 @@ CASES = [
     ("succeeded-verifies", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=DONE_PROGRESS), Kind.WRITE_STATUS, Phase.VERIFIED),
     ("succeeded-incomplete-retries", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress={(0, 0): (600, 400)}), Kind.WRITE_STATUS, Phase.RUNNING),
     ("succeeded-progress-unknown", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=None), Kind.NONE, None),
-    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=1), Kind.NONE, None),
+    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=NOW + 60), obs(generation=1), Kind.NONE, None),
     ("failed-retries-on-spec-change", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=2), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-resumes", spec(), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-stays", spec(cancel=True), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.NONE, None),

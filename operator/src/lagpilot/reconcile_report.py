@@ -118,6 +118,9 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         if getattr(drain_out, "data_loss", None) is not None:
             # retention deleted part of a handed-off range before the drain read it (exact offsets)
             conds.append(Condition("DataLoss", *drain_out.data_loss))
+        if getattr(drain_out, "stalled", None) is not None:
+            # an attempt without progress / without a running pod was stopped (docs/drain.md)
+            conds.append(Condition("DrainStalled", *drain_out.stalled))
     rates_known = any(p.samples > 0 for p in est.partitions.values())
     new = {
         "observedGeneration": ref.generation,

@@ -33,6 +33,7 @@ from .drain_calls import DrainCalls
 from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
+from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
     Action,
@@ -92,6 +93,9 @@ def _metrics() -> dict[str, Any]:
                                    ["namespace", "name"])
         _METRICS["pause"] = Gauge("lagpilot_drain_pause_seconds", "How long the last hand-off paused the live group",
                                   ["namespace", "name"])
+        _METRICS["progress_at"] = Gauge("lagpilot_drain_last_progress_timestamp_seconds",
+                                        "When the current drain attempt launched or its progress last moved (Unix time)",
+                                        ["namespace", "name"])
     return _METRICS
 
 
@@ -110,6 +114,21 @@ def _count_lost(namespace: str, name: str, n: int) -> None:
         pass
 
 
+def _count_stall(namespace: str, name: str, reason: str) -> None:
+    """lagpilot_drain_stalls_total{reason}: attempts the no-progress detector stopped (NoProgress |
+    NoRunningPod), counted with the DrainStalled event."""
+    try:
+        m = _metrics()
+        if "stalls" not in m:
+            from prometheus_client import Counter
+            m["stalls"] = Counter("lagpilot_drain_stalls_total",
+                                  "Drain attempts stopped by the no-progress detector, by reason",
+                                  ["namespace", "name", "reason"])
+        m["stalls"].labels(namespace, name, reason or "Unknown").inc()
+    except Exception:  # noqa: BLE001 - metrics are best effort
+        pass
+
+
 def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
     try:
         m = _metrics()
@@ -122,6 +141,8 @@ def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
     m["active"].labels(namespace, name).set(1 if d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED) else 0)
     if d.pause_seconds is not None:
         m["pause"].labels(namespace, name).set(d.pause_seconds)
+    if d.progress_at is not None:
+        m["progress_at"].labels(namespace, name).set(d.progress_at)
 
 
 # ---- the executor ---------------------------------------------------------------------------------
@@ -155,6 +176,7 @@ class DrainResult:
     condition: tuple[str, str, str]
     actions: tuple[str, ...] = ()
     data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
+    stalled: tuple[str, str, str] | None = None    # the DrainStalled condition (None: no drain recorded)
 
 
 class DrainExecutor(DrainCalls):
@@ -176,6 +198,10 @@ class DrainExecutor(DrainCalls):
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
         self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
+        # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
+        self.stall_limits = StallLimits(
+            no_progress_s=float(os.environ.get("LAGPILOT_DRAIN_STALL_SECONDS") or NO_PROGRESS_S),
+            no_pod_s=float(os.environ.get("LAGPILOT_DRAIN_NO_POD_SECONDS") or NO_POD_S))
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
@@ -197,7 +223,7 @@ class DrainExecutor(DrainCalls):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost)
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
@@ -273,6 +299,8 @@ class DrainExecutor(DrainCalls):
                 ctx.emit(*action.event)
             if action.lost_records:
                 _count_lost(ctx.namespace, ctx.name, action.lost_records)
+            if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
+                _count_stall(ctx.namespace, ctx.name, d.stalled)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 # right after the publish the owners ack within about a second (their mailbox
@@ -287,7 +315,8 @@ class DrainExecutor(DrainCalls):
                 break
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else d.to_dict()
-        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d))
+        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
+                           None if d is None else stalled_condition(d))
 
 
 def with_runtime(action: Action, word: str) -> Action:

@@ -44,13 +44,15 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from lagpilot.spec import GroupSpec
+from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
 from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
                            parse_sub_range)
 
-MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
+MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
+FAILED_ROUND_BACKOFF_MAX_S = 3600.0  # Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
 
@@ -170,6 +172,10 @@ class DrainStatus:
     # (records done, records total) of a finished drain read back from a status that no longer
     # lists its sub-ranges (``_finished``: nothing will be read from them again)
     done_counts: tuple[int, int] | None = None
+    # when the current attempt launched or its progress last moved (the no-progress detector's clock)
+    progress_at: float | None = None
+    stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
+    failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
 
     @property
     def records_lost(self) -> int:
@@ -249,6 +255,9 @@ class DrainStatus:
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
             "recordsLost": self.records_lost or None,
             "runtime": self.runtime or None,
+            "progressAt": format_time(self.progress_at),
+            "stalled": self.stalled or None,
+            "failedRounds": self.failed_rounds or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -292,6 +301,9 @@ class DrainStatus:
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
             runtime=str(d.get("runtime") or ""),
             done_counts=done_counts,
+            progress_at=f("progressAt"),
+            stalled=str(d.get("stalled") or ""),
+            failed_rounds=int(d.get("failedRounds") or 0),
         )
 
 
@@ -354,6 +366,7 @@ class JobObservation:
     state: JobState
     pods_alive: int = 0
     message: str = ""
+    running: int | None = None  # its pods in phase Running (None: not observed)
 
 
 @dataclass(frozen=True)
@@ -375,6 +388,7 @@ class Observed:
     tasks: Mapping[int, int] = field(default_factory=dict)
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
+    stall_limits: StallLimits = field(default_factory=StallLimits)
 
 
 @dataclass(frozen=True)
@@ -400,6 +414,26 @@ def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
 def backoff_seconds(attempt: int) -> float:
     """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
     return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+
+
+def failed_round_backoff_seconds(rounds: int) -> float:
+    """After the n-th round of attempts ended Failed: n*n + n minutes (2, 6, 12, 20, 30, 42, 56),
+    then every 60 minutes, for ever — Strimzi's back-off for a KafkaConnector's autoRestart. The
+    drain holds its ranges meanwhile (nobody else may process them); cancel stops the retries."""
+    n = max(1, rounds)
+    return min(FAILED_ROUND_BACKOFF_MAX_S, 60.0 * (n * n + n))
+
+
+def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", now: float) -> DrainStatus:
+    """A round of MAX_ATTEMPTS used up: phase Failed, the next round scheduled (retryAt, in the
+    message and so in the Draining condition), the ranges kept."""
+    n = d.failed_rounds + 1
+    retry_at = now + failed_round_backoff_seconds(n)
+    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
+                f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
+                f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
+    return dataclasses.replace(f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n,
+                               retry_at=retry_at)
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -487,6 +521,8 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
 
     # from here the range is handed off: it only ever finishes, fails or is cancelled
     d = with_progress(d, observed.progress)
+    if d.sub_ranges != drain.sub_ranges:  # progress moved: the stall clock restarts, a stall is over
+        d = dataclasses.replace(d, progress_at=now, stalled="")
     job = observed.job
     new_lost = lost_ranges(d, observed.lost)
     if new_lost:
@@ -516,16 +552,20 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.ACTIVE and d.retry_at is None:
+            if d.progress_at is None:  # a status written before the detector: start its clock now
+                return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+            st = stall(now, d.progress_at, job.running, observed.stall_limits)
+            if st is not None:
+                return _stalled(d, st, observed, now)
         # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
         # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
         # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
         if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
             if d.retry_at is None:
                 if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-                    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                                f"drain {d.id} failed {d.attempt} times ({job.message or 'Job failed'}); "
-                                f"{d.remaining} records stay recorded; edit the spec to retry", now)
-                    f = dataclasses.replace(f, failed_generation=observed.generation, last_error=job.message)
+                    f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+                                   f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
                     return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
                 delay = backoff_seconds(d.attempt)
                 r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
@@ -555,11 +595,9 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             v = dataclasses.replace(v, message=progress_message(v))
             return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
         if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-            f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                        f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                        f"{MAX_ATTEMPTS} attempts in all; they stay recorded; edit the spec to retry", now)
-            f = dataclasses.replace(f, failed_generation=observed.generation,
-                                    last_error="Job succeeded but progress shows unfinished sub-ranges")
+            f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+                           f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
+                        observed, now)
             return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
         delay = backoff_seconds(d.attempt)
         r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
@@ -573,9 +611,20 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
-        if d.failed_generation is not None and observed.generation > d.failed_generation:
+        spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
+        if d.retry_at is None and not spec_changed:
+            # Failed by an operator that only retried on a spec change: schedule its next round
+            n = max(1, d.failed_rounds)
+            at = now + failed_round_backoff_seconds(n)
+            r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
+                                    message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+            return Action(Kind.NONE, r, r.reason, r.message)
+        if spec_changed or (d.retry_at is not None and now >= d.retry_at):
+            if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+                return _waiting_for_pods(drain, d)  # never two attempts at once
             return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange", restore=False, reset_attempts=True)
+                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+                           restore=False, reset_attempts=True)
         return _progress_only(drain, d)
 
     if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
@@ -619,6 +668,21 @@ def data_loss_condition(d: DrainStatus | None) -> tuple[str, str, str] | None:
     what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in d.lost)
     return "True", "RetentionDeletedRecords", (f"drain {d.id}: {d.records_lost} records deleted by retention "
                                                f"before the drain read them ({what})")[:1000]
+
+
+def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Action:
+    """A running attempt without progress (or without a running pod) for too long: delete its Job
+    and count the attempt as failed — the retry (same ranges, back-off) launches once its pods are
+    gone; in the last attempt the drain goes Failed. ``stalled`` keeps the DrainStalled condition
+    True until progress moves again."""
+    what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
+    if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
+        f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
+        return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
+                            message=f"{what}; Job deleted, retrying in {delay:.0f}s")
+    return Action(Kind.DELETE_JOB, r, r.reason, r.message, attempt=d.attempt, event=("Warning", "DrainStalled", r.message[:1000]))
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
@@ -785,7 +849,7 @@ def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason
             reset_attempts: bool = False) -> Action:
     attempt = max(1, attempt)
     r = dataclasses.replace(
-        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason,
+        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason, progress_at=now,
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
     )
