@@ -205,7 +205,8 @@ def _short_error(exc: BaseException) -> str:
 def _termination_message(text: str) -> None:
     """Kubernetes shows /dev/termination-log in the pod status: the operator reads the cause there."""
     try:
-        with open(TERMINATION_LOG, "w") as fh:
+        # LAGPILOT_TERMINATION_LOG: the dev pod runner's stand-in for the kubelet's mount (docs/drain.md)
+        with open(os.environ.get("LAGPILOT_TERMINATION_LOG") or TERMINATION_LOG, "w") as fh:
             fh.write(text[:4000])
     except OSError:
         pass
