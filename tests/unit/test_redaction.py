@@ -101,3 +101,26 @@ def test_the_operator_masks_a_drain_pods_termination_message():
             {"state": {"terminated": {"exitCode": 1, "message": msg}}}]}}
         o = job_observation(job, [pod])
         assert o.message.startswith("drain failed") and SECRET not in o.message, o.message
+
+
+def test_a_users_secret_env_is_named_to_the_runtime_and_its_value_masked():
+    """template.env secretKeyRef entries: the operator names them (never their values) in
+    LAGPILOT_SECRET_ENV; the runtime masks the values of the variables named there."""
+    from lagpilot.act.deployment import build_env
+    from lagpilot.spec import parse_spec
+
+    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
+                       "processing": {"handler": "m:f"},
+                       "template": {"env": [{"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                                            {"name": "PLAIN", "value": "x"}]}})
+    env = {e["name"]: e for e in build_env(spec)}
+    assert env["LAGPILOT_SECRET_ENV"]["value"] == "API_TOKEN"
+    token = f"tok{uuid.uuid4().hex}"
+    ConsumerConfig.from_env({**env_plain(build_env(spec)), "API_TOKEN": token})
+    assert token not in describe_error(RuntimeError(f"the API refused {token}"))
+    plain = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"handler": "m:f"}})
+    assert "LAGPILOT_SECRET_ENV" not in {e["name"] for e in build_env(plain)}  # nothing to name: nothing rendered
+
+
+def env_plain(env: list[dict]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in env if "value" in e}
