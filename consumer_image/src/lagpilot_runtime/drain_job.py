@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import redaction
 from .config import ConfigError, ConsumerConfig
 from .drain_plan import DrainPlan
 from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, read_progress,
@@ -202,7 +203,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
 
 def _short_error(exc: BaseException) -> str:
     """One line for status/events: Spark wraps the Python error deep inside a Java trace."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in redaction.redact(str(exc)).splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ("Error:" in ln or "Exception:" in ln) and not ln.startswith("at "):
             return ln[:500]
@@ -212,8 +213,9 @@ def _short_error(exc: BaseException) -> str:
 def _termination_message(text: str) -> None:
     """Kubernetes shows /dev/termination-log in the pod status: the operator reads the cause there."""
     try:
-        with open(TERMINATION_LOG, "w") as fh:
-            fh.write(text[:4000])
+        # LAGPILOT_TERMINATION_LOG: the dev pod runner's stand-in for the kubelet's mount (docs/drain.md)
+        with open(os.environ.get("LAGPILOT_TERMINATION_LOG") or TERMINATION_LOG, "w") as fh:
+            fh.write(redaction.redact(text)[:4000])
     except OSError:
         pass
 

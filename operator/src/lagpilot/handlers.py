@@ -38,6 +38,7 @@ from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup sett
 from lagpilot.act.deployment import API_GROUP
 from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
 from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
+from lagpilot_runtime.redaction import redact
 from lagpilot.reconcile import run_cycle
 from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
@@ -59,7 +60,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
     """The cycle's dependencies; events go through kopf's poster (core/v1 events on the CR)."""
 
     def emit(type_: str, reason: str, message: str) -> None:
-        kopf.event(body, type=type_, reason=reason, message=message)
+        kopf.event(body, type=type_, reason=reason, message=redact(message))
 
     cfg = memo.config
     if getattr(memo, "drain", None) is None:  # the drain executor: Jobs + offset hand-off

@@ -23,6 +23,7 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
+from lagpilot_runtime.redaction import redact
 
 from .deployment import build_env, label_value, owner_reference
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
@@ -294,7 +295,8 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("exitCode") not in (None, 0):
-                message = (term.get("message") or f"exit code {term.get('exitCode')}").strip().splitlines()[-1][:300]
+                # a pod's own words (an older or custom image may not redact): redacted where they enter
+                message = redact((term.get("message") or f"exit code {term.get('exitCode')}").strip()).splitlines()[-1][:300]
     if "Complete" in conds:
         return JobObservation(JobState.SUCCEEDED, alive)
     if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
@@ -355,6 +357,6 @@ def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[
     state = ((app.get("status") or {}).get("applicationState") or {})
     done = SPARK_APP_DONE.get(str(state.get("state") or ""))
     if done is JobState.FAILED:
-        msg = str(state.get("errorMessage") or f"SparkApplication {state.get('state')}").strip()
+        msg = redact(str(state.get("errorMessage") or f"SparkApplication {state.get('state')}")).strip()
         return JobObservation(JobState.FAILED, alive, msg.splitlines()[-1][:300] if msg else "SparkApplication failed")
     return JobObservation(done or JobState.ACTIVE, alive, running=running)
