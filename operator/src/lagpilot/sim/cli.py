@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="lagpilot simulate", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=None, help="CSV t_s,produce_msgs_per_s[,partition_weights]")
     ap.add_argument("--generate", default=None, metavar="KIND",
-                    help="write a trace of a family (flash, hot-partition, diurnal, step, backfill) and exit")
+                    help="write a trace of a family (flash, hot-partition, diurnal, step, backfill, rolling-hot, long-flash) and exit")
     ap.add_argument("--seed", type=int, default=0, help="seed for --generate")
     ap.add_argument("--out", default=None, help="file for --generate (default: stdout)")
     ap.add_argument("--suite", action="store_true",
