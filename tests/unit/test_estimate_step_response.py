@@ -60,6 +60,8 @@ def test_step_response_table() -> None:
     # up: 6 -> 450 at t = 65: within 10 % at the 2nd poll after the change (t = 90)
     up = _polls_after(rows, 65, 2)
     assert abs(up["estimate"] - 450) <= 45, shown
+    # and stays there while the rate holds (a steady rate is no fall to the window's average)
+    assert all(abs(r["estimate"] - 450) <= 45 for r in rows if up["t"] <= r["t"] <= 155), shown
     # the backlog is gone at t = 160 (the drain's split): not at risk from the 2nd poll after it on,
     # through the 450 -> 80 and the 80 -> 6 falls
     clear = _polls_after(rows, DRAIN_AT, 2)

@@ -474,7 +474,7 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     olds = [_age(l, ages) for l in candidates]
     # the regrowth rate: the estimate, or the mean produce rate over the backlog's own age when that
     # is higher (FIFO: every record younger than the oldest is in the backlog) -- the smoothed
-    # estimate lags a burst's onset (rises: half-life 30 s) by about as long as the first drain waits
+    # estimate lagged a burst's onset (a 30 s rise half-life before issue 25; a poll's lag now)
     rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
     high = max(low, high)
     best, best_worst = low, INF
