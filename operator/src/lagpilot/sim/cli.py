@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="records/s of one drain task (default: --capacity)")
     ap.add_argument("--max-drain-tasks", "--max-tasks", type=int, default=d.max_drain_tasks, dest="max_drain_tasks")
     ap.add_argument("--split-factor", type=int, default=d.split_factor,
-                    help="drain tasks per drained partition at most, on average (spec.drain.splitFactor)")
+                    help="spec.drain.splitFactor, an optional cap: a drain of n partitions runs at most n x this "
+                         "many tasks (default: unset, the CRD's default; each partition gets what its backlog "
+                         "and rate need, up to --max-tasks)")
     ap.add_argument("--min-backlog-records", type=int, default=d.min_backlog_records)
     ap.add_argument("--min-replicas", type=int, default=d.min_replicas,
                     help="lagpilot's minReplicas, also KEDA's minReplicaCount in 'keda' and 'keda_tuned'")
