@@ -903,11 +903,11 @@ def forward_moves(moves: Mapping[int, int], committed_now: Mapping[int, int | No
 
 
 def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[SubRange, ...]:
-    """Each handed-off range cut into the tasks the planner gave its partition (splitFactor when the
-    plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
+    """Each handed-off range cut into the tasks the planner gave its partition (``DrainSpec.fallback_tasks``
+    when the plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
     subs: list[SubRange] = []
     for r in ranges:
-        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.split_factor,
+        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.fallback_tasks,
                                  min_records_per_task=spec.batch.max_records))
     return tuple(subs)
 
