@@ -56,6 +56,14 @@ BRIDGE = "lagpilot0"
 CRI_NAMESPACE = "k8s.io"
 PAUSE_IMAGE = f"lagpilot.local/pause:{KUBE_VERSION}"
 TEST_IMAGE = "lagpilot.local/busybox:1"
+# While the pod runner (lagpilot_dev.podrunner) serves other tests on the same control plane, it
+# binds every unscheduled pod of "default-scheduler" in its namespaces to its own Node. A real
+# scheduler under that name would race it for those pods and place its own on runner Nodes. So the
+# real scheduler answers to its own name, and its one profile only considers Nodes carrying
+# NODE_LABEL: a pod for the real node sets `schedulerName: lagpilot-node` (a stand-in; it becomes
+# "default-scheduler" when the pod runner retires).
+SCHEDULER_NAME = "lagpilot-node"
+NODE_LABEL = ("node.lagpilot.io/real", "true")
 COMPONENTS = ("containerd", "kubelet", "scheduler")
 
 
@@ -270,6 +278,23 @@ state = "{self.run_dir / 'containerd'}"
             "maxPods": 110,
         }
 
+    def scheduler_config(self) -> dict[str, Any]:
+        """One profile, SCHEDULER_NAME, placing pods only on Nodes labelled NODE_LABEL (see above)."""
+        key, value = NODE_LABEL
+        return {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig("scheduler"))},
+            "leaderElection": {"leaderElect": False},
+            "enableProfiling": False,
+            "profiles": [{
+                "schedulerName": SCHEDULER_NAME,
+                "pluginConfig": [{"name": "NodeAffinity", "args": {"addedAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]}}}}],
+            }],
+        }
+
     def _write_configs(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "containerd.toml").write_text(self.containerd_config())
@@ -355,6 +380,7 @@ state = "{self.run_dir / 'containerd'}"
                 f"--cert-dir={self.dir / 'kubelet-pki'}",
                 f"--hostname-override={NODE_NAME}",
                 f"--node-ip={self.node_ip()}",
+                f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}",
                 "--v=1",
             ]
             proc.env = self._env()
@@ -367,11 +393,11 @@ state = "{self.run_dir / 'containerd'}"
         if not proc.is_running():
             port = self.ports.ensure("node.scheduler", must_be_free=True)
             kc = str(self.kubeconfig("scheduler"))
+            (self.dir / "scheduler-config.json").write_text(json.dumps(self.scheduler_config(), indent=1))
             proc.argv = [
-                str(self.bin / "kube-scheduler"),
-                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--leader-elect=false",
-                "--profiling=false", "--v=1",
+                str(self.bin / "kube-scheduler"), f"--config={self.dir / 'scheduler-config.json'}",
+                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=1",
             ]
             proc.start()
         port = self.ports.ensure("node.scheduler")
@@ -432,6 +458,7 @@ state = "{self.run_dir / 'containerd'}"
             "ctr": f"{self.bin / 'ctr'} --address {self.containerd_sock} -n {CRI_NAMESPACE}",
             "pause_image": PAUSE_IMAGE,
             "test_image": TEST_IMAGE,
+            "scheduler_name": SCHEDULER_NAME,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
             "node_logs": str(self.dir),
