@@ -19,7 +19,7 @@ from lagpilot.sim.params import SimParams
 from lagpilot.sim.policies import run_policy
 from lagpilot.sim.trace import trace_from_rows
 
-KINDS = "flash,hot-partition,diurnal,step,backfill"
+KINDS = "flash,hot-partition,diurnal,step,backfill,rolling-hot,long-flash"
 
 
 def seeds_of(text: str) -> list[int]:

@@ -6,12 +6,17 @@
 # (kubernetes/kubernetes#79384) is a wrapper module that requires k8s.io/kubernetes and replaces
 # every staging module with its published v0.Y.Z tag; the list is generated from the release's go.mod.
 #
-# Usage: build-kube.sh OUT_DIR   (binaries land in OUT_DIR/bin; idempotent, skips what exists)
+# Usage: build-kube.sh OUT_DIR [BINARY...]   (binaries land in OUT_DIR/bin; idempotent, skips what
+# exists). BINARY: etcd or a k8s.io/kubernetes/cmd/ name; default: etcd kube-apiserver
+# kube-controller-manager kubectl (the control plane; dev/build-node.sh asks for the node's).
 set -euo pipefail
 
 KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 ETCD_VERSION="${LAGPILOT_ETCD_VERSION:-v3.6.16}"
-out="${1:?usage: build-kube.sh OUT_DIR}"
+out="${1:?usage: build-kube.sh OUT_DIR [BINARY...]}"
+shift
+wanted=("$@")
+[ ${#wanted[@]} -gt 0 ] || wanted=(etcd kube-apiserver kube-controller-manager kubectl)
 mkdir -p "$out/bin" "$out/src"
 log() { printf '[build-kube %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -32,7 +37,15 @@ cleanup_go_caches() {
   fi
 }
 
-if [ ! -x "$out/bin/etcd" ]; then
+want_etcd=0
+need=()
+for b in "${wanted[@]}"; do
+  if [ "$b" = etcd ]; then want_etcd=1
+  elif [ ! -x "$out/bin/$b" ]; then need+=("k8s.io/kubernetes/cmd/$b")
+  fi
+done
+
+if [ "$want_etcd" = 1 ] && [ ! -x "$out/bin/etcd" ]; then
   log "building etcd $ETCD_VERSION"
   w="$out/src/etcd-$ETCD_VERSION"; rm -rf "$w"; mkdir -p "$w"; cd "$w"
   go mod init lagpilot.local/etcdbuild >/dev/null 2>&1
@@ -42,10 +55,6 @@ if [ ! -x "$out/bin/etcd" ]; then
   log "etcd built"
 fi
 
-need=()
-for b in kube-apiserver kube-controller-manager kubectl; do
-  [ -x "$out/bin/$b" ] || need+=("k8s.io/kubernetes/cmd/$b")
-done
 if [ ${#need[@]} -gt 0 ]; then
   log "building ${need[*]} at $KUBE_VERSION (cold: 15-30 min on 2 cores)"
   w="$out/src/kube-$KUBE_VERSION"; mkdir -p "$w"; cd "$w"
@@ -78,4 +87,4 @@ if [ ${#need[@]} -gt 0 ]; then
   log "kubernetes binaries built"
 fi
 cleanup_go_caches
-"$out/bin/kubectl" version --client 2>/dev/null | head -1 >&2 || true
+[ ! -x "$out/bin/kubectl" ] || "$out/bin/kubectl" version --client 2>/dev/null | head -1 >&2 || true

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from lagpilot_dev.operator_process import checkout_pythonpath
 from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -49,7 +50,8 @@ def produce(bootstrap: str, topic: str, per_partition: int, parts: int = PARTS) 
 def drain_env(bootstrap: str, topic: str, group: str, dsn: str, jars: list[str], table: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
     env.update({
-        "PYTHONPATH": str(REPO),
+        # the checkout's own source dirs first (a worktree sharing the venv must run its own code)
+        "PYTHONPATH": checkout_pythonpath(REPO),
         "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
         "LAGPILOT_TOPIC": topic,
         "LAGPILOT_GROUP_ID": group,

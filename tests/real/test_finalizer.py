@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from lagpilot.decide.handoff import history_of, ranges_of
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
 from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
 from tests.real.test_drain_operator import Operator, grant_operator, operator_rules
@@ -95,7 +95,7 @@ def case(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str]
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": 60,
             "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
-            "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+            "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
         }
         c = Case(ns, "orders", topic, spec["groupId"], table, spec, op, custom, core)

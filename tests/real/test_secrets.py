@@ -9,14 +9,20 @@ and the TLS CR go Degraded. Then every place a value could leak is scanned for e
 operator log (JSON lines, tracebacks included), every pod's log, events, CR objects (status),
 the metrics output, Deployments/ReplicaSets/Pods/Jobs specs. 0 hits; credentials reach the pod
 spec only as `secretKeyRef`. Positive control: the same scanner finds the values in the Secrets.
-Not covered here: a drain (none is started: drain disabled).
+
+`test_a_failing_drain_and_dead_lettered_records_leak_no_secret` (issue 23, M1): a drain whose
+handler's client echoes a malformed DSN's password (psycopg quotes the bad token) fails through the
+whole chain — Spark task, driver, termination message, status.drain.lastError, Warning events —
+and the consumer dead-letters records with that error (DLQ headers); the value is in none of them.
 """
 from __future__ import annotations
 
 import base64
 import json
+import tempfile
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +156,135 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})}
     assert {"kafka-right", "pg"} <= refs, env
     assert not any(v in json.dumps(env) for v in values.values())
+
+
+def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
+        crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,  # noqa: F811
+        new_topic: Callable[..., str], spark_jars: list[str]) -> None:
+    from confluent_kafka import Consumer, Producer
+    from kubernetes import client
+
+    from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, checkout_pythonpath, operator_env
+    from tests.real.test_drain_operator import REPO, SA_NAME, grant_operator, operator_rules
+    from tests.real.test_operator_e2e import free_port
+
+    core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    ns = namespace("secrets-drain")
+    u = uuid.uuid4().hex
+    password = f"dsnpw{u}"
+    values = {"dsn_password": password}
+    grant_operator(client.RbacAuthorizationV1Api(kube_api), core, ns, operator_rules(), "postgresql://unused")
+    core.create_namespaced_secret(ns, {"metadata": {"name": "leaky"}, "data": {
+        "dsn": _b64(f"postgresql://lagpilot:p%zz{password}@127.0.0.1:1/lagpilot")}})
+    log_path = Path(tempfile.mkdtemp(prefix="lagpilot-secrets-drain-")) / f"operator-{ns}.log"
+    op = OperatorProcess(ns, log_path, operator_env(crd.kubeconfig_for_service_account(ns, SA_NAME), REPO,
+                                                    {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}),
+                         metrics_port=free_port())
+    try:
+        topic = new_topic(partitions=3, prefix="secrets-drain")
+        p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
+        for part in range(3):  # poison first: the consumers dead-letter them before any hand-off
+            p.produce(topic, value=b"poison", partition=part)
+        for i in range(15000):
+            for part in range(3):
+                while True:
+                    try:
+                        p.produce(topic, value=json.dumps({"i": i}).encode(), partition=part)
+                        break
+                    except BufferError:
+                        p.poll(0.1)
+        assert p.flush(60) == 0
+        apply_cr(crd, ns, cr("leaky", {
+            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+            "topic": topic, "groupId": f"sec-drain-{u[:6]}",
+            "batch": {"maxRecords": 100, "timeoutMs": 500},
+            "processing": {"handler": "tests.real.secret_handlers:leaky", "config": {"cost_ms": "1000"}},
+            "failure": {"policy": "deadLetter", "maxRetries": 0},
+            "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2},
+            "catchUpSLASeconds": 60,
+            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 6, "minBacklogRecords": 1000},
+            "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                                 {"name": "LEAKY_DSN", "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}}}]},
+        }))
+
+        # every pod state seen (a failed attempt's pods are deleted before the next one)
+        seen_pods: list[str] = []
+
+        def failed_attempt() -> dict[str, Any] | None:
+            seen_pods.append(crd.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)
+            d = (get_cr(custom, ns, "leaky").get("status") or {}).get("drain") or {}
+            return d if "percent-encoded" in (d.get("lastError") or "") else None
+
+        # the fault fired through the whole chain: the Spark task's client error reached the
+        # driver, its termination message, the operator, status.drain.lastError
+        d = wait_until(failed_attempt, "a drain attempt failing on the client's error (status.drain.lastError)",
+                       900, interval=2)
+        print(f"drain: phase {d.get('phase')} attempt {d.get('attempt')} lastError {d.get('lastError')!r}")
+        wait_until(lambda: [e for e in core.list_namespaced_event(ns).items
+                            if e.type == "Warning" and e.reason in ("DrainAttemptFailed", "DrainFailed")
+                            and "percent-encoded" in (e.message or "")],
+                   "a DrainAttemptFailed Warning event with the client's error", 120, interval=2)
+        terminated = [cs["state"]["terminated"].get("message") or "" for text in seen_pods
+                      for pod in json.loads(text)["items"]
+                      for cs in (pod.get("status") or {}).get("containerStatuses") or []
+                      if "terminated" in (cs.get("state") or {})]
+        assert any("percent-encoded" in m for m in terminated), terminated  # a termination message carried it
+
+        # the consumer dead-lettered the poison records with the client's error in a header
+        dlq_text: list[str] = []
+
+        def dlq_errors() -> list[str]:
+            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"scan-{uuid.uuid4().hex[:6]}",
+                          "auto.offset.reset": "earliest"})
+            try:
+                c.subscribe([f"{topic}.dlq"])
+                got = [m for m in c.consume(100, timeout=10) if m.error() is None]
+            finally:
+                c.close()
+            dlq_text[:] = [json.dumps([(k, v.decode(errors="replace")) for k, v in (m.headers() or [])]) for m in got]
+            return [t for t in dlq_text if "percent-encoded" in t]
+
+        wait_until(lambda: len(dlq_errors()) >= 3, "the 3 poison records dead-lettered with the client's error", 300,
+                   interval=3)
+
+        logs = Path(pod_runner.workdir) / "logs"
+        pod_logs = "\n".join(f.read_text(errors="replace") for f in sorted(logs.glob(f"{ns}_*.log")))
+        drain_logs = [f for f in logs.glob(f"{ns}_leaky-drain-*.log")]
+        assert drain_logs, sorted(f.name for f in logs.glob(f"{ns}_*"))  # the drain pods' logs (Spark's included)
+
+        def kubectl_json(*what: str) -> str:
+            return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
+
+        places = {
+            "operator log": op.log_path.read_text(errors="replace"),
+            "pod logs (consumers, drain drivers, Spark)": pod_logs,
+            "events": kubectl_json("events"),
+            "CR (spec+status)": kubectl_json("batchconsumergroups"),
+            "metrics": urllib_get(f"http://127.0.0.1:{op.metrics_port}/metrics"),
+            "deployments, replicasets, jobs, pods": kubectl_json("deployments,replicasets,jobs,pods"),
+            "termination messages": "\n".join(terminated),
+            "DLQ headers": "\n".join(dlq_text),
+        }
+        found = {place: {k: n for k, n in hits(text, values).items() if n} for place, text in places.items()}
+        print("scanned:", {place: len(text) for place, text in places.items()}, "hits:", found)
+        assert all(len(text) > 0 for text in places.values()), {k: len(v) for k, v in places.items()}
+        assert found == {place: {} for place in places}, found
+        # positive control: the scanner finds the value in its Secret
+        leaky = core.read_namespaced_secret("leaky", ns)
+        assert hits(base64.b64decode(leaky.data["dsn"]).decode(), values)["dsn_password"] > 0
+    finally:
+        try:
+            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups")
+            wait_until(lambda: not custom.list_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups")["items"], "CRs deleted", 90)
+        except Exception as exc:  # noqa: BLE001 - teardown must reach op.stop()
+            print(f"teardown {ns}: {exc!r}")
+        print(f"--- operator log ({ns}) ---\n{op.tail(80)}")
+        op.stop()
+
+
+def urllib_get(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()

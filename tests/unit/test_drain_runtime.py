@@ -306,3 +306,41 @@ def test_sigterm_cancels_the_plan_and_waits_until_the_runtime_ended_it(runtime: 
     assert "not confirmed" not in outcome.message
     assert runtime.spark.sparkContext.cancelled == [drain_job.job_group(PLAN)]
     assert ended and returned >= ended[0]  # the Job's process ends only after the plan did
+
+
+def _hung_runtime() -> tuple[socket.socket, str]:
+    """A runtime whose process stopped (SIGSTOP, node lost): the kernel still accepts connections
+    into the listen backlog, nothing ever answers the plan or /healthz."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s, f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_runtime_that_stops_answering_fails_the_attempt():
+    sock, url = _hung_runtime()
+    got: list[Outcome] = []
+    t = threading.Thread(target=lambda: got.append(drain_runtime.request(
+        url, PLAN, heartbeat_s=0.2, probe_timeout_s=0.2, max_misses=2)), daemon=True)
+    try:
+        t.start()
+        t.join(60)  # generous: without a heartbeat the wait never ends
+        assert got, "the Job's process still waits on a runtime that stopped answering"
+        assert got[0].exit == drain_job.EXIT_FAILED and "stopped answering" in got[0].message, got[0]
+    finally:
+        sock.close()
+
+
+def test_a_slow_plan_of_a_live_runtime_is_waited_for(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    def slow_run(*a, **k):
+        time.sleep(1.5)  # several heartbeats: /healthz keeps saying the plan runs
+        return {"records": 10}
+
+    monkeypatch.setattr(drain_job, "run", slow_run)
+    server, url = _serve(runtime)
+    try:
+        outcome = drain_runtime.request(url, PLAN, heartbeat_s=0.2, probe_timeout_s=1.0, max_misses=2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert outcome.exit == drain_job.EXIT_OK and outcome.summary == {"records": 10}, outcome

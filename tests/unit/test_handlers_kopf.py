@@ -29,6 +29,15 @@ class Kube:
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.patches.append(patch)
 
+    def patch_status_guarded(self, namespace: str, name: str, patch: dict[str, Any], basis: Any) -> None:
+        from lagpilot.act.kubeapi import StatusConflict
+
+        if not basis(self.stored):
+            raise StatusConflict("changed", "test")
+        self.patches.append(patch)
+
+    stored: dict[str, Any] = {}  # the status as the API server has it (for guarded writes)
+
 
 def memo(kube: Kube) -> Any:
     cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
@@ -215,10 +224,31 @@ def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeyp
     with pytest.raises(kopf.TemporaryError):
         handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
                           meta={"deletionTimestamp": recent}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
-    assert events == []
+    # one Warning when the deletion starts failing (the Terminating reason changes), not one per retry
+    assert [e[1] for e in events] == ["DeletionStepFailed"]
+    events.clear()
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
     assert [e[1] for e in events] == ["DrainRemainderDropped"] and "(0, 40, 100)" in events[0][2]
+
+
+def test_kopfs_line_for_a_waiting_finalizer_is_info_and_never_posted() -> None:
+    """kopf logs a TemporaryError at ERROR and posts it as an `Error` event (M11): a DeletionWaiting
+    is a wait, so its line becomes INFO and kopf's poster skips it (k8s_skip); other errors stay."""
+    import logging
+
+    def record(msg: str) -> logging.LogRecord:
+        r = logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, msg, None, None)
+        r.k8s_skip = False
+        return r
+
+    err = handlers.DeletionWaiting("deletion waits for drain 2 (up to 500s more)", delay=5)
+    assert isinstance(err, kopf.TemporaryError) and err.delay == 5
+    wait = record(f"Handler 'finalize' failed temporarily: {err}")
+    assert handlers.waits_are_not_errors(wait) and wait.levelno == logging.INFO and wait.k8s_skip is True
+    real = record("Handler 'finalize' failed temporarily: applying failed")
+    assert handlers.waits_are_not_errors(real) and real.levelno == logging.ERROR and real.k8s_skip is False
+    assert handlers.waits_are_not_errors in logging.getLogger("kopf.objects").filters
 
 
 def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) -> None:
@@ -242,3 +272,22 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     kube2, cleared[:] = Kube(), []
     assert handlers.adopt_remainder(ref, SPEC, {"drain": d}, deleting_memo(kube2, None), lambda *e: None) is None
     assert kube2.patches == [] and cleared == ["g.lagpilot-remainder"]
+
+
+def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkeypatch) -> None:
+    """M3: the adoption is decided on the status it read; a drain recorded meanwhile (another
+    operator instance) makes the guarded write a StatusConflict: nothing written, the group kept."""
+    from lagpilot.act import deletion_io
+    from lagpilot.act.kubeapi import StatusConflict
+    from lagpilot.decide.deletion import Remainder
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    cleared: list[Any] = []
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
+    kube = Kube()
+    kube.stored = {"drain": running_drain()}  # recorded by another writer after our read of {}
+    with pytest.raises(StatusConflict):
+        handlers.adopt_remainder(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
+                                 lambda *e: None)
+    assert kube.patches == [] and cleared == []

@@ -52,7 +52,7 @@ LEGACY_FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600))
 HANDED = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000, start=200),), phase=Phase.HANDED_OFF,
                              sub_ranges=SUBS, handed_off_at=NOW)
-RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW)
+RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW, progress_at=NOW)
 DONE_PROGRESS = {(0, 0): (600, 400), (0, 1): (1000, 400)}
 O200 = {0: Offsets(200, 0, 1000)}
 MB_REQ = {0: REQ}
@@ -108,7 +108,7 @@ CASES = [
     ("succeeded-verifies", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=DONE_PROGRESS), Kind.WRITE_STATUS, Phase.VERIFIED),
     ("succeeded-incomplete-retries", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress={(0, 0): (600, 400)}), Kind.WRITE_STATUS, Phase.RUNNING),
     ("succeeded-progress-unknown", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=None), Kind.NONE, None),
-    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=1), Kind.NONE, None),
+    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=NOW + 60), obs(generation=1), Kind.NONE, None),
     ("failed-retries-on-spec-change", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=2), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-resumes", spec(), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
     ("cancelled-stays", spec(cancel=True), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.NONE, None),
@@ -842,3 +842,60 @@ def test_a_cancelled_drain_keeps_its_sub_ranges_only_while_something_remains(pro
         assert a.kind is Kind.LAUNCH and a.status.sub_ranges == c.sub_ranges and a.status.remaining == 400
     else:
         assert h.is_idle(back) and a.kind is not Kind.LAUNCH
+
+
+# ---- H2: every resolved mailbox entry is sealed; entries carry the CR's uid (M4) -------------------
+
+CR_UID = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
+OTHER_UID = "5d1e2f3a-1b2c-4d3e-8f4a-6b7c8d9e0f1a"
+
+
+def test_a_partition_that_reached_the_split_by_itself_is_sealed_too():
+    """The owner never acked (the group got past the split by processing): the request must not stay
+    actionable, or a later offset reset makes the owner ack and jump to the split with no drain."""
+    req = mbx.request(1, 1000, owner=CR_UID)
+    a = next_action(spec(), PUBLISHED, Observed(generation=1, offsets={0: Offsets(1050, 0, 1100)}, group_empty=False,
+                                                replicas=3, mailbox={0: req}, owner=CR_UID), NOW)
+    assert a.kind is Kind.SEAL and a.status.phase is Phase.CANCELLED
+    assert a.entries == {0: mbx.sealed_entry(1, 1000, 1000, owner=CR_UID)}
+    assert owner_step_after_reset(a.entries[0], 0).noop
+
+
+def owner_step_after_reset(entry, reset_to):
+    return mbx.owner_step(entry, reset_to, owner=CR_UID)
+
+
+def test_every_planned_partition_is_sealed_with_the_hand_off():
+    two = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000), PartitionRange(1, split=500)))
+    acked = mbx.request(1, 1000, owner=CR_UID).with_ack(200)
+    a = next_action(spec(), two, Observed(generation=1, offsets={0: Offsets(1000, 0, 1100), 1: Offsets(600, 0, 700)},
+                                          group_empty=False, replicas=3, owner=CR_UID,
+                                          mailbox={0: acked, 1: mbx.request(1, 500, owner=CR_UID)}), NOW)
+    assert a.kind is Kind.SEAL and a.status.phase is Phase.HANDED_OFF
+    assert a.entries == {0: acked.sealed(), 1: mbx.sealed_entry(1, 500, 500, owner=CR_UID)}
+    assert all(e.done for e in a.entries.values())
+
+
+def test_requests_carry_the_cr_uid_and_another_crs_entry_is_not_ours():
+    foreign_ack = mbx.request(1, 1000, owner=OTHER_UID).with_ack(200)  # same groupId, same drain id, same split
+    p = next_action(spec(), PLANNED, Observed(generation=1, offsets=O200, group_empty=False, replicas=3,
+                                              mailbox={0: foreign_ack}, owner=CR_UID), NOW)
+    assert p.kind is Kind.PUBLISH and p.entries == {0: mbx.request(1, 1000, owner=CR_UID)}
+    # published, group at the split, the mailbox still shows the other CR's ack: not taken as ours
+    q = next_action(spec(), PUBLISHED, Observed(generation=1, offsets={0: Offsets(1000, 0, 1100)}, group_empty=False,
+                                                replicas=3, mailbox={0: foreign_ack}, owner=CR_UID), NOW)
+    assert q.kind is Kind.SEAL and q.status.phase is Phase.CANCELLED, q
+
+
+def test_the_empty_group_step_writes_acks_of_this_cr():
+    a = next_action(spec(), PUBLISHED, Observed(generation=1, offsets=O200, group_empty=True, replicas=0,
+                                                mailbox={0: None}, owner=CR_UID), NOW)
+    assert a.kind is Kind.ALTER_OFFSETS and a.entries == {0: mbx.request(1, 1000, owner=CR_UID).with_ack(200)}
+
+
+def test_the_seal_covers_a_partition_nobody_acked():
+    """(the H2 defect on the pre-uid API): a partition whose group got past the split by itself
+    resolves with no ack, and its request must be sealed with the others."""
+    a = next_action(spec(), PUBLISHED, obs({0: Offsets(1050, 0, 1100)}, empty=False, mailbox=MB_REQ), NOW)
+    assert a.kind is Kind.SEAL
+    assert 0 in a.entries and a.entries[0].done and a.entries[0].ack == 1000, a.entries

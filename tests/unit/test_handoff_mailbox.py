@@ -92,3 +92,49 @@ def test_operator_rule(own, entry, resolved, start):
     assert r.resolved is resolved
     if resolved:
         assert r.start == start and r.empty == (start >= 1000)
+
+
+# ---- H2/M4: entries carry the CR's uid; owners act only on their own CR's entries -------------------
+
+UID_A = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
+UID_B = "5d1e2f3a-1b2c-4d3e-8f4a-6b7c8d9e0f1a"
+
+
+def test_entries_of_a_cr_carry_its_uid_and_keep_it_through_ack_and_seal():
+    r = mbx.request(3, 1500, owner=UID_A)
+    assert r.encode() == f"lph2;cr={UID_A};id=3;split=1500"
+    assert r.with_ack(200).encode() == f"lph2;cr={UID_A};id=3;split=1500;ack=200"
+    assert r.with_ack(200).sealed().encode() == f"lph2;cr={UID_A};id=3;split=1500;ack=200;done=1"
+    for e in (r, r.with_ack(200), r.with_ack(200).sealed()):
+        assert mbx.decode(e.encode(), committed_offset=1500) == e and e.owner == UID_A
+
+
+@pytest.mark.parametrize("which", ["other-cr-request", "other-cr-ack", "no-cr-uid"])
+def test_an_owner_never_acts_on_another_crs_entry(which):
+    entry = {"other-cr-request": lambda: mbx.request(7, 1000, owner=UID_B),
+             "other-cr-ack": lambda: mbx.request(7, 1000, owner=UID_B).with_ack(200),
+             "no-cr-uid": lambda: mbx.request(7, 1000)}[which]()
+    # another CR with the same groupId, a deleted CR's leftover (re-created with the same groupId),
+    # or an entry without a CR uid: the consumers of CR A do nothing with it
+    assert owner_step(entry, 200, owner=UID_A).noop
+    assert owner_step(entry, 1000, owner=UID_A).noop
+
+
+def test_an_owner_acts_on_its_own_crs_entry():
+    assert owner_step(mbx.request(7, 1000, owner=UID_A), 200, owner=UID_A) == OwnerStep(
+        mbx.request(7, 1000, owner=UID_A).with_ack(200), 1000)
+
+
+def test_the_operator_never_takes_another_crs_ack():
+    foreign = mbx.request(7, 1000, owner=UID_B).with_ack(200)
+    # CR A's drain 7 with the same split: B's ack is no ack of A's; A's group at the split got there by itself
+    assert resolve(1000, foreign, 7, 1000, owner=UID_A) == mbx.Resolution(True, 1000, 1000)
+    assert resolve(1000, mbx.request(7, 1000, owner=UID_A).with_ack(200), 7, 1000, owner=UID_A) == mbx.Resolution(True, 1000, 200)
+
+
+@given(st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000))
+def test_a_sealed_entry_never_moves_a_group_whose_offsets_were_reset(split, ack, reset_to):
+    # after the drain resolved, a person resets the group's offsets to anything: a sealed entry of the
+    # group's own CR never makes the owner ack or jump
+    sealed = mbx.sealed_entry(4, split, ack, owner=UID_A)
+    assert owner_step(sealed, reset_to, owner=UID_A).noop

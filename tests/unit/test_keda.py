@@ -73,3 +73,42 @@ def test_scale_to_zero_after_cooldown_and_back_on_activation() -> None:
     assert at[250] == 1  # active at t=0: cooldown 300 s not over
     assert at[330] == 0
     assert at[1050] == 1  # activated by the 30 s poll
+
+
+# issue 25 item 6: the Kafka scaler's partition options, as kedacore/keda pkg/scalers/kafka_scaler.go
+# getTotalLag / getLagForPartition compute them (docs/keda-comparison.md)
+@pytest.mark.parametrize(
+    "lags,partitions,cfg,expected",
+    [
+        ([100, 0, 0, 0], 4, KedaConfig(), 40),  # default: capped at partitions x threshold
+        ([100, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 10),  # one partition lags: one consumer
+        ([100, 5, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 20),
+        ([0, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 0),
+        ([100, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True, allow_idle_consumers=True), 10),
+        ([25, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 30),  # 3 divides 6
+        ([41, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 60),  # 4, 5 do not
+        ([0, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 10),  # factor 1
+        ([500, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 60),
+        ([25, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True,
+                                            limit_to_partitions_with_lag=True), 10),  # then the lag cap
+    ],
+    ids=["default", "limit-one", "limit-two", "limit-none", "limit-with-idle", "even-3", "even-6", "even-idle",
+         "even-capped", "even-then-limit"],
+)
+def test_partition_options(lags: list[float], partitions: int, cfg: KedaConfig, expected: int) -> None:
+    assert keda_metric(lags, partitions, cfg) == expected
+
+
+def test_exclude_persistent_lag_drops_a_partition_whose_consumer_did_not_move() -> None:
+    cfg = KedaConfig(exclude_persistent_lag=True)
+    # first sight: every partition counts; then p0's committed offset did not move: its lag is excluded
+    # from the metric (not from activation: totalLagWithPersistent)
+    assert keda_metric([50, 30], 2, cfg, persistent=()) == 20  # 80 capped at 2 x 10
+    assert keda_metric([50, 3], 2, cfg, persistent=(0,)) == 3
+    state = KedaState()
+    _, state = step(state, 0.0, 1, [50, 30], 2, cfg, committed=[100, 200])
+    assert state.previous_committed == (100, 200)
+    _, state = step(state, 15.0, 1, [60, 3], 2, cfg, committed=[100, 230])
+    assert state.persistent == (0,)  # p0 stuck at 100
+    assert is_active([60, 3], cfg)  # activation still sees the stuck partition's lag
+    assert keda_metric([60, 0], 2, KedaConfig(), persistent=(0,)) == 20  # without the option: ignored

@@ -178,3 +178,18 @@ def test_conditions_keep_transition_time_until_status_changes() -> None:
 def test_node_selector(selector: dict[str, str] | None, matches: bool) -> None:
     pod = {"spec": {"nodeSelector": selector} if selector is not None else {}}
     assert node_selector_matches(pod, {"kubernetes.io/os": "linux", "kubernetes.io/hostname": "n"}) is matches
+
+
+def test_termination_message_file_first_then_the_log_tail_on_error(tmp_path):
+    from lagpilot_dev.podrunner.lifecycle import termination_message
+
+    f = tmp_path / "termination-log"
+    f.write_text("drain failed: boom")
+    fallback = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert termination_message(fallback, 1, f, "a\nb") == "drain failed: boom"
+    f.write_text("")
+    assert termination_message(fallback, 1, f, "x\n" * 100 + "last") .endswith("x\nlast")
+    assert len(termination_message(fallback, 1, f, "y" * 5000)) == 2048
+    assert termination_message(fallback, 0, f, "tail") is None  # a success never falls back
+    assert termination_message({}, 1, f, "tail") is None  # policy File: only the file
+    assert termination_message(fallback, 1, tmp_path / "absent", "") is None

@@ -683,3 +683,31 @@ def test_a_fatal_client_error_stops_the_loop_and_marks_it_not_live():
     loop, _fake = make({0: [b"v"] * 5}, Recorder())
     loop.on_error(Fenced())
     assert loop.stop_event.is_set() and not loop.health.live()[0]
+
+
+# ---- H2/M4: the owner acts only on entries of its own CR (LAGPILOT_OWNER_UID) ---------------------
+
+CR_UID = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
+OTHER_UID = "5d1e2f3a-1b2c-4d3e-8f4a-6b7c8d9e0f1a"
+
+
+@pytest.mark.parametrize("meta", [f"lph2;cr={OTHER_UID};id=1;split=60",   # another CR with the same groupId
+                                  "lph1;id=1;split=60"])                   # no CR uid (a stale or foreign writer)
+def test_owner_ignores_requests_of_another_cr(meta):
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox({0: (60, meta)})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
+    run_batches(loop, 20)
+    assert mailbox.writes == [] and not [e for e in events if e[0] == "seek"], events[:5]
+    assert [o for p, o in rec.processed if p == 0] == list(range(100))  # nothing skipped
+
+
+def test_owner_acts_on_its_own_crs_request():
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox({0: (60, f"lph2;cr={CR_UID};id=1;split=60")})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
+    run_batches(loop, 20)
+    assert mailbox.entries[0] == (60, f"lph2;cr={CR_UID};id=1;split=60;ack=0")
+    assert [o for p, o in rec.processed if p == 0] == list(range(60, 100))

@@ -244,6 +244,18 @@ def test_keda_compares_at_lagpilots_minimum_and_sweeps_windows() -> None:
     assert {s["cooldown_s"] for s in sweep0} == {60.0, 300.0}
 
 
+
+def test_keda_tuned_sweeps_the_scalers_partition_options() -> None:
+    """Issue 25 item 6: limitToPartitionsWithLag, ensureEvenDistributionOfPartitions and
+    excludePersistentLag, every combination on the best threshold/window (a fair baseline)."""
+    from lagpilot.sim.policies import KEDA_OPTIONS
+    results, sweep = run_all(burst(60), SimParams(partitions=3, capacity=137), sweep=(10,), windows=(300.0,), top=1)
+    combos = {tuple(s[k] for k in KEDA_OPTIONS) for s in sweep}
+    assert len(combos) == 2 ** len(KEDA_OPTIONS)
+    best = max(s["within_sla_fraction"] for s in sweep)
+    assert results["keda_tuned"].within_sla_fraction == pytest.approx(best, abs=1e-6)
+
+
 def test_cli_generate_and_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "flash.csv"

@@ -68,3 +68,54 @@ def test_backfill_shape() -> None:
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError):
         tracegen.generate("nope", 0)
+
+
+def _bursts(rows: list) -> list[tuple[int, int, tuple[float, ...]]]:
+    """(first minute, length, weights of the first minute) of each run of weighted rows."""
+    out, start = [], None
+    for m, (_, _, w) in enumerate(rows + [(0.0, 0.0, None)]):
+        if w is not None and start is None:
+            start = m
+        elif w is None and start is not None:
+            out.append((start, m - start, rows[start][2]))
+            start = None
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rolling_hot_a_different_partition_hot_each_burst(seed: int) -> None:
+    fam = tracegen.SUITE["rolling-hot"]
+    rows = tracegen.generate("rolling-hot", seed)
+    bursts = _bursts(rows)
+    assert len(bursts) >= 5
+    hot = [max(range(fam.partitions), key=lambda i: w[i]) for _, _, w in bursts]
+    assert all(a != b for a, b in zip(hot, hot[1:]))  # a different partition each time
+    assert all(10 <= n <= 30 for _, n, _ in bursts[:-1])  # the last may be cut by the trace's end
+    gaps = {b[0] - a[0] for a, b in zip(bursts, bursts[1:])}
+    assert len(gaps) == 1 and 45 <= gaps.pop() <= 120  # every N minutes
+    for _, rate, w in rows:
+        if w is not None:
+            assert rate >= 5 * fam.capacity and max(w) >= 0.6
+            assert sum(w) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_rolling_hot_the_issue_trace() -> None:
+    rows = tracegen.rolling_hot(720, 6, base=90.0, period_min=90, burst=1500.0, hot_share=0.6, length_min=20)
+    bursts = _bursts(rows)
+    assert [(a, n) for a, n, _ in bursts] == [(30 + 90 * k, 20) for k in range(8)]
+    assert [max(range(6), key=lambda i: w[i]) for _, _, w in bursts] == [0, 1, 2, 3, 4, 5, 0, 1]
+    assert all(r == 1500.0 and max(w) == 0.6 for _, r, w in rows if w is not None)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_long_flash_every_partition_at_2_to_4x_the_group(seed: int) -> None:
+    fam = tracegen.SUITE["long-flash"]
+    group = fam.partitions * fam.capacity
+    rows = tracegen.generate("long-flash", seed)
+    bursts = _bursts(rows)
+    assert len(bursts) == 2 and all(8 <= n <= 20 for _, n, _ in bursts)
+    for _, rate, w in rows:
+        if w is not None:
+            assert 2 * group <= rate <= 4 * group and len(w) == fam.partitions
+        else:
+            assert rate <= 0.45 * group

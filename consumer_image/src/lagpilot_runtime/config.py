@@ -11,11 +11,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from . import redaction
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 SINKS = ("postgres", "log", "ledger")
 POSTGRES_MODES = ("insert", "upsert")
+# the names of the pod's env entries that come from a Secret (rendered by the operator: docs/CONTRACTS.md)
+SECRET_ENV = "LAGPILOT_SECRET_ENV"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -114,6 +118,11 @@ class ConsumerConfig:
             v = e.get(name)
             return v if v not in (None, "") else None
 
+        # the secret values this process was given, for every text it emits (redaction.py): the
+        # runtime's own and those the operator lists in LAGPILOT_SECRET_ENV (template.env secretKeyRef)
+        listed = [n.strip() for n in (e.get(SECRET_ENV) or "").split(",") if n.strip()]
+        redaction.install([opt("LAGPILOT_SASL_PASSWORD"), opt("LAGPILOT_SSL_KEY_PEM"), opt("LAGPILOT_POSTGRES_DSN"),
+                           *(opt(n) for n in listed)])
         topic = (opt("LAGPILOT_TOPIC") or "").strip()
         cfg = cls(
             bootstrap_servers=(opt("LAGPILOT_BOOTSTRAP_SERVERS") or "").strip(),

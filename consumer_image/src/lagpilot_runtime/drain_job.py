@@ -38,10 +38,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import redaction
 from .config import ConfigError, ConsumerConfig
 from .drain_plan import DrainPlan
-from .drain_progress import (RetentionError, catch_up_to_sink, low_watermarks, read_progress, record_losses,
-                             remaining_work, retention_losses)
+from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, read_progress,
+                             record_losses, remaining_work, retention_losses, unread_sub_ranges)
 from .drain_spark import (CDS_ARCHIVE_NAME, _SessionStarter, _arrow_available, _switch, build_frame,
                           build_frames, collect_in_parallel, resolve_jars, spark_kafka_options, train_cds, warm_workers)
 from .drain_task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
@@ -164,6 +165,13 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                 marks["job_submitted"] = time.time()
                 results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
             marks.update(_task_marks(results))
+            # the job ended without an error, so every task's reader reached its sub-range's end
+            # offset; a task that got no visible record (all aborted, markers, compacted away) could
+            # not name its sub-range: complete those on the reader's position (H5)
+            unread = unread_sub_ranges(work, results)
+            if unread:
+                complete_unread(cfg, plan, unread)
+                summary["no_visible_records"] = [f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread]
             summary["records"] = sum(r["records"] or 0 for r in results)
             summary["skipped"] = sum(r["skipped"] or 0 for r in results)
             summary["first_batch_at"] = marks.get("first_batch_handled")
@@ -195,7 +203,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
 
 def _short_error(exc: BaseException) -> str:
     """One line for status/events: Spark wraps the Python error deep inside a Java trace."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in redaction.redact(str(exc)).splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ("Error:" in ln or "Exception:" in ln) and not ln.startswith("at "):
             return ln[:500]
@@ -205,8 +213,9 @@ def _short_error(exc: BaseException) -> str:
 def _termination_message(text: str) -> None:
     """Kubernetes shows /dev/termination-log in the pod status: the operator reads the cause there."""
     try:
-        with open(TERMINATION_LOG, "w") as fh:
-            fh.write(text[:4000])
+        # LAGPILOT_TERMINATION_LOG: the dev pod runner's stand-in for the kubelet's mount (docs/drain.md)
+        with open(os.environ.get("LAGPILOT_TERMINATION_LOG") or TERMINATION_LOG, "w") as fh:
+            fh.write(redaction.redact(text)[:4000])
     except OSError:
         pass
 

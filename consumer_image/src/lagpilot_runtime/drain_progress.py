@@ -194,3 +194,45 @@ def low_watermarks(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0
                 for p in sorted({s.partition for s in plan.sub_ranges})}
     finally:
         c.close()
+
+
+def unread_sub_ranges(work: Sequence[tuple[SubRange, int]], results: Iterable[Mapping[str, Any]]
+                      ) -> list[tuple[SubRange, int]]:
+    """The work items whose Spark task handed no record to the handler (pure): no task summary
+    names their (partition, index). A task names its sub-range from its first record, so these are
+    the sub-ranges in which Spark's reader found no visible record between the next offset and the
+    end: every offset there is an aborted transaction's record, a transaction marker (under
+    ``read_committed``) or was removed by compaction."""
+    seen = {(int(r["partition"]), int(r["index"])) for r in results
+            if r.get("partition") is not None and r.get("index") is not None}
+    return [(s, start) for s, start in work if (s.partition, s.index) not in seen]
+
+
+def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple[SubRange, int]],
+                    timeout_s: float = 30.0) -> None:
+    """Commit ``end`` as the progress of sub-ranges whose reader reached their end without a visible
+    record. Called by the driver only after the Spark job ended without an error: Spark's Kafka reader
+    then read every task's range to its ``endingOffset`` (``failOnDataLoss=true``: a position that
+    cannot reach it fails the task), so the consumer's position — not a last record's offset — is at
+    the end. Records done and recorded losses are kept; the progress never moves backwards."""
+    from confluent_kafka import TopicPartition
+
+    for s, _ in unread:
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+        try:
+            got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+            has = got.offset is not None and got.offset >= 0
+            if has and got.offset >= s.end:
+                continue
+            meta = getattr(got, "metadata", None) if has else None
+            res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, s.end, metadata=progress_metadata(
+                parse_progress_metadata(meta) if has else 0, parse_progress_lost(meta) if has else ()))],
+                asynchronous=False)
+            errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+            if errs:
+                raise RuntimeError(f"committing the progress of p{s.partition}#{s.index} failed: {errs[0]}")
+        finally:
+            c.close()
+        log.info("sub-range read to its end without a visible record", extra=_fields(
+            event="drain_sub_range_no_visible_records", partition=s.partition, index=s.index,
+            start=s.start, end=s.end))

@@ -110,8 +110,9 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     from confluent_kafka import TopicPartition
 
     from . import jsonlog
+    from . import redaction
     from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
-    from .handler import BatchContext, commits_progress, load_handler
+    from .handler import BatchContext, commits_progress, describe_error, load_handler
 
     cfg = ConsumerConfig.from_env()
     jsonlog.setup(cfg.log_level)
@@ -214,8 +215,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
             # reached it (a crash after the sink's commit of the last batch, before the progress commit)
             commit(sub.end, done_records)
         yield summary
-    except SystemicFailure as exc:
-        raise RuntimeError(f"drain task p{sub.partition if sub else '?'} failed: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained
+        # (a chained cause would be printed whole by the worker's traceback, secrets and all)
+        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: "
+                                            f"{exc if isinstance(exc, SystemicFailure) else describe_error(exc)}")) from None
     finally:
         if committer is not None:
             committer.close()

@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
+from . import redaction
+
 
 @dataclass(frozen=True)
 class Record:
@@ -167,6 +169,7 @@ def describe_error(exc: BaseException | str) -> str:
         return describe_error(exc.cause)
     else:
         text = f"{type(exc).__name__}: {exc}"
+    text = redaction.redact(text)  # clients echo what they were given (psycopg: a bad DSN token)
     return text if len(text) <= 1000 else text[:997] + "..."
 
 

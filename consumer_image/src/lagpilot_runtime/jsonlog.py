@@ -3,8 +3,9 @@ the consumer image's runtime and the dev tooling (lagpilot_dev) both use it.
 
 Fields passed as ``extra={"fields": {...}}`` or as plain ``extra={...}`` keys are merged into the
 object, so a log line about a record carries ``topic``, ``partition`` and ``offset`` as fields, not
-only in the message text. Secrets never reach a log call (the config's repr hides them), and nothing
-here adds them.
+only in the message text. Secrets should never reach a log call (the config's repr hides them); what
+does reach one anyway (a client's error quoting its DSN, a handler's message) is masked here by
+``redaction`` before the line is written.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import logging
 import sys
 import time
 from typing import Any
+
+from . import redaction
 
 # attributes every LogRecord has; anything else was passed through `extra=` and is logged as a field
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName", "fields"}
@@ -42,7 +45,13 @@ class JsonFormatter(logging.Formatter):
                 out.setdefault(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        elif record.exc_text:
+            out["exc"] = record.exc_text
+        # the one place a log line becomes text: secret values and DSN/password patterns masked
+        # (redaction.py), string by string before encoding (an escaped value would not match)
+        out = {k: redaction.scrub(v if isinstance(v, (str, dict, list, tuple, int, float, bool, type(None)))
+                                  else str(v)) for k, v in out.items()}
+        return json.dumps(out, default=lambda v: redaction.redact(str(v)), ensure_ascii=False)
 
 
 def setup(level: str | int = "INFO", stream: Any = None, logger: str | None = None) -> None:

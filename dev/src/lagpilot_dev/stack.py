@@ -34,10 +34,10 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus")
-DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus only when asked for
-# stop in this order: dependants first (nothing depends on anything today, but keep it explicit)
-_STOP_ORDER: tuple[str, ...] = ("prometheus", "spark", "postgres", "kube", "kafka")
+ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node")
+DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus and node only when asked for
+# stop in this order: dependants first (the node runs on the kube control plane)
+_STOP_ORDER: tuple[str, ...] = ("node", "prometheus", "spark", "postgres", "kube", "kafka")
 
 
 class Part(Protocol):
@@ -128,6 +128,9 @@ class Stack:
             elif name == "prometheus":
                 from lagpilot_dev.prometheus import PrometheusPart
                 self._parts[name] = PrometheusPart(self.cache_dir, self.state_dir)
+            elif name == "node":
+                from lagpilot_dev.node import NodePart
+                self._parts[name] = NodePart(self.cache_dir, self.state_dir)
             else:
                 raise ValueError(f"unknown part {name!r}; known: {', '.join(ALL_PARTS)}")
         return self._parts[name]

@@ -14,6 +14,7 @@ from lagpilot.decide import lag as lag_mod
 from lagpilot.observe.kafka_observe import Observation, SecretError, admin_config, observe_max_age_s
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.spec import GroupSpec
+from lagpilot_runtime import redaction
 
 SECRET_MAX_AGE_S = 60.0
 
@@ -54,7 +55,10 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
                 cache.secret = (name, now, dict(secret))
     else:
         cache.secret = None
-    return admin_config(spec.kafka, secret)
+    conf = admin_config(spec.kafka, secret)
+    # the secret values this operator was given: masked in its log lines, events and status text
+    redaction.install([conf.get("sasl.password"), conf.get("ssl.key.pem")])
+    return conf
 
 
 def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack,

@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     level = os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper()
     kopf.configure(verbose=args.verbose or level == "DEBUG", quiet=level in ("WARNING", "ERROR"),
                    log_format=kopf.LogFormat.JSON, log_refkey="object")
+    from lagpilot_runtime import redaction
+    redaction.filter_log_handlers()  # kopf's JSON handler: secret values and DSN patterns masked (redaction.py)
     log = logging.getLogger("lagpilot.run")
     # the Deployment watch's handler runs for every event of every consumer Deployment: its
     # successes are not news (its failures still are)

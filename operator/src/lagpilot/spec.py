@@ -113,7 +113,7 @@ class ScalingSpec:
 @dataclasses.dataclass(frozen=True)
 class DrainSpec:
     enabled: bool = True
-    split_factor: int = 4
+    split_factor: int | None = None  # optional cap (issue 25): None, the planner sizes each partition
     max_tasks: int = 16
     min_backlog_records: int = 10000
     cancel: bool = False
@@ -123,6 +123,12 @@ class DrainSpec:
     # spec.drain.warmRuntimeCooldownSeconds, with warm_runtime only: None = always running; a number = on
     # demand (decide.runtime: scaled 0 -> 1 for a burst or a due drain, kept this long after the last drain)
     warm_runtime_cooldown_s: int | None = None
+
+    @property
+    def fallback_tasks(self) -> int:
+        """Tasks a partition's range is cut into when its plan carries no per-partition count (a
+        status written before plans did): splitFactor, else 4 (the CRD's default before issue 25)."""
+        return self.split_factor if self.split_factor is not None else 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +285,8 @@ class GroupSpec:
         bounds(self.catch_up_sla_seconds, 1, 604_800, "spec.catchUpSLASeconds")
 
         d = self.drain
-        bounds(d.split_factor, 1, 256, "spec.drain.splitFactor")
+        if d.split_factor is not None:
+            bounds(d.split_factor, 1, 256, "spec.drain.splitFactor")
         bounds(d.max_tasks, 1, 1024, "spec.drain.maxTasks")
         bounds(d.min_backlog_records, 0, None, "spec.drain.minBacklogRecords")
         need(d.launcher in DRAIN_LAUNCHERS, "spec.drain.launcher", f"must be one of {', '.join(DRAIN_LAUNCHERS)}")
@@ -576,7 +583,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
         catch_up_sla_seconds=float(r.get(raw, "catchUpSLASeconds", P, int, 600)),
         drain=DrainSpec(
             enabled=r.get(drain, "enabled", "spec.drain", bool, True),
-            split_factor=r.get(drain, "splitFactor", "spec.drain", int, 4),
+            split_factor=r.get(drain, "splitFactor", "spec.drain", int, None),
             max_tasks=r.get(drain, "maxTasks", "spec.drain", int, 16),
             min_backlog_records=r.get(drain, "minBacklogRecords", "spec.drain", int, 10000),
             cancel=r.get(drain, "cancel", "spec.drain", bool, False),

@@ -2,7 +2,9 @@
 exit (restart policy, crash back-off), exit codes of signals, terminated states, pod conditions."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -48,6 +50,31 @@ def terminated_state(exit_code: int, sig: int | None, started_at: str | None, fi
     if message:
         state["message"] = message
     return state
+
+
+# the kubelet's limits: a termination message file is read up to 4096 bytes; FallbackToLogsOnError
+# takes the last 80 lines / 2048 bytes of the log
+TERMINATION_MESSAGE_MAX = 4096
+FALLBACK_LINES, FALLBACK_BYTES = 80, 2048
+# the runner's stand-in for the file the kubelet mounts at the container's terminationMessagePath
+# (a local process cannot get its own /dev/termination-log): the runtime writes where this names
+TERMINATION_LOG_ENV = "LAGPILOT_TERMINATION_LOG"
+
+
+def termination_message(container: Mapping[str, Any], exit_code: int, message_file: Path, log_tail: str) -> str | None:
+    """What the kubelet puts in `state.terminated.message`: the termination message file's content,
+    else (terminationMessagePolicy FallbackToLogsOnError and a failed exit) the log's tail."""
+    try:
+        text = message_file.read_bytes()[:TERMINATION_MESSAGE_MAX].decode("utf-8", "replace")
+    except OSError:
+        text = ""
+    if text.strip():
+        return text
+    if exit_code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+        lines = log_tail.splitlines()[-FALLBACK_LINES:]
+        tail = "\n".join(lines).encode()[-FALLBACK_BYTES:].decode("utf-8", "replace")
+        return tail or None
+    return None
 
 
 def pod_conditions(*, phase: str, ready: bool, started_at: str, transitions: dict[str, tuple[str, str]],

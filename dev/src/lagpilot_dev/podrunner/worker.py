@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .base import LOOPBACK, ContainerConfigError, StartError, free_port, log, now_rfc3339
 from .container import build_argv
 from .env import resolve_env
-from .lifecycle import crash_backoff, exit_code_of, exit_outcome, pod_conditions, terminated_state
+from .lifecycle import (TERMINATION_LOG_ENV, crash_backoff, exit_code_of, exit_outcome, pod_conditions, terminated_state,
+                        termination_message)
 from .probes import Probe, probe_once
 
 if TYPE_CHECKING:
@@ -170,6 +171,7 @@ class PodWorker:
         env["PORT"] = str(self.port)
         full_env = self.runner.base_env(self.name)
         full_env.update(env)
+        full_env[TERMINATION_LOG_ENV] = str(self._termination_file())
         try:
             argv = build_argv(c, full_env, bin_dirs=[str(self.runner.venv_bin)], python=self.runner.python,
                               entrypoints=self.runner.entrypoints, search_path=os.environ.get("PATH", ""))
@@ -208,7 +210,24 @@ class PodWorker:
         pid = self.proc.pid if self.proc else None
         self.proc = None
         log.info("container exited", extra={"pod": f"{self.namespace}/{self.name}", "pid": pid, "exit_code": code})
-        self._record_exit(code, sig, started_at=self.container_started_at)
+        self._record_exit(code, sig, started_at=self.container_started_at, message=self._termination_message(code))
+
+    def _termination_file(self) -> Path:
+        """This run's termination message file (cleared before every start, as a new container's is)."""
+        path = self.pod_dir / "termination-log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        return path
+
+    def _termination_message(self, code: int) -> str | None:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 65536))
+                tail = fh.read().decode("utf-8", "replace")
+        except OSError:
+            tail = ""
+        return termination_message(self.container, code, self.pod_dir / "termination-log", tail)
 
     def _record_exit(self, code: int, sig: int | None, *, reason: str | None = None, message: str | None = None,
                      started_at: str | None) -> None:

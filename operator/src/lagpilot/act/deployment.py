@@ -144,7 +144,13 @@ def build_env(spec: GroupSpec) -> list[dict[str, Any]]:
     ]
     env.append(_value_env("LAGPILOT_LOG_LEVEL", "INFO"))
     # the user's extra env last; names starting with LAGPILOT_ are rejected by the CRD and spec.py
-    return env + [dict(e) for e in spec.template.env]
+    user = [dict(e) for e in spec.template.env]
+    # the names (never the values) of the user's env entries that come from a Secret: the runtime
+    # masks their values in every error and log line it emits (lagpilot_runtime.redaction)
+    secret_names = [e["name"] for e in user if "secretKeyRef" in (e.get("valueFrom") or {})]
+    if secret_names:
+        env.append(_value_env("LAGPILOT_SECRET_ENV", ",".join(secret_names)))
+    return env + user
 
 
 def termination_grace_seconds(spec: GroupSpec) -> int:

@@ -33,8 +33,11 @@ from .drain_calls import DrainCalls
 from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
+from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
+from .kubeapi import StatusConflict
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
+    QUIESCE_TIMEOUT_S,
     Action,
     DrainStatus,
     Kind,
@@ -92,6 +95,9 @@ def _metrics() -> dict[str, Any]:
                                    ["namespace", "name"])
         _METRICS["pause"] = Gauge("lagpilot_drain_pause_seconds", "How long the last hand-off paused the live group",
                                   ["namespace", "name"])
+        _METRICS["progress_at"] = Gauge("lagpilot_drain_last_progress_timestamp_seconds",
+                                        "When the current drain attempt launched or its progress last moved (Unix time)",
+                                        ["namespace", "name"])
     return _METRICS
 
 
@@ -110,6 +116,21 @@ def _count_lost(namespace: str, name: str, n: int) -> None:
         pass
 
 
+def _count_stall(namespace: str, name: str, reason: str) -> None:
+    """lagpilot_drain_stalls_total{reason}: attempts the no-progress detector stopped (NoProgress |
+    NoRunningPod), counted with the DrainStalled event."""
+    try:
+        m = _metrics()
+        if "stalls" not in m:
+            from prometheus_client import Counter
+            m["stalls"] = Counter("lagpilot_drain_stalls_total",
+                                  "Drain attempts stopped by the no-progress detector, by reason",
+                                  ["namespace", "name", "reason"])
+        m["stalls"].labels(namespace, name, reason or "Unknown").inc()
+    except Exception:  # noqa: BLE001 - metrics are best effort
+        pass
+
+
 def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
     try:
         m = _metrics()
@@ -122,6 +143,8 @@ def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
     m["active"].labels(namespace, name).set(1 if d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED) else 0)
     if d.pause_seconds is not None:
         m["pause"].labels(namespace, name).set(d.pause_seconds)
+    if d.progress_at is not None:
+        m["progress_at"].labels(namespace, name).set(d.progress_at)
 
 
 # ---- the executor ---------------------------------------------------------------------------------
@@ -147,6 +170,33 @@ class DrainContext:
     version: str = __version__
     tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
     launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
+    # status.drain writes guarded by the drain they were decided on (`same_drain`, resourceVersion:
+    # KubeApi.patch_status_guarded); `verify_drain` checks that basis before an effect. None: plain
+    # `patch_status` (unit-test fakes)
+    patch_drain: Callable[[dict[str, Any], DrainStatus | None], None] | None = None
+    verify_drain: Callable[[DrainStatus | None], None] | None = None
+
+
+EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE)
+
+
+def normalized(d: DrainStatus | None) -> DrainStatus | None:
+    """A drain as it reads back from status (to_dict → from_dict: times, history, a finished
+    drain's summary), so a drain held in memory compares equal to its stored form."""
+    return None if d is None else DrainStatus.from_dict(d.to_dict())
+
+
+def same_drain(basis: DrainStatus | None) -> Callable[[Mapping[str, Any]], bool]:
+    """The basis check of a guarded status.drain write: the stored drain is still `basis`."""
+    want = normalized(basis)
+
+    def check(status: Mapping[str, Any]) -> bool:
+        try:
+            return normalized(DrainStatus.from_dict(status.get("drain"))) == want
+        except (KeyError, TypeError, ValueError):
+            return False
+
+    return check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +205,7 @@ class DrainResult:
     condition: tuple[str, str, str]
     actions: tuple[str, ...] = ()
     data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
+    stalled: tuple[str, str, str] | None = None    # the DrainStalled condition (None: no drain recorded)
 
 
 class DrainExecutor(DrainCalls):
@@ -176,6 +227,14 @@ class DrainExecutor(DrainCalls):
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
         self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
+        # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
+        self.stall_limits = StallLimits(
+            no_progress_s=float(os.environ.get("LAGPILOT_DRAIN_STALL_SECONDS") or NO_PROGRESS_S),
+            no_pod_s=float(os.environ.get("LAGPILOT_DRAIN_NO_POD_SECONDS") or NO_POD_S))
+        # how long the quiesce fallback waits for the group to empty (LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS;
+        # unset: QUIESCE_TIMEOUT_S, at least two session timeouts + 30 s so killed members have left)
+        raw = os.environ.get("LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS")
+        self.quiesce_timeout_s: float | None = float(raw) if raw else None
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
@@ -183,9 +242,12 @@ class DrainExecutor(DrainCalls):
         progress = None
         job = None
         mailbox = None
+        members = None
         if d is not None and d.phase is Phase.PLANNED:
             # order matters: membership, then the group's committed offsets, then the mailbox
             group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+            if d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+                members = self.group_members(ctx.admin, ctx.spec.group_id)
             offsets = ctx.reobserve()
             mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions)
         lost = None
@@ -197,7 +259,13 @@ class DrainExecutor(DrainCalls):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost)
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members,
+                        quiesce_timeout_s=self.quiesce_bound_s(ctx.spec))
+
+    def quiesce_bound_s(self, spec: GroupSpec) -> float:
+        if self.quiesce_timeout_s is not None:
+            return self.quiesce_timeout_s
+        return max(QUIESCE_TIMEOUT_S, 2 * spec.kafka.session_timeout_ms / 1000.0 + 30.0)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
@@ -257,6 +325,8 @@ class DrainExecutor(DrainCalls):
                 if action.kind is Kind.LAUNCH:
                     extra["runtime"] = "warm" if runtime_url else "cold"
                 log.info("drain action", extra=extra)
+            if action.kind in EFFECTS and ctx.verify_drain is not None:
+                ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
@@ -266,13 +336,18 @@ class DrainExecutor(DrainCalls):
                 replicas = action.replicas
             _fault_point(action.kind.value, "effect")
             if action.status is not None and action.status != d:
-                ctx.patch_status({"drain": action.status.to_dict()})
+                if ctx.patch_drain is not None:
+                    ctx.patch_drain({"drain": action.status.to_dict()}, d)
+                else:
+                    ctx.patch_status({"drain": action.status.to_dict()})
                 d = action.status
                 _fault_point(action.kind.value, "status")
             if action.event is not None:
                 ctx.emit(*action.event)
             if action.lost_records:
                 _count_lost(ctx.namespace, ctx.name, action.lost_records)
+            if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
+                _count_stall(ctx.namespace, ctx.name, d.stalled)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 # right after the publish the owners ack within about a second (their mailbox
@@ -287,7 +362,8 @@ class DrainExecutor(DrainCalls):
                 break
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else d.to_dict()
-        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d))
+        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
+                           None if d is None else stalled_condition(d))
 
 
 def with_runtime(action: Action, word: str) -> Action:
@@ -321,6 +397,8 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit,
                      replicas=runtime_replicas, seen=runtime_seen, now=getattr(deps, "clock", time.time)())
 
+    guarded = getattr(deps.kube, "patch_status_guarded", None)
+    read = getattr(deps.kube, "read_status", None)
     ctx = DrainContext(
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
         raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
@@ -330,7 +408,18 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
         emit=deps.emit,
+        patch_drain=None if guarded is None else (
+            lambda patch, basis: guarded(ref.namespace, ref.name, patch, same_drain(basis))),
+        verify_drain=None if read is None else (lambda basis: _verify(read, ref, basis)),
         reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
         version=getattr(deps, "version", __version__),
     )
     return executor.reconcile(ctx)
+
+
+def _verify(read: Callable[[str, str], tuple[str, dict[str, Any]]], ref: Any, basis: DrainStatus | None) -> None:
+    """Before an effect: the stored status.drain is still the one the action was decided on."""
+    _rv, status = read(ref.namespace, ref.name)
+    if not same_drain(basis)(status):
+        raise StatusConflict("status.drain changed since it was read (another writer); the effect is not made",
+                             f"drain step of BatchConsumerGroup {ref.namespace}/{ref.name}")

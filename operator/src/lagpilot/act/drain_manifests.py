@@ -23,8 +23,10 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
+from lagpilot_runtime.redaction import redact
 
 from .deployment import build_env, label_value, owner_reference
+from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
 from lagpilot.spec import GroupSpec
 
@@ -65,6 +67,9 @@ class DrainSettings:
     - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
     - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
       the sink is usually latency-bound, so tasks need little CPU.
+    - LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS: the least activeDeadlineSeconds of a drain Job (default
+      3600); above it the deadline grows with the attempt's records at the measured throughput
+      (lagpilot.decide.drain_watch.attempt_deadline_s).
     """
 
     spark_jars: str = "/opt/lagpilot/spark-jars"
@@ -74,6 +79,7 @@ class DrainSettings:
     cpu_per_task_m: int = 250
     executor_cores: int = 2
     executor_memory: str = "1g"
+    deadline_floor_s: int = DEADLINE_FLOOR_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
@@ -86,6 +92,7 @@ class DrainSettings:
             cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
             executor_cores=max(1, int(e.get("LAGPILOT_DRAIN_EXECUTOR_CORES") or cls.executor_cores)),
             executor_memory=e.get("LAGPILOT_DRAIN_EXECUTOR_MEMORY") or cls.executor_memory,
+            deadline_floor_s=max(1, int(e.get("LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS") or cls.deadline_floor_s)),
         )
 
 
@@ -264,6 +271,10 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
         "metadata": _metadata(cr_name, cr_uid, name, namespace, labels, plan),
         "spec": {
             "backoffLimit": 0,
+            # the backstop against an attempt that hangs whatever its pod does (docs/drain.md
+            # "Deadlines and stalls"): the Job controller fails it past this, the operator retries
+            "activeDeadlineSeconds": attempt_deadline_s(drain.remaining, plan.parallelism, measured_rate(drain.history),
+                                                        floor_s=settings.deadline_floor_s),
             "ttlSecondsAfterFinished": settings.job_ttl_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
@@ -274,8 +285,9 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
     """A Job object (+ its pods) → the state machine's view (pure)."""
     # a pod being deleted still counts while its process may run (phase not yet final)
     alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
+    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
     if job is None:
-        return JobObservation(JobState.ABSENT, alive)
+        return JobObservation(JobState.ABSENT, alive, running=running)
     st = job.get("status") or {}
     conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
     message = ""
@@ -283,7 +295,8 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("exitCode") not in (None, 0):
-                message = (term.get("message") or f"exit code {term.get('exitCode')}").strip().splitlines()[-1][:300]
+                # a pod's own words (an older or custom image may not redact): redacted where they enter
+                message = redact((term.get("message") or f"exit code {term.get('exitCode')}").strip()).splitlines()[-1][:300]
     if "Complete" in conds:
         return JobObservation(JobState.SUCCEEDED, alive)
     if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
@@ -291,7 +304,7 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
         return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
     if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
         return JobObservation(JobState.SUCCEEDED, alive)
-    return JobObservation(JobState.ACTIVE, alive)
+    return JobObservation(JobState.ACTIVE, alive, running=running)
 
 
 def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
@@ -338,11 +351,12 @@ def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[
     COMPLETED → Succeeded; FAILED / SUBMISSION_FAILED → Failed with the operator's error message;
     every other state (new, SUBMITTED, RUNNING, PENDING_RERUN, SUCCEEDING, FAILING, UNKNOWN…) → Active."""
     alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
+    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
     if app is None:
-        return JobObservation(JobState.ABSENT, alive)
+        return JobObservation(JobState.ABSENT, alive, running=running)
     state = ((app.get("status") or {}).get("applicationState") or {})
     done = SPARK_APP_DONE.get(str(state.get("state") or ""))
     if done is JobState.FAILED:
-        msg = str(state.get("errorMessage") or f"SparkApplication {state.get('state')}").strip()
+        msg = redact(str(state.get("errorMessage") or f"SparkApplication {state.get('state')}")).strip()
         return JobObservation(JobState.FAILED, alive, msg.splitlines()[-1][:300] if msg else "SparkApplication failed")
-    return JobObservation(done or JobState.ACTIVE, alive)
+    return JobObservation(done or JobState.ACTIVE, alive, running=running)

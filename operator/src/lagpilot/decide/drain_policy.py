@@ -68,7 +68,10 @@ class DrainPolicy:
     """Drain knobs: the CR's ``spec.drain`` plus model figures the operator cannot read from the spec."""
 
     enabled: bool = True
-    split_factor: int = 4  # tasks a drained partition gets at most, unless the budget spreads further
+    # the CR's optional cap spec.drain.splitFactor: a drain of n partitions runs at most
+    # split_factor x n tasks (on average split_factor a partition); None (the default since issue
+    # 25): no cap but the budget, each partition gets the tasks its backlog and rate need
+    split_factor: int | None = None
     max_tasks: int = 16  # tasks at once across all drains of the group
     min_backlog_records: int = 10_000
     start_up_s: float = 20.0  # launch -> first record processed (Job pod + Spark start); measured 13-20 s
@@ -113,7 +116,7 @@ class DrainPolicy:
         defaults = cls()
         return cls(
             enabled=bool(d.get("enabled", True)) and not bool(d.get("cancel", False)),
-            split_factor=int(d.get("splitFactor", defaults.split_factor)),
+            split_factor=None if d.get("splitFactor") is None else int(d["splitFactor"]),
             max_tasks=int(d.get("maxTasks", defaults.max_tasks)),
             min_backlog_records=int(d.get("minBacklogRecords", defaults.min_backlog_records)),
             **{"assist_always": bool(d.get("assistReplicas", defaults.assist_always)), **model},
@@ -125,7 +128,7 @@ class DrainPolicy:
         return self.start_up_s + self.handoff_s
 
     def validate(self) -> "DrainPolicy":
-        if self.split_factor < 1:
+        if self.split_factor is not None and self.split_factor < 1:
             raise ValueError("drain.splitFactor must be >= 1")
         if self.max_tasks < 1:
             raise ValueError("drain.maxTasks must be >= 1")
@@ -206,6 +209,15 @@ class DrainNeed:
 
 def _finite(x: float) -> float | None:
     return None if not math.isfinite(x) else round(x, 1)
+
+
+def task_cap_of(policy: DrainPolicy, partitions: int, budget: int) -> int:
+    """The most tasks a drain of ``partitions`` partitions may run: the ``budget`` left, and with the
+    CR's optional ``splitFactor`` at most ``splitFactor x partitions`` (issue 25: without it a hot
+    partition gets what its backlog needs, up to ``maxTasks``)."""
+    if policy.split_factor is None:
+        return max(0, budget)
+    return max(0, min(budget, policy.split_factor * partitions))
 
 
 def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0) -> list[int]:
@@ -319,7 +331,7 @@ def drain_need(
             continue
         group_time = clear_time_s(l.lag, l.rate, capacity)
         # the fastest this partition could be drained (its fair share of the budget is at most all of it)
-        best = policy.fixed_cost_s + l.lag / (min(budget, policy.split_factor * len(loads)) * task_cap)
+        best = policy.fixed_cost_s + l.lag / (task_cap_of(policy, len(loads), budget) * task_cap)
         if not best < group_time:
             notes.append(f"partition {l.partition}: drain ({best:.0f}s) no faster than the group")
             continue
@@ -332,7 +344,7 @@ def drain_need(
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
             age = _age(l, ages)
             lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
-            finish = policy.fixed_cost_s + lag_later / (min(budget, policy.split_factor) * task_cap)
+            finish = policy.fixed_cost_s + lag_later / (task_cap_of(policy, 1, budget) * task_cap)
             if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
                 due = True
         else:
@@ -387,7 +399,7 @@ def drain_need(
         spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
         helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
     want = max(want, helps)
-    n = max(min(len(candidates), budget), min(budget, want, policy.split_factor * len(candidates)))
+    n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
     piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
     if piped is not None:
         n = piped
@@ -395,7 +407,7 @@ def drain_need(
         # the backlog regrows behind the split while this drain runs, and (one drain at a time)
         # the next drain can start only when this one ended: size this one so that both meet
         # the target, else so that the worse of the two is as short as the budget allows
-        n = tasks_for_two_drains(candidates, ages, n, min(budget, policy.split_factor * len(candidates)),
+        n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
                                  capacity / group.per_consumer_partitions, target_s, policy, capacity)
     alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
     chosen: list[DrainRange] = []
@@ -474,7 +486,7 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     olds = [_age(l, ages) for l in candidates]
     # the regrowth rate: the estimate, or the mean produce rate over the backlog's own age when that
     # is higher (FIFO: every record younger than the oldest is in the backlog) -- the smoothed
-    # estimate lags a burst's onset (rises: half-life 30 s) by about as long as the first drain waits
+    # estimate lagged a burst's onset (a 30 s rise half-life before issue 25; a poll's lag now)
     rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
     high = max(low, high)
     best, best_worst = low, INF
@@ -556,7 +568,7 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
     x = max(0.0, max(r - share for r in rates)) / task_cap
     per_part = policy.max_tasks / n_parts
     best_k, best_w = 0, INF
-    for k in range(1, policy.split_factor + 1):
+    for k in range(1, (policy.split_factor or policy.max_tasks) + 1):
         room_tasks, room_drains = per_part - x, policy.max_concurrent - x / k
         if room_tasks <= 0 or room_drains <= 0:
             continue
@@ -567,7 +579,7 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
     if best_k == 0:
         return None
     lags = [l.lag for l in candidates]
-    high = min(budget, policy.split_factor * n_parts)
+    high = task_cap_of(policy, n_parts, budget)
     n = min(best_k * n_parts, high)
     while n < high:
         alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
@@ -727,4 +739,4 @@ def _rest_ok(
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
            "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
-           "group_cost", "consumer_rates", "overloaded_at", "INF"]
+           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "INF"]

@@ -8,8 +8,15 @@ Why these choices:
 - EWMA with a *time-based* alpha (``1 - 0.5 ** (dt / half_life)``) so irregular observation
   intervals (a slow API call, an operator restart, a long gap) weigh samples by the time they cover.
   A long gap simply yields the average rate over the gap.
-- Asymmetric half-lives: rises are followed fast (30 s), falls a little slower (45 s). Over-estimating
-  the rate for a minute costs a replica for a while; under-estimating it costs SLA violations.
+- Rises are taken as measured (issue 25): the produce rate is exactly countable from log-end offsets,
+  so a rise is the rate over the last interval (a step is seen at the first poll after it, exactly at
+  the second). A 30 s rise half-life read 197/s two polls into a 6 -> 450/s step. Falls are smoothed
+  (45 s half-life) for the replica count: over-estimating the rate for a minute costs a replica for a
+  while; under-estimating it costs SLA violations.
+- ``live_rate``: the rate measured over the last interval, up or down. The projection, the drain
+  planner and ``CatchUpAtRisk`` use it (scaling.decide), the replica count the smoothed ``produce_rate``
+  (falls stabilized for scale-down, like the HPA's windows): no "SLA unreachable" while the backlog is
+  gone and the group holds the live rate.
 - Falls are also capped by the windowed rate: while the rate falls, the estimate is never above the
   average rate over the last ~2 minutes (``window_s``; applied once the window spans at least half of
   that). So a burst, or a load that dropped, leaves the estimate within ~2 minutes instead of
@@ -36,7 +43,7 @@ from lagpilot.decide.lag import LagSnapshot, PartitionOffsets, partition_lag
 class EstimatorConfig:
     """Smoothing parameters (defaults documented in docs/decision.md)."""
 
-    rise_half_life_s: float = 30.0
+    rise_half_life_s: float = 0.0  # 0: a rise is taken as measured over the last interval (issue 25)
     fall_half_life_s: float = 45.0
     capacity_half_life_s: float = 120.0
     window_s: float = 120.0  # falls are capped by the average rate over this trailing window
@@ -60,6 +67,12 @@ class PartitionEstimate:
     samples: int = 0  # rate samples folded in since the last reset (0: rate not known yet)
     lost_through: int | None = None  # highest log-start offset already counted as data loss
     window: tuple[tuple[float, int], ...] = ()  # recent (at_s, end) samples, oldest first (falls cap)
+    live_rate: float | None = None  # records/s over the last interval, as measured (None: not yet)
+
+    @property
+    def rate_now(self) -> float:
+        """The rate measured now (the last interval), else the smoothed one."""
+        return self.live_rate if self.live_rate is not None else self.produce_rate
 
 
 @dataclass(frozen=True)
@@ -233,7 +246,9 @@ def update(
                 rate = old.produce_rate + _alpha(dt, config.fall_half_life_s) * (inst - old.produce_rate)
                 capped = _window_rate(window, config)
                 if capped is not None:
-                    rate = min(rate, capped)
+                    # the window brings a fall down fast, never below what is measured now (a steady
+                    # rate one record under the last sample is no fall to the window's average)
+                    rate = min(rate, max(capped, inst))
             consume = old.consume_rate
             if p.committed is not None and old.committed is not None and p.committed >= old.committed:
                 inst_c = (p.committed - old.committed) / dt
@@ -241,6 +256,7 @@ def update(
                     dt, config.fall_half_life_s
                 ) * (inst_c - old.consume_rate)
             est = PartitionEstimate(
+                live_rate=max(0.0, inst),
                 partition=p.partition,
                 end=p.end,
                 low=p.low,

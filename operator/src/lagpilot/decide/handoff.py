@@ -44,15 +44,22 @@ from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
 from lagpilot.spec import GroupSpec
+from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
 from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
                            parse_sub_range)
 
-MAX_ATTEMPTS = 4  # Job attempts per drain before phase Failed (then retried on a spec change)
+MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
+FAILED_ROUND_BACKOFF_MAX_S = 3600.0  # Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
+# the quiesce fallback waits at most this long (from quiescedAt) for the group to empty; past it the
+# members still in the group are named and the consumers get their replicas back (``_give_up_quiesce``)
+QUIESCE_TIMEOUT_S = 120.0
+REASON_FOREIGN = "ForeignGroupMembers"
+CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-<pod> (docs/CONTRACTS.md)
 
 PATH_ACK = "ConsumerAck"      # the owners acked and moved themselves; the group never stopped
 PATH_EMPTY = "EmptyGroup"     # the group had no members: the operator acted for the absent owner
@@ -170,6 +177,10 @@ class DrainStatus:
     # (records done, records total) of a finished drain read back from a status that no longer
     # lists its sub-ranges (``_finished``: nothing will be read from them again)
     done_counts: tuple[int, int] | None = None
+    # when the current attempt launched or its progress last moved (the no-progress detector's clock)
+    progress_at: float | None = None
+    stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
+    failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
 
     @property
     def records_lost(self) -> int:
@@ -211,6 +222,8 @@ class DrainStatus:
             if self.quiesced_at is None or self.resumed_at is None:
                 return None
             return round(self.resumed_at - self.quiesced_at, 3)
+        if self.quiesced_at is not None and self.resumed_at is not None:  # a quiesce given up (foreign members)
+            return round(self.resumed_at - self.quiesced_at, 3)
         return 0.0 if self.handed_off_at is not None else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,6 +262,9 @@ class DrainStatus:
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
             "recordsLost": self.records_lost or None,
             "runtime": self.runtime or None,
+            "progressAt": format_time(self.progress_at),
+            "stalled": self.stalled or None,
+            "failedRounds": self.failed_rounds or None,
             "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
@@ -292,6 +308,9 @@ class DrainStatus:
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
             runtime=str(d.get("runtime") or ""),
             done_counts=done_counts,
+            progress_at=f("progressAt"),
+            stalled=str(d.get("stalled") or ""),
+            failed_rounds=int(d.get("failedRounds") or 0),
         )
 
 
@@ -342,6 +361,30 @@ class Offsets:
         return self.committed if self.committed is not None else self.low
 
 
+@dataclass(frozen=True)
+class GroupMember:
+    """A member of the consumer group as the broker describes it (DescribeGroups)."""
+
+    member_id: str
+    client_id: str
+    host: str
+
+    @property
+    def ours(self) -> bool:
+        """One of the CR's consumer pods (client.id ``lagpilot-<pod>``)."""
+        return self.client_id.startswith(CONSUMER_CLIENT_PREFIX)
+
+    def describe(self) -> str:
+        return f"client.id {self.client_id} from {self.host.lstrip('/') or '?'}"
+
+
+def describe_members(members: Sequence[GroupMember], limit: int = 5) -> str:
+    """``client.id X from host, ...`` (sorted; at most `limit`, then how many more)."""
+    names = sorted({m.describe() for m in members})
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 class JobState(str, enum.Enum):
     ABSENT = "Absent"
     ACTIVE = "Active"
@@ -354,6 +397,7 @@ class JobObservation:
     state: JobState
     pods_alive: int = 0
     message: str = ""
+    running: int | None = None  # its pods in phase Running (None: not observed)
 
 
 @dataclass(frozen=True)
@@ -375,6 +419,10 @@ class Observed:
     tasks: Mapping[int, int] = field(default_factory=dict)
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
+    stall_limits: StallLimits = field(default_factory=StallLimits)
+    # the group's members (None: not read); read while the quiesce fallback runs or after it gave up
+    members: Sequence[GroupMember] | None = None
+    quiesce_timeout_s: float = QUIESCE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -400,6 +448,26 @@ def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
 def backoff_seconds(attempt: int) -> float:
     """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
     return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+
+
+def failed_round_backoff_seconds(rounds: int) -> float:
+    """After the n-th round of attempts ended Failed: n*n + n minutes (2, 6, 12, 20, 30, 42, 56),
+    then every 60 minutes, for ever — Strimzi's back-off for a KafkaConnector's autoRestart. The
+    drain holds its ranges meanwhile (nobody else may process them); cancel stops the retries."""
+    n = max(1, rounds)
+    return min(FAILED_ROUND_BACKOFF_MAX_S, 60.0 * (n * n + n))
+
+
+def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", now: float) -> DrainStatus:
+    """A round of MAX_ATTEMPTS used up: phase Failed, the next round scheduled (retryAt, in the
+    message and so in the Draining condition), the ranges kept."""
+    n = d.failed_rounds + 1
+    retry_at = now + failed_round_backoff_seconds(n)
+    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
+                f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
+                f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
+    return dataclasses.replace(f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n,
+                               retry_at=retry_at)
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -487,6 +555,8 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
 
     # from here the range is handed off: it only ever finishes, fails or is cancelled
     d = with_progress(d, observed.progress)
+    if d.sub_ranges != drain.sub_ranges:  # progress moved: the stall clock restarts, a stall is over
+        d = dataclasses.replace(d, progress_at=now, stalled="")
     job = observed.job
     new_lost = lost_ranges(d, observed.lost)
     if new_lost:
@@ -516,16 +586,20 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.ACTIVE and d.retry_at is None:
+            if d.progress_at is None:  # a status written before the detector: start its clock now
+                return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+            st = stall(now, d.progress_at, job.running, observed.stall_limits)
+            if st is not None:
+                return _stalled(d, st, observed, now)
         # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
         # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
         # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
         if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
             if d.retry_at is None:
                 if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-                    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                                f"drain {d.id} failed {d.attempt} times ({job.message or 'Job failed'}); "
-                                f"{d.remaining} records stay recorded; edit the spec to retry", now)
-                    f = dataclasses.replace(f, failed_generation=observed.generation, last_error=job.message)
+                    f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+                                   f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
                     return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
                 delay = backoff_seconds(d.attempt)
                 r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
@@ -555,11 +629,9 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             v = dataclasses.replace(v, message=progress_message(v))
             return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
         if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-            f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                        f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                        f"{MAX_ATTEMPTS} attempts in all; they stay recorded; edit the spec to retry", now)
-            f = dataclasses.replace(f, failed_generation=observed.generation,
-                                    last_error="Job succeeded but progress shows unfinished sub-ranges")
+            f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+                           f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
+                        observed, now)
             return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
         delay = backoff_seconds(d.attempt)
         r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
@@ -573,9 +645,20 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
-        if d.failed_generation is not None and observed.generation > d.failed_generation:
+        spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
+        if d.retry_at is None and not spec_changed:
+            # Failed by an operator that only retried on a spec change: schedule its next round
+            n = max(1, d.failed_rounds)
+            at = now + failed_round_backoff_seconds(n)
+            r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
+                                    message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+            return Action(Kind.NONE, r, r.reason, r.message)
+        if spec_changed or (d.retry_at is not None and now >= d.retry_at):
+            if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+                return _waiting_for_pods(drain, d)  # never two attempts at once
             return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange", restore=False, reset_attempts=True)
+                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+                           restore=False, reset_attempts=True)
         return _progress_only(drain, d)
 
     if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
@@ -619,6 +702,21 @@ def data_loss_condition(d: DrainStatus | None) -> tuple[str, str, str] | None:
     what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in d.lost)
     return "True", "RetentionDeletedRecords", (f"drain {d.id}: {d.records_lost} records deleted by retention "
                                                f"before the drain read them ({what})")[:1000]
+
+
+def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Action:
+    """A running attempt without progress (or without a running pod) for too long: delete its Job
+    and count the attempt as failed — the retry (same ranges, back-off) launches once its pods are
+    gone; in the last attempt the drain goes Failed. ``stalled`` keeps the DrainStalled condition
+    True until progress moves again."""
+    what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
+    if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
+        f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
+        return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
+                            message=f"{what}; Job deleted, retrying in {delay:.0f}s")
+    return Action(Kind.DELETE_JOB, r, r.reason, r.message, attempt=d.attempt, event=("Warning", "DrainStalled", r.message[:1000]))
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
@@ -713,6 +811,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
 
     if d.quiescing:
         q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
+        if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
+                and now - d.quiesced_at >= observed.quiesce_timeout_s):
+            return _give_up_quiesce(d, observed, pending, now)
         if observed.replicas > 0:
             q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
                                     message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
@@ -722,7 +823,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
         return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
 
     assert d.published_at is not None
-    if observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
+    # the quiesce fallback runs at most once per drain: after a given-up quiesce (quiescedAt set,
+    # path ConsumerAck) the hand-off waits for the owners, loudly while foreign members stay
+    if d.quiesced_at is None and observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
         q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
                                 restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
                                 reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
@@ -731,9 +834,37 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
                           event=("Warning", "DrainHandOffFallback", q.message))
         return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
+    foreign = [m for m in observed.members or () if not m.ours]
+    if d.quiesced_at is not None and foreign:
+        w = dataclasses.replace(d, reason=REASON_FOREIGN, message=(
+            f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; foreign members "
+            f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it leaves the "
+            f"group or commits past the split itself)"))
+        return Action(Kind.NONE, w if w != d else None, w.reason, w.message)
+    if d.quiesced_at is not None and observed.members is None and d.reason == REASON_FOREIGN:
+        return Action(Kind.NONE, reason=d.reason, message=d.message)  # membership unknown this cycle: keep saying so
     w = dataclasses.replace(d, reason="WaitingForAcks",
                             message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """The quiesce fallback's bound passed with the group still not empty: members that are not the
+    CR's consumers (a ``kafka-console-consumer --group``, a debug client) keep it non-empty. Holding
+    the consumers at 0 would not end that and would stop the live group for as long as they stay
+    (its lag growing, retention possibly deleting records nobody read). So: name them, give the
+    consumers their replicas back and continue the hand-off on the exact mailbox path (an owner acks
+    and moves itself; a partition passing the split without an ack resolves as nothing to drain).
+    ``quiescedAt`` stays set: this drain never quiesces again (``_planned``)."""
+    who = describe_members(observed.members or ()) or "unknown members"
+    waited = now - (d.quiesced_at if d.quiesced_at is not None else now)
+    q = dataclasses.replace(
+        d, hand_off_path=PATH_ACK, resumed_at=now, reason=REASON_FOREIGN,
+        message=(f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
+                 f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the hand-off "
+                 f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without its owner)"))
+    return Action(Kind.RESTORE, q, q.reason, q.message, replicas=d.restore_replicas,
+                  event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]))
 
 
 def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution],
@@ -772,11 +903,11 @@ def forward_moves(moves: Mapping[int, int], committed_now: Mapping[int, int | No
 
 
 def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[SubRange, ...]:
-    """Each handed-off range cut into the tasks the planner gave its partition (splitFactor when the
-    plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
+    """Each handed-off range cut into the tasks the planner gave its partition (``DrainSpec.fallback_tasks``
+    when the plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
     subs: list[SubRange] = []
     for r in ranges:
-        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.split_factor,
+        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.fallback_tasks,
                                  min_records_per_task=spec.batch.max_records))
     return tuple(subs)
 
@@ -785,7 +916,7 @@ def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason
             reset_attempts: bool = False) -> Action:
     attempt = max(1, attempt)
     r = dataclasses.replace(
-        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason,
+        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason, progress_at=now,
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
     )
@@ -802,6 +933,8 @@ def condition(d: DrainStatus | None) -> tuple[str, str, str]:
     if d is None:
         return "False", "NoDrain", "no drain has run"
     active = d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED)
+    if d.phase is Phase.PLANNED and d.reason == REASON_FOREIGN:
+        return "True", REASON_FOREIGN, d.message[:1000]
     reason = {
         Phase.PLANNED: "HandOffInProgress", Phase.HANDED_OFF: "HandedOff", Phase.RUNNING: "DrainRunning",
         Phase.SUCCEEDED: "Verifying", Phase.VERIFIED: "DrainVerified", Phase.FAILED: "DrainFailed",

@@ -4,6 +4,13 @@ Defaults as KEDA and Kubernetes ship them (sources cited in docs/decision.md):
 - Kafka scaler: ``lagThreshold`` 10, ``activationLagThreshold`` 0, ``allowIdleConsumers`` false:
   the metric is the total lag, capped at ``partitions x lagThreshold`` so the HPA never asks for more
   consumers than partitions.
+- The scaler's partition options (all off by default; ``getTotalLag`` / ``getLagForPartition`` of
+  kedacore/keda pkg/scalers/kafka_scaler.go): ``excludePersistentLag`` (a partition whose committed
+  offset did not move since the scaler's previous evaluation counts 0 in the metric, but still in
+  activation), ``limitToPartitionsWithLag`` (the cap is the partitions with lag > 0, not all of
+  them, even with ``allowIdleConsumers``), ``ensureEvenDistributionOfPartitions`` (the metric is
+  raised to the next divisor ``f`` of the partition count with ``f x lagThreshold >= totalLag``,
+  so each consumer gets as many partitions; then capped as above).
 - ScaledObject: ``pollingInterval`` 30 s (activation 0 <-> 1), ``cooldownPeriod`` 300 s (back to 0),
   ``minReplicaCount`` 0, ``maxReplicaCount`` 100.
 - HPA: 15 s sync period, tolerance 0.1, external metric with an AverageValue target: desired =
@@ -23,6 +30,9 @@ class KedaConfig:
     lag_threshold: int = 10
     activation_lag_threshold: int = 0
     allow_idle_consumers: bool = False
+    limit_to_partitions_with_lag: bool = False
+    ensure_even_distribution_of_partitions: bool = False
+    exclude_persistent_lag: bool = False
     polling_interval_s: float = 30.0
     cooldown_s: float = 300.0
     min_replicas: int = 0
@@ -47,14 +57,45 @@ class KedaState:
     last_active_s: float | None = None
     next_poll_s: float = 0.0
     next_sync_s: float = 0.0
+    # excludePersistentLag: the committed offsets of the scaler's previous evaluation (its
+    # previousOffsets map) and the partitions deemed stuck at the last one
+    previous_committed: tuple[int, ...] | None = None
+    persistent: tuple[int, ...] = ()
 
 
-def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfig) -> int:
-    """The external metric KEDA serves: total lag, capped at partitions x threshold (integer maths)."""
-    total = int(sum(max(0, int(l)) for l in partition_lags))
-    if not cfg.allow_idle_consumers and cfg.lag_threshold > 0 and total // cfg.lag_threshold > partitions:
-        total = partitions * cfg.lag_threshold
+def _factors(n: int) -> list[int]:
+    return [f for f in range(1, n + 1) if n % f == 0]
+
+
+def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfig,
+                persistent: Sequence[int] = ()) -> int:
+    """The external metric KEDA serves (``getTotalLag``): the total lag (partitions in ``persistent``
+    count 0 with ``excludePersistentLag``), raised to an even split with
+    ``ensureEvenDistributionOfPartitions``, capped at ``upper x threshold`` where ``upper`` is the
+    partitions (or, with ``limitToPartitionsWithLag``, the partitions with lag) -- unless idle
+    consumers are allowed and neither option is on. Integer maths, as KEDA's."""
+    stuck = set(persistent) if cfg.exclude_persistent_lag else set()
+    lags = [0 if i in stuck else max(0, int(l)) for i, l in enumerate(partition_lags)]
+    total = sum(lags)
+    thr = cfg.lag_threshold
+    if thr > 0 and (not cfg.allow_idle_consumers or cfg.limit_to_partitions_with_lag
+                    or cfg.ensure_even_distribution_of_partitions):
+        upper = partitions
+        if cfg.ensure_even_distribution_of_partitions:
+            total = next((f for f in _factors(partitions) if f * thr >= total), partitions) * thr
+        if cfg.limit_to_partitions_with_lag:
+            upper = sum(1 for l in lags if l > 0)
+        if total // thr > upper:
+            total = upper * thr
     return total
+
+
+def persistent_partitions(committed: Sequence[int], previous: Sequence[int] | None) -> tuple[int, ...]:
+    """``excludePersistentLag``: partitions whose committed offset equals the previous evaluation's
+    (no record of a previous offset: not persistent)."""
+    if previous is None or len(previous) != len(committed):
+        return ()
+    return tuple(i for i, (c, p) in enumerate(zip(committed, previous)) if c == p)
 
 
 def is_active(partition_lags: Sequence[float], cfg: KedaConfig) -> bool:
@@ -107,9 +148,18 @@ def step(
     partition_lags: Sequence[float],
     partitions: int,
     cfg: KedaConfig = KedaConfig(),
+    committed: Sequence[int] | None = None,
 ) -> tuple[int, KedaState]:
-    """Advance KEDA + HPA to ``now_s``; returns the replica count they set (maybe unchanged)."""
+    """Advance KEDA + HPA to ``now_s``; returns the replica count they set (maybe unchanged).
+    ``committed`` (the group's committed offsets, for ``excludePersistentLag``): every evaluation of
+    the scaler -- KEDA's activity poll and the HPA's metric read alike -- compares them with the
+    previous evaluation's and remembers them."""
     desired = current
+    polled = now_s >= state.next_poll_s
+    synced = current > 0 and now_s >= state.next_sync_s
+    if cfg.exclude_persistent_lag and committed is not None and (polled or synced):
+        stuck = persistent_partitions(committed, state.previous_committed)
+        state = replace(state, previous_committed=tuple(int(c) for c in committed), persistent=stuck)
     if now_s >= state.next_poll_s:
         active = is_active(partition_lags, cfg)
         last_active = now_s if active else state.last_active_s
@@ -124,7 +174,7 @@ def step(
             desired = 0
         state = replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
     if desired == current and current > 0 and now_s >= state.next_sync_s:
-        metric = keda_metric(partition_lags, partitions, cfg)
+        metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
         raw = hpa_replicas(current, metric, cfg)
         keep = max(cfg.up_window_s, cfg.down_window_s)
         recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
@@ -140,4 +190,4 @@ def step(
     return desired, state
 
 
-__all__ = ["KedaConfig", "KedaState", "keda_metric", "hpa_replicas", "is_active", "step"]
+__all__ = ["KedaConfig", "KedaState", "keda_metric", "persistent_partitions", "hpa_replicas", "is_active", "step"]

@@ -124,6 +124,13 @@ class ScalingObservation:
     tasks_in_flight: int = 0
     busy_partitions: tuple[int, ...] = ()  # hand-off not done: never planned twice
     retention_s: float | None = None  # the topic's retention (seconds; None: unknown): expiring ranges first
+    # the same loads at the rate measured now (estimate.PartitionEstimate.live_rate; None: ``loads``):
+    # the projection, the drain need and CatchUpAtRisk use them, the replica count ``loads``
+    live_loads: tuple[PartitionLoad, ...] | None = None
+
+    @property
+    def loads_now(self) -> tuple[PartitionLoad, ...]:
+        return self.live_loads if self.live_loads is not None else self.loads
 
     @property
     def total_lag(self) -> float:
@@ -149,13 +156,14 @@ class ScalingObservation:
         retention_s: float | None = None,
     ) -> "ScalingObservation":
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
-        loads = []
+        loads, live = [], []
         ages: dict[int, float] = {}
         offsets = snap.by_partition() if snap is not None else {}
         for pid, est in sorted(state.partitions.items()):
             po = offsets.get(pid)
             start = consume_position(po) if po is not None else (est.committed if est.committed is not None else est.low)
             loads.append(PartitionLoad(pid, float(est.lag), est.produce_rate, start, est.end))
+            live.append(PartitionLoad(pid, float(est.lag), est.rate_now, start, est.end))
             if po is not None:
                 age = oldest_unprocessed_age_s(po, now_s)
                 if age is not None:
@@ -173,6 +181,7 @@ class ScalingObservation:
             tasks_in_flight=tasks_in_flight,
             busy_partitions=tuple(busy_partitions),
             retention_s=retention_s,
+            live_loads=tuple(live),
         )
 
 
@@ -306,9 +315,10 @@ def decide(
         if drain_policy is not None and not (idle and policy.scale_to_zero):
             assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, lo), cap=cap_hi, sla_s=policy.sla_s,
                                          policy=drain_policy, max_utilization=policy.max_utilization)
+        now_loads = obs.loads_now
         if drain_policy is not None:
             drain = drain_need(
-                obs.loads, c, group_replicas=assisted or cap_hi, target_s=target, sla_s=policy.sla_s,
+                now_loads, c, group_replicas=assisted or cap_hi, target_s=target, sla_s=policy.sla_s,
                 policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
                 last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
                 drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
@@ -317,11 +327,12 @@ def decide(
         drained = set(drain.partitions) if drain else set()
         # after the hand-off the drained backlog is no longer the group's to clear
         loads = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
-        hot = tuple(p for p, t in sorted(project(obs.loads, parts, c).per_partition_s.items(),
+        hot = tuple(p for p, t in sorted(project(now_loads, parts, c).per_partition_s.items(),
                                          key=lambda kv: (-kv[1], kv[0])) if t > target)
         # the current projection on the whole backlog: a planned drain has not taken anything yet,
-        # so it may spare a scale-up but never justify a scale-down (guard below)
-        cur_proj = project(obs.loads, cur, c).catch_up_s
+        # so it may spare a scale-up but never justify a scale-down (guard below). On the rate
+        # measured now: a fall is not stabilized here (it is for the replica count)
+        cur_proj = project(now_loads, cur, c).catch_up_s
         cur_util = project(loads, cur, c).utilization if cur > 0 else INF
         # the replica count is chosen on the load alone (not on the current count), so that the
         # answer under constant load is a fixed point: no up-then-down flapping. The pod start-up
@@ -336,6 +347,15 @@ def decide(
             reason = "ScaleUp" if assisted > cur else ("ScaleDown" if assisted < cur else "Steady")
             why = (f"{assisted} replicas with drains carrying their excess cost less than sizing the group "
                    f"for the load (drain-assisted)")
+        elif required is None and (live_required := required_replicas(
+                [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in now_loads],
+                c, target, cap_hi, max_utilization=policy.max_utilization)) is not None:
+            # the smoothed rate (falls stabilized) needs more than the cap, the rate measured now does
+            # not: the rate fell. Hold what runs (scale-down waits for the estimate), not "unreachable"
+            raw, reason = min(cap_hi, max(cur, live_required)), "Steady"
+            why = (f"the produce rate fell to {sum(l.rate for l in now_loads):.0f}/s (measured now; "
+                   f"{live_required} replicas hold it): holding while the fall is stabilized "
+                   f"({rate:.0f}/s)")
         elif required is None:
             raw, reason = cap_hi, "SLAUnreachable"
             limit = "partitions" if parts <= policy.max_replicas else "maxReplicas"
@@ -396,7 +416,7 @@ def decide(
     proj_desired: float | None = None
     if c is not None and c > 0:
         drained = set(drain.partitions) if drain else set()
-        loads_d = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
+        loads_d = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads_now]
         proj_desired = project(loads_d, desired, c, current_replicas=cur, startup_s=policy.pod_start_s).catch_up_s
     at_risk = proj_desired is not None and proj_desired > policy.sla_s
     if reason == "SLAUnreachable":

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="lagpilot simulate", description=__doc__.split("\n")[0])
     ap.add_argument("--trace", default=None, help="CSV t_s,produce_msgs_per_s[,partition_weights]")
     ap.add_argument("--generate", default=None, metavar="KIND",
-                    help="write a trace of a family (flash, hot-partition, diurnal, step, backfill) and exit")
+                    help="write a trace of a family (flash, hot-partition, diurnal, step, backfill, rolling-hot, long-flash) and exit")
     ap.add_argument("--seed", type=int, default=0, help="seed for --generate")
     ap.add_argument("--out", default=None, help="file for --generate (default: stdout)")
     ap.add_argument("--suite", action="store_true",
@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="records/s of one drain task (default: --capacity)")
     ap.add_argument("--max-drain-tasks", "--max-tasks", type=int, default=d.max_drain_tasks, dest="max_drain_tasks")
     ap.add_argument("--split-factor", type=int, default=d.split_factor,
-                    help="drain tasks per drained partition at most, on average (spec.drain.splitFactor)")
+                    help="spec.drain.splitFactor, an optional cap: a drain of n partitions runs at most n x this "
+                         "many tasks (default: unset, the CRD's default; each partition gets what its backlog "
+                         "and rate need, up to --max-tasks)")
     ap.add_argument("--min-backlog-records", type=int, default=d.min_backlog_records)
     ap.add_argument("--min-replicas", type=int, default=d.min_replicas,
                     help="lagpilot's minReplicas, also KEDA's minReplicaCount in 'keda' and 'keda_tuned'")

@@ -21,7 +21,7 @@ class SimParams:
     drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 12.9-20.3 s)
     drain_task_capacity: float | None = None  # None: same as a consumer (same handler, same batch)
     max_drain_tasks: int = 16
-    split_factor: int = 4
+    split_factor: int | None = None  # spec.drain.splitFactor: an optional cap (None, the CRD's default: none)
     min_backlog_records: int = 10_000
     drain_min_interval_s: float = 60.0
     step_s: float = 5.0

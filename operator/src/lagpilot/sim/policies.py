@@ -32,6 +32,9 @@ KEDA_SWEEP = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_0
 # cooldown, swept around the best thresholds of the first stage
 KEDA_WINDOWS = (0.0, 60.0, 300.0, 900.0)
 KEDA_COOLDOWNS = (60.0, 300.0, 900.0)
+# keda_tuned, third stage: the Kafka scaler's partition options (kafka_scaler.go), every combination
+# on the best threshold/window/cooldown of the first two stages
+KEDA_OPTIONS = ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions", "exclude_persistent_lag")
 
 
 @dataclass
@@ -178,8 +181,10 @@ def keda_controller(params: SimParams, cfg: keda_model.KedaConfig) -> Controller
     box = {"state": keda_model.KedaState()}
 
     def control(world: _World, t: float) -> None:
+        lags = world.observed_lags()
+        committed = [int(round(e - l)) for e, l in zip(world.produced_by, lags)]
         desired, box["state"] = keda_model.step(
-            box["state"], t, len(world.pods), world.observed_lags(), params.partitions, cfg
+            box["state"], t, len(world.pods), lags, params.partitions, cfg, committed=committed
         )
         world.scale(desired, t)
 
@@ -211,7 +216,8 @@ def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int 
                        else keda_model.KedaConfig(lag_threshold=lag_threshold))
         res = _run(trace, params, max(1, cfg.min_replicas), keda_controller(params, cfg))
         res.extra.update({"lag_threshold": cfg.lag_threshold, "min_replica_count": cfg.min_replicas,
-                          "cooldown_s": cfg.cooldown_s, "scale_down_window_s": cfg.down_window_s})
+                          "cooldown_s": cfg.cooldown_s, "scale_down_window_s": cfg.down_window_s,
+                          **{k: True for k in KEDA_OPTIONS if getattr(cfg, k)}})
         return res
     raise ValueError(f"unknown policy {policy!r}")
 
@@ -228,7 +234,9 @@ def run_all(
 ) -> tuple[dict[str, PolicyResult], list[dict[str, Any]]]:
     """The policies; ``keda_tuned`` is the best KEDA of a sweep (returned): every ``lagThreshold``
     at the default windows, then the ``top`` best thresholds with every scale-down window (and
-    every cooldown when minReplicaCount is 0)."""
+    every cooldown when minReplicaCount is 0), then the best of those with every combination of the
+    scaler's partition options (``limitToPartitionsWithLag``, ``ensureEvenDistributionOfPartitions``,
+    ``excludePersistentLag``)."""
     results: dict[str, PolicyResult] = {}
     for name in ("lagpilot", "static", "keda", "keda_min0"):
         if name in policies:
@@ -242,7 +250,8 @@ def run_all(
     def run(cfg: keda_model.KedaConfig) -> PolicyResult:
         res = results["keda"] if cfg == base and "keda" in results else run_policy(trace, params, "keda", keda=cfg)
         table.append({"lag_threshold": cfg.lag_threshold, "scale_down_window_s": cfg.down_window_s,
-                      "cooldown_s": cfg.cooldown_s, "within_sla_fraction": round(res.within_sla_fraction, 6),
+                      "cooldown_s": cfg.cooldown_s, **{k: getattr(cfg, k) for k in KEDA_OPTIONS},
+                      "within_sla_fraction": round(res.within_sla_fraction, 6),
                       "violation_minutes": round(res.violation_minutes, 1),
                       "replica_minutes": round(res.replica_minutes, 1)})
         runs.append((cfg, res))
@@ -262,6 +271,9 @@ def run_all(
                 if cfg.down_window_s == base.down_window_s and cfg.cooldown_s == base.cooldown_s:
                     continue  # already run in the first stage
                 run(cfg)
+    best_cfg = max(runs, key=lambda cr: _key(cr[1]))[0]
+    for mask in range(1, 2 ** len(KEDA_OPTIONS)):
+        run(replace(best_cfg, **{k: bool(mask >> i & 1) for i, k in enumerate(KEDA_OPTIONS)}))
     best = max(runs, key=lambda cr: _key(cr[1]))[1]
     results["keda_tuned"] = best
     return results, table

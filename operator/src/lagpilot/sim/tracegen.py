@@ -14,6 +14,12 @@ process (``group``). Families (each seed draws its own times, levels and noise):
 - ``step``: levels held 1-3 hours each, drawn between 5 % and 140 % of ``group``. 12 h.
 - ``backfill``: quiet (1-2/s), a plateau (15-30 % of ``group``), a backfill peak (105-130 % of
   ``group``) for 2-4 hours, the plateau again, quiet again (the seed's backfill shape). 24 h.
+- ``rolling-hot`` (issue 25): a quiet base (5-30 % of ``group``) and, every ``N`` minutes (45-120),
+  a burst of 5-10x one consumer for 10-30 minutes of which one partition (a different one each
+  time) takes 60-75 %; the others share the rest evenly. 12 h. :func:`rolling_hot` builds one
+  such trace from explicit figures (the issue's own trace: every 90 min, 60 % of 1,500/s for 20 min).
+- ``long-flash`` (issue 25): a diurnal base (10-40 % of ``group``) and, twice a day, every
+  partition at 2-4x ``group`` (weights jitter +-10 %) for 8-20 minutes. 24 h.
 
 ``SUITE`` lists the simulator parameters each family is checked with (`lagpilot simulate --suite`).
 """
@@ -24,7 +30,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-KINDS = ("flash", "hot-partition", "diurnal", "step", "backfill")
+KINDS = ("flash", "hot-partition", "diurnal", "step", "backfill", "rolling-hot", "long-flash")
 
 Row = tuple[float, float, tuple[float, ...] | None]
 
@@ -44,6 +50,8 @@ SUITE: dict[str, Family] = {
     "diurnal": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=24),
     "step": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=12),
     "backfill": Family(partitions=3, capacity=137.0, sla_s=600.0, hours=24),
+    "rolling-hot": Family(partitions=6, capacity=150.0, sla_s=300.0, hours=12),
+    "long-flash": Family(partitions=6, capacity=150.0, sla_s=300.0, hours=24),
 }
 
 
@@ -58,7 +66,8 @@ def generate(kind: str, seed: int, partitions: int | None = None, capacity: floa
     minutes = 60 * (hours or fam.hours)
     rng = random.Random(f"{kind}:{seed}")
     group = p * c
-    gen = {"flash": _flash, "hot-partition": _hot, "diurnal": _diurnal, "step": _step, "backfill": _backfill}[kind]
+    gen = {"flash": _flash, "hot-partition": _hot, "diurnal": _diurnal, "step": _step, "backfill": _backfill,
+           "rolling-hot": _rolling_hot, "long-flash": _long_flash}[kind]
     return gen(rng, minutes, p, c, group)
 
 
@@ -146,6 +155,62 @@ def _backfill(rng: random.Random, minutes: int, p: int, c: float, group: float) 
     return rows
 
 
+def rolling_hot(minutes: int, p: int, *, base: float, period_min: int, burst: float, hot_share: float,
+                length_min: int, first_min: int = 30, hot: Sequence[int] | None = None) -> list[Row]:
+    """Explicit rolling-hot trace: ``base`` records/s spread evenly, and from ``first_min`` every
+    ``period_min`` minutes a burst of ``burst`` records/s for ``length_min`` minutes, ``hot_share``
+    of it on one partition (``hot[k]`` for the k-th burst, default partition ``k mod p``), the rest
+    spread evenly over the others. The issue-25 trace: ``rolling_hot(720, 6, base=90, period_min=90,
+    burst=1500, hot_share=0.6, length_min=20)`` (capacity 150/s a consumer)."""
+    rows: list[Row] = []
+    for m in range(minutes):
+        k, off = divmod(m - first_min, period_min)
+        if m >= first_min and off < length_min:
+            hp = hot[k % len(hot)] if hot else k % p
+            rest = (1 - hot_share) / (p - 1) if p > 1 else 0.0
+            w = tuple(round(hot_share if i == hp else rest, 4) for i in range(p))
+            rows.append((60.0 * m, burst, w))
+        else:
+            rows.append((60.0 * m, base, None))
+    return rows
+
+
+def _rolling_hot(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    base = group * rng.uniform(0.05, 0.3)
+    period = rng.randint(45, 120)
+    length = rng.randint(10, min(30, period - 15))
+    burst = c * rng.uniform(5.3, 9.5)  # >= 5x one consumer after the 5 % noise
+    share = rng.uniform(0.6, 0.75)
+    hot: list[int] = []
+    for _ in range(minutes // period + 1):
+        hot.append(rng.choice([i for i in range(p) if not hot or i != hot[-1]] or [0]))
+    rows = rolling_hot(minutes, p, base=base, period_min=period, burst=burst, hot_share=share,
+                       length_min=length, first_min=rng.randint(10, period), hot=hot)
+    return [(t, _noise(rng, r, 0.05), w) for t, r, w in rows]
+
+
+def _long_flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> list[Row]:
+    lo = group * rng.uniform(0.1, 0.2)
+    hi = group * rng.uniform(0.25, 0.4)
+    phase = rng.uniform(0, 2 * math.pi)
+    spikes: list[tuple[int, int, float]] = []
+    for day in range(max(1, math.ceil(minutes / 1440))):
+        for half in (0, 1):
+            a = day * 1440 + half * 720 + 30
+            start = rng.randrange(a, a + 720 - 60)
+            spikes.append((start, start + rng.randint(8, 20), group * rng.uniform(2.1, 3.8)))  # 2-4x after the 5 % noise
+    rows: list[Row] = []
+    for m in range(minutes):
+        x = 0.5 * (1 + math.sin(2 * math.pi * m / 1440 + phase))
+        rate, w = _noise(rng, lo + (hi - lo) * x, 0.05), None
+        for a, b, level in spikes:
+            if a <= m < b:
+                rate = _noise(rng, level, 0.05)
+                w = tuple(round(rng.uniform(0.9, 1.1), 3) for _ in range(p))
+        rows.append((60.0 * m, rate, w))
+    return rows
+
+
 def to_csv(rows: Sequence[Row]) -> str:
     out = ["t_s,produce_msgs_per_s,partition_weights"]
     for t, r, w in rows:
@@ -154,4 +219,4 @@ def to_csv(rows: Sequence[Row]) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["KINDS", "SUITE", "Family", "generate", "to_csv"]
+__all__ = ["KINDS", "SUITE", "Family", "generate", "rolling_hot", "to_csv"]

@@ -1,0 +1,465 @@
+"""A real Kubernetes node beside the local control plane: containerd + runc, kubelet, kube-scheduler.
+
+The `node` part of the dev stack (`lagpilot dev up --parts kube,node`): pods bound to it run as
+containers. It needs the `kube` part (its apiserver and CA) and root. What runs (docs/node.md):
+
+- containerd (2.x, built from the Go module proxy, CGO_ENABLED=0) with Debian's runc, its CRI plugin
+  serving the kubelet; pod networking by Debian's CNI `bridge` + `host-local` plugins (/usr/lib/cni):
+  bridge `lagpilot0`, pod subnet POD_SUBNET, gateway POD_GATEWAY (= the host as pods see it);
+- kubelet (the stack's Kubernetes version, CGO_ENABLED=0) registering Node NODE_NAME;
+- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them).
+
+Binaries are built once by `dev/build-node.sh` into `<cache>/node/bin`; two images no registry can
+serve here are written by `lagpilot_dev.node_oci` and imported into containerd's `k8s.io`
+namespace at start: the sandbox image (pause compiled from Kubernetes' pause.c) and a busybox test
+image. Mutable state lives in `<state>/node` (kubelet root, containerd root, certificates, logs);
+containerd's runtime state and sockets live in a short /run dir (unix socket paths are limited to
+108 bytes, and containerd's shim sockets sit below its state dir).
+
+Host settings made at start (each needed and why: docs/node.md): `/` made a shared mount
+(kubelet's volume mounts must propagate into containers), net.ipv4.ip_forward=1 (pods' traffic
+routed through the bridge).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev import node_oci
+from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, pid_alive, wait_for
+
+log = logging.getLogger("lagpilot_dev.node")
+
+CONTAINERD_VERSION = "v2.2.9"
+CRICTL_VERSION = "v1.34.0"
+BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
+            "crictl", "pause")
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
+APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")
+CNI_BIN_DIR = Path("/usr/lib/cni")
+RUNC = Path("/usr/sbin/runc")
+BUSYBOX = Path("/bin/busybox")
+# kind names its nodes <cluster>-control-plane, <cluster>-worker, <cluster>-worker2 (kind-config.yaml)
+NODE_NAME = "lagpilot-worker"
+POD_SUBNET = "10.244.0.0/24"
+POD_GATEWAY = "10.244.0.1"
+BRIDGE = "lagpilot0"
+CRI_NAMESPACE = "k8s.io"
+PAUSE_IMAGE = f"lagpilot.local/pause:{KUBE_VERSION}"
+TEST_IMAGE = "lagpilot.local/busybox:1"
+# While the pod runner (lagpilot_dev.podrunner) serves other tests on the same control plane, it
+# binds every unscheduled pod of "default-scheduler" in its namespaces to its own Node. A real
+# scheduler under that name would race it for those pods and place its own on runner Nodes. So the
+# real scheduler answers to its own name, and its one profile only considers Nodes carrying
+# NODE_LABEL: a pod for the real node sets `schedulerName: lagpilot-node` (a stand-in; it becomes
+# "default-scheduler" when the pod runner retires).
+SCHEDULER_NAME = "lagpilot-node"
+NODE_LABEL = ("node.lagpilot.io/real", "true")
+COMPONENTS = ("containerd", "kubelet", "scheduler")
+
+
+def default_node_ip() -> str:
+    """The host's address on its default route (the Node's InternalIP): `ip -j route get` asks the
+    kernel's routing table only, no packet is sent. Falls back to the loopback address."""
+    try:
+        out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True,  # noqa: S607
+                             timeout=5, check=True).stdout
+        src = json.loads(out)[0].get("prefsrc")
+        if src:
+            return str(src)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        pass
+    return LOOPBACK
+
+
+class NodePart:
+    """Install (build + apt), start, stop and describe one real worker node."""
+
+    name = "node"
+
+    def __init__(self, cache_dir: Path, state_dir: Path) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.state_dir = Path(state_dir)
+        self.node_cache = self.cache_dir / "node"
+        self.bin = self.node_cache / "bin"
+        self.images_dir = self.node_cache / "images"
+        self.dir = self.state_dir / "node"
+        self.pki = self.dir / "pki"
+        tag = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:8]
+        self.run_dir = Path("/run") / f"lagpilot-node-{tag}"
+        self.containerd_sock = self.run_dir / "containerd.sock"
+        self.kubelet_root = self.dir / "kubelet"
+        self.cni_conf_dir = self.dir / "cni" / "net.d"
+        self.ports = Ports(self.state_dir)
+        self.kube = KubePart(self.cache_dir, self.state_dir)
+        markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler"}
+        self.processes: dict[str, Process] = {
+            comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
+                          pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
+            for comp in COMPONENTS
+        }
+
+    # ---- install -------------------------------------------------------------------------------
+    def installed(self) -> bool:
+        return all(os.access(self.bin / b, os.X_OK) for b in BINARIES) \
+            and all(p.exists() for p in (RUNC, CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", BUSYBOX))
+
+    def install(self) -> None:
+        """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only)."""
+        self.kube.install()
+        if self.installed():
+            self._write_images()
+            return
+        from lagpilot_dev.images_tools import ensure_apt_packages
+
+        ensure_apt_packages(APT_PACKAGES)
+        with file_lock(self.node_cache / ".build.lock"):
+            if not all(os.access(self.bin / b, os.X_OK) for b in BINARIES):
+                build_log = self.node_cache / "build.log"
+                started = time.monotonic()
+                log.info("building node binaries (first run only)", extra={"log": str(build_log)})
+                with open(build_log, "ab") as out:
+                    rc = subprocess.run(["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(self.node_cache)],  # noqa: S603,S607
+                                        stdout=out, stderr=subprocess.STDOUT, check=False,
+                                        env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
+                                             "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
+                                             "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION}).returncode
+                if rc != 0 or not self.installed():
+                    tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+                    raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
+                log.info("node binaries built", extra={"seconds": round(time.monotonic() - started)})
+        self._write_images()
+
+    def image_archives(self) -> dict[str, Path]:
+        return {PAUSE_IMAGE: self.images_dir / "pause.oci.tar", TEST_IMAGE: self.images_dir / "busybox.oci.tar"}
+
+    def _write_images(self) -> None:
+        archives = self.image_archives()
+        if all(p.exists() for p in archives.values()):
+            return
+        self.images_dir.mkdir(parents=True, exist_ok=True)
+        specs = {PAUSE_IMAGE: node_oci.pause_image(self.bin / "pause", PAUSE_IMAGE),
+                 TEST_IMAGE: node_oci.busybox_image(BUSYBOX, TEST_IMAGE)}
+        for name, path in archives.items():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(node_oci.oci_archive(specs[name]))
+            tmp.replace(path)
+
+    # ---- host ----------------------------------------------------------------------------------
+    @staticmethod
+    def _prepare_host() -> None:
+        """The two host settings a node needs (docs/node.md says why)."""
+        subprocess.run(["mount", "--make-rshared", "/"], check=True, capture_output=True)  # noqa: S607
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+
+    # ---- certificates and config ---------------------------------------------------------------
+    def _ensure_pki(self) -> None:
+        """Client certificates for the kubelet and the scheduler, signed by the control plane's CA."""
+        if (self.pki / ".complete").exists():
+            return
+        self.pki.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.pki, 0o700)
+        ca = self.kube.pki
+        leaves = {"kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
+                  "scheduler": "/CN=system:kube-scheduler",
+                  "kube-proxy": "/CN=system:kube-proxy"}
+        for name, subj in leaves.items():
+            (self.pki / f"{name}.ext").write_text(
+                "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=clientAuth\n")
+            _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                     "-subj", subj, cwd=self.pki)
+            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(ca / "ca.crt"), "-CAkey", str(ca / "ca.key"),
+                     "-set_serial", "0x" + os.urandom(8).hex(), "-days", "3650", "-out", f"{name}.crt",
+                     "-extfile", f"{name}.ext", cwd=self.pki)
+        for f in self.pki.glob("*.key"):
+            os.chmod(f, 0o600)
+        (self.pki / ".complete").write_text("ok\n")
+
+    def kubeconfig(self, who: str) -> Path:
+        return self.dir / f"{who}.kubeconfig"
+
+    def _write_kubeconfigs(self) -> None:
+        server = self.kube.server()
+        users = {"kubelet": f"system:node:{NODE_NAME}", "scheduler": "system:kube-scheduler",
+                 "kube-proxy": "system:kube-proxy"}
+        for who, user in users.items():
+            _write_private(self.kubeconfig(who), kubeconfig_yaml(
+                server, self.kube.ca_file(), user, client_cert=self.pki / f"{who}.crt",
+                client_key=self.pki / f"{who}.key", namespace="kube-system"))
+
+    def containerd_config(self) -> str:
+        """containerd's config (version 3). Non-default settings, each explained in docs/node.md."""
+        root = self.dir / "containerd"
+        return f"""version = 3
+root = "{root}"
+state = "{self.run_dir / 'containerd'}"
+
+[grpc]
+  address = "{self.containerd_sock}"
+
+[ttrpc]
+  address = "{self.run_dir / 'containerd.sock.ttrpc'}"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{PAUSE_IMAGE}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  enable_cdi = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{CNI_BIN_DIR}"]
+    conf_dir = "{self.cni_conf_dir}"
+    max_conf_num = 1
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "{RUNC}"
+        SystemdCgroup = false
+
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "{LOOPBACK}"
+  stream_server_port = "0"
+"""
+
+    def cni_config(self) -> dict[str, Any]:
+        return {
+            "cniVersion": "1.0.0",
+            "name": "lagpilot",
+            "plugins": [
+                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
+                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(self.dir / "cni" / "ipam")}},
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }
+
+    def kubelet_config(self) -> dict[str, Any]:
+        """The KubeletConfiguration. Non-default settings, each explained in docs/node.md."""
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "failCgroupV1": False,           # cgroup v1 here; deprecated in 1.35, refused unless allowed
+            "cgroupDriver": "cgroupfs",      # no systemd on these machines
+            "containerRuntimeEndpoint": f"unix://{self.containerd_sock}",
+            "address": self.node_ip(),
+            "port": self.ports.ensure("node.kubelet"),
+            "readOnlyPort": 0,
+            "healthzBindAddress": LOOPBACK,
+            "healthzPort": self.ports.ensure("node.kubelet-healthz"),
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(self.kube.ca_file())}},
+            "authorization": {"mode": "Webhook"},
+            "clusterDomain": "cluster.local",
+            "resolvConf": "/etc/resolv.conf",
+            "podLogsDir": str(self.dir / "pod-logs"),
+            "volumePluginDir": str(self.dir / "volume-plugins"),
+            "rotateCertificates": False,
+            "serializeImagePulls": False,
+            # the imported images have no registry to come back from: never garbage-collect them
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            # a shared development machine: evict pods only when really short
+            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "2%", "imagefs.available": "2%",
+                             "nodefs.inodesFree": "2%"},
+            "maxPods": 110,
+        }
+
+    def scheduler_config(self) -> dict[str, Any]:
+        """One profile, SCHEDULER_NAME, placing pods only on Nodes labelled NODE_LABEL (see above)."""
+        key, value = NODE_LABEL
+        return {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig("scheduler"))},
+            "leaderElection": {"leaderElect": False},
+            "enableProfiling": False,
+            "profiles": [{
+                "schedulerName": SCHEDULER_NAME,
+                "pluginConfig": [{"name": "NodeAffinity", "args": {"addedAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]}}}}],
+            }],
+        }
+
+    def _write_configs(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "containerd.toml").write_text(self.containerd_config())
+        self.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.cni_conf_dir / "10-lagpilot.conflist").write_text(json.dumps(self.cni_config(), indent=1))
+        (self.dir / "kubelet-config.json").write_text(json.dumps(self.kubelet_config(), indent=1))
+        (self.dir / "crictl.yaml").write_text(
+            f"runtime-endpoint: unix://{self.containerd_sock}\nimage-endpoint: unix://{self.containerd_sock}\n"
+            "timeout: 30\n")
+
+    def node_ip(self) -> str:
+        return os.environ.get("LAGPILOT_NODE_IP") or default_node_ip()
+
+    # ---- run -----------------------------------------------------------------------------------
+    def is_running(self) -> bool:
+        if not all(p.is_running() for p in self.processes.values()):
+            return False
+        return http_ok(f"http://{LOOPBACK}:{self.ports.ensure('node.kubelet-healthz')}/healthz")
+
+    def start(self, timeout: float = 180.0) -> None:
+        self.install()
+        self.kube.start()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.dir / "start.lock"):
+            self._prepare_host()
+            self._ensure_pki()
+            self._write_kubeconfigs()
+            self._write_configs()
+            self._start_containerd(timeout)
+            self._import_images()
+            self._start_kubelet(timeout)
+            self._start_scheduler(timeout)
+            self._wait_node_ready(timeout)
+
+    def _env(self) -> dict[str, str]:
+        # containerd finds its shim on PATH
+        return {**os.environ, "PATH": f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    def _start_containerd(self, timeout: float) -> None:
+        proc = self.processes["containerd"]
+        if not proc.is_running():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            proc.argv = [str(self.bin / "containerd"), "--config", str(self.dir / "containerd.toml")]
+            proc.env = self._env()
+            proc.start()
+        self._wait(proc, lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", timeout)
+
+    def ctr(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run `ctr` in containerd's k8s.io namespace (the CRI's)."""
+        argv = [str(self.bin / "ctr"), "--address", str(self.containerd_sock), "-n", CRI_NAMESPACE, *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env())  # noqa: S603
+
+    def crictl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run crictl against this node's containerd."""
+        argv = [str(self.bin / "crictl"), "--config", str(self.dir / "crictl.yaml"), *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env())  # noqa: S603
+
+    def import_image(self, archive: Path) -> None:
+        """Import an OCI/docker archive into the CRI's namespace (no registry: imagePullPolicy Never)."""
+        proc = self.ctr("images", "import", "--platform", "linux/amd64", str(archive), timeout=600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()[-2000:]}")
+
+    def images(self) -> set[str]:
+        proc = self.ctr("images", "ls", "-q")
+        return set(proc.stdout.split()) if proc.returncode == 0 else set()
+
+    def _import_images(self) -> None:
+        have = self.images()
+        for name, archive in self.image_archives().items():
+            if name not in have:
+                self.import_image(archive)
+                log.info("imported image", extra={"image": name})
+
+    def _start_kubelet(self, timeout: float) -> None:
+        proc = self.processes["kubelet"]
+        if not proc.is_running():
+            proc.argv = [
+                str(self.bin / "kubelet"),
+                f"--config={self.dir / 'kubelet-config.json'}",
+                f"--kubeconfig={self.kubeconfig('kubelet')}",
+                f"--root-dir={self.kubelet_root}",
+                f"--cert-dir={self.dir / 'kubelet-pki'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={self.node_ip()}",
+                f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}",
+                "--v=1",
+            ]
+            proc.env = self._env()
+            proc.start()
+        url = f"http://{LOOPBACK}:{self.ports.ensure('node.kubelet-healthz')}/healthz"
+        self._wait(proc, lambda: http_ok(url), "kubelet /healthz", timeout)
+
+    def _start_scheduler(self, timeout: float) -> None:
+        proc = self.processes["scheduler"]
+        if not proc.is_running():
+            port = self.ports.ensure("node.scheduler", must_be_free=True)
+            kc = str(self.kubeconfig("scheduler"))
+            (self.dir / "scheduler-config.json").write_text(json.dumps(self.scheduler_config(), indent=1))
+            proc.argv = [
+                str(self.bin / "kube-scheduler"), f"--config={self.dir / 'scheduler-config.json'}",
+                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=1",
+            ]
+            proc.start()
+        port = self.ports.ensure("node.scheduler")
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed; loopback only
+        self._wait(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
+                   "kube-scheduler /healthz", timeout)
+
+    def node_ready(self) -> bool:
+        proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
+                                 "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
+        return proc.returncode == 0 and proc.stdout.strip() == "True"
+
+    def _wait_node_ready(self, timeout: float) -> None:
+        self._wait(self.processes["kubelet"], self.node_ready, f"node {NODE_NAME} Ready", timeout)
+
+    @staticmethod
+    def _wait(proc: Process, check: Any, what: str, timeout: float) -> None:
+        def alive() -> bool:
+            try:
+                return pid_alive(int(proc.pid_file.read_text().strip()))
+            except (FileNotFoundError, ValueError):
+                return False
+
+        try:
+            wait_for(check, what, timeout=timeout, interval=0.5, alive=alive)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail(40)}") from exc
+
+    def stop(self) -> None:
+        """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
+        outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
+        self.processes["scheduler"].stop(grace=10.0)
+        self.processes["kubelet"].stop(grace=20.0)
+        if self.processes["containerd"].is_running():
+            pods = self.crictl("pods", "-q").stdout.split()
+            for pod in pods:
+                self.crictl("stopp", pod, timeout=60)
+                self.crictl("rmp", pod, timeout=60)
+        self.processes["containerd"].stop(grace=20.0)
+
+    def purge(self) -> None:
+        """Delete the node's state (containerd's images and containers, kubelet's root); caches stay."""
+        self.stop()
+        subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)  # noqa: S607
+        shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def info(self) -> dict[str, object]:
+        return {
+            "node_name": NODE_NAME,
+            "node_ip": self.node_ip(),
+            "pod_subnet": POD_SUBNET,
+            "host_from_pods": POD_GATEWAY,
+            "containerd_socket": str(self.containerd_sock),
+            "crictl": f"{self.bin / 'crictl'} --config {self.dir / 'crictl.yaml'}",
+            "ctr": f"{self.bin / 'ctr'} --address {self.containerd_sock} -n {CRI_NAMESPACE}",
+            "pause_image": PAUSE_IMAGE,
+            "test_image": TEST_IMAGE,
+            "scheduler_name": SCHEDULER_NAME,
+            "kube_version": KUBE_VERSION,
+            "containerd_version": CONTAINERD_VERSION,
+            "node_logs": str(self.dir),
+        }

@@ -1,0 +1,170 @@
+"""H5: sub-ranges that hold no visible record must still complete (real Kafka, Spark, PostgreSQL).
+
+Under ``read_committed`` (the drain's isolation level: the split is the LSO) the records of an
+aborted transaction and the transaction markers are never returned; on a compacted topic the
+records the log cleaner removed are gone. A drain sub-range made only of such offsets yields no
+record to its Spark task, although Spark's Kafka reader did reach the sub-range's end offset.
+Before the fix the task committed progress only after a first record, so such a sub-range stayed
+unfinished on every attempt (exit 1 "sub-range(s) unfinished") and the drain ended ``Failed``.
+
+Each test first proves its fault fired (the sub-range holds offsets, but a read_committed consumer
+sees no record in it), then runs `lagpilot drain` as the Job's pod does and checks: exit 0, progress
+at every sub-range's end, and the delivery ledger (no unique key) holds exactly the visible records
+of the plan, each once.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange
+from tests.real.test_drain_job import drain_env, pg_offsets, progress, start_drain
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+def visible_offsets(bootstrap: str, topic: str, partition: int, start: int, end: int,
+                    isolation: str = "read_committed") -> list[int]:
+    """The offsets a consumer with ``isolation`` reads in ``[start, end)`` (its position must reach end)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe-" + uuid.uuid4().hex[:6],
+                  "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    out: list[int] = []
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None and m.offset() < end:
+                out.append(m.offset())
+            pos = c.position([TopicPartition(topic, partition)])[0].offset
+            if pos >= end:
+                return out
+        raise AssertionError(f"the probe's position never reached {end} in {topic}/{partition}")
+    finally:
+        c.close()
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int, isolation: str = "read_uncommitted") -> int:
+    """The partition's end offset as a consumer with ``isolation`` sees it (read_committed: the LSO)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe-" + uuid.uuid4().hex[:6],
+                  "isolation.level": isolation})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30, cached=False)[1])
+    finally:
+        c.close()
+
+
+def settled_end(bootstrap: str, topic: str, partition: int) -> int:
+    """The end offset once no transaction is open: the coordinator writes a transaction's marker after
+    commit/abort returned, so wait until the LSO (read_committed end) equals the high watermark."""
+    deadline = time.monotonic() + 60
+    while True:
+        hw = high_watermark(bootstrap, topic, partition)
+        if high_watermark(bootstrap, topic, partition, "read_committed") == hw:
+            return hw
+        assert time.monotonic() < deadline, "the transaction marker never landed"
+        time.sleep(0.2)
+
+
+def run_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], topic: str,
+              subs: tuple[SubRange, ...], tmp_path: Path) -> tuple[int, DrainPlan, str, str]:
+    # read_committed as the operator plans it (drain_manifests.drain_plan_for): the split is the LSO
+    plan = DrainPlan("inv1", topic, "g-" + uuid.uuid4().hex[:6], subs, 100, len(subs), read_committed=True).validate()
+    table = "dinv_" + uuid.uuid4().hex[:8]
+    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
+                    LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table)
+    log = tmp_path / "drain.log"
+    rc = start_drain(plan, env, tmp_path / "summary.json", log).wait(timeout=900)
+    return rc, plan, table, log.read_text(errors="replace")
+
+
+def check_exact(bootstrap: str, dsn: str, table: str, plan: DrainPlan, visible: set[tuple[int, int]], log: str) -> None:
+    rows = pg_offsets(dsn, table)
+    assert sorted(rows) == sorted(visible), (len(rows), len(visible), log[-3000:])  # each visible once, nothing else
+    prog = progress(bootstrap, plan)
+    assert all(prog[(s.partition, s.index)][0] == s.end for s in plan.sub_ranges), prog
+
+
+def test_aborted_transactions_only_sub_range_completes(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str],
+                                                       new_topic: Callable[..., str], tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1, prefix="drain-txn")
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex[:8],
+                  "enable.idempotence": True, "linger.ms": 5})
+    p.init_transactions(30)
+    blocks: list[tuple[str, int]] = [("commit", 300), ("abort", 400), ("commit", 200), ("abort", 250), ("abort", 150)]
+    bounds: list[tuple[str, int, int]] = []  # (outcome, first offset, end incl. its marker)
+    for outcome, n in blocks:
+        start = settled_end(kafka_bootstrap, topic, 0)
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, key=f"k{i}".encode(), value=json.dumps({"i": i, "o": outcome}).encode(), partition=0)
+        p.flush(30)
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)(30)
+        bounds.append((outcome, start, settled_end(kafka_bootstrap, topic, 0)))
+    end = bounds[-1][2]
+    # one sub-range per block: the aborted ones (and the last, ending the range) hold no visible record
+    subs = tuple(SubRange(0, k, a, b) for k, (_, a, b) in enumerate(bounds))
+    visible = set()
+    for outcome, a, b in bounds:
+        seen = visible_offsets(kafka_bootstrap, topic, 0, a, b)
+        if outcome == "abort":
+            # the fault fired: the offsets are there (read_uncommitted returns them), none is visible
+            assert seen == [], (a, b, seen[:5])
+            assert len(visible_offsets(kafka_bootstrap, topic, 0, a, b, "read_uncommitted")) == b - a - 1
+        else:
+            assert len(seen) == b - a - 1  # the block's records, not its commit marker
+        visible |= {(0, o) for o in seen}
+    assert end == high_watermark(kafka_bootstrap, topic, 0)
+
+    rc, plan, table, log = run_drain(kafka_bootstrap, postgres_dsn, spark_jars, topic, subs, tmp_path)
+    assert rc == 0, log[-4000:]
+    check_exact(kafka_bootstrap, postgres_dsn, table, plan, visible, log)
+
+
+def test_compacted_away_sub_range_completes(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str],
+                                            new_topic: Callable[..., str], tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    # small segments, the cleaner allowed at once: the first block's keys are overwritten by the second
+    topic = new_topic(partitions=1, prefix="drain-compact", config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "100", "max.compaction.lag.ms": "1000"})
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+
+    def block(keys: list[str], tag: str) -> tuple[int, int]:
+        start = high_watermark(kafka_bootstrap, topic, 0)
+        for k in keys:
+            p.produce(topic, key=k.encode(), value=json.dumps({"k": k, "t": tag}).encode(), partition=0)
+        p.flush(30)
+        time.sleep(0.3)  # the next block goes to a new segment (segment.ms)
+        return start, high_watermark(kafka_bootstrap, topic, 0)
+
+    doomed = block([f"a{i}" for i in range(300)], "old")      # all overwritten below
+    kept = block([f"b{i}" for i in range(200)], "kept")        # unique keys: stay
+    block([f"a{i}" for i in range(300)], "new")               # overwrites the first block
+    deadline = time.monotonic() + 240
+    while visible_offsets(kafka_bootstrap, topic, 0, *doomed):  # roll segments until the cleaner ran
+        assert time.monotonic() < deadline, "the log cleaner did not compact the first block"
+        block([f"c{int(time.time() * 1000) % 5}"], "roll")
+        time.sleep(2)
+    end = high_watermark(kafka_bootstrap, topic, 0)
+    # the fault fired: [doomed) has offsets below the end but no record is left in it
+    assert doomed[1] - doomed[0] == 300 and visible_offsets(kafka_bootstrap, topic, 0, *doomed) == []
+    subs = (SubRange(0, 0, doomed[0], doomed[1]), SubRange(0, 1, kept[0], kept[1]), SubRange(0, 2, kept[1], end))
+    visible = {(0, o) for s in subs for o in visible_offsets(kafka_bootstrap, topic, 0, s.start, s.end)}
+    assert len([o for p_, o in visible if kept[0] <= o < kept[1]]) == 200
+
+    rc, plan, table, log = run_drain(kafka_bootstrap, postgres_dsn, spark_jars, topic, subs, tmp_path)
+    assert rc == 0, log[-4000:]
+    check_exact(kafka_bootstrap, postgres_dsn, table, plan, visible, log)
