@@ -339,7 +339,7 @@ def test_a_slow_plan_of_a_live_runtime_is_waited_for(runtime: DrainRuntime, monk
     monkeypatch.setattr(drain_job, "run", slow_run)
     server, url = _serve(runtime)
     try:
-        outcome = drain_runtime.request(url, PLAN, heartbeat_s=0.2, probe_timeout_s=1.0, max_misses=2)
+        outcome = drain_runtime.request(url, PLAN, auth=auth_for(), heartbeat_s=0.2, probe_timeout_s=1.0, max_misses=2)
     finally:
         server.shutdown()
         server.server_close()
