@@ -214,3 +214,28 @@ def test_the_job_sends_its_signed_plan_and_a_refusal_fails_the_attempt(runtime: 
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ---- the runtime's own identity ----------------------------------------------------------------------
+
+def test_the_runtime_starts_only_with_a_valid_key_matching_its_fingerprint_and_a_cr_uid() -> None:
+    from lagpilot_runtime import plan_auth
+
+    key_hex = plan_auth.new_key()
+    key = plan_auth.parse_key(key_hex)
+    good = {plan_auth.KEY_ENV: key_hex, plan_auth.KEY_ID_ENV: plan_auth.key_id(key), plan_auth.CR_UID_ENV: CR_UID}
+    assert drain_runtime.runtime_identity(good) == (key, CR_UID)
+    for broken, field in (({**good, plan_auth.KEY_ENV: ""}, plan_auth.KEY_ENV),
+                          ({**good, plan_auth.KEY_ENV: "abcd"}, plan_auth.KEY_ENV),
+                          ({**good, plan_auth.KEY_ID_ENV: "0" * 16}, plan_auth.KEY_ID_ENV),
+                          ({**good, plan_auth.CR_UID_ENV: ""}, plan_auth.CR_UID_ENV)):
+        with pytest.raises(ValueError, match=field):
+            drain_runtime.runtime_identity(broken)
+    assert key_hex not in plan_auth.key_id(key)  # the fingerprint in the pod spec is not the key
+
+
+@pytest.mark.parametrize("auth", [None, [], "x", {"crUid": CR_UID}, {"crUid": CR_UID, "drainId": "41", "attempt": "1",
+                                                                      "expiresAt": 2**40, "signature": "00"}])
+def test_malformed_signatures_are_refused(runtime: DrainRuntime, runs: list[DrainPlan], auth: Any) -> None:
+    status, _ = runtime.serve_plan(json.dumps({"plan": PLAN.to_json(), "auth": auth}), lambda: False)
+    assert status == 401 and runs == []
