@@ -33,6 +33,11 @@ from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _work
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
+# a backlog the 3 capped consumers (~17 records/s each at 6 s per batch of 100) cannot clear while
+# the runtime warms up under load (a first run at 2 s per batch: the consumers had cleared 12,000
+# records before the runtime was Ready at load 22, and no drain was due any more)
+PER_PARTITION, COST_MS = 6000, 6000
+
 ATTACKER = r"""
 import http.client, json, sys
 port, bodies = int(sys.argv[1]), json.loads(sys.stdin.read())
@@ -69,7 +74,7 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(scenario: Callable[.
                                                             kafka_admin: Any, postgres_dsn: str) -> None:
     from kubernetes import client
 
-    s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
+    s = scenario({p: PER_PARTITION for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=COST_MS,
                  drain={"warmRuntime": True, "cancel": True}, operator_env=_worktree_pythonpath())
     pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 240, interval=1)
     port = runtime_port(s.ns, s.name)
@@ -79,7 +84,8 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(scenario: Callable[.
     # the attack: the next drain id, one sub-range per partition over the whole backlog
     forged = json.dumps({"drainId": "1", "topic": s.topic, "groupId": s.group, "batchMaxRecords": 100,
                          "parallelism": PARTS, "readCommitted": False,
-                         "subRanges": [{"partition": p, "index": 0, "start": 0, "end": 4000} for p in range(PARTS)]},
+                         "subRanges": [{"partition": p, "index": 0, "start": 0, "end": PER_PARTITION}
+                                       for p in range(PARTS)]},
                         separators=(",", ":"), sort_keys=True)
     made_up = json.dumps({"plan": forged, "auth": {"crUid": "x", "drainId": "1", "attempt": 1,
                                                     "expiresAt": int(time.time()) + 600, "signature": "00" * 32}})
@@ -94,7 +100,7 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(scenario: Callable[.
 
     s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
                                             {"spec": {"drain": {"cancel": False}}})
-    wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 180)
+    wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 300)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d.get("runtime") == "warm" and d["attempt"] == 1, d
     served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
