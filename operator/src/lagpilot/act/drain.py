@@ -197,7 +197,7 @@ class DrainExecutor(DrainCalls):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost)
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, owner=ctx.uid)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
