@@ -33,7 +33,7 @@ def running(phase: Phase = Phase.RUNNING, nexts: tuple[int, int] = (150, 200), a
 
 def step(d, job=ACTIVE, progress=None, committed=None, age=60.0, wait_s=600.0):
     return decide(d, job=job, progress=progress if progress is not None else {}, committed=committed,
-                  deleting_since=T0, now=T0 + age, wait_s=wait_s)
+                  deleting_since=T0, now=T0 + age, wait_s=wait_s, mailbox={})
 
 
 @pytest.mark.parametrize("d, kw, kind, reason", [
@@ -219,7 +219,7 @@ def test_planned_with_a_pending_owner_waits_for_its_ack_then_stops_the_consumers
 def test_planned_reads_are_needed() -> None:
     assert planned_step(committed=None, mailbox={}).kind is DeleteKind.WAIT
     assert planned_step(committed={0: 1, 1: 1, 2: 1}, mailbox=None).kind is DeleteKind.WAIT
-    assert planned_step(committed={0: 1, 1: 1, 2: 1}, mailbox={}, consumers=None, age=300.0).kind is DeleteKind.WAIT
+    assert planned_step(committed={0: 1, 1: 1, 2: 1}, mailbox={0: req(1000)}, consumers=None, age=300.0).kind is DeleteKind.WAIT
 
 
 def test_planned_never_published_releases_at_once_after_settling() -> None:

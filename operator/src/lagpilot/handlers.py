@@ -273,12 +273,11 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             admin = handle.safe_admin(timeout)
             job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
             progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
-            committed = None
-            if d.phase is Phase.PLANNED:
-                offs = deletion_io.committed(admin, gspec.group_id, gspec.topic, d.partitions, timeout)
-                committed = {p: o for p, (o, _m) in offs.items()}
-            dec = deletion.decide(d, job=job, progress=progress, committed=committed, deleting_since=since, now=now,
-                                  wait_s=wait_s)
+            planned: dict[str, Any] = {"committed": None}
+            if d.phase is Phase.PLANNED:  # consumers, then offsets, then the mailbox (H1: complete the hand-off)
+                planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout)
+            dec = deletion.decide(d, job=job, progress=progress, deleting_since=since, now=now, wait_s=wait_s,
+                                  owner=ref.uid, **planned)
             message = dec.message.replace("{group}", gspec.group_id)
             log.info("deletion step", extra={"group": ref.key, "step": dec.kind.value, "reason": dec.reason,
                                              "detail": message})
@@ -287,6 +286,10 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             elif dec.kind is deletion.DeleteKind.HAND_BACK:
                 assert dec.remainder is not None
                 deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)
+            elif dec.kind is deletion.DeleteKind.STOP_CONSUMERS:
+                apply_deployment(ref, dict(spec), dict(status), _deps(memo, body), replicas=0)
+            if dec.entries:  # a Planned drain's mailbox entries sealed before the CR goes
+                ex.write_mailbox(admin, gspec, dec.entries)
     except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
         memo.admin_pool.release(ref.key + "#delete")
         if now - since < wait_s + DELETE_GRACE_S:
@@ -304,7 +307,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
     changed = _terminating(memo, ref, status, (dec.condition[0], dec.reason, message[:1000]))
     if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
         kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
-    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB):
+    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB, deletion.DeleteKind.STOP_CONSUMERS):
         raise kopf.TemporaryError(message, delay=dec.delay_s)
 
 
