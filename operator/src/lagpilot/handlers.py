@@ -16,6 +16,8 @@
   '{"metadata":{"finalizers":null}}'` releases it (docs/rbac.md) — and drops a drain's remainder.
 - daemon start: a remainder left by a deleted CR of the same group becomes this CR's next drain
   (`adopt_remainder`).
+- `group_claims` (a kopf index): a CR whose `groupId` an older CR already uses on the same Kafka
+  cluster is `Degraded/DuplicateGroupId` and does nothing (decide/duplicates.py).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot.reconcile import run_cycle
 from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
-from lagpilot.decide import deletion
+from lagpilot.decide import deletion, duplicates
 from lagpilot.act import deletion_io
 from lagpilot.observe import kafka_observe
 from lagpilot.decide.handoff import DrainStatus, Phase, job_name
@@ -83,12 +85,56 @@ async def deployment_seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> No
         cache.watched(event.get("type"), obj)
 
 
+@kopf.index(*RESOURCE)
+def group_claims(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(Kafka cluster, groupId) -> this CR's claim; the oldest claim holds the group (M4)."""
+    key = duplicates.index_key(dict(body.get("spec") or {}))
+    return {} if key is None else {key: duplicates.claim_of(body.get("metadata") or {})}
+
+
+def _duplicate(body: Mapping[str, Any], claims: Any) -> duplicates.Claim | None:
+    """The older CR that holds this CR's (cluster, groupId), if any."""
+    key = duplicates.index_key(dict(body.get("spec") or {}))
+    if claims is None or key is None:
+        return None
+    return duplicates.other_holder(duplicates.claim_of(body.get("metadata") or {}), claims.get(key, ()))
+
+
+def _report_duplicate(body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any], holder: duplicates.Claim) -> None:
+    """Degraded/Ready False with reason DuplicateGroupId and a Warning event (when they change); a
+    Deployment of this CR left from before (a pair created before the check) is scaled to 0."""
+    from lagpilot.act.deployment import deployment_name
+
+    ref = GroupRef.from_body(body)
+    message = duplicates.message(str((body.get("spec") or {}).get("groupId")), holder)
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == "Degraded"), None)
+    try:
+        dep = memo.kube.get_deployment(ref.namespace, deployment_name(ref.name))
+        if dep is not None and int((dep.get("spec") or {}).get("replicas") or 0) > 0:
+            apply_deployment(ref, dict(body.get("spec") or {}), dict(status), _deps(memo, body), replicas=0)
+        if before is None or (before.get("reason"), before.get("message"), before.get("status")) != (
+                duplicates.REASON, message, TRUE):
+            conds = merge_conditions(status.get("conditions"), [Condition("Degraded", TRUE, duplicates.REASON, message),
+                                                                Condition("Ready", "False", duplicates.REASON, message)],
+                                     ref.generation, time.time())
+            memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation})
+            kopf.event(body, type="Warning", reason=duplicates.REASON, message=message)
+            log.warning("duplicate groupId", extra={"group": ref.key, "holder": holder.ref})
+    except (KubeError, SpecError) as err:
+        log.warning("reporting a duplicate groupId failed", extra={"group": ref.key, "error": str(err)})
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
-    """Render and server-side apply the consumer Deployment."""
+def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, group_claims: Any = None,
+          **_: Any) -> None:
+    """Render and server-side apply the consumer Deployment (not for a duplicate groupId)."""
     ref = GroupRef.from_body(body)
+    holder = _duplicate(body, group_claims)
+    if holder is not None:
+        _report_duplicate(body, memo, status, holder)
+        return
     try:
         n = apply_deployment(ref, dict(spec), dict(status), _deps(memo, body))
     except SpecError as err:
@@ -133,7 +179,8 @@ async def await_cycle(fut: Awaitable[Any], where: dict[str, int], key: str, warn
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0)
-async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, group_claims: Any = None,
+                       **_: Any) -> None:
     """Observe → decide → act → report, every pollIntervalSeconds, until the CR goes away."""
     cache = Cache()
     deps = _deps(memo, body)
@@ -144,6 +191,13 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     try:
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
+            holder = _duplicate(body, group_claims)
+            if holder is not None:  # another CR holds this groupId: no cycle, no adoption (M4)
+                ctx = contextvars.copy_context()
+                await asyncio.get_running_loop().run_in_executor(
+                    memo.cycle_pool, ctx.run, _report_duplicate, body, memo, dict(body.status), holder)
+                await stopped.wait(float((body.spec.get("scaling") or {}).get("pollIntervalSeconds") or 15))
+                continue
             if adoption_pending:  # before any cycle may plan a drain of the same offsets; retried until done
                 t = time.monotonic()
                 adoption_pending = not await _adopt(body, memo, deps, ref)
@@ -242,12 +296,13 @@ def _terminating(memo: kopf.Memo, ref: GroupRef, status: Mapping[str, Any], cond
 
 @kopf.on.delete(*RESOURCE)
 def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
-             **_: Any) -> None:
+             group_claims: Any = None, **_: Any) -> None:
     """Let a drain finish (bounded) or hand its remainder back before the CR goes (deletion.py)."""
     ref = GroupRef.from_body(body)
     d = DrainStatus.from_dict(status.get("drain"))
+    shared = _duplicate(body, group_claims) is not None  # the groupId's side groups are another CR's
     if not deletion.holds_range(d):
-        if d is not None:
+        if d is not None and not shared:
             _forget_progress_groups(memo, ref, dict(spec))
         return  # nothing held: release at once
     assert d is not None
@@ -300,7 +355,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
         return
     memo.admin_pool.release(ref.key + "#delete")
-    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE):
+    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE) and not shared:
         # the progress groups are not needed any more, and a CR re-created with this group starts
         # its drain ids at 1 again: stale progress must not mark its sub-ranges done
         _forget_progress_groups(memo, ref, dict(spec))
