@@ -29,7 +29,7 @@ from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `sc
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
-BACKLOG = 3000  # per partition; ~30 s for one consumer per partition at 100 records/s
+BACKLOG = 5000  # per partition; ~50 s for one consumer per partition at 100 records/s
 
 
 def mailbox_entries(kafka_admin: Any, s: Scenario) -> dict[int, Any]:

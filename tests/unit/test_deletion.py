@@ -33,7 +33,7 @@ def running(phase: Phase = Phase.RUNNING, nexts: tuple[int, int] = (150, 200), a
 
 def step(d, job=ACTIVE, progress=None, committed=None, age=60.0, wait_s=600.0):
     return decide(d, job=job, progress=progress if progress is not None else {}, committed=committed,
-                  deleting_since=T0, now=T0 + age, wait_s=wait_s)
+                  deleting_since=T0, now=T0 + age, wait_s=wait_s, mailbox={})
 
 
 @pytest.mark.parametrize("d, kw, kind, reason", [
@@ -169,3 +169,125 @@ def test_remainder_of_planned_uses_committed() -> None:
     d = DrainStatus(id=2, phase=Phase.PLANNED, ranges=(PartitionRange(0, 300, 100), PartitionRange(1, 50, None),
                                                        PartitionRange(2, 80, 70)))
     assert remainder_of(d, {0: 300, 1: 60, 2: 75}).ranges == ((0, 100, 300),)
+
+
+# ---- H1: a CR deleted while its drain is Planned (published, acks in the mailbox) ----------------------
+
+from lagpilot_runtime import handoff_mailbox as mbx  # noqa: E402
+
+UID = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
+# drain 4 of CR UID, published: p0 [?, 1000), p1 [?, 500), p2 [?, 800); starts unresolved (None)
+PUB = DrainStatus(id=4, phase=Phase.PLANNED, ranges=(PartitionRange(0, 1000), PartitionRange(1, 500), PartitionRange(2, 800)),
+                  published_at=T0 - 5, hand_off_path="ConsumerAck")
+
+
+def req(p_split: int) -> mbx.Entry:
+    return mbx.request(4, p_split, owner=UID)
+
+
+def planned_step(d=PUB, committed=None, mailbox=None, consumers=1, age=20.0):
+    return decide(d, job=None, progress=None, committed=committed, mailbox=mailbox, consumers_alive=consumers,
+                  owner=UID, deleting_since=T0, now=T0 + age, wait_s=600.0)
+
+
+def test_planned_with_acks_is_held() -> None:
+    assert holds_range(PUB)  # the starts are unresolved, but owners may have acked and moved already
+
+
+def test_planned_with_every_owner_acked_and_moved_hands_the_acked_ranges_back() -> None:
+    mailbox = {0: req(1000).with_ack(200), 1: req(500).with_ack(450), 2: req(800).with_ack(800)}
+    got = planned_step(committed={0: 1000, 1: 530, 2: 900}, mailbox=mailbox)
+    assert got.kind is DeleteKind.HAND_BACK, got
+    assert got.remainder == Remainder(4, ((0, 200, 1000), (1, 450, 500)))  # p2 acked an empty range
+    assert got.entries == {p: e.sealed() for p, e in mailbox.items()}  # every resolved entry sealed
+
+
+def test_planned_with_a_pending_owner_waits_for_its_ack_then_stops_the_consumers() -> None:
+    mailbox = {0: req(1000).with_ack(200), 1: req(500), 2: req(800)}
+    committed = {0: 1000, 1: 300, 2: 900}  # p1 not acked yet; p2 got past its split by itself
+    assert (planned_step(committed=committed, mailbox=mailbox).kind, planned_step(committed=committed, mailbox=mailbox).reason) == (
+        DeleteKind.WAIT, "WaitingForHandOff")
+    late = planned_step(committed=committed, mailbox=mailbox, age=120.0)
+    assert late.kind is DeleteKind.STOP_CONSUMERS, late
+    # no consumer of this CR left: nobody can act on p1's request any more; the group keeps [300, 500)
+    gone = planned_step(committed=committed, mailbox=mailbox, consumers=0, age=130.0)
+    assert gone.kind is DeleteKind.HAND_BACK and gone.remainder == Remainder(4, ((0, 200, 1000),)), gone
+    assert gone.entries == {0: mailbox[0].sealed(), 1: mbx.sealed_entry(4, 500, 500, owner=UID),
+                            2: mbx.sealed_entry(4, 800, 800, owner=UID)}
+
+
+def test_planned_reads_are_needed() -> None:
+    assert planned_step(committed=None, mailbox={}).kind is DeleteKind.WAIT
+    assert planned_step(committed={0: 1, 1: 1, 2: 1}, mailbox=None).kind is DeleteKind.WAIT
+    assert planned_step(committed={0: 1, 1: 1, 2: 1}, mailbox={0: req(1000)}, consumers=None, age=300.0).kind is DeleteKind.WAIT
+
+
+def test_planned_never_published_releases_at_once_after_settling() -> None:
+    d = DrainStatus(id=4, phase=Phase.PLANNED, ranges=(PartitionRange(0, 1000),))
+    got = planned_step(d, committed={0: 100}, mailbox={0: None})
+    assert (got.kind, got.reason) == (DeleteKind.RELEASE, "NothingHandedOff") and not got.entries
+
+
+def test_planned_another_crs_ack_is_not_handed_back() -> None:
+    foreign = mbx.request(4, 1000, owner="another-uid").with_ack(200)
+    got = planned_step(DrainStatus(id=4, phase=Phase.PLANNED, ranges=(PartitionRange(0, 1000),), published_at=T0 - 5),
+                       committed={0: 1000}, mailbox={0: foreign})
+    assert got.kind is DeleteKind.RELEASE and got.remainder is None, got
+
+
+# a partition's state when the CR is deleted, in the hand-off's own terms (the owner's rule)
+STATES = st.sampled_from(["none", "request", "acked", "acked-moved", "moved-on", "by-itself"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(STATES, st.integers(0, 400), st.integers(1, 400), st.integers(0, 300)), min_size=1, max_size=4),
+       st.data())
+def test_no_offset_without_an_owner_across_delete_reset_recreate(parts, data) -> None:
+    """The finalizer runs to the end on a drain deleted while Planned, in any state the owners left
+    it; live owners of the CR may ack between its steps until it stopped them. At the end every
+    offset of [committed before the hand-off, end) has exactly one owner — the group (at or above its
+    committed offset) or the remainder — and nothing left in the mailbox moves anyone afterwards:
+    not this CR's consumers after a manual offset reset, not a re-created CR's consumers."""
+    ranges, committed, mailbox, c0, by_group = [], {}, {}, {}, {}
+    for p, (state, c, n, extra) in enumerate(parts):
+        split = c + n
+        ranges.append(PartitionRange(p, split))
+        c0[p] = c
+        committed[p], mailbox[p] = {
+            "none": (c, None), "request": (c, req(split)), "acked": (c, req(split).with_ack(c)),
+            "acked-moved": (split, req(split).with_ack(c)), "moved-on": (split + extra, req(split).with_ack(c)),
+            "by-itself": (split + extra, req(split))}[state]
+        # offsets the group already processed (after its commit at c)
+        by_group[p] = set(range(split, split + extra)) if state == "moved-on" else (
+            set(range(c, split + extra)) if state == "by-itself" else set())
+    d = DrainStatus(id=4, phase=Phase.PLANNED, ranges=tuple(ranges), published_at=T0 - 5)
+    consumers, age, handed = 1, 11.0, None
+    for _ in range(50):
+        got = decide(d, job=None, progress=None, committed=dict(committed), mailbox=dict(mailbox), consumers_alive=consumers,
+                     owner=UID, deleting_since=T0, now=T0 + age, wait_s=600.0)
+        for p, e in got.entries.items():  # the finalizer writes the seals before it releases
+            mailbox[p] = e
+        if got.kind in (DeleteKind.RELEASE, DeleteKind.HAND_BACK):
+            handed = got.remainder
+            break
+        if got.kind is DeleteKind.STOP_CONSUMERS:
+            consumers = 0
+        if consumers and data.draw(st.booleans()):  # a live owner runs the owner's rule meanwhile
+            p = data.draw(st.sampled_from(sorted(mailbox)))
+            step_ = mbx.owner_step(mailbox[p], committed[p], owner=UID)
+            if step_.ack is not None:
+                mailbox[p] = step_.ack
+            if step_.move_to is not None:
+                committed[p] = step_.move_to
+        age += data.draw(st.sampled_from([1.0, 30.0]))
+    else:
+        raise AssertionError("the finalizer never finished")
+    rem = {(p, o) for p, a, b in (handed.ranges if handed else ()) for o in range(a, b)}
+    for p, r in enumerate(ranges):
+        for o in range(c0[p], max(r.split, committed[p]) + 1):
+            owners = [o in by_group[p], o >= committed[p], (p, o) in rem]
+            assert sum(owners) == 1, (p, o, owners, committed[p], handed)
+    for p, e in mailbox.items():  # afterwards: a reset to anything, or a re-created CR, moves nobody
+        for reset in (0, c0[p], ranges[p].split - 1):
+            assert mbx.owner_step(e, reset, owner=UID).noop, (p, e)
+            assert mbx.owner_step(e, reset, owner="recreated-uid").noop

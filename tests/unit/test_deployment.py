@@ -119,3 +119,9 @@ def test_long_names_are_shortened_stably() -> None:
     v = label_value(long)
     assert len(v) <= 63 and v == label_value(long) and v != label_value("a" * 81)
     assert len(deployment_name("b" * 300)) <= 253
+
+
+def test_consumers_get_their_crs_uid_for_the_hand_off_mailbox() -> None:
+    # H2/M4: the consumers act only on mailbox entries that carry this uid (lagpilot_runtime.handoff_mailbox)
+    env = {e["name"]: e.get("value") for e in render(SASL_PG)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LAGPILOT_OWNER_UID"] == "uid-123"

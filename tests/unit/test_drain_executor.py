@@ -94,7 +94,7 @@ def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox
     assert kinds(log) == ["status:Planned:Planned", "read", "read", "read", "mailbox", "status:Planned:Published",
                           "read", "read", "read", "status:Planned:WaitingForAcks"], log
     assert [e[1] for e in log if e[0] == "read"][:3] == ["members", "own", "mailbox"]  # the order that makes it exact
-    assert ("mailbox", {0: "lph1;id=1;split=500"}) in log
+    assert ("mailbox", {0: "lph2;cr=u;id=1;split=500"}) in log
     # the owner acks (start = its committed offset), then commits split itself
     w["mailbox"][0] = w["mailbox"][0].with_ack(100)
     w["committed"][0] = 500
@@ -103,7 +103,7 @@ def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox
     assert kinds(log)[:5] == ["read", "read", "read", "mailbox", "status:HandedOff:HandedOff"], log
     seq = kinds(log)
     assert seq.index("create_job") + 1 == seq.index("status:Running:Launched"), log
-    assert ("mailbox", {0: "lph1;id=1;split=500;ack=100;done=1"}) in log  # sealed with the HandedOff write
+    assert ("mailbox", {0: "lph2;cr=u;id=1;split=500;ack=100;done=1"}) in log  # sealed with the HandedOff write
     assert not [e for e in log if e[0] == "scale"]  # the live group was never touched
     assert ranges_of(r.status) == [{"partition": 0, "start": 100, "split": 500}]
     assert r.status["handOffPath"] == "ConsumerAck" and r.status["pauseSeconds"] == 0.0
@@ -119,7 +119,7 @@ def test_empty_group_acks_before_the_alter_and_a_refused_alter_records_nothing()
     seq = kinds(log)
     assert seq.index("mailbox") < seq.index("status:Planned:Published") < seq.index("alter")
     acks = [e for e in log if e[0] == "mailbox"]
-    assert acks[1] == ("mailbox", {0: "lph1;id=1;split=500;ack=100"})
+    assert acks[1] == ("mailbox", {0: "lph2;cr=u;id=1;split=500;ack=100"})
     assert log.index(acks[1]) < log.index(("alter", {0: 500}))  # the ack before the move
     assert w["status"]["phase"] == "Running" and w["status"]["handOffPath"] == "EmptyGroup"
     assert not [e for e in log if e[0] == "scale"]

@@ -291,3 +291,27 @@ def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkey
         handlers.adopt_remainder(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
                                  lambda *e: None)
     assert kube.patches == [] and cleared == []
+
+
+def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_mailbox(events: list, monkeypatch) -> None:
+    """H1 wiring: the Planned inputs are read (consumers, offsets, mailbox), the acked range is written
+    to the remainder group, THEN the mailbox is sealed, then the CR is released (no exception)."""
+    from lagpilot.act import deletion_io
+    from lagpilot.decide.deletion import Remainder
+    from lagpilot_runtime import handoff_mailbox as mbx
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    order: list[Any] = []
+    ack = mbx.request(2, 100, owner="u1").with_ack(30)
+    monkeypatch.setattr(deletion_io, "planned_inputs", lambda *a: {"consumers_alive": 1, "committed": {0: 120},
+                                                                   "mailbox": {0: ack}})
+    monkeypatch.setattr(deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: order.append(("remainder", rem)))
+    monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [])
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
+    ex = FakeExecutor(None, None)
+    ex.write_mailbox = lambda admin, spec, entries: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
+    planned = {"id": 2, "phase": "Planned", "ranges": "p0[?..100)", "publishedAt": "2026-01-01T00:00:00Z"}
+    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": planned},
+                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+    assert order == [("remainder", Remainder(2, ((0, 30, 100),))), ("seal", {0: ack.sealed()})]
+    assert [e[1] for e in events] == ["DrainRemainderHandedBack"]

@@ -899,3 +899,32 @@ def test_the_seal_covers_a_partition_nobody_acked():
     a = next_action(spec(), PUBLISHED, obs({0: Offsets(1050, 0, 1100)}, empty=False, mailbox=MB_REQ), NOW)
     assert a.kind is Kind.SEAL
     assert 0 in a.entries and a.entries[0].done and a.entries[0].ack == 1000, a.entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(1, 500), st.sampled_from(["acked", "acked-empty", "by-itself",
+                                                                                     "by-itself-acked-empty"]),
+                          st.integers(0, 300)), min_size=1, max_size=4),
+       st.integers(0, 2000))
+def test_after_the_hand_off_no_entry_moves_a_reset_or_recreated_group(parts, reset_to):
+    """H2 as a property: whatever way each partition resolved, after the seal nothing in the mailbox
+    makes an owner ack or jump — not this CR's consumers after an offset reset to anywhere, not the
+    consumers of a CR re-created with the same groupId."""
+    ranges, offsets, mailbox = [], {}, {}
+    for p, (c, n, how, extra) in enumerate(parts):
+        split = c + n
+        ranges.append(PartitionRange(p, split))
+        req = mbx.request(1, split, owner=CR_UID)
+        offsets[p], mailbox[p] = {"acked": (Offsets(split + extra, 0, split + extra), req.with_ack(c)),
+                                  "acked-empty": (Offsets(split + extra, 0, split + extra), req.with_ack(split + extra)),
+                                  "by-itself": (Offsets(split + extra, 0, split + extra), req),
+                                  "by-itself-acked-empty": (Offsets(split, 0, split), req.with_ack(split))}[how]
+    d = dataclasses.replace(PUBLISHED, ranges=tuple(ranges))
+    a = next_action(spec(), d, Observed(generation=1, offsets=offsets, group_empty=False, replicas=3,
+                                        mailbox=dict(mailbox), owner=CR_UID), NOW)
+    assert a.kind is Kind.SEAL
+    mailbox.update(a.entries)
+    for p, e in mailbox.items():
+        assert e.done, (p, e)
+        assert mbx.owner_step(e, reset_to, owner=CR_UID).noop
+        assert mbx.owner_step(e, reset_to, owner="recreated-cr-uid").noop

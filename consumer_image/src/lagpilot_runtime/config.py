@@ -57,6 +57,9 @@ class ConsumerConfig:
     metrics_port: int = 8080
     pod_name: str | None = None
     log_level: str = "INFO"
+    # the uid of the BatchConsumerGroup this pod belongs to: the drain hand-off acts only on mailbox
+    # entries that carry it (handoff_mailbox); "" (not run by the operator): only uid-less entries
+    owner_uid: str = ""
     # Not rendered by the operator (runtime tuning with safe defaults; documented in docs/consumer.md)
     session_timeout_ms: int = 30000
     max_poll_interval_ms: int = 600000
@@ -150,6 +153,7 @@ class ConsumerConfig:
             dlq_topic=(opt("LAGPILOT_DLQ_TOPIC") or f"{topic}.dlq").strip(),
             metrics_port=_int(e, "LAGPILOT_METRICS_PORT", 8080, 0, 65535),
             pod_name=_strip(opt("LAGPILOT_POD_NAME")),
+            owner_uid=(opt("LAGPILOT_OWNER_UID") or "").strip(),
             log_level=(opt("LAGPILOT_LOG_LEVEL") or "INFO").strip().upper(),
             session_timeout_ms=_int(e, "LAGPILOT_SESSION_TIMEOUT_MS", 30000, 1000, 3600000),
             max_poll_interval_ms=_int(e, "LAGPILOT_MAX_POLL_INTERVAL_MS", 600000, 1000, 86400000),

@@ -8,10 +8,20 @@ and read it with OffsetFetch (``Consumer.committed``). No new topic, no Kubernet
 
 Per partition the mailbox holds one entry, as committed offset ``split`` plus metadata:
 
-- request (operator): ``lph1;id=<drainId>;split=<S>``
-- ack (owner, or the operator for an empty group): ``lph1;id=<drainId>;split=<S>;ack=<start>``
-- sealed (operator, after it recorded the hand-off): ``...;ack=<start>;done=1`` — ignored by
-  consumers, so a stale entry can never move a group whose offsets were later reset by hand.
+- request (operator): ``lph2;cr=<CR uid>;id=<drainId>;split=<S>``
+- ack (owner, or the operator for an empty group): ``lph2;cr=<CR uid>;id=<drainId>;split=<S>;ack=<start>``
+- sealed (operator, when the partition resolved: acked or not): ``...;ack=<start>;done=1`` —
+  ignored by consumers, so a resolved entry can never move a group whose offsets were later reset by
+  hand (a partition that reached the split by itself is sealed with ``ack=<S>``, an empty range).
+
+The CR uid (``cr=``) names the BatchConsumerGroup the drain belongs to: the operator writes it, the
+consumers get their CR's uid as ``LAGPILOT_OWNER_UID`` and act only on entries that carry it, and the
+operator takes only acks of its own CR. Another CR with the same ``groupId`` (refused by the
+operator, ``DuplicateGroupId``), or a deleted CR's leftovers seen by a CR re-created with the same
+``groupId``, can therefore never make an owner ack or jump. ``lph1`` entries (no uid) are written by
+an older operator (and by the benches, which play the operator): only a consumer without
+``LAGPILOT_OWNER_UID`` acts on them; the operator still accepts an ``lph1`` ack of its own drain id
+and split (a drain published by an older operator and resolved after the upgrade).
 
 The order of effects that makes it exact (both sides use the pure rules below):
 
@@ -28,10 +38,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-PREFIX = "lph1"
+PREFIX = "lph1"   # entries without a CR uid (an older operator, the benches)
+PREFIX_CR = "lph2"  # entries of a CR: ``lph2;cr=<uid>;...``
 MAILBOX_SUFFIX = ".lagpilot-handoff"
 
-_ENTRY = re.compile(r"^lph1;id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?$")
+_ENTRY = re.compile(r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?$")
 
 
 def mailbox_group(group_id: str) -> str:
@@ -41,12 +52,14 @@ def mailbox_group(group_id: str) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One partition's mailbox entry: a request (ack None), an ack, or a sealed ack."""
+    """One partition's mailbox entry: a request (ack None), an ack, or a sealed ack; ``owner`` is
+    the uid of the CR whose drain it is ("" for an ``lph1`` entry)."""
 
     drain_id: int
     split: int
     ack: int | None = None
     done: bool = False
+    owner: str = ""
 
     def __post_init__(self) -> None:
         if self.drain_id < 0 or self.split < 0 or (self.ack is not None and self.ack < 0):
@@ -59,7 +72,8 @@ class Entry:
         return self.ack is not None
 
     def encode(self) -> str:
-        s = f"{PREFIX};id={self.drain_id};split={self.split}"
+        head = f"{PREFIX_CR};cr={self.owner}" if self.owner else PREFIX
+        s = f"{head};id={self.drain_id};split={self.split}"
         if self.ack is not None:
             s += f";ack={self.ack}"
         if self.done:
@@ -67,16 +81,22 @@ class Entry:
         return s
 
     def with_ack(self, start: int) -> "Entry":
-        return Entry(self.drain_id, self.split, int(start))
+        return Entry(self.drain_id, self.split, int(start), owner=self.owner)
 
     def sealed(self) -> "Entry":
         if self.ack is None:
             raise ValueError("only an acked entry can be sealed")
-        return Entry(self.drain_id, self.split, self.ack, True)
+        return Entry(self.drain_id, self.split, self.ack, True, self.owner)
 
 
-def request(drain_id: int, split: int) -> Entry:
-    return Entry(int(drain_id), int(split))
+def request(drain_id: int, split: int, owner: str = "") -> Entry:
+    return Entry(int(drain_id), int(split), owner=owner)
+
+
+def sealed_entry(drain_id: int, split: int, start: int, owner: str = "") -> Entry:
+    """The sealed entry of a resolved partition: ``[start, split)`` was the drain's (empty when
+    ``start >= split``: the group got there by itself)."""
+    return Entry(int(drain_id), int(split), int(start), True, owner)
 
 
 def decode(metadata: str | bytes | None, committed_offset: int | None = None) -> Entry | None:
@@ -93,7 +113,8 @@ def decode(metadata: str | bytes | None, committed_offset: int | None = None) ->
     if not m:
         return None
     try:
-        e = Entry(int(m.group(1)), int(m.group(2)), None if m.group(3) is None else int(m.group(3)), m.group(4) is not None)
+        e = Entry(int(m.group(2)), int(m.group(3)), None if m.group(4) is None else int(m.group(4)), m.group(5) is not None,
+                  m.group(1) or "")
     except ValueError:  # e.g. "done" without an ack
         return None
     if committed_offset is not None and committed_offset >= 0 and committed_offset != e.split:
@@ -115,19 +136,20 @@ class OwnerStep:
         return self.ack is None and self.move_to is None
 
 
-def owner_step(entry: Entry | None, own: int) -> OwnerStep:
+def owner_step(entry: Entry | None, own: int, owner: str | None = None) -> OwnerStep:
     """The owner's rule (a consumer at a batch boundary, or the operator acting for an empty group).
 
     ``own``: the group's committed offset of the partition (its position if it never committed):
-    everything below was processed, nothing at or above was.
+    everything below was processed, nothing at or above was. ``owner``: the consumer's CR uid
+    (``LAGPILOT_OWNER_UID``; "" without one); None: the caller already chose the entry (the operator).
 
-    - no entry, or a sealed one: nothing.
+    - no entry, a sealed one, or an entry of another CR (``entry.owner != owner``): nothing.
     - a request: ack ``own``; move to ``split`` if ``own < split`` (else the range is empty).
     - an ack ``s`` with ``own >= split``: nothing (the hand-off is frozen from here).
     - an ack ``s`` with ``own < split`` (the acker died between its two commits): if ``own != s``
       (records after ``s`` were processed meanwhile, or offsets moved) re-ack ``own``; move to split.
     """
-    if entry is None or entry.done:
+    if entry is None or entry.done or (owner is not None and entry.owner != owner):
         return OwnerStep()
     if not entry.acked:
         ack = entry.with_ack(own)
@@ -151,11 +173,18 @@ class Resolution:
         return self.resolved and (self.start is None or self.start >= self.split)
 
 
-def resolve(own: int | None, entry: Entry | None, drain_id: int, split: int) -> Resolution:
+def of_drain(entry: Entry | None, drain_id: int, split: int, owner: str) -> bool:
+    """Whether ``entry`` belongs to drain ``drain_id`` (split ``split``) of the CR ``owner``: its own
+    uid, or no uid (an ``lph1`` entry of an older operator for this drain id and split)."""
+    return (entry is not None and entry.drain_id == drain_id and entry.split == split
+            and (entry.owner == owner or not entry.owner))
+
+
+def resolve(own: int | None, entry: Entry | None, drain_id: int, split: int, owner: str = "") -> Resolution:
     """The operator's rule. ``own`` must be read BEFORE ``entry`` (see the module docstring).
 
-    An entry of another drain id counts as absent."""
-    if entry is not None and entry.drain_id != drain_id:
+    An entry of another drain id, or of another CR (``owner``: this CR's uid), counts as absent."""
+    if entry is not None and not of_drain(entry, drain_id, split, owner):
         entry = None
     if own is None or own < split:
         return Resolution(False, split)

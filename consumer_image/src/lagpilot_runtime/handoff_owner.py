@@ -101,14 +101,14 @@ class HandoffOwner(LoopState):
             return
         for tp in got:
             entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
-            if entry is None or entry.done:
-                continue
+            if entry is None or entry.done or entry.owner != self.cfg.owner_uid:
+                continue  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
             key = (tp.topic, tp.partition)
             if entry.acked and self.committed.get(key, -1) >= entry.split:
                 continue  # frozen: nothing to do (no OffsetFetch needed)
             try:
                 own = self._own_committed(key)
-                self._apply_handoff(key, entry, mbx.owner_step(entry, own), own, t0)
+                self._apply_handoff(key, entry, mbx.owner_step(entry, own, owner=self.cfg.owner_uid), own, t0)
             except FatalError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried at the next boundary / by the next owner

@@ -16,6 +16,8 @@
   '{"metadata":{"finalizers":null}}'` releases it (docs/rbac.md) — and drops a drain's remainder.
 - daemon start: a remainder left by a deleted CR of the same group becomes this CR's next drain
   (`adopt_remainder`).
+- `group_claims` (a kopf index): a CR whose `groupId` an older CR already uses on the same Kafka
+  cluster is `Degraded/DuplicateGroupId` and does nothing (decide/duplicates.py).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from lagpilot_runtime.redaction import redact
 from lagpilot.reconcile import run_cycle
 from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
-from lagpilot.decide import deletion
+from lagpilot.decide import deletion, duplicates
 from lagpilot.act import deletion_io
 from lagpilot.act.drain import same_drain
 from lagpilot.observe import kafka_observe
@@ -85,12 +87,56 @@ async def deployment_seen(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> No
         cache.watched(event.get("type"), obj)
 
 
+@kopf.index(*RESOURCE)
+def group_claims(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """(Kafka cluster, groupId) -> this CR's claim; the oldest claim holds the group (M4)."""
+    key = duplicates.index_key(dict(body.get("spec") or {}))
+    return {} if key is None else {key: duplicates.claim_of(body.get("metadata") or {})}
+
+
+def _duplicate(body: Mapping[str, Any], claims: Any) -> duplicates.Claim | None:
+    """The older CR that holds this CR's (cluster, groupId), if any."""
+    key = duplicates.index_key(dict(body.get("spec") or {}))
+    if claims is None or key is None:
+        return None
+    return duplicates.other_holder(duplicates.claim_of(body.get("metadata") or {}), claims.get(key, ()))
+
+
+def _report_duplicate(body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any], holder: duplicates.Claim) -> None:
+    """Degraded/Ready False with reason DuplicateGroupId and a Warning event (when they change); a
+    Deployment of this CR left from before (a pair created before the check) is scaled to 0."""
+    from lagpilot.act.deployment import deployment_name
+
+    ref = GroupRef.from_body(body)
+    message = duplicates.message(str((body.get("spec") or {}).get("groupId")), holder)
+    before = next((c for c in status.get("conditions") or [] if c.get("type") == "Degraded"), None)
+    try:
+        dep = memo.kube.get_deployment(ref.namespace, deployment_name(ref.name))
+        if dep is not None and int((dep.get("spec") or {}).get("replicas") or 0) > 0:
+            apply_deployment(ref, dict(body.get("spec") or {}), dict(status), _deps(memo, body), replicas=0)
+        if before is None or (before.get("reason"), before.get("message"), before.get("status")) != (
+                duplicates.REASON, message, TRUE):
+            conds = merge_conditions(status.get("conditions"), [Condition("Degraded", TRUE, duplicates.REASON, message),
+                                                                Condition("Ready", "False", duplicates.REASON, message)],
+                                     ref.generation, time.time())
+            memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation})
+            kopf.event(body, type="Warning", reason=duplicates.REASON, message=message)
+            log.warning("duplicate groupId", extra={"group": ref.key, "holder": holder.ref})
+    except (KubeError, SpecError) as err:
+        log.warning("reporting a duplicate groupId failed", extra={"group": ref.key, "error": str(err)})
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, **_: Any) -> None:
-    """Render and server-side apply the consumer Deployment."""
+def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, group_claims: Any = None,
+          **_: Any) -> None:
+    """Render and server-side apply the consumer Deployment (not for a duplicate groupId)."""
     ref = GroupRef.from_body(body)
+    holder = _duplicate(body, group_claims)
+    if holder is not None:
+        _report_duplicate(body, memo, status, holder)
+        return
     try:
         n = apply_deployment(ref, dict(spec), dict(status), _deps(memo, body))
     except SpecError as err:
@@ -135,7 +181,8 @@ async def await_cycle(fut: Awaitable[Any], where: dict[str, int], key: str, warn
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0)
-async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, group_claims: Any = None,
+                       **_: Any) -> None:
     """Observe → decide → act → report, every pollIntervalSeconds, until the CR goes away."""
     cache = Cache()
     deps = _deps(memo, body)
@@ -146,6 +193,13 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
     try:
         while not stopped:
             ref = GroupRef.from_body(body)  # `body` is live: generation and spec are current
+            holder = _duplicate(body, group_claims)
+            if holder is not None:  # another CR holds this groupId: no cycle, no adoption (M4)
+                ctx = contextvars.copy_context()
+                await asyncio.get_running_loop().run_in_executor(
+                    memo.cycle_pool, ctx.run, _report_duplicate, body, memo, dict(body.status), holder)
+                await stopped.wait(float((body.spec.get("scaling") or {}).get("pollIntervalSeconds") or 15))
+                continue
             if adoption_pending:  # before any cycle may plan a drain of the same offsets; retried until done
                 t = time.monotonic()
                 adoption_pending = not await _adopt(body, memo, deps, ref)
@@ -271,12 +325,13 @@ def _terminating(memo: kopf.Memo, ref: GroupRef, status: Mapping[str, Any], cond
 
 @kopf.on.delete(*RESOURCE)
 def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
-             **_: Any) -> None:
+             group_claims: Any = None, **_: Any) -> None:
     """Let a drain finish (bounded) or hand its remainder back before the CR goes (deletion.py)."""
     ref = GroupRef.from_body(body)
     d = DrainStatus.from_dict(status.get("drain"))
+    shared = _duplicate(body, group_claims) is not None  # the groupId's side groups are another CR's
     if not deletion.holds_range(d):
-        if d is not None:
+        if d is not None and not shared:
             _forget_progress_groups(memo, ref, dict(spec))
         return  # nothing held: release at once
     assert d is not None
@@ -303,12 +358,11 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             admin = handle.safe_admin(timeout)
             job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
             progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
-            committed = None
-            if d.phase is Phase.PLANNED:
-                offs = deletion_io.committed(admin, gspec.group_id, gspec.topic, d.partitions, timeout)
-                committed = {p: o for p, (o, _m) in offs.items()}
-            dec = deletion.decide(d, job=job, progress=progress, committed=committed, deleting_since=since, now=now,
-                                  wait_s=wait_s)
+            planned: dict[str, Any] = {"committed": None}
+            if d.phase is Phase.PLANNED:  # consumers, then offsets, then the mailbox (H1: complete the hand-off)
+                planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout)
+            dec = deletion.decide(d, job=job, progress=progress, deleting_since=since, now=now, wait_s=wait_s,
+                                  owner=ref.uid, **planned)
             message = dec.message.replace("{group}", gspec.group_id)
             log.info("deletion step", extra={"group": ref.key, "step": dec.kind.value, "reason": dec.reason,
                                              "detail": message})
@@ -317,6 +371,10 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             elif dec.kind is deletion.DeleteKind.HAND_BACK:
                 assert dec.remainder is not None
                 deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)
+            elif dec.kind is deletion.DeleteKind.STOP_CONSUMERS:
+                apply_deployment(ref, dict(spec), dict(status), _deps(memo, body), replicas=0)
+            if dec.entries:  # a Planned drain's mailbox entries sealed before the CR goes
+                ex.write_mailbox(admin, gspec, dec.entries)
     except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
         memo.admin_pool.release(ref.key + "#delete")
         if now - since < wait_s + DELETE_GRACE_S:
@@ -331,14 +389,14 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
         return
     memo.admin_pool.release(ref.key + "#delete")
-    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE):
+    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE) and not shared:
         # the progress groups are not needed any more, and a CR re-created with this group starts
         # its drain ids at 1 again: stale progress must not mark its sub-ranges done
         _forget_progress_groups(memo, ref, dict(spec))
     changed = _terminating(memo, ref, status, (dec.condition[0], dec.reason, message[:1000]))
     if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
         kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
-    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB):
+    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB, deletion.DeleteKind.STOP_CONSUMERS):
         raise DeletionWaiting(message, delay=dec.delay_s)
 
 

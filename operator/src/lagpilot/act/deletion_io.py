@@ -85,3 +85,28 @@ def list_progress_groups(admin: Any, group_id: str, timeout_s: float) -> list[st
     res = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
     prefix = f"{group_id}.lagpilot-drain."
     return sorted(x.group_id for x in res.valid if x.group_id.startswith(prefix))
+
+
+def consumers_alive(core: Any, kube: Any, namespace: str, cr_name: str) -> int:
+    """How many consumers of the CR may still act on its hand-off: its consumer pods not yet ended,
+    or its Deployment's replicas if more (a pod still to be created counts)."""
+    from lagpilot.act.deployment import deployment_name, selector_labels
+
+    sel = ",".join(f"{k}={v}" for k, v in {**selector_labels(cr_name), "app.kubernetes.io/component": "consumer"}.items())
+    pods = core.list_namespaced_pod(namespace, label_selector=sel).items or []
+    running = sum(1 for p in pods if (getattr(p.status, "phase", None) or "") not in ("Succeeded", "Failed"))
+    dep = kube.get_deployment(namespace, deployment_name(cr_name))
+    replicas = int(((dep or {}).get("spec") or {}).get("replicas") or 0)
+    return max(running, replicas)
+
+
+def planned_inputs(calls: Any, kube: Any, admin: Any, namespace: str, cr_name: str, spec: Any,
+                   partitions: list[int], timeout_s: float) -> dict[str, Any]:
+    """The finalizer's reads for a drain deleted while Planned (``deletion.decide``), in the order the
+    hand-off's exactness needs: the CR's consumers first (none left: none can act afterwards), then
+    the group's committed offsets, then the mailbox (``calls``: the drain executor's mailbox reader;
+    None when the read failed)."""
+    alive = consumers_alive(calls.core, kube, namespace, cr_name)
+    offs = committed(admin, spec.group_id, spec.topic, partitions, timeout_s)
+    return {"consumers_alive": alive, "committed": {p: offs.get(p, (None, None))[0] for p in partitions},
+            "mailbox": calls.mailbox(admin, spec, partitions)}

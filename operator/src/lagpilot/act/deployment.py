@@ -97,8 +97,9 @@ def _value_env(name: str, value: object) -> dict[str, Any]:
     return {"name": name, "value": str(value)}
 
 
-def build_env(spec: GroupSpec) -> list[dict[str, Any]]:
-    """The runtime's environment (docs/CONTRACTS.md), then the user's extra env."""
+def build_env(spec: GroupSpec, owner_uid: str = "") -> list[dict[str, Any]]:
+    """The runtime's environment (docs/CONTRACTS.md), then the user's extra env. ``owner_uid``: the
+    CR's uid (LAGPILOT_OWNER_UID: the drain hand-off acts only on mailbox entries of this CR)."""
     k, p, f = spec.kafka, spec.processing, spec.failure
     env: list[dict[str, Any]] = [
         _value_env("LAGPILOT_BOOTSTRAP_SERVERS", k.bootstrap_servers),
@@ -143,6 +144,8 @@ def build_env(spec: GroupSpec) -> list[dict[str, Any]]:
          "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
     ]
     env.append(_value_env("LAGPILOT_LOG_LEVEL", "INFO"))
+    if owner_uid:
+        env.append(_value_env("LAGPILOT_OWNER_UID", owner_uid))
     # the user's extra env last; names starting with LAGPILOT_ are rejected by the CRD and spec.py
     user = [dict(e) for e in spec.template.env]
     # the names (never the values) of the user's env entries that come from a Secret: the runtime
@@ -174,7 +177,7 @@ def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
         "imagePullPolicy": spec.template.image_pull_policy,
         # explicit (not the image's entrypoint) so the test-side pod runner can run it as is
         "command": ["lagpilot", "consume"],
-        "env": build_env(spec),
+        "env": build_env(spec, owner_uid=cr_uid),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "livenessProbe": probe,
         "readinessProbe": ready,

@@ -259,7 +259,7 @@ class DrainExecutor(DrainCalls):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members,
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec))
 
     def quiesce_bound_s(self, spec: GroupSpec) -> float:

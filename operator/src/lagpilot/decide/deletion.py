@@ -27,9 +27,18 @@ A CR later created with the same ``groupId`` finds the remainder when its contro
 (:func:`adoption`) and drains it first as a new drain (phase ``HandedOff`` with those sub-ranges),
 then deletes the remainder group once the status records it.
 
-A drain still ``Planned`` handed nothing off — unless the offset alter happened and its status write
-was lost (the group's committed offset is at or past ``split`` for a fixed start): those ranges are
-handed back like a remainder.
+A drain still ``Planned`` may already hold ranges although its status has no start yet: the hand-off
+was published and owners acked (start = their committed offset) and moved themselves to the split
+(issue 23, H1). The finalizer completes the hand-off instead of dropping it (:func:`_planned`): it
+reads the group's committed offsets BEFORE the mailbox (the operator's rule, ``handoff_mailbox.resolve``);
+an acked partition with the group at/past the split is ``[ack, split)`` → handed back like a remainder;
+a partition still pending gets ``ACK_WAIT_S`` for its live owner to ack, then the CR's consumers are
+stopped (Deployment to 0) and, once none is left (no pod, 0 replicas: nobody can act on the request any
+more), its request is withdrawn — the group keeps ``[committed, split)``, its committed offset never
+moved. Every entry of the drain is sealed before the CR goes. Moving the owners' offsets back to the
+acked start instead was rejected: the broker refuses an offset alter while the group has members, and
+a group past the split would re-process everything it did since (and one committed offset cannot
+express a gap).
 """
 from __future__ import annotations
 
@@ -38,13 +47,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .handoff import DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, ranges_of, with_progress
+from dataclasses import field
+
+from lagpilot_runtime import handoff_mailbox as mbx
+
+from .handoff import (DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, ranges_of, seal_entries,
+                      with_progress)
 
 REMAINDER_SUFFIX = ".lagpilot-remainder"
 REMAINDER_PREFIX = "lpr1"
 DEFAULT_WAIT_S = 600.0
 SETTLE_S = 10.0  # let the stopped control loop's last cycle end before acting on status.drain
 POLL_S = 5.0
+ACK_WAIT_S = 30.0  # Planned: how long after the settle live owners get to ack before the consumers are stopped
 
 
 def remainder_group(group_id: str) -> str:
@@ -115,6 +130,7 @@ class DeleteKind(str, enum.Enum):
     WAIT = "Wait"              # check again in `delay_s`
     DELETE_JOB = "DeleteJob"   # stop the drain's Job (foreground), then check again
     HAND_BACK = "HandBack"     # write the remainder group, then release
+    STOP_CONSUMERS = "StopConsumers"  # Planned: scale the consumer Deployment to 0, then check again
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,8 @@ class DeleteDecision:
     remainder: Remainder | None = None
     delay_s: float = POLL_S
     event: tuple[str, str, str] | None = None  # (type, reason, message)
+    # Planned: sealed mailbox entries to write (after the remainder, before the release)
+    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)
 
     @property
     def condition(self) -> tuple[str, str, str]:
@@ -137,14 +155,19 @@ def holds_range(d: DrainStatus | None) -> bool:
     if d is None or d.phase is Phase.VERIFIED:
         return False
     if d.phase is Phase.PLANNED:
-        return any(r.start is not None for r in d.ranges)
+        return True  # owners may have acked and moved to the split already (the starts are in the mailbox)
     return d.remaining > 0 or d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.HANDED_OFF) and not d.sub_ranges
 
 
 def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mapping[tuple[int, int], tuple[int, int]] | None,
            committed: Mapping[int, int | None] | None, deleting_since: float, now: float,
-           wait_s: float = DEFAULT_WAIT_S, settle_s: float = SETTLE_S) -> DeleteDecision:
-    """One step of the finalizer (pure). ``progress``/``committed`` None: not measured (waits)."""
+           wait_s: float = DEFAULT_WAIT_S, settle_s: float = SETTLE_S,
+           mailbox: Mapping[int, mbx.Entry | None] | None = None, consumers_alive: int | None = None,
+           owner: str = "", ack_wait_s: float = ACK_WAIT_S) -> DeleteDecision:
+    """One step of the finalizer (pure). ``progress``/``committed``/``mailbox``/``consumers_alive``
+    None: not measured (waits). For a Planned drain: ``committed`` read BEFORE ``mailbox`` (the
+    hand-off mailbox entries), ``consumers_alive`` (the CR's consumer pods, or its Deployment's
+    replicas if more) read before both; ``owner`` is the CR's uid."""
     if not holds_range(d):
         return DeleteDecision(DeleteKind.RELEASE, "NothingHeld", "no drain holds a range; released")
     assert d is not None
@@ -153,13 +176,7 @@ def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mappi
         return DeleteDecision(DeleteKind.WAIT, "Settling", f"drain {d.id} {d.phase.value}: waiting for the control loop to stop",
                               delay_s=max(1.0, settle_s - age))
     if d.phase is Phase.PLANNED:
-        if committed is None:
-            return DeleteDecision(DeleteKind.WAIT, "WaitingForKafka", "reading the group's committed offsets")
-        rem = remainder_of(d, committed)
-        if not rem.ranges:
-            return DeleteDecision(DeleteKind.RELEASE, "NothingHandedOff",
-                                  f"drain {d.id} was not handed off: the group still owns its records; released")
-        return _hand_back(d, rem, "the offsets were already moved to the split before the hand-off was recorded")
+        return _planned(d, committed, mailbox, consumers_alive, owner, age, settle_s + ack_wait_s)
     if progress is None:
         if age < wait_s:
             return DeleteDecision(DeleteKind.WAIT, "WaitingForKafka", f"drain {d.id}: reading its progress")
@@ -184,6 +201,47 @@ def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mappi
         return DeleteDecision(DeleteKind.DELETE_JOB, "StoppingDrain",
                               f"drain {d.id}: {why}; stopping its Job to hand the remainder back")
     return _hand_back(d, remainder_of(d), "the drain did not finish before the CR was deleted")
+
+
+def _planned(d: DrainStatus, committed: Mapping[int, int | None] | None, mailbox: Mapping[int, mbx.Entry | None] | None,
+             consumers_alive: int | None, owner: str, age: float, ack_until: float) -> DeleteDecision:
+    """Complete (or safely withdraw) a published hand-off before the CR goes; see the module docstring."""
+    if committed is None or mailbox is None:
+        return DeleteDecision(DeleteKind.WAIT, "WaitingForKafka", f"drain {d.id}: reading the group's offsets and the hand-off mailbox")
+    posted: dict[int, mbx.Entry] = {}   # entries of this drain in the mailbox (an owner may act on them)
+    known: dict[int, mbx.Entry] = {}    # ... plus starts a pre-mailbox operator fixed (acks nobody else sees)
+    for r in d.ranges:
+        e = mailbox.get(r.partition)
+        if mbx.of_drain(e, d.id, r.split, owner):
+            posted[r.partition] = known[r.partition] = e  # type: ignore[assignment]
+        elif r.start is not None:
+            known[r.partition] = mbx.Entry(d.id, r.split, r.start, owner=owner)
+    res = {r.partition: mbx.resolve(committed.get(r.partition), known.get(r.partition), d.id, r.split, owner)
+           for r in d.ranges}
+    # unresolved with a live request (or ack) of this drain: its owner may still ack and move
+    pending = sorted(p for p, x in res.items() if not x.resolved and p in posted and not posted[p].done)
+    if pending:
+        if consumers_alive is None:
+            return DeleteDecision(DeleteKind.WAIT, "WaitingForKubernetes", f"drain {d.id}: reading the consumer pods")
+        if consumers_alive > 0:
+            if age < ack_until:
+                return DeleteDecision(DeleteKind.WAIT, "WaitingForHandOff",
+                                      f"drain {d.id} Planned: waiting for the owners of partitions {pending} to acknowledge "
+                                      f"the hand-off before the CR goes", delay_s=2.0)
+            return DeleteDecision(DeleteKind.STOP_CONSUMERS, "StoppingConsumers",
+                                  f"drain {d.id} Planned: no acknowledgement for partitions {pending}; stopping the "
+                                  f"consumers ({consumers_alive} left) so nobody acts on the hand-off after the CR is gone")
+        # no consumer of this CR is left and none will start: nobody can act on the request any more;
+        # withdrawn (sealed as an empty range): the group keeps [committed, split)
+        res = {**res, **{p: mbx.Resolution(True, res[p].split, res[p].split) for p in pending}}
+    seal = seal_entries(d, res, posted, owner)
+    rem = Remainder(d.id, tuple(sorted((p, int(x.start), x.split) for p, x in res.items()
+                                       if x.resolved and not x.empty and x.start is not None)))
+    if not rem.ranges:
+        return DeleteDecision(DeleteKind.RELEASE, "NothingHandedOff",
+                              f"drain {d.id} was not handed off: the group still owns its records; released", entries=seal)
+    h = _hand_back(d, rem, "the owners had acknowledged the hand-off (Planned) and moved to the split")
+    return DeleteDecision(h.kind, h.reason, h.message, h.remainder, h.delay_s, h.event, entries=seal)
 
 
 def _hand_back(d: DrainStatus, rem: Remainder, why: str) -> DeleteDecision:

@@ -29,8 +29,11 @@ The hand-off never stops the live group (``lagpilot_runtime.handoff_mailbox``, t
 - A published request is never withdrawn (a withdrawal could race an ack and lose a range):
   cancel/disable wait until every partition resolved; cancel then records the ranges as
   Cancelled-with-remainder.
-- Every resolved range is sealed in the mailbox (``done=1``) with its HandedOff status write, so a
-  stale entry never moves a group again; a lost status write is recognised from the sealed entries.
+- Every resolved partition is sealed in the mailbox (``done=1``) with its HandedOff (or Cancelled)
+  status write — acked or not (a partition that reached the split by itself is sealed with an empty
+  range) — so no entry of a finished hand-off ever moves a group again, e.g. after its offsets were
+  reset by hand; a lost status write is recognised from the sealed entries.
+- Every entry carries the CR's uid (``Observed.owner``); entries of another CR are not this drain's.
 """
 from __future__ import annotations
 
@@ -423,6 +426,8 @@ class Observed:
     # the group's members (None: not read); read while the quiesce fallback runs or after it gave up
     members: Sequence[GroupMember] | None = None
     quiesce_timeout_s: float = QUIESCE_TIMEOUT_S
+    # the CR's uid: written into every mailbox entry; entries of another CR are not this drain's
+    owner: str = ""
 
 
 @dataclass(frozen=True)
@@ -764,8 +769,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     offs, mb = observed.offsets, observed.mailbox
     if offs is None or mb is None or any(r.partition not in offs for r in d.ranges):
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+    owner = observed.owner
     mine = {r.partition: e for r in d.ranges
-            if (e := mb.get(r.partition)) is not None and e.drain_id == d.id and e.split == r.split}
+            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, d.id, r.split, owner)}
 
     if d.published_at is None:
         if stop and not mine:
@@ -774,7 +780,8 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             c = dataclasses.replace(c, ranges=(), sub_ranges=())
             return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
         # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
-        entries = {r.partition: (mbx.request(d.id, r.split) if r.start is None else mbx.Entry(d.id, r.split, r.start))
+        entries = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
+                                 else mbx.Entry(d.id, r.split, r.start, owner=owner))
                    for r in d.ranges if r.partition not in mine}
         path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
         p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
@@ -783,10 +790,11 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
         return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
 
-    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), d.id, r.split) for r in d.ranges}
+    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), d.id, r.split, owner)
+           for r in d.ranges}
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if not pending:
-        return _resolved(spec, d, res, mine, now)
+        return _resolved(spec, d, res, mine, now, owner)
 
     if observed.group_empty is True:
         # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
@@ -796,7 +804,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             if r.partition not in pending:
                 continue
             o = offs[r.partition]
-            step = mbx.owner_step(mine.get(r.partition, mbx.request(d.id, r.split)), o.position)
+            step = mbx.owner_step(mine.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
             if step.ack is not None:
                 entries[r.partition] = step.ack
             if step.move_to is not None:
@@ -868,10 +876,10 @@ def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int],
 
 
 def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution],
-              mine: Mapping[int, mbx.Entry], now: float) -> Action:
+              mine: Mapping[int, mbx.Entry], now: float, owner: str = "") -> Action:
     """Every planned partition resolved: seal the entries, record the ranges (HandedOff), or
     Cancelled (nothing to drain / cancel requested meanwhile: the remainder stays recorded)."""
-    seal = {p: e.sealed() for p, e in mine.items() if e.acked and not e.done}
+    seal = seal_entries(d, res, mine, owner)
     ranges = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty)
     restore = d.restore_replicas if d.quiescing else None
     path = d.hand_off_path or PATH_ACK
@@ -890,6 +898,21 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
                       event=("Normal", "DrainCancelled", c.message))
     return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
+
+
+def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mapping[int, mbx.Entry],
+                 owner: str) -> dict[int, mbx.Entry]:
+    """The sealed entry of every resolved partition not sealed yet: an ack sealed as it is; a
+    partition the group got past by itself (a request nobody acked, or no entry at all) sealed with
+    the empty range ``[split, split)`` — left as a request, a later offset reset (by hand, or a CR
+    re-created with this groupId) would make its owner ack and jump to the split with no drain."""
+    out: dict[int, mbx.Entry] = {}
+    for r in d.ranges:
+        x, e = res.get(r.partition), mine.get(r.partition)
+        if x is None or not x.resolved or (e is not None and e.done):
+            continue
+        out[r.partition] = e.sealed() if e is not None and e.acked else mbx.sealed_entry(d.id, r.split, r.split, owner)
+    return out
 
 
 def forward_moves(moves: Mapping[int, int], committed_now: Mapping[int, int | None]) -> dict[int, int]:
