@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, OperatorProcess, operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, checkout_pythonpath, operator_env
 from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.decide.status import parse_time
 from lagpilot.decide.status_codec import parse_ranges
@@ -148,6 +148,7 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,
             "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000, **(drain or {})},
+            # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
             "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
                                  *({"name": k, "value": v} for k, v in (consumer_env or {}).items())]},

@@ -96,6 +96,13 @@ def promtool_tests(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
              {"eval_time": "2m", "alertname": "LagpilotDrainFailed", "exp_alerts": [_alert(
                  rules, "LagpilotDrainFailed", {**g, "type": "Draining", "status": "False", "reason": "DrainFailed"})]},
              {"eval_time": "2m", "alertname": "LagpilotDrainCancelled", "exp_alerts": []}]},
+        {"name": "a stalled drain attempt (H3); a drain that moves again stays quiet", "interval": "1m",
+         "input_series": [_series("lagpilot_status_condition", "1x5", type="DrainStalled", status="True", reason="NoProgress"),
+                          _series("lagpilot_status_condition", "1x5", type="DrainStalled", status="False",
+                                  reason="Progressing", name="billing")],
+         "alert_rule_test": [
+             {"eval_time": "2m", "alertname": "LagpilotDrainStalled", "exp_alerts": [_alert(
+                 rules, "LagpilotDrainStalled", {**g, "type": "DrainStalled", "status": "True", "reason": "NoProgress"})]}]},
         {"name": "data lost to retention", "interval": "1m",
          "input_series": [_series("lagpilot_data_loss_records", "0 0 0 5 5 5 5"),
                           _series("lagpilot_data_loss_records", "7x6", name="billing")],

@@ -18,25 +18,32 @@ from lagpilot_runtime.failure import RetryPolicy, run_batch
 from lagpilot_runtime.handler import Record
 
 
+def _alarm() -> tuple[object, bool]:
+    """SIGALRM's handler and whether an alarm is armed (a test runner's own timeout may use one)."""
+    return signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0] > 0
+
+
 def test_a_call_past_its_deadline_is_interrupted():
+    before = _alarm()
     with pytest.raises(BatchTimeout) as err:
         with bounded(0.2, "drain batch p0#1"):
             time.sleep(30)
     assert "drain batch p0#1" in str(err.value) and "0.2" in str(err.value)
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # nothing left armed
+    assert _alarm() == before  # the previous handler and alarm are back
 
 
 def test_a_call_within_its_deadline_is_untouched():
+    before = _alarm()
     with bounded(5, "quick"):
         x = sum(range(1000))
     assert x == 499500
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert _alarm() == before
 
 
 def test_no_deadline_means_none():
+    before = _alarm()
     with bounded(None, "unbounded"):
-        pass
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert _alarm() == before
 
 
 def test_the_failure_policy_does_not_retry_or_dead_letter_a_timeout():
@@ -63,4 +70,5 @@ def test_a_call_the_alarm_cannot_interrupt_ends_the_process():
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "not reached" not in proc.stdout
-    assert "stuck batch" in proc.stderr, proc.stderr[-2000:]
+    # faulthandler's watchdog (C: runs even when no Python code can) dumped the stacks and exited
+    assert "Timeout (" in proc.stderr, proc.stderr[-2000:]

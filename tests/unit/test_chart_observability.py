@@ -86,10 +86,14 @@ def test_the_alerts_and_their_labels(on: h.Rendered) -> None:
     rules = {x["alert"]: x for x in _rules(on)}
     assert set(rules) == {"LagpilotCatchUpOverSLA", "LagpilotLagGrowingAtMaxReplicas", "LagpilotDrainFailed",
                           "LagpilotDrainCancelled", "LagpilotDataLoss", "LagpilotGroupDegraded",
-                          "LagpilotConsumerStuck", "LagpilotOperatorDown", "LagpilotOperatorNotReconciling"}
+                          "LagpilotConsumerStuck", "LagpilotOperatorDown", "LagpilotOperatorNotReconciling",
+                          "LagpilotDrainStalled"}
     assert all(x["labels"]["severity"] in ("info", "warning", "critical") for x in rules.values())
     assert all(x["annotations"]["summary"] and x["annotations"]["description"] for x in rules.values())
     assert rules["LagpilotCatchUpOverSLA"]["for"] == "10m"
+    # H3: a drain attempt the operator stopped for lack of progress (or of a running pod)
+    assert rules["LagpilotDrainStalled"]["expr"].strip() == 'lagpilot_status_condition{type="DrainStalled", status="True"} == 1'
+    assert rules["LagpilotDrainStalled"]["labels"]["severity"] == "warning"
     # the operator-down job is the metrics Service's name: the job a ServiceMonitor scrape gets
     svc = on.get("Service", f"{FULL}-metrics")
     assert f'up{{job="{svc["metadata"]["name"]}"}}' in rules["LagpilotOperatorDown"]["expr"]

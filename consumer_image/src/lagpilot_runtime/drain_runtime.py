@@ -72,6 +72,14 @@ STOP_WAIT_S = 20.0  # a terminated Job process waits this long for the runtime t
 MAX_BODY_BYTES = 256 * 1024  # a plan travels as one env var (<= 128 KiB) plus its signature
 REQUEST_TIMEOUT_S = 10.0  # each socket read/write of the runtime's HTTP side (a silent caller is dropped)
 MAX_CONNECTIONS = 16  # handler threads at once; more connections get 503 and are closed
+# while it waits for the plan's outcome, the Job's process checks the runtime's /healthz every
+# HEARTBEAT_S (each check times out after as long) and gives the attempt up after HEARTBEAT_MISSES
+# checks in a row that did not show this plan running: a runtime that stopped answering (SIGSTOP,
+# its node frozen or lost) fails the attempt in about (misses x 2 x heartbeat) instead of never
+HEARTBEAT_ENV = "LAGPILOT_DRAIN_RUNTIME_HEARTBEAT_SECONDS"
+HEARTBEAT_S = 10.0
+HEARTBEAT_MISSES = 3
+ANSWER_TIMEOUT_S = 60.0  # reading the outcome once it started arriving
 
 
 @dataclass(frozen=True)
@@ -433,15 +441,76 @@ class Terminated(Exception):
     """The drain Job's process was asked to stop (SIGTERM: the Job deleted, the attempt cancelled)."""
 
 
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalive on the plan's connection: a runtime whose node is gone (no FIN, no RST) is
+    noticed by the kernel too, not only by the heartbeat below."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+    except OSError:
+        pass
+
+
+def heartbeat_settings(env: Mapping[str, str] | None = None) -> tuple[float, float, int]:
+    """(seconds between checks, a check's timeout, unanswered checks before giving up) from
+    ``LAGPILOT_DRAIN_RUNTIME_HEARTBEAT_SECONDS`` (default 10; the timeout is the same, 3 misses)."""
+    e = os.environ if env is None else env
+    try:
+        every = float(e.get(HEARTBEAT_ENV) or HEARTBEAT_S)
+    except ValueError:
+        every = HEARTBEAT_S
+    every = max(0.05, every)
+    return every, every, HEARTBEAT_MISSES
+
+
+def probe(host: str, port: int, timeout_s: float) -> str | None:
+    """``running`` of the runtime's ``/healthz`` (the running plan's token; "" when idle); None when it
+    does not answer in time."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        running = json.loads(resp.read().decode() or "{}").get("running")
+        return "" if running is None else str(running)
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def _await_answer(conn: http.client.HTTPConnection, host: str, port: int, token: str, heartbeat_s: float,
+                  probe_timeout_s: float, max_misses: int) -> bool:
+    """Wait until the runtime's answer starts arriving on ``conn`` (True), checking between
+    heartbeats that the runtime still runs this plan; False after ``max_misses`` checks in a row
+    unanswered (or answered by a runtime that does not run it): the runtime stopped answering."""
+    misses = 0
+    while True:
+        readable, _, _ = select.select([conn.sock], [], [], heartbeat_s)
+        if readable:
+            return True
+        busy = probe(host, port, probe_timeout_s)
+        # busy "" (idle): the plan just ended and its answer is on the way, or the runtime lost it
+        # (restarted: then the connection is reset and reads fail); one more round decides
+        misses = 0 if token and busy == token else misses + 1
+        if misses >= max_misses:
+            return False
+
+
 def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
             sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
             stop_wait_s: float = STOP_WAIT_S, auth: plan_auth.PlanAuth | None = None,
-            plan_text: str | None = None) -> Outcome:
+            plan_text: str | None = None, heartbeat_s: float | None = None,
+            probe_timeout_s: float | None = None, max_misses: int | None = None) -> Outcome:
     """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
     listens (or it is not warm yet): no attempt of this drain can be running there then.
 
     A connection lost after the plan was sent (the runtime died) ends the attempt as failed (the
-    operator retries it). On :class:`Terminated` (raised by the caller's SIGTERM handler while it
+    operator retries it), and so does a runtime that stops answering: between heartbeats
+    (``heartbeat_s``, default ``LAGPILOT_DRAIN_RUNTIME_HEARTBEAT_SECONDS``) its ``/healthz`` must show
+    this plan running; ``max_misses`` checks in a row that do not (unanswered within
+    ``probe_timeout_s``) end the wait with a failed attempt. On :class:`Terminated` (raised by the caller's SIGTERM handler while it
     waits) the connection is closed, which makes the runtime cancel the plan, and this process waits
     (up to ``stop_wait_s``) until the runtime no longer runs it: the pod ends only after its plan
     did, so whoever waits for the pod (the operator's retry, the finalizer's hand-back of the
@@ -452,6 +521,10 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
     of this very plan may be running in the runtime."""
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
+    every, check_timeout, misses = heartbeat_settings()
+    every = every if heartbeat_s is None else heartbeat_s
+    check_timeout = check_timeout if probe_timeout_s is None else probe_timeout_s
+    misses = misses if max_misses is None else max(1, max_misses)
     deadline = now() + busy_wait_s
     text = plan_text if plan_text is not None else plan.to_json()
     body = json.dumps({"plan": text, "auth": auth.to_dict() if auth is not None else None})
@@ -463,9 +536,17 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
                 conn.connect()
             except OSError as exc:
                 raise Unreachable(f"no drain runtime at {host}:{port}: {exc.__class__.__name__}") from exc
-            conn.sock.settimeout(None)  # a drain takes as long as it takes; the Job's deadline bounds it
+            _keepalive(conn.sock)
             try:
                 conn.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
+                # a drain takes as long as it takes: wait for its answer as long as the runtime shows
+                # it running (heartbeat); the Job's activeDeadlineSeconds bounds the whole attempt
+                if not _await_answer(conn, host, port, token, every, check_timeout, misses):
+                    conn.close()  # a runtime that resumes sees its caller gone and cancels the plan
+                    return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime at {host}:{port} stopped "
+                                   f"answering ({misses} heartbeats {every:g} s apart without it running drain "
+                                   f"{plan.drain_id}); attempt abandoned")
+                conn.sock.settimeout(ANSWER_TIMEOUT_S)
                 resp = conn.getresponse()
                 answer = resp.read().decode()
             except Terminated:

@@ -111,6 +111,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
 
     from . import jsonlog
     from . import redaction
+    from .batch_deadline import BatchTimeout, bounded
     from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
     from .handler import BatchContext, commits_progress, describe_error, load_handler
 
@@ -121,6 +122,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                        source="drain", concurrency=cfg.concurrency, group_id=spec.group_id, drain_id=spec.drain_id)
     sink_progress = commits_progress(handler)
     policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
+    handler_timeout_s = cfg.max_poll_interval_ms / 1000.0
     summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
                                "task_started_at": task_started_at, "worker_forked_at": process_start_time(),
                                "daemon_started_at": process_start_time(os.getppid()), "first_record_at": None}
@@ -154,7 +156,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         def call(piece: list[Any]) -> None:
             # progress with the whole batch only (a piece of a failure isolation does not cover all below it)
             ctx.offsets = offsets if len(piece) == len(batch) else None
-            handler(piece, ctx)
+            # a hung handler fails the task (BatchTimeout: never retried or dead-lettered), it does not
+            # hang it: the consumer's bound on one batch, max.poll.interval.ms, bounds a drain batch too
+            with bounded(handler_timeout_s, f"drain batch p{piece[0].partition}@{piece[0].offset}"):
+                handler(piece, ctx)
 
         result = run_batch(batch, call, policy, sleep=time.sleep)
         if result.failures:
@@ -215,6 +220,8 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
             # reached it (a crash after the sink's commit of the last batch, before the progress commit)
             commit(sub.end, done_records)
         yield summary
+    except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
+        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: {exc}")) from None
     except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained
         # (a chained cause would be printed whole by the worker's traceback, secrets and all)
         raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: "
