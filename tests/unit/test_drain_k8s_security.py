@@ -86,6 +86,8 @@ def test_executor_pods_get_a_restricted_pod_template():
     spec = template["spec"]
     assert restricted_violations(spec) == []
     assert spec["automountServiceAccountToken"] is False  # executors never call the API
+    # not the driver's (drain) ServiceAccount, Spark's fallback when the template names none
+    assert spec["serviceAccountName"] == "default"
     # the JVM's and the Python workers' scratch space: the root filesystem is read-only
     assert {"name": "tmp", "mountPath": "/tmp"} in spec["containers"][0]["volumeMounts"]
     assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
