@@ -119,3 +119,18 @@ def test_long_names_are_shortened_stably() -> None:
     v = label_value(long)
     assert len(v) <= 63 and v == label_value(long) and v != label_value("a" * 81)
     assert len(deployment_name("b" * 300)) <= 253
+
+
+def test_an_operator_upgrade_does_not_change_the_pod_template() -> None:
+    """M10 (issue 23): the operator's version labels the Deployment, not its pod template: a new
+    operator version re-applies the same template, so no consumer Deployment rolls (the pods
+    restart only when what they run changes, e.g. spec.template.image)."""
+    spec = parse_spec(SASL_PG)
+    old = build_deployment("orders", "ns1", "uid-123", spec, 3, version="0.1.0")
+    new = build_deployment("orders", "ns1", "uid-123", spec, 3, version="0.2.0")
+    assert old["spec"]["template"] == new["spec"]["template"]
+    assert new["metadata"]["labels"]["app.kubernetes.io/version"] == "0.2.0"
+    assert "app.kubernetes.io/version" not in new["spec"]["template"]["metadata"]["labels"]
+    moved = build_deployment("orders", "ns1", "uid-123", parse_spec({**SASL_PG, "template": {
+        **SASL_PG["template"], "image": "reg/consumer:1.3"}}), 3, version="0.2.0")
+    assert moved["spec"]["template"] != new["spec"]["template"]  # an image change still rolls
