@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import subprocess
 import time
@@ -68,7 +69,13 @@ class CampaignBase:
         self.kubectl("wait", "--for=condition=Established", "crd/batchconsumergroups.lagpilot.io", "--timeout=90s")
         self.api = config.new_client_from_config(config_file=str(i.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
-        self.core.create_namespace({"metadata": {"name": self.ns, "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"}}})
+        # the sink's crash hook for the eos CR's consumers (the alo CR's ledger sink has none): the pod
+        # runner adds a namespace's test-env annotation to its pods (a CR cannot set LP_TEST_*)
+        from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
+        hooks = {"LP_TEST_SINK_CRASH_AT": "after_sink_write", "LP_TEST_SINK_CRASH_DIR": str(self.crash_dir),
+                 "LP_TEST_SINK_CRASH_SOURCE": "consumer", "LP_TEST_SINK_CRASH_AFTER_BATCHES": "2"}
+        self.core.create_namespace({"metadata": {"name": self.ns, "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"},
+                                                 "annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)}}})
         self.until(lambda: self.core.read_namespaced_service_account("default", self.ns), "default SA", 120)
         self.core.create_namespaced_secret(self.ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": self.dsn}})
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -117,14 +124,11 @@ class CampaignBase:
                                               "cost_ms": str(self.args.cost_ms)}},
                     "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000,
                               **({"warmRuntime": True} if self.warm else {})},
+                    # the sink's crash hook (a consumer dies right after a batch's transaction, before
+                    # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
+                    # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
                     "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
-                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                                         # the sink's crash hook: a consumer dies right after a batch's
-                                         # transaction, before its Kafka commit, once per armed marker
-                                         {"name": "LP_TEST_SINK_CRASH_AT", "value": "after_sink_write"},
-                                         {"name": "LP_TEST_SINK_CRASH_DIR", "value": str(self.crash_dir)},
-                                         {"name": "LP_TEST_SINK_CRASH_SOURCE", "value": "consumer"},
-                                         {"name": "LP_TEST_SINK_CRASH_AFTER_BATCHES", "value": "2"}]}}
+                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
         return {**common,
                 "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                                "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},

@@ -13,6 +13,12 @@ the end; the driver's log holds no 403/Forbidden. Then the same with one executo
 mid-drain (Spark reruns its tasks: ledger exact), and with the driver SIGKILLed (the Job fails; the
 executor pods, owned by the driver pod, are garbage-collected once the Job is deleted).
 
+H4 (issue 23): the same drain in a namespace enforcing Pod Security `restricted` (driver and
+executor pods admitted by kube-apiserver's PodSecurity admission), RPC authenticated and encrypted,
+executors ended with their driver and garbage-collected with its pod (the drain Role has no
+deletecollection); and the chart's ValidatingAdmissionPolicy refusing the drain ServiceAccount any
+pod that is not executor-shaped (server-side dry runs).
+
 The first three create the Job directly (no CR, no owner): quicker, and the fault is the point. The
 last runs the whole hand-off through the operator with `LAGPILOT_DRAIN_SPARK_MASTER=k8s://...`
 (test_drain_operator's scenario and exact-once check) and requires Verified.
@@ -85,7 +91,7 @@ def _job_done(kube: KubeEnv, ns: str, name: str) -> str | None:
 
 def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], new_topic: Callable[..., str],
                kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], cost_ms: int,
-               during: Callable[[str, str], Any] | None = None) -> dict[str, Any]:
+               during: Callable[[str, str], Any] | None = None, restricted: bool = False) -> dict[str, Any]:
     from kubernetes import client
 
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
@@ -95,6 +101,9 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
 
     ns = namespace("drk8s")
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
+    if restricted:  # PodSecurity admission (in kube-apiserver) rejects every pod not meeting `restricted`
+        kube.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                     "pod-security.kubernetes.io/enforce-version=latest")
     core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
     # the chart's drain ServiceAccount + Role + RoleBinding for this namespace, as helm renders them
     # (lagpilot_dev.spark_k8s: shared with bench/drain.py --executors --k8s)
@@ -147,12 +156,81 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     driver_log = next(p for p in logs if driver["metadata"]["name"] in p.name).read_text(errors="replace")
     assert outcome == "Complete", driver_log[-6000:]
     rep = _ledger(postgres_dsn, table, ranges)
-    # executors deleted by the driver at the end (the pod runner removes them once they stopped)
-    wait_until(lambda: _executors(kube, ns) == [], "executor pods deleted", 120, 1.0)
+    # the executors end with their driver (no deletecollection: the drain Role has none); their pods,
+    # owned by the driver pod, are garbage-collected with it when the Job goes (TTL, the operator)
+    wait_until(lambda: not _running(_executors(kube, ns)), "executor pods ended", 120, 1.0)
     denied = [ln for ln in driver_log.splitlines() if any(d in ln for d in DENIED)]
     assert denied == [], denied[:5]
+    # RPC authenticated and encrypted (spark.authenticate, spark.network.crypto.enabled)
+    conf_env = next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF")
+    assert json.loads(conf_env)["spark.network.crypto.enabled"] == "true"
+    kube.kubectl("delete", "job", "-n", ns, name, "--cascade=background", "--wait=false")
+    wait_until(lambda: _executors(kube, ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0)
     return {"report": rep, "total": PER_PARTITION * PARTS, "subs": len(subs), "extra": extra, "driver_log": driver_log,
             "executor_logs": [p.name for p in logs if "-exec-" in p.name]}
+
+
+def test_drain_on_k8s_in_a_namespace_enforcing_restricted(kube: KubeEnv, kube_api: Any, pod_runner: Any,
+                                                         namespace: Callable[..., str], new_topic: Callable[..., str],
+                                                         kafka_bootstrap: str, postgres_dsn: str,
+                                                         spark_jars: list[str]) -> None:
+    """H4 (issue 23): a namespace labelled pod-security.kubernetes.io/enforce=restricted admits the
+    drain's driver (the Job's pod) and the executor pods Spark creates (their pod template), and the
+    drain is exact."""
+    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
+                     cost_ms=0, restricted=True)
+    rep = out["report"]
+    print("restricted namespace: executors", out["executor_logs"], "ledger:", rep)
+    assert len(out["executor_logs"]) >= 2
+    assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
+
+
+def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, kube_api: Any,
+                                                                namespace: Callable[..., str]) -> None:
+    """H4 (issue 23): RBAC cannot narrow pod create; the chart's ValidatingAdmissionPolicy (evaluated
+    by kube-apiserver) lets the drain ServiceAccount create only executor-shaped pods. Server-side
+    dry runs: admission runs, nothing is stored."""
+    from lagpilot_dev.spark_k8s import apply_drain_rbac
+
+    ns = namespace("drk8s-vap")
+    sa = apply_drain_rbac(kube.part, ns, f"lpv-{uuid.uuid4().hex[:5]}")
+    kube.kubectl("create", "serviceaccount", "-n", ns, "powerful")
+    as_drain = kube.kubeconfig_for_service_account(ns, sa)
+    sec = {"runAsNonRoot": True, "runAsUser": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+    csec = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+    def pod(**over: Any) -> dict[str, Any]:
+        spec = {"automountServiceAccountToken": False, "securityContext": sec,
+                "containers": [{"name": "spark-kubernetes-executor", "image": "lagpilot/consumer:dev",
+                                "args": ["executor"], "securityContext": csec,
+                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+                "volumes": [{"name": "tmp", "emptyDir": {}}]}
+        meta = {"generateName": "exec-", "labels": {"spark-role": "executor"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": str(uuid.uuid4())}]}
+        for k, v in over.items():
+            (meta if k in ("labels", "ownerReferences") else spec)[k] = v
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    def create(manifest: dict[str, Any], kubeconfig: Path | None = as_drain) -> Any:
+        return kube.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", check=False,
+                            input_text=json.dumps(manifest), kubeconfig=kubeconfig)
+
+    ok = create(pod())
+    assert ok.returncode == 0, ok.stderr  # what Spark creates is admitted
+    denied = {
+        "another ServiceAccount": pod(serviceAccountName="powerful"),
+        "a token mounted": pod(automountServiceAccountToken=True),
+        "not owned by a pod": pod(ownerReferences=[]),
+        "a Secret volume": pod(volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "x"}}]),
+        "the host network": pod(hostNetwork=True),
+    }
+    for what, manifest in denied.items():
+        r = create(manifest)
+        print(f"{what}: rc {r.returncode}: {r.stderr.strip()[:300]}")
+        assert r.returncode != 0 and "ValidatingAdmissionPolicy" in r.stderr, (what, r.stdout, r.stderr)
+    # the policy binds the drain account only: the same pod from an admin is the admin's business
+    admin = create(pod(serviceAccountName="powerful"), kubeconfig=None)
+    assert admin.returncode == 0, admin.stderr
 
 
 def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any, pod_runner: Any,

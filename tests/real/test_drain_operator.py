@@ -97,6 +97,14 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[i
     produce_counts(bootstrap, topic, counts, produced, lambda part: json.dumps({"p": part}).encode())
 
 
+def set_test_env(core: Any, ns: str, hooks: dict[str, str]) -> None:
+    """The runtime's LP_TEST_* fault hooks for every pod of `ns` (the pod runner adds them:
+    lagpilot_dev.podrunner TEST_ENV_ANNOTATION)."""
+    from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
+
+    core.patch_namespace(ns, {"metadata": {"annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)}}})
+
+
 def grant_operator(rbac: Any, core: Any, ns: str, rules: list[dict[str, Any]], postgres_dsn: str) -> None:
     """The operator's Role + RoleBinding to its ServiceAccount in `ns`, and the `pg` Secret (the DSN)."""
     rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rules})
@@ -138,6 +146,9 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
         s = Scenario(ns, "orders", topic, "g-" + uuid.uuid4().hex[:6], table, op, custom, core, bootstrap=kafka_bootstrap,
                      logs=Path(pod_runner.workdir) / "logs")
         produce(kafka_bootstrap, topic, backlog, s.produced)
+        hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
+        if hooks:  # fault hooks reach the pods through the pod runner, never a CR (the CRD refuses them)
+            set_test_env(core, ns, hooks)
         apply_cr(crd, ns, cr(s.name, {
             "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
             "topic": topic, "groupId": s.group,
@@ -151,7 +162,8 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
             "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                                 *({"name": k, "value": v} for k, v in (consumer_env or {}).items())]},
+                                 *({"name": k, "value": v} for k, v in (consumer_env or {}).items()
+                                   if not k.startswith("LP_TEST_"))]},
         }))
 
         rates = live if live is not None else {p: live_per_s for p in range(PARTS)}

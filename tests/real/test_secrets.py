@@ -158,9 +158,12 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     assert not any(v in json.dumps(env) for v in values.values())
 
 
+@pytest.mark.parametrize("runtime", ["cold", "warm"])
 def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
-        crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,  # noqa: F811
-        new_topic: Callable[..., str], spark_jars: list[str]) -> None:
+        runtime: str, crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],  # noqa: F811
+        kafka_bootstrap: str, new_topic: Callable[..., str], spark_jars: list[str]) -> None:
+    """cold: the drain Job's own Spark; warm: the CR's warm drain runtime (spec.drain.warmRuntime)
+    runs the attempt and the Job's process reports its outcome."""
     from confluent_kafka import Consumer, Producer
     from kubernetes import client
 
@@ -202,7 +205,8 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
             "failure": {"policy": "deadLetter", "maxRetries": 0},
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2},
             "catchUpSLASeconds": 60,
-            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 6, "minBacklogRecords": 1000},
+            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 6, "minBacklogRecords": 1000,
+                      **({"warmRuntime": True} if runtime == "warm" else {})},
             "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEAKY_DSN", "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}}}]},
         }))
@@ -219,7 +223,10 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
         # driver, its termination message, the operator, status.drain.lastError
         d = wait_until(failed_attempt, "a drain attempt failing on the client's error (status.drain.lastError)",
                        900, interval=2)
-        print(f"drain: phase {d.get('phase')} attempt {d.get('attempt')} lastError {d.get('lastError')!r}")
+        print(f"drain: phase {d.get('phase')} attempt {d.get('attempt')} runtime {d.get('runtime')} "
+              f"lastError {d.get('lastError')!r}")
+        if runtime == "warm":  # the attempt really ran in the warm runtime
+            assert d.get("runtime") == "warm", d
         wait_until(lambda: [e for e in core.list_namespaced_event(ns).items
                             if e.type == "Warning" and e.reason in ("DrainAttemptFailed", "DrainFailed")
                             and "percent-encoded" in (e.message or "")],
@@ -249,7 +256,7 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
 
         logs = Path(pod_runner.workdir) / "logs"
         pod_logs = "\n".join(f.read_text(errors="replace") for f in sorted(logs.glob(f"{ns}_*.log")))
-        drain_logs = [f for f in logs.glob(f"{ns}_leaky-drain-*.log")]
+        drain_logs = [f for f in logs.glob(f"{ns}_leaky-drain-*.log")]  # Jobs' and the warm runtime's pods
         assert drain_logs, sorted(f.name for f in logs.glob(f"{ns}_*"))  # the drain pods' logs (Spark's included)
 
         def kubectl_json(*what: str) -> str:

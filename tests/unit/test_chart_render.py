@@ -117,6 +117,8 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
         ("ServiceAccount", f"{FULL}-drain", NS),
         ("Role", f"{FULL}-drain", NS),
         ("RoleBinding", f"{FULL}-drain", NS),
+        ("ValidatingAdmissionPolicy", f"{FULL}-drain-pods", None),
+        ("ValidatingAdmissionPolicyBinding", f"{FULL}-drain-pods", None),
         ("Deployment", FULL, NS),
         ("Service", f"{FULL}-metrics", NS),
     ])
@@ -169,8 +171,9 @@ def test_drain_driver_gets_a_role_in_its_namespace_only(rendered: dict[str, h.Re
     assert sorted(o["metadata"]["namespace"] for o in drain_roles) == ["jobs-1", "jobs-2"]
     for role in drain_roles:
         assert {g for rule in _rules(role) for g in rule["apiGroups"]} == {""}
-        assert {res for rule in _rules(role) for res in rule["resources"]} == {
-            "pods", "services", "configmaps", "persistentvolumeclaims"}
+        # no services, no configmaps: the client-mode driver makes neither (H4, docs/rbac.md)
+        assert {res for rule in _rules(role) for res in rule["resources"]} == {"pods", "persistentvolumeclaims"}
+        assert not _can(_rules(role), "", "pods", "deletecollection")
         assert _can(_rules(role), "", "pods", "create") and _can(_rules(role), "", "pods", "watch")
         assert not _can(_rules(role), "", "secrets", "get")
     for b in r.of_kind("RoleBinding"):

@@ -125,3 +125,18 @@ def test_consumers_get_their_crs_uid_for_the_hand_off_mailbox() -> None:
     # H2/M4: the consumers act only on mailbox entries that carry this uid (lagpilot_runtime.handoff_mailbox)
     env = {e["name"]: e.get("value") for e in render(SASL_PG)["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["LAGPILOT_OWNER_UID"] == "uid-123"
+
+
+def test_an_operator_upgrade_does_not_change_the_pod_template() -> None:
+    """M10 (issue 23): the operator's version labels the Deployment, not its pod template: a new
+    operator version re-applies the same template, so no consumer Deployment rolls (the pods
+    restart only when what they run changes, e.g. spec.template.image)."""
+    spec = parse_spec(SASL_PG)
+    old = build_deployment("orders", "ns1", "uid-123", spec, 3, version="0.1.0")
+    new = build_deployment("orders", "ns1", "uid-123", spec, 3, version="0.2.0")
+    assert old["spec"]["template"] == new["spec"]["template"]
+    assert new["metadata"]["labels"]["app.kubernetes.io/version"] == "0.2.0"
+    assert "app.kubernetes.io/version" not in new["spec"]["template"]["metadata"]["labels"]
+    moved = build_deployment("orders", "ns1", "uid-123", parse_spec({**SASL_PG, "template": {
+        **SASL_PG["template"], "image": "reg/consumer:1.3"}}), 3, version="0.2.0")
+    assert moved["spec"]["template"] != new["spec"]["template"]  # an image change still rolls

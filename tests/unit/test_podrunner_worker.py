@@ -44,6 +44,9 @@ class FakeRunner:
     def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         return None
 
+    def test_env(self, namespace: str) -> dict[str, str]:
+        return {}
+
     def pod_credentials(self, pod: dict[str, Any], pod_dir: Path) -> Path:
         path = pod_dir / "kubeconfig"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,3 +203,20 @@ def test_deleting_a_pod_that_never_started_fails_it(runner: FakeRunner) -> None:
     assert runner.last()["phase"] == "Failed"  # not Succeeded: a Job must not count it
     assert _cs(runner)["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
     assert runner.deleted == [("ns", "p", "uid-1")]
+
+
+def test_test_hooks_come_from_the_namespace_annotation_only_lp_test_names() -> None:
+    """issue 23 Low: the CRD refuses LP_TEST_* in a CR; the dev pod runner takes a namespace's hooks
+    from its annotation (and nothing else from it)."""
+    import json as _json
+    import threading as _threading
+    from types import SimpleNamespace
+
+    from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
+    from lagpilot_dev.podrunner.kubeapi import PodApi
+
+    ann = {TEST_ENV_ANNOTATION: _json.dumps({"LP_TEST_NO_HANDOFF": "1", "PATH": "/evil", "LAGPILOT_TOPIC": "x"})}
+    core = SimpleNamespace(read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=ann)))
+    assert PodApi(core, None, _threading.Event()).test_env("ns") == {"LP_TEST_NO_HANDOFF": "1"}
+    none = SimpleNamespace(read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=None)))
+    assert PodApi(none, None, _threading.Event()).test_env("ns") == {}

@@ -194,14 +194,14 @@ def test_postgres_settings_errors(env, config, message):
 
 
 def test_insert_rows_one_per_record():
-    rows = pg.rows_for([rec(1), rec(2)], "insert")
-    assert [r[:3] for r in rows] == [("t", 0, 1), ("t", 0, 2)]
-    assert rows[0][5] == '[["h", "1"]]'
+    rows = pg.rows_for([rec(1), rec(2)], "insert", "tid")
+    assert [r[:4] for r in rows] == [("t", "tid", 0, 1), ("t", "tid", 0, 2)]  # topic, incarnation, partition, offset
+    assert rows[0][6] == '[["h", "1"]]'
 
 
 def test_upsert_rows_keep_newest_offset_per_key():
     records = [rec(1, b"a1", b"a"), rec(2, b"b1", b"b"), rec(3, b"a2", b"a"), rec(0, b"a0", b"a")]
-    rows = {r[3]: r[4] for r in pg.rows_for(records, "upsert")}
+    rows = {r[4]: r[5] for r in pg.rows_for(records, "upsert")}
     assert rows == {b"a": b"a2", b"b": b"b1"}
 
 
@@ -213,5 +213,5 @@ def test_upsert_rejects_keyless_records_permanently():
 
 
 def test_ddl_keys():
-    assert 'PRIMARY KEY (topic, partition, "offset")' in pg.ddl("t", "insert")
+    assert 'PRIMARY KEY (topic, topic_id, partition, "offset")' in pg.ddl("t", "insert")
     assert "PRIMARY KEY (topic, key)" in pg.ddl("s.t", "upsert") and '"s"."t"' in pg.ddl("s.t", "upsert")

@@ -112,7 +112,16 @@ def test_batch_offsets_and_the_drain_scope():
 
 def test_postgres_sink_sql_pieces():
     assert "PRIMARY KEY" not in pg.ddl("t", "insert", "none")
-    assert 'PRIMARY KEY (topic, partition, "offset")' in pg.ddl("t", "insert")
+    # the topic's incarnation is part of the insert key (issue 23 M5)
+    assert 'PRIMARY KEY (topic, topic_id, partition, "offset")' in pg.ddl("t", "insert")
+    assert pg._conflict_clause("t", "insert") == 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING'
+    assert pg._conflict_clause("t", "insert", legacy_key=True) == 'ON CONFLICT (topic, partition, "offset") DO NOTHING'
+    # newest-wins: offset order inside one partition of one incarnation, else (timestamp, partition, offset)
+    assert pg.supersedes(("a", 0, 9, 1), ("a", 0, 8, 5))
+    assert not pg.supersedes(("a", 0, 900, 1_000), ("a", 1, 5, 2_000))
+    assert pg.supersedes(("a", 2, 0, 1_500), ("a", 1, 6, 1_500)) and not pg.supersedes(("a", 0, 901, 1_500), ("a", 1, 6, 1_500))
+    assert pg.supersedes(("b", 0, 0, 10), ("a", 0, 99, 5))  # a re-created topic: the timestamp decides
+    assert not pg.supersedes(("a", 1, 0, None), ("a", 0, 0, 0))  # no timestamp: the oldest
     assert pg._conflict_clause("t", "insert", "none") == ""
     assert pg.progress_table("s.t") == "s.t_lagpilot_progress"
     assert "PRIMARY KEY (scope, topic, partition)" in pg.progress_ddl("t")

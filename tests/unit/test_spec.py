@@ -96,6 +96,11 @@ def test_full_spec_is_parsed() -> None:
     (with_(paused="yes"), "spec.paused"),
     (with_(scaling="fast"), "spec.scaling"),
     (with_(template={"env": [{"name": "LAGPILOT_TOPIC", "value": "x"}]}), "spec.template.env[0].name"),
+    # issue 23 Low: the runtime's test fault hooks are not a CR's to set
+    (with_(template={"env": [{"name": "A", "value": "1"}, {"name": "LP_TEST_NO_HANDOFF", "value": "1"}]}),
+     "spec.template.env[1].name"),
+    # issue 23 Low: LAGPILOT_HANDLER_CONFIG must stay below the kernel's 128 KiB per variable (E2BIG)
+    (with_(processing__config={f"k{i}": "x" * 4000 for i in range(3)}), "spec.processing.config"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_errors_name_the_field(spec: dict[str, Any], path: str) -> None:
     with pytest.raises(SpecError) as info:
@@ -252,3 +257,20 @@ def test_parse_quantity(text: Any, expected: str) -> None:
 
     from lagpilot.spec import parse_quantity
     assert parse_quantity(text) == Decimal(expected)
+
+
+def test_the_largest_config_the_crd_admits_fits_in_one_environment_variable() -> None:
+    """issue 23 Low: 10000 characters of keys and values, each needing the longest JSON escape
+    (an astral character: two \\uXXXX escapes), still render below the kernel's per-variable limit
+    (MAX_ARG_STRLEN, 128 KiB including the name): the consumer starts (no E2BIG)."""
+    import json
+
+    from lagpilot.act.deployment import build_env
+    from lagpilot.spec import parse_spec as parse
+
+    worst = {f"{i:02d}": "\U0001F600" * (10000 // 64 - 2) for i in range(64)}
+    assert sum(len(k) + len(v) for k, v in worst.items()) <= 10000
+    env = {e["name"]: e.get("value") for e in build_env(parse(with_(processing__config=worst)))}
+    size = len(("LAGPILOT_HANDLER_CONFIG=" + env["LAGPILOT_HANDLER_CONFIG"]).encode()) + 1
+    assert size < 128 * 1024, size
+    assert json.loads(env["LAGPILOT_HANDLER_CONFIG"]) == worst

@@ -43,8 +43,9 @@ from .config import ConfigError, ConsumerConfig
 from .drain_plan import DrainPlan
 from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, read_progress,
                              record_losses, remaining_work, retention_losses, unread_sub_ranges)
-from .drain_spark import (CDS_ARCHIVE_NAME, _SessionStarter, _arrow_available, _switch, build_frame,
-                          build_frames, collect_in_parallel, resolve_jars, spark_kafka_options, train_cds, warm_workers)
+from .drain_spark import (CDS_ARCHIVE_NAME, EXECUTOR_POD_TEMPLATE_ENV, _SessionStarter, _arrow_available, _switch,
+                          build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, resolve_jars,
+                          spark_kafka_options, train_cds, warm_workers)
 from .drain_task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
 from .jsonlog import fields as _fields
 
@@ -260,6 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
     extra_conf = {str(k): str(v) for k, v in extra.items()}
+    try:
+        extra_conf.update(executor_pod_template_conf(os.environ))  # Spark on Kubernetes: restricted executors
+    except (OSError, ValueError) as exc:
+        msg = f"bad drain configuration: {EXECUTOR_POD_TEMPLATE_ENV}: {exc}"
+        log.error(msg, extra=_fields(event="drain_config_error"))
+        _termination_message(msg)
+        return EXIT_CONFIG
     if args.serve:
         return drain_runtime.serve(cfg, master, jars, extra_conf)
     assert plan is not None

@@ -392,3 +392,22 @@ def train_cds(archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9",
         return False
     tmp.replace(target)
     return True
+
+
+EXECUTOR_POD_TEMPLATE_ENV = "LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"
+
+
+def executor_pod_template_conf(env: Mapping[str, str], directory: str | os.PathLike[str] = "/tmp/lagpilot-spark") -> dict[str, str]:
+    """Spark on Kubernetes: the executor pod template the operator rendered (env
+    LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE, JSON: restricted securityContext, no token) written to a
+    file under ``directory`` (/tmp: the root filesystem is read-only) and named in
+    ``spark.kubernetes.executor.podTemplateFile``; {} without it (local mode)."""
+    text = env.get(EXECUTOR_POD_TEMPLATE_ENV) or ""
+    if not text.strip():
+        return {}
+    json.loads(text)  # a malformed template is a configuration error, not a Spark one
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(os.fspath(directory), "executor-pod-template.json")
+    with open(path, "w") as fh:
+        fh.write(text)
+    return {"spark.kubernetes.executor.podTemplateFile": path}

@@ -40,7 +40,7 @@ MASK = "<redacted>"
 MIN_LEN = 4
 
 _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:\"']*:)[^\s@\"'/]*(?=@)")
-_KV_PASSWORD = re.compile(r"(?P<head>\b(?:sasl\.)?pass(?:word|wd)?\s*[=:]\s*)(?:'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s,;)}\]]+)",
+_KV_PASSWORD = re.compile(r"(?P<head>\b(?:sasl\.)?pass(?:word|wd)\s*[=:]\s*)(?:'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s,;)}\]]+)",
                           re.IGNORECASE)
 _BAD_TOKEN = re.compile(r"(?P<head>invalid percent-encoded token:\s*\")[^\"]*(?=\")")
 

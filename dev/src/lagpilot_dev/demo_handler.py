@@ -37,6 +37,7 @@ from lagpilot_runtime.handler import BatchContext, Record
 from lagpilot_runtime.sinks import postgres as pg_sink
 
 _ready: set[tuple[str, str]] = set()  # (dsn hash, table) whose DDL ran in this process
+_legacy: dict[tuple[str, str], bool] = {}  # (dsn hash, table) -> still the old insert key
 
 
 def batch_cost_s(n: int, config: dict[str, str] | Any) -> float:
@@ -95,13 +96,14 @@ def write(records: list[Record], ctx: BatchContext, cfg: pg_sink.PostgresSetting
             conn = pg_sink._connection(cfg)
             key = (str(hash(cfg.dsn)), cfg.table)
             if key not in _ready:
-                pg_sink.ensure_table(conn, cfg.table, cfg.mode)
+                _legacy[key] = pg_sink.ensure_table(conn, cfg.table, cfg.mode)
                 _ready.add(key)
             if ledger and (key[0], ledger) not in _ready:
                 conn.execute(ledger_ddl(ledger))
                 _ready.add((key[0], ledger))
             with conn.transaction():
-                pg_sink.write_rows(conn, cfg.table, cfg.mode, rows, cfg.method)  # a savepoint inside ours
+                pg_sink.write_rows(conn, cfg.table, cfg.mode, rows, cfg.method,  # a savepoint inside ours
+                                   legacy_key=_legacy.get(key, False))
                 if lrows:
                     cols = ", ".join(f'"{c}"' for c in LEDGER_COLUMNS)
                     with conn.cursor() as cur, cur.copy(f'COPY "{ledger}" ({cols}) FROM STDIN') as copy:

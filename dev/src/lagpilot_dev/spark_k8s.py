@@ -31,25 +31,49 @@ CONSUMER_IMAGE = "lagpilot/consumer:dev"  # the pod runner knows its entrypoint 
 DRAIN_COMPONENT = "drain"
 
 
+DRAIN_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+
+
 def drain_rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The chart's drain ServiceAccount/Role/RoleBinding among rendered objects (pure)."""
-    return [o for o in objects if o.get("kind") in ("ServiceAccount", "Role", "RoleBinding")
+    """The chart's drain ServiceAccount/Role/RoleBinding and its admission policy (+ binding) among
+    rendered objects (pure)."""
+    return [o for o in objects if o.get("kind") in DRAIN_KINDS
             and ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") == DRAIN_COMPONENT]
 
 
-def apply_drain_rbac(kube_part: Any, namespace: str, release: str) -> str:
-    """Render the chart for `release` with drain.namespaces=[namespace], apply its drain RBAC;
-    returns the drain ServiceAccount's name."""
+def local_driver_objects(namespace: str, service_account: str) -> list[dict[str, Any]]:
+    """Dev-only extra rights of a driver that runs OUTSIDE a pod (the bench's local `lagpilot
+    drain`): its executors have no driver pod to be owned by, so it must delete them itself (a
+    label-selector delete: deletecollection); the chart's admission policy (executors owned by a
+    pod) is not applied for it. Never part of the chart."""
+    name = f"{service_account}-local-driver"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": namespace},
+         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "deletecollection"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
+    ]
+
+
+def apply_drain_rbac(kube_part: Any, namespace: str, release: str, local_driver: bool = False) -> str:
+    """Render the chart for `release` with drain.namespaces=[namespace], apply its drain RBAC and
+    admission policy; returns the drain ServiceAccount's name. `local_driver`: a driver outside any
+    pod (the bench): no admission policy, plus `local_driver_objects`."""
     from lagpilot_dev import helm as h
 
     rendered = h.template({"drain": {"namespaces": [namespace]}}, release=release, namespace=namespace,
                           helm=h.ensure_helm())
     rbac = drain_rbac_objects(rendered.objects)
     kinds = sorted(o["kind"] for o in rbac)
-    if kinds != ["Role", "RoleBinding", "ServiceAccount"]:
-        raise RuntimeError(f"the chart's drain RBAC is not one ServiceAccount/Role/RoleBinding: {kinds}")
+    if kinds != sorted(DRAIN_KINDS):
+        raise RuntimeError(f"the chart's drain RBAC is not one of each of {DRAIN_KINDS}: {kinds}")
+    sa = next(str(o["metadata"]["name"]) for o in rbac if o["kind"] == "ServiceAccount")
+    if local_driver:
+        rbac = [o for o in rbac if not o["kind"].startswith("ValidatingAdmissionPolicy")]
+        rbac += local_driver_objects(namespace, sa)
     h.kubectl_apply(kube_part, rbac)
-    return next(str(o["metadata"]["name"]) for o in rbac if o["kind"] == "ServiceAccount")
+    return sa
 
 
 def client_mode_conf(namespace: str, executors: int, cores: int, memory: str, pod_prefix: str,
@@ -69,7 +93,13 @@ def client_mode_conf(namespace: str, executors: int, cores: int, memory: str, po
         "spark.executor.instances": str(executors),
         "spark.executor.cores": str(cores),
         "spark.executor.memory": memory,
-        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.kubernetes.executor.deleteOnTermination": "true",  # no driver pod to own them: deleted here
+        # as the operator's drains (spark_k8s_security_conf): RPC authenticated and encrypted, no
+        # service or ConfigMap cleanup (the drain Role grants neither)
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.executor.disableConfigMap": "true",
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         # the driver is a local process: executors (local processes too) reach it on loopback
@@ -145,7 +175,8 @@ class LocalSparkK8s:
         if self.secret_data:
             core.create_namespaced_secret(self.namespace, {"metadata": {"name": "drain-env"},
                                                            "stringData": dict(self.secret_data)})
-        self.service_account = apply_drain_rbac(self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}")
+        self.service_account = apply_drain_rbac(self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}",
+                                                local_driver=True)
         self.driver_kubeconfig = self.kube_part.kubeconfig_for_service_account(self.namespace, self.service_account,
                                                                                create=False)
         self.runner = PodRunner(self.kube_part.admin_kubeconfig, node_name=node, workdir=self.workdir / "podrunner",

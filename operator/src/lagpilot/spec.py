@@ -23,6 +23,9 @@ FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DRAIN_LAUNCHERS = ("job", "sparkApplication")  # docs/drain.md "Launchers"
 DEFAULT_IMAGE = "lagpilot/consumer:0.1.0"
+# the runtime's test fault hooks (LP_TEST_*): never from a CR; the dev pod runner sets them
+TEST_HOOK_PREFIX = "LP_TEST_"
+CONFIG_MAX_CHARS = 10000  # spec.processing.config: keys + values (one env variable < 128 KiB)
 # Patterns of crds/batchconsumergroup.yaml, character for character (a unit test compares them):
 # the parser accepts exactly what the API server's OpenAPI validation accepts.
 BOOTSTRAP_RE = re.compile(r'''^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(,(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))*$''')
@@ -236,6 +239,12 @@ class GroupSpec:
                  "must look like 'package.module:function'")
         bounds(p.concurrency, 1, 64, "spec.processing.concurrency")
         need(len(p.config) <= 64, "spec.processing.config", "must have at most 64 keys")
+        # the config reaches the handler as ONE environment variable (JSON): the kernel refuses a
+        # process whose variable exceeds 128 KiB (E2BIG); 10000 characters stay below it even if
+        # every one needs the longest JSON escape (12 bytes). The CRD has the same rule (CEL).
+        need(sum(len(k) + len(v) for k, v in p.config) <= CONFIG_MAX_CHARS, "spec.processing.config",
+             f"keys and values must total at most {CONFIG_MAX_CHARS} characters (the handler's config is one "
+             "environment variable, below the kernel's 128 KiB limit)")
         for key, value in p.config:
             need(len(value) <= 4096, f"spec.processing.config.{key}", "must be at most 4096 characters")
         pg = p.postgres
@@ -385,6 +394,8 @@ def _check_env(env: tuple[Mapping[str, Any], ...], need: Any) -> None:
                  "must be 1-256 characters of letters, digits, '-', '.', '_', not starting with a digit")
             need(not name.startswith("LAGPILOT_"), f"{at}.name",
                  "names starting with LAGPILOT_ are reserved for the lagpilot runtime")
+            need(not name.startswith(TEST_HOOK_PREFIX), f"{at}.name",
+                 f"names starting with {TEST_HOOK_PREFIX} are reserved for the runtime's tests (fault hooks)")
             need(name not in seen, at, f"duplicate env name {name!r}")
             seen.add(name)
         value, value_from = e.get("value"), e.get("valueFrom")

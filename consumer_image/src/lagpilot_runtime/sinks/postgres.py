@@ -1,10 +1,16 @@
 """The built-in PostgreSQL sink (psycopg 3): idempotent, one transaction per batch.
 
-``insert`` mode: one row per record, primary key (topic, partition, offset), ``ON CONFLICT DO
-NOTHING``: a batch replayed after a crash (processed, not yet committed) writes nothing twice.
-``upsert`` mode: one row per (topic, key) holding the newest record: a row is replaced only by a
-higher offset of the same partition (or by any offset of another partition, i.e. after the key
-moved partitions). Records without a key cannot be upserted and fail permanently (dead-lettered).
+``insert`` mode: one row per record, primary key (topic, topic_id, partition, offset), ``ON CONFLICT
+DO NOTHING``: a batch replayed after a crash (processed, not yet committed) writes nothing twice.
+``topic_id`` is the topic's incarnation — the id Kafka assigns when the topic is created, from the
+cluster's metadata (:func:`topic_id_for`) — so a topic deleted and created again, whose offsets
+start over, keeps its new records instead of dropping them as replays of the old ones.
+``upsert`` mode: one row per (topic, key) holding the newest record (:func:`supersedes`): within one
+partition of one incarnation the higher offset wins (Kafka's order; a producer's clock may go
+back); otherwise (the key moved partitions after partitions were added, or the topic was
+re-created) the later record timestamp wins, ties broken by the higher partition, then the higher
+offset; a missing timestamp counts as the oldest. Records without a key cannot be upserted and
+fail permanently (dead-lettered).
 
 Exactly once without relying on a key: every batch's rows and its progress (``ctx.offsets``: next
 offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's sub-range)
@@ -28,14 +34,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..handler import BatchContext, Record, RecordError, RecordsFailed
 
-COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+COLUMNS = ("topic", "topic_id", "partition", "offset", "key", "value", "headers", "timestamp_ms")
+# how long a looked-up topic id is trusted without a sign of re-creation (offsets going back)
+TOPIC_ID_MAX_AGE_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -87,10 +97,11 @@ def _qualified(table: str) -> str:
 
 def ddl(table: str, mode: str, key: str = "primary") -> str:
     """CREATE TABLE IF NOT EXISTS for the mode's key (``key="none"``: insert mode without a key)."""
-    pk = '(topic, partition, "offset")' if mode == "insert" else "(topic, key)"
+    pk = '(topic, topic_id, partition, "offset")' if mode == "insert" else "(topic, key)"
     key_null = "" if mode == "insert" else " NOT NULL"
     pk_clause = "" if key == "none" and mode == "insert" else f", PRIMARY KEY {pk}"
     return (f"CREATE TABLE IF NOT EXISTS {_qualified(table)} (topic text NOT NULL, partition integer NOT NULL, "
+            f"topic_id text NOT NULL DEFAULT '', "
             f'"offset" bigint NOT NULL, key bytea{key_null}, value bytea, headers jsonb, timestamp_ms bigint, '
             f"written_at timestamptz NOT NULL DEFAULT now(){pk_clause})")
 
@@ -118,11 +129,25 @@ def headers_json(headers: Sequence[tuple[str, bytes]]) -> str | None:
     return json.dumps([[k, (v or b"").decode("utf-8", "backslashreplace")] for k, v in headers])
 
 
-def rows_for(records: Sequence[Record], mode: str) -> list[tuple[Any, ...]]:
+def _ts(timestamp_ms: int | None) -> int:
+    return -1 if timestamp_ms is None or timestamp_ms < 0 else int(timestamp_ms)
+
+
+def supersedes(new: tuple[str, int, int, int | None], old: tuple[str, int, int, int | None]) -> bool:
+    """Upsert's newest-wins rule on (topic_id, partition, offset, timestamp_ms) (pure; the SQL of
+    :func:`_conflict_clause` is the same): the same partition of the same incarnation is ordered by
+    offset; anything else by (timestamp, partition, offset)."""
+    if new[0] == old[0] and new[1] == old[1]:
+        return new[2] > old[2]
+    return (_ts(new[3]), new[1], new[2]) > (_ts(old[3]), old[1], old[2])
+
+
+def rows_for(records: Sequence[Record], mode: str, topic_id: str = "") -> list[tuple[Any, ...]]:
     """The rows to write; in upsert mode only the newest record per key (one statement cannot
     update the same row twice) and keyless records fail permanently (raised as RecordsFailed)."""
     if mode == "insert":
-        return [(r.topic, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms) for r in records]
+        return [(r.topic, topic_id, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms)
+                for r in records]
     keyless = [RecordError(r, "upsert mode needs a record key, this record has none", retriable=False) for r in records if r.key is None]
     if keyless:
         raise RecordsFailed(keyless)
@@ -130,25 +155,36 @@ def rows_for(records: Sequence[Record], mode: str) -> list[tuple[Any, ...]]:
     for r in records:
         k = (r.topic, r.key)  # type: ignore[assignment]
         cur = newest.get(k)
-        if cur is None or cur.partition != r.partition or r.offset > cur.offset:
+        if cur is None or supersedes((topic_id, r.partition, r.offset, r.timestamp_ms),
+                                     (topic_id, cur.partition, cur.offset, cur.timestamp_ms)):
             newest[k] = r
-    return [(r.topic, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms) for r in newest.values()]
+    return [(r.topic, topic_id, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms)
+            for r in newest.values()]
 
 
-def _conflict_clause(table: str, mode: str, key: str = "primary") -> str:
+def _conflict_clause(table: str, mode: str, key: str = "primary", legacy_key: bool = False) -> str:
+    """``legacy_key``: an insert table created before the topic incarnation joined its primary key
+    (docs/consumer.md: how to migrate it); its conflict target stays (topic, partition, offset)."""
     if mode == "insert" and key == "none":
         return ""
     if mode == "insert":
-        return 'ON CONFLICT (topic, partition, "offset") DO NOTHING'
+        return ('ON CONFLICT (topic, partition, "offset") DO NOTHING' if legacy_key
+                else 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING')
     t = _qualified(table)
-    return ('ON CONFLICT (topic, key) DO UPDATE SET partition = EXCLUDED.partition, "offset" = EXCLUDED."offset", '
-            "value = EXCLUDED.value, headers = EXCLUDED.headers, timestamp_ms = EXCLUDED.timestamp_ms, written_at = now() "
-            f'WHERE {t}.partition <> EXCLUDED.partition OR {t}."offset" < EXCLUDED."offset"')
+    return ('ON CONFLICT (topic, key) DO UPDATE SET topic_id = EXCLUDED.topic_id, partition = EXCLUDED.partition, '
+            '"offset" = EXCLUDED."offset", value = EXCLUDED.value, headers = EXCLUDED.headers, '
+            "timestamp_ms = EXCLUDED.timestamp_ms, written_at = now() "
+            # supersedes(): offset order within one partition of one incarnation, else the timestamp
+            f"WHERE CASE WHEN {t}.topic_id = EXCLUDED.topic_id AND {t}.partition = EXCLUDED.partition "
+            f'THEN {t}."offset" < EXCLUDED."offset" '
+            f"ELSE (CASE WHEN {t}.timestamp_ms >= 0 THEN {t}.timestamp_ms ELSE -1 END, {t}.partition, {t}.\"offset\") "
+            '< (CASE WHEN EXCLUDED.timestamp_ms >= 0 THEN EXCLUDED.timestamp_ms ELSE -1 END, EXCLUDED.partition, '
+            'EXCLUDED."offset") END')
 
 
 _lock = threading.Lock()
 _connections: dict[str, Any] = {}
-_created: set[tuple[str, str, str]] = set()
+_created: dict[tuple[str, str, str], bool] = {}  # (dsn hash, table, mode) -> legacy insert key
 
 
 def _connection(settings: PostgresSettings) -> Any:
@@ -172,20 +208,36 @@ def _drop_connection(settings: PostgresSettings) -> None:
             pass
 
 
-def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> None:
+def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> bool:
     """Create the table and its progress table if missing; an advisory lock stops concurrent replicas
-    racing on the DDL."""
+    racing on the DDL. A table of an older version gets the topic_id column; True when its insert
+    primary key is still the old (topic, partition, offset) (logged: docs/consumer.md migrates it)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lagpilot:{table}",))
         conn.execute(ddl(table, mode, key))
+        conn.execute(f"ALTER TABLE {_qualified(table)} ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT ''")
         conn.execute(progress_ddl(table))
+        if mode != "insert" or key == "none":
+            return False
+        pk = conn.execute(
+            "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            (_qualified(table),)).fetchone()[0] or []
+    legacy = "topic_id" not in pk
+    if legacy:
+        logging.getLogger("lagpilot.sink.postgres").warning(
+            "table has the old insert key (topic, partition, offset): records of a re-created topic at reused "
+            "offsets are dropped until it is migrated (docs/consumer.md)", extra={"fields": {
+                "event": "sink_legacy_key", "table": table}})
+    return legacy
 
 
 COPY_MIN_ROWS = 100
 
 
 def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]], method: str = "auto",
-               key: str = "primary", progress: Sequence[tuple[str, str, int, int]] = ()) -> None:
+               key: str = "primary", progress: Sequence[tuple[str, str, int, int]] = (),
+               legacy_key: bool = False) -> None:
     """Write rows (idempotently unless ``key="none"``) and the batch's progress rows in ONE
     transaction (COPY into a staging table, or executemany)."""
     if not rows and not progress:
@@ -194,7 +246,7 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
         method = "copy" if len(rows) >= COPY_MIN_ROWS else "executemany"
     t = _qualified(table)
     cols = ", ".join(f'"{c}"' for c in COLUMNS)
-    conflict = _conflict_clause(table, mode, key)
+    conflict = _conflict_clause(table, mode, key, legacy_key)
     with conn.transaction():
         if progress:
             pt = _qualified(progress_table(table))
@@ -207,11 +259,11 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
             return
         if method == "executemany":
             with conn.cursor() as cur:
-                cur.executemany(f"INSERT INTO {t} ({cols}) VALUES (%s, %s, %s, %s, %s, %s, %s) {conflict}", rows)
+                cur.executemany(f"INSERT INTO {t} ({cols}) VALUES ({', '.join(['%s'] * len(COLUMNS))}) {conflict}", rows)
             return
         stage = "lagpilot_stage_" + hashlib.sha1(table.encode()).hexdigest()[:12]
-        conn.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{stage}" (topic text, partition integer, "offset" bigint, key bytea, '
-                     "value bytea, headers jsonb, timestamp_ms bigint) ON COMMIT DELETE ROWS")
+        conn.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{stage}" (topic text, topic_id text, partition integer, '
+                     '"offset" bigint, key bytea, value bytea, headers jsonb, timestamp_ms bigint) ON COMMIT DELETE ROWS')
         with conn.cursor() as cur:
             with cur.copy(f'COPY "{stage}" ({cols}) FROM STDIN') as copy:
                 for row in rows:
@@ -219,13 +271,69 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
         conn.execute(f'INSERT INTO {t} ({cols}) SELECT {cols} FROM "{stage}" {conflict}')
 
 
-def _ready_connection(settings: PostgresSettings) -> Any:
+def _ready_connection(settings: PostgresSettings) -> tuple[Any, bool]:
+    """The connection, and whether the table has the legacy insert key."""
     conn = _connection(settings)
     marker = (hashlib.sha256(settings.dsn.encode()).hexdigest(), settings.table, settings.mode)
     if marker not in _created:
-        ensure_table(conn, settings.table, settings.mode, settings.key)
-        _created.add(marker)
-    return conn
+        _created[marker] = ensure_table(conn, settings.table, settings.mode, settings.key)
+    return conn, _created[marker]
+
+
+# ---- the topic's incarnation ----------------------------------------------------------------------
+
+_topic_ids: dict[str, tuple[str, float]] = {}
+_max_offsets: dict[tuple[str, int], int] = {}
+
+
+def _admin_conf(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """An admin client's configuration from the pod environment (the consumer's Kafka settings), or
+    None without LAGPILOT_BOOTSTRAP_SERVERS (a sink used outside a consumer: no incarnation known)."""
+    from ..config import ConsumerConfig
+
+    boot = (env.get("LAGPILOT_BOOTSTRAP_SERVERS") or "").strip()
+    if not boot:
+        return None
+
+    def opt(name: str) -> str | None:
+        return env.get(name) or None
+
+    cfg = ConsumerConfig(bootstrap_servers=boot, topic="", group_id="",
+                         security_protocol=(opt("LAGPILOT_SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
+                         sasl_mechanism=(opt("LAGPILOT_SASL_MECHANISM") or "").upper() or None,
+                         sasl_username=opt("LAGPILOT_SASL_USERNAME"), sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
+                         ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"), ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
+                         ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"))
+    return {"bootstrap.servers": boot, "client.id": "lagpilot-sink-metadata", **cfg.kafka_security()}
+
+
+def topic_id_for(topic: str, records: Sequence[Record], env: Mapping[str, str] | None = None,
+                 now: float | None = None) -> str:
+    """The topic's id (its incarnation) from the cluster's metadata, "" when no Kafka is configured.
+
+    Looked up once per process and topic, again when a partition's offsets go back below what this
+    process saw (a re-created topic starts over; also a reset or a drain's lower sub-range: one
+    lookup each) and every TOPIC_ID_MAX_AGE_S. A failed lookup raises: the batch is retried rather
+    than written under a wrong incarnation."""
+    e = os.environ if env is None else env
+    conf = _admin_conf(e)
+    if conf is None:
+        return ""
+    now = time.monotonic() if now is None else now
+    back = any(r.offset < _max_offsets.get((r.topic, r.partition), -1) for r in records)
+    held = _topic_ids.get(topic)
+    if held is None or back or now - held[1] > TOPIC_ID_MAX_AGE_S:
+        from confluent_kafka import TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(conf)  # held until the answer: a collected client fails its futures (_DESTROY)
+        desc = admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30)
+        held = (str(desc.topic_id), now)
+        _topic_ids[topic] = held
+    for r in records:
+        k = (r.topic, r.partition)
+        _max_offsets[k] = max(_max_offsets.get(k, -1), r.offset)
+    return held[0]
 
 
 def write_records(records: Sequence[Record], settings: PostgresSettings,
@@ -234,11 +342,14 @@ def write_records(records: Sequence[Record], settings: PostgresSettings,
     after a broken connection."""
     import psycopg
 
-    rows = rows_for(records, settings.mode)
+    topics = {r.topic for r in records}
     with _lock:
+        # one topic per consumer/drain; several (a custom caller): each its own incarnation
+        ids = {t: topic_id_for(t, [r for r in records if r.topic == t]) for t in sorted(topics)}
+        rows = [row for t in sorted(topics) for row in rows_for([r for r in records if r.topic == t], settings.mode, ids[t])]
         try:
-            conn = _ready_connection(settings)
-            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress)
+            conn, legacy = _ready_connection(settings)
+            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress, legacy)
             _test_crash_point("after_sink_write")
         except psycopg.OperationalError:
             _drop_connection(settings)
@@ -292,7 +403,7 @@ def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[i
     settings = PostgresSettings.resolve(ctx.config)
     with _lock:
         try:
-            conn = _ready_connection(settings)
+            conn, _ = _ready_connection(settings)
             got = conn.execute(
                 f"SELECT partition, next_offset FROM {_qualified(progress_table(settings.table))} "
                 "WHERE scope = %s AND topic = %s AND partition = ANY(%s)",

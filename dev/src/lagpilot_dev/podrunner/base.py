@@ -18,6 +18,11 @@ KUBELET_VERSION = "v1.35.4"
 # cache locations must be found); everything else comes from the Pod spec
 INHERITED_ENV = ("HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "JAVA_HOME", "SPARK_HOME",
                  "LAGPILOT_CACHE", "LAGPILOT_STATE")
+# the runtime's test fault hooks (LP_TEST_*) for a namespace's pods: a JSON object in this namespace
+# annotation, added to every container's env by the runner (never from the pod spec: the CRD
+# refuses LP_TEST_* in a CR's template.env)
+TEST_ENV_ANNOTATION = "lagpilot.io/test-env"
+TEST_HOOK_PREFIX = "LP_TEST_"
 NODE_CAPACITY = {"cpu": "16", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
 # a namespace labelled with this key belongs to the runner whose node name is the value
 RUNNER_LABEL = "lagpilot.io/pod-runner"

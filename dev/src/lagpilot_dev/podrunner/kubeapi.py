@@ -43,6 +43,22 @@ class PodApi:
                      for k, v in (obj.get("binaryData") or {}).items()})
         return data
 
+    def test_env(self, namespace: str) -> dict[str, str]:
+        """The runtime's test fault hooks for every pod of `namespace`: the namespace annotation
+        TEST_ENV_ANNOTATION (a JSON object), names starting with LP_TEST_ only. A CR cannot set
+        them (the CRD refuses LP_TEST_* in template.env); a test that owns the namespace can."""
+        from .base import TEST_ENV_ANNOTATION, TEST_HOOK_PREFIX
+
+        ns = self._core.read_namespace(namespace)
+        raw = ((ns.metadata.annotations or {}).get(TEST_ENV_ANNOTATION) or "").strip()
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ContainerConfigError(f"namespace annotation {TEST_ENV_ANNOTATION} is not JSON: {exc}") from exc
+        return {str(k): str(v) for k, v in (data or {}).items() if str(k).startswith(TEST_HOOK_PREFIX)}
+
     def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         return self.get_data("secret", namespace, name)
 

@@ -159,6 +159,9 @@ class PodRunner:
     def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         return self._api.get_secret(namespace, name)
 
+    def test_env(self, namespace: str) -> dict[str, str]:
+        return self._api.test_env(namespace)
+
     def get_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         return self._api.get_config_map(namespace, name)
 

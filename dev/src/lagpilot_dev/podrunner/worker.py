@@ -154,6 +154,7 @@ class PodWorker:
             env = resolve_env(pod, c, get_secret=lambda n: self.runner.get_secret(self.namespace, n),
                               get_config_map=lambda n: self.runner.get_config_map(self.namespace, n),
                               node_name=self.runner.node_name)
+            env.update(self.runner.test_env(self.namespace))  # LP_TEST_* hooks: the namespace's, never the spec's
             if "KUBECONFIG" not in env and pod["spec"].get("automountServiceAccountToken") is not False:
                 env["KUBECONFIG"] = str(self.runner.pod_credentials(pod, self.pod_dir))
         except ContainerConfigError as exc:

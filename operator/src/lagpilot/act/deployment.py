@@ -14,6 +14,10 @@ Choices worth knowing:
 - Restricted Pod Security profile: non-root, no privilege escalation, all capabilities dropped,
   RuntimeDefault seccomp, read-only root filesystem (an emptyDir at /tmp for scratch files).
 - terminationGracePeriodSeconds leaves room for the batch in flight to finish and commit.
+- `app.kubernetes.io/version` (the operator's version) is on the Deployment, not in its pod
+  template: an operator upgrade re-applies an identical template and rolls nothing; pods restart
+  when what they run changes (the image, the env...). The first upgrade to this rule removes the
+  label from the template once (one roll).
 """
 from __future__ import annotations
 
@@ -206,7 +210,9 @@ def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
             "strategy": {"type": "RollingUpdate",
                          "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": lbl},
+                # the operator's version labels the Deployment only: in the pod template it would
+                # roll every consumer Deployment at every operator upgrade (issue 23 M10)
+                "metadata": {"labels": {k: v for k, v in lbl.items() if k != "app.kubernetes.io/version"}},
                 "spec": {
                     "containers": [container],
                     "terminationGracePeriodSeconds": termination_grace_seconds(spec),

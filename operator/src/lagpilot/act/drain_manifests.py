@@ -138,7 +138,6 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "spark.executor.instances": str(executors),
         "spark.executor.cores": str(settings.executor_cores),
         "spark.executor.memory": settings.executor_memory,
-        "spark.kubernetes.executor.deleteOnTermination": "true",
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
@@ -146,6 +145,7 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "spark.kubernetes.executor.label.app.kubernetes.io/part-of": "lagpilot",
         f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
     }
+    conf.update(spark_k8s_security_conf())
     if settings.service_account:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
     for name, (secret, key) in _secret_refs(env).items():
@@ -154,6 +154,54 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         if "value" in e and str(e["name"]) != "LAGPILOT_DRAIN_PLAN":
             conf[f"spark.executorEnv.{e['name']}"] = str(e["value"])
     return conf
+
+
+# ---- Spark on Kubernetes: security (issue 23 H4; docs/rbac.md "The drain ServiceAccount") ----------
+
+EXECUTOR_POD_TEMPLATE_ENV = "LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"
+
+
+def spark_k8s_security_conf() -> dict[str, str]:
+    """Spark conf that keeps a client-mode drain's RPC private and its Role small (pure).
+
+    - `spark.authenticate`: executors prove the application's secret to the driver (Spark generates
+      one per application on Kubernetes and hands it to its executor pods as SPARK_AUTH_SECRET);
+      `spark.network.crypto.enabled`: AES encryption of the RPC, which carries the tasks and with
+      them the Kafka credentials.
+    - no label-selector deletes, which RBAC can only grant as `deletecollection` on every pod,
+      service and ConfigMap of the namespace: executor pods are not deleted by the driver
+      (`deleteOnTermination false`: they end with their driver and, owned by the driver pod, are
+      garbage-collected with it), no driver service cleanup (client mode creates none), no
+      executor ConfigMap (nothing in SPARK_CONF_DIR to ship; the conf travels over the RPC).
+    """
+    return {
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        "spark.kubernetes.executor.deleteOnTermination": "false",
+        "spark.kubernetes.driver.service.deleteOnTermination": "false",
+        "spark.kubernetes.executor.disableConfigMap": "true",
+    }
+
+
+def executor_pod_template() -> dict[str, Any]:
+    """The pod template Spark starts every executor pod from (pure): the Pod Security `restricted`
+    profile (as the driver's pod), no ServiceAccount token (executors never call the API), an
+    emptyDir at /tmp under a read-only root filesystem. Spark adds its container settings (image,
+    args, env, resources, spark.local.dir's emptyDir) to the first container."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            # explicit: without it Spark gives executors the driver's (drain) ServiceAccount
+            "serviceAccountName": "default",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": dict(POD_SECURITY),
+            "containers": [{"name": "spark-kubernetes-executor", "securityContext": dict(CONTAINER_SECURITY),
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
+        },
+    }
 
 
 def _labels(cr_name: str, name: str, version: str) -> dict[str, str]:
@@ -215,6 +263,8 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         # the driver looks its pod up by name: executor pods are owned by it (deleted with it)
         env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        # the driver writes it to a file and names it in spark.kubernetes.executor.podTemplateFile
+        env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": json.dumps(executor_pod_template(), sort_keys=True)})
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
         default_cpu_m = 1000

@@ -1,0 +1,156 @@
+"""H4 (issue 23): Spark on Kubernetes mode, hardened — on the manifests (pure) and the chart.
+
+- Spark RPC between the driver and its executors carries the tasks (and with them the Kafka
+  credentials): `spark.authenticate` (a per-application secret Spark generates on Kubernetes) and
+  `spark.network.crypto.enabled` (AES-based encryption) on.
+- The executor pods Spark creates get a pod template with the Pod Security `restricted` context
+  (the drain Job's own pod, the driver, already has it), so a namespace enforcing `restricted`
+  admits them (the real API server does that in tests/real/test_drain_k8s.py).
+- The drain ServiceAccount's Role is what the client-mode driver needs, no more: pods
+  get/list/watch/create. No `deletecollection` (Spark's label-selector cleanups are turned off:
+  executors are owned by the driver pod and garbage-collected with it), no services (client mode
+  makes none), no configmaps (`spark.kubernetes.executor.disableConfigMap`).
+- Pod create cannot be narrowed by RBAC: a ValidatingAdmissionPolicy lets the drain
+  ServiceAccount create only executor-shaped pods (owned by a pod, the namespace's default
+  ServiceAccount without a token, emptyDir volumes only, no host namespaces).
+"""
+from __future__ import annotations
+
+import json
+
+from lagpilot.act.drain_manifests import DrainSettings, build_drain_job, build_spark_application
+from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
+from lagpilot.spec import parse_spec
+from lagpilot_dev import helm as h
+
+RAW = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
+       "processing": {"sink": "log"}, "drain": {"splitFactor": 2, "maxTasks": 4}}
+DRAIN = DrainStatus(id=1, phase=Phase.HANDED_OFF, ranges=(PartitionRange(0, 1000, 0),),
+                    sub_ranges=(SubProgress(0, 0, 0, 500, 0), SubProgress(0, 1, 500, 1000, 500)))
+K8S = DrainSettings(spark_master="k8s://https://kubernetes.default.svc", service_account="lp-drain")
+ALLOWED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted_violations(pod_spec: dict) -> list[str]:
+    """The Pod Security `restricted` rules (v1.35) that a pod spec breaks (empty: admitted)."""
+    out = []
+    psc = pod_spec.get("securityContext") or {}
+    for k in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod_spec.get(k):
+            out.append(k)
+    for v in pod_spec.get("volumes") or []:
+        if not set(v) - {"name"} <= ALLOWED_VOLUMES:
+            out.append(f"volume {v['name']}")
+    for c in pod_spec.get("containers") or []:
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            out.append(f"{c['name']}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{c['name']}: allowPrivilegeEscalation")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []) or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            out.append(f"{c['name']}: capabilities")
+        if not (sc.get("runAsNonRoot") or (psc.get("runAsNonRoot") and sc.get("runAsNonRoot") is not False)):
+            out.append(f"{c['name']}: runAsNonRoot")
+        if sc.get("runAsUser") == 0 or psc.get("runAsUser") == 0:
+            out.append(f"{c['name']}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{c['name']}: seccompProfile")
+    return out
+
+
+def k8s_job() -> dict:
+    return build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1, K8S)
+
+
+def env_of(job: dict) -> dict:
+    return {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def spark_conf(job: dict) -> dict:
+    return json.loads(env_of(job)["LAGPILOT_SPARK_CONF"]["value"])
+
+
+def test_spark_rpc_is_authenticated_and_encrypted():
+    conf = spark_conf(k8s_job())
+    assert conf["spark.authenticate"] == "true"
+    assert conf["spark.network.crypto.enabled"] == "true"
+    assert not any("secret" in k and k.startswith("spark.authenticate.") for k in conf)  # generated per app
+
+
+def test_executor_pods_get_a_restricted_pod_template():
+    env = env_of(k8s_job())
+    template = json.loads(env["LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"]["value"])
+    assert template["kind"] == "Pod"
+    spec = template["spec"]
+    assert restricted_violations(spec) == []
+    assert spec["automountServiceAccountToken"] is False  # executors never call the API
+    # not the driver's (drain) ServiceAccount, Spark's fallback when the template names none
+    assert spec["serviceAccountName"] == "default"
+    # the JVM's and the Python workers' scratch space: the root filesystem is read-only
+    assert {"name": "tmp", "mountPath": "/tmp"} in spec["containers"][0]["volumeMounts"]
+    assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_drivers_pod_is_restricted_too():
+    assert restricted_violations(k8s_job()["spec"]["template"]["spec"]) == []
+    app = build_spark_application("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1, K8S)["spec"]
+    for role in ("driver", "executor"):
+        pod = {"securityContext": app[role]["podSecurityContext"],
+               "containers": [{"name": role, "securityContext": app[role]["securityContext"]}],
+               "volumes": app["volumes"]}
+        assert restricted_violations(pod) == [], role
+
+
+def test_spark_cleans_up_through_owner_references_not_deletecollection():
+    conf = spark_conf(k8s_job())
+    # stop() and the allocator delete executor pods by label (deletecollection) only when this is true
+    assert conf["spark.kubernetes.executor.deleteOnTermination"] == "false"
+    # stop() deletes services by label (deletecollection) unless this is false; client mode creates none
+    assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
+    # no executor ConfigMap (nothing in SPARK_CONF_DIR to ship): nothing to create or delete
+    assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+
+
+def test_the_runtime_writes_the_executor_pod_template(tmp_path):
+    from lagpilot_runtime.drain_spark import executor_pod_template_conf
+
+    template = env_of(k8s_job())["LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"]["value"]
+    conf = executor_pod_template_conf({"LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE": template}, tmp_path)
+    path = conf["spark.kubernetes.executor.podTemplateFile"]
+    assert path.startswith(str(tmp_path)) and json.loads(open(path).read()) == json.loads(template)
+    assert executor_pod_template_conf({}, tmp_path) == {}  # local mode: nothing
+
+
+def _drain_objects(values: dict | None = None) -> list[dict]:
+    rendered = h.template({"drain": {"namespaces": ["d1"], **(values or {})}}, release="lp", namespace="lagpilot-system")
+    return rendered.objects
+
+
+def test_the_drain_role_is_what_the_client_mode_driver_needs():
+    roles = [o for o in _drain_objects() if o["kind"] == "Role"
+             and o["metadata"]["labels"].get("app.kubernetes.io/component") == "drain"]
+    assert len(roles) == 1
+    granted = {(g, r, v) for rule in roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert granted == {("", "pods", v) for v in ("get", "list", "watch", "create")}, granted
+
+
+def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
+    objs = _drain_objects()
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    sel = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]
+    assert (sel["key"], sel["operator"], sel["values"]) == ("kubernetes.io/metadata.name", "In", ["d1"])
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    cond = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert ":lp-lagpilot-drain'" in cond and "request.userInfo.username" in cond
+    text = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for needle in ("serviceAccountName", "automountServiceAccountToken", "ownerReferences", "volumes", "hostNetwork"):
+        assert needle in text, needle
+    assert not [o for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
+                if o["kind"].startswith("ValidatingAdmissionPolicy")]
