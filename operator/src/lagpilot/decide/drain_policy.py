@@ -220,8 +220,10 @@ def task_cap_of(policy: DrainPolicy, partitions: int, budget: int) -> int:
     return max(0, min(budget, policy.split_factor * partitions))
 
 
-def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0) -> list[int]:
-    """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder).
+def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0,
+                   weights: Sequence[float] | None = None) -> list[int]:
+    """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder), or
+    to ``weights`` when given (the records still bound each partition's count).
 
     Every partition with records gets at least one task while the budget lasts (the first ones in
     the given order: callers pass the most urgent first); none gets more tasks than it has
@@ -232,6 +234,7 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
     if budget <= 0 or n == 0:
         return out
     caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
+    w = [float(x) for x in (weights if weights is not None else records)]
     live = [i for i in range(n) if records[i] > 0]
     for i in live[:budget]:
         out[i] = 1
@@ -240,10 +243,12 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
         room = [i for i in live if out[i] > 0 and out[i] < caps[i]]
         if not room:
             break
-        total = sum(records[i] for i in room)
+        total = sum(w[i] for i in room)
+        if total <= 0:
+            break
         # ideal shares of everything handed out so far plus what is left
         pool = sum(out[i] for i in room) + left
-        ideal = {i: pool * records[i] / total for i in room}
+        ideal = {i: pool * w[i] / total for i in room}
         want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
         extra = sum(want[i] - out[i] for i in room)
         if 0 < extra <= left:
@@ -252,7 +257,56 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
             left -= extra
             continue
         # one more task to the partition furthest below its ideal share
-        i = max(room, key=lambda j: (ideal[j] - out[j], records[j], -j))
+        i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
+        out[i] += 1
+        left -= 1
+    return out
+
+
+def partition_need(lag: float, age: float, rate: float, share: float, target_s: float, policy: DrainPolicy,
+                   task_cap: float, high: int) -> int:
+    """The tasks one partition's range needs (issue 25): the fewest ``k`` in ``[1, high]`` with which
+    its oldest records meet ``target_s`` in this drain (``age`` old now, ``lag`` records at
+    ``task_cap`` each, :func:`worst_latency_s`) **and** in the next one, which takes what arrives
+    meanwhile (``rate - share`` records/s beyond what the group takes, over this drain and a poll)
+    with as many tasks; else the ``k`` that makes the worse of the two shortest. Its backlog and its
+    arrival rate over the time left: a hot partition at 6x a consumer needs most of the budget, a
+    neighbour with a small backlog one task. Pure."""
+    best, best_w = 1, INF
+    fixed, poll = policy.fixed_cost_s, policy.poll_interval_s
+    grow = max(0.0, rate - share)
+    for k in range(1, max(1, high) + 1):
+        now, duration = worst_latency_s([lag], [age], [k], policy, task_cap)
+        nxt_lag = grow * (duration + poll)
+        nxt_age = nxt_lag / rate if rate > 0 else 0.0
+        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], policy, task_cap)[0] if nxt_lag > 0 else 0.0
+        worst = max(now, nxt)
+        if worst <= target_s:
+            return k
+        if worst < best_w - 1e-9:
+            best, best_w = k, worst
+    return best
+
+
+def allocate_by_need(records: Sequence[float], needs: Sequence[int], budget: int,
+                     per_task_min: float = 1.0) -> list[int]:
+    """``budget`` tasks over partitions: each its ``needs`` (:func:`partition_need`, bounded by one
+    task per ``per_task_min`` records) when they fit, the rest one at a time to the partition whose
+    sub-ranges are longest (records per task: every range then finishes about together); when the
+    needs do not fit, in proportion to them (largest remainder, the first ones -- the most urgent --
+    at least one). Pure."""
+    n = len(records)
+    caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
+    floors = [min(max(1, nd), c) for nd, c in zip(needs, caps)]
+    if sum(floors) > budget:
+        return allocate_tasks(records, budget, per_task_min, weights=floors)
+    out = list(floors)
+    left = budget - sum(out)
+    while left > 0:
+        room = [i for i in range(n) if 0 < out[i] < caps[i]]
+        if not room:
+            break
+        i = max(room, key=lambda j: (records[j] / out[j], -j))
         out[i] += 1
         left -= 1
     return out
@@ -312,6 +366,12 @@ def drain_need(
     pipelined = (policy.max_concurrent > 1 and overloaded
                  and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
                                            capacity) > target_s)
+    # the tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
+    # caps it, else its share of the budget among the partitions that regrow behind a split (over
+    # their consumer's share): one hot partition may take it all, a flash burst spreads it
+    over_share = [l for l in loads if l.rate > capacity / group.per_consumer_partitions and l.partition not in busy]
+    due_tasks = (task_cap_of(policy, 1, budget) if policy.split_factor is not None
+                 else max(1, budget // max(1, len(over_share))))
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
@@ -344,7 +404,7 @@ def drain_need(
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
             age = _age(l, ages)
             lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
-            finish = policy.fixed_cost_s + lag_later / (task_cap_of(policy, 1, budget) * task_cap)
+            finish = policy.fixed_cost_s + lag_later / (due_tasks * task_cap)
             if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
                 due = True
         else:
@@ -409,22 +469,43 @@ def drain_need(
         # the target, else so that the worse of the two is as short as the budget allows
         n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
                                  capacity / group.per_consumer_partitions, target_s, policy, capacity)
-    alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
+    # tasks where the backlog is (issue 25): each partition's own need (its backlog, age and arrival
+    # rate over the time left, partition_need), the drain's count raised to their sum within the
+    # budget; a partition the drain cannot help is left out and its tasks go to the others
+    share_now = capacity / group.per_consumer_partitions
+    high = task_cap_of(policy, len(candidates), budget)
     chosen: list[DrainRange] = []
-    for l, tasks in zip(candidates, alloc):
-        if tasks <= 0:
-            notes.append(f"partition {l.partition}: task budget exhausted")
-            continue
-        r = DrainRange(
-            partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
-            expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
-            group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
-            regrowing=l.partition in regrowing,
-        )
-        if not r.expected_s < r.group_would_need_s:
-            notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
-            continue
-        chosen.append(r)
+    left_out: set[int] = set()
+    while True:
+        live = [l for l in candidates if l.partition not in left_out]
+        if not live:
+            break
+        if piped is not None:  # drains side by side: the pipeline's own count and spread (unchanged)
+            alloc = allocate_tasks([l.lag for l in live], n, per_task_min=policy.min_records_per_task)
+        else:
+            needs = [partition_need(l.lag, _age(l, ages), _seen_rate(l, _age(l, ages), policy.poll_interval_s),
+                                    share_now, target_s, policy, task_cap, high) for l in live]
+            m = max(min(len(live), budget), min(max(n, sum(needs)), task_cap_of(policy, len(live), budget)))
+            alloc = allocate_by_need([l.lag for l in live], needs, m, per_task_min=policy.min_records_per_task)
+        chosen, dropped = [], False
+        for l, tasks in zip(live, alloc):
+            if tasks <= 0:
+                notes.append(f"partition {l.partition}: task budget exhausted")
+                continue
+            r = DrainRange(
+                partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
+                expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
+                group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
+                regrowing=l.partition in regrowing,
+            )
+            if not r.expected_s < r.group_would_need_s:
+                notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
+                left_out.add(l.partition)
+                dropped = True
+                continue
+            chosen.append(r)
+        if not dropped:
+            break
     if not any(r.records >= policy.min_backlog_records for r in chosen):
         # the partitions below minBacklogRecords only join a drain due for a larger one: with that
         # one left out (no faster than the group, or no task left), there is no drain to join
@@ -739,4 +820,4 @@ def _rest_ok(
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
            "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
-           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "INF"]
+           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "partition_need", "allocate_by_need", "INF"]
