@@ -744,6 +744,7 @@ def assisted_replicas(
     sla_s: float,
     policy: DrainPolicy,
     max_utilization: float = 0.9,
+    target_s: float | None = None,
 ) -> int | None:
     """The drain-assisted replica count, or None (size the group for the load, as without drains).
 
@@ -778,7 +779,17 @@ def assisted_replicas(
         return None
     full_cost = group_cost(rates, full, capacity, sla_s, policy)
     best, best_cost = None, full_cost - policy.assist_min_saving
+    # issue 25: a smaller count only where drains one at a time can still carry its excess within
+    # the target (one_at_a_time_worst_s), or no worse than the full count's: on rolling-hot s3 at
+    # a 90 s start-up 3 replicas overloaded the hot partition's neighbours too (0.9992)
+    limit = None
+    if target_s is not None:
+        limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
+                                                    policy, capacity))
     for r in range(lo, full):
+        if limit is not None and one_at_a_time_worst_s(
+                loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
+            continue
         cost = group_cost(rates, r, capacity, sla_s, policy)
         if cost <= best_cost + 1e-9:
             best, best_cost = r, cost
