@@ -367,11 +367,17 @@ def drain_need(
                  and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
                                            capacity) > target_s)
     # the tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
-    # caps it, else its share of the budget among the partitions that regrow behind a split (over
-    # their consumer's share): one hot partition may take it all, a flash burst spreads it
-    over_share = [l for l in loads if l.rate > capacity / group.per_consumer_partitions and l.partition not in busy]
-    due_tasks = (task_cap_of(policy, 1, budget) if policy.split_factor is not None
-                 else max(1, budget // max(1, len(over_share))))
+    # caps it, else its share of the budget in proportion to its backlog among the partitions that
+    # regrow behind a split (over their consumer's share): a hot partition with most of the backlog
+    # takes most of it, a flash burst spreads it evenly
+    over_lag = sum(max(0.0, l.lag) for l in loads
+                   if l.rate > capacity / group.per_consumer_partitions and l.partition not in busy)
+
+    def due_tasks(l: PartitionLoad) -> int:
+        if policy.split_factor is not None:
+            return max(1, task_cap_of(policy, 1, budget))
+        frac = min(1.0, max(0.0, l.lag) / over_lag) if over_lag > 0 else 1.0
+        return max(1, int(budget * frac))
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
@@ -404,7 +410,7 @@ def drain_need(
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
             age = _age(l, ages)
             lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
-            finish = policy.fixed_cost_s + lag_later / (due_tasks * task_cap)
+            finish = policy.fixed_cost_s + lag_later / (due_tasks(l) * task_cap)
             if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
                 due = True
         else:
@@ -439,36 +445,41 @@ def drain_need(
     candidates = expiring_first(candidates, ages, retention_s, target_s)
     if retention_s is not None and candidates and _expires_soon(candidates[0], ages, retention_s, target_s):
         notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
-    total = sum(l.lag for l in candidates)
-    oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
-    # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
-    # - its oldest record must still make the target: oldest + fixed cost + work <= target;
-    # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
-    #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
-    #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
-    #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
-    g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
-            for l in candidates)
-    follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
-    room = max(policy.poll_interval_s,
-               min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
-    want = math.ceil(total / (task_cap * room))
-    # and enough for each range to beat the group ("the drain must help", checked per range below)
-    helps = 0
-    for l in candidates:
-        spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
-        helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
-    want = max(want, helps)
-    n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
-    piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
-    if piped is not None:
-        n = piped
-    elif overloaded or any(l.partition in regrowing for l in candidates):
-        # the backlog regrows behind the split while this drain runs, and (one drain at a time)
-        # the next drain can start only when this one ended: size this one so that both meet
-        # the target, else so that the worse of the two is as short as the budget allows
-        n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
-                                 capacity / group.per_consumer_partitions, target_s, policy, capacity)
+    def size(candidates: list[PartitionLoad]) -> tuple[int, int | None]:
+        """The drain's task count for these candidates (the rules above) and the pipeline's, if any."""
+        total = sum(l.lag for l in candidates)
+        oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
+        # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
+        # - its oldest record must still make the target: oldest + fixed cost + work <= target;
+        # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
+        #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
+        #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
+        #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
+        g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
+                for l in candidates)
+        follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
+        room = max(policy.poll_interval_s,
+                   min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
+        want = math.ceil(total / (task_cap * room))
+        # and enough for each range to beat the group ("the drain must help", checked per range below)
+        helps = 0
+        for l in candidates:
+            spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
+            helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
+        want = max(want, helps)
+        n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
+        piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
+        if piped is not None:
+            n = piped
+        elif overloaded or any(l.partition in regrowing for l in candidates):
+            # the backlog regrows behind the split while this drain runs, and (one drain at a time)
+            # the next drain can start only when this one ended: size this one so that both meet
+            # the target, else so that the worse of the two is as short as the budget allows
+            n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
+                                     capacity / group.per_consumer_partitions, target_s, policy, capacity)
+        return n, piped
+
+    n, piped = size(candidates)
     # tasks where the backlog is (issue 25): each partition's own need (its backlog, age and arrival
     # rate over the time left, partition_need), the drain's count raised to their sum within the
     # budget; a partition the drain cannot help is left out and its tasks go to the others
@@ -480,6 +491,8 @@ def drain_need(
         live = [l for l in candidates if l.partition not in left_out]
         if not live:
             break
+        if left_out:  # sized again without the partitions left out (their "drain must help" tasks)
+            n, piped = size(live)
         if piped is not None:  # drains side by side: the pipeline's own count and spread (unchanged)
             alloc = allocate_tasks([l.lag for l in live], n, per_task_min=policy.min_records_per_task)
         else:
@@ -728,6 +741,20 @@ def group_cost(rates: Sequence[float], replicas: int, capacity: float, sla_s: fl
     return cost
 
 
+def starves_neighbours(rates: Sequence[float], replicas: int, capacity: float) -> bool:
+    """At ``replicas`` (the most unbalanced balanced assignment, :func:`consumer_rates`) a consumer
+    holding a partition at or over its capacity (a hot one, carried by drains) holds other partitions
+    too: they wait behind the hot one's regrowth (its consumer is always busy) and are drained only
+    as a drain's small joiners. Issue 25: rolling-hot s100 at a 90 s start-up, 2 replicas, the hot
+    partition's neighbours aged to 300 s behind it (0.977)."""
+    n = len(rates)
+    r = max(1, min(replicas, n)) if n else 0
+    if r == 0 or r >= n:
+        return False
+    hot = sum(1 for x in rates if x >= capacity)
+    return hot > 0 and math.ceil(n / r) > 1
+
+
 def overloaded_at(rates: Sequence[float], replicas: int, capacity: float) -> bool:
     """Some consumer of ``replicas`` (the most unbalanced balanced assignment, :func:`consumer_rates`)
     receives more than its ``capacity``: at the group's cap, the partition-capped group cannot hold
@@ -781,12 +808,16 @@ def assisted_replicas(
     best, best_cost = None, full_cost - policy.assist_min_saving
     # issue 25: a smaller count only where drains one at a time can still carry its excess within
     # the target (one_at_a_time_worst_s), or no worse than the full count's: on rolling-hot s3 at
-    # a 90 s start-up 3 replicas overloaded the hot partition's neighbours too (0.9992)
+    # a 90 s start-up 3 replicas overloaded the hot partition's neighbours too (0.9992); and where
+    # even the full count's drains cannot hold the target (the hot partition saturates them), never
+    # a count that puts other partitions on the hot partition's consumer (starves_neighbours)
     limit = None
     if target_s is not None:
         limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
                                                     policy, capacity))
     for r in range(lo, full):
+        if limit is not None and limit > target_s and starves_neighbours(rates, r, capacity):
+            continue  # the drains are saturated by the hot partition: none left for its neighbours
         if limit is not None and one_at_a_time_worst_s(
                 loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
             continue
