@@ -4,9 +4,11 @@
         [--concurrent-drains 1] [--json]
 
 Each trace is `tracegen.generate(kind, seed)` with the family's `tracegen.SUITE` parameters, simulated
-with pods 30 s, a 1 s hand-off pause, <= 16 drain tasks; lagpilot at each drain start (with ``--concurrent-drains`` drains side by side), KEDA once (it
-does not drain). A run is ok when within-SLA >= 0.999 and replica + drain-task minutes <= KEDA's
-replica minutes. Prints a Markdown table (or, with --json, one JSON object: runs and the counts).
+with pods 30 s, a 1 s hand-off pause, <= 16 drain tasks, otherwise the CRD's defaults (splitFactor
+unset, warm runtime off); lagpilot at each drain start (with ``--concurrent-drains`` drains side by side), KEDA once (it
+does not drain). A run is ok when within-SLA >= 0.999 and replica + drain-task (+ idle runtime)
+minutes <= KEDA's replica minutes. Families: flash, hot-partition, diurnal, step, backfill and (issue
+25) rolling-hot, long-flash. Prints a Markdown table (or, with --json, one JSON object: runs and the counts).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def seeds_of(text: str) -> list[int]:
 
 
 def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1,
-             warm_runtime: str = "off", cooldown_s: float = SimParams.runtime_cooldown_s) -> list[dict]:
+             warm_runtime: str = "off", cooldown_s: float = SimParams.runtime_cooldown_s,
+             split_factor: int | None = SimParams.split_factor) -> list[dict]:
     rows = []
     for kind in kinds:
         fam = tracegen.SUITE[kind]
@@ -41,7 +44,7 @@ def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent
                         handoff_pause_s=1.0, max_drain_tasks=16)
             keda = run_policy(trace, SimParams(**base), "keda")
             for st in starts:
-                lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent,
+                lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent, split_factor=split_factor,
                                                  warm_runtime=warm_runtime, runtime_cooldown_s=cooldown_s, **base),
                                 "lagpilot")
                 runtime_min = lp.extra.get("drain_runtime_minutes", 0.0)
@@ -68,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the simulated CR's warm drain runtime (cost includes its pod-minutes)")
     ap.add_argument("--runtime-cooldown-seconds", type=float, default=SimParams.runtime_cooldown_s,
                     help="on-demand: spec.drain.warmRuntimeCooldownSeconds")
+    ap.add_argument("--split-factor", type=int, default=None,
+                    help="spec.drain.splitFactor (an optional cap; default unset, the CRD's default)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]
-    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime, a.runtime_cooldown_seconds)
+    rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime, a.runtime_cooldown_seconds,
+                    a.split_factor)
     if a.json:
         counts = {f"{k}@{st:.0f}": {"runs": len(rs), "within_ok": sum(r["within_ok"] for r in rs),
                                      "ok": sum(r["ok"] for r in rs),

@@ -245,3 +245,31 @@ def test_executor_variants_share_the_task_slots_and_ratios_are_paired():
     conf = session_conf(PLAN, "local-cluster[2,6,1024]", [], {}, env={})
     assert conf["spark.executor.extraJavaOptions"] == DEFAULT_DRIVER_JAVA_OPTIONS
     assert "spark.executor.extraJavaOptions" not in session_conf(PLAN, None, [], {}, env={})
+
+
+def test_per_partition_task_counts_that_differ_become_one_spark_task_per_sub_range():
+    """Issue 25: the planner gives a hot partition most of the budget and its neighbours one task
+    each; the hand-off cuts each range into its own count (handoff.sub_ranges_of, the operator's
+    executor) and the Spark job runs exactly one task per sub-range (relation_options)."""
+    from lagpilot.decide.handoff import PartitionRange, sub_ranges_of
+    from lagpilot.spec import parse_spec
+
+    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
+                       "batch": {"maxRecords": 100}})
+    assert spec.drain.split_factor is None  # the CRD's default since issue 25: no cap
+    ranges = (PartitionRange(0, split=130_000, start=10_000, tasks=12), PartitionRange(3, split=9_000, start=8_000, tasks=1),
+              PartitionRange(5, split=4_000, start=1_000, tasks=3))
+    subs = sub_ranges_of(ranges, spec)
+    assert {p: sum(1 for s in subs if s.partition == p) for p in (0, 3, 5)} == {0: 12, 3: 1, 5: 3}
+    plan = DrainPlan("9", "orders", "g", subs, 100, 16).validate()
+    work = remaining_work(plan, {})
+    tasks = []
+    for r in relation_options("orders", work):
+        starts, ends = json.loads(r["startingOffsets"])["orders"], json.loads(r["endingOffsets"])["orders"]
+        tasks += [(int(p), starts[str(p)], ends[str(p)]) for p in json.loads(r["assign"])["orders"]]
+    assert len(tasks) == 16 == len(subs)
+    assert sorted(tasks) == sorted((s.partition, s.start, s.end) for s in subs)
+    covered = sorted((p, a, b) for p, a, b in tasks)
+    for p, (a, b) in {0: (10_000, 130_000), 3: (8_000, 9_000), 5: (1_000, 4_000)}.items():
+        mine = [(x, y) for q, x, y in covered if q == p]
+        assert mine[0][0] == a and mine[-1][1] == b and all(y == x2 for (_, y), (x2, _) in zip(mine, mine[1:]))

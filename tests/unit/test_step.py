@@ -36,7 +36,7 @@ def test_policies_come_from_the_parsed_spec_with_one_default_per_knob() -> None:
     pol = step_mod.Policies.from_group_spec(parse_spec(BASE))
     assert pol.scaling == ScalingPolicy()  # the parse defaults are the policy defaults
     assert pol.drain is not None
-    assert (pol.drain.split_factor, pol.drain.max_tasks, pol.drain.min_backlog_records) == (4, 16, 10_000)
+    assert (pol.drain.split_factor, pol.drain.max_tasks, pol.drain.min_backlog_records) == (None, 16, 10_000)
     spec = parse_spec({**BASE, "catchUpSLASeconds": 120, "scaling": {"minReplicas": 2, "maxReplicas": 5},
                        "drain": {"cancel": True}})
     pol = step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=7, drain_start_s=11))

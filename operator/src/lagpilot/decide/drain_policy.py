@@ -220,8 +220,10 @@ def task_cap_of(policy: DrainPolicy, partitions: int, budget: int) -> int:
     return max(0, min(budget, policy.split_factor * partitions))
 
 
-def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0) -> list[int]:
-    """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder).
+def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0,
+                   weights: Sequence[float] | None = None) -> list[int]:
+    """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder), or
+    to ``weights`` when given (the records still bound each partition's count).
 
     Every partition with records gets at least one task while the budget lasts (the first ones in
     the given order: callers pass the most urgent first); none gets more tasks than it has
@@ -232,6 +234,7 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
     if budget <= 0 or n == 0:
         return out
     caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
+    w = [float(x) for x in (weights if weights is not None else records)]
     live = [i for i in range(n) if records[i] > 0]
     for i in live[:budget]:
         out[i] = 1
@@ -240,10 +243,12 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
         room = [i for i in live if out[i] > 0 and out[i] < caps[i]]
         if not room:
             break
-        total = sum(records[i] for i in room)
+        total = sum(w[i] for i in room)
+        if total <= 0:
+            break
         # ideal shares of everything handed out so far plus what is left
         pool = sum(out[i] for i in room) + left
-        ideal = {i: pool * records[i] / total for i in room}
+        ideal = {i: pool * w[i] / total for i in room}
         want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
         extra = sum(want[i] - out[i] for i in room)
         if 0 < extra <= left:
@@ -252,7 +257,56 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
             left -= extra
             continue
         # one more task to the partition furthest below its ideal share
-        i = max(room, key=lambda j: (ideal[j] - out[j], records[j], -j))
+        i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
+        out[i] += 1
+        left -= 1
+    return out
+
+
+def partition_need(lag: float, age: float, rate: float, share: float, target_s: float, policy: DrainPolicy,
+                   task_cap: float, high: int) -> int:
+    """The tasks one partition's range needs (issue 25): the fewest ``k`` in ``[1, high]`` with which
+    its oldest records meet ``target_s`` in this drain (``age`` old now, ``lag`` records at
+    ``task_cap`` each, :func:`worst_latency_s`) **and** in the next one, which takes what arrives
+    meanwhile (``rate - share`` records/s beyond what the group takes, over this drain and a poll)
+    with as many tasks; else the ``k`` that makes the worse of the two shortest. Its backlog and its
+    arrival rate over the time left: a hot partition at 6x a consumer needs most of the budget, a
+    neighbour with a small backlog one task. Pure."""
+    best, best_w = 1, INF
+    fixed, poll = policy.fixed_cost_s, policy.poll_interval_s
+    grow = max(0.0, rate - share)
+    for k in range(1, max(1, high) + 1):
+        now, duration = worst_latency_s([lag], [age], [k], policy, task_cap)
+        nxt_lag = grow * (duration + poll)
+        nxt_age = nxt_lag / rate if rate > 0 else 0.0
+        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], policy, task_cap)[0] if nxt_lag > 0 else 0.0
+        worst = max(now, nxt)
+        if worst <= target_s:
+            return k
+        if worst < best_w - 1e-9:
+            best, best_w = k, worst
+    return best
+
+
+def allocate_by_need(records: Sequence[float], needs: Sequence[int], budget: int,
+                     per_task_min: float = 1.0) -> list[int]:
+    """``budget`` tasks over partitions: each its ``needs`` (:func:`partition_need`, bounded by one
+    task per ``per_task_min`` records) when they fit, the rest one at a time to the partition whose
+    sub-ranges are longest (records per task: every range then finishes about together); when the
+    needs do not fit, in proportion to them (largest remainder, the first ones -- the most urgent --
+    at least one). Pure."""
+    n = len(records)
+    caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
+    floors = [min(max(1, nd), c) for nd, c in zip(needs, caps)]
+    if sum(floors) > budget:
+        return allocate_tasks(records, budget, per_task_min, weights=floors)
+    out = list(floors)
+    left = budget - sum(out)
+    while left > 0:
+        room = [i for i in range(n) if 0 < out[i] < caps[i]]
+        if not room:
+            break
+        i = max(room, key=lambda j: (records[j] / out[j], -j))
         out[i] += 1
         left -= 1
     return out
@@ -312,6 +366,18 @@ def drain_need(
     pipelined = (policy.max_concurrent > 1 and overloaded
                  and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
                                            capacity) > target_s)
+    # the tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
+    # caps it, else its share of the budget in proportion to its backlog among the partitions that
+    # regrow behind a split (over their consumer's share): a hot partition with most of the backlog
+    # takes most of it, a flash burst spreads it evenly
+    over_lag = sum(max(0.0, l.lag) for l in loads
+                   if l.rate > capacity / group.per_consumer_partitions and l.partition not in busy)
+
+    def due_tasks(l: PartitionLoad) -> int:
+        if policy.split_factor is not None:
+            return max(1, task_cap_of(policy, 1, budget))
+        frac = min(1.0, max(0.0, l.lag) / over_lag) if over_lag > 0 else 1.0
+        return max(1, int(budget * frac))
     ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
     remaining = {l.partition: l for l in loads}
     notes: list[str] = []
@@ -344,7 +410,7 @@ def drain_need(
             # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
             age = _age(l, ages)
             lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
-            finish = policy.fixed_cost_s + lag_later / (task_cap_of(policy, 1, budget) * task_cap)
+            finish = policy.fixed_cost_s + lag_later / (due_tasks(l) * task_cap)
             if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
                 due = True
         else:
@@ -379,52 +445,80 @@ def drain_need(
     candidates = expiring_first(candidates, ages, retention_s, target_s)
     if retention_s is not None and candidates and _expires_soon(candidates[0], ages, retention_s, target_s):
         notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
-    total = sum(l.lag for l in candidates)
-    oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
-    # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
-    # - its oldest record must still make the target: oldest + fixed cost + work <= target;
-    # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
-    #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
-    #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
-    #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
-    g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
-            for l in candidates)
-    follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
-    room = max(policy.poll_interval_s,
-               min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
-    want = math.ceil(total / (task_cap * room))
-    # and enough for each range to beat the group ("the drain must help", checked per range below)
-    helps = 0
-    for l in candidates:
-        spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
-        helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
-    want = max(want, helps)
-    n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
-    piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
-    if piped is not None:
-        n = piped
-    elif overloaded or any(l.partition in regrowing for l in candidates):
-        # the backlog regrows behind the split while this drain runs, and (one drain at a time)
-        # the next drain can start only when this one ended: size this one so that both meet
-        # the target, else so that the worse of the two is as short as the budget allows
-        n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
-                                 capacity / group.per_consumer_partitions, target_s, policy, capacity)
-    alloc = allocate_tasks([l.lag for l in candidates], n, per_task_min=policy.min_records_per_task)
+    def size(candidates: list[PartitionLoad]) -> tuple[int, int | None]:
+        """The drain's task count for these candidates (the rules above) and the pipeline's, if any."""
+        total = sum(l.lag for l in candidates)
+        oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
+        # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
+        # - its oldest record must still make the target: oldest + fixed cost + work <= target;
+        # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
+        #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
+        #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
+        #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
+        g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
+                for l in candidates)
+        follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
+        room = max(policy.poll_interval_s,
+                   min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
+        want = math.ceil(total / (task_cap * room))
+        # and enough for each range to beat the group ("the drain must help", checked per range below)
+        helps = 0
+        for l in candidates:
+            spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
+            helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
+        want = max(want, helps)
+        n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
+        piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
+        if piped is not None:
+            n = piped
+        elif overloaded or any(l.partition in regrowing for l in candidates):
+            # the backlog regrows behind the split while this drain runs, and (one drain at a time)
+            # the next drain can start only when this one ended: size this one so that both meet
+            # the target, else so that the worse of the two is as short as the budget allows
+            n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
+                                     capacity / group.per_consumer_partitions, target_s, policy, capacity)
+        return n, piped
+
+    n, piped = size(candidates)
+    # tasks where the backlog is (issue 25): each partition's own need (its backlog, age and arrival
+    # rate over the time left, partition_need), the drain's count raised to their sum within the
+    # budget; a partition the drain cannot help is left out and its tasks go to the others
+    share_now = capacity / group.per_consumer_partitions
+    high = task_cap_of(policy, len(candidates), budget)
     chosen: list[DrainRange] = []
-    for l, tasks in zip(candidates, alloc):
-        if tasks <= 0:
-            notes.append(f"partition {l.partition}: task budget exhausted")
-            continue
-        r = DrainRange(
-            partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
-            expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
-            group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
-            regrowing=l.partition in regrowing,
-        )
-        if not r.expected_s < r.group_would_need_s:
-            notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
-            continue
-        chosen.append(r)
+    left_out: set[int] = set()
+    while True:
+        live = [l for l in candidates if l.partition not in left_out]
+        if not live:
+            break
+        if left_out:  # sized again without the partitions left out (their "drain must help" tasks)
+            n, piped = size(live)
+        if piped is not None:  # drains side by side: the pipeline's own count and spread (unchanged)
+            alloc = allocate_tasks([l.lag for l in live], n, per_task_min=policy.min_records_per_task)
+        else:
+            needs = [partition_need(l.lag, _age(l, ages), _seen_rate(l, _age(l, ages), policy.poll_interval_s),
+                                    share_now, target_s, policy, task_cap, high) for l in live]
+            m = max(min(len(live), budget), min(max(n, sum(needs)), task_cap_of(policy, len(live), budget)))
+            alloc = allocate_by_need([l.lag for l in live], needs, m, per_task_min=policy.min_records_per_task)
+        chosen, dropped = [], False
+        for l, tasks in zip(live, alloc):
+            if tasks <= 0:
+                notes.append(f"partition {l.partition}: task budget exhausted")
+                continue
+            r = DrainRange(
+                partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
+                expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
+                group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
+                regrowing=l.partition in regrowing,
+            )
+            if not r.expected_s < r.group_would_need_s:
+                notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
+                left_out.add(l.partition)
+                dropped = True
+                continue
+            chosen.append(r)
+        if not dropped:
+            break
     if not any(r.records >= policy.min_backlog_records for r in chosen):
         # the partitions below minBacklogRecords only join a drain due for a larger one: with that
         # one left out (no faster than the group, or no task left), there is no drain to join
@@ -647,6 +741,20 @@ def group_cost(rates: Sequence[float], replicas: int, capacity: float, sla_s: fl
     return cost
 
 
+def starves_neighbours(rates: Sequence[float], replicas: int, capacity: float) -> bool:
+    """At ``replicas`` (the most unbalanced balanced assignment, :func:`consumer_rates`) a consumer
+    holding a partition at or over its capacity (a hot one, carried by drains) holds other partitions
+    too: they wait behind the hot one's regrowth (its consumer is always busy) and are drained only
+    as a drain's small joiners. Issue 25: rolling-hot s100 at a 90 s start-up, 2 replicas, the hot
+    partition's neighbours aged to 300 s behind it (0.977)."""
+    n = len(rates)
+    r = max(1, min(replicas, n)) if n else 0
+    if r == 0 or r >= n:
+        return False
+    hot = sum(1 for x in rates if x >= capacity)
+    return hot > 0 and math.ceil(n / r) > 1
+
+
 def overloaded_at(rates: Sequence[float], replicas: int, capacity: float) -> bool:
     """Some consumer of ``replicas`` (the most unbalanced balanced assignment, :func:`consumer_rates`)
     receives more than its ``capacity``: at the group's cap, the partition-capped group cannot hold
@@ -663,6 +771,7 @@ def assisted_replicas(
     sla_s: float,
     policy: DrainPolicy,
     max_utilization: float = 0.9,
+    target_s: float | None = None,
 ) -> int | None:
     """The drain-assisted replica count, or None (size the group for the load, as without drains).
 
@@ -697,7 +806,21 @@ def assisted_replicas(
         return None
     full_cost = group_cost(rates, full, capacity, sla_s, policy)
     best, best_cost = None, full_cost - policy.assist_min_saving
+    # issue 25: a smaller count only where drains one at a time can still carry its excess within
+    # the target (one_at_a_time_worst_s), or no worse than the full count's: on rolling-hot s3 at
+    # a 90 s start-up 3 replicas overloaded the hot partition's neighbours too (0.9992); and where
+    # even the full count's drains cannot hold the target (the hot partition saturates them), never
+    # a count that puts other partitions on the hot partition's consumer (starves_neighbours)
+    limit = None
+    if target_s is not None:
+        limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
+                                                    policy, capacity))
     for r in range(lo, full):
+        if limit is not None and limit > target_s and starves_neighbours(rates, r, capacity):
+            continue  # the drains are saturated by the hot partition: none left for its neighbours
+        if limit is not None and one_at_a_time_worst_s(
+                loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
+            continue
         cost = group_cost(rates, r, capacity, sla_s, policy)
         if cost <= best_cost + 1e-9:
             best, best_cost = r, cost
@@ -739,4 +862,4 @@ def _rest_ok(
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
            "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
-           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "INF"]
+           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "partition_need", "allocate_by_need", "INF"]

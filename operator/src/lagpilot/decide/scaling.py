@@ -314,7 +314,8 @@ def decide(
         assisted = None
         if drain_policy is not None and not (idle and policy.scale_to_zero):
             assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, lo), cap=cap_hi, sla_s=policy.sla_s,
-                                         policy=drain_policy, max_utilization=policy.max_utilization)
+                                         policy=drain_policy, max_utilization=policy.max_utilization,
+                                         target_s=target)
         now_loads = obs.loads_now
         if drain_policy is not None:
             drain = drain_need(
