@@ -157,9 +157,20 @@ class NodePart:
     # ---- host ----------------------------------------------------------------------------------
     @staticmethod
     def _prepare_host() -> None:
-        """The two host settings a node needs (docs/node.md says why)."""
+        """The host settings a node needs (docs/node.md says why), and the pod bridge with its gateway
+        address made before the first pod (the CNI bridge plugin takes it as it finds it): so the
+        address exists for the Kafka part's PODS listener whatever starts first."""
         subprocess.run(["mount", "--make-rshared", "/"], check=True, capture_output=True)  # noqa: S607
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+        if not Path(f"/sys/class/net/{BRIDGE}").exists():
+            subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True, capture_output=True)  # noqa: S607
+        prefix = POD_SUBNET.split("/", 1)[1]
+        addrs = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], check=True,  # noqa: S607
+                               capture_output=True, text=True).stdout
+        if f" {POD_GATEWAY}/" not in addrs:
+            subprocess.run(["ip", "addr", "add", f"{POD_GATEWAY}/{prefix}", "dev", BRIDGE], check=True,  # noqa: S607
+                           capture_output=True)
+        subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True, capture_output=True)  # noqa: S607
 
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
