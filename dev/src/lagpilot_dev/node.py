@@ -369,6 +369,23 @@ state = "{self.run_dir / 'containerd'}"
         if proc.returncode != 0:
             raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()[-2000:]}")
 
+    def load_built_image(self, tag: str) -> float:
+        """Load an image built by `lagpilot dev images` (buildah, its private containers-storage)
+        into the node: `podman save` as a docker archive, `ctr images import`. Returns seconds."""
+        import tempfile
+
+        from lagpilot_dev.images_tools import default_layout, run_cmd
+
+        t0 = time.monotonic()
+        layout = default_layout()
+        with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
+            archive = Path(tmp) / "image.tar"
+            run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
+            self.import_image(archive)
+        seconds = round(time.monotonic() - t0, 1)
+        log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
+        return seconds
+
     def images(self) -> set[str]:
         proc = self.ctr("images", "ls", "-q")
         return set(proc.stdout.split()) if proc.returncode == 0 else set()
