@@ -85,7 +85,7 @@ def test_node_registers_ready_with_containerd(node: Any, kube: KubeEnv) -> None:
     assert ready["Ready"] == "True"
     info = mine["status"]["nodeInfo"]
     assert info["kubeletVersion"] == node.info()["kube_version"]
-    assert info["containerRuntimeVersion"] == f"containerd://{node.info()['containerd_version']}"
+    assert info["containerRuntimeVersion"] == "containerd://" + node.info()["containerd_version"].lstrip("v")
     addresses = {a["type"]: a["address"] for a in mine["status"]["addresses"]}
     assert addresses["InternalIP"] == node.info()["node_ip"]
 
