@@ -161,3 +161,31 @@ def test_deleted_pod_gets_sigterm_within_its_grace_period(node: Any, kube: KubeE
             w.stop()
     assert seen, "the kubelet never reported the container terminated"
     assert seen[-1]["exit_code"] == 42, seen
+
+
+def test_service_cluster_ip_reaches_the_pod_through_kube_proxy(node: Any, kube: KubeEnv,
+                                                                namespace: Callable[..., str]) -> None:
+    ns = _restricted_ns(kube, namespace)
+    web = _pod("web", node, "echo served-by-$(id -u) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp",
+               memory="32Mi")
+    web["metadata"]["labels"] = {"app": "web"}
+    _apply(kube, ns, web)
+    _apply(kube, ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                      "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    wait_until(lambda: _running(kube, ns, "web"), "pod web Running", timeout=180)
+    svc = json.loads(kube.kubectl("get", "service", "-n", ns, "web", "-o", "json").stdout)
+    cluster_ip = svc["spec"]["clusterIP"]
+
+    def served_from_host() -> str | None:
+        with urllib.request.urlopen(f"http://{cluster_ip}/index.html", timeout=5) as resp:  # noqa: S310
+            return resp.read().decode().strip()
+
+    # kube-proxy programs the Service once the EndpointSlice names the ready pod
+    assert wait_until(served_from_host, f"Service {cluster_ip}:80 answering from the host", timeout=120) \
+        == "served-by-65534"
+    # and from another pod: exit 0 only if the page came back through the Service
+    _apply(kube, ns, _pod("client", node, "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | "
+                                          f"nc -w 5 {cluster_ip} 80 | grep -qx served-by-65534"))
+    done = wait_until(lambda: (p := _get_pod(kube, ns, "client"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                      "pod client finished", timeout=180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
