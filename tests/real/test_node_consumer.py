@@ -38,18 +38,43 @@ def pods_kafka(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  # n
         part.stop()
 
 
-@pytest.fixture(scope="module")
-def consumer_image(node: Any) -> str:  # noqa: F811
+def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
     from lagpilot_dev import images_tools
     from lagpilot_dev.images_build import IMAGES, build
 
     problems = images_tools.missing_preconditions(images_tools.default_layout())
     if problems:
         pytest.fail("images: cannot build here: " + "; ".join(problems))
-    img = IMAGES["consumer"]
+    img = IMAGES[name]
     build(images_tools.default_layout(), img)  # cached layers when nothing changed
     node.load_built_image(img.tag)
     return img.tag
+
+
+@pytest.fixture(scope="module")
+def consumer_image(node: Any) -> str:  # noqa: F811
+    return _built_and_loaded(node, "consumer")
+
+
+def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
+    tag = _built_and_loaded(node, "operator")
+    ns = _restricted_ns(kube, namespace)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator-help"}, "spec": {
+        "schedulerName": node.info()["scheduler_name"], "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "operator", "image": tag, "imagePullPolicy": "Never", "args": ["--help"],
+                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
+                                            if k not in ("runAsUser", "runAsGroup")}}]}}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
+
+    def finished() -> dict[str, Any] | None:
+        st = json.loads(kube.kubectl("get", "pod", "-n", ns, "operator-help", "-o", "json").stdout)["status"]
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    st = wait_until(finished, "operator --help pod finished", timeout=300)
+    assert st["phase"] == "Succeeded", st
+    assert st["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
 
 def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, namespace: Any,  # noqa: F811
