@@ -8,6 +8,7 @@ scheduler (`schedulerName`, see lagpilot_dev.node.SCHEDULER_NAME) and run as con
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,12 +17,17 @@ import pytest
 
 from tests.fixtures.kube import KubeEnv, wait_until
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.node]
 
 
 @pytest.fixture(scope="session")
 def node(stack: Any, kube: KubeEnv) -> Any:
-    """The node part, started (or reused) through the dev stack (builds on first use)."""
+    """The node part, started (or reused) through the dev stack (builds on first use).
+
+    Opt-in (LAGPILOT_NODE=1): the node is not part of ./dev/test yet (its cold build, docs/node.md,
+    does not fit the budgets on top of the rest), and it needs root."""
+    if os.environ.get("LAGPILOT_NODE", "") != "1":
+        pytest.skip("the real node is opt-in: LAGPILOT_NODE=1 (docs/node.md)")
     stack.up(["kube", "node"], by_tests=True)
     return stack.part("node")
 
@@ -79,7 +85,7 @@ def test_node_registers_ready_with_containerd(node: Any, kube: KubeEnv) -> None:
     assert ready["Ready"] == "True"
     info = mine["status"]["nodeInfo"]
     assert info["kubeletVersion"] == node.info()["kube_version"]
-    assert info["containerRuntimeVersion"] == f"containerd://{node.info()['containerd_version']}"
+    assert info["containerRuntimeVersion"] == "containerd://" + node.info()["containerd_version"].lstrip("v")
     addresses = {a["type"]: a["address"] for a in mine["status"]["addresses"]}
     assert addresses["InternalIP"] == node.info()["node_ip"]
 
@@ -155,3 +161,31 @@ def test_deleted_pod_gets_sigterm_within_its_grace_period(node: Any, kube: KubeE
             w.stop()
     assert seen, "the kubelet never reported the container terminated"
     assert seen[-1]["exit_code"] == 42, seen
+
+
+def test_service_cluster_ip_reaches_the_pod_through_kube_proxy(node: Any, kube: KubeEnv,
+                                                                namespace: Callable[..., str]) -> None:
+    ns = _restricted_ns(kube, namespace)
+    web = _pod("web", node, "echo served-by-$(id -u) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp",
+               memory="32Mi")
+    web["metadata"]["labels"] = {"app": "web"}
+    _apply(kube, ns, web)
+    _apply(kube, ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                      "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    wait_until(lambda: _running(kube, ns, "web"), "pod web Running", timeout=180)
+    svc = json.loads(kube.kubectl("get", "service", "-n", ns, "web", "-o", "json").stdout)
+    cluster_ip = svc["spec"]["clusterIP"]
+
+    def served_from_host() -> str | None:
+        with urllib.request.urlopen(f"http://{cluster_ip}/index.html", timeout=5) as resp:  # noqa: S310
+            return resp.read().decode().strip()
+
+    # kube-proxy programs the Service once the EndpointSlice names the ready pod
+    assert wait_until(served_from_host, f"Service {cluster_ip}:80 answering from the host", timeout=120) \
+        == "served-by-65534"
+    # and from another pod: exit 0 only if the page came back through the Service
+    _apply(kube, ns, _pod("client", node, "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | "
+                                          f"nc -w 5 {cluster_ip} 80 | grep -qx served-by-65534"))
+    done = wait_until(lambda: (p := _get_pod(kube, ns, "client"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                      "pod client finished", timeout=180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]

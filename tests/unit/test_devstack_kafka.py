@@ -100,3 +100,14 @@ def test_sasl_credentials_are_random_persisted_and_private(tmp_path: Path) -> No
     other = KafkaPart(tmp_path / "cache", tmp_path / "state2").sasl_credentials()
     assert other["password"] != first["password"]
     assert first["password"] not in json.dumps(part.info())
+
+
+def test_server_properties_pods_listener_adds_and_changes_nothing_else() -> None:
+    base = dict(line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines())
+    props = dict(line.split("=", 1) for line in server_properties(
+        Path("/data/k"), 9092, 9093, 9094, pods_listener=("10.244.0.1", 9095)).splitlines())
+    assert props["listeners"] == base["listeners"] + ",PODS://10.244.0.1:9095"
+    assert props["advertised.listeners"] == base["advertised.listeners"] + ",PODS://10.244.0.1:9095"
+    assert props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",PODS:PLAINTEXT"
+    assert {k: v for k, v in props.items() if not k.startswith(("listeners", "advertised", "listener.security"))} \
+        == {k: v for k, v in base.items() if not k.startswith(("listeners", "advertised", "listener.security"))}

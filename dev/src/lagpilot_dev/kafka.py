@@ -86,12 +86,16 @@ SCRAM_ITERATIONS = 4096
 
 
 def server_properties(data_dir: Path, broker_port: int, controller_port: int,
-                      sasl_port: int | None = None) -> str:
+                      sasl_port: int | None = None, pods_listener: tuple[str, int] | None = None) -> str:
     """The broker config: one combined node on loopback, replication factors 1, fast group joins.
 
     With `sasl_port`, a second client listener SASL_PLAINTEXT (SCRAM-SHA-512 only) on that loopback
     port; the inter-broker and controller listeners stay PLAINTEXT, so SASL is only what clients
-    see. SCRAM users live in the KRaft metadata log (created by `KafkaPart.ensure_scram_user`)."""
+    see. SCRAM users live in the KRaft metadata log (created by `KafkaPart.ensure_scram_user`).
+
+    With `pods_listener` (host, port), a third client listener PODS (PLAINTEXT) on the real node's
+    pod-bridge gateway address, advertised as such: pods reach the host there, not at 127.0.0.1
+    (their own loopback). The other listeners, and so every client on loopback, are unchanged."""
     listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
     advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
     protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -99,6 +103,11 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
         listeners += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
         advertised += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
         protocol_map += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+    if pods_listener is not None:
+        host, port = pods_listener
+        listeners += f",PODS://{host}:{port}"
+        advertised += f",PODS://{host}:{port}"
+        protocol_map += ",PODS:PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -217,6 +226,29 @@ class KafkaPart:
             tmp.replace(path)
             return creds
 
+    def pods_listener_host(self) -> str | None:
+        """The real node's pod-bridge gateway address when it exists on this host (the node part
+        creates the bridge at its start), else None: the broker then gets no PODS listener."""
+        import socket
+
+        from lagpilot_dev.node import POD_GATEWAY
+
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((POD_GATEWAY, 0))  # binds only to an address of this host
+            return POD_GATEWAY
+        except OSError:
+            return None
+
+    def pods_bootstrap_servers(self) -> str | None:
+        """host:port of the PODS listener for pods on the real node, when the running broker has it
+        (a broker started before the node's bridge existed needs one restart to get it)."""
+        props = self.dir / "server.properties"
+        if not props.exists():
+            return None
+        m = re.search(r"PODS://([0-9.]+:[0-9]+)", props.read_text())
+        return m.group(1) if m else None
+
     def sasl_listener_configured(self) -> bool:
         """True when the running broker's config has the SASL listener (a broker started before
         the listener existed needs one restart to get it)."""
@@ -272,7 +304,9 @@ class KafkaPart:
                 sasl_port = self.ports.ensure("kafka.sasl", must_be_free=True)
                 self.dir.mkdir(parents=True, exist_ok=True)
                 props_file = self.dir / "server.properties"
-                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port))
+                pods_host = self.pods_listener_host()
+                pods = (pods_host, self.ports.ensure("kafka.pods", must_be_free=True)) if pods_host else None
+                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port, pods))
                 self._format_if_needed(props_file)
                 (self.dir / "logs").mkdir(exist_ok=True)
                 self.process.argv = [
@@ -341,6 +375,8 @@ class KafkaPart:
             # the password stays in kafka/sasl-credentials.json (KafkaPart.sasl_credentials())
             "sasl_bootstrap_servers": self.sasl_bootstrap_servers() if self.sasl_listener_configured() else None,
             "sasl_mechanism": SASL_MECHANISM,
+            # for pods on the real node (lagpilot_dev.node); None until the broker has the listener
+            "pods_bootstrap_servers": self.pods_bootstrap_servers(),
             "sasl_username": SASL_USERNAME,
             "kafka_home": str(self.libs),
             "kafka_version": self.version,

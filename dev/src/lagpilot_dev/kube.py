@@ -3,10 +3,12 @@
 Why these three and not envtest's two: with only etcd and an apiserver there is no garbage
 collection of owned objects, no Deployment -> ReplicaSet -> Pod chain, no Job bookkeeping, no
 default ServiceAccounts and namespace deletion hangs. The controller-manager makes all of that real.
-There is no scheduler and no kubelet: the test-side pod runner (`lagpilot_dev.podrunner`) binds
+This part runs no scheduler and no kubelet: the test-side pod runner (`lagpilot_dev.podrunner`) binds
 pods to its Node through the `pods/binding` subresource (what kube-scheduler would do) and plays
 the kubelet. Binding in the runner instead of building and running kube-scheduler: one binary and
 one process fewer on a 2-core machine, and with a single fake node scheduling has no decision to make.
+The opt-in `node` part (`lagpilot_dev.node`, docs/node.md) adds a real kubelet, containerd and a
+kube-scheduler (under its own scheduler name while the pod runner serves the other tests).
 
 Binaries are built once from the Go module proxy by `dev/build-kube.sh` into `<cache>/kube/bin`.
 Everything mutable (certificates, etcd data, kubeconfigs, logs, pids) lives in `<state>/kube`;

@@ -55,7 +55,7 @@ POD_GATEWAY = "10.244.0.1"
 BRIDGE = "lagpilot0"
 CRI_NAMESPACE = "k8s.io"
 PAUSE_IMAGE = f"lagpilot.local/pause:{KUBE_VERSION}"
-TEST_IMAGE = "lagpilot.local/busybox:1"
+TEST_IMAGE = "lagpilot.local/busybox:2"  # bump with node_oci.BUSYBOX_APPLETS
 # While the pod runner (lagpilot_dev.podrunner) serves other tests on the same control plane, it
 # binds every unscheduled pod of "default-scheduler" in its namespaces to its own Node. A real
 # scheduler under that name would race it for those pods and place its own on runner Nodes. So the
@@ -64,7 +64,8 @@ TEST_IMAGE = "lagpilot.local/busybox:1"
 # "default-scheduler" when the pod runner retires).
 SCHEDULER_NAME = "lagpilot-node"
 NODE_LABEL = ("node.lagpilot.io/real", "true")
-COMPONENTS = ("containerd", "kubelet", "scheduler")
+COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy")
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
 def default_node_ip() -> str:
@@ -101,7 +102,8 @@ class NodePart:
         self.cni_conf_dir = self.dir / "cni" / "net.d"
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
-        markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler"}
+        markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
+                   "proxy": "kube-proxy"}
         self.processes: dict[str, Process] = {
             comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
                           pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
@@ -140,7 +142,9 @@ class NodePart:
         self._write_images()
 
     def image_archives(self) -> dict[str, Path]:
-        return {PAUSE_IMAGE: self.images_dir / "pause.oci.tar", TEST_IMAGE: self.images_dir / "busybox.oci.tar"}
+        # named after the image: a new tag writes a new archive
+        return {name: self.images_dir / (name.replace("/", "_").replace(":", "_") + ".oci.tar")
+                for name in (PAUSE_IMAGE, TEST_IMAGE)}
 
     def _write_images(self) -> None:
         archives = self.image_archives()
@@ -157,9 +161,27 @@ class NodePart:
     # ---- host ----------------------------------------------------------------------------------
     @staticmethod
     def _prepare_host() -> None:
-        """The two host settings a node needs (docs/node.md says why)."""
+        """The host settings a node needs (docs/node.md says why), and the pod bridge with its gateway
+        address made before the first pod (the CNI bridge plugin takes it as it finds it): so the
+        address exists for the Kafka part's PODS listener whatever starts first."""
         subprocess.run(["mount", "--make-rshared", "/"], check=True, capture_output=True)  # noqa: S607
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+        if not Path(f"/sys/class/net/{BRIDGE}").exists():
+            subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True, capture_output=True)  # noqa: S607
+        prefix = POD_SUBNET.split("/", 1)[1]
+        addrs = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], check=True,  # noqa: S607
+                               capture_output=True, text=True).stdout
+        if f" {POD_GATEWAY}/" not in addrs:
+            subprocess.run(["ip", "addr", "add", f"{POD_GATEWAY}/{prefix}", "dev", BRIDGE], check=True,  # noqa: S607
+                           capture_output=True)
+        subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True, capture_output=True)  # noqa: S607
+        # Service IPs are private addresses: a packet to one that kube-proxy did not translate must
+        # stay on this machine (the bridge), never leave by the default route
+        routes = subprocess.run(["ip", "-4", "route", "show", SERVICE_CLUSTER_IP_RANGE], check=True,  # noqa: S607
+                                capture_output=True, text=True).stdout
+        if not routes.strip():
+            subprocess.run(["ip", "route", "add", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], check=True,  # noqa: S607
+                           capture_output=True)
 
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
@@ -328,6 +350,7 @@ state = "{self.run_dir / 'containerd'}"
             self._start_kubelet(timeout)
             self._start_scheduler(timeout)
             self._wait_node_ready(timeout)
+            self._start_proxy(timeout)
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -357,6 +380,23 @@ state = "{self.run_dir / 'containerd'}"
         proc = self.ctr("images", "import", "--platform", "linux/amd64", str(archive), timeout=600)
         if proc.returncode != 0:
             raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()[-2000:]}")
+
+    def load_built_image(self, tag: str) -> float:
+        """Load an image built by `lagpilot dev images` (buildah, its private containers-storage)
+        into the node: `podman save` as a docker archive, `ctr images import`. Returns seconds."""
+        import tempfile
+
+        from lagpilot_dev.images_tools import default_layout, run_cmd
+
+        t0 = time.monotonic()
+        layout = default_layout()
+        with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
+            archive = Path(tmp) / "image.tar"
+            run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
+            self.import_image(archive)
+        seconds = round(time.monotonic() - t0, 1)
+        log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
+        return seconds
 
     def images(self) -> set[str]:
         proc = self.ctr("images", "ls", "-q")
@@ -407,6 +447,34 @@ state = "{self.run_dir / 'containerd'}"
         self._wait(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
                    "kube-scheduler /healthz", timeout)
 
+    def proxy_config(self) -> dict[str, Any]:
+        """kube-proxy in iptables mode; it changes no sysctl it can leave alone (docs/node.md)."""
+        return {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig("kube-proxy"))},
+            "hostnameOverride": NODE_NAME,
+            "mode": "iptables",
+            "clusterCIDR": POD_SUBNET,
+            "healthzBindAddress": f"{LOOPBACK}:{self.ports.ensure('node.proxy-healthz')}",
+            "metricsBindAddress": f"{LOOPBACK}:{self.ports.ensure('node.proxy-metrics')}",
+            # keep the machine's conntrack table size and timeouts as they are
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            # no NodePorts on 127.0.0.1: that needs route_localnet=1 for the whole machine
+            "iptables": {"localhostNodePorts": False},
+            "nodePortAddresses": ["primary"],
+        }
+
+    def _start_proxy(self, timeout: float) -> None:
+        proc = self.processes["proxy"]
+        if not proc.is_running():
+            (self.dir / "proxy-config.json").write_text(json.dumps(self.proxy_config(), indent=1))
+            proc.argv = [str(self.bin / "kube-proxy"), f"--config={self.dir / 'proxy-config.json'}", "--v=1"]
+            proc.env = self._env()
+            proc.start()
+        url = f"http://{LOOPBACK}:{self.ports.ensure('node.proxy-healthz')}/healthz"
+        self._wait(proc, lambda: http_ok(url), "kube-proxy /healthz", timeout)
+
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -431,6 +499,7 @@ state = "{self.run_dir / 'containerd'}"
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
         outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
+        self.processes["proxy"].stop(grace=10.0)
         self.processes["scheduler"].stop(grace=10.0)
         self.processes["kubelet"].stop(grace=20.0)
         if self.processes["containerd"].is_running():

@@ -123,8 +123,10 @@ def pause_image(pause_binary: Path, name: str) -> ImageSpec:
                      entrypoint=["/pause"], user="65535:65535", env=[])
 
 
-# busybox applets the node's tests use (sh for traps, dd to allocate memory, nc for a TCP server)
-BUSYBOX_APPLETS = ("sh", "sleep", "dd", "nc", "echo", "cat", "true", "id", "ls", "env", "wget", "httpd", "kill")
+# busybox applets the node's tests use (sh for traps, dd to allocate memory, httpd and nc for HTTP).
+# Not wget: Debian's static busybox segfaults in it inside the image (exit 139; no NSS there).
+BUSYBOX_APPLETS = ("sh", "sleep", "dd", "nc", "echo", "printf", "grep", "cat", "true", "id", "ls", "env", "httpd",
+                   "kill")
 
 
 def busybox_image(busybox: Path, name: str) -> ImageSpec:
