@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lagpilot.decide.runtime import MODE_ALWAYS, MODE_ON_DEMAND, mode_of
@@ -163,6 +163,8 @@ def _runtime_samples(draw: st.DrawFn) -> list[Sample]:
     return out
 
 
+# generation is slow on a loaded 2-core machine (health check too_slow failed there): not a property failure
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(_runtime_samples())
 def test_runtime_report_invariants(samples: list[Sample]) -> None:
     r = demo_measure.runtime_report(samples, WALL0)
