@@ -35,6 +35,7 @@ from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain po
 from .drain_runtime import RuntimeManager
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
+    QUIESCE_TIMEOUT_S,
     Action,
     DrainStatus,
     Kind,
@@ -176,6 +177,10 @@ class DrainExecutor(DrainCalls):
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
         self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
+        # how long the quiesce fallback waits for the group to empty (LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS;
+        # unset: QUIESCE_TIMEOUT_S, at least two session timeouts + 30 s so killed members have left)
+        raw = os.environ.get("LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS")
+        self.quiesce_timeout_s: float | None = float(raw) if raw else None
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
@@ -183,9 +188,12 @@ class DrainExecutor(DrainCalls):
         progress = None
         job = None
         mailbox = None
+        members = None
         if d is not None and d.phase is Phase.PLANNED:
             # order matters: membership, then the group's committed offsets, then the mailbox
             group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+            if d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+                members = self.group_members(ctx.admin, ctx.spec.group_id)
             offsets = ctx.reobserve()
             mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions)
         lost = None
@@ -197,7 +205,13 @@ class DrainExecutor(DrainCalls):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost)
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, members=members,
+                        quiesce_timeout_s=self.quiesce_bound_s(ctx.spec))
+
+    def quiesce_bound_s(self, spec: GroupSpec) -> float:
+        if self.quiesce_timeout_s is not None:
+            return self.quiesce_timeout_s
+        return max(QUIESCE_TIMEOUT_S, 2 * spec.kafka.session_timeout_ms / 1000.0 + 30.0)
 
     def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member

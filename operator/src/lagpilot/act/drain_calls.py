@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import parse_progress_lost, parse_progress_metadata, progress_group
 
-from lagpilot.decide.handoff import DrainStatus, JobObservation, job_name
+from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
 from lagpilot.spec import GroupSpec
 
 from .drain_manifests import (JOB_LABEL, RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SPARK_APP_PLURAL, SPARK_APP_VERSION,
@@ -45,6 +45,17 @@ class DrainCalls:
             log.warning("describe group failed", extra={"group": group_id, "error": str(err)})
             return None
         return not desc.members and desc.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+    def group_members(self, admin: Any, group_id: str) -> tuple[GroupMember, ...] | None:
+        """The group's members (client id, host) as the broker describes them; None when unknown.
+        Read only while the quiesce fallback runs or after it gave up (``handoff._give_up_quiesce``)."""
+        try:
+            desc = admin.describe_consumer_groups([group_id], request_timeout=self.timeout_s)[group_id].result(timeout=self.timeout_s)
+        except Exception as err:  # noqa: BLE001 - unknown: the machine waits
+            log.warning("describe group failed", extra={"group": group_id, "error": str(err)})
+            return None
+        return tuple(GroupMember(str(m.member_id or ""), str(m.client_id or ""), str(m.host or ""))
+                     for m in desc.members or ())
 
     def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
                  lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None

@@ -53,6 +53,11 @@ BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
+# the quiesce fallback waits at most this long (from quiescedAt) for the group to empty; past it the
+# members still in the group are named and the consumers get their replicas back (``_give_up_quiesce``)
+QUIESCE_TIMEOUT_S = 120.0
+REASON_FOREIGN = "ForeignGroupMembers"
+CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-<pod> (docs/CONTRACTS.md)
 
 PATH_ACK = "ConsumerAck"      # the owners acked and moved themselves; the group never stopped
 PATH_EMPTY = "EmptyGroup"     # the group had no members: the operator acted for the absent owner
@@ -211,6 +216,8 @@ class DrainStatus:
             if self.quiesced_at is None or self.resumed_at is None:
                 return None
             return round(self.resumed_at - self.quiesced_at, 3)
+        if self.quiesced_at is not None and self.resumed_at is not None:  # a quiesce given up (foreign members)
+            return round(self.resumed_at - self.quiesced_at, 3)
         return 0.0 if self.handed_off_at is not None else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -342,6 +349,30 @@ class Offsets:
         return self.committed if self.committed is not None else self.low
 
 
+@dataclass(frozen=True)
+class GroupMember:
+    """A member of the consumer group as the broker describes it (DescribeGroups)."""
+
+    member_id: str
+    client_id: str
+    host: str
+
+    @property
+    def ours(self) -> bool:
+        """One of the CR's consumer pods (client.id ``lagpilot-<pod>``)."""
+        return self.client_id.startswith(CONSUMER_CLIENT_PREFIX)
+
+    def describe(self) -> str:
+        return f"client.id {self.client_id} from {self.host.lstrip('/') or '?'}"
+
+
+def describe_members(members: Sequence[GroupMember], limit: int = 5) -> str:
+    """``client.id X from host, ...`` (sorted; at most `limit`, then how many more)."""
+    names = sorted({m.describe() for m in members})
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 class JobState(str, enum.Enum):
     ABSENT = "Absent"
     ACTIVE = "Active"
@@ -375,6 +406,9 @@ class Observed:
     tasks: Mapping[int, int] = field(default_factory=dict)
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
+    # the group's members (None: not read); read while the quiesce fallback runs or after it gave up
+    members: Sequence[GroupMember] | None = None
+    quiesce_timeout_s: float = QUIESCE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -713,6 +747,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
 
     if d.quiescing:
         q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
+        if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
+                and now - d.quiesced_at >= observed.quiesce_timeout_s):
+            return _give_up_quiesce(d, observed, pending, now)
         if observed.replicas > 0:
             q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
                                     message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
@@ -722,7 +759,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
         return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
 
     assert d.published_at is not None
-    if observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
+    # the quiesce fallback runs at most once per drain: after a given-up quiesce (quiescedAt set,
+    # path ConsumerAck) the hand-off waits for the owners, loudly while foreign members stay
+    if d.quiesced_at is None and observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
         q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
                                 restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
                                 reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
@@ -731,9 +770,37 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
                           event=("Warning", "DrainHandOffFallback", q.message))
         return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
+    foreign = [m for m in observed.members or () if not m.ours]
+    if d.quiesced_at is not None and foreign:
+        w = dataclasses.replace(d, reason=REASON_FOREIGN, message=(
+            f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; foreign members "
+            f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it leaves the "
+            f"group or commits past the split itself)"))
+        return Action(Kind.NONE, w if w != d else None, w.reason, w.message)
+    if d.quiesced_at is not None and observed.members is None and d.reason == REASON_FOREIGN:
+        return Action(Kind.NONE, reason=d.reason, message=d.message)  # membership unknown this cycle: keep saying so
     w = dataclasses.replace(d, reason="WaitingForAcks",
                             message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """The quiesce fallback's bound passed with the group still not empty: members that are not the
+    CR's consumers (a ``kafka-console-consumer --group``, a debug client) keep it non-empty. Holding
+    the consumers at 0 would not end that and would stop the live group for as long as they stay
+    (its lag growing, retention possibly deleting records nobody read). So: name them, give the
+    consumers their replicas back and continue the hand-off on the exact mailbox path (an owner acks
+    and moves itself; a partition passing the split without an ack resolves as nothing to drain).
+    ``quiescedAt`` stays set: this drain never quiesces again (``_planned``)."""
+    who = describe_members(observed.members or ()) or "unknown members"
+    waited = now - (d.quiesced_at if d.quiesced_at is not None else now)
+    q = dataclasses.replace(
+        d, hand_off_path=PATH_ACK, resumed_at=now, reason=REASON_FOREIGN,
+        message=(f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
+                 f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the hand-off "
+                 f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without its owner)"))
+    return Action(Kind.RESTORE, q, q.reason, q.message, replicas=d.restore_replicas,
+                  event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]))
 
 
 def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution],
@@ -802,6 +869,8 @@ def condition(d: DrainStatus | None) -> tuple[str, str, str]:
     if d is None:
         return "False", "NoDrain", "no drain has run"
     active = d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED)
+    if d.phase is Phase.PLANNED and d.reason == REASON_FOREIGN:
+        return "True", REASON_FOREIGN, d.message[:1000]
     reason = {
         Phase.PLANNED: "HandOffInProgress", Phase.HANDED_OFF: "HandedOff", Phase.RUNNING: "DrainRunning",
         Phase.SUCCEEDED: "Verifying", Phase.VERIFIED: "DrainVerified", Phase.FAILED: "DrainFailed",
