@@ -215,10 +215,31 @@ def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeyp
     with pytest.raises(kopf.TemporaryError):
         handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
                           meta={"deletionTimestamp": recent}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
-    assert events == []
+    # one Warning when the deletion starts failing (the Terminating reason changes), not one per retry
+    assert [e[1] for e in events] == ["DeletionStepFailed"]
+    events.clear()
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
     assert [e[1] for e in events] == ["DrainRemainderDropped"] and "(0, 40, 100)" in events[0][2]
+
+
+def test_kopfs_line_for_a_waiting_finalizer_is_info_and_never_posted() -> None:
+    """kopf logs a TemporaryError at ERROR and posts it as an `Error` event (M11): a DeletionWaiting
+    is a wait, so its line becomes INFO and kopf's poster skips it (k8s_skip); other errors stay."""
+    import logging
+
+    def record(msg: str) -> logging.LogRecord:
+        r = logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, msg, None, None)
+        r.k8s_skip = False
+        return r
+
+    err = handlers.DeletionWaiting("deletion waits for drain 2 (up to 500s more)", delay=5)
+    assert isinstance(err, kopf.TemporaryError) and err.delay == 5
+    wait = record(f"Handler 'finalize' failed temporarily: {err}")
+    assert handlers.waits_are_not_errors(wait) and wait.levelno == logging.INFO and wait.k8s_skip is True
+    real = record("Handler 'finalize' failed temporarily: applying failed")
+    assert handlers.waits_are_not_errors(real) and real.levelno == logging.ERROR and real.k8s_skip is False
+    assert handlers.waits_are_not_errors in logging.getLogger("kopf.objects").filters
 
 
 def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) -> None:

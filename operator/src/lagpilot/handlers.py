@@ -229,6 +229,33 @@ def _timestamp(value: str | None, default: float) -> float:
         return default
 
 
+WAIT_MARK = "deletion waits: "
+
+
+class DeletionWaiting(kopf.TemporaryError):
+    """A retry of the finalizer that is a wait (for a drain, its Job, Kafka), not a failure. kopf
+    logs every TemporaryError at ERROR ("Handler 'finalize' failed temporarily: ...") and, with
+    posting at WARNING, posts each as an `Error` event: ~120 per deletion that waits 600 s. These
+    carry WAIT_MARK, and `waits_are_not_errors` turns kopf's line for them into an INFO log line that
+    is not posted; the deletion's events are the finalizer's own, one per change of the `Terminating`
+    condition's reason."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(WAIT_MARK + message, delay=delay)
+
+
+def waits_are_not_errors(record: logging.LogRecord) -> bool:
+    """logging filter on `kopf.objects`: kopf's "failed temporarily" line for a DeletionWaiting is
+    logged at INFO and never posted as an event (kopf's poster skips records with k8s_skip)."""
+    if record.levelno >= logging.ERROR and WAIT_MARK in str(record.msg) and "failed temporarily" in str(record.msg):
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.k8s_skip = True
+    return True
+
+
+logging.getLogger("kopf.objects").addFilter(waits_are_not_errors)
+
+
 def _terminating(memo: kopf.Memo, ref: GroupRef, status: Mapping[str, Any], cond: tuple[str, str, str]) -> bool:
     """Write the Terminating condition; True when its reason changed (then an event is worth posting)."""
     before = next((c for c in status.get("conditions") or [] if c.get("type") == "Terminating"), None)
@@ -261,8 +288,9 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         message = (f"drain {d.id} holds {d.remaining} unprocessed records but the spec is invalid ({err}); "
                    f"they cannot be handed back: {deletion.remainder_of(d).ranges}")
         if now - since < wait_s:
-            _terminating(memo, ref, status, ("True", "InvalidSpec", message))
-            raise kopf.TemporaryError(message, delay=30) from None
+            if _terminating(memo, ref, status, ("True", "InvalidSpec", message)):
+                kopf.event(body, type="Warning", reason="DeletionWaitingForValidSpec", message=message[:1000])
+            raise DeletionWaiting(message, delay=30) from None
         kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
         log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
         return
@@ -290,7 +318,11 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
     except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
         memo.admin_pool.release(ref.key + "#delete")
         if now - since < wait_s + DELETE_GRACE_S:
-            raise kopf.TemporaryError(f"deletion step failed ({type(err).__name__}: {err}); retrying", delay=10) from None
+            # retried every 10 s: one Warning event when the deletion starts failing, not one per retry
+            message = f"deletion step failed ({type(err).__name__}: {err}); retrying"
+            if _terminating(memo, ref, status, ("True", "DeletionStepFailed", message[:1000])):
+                kopf.event(body, type="Warning", reason="DeletionStepFailed", message=message[:1000])
+            raise DeletionWaiting(message, delay=10) from None
         message = (f"drain {d.id}: could not hand its remainder back for {now - since:.0f}s ({type(err).__name__}: {err}); "
                    f"{d.remaining} records are dropped: {list(deletion.remainder_of(d).ranges)[:20]}")
         kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
@@ -305,7 +337,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
     if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
         kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
     if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB):
-        raise kopf.TemporaryError(message, delay=dec.delay_s)
+        raise DeletionWaiting(message, delay=dec.delay_s)
 
 
 def _forget_progress_groups(memo: kopf.Memo, ref: GroupRef, raw_spec: Mapping[str, Any]) -> None:
