@@ -29,6 +29,15 @@ class Kube:
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.patches.append(patch)
 
+    def patch_status_guarded(self, namespace: str, name: str, patch: dict[str, Any], basis: Any) -> None:
+        from lagpilot.act.kubeapi import StatusConflict
+
+        if not basis(self.stored):
+            raise StatusConflict("changed", "test")
+        self.patches.append(patch)
+
+    stored: dict[str, Any] = {}  # the status as the API server has it (for guarded writes)
+
 
 def memo(kube: Kube) -> Any:
     cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
@@ -263,3 +272,22 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     kube2, cleared[:] = Kube(), []
     assert handlers.adopt_remainder(ref, SPEC, {"drain": d}, deleting_memo(kube2, None), lambda *e: None) is None
     assert kube2.patches == [] and cleared == ["g.lagpilot-remainder"]
+
+
+def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkeypatch) -> None:
+    """M3: the adoption is decided on the status it read; a drain recorded meanwhile (another
+    operator instance) makes the guarded write a StatusConflict: nothing written, the group kept."""
+    from lagpilot.act import deletion_io
+    from lagpilot.act.kubeapi import StatusConflict
+    from lagpilot.decide.deletion import Remainder
+
+    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    cleared: list[Any] = []
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
+    kube = Kube()
+    kube.stored = {"drain": running_drain()}  # recorded by another writer after our read of {}
+    with pytest.raises(StatusConflict):
+        handlers.adopt_remainder(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
+                                 lambda *e: None)
+    assert kube.patches == [] and cleared == []

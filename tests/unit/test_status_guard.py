@@ -65,7 +65,7 @@ def test_a_409_re_reads_and_retries_when_the_basis_still_holds() -> None:
                                          same_drain(3, "Planned"))
     assert len(fake.patches) == 2 and fake.gets == 2
     assert fake.patches[0]["metadata"]["resourceVersion"] == "1"
-    assert fake.patches[1]["metadata"]["resourceVersion"] == "3"  # the version read again after the 409
+    assert fake.patches[1]["metadata"]["resourceVersion"] == "2"  # the version read again after the 409
     assert fake.status == {"drain": {"id": 3, "phase": "HandedOff"}, "totalLag": 7}
 
 
@@ -95,3 +95,48 @@ def test_endless_conflicts_give_up_with_a_conflict() -> None:
         kube_with(fake).patch_status_guarded("ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}},
                                              same_drain(3, "Planned"), attempts=4)
     assert len(fake.patches) == 4 and fake.status["drain"]["phase"] == "Planned"
+
+
+def test_the_drain_executor_writes_status_drain_guarded_by_the_drain_it_decided_on() -> None:
+    """Every status.drain write of a hand-off names as its basis the drain the step was decided on
+    (the previous write), and every effect is checked against it first."""
+    import dataclasses
+
+    from lagpilot.act.drain import normalized
+    from lagpilot.decide.handoff import DrainStatus
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    writes: list[tuple[Any, Any]] = []
+    verified: list[Any] = []
+
+    def patch_drain(patch: dict[str, Any], basis: Any) -> None:
+        writes.append((patch["drain"], basis))
+        w["status"] = patch["drain"]
+
+    c = dataclasses.replace(ctx(log, w, None, wanted=(0,)), patch_drain=patch_drain, verify_drain=verified.append)
+    FakeExecutor(log, w).reconcile(c)
+    assert [p["reason"] for p, _ in writes] == ["Planned", "Published", "WaitingForAcks"]
+    assert writes[0][1] is None  # planned over no drain
+    for (prev, _), (_, basis) in zip(writes, writes[1:]):
+        assert normalized(basis) == normalized(DrainStatus.from_dict(prev))
+    assert verified and verified[0] is not None and verified[0].reason == "Planned"  # the publish checked its basis
+
+
+def test_a_changed_drain_before_an_effect_stops_the_step() -> None:
+    import dataclasses
+
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+
+    def conflict(basis: Any) -> None:
+        raise StatusConflict("changed", "test")
+
+    c = dataclasses.replace(ctx(log, w, None, wanted=(0,)), patch_drain=lambda p, b: log.append(("status", p)),
+                            verify_drain=conflict)
+    with pytest.raises(StatusConflict):
+        FakeExecutor(log, w).reconcile(c)
+    assert not [e for e in log if e[0] == "mailbox"]  # the publish (an effect) was not made

@@ -43,6 +43,7 @@ from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.decide import deletion
 from lagpilot.act import deletion_io
+from lagpilot.act.drain import same_drain
 from lagpilot.observe import kafka_observe
 from lagpilot.decide.handoff import DrainStatus, Phase, job_name
 from lagpilot.observe.kafka_observe import ObserveError, admin_config
@@ -387,7 +388,9 @@ def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[
             return None
         if kind is deletion.AdoptKind.ADOPT:
             assert new is not None
-            memo.kube.patch_status(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}})
+            # guarded: recorded only over the drain this decision read (a concurrent writer's wins)
+            memo.kube.patch_status_guarded(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}},
+                                           same_drain(d))
             emit("Normal", "DrainRemainderAdopted", new.message[:1000])
             log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
             adopted = new.id

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lagpilot.act.kubeapi import KubeError
+from lagpilot.act.kubeapi import KubeError, StatusConflict
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import status_codec
 from lagpilot.decide import step as step_mod
@@ -81,6 +81,13 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
             result = _cycle(ref, spec, raw_spec, status, deps, cache, now, leases)
     except ObserveError as err:
         return _fail(ref, status, deps, cache, now, err.reason, err.message)
+    except StatusConflict as err:
+        # another writer (a second operator instance, a person) changed status.drain since this
+        # cycle read it: nothing of this step was recorded; the next cycle re-reads and decides again
+        log.warning("status changed by another writer; deciding again", extra={"group": ref.key, "error": str(err)})
+        deps.metrics.count_error(ref.namespace, ref.name, "StatusConflict")
+        cache.last_status = None  # the cached copy is what conflicted: take the API server's next time
+        return CycleResult(False, deps.min_backoff_seconds, "StatusConflict")
     except KubeError as err:
         return _fail(ref, status, deps, cache, now, "KubernetesAPIError", str(err))
     finally:
@@ -116,7 +123,9 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
     new = cycle_status(ref, spec, status, seen.snap, out, est, history, (cur, pods, ready), target,
                        last_scale_time, drain_out, now)
-    write_status(ref, status, new, deps, cache)
+    # status.drain: the executor wrote every change itself, guarded (resourceVersion)
+    guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()
+    write_status(ref, status, new, deps, cache, written=guarded)
     mark("write")
     report_metrics(ref, spec, deps, seen.snap, est, out.decision, target, new, status, now)
     if cache.last_event_reason is not None:

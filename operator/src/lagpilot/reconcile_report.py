@@ -71,12 +71,17 @@ def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], memory_w
     return None
 
 
-def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache) -> None:
-    """Patch what changed (`status_write`); the memory is kept in `cache` for the next cycle either way."""
+def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache,
+                 written: tuple[str, ...] = ()) -> None:
+    """Patch what changed (`status_write`); the memory is kept in `cache` for the next cycle either way.
+    `written`: fields this cycle already wrote with a guarded write (status.drain, by the drain
+    executor): left out of this unguarded merge patch, so it cannot overwrite another writer's."""
     if new.get("conditions") is not None:
         deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
     now = deps.clock()
     patch = status_write(old, new, cache.memory_written_at, now, deps.status_heartbeat_seconds)
+    if patch is not None and written:
+        patch = {k: v for k, v in patch.items() if k not in written} or None
     memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
     if memory:
         cache.memory = memory  # the next cycle resumes from it, written or not

@@ -33,6 +33,7 @@ from .drain_calls import DrainCalls
 from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
+from .kubeapi import StatusConflict
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
     QUIESCE_TIMEOUT_S,
@@ -148,6 +149,33 @@ class DrainContext:
     version: str = __version__
     tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
     launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
+    # status.drain writes guarded by the drain they were decided on (`same_drain`, resourceVersion:
+    # KubeApi.patch_status_guarded); `verify_drain` checks that basis before an effect. None: plain
+    # `patch_status` (unit-test fakes)
+    patch_drain: Callable[[dict[str, Any], DrainStatus | None], None] | None = None
+    verify_drain: Callable[[DrainStatus | None], None] | None = None
+
+
+EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE)
+
+
+def normalized(d: DrainStatus | None) -> DrainStatus | None:
+    """A drain as it reads back from status (to_dict → from_dict: times, history, a finished
+    drain's summary), so a drain held in memory compares equal to its stored form."""
+    return None if d is None else DrainStatus.from_dict(d.to_dict())
+
+
+def same_drain(basis: DrainStatus | None) -> Callable[[Mapping[str, Any]], bool]:
+    """The basis check of a guarded status.drain write: the stored drain is still `basis`."""
+    want = normalized(basis)
+
+    def check(status: Mapping[str, Any]) -> bool:
+        try:
+            return normalized(DrainStatus.from_dict(status.get("drain"))) == want
+        except (KeyError, TypeError, ValueError):
+            return False
+
+    return check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +299,8 @@ class DrainExecutor(DrainCalls):
                 if action.kind is Kind.LAUNCH:
                     extra["runtime"] = "warm" if runtime_url else "cold"
                 log.info("drain action", extra=extra)
+            if action.kind in EFFECTS and ctx.verify_drain is not None:
+                ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
@@ -280,7 +310,10 @@ class DrainExecutor(DrainCalls):
                 replicas = action.replicas
             _fault_point(action.kind.value, "effect")
             if action.status is not None and action.status != d:
-                ctx.patch_status({"drain": action.status.to_dict()})
+                if ctx.patch_drain is not None:
+                    ctx.patch_drain({"drain": action.status.to_dict()}, d)
+                else:
+                    ctx.patch_status({"drain": action.status.to_dict()})
                 d = action.status
                 _fault_point(action.kind.value, "status")
             if action.event is not None:
@@ -335,6 +368,8 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit,
                      replicas=runtime_replicas, seen=runtime_seen, now=getattr(deps, "clock", time.time)())
 
+    guarded = getattr(deps.kube, "patch_status_guarded", None)
+    read = getattr(deps.kube, "read_status", None)
     ctx = DrainContext(
         namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
         raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
@@ -344,7 +379,18 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
         emit=deps.emit,
+        patch_drain=None if guarded is None else (
+            lambda patch, basis: guarded(ref.namespace, ref.name, patch, same_drain(basis))),
+        verify_drain=None if read is None else (lambda basis: _verify(read, ref, basis)),
         reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
         version=getattr(deps, "version", __version__),
     )
     return executor.reconcile(ctx)
+
+
+def _verify(read: Callable[[str, str], tuple[str, dict[str, Any]]], ref: Any, basis: DrainStatus | None) -> None:
+    """Before an effect: the stored status.drain is still the one the action was decided on."""
+    _rv, status = read(ref.namespace, ref.name)
+    if not same_drain(basis)(status):
+        raise StatusConflict("status.drain changed since it was read (another writer); the effect is not made",
+                             f"drain step of BatchConsumerGroup {ref.namespace}/{ref.name}")

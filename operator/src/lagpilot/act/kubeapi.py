@@ -4,7 +4,8 @@ Every verb here is listed in docs/rbac.md (the Helm chart's Role is built from t
 - apps/deployments: get, patch (server-side apply with field manager `lagpilot`), and create: an
   apply that creates the Deployment is authorized as `create` as well (measured on v1.35);
 - core/secrets: get (the Kafka credentials for the operator's own admin connection);
-- lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed);
+- lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed), and get
+  for the writes the next cycle depends on (status.drain: `patch_status_guarded`, resourceVersion);
 - core/events + events.k8s.io/events: create (kopf posts the events).
 kopf itself lists/watches batchconsumergroups and patches them (annotations for its progress).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lagpilot.act.deployment import API_GROUP, FIELD_MANAGER
@@ -30,6 +32,14 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
         super().__init__(f"{what}: HTTP {status} {reason}")
+
+
+class StatusConflict(KubeError):
+    """A guarded status write found that what it was based on changed (another writer: a second
+    operator instance, a person) or kept conflicting: nothing was written; re-read and decide again."""
+
+    def __init__(self, reason: str, what: str):
+        super().__init__(409, reason, what)
 
 
 def _wrap(err: Exception, what: str) -> KubeError:
@@ -115,3 +125,34 @@ class KubeApi:
                 API_GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"patch status of BatchConsumerGroup {namespace}/{name}") from None
+
+    def read_status(self, namespace: str, name: str) -> tuple[str, dict[str, Any]]:
+        """(resourceVersion, status) of the CR, read through the status subresource."""
+        try:
+            obj = self.custom.get_namespaced_custom_object_status(API_GROUP, VERSION, namespace, PLURAL, name)
+        except Exception as err:  # noqa: BLE001
+            raise _wrap(err, f"get status of BatchConsumerGroup {namespace}/{name}") from None
+        return str((obj.get("metadata") or {}).get("resourceVersion") or ""), dict(obj.get("status") or {})
+
+    def patch_status_guarded(self, namespace: str, name: str, patch: dict[str, Any],
+                             basis: Callable[[Mapping[str, Any]], bool], attempts: int = 5) -> None:
+        """A merge patch of the status that cannot overwrite a concurrent writer's decision
+        (optimistic concurrency): read the status and its resourceVersion, check `basis` (the part
+        the write was decided on is still as the caller read it), patch with that resourceVersion;
+        a 409 (a write in between) re-reads and checks again. `StatusConflict` when the basis
+        changed or after `attempts` conflicts; nothing is written then."""
+        what = f"patch status of BatchConsumerGroup {namespace}/{name}"
+        for _ in range(max(1, attempts)):
+            rv, status = self.read_status(namespace, name)
+            if not basis(status):
+                raise StatusConflict("the status changed since it was read (another writer)", what)
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    API_GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"resourceVersion": rv}, "status": patch})
+                return
+            except Exception as err:  # noqa: BLE001
+                if getattr(err, "status", None) == 409:
+                    log.info("status write conflicted; re-reading", extra={"group": f"{namespace}/{name}"})
+                    continue
+                raise _wrap(err, what) from None
+        raise StatusConflict(f"still conflicting after {attempts} attempts", what)
