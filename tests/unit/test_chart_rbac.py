@@ -76,8 +76,25 @@ def _rule_triples(rules: list[dict]) -> set[Triple]:
 
 @pytest.fixture(scope="module")
 def operator_rules() -> set[Triple]:
+    """The operator's rules when watching all namespaces: its ClusterRole plus the leader-election
+    Role in the release namespace (the Lease; docs/operator.md "Two instances")."""
     rendered = h.template(release="lp", namespace="lagpilot-system")
-    return _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
+    return (_rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
+            | _rule_triples(rendered.get("Role", "lp-lagpilot-leader-election")["rules"]))
+
+
+def test_leases_are_granted_only_in_the_release_namespace_and_only_by_name() -> None:
+    rendered = h.template(release="lp", namespace="lagpilot-system")
+    cluster = _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
+    assert not {t for t in cluster if t[1] == "leases"}  # not cluster-wide
+    role = rendered.get("Role", "lp-lagpilot-leader-election")
+    assert role["metadata"]["namespace"] == "lagpilot-system"
+    by_verb = {v: r.get("resourceNames") for r in role["rules"] for v in r["verbs"]}
+    assert by_verb == {"create": None, "get": ["lagpilot-operator"], "update": ["lagpilot-operator"]}
+    # watching named namespaces: the Lease lives in each of them, in the operator's Role there
+    ns = h.template({"watchNamespaces": ["a"]}, release="lp", namespace="lagpilot-system")
+    assert ("coordination.k8s.io", "leases", "update") in _rule_triples(ns.get("Role", "lp-lagpilot")["rules"])
+    assert not [o for o in ns.of_kind("Role") if o["metadata"]["name"] == "lp-lagpilot-leader-election"]
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,8 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
         ("ServiceAccount", FULL, NS),
         ("ClusterRole", FULL, None),
         ("ClusterRoleBinding", FULL, None),
+        ("Role", f"{FULL}-leader-election", NS),
+        ("RoleBinding", f"{FULL}-leader-election", NS),
         ("ServiceAccount", f"{FULL}-drain", NS),
         ("Role", f"{FULL}-drain", NS),
         ("RoleBinding", f"{FULL}-drain", NS),
@@ -191,7 +193,9 @@ def test_drain_driver_gets_a_role_in_its_namespace_only(rendered: dict[str, h.Re
 def test_operator_deployment_shape(rendered: dict[str, h.Rendered]) -> None:
     dep = rendered["defaults"].get("Deployment", FULL)
     assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}  # never two kopf operators at once
+    # leader election (a Lease): a rolling upgrade's new pod stands by until the old one releases it
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert "--leader-election-name=lagpilot-operator" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["image"] == "lagpilot/operator:0.1.0"  # the chart's appVersion
@@ -229,6 +233,20 @@ def test_extra_args_env_and_metrics_off(helm: Path) -> None:
     assert env["LAGPILOT_OPERATOR_METRICS_PORT"] == "0"
     assert r.of_kind("Service") == []
     assert [p["name"] for p in c["ports"]] == ["health"]
+
+
+def test_without_leader_election_one_replica_and_recreate(helm: Path) -> None:
+    r = h.template(release=RELEASE, namespace=NS, set_values=["leaderElection.enabled=false"], helm=helm)
+    dep = r.get("Deployment", FULL)
+    assert dep["spec"]["strategy"] == {"type": "Recreate"} and dep["spec"]["replicas"] == 1
+    assert "--no-leader-election" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [o for o in r.of_kind("Role") if "leader" in o["metadata"]["name"]]
+    with pytest.raises(h.HelmError) as exc:
+        h.template(release=RELEASE, namespace=NS, set_values=["leaderElection.enabled=false", "replicas=2"], helm=helm)
+    assert "replicas > 1 needs leaderElection.enabled" in exc.value.output
+    with pytest.raises(h.HelmError) as exc:
+        h.template(release=RELEASE, namespace=NS, set_values=["leaderElection.renewDeadlineSeconds=15"], helm=helm)
+    assert "renewDeadlineSeconds < leaseDurationSeconds" in exc.value.output
 
 
 def test_rbac_create_false_renders_no_operator_rbac(helm: Path) -> None:

@@ -75,10 +75,11 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups"]
   verbs: ["list", "watch", "patch"]
-# status is written only through the status subresource (one merge patch per changed cycle)
+# status is written only through the status subresource (one merge patch per changed cycle); read
+# (get) before the status.drain writes the next cycle depends on: resourceVersion-guarded patches
 - apiGroups: ["lagpilot.io"]
   resources: ["batchconsumergroups/status"]
-  verbs: ["patch"]
+  verbs: ["get", "patch"]
 # ownerReferences with blockOwnerDeletion on the Deployment/Job need update on the owner's
 # finalizers where the OwnerReferencesPermissionEnforcement admission plugin is on (e.g. OpenShift)
 - apiGroups: ["lagpilot.io"]
@@ -114,6 +115,18 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+{{- end }}
+
+{{/* Leader election: the Lease the operator instances elect with (coordination.k8s.io; create can
+not be limited by name, get/update only the Lease named leaderElection.leaseName). */}}
+{{- define "lagpilot.leaderElectionRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["create"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  resourceNames: [{{ .Values.leaderElection.leaseName | quote }}]
+  verbs: ["get", "update"]
 {{- end }}
 
 {{/* The drain driver's rules: Spark on Kubernetes executors in its own namespace. */}}

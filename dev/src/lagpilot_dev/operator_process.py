@@ -52,6 +52,9 @@ class OperatorProcess:
     def __init__(self, namespace: str, log_path: Path, env: Mapping[str, str], metrics_port: int = 0,
                  metrics_host: str = "127.0.0.1") -> None:
         self.namespace, self.log_path, self.env = namespace, Path(log_path), dict(env)
+        # the leader-election identity, stable across ensure() restarts like a pod's name across
+        # container restarts: a restarted operator takes its own Lease back at once
+        self.env.setdefault("LAGPILOT_POD_NAME", f"dev-operator-{namespace}")
         self.metrics_port, self.metrics_host = metrics_port, metrics_host
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0

@@ -54,6 +54,11 @@ class OperatorMetrics:
                                      "Kubernetes API requests made through the kubernetes client "
                                      "(not kopf's own watches and event posts), by HTTP verb.", ("verb",),
                                      registry=registry)
+        # leader election (run.py, docs/operator.md "Two instances"): 1 while this instance holds its
+        # Lease(s) and reconciles, 0 while it stands by
+        self.leader = Gauge("lagpilot_operator_leader",
+                            "1 when this operator instance holds its leader Lease(s) and reconciles, 0 on standby.",
+                            registry=registry)
         # status as metrics, for alert rules and dashboards (charts/lagpilot, docs/observability.md)
         self.max_replicas = g("lagpilot_max_replicas", "spec.scaling.maxReplicas of the group.")
         self.oldest_age = g("lagpilot_partition_oldest_record_age_seconds",
