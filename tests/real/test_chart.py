@@ -77,11 +77,12 @@ def _can_i(kube: KubeEnv, who: str, verb: str, resource: str, namespace: str | N
     return answer == "yes"
 
 
+LEASES = "leases.coordination.k8s.io"
 # (verb, resource, subresource) the operator's ServiceAccount must be allowed in a served namespace:
 # docs/rbac.md's tables
 OPERATOR_ALLOWED = [
     *[(v, CRD, None) for v in ("list", "watch", "patch")],
-    ("patch", CRD, "status"),
+    ("patch", CRD, "status"), ("get", CRD, "status"),  # get: the resourceVersion-guarded status.drain writes
     ("update", CRD, "finalizers"),
     ("get", "deployments.apps", None), ("create", "deployments.apps", None), ("patch", "deployments.apps", None),
     # the watch-fed Deployment cache (list, watch); the warm drain runtime's Deployment deleted when turned off
@@ -181,7 +182,11 @@ def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
                       False)
              + _check(kube, drain, team, DRAIN_ALLOWED, True)
              + _check(kube, drain, team, DRAIN_DENIED, False)
-             + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False))
+             + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False)
+             # leader election: the Lease in each watched namespace (get/update only by its name)
+             + _check(kube, operator, team, [("create", LEASES, None)], True)
+             + _check(kube, operator, team, [("list", LEASES, None), ("delete", LEASES, None)], False)
+             + _check(kube, operator, other, [("create", LEASES, None)], False))
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
 
 
@@ -212,7 +217,10 @@ def test_all_namespaces_install_serves_every_namespace_but_nothing_more(
     wrong = (_check(kube, operator, anywhere, OPERATOR_ALLOWED, True)
              + _check(kube, operator, anywhere, OPERATOR_DENIED, False)
              + _check(kube, operator, None, [("list", "namespaces", None), ("create", "namespaces", None),
-                                             ("list", "nodes", None)], False))
+                                             ("list", "nodes", None)], False)
+             # leader election: the Lease in the release namespace only
+             + _check(kube, operator, rel_ns, [("create", LEASES, None)], True)
+             + _check(kube, operator, anywhere, [("create", LEASES, None)], False))
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
     # the drain ServiceAccount exists in the release namespace only (drain.namespaces default)
     sas = kube.kubectl("get", "serviceaccounts", "-A", "-o", "json",
