@@ -56,7 +56,10 @@ class OperatorProcess:
         env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO",
                    PYTHONFAULTHANDLER="1",  # a crash in native code leaves a Python traceback in the log
                    # the drain Job's pod runs here, not in the image: point it at the cached connector jars
-                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars))
+                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars),
+                   # the leader-election identity, stable across restarts (like a pod's name): a
+                   # restarted operator takes its own Lease back at once
+                   LAGPILOT_POD_NAME=f"demo-operator-{self.names.ns}")
         exe = _lagpilot_exe()
         argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
                 "operator", "--namespace", self.names.ns, "--standalone", "--metrics-port", str(self.port),
