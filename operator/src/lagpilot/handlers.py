@@ -246,9 +246,13 @@ class DeletionWaiting(kopf.TemporaryError):
 
 
 def waits_are_not_errors(record: logging.LogRecord) -> bool:
-    """logging filter on `kopf.objects`: kopf's "failed temporarily" line for a DeletionWaiting is
-    logged at INFO and never posted as an event (kopf's poster skips records with k8s_skip)."""
-    if record.levelno >= logging.ERROR and WAIT_MARK in str(record.msg) and "failed temporarily" in str(record.msg):
+    """logging filter on `kopf.objects`: kopf's "failed temporarily" line for a DeletionWaiting, and
+    its "Daemon 'control_loop' is cancelled" line when a CR's loop is stopped for its deletion, are
+    logged at INFO and never posted as events (kopf's poster skips records with k8s_skip)."""
+    msg = str(record.msg)
+    expected = ((WAIT_MARK in msg and "failed temporarily" in msg)
+                or msg.startswith("Daemon 'control_loop' is cancelled"))
+    if record.levelno >= logging.WARNING and expected:
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.k8s_skip = True
     return True

@@ -69,8 +69,13 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix="kopf.lagpilot.io", key="last-handled-configuration")
     # Only our explicit events (scale decisions, Degraded causes) and kopf's own warnings become
     # Kubernetes events; INFO log lines stay in the log instead of flooding `kubectl describe`.
+    # kopf >= 1.4x posts its log lines only with posting.loggers (older kopf always did): set it, so
+    # the behaviour is the same on every kopf the project allows. A finalizer's waits are not
+    # warnings: handlers.waits_are_not_errors keeps kopf's retry lines for them out (issue 23, M11).
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
+    if hasattr(settings.posting, "loggers"):
+        settings.posting.loggers = True
     # A watch that silently stalls (proxy, NAT) is noticed within minutes: the server ends it after
     # server_timeout and kopf re-lists; the client gives up a little later.
     settings.watching.server_timeout = 300
