@@ -84,8 +84,10 @@ def test_a_foreign_member_does_not_hold_the_group_at_zero_replicas(
         assert event.type == "Warning"
         wait_until(lambda: (apps.read_namespaced_deployment(f"{s.name}-consumer", s.ns).spec.replicas or 0) > 0,
                    "the consumers' replicas given back", 120, interval=1)
-        cond = condition(get_cr(s.custom, s.ns, s.name), "Draining")
-        assert cond is not None and cond["reason"] == "ForeignGroupMembers" and client_id in cond["message"], cond
+        # the conditions are written at the end of the cycle that scaled: wait for that write
+        cond = wait_until(lambda: (lambda c: c if c and c["reason"] == "ForeignGroupMembers" else None)(
+            condition(get_cr(s.custom, s.ns, s.name), "Draining")), "the Draining condition to name the cause", 60, interval=1)
+        assert cond["status"] == "True" and client_id in cond["message"], cond
         assert s.drain()["phase"] == "Planned"  # nothing was handed off behind the foreign member's back
     finally:
         foreign.terminate()
