@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from lagpilot_dev import helm as h
+from lagpilot_dev.operator_process import checkout_pythonpath
 from lagpilot_dev.paths import http_ok
 from tests.fixtures.kube import KubeEnv, wait_until
 
@@ -315,7 +316,8 @@ def test_operator_reconciles_with_only_the_charts_service_account(
     env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
     env.update({"LAGPILOT_OPERATOR_NAMESPACE": rel_ns, "LAGPILOT_POD_NAME": "chart-test",
                 "LAGPILOT_OPERATOR_METRICS_PORT": "0", "KUBECONFIG": str(sa_kubeconfig),
-                "PYTHONPATH": str(h.REPO_ROOT), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+                # the checkout's source dirs first: this tree's operator, not the venv's editable install
+                "PYTHONPATH": checkout_pythonpath(h.REPO_ROOT), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
                 "LAGPILOT_MAX_BACKOFF_SECONDS": "15"})
     log_path = tmp_path / "operator.log"
     topic = new_topic(partitions=2)
@@ -370,6 +372,9 @@ def test_operator_reconciles_with_only_the_charts_service_account(
         print(f"--- operator log (tail) ---\n{chr(10).join(log.splitlines()[-200:])}")
     denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
     assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
+    # leader election with the chart's rights: the Lease in the watched namespace was taken and
+    # released on SIGTERM
+    assert '"became the leader"' in log and '"leader lease released"' in log
 
 
 @pytest.mark.slow
