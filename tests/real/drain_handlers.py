@@ -52,3 +52,22 @@ def ledger(records: list[Record], ctx: BatchContext) -> None:
     left = float(ctx.config.get("cost_ms", "0")) / 1000.0 - (time.monotonic() - t0)
     if left > 0:
         time.sleep(left)
+
+
+def hang_once_ledger(records: list[Record], ctx: BatchContext) -> None:
+    """The built-in ledger sink, except that the first drain call of a run (across all its tasks and
+    processes: config["hang_marker"], a file created atomically by the call that hangs) never
+    returns, like a sink that stopped answering. Writes nothing before it hangs."""
+    marker = ctx.config.get("hang_marker")
+    if marker and ctx.source == "drain":
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            pass
+        else:
+            os.write(fd, f"{os.getpid()} p{records[0].partition}@{records[0].offset}".encode())
+            os.close(fd)
+            time.sleep(3600)
+    from lagpilot_runtime.sinks import ledger as sink
+
+    sink.process(records, ctx)

@@ -76,10 +76,10 @@ def stall(now: float, progress_at: float | None, running_pods: int | None, limit
         return None
     idle = now - progress_at
     if running_pods == 0 and idle >= limits.no_pod_s:
-        return Stall(NO_RUNNING_POD, idle, f"the Job has had no running pod for {idle:g} s "
+        return Stall(NO_RUNNING_POD, idle, f"the Job has had no running pod for {idle:.0f} s "
                                            f"(limit {limits.no_pod_s:g} s: ServiceAccount missing, pod unschedulable or not starting?)")
     if idle >= limits.no_progress_s:
-        return Stall(NO_PROGRESS, idle, f"no progress for {idle:g} s (limit {limits.no_progress_s:g} s: "
+        return Stall(NO_PROGRESS, idle, f"no progress for {idle:.0f} s (limit {limits.no_progress_s:g} s: "
                                         f"a hung handler, sink or warm runtime?)")
     return None
 
