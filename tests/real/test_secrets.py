@@ -205,11 +205,25 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
             "failure": {"policy": "deadLetter", "maxRetries": 0},
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2},
             "catchUpSLASeconds": 60,
+            # warm: drains held (cancel) until the runtime's pod is Ready, so the attempt runs there
             "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 6, "minBacklogRecords": 1000,
-                      **({"warmRuntime": True} if runtime == "warm" else {})},
+                      **({"warmRuntime": True, "cancel": True} if runtime == "warm" else {})},
             "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEAKY_DSN", "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}}}]},
         }))
+
+        if runtime == "warm":
+            from lagpilot.act.drain_runtime import APP_NAME as RUNTIME_APP
+
+            def runtime_ready() -> bool:
+                for p in core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/name={RUNTIME_APP}").items:
+                    if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []):
+                        return True
+                return False
+
+            wait_until(runtime_ready, "the warm drain runtime's pod Ready", 300, interval=1)
+            custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups", "leaky",
+                                                  {"spec": {"drain": {"cancel": False}}})
 
         # every pod state seen (a failed attempt's pods are deleted before the next one)
         seen_pods: list[str] = []
