@@ -37,13 +37,14 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain_plan import split_ranges
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
 from tests.fixtures.kube import KubeEnv, wait_until
 from tests.real.test_drain_job import produce
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[2]
 PARTS = 2
 PER_PARTITION = 1500
 DENIED = ("Forbidden", " 403", "code=403")
@@ -120,7 +121,9 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
         "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                        "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)}},
         "drain": {"splitFactor": 2, "maxTasks": 4},
-        "template": {"env": [{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]},
+        # this checkout's runtime in the driver and (spark.executorEnv) the executors, not the venv's install
+        "template": {"env": [{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                             {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]},
     })
     drain = DrainStatus(id=1, phase=Phase.HANDED_OFF,
                         ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),

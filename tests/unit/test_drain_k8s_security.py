@@ -111,6 +111,8 @@ def test_spark_cleans_up_through_owner_references_not_deletecollection():
     assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false"
     # no executor ConfigMap (nothing in SPARK_CONF_DIR to ship): nothing to create or delete
     assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+    # executors as the namespace's default ServiceAccount (Spark's fallback is the driver's)
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "default"
 
 
 def test_the_runtime_writes_the_executor_pod_template(tmp_path):

@@ -180,6 +180,10 @@ def spark_k8s_security_conf() -> dict[str, str]:
         "spark.kubernetes.executor.deleteOnTermination": "false",
         "spark.kubernetes.driver.service.deleteOnTermination": "false",
         "spark.kubernetes.executor.disableConfigMap": "true",
+        # executors never call the API: the namespace's default ServiceAccount (no token mounted, the
+        # pod template); without this Spark gives them the driver's (the drain ServiceAccount) even
+        # over the template's serviceAccountName (it looks at the deprecated serviceAccount field)
+        "spark.kubernetes.authenticate.executor.serviceAccountName": "default",
     }
 
 
