@@ -68,6 +68,19 @@ COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy")
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
+def pod_gateway_on_host() -> str | None:
+    """POD_GATEWAY when it is an address of this host (the node part made the bridge), else None.
+    Host parts (Kafka, PostgreSQL) add a listener there for pods when it exists at their start."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((POD_GATEWAY, 0))  # binds only to an address of this host
+        return POD_GATEWAY
+    except OSError:
+        return None
+
+
 def default_node_ip() -> str:
     """The host's address on its default route (the Node's InternalIP): `ip -j route get` asks the
     kernel's routing table only, no packet is sent. Falls back to the loopback address."""
