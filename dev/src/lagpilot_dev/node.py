@@ -403,6 +403,10 @@ state = "{self.run_dir / 'containerd'}"
 
         t0 = time.monotonic()
         layout = default_layout()
+        built_id = run_cmd(layout.podman_argv("image", "inspect", "--format", "{{.Id}}", tag)).stdout.strip()
+        if self.image_id(tag) == f"sha256:{built_id}":
+            log.info("image already on the node", extra={"image": tag, "id": built_id[:12]})
+            return 0.0
         with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
             archive = Path(tmp) / "image.tar"
             run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
@@ -410,6 +414,13 @@ state = "{self.run_dir / 'containerd'}"
         seconds = round(time.monotonic() - t0, 1)
         log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
         return seconds
+
+    def image_id(self, tag: str) -> str | None:
+        """The image's id (its config digest) as the CRI sees it, or None when not on the node."""
+        proc = self.crictl("inspecti", "-o", "json", tag)
+        if proc.returncode != 0:
+            return None
+        return str(json.loads(proc.stdout)["status"]["id"])
 
     def images(self) -> set[str]:
         proc = self.ctr("images", "ls", "-q")
