@@ -537,6 +537,9 @@ state = "{self.run_dir / 'containerd'}"
         """Delete the node's state (containerd's images and containers, kubelet's root); caches stay."""
         self.stop()
         subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)  # noqa: S607
+        # the bridge and the Service route go too (stop() keeps them: host parts may listen on the gateway)
+        subprocess.run(["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False)  # noqa: S607
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)  # noqa: S607
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
