@@ -52,6 +52,20 @@ def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
+def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  # noqa: F811
+    """A private PostgreSQL listening on the bridge gateway too (the shared one was started without)."""
+    from lagpilot_dev import paths
+    from lagpilot_dev.postgres import PostgresPart
+
+    part = PostgresPart(paths.cache_dir(), tmp_path_factory.mktemp("pods-postgres-state"))
+    part.start()
+    try:
+        yield part
+    finally:
+        part.purge()
+
+
+@pytest.fixture(scope="module")
 def consumer_image(node: Any) -> str:  # noqa: F811
     return _built_and_loaded(node, "consumer")
 
@@ -109,3 +123,73 @@ def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, n
     assert status["podIP"].startswith(node.info()["pod_subnet"].rsplit(".", 2)[0])  # on the pod network
     running = json.loads(node.crictl("ps", "--namespace", ns, "--name", "consumer", "-o", "json").stdout)
     assert [c["image"]["image"] for c in running["containers"]] != []
+
+
+def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: KubeEnv, kube_api: Any,  # noqa: F811
+                                                             namespace: Any, pods_kafka: Any, pods_postgres: Any,
+                                                             consumer_image: str) -> None:
+    """Scale-down on the real node: the kubelet's SIGTERM, the consumer's last batch in the ledger
+    and its commit agree (every delivered record committed, none beyond), and it exits cleanly."""
+    import psycopg
+    from kubernetes import client, watch
+
+    from lagpilot_dev.images_run import committed_offsets, produce
+
+    pods_dsn = pods_postgres.pods_dsn()
+    assert pods_dsn and f"@{node.info()['host_from_pods']}:" in pods_dsn
+    topic, group, table = (f"node-{uuid.uuid4().hex[:8]}", f"node-g-{uuid.uuid4().hex[:8]}",
+                           f"ledger_{uuid.uuid4().hex[:8]}")
+    produced = 4000
+    produce(pods_kafka.bootstrap_servers(), topic, produced, partitions=2)
+    ns = _restricted_ns(kube, namespace)
+    kube.kubectl("create", "secret", "generic", "db", "-n", ns, "--from-file=dsn=/dev/stdin", input_text=pods_dsn)
+    env = [{"name": "LAGPILOT_BOOTSTRAP_SERVERS", "value": pods_kafka.pods_bootstrap_servers()},
+           {"name": "LAGPILOT_TOPIC", "value": topic}, {"name": "LAGPILOT_GROUP_ID", "value": group},
+           {"name": "LAGPILOT_SINK", "value": "ledger"}, {"name": "LAGPILOT_LEDGER_TABLE", "value": table},
+           # 100 records a batch, each batch's write padded to 400 ms: ~8 s of work, deleted midway
+           {"name": "LAGPILOT_BATCH_MAX_RECORDS", "value": "100"},
+           {"name": "LAGPILOT_HANDLER_CONFIG", "value": json.dumps({"ledger.cost_ms": "400"})},
+           {"name": "LAGPILOT_POD_NAME", "value": "consumer"},
+           {"name": "LAGPILOT_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}}]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "consumer"}, "spec": {
+        "schedulerName": node.info()["scheduler_name"], "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 60,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "consumer", "image": consumer_image, "imagePullPolicy": "Never", "env": env,
+                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
+                                            if k not in ("runAsUser", "runAsGroup")},
+                        "resources": {"limits": {"memory": "512Mi", "cpu": "500m"},
+                                      "requests": {"memory": "256Mi", "cpu": "50m"}}}]}}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
+
+    def first_commit() -> int:
+        got = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
+        return sum(max(o, 0) for o in got.values())
+
+    wait_until(first_commit, "the consumer's first commit", timeout=300)
+    core = client.CoreV1Api(kube_api)
+    rv = core.read_namespaced_pod("consumer", ns).metadata.resource_version
+    kube.kubectl("delete", "pod", "-n", ns, "consumer", "--wait=false")
+    exits = []
+    w = watch.Watch()
+    for ev in w.stream(core.list_namespaced_pod, ns, field_selector="metadata.name=consumer", resource_version=rv,
+                       timeout_seconds=120):
+        statuses = ev["object"].status.container_statuses or []
+        if statuses and statuses[0].state.terminated is not None:
+            exits.append(statuses[0].state.terminated.exit_code)
+        if ev["type"] == "DELETED":
+            w.stop()
+    assert exits and exits[-1] == 0, exits  # a clean exit on SIGTERM, not SIGKILL (137) after the grace period
+
+    committed = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
+    with psycopg.connect(pods_postgres.app_dsn()) as conn:
+        rows = conn.execute(f"SELECT partition, count(*), count(DISTINCT \"offset\"), max(\"offset\") "  # noqa: S608
+                            f"FROM {table} GROUP BY partition").fetchall()
+    delivered = {p: (n, distinct, top) for p, n, distinct, top in rows}
+    # the delete really interrupted the work: not every record was consumed
+    assert sum(n for n, _, _ in delivered.values()) < produced, delivered
+    for p, (n, distinct, top) in delivered.items():
+        assert n == distinct, f"partition {p}: a record delivered twice"
+        # the last batch written is the last batch committed: nothing delivered beyond the commit,
+        # nothing committed that was not delivered
+        assert committed[p] == top + 1 == n, (p, committed, delivered)

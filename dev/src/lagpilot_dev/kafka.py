@@ -226,19 +226,13 @@ class KafkaPart:
             tmp.replace(path)
             return creds
 
-    def pods_listener_host(self) -> str | None:
+    @staticmethod
+    def pods_listener_host() -> str | None:
         """The real node's pod-bridge gateway address when it exists on this host (the node part
         creates the bridge at its start), else None: the broker then gets no PODS listener."""
-        import socket
+        from lagpilot_dev.node import pod_gateway_on_host
 
-        from lagpilot_dev.node import POD_GATEWAY
-
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((POD_GATEWAY, 0))  # binds only to an address of this host
-            return POD_GATEWAY
-        except OSError:
-            return None
+        return pod_gateway_on_host()
 
     def pods_bootstrap_servers(self) -> str | None:
         """host:port of the PODS listener for pods on the real node, when the running broker has it

@@ -197,6 +197,24 @@ class KubePart:
         (p / ".complete").write_text("ok\n")
         log.info("generated control-plane certificates", extra={"pki": str(p)})
 
+    def _ensure_kubelet_client_cert(self) -> None:
+        """The apiserver's client certificate towards kubelets (`kubectl logs/exec/port-forward` on
+        the real node, lagpilot_dev.node): made once, also for a PKI generated before it existed."""
+        p = self.pki
+        if (p / "apiserver-kubelet-client.crt").exists():
+            return
+        (p / "apiserver-kubelet-client.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n")
+        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver-kubelet-client.key",
+                 "-out", "apiserver-kubelet-client.csr", "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+                 cwd=p)
+        os.chmod(p / "apiserver-kubelet-client.key", 0o600)
+        _openssl("x509", "-req", "-in", "apiserver-kubelet-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650",
+                 "-out", "apiserver-kubelet-client.crt.tmp", "-extfile", "apiserver-kubelet-client.ext", cwd=p)
+        (p / "apiserver-kubelet-client.crt.tmp").replace(p / "apiserver-kubelet-client.crt")
+
     # ---- addresses -----------------------------------------------------------------------------
     def server(self) -> str:
         """The apiserver URL (stable across restarts unless its port was taken meanwhile)."""
@@ -229,6 +247,7 @@ class KubePart:
         self.dir.mkdir(parents=True, exist_ok=True)
         with file_lock(self.dir / "start.lock"):
             self._ensure_pki()
+            self._ensure_kubelet_client_cert()
             self._start_etcd(timeout)
             self._start_apiserver(timeout)
             self._start_controller_manager(timeout)
@@ -264,6 +283,9 @@ class KubePart:
                 f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
                 f"--cert-dir={self.dir / 'apiserver-certs'}",
                 f"--client-ca-file={p / 'ca.crt'}",
+                # towards kubelets (the real node's): logs, exec, port-forward authenticate as system:masters
+                f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
                 # a request-header CA (as every real cluster has): the controller-manager's delegated
                 # authentication reads it and logs an error every second while it is missing
                 f"--requestheader-client-ca-file={p / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",

@@ -68,6 +68,19 @@ COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy")
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
+def pod_gateway_on_host() -> str | None:
+    """POD_GATEWAY when it is an address of this host (the node part made the bridge), else None.
+    Host parts (Kafka, PostgreSQL) add a listener there for pods when it exists at their start."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((POD_GATEWAY, 0))  # binds only to an address of this host
+        return POD_GATEWAY
+    except OSError:
+        return None
+
+
 def default_node_ip() -> str:
     """The host's address on its default route (the Node's InternalIP): `ip -j route get` asks the
     kernel's routing table only, no packet is sent. Falls back to the loopback address."""
@@ -390,6 +403,10 @@ state = "{self.run_dir / 'containerd'}"
 
         t0 = time.monotonic()
         layout = default_layout()
+        built_id = run_cmd(layout.podman_argv("image", "inspect", "--format", "{{.Id}}", tag)).stdout.strip()
+        if self.image_id(tag) == f"sha256:{built_id}":
+            log.info("image already on the node", extra={"image": tag, "id": built_id[:12]})
+            return 0.0
         with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
             archive = Path(tmp) / "image.tar"
             run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
@@ -397,6 +414,13 @@ state = "{self.run_dir / 'containerd'}"
         seconds = round(time.monotonic() - t0, 1)
         log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
         return seconds
+
+    def image_id(self, tag: str) -> str | None:
+        """The image's id (its config digest) as the CRI sees it, or None when not on the node."""
+        proc = self.crictl("inspecti", "-o", "json", tag)
+        if proc.returncode != 0:
+            return None
+        return str(json.loads(proc.stdout)["status"]["id"])
 
     def images(self) -> set[str]:
         proc = self.ctr("images", "ls", "-q")
@@ -513,6 +537,9 @@ state = "{self.run_dir / 'containerd'}"
         """Delete the node's state (containerd's images and containers, kubelet's root); caches stay."""
         self.stop()
         subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)  # noqa: S607
+        # the bridge and the Service route go too (stop() keeps them: host parts may listen on the gateway)
+        subprocess.run(["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False)  # noqa: S607
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)  # noqa: S607
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 

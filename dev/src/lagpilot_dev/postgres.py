@@ -200,7 +200,11 @@ class PostgresPart:
             data = self.data_dir()
             user = self._run_user()
             argv = [str(bindir / "postgres"), "-D", str(data), "-c", f"port={self.port()}"]
-            for k, v in SERVER_SETTINGS.items():
+            settings = dict(SERVER_SETTINGS)
+            if (gw := self.pods_listen_host()) is not None:
+                # pods on the real node reach the host at the bridge gateway (docs/node.md)
+                settings["listen_addresses"] = f"{LOOPBACK},{gw}"
+            for k, v in settings.items():
                 argv += ["-c", f"{k}={v}"]
             self._process = Process(
                 name="postgres", argv=argv, log_file=self.dir / "postgres.log", pid_file=self.dir / "postgres.pid",
@@ -266,10 +270,40 @@ class PostgresPart:
                 data = self.data_dir()
                 if not (data / "PG_VERSION").exists():
                     self._initdb(data)
+                self._allow_pods(data)
                 self._remove_stale_lock(data)
                 proc.start()
             self._wait_sql(self.admin_dsn(), timeout)
             self._provision()
+
+    @staticmethod
+    def pods_listen_host() -> str | None:
+        """The real node's bridge gateway when it exists on this host (lagpilot_dev.node), else None."""
+        from lagpilot_dev.node import pod_gateway_on_host
+
+        return pod_gateway_on_host()
+
+    def _allow_pods(self, data: Path) -> None:
+        """With the pod listener: a pg_hba line for the pod subnet (password auth, as for loopback)."""
+        if self.pods_listen_host() is None:
+            return
+        from lagpilot_dev.node import POD_SUBNET
+
+        hba = data / "pg_hba.conf"
+        line = f"host all all {POD_SUBNET} scram-sha-256"
+        text = hba.read_text()
+        if line not in text.splitlines():
+            hba.write_text(text.rstrip("\n") + f"\n# pods on the real node (lagpilot_dev.node)\n{line}\n")
+
+    def pods_dsn(self) -> str | None:
+        """The app DSN for pods on the real node, when the running server listens for them."""
+        from lagpilot_dev.paths import _cmdline
+
+        gw = self.pods_listen_host()
+        pid = self.process().pid()
+        if gw is None or pid is None or f"listen_addresses={LOOPBACK},{gw}" not in " ".join(_cmdline(pid)):
+            return None
+        return self.app_dsn().replace(f"@{LOOPBACK}:", f"@{gw}:")
 
     def _wait_sql(self, target: str, timeout: float) -> None:
         import psycopg
@@ -327,6 +361,7 @@ class PostgresPart:
     def info(self) -> dict[str, Any]:
         return {
             "postgres_dsn": self.app_dsn(),  # the superuser's DSN stays out of status output: admin_dsn()
+            "pods_postgres_dsn": self.pods_dsn(),  # for pods on the real node (docs/node.md); None without
             "postgres_port": self.port(),
             "postgres_data_dir": str(self.data_dir()),
             "postgres_log": str(self.dir / "postgres.log"),
