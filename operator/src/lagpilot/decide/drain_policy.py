@@ -293,13 +293,15 @@ def allocate_by_need(records: Sequence[float], needs: Sequence[int], budget: int
     """``budget`` tasks over partitions: each its ``needs`` (:func:`partition_need`, bounded by one
     task per ``per_task_min`` records) when they fit, the rest one at a time to the partition whose
     sub-ranges are longest (records per task: every range then finishes about together); when the
-    needs do not fit, in proportion to them (largest remainder, the first ones -- the most urgent --
-    at least one). Pure."""
+    needs do not fit, in proportion to the backlog (:func:`allocate_tasks`: the first ones -- the
+    most urgent -- at least one; in proportion to the needs instead, flash s105 at a 90 s start-up
+    fell from 0.99899 to 0.99689 within the SLA). Pure."""
     n = len(records)
     caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
     floors = [min(max(1, nd), c) for nd, c in zip(needs, caps)]
     if sum(floors) > budget:
-        return allocate_tasks(records, budget, per_task_min, weights=floors)
+        # not every need fits: every range finishes about together (in proportion to the backlog)
+        return allocate_tasks(records, budget, per_task_min)
     out = list(floors)
     left = budget - sum(out)
     while left > 0:
