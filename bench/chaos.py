@@ -68,7 +68,8 @@ from bench.chaos_procs import say  # noqa: E402
 from bench.chaos_report import campaign_result, report  # noqa: E402
 from bench.chaos_steady import SteadyFaults  # noqa: E402
 
-STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
+STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "kafka_restart",
+                "apiserver_restart", "etcd_restart", "postgres_restart")
 QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "postgres_restart", "kafka_restart")
 
 
@@ -132,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                 c.drain_two(rnd)
             if not args.quick and c.warm and "drain_runtime_kill" in kinds:
                 c.drain_three(rnd)
+            if not args.quick and c.warm and kinds & {"forged_plan", "runtime_sigstop"}:
+                c.drain_four(rnd)
+            if not args.quick and "delete_while_planned" in kinds:
+                c.drain_five(rnd)
         end = c.finish()
         result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start)
     finally:

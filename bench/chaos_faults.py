@@ -15,11 +15,13 @@ KINDS: tuple[str, ...] = (
     "consumer_kill", "consumer_kill_after_write", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
     "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "drain_runtime_kill", "kafka_restart",
     "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
+    # issue 23's fixed review items: M3 (Lease), C1 (signed plans), H3 (heartbeat), H1 (finalizer of a Planned drain)
+    "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
 # applicable" (listed, never injected, never counted as not fired)
-WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill",)
+WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill", "forged_plan", "runtime_sigstop")
 
 # the drain Job's (and its pod's) label saying how the attempt ran (operator drain_runtime.py)
 RUNTIME_LABEL = "lagpilot.io/drain-runtime"
@@ -33,6 +35,14 @@ HANDOFF_POINTS: dict[str, str] = {
     "operator_at_seal": "Seal:effect",
     "operator_at_launch": "Launch:effect",
 }
+
+# delete_while_planned: the operator's crash point right after publishing the hand-off and before its
+# status write resolves anything (the drain stays Planned while the owners ack); armed like the others
+PLANNED_POINT = "Publish:status"
+
+# the operators' own log lines (tests/real/test_leader_election.py): a reconciling operator logs these,
+# one standing by logs "standing by for the leader lease" and neither of them
+RECONCILE_MESSAGES = ("deployment applied", "first cycle done")
 
 
 @dataclass
@@ -243,3 +253,43 @@ def recover_seconds(at: float | None, done_at: float | None) -> float | None:
     if at is None or done_at is None or math.isnan(done_at):
         return None
     return max(0.0, done_at - at)
+
+
+def reconciled(lines: Iterable[str]) -> int:
+    """How many reconcile steps an operator's JSON log lines show (pure): the apply handler's
+    "deployment applied" and the control loop's "first cycle done" (second_operator)."""
+    import json
+
+    n = 0
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("message") in RECONCILE_MESSAGES:
+            n += 1
+    return n
+
+
+def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int], now: float) -> list[str]:
+    """forged_plan's attack (pure): issue 23's C1 plan for the LIVE drain id, one sub-range per
+    partition from 0 past the real split (the old runtime committed `sub.end`: the real attempt would
+    skip the rest and still end Verified), read uncommitted; sent bare (the old protocol) and wrapped
+    with a made-up signature."""
+    import json
+
+    plan = json.dumps({"drainId": str(drain_id), "topic": topic, "groupId": group, "batchMaxRecords": 100,
+                       "parallelism": len(ends), "readCommitted": False,
+                       "subRanges": [{"partition": int(p), "index": 0, "start": 0, "end": int(e) + 1000}
+                                     for p, e in sorted(ends.items())]}, separators=(",", ":"), sort_keys=True)
+    made_up = json.dumps({"plan": plan, "auth": {"crUid": "forged", "drainId": str(drain_id), "attempt": 99,
+                                                  "expiresAt": int(now) + 600, "signature": "00" * 32}})
+    return [plan, made_up]
+
+
+def refused_all(answers: Sequence[tuple[int, str]]) -> bool:
+    """forged_plan: every forged request refused as unauthenticated (401), none taken (pure)."""
+    return bool(answers) and all(status == 401 for status, _ in answers)
