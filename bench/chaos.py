@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                 c.drain_four(rnd)
             if not args.quick and "delete_while_planned" in kinds:
                 c.drain_five(rnd)
+            if not args.quick and "aborted_transactions" in kinds:
+                c.drain_six(rnd)
         end = c.finish()
         result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start)
     finally:

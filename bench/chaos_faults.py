@@ -16,7 +16,7 @@ KINDS: tuple[str, ...] = (
     "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "drain_runtime_kill", "kafka_restart",
     "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
     # issue 23's fixed review items: M3 (Lease), C1 (signed plans), H3 (heartbeat), H1 (finalizer of a Planned drain)
-    "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned",
+    "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -156,6 +156,9 @@ def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) 
         problems.append(f"lost {result.get('lost')}")
     if result.get("duplicated") != 0:
         problems.append(f"duplicated {result.get('duplicated')}")
+    for which in ("eos", "alo"):  # delivered offsets Kafka does not show (an aborted record, a marker)
+        if ((result.get(which) or {}).get("outside") or 0) != 0:
+            problems.append(f"{which} outside {result[which]['outside']}")
     return problems
 
 
@@ -293,3 +296,34 @@ def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int]
 def refused_all(answers: Sequence[tuple[int, str]]) -> bool:
     """forged_plan: every forged request refused as unauthenticated (401), none taken (pure)."""
     return bool(answers) and all(status == 401 for status, _ in answers)
+
+
+# aborted_transactions: per partition, in this order, one transaction each (the steady stream paused)
+TRANSACTIONS: tuple[tuple[str, int], ...] = (("commit", 1000), ("abort", 12000), ("commit", 1000))
+
+
+def invisible_sub_ranges(subs: Iterable[Mapping[str, Any]], aborted: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
+    """The drain's sub-ranges that hold no committed record (pure): inside a partition's aborted block
+    `[lo, hi]` or its abort marker at `hi + 1` (the steady stream was paused while the block was
+    written, so nothing else lies between)."""
+    out = []
+    for x in subs:
+        blk = aborted.get(int(x["partition"]))
+        if blk is not None and int(x["start"]) >= blk[0] and int(x["end"]) <= blk[1] + 2:
+            out.append({k: x[k] for k in ("partition", "start", "end")})
+    return out
+
+
+def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int, Iterable[int]]) -> dict[str, int]:
+    """A ledger report against the offsets a read_committed reader sees (pure), for a topic that holds
+    transactions: `lost` = visible offsets never delivered, `duplicated` = deliveries beyond the first,
+    `outside` = distinct delivered offsets that are not visible (an aborted record delivered, or a
+    transaction marker's offset)."""
+    vis = {int(p): set(map(int, offs)) for p, offs in visible.items()}
+    seen: dict[tuple[int, int], int] = {}
+    for p, o, n in counts:
+        seen[(int(p), int(o))] = seen.get((int(p), int(o)), 0) + int(n)
+    inside = sum(1 for (p, o) in seen if o in vis.get(p, ()))
+    return {"produced": sum(len(v) for v in vis.values()), "delivered": sum(seen.values()), "distinct": len(seen),
+            "lost": sum(len(v) for v in vis.values()) - inside, "duplicated": sum(n - 1 for n in seen.values()),
+            "outside": len(seen) - inside}

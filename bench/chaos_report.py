@@ -23,6 +23,8 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "rounds": rounds, "quick": quick, "caught_up": end["caught_up"],
         "produced": sum(end["ends"].values()), "produced_acked": sum(c.producer.acked.values()),
         "produce_errors": len(c.producer.errors),
+        # aborted_transactions: the offsets a read_committed reader sees (what had to be delivered), else absent
+        **({"visible": end["visible"]} if "visible" in end else {}),
         "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
         "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
         "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,

@@ -62,10 +62,10 @@ class ReviewFaults(DrainWatch):
         keep it down until the standby reconciles (took over: evidence `took_over_s`); then the standby
         is stopped (SIGTERM releases the Lease) and the campaign's operator comes back."""
         assert self.op.proc is not None
+        # started by its constructor (OperatorProcess.__init__)
         sb = Operator(dict(self.op.env, LAGPILOT_POD_NAME=f"chaos-standby-{self.run_id}"), self.ns,
                       self.workdir / f"operator-standby-{f.round}.log", free_port())
         lines = lambda: sb.log_path.read_text(errors="replace").splitlines() if sb.log_path.exists() else []  # noqa: E731
-        sb.start()
         try:
             self.until(lambda: any("standing by" in ln for ln in lines()), "the second operator to stand by", 180)
             n0 = self.op.cycles() or 0.0
@@ -372,3 +372,108 @@ class ReviewFaults(DrainWatch):
         else:
             f.detail = str(adopted())
         return self.record(f)
+
+    # -- H5: aborted transactions in a drain's backlog ----------------------------------------------------
+    def write_transactions(self, f: Fault) -> None:
+        """aborted_transactions: with the steady stream paused, one transactional producer writes per
+        partition cf.TRANSACTIONS (committed, ABORTED, committed), then the stream resumes. Fired = the
+        abort returned and every aborted record's offset is known (delivery reports)."""
+        import uuid
+
+        from confluent_kafka import Producer as KP
+
+        offsets: dict[str, dict[int, list[int]]] = {"commit": {}, "abort": {}}
+
+        def cb(err: Any, msg: Any, outcome: str) -> None:
+            if err is None:
+                offsets[outcome].setdefault(msg.partition(), []).append(msg.offset())
+
+        self.producer.paused.set()
+        time.sleep(1.0)
+        p = KP({"bootstrap.servers": self.bootstrap, "transactional.id": f"chaos-tx-{uuid.uuid4().hex[:8]}",
+                "enable.idempotence": True, "linger.ms": 20})
+        try:
+            p.init_transactions(60)
+            for outcome, n in cf.TRANSACTIONS:
+                p.begin_transaction()
+                for _ in range(n):
+                    for part in range(PARTS):
+                        while True:
+                            try:
+                                p.produce(self.topic, value=b'{"chaos":"tx"}', partition=part,
+                                          on_delivery=lambda err, msg, o=outcome: cb(err, msg, o))
+                                break
+                            except BufferError:
+                                p.poll(0.05)
+                p.flush(120)
+                (p.commit_transaction if outcome == "commit" else p.abort_transaction)(120)
+        except Exception as exc:  # noqa: BLE001 - not injected: say so, count nothing
+            f.detail = f"transactions not written: {exc!r}"[:300]
+            return
+        finally:
+            self.producer.paused.clear()
+        want = {o: sum(n for oo, n in cf.TRANSACTIONS if oo == o) for o in ("commit", "abort")}
+        got = {o: {p_: len(v) for p_, v in offsets[o].items()} for o in offsets}
+        self.aborted = {p_: (min(v), max(v)) for p_, v in offsets["abort"].items()}
+        f.evidence = {"aborted": {str(p_): list(r) for p_, r in self.aborted.items()}, "records": got, "per_partition": want}
+        if all(got[o].get(p_) == want[o] for o in want for p_ in range(PARTS)):
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not every transactional record was written: {got} (want {want} per partition)"
+
+    def drain_six(self, rnd: int) -> Fault:
+        """Drain 6: aborted transactions in the backlog (written before the burst). Recovered = that drain
+        Verified (sub-ranges with no visible record complete: H5) and healthy; the end check compares the
+        ledgers with what a read_committed reader sees (an aborted record delivered is `outside`)."""
+        from lagpilot.decide.handoff import ranges_of, sub_ranges_in
+
+        f = Fault("aborted_transactions", rnd, "eos")
+        d: dict[str, Any] = {}
+        for d, ours in self.drain_polls(f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f)):
+            if not f.fired:
+                break
+            if ours and d.get("phase") == "Running" and "sub_ranges" not in f.evidence:
+                subs = sub_ranges_in(d)
+                if subs:
+                    f.evidence["sub_ranges"] = len(subs)
+                    f.evidence["invisible_sub_ranges"] = cf.invisible_sub_ranges(subs, self.aborted)
+            if ours and d.get("phase") in TERMINAL:
+                break
+        if not f.fired:
+            return self.record(f)
+        blk = self.aborted
+        f.evidence["drain_covered_aborted"] = bool(d.get("id")) and all(
+            any(int(r["partition"]) == p_ and int(r["start"]) <= lo and int(r["split"]) > hi for r in ranges_of(d))
+            for p_, (lo, hi) in blk.items())
+        f.evidence.update({"drain": d.get("id"), "final_phase": d.get("phase"), "attempt": d.get("attempt"),
+                           "runtime": d.get("runtime"), "recordsTotal": d.get("recordsTotal")})
+        if d.get("phase") != "Verified":
+            f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+            return self.record(f)
+        assert f.at is not None
+        secs = self.recover_wait(f.at, f.kind, self.timeout)
+        f.recovered, f.recover_s = secs is not None, secs
+        return self.record(f)
+
+    def visible_offsets(self, ends: dict[int, int]) -> dict[int, list[int]]:
+        """Every offset a read_committed reader sees below `ends` (the end check with transactions)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-visible-{self.run_id}",
+                      "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True})
+        out: dict[int, list[int]] = {p: [] for p in ends}
+        try:
+            c.assign([TopicPartition(self.topic, p, 0) for p in ends if ends[p] > 0])
+            todo = {p for p in ends if ends[p] > 0}
+            deadline = time.monotonic() + 600
+            while todo and time.monotonic() < deadline:
+                for m in c.consume(10000, 5.0):
+                    if m.error() is not None:
+                        if m.error().code() == -191:  # _PARTITION_EOF
+                            todo.discard(m.partition())
+                        continue
+                    if m.offset() < ends[m.partition()]:
+                        out[m.partition()].append(m.offset())
+        finally:
+            c.close()
+        return out

@@ -152,3 +152,26 @@ def test_forged_bodies_attack_the_live_drain_past_its_split() -> None:
 ])
 def test_refused_all(answers: list[tuple[int, str]], ok: bool) -> None:
     assert cf.refused_all(answers) is ok
+
+
+def test_invisible_sub_ranges() -> None:
+    aborted = {0: (100, 199), 1: (50, 59)}
+    subs = [{"partition": 0, "start": 0, "end": 120}, {"partition": 0, "start": 120, "end": 201},
+            {"partition": 0, "start": 201, "end": 300}, {"partition": 1, "start": 50, "end": 61},
+            {"partition": 2, "start": 0, "end": 1}]
+    assert cf.invisible_sub_ranges(subs, aborted) == [{"partition": 0, "start": 120, "end": 201},
+                                                      {"partition": 1, "start": 50, "end": 61}]
+
+
+def test_report_visible() -> None:
+    visible = {0: [0, 1, 2, 5], 1: [0]}  # 3, 4: aborted; 6 a marker
+    ok = cf.report_visible([(0, 0, 1), (0, 1, 1), (0, 2, 1), (0, 5, 1), (1, 0, 1)], visible)
+    assert ok == {"produced": 5, "delivered": 5, "distinct": 5, "lost": 0, "duplicated": 0, "outside": 0}
+    bad = cf.report_visible([(0, 0, 2), (0, 3, 1), (1, 0, 1)], visible)  # 1, 2, 5 lost; 3 aborted delivered
+    assert bad["lost"] == 3 and bad["duplicated"] == 1 and bad["outside"] == 1
+
+
+def test_verdict_names_a_delivered_offset_kafka_does_not_show() -> None:
+    base = {"faults": 1, "kinds": 1, "recovered": 1, "lost": 0, "duplicated": 0}
+    assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 0}}) == []
+    assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 4}}) == ["alo outside 4"]
