@@ -56,7 +56,8 @@ drain Verified (its retry cold or warm).
 At the end the producer stops, both groups catch up, and the ledgers are compared with the topic's
 end offsets: `lost` (both CRs), `duplicated` (eos: the exactly-once sink), `replayed` (alo).
 Prints the per-kind table, then ONE JSON line last (--json). --quick: one round of consumer_kill,
-consumer_kill_after_write, operator_kill, postgres_restart and kafka_restart, no drain (the CI version, tests/real/test_chaos.py).
+consumer_kill_after_write, operator_kill, second_operator, postgres_restart and kafka_restart, no drain (the CI version,
+tests/real/test_chaos.py).
 """
 from __future__ import annotations
 
@@ -79,7 +80,8 @@ from bench.chaos_steady import SteadyFaults  # noqa: E402
 
 STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "kafka_restart",
                 "apiserver_restart", "etcd_restart", "postgres_restart")
-QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "postgres_restart", "kafka_restart")
+QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "postgres_restart",
+               "kafka_restart")
 
 
 class Campaign(SteadyFaults, DrainFaults, LedgerChecks):
