@@ -375,9 +375,10 @@ class ReviewFaults(DrainWatch):
 
     # -- H5: aborted transactions in a drain's backlog ----------------------------------------------------
     def write_transactions(self, f: Fault) -> None:
-        """aborted_transactions: with the steady stream paused, one transactional producer writes per
-        partition cf.TRANSACTIONS (committed, ABORTED, committed), then the stream resumes. Fired = the
-        abort returned and every aborted record's offset is known (delivery reports)."""
+        """aborted_transactions: with the steady stream paused (until drain_six sees the drain planned),
+        one transactional producer writes per partition cf.TRANSACTIONS (a committed backlog, then an
+        ABORTED block up to the end). Fired = the abort returned and every aborted record's offset is
+        known (delivery reports)."""
         import uuid
 
         from confluent_kafka import Producer as KP
@@ -409,9 +410,8 @@ class ReviewFaults(DrainWatch):
                 (p.commit_transaction if outcome == "commit" else p.abort_transaction)(120)
         except Exception as exc:  # noqa: BLE001 - not injected: say so, count nothing
             f.detail = f"transactions not written: {exc!r}"[:300]
-            return
-        finally:
             self.producer.paused.clear()
+            return
         want = {o: sum(n for oo, n in cf.TRANSACTIONS if oo == o) for o in ("commit", "abort")}
         got = {o: {p_: len(v) for p_, v in offsets[o].items()} for o in offsets}
         self.aborted = {p_: (min(v), max(v)) for p_, v in offsets["abort"].items()}
@@ -422,23 +422,30 @@ class ReviewFaults(DrainWatch):
             f.detail = f"not every transactional record was written: {got} (want {want} per partition)"
 
     def drain_six(self, rnd: int) -> Fault:
-        """Drain 6: aborted transactions in the backlog (written before the burst). Recovered = that drain
+        """Drain 6: aborted transactions in the backlog (it is the backlog: no burst). Recovered = that drain
         Verified (sub-ranges with no visible record complete: H5) and healthy; the end check compares the
         ledgers with what a read_committed reader sees (an aborted record delivered is `outside`)."""
         from lagpilot.decide.handoff import ranges_of, sub_ranges_in
 
         f = Fault("aborted_transactions", rnd, "eos")
         d: dict[str, Any] = {}
-        for d, ours in self.drain_polls(f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f)):
-            if not f.fired:
-                break
-            if ours and d.get("phase") == "Running" and "sub_ranges" not in f.evidence:
-                subs = sub_ranges_in(d)
-                if subs:
-                    f.evidence["sub_ranges"] = len(subs)
-                    f.evidence["invisible_sub_ranges"] = cf.invisible_sub_ranges(subs, self.aborted)
-            if ours and d.get("phase") in TERMINAL:
-                break
+        polls = self.drain_polls(f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f), burst=0)
+        try:
+            for d, ours in polls:
+                if not f.fired:
+                    break
+                if self.producer.paused.is_set() and (ours or time.time() - (f.at or 0) > 120):
+                    self.producer.paused.clear()  # the split is taken (or no drain came): the steady stream goes on
+                    f.evidence["steady_paused_s"] = round(time.time() - (f.at or 0), 1)
+                if ours and d.get("phase") == "Running" and "sub_ranges" not in f.evidence:
+                    subs = sub_ranges_in(d)
+                    if subs:
+                        f.evidence["sub_ranges"] = len(subs)
+                        f.evidence["invisible_sub_ranges"] = cf.invisible_sub_ranges(subs, self.aborted)
+                if ours and d.get("phase") in TERMINAL:
+                    break
+        finally:
+            self.producer.paused.clear()
         if not f.fired:
             return self.record(f)
         blk = self.aborted
