@@ -38,6 +38,15 @@ that could not be confirmed is reported as not fired and not counted:
   runtime must log the cancel of that plan), and drain 3: drain_runtime_kill (SIGKILL of the runtime
   pod's process group mid warm drain; without --warm-runtime that kind is "not applicable").
   Every drain fault's evidence says how its attempt ran (status.drain.runtime, the Job's label).
+  Issue 23's fixed review items (bench/chaos_review.py): second_operator (steady: a second operator
+  instance stands by; the leader SIGKILLed and kept down, it takes over), --warm-runtime drain 4:
+  forged_plan (forged and replayed plans sent to the runtime mid warm attempt: 401, the drain exact)
+  and runtime_sigstop (the runtime's processes SIGSTOPped: the attempt fails by its heartbeat while
+  they are still stopped, SIGCONT, the retry finishes); drain 5: delete_while_planned (the operator
+  dies after publishing the hand-off and stays down while the owners ack; the CR is deleted while
+  Planned; the finalizer must hand [ack, split) back; the CR re-created adopts it); drain 6:
+  aborted_transactions (committed/aborted/committed transactions in the backlog: the drain reaches
+  Verified, the ledgers are compared with what a read_committed reader sees).
 Recovered = infra answering, operator alive with >= 2 cycles since the fault, every partition of
 every CR delivering again after the fault, plus per kind: drain faults -> that drain Verified
 (driver kill: the retry attempt delivering), spec change -> observedGeneration caught up and the
@@ -47,7 +56,8 @@ drain Verified (its retry cold or warm).
 At the end the producer stops, both groups catch up, and the ledgers are compared with the topic's
 end offsets: `lost` (both CRs), `duplicated` (eos: the exactly-once sink), `replayed` (alo).
 Prints the per-kind table, then ONE JSON line last (--json). --quick: one round of consumer_kill,
-consumer_kill_after_write, operator_kill, postgres_restart and kafka_restart, no drain (the CI version, tests/real/test_chaos.py).
+consumer_kill_after_write, operator_kill, second_operator, postgres_restart and kafka_restart, no drain (the CI version,
+tests/real/test_chaos.py).
 """
 from __future__ import annotations
 
@@ -68,8 +78,10 @@ from bench.chaos_procs import say  # noqa: E402
 from bench.chaos_report import campaign_result, report  # noqa: E402
 from bench.chaos_steady import SteadyFaults  # noqa: E402
 
-STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
-QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "postgres_restart", "kafka_restart")
+STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "kafka_restart",
+                "apiserver_restart", "etcd_restart", "postgres_restart")
+QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "postgres_restart",
+               "kafka_restart")
 
 
 class Campaign(SteadyFaults, DrainFaults, LedgerChecks):
@@ -82,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     from lagpilot_dev.paths import cache_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of every fault kind (default 2: 30 faults)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of every fault kind (default 2: 38 faults over 18 kinds; with --warm-runtime 44 over 21)")
     ap.add_argument("--quick", action="store_true", help="one round of " + ", ".join(QUICK_KINDS) + ", no drain (CI)")
     ap.add_argument("--kinds", default="", help="only these kinds (comma separated; default all)")
     ap.add_argument("--state-dir", default=os.environ.get("LAGPILOT_STATE") or str(cache_dir() / "state" / "chaos"),
@@ -132,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
                 c.drain_two(rnd)
             if not args.quick and c.warm and "drain_runtime_kill" in kinds:
                 c.drain_three(rnd)
+            if not args.quick and c.warm and kinds & {"forged_plan", "runtime_sigstop"}:
+                c.drain_four(rnd)
+            if not args.quick and "delete_while_planned" in kinds:
+                c.drain_five(rnd)
+            if not args.quick and "aborted_transactions" in kinds:
+                c.drain_six(rnd)
         end = c.finish()
         result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start)
     finally:

@@ -15,11 +15,13 @@ KINDS: tuple[str, ...] = (
     "consumer_kill", "consumer_kill_after_write", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
     "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "drain_runtime_kill", "kafka_restart",
     "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
+    # issue 23's fixed review items: M3 (Lease), C1 (signed plans), H3 (heartbeat), H1 (finalizer of a Planned drain)
+    "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
 # applicable" (listed, never injected, never counted as not fired)
-WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill",)
+WARM_ONLY: tuple[str, ...] = ("drain_runtime_kill", "forged_plan", "runtime_sigstop")
 
 # the drain Job's (and its pod's) label saying how the attempt ran (operator drain_runtime.py)
 RUNTIME_LABEL = "lagpilot.io/drain-runtime"
@@ -33,6 +35,14 @@ HANDOFF_POINTS: dict[str, str] = {
     "operator_at_seal": "Seal:effect",
     "operator_at_launch": "Launch:effect",
 }
+
+# delete_while_planned: the operator's crash point right after publishing the hand-off and before its
+# status write resolves anything (the drain stays Planned while the owners ack); armed like the others
+PLANNED_POINT = "Publish:status"
+
+# the operators' own log lines (tests/real/test_leader_election.py): a reconciling operator logs these,
+# one standing by logs "standing by for the leader lease" and neither of them
+RECONCILE_MESSAGES = ("deployment applied", "first cycle done")
 
 
 @dataclass
@@ -146,6 +156,9 @@ def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) 
         problems.append(f"lost {result.get('lost')}")
     if result.get("duplicated") != 0:
         problems.append(f"duplicated {result.get('duplicated')}")
+    for which in ("eos", "alo"):  # delivered offsets Kafka does not show (an aborted record, a marker)
+        if ((result.get(which) or {}).get("outside") or 0) != 0:
+            problems.append(f"{which} outside {result[which]['outside']}")
     return problems
 
 
@@ -243,3 +256,76 @@ def recover_seconds(at: float | None, done_at: float | None) -> float | None:
     if at is None or done_at is None or math.isnan(done_at):
         return None
     return max(0.0, done_at - at)
+
+
+def reconciled(lines: Iterable[str]) -> int:
+    """How many reconcile steps an operator's JSON log lines show (pure): the apply handler's
+    "deployment applied" and the control loop's "first cycle done" (second_operator)."""
+    import json
+
+    n = 0
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("message") in RECONCILE_MESSAGES:
+            n += 1
+    return n
+
+
+def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int], now: float) -> list[str]:
+    """forged_plan's attack (pure): issue 23's C1 plan for the LIVE drain id, one sub-range per
+    partition from 0 past the real split (the old runtime committed `sub.end`: the real attempt would
+    skip the rest and still end Verified), read uncommitted; sent bare (the old protocol) and wrapped
+    with a made-up signature."""
+    import json
+
+    plan = json.dumps({"drainId": str(drain_id), "topic": topic, "groupId": group, "batchMaxRecords": 100,
+                       "parallelism": len(ends), "readCommitted": False,
+                       "subRanges": [{"partition": int(p), "index": 0, "start": 0, "end": int(e) + 1000}
+                                     for p, e in sorted(ends.items())]}, separators=(",", ":"), sort_keys=True)
+    made_up = json.dumps({"plan": plan, "auth": {"crUid": "forged", "drainId": str(drain_id), "attempt": 99,
+                                                  "expiresAt": int(now) + 600, "signature": "00" * 32}})
+    return [plan, made_up]
+
+
+def refused_all(answers: Sequence[tuple[int, str]]) -> bool:
+    """forged_plan: every forged request refused as unauthenticated (401), none taken (pure)."""
+    return bool(answers) and all(status == 401 for status, _ in answers)
+
+
+# aborted_transactions: per partition, in this order, one transaction each, with the steady stream paused
+# until the drain is planned: the committed block is the drain's backlog, the aborted one ends at the
+# split, so with 2 sub-ranges per partition the second one holds no visible record (H5's case)
+TRANSACTIONS: tuple[tuple[str, int], ...] = (("commit", 12000), ("abort", 30000))
+
+
+def invisible_sub_ranges(subs: Iterable[Mapping[str, Any]], aborted: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
+    """The drain's sub-ranges that hold no committed record (pure): inside a partition's aborted block
+    `[lo, hi]` or its abort marker at `hi + 1` (the steady stream was paused while the block was
+    written, so nothing else lies between)."""
+    out = []
+    for x in subs:
+        blk = aborted.get(int(x["partition"]))
+        if blk is not None and int(x["start"]) >= blk[0] and int(x["end"]) <= blk[1] + 2:
+            out.append({k: x[k] for k in ("partition", "start", "end")})
+    return out
+
+
+def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int, Iterable[int]]) -> dict[str, int]:
+    """A ledger report against the offsets a read_committed reader sees (pure), for a topic that holds
+    transactions: `lost` = visible offsets never delivered, `duplicated` = deliveries beyond the first,
+    `outside` = distinct delivered offsets that are not visible (an aborted record delivered, or a
+    transaction marker's offset)."""
+    vis = {int(p): set(map(int, offs)) for p, offs in visible.items()}
+    seen: dict[tuple[int, int], int] = {}
+    for p, o, n in counts:
+        seen[(int(p), int(o))] = seen.get((int(p), int(o)), 0) + int(n)
+    inside = sum(1 for (p, o) in seen if o in vis.get(p, ()))
+    return {"produced": sum(len(v) for v in vis.values()), "delivered": sum(seen.values()), "distinct": len(seen),
+            "lost": sum(len(v) for v in vis.values()) - inside, "duplicated": sum(n - 1 for n in seen.values()),
+            "outside": len(seen) - inside}

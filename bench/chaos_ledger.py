@@ -53,6 +53,15 @@ class LedgerChecks(CampaignBase):
                 say(str(exc))
                 if attempt == 0:
                     self.repair("at the end (groups not caught up)", time.time() - 120)
+        if getattr(self, "aborted", None):  # aborted_transactions: what a read_committed reader sees had to be delivered
+            from bench.chaos_faults import report_visible
+
+            visible = self.visible_offsets(ends)  # type: ignore[attr-defined]
+            with psycopg.connect(self.dsn, connect_timeout=30) as conn:
+                eos = report_visible(ledger_counts(conn, self.eos_table, self.topic), visible)
+                alo = report_visible(ledger_counts(conn, self.alo_table, self.topic), visible)
+            say(f"transactions in the topic: {sum(ends.values()) - eos['produced']} offsets not visible (aborted, markers)")
+            return {"ends": ends, "caught_up": caught, "eos": eos, "alo": alo, "visible": eos["produced"]}
         with psycopg.connect(self.dsn, connect_timeout=30) as conn:
             eos = report_from_counts(ledger_counts(conn, self.eos_table, self.topic), ends)
             alo = ledger_report(conn, self.alo_table, self.topic, ends)

@@ -89,6 +89,7 @@ class Producer(threading.Thread):
         self.errors: list[str] = []
         self._burst: list[int] = []
         self._lock = threading.Lock()
+        self.paused = threading.Event()  # aborted_transactions: the steady stream waits (what is due is sent after)
 
     def _cb(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -112,6 +113,9 @@ class Producer(threading.Thread):
     def run(self) -> None:
         started, sent = time.monotonic(), 0
         while not self.stop_evt.wait(0.2):
+            if self.paused.is_set():
+                self.p.poll(0)
+                continue
             due = int(self.rate * (time.monotonic() - started)) - sent
             if due > 0:
                 for part in range(PARTS):

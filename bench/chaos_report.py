@@ -23,6 +23,8 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "rounds": rounds, "quick": quick, "caught_up": end["caught_up"],
         "produced": sum(end["ends"].values()), "produced_acked": sum(c.producer.acked.values()),
         "produce_errors": len(c.producer.errors),
+        # aborted_transactions: the offsets a read_committed reader sees (what had to be delivered), else absent
+        **({"visible": end["visible"]} if "visible" in end else {}),
         "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
         "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
         "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,
@@ -31,8 +33,9 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "wall_s": round(time.time() - t_start, 1), "workdir": str(c.workdir),
         "faults_detail": [f.to_dict() for f in c.faults],
     })
-    # the issue's targets: >= 30 faults over >= 8 kinds (the quick CI run: its 5), all recovered, 0 lost/duplicated
-    result["problems"] = cf.verdict(result, *((len(kinds), len(kinds)) if quick else (30, 8)))
+    # the targets (issue 12: >= 30 faults over >= 8 kinds; issue 23: >= 40 over >= 20, which takes
+    # --warm-runtime: 3 kinds need the runtime) (the quick CI run: its own kinds), all recovered, 0 lost/duplicated
+    result["problems"] = cf.verdict(result, *((len(kinds), len(kinds)) if quick else (40, 20)))
     return result
 
 

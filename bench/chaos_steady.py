@@ -11,10 +11,10 @@ import time
 
 from bench.chaos_faults import Fault
 from bench.chaos_procs import SINK_MARKER, pid_gone, port_closed
-from bench.chaos_stack import CampaignBase
+from bench.chaos_review import ReviewFaults
 
 
-class SteadyFaults(CampaignBase):
+class SteadyFaults(ReviewFaults):
     def consumer_pid(self, which: str) -> tuple[str, int] | None:
         pods = self.core.list_namespaced_pod(
             self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}").items
@@ -49,6 +49,10 @@ class SteadyFaults(CampaignBase):
                 self.op.proc.wait(15)
                 f.fired = pid_gone(pid)
                 f.evidence = {"pid": pid, "returncode": self.op.proc.returncode}
+            elif kind == "second_operator":
+                self.second_operator(f)
+                if f.detail:  # fired, but two operators reconciled: not recovered
+                    return self.record(f)
             elif kind == "kafka_restart":
                 pid = self.kafka.process.pid()
                 self.kafka.kill()
@@ -66,7 +70,7 @@ class SteadyFaults(CampaignBase):
                 self.pg.kill()
                 f.fired = pid is not None and pid_gone(pid) and port_closed(self.pg_port)
                 f.evidence = {"pid": pid, "port": self.pg_port}
-            f.at = time.time()
+            f.at = f.at if kind == "second_operator" else time.time()
             if kind == "kafka_restart":
                 time.sleep(1.0)
                 self.kafka.start()
@@ -85,6 +89,8 @@ class SteadyFaults(CampaignBase):
             f.detail = f.detail or "not confirmed (pid alive or port open)"
             return self.record(f)
         assert f.at is not None
-        secs = self.recover_wait(f.at, kind, self.timeout, base)
+        took_over = (lambda: None if f.evidence.get("took_over_s") is not None else  # noqa: E731
+                     "the standby never took over") if kind == "second_operator" else None
+        secs = self.recover_wait(f.at, kind, self.timeout, None if kind == "second_operator" else base, took_over)
         f.recovered, f.recover_s = secs is not None, secs
         return self.record(f)

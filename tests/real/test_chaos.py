@@ -2,7 +2,8 @@
 as a subprocess, on its own private stack (its Kafka and PostgreSQL are restarted: never the shared
 one). One round of: a consumer SIGKILLed at a random moment, a consumer killed by the sink's crash
 hook right after a batch's transaction and before its Kafka commit (the worst moment for
-exactly-once), the operator SIGKILLed, PostgreSQL and the Kafka broker SIGKILLed and restarted;
+exactly-once), the operator SIGKILLed, a second operator instance that must stand by and take over
+when the leader is SIGKILLed (issue 23 M3), PostgreSQL and the Kafka broker SIGKILLed and restarted;
 each confirmed fired (pid gone / port closed) and recovered; then the delivery ledgers (tables
 without any key: one row per delivery) compared with the topic's end offsets.
 
@@ -44,10 +45,13 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(tmp_path: Path) -> No
     detail = json.loads(Path(result["workdir"], "result.json").read_text())["faults_detail"]
     # every kind of the quick round fired, and each fired fault carries its confirmation
     assert result["not_fired"] == 0, [f for f in detail if not f["fired"]]
-    assert result["faults"] == len(detail) == 5 and result["kinds"] == 5, result["per_kind"]
+    assert result["faults"] == len(detail) == 6 and result["kinds"] == 6, result["per_kind"]
     for f in detail:
         assert f["fired"] and f["at"] is not None and f["evidence"], f
         assert f["evidence"].get("pid") or f["evidence"].get("port"), f
+    standby = next(f for f in detail if f["kind"] == "second_operator")
+    assert standby["evidence"]["standby_reconciled_before_kill"] == 0, standby  # it stood by
+    assert standby["evidence"]["took_over_s"] is not None, standby  # and took over from the dead leader
     assert result["recovered"] == result["faults"], [f for f in detail if not f["recovered"]]
     assert result["caught_up"] is True and result["eos_table_keyless"] is True, result
     assert result["produced"] > 0 and result["produced"] == result["produced_acked"], result

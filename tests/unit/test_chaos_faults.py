@@ -13,7 +13,10 @@ from bench.chaos_faults import Fault
 
 
 @pytest.mark.parametrize(("selected", "warm", "run", "na"), [
-    (cf.KINDS, False, set(cf.KINDS) - {"drain_runtime_kill"}, ("drain_runtime_kill",)),
+    (cf.KINDS, False, set(cf.KINDS) - {"drain_runtime_kill", "forged_plan", "runtime_sigstop"},
+     ("drain_runtime_kill", "forged_plan", "runtime_sigstop")),
+    (("forged_plan", "second_operator", "delete_while_planned"), False, {"second_operator", "delete_while_planned"},
+     ("forged_plan",)),
     (cf.KINDS, True, set(cf.KINDS), ()),
     (("drain_runtime_kill", "drain_driver_kill"), False, {"drain_driver_kill"}, ("drain_runtime_kill",)),
     (("drain_runtime_kill",), True, {"drain_runtime_kill"}, ()),
@@ -116,3 +119,59 @@ def test_summary_and_table_with_a_not_applicable_kind() -> None:
     assert "needs --warm-runtime" in rows[2]
     # a kind that ran is never also listed as not applicable
     assert cf.table(cf.per_kind(faults), ("drain_runtime_kill",)).count("drain_runtime_kill") == 1
+
+
+def test_the_issue_23_kinds_are_known_and_the_campaign_has_20() -> None:
+    new = {"second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned"}
+    assert new <= set(cf.KINDS) and len(cf.KINDS) >= 20
+    assert {"forged_plan", "runtime_sigstop"} <= set(cf.WARM_ONLY)
+
+
+def test_reconciled_counts_only_reconcile_lines() -> None:
+    lines = ['{"message": "standing by for the leader lease"}', "not json", '{"message": "deployment applied"}',
+             '{"message": "first cycle done", "name": "eos"}', '{"message": "first cycle done", "name": "alo"}', "[1]"]
+    assert cf.reconciled(lines[:2]) == 0
+    assert cf.reconciled(lines) == 3
+
+
+def test_forged_bodies_attack_the_live_drain_past_its_split() -> None:
+    bare, made_up = cf.forged_bodies("7", "t", "g", {1: 50, 0: 100}, 1000.0)
+    plan = json.loads(bare)
+    assert plan["drainId"] == "7" and plan["readCommitted"] is False and "auth" not in plan
+    assert [(r["partition"], r["start"], r["end"]) for r in plan["subRanges"]] == [(0, 0, 1100), (1, 0, 1050)]
+    env = json.loads(made_up)
+    assert env["plan"] == bare and env["auth"]["drainId"] == "7" and env["auth"]["expiresAt"] == 1600
+
+
+@pytest.mark.parametrize(("answers", "ok"), [
+    ([(401, "forged"), (401, "bad signature")], True),
+    ([(401, "x"), (409, "busy")], False),   # a forged plan that got as far as "busy" was not refused
+    ([(401, "x"), (200, "{}")], False),
+    ([(401, "x"), (0, "timeout")], False),  # no answer: the runtime ran it
+    ([], False),
+])
+def test_refused_all(answers: list[tuple[int, str]], ok: bool) -> None:
+    assert cf.refused_all(answers) is ok
+
+
+def test_invisible_sub_ranges() -> None:
+    aborted = {0: (100, 199), 1: (50, 59)}
+    subs = [{"partition": 0, "start": 0, "end": 120}, {"partition": 0, "start": 120, "end": 201},
+            {"partition": 0, "start": 201, "end": 300}, {"partition": 1, "start": 50, "end": 61},
+            {"partition": 2, "start": 0, "end": 1}]
+    assert cf.invisible_sub_ranges(subs, aborted) == [{"partition": 0, "start": 120, "end": 201},
+                                                      {"partition": 1, "start": 50, "end": 61}]
+
+
+def test_report_visible() -> None:
+    visible = {0: [0, 1, 2, 5], 1: [0]}  # 3, 4: aborted; 6 a marker
+    ok = cf.report_visible([(0, 0, 1), (0, 1, 1), (0, 2, 1), (0, 5, 1), (1, 0, 1)], visible)
+    assert ok == {"produced": 5, "delivered": 5, "distinct": 5, "lost": 0, "duplicated": 0, "outside": 0}
+    bad = cf.report_visible([(0, 0, 2), (0, 3, 1), (1, 0, 1)], visible)  # 1, 2, 5 lost; 3 aborted delivered
+    assert bad["lost"] == 3 and bad["duplicated"] == 1 and bad["outside"] == 1
+
+
+def test_verdict_names_a_delivered_offset_kafka_does_not_show() -> None:
+    base = {"faults": 1, "kinds": 1, "recovered": 1, "lost": 0, "duplicated": 0}
+    assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 0}}) == []
+    assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 4}}) == ["alo outside 4"]
