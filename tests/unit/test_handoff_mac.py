@@ -115,8 +115,10 @@ def test_operator_does_not_take_a_forged_ack():
                        3: (500, mbx.sign(Entry(1, 500, 499, False, UID), KEY, TOPIC, 1).encode())})      # partition 1's, copied
     got = _calls().mailbox(admin, _spec(), [0, 1, 2, 3], key=KEY)
     assert got == {0: None, 1: genuine, 2: None, 3: None}
-    # and so the drain does not resolve on the forged ack
-    assert not mbx.resolve(500, got[0], 1, 500, UID).resolved
+    # and so the drain does not take the forged ack's start: the group at the split with no (verified)
+    # ack means it got there by itself (an empty range), never [499, 500)
+    assert mbx.resolve(500, got[0], 1, 500, UID) == mbx.Resolution(True, 500, 500)
+    assert mbx.resolve(500, got[1], 1, 500, UID) == mbx.Resolution(True, 500, 100)
 
 
 def test_operator_signs_what_it_writes():
@@ -134,3 +136,46 @@ def test_the_handoff_key_secret_is_the_crs_and_the_deployment_references_it():
     ref = s["metadata"]["ownerReferences"][0]
     assert ref["uid"] == UID and ref["controller"] is True
     assert base64.b64decode(base64.b64encode(s["stringData"][handoff_key.KEY_FIELD].encode())) == KEY.hex().encode()
+
+
+def test_the_consumer_deployment_gets_the_key_by_reference_only_and_drain_jobs_not_at_all():
+    from lagpilot.act.deployment import build_deployment
+    from lagpilot.act.drain_manifests import consumer_env
+    from lagpilot.spec import parse_spec
+
+    spec = parse_spec({"topic": "t", "groupId": "g", "kafka": {"bootstrapServers": "k:9092"},
+                       "template": {"image": "img"}, "processing": {"sink": "log"}})
+    kid = mbx.key_id(KEY)
+    env = {e["name"]: e for e in build_deployment("cr1", "ns", UID, spec, 1, handoff_key_id=kid)
+           ["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[mbx.KEY_ENV]["valueFrom"]["secretKeyRef"]["name"] == "cr1-handoff-key"
+    assert "value" not in env[mbx.KEY_ENV] and env[mbx.KEY_ID_ENV]["value"] == kid != KEY.hex()
+    assert mbx.KEY_ENV not in {e["name"] for e in consumer_env(spec)}  # drain pods: no mailbox, no key
+
+
+class _Core:
+    def __init__(self, secret: Any = None) -> None:
+        self.secret, self.created = secret, []
+
+    def read_namespaced_secret(self, name: str, namespace: str) -> Any:
+        if self.secret is None:
+            raise type("NotFound", (Exception,), {"status": 404})()
+        return self.secret
+
+    def create_namespaced_secret(self, namespace: str, body: Any) -> None:
+        self.created.append(body)
+        self.secret = {**body, "data": {k: base64.b64encode(v.encode()).decode() for k, v in body["stringData"].items()}}
+
+
+def test_the_operator_creates_the_key_once_and_never_trusts_a_secret_it_does_not_own():
+    from lagpilot.act.handoff_key import HandoffKeys, build_key_secret
+
+    core = _Core()
+    k = HandoffKeys(core, lambda x: x).key("ns", "cr1", UID)
+    assert len(k) == 32 and len(core.created) == 1
+    assert HandoffKeys(core, lambda x: x).key("ns", "cr1", UID) == k  # read back after a restart
+    planted = build_key_secret("cr1", "ns", "someone-else", KEY.hex())
+    planted["data"] = {"key": base64.b64encode(KEY.hex().encode()).decode()}
+    with pytest.raises(RuntimeError) as err:
+        HandoffKeys(_Core(planted), lambda x: x).key("ns", "cr1", UID)
+    assert KEY.hex() not in str(err.value)

@@ -704,12 +704,14 @@ def test_owner_ignores_requests_of_another_cr(meta):
 
 
 def test_owner_acts_on_its_own_crs_request():
+    from lagpilot_runtime import handoff_mailbox as mbx
+    key = bytes(range(32))
     logs = {0: [b"x"] * 100}
-    mailbox = FakeMailbox({0: (60, f"lph2;cr={CR_UID};id=1;split=60")})
+    mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), key, TOPIC, 0).encode())})  # M8: signed
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=key.hex())
     run_batches(loop, 20)
-    assert mailbox.entries[0] == (60, f"lph2;cr={CR_UID};id=1;split=60;ack=0")
+    assert mailbox.entries[0] == (60, mbx.sign(mbx.Entry(1, 60, 0, owner=CR_UID), key, TOPIC, 0).encode())
     assert [o for p, o in rec.processed if p == 0] == list(range(60, 100))
 
 

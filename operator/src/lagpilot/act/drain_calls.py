@@ -90,8 +90,10 @@ class DrainCalls:
             return None
         return out
 
-    def mailbox(self, admin: Any, spec: GroupSpec, partitions: Sequence[int]) -> dict[int, mbx.Entry | None] | None:
-        """The hand-off mailbox entries of `partitions`; None if the read failed (the machine waits)."""
+    def mailbox(self, admin: Any, spec: GroupSpec, partitions: Sequence[int], *, key: bytes) -> dict[int, mbx.Entry | None] | None:
+        """The hand-off mailbox entries of `partitions` that carry the CR's MAC under `key` (its
+        hand-off key; M8): an entry that does not verify (a forged ack or request) reads as absent.
+        None if the read failed (the machine waits)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         g = mbx.mailbox_group(spec.group_id)
@@ -103,20 +105,22 @@ class DrainCalls:
             for tp in fut.result(timeout=self.timeout_s).topic_partitions:
                 if getattr(tp, "error", None) is not None:
                     raise RuntimeError(str(tp.error))
-                out[tp.partition] = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+                out[tp.partition] = mbx.trusted(mbx.decode(getattr(tp, "metadata", None), tp.offset), key, tp.topic, tp.partition)
             return out
         except Exception as err:  # noqa: BLE001
             log.warning("reading the hand-off mailbox failed", extra={"group": spec.group_id, "error": str(err)})
             return None
 
-    def write_mailbox(self, admin: Any, spec: GroupSpec, entries: Mapping[int, mbx.Entry]) -> None:
-        """A "simple" commit to the memberless mailbox group: offset = split, metadata = the entry."""
+    def write_mailbox(self, admin: Any, spec: GroupSpec, entries: Mapping[int, mbx.Entry], *, key: bytes) -> None:
+        """A "simple" commit to the memberless mailbox group: offset = split, metadata = the entry,
+        signed with the CR's hand-off key `key`."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         if not entries:
             return
         g = mbx.mailbox_group(spec.group_id)
-        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p, e.split, metadata=e.encode())
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p, e.split,
+                                                              metadata=mbx.sign(e, key, spec.topic, p).encode())
                                                for p, e in sorted(entries.items())])
         res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
         bad = [tp for tp in res.topic_partitions if tp.error is not None]
