@@ -81,3 +81,15 @@ def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
                          f"e.g. {sorted(skipped)[:5]}")
     assert all(after[p] is not None and not after[p].acked for p in range(PARTS)), f"a forged request was acked: {after}"
     assert not s.drain(), s.drain()  # no drain ran: nothing else could have processed the records
+    # the owners saw the forged entries and refused them holding the key (not merely keyless)
+    refused = handoff_refusals(pod_runner, s)
+    assert refused and all('"key_present": true' in ln and '"signed": false' in ln for ln in refused), refused[:3]
+
+
+def handoff_refusals(pod_runner: Any, s: Scenario) -> list[str]:
+    from pathlib import Path
+
+    out: list[str] = []
+    for f in (Path(pod_runner.workdir) / "logs").glob(f"*{s.ns}*"):
+        out += [ln for ln in f.read_text(errors="replace").splitlines() if "handoff_refused" in ln]
+    return out
