@@ -24,16 +24,19 @@ class FakeExecutor(DrainExecutor):
         self.log.append(("read", "members"))
         return self.world["empty"]
 
-    def mailbox(self, admin: Any, spec: Any, partitions: Any) -> dict[int, Any]:
+    def handoff_key(self, namespace: str, name: str, uid: str) -> bytes:
+        return bytes(32)
+
+    def mailbox(self, admin: Any, spec: Any, partitions: Any, *, key: bytes) -> dict[int, Any]:
         self.log.append(("read", "mailbox"))
         return {p: self.world["mailbox"].get(p) for p in partitions}
 
-    def write_mailbox(self, admin: Any, spec: Any, entries: Any) -> None:
+    def write_mailbox(self, admin: Any, spec: Any, entries: Any, *, key: bytes) -> None:
         if entries:
             self.log.append(("mailbox", {p: e.encode() for p, e in entries.items()}))
             self.world["mailbox"].update(entries)
 
-    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None) -> dict[tuple[int, int], tuple[int, int]]:
+    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str) -> dict[tuple[int, int], tuple[int, int]]:
         if lost_out is not None:
             lost_out.update(self.world.get("lost") or {})
         return dict(self.world["progress"])
@@ -156,8 +159,8 @@ def test_empty_group_move_skips_a_partition_a_member_took_past_the_split_meanwhi
     ex = FakeExecutor(log, w)
     real_write = FakeExecutor.write_mailbox
 
-    def ack_then_member_came_and_went(self: Any, admin: Any, spec: Any, entries: Any) -> None:
-        real_write(self, admin, spec, entries)
+    def ack_then_member_came_and_went(self: Any, admin: Any, spec: Any, entries: Any, *, key: bytes) -> None:
+        real_write(self, admin, spec, entries, key=key)
         if any(e.ack is not None for e in entries.values()):
             w["committed"][0] = 530
 

@@ -73,7 +73,9 @@ class Kube:
 def memo(kube: Kube) -> Any:
     cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
                           status_heartbeat_seconds=60.0)
-    return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=object())
+    # the drain executor's part the Deployment needs: the CR's hand-off key fingerprint (M8)
+    return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None,
+                           drain=SimpleNamespace(handoff_key_id=lambda namespace, name, uid: "0" * 16))
 
 
 def test_the_second_cr_gets_duplicate_group_id_and_creates_nothing(events: list) -> None:

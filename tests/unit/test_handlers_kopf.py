@@ -42,7 +42,7 @@ class Kube:
 def memo(kube: Kube) -> Any:
     cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
                           status_heartbeat_seconds=60.0)
-    return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=object())
+    return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=FakeExecutor(None, None))
 
 
 def body(spec: dict[str, Any]) -> dict[str, Any]:
@@ -139,11 +139,17 @@ class FakeExecutor:
     def job(self, namespace: str, name: str, launcher: str = "job") -> Any:
         return self._job
 
-    def progress(self, admin: Any, spec: Any, d: Any) -> Any:
+    def progress(self, admin: Any, spec: Any, d: Any, *, owner: str) -> Any:
         return self._progress
 
     def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:
         self.deleted.append(name)
+
+    def handoff_key(self, namespace: str, name: str, uid: str) -> bytes:
+        return bytes(32)
+
+    def handoff_key_id(self, namespace: str, name: str, uid: str) -> str:
+        return "0" * 16
 
 
 def running_drain() -> dict[str, Any]:
@@ -309,7 +315,7 @@ def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_ma
     monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [])
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
     ex = FakeExecutor(None, None)
-    ex.write_mailbox = lambda admin, spec, entries: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
+    ex.write_mailbox = lambda admin, spec, entries, key: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
     planned = {"id": 2, "phase": "Planned", "ranges": "p0[?..100)", "publishedAt": "2026-01-01T00:00:00Z"}
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": planned},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))

@@ -704,10 +704,54 @@ def test_owner_ignores_requests_of_another_cr(meta):
 
 
 def test_owner_acts_on_its_own_crs_request():
+    from lagpilot_runtime import handoff_mailbox as mbx
+    key = bytes(range(32))
     logs = {0: [b"x"] * 100}
-    mailbox = FakeMailbox({0: (60, f"lph2;cr={CR_UID};id=1;split=60")})
+    mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), key, TOPIC, 0).encode())})  # M8: signed
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=key.hex())
     run_batches(loop, 20)
-    assert mailbox.entries[0] == (60, f"lph2;cr={CR_UID};id=1;split=60;ack=0")
+    assert mailbox.entries[0] == (60, mbx.sign(mbx.Entry(1, 60, 0, owner=CR_UID), key, TOPIC, 0).encode())
     assert [o for p, o in rec.processed if p == 0] == list(range(60, 100))
+
+
+# ---- M8: the owner acts only on requests the operator signed (per-CR hand-off key) ----------------
+
+HANDOFF_KEY = bytes(range(32))
+
+
+@pytest.mark.parametrize("forge", ["no_mac", "zero_mac", "other_key"])
+def test_owner_ignores_a_forged_request_with_its_own_uid(forge):
+    from lagpilot_runtime import handoff_mailbox as mbx
+    if forge == "no_mac":
+        meta = f"lph2;cr={CR_UID};id=1;split=60"
+    elif forge == "zero_mac":
+        meta = f"lph2;cr={CR_UID};id=1;split=60;mac={'0' * 64}"
+    else:
+        meta = mbx.sign(mbx.request(1, 60, CR_UID), bytes(range(1, 33)), TOPIC, 0).encode()
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox({0: (60, meta)})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
+    run_batches(loop, 20)
+    assert mailbox.writes == [] and not [e for e in events if e[0] == "seek"], events[:5]
+    assert [o for p, o in rec.processed if p == 0] == list(range(100))  # nothing skipped
+
+
+def test_owner_acts_on_a_signed_request_and_signs_its_ack():
+    from lagpilot_runtime import handoff_mailbox as mbx
+    logs = {0: [b"x"] * 100}
+    mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), HANDOFF_KEY, TOPIC, 0).encode())})
+    rec = Recorder()
+    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
+    run_batches(loop, 20)
+    off, meta = mailbox.entries[0]
+    ack = mbx.decode(meta, off)
+    assert ack is not None and ack.ack == 0 and mbx.verify(ack, HANDOFF_KEY, TOPIC, 0), meta
+    assert [o for p, o in rec.processed if p == 0] == list(range(60, 100))
+
+
+def test_the_handoff_key_is_redacted():
+    from lagpilot_runtime import redaction
+    cfg(LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
+    assert HANDOFF_KEY.hex() not in redaction.redact(f"boom {HANDOFF_KEY.hex()}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from . import redaction
+from .handoff_mailbox import parse_key as parse_handoff_key
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -60,6 +61,9 @@ class ConsumerConfig:
     # the uid of the BatchConsumerGroup this pod belongs to: the drain hand-off acts only on mailbox
     # entries that carry it (handoff_mailbox); "" (not run by the operator): only uid-less entries
     owner_uid: str = ""
+    # the CR's hand-off key (LAGPILOT_HANDOFF_KEY, from the operator's Secret): with an owner uid the
+    # hand-off acts only on entries that carry its MAC, and signs its acks with it (M8); never in a repr
+    handoff_key: bytes = field(default=b"", repr=False)
     # Not rendered by the operator (runtime tuning with safe defaults; documented in docs/consumer.md)
     session_timeout_ms: int = 30000
     max_poll_interval_ms: int = 600000
@@ -125,7 +129,13 @@ class ConsumerConfig:
         # runtime's own and those the operator lists in LAGPILOT_SECRET_ENV (template.env secretKeyRef)
         listed = [n.strip() for n in (e.get(SECRET_ENV) or "").split(",") if n.strip()]
         redaction.install([opt("LAGPILOT_SASL_PASSWORD"), opt("LAGPILOT_SSL_KEY_PEM"), opt("LAGPILOT_POSTGRES_DSN"),
-                           *(opt(n) for n in listed)])
+                           opt("LAGPILOT_HANDOFF_KEY"), *(opt(n) for n in listed)])
+        handoff_key = b""
+        if opt("LAGPILOT_HANDOFF_KEY"):
+            try:
+                handoff_key = parse_handoff_key(opt("LAGPILOT_HANDOFF_KEY"))
+            except ValueError:
+                raise ConfigError("LAGPILOT_HANDOFF_KEY must be 64 hex digits (the operator's <cr>-handoff-key Secret)") from None
         topic = (opt("LAGPILOT_TOPIC") or "").strip()
         cfg = cls(
             bootstrap_servers=(opt("LAGPILOT_BOOTSTRAP_SERVERS") or "").strip(),
@@ -154,6 +164,7 @@ class ConsumerConfig:
             metrics_port=_int(e, "LAGPILOT_METRICS_PORT", 8080, 0, 65535),
             pod_name=_strip(opt("LAGPILOT_POD_NAME")),
             owner_uid=(opt("LAGPILOT_OWNER_UID") or "").strip(),
+            handoff_key=handoff_key,
             log_level=(opt("LAGPILOT_LOG_LEVEL") or "INFO").strip().upper(),
             session_timeout_ms=_int(e, "LAGPILOT_SESSION_TIMEOUT_MS", 30000, 1000, 3600000),
             max_poll_interval_ms=_int(e, "LAGPILOT_MAX_POLL_INTERVAL_MS", 600000, 1000, 86400000),

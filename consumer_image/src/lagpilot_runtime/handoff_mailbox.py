@@ -23,6 +23,15 @@ an older operator (and by the benches, which play the operator): only a consumer
 ``LAGPILOT_OWNER_UID`` acts on them; the operator still accepts an ``lph1`` ack of its own drain id
 and split (a drain published by an older operator and resolved after the upgrade).
 
+Every ``lph2`` entry ends in ``;mac=<hex HMAC-SHA256>`` (issue 23, M8): the MAC, under the CR's
+hand-off key (a Secret the operator owns, ``<cr>-handoff-key``; the consumers get it as
+``LAGPILOT_HANDOFF_KEY``), of the topic, the partition and the entry's text before ``;mac=``. The
+operator signs what it writes (requests, its acks for an empty group, seals), the owner signs its
+ack; owners act only on a request (or ack) that verifies, the operator reads an entry that does not
+verify as absent. Anyone who can commit to the mailbox group but does not hold the key can
+therefore no longer make an owner ack and jump (the records in between would be owned by no drain)
+nor make the operator take an ack. What it does not stop: docs/drain.md "Who may write the mailbox".
+
 The order of effects that makes it exact (both sides use the pure rules below):
 
 1. owner: write the ack (``start`` = its own committed offset ``c``: everything below ``c`` was
@@ -35,14 +44,21 @@ The order of effects that makes it exact (both sides use the pure rules below):
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PREFIX = "lph1"   # entries without a CR uid (an older operator, the benches)
 PREFIX_CR = "lph2"  # entries of a CR: ``lph2;cr=<uid>;...``
 MAILBOX_SUFFIX = ".lagpilot-handoff"
+KEY_ENV = "LAGPILOT_HANDOFF_KEY"  # the consumers' copy of the CR's hand-off key (hex; secretKeyRef)
+KEY_ID_ENV = "LAGPILOT_HANDOFF_KEY_ID"  # a one-way fingerprint (in the pod template: a new key rolls the pods)
+KEY_BYTES = 32
+_MAC_DOMAIN = b"lagpilot-handoff-mac-v1\0"
 
-_ENTRY = re.compile(r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?$")
+_ENTRY = re.compile(r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?"
+                    r"(?:;mac=([0-9a-f]{64}))?$")
 
 
 def mailbox_group(group_id: str) -> str:
@@ -60,6 +76,7 @@ class Entry:
     ack: int | None = None
     done: bool = False
     owner: str = ""
+    mac: str = ""  # hex HMAC-SHA256 (sign/verify); "" unsigned
 
     def __post_init__(self) -> None:
         if self.drain_id < 0 or self.split < 0 or (self.ack is not None and self.ack < 0):
@@ -71,7 +88,8 @@ class Entry:
     def acked(self) -> bool:
         return self.ack is not None
 
-    def encode(self) -> str:
+    def body(self) -> str:
+        """The entry's text without its MAC (what the MAC covers, with the topic and partition)."""
         head = f"{PREFIX_CR};cr={self.owner}" if self.owner else PREFIX
         s = f"{head};id={self.drain_id};split={self.split}"
         if self.ack is not None:
@@ -79,6 +97,9 @@ class Entry:
         if self.done:
             s += ";done=1"
         return s
+
+    def encode(self) -> str:
+        return self.body() + (f";mac={self.mac}" if self.mac else "")
 
     def with_ack(self, start: int) -> "Entry":
         return Entry(self.drain_id, self.split, int(start), owner=self.owner)
@@ -114,12 +135,51 @@ def decode(metadata: str | bytes | None, committed_offset: int | None = None) ->
         return None
     try:
         e = Entry(int(m.group(2)), int(m.group(3)), None if m.group(4) is None else int(m.group(4)), m.group(5) is not None,
-                  m.group(1) or "")
+                  m.group(1) or "", m.group(6) or "")
     except ValueError:  # e.g. "done" without an ack
         return None
     if committed_offset is not None and committed_offset >= 0 and committed_offset != e.split:
         return None
     return e
+
+
+def parse_key(text: str | bytes | None) -> bytes:
+    """The hand-off key from its hex form; ValueError unless it is exactly KEY_BYTES bytes."""
+    raw = text.decode() if isinstance(text, bytes) else (text or "")
+    key = bytes.fromhex(raw.strip())
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a hand-off key has {KEY_BYTES} bytes (hex)")
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """A one-way fingerprint of the key (safe in a pod spec): changes when the key does."""
+    return hashlib.sha256(b"lagpilot-handoff-key-id\0" + key).hexdigest()[:16]
+
+
+def _mac(key: bytes, topic: str, partition: int, entry: Entry) -> str:
+    msg = _MAC_DOMAIN + f"{topic}\0{int(partition)}\0{entry.body()}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def sign(entry: Entry, key: bytes, topic: str, partition: int) -> Entry:
+    """``entry`` with its MAC for ``topic``/``partition`` under ``key`` (the operator's and the owner's writes)."""
+    if not key:
+        raise ValueError("no hand-off key to sign with")
+    return replace(entry, mac=_mac(key, topic, partition, entry))
+
+
+def verify(entry: Entry | None, key: bytes, topic: str, partition: int) -> bool:
+    """Whether ``entry`` carries this key's MAC for ``topic``/``partition`` (constant-time compare).
+    No key, or no MAC: False."""
+    if entry is None or not key or not entry.mac:
+        return False
+    return hmac.compare_digest(_mac(key, topic, partition, entry).encode(), entry.mac.encode())
+
+
+def trusted(entry: Entry | None, key: bytes, topic: str, partition: int) -> Entry | None:
+    """``entry`` if it verifies, else None (what an owner with a CR uid and the operator act on)."""
+    return entry if verify(entry, key, topic, partition) else None
 
 
 @dataclass(frozen=True)

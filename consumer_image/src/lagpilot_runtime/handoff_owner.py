@@ -103,6 +103,11 @@ class HandoffOwner(LoopState):
             entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
             if entry is None or entry.done or entry.owner != self.cfg.owner_uid:
                 continue  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
+            if self.cfg.owner_uid and not mbx.verify(entry, self.cfg.handoff_key, tp.topic, tp.partition):
+                # not signed with the CR's hand-off key (M8): anyone with Read on the mailbox group can
+                # commit there; acting on it would hand [own, split) to no drain
+                self._forged(tp, entry)
+                continue
             key = (tp.topic, tp.partition)
             if entry.acked and self.committed.get(key, -1) >= entry.split:
                 continue  # frozen: nothing to do (no OffsetFetch needed)
@@ -115,6 +120,18 @@ class HandoffOwner(LoopState):
                 log.warning("hand-off step failed; retried at the next check", extra=_fields(
                     event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
 
+    def _forged(self, tp: Any, entry: mbx.Entry) -> None:
+        """An entry of this CR without a valid MAC: ignored; counted, logged once per (partition, entry)."""
+        seen = self.__dict__.setdefault("_forged_seen", set())
+        mark = (tp.topic, tp.partition, entry.encode())
+        if mark in seen:
+            return
+        seen.add(mark)
+        self.handoffs.labels("refused_unsigned").inc()
+        log.warning("hand-off mailbox entry without a valid signature ignored", extra=_fields(
+            event="handoff_refused", topic=tp.topic, partition=tp.partition, drain_id=entry.drain_id,
+            split=entry.split, signed=bool(entry.mac), key_present=bool(self.cfg.handoff_key)))
+
     def _apply_handoff(self, key: TP, entry: mbx.Entry, step: mbx.OwnerStep, own: int, t0: float) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -122,7 +139,8 @@ class HandoffOwner(LoopState):
         if step.noop:
             return
         if step.ack is not None:  # 1. the ack (start = own committed): before the split commit
-            res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=step.ack.encode())], asynchronous=False)
+            ack = mbx.sign(step.ack, self.cfg.handoff_key, t, p) if self.cfg.owner_uid else step.ack
+            res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=ack.encode())], asynchronous=False)
             errors = [x for x in (res or []) if getattr(x, "error", None)]
             if errors:
                 raise KafkaException(errors[0].error)

@@ -361,10 +361,11 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         with memo.admin_pool.lease(ref.key + "#delete", conf) as handle:
             admin = handle.safe_admin(timeout)
             job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
-            progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
+            progress = ex.progress(admin, gspec, d, owner=ref.uid) if d.sub_ranges else None
             planned: dict[str, Any] = {"committed": None}
             if d.phase is Phase.PLANNED:  # consumers, then offsets, then the mailbox (H1: complete the hand-off)
-                planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout)
+                planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout,
+                                                     ex.handoff_key(ref.namespace, ref.name, ref.uid))
             dec = deletion.decide(d, job=job, progress=progress, deleting_since=since, now=now, wait_s=wait_s,
                                   owner=ref.uid, **planned)
             message = dec.message.replace("{group}", gspec.group_id)
@@ -378,7 +379,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
             elif dec.kind is deletion.DeleteKind.STOP_CONSUMERS:
                 apply_deployment(ref, dict(spec), dict(status), _deps(memo, body), replicas=0)
             if dec.entries:  # a Planned drain's mailbox entries sealed before the CR goes
-                ex.write_mailbox(admin, gspec, dec.entries)
+                ex.write_mailbox(admin, gspec, dec.entries, key=ex.handoff_key(ref.namespace, ref.name, ref.uid))
     except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
         memo.admin_pool.release(ref.key + "#delete")
         if now - since < wait_s + DELETE_GRACE_S:

@@ -53,7 +53,9 @@ def apply_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Map
     """
     spec = parse_spec(raw_spec)
     n = clamp_initial(spec, raw_status or {}) if replicas is None else replicas
-    deps.kube.apply_deployment(build_deployment(ref.name, ref.namespace, ref.uid, spec, n, deps.version))
+    # the CR's hand-off key Secret first (created on first use): the pods reference it (M8)
+    kid = deps.drain.handoff_key_id(ref.namespace, ref.name, ref.uid) if deps.drain is not None and ref.uid else ""
+    deps.kube.apply_deployment(build_deployment(ref.name, ref.namespace, ref.uid, spec, n, deps.version, handoff_key_id=kid))
     return n
 
 

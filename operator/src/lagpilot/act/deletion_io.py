@@ -101,12 +101,12 @@ def consumers_alive(core: Any, kube: Any, namespace: str, cr_name: str) -> int:
 
 
 def planned_inputs(calls: Any, kube: Any, admin: Any, namespace: str, cr_name: str, spec: Any,
-                   partitions: list[int], timeout_s: float) -> dict[str, Any]:
+                   partitions: list[int], timeout_s: float, key: bytes) -> dict[str, Any]:
     """The finalizer's reads for a drain deleted while Planned (``deletion.decide``), in the order the
     hand-off's exactness needs: the CR's consumers first (none left: none can act afterwards), then
     the group's committed offsets, then the mailbox (``calls``: the drain executor's mailbox reader;
-    None when the read failed)."""
+    None when the read failed; ``key``: the CR's hand-off key, entries that do not verify read as absent)."""
     alive = consumers_alive(calls.core, kube, namespace, cr_name)
     offs = committed(admin, spec.group_id, spec.topic, partitions, timeout_s)
     return {"consumers_alive": alive, "committed": {p: offs.get(p, (None, None))[0] for p in partitions},
-            "mailbox": calls.mailbox(admin, spec, partitions)}
+            "mailbox": calls.mailbox(admin, spec, partitions, key=key)}

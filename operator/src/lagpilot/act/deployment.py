@@ -101,9 +101,12 @@ def _value_env(name: str, value: object) -> dict[str, Any]:
     return {"name": name, "value": str(value)}
 
 
-def build_env(spec: GroupSpec, owner_uid: str = "") -> list[dict[str, Any]]:
+def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = "",
+              handoff_key_id: str = "") -> list[dict[str, Any]]:
     """The runtime's environment (docs/CONTRACTS.md), then the user's extra env. ``owner_uid``: the
-    CR's uid (LAGPILOT_OWNER_UID: the drain hand-off acts only on mailbox entries of this CR)."""
+    CR's uid (LAGPILOT_OWNER_UID: the drain hand-off acts only on mailbox entries of this CR);
+    ``handoff_key_secret``/``handoff_key_id``: the CR's hand-off key Secret and its fingerprint
+    (LAGPILOT_HANDOFF_KEY: the hand-off acts only on entries signed with it, M8)."""
     k, p, f = spec.kafka, spec.processing, spec.failure
     env: list[dict[str, Any]] = [
         _value_env("LAGPILOT_BOOTSTRAP_SERVERS", k.bootstrap_servers),
@@ -150,6 +153,11 @@ def build_env(spec: GroupSpec, owner_uid: str = "") -> list[dict[str, Any]]:
     env.append(_value_env("LAGPILOT_LOG_LEVEL", "INFO"))
     if owner_uid:
         env.append(_value_env("LAGPILOT_OWNER_UID", owner_uid))
+    if owner_uid and handoff_key_secret:
+        # optional: a deleted Secret leaves the pods running without the key (they then act on no
+        # mailbox entry: drains take the quiesce fallback) rather than unable to start
+        env.append(_secret_env("LAGPILOT_HANDOFF_KEY", handoff_key_secret, "key", optional=True))
+        env.append(_value_env("LAGPILOT_HANDOFF_KEY_ID", handoff_key_id))  # a new key rolls the pods
     # the user's extra env last; names starting with LAGPILOT_ are rejected by the CRD and spec.py
     user = [dict(e) for e in spec.template.env]
     # the names (never the values) of the user's env entries that come from a Secret: the runtime
@@ -166,8 +174,9 @@ def termination_grace_seconds(spec: GroupSpec) -> int:
 
 
 def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                     replicas: int, version: str = __version__) -> dict[str, Any]:
-    """The full desired Deployment, ready for server-side apply."""
+                     replicas: int, version: str = __version__, handoff_key_id: str = "") -> dict[str, Any]:
+    """The full desired Deployment, ready for server-side apply. ``handoff_key_id``: the fingerprint
+    of the CR's hand-off key (its Secret exists: the pods get the key from it); "" none."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
     lbl = labels(cr_name, version)
@@ -181,7 +190,8 @@ def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
         "imagePullPolicy": spec.template.image_pull_policy,
         # explicit (not the image's entrypoint) so the test-side pod runner can run it as is
         "command": ["lagpilot", "consume"],
-        "env": build_env(spec, owner_uid=cr_uid),
+        "env": build_env(spec, owner_uid=cr_uid, handoff_key_secret=f"{cr_name}-handoff-key" if handoff_key_id else "",
+                         handoff_key_id=handoff_key_id),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "livenessProbe": probe,
         "readinessProbe": ready,

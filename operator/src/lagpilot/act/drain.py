@@ -33,6 +33,7 @@ from .drain_calls import DrainCalls
 from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
+from .handoff_key import HandoffKeys
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from .kubeapi import StatusConflict
 from lagpilot.decide.handoff import (
@@ -222,6 +223,8 @@ class DrainExecutor(DrainCalls):
         self.settings = settings or DrainSettings.from_env()
         # spec.drain.warmRuntime: the runtime Deployment per CR and the URL a launch hands to its Job
         self.runtime = RuntimeManager(api_client, self.settings)
+        # the CRs' hand-off keys: every mailbox entry is signed and verified with its CR's (M8)
+        self.handoff = HandoffKeys(self.core, self._sanitize)
         self.clock = clock
         self.timeout_s = timeout_s
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
@@ -236,6 +239,13 @@ class DrainExecutor(DrainCalls):
         raw = os.environ.get("LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS")
         self.quiesce_timeout_s: float | None = float(raw) if raw else None
 
+    def handoff_key(self, namespace: str, name: str, uid: str) -> bytes:
+        """The CR's hand-off key (`handoff_key.HandoffKeys`; created before the consumer Deployment)."""
+        return self.handoff.key(namespace, name, uid)
+
+    def handoff_key_id(self, namespace: str, name: str, uid: str) -> str:
+        return self.handoff.key_id(namespace, name, uid)
+
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
         group_empty = None
@@ -249,11 +259,11 @@ class DrainExecutor(DrainCalls):
             if d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
                 members = self.group_members(ctx.admin, ctx.spec.group_id)
             offsets = ctx.reobserve()
-            mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions)
+            mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
         lost = None
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
             found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-            progress = self.progress(ctx.admin, ctx.spec, d, found)
+            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
             lost = None if progress is None else found
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
@@ -274,9 +284,9 @@ class DrainExecutor(DrainCalls):
         if k in (Kind.QUIESCE, Kind.RESTORE) and action.replicas is not None:
             ctx.scale(action.replicas)
         elif k is Kind.PUBLISH:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries)
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
         elif k is Kind.ALTER_OFFSETS:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries)  # the acks first: the owner's order
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))  # the acks first: the owner's order
             _fault_point(k.value, "ack")
             try:
                 # forward only: a member may have come, moved past the split and gone since the observation
@@ -289,7 +299,7 @@ class DrainExecutor(DrainCalls):
                             extra={"group": ctx.spec.group_id, "error": str(err)})
                 return False
         elif k is Kind.SEAL:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries)
+            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
             if action.replicas is not None:
                 ctx.scale(action.replicas)
         elif k is Kind.LAUNCH:

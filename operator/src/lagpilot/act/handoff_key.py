@@ -1,0 +1,99 @@
+"""The CR's hand-off key (issue 23, M8): signs every mailbox entry (lagpilot_runtime.handoff_mailbox).
+
+A Secret `<cr>-handoff-key` (32 random bytes, hex; immutable), created by the operator before the
+consumer Deployment, owned by the CR (deleted with it). The consumer pods get it as
+`LAGPILOT_HANDOFF_KEY` (secretKeyRef) and its fingerprint as `LAGPILOT_HANDOFF_KEY_ID` (a new key rolls
+them); the operator reads it here, once per process, and refuses a Secret the CR does not own (a
+key someone else chose must never be trusted). Never logged: only the Secret's name is.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+from typing import Any
+
+from lagpilot import __version__
+from lagpilot_runtime import handoff_mailbox as mbx
+
+from .deployment import label_value, owner_reference
+
+log = logging.getLogger("lagpilot.act.handoff_key")
+
+KEY_FIELD = "key"
+
+
+def key_secret_name(cr_name: str) -> str:
+    """`<cr>-handoff-key`: the Secret holding the CR's mailbox-signing key."""
+    return f"{cr_name}-handoff-key"
+
+
+def new_key() -> str:
+    return secrets.token_hex(mbx.KEY_BYTES)
+
+
+def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
+                     version: str = __version__) -> dict[str, Any]:
+    """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
+    delete it and the operator makes another at its next start, which rolls the consumers)."""
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
+        "metadata": {"name": key_secret_name(cr_name), "namespace": namespace,
+                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
+                                "app.kubernetes.io/component": "handoff-key",
+                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
+                                "app.kubernetes.io/version": label_value(version)},
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "stringData": {KEY_FIELD: key_hex},
+    }
+
+
+def _owned_by(obj: Any, uid: str) -> bool:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return bool(uid) and ref.get("uid") == uid
+    return False
+
+
+class HandoffKeys:
+    """The CRs' hand-off keys: read (or created) once per operator process and CR uid."""
+
+    def __init__(self, core: Any, sanitize: Any) -> None:
+        self.core = core
+        self._sanitize = sanitize
+        self._keys: dict[tuple[str, str, str], bytes] = {}
+
+    def key(self, namespace: str, name: str, uid: str) -> bytes:
+        """The CR's key; raises when it cannot be read or created, or when the Secret is not the CR's."""
+        cache = (namespace, name, uid)
+        if cache in self._keys:
+            return self._keys[cache]
+        sname = key_secret_name(name)
+        try:
+            secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 404:
+                raise
+            key_hex = new_key()
+            try:
+                self.core.create_namespaced_secret(namespace, build_key_secret(name, namespace, uid, key_hex))
+                log.info("hand-off key created", extra={"group": f"{namespace}/{name}", "secret": sname})
+                self._keys[cache] = mbx.parse_key(key_hex)
+                return self._keys[cache]
+            except Exception as err2:  # noqa: BLE001
+                if getattr(err2, "status", None) != 409:
+                    raise
+                secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile
+        if not _owned_by(secret, uid):
+            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its hand-off "
+                               "key (delete it; the operator makes its own)")
+        raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
+        try:
+            key = mbx.parse_key(base64.b64decode(raw))
+        except ValueError:
+            raise RuntimeError(f"Secret {sname} holds no valid hand-off key (field {KEY_FIELD!r})") from None
+        self._keys[cache] = key
+        return key
+
+    def key_id(self, namespace: str, name: str, uid: str) -> str:
+        return mbx.key_id(self.key(namespace, name, uid))
