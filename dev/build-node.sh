@@ -4,6 +4,7 @@
 #   kubelet, kube-scheduler, kube-proxy  at the stack's Kubernetes version (dev/build-kube.sh, CGO_ENABLED=0)
 #   containerd, containerd-shim-runc-v2, ctr   (github.com/containerd/containerd/v2, CGO_ENABLED=0)
 #   crictl                                      (sigs.k8s.io/cri-tools, CGO_ENABLED=0)
+#   coredns                                     (github.com/coredns/coredns, CGO_ENABLED=0)
 #   pause                                       (build/pause/linux/pause.c of the same k8s.io/kubernetes
 #                                                module, gcc -static: the sandbox image's only file)
 # runc and the CNI plugins come from Debian (apt-get; see lagpilot_dev/node.py).
@@ -15,6 +16,7 @@ set -euo pipefail
 KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 CONTAINERD_VERSION="${LAGPILOT_CONTAINERD_VERSION:-v2.2.9}"
 CRICTL_VERSION="${LAGPILOT_CRICTL_VERSION:-v1.34.0}"
+COREDNS_VERSION="${LAGPILOT_COREDNS_VERSION:-v1.14.7}"
 out="${1:?usage: build-node.sh OUT_DIR}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mkdir -p "$out/bin" "$out/src"
@@ -53,6 +55,12 @@ if [ ! -x "$out/bin/crictl" ]; then
   go install -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
     "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
   log "crictl built"
+fi
+
+if [ ! -x "$out/bin/coredns" ]; then
+  log "building coredns $COREDNS_VERSION"
+  go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+  log "coredns built"
 fi
 
 if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then

@@ -189,3 +189,19 @@ def test_service_cluster_ip_reaches_the_pod_through_kube_proxy(node: Any, kube: 
     done = wait_until(lambda: (p := _get_pod(kube, ns, "client"))["status"].get("phase") in ("Succeeded", "Failed") and p,
                       "pod client finished", timeout=180)
     assert done["status"]["phase"] == "Succeeded", done["status"]
+
+
+def test_cluster_dns_answers_service_names_to_pods(node: Any, kube: KubeEnv, namespace: Callable[..., str]) -> None:
+    ns = _restricted_ns(kube, namespace)
+    _apply(kube, ns, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "names"},
+                      "spec": {"selector": {"app": "none"}, "ports": [{"port": 80}]}})
+    cluster_ip = json.loads(kube.kubectl("get", "service", "-n", ns, "names", "-o", "json").stdout)["spec"]["clusterIP"]
+    fqdn = f"names.{ns}.svc.cluster.local"
+    # exit 0 only if the kubelet gave the pod the cluster DNS and it answered the Service's IP
+    script = (f"grep -qx 'nameserver {node.info()['cluster_dns']}' /etc/resolv.conf && "
+              f"grep -q 'search {ns}.svc.cluster.local svc.cluster.local cluster.local' /etc/resolv.conf && "
+              f"nslookup {fqdn} | grep -q 'Address: {cluster_ip}$'")
+    _apply(kube, ns, _pod("resolver", node, script))
+    done = wait_until(lambda: (p := _get_pod(kube, ns, "resolver"))["status"].get("phase") in ("Succeeded", "Failed") and p,
+                      "pod resolver finished", timeout=180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]

@@ -42,7 +42,7 @@ log = logging.getLogger("lagpilot_dev.node")
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-            "crictl", "pause")
+            "crictl", "pause", "coredns")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
 APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")
 CNI_BIN_DIR = Path("/usr/lib/cni")
@@ -55,7 +55,7 @@ POD_GATEWAY = "10.244.0.1"
 BRIDGE = "lagpilot0"
 CRI_NAMESPACE = "k8s.io"
 PAUSE_IMAGE = f"lagpilot.local/pause:{KUBE_VERSION}"
-TEST_IMAGE = "lagpilot.local/busybox:2"  # bump with node_oci.BUSYBOX_APPLETS
+TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
 # While the pod runner (lagpilot_dev.podrunner) serves other tests on the same control plane, it
 # binds every unscheduled pod of "default-scheduler" in its namespaces to its own Node. A real
 # scheduler under that name would race it for those pods and place its own on runner Nodes. So the
@@ -64,7 +64,23 @@ TEST_IMAGE = "lagpilot.local/busybox:2"  # bump with node_oci.BUSYBOX_APPLETS
 # "default-scheduler" when the pod runner retires).
 SCHEDULER_NAME = "lagpilot-node"
 NODE_LABEL = ("node.lagpilot.io/real", "true")
-COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy")
+COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
+COREDNS_VERSION = "v1.14.7"
+CLUSTER_DOMAIN = "cluster.local"
+# CoreDNS runs as a host process answering on the bridge gateway: pods reach the host there, and the
+# kubelet writes it into every ClusterFirst pod's resolv.conf (clusterDNS)
+CLUSTER_DNS = POD_GATEWAY
+COREDNS_RBAC = {
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:coredns"},
+         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "system:coredns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}]},
+    ]}
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
@@ -116,7 +132,7 @@ class NodePart:
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
         markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
-                   "proxy": "kube-proxy"}
+                   "proxy": "kube-proxy", "dns": "coredns"}
         self.processes: dict[str, Process] = {
             comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
                           pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
@@ -147,7 +163,8 @@ class NodePart:
                                         stdout=out, stderr=subprocess.STDOUT, check=False,
                                         env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
                                              "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
-                                             "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION}).returncode
+                                             "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
+                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION}).returncode
                 if rc != 0 or not self.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -199,15 +216,18 @@ class NodePart:
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
         """Client certificates for the kubelet and the scheduler, signed by the control plane's CA."""
-        if (self.pki / ".complete").exists():
+        if (self.pki / ".complete").exists() and (self.pki / "coredns.crt").exists():
             return
         self.pki.mkdir(parents=True, exist_ok=True)
         os.chmod(self.pki, 0o700)
         ca = self.kube.pki
         leaves = {"kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
                   "scheduler": "/CN=system:kube-scheduler",
-                  "kube-proxy": "/CN=system:kube-proxy"}
+                  "kube-proxy": "/CN=system:kube-proxy",
+                  "coredns": "/CN=system:coredns"}
         for name, subj in leaves.items():
+            if (self.pki / f"{name}.crt").exists():
+                continue  # a PKI made before a leaf was added keeps what it has
             (self.pki / f"{name}.ext").write_text(
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
                 "extendedKeyUsage=clientAuth\n")
@@ -226,7 +246,7 @@ class NodePart:
     def _write_kubeconfigs(self) -> None:
         server = self.kube.server()
         users = {"kubelet": f"system:node:{NODE_NAME}", "scheduler": "system:kube-scheduler",
-                 "kube-proxy": "system:kube-proxy"}
+                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns"}
         for who, user in users.items():
             _write_private(self.kubeconfig(who), kubeconfig_yaml(
                 server, self.kube.ca_file(), user, client_cert=self.pki / f"{who}.crt",
@@ -299,7 +319,8 @@ state = "{self.run_dir / 'containerd'}"
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                "x509": {"clientCAFile": str(self.kube.ca_file())}},
             "authorization": {"mode": "Webhook"},
-            "clusterDomain": "cluster.local",
+            "clusterDomain": CLUSTER_DOMAIN,
+            "clusterDNS": [CLUSTER_DNS],
             "resolvConf": "/etc/resolv.conf",
             "podLogsDir": str(self.dir / "pod-logs"),
             "volumePluginDir": str(self.dir / "volume-plugins"),
@@ -364,6 +385,7 @@ state = "{self.run_dir / 'containerd'}"
             self._start_scheduler(timeout)
             self._wait_node_ready(timeout)
             self._start_proxy(timeout)
+            self._start_dns(timeout)
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -499,6 +521,38 @@ state = "{self.run_dir / 'containerd'}"
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.proxy-healthz')}/healthz"
         self._wait(proc, lambda: http_ok(url), "kube-proxy /healthz", timeout)
 
+    def corefile(self) -> str:
+        """Cluster names from the API (kubernetes plugin); everything else as the host resolves it."""
+        return f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 {{
+    bind {CLUSTER_DNS}
+    errors
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa {{
+        kubeconfig {self.kubeconfig('coredns')} system:coredns@lagpilot
+        pods insecure
+    }}
+    cache 5
+}}
+.:53 {{
+    bind {CLUSTER_DNS}
+    errors
+    health {LOOPBACK}:{self.ports.ensure('node.dns-health')}
+    forward . /etc/resolv.conf
+    cache 30
+}}
+"""
+
+    def _start_dns(self, timeout: float) -> None:
+        proc = self.processes["dns"]
+        if not proc.is_running():
+            rbac = self.kube.kubectl("apply", "-f", "-", input_text=json.dumps(COREDNS_RBAC), timeout=60)
+            if rbac.returncode != 0:
+                raise RuntimeError(f"CoreDNS RBAC: {rbac.stderr.strip()[-1000:]}")
+            (self.dir / "Corefile").write_text(self.corefile())
+            proc.argv = [str(self.bin / "coredns"), "-conf", str(self.dir / "Corefile")]
+            proc.start()
+        url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
+        self._wait(proc, lambda: http_ok(url), "coredns /health", timeout)
+
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -523,6 +577,7 @@ state = "{self.run_dir / 'containerd'}"
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
         outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
+        self.processes["dns"].stop(grace=10.0)
         self.processes["proxy"].stop(grace=10.0)
         self.processes["scheduler"].stop(grace=10.0)
         self.processes["kubelet"].stop(grace=20.0)
@@ -555,6 +610,7 @@ state = "{self.run_dir / 'containerd'}"
             "pause_image": PAUSE_IMAGE,
             "test_image": TEST_IMAGE,
             "scheduler_name": SCHEDULER_NAME,
+            "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
             "node_logs": str(self.dir),

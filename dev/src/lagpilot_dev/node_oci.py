@@ -126,7 +126,7 @@ def pause_image(pause_binary: Path, name: str) -> ImageSpec:
 # busybox applets the node's tests use (sh for traps, dd to allocate memory, httpd and nc for HTTP).
 # Not wget: Debian's static busybox segfaults in it inside the image (exit 139; no NSS there).
 BUSYBOX_APPLETS = ("sh", "sleep", "dd", "nc", "echo", "printf", "grep", "cat", "true", "id", "ls", "env", "httpd",
-                   "kill")
+                   "kill", "nslookup")
 
 
 def busybox_image(busybox: Path, name: str) -> ImageSpec:
