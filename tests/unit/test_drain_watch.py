@@ -151,5 +151,5 @@ def test_the_job_carries_its_deadline():
     sp = spec()
     d = dataclasses.replace(RUNNING, history=({"id": 0, "recordsDone": 60_000, "seconds": 60.0},))
     job = build_drain_job("orders", "ns", "uid", sp, d, 1, DrainSettings(deadline_floor_s=900))
-    want = w.attempt_deadline_s(d.remaining, drain_plan_for(sp, d).parallelism, 1000.0, floor_s=900)
+    want = w.attempt_deadline_s(d.remaining, drain_plan_for(sp, d, "uid").parallelism, 1000.0, floor_s=900)
     assert job["spec"]["activeDeadlineSeconds"] == want >= 900

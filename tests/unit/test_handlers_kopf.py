@@ -139,7 +139,7 @@ class FakeExecutor:
     def job(self, namespace: str, name: str, launcher: str = "job") -> Any:
         return self._job
 
-    def progress(self, admin: Any, spec: Any, d: Any) -> Any:
+    def progress(self, admin: Any, spec: Any, d: Any, *, owner: str) -> Any:
         return self._progress
 
     def delete_job(self, namespace: str, name: str, launcher: str = "job") -> None:

@@ -6,14 +6,19 @@ the split here (and not inside Spark's ``minPartitions`` logic) gives every sub-
 identity across retries, which is what lets a retry skip finished work exactly.
 
 Progress is kept in Kafka itself, as committed offsets of small consumer groups that never have
-members: group ``<groupId>.lagpilot-drain.<drainId>.<k>`` holds, for every drained partition, the
+members: group ``<groupId>.lagpilot-drain.<tag>.<drainId>.<k>`` holds, for every drained partition, the
 next offset to process in that partition's k-th sub-range, and in the commit metadata
 (``lpd1;n=<records>``) how many records that sub-range has processed so far. The operator reads
 them with the same ``list_consumer_group_offsets`` call it uses for lag; Kafka expires them with the
-broker's ``offsets.retention.minutes`` (7 days by default) once unused.
+broker's ``offsets.retention.minutes`` (7 days by default) once unused. ``<tag>`` (``owner_tag``)
+is a short hash of the CR's uid: drain ids restart at 1 for a CR re-created with the same groupId,
+and without it that CR's drain would read a deleted CR's leftover progress (a CR deleted with
+``finalizers: null`` never deletes its groups) and skip records. A plan without a tag (the benches,
+which run without a CR) keeps ``<groupId>.lagpilot-drain.<drainId>.<k>``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -61,6 +66,7 @@ class DrainPlan:
     parallelism: int = 4  # Spark tasks running at once (local[N] / executors x cores)
     read_committed: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    owner: str = ""  # owner_tag(CR uid): names the progress groups; "" none (benches)
 
     def validate(self) -> "DrainPlan":
         """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
@@ -98,10 +104,11 @@ class DrainPlan:
 
     def progress_groups(self) -> list[str]:
         """The progress group names, one per sub-range index."""
-        return sorted({progress_group(self.group_id, self.drain_id, s.index) for s in self.sub_ranges})
+        return sorted({progress_group(self.group_id, self.drain_id, s.index, self.owner) for s in self.sub_ranges})
 
     def to_json(self) -> str:
         return json.dumps({
+            **({"owner": self.owner} if self.owner else {}),
             "drainId": self.drain_id,
             "topic": self.topic,
             "groupId": self.group_id,
@@ -122,11 +129,20 @@ class DrainPlan:
             batch_max_records=int(d.get("batchMaxRecords", 500)),
             parallelism=int(d.get("parallelism", 4)),
             read_committed=bool(d.get("readCommitted", False)),
+            owner=str(d.get("owner") or ""),
         ).validate()
 
 
-def progress_group(group_id: str, drain_id: str, index: int) -> str:
-    """The consumer group whose committed offsets are the progress of sub-ranges with this index."""
+def owner_tag(cr_uid: str) -> str:
+    """The CR's tag in its progress group names: 12 hex digits of SHA-256 of its uid."""
+    return hashlib.sha256(cr_uid.encode()).hexdigest()[:12]
+
+
+def progress_group(group_id: str, drain_id: str, index: int, owner: str = "") -> str:
+    """The consumer group whose committed offsets are the progress of sub-ranges with this index
+    (``owner``: the plan's owner_tag; "" only for plans without a CR)."""
+    if owner:
+        return f"{group_id}.lagpilot-drain.{owner}.{drain_id}.{index}"
     return f"{group_id}.lagpilot-drain.{drain_id}.{index}"
 
 

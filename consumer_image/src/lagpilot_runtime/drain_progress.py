@@ -40,7 +40,7 @@ def read_progress(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0)
     for s in plan.sub_ranges:
         by_index.setdefault(s.index, []).append(s)
     for index, subs in sorted(by_index.items()):
-        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, index))
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, index, plan.owner))
         try:
             got = c.committed([TopicPartition(plan.topic, s.partition) for s in subs], timeout=timeout_s)
         finally:
@@ -105,7 +105,7 @@ def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[
                 out.append((s, start))
                 continue
             nxt = min(int(nxt), s.end)
-            c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+            c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
             try:
                 got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
                 meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
@@ -168,7 +168,7 @@ def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[Sub
     from confluent_kafka import TopicPartition
 
     for s, a, b in lost:
-        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
         try:
             got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
             meta = getattr(got, "metadata", None)
@@ -188,7 +188,7 @@ def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[Sub
 def low_watermarks(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0) -> dict[int, int]:
     from confluent_kafka import TopicPartition
 
-    c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, 0))
+    c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, 0, plan.owner))
     try:
         return {p: int(c.get_watermark_offsets(TopicPartition(plan.topic, p), timeout=timeout_s)[0])
                 for p in sorted({s.partition for s in plan.sub_ranges})}
@@ -218,7 +218,7 @@ def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple
     from confluent_kafka import TopicPartition
 
     for s, _ in unread:
-        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index))
+        c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
         try:
             got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
             has = got.offset is not None and got.offset >= 0

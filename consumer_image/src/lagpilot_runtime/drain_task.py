@@ -44,6 +44,7 @@ class TaskSpec:
     drain_id: str
     batch_max_records: int
     sub_ranges: tuple[SubRange, ...]
+    owner: str = ""  # the plan's owner tag: names the progress groups (drain_plan.progress_group)
 
 
 def _row_record(row: Any) -> Any:
@@ -186,7 +187,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 summary["first_record_at"] = time.time()
                 sub = sub_range_of(spec.sub_ranges, record.partition, record.offset)
                 summary.update(partition=sub.partition, index=sub.index)
-                committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index))
+                committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner))
                 got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
                 done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
                 kafka_next[0] = done_next

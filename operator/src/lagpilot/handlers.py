@@ -361,7 +361,7 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
         with memo.admin_pool.lease(ref.key + "#delete", conf) as handle:
             admin = handle.safe_admin(timeout)
             job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
-            progress = ex.progress(admin, gspec, d) if d.sub_ranges else None
+            progress = ex.progress(admin, gspec, d, owner=ref.uid) if d.sub_ranges else None
             planned: dict[str, Any] = {"committed": None}
             if d.phase is Phase.PLANNED:  # consumers, then offsets, then the mailbox (H1: complete the hand-off)
                 planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout,

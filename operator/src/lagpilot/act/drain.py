@@ -263,7 +263,7 @@ class DrainExecutor(DrainCalls):
         lost = None
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
             found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-            progress = self.progress(ctx.admin, ctx.spec, d, found)
+            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
             lost = None if progress is None else found
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)

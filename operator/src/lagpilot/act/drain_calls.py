@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import parse_progress_lost, parse_progress_metadata, progress_group
+from lagpilot_runtime.drain_plan import owner_tag, parse_progress_lost, parse_progress_metadata, progress_group
 
 from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
 from lagpilot.spec import GroupSpec
@@ -60,9 +60,10 @@ class DrainCalls:
                      for m in desc.members or ())
 
     def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
-                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None
+                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None, *, owner: str
                  ) -> dict[tuple[int, int], tuple[int, int]] | None:
-        """(partition, index) → (next, records) from the progress groups; None if any read failed.
+        """(partition, index) → (next, records) from the progress groups of the CR with uid ``owner``;
+        None if any read failed.
         ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
@@ -73,7 +74,7 @@ class DrainCalls:
         try:
             futs = {}
             for index, parts in by_index.items():
-                g = progress_group(spec.group_id, str(d.id), index)
+                g = progress_group(spec.group_id, str(d.id), index, owner_tag(owner))
                 futs[index] = admin.list_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, p) for p in parts])],
                     request_timeout=self.timeout_s)[g]
@@ -168,7 +169,7 @@ class DrainCalls:
         runtime_auth = None
         if runtime_url:
             try:
-                runtime_auth = self.runtime.sign(ctx.namespace, ctx.name, ctx.uid, drain_plan_for(ctx.spec, d).to_json(),
+                runtime_auth = self.runtime.sign(ctx.namespace, ctx.name, ctx.uid, drain_plan_for(ctx.spec, d, ctx.uid).to_json(),
                                                  str(d.id), attempt, self.clock())
             except Exception as err:  # noqa: BLE001 - no signature, no warm hand-over: the Job drains cold
                 log.warning("signing the warm drain plan failed: launching cold", extra={

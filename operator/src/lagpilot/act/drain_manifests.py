@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parallelism_for
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag, parallelism_for
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
@@ -98,8 +98,10 @@ class DrainSettings:
 
 # ---- pure builders ----------------------------------------------------------------------------
 
-def drain_plan_for(spec: GroupSpec, drain: DrainStatus) -> DrainPlan:
-    """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself)."""
+def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPlan:
+    """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself);
+    its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
+    one's progress)."""
     subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
     return DrainPlan(
         drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
@@ -108,6 +110,7 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus) -> DrainPlan:
         # the split is the read_committed end offset (LSO): reading committed data only keeps
         # aborted transactions out of the drain exactly as the consumer's default would
         read_committed=True,
+        owner=owner_tag(cr_uid),
     ).validate()
 
 
@@ -305,7 +308,7 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     `LAGPILOT_DRAIN_PLAN_AUTH`; the Job never gets the key itself.
     """
     settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain)
+    plan = drain_plan_for(spec, drain, cr_uid)
     name = job_name(cr_name, drain.id, attempt)
     labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: "warm" if runtime_url else "cold"}
     env = _drain_env(spec, plan, settings, attempt)
@@ -363,7 +366,7 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     plan/environment as the Job (Secret refs stay refs), executors sized like the k8s backend's.
     restartPolicy Never: retries are the operator's, as with the Job's backoffLimit 0."""
     settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain)
+    plan = drain_plan_for(spec, drain, cr_uid)
     name = job_name(cr_name, drain.id, attempt)
     labels = _labels(cr_name, name, version)
     env = _drain_env(spec, plan, settings, attempt)

@@ -3,8 +3,8 @@
 Scope: the Kafka cluster (``spec.kafka.bootstrapServers`` as a set of ``host:port``, case-insensitive)
 and ``spec.groupId`` — any topic, any namespace the operator watches. A Kafka consumer group is
 cluster-wide and so are lagpilot's side groups, all named after ``groupId`` alone: the hand-off
-mailbox ``<groupId>.lagpilot-handoff``, the progress groups ``<groupId>.lagpilot-drain.<id>.<k>``
-(drain ids of both CRs start at 1), the remainder ``<groupId>.lagpilot-remainder``. Two CRs on
+mailbox ``<groupId>.lagpilot-handoff``, the progress groups ``<groupId>.lagpilot-drain.<tag>.<id>.<k>`` (drain ids of both CRs start at 1;
+since issue 23 ``<tag>`` names the CR, but the finalizer deletes by the groupId prefix), the remainder ``<groupId>.lagpilot-remainder``. Two CRs on
 different topics would still share the group's membership (the "group empty" check of the hand-off,
 rebalances across both Deployments) and a deleted one would delete the other's progress groups.
 Two spellings of one cluster (an IP and a DNS name) are not recognised as the same.
