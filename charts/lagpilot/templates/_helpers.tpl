@@ -112,7 +112,8 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
   verbs: ["create"]
 # the Kafka credentials Secret named in spec.kafka.secretRef, for the operator's own Kafka admin
 # connection (values never logged; the pods read it through secretKeyRef, not the operator)
-# (create: the warm drain runtime's key Secret <cr>-drain-runtime-key, owned by the CR; get reads it back)
+# (create: the warm drain runtime's key Secret <cr>-drain-runtime-key and the hand-off key Secret
+# <cr>-handoff-key, both owned by the CR; get reads them back)
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create"]
