@@ -7,7 +7,7 @@
   (the drain Job's own pod, the driver, already has it), so a namespace enforcing `restricted`
   admits them (the real API server does that in tests/real/test_drain_k8s.py).
 - The drain ServiceAccount's Role is what the client-mode driver needs, no more: pods
-  get/list/watch/create. No `deletecollection` (Spark's label-selector cleanups are turned off:
+  get/list/watch/create/patch (patch: Spark labels a finished executor inactive). No `deletecollection` (Spark's label-selector cleanups are turned off:
   executors are owned by the driver pod and garbage-collected with it), no services (client mode
   makes none), no configmaps (`spark.kubernetes.executor.disableConfigMap`).
 - Pod create cannot be narrowed by RBAC: a ValidatingAdmissionPolicy lets the drain
@@ -136,7 +136,8 @@ def test_the_drain_role_is_what_the_client_mode_driver_needs():
     assert len(roles) == 1
     granted = {(g, r, v) for rule in roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
-    assert granted == {("", "pods", v) for v in ("get", "list", "watch", "create")}, granted
+    # patch: Spark labels a finished executor pod spark-exec-inactive (deleteOnTermination false)
+    assert granted == {("", "pods", v) for v in ("get", "list", "watch", "create", "patch")}, granted
 
 
 def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
@@ -148,11 +149,12 @@ def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
     sel = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]
     assert (sel["key"], sel["operator"], sel["values"]) == ("kubernetes.io/metadata.name", "In", ["d1"])
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]
     cond = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
     assert ":lp-lagpilot-drain'" in cond and "request.userInfo.username" in cond
     text = " ".join(v["expression"] for v in policy["spec"]["validations"])
-    for needle in ("serviceAccountName", "automountServiceAccountToken", "ownerReferences", "volumes", "hostNetwork"):
+    for needle in ("serviceAccountName", "automountServiceAccountToken", "ownerReferences", "volumes", "hostNetwork",
+                   "oldObject.metadata.labels['spark-role'] == 'executor'"):
         assert needle in text, needle
     assert not [o for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
                 if o["kind"].startswith("ValidatingAdmissionPolicy")]

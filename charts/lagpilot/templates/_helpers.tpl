@@ -142,11 +142,12 @@ not be limited by name, get/update only the Lease named leaderElection.leaseName
 {{/* The drain driver's rules: Spark on Kubernetes executors in its own namespace. */}}
 {{- define "lagpilot.drainRules" -}}
 {{- /* what Spark's client-mode driver calls with the operator's Spark conf (docs/rbac.md): it creates
-its executor pods and watches/lists/gets them; no delete (executors end with the driver and are
-garbage-collected with its pod), no services, no ConfigMaps (spark_k8s_security_conf) */}}
+its executor pods and watches/lists/gets them, and labels a finished one inactive (patch); no delete
+(executors end with the driver and are garbage-collected with its pod), no services, no ConfigMaps
+(spark_k8s_security_conf). The admission policy limits create and patch to executor pods. */}}
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 {{- if .Values.drain.rbac.persistentVolumeClaims }}
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
