@@ -238,6 +238,9 @@ class _FakeExecutor:
         self.runtime = runtime
         self.wanted: list[tuple[int, ...]] = []
 
+    def handoff_key_id(self, namespace: str, name: str, uid: str) -> str:
+        return "kid-test"  # the per-CR hand-off key's fingerprint (M8); this test is about the runtime
+
     def reconcile(self, ctx: Any) -> Any:
         from lagpilot.act.drain import DrainResult
 
