@@ -91,11 +91,15 @@ OPERATOR_ALLOWED = [
     *[(v, "jobs.batch", None) for v in ("get", "create", "delete")],
     ("list", "pods", None),
     ("create", "events", None),
-    ("get", "secrets", None),
+    # get + create: the Kafka Secret read; the per-CR key Secrets made (warm runtime C1, hand-off M8)
+    ("get", "secrets", None), ("create", "secrets", None),
+    ("list", "replicasets.apps", None),  # the warm runtime's pod taken only when owned by its Deployment
+    ("get", "networkpolicies.networking.k8s.io", None), ("create", "networkpolicies.networking.k8s.io", None),
 ]
 # ... and denied there: everything docs/rbac.md says is not needed, and the usual escalation paths
 OPERATOR_DENIED = [
-    ("list", "secrets", None), ("watch", "secrets", None), ("create", "secrets", None),
+    ("list", "secrets", None), ("watch", "secrets", None), ("update", "secrets", None), ("delete", "secrets", None),
+    ("delete", "networkpolicies.networking.k8s.io", None), ("patch", "networkpolicies.networking.k8s.io", None),
     ("get", CRD, None), ("delete", CRD, None), ("create", CRD, None), ("update", CRD, None),
     ("update", CRD, "status"),
     ("update", "deployments.apps", None),
@@ -107,13 +111,14 @@ OPERATOR_DENIED = [
     ("create", "roles.rbac.authorization.k8s.io", None), ("create", "rolebindings.rbac.authorization.k8s.io", None),
     ("create", "serviceaccounts", None), ("create", "serviceaccounts", "token"),
 ]
-DRAIN_ALLOWED = [
-    *[(v, "pods", None) for v in ("get", "list", "watch", "create", "delete", "deletecollection")],
+# H4: what Spark's client-mode driver calls with the operator's Spark conf (docs/rbac.md): executor pods
+# created, read and labelled inactive; no delete, no services, no ConfigMaps
+DRAIN_ALLOWED = [(v, "pods", None) for v in ("get", "list", "watch", "create", "patch")]
+DRAIN_DENIED = [
+    ("delete", "pods", None), ("deletecollection", "pods", None),
     ("get", "services", None), ("create", "services", None), ("delete", "services", None),
     ("deletecollection", "services", None),
     ("get", "configmaps", None), ("create", "configmaps", None), ("delete", "configmaps", None),
-]
-DRAIN_DENIED = [
     ("get", "secrets", None), ("create", "jobs.batch", None), ("create", "deployments.apps", None),
     ("get", CRD, None), ("create", "persistentvolumeclaims", None), ("create", "pods", "exec"),
     ("create", "roles.rbac.authorization.k8s.io", None),
