@@ -168,7 +168,7 @@ def test_defaults_are_applied(crd, ns):
         "scaling.behavior.scaleUp.stabilizationWindowSeconds": 0,
         "scaling.behavior.scaleDown.stabilizationWindowSeconds": 300,
         "catchUpSLASeconds": 600,
-        "drain.enabled": True, "drain.splitFactor": 4, "drain.maxTasks": 16,
+        "drain.enabled": True, "drain.maxTasks": 16,
         "drain.minBacklogRecords": 10000, "drain.cancel": False, "drain.launcher": "job",
         "drain.warmRuntime": False,
         "paused": False,
@@ -177,6 +177,8 @@ def test_defaults_are_applied(crd, ns):
     got = {path: dig(spec, path) for path in expected}
     assert got == expected
     assert "deadLetterTopic" not in spec["failure"]  # "<topic>.dlq" is computed by the operator
+    # issue 25: splitFactor is an optional cap with no default (each partition gets the tasks it needs)
+    assert "splitFactor" not in spec["drain"]
 
 
 def test_postgres_defaults_are_applied(crd, ns):
