@@ -139,7 +139,7 @@ def _manager(current: dict[str, Any] | None, pods: list[dict[str, Any]] | None =
     apps, core = _FakeApps(current), _FakeCore(pods or [])
     m.apps, m.core, m._sanitize = apps, core, (lambda x: x)  # type: ignore[assignment,method-assign]
     # the CR's key and NetworkPolicy as already made (test_drain_runtime_trust covers making them)
-    m._keys[("ns1", "orders", "uid-1")] = bytes(32)
+    m._keys._keys[("ns1", "orders", "uid-1")] = bytes(32)
     m._policies.add(("ns1", "orders", "uid-1"))
     return m, apps, core
 

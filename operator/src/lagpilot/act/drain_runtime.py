@@ -79,6 +79,7 @@ from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets, controller_of, owned_by
 from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,6 @@ PORT_NAME = "drain-api"
 PORT_ENV = "LAGPILOT_DRAIN_RUNTIME_PORT"
 PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
 PORT_BASE, PORT_SPAN = 30000, 20000
-KEY_FIELD = "key"  # the key Secret's data field (hex)
 # JVM + SparkSession + warm-up take 10-70 s on 2 busy cores: liveness only after a generous delay
 LIVENESS = {"initialDelaySeconds": 180, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6}
 READINESS = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
@@ -209,6 +209,10 @@ def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
     }
 
 
+RUNTIME_KEY = KeyKind("drain runtime key", key_secret_name, plan_auth.new_key, plan_auth.parse_key,
+                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
+
+
 def build_network_policy(cr_name: str, namespace: str, cr_uid: str, settings: DrainSettings | None = None,
                          version: str = __version__) -> dict[str, Any]:
     """Ingress to the CR's runtime pods only from the CR's drain pods (label
@@ -232,20 +236,6 @@ def build_network_policy(cr_name: str, namespace: str, cr_uid: str, settings: Dr
         "spec": {"podSelector": {"matchLabels": selector_labels(cr_name)}, "policyTypes": ["Ingress"],
                  "ingress": rules},
     }
-
-
-def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The object's controller ownerReference (None: none)."""
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref
-    return None
-
-
-def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
-    """Its controller is the object with this uid."""
-    ref = controller_of(obj)
-    return bool(uid) and ref is not None and ref.get("uid") == uid
 
 
 def owned_pods(pods: Sequence[Mapping[str, Any]], replicasets: Sequence[Mapping[str, Any]],
@@ -402,7 +392,7 @@ class RuntimeManager:
         # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
         self._absent: set[str] = set()
-        self._keys: dict[tuple[str, str, str], bytes] = {}  # (namespace, name, CR uid) -> the CR's key
+        self._keys = KeySecrets(RUNTIME_KEY)  # the CRs' plan-signing keys
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
@@ -414,40 +404,9 @@ class RuntimeManager:
         return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:
-        """The CR's plan-signing key: read once per operator process from the Secret the operator
-        made for this CR (created here when absent). Raises if the Secret is not the CR's or holds
-        no valid key: a Secret someone else made (knowing its key) must never be signed with."""
-        cache = (namespace, name, uid)
-        if cache in self._keys:
-            return self._keys[cache]
-        sname = key_secret_name(name)
-        try:
-            secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) != 404:
-                raise
-            key_hex = plan_auth.new_key()
-            try:
-                self.core.create_namespaced_secret(namespace, build_key_secret(name, namespace, uid, key_hex))
-                log.info("drain runtime key created", extra={"group": f"{namespace}/{name}", "secret": sname})
-                self._keys[cache] = plan_auth.parse_key(key_hex)
-                return self._keys[cache]
-            except Exception as err2:  # noqa: BLE001
-                if getattr(err2, "status", None) != 409:
-                    raise
-                secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile
-        if not owned_by(secret, uid):
-            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its drain "
-                               "runtime key (delete it; the operator makes its own)")
-        import base64
-
-        raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
-        try:
-            key = plan_auth.parse_key(base64.b64decode(raw))
-        except ValueError:
-            raise RuntimeError(f"Secret {sname} holds no valid drain runtime key (field {KEY_FIELD!r})") from None
-        self._keys[cache] = key
-        return key
+        """The CR's plan-signing key (`key_secret.KeySecrets`: read, or created when absent, once per
+        operator process; a Secret the CR does not own, or without a valid key, raises)."""
+        return self._keys.key(self.core, self._sanitize, namespace, name, uid)
 
     def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
              now: float | None = None) -> plan_auth.PlanAuth:

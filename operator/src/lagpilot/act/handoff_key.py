@@ -8,8 +8,6 @@ key someone else chose must never be trusted). Never logged: only the Secret's n
 """
 from __future__ import annotations
 
-import base64
-import logging
 import secrets
 from typing import Any
 
@@ -17,10 +15,9 @@ from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
 
 from .deployment import label_value, owner_reference
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets
 
-log = logging.getLogger("lagpilot.act.handoff_key")
-
-KEY_FIELD = "key"
+__all__ = ["HANDOFF_KEY", "KEY_FIELD", "HandoffKeys", "build_key_secret", "key_secret_name", "new_key"]
 
 
 def key_secret_name(cr_name: str) -> str:
@@ -48,11 +45,8 @@ def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
     }
 
 
-def _owned_by(obj: Any, uid: str) -> bool:
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return bool(uid) and ref.get("uid") == uid
-    return False
+HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, new_key, mbx.parse_key,
+                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
 
 
 class HandoffKeys:
@@ -61,39 +55,11 @@ class HandoffKeys:
     def __init__(self, core: Any, sanitize: Any) -> None:
         self.core = core
         self._sanitize = sanitize
-        self._keys: dict[tuple[str, str, str], bytes] = {}
+        self._secrets = KeySecrets(HANDOFF_KEY)
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:
         """The CR's key; raises when it cannot be read or created, or when the Secret is not the CR's."""
-        cache = (namespace, name, uid)
-        if cache in self._keys:
-            return self._keys[cache]
-        sname = key_secret_name(name)
-        try:
-            secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) != 404:
-                raise
-            key_hex = new_key()
-            try:
-                self.core.create_namespaced_secret(namespace, build_key_secret(name, namespace, uid, key_hex))
-                log.info("hand-off key created", extra={"group": f"{namespace}/{name}", "secret": sname})
-                self._keys[cache] = mbx.parse_key(key_hex)
-                return self._keys[cache]
-            except Exception as err2:  # noqa: BLE001
-                if getattr(err2, "status", None) != 409:
-                    raise
-                secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile
-        if not _owned_by(secret, uid):
-            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its hand-off "
-                               "key (delete it; the operator makes its own)")
-        raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
-        try:
-            key = mbx.parse_key(base64.b64decode(raw))
-        except ValueError:
-            raise RuntimeError(f"Secret {sname} holds no valid hand-off key (field {KEY_FIELD!r})") from None
-        self._keys[cache] = key
-        return key
+        return self._secrets.key(self.core, self._sanitize, namespace, name, uid)
 
     def key_id(self, namespace: str, name: str, uid: str) -> str:
         return mbx.key_id(self.key(namespace, name, uid))

@@ -1,0 +1,89 @@
+"""The per-CR key Secrets the operator makes and trusts, read in one place.
+
+Two keys use it: the warm drain runtime's plan-signing key (`<cr>-drain-runtime-key`,
+act/drain_runtime.py, issue 23 C1) and the hand-off key that signs mailbox entries
+(`<cr>-handoff-key`, act/handoff_key.py, M8). Each is a Secret of random bytes (hex; immutable)
+owned by the CR (deleted with it), created by the operator when absent and read once per operator
+process and CR uid. A Secret of that name the CR does not own is refused: a key someone else chose
+(and so knows) must never be trusted. Never logged: only the Secret's name is.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("lagpilot.act.key_secret")
+
+KEY_FIELD = "key"  # the Secret's data field (hex)
+
+
+def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The object's controller ownerReference (None: none)."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def owned_by(obj: Mapping[str, Any] | None, uid: str) -> bool:
+    """Its controller is the object with this uid."""
+    ref = controller_of(obj)
+    return bool(uid) and ref is not None and ref.get("uid") == uid
+
+
+@dataclass(frozen=True)
+class KeyKind:
+    """One kind of per-CR key: its Secret's name, how a key is made and checked, and how the Secret
+    is built (its labels differ per kind)."""
+
+    what: str  # in messages and logs: "drain runtime key", "hand-off key"
+    secret_name: Callable[[str], str]  # CR name -> Secret name
+    new_key: Callable[[], str]  # a fresh key, hex
+    parse_key: Callable[[Any], bytes]  # raises ValueError on a malformed key
+    build_secret: Callable[[str, str, str, str], dict[str, Any]]  # (cr name, namespace, uid, key hex)
+
+
+class KeySecrets:
+    """The CRs' keys of one kind: read (or created) once per operator process and CR uid. The
+    Kubernetes client is the caller's (``core``: a CoreV1Api; ``sanitize``: its ApiClient's
+    sanitize_for_serialization)."""
+
+    def __init__(self, kind: KeyKind) -> None:
+        self.kind = kind
+        self._keys: dict[tuple[str, str, str], bytes] = {}
+
+    def key(self, core: Any, sanitize: Callable[[Any], Any], namespace: str, name: str, uid: str) -> bytes:
+        """The CR's key; raises when it cannot be read or created, or when the Secret is not the CR's
+        or holds no valid key."""
+        cache = (namespace, name, uid)
+        if cache in self._keys:
+            return self._keys[cache]
+        kind, sname = self.kind, self.kind.secret_name(name)
+        try:
+            secret = sanitize(core.read_namespaced_secret(sname, namespace))
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) != 404:
+                raise
+            key_hex = kind.new_key()
+            try:
+                core.create_namespaced_secret(namespace, kind.build_secret(name, namespace, uid, key_hex))
+                log.info(f"{kind.what} created", extra={"group": f"{namespace}/{name}", "secret": sname})
+                self._keys[cache] = kind.parse_key(key_hex)
+                return self._keys[cache]
+            except Exception as err2:  # noqa: BLE001
+                if getattr(err2, "status", None) != 409:
+                    raise
+                secret = sanitize(core.read_namespaced_secret(sname, namespace))  # made meanwhile
+        if not owned_by(secret, uid):
+            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its {kind.what} "
+                               "(delete it; the operator makes its own)")
+        raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
+        try:
+            key = kind.parse_key(base64.b64decode(raw))
+        except ValueError:
+            raise RuntimeError(f"Secret {sname} holds no valid {kind.what} (field {KEY_FIELD!r})") from None
+        self._keys[cache] = key
+        return key
