@@ -333,7 +333,15 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
         t.join(10)
     print("executor pods seen running:", sorted(seen))
     assert len(seen) >= 2, seen
-    wait_until(lambda: _executors(kube, s.ns) == [], "executor pods deleted", 120, 1.0)
+    # H4: the executors end with their driver and are not deleted by it (the drain Role has no delete);
+    # owned by the driver pod, they go with it when the drain Job goes (its TTL, or deleted here)
+    wait_until(lambda: not _running(_executors(kube, s.ns)), "executor pods ended", 120, 1.0)
+    owners = {(r.get("kind"), bool(r.get("controller")))
+              for p in _executors(kube, s.ns) for r in p["metadata"].get("ownerReferences") or []}
+    assert owners <= {("Pod", True)}, owners
+    kube.kubectl("delete", "jobs", "-n", s.ns, "-l", "app.kubernetes.io/name=lagpilot-drain",
+                 "--cascade=background", "--wait=false")
+    wait_until(lambda: _executors(kube, s.ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0)
     driver_logs = [p for p in (pod_runner.workdir / "logs").glob(f"{s.ns}_*.log") if "-drain-" in p.name
                    and "-exec-" not in p.name]
     assert driver_logs
