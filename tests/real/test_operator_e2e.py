@@ -315,10 +315,12 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_
             "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2}}
     apply_cr(crd, ns, cr("missing-topic", {**base, "kafka": {"bootstrapServers": kafka_bootstrap},
                                            "topic": missing_topic}))
-    apply_cr(crd, ns, cr("missing-secret", {**base, "topic": "t", "kafka": {
+    # each CR its own group id: two CRs with one groupId are DuplicateGroupId (M4), not these causes
+    apply_cr(crd, ns, cr("missing-secret", {**base, "groupId": f"g-{suffix}-secret", "topic": "t", "kafka": {
         "bootstrapServers": kafka_bootstrap, "securityProtocol": "SASL_PLAINTEXT", "saslMechanism": "PLAIN",
         "secretRef": {"name": secret_name}}}))
-    apply_cr(crd, ns, cr("unreachable", {**base, "topic": "t", "kafka": {"bootstrapServers": f"127.0.0.1:{closed}"}}))
+    apply_cr(crd, ns, cr("unreachable", {**base, "groupId": f"g-{suffix}-unreachable", "topic": "t",
+                                         "kafka": {"bootstrapServers": f"127.0.0.1:{closed}"}}))
 
     def degraded(name: str, reasons: tuple[str, ...]) -> dict[str, Any] | None:
         c = condition(get_cr(custom, ns, name), "Degraded")

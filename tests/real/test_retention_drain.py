@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import DrainPlan, split_ranges
+from lagpilot_runtime.drain_plan import DrainPlan, owner_tag, split_ranges
 
 from tests.real.test_drain_job import PARTS, PER_PARTITION, drain_env, pg_offsets, produce, start_drain
 
@@ -47,7 +47,8 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     produce(kafka_bootstrap, topic, PER_PARTITION)
     ranges = {0: (0, 1000), 1: (1000, 3000)}
     subs = split_ranges(ranges, 2, min_records_per_task=200)  # p1: [1000, 2000) and [2000, 3000)
-    plan = DrainPlan("5", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, 2).validate()
+    cr_uid = str(uuid.uuid4())  # the CR the drain belongs to: its progress groups carry its tag (H2)
+    plan = DrainPlan("5", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, 2, owner=owner_tag(cr_uid)).validate()
 
     # "retention" deletes partition 1 below 1500: half of its first sub-range
     for f in kafka_admin.delete_records([TopicPartition(topic, 1, 1500)]).values():
@@ -91,7 +92,7 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
                             ranges=tuple(h.PartitionRange(p, split=b, start=a) for p, (a, b) in ranges.items()))
     ex = DrainExecutor(k8s.ApiClient())
     found: dict = {}
-    progress = ex.progress(kafka_admin, spec, running, found)
+    progress = ex.progress(kafka_admin, spec, running, found, owner=cr_uid)
     assert progress is not None and found == {(1, 0): ((1000, 1500),)}
     observed = h.Observed(generation=1, offsets=None, group_empty=None, replicas=1,
                           job=h.JobObservation(h.JobState.SUCCEEDED), progress=progress, lost=found)
