@@ -84,6 +84,24 @@ COREDNS_RBAC = {
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
+def cri_image_name(reference: str) -> str:
+    """The fully qualified name containerd's CRI looks an image up by, for the name a pod gives
+    (Docker's normalization, which the kubelet and containerd apply): a first path component that is
+    not a registry (no "." or ":", not "localhost") means Docker Hub, a single name its `library/`,
+    no tag `:latest`. `lagpilot/consumer:0.1.0` -> `docker.io/lagpilot/consumer:0.1.0`."""
+    name, digest = (reference.split("@", 1) + [""])[:2]
+    first, _, rest = name.partition("/")
+    if not rest:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if digest:
+        return f"{name}@{digest}"
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
 def pod_gateway_on_host() -> str | None:
     """POD_GATEWAY when it is an address of this host (the node part made the bridge), else None.
     Host parts (Kafka, PostgreSQL) add a listener there for pods when it exists at their start."""
@@ -416,25 +434,37 @@ state = "{self.run_dir / 'containerd'}"
         if proc.returncode != 0:
             raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()[-2000:]}")
 
-    def load_built_image(self, tag: str) -> float:
+    def load_built_image(self, tag: str, reference: str | None = None) -> float:
         """Load an image built by `lagpilot dev images` (buildah, its private containers-storage)
-        into the node: `podman save` as a docker archive, `ctr images import`. Returns seconds."""
+        into the node: `podman save` as a docker archive, `ctr images import`; then name it also as
+        users do (`reference`, default: the build's tag without buildah's `localhost/`, e.g.
+        `lagpilot/consumer:0.1.0`, which the CRI resolves to `docker.io/lagpilot/consumer:0.1.0`):
+        the chart's and the CRD's image names run with `imagePullPolicy: Never`. Returns seconds."""
         import tempfile
 
         from lagpilot_dev.images_tools import default_layout, run_cmd
 
         t0 = time.monotonic()
         layout = default_layout()
-        built_id = run_cmd(layout.podman_argv("image", "inspect", "--format", "{{.Id}}", tag)).stdout.strip()
-        if self.image_id(tag) == f"sha256:{built_id}":
-            log.info("image already on the node", extra={"image": tag, "id": built_id[:12]})
-            return 0.0
-        with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
-            archive = Path(tmp) / "image.tar"
-            run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
-            self.import_image(archive)
+        built_id = f"sha256:{run_cmd(layout.podman_argv('image', 'inspect', '--format', '{{.Id}}', tag)).stdout.strip()}"
+        imported = cri_image_name(tag)
+        user_name = cri_image_name(reference or tag.removeprefix("localhost/"))
+        if self.image_id(imported) != built_id:
+            with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
+                archive = Path(tmp) / "image.tar"
+                run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag),
+                        timeout=1800)
+                self.import_image(archive)
+            if self.image_id(imported) != built_id:
+                raise RuntimeError(f"{tag} imported, but the node has {imported} as {self.image_id(imported)}, "
+                                   f"not the built {built_id}")
+        if user_name != imported and self.image_id(user_name) != built_id:
+            proc = self.ctr("images", "tag", "--force", imported, user_name, timeout=60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ctr images tag {imported} {user_name} failed: {proc.stderr.strip()[-1000:]}")
         seconds = round(time.monotonic() - t0, 1)
-        log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
+        log.info("image on the node", extra={"image": tag, "name": user_name, "id": built_id[:19],
+                                              "seconds": seconds})
         return seconds
 
     def image_id(self, tag: str) -> str | None:
