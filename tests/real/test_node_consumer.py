@@ -224,3 +224,46 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: Ku
         # the last batch written is the last batch committed: nothing delivered beyond the commit,
         # nothing committed that was not delivered
         assert committed[p] == top + 1 == n, (p, committed, delivered)
+
+
+IN_CLUSTER_SCRIPT = """
+import os
+from kubernetes import client, config
+config.load_incluster_config()  # the ServiceAccount token and the `kubernetes` Service (env)
+ns = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
+client.CoreV1Api().create_namespaced_config_map(ns, {"metadata": {"name": "written-by-the-pod"},
+    "data": {"via": os.environ["KUBERNETES_SERVICE_HOST"] + ":" + os.environ["KUBERNETES_SERVICE_PORT"]}})
+"""
+
+
+def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
+    """An in-cluster client on the node (what the operator as a pod is): the `kubernetes` Service
+    leads to the apiserver, which authenticates the pod's ServiceAccount token and authorizes it
+    by RBAC (a Role that may create ConfigMaps in its namespace, nothing else)."""
+    image = _built_and_loaded(node, "operator")
+    slices = json.loads(kube.kubectl("get", "endpointslices", "-n", "default", "-l",
+                                     "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)["items"]
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses and not any(a.startswith("127.") for a in addresses), addresses
+    ns = _restricted_ns(kube, namespace)
+    kube.kubectl("create", "serviceaccount", "writer", "-n", ns)
+    kube.kubectl("create", "role", "cm-writer", "--verb=create", "--resource=configmaps", "-n", ns)
+    kube.kubectl("create", "rolebinding", "cm-writer", "--role=cm-writer", f"--serviceaccount={ns}:writer", "-n", ns)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "in-cluster"}, "spec": {
+        "schedulerName": node.info()["scheduler_name"], "restartPolicy": "Never", "serviceAccountName": "writer",
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never",
+                        "command": ["python", "-c", IN_CLUSTER_SCRIPT],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
+                                            if k not in ("runAsUser", "runAsGroup")}}]}}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
+
+    def finished() -> dict[str, Any] | None:
+        st = json.loads(kube.kubectl("get", "pod", "-n", ns, "in-cluster", "-o", "json").stdout)["status"]
+        return st if st.get("phase") in ("Succeeded", "Failed") or _image_refused(st) else None
+
+    st = wait_until(finished, "the in-cluster client pod finished", timeout=300)
+    assert st["phase"] == "Succeeded", json.dumps(st.get("containerStatuses"))[-3000:]
+    written = json.loads(kube.kubectl("get", "configmap", "-n", ns, "written-by-the-pod", "-o", "json").stdout)
+    assert written["data"]["via"] == "10.0.0.1:443"  # the `kubernetes` Service's ClusterIP
