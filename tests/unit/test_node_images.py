@@ -1,4 +1,5 @@
-"""The names the real node knows the project's images by (lagpilot_dev.node, images_build)."""
+"""The real node's pure pieces: the names it knows the project's images by (lagpilot_dev.node,
+images_build) and the policy that sends a labelled namespace's pods to it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,3 +33,17 @@ def test_built_images_carry_the_names_the_chart_and_the_crd_use() -> None:
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     assert IMAGES["operator"].reference == f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
     assert IMAGES["consumer"].reference == DEFAULT_IMAGE
+
+
+def test_namespace_policy_sends_a_labelled_namespaces_default_scheduler_pods_to_the_real_node() -> None:
+    from lagpilot_dev.node import NAMESPACE_LABEL, NAMESPACE_POLICY, SCHEDULER_NAME, namespace_policy
+
+    policy, binding = namespace_policy()
+    assert policy["kind"] == "MutatingAdmissionPolicy" and binding["kind"] == "MutatingAdmissionPolicyBinding"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == NAMESPACE_POLICY
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": dict([NAMESPACE_LABEL])}
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    # only pods left to the default scheduler: a pod naming another scheduler keeps it
+    assert "'default-scheduler'" in policy["spec"]["matchConditions"][0]["expression"]
+    assert f'schedulerName: "{SCHEDULER_NAME}"' in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]

@@ -35,7 +35,7 @@ from typing import Any
 
 from lagpilot_dev import node_oci
 from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, pid_alive, wait_for
 
 log = logging.getLogger("lagpilot_dev.node")
 
@@ -64,6 +64,37 @@ TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
 # "default-scheduler" when the pod runner retires).
 SCHEDULER_NAME = "lagpilot-node"
 NODE_LABEL = ("node.lagpilot.io/real", "true")
+# ... and a namespace carrying the same label sends every pod created in it to that scheduler (a
+# MutatingAdmissionPolicy, NAMESPACE_POLICY): the pods a Deployment, a Job or Spark creates there,
+# whose specs nobody here writes, run on the real node. The pod runner takes only namespaces its
+# sessions created, which never carry the label.
+NAMESPACE_LABEL = NODE_LABEL
+NAMESPACE_POLICY = "lagpilot-real-node"
+
+
+def namespace_policy() -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy (admissionregistration.k8s.io/v1beta1; the stack's apiserver
+    enables it) and its binding: a pod created with the default scheduler in a namespace labelled
+    NAMESPACE_LABEL gets `schedulerName: SCHEDULER_NAME`."""
+    key, value = NAMESPACE_LABEL
+    api = "admissionregistration.k8s.io/v1beta1"
+    return [
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicy", "metadata": {"name": NAMESPACE_POLICY},
+         "spec": {
+             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                     "operations": ["CREATE"], "resources": ["pods"]}]},
+             "matchConditions": [{"name": "default-scheduler",
+                                  "expression": "!has(object.spec.schedulerName) || "
+                                                "object.spec.schedulerName == 'default-scheduler'"}],
+             "failurePolicy": "Fail",
+             "reinvocationPolicy": "Never",
+             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                 "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER_NAME}"}}}}'}}],
+         }},
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": NAMESPACE_POLICY},
+         "spec": {"policyName": NAMESPACE_POLICY,
+                  "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}}}},
+    ]
 COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
 COREDNS_VERSION = "v1.14.7"
 CLUSTER_DOMAIN = "cluster.local"
@@ -116,17 +147,8 @@ def pod_gateway_on_host() -> str | None:
 
 
 def default_node_ip() -> str:
-    """The host's address on its default route (the Node's InternalIP): `ip -j route get` asks the
-    kernel's routing table only, no packet is sent. Falls back to the loopback address."""
-    try:
-        out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True,  # noqa: S607
-                             timeout=5, check=True).stdout
-        src = json.loads(out)[0].get("prefsrc")
-        if src:
-            return str(src)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        pass
-    return LOOPBACK
+    """The Node's InternalIP: the host's address on its default route (lagpilot_dev.paths.host_ip)."""
+    return host_ip()
 
 
 class NodePart:
@@ -380,7 +402,7 @@ state = "{self.run_dir / 'containerd'}"
             "timeout: 30\n")
 
     def node_ip(self) -> str:
-        return os.environ.get("LAGPILOT_NODE_IP") or default_node_ip()
+        return default_node_ip()
 
     # ---- run -----------------------------------------------------------------------------------
     def is_running(self) -> bool:
@@ -404,6 +426,7 @@ state = "{self.run_dir / 'containerd'}"
             self._wait_node_ready(timeout)
             self._start_proxy(timeout)
             self._start_dns(timeout)
+            self._install_namespace_policy()
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -583,6 +606,20 @@ state = "{self.run_dir / 'containerd'}"
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
         self._wait(proc, lambda: http_ok(url), "coredns /health", timeout)
 
+    def _install_namespace_policy(self) -> None:
+        """NAMESPACE_POLICY, when the apiserver serves MutatingAdmissionPolicy (a control plane
+        started before it enabled it has none: pods then name SCHEDULER_NAME themselves)."""
+        proc = self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                                 input_text=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                        "items": namespace_policy()}), timeout=60)
+        if proc.returncode != 0:
+            log.warning("no MutatingAdmissionPolicy on this apiserver: namespaces cannot opt in to the real "
+                        "node (restart the kube part)", extra={"error": proc.stderr.strip()[-300:]})
+
+    def namespace_policy_installed(self) -> bool:
+        return self.kube.kubectl("get", "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
+                                 NAMESPACE_POLICY, timeout=20).returncode == 0
+
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -640,6 +677,7 @@ state = "{self.run_dir / 'containerd'}"
             "pause_image": PAUSE_IMAGE,
             "test_image": TEST_IMAGE,
             "scheduler_name": SCHEDULER_NAME,
+            "namespace_label": f"{NAMESPACE_LABEL[0]}={NAMESPACE_LABEL[1]}",
             "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
