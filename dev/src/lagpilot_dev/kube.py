@@ -293,6 +293,9 @@ class KubePart:
                 # towards kubelets (the real node's): logs, exec, port-forward authenticate as system:masters
                 f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+                # ... at the Node's InternalIP: its Hostname (kind's name, lagpilot-worker) resolves
+                # nowhere here, and the default order tries it first
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 # a request-header CA (as every real cluster has): the controller-manager's delegated
                 # authentication reads it and logs an error every second while it is missing
                 f"--requestheader-client-ca-file={p / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
