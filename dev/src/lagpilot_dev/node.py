@@ -42,9 +42,9 @@ log = logging.getLogger("lagpilot_dev.node")
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-            "crictl", "pause", "coredns")
+            "crictl", "pause", "coredns", "kube-router")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
-APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")
+APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "ipset", "busybox-static")
 CNI_BIN_DIR = Path("/usr/lib/cni")
 RUNC = Path("/usr/sbin/runc")
 BUSYBOX = Path("/bin/busybox")
@@ -95,8 +95,25 @@ def namespace_policy() -> list[dict[str, Any]]:
          "spec": {"policyName": NAMESPACE_POLICY,
                   "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}}}},
     ]
-COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
+COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns", "netpol")
 COREDNS_VERSION = "v1.14.7"
+# the NetworkPolicy agent: kube-router's policy controller alone (--run-firewall; no routing, no
+# service proxy: the CNI bridge and kube-proxy do those). v2.1.0 is what the Go module proxy serves.
+KUBE_ROUTER_VERSION = "v2.1.0"
+KUBE_ROUTER_RBAC = {
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lagpilot:kube-router"},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "lagpilot:kube-router"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lagpilot:kube-router"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-router"}]},
+    ]}
 CLUSTER_DOMAIN = "cluster.local"
 # CoreDNS runs as a host process answering on the bridge gateway: pods reach the host there, and the
 # kubelet writes it into every ClusterFirst pod's resolv.conf (clusterDNS)
@@ -172,7 +189,7 @@ class NodePart:
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
         markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
-                   "proxy": "kube-proxy", "dns": "coredns"}
+                   "proxy": "kube-proxy", "dns": "coredns", "netpol": "kube-router"}
         self.processes: dict[str, Process] = {
             comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
                           pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
@@ -204,7 +221,8 @@ class NodePart:
                                         env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
                                              "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
                                              "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION}).returncode
+                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION,
+                                             "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}).returncode
                 if rc != 0 or not self.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -256,7 +274,7 @@ class NodePart:
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
         """Client certificates for the kubelet and the scheduler, signed by the control plane's CA."""
-        if (self.pki / ".complete").exists() and (self.pki / "coredns.crt").exists():
+        if (self.pki / ".complete").exists() and (self.pki / "kube-router.crt").exists():
             return
         self.pki.mkdir(parents=True, exist_ok=True)
         os.chmod(self.pki, 0o700)
@@ -264,7 +282,8 @@ class NodePart:
         leaves = {"kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
                   "scheduler": "/CN=system:kube-scheduler",
                   "kube-proxy": "/CN=system:kube-proxy",
-                  "coredns": "/CN=system:coredns"}
+                  "coredns": "/CN=system:coredns",
+                  "kube-router": "/CN=system:kube-router"}
         for name, subj in leaves.items():
             if (self.pki / f"{name}.crt").exists():
                 continue  # a PKI made before a leaf was added keeps what it has
@@ -286,7 +305,8 @@ class NodePart:
     def _write_kubeconfigs(self) -> None:
         server = self.kube.server()
         users = {"kubelet": f"system:node:{NODE_NAME}", "scheduler": "system:kube-scheduler",
-                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns"}
+                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns",
+                 "kube-router": "system:kube-router"}
         for who, user in users.items():
             _write_private(self.kubeconfig(who), kubeconfig_yaml(
                 server, self.kube.ca_file(), user, client_cert=self.pki / f"{who}.crt",
@@ -426,6 +446,7 @@ state = "{self.run_dir / 'containerd'}"
             self._wait_node_ready(timeout)
             self._start_proxy(timeout)
             self._start_dns(timeout)
+            self._start_netpol(timeout)
             self._install_namespace_policy()
 
     def _env(self) -> dict[str, str]:
@@ -620,6 +641,27 @@ state = "{self.run_dir / 'containerd'}"
         return self.kube.kubectl("get", "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
                                  NAMESPACE_POLICY, timeout=20).returncode == 0
 
+    def _start_netpol(self, timeout: float) -> None:
+        """kube-router's NetworkPolicy controller (iptables + ipset) for this node's pods."""
+        proc = self.processes["netpol"]
+        if not proc.is_running():
+            rbac = self.kube.kubectl("apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC), timeout=60)
+            if rbac.returncode != 0:
+                raise RuntimeError(f"kube-router RBAC: {rbac.stderr.strip()[-1000:]}")
+            proc.argv = [
+                str(self.bin / "kube-router"), f"--kubeconfig={self.kubeconfig('kube-router')}",
+                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+                "--enable-ipv4=true", "--enable-ipv6=false",
+                f"--hostname-override={NODE_NAME}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                f"--health-port={self.ports.ensure('node.netpol-health', must_be_free=True)}",
+                "--metrics-port=0", "--v=1",
+            ]
+            proc.env = self._env()
+            proc.start()
+        url = f"http://{LOOPBACK}:{self.ports.ensure('node.netpol-health')}/healthz"
+        self._wait(proc, lambda: http_ok(url), "kube-router /healthz", timeout)
+
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -644,6 +686,7 @@ state = "{self.run_dir / 'containerd'}"
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
         outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
+        self.processes["netpol"].stop(grace=10.0)
         self.processes["dns"].stop(grace=10.0)
         self.processes["proxy"].stop(grace=10.0)
         self.processes["scheduler"].stop(grace=10.0)
@@ -681,5 +724,6 @@ state = "{self.run_dir / 'containerd'}"
             "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
+            "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
         }
