@@ -147,3 +147,92 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
         kube.kubectl("delete", "bcg", name, "-n", team, "--ignore-not-found", "--wait=false", check=False)
         h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "180s", *helm_args], timeout=240)
     assert kube.kubectl("get", "deployment", full, "-n", rel_ns, check=False).returncode != 0
+
+
+@pytest.fixture
+def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Iterator[Any]:  # noqa: F811
+    """A private PostgreSQL listening on the bridge gateway too (started after the node's bridge)."""
+    from lagpilot_dev import paths
+    from lagpilot_dev.postgres import PostgresPart
+
+    part = PostgresPart(paths.cache_dir(), tmp_path_factory.mktemp("node-op-postgres"))
+    part.start()
+    try:
+        yield part
+    finally:
+        part.purge()
+
+
+def test_drain_job_runs_as_a_container_to_verified(
+        node: Any, kube: KubeEnv, kafka_part: Any, helm_bin: Any, release: str,  # noqa: F811
+        on_node: Callable[[str], str], pods_postgres: Any, tmp_path: Any) -> None:
+    """A backlog one consumer cannot clear within the SLA: the helm-installed operator pod plans a
+    drain and launches its Job, whose pod (the consumer image: Spark in local mode, the ledger sink)
+    runs as a container under Pod Security `restricted`; the drain reaches Verified and the ledger
+    holds every produced record exactly once."""
+    import psycopg
+
+    from lagpilot_dev import helm as h
+    from lagpilot_dev.images_run import produce
+
+    pods_bootstrap, pods_dsn = kafka_part.pods_bootstrap_servers(), pods_postgres.pods_dsn()
+    assert pods_bootstrap and pods_dsn
+    operator_image = _built_and_loaded(node, "operator")
+    consumer_image = _built_and_loaded(node, "consumer")
+    topic, table, parts, per_part = f"node-dr-{uuid.uuid4().hex[:8]}", f"ledger_{uuid.uuid4().hex[:8]}", 3, 4000
+    produce(kafka_part.bootstrap_servers(), topic, parts * per_part, partitions=parts)
+    rel_ns, team = on_node("lpn-sys"), on_node("lpn-team")
+    kube.kubectl("create", "secret", "generic", "pg", "-n", team, "--from-file=dsn=/dev/stdin", input_text=pods_dsn)
+    repository, tag = operator_image.rsplit(":", 1)
+    values = {"watchNamespaces": [team], "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(values))
+    helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
+    h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args])
+    name = "drain-on-node"
+    try:
+        bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
+               "spec": {"kafka": {"bootstrapServers": pods_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
+                        "batch": {"maxRecords": 100, "timeoutMs": 500},
+                        # ~100 records/s per consumer: 12,000 records are beyond one consumer's 60 s
+                        "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
+                                       "config": {"table": table, "cost_ms": "1000"}},
+                        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 5},
+                        "catchUpSLASeconds": 60,
+                        "drain": {"enabled": True, "maxTasks": 6, "minBacklogRecords": 1000},
+                        "template": {"image": consumer_image, "imagePullPolicy": "Never",
+                                     "env": [{"name": "LEDGER_DSN",
+                                              "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}}
+        kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
+
+        def drain() -> dict[str, Any]:
+            obj = json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout)
+            return (obj.get("status") or {}).get("drain") or {}
+
+        def drain_pods_refused() -> None:
+            for p in _pods(kube, team, "app.kubernetes.io/name=lagpilot-drain"):
+                assert not _image_refused(p.get("status", {})), _image_refused(p["status"])
+
+        def finished() -> dict[str, Any] | None:
+            drain_pods_refused()
+            d = drain()
+            return d if d.get("phase") in ("Verified", "Failed", "Cancelled") else None
+
+        d = wait_until(finished, "the drain finished", 1200)
+        assert d["phase"] == "Verified", json.dumps(d)[:2000]
+        job_pods = _pods(kube, team, "app.kubernetes.io/name=lagpilot-drain")
+        assert job_pods and all(p["spec"]["nodeName"] == node.info()["node_name"] for p in job_pods)
+
+        def all_delivered() -> list[Any] | None:
+            with psycopg.connect(pods_postgres.app_dsn()) as conn:
+                rows = conn.execute(f"SELECT partition, count(*), count(DISTINCT \"offset\"), "  # noqa: S608
+                                    f"count(*) FILTER (WHERE source = 'drain') FROM {table} GROUP BY partition").fetchall()
+            return rows if sum(r[2] for r in rows) == parts * per_part else None
+
+        rows = wait_until(all_delivered, "every record in the ledger", 600)
+        assert all(n == distinct == per_part for _, n, distinct, _ in rows), rows  # none lost, none twice
+        assert sum(r[3] for r in rows) > 0, rows  # the drain processed some
+    finally:
+        kube.kubectl("delete", "bcg", name, "-n", team, "--ignore-not-found", "--wait=true", "--timeout=180s",
+                     check=False, timeout=200)
+        h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "180s", *helm_args], timeout=240)
