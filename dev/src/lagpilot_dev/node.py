@@ -7,7 +7,10 @@ containers. It needs the `kube` part (its apiserver and CA) and root. What runs 
   serving the kubelet; pod networking by Debian's CNI `bridge` + `host-local` plugins (/usr/lib/cni):
   bridge `lagpilot0`, pod subnet POD_SUBNET, gateway POD_GATEWAY (= the host as pods see it);
 - kubelet (the stack's Kubernetes version, CGO_ENABLED=0) registering Node NODE_NAME;
-- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them).
+- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them), under
+  its own name; a namespace labelled NAMESPACE_LABEL sends its pods there (NAMESPACE_POLICY);
+- kube-proxy (iptables), CoreDNS on the bridge gateway, and kube-router's NetworkPolicy controller
+  alone (`--run-firewall`) as the policy agent.
 
 Binaries are built once by `dev/build-node.sh` into `<cache>/node/bin`; two images no registry can
 serve here are written by `lagpilot_dev.node_oci` and imported into containerd's `k8s.io`
