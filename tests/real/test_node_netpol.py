@@ -44,9 +44,14 @@ def _pod(name: str, node: Any, labels: dict[str, str], command: str,  # noqa: F8
                         "securityContext": RESTRICTED_CONTAINER_SC}]}}
 
 
-def _answers(kube: KubeEnv, ns: str, name: str) -> list[str]:
-    proc = kube.kubectl("logs", "-n", ns, name, check=False)
-    return [line for line in proc.stdout.split() if line in ("OK", "NO")] if proc.returncode == 0 else []
+def _answers(node: Any, ns: str, name: str) -> list[str]:  # noqa: F811
+    """The client's answers so far, read from the runtime (`crictl logs`): no apiserver-to-kubelet
+    path needed (a control plane started before kube.py's --kubelet-preferred-address-types has none)."""
+    ids = node.crictl("ps", "-a", "-q", "--namespace", ns, "--label", f"io.kubernetes.pod.name={name}").stdout.split()
+    if not ids:
+        return []
+    proc = node.crictl("logs", ids[0])
+    return [line for line in (proc.stdout + proc.stderr).split() if line in ("OK", "NO")]
 
 
 def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
@@ -86,7 +91,7 @@ def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
         kube.kubectl("apply", "-n", cns, "-f", "-", input_text=json.dumps(_pod(name, node, labels, CLIENT, target)))
 
     def all_reach() -> bool:
-        return all(_answers(kube, cns, name)[-3:] == ["OK"] * 3 for name, (cns, _) in clients.items())
+        return all(_answers(node, cns, name)[-3:] == ["OK"] * 3 for name, (cns, _) in clients.items())
 
     wait_until(all_reach, "every client reaching the runtime before the policy (the control)", 300)
 
@@ -94,7 +99,7 @@ def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(policy))
 
     def refused() -> dict[str, int] | None:
-        answers = {name: _answers(kube, cns, name) for name, (cns, _) in clients.items()}
+        answers = {name: _answers(node, cns, name) for name, (cns, _) in clients.items()}
         if all(a[-3:] == ["NO"] * 3 for n, a in answers.items() if n != "drain"):
             return {n: len(a) for n, a in answers.items()}
         return None
@@ -103,7 +108,7 @@ def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
 
     def later(name: str, count: int) -> list[str] | None:
         cns = clients[name][0]
-        tail = _answers(kube, cns, name)[seen[name]:]
+        tail = _answers(node, cns, name)[seen[name]:]
         return tail if len(tail) >= count else None
 
     # from the moment both others were refused on: 5 more answers each
