@@ -5,6 +5,8 @@
 #   containerd, containerd-shim-runc-v2, ctr   (github.com/containerd/containerd/v2, CGO_ENABLED=0)
 #   crictl                                      (sigs.k8s.io/cri-tools, CGO_ENABLED=0)
 #   coredns                                     (github.com/coredns/coredns, CGO_ENABLED=0)
+#   kube-router                                 (github.com/cloudnativelabs/kube-router/v2, CGO_ENABLED=0;
+#                                                run with --run-firewall only: the NetworkPolicy agent)
 #   pause                                       (build/pause/linux/pause.c of the same k8s.io/kubernetes
 #                                                module, gcc -static: the sandbox image's only file)
 # runc and the CNI plugins come from Debian (apt-get; see lagpilot_dev/node.py).
@@ -17,6 +19,7 @@ KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 CONTAINERD_VERSION="${LAGPILOT_CONTAINERD_VERSION:-v2.2.9}"
 CRICTL_VERSION="${LAGPILOT_CRICTL_VERSION:-v1.34.0}"
 COREDNS_VERSION="${LAGPILOT_COREDNS_VERSION:-v1.14.7}"
+KUBE_ROUTER_VERSION="${LAGPILOT_KUBE_ROUTER_VERSION:-v2.1.0}"
 out="${1:?usage: build-node.sh OUT_DIR}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mkdir -p "$out/bin" "$out/src"
@@ -61,6 +64,14 @@ if [ ! -x "$out/bin/coredns" ]; then
   log "building coredns $COREDNS_VERSION"
   go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
   log "coredns built"
+fi
+
+if [ ! -x "$out/bin/kube-router" ]; then
+  log "building kube-router $KUBE_ROUTER_VERSION"
+  m=github.com/cloudnativelabs/kube-router/v2
+  go install -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "$m/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  log "kube-router built"
 fi
 
 if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +39,25 @@ def pods_kafka(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  # n
         part.stop()
 
 
+def user_reference(name: str) -> str:
+    """The name a user gives the image, as the chart and the CRD name it (docs/kind.md builds them
+    under these names): the consumer image is the CRD's `spec.template.image` default, the operator
+    image the chart's `image.repository` at its appVersion."""
+    import yaml
+
+    from lagpilot.spec import DEFAULT_IMAGE
+
+    if name == "consumer":
+        return DEFAULT_IMAGE
+    chart = Path(__file__).resolve().parents[2] / "charts" / "lagpilot"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    app_version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    return f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
+
+
 def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
+    """Build the image (cached layers when nothing changed), load it into the node, and return the
+    name the chart / the CRD use for it: a pod naming it with `imagePullPolicy: Never` must run."""
     from lagpilot_dev import images_tools
     from lagpilot_dev.images_build import IMAGES, build
 
@@ -46,9 +65,9 @@ def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
     if problems:
         pytest.fail("images: cannot build here: " + "; ".join(problems))
     img = IMAGES[name]
-    build(images_tools.default_layout(), img)  # cached layers when nothing changed
+    build(images_tools.default_layout(), img)
     node.load_built_image(img.tag)
-    return img.tag
+    return user_reference(name)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +89,15 @@ def consumer_image(node: Any) -> str:  # noqa: F811
     return _built_and_loaded(node, "consumer")
 
 
+def _image_refused(status: dict[str, Any]) -> str | None:
+    """The kubelet's reason when it will never start the container for its image (no pull here)."""
+    for cs in status.get("containerStatuses") or []:
+        reason = ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        if reason in ("ErrImageNeverPull", "InvalidImageName", "ErrImagePull", "ImagePullBackOff"):
+            return f"{cs.get('image')}: {reason}"
+    return None
+
+
 def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
     tag = _built_and_loaded(node, "operator")
     ns = _restricted_ns(kube, namespace)
@@ -84,9 +112,10 @@ def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, names
 
     def finished() -> dict[str, Any] | None:
         st = json.loads(kube.kubectl("get", "pod", "-n", ns, "operator-help", "-o", "json").stdout)["status"]
-        return st if st.get("phase") in ("Succeeded", "Failed") else None
+        return st if st.get("phase") in ("Succeeded", "Failed") or _image_refused(st) else None
 
     st = wait_until(finished, "operator --help pod finished", timeout=300)
+    assert not _image_refused(st), _image_refused(st)
     assert st["phase"] == "Succeeded", st
     assert st["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
@@ -114,6 +143,8 @@ def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, n
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
 
     def all_committed() -> dict[int, int] | None:
+        st = json.loads(kube.kubectl("get", "pod", "-n", ns, "consumer", "-o", "json").stdout)["status"]
+        assert not _image_refused(st), _image_refused(st)
         got = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
         return got if got == {0: 300, 1: 300} else None
 
@@ -193,3 +224,46 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: Ku
         # the last batch written is the last batch committed: nothing delivered beyond the commit,
         # nothing committed that was not delivered
         assert committed[p] == top + 1 == n, (p, committed, delivered)
+
+
+IN_CLUSTER_SCRIPT = """
+import os
+from kubernetes import client, config
+config.load_incluster_config()  # the ServiceAccount token and the `kubernetes` Service (env)
+ns = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
+client.CoreV1Api().create_namespaced_config_map(ns, {"metadata": {"name": "written-by-the-pod"},
+    "data": {"via": os.environ["KUBERNETES_SERVICE_HOST"] + ":" + os.environ["KUBERNETES_SERVICE_PORT"]}})
+"""
+
+
+def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
+    """An in-cluster client on the node (what the operator as a pod is): the `kubernetes` Service
+    leads to the apiserver, which authenticates the pod's ServiceAccount token and authorizes it
+    by RBAC (a Role that may create ConfigMaps in its namespace, nothing else)."""
+    image = _built_and_loaded(node, "operator")
+    slices = json.loads(kube.kubectl("get", "endpointslices", "-n", "default", "-l",
+                                     "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)["items"]
+    addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
+    assert addresses and not any(a.startswith("127.") for a in addresses), addresses
+    ns = _restricted_ns(kube, namespace)
+    kube.kubectl("create", "serviceaccount", "writer", "-n", ns)
+    kube.kubectl("create", "role", "cm-writer", "--verb=create", "--resource=configmaps", "-n", ns)
+    kube.kubectl("create", "rolebinding", "cm-writer", "--role=cm-writer", f"--serviceaccount={ns}:writer", "-n", ns)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "in-cluster"}, "spec": {
+        "schedulerName": node.info()["scheduler_name"], "restartPolicy": "Never", "serviceAccountName": "writer",
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never",
+                        "command": ["python", "-c", IN_CLUSTER_SCRIPT],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
+                                            if k not in ("runAsUser", "runAsGroup")}}]}}
+    kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
+
+    def finished() -> dict[str, Any] | None:
+        st = json.loads(kube.kubectl("get", "pod", "-n", ns, "in-cluster", "-o", "json").stdout)["status"]
+        return st if st.get("phase") in ("Succeeded", "Failed") or _image_refused(st) else None
+
+    st = wait_until(finished, "the in-cluster client pod finished", timeout=300)
+    assert st["phase"] == "Succeeded", json.dumps(st.get("containerStatuses"))[-3000:]
+    written = json.loads(kube.kubectl("get", "configmap", "-n", ns, "written-by-the-pod", "-o", "json").stdout)
+    assert written["data"]["via"] == "10.0.0.1:443"  # the `kubernetes` Service's ClusterIP

@@ -32,6 +32,14 @@ class ImageDef:
     def ignorefile(self) -> str:
         return f"{self.dockerfile}.dockerignore"
 
+    @property
+    def reference(self) -> str:
+        """The name users give the image (`docker build -t lagpilot/operator:0.1.0`, docs/kind.md; the
+        chart's `image.repository`:appVersion, the CRD's `spec.template.image` default). buildah
+        stores a short name under `localhost/`; the real node also knows the image by this name
+        (lagpilot_dev.node.NodePart.load_built_image), as `kind load docker-image` would."""
+        return self.tag.removeprefix("localhost/")
+
 
 IMAGES: dict[str, ImageDef] = {
     "operator": ImageDef("operator", "operator/Dockerfile", "localhost/lagpilot/operator:0.1.0"),

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, pid_alive, wait_for
 
 log = logging.getLogger("lagpilot_dev.kube")
 
@@ -50,6 +50,9 @@ ADMIN_USER = "lagpilot-admin"
 CLUSTER_NAME = "lagpilot"
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-kube.sh"
 COMPONENTS = ("etcd", "apiserver", "controller-manager")
+# the apiserver listens on every address (clients still need a certificate or a token: anonymous
+# requests get the public discovery paths only, as on any cluster); docs/node.md says why
+APISERVER_BIND = "0.0.0.0"  # noqa: S104
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -279,19 +282,31 @@ class KubePart:
             proc.argv = [
                 str(self.bin / "kube-apiserver"),
                 f"--etcd-servers=http://{LOOPBACK}:{etcd}",
-                f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}", f"--secure-port={port}",
+                # every address, advertised on the host's own (the `kubernetes` Service's endpoint):
+                # pods on the real node (lagpilot_dev.node) reach it through the Service, which a
+                # loopback address cannot serve (the API refuses one in Endpoints; it is each pod's
+                # own loopback anyway). Clients on this host keep https://127.0.0.1:<port>.
+                f"--bind-address={APISERVER_BIND}", f"--advertise-address={host_ip()}", f"--secure-port={port}",
                 f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
                 f"--cert-dir={self.dir / 'apiserver-certs'}",
                 f"--client-ca-file={p / 'ca.crt'}",
                 # towards kubelets (the real node's): logs, exec, port-forward authenticate as system:masters
                 f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+                # ... at the Node's InternalIP: its Hostname (kind's name, lagpilot-worker) resolves
+                # nowhere here, and the default order tries it first
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 # a request-header CA (as every real cluster has): the controller-manager's delegated
                 # authentication reads it and logs an error every second while it is missing
                 f"--requestheader-client-ca-file={p / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
                 "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--authorization-mode=RBAC,Node",
+                # MutatingAdmissionPolicy (beta in 1.35, off by default): the real node
+                # (lagpilot_dev.node) sends the pods of namespaces that opt in to its scheduler with
+                # one; nothing else uses it
+                "--feature-gates=MutatingAdmissionPolicy=true",
+                "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 f"--service-account-issuer={SA_ISSUER}",
                 f"--service-account-key-file={p / 'sa.pub'}",

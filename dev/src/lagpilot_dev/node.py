@@ -7,7 +7,10 @@ containers. It needs the `kube` part (its apiserver and CA) and root. What runs 
   serving the kubelet; pod networking by Debian's CNI `bridge` + `host-local` plugins (/usr/lib/cni):
   bridge `lagpilot0`, pod subnet POD_SUBNET, gateway POD_GATEWAY (= the host as pods see it);
 - kubelet (the stack's Kubernetes version, CGO_ENABLED=0) registering Node NODE_NAME;
-- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them).
+- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them), under
+  its own name; a namespace labelled NAMESPACE_LABEL sends its pods there (NAMESPACE_POLICY);
+- kube-proxy (iptables), CoreDNS on the bridge gateway, and kube-router's NetworkPolicy controller
+  alone (`--run-firewall`) as the policy agent.
 
 Binaries are built once by `dev/build-node.sh` into `<cache>/node/bin`; two images no registry can
 serve here are written by `lagpilot_dev.node_oci` and imported into containerd's `k8s.io`
@@ -35,16 +38,16 @@ from typing import Any
 
 from lagpilot_dev import node_oci
 from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, pid_alive, wait_for
 
 log = logging.getLogger("lagpilot_dev.node")
 
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-            "crictl", "pause", "coredns")
+            "crictl", "pause", "coredns", "kube-router")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
-APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")
+APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "ipset", "busybox-static")
 CNI_BIN_DIR = Path("/usr/lib/cni")
 RUNC = Path("/usr/sbin/runc")
 BUSYBOX = Path("/bin/busybox")
@@ -64,8 +67,56 @@ TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
 # "default-scheduler" when the pod runner retires).
 SCHEDULER_NAME = "lagpilot-node"
 NODE_LABEL = ("node.lagpilot.io/real", "true")
-COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
+# ... and a namespace carrying the same label sends every pod created in it to that scheduler (a
+# MutatingAdmissionPolicy, NAMESPACE_POLICY): the pods a Deployment, a Job or Spark creates there,
+# whose specs nobody here writes, run on the real node. The pod runner takes only namespaces its
+# sessions created, which never carry the label.
+NAMESPACE_LABEL = NODE_LABEL
+NAMESPACE_POLICY = "lagpilot-real-node"
+
+
+def namespace_policy() -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy (admissionregistration.k8s.io/v1beta1; the stack's apiserver
+    enables it) and its binding: a pod created with the default scheduler in a namespace labelled
+    NAMESPACE_LABEL gets `schedulerName: SCHEDULER_NAME`."""
+    key, value = NAMESPACE_LABEL
+    api = "admissionregistration.k8s.io/v1beta1"
+    return [
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicy", "metadata": {"name": NAMESPACE_POLICY},
+         "spec": {
+             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                     "operations": ["CREATE"], "resources": ["pods"]}]},
+             "matchConditions": [{"name": "default-scheduler",
+                                  "expression": "!has(object.spec.schedulerName) || "
+                                                "object.spec.schedulerName == 'default-scheduler'"}],
+             "failurePolicy": "Fail",
+             "reinvocationPolicy": "Never",
+             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                 "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER_NAME}"}}}}'}}],
+         }},
+        {"apiVersion": api, "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": NAMESPACE_POLICY},
+         "spec": {"policyName": NAMESPACE_POLICY,
+                  "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}}}},
+    ]
+COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns", "netpol")
 COREDNS_VERSION = "v1.14.7"
+# the NetworkPolicy agent: kube-router's policy controller alone (--run-firewall; no routing, no
+# service proxy: the CNI bridge and kube-proxy do those). v2.1.0 is what the Go module proxy serves.
+KUBE_ROUTER_VERSION = "v2.1.0"
+KUBE_ROUTER_RBAC = {
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lagpilot:kube-router"},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "lagpilot:kube-router"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lagpilot:kube-router"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-router"}]},
+    ]}
 CLUSTER_DOMAIN = "cluster.local"
 # CoreDNS runs as a host process answering on the bridge gateway: pods reach the host there, and the
 # kubelet writes it into every ClusterFirst pod's resolv.conf (clusterDNS)
@@ -84,6 +135,24 @@ COREDNS_RBAC = {
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
+def cri_image_name(reference: str) -> str:
+    """The fully qualified name containerd's CRI looks an image up by, for the name a pod gives
+    (Docker's normalization, which the kubelet and containerd apply): a first path component that is
+    not a registry (no "." or ":", not "localhost") means Docker Hub, a single name its `library/`,
+    no tag `:latest`. `lagpilot/consumer:0.1.0` -> `docker.io/lagpilot/consumer:0.1.0`."""
+    name, digest = (reference.split("@", 1) + [""])[:2]
+    first, _, rest = name.partition("/")
+    if not rest:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if digest:
+        return f"{name}@{digest}"
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
 def pod_gateway_on_host() -> str | None:
     """POD_GATEWAY when it is an address of this host (the node part made the bridge), else None.
     Host parts (Kafka, PostgreSQL) add a listener there for pods when it exists at their start."""
@@ -98,17 +167,8 @@ def pod_gateway_on_host() -> str | None:
 
 
 def default_node_ip() -> str:
-    """The host's address on its default route (the Node's InternalIP): `ip -j route get` asks the
-    kernel's routing table only, no packet is sent. Falls back to the loopback address."""
-    try:
-        out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True,  # noqa: S607
-                             timeout=5, check=True).stdout
-        src = json.loads(out)[0].get("prefsrc")
-        if src:
-            return str(src)
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        pass
-    return LOOPBACK
+    """The Node's InternalIP: the host's address on its default route (lagpilot_dev.paths.host_ip)."""
+    return host_ip()
 
 
 class NodePart:
@@ -132,7 +192,7 @@ class NodePart:
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
         markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
-                   "proxy": "kube-proxy", "dns": "coredns"}
+                   "proxy": "kube-proxy", "dns": "coredns", "netpol": "kube-router"}
         self.processes: dict[str, Process] = {
             comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
                           pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
@@ -164,7 +224,8 @@ class NodePart:
                                         env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
                                              "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
                                              "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION}).returncode
+                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION,
+                                             "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}).returncode
                 if rc != 0 or not self.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -216,7 +277,7 @@ class NodePart:
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
         """Client certificates for the kubelet and the scheduler, signed by the control plane's CA."""
-        if (self.pki / ".complete").exists() and (self.pki / "coredns.crt").exists():
+        if (self.pki / ".complete").exists() and (self.pki / "kube-router.crt").exists():
             return
         self.pki.mkdir(parents=True, exist_ok=True)
         os.chmod(self.pki, 0o700)
@@ -224,7 +285,8 @@ class NodePart:
         leaves = {"kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
                   "scheduler": "/CN=system:kube-scheduler",
                   "kube-proxy": "/CN=system:kube-proxy",
-                  "coredns": "/CN=system:coredns"}
+                  "coredns": "/CN=system:coredns",
+                  "kube-router": "/CN=system:kube-router"}
         for name, subj in leaves.items():
             if (self.pki / f"{name}.crt").exists():
                 continue  # a PKI made before a leaf was added keeps what it has
@@ -246,7 +308,8 @@ class NodePart:
     def _write_kubeconfigs(self) -> None:
         server = self.kube.server()
         users = {"kubelet": f"system:node:{NODE_NAME}", "scheduler": "system:kube-scheduler",
-                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns"}
+                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns",
+                 "kube-router": "system:kube-router"}
         for who, user in users.items():
             _write_private(self.kubeconfig(who), kubeconfig_yaml(
                 server, self.kube.ca_file(), user, client_cert=self.pki / f"{who}.crt",
@@ -362,7 +425,7 @@ state = "{self.run_dir / 'containerd'}"
             "timeout: 30\n")
 
     def node_ip(self) -> str:
-        return os.environ.get("LAGPILOT_NODE_IP") or default_node_ip()
+        return default_node_ip()
 
     # ---- run -----------------------------------------------------------------------------------
     def is_running(self) -> bool:
@@ -386,6 +449,8 @@ state = "{self.run_dir / 'containerd'}"
             self._wait_node_ready(timeout)
             self._start_proxy(timeout)
             self._start_dns(timeout)
+            self._start_netpol(timeout)
+            self._install_namespace_policy()
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -416,25 +481,37 @@ state = "{self.run_dir / 'containerd'}"
         if proc.returncode != 0:
             raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()[-2000:]}")
 
-    def load_built_image(self, tag: str) -> float:
+    def load_built_image(self, tag: str, reference: str | None = None) -> float:
         """Load an image built by `lagpilot dev images` (buildah, its private containers-storage)
-        into the node: `podman save` as a docker archive, `ctr images import`. Returns seconds."""
+        into the node: `podman save` as a docker archive, `ctr images import`; then name it also as
+        users do (`reference`, default: the build's tag without buildah's `localhost/`, e.g.
+        `lagpilot/consumer:0.1.0`, which the CRI resolves to `docker.io/lagpilot/consumer:0.1.0`):
+        the chart's and the CRD's image names run with `imagePullPolicy: Never`. Returns seconds."""
         import tempfile
 
         from lagpilot_dev.images_tools import default_layout, run_cmd
 
         t0 = time.monotonic()
         layout = default_layout()
-        built_id = run_cmd(layout.podman_argv("image", "inspect", "--format", "{{.Id}}", tag)).stdout.strip()
-        if self.image_id(tag) == f"sha256:{built_id}":
-            log.info("image already on the node", extra={"image": tag, "id": built_id[:12]})
-            return 0.0
-        with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
-            archive = Path(tmp) / "image.tar"
-            run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag), timeout=1800)
-            self.import_image(archive)
+        built_id = f"sha256:{run_cmd(layout.podman_argv('image', 'inspect', '--format', '{{.Id}}', tag)).stdout.strip()}"
+        imported = cri_image_name(tag)
+        user_name = cri_image_name(reference or tag.removeprefix("localhost/"))
+        if self.image_id(imported) != built_id:
+            with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
+                archive = Path(tmp) / "image.tar"
+                run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag),
+                        timeout=1800)
+                self.import_image(archive)
+            if self.image_id(imported) != built_id:
+                raise RuntimeError(f"{tag} imported, but the node has {imported} as {self.image_id(imported)}, "
+                                   f"not the built {built_id}")
+        if user_name != imported and self.image_id(user_name) != built_id:
+            proc = self.ctr("images", "tag", "--force", imported, user_name, timeout=60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"ctr images tag {imported} {user_name} failed: {proc.stderr.strip()[-1000:]}")
         seconds = round(time.monotonic() - t0, 1)
-        log.info("loaded image into the node", extra={"image": tag, "seconds": seconds})
+        log.info("image on the node", extra={"image": tag, "name": user_name, "id": built_id[:19],
+                                              "seconds": seconds})
         return seconds
 
     def image_id(self, tag: str) -> str | None:
@@ -553,6 +630,41 @@ state = "{self.run_dir / 'containerd'}"
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
         self._wait(proc, lambda: http_ok(url), "coredns /health", timeout)
 
+    def _install_namespace_policy(self) -> None:
+        """NAMESPACE_POLICY, when the apiserver serves MutatingAdmissionPolicy (a control plane
+        started before it enabled it has none: pods then name SCHEDULER_NAME themselves)."""
+        proc = self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                                 input_text=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                        "items": namespace_policy()}), timeout=60)
+        if proc.returncode != 0:
+            log.warning("no MutatingAdmissionPolicy on this apiserver: namespaces cannot opt in to the real "
+                        "node (restart the kube part)", extra={"error": proc.stderr.strip()[-300:]})
+
+    def namespace_policy_installed(self) -> bool:
+        return self.kube.kubectl("get", "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
+                                 NAMESPACE_POLICY, timeout=20).returncode == 0
+
+    def _start_netpol(self, timeout: float) -> None:
+        """kube-router's NetworkPolicy controller (iptables + ipset) for this node's pods."""
+        proc = self.processes["netpol"]
+        if not proc.is_running():
+            rbac = self.kube.kubectl("apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC), timeout=60)
+            if rbac.returncode != 0:
+                raise RuntimeError(f"kube-router RBAC: {rbac.stderr.strip()[-1000:]}")
+            proc.argv = [
+                str(self.bin / "kube-router"), f"--kubeconfig={self.kubeconfig('kube-router')}",
+                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
+                "--enable-ipv4=true", "--enable-ipv6=false",
+                f"--hostname-override={NODE_NAME}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                f"--health-port={self.ports.ensure('node.netpol-health', must_be_free=True)}",
+                "--metrics-port=0", "--v=1",
+            ]
+            proc.env = self._env()
+            proc.start()
+        url = f"http://{LOOPBACK}:{self.ports.ensure('node.netpol-health')}/healthz"
+        self._wait(proc, lambda: http_ok(url), "kube-router /healthz", timeout)
+
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -577,6 +689,7 @@ state = "{self.run_dir / 'containerd'}"
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
         outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
+        self.processes["netpol"].stop(grace=10.0)
         self.processes["dns"].stop(grace=10.0)
         self.processes["proxy"].stop(grace=10.0)
         self.processes["scheduler"].stop(grace=10.0)
@@ -610,8 +723,10 @@ state = "{self.run_dir / 'containerd'}"
             "pause_image": PAUSE_IMAGE,
             "test_image": TEST_IMAGE,
             "scheduler_name": SCHEDULER_NAME,
+            "namespace_label": f"{NAMESPACE_LABEL[0]}={NAMESPACE_LABEL[1]}",
             "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
+            "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
         }

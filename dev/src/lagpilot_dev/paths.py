@@ -31,6 +31,24 @@ LOOPBACK = "127.0.0.1"
 _CHILDREN: list[subprocess.Popen[bytes]] = []
 
 
+def host_ip() -> str:
+    """The host's address on its default route (`ip -j route get` asks the kernel's routing table
+    only, no packet is sent): the real node's InternalIP and the address the apiserver advertises
+    (pods reach it; they do not reach 127.0.0.1). `LAGPILOT_NODE_IP` overrides it; LOOPBACK when the
+    host has no default route."""
+    if os.environ.get("LAGPILOT_NODE_IP"):
+        return os.environ["LAGPILOT_NODE_IP"]
+    try:
+        out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True,  # noqa: S607
+                             timeout=5, check=True).stdout
+        src = json.loads(out)[0].get("prefsrc")
+        if src:
+            return str(src)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        pass
+    return LOOPBACK
+
+
 def cache_dir() -> Path:
     """The shared, reusable cache: jars, binaries, the Maven repository. Safe to keep forever."""
     return Path(os.environ.get("LAGPILOT_CACHE") or Path.home() / ".cache" / "lagpilot").expanduser()
