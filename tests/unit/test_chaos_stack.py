@@ -17,7 +17,9 @@ def test_pods_import_the_checkouts_own_runtime(which: str, tmp_path: Path, monke
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     args = argparse.Namespace(fault_timeout=1.0, warm_runtime=False, quick=False, eos_handler="bench.chaos_handler:process",
                               cost_ms=500, alo_cost_ms=50, sla=20)
-    env = {e["name"]: e.get("value") for e in CampaignBase(args).spec(which)["template"]["env"]}
+    c = CampaignBase(args)
+    c.bootstrap = "127.0.0.1:9092"  # set by setup() from the private stack
+    env = {e["name"]: e.get("value") for e in c.spec(which)["template"]["env"]}
     path = env["PYTHONPATH"].split(":")
     assert path[:3] == [str(REPO / d) for d in ("operator/src", "consumer_image/src", "dev/src")]
     assert str(REPO) in path
