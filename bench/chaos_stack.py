@@ -19,7 +19,7 @@ from bench import chaos_faults as cf
 from bench.chaos_faults import Fault
 from bench.chaos_procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
                                say, tcp_open)
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, operator_env
 from lagpilot_dev.paths import free_port
 
 
@@ -128,13 +128,13 @@ class CampaignBase:
                     # the sink's crash hook (a consumer dies right after a batch's transaction, before
                     # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
                     # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
-                    "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                    "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                          {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
         return {**common,
                 "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                                "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},
                 "drain": {"enabled": False},
-                "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                      {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
 
     def apply(self, which: str) -> None:
