@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -233,12 +233,10 @@ def pick_spark_worker(procs: Mapping[int, tuple[int, str]], busy: Iterable[int] 
     return max(py) if py else None
 
 
-def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
-    """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
-    lines that are not JSON objects are skipped."""
+def json_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON object records among log lines (pure); other lines are skipped."""
     import json
 
-    out = []
     for line in lines:
         line = line.strip()
         if not line.startswith("{"):
@@ -247,9 +245,15 @@ def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> li
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain)):
-            out.append(rec)
-    return out
+        if isinstance(rec, dict):
+            yield rec
+
+
+def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
+    """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
+    lines that are not JSON objects are skipped."""
+    return [rec for rec in json_records(lines)
+            if rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain))]
 
 
 def recover_seconds(at: float | None, done_at: float | None) -> float | None:
@@ -261,20 +265,7 @@ def recover_seconds(at: float | None, done_at: float | None) -> float | None:
 def reconciled(lines: Iterable[str]) -> int:
     """How many reconcile steps an operator's JSON log lines show (pure): the apply handler's
     "deployment applied" and the control loop's "first cycle done" (second_operator)."""
-    import json
-
-    n = 0
-    for line in lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("message") in RECONCILE_MESSAGES:
-            n += 1
-    return n
+    return sum(1 for rec in json_records(lines) if rec.get("message") in RECONCILE_MESSAGES)
 
 
 def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int], now: float) -> list[str]:
