@@ -28,7 +28,8 @@ that could not be confirmed is reported as not fired and not counted:
   drain 1: operator_at_plan_write/_publish/_seal/_launch (the operator's LAGPILOT_TEST_CRASH_AT
   points: it exits like kill -9 after each hand-off step, before/after its status write),
   drain_executor_kill (SIGKILL of a Spark Python worker of the drain pod), spec_change_mid_drain
-  (batch.timeoutMs changed while the drain runs: the consumers roll);
+  (batch.timeoutMs changed while the drain runs: the consumers roll; when the crash points left these
+  two no window, they get drain 1b of their own);
   drain 2: drain_driver_kill (SIGKILL of the drain pod's process group), cr_delete_mid_drain (the
   eos CR deleted while its drain runs, finalizer bound 5 s: the remainder is handed back; then the
   CR is re-created with the same groupId and must adopt it);
