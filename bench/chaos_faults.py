@@ -127,6 +127,22 @@ def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, r
     }
 
 
+def confirmations(faults: Iterable[Fault]) -> list[dict[str, Any]]:
+    """One short line of the JSON per confirmed fault (pure): kind, round, target, when, recovered, and
+    the scalar evidence that confirmed it (pid, port, marker, generation, phase ...; long values and
+    nested ones stay in result.json). A fault without a confirmation time or evidence is listed too,
+    with `confirmed: false`, so a reader (and the verdict) sees it."""
+    out = []
+    for f in faults:
+        if not f.fired:
+            continue
+        ev = {k: v for k, v in f.evidence.items()
+              if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 80)}
+        out.append({"kind": f.kind, "round": f.round, "target": f.target, "at": f.at, "recovered": f.recovered,
+                    "confirmed": f.at is not None and bool(f.evidence), "evidence": ev})
+    return out
+
+
 def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] = ()) -> str:
     """The per-kind table (pure); `not_applicable` kinds get one `n/a` row each."""
     def cell(x: Any) -> str:
@@ -150,6 +166,8 @@ def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) 
         problems.append(f"faults {result.get('faults')} < {min_faults}")
     if (result.get("kinds") or 0) < min_kinds:
         problems.append(f"kinds {result.get('kinds')} < {min_kinds}")
+    if not result.get("fired_all_confirmed", True):
+        problems.append("a fault counted as fired has no confirmation (time and evidence)")
     if result.get("recovered") != result.get("faults"):
         problems.append(f"recovered {result.get('recovered')} != faults {result.get('faults')}")
     if result.get("lost") != 0:

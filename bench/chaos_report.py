@@ -29,7 +29,8 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
         "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,
         "eos_table_keyless": c.eos_keyless, "operator_restarts": c.op.gen - 1, "repairs": c.repairs,
-        "fired_all_confirmed": all(f.at is not None and f.evidence for f in c.faults if f.fired),
+        "fired_all_confirmed": all(f.at is not None and bool(f.evidence) for f in c.faults if f.fired),
+        "fired": cf.confirmations(c.faults),  # per confirmed fault: what confirmed it (scalars)
         "wall_s": round(time.time() - t_start, 1), "workdir": str(c.workdir),
         "faults_detail": [f.to_dict() for f in c.faults],
     })

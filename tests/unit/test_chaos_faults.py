@@ -121,6 +121,21 @@ def test_summary_and_table_with_a_not_applicable_kind() -> None:
     assert cf.table(cf.per_kind(faults), ("drain_runtime_kill",)).count("drain_runtime_kill") == 1
 
 
+def test_each_fired_fault_is_listed_with_what_confirmed_it() -> None:
+    faults = [
+        Fault("consumer_kill", 1, "eos", fired=True, at=5.0, recovered=True, recover_s=4.0,
+              evidence={"pid": 77, "pod": "eos-abc", "answers": [[401, "x"]], "cmdline": "y" * 200}),
+        Fault("drain_executor_kill", 1, "eos", fired=False, detail="not running"),
+        Fault("kafka_restart", 2, fired=True, at=None, evidence={}),
+    ]
+    got = cf.confirmations(faults)
+    assert got[0] == {"kind": "consumer_kill", "round": 1, "target": "eos", "at": 5.0, "recovered": True,
+                      "confirmed": True, "evidence": {"pid": 77, "pod": "eos-abc"}}
+    assert [(g["kind"], g["confirmed"]) for g in got] == [("consumer_kill", True), ("kafka_restart", False)]
+    s = cf.summary(faults[:2], 0, 0, 0, {"fired_all_confirmed": False})
+    assert "a fault counted as fired has no confirmation (time and evidence)" in cf.verdict(s)
+
+
 def test_the_issue_23_kinds_are_known_and_the_campaign_has_20() -> None:
     new = {"second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned"}
     assert new <= set(cf.KINDS) and len(cf.KINDS) >= 20
