@@ -1,13 +1,13 @@
-"""bench/chaos_drain.py's drain 1 without a stack: the drain statuses it polls are scripted."""
+"""bench/chaos/drain_faults.py's drain 1 without a stack: the drain statuses it polls are scripted."""
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_drain import DrainFaults
-from bench.chaos_faults import Fault
+from bench.chaos import faults as cf
+from bench.chaos.drain_faults import DrainFaults
+from bench.chaos.faults import Fault
 
 RUNNING_AT_0 = {"id": 2, "phase": "Running", "recordsDone": 0, "recordsTotal": 7407}
 MID_WAY = {"id": 3, "phase": "Running", "recordsDone": 3000, "recordsTotal": 9000}

@@ -1,4 +1,4 @@
-"""bench/chaos_faults.py: the pure pieces of the fault campaign (kind selection per mode, the busy
+"""bench/chaos/faults.py: the pure pieces of the fault campaign (kind selection per mode, the busy
 Spark worker pick, the runtime log scan, the summary and its table)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
 
 
 @pytest.mark.parametrize(("selected", "warm", "run", "na"), [

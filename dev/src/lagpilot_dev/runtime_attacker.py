@@ -1,5 +1,5 @@
 """Issue 23 C1's attacker, for the real test (tests/real/test_drain_runtime_auth.py) and the fault
-campaign (bench/chaos_review.py `forged_plan`): plans POSTed to a warm drain runtime's port from
+campaign (bench/chaos/review.py `forged_plan`): plans POSTed to a warm drain runtime's port from
 ANOTHER process with no key, as any pod in the cluster could before C1 (the runtime must refuse
 them: 401)."""
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.chaos_procs import PARTS, TERMINAL, say
-from bench.chaos_stack import CampaignBase
+from bench.chaos.procs import PARTS, TERMINAL, say
+from bench.chaos.stack import CampaignBase
 
 
 class LedgerChecks(CampaignBase):
@@ -54,7 +54,7 @@ class LedgerChecks(CampaignBase):
                 if attempt == 0:
                     self.repair("at the end (groups not caught up)", time.time() - 120)
         if getattr(self, "aborted", None):  # aborted_transactions: what a read_committed reader sees had to be delivered
-            from bench.chaos_faults import report_visible
+            from bench.chaos.faults import report_visible
 
             visible = self.visible_offsets(ends)  # type: ignore[attr-defined]
             with psycopg.connect(self.dsn, connect_timeout=30) as conn:

@@ -1,5 +1,5 @@
 """The campaign's report (bench/chaos.py): the result from the faults and the ledgers' end (the per-kind
-summary and the verdict: bench/chaos_faults.py), written to the work dir and printed (table, totals,
+summary and the verdict: bench/chaos/faults.py), written to the work dir and printed (table, totals,
 ONE JSON line last with --json)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import chaos_faults as cf
+from bench.chaos import faults as cf
 
 if TYPE_CHECKING:
-    from bench.chaos_stack import CampaignBase
+    from bench.chaos.stack import CampaignBase
 
 
 def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bool, kinds: frozenset[str],

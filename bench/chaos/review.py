@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_drain_watch import DrainWatch
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.drain_watch import DrainWatch
 from lagpilot_dev.paths import free_port
 from lagpilot_dev.runtime_attacker import attack
 
-from bench.chaos_procs import GROUP, JOB_LABEL, PARTS, PLURAL, TERMINAL, VERSION, Operator, dead, pid_gone, say
+from bench.chaos.procs import GROUP, JOB_LABEL, PARTS, PLURAL, TERMINAL, VERSION, Operator, dead, pid_gone, say
 
 def proc_state(pid: int) -> str:
     try:

@@ -11,10 +11,10 @@ import signal
 import time
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_drain_watch import DrainWatch
-from bench.chaos_procs import GROUP, PLURAL, TERMINAL, VERSION, dead, pid_gone, say
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.drain_watch import DrainWatch
+from bench.chaos.procs import GROUP, PLURAL, TERMINAL, VERSION, dead, pid_gone, say
 
 
 class DrainFaults(DrainWatch):

@@ -1,6 +1,6 @@
 """The fault campaign's state, its private stack and CRs (setup, teardown) and how it observes the
 system (CR status, the ledgers' last deliveries, health after a fault, repairs). The fault rounds
-(bench/chaos_steady.py, bench/chaos_drain.py) and the ledger checks (bench/chaos_ledger.py) build on
+(bench/chaos/steady.py, bench/chaos/drain_faults.py) and the ledger checks (bench/chaos/ledger.py) build on
 it; bench/chaos.py drives them."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
                                say, tcp_open)
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, operator_env
 from lagpilot_dev.paths import free_port
