@@ -338,3 +338,30 @@ def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int,
     return {"produced": sum(len(v) for v in vis.values()), "delivered": sum(seen.values()), "distinct": len(seen),
             "lost": sum(len(v) for v in vis.values()) - inside, "duplicated": sum(n - 1 for n in seen.values()),
             "outside": len(seen) - inside}
+
+
+def offset_runs(counts: Iterable[tuple[int, int, int]], expected: Mapping[int, Iterable[int]],
+                most: int = 40) -> dict[str, dict[int, list[list[int]]]]:
+    """Where a ledger misses or repeats offsets (pure), for a run whose `lost`/`duplicated` is not 0:
+    per partition the runs `[a, b)` of expected offsets never delivered (`lost`) and the runs
+    `[a, b, times]` of offsets delivered more than once (`duplicated`), at most `most` runs each."""
+    seen: dict[tuple[int, int], int] = {}
+    for p, o, n in counts:
+        seen[(int(p), int(o))] = seen.get((int(p), int(o)), 0) + int(n)
+
+    def runs(offsets: Iterable[tuple[int, int]]) -> list[list[int]]:
+        out: list[list[int]] = []
+        for o, n in sorted(offsets):
+            if out and out[-1][1] == o and out[-1][2] == n:
+                out[-1][1] = o + 1
+            else:
+                out.append([o, o + 1, n])
+        return out[:most]
+
+    lost = {int(p): [r[:2] for r in runs((int(o), 0) for o in offs if (int(p), int(o)) not in seen)]
+            for p, offs in expected.items()}
+    dup: dict[int, list[tuple[int, int]]] = {}
+    for (p, o), n in seen.items():
+        if n > 1:
+            dup.setdefault(p, []).append((o, n))
+    return {"lost": {p: r for p, r in lost.items() if r}, "duplicated": {p: runs(v) for p, v in dup.items()}}

@@ -25,8 +25,8 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "produce_errors": len(c.producer.errors),
         # aborted_transactions: the offsets a read_committed reader sees (what had to be delivered), else absent
         **({"visible": end["visible"]} if "visible" in end else {}),
-        "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
-        "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
+        "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside", "runs") if k in eos},
+        "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside", "runs") if k in alo},
         "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,
         "eos_table_keyless": c.eos_keyless, "operator_restarts": c.op.gen - 1, "repairs": c.repairs,
         "fired_all_confirmed": all(f.at is not None and bool(f.evidence) for f in c.faults if f.fired),

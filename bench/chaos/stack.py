@@ -286,6 +286,12 @@ class CampaignBase:
             self.runner.stop()
         with contextlib.suppress(Exception):
             self.core.delete_namespace(self.ns, propagation_policy="Background")
+        if getattr(self, "evidence_kept", False):  # lost/duplicated offsets: the topic and the tables stay
+            say(f"kept for a look: topic {self.topic}, tables {self.eos_table}, {self.eos_table}_lagpilot_progress, "
+                f"{self.alo_table} (state dir {self.args.state_dir})")
+            with contextlib.suppress(Exception):
+                self.stack.release(self.lease, stop=not self.args.keep_stack)
+            return
         with contextlib.suppress(Exception):
             self.admin.delete_topics([self.topic])[self.topic].result(30)
         with contextlib.suppress(Exception):

@@ -190,3 +190,11 @@ def test_verdict_names_a_delivered_offset_kafka_does_not_show() -> None:
     base = {"faults": 1, "kinds": 1, "recovered": 1, "lost": 0, "duplicated": 0}
     assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 0}}) == []
     assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 4}}) == ["alo outside 4"]
+
+
+def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
+    counts = [(0, 0, 1), (0, 1, 1), (0, 4, 2), (0, 5, 2), (0, 6, 3), (1, 0, 1), (1, 2, 1), (1, 9, 1)]
+    got = cf.offset_runs(counts, {0: range(7), 1: range(3)})
+    assert got["lost"] == {0: [[2, 4]], 1: [[1, 2]]}
+    assert got["duplicated"] == {0: [[4, 6, 2], [6, 7, 3]]}
+    assert cf.offset_runs([(0, o, 1) for o in range(5)], {0: range(5)}) == {"lost": {}, "duplicated": {}}
