@@ -11,31 +11,15 @@
 # kube-controller-manager kubectl (the control plane; dev/build-node.sh asks for the node's).
 set -euo pipefail
 
-KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 ETCD_VERSION="${LAGPILOT_ETCD_VERSION:-v3.6.16}"
 out="${1:?usage: build-kube.sh OUT_DIR [BINARY...]}"
 shift
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=(etcd kube-apiserver kube-controller-manager kubectl)
-mkdir -p "$out/bin" "$out/src"
-log() { printf '[build-kube %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-# Go's module and build caches for this build live under OUT_DIR/src and are deleted after a
-# successful build (measured: 0.9 GB of modules + 3.0 GB of build cache for v1.35.4), so the only
-# disk kept is the binaries (~280 MB). LAGPILOT_KEEP_GO_CACHE=1 keeps them (a rebuild is then ~35 s
-# instead of ~5 min); LAGPILOT_GO_CACHE_SHARED=1 uses Go's own (shared, user-wide) caches instead.
-if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ]; then
-  export GOMODCACHE="$out/src/go-mod" GOCACHE="$out/src/go-build"
-fi
-cleanup_go_caches() {
-  if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then
-    chmod -R u+w "$out/src" 2>/dev/null || true   # the module cache is read-only by design
-    rm -rf "$out/src"
-    log "removed the build's Go caches (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
-  fi
-}
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=build-go-env.sh
+. "$here/build-go-env.sh"   # KUBE_VERSION, log, the Go env and its caches, cleanup_go_caches
+go_build_setup kube "$out"
 
 want_etcd=0
 need=()

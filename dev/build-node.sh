@@ -15,21 +15,15 @@
 # deleted after a successful build unless LAGPILOT_KEEP_GO_CACHE=1, as in build-kube.sh)
 set -euo pipefail
 
-KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 CONTAINERD_VERSION="${LAGPILOT_CONTAINERD_VERSION:-v2.2.9}"
 CRICTL_VERSION="${LAGPILOT_CRICTL_VERSION:-v1.34.0}"
 COREDNS_VERSION="${LAGPILOT_COREDNS_VERSION:-v1.14.7}"
 KUBE_ROUTER_VERSION="${LAGPILOT_KUBE_ROUTER_VERSION:-v2.1.0}"
 out="${1:?usage: build-node.sh OUT_DIR}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mkdir -p "$out/bin" "$out/src"
-log() { printf '[build-node %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-export GOFLAGS="-mod=mod -buildvcs=false"
-export CGO_ENABLED=0
-if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ]; then
-  export GOMODCACHE="$out/src/go-mod" GOCACHE="$out/src/go-build"
-fi
+# shellcheck source=build-go-env.sh
+. "$here/build-go-env.sh"   # KUBE_VERSION, log, the Go env and its caches, cleanup_go_caches
+go_build_setup node "$out"
 export GOBIN="$out/bin"
 
 if [ ! -x "$out/bin/pause" ]; then
@@ -74,9 +68,5 @@ if [ ! -x "$out/bin/kube-router" ]; then
   log "kube-router built"
 fi
 
-if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then
-  chmod -R u+w "$out/src" 2>/dev/null || true
-  rm -rf "$out/src"
-  log "removed the build's Go caches (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
-fi
+cleanup_go_caches
 ls -la "$out/bin" >&2

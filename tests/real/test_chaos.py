@@ -10,7 +10,7 @@ without any key: one row per delivery) compared with the topic's end offsets.
 The assertions can fail: a fault that did not fire is reported as not fired (`not_fired` > 0), a
 recovery that timed out is not counted in `recovered`; the exactly-once table is checked to have no
 index (a key would hide duplicates), and with the negative-control handler
-(`--eos-handler bench.chaos_handler:process_at_least_once`, docs/chaos.md) the same run reports
+(`--eos-handler bench.chaos.handler:process_at_least_once`, docs/chaos.md) the same run reports
 duplicated = 100 (one batch replayed after the crash hook)."""
 from __future__ import annotations
 

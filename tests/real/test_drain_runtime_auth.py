@@ -18,8 +18,6 @@ only that the operator created the policy and the key Secret, owned by the CR.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 import pytest
 
 from lagpilot.act.drain_runtime import runtime_name, runtime_port
+from lagpilot_dev.runtime_attacker import attack
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _worktree_pythonpath
@@ -37,34 +36,6 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 # the runtime warms up under load (a first run at 2 s per batch: the consumers had cleared 12,000
 # records before the runtime was Ready at load 22, and no drain was due any more)
 PER_PARTITION, COST_MS = 6000, 6000
-
-ATTACKER = r"""
-import http.client, json, sys
-port, bodies = int(sys.argv[1]), json.loads(sys.stdin.read())
-out = []
-for body in bodies:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:  # a runtime that takes the plan runs it: no answer within 30 s (recorded as status 0)
-        c.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        out.append([r.status, r.read().decode()])
-    except Exception as exc:
-        out.append([0, type(exc).__name__ + ": " + str(exc)])
-    c.close()
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-c.request("GET", "/healthz")
-r = c.getresponse()
-out.append([r.status, r.read().decode()])
-print(json.dumps(out))
-"""
-
-
-def attack(port: int, bodies: list[str]) -> list[tuple[int, str]]:
-    """Send `bodies` to the runtime from another process; [(status, body)] + the healthz answer last."""
-    done = subprocess.run([sys.executable, "-c", ATTACKER, str(port)], input=json.dumps(bodies), text=True,
-                          capture_output=True, timeout=300, check=True)
-    return [(int(s), b) for s, b in json.loads(done.stdout)]
-
 
 def ledger_rows(dsn: str, table: str) -> int:
     import psycopg
@@ -92,7 +63,7 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(scenario: Callable[.
                         separators=(",", ":"), sort_keys=True)
     made_up = json.dumps({"plan": forged, "auth": {"crUid": "x", "drainId": "1", "attempt": 1,
                                                     "expiresAt": int(time.time()) + 600, "signature": "00" * 32}})
-    answers = attack(port, [forged, made_up])
+    answers = attack(port, [forged, made_up], healthz=True)
     assert [a[0] for a in answers[:2]] == [401, 401], answers
     healthz = answers[2]
     assert healthz[0] == 200 and '"1"' not in healthz[1], healthz

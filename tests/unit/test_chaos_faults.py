@@ -1,4 +1,4 @@
-"""bench/chaos_faults.py: the pure pieces of the fault campaign (kind selection per mode, the busy
+"""bench/chaos/faults.py: the pure pieces of the fault campaign (kind selection per mode, the busy
 Spark worker pick, the runtime log scan, the summary and its table)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
 
 
 @pytest.mark.parametrize(("selected", "warm", "run", "na"), [
@@ -121,6 +121,21 @@ def test_summary_and_table_with_a_not_applicable_kind() -> None:
     assert cf.table(cf.per_kind(faults), ("drain_runtime_kill",)).count("drain_runtime_kill") == 1
 
 
+def test_each_fired_fault_is_listed_with_what_confirmed_it() -> None:
+    faults = [
+        Fault("consumer_kill", 1, "eos", fired=True, at=5.0, recovered=True, recover_s=4.0,
+              evidence={"pid": 77, "pod": "eos-abc", "answers": [[401, "x"]], "cmdline": "y" * 200}),
+        Fault("drain_executor_kill", 1, "eos", fired=False, detail="not running"),
+        Fault("kafka_restart", 2, fired=True, at=None, evidence={}),
+    ]
+    got = cf.confirmations(faults)
+    assert got[0] == {"kind": "consumer_kill", "round": 1, "target": "eos", "at": 5.0, "recovered": True,
+                      "confirmed": True, "evidence": {"pid": 77, "pod": "eos-abc"}}
+    assert [(g["kind"], g["confirmed"]) for g in got] == [("consumer_kill", True), ("kafka_restart", False)]
+    s = cf.summary(faults[:2], 0, 0, 0, {"fired_all_confirmed": False})
+    assert "a fault counted as fired has no confirmation (time and evidence)" in cf.verdict(s)
+
+
 def test_the_issue_23_kinds_are_known_and_the_campaign_has_20() -> None:
     new = {"second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned"}
     assert new <= set(cf.KINDS) and len(cf.KINDS) >= 20
@@ -175,3 +190,11 @@ def test_verdict_names_a_delivered_offset_kafka_does_not_show() -> None:
     base = {"faults": 1, "kinds": 1, "recovered": 1, "lost": 0, "duplicated": 0}
     assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 0}}) == []
     assert cf.verdict({**base, "eos": {"outside": 0}, "alo": {"outside": 4}}) == ["alo outside 4"]
+
+
+def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
+    counts = [(0, 0, 1), (0, 1, 1), (0, 4, 2), (0, 5, 2), (0, 6, 3), (1, 0, 1), (1, 2, 1), (1, 9, 1)]
+    got = cf.offset_runs(counts, {0: range(7), 1: range(3)})
+    assert got["lost"] == {0: [[2, 4]], 1: [[1, 2]]}
+    assert got["duplicated"] == {0: [[4, 6, 2], [6, 7, 3]]}
+    assert cf.offset_runs([(0, o, 1) for o in range(5)], {0: range(5)}) == {"lost": {}, "duplicated": {}}

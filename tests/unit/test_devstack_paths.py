@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lagpilot_dev import paths
-from lagpilot_dev.paths import Ports, Process, port_is_free, wait_for
+from lagpilot_dev.paths import Ports, Process, port_is_free, wait_for, wait_started
 
 
 def test_cache_and_state_dirs_follow_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -119,3 +119,22 @@ def test_wait_for_treats_exceptions_as_not_yet() -> None:
         return v
 
     wait_for(check, "flaky probe", timeout=10, interval=0.01)
+
+
+def test_wait_started_gives_up_when_the_part_exits_and_shows_its_log(tmp_path: Path) -> None:
+    # one helper for every part a dev stack starts (kube.py, node.py): a part that dies while we wait
+    # fails at once (a 1-day timeout), and the error carries the tail of its log
+    proc = Process(name="dies", argv=[sys.executable, "-c", "print('bad flag --x', flush=True)", f"lagpilot-test-{tmp_path.name}"],
+                   log_file=tmp_path / "d.log", pid_file=tmp_path / "d.pid", marker=f"lagpilot-test-{tmp_path.name}")
+    proc.start()
+    with pytest.raises(RuntimeError, match=r"(?s)gave up waiting for dies /healthz: the process exited.*bad flag --x"):
+        wait_started(proc, lambda: False, "dies /healthz", timeout=86400, interval=0.05)
+
+
+def test_wait_started_returns_once_the_check_holds(tmp_path: Path) -> None:
+    proc = _sleeper(tmp_path)
+    proc.start()
+    try:
+        wait_started(proc, lambda: "up" in proc.log_file.read_text(), "sleeper output", timeout=30, interval=0.05)
+    finally:
+        proc.stop()

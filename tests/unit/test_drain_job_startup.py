@@ -19,8 +19,8 @@ from lagpilot_runtime.drain_task import sub_range_of
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain_measure import classify, longest_gap, percentile  # noqa: E402
-from bench.drain_variants import (executor_variants, median_diffs, median_of, median_ratios, parse_variants,  # noqa: E402
+from bench.drain.measure import classify, longest_gap, percentile  # noqa: E402
+from bench.drain.variants import (executor_variants, median_diffs, median_of, median_ratios, parse_variants,  # noqa: E402
                                   round_order)
 
 PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)

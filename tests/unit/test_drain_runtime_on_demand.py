@@ -13,11 +13,11 @@ import pytest
 
 from lagpilot.act import drain_runtime as rt
 from lagpilot_runtime import plan_auth
-from lagpilot.act.drain_manifests import DrainSettings
 from lagpilot.decide.handoff import condition
 from lagpilot.decide.runtime import RuntimeObservation
 from lagpilot.decide.status import format_time, parse_time
-from tests.unit.test_drain_runtime_operator import _FakeApps, pod, spec_with
+from tests.unit.runtime_fakes import FakeApps, FakeCore, runtime_manager
+from tests.unit.test_drain_runtime_operator import pod, spec_with
 
 NOW = 1_790_000_000.0
 # with the fingerprint of the key _manager gives the CR (the pod template follows the key)
@@ -122,26 +122,10 @@ def test_observation_of(existing: Any, pods: list[dict[str, Any]], want: Runtime
 
 # ---- the I/O edge: one read a cycle, reused by the sync ------------------------------------------------
 
-class _FakeCore:
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
-        self.pods, self.calls = pods, []
-
-    def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> dict[str, Any]:
-        self.calls.append(("list", label_selector))
-        return {"items": self.pods}
-
-
 def _manager(current: dict[str, Any] | None, pods: list[dict[str, Any]] | None = None
-             ) -> tuple[rt.RuntimeManager, _FakeApps, _FakeCore]:
-    from kubernetes import client
-
-    m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
-    apps, core = _FakeApps(current), _FakeCore(pods or [])
-    m.apps, m.core, m._sanitize = apps, core, (lambda x: x)  # type: ignore[assignment,method-assign]
-    # the CR's key and NetworkPolicy as already made (test_drain_runtime_trust covers making them)
-    m._keys._keys[("ns1", "orders", "uid-1")] = bytes(32)
-    m._policies.add(("ns1", "orders", "uid-1"))
-    return m, apps, core
+             ) -> tuple[rt.RuntimeManager, FakeApps, FakeCore]:
+    m = runtime_manager(current, pods)
+    return m, m.apps, m.core
 
 
 def test_observe_reads_the_pods_only_while_there_are_replicas() -> None:
@@ -156,7 +140,7 @@ def test_observe_reads_the_pods_only_while_there_are_replicas() -> None:
     m, apps, core = _manager(dep(1), [pod("a", ip="127.0.0.1", config=HASH)])
     seen = m.observe("ns1", "orders", "uid-1", on_demand)
     assert seen is not None and seen.observation == RuntimeObservation(1, True, parse_time(EARLIER))
-    assert apps.calls == ["get"] and core.calls == [("list", "app.kubernetes.io/name=lagpilot-drain-runtime,"
+    assert apps.calls == ["get"] and core.calls == [("list pods", "app.kubernetes.io/name=lagpilot-drain-runtime,"
                                                              "lagpilot.io/drain-runtime-of=orders")]
 
 

@@ -21,6 +21,7 @@ from lagpilot.act.drain_manifests import (
 )
 from lagpilot.decide.handoff import Action, DrainStatus, Kind, PartitionRange, Phase, SubProgress
 from lagpilot.spec import DrainSpec, SpecError, parse_spec
+from tests.unit.runtime_fakes import FakeApps, executor_at_launch, runtime_manager
 from tests.unit.test_crd_schema import SCHEMA, schema_at, validate
 
 RAW: dict[str, Any] = {
@@ -316,38 +317,6 @@ def test_launch_records_the_path_in_status_and_event(word: str) -> None:
 
 # ---- the executor: a launch asks the runtime, the Job and the status say which path ----------------
 
-class _FakeBatch:
-    def __init__(self, existing: dict[str, Any] | None = None) -> None:
-        self.created: list[dict[str, Any]] = []
-        self.existing = existing
-
-    def create_namespaced_job(self, namespace: str, body: dict[str, Any]) -> None:
-        if self.existing is not None:
-            err = RuntimeError("AlreadyExists")
-            err.status = 409  # type: ignore[attr-defined]
-            raise err
-        self.created.append(body)
-
-    def read_namespaced_job(self, name: str, namespace: str) -> dict[str, Any]:
-        assert self.existing is not None
-        return self.existing
-
-
-class _FakeRuntime:
-    def __init__(self, url: str | None) -> None:
-        self.url_value, self.asked = url, 0
-
-    def url(self, namespace: str, name: str, uid: str, spec: Any, version: str = "0.1.0") -> str | None:
-        self.asked += 1
-        return self.url_value
-
-    def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
-             now: float | None = None) -> Any:
-        from lagpilot_runtime import plan_auth
-
-        return plan_auth.sign(b"k" * 32, plan_text, uid, drain_id, attempt, (now or 0) + 600)
-
-
 @pytest.mark.parametrize("url,adopted,word", [
     ("http://127.0.0.1:31000", None, "warm"),
     (None, None, "cold"),
@@ -356,26 +325,9 @@ class _FakeRuntime:
                                              "ownerReferences": [{"uid": "u", "controller": True}]}}, "cold"),
 ])
 def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[str, Any] | None, word: str) -> None:
-    from lagpilot.act.drain import DrainExecutor
-    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
-
-    from lagpilot.decide.handoff import JobObservation, JobState
-
-    class Ex(FakeExecutor):
-        def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:
-            DrainExecutor.create_job(self, ctx, d, attempt, runtime_url)  # the real one, on a fake batch API
-            self.world["jobs"][f"orders-drain-{d.id}-{attempt}"] = JobObservation(JobState.ACTIVE, 1)
-
-    log: list[tuple[str, Any]] = []
-    w = world0()
-    ex = Ex(log, w)
-    ex.batch = _FakeBatch(adopted)  # type: ignore[assignment]
-    ex._sanitize = lambda x: x  # type: ignore[method-assign]
-    ex.runtime = _FakeRuntime(url)  # type: ignore[assignment]
-    ex.reconcile(ctx(log, w, None, wanted=(0,)))
-    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
-    w["committed"][0] = 500
-    r = ex.reconcile(ctx(log, w, w["status"]))
+    ex, launch = executor_at_launch(adopted, url)
+    r = ex.reconcile(launch)
+    log = ex.log
     assert ex.runtime.asked == 1  # asked at the launch only
     assert r.status is not None and r.status["phase"] == "Running" and r.status["runtime"] == word
     started = [e for e in log if e[0] == "event" and e[1] == "DrainStarted"]
@@ -414,39 +366,9 @@ def test_runtime_url_property(pods: list[dict[str, Any]], config: str | None) ->
         assert url == (f"http://[{ip}]:31000" if ":" in ip else f"http://{ip}:31000")
 
 
-class _FakeApps:
-    def __init__(self, current: dict[str, Any] | None) -> None:
-        self.current, self.calls = current, []
-
-    def read_namespaced_deployment(self, name: str, namespace: str) -> dict[str, Any]:
-        self.calls.append("get")
-        if self.current is None:
-            err = RuntimeError("NotFound")
-            err.status = 404  # type: ignore[attr-defined]
-            raise err
-        return self.current
-
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
-        assert kw["field_manager"] == "lagpilot" and kw["_content_type"] == "application/apply-patch+yaml"
-        self.calls.append("apply")
-        self.current = body
-
-    def delete_namespaced_deployment(self, name: str, namespace: str, propagation_policy: str = "") -> None:
-        assert propagation_policy == "Foreground"
-        self.calls.append("delete")
-        self.current = None
-
-
-def _manager(current: dict[str, Any] | None) -> tuple[rt.RuntimeManager, _FakeApps]:
-    from kubernetes import client
-
-    m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
-    apps = _FakeApps(current)
-    m.apps, m._sanitize = apps, (lambda x: x)  # type: ignore[assignment,method-assign]
-    # the CR's key and NetworkPolicy as already made (test_drain_runtime_trust covers making them)
-    m._keys._keys[("ns1", "orders", "uid-1")] = bytes(32)
-    m._policies.add(("ns1", "orders", "uid-1"))
-    return m, apps
+def _manager(current: dict[str, Any] | None) -> tuple[rt.RuntimeManager, FakeApps]:
+    m = runtime_manager(current)
+    return m, m.apps
 
 
 def test_sync_io_create_keep_defer_delete_and_no_reads_for_unwanted() -> None:

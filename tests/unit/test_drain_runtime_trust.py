@@ -16,6 +16,7 @@ from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
 from lagpilot.act.deployment import build_deployment
 from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
+from tests.unit.runtime_fakes import executor_at_launch, runtime_manager
 
 RAW: dict[str, Any] = {
     "kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "orders-batch",
@@ -26,12 +27,6 @@ DRAIN = DrainStatus(id=3, phase=Phase.HANDED_OFF, ranges=(PartitionRange(1, 900,
                     sub_ranges=(SubProgress(1, 0, 100, 500, 100), SubProgress(1, 1, 500, 900, 700, 200)))
 CR_UID, DEP_UID, RS_UID = "uid-1", "dep-uid", "rs-uid"
 KEY_HEX = "ab" * 32
-
-
-def _err(status: int) -> Exception:
-    e = RuntimeError(str(status))
-    e.status, e.reason = status, str(status)  # type: ignore[attr-defined]
-    return e
 
 
 def owner(kind: str, name: str, uid: str, controller: bool = True) -> dict[str, Any]:
@@ -58,80 +53,8 @@ def runtime_pod(name: str, ip: str, rs: dict[str, Any] | None, config: str | Non
                                          "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-class FakeCore:
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
-        self.pods, self.secrets, self.policies, self.calls = pods, {}, {}, []
-
-    def list_namespaced_pod(self, namespace: str, label_selector: str = "") -> dict[str, Any]:
-        self.calls.append("list pods")
-        return {"items": self.pods}
-
-    def read_namespaced_secret(self, name: str, namespace: str) -> dict[str, Any]:
-        self.calls.append("get secret")
-        if name not in self.secrets:
-            raise _err(404)
-        return self.secrets[name]
-
-    def create_namespaced_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append("create secret")
-        name = body["metadata"]["name"]
-        if name in self.secrets:
-            raise _err(409)
-        import base64
-        stored = copy.deepcopy(body)
-        stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in (body.get("stringData") or {}).items()}
-        stored.pop("stringData", None)
-        self.secrets[name] = stored
-        return stored
-
-
-class FakeApps:
-    def __init__(self, dep: dict[str, Any] | None, rss: list[dict[str, Any]]) -> None:
-        self.dep, self.rss, self.calls = dep, rss, []
-
-    def read_namespaced_deployment(self, name: str, namespace: str) -> dict[str, Any]:
-        self.calls.append("get deployment")
-        if self.dep is None:
-            raise _err(404)
-        return self.dep
-
-    def list_namespaced_replica_set(self, namespace: str, label_selector: str = "") -> dict[str, Any]:
-        self.calls.append("list replicasets")
-        return {"items": self.rss}
-
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
-        self.calls.append("apply")
-        self.dep = body
-
-    def delete_namespaced_deployment(self, name: str, namespace: str, propagation_policy: str = "") -> None:
-        self.calls.append("delete")
-        self.dep = None
-
-
-class FakeNet:
-    def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
-
-    def create_namespaced_network_policy(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        if any(p["metadata"]["name"] == body["metadata"]["name"] for p in self.created):
-            raise _err(409)
-        self.created.append(body)
-        return body
-
-    def read_namespaced_network_policy(self, name: str, namespace: str) -> dict[str, Any]:
-        for p in self.created:
-            if p["metadata"]["name"] == name:
-                return p
-        raise _err(404)
-
-
 def manager(pods: list[dict[str, Any]], dep: dict[str, Any] | None, rss: list[dict[str, Any]]) -> Any:
-    from kubernetes import client
-
-    m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
-    m.core, m.apps, m._sanitize = FakeCore(pods), FakeApps(dep, rss), (lambda x: x)  # type: ignore[assignment,method-assign]
-    m.net = FakeNet()  # type: ignore[attr-defined]
-    return m
+    return runtime_manager(dep, pods, rss, key_made=False)
 
 
 def current_config(m: Any) -> str | None:
@@ -182,7 +105,7 @@ def test_the_key_secret_is_created_once_owned_by_the_cr_and_only_the_runtime_ref
     assert secret["metadata"]["ownerReferences"][0]["uid"] == CR_UID
     assert secret.get("immutable") is True
     assert m.desired("ns1", "orders", CR_UID, SPEC, "0.1.0") == desired  # read once, not re-created
-    assert m.core.calls.count("create secret") == 1
+    assert [c for c, _ in m.core.calls].count("create secret") == 1
     env = {e["name"]: e for e in desired["spec"]["template"]["spec"]["containers"][0]["env"]}
     ref = env[plan_auth.KEY_ENV]["valueFrom"]["secretKeyRef"]
     assert ref["name"] == rt.key_secret_name("orders") and "value" not in env[plan_auth.KEY_ENV]
@@ -253,24 +176,7 @@ def test_sync_creates_the_policy_and_the_secret_before_the_deployment() -> None:
 
 
 def test_a_job_of_the_attempts_name_not_owned_by_the_cr_is_not_adopted() -> None:
-    from lagpilot.act.drain import DrainExecutor
-    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
-    from tests.unit.test_drain_runtime_operator import _FakeBatch, _FakeRuntime
-
     squatter = {"metadata": {"labels": {}, "ownerReferences": [owner("BatchConsumerGroup", "orders", "someone")]}}
-
-    class Ex(FakeExecutor):
-        def create_job(self, ctx: Any, d: Any, attempt: int, runtime_url: str | None = None) -> None:
-            DrainExecutor.create_job(self, ctx, d, attempt, runtime_url)
-
-    log: list[tuple[str, Any]] = []
-    w = world0()
-    ex = Ex(log, w)
-    ex.batch = _FakeBatch(squatter)  # type: ignore[assignment]
-    ex._sanitize = lambda x: x  # type: ignore[method-assign]
-    ex.runtime = _FakeRuntime(None)  # type: ignore[assignment]
-    ex.reconcile(ctx(log, w, None, wanted=(0,)))
-    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
-    w["committed"][0] = 500
+    ex, launch = executor_at_launch(squatter, None)
     with pytest.raises(RuntimeError, match="not owned"):
-        ex.reconcile(ctx(log, w, w["status"]))
+        ex.reconcile(launch)

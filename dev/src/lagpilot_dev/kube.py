@@ -34,9 +34,8 @@ import ssl
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.kube")
 
@@ -271,7 +270,7 @@ class KubePart:
             ]
             proc.start()
         client = self.ports.ensure("kube.etcd")
-        self._wait(proc, lambda: http_ok(f"http://{LOOPBACK}:{client}/health"), "etcd /health", timeout)
+        wait_started(proc, lambda: http_ok(f"http://{LOOPBACK}:{client}/health"), "etcd /health", timeout, interval=0.3)
 
     def _start_apiserver(self, timeout: float) -> None:
         proc = self.processes["apiserver"]
@@ -318,7 +317,7 @@ class KubePart:
             proc.start()
         ctx = self._ssl_context()
         url = f"https://{LOOPBACK}:{self.ports.ensure('kube.apiserver')}/readyz"
-        self._wait(proc, lambda: http_ok(url, context=ctx), "kube-apiserver /readyz", timeout)
+        wait_started(proc, lambda: http_ok(url, context=ctx), "kube-apiserver /readyz", timeout, interval=0.3)
         self._write_kubeconfigs()
 
     def _write_kubeconfigs(self) -> None:
@@ -356,23 +355,8 @@ class KubePart:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed by itself; loopback only
-        self._wait(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
-                   "kube-controller-manager /healthz", timeout)
-
-    @staticmethod
-    def _wait(proc: Process, check: Any, what: str, timeout: float) -> None:
-        def alive() -> bool:
-            # not proc.is_running(): right after exec /proc/<pid>/cmdline can still read empty, so
-            # the marker check fails for a few ms; the pid we just wrote is good enough here
-            try:
-                return pid_alive(int(proc.pid_file.read_text().strip()))
-            except (FileNotFoundError, ValueError):
-                return False
-
-        try:
-            wait_for(check, what, timeout=timeout, interval=0.3, alive=alive)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail(40)}") from exc
+        wait_started(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
+                     "kube-controller-manager /healthz", timeout, interval=0.3)
 
     def stop(self) -> None:
         """Stop controller-manager, apiserver, etcd (reverse start order); data and ports are kept."""

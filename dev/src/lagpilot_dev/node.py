@@ -38,7 +38,7 @@ from typing import Any
 
 from lagpilot_dev import node_oci
 from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.node")
 
@@ -463,7 +463,7 @@ state = "{self.run_dir / 'containerd'}"
             proc.argv = [str(self.bin / "containerd"), "--config", str(self.dir / "containerd.toml")]
             proc.env = self._env()
             proc.start()
-        self._wait(proc, lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", timeout)
+        wait_started(proc, lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", timeout)
 
     def ctr(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run `ctr` in containerd's k8s.io namespace (the CRI's)."""
@@ -549,7 +549,7 @@ state = "{self.run_dir / 'containerd'}"
             proc.env = self._env()
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.kubelet-healthz')}/healthz"
-        self._wait(proc, lambda: http_ok(url), "kubelet /healthz", timeout)
+        wait_started(proc, lambda: http_ok(url), "kubelet /healthz", timeout)
 
     def _start_scheduler(self, timeout: float) -> None:
         proc = self.processes["scheduler"]
@@ -567,8 +567,8 @@ state = "{self.run_dir / 'containerd'}"
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed; loopback only
-        self._wait(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
-                   "kube-scheduler /healthz", timeout)
+        wait_started(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
+                     "kube-scheduler /healthz", timeout)
 
     def proxy_config(self) -> dict[str, Any]:
         """kube-proxy in iptables mode; it changes no sysctl it can leave alone (docs/node.md)."""
@@ -596,7 +596,7 @@ state = "{self.run_dir / 'containerd'}"
             proc.env = self._env()
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.proxy-healthz')}/healthz"
-        self._wait(proc, lambda: http_ok(url), "kube-proxy /healthz", timeout)
+        wait_started(proc, lambda: http_ok(url), "kube-proxy /healthz", timeout)
 
     def corefile(self) -> str:
         """Cluster names from the API (kubernetes plugin); everything else as the host resolves it."""
@@ -628,7 +628,7 @@ state = "{self.run_dir / 'containerd'}"
             proc.argv = [str(self.bin / "coredns"), "-conf", str(self.dir / "Corefile")]
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
-        self._wait(proc, lambda: http_ok(url), "coredns /health", timeout)
+        wait_started(proc, lambda: http_ok(url), "coredns /health", timeout)
 
     def _install_namespace_policy(self) -> None:
         """NAMESPACE_POLICY, when the apiserver serves MutatingAdmissionPolicy (a control plane
@@ -663,7 +663,7 @@ state = "{self.run_dir / 'containerd'}"
             proc.env = self._env()
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.netpol-health')}/healthz"
-        self._wait(proc, lambda: http_ok(url), "kube-router /healthz", timeout)
+        wait_started(proc, lambda: http_ok(url), "kube-router /healthz", timeout)
 
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
@@ -671,20 +671,7 @@ state = "{self.run_dir / 'containerd'}"
         return proc.returncode == 0 and proc.stdout.strip() == "True"
 
     def _wait_node_ready(self, timeout: float) -> None:
-        self._wait(self.processes["kubelet"], self.node_ready, f"node {NODE_NAME} Ready", timeout)
-
-    @staticmethod
-    def _wait(proc: Process, check: Any, what: str, timeout: float) -> None:
-        def alive() -> bool:
-            try:
-                return pid_alive(int(proc.pid_file.read_text().strip()))
-            except (FileNotFoundError, ValueError):
-                return False
-
-        try:
-            wait_for(check, what, timeout=timeout, interval=0.5, alive=alive)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail(40)}") from exc
+        wait_started(self.processes["kubelet"], self.node_ready, f"node {NODE_NAME} Ready", timeout)
 
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims

@@ -320,6 +320,23 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 120.0, inter
         time.sleep(interval)
 
 
+def wait_started(proc: Process, check: Callable[[], bool], what: str, timeout: float, interval: float = 0.5) -> None:
+    """`wait_for(check)` on a part's process just started: fail early once its pid (from the pid file)
+    is dead, and put the tail of its log in the error. Not `proc.is_running()`: right after exec
+    /proc/<pid>/cmdline can still read empty, so the marker check fails for a few ms; the pid just
+    written is good enough here."""
+    def alive() -> bool:
+        try:
+            return pid_alive(int(proc.pid_file.read_text().strip()))
+        except (FileNotFoundError, ValueError):
+            return False
+
+    try:
+        wait_for(check, what, timeout=timeout, interval=interval, alive=alive)
+    except (RuntimeError, TimeoutError) as exc:
+        raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail(40)}") from exc
+
+
 def tcp_open(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
     """True when something accepts TCP connections on host:port."""
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -127,6 +127,22 @@ def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, r
     }
 
 
+def confirmations(faults: Iterable[Fault]) -> list[dict[str, Any]]:
+    """One short line of the JSON per confirmed fault (pure): kind, round, target, when, recovered, and
+    the scalar evidence that confirmed it (pid, port, marker, generation, phase ...; long values and
+    nested ones stay in result.json). A fault without a confirmation time or evidence is listed too,
+    with `confirmed: false`, so a reader (and the verdict) sees it."""
+    out = []
+    for f in faults:
+        if not f.fired:
+            continue
+        ev = {k: v for k, v in f.evidence.items()
+              if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 80)}
+        out.append({"kind": f.kind, "round": f.round, "target": f.target, "at": f.at, "recovered": f.recovered,
+                    "confirmed": f.at is not None and bool(f.evidence), "evidence": ev})
+    return out
+
+
 def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] = ()) -> str:
     """The per-kind table (pure); `not_applicable` kinds get one `n/a` row each."""
     def cell(x: Any) -> str:
@@ -150,6 +166,8 @@ def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) 
         problems.append(f"faults {result.get('faults')} < {min_faults}")
     if (result.get("kinds") or 0) < min_kinds:
         problems.append(f"kinds {result.get('kinds')} < {min_kinds}")
+    if not result.get("fired_all_confirmed", True):
+        problems.append("a fault counted as fired has no confirmation (time and evidence)")
     if result.get("recovered") != result.get("faults"):
         problems.append(f"recovered {result.get('recovered')} != faults {result.get('faults')}")
     if result.get("lost") != 0:
@@ -233,12 +251,10 @@ def pick_spark_worker(procs: Mapping[int, tuple[int, str]], busy: Iterable[int] 
     return max(py) if py else None
 
 
-def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
-    """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
-    lines that are not JSON objects are skipped."""
+def json_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON object records among log lines (pure); other lines are skipped."""
     import json
 
-    out = []
     for line in lines:
         line = line.strip()
         if not line.startswith("{"):
@@ -247,9 +263,15 @@ def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> li
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain)):
-            out.append(rec)
-    return out
+        if isinstance(rec, dict):
+            yield rec
+
+
+def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
+    """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
+    lines that are not JSON objects are skipped."""
+    return [rec for rec in json_records(lines)
+            if rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain))]
 
 
 def recover_seconds(at: float | None, done_at: float | None) -> float | None:
@@ -261,20 +283,7 @@ def recover_seconds(at: float | None, done_at: float | None) -> float | None:
 def reconciled(lines: Iterable[str]) -> int:
     """How many reconcile steps an operator's JSON log lines show (pure): the apply handler's
     "deployment applied" and the control loop's "first cycle done" (second_operator)."""
-    import json
-
-    n = 0
-    for line in lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("message") in RECONCILE_MESSAGES:
-            n += 1
-    return n
+    return sum(1 for rec in json_records(lines) if rec.get("message") in RECONCILE_MESSAGES)
 
 
 def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int], now: float) -> list[str]:
@@ -329,3 +338,30 @@ def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int,
     return {"produced": sum(len(v) for v in vis.values()), "delivered": sum(seen.values()), "distinct": len(seen),
             "lost": sum(len(v) for v in vis.values()) - inside, "duplicated": sum(n - 1 for n in seen.values()),
             "outside": len(seen) - inside}
+
+
+def offset_runs(counts: Iterable[tuple[int, int, int]], expected: Mapping[int, Iterable[int]],
+                most: int = 40) -> dict[str, dict[int, list[list[int]]]]:
+    """Where a ledger misses or repeats offsets (pure), for a run whose `lost`/`duplicated` is not 0:
+    per partition the runs `[a, b)` of expected offsets never delivered (`lost`) and the runs
+    `[a, b, times]` of offsets delivered more than once (`duplicated`), at most `most` runs each."""
+    seen: dict[tuple[int, int], int] = {}
+    for p, o, n in counts:
+        seen[(int(p), int(o))] = seen.get((int(p), int(o)), 0) + int(n)
+
+    def runs(offsets: Iterable[tuple[int, int]]) -> list[list[int]]:
+        out: list[list[int]] = []
+        for o, n in sorted(offsets):
+            if out and out[-1][1] == o and out[-1][2] == n:
+                out[-1][1] = o + 1
+            else:
+                out.append([o, o + 1, n])
+        return out[:most]
+
+    lost = {int(p): [r[:2] for r in runs((int(o), 0) for o in offs if (int(p), int(o)) not in seen)]
+            for p, offs in expected.items()}
+    dup: dict[int, list[tuple[int, int]]] = {}
+    for (p, o), n in seen.items():
+        if n > 1:
+            dup.setdefault(p, []).append((o, n))
+    return {"lost": {p: r for p, r in lost.items() if r}, "duplicated": {p: runs(v) for p, v in dup.items()}}

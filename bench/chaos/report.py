@@ -1,5 +1,5 @@
 """The campaign's report (bench/chaos.py): the result from the faults and the ledgers' end (the per-kind
-summary and the verdict: bench/chaos_faults.py), written to the work dir and printed (table, totals,
+summary and the verdict: bench/chaos/faults.py), written to the work dir and printed (table, totals,
 ONE JSON line last with --json)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import chaos_faults as cf
+from bench.chaos import faults as cf
 
 if TYPE_CHECKING:
-    from bench.chaos_stack import CampaignBase
+    from bench.chaos.stack import CampaignBase
 
 
 def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bool, kinds: frozenset[str],
@@ -25,11 +25,12 @@ def campaign_result(c: CampaignBase, end: dict[str, Any], rounds: int, quick: bo
         "produce_errors": len(c.producer.errors),
         # aborted_transactions: the offsets a read_committed reader sees (what had to be delivered), else absent
         **({"visible": end["visible"]} if "visible" in end else {}),
-        "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
-        "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")},
+        "eos": {k: eos[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside", "runs") if k in eos},
+        "alo": {k: alo[k] for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside", "runs") if k in alo},
         "warm_runtime": c.warm, "not_applicable": list(not_applicable), "runtime_waits": c.runtime_waits,
         "eos_table_keyless": c.eos_keyless, "operator_restarts": c.op.gen - 1, "repairs": c.repairs,
-        "fired_all_confirmed": all(f.at is not None and f.evidence for f in c.faults if f.fired),
+        "fired_all_confirmed": all(f.at is not None and bool(f.evidence) for f in c.faults if f.fired),
+        "fired": cf.confirmations(c.faults),  # per confirmed fault: what confirmed it (scalars)
         "wall_s": round(time.time() - t_start, 1), "workdir": str(c.workdir),
         "faults_detail": [f.to_dict() for f in c.faults],
     })

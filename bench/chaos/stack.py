@@ -1,6 +1,6 @@
 """The fault campaign's state, its private stack and CRs (setup, teardown) and how it observes the
 system (CR status, the ledgers' last deliveries, health after a fault, repairs). The fault rounds
-(bench/chaos_steady.py, bench/chaos_drain.py) and the ledger checks (bench/chaos_ledger.py) build on
+(bench/chaos/steady.py, bench/chaos/drain_faults.py) and the ledger checks (bench/chaos/ledger.py) build on
 it; bench/chaos.py drives them."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
                                say, tcp_open)
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, operator_env
 from lagpilot_dev.paths import free_port
 
 
@@ -128,13 +128,13 @@ class CampaignBase:
                     # the sink's crash hook (a consumer dies right after a batch's transaction, before
                     # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
                     # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
-                    "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                    "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                          {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
         return {**common,
                 "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
                                "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},
                 "drain": {"enabled": False},
-                "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)},
+                "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                      {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
 
     def apply(self, which: str) -> None:
@@ -286,6 +286,12 @@ class CampaignBase:
             self.runner.stop()
         with contextlib.suppress(Exception):
             self.core.delete_namespace(self.ns, propagation_policy="Background")
+        if getattr(self, "evidence_kept", False):  # lost/duplicated offsets: the topic and the tables stay
+            say(f"kept for a look: topic {self.topic}, tables {self.eos_table}, {self.eos_table}_lagpilot_progress, "
+                f"{self.alo_table} (state dir {self.args.state_dir})")
+            with contextlib.suppress(Exception):
+                self.stack.release(self.lease, stop=not self.args.keep_stack)
+            return
         with contextlib.suppress(Exception):
             self.admin.delete_topics([self.topic])[self.topic].result(30)
         with contextlib.suppress(Exception):

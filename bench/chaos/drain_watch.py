@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_procs import JOB_LABEL, RUNTIME_SELECTOR, TERMINAL, say
-from bench.chaos_stack import CampaignBase
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.procs import JOB_LABEL, RUNTIME_SELECTOR, TERMINAL, say
+from bench.chaos.stack import CampaignBase
 
 
 class DrainWatch(CampaignBase):

@@ -9,9 +9,9 @@ import random
 import signal
 import time
 
-from bench.chaos_faults import Fault
-from bench.chaos_procs import SINK_MARKER, pid_gone, port_closed
-from bench.chaos_review import ReviewFaults
+from bench.chaos.faults import Fault
+from bench.chaos.procs import SINK_MARKER, pid_gone, port_closed
+from bench.chaos.review import ReviewFaults
 
 
 class SteadyFaults(ReviewFaults):

@@ -12,7 +12,7 @@ from typing import Any
 
 from lagpilot_dev.operator_process import OperatorProcess
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARTS = 2
 BATCH = 100
 GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"

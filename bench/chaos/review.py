@@ -10,42 +10,17 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import chaos_faults as cf
-from bench.chaos_faults import Fault
-from bench.chaos_drain_watch import DrainWatch
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.drain_watch import DrainWatch
 from lagpilot_dev.paths import free_port
+from lagpilot_dev.runtime_attacker import attack
 
-from bench.chaos_procs import GROUP, JOB_LABEL, PARTS, PLURAL, TERMINAL, VERSION, Operator, dead, pid_gone, say
-
-# another process (no key; it can reach the port, as any pod could before C1): [status, body] per request
-ATTACKER = r"""
-import http.client, json, sys
-port, bodies = int(sys.argv[1]), json.loads(sys.stdin.read())
-out = []
-for body in bodies:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:  # a runtime that takes the plan runs it: no answer within 30 s (recorded as status 0)
-        c.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        out.append([r.status, r.read().decode()[:300]])
-    except Exception as exc:
-        out.append([0, type(exc).__name__ + ": " + str(exc)])
-    c.close()
-print(json.dumps(out))
-"""
-
-
-def attack(port: int, bodies: list[str]) -> list[tuple[int, str]]:
-    done = subprocess.run([sys.executable, "-c", ATTACKER, str(port)], input=json.dumps(bodies), text=True,
-                          capture_output=True, timeout=300, check=True)
-    return [(int(s), b) for s, b in json.loads(done.stdout)]
-
+from bench.chaos.procs import GROUP, JOB_LABEL, PARTS, PLURAL, TERMINAL, VERSION, Operator, dead, pid_gone, say
 
 def proc_state(pid: int) -> str:
     try:

@@ -1,7 +1,7 @@
 """The chaos bench's exactly-once handler: the built-in PostgreSQL sink behind a fixed latency.
 
     processing:
-      handler: "bench.chaos_handler:process"
+      handler: "bench.chaos.handler:process"
       config: {postgres.table: chaos_eos_xxx, postgres.key: "none", cost_ms: "500"}
     template:
       env: [{name: CHAOS_PG_DSN, valueFrom: {secretKeyRef: {name: pg, key: dsn}}},
@@ -53,7 +53,7 @@ process.progress = progress  # type: ignore[attr-defined]
 
 
 def process_at_least_once(records: list[Record], ctx: BatchContext) -> None:
-    """NEGATIVE CONTROL only (`bench/chaos.py --eos-handler bench.chaos_handler:process_at_least_once`):
+    """NEGATIVE CONTROL only (`bench/chaos.py --eos-handler bench.chaos.handler:process_at_least_once`):
     the same write without the exactly-once capability (no ``commits_progress``), so the runtime
     does not resume from the sink's progress and a consumer killed after the write and before its
     Kafka commit delivers that batch again: the bench must then report ``duplicated`` > 0."""

@@ -1,7 +1,7 @@
 """The two phases of the drain benchmark (bench/drain.py): the capped group clearing the backlog, and
 the drain with hand-off (the bench acting as the operator: split, mailbox hand-off, `lagpilot drain`
 on the rest, cold or in a warm drain runtime started before the run); the plan and the launch of
-`lagpilot drain` that the start-up A/B (bench/drain_ab.py) shares."""
+`lagpilot drain` that the start-up A/B (bench/drain/ab.py) shares."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +16,8 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from bench.drain_measure import CpuSampler, commit_gaps, tree_pss_mb
-from bench.drain_workload import (LiveProducer, base_env, committed, drain_env, end_offsets, joined, start_consumers,
+from bench.drain.measure import CpuSampler, commit_gaps, tree_pss_mb
+from bench.drain.workload import (LiveProducer, base_env, committed, drain_env, end_offsets, joined, start_consumers,
                                   stop_procs, wait_until)
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges

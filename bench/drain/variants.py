@@ -1,4 +1,4 @@
-"""The variants the drain's start-up A/B (bench/drain_ab.py) compares and how it compares them (all
+"""The variants the drain's start-up A/B (bench/drain/ab.py) compares and how it compares them (all
 pure): `--startup-ab NAME=ENVJSON`, `--executors 1,2,4` (local-cluster or, with --k8s, Spark's
 Kubernetes backend), the round order, per-round differences and ratios against the base variant."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Any
 
-from bench.drain_workload import REPO
+from bench.drain.workload import REPO
 
 
 def parse_variants(items: list[str]) -> dict[str, dict[str, str]]:

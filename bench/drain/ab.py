@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.drain_measure import CpuSampler
-from bench.drain_run import WarmRuntime, make_plan, start_drain
-from bench.drain_variants import (K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, median_diffs, median_of, median_ratios,
+from bench.drain.measure import CpuSampler
+from bench.drain.run import WarmRuntime, make_plan, start_drain
+from bench.drain.variants import (K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, median_diffs, median_of, median_ratios,
                                   round_order)
-from bench.drain_workload import base_env, drain_env, wait_until
+from bench.drain.workload import base_env, drain_env, wait_until
 from lagpilot_runtime.sinks import ledger
 
 DRAIN_CPU_BUCKETS = ("spark_jvm", "python_workers", "drain_driver")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.drain_workload import PARTITIONS
+from bench.drain.workload import PARTITIONS
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -134,7 +134,7 @@ def percentile(values: list[float], q: float) -> float:
 def tree_pss_mb(root: int) -> float:
     """Proportional set size of a process and its descendants (MB): shared pages (the forked Python
     workers share the daemon's) counted once, unlike a sum of RSS."""
-    from bench.chaos_faults import descendants
+    from bench.chaos.faults import descendants
 
     total = 0
     for pid in [root, *descendants(root)]:

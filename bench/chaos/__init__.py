@@ -1,0 +1,1 @@
+"""The fault campaign (issue 12 item 6, issue 23; docs/chaos.md): cli (options, the rounds), stack (its private stack, CRs, observation), steady/drain_faults/drain_watch/review (the faults), ledger and report (the end check, the JSON), faults (pure pieces), procs (processes), handler (the eos CR's handler). Run it as `python bench/chaos.py` (or `python -m bench.chaos`)."""

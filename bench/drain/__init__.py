@@ -1,0 +1,1 @@
+"""The Spark drain benchmark (issue 10; docs/drain.md): cli (options, the phases), workload (topic, producer, consumers, ledgers), run (the group and the drain phases), ab (start-up A/B), variants (executor variants), measure (timings, CPU, gaps). Run it as `python bench/drain.py` (or `python -m bench.drain`)."""
