@@ -11,7 +11,7 @@ A KEDA variant is ``NAME:SETTING,SETTING...`` with settings lagThreshold=N, acti
 pollingInterval=S, cooldownPeriod=S, scaleDown=S (the HPA's scale-down stabilization window; unset:
 the HPA's 300 s) and the flags limitToPartitionsWithLag, ensureEvenDistributionOfPartitions,
 excludePersistentLag. Default: ``keda-default:`` (KEDA's defaults: lagThreshold 10) and
-``keda-tuned:lagThreshold=100,scaleDown=60`` (docs/keda-comparison.md says how it was chosen).
+``keda-tuned:lagThreshold=1,scaleDown=0`` (the KEDA model's best of its sweep on the fast profile's trace, `lagpilot simulate`'s keda_tuned; docs/keda-comparison.md).
 
 Output: <out>/versus.json (each round's figures, the model's prediction of each KEDA run, the
 medians and the median of per-round ratios vs lagpilot), and each run's demo output in <out>/roundI-NAME.
@@ -28,7 +28,7 @@ from lagpilot_dev.paths import cache_dir
 from lagpilot_dev.versus import Versus
 from lagpilot_dev.versus_config import KedaVariant
 
-DEFAULT_VARIANTS = ("keda-default:", "keda-tuned:lagThreshold=100,scaleDown=60")
+DEFAULT_VARIANTS = ("keda-default:", "keda-tuned:lagThreshold=1,scaleDown=0")
 
 
 def main(argv: list[str] | None = None) -> int:

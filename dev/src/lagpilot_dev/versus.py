@@ -216,4 +216,13 @@ class Versus:
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (self.out / "versus.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        for r in rounds:
+            try:
+                from lagpilot_dev.versus_plot import plot_round
+
+                plot_round({"results": r.results}, self.out / f"round{r.index}.png",
+                           f"lagpilot vs KEDA {result['keda_version']} · profile {self.profile} · round {r.index} "
+                           f"(order {' → '.join(r.order)})")
+            except Exception as exc:  # noqa: BLE001 - the figures stand without the plot
+                log.warning("versus plot failed", extra={"error": repr(exc)[:300]})
         return result
