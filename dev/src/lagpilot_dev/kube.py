@@ -285,6 +285,24 @@ class KubePart:
             self._start_etcd(timeout)
             self._start_apiserver(timeout)
             self._start_controller_manager(timeout)
+            self._drop_stale_aggregated_apis()
+
+    def _drop_stale_aggregated_apis(self) -> None:
+        """An APIService the keda part registered (label lagpilot.io/dev-part=keda) whose metrics
+        server is not running (a session ended, a machine restarted): deleted. Left registered, every
+        discovery call reports its group unavailable and the namespace controller keeps namespaces
+        in Terminating; the keda part registers it again when it starts."""
+        from lagpilot_dev.keda import KedaPart
+
+        if KedaPart(self.cache_dir, self.state_dir).processes["metrics-apiserver"].is_running():
+            return
+        proc = self.kubectl("delete", "apiservice", "-l", "lagpilot.io/dev-part=keda", "--ignore-not-found",
+                            "--wait=false", timeout=60)
+        if proc.returncode != 0:
+            log.warning("could not remove a stale KEDA APIService", extra={"error": proc.stderr.strip()[-500:]})
+        elif proc.stdout.strip():
+            log.info("removed a stale KEDA APIService (its metrics server is not running)",
+                     extra={"deleted": proc.stdout.strip()})
 
     def _start_etcd(self, timeout: float) -> None:
         proc = self.processes["etcd"]
