@@ -1,6 +1,6 @@
 """`lagpilot dev up|status|down`: the local real-parts stack for people and scripts.
 
-    lagpilot dev up [--parts kafka,kube,postgres,spark,prometheus] [--json]
+    lagpilot dev up [--parts kafka,kube,postgres,spark,prometheus,node,keda] [--json]
     lagpilot dev status [--json]
     lagpilot dev down [--parts ...]
 
@@ -53,6 +53,8 @@ def render_human(info: StackInfo) -> str:
         lines.append(f"# kubectl: {info.kubectl}")
     if (prom := info.parts.get("prometheus")):
         lines.append(f"# prometheus: {prom['prometheus_url']} (promtool: {prom['promtool']})")
+    if (keda := info.parts.get("keda")):
+        lines.append(f"# keda: {keda['keda_version']} (APIService {keda['apiservice']}, logs {keda['keda_operator_log']})")
     if info.spark_jars:
         lines.append(f"# spark jars: {','.join(info.spark_jars)}")
     lines.append(f"# state: {info.state_dir}")

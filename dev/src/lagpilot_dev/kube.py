@@ -217,6 +217,39 @@ class KubePart:
                  "-out", "apiserver-kubelet-client.crt.tmp", "-extfile", "apiserver-kubelet-client.ext", cwd=p)
         (p / "apiserver-kubelet-client.crt.tmp").replace(p / "apiserver-kubelet-client.crt")
 
+    def _ensure_front_proxy_client_cert(self) -> None:
+        """The aggregator's client certificate (CN front-proxy-client, the one name
+        --requestheader-allowed-names accepts): kube-apiserver presents it when it proxies a request
+        to an aggregated API server (KEDA's metrics server for external.metrics.k8s.io, lagpilot_dev.keda),
+        which then trusts the X-Remote-User/Group headers it sets. Made once, also for an older PKI."""
+        p = self.pki
+        if (p / "front-proxy-client.crt").exists():
+            return
+        (p / "front-proxy-client.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n")
+        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "front-proxy-client.key",
+                 "-out", "front-proxy-client.csr", "-subj", "/CN=front-proxy-client", cwd=p)
+        os.chmod(p / "front-proxy-client.key", 0o600)
+        _openssl("x509", "-req", "-in", "front-proxy-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650",
+                 "-out", "front-proxy-client.crt.tmp", "-extfile", "front-proxy-client.ext", cwd=p)
+        (p / "front-proxy-client.crt.tmp").replace(p / "front-proxy-client.crt")
+
+    def apiserver_aggregates(self) -> bool:
+        """True when the running kube-apiserver was started with the aggregator's client certificate
+        (an apiserver started by an older checkout was not: aggregated APIs then get no identity)."""
+        from lagpilot_dev.paths import _cmdline
+
+        pid = self.processes["apiserver"].pid()
+        return pid is not None and any(a.startswith("--proxy-client-cert-file=") for a in _cmdline(pid))
+
+    def restart_apiserver(self, timeout: float = 180.0) -> None:
+        """Stop and start kube-apiserver alone (same etcd, port and certificates: its state is all in
+        etcd; clients reconnect). Used once to pick up new flags on a shared stack."""
+        self.processes["apiserver"].stop(grace=5.0)
+        self.start(timeout)
+
     # ---- addresses -----------------------------------------------------------------------------
     def server(self) -> str:
         """The apiserver URL (stable across restarts unless its port was taken meanwhile)."""
@@ -250,9 +283,28 @@ class KubePart:
         with file_lock(self.dir / "start.lock"):
             self._ensure_pki()
             self._ensure_kubelet_client_cert()
+            self._ensure_front_proxy_client_cert()
             self._start_etcd(timeout)
             self._start_apiserver(timeout)
             self._start_controller_manager(timeout)
+            self._drop_stale_aggregated_apis()
+
+    def _drop_stale_aggregated_apis(self) -> None:
+        """An APIService the keda part registered (label lagpilot.io/dev-part=keda) whose metrics
+        server is not running (a session ended, a machine restarted): deleted. Left registered, every
+        discovery call reports its group unavailable and the namespace controller keeps namespaces
+        in Terminating; the keda part registers it again when it starts."""
+        from lagpilot_dev.keda import KedaPart
+
+        if KedaPart(self.cache_dir, self.state_dir).processes["metrics-apiserver"].is_running():
+            return
+        proc = self.kubectl("delete", "apiservice", "-l", "lagpilot.io/dev-part=keda", "--ignore-not-found",
+                            "--wait=false", timeout=60)
+        if proc.returncode != 0:
+            log.warning("could not remove a stale KEDA APIService", extra={"error": proc.stderr.strip()[-500:]})
+        elif proc.stdout.strip():
+            log.info("removed a stale KEDA APIService (its metrics server is not running)",
+                     extra={"deleted": proc.stdout.strip()})
 
     def _start_etcd(self, timeout: float) -> None:
         proc = self.processes["etcd"]
@@ -300,6 +352,10 @@ class KubePart:
                 f"--requestheader-client-ca-file={p / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
                 "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                # the aggregator's identity towards aggregated API servers (KEDA's metrics server):
+                # signed by the request-header CA above, CN front-proxy-client
+                f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
                 "--authorization-mode=RBAC,Node",
                 # MutatingAdmissionPolicy (beta in 1.35, off by default): the real node
                 # (lagpilot_dev.node) sends the pods of namespaces that opt in to its scheduler with

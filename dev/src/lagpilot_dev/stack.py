@@ -34,10 +34,10 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node")
-DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus and node only when asked for
-# stop in this order: dependants first (the node runs on the kube control plane)
-_STOP_ORDER: tuple[str, ...] = ("node", "prometheus", "spark", "postgres", "kube", "kafka")
+ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "keda")
+DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus, node and keda only when asked for
+# stop in this order: dependants first (the node and KEDA run on the kube control plane)
+_STOP_ORDER: tuple[str, ...] = ("keda", "node", "prometheus", "spark", "postgres", "kube", "kafka")
 
 
 class Part(Protocol):
@@ -131,6 +131,9 @@ class Stack:
             elif name == "node":
                 from lagpilot_dev.node import NodePart
                 self._parts[name] = NodePart(self.cache_dir, self.state_dir)
+            elif name == "keda":
+                from lagpilot_dev.keda import KedaPart
+                self._parts[name] = KedaPart(self.cache_dir, self.state_dir)
             else:
                 raise ValueError(f"unknown part {name!r}; known: {', '.join(ALL_PARTS)}")
         return self._parts[name]

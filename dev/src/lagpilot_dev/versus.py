@@ -1,0 +1,228 @@
+"""lagpilot vs the real KEDA on the same stack and the same trace (`bench/versus.py`, issue 27).
+
+Each round replays the demo's profile once per variant, in alternating order (round 0 lagpilot
+first, round 1 last, ...), each variant in a fresh namespace with its own topic, group, sink table
+and delivery ledger:
+
+- `lagpilot`: the demo's BatchConsumerGroup run by `lagpilot operator` (drains included), exactly as
+  `lagpilot demo` runs it (its Demo stages, imported, not copied);
+- each KEDA variant: the consumer Deployment the operator would render for that CR, alone
+  (`versus_config.consumer_deployment`), scaled by a ScaledObject with a `kafka` trigger
+  (`versus_config.scaled_object`), run by the dev stack's `keda` part (the real keda-operator and
+  keda-metrics-apiserver) and kube-controller-manager's HPA controller.
+
+Both are measured by the demo's own code (`demo_observe.Observer` once a second, `demo_summary.report`:
+the delivery ledger's exactly-once proof, produce -> sink latency, replica-minutes from the
+Deployment's spec.replicas, scale events). For a KEDA run the model (`lagpilot.decide.keda` through
+the simulator) predicts the run from its trace and its measured consumer capacity and pod start:
+within-SLA, replica-minutes and the replica trajectory, side by side with what was measured.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lagpilot_dev import demo_summary
+from lagpilot_dev.demo import Demo
+from lagpilot_dev.demo_cluster import Cluster
+from lagpilot_dev.demo_config import PARTS
+from lagpilot_dev.versus_config import KedaVariant, Round, consumer_deployment, figures, medians, round_order, scaled_object
+
+log = logging.getLogger("lagpilot_dev.versus")
+
+VERSUS_PARTS = (*PARTS, "keda")
+
+
+class KedaCluster(Cluster):
+    """The demo's cluster for a KEDA run: no CR; its "status" is what the HPA KEDA made reports."""
+
+    def status(self) -> dict[str, Any]:
+        from kubernetes import client
+
+        n = self.names
+        hpa = client.AutoscalingV2Api(self.api).read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{n.name}", n.ns)
+        st = hpa.status
+        metric = None
+        for m in st.current_metrics or []:
+            if m.external is not None and m.external.current is not None:
+                metric = m.external.current.average_value or m.external.current.value
+        return {"desiredReplicas": st.desired_replicas,
+                "conditions": [{"type": "Scaling", "status": "True",
+                                "message": f"HPA desired {st.desired_replicas}, external metric (average) {metric}"}]}
+
+
+class VariantRun(Demo):
+    """One variant on the shared stack lease: the demo's stages without acquiring the stack."""
+
+    def __init__(self, args: argparse.Namespace, stack: Any, info: Any, variant: KedaVariant | None) -> None:
+        super().__init__(args)
+        self.variant = variant
+        if variant is not None:
+            self.cluster = KedaCluster(self.console, self.names, VERSUS_PARTS)
+            self.observer.cluster = self.cluster
+        self.cluster.stack, self.cluster.info, self.cluster.lease = stack, info, None
+
+    def stage_operator(self) -> None:
+        if self.variant is None:
+            super().stage_operator()
+            return
+        from lagpilot_dev.demo_pods import PodRunnerHandle
+
+        t0 = self.console.begin(3, "The pod runner (no lagpilot operator: KEDA scales this Deployment)",
+                                "the pod runner to register its Node")
+        self.pods = PodRunnerHandle(self.names, self.cluster.info)
+        self.pods.start()
+        self.console.done("operator_up", t0, f"pod runner node {self.pods.runner.node_name}")
+
+    def stage_group(self) -> None:
+        if self.variant is None:
+            super().stage_group()
+            return
+        from kubernetes import client
+
+        console, n, cluster, v = self.console, self.names, self.cluster, self.variant
+        t0 = console.begin(4, f"Deployment {n.ns}/{n.deployment} + ScaledObject ({v.name}) → PostgreSQL table {n.table}",
+                           "KEDA to create the HPA")
+        boot = cluster.info.bootstrap_servers
+        objs = {"apiVersion": "v1", "kind": "List",
+                "items": [consumer_deployment(n, self.profile, boot), scaled_object(n, self.profile, boot, v)]}
+        path = n.out / "keda.yaml"
+        path.write_text(json.dumps(objs, indent=1) + "\n")
+        cluster.kubectl("apply", "-f", str(path))
+        console.say(f"$ kubectl apply -f {path}   ({v.describe()})", indent=True)
+        autoscaling = client.AutoscalingV2Api(cluster.api)
+        core = client.CoreV1Api(cluster.api)
+        console.wait(lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{n.name}", n.ns),
+                     f"HPA keda-hpa-{n.name} (made by keda-operator)", 120)
+        console.wait(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(n.ns).items),
+                     "a consumer pod in phase Running", 120)
+        console.wait(self.observer.group_has_members, f"a member in consumer group {n.group_id}", 120)
+        console.done("group_ready", t0, "consumer running, HPA present")
+
+    def run_variant(self) -> dict[str, Any]:
+        """The stages after the stack: resources, operator/pod runner, group, replay, catch-up, report."""
+        self.stage_resources()
+        self.stage_operator()
+        self.stage_group()
+        self.loop.replay(self.cluster.info.bootstrap_servers)
+        self.loop.catch_up()
+        rc = demo_summary.report(
+            self.console, self.names, self.profile, pg=self.cluster.pg, samples=self.observer.samples,
+            producer=self.loop.producer, operator_restarts=self._operator_restarts(),
+            operator_exit_codes=self.operator.exit_codes if self.operator is not None else [])
+        summary = json.loads((self.names.out / "summary.json").read_text())
+        summary["versus_exit"] = rc
+        return summary
+
+
+def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dict[str, Any]:
+    """The KEDA model's prediction of this KEDA run (its trace, its measured capacity and pod start,
+    the variant's settings) next to the measurement: within-SLA, replica-minutes, the trajectory."""
+    from lagpilot.sim import compare as sim_compare
+    from lagpilot.sim import trace as sim_trace
+
+    trace = sim_trace.load_trace(str(out / "trace.csv"))
+    params, used, unknown = sim_compare.params_from_summary(summary)
+    cfg = variant.model(params.min_replicas, params.max_replicas or params.partitions)
+    from lagpilot.sim import policies as sim_policies
+
+    res = sim_policies.run_policy(trace, params, "keda", keda=cfg)
+    longer = sim_compare.padded(trace, 10 * params.sla_s)
+    full = sim_policies.run_policy(longer, params, "keda", keda=cfg) if res.remaining > 0 else res
+    pred = {**res.to_dict(), **{k: getattr(full, k) for k in sim_compare.LATENCY_KEYS}}
+    rows = sim_compare.compare(pred, sim_compare.measured_from_summary(summary))
+    measured_traj = [(e["t"], e["to"]) for e in summary.get("scale_events") or []]
+    ts, reps = res.series.get("t", []), res.series.get("replicas", [])
+    predicted_traj = [(round(t, 1), int(r)) for i, (t, r) in enumerate(zip(ts, reps)) if i == 0 or reps[i - 1] != r]
+    return {"comparison": {r["metric"]: r for r in rows if r["metric"] != "drain_task_minutes"},
+            "agrees": sim_compare.agrees([r for r in rows if r["metric"] != "drain_task_minutes"]),
+            "params": used, "not_modelled": unknown, "config": cfg.__dict__,
+            "predicted_replica_changes": predicted_traj, "measured_replica_changes": measured_traj}
+
+
+@dataclass
+class Versus:
+    """The rounds; everything under ``out``."""
+
+    profile: str
+    variants: list[KedaVariant]
+    rounds: int
+    out: Path
+    plain: bool = True
+
+    def variant_names(self) -> list[str]:
+        return ["lagpilot", *(v.name for v in self.variants)]
+
+    def run(self) -> dict[str, Any]:
+        from lagpilot_dev.stack import Stack
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        stack = Stack()
+        info, lease = stack.acquire(VERSUS_PARTS)
+        keda_info = (info.parts.get("keda") or {})
+        by_name = {v.name: v for v in self.variants}
+        done: list[Round] = []
+        try:
+            for i in range(self.rounds):
+                rnd = Round(i, round_order(self.variant_names(), i))
+                for name in rnd.order:
+                    run_out = self.out / f"round{i}-{name}"
+                    summary = self._one(stack, info, by_name.get(name), run_out, i)
+                    fig = figures(summary)
+                    fig["out"] = str(run_out)
+                    if name in by_name:
+                        with contextlib.suppress(Exception):
+                            fig["model"] = model_check(summary, by_name[name], run_out)
+                    rnd.results[name] = fig
+                    self._write(done + [rnd], keda_info)
+                done.append(rnd)
+        finally:
+            stack.release(lease, stop=True)
+        return self._write(done, keda_info)
+
+    def _one(self, stack: Any, info: Any, variant: KedaVariant | None, out: Path, i: int) -> dict[str, Any]:
+        tag = "lp" if variant is None else variant.name.replace("_", "-")[:20]
+        args = argparse.Namespace(profile=self.profile, keep=False, cold_drains=False, runtime_on_demand=None,
+                                  namespace=f"versus-{tag}-{i}", out=str(out), plain=self.plain, no_operator=False)
+        root = logging.getLogger()
+        handlers = list(root.handlers), list(logging.getLogger("lagpilot_dev").handlers)
+        run = VariantRun(args, stack, info, variant)
+        try:
+            print(f"\n=== round {i}: {variant.name if variant else 'lagpilot'} (output {out})", flush=True)
+            return run.run_variant()
+        finally:
+            run.cleanup()
+            for lg, before in ((root, handlers[0]), (logging.getLogger("lagpilot_dev"), handlers[1])):
+                for h in list(lg.handlers):
+                    if h not in before:
+                        lg.removeHandler(h)
+
+    def _write(self, rounds: list[Round], keda_info: dict[str, Any]) -> dict[str, Any]:
+        result = {
+            "profile": self.profile,
+            "keda_version": keda_info.get("keda_version"),
+            "variants": {"lagpilot": "the demo's BatchConsumerGroup (lagpilot operator, drains on)",
+                         **{v.name: v.describe() for v in self.variants}},
+            "rounds": [{"index": r.index, "order": r.order, "results": r.results} for r in rounds],
+            "summary": medians(rounds) if rounds else {},
+            "load_average": list(os.getloadavg()),
+            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (self.out / "versus.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        for r in rounds:
+            try:
+                from lagpilot_dev.versus_plot import plot_round
+
+                plot_round({"results": r.results}, self.out / f"round{r.index}.png",
+                           f"lagpilot vs KEDA {result['keda_version']} · profile {self.profile} · round {r.index} "
+                           f"(order {' → '.join(r.order)})")
+            except Exception as exc:  # noqa: BLE001 - the figures stand without the plot
+                log.warning("versus plot failed", extra={"error": repr(exc)[:300]})
+        return result

@@ -1,0 +1,78 @@
+"""bench/versus.py's PNG: one round's runs side by side on the same trace (needs matplotlib).
+
+Top: records produced but not yet in PostgreSQL (the backlog, group + drain) per run. Middle:
+consumer replicas (the Deployment's spec.replicas) per run, and the KEDA model's predicted
+replicas for each KEDA run (dashed). Bottom: lagpilot's drain tasks. Read from each run's
+samples.jsonl (the demo's samples) and versus.json's model trajectories.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def _samples(run_out: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(run_out / "samples.jsonl") as fh:
+        for line in fh:
+            s = json.loads(line)
+            if s["t"] >= 0:
+                rows.append(s)
+    return rows
+
+
+def _backlog(s: Mapping[str, Any]) -> int:
+    end, sink = s.get("end") or {}, s.get("in_sink") or {}
+    return sum(max(0, int(v) - int(sink.get(p, 0))) for p, v in end.items())
+
+
+def _tasks(s: Mapping[str, Any]) -> int:
+    d = s.get("drain") or {}
+    if d.get("phase") != "Running":
+        return 0
+    from lagpilot.decide.handoff import sub_ranges_in
+
+    return sum(1 for r in sub_ranges_in(d) if r["next"] < r["end"])
+
+
+def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2, 1]})
+    colors = {"lagpilot": "tab:blue"}
+    palette = iter(["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"])
+    for name, res in rnd["results"].items():
+        color = colors.setdefault(name, next(palette, "tab:gray"))
+        rows = _samples(Path(res["out"]))
+        xs = [r["t"] for r in rows]
+        w = res.get("within_sla_fraction")
+        label = f"{name}: within SLA {100 * w:.1f} %, {res.get('replica_minutes')} replica-min" if w is not None else name
+        axes[0].plot(xs, [_backlog(r) for r in rows], color=color, lw=1.5, label=label)
+        axes[1].step(xs, [r["pods"] if r.get("pods") is not None else math.nan for r in rows], where="post",
+                     color=color, lw=2, label=f"{name} replicas (measured)")
+        model = res.get("model") or {}
+        traj = model.get("predicted_replica_changes") or []
+        if traj:
+            end = xs[-1] if xs else traj[-1][0]
+            tx = [t for t, _ in traj] + [end]
+            ty = [r for _, r in traj] + [traj[-1][1]]
+            axes[1].step(tx, ty, where="post", color=color, lw=1.2, ls="--", label=f"{name} replicas (KEDA model)")
+        if name == "lagpilot":
+            axes[2].step(xs, [_tasks(r) for r in rows], where="post", color=color, lw=1.5, label="lagpilot drain tasks")
+    axes[0].set_ylabel("backlog (records)")
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[0].set_title(title)
+    axes[1].set_ylabel("replicas")
+    axes[1].legend(loc="upper right", fontsize=8)
+    axes[2].set_ylabel("drain tasks")
+    axes[2].set_xlabel("seconds since the replay started")
+    axes[2].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,97 @@
+"""bench/versus.py's KEDA side (lagpilot_dev.versus_config): the objects it applies and how it sums up."""
+from __future__ import annotations
+
+import pytest
+
+from lagpilot.act.deployment import build_deployment
+from lagpilot.spec import parse_spec
+from lagpilot_dev.demo_config import RunNames, manifest
+from lagpilot_dev.demo_traffic import PROFILES
+from lagpilot_dev.versus_config import (HPA_SCALE_DOWN_WINDOW_S, KedaVariant, Round, consumer_deployment, figures,
+                                        medians, round_order, scaled_object)
+
+BOOT = "127.0.0.1:9092"
+
+
+def names() -> RunNames:
+    return RunNames.new("versus-test", "/tmp/versus-test")
+
+
+def test_the_keda_deployment_runs_what_the_operator_would_render_for_the_demo_cr() -> None:
+    n, prof = names(), PROFILES["fast"]
+    dep = consumer_deployment(n, prof, BOOT)
+    ours = build_deployment(n.name, n.ns, "uid-1", parse_spec(manifest(n, prof, BOOT)["spec"]), 1)
+    c, o = dep["spec"]["template"]["spec"]["containers"][0], ours["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == o["command"] == ["lagpilot", "consume"]
+    strip = {"LAGPILOT_OWNER_UID"}
+    assert [e for e in c["env"] if e["name"] not in strip] == [e for e in o["env"] if e["name"] not in strip]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["LAGPILOT_BATCH_MAX_RECORDS"] == str(prof.batch_max_records)
+    assert env["LAGPILOT_TOPIC"] == n.topic and env["LAGPILOT_GROUP_ID"] == n.group_id
+    assert "ownerReferences" not in dep["metadata"] and dep["metadata"]["name"] == n.deployment
+    assert dep["spec"]["replicas"] == 1
+
+
+def test_the_scaled_object_defaults_and_the_same_replica_bounds_as_the_cr() -> None:
+    n, prof = names(), PROFILES["fast"]
+    so = scaled_object(n, prof, BOOT, KedaVariant())
+    cr = manifest(n, prof, BOOT)["spec"]["scaling"]
+    spec = so["spec"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (cr["minReplicas"], cr["maxReplicas"]) == (1, 3)
+    assert spec["scaleTargetRef"] == {"name": n.deployment}
+    assert (spec["pollingInterval"], spec["cooldownPeriod"]) == (30, 300)  # KEDA's defaults
+    assert "advanced" not in spec  # the HPA's own behaviour
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert meta["lagThreshold"] == "10" and meta["topic"] == n.topic and meta["consumerGroup"] == n.group_id
+    assert not set(meta) & {"limitToPartitionsWithLag", "excludePersistentLag", "ensureEvenDistributionOfPartitions"}
+
+
+def test_a_tuned_variant_sets_the_window_and_the_options_in_both_the_object_and_the_model() -> None:
+    v = KedaVariant.parse("t:lagThreshold=100,scaleDown=60,pollingInterval=15,limitToPartitionsWithLag,excludePersistentLag")
+    so = scaled_object(names(), PROFILES["fast"], BOOT, v)
+    assert so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"] == {
+        "stabilizationWindowSeconds": 60}
+    meta = so["spec"]["triggers"][0]["metadata"]
+    assert meta["limitToPartitionsWithLag"] == meta["excludePersistentLag"] == "true"
+    cfg = v.model(1, 3)
+    assert (cfg.lag_threshold, cfg.down_window_s, cfg.polling_interval_s) == (100, 60.0, 15.0)
+    assert cfg.limit_to_partitions_with_lag and cfg.exclude_persistent_lag
+    assert not cfg.ensure_even_distribution_of_partitions
+    assert KedaVariant().model(1, 3).down_window_s == HPA_SCALE_DOWN_WINDOW_S
+
+
+@pytest.mark.parametrize("text, word", [("x:lagThreshold=0", "lagThreshold"), ("x:bogus=1", "bogus"),
+                                        ("x:allowIdleConsumers", "allowIdleConsumers")])
+def test_a_bad_variant_names_what_is_wrong(text: str, word: str) -> None:
+    with pytest.raises(ValueError, match=word):
+        KedaVariant.parse(text)
+
+
+def test_rounds_alternate_and_the_summary_is_the_median_of_per_round_ratios() -> None:
+    assert round_order(["lagpilot", "k"], 0) == ["lagpilot", "k"]
+    assert round_order(["lagpilot", "k"], 1) == ["k", "lagpilot"]
+
+    def fig(w: float, p99: float, rm: float) -> dict:
+        return {"within_sla_fraction": w, "p99_s": p99, "replica_minutes": rm, "drain_task_minutes": 0.0,
+                "scale_events": 2, "exactly_once": True}
+
+    rounds = [Round(0, [], {"lagpilot": fig(1.0, 40, 2.0), "k": fig(0.6, 80, 4.0)}),
+              Round(1, [], {"lagpilot": fig(0.9, 50, 4.0), "k": fig(0.8, 60, 4.0)}),
+              Round(2, [], {"lagpilot": fig(1.0, 30, 1.0), "k": fig(0.7, 90, 3.0)})]
+    s = medians(rounds)
+    assert s["k"]["median"]["replica_minutes"] == 4.0
+    assert s["k"]["per_round_vs_base"]["replica_minutes_vs_lagpilot"] == 2.0  # ratios 2, 1, 3
+    assert s["k"]["per_round_vs_base"]["p99_s_vs_lagpilot"] == 2.0  # 2, 1.2, 3
+    assert s["k"]["per_round_vs_base"]["within_sla_points_vs_lagpilot"] == -30.0  # -40, -10, -30
+    assert s["k"]["exactly_once_all_rounds"] and s["lagpilot"]["rounds"] == 3
+
+
+def test_figures_read_the_demo_summary() -> None:
+    summary = {"ok": True, "latency": {"within_sla_fraction": 0.75, "p99_s": 70.0}, "replica_minutes": 3.5,
+               "drain_task_minutes": 0.0, "produced": 100, "ledger": {"lost": 0, "duplicated": 0},
+               "scale_events": [{"cause": "start"}, {"cause": "scaling"}, {"cause": "scaling"}], "max_replicas": 3}
+    f = figures(summary)
+    assert f["scale_events"] == 2 and f["exactly_once"] and f["within_sla_fraction"] == 0.75
+    assert not figures({**summary, "ledger": {"lost": 1, "duplicated": 0}})["exactly_once"]
