@@ -10,6 +10,7 @@ here.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -178,14 +179,19 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The CRD's `openAPIV3Schema`: the model's JSON schema as a Kubernetes structural schema."""
+@functools.cache
+def _openapi_schema() -> dict[str, Any]:
     raw = BatchConsumerGroup.model_json_schema(
         by_alias=True, mode="validation", schema_generator=_StructuralSchema
     )
     defs = raw.pop("$defs", {})
     schema: dict[str, Any] = _structural(raw, defs)
     return schema
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The CRD's `openAPIV3Schema`: the model's JSON schema as a Kubernetes structural schema."""
+    return copy.deepcopy(_openapi_schema())
 
 
 def crd() -> dict[str, Any]:
@@ -225,6 +231,6 @@ def crd() -> dict[str, Any]:
 
 
 def spec_schema() -> dict[str, Any]:
-    """The `spec` property of the schema (what the operator validates)."""
-    schema: dict[str, Any] = openapi_schema()["properties"]["spec"]
+    """The `spec` property of the schema (what the operator validates); shared, do not modify."""
+    schema: dict[str, Any] = _openapi_schema()["properties"]["spec"]
     return schema

@@ -7,6 +7,7 @@ Generated: crds/batchconsumergroup.yaml, its chart copy charts/lagpilot/crds/bat
 (identical bytes: Helm installs CRDs only from the chart), and the field tables of
 docs/crd-reference.md (between its `<!-- generated: ... -->` markers; the prose is kept).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,9 @@ _Dumper.add_representer(str, _str)
 
 
 def crd_yaml() -> str:
-    body = yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True,
-                     default_flow_style=False)
+    body = yaml.dump(
+        crd(), Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True, default_flow_style=False
+    )
     return HEADER + body
 
 
@@ -60,8 +62,11 @@ def stale(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lagpilot.model.generate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m lagpilot.model.generate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
     parser.add_argument("--root", type=Path, default=None, help="the checkout (default: this module's)")
     args = parser.parse_args(argv)
