@@ -50,12 +50,33 @@ def field_path(loc: Sequence[int | str], root: str = "spec") -> str:
     return path
 
 
+def _schema_of(loc: Sequence[int | str]) -> Mapping[str, Any]:
+    """The generated schema of the field at a pydantic location ({} if it has none)."""
+    node: Mapping[str, Any] = spec_schema()
+    for part in loc:
+        if isinstance(part, int):
+            node = node.get("items", {})
+        elif part in node.get("properties", {}):
+            node = node["properties"][part]
+        else:
+            node = node.get("additionalProperties") or {}
+    return node
+
+
 def _message(error: Mapping[str, Any]) -> str:
-    if error["type"] in _MESSAGES:
-        return _MESSAGES[error["type"]]
-    msg = str(error["msg"])
-    msg = msg.removeprefix("Value error, ")
-    return msg.removeprefix("Input ")  # "should be less than or equal to 1000", as the API server
+    kind = error["type"]
+    if kind in _MESSAGES:
+        return _MESSAGES[kind]
+    schema = _schema_of(error["loc"])
+    if kind in ("greater_than_equal", "less_than_equal") and "minimum" in schema:
+        lo, hi = schema["minimum"], schema.get("maximum")
+        return f"must be in {lo}..{hi}" if hi is not None else f"must be >= {lo}"
+    if kind == "string_pattern_mismatch" and "pattern" in schema:
+        return f"should match '{schema['pattern']}'"
+    if kind == "literal_error" and "enum" in schema:
+        return f"must be one of {', '.join(map(str, schema['enum']))}"
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    return msg.removeprefix("Input ")  # e.g. "should match pattern ...", as the API server says
 
 
 def _without_nulls(value: Any) -> Any:
