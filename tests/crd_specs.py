@@ -3,7 +3,7 @@
 `valid_specs()` draws specs that satisfy every OpenAPI and CEL rule of crds/batchconsumergroup.yaml
 (strings from the CRD's regexes, numbers from its bounds, cross-field rules respected);
 `mutated_specs()` draws a valid spec with one field replaced by an arbitrary (often invalid) value.
-Used offline (tests/unit/test_spec_crd_agreement.py: OpenAPI verdicts vs. the parser) and on the
+Used offline (tests/unit/test_model.py: OpenAPI verdicts vs. the parser) and on the
 real API server (tests/real/test_crd_parser_agreement.py: apiserver verdicts vs. the parser).
 """
 from __future__ import annotations

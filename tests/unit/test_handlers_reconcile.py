@@ -330,7 +330,9 @@ def test_invalid_spec_degrades_and_waits_long() -> None:
     w = World(spec)
     res = w.cycle()
     assert not res.ok and res.reason == "InvalidSpec" and res.delay_s == w.deps.max_backoff_seconds
-    assert "spec.scaling.maxReplicas" in w.cond("Degraded")["message"]
+    # the field it names, and the CRD's own message for the rule (issue 26: evaluated, not re-written)
+    message = w.cond("Degraded")["message"]
+    assert "spec.scaling.minReplicas: scaling.minReplicas must be less than or equal to scaling.maxReplicas" in message
     assert not w.kube.deployments
 
 
