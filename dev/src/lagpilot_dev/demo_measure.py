@@ -112,7 +112,7 @@ def usual_gap(times: Sequence[float], before: float, span_s: float = 60.0) -> fl
 def hand_off_window(drain: Mapping[str, Any], wall0: float) -> tuple[float, float] | None:
     """Replay-time window of a drain's hand-off: planned → the live group consuming past the split
     (``handedOffAt`` on the non-stopping path, ``resumedAt`` after a quiesce); None if not known."""
-    planned = parse_time(drain.get("plannedAt"))  # RFC 3339 as in the status, or epoch seconds
+    planned = parse_time(drain.get("plannedAt"))  # RFC 3339, as in the status
     ends = [parse_time(drain.get(k)) for k in ("handedOffAt", "resumedAt") if drain.get(k) is not None]
     if planned is None or not ends:
         return None
