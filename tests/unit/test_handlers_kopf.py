@@ -8,7 +8,6 @@ import kopf
 import pytest
 
 from lagpilot import handlers
-from lagpilot.decide.handoff import sub_ranges_in
 from lagpilot.act.kubeapi import KubeError
 
 SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"sink": "log"}}
@@ -153,7 +152,7 @@ class FakeExecutor:
 
 
 def running_drain() -> dict[str, Any]:
-    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "split": 100}],
+    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "end": 100}],
             "subRanges": [{"partition": 0, "index": 0, "start": 0, "end": 100, "next": 40, "records": 40}]}
 
 
@@ -272,7 +271,7 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     (patch,) = kube.patches
     d = patch["drain"]
     assert (d["id"], d["phase"], d["reason"]) == (6, "HandedOff", "AdoptedRemainder")
-    assert sub_ranges_in(d) == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
+    assert d["subRanges"] == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
     assert cleared == ["g.lagpilot-remainder"] and emitted[0][1] == "DrainRemainderAdopted"
     # already recorded (restart before the clear): only the clear, no second drain
     kube2, cleared[:] = Kube(), []
