@@ -315,7 +315,7 @@ def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_ma
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
     ex = FakeExecutor(None, None)
     ex.write_mailbox = lambda admin, spec, entries, key: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
-    planned = {"id": 2, "phase": "Planned", "ranges": "p0[?..100)", "publishedAt": "2026-01-01T00:00:00Z"}
+    planned = {"id": 2, "phase": "Planned", "ranges": [{"partition": 0, "end": 100}], "publishedAt": "2026-01-01T00:00:00Z"}
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": planned},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
     assert order == [("remainder", Remainder(2, ((0, 30, 100),))), ("seal", {0: ack.sealed()})]
