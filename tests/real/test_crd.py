@@ -208,7 +208,7 @@ def test_get_shows_printer_columns_and_status_values(crd, ns):
     assert header == ["NAME", "TOPIC", "REPLICAS", "LAG", "CATCH-UP", "SLA", "READY", "AGE"]
     wide = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide").stdout.splitlines()[0].split()
     assert wide == ["NAME", "TOPIC", "PARTITIONS", "REPLICAS", "DESIRED", "LAG", "MAX-LAG", "RATE",
-                    "CATCH-UP", "SLA", "READY", "DECISION", "AGE"]
+                    "CATCH-UP", "SLA", "READY", "DRAIN", "DECISION", "AGE"]
 
     crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
                 "-p", json.dumps({"status": STATUS}))
