@@ -263,8 +263,6 @@ class ReviewFaults(DrainWatch):
         groupId. Fired = at the delete the drain was Planned with >= 1 owner's ack of a non-empty range.
         Recovered = the CR released, DrainRemainderHandedBack, the re-created CR's adopted drain Verified
         (and, at the end, the ledger: `[ack, split)` dropped would be `lost`)."""
-        from lagpilot.decide.handoff import ranges_of
-
         f = Fault("delete_while_planned", rnd, "eos")
         marker = self.crash_dir / cf.PLANNED_POINT.replace(":", "-")
 
@@ -288,7 +286,7 @@ class ReviewFaults(DrainWatch):
                 f.detail = f"crash point {cf.PLANNED_POINT} not reached (last phase {d.get('phase')})"
                 return self.record(f)
             d = self.drain()
-            splits = {int(r["partition"]): int(r["split"]) for r in ranges_of(d)}
+            splits = {int(r["partition"]): int(r["end"]) for r in d.get("ranges") or ()}
 
             def acked() -> dict[int, int] | None:
                 entries, own = self.mailbox()
@@ -412,8 +410,6 @@ class ReviewFaults(DrainWatch):
         """Drain 6: aborted transactions in the backlog (it is the backlog: no burst). Recovered = that drain
         Verified (sub-ranges with no visible record complete: H5) and healthy; the end check compares the
         ledgers with what a read_committed reader sees (an aborted record delivered is `outside`)."""
-        from lagpilot.decide.handoff import ranges_of, sub_ranges_in
-
         f = Fault("aborted_transactions", rnd, "eos")
         d: dict[str, Any] = {}
         polls = self.drain_polls(f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f), burst=0)
@@ -425,7 +421,7 @@ class ReviewFaults(DrainWatch):
                     self.producer.paused.clear()  # the split is taken (or no drain came): the steady stream goes on
                     f.evidence["steady_paused_s"] = round(time.time() - (f.at or 0), 1)
                 if ours and d.get("phase") == "Running" and "sub_ranges" not in f.evidence:
-                    subs = sub_ranges_in(d)
+                    subs = list(d.get("subRanges") or ())
                     if subs:
                         f.evidence["sub_ranges"] = len(subs)
                         f.evidence["invisible_sub_ranges"] = cf.invisible_sub_ranges(subs, self.aborted)
@@ -437,7 +433,8 @@ class ReviewFaults(DrainWatch):
             return self.record(f)
         blk = self.aborted
         f.evidence["drain_covered_aborted"] = bool(d.get("id")) and all(
-            any(int(r["partition"]) == p_ and int(r["start"]) <= lo and int(r["split"]) > hi for r in ranges_of(d))
+            any(int(r["partition"]) == p_ and r.get("start") is not None and int(r["start"]) <= lo and int(r["end"]) > hi
+                for r in d.get("ranges") or ())
             for p_, (lo, hi) in blk.items())
         f.evidence.update({"drain": d.get("id"), "final_phase": d.get("phase"), "attempt": d.get("attempt"),
                            "runtime": d.get("runtime"), "recordsTotal": d.get("recordsTotal")})

@@ -45,11 +45,20 @@ STATUS = {
     "totalLag": 12345, "maxPartitionLag": 8000, "produceRate": 450.2, "capacityPerReplica": 137.5,
     "projectedCatchUpSeconds": 812,
     "lastScaleTime": "2026-01-01T00:00:00Z",
-    "estimator": {"at": "2026-01-01T00:00:00.000Z", "resets": 0, "partitions": {
-        "0": "committed=100 end=110 low=0 lag=10 produceRate=12.5 consumeRate=11.0 samples=4 window=-5.000:60 0.000:110",
-        "1": "end=8000 low=0 lag=8000 oldestAgeSeconds=31.5 produceRate=400.0 consumeRate=0.0 samples=4 window=0.000:8000"}},
-    "drain": {"phase": "Running", "attempt": 1,
-              "ranges": [{"partition": 1, "from": 0, "to": 8000, "done": 1200}]},
+    "dataLossRecords": 0, "lastObservedTime": "2026-01-01T00:00:00.000Z",
+    "partitionStatuses": [
+        {"partition": 0, "committed": 100, "end": 110, "low": 0, "lag": 10, "produceRate": 12.5, "consumeRate": 11.0},
+        {"partition": 1, "end": 8000, "low": 0, "lag": 8000, "oldestAgeSeconds": 31.5, "produceRate": 400.0,
+         "consumeRate": 0.0}],
+    "drain": {"id": 3, "phase": "Running", "reason": "Launched", "message": "drain 3 Running", "attempt": 1,
+              "ranges": [{"partition": 1, "start": 0, "end": 8000, "tasks": 2}],
+              "subRanges": [{"partition": 1, "index": 0, "start": 0, "end": 4000, "next": 1200, "records": 1200},
+                            {"partition": 1, "index": 1, "start": 4000, "end": 8000, "next": 4000, "records": 0}],
+              "plannedAt": "2026-01-01T00:00:00.000Z", "handOffPath": "ConsumerAck",
+              "recordsTotal": 8000, "recordsDone": 1200,
+              "history": [{"id": 2, "phase": "Verified", "reason": "AllRangesDone",
+                           "ranges": [{"partition": 0, "start": 10, "end": 60}], "recordsDone": 50,
+                           "recordsTotal": 50, "seconds": 12.5, "pauseSeconds": 0.0}]},
     "conditions": [
         {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "consumers up",
          "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"},
@@ -199,29 +208,40 @@ def test_get_shows_printer_columns_and_status_values(crd, ns):
     assert header == ["NAME", "TOPIC", "REPLICAS", "LAG", "CATCH-UP", "SLA", "READY", "AGE"]
     wide = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide").stdout.splitlines()[0].split()
     assert wide == ["NAME", "TOPIC", "PARTITIONS", "REPLICAS", "DESIRED", "LAG", "MAX-LAG", "RATE",
-                    "CATCH-UP", "SLA", "READY", "DECISION", "AGE"]
+                    "CATCH-UP", "SLA", "READY", "DRAIN", "DECISION", "AGE"]
 
     crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
                 "-p", json.dumps({"status": STATUS}))
     row = crd.kubectl("get", "bcg", name, "-n", ns, "--no-headers").stdout.split()
     assert row[:7] == [name, "orders", "3", "12345", "812", "600", "True"]
     wide_row = crd.kubectl("get", "bcg", name, "-n", ns, "-o", "wide", "--no-headers").stdout
-    assert re.search(r"\b6\s+3\s+4\s+12345\s+8000\s+450\.2\s+812\s+600\s+True\s+scale up 3→4", wide_row), wide_row
+    assert re.search(r"\b6\s+3\s+4\s+12345\s+8000\s+450\.2\s+812\s+600\s+True\s+Running\s+scale up 3→4", wide_row), wide_row
 
 
 def test_status_round_trips_through_the_status_subresource(crd, ns):
     """Every contract status field is declared (nothing pruned); undeclared ones are dropped."""
     name = "status-rt"
     assert create(crd, ns, merged({"metadata": {"name": name}})).returncode == 0
-    # notInSchema, and the per-partition list of an operator before the one-line estimator view
-    sent = {**STATUS, "notInSchema": 1, "partitionLag": [{"partition": 0, "lag": 10, "committed": 100, "end": 110}]}
+    # notInSchema, and the free-form memory an operator before issue 26 kept in the status
+    sent = {**STATUS, "notInSchema": 1, "estimator": {"at": "2026-01-01T00:00:00.000Z"}}
     proc = crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
                        "-p", json.dumps({"status": sent}), check=False)
     assert proc.returncode == 0, proc.stderr
     status = get_json(crd, ns, name)["status"]
     want = copy.deepcopy(STATUS)
     assert is_subset(want, status), status
-    assert "notInSchema" not in status and "partitionLag" not in status, status
+    assert "notInSchema" not in status and "estimator" not in status, status
+    # every field is reachable with jsonpath (keyed lists of named objects, no encoded strings)
+    def jsonpath(expr: str) -> str:
+        return crd.kubectl("get", "bcg", name, "-n", ns, "-o", f"jsonpath={expr}").stdout
+    assert jsonpath("{.status.partitionStatuses[?(@.partition==1)].oldestAgeSeconds}") == "31.5"
+    assert jsonpath("{.status.drain.ranges[0].end}") == "8000"
+    assert jsonpath("{.status.drain.subRanges[?(@.index==0)].next}") == "1200"
+    assert jsonpath("{.status.drain.history[?(@.id==2)].ranges[0].start}") == "10"
+    # the enum is enforced by the API server: a phase outside it is refused, naming the field
+    bad = crd.kubectl("patch", "bcg", name, "-n", ns, "--subresource=status", "--type=merge",
+                      "-p", json.dumps({"status": {"drain": {"phase": "Done"}}}), check=False)
+    assert bad.returncode != 0 and "status.drain.phase" in bad.stderr, bad.stderr
     # status is ignored on the main resource: a spec update cannot overwrite it
     crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", json.dumps({"status": {"replicas": 99}}))
     assert get_json(crd, ns, name)["status"]["replicas"] == 3

@@ -61,7 +61,7 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
     assert summary["processed_by"].get("consumer", 0) > 0, summary["processed_by"]
     assert summary["peak_lag"] > 0 and summary["catch_up_seconds"] is not None
     for d in summary["drains"]:
-        assert d["ranges"] and all(r["start"] is not None and r["split"] > r["start"] for r in d["ranges"]), d
+        assert d["ranges"] and all(r["start"] is not None and r["split"] > r["start"] for r in d["ranges"]), d  # the summary names the end "split"
         # the consumers hand off without stopping: the group keeps replicas through the hand-off
         # (only the Quiesce fallback, for a group with no live consumer, may empty it)
         if d.get("hand_off_path") and d["hand_off_path"] != "Quiesce" and d.get("min_replicas_during_hand_off") is not None:

@@ -35,9 +35,7 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, checkout_pythonpath, operator_env
-from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.decide.status import parse_time
-from lagpilot.decide.status_codec import parse_ranges
 from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
 from tests.real.drain_handlers import LEDGER_DDL
@@ -225,7 +223,7 @@ def wait_phase(s: Scenario, phases: tuple[str, ...], timeout: float, on_poll: Ca
 def tasks_of(d: dict[str, Any]) -> int:
     """Sub-ranges (Spark tasks) the drain was cut into: the planner's count per range (splitFactor
     when it gave none); status.drain.subRanges of a finished drain is summarised, one per partition."""
-    return sum(int(r.get("tasks") or 0) or 1 for r in parse_ranges(d.get("ranges")))
+    return sum(int(r.get("tasks") or 0) or 1 for r in d.get("ranges") or ())
 
 
 def live_pause(s: Scenario, postgres_dsn: str, d: dict[str, Any]) -> float | None:
@@ -336,8 +334,8 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
     assert dups_unannounced <= allow_replayed_batches * BATCH, f"{dups} duplicate rows: {replays}; announced {sorted(given_up)}"
     # the exact hand-off: the drains processed exactly [start, split) of their recorded ranges
     drained = {(p, o) for p, o, src in rows if src == "drain"}
-    drains = [h for h in history_of(d) if h["phase"] == "Verified"]
-    planned = {(r["partition"], o) for h in drains for r in ranges_of(h) for o in range(r["start"], r["split"])}
+    drains = [h for h in d.get("history") or () if h["phase"] == "Verified"]
+    planned = {(r["partition"], o) for h in drains for r in h["ranges"] for o in range(r["start"], r["end"])}
     assert drained == planned, f"drain rows outside/missing its ranges: {len(drained ^ planned)}"
     by_group = {(p, o) for p, o, src in rows if src == "consumer"}
     if allow_replayed_batches == 0:
@@ -356,7 +354,7 @@ def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Call
                                                                   kafka_admin: Any, postgres_dsn: str) -> None:
     s = scenario({p: 15000 for p in range(PARTS)})
     d = finish_and_check(s, kafka_admin, postgres_dsn)
-    assert sorted(r["partition"] for r in ranges_of(d)) == [0, 1, 2]
+    assert sorted(r["partition"] for r in d["ranges"]) == [0, 1, 2]
     assert tasks_of(d) > PARTS and d["attempt"] == 1  # (a finished drain's sub-ranges are summarised)
     # the mailbox hand-off: the owners acked and moved themselves, the group was never scaled down
     assert d["handOffPath"] == "ConsumerAck" and d["pauseSeconds"] == 0.0 and d.get("quiescedAt") is None, d
@@ -436,7 +434,7 @@ def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(scenario: Ca
     patch_cancel(True)
     d = wait_phase(s, ("Cancelled",), 300)
     assert d["recordsDone"] < d["recordsTotal"], d  # a remainder exists and stays recorded
-    remaining = sum(sr["end"] - sr["next"] for sr in sub_ranges_in(d))
+    remaining = sum(sr["end"] - sr["next"] for sr in d.get("subRanges") or ())
     assert remaining > 0
     assert not s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items  # no drain process left
 
@@ -470,6 +468,6 @@ def test_regrowing_hot_partition_is_drained_repeatedly(scenario: Callable[..., S
     finally:
         print("live traffic errors:", s.live_errors[-3:], "produced:", s.produced)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
-    verified = [h for h in history_of(d) if h["phase"] == "Verified"]
-    assert len(verified) >= 2 and all([r["partition"] for r in ranges_of(h)] == [0] for h in verified)
+    verified = [h for h in d.get("history") or () if h["phase"] == "Verified"]
+    assert len(verified) >= 2 and all([r["partition"] for r in h["ranges"]] == [0] for h in verified)
     print("drains:", [(h["id"], h["ranges"], h["recordsDone"]) for h in verified])

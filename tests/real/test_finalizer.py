@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from lagpilot.decide.handoff import history_of, ranges_of
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
 from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
@@ -200,15 +199,15 @@ def test_cr_deleted_mid_drain_hands_back_the_remainder_and_a_recreated_cr_drains
           f"{rem.ranges}; missing {len(missing)}; group at {committed}")
     assert missing, "nothing was missing after the delete: the test did not delete mid-drain"
     assert missing <= handed | ahead, f"{len(missing - handed - ahead)} offsets owned by nobody"
-    assert all(committed[p] >= max(r["split"] for r in ranges_of(at_delete) if r["partition"] == p)
-               for p in {r["partition"] for r in ranges_of(at_delete)})
+    assert all(committed[p] >= max(r["end"] for r in at_delete["ranges"] if r["partition"] == p)
+               for p in {r["partition"] for r in at_delete["ranges"]})
 
     # re-create the CR with the same group: the remainder is drained first, as a new drain
     apply_cr(crd, c.ns, cr(c.name, c.spec))
     d = wait_drain(c, lambda d: d.get("phase") == "Verified" and d.get("id", 0) > first_id, "the adopted remainder drained", 900)
     reasons = [e.reason for e in events_for(c.core, c.ns, c.name)]
     assert "DrainRemainderAdopted" in reasons, reasons
-    adopted = [h for h in history_of(d) if h["id"] == first_id + 1]
+    adopted = [h for h in d.get("history") or () if h["id"] == first_id + 1]
     assert adopted and adopted[0]["recordsTotal"] == rem.records, d["history"]
     assert remainder_in_kafka(kafka_admin, c.group, c.topic) is None  # cleared once recorded
     wait_until(lambda: group_committed(kafka_admin, c.group, c.topic) == c.produced
@@ -244,7 +243,7 @@ def test_cr_deleted_mid_drain_waits_for_the_drain(case: Callable[..., Case], kaf
     assert "DeletionWaitingForDrain" in reasons and "DrainFinished" in reasons, reasons
     assert "DrainRemainderHandedBack" not in reasons, reasons
     assert remainder_in_kafka(kafka_admin, c.group, c.topic) is None
-    ranges = {r["partition"]: (r["start"], r["split"]) for r in ranges_of(at_delete)}
+    ranges = {r["partition"]: (r.get("start"), r["end"]) for r in at_delete["ranges"]}
     import psycopg
 
     from lagpilot_runtime.sinks.ledger import ledger_report as report

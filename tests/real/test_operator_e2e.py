@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from lagpilot.decide import status_codec
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
+from lagpilot.act.memory import MEMORY_FIELD, memory_name
 from tests.fixtures.kube import wait_until
 from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)
 
@@ -213,8 +213,8 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     print("after scale-up:", (condition({"status": status}, "Scaling") or {}).get("message"), "capacity", status.get("capacityPerReplica"))
     assert status["partitions"] == partitions and status["desiredReplicas"] == partitions
     # while records wait, the age of the oldest unprocessed one is reported per partition
-    # (status.estimator.partitions, one line per partition; written with the memory, at least every 60 s)
-    aged = wait_until(lambda: [p for p in status_codec.partitions_view(get_cr(custom, ns, name)["status"])
+    # (status.partitionStatuses; written with any other change, at least every 60 s)
+    aged = wait_until(lambda: [p for p in get_cr(custom, ns, name)["status"].get("partitionStatuses") or []
                                if p.get("oldestAgeSeconds", 0) > 0], "oldestAgeSeconds", 90, interval=1)
     print("oldest unprocessed record ages:", {p["partition"]: p["oldestAgeSeconds"] for p in aged})
     assert condition(get_cr(custom, ns, name), "Degraded")["status"] == "False"
@@ -226,8 +226,12 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     assert max(seen) == partitions, seen
 
     final = get_cr(custom, ns, name)
-    print("final status:", json.dumps({k: v for k, v in final["status"].items()
-                                        if k not in ("estimator", "scalingHistory")}, indent=1))
+    print("final status:", json.dumps(final["status"], indent=1))
+    # the controller's memory is the ConfigMap the CR controls (garbage-collected with it), not status
+    cm = core.read_namespaced_config_map(memory_name(name), ns)
+    assert [(o.kind, o.name, o.controller) for o in cm.metadata.owner_references] == [("BatchConsumerGroup", name, True)]
+    assert set(json.loads(cm.data[MEMORY_FIELD])) == {"estimator", "scalingHistory"}
+    assert not {"estimator", "scalingHistory"} & set(final["status"])
     events = sorted(events_for(core, ns, name), key=lambda e: e.first_timestamp or e.event_time)
     for e in events:
         print(f"event {e.first_timestamp or e.event_time} {e.type} {e.reason}: {e.message}")
@@ -382,12 +386,14 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
                                                           namespace: Callable[..., str], kafka_bootstrap: str,
                                                           new_topic: Callable[..., str],
                                                           start_operator: Callable[[str], Operator]) -> None:
-    """SIGKILL the operator mid-backlog; its successor continues from the CR status: the smoothed
-    capacity and the stabilization window's recommendations recorded before the kill are still
-    there after the successor's first cycle (nothing is re-learnt from scratch)."""
+    """SIGKILL the operator mid-backlog; its successor continues from the CR's memory ConfigMap
+    (`<cr>-lagpilot-state`): the smoothed capacity and the stabilization window's recommendations
+    recorded before the kill are still there after the successor's first cycle (nothing is
+    re-learnt from scratch)."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(kube_api)
+    core = client.CoreV1Api(kube_api)
     ns = namespace("op-restart")
     topic = new_topic(partitions=2, prefix="op-restart")
     produce(kafka_bootstrap, topic, 3000, 2)
@@ -408,29 +414,39 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     def status() -> dict[str, Any]:
         return get_cr(custom, ns, name).get("status") or {}
 
-    def recs(st: dict[str, Any]) -> list[list[float]]:  # the status keeps them on one line, RFC 3339 base
-        return (status_codec.scaling_history_from_status(st.get("scalingHistory")) or {}).get("recommendations") or []
+    def memory() -> dict[str, Any]:  # the memory ConfigMap's JSON (epoch seconds, as the step keeps it)
+        try:
+            cm = core.read_namespaced_config_map(memory_name(name), ns)
+        except client.ApiException as err:
+            if err.status == 404:
+                return {}
+            raise
+        return dict(json.loads((cm.data or {}).get(MEMORY_FIELD) or "{}"))
 
-    def est(st: dict[str, Any]) -> dict[str, Any]:  # epoch-second windows, as the estimator keeps them
-        return status_codec.estimator_from_status(st["estimator"])
+    def recs(mem: dict[str, Any]) -> list[list[float]]:
+        return (mem.get("scalingHistory") or {}).get("recommendations") or []
+
+    def est(mem: dict[str, Any]) -> dict[str, Any]:
+        return mem.get("estimator") or {"partitions": {}}
 
     wait_until(lambda: status().get("capacityPerReplica")
-               and len(recs(status())) >= 3
-               and all(p.get("samples", 0) >= 2 for p in (est(status())["partitions"] or {"-": {}}).values()),
+               and len(recs(memory())) >= 3
+               and all(p.get("samples", 0) >= 2 for p in (est(memory())["partitions"] or {"-": {}}).values()),
                "a capacity estimate, a few recommendations and rate samples", 180, interval=1)
     op.kill()
     t_kill = time.time()
-    before = status()
-    recs_before = [t for t, _ in recs(before)]
+    before, mem_before = status(), memory()
+    recs_before = [t for t, _ in recs(mem_before)]
     cap_before = before["capacityPerReplica"]
     print(f"before the kill: capacity {cap_before}, {len(recs_before)} recommendations, "
           f"totalLag {before['totalLag']}, replicas {before['desiredReplicas']}")
     assert before["totalLag"] > 0, "the backlog must outlive the restart for this test to mean anything"
 
     start_operator(ns)
-    after = wait_until(lambda: (s := status()) and status_codec.estimator_time(s.get("estimator")) > t_kill and s,
-                       "the successor's first cycle", 120, interval=0.5)
-    recs_after = [t for t, _ in recs(after)]
+    mem_after = wait_until(lambda: (m := memory()) and est(m).get("atS", 0) > t_kill and m,
+                           "the successor's first cycle", 120, interval=0.5)
+    after = status()
+    recs_after = [t for t, _ in recs(mem_after)]
     decision_after = (condition({"status": after}, "Scaling") or {}).get("message") or ""  # the last decision
     print(f"after the restart: capacity {after['capacityPerReplica']}, "
           f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
@@ -438,9 +454,9 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     assert any(t < t_kill for t in recs_after), "the stabilization history was forgotten"
     # only a restored estimator gives these (a first snapshot also yields some capacity, so
     # capacityPerReplica > 0 would prove nothing): every partition's rate-sample count continues
-    # from the pre-kill status (a fresh estimator starts at 0), and its sample window still holds
+    # from the pre-kill memory (a fresh estimator starts at 0), and its sample window still holds
     # samples taken before the kill
-    parts_before, parts_after = est(before)["partitions"], est(after)["partitions"]
+    parts_before, parts_after = est(mem_before)["partitions"], est(mem_after)["partitions"]
     assert parts_before and set(parts_after) == set(parts_before)
     for p, est in parts_before.items():
         assert est["samples"] >= 2, f"partition {p}: too few samples before the kill for the check to mean anything"

@@ -262,15 +262,22 @@ def test_contract_sample_values_match_crd_defaults():
 
 def test_contract_status_sample_validates():
     status = copy.deepcopy(contract_blocks()["status"])
-    status["lastScaleTime"] = "2026-01-01T00:00:00Z"
+    status = {k: v for k, v in status.items() if v not in ({"...": None}, ["..."])}  # opaque in the sketch
+    status["lastScaleTime"] = status["lastObservedTime"] = "2026-01-01T00:00:00Z"
     status["conditions"] = [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": "ok",
                              "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     assert validate(STATUS, status, ".status") == []
 
 
-@pytest.mark.parametrize("path", ["status.drain", "status.estimator"])
-def test_operator_owned_status_parts_keep_unknown_fields(path):
-    assert schema_at(path).get("x-kubernetes-preserve-unknown-fields") is True
+def test_the_status_is_structural_all_the_way_down():
+    """No free-form part: every field is declared (jsonpath and printer columns reach each one),
+    lists of objects are keyed (lagpilot.model.status)."""
+    free = [p for p, s in walk_properties(STATUS, "status") if s.get("x-kubernetes-preserve-unknown-fields")]
+    assert free == [] and not STATUS.get("x-kubernetes-preserve-unknown-fields")
+    unkeyed = [p for p, s in walk_properties(STATUS, "status")
+               if s.get("type") == "array" and s["items"].get("type") == "object"
+               and s.get("x-kubernetes-list-type") != "map"]
+    assert unkeyed == []
 
 
 # --------------------------------------------------------------------------- printer columns

@@ -159,7 +159,7 @@ def test_adoption_makes_a_handed_off_drain_and_clears_only_when_recorded() -> No
     assert adoption(rem, verified, 2, T0)[0] is AdoptKind.CLEAR
     # a drain of this CR holding other ranges: adopt later; an idle older status: adopt with a fresh id
     assert adoption(rem, running(), 2, T0)[0] is AdoptKind.NONE
-    old = DrainStatus(id=9, phase=Phase.VERIFIED, history=({"id": 9, "ranges": [{"partition": 5, "start": 0, "split": 1}]},))
+    old = DrainStatus(id=9, phase=Phase.VERIFIED, history=({"id": 9, "ranges": [{"partition": 5, "start": 0, "end": 1}]},))
     kind, new = adoption(rem, old, 1, T0)
     assert kind is AdoptKind.ADOPT and new.id == 10 and new.history == old.history
     assert adoption(None, None, 1, T0) == (AdoptKind.NONE, None)

@@ -111,15 +111,15 @@ def test_scale_events() -> None:
 
 
 def test_drains_seen_merges_live_status_and_history() -> None:
-    running = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 10, "split": 500}],
+    running = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 10, "end": 500}],
                "subRanges": [{"partition": 0, "index": 0, "start": 10, "end": 250, "next": 250, "records": 240},
                              {"partition": 0, "index": 1, "start": 250, "end": 500, "next": 300, "records": 50}],
                "recordsTotal": 490, "recordsDone": 290, "history": [],
                "plannedAt": "2023-11-14T22:13:20.000Z", "startedAt": "2023-11-14T22:13:25.250Z"}
-    # as the status holds them: RFC 3339 times, a history entry's ranges on one line
-    hist1 = {"id": 1, "phase": "Verified", "reason": "RegrowingPartition", "ranges": "p0[10..500)",
+    # as the status holds them: RFC 3339 times, ranges as objects
+    hist1 = {"id": 1, "phase": "Verified", "reason": "RegrowingPartition", "ranges": [{"partition": 0, "start": 10, "end": 500}],
              "recordsTotal": 490, "recordsDone": 490, "pauseSeconds": 1.5, "seconds": 30.0}
-    second = {"id": 2, "phase": "Planned", "ranges": [{"partition": 1, "start": None, "split": 900}],
+    second = {"id": 2, "phase": "Planned", "ranges": [{"partition": 1, "end": 900}],
               "subRanges": [], "recordsTotal": 0, "recordsDone": 0, "history": [hist1],
               "plannedAt": "2023-11-14T22:13:50.000Z"}
     samples = [_s(0, {}, {}, drain=running), _s(5, {}, {}, drain=second), _s(6, {}, {}, drain=running)]
@@ -173,7 +173,7 @@ def test_proof_failures(kw: dict, needle: str) -> None:
 
 
 def test_summary_and_table() -> None:
-    drain = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 5, "split": 60}],
+    drain = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 5, "end": 60}],
              "subRanges": [{"partition": 0, "index": 0, "start": 5, "end": 60, "next": 20, "records": 15}],
              "recordsTotal": 55, "recordsDone": 15}
     samples = [_s(-3, {0: 0}, {0: 0}, replicas=None), _s(0, {0: 10}, {0: 10}), _s(10, {0: 100}, {0: 20}, replicas=3),
@@ -215,7 +215,7 @@ def test_bar(v: float, total: float, expected: str) -> None:
 
 
 def test_render_shows_every_part_of_the_story() -> None:
-    drain = {"id": 2, "phase": "Running", "ranges": [{"partition": 1, "start": 7, "split": 70}],
+    drain = {"id": 2, "phase": "Running", "ranges": [{"partition": 1, "start": 7, "end": 70}],
              "subRanges": [{"partition": 1, "index": 0, "start": 7, "end": 70, "next": 30, "records": 23}],
              "recordsTotal": 63, "recordsDone": 23}
     s = _s(12, {0: 100, 1: 100}, {0: 90, 1: 30}, committed={0: 95, 1: 98}, replicas=2, drain=drain)
@@ -336,7 +336,7 @@ def test_hand_off_pause_names_the_partition_and_its_usual_gap() -> None:
 def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     wall0 = 1000.0
     drain = {"id": 1, "phase": "Running", "ranges": [], "records_total": 0, "records_done": 0, "pause_seconds": 30.0,
-             "times": {"plannedAt": format_time(wall0 + 20), "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
+             "times": {"plannedAt": wall0 + 20, "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
     batches = ([_b("c0", float(t), 50, (0,)) for t in range(0, 40)] + [_b("c1", float(t), 50, (1,)) for t in range(0, 40)]
                + [_b("spark", 27.0, 50, (1,), source="drain"), _b("spark", 28.0, 50, (1,), source="drain")])
     samples = [_s(t, {}, {}, replicas=3 if t != 20 else 2) for t in range(0, 40)]
@@ -406,7 +406,7 @@ def test_ledger_has_no_key_and_one_row_per_record() -> None:
 
 
 def test_render_shows_the_hand_off_path_and_the_live_group() -> None:
-    drain = {"id": 3, "phase": "Planned", "ranges": [{"partition": 0, "start": 1, "split": 9}], "handOffPath": "mailbox"}
+    drain = {"id": 3, "phase": "Planned", "ranges": [{"partition": 0, "start": 1, "end": 9}], "handOffPath": "mailbox"}
     s = _s(5, {0: 10}, {0: 2}, replicas=3, drain=drain)
     s.ready = 3
     header = demo_view.Header(profile="fast", elapsed_s=5, stage="Replay", waiting_for="x")

@@ -248,7 +248,7 @@ def _proof() -> Proof:
 
 
 def _samples(runtime: bool) -> list[Sample]:
-    drain = {"id": 1, "phase": "Running", "runtime": "warm", "ranges": [{"partition": 0, "start": 5, "split": 60}],
+    drain = {"id": 1, "phase": "Running", "runtime": "warm", "ranges": [{"partition": 0, "start": 5, "end": 60}],
              "subRanges": [{"partition": 0, "index": 0, "start": 5, "end": 60, "next": 20, "records": 15}],
              "recordsTotal": 55, "recordsDone": 15}
     out = []

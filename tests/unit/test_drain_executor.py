@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lagpilot.act.drain import DrainContext, DrainExecutor, DrainSettings
-from lagpilot.decide.handoff import JobObservation, JobState, Offsets, ranges_of
+from lagpilot.decide.handoff import JobObservation, JobState, Offsets
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 
@@ -108,7 +108,7 @@ def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox
     assert seq.index("create_job") + 1 == seq.index("status:Running:Launched"), log
     assert ("mailbox", {0: "lph2;cr=u;id=1;split=500;ack=100;done=1"}) in log  # sealed with the HandedOff write
     assert not [e for e in log if e[0] == "scale"]  # the live group was never touched
-    assert ranges_of(r.status) == [{"partition": 0, "start": 100, "split": 500}]
+    assert [(x["partition"], x["start"], x["end"]) for x in r.status["ranges"]] == [(0, 100, 500)]
     assert r.status["handOffPath"] == "ConsumerAck" and r.status["pauseSeconds"] == 0.0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from lagpilot.decide import handoff as h
 from lagpilot.decide.drain_policy import PartitionLoad, expiring_first
-from lagpilot.decide.handoff import JobObservation, JobState, Kind, next_action, sub_ranges_in
+from lagpilot.decide.handoff import JobObservation, JobState, Kind, next_action
 from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
 from lagpilot_runtime.drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_metadata
 
@@ -91,7 +91,7 @@ def test_the_executor_writes_the_loss_emits_one_event_counts_it_and_reports_the_
     ex.reconcile(ctx(log, w, w["status"]))  # handed off [100, 500) and launched
     assert w["status"]["phase"] == "Running"
     before = REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "orders"}) or 0
-    first = sub_ranges_in(w["status"])[0]
+    first = w["status"]["subRanges"][0]
     w["progress"] = {(0, first["index"]): (first["start"] + 50, 0)}
     w["lost"] = {(0, first["index"]): ((first["start"], first["start"] + 50),)}
     log.clear()

@@ -8,7 +8,6 @@ import kopf
 import pytest
 
 from lagpilot import handlers
-from lagpilot.decide.handoff import sub_ranges_in
 from lagpilot.act.kubeapi import KubeError
 
 SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"sink": "log"}}
@@ -154,7 +153,7 @@ class FakeExecutor:
 
 
 def running_drain() -> dict[str, Any]:
-    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "split": 100}],
+    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "end": 100}],
             "subRanges": [{"partition": 0, "index": 0, "start": 0, "end": 100, "next": 40, "records": 40}]}
 
 
@@ -273,7 +272,7 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     (patch,) = kube.patches
     d = patch["drain"]
     assert (d["id"], d["phase"], d["reason"]) == (6, "HandedOff", "AdoptedRemainder")
-    assert sub_ranges_in(d) == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
+    assert d["subRanges"] == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
     assert cleared == ["g.lagpilot-remainder"] and emitted[0][1] == "DrainRemainderAdopted"
     # already recorded (restart before the clear): only the clear, no second drain
     kube2, cleared[:] = Kube(), []
@@ -317,7 +316,7 @@ def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_ma
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
     ex = FakeExecutor(None, None)
     ex.write_mailbox = lambda admin, spec, entries, key: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
-    planned = {"id": 2, "phase": "Planned", "ranges": "p0[?..100)", "publishedAt": "2026-01-01T00:00:00Z"}
+    planned = {"id": 2, "phase": "Planned", "ranges": [{"partition": 0, "end": 100}], "publishedAt": "2026-01-01T00:00:00Z"}
     handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": planned},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
     assert order == [("remainder", Remainder(2, ((0, 30, 100),))), ("seal", {0: ack.sealed()})]

@@ -26,11 +26,9 @@ from lagpilot.reconcile import aligned_delay, backoff_s, run_cycle
 from lagpilot.reconcile_act import apply_deployment
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.decide import status as status_mod
-from lagpilot.decide import status_codec
-from lagpilot.decide.estimate import EstimatorState
-from lagpilot.decide.scaling import ScalingHistory
 from lagpilot.decide.status import find_condition
-from lagpilot.decide.status_codec import partitions_view
+from lagpilot.act.memory import memory_name
+from lagpilot.model.status import validate_status
 
 T0 = 1_700_000_000.0
 NS, NAME = "team-a", "orders"
@@ -56,6 +54,9 @@ class FakeKube:
     def __init__(self) -> None:
         self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmap_writes: list[dict[str, Any]] = []
+        self.fail_configmap: KubeError | None = None
         self.status: dict[str, Any] = {}
         self.status_patches: list[dict[str, Any]] = []
         self.applies: list[dict[str, Any]] = []
@@ -81,6 +82,25 @@ class FakeKube:
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         self.status_patches.append(copy.deepcopy(patch))
         merge_patch(self.status, patch)
+        # the shape the CRD declares (lagpilot.model.status): a field outside it would be pruned
+        validate_status(self.status)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.fail_configmap:
+            raise self.fail_configmap
+        return copy.deepcopy(self.configmaps.get((namespace, name)))
+
+    def apply_configmap(self, manifest: dict[str, Any]) -> None:
+        if self.fail_configmap:
+            raise self.fail_configmap
+        self.configmap_writes.append(copy.deepcopy(manifest))
+        self.configmaps[(manifest["metadata"]["namespace"], manifest["metadata"]["name"])] = copy.deepcopy(manifest)
+
+    def memory(self) -> dict[str, Any]:
+        """The controller's memory as the ConfigMap holds it."""
+        import json
+
+        return json.loads(self.configmaps[(NS, memory_name(NAME))]["data"]["memory"])
 
     @property
     def replicas(self) -> int:
@@ -167,15 +187,20 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     assert "DeploymentCreated" in w.reasons()
     st = w.kube.status
     assert st["partitions"] == 3 and st["totalLag"] == 0 and st["observedGeneration"] == 1
-    assert "estimator" in st and "scalingHistory" in st
+    # observed state only: the controller's memory is in the ConfigMap the CR owns
+    assert "estimator" not in st and "scalingHistory" not in st
+    cm = w.kube.configmaps[(NS, memory_name(NAME))]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and cm["metadata"]["ownerReferences"][0]["controller"]
+    assert set(w.kube.memory()) == {"estimator", "scalingHistory"}
     # each fact once: the SLA is spec.catchUpSLASeconds, the last decision the Scaling condition's
     # message, the capacity and data-loss count status.capacityPerReplica / status.dataLossRecords
     assert "slaSeconds" not in st and "lastDecision" not in st, st
     assert w.cond("Scaling")["message"].startswith("keep 1->1"), w.cond("Scaling")
-    assert not {"capacityPerReplica", "dataLossRecords"} & set(st["estimator"]), st["estimator"]
-    # one per-partition list, one line each: status.estimator.partitions (no status.partitionLag)
-    assert "partitionLag" not in st and [p["partition"] for p in partitions_view(st)] == [0, 1, 2]
-    assert all(isinstance(x, str) and "\n" not in x for x in st["estimator"]["partitions"].values())
+    # one per-partition list keyed by partition, one object each
+    assert st["partitionStatuses"] == [
+        {"partition": p, "committed": 100, "end": 100, "low": 0, "lag": 0, "produceRate": 0.0, "consumeRate": 0.0}
+        for p in range(3)]
+    assert st["lastObservedTime"] == "2023-11-14T22:13:20.000Z"
     assert all(c["observedGeneration"] == 1 for c in st["conditions"])
     assert w.cond("Degraded")["status"] == "False"
     assert w.cond("Ready")["status"] == "True"
@@ -213,13 +238,11 @@ def test_history_survives_operator_restart() -> None:
     assert w.kube.replicas == 3
     w.kafka.set([(0, 21000, 21000, 10.0)] * 3)
     w.cycle(advance=5)
-    # restart: a fresh cache; everything it needs comes from the CR status
+    # restart: a fresh cache; everything it needs comes from the memory ConfigMap
     w.cache = Cache()
     w.cycle(advance=5)
     assert w.kube.replicas == 3, "a restart must not forget the scale-down window"
-    # the capacity is kept once, at the top level (not again inside status.estimator)
     assert w.kube.status["capacityPerReplica"] == pytest.approx(10.0)
-    assert "capacityPerReplica" not in w.kube.status["estimator"]
 
 
 def test_unchanged_status_is_not_written() -> None:
@@ -341,8 +364,8 @@ def test_drain_hand_off_holds_replicas() -> None:
     w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
     w.cycle()
     # the hand-off's quiesce fallback owns the replica count (handoff.holds_replicas)
-    drain = {"id": 1, "phase": "HandedOff", "quiescedAt": T0, "handOffPath": "Quiesce",
-             "ranges": [{"partition": 0, "start": 0, "split": 1000}]}
+    drain = {"id": 1, "phase": "HandedOff", "quiescedAt": status_mod.format_time(T0), "handOffPath": "Quiesce",
+             "ranges": [{"partition": 0, "start": 0, "end": 1000}]}
     w.kube.status["drain"] = copy.deepcopy(drain)
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle(advance=5)
@@ -356,7 +379,7 @@ def test_consumer_ack_hand_off_leaves_the_scaler_free() -> None:
     w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
     w.cycle()
     w.kube.status["drain"] = {"id": 1, "phase": "Planned", "handOffPath": "ConsumerAck",
-                              "ranges": [{"partition": 0, "split": 1000}]}
+                              "ranges": [{"partition": 0, "end": 1000}]}
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle(advance=5)
     assert w.kube.replicas == 3  # the backlog scaled the group up during the hand-off
@@ -406,18 +429,7 @@ def test_offsets_moving_backwards_are_reported() -> None:
     res = w.cycle(advance=5)
     assert res.ok
     assert "OffsetsWentBackwards" in w.reasons()
-    assert partitions_view(w.kube.status)[0]["end"] == 10
-
-
-def test_an_older_operators_partition_lag_list_is_deleted() -> None:
-    """status.partitionLag (a list of objects, 6 describe lines per partition) repeated what
-    status.estimator.partitions shows on one line; the first write of this operator deletes it."""
-    w = World(base_spec())
-    w.kube.status["partitionLag"] = [{"partition": 0, "lag": 0, "committed": 5, "end": 5, "earliest": 0, "rate": 1.0}]
-    w.kafka.set([(0, 100, 40, None)])
-    w.cycle()
-    assert w.kube.status_patches[0].get("partitionLag", "absent") is None, w.kube.status_patches[0]
-    assert "partitionLag" not in w.kube.status and partitions_view(w.kube.status)[0]["lag"] == 60
+    assert w.kube.status["partitionStatuses"][0]["end"] == 10
 
 
 def test_oldest_record_age_of_lagging_partitions() -> None:
@@ -427,10 +439,9 @@ def test_oldest_record_age_of_lagging_partitions() -> None:
     w.cycle()
     # only lagging partitions are read, at the group's position (log start when never committed)
     assert w.peeked[-1] == {0: 40, 2: 10}
-    ages = {p["partition"]: p.get("oldestAgeSeconds") for p in partitions_view(w.kube.status)}
-    assert "oldestAgeSeconds" not in w.kube.status["estimator"]["partitions"]["1"]
-    assert " lag=60 oldestAgeSeconds=42 " in w.kube.status["estimator"]["partitions"]["0"]
+    ages = {p["partition"]: p.get("oldestAgeSeconds") for p in w.kube.status["partitionStatuses"]}
     assert ages == {0: 42.0, 1: None, 2: 7.0}  # None: key absent (no lag, nothing to date)
+    assert w.kube.status["partitionStatuses"][0]["lag"] == 60
 
 
 def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -453,18 +464,12 @@ def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(calls) == 2
     decision, state = calls[-1]
     assert w.kube.replicas == decision.replicas == 3
-    # written through the status boundary: RFC 3339 times, each window on one line
-    assert w.kube.status["estimator"] == _without_nulls(status_codec.estimator_to_status(state.estimator.to_dict()))
-    assert w.kube.status["scalingHistory"] == _without_nulls(status_codec.scaling_history_to_status(state.history.to_dict()))
-    back = EstimatorState.from_dict(status_codec.step_memory_from_status(w.kube.status)["estimator"])
-    assert back.at_s == pytest.approx(state.estimator.at_s, abs=1e-3)
-    # the capacity comes back from status.capacityPerReplica (rounded to 2 decimals there)
-    assert back.capacity_per_replica == pytest.approx(state.estimator.capacity_per_replica, abs=0.005)
-    assert {p: [e for _, e in x.window] for p, x in back.partitions.items()} == {
-        p: [e for _, e in x.window] for p, x in state.estimator.partitions.items()}
-    hist = ScalingHistory.from_dict(status_codec.scaling_history_from_status(w.kube.status["scalingHistory"]))
-    assert [r for _, r in hist.recommendations] == [r for _, r in state.history.recommendations]
-    assert [round(t, 3) for t, _ in hist.recommendations] == [round(t, 3) for t, _ in state.history.recommendations]
+    # the memory ConfigMap holds exactly the step's state: a restart resumes from it unchanged
+    import json
+
+    assert w.kube.memory() == json.loads(json.dumps(state.to_memory()))
+    back = step_mod.StepState.from_memory(w.kube.memory())
+    assert json.dumps(back.to_memory()) == json.dumps(state.to_memory())
 
 
 def test_status_times_are_rfc3339_strings() -> None:
@@ -472,56 +477,14 @@ def test_status_times_are_rfc3339_strings() -> None:
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle()
     st = w.kube.status
-    assert st["estimator"]["at"] == "2023-11-14T22:13:20.000Z", st["estimator"]
-    line = st["estimator"]["partitions"]["0"]  # one line per partition, window last
-    assert isinstance(line, str) and " window=" in line and "\n" not in line
-    assert "produceRate=" in line  # camelCase, as the rest of the status
-    assert st["scalingHistory"]["recommendationsAt"] == "2023-11-14T22:13:20.000Z"
-    assert st["scalingHistory"]["recommendations"] == "0.000:3"
+    assert st["lastObservedTime"] == "2023-11-14T22:13:20.000Z"
     assert status_mod.parse_time(st["lastScaleTime"]) == T0
+    assert all(c["lastTransitionTime"].endswith("Z") for c in st["conditions"])
 
 
-def _samples(status) -> dict:
-    """Rate samples per partition in status.estimator (one line per partition)."""
-    return {k: v["samples"] for k, v in status_codec.estimator_from_status(status["estimator"])["partitions"].items()}
-
-
-def test_a_status_written_with_float_times_resumes() -> None:
-    """An operator upgraded under a CR whose status an older one wrote (float times, sample lists):
-    the new one resumes from it (estimate, scale-down window, drain) and rewrites it as strings."""
-    old = World(base_spec())
-    old.kafka.set([(0, 21000, 1000, 10.0)] * 3)
-    old.cycle()
-    assert old.kube.replicas == 3
-    legacy = copy.deepcopy(old.kube.status)
-    est = status_codec.estimator_from_status(legacy["estimator"])
-    legacy["estimator"] = {**est, "partitions": {k: {**v, "window": [list(x) for x in v["window"]]}
-                                                 for k, v in est["partitions"].items()}}
-    legacy["scalingHistory"] = {"recommendations": [[T0, 3]], "lastScaleS": T0}
-    legacy["drain"] = {"id": 1, "phase": "Verified", "ranges": [{"partition": 0, "start": 0, "split": 1000}],
-                       "plannedAt": T0 - 100.0, "startedAt": T0 - 90.0, "finishedAt": T0 - 60.0, "lastEndS": T0 - 60.0}
-    assert isinstance(legacy["estimator"]["atS"], float)
-    before = {k: v["samples"] for k, v in legacy["estimator"]["partitions"].items()}
-    w = old
-    w.kube.status = legacy
-    w.cache = Cache()  # the new operator: everything it knows comes from the CR
-    w.kafka.set([(0, 21000, 21000, 10.0)] * 3)  # drained: a scale-down the old window still holds
-    w.cycle(advance=5)
-    assert w.kube.replicas == 3, "the scale-down window recorded as floats was lost"
-    st = w.kube.status
-    assert st["capacityPerReplica"] == pytest.approx(10.0)
-    assert "capacityPerReplica" not in st["estimator"]  # the older operator's copy deleted
-    assert "atS" not in st["estimator"] and st["estimator"]["at"].endswith("Z")
-    samples = _samples(st)
-    assert samples == {k: n + 1 for k, n in before.items()}, (before, samples)  # continued, not restarted
-    assert st["scalingHistory"]["lastScaleTime"] == "2023-11-14T22:13:20.000Z"
-    # the patch is a JSON merge patch: no key of the old form may survive beside the new ones
-    assert "lastScaleS" not in st["scalingHistory"]
-    assert all(isinstance(v, str) for v in st["estimator"]["partitions"].values())  # the old objects replaced whole
-    w.deps.status_heartbeat_seconds = 0.0  # write the memory every cycle: the check reads the CR
-    w.cycle(advance=5)  # and the next cycle still resumes from what this one wrote
-    assert _samples(w.kube.status) == {
-        k: n + 2 for k, n in before.items()}
+def _samples(kube: FakeKube) -> dict:
+    """Rate samples per partition in the memory ConfigMap."""
+    return {k: v["samples"] for k, v in kube.memory()["estimator"]["partitions"].items()}
 
 
 def test_a_partition_without_a_commit_does_not_wipe_the_estimate_on_restart() -> None:
@@ -529,32 +492,59 @@ def test_a_partition_without_a_commit_does_not_wipe_the_estimate_on_restart() ->
     null, so the stored estimate lacks the key. A restarted operator must still resume (before:
     the whole estimate failed to load and every partition started over at 0 samples)."""
     w = World(base_spec())
-    w.deps.status_heartbeat_seconds = 0.0  # the memory written every cycle, as the check reads the CR
+    w.deps.status_heartbeat_seconds = 0.0  # the memory written every cycle, as the check reads it
     w.kafka.set([(0, 21000, 1000, 10.0), (0, 21000, 1000, 10.0), (0, 500, None, None)])
     for _ in range(3):
         w.cycle(advance=5)
-    assert "committed=" not in w.kube.status["estimator"]["partitions"]["2"]  # none yet
-    before = _samples(w.kube.status)
+    assert "committed" not in w.kube.status["partitionStatuses"][2]  # none yet
+    assert w.kube.memory()["estimator"]["partitions"]["2"]["committed"] is None
+    before = _samples(w.kube)
     assert min(before.values()) >= 2
     w.cache = Cache()  # restart
     w.cycle(advance=5)
-    after = _samples(w.kube.status)
+    after = _samples(w.kube)
     assert after == {k: n + 1 for k, n in before.items()}, (before, after)
 
 
-def test_memory_round_trips_through_the_status_form_as_written_and_as_stored() -> None:
-    """What reconcile writes (with the null keys that delete the old form) reads back as it was,
-    both as the operator caches it (nulls present) and as the API server stores it (nulls gone)."""
+def test_a_restart_does_not_count_a_data_loss_twice() -> None:
+    """Retention deleted records the group had not consumed: counted once. The count and the
+    per-partition high-water of counted loss are written to the memory at once (not on the
+    heartbeat), so an operator restarted right after does not count the same records again."""
     w = World(base_spec())
-    w.kafka.set([(0, 21000, 1000, 10.0), (0, 21000, 1000, 10.0), (0, 500, None, None)])
-    for _ in range(3):
-        w.cycle(advance=5)
-    est = EstimatorState.from_dict(status_codec.estimator_from_status(w.kube.status["estimator"]))
-    written = status_codec.estimator_to_status(est.to_dict())
-    for form in (written, _without_nulls(written)):
-        back = EstimatorState.from_dict(status_codec.estimator_from_status(form))
-        assert back.partitions == est.partitions and back.at_s == est.at_s
-    hist = ScalingHistory.from_dict(status_codec.scaling_history_from_status(w.kube.status["scalingHistory"]))
-    written = status_codec.scaling_history_to_status(hist.to_dict())
-    for form in (written, _without_nulls(written)):
-        assert ScalingHistory.from_dict(status_codec.scaling_history_from_status(form)) == hist
+    w.kafka.set([(0, 100, 100, None)])
+    w.cycle()
+    w.kafka.set([(50, 200, 20, None)])  # records 20..49 deleted before the group read them
+    w.cycle(advance=5)
+    assert w.kube.status["dataLossRecords"] == 30
+    assert w.kube.memory()["estimator"]["dataLossRecords"] == 30  # written with the loss, not a minute later
+    w.cache = Cache()  # restart
+    w.cycle(advance=5)
+    assert w.kube.status["dataLossRecords"] == 30
+    assert [r for r in w.reasons() if r == "DataLoss"] == ["DataLoss"]
+
+
+def test_a_memory_configmap_the_cr_does_not_own_is_not_read() -> None:
+    """One of that name left by someone else: a fresh start (its content is not trusted), and the
+    next write makes it the CR's."""
+    import json
+
+    w = World(base_spec())
+    foreign = {"metadata": {"name": memory_name(NAME), "namespace": NS},
+               "data": {"memory": json.dumps({"scalingHistory": {"recommendations": [[T0, 9]], "lastScaleS": T0}})}}
+    w.kube.configmaps[(NS, memory_name(NAME))] = foreign
+    w.kafka.set([(0, 100, 100, None)] * 3)
+    w.cycle()
+    assert w.kube.memory()["scalingHistory"]["recommendations"] != [[T0, 9]]
+    assert w.kube.configmaps[(NS, memory_name(NAME))]["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_a_failed_memory_read_fails_the_cycle_rather_than_start_blind() -> None:
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 100, None)] * 3)
+    w.kube.fail_configmap = KubeError(403, "Forbidden", "get ConfigMap team-a/orders-lagpilot-state")
+    res = w.cycle()
+    assert not res.ok and res.reason == "KubernetesAPIError"
+    assert w.cond("Degraded")["reason"] == "KubernetesAPIError" and "ConfigMap" in w.cond("Degraded")["message"]
+    assert w.kafka.calls == 0  # nothing observed or decided without the memory
+    w.kube.fail_configmap = None
+    assert w.cycle(advance=5).ok and w.kube.configmap_writes

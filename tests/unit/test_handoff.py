@@ -25,6 +25,8 @@ from lagpilot.decide.handoff import (
     SubProgress,
     next_action,
 )
+from lagpilot.decide.status import format_time
+from lagpilot.model.status import validate_status
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parse_progress_metadata, progress_metadata, split_ranges
@@ -139,8 +141,11 @@ def assert_round_trip(d: DrainStatus) -> None:
     assert back.to_dict() == out
     assert (back.records_total, back.records_done, back.remaining) == (d.records_total, d.records_done, d.remaining)
     assert h.is_idle(back) == h.is_idle(d) and h._finished(back) == h._finished(d)
-    assert back.history == tuple(h._compact_history_entry(e) for e in d.history)  # ranges on one line
-    assert [h.ranges_of(e) for e in back.history] == [h.ranges_of(e) for e in d.history]
+    assert back.history == tuple(h.history_entry(e) for e in d.history)  # as stored: no task counts
+    assert [[(r["partition"], r.get("start"), r["end"]) for r in e["ranges"]] for e in back.history] == [
+        [(r.partition, r.start, r.split) for r in (h.PartitionRange.from_dict(x) for x in e["ranges"])]
+        for e in d.history]
+    validate_status({"drain": stored(out)})  # the shape the CRD declares (unknown fields would be pruned)
     if h._finished(d):
         assert out["subRanges"] is None and out["restoreReplicas"] is None and back.sub_ranges == ()
         assert back == dataclasses.replace(d, sub_ranges=(), history=back.history, restore_replicas=0,
@@ -186,12 +191,13 @@ def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
     from lagpilot.reconcile_act import clamp_initial
     sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                      "scaling": {"minReplicas": 1, "maxReplicas": 5}})
-    planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "split": 10, "start": None}]}
+    planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "end": 10}]}
+    at = format_time(NOW)
     for name, drain, want in (("planned-not-yet-published", planned, 3),
-                              ("planned-consumer-ack", {**planned, "handOffPath": "ConsumerAck", "publishedAt": NOW}, 3),
-                              ("planned-empty-group", {**planned, "handOffPath": "EmptyGroup", "publishedAt": NOW}, 3),
-                              ("planned-quiesce-fallback", {**planned, "handOffPath": "Quiesce", "quiescedAt": NOW}, 0),
-                              ("legacy-planned-quiesced", {**planned, "quiescedAt": NOW}, 0),
+                              ("planned-consumer-ack", {**planned, "handOffPath": "ConsumerAck", "publishedAt": at}, 3),
+                              ("planned-empty-group", {**planned, "handOffPath": "EmptyGroup", "publishedAt": at}, 3),
+                              ("planned-quiesce-fallback", {**planned, "handOffPath": "Quiesce", "quiescedAt": at}, 0),
+                              ("legacy-planned-quiesced", {**planned, "quiescedAt": at}, 0),
                               ("handed-off", {"id": 1, "phase": "HandedOff"}, 3),
                               ("running", {"id": 1, "phase": "Running"}, 3), ("none", None, 3)):
         status = {"desiredReplicas": 3, "partitions": 3, "drain": drain}
@@ -709,9 +715,9 @@ def describe_lines(value, indent: int = 0) -> int:
 
 def test_status_stays_small_after_100_drains():
     """After 100 drains of 12 partitions in 8 sub-ranges each, status.drain is as small as after 5:
-    the finished drain keeps no sub-ranges (its record counts, ranges and history line summarise
-    them), every range and past drain is one line (a list of strings, one describe line each), the
-    history keeps the last 5 drains, the defaults are left out and the times are RFC 3339 strings."""
+    the finished drain keeps no sub-ranges (its record counts, ranges and history entry summarise
+    them), the history keeps the last 5 drains, the defaults are left out and the times are RFC
+    3339 strings. Every range is an object {partition, start, end}: jsonpath reaches each."""
     import json
 
     seen, mem = run_drains_through_the_cr(100)
@@ -719,53 +725,38 @@ def test_status_stays_small_after_100_drains():
     last = seen[-1]
     assert "subRanges" not in last and "restoreReplicas" not in last, sorted(last)
     assert (last["recordsDone"], last["recordsTotal"]) == (60_000, 60_000)
-    assert isinstance(last["ranges"], str) and last["ranges"].startswith("p0[1495000..1500000) p1[")  # (no task counts planned)
-    assert len(last["history"]) == h.HISTORY and all(isinstance(e, str) for e in last["history"])
-    assert [e["id"] for e in h.history_of(last)] == list(range(96, 101))
-    assert last["history"][-1].startswith("drain 100 Verified (AllRangesDone): p0[1495000..1500000) p1[")
-    assert last["history"][-1].endswith("; 60000/60000 records in 6 s, pause 0 s"), last["history"][-1]
-    assert h.ranges_of(h.history_of(last)[-1]) == [{"partition": p, "start": 1_495_000, "split": 1_500_000} for p in range(12)]
+    ranges = [{"partition": p, "start": 1_495_000, "end": 1_500_000} for p in range(12)]
+    assert last["ranges"] == ranges  # (no task counts planned)
+    assert [e["id"] for e in last["history"]] == list(range(96, 101))
+    assert last["history"][-1] == {"id": 100, "phase": "Verified", "reason": "AllRangesDone", "ranges": ranges,
+                                   "recordsDone": 60_000, "recordsTotal": 60_000, "seconds": 6.0, "pauseSeconds": 0.0}
     assert not {"partitions", "lastError", "lostRanges", "recordsLost", "cancelRequested", "attemptBase"} & set(last)
     assert isinstance(last["startedAt"], str) and last["startedAt"].endswith("Z")
     assert max(sizes[5:]) <= sizes[5] + 20, sizes  # does not grow with the drain count (only the ids' digits)
-    assert sizes[-1] < 2_800, sizes[-1]  # ~1/550 of etcd's 1.5 MiB request limit (3.3 kB with the sub-ranges)
-    assert describe_lines(last) <= 22, describe_lines(last)  # 12 partitions: 15 scalars, 1+5 lines of history
-    # what the bounds catch: the same drain with its 96 sub-ranges and the object form of an older operator
+    assert sizes[-1] < 6_000, sizes[-1]  # ~1/250 of etcd's 1.5 MiB request limit
+    # 12 partitions: 16 scalars, the ranges (1 + 3 lines each) and 5 history entries (8 + their ranges)
+    assert describe_lines(last) <= 16 + 37 + 5 * (8 + 36), describe_lines(last)
+    validate_status({"drain": last})
+    # what the bounds catch: the same drain with its 96 sub-ranges
     assert len(mem.sub_ranges) == 96 and stored(DrainStatus.from_dict(last).to_dict()) == last
-    unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges],
-                    "ranges": [r.to_dict() for r in mem.ranges], "history": [dict(e) for e in mem.history]}
-    assert len(json.dumps(unsummarised)) > 3 * sizes[-1]
-    assert describe_lines(unsummarised) > 10 * describe_lines(last)
-    # and the older object form still resumes, to the same machine state
-    assert DrainStatus.from_dict(stored(unsummarised)).to_dict() == DrainStatus.from_dict(last).to_dict()
+    unsummarised = {**last, "subRanges": [x.to_dict() for x in mem.sub_ranges]}
+    assert len(json.dumps(unsummarised)) > 2 * sizes[-1]
 
 
-def test_a_running_drain_is_one_line_per_sub_range_and_round_trips_exactly():
+def test_a_running_drain_round_trips_exactly_as_objects():
     d = dataclasses.replace(RUNNING, cancel_requested=True, attempt_base=2, last_error="boom",
                             lost=((0, 12, 20),), ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),))
     out = d.to_dict()
-    assert out["ranges"].endswith(" p3[?..90)x5"), out["ranges"]
-    assert out["subRanges"] == [h.format_sub_range(s.to_dict()) for s in d.sub_ranges]
-    assert all(isinstance(x, str) and "\n" not in x for x in out["subRanges"])
+    assert out["ranges"][-1] == {"partition": 3, "end": 90, "tasks": 5}  # start absent until the owner acked
+    assert out["subRanges"] == [s.to_dict() for s in d.sub_ranges]
+    assert out["lostRanges"] == [{"partition": 0, "start": 12, "end": 20}]
     assert (out["cancelRequested"], out["attemptBase"], out["lastError"], out["recordsLost"]) == (True, 2, "boom", 8)
     assert DrainStatus.from_dict(stored(out)) == d
-    assert h.sub_ranges_in(out) == [s.to_dict() for s in d.sub_ranges]
+    model = validate_status({"drain": stored(out)})
+    assert model.drain is not None and model.drain.phase.value == "Running" and model.drain.ranges[-1].tasks == 5
 
 
-def test_an_unreadable_history_line_never_makes_the_drain_unreadable():
-    """History lines are for people; one edited by hand is kept as written and the drain in flight
-    (its ranges and progress, what recovery reads) still resumes."""
-    out = dataclasses.replace(RUNNING, history=({"id": 1, "phase": "Verified", "reason": "AllRangesDone",
-                                                 "ranges": "p0[0..10)", "recordsTotal": 10, "recordsDone": 10,
-                                                 "seconds": 2.0, "pauseSeconds": 0.0},)).to_dict()
-    out["history"].append("edited by hand")
-    back = DrainStatus.from_dict(stored(out))
-    assert back.sub_ranges == RUNNING.sub_ranges and back.phase is Phase.RUNNING
-    assert back.to_dict()["history"] == out["history"]  # written back unchanged: no diff
-    assert [e.get("id") for e in back.history] == [1, None]
-
-
-def test_status_times_are_rfc3339_and_old_float_status_still_resumes():
+def test_status_times_are_rfc3339_and_nothing_else_is_read():
     d = dataclasses.replace(RUNNING, planned_at=1795403317.7524652, started_at=1795403320.0, retry_at=None)
     out = d.to_dict()
     assert out["plannedAt"] == "2026-11-23T03:08:37.752Z" and out["startedAt"] == "2026-11-23T03:08:40.000Z"
@@ -773,20 +764,9 @@ def test_status_times_are_rfc3339_and_old_float_status_still_resumes():
     back = DrainStatus.from_dict(out)
     assert back.planned_at == pytest.approx(1795403317.752, abs=1e-6)
     assert back.to_dict() == out  # re-written unchanged: no diff, no status write
-    # a CR written by an operator before times were strings: floats (and numeric strings) still read
-    legacy = {**RUNNING.to_dict(), "plannedAt": 1.7954033177524652e+09, "publishedAt": "1795403318.5",
-              "handedOffAt": 1795403319, "startedAt": 1795403320.25, "retryAt": 1795403400.0}
-    old = DrainStatus.from_dict(legacy)
-    assert (old.planned_at, old.published_at, old.handed_off_at, old.started_at, old.retry_at) == (
-        1.7954033177524652e+09, 1795403318.5, 1795403319.0, 1795403320.25, 1795403400.0)
-    assert old.phase is Phase.RUNNING and old.sub_ranges == RUNNING.sub_ranges
-    # and the resumed machine goes on from it: the retry is due at its recorded time
-    a = next_action(spec(), old, obs(job=JobObservation(JobState.FAILED)), 1795403399.0)
-    assert a.kind is Kind.NONE
-    a = next_action(spec(), old, obs(job=JobObservation(JobState.FAILED)), 1795403401.0)
-    assert a.kind is Kind.LAUNCH and isinstance(a.status.to_dict()["retryAt"], (str, type(None)))
-    with pytest.raises(ValueError):
-        DrainStatus.from_dict({**out, "startedAt": "yesterday"})
+    for bad in ("yesterday", 1795403320.25, "1795403320.25"):
+        with pytest.raises(ValueError):
+            DrainStatus.from_dict({**out, "startedAt": bad})
 
 
 @given(st.floats(0, 4_102_444_800, allow_nan=False))
@@ -798,7 +778,8 @@ def test_time_format_round_trips_at_millisecond_precision(t):
     back = parse_time(s)
     assert abs(back - t) <= 0.0005 + 1e-6
     assert format_time(back) == s
-    assert parse_time(t) == t
+    with pytest.raises(ValueError):
+        parse_time(t)  # a number is not a status time
 
 
 def test_a_job_that_succeeds_with_work_left_is_retried_as_a_new_attempt_not_flipped_forever():

@@ -106,6 +106,11 @@ authors keep it); tests/unit/test_chart_rbac.py compares the two and fails on an
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+# the controller's memory, ConfigMap <cr>-lagpilot-state (owned by the CR): read once per process,
+# server-side applied (the apply that creates it is also authorized as create)
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
 # kopf posts core/v1 events (scale decisions, Degraded causes)
 - apiGroups: [""]
   resources: ["events"]

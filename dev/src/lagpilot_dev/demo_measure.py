@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lagpilot.decide.status import parse_time
 
 
 @dataclass(frozen=True)
@@ -109,14 +108,15 @@ def usual_gap(times: Sequence[float], before: float, span_s: float = 60.0) -> fl
     return _median([b - a for a, b in zip(ts, ts[1:])])
 
 
-def hand_off_window(drain: Mapping[str, Any], wall0: float) -> tuple[float, float] | None:
+def hand_off_window(times: Mapping[str, float], wall0: float) -> tuple[float, float] | None:
     """Replay-time window of a drain's hand-off: planned → the live group consuming past the split
-    (``handedOffAt`` on the non-stopping path, ``resumedAt`` after a quiesce); None if not known."""
-    planned = parse_time(drain.get("plannedAt"))  # RFC 3339 as in the status, or epoch seconds
-    ends = [parse_time(drain.get(k)) for k in ("handedOffAt", "resumedAt") if drain.get(k) is not None]
+    (``handedOffAt`` on the non-stopping path, ``resumedAt`` after a quiesce); None if not known.
+    ``times``: a summary drain's times, epoch seconds (``demo_report._drain_entry`` parsed them)."""
+    planned = times.get("plannedAt")
+    ends = [float(times[k]) for k in ("handedOffAt", "resumedAt") if times.get(k) is not None]
     if planned is None or not ends:
         return None
-    return planned - wall0, max(ends) - wall0
+    return float(planned) - wall0, max(ends) - wall0
 
 
 def hand_off_pause(times_by_partition: Mapping[int, Sequence[float]], window: tuple[float, float]) -> dict[str, Any]:

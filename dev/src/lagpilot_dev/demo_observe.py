@@ -13,7 +13,6 @@ from typing import Any
 from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_report import Sample
 from lagpilot_dev.demo_traffic import Producer, Profile, phase_at
-from lagpilot.decide.handoff import ranges_of
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -117,7 +116,7 @@ class Observer:
                 s.projected_s = math.inf  # the status omits an infinite projection ("never")
         if s.drain and s.drain.get("ranges"):
             with self._probe("drain rows in PostgreSQL"):
-                s.drain_in_sink = self._rows_in_ranges(ranges_of(s.drain))
+                s.drain_in_sink = self._rows_in_ranges(s.drain["ranges"])
         with self._probe("Deployment"):
             dep = client.AppsV1Api(cluster.api).read_namespaced_deployment(n.deployment, n.ns)
             s.ready = dep.status.ready_replicas or 0
@@ -163,10 +162,10 @@ class Observer:
         """Rows of the drain's offset ranges already in PostgreSQL: its progress as the sink sees it."""
         clauses, params = [], []
         for r in ranges:
-            if r.get("start") is None or r.get("split") is None:
+            if r.get("start") is None:
                 return None
             clauses.append('(partition = %s AND "offset" >= %s AND "offset" < %s)')
-            params += [int(r["partition"]), int(r["start"]), int(r["split"])]
+            params += [int(r["partition"]), int(r["start"]), int(r["end"])]
         n = self.cluster.names
         rows = sql_rows(self.cluster.pg, f'SELECT count(*) FROM "{n.table}" WHERE topic = %s AND ({" OR ".join(clauses)})',
                         (n.topic, *params))

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot.decide.handoff import history_of, ranges_of, sub_ranges_in
 from lagpilot.decide.status import parse_time
 from lagpilot_dev import demo_measure
 
@@ -90,7 +89,7 @@ class Sample:
         d = self.drain or {}
         if d.get("phase") != "Running":
             return 0
-        return sum(1 for s in sub_ranges_in(d) if s["next"] < s["end"])
+        return sum(1 for s in d.get("subRanges") or () if s["next"] < s["end"])
 
     def drain_progress(self) -> tuple[int, int]:
         """(records done, records total) of the current drain."""
@@ -113,10 +112,10 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
         d = s.drain
         if not d:
             continue
-        for h in history_of(d):
+        for h in d.get("history") or ():
             if "id" in h:
                 entry = by_id.setdefault(int(h["id"]), {})
-                new = _drain_entry(h)
+                new = _drain_entry(h, final=True)
                 new["times"] = {**entry.get("times", {}), **new.get("times", {})}
                 entry.update(new)
         if "id" in d:
@@ -136,8 +135,10 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
 DRAIN_TIMES = ("plannedAt", "publishedAt", "quiescedAt", "handedOffAt", "resumedAt", "startedAt", "finishedAt")
 
 
-def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
-    ranges = ranges_of(d)  # a list of objects, or one line in a history entry
+def _drain_entry(d: Mapping[str, Any], final: bool = False) -> dict[str, Any]:
+    # status.drain.ranges[] (and a history entry's): {partition, start, end}; the summary keeps
+    # [start, split) as it always named them
+    ranges = [{"partition": r["partition"], "start": r.get("start"), "split": r["end"]} for r in d.get("ranges") or ()]
     out: dict[str, Any] = {
         "phase": d.get("phase"),
         "reason": d.get("reason"),
@@ -158,7 +159,7 @@ def _drain_entry(d: Mapping[str, Any]) -> dict[str, Any]:
         out["seconds"] = d.get("seconds")
     elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
         out["seconds"] = round(parse_time(d["finishedAt"]) - parse_time(d["startedAt"]), 1)
-    if "seconds" in d and "subRanges" not in d:  # a history entry: the drain is over
+    if final:  # a history entry: the drain is over
         out["final"] = True
     return out
 

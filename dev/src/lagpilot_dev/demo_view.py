@@ -11,7 +11,6 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lagpilot.decide.handoff import ranges_of
 from lagpilot_dev.demo_report import Sample, condition
 
 BOLD, DIM, RED, GREEN, YELLOW, CYAN, RESET = "\x1b[1m", "\x1b[2m", "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[36m", "\x1b[0m"
@@ -122,8 +121,8 @@ def render(header: Header, s: Sample | None, kubectl_lines: Sequence[str], *, co
     d = s.drain or {}
     if d.get("phase"):
         done, total = s.drain_progress()
-        ranges = " ".join(f"p{r.get('partition')}[{r.get('start', '?')}..{r.get('split', '?')})"
-                          for r in ranges_of(d))
+        ranges = " ".join(f"p{r.get('partition')}[{r.get('start', '?')}..{r.get('end', '?')})"
+                          for r in d.get("ranges") or ())
         pct = f"{100 * done / total:.0f}%" if total else "—"
         active = s.drain_active
         label = c(f"drain #{d.get('id')} {d.get('phase')}", YELLOW if active else DIM)

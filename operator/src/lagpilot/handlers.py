@@ -453,7 +453,7 @@ def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[
         if kind is deletion.AdoptKind.ADOPT:
             assert new is not None
             # guarded: recorded only over the drain this decision read (a concurrent writer's wins)
-            memo.kube.patch_status_guarded(ref.namespace, ref.name, {"drain": {**new.to_dict(), "lastEndS": None}},
+            memo.kube.patch_status_guarded(ref.namespace, ref.name, {"drain": new.to_dict()},
                                            same_drain(d))
             emit("Normal", "DrainRemainderAdopted", new.message[:1000])
             log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})

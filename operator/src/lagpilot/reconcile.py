@@ -10,8 +10,9 @@ phases in order, each in its own module of the shell: the inputs (reconcile_deps
 Cache), observe (reconcile_observe), act on the Deployment (reconcile_act), the drain hand-off's
 part (reconcile_drain) and report (reconcile_report: the status, when it is written, metrics).
 
-What must survive an operator restart lives in the CR status (the "memory": the estimator state and
-the scaling history); when the status is written, and what the per-CR `Cache` keeps between
+What must survive an operator restart: the drain hand-off in `status.drain` (and Kafka), the
+controller's memory (the estimator state and the scaling history) in the ConfigMap
+`<cr>-lagpilot-state` the CR owns; when each is written, and what the per-CR `Cache` keeps between
 cycles: reconcile_report.py.
 
 Failures never escape as exceptions: a missing topic, a missing or malformed Secret, an unreachable
@@ -30,18 +31,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from lagpilot.act.kubeapi import KubeError, StatusConflict
-from lagpilot.decide import estimate as est_mod
-from lagpilot.decide import status_codec
 from lagpilot.decide import step as step_mod
-from lagpilot.decide.scaling import Decision, ScalingHistory
+from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
 from lagpilot.observe.kafka_observe import ObserveError, cycle_phase_s
 from lagpilot.reconcile_act import emit_estimate_events, ensure_deployment, pause, scale
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.reconcile_drain import drains_of, last_drain_end, retention_s, run_drain
 from lagpilot.reconcile_observe import Observed, observe
-from lagpilot.reconcile_report import (current_status, cycle_status, paused_status, report_metrics, with_memory,
-                                       write_status)
+from lagpilot.reconcile_report import (current_status, cycle_status, load_memory, paused_status, report_metrics,
+                                       save_memory, write_status)
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
     """One observe → decide → act → report pass. Never raises for expected failures."""
     started = time.monotonic()
     cache.timing = {}
-    status = with_memory(current_status(raw_status, cache), cache.memory)
+    status = current_status(raw_status, cache)
     now = deps.clock()
     try:
         spec = parse_spec(raw_spec)
@@ -110,8 +109,11 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
         write_status(ref, status, paused_status(ref, status, pods, now), deps, cache)
         return CycleResult(True, poll, "Paused", None, applied)
 
+    memory = load_memory(ref, deps, cache)
     seen = observe(ref, spec, deps, cache, now, leases, mark)
-    out, est, history = _decide(spec, status, seen, cur, deps, now)
+    out, state = _decide(spec, status, memory, seen, cur, deps, now)
+    est = state.estimator
+    assert est is not None
     mark("step")
 
     applied, last_scale_time = scale(ref, raw_spec, status, deps, cur, out.decision, out.held, now)
@@ -121,11 +123,12 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas)
     mark("drain")
 
-    new = cycle_status(ref, spec, status, seen.snap, out, est, history, (cur, pods, ready), target,
+    new = cycle_status(ref, spec, status, seen.snap, out, est, (cur, pods, ready), target,
                        last_scale_time, drain_out, now)
     # status.drain: the executor wrote every change itself, guarded (resourceVersion)
     guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()
     write_status(ref, status, new, deps, cache, written=guarded)
+    save_memory(ref, deps, cache, state)
     mark("write")
     report_metrics(ref, spec, deps, seen.snap, est, out.decision, target, new, status, now)
     if cache.last_event_reason is not None:
@@ -135,19 +138,18 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
                        out.decision, applied)
 
 
-def _decide(spec: GroupSpec, status: Mapping[str, Any], seen: Observed, cur: int, deps: Deps,
-            now: float) -> tuple[step_mod.StepDecision, est_mod.EstimatorState, ScalingHistory]:
+def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any] | None, seen: Observed, cur: int,
+            deps: Deps, now: float) -> tuple[step_mod.StepDecision, step_mod.StepState]:
     """Estimate + decide: one pure step (lagpilot.decide.step), shared with the simulator, from the
-    memory in the status, the observation and the recorded drain."""
+    controller's memory, the observation and the drain recorded in the status."""
     drain_status = status.get("drain") or {}
     out, new_state = step_mod.step(
-        step_mod.StepState.from_status(status_codec.step_memory_from_status(status)),
+        step_mod.StepState.from_memory(memory),
         step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
                                  retention_s=retention_s(seen.handle, spec, deps),
                                  runtime=seen.runtime_observation),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
-    assert new_state.estimator is not None
-    return out, new_state.estimator, new_state.history
+    return out, new_state
 
 
 class _Marks:

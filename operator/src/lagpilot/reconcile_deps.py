@@ -20,6 +20,8 @@ class Kube(Protocol):
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def apply_configmap(self, manifest: dict[str, Any]) -> None: ...
 
 
 EmitFn = Callable[[str, str, str], None]  # (type Normal|Warning, reason, message)
@@ -63,18 +65,23 @@ class Deps:
     peek: Callable[..., dict[int, float]] | None = peek_oldest
     version: str = __version__
     drain: Any = None  # lagpilot.act.drain.DrainExecutor (drain issue); None: no drain hand-offs
-    # a status whose only change is the memory (MEMORY_KEYS) is written at most this often
+    # a status whose only change is the per-partition view (reconcile_report.VIEW_KEYS), and the
+    # memory ConfigMap while only its rates and windows move, are written at most this often
     status_heartbeat_seconds: float = 60.0
 
 
 @dataclasses.dataclass
 class Cache:
-    """Per-CR memo: what this operator last wrote, the newest memory (written or not), when the
-    memory was last written, and the failure streak."""
+    """Per-CR memo: what this operator last wrote to the status and when its per-partition view was
+    written, the controller's memory (the newest, written or not; read from the ConfigMap once per
+    process), when and with which facts it was last written, and the failure streak."""
 
     last_status: dict[str, Any] | None = None
+    view_written_at: float | None = None
     memory: dict[str, Any] | None = None
+    memory_loaded: bool = False
     memory_written_at: float | None = None
+    memory_facts: tuple[Any, ...] | None = None
     failures: int = 0
     last_error: str | None = None
     last_event_reason: str | None = None

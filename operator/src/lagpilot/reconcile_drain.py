@@ -24,17 +24,12 @@ def drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     return (d,) if d is not None else ()
 
 
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 def last_drain_end(raw: Mapping[str, Any]) -> float | None:
-    """When the recorded drain finished (status.drain.finishedAt; lastEndS, a float copy of it, from
-    an older operator)."""
+    """When the recorded drain finished (status.drain.finishedAt); None when absent or unreadable."""
     try:
         return status_mod.parse_time(raw.get("finishedAt"))
     except ValueError:
-        return _num(raw.get("lastEndS"))
+        return None
 
 
 def retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:

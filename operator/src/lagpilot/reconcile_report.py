@@ -1,37 +1,50 @@
-"""The report phase of a cycle (reconcile.py): the CR status it computes (conditions, lag, estimates,
-the memory), when that status is written (`status_write`, `write_status`), and the group's metrics.
+"""The report phase of a cycle (reconcile.py): the CR status it computes (conditions, lag, the
+per-partition view), when that status is written (`status_write`, `write_status`), the controller's
+memory (`load_memory`, `save_memory`) and the group's metrics.
 
-What must survive an operator restart lives in the CR status: the estimator state
-(`status.estimator`: smoothed rates, capacity, data-loss bookkeeping) and the scaling history
-(`status.scalingHistory`: recommendations of the stabilization window, last scale time). These
-two ("memory", `MEMORY_KEYS`) move every cycle (times, rate windows), so they alone never cause a
-write: the status is patched when another field changed (conditions compared without
-`lastTransitionTime`), on a CR's first cycle in this process, and at least every
-`status_heartbeat_seconds` (default 60 s) while only the memory moved; the memory then rides along.
-A restarted operator resumes from a memory at most that old, as after that much downtime. The
-per-CR `Cache` keeps the last status this operator wrote (the live body may not yet carry it when
-the next cycle starts) and the newest memory, written or not."""
+The status holds observed state only. The per-partition view (`status.partitionStatuses` and its
+time, `status.lastObservedTime`: `VIEW_KEYS`) moves with every produced record, so it alone never
+causes a write: it rides along with any other change and is written on its own at most every
+`status_heartbeat_seconds` (default 60 s), and only when it changed. Every other field is
+written when it changed (conditions compared without `lastTransitionTime`).
+
+The controller's memory (the estimator's rates, windows and data-loss bookkeeping, the scaler's
+recommendation history: `StepState.to_memory()`) is in the ConfigMap `<cr>-lagpilot-state` the
+CR owns (act/memory.py; docs/operator.md "Memory"): read once per operator process and CR, kept in
+the per-CR `Cache` between cycles, written on the CR's first cycle in this process, at least every
+`status_heartbeat_seconds` while it moves, and at once when a fact a restart must not get wrong
+moved (the data-loss count, offset resets, the partitions, the last scale decision). A restarted
+operator (or a new leader) resumes from a memory at most that old, as after that much downtime."""
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from typing import Any
 
+from lagpilot.act.memory import memory_configmap, memory_name, memory_of
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import lag as lag_mod
-from lagpilot.decide import status_codec
 from lagpilot.decide import step as step_mod
-from lagpilot.decide.scaling import Decision, ScalingHistory
-from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions, status_patch
+from lagpilot.decide.scaling import Decision
+from lagpilot.decide.status import (FALSE, TRUE, Condition, format_time, merge_conditions, parse_time,
+                                    status_patch)
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.reconcile_drain import drain_progress
 from lagpilot.spec import GroupSpec
 
-MEMORY_KEYS = ("estimator", "scalingHistory")
+VIEW_KEYS = ("lastObservedTime", "partitionStatuses")
+RATE_DECIMALS = 3  # produceRate/consumeRate of status.partitionStatuses: records/s to 0.001
 
 
 def finite(x: float | None, nd: int = 1) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def _observed_at(status: Mapping[str, Any] | None) -> float:
+    try:
+        return parse_time((status or {}).get("lastObservedTime")) or 0.0
+    except ValueError:
+        return 0.0
 
 
 def current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[str, Any]:
@@ -40,58 +53,76 @@ def current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[s
     cached = cache.last_status
     if not cached:
         return live
-    live_at = status_codec.estimator_time(live.get("estimator"))
-    cached_at = status_codec.estimator_time(cached.get("estimator"))
-    return {**live, **cached} if cached_at > live_at else live
+    return {**live, **cached} if _observed_at(cached) > _observed_at(live) else live
 
 
-def with_memory(status: Mapping[str, Any], memory: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`status` with the newer of its memory and `memory` (the cycle's last, maybe unwritten): only
-    the MEMORY_KEYS are taken from `memory`; every other field (e.g. a drain another writer
-    recorded) stays the status's own."""
-    out = dict(status)
-    if memory and status_codec.estimator_time(memory.get("estimator")) > status_codec.estimator_time(
-            status.get("estimator")):
-        out.update({k: memory[k] for k in MEMORY_KEYS if k in memory})
-    return out
-
-
-def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], memory_written_at: float | None,
+def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], view_written_at: float | None,
                  now: float, heartbeat_s: float) -> dict[str, Any] | None:
-    """The merge patch to send, or None. `old`: the status as stored, except that its memory may be
-    the cycle's newer, unwritten one. A field other than the memory (MEMORY_KEYS) changed: its
-    patch, with the memory. Only the memory moved: the memory alone once `heartbeat_s` passed since
-    it was last written (`memory_written_at`; None: not yet in this process), else None."""
+    """The merge patch to send, or None. A field other than the per-partition view (VIEW_KEYS)
+    changed: its patch, with the view. Only the view changed (beyond its time): the view alone once
+    `heartbeat_s` passed since it was last written (`view_written_at`; None: not yet in this
+    process), else None."""
     patch = status_patch(old, new) or {}
-    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
-    if any(k not in MEMORY_KEYS for k in patch):
-        return {**patch, **memory}
-    if memory and (memory_written_at is None or now - memory_written_at >= heartbeat_s):
-        return memory
+    view = {k: new[k] for k in VIEW_KEYS if new.get(k) is not None}
+    if any(k not in VIEW_KEYS for k in patch):
+        return {**patch, **view}
+    moved = any(k in patch for k in VIEW_KEYS if k != "lastObservedTime")
+    if view and (view_written_at is None or (moved and now - view_written_at >= heartbeat_s)):
+        return view
     return None
 
 
 def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache,
                  written: tuple[str, ...] = ()) -> None:
-    """Patch what changed (`status_write`); the memory is kept in `cache` for the next cycle either way.
+    """Patch what changed (`status_write`).
     `written`: fields this cycle already wrote with a guarded write (status.drain, by the drain
     executor): left out of this unguarded merge patch, so it cannot overwrite another writer's."""
     if new.get("conditions") is not None:
         deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
     now = deps.clock()
-    patch = status_write(old, new, cache.memory_written_at, now, deps.status_heartbeat_seconds)
+    patch = status_write(old, new, cache.view_written_at, now, deps.status_heartbeat_seconds)
     if patch is not None and written:
         patch = {k: v for k, v in patch.items() if k not in written} or None
-    memory = {k: new[k] for k in MEMORY_KEYS if new.get(k) is not None}
-    if memory:
-        cache.memory = memory  # the next cycle resumes from it, written or not
     if patch is None:
         return
     deps.kube.patch_status(ref.namespace, ref.name, patch)
-    if memory:
-        cache.memory_written_at = now
+    if any(k in patch for k in VIEW_KEYS):
+        cache.view_written_at = now
     # cache only the fields this loop owns: other writers (the drain executor) stay authoritative
     cache.last_status = {k: v for k, v in {**(cache.last_status or {}), **new}.items() if v is not None}
+
+
+def load_memory(ref: GroupRef, deps: Deps, cache: Cache) -> dict[str, Any] | None:
+    """The controller's memory: the cache's, else (the CR's first cycle in this process) the
+    ConfigMap's; None: none yet (the step starts fresh). A failed read raises (KubeError): the cycle
+    is retried rather than started blind (a fresh estimator would count a data loss again)."""
+    if not cache.memory_loaded:
+        cache.memory = memory_of(deps.kube.get_configmap(ref.namespace, memory_name(ref.name)), ref.uid)
+        cache.memory_loaded = True
+    return cache.memory
+
+
+def memory_facts(memory: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a restart must not get wrong: written at once when it moves (not on the heartbeat)."""
+    est = memory.get("estimator") or {}
+    hist = memory.get("scalingHistory") or {}
+    return (est.get("dataLossRecords"), est.get("resets"), tuple(sorted((est.get("partitions") or {}).keys())),
+            hist.get("lastScaleS"))
+
+
+def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepState) -> None:
+    """Keep the step's memory in the cache; write it to the ConfigMap on the CR's first cycle in
+    this process, when `memory_facts` moved, or once `status_heartbeat_seconds` passed."""
+    memory = state.to_memory()
+    cache.memory = memory
+    now = deps.clock()
+    facts = memory_facts(memory)
+    if (cache.memory_written_at is not None and facts == cache.memory_facts
+            and now - cache.memory_written_at < deps.status_heartbeat_seconds):
+        return
+    deps.kube.apply_configmap(memory_configmap(ref.name, ref.namespace, ref.uid, memory))
+    cache.memory_written_at = now
+    cache.memory_facts = facts
 
 
 def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: float) -> dict[str, Any]:
@@ -108,7 +139,7 @@ def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: floa
 
 
 def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap: lag_mod.LagSnapshot,
-                 out: step_mod.StepDecision, est: est_mod.EstimatorState, history: ScalingHistory,
+                 out: step_mod.StepDecision, est: est_mod.EstimatorState,
                  replicas: tuple[int, int, int], target: int, last_scale_time: Any, drain_out: Any,
                  now: float) -> dict[str, Any]:
     """The status of a cycle that observed and decided. `replicas`: the Deployment's (spec.replicas,
@@ -139,16 +170,28 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "projectedCatchUpSeconds": finite(decision.current_catch_up_s),
         "lastScaleTime": last_scale_time,
         "dataLossRecords": est.data_loss_records,
-        # the per-partition view is status.estimator.partitions, one line each (offsets, lag, rates,
-        # the oldest waiting record's age); null deletes the list an older operator kept here
-        "partitionLag": None,
-        "estimator": status_codec.estimator_to_status(est.to_dict(), oldest_ages(snap, now)),
-        "scalingHistory": status_codec.scaling_history_to_status(history.to_dict()),
+        "lastObservedTime": format_time(est.at_s),
+        "partitionStatuses": partition_statuses(est, oldest_ages(snap, now)),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
     }
     if drain_out is not None and drain_out.status is not None:
         new["drain"] = drain_out.status
     return new
+
+
+def partition_statuses(est: est_mod.EstimatorState, ages: Mapping[int, float]) -> list[dict[str, Any]]:
+    """``status.partitionStatuses`` (lagpilot.model.status.PartitionStatus), by partition."""
+    out = []
+    for p, e in sorted(est.partitions.items()):
+        row: dict[str, Any] = {"partition": p}
+        if e.committed is not None:
+            row["committed"] = e.committed
+        row.update(end=e.end, low=e.low, lag=e.lag)
+        if ages.get(p) is not None:
+            row["oldestAgeSeconds"] = ages[p]
+        row.update(produceRate=round(e.produce_rate, RATE_DECIMALS), consumeRate=round(e.consume_rate, RATE_DECIMALS))
+        out.append(row)
+    return out
 
 
 def oldest_ages(snap: lag_mod.LagSnapshot, now: float) -> dict[int, float]:

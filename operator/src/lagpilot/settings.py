@@ -7,8 +7,9 @@ Environment (all optional):
 - LAGPILOT_MAX_BACKOFF_SECONDS (default 300): ceiling of the retry delay after a failed cycle.
 - LAGPILOT_OPERATOR_METRICS_PORT: read by run.py (0 disables the metrics endpoint).
 - LAGPILOT_CYCLE_WORKERS (default 32): threads for the per-CR control-loop cycles.
-- LAGPILOT_STATUS_HEARTBEAT_SECONDS (default 60): while only the estimator's memory moves, the status
-  is written at most this often (reconcile_report.status_write); a visible change is written at once.
+- LAGPILOT_STATUS_HEARTBEAT_SECONDS (default 60): while only the per-partition view moves, the status
+  is written at most this often (reconcile_report.status_write), and so is the memory ConfigMap
+  while only its rates and windows move (reconcile_report.save_memory); any other change at once.
 - LAGPILOT_KOPF_SCANNING (default false): let kopf scan/watch CRDs and namespaces cluster-wide.
 """
 from __future__ import annotations

@@ -4,6 +4,8 @@ Every verb here is listed in docs/rbac.md (the Helm chart's Role is built from t
 - apps/deployments: get, patch (server-side apply with field manager `lagpilot`), and create: an
   apply that creates the Deployment is authorized as `create` as well (measured on v1.35);
 - core/secrets: get (the Kafka credentials for the operator's own admin connection);
+- core/configmaps: get, create, patch (the CR's memory, `<cr>-lagpilot-state`, server-side applied:
+  act/memory.py);
 - lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed), and get
   for the writes the next cycle depends on (status.drain: `patch_status_guarded`, resourceVersion);
 - core/events + events.k8s.io/events: create (kopf posts the events).
@@ -117,6 +119,31 @@ class KubeApi:
                 return None
             raise _wrap(err, f"get Secret {namespace}/{name}") from None
         return dict(resp.data or {})
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap `name` (raw JSON), None when it does not exist."""
+        try:
+            resp = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            try:
+                body = resp.data
+            finally:
+                resp.release_conn()
+        except Exception as err:  # noqa: BLE001
+            if getattr(err, "status", None) == 404:
+                return None
+            raise _wrap(err, f"get ConfigMap {namespace}/{name}") from None
+        return dict(json.loads(body))
+
+    def apply_configmap(self, manifest: dict[str, Any]) -> None:
+        """Server-side apply a ConfigMap (creates it when absent): the memory, act/memory.py."""
+        meta = manifest["metadata"]
+        try:
+            resp = self.core.patch_namespaced_config_map(
+                meta["name"], meta["namespace"], manifest, field_manager=FIELD_MANAGER, force=True,
+                _content_type="application/apply-patch+yaml", _preload_content=False)
+            resp.release_conn()
+        except Exception as err:  # noqa: BLE001
+            raise _wrap(err, f"apply ConfigMap {meta['namespace']}/{meta['name']}") from None
 
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """JSON merge patch of the CR's status subresource."""

@@ -51,7 +51,7 @@ from dataclasses import field
 
 from lagpilot_runtime import handoff_mailbox as mbx
 
-from .handoff import (DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, ranges_of, seal_entries,
+from .handoff import (DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, seal_entries,
                       with_progress)
 
 REMAINDER_SUFFIX = ".lagpilot-remainder"
@@ -265,7 +265,7 @@ def _covered(rem: Remainder, drains: Iterable[Mapping[str, Any]]) -> bool:
     for h in drains:
         if int(h.get("id", 0)) <= rem.drain_id:
             continue
-        spans = [(r["partition"], r["start"], r["split"]) for r in ranges_of(h)]  # history keeps them on one line
+        spans = [(r["partition"], r.get("start"), r["end"]) for r in h.get("ranges") or ()]
         if all(any(p == q and s is not None and int(s) <= a and b <= e for q, s, e in spans) for p, a, b in rem.ranges):
             return True
     return False

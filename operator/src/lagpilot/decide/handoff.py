@@ -49,8 +49,6 @@ from lagpilot_runtime.drain_plan import SubRange, split_ranges
 from lagpilot.spec import GroupSpec
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
-from .status_codec import (format_history_entry, format_ranges_line, format_sub_range, parse_history_entry, parse_ranges,
-                           parse_sub_range)
 
 MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
 BACKOFF_BASE_S = 10.0
@@ -102,16 +100,21 @@ class PartitionRange:
     start: int | None = None
     tasks: int | None = None  # Spark tasks the planner gave this partition (None: spec.drain.splitFactor)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"partition": self.partition, "start": self.start, "split": self.split}
-        if self.tasks is not None:
+    def to_dict(self, tasks: bool = True) -> dict[str, Any]:
+        """``status.drain.ranges[]``: {partition, start, end, tasks}; ``end`` is the split offset
+        (start absent until fixed; tasks absent when unknown or not wanted: history entries)."""
+        d: dict[str, Any] = {"partition": self.partition}
+        if self.start is not None:
+            d["start"] = self.start
+        d["end"] = self.split
+        if tasks and self.tasks is not None:
             d["tasks"] = self.tasks
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PartitionRange":
         start, tasks = d.get("start"), d.get("tasks")
-        return cls(int(d["partition"]), int(d["split"]), None if start is None else int(start),
+        return cls(int(d["partition"]), int(d["end"]), None if start is None else int(start),
                    None if tasks is None else max(1, int(tasks)))
 
 
@@ -230,21 +233,21 @@ class DrainStatus:
         return 0.0 if self.handed_off_at is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        """``status.drain``. A finished drain (``_finished``) keeps what a reader and a restarted
-        operator use (id, phase, message, ranges, times, path, pause, records done/total, losses,
-        history) but not its sub-ranges or restoreReplicas: null deletes them (merge patch)."""
+        """``status.drain`` (lagpilot.model.status.DrainStatus). A finished drain (``_finished``)
+        keeps what a reader and a restarted operator use (id, phase, message, ranges, times, path,
+        pause, records done/total, losses, history) but not its sub-ranges or restoreReplicas. The
+        status is a JSON merge patch, which merges nested objects: a field absent now is sent as
+        null (deleted); fields at their default are left out that way too."""
         over = _finished(self)
         d: dict[str, Any] = {
             "id": self.id,
             "phase": self.phase.value,
             "reason": self.reason,
             "message": self.message,
-            "partitions": None,  # (the list an older operator kept: the ranges name them)
-            "ranges": format_ranges_line(r.to_dict() for r in self.ranges),
-            "subRanges": None if over else [format_sub_range(s.to_dict()) for s in self.sub_ranges],
+            "ranges": [r.to_dict() for r in self.ranges],
+            "subRanges": None if over else [s.to_dict() for s in self.sub_ranges],
             "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
-            # the defaults are left out (null deletes them; from_dict reads them back as defaults)
             "attemptBase": self.attempt_base if self.attempt_base != 1 else None,
             "retryAt": format_time(self.retry_at),
             "cancelRequested": self.cancel_requested or None,
@@ -259,8 +262,8 @@ class DrainStatus:
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
             "lastError": self.last_error or None,
-            "history": [format_history_entry(h) for h in self.history],
-            "handOffPath": self.hand_off_path,
+            "history": [history_entry(h) for h in self.history],
+            "handOffPath": self.hand_off_path or None,
             "publishedAt": format_time(self.published_at),
             "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
             "recordsLost": self.records_lost or None,
@@ -268,7 +271,6 @@ class DrainStatus:
             "progressAt": format_time(self.progress_at),
             "stalled": self.stalled or None,
             "failedRounds": self.failed_rounds or None,
-            "lastEndS": None,  # removes the float copy of finishedAt an older operator kept here
         }
         return d
 
@@ -277,11 +279,11 @@ class DrainStatus:
         if not d or "phase" not in d or "id" not in d:
             return None
 
-        def f(key: str) -> float | None:  # RFC 3339, or the float of a status written before
+        def f(key: str) -> float | None:
             return parse_time(d.get(key))
 
         fg = d.get("failedGeneration")
-        subs = tuple(SubProgress.from_dict(parse_sub_range(s)) for s in d.get("subRanges") or ())
+        subs = tuple(SubProgress.from_dict(s) for s in d.get("subRanges") or ())
         done_counts = None
         if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
             done_counts = (int(d.get("recordsDone") or 0), int(d["recordsTotal"]))
@@ -290,7 +292,7 @@ class DrainStatus:
             phase=Phase(d["phase"]),
             reason=str(d.get("reason") or ""),
             message=str(d.get("message") or ""),
-            ranges=tuple(PartitionRange.from_dict(r) for r in parse_ranges(d.get("ranges"))),
+            ranges=tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
             sub_ranges=subs,
             restore_replicas=int(d.get("restoreReplicas") or 0),
             attempt=int(d.get("attempt") or 0),
@@ -305,7 +307,7 @@ class DrainStatus:
             started_at=f("startedAt"),
             finished_at=f("finishedAt"),
             last_error=str(d.get("lastError") or ""),
-            history=tuple(parse_history_entry(h, strict=False) for h in d.get("history") or ()),
+            history=tuple(history_entry(h) for h in d.get("history") or ()),
             hand_off_path=str(d.get("handOffPath") or ""),
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
@@ -322,32 +324,22 @@ def _finished(d: DrainStatus) -> bool:
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
 
 
+HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "recordsDone", "recordsTotal", "seconds", "pauseSeconds")
+
+
+def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``status.drain.history[]`` entry (lagpilot.model.status.DrainHistoryEntry) as stored:
+    the fields of ``HISTORY_FIELDS`` that are set, ranges without task counts. Idempotent, so a
+    drain read back from its status compares equal to the one written."""
+    out = {k: h[k] for k in HISTORY_FIELDS if h.get(k) is not None and k != "ranges"}
+    out["ranges"] = [PartitionRange.from_dict(r).to_dict(tasks=False) for r in h.get("ranges") or ()]
+    return out
+
+
 def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
-    """Ranges as one line, ``p0[400..6300) p2[0..75)`` (start None: ``?``); read by ``ranges_of``."""
-    return format_ranges_line(ranges, tasks=False)
-
-
-def ranges_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ``ranges`` of status.drain or of a history entry (``history_of``) as dicts {partition,
-    start, split}: the one-line form (``p0[400..6300)x4``) or the list of objects of an older operator."""
-    return [{k: r[k] for k in ("partition", "start", "split")} for r in parse_ranges(entry.get("ranges"))]
-
-
-def history_of(drain: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``status.drain.history`` as dicts {id, phase, reason, ranges, recordsDone, recordsTotal,
-    seconds, pauseSeconds}: one line per past drain, or the objects of an older operator."""
-    return [parse_history_entry(h) for h in drain.get("history") or ()]
-
-
-def sub_ranges_in(drain: Mapping[str, Any]) -> list[dict[str, int]]:
-    """``status.drain.subRanges`` as dicts {partition, index, start, end, next, records}."""
-    return [parse_sub_range(s) for s in drain.get("subRanges") or ()]
-
-
-def _compact_history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
-    """A past drain as read back from status.drain.history (``format_history_entry``, then parsed):
-    ranges on one line without task counts, times as RFC 3339. Idempotent."""
-    return parse_history_entry(format_history_entry(parse_history_entry(h)))
+    """Ranges for a message or a table, ``p0[400..6300) p2[?..75)`` (start absent: ``?``)."""
+    return " ".join(f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['end'])})"
+                    for r in ranges)
 
 
 @dataclass(frozen=True)
@@ -517,7 +509,7 @@ def progress_message(d: DrainStatus) -> str:
 
 def _summary(d: DrainStatus) -> dict[str, Any]:
     return {"id": d.id, "phase": d.phase.value, "reason": d.reason,
-            "ranges": [r.to_dict() for r in d.ranges], "recordsTotal": d.records_total,
+            "ranges": [r.to_dict(tasks=False) for r in d.ranges], "recordsTotal": d.records_total,
             "recordsDone": d.records_done, "pauseSeconds": d.pause_seconds,
             "seconds": None if d.started_at is None or d.finished_at is None else round(d.finished_at - d.started_at, 3)}
 
@@ -525,7 +517,7 @@ def _summary(d: DrainStatus) -> dict[str, Any]:
 def _finish(d: DrainStatus, phase: Phase, reason: str, message: str, now: float) -> DrainStatus:
     done = dataclasses.replace(d, phase=phase, reason=reason, message=message, finished_at=now, retry_at=None)
     kept = tuple(h for h in done.history if h.get("id") != done.id)  # one entry per drain id
-    return dataclasses.replace(done, history=(kept + (_summary(done),))[-HISTORY:])
+    return dataclasses.replace(done, history=(kept + (history_entry(_summary(done)),))[-HISTORY:])
 
 
 def is_idle(d: DrainStatus | None) -> bool:

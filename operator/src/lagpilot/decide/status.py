@@ -53,20 +53,13 @@ def format_time(t: float | None) -> str | None:
 
 
 def parse_time(v: Any) -> float | None:
-    """A status time -> epoch seconds: RFC 3339 (any fraction, `Z` or an offset) or, from a status
-    written before times were strings, a number (int/float or a numeric string). None stays None;
+    """A status time (RFC 3339: any fraction, `Z` or an offset) -> epoch seconds. None stays None;
     anything else raises ValueError."""
     if v is None:
         return None
-    if isinstance(v, bool):
+    if not isinstance(v, str):
         raise ValueError(f"not a time: {v!r}")
-    if isinstance(v, (int, float)):
-        return float(v)
-    s = str(v).strip()
-    try:
-        return float(s)  # the old float form, as a string
-    except ValueError:
-        pass
+    s = v.strip()
     if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
     head, dot, rest = s.partition(".")
@@ -143,11 +136,3 @@ def status_patch(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[
         if _without_ltt(old.get(key)) != _without_ltt(value):
             patch[key] = value
     return patch or None
-
-
-# --- the estimator's and the scaler's memory in the status -----------------------------------------
-# Internally (lagpilot.decide.estimate / lagpilot.decide.scaling to_dict/from_dict, the simulator) times are floats
-# and the samples lists of [time, value]. In the status: RFC 3339 times, camelCase keys, and each
-# samples list on one line ("<seconds relative to the base time>:<value> ..."), so `kubectl describe`
-# shows a partition's window in one line instead of one line per sample. Both readers also take the
-# old form (float `atS`, lists), written by an operator before this one.

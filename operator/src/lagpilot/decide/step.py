@@ -74,25 +74,29 @@ class Policies:
 
 @dataclass(frozen=True)
 class StepState:
-    """What survives between steps (the operator keeps it in the CR status)."""
+    """What survives between steps: the controller's memory. The simulator carries it from step to
+    step; the operator keeps it in the ConfigMap ``<cr>-lagpilot-state`` the CR owns
+    (lagpilot.act.memory), so a restarted operator resumes from it."""
 
     estimator: est_mod.EstimatorState | None = None
     history: ScalingHistory = ScalingHistory()
 
-    def to_status(self) -> dict[str, Any]:
+    def to_memory(self) -> dict[str, Any]:
+        """JSON-ready: ``{"estimator": EstimatorState.to_dict(), "scalingHistory": ScalingHistory.to_dict()}``."""
         return {"estimator": self.estimator.to_dict() if self.estimator else None,
                 "scalingHistory": self.history.to_dict()}
 
     @classmethod
-    def from_status(cls, status: Mapping[str, Any]) -> "StepState":
-        """From ``status.estimator`` / ``status.scalingHistory``; unreadable parts start fresh."""
+    def from_memory(cls, memory: Mapping[str, Any] | None) -> "StepState":
+        """Inverse of :meth:`to_memory`; None or an unreadable part starts fresh."""
+        memory = memory or {}
         est = None
-        if status.get("estimator"):
+        if memory.get("estimator"):
             try:
-                est = est_mod.EstimatorState.from_dict(status["estimator"])
+                est = est_mod.EstimatorState.from_dict(memory["estimator"])
             except (ValueError, TypeError, KeyError):
                 est = None
-        return cls(est, ScalingHistory.from_dict(status.get("scalingHistory")))
+        return cls(est, ScalingHistory.from_dict(memory.get("scalingHistory")))
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class StepObservation:
     snapshot: LagSnapshot
     current_replicas: int
     drains: tuple[handoff.DrainStatus, ...] = ()
-    last_drain_end_s: float | None = None  # when the last drain finished (status.drain.lastEndS)
+    last_drain_end_s: float | None = None  # when the last drain finished (status.drain.finishedAt)
     retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
     runtime: rt_mod.RuntimeObservation | None = None  # the warm drain runtime's Deployment (None: none observed)
 

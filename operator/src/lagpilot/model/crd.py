@@ -101,6 +101,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Status of the Ready condition.",
     },
     {
+        "name": "Drain",
+        "type": "string",
+        "jsonPath": ".status.drain.phase",
+        "priority": 1,
+        "description": "Phase of the current or last drain hand-off.",
+    },
+    {
         "name": "Decision",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Scaling")].message',

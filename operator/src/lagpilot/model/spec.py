@@ -11,7 +11,7 @@ From these classes come:
 - the operator's parsed spec (`lagpilot.model.validate.parse`: pydantic checks types, bounds and
   patterns, then the CEL rules are evaluated on the defaulted object, as the API server does).
 
-The status part of the schema is data (`lagpilot.model.status_schema`). Field descriptions are what
+The status part of the schema comes from the status's own model (`lagpilot.model.status`). Field descriptions are what
 `kubectl explain` prints; keep them in the reader's words, not the code's.
 """
 
@@ -23,7 +23,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
-from lagpilot.model.status_schema import status_openapi_schema
+from lagpilot.model.status import status_openapi_schema
 
 
 @dataclasses.dataclass(frozen=True)
