@@ -173,6 +173,11 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
             if unread:
                 complete_unread(cfg, plan, unread)
                 summary["no_visible_records"] = [f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread]
+            # the same for the sub-ranges whose tasks did hand records over: a task never commits its
+            # sub-range's end itself (its records also stop short when the attempt is cancelled)
+            named = [w for w in work if w not in unread]
+            if named:
+                complete_unread(cfg, plan, named, named=True)
             summary["records"] = sum(r["records"] or 0 for r in results)
             summary["skipped"] = sum(r["skipped"] or 0 for r in results)
             summary["first_batch_at"] = marks.get("first_batch_handled")

@@ -209,7 +209,7 @@ def unread_sub_ranges(work: Sequence[tuple[SubRange, int]], results: Iterable[Ma
 
 
 def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple[SubRange, int]],
-                    timeout_s: float = 30.0) -> None:
+                    timeout_s: float = 30.0, named: bool = False) -> None:
     """Commit ``end`` as the progress of sub-ranges whose reader reached their end without a visible
     record. Called by the driver only after the Spark job ended without an error: Spark's Kafka reader
     then read every task's range to its ``endingOffset`` (``failOnDataLoss=true``: a position that
@@ -233,6 +233,10 @@ def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple
                 raise RuntimeError(f"committing the progress of p{s.partition}#{s.index} failed: {errs[0]}")
         finally:
             c.close()
+        if named:  # its task handed records to the handler; the tail had none visible (markers, compaction)
+            log.info("sub-range read to its end", extra=_fields(
+                event="drain_sub_range_read_to_end", partition=s.partition, index=s.index, start=s.start, end=s.end))
+            continue
         log.info("sub-range read to its end without a visible record", extra=_fields(
             event="drain_sub_range_no_visible_records", partition=s.partition, index=s.index,
             start=s.start, end=s.end))

@@ -216,10 +216,14 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 batch = []
         if batch:
             flush(batch)
-        if sub is not None and kafka_next[0] < sub.end:
-            # the range is read to its end (gaps: markers, compaction), or the sink's progress already
-            # reached it (a crash after the sink's commit of the last batch, before the progress commit)
-            commit(sub.end, done_records)
+        if sub is not None and kafka_next[0] < done_next:
+            # the sink's progress is ahead of the progress group (a crash after the sink's commit, before
+            # Kafka's) and no record above it came: the group catches up to what the sink holds
+            commit(done_next, done_records)
+        # NOT the sub-range's end when the records stop short of it: an iterator also ends early when
+        # the attempt is cancelled (its caller gone, the CR deleted), and the end committed then made
+        # the retry skip the rest as done. The driver completes a range read to its end (markers,
+        # compaction at its tail) only once the whole Spark job ended without an error (drain_job.run).
         yield summary
     except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
         raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: {exc}")) from None
