@@ -302,7 +302,7 @@ class KubePart:
                             "--wait=false", timeout=60)
         if proc.returncode != 0:
             log.warning("could not remove a stale KEDA APIService", extra={"error": proc.stderr.strip()[-500:]})
-        elif proc.stdout.strip():
+        elif "deleted" in proc.stdout:
             log.info("removed a stale KEDA APIService (its metrics server is not running)",
                      extra={"deleted": proc.stdout.strip()})
 
