@@ -11,8 +11,8 @@ From these classes come:
 - the operator's parsed spec (`lagpilot.model.validate.parse`: pydantic checks types, bounds and
   patterns, then the CEL rules are evaluated on the defaulted object, as the API server does).
 
-The status part of the schema comes from the status's own model (`lagpilot.model.status`). Field descriptions are what
-`kubectl explain` prints; keep them in the reader's words, not the code's.
+The status part of the schema comes from the status's own model (`lagpilot.model.status`).
+Field descriptions are what `kubectl explain` prints; keep them in the reader's words, not the code's.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ The controller's memory (the estimator's rate windows, the scaler's recommendati
 not here: it lives in the ConfigMap ``<cr>-lagpilot-state`` the CR owns (docs/operator.md
 "Memory").
 """
+
 from __future__ import annotations
 
 import enum
@@ -22,11 +23,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
-INT64 = {"format": "int64"}
-INT32 = {"format": "int32"}
-DATE_TIME = {"format": "date-time"}
-NULLABLE = {"nullable": True}
+INT64: JsonDict = {"format": "int64"}
+INT32: JsonDict = {"format": "int32"}
+DATE_TIME: JsonDict = {"format": "date-time"}
+NULLABLE: JsonDict = {"nullable": True}
 
 
 def _list_map(*keys: str) -> dict[str, Any]:
@@ -37,7 +39,7 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-class DrainPhase(str, enum.Enum):
+class DrainPhase(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     """The drain hand-off's phases (lagpilot.decide.handoff.Phase; a unit test keeps them equal)."""
 
     PLANNED = "Planned"
@@ -49,29 +51,29 @@ class DrainPhase(str, enum.Enum):
     CANCELLED = "Cancelled"
 
 
-class HandOffPath(str, enum.Enum):
+class HandOffPath(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     CONSUMER_ACK = "ConsumerAck"
     EMPTY_GROUP = "EmptyGroup"
     QUIESCE = "Quiesce"
 
 
-class DrainRuntime(str, enum.Enum):
+class DrainRuntime(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     WARM = "warm"
     COLD = "cold"
 
 
-class Stall(str, enum.Enum):
+class Stall(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     NO_PROGRESS = "NoProgress"
     NO_RUNNING_POD = "NoRunningPod"
 
 
-class ConditionStatus(str, enum.Enum):
+class ConditionStatus(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
 
 
-def _int(description: str, fmt: dict[str, Any] = INT64, **kw: Any) -> Any:
+def _int(description: str, fmt: JsonDict = INT64, **kw: Any) -> Any:
     return Field(description=description, json_schema_extra=fmt, **kw)
 
 
@@ -83,25 +85,35 @@ class PartitionStatus(_Model):
     """One partition of the topic as last observed."""
 
     partition: int = _int("Partition number.", INT32)
-    committed: int | None = _int("The group's committed offset; absent before its first commit.", default=None)
+    committed: int | None = _int(
+        "The group's committed offset; absent before its first commit.", default=None
+    )
     end: int = _int("Log-end offset.")
     low: int = _int("Earliest offset still in the log (records below it were deleted by retention).")
     lag: int = _int("Records not yet committed: end - committed (from low when retention deleted some).")
     oldest_age_seconds: float | None = Field(
-        None, description="Age of the oldest record waiting to be processed; absent when nothing waits or unknown.")
+        None,
+        description="Age of the oldest record waiting to be processed; absent when nothing waits or unknown.",
+    )
     produce_rate: float = Field(description="Smoothed produce rate, records per second (to 0.001).")
-    consume_rate: float = Field(description="Smoothed rate the group commits at, records per second (to 0.001).")
+    consume_rate: float = Field(
+        description="Smoothed rate the group commits at, records per second (to 0.001)."
+    )
 
 
 class DrainRange(_Model):
     """One partition's drained range [start, end): end is the split offset of the hand-off."""
 
     partition: int = _int("Partition number.", INT32)
-    start: int | None = _int("First offset of the range (the owner's committed offset at its ack); absent until "
-                             "the owner acknowledged.", default=None)
+    start: int | None = _int(
+        "First offset of the range (the owner's committed offset at its ack); absent until "
+        "the owner acknowledged.",
+        default=None,
+    )
     end: int = _int("The split offset: the range ends before it; the live group goes on from it.")
-    tasks: int | None = _int("Spark tasks the planner gave this partition (absent in history entries).",
-                             INT32, default=None)
+    tasks: int | None = _int(
+        "Spark tasks the planner gave this partition (absent in history entries).", INT32, default=None
+    )
 
 
 class SubRange(_Model):
@@ -129,13 +141,16 @@ class DrainHistoryEntry(_Model):
     id: int = _int("Drain id.")
     phase: DrainPhase = Field(description="Its final phase.")
     reason: str = Field("", description="CamelCase reason of its final phase.")
-    ranges: list[DrainRange] = Field(default_factory=list, description="Its ranges.",
-                                     json_schema_extra=_list_map("partition"))
+    ranges: list[DrainRange] = Field(
+        default_factory=list, description="Its ranges.", json_schema_extra=_list_map("partition")
+    )
     records_done: int = _int("Records drained.", default=0)
     records_total: int = _int("Records in its ranges.", default=0)
     seconds: float | None = Field(None, description="From the launch of its last attempt to its end.")
     pause_seconds: float | None = Field(
-        None, description="How long the live group had its consumers removed (0 unless the quiesce fallback ran).")
+        None,
+        description="How long the live group had its consumers removed (0 unless the quiesce fallback ran).",
+    )
 
 
 class DrainStatus(_Model):
@@ -146,13 +161,19 @@ class DrainStatus(_Model):
     phase: DrainPhase = Field(description="Phase of the hand-off state machine.")
     reason: str = Field("", description="CamelCase reason of the phase.")
     message: str = Field("", description="Human-readable state.")
-    ranges: list[DrainRange] = Field(default_factory=list, description="The planned ranges, one per partition.",
-                                     json_schema_extra=_list_map("partition"))
+    ranges: list[DrainRange] = Field(
+        default_factory=list,
+        description="The planned ranges, one per partition.",
+        json_schema_extra=_list_map("partition"),
+    )
     sub_ranges: list[SubRange] | None = Field(
-        None, description="One per Spark task, with its progress; absent once the drain is finished.",
-        json_schema_extra=_list_map("partition", "index"))
-    restore_replicas: int | None = _int("Replicas the consumers get back after a quiesce; absent once finished.",
-                                        INT32, default=None)
+        None,
+        description="One per Spark task, with its progress; absent once the drain is finished.",
+        json_schema_extra=_list_map("partition", "index"),
+    )
+    restore_replicas: int | None = _int(
+        "Replicas the consumers get back after a quiesce; absent once finished.", INT32, default=None
+    )
     attempt: int = _int("Job attempt of the current round (0 before the first launch).", INT32, default=0)
     attempt_base: int | None = _int("Attempts are counted from here (absent: 1).", INT32, default=None)
     retry_at: str | None = _time("When a failed attempt is retried, or a Failed drain's next round starts.")
@@ -160,80 +181,126 @@ class DrainStatus(_Model):
     failed_generation: int | None = _int("metadata.generation a Failed drain failed at.", default=None)
     planned_at: str | None = _time("When the drain was planned (its split offsets recorded).")
     published_at: str | None = _time("When the hand-off requests were published to the owners.")
-    quiesced_at: str | None = _time("When the quiesce fallback scaled the consumers to 0 (absent on the other paths).")
+    quiesced_at: str | None = _time(
+        "When the quiesce fallback scaled the consumers to 0 (absent on the other paths)."
+    )
     handed_off_at: str | None = _time("When every range was handed off.")
     resumed_at: str | None = _time("When a quiesced group got its replicas back.")
     started_at: str | None = _time("When the Job of the current attempt was launched.")
     finished_at: str | None = _time("When the drain reached its final phase.")
-    progress_at: str | None = _time("When the current attempt was launched or its progress last moved "
-                                    "(the no-progress detector's clock).")
-    pause_seconds: float | None = Field(None, description="How long the live group had its consumers removed.")
+    progress_at: str | None = _time(
+        "When the current attempt was launched or its progress last moved (the no-progress detector's clock)."
+    )
+    pause_seconds: float | None = Field(
+        None, description="How long the live group had its consumers removed."
+    )
     records_total: int = _int("Records in the ranges.", default=0)
     records_done: int = _int("Records drained so far.", default=0)
     records_lost: int | None = _int("Records of lostRanges (absent: 0).", default=None)
     lost_ranges: list[LostRange] | None = Field(
-        None, description="Offsets retention deleted before the drain read them.",
-        json_schema_extra=_list_map("partition", "start", "end"))
+        None,
+        description="Offsets retention deleted before the drain read them.",
+        json_schema_extra=_list_map("partition", "start", "end"),
+    )
     last_error: str | None = Field(None, description="The last failed attempt's cause.")
     hand_off_path: HandOffPath | None = Field(None, description="How the ranges were handed off.")
     runtime: DrainRuntime | None = Field(None, description="How the current attempt's Job was launched.")
-    stalled: Stall | None = Field(None, description="Set from a stalled attempt's detection until progress moves again.")
+    stalled: Stall | None = Field(
+        None, description="Set from a stalled attempt's detection until progress moves again."
+    )
     failed_rounds: int | None = _int("Rounds of attempts that ended Failed (absent: 0).", INT32, default=None)
-    history: list[DrainHistoryEntry] = Field(default_factory=list, description="The last 5 finished drains.",
-                                             json_schema_extra=_list_map("id"))
+    history: list[DrainHistoryEntry] = Field(
+        default_factory=list, description="The last 5 finished drains.", json_schema_extra=_list_map("id")
+    )
 
 
 class Condition(_Model):
     type: str = Field(description="Condition type.", max_length=316)
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: str = Field("", description="CamelCase machine-readable reason of the last transition.", max_length=1024)
+    reason: str = Field(
+        "", description="CamelCase machine-readable reason of the last transition.", max_length=1024
+    )
     message: str = Field("", description="Human-readable details.", max_length=32768)
-    observed_generation: int | None = _int("metadata.generation the condition was computed for.", default=None)
-    last_transition_time: str | None = Field(None, description="When the status last changed (RFC 3339).",
-                                             json_schema_extra=DATE_TIME)
+    observed_generation: int | None = _int(
+        "metadata.generation the condition was computed for.", default=None
+    )
+    last_transition_time: str | None = Field(
+        None, description="When the status last changed (RFC 3339).", json_schema_extra=DATE_TIME
+    )
 
 
 class BatchConsumerGroupStatus(_Model):
     """Observed state, written only by the operator through the status subresource. Lags and
     rates are as of the last observation."""
 
-    observed_generation: int | None = _int("metadata.generation of the spec the operator last acted on.",
-                                           default=None)
+    observed_generation: int | None = _int(
+        "metadata.generation of the spec the operator last acted on.", default=None
+    )
     partitions: int | None = _int("Partition count of the topic, as last observed.", INT32, default=None)
     replicas: int | None = _int("Current replicas of the consumer Deployment.", INT32, default=None)
     desired_replicas: int | None = _int("Replicas the last decision asked for.", INT32, default=None)
-    total_lag: int | None = _int("Records produced but not yet committed by the group, over all partitions.",
-                                 default=None)
+    total_lag: int | None = _int(
+        "Records produced but not yet committed by the group, over all partitions.", default=None
+    )
     max_partition_lag: int | None = _int("Lag of the most lagging partition.", default=None)
     produce_rate: float | None = Field(
-        None, description="Smoothed produce rate of the whole topic, records per second; absent until measured.",
-        json_schema_extra=NULLABLE)
+        None,
+        description="Smoothed produce rate of the whole topic, records per second; absent until measured.",
+        json_schema_extra=NULLABLE,
+    )
     capacity_per_replica: float | None = Field(
-        None, description="Records one consumer processes per busy second, from the runtime's capacity report in "
-                          "the commit metadata; absent until reported.", json_schema_extra=NULLABLE)
+        None,
+        description="Records one consumer processes per busy second, from the runtime's capacity report in "
+        "the commit metadata; absent until reported.",
+        json_schema_extra=NULLABLE,
+    )
     projected_catch_up_seconds: float | None = Field(
-        None, description="Projected seconds until the lag is cleared at the current replica count; absent when "
-                          "unknown or when the group cannot catch up at all.", json_schema_extra=NULLABLE)
-    last_scale_time: str | None = Field(None, description="When the operator last changed the replica count (RFC 3339).",
-                                        json_schema_extra=DATE_TIME)
+        None,
+        description="Projected seconds until the lag is cleared at the current replica count; absent when "
+        "unknown or when the group cannot catch up at all.",
+        json_schema_extra=NULLABLE,
+    )
+    last_scale_time: str | None = Field(
+        None,
+        description="When the operator last changed the replica count (RFC 3339).",
+        json_schema_extra=DATE_TIME,
+    )
     data_loss_records: int | None = _int(
-        "Records deleted by retention before the group consumed them, counted since the operator first observed "
-        "the group (each lost record once).", default=None)
+        "Records deleted by retention before the group consumed them, counted since the operator first "
+        "observed the group (each lost record once).",
+        default=None,
+    )
     last_observed_time: str | None = _time("When the partitions in partitionStatuses were observed.")
     partition_statuses: list[PartitionStatus] | None = Field(
-        None, description="Each partition as last observed (offsets, lag, rates, the oldest waiting record's age); "
-                          "written with any other status change and at least every 60 s.",
-        json_schema_extra=_list_map("partition"))
+        None,
+        description="Each partition as last observed (offsets, lag, rates, the oldest waiting record's age); "
+        "written with any other status change and at least every 60 s.",
+        json_schema_extra=_list_map("partition"),
+    )
     drain: DrainStatus | None = Field(None, description="The drain hand-off (docs/drain.md).")
     conditions: list[Condition] | None = Field(
-        None, description="Current state as conditions: Ready, Scaling, CatchUpAtRisk, Draining, Degraded, "
-                          "DataLoss, DrainStalled, Terminating.", json_schema_extra=_list_map("type"))
+        None,
+        description="Current state as conditions: Ready, Scaling, CatchUpAtRisk, Draining, Degraded, "
+        "DataLoss, DrainStalled, Terminating.",
+        json_schema_extra=_list_map("type"),
+    )
 
 
 # --- the structural schema for the CRD --------------------------------------------------------------
 
-_KEEP = ("type", "format", "description", "enum", "properties", "items", "required", "nullable", "maxLength",
-         "x-kubernetes-list-type", "x-kubernetes-list-map-keys")
+_KEEP = (
+    "type",
+    "format",
+    "description",
+    "enum",
+    "properties",
+    "items",
+    "required",
+    "nullable",
+    "maxLength",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+)
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -281,5 +348,17 @@ def validate_status(status: dict[str, Any]) -> BatchConsumerGroupStatus:
     return BatchConsumerGroupStatus.model_validate(status)
 
 
-__all__ = ["BatchConsumerGroupStatus", "Condition", "DrainHistoryEntry", "DrainPhase", "DrainRange", "DrainStatus",
-           "HandOffPath", "LostRange", "PartitionStatus", "SubRange", "status_openapi_schema", "validate_status"]
+__all__ = [
+    "BatchConsumerGroupStatus",
+    "Condition",
+    "DrainHistoryEntry",
+    "DrainPhase",
+    "DrainRange",
+    "DrainStatus",
+    "HandOffPath",
+    "LostRange",
+    "PartitionStatus",
+    "SubRange",
+    "status_openapi_schema",
+    "validate_status",
+]
