@@ -3,6 +3,7 @@ module lagpilot.dev/kstatus-check
 go 1.22.0
 
 require (
+	github.com/yuin/gopher-lua v1.1.1
 	k8s.io/apimachinery v0.30.1
 	sigs.k8s.io/cli-utils v0.37.2
 )
