@@ -14,6 +14,7 @@ import copy
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -451,3 +452,92 @@ def test_dashboard_configmap_passes_server_side_dry_run(kube: KubeEnv, helm_bin:
     assert json.loads(cm["data"]["lagpilot.json"])["uid"] == "lagpilot-overview"
     out = h.kubectl_apply(kube.part, [cm], dry_run_server=True)
     assert f"configmap/{release}-lagpilot-dashboard" in out and "server dry run" in out, out
+
+
+@pytest.fixture(scope="module", params=["helm3", "helm4"])
+def any_helm(request: pytest.FixtureRequest) -> Any:
+    """Helm 3 and Helm 4 (both built from the Go module proxy by dev/install-helm.sh)."""
+    return h.ensure_helm(version=h.HELM_VERSION if request.param == "helm3" else h.HELM4_VERSION)
+
+
+@pytest.mark.slow
+def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
+        kube: KubeEnv, any_helm: Any, namespace: Callable[..., str], pod_runner: Any, tmp_path: Any) -> None:
+    """Issue 28 item 5, under Helm 3 and Helm 4: lagpilot as a subchart of a parent chart whose
+    `global` values reach it (helm/helm#10392: the strict schema used to reject them), a real
+    `helm install`, `helm test` (the hook pod fetches the operator's /metrics and checks
+    lagpilot_build_info and the leader gauge), `helm upgrade`, `helm test` again; then with the
+    operator scaled to 0 `helm test` fails (the hook can fail)."""
+    version = h.run_helm(any_helm, ["version", "--template", "{{.Version}}"]).stdout.strip()
+    assert version.startswith(("v3.", "v4.")), version
+    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    release = f"plat-{uuid.uuid4().hex[:5]}"
+    metrics_port = _free_port()
+    parent = tmp_path / "platform"
+    (parent / "charts").mkdir(parents=True)
+    (parent / "Chart.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "v2", "name": "platform", "version": "1.0.0",
+        "dependencies": [{"name": "lagpilot", "version": "0.1.0"}]}))
+    shutil.copytree(h.CHART_DIR, parent / "charts" / "lagpilot")
+    values = {
+        "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
+        "lagpilot": {
+            "watchNamespaces": [team], "health": {"port": _free_port()},
+            "metrics": {"enabled": True, "port": metrics_port},
+            # the pod runner gives every local pod one network namespace and no Service DNS: the test
+            # pod reaches the operator on loopback; a cluster uses the Service URL (the default)
+            "helmTest": {"url": f"http://127.0.0.1:{metrics_port}/metrics", "attempts": 20},
+            # this checkout's operator (the pod runner's interpreter is the venv's, editable at /work/main)
+            "operator": {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]}}}
+    values_file = tmp_path / "values.json"
+    values_file.write_text(json.dumps(values))
+    helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
+    full = f"{release}-lagpilot"
+    out = h.run_helm(any_helm, ["install", release, str(parent), "-f", str(values_file), *helm_args],
+                     timeout=300).stdout
+    assert "STATUS: deployed" in out, out
+    try:
+        def ready_operator() -> dict[str, Any] | None:
+            pods = json.loads(kube.kubectl("get", "pods", "-n", rel_ns, "-o", "json", "-l",
+                                           f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
+                                           ).stdout)["items"]
+            return next((p for p in pods if p["metadata"].get("deletionTimestamp") is None and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))),
+                None)
+
+        def hook_log() -> str:
+            # `helm test --logs` reads logs through a kubelet, which the pod runner is not: its log file
+            path = pod_runner.log_path(rel_ns, f"{full}-test-metrics")
+            return path.read_text(errors="replace") if path else ""
+
+        wait_until(ready_operator, f"the operator pod Ready ({version})", 180)
+        tested = h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240).stdout
+        print(tested, hook_log())
+        assert f"{full}-test-metrics" in tested and "Succeeded" in tested, tested
+        assert "ok: http://127.0.0.1" in hook_log() and "lagpilot_operator_leader 1" in hook_log()
+
+        # upgrade (a changed value rolls the operator; leader election hands the Lease over)
+        up = h.run_helm(any_helm, ["upgrade", release, str(parent), "-f", str(values_file),
+                                   "--set", "lagpilot.operator.logLevel=DEBUG", "--wait", "--timeout", "240s",
+                                   *helm_args], timeout=300).stdout
+        assert "has been upgraded" in up and "REVISION: 2" in up, up
+        dep = json.loads(kube.kubectl("get", "deployment", full, "-n", rel_ns, "-o", "json").stdout)
+        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env.get("LAGPILOT_LOG_LEVEL") == "DEBUG", env
+        wait_until(ready_operator, "the upgraded operator pod Ready", 180)
+        tested = h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240).stdout
+        assert "Succeeded" in tested and "ok: http://127.0.0.1" in hook_log(), (tested, hook_log())
+
+        # the hook can fail: no operator, no metrics
+        kube.kubectl("scale", "deployment", full, "-n", rel_ns, "--replicas=0")
+        wait_until(lambda: kube.kubectl("get", "pods", "-n", rel_ns, "-o", "name", "-l",
+                                        f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
+                                        ).stdout.strip() == "", "the operator pods gone", 120)
+        with pytest.raises(h.HelmError) as failed:
+            h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240)
+        print(failed.value.output, hook_log())
+        assert f"{full}-test-metrics" in failed.value.output and "failed" in failed.value.output.lower()
+        assert "FAILED: GET http://127.0.0.1" in hook_log()
+    finally:
+        h.run_helm(any_helm, ["uninstall", release, "--wait", "--timeout", "120s", *helm_args], timeout=180)
+    assert kube.kubectl("get", "deployment", full, "-n", rel_ns, check=False).returncode != 0

@@ -89,16 +89,22 @@ def promtool_tests(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
              {"eval_time": "30m", "alertname": "LagpilotLagGrowingAtMaxReplicas",
               "exp_alerts": [_alert(rules, "LagpilotLagGrowingAtMaxReplicas", g)]}]},
         {"name": "drain failed and drain cancelled", "interval": "1m",
-         "input_series": [_series("lagpilot_status_condition", "1x5", type="Draining", status="False", reason="DrainFailed"),
-                          _series("lagpilot_status_condition", "1x5", type="Draining", status="True",
+         "input_series": [_series("lagpilot_status_condition", "1x5", type="Draining", status="False"),
+                          _series("lagpilot_status_condition_reason", "1x5", type="Draining", reason="DrainFailed"),
+                          _series("lagpilot_status_condition", "1x5", type="Draining", status="True", name="billing"),
+                          _series("lagpilot_status_condition_reason", "1x5", type="Draining",
                                   reason="DrainRunning", name="billing")],
          "alert_rule_test": [
              {"eval_time": "2m", "alertname": "LagpilotDrainFailed", "exp_alerts": [_alert(
-                 rules, "LagpilotDrainFailed", {**g, "type": "Draining", "status": "False", "reason": "DrainFailed"})]},
+                 rules, "LagpilotDrainFailed", {**g, "type": "Draining", "reason": "DrainFailed"})]},
              {"eval_time": "2m", "alertname": "LagpilotDrainCancelled", "exp_alerts": []}]},
         {"name": "a stalled drain attempt (H3); a drain that moves again stays quiet", "interval": "1m",
-         "input_series": [_series("lagpilot_status_condition", "1x5", type="DrainStalled", status="True", reason="NoProgress"),
-                          _series("lagpilot_status_condition", "1x5", type="DrainStalled", status="False",
+         "input_series": [_series("lagpilot_status_condition", "1x5", type="DrainStalled", status="True"),
+                          _series("lagpilot_status_condition", "0x5", type="DrainStalled", status="False"),
+                          _series("lagpilot_status_condition_reason", "1x5", type="DrainStalled", reason="NoProgress"),
+                          _series("lagpilot_status_condition", "0x5", type="DrainStalled", status="True", name="billing"),
+                          _series("lagpilot_status_condition", "1x5", type="DrainStalled", status="False", name="billing"),
+                          _series("lagpilot_status_condition_reason", "1x5", type="DrainStalled",
                                   reason="Progressing", name="billing")],
          "alert_rule_test": [
              {"eval_time": "2m", "alertname": "LagpilotDrainStalled", "exp_alerts": [_alert(
@@ -110,8 +116,10 @@ def promtool_tests(rules: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
              {"eval_time": "2m", "alertname": "LagpilotDataLoss", "exp_alerts": []},
              {"eval_time": "4m", "alertname": "LagpilotDataLoss", "exp_alerts": [_alert(rules, "LagpilotDataLoss", g)]}]},
         {"name": "degraded for 10m, but not for data loss (its own alert)", "interval": "1m",
-         "input_series": [_series("lagpilot_status_condition", "1x15", type="Degraded", status="True", reason="KafkaUnreachable"),
-                          _series("lagpilot_status_condition", "1x15", type="Degraded", status="True", reason="DataLoss",
+         "input_series": [_series("lagpilot_status_condition", "1x15", type="Degraded", status="True"),
+                          _series("lagpilot_status_condition_reason", "1x15", type="Degraded", reason="KafkaUnreachable"),
+                          _series("lagpilot_status_condition", "1x15", type="Degraded", status="True", name="billing"),
+                          _series("lagpilot_status_condition_reason", "1x15", type="Degraded", reason="DataLoss",
                                   name="billing")],
          "alert_rule_test": [
              {"eval_time": "11m", "alertname": "LagpilotGroupDegraded", "exp_alerts": [_alert(
@@ -167,6 +175,13 @@ def test_promtool_unit_tests_of_the_shipped_rules(prometheus: prom.PrometheusPar
     tests = promtool_tests(rules)
     tested = {t["alertname"] for case in tests for t in case["alert_rule_test"]}
     assert tested == set(rules), f"alerts without a promtool test: {set(rules) - tested}"
+    # every alert links to its section of docs/runbook.md (promtool compares the annotation too)
+    from tests.unit.test_chart_ecosystem import broken_runbook_links
+
+    base = yaml.safe_load((REPO / "charts" / "lagpilot" / "values.yaml").read_text())["prometheusRule"]["runbookURL"]
+    assert broken_runbook_links(list(rules.values()), base, (REPO / "docs" / "runbook.md").read_text()) == []
+    assert all(t["exp_annotations"]["runbook_url"].startswith(base + "#")
+               for case in tests for t in case["alert_rule_test"] for t in t["exp_alerts"])
     proc = run_promtool(prometheus, tmp_path, tests, text)
     print(proc.stdout, proc.stderr)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout
@@ -246,9 +261,13 @@ def test_catch_up_alert_fires_on_the_real_prometheus(prometheus: prom.Prometheus
         (cap,) = prometheus.query(f'lagpilot_max_replicas{{namespace="{ns}",name="{name}"}}')
         assert float(cap["value"][1]) == 1
         # the status as metrics: the CatchUpAtRisk condition the CR shows, and no drain
-        risk = prometheus.query(f'lagpilot_status_condition{{namespace="{ns}",name="{name}",type="CatchUpAtRisk"}}')
-        assert [(r["metric"]["status"], r["metric"]["reason"]) for r in risk] in (
-            [("True", "ProjectedAboveSLA")], [("True", "SLAUnreachable")]), risk
+        risk = prometheus.query(f'lagpilot_status_condition{{namespace="{ns}",name="{name}",type="CatchUpAtRisk"}} == 1')
+        assert [r["metric"]["status"] for r in risk] == ["True"] and "reason" not in risk[0]["metric"], risk
+        why = prometheus.query(f'lagpilot_status_condition_reason{{namespace="{ns}",name="{name}",type="CatchUpAtRisk"}}')
+        assert [r["metric"]["reason"] for r in why] in (["ProjectedAboveSLA"], ["SLAUnreachable"]), why
+        # the per-partition offsets are gauges users can rate(); the build is identified
+        assert prometheus.query(f'lagpilot_partition_log_end_offset{{namespace="{ns}",name="{name}"}}')
+        assert prometheus.query('lagpilot_build_info{job="lagpilot-operator"}') or prometheus.query('lagpilot_build_info')
         tasks = prometheus.query(f'lagpilot_drain_tasks{{namespace="{ns}",name="{name}"}}')
         assert {r["metric"]["state"]: float(r["value"][1]) for r in tasks} == {"done": 0, "remaining": 0}
         assert prometheus.query(f'lagpilot_consumer_records_processed_total{{namespace="{ns}"}}'), \

@@ -92,7 +92,10 @@ def test_the_alerts_and_their_labels(on: h.Rendered) -> None:
     assert all(x["annotations"]["summary"] and x["annotations"]["description"] for x in rules.values())
     assert rules["LagpilotCatchUpOverSLA"]["for"] == "10m"
     # H3: a drain attempt the operator stopped for lack of progress (or of a running pod)
-    assert rules["LagpilotDrainStalled"]["expr"].strip() == 'lagpilot_status_condition{type="DrainStalled", status="True"} == 1'
+    # the condition's series carry type and status only; the reason series adds the reason label
+    assert " ".join(rules["LagpilotDrainStalled"]["expr"].split()) == (
+        'lagpilot_status_condition{type="DrainStalled", status="True"} * on (namespace, name, type) '
+        'group_left (reason) lagpilot_status_condition_reason{type="DrainStalled"} == 1')
     assert rules["LagpilotDrainStalled"]["labels"]["severity"] == "warning"
     # the operator-down job is the metrics Service's name: the job a ServiceMonitor scrape gets
     svc = on.get("Service", f"{FULL}-metrics")

@@ -123,6 +123,8 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
         ("ValidatingAdmissionPolicyBinding", f"{FULL}-drain-pods", None),
         ("Deployment", FULL, NS),
         ("Service", f"{FULL}-metrics", NS),
+        # the `helm test` hook (helm.sh/hook: test; not applied by `helm install`)
+        ("Pod", f"{FULL}-test-metrics", NS),
     ])
     args = r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" in args and "--standalone" in args

@@ -9,7 +9,10 @@ T0, T1 = 1_700_000_000.0, 1_700_000_100.0
 
 
 def test_new_condition_is_stamped() -> None:
-    (c,) = merge_conditions([], [Condition("Ready", "True", "Observing", "ok")], generation=3, now=T0)
+    merged = merge_conditions([], [Condition("Ready", "True", "Observing", "ok")], generation=3, now=T0)
+    # + the kstatus conditions derived from it (test_kstatus.py)
+    assert [c["type"] for c in merged] == ["Ready", "Reconciling", "Stalled"]
+    c = merged[0]
     assert c == {"type": "Ready", "status": "True", "reason": "Observing", "message": "ok",
                  "observedGeneration": 3, "lastTransitionTime": rfc3339(T0)}
     assert rfc3339(T0) == "2023-11-14T22:13:20Z"
@@ -34,7 +37,7 @@ def test_other_types_kept_and_order_stable() -> None:
     old = merge_conditions([], [Condition("Degraded", "False", "AsExpected"),
                                 Condition("Ready", "True", "Observing")], 1, T0)
     new = merge_conditions(old, [Condition("Scaling", "True", "ScaledUp")], 1, T1)
-    assert [c["type"] for c in new] == ["Ready", "Scaling", "Degraded"]
+    assert [c["type"] for c in new] == ["Ready", "Scaling", "Degraded", "Reconciling", "Stalled"]
 
 
 @pytest.mark.parametrize("bad", [
@@ -49,7 +52,7 @@ def test_condition_validation(bad: dict) -> None:
 
 def test_patch_none_when_only_time_differs() -> None:
     a = merge_conditions([], [Condition("Ready", "True", "Observing")], 1, T0)
-    b = [dict(a[0], lastTransitionTime=rfc3339(T1))]
+    b = [dict(c, lastTransitionTime=rfc3339(T1)) for c in a]
     assert status_patch({"conditions": a, "totalLag": 5}, {"conditions": b, "totalLag": 5}) is None
 
 

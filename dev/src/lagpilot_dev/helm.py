@@ -26,6 +26,8 @@ from lagpilot_dev.paths import cache_dir, file_lock
 log = logging.getLogger("lagpilot_dev.helm")
 
 HELM_VERSION = "v3.22.0"  # keep in step with dev/install-helm.sh
+# Helm 4 (helm.sh/helm/v4, built by the same script): the chart must install and upgrade under both
+HELM4_VERSION = "v4.3.1"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 INSTALL_SCRIPT = REPO_ROOT / "dev" / "install-helm.sh"
 CHART_DIR = REPO_ROOT / "charts" / "lagpilot"
@@ -41,31 +43,38 @@ class HelmError(RuntimeError):
         self.output = output
 
 
-def helm_path(cache: Path | None = None) -> Path:
-    """Where the pinned helm lives in the cache (it may not exist yet)."""
-    return (cache or cache_dir()) / "helm" / "bin" / "helm"
+def _subdir(version: str) -> str:
+    return "helm" if version.startswith("v3.") else f"helm{version[1:].split('.')[0]}"
 
 
-def find_helm(cache: Path | None = None) -> Path | None:
-    """The cached helm, or None. `LAGPILOT_HELM` overrides (a helm you already have)."""
-    env = os.environ.get("LAGPILOT_HELM")
+def helm_path(cache: Path | None = None, version: str = HELM_VERSION) -> Path:
+    """Where the pinned helm lives in the cache (it may not exist yet): `helm/` for Helm 3,
+    `helm4/` for Helm 4."""
+    return (cache or cache_dir()) / _subdir(version) / "bin" / "helm"
+
+
+def find_helm(cache: Path | None = None, version: str = HELM_VERSION) -> Path | None:
+    """The cached helm, or None. `LAGPILOT_HELM` (Helm 3) / `LAGPILOT_HELM4` override (a helm you
+    already have)."""
+    env = os.environ.get("LAGPILOT_HELM" if version.startswith("v3.") else "LAGPILOT_HELM4")
     if env:
         return Path(env)
-    path = helm_path(cache)
+    path = helm_path(cache, version)
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-def ensure_helm(cache: Path | None = None, timeout: float = 1800.0) -> Path:
+def ensure_helm(cache: Path | None = None, timeout: float = 1800.0, version: str = HELM_VERSION) -> Path:
     """The helm binary, building it on first use (cold: 5-10 min on 2 cores; then instant).
+    `version`: HELM_VERSION (Helm 3, the default) or HELM4_VERSION.
 
     Serialized with a file lock so that two test sessions never build it twice at once.
     """
-    found = find_helm(cache)
+    found = find_helm(cache, version)
     if found is not None:
         return found
-    base = (cache or cache_dir()) / "helm"
+    base = (cache or cache_dir()) / _subdir(version)
     with file_lock(base / ".install.lock"):
-        found = find_helm(cache)
+        found = find_helm(cache, version)
         if found is not None:
             return found
         if not INSTALL_SCRIPT.is_file():
@@ -73,12 +82,12 @@ def ensure_helm(cache: Path | None = None, timeout: float = 1800.0) -> Path:
         if shutil.which("go") is None:
             raise FileNotFoundError("helm is not installed and `go` is not on PATH to build it (dev/install-helm.sh)")
         log.info("installing helm (first use: builds from the Go module proxy, 5-10 min)",
-                 extra={"version": HELM_VERSION, "dir": str(base)})
+                 extra={"version": version, "dir": str(base)})
         subprocess.run(["bash", str(INSTALL_SCRIPT), str(base)], check=True, timeout=timeout,  # noqa: S603,S607
-                       env={**os.environ, "LAGPILOT_HELM_VERSION": HELM_VERSION})
-    found = find_helm(cache)
+                       env={**os.environ, "LAGPILOT_HELM_VERSION": version})
+    found = find_helm(cache, version)
     if found is None:
-        raise FileNotFoundError(f"dev/install-helm.sh finished but {helm_path(cache)} is missing")
+        raise FileNotFoundError(f"dev/install-helm.sh finished but {helm_path(cache, version)} is missing")
     return found
 
 

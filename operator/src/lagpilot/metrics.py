@@ -6,12 +6,19 @@ series. A registry is injected so unit tests never share global state.
 """
 from __future__ import annotations
 
+import platform
 import threading
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from lagpilot import __version__
+
 GROUP = ("namespace", "name")
+# the statuses a condition can have (API conventions): each condition type of a group exports one
+# series per status, 1 for the current one and 0 for the others (kube-state-metrics' convention),
+# so a status flip changes a value, not the series set
+CONDITION_STATUSES = ("True", "False", "Unknown")
 
 
 class OperatorMetrics:
@@ -64,29 +71,61 @@ class OperatorMetrics:
         self.oldest_age = g("lagpilot_partition_oldest_record_age_seconds",
                             "Age of the oldest record not yet processed, per lagging partition.", ("partition",))
         self.condition = g("lagpilot_status_condition",
-                           "1 for each current status condition of the group (type, status, reason).",
-                           ("type", "status", "reason"))
+                           "Status of each condition type of the group: 1 for its current status "
+                           "(True, False or Unknown), 0 for the other two.", ("type", "status"))
+        self.condition_reason = g("lagpilot_status_condition_reason",
+                                  "1 for the current reason of each condition type of the group (the "
+                                  "series of a former reason is removed).", ("type", "reason"))
+        # per-partition offsets as the operator last read them, so users can rate() them (produce
+        # rate: log end; consume rate: committed); a partition without a committed offset has no
+        # committed series
+        self.log_end_offset = g("lagpilot_partition_log_end_offset",
+                                "Log-end offset (next offset to be written) of the partition.", ("partition",))
+        self.committed_offset = g("lagpilot_partition_committed_offset",
+                                  "Offset the group has committed on the partition.", ("partition",))
+        # operator-wide: which build runs (value 1; the labels carry the information)
+        self.build_info = Gauge("lagpilot_build_info",
+                                "lagpilot operator build information (value 1).", ("version", "python_version"),
+                                registry=registry)
+        self.build_info.labels(__version__, platform.python_version()).set(1)
         self.drain_tasks = g("lagpilot_drain_tasks",
                              "Sub-ranges (Spark tasks) of the current drain, by state (done, remaining).", ("state",))
         self._lock = threading.Lock()
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
-        self._conditions_seen: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+        self._conditions_seen: dict[tuple[str, str], set[str]] = {}
+        self._reasons_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._committed_seen: dict[tuple[str, str], set[str]] = {}
         self._aged_seen: dict[tuple[str, str], set[str]] = {}
 
     def observe_group(self, namespace: str, name: str, *, partition_lag: Mapping[int, int],
                       partition_rate: Mapping[int, float], total_lag: int, projected_s: float | None,
                       sla_s: float, desired: int, replicas: int, produce_rate: float,
-                      capacity: float | None, data_loss: int) -> None:
+                      capacity: float | None, data_loss: int,
+                      log_end: Mapping[int, int] | None = None,
+                      committed: Mapping[int, int | None] | None = None) -> None:
+        """`log_end`/`committed`: per-partition offsets (None: not known this cycle; a partition the
+        group never committed on has committed None and no series)."""
         key = (namespace, name)
         parts = {str(p) for p in partition_lag}
+        done = {str(p) for p, c in (committed or {}).items() if c is not None}
         with self._lock:
             for gone in self._partitions_seen.get(key, set()) - parts:
                 self._remove(self.partition_lag, namespace, name, gone)
                 self._remove(self.partition_rate, namespace, name, gone)
+                self._remove(self.log_end_offset, namespace, name, gone)
             self._partitions_seen[key] = parts
+            if committed is not None:
+                for gone in self._committed_seen.get(key, set()) - done:
+                    self._remove(self.committed_offset, namespace, name, gone)
+                self._committed_seen[key] = done
         for p, lag in partition_lag.items():
             self.partition_lag.labels(namespace, name, str(p)).set(lag)
             self.partition_rate.labels(namespace, name, str(p)).set(partition_rate.get(p, 0.0))
+        for p, end in (log_end or {}).items():
+            self.log_end_offset.labels(namespace, name, str(p)).set(end)
+        for p, c in (committed or {}).items():
+            if c is not None:
+                self.committed_offset.labels(namespace, name, str(p)).set(c)
         self.total_lag.labels(namespace, name).set(total_lag)
         self.projected.labels(namespace, name).set(float("inf") if projected_s is None else projected_s)
         self.sla.labels(namespace, name).set(sla_s)
@@ -101,21 +140,31 @@ class OperatorMetrics:
     def observe_status(self, namespace: str, name: str, *, conditions: Iterable[Mapping[str, object]],
                        max_replicas: int | None = None, oldest_age_s: Mapping[int, float] | None = None,
                        drain_done: int | None = None, drain_remaining: int | None = None) -> None:
-        """The group's status conditions (one series per current type/status/reason), its replica
-        cap, the oldest unprocessed record's age per partition and the current drain's tasks."""
+        """The group's status conditions (per type: its status as three 0/1 series, its reason as one
+        series), its replica cap, the oldest unprocessed record's age per partition and the current
+        drain's tasks."""
         key = (namespace, name)
-        now = {(str(c.get("type")), str(c.get("status")), str(c.get("reason") or "")) for c in conditions}
+        status_of = {str(c.get("type")): str(c.get("status")) for c in conditions}
+        reasons = {(str(c.get("type")), str(c.get("reason") or "")) for c in conditions}
         ages = {str(p): a for p, a in (oldest_age_s or {}).items()}
         with self._lock:
-            gone = self._conditions_seen.get(key, set()) - now
-            self._conditions_seen[key] = now
+            types_gone = self._conditions_seen.get(key, set()) - set(status_of)
+            self._conditions_seen[key] = set(status_of)
+            reasons_gone = self._reasons_seen.get(key, set()) - reasons
+            self._reasons_seen[key] = reasons
             aged_gone = self._aged_seen.get(key, set()) - set(ages) if oldest_age_s is not None else set()
             if oldest_age_s is not None:
                 self._aged_seen[key] = set(ages)
-        for labels in gone:
-            self._remove(self.condition, namespace, name, *labels)
-        for labels in now:
-            self.condition.labels(namespace, name, *labels).set(1)
+        for t in types_gone:
+            for st in CONDITION_STATUSES:
+                self._remove(self.condition, namespace, name, t, st)
+        for labels in reasons_gone:
+            self._remove(self.condition_reason, namespace, name, *labels)
+        for t, cur in status_of.items():
+            for st in CONDITION_STATUSES:
+                self.condition.labels(namespace, name, t, st).set(1 if st == cur else 0)
+        for labels in reasons:
+            self.condition_reason.labels(namespace, name, *labels).set(1)
         for p in aged_gone:
             self._remove(self.oldest_age, namespace, name, p)
         for p, a in ages.items():
@@ -143,14 +192,22 @@ class OperatorMetrics:
         with self._lock:
             parts = self._partitions_seen.pop((namespace, name), set())
             conds = self._conditions_seen.pop((namespace, name), set())
+            reasons = self._reasons_seen.pop((namespace, name), set())
+            committed = self._committed_seen.pop((namespace, name), set())
             aged = self._aged_seen.pop((namespace, name), set())
         for p in parts:
             self._remove(self.partition_lag, namespace, name, p)
             self._remove(self.partition_rate, namespace, name, p)
+            self._remove(self.log_end_offset, namespace, name, p)
+        for p in committed:
+            self._remove(self.committed_offset, namespace, name, p)
         for p in aged:
             self._remove(self.oldest_age, namespace, name, p)
-        for labels in conds:
-            self._remove(self.condition, namespace, name, *labels)
+        for t in conds:
+            for st in CONDITION_STATUSES:
+                self._remove(self.condition, namespace, name, t, st)
+        for labels in reasons:
+            self._remove(self.condition_reason, namespace, name, *labels)
         for state in ("done", "remaining"):
             self._remove(self.drain_tasks, namespace, name, state)
         for gauge in (self.total_lag, self.projected, self.sla, self.desired, self.replicas,

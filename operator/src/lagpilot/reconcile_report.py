@@ -254,7 +254,9 @@ def report_metrics(ref: GroupRef, spec: GroupSpec, deps: Deps, snap: lag_mod.Lag
         partition_rate={p: e.produce_rate for p, e in est.partitions.items()},
         total_lag=snap.total_lag, projected_s=finite(decision.current_catch_up_s),
         sla_s=spec.catch_up_sla_seconds, desired=decision.desired_replicas, replicas=target,
-        produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records)
+        produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records,
+        log_end={p.partition: p.end for p in snap.partitions},
+        committed={p.partition: p.committed for p in snap.partitions})
     tasks_done, tasks_remaining = drain_progress(new.get("drain") or status.get("drain") or {})
     deps.metrics.observe_status(
         ref.namespace, ref.name, conditions=new["conditions"], max_replicas=spec.scaling.max_replicas,

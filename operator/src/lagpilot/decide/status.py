@@ -13,7 +13,9 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-CONDITION_TYPES = ("Ready", "Scaling", "CatchUpAtRisk", "Draining", "Degraded")
+from lagpilot.decide import kstatus
+
+CONDITION_TYPES = ("Ready", "Scaling", "CatchUpAtRisk", "Draining", "Degraded", kstatus.RECONCILING, kstatus.STALLED)
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
 
@@ -85,6 +87,15 @@ def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Cond
     always renders equal lists and the diff stays quiet.
     """
     by_type: dict[str, dict[str, Any]] = {str(c.get("type")): dict(c) for c in (old or []) if c.get("type")}
+    new = [c for c in new if c.type not in (kstatus.RECONCILING, kstatus.STALLED)]
+    _apply(by_type, new, generation, now)
+    # the kstatus conditions follow from the merged set, whichever writer changed it (lagpilot.decide.kstatus)
+    _apply(by_type, [Condition(*d) for d in kstatus.derive(by_type)], generation, now)
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
+
+
+def _apply(by_type: dict[str, dict[str, Any]], new: Iterable[Condition], generation: int | None, now: float) -> None:
     for c in new:
         prev = by_type.get(c.type)
         ltt = prev.get("lastTransitionTime") if prev and prev.get("status") == c.status else None
@@ -98,8 +109,6 @@ def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Cond
         }
         if generation is None:
             del by_type[c.type]["observedGeneration"]
-    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
-    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
 
 def find_condition(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:

@@ -281,7 +281,8 @@ class BatchConsumerGroupStatus(_Model):
     conditions: list[Condition] | None = Field(
         None,
         description="Current state as conditions: Ready, Scaling, CatchUpAtRisk, Draining, Degraded, "
-        "DataLoss, DrainStalled, Terminating.",
+        "DataLoss, DrainStalled, Terminating, and the kstatus conditions Reconciling and Stalled "
+        "(derived from Ready and Degraded; docs/gitops.md).",
         json_schema_extra=_list_map("type"),
     )
 
