@@ -96,6 +96,8 @@ OPERATOR_ALLOWED = [
     ("get", "secrets", None), ("create", "secrets", None),
     ("list", "replicasets.apps", None),  # the warm runtime's pod taken only when owned by its Deployment
     ("get", "networkpolicies.networking.k8s.io", None), ("create", "networkpolicies.networking.k8s.io", None),
+    # the controller's memory ConfigMap <cr>-lagpilot-state, server-side applied (docs/operator.md "Memory")
+    *[(v, "configmaps", None) for v in ("get", "create", "patch")],
 ]
 # ... and denied there: everything docs/rbac.md says is not needed, and the usual escalation paths
 OPERATOR_DENIED = [
@@ -108,7 +110,7 @@ OPERATOR_DENIED = [
     ("list", "jobs.batch", None), ("patch", "jobs.batch", None),
     ("get", "pods", None), ("create", "pods", None), ("delete", "pods", None), ("create", "pods", "exec"),
     ("patch", "events", None), ("create", "events.events.k8s.io", None),
-    ("get", "configmaps", None),
+    ("list", "configmaps", None), ("delete", "configmaps", None),
     ("create", "roles.rbac.authorization.k8s.io", None), ("create", "rolebindings.rbac.authorization.k8s.io", None),
     ("create", "serviceaccounts", None), ("create", "serviceaccounts", "token"),
 ]
