@@ -145,6 +145,8 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "estimator": status_codec.estimator_to_status(est.to_dict(), oldest_ages(snap, now)),
         "scalingHistory": status_codec.scaling_history_to_status(history.to_dict()),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
+        # mode Act: no recommendation (null deletes the one a Recommend period left)
+        "recommendation": None,
     }
     if drain_out is not None and drain_out.status is not None:
         new["drain"] = drain_out.status

@@ -22,6 +22,7 @@ POSTGRES_MODES = ("insert", "upsert")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 DRAIN_LAUNCHERS = ("job", "sparkApplication")  # docs/drain.md "Launchers"
+MODES = ("Act", "Recommend")
 DEFAULT_IMAGE = "lagpilot/consumer:0.1.0"
 # the runtime's test fault hooks (LP_TEST_*): never from a CR; the dev pod runner sets them
 TEST_HOOK_PREFIX = "LP_TEST_"
@@ -157,6 +158,14 @@ class GroupSpec:
     drain: DrainSpec = DrainSpec()
     paused: bool = False
     template: TemplateSpec = TemplateSpec()
+    # Act: observe, decide and act (scale, drain). Recommend: observe, decide and publish the
+    # decisions (status.recommendation, events, metrics) without touching the Deployment, drains or
+    # offsets; for groups run by something else too (docs/recommend.md)
+    mode: str = "Act"
+
+    @property
+    def recommend_only(self) -> bool:
+        return self.mode == "Recommend"
 
     @property
     def dead_letter_topic(self) -> str:
@@ -298,6 +307,7 @@ class GroupSpec:
             bounds(d.split_factor, 1, 256, "spec.drain.splitFactor")
         bounds(d.max_tasks, 1, 1024, "spec.drain.maxTasks")
         bounds(d.min_backlog_records, 0, None, "spec.drain.minBacklogRecords")
+        need(self.mode in MODES, "spec.mode", f"must be one of {', '.join(MODES)}")
         need(d.launcher in DRAIN_LAUNCHERS, "spec.drain.launcher", f"must be one of {', '.join(DRAIN_LAUNCHERS)}")
         need(not (d.warm_runtime and d.launcher == "sparkApplication"), "spec.drain.warmRuntime",
              "spec.drain.warmRuntime must be false when spec.drain.launcher is sparkApplication "
@@ -605,6 +615,7 @@ def parse_spec(raw: Mapping[str, Any]) -> GroupSpec:
                                           DrainSpec.warm_runtime_cooldown_s),
         ),
         paused=r.get(raw, "paused", P, bool, False),
+        mode=r.get(raw, "mode", P, str, "Act"),
         template=TemplateSpec(
             image=r.get(template, "image", "spec.template", str, DEFAULT_IMAGE),
             image_pull_policy=r.get(template, "imagePullPolicy", "spec.template", str, "IfNotPresent"),
