@@ -168,13 +168,17 @@ def _drain_text(d: sv.DrainView) -> str:
              f"records {_f(d.records_done)}/{_f(d.records_total)}  tasks {done}/{len(d.sub_ranges)} done",
              f"  {d.message}" if d.message else ""]
     if d.ranges:
-        lines.append(table([[r.get("partition"), _f(r.get("start")), _f(r.get("split")), _f(r.get("tasks"))]
-                            for r in d.ranges], ["  PARTITION", "START", "SPLIT", "TASKS"]))
+        lines.append(_indent(table([[r.get("partition"), _f(r.get("start")), _f(r.get("split")), _f(r.get("tasks"))]
+                                    for r in d.ranges], ["PARTITION", "START", "SPLIT", "TASKS"])))
     if d.sub_ranges:
-        lines.append(table([[f"p{x['partition']}#{x['index']}", x["start"], x["end"], x["next"], x["records"],
-                             f"{100.0 * (x['next'] - x['start']) / max(1, x['end'] - x['start']):.0f}%"]
-                            for x in d.sub_ranges], ["  TASK", "START", "END", "NEXT", "RECORDS", "PROGRESS"]))
+        lines.append(_indent(table([[f"p{x['partition']}#{x['index']}", x["start"], x["end"], x["next"], x["records"],
+                                     f"{100.0 * (x['next'] - x['start']) / max(1, x['end'] - x['start']):.0f}%"]
+                                    for x in d.sub_ranges], ["TASK", "START", "END", "NEXT", "RECORDS", "PROGRESS"])))
     return "\n".join(x for x in lines if x)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 def cmd_why(obj: dict[str, Any], output: str) -> str:
@@ -314,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `kubectl lagpilot ... | head`
+        sys.stderr.close()
     return 0
 
 
