@@ -183,6 +183,8 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
             spec["drain"]["warmRuntimeCooldownSeconds"] = draw(ints("spec.drain.warmRuntimeCooldownSeconds"))
     if draw(st.booleans()):
         spec["paused"] = draw(st.booleans())
+    if draw(st.booleans()):
+        spec["mode"] = draw(st.sampled_from(["Act", "Recommend"]))  # spec.mode (issue 28)
 
     template: dict[str, Any] = {}
     if draw(st.booleans()):

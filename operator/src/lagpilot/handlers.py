@@ -126,13 +126,22 @@ def _report_duplicate(body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any
         log.warning("reporting a duplicate groupId failed", extra={"group": ref.key, "error": str(err)})
 
 
+def _recommend_only(spec: Mapping[str, Any]) -> bool:
+    """spec.mode Recommend (docs/recommend.md): the handlers touch nothing but the CR's status."""
+    return (spec or {}).get("mode") == "Recommend"
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
 def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, group_claims: Any = None,
           **_: Any) -> None:
-    """Render and server-side apply the consumer Deployment (not for a duplicate groupId)."""
+    """Render and server-side apply the consumer Deployment (not for a duplicate groupId, not in
+    spec.mode Recommend: that mode creates and changes no Deployment)."""
     ref = GroupRef.from_body(body)
+    if _recommend_only(spec):
+        log.info("spec.mode Recommend: no Deployment applied", extra={"group": ref.key})
+        return
     holder = _duplicate(body, group_claims)
     if holder is not None:
         _report_duplicate(body, memo, status, holder)
@@ -200,6 +209,8 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                     memo.cycle_pool, ctx.run, _report_duplicate, body, memo, dict(body.status), holder)
                 await stopped.wait(float((body.spec.get("scaling") or {}).get("pollIntervalSeconds") or 15))
                 continue
+            if adoption_pending and _recommend_only(body.spec):
+                adoption_pending = False  # mode Recommend adopts nothing (it would record a drain)
             if adoption_pending:  # before any cycle may plan a drain of the same offsets; retried until done
                 t = time.monotonic()
                 adoption_pending = not await _adopt(body, memo, deps, ref)
@@ -333,6 +344,8 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
     """Let a drain finish (bounded) or hand its remainder back before the CR goes (deletion.py)."""
     ref = GroupRef.from_body(body)
     d = DrainStatus.from_dict(status.get("drain"))
+    if _recommend_only(spec) and not deletion.holds_range(d):
+        return  # mode Recommend: no drain of its own, nothing to hand back, no progress groups to delete
     shared = _duplicate(body, group_claims) is not None  # the groupId's side groups are another CR's
     if not deletion.holds_range(d):
         if d is not None and not shared:

@@ -88,6 +88,9 @@ class OperatorMetrics:
                                 "lagpilot operator build information (value 1).", ("version", "python_version"),
                                 registry=registry)
         self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.recommend_only = g("lagpilot_recommend_only",
+                                "1 when the group is in spec.mode Recommend (lagpilot_desired_replicas is then "
+                                "a recommendation, not applied), 0 in mode Act.")
         self.drain_tasks = g("lagpilot_drain_tasks",
                              "Sub-ranges (Spark tasks) of the current drain, by state (done, remaining).", ("state",))
         self._lock = threading.Lock()
@@ -175,6 +178,9 @@ class OperatorMetrics:
             self.drain_tasks.labels(namespace, name, "done").set(drain_done)
             self.drain_tasks.labels(namespace, name, "remaining").set(drain_remaining)
 
+    def observe_mode(self, namespace: str, name: str, *, recommend_only: bool) -> None:
+        self.recommend_only.labels(namespace, name).set(1 if recommend_only else 0)
+
     def count_decision(self, namespace: str, name: str, direction: str) -> None:
         self.decisions.labels(namespace, name, direction).inc()
 
@@ -211,7 +217,8 @@ class OperatorMetrics:
         for state in ("done", "remaining"):
             self._remove(self.drain_tasks, namespace, name, state)
         for gauge in (self.total_lag, self.projected, self.sla, self.desired, self.replicas,
-                      self.partitions, self.produce_rate, self.capacity, self.data_loss, self.max_replicas):
+                      self.partitions, self.produce_rate, self.capacity, self.data_loss, self.max_replicas,
+                      self.recommend_only):
             self._remove(gauge, namespace, name)
         for counter in (self.decisions, self.errors):
             for labels in _label_sets(counter):

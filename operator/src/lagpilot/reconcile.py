@@ -30,15 +30,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from lagpilot.act.deployment import deployment_name
 from lagpilot.act.kubeapi import KubeError, StatusConflict
+from lagpilot.decide import recommend
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
 from lagpilot.observe.kafka_observe import ObserveError, cycle_phase_s
-from lagpilot.reconcile_act import emit_estimate_events, ensure_deployment, pause, scale
+from lagpilot.reconcile_act import dep_replicas, emit_estimate_events, ensure_deployment, pause, scale
 from lagpilot.reconcile_deps import Cache, Deps, GroupRef
 from lagpilot.reconcile_drain import drains_of, last_drain_end, retention_s, run_drain
-from lagpilot.reconcile_observe import Observed, observe
+from lagpilot.reconcile_observe import Observed, group_consumers, observe
 from lagpilot.reconcile_report import (current_status, cycle_status, load_memory, paused_status, report_metrics,
                                        save_memory, write_status)
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
@@ -102,6 +104,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     report) observe (kafka_config, observe, peek, runtime), decide (step), act, drain, report (write)."""
     poll = spec.scaling.poll_interval_seconds
     mark = _Marks(cache.timing)
+    if spec.recommend_only:
+        return _recommend_cycle(ref, spec, status, deps, cache, now, leases, mark)
     cur, pods, ready = ensure_deployment(ref, raw_spec, status, deps)
     mark("deployment")
     if spec.paused:
@@ -131,11 +135,82 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     save_memory(ref, deps, cache, state)
     mark("write")
     report_metrics(ref, spec, deps, seen.snap, est, out.decision, target, new, status, now)
+    deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=False)
     if cache.last_event_reason is not None:
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
     return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), out.decision.reason,
                        out.decision, applied)
+
+
+def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], deps: Deps, cache: Cache,
+                     now: float, leases: contextlib.ExitStack, mark: _Marks) -> CycleResult:
+    """spec.mode Recommend (docs/recommend.md): observe and decide as in mode Act, publish the
+    decision (status.recommendation, a Recommendation event when it changes, metrics), and write
+    nothing else anywhere: no Deployment created or scaled, no drain, no offset, no adoption."""
+    poll = spec.scaling.poll_interval_seconds
+    dep = deps.kube.get_deployment(ref.namespace, deployment_name(ref.name))
+    mark("deployment")
+    if spec.paused:
+        new = {"observedGeneration": ref.generation, "recommendation": None,
+               "conditions": merge_conditions(status.get("conditions"), [
+                   Condition("Ready", FALSE, "Paused", "spec.paused is true: no recommendations"),
+                   Condition("Scaling", FALSE, "Paused", "no decisions while paused"),
+                   Condition("Degraded", FALSE, "AsExpected", "")], ref.generation, now)}
+        write_status(ref, status, new, deps, cache)
+        return CycleResult(True, poll, "Paused")
+    seen = observe(ref, spec, deps, cache, now, leases, mark)
+    if dep is not None:
+        cur, pods, ready = dep_replicas(dep)
+        source = recommend.SOURCE_DEPLOYMENT
+    else:
+        cur = pods = ready = group_consumers(seen.handle, spec.group_id, spec.topic, deps.kafka_timeout_seconds)
+        source = recommend.SOURCE_MEMBERS
+    mark("members")
+    snap = seen.snap
+    memory = load_memory(ref, deps, cache)
+    prev_est = step_mod.StepState.from_memory(memory).estimator
+    if snap.capacity_reports:
+        cap_source = recommend.CAP_METADATA
+    else:
+        sample = recommend.committed_rate_capacity(prev_est, snap, cur)
+        if sample is not None:
+            snap = recommend.with_capacity(snap, sample)
+        prev_source = (status.get("recommendation") or {}).get("capacitySource")
+        cap_source = (recommend.CAP_COMMITTED if sample is not None or
+                      (prev_est is not None and prev_est.capacity_per_replica is not None
+                       and prev_source == recommend.CAP_COMMITTED) else recommend.CAP_UNKNOWN)
+    seen = dataclasses.replace(seen, snap=snap)
+    out, state = _decide(spec, status, memory, seen, cur, deps, now)
+    est = state.estimator
+    assert est is not None
+    mark("step")
+    emit_estimate_events(spec, est, deps)
+    rec = recommend.recommendation(out.decision, cur, source, cap_source, status.get("recommendation"), now)
+    if recommend.changed(status.get("recommendation"), rec):
+        deps.emit("Normal", "Recommendation", recommend.event_message(ref.name, rec))
+        log.info("recommendation", extra={"group": ref.key, "current": cur, "recommended": rec["replicas"],
+                                          "drain": rec["drain"], "reason": rec["reason"], "source": source,
+                                          "capacity_source": cap_source})
+    # nothing is held and nothing was scaled: the status of a cycle that kept `cur`, whose Scaling
+    # condition says what it would have done
+    new = cycle_status(ref, spec, status, snap, dataclasses.replace(out, held=False), est,
+                       (cur, pods, ready), cur, status.get("lastScaleTime"), None, now)
+    new["desiredReplicas"] = out.decision.desired_replicas
+    new["recommendation"] = rec
+    new["conditions"] = merge_conditions(new["conditions"], [recommend.scaling_condition(rec)], ref.generation, now)
+    write_status(ref, status, new, deps, cache)
+    # the controller's memory (lagpilot's own ConfigMap, owned by the CR): the estimator's rate
+    # windows carry the committed-rate capacity samples across cycles and restarts
+    save_memory(ref, deps, cache, state)
+    mark("write")
+    report_metrics(ref, spec, deps, snap, est, out.decision, cur, new, status, now)
+    deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=True)
+    if cache.last_event_reason is not None:
+        deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
+        cache.last_event_reason = None
+    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), out.decision.reason,
+                       out.decision, None)
 
 
 def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any] | None, seen: Observed, cur: int,

@@ -100,3 +100,23 @@ def observe_runtime(ref: GroupRef, spec: GroupSpec, deps: Deps) -> Any:
     if manager is None:
         return None
     return manager.observe(ref.namespace, ref.name, ref.uid, spec, deps.version)
+
+
+def group_consumers(handle: Any, group_id: str, topic: str, timeout_s: float) -> int:
+    """Members of the consumer group that have partitions of `topic` assigned (all members when
+    the broker gives no assignment), as the broker describes the group: the current replicas of a
+    group lagpilot does not run (spec.mode Recommend). Raises ObserveError when it cannot tell."""
+    from lagpilot.observe.kafka_observe import ObserveError
+
+    try:
+        admin = handle.safe_admin(timeout_s)
+        desc = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id].result(timeout=timeout_s)
+    except Exception as err:  # noqa: BLE001 - named in the Degraded condition
+        raise ObserveError("GroupDescribeFailed", f"describing consumer group {group_id!r} failed: "
+                                                  f"{type(err).__name__}: {redaction.redact(str(err))}") from None
+    n = 0
+    for m in desc.members or ():
+        tps = getattr(getattr(m, "assignment", None), "topic_partitions", None)
+        if tps is None or any(tp.topic == topic for tp in tps):
+            n += 1
+    return n

@@ -173,6 +173,8 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "lastObservedTime": format_time(est.at_s),
         "partitionStatuses": partition_statuses(est, oldest_ages(snap, now)),
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
+        # mode Act: no recommendation (null deletes the one a Recommend period left)
+        "recommendation": None,
     }
     if drain_out is not None and drain_out.status is not None:
         new["drain"] = drain_out.status

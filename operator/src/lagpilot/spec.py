@@ -157,6 +157,14 @@ class GroupSpec:
     drain: DrainSpec = DrainSpec()
     paused: bool = _default(m.BatchConsumerGroupSpec, "paused")
     template: TemplateSpec = TemplateSpec()
+    # Act: observe, decide and act (scale, drain). Recommend: observe, decide and publish the
+    # decisions (status.recommendation, events, metrics) without touching the Deployment, drains or
+    # offsets; for groups run by something else too (docs/recommend.md)
+    mode: str = _default(m.BatchConsumerGroupSpec, "mode")
+
+    @property
+    def recommend_only(self) -> bool:
+        return self.mode == "Recommend"
 
     @property
     def dead_letter_topic(self) -> str:
@@ -220,6 +228,7 @@ class GroupSpec:
                 warm_runtime_cooldown_s=d.warm_runtime_cooldown_seconds,
             ),
             paused=s.paused,
+            mode=s.mode,
             template=TemplateSpec(
                 image=t.image,
                 image_pull_policy=t.image_pull_policy,

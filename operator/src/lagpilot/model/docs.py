@@ -31,6 +31,7 @@ TABLES: dict[str, list[str]] = {
     "sla": ["spec.catchUpSLASeconds"],
     "drain": ["spec.drain"],
     "paused": ["spec.paused"],
+    "mode": ["spec.mode"],
     "template": ["spec.template"],
 }
 HEAD = "| field | type | default | bounds | what the operator does with it |\n|---|---|---|---|---|\n"

@@ -1611,6 +1611,33 @@ class BatchConsumerGroupSpec(CrdModel):
             ),
         ),
     ] = False
+    mode: Annotated[
+        Literal["Act", "Recommend"],
+        spec_field(
+            description=(
+                "Act (default) observes, decides and acts: scales the consumer Deployment and drains "
+                "backlogs. Recommend observes and decides the same way but only publishes "
+                "(status.recommendation, Recommendation events, metrics): it creates and scales no "
+                "Deployment, launches no drain and never touches the group's offsets; for a group run"
+                " by something else too (docs/recommend.md). processing, template and batch are then "
+                "unused. Default Act."
+            ),
+        ),
+        Doc(
+            bounds="`Act`, `Recommend`",
+            use=(
+                "`Act`: observe, decide and act (scale the Deployment, drain backlogs). "
+                "`Recommend`: observe and decide the same way, publish the decision "
+                "(`status.recommendation`, `Recommendation` events, `lagpilot_desired_replicas` "
+                "with `lagpilot_recommend_only 1`) and touch nothing: no Deployment created or "
+                "scaled, no drain, no offset, no adoption of a remainder. Works for a group "
+                "lagpilot does not run (current replicas = the group's members; capacity measured"
+                " from its commits while every partition lags). `processing`, `template`, `batch`"
+                " are then unused (`processing` is still required by the schema: `{sink: log}` "
+                "will do). docs/recommend.md."
+            ),
+        ),
+    ] = "Act"
     template: Annotated[
         Template,
         spec_field(

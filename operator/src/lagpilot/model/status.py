@@ -73,6 +73,17 @@ class ConditionStatus(str, enum.Enum):  # noqa: UP042 - str() and format() of th
     UNKNOWN = "Unknown"
 
 
+class RecommendationSource(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    DEPLOYMENT = "Deployment"
+    GROUP_MEMBERS = "GroupMembers"
+
+
+class CapacitySource(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    COMMIT_METADATA = "CommitMetadata"
+    COMMITTED_RATE = "CommittedRate"
+    UNKNOWN = "Unknown"
+
+
 def _int(description: str, fmt: JsonDict = INT64, **kw: Any) -> Any:
     return Field(description=description, json_schema_extra=fmt, **kw)
 
@@ -214,6 +225,42 @@ class DrainStatus(_Model):
     )
 
 
+class Recommendation(_Model):
+    """spec.mode Recommend only: what the operator would do, published instead of done
+    (docs/recommend.md). Absent in mode Act."""
+
+    replicas: int | None = _int(
+        "Replicas the operator recommends (what it would scale to in mode Act).", INT32, default=None
+    )
+    current_replicas: int | None = _int(
+        "Replicas it sees: the consumer Deployment's, or, without one, the group's members as the "
+        "broker describes them.",
+        INT32,
+        default=None,
+    )
+    source: RecommendationSource | None = Field(
+        None, description="Where currentReplicas comes from (Deployment or GroupMembers)."
+    )
+    capacity_source: CapacitySource | None = Field(
+        None,
+        description="Where the per-replica capacity comes from - CommitMetadata (lagpilot's consumer "
+        "runtime reports it), CommittedRate (measured from the group's commits while every partition "
+        "lags) or Unknown (no sample yet).",
+    )
+    reason: str | None = Field(
+        None, description="CamelCase reason of the recommendation (the decision's reason)."
+    )
+    message: str | None = Field(None, description="The decision's message, with the numbers it used.")
+    drain: bool | None = Field(
+        None, description="true when, in mode Act, the operator would hand the backlog to a drain now."
+    )
+    since: str | None = Field(
+        None,
+        description="When the recommended replica count last changed (RFC 3339).",
+        json_schema_extra=DATE_TIME,
+    )
+
+
 class Condition(_Model):
     type: str = Field(description="Condition type.", max_length=316)
     status: ConditionStatus = Field(description="True, False or Unknown.")
@@ -239,6 +286,11 @@ class BatchConsumerGroupStatus(_Model):
     partitions: int | None = _int("Partition count of the topic, as last observed.", INT32, default=None)
     replicas: int | None = _int("Current replicas of the consumer Deployment.", INT32, default=None)
     desired_replicas: int | None = _int("Replicas the last decision asked for.", INT32, default=None)
+    recommendation: Recommendation | None = Field(
+        None,
+        description="spec.mode Recommend only: what the operator would do, published instead of done "
+        "(docs/recommend.md). Absent in mode Act.",
+    )
     total_lag: int | None = _int(
         "Records produced but not yet committed by the group, over all partitions.", default=None
     )
@@ -351,6 +403,7 @@ def validate_status(status: dict[str, Any]) -> BatchConsumerGroupStatus:
 
 __all__ = [
     "BatchConsumerGroupStatus",
+    "CapacitySource",
     "Condition",
     "DrainHistoryEntry",
     "DrainPhase",
@@ -359,6 +412,8 @@ __all__ = [
     "HandOffPath",
     "LostRange",
     "PartitionStatus",
+    "Recommendation",
+    "RecommendationSource",
     "SubRange",
     "status_openapi_schema",
     "validate_status",
