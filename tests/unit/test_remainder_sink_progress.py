@@ -43,7 +43,8 @@ def sink(records: list[Record], ctx: Any) -> None:
 
 
 def _sink_progress(topic: str, partitions: list[int], ctx: Any) -> dict[int, int]:
-    return {p: SINK_PROGRESS[(ctx.progress_scope, p)] for p in partitions if (ctx.progress_scope, p) in SINK_PROGRESS}
+    scope = ctx.progress_scope
+    return {p: SINK_PROGRESS[(scope, p)] for p in partitions if (scope, p) in SINK_PROGRESS}
 
 
 sink.commits_progress = True  # type: ignore[attr-defined]
@@ -95,8 +96,9 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, FakeProgress]:
     return by_name
 
 
-def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(groups: dict[str, FakeProgress]) -> None:
-    from lagpilot_runtime.drain_plan import progress_group, owner_tag
+def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
+        groups: dict[str, FakeProgress]) -> None:
+    from lagpilot_runtime.drain_plan import owner_tag, progress_group
 
     old_uid, new_uid = "uid-of-the-deleted-cr", "uid-of-the-re-created-cr"
     old_sub = SubRange(1, 1, 4052, 9064)
@@ -114,11 +116,13 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(group
 
     # the CR deleted: the operator's status holds the progress it read (the group's 4652); the
     # finalizer hands [next, end) back through the remainder group
-    d = DrainStatus(id=2, phase=Phase.FAILED, sub_ranges=(SubProgress(1, 1, 4052, 9064, groups[old_group].offset, 600),))
+    d = DrainStatus(id=2, phase=Phase.FAILED,
+                    sub_ranges=(SubProgress(1, 1, 4052, 9064, groups[old_group].offset, 600),))
     rem = deletion.remainder_of(d)
     encoded = deletion.encode_remainder(rem)
+    assert encoded == {1: (4652, "lpr1;d=2;r=4652-9064;s=2:1:4052")}  # the origin travels with the range
     rem = deletion.decode_remainder({p: (o, meta) for p, (o, meta) in encoded.items()})
-    assert rem is not None
+    assert rem is not None and rem.priors == (((1, 4652, 9064), "2:1:4052"),)
     # the re-created CR (same groupId, a new uid) adopts it as its next drain and launches it
     kind, new = deletion.adoption(rem, None, 1, 0.0)
     assert kind is deletion.AdoptKind.ADOPT and new is not None
@@ -128,8 +132,8 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(group
     cfg = ConsumerConfig.from_env()
     work = drain_progress.catch_up_to_sink(cfg, plan, [(s, s.start) for s in plan.sub_ranges])
     for s, start in work:
-        spec_t = drain_task.TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges,
-                                     plan.owner)
+        spec_t = drain_task.TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records,
+                                     plan.sub_ranges, plan.owner)
         list(drain_task.run_task(spec_t, iter(records(start, s.end))))
 
     twice = sorted(o for o, n in Counter(ROWS).items() if n > 1)
