@@ -14,6 +14,7 @@ from typing import Any
 from .config import ConsumerConfig
 from .drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_group, progress_metadata
 from .drain_progress import progress_consumer
+from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
 
 log = logging.getLogger("lagpilot.drain")
@@ -198,7 +199,9 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                     # the sink's progress for this sub-range (same transaction as its rows) may be
                     # ahead of the progress group (a crash after the sink's commit, before Kafka's),
                     # and it never expires (a progress group does: offsets.retention.minutes)
-                    sink_next = handler.progress(spec.topic, [sub.partition], ctx).get(sub.partition)  # type: ignore[attr-defined]
+                    # (and under the origins of an adopted remainder: issue 23-dup)
+                    sink_next = sink_next_of(handler, spec.topic, spec.group_id, spec.drain_id, sub,
+                                             cfg.handler_config, own=ctx)
                     if sink_next is not None and sink_next > done_next:
                         log.info("resuming from the sink's progress", extra=_fields(
                             event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
