@@ -220,6 +220,10 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
 
     ok = create(pod())
     assert ok.returncode == 0, ok.stderr  # what Spark creates is admitted
+    # a new ValidatingAdmissionPolicy and its binding take effect once kube-apiserver's policy informer
+    # has them (eventually consistent; seen missing under parallel sessions): wait until one bad pod is refused
+    wait_until(lambda: "ValidatingAdmissionPolicy" in create(pod(hostNetwork=True)).stderr,
+               "the drain admission policy in force", 60, interval=1)
     denied = {
         "another ServiceAccount": pod(serviceAccountName="powerful"),
         "a token mounted": pod(automountServiceAccountToken=True),
