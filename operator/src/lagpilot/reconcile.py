@@ -33,6 +33,7 @@ from typing import Any
 from lagpilot.act.deployment import deployment_name
 from lagpilot.act.kubeapi import KubeError, StatusConflict
 from lagpilot.decide import recommend
+from lagpilot.decide import lag as lag_mod
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
@@ -132,15 +133,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     # status.drain: the executor wrote every change itself, guarded (resourceVersion)
     guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()
     write_status(ref, status, new, deps, cache, written=guarded)
-    save_memory(ref, deps, cache, state)
-    mark("write")
-    report_metrics(ref, spec, deps, seen.snap, est, out.decision, target, new, status, now)
-    deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=False)
-    if cache.last_event_reason is not None:
-        deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
-        cache.last_event_reason = None
-    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), out.decision.reason,
-                       out.decision, applied)
+    return _finish_cycle(ref, spec, status, new, seen.snap, out, state, target, applied, deps, cache, now, mark)
 
 
 def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], deps: Deps, cache: Cache,
@@ -202,15 +195,26 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
     write_status(ref, status, new, deps, cache)
     # the controller's memory (lagpilot's own ConfigMap, owned by the CR): the estimator's rate
     # windows carry the committed-rate capacity samples across cycles and restarts
+    return _finish_cycle(ref, spec, status, new, snap, out, state, cur, None, deps, cache, now, mark)
+
+
+def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new: Mapping[str, Any],
+                  snap: lag_mod.LagSnapshot, out: step_mod.StepDecision, state: step_mod.StepState, replicas: int,
+                  applied: int | None, deps: Deps, cache: Cache, now: float, mark: _Marks) -> CycleResult:
+    """The tail both modes share: the controller's memory saved, metrics, a `Recovered` event after
+    a failed cycle, the next poll aligned to this CR's phase."""
+    est = state.estimator
+    assert est is not None
     save_memory(ref, deps, cache, state)
     mark("write")
-    report_metrics(ref, spec, deps, snap, est, out.decision, cur, new, status, now)
-    deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=True)
+    report_metrics(ref, spec, deps, snap, est, out.decision, replicas, new, status, now)
+    deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=spec.recommend_only)
     if cache.last_event_reason is not None:
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
+    poll = spec.scaling.poll_interval_seconds
     return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), out.decision.reason,
-                       out.decision, None)
+                       out.decision, applied)
 
 
 def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any] | None, seen: Observed, cur: int,
