@@ -6,7 +6,6 @@ are in test_chart_render.py.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,52 +13,35 @@ from typing import Any
 import pytest
 import yaml
 
+from lagpilot_dev.chart_readme import key_lines
+
 CHART = Path(__file__).resolve().parents[2] / "charts" / "lagpilot"
 VALUES_TEXT = (CHART / "values.yaml").read_text()
 VALUES = yaml.safe_load(VALUES_TEXT)
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
-KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9]*):(?P<rest>.*)$")
-
-
 def _documented_keys(text: str) -> Iterator[tuple[str, bool]]:
     """(dotted key, documented) for every value in values.yaml; groups of values are skipped.
 
-    A value is documented when the comment block right above it starts with `# --`, or when an
-    ancestor is documented as a whole and holds a Kubernetes object passed through unchanged
-    (podSecurityContext, securityContext, resources). A group (a key whose children are values
+    The keys and their `# --` blocks come from the README generator's own walk
+    (lagpilot_dev.chart_readme.key_lines). A value is documented when it has such a block, or when
+    an ancestor is documented as a whole and holds a Kubernetes object passed through unchanged
+    (podSecurityContext, securityContext, resources), or is a free-form map in the schema (the
+    entries of `grafanaDashboard.labels`). A group (a key whose children are values
     of the chart, like `image:`) needs no comment of its own.
     """
-    entries: list[tuple[str, int, bool, bool]] = []  # (dotted, indent, inline value, own doc)
-    stack: list[tuple[int, str]] = []
-    comment: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            comment.append(stripped)
-            continue
-        m = KEY_LINE.match(line)
-        if not m:
-            if not stripped:
-                comment = []
-            continue
-        indent = len(m.group("indent"))
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        dotted = ".".join([k for _, k in stack] + [m.group("key")])
-        entries.append((dotted, indent, bool(m.group("rest").strip()), bool(comment) and comment[0].startswith("# --")))
-        stack.append((indent, m.group("key")))
-        comment = []
+    entries = key_lines(text)
     documented: set[str] = set()
-    for i, (dotted, indent, inline, own_doc) in enumerate(entries):
-        parent = dotted.rsplit(".", 1)[0] if "." in dotted else None
-        whole = parent is not None and parent in documented and dotted.split(".")[0] in PASSTHROUGH
-        if own_doc or whole:
-            documented.add(dotted)
-        is_group = (not inline and i + 1 < len(entries) and entries[i + 1][1] > indent
-                    and dotted.split(".")[0] not in PASSTHROUGH)
+    for i, e in enumerate(entries):
+        parent = e.key.rsplit(".", 1)[0] if "." in e.key else None
+        whole = parent is not None and parent in documented and (
+            e.key.split(".")[0] in PASSTHROUGH or _free_form(parent))
+        if e.doc is not None or whole:
+            documented.add(e.key)
+        is_group = (not e.inline and i + 1 < len(entries) and entries[i + 1].indent > e.indent
+                    and e.key.split(".")[0] not in PASSTHROUGH)
         if not is_group:
-            yield dotted, dotted in documented
+            yield e.key, e.key in documented
 
 
 PASSTHROUGH = {"podSecurityContext", "securityContext", "resources"}
@@ -87,6 +69,13 @@ def _schema_for(path: str) -> dict[str, Any] | None:
         else:
             return None
     return node
+
+
+def _free_form(path: str) -> bool:
+    node = _schema_for(path)
+    if node is not None and "$ref" in node:
+        node = SCHEMA["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node is not None and node.get("type") == "object" and "properties" not in node
 
 
 def test_every_value_has_a_doc_comment() -> None:

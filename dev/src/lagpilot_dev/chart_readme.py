@@ -34,10 +34,17 @@ class Value:
     default: Any
 
 
-def documented_values(values_text: str) -> list[Value]:
-    """Every key documented with a `# --` block, in file order, with its default from the parsed file."""
-    data = yaml.safe_load(values_text) or {}
-    out: list[Value] = []
+@dataclass(frozen=True)
+class KeyLine:
+    key: str           # dotted path
+    indent: int
+    inline: bool       # a value on the key's own line (not a group opening a block)
+    doc: str | None    # the text of the `# --` block right above, if any
+
+
+def key_lines(values_text: str) -> list[KeyLine]:
+    """Every key of values.yaml in file order, with its dotted path and its `# --` documentation."""
+    out: list[KeyLine] = []
     stack: list[tuple[int, str]] = []
     comment: list[str] = []
     for line in values_text.splitlines():
@@ -55,11 +62,15 @@ def documented_values(values_text: str) -> list[Value]:
             stack.pop()
         dotted = ".".join([k for _, k in stack] + [m.group("key")])
         stack.append((indent, m.group("key")))
-        doc = _doc(comment)
+        out.append(KeyLine(dotted, indent, bool(m.group("rest").strip()), _doc(comment)))
         comment = []
-        if doc is not None:
-            out.append(Value(dotted, doc, _lookup(data, dotted)))
     return out
+
+
+def documented_values(values_text: str) -> list[Value]:
+    """Every key documented with a `# --` block, in file order, with its default from the parsed file."""
+    data = yaml.safe_load(values_text) or {}
+    return [Value(k.key, k.doc, _lookup(data, k.key)) for k in key_lines(values_text) if k.doc is not None]
 
 
 def _doc(comment: list[str]) -> str | None:
