@@ -273,157 +273,82 @@ def stabilize(
     return out, replace(history, recommendations=tuple(recs))
 
 
+Step = tuple[int, str, str]  # (replicas, reason, message): what every named step returns
+
+
+@dataclass(frozen=True)
+class _Case:
+    """The inputs every step reads: the observation, the policy and the bounds derived from them."""
+
+    obs: ScalingObservation
+    policy: ScalingPolicy
+    cur: int  # current replicas
+    cap_hi: int  # min(maxReplicas, partitions)
+    lo: int  # minReplicas, capped
+    idle: bool  # no lag and (almost) no records arriving
+    c: float | None  # records/s one replica processes (None: unknown)
+
+    @property
+    def target(self) -> float:
+        return self.policy.target_s
+
+    @property
+    def to_zero(self) -> bool:
+        return self.idle and self.policy.scale_to_zero
+
+
+@dataclass(frozen=True)
+class _Load:
+    """What the load needs before a count is chosen (capacity known): the drain that carries part of
+    it, the drain-assisted count, and the projections on the loads the group keeps."""
+
+    drain: DrainNeed | None
+    assisted: int | None  # fewer replicas with drains carrying their excess (None: not cheaper)
+    burst_assist: bool  # the assisted count is the one of a burst (the capped group overloaded)
+    loads: tuple[PartitionLoad, ...]  # smoothed rates, drained backlogs handed off
+    hot: tuple[int, ...]  # partitions projected beyond the target, hottest first
+    cur_proj: float  # catch-up at the current count, whole backlog, rates measured now
+    cur_util: float
+    required: int | None  # fewest replicas meeting the target (None: unreachable)
+
+
 def decide(
     obs: ScalingObservation,
     policy: ScalingPolicy,
     history: ScalingHistory | None = None,
     drain_policy: DrainPolicy | None = None,
 ) -> tuple[Decision, ScalingHistory]:
-    """Desired replicas (and drain need) for one observation. Pure: same inputs, same answer."""
+    """Desired replicas (and drain need) for one observation. Pure: same inputs, same answer.
+
+    The named steps, in order (docs/decision.md): assess the load (the drain need, the
+    drain-assisted count, the projections) -> recommend a raw count (the first rule that applies)
+    -> clamp to the bounds -> stabilize (HPA windows) -> explain a held or capped count -> block a
+    scale-down at risk -> project at the desired count.
+    """
     history = history or ScalingHistory()
     cur = max(0, obs.current_replicas)
-    parts = obs.partitions
-    cap_hi = min(policy.max_replicas, parts)
-    lo = min(policy.min_replicas, cap_hi)
-    rate = obs.produce_rate
-    lag = obs.total_lag
-    idle = lag <= 0 and rate <= policy.idle_rate
-    c = obs.capacity_per_replica
-    target = policy.target_s
-
-    if parts <= 0:
+    if obs.partitions <= 0:
         d = Decision(cur, "NoPartitions", "topic has no partitions (missing?): replicas unchanged",
                      None, None, None, False)
         return d, history
+    cap_hi = min(policy.max_replicas, obs.partitions)
+    idle = obs.total_lag <= 0 and obs.produce_rate <= policy.idle_rate
+    c = obs.capacity_per_replica if obs.capacity_per_replica is not None and obs.capacity_per_replica > 0 else None
+    x = _Case(obs, policy, cur, cap_hi, min(policy.min_replicas, cap_hi), idle, c)
 
-    drain: DrainNeed | None = None
-    burst_assist = False  # the count is the drain-assisted one in a burst (the capped group overloaded)
-    hot: tuple[int, ...] = ()
-    cur_proj: float | None = None
-    required: int | None = None
-    if c is None or c <= 0:
-        if cur == 0 and not idle:
-            raw, reason, why = max(1, lo), "ScaleFromZero", "records waiting, no capacity figure yet"
-        else:
-            raw, reason, why = cur, "CapacityUnknown", "no consumer has reported its capacity yet"
-            if not idle:
-                raw = max(raw, 1)
-    else:
-        # fewer replicas than the load needs, with drains carrying the excess, when that is cheaper
-        # (rates only: a fixed point under constant load); the drain planner then plans for them
-        assisted = None
-        if drain_policy is not None and not (idle and policy.scale_to_zero):
-            assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, lo), cap=cap_hi, sla_s=policy.sla_s,
-                                         policy=drain_policy, max_utilization=policy.max_utilization,
-                                         target_s=target)
-        now_loads = obs.loads_now
-        if drain_policy is not None:
-            drain = drain_need(
-                now_loads, c, group_replicas=assisted or cap_hi, target_s=target, sla_s=policy.sla_s,
-                policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
-                last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
-                drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
-                busy_partitions=obs.busy_partitions, retention_s=obs.retention_s,
-            )
-        drained = set(drain.partitions) if drain else set()
-        # after the hand-off the drained backlog is no longer the group's to clear
-        loads = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads]
-        hot = tuple(p for p, t in sorted(project(now_loads, parts, c).per_partition_s.items(),
-                                         key=lambda kv: (-kv[1], kv[0])) if t > target)
-        # the current projection on the whole backlog: a planned drain has not taken anything yet,
-        # so it may spare a scale-up but never justify a scale-down (guard below). On the rate
-        # measured now: a fall is not stabilized here (it is for the replica count)
-        cur_proj = project(now_loads, cur, c).catch_up_s
-        cur_util = project(loads, cur, c).utilization if cur > 0 else INF
-        # the replica count is chosen on the load alone (not on the current count), so that the
-        # answer under constant load is a fixed point: no up-then-down flapping. The pod start-up
-        # only enters the reported projection at the desired count.
-        required = required_replicas(loads, c, target, cap_hi, max_utilization=policy.max_utilization)
-        if idle and policy.scale_to_zero:
-            raw, reason, why = 0, "ScaleToZero", "idle: no lag and no records arriving"
-        elif assisted is not None:
-            required = assisted
-            raw = assisted
-            burst_assist = overloaded_at([l.rate for l in obs.loads], cap_hi, c)
-            reason = "ScaleUp" if assisted > cur else ("ScaleDown" if assisted < cur else "Steady")
-            why = (f"{assisted} replicas with drains carrying their excess cost less than sizing the group "
-                   f"for the load (drain-assisted)")
-        elif required is None and (live_required := required_replicas(
-                [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in now_loads],
-                c, target, cap_hi, max_utilization=policy.max_utilization)) is not None:
-            # the smoothed rate (falls stabilized) needs more than the cap, the rate measured now does
-            # not: the rate fell. Hold what runs (scale-down waits for the estimate), not "unreachable"
-            raw, reason = min(cap_hi, max(cur, live_required)), "Steady"
-            why = (f"the produce rate fell to {sum(l.rate for l in now_loads):.0f}/s (measured now; "
-                   f"{live_required} replicas hold it): holding while the fall is stabilized "
-                   f"({rate:.0f}/s)")
-        elif required is None:
-            raw, reason = cap_hi, "SLAUnreachable"
-            limit = "partitions" if parts <= policy.max_replicas else "maxReplicas"
-            why = f"even {cap_hi} replicas (capped by {limit}) cannot catch up within {target:.0f}s"
-        elif required > cur:
-            band = target * (1 + policy.tolerance)
-            cur_proj_after = project(loads, cur, c).catch_up_s
-            if cur > 0 and cur_proj_after <= band and cur_util <= policy.max_utilization * (1 + policy.tolerance):
-                raw, reason = cur, "WithinTolerance"
-                why = f"projected {_fmt(cur_proj_after)} within {policy.tolerance:.0%} of target {target:.0f}s"
-            else:
-                raw, reason = required, "ScaleUp"
-                why = f"projected {_fmt(cur_proj)} at {cur} > target {target:.0f}s"
-        else:
-            down_to = required_replicas(loads, c, target * (1 - policy.tolerance), cap_hi,
-                                        max_utilization=policy.max_utilization * (1 - policy.tolerance))
-            if down_to is not None and required is not None:
-                # the tighter bounds can only ask for more; where no count meets the tighter
-                # utilization, required_replicas falls back to the fewest meeting the target alone,
-                # which can be below what the load needs at the plain bound: up, then down, forever
-                down_to = max(down_to, required)
-            if down_to is not None and down_to < cur:
-                raw, reason = down_to, "ScaleDown"
-                why = f"{down_to} replicas project {_fmt(project(loads, down_to, c).catch_up_s)} <= target {target:.0f}s"
-            else:
-                raw, reason = cur, "Steady"
-                why = f"projected {_fmt(cur_proj)} at {cur}, target {target:.0f}s"
-        if not idle or not policy.scale_to_zero:
-            raw = max(raw, 1)
-
-    floor = 0 if (idle and policy.scale_to_zero) else lo
+    load = _assess(x, drain_policy) if c is not None else None
+    raw, reason, why = _recommend(x, load) if load is not None else _without_capacity(x)
+    floor = 0 if x.to_zero else x.lo
     raw = max(min(raw, cap_hi), floor)
     stabilized, history = stabilize(raw, cur, obs.now_s, history, policy)
     desired = max(min(stabilized, cap_hi), floor)
-    if desired < cur and stabilized > cap_hi:
-        reason = "CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"
-        why = f"{cur} replicas > cap {cap_hi} (min(maxReplicas, partitions))"
-    elif desired > cur and reason not in ("ScaleUp", "ScaleFromZero", "SLAUnreachable"):
-        reason, why = "BelowMinimum", f"{cur} < minReplicas {lo}"
-    elif desired < cur and reason not in ("ScaleDown", "ScaleToZero"):
-        limit = "CappedAtPartitions" if parts < policy.max_replicas else "CappedAtMax"
-        reason, why = limit, f"{cur} > cap {cap_hi}"
-    elif desired == cur and raw < cur:
-        reason = "ScaleDownStabilized"
-        why = f"{why}; holding for the {policy.scale_down_window_s:.0f}s scale-down window"
-    elif desired == cur and raw > cur:
-        reason = "ScaleUpStabilized"
-        why = f"{why}; holding for the {policy.scale_up_window_s:.0f}s scale-up window"
-    # a burst (the group at its cap cannot hold the live rates: the projection is infinite at every
-    # count) does not block a scale-down to the drain-assisted count: holding replicas cannot bring
-    # the projection within the SLA, the drains planned for the smaller group carry the excess
-    burst_assisted = required is not None and raw < cur and c is not None and c > 0 and burst_assist
-    if (desired < cur <= cap_hi and cur_proj is not None and cur_proj > policy.sla_s
-            and not burst_assisted):
-        desired = cur
-        reason, why = "ScaleDownBlockedAtRisk", f"projected {_fmt(cur_proj)} > SLA {policy.sla_s:.0f}s"
+    desired, reason, why = _explain_limits(x, raw, stabilized, (desired, reason, why))
+    desired, reason, why = _block_scale_down_at_risk(x, load, raw, (desired, reason, why))
 
-    proj_desired: float | None = None
-    if c is not None and c > 0:
-        drained = set(drain.partitions) if drain else set()
-        loads_d = [PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in obs.loads_now]
-        proj_desired = project(loads_d, desired, c, current_replicas=cur, startup_s=policy.pod_start_s).catch_up_s
-    at_risk = proj_desired is not None and proj_desired > policy.sla_s
-    if reason == "SLAUnreachable":
-        at_risk = True
-    arrow = f"{cur}->{desired}"
-    message = f"{_verb(cur, desired)} {arrow}: {why}"
+    drain = load.drain if load is not None else None
+    proj_desired = _projection_at(x, drain, desired)
+    at_risk = reason == "SLAUnreachable" or (proj_desired is not None and proj_desired > policy.sla_s)
+    message = f"{_verb(cur, desired)} {cur}->{desired}: {why}"
     if drain is not None:
         message += f"; {drain.message}"
     if desired != cur:
@@ -434,14 +359,185 @@ def decide(
             reason=reason,
             message=message,
             projected_catch_up_s=proj_desired,
-            current_catch_up_s=cur_proj,
-            required_replicas=required,
+            current_catch_up_s=load.cur_proj if load is not None else None,
+            required_replicas=load.required if load is not None else None,
             at_risk=at_risk,
             drain=drain,
-            hot_partitions=hot,
+            hot_partitions=load.hot if load is not None else (),
         ),
         history,
     )
+
+
+def _without_capacity(x: _Case) -> Step:
+    """No consumer has reported its capacity: start one if records wait, otherwise hold."""
+    if x.cur == 0 and not x.idle:
+        return max(1, x.lo), "ScaleFromZero", "records waiting, no capacity figure yet"
+    return (x.cur if x.idle else max(x.cur, 1)), "CapacityUnknown", "no consumer has reported its capacity yet"
+
+
+def _handed_off(loads: Sequence[PartitionLoad], drained: set[int]) -> tuple[PartitionLoad, ...]:
+    """After the hand-off the drained backlog is no longer the group's to clear."""
+    return tuple(PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in loads)
+
+
+def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
+    """The drain need and the drain-assisted count, then the projections on what the group keeps."""
+    obs, policy, c = x.obs, x.policy, x.c
+    assert c is not None
+    # fewer replicas than the load needs, with drains carrying the excess, when that is cheaper
+    # (rates only: a fixed point under constant load); the drain planner then plans for them
+    assisted = None
+    if drain_policy is not None and not x.to_zero:
+        assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, x.lo), cap=x.cap_hi, sla_s=policy.sla_s,
+                                     policy=drain_policy, max_utilization=policy.max_utilization,
+                                     target_s=x.target)
+    now_loads = obs.loads_now
+    drain: DrainNeed | None = None
+    if drain_policy is not None:
+        drain = drain_need(
+            now_loads, c, group_replicas=assisted or x.cap_hi, target_s=x.target, sla_s=policy.sla_s,
+            policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
+            last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
+            drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
+            busy_partitions=obs.busy_partitions, retention_s=obs.retention_s,
+        )
+    loads = _handed_off(obs.loads, set(drain.partitions) if drain else set())
+    hot = tuple(p for p, t in sorted(project(now_loads, obs.partitions, c).per_partition_s.items(),
+                                     key=lambda kv: (-kv[1], kv[0])) if t > x.target)
+    # the current projection on the whole backlog: a planned drain has not taken anything yet,
+    # so it may spare a scale-up but never justify a scale-down (guard below). On the rate
+    # measured now: a fall is not stabilized here (it is for the replica count)
+    cur_proj = project(now_loads, x.cur, c).catch_up_s
+    cur_util = project(loads, x.cur, c).utilization if x.cur > 0 else INF
+    # the replica count is chosen on the load alone (not on the current count), so that the
+    # answer under constant load is a fixed point: no up-then-down flapping. The pod start-up
+    # only enters the reported projection at the desired count.
+    required = required_replicas(loads, c, x.target, x.cap_hi, max_utilization=policy.max_utilization)
+    if assisted is not None:
+        required = assisted
+    burst = assisted is not None and overloaded_at([l.rate for l in obs.loads], x.cap_hi, c)
+    return _Load(drain, assisted, burst, loads, hot, cur_proj, cur_util, required)
+
+
+def _recommend(x: _Case, load: _Load) -> Step:
+    """The raw count: the first rule that applies, never below one replica unless scaling to zero."""
+    for rule in (_scale_to_zero, _drain_assisted, _rate_fell, _unreachable, _scale_up, _scale_down_or_steady):
+        step = rule(x, load)
+        if step is not None:
+            raw, reason, why = step
+            return (raw if x.to_zero else max(raw, 1)), reason, why
+    raise AssertionError("the last rule always applies")
+
+
+def _scale_to_zero(x: _Case, load: _Load) -> Step | None:
+    if x.to_zero:
+        return 0, "ScaleToZero", "idle: no lag and no records arriving"
+    return None
+
+
+def _drain_assisted(x: _Case, load: _Load) -> Step | None:
+    a = load.assisted
+    if a is None:
+        return None
+    reason = "ScaleUp" if a > x.cur else ("ScaleDown" if a < x.cur else "Steady")
+    return a, reason, (f"{a} replicas with drains carrying their excess cost less than sizing the group "
+                       f"for the load (drain-assisted)")
+
+
+def _rate_fell(x: _Case, load: _Load) -> Step | None:
+    """The smoothed rate (falls stabilized) needs more than the cap, the rate measured now does not:
+    the rate fell. Hold what runs (scale-down waits for the estimate), not "unreachable"."""
+    if load.required is not None:
+        return None
+    assert x.c is not None
+    drained = set(load.drain.partitions) if load.drain else set()
+    now_loads = x.obs.loads_now
+    live = required_replicas(_handed_off(now_loads, drained), x.c, x.target, x.cap_hi,
+                             max_utilization=x.policy.max_utilization)
+    if live is None:
+        return None
+    return (min(x.cap_hi, max(x.cur, live)), "Steady",
+            f"the produce rate fell to {sum(l.rate for l in now_loads):.0f}/s (measured now; "
+            f"{live} replicas hold it): holding while the fall is stabilized ({x.obs.produce_rate:.0f}/s)")
+
+
+def _unreachable(x: _Case, load: _Load) -> Step | None:
+    if load.required is not None:
+        return None
+    limit = "partitions" if x.obs.partitions <= x.policy.max_replicas else "maxReplicas"
+    return (x.cap_hi, "SLAUnreachable",
+            f"even {x.cap_hi} replicas (capped by {limit}) cannot catch up within {x.target:.0f}s")
+
+
+def _scale_up(x: _Case, load: _Load) -> Step | None:
+    """More replicas, unless the current count projects within the tolerance band of the target."""
+    if load.required is None or load.required <= x.cur:
+        return None
+    assert x.c is not None
+    p = x.policy
+    proj_after = project(load.loads, x.cur, x.c).catch_up_s
+    if (x.cur > 0 and proj_after <= x.target * (1 + p.tolerance)
+            and load.cur_util <= p.max_utilization * (1 + p.tolerance)):
+        return (x.cur, "WithinTolerance",
+                f"projected {_fmt(proj_after)} within {p.tolerance:.0%} of target {x.target:.0f}s")
+    return load.required, "ScaleUp", f"projected {_fmt(load.cur_proj)} at {x.cur} > target {x.target:.0f}s"
+
+
+def _scale_down_or_steady(x: _Case, load: _Load) -> Step:
+    """Fewer replicas when they meet a target tightened by the tolerance, else keep the count."""
+    assert x.c is not None and load.required is not None
+    p = x.policy
+    down_to = required_replicas(load.loads, x.c, x.target * (1 - p.tolerance), x.cap_hi,
+                                max_utilization=p.max_utilization * (1 - p.tolerance))
+    if down_to is not None:
+        # the tighter bounds can only ask for more; where no count meets the tighter
+        # utilization, required_replicas falls back to the fewest meeting the target alone,
+        # which can be below what the load needs at the plain bound: up, then down, forever
+        down_to = max(down_to, load.required)
+        if down_to < x.cur:
+            return (down_to, "ScaleDown",
+                    f"{down_to} replicas project {_fmt(project(load.loads, down_to, x.c).catch_up_s)} "
+                    f"<= target {x.target:.0f}s")
+    return x.cur, "Steady", f"projected {_fmt(load.cur_proj)} at {x.cur}, target {x.target:.0f}s"
+
+
+def _explain_limits(x: _Case, raw: int, stabilized: int, step: Step) -> Step:
+    """The reason for a count the bounds or the stabilization windows made differ from the raw one."""
+    desired, reason, why = step
+    cur, cap_hi, p = x.cur, x.cap_hi, x.policy
+    capped = "CappedAtPartitions" if x.obs.partitions < p.max_replicas else "CappedAtMax"
+    if desired < cur and stabilized > cap_hi:
+        return desired, capped, f"{cur} replicas > cap {cap_hi} (min(maxReplicas, partitions))"
+    if desired > cur and reason not in ("ScaleUp", "ScaleFromZero", "SLAUnreachable"):
+        return desired, "BelowMinimum", f"{cur} < minReplicas {x.lo}"
+    if desired < cur and reason not in ("ScaleDown", "ScaleToZero"):
+        return desired, capped, f"{cur} > cap {cap_hi}"
+    if desired == cur and raw < cur:
+        return desired, "ScaleDownStabilized", f"{why}; holding for the {p.scale_down_window_s:.0f}s scale-down window"
+    if desired == cur and raw > cur:
+        return desired, "ScaleUpStabilized", f"{why}; holding for the {p.scale_up_window_s:.0f}s scale-up window"
+    return step
+
+
+def _block_scale_down_at_risk(x: _Case, load: _Load | None, raw: int, step: Step) -> Step:
+    """Never scale down while the current projection exceeds the SLA, except to the drain-assisted
+    count of a burst: there the projection is infinite at every count, holding replicas cannot bring
+    it within the SLA, and the drains planned for the smaller group carry the excess."""
+    desired, _, _ = step
+    if load is None or not desired < x.cur <= x.cap_hi or load.cur_proj <= x.policy.sla_s:
+        return step
+    if load.required is not None and raw < x.cur and load.burst_assist:
+        return step
+    return x.cur, "ScaleDownBlockedAtRisk", f"projected {_fmt(load.cur_proj)} > SLA {x.policy.sla_s:.0f}s"
+
+
+def _projection_at(x: _Case, drain: DrainNeed | None, desired: int) -> float | None:
+    """Catch-up at the desired count, pod start-up included, after the drain's hand-off."""
+    if x.c is None:
+        return None
+    loads = _handed_off(x.obs.loads_now, set(drain.partitions) if drain else set())
+    return project(loads, desired, x.c, current_replicas=x.cur, startup_s=x.policy.pod_start_s).catch_up_s
 
 
 def _verb(cur: int, desired: int) -> str:
