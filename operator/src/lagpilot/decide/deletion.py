@@ -236,8 +236,8 @@ def _planned(d: DrainStatus, committed: Mapping[int, int | None] | None, mailbox
     known: dict[int, mbx.Entry] = {}    # ... plus starts a pre-mailbox operator fixed (acks nobody else sees)
     for r in d.ranges:
         e = mailbox.get(r.partition)
-        if mbx.of_drain(e, d.id, r.split, owner):
-            posted[r.partition] = known[r.partition] = e  # type: ignore[assignment]
+        if e is not None and mbx.of_drain(e, d.id, r.split, owner):
+            posted[r.partition] = known[r.partition] = e
         elif r.start is not None:
             known[r.partition] = mbx.Entry(d.id, r.split, r.start, owner=owner)
     res = {r.partition: mbx.resolve(committed.get(r.partition), known.get(r.partition), d.id, r.split, owner)

@@ -818,7 +818,7 @@ def assisted_replicas(
         limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
                                                     policy, capacity))
     for r in range(lo, full):
-        if limit is not None and limit > target_s and starves_neighbours(rates, r, capacity):
+        if limit is not None and target_s is not None and limit > target_s and starves_neighbours(rates, r, capacity):
             continue  # the drains are saturated by the hot partition: none left for its neighbours
         if limit is not None and one_at_a_time_worst_s(
                 loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:

@@ -135,7 +135,7 @@ class EstimatorState:
 def _alpha(dt: float, half_life: float) -> float:
     if half_life <= 0:
         return 1.0
-    return 1.0 - 0.5 ** (dt / half_life)
+    return float(1.0 - 0.5 ** (dt / half_life))
 
 
 def _fresh(p: PartitionOffsets, at_s: float) -> PartitionEstimate:

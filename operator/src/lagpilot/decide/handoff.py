@@ -448,7 +448,7 @@ def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
 
 def backoff_seconds(attempt: int) -> float:
     """10 s, 20 s, 40 s ... capped at 5 min: the same range, later."""
-    return min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1))
+    return float(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, attempt - 1)))
 
 
 def failed_round_backoff_seconds(rounds: int) -> float:
@@ -776,7 +776,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
             c = dataclasses.replace(c, ranges=(), sub_ranges=())
             return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
         # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
-        entries = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
+        entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
                                  else mbx.Entry(d.id, r.split, r.start, owner=owner))
                    for r in d.ranges if r.partition not in mine}
         path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
@@ -794,7 +794,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
 
     if observed.group_empty is True:
         # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
-        entries: dict[int, mbx.Entry] = {}
+        entries = {}
         alter: dict[int, int] = {}
         for r in d.ranges:
             if r.partition not in pending:

@@ -39,7 +39,7 @@ class LeaseTiming:
             if raw in (None, ""):
                 return default
             try:
-                return float(raw)  # type: ignore[arg-type]
+                return float(raw)
             except ValueError:
                 raise ValueError(f"{key} must be a number of seconds, got {raw!r}") from None
 
