@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 import pytest
 
+from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.decide import duplicates as dup
 
@@ -71,8 +72,8 @@ class Kube:
 
 
 def memo(kube: Kube) -> Any:
-    cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
-                          status_heartbeat_seconds=60.0)
+    cfg = OperatorConfig(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
+                         status_heartbeat_seconds=60.0)
     # the drain executor's part the Deployment needs: the CR's hand-off key fingerprint (M8)
     return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None,
                            drain=SimpleNamespace(handoff_key_id=lambda namespace, name, uid: "0" * 16))

@@ -7,6 +7,7 @@ from typing import Any
 import kopf
 import pytest
 
+from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.act.kubeapi import KubeError
 
@@ -39,8 +40,8 @@ class Kube:
 
 
 def memo(kube: Kube) -> Any:
-    cfg = SimpleNamespace(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
-                          status_heartbeat_seconds=60.0)
+    cfg = OperatorConfig(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
+                         status_heartbeat_seconds=60.0)
     return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=FakeExecutor(None, None))
 
 
@@ -192,11 +193,12 @@ def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> No
     from lagpilot.decide.handoff import JobObservation, JobState
 
     monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
-    monkeypatch.setenv("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS", "20")
     ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
+    m = deleting_memo(Kube(), ex)
+    m.config = OperatorConfig.from_env({"LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "20"})
     with pytest.raises(kopf.TemporaryError):
         handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                          meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+                          meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=m)
     assert ex.deleted == ["orders-drain-2-1"]
 
 

@@ -25,7 +25,6 @@ import asyncio
 import calendar
 import contextvars
 import logging
-import os
 import sys
 import threading
 import time
@@ -68,14 +67,15 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
     cfg = memo.config
     if getattr(memo, "drain", None) is None:  # the drain executor: Jobs + offset hand-off
         from lagpilot.act.drain import DrainExecutor
-        memo.drain = DrainExecutor(memo.kube._client)
+        memo.drain = DrainExecutor(memo.kube._client, config=cfg)
     # the Deployment from the watch's cache (deployment_seen), not a GET per cycle
     cached = getattr(memo, "deployments", None)
     kube = CachingKube(memo.kube, cached) if cached is not None else memo.kube
     return Deps(kube=kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
                 pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
                 min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds,
-                drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds)
+                drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds,
+                observe_max_age_seconds=cfg.observe_max_age_seconds)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -354,7 +354,9 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
     assert d is not None
     now = time.time()
     since = _timestamp(meta.get("deletionTimestamp"), now)
-    wait_s = float(os.environ.get("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS") or deletion.DEFAULT_WAIT_S)
+    wait_s = memo.config.delete_drain_wait_seconds
+    if wait_s is None:
+        wait_s = deletion.DEFAULT_WAIT_S
     timeout = memo.config.kafka_timeout_seconds
     try:
         gspec = parse_spec(dict(spec))

@@ -213,7 +213,7 @@ def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
     poll = spec.scaling.poll_interval_seconds
-    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll)), out.decision.reason,
+    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll, deps.observe_max_age_seconds)), out.decision.reason,
                        out.decision, applied)
 
 

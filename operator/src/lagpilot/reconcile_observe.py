@@ -71,7 +71,7 @@ def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float
     mark("kafka_config")
     handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
     # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
-    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll))
+    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll, deps.observe_max_age_seconds))
     mark("observe")
 
     # the oldest unprocessed record of each lagging partition (its timestamp), best effort

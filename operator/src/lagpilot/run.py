@@ -23,6 +23,8 @@ import logging
 import os
 import sys
 
+from lagpilot.config import OperatorConfig
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lagpilot operator", description=__doc__.split("\n\n")[0])
@@ -37,7 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="namespace of the Lease when watching all namespaces (default $LAGPILOT_OPERATOR_NAMESPACE)")
     p.add_argument("--leader-election-name", default="lagpilot-operator", help="name of the Lease (default %(default)s)")
     p.add_argument("--metrics-port", type=int,
-                   default=int(os.environ.get("LAGPILOT_OPERATOR_METRICS_PORT") or 9090),
+                   default=OperatorConfig.from_env().metrics_port,
                    help="Prometheus metrics port; 0 disables (default %(default)s)")
     p.add_argument("--metrics-host", default="0.0.0.0")
     p.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
@@ -81,7 +83,7 @@ def identity() -> str:
     restarted leader takes its own Lease back at once), else host name and process id."""
     import socket
 
-    return os.environ.get("LAGPILOT_POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    return OperatorConfig.from_env().pod_name or f"{socket.gethostname()}-{os.getpid()}"
 
 
 class StandbyHealth:
@@ -128,7 +130,7 @@ def lead(args: argparse.Namespace, log: logging.Logger) -> Any:
     from lagpilot.metrics import default_metrics
 
     namespaces = lease_namespaces(list(args.namespace),
-                                  args.leader_election_namespace or os.environ.get("LAGPILOT_OPERATOR_NAMESPACE"))
+                                  args.leader_election_namespace or OperatorConfig.from_env().operator_namespace or None)
     me = identity()
     elector = LeaseElector(load_api_client(pool_size=2), namespaces, args.leader_election_name, me, LeaseTiming.from_env())
     stop = threading.Event()
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.enable(all_threads=True)
     import kopf  # heavy imports only for this subcommand
 
-    level = os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper()
+    level = OperatorConfig.from_env().log_level
     kopf.configure(verbose=args.verbose or level == "DEBUG", quiet=level in ("WARNING", "ERROR"),
                    log_format=kopf.LogFormat.JSON, log_refkey="object")
     from lagpilot_runtime import redaction

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot.config import OperatorConfig
 
 from .drain_calls import DrainCalls
 from .drain_manifests import DrainSettings
@@ -56,6 +57,10 @@ from lagpilot.spec import GroupSpec
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8  # actions per call; the machine waits (Kind.NONE) long before that
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 # ---- fault injection (tests only) ----------------------------------------------------------------
@@ -213,7 +218,8 @@ class DrainExecutor(DrainCalls):
     """Runs the hand-off state machine against the cluster (its calls: `DrainCalls`). One instance per operator."""
 
     def __init__(self, api_client: Any, settings: DrainSettings | None = None,
-                 clock: Callable[[], float] = time.time, timeout_s: float = 15.0) -> None:
+                 clock: Callable[[], float] = time.time, timeout_s: float = 15.0,
+                 config: OperatorConfig | None = None) -> None:
         from kubernetes import client
 
         self.batch = client.BatchV1Api(api_client)
@@ -228,16 +234,16 @@ class DrainExecutor(DrainCalls):
         self.clock = clock
         self.timeout_s = timeout_s
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
-        self.ack_timeout_s = float(os.environ.get("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS") or ACK_TIMEOUT_S)
+        cfg = config if config is not None else OperatorConfig.from_env()
+        self.ack_timeout_s = _or(cfg.drain_ack_timeout_seconds, ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
         # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
         self.stall_limits = StallLimits(
-            no_progress_s=float(os.environ.get("LAGPILOT_DRAIN_STALL_SECONDS") or NO_PROGRESS_S),
-            no_pod_s=float(os.environ.get("LAGPILOT_DRAIN_NO_POD_SECONDS") or NO_POD_S))
+            no_progress_s=_or(cfg.drain_stall_seconds, NO_PROGRESS_S),
+            no_pod_s=_or(cfg.drain_no_pod_seconds, NO_POD_S))
         # how long the quiesce fallback waits for the group to empty (LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS;
         # unset: QUIESCE_TIMEOUT_S, at least two session timeouts + 30 s so killed members have left)
-        raw = os.environ.get("LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS")
-        self.quiesce_timeout_s: float | None = float(raw) if raw else None
+        self.quiesce_timeout_s: float | None = cfg.drain_quiesce_timeout_seconds
 
     def handoff_key(self, namespace: str, name: str, uid: str) -> bytes:
         """The CR's hand-off key (`handoff_key.HandoffKeys`; created before the consumer Deployment)."""

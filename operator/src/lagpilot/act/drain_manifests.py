@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot.config import Env
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag, parallelism_for
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
@@ -83,16 +83,16 @@ class DrainSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
-        e = os.environ if env is None else env
+        e = Env(env)
         return cls(
-            spark_jars=e.get("LAGPILOT_DRAIN_SPARK_JARS") or cls.spark_jars,
-            spark_master=e.get("LAGPILOT_DRAIN_SPARK_MASTER") or "",
-            service_account=e.get("LAGPILOT_DRAIN_SERVICE_ACCOUNT") or "",
-            job_ttl_seconds=int(e.get("LAGPILOT_DRAIN_JOB_TTL_SECONDS") or cls.job_ttl_seconds),
-            cpu_per_task_m=int(e.get("LAGPILOT_DRAIN_CPU_PER_TASK_M") or cls.cpu_per_task_m),
-            executor_cores=max(1, int(e.get("LAGPILOT_DRAIN_EXECUTOR_CORES") or cls.executor_cores)),
-            executor_memory=e.get("LAGPILOT_DRAIN_EXECUTOR_MEMORY") or cls.executor_memory,
-            deadline_floor_s=max(1, int(e.get("LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS") or cls.deadline_floor_s)),
+            spark_jars=e.text("LAGPILOT_DRAIN_SPARK_JARS", cls.spark_jars),
+            spark_master=e.text("LAGPILOT_DRAIN_SPARK_MASTER"),
+            service_account=e.text("LAGPILOT_DRAIN_SERVICE_ACCOUNT"),
+            job_ttl_seconds=e.integer("LAGPILOT_DRAIN_JOB_TTL_SECONDS", cls.job_ttl_seconds),
+            cpu_per_task_m=e.integer("LAGPILOT_DRAIN_CPU_PER_TASK_M", cls.cpu_per_task_m),
+            executor_cores=max(1, e.integer("LAGPILOT_DRAIN_EXECUTOR_CORES", cls.executor_cores)),
+            executor_memory=e.text("LAGPILOT_DRAIN_EXECUTOR_MEMORY", cls.executor_memory),
+            deadline_floor_s=max(1, e.integer("LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS", cls.deadline_floor_s)),
         )
 
 

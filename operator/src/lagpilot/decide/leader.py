@@ -11,9 +11,10 @@ machine's clock. The holder stops acting (the process exits) when it could not r
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from lagpilot.config import Env
 
 
 @dataclass(frozen=True)
@@ -32,20 +33,10 @@ class LeaseTiming:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "LeaseTiming":
         """LAGPILOT_LEASE_DURATION_SECONDS, LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS, LAGPILOT_LEASE_RETRY_SECONDS."""
-        e = dict(os.environ if env is None else env)
-
-        def num(key: str, default: float) -> float:
-            raw = e.get(key)
-            if raw in (None, ""):
-                return default
-            try:
-                return float(raw)
-            except ValueError:
-                raise ValueError(f"{key} must be a number of seconds, got {raw!r}") from None
-
-        return cls(num("LAGPILOT_LEASE_DURATION_SECONDS", cls.duration_s),
-                   num("LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_s),
-                   num("LAGPILOT_LEASE_RETRY_SECONDS", cls.retry_s))
+        e = Env(env)
+        return cls(e.number("LAGPILOT_LEASE_DURATION_SECONDS", cls.duration_s, minimum=None),
+                   e.number("LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_s, minimum=None),
+                   e.number("LAGPILOT_LEASE_RETRY_SECONDS", cls.retry_s, minimum=None))
 
 
 @dataclass(frozen=True)

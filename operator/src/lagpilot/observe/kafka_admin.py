@@ -44,7 +44,7 @@ from lagpilot.observe.kafka_config import (
     _peek_consumer_factory,
     config_key,
 )
-from lagpilot.observe.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory, _snapshot_enabled
+from lagpilot.observe.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory
 
 log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
 
@@ -302,10 +302,11 @@ class AdminPool:
                  consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
                  group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory,
                  fetch_timeout_s: float = 10.0,
-                 snapshot_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = None):
+                 snapshot_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = None,
+                 offsets_snapshot: bool = True):
         self._factory = factory
         self._snapshot_factory = snapshot_factory if snapshot_factory is not None else (
-            _snapshot_consumer_factory if _snapshot_enabled() and factory is _default_factory else None)
+            _snapshot_consumer_factory if offsets_snapshot and factory is _default_factory else None)
         self._fetch_timeout_s = fetch_timeout_s
         self._consumer_factory = consumer_factory
         self._group_reader_factory = group_reader_factory

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 
@@ -69,23 +68,19 @@ __all__ = ["AdminHandle", "AdminPool", "ClusterObserver", "ClusterView", "Observ
 
 log = logging.getLogger(__name__)
 
-def cycle_phase_s(key: str, poll_interval_s: float) -> float:
+def cycle_phase_s(key: str, poll_interval_s: float, max_age_cap_s: float = 5.0) -> float:
     """Where in its poll interval a CR's cycle starts (`reconcile.aligned_delay`): spread over the
     first 60 % of the freshness bound by a hash of the CR's key, so the cycles of many CRs do not
     reach the API server (and the GIL) in one burst, yet all fall within one cluster view's
     freshness and share it. Stable across operator restarts."""
     frac = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") / 2 ** 32
-    return frac * 0.6 * observe_max_age_s(poll_interval_s)
+    return frac * 0.6 * observe_max_age_s(poll_interval_s, max_age_cap_s)
 
 
-def observe_max_age_s(poll_interval_s: float) -> float:
-    """How old a shared view a control-loop cycle accepts: half its poll interval, at most
-    LAGPILOT_OBSERVE_MAX_AGE_SECONDS (default 5)."""
-    try:
-        cap = float(os.environ.get("LAGPILOT_OBSERVE_MAX_AGE_SECONDS") or 5.0)
-    except ValueError:
-        cap = 5.0
-    return max(0.0, min(cap, poll_interval_s / 2))
+def observe_max_age_s(poll_interval_s: float, cap_s: float = 5.0) -> float:
+    """How old a shared view a control-loop cycle accepts: half its poll interval, at most `cap_s`
+    (LAGPILOT_OBSERVE_MAX_AGE_SECONDS, config.OperatorConfig.observe_max_age_seconds)."""
+    return max(0.0, min(cap_s, poll_interval_s / 2))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -288,13 +288,6 @@ def _as_of(hist: list[tuple[int, Commit | None]] | None, end: int) -> Commit | N
     return before[-1] if before else hist[0][1]
 
 
-def _snapshot_enabled() -> bool:
-    """LAGPILOT_OFFSETS_SNAPSHOT (default true): read committed offsets from one `__consumer_offsets`
-    consumer per cluster (OffsetsSnapshot) instead of one OffsetFetch per CR cycle."""
-    import os
-    return os.environ.get("LAGPILOT_OFFSETS_SNAPSHOT", "true").lower() not in ("0", "false", "no")
-
-
 def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
     def make() -> Any:
         from confluent_kafka import Consumer
