@@ -306,7 +306,7 @@ def test_cycles_of_many_crs_start_within_one_views_freshness_but_not_at_once() -
     bound after a multiple of the interval (so one view serves them all), spread over it (not one
     burst at the API server), each wait between poll/2 and 3·poll/2."""
     from lagpilot.observe.kafka_observe import cycle_phase_s, observe_max_age_s
-    from lagpilot.reconcile import aligned_delay
+    from lagpilot.reconcile.cycle import aligned_delay
 
     poll, now = 10.0, 1_700_000_003.7
     starts = []

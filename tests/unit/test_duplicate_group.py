@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 import pytest
 
+from lagpilot.reconcile import delete
 from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.decide import duplicates as dup
@@ -103,7 +104,7 @@ def test_the_first_cr_is_unaffected(events: list) -> None:
 
 def test_deleting_the_duplicate_never_touches_the_shared_groups(events: list, monkeypatch: pytest.MonkeyPatch) -> None:
     touched: list[Any] = []
-    monkeypatch.setattr(handlers, "_forget_progress_groups", lambda *a, **k: touched.append(a))
+    monkeypatch.setattr(delete, "forget_progress_groups", lambda *a, **k: touched.append(a))
     verified = {"id": 1, "phase": "Verified", "ranges": [{"partition": 0, "start": 0, "end": 10}]}
     handlers.finalize(body={"metadata": SECOND, "spec": SPEC}, spec=SPEC, status={"drain": verified},
                       meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=memo(Kube()), group_claims=claims(FIRST, SECOND))

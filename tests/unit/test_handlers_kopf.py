@@ -7,6 +7,7 @@ from typing import Any
 import kopf
 import pytest
 
+from lagpilot.reconcile import delete
 from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.act.kubeapi import KubeError
@@ -38,6 +39,10 @@ class Kube:
 
     stored: dict[str, Any] = {}  # the status as the API server has it (for guarded writes)
 
+
+
+def _adopt(ref: Any, spec: Any, status: Any, memo: Any, emit: Any) -> Any:
+    return delete.adopt_remainder(ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit)
 
 def memo(kube: Kube) -> Any:
     cfg = OperatorConfig(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
@@ -176,7 +181,7 @@ def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(event
 
     from lagpilot.decide.handoff import JobObservation, JobState
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     kube = Kube()
     ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
     since = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
@@ -192,7 +197,7 @@ def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(event
 def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> None:
     from lagpilot.decide.handoff import JobObservation, JobState
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
     m = deleting_memo(Kube(), ex)
     m.config = OperatorConfig.from_env({"LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "20"})
@@ -207,7 +212,7 @@ def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypat
     from lagpilot.decide.deletion import Remainder
     from lagpilot.decide.handoff import JobObservation, JobState
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     written: list[Any] = []
     monkeypatch.setattr(deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: written.append((g, t, rem)))
     monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [f"{g}.lagpilot-drain.2.0"])
@@ -224,10 +229,10 @@ def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypat
 def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeypatch) -> None:
     import time as _time
 
-    def boom(memo, ref, spec):
+    def boom(kube, ref, spec):
         raise RuntimeError("broker unreachable")
 
-    monkeypatch.setattr(handlers, "_kafka_conf", boom)
+    monkeypatch.setattr(delete, "kafka_conf", boom)
     recent = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
     with pytest.raises(kopf.TemporaryError):
         handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
@@ -263,13 +268,13 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     from lagpilot.act import deletion_io
     from lagpilot.decide.deletion import Remainder
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
     cleared: list[Any] = []
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
     kube, emitted = Kube(), []
     ref = handlers.GroupRef.from_body(body(SPEC))
-    got = handlers.adopt_remainder(ref, SPEC, {}, deleting_memo(kube, None), lambda *e: emitted.append(e))
+    got = _adopt(ref, SPEC, {}, deleting_memo(kube, None), lambda *e: emitted.append(e))
     assert got == 6
     (patch,) = kube.patches
     d = patch["drain"]
@@ -278,7 +283,7 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     assert cleared == ["g.lagpilot-remainder"] and emitted[0][1] == "DrainRemainderAdopted"
     # already recorded (restart before the clear): only the clear, no second drain
     kube2, cleared[:] = Kube(), []
-    assert handlers.adopt_remainder(ref, SPEC, {"drain": d}, deleting_memo(kube2, None), lambda *e: None) is None
+    assert _adopt(ref, SPEC, {"drain": d}, deleting_memo(kube2, None), lambda *e: None) is None
     assert kube2.patches == [] and cleared == ["g.lagpilot-remainder"]
 
 
@@ -289,14 +294,14 @@ def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkey
     from lagpilot.act.kubeapi import StatusConflict
     from lagpilot.decide.deletion import Remainder
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
     cleared: list[Any] = []
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
     kube = Kube()
     kube.stored = {"drain": running_drain()}  # recorded by another writer after our read of {}
     with pytest.raises(StatusConflict):
-        handlers.adopt_remainder(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
+        _adopt(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
                                  lambda *e: None)
     assert kube.patches == [] and cleared == []
 
@@ -308,7 +313,7 @@ def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_ma
     from lagpilot.decide.deletion import Remainder
     from lagpilot_runtime import handoff_mailbox as mbx
 
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     order: list[Any] = []
     ack = mbx.request(2, 100, owner="u1").with_ack(30)
     monkeypatch.setattr(deletion_io, "planned_inputs", lambda *a: {"consumers_alive": 1, "committed": {0: 120},

@@ -22,9 +22,9 @@ from lagpilot.observe.kafka_observe import (
 )
 from lagpilot.act.kubeapi import KubeError
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.reconcile import aligned_delay, backoff_s, run_cycle
-from lagpilot.reconcile_act import apply_deployment
-from lagpilot.reconcile_deps import Cache, Deps, GroupRef
+from lagpilot.reconcile.cycle import aligned_delay, backoff_s, run_cycle
+from lagpilot.reconcile.act import apply_deployment
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.decide import status as status_mod
 from lagpilot.decide.status import find_condition
 from lagpilot.act.memory import memory_name

@@ -188,7 +188,7 @@ def test_legacy_crash_after_alter_then_consumers_past_split_keeps_every_range():
 
 
 def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
-    from lagpilot.reconcile_act import clamp_initial
+    from lagpilot.reconcile.act import clamp_initial
     sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
                      "scaling": {"minReplicas": 1, "maxReplicas": 5}})
     planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "end": 10}]}

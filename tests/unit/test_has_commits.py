@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from lagpilot.reconcile import delete
 from lagpilot import handlers
 from lagpilot.act import deletion_io
 from lagpilot.observe import kafka_observe
@@ -37,6 +38,10 @@ class Observer:
         wm = TopicWatermarks((0, 1), {0: 0, 1: 0}, {0: 5, 1: 5}, self.ends)
         return SimpleNamespace(topic=lambda t: wm)
 
+
+
+def _adopt(ref: Any, spec: Any, status: Any, memo: Any, emit: Any) -> Any:
+    return delete.adopt_remainder(ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit)
 
 def handle(snap: Snap | None, observer: Observer) -> Any:
     return SimpleNamespace(offsets_snapshot=lambda: snap, observer=observer)
@@ -70,7 +75,7 @@ SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "
 @pytest.mark.parametrize("says, reads", [(False, 0), (None, 1), (True, 1)])
 def test_adoption_reads_the_remainder_group_only_when_the_snapshot_cannot_rule_it_out(
         monkeypatch: pytest.MonkeyPatch, says: bool | None, reads: int) -> None:
-    monkeypatch.setattr(handlers, "_kafka_conf", lambda memo, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setattr(kafka_observe, "has_commits", lambda h, topic, group, timeout: says)
     read: list[str] = []
     monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: read.append(g))
@@ -85,5 +90,5 @@ def test_adoption_reads_the_remainder_group_only_when_the_snapshot_cannot_rule_i
 
     memo = SimpleNamespace(config=SimpleNamespace(kafka_timeout_seconds=1.0), admin_pool=Pool(), kube=None)
     ref = handlers.GroupRef("ns", "orders", "u", 1)
-    assert handlers.adopt_remainder(ref, SPEC, {}, memo, lambda *e: None) is None
+    assert _adopt(ref, SPEC, {}, memo, lambda *e: None) is None
     assert len(read) == reads and leased == ["ns/orders"]  # the CR's own lease: no handle churn

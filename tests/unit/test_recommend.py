@@ -76,7 +76,7 @@ def test_mode_is_parsed_and_checked() -> None:
 
 def _recommend_world(monkeypatch: pytest.MonkeyPatch, members: int) -> World:
     w = World({**base_spec(), "mode": "Recommend"})
-    monkeypatch.setattr("lagpilot.reconcile.group_consumers", lambda handle, group, topic, timeout: members)
+    monkeypatch.setattr("lagpilot.reconcile.cycle.group_consumers", lambda handle, group, topic, timeout: members)
     return w
 
 
@@ -124,7 +124,7 @@ def test_a_group_lagpilot_ran_keeps_its_deployment_untouched(monkeypatch: pytest
     assert w.kube.replicas == 1
     applies = len(w.kube.applies)
     w.spec = {**base_spec(), "mode": "Recommend"}
-    monkeypatch.setattr("lagpilot.reconcile.group_consumers", lambda *a: pytest.fail("the Deployment is the source"))
+    monkeypatch.setattr("lagpilot.reconcile.cycle.group_consumers", lambda *a: pytest.fail("the Deployment is the source"))
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)  # a backlog: mode Act would scale up
     w.cycle(advance=5)
     rec = w.kube.status["recommendation"]
@@ -150,7 +150,7 @@ def test_the_capacity_sample_survives_an_operator_restart(monkeypatch: pytest.Mo
     """Mode Recommend keeps the controller's memory where mode Act does (the CR's own ConfigMap,
     act/memory.py): a restarted operator (a fresh Cache) measures the committed rate from the
     observation before the restart."""
-    from lagpilot.reconcile_deps import Cache
+    from lagpilot.reconcile.deps import Cache
 
     w = _recommend_world(monkeypatch, members=1)
     w.kafka.set([(0, 21000, 1000, None)] * 3)

@@ -74,7 +74,7 @@ from lagpilot.decide.estimate import EstimatorState, PartitionEstimate  # noqa: 
 from lagpilot.decide.scaling import ScalingHistory  # noqa: E402
 from lagpilot.decide.step import StepState  # noqa: E402
 from lagpilot.model.status import validate_status  # noqa: E402
-from lagpilot.reconcile_report import partition_statuses  # noqa: E402
+from lagpilot.reconcile.report import partition_statuses  # noqa: E402
 
 
 def _est(**kw) -> EstimatorState:

@@ -1,5 +1,5 @@
-"""When the control loop writes the CR status (reconcile_report.status_write / write_status) and the
-controller's memory (reconcile_report.save_memory): the status when a field a reader sees changed,
+"""When the control loop writes the CR status (reconcile/report.status_write / write_status) and the
+controller's memory (reconcile/report.save_memory): the status when a field a reader sees changed,
 on a CR's first cycle in a process, and as a heartbeat of the per-partition view
 (status.partitionStatuses / status.lastObservedTime) when only that moved; the memory ConfigMap on
 the first cycle, as a heartbeat, and at once when a fact a restart must not get wrong moved."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot.reconcile_deps import Cache
-from lagpilot.reconcile_report import VIEW_KEYS, status_write
+from lagpilot.reconcile.deps import Cache
+from lagpilot.reconcile.report import VIEW_KEYS, status_write
 from lagpilot.decide import status as status_mod
 from lagpilot.decide.status import merge_conditions, Condition
 
@@ -143,7 +143,7 @@ def test_a_restart_resumes_from_the_written_memory_and_writes_at_once() -> None:
 def test_the_kafka_secret_is_read_once_a_minute_while_cycles_succeed_and_at_every_failing_attempt() -> None:
     import base64
 
-    from lagpilot.reconcile_observe import SECRET_MAX_AGE_S
+    from lagpilot.reconcile.observe import SECRET_MAX_AGE_S
     from tests.unit.test_handlers_reconcile import NS, SASL
 
     def b64(s: str) -> str:

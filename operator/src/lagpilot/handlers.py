@@ -1,4 +1,4 @@
-"""kopf handlers for BatchConsumerGroup: thin — gather inputs, call reconcile.py, apply outputs.
+"""kopf handlers for BatchConsumerGroup: thin — gather inputs, call reconcile/, apply outputs.
 
 - create / update (spec) / resume: server-side apply the consumer Deployment at once, so a new or
   changed CR has its Deployment without waiting for the control loop.
@@ -40,22 +40,19 @@ from lagpilot.act.deployment import API_GROUP
 from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
 from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
 from lagpilot_runtime.redaction import redact
-from lagpilot.reconcile import run_cycle
-from lagpilot.reconcile_act import apply_deployment
-from lagpilot.reconcile_deps import Cache, Deps, GroupRef
+from lagpilot.reconcile.cycle import run_cycle
+from lagpilot.reconcile.act import apply_deployment
+from lagpilot.reconcile import delete
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.decide import deletion, duplicates
-from lagpilot.act import deletion_io
-from lagpilot.act.drain import same_drain
-from lagpilot.observe import kafka_observe
-from lagpilot.decide.handoff import DrainStatus, Phase, job_name
-from lagpilot.observe.kafka_observe import ObserveError, admin_config
-from lagpilot.spec import GroupSpec, SpecError, parse_spec
+from lagpilot.decide.handoff import DrainStatus
+from lagpilot.observe.kafka_observe import ObserveError
+from lagpilot.spec import SpecError
 from lagpilot.decide.status import TRUE, Condition, merge_conditions
 
 log = logging.getLogger(__name__)
 RESOURCE = (API_GROUP, VERSION, PLURAL)
 SLOW_CYCLE_S = 2.0  # a cycle (queueing for a thread included) slower than this logs its phases
-DELETE_GRACE_S = 600.0  # past the drain wait: how long a deletion retries an unreachable Kafka before dropping (loudly)
 
 
 def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
@@ -258,7 +255,8 @@ async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) ->
     try:
         ctx = contextvars.copy_context()
         adopted = await asyncio.get_running_loop().run_in_executor(
-            memo.cycle_pool, ctx.run, adopt_remainder, ref, dict(body.spec), dict(body.status), memo, deps.emit)
+            memo.cycle_pool, ctx.run, delete.adopt_remainder, ref, dict(body.spec), dict(body.status), memo.kube,
+            memo.admin_pool, memo.config.kafka_timeout_seconds, deps.emit)
     except (ObserveError, KafkaException, KubeError, SpecError) as err:
         log.warning("adopting a remainder postponed", extra={"group": ref.key, "error": type(err).__name__,
                                                               "reason": getattr(err, "reason", "")})
@@ -275,15 +273,10 @@ async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) ->
 
 # ------------------------------------------------------------------------------ deletion (finalizer)
 
-def _kafka_conf(memo: kopf.Memo, ref: GroupRef, spec: GroupSpec) -> dict[str, Any]:
-    secret = memo.kube.read_secret_data(ref.namespace, spec.kafka.secret_name) if spec.kafka.secret_name else None
-    return admin_config(spec.kafka, secret)
-
-
 def _executor(memo: kopf.Memo) -> Any:
     if getattr(memo, "drain", None) is None:
         from lagpilot.act.drain import DrainExecutor
-        memo.drain = DrainExecutor(memo.kube._client)
+        memo.drain = DrainExecutor(memo.kube._client, config=memo.config)
     return memo.drain
 
 
@@ -327,154 +320,27 @@ def waits_are_not_errors(record: logging.LogRecord) -> bool:
 logging.getLogger("kopf.objects").addFilter(waits_are_not_errors)
 
 
-def _terminating(memo: kopf.Memo, ref: GroupRef, status: Mapping[str, Any], cond: tuple[str, str, str]) -> bool:
-    """Write the Terminating condition; True when its reason changed (then an event is worth posting)."""
-    before = next((c for c in status.get("conditions") or [] if c.get("type") == "Terminating"), None)
-    conds = merge_conditions(status.get("conditions"), [Condition("Terminating", *cond)], ref.generation, time.time())
-    try:
-        memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds})
-    except KubeError as err:
-        log.warning("status write failed", extra={"group": ref.key, "error": str(err)})
-    return before is None or before.get("reason") != cond[1]
-
-
 @kopf.on.delete(*RESOURCE)
 def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
              group_claims: Any = None, **_: Any) -> None:
-    """Let a drain finish (bounded) or hand its remainder back before the CR goes (deletion.py)."""
+    """Let a drain finish (bounded) or hand its remainder back before the CR goes (reconcile/delete.py)."""
     ref = GroupRef.from_body(body)
-    d = DrainStatus.from_dict(status.get("drain"))
-    if _recommend_only(spec) and not deletion.holds_range(d):
+    if _recommend_only(spec) and not deletion.holds_range(DrainStatus.from_dict(status.get("drain"))):
         return  # mode Recommend: no drain of its own, nothing to hand back, no progress groups to delete
-    shared = _duplicate(body, group_claims) is not None  # the groupId's side groups are another CR's
-    if not deletion.holds_range(d):
-        if d is not None and not shared:
-            _forget_progress_groups(memo, ref, dict(spec))
-        return  # nothing held: release at once
-    assert d is not None
     now = time.time()
-    since = _timestamp(meta.get("deletionTimestamp"), now)
+    out = delete.finalize(ref, dict(spec), dict(status), since=_timestamp(meta.get("deletionTimestamp"), now),
+                          now=now, shared=_duplicate(body, group_claims) is not None,
+                          deps=_delete_deps(memo, body))
+    if out is not None:
+        raise DeletionWaiting(out.message, delay=out.delay_s)
+
+
+def _delete_deps(memo: kopf.Memo, body: kopf.Body) -> delete.DeleteDeps:
     wait_s = memo.config.delete_drain_wait_seconds
-    if wait_s is None:
-        wait_s = deletion.DEFAULT_WAIT_S
-    timeout = memo.config.kafka_timeout_seconds
-    try:
-        gspec = parse_spec(dict(spec))
-    except SpecError as err:
-        message = (f"drain {d.id} holds {d.remaining} unprocessed records but the spec is invalid ({err}); "
-                   f"they cannot be handed back: {deletion.remainder_of(d).ranges}")
-        if now - since < wait_s:
-            if _terminating(memo, ref, status, ("True", "InvalidSpec", message)):
-                kopf.event(body, type="Warning", reason="DeletionWaitingForValidSpec", message=message[:1000])
-            raise DeletionWaiting(message, delay=30) from None
-        kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
-        log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
-        return
-    ex = _executor(memo)
-    try:
-        conf = _kafka_conf(memo, ref, gspec)
-        with memo.admin_pool.lease(ref.key + "#delete", conf) as handle:
-            admin = handle.safe_admin(timeout)
-            job = ex.job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher) if d.attempt > 0 else None
-            progress = ex.progress(admin, gspec, d, owner=ref.uid) if d.sub_ranges else None
-            planned: dict[str, Any] = {"committed": None}
-            if d.phase is Phase.PLANNED:  # consumers, then offsets, then the mailbox (H1: complete the hand-off)
-                planned = deletion_io.planned_inputs(ex, memo.kube, admin, ref.namespace, ref.name, gspec, d.partitions, timeout,
-                                                     ex.handoff_key(ref.namespace, ref.name, ref.uid))
-            dec = deletion.decide(d, job=job, progress=progress, deleting_since=since, now=now, wait_s=wait_s,
-                                  owner=ref.uid, **planned)
-            message = dec.message.replace("{group}", gspec.group_id)
-            log.info("deletion step", extra={"group": ref.key, "step": dec.kind.value, "reason": dec.reason,
-                                             "detail": message})
-            if dec.kind is deletion.DeleteKind.DELETE_JOB:
-                ex.delete_job(ref.namespace, job_name(ref.name, d.id, d.attempt), gspec.drain.launcher)
-            elif dec.kind is deletion.DeleteKind.HAND_BACK:
-                assert dec.remainder is not None
-                deletion_io.write_remainder(conf, admin, gspec.group_id, gspec.topic, dec.remainder, timeout)
-            elif dec.kind is deletion.DeleteKind.STOP_CONSUMERS:
-                apply_deployment(ref, dict(spec), dict(status), _deps(memo, body), replicas=0)
-            if dec.entries:  # a Planned drain's mailbox entries sealed before the CR goes
-                ex.write_mailbox(admin, gspec, dec.entries, key=ex.handoff_key(ref.namespace, ref.name, ref.uid))
-    except Exception as err:  # noqa: BLE001 - Kafka or the API unreachable: retry; past a long grace, say what is dropped
-        memo.admin_pool.release(ref.key + "#delete")
-        if now - since < wait_s + DELETE_GRACE_S:
-            # retried every 10 s: one Warning event when the deletion starts failing, not one per retry
-            message = f"deletion step failed ({type(err).__name__}: {err}); retrying"
-            if _terminating(memo, ref, status, ("True", "DeletionStepFailed", message[:1000])):
-                kopf.event(body, type="Warning", reason="DeletionStepFailed", message=message[:1000])
-            raise DeletionWaiting(message, delay=10) from None
-        message = (f"drain {d.id}: could not hand its remainder back for {now - since:.0f}s ({type(err).__name__}: {err}); "
-                   f"{d.remaining} records are dropped: {list(deletion.remainder_of(d).ranges)[:20]}")
-        kopf.event(body, type="Warning", reason="DrainRemainderDropped", message=message[:1000])
-        log.error("drain remainder dropped", extra={"group": ref.key, "detail": message})
-        return
-    memo.admin_pool.release(ref.key + "#delete")
-    if dec.kind in (deletion.DeleteKind.HAND_BACK, deletion.DeleteKind.RELEASE) and not shared:
-        # the progress groups are not needed any more, and a CR re-created with this group starts
-        # its drain ids at 1 again: stale progress must not mark its sub-ranges done
-        _forget_progress_groups(memo, ref, dict(spec))
-    changed = _terminating(memo, ref, status, (dec.condition[0], dec.reason, message[:1000]))
-    if dec.event is not None and (changed or dec.kind is not deletion.DeleteKind.WAIT):
-        kopf.event(body, type=dec.event[0], reason=dec.event[1], message=message[:1000])
-    if dec.kind in (deletion.DeleteKind.WAIT, deletion.DeleteKind.DELETE_JOB, deletion.DeleteKind.STOP_CONSUMERS):
-        raise DeletionWaiting(message, delay=dec.delay_s)
-
-
-def _forget_progress_groups(memo: kopf.Memo, ref: GroupRef, raw_spec: Mapping[str, Any]) -> None:
-    """Best effort (never blocks a deletion): delete `<groupId>.lagpilot-drain.*`, so a CR re-created
-    with this group, whose drain ids start at 1 again, cannot read a finished drain's progress."""
-    try:
-        gspec = parse_spec(raw_spec)
-        timeout = memo.config.kafka_timeout_seconds
-        with memo.admin_pool.lease(ref.key + "#delete", _kafka_conf(memo, ref, gspec)) as handle:
-            admin = handle.safe_admin(timeout)
-            failed = deletion_io.delete_groups(admin, deletion_io.list_progress_groups(admin, gspec.group_id, timeout), timeout)
-        if failed:
-            log.warning("deleting drain progress groups failed", extra={"group": ref.key, "failed": failed[:5]})
-        memo.admin_pool.release(ref.key + "#delete")
-    except Exception as err:  # noqa: BLE001
-        log.warning("deleting drain progress groups failed", extra={"group": ref.key, "error": str(err)})
-
-
-def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], memo: kopf.Memo,
-                    emit: Callable[[str, str, str], None]) -> int | None:
-    """A deleted CR of the same group left a remainder: record it as this CR's next drain (it is then
-    launched by the executor like any handed-off drain), then clear the remainder group. Returns the
-    adopted drain's id (None: nothing adopted)."""
-    try:
-        gspec = parse_spec(dict(raw_spec))
-    except SpecError:
-        return None  # the cycle reports the invalid spec; adoption waits for a valid one
-    adopted = None
-    timeout = memo.config.kafka_timeout_seconds
-    conf = _kafka_conf(memo, ref, gspec)
-    # leased as the CR itself (its cycles use the same handle; released when its loop ends): a
-    # separate owner released here dropped the shared handle whenever no cycle held it yet
-    with memo.admin_pool.lease(ref.key, conf) as handle:
-        # almost always nothing to adopt: the shared view + offsets snapshot say so without a
-        # metadata request and an OffsetFetch (a consumer) per CR at start-up; if they cannot
-        # say, or the group has commits, it is read exactly as before
-        if kafka_observe.has_commits(handle, gspec.topic, deletion.remainder_group(gspec.group_id), timeout) is False:
-            return None
-        admin = handle.safe_admin(timeout)
-        rem = deletion_io.read_remainder(admin, gspec.group_id, gspec.topic, timeout)
-        d = DrainStatus.from_dict(status.get("drain"))
-        replicas = int(status.get("desiredReplicas") or max(1, gspec.scaling.min_replicas))
-        kind, new = deletion.adoption(rem, d, replicas, time.time())
-        if kind is deletion.AdoptKind.NONE:
-            if rem is not None:
-                log.info("remainder waits for the running drain", extra={"group": ref.key, "records": rem.records})
-            return None
-        if kind is deletion.AdoptKind.ADOPT:
-            assert new is not None
-            # guarded: recorded only over the drain this decision read (a concurrent writer's wins)
-            memo.kube.patch_status_guarded(ref.namespace, ref.name, {"drain": new.to_dict()},
-                                           same_drain(d))
-            emit("Normal", "DrainRemainderAdopted", new.message[:1000])
-            log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
-            adopted = new.id
-        failed = deletion_io.delete_groups(admin, [deletion.remainder_group(gspec.group_id)], timeout)
-        if failed:
-            log.warning("clearing the remainder group failed (retried at the next start)",
-                        extra={"group": ref.key, "failed": failed})
-    return adopted
+    return delete.DeleteDeps(
+        kube=memo.kube, admin_pool=memo.admin_pool, executor=_executor(memo),
+        emit=lambda type_, reason, message: kopf.event(body, type=type_, reason=reason, message=redact(message)),
+        kafka_timeout_s=memo.config.kafka_timeout_seconds,
+        wait_s=deletion.DEFAULT_WAIT_S if wait_s is None else wait_s,
+        stop_consumers=lambda: apply_deployment(GroupRef.from_body(body), dict(body.get("spec") or {}),
+                                                dict(body.get("status") or {}), _deps(memo, body), replicas=0))

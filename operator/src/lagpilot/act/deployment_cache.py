@@ -9,7 +9,7 @@ from memory instead of one GET per CR per cycle (docs/operator.md "Scale").
   list/watch permission, a broken stream) costs a GET per cycle again, never a stale answer.
 - Never goes back: an entry older (resourceVersion) than the one held is ignored, whichever comes
   first (the apply's answer or the watch's event).
-- `CachingKube`: the Kube of reconcile_deps.py with `get_deployment` answered from the cache (a miss is a
+- `CachingKube`: the Kube of reconcile/deps.py with `get_deployment` answered from the cache (a miss is a
   GET, whose answer is `put`) and `apply_deployment` putting the apply's answer; anything else is
   the wrapped KubeApi's.
 
@@ -105,7 +105,7 @@ class DeploymentCache:
 
 
 class CachingKube:
-    """reconcile_deps.Kube over a KubeApi: the Deployment from the cache first (see the module doc)."""
+    """reconcile/deps.Kube over a KubeApi: the Deployment from the cache first (see the module doc)."""
 
     def __init__(self, kube: Any, cache: DeploymentCache) -> None:
         self._kube = kube

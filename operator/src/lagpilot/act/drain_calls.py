@@ -21,7 +21,7 @@ from .drain_manifests import (JOB_LABEL, RUNTIME_PATH_LABEL, SPARK_APP_GROUP, SP
 if TYPE_CHECKING:
     from .drain import DrainContext
 
-log = logging.getLogger("lagpilot.act.drain")
+log = logging.getLogger(__name__)
 
 
 class DrainCalls:

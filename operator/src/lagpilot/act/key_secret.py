@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger("lagpilot.act.key_secret")
+log = logging.getLogger(__name__)
 
 KEY_FIELD = "key"  # the Secret's data field (hex)
 

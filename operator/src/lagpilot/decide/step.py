@@ -5,7 +5,7 @@
 covers, in this order: the estimate update (``estimate.update``), the projection and the replica
 decision with its stabilization (``scaling.decide``), the drain planning (``drain_policy.drain_need``,
 called by ``decide``) and the hand-off's replica hold (``handoff.replicas_override``: the rule is the
-hand-off's own, never re-stated here). ``reconcile._cycle`` (its phases ``reconcile_observe.observe``
+hand-off's own, never re-stated here). ``reconcile._cycle`` (its phases ``reconcile/observe.observe``
 and ``reconcile._decide``) converts Kafka/Kubernetes reads into a :class:`StepObservation` and
 applies the :class:`StepDecision`; ``simulate`` builds the same
 observation from its simulated topic and applies the same decision to its simulated world. Neither

@@ -32,7 +32,7 @@ from typing import Any
 
 from lagpilot.observe.kafka_common import NoPartitions, _count
 
-log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
+log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

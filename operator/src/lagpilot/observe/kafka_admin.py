@@ -46,7 +46,7 @@ from lagpilot.observe.kafka_config import (
 )
 from lagpilot.observe.offsets_snapshot import OffsetsSnapshot, _snapshot_consumer_factory
 
-log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
+log = logging.getLogger(__name__)
 
 
 class _GroupReader:

@@ -24,7 +24,7 @@ from typing import Any
 
 from lagpilot.observe.kafka_common import _AUTHZ, _count, _error_name, close_quietly, consumer_base
 
-log = logging.getLogger("lagpilot.observe.kafka_observe")  # the logger of kafka_observe.py (__name__)
+log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

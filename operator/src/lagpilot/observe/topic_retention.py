@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-log = logging.getLogger("lagpilot.retention")
+log = logging.getLogger(__name__)
 
 TTL_S = 300.0
 _cache: dict[tuple[str, str], tuple[float, float | None]] = {}

@@ -8,9 +8,9 @@ from typing import Any
 
 from lagpilot.decide import status as status_mod
 from lagpilot.decide.scaling import Decision
-from lagpilot.reconcile_act import apply_deployment
-from lagpilot.reconcile_deps import Deps, GroupRef
-from lagpilot.reconcile_observe import Observed
+from lagpilot.reconcile.act import apply_deployment
+from lagpilot.reconcile.deps import Deps, GroupRef
+from lagpilot.reconcile.observe import Observed
 from lagpilot.spec import GroupSpec
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from lagpilot.act.kubeapi import KubeError
 from lagpilot.decide import lag as lag_mod
 from lagpilot.observe.kafka_observe import Observation, SecretError, admin_config, observe_max_age_s
-from lagpilot.reconcile_deps import Cache, Deps, GroupRef
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import redaction
 

@@ -6,14 +6,14 @@
 
 Nothing here holds policy arithmetic: lag.py, estimate.py, projection.py, scaling.py and
 drain_policy.py decide, through the one decision step (decide/step.py); this module runs the
-phases in order, each in its own module of the shell: the inputs (reconcile_deps: GroupRef, Deps,
-Cache), observe (reconcile_observe), act on the Deployment (reconcile_act), the drain hand-off's
-part (reconcile_drain) and report (reconcile_report: the status, when it is written, metrics).
+phases in order, each in its own module of the shell: the inputs (reconcile/deps: GroupRef, Deps,
+Cache), observe (reconcile/observe), act on the Deployment (reconcile/act), the drain hand-off's
+part (reconcile/drain) and report (reconcile/report: the status, when it is written, metrics).
 
 What must survive an operator restart: the drain hand-off in `status.drain` (and Kafka), the
 controller's memory (the estimator state and the scaling history) in the ConfigMap
 `<cr>-lagpilot-state` the CR owns; when each is written, and what the per-CR `Cache` keeps between
-cycles: reconcile_report.py.
+cycles: reconcile/report.py.
 
 Failures never escape as exceptions: a missing topic, a missing or malformed Secret, an unreachable
 broker, rejected credentials, or an invalid spec set `Degraded=True` with a CamelCase reason and a
@@ -38,11 +38,11 @@ from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
 from lagpilot.observe.kafka_observe import ObserveError, cycle_phase_s
-from lagpilot.reconcile_act import dep_replicas, emit_estimate_events, ensure_deployment, pause, scale
-from lagpilot.reconcile_deps import Cache, Deps, GroupRef
-from lagpilot.reconcile_drain import drains_of, last_drain_end, retention_s, run_drain
-from lagpilot.reconcile_observe import Observed, group_consumers, observe
-from lagpilot.reconcile_report import (current_status, cycle_status, load_memory, paused_status, report_metrics,
+from lagpilot.reconcile.act import dep_replicas, emit_estimate_events, ensure_deployment, pause, scale
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
+from lagpilot.reconcile.drain import drains_of, last_drain_end, retention_s, run_drain
+from lagpilot.reconcile.observe import Observed, group_consumers, observe
+from lagpilot.reconcile.report import (current_status, cycle_status, load_memory, paused_status, report_metrics,
                                        save_memory, write_status)
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
 

@@ -28,8 +28,8 @@ from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import (FALSE, TRUE, Condition, format_time, merge_conditions, parse_time,
                                     status_patch)
-from lagpilot.reconcile_deps import Cache, Deps, GroupRef
-from lagpilot.reconcile_drain import drain_progress
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
+from lagpilot.reconcile.drain import drain_progress
 from lagpilot.spec import GroupSpec
 
 VIEW_KEYS = ("lastObservedTime", "partitionStatuses")

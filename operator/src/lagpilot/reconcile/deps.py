@@ -65,7 +65,7 @@ class Deps:
     peek: Callable[..., dict[int, float]] | None = peek_oldest
     version: str = __version__
     drain: Any = None  # lagpilot.act.drain.DrainExecutor (drain issue); None: no drain hand-offs
-    # a status whose only change is the per-partition view (reconcile_report.VIEW_KEYS), and the
+    # a status whose only change is the per-partition view (reconcile/report.VIEW_KEYS), and the
     # memory ConfigMap while only its rates and windows move, are written at most this often
     status_heartbeat_seconds: float = 60.0
     observe_max_age_seconds: float = 5.0  # the oldest shared Kafka view a cycle takes (at most half its poll)

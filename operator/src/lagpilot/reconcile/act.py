@@ -12,10 +12,10 @@ from lagpilot.act.deployment import build_deployment, deployment_name
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import rfc3339
-from lagpilot.reconcile_deps import Deps, GroupRef
+from lagpilot.reconcile.deps import Deps, GroupRef
 from lagpilot.spec import GroupSpec, parse_spec
 
-log = logging.getLogger("lagpilot.reconcile")
+log = logging.getLogger(__name__)
 
 
 def clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
