@@ -69,6 +69,24 @@ class ClusterView:
 CallFn = Callable[[float, Callable[[Any], Any]], Any]
 
 
+def _watermarks(ids: Mapping[str, tuple[int, ...]], earliest: Mapping[tuple[str, int], Any],
+                latest: Mapping[tuple[str, int], Any], offsets_ends: Mapping[int, int],
+                described: dict[str, tuple[tuple[int, ...], float]]) -> dict[str, TopicWatermarks | BaseException]:
+    """Each topic's watermarks, or the first error among its partitions' offsets (the topic is then
+    described again next time: deleted or re-created?)."""
+    out: dict[str, TopicWatermarks | BaseException] = {}
+    for t, parts in ids.items():
+        err = next((v for m in (earliest, latest) for p in parts
+                    if isinstance(v := m.get((t, p)), BaseException) or v is None), None)
+        if err is not None:
+            described.pop(t, None)
+            out[t] = err if isinstance(err, BaseException) else TimeoutError("no offsets")
+            continue
+        out[t] = TopicWatermarks(tuple(parts), {p: int(earliest[(t, p)]) for p in parts},
+                                 {p: int(latest[(t, p)]) for p in parts}, offsets_ends)
+    return out
+
+
 class ClusterObserver:
     """The per-cluster observation (module docstring). `call(timeout_s, fn)` runs `fn(admin)` under
     the admin handle's lock; `offsets_partitions()` is the `__consumer_offsets` partition count
@@ -172,9 +190,9 @@ class ClusterObserver:
 
     def _fetch(self, topics: list[str], groups: frozenset[str], started: float
                ) -> tuple[dict[str, TopicWatermarks | BaseException], float]:
-        from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
+        """One view: describe the topics not described lately, list their log starts (with the
+        `__consumer_offsets` ends), then their ends, and build each topic's watermarks. A topic's
+        own error is its result; a request's error is every remaining topic's."""
         deadline = started + self.fetch_timeout_s
 
         def left() -> float:
@@ -182,72 +200,85 @@ class ClusterObserver:
 
         results: dict[str, TopicWatermarks | BaseException] = {}
         try:
-            stale = [t for t in topics if t not in self._described
-                     or started - self._described[t][1] >= self.describe_every_s]
-            if stale:
-                desc_f = self._call(left(), lambda admin: admin.describe_topics(
-                    TopicCollection(stale), request_timeout=left()))
-                _count("describe_topics")
-                for t in stale:
-                    try:
-                        desc = desc_f[t].result(timeout=left())
-                        self._described[t] = (tuple(sorted(p.id for p in desc.partitions)), started)
-                    except BaseException as err:  # noqa: BLE001 - this topic's own error
-                        self._described.pop(t, None)
-                        results[t] = err
-            ids = {t: self._described[t][0] for t in topics if t not in results and t in self._described}
-            for t in [t for t, parts in ids.items() if not parts]:
-                results[t] = NoPartitions()
-                del ids[t]
-            tps = [TopicPartition(t, i) for t in sorted(ids) for i in ids[t]]
-            n_off = self._offsets_partitions()
-            off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(n_off or 0)]
-            earliest: dict[tuple[str, int], Any] = {}
-            latest: dict[tuple[str, int], Any] = {}
-            offsets_ends: dict[int, int] = {}
-            if tps:
-                kw = {"request_timeout": left(), "isolation_level": IsolationLevel.READ_COMMITTED}
-                # request A: the topics' log starts AND the __consumer_offsets ends, awaited before
-                # request B asks for the topics' ends (so B follows every commit A's ends cover)
-                first_f = self._call(left(), lambda admin: admin.list_offsets(
-                    {**{tp: OffsetSpec.latest() for tp in off_tps}, **{tp: OffsetSpec.earliest() for tp in tps}}, **kw))
-                _count("list_offsets")
-                for tp, f in first_f.items():
-                    try:
-                        off = f.result(timeout=left()).offset
-                    except BaseException as err:  # noqa: BLE001 - fails that partition's topic
-                        off = err
-                    if tp.topic == OFFSETS_TOPIC:
-                        if not isinstance(off, BaseException):  # else: those groups fall back
-                            offsets_ends[tp.partition] = int(off)
-                    else:
-                        earliest[(tp.topic, tp.partition)] = off
-                if offsets_ends:
-                    try:
-                        self._on_ends(dict(offsets_ends), groups)  # the snapshot catches up meanwhile
-                    except Exception:  # noqa: BLE001 - the readers wait (bounded) or fall back
-                        log.exception("offsets snapshot hand-over failed")
-                latest_f = self._call(left(), lambda admin: admin.list_offsets(
-                    {tp: OffsetSpec.latest() for tp in tps}, **kw))
-                _count("list_offsets")
-                for tp, f in latest_f.items():
-                    try:
-                        latest[(tp.topic, tp.partition)] = f.result(timeout=left()).offset
-                    except BaseException as err:  # noqa: BLE001 - fails that partition's topic
-                        latest[(tp.topic, tp.partition)] = err
+            self._describe_stale(topics, started, left, results)
+            ids = self._partition_ids(topics, results)
+            earliest, latest, offsets_ends = self._list_offsets(ids, groups, left)
             read_at = self._clock()
-            for t, parts in ids.items():
-                err = next((v for m in (earliest, latest) for p in parts
-                            if isinstance(v := m.get((t, p)), BaseException) or v is None), None)
-                if err is not None:
-                    self._described.pop(t, None)  # deleted or recreated? describe it again next time
-                    results[t] = err if isinstance(err, BaseException) else TimeoutError("no offsets")
-                    continue
-                results[t] = TopicWatermarks(
-                    tuple(parts), {p: int(earliest[(t, p)]) for p in parts}, {p: int(latest[(t, p)]) for p in parts},
-                    offsets_ends)
+            results.update(_watermarks(ids, earliest, latest, offsets_ends, self._described))
             return results, read_at
         except BaseException as err:  # noqa: BLE001 - every topic of this view gets the request's error
             for t in topics:
                 results.setdefault(t, err)
             return results, self._clock()
+
+    def _describe_stale(self, topics: list[str], started: float, left: Callable[[], float],
+                        results: dict[str, TopicWatermarks | BaseException]) -> None:
+        """Describe the topics whose partitions were not read within `describe_every_s`."""
+        from confluent_kafka import TopicCollection
+
+        stale = [t for t in topics if t not in self._described
+                 or started - self._described[t][1] >= self.describe_every_s]
+        if not stale:
+            return
+        desc_f = self._call(left(), lambda admin: admin.describe_topics(TopicCollection(stale), request_timeout=left()))
+        _count("describe_topics")
+        for t in stale:
+            try:
+                desc = desc_f[t].result(timeout=left())
+                self._described[t] = (tuple(sorted(p.id for p in desc.partitions)), started)
+            except BaseException as err:  # noqa: BLE001 - this topic's own error
+                self._described.pop(t, None)
+                results[t] = err
+
+    def _partition_ids(self, topics: list[str], results: dict[str, TopicWatermarks | BaseException]
+                       ) -> dict[str, tuple[int, ...]]:
+        """The described partitions of each topic still without a result (none: NoPartitions)."""
+        ids = {t: self._described[t][0] for t in topics if t not in results and t in self._described}
+        for t in [t for t, parts in ids.items() if not parts]:
+            results[t] = NoPartitions()
+            del ids[t]
+        return ids
+
+    def _list_offsets(self, ids: Mapping[str, tuple[int, ...]], groups: frozenset[str], left: Callable[[], float]
+                      ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], Any], dict[int, int]]:
+        """(log starts, log ends, `__consumer_offsets` ends); a partition's error is its value.
+
+        Request A reads the topics' log starts AND the `__consumer_offsets` ends, awaited before
+        request B asks for the topics' ends (so B follows every commit A's ends cover)."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        tps = [TopicPartition(t, i) for t in sorted(ids) for i in ids[t]]
+        earliest: dict[tuple[str, int], Any] = {}
+        latest: dict[tuple[str, int], Any] = {}
+        offsets_ends: dict[int, int] = {}
+        if not tps:
+            return earliest, latest, offsets_ends
+        off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(self._offsets_partitions() or 0)]
+        kw = {"request_timeout": left(), "isolation_level": IsolationLevel.READ_COMMITTED}
+        first_f = self._call(left(), lambda admin: admin.list_offsets(
+            {**{tp: OffsetSpec.latest() for tp in off_tps}, **{tp: OffsetSpec.earliest() for tp in tps}}, **kw))
+        _count("list_offsets")
+        for tp, f in first_f.items():
+            try:
+                off = f.result(timeout=left()).offset
+            except BaseException as err:  # noqa: BLE001 - fails that partition's topic
+                off = err
+            if tp.topic == OFFSETS_TOPIC:
+                if not isinstance(off, BaseException):  # else: those groups fall back
+                    offsets_ends[tp.partition] = int(off)
+            else:
+                earliest[(tp.topic, tp.partition)] = off
+        if offsets_ends:
+            try:
+                self._on_ends(dict(offsets_ends), groups)  # the snapshot catches up meanwhile
+            except Exception:  # noqa: BLE001 - the readers wait (bounded) or fall back
+                log.exception("offsets snapshot hand-over failed")
+        latest_f = self._call(left(), lambda admin: admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw))
+        _count("list_offsets")
+        for tp, f in latest_f.items():
+            try:
+                latest[(tp.topic, tp.partition)] = f.result(timeout=left()).offset
+            except BaseException as err:  # noqa: BLE001 - fails that partition's topic
+                latest[(tp.topic, tp.partition)] = err
+        return earliest, latest, offsets_ends
