@@ -57,55 +57,88 @@ def parse_offset_commit(key: bytes | None, value: bytes | None
     4+ flexible (compact metadata string, tagged fields after it). Runs for every record of the
     snapshot's first load (hundreds of thousands on a busy cluster): struct, not slices."""
     try:
-        if not key or len(key) < 2 or _H.unpack_from(key, 0)[0] not in (0, 1):
+        k = _offset_commit_key(key)
+        if k is None:
             return None
-        n = _H.unpack_from(key, 2)[0]
-        if n < 0 or len(key) < 4 + n:
-            return None
-        group = key[4:4 + n].decode()
-        pos = 4 + n
-        n = _H.unpack_from(key, pos)[0]
-        if n < 0 or len(key) < pos + 2 + n + 4:
-            return None
-        topic = key[pos + 2:pos + 2 + n].decode()
-        partition = _I.unpack_from(key, pos + 2 + n)[0]
         if value is None:
-            return group, topic, partition, None
-        if len(value) < 10:
-            return None
-        ver = _H.unpack_from(value, 0)[0]
-        if ver < 0:
-            return None
-        offset = _Q.unpack_from(value, 2)[0]
-        pos = 14 if ver >= 3 else 10  # + leader epoch from version 3
-        metadata: str | None
-        if ver >= 4:  # compact string: unsigned varint length + 1
-            n, shift = 0, 0
-            while True:
-                b = value[pos]
-                pos += 1
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
-            if n > 0 and len(value) < pos + n - 1:
-                return None
-            metadata = None if n == 0 else value[pos:pos + n - 1].decode()
-        else:
-            n = _H.unpack_from(value, pos)[0]
-            if n >= 0 and len(value) < pos + 2 + n:
-                return None
-            metadata = None if n < 0 else value[pos + 2:pos + 2 + n].decode()
-        if metadata is not None and "\x00" in metadata:
-            # confluent-kafka's Python client stores the C string's terminating NUL with the metadata,
-            # and reads it back as a C string: cut at the first NUL like it does
-            metadata = metadata.split("\x00", 1)[0]
-        return group, topic, partition, (offset, metadata)
+            return (*k, None)
+        commit = _offset_commit_value(value)
+        return None if commit is None else (*k, commit)
     except (IndexError, UnicodeDecodeError, struct.error):
         return None
 
 
+def _offset_commit_key(key: bytes | None) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an OffsetCommitKey (versions 0/1); None for other keys."""
+    if not key or len(key) < 2 or _H.unpack_from(key, 0)[0] not in (0, 1):
+        return None
+    n = _H.unpack_from(key, 2)[0]
+    if n < 0 or len(key) < 4 + n:
+        return None
+    group = key[4:4 + n].decode()
+    pos = 4 + n
+    n = _H.unpack_from(key, pos)[0]
+    if n < 0 or len(key) < pos + 2 + n + 4:
+        return None
+    return group, key[pos + 2:pos + 2 + n].decode(), _I.unpack_from(key, pos + 2 + n)[0]
+
+
+def _offset_commit_value(value: bytes) -> tuple[int, str | None] | None:
+    """(offset, metadata) of an OffsetCommitValue; None for bytes this parser does not understand."""
+    if len(value) < 10:
+        return None
+    ver = _H.unpack_from(value, 0)[0]
+    if ver < 0:
+        return None
+    offset = _Q.unpack_from(value, 2)[0]
+    pos = 14 if ver >= 3 else 10  # + leader epoch from version 3
+    ok, metadata = _compact_string(value, pos) if ver >= 4 else _string(value, pos)
+    if not ok:
+        return None
+    if metadata is not None and "\x00" in metadata:
+        # confluent-kafka's Python client stores the C string's terminating NUL with the metadata,
+        # and reads it back as a C string: cut at the first NUL like it does
+        metadata = metadata.split("\x00", 1)[0]
+    return offset, metadata
+
+
+def _compact_string(value: bytes, pos: int) -> tuple[bool, str | None]:
+    """A compact nullable string at `pos` (unsigned varint length + 1); (False, None): truncated."""
+    n, shift = 0, 0
+    while True:
+        b = value[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    if n > 0 and len(value) < pos + n - 1:
+        return False, None
+    return True, (None if n == 0 else value[pos:pos + n - 1].decode())
+
+
+def _string(value: bytes, pos: int) -> tuple[bool, str | None]:
+    """A nullable string at `pos` (int16 length, -1 for null); (False, None): truncated."""
+    n = _H.unpack_from(value, pos)[0]
+    if n >= 0 and len(value) < pos + 2 + n:
+        return False, None
+    return True, (None if n < 0 else value[pos + 2:pos + 2 + n].decode())
+
+
 Commit = tuple[int, str | None]  # (offset, metadata)
+
+
+def _pause_resume(consumer: Any, every: set[int], want: set[int], active: set[int]) -> set[int]:
+    """Fetch only the partitions wanted: pause the others, resume these; the new active set."""
+    from confluent_kafka import TopicPartition
+
+    if want != active:
+        if every - want:
+            consumer.pause([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(every - want)])
+        if want:
+            consumer.resume([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(want)])
+        return want
+    return active
 
 
 class OffsetsSnapshot:
@@ -167,74 +200,24 @@ class OffsetsSnapshot:
                 self._cond.notify_all()
 
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        """Load every `__consumer_offsets` partition, then fetch only while a reader waits for one
+        (a caught-up snapshot is paused); on any error the cycles fall back to OffsetFetch."""
         consumer = None
         try:
             consumer = self._factory()
-            md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
-            t = md.topics.get(OFFSETS_TOPIC)
-            if t is None or t.error is not None or not t.partitions:
-                raise RuntimeError(f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})")
-            tps = [TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in sorted(t.partitions)]
-            consumer.assign(tps)
-            with self._cond:
-                self.partitions = len(tps)
-            every = {tp.partition for tp in tps}
+            every = self._assign(consumer)
             eof_seen: set[int] = set()
             active = set(every)
             while not self._stop.is_set():
-                # fetch only while a reader waits for a partition (or during the first load): a
-                # caught-up snapshot is paused
-                with self._cond:
-                    behind = {p for p, e in self._wanted.items() if self._pos.get(p, -1) < e}
-                    for p in [p for p in self._wanted if p not in behind]:
-                        del self._wanted[p]
+                behind = self._behind()
                 if not self.loaded and eof_seen == every:
                     self.loaded = True
                     log.info("offsets snapshot loaded", extra={"partitions": len(every), "records": self.records})
-                want = set(every) if eof_seen != every else behind
-                if want != active:
-                    if every - want:
-                        consumer.pause([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(every - want)])
-                    if want:
-                        consumer.resume([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(want)])
-                    active = want
+                active = _pause_resume(consumer, every, set(every) if eof_seen != every else behind, active)
                 if not active:
-                    with self._cond:  # nothing to read: sleep until a reader wants something
-                        if not any(self._pos.get(p, -1) < e for p, e in self._wanted.items()):
-                            self._cond.wait(1.0)
-                    consumer.poll(0)  # serve queued log lines and statistics
+                    self._idle(consumer)
                     continue
-                msgs = consumer.consume(num_messages=5000, timeout=self._poll_s)
-                updates = []
-                eofs: dict[int, int] = {}
-                for m in msgs:
-                    if m.error() is not None:
-                        if _error_name(m.error()) == "_PARTITION_EOF":
-                            eofs[m.partition()] = m.offset()  # the end, past any control records
-                            continue
-                        if _error_name(m.error()) in _AUTHZ:
-                            raise RuntimeError(f"{OFFSETS_TOPIC}: {_error_name(m.error())}")
-                        continue
-                    rec = parse_offset_commit(m.key(), m.value())
-                    if rec is not None:
-                        updates.append((m.offset(), rec))
-                pos = consumer.position([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(active)])
-                with self._cond:
-                    self.records += len(msgs)
-                    self._apply(updates)
-                    moved = bool(updates)
-                    for tp in pos:
-                        if tp.offset is not None and tp.offset > self._pos.get(tp.partition, -1):
-                            self._pos[tp.partition] = tp.offset
-                            moved = True
-                    for part, off in eofs.items():
-                        eof_seen.add(part)
-                        if off is not None and off > self._pos.get(part, -1):
-                            self._pos[part] = off
-                            moved = True
-                    if moved:
-                        self._cond.notify_all()
+                self._read(consumer, active, eof_seen)
         except Exception as err:  # noqa: BLE001 - the cycles fall back to per-group OffsetFetch
             with self._cond:
                 self.failed = str(err)[:200]
@@ -243,6 +226,69 @@ class OffsetsSnapshot:
             log.warning("offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed})
         finally:
             close_quietly(consumer)
+
+    def _assign(self, consumer: Any) -> set[int]:
+        """Assign every partition of `__consumer_offsets` from its beginning; their numbers."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
+        t = md.topics.get(OFFSETS_TOPIC)
+        if t is None or t.error is not None or not t.partitions:
+            raise RuntimeError(f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})")
+        tps = [TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in sorted(t.partitions)]
+        consumer.assign(tps)
+        with self._cond:
+            self.partitions = len(tps)
+        return {tp.partition for tp in tps}
+
+    def _behind(self) -> set[int]:
+        """The partitions a reader waits for and the snapshot has not reached (the others forgotten)."""
+        with self._cond:
+            behind = {p for p, e in self._wanted.items() if self._pos.get(p, -1) < e}
+            for p in [p for p in self._wanted if p not in behind]:
+                del self._wanted[p]
+        return behind
+
+    def _idle(self, consumer: Any) -> None:
+        with self._cond:  # nothing to read: sleep until a reader wants something
+            if not any(self._pos.get(p, -1) < e for p, e in self._wanted.items()):
+                self._cond.wait(1.0)
+        consumer.poll(0)  # serve queued log lines and statistics
+
+    def _read(self, consumer: Any, active: set[int], eof_seen: set[int]) -> None:
+        """One batch: its commit records applied, the positions (and the ends seen) moved."""
+        from confluent_kafka import TopicPartition
+
+        msgs = consumer.consume(num_messages=5000, timeout=self._poll_s)
+        updates = []
+        eofs: dict[int, int] = {}
+        for m in msgs:
+            if m.error() is not None:
+                if _error_name(m.error()) == "_PARTITION_EOF":
+                    eofs[m.partition()] = m.offset()  # the end, past any control records
+                    continue
+                if _error_name(m.error()) in _AUTHZ:
+                    raise RuntimeError(f"{OFFSETS_TOPIC}: {_error_name(m.error())}")
+                continue
+            rec = parse_offset_commit(m.key(), m.value())
+            if rec is not None:
+                updates.append((m.offset(), rec))
+        pos = consumer.position([TopicPartition(OFFSETS_TOPIC, p) for p in sorted(active)])
+        with self._cond:
+            self.records += len(msgs)
+            self._apply(updates)
+            moved = bool(updates)
+            for tp in pos:
+                if tp.offset is not None and tp.offset > self._pos.get(tp.partition, -1):
+                    self._pos[tp.partition] = tp.offset
+                    moved = True
+            for part, off in eofs.items():
+                eof_seen.add(part)
+                if off is not None and off > self._pos.get(part, -1):
+                    self._pos[part] = off
+                    moved = True
+            if moved:
+                self._cond.notify_all()
 
     def _apply(self, updates: list[tuple[int, tuple[str, str, int, Commit | None]]]) -> None:
         """Record commit records (call with the lock held): the last HISTORY per partition."""
