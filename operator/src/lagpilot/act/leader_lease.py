@@ -55,39 +55,13 @@ class LeaseElector:
         """(held after this attempt, the holder seen). Raises on an API error other than a lost race."""
         lease = self._read(ns)
         now = self.clock()
-        record = None
-        if lease is not None:
-            spec = lease.get("spec") or {}
-            rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
-            if self._seen.get(ns, ("", 0.0))[0] != rv:
-                self._seen[ns] = (rv, now)
-            record = LeaseRecord(str(spec.get("holderIdentity") or ""),
-                                 float(spec.get("leaseDurationSeconds") or self.timing.duration_s),
-                                 int(spec.get("leaseTransitions") or 0))
+        record = self._record(ns, lease, now)
         step, _left = next_step(record, self.identity, self._seen.get(ns, ("", now))[1], now)
         if step is Step.WAIT:
             assert record is not None
             return False, record.holder
-        stamp = _micro_time(self.wall())
-        spec = {"holderIdentity": self.identity, "leaseDurationSeconds": int(round(self.timing.duration_s)),
-                "renewTime": stamp}
         try:
-            if step is Step.CREATE:
-                spec.update(acquireTime=stamp, leaseTransitions=0)
-                self.api.create_namespaced_lease(ns, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                      "metadata": {"name": self.name, "namespace": ns}, "spec": spec})
-            else:
-                assert lease is not None and record is not None
-                old = lease.get("spec") or {}
-                if step is Step.TAKE:
-                    spec.update(acquireTime=stamp, leaseTransitions=record.transitions + 1)
-                else:
-                    spec.update(acquireTime=old.get("acquireTime") or stamp, leaseTransitions=record.transitions)
-                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                        "metadata": {"name": self.name, "namespace": ns,
-                                     "resourceVersion": lease["metadata"]["resourceVersion"]},
-                        "spec": spec}
-                self.api.replace_namespaced_lease(self.name, ns, body)
+            self._write(ns, step, lease, record)
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) in (409, 422):  # another instance wrote first: re-read next time
                 return False, record.holder if record is not None else ""
@@ -97,6 +71,41 @@ class LeaseElector:
                                                        "from": record.holder if record else ""})
         self.renewed[ns] = now
         return True, self.identity
+
+    def _record(self, ns: str, lease: dict[str, Any] | None, now: float) -> LeaseRecord | None:
+        """The Lease as read (None: absent); notes when its resourceVersion last changed (the
+        holder's renewals are judged on this instance's clock, as client-go does)."""
+        if lease is None:
+            return None
+        spec = lease.get("spec") or {}
+        rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
+        if self._seen.get(ns, ("", 0.0))[0] != rv:
+            self._seen[ns] = (rv, now)
+        return LeaseRecord(str(spec.get("holderIdentity") or ""),
+                           float(spec.get("leaseDurationSeconds") or self.timing.duration_s),
+                           int(spec.get("leaseTransitions") or 0))
+
+    def _write(self, ns: str, step: Step, lease: dict[str, Any] | None, record: LeaseRecord | None) -> None:
+        """Create, take over or renew the Lease (a replace guarded by the resourceVersion read)."""
+        stamp = _micro_time(self.wall())
+        spec: dict[str, Any] = {"holderIdentity": self.identity,
+                                "leaseDurationSeconds": int(round(self.timing.duration_s)), "renewTime": stamp}
+        if step is Step.CREATE:
+            spec.update(acquireTime=stamp, leaseTransitions=0)
+            self.api.create_namespaced_lease(ns, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                                  "metadata": {"name": self.name, "namespace": ns}, "spec": spec})
+            return
+        assert lease is not None and record is not None
+        old = lease.get("spec") or {}
+        if step is Step.TAKE:
+            spec.update(acquireTime=stamp, leaseTransitions=record.transitions + 1)
+        else:
+            spec.update(acquireTime=old.get("acquireTime") or stamp, leaseTransitions=record.transitions)
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": ns,
+                             "resourceVersion": lease["metadata"]["resourceVersion"]},
+                "spec": spec}
+        self.api.replace_namespaced_lease(self.name, ns, body)
 
     # -- the loops -----------------------------------------------------------------------------------
     def acquire(self, stop: threading.Event, on_wait: Callable[[str, str], None] | None = None) -> bool:
