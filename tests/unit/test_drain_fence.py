@@ -216,3 +216,28 @@ def test_a_resumed_attempt_is_fenced_by_the_adopted_remainder(groups: dict[str, 
     assert sorted(SINK.rows) == list(range(START, END))
     zombie.resume()
     _check(zombie)
+
+
+def test_a_fenced_call_is_not_retried_isolated_or_dead_lettered() -> None:
+    from lagpilot_runtime.failure import RetryPolicy, run_batch
+    from lagpilot_runtime.handler import Fenced
+
+    calls: list[int] = []
+
+    def call(piece: list[Record]) -> None:
+        calls.append(len(piece))
+        raise Fenced("claimed by a later attempt")
+
+    with pytest.raises(Fenced):
+        run_batch(records(0, 8), call, RetryPolicy(max_retries=3, backoff_ms=1), sleep=lambda s: None)
+    assert calls == [8]
+
+
+def test_the_postgres_sink_fences_each_written_range() -> None:
+    from lagpilot_runtime.sinks import postgres as pg
+
+    assert "epoch bigint NOT NULL DEFAULT 0" in pg.progress_ddl("t")
+    recs = [Record("orders", 1, 5, None, b""), Record("orders", 2, 9, None, b""), Record("orders", 1, 6, None, b"")]
+    assert pg.fence_rows("drain:g:1:10", 3, recs) == [("drain:g:1:10", "orders", 1, 3), ("drain:g:1:10", "orders", 2, 3)]
+    assert pg.fence_rows("group:g", None, recs) == []  # the consumer claims nothing
+    assert callable(pg.process.claim)  # type: ignore[attr-defined]
