@@ -70,8 +70,10 @@ class WarmDrain:
 
 @contextlib.contextmanager
 def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], new_topic: Callable[..., str],
-               tmp_path: Path, prefix: str, per_partition: int) -> Iterator[WarmDrain]:
-    """The runtime started and warm (`/healthz` answers) on entry, SIGKILLed (its process group) on exit."""
+               tmp_path: Path, prefix: str, per_partition: int,
+               sink: Callable[[str], dict[str, str]] | None = None) -> Iterator[WarmDrain]:
+    """The runtime started and warm (`/healthz` answers) on entry, SIGKILLed (its process group) on exit.
+    ``sink(table)``: the sink's env instead of the delivery ledger's (e.g. an exactly-once handler)."""
     topic = new_topic(partitions=PARTS, prefix=prefix)
     produce(kafka_bootstrap, topic, per_partition)
     ranges = {p: (0, per_partition) for p in range(PARTS)}
@@ -79,9 +81,10 @@ def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], n
     plan = DrainPlan("1", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 6)).validate()
     table = f"{prefix}_{uuid.uuid4().hex[:8]}"
     port = free_port()
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
-                    LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table,
-                    LAGPILOT_HANDLER_CONFIG=json.dumps({"ledger.cost_ms": "500"}))
+    sink_env = sink(table) if sink is not None else {
+        "LAGPILOT_SINK": "ledger", "LAGPILOT_LEDGER_TABLE": table,
+        "LAGPILOT_HANDLER_CONFIG": json.dumps({"ledger.cost_ms": "500"})}
+    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table, **sink_env)
     key, cr_uid = plan_auth.new_key(), f"uid-{uuid.uuid4()}"
     runtime_log = tmp_path / "runtime.log"
     with open(runtime_log, "wb") as fh:
