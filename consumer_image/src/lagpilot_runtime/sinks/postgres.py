@@ -13,8 +13,8 @@ offset; a missing timestamp counts as the oldest. Records without a key cannot b
 fail permanently (dead-lettered).
 
 Exactly once without relying on a key: every batch's rows and its progress (``ctx.offsets``: next
-offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's sub-range)
-are written in ONE transaction; the progress lives in ``<table>_lagpilot_progress`` (primary key
+offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's range:
+group, partition, end) are written in ONE transaction; the progress lives in ``<table>_lagpilot_progress`` (primary key
 scope/topic/partition, ``next_offset`` only ever grows). The consumer and the drain read it back
 (:func:`progress`) and skip what the sink already holds, so a crash between this commit and the
 Kafka commit delivers nothing twice. ``postgres.key`` = ``none`` (or ``LAGPILOT_POSTGRES_KEY``)
