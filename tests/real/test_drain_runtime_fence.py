@@ -1,5 +1,5 @@
 """Issue 23 (the open part of 23-dup): a warm drain runtime stopped mid-plan (SIGSTOP of its
-process group: its node frozen, a long GC, a partition) whose attempt was given up and retried
+process tree: its node frozen, a long GC, a partition) whose attempt was given up and retried
 elsewhere must not write a record twice when it resumes. Real Kafka, Spark (local mode) and
 PostgreSQL; the runtime and the Jobs' processes run as the pods' processes would.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.real.test_drain_job import progress, start_drain, wait_for
-from tests.real.warm_runtime import events, health, warm_drain
+from tests.real.warm_runtime import events, health, signal_tree, stop_tree, warm_drain
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 PER_PARTITION = 3000
@@ -41,35 +41,6 @@ HEARTBEAT = {"LAGPILOT_DRAIN_RUNTIME_HEARTBEAT_SECONDS": "2"}
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as fh:
         return fh.read().rsplit(")", 1)[1].split()[0]
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and every process below it. The runtime's whole tree, not its process group: PySpark's
-    worker daemon makes a process group of its own (daemon.py: setpgid), so killpg misses the Python
-    workers — the processes that call the handler."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def _signal_tree(pids: list[int], sig: int) -> None:
-    for p in pids:
-        try:
-            os.kill(p, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _eos_sink(table: str) -> dict[str, str]:
@@ -99,11 +70,8 @@ def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: st
             first = start_drain(plan, w.job_env(1, **HEARTBEAT), tmp_path / "s1.json", tmp_path / "d1.log")
             done = wait_for(lambda: (lambda n: n if n >= 1200 else 0)(
                 sum(r for _, r in progress(kafka_bootstrap, plan).values())), "some progress before the stop", 300)
-            frozen = _tree(runtime.pid)  # the runtime's driver, its JVM, the worker daemon and its workers
-            _signal_tree(frozen, signal.SIGSTOP)
+            frozen = stop_tree(runtime.pid, wait_for)  # the runtime's driver, its JVM, the worker daemon and its workers
             stopped = True
-            wait_for(lambda: all(_state(p) == "T" for p in frozen if os.path.exists(f"/proc/{p}")),
-                     "the runtime's processes to be stopped", 30)
             assert len(frozen) >= 4, f"the runtime's tree is only {frozen}: its Python workers are missing"
             assert done < total, "the drain finished before the runtime was stopped; slow the handler down"
             assert first.wait(timeout=300) == 1, (tmp_path / "d1.log").read_text()[-3000:]
@@ -117,7 +85,7 @@ def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: st
             assert _state(runtime.pid) == "T"
 
             resumed_at = time.time()
-            _signal_tree(frozen, signal.SIGCONT)
+            signal_tree(frozen, signal.SIGCONT)
             stopped = False
             wait_for(lambda: events(w.runtime_log, "drain_runtime_served"), "the runtime to end the abandoned plan", 300)
             wait_for(lambda: (health(w.url) or {"busy": True})["busy"] is False, "the runtime to be free again", 120)
@@ -126,7 +94,7 @@ def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: st
                 os.killpg(first.pid, signal.SIGKILL)
                 first.wait(timeout=30)
             if stopped:
-                _signal_tree(frozen, signal.SIGCONT)
+                signal_tree(frozen, signal.SIGCONT)
 
         after = _rows(postgres_dsn, w.table)
         late = [(p, o) for p, o, _, t in after if t >= resumed_at]

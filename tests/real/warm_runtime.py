@@ -45,6 +45,64 @@ def events(log: Path, name: str) -> list[dict]:
     return out
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it. The runtime's whole tree, not its process group: PySpark's
+    worker daemon makes a process group of its own (daemon.py: setpgid), so killpg misses the Python
+    workers — the processes that call the handler."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def signal_tree(pids: list[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def not_stopped(pids: list[int]) -> dict[int, str]:
+    """pid -> state of the processes of ``pids`` not stopped (state T) and not gone (exited, Z: its
+    parent was stopped before it could reap it; or reaped)."""
+    out = {}
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            out[p] = state
+    return out
+
+
+def stop_tree(pid: int, wait: Callable[..., object]) -> list[int]:
+    """SIGSTOP ``pid``'s whole process tree (as a frozen node would be) and wait until it is stopped;
+    returns the pids (for :func:`signal_tree` SIGCONT)."""
+    frozen = process_tree(pid)
+    signal_tree(frozen, signal.SIGSTOP)
+    try:
+        wait(lambda: not not_stopped(frozen), "the runtime's processes to be stopped", 60)
+    except AssertionError:
+        left = not_stopped(frozen)
+        signal_tree(frozen, signal.SIGCONT)  # never leave a half-stopped tree behind
+        raise AssertionError(f"the runtime's processes not stopped: {left} of {frozen}") from None
+    return frozen
+
+
 @dataclass
 class WarmDrain:
     plan: DrainPlan
