@@ -31,15 +31,11 @@ from lagpilot.decide.handoff import DrainStatus, Phase, SubProgress
 from lagpilot_runtime import drain_progress, drain_task
 from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import SubRange, owner_tag, progress_group
-from lagpilot_runtime.handler import Record
+from lagpilot_runtime.handler import Fenced, Record
 
 ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
        "LAGPILOT_HANDLER": "tests.unit.test_drain_fence:sink", "LAGPILOT_MAX_RETRIES": "0"}
 START, END, BATCH = 1000, 1600, 100
-
-
-class Refused(Exception):
-    """The sink refused a write: an attempt with a later claim owns the range."""
 
 
 class Sink:
@@ -63,7 +59,7 @@ def sink(records: list[Record], ctx: Any) -> None:
         refused = epoch is not None and any(SINK.epochs.get(k, 0) != epoch for k in keys)
         SINK.calls.append((threading.current_thread().name, records[0].offset, refused))
         if refused:
-            raise Refused(f"epoch {epoch} fenced by a later claim")
+            raise Fenced(f"epoch {epoch} fenced by a later claim")  # the contract's refusal
         SINK.rows.extend(r.offset for r in records)
         for (t, p), o in (ctx.offsets or {}).items():
             k = (ctx.progress_scope, t, p)
@@ -220,7 +216,6 @@ def test_a_resumed_attempt_is_fenced_by_the_adopted_remainder(groups: dict[str, 
 
 def test_a_fenced_call_is_not_retried_isolated_or_dead_lettered() -> None:
     from lagpilot_runtime.failure import RetryPolicy, run_batch
-    from lagpilot_runtime.handler import Fenced
 
     calls: list[int] = []
 
@@ -241,3 +236,58 @@ def test_the_postgres_sink_fences_each_written_range() -> None:
     assert pg.fence_rows("drain:g:1:10", 3, recs) == [("drain:g:1:10", "orders", 1, 3), ("drain:g:1:10", "orders", 2, 3)]
     assert pg.fence_rows("group:g", None, recs) == []  # the consumer claims nothing
     assert callable(pg.process.claim)  # type: ignore[attr-defined]
+
+
+class Paused:
+    """A drain task on a thread whose records stop after ``before`` until ``resume()``."""
+
+    def __init__(self, name: str, spec: drain_task.TaskSpec, before: list[Record], after: list[Record]) -> None:
+        self.before, self.after = before, after
+        self.frozen, self.go = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        self.done = False
+        self.thread = threading.Thread(target=self._run, args=(spec,), name=name, daemon=True)
+
+    def _items(self) -> Iterator[Record]:
+        yield from self.before
+        self.frozen.set()
+        self.go.wait(30)
+        yield from self.after
+
+    def _run(self, spec: drain_task.TaskSpec) -> None:
+        try:
+            list(drain_task.run_task(spec, self._items()))
+            self.done = True
+        except BaseException as exc:  # noqa: BLE001
+            self.error = exc
+
+    def start(self) -> "Paused":
+        self.thread.start()
+        assert self.frozen.wait(30), f"{self.thread.name} never reached its pause"
+        return self
+
+    def resume(self) -> None:
+        self.go.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def test_two_live_claimers_fence_each_other_in_turn_and_write_nothing_twice(groups: dict[str, FakeProgress]) -> None:
+    """The retry's task claims first; a resumed attempt's task starts late and claims after it (so
+    the retry's next write is refused); Spark runs the retry's task again, which claims again (so
+    the resumed one is refused). Each claimer resumed from the progress its claim read."""
+    sub = SubRange(1, 0, START, END)
+    tag = owner_tag("uid-1")
+    spec = drain_task.TaskSpec("orders", "g", "3", BATCH, (sub,), tag)
+    retry = Paused("retry", spec, records(START, 1150), records(1150, END)).start()  # claim 1, wrote [1000, 1100)
+    late = Paused("late", spec, records(START, 1300), records(1300, END)).start()  # claim 2, wrote [1100, 1300)
+    retry.resume()
+    assert retry.error is not None and "fenced" in str(retry.error), retry.error  # its [1100, 1200) refused
+    again = Paused("retry-2", spec, records(START, END), []).start()  # Spark's retry of the task: claim 3
+    again.resume()
+    assert again.done and again.error is None
+    late.resume()
+    assert late.error is not None and "fenced" in str(late.error), late.error
+    refused = [(who, first) for who, first, no in SINK.calls if no]
+    assert refused == [("retry", 1100), ("late", 1300)], SINK.calls
+    assert sorted(SINK.rows) == list(range(START, END)), "an offset written twice or not at all"
