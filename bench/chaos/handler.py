@@ -48,8 +48,13 @@ def progress(topic: str, partitions: Any, ctx: BatchContext) -> dict[int, int]:
     return pg_sink.progress(topic, partitions, ctx)
 
 
+def claim(topic: str, partitions: Any, ctx: BatchContext) -> dict[int, int]:
+    return pg_sink.claim(topic, partitions, ctx)
+
+
 process.commits_progress = True  # type: ignore[attr-defined]
 process.progress = progress  # type: ignore[attr-defined]
+process.claim = claim  # type: ignore[attr-defined]  # fencing: a given-up drain attempt's writes refused
 
 
 def process_at_least_once(records: list[Record], ctx: BatchContext) -> None:

@@ -71,3 +71,15 @@ def hang_once_ledger(records: list[Record], ctx: BatchContext) -> None:
     from lagpilot_runtime.sinks import ledger as sink
 
     sink.process(records, ctx)
+
+
+def ledger_drain_hangs_while_marked(records: list[Record], ctx: BatchContext) -> None:
+    """`ledger`, except that a drain call starting while the file config["hang_marker"] exists never
+    returns and writes nothing (a sink that stopped answering); each hung call appends a line to
+    config["hang_log"]. Calls that start after the marker is gone (the sink back) are the ledger's."""
+    marker = ctx.config.get("hang_marker")
+    if marker and ctx.source == "drain" and os.path.exists(marker):
+        with open(ctx.config.get("hang_log") or marker + ".log", "a") as fh:
+            fh.write(f"{os.getpid()} p{records[0].partition}@{records[0].offset}\n")
+        time.sleep(3600)
+    ledger(records, ctx)

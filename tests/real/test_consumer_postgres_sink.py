@@ -148,3 +148,45 @@ def test_insert_keeps_the_records_of_a_recreated_topic(env, kafka_bootstrap, kaf
         assert rows(env, f'SELECT count(*) FROM "{table}"') == [(6,)]
     finally:
         kafka_admin.delete_topics([topic])
+
+
+def test_a_claim_fences_every_earlier_writer_of_the_range(env):
+    """Issue 23: the drain fence on the real PostgreSQL. A range claimed again refuses writes of the
+    earlier claim inside their transaction (nothing of them stored), pieces without progress
+    included; a progress table of an earlier version gets its epoch column."""
+    import psycopg
+
+    from lagpilot_runtime.handler import Fenced
+
+    table = f"sink_fence_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(env, autocommit=True) as conn:  # the progress table as an earlier version made it
+        conn.execute(f"CREATE TABLE {pg.progress_table(table)} (scope text NOT NULL, topic text NOT NULL, "
+                     "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL "
+                     "DEFAULT now(), PRIMARY KEY (scope, topic, partition))")
+
+    def drain_ctx(epoch, offsets=None):
+        c = BatchContext(config={"postgres.table": table, "postgres.key": "none"}, logger=logging.getLogger("t"),
+                         source="drain", group_id="g", drain_id="1", sub_range=(0, 0, 0, 1000))
+        c.epoch, c.offsets = epoch, offsets
+        return c
+
+    recs = lambda a, b: [Record("t", 0, o, None, b"v") for o in range(a, b)]  # noqa: E731
+    old = pg.claim("t", [0], drain_ctx(None))[0]
+    assert pg.progress("t", [0], drain_ctx(None)) == {}  # claimed, nothing written: no progress
+    pg.process(recs(0, 100), drain_ctx(old, {("t", 0): 100}))
+    new = pg.claim("t", [0], drain_ctx(None))[0]
+    assert new == old + 1
+    assert pg.progress("t", [0], drain_ctx(None)) == {0: 100}
+    with pytest.raises(Fenced):
+        pg.process(recs(100, 200), drain_ctx(old, {("t", 0): 200}))
+    with pytest.raises(Fenced):  # a piece of a failure isolation: no progress, still fenced
+        pg.process(recs(100, 150), drain_ctx(old))
+    assert rows(env, f'SELECT count(*), max("offset") FROM {table}') == [(100, 99)]
+    assert pg.progress("t", [0], drain_ctx(None)) == {0: 100}
+    pg.process(recs(100, 200), drain_ctx(new, {("t", 0): 200}))
+    assert rows(env, f'SELECT count(*), count(DISTINCT "offset") FROM {table}') == [(200, 200)]
+    assert pg.progress("t", [0], drain_ctx(None)) == {0: 200}
+    # the consumer (no claim) writes as before, under its own scope
+    pg.process(recs(200, 210), BatchContext(config={"postgres.table": table, "postgres.key": "none"},
+                                            logger=logging.getLogger("t"), group_id="g", offsets={("t", 0): 210}))
+    assert rows(env, f"SELECT count(*) FROM {table}") == [(210,)]

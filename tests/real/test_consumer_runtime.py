@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -22,10 +23,14 @@ from typing import Any, Callable
 
 import pytest
 
+from lagpilot_dev.operator_process import checkout_pythonpath
+
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-LAGPILOT = REPO / ".venv" / "bin" / "lagpilot"
+# this interpreter and this checkout's code (a git worktree has no .venv of its own, and the venv's
+# editable install points at the checkout it was installed from)
+LAGPILOT = [sys.executable, "-m", "lagpilot.cli"]
 
 
 def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
@@ -46,12 +51,12 @@ class ConsumerProc:
         self.name = name
         self.log_path = tmp / f"{name}-{uuid.uuid4().hex[:6]}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        full_env.update({"PYTHONPATH": str(REPO), "LAGPILOT_METRICS_PORT": "0", "LAGPILOT_POD_NAME": name,
+        full_env.update({"PYTHONPATH": checkout_pythonpath(REPO), "LAGPILOT_METRICS_PORT": "0", "LAGPILOT_POD_NAME": name,
                          "LAGPILOT_RETRY_BACKOFF_MS": "20", "LAGPILOT_SESSION_TIMEOUT_MS": "10000",
                          "LAGPILOT_SHUTDOWN_GRACE_MS": "60000"})
         full_env.update(env)
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([str(LAGPILOT), "consume"], env=full_env, cwd=str(REPO),  # noqa: S603
+        self.proc = subprocess.Popen([*LAGPILOT, "consume"], env=full_env, cwd=str(REPO),  # noqa: S603
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def lines(self) -> list[dict[str, Any]]:

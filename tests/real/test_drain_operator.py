@@ -127,10 +127,12 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
     def make(backlog: dict[int, int], crash_at: str = "", live_per_s: int = 5, sla_s: int = 60,
              live: dict[int, int] | None = None, consumer_env: dict[str, str] | None = None,
              operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS,
-             drain: dict[str, Any] | None = None, extra_rules: list[dict[str, Any]] | None = None) -> Scenario:
+             drain: dict[str, Any] | None = None, extra_rules: list[dict[str, Any]] | None = None,
+             handler: str = "tests.real.drain_handlers:ledger", handler_config: dict[str, str] | None = None,
+             topic_config: dict[str, str] | None = None) -> Scenario:
         ns = namespace("drain")
         grant_operator(rbac, core, ns, operator_rules() + (extra_rules or []), postgres_dsn)
-        topic = new_topic(partitions=PARTS, prefix="drain-e2e")
+        topic = new_topic(partitions=PARTS, prefix="drain-e2e", **({"config": topic_config} if topic_config else {}))
         table = "ledger_" + uuid.uuid4().hex[:8]
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(LEDGER_DDL.format(table=table))
@@ -151,8 +153,8 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
             "topic": topic, "groupId": s.group,
             "batch": {"maxRecords": BATCH, "timeoutMs": 500},
-            "processing": {"handler": "tests.real.drain_handlers:ledger",
-                           "config": {"table": table, "cost_ms": str(cost_ms)}},
+            "processing": {"handler": handler,
+                           "config": {"table": table, "cost_ms": str(cost_ms), **(handler_config or {})}},
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,

@@ -1,4 +1,4 @@
-"""H3: a warm drain runtime that stops answering mid-plan (SIGSTOP of its process group: the node
+"""H3: a warm drain runtime that stops answering mid-plan (SIGSTOP of its whole process tree: the node
 frozen or lost, the TCP connection still open) must not leave the drain Job's process waiting for
 ever. Real Kafka, Spark (local mode) and PostgreSQL; the runtime and the Job's process run as the
 pods' processes would (`lagpilot drain --serve`, `lagpilot drain` with LAGPILOT_DRAIN_RUNTIME_URL).
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.real.test_drain_job import ledger, progress, start_drain, wait_for
-from tests.real.warm_runtime import WarmDrain, events, warm_drain
+from tests.real.warm_runtime import WarmDrain, events, signal_tree, stop_tree, warm_drain
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 PER_PARTITION = 3000
@@ -48,10 +48,8 @@ def _stop_and_retry(w: WarmDrain, kafka_bootstrap: str, postgres_dsn: str, tmp_p
         first = start_drain(plan, w.job_env(1, **HEARTBEAT), tmp_path / "s1.json", tmp_path / "d1.log")
         done = wait_for(lambda: (lambda n: n if n >= 600 else 0)(sum(r for _, r in progress(kafka_bootstrap, plan).values())),
                         "some progress before the stop", 300)
-        os.killpg(runtime.pid, signal.SIGSTOP)  # the runtime's driver, its JVM and its Python workers
+        frozen = stop_tree(runtime.pid, wait_for)  # the runtime's driver, its JVM, the worker daemon and its workers
         stopped = True
-        # the fault fired: the runtime's process is stopped (a signal is delivered asynchronously)
-        wait_for(lambda: _state(runtime.pid) == "T", "the runtime's process to be stopped", 30)
         assert first.poll() is None, "the Job's process ended before the runtime stopped"
         assert done < total, "the drain finished before the runtime was stopped; slow the handler down"
 
@@ -62,7 +60,7 @@ def _stop_and_retry(w: WarmDrain, kafka_bootstrap: str, postgres_dsn: str, tmp_p
         failed = events(tmp_path / "d1.log", "drain_failed")
         assert failed and "stopped answering" in failed[-1].get("msg", ""), d1[-3000:]
 
-        os.killpg(runtime.pid, signal.SIGCONT)
+        signal_tree(frozen, signal.SIGCONT)
         stopped = False
         wait_for(lambda: events(runtime_log, "drain_runtime_cancel"), "the runtime to cancel the abandoned plan", 120)
         second = start_drain(plan, w.job_env(2, **HEARTBEAT), tmp_path / "s2.json", tmp_path / "d2.log")  # the operator's retry
@@ -79,4 +77,4 @@ def _stop_and_retry(w: WarmDrain, kafka_bootstrap: str, postgres_dsn: str, tmp_p
             os.killpg(first.pid, signal.SIGKILL)
             first.wait(timeout=30)
         if stopped:
-            os.killpg(runtime.pid, signal.SIGCONT)
+            signal_tree(frozen, signal.SIGCONT)

@@ -45,6 +45,64 @@ def events(log: Path, name: str) -> list[dict]:
     return out
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it. The runtime's whole tree, not its process group: PySpark's
+    worker daemon makes a process group of its own (daemon.py: setpgid), so killpg misses the Python
+    workers — the processes that call the handler."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def signal_tree(pids: list[int], sig: int) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def not_stopped(pids: list[int]) -> dict[int, str]:
+    """pid -> state of the processes of ``pids`` not stopped (state T) and not gone (exited, Z: its
+    parent was stopped before it could reap it; or reaped)."""
+    out = {}
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            out[p] = state
+    return out
+
+
+def stop_tree(pid: int, wait: Callable[..., object]) -> list[int]:
+    """SIGSTOP ``pid``'s whole process tree (as a frozen node would be) and wait until it is stopped;
+    returns the pids (for :func:`signal_tree` SIGCONT)."""
+    frozen = process_tree(pid)
+    signal_tree(frozen, signal.SIGSTOP)
+    try:
+        wait(lambda: not not_stopped(frozen), "the runtime's processes to be stopped", 60)
+    except AssertionError:
+        left = not_stopped(frozen)
+        signal_tree(frozen, signal.SIGCONT)  # never leave a half-stopped tree behind
+        raise AssertionError(f"the runtime's processes not stopped: {left} of {frozen}") from None
+    return frozen
+
+
 @dataclass
 class WarmDrain:
     plan: DrainPlan
@@ -70,8 +128,10 @@ class WarmDrain:
 
 @contextlib.contextmanager
 def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], new_topic: Callable[..., str],
-               tmp_path: Path, prefix: str, per_partition: int) -> Iterator[WarmDrain]:
-    """The runtime started and warm (`/healthz` answers) on entry, SIGKILLed (its process group) on exit."""
+               tmp_path: Path, prefix: str, per_partition: int,
+               sink: Callable[[str], dict[str, str]] | None = None) -> Iterator[WarmDrain]:
+    """The runtime started and warm (`/healthz` answers) on entry, SIGKILLed (its process group) on exit.
+    ``sink(table)``: the sink's env instead of the delivery ledger's (e.g. an exactly-once handler)."""
     topic = new_topic(partitions=PARTS, prefix=prefix)
     produce(kafka_bootstrap, topic, per_partition)
     ranges = {p: (0, per_partition) for p in range(PARTS)}
@@ -79,9 +139,10 @@ def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], n
     plan = DrainPlan("1", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 6)).validate()
     table = f"{prefix}_{uuid.uuid4().hex[:8]}"
     port = free_port()
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
-                    LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table,
-                    LAGPILOT_HANDLER_CONFIG=json.dumps({"ledger.cost_ms": "500"}))
+    sink_env = sink(table) if sink is not None else {
+        "LAGPILOT_SINK": "ledger", "LAGPILOT_LEDGER_TABLE": table,
+        "LAGPILOT_HANDLER_CONFIG": json.dumps({"ledger.cost_ms": "500"})}
+    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table, **sink_env)
     key, cr_uid = plan_auth.new_key(), f"uid-{uuid.uuid4()}"
     runtime_log = tmp_path / "runtime.log"
     with open(runtime_log, "wb") as fh:

@@ -112,7 +112,8 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
     # the fault fired: the sink holds [4052, 4752), its progress is ahead of the progress group
     assert groups[old_group].killed and groups[old_group].offset == 4652
     assert sorted(ROWS) == list(range(4052, 4752))
-    assert SINK_PROGRESS == {("drain:g:2:1:4052-9064", 1): 4752}
+    # under the range's identity (group, partition, end), which the adopted remainder shares
+    assert SINK_PROGRESS == {("drain:g:1:9064", 1): 4752}
 
     # the CR deleted: the operator's status holds the progress it read (the group's 4652); the
     # finalizer hands [next, end) back through the remainder group
@@ -120,9 +121,9 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
                     sub_ranges=(SubProgress(1, 1, 4052, 9064, groups[old_group].offset, 600),))
     rem = deletion.remainder_of(d)
     encoded = deletion.encode_remainder(rem)
-    assert encoded == {1: (4652, "lpr1;d=2;r=4652-9064;s=2:1:4052")}  # the origin travels with the range
+    assert encoded == {1: (4652, "lpr1;d=2;r=4652-9064")}  # the range keeps its end: nothing else travels
     rem = deletion.decode_remainder({p: (o, meta) for p, (o, meta) in encoded.items()})
-    assert rem is not None and rem.priors == (((1, 4652, 9064), "2:1:4052"),)
+    assert rem is not None and rem.ranges == ((1, 4652, 9064),)
     # the re-created CR (same groupId, a new uid) adopts it as its next drain and launches it
     kind, new = deletion.adoption(rem, None, 1, 0.0)
     assert kind is deletion.AdoptKind.ADOPT and new is not None

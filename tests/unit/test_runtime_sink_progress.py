@@ -106,7 +106,11 @@ def test_batch_offsets_and_the_drain_scope():
     assert batch_offsets(recs) == {("t", 0): 10, ("t", 2): 2}
     ctx = BatchContext(config={}, logger=None, source="drain", drain_id="7", group_id="g")  # type: ignore[arg-type]
     ctx.sub_range = (1, 2, 100, 300)
-    assert ctx.progress_scope == "drain:g:7:2:100-300"
+    # the range's identity: group, partition and end (not the drain id, index or start: a retry and a
+    # remainder [next, end) handed back to a re-created CR share it)
+    assert ctx.progress_scope == "drain:g:1:300"
+    ctx.drain_id, ctx.sub_range = "9", (1, 0, 250, 300)
+    assert ctx.progress_scope == "drain:g:1:300"
     assert BatchContext(config={}, logger=None, group_id="g").progress_scope == "group:g"  # type: ignore[arg-type]
 
 

@@ -41,52 +41,17 @@ class SubRange:
     index: int  # k-th sub-range of this partition (0-based); names the progress group
     start: int
     end: int  # exclusive
-    # an adopted remainder's origin (issue 23-dup): "<drainId>:<index>:<start>" of each deleted-CR
-    # sub-range these offsets were handed back from ("|"-separated, oldest first; "" none). A
-    # progress-committing sink recorded that sub-range's progress under its own scope
-    # (:func:`prior_scopes`), possibly past the Kafka progress the hand-back was computed from
-    prior: str = field(default="", compare=False)
 
     @property
     def size(self) -> int:
         return max(0, self.end - self.start)
 
-    def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"partition": self.partition, "index": self.index, "start": self.start,
-                                "end": self.end}
-        if self.prior:
-            d["prior"] = self.prior
-        return d
+    def to_dict(self) -> dict[str, int]:
+        return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> "SubRange":
-        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),  # type: ignore[arg-type]
-                   str(d.get("prior") or ""))
-
-
-MAX_PRIORS = 4
-
-
-def prior_of(drain_id: object, index: int, start: int, earlier: str = "") -> str:
-    """The ``prior`` of a sub-range handed back from drain ``drain_id``'s sub-range ``index`` starting
-    at ``start`` (its own earlier priors kept, at most ``MAX_PRIORS``)."""
-    parts = [x for x in earlier.split("|") if x] + [f"{drain_id}:{index}:{start}"]
-    return "|".join(parts[-MAX_PRIORS:])
-
-
-def prior_scopes(prior: str, partition: int, end: int) -> list[tuple[str, tuple[int, int, int, int]]]:
-    """(drain id, (partition, index, start, end)) of every origin named by ``prior``: the identity
-    under which a progress-committing sink recorded that sub-range's progress (``BatchContext``'s
-    ``drain_id`` and ``sub_range``; the group is the same, a remainder is adopted by the same
-    groupId). The end is the same: a remainder is ``[next, end)`` of the origin."""
-    out = []
-    for part in prior.split("|"):
-        try:
-            d, k, a = part.split(":")
-            out.append((d, (int(partition), int(k), int(a), int(end))))
-        except ValueError:
-            continue
-    return out
+        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .config import ConsumerConfig
-from .drain_plan import (DrainPlan, SubRange, parse_progress_lost, parse_progress_metadata, prior_scopes,
-                         progress_group, progress_metadata)
+from .drain_plan import (DrainPlan, SubRange, parse_progress_lost, parse_progress_metadata, progress_group,
+                         progress_metadata)
 from .jsonlog import fields as _fields
 
 log = logging.getLogger("lagpilot.drain")
@@ -78,27 +78,21 @@ def check_retention(plan: DrainPlan, work: Sequence[tuple[SubRange, int]], low: 
                              + "; ".join(lost) + ". Those records cannot be processed; the rest was not started.")
 
 
-def sink_next(handler: Any, topic: str, group_id: str, drain_id: str, s: SubRange, config: Mapping[str, str],
-              own: Any = None) -> int | None:
-    """A progress-committing sink's next offset for sub-range ``s``: the highest of what it recorded
-    under the sub-range's own identity and under each origin it was handed back from (``s.prior``:
-    a deleted CR's cancelled attempt may have written past the Kafka progress the hand-back took,
-    issue 23-dup), clamped into ``[s.start, s.end]``; None if it recorded nothing. ``own``: the
-    caller's context for the sub-range's own identity (else one is made)."""
+def sink_next(handler: Any, topic: str, s: SubRange, ctx: Any) -> int | None:
+    """A progress-committing sink's next offset for sub-range ``s`` (read under ``ctx``: the range's
+    identity, ``BatchContext.progress_scope``, which a retry and a handed-back remainder share),
+    clamped into ``[s.start, s.end]``; None if it recorded nothing."""
+    got = handler.progress(topic, [s.partition], ctx).get(s.partition)
+    return None if got is None else max(s.start, min(int(got), s.end))
+
+
+def range_context(cfg: ConsumerConfig, plan: DrainPlan, s: SubRange) -> Any:
+    """The handler context of sub-range ``s`` of ``plan`` (its progress scope), for reads outside a task."""
     from .handler import BatchContext
 
-    def ctx(drain: str, sub: tuple[int, int, int, int]) -> Any:
-        return BatchContext(config=dict(config), logger=logging.getLogger("lagpilot.handler"), source="drain",
-                            group_id=group_id, drain_id=drain, sub_range=sub)
-
-    ctxs = [own if own is not None else ctx(drain_id, (s.partition, s.index, s.start, s.end))]
-    ctxs += [ctx(d, sub) for d, sub in prior_scopes(s.prior, s.partition, s.end)]
-    best = None
-    for c in ctxs:
-        got = handler.progress(topic, [s.partition], c).get(s.partition)
-        if got is not None and (best is None or int(got) > best):
-            best = int(got)
-    return None if best is None else max(s.start, min(best, s.end))
+    return BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
+                        source="drain", group_id=plan.group_id, drain_id=plan.drain_id,
+                        sub_range=(s.partition, s.index, s.start, s.end))
 
 
 def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
@@ -120,7 +114,7 @@ def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[
             return list(work)
         out: list[tuple[SubRange, int]] = []
         for s, start in work:
-            nxt = sink_next(handler, plan.topic, plan.group_id, plan.drain_id, s, cfg.handler_config)
+            nxt = sink_next(handler, plan.topic, s, range_context(cfg, plan, s))
             if nxt is None or nxt <= start:
                 out.append((s, start))
                 continue

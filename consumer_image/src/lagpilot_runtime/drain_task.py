@@ -115,7 +115,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     from . import redaction
     from .batch_deadline import BatchTimeout, bounded
     from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
-    from .handler import BatchContext, commits_progress, describe_error, load_handler
+    from .handler import BatchContext, Fenced, claims, commits_progress, describe_error, load_handler
 
     cfg = ConsumerConfig.from_env()
     jsonlog.setup(cfg.log_level)
@@ -123,6 +123,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
                        source="drain", concurrency=cfg.concurrency, group_id=spec.group_id, drain_id=spec.drain_id)
     sink_progress = commits_progress(handler)
+    fences = claims(handler)
     policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
     handler_timeout_s = cfg.max_poll_interval_ms / 1000.0
     summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
@@ -195,13 +196,20 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
                 lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
                 ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
+                if fences:
+                    # claim the range BEFORE reading the sink's progress: from here on a write of any
+                    # earlier attempt of these offsets (cancelled, stopped and resumed, an adopted
+                    # remainder's origin) is refused by the sink, so the progress read below is final
+                    ctx.epoch = int(handler.claim(spec.topic, [sub.partition], ctx)[sub.partition])  # type: ignore[attr-defined]
+                    log.info("sub-range claimed in the sink", extra=_fields(
+                        event="drain_sub_range_claimed", drain=spec.drain_id, partition=sub.partition,
+                        index=sub.index, end=sub.end, epoch=ctx.epoch))
                 if sink_progress:
-                    # the sink's progress for this sub-range (same transaction as its rows) may be
-                    # ahead of the progress group (a crash after the sink's commit, before Kafka's),
+                    # the sink's progress for this range (same transaction as its rows) may be ahead
+                    # of the progress group (a crash after the sink's commit, before Kafka's; a
+                    # deleted CR's attempt for a handed-back remainder: the same range identity),
                     # and it never expires (a progress group does: offsets.retention.minutes)
-                    # (and under the origins of an adopted remainder: issue 23-dup)
-                    sink_next = sink_next_of(handler, spec.topic, spec.group_id, spec.drain_id, sub,
-                                             cfg.handler_config, own=ctx)
+                    sink_next = sink_next_of(handler, spec.topic, sub, ctx)
                     if sink_next is not None and sink_next > done_next:
                         log.info("resuming from the sink's progress", extra=_fields(
                             event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
@@ -228,6 +236,11 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         # the retry skip the rest as done. The driver completes a range read to its end (markers,
         # compaction at its tail) only once the whole Spark job ended without an error (drain_job.run).
         yield summary
+    except Fenced as exc:  # a later attempt claimed the range: this one must stop writing (it is over)
+        log.warning("drain attempt fenced: a later attempt claimed its range", extra=_fields(
+            event="drain_attempt_fenced", drain=spec.drain_id, partition=sub.partition if sub else None,
+            index=sub.index if sub else None, epoch=ctx.epoch))
+        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} fenced: {describe_error(exc)}")) from None
     except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
         raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: {exc}")) from None
     except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained

@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from .handler import Record, RecordError, RecordsFailed, describe_error
+from .handler import Fenced, Record, RecordError, RecordsFailed, describe_error
 
 log = logging.getLogger("lagpilot.consumer.failure")
 
@@ -128,6 +128,8 @@ def run_batch(
         try:
             call(piece)
             return None
+        except Fenced:  # a later attempt owns the range: retrying or isolating cannot help
+            raise
         except Exception as exc:  # noqa: BLE001 - any handler error is handled by the policy
             if on_error is not None:
                 on_error(piece, exc, attempt)

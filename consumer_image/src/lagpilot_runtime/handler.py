@@ -14,6 +14,17 @@ max(Kafka committed, the handler's progress) and skips records below the handler
 crash between the sink's commit and Kafka's causes no second delivery. The built-in postgres sink
 does this (table ``<table>_lagpilot_progress``).
 
+Fencing (optional, on top of that; issue 23): a progress-committing handler with a ``claim(topic,
+partitions, ctx) -> {partition: epoch}`` attribute lets a drain task claim its sub-range before it
+reads the sink's progress: the sink records a new epoch for (``ctx.progress_scope``, topic,
+partition), higher than every earlier claim. The runtime then sets ``ctx.epoch`` for every call of
+that task, and the handler must refuse (raise :class:`Fenced`, nothing of the call stored) a call
+whose epoch is not the newest claim's, checked in the same transaction as its output. An attempt that
+was given up (cancelled, its runtime stopped and resumed) and still writes after another attempt
+claimed the range is refused instead of writing records twice. A drain sub-range's scope is stable
+(its group, partition and end: ``drain:<groupId>:<partition>:<end>``): a retry of the drain and a
+remainder handed back to a re-created CR claim and read the same progress.
+
 A handler may say *which* records failed by raising :class:`RecordError` (one record) or
 :class:`RecordsFailed` (several); the runtime then skips blind bisection. ``retriable=False``
 (e.g. :class:`RecordDecodeError`) means retrying cannot help: the record goes straight to the
@@ -78,14 +89,21 @@ class BatchContext:
     # (topic, partition) -> next offset after this call's records, set by the runtime for each call
     # that completes everything below it; None for pieces of a failure isolation (store no progress)
     offsets: dict[tuple[str, int], int] | None = None
+    # the task's claim on its range (a fencing handler's ``claim``): a call under an older epoch than
+    # the range's newest claim must be refused (:class:`Fenced`); None: no claim, nothing to check
+    epoch: int | None = None
 
     @property
     def progress_scope(self) -> str:
         """The key a progress-committing sink stores ``offsets`` under: the consumer group, or the
-        drain's sub-range (its identity: group, drain id, index and range)."""
+        drain's range. A drain range's identity is its group, partition and END offset, not the drain
+        id, sub-range index, start or CR: every attempt that can write these offsets shares it — the
+        drain's retries (same sub-range) and a remainder ``[next, end)`` handed back by a deleted CR
+        and adopted by a re-created one (a new drain id and owner, the same end). The ranges of one
+        group never overlap (every offset has one owner), so no two ranges of a partition share an end."""
         if self.source == "drain" and self.sub_range is not None:
-            p, k, a, b = self.sub_range
-            return f"drain:{self.group_id or ''}:{self.drain_id or ''}:{k}:{a}-{b}"
+            p, _k, _a, b = self.sub_range
+            return f"drain:{self.group_id or ''}:{p}:{b}"
         return f"group:{self.group_id or ''}"
 
     def map(self, fn: Callable[[Record], Any], records: list[Record]) -> list[Any]:
@@ -123,6 +141,11 @@ class BatchContext:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class Fenced(Exception):
+    """A fencing handler refused a call: a later attempt claimed the range (``ctx.epoch`` is not the
+    newest claim). Not a record failure: never retried, isolated or dead-lettered; the call's task ends."""
 
 
 class RecordError(Exception):
@@ -220,6 +243,11 @@ BUILTIN_SINKS = {
 def commits_progress(handler: Any) -> bool:
     """Does the handler store its progress with its output (the exactly-once capability)?"""
     return bool(getattr(handler, "commits_progress", False)) and callable(getattr(handler, "progress", None))
+
+
+def claims(handler: Any) -> bool:
+    """Does the progress-committing handler also fence (``claim``, docs/consumer.md)?"""
+    return commits_progress(handler) and callable(getattr(handler, "claim", None))
 
 
 def batch_offsets(records: Iterable[Record]) -> dict[tuple[str, int], int]:

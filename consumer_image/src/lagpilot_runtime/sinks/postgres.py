@@ -13,14 +13,22 @@ offset; a missing timestamp counts as the oldest. Records without a key cannot b
 fail permanently (dead-lettered).
 
 Exactly once without relying on a key: every batch's rows and its progress (``ctx.offsets``: next
-offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's sub-range)
-are written in ONE transaction; the progress lives in ``<table>_lagpilot_progress`` (primary key
+offset per partition, under ``ctx.progress_scope`` — the consumer group, or the drain's range:
+group, partition, end) are written in ONE transaction; the progress lives in ``<table>_lagpilot_progress`` (primary key
 scope/topic/partition, ``next_offset`` only ever grows). The consumer and the drain read it back
 (:func:`progress`) and skip what the sink already holds, so a crash between this commit and the
 Kafka commit delivers nothing twice. ``postgres.key`` = ``none`` (or ``LAGPILOT_POSTGRES_KEY``)
 creates the insert-mode table without a primary key and inserts plainly: then the progress table is
 the only protection against duplicates (tests use it to prove exactly-once with a table that can
 show duplicates). A progress row never expires (unlike Kafka offsets: offsets.retention.minutes).
+
+Fencing (issue 23; handler contract ``claim``): a drain task claims its range before it reads the
+progress (:func:`claim`: the progress row's ``epoch`` + 1, the row created with ``next_offset`` -1
+if missing) and writes with ``ctx.epoch``; each write locks the range's progress row (``SELECT ...
+FOR UPDATE``) and raises :class:`~lagpilot_runtime.handler.Fenced` in its transaction when the
+row's epoch is not the writer's: an attempt given up (cancelled, its runtime stopped and resumed)
+cannot write records a later attempt already wrote. A claim waits for a write holding the lock,
+so the claimer's progress read includes it. The consumer (no claim, ``epoch`` None) is unchanged.
 
 Settings come from the pod environment (``LAGPILOT_POSTGRES_DSN`` / ``_TABLE`` / ``_MODE``), which
 the drain job shares; ``ctx.config`` keys ``postgres.table`` / ``postgres.mode`` override them.
@@ -41,7 +49,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..handler import BatchContext, Record, RecordError, RecordsFailed
+from ..handler import BatchContext, Fenced, Record, RecordError, RecordsFailed
 
 COLUMNS = ("topic", "topic_id", "partition", "offset", "key", "value", "headers", "timestamp_ms")
 # how long a looked-up topic id is trusted without a sign of re-creation (offsets going back)
@@ -112,9 +120,11 @@ def progress_table(table: str) -> str:
 
 
 def progress_ddl(table: str) -> str:
+    """``epoch``: the newest claim on the range (drains; 0 never claimed); ``next_offset`` -1: claimed,
+    nothing written yet."""
     return (f"CREATE TABLE IF NOT EXISTS {_qualified(progress_table(table))} (scope text NOT NULL, topic text NOT NULL, "
             "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), "
-            "PRIMARY KEY (scope, topic, partition))")
+            "epoch bigint NOT NULL DEFAULT 0, PRIMARY KEY (scope, topic, partition))")
 
 
 def progress_rows(scope: str, offsets: Mapping[tuple[str, int], int] | None) -> list[tuple[str, str, int, int]]:
@@ -217,6 +227,7 @@ def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> bool
         conn.execute(ddl(table, mode, key))
         conn.execute(f"ALTER TABLE {_qualified(table)} ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT ''")
         conn.execute(progress_ddl(table))
+        conn.execute(f"ALTER TABLE {_qualified(progress_table(table))} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
         if mode != "insert" or key == "none":
             return False
         pk = conn.execute(
@@ -235,11 +246,45 @@ def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> bool
 COPY_MIN_ROWS = 100
 
 
+def fence_rows(scope: str, epoch: int | None, records: Sequence[Record]) -> list[tuple[str, str, int, int]]:
+    """(scope, topic, partition, epoch) the write must hold the newest claim of (pure; none without a claim)."""
+    if epoch is None:
+        return []
+    return [(scope, t, p, int(epoch)) for t, p in sorted({(r.topic, int(r.partition)) for r in records})]
+
+
+def check_fence(conn: Any, table: str, fence: Sequence[tuple[str, str, int, int]]) -> None:
+    """Inside the write's transaction: lock each range's progress row and raise Fenced unless its epoch
+    is the writer's (a later claim, or no claim at all)."""
+    pt = _qualified(progress_table(table))
+    for scope, topic, partition, epoch in fence:
+        row = conn.execute(f"SELECT epoch FROM {pt} WHERE scope = %s AND topic = %s AND partition = %s FOR UPDATE",
+                           (scope, topic, partition)).fetchone()
+        if row is None or int(row[0]) != epoch:
+            raise Fenced(f"{topic}/{partition}: the range was claimed by a later attempt (epoch "
+                         f"{row[0] if row else 'none'}, this writer's {epoch})")
+
+
+def claim_rows(conn: Any, table: str, scope: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+    """A new epoch per partition's range (one transaction); creates the progress row (next_offset -1)."""
+    pt = _qualified(progress_table(table))
+    out: dict[int, int] = {}
+    with conn.transaction():
+        for p in partitions:
+            got = conn.execute(
+                f"INSERT INTO {pt} (scope, topic, partition, next_offset, epoch) VALUES (%s, %s, %s, -1, 1) "
+                f"ON CONFLICT (scope, topic, partition) DO UPDATE SET epoch = {pt}.epoch + 1, updated_at = now() "
+                "RETURNING epoch", (scope, topic, int(p))).fetchone()
+            out[int(p)] = int(got[0])
+    return out
+
+
 def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]], method: str = "auto",
                key: str = "primary", progress: Sequence[tuple[str, str, int, int]] = (),
-               legacy_key: bool = False) -> None:
+               legacy_key: bool = False, fence: Sequence[tuple[str, str, int, int]] = ()) -> None:
     """Write rows (idempotently unless ``key="none"``) and the batch's progress rows in ONE
-    transaction (COPY into a staging table, or executemany)."""
+    transaction (COPY into a staging table, or executemany); ``fence`` (:func:`fence_rows`) checked
+    first in the same transaction (Fenced: nothing written)."""
     if not rows and not progress:
         return
     if method == "auto":
@@ -248,6 +293,8 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
     cols = ", ".join(f'"{c}"' for c in COLUMNS)
     conflict = _conflict_clause(table, mode, key, legacy_key)
     with conn.transaction():
+        if fence:
+            check_fence(conn, table, fence)
         if progress:
             pt = _qualified(progress_table(table))
             with conn.cursor() as cur:
@@ -337,7 +384,8 @@ def topic_id_for(topic: str, records: Sequence[Record], env: Mapping[str, str] |
 
 
 def write_records(records: Sequence[Record], settings: PostgresSettings,
-                  progress: Sequence[tuple[str, str, int, int]] = ()) -> None:
+                  progress: Sequence[tuple[str, str, int, int]] = (),
+                  fence: Sequence[tuple[str, str, int, int]] = ()) -> None:
     """Write a batch and its progress (creating the tables on first use); reconnects next time
     after a broken connection."""
     import psycopg
@@ -349,7 +397,7 @@ def write_records(records: Sequence[Record], settings: PostgresSettings,
         rows = [row for t in sorted(topics) for row in rows_for([r for r in records if r.topic == t], settings.mode, ids[t])]
         try:
             conn, legacy = _ready_connection(settings)
-            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress, legacy)
+            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress, legacy, fence)
             _test_crash_point("after_sink_write")
         except psycopg.OperationalError:
             _drop_connection(settings)
@@ -393,7 +441,8 @@ def process(records: list[Record], ctx: BatchContext) -> None:
     """Handler-contract entry point: the batch (and ``ctx.offsets`` under ``ctx.progress_scope``)
     is durable in PostgreSQL when this returns."""
     _current_source["source"] = ctx.source
-    write_records(records, PostgresSettings.resolve(ctx.config), progress_rows(ctx.progress_scope, ctx.offsets))
+    write_records(records, PostgresSettings.resolve(ctx.config), progress_rows(ctx.progress_scope, ctx.offsets),
+                  fence_rows(ctx.progress_scope, ctx.epoch, records))
 
 
 def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[int, int]:
@@ -406,7 +455,7 @@ def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[i
             conn, _ = _ready_connection(settings)
             got = conn.execute(
                 f"SELECT partition, next_offset FROM {_qualified(progress_table(settings.table))} "
-                "WHERE scope = %s AND topic = %s AND partition = ANY(%s)",
+                "WHERE scope = %s AND topic = %s AND partition = ANY(%s) AND next_offset >= 0",
                 (ctx.progress_scope, topic, [int(p) for p in partitions])).fetchall()
         except psycopg.OperationalError:
             _drop_connection(settings)
@@ -414,8 +463,24 @@ def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[i
     return {int(p): int(o) for p, o in got}
 
 
+def claim(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[int, int]:
+    """Claim the range (``ctx.progress_scope``) of each partition: a new epoch, above every earlier
+    claim's; writes under an older one are refused from now on (module doc: fencing)."""
+    import psycopg
+
+    settings = PostgresSettings.resolve(ctx.config)
+    with _lock:
+        try:
+            conn, _ = _ready_connection(settings)
+            return claim_rows(conn, settings.table, ctx.progress_scope, topic, partitions)
+        except psycopg.OperationalError:
+            _drop_connection(settings)
+            raise
+
+
 process.commits_progress = True  # type: ignore[attr-defined]
 process.progress = progress  # type: ignore[attr-defined]
+process.claim = claim  # type: ignore[attr-defined]
 
 
 def close() -> None:

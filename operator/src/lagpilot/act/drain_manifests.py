@@ -102,7 +102,7 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPla
     """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself);
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
     one's progress)."""
-    subs = tuple(SubRange(s.partition, s.index, s.start, s.end, s.prior) for s in drain.sub_ranges)
+    subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
     return DrainPlan(
         drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
         batch_max_records=spec.batch.max_records,

@@ -50,7 +50,6 @@ from typing import Any
 from dataclasses import field
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import prior_of
 
 from .handoff import (DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, seal_entries,
                       with_progress)
@@ -74,41 +73,25 @@ class Remainder:
 
     drain_id: int
     ranges: tuple[tuple[int, int, int], ...]
-    # issue 23-dup: ((partition, start, end), prior) of the ranges handed back from a sub-range: its
-    # identity (drain_plan.SubRange.prior), under which an exactly-once sink recorded progress that
-    # may be past the Kafka progress the range starts at; the adopted drain resumes from it
-    # (not part of equality: the ranges are what is handed back; this annotates where they came from)
-    priors: tuple[tuple[tuple[int, int, int], str], ...] = field(default=(), compare=False)
 
     @property
     def records(self) -> int:
         return sum(b - a for _, a, b in self.ranges)
 
-    def prior(self, r: tuple[int, int, int]) -> str:
-        return dict(self.priors).get(r, "")
-
 
 def encode_remainder(r: Remainder) -> dict[int, tuple[int, str]]:
-    """partition → (offset to commit = its lowest unfinished offset, metadata with every range and,
-    where known, each range's origin ``s=`` in the same order)."""
+    """partition → (offset to commit = its lowest unfinished offset, metadata with every range)."""
     by_part: dict[int, list[tuple[int, int]]] = {}
     for p, a, b in sorted(r.ranges):
         if b > a:
             by_part.setdefault(p, []).append((a, b))
-    out = {}
-    for p, rs in by_part.items():
-        meta = f"{REMAINDER_PREFIX};d={r.drain_id};r=" + ",".join(f"{a}-{b}" for a, b in rs)
-        priors = [r.prior((p, a, b)) for a, b in rs]
-        if any(priors):
-            meta += ";s=" + ",".join(priors)
-        out[p] = (rs[0][0], meta)
-    return out
+    return {p: (rs[0][0], f"{REMAINDER_PREFIX};d={r.drain_id};r=" + ",".join(f"{a}-{b}" for a, b in rs))
+            for p, rs in by_part.items()}
 
 
 def decode_remainder(committed: Mapping[int, tuple[int, str | None]]) -> Remainder | None:
     """Inverse of :func:`encode_remainder`; partitions without our metadata are ignored."""
     ranges: list[tuple[int, int, int]] = []
-    priors: list[tuple[tuple[int, int, int], str]] = []
     ids: set[int] = set()
     for p, (_offset, meta) in committed.items():
         if not meta or not meta.startswith(REMAINDER_PREFIX + ";"):
@@ -116,31 +99,24 @@ def decode_remainder(committed: Mapping[int, tuple[int, str | None]]) -> Remaind
         fields = dict(f.split("=", 1) for f in meta.split(";")[1:] if "=" in f)
         try:
             ids.add(int(fields["d"]))
-            parts = fields.get("r", "").split(",")
-            origins = fields.get("s", "").split(",") if fields.get("s") else []
-            for i, part in enumerate(parts):
+            for part in fields.get("r", "").split(","):
                 if part:
                     a, b = part.split("-")
                     if int(b) > int(a):
                         ranges.append((int(p), int(a), int(b)))
-                        if i < len(origins) and origins[i]:
-                            priors.append(((int(p), int(a), int(b)), origins[i]))
         except (KeyError, ValueError):
             continue
     if not ranges:
         return None
-    return Remainder(max(ids), tuple(sorted(ranges)), tuple(sorted(priors)))
+    return Remainder(max(ids), tuple(sorted(ranges)))
 
 
 def remainder_of(d: DrainStatus, committed: Mapping[int, int | None] | None = None) -> Remainder:
     """What nobody will process once the CR is gone: unfinished sub-ranges ``[next, end)``; for a
     drain still Planned, the fixed ranges whose offsets were already altered (committed >= split)."""
     if d.sub_ranges:
-        left = [s for s in d.sub_ranges if s.remaining > 0]
-        rs = tuple(sorted((s.partition, max(s.next, s.start), s.end) for s in left))
-        priors = tuple(sorted(((s.partition, max(s.next, s.start), s.end), prior_of(d.id, s.index, s.start, s.prior))
-                              for s in left))
-        return Remainder(d.id, rs, priors)
+        rs = tuple(sorted((s.partition, max(s.next, s.start), s.end) for s in d.sub_ranges if s.remaining > 0))
+        return Remainder(d.id, rs)
     out = []
     for r in d.ranges:
         c = (committed or {}).get(r.partition)
@@ -311,7 +287,7 @@ def adoption(rem: Remainder | None, d: DrainStatus | None, restore_replicas: int
     for p, a, b in rem.ranges:
         k = index.get(p, 0)
         index[p] = k + 1
-        subs.append(SubProgress(p, k, a, b, a, prior=rem.prior((p, a, b))))
+        subs.append(SubProgress(p, k, a, b, a))
     spans: dict[int, tuple[int, int]] = {}
     for p, a, b in rem.ranges:
         lo, hi = spans.get(p, (a, b))

@@ -128,7 +128,6 @@ class SubProgress:
     end: int
     next: int
     records: int = 0
-    prior: str = ""  # an adopted remainder's origin (drain_plan.SubRange.prior)
 
     @property
     def done(self) -> bool:
@@ -139,19 +138,16 @@ class SubProgress:
         return max(0, self.end - max(self.next, self.start))
 
     def sub_range(self) -> SubRange:
-        return SubRange(self.partition, self.index, self.start, self.end, self.prior)
+        return SubRange(self.partition, self.index, self.start, self.end)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end,
-                             "next": self.next, "records": self.records}
-        if self.prior:
-            d["prior"] = self.prior
-        return d
+    def to_dict(self) -> dict[str, int]:
+        return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end,
+                "next": self.next, "records": self.records}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SubProgress":
         return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),
-                   int(d.get("next", d["start"])), int(d.get("records", 0)), str(d.get("prior") or ""))
+                   int(d.get("next", d["start"])), int(d.get("records", 0)))
 
 
 @dataclass(frozen=True)

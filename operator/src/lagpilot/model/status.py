@@ -136,12 +136,6 @@ class SubRange(_Model):
     end: int = _int("The sub-range ends before this offset.")
     next: int = _int("Next offset to process (end: done).")
     records: int = _int("Records processed so far.")
-    prior: str | None = Field(
-        None,
-        description="An adopted remainder's origin: drainId:index:start of the deleted CR's "
-        "sub-range(s) it was handed back from ('|'-separated); an exactly-once sink's progress "
-        "recorded under that identity is resumed from.",
-    )
 
 
 class LostRange(_Model):

@@ -1,0 +1,71 @@
+"""H3 through the operator, the no-progress detector: a drain attempt whose handler hangs (every
+task's first call never returns: a sink that stopped answering) records no progress; the operator
+notices within its limit, reports it and retries, and the retry finishes. Real stack of
+tests/real/test_drain_operator.py (operator subprocess as the docs/rbac.md ServiceAccount,
+kube-apiserver + controller-manager + pod runner, Kafka, Spark local mode, PostgreSQL ledger),
+operator env LAGPILOT_DRAIN_STALL_SECONDS=240 (above a cold attempt's start-up under load; the handler's own deadline, max.poll.interval.ms,
+stays at its 300 s default: the detector, not the task deadline, ends the attempt).
+
+Proven: the fault fired (drain calls hung — their log — and no drain row is in the ledger while
+attempt 1 runs); the operator sets DrainStalled=True/NoProgress, posts the Warning event
+DrainStalled naming attempt 1, deletes attempt 1's Job and schedules attempt 2; with the sink back
+(the marker removed) the drain reaches Verified at attempt >= 2 with DrainStalled back to False,
+and the ledger holds every offset once (the hung calls wrote nothing).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario  # noqa: F401
+from tests.real.test_operator_e2e import condition, events_for, get_cr
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+
+def test_a_drain_without_progress_is_stalled_reported_and_retried(scenario: Callable[..., Scenario], kafka_admin: Any,
+                                                                  postgres_dsn: str, tmp_path: Path) -> None:
+    import psycopg
+    from kubernetes import client
+
+    marker, hang_log = tmp_path / "sink-down", tmp_path / "hung-calls.log"
+    marker.write_text("the drain's sink does not answer while this file exists")
+    s = scenario({p: 8000 for p in range(PARTS)}, live_per_s=0, sla_s=20,
+                 operator_env={"LAGPILOT_DRAIN_STALL_SECONDS": "240"},
+                 handler="tests.real.drain_handlers:ledger_drain_hangs_while_marked",
+                 handler_config={"hang_marker": str(marker), "hang_log": str(hang_log)})
+    batch = client.BatchV1Api(s.custom.api_client)
+    job = wait_until(lambda: next(iter(batch.list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items), None),
+                     "the drain Job of attempt 1", 600, interval=1)
+    name = job.metadata.name
+    assert name.endswith("-1"), name
+
+    def stalled() -> Any:
+        c = condition(get_cr(s.custom, s.ns, s.name), "DrainStalled")
+        return c if c is not None and c.get("status") == "True" else None
+
+    c = wait_until(stalled, "DrainStalled=True", 600, interval=1)
+    # the fault fired: drain calls hung, and none wrote a row
+    hung = hang_log.read_text().splitlines() if hang_log.exists() else []
+    assert hung, "no drain call hung: the fault did not fire"
+    with psycopg.connect(postgres_dsn) as conn:
+        drained = conn.execute(f"SELECT count(*) FROM {s.table} WHERE source = 'drain'").fetchone()[0]
+    assert drained == 0, f"{drained} drain rows written while the sink hung"
+    assert c["reason"] == "NoProgress" and "no progress" in c["message"], c
+    d = s.drain()
+    assert d.get("stalled") == "NoProgress" and d["attempt"] == 1 and d.get("retryAt"), d
+    ev = [e for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainStalled"]
+    assert ev and ev[0].type == "Warning" and "attempt 1 stalled" in ev[0].message, [e.message for e in ev]
+    wait_until(lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
+               "attempt 1's Job deleted", 120, interval=1)
+
+    marker.unlink()  # the sink answers again
+    d = finish_and_check(s, kafka_admin, postgres_dsn)
+    assert d["attempt"] >= 2, d
+    c = condition(get_cr(s.custom, s.ns, s.name), "DrainStalled")
+    assert c is not None and c["status"] == "False", c
+    print(f"stalled without progress ({len(hung)} hung calls): {ev[0].message}; verified at attempt {d['attempt']}")
