@@ -11,7 +11,8 @@ import pytest
 from lagpilot.spec import parse_spec
 from lagpilot_dev.demo import parse_args
 from lagpilot_dev.demo_config import HANDLER, RunNames, manifest, profile_for
-from lagpilot_dev.demo_node import (DRAIN_CPU_PER_TASK_M, NODE_PARTS, containers_of, format_listing, helm_values,
+from lagpilot_dev.demo_node import (DRAIN_CPU_PER_TASK_M, NODE_CPU_M, NODE_PARTS, containers_of, format_listing,
+                                    helm_values, image_names,
                                     namespace_labels, operator_namespace, pods_without_containers)
 from lagpilot_dev.images_build import IMAGES
 from lagpilot_dev.node import NAMESPACE_LABEL
@@ -70,8 +71,22 @@ def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_pe
     assert values["image"] == {"repository": "lagpilot/operator", "tag": "0.1.0", "pullPolicy": "Never"}
     assert values["operator"]["extraEnv"] == [{"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M",
                                                "value": str(DRAIN_CPU_PER_TASK_M)}]
-    # the warm runtime's CPU request (maxTasks x per task) leaves room on the 2-core node
-    assert profile_for("default", False).max_tasks * DRAIN_CPU_PER_TASK_M <= 1500
+    # what the scheduler reserves on the 2-core node: the operator, the most consumers, the warm
+    # runtime and a cold drain Job (lagpilot.act.drain_manifests: max(500m, tasks x per task)) at once
+    import yaml
+
+    from lagpilot.act.deployment import DEFAULT_RESOURCES
+
+    def milli(cpu: str) -> int:
+        return int(cpu.removesuffix("m")) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+    operator_m = milli(yaml.safe_load((REPO / "charts/lagpilot/values.yaml").read_text())["resources"]["requests"]["cpu"])
+    consumer_m = milli(DEFAULT_RESOURCES["requests"]["cpu"])
+    for name in ("default", "fast"):
+        p = profile_for(name, False)
+        runtime_m = p.max_tasks * DRAIN_CPU_PER_TASK_M
+        cold_job_m = max(500, runtime_m)
+        assert operator_m + p.partitions * consumer_m + runtime_m + cold_job_m <= NODE_CPU_M, name
     assert "node" not in json.dumps(values)
 
 
@@ -106,3 +121,12 @@ def test_pods_without_containers_are_the_started_pods_the_runtime_never_listed()
             "u3": {"namespace": "d", "name": "pending-then-deleted", "started": False}}
     assert pods_without_containers(pods, {"u1": [{}]}) == ["d/drain-1"]
     assert pods_without_containers(pods, {"u1": [{}], "u2": [{}]}) == []
+
+
+def test_image_names_prefer_the_name_pods_use() -> None:
+    listing = {"images": [{"id": "sha256:aa", "repoTags": ["localhost/lagpilot/demo-consumer:0.1.0",
+                                                             "docker.io/lagpilot/demo-consumer:0.1.0"]},
+                          {"id": "sha256:bb", "repoTags": ["lagpilot.local/pause:v1.35.4"]},
+                          {"id": "sha256:cc", "repoTags": []}]}
+    assert image_names(listing) == {"sha256:aa": "docker.io/lagpilot/demo-consumer:0.1.0",
+                                    "sha256:bb": "lagpilot.local/pause:v1.35.4"}

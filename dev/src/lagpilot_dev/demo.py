@@ -239,6 +239,11 @@ class Demo:
         console.wait(lambda: (cluster.status().get("partitions") or 0) >= 1, "status.partitions", 120,
                      alive=self._operator_dead)
         if self.node is not None:
+            if self.profile.warm_runtime and not self.profile.runtime_on_demand:
+                console.say("waiting for: the warm drain runtime Ready (a JVM on the node; the demo's drains are warm)",
+                            indent=True)
+                console.wait(self.node.runtime_ready, "the warm drain runtime pod Ready", 600,
+                             alive=self._operator_dead)
             self.node.show_containers("on the node now")
         console.done("group_ready", t0, "consumer running, status reported")
 

@@ -16,9 +16,16 @@ What changes against the default run (the pod runner, lagpilot_dev.demo_pods):
   of both namespaces; the summary says which pods ran as containers (all of them, or which not),
   and the listing is printed.
 
-The scheduler reserves CPU by requests: the node has 2 cores, and the warm drain runtime requests
-`maxTasks` x `LAGPILOT_DRAIN_CPU_PER_TASK_M` (default 250m: 12 tasks = 3 CPUs, never schedulable
-here). The release sets it to DRAIN_CPU_PER_TASK_M through the chart's `operator.extraEnv`.
+The scheduler reserves CPU by requests, and the node has 2 cores. The warm drain runtime requests
+`maxTasks` x `LAGPILOT_DRAIN_CPU_PER_TASK_M` (default 250m: the demo's 12 tasks = 3 CPUs, never
+schedulable here), and so does a drain Job that drains by itself (cold: the runtime was not Ready
+when the attempt started), at least 500m. Seen on the first run with 100m per task: the runtime
+(1200m) was still warming up when the first drain fell due, the cold Job (1200m) did not fit beside
+it and stayed Pending ("Insufficient cpu") until the stall detector's NoRunningPod (300 s). The
+release sets DRAIN_CPU_PER_TASK_M through the chart's `operator.extraEnv` so that the operator (50m),
+three consumers (3 x 100m), the runtime and a cold Job fit together; requests are the scheduler's
+bookkeeping, not a cap (no CPU limit is set). And before the replay the demo waits for the runtime
+to be Ready (`wait_runtime_ready`): the demo's drains are meant to be warm.
 """
 from __future__ import annotations
 
@@ -36,7 +43,8 @@ from lagpilot_dev.demo_console import Console, DemoError
 log = logging.getLogger("lagpilot_dev.demo")
 
 NODE_PARTS = (*PARTS, "node")
-DRAIN_CPU_PER_TASK_M = 100  # 12 tasks: 1.2 CPUs requested by the warm runtime on the 2-core node
+DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a cold Job (see above)
+NODE_CPU_M = 2000  # the node's allocatable CPU (2 cores, nothing reserved)
 MAX_OPERATOR_RESTARTS = 3
 SAMPLE_EVERY_S = 5.0
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
@@ -80,6 +88,16 @@ def containers_of(listing: Mapping[str, Any], namespaces: Sequence[str]) -> list
     return rows
 
 
+def image_names(listing: Mapping[str, Any]) -> dict[str, str]:
+    """`crictl images -o json` → image id → its docker.io/lagpilot/... name, else its first tag (pure)."""
+    out = {}
+    for img in listing.get("images") or []:
+        tags = sorted(img.get("repoTags") or [], key=lambda t: (not t.startswith("docker.io/"), t))
+        if tags:
+            out[str(img.get("id"))] = tags[0]
+    return out
+
+
 def pods_without_containers(pods: Mapping[str, Mapping[str, Any]], containers: Mapping[str, Any]) -> list[str]:
     """Pods (uid → what the API said) that reached a container state and never showed in the
     runtime's listing (pure): what would make "every lagpilot pod a container" false. A pod that
@@ -120,6 +138,7 @@ class NodeRun:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _image_names: dict[str, str] = field(default_factory=dict)  # image id → a name (crictl images)
 
     @property
     def op_ns(self) -> str:
@@ -241,6 +260,17 @@ class NodeRun:
             return f"the operator pod restarted {self.restarts}x (exit codes {self.exit_codes})"
         return None
 
+    def runtime_ready(self) -> bool:
+        """The CR's warm drain runtime pod Ready (its JVM warm: `GET /healthz` 200, the kubelet's probe)."""
+        from kubernetes import client
+
+        from lagpilot.act.drain_runtime import selector
+
+        pods = client.CoreV1Api(self.api).list_namespaced_pod(self.names.ns, label_selector=selector(self.names.name))
+        return any(p.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True"
+                                                                 for c in p.status.conditions or [])
+                   for p in pods.items)
+
     # ---- which pods ran as containers --------------------------------------------------------------
     def start_sampler(self) -> None:
         self._thread = threading.Thread(target=self._sample_loop, name="demo-node-sampler", daemon=True)
@@ -265,6 +295,8 @@ class NodeRun:
                                           "started": started}
         proc = self.node.crictl("ps", "-a", "-o", "json", timeout=60)
         rows = containers_of(json.loads(proc.stdout), self.namespaces) if proc.returncode == 0 else []
+        for r in rows:  # crictl's JSON names the image by id: the name pods use, as `crictl images` lists it
+            r["image"] = self._image_name(str(r["image"]))
         with self._lock:
             for uid, p in pods.items():
                 seen = self.pods_seen.setdefault(uid, p)
@@ -277,6 +309,14 @@ class NodeRun:
             if rows:
                 self.last_listing = rows
         return rows
+
+    def _image_name(self, image_id: str) -> str:
+        if image_id not in self._image_names:
+            proc = self.node.crictl("images", "-o", "json", timeout=60)
+            if proc.returncode == 0:
+                self._image_names.update(image_names(json.loads(proc.stdout)))
+            self._image_names.setdefault(image_id, image_id)
+        return self._image_names[image_id]
 
     def stop_sampler(self) -> None:
         self._stop.set()
