@@ -152,7 +152,7 @@ def test_nothing_listening_is_unreachable():
     from lagpilot_dev.paths import free_port
 
     with pytest.raises(Unreachable):
-        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN)
+        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN, connect_wait_s=0)
 
 
 def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
@@ -372,3 +372,14 @@ def test_a_runtime_that_admits_the_job_a_moment_late_is_used_not_skipped(runtime
             s.shutdown()
             s.server_close()
 
+
+
+def test_nothing_listening_within_the_connect_window_is_unreachable():
+    from lagpilot_dev.paths import free_port
+
+    clock = iter(float(t) for t in range(100))
+    slept: list[float] = []
+    with pytest.raises(Unreachable):
+        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN, connect_wait_s=5, sleep=slept.append,
+                              now=lambda: next(clock))
+    assert 1 <= len(slept) <= 6  # it tried again within the window, then gave up
