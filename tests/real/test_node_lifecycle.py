@@ -243,7 +243,7 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
 
     def oom_killed() -> Any:
         for p in core.list_namespaced_pod(team, label_selector=selector).items:
-            assert not _image_refused(p.to_dict().get("status") or {})
+            assert not _image_refused(kube_api.sanitize_for_serialization(p).get("status") or {})
             for cs in p.status.container_statuses or []:
                 last = cs.last_state.terminated if cs.last_state is not None else None
                 if last is not None and last.reason == "OOMKilled" and cs.restart_count >= 2:

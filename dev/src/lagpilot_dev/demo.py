@@ -165,6 +165,10 @@ class Demo:
         self.cluster.apply_crd()
         demo_keep.stop_kept(n.ns, lambda m: self.console.say(m, indent=True))
         self.cluster.create_resources(self.profile)
+        if self.args.node:  # what the namespace says, as the apiserver has it
+            labels = self.cluster.kubectl("get", "namespace", n.ns, "-o", "jsonpath={.metadata.labels}").stdout
+            self.console.say(f"$ kubectl get namespace {n.ns} -o jsonpath='{{.metadata.labels}}'  →  {labels}",
+                             indent=True)
         self.console.done("resources", t0, f"namespace {n.ns}, topic {n.topic}, Secret demo-pg (the DSN; never printed)")
 
     def stage_operator(self) -> None:
