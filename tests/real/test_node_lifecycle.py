@@ -264,8 +264,11 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
         return {c["type"]: (c["status"], c.get("reason", ""), c.get("message", ""))
                 for c in (obj.get("status") or {}).get("conditions") or []}
 
-    not_ready = wait_until(lambda: (c := cr_conditions()).get("Ready", ("",))[0] == "False" and c,
-                           "the CR's Ready condition False while the consumer crash-loops", 300)
+    # the CR says it: Ready False, and its message names the kill (lagpilot.decide.pod_health)
+    not_ready = wait_until(lambda: (c := cr_conditions()).get("Ready", ("",))[0] == "False"
+                           and "OOMKilled" in c["Ready"][2] and c,
+                           "the CR's Ready condition False, naming OOMKilled, while the consumer crash-loops", 300)
+    assert "memory limit 128Mi" in not_ready["Ready"][2], not_ready
     events = json.loads(kube.kubectl("get", "events", "-n", team, "-o", "json").stdout)["items"]
     on_pod = [(e["type"], e["reason"], e.get("message", "")[:160]) for e in events
               if e["involvedObject"].get("name") == pod.metadata.name]
