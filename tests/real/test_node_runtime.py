@@ -35,6 +35,24 @@ CLIENT = ("while true; do if printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' | nc -w 
           "| grep -q '^HTTP/'; then echo OK; else echo NO; fi; sleep 1; done")
 
 
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for fut in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+        fut.result(60)
+
+
+def _produce_into(bootstrap: str, topic: str, count: int, partitions: int) -> None:
+    from confluent_kafka import Producer
+
+    prod = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(count):
+        prod.produce(topic, key=b"k%d" % i, value=b"runtime-record-%d" % i, partition=i % partitions)
+        prod.poll(0)
+    assert prod.flush(120) == 0
+
+
 def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
         node: Any, kube: KubeEnv, kafka_part: Any, pods_postgres: Any,  # noqa: F811
         operator_for: Callable[[], tuple[str, str]]) -> None:  # noqa: F811
@@ -42,7 +60,6 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
 
     from lagpilot.act.drain_manifests import _labels as drain_pod_labels
     from lagpilot.act.drain_runtime import runtime_name, runtime_port, selector
-    from lagpilot_dev.images_run import produce
 
     assert node.processes["netpol"].is_running(), "kube-router (the node's policy agent) is not running"
     team, image = operator_for()
@@ -50,6 +67,7 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
     assert pods_bootstrap and pods_dsn
     topic, table, parts, per_part = f"node-rt-{uuid.uuid4().hex[:8]}", f"ledger_{uuid.uuid4().hex[:8]}", 3, 4000
     kube.kubectl("create", "secret", "generic", "pg", "-n", team, "--from-file=dsn=/dev/stdin", input_text=pods_dsn)
+    _create_topic(kafka_part.bootstrap_servers(), topic, parts)  # empty: the records come after the policy check
     name = "warm"
     bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
            "spec": {"kafka": {"bootstrapServers": pods_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
@@ -95,7 +113,7 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
     assert set(stranger) == {"NO"}, stranger
 
     # the CR's own drain pod: the operator's Job hands its plan to this runtime
-    produce(kafka_part.bootstrap_servers(), topic, parts * per_part, partitions=parts)
+    _produce_into(kafka_part.bootstrap_servers(), topic, parts * per_part, parts)
 
     def finished() -> dict[str, Any] | None:
         d = (json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status") or {}) \
