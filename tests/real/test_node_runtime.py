@@ -126,6 +126,10 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
     warm = [p for p in jobs if p["metadata"]["labels"].get("lagpilot.io/drain-runtime") == "warm"]
     assert warm, [p["metadata"]["labels"] for p in jobs]
     assert all(p["spec"]["nodeName"] == node.info()["node_name"] for p in jobs)
+    # the label says what the operator launched; the Job's own log says where the drain ran: in the
+    # runtime, reached through the policy (not cold after a refused connection)
+    job_log = kube.kubectl("logs", "-n", team, warm[0]["metadata"]["name"], "--tail=-1").stdout
+    assert '"drain_runtime_used"' in job_log and '"drain_runtime_unreachable"' not in job_log, job_log[-2000:]
 
     def all_delivered() -> list[Any] | None:
         with psycopg.connect(pods_postgres.app_dsn()) as conn:
