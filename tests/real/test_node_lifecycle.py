@@ -60,11 +60,14 @@ def operator_for(kube: KubeEnv, node: Any, helm_bin: Any, on_node: Callable[[str
         values_file.write_text(json.dumps(values))
         args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
         h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *args], timeout=300)
-        installed.append([release, *args])
+        installed.append([team, release, *args])
         return team, consumer_image
 
     yield make
-    for release, *args in installed:
+    for team, release, *args in installed:
+        # the CRs first, while their operator runs: it removes its finalizer (else the namespace
+        # never finishes terminating)
+        kube.kubectl("delete", "bcg", "--all", "-n", team, "--wait=true", "--timeout=180s", check=False, timeout=200)
         h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "180s", *args], timeout=240)
 
 
