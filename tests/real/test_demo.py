@@ -27,10 +27,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(2400)
 def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
+    _run_and_check(tmp_path, [])
+
+
+@pytest.mark.node
+@pytest.mark.images
+@pytest.mark.timeout(3600)
+def test_demo_on_the_real_node(tmp_path: Path) -> None:
+    """`lagpilot demo --node` (opt-in, LAGPILOT_NODE=1; docs/node.md): the same checks, and every pod
+    the run saw in its two namespaces ran as a container on the node (the runtime's listing), the
+    operator among them, installed by helm."""
+    if os.environ.get("LAGPILOT_NODE", "") != "1":
+        pytest.skip("the real node is opt-in: LAGPILOT_NODE=1 (docs/node.md)")
+    summary, proc = _run_and_check(tmp_path, ["--node"])
+    node = summary["node"]
+    assert node["every_pod_a_container"], node
+    assert node["pods_without_containers"] == [] and node["pods_on_other_nodes"] == [], node
+    containers = {(c["namespace"].endswith("-operator"), c["container"]) for c in node["containers"]}
+    assert {(True, "operator"), (False, "consumer"), (False, "drain")} <= containers, containers
+    assert "CONTAINER_RUNNING" in proc.stdout and "ps -a" in proc.stdout  # the runtime's listing, printed
+    assert "$ helm install" in proc.stdout
+    print(f"demo --node: {node['pods_started']} pods, {len(node['containers'])} containers; latency "
+          f"{summary['latency']}; drains {[(d.get('pause_seconds'), d.get('start_up_seconds')) for d in summary['drains']]}")
+
+
+def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.CompletedProcess[str]]:
     out = tmp_path / "demo"
     ns = f"lagpilot-demo-test-{uuid.uuid4().hex[:6]}"
     exe = Path(sys.executable).parent / "lagpilot"
-    argv = [str(exe), "demo", "--profile", "fast", "--plain", "--out", str(out), "--namespace", ns]
+    argv = [str(exe), "demo", "--profile", "fast", "--plain", "--out", str(out), "--namespace", ns, *extra]
     started = time.monotonic()
     # generous: a cold cache installs the parts first (the Kubernetes build alone takes 20-30 min)
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2300, check=False,  # noqa: S603
@@ -99,3 +124,4 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
         assert got.returncode != 0 or got.stdout.strip() == "Terminating", got.stdout
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     assert not [line for line in ps.stdout.splitlines() if f"operator --namespace {ns}" in line]
+    return summary, proc

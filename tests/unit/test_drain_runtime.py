@@ -152,7 +152,7 @@ def test_nothing_listening_is_unreachable():
     from lagpilot_dev.paths import free_port
 
     with pytest.raises(Unreachable):
-        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN)
+        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN, connect_wait_s=0)
 
 
 def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
@@ -344,3 +344,42 @@ def test_a_slow_plan_of_a_live_runtime_is_waited_for(runtime: DrainRuntime, monk
         server.shutdown()
         server.server_close()
     assert outcome.exit == drain_job.EXIT_OK and outcome.summary == {"records": 10}, outcome
+
+
+def test_a_runtime_that_admits_the_job_a_moment_late_is_used_not_skipped(runtime: DrainRuntime,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    """On the real node the drain Job's first connect was refused: kube-router had not yet put the new
+    pod's IP into the runtime's NetworkPolicy (its sync came 1.3 s later) and the Job drained cold.
+    A connection refused before the plan was sent leaves nothing running anywhere: the Job keeps
+    trying within its connect window before it drains by itself."""
+    from lagpilot_dev.paths import free_port
+
+    monkeypatch.setattr(drain_job, "run", lambda *a, **k: {"records": 3})
+    port = free_port()
+    servers: list[ThreadingHTTPServer] = []
+
+    def admit_later() -> None:
+        time.sleep(1.5)
+        servers.append(drain_runtime.make_server(runtime, "127.0.0.1", port))
+        servers[0].serve_forever()
+
+    threading.Thread(target=admit_later, daemon=True).start()
+    try:
+        outcome = drain_runtime.request(f"http://127.0.0.1:{port}", PLAN, auth=auth_for())
+        assert outcome.summary == {"records": 3}
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+
+
+
+def test_nothing_listening_within_the_connect_window_is_unreachable():
+    from lagpilot_dev.paths import free_port
+
+    clock = iter(float(t) for t in range(100))
+    slept: list[float] = []
+    with pytest.raises(Unreachable):
+        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN, connect_wait_s=5, sleep=slept.append,
+                              now=lambda: next(clock))
+    assert 1 <= len(slept) <= 6  # it tried again within the window, then gave up

@@ -263,6 +263,43 @@ def test_unchanged_status_is_not_written() -> None:
     assert len(w.kube.status_patches) == n
 
 
+def test_not_ready_consumers_say_why_in_the_ready_condition() -> None:
+    """On the real node a consumer killed by its memory limit restarts in CrashLoopBackOff: the
+    Ready condition's message carries what its pod says (decide.pod_health), read only while the
+    Deployment has fewer ready replicas than it asks for."""
+    from lagpilot.act.deployment import selector_labels
+
+    w = World(base_spec())
+    w.kafka.set([(0, 100, 100, None)])
+    w.kube.ready = False
+    asked: list[tuple[str, dict[str, str]]] = []
+    pod = {"metadata": {"name": "orders-consumer-abc"},
+           "spec": {"containers": [{"name": "consumer", "resources": {"limits": {"memory": "128Mi"}}}]},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                      "containerStatuses": [{"name": "consumer", "restartCount": 2,
+                                             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                             "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
+
+    def list_pods(namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
+        asked.append((namespace, dict(selector)))
+        return [pod]
+
+    w.kube.list_pods = list_pods  # type: ignore[attr-defined]
+    w.cycle()
+    w.cycle(advance=5)
+    ready = w.cond("Ready")
+    assert ready["status"] == "False" and ready["reason"] == "ConsumersNotReady"
+    assert ready["message"].endswith("orders-consumer-abc: consumer: last terminated OOMKilled (exit 137, memory "
+                                     "limit 128Mi), 2 restarts, now CrashLoopBackOff"), ready["message"]
+    assert asked and all(sel == selector_labels(w.ref.name) for _, sel in asked)
+    w.kube.ready = True  # ready again: the pods are not read
+    for d in w.kube.deployments.values():
+        d["status"]["readyReplicas"] = d["spec"]["replicas"]
+    n = len(asked)
+    w.cycle(advance=5)
+    assert w.cond("Ready")["status"] == "True" and len(asked) == n
+
+
 def test_paused_scales_to_zero_without_observing() -> None:
     w = World(base_spec())
     w.kafka.set([(0, 100, 100, None)])

@@ -47,3 +47,24 @@ def test_namespace_policy_sends_a_labelled_namespaces_default_scheduler_pods_to_
     # only pods left to the default scheduler: a pod naming another scheduler keeps it
     assert "'default-scheduler'" in policy["spec"]["matchConditions"][0]["expression"]
     assert f'schedulerName: "{SCHEDULER_NAME}"' in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+
+
+def test_load_built_image_logs_under_info_without_breaking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """`lagpilot demo --node` logs at INFO: loading an image (here one the node already has) must
+    log its record, not raise from the logging call."""
+    import logging
+    import subprocess
+
+    from lagpilot_dev import images_tools
+    from lagpilot_dev.node import NodePart
+
+    part = NodePart(tmp_path / "cache", tmp_path / "state")
+    built = "sha256:" + "ab" * 32
+    monkeypatch.setattr(images_tools, "run_cmd",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, stdout=built.removeprefix("sha256:")))
+    monkeypatch.setattr(NodePart, "image_id", lambda self, tag: built)
+    caplog.set_level(logging.INFO, logger="lagpilot_dev.node")
+    assert part.load_built_image("localhost/lagpilot/demo-consumer:0.1.0") >= 0
+    rec = [r for r in caplog.records if r.getMessage() == "image on the node"]
+    assert rec and rec[0].image == "localhost/lagpilot/demo-consumer:0.1.0"

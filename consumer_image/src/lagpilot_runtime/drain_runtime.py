@@ -67,6 +67,12 @@ PARALLELISM_ENV = "LAGPILOT_DRAIN_MAX_PARALLELISM"
 DEFAULT_PORT = 8093
 BUSY_WAIT_S = 120.0  # a caller waits this long for the runtime to finish (or cancel) another plan
 CONNECT_TIMEOUT_S = 5.0
+# a drain Job keeps trying to connect this long before it drains by itself: a NetworkPolicy agent
+# admits a new pod's IP a moment after the pod started (kube-router on the real node: ~1-2 s;
+# docs/drain.md "Warm drain runtime"); a connection that never opened sent no plan, so a retry is safe
+CONNECT_WAIT_ENV = "LAGPILOT_DRAIN_RUNTIME_CONNECT_WAIT_SECONDS"
+CONNECT_WAIT_S = 20.0
+CONNECT_RETRY_S = 0.5
 KEEP_WARM_EVERY_S = 40.0  # < Spark's one-minute idle timeout of Python workers
 STOP_WAIT_S = 20.0  # a terminated Job process waits this long for the runtime to end its plan
 MAX_BODY_BYTES = 256 * 1024  # a plan travels as one env var (<= 128 KiB) plus its signature
@@ -465,6 +471,16 @@ def heartbeat_settings(env: Mapping[str, str] | None = None) -> tuple[float, flo
     return every, every, HEARTBEAT_MISSES
 
 
+def connect_wait_setting(env: Mapping[str, str] | None = None) -> float:
+    """Seconds a drain Job keeps trying to open the runtime's connection (``CONNECT_WAIT_ENV``,
+    default CONNECT_WAIT_S; 0: one try)."""
+    e = os.environ if env is None else env
+    try:
+        return max(0.0, float(e.get(CONNECT_WAIT_ENV) or CONNECT_WAIT_S))
+    except ValueError:
+        return CONNECT_WAIT_S
+
+
 def probe(host: str, port: int, timeout_s: float) -> str | None:
     """``running`` of the runtime's ``/healthz`` (the running plan's token; "" when idle); None when it
     does not answer in time."""
@@ -502,9 +518,13 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
             sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
             stop_wait_s: float = STOP_WAIT_S, auth: plan_auth.PlanAuth | None = None,
             plan_text: str | None = None, heartbeat_s: float | None = None,
-            probe_timeout_s: float | None = None, max_misses: int | None = None) -> Outcome:
+            probe_timeout_s: float | None = None, max_misses: int | None = None,
+            connect_wait_s: float | None = None) -> Outcome:
     """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
-    listens (or it is not warm yet): no attempt of this drain can be running there then.
+    listens (or it is not warm yet): no attempt of this drain can be running there then. A
+    connection that does not open is tried again for ``connect_wait_s`` (default
+    ``connect_wait_setting()``): the pod network may not let a new pod through yet (a NetworkPolicy
+    agent admits its IP a moment after it started); nothing was sent, so nothing can be running.
 
     A connection lost after the plan was sent (the runtime died) ends the attempt as failed (the
     operator retries it), and so does a runtime that stops answering: between heartbeats
@@ -525,7 +545,9 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
     every = every if heartbeat_s is None else heartbeat_s
     check_timeout = check_timeout if probe_timeout_s is None else probe_timeout_s
     misses = misses if max_misses is None else max(1, max_misses)
-    deadline = now() + busy_wait_s
+    started = now()
+    deadline = started + busy_wait_s
+    connect_deadline = started + (connect_wait_setting() if connect_wait_s is None else max(0.0, connect_wait_s))
     text = plan_text if plan_text is not None else plan.to_json()
     body = json.dumps({"plan": text, "auth": auth.to_dict() if auth is not None else None})
     token = running_token(auth) if auth is not None else ""
@@ -535,6 +557,9 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
             try:
                 conn.connect()
             except OSError as exc:
+                if now() < connect_deadline:
+                    sleep(CONNECT_RETRY_S)
+                    continue
                 raise Unreachable(f"no drain runtime at {host}:{port}: {exc.__class__.__name__}") from exc
             _keepalive(conn.sock)
             try:

@@ -1,7 +1,7 @@
 """`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
 
     lagpilot demo [--profile default|fast] [--keep] [--cold-drains | --runtime-on-demand SECONDS]
-                  [--namespace NS] [--out DIR] [--plain]
+                  [--namespace NS] [--out DIR] [--plain] [--node]
 
 Stages (each prints what it waits for):
  1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector
@@ -20,6 +20,11 @@ Stages (each prints what it waits for):
     no key) shows nothing lost and nothing delivered twice; then what the calibrated simulator says
     of the same trace (static replicas, KEDA, and lagpilot predicted vs measured). Exit status 1
     when the proof fails.
+
+With --node (docs/node.md; root, opt-in) the pods are containers on the real node instead: stage 1
+adds the node part, stage 3 builds the images from this checkout, loads them into the node and
+installs the operator with `helm install` (lagpilot_dev.demo_node), the namespaces enforce Pod
+Security `restricted`, and the summary lists the runtime's containers (`crictl ps -a`).
 
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
 them and --keep is not given). With --keep the stack, the namespace and the CR stay, and so do the
@@ -43,6 +48,7 @@ from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo_console import Console, DemoError, setup_logging
 from lagpilot_dev.demo_loop import RunLoop
+from lagpilot_dev.demo_node import NODE_PARTS, NodeRun
 from lagpilot_dev.demo_observe import Observer
 from lagpilot_dev.demo_operator import BareConsumer, OperatorProcess
 from lagpilot_dev.demo_pods import PodRunnerHandle
@@ -74,9 +80,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
     p.add_argument("--plain", action="store_true",
                    help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)")
+    p.add_argument("--node", action="store_true",
+                   help="run lagpilot's pods as containers on the real node (kubelet + containerd; docs/node.md): "
+                        "the operator installed by helm, the images built from this checkout, the namespace "
+                        "enforcing Pod Security restricted (needs root; the node's first build takes long)")
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.node and args.no_operator:
+        p.error("--node runs the operator as a pod: not with --no-operator")
     try:  # the profile's own rules (the CRD's range of the cooldown), as a usage error
         profile_for(args.profile, args.cold_drains, args.runtime_on_demand)
     except ValueError as err:
@@ -95,24 +107,37 @@ class Demo:
         self.names = RunNames.new(args.namespace, args.out)
         self.names.out.mkdir(parents=True, exist_ok=True)
         self.console = Console(live=sys.stdout.isatty() and not args.plain)
-        self.cluster = Cluster(self.console, self.names, PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR)
+        parts = NODE_PARTS if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
+        self.cluster = Cluster(self.console, self.names, parts, node=args.node)
         self.observer = Observer(self.cluster, self.profile)
         # created once the stack is up (they need its connection details)
         self.operator: OperatorProcess | None = None
         self.pods: PodRunnerHandle | None = None
+        self.node: NodeRun | None = None  # --node: the helm release and the containers' record
         self.bare_consumer = BareConsumer()
         self.loop = RunLoop(self.console, self.names, self.profile, self.observer,
                             operator_dead=self._operator_dead, restarts=self._operator_restarts)
         setup_logging(self.names.out, self.console)
 
     def _operator_dead(self) -> str | None:
+        if self.node is not None:
+            return self.node.dead()
         return self.operator.dead() if self.operator is not None else None
 
     def _operator_running(self) -> bool:
+        if self.node is not None:
+            return self.node.running()
         return self.operator is not None and self.operator.running()
 
     def _operator_restarts(self) -> int:
+        if self.node is not None:
+            return self.node.restarts
         return self.operator.restarts if self.operator is not None else 0
+
+    def _operator_exit_codes(self) -> list[int]:
+        if self.node is not None:
+            return self.node.exit_codes
+        return self.operator.exit_codes if self.operator is not None else []
 
     # ---- the stages --------------------------------------------------------------------------------
     def run(self) -> int:
@@ -125,10 +150,13 @@ class Demo:
         self.stage_group()
         self.loop.replay(self.cluster.info.bootstrap_servers)
         self.loop.catch_up()
+        if self.node is not None:
+            self.node.show_containers("\n      the runtime's own listing, after catching up")
         return demo_summary.report(
             self.console, self.names, self.profile, pg=self.cluster.pg, samples=self.observer.samples,
             producer=self.loop.producer, operator_restarts=self._operator_restarts(),
-            operator_exit_codes=self.operator.exit_codes if self.operator is not None else [])
+            operator_exit_codes=self._operator_exit_codes(),
+            node=self.node.summary() if self.node is not None else None)
 
     def stage_resources(self) -> None:
         n = self.names
@@ -137,10 +165,17 @@ class Demo:
         self.cluster.apply_crd()
         demo_keep.stop_kept(n.ns, lambda m: self.console.say(m, indent=True))
         self.cluster.create_resources(self.profile)
+        if self.args.node:  # what the namespace says, as the apiserver has it
+            labels = self.cluster.kubectl("get", "namespace", n.ns, "-o", "jsonpath={.metadata.labels}").stdout
+            self.console.say(f"$ kubectl get namespace {n.ns} -o jsonpath='{{.metadata.labels}}'  →  {labels}",
+                             indent=True)
         self.console.done("resources", t0, f"namespace {n.ns}, topic {n.topic}, Secret demo-pg (the DSN; never printed)")
 
     def stage_operator(self) -> None:
         console, n, info = self.console, self.names, self.cluster.info
+        if self.args.node:
+            self.stage_operator_on_node()
+            return
         t0 = console.begin(3, "The operator (lagpilot operator) and the pod runner (the kubelet stand-in)",
                            "the operator's metrics endpoint to answer")
         if self.args.no_operator:
@@ -160,6 +195,17 @@ class Demo:
         self.pods.start()
         console.done("operator_up", t0, f"operator pid {self.operator.proc.pid}, pod runner node {self.pods.runner.node_name}")
 
+    def stage_operator_on_node(self) -> None:
+        """--node: the images into the node's containerd, the operator by `helm install`."""
+        console, cluster = self.console, self.cluster
+        t0 = console.begin(3, "The images on the node, and the operator by `helm install` (a Deployment on the node)",
+                           "the images to be built and loaded")
+        self.node = NodeRun(console, self.names, cluster.info, cluster.kubectl, cluster.api)
+        self.node.prepare_images(cluster.stack)
+        self.node.install()
+        console.done("operator_up", t0, f"operator pod Ready on node {self.node.node.info()['node_name']} "
+                                        f"(release {self.node.op_ns}/{self.node.release})")
+
     def stage_group(self) -> None:
         import yaml
         from kubernetes import client
@@ -172,15 +218,18 @@ class Demo:
             console.done("group_ready", t0, "--no-operator: bare consumer joined")
             return
         path = n.out / "bcg.yaml"
+        image = self.node.consumer_image if self.node is not None else None
         path.write_text("# applied by `lagpilot demo`\n"
-                        + yaml.safe_dump(manifest(n, self.profile, cluster.info.bootstrap_servers), sort_keys=False))
+                        + yaml.safe_dump(manifest(n, self.profile, cluster.pods_bootstrap_servers(), image),
+                                         sort_keys=False))
         cluster.kubectl("apply", "-f", str(path))
         console.say(f"$ kubectl apply -f {path}", indent=True)
         apps = client.AppsV1Api(cluster.api)
         core = client.CoreV1Api(cluster.api)
         console.wait(lambda: apps.read_namespaced_deployment(n.deployment, n.ns), f"Deployment {n.ns}/{n.deployment}",
                      120, alive=self._operator_dead)
-        console.say("✓ Deployment created; waiting for: a consumer pod to run (pod runner)", indent=True)
+        console.say("✓ Deployment created; waiting for: a consumer pod to run "
+                    + ("(a container on the node)" if self.node is not None else "(pod runner)"), indent=True)
 
         def pod_running() -> bool:
             pods = core.list_namespaced_pod(n.ns).items
@@ -193,6 +242,13 @@ class Demo:
         console.say("waiting for: the operator's first status (partitions observed)", indent=True)
         console.wait(lambda: (cluster.status().get("partitions") or 0) >= 1, "status.partitions", 120,
                      alive=self._operator_dead)
+        if self.node is not None:
+            if self.profile.warm_runtime and not self.profile.runtime_on_demand:
+                console.say("waiting for: the warm drain runtime Ready (a JVM on the node; the demo's drains are warm)",
+                            indent=True)
+                console.wait(self.node.runtime_ready, "the warm drain runtime pod Ready", 600,
+                             alive=self._operator_dead)
+            self.node.show_containers("on the node now")
         console.done("group_ready", t0, "consumer running, status reported")
 
     # ---- cleanup -----------------------------------------------------------------------------------
@@ -200,10 +256,17 @@ class Demo:
         """Undo what this run started, in dependency order; never raises."""
         keep = self.args.keep
         steps: list[tuple[str, Callable[[], None]]] = [("stop the producer", self.loop.stop_producer)]
+        if self.node is not None:  # before the CR goes: its pods' logs go with them
+            steps.append(("save the pods' logs (kubectl logs)", self.node.save_logs))
         if not keep:
             steps.append(("delete the BatchConsumerGroup (the operator removes its finalizer)",
                           lambda: self.cluster.delete_cr(self._operator_running)))
-        if keep and self.pods is not None and self.pods.runner is not None and self.operator is not None \
+        if self.node is not None:
+            if not keep:
+                steps.append(("helm uninstall the operator", self.node.uninstall))
+            else:
+                steps.append(("leave the operator's release installed", self.node.stop_sampler))
+        elif keep and self.pods is not None and self.pods.runner is not None and self.operator is not None \
                 and self.operator.proc is not None:
             steps += [("hand the pod runner over to a background process (its pods restart once)",
                        lambda: self.pods.detach(self.cluster.api)),
@@ -235,6 +298,13 @@ class Demo:
 
     def _print_kept(self) -> None:
         """--keep: what still runs (also in <out>/kept.json), how to stop it, what to try."""
+        if self.node is not None:
+            n, info = self.names, self.cluster.info
+            print(f"\nkept: the namespace {n.ns}, the CR and the operator's helm release {self.node.op_ns}/{self.node.release}")
+            print("\n".join(info.shell_exports()[:1]))
+            print(f"  kubectl get bcg,pods -n {n.ns} -o wide\n  {self.node.node.info()['crictl']} ps\n"
+                  f"  helm uninstall {self.node.release} -n {self.node.op_ns}   (then delete both namespaces)")
+            return
         op = self.operator if self.operator is not None and self.operator.proc is not None else None
         kept_runner = self.pods.kept_runner if self.pods is not None else None
         out, info = self.names.out, self.cluster.info

@@ -26,6 +26,7 @@ class Cluster:
     console: Console
     names: RunNames
     parts: tuple[str, ...]
+    node: bool = False  # --node: pods on the real node (lagpilot_dev.demo_node)
     stack: Any = None
     lease: str | None = None
     info: Any = None  # the stack's connection details (StackInfo)
@@ -42,7 +43,9 @@ class Cluster:
         from lagpilot_dev.stack import Stack
 
         console = self.console
-        t0 = console.begin(1, "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars",
+        t0 = console.begin(1, "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars"
+                           + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS, kube-router)"
+                              if self.node else ""),
                            "every part to be installed (first run only) and healthy")
         self.stack = Stack()
         for name in self.parts:
@@ -52,9 +55,17 @@ class Cluster:
                 raise DemoError(f"the dev stack has no '{name}' part in this checkout ({exc})") from exc
             installed = getattr(part, "installed", None)
             if callable(installed) and not installed():
-                hint = " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores" if name == "kube" else ""
+                hint = {"kube": " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores",
+                        "node": " — kubelet, containerd, CoreDNS, kube-router from the Go module proxy: "
+                                "~106 min of builds on 2 loaded cores (docs/node.md)"}.get(name, "")
                 console.say(f"{name}: not in the cache yet, installing (first run only){hint}", indent=True)
-        self.info, self.lease = self.stack.acquire(self.parts)
+        if self.node:
+            # the node first: its bridge must exist when Kafka and PostgreSQL start (their listeners
+            # for pods are on the bridge gateway; docs/node.md)
+            _, self.lease = self.stack.acquire(("kube", "node"))
+            self.info = self.stack.up(self.parts, by_tests=True)
+        else:
+            self.info, self.lease = self.stack.acquire(self.parts)
         i = self.info
         if not (i.bootstrap_servers and i.kubeconfig and i.postgres_dsn and i.kubectl):
             raise DemoError(f"the stack came up without all connection details: running={i.running}")
@@ -116,7 +127,12 @@ class Cluster:
         core = client.CoreV1Api(self.api)
         self._remove_namespace(core, wait=True)
         console.say(f"waiting for: namespace {n.ns} and its default ServiceAccount", indent=True)
-        core.create_namespace({"metadata": {"name": n.ns, "labels": {DEMO_LABEL: "true"},
+        labels = {DEMO_LABEL: "true"}
+        if self.node:  # its pods go to the real node's scheduler; Pod Security `restricted` enforced
+            from lagpilot_dev.demo_node import namespace_labels
+
+            labels.update(namespace_labels())
+        core.create_namespace({"metadata": {"name": n.ns, "labels": labels,
                                             "annotations": {"lagpilot.io/demo-run": n.run_id}}})
         self.created_ns = True
         console.wait(lambda: core.read_namespaced_service_account("default", n.ns), "the default ServiceAccount", 90)
@@ -138,10 +154,26 @@ class Cluster:
         console.wait(topic_ready, f"topic {n.topic} leaders", 60, interval=0.3)
 
         core.create_namespaced_secret(n.ns, {"metadata": {"name": PG_SECRET}, "type": "Opaque",
-                                             "stringData": {"dsn": self.info.postgres_dsn}})
+                                             "stringData": {"dsn": self.pods_dsn()}})
         self.pg = psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10,
                                   application_name="lagpilot-demo")
         self._drop_leftovers()
+
+    def pods_bootstrap_servers(self) -> str:
+        """Kafka as the consumer pods reach it: the host's address, or on the node the PODS listener."""
+        if not self.node:
+            return str(self.info.bootstrap_servers)
+        from lagpilot_dev.demo_node import pods_bootstrap
+
+        return pods_bootstrap(self.info)
+
+    def pods_dsn(self) -> str:
+        """PostgreSQL as the pods reach it (the Secret's DSN; never printed)."""
+        if not self.node:
+            return str(self.info.postgres_dsn)
+        from lagpilot_dev.demo_node import pods_dsn
+
+        return pods_dsn(self.info)
 
     def _remove_namespace(self, core: Any, wait: bool) -> None:
         """Delete the namespace (a previous run's, or ours at the end). CRs whose operator is gone

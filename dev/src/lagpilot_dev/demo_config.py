@@ -69,9 +69,17 @@ class RunNames:
         return f"lagpilot-demo-{self.run_id[-4:]}"
 
 
-def manifest(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[str, Any]:
-    """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml)."""
+def manifest(names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None) -> dict[str, Any]:
+    """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml). ``image``: the
+    consumer image its pods run, never pulled (`--node`: the demo image loaded into the node; the
+    pod runner runs no image)."""
     p = profile
+    template: dict[str, Any] = {
+        # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
+        "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}],
+    }
+    if image is not None:
+        template.update(image=image, imagePullPolicy="Never")
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "BatchConsumerGroup",
@@ -96,10 +104,7 @@ def manifest(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[
             "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
                       "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime,
                       **({"warmRuntimeCooldownSeconds": p.runtime_cooldown_s} if p.runtime_on_demand else {})},
-            "template": {
-                # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
-                "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}],
-            },
+            "template": template,
         },
     }
 

@@ -69,7 +69,8 @@ def simulate(trace_path: Path, summary: dict[str, Any]) -> None:
 
 
 def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samples: Sequence[Sample],
-           producer: Producer | None, operator_restarts: int, operator_exit_codes: list[int]) -> int:
+           producer: Producer | None, operator_restarts: int, operator_exit_codes: list[int],
+           node: dict[str, Any] | None = None) -> int:
     """Stage 7; the exit status: 0 when the proof holds, 1 when it fails."""
     t0 = console.begin(7, "Summary, plot and proof", "the SQL checks")
     proof = demo_proof.proof(pg, names, partitions=profile.partitions, sla_s=profile.sla_s,
@@ -89,6 +90,8 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
                    operator_restarts=operator_restarts, operator_exit_codes=operator_exit_codes,
                    producer_error=producer.error if producer else None,
                    load_average=list(os.getloadavg()))
+    if node is not None:  # --node: which pods ran as containers (lagpilot_dev.demo_node)
+        summary["node"] = node
     # the exact trace replayed, one row a second from the replay's start to the last observation
     demo_traffic.write_trace(paths.trace, demo_traffic.trace_rows(
         producer.sent_per_second if producer else {}, summary["observed_seconds"]))
@@ -147,5 +150,12 @@ def print_report(console: Console, names: RunNames, summary: dict[str, Any], pro
         print(f"  plot:    {paths.plot}")
     print(f"  summary: {paths.summary}")
     out = names.out
+    node = summary.get("node")
+    if node is not None:
+        verdict = "yes" if node["every_pod_a_container"] else "NO"
+        print(f"  on the node {node['node']}: every lagpilot pod a container: {verdict} ({node['pods_started']} pods "
+              f"started, {node['pods_with_containers']} seen in the runtime's listing, "
+              f"{len(node['containers'])} containers; without one: {node['pods_without_containers'] or 'none'}; "
+              f"elsewhere: {node['pods_on_other_nodes'] or 'none'}); operator release {node['operator_release']}")
     print(f"  logs:    {out}/operator.log, {out}/demo.log, pods in {out}/pods")
     print(f"  demo wall time {console.elapsed():.0f} s (stack up {console.timings.get('stack_up', 0):.0f} s)")

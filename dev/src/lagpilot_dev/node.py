@@ -510,7 +510,7 @@ state = "{self.run_dir / 'containerd'}"
             if proc.returncode != 0:
                 raise RuntimeError(f"ctr images tag {imported} {user_name} failed: {proc.stderr.strip()[-1000:]}")
         seconds = round(time.monotonic() - t0, 1)
-        log.info("image on the node", extra={"image": tag, "name": user_name, "id": built_id[:19],
+        log.info("image on the node", extra={"image": tag, "image_name": user_name, "id": built_id[:19],
                                               "seconds": seconds})
         return seconds
 

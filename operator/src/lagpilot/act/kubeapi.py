@@ -110,6 +110,19 @@ class KubeApi:
             raise _wrap(err, f"get Deployment {namespace}/{name}") from None
         return dict(json.loads(body))
 
+    def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The pods matching `selector` (raw JSON items)."""
+        sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+        try:
+            resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False)
+            try:
+                body = resp.data
+            finally:
+                resp.release_conn()
+        except Exception as err:  # noqa: BLE001
+            raise _wrap(err, f"list pods {namespace} -l {sel}") from None
+        return list(json.loads(body).get("items") or [])
+
     def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's `data` (base64 values), None when it does not exist."""
         try:

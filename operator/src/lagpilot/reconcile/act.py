@@ -8,8 +8,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from lagpilot.act.deployment import build_deployment, deployment_name
+from lagpilot.act.deployment import build_deployment, deployment_name, selector_labels
 from lagpilot.decide import estimate as est_mod
+from lagpilot.decide.pod_health import not_ready_detail
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import rfc3339
 from lagpilot.reconcile.deps import Deps, GroupRef
@@ -69,6 +70,20 @@ def ensure_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mappin
         deps.emit("Normal", "DeploymentCreated", f"created Deployment {dname} with {n} replicas")
         dep = deps.kube.get_deployment(ref.namespace, dname)
     return dep_replicas(dep)
+
+
+def consumers_not_ready(ref: GroupRef, deps: Deps) -> str:
+    """Why the consumer pods are not ready, as their pod objects say (decide.pod_health): read only
+    while the Deployment has fewer ready replicas than it asks for. "" when nothing says, or when
+    the pods cannot be read (the condition then keeps its count alone)."""
+    lister = getattr(deps.kube, "list_pods", None)
+    if lister is None:
+        return ""
+    try:
+        return not_ready_detail(lister(ref.namespace, selector_labels(ref.name)))
+    except Exception as err:  # noqa: BLE001 - a detail of the message, never a reason to fail the cycle
+        log.debug("consumer pods not read", extra={"group": ref.key, "error": str(err)[:300]})
+        return ""
 
 
 def pause(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], deps: Deps,

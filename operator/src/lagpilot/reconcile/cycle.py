@@ -38,7 +38,8 @@ from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
 from lagpilot.observe.kafka_observe import ObserveError, cycle_phase_s
-from lagpilot.reconcile.act import dep_replicas, emit_estimate_events, ensure_deployment, pause, scale
+from lagpilot.reconcile.act import (consumers_not_ready, dep_replicas, emit_estimate_events, ensure_deployment, pause,
+                                   scale)
 from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.reconcile.drain import drains_of, last_drain_end, retention_s, run_drain
 from lagpilot.reconcile.observe import Observed, group_consumers, observe
@@ -128,8 +129,9 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas)
     mark("drain")
 
+    not_ready = consumers_not_ready(ref, deps) if ready < cur else ""
     new = cycle_status(ref, spec, status, seen.snap, out, est, (cur, pods, ready), target,
-                       last_scale_time, drain_out, now)
+                       last_scale_time, drain_out, now, not_ready=not_ready)
     # status.drain: the executor wrote every change itself, guarded (resourceVersion)
     guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()
     write_status(ref, status, new, deps, cache, written=guarded)

@@ -141,14 +141,15 @@ def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: floa
 def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap: lag_mod.LagSnapshot,
                  out: step_mod.StepDecision, est: est_mod.EstimatorState,
                  replicas: tuple[int, int, int], target: int, last_scale_time: Any, drain_out: Any,
-                 now: float) -> dict[str, Any]:
+                 now: float, not_ready: str = "") -> dict[str, Any]:
     """The status of a cycle that observed and decided. `replicas`: the Deployment's (spec.replicas,
-    status.replicas, readyReplicas) before the cycle acted; `target`: the count it now asks for."""
+    status.replicas, readyReplicas) before the cycle acted; `target`: the count it now asks for;
+    `not_ready`: why consumer pods are not ready, as they say (decide.pod_health; "" none)."""
     cur, pods, ready = replicas
     decision, held = out.decision, out.held
     phase = (status.get("drain") or {}).get("phase")
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
-    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est, phase)
+    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est, phase, not_ready=not_ready)
     if drain_out is not None:
         conds.append(Condition("Draining", *drain_out.condition))
         if getattr(drain_out, "data_loss", None) is not None:
@@ -203,7 +204,8 @@ def oldest_ages(snap: lag_mod.LagSnapshot, now: float) -> dict[int, float]:
 
 
 def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
-               lost_now: list[int], est: est_mod.EstimatorState, phase: str | None = None) -> list[Condition]:
+               lost_now: list[int], est: est_mod.EstimatorState, phase: str | None = None,
+               not_ready: str = "") -> list[Condition]:
     out: list[Condition] = []
     if target == 0:
         out.append(Condition("Ready", TRUE, "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
@@ -211,7 +213,8 @@ def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, 
     elif ready >= target:
         out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready"))
     else:
-        out.append(Condition("Ready", FALSE, "ConsumersNotReady", f"{ready}/{target} consumers ready"))
+        out.append(Condition("Ready", FALSE, "ConsumersNotReady",
+                             f"{ready}/{target} consumers ready" + (f"; {not_ready}" if not_ready else "")))
     if held:
         out.append(Condition("Scaling", FALSE, "DrainHandOff",
                              f"drain {phase}: replicas held at {cur}; {d.message}"))

@@ -1,0 +1,74 @@
+"""Why consumer pods are not ready, from what the kubelet and the scheduler reported (pure).
+
+The `Ready` condition says `ConsumersNotReady: 0/1 consumers ready`; on a real node the reason is
+in the pods: a container killed by its memory limit (`OOMKilled`, exit 137) and restarting in
+`CrashLoopBackOff`, an image the node cannot get, a pod the scheduler cannot place (`Insufficient
+cpu`). `not_ready_detail` puts that into the condition's message, so `kubectl get bcg -o yaml`
+(or `kubectl describe`) shows the cause without looking for the pods (docs/operator.md). Only
+what the pod objects carry; no secrets are in them (env values are not read).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAX_PODS = 2  # pods described in the message (the rest are counted)
+MAX_TEXT = 160  # characters of a scheduler's or a termination's message
+
+
+def _clip(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    st = pod.get("status") or {}
+    return st.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+
+
+def pod_problem(pod: Mapping[str, Any]) -> str | None:
+    """What keeps one pod from being ready, or None when nothing the kubelet reported explains it
+    (starting, probes not passed yet)."""
+    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"not scheduled ({c.get('reason') or 'Unschedulable'}: {_clip(c.get('message') or '')})"
+    limits = {c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []}
+    parts: list[str] = []
+    for cs in st.get("containerStatuses") or []:
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        now = cs.get("state") or {}
+        waiting = (now.get("waiting") or {}).get("reason")
+        restarts = int(cs.get("restartCount") or 0)
+        if last.get("reason"):
+            what = f"{cs.get('name')}: last terminated {last['reason']} (exit {last.get('exitCode')}"
+            if last["reason"] == "OOMKilled" and limits.get(cs.get("name"), {}).get("memory"):
+                what += f", memory limit {limits[cs.get('name')]['memory']}"
+            what += ")"
+            if restarts:
+                what += f", {restarts} restart{'s' if restarts != 1 else ''}"
+            if waiting:
+                what += f", now {waiting}"
+            parts.append(what)
+        elif waiting and waiting not in ("ContainerCreating", "PodInitializing"):
+            msg = (now.get("waiting") or {}).get("message")
+            parts.append(f"{cs.get('name')}: {waiting}" + (f" ({_clip(msg)})" if msg else ""))
+    return "; ".join(parts) or None
+
+
+def not_ready_detail(pods: Sequence[Mapping[str, Any]]) -> str:
+    """`<pod>: <problem>` for the not-ready pods that show one (at most MAX_PODS, then a count);
+    "" when none does."""
+    found = []
+    for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name") or "")):
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or _ready(pod):
+            continue
+        problem = pod_problem(pod)
+        if problem:
+            found.append(f"{meta.get('name')}: {problem}")
+    if not found:
+        return ""
+    more = len(found) - MAX_PODS
+    return "; ".join(found[:MAX_PODS]) + (f"; and {more} more pod{'s' if more != 1 else ''}" if more > 0 else "")

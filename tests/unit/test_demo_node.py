@@ -1,0 +1,132 @@
+"""`lagpilot demo --node` (lagpilot_dev.demo_node): the pure parts. The CR names the demo image and
+never pulls it, the release's values, the namespaces' labels, the demo image's build definition,
+and the record of which pods ran as containers (from `crictl ps -a -o json` and the API's pods)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lagpilot.spec import parse_spec
+from lagpilot_dev.demo import parse_args
+from lagpilot_dev.demo_config import HANDLER, RunNames, manifest, profile_for
+from lagpilot_dev.demo_node import (DRAIN_CPU_PER_TASK_M, NODE_CPU_M, NODE_PARTS, containers_of, format_listing,
+                                    helm_values, image_names,
+                                    namespace_labels, operator_namespace, pods_without_containers)
+from lagpilot_dev.images_build import IMAGES
+from lagpilot_dev.node import NAMESPACE_LABEL
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_node_flag_adds_the_node_part_and_excludes_no_operator() -> None:
+    assert parse_args(["--node"]).node is True and parse_args([]).node is False  # the default is unchanged
+    assert NODE_PARTS[-1] == "node" and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
+    with pytest.raises(SystemExit):
+        parse_args(["--node", "--no-operator"])
+
+
+def test_manifest_on_the_node_names_the_demo_image_never_pulled(tmp_path: Path) -> None:
+    names = RunNames.new("ns", str(tmp_path))
+    profile = profile_for("default", False)
+    plain = manifest(names, profile, "127.0.0.1:9092")["spec"]
+    on_node = manifest(names, profile, "10.244.0.1:9093", IMAGES["demo"].reference)["spec"]
+    parse_spec(on_node)  # the operator accepts it
+    assert "image" not in plain["template"] and "imagePullPolicy" not in plain["template"]
+    assert on_node["template"]["image"] == "lagpilot/demo-consumer:0.1.0"
+    assert on_node["template"]["imagePullPolicy"] == "Never"
+    assert on_node["kafka"]["bootstrapServers"] == "10.244.0.1:9093"
+    assert on_node["template"]["env"] == plain["template"]["env"]  # the DSN still only as a secretKeyRef
+    assert on_node["processing"] == plain["processing"] and on_node["processing"]["handler"] == HANDLER
+
+
+def test_demo_image_adds_the_handler_package_to_the_consumer_image() -> None:
+    img = IMAGES["demo"]
+    assert list(IMAGES).index("demo") > list(IMAGES).index("consumer")  # built after its FROM
+    dockerfile = (REPO / img.dockerfile).read_text().splitlines()
+    steps = [line for line in dockerfile if line and not line.startswith("#")]
+    assert steps[0] == f"FROM {IMAGES['consumer'].reference}"
+    module, _ = HANDLER.split(":")
+    package = module.split(".")[0]
+    assert steps[1].endswith(f"/opt/lagpilot/handlers/{package}/")  # on the consumer image's PYTHONPATH
+    for src in steps[1].split()[1:-1]:
+        assert (REPO / src).is_file(), src
+        assert f"!{src}" in (REPO / img.ignorefile).read_text()  # in the build context
+
+
+def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_per_task() -> None:
+    from lagpilot_dev import helm as h
+
+    helm = h.find_helm()
+    if helm is None:
+        pytest.skip("helm not installed (dev/install-helm.sh)")
+    values = helm_values("lagpilot-demo", "lagpilot/operator:0.1.0")
+    rendered = h.template(values, release="lagpilot-demo", namespace="lagpilot-demo-operator", helm=helm)
+    container = rendered.get("Deployment", "lagpilot-demo")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "lagpilot/operator:0.1.0" and container["imagePullPolicy"] == "Never"
+    assert "--namespace=lagpilot-demo" in container["args"]
+    assert {"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M", "value": str(DRAIN_CPU_PER_TASK_M)} in container["env"]
+    assert values["watchNamespaces"] == ["lagpilot-demo"]
+    assert values["image"] == {"repository": "lagpilot/operator", "tag": "0.1.0", "pullPolicy": "Never"}
+    assert values["operator"]["extraEnv"] == [{"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M",
+                                               "value": str(DRAIN_CPU_PER_TASK_M)}]
+    # what the scheduler reserves on the 2-core node: the operator, the most consumers, the warm
+    # runtime and a cold drain Job (lagpilot.act.drain_manifests: max(500m, tasks x per task)) at once
+    import yaml
+
+    from lagpilot.act.deployment import DEFAULT_RESOURCES
+
+    def milli(cpu: str) -> int:
+        return int(cpu.removesuffix("m")) if cpu.endswith("m") else int(float(cpu) * 1000)
+
+    operator_m = milli(yaml.safe_load((REPO / "charts/lagpilot/values.yaml").read_text())["resources"]["requests"]["cpu"])
+    consumer_m = milli(DEFAULT_RESOURCES["requests"]["cpu"])
+    for name in ("default", "fast"):
+        p = profile_for(name, False)
+        runtime_m = p.max_tasks * DRAIN_CPU_PER_TASK_M
+        cold_job_m = max(500, runtime_m)
+        assert operator_m + p.partitions * consumer_m + runtime_m + cold_job_m <= NODE_CPU_M, name
+    assert "node" not in json.dumps(values)
+
+
+def test_namespaces_go_to_the_node_and_enforce_restricted() -> None:
+    labels = namespace_labels()
+    assert labels[NAMESPACE_LABEL[0]] == NAMESPACE_LABEL[1]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert operator_namespace("lagpilot-demo") == "lagpilot-demo-operator"
+
+
+def _container(cid: str, ns: str, pod: str, uid: str, name: str = "consumer", state: str = "CONTAINER_RUNNING") -> dict:
+    return {"id": cid, "metadata": {"name": name}, "image": {"image": "docker.io/lagpilot/demo-consumer:0.1.0"},
+            "state": state, "labels": {"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod,
+                                       "io.kubernetes.pod.uid": uid}}
+
+
+def test_containers_of_keeps_the_demo_namespaces_only() -> None:
+    listing = {"containers": [_container("a" * 64, "lagpilot-demo", "c-1", "u1"),
+                              _container("b" * 64, "other", "x", "u9"),
+                              _container("c" * 64, "lagpilot-demo-operator", "op", "u2", "operator", "CONTAINER_EXITED")]}
+    rows = containers_of(listing, ("lagpilot-demo", "lagpilot-demo-operator"))
+    assert [(r["pod"], r["pod_uid"], r["container"], r["state"]) for r in rows] == [
+        ("c-1", "u1", "consumer", "CONTAINER_RUNNING"), ("op", "u2", "operator", "CONTAINER_EXITED")]
+    assert rows[0]["id"] == "a" * 13
+    lines = format_listing(rows)
+    assert lines[0].startswith("CONTAINER") and len(lines) == 3 and "lagpilot-demo-operator" in lines[2]
+
+
+def test_pods_without_containers_are_the_started_pods_the_runtime_never_listed() -> None:
+    pods = {"u1": {"namespace": "d", "name": "c-1", "started": True},
+            "u2": {"namespace": "d", "name": "drain-1", "started": True},
+            "u3": {"namespace": "d", "name": "pending-then-deleted", "started": False}}
+    assert pods_without_containers(pods, {"u1": [{}]}) == ["d/drain-1"]
+    assert pods_without_containers(pods, {"u1": [{}], "u2": [{}]}) == []
+
+
+def test_image_names_prefer_the_name_pods_use() -> None:
+    listing = {"images": [{"id": "sha256:aa", "repoTags": ["localhost/lagpilot/demo-consumer:0.1.0",
+                                                             "docker.io/lagpilot/demo-consumer:0.1.0"]},
+                          {"id": "sha256:bb", "repoTags": ["lagpilot.local/pause:v1.35.4"]},
+                          {"id": "sha256:cc", "repoTags": []}]}
+    assert image_names(listing) == {"sha256:aa": "docker.io/lagpilot/demo-consumer:0.1.0",
+                                    "sha256:bb": "lagpilot.local/pause:v1.35.4"}
