@@ -29,32 +29,45 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 
 def pod_problem(pod: Mapping[str, Any]) -> str | None:
     """What keeps one pod from being ready, or None when nothing the kubelet reported explains it
-    (starting, probes not passed yet)."""
+    (starting, probes not passed yet): the scheduler's refusal first, else each container's."""
     spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    unscheduled = _unscheduled(st)
+    if unscheduled is not None:
+        return unscheduled
+    limits = {c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []}
+    parts = [p for cs in st.get("containerStatuses") or [] if (p := _container_problem(cs, limits)) is not None]
+    return "; ".join(parts) or None
+
+
+def _unscheduled(st: Mapping[str, Any]) -> str | None:
     for c in st.get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             return f"not scheduled ({c.get('reason') or 'Unschedulable'}: {_clip(c.get('message') or '')})"
-    limits = {c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []}
-    parts: list[str] = []
-    for cs in st.get("containerStatuses") or []:
-        last = (cs.get("lastState") or {}).get("terminated") or {}
-        now = cs.get("state") or {}
-        waiting = (now.get("waiting") or {}).get("reason")
+    return None
+
+
+def _container_problem(cs: Mapping[str, Any], limits: Mapping[Any, Mapping[str, Any]]) -> str | None:
+    """A container's last termination (an OOM kill with its memory limit), restarts and what it
+    waits for now; or a waiting reason other than creating."""
+    last = (cs.get("lastState") or {}).get("terminated") or {}
+    now = cs.get("state") or {}
+    waiting = (now.get("waiting") or {}).get("reason")
+    if last.get("reason"):
         restarts = int(cs.get("restartCount") or 0)
-        if last.get("reason"):
-            what = f"{cs.get('name')}: last terminated {last['reason']} (exit {last.get('exitCode')}"
-            if last["reason"] == "OOMKilled" and limits.get(cs.get("name"), {}).get("memory"):
-                what += f", memory limit {limits[cs.get('name')]['memory']}"
-            what += ")"
-            if restarts:
-                what += f", {restarts} restart{'s' if restarts != 1 else ''}"
-            if waiting:
-                what += f", now {waiting}"
-            parts.append(what)
-        elif waiting and waiting not in ("ContainerCreating", "PodInitializing"):
-            msg = (now.get("waiting") or {}).get("message")
-            parts.append(f"{cs.get('name')}: {waiting}" + (f" ({_clip(msg)})" if msg else ""))
-    return "; ".join(parts) or None
+        what = f"{cs.get('name')}: last terminated {last['reason']} (exit {last.get('exitCode')}"
+        memory = limits.get(cs.get("name"), {}).get("memory")
+        if last["reason"] == "OOMKilled" and memory:
+            what += f", memory limit {memory}"
+        what += ")"
+        if restarts:
+            what += f", {restarts} restart{'s' if restarts != 1 else ''}"
+        if waiting:
+            what += f", now {waiting}"
+        return what
+    if waiting and waiting not in ("ContainerCreating", "PodInitializing"):
+        msg = (now.get("waiting") or {}).get("message")
+        return f"{cs.get('name')}: {waiting}" + (f" ({_clip(msg)})" if msg else "")
+    return None
 
 
 def not_ready_detail(pods: Sequence[Mapping[str, Any]]) -> str:
