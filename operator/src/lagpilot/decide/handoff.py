@@ -155,6 +155,24 @@ class SubProgress:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """The next split of a busy drain (issue 25 item 2, docs/drain.md "Busy drains"): planned while
+    the drain runs (its tasks about to run out of work), handed off through the same mailbox
+    protocol as a first split (request, owner's ack at a batch boundary, seal), then its ranges'
+    sub-ranges join the running drain's, processed by the tasks it already runs: no new start-up.
+    ``round`` numbers the drain's splits (the first is round 0)."""
+
+    round: int
+    ranges: tuple[PartitionRange, ...]
+    planned_at: float | None = None
+    published_at: float | None = None
+
+    @property
+    def partitions(self) -> list[int]:
+        return [r.partition for r in self.ranges]
+
+
+@dataclass(frozen=True)
 class DrainStatus:
     """``status.drain``; every field survives an operator restart."""
 
@@ -191,6 +209,13 @@ class DrainStatus:
     progress_at: float | None = None
     stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
     failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    # a busy drain (issue 25 item 2): while the capped group cannot hold its partitions it takes
+    # their next split (``extension``) without a new start-up, its tasks kept; ``round`` counts the
+    # splits taken after the first, ``slots`` the tasks its executor holds (0: one per unfinished sub-range)
+    busy: bool = False
+    round: int = 0
+    slots: int = 0
+    extension: Extension | None = None
 
     @property
     def records_lost(self) -> int:
