@@ -131,6 +131,13 @@ class DrainPolicy:
         """What a drain costs before its first record: start-up plus the group's hand-off pause."""
         return self.start_up_s + self.handoff_s
 
+    @property
+    def next_split(self) -> "DrainPolicy":
+        """The policy of the split that follows a drain in a burst: with busy drains (issue 25 item
+        2) it is the running drain's next split, without a start-up (the hand-off pause only); else
+        a new drain, with its own."""
+        return replace(self, start_up_s=0.0) if self.busy else self
+
     def validate(self) -> "DrainPolicy":
         if self.split_factor is not None and self.split_factor < 1:
             raise ValueError("drain.splitFactor must be >= 1")
@@ -307,13 +314,14 @@ def partition_need(lag: float, age: float, rate: float, share: float, target_s: 
     arrival rate over the time left: a hot partition at 6x a consumer needs most of the budget, a
     neighbour with a small backlog one task. Pure."""
     best, best_w = 1, INF
-    fixed, poll = policy.fixed_cost_s, policy.poll_interval_s
+    poll = 0.0 if policy.busy else policy.poll_interval_s  # a busy drain splits before its tasks run dry
     grow = max(0.0, rate - share)
+    nxt_pol = policy.next_split
     for k in range(1, max(1, high) + 1):
         now, duration = worst_latency_s([lag], [age], [k], policy, task_cap)
         nxt_lag = grow * (duration + poll)
         nxt_age = nxt_lag / rate if rate > 0 else 0.0
-        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], policy, task_cap)[0] if nxt_lag > 0 else 0.0
+        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], nxt_pol, task_cap)[0] if nxt_lag > 0 else 0.0
         worst = max(now, nxt)
         if worst <= target_s:
             return k
@@ -603,8 +611,8 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     - **How many tasks.** Each partition its own need (:func:`partition_need`) **without a
       start-up** (the hand-off pause only: its tasks are running), and at least enough to hold its
       regrowth (``(rate - share) / task capacity``, 10 % spare) so its lanes do not fall behind from
-      split to split; within ``maxTasks`` minus the tasks still busy on other partitions. Tasks
-      beyond the slots the drain holds start like a new drain's (the executor's concern).
+      split to split; within the drain's task slots (those it was launched with and still holds)
+      minus the tasks still busy on other partitions: a next split never starts a task.
     """
     if capacity <= 0 or not loads:
         return None
@@ -637,7 +645,9 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         return None
     picked = {l.partition for l, _ in picks}
     busy_elsewhere = sum(x.tasks for x in busy.lanes if x.partition not in picked)
-    budget = policy.max_tasks - busy_elsewhere
+    # the drain's own task slots: a next split never starts a task (no start-up); the drain keeps
+    # the slots it was launched with, less those it released (idle for a whole poll)
+    budget = min(policy.max_tasks, busy.slots) - busy_elsewhere
     if budget <= 0:
         return None
     no_start = replace(policy, start_up_s=0.0)
@@ -719,11 +729,11 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     for n in range(low, high + 1):
         alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
         now_worst, duration = worst_latency_s(lags, olds, alloc, policy, task_cap)
-        wait = duration + policy.poll_interval_s
+        wait = duration + (0.0 if policy.busy else policy.poll_interval_s)
         nxt = [max(0.0, r - share) * wait for r in rates]
         nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates)]
         nxt_alloc = allocate_tasks(nxt, high, per_task_min=policy.min_records_per_task)
-        next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy, task_cap)
+        next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy.next_split, task_cap)
         worst = max(now_worst, next_worst)
         if worst <= target_s:
             return n

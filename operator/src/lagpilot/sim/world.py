@@ -240,9 +240,8 @@ class _World:
                 idx = self._next_index(d)
                 d.sizes[idx] = (p, int(round(n)))
                 task = own.pop(0) if own else (free.pop(0) if free else None)
-                if task is None:
-                    task = _Task(_Queue(), t, t + self.p.drain_start_s)
-                    d.tasks.append(task)
+                if task is None:  # never with the planner's extension_need (its slots); least work first
+                    task = min(d.tasks, key=lambda x: x.queue.total)
                 for seg in q.segs:
                     task.queue.push(*seg)
                 task.partition = p
@@ -255,15 +254,15 @@ class _World:
         d.status = replace(d.status, extension=None, round=d.status.extension.round,
                            ranges=tuple(ranges[p] for p in sorted(ranges)))
         d.ext_tasks, d.ext_handoff_at = {}, None
-        self._release_idle(d, t, keep=given)
         self._busy_status(d)
 
     @staticmethod
     def _next_index(d: _SimDrain) -> int:
         return max(d.sizes, default=-1) + 1
 
-    def _release_idle(self, d: _SimDrain, t: float, keep: set[int] = frozenset()) -> None:  # type: ignore[assignment]
-        for task in [x for x in d.tasks if x.queue.total <= 1e-9 and id(x) not in keep]:
+    def _release_idle(self, d: _SimDrain, t: float, idle_s: float = 0.0) -> None:
+        """Release the drain's tasks without work for at least ``idle_s`` (their cost ends now)."""
+        for task in [x for x in d.tasks if x.queue.total <= 1e-9 and (x.done_at if x.done_at is not None else t) <= t - idle_s]:
             self.finished_task_s += max(t, task.done_at or t) - task.launched
             d.tasks.remove(task)
 
@@ -278,12 +277,14 @@ class _World:
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
 
     def settle(self, t: float) -> None:
-        """After a decision: a busy drain that took no next split releases its tasks that have no
-        work; with none left it is done (its partitions handed back: the group holds them)."""
+        """After a decision: a busy drain releases its tasks that had no work for a whole poll (a
+        task just out of work may take the next split at the next poll without a start-up); when it
+        took no next split and no task has work left, it is done (its partitions handed back)."""
         for d in list(self.sim_drains):
             if not d.busy or d.ext_handoff_at is not None or d.status.handed_off_at is None:
                 continue
-            self._release_idle(d, t)
+            idle = all(x.queue.total <= 1e-9 for x in d.tasks)
+            self._release_idle(d, t, 0.0 if idle else self.p.poll_interval_s - 1e-6)
             self._busy_status(d)
             if not d.tasks:
                 self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=t)
