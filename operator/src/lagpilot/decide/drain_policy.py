@@ -389,7 +389,7 @@ def drain_need(
         # a busy drain runs and may take a next split: it does, or nothing (its partitions are
         # handed back as their ranges end: the group alone meets the target)
         return extension_need(loads, capacity, busy_drain, group_replicas=group_replicas, target_s=target_s,
-                              policy=policy, oldest_age_s=oldest_age_s)
+                              policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s)
     in_flight = drains_in_flight if drains_in_flight is not None else (1 if drain_active else 0)
     if in_flight >= policy.max_concurrent:
         return None
@@ -594,7 +594,7 @@ def drain_need(
 
 
 def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
-                   target_s: float, policy: DrainPolicy,
+                   target_s: float, policy: DrainPolicy, sla_s: float | None = None,
                    oldest_age_s: Mapping[int, float] | None = None) -> DrainNeed | None:
     """The next split of a running busy drain (issue 25 item 2), or None. Pure.
 
@@ -612,7 +612,9 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
       start-up** (the hand-off pause only: its tasks are running), and at least enough to hold its
       regrowth (``(rate - share) / task capacity``, 10 % spare) so its lanes do not fall behind from
       split to split; within the drain's task slots (those it was launched with and still holds)
-      minus the tasks still busy on other partitions: a next split never starts a task.
+      minus the tasks still busy on other partitions: a next split never starts a task. When the
+      slots cannot even hold the regrowth of the partitions due, there is no next split: the drain
+      ends with its ranges and the next drain is planned afresh (with its start-up).
     """
     if capacity <= 0 or not loads:
         return None
@@ -624,10 +626,12 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     share = capacity / group.per_consumer_partitions
     ages = dict(oldest_age_s or {})
     lanes = busy.by_partition
+    sla_s = target_s if sla_s is None else sla_s
     poll = policy.poll_interval_s
     horizon = poll + policy.handoff_s
     picks: list[tuple[PartitionLoad, float]] = []
     notes: list[str] = []
+    free = busy.free_slots
     for l in sorted(loads, key=lambda l: (-_age(l, ages), -l.lag, l.partition)):
         lane = lanes.get(l.partition)
         if lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * task_cap) > horizon:
@@ -640,28 +644,50 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
             continue  # the group holds it: handed back (no next split)
         if lane is None and not regrows and l.lag < policy.min_backlog_records:
             continue
+        steady = rate - share >= 0.5 * task_cap  # its regrowth keeps at least half a task busy
+        if not steady or ((lane is None or lane.tasks == 0) and free <= 0):
+            # a partition a little over its consumer's share would keep a task mostly idle (or
+            # start one for every batch), and a new task pays the start-up: either waits until
+            # due, as a first drain's regrowing partition does, its task released meanwhile
+            age = _age(l, ages)
+            later = l.lag + max(0.0, rate - share) * poll
+            k = max(1, math.ceil(max(0.0, rate - share) / task_cap))
+            if age + poll + policy.fixed_cost_s + later / (k * task_cap) < policy.hot_trigger_fraction * sla_s:
+                notes.append(f"partition {l.partition}: not yet due for a new task")
+                continue
+        if (lane is None or lane.tasks == 0) and free > 0:
+            free -= 1
         picks.append((l, rate))
     if not picks:
         return None
     picked = {l.partition for l, _ in picks}
     busy_elsewhere = sum(x.tasks for x in busy.lanes if x.partition not in picked)
-    # the drain's own task slots: a next split never starts a task (no start-up); the drain keeps
-    # the slots it was launched with, less those it released (idle for a whole poll)
-    budget = min(policy.max_tasks, busy.slots) - busy_elsewhere
+    # maxTasks less the tasks busy on other partitions: the drain's free slots take a next split
+    # at once; tasks beyond them start like a new drain's (the executor adds them, with a start-up)
+    budget = policy.max_tasks - busy_elsewhere
     if budget <= 0:
         return None
     no_start = replace(policy, start_up_s=0.0)
     high = budget if policy.split_factor is None else min(budget, policy.split_factor)
-    needs = []
+    needs, holds = [], []
     for l, rate in picks:
         lane = lanes.get(l.partition)
         ahead = lane.remaining if lane is not None else 0.0
         k = partition_need(l.lag + ahead, _age(l, ages), rate, share, target_s, no_start, task_cap, high)
-        hold = math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9)
+        hold = max(1, math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9))
+        holds.append(hold)
         needs.append(max(1, min(high, max(k, hold))))
     records = [l.lag for l, _ in picks]
-    alloc = allocate_by_need(records, needs, min(budget, max(len(picks), sum(needs))),
-                             per_task_min=policy.min_records_per_task)
+    caps = [max(1, int(r // max(1.0, policy.min_records_per_task))) for r in records]
+    alloc = [min(h, c) for h, c in zip(holds, caps)]
+    left = min(budget, sum(needs)) - sum(alloc)
+    while left > 0:  # the rest towards each need, to the longest sub-ranges first
+        room = [i for i in range(len(picks)) if alloc[i] < min(needs[i], caps[i])]
+        if not room:
+            break
+        i = max(room, key=lambda j: (records[j] / alloc[j], -j))
+        alloc[i] += 1
+        left -= 1
     chosen = []
     for (l, rate), tasks in zip(picks, alloc):
         if tasks <= 0:

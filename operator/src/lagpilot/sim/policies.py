@@ -153,6 +153,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
         if t < state["next"]:
             return
         state["next"] = t + params.poll_interval_s
+        world.release_idle(t)
         lags = world.observed_lags()
         ready = world.ready(t)
         owned = {i for block in range_assignment(params.partitions, ready) for i in block}

@@ -240,8 +240,9 @@ class _World:
                 idx = self._next_index(d)
                 d.sizes[idx] = (p, int(round(n)))
                 task = own.pop(0) if own else (free.pop(0) if free else None)
-                if task is None:  # never with the planner's extension_need (its slots); least work first
-                    task = min(d.tasks, key=lambda x: x.queue.total)
+                if task is None:  # a new task: it starts like a new drain's
+                    task = _Task(_Queue(), t, t + self.p.drain_start_s)
+                    d.tasks.append(task)
                 for seg in q.segs:
                     task.queue.push(*seg)
                 task.partition = p
@@ -276,15 +277,23 @@ class _World:
         subs.sort(key=lambda x: (x.partition, x.index))
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
 
+    def release_idle(self, t: float) -> None:
+        """Before a decision: a busy drain releases its tasks that had no work for a whole poll (a
+        task just out of work may take the next split at this poll without a start-up)."""
+        for d in self.sim_drains:
+            if d.busy and d.status.handed_off_at is not None:
+                self._release_idle(d, t, self.p.poll_interval_s - 1e-6)
+                self._busy_status(d)
+
     def settle(self, t: float) -> None:
-        """After a decision: a busy drain releases its tasks that had no work for a whole poll (a
-        task just out of work may take the next split at the next poll without a start-up); when it
-        took no next split and no task has work left, it is done (its partitions handed back)."""
+        """After a decision: a busy drain that took no next split and whose tasks have no work left
+        is done (its partitions handed back: the group holds them)."""
         for d in list(self.sim_drains):
             if not d.busy or d.ext_handoff_at is not None or d.status.handed_off_at is None:
                 continue
-            idle = all(x.queue.total <= 1e-9 for x in d.tasks)
-            self._release_idle(d, t, 0.0 if idle else self.p.poll_interval_s - 1e-6)
+            if any(x.queue.total > 1e-9 for x in d.tasks):
+                continue
+            self._release_idle(d, t)
             self._busy_status(d)
             if not d.tasks:
                 self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=t)
