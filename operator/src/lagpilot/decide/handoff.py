@@ -171,6 +171,22 @@ class Extension:
     def partitions(self) -> list[int]:
         return [r.partition for r in self.ranges]
 
+    def to_dict(self) -> dict[str, Any]:
+        """``status.drain.extension`` (lagpilot.model.status.DrainExtension)."""
+        d: dict[str, Any] = {"round": self.round, "ranges": [r.to_dict() for r in self.ranges]}
+        if self.planned_at is not None:
+            d["plannedAt"] = format_time(self.planned_at)
+        if self.published_at is not None:
+            d["publishedAt"] = format_time(self.published_at)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Extension | None":
+        if not d:
+            return None
+        return cls(int(d["round"]), tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
+                   parse_time(d.get("plannedAt")), parse_time(d.get("publishedAt")))
+
 
 @dataclass(frozen=True)
 class DrainStatus:
@@ -300,6 +316,10 @@ class DrainStatus:
             "progressAt": format_time(self.progress_at),
             "stalled": self.stalled or None,
             "failedRounds": self.failed_rounds or None,
+            "busy": self.busy or None,
+            "round": self.round or None,
+            "slots": None if over or not self.slots else self.slots,
+            "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
 
@@ -345,6 +365,10 @@ class DrainStatus:
             progress_at=f("progressAt"),
             stalled=str(d.get("stalled") or ""),
             failed_rounds=int(d.get("failedRounds") or 0),
+            busy=bool(d.get("busy")),
+            round=int(d.get("round") or 0),
+            slots=int(d.get("slots") or 0),
+            extension=Extension.from_dict(d.get("extension")),
         )
 
 
