@@ -548,6 +548,11 @@ def drain_need(
         else:
             needs = [partition_need(l.lag, _age(l, ages), _seen_rate(l, _age(l, ages), policy.poll_interval_s),
                                     share_now, target_s, policy, task_cap, high) for l in live]
+            if policy.busy:
+                # a busy drain's next splits use its tasks (a task added later pays the start-up):
+                # at least the tasks that hold each partition's regrowth from split to split
+                needs = [max(nd, _hold_tasks(_seen_rate(l, _age(l, ages), policy.poll_interval_s), share_now,
+                                             task_cap)) for nd, l in zip(needs, live)]
             m = max(min(len(live), budget), min(max(n, sum(needs)), task_cap_of(policy, len(live), budget)))
             alloc = allocate_by_need([l.lag for l in live], needs, m, per_task_min=policy.min_records_per_task)
         chosen, dropped = [], False
@@ -674,7 +679,7 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         lane = lanes.get(l.partition)
         ahead = lane.remaining if lane is not None else 0.0
         k = partition_need(l.lag + ahead, _age(l, ages), rate, share, target_s, no_start, task_cap, high)
-        hold = max(1, math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9))
+        hold = _hold_tasks(rate, share, task_cap)
         holds.append(hold)
         needs.append(max(1, min(high, max(k, hold))))
     records = [l.lag for l, _ in picks]
@@ -709,6 +714,12 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
                f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s")
     return DrainNeed(ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
                      notes=tuple(notes), follow_up=True, extension=True)
+
+
+def _hold_tasks(rate: float, share: float, task_cap: float) -> int:
+    """Tasks that hold a partition's regrowth behind its splits (10 % spare for the hand-off and
+    the poll), at least one."""
+    return max(1, math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9))
 
 
 def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequence[int], policy: DrainPolicy,
