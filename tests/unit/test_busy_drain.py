@@ -203,4 +203,5 @@ def test_a_busy_drain_and_its_next_split_round_trip_through_the_status_model() -
     assert back == d
     # a drain that is not busy writes none of them (absent = false / 0 / none)
     plain = _running(busy=False, slots=0)
-    assert {k for k, v in plain.to_dict().items() if v is not None}.isdisjoint({"busy", "round", "slots", "extension"})
+    written = {k for k, v in plain.to_dict().items() if v is not None}
+    assert written.isdisjoint({"busy", "round", "slots", "extension"})
