@@ -278,26 +278,32 @@ class _World:
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
 
     def release_idle(self, t: float) -> None:
-        """Before a decision: a busy drain releases its tasks that had no work for a whole poll (a
-        task just out of work may take the next split at this poll without a start-up)."""
-        for d in self.sim_drains:
-            if d.busy and d.status.handed_off_at is not None:
-                self._release_idle(d, t, self.p.poll_interval_s - 1e-6)
-                self._busy_status(d)
+        """Before a decision: nothing (a busy drain's idle tasks are released after it, ``settle``,
+        so that the decision's next split can still take them without a start-up)."""
 
     def settle(self, t: float) -> None:
-        """After a decision: a busy drain that took no next split and whose tasks have no work left
-        is done (its partitions handed back: the group holds them)."""
+        """After a decision: a busy drain releases its tasks that had no work for a whole poll,
+        except those its next split (if one was planned) will take; when it took no next split and
+        no task has work left, it is done (its partitions handed back: the group holds them)."""
         for d in list(self.sim_drains):
-            if not d.busy or d.ext_handoff_at is not None or d.status.handed_off_at is None:
+            if not d.busy or d.status.handed_off_at is None:
                 continue
-            if any(x.queue.total > 1e-9 for x in d.tasks):
-                continue
-            self._release_idle(d, t)
-            self._busy_status(d)
-            if not d.tasks:
+            if d.ext_handoff_at is None and not any(x.queue.total > 1e-9 for x in d.tasks):
+                self._release_idle(d, t)
                 self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=t)
                 self.sim_drains.remove(d)
+                continue
+            keep = 0
+            if d.ext_handoff_at is not None:
+                own = sum(1 for x in d.tasks if x.partition in d.ext_tasks and x.queue.total > 1e-9)
+                keep = max(0, sum(d.ext_tasks.values()) - own)
+            idle = sorted((x for x in d.tasks if x.queue.total <= 1e-9
+                           and (x.done_at if x.done_at is not None else t) <= t - self.p.poll_interval_s + 1e-6),
+                          key=lambda x: -(x.done_at or t))
+            for task in idle[keep:]:
+                self.finished_task_s += max(t, task.done_at or t) - task.launched
+                d.tasks.remove(task)
+            self._busy_status(d)
 
     def _hand_off(self, d: _SimDrain, t: float) -> None:
         """Handed off and launched: the range [start, split) leaves the group, tasks start."""
