@@ -34,7 +34,7 @@ def seeds_of(text: str) -> list[int]:
 
 def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent: int = 1,
              warm_runtime: str = "off", cooldown_s: float = SimParams.runtime_cooldown_s,
-             split_factor: int | None = SimParams.split_factor) -> list[dict]:
+             split_factor: int | None = SimParams.split_factor, busy_drains: bool = SimParams.busy_drains) -> list[dict]:
     rows = []
     for kind in kinds:
         fam = tracegen.SUITE[kind]
@@ -45,12 +45,14 @@ def evaluate(kinds: list[str], seeds: list[int], starts: list[float], concurrent
             keda = run_policy(trace, SimParams(**base), "keda")
             for st in starts:
                 lp = run_policy(trace, SimParams(drain_start_s=st, concurrent_drains=concurrent, split_factor=split_factor,
-                                                 warm_runtime=warm_runtime, runtime_cooldown_s=cooldown_s, **base),
+                                                 warm_runtime=warm_runtime, runtime_cooldown_s=cooldown_s,
+                                                 busy_drains=busy_drains, **base),
                                 "lagpilot")
                 runtime_min = lp.extra.get("drain_runtime_minutes", 0.0)
                 cost = lp.replica_minutes + lp.drain_task_minutes + runtime_min
                 rows.append({"kind": kind, "seed": seed, "drain_start_s": st, "concurrent": concurrent, "warm_runtime": warm_runtime,
-                             "runtime_minutes": runtime_min,
+                             "runtime_minutes": runtime_min, "busy_drains": busy_drains,
+                             "busy_splits": lp.extra.get("busy_drain_splits", 0),
                              "within": round(lp.within_sla_fraction, 6), "p99": round(lp.p99_latency_s, 1),
                              "cost": round(cost, 1), "keda_cost": round(keda.replica_minutes, 1),
                              "keda_within": round(keda.within_sla_fraction, 4), "drains": lp.drains,
@@ -73,11 +75,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="on-demand: spec.drain.warmRuntimeCooldownSeconds")
     ap.add_argument("--split-factor", type=int, default=None,
                     help="spec.drain.splitFactor (an optional cap; default unset, the CRD's default)")
+    ap.add_argument("--busy-drains", action=argparse.BooleanOptionalAction, default=SimParams.busy_drains,
+                    help="drains stay busy across a burst (issue 25 item 2: next split without a new start-up)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]
     rows = evaluate(kinds, seeds_of(a.seeds), starts, a.concurrent_drains, a.warm_runtime, a.runtime_cooldown_seconds,
-                    a.split_factor)
+                    a.split_factor, a.busy_drains)
     if a.json:
         counts = {f"{k}@{st:.0f}": {"runs": len(rs), "within_ok": sum(r["within_ok"] for r in rs),
                                      "ok": sum(r["ok"] for r in rs),

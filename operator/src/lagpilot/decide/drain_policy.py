@@ -54,7 +54,7 @@ range until its sub-ranges are done).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from lagpilot.decide.projection import INF, PartitionLoad, clear_time_s, project
@@ -91,6 +91,10 @@ class DrainPolicy:
     # in steady state); False (the spec's default), only while the group at its cap cannot hold the
     # live rates anyway (a consumer over its capacity at every count: drains run in any case)
     assist_always: bool = False
+    # issue 25 item 2: the executor keeps a drain busy across a burst (its tasks take the next split
+    # of its partitions without a new start-up, :func:`extension_need`); False: every drain ends
+    # with its range and the next one pays its start-up
+    busy: bool = False
 
     @classmethod
     def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "DrainPolicy":
@@ -126,6 +130,13 @@ class DrainPolicy:
     def fixed_cost_s(self) -> float:
         """What a drain costs before its first record: start-up plus the group's hand-off pause."""
         return self.start_up_s + self.handoff_s
+
+    @property
+    def next_split(self) -> "DrainPolicy":
+        """The policy of the split that follows a drain in a burst: with busy drains (issue 25 item
+        2) it is the running drain's next split, without a start-up (the hand-off pause only); else
+        a new drain, with its own."""
+        return replace(self, start_up_s=0.0) if self.busy else self
 
     def validate(self) -> "DrainPolicy":
         if self.split_factor is not None and self.split_factor < 1:
@@ -175,6 +186,8 @@ class DrainNeed:
     expected_s: float = 0.0
     notes: tuple[str, ...] = field(default=())
     follow_up: bool = False  # planned while another drain of the group is still running
+    # the next split of the running busy drain (issue 25 item 2): no new start-up, its tasks kept
+    extension: bool = False
 
     @property
     def partitions(self) -> tuple[int, ...]:
@@ -191,6 +204,7 @@ class DrainNeed:
             "tasks": self.tasks,
             "expectedSeconds": _finite(self.expected_s),
             "followUp": self.follow_up,
+            **({"extension": True} if self.extension else {}),
             "ranges": [
                 {
                     "partition": r.partition,
@@ -205,6 +219,33 @@ class DrainNeed:
                 for r in self.ranges
             ],
         }
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One partition of a running busy drain (issue 25 item 2): the tasks working on its handed-off
+    sub-ranges now and the records they still hold (0 and 0: its last range is done, its tasks free)."""
+
+    partition: int
+    tasks: int
+    remaining: float
+
+
+@dataclass(frozen=True)
+class BusyDrain:
+    """A running busy drain that may take a next split now (no split of it in hand-off): its
+    partitions' lanes and the task slots its executor holds (``Lane.tasks`` of them busy)."""
+
+    lanes: tuple[Lane, ...]
+    slots: int
+
+    @property
+    def by_partition(self) -> dict[int, Lane]:
+        return {l.partition: l for l in self.lanes}
+
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.slots - sum(l.tasks for l in self.lanes))
 
 
 def _finite(x: float) -> float | None:
@@ -273,13 +314,14 @@ def partition_need(lag: float, age: float, rate: float, share: float, target_s: 
     arrival rate over the time left: a hot partition at 6x a consumer needs most of the budget, a
     neighbour with a small backlog one task. Pure."""
     best, best_w = 1, INF
-    fixed, poll = policy.fixed_cost_s, policy.poll_interval_s
+    poll = 0.0 if policy.busy else policy.poll_interval_s  # a busy drain splits before its tasks run dry
     grow = max(0.0, rate - share)
+    nxt_pol = policy.next_split
     for k in range(1, max(1, high) + 1):
         now, duration = worst_latency_s([lag], [age], [k], policy, task_cap)
         nxt_lag = grow * (duration + poll)
         nxt_age = nxt_lag / rate if rate > 0 else 0.0
-        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], policy, task_cap)[0] if nxt_lag > 0 else 0.0
+        nxt = worst_latency_s([nxt_lag], [nxt_age], [k], nxt_pol, task_cap)[0] if nxt_lag > 0 else 0.0
         worst = max(now, nxt)
         if worst <= target_s:
             return k
@@ -330,6 +372,7 @@ def drain_need(
     tasks_in_flight: int = 0,
     busy_partitions: Sequence[int] = (),
     retention_s: float | None = None,
+    busy_drain: BusyDrain | None = None,
 ) -> DrainNeed | None:
     """Which partitions to drain now with how many tasks each, or None (see the module doc).
 
@@ -342,6 +385,11 @@ def drain_need(
     """
     if not policy.enabled or capacity is None or capacity <= 0 or not loads:
         return None
+    if policy.busy and busy_drain is not None:
+        # a busy drain runs and may take a next split: it does, or nothing (its partitions are
+        # handed back as their ranges end: the group alone meets the target)
+        return extension_need(loads, capacity, busy_drain, group_replicas=group_replicas, target_s=target_s,
+                              policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s)
     in_flight = drains_in_flight if drains_in_flight is not None else (1 if drain_active else 0)
     if in_flight >= policy.max_concurrent:
         return None
@@ -500,6 +548,11 @@ def drain_need(
         else:
             needs = [partition_need(l.lag, _age(l, ages), _seen_rate(l, _age(l, ages), policy.poll_interval_s),
                                     share_now, target_s, policy, task_cap, high) for l in live]
+            if policy.busy:
+                # a busy drain's next splits use its tasks (a task added later pays the start-up):
+                # at least the tasks that hold each partition's regrowth from split to split
+                needs = [max(nd, _hold_tasks(_seen_rate(l, _age(l, ages), policy.poll_interval_s), share_now,
+                                             task_cap)) for nd, l in zip(needs, live)]
             m = max(min(len(live), budget), min(max(n, sum(needs)), task_cap_of(policy, len(live), budget)))
             alloc = allocate_by_need([l.lag for l in live], needs, m, per_task_min=policy.min_records_per_task)
         chosen, dropped = [], False
@@ -543,6 +596,130 @@ def drain_need(
         ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
         notes=tuple(notes), follow_up=in_flight > 0,
     )
+
+
+def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
+                   target_s: float, policy: DrainPolicy, sla_s: float | None = None,
+                   oldest_age_s: Mapping[int, float] | None = None) -> DrainNeed | None:
+    """The next split of a running busy drain (issue 25 item 2), or None. Pure.
+
+    - **While.** Only while the capped group alone cannot meet the target (the same gate as a first
+      drain): once it can, no partition gets a next split and each is handed back as its last range
+      ends (the group already consumes from the split on).
+    - **Which partitions.** A partition of the drain whose tasks run out of work before the next
+      chance to split (``remaining / (tasks x task capacity) <= poll + hand-off``: the new range
+      queues behind what they hold, so the tasks never wait), or another partition the group cannot
+      hold, when the capped group cannot hold it: its rate is over its consumer's share (it regrows
+      behind every split) or the group cannot clear its backlog within the target. At least one batch
+      (``min_records_per_task``); a partition not yet in the drain also needs ``minBacklogRecords``
+      unless it regrows (the anti-flap rule of a first drain).
+    - **How many tasks.** Each partition its own need (:func:`partition_need`) **without a
+      start-up** (the hand-off pause only: its tasks are running), and at least enough to hold its
+      regrowth (``(rate - share) / task capacity``, 10 % spare) so its lanes do not fall behind from
+      split to split; within the drain's task slots (those it was launched with and still holds)
+      minus the tasks still busy on other partitions: a next split never starts a task. When the
+      slots cannot even hold the regrowth of the partitions due, there is no next split: the drain
+      ends with its ranges and the next drain is planned afresh (with its start-up).
+    """
+    if capacity <= 0 or not loads:
+        return None
+    group_replicas = max(1, min(group_replicas, len(loads)))
+    group = project(loads, group_replicas, capacity)
+    if group.catch_up_s <= target_s:
+        return None
+    task_cap = policy.task_capacity or capacity
+    share = capacity / group.per_consumer_partitions
+    ages = dict(oldest_age_s or {})
+    lanes = busy.by_partition
+    sla_s = target_s if sla_s is None else sla_s
+    poll = policy.poll_interval_s
+    horizon = poll + policy.handoff_s
+    picks: list[tuple[PartitionLoad, float]] = []
+    notes: list[str] = []
+    free = busy.free_slots
+    for l in sorted(loads, key=lambda l: (-_age(l, ages), -l.lag, l.partition)):
+        lane = lanes.get(l.partition)
+        if lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * task_cap) > horizon:
+            continue  # its tasks hold work beyond the next poll: split it then (a larger range)
+        if l.lag < max(1, policy.min_records_per_task):
+            continue
+        rate = _seen_rate(l, _age(l, ages), poll)
+        regrows = rate > share
+        if not regrows and clear_time_s(l.lag, l.rate, capacity) <= target_s:
+            continue  # the group holds it: handed back (no next split)
+        if lane is None and not regrows and l.lag < policy.min_backlog_records:
+            continue
+        steady = rate - share >= 0.5 * task_cap  # its regrowth keeps at least half a task busy
+        if not steady or ((lane is None or lane.tasks == 0) and free <= 0):
+            # a partition a little over its consumer's share would keep a task mostly idle (or
+            # start one for every batch), and a new task pays the start-up: either waits until
+            # due, as a first drain's regrowing partition does, its task released meanwhile
+            age = _age(l, ages)
+            later = l.lag + max(0.0, rate - share) * poll
+            k = max(1, math.ceil(max(0.0, rate - share) / task_cap))
+            if age + poll + policy.fixed_cost_s + later / (k * task_cap) < policy.hot_trigger_fraction * sla_s:
+                notes.append(f"partition {l.partition}: not yet due for a new task")
+                continue
+        if (lane is None or lane.tasks == 0) and free > 0:
+            free -= 1
+        picks.append((l, rate))
+    if not picks:
+        return None
+    picked = {l.partition for l, _ in picks}
+    busy_elsewhere = sum(x.tasks for x in busy.lanes if x.partition not in picked)
+    # maxTasks less the tasks busy on other partitions: the drain's free slots take a next split
+    # at once; tasks beyond them start like a new drain's (the executor adds them, with a start-up)
+    budget = policy.max_tasks - busy_elsewhere
+    if budget <= 0:
+        return None
+    no_start = replace(policy, start_up_s=0.0)
+    high = budget if policy.split_factor is None else min(budget, policy.split_factor)
+    needs, holds = [], []
+    for l, rate in picks:
+        lane = lanes.get(l.partition)
+        ahead = lane.remaining if lane is not None else 0.0
+        k = partition_need(l.lag + ahead, _age(l, ages), rate, share, target_s, no_start, task_cap, high)
+        hold = _hold_tasks(rate, share, task_cap)
+        holds.append(hold)
+        needs.append(max(1, min(high, max(k, hold))))
+    records = [l.lag for l, _ in picks]
+    caps = [max(1, int(r // max(1.0, policy.min_records_per_task))) for r in records]
+    alloc = [min(h, c) for h, c in zip(holds, caps)]
+    left = min(budget, sum(needs)) - sum(alloc)
+    while left > 0:  # the rest towards each need, to the longest sub-ranges first
+        room = [i for i in range(len(picks)) if alloc[i] < min(needs[i], caps[i])]
+        if not room:
+            break
+        i = max(room, key=lambda j: (records[j] / alloc[j], -j))
+        alloc[i] += 1
+        left -= 1
+    chosen = []
+    for (l, rate), tasks in zip(picks, alloc):
+        if tasks <= 0:
+            notes.append(f"partition {l.partition}: task budget exhausted")
+            continue
+        chosen.append(DrainRange(
+            partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
+            expected_s=policy.handoff_s + l.lag / (tasks * task_cap),
+            group_would_need_s=clear_time_s(l.lag, l.rate, capacity), regrowing=rate >= capacity))
+    if not chosen:
+        return None
+    chosen.sort(key=lambda r: r.partition)
+    reason = ("RegrowingPartition" if any(r.regrowing for r in chosen)
+              else "HotPartition" if any(r.group_would_need_s > target_s for r in chosen) else "PartitionCapReached")
+    parts = ", ".join(f"p{r.partition}:{r.records}/{r.tasks}" for r in chosen)
+    expected_s = max(r.expected_s for r in chosen)
+    tasks_total = sum(r.tasks for r in chosen)
+    message = (f"busy drain: next split {parts} (records/tasks) in {tasks_total} tasks without a new start-up, "
+               f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s")
+    return DrainNeed(ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
+                     notes=tuple(notes), follow_up=True, extension=True)
+
+
+def _hold_tasks(rate: float, share: float, task_cap: float) -> int:
+    """Tasks that hold a partition's regrowth behind its splits (10 % spare for the hand-off and
+    the poll), at least one."""
+    return max(1, math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9))
 
 
 def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequence[int], policy: DrainPolicy,
@@ -589,11 +766,11 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     for n in range(low, high + 1):
         alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
         now_worst, duration = worst_latency_s(lags, olds, alloc, policy, task_cap)
-        wait = duration + policy.poll_interval_s
+        wait = duration + (0.0 if policy.busy else policy.poll_interval_s)
         nxt = [max(0.0, r - share) * wait for r in rates]
         nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates)]
         nxt_alloc = allocate_tasks(nxt, high, per_task_min=policy.min_records_per_task)
-        next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy, task_cap)
+        next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy.next_split, task_cap)
         worst = max(now_worst, next_worst)
         if worst <= target_s:
             return n
@@ -864,4 +1041,5 @@ def _rest_ok(
 
 __all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
            "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
-           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "partition_need", "allocate_by_need", "INF"]
+           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "partition_need", "allocate_by_need", "extension_need",
+           "Lane", "BusyDrain", "INF"]

@@ -151,6 +151,40 @@ class SubProgress:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """The next split of a busy drain (issue 25 item 2, docs/drain.md "Busy drains"): planned while
+    the drain runs (its tasks about to run out of work), handed off through the same mailbox
+    protocol as a first split (request, owner's ack at a batch boundary, seal), then its ranges'
+    sub-ranges join the running drain's, processed by the tasks it already runs: no new start-up.
+    ``round`` numbers the drain's splits (the first is round 0)."""
+
+    round: int
+    ranges: tuple[PartitionRange, ...]
+    planned_at: float | None = None
+    published_at: float | None = None
+
+    @property
+    def partitions(self) -> list[int]:
+        return [r.partition for r in self.ranges]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``status.drain.extension`` (lagpilot.model.status.DrainExtension)."""
+        d: dict[str, Any] = {"round": self.round, "ranges": [r.to_dict() for r in self.ranges]}
+        if self.planned_at is not None:
+            d["plannedAt"] = format_time(self.planned_at)
+        if self.published_at is not None:
+            d["publishedAt"] = format_time(self.published_at)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Extension | None":
+        if not d:
+            return None
+        return cls(int(d["round"]), tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
+                   parse_time(d.get("plannedAt")), parse_time(d.get("publishedAt")))
+
+
+@dataclass(frozen=True)
 class DrainStatus:
     """``status.drain``; every field survives an operator restart."""
 
@@ -187,6 +221,13 @@ class DrainStatus:
     progress_at: float | None = None
     stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
     failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    # a busy drain (issue 25 item 2): while the capped group cannot hold its partitions it takes
+    # their next split (``extension``) without a new start-up, its tasks kept; ``round`` counts the
+    # splits taken after the first, ``slots`` the tasks its executor holds (0: one per unfinished sub-range)
+    busy: bool = False
+    round: int = 0
+    slots: int = 0
+    extension: Extension | None = None
 
     @property
     def records_lost(self) -> int:
@@ -271,6 +312,10 @@ class DrainStatus:
             "progressAt": format_time(self.progress_at),
             "stalled": self.stalled or None,
             "failedRounds": self.failed_rounds or None,
+            "busy": self.busy or None,
+            "round": self.round or None,
+            "slots": None if over or not self.slots else self.slots,
+            "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
 
@@ -316,11 +361,18 @@ class DrainStatus:
             progress_at=f("progressAt"),
             stalled=str(d.get("stalled") or ""),
             failed_rounds=int(d.get("failedRounds") or 0),
+            busy=bool(d.get("busy")),
+            round=int(d.get("round") or 0),
+            slots=int(d.get("slots") or 0),
+            extension=Extension.from_dict(d.get("extension")),
         )
 
 
 def _finished(d: DrainStatus) -> bool:
-    """Over for good: nothing will ever be read from its sub-ranges again (see ``is_idle``)."""
+    """Over for good: nothing will ever be read from its sub-ranges again (see ``is_idle``); a busy
+    drain's published next split is not resolved yet (its ranges would join the drain)."""
+    if d.extension is not None and d.extension.published_at is not None:
+        return False
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
 
 
@@ -420,6 +472,9 @@ class Observed:
     quiesce_timeout_s: float = QUIESCE_TIMEOUT_S
     # the CR's uid: written into every mailbox entry; entries of another CR are not this drain's
     owner: str = ""
+    # the executor keeps drains busy (issue 25 item 2): a new drain is planned busy, and ``wanted``
+    # on a Running busy drain asks for the next split of those partitions (``_next_split``)
+    busy: bool = False
 
 
 @dataclass(frozen=True)
@@ -524,6 +579,8 @@ def is_idle(d: DrainStatus | None) -> bool:
     """No drain holds a range: a new one may be planned."""
     if d is None:
         return True
+    if d.extension is not None and d.extension.published_at is not None:
+        return False  # a busy drain's next split in hand-off: its ranges are the drain's once resolved
     if d.phase is Phase.VERIFIED:
         return True
     return d.phase is Phase.CANCELLED and d.remaining == 0
@@ -568,10 +625,21 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
         return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
                       lost_records=n)
 
+    waiting: Action | None = None  # a busy drain's next split waiting for its owners
+    if d.busy and (d.phase is Phase.RUNNING or (d.extension is not None and d.extension.published_at is not None)):
+        nxt = _next_split(spec, d, observed, now, stop)
+        if nxt is not None and (nxt.kind is not Kind.NONE or nxt.status is not None):
+            return nxt
+        waiting = nxt
+    if d.extension is not None and d.extension.published_at is not None and waiting is None:
+        waiting = Action(Kind.NONE, reason="WaitingForAcks", message=f"drain {d.id}: next split pending")
+
     if d.phase is Phase.RUNNING:
         if job is None:
             return _progress_only(drain, d)
         if job.state is JobState.SUCCEEDED and d.retry_at is None:
+            if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
+                return waiting
             s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
                                     message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
             return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
@@ -621,7 +689,7 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
     if d.phase is Phase.SUCCEEDED:
         if observed.progress is None:
             return _progress_only(drain, d)
-        if d.remaining == 0:
+        if d.remaining == 0 and waiting is None:
             v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
             v = dataclasses.replace(v, message=progress_message(v))
             return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
@@ -667,6 +735,95 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
                        attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
 
     return Action(Kind.NONE)
+
+
+def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
+    """A busy drain's next split (issue 25 item 2; docs/drain.md "Busy drains"), or None (the
+    Running drain's own transitions apply). The hand-off of a first split, on the drain's id and the
+    new split offsets: plan (status first) -> publish the requests -> the owners ack at a batch
+    boundary and move to the split (an empty group: the owner's rule applied for it) -> seal, the new
+    ranges' sub-ranges appended with fresh indices (each its own progress group), ``round + 1``. A
+    next split is planned only while the attempt's Job runs (no retry pending, not stopping); once
+    published it is never withdrawn: it resolves, and its ranges belong to the drain whatever
+    happens next (a succeeded Job then leaves work: the next attempt takes it). No quiesce fallback
+    for a next split (it would stop the group mid-burst): it waits for its owners. Pure."""
+    ext = d.extension
+    job = observed.job
+    if ext is None:
+        if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
+                or job is None or job.state is not JobState.ACTIVE):
+            return None
+        ranges = []
+        for p in sorted(set(observed.wanted)):
+            o = observed.offsets.get(p)
+            if o is None or o.end - o.position <= 0:
+                continue
+            ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
+        if not ranges:
+            return None
+        e = Extension(d.round + 1, tuple(ranges), planned_at=now)
+        n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
+            f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
+            + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
+        return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+    offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
+    if ext.published_at is None:
+        if stop:  # nothing published: nothing to hand off
+            n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
+                                    message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
+            return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+        if mb is None:
+            return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
+        mine = {r.partition for r in ext.ranges
+                if mbx.of_drain(mb.get(r.partition), d.id, r.split, owner)}
+        entries = {r.partition: mbx.request(d.id, r.split, owner) for r in ext.ranges if r.partition not in mine}
+        n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
+                                message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
+                                        f"partitions {ext.partitions} to acknowledge")
+        if entries:
+            return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
+        return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+    if offs is None or mb is None or any(r.partition not in offs for r in ext.ranges):
+        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+    mine_e = {r.partition: e for r in ext.ranges
+              if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, d.id, r.split, owner)}
+    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine_e.get(r.partition), d.id, r.split, owner)
+           for r in ext.ranges}
+    pending = sorted(p for p, x in res.items() if not x.resolved)
+    if pending:
+        if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
+            entries: dict[int, mbx.Entry] = {}
+            alter: dict[int, int] = {}
+            for r in ext.ranges:
+                if r.partition not in pending:
+                    continue
+                o = offs[r.partition]
+                stp = mbx.owner_step(mine_e.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
+                if stp.ack is not None:
+                    entries[r.partition] = stp.ack
+                if stp.move_to is not None:
+                    alter[r.partition] = stp.move_to
+                elif o.committed is None:
+                    alter[r.partition] = max(o.position, r.split)
+            return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
+                          f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
+                          f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
+        return Action(Kind.NONE, reason="WaitingForAcks",
+                      message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}")
+    seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine_e, owner)
+    new = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty)
+    subs = list(d.sub_ranges)
+    for r in new:
+        base = 1 + max((x.index for x in subs if x.partition == r.partition), default=-1)
+        for k, x in enumerate(sub_ranges_of((r,), spec)):
+            subs.append(SubProgress(x.partition, base + k, x.start, x.end, x.start))
+    latest = {r.partition: r for r in d.ranges}
+    latest.update({r.partition: r for r in new})
+    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs),
+                            ranges=tuple(latest[p] for p in sorted(latest)), reason="NextSplitHandedOff")
+    n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
+    return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
+                  event=("Normal", "DrainNextSplitHandedOff", n.message))
 
 
 def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
@@ -751,6 +908,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         restore_replicas=max(0, observed.replicas),
         planned_at=now,
         history=prev.history if prev else (),
+        busy=observed.busy,
     )
     d = dataclasses.replace(d, message=f"drain {d.id} planned for partitions {d.partitions} up to split "
                                         + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off")

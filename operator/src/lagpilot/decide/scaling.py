@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
+from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
 from lagpilot.decide.projection import INF, PartitionLoad, project, required_replicas
@@ -127,6 +127,7 @@ class ScalingObservation:
     # the same loads at the rate measured now (estimate.PartitionEstimate.live_rate; None: ``loads``):
     # the projection, the drain need and CatchUpAtRisk use them, the replica count ``loads``
     live_loads: tuple[PartitionLoad, ...] | None = None
+    busy_drain: BusyDrain | None = None  # a running busy drain that may take a next split (issue 25 item 2)
 
     @property
     def loads_now(self) -> tuple[PartitionLoad, ...]:
@@ -154,6 +155,7 @@ class ScalingObservation:
         tasks_in_flight: int = 0,
         busy_partitions: Sequence[int] = (),
         retention_s: float | None = None,
+        busy_drain: BusyDrain | None = None,
     ) -> "ScalingObservation":
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
         loads, live = [], []
@@ -182,6 +184,7 @@ class ScalingObservation:
             busy_partitions=tuple(busy_partitions),
             retention_s=retention_s,
             live_loads=tuple(live),
+            busy_drain=busy_drain,
         )
 
 
@@ -400,7 +403,7 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
             policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
             last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
             drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
-            busy_partitions=obs.busy_partitions, retention_s=obs.retention_s,
+            busy_partitions=obs.busy_partitions, retention_s=obs.retention_s, busy_drain=obs.busy_drain,
         )
     loads = _handed_off(obs.loads, set(drain.partitions) if drain else set())
     hot = tuple(p for p, t in sorted(project(now_loads, obs.partitions, c).per_partition_s.items(),

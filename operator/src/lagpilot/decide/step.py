@@ -25,7 +25,7 @@ from typing import Any
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import handoff
 from lagpilot.decide import runtime as rt_mod
-from lagpilot.decide.drain_policy import DrainNeed, DrainPolicy
+from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, Lane
 from lagpilot.decide.lag import LagSnapshot
 from lagpilot.decide.scaling import Decision, ScalingHistory, ScalingObservation, ScalingPolicy, decide
 from lagpilot.spec import GroupSpec
@@ -47,6 +47,9 @@ class Model:
     # carrying their excess save at least this many replicas, always for CRs with
     # spec.drain.assistReplicas, else only in bursts (drain_policy.overloaded_at); None: never
     drain_assist_min_saving: float | None = 1.0
+    # issue 25 item 2: the executor keeps a drain busy across a burst (takes the next split of its
+    # partitions without a new start-up: handoff.Extension, docs/drain.md "Busy drains")
+    drain_busy: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Policies:
                 min_interval_s=model.drain_min_interval_s,
                 # the drain-assisted replica count: always where the CR opts in
                 # (spec.drain.assistReplicas), else only in bursts (the capped group cannot hold the load)
-                assist_min_saving=model.drain_assist_min_saving)
+                assist_min_saving=model.drain_assist_min_saving, busy=model.drain_busy)
         runtime = rt_mod.RuntimePolicy.from_group_spec(spec, warm_up_s=model.drain_start_s,
                                                        warm_start_s=model.drain_warm_start_s)
         return cls(scaling, drain, runtime)
@@ -140,10 +143,31 @@ def drain_view(drains: Sequence[handoff.DrainStatus], last_end_s: float | None) 
     ends = [d.finished_at for d in drains if handoff.is_idle(d) and d.finished_at is not None]
     if last_end_s is not None:
         ends.append(last_end_s)
-    tasks = sum(sum(1 for s in d.sub_ranges if not s.done) for d in live)
-    busy = sorted({p for d in live if d.handed_off_at is None for p in d.partitions})
+    tasks = sum(max(d.slots if d.busy else 0, sum(1 for s in d.sub_ranges if not s.done)) for d in live)
+    busy = sorted({p for d in live if d.handed_off_at is None for p in d.partitions}
+                  | {p for d in live if d.extension is not None for p in d.extension.partitions})
     return {"drains_in_flight": len(live), "tasks_in_flight": tasks, "busy_partitions": tuple(busy),
-            "last_drain_end_s": max(ends) if ends else None, "drain_active": bool(live)}
+            "last_drain_end_s": max(ends) if ends else None, "drain_active": bool(live),
+            "busy_drain": busy_drain_of(live)}
+
+
+def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
+    """The running busy drain that may take a next split now (issue 25 item 2): the only drain in
+    flight, busy, Running (launched, no retry pending) and no split of it in hand-off. Its lanes: per
+    partition of its ranges, the unfinished sub-ranges (one task each) and their records left."""
+    if len(live) != 1:
+        return None
+    d = live[0]
+    if not d.busy or d.phase is not handoff.Phase.RUNNING or d.extension is not None or d.retry_at is not None:
+        return None
+    per: dict[int, list[float]] = {p: [0, 0.0] for p in d.partitions}
+    for s in d.sub_ranges:
+        if not s.done:
+            lane = per.setdefault(s.partition, [0, 0.0])
+            lane[0] += 1
+            lane[1] += s.remaining
+    lanes = tuple(Lane(p, int(n), rem) for p, (n, rem) in sorted(per.items()))
+    return BusyDrain(lanes, max(d.slots, sum(lane.tasks for lane in lanes)))
 
 
 def hold_of(drains: Sequence[handoff.DrainStatus]) -> int | None:
@@ -170,12 +194,14 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
         now, obs.current_replicas, est, obs.snapshot, drain_active=view["drain_active"],
         last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
         tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
-        retention_s=obs.retention_s)
+        retention_s=obs.retention_s, busy_drain=view["busy_drain"])
     rpol, dpol = pol.runtime, pol.drain
     if dpol is not None and rpol.mode == rt_mod.MODE_ON_DEMAND:  # always: the cold figure, as before
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
     decision, history = decide(sobs, pol.scaling, state.history, dpol)
-    waits = decision.drain is not None and rt_mod.split_waits(rpol, obs.runtime, now)
+    # a busy drain's next split never waits: its tasks run (no runtime, warm or cold, to start)
+    waits = (decision.drain is not None and not decision.drain.extension
+             and rt_mod.split_waits(rpol, obs.runtime, now))
     replicas = rt_mod.wanted_replicas(rpol, obs.runtime, drain_wanted=decision.drain is not None,
                                       drain_in_flight=view["drain_active"], last_drain_end_s=view["last_drain_end_s"],
                                       now=now)
@@ -187,4 +213,4 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
             StepState(est, history))
 
 
-__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "hold_of", "held_by"]
+__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "busy_drain_of", "hold_of", "held_by"]

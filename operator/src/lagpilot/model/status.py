@@ -164,6 +164,21 @@ class DrainHistoryEntry(_Model):
     )
 
 
+class DrainExtension(_Model):
+    """A busy drain's next split while it is handed off (issue 25 item 2, docs/drain.md "Busy
+    drains"): planned while the drain runs, handed off through the same mailbox protocol as a first
+    split; its ranges then join the running drain's."""
+
+    round: int = _int("The drain's split number (its first split is round 0).", INT32)
+    ranges: list[DrainRange] = Field(
+        default_factory=list,
+        description="The next split's ranges, one per partition.",
+        json_schema_extra=_list_map("partition"),
+    )
+    planned_at: str | None = _time("When the next split was planned (its split offsets recorded).")
+    published_at: str | None = _time("When its hand-off requests were published to the owners.")
+
+
 class DrainStatus(_Model):
     """The drain hand-off state machine (docs/drain.md), persisted before each step so a restarted
     operator resumes it; written only with resourceVersion-guarded patches."""
@@ -220,6 +235,22 @@ class DrainStatus(_Model):
         None, description="Set from a stalled attempt's detection until progress moves again."
     )
     failed_rounds: int | None = _int("Rounds of attempts that ended Failed (absent: 0).", INT32, default=None)
+    busy: bool | None = Field(
+        None,
+        description="A busy drain (issue 25 item 2): while the capped group cannot hold its partitions it "
+        "takes their next split without a new start-up (absent: false).",
+    )
+    round: int | None = _int(
+        "Next splits a busy drain took after its first (absent: 0).", INT32, default=None
+    )
+    slots: int | None = _int(
+        "Task slots a busy drain's executor holds (absent: one per unfinished sub-range).",
+        INT32,
+        default=None,
+    )
+    extension: DrainExtension | None = Field(
+        None, description="A busy drain's next split while it is handed off (absent: none)."
+    )
     history: list[DrainHistoryEntry] = Field(
         default_factory=list, description="The last 5 finished drains.", json_schema_extra=_list_map("id")
     )

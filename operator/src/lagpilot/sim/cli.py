@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
     ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
                     help="drains the executor runs side by side (today: 1)")
+    ap.add_argument("--busy-drains", action="store_true", default=d.busy_drains,
+                    help="the executor keeps a drain busy across a burst: its tasks take the next split without a "
+                         "new start-up (issue 25 item 2; the operator's executor does not yet, docs/drain.md)")
     ap.add_argument("--warm-runtime", choices=("off", "always", "on-demand"), default=d.warm_runtime,
                     help="the CR's warm drain runtime: off (spec.drain.warmRuntime false, the CRD's default: every "
                          "drain a cold Job, --drain-start-seconds), always (warmRuntime true: drains start in "
@@ -113,6 +116,7 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_pause_s=args.handoff_pause_seconds,
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
+        busy_drains=args.busy_drains,
         warm_runtime=args.warm_runtime,
         runtime_cooldown_s=args.runtime_cooldown_seconds,
         drain_warm_start_s=args.drain_warm_start_seconds,

@@ -48,6 +48,9 @@ class SimParams:
     # the saving that makes the drain-assisted count worth it: always with drain_assist, else only in
     # bursts (the capped group cannot hold the load); None: never (--no-drain-assist)
     drain_assist_min_saving: float | None = 1.0
+    # issue 25 item 2: the executor keeps a drain busy across a burst (its tasks take the next split
+    # without a new start-up; step.Model.drain_busy, docs/drain.md "Busy drains")
+    busy_drains: bool = False
 
     @property
     def task_capacity(self) -> float:
@@ -82,4 +85,5 @@ class SimParams:
                               handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
                               max_concurrent_drains=self.concurrent_drains,
                               drain_min_interval_s=self.drain_min_interval_s,
-                              drain_assist_min_saving=self.drain_assist_min_saving)
+                              drain_assist_min_saving=self.drain_assist_min_saving,
+                              drain_busy=self.busy_drains)

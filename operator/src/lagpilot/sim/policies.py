@@ -138,7 +138,8 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
         remaining=remaining,
         series=series,
         extra={**({"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {}),
-               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if world.runtime_s > 0 else {})},
+               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if world.runtime_s > 0 else {}),
+               **({"busy_drain_splits": world.drains_extended} if world.drains_extended else {})},
     )
 
 
@@ -152,6 +153,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
         if t < state["next"]:
             return
         state["next"] = t + params.poll_interval_s
+        world.release_idle(t)
         lags = world.observed_lags()
         ready = world.ready(t)
         owned = {i for block in range_assignment(params.partitions, ready) for i in block}
@@ -172,6 +174,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
             world.scale(out.replicas, t)
         if out.drain is not None:
             world.plan_drain(out.drain, t)
+        world.settle(t)
 
     control.state = state  # type: ignore[attr-defined]
     return control

@@ -69,6 +69,17 @@ class _Task:
     launched: float
     start_at: float
     done_at: float | None = None
+    partition: int = -1
+    # a busy drain's task: its sub-ranges in the order it processes them, [index, records left]
+    marks: list[list[float]] = field(default_factory=list)
+
+    def took(self, amount: float) -> None:
+        for m in self.marks:
+            if amount <= 1e-12:
+                break
+            x = min(m[1], amount)
+            m[1] -= x
+            amount -= x
 
 
 @dataclass
@@ -81,6 +92,11 @@ class _SimDrain:
     handoff_at: float  # when the group has moved to the split (plan + pause)
     tasks: list[_Task] = field(default_factory=list)
     warm: bool = False  # launched on the warm runtime
+    busy: bool = False  # a busy drain (issue 25 item 2): takes next splits, its tasks kept
+    ext_tasks: dict[int, int] = field(default_factory=dict)  # the pending next split: partition -> tasks
+    ext_planned_s: float = 0.0
+    ext_handoff_at: float | None = None
+    sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # sub-range index -> (partition, records)
 
 
 class _World:
@@ -99,6 +115,7 @@ class _World:
         self.last_status: handoff.DrainStatus | None = None  # the newest finished drain
         self.paused_until = -math.inf  # the group's hand-off pause
         self.drains = 0
+        self.drains_extended = 0  # next splits taken by busy drains (issue 25 item 2)
         self.drained: dict[int, int] = {}  # partition -> drains of it
         self.finished_task_s = 0.0  # drain tasks already finished: launch -> finish, summed
         self.scale_events = 0
@@ -174,6 +191,9 @@ class _World:
         tasks = {r.partition: r.tasks for r in need.ranges if r.tasks > 0}
         if not tasks:
             return
+        if getattr(need, "extension", False):
+            self._plan_extension(tasks, t)
+            return
         self.drains += 1
         prev_id = max([d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0])
         ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
@@ -186,7 +206,104 @@ class _World:
             st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
-        self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s))
+        st = replace(st, busy=self.p.busy_drains)
+        self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s, busy=self.p.busy_drains))
+
+    def _plan_extension(self, tasks: dict[int, int], t: float) -> None:
+        """A busy drain's next split (handoff.Extension): split = the end offset now, handed off after
+        the pause like a first split; its records join the drain's tasks (no new start-up)."""
+        live = [d for d in self.sim_drains if d.busy and d.ext_handoff_at is None and d.status.handed_off_at is not None]
+        if not live:
+            return
+        d = live[0]
+        self.drains_extended += 1
+        ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        d.ext_tasks, d.ext_planned_s, d.ext_handoff_at = dict(tasks), t, t + self.p.pause_s
+        d.status = replace(d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t))
+        self.paused_until = max(self.paused_until, t + self.p.pause_s)
+
+    def _extend(self, d: _SimDrain, t: float) -> None:
+        """The next split handed off: each partition's new range cut into its tasks, given to the
+        drain's tasks of that partition first (least work left first), then to its free tasks, then
+        to new tasks (which pay the start-up); free tasks left without work are released."""
+        assert d.status.extension is not None
+        given: set[int] = set()
+        for p, n_tasks in sorted(d.ext_tasks.items()):
+            segs = _take_before(self.queues[p], d.ext_planned_s)
+            self.drained[p] = self.drained.get(p, 0) + 1
+            own = sorted((x for x in d.tasks if x.partition == p and id(x) not in given), key=lambda x: x.queue.total)
+            free = [x for x in d.tasks if x.queue.total <= 1e-9 and id(x) not in given and x.partition != p]
+            for q in _split(segs, n_tasks):
+                n = q.total
+                if n <= 1e-9:
+                    continue
+                idx = self._next_index(d)
+                d.sizes[idx] = (p, int(round(n)))
+                task = own.pop(0) if own else (free.pop(0) if free else None)
+                if task is None:  # a new task: it starts like a new drain's
+                    task = _Task(_Queue(), t, t + self.p.drain_start_s)
+                    d.tasks.append(task)
+                for seg in q.segs:
+                    task.queue.push(*seg)
+                task.partition = p
+                task.marks.append([idx, n])
+                task.done_at = None
+                given.add(id(task))
+        ranges = {r.partition: r for r in d.status.ranges}
+        for r in d.status.extension.ranges:
+            ranges[r.partition] = r
+        d.status = replace(d.status, extension=None, round=d.status.extension.round,
+                           ranges=tuple(ranges[p] for p in sorted(ranges)))
+        d.ext_tasks, d.ext_handoff_at = {}, None
+        self._busy_status(d)
+
+    @staticmethod
+    def _next_index(d: _SimDrain) -> int:
+        return max(d.sizes, default=-1) + 1
+
+    def _release_idle(self, d: _SimDrain, t: float, idle_s: float = 0.0) -> None:
+        """Release the drain's tasks without work for at least ``idle_s`` (their cost ends now)."""
+        for task in [x for x in d.tasks if x.queue.total <= 1e-9 and (x.done_at if x.done_at is not None else t) <= t - idle_s]:
+            self.finished_task_s += max(t, task.done_at or t) - task.launched
+            d.tasks.remove(task)
+
+    def _busy_status(self, d: _SimDrain) -> None:
+        subs = []
+        for task in d.tasks:
+            for idx, left in task.marks:
+                if left > 1e-6:
+                    p, n = d.sizes[int(idx)]
+                    subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
+        subs.sort(key=lambda x: (x.partition, x.index))
+        d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
+
+    def release_idle(self, t: float) -> None:
+        """Before a decision: nothing (a busy drain's idle tasks are released after it, ``settle``,
+        so that the decision's next split can still take them without a start-up)."""
+
+    def settle(self, t: float) -> None:
+        """After a decision: a busy drain releases its tasks that had no work for a whole poll,
+        except those its next split (if one was planned) will take; when it took no next split and
+        no task has work left, it is done (its partitions handed back: the group holds them)."""
+        for d in list(self.sim_drains):
+            if not d.busy or d.status.handed_off_at is None:
+                continue
+            if d.ext_handoff_at is None and not any(x.queue.total > 1e-9 for x in d.tasks):
+                self._release_idle(d, t)
+                self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=t)
+                self.sim_drains.remove(d)
+                continue
+            keep = 0
+            if d.ext_handoff_at is not None:
+                own = sum(1 for x in d.tasks if x.partition in d.ext_tasks and x.queue.total > 1e-9)
+                keep = max(0, sum(d.ext_tasks.values()) - own)
+            idle = sorted((x for x in d.tasks if x.queue.total <= 1e-9
+                           and (x.done_at if x.done_at is not None else t) <= t - self.p.poll_interval_s + 1e-6),
+                          key=lambda x: -(x.done_at or t))
+            for task in idle[keep:]:
+                self.finished_task_s += max(t, task.done_at or t) - task.launched
+                d.tasks.remove(task)
+            self._busy_status(d)
 
     def _hand_off(self, d: _SimDrain, t: float) -> None:
         """Handed off and launched: the range [start, split) leaves the group, tasks start."""
@@ -197,11 +314,18 @@ class _World:
             segs = _take_before(self.queues[p], d.planned_s)
             self.drained[p] = self.drained.get(p, 0) + 1
             for k, q in enumerate(_split(segs, n_tasks)):
-                d.tasks.append(_Task(q, t, t + start_s))
+                task = _Task(q, t, t + start_s, partition=p)
+                d.tasks.append(task)
                 n = int(round(q.total))
+                if d.busy:
+                    idx = self._next_index(d)
+                    d.sizes[idx] = (p, n)
+                    task.marks.append([idx, q.total])
                 subs.append(handoff.SubProgress(p, k, 0, n, 0))
         st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs))
         d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
+        if d.busy:
+            self._busy_status(d)
         if self.p.handoff_quiesce:
             self.scale(d.status.restore_replicas, t)
 
@@ -213,6 +337,8 @@ class _World:
         for d in self.sim_drains:
             if d.status.handed_off_at is None and d.handoff_at <= t + dt:
                 self._hand_off(d, max(t, d.handoff_at))
+            if d.ext_handoff_at is not None and d.ext_handoff_at <= t + dt:
+                self._extend(d, max(t, d.ext_handoff_at))
         for i in range(n):
             r = rate * weights[i]
             self.rates[i] = r
@@ -243,13 +369,18 @@ class _World:
                 amount = task_cap * (t + dt - s)
                 need = task.queue.total
                 took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
+                task.took(took)
                 if task.queue.total <= 1e-9:
                     task.done_at = s + took / task_cap
-            if d.status.handed_off_at is not None:
+            if d.busy:
+                if d.status.handed_off_at is not None:
+                    self._busy_status(d)
+            elif d.status.handed_off_at is not None:
                 subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
                              for sp, task in zip(d.status.sub_ranges, d.tasks))
                 d.status = replace(d.status, sub_ranges=subs)
-        for d in [d for d in self.sim_drains if d.tasks and all(task.done_at is not None for task in d.tasks)]:
+        for d in [d for d in self.sim_drains
+                  if not d.busy and d.tasks and all(task.done_at is not None for task in d.tasks)]:
             end = max(task.done_at or t for task in d.tasks)
             self.finished_task_s += sum((task.done_at or t) - task.launched for task in d.tasks)
             done = replace(d.status, phase=handoff.Phase.SUCCEEDED)
