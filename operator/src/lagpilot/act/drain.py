@@ -35,6 +35,7 @@ from .drain_manifests import DrainSettings
 from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
 from .drain_runtime import RuntimeManager
 from .handoff_key import HandoffKeys
+from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from .kubeapi import StatusConflict
 from lagpilot.decide.handoff import (
@@ -339,7 +340,7 @@ class DrainExecutor(DrainCalls):
                 extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
                          "reason": action.reason, "drain_message": action.message}
                 if action.kind is Kind.LAUNCH:
-                    extra["runtime"] = "warm" if runtime_url else "cold"
+                    extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
                 log.info("drain action", extra=extra)
             if action.kind in EFFECTS and ctx.verify_drain is not None:
                 ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect

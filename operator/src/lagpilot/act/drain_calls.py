@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import owner_tag, parse_progress_lost, parse_progress_metadata, progress_group
 
+from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
 from lagpilot.spec import GroupSpec
 
@@ -175,7 +176,7 @@ class DrainCalls:
                 log.warning("signing the warm drain plan failed: launching cold", extra={
                     "group": f"{ctx.namespace}/{ctx.name}", "error": f"{type(err).__name__}: {err}"[:300]})
                 runtime_url = None
-        ctx.launched_runtime = "warm" if runtime_url else "cold"
+        ctx.launched_runtime = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
         try:
             if ctx.spec.drain.launcher == "sparkApplication":
                 self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,

@@ -26,6 +26,7 @@ from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
 from .deployment import build_env, label_value, owner_reference
+from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
 from lagpilot.spec import GroupSpec
@@ -314,7 +315,7 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     settings = settings or DrainSettings()
     plan = drain_plan_for(spec, drain, cr_uid)
     name = job_name(cr_name, drain.id, attempt)
-    labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: "warm" if runtime_url else "cold"}
+    labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value}
     env = _drain_env(spec, plan, settings, attempt)
     if runtime_url:
         env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lagpilot.model.status import Stall as StallReason
+
 if TYPE_CHECKING:
     from .handoff import DrainStatus
 
@@ -32,8 +34,8 @@ ASSUMED_TASK_RATE = 10.0       # records/s per task when no drain of this group 
 NO_PROGRESS_S = 600.0          # LAGPILOT_DRAIN_STALL_SECONDS
 NO_POD_S = 300.0               # LAGPILOT_DRAIN_NO_POD_SECONDS
 
-NO_PROGRESS = "NoProgress"
-NO_RUNNING_POD = "NoRunningPod"
+NO_PROGRESS = StallReason.NO_PROGRESS.value
+NO_RUNNING_POD = StallReason.NO_RUNNING_POD.value
 
 
 def measured_rate(history: Iterable[Mapping[str, Any]]) -> float | None:

@@ -46,6 +46,7 @@ from typing import Any
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import SubRange, split_ranges
 
+from lagpilot.model.status import DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
@@ -62,19 +63,13 @@ QUIESCE_TIMEOUT_S = 120.0
 REASON_FOREIGN = "ForeignGroupMembers"
 CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-<pod> (docs/CONTRACTS.md)
 
-PATH_ACK = "ConsumerAck"      # the owners acked and moved themselves; the group never stopped
-PATH_EMPTY = "EmptyGroup"     # the group had no members: the operator acted for the absent owner
-PATH_QUIESCE = "Quiesce"      # no ack in time: scaled to 0, then as EmptyGroup
+# the hand-off paths (status.drain.handOffPath), declared in the status model:
+PATH_ACK = HandOffPath.CONSUMER_ACK.value  # the owners acked and moved themselves; the group never stopped
+PATH_EMPTY = HandOffPath.EMPTY_GROUP.value  # the group had no members: the operator acted for the absent owner
+PATH_QUIESCE = HandOffPath.QUIESCE.value  # no ack in time: scaled to 0, then as EmptyGroup
 
 
-class Phase(str, enum.Enum):
-    PLANNED = "Planned"
-    HANDED_OFF = "HandedOff"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    VERIFIED = "Verified"
-    CANCELLED = "Cancelled"
+Phase = DrainPhase  # the drain's phases: declared once, in the status model (status.drain.phase)
 
 
 class Kind(str, enum.Enum):
@@ -776,7 +771,8 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
             return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
         mine = {r.partition for r in ext.ranges
                 if mbx.of_drain(mb.get(r.partition), d.id, r.split, owner)}
-        entries = {r.partition: mbx.request(d.id, r.split, owner) for r in ext.ranges if r.partition not in mine}
+        entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
+                                          for r in ext.ranges if r.partition not in mine}
         n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
                                 message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
                                         f"partitions {ext.partitions} to acknowledge")
@@ -785,14 +781,14 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
         return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
     if offs is None or mb is None or any(r.partition not in offs for r in ext.ranges):
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
-    mine_e = {r.partition: e for r in ext.ranges
-              if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, d.id, r.split, owner)}
+    mine_e = {r.partition: ent for r in ext.ranges
+              if (ent := mb.get(r.partition)) is not None and mbx.of_drain(ent, d.id, r.split, owner)}
     res = {r.partition: mbx.resolve(offs[r.partition].committed, mine_e.get(r.partition), d.id, r.split, owner)
            for r in ext.ranges}
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if pending:
         if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
-            entries: dict[int, mbx.Entry] = {}
+            entries = {}
             alter: dict[int, int] = {}
             for r in ext.ranges:
                 if r.partition not in pending:

@@ -40,7 +40,7 @@ class _Model(BaseModel):
 
 
 class DrainPhase(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
-    """The drain hand-off's phases (lagpilot.decide.handoff.Phase; a unit test keeps them equal)."""
+    """The drain hand-off's phases: the one declaration (lagpilot.decide.handoff.Phase is this enum)."""
 
     PLANNED = "Planned"
     HANDED_OFF = "HandedOff"
@@ -52,6 +52,8 @@ class DrainPhase(str, enum.Enum):  # noqa: UP042 - str() and format() of the mem
 
 
 class HandOffPath(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """How the owners handed a drain's ranges off (handoff.PATH_* are these values)."""
+
     CONSUMER_ACK = "ConsumerAck"
     EMPTY_GROUP = "EmptyGroup"
     QUIESCE = "Quiesce"
