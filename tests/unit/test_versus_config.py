@@ -95,3 +95,25 @@ def test_figures_read_the_demo_summary() -> None:
     f = figures(summary)
     assert f["scale_events"] == 2 and f["exactly_once"] and f["within_sla_fraction"] == 0.75
     assert not figures({**summary, "ledger": {"lost": 1, "duplicated": 0}})["exactly_once"]
+
+
+def _summary() -> dict[str, object]:
+    return {"sim_params": {"capacity": 50.0, "partitions": 3, "pod_start_s": 10.0, "sla_s": 60.0, "min_replicas": 1,
+                           "max_replicas": 3, "batch_max_records": 50, "batch_timeout_s": 1.0, "poll_interval_s": 5.0},
+            "latency": {"within_sla_fraction": 0.5, "p99_s": 90.0}, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+            "scale_events": [{"cause": "scaling", "from": 1, "t": 28.0, "to": 3}]}
+
+
+def test_the_model_check_predicts_the_replica_trajectory_at_the_traces_own_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """KEDA's HPA acts every 15 s: the predicted trajectory is read at the simulator's 1 s step,
+    not at the simulator's 60 s plotting samples (where a scale-up at 15 s shows at 60 s)."""
+    from lagpilot_dev.versus import model_check
+
+    rows = ["t_s,produce_msgs_per_s"] + [f"{t},{6 if t < 10 else 400 if t < 60 else 6}" for t in range(120)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    check = model_check(_summary(), KedaVariant(), tmp_path)
+    changes = check["predicted_replica_changes"]
+    assert changes[0] == (0.0, 1), changes
+    # the burst starts at 10 s: the HPA's first sync after it (15 s) sees 2,000+ records of lag
+    # and asks for the cap at once (+100 % / +4 pods per 15 s allows 1 -> 3)
+    assert changes[1] == (15.0, 3), changes
