@@ -133,7 +133,8 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
     cfg = variant.model(params.min_replicas, params.max_replicas or params.partitions)
     from lagpilot.sim import policies as sim_policies
 
-    res = sim_policies.run_policy(trace, params, "keda", keda=cfg)
+    # the series at the simulator's step, not its 60 s plot samples: the HPA acts every 15 s
+    res = sim_policies.run_policy(trace, params, "keda", keda=cfg, sample_s=params.step_s)
     longer = sim_compare.padded(trace, 10 * params.sla_s)
     full = sim_policies.run_policy(longer, params, "keda", keda=cfg) if res.remaining > 0 else res
     pred = {**res.to_dict(), **{k: getattr(full, k) for k in sim_compare.LATENCY_KEYS}}
