@@ -1,6 +1,7 @@
 """lagpilot vs the real KEDA, same stack, same trace (issue 27; lagpilot_dev.versus does the work).
 
     python -m bench.versus [--profile fast|default] [--rounds N] [--keda NAME:SETTINGS]... [--out DIR] [--json]
+    python -m bench.versus --recheck DIR     # the KEDA model's checks of a finished DIR again, with today's model
 
 Every round replays the demo profile's trace once for lagpilot's BatchConsumerGroup and once per
 KEDA variant (a plain consumer Deployment of the same command, batch settings and sink, scaled by a
@@ -41,7 +42,16 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"a KEDA variant (repeatable; default: {' and '.join(DEFAULT_VARIANTS)})")
     p.add_argument("--out", default=None, help="output directory (default <cache>/versus/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print versus.json's summary on stdout at the end")
+    p.add_argument("--recheck", default=None, metavar="OUT",
+                   help="run nothing: recompute the KEDA model's checks and the plots of a finished OUT")
     args = p.parse_args(argv)
+    if args.recheck:
+        from lagpilot_dev.versus import recheck
+
+        result = recheck(Path(args.recheck))
+        if args.json:
+            print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
+        return 0
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     try:

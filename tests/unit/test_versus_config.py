@@ -117,3 +117,34 @@ def test_the_model_check_predicts_the_replica_trajectory_at_the_traces_own_step(
     # the burst starts at 10 s: the HPA's first sync after it (15 s) sees 2,000+ records of lag
     # and asks for the cap at once (+100 % / +4 pods per 15 s allows 1 -> 3)
     assert changes[1] == (15.0, 3), changes
+
+
+def test_a_variant_comes_back_from_its_description() -> None:
+    v = KedaVariant.parse("t:lagThreshold=5,scaleDown=0,pollingInterval=5,limitToPartitionsWithLag")
+    assert KedaVariant.from_description(v.describe()) == v
+    d = KedaVariant().describe()
+    assert KedaVariant.from_description(d).model(1, 3) == KedaVariant().model(1, 3)
+
+
+def test_recheck_recomputes_the_model_from_the_files_a_run_kept(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from lagpilot_dev.versus import recheck
+
+    run = tmp_path / "round0-keda-default"
+    run.mkdir()
+    rows = ["t_s,produce_msgs_per_s"] + [f"{t},{6 if t < 10 else 400 if t < 60 else 6}" for t in range(120)]
+    (run / "trace.csv").write_text("\n".join(rows) + "\n")
+    (run / "summary.json").write_text(json.dumps(_summary()))
+    measured = {"within_sla_fraction": 0.5, "p99_s": 90.0, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+                "scale_events": 1, "exactly_once": True, "out": str(run), "model": {"stale": True}}
+    (tmp_path / "versus.json").write_text(json.dumps({
+        "profile": "fast", "keda_version": "v2.20.2", "load_average": [9.0, 9.0, 9.0], "written_at": "then",
+        "variants": {"lagpilot": "the CR", "keda-default": KedaVariant().describe()},
+        "rounds": [{"index": 0, "order": ["keda-default"], "results": {"keda-default": measured}}]}))
+    out = recheck(tmp_path)
+    again = json.loads((tmp_path / "versus.json").read_text())
+    fig = again["rounds"][0]["results"]["keda-default"]
+    assert "stale" not in fig["model"] and fig["model"]["predicted_replica_changes"][1] == [15.0, 3]
+    assert fig["within_sla_fraction"] == 0.5 and again["load_average"] == [9.0, 9.0, 9.0] and again["rechecked_at"]
+    assert out["summary"]["keda-default"]["median"]["replica_minutes"] == 5.0

@@ -148,6 +148,28 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
             "predicted_replica_changes": predicted_traj, "measured_replica_changes": measured_traj}
 
 
+def recheck(out: Path) -> dict[str, Any]:
+    """Recompute every KEDA run's model check (and the plots) in a finished ``out`` from the files
+    each run kept (summary.json, trace.csv), with the model as it is now; the measurements are not
+    touched. ``bench/versus.py --recheck OUT`` (after a change to the model)."""
+    old = json.loads((out / "versus.json").read_text())
+    variants = {n: KedaVariant.from_description(d) for n, d in old["variants"].items() if isinstance(d, dict)}
+    rounds = []
+    for r in old["rounds"]:
+        rnd = Round(int(r["index"]), list(r["order"]), dict(r["results"]))
+        for name, fig in rnd.results.items():
+            if name in variants:
+                run_out = Path(fig["out"])
+                summary = json.loads((run_out / "summary.json").read_text())
+                fig["model"] = model_check(summary, variants[name], run_out)
+        rounds.append(rnd)
+    vs = Versus(profile=old["profile"], variants=list(variants.values()), rounds=len(rounds), out=out)
+    result = vs._write(rounds, {"keda_version": old.get("keda_version")},
+                       keep={"load_average": old.get("load_average"), "written_at": old.get("written_at"),
+                             "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return result
+
+
 @dataclass
 class Versus:
     """The rounds; everything under ``out``."""
@@ -205,7 +227,8 @@ class Versus:
                     if h not in before:
                         lg.removeHandler(h)
 
-    def _write(self, rounds: list[Round], keda_info: dict[str, Any]) -> dict[str, Any]:
+    def _write(self, rounds: list[Round], keda_info: dict[str, Any], keep: dict[str, Any] | None = None,
+               ) -> dict[str, Any]:
         result = {
             "profile": self.profile,
             "keda_version": keda_info.get("keda_version"),
@@ -215,6 +238,7 @@ class Versus:
             "summary": medians(rounds) if rounds else {},
             "load_average": list(os.getloadavg()),
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(keep or {}),
         }
         (self.out / "versus.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         for r in rounds:
