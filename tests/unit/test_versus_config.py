@@ -148,3 +148,5 @@ def test_recheck_recomputes_the_model_from_the_files_a_run_kept(tmp_path) -> Non
     assert "stale" not in fig["model"] and fig["model"]["predicted_replica_changes"][1] == [15.0, 3]
     assert fig["within_sla_fraction"] == 0.5 and again["load_average"] == [9.0, 9.0, 9.0] and again["rechecked_at"]
     assert out["summary"]["keda-default"]["median"]["replica_minutes"] == 5.0
+    assert (tmp_path / "versus.png").stat().st_size > 0  # the medians side by side
+

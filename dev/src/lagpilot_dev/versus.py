@@ -241,6 +241,13 @@ class Versus:
             **(keep or {}),
         }
         (self.out / "versus.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        if rounds:
+            try:
+                from lagpilot_dev.versus_plot import plot_summary
+
+                plot_summary(result, self.out / "versus.png")
+            except Exception as exc:  # noqa: BLE001 - the figures stand without the plot
+                log.warning("versus summary plot failed", extra={"error": repr(exc)[:300]})
         for r in rounds:
             try:
                 from lagpilot_dev.versus_plot import plot_round
