@@ -150,3 +150,22 @@ def test_recheck_recomputes_the_model_from_the_files_a_run_kept(tmp_path) -> Non
     assert out["summary"]["keda-default"]["median"]["replica_minutes"] == 5.0
     assert (tmp_path / "versus.png").stat().st_size > 0  # the medians side by side
 
+
+def test_the_round_plot_counts_the_running_drains_tasks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """versus_plot reads status.drain as the operator writes it now (subRanges, each with next/end)."""
+    import json
+
+    from lagpilot_dev.versus_plot import _tasks, plot_round
+
+    drain = {"phase": "Running", "subRanges": [{"partition": 0, "index": 0, "start": 0, "next": 5, "end": 10},
+                                               {"partition": 0, "index": 1, "start": 10, "next": 20, "end": 20},
+                                               {"partition": 1, "index": 0, "start": 0, "next": 0, "end": 7}]}
+    assert _tasks({"drain": drain}) == 2 and _tasks({"drain": {**drain, "phase": "Planned"}}) == 0
+    run = tmp_path / "round0-lagpilot"
+    run.mkdir()
+    rows = [{"t": t, "end": {"0": 10 * t}, "in_sink": {"0": 5 * t}, "pods": 1 + (t > 2), "drain": drain if t > 3 else None}
+            for t in range(6)]
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_round({"results": {"lagpilot": {"out": str(run), "within_sla_fraction": 0.9, "replica_minutes": 1.0}}},
+               tmp_path / "round0.png", "t")
+    assert (tmp_path / "round0.png").stat().st_size > 0
