@@ -30,12 +30,9 @@ def _backlog(s: Mapping[str, Any]) -> int:
 
 
 def _tasks(s: Mapping[str, Any]) -> int:
-    d = s.get("drain") or {}
-    if d.get("phase") != "Running":
-        return 0
-    from lagpilot.decide.handoff import sub_ranges_in
+    from lagpilot_dev.demo_report import drain_tasks_of
 
-    return sum(1 for r in sub_ranges_in(d) if r["next"] < r["end"])
+    return drain_tasks_of(s.get("drain"))
 
 
 def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
