@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/versus.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--profile", choices=("fast", "default"), default="fast")
+    p.add_argument("--profile", choices=("fast", "default", "hot"), default="fast",
+                   help="the demo's profiles, or `hot`: a hot partition for 4 minutes (demo_traffic.VERSUS_PROFILES)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--keda", action="append", default=None, metavar="NAME:SETTINGS",
                    help=f"a KEDA variant (repeatable; default: {' and '.join(DEFAULT_VARIANTS)})")

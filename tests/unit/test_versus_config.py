@@ -169,3 +169,27 @@ def test_the_round_plot_counts_the_running_drains_tasks(tmp_path) -> None:  # ty
     plot_round({"results": {"lagpilot": {"out": str(run), "within_sla_fraction": 0.9, "replica_minutes": 1.0}}},
                tmp_path / "round0.png", "t")
     assert (tmp_path / "round0.png").stat().st_size > 0
+
+
+def test_the_hot_profile_sends_each_partition_its_share_and_the_trace_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lagpilot.sim import trace as sim_trace
+    from lagpilot_dev.demo_config import profile_for
+    from lagpilot_dev.demo_traffic import trace_rows, trace_weights, weighted_partition, write_trace
+
+    hot = profile_for("hot", cold_drains=False)
+    w = hot.phases[1].weights
+    assert w is not None and hot.phases[0].weights is None
+    counts = [0, 0, 0]
+    for n in range(1, 1001):
+        counts[weighted_partition(counts, w)] += 1
+        assert all(abs(c - n * x / sum(w)) <= 1 for c, x in zip(counts, w)), (n, counts)
+    assert counts == [700, 150, 150]
+    # the partition-0 rate is twice one consumer's, the total within the group's
+    rate = hot.phases[1].rate
+    assert rate * w[0] > 2 * hot.consumer_capacity * 0.95 and rate < hot.partitions * hot.consumer_capacity
+    sent, by_p = {0: 6, 1: 150}, {1: {0: 105, 1: 22, 2: 23}}
+    write_trace(tmp_path / "trace.csv", trace_rows(sent, 3), trace_weights(by_p, 3))
+    tr = sim_trace.load_trace(str(tmp_path / "trace.csv"))
+    assert tr.rates == (6.0, 150.0, 0.0) and tr.weights == (None, (0.7, 0.1467, 0.1533), None)
+    write_trace(tmp_path / "even.csv", trace_rows(sent, 3), trace_weights({}, 3))
+    assert (tmp_path / "even.csv").read_text().splitlines()[0] == "t_s,produce_msgs_per_s"
