@@ -193,3 +193,24 @@ def test_the_hot_profile_sends_each_partition_its_share_and_the_trace_keeps_it(t
     assert tr.rates == (6.0, 150.0, 0.0) and tr.weights == (None, (0.7, 0.1467, 0.1533), None)
     write_trace(tmp_path / "even.csv", trace_rows(sent, 3), trace_weights({}, 3))
     assert (tmp_path / "even.csv").read_text().splitlines()[0] == "t_s,produce_msgs_per_s"
+
+
+def test_recheck_merges_the_rounds_of_another_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from lagpilot_dev.versus import recheck
+
+    def out(d, index: int, sla: float) -> None:  # type: ignore[no-untyped-def]
+        d.mkdir()
+        fig = {"within_sla_fraction": sla, "p99_s": 90.0, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+               "scale_events": 1, "exactly_once": True, "out": str(d)}
+        (d / "versus.json").write_text(json.dumps({
+            "profile": "hot", "keda_version": "v2.20.2", "load_average": [1.0], "written_at": "then",
+            "variants": {"lagpilot": "the CR"},
+            "rounds": [{"index": index, "order": ["lagpilot"], "results": {"lagpilot": fig}}]}))
+
+    out(tmp_path / "a", 0, 0.5)
+    out(tmp_path / "b", 1, 0.7)
+    res = recheck(tmp_path / "a", [tmp_path / "b"])
+    assert [r["index"] for r in res["rounds"]] == [0, 1]
+    assert res["summary"]["lagpilot"]["rounds"] == 2 and res["summary"]["lagpilot"]["median"]["within_sla_fraction"] == 0.6

@@ -115,7 +115,7 @@ PROFILES: dict[str, Profile] = {
 VERSUS_PROFILES: dict[str, Profile] = {
     # a hot partition for 4 minutes: 70 % of 150 records/s on partition 0 (105/s, twice what its one
     # consumer manages), 22.5/s on each other one: the whole group could hold the total, no replica
-    # count can hold partition 0 (one consumer a partition); 330 s replay, ~37,100 records
+    # count can hold partition 0 (one consumer a partition); 330 s replay, 36,540 records
     "hot": Profile(
         name="hot",
         phases=(

@@ -148,11 +148,20 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
             "predicted_replica_changes": predicted_traj, "measured_replica_changes": measured_traj}
 
 
-def recheck(out: Path) -> dict[str, Any]:
+def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
     """Recompute every KEDA run's model check (and the plots) in a finished ``out`` from the files
     each run kept (summary.json, trace.csv), with the model as it is now; the measurements are not
-    touched. ``bench/versus.py --recheck OUT`` (after a change to the model)."""
+    touched. ``bench/versus.py --recheck OUT`` (after a change to the model). ``merge``: other
+    finished outputs of the same profile and variants (e.g. run with --first-round 1) whose rounds
+    are added to ``out``'s, by round index."""
     old = json.loads((out / "versus.json").read_text())
+    for other in merge or []:
+        more = json.loads((other / "versus.json").read_text())
+        if more["profile"] != old["profile"] or set(more["variants"]) != set(old["variants"]):
+            raise ValueError(f"{other}: another profile or other variants than {out}")
+        seen = {r["index"] for r in old["rounds"]}
+        old["rounds"] = sorted(old["rounds"] + [r for r in more["rounds"] if r["index"] not in seen],
+                               key=lambda r: r["index"])
     variants = {n: KedaVariant.from_description(d) for n, d in old["variants"].items() if isinstance(d, dict)}
     rounds = []
     for r in old["rounds"]:
@@ -179,6 +188,7 @@ class Versus:
     rounds: int
     out: Path
     plain: bool = True
+    first_round: int = 0  # the index of the first round (its parity decides who runs first)
 
     def variant_names(self) -> list[str]:
         return ["lagpilot", *(v.name for v in self.variants)]
@@ -193,7 +203,7 @@ class Versus:
         by_name = {v.name: v for v in self.variants}
         done: list[Round] = []
         try:
-            for i in range(self.rounds):
+            for i in range(self.first_round, self.first_round + self.rounds):
                 rnd = Round(i, round_order(self.variant_names(), i))
                 for name in rnd.order:
                     run_out = self.out / f"round{i}-{name}"
