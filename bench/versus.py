@@ -1,6 +1,7 @@
 """lagpilot vs the real KEDA, same stack, same trace (issue 27; lagpilot_dev.versus does the work).
 
     python -m bench.versus [--profile fast|default] [--rounds N] [--keda NAME:SETTINGS]... [--out DIR] [--json]
+    python -m bench.versus --recheck DIR     # the KEDA model's checks of a finished DIR again, with today's model
 
 Every round replays the demo profile's trace once for lagpilot's BatchConsumerGroup and once per
 KEDA variant (a plain consumer Deployment of the same command, batch settings and sink, scaled by a
@@ -35,13 +36,27 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench/versus.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--profile", choices=("fast", "default"), default="fast")
+    p.add_argument("--profile", choices=("fast", "default", "hot"), default="fast",
+                   help="the demo's profiles, or `hot`: a hot partition for 4 minutes (demo_traffic.VERSUS_PROFILES)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--keda", action="append", default=None, metavar="NAME:SETTINGS",
                    help=f"a KEDA variant (repeatable; default: {' and '.join(DEFAULT_VARIANTS)})")
     p.add_argument("--out", default=None, help="output directory (default <cache>/versus/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print versus.json's summary on stdout at the end")
+    p.add_argument("--first-round", type=int, default=0, metavar="I",
+                   help="index of the first round (odd: the variants run in reverse order first)")
+    p.add_argument("--recheck", default=None, metavar="OUT",
+                   help="run nothing: recompute the KEDA model's checks and the plots of a finished OUT")
+    p.add_argument("--merge", action="append", default=[], metavar="OTHER",
+                   help="with --recheck: add the rounds of another finished output (same profile and variants)")
     args = p.parse_args(argv)
+    if args.recheck:
+        from lagpilot_dev.versus import recheck
+
+        result = recheck(Path(args.recheck), [Path(m) for m in args.merge])
+        if args.json:
+            print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
+        return 0
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     try:
@@ -51,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if len({v.name for v in variants} | {"lagpilot"}) != len(variants) + 1:
         p.error("KEDA variant names must be distinct and not 'lagpilot'")
     out = Path(args.out) if args.out else cache_dir() / "versus" / time.strftime("%Y%m%d-%H%M%S")
-    result = Versus(profile=args.profile, variants=variants, rounds=args.rounds, out=out).run()
+    result = Versus(profile=args.profile, variants=variants, rounds=args.rounds, out=out,
+                    first_round=args.first_round).run()
     if args.json:
         print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
     print(f"versus.json: {out / 'versus.json'}", file=sys.stderr)

@@ -23,8 +23,10 @@ import pytest
 from tests.fixtures.kube import KubeEnv, wait_until
 from tests.fixtures.stack import wait_topic_ready
 
-# opt-in (LAGPILOT_KEDA=1) until it has run here once: the keda part's cold build (KEDA pulls in every
-# scaler's cloud SDK) took 1 h 56 min on this machine under load, beyond ./dev/test's budget
+# opt-in (LAGPILOT_KEDA=1): the keda part's cold build (KEDA pulls in every scaler's cloud SDK) took
+# 1 h 56 min (keda-operator) + 4 min 50 s (keda-metrics-apiserver on its warm cache) on this machine
+# under load, beyond ./dev/test's budget. All three tests passed here on 2026-11-26 (private stack,
+# LAGPILOT_STATE, load 20-45): docs/keda-comparison.md
 pytestmark = [pytest.mark.real, pytest.mark.slow,
               pytest.mark.skipif(os.environ.get("LAGPILOT_KEDA") != "1",
                                  reason="the real KEDA is opt-in: LAGPILOT_KEDA=1 (docs/keda-comparison.md)")]
@@ -90,7 +92,9 @@ def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(keda: Any, kube: Kub
     scaled = wait_until(lambda: (h := hpa()) and (h.get("status") or {}).get("desiredReplicas") == 3 and h,
                         "the HPA to want 3 replicas", 240)
     metric = scaled["status"]["currentMetrics"][0]["external"]
-    assert metric["current"]["averageValue"] in ("10", "10000m"), metric  # 30 over 3 replicas
+    # averageValue is the metric over the replicas at the sync that read it (30 over 1 at the first
+    # one, 30 over 3 after): the metric itself is read below
+    assert metric["current"]["averageValue"] in ("30", "10", "10000m"), metric
     wait_until(lambda: json.loads(kube.kubectl("get", "deployment", "worker", "-n", ns, "-o", "json").stdout)
                ["spec"]["replicas"] == 3, "Deployment worker scaled to 3 by the HPA", 120)
     name = metric["metric"]["name"]

@@ -95,3 +95,122 @@ def test_figures_read_the_demo_summary() -> None:
     f = figures(summary)
     assert f["scale_events"] == 2 and f["exactly_once"] and f["within_sla_fraction"] == 0.75
     assert not figures({**summary, "ledger": {"lost": 1, "duplicated": 0}})["exactly_once"]
+
+
+def _summary() -> dict[str, object]:
+    return {"sim_params": {"capacity": 50.0, "partitions": 3, "pod_start_s": 10.0, "sla_s": 60.0, "min_replicas": 1,
+                           "max_replicas": 3, "batch_max_records": 50, "batch_timeout_s": 1.0, "poll_interval_s": 5.0},
+            "latency": {"within_sla_fraction": 0.5, "p99_s": 90.0}, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+            "scale_events": [{"cause": "scaling", "from": 1, "t": 28.0, "to": 3}]}
+
+
+def test_the_model_check_predicts_the_replica_trajectory_at_the_traces_own_step(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """KEDA's HPA acts every 15 s: the predicted trajectory is read at the simulator's 1 s step,
+    not at the simulator's 60 s plotting samples (where a scale-up at 15 s shows at 60 s)."""
+    from lagpilot_dev.versus import model_check
+
+    rows = ["t_s,produce_msgs_per_s"] + [f"{t},{6 if t < 10 else 400 if t < 60 else 6}" for t in range(120)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    check = model_check(_summary(), KedaVariant(), tmp_path)
+    changes = check["predicted_replica_changes"]
+    assert changes[0] == (0.0, 1), changes
+    # the burst starts at 10 s: the HPA's first sync after it (15 s) sees 2,000+ records of lag
+    # and asks for the cap at once (+100 % / +4 pods per 15 s allows 1 -> 3)
+    assert changes[1] == (15.0, 3), changes
+
+
+def test_a_variant_comes_back_from_its_description() -> None:
+    v = KedaVariant.parse("t:lagThreshold=5,scaleDown=0,pollingInterval=5,limitToPartitionsWithLag")
+    assert KedaVariant.from_description(v.describe()) == v
+    d = KedaVariant().describe()
+    assert KedaVariant.from_description(d).model(1, 3) == KedaVariant().model(1, 3)
+
+
+def test_recheck_recomputes_the_model_from_the_files_a_run_kept(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from lagpilot_dev.versus import recheck
+
+    run = tmp_path / "round0-keda-default"
+    run.mkdir()
+    rows = ["t_s,produce_msgs_per_s"] + [f"{t},{6 if t < 10 else 400 if t < 60 else 6}" for t in range(120)]
+    (run / "trace.csv").write_text("\n".join(rows) + "\n")
+    (run / "summary.json").write_text(json.dumps(_summary()))
+    measured = {"within_sla_fraction": 0.5, "p99_s": 90.0, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+                "scale_events": 1, "exactly_once": True, "out": str(run), "model": {"stale": True}}
+    (tmp_path / "versus.json").write_text(json.dumps({
+        "profile": "fast", "keda_version": "v2.20.2", "load_average": [9.0, 9.0, 9.0], "written_at": "then",
+        "variants": {"lagpilot": "the CR", "keda-default": KedaVariant().describe()},
+        "rounds": [{"index": 0, "order": ["keda-default"], "results": {"keda-default": measured}}]}))
+    out = recheck(tmp_path)
+    again = json.loads((tmp_path / "versus.json").read_text())
+    fig = again["rounds"][0]["results"]["keda-default"]
+    assert "stale" not in fig["model"] and fig["model"]["predicted_replica_changes"][1] == [15.0, 3]
+    assert fig["within_sla_fraction"] == 0.5 and again["load_average"] == [9.0, 9.0, 9.0] and again["rechecked_at"]
+    assert out["summary"]["keda-default"]["median"]["replica_minutes"] == 5.0
+    assert (tmp_path / "versus.png").stat().st_size > 0  # the medians side by side
+
+
+def test_the_round_plot_counts_the_running_drains_tasks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """versus_plot reads status.drain as the operator writes it now (subRanges, each with next/end)."""
+    import json
+
+    from lagpilot_dev.versus_plot import _tasks, plot_round
+
+    drain = {"phase": "Running", "subRanges": [{"partition": 0, "index": 0, "start": 0, "next": 5, "end": 10},
+                                               {"partition": 0, "index": 1, "start": 10, "next": 20, "end": 20},
+                                               {"partition": 1, "index": 0, "start": 0, "next": 0, "end": 7}]}
+    assert _tasks({"drain": drain}) == 2 and _tasks({"drain": {**drain, "phase": "Planned"}}) == 0
+    run = tmp_path / "round0-lagpilot"
+    run.mkdir()
+    rows = [{"t": t, "end": {"0": 10 * t}, "in_sink": {"0": 5 * t}, "pods": 1 + (t > 2), "drain": drain if t > 3 else None}
+            for t in range(6)]
+    (run / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot_round({"results": {"lagpilot": {"out": str(run), "within_sla_fraction": 0.9, "replica_minutes": 1.0}}},
+               tmp_path / "round0.png", "t")
+    assert (tmp_path / "round0.png").stat().st_size > 0
+
+
+def test_the_hot_profile_sends_each_partition_its_share_and_the_trace_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lagpilot.sim import trace as sim_trace
+    from lagpilot_dev.demo_config import profile_for
+    from lagpilot_dev.demo_traffic import trace_rows, trace_weights, weighted_partition, write_trace
+
+    hot = profile_for("hot", cold_drains=False)
+    w = hot.phases[1].weights
+    assert w is not None and hot.phases[0].weights is None
+    counts = [0, 0, 0]
+    for n in range(1, 1001):
+        counts[weighted_partition(counts, w)] += 1
+        assert all(abs(c - n * x / sum(w)) <= 1 for c, x in zip(counts, w)), (n, counts)
+    assert counts == [700, 150, 150]
+    # the partition-0 rate is twice one consumer's, the total within the group's
+    rate = hot.phases[1].rate
+    assert rate * w[0] > 2 * hot.consumer_capacity * 0.95 and rate < hot.partitions * hot.consumer_capacity
+    sent, by_p = {0: 6, 1: 150}, {1: {0: 105, 1: 22, 2: 23}}
+    write_trace(tmp_path / "trace.csv", trace_rows(sent, 3), trace_weights(by_p, 3))
+    tr = sim_trace.load_trace(str(tmp_path / "trace.csv"))
+    assert tr.rates == (6.0, 150.0, 0.0) and tr.weights == (None, (0.7, 0.1467, 0.1533), None)
+    write_trace(tmp_path / "even.csv", trace_rows(sent, 3), trace_weights({}, 3))
+    assert (tmp_path / "even.csv").read_text().splitlines()[0] == "t_s,produce_msgs_per_s"
+
+
+def test_recheck_merges_the_rounds_of_another_output(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from lagpilot_dev.versus import recheck
+
+    def out(d, index: int, sla: float) -> None:  # type: ignore[no-untyped-def]
+        d.mkdir()
+        fig = {"within_sla_fraction": sla, "p99_s": 90.0, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+               "scale_events": 1, "exactly_once": True, "out": str(d)}
+        (d / "versus.json").write_text(json.dumps({
+            "profile": "hot", "keda_version": "v2.20.2", "load_average": [1.0], "written_at": "then",
+            "variants": {"lagpilot": "the CR"},
+            "rounds": [{"index": index, "order": ["lagpilot"], "results": {"lagpilot": fig}}]}))
+
+    out(tmp_path / "a", 0, 0.5)
+    out(tmp_path / "b", 1, 0.7)
+    res = recheck(tmp_path / "a", [tmp_path / "b"])
+    assert [r["index"] for r in res["rounds"]] == [0, 1]
+    assert res["summary"]["lagpilot"]["rounds"] == 2 and res["summary"]["lagpilot"]["median"]["within_sla_fraction"] == 0.6

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.demo_traffic import PROFILES, Profile
+from lagpilot_dev.demo_traffic import PROFILES, VERSUS_PROFILES, Profile
 from lagpilot_dev.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ MAX_RUNTIME_COOLDOWN_S = 86400  # spec.drain.warmRuntimeCooldownSeconds' maximum
 def profile_for(name: str, cold_drains: bool, runtime_on_demand_s: int | None = None) -> Profile:
     """The named profile; --cold-drains turns its warm drain runtime off; --runtime-on-demand SECONDS
     runs it on demand (spec.drain.warmRuntimeCooldownSeconds, warmRuntime true): not both."""
-    profile = PROFILES[name]
+    profile = PROFILES[name] if name in PROFILES else VERSUS_PROFILES[name]
     if cold_drains and runtime_on_demand_s is not None:
         raise ValueError("--cold-drains and --runtime-on-demand exclude each other")
     if cold_drains:

@@ -86,15 +86,20 @@ class Sample:
     @property
     def drain_tasks(self) -> int:
         """Spark tasks the running drain still has work for (unfinished sub-ranges, capped by maxTasks)."""
-        d = self.drain or {}
-        if d.get("phase") != "Running":
-            return 0
-        return sum(1 for s in d.get("subRanges") or () if s["next"] < s["end"])
+        return drain_tasks_of(self.drain)
 
     def drain_progress(self) -> tuple[int, int]:
         """(records done, records total) of the current drain."""
         d = self.drain or {}
         return int(d.get("recordsDone") or 0), int(d.get("recordsTotal") or 0)
+
+
+def drain_tasks_of(drain: Mapping[str, Any] | None) -> int:
+    """Spark tasks a drain (status.drain) still has work for: its unfinished sub-ranges while Running."""
+    d = drain or {}
+    if d.get("phase") != "Running":
+        return 0
+    return sum(1 for s in d.get("subRanges") or () if s["next"] < s["end"])
 
 
 def condition(sample: Sample, ctype: str) -> tuple[str, str] | None:

@@ -94,7 +94,8 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
         summary["node"] = node
     # the exact trace replayed, one row a second from the replay's start to the last observation
     demo_traffic.write_trace(paths.trace, demo_traffic.trace_rows(
-        producer.sent_per_second if producer else {}, summary["observed_seconds"]))
+        producer.sent_per_second if producer else {}, summary["observed_seconds"]),
+        demo_traffic.trace_weights(producer.sent_by_partition, profile.partitions) if producer else None)
     summary["sim_command"] = f".venv/bin/lagpilot simulate --trace {paths.trace} --from-demo {paths.summary}"
     try:
         simulate(paths.trace, summary)

@@ -29,6 +29,9 @@ class Phase:
     name: str
     seconds: float
     rate: float  # records per second, whole topic
+    # each partition's share of the phase's records (None: round-robin, every partition the same):
+    # a hot partition (bench/versus.py's `hot` profile)
+    weights: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,25 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+# profiles bench/versus.py runs beyond the demo's (not `lagpilot demo` profiles: the demo's own rules,
+# e.g. a peak each partition's consumer cannot hold, are not theirs)
+VERSUS_PROFILES: dict[str, Profile] = {
+    # a hot partition for 4 minutes: 70 % of 150 records/s on partition 0 (105/s, twice what its one
+    # consumer manages), 22.5/s on each other one: the whole group could hold the total, no replica
+    # count can hold partition 0 (one consumer a partition); 330 s replay, 36,540 records
+    "hot": Profile(
+        name="hot",
+        phases=(
+            Phase("quiet", 30, 6.0),
+            Phase("hot p0", 240, 150.0, weights=(0.7, 0.15, 0.15)),
+            Phase("quiet", 60, 6.0),
+        ),
+        sla_s=120,
+        catch_up_timeout_s=480.0,
+    ),
+}
+
+
 def phase_at(phases: Sequence[Phase], t: float) -> tuple[int, Phase, float] | None:
     """(index, phase, seconds left in it) at replay time ``t``; None once the replay is over."""
     start = 0.0
@@ -136,17 +158,44 @@ def trace_rows(sent_per_second: dict[int, int], end_s: float) -> list[tuple[int,
     return [(t, float(sent_per_second.get(t, 0))) for t in range(max(1, last))]
 
 
-def write_trace(path: Any, rows: Sequence[tuple[int, float]]) -> None:
-    """``t_s,produce_msgs_per_s`` CSV, the format of ``lagpilot simulate --trace`` (one row a second)."""
+def write_trace(path: Any, rows: Sequence[tuple[int, float]],
+                weights: dict[int, tuple[float, ...]] | None = None) -> None:
+    """``t_s,produce_msgs_per_s`` CSV, the format of ``lagpilot simulate --trace`` (one row a second);
+    with ``weights`` (second -> each partition's share, from :func:`trace_weights`) a third column
+    ``partition_weights`` where a second's records were not spread evenly."""
     with open(path, "w") as fh:
-        fh.write("t_s,produce_msgs_per_s\n")
+        fh.write("t_s,produce_msgs_per_s" + (",partition_weights" if weights else "") + "\n")
         for t, r in rows:
-            fh.write(f"{t},{r:g}\n")
+            w = (weights or {}).get(t)
+            extra = ("," + '"' + ",".join(f"{x:g}" for x in w) + '"') if w else ("," if weights else "")
+            fh.write(f"{t},{r:g}{extra}\n")
+
+
+def trace_weights(sent_by_partition: dict[int, dict[int, int]], partitions: int,
+                  ) -> dict[int, tuple[float, ...]] | None:
+    """Second -> each partition's share of the records produced in it, for the seconds of a weighted
+    phase (None when every phase was round-robin)."""
+    if not sent_by_partition:
+        return None
+    out = {}
+    for sec, by_p in sent_by_partition.items():
+        total = sum(by_p.values())
+        if total:
+            out[sec] = tuple(round(by_p.get(i, 0) / total, 4) for i in range(partitions))
+    return out
 
 
 def partition_for(seq: int, partitions: int) -> int:
     """Round-robin: every partition gets the same share, as in the seed (no hot key)."""
     return seq % partitions
+
+
+def weighted_partition(sent: Sequence[int], weights: Sequence[float]) -> int:
+    """The partition furthest behind its share (smooth weighted round-robin, deterministic): after n
+    records, partition i has received within one record of ``n * weights[i] / sum(weights)``."""
+    n = sum(sent) + 1
+    total = sum(weights)
+    return max(range(len(weights)), key=lambda i: (n * weights[i] / total - sent[i], -i))
 
 
 @dataclass
@@ -168,12 +217,15 @@ class Producer:
     t0: float | None = None
     wall0: float | None = None  # time.time() at t0: maps the sink's and the ledger's timestamps to replay time
     sent_per_second: dict[int, int] = field(default_factory=dict)  # replay second -> records produced in it
+    # replay second -> partition -> records, for the seconds of a weighted phase only
+    sent_by_partition: dict[int, dict[int, int]] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._phase_sent: dict[int, list[int]] = {}  # weighted phase index -> records sent per partition
         self._lock = threading.Lock()
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -208,18 +260,31 @@ class Producer:
                 t = self.elapsed()
                 due = int(records_due(self.phases, min(t, total_s)))
                 now_ms = int(time.time() * 1000)
+                ph = phase_at(self.phases, min(t, total_s - 1e-6))
+                weights = ph[1].weights if ph else None
                 while self.sent < due:
                     seq = self.sent
+                    if weights:
+                        counts = self._phase_sent.setdefault(ph[0], [0] * self.partitions)  # type: ignore[index]
+                        part = weighted_partition(counts, weights)
+                        counts[part] += 1
+                    else:
+                        part = partition_for(seq, self.partitions)
                     value = json.dumps({"order": seq, "amount_cents": 100 + seq % 9900, "produced_ms": now_ms})
                     try:
                         producer.produce(self.topic, key=f"order-{seq}".encode(), value=value.encode(),
-                                         partition=partition_for(seq, self.partitions), on_delivery=self._on_delivery)
+                                         partition=part, on_delivery=self._on_delivery)
                     except BufferError:
+                        if weights:
+                            counts[part] -= 1
                         producer.poll(0.1)
                         continue
                     self.sent += 1
                     sec = int(t)
                     self.sent_per_second[sec] = self.sent_per_second.get(sec, 0) + 1
+                    if weights:
+                        by_p = self.sent_by_partition.setdefault(sec, {})
+                        by_p[part] = by_p.get(part, 0) + 1
                 producer.poll(0)
                 if t >= total_s:
                     break

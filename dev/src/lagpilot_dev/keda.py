@@ -197,7 +197,17 @@ class KedaPart:
         for f in files + crds:
             args += ["-f", f]
         self._kubectl_ok(*args)
-        self._kubectl_ok("wait", "--for=condition=Established", "crd/scaledobjects.keda.sh", "--timeout=90s")
+        # `kubectl wait --for=condition=Established` fails at once (".status.conditions accessor
+        # error") while a CRD just created has no status yet: read the status until it says so
+        wait_for(lambda: self._crd_established("scaledobjects.keda.sh"), "KEDA's CRDs Established",
+                 timeout=90.0, interval=0.5)
+
+    def _crd_established(self, name: str) -> bool:
+        proc = self.kube.kubectl("get", f"crd/{name}", "-o", "json")
+        if proc.returncode != 0:
+            return False
+        conditions = (json.loads(proc.stdout).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def _env(self, kubeconfig: Path) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": NAMESPACE, "WATCH_NAMESPACE": "",

@@ -133,7 +133,8 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
     cfg = variant.model(params.min_replicas, params.max_replicas or params.partitions)
     from lagpilot.sim import policies as sim_policies
 
-    res = sim_policies.run_policy(trace, params, "keda", keda=cfg)
+    # the series at the simulator's step, not its 60 s plot samples: the HPA acts every 15 s
+    res = sim_policies.run_policy(trace, params, "keda", keda=cfg, sample_s=params.step_s)
     longer = sim_compare.padded(trace, 10 * params.sla_s)
     full = sim_policies.run_policy(longer, params, "keda", keda=cfg) if res.remaining > 0 else res
     pred = {**res.to_dict(), **{k: getattr(full, k) for k in sim_compare.LATENCY_KEYS}}
@@ -147,6 +148,37 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
             "predicted_replica_changes": predicted_traj, "measured_replica_changes": measured_traj}
 
 
+def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
+    """Recompute every KEDA run's model check (and the plots) in a finished ``out`` from the files
+    each run kept (summary.json, trace.csv), with the model as it is now; the measurements are not
+    touched. ``bench/versus.py --recheck OUT`` (after a change to the model). ``merge``: other
+    finished outputs of the same profile and variants (e.g. run with --first-round 1) whose rounds
+    are added to ``out``'s, by round index."""
+    old = json.loads((out / "versus.json").read_text())
+    for other in merge or []:
+        more = json.loads((other / "versus.json").read_text())
+        if more["profile"] != old["profile"] or set(more["variants"]) != set(old["variants"]):
+            raise ValueError(f"{other}: another profile or other variants than {out}")
+        seen = {r["index"] for r in old["rounds"]}
+        old["rounds"] = sorted(old["rounds"] + [r for r in more["rounds"] if r["index"] not in seen],
+                               key=lambda r: r["index"])
+    variants = {n: KedaVariant.from_description(d) for n, d in old["variants"].items() if isinstance(d, dict)}
+    rounds = []
+    for r in old["rounds"]:
+        rnd = Round(int(r["index"]), list(r["order"]), dict(r["results"]))
+        for name, fig in rnd.results.items():
+            if name in variants:
+                run_out = Path(fig["out"])
+                summary = json.loads((run_out / "summary.json").read_text())
+                fig["model"] = model_check(summary, variants[name], run_out)
+        rounds.append(rnd)
+    vs = Versus(profile=old["profile"], variants=list(variants.values()), rounds=len(rounds), out=out)
+    result = vs._write(rounds, {"keda_version": old.get("keda_version")},
+                       keep={"load_average": old.get("load_average"), "written_at": old.get("written_at"),
+                             "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    return result
+
+
 @dataclass
 class Versus:
     """The rounds; everything under ``out``."""
@@ -156,6 +188,7 @@ class Versus:
     rounds: int
     out: Path
     plain: bool = True
+    first_round: int = 0  # the index of the first round (its parity decides who runs first)
 
     def variant_names(self) -> list[str]:
         return ["lagpilot", *(v.name for v in self.variants)]
@@ -170,7 +203,7 @@ class Versus:
         by_name = {v.name: v for v in self.variants}
         done: list[Round] = []
         try:
-            for i in range(self.rounds):
+            for i in range(self.first_round, self.first_round + self.rounds):
                 rnd = Round(i, round_order(self.variant_names(), i))
                 for name in rnd.order:
                     run_out = self.out / f"round{i}-{name}"
@@ -204,7 +237,8 @@ class Versus:
                     if h not in before:
                         lg.removeHandler(h)
 
-    def _write(self, rounds: list[Round], keda_info: dict[str, Any]) -> dict[str, Any]:
+    def _write(self, rounds: list[Round], keda_info: dict[str, Any], keep: dict[str, Any] | None = None,
+               ) -> dict[str, Any]:
         result = {
             "profile": self.profile,
             "keda_version": keda_info.get("keda_version"),
@@ -214,8 +248,16 @@ class Versus:
             "summary": medians(rounds) if rounds else {},
             "load_average": list(os.getloadavg()),
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(keep or {}),
         }
         (self.out / "versus.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        if rounds:
+            try:
+                from lagpilot_dev.versus_plot import plot_summary
+
+                plot_summary(result, self.out / "versus.png")
+            except Exception as exc:  # noqa: BLE001 - the figures stand without the plot
+                log.warning("versus summary plot failed", extra={"error": repr(exc)[:300]})
         for r in rounds:
             try:
                 from lagpilot_dev.versus_plot import plot_round

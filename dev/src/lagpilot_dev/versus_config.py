@@ -67,6 +67,14 @@ class KedaVariant:
                 raise ValueError(f"unknown KEDA setting {k!r} in {text!r}; known: {sorted(keys)} and {sorted(OPTIONS)}")
         return cls(**kw, options=tuple(opts))
 
+    @classmethod
+    def from_description(cls, d: Mapping[str, Any]) -> KedaVariant:
+        """The inverse of :meth:`describe` (versus.json's ``variants``); an explicit 300 s scale-down
+        window and none (the HPA's 300 s) are the same to the HPA and to the model."""
+        fields = ("name", "lag_threshold", "activation_lag_threshold", "polling_interval_s", "cooldown_s",
+                  "scale_down_window_s")
+        return cls(**{k: d[k] for k in fields if k in d}, options=tuple(d.get("options") or ()))
+
     def model(self, min_replicas: int, max_replicas: int) -> KedaConfig:
         """The same configuration for lagpilot.decide.keda (the model checked against the run)."""
         return KedaConfig(lag_threshold=self.lag_threshold, activation_lag_threshold=self.activation_lag_threshold,

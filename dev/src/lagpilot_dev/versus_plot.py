@@ -30,12 +30,9 @@ def _backlog(s: Mapping[str, Any]) -> int:
 
 
 def _tasks(s: Mapping[str, Any]) -> int:
-    d = s.get("drain") or {}
-    if d.get("phase") != "Running":
-        return 0
-    from lagpilot.decide.handoff import sub_ranges_in
+    from lagpilot_dev.demo_report import drain_tasks_of
 
-    return sum(1 for r in sub_ranges_in(d) if r["next"] < r["end"])
+    return drain_tasks_of(s.get("drain"))
 
 
 def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
@@ -73,6 +70,46 @@ def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
     axes[2].set_ylabel("drain tasks")
     axes[2].set_xlabel("seconds since the replay started")
     axes[2].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+SUMMARY_PANELS = (("within_sla_fraction", "records within the SLA (%)", 100.0),
+                  ("p99_s", "p99 produce → sink latency (s)", 1.0),
+                  ("replica_minutes", "replica-minutes (+ drain-task-minutes, hatched)", 1.0),
+                  ("scale_events", "scale events", 1.0))
+
+
+def plot_summary(result: Mapping[str, Any], path: Path) -> None:
+    """The medians side by side: one bar per variant and figure, each round's value as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result["summary"])
+    names.sort(key=lambda n: (n != "lagpilot", n))
+    fig, axes = plt.subplots(1, len(SUMMARY_PANELS), figsize=(14, 4))
+    for ax, (key, label, scale) in zip(axes, SUMMARY_PANELS):
+        for i, name in enumerate(names):
+            med = result["summary"][name]["median"].get(key)
+            if med is None:
+                continue
+            ax.bar(i, med * scale, color="tab:blue" if name == "lagpilot" else "tab:orange", alpha=0.8)
+            if key == "replica_minutes":
+                drain = result["summary"][name]["median"].get("drain_task_minutes") or 0.0
+                if drain:
+                    ax.bar(i, drain, bottom=med, color="none", edgecolor="tab:blue", hatch="//")
+            for rnd in result["rounds"]:
+                r = rnd["results"].get(name) or {}
+                if r.get(key) is not None:
+                    ax.plot(i, r[key] * scale, "k.", ms=5)
+        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+        ax.set_title(label, fontsize=9)
+    fig.suptitle(f"lagpilot vs KEDA {result.get('keda_version')} · profile {result.get('profile')} · "
+                 f"median of {max((v['rounds'] for v in result['summary'].values()), default=0)} rounds (dots: each round)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -71,7 +71,8 @@ class PolicyResult:
 Controller = Callable[["_World", float], None]
 
 
-def _run(trace: Trace, params: SimParams, initial: int, controller: Controller | None) -> PolicyResult:
+def _run(trace: Trace, params: SimParams, initial: int, controller: Controller | None,
+         sample_s: float = 60.0) -> PolicyResult:
     world = _World(trace, params, initial)
     dt = params.step_s
     end = trace.end_s
@@ -97,7 +98,7 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
             series["lag"].append(world.remaining())
             series["replicas"].append(len(world.pods))
             series["tasks"].append(running)
-            next_sample = t + 60.0
+            next_sample = t + sample_s
         t += dt
     # tasks finished mid-step: count them exactly from launch to finish
     finished_task_s = world.finished_task_s
@@ -203,21 +204,22 @@ def keda_config(params: SimParams, lag_threshold: int = 10, **over: Any) -> keda
 
 
 def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int = 10,
-               keda: keda_model.KedaConfig | None = None) -> PolicyResult:
+               keda: keda_model.KedaConfig | None = None, sample_s: float = 60.0) -> PolicyResult:
     """One policy on one trace: ``lagpilot`` (the operator's step), ``static`` (partitions replicas),
     ``keda`` (KEDA defaults with minReplicaCount = minReplicas, or ``keda`` given), ``keda_min0``
-    (KEDA exactly as shipped: minReplicaCount 0)."""
+    (KEDA exactly as shipped: minReplicaCount 0). ``sample_s``: the interval of ``series`` (the
+    plot's samples; a trajectory compared with a real run needs the step's own)."""
     if policy == "static":
-        return _run(trace, params, params.partitions, None)
+        return _run(trace, params, params.partitions, None, sample_s)
     if policy == "lagpilot":
         ctl = lagpilot_controller(params)
-        res = _run(trace, params, max(1, params.min_replicas), ctl)
+        res = _run(trace, params, max(1, params.min_replicas), ctl, sample_s)
         res.extra["decision_reasons"] = dict(sorted(ctl.state["decisions"].items()))  # type: ignore[attr-defined]
         return res
     if policy in ("keda", "keda_min0"):
         cfg = keda or (keda_config(params, lag_threshold) if policy == "keda"
                        else keda_model.KedaConfig(lag_threshold=lag_threshold))
-        res = _run(trace, params, max(1, cfg.min_replicas), keda_controller(params, cfg))
+        res = _run(trace, params, max(1, cfg.min_replicas), keda_controller(params, cfg), sample_s)
         res.extra.update({"lag_threshold": cfg.lag_threshold, "min_replica_count": cfg.min_replicas,
                           "cooldown_s": cfg.cooldown_s, "scale_down_window_s": cfg.down_window_s,
                           **{k: True for k in KEDA_OPTIONS if getattr(cfg, k)}})
