@@ -225,3 +225,44 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
                             for s in core.list_namespaced_secret(ns).items)
     assert hits(secret_text, values)["client_secret"] > 0 and hits(secret_text, values)["wrong_client_secret"] > 0
     assert op.alive(), op.tail()
+
+
+def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
+        oidc_kafka: OidcKafka, spark_jars: list[str]) -> None:  # noqa: F811
+    """(4) the drain's Kafka options (`spark_kafka_options`, from the env the drain Job gets) make
+    Spark's kafka-clients fetch a token at Keycloak and read a range over the OAUTHBEARER listener;
+    with a wrong client secret the same read fails (the fault fires at the token endpoint)."""
+    from lagpilot_dev.spark import local_session
+    from lagpilot_runtime.config import ConsumerConfig
+    from lagpilot_runtime.drain_spark import spark_kafka_options
+
+    ok = oidc_kafka
+    topic = f"oauth-spark-{uuid.uuid4().hex[:8]}"
+    create_topic(ok.admin(), topic, partitions=1)
+    produce(ok.bootstrap, topic, 120, 1)
+
+    def cfg(secret: str) -> ConsumerConfig:
+        return ConsumerConfig.from_env({
+            "LAGPILOT_BOOTSTRAP_SERVERS": ok.oauth_bootstrap, "LAGPILOT_TOPIC": topic, "LAGPILOT_GROUP_ID": "drain",
+            "LAGPILOT_SINK": "log", "LAGPILOT_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "LAGPILOT_SASL_MECHANISM": "OAUTHBEARER", "LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": ok.token_endpoint_url,
+            "LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID": ok.client_id, "LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET": secret})
+
+    rng = {"assign": json.dumps({topic: [0]}), "startingOffsets": json.dumps({topic: {"0": 10}}),
+           "endingOffsets": json.dumps({topic: {"0": 110}})}
+    spark = local_session("lagpilot-oauth-test", spark_jars, master="local[1]")
+    try:
+        n = spark.read.format("kafka").options(**spark_kafka_options(cfg(ok.client_secret), True), **rng).load().count()
+        print("spark read over OAUTHBEARER:", n)
+        assert n == 100
+        wrong_secret = "wrong-" + uuid.uuid4().hex
+        wrong = spark_kafka_options(cfg(wrong_secret), True)
+        with pytest.raises(Exception) as info:  # noqa: PT011 - Py4J wraps the JVM's error
+            spark.read.format("kafka").options(**wrong, **{"kafka.default.api.timeout.ms": "30000"}, **rng).load().count()
+        text = str(info.value)
+        cause = [ln.strip() for ln in text.splitlines() if "401" in ln or "uthenticat" in ln or "LoginException" in ln]
+        print("spark read with a wrong client secret:", cause[:3])
+        assert cause, text[-3000:]
+        assert wrong_secret not in text
+    finally:
+        spark.stop()
