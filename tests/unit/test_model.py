@@ -82,7 +82,7 @@ def test_every_cel_rule_is_evaluated_but_the_documented_exceptions() -> None:
     root = [r["rule"] for p, r in rules if p == ""]
     assert root == ["size(self.metadata.name) <= 52"]  # the parser sees the spec only
     evaluated = [r for p, r in rules if p.startswith(".spec") and not cel.is_transition_rule(r["rule"])]
-    assert len(evaluated) == 28
+    assert len(evaluated) == 30
     for rule in evaluated:  # each compiles, and runs on the defaulted base spec (where it holds)
         assert cel._program(rule["rule"]) is not None
 
@@ -110,6 +110,18 @@ BREAKS = [
     (
         {"kafka": {"bootstrapServers": "k:1", "saslMechanism": "PLAIN"}},
         "spec.kafka.saslMechanism",
+        "only allowed",
+    ),
+    (
+        {"kafka": {"bootstrapServers": "k:1", "securityProtocol": "SASL_SSL", "saslMechanism": "OAUTHBEARER",
+                   "secretRef": {"name": "s"}}},
+        "spec.kafka.oauthbearer",
+        "is required when",
+    ),
+    (
+        {"kafka": {"bootstrapServers": "k:1", "securityProtocol": "SASL_SSL", "saslMechanism": "PLAIN",
+                   "secretRef": {"name": "s"}, "oauthbearer": {"tokenEndpointUrl": "https://idp/token"}}},
+        "spec.kafka.oauthbearer",
         "only allowed",
     ),
     (

@@ -15,7 +15,7 @@ from . import redaction
 from .handoff_mailbox import parse_key as parse_handoff_key
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 FAILURE_POLICIES = ("deadLetter", "pause", "exit")
 SINKS = ("postgres", "log", "ledger")
 POSTGRES_MODES = ("insert", "upsert")
@@ -39,6 +39,11 @@ class ConsumerConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
+    # SASL OAUTHBEARER: OIDC client credentials (the client fetches and refreshes its own token)
+    oauth_token_endpoint_url: str | None = None
+    oauth_scope: str | None = None
+    oauth_client_id: str | None = None
+    oauth_client_secret: str | None = field(default=None, repr=False)
     ssl_ca_pem: str | None = field(default=None, repr=False)
     ssl_cert_pem: str | None = field(default=None, repr=False)
     ssl_key_pem: str | None = field(default=None, repr=False)
@@ -87,7 +92,13 @@ class ConsumerConfig:
         if self.security_protocol.startswith("SASL_"):
             if self.sasl_mechanism is None:
                 raise ConfigError(f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}")
-            if not self.sasl_username or self.sasl_password is None:
+            if self.sasl_mechanism == "OAUTHBEARER":
+                if not self.oauth_token_endpoint_url:
+                    raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL is required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+                if not self.oauth_client_id or not self.oauth_client_secret:
+                    raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID and LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET "
+                                      "are required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+            elif not self.sasl_username or self.sasl_password is None:
                 raise ConfigError("LAGPILOT_SASL_USERNAME and LAGPILOT_SASL_PASSWORD are required with SASL")
         if self.sasl_mechanism is not None and self.sasl_mechanism not in SASL_MECHANISMS:
             raise ConfigError(f"LAGPILOT_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}")
@@ -128,7 +139,8 @@ class ConsumerConfig:
         # the secret values this process was given, for every text it emits (redaction.py): the
         # runtime's own and those the operator lists in LAGPILOT_SECRET_ENV (template.env secretKeyRef)
         listed = [n.strip() for n in (e.get(SECRET_ENV) or "").split(",") if n.strip()]
-        redaction.install([opt("LAGPILOT_SASL_PASSWORD"), opt("LAGPILOT_SSL_KEY_PEM"), opt("LAGPILOT_POSTGRES_DSN"),
+        redaction.install([opt("LAGPILOT_SASL_PASSWORD"), opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
+                           opt("LAGPILOT_SSL_KEY_PEM"), opt("LAGPILOT_POSTGRES_DSN"),
                            opt("LAGPILOT_HANDOFF_KEY"), *(opt(n) for n in listed)])
         handoff_key = b""
         if opt("LAGPILOT_HANDOFF_KEY"):
@@ -145,6 +157,10 @@ class ConsumerConfig:
             sasl_mechanism=_upper(opt("LAGPILOT_SASL_MECHANISM")),
             sasl_username=opt("LAGPILOT_SASL_USERNAME"),
             sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
+            oauth_token_endpoint_url=_strip(opt("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL")),
+            oauth_scope=_strip(opt("LAGPILOT_SASL_OAUTHBEARER_SCOPE")),
+            oauth_client_id=_strip(opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID")),
+            oauth_client_secret=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
             ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"),
             ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
             ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"),
@@ -176,7 +192,15 @@ class ConsumerConfig:
     def kafka_security(self) -> dict[str, Any]:
         """librdkafka settings for security, shared by the consumer, the DLQ producer and admin calls."""
         conf: dict[str, Any] = {"security.protocol": self.security_protocol.lower()}
-        if self.security_protocol.startswith("SASL_"):
+        if self.security_protocol.startswith("SASL_") and self.sasl_mechanism == "OAUTHBEARER":
+            conf["sasl.mechanism"] = "OAUTHBEARER"
+            conf["sasl.oauthbearer.method"] = "oidc"
+            conf["sasl.oauthbearer.token.endpoint.url"] = self.oauth_token_endpoint_url
+            conf["sasl.oauthbearer.client.id"] = self.oauth_client_id
+            conf["sasl.oauthbearer.client.secret"] = self.oauth_client_secret
+            if self.oauth_scope:
+                conf["sasl.oauthbearer.scope"] = self.oauth_scope
+        elif self.security_protocol.startswith("SASL_"):
             conf["sasl.mechanism"] = self.sasl_mechanism
             conf["sasl.username"] = self.sasl_username
             conf["sasl.password"] = self.sasl_password

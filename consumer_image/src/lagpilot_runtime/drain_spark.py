@@ -22,6 +22,10 @@ from .jsonlog import fields as _fields
 log = logging.getLogger("lagpilot.drain")
 
 
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTH_LOGIN_CALLBACK_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+
+
 def _jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -36,7 +40,18 @@ def spark_kafka_options(cfg: ConsumerConfig, read_committed: bool) -> dict[str, 
     }
     if read_committed:
         opts["kafka.isolation.level"] = "read_committed"
-    if cfg.security_protocol.startswith("SASL_"):
+    if cfg.security_protocol.startswith("SASL_") and cfg.sasl_mechanism == "OAUTHBEARER":
+        # OIDC client credentials with kafka-clients' own login handler: it fetches the token at
+        # the token endpoint and refreshes it before expiry (KIP-768)
+        jaas = (f"{OAUTH_LOGIN_MODULE} required clientId={_jaas_quote(cfg.oauth_client_id or '')} "
+                f"clientSecret={_jaas_quote(cfg.oauth_client_secret or '')}")
+        if cfg.oauth_scope:
+            jaas += f" scope={_jaas_quote(cfg.oauth_scope)}"
+        opts["kafka.sasl.mechanism"] = "OAUTHBEARER"
+        opts["kafka.sasl.jaas.config"] = jaas + ";"
+        opts["kafka.sasl.login.callback.handler.class"] = OAUTH_LOGIN_CALLBACK_HANDLER
+        opts["kafka.sasl.oauthbearer.token.endpoint.url"] = cfg.oauth_token_endpoint_url or ""
+    elif cfg.security_protocol.startswith("SASL_"):
         mech = cfg.sasl_mechanism or "PLAIN"
         module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mech == "PLAIN"
                   else "org.apache.kafka.common.security.scram.ScramLoginModule")

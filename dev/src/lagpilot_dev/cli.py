@@ -1,6 +1,6 @@
 """`lagpilot dev up|status|down`: the local real-parts stack for people and scripts.
 
-    lagpilot dev up [--parts kafka,kube,postgres,spark,prometheus,node,keda] [--json]
+    lagpilot dev up [--parts oidc,kafka,kube,postgres,spark,prometheus,node,keda] [--json]
     lagpilot dev status [--json]
     lagpilot dev down [--parts ...]
 
@@ -55,6 +55,11 @@ def render_human(info: StackInfo) -> str:
         lines.append(f"# prometheus: {prom['prometheus_url']} (promtool: {prom['promtool']})")
     if (keda := info.parts.get("keda")):
         lines.append(f"# keda: {keda['keda_version']} (APIService {keda['apiservice']}, logs {keda['keda_operator_log']})")
+    if (oidc := info.parts.get("oidc")):
+        lines.append(f"# oidc: {oidc['oidc_issuer']} (Keycloak {oidc['keycloak_version']}, client {oidc['oidc_client_id']}, "
+                     f"token endpoint {oidc['oidc_token_endpoint_url']})")
+    if (kafka := info.parts.get("kafka")) and kafka.get("oauth_bootstrap_servers"):
+        lines.append(f"# kafka OAUTHBEARER listener: {kafka['oauth_bootstrap_servers']}")
     if info.spark_jars:
         lines.append(f"# spark jars: {','.join(info.spark_jars)}")
     lines.append(f"# state: {info.state_dir}")

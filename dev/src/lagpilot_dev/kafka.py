@@ -85,8 +85,16 @@ SASL_USERNAME = "lagpilot"
 SCRAM_ITERATIONS = 4096
 
 
+OAUTH_LISTENER = "OAUTH"
+OAUTH_VALIDATOR_CLASS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# Kafka 4 refuses to fetch from a JWKS or token URL not listed in this JVM system property
+OAUTH_ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+
+
 def server_properties(data_dir: Path, broker_port: int, controller_port: int,
-                      sasl_port: int | None = None, pods_listener: tuple[str, int] | None = None) -> str:
+                      sasl_port: int | None = None, pods_listener: tuple[str, int] | None = None,
+                      oauth: tuple[int, dict[str, str]] | None = None) -> str:
     """The broker config: one combined node on loopback, replication factors 1, fast group joins.
 
     With `sasl_port`, a second client listener SASL_PLAINTEXT (SCRAM-SHA-512 only) on that loopback
@@ -95,7 +103,12 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
 
     With `pods_listener` (host, port), a third client listener PODS (PLAINTEXT) on the real node's
     pod-bridge gateway address, advertised as such: pods reach the host there, not at 127.0.0.1
-    (their own loopback). The other listeners, and so every client on loopback, are unchanged."""
+    (their own loopback). The other listeners, and so every client on loopback, are unchanged.
+
+    With `oauth` (port, settings of `lagpilot_dev.oidc.oauth_broker_settings`), a client listener
+    OAUTH (SASL_PLAINTEXT, OAUTHBEARER only) on that loopback port: Kafka's built-in
+    `OAuthBearerValidatorCallbackHandler` checks each token's signature against the OIDC
+    provider's JWKS, its issuer, audience and expiry (no token is accepted unseen)."""
     listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
     advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
     protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -108,6 +121,10 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
         listeners += f",PODS://{host}:{port}"
         advertised += f",PODS://{host}:{port}"
         protocol_map += ",PODS:PLAINTEXT"
+    if oauth is not None:
+        listeners += f",{OAUTH_LISTENER}://{LOOPBACK}:{oauth[0]}"
+        advertised += f",{OAUTH_LISTENER}://{LOOPBACK}:{oauth[0]}"
+        protocol_map += f",{OAUTH_LISTENER}:SASL_PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -144,6 +161,15 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
         props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = SASL_MECHANISM
         props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    if oauth is not None:
+        settings = oauth[1]
+        lname = OAUTH_LISTENER.lower()
+        props[f"listener.name.{lname}.sasl.enabled.mechanisms"] = "OAUTHBEARER"
+        props[f"listener.name.{lname}.oauthbearer.sasl.jaas.config"] = f"{OAUTH_LOGIN_MODULE} required;"
+        props[f"listener.name.{lname}.oauthbearer.sasl.server.callback.handler.class"] = OAUTH_VALIDATOR_CLASS
+        props["sasl.oauthbearer.jwks.endpoint.url"] = settings["jwks_url"]
+        props["sasl.oauthbearer.expected.issuer"] = settings["issuer"]
+        props["sasl.oauthbearer.expected.audience"] = settings["audience"]
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -249,6 +275,23 @@ class KafkaPart:
         props = self.dir / "server.properties"
         return props.exists() and "SASL_PLAINTEXT://" in props.read_text()
 
+    def oauth_settings(self) -> dict[str, str] | None:
+        """The OIDC provider's issuer/audience/JWKS when the oidc part of this state dir is up
+        (`lagpilot dev up --parts oidc,kafka` starts it first), else None: no OAUTH listener."""
+        from lagpilot_dev.oidc import oauth_broker_settings
+
+        return oauth_broker_settings(self.state_dir, self.cache_dir)
+
+    def oauth_listener_configured(self) -> bool:
+        """True when the running broker's config has the OAUTHBEARER listener (it gets one when the
+        oidc part was up at the broker's start; a running broker needs one restart to get it)."""
+        props = self.dir / "server.properties"
+        return props.exists() and f"{OAUTH_LISTENER}://" in props.read_text()
+
+    def oauth_bootstrap_servers(self) -> str | None:
+        """host:port of the OAUTH (SASL_PLAINTEXT, OAUTHBEARER) listener, when the broker has it."""
+        return f"{LOOPBACK}:{self.ports.ensure('kafka.oauth')}" if self.oauth_listener_configured() else None
+
     def ensure_scram_user(self, timeout: float = 60.0) -> None:
         """Create (or update) the dev SCRAM-SHA-512 user through the PLAINTEXT listener
         (AlterUserScramCredentials; no authorizer is configured). Idempotent; skipped when the
@@ -300,12 +343,18 @@ class KafkaPart:
                 props_file = self.dir / "server.properties"
                 pods_host = self.pods_listener_host()
                 pods = (pods_host, self.ports.ensure("kafka.pods", must_be_free=True)) if pods_host else None
-                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port, pods))
+                oauth_settings = self.oauth_settings()
+                oauth = ((self.ports.ensure("kafka.oauth", must_be_free=True), oauth_settings)
+                         if oauth_settings else None)
+                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port, pods,
+                                                        oauth))
                 self._format_if_needed(props_file)
                 (self.dir / "logs").mkdir(exist_ok=True)
                 self.process.argv = [
                     self._java(), "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                     "-Djava.awt.headless=true", self.process.marker,
+                    *([f"-D{OAUTH_ALLOWED_URLS_PROPERTY}={oauth_settings['jwks_url']},"
+                       f"{oauth_settings['token_endpoint_url']}"] if oauth_settings else []),
                     f"-Dkafka.logs.dir={self.dir / 'logs'}",
                     f"-Dlog4j2.configurationFile={self.home / 'config' / 'log4j2.properties'}",
                     "-cp", self._classpath(), "kafka.Kafka", str(props_file),
@@ -369,6 +418,8 @@ class KafkaPart:
             # the password stays in kafka/sasl-credentials.json (KafkaPart.sasl_credentials())
             "sasl_bootstrap_servers": self.sasl_bootstrap_servers() if self.sasl_listener_configured() else None,
             "sasl_mechanism": SASL_MECHANISM,
+            # SASL_PLAINTEXT + OAUTHBEARER, tokens of the oidc part; None unless it was up at start
+            "oauth_bootstrap_servers": self.oauth_bootstrap_servers(),
             # for pods on the real node (lagpilot_dev.node); None until the broker has the listener
             "pods_bootstrap_servers": self.pods_bootstrap_servers(),
             "sasl_username": SASL_USERNAME,
@@ -380,19 +431,41 @@ class KafkaPart:
 
     # ---- Kafka's own CLI tools ------------------------------------------------------------------
     def run_cli_tool(self, tool_class: str, args: Sequence[str], timeout: float = 300.0,
-                     heap: str = "256m") -> subprocess.CompletedProcess[str]:
+                     heap: str = "256m", jvm_props: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run one of Kafka's CLI tools (e.g. CONSUMER_GROUPS_CLASS) from the cached jars.
 
         Returns the CompletedProcess (text mode); the caller checks `returncode`.
         """
         self.install()
         return run_cli_tool(self.libs, self.home / "config" / "tools-log4j2.properties", tool_class, args,
-                            timeout=timeout, heap=heap)
+                            timeout=timeout, heap=heap, jvm_props=jvm_props)
 
     def consumer_groups(self, args: Sequence[str], timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
         """`kafka-consumer-groups.sh --bootstrap-server <ours> <args>`."""
         return self.run_cli_tool(CONSUMER_GROUPS_CLASS, ["--bootstrap-server", self.bootstrap_servers(), *args],
                                  timeout=timeout)
+
+
+def oauth_client_properties(token_endpoint_url: str, client_id: str, client_secret: str,
+                            scope: str | None = None) -> str:
+    """A Kafka Java client config (`--command-config`) for SASL_PLAINTEXT + OAUTHBEARER with OIDC
+    client credentials (kafka-clients' own login handler fetches and refreshes the token). Holds
+    the client secret: write it to a 0600 file."""
+    def q(v: str) -> str:
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    jaas = f"{OAUTH_LOGIN_MODULE} required clientId={q(client_id)} clientSecret={q(client_secret)}"
+    if scope:
+        jaas += f" scope={q(scope)}"
+    return (
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=OAUTHBEARER\n"
+        "sasl.login.callback.handler.class="
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler\n"
+        f"sasl.oauthbearer.token.endpoint.url={token_endpoint_url}\n"
+        # a properties file reads a backslash as an escape: double the JAAS quoting's ones
+        "sasl.jaas.config=" + (jaas + ";").replace("\\", "\\\\") + "\n"
+    )
 
 
 def hash_password_tag(password: str) -> str:
@@ -403,10 +476,14 @@ def hash_password_tag(password: str) -> str:
 
 
 def run_cli_tool(libs: Path, log4j_config: Path | None, tool_class: str, args: Sequence[str],
-                 timeout: float = 300.0, heap: str = "256m") -> subprocess.CompletedProcess[str]:
-    """Run a Kafka CLI tool class with the jars in `libs` (usable from `StackInfo.kafka_home`)."""
+                 timeout: float = 300.0, heap: str = "256m",
+                 jvm_props: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka CLI tool class with the jars in `libs` (usable from `StackInfo.kafka_home`).
+    `jvm_props`: extra `-D` system properties (e.g. OAUTH_ALLOWED_URLS_PROPERTY for a client that
+    fetches OIDC tokens)."""
     java = shutil.which("java") or "java"
     argv = [java, f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+    argv += [f"-D{k}={v}" for k, v in (jvm_props or {}).items()]
     if log4j_config is not None:
         argv.append(f"-Dlog4j2.configurationFile={log4j_config}")
     argv += ["-cp", str(Path(libs) / "*"), tool_class, *args]

@@ -99,3 +99,37 @@ def _fetch_locked(mvn: str, deps: Sequence[Dep], dest: Path, cache: Path, what: 
         return jars
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def fetch_artifact(dep: Dep, packaging: str, dest_dir: Path, cache: Path, what: str) -> Path:
+    """Copy one artifact of another packaging than jar (a distribution `zip`), no transitive
+    dependencies, into `dest_dir` as `<artifact>-<version>.<packaging>`; returns its path.
+    The Maven repository is the cache's (`<cache>/m2`), as for `fetch`."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise RuntimeError("Maven (`mvn`) is not installed: apt-get install -y maven")
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(cache / ".maven.lock"):
+        work = Path(tempfile.mkdtemp(prefix=".fetch.", dir=dest_dir))
+        try:
+            argv = [
+                mvn, "-B", "-q", f"-Dmaven.repo.local={cache / 'm2'}",
+                f"{DEPENDENCY_PLUGIN}:copy",
+                f"-Dartifact={dep.group}:{dep.artifact}:{dep.version}:{packaging}", f"-DoutputDirectory={work}",
+            ]
+            log.info("downloading from Maven Central (first run only)", extra={"what": what, "into": str(dest_dir)})
+            t0 = time.monotonic()
+            env = dict(os.environ)
+            env.setdefault("MAVEN_OPTS", "-Xmx512m")
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False,  # noqa: S603
+                                  cwd=work)
+            if proc.returncode != 0:
+                raise RuntimeError(f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+            name = f"{dep.artifact}-{dep.version}.{packaging}"
+            out = dest_dir / name
+            (work / name).replace(out)
+            log.info("downloaded", extra={"what": what, "bytes": out.stat().st_size,
+                                          "seconds": round(time.monotonic() - t0, 1)})
+            return out
+        finally:
+            shutil.rmtree(work, ignore_errors=True)

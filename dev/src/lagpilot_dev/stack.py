@@ -34,10 +34,15 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "keda")
-DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")  # prometheus, node and keda only when asked for
-# stop in this order: dependants first (the node and KEDA run on the kube control plane)
-_STOP_ORDER: tuple[str, ...] = ("keda", "node", "prometheus", "spark", "postgres", "kube", "kafka")
+ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "keda", "oidc")
+# prometheus, node, keda and oidc only when asked for
+DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")
+# stop in this order: dependants first (the node and KEDA run on the kube control plane; the broker
+# fetches the OIDC provider's keys)
+_STOP_ORDER: tuple[str, ...] = ("keda", "node", "prometheus", "spark", "postgres", "kube", "kafka", "oidc")
+# parts that must be up before the others start: the broker gets its OAUTHBEARER listener only
+# when the oidc part of its state dir is up at its start
+_FIRST: tuple[str, ...] = ("oidc",)
 
 
 class Part(Protocol):
@@ -131,6 +136,9 @@ class Stack:
             elif name == "node":
                 from lagpilot_dev.node import NodePart
                 self._parts[name] = NodePart(self.cache_dir, self.state_dir)
+            elif name == "oidc":
+                from lagpilot_dev.oidc import OidcPart
+                self._parts[name] = OidcPart(self.cache_dir, self.state_dir)
             elif name == "keda":
                 from lagpilot_dev.keda import KedaPart
                 self._parts[name] = KedaPart(self.cache_dir, self.state_dir)
@@ -164,14 +172,19 @@ class Stack:
                 log.info("part is up", extra={"part": name, "seconds": round(time.monotonic() - t0, 1)})
             self._mark_owner(name, started_now=not was_running, by_tests=by_tests)
 
-        with ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="lagpilot-up") as pool:
-            futures = {name: pool.submit(bring_up, name) for name in names}
-            for name, fut in futures.items():
-                try:
-                    fut.result()
-                except BaseException as exc:  # noqa: BLE001 - report every failed part, not just the first
-                    errors[name] = exc
-                    log.error("part failed to start", extra={"part": name, "error": str(exc)[:2000]})
+        first = [n for n in names if n in _FIRST]
+        rest = [n for n in names if n not in _FIRST]
+        for batch in (first, rest):
+            if not batch or errors:
+                continue
+            with ThreadPoolExecutor(max_workers=max(1, len(batch)), thread_name_prefix="lagpilot-up") as pool:
+                futures = {name: pool.submit(bring_up, name) for name in batch}
+                for name, fut in futures.items():
+                    try:
+                        fut.result()
+                    except BaseException as exc:  # noqa: BLE001 - report every failed part, not just the first
+                        errors[name] = exc
+                        log.error("part failed to start", extra={"part": name, "error": str(exc)[:2000]})
         if errors:
             details = "\n".join(f"[{n}] {e}" for n, e in errors.items())
             raise RuntimeError(f"dev stack: {len(errors)} part(s) failed: {', '.join(errors)}\n{details}")

@@ -57,10 +57,17 @@ class KafkaSpec:
     sasl_mechanism: str | None = None
     secret_name: str | None = None
     session_timeout_ms: int = _default(m.Kafka, "session_timeout_ms")
+    # OAUTHBEARER (OIDC client credentials): where the clients fetch their tokens
+    oauth_token_endpoint_url: str | None = None
+    oauth_scope: str | None = None
 
     @property
     def uses_sasl(self) -> bool:
         return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_oauthbearer(self) -> bool:
+        return self.uses_sasl and self.sasl_mechanism == "OAUTHBEARER"
 
     @property
     def uses_ssl(self) -> bool:
@@ -183,6 +190,8 @@ class GroupSpec:
                 sasl_mechanism=k.sasl_mechanism,
                 secret_name=k.secret_ref.name if k.secret_ref else None,
                 session_timeout_ms=k.session_timeout_ms,
+                oauth_token_endpoint_url=k.oauthbearer.token_endpoint_url if k.oauthbearer else None,
+                oauth_scope=k.oauthbearer.scope if k.oauthbearer else None,
             ),
             topic=s.topic,
             group_id=s.group_id,

@@ -349,6 +349,10 @@ def _admin_conf(env: Mapping[str, str]) -> dict[str, Any] | None:
                          security_protocol=(opt("LAGPILOT_SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
                          sasl_mechanism=(opt("LAGPILOT_SASL_MECHANISM") or "").upper() or None,
                          sasl_username=opt("LAGPILOT_SASL_USERNAME"), sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
+                         oauth_token_endpoint_url=opt("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL"),
+                         oauth_scope=opt("LAGPILOT_SASL_OAUTHBEARER_SCOPE"),
+                         oauth_client_id=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID"),
+                         oauth_client_secret=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
                          ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"), ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
                          ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"))
     return {"bootstrap.servers": boot, "client.id": "lagpilot-sink-metadata", **cfg.kafka_security()}

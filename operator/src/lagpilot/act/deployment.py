@@ -114,7 +114,14 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
     ]
     if k.sasl_mechanism:
         env.append(_value_env("LAGPILOT_SASL_MECHANISM", k.sasl_mechanism))
-    if k.secret_name and k.uses_sasl:
+    if k.uses_oauthbearer:
+        env.append(_value_env("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL", k.oauth_token_endpoint_url))
+        if k.oauth_scope:
+            env.append(_value_env("LAGPILOT_SASL_OAUTHBEARER_SCOPE", k.oauth_scope))
+        if k.secret_name:
+            env.append(_secret_env("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID", k.secret_name, "clientId"))
+            env.append(_secret_env("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET", k.secret_name, "clientSecret"))
+    elif k.secret_name and k.uses_sasl:
         env.append(_secret_env("LAGPILOT_SASL_USERNAME", k.secret_name, "username"))
         env.append(_secret_env("LAGPILOT_SASL_PASSWORD", k.secret_name, "password"))
     if k.secret_name and k.uses_ssl:

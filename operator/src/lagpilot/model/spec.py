@@ -106,6 +106,10 @@ def spec_field(
 BOOTSTRAP_SERVERS = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(,(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*):([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))*$"  # noqa: E501
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 TOPIC = r"^[a-zA-Z0-9._-]{1,249}$"
+# an http(s) URL with a host and no userinfo (credentials belong in the Secret) or whitespace
+TOKEN_ENDPOINT_URL = r"^https?://[A-Za-z0-9\[][^\s/@?#]*(/[^\s@#]*)?$"
+# RFC 6749 §3.3: space-separated scope tokens of printable ASCII without '"' and '\\'
+OAUTH_SCOPE = r"^[\x21\x23-\x5B\x5D-\x7E]+( [\x21\x23-\x5B\x5D-\x7E]+)*$"
 GROUP_ID = r"^[A-Za-z0-9._:-]+$"
 HANDLER = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 CONFIG_KEY = r"^[-._a-zA-Z0-9]+$"
@@ -172,9 +176,12 @@ class SecretRef(CrdModel):
         Doc(
             bounds="DNS subdomain, ≤ 253",
             use=(
-                "Keys read: `username`, `password` (SASL), `ca.crt` (TLS trust), `tls.crt` + "
+                "Keys read: `username`, `password` (SASL PLAIN/SCRAM), `clientId`, `clientSecret` "
+                "(SASL OAUTHBEARER), `ca.crt` (TLS trust), `tls.crt` + "
                 "`tls.key` (mutual TLS). Each reaches a pod only as a `secretKeyRef` env entry "
-                "(`LAGPILOT_SASL_USERNAME`, `LAGPILOT_SASL_PASSWORD`, `LAGPILOT_SSL_CA_PEM`, "
+                "(`LAGPILOT_SASL_USERNAME`, `LAGPILOT_SASL_PASSWORD`, "
+                "`LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID`, `LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET`, "
+                "`LAGPILOT_SSL_CA_PEM`, "
                 "`LAGPILOT_SSL_CERT_PEM`, `LAGPILOT_SSL_KEY_PEM`); the operator reads the Secret "
                 "itself only for its own admin client and never logs it. A missing Secret or key "
                 "sets `Degraded`."
@@ -183,8 +190,60 @@ class SecretRef(CrdModel):
     ]
 
 
+class OAuthBearer(CrdModel):
+    token_endpoint_url: Annotated[
+        str,
+        spec_field(
+            alias="tokenEndpointUrl",
+            description=(
+                "The OIDC provider's token endpoint (OAuth 2.0 client-credentials grant), e.g. "
+                '"https://idp.example.com/realms/kafka/protocol/openid-connect/token". No '
+                "credentials in the URL: the client id and secret come from the Secret (keys "
+                "clientId, clientSecret)."
+            ),
+            min_length=10,
+            max_length=2048,
+            pattern=TOKEN_ENDPOINT_URL,
+        ),
+        Doc(
+            bounds="`http(s)://host[:port][/path]`, no userinfo, ≤ 2048 chars",
+            use=(
+                "`sasl.oauthbearer.token.endpoint.url` of the admin client, the consumers "
+                "(`LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL`) and the drain's Kafka client."
+            ),
+        ),
+    ]
+    scope: Annotated[
+        str | None,
+        spec_field(
+            description="Space-separated OAuth scopes to request with the token (optional).",
+            min_length=1,
+            max_length=1024,
+            pattern=OAUTH_SCOPE,
+        ),
+        Doc(
+            bounds="RFC 6749 scope tokens separated by one space, ≤ 1024 chars",
+            use="`sasl.oauthbearer.scope` (`LAGPILOT_SASL_OAUTHBEARER_SCOPE`).",
+        ),
+    ] = None
+
+
 class Kafka(CrdModel):
     cel: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            rule="!has(self.saslMechanism) || self.saslMechanism != 'OAUTHBEARER' || has(self.oauthbearer)",
+            message=(
+                "kafka.oauthbearer (tokenEndpointUrl) is required when kafka.saslMechanism is OAUTHBEARER."
+            ),
+            field_path=".oauthbearer",
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            rule="!has(self.oauthbearer) || (has(self.saslMechanism) && self.saslMechanism == 'OAUTHBEARER')",
+            message="kafka.oauthbearer is only allowed when kafka.saslMechanism is OAUTHBEARER.",
+            field_path=".oauthbearer",
+            reason="FieldValueForbidden",
+        ),
         Rule(
             rule=(
                 "!has(self.securityProtocol) || !self.securityProtocol.startsWith('SASL_') || "
@@ -271,14 +330,38 @@ class Kafka(CrdModel):
         ),
     ] = "PLAINTEXT"
     sasl_mechanism: Annotated[
-        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None,
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None,
         spec_field(
             alias="saslMechanism",
-            description="SASL mechanism; required with SASL_PLAINTEXT or SASL_SSL, forbidden otherwise.",
+            description=(
+                "SASL mechanism; required with SASL_PLAINTEXT or SASL_SSL, forbidden otherwise. "
+                "OAUTHBEARER (OIDC client credentials) also needs oauthbearer.tokenEndpointUrl and "
+                "the Secret keys clientId and clientSecret instead of username and password."
+            ),
         ),
         Doc(
-            bounds=("`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`; required with `SASL_*`, forbidden otherwise"),
-            use="`sasl.mechanism` (`LAGPILOT_SASL_MECHANISM`).",
+            bounds=(
+                "`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER`; required with `SASL_*`, "
+                "forbidden otherwise"
+            ),
+            use=(
+                "`sasl.mechanism` (`LAGPILOT_SASL_MECHANISM`). `OAUTHBEARER`: OIDC client "
+                'credentials (`sasl.oauthbearer.method=oidc`), docs/operator.md "Kafka '
+                'authentication".'
+            ),
+        ),
+    ] = None
+    oauthbearer: Annotated[
+        OAuthBearer | None,
+        spec_field(
+            description=(
+                "OIDC client-credentials settings; required with saslMechanism OAUTHBEARER, "
+                "forbidden otherwise."
+            ),
+        ),
+        Doc(
+            bounds="required with `saslMechanism: OAUTHBEARER`, forbidden otherwise",
+            use="Where and how the clients fetch their tokens.",
         ),
     ] = None
     session_timeout_ms: Annotated[
@@ -314,7 +397,8 @@ class Kafka(CrdModel):
             alias="secretRef",
             description=(
                 "Secret in the same namespace holding the credentials. Keys read (each optional "
-                "unless the protocol needs it): username, password, ca.crt, tls.crt, tls.key. "
+                "unless the protocol needs it): username, password (PLAIN, SCRAM), clientId, "
+                "clientSecret (OAUTHBEARER), ca.crt, tls.crt, tls.key. "
                 "Required with SSL, SASL_PLAINTEXT and SASL_SSL."
             ),
         ),

@@ -12,6 +12,11 @@ from lagpilot.observe.kafka_common import SecretError, consumer_base
 from lagpilot.spec import KafkaSpec
 
 
+# the Secret's keys for SASL OAUTHBEARER and the librdkafka settings they fill
+OAUTH_SECRET_KEYS = (("clientId", "sasl.oauthbearer.client.id"),
+                     ("clientSecret", "sasl.oauthbearer.client.secret"))
+
+
 def _decode(data: Mapping[str, str], key: str, where: str) -> str | None:
     raw = data.get(key)
     if raw is None:
@@ -40,7 +45,19 @@ def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
     where = f"Secret {secret_name or kafka.secret_name!r}"
     if secret_data is None:
         raise SecretError("SecretNotFound", f"{where} (spec.kafka.secretRef) does not exist")
-    if kafka.uses_sasl:
+    if kafka.uses_oauthbearer:
+        # OIDC client credentials: librdkafka fetches (and refreshes) the token itself
+        conf["sasl.oauthbearer.method"] = "oidc"
+        conf["sasl.oauthbearer.token.endpoint.url"] = kafka.oauth_token_endpoint_url or ""
+        if kafka.oauth_scope:
+            conf["sasl.oauthbearer.scope"] = kafka.oauth_scope
+        for key, opt in OAUTH_SECRET_KEYS:
+            value = _decode(secret_data, key, where)
+            if not value:
+                raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} "
+                                                     "(needed for SASL OAUTHBEARER)")
+            conf[opt] = value
+    elif kafka.uses_sasl:
         for key, opt in (("username", "sasl.username"), ("password", "sasl.password")):
             value = _decode(secret_data, key, where)
             if not value:

@@ -57,7 +57,7 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
         cache.secret = None
     conf = admin_config(spec.kafka, secret)
     # the secret values this operator was given: masked in its log lines, events and status text
-    redaction.install([conf.get("sasl.password"), conf.get("ssl.key.pem")])
+    redaction.install([conf.get("sasl.password"), conf.get("ssl.key.pem"), conf.get("sasl.oauthbearer.client.secret")])
     return conf
 
 
