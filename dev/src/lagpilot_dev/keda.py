@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from lagpilot_dev.kube import KubePart, _openssl
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, pid_alive, wait_for
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, http_ok, wait_for, wait_started
 
 log = logging.getLogger("lagpilot_dev.keda")
 
@@ -230,7 +230,7 @@ class KedaPart:
             ]
             proc.env = self._env(kubeconfig)
             proc.start()
-        self._wait(proc, lambda: http_ok(self.operator_probe_url()), "keda-operator /healthz", timeout)
+        wait_started(proc, lambda: http_ok(self.operator_probe_url()), "keda-operator /healthz", timeout)
 
     def metrics_apiserver_port(self) -> int:
         return self.ports.ensure("keda.metrics-apiserver")
@@ -257,7 +257,7 @@ class KedaPart:
         ctx = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
         ctx.check_hostname = False  # the leaf names 127.0.0.1 too; /healthz needs no client identity here
         url = f"https://{LOOPBACK}:{self.metrics_apiserver_port()}/healthz"
-        self._wait(proc, lambda: http_ok(url, context=ctx) or _answers_401(url, ctx), "keda-metrics-apiserver /healthz",
+        wait_started(proc, lambda: http_ok(url, context=ctx) or _answers_401(url, ctx), "keda-metrics-apiserver /healthz",
                    timeout)
 
     def apiservice_manifest(self) -> dict[str, Any]:
@@ -283,19 +283,6 @@ class KedaPart:
             self._kubectl_ok("delete", "service", METRICS_SERVICE, "-n", NAMESPACE)
         self._kubectl_ok("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-dev-keda", "-f", "-",
                          input_text=json.dumps(self.apiservice_manifest()))
-
-    @staticmethod
-    def _wait(proc: Process, check: Any, what: str, timeout: float) -> None:
-        def alive() -> bool:
-            try:
-                return pid_alive(int(proc.pid_file.read_text().strip()))
-            except (FileNotFoundError, ValueError):
-                return False
-
-        try:
-            wait_for(check, what, timeout=timeout, interval=0.5, alive=alive)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail(40)}") from exc
 
     def stop(self) -> None:
         """Unregister the APIService (see the module's docstring), then stop both processes."""
