@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-RECONCILING, STALLED = "Reconciling", "Stalled"
+from lagpilot.model.status import ConditionType
+
+RECONCILING, STALLED = ConditionType.RECONCILING.value, ConditionType.STALLED.value
 # Ready=False reasons that are a settled state, not progress towards one
 SETTLED_NOT_READY = frozenset({"Paused"})
 

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lagpilot.decide import kstatus
+from lagpilot.model.status import ConditionStatus, ConditionType
 
-CONDITION_TYPES = ("Ready", "Scaling", "CatchUpAtRisk", "Draining", "Degraded", kstatus.RECONCILING, kstatus.STALLED)
-TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+CONDITION_TYPES = tuple(t.value for t in ConditionType)
+TRUE, FALSE, UNKNOWN = (ConditionStatus.TRUE.value, ConditionStatus.FALSE.value, ConditionStatus.UNKNOWN.value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,22 @@ class Stall(str, enum.Enum):  # noqa: UP042 - str() and format() of the members 
     NO_RUNNING_POD = "NoRunningPod"
 
 
+class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Every condition type the operator writes, in the order `merge_conditions` lists them (the one
+    declaration: decide/status.CONDITION_TYPES and decide/kstatus read it)."""
+
+    READY = "Ready"
+    SCALING = "Scaling"
+    CATCH_UP_AT_RISK = "CatchUpAtRisk"
+    DRAINING = "Draining"
+    DEGRADED = "Degraded"
+    RECONCILING = "Reconciling"  # kstatus (Flux, Argo CD)
+    STALLED = "Stalled"  # kstatus
+    DATA_LOSS = "DataLoss"
+    DRAIN_STALLED = "DrainStalled"
+    TERMINATING = "Terminating"
+
+
 class ConditionStatus(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     TRUE = "True"
     FALSE = "False"
