@@ -106,14 +106,9 @@ def test_hot_partition_drained_repeatedly() -> None:
     assert min(gaps) >= DP.start_up_s + 2 * 15
 
 
-def test_from_spec() -> None:
-    pol = DrainPolicy.from_spec({"drain": {"enabled": True, "splitFactor": 8, "maxTasks": 32,
-                                           "minBacklogRecords": 5}}, start_up_s=45)
-    assert (pol.split_factor, pol.max_tasks, pol.min_backlog_records, pol.start_up_s) == (8, 32, 5, 45)
-    assert not DrainPolicy.from_spec({"drain": {"cancel": True}}).enabled
-    assert DrainPolicy.from_spec({}) == DrainPolicy()
+def test_policy_refuses_what_the_spec_would_refuse() -> None:
     with pytest.raises(ValueError):
-        DrainPolicy.from_spec({"drain": {"splitFactor": 0}})
+        DrainPolicy(split_factor=0).validate()
 
 
 def test_from_group_spec_one_parse_one_default() -> None:

@@ -105,21 +105,24 @@ def test_history_round_trip_and_pruning() -> None:
     assert out == 2 and all(NOW - t <= 300 for t, _ in h2.recommendations)
 
 
-def test_policy_from_spec_and_validation() -> None:
-    pol = ScalingPolicy.from_spec({
+def test_policy_from_the_parsed_spec_and_validation() -> None:
+    from lagpilot.spec import parse_spec
+    base = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g"}
+    pol = ScalingPolicy.from_group_spec(parse_spec({
+        **base,
         "scaling": {"minReplicas": 0, "maxReplicas": 6, "tolerance": 0.2, "pollIntervalSeconds": 10,
                     "behavior": {"scaleUp": {"stabilizationWindowSeconds": 5},
                                  "scaleDown": {"stabilizationWindowSeconds": 120}}},
         "catchUpSLASeconds": 900,
-    }, pod_start_s=20)
+    }), pod_start_s=20)
     assert (pol.min_replicas, pol.max_replicas, pol.tolerance, pol.poll_interval_s) == (0, 6, 0.2, 10)
     assert (pol.scale_up_window_s, pol.scale_down_window_s, pol.sla_s, pol.pod_start_s) == (5, 120, 900, 20)
     assert pol.scale_to_zero
-    assert ScalingPolicy.from_spec({}) == ScalingPolicy()
+    assert ScalingPolicy.from_group_spec(parse_spec(base)) == ScalingPolicy()  # the same defaults
     with pytest.raises(ValueError, match="maxReplicas"):
-        ScalingPolicy.from_spec({"scaling": {"minReplicas": 4, "maxReplicas": 2}})
+        ScalingPolicy(min_replicas=4, max_replicas=2).validate()
     with pytest.raises(ValueError, match="catchUpSLASeconds"):
-        ScalingPolicy.from_spec({"catchUpSLASeconds": 0})
+        ScalingPolicy(sla_s=0).validate()
 
 
 # ------------------------------------------------------------------------------ properties

@@ -45,14 +45,13 @@ def test_policies_come_from_the_parsed_spec_with_one_default_per_knob() -> None:
     assert pol.drain is None  # cancelled: no drain planned
     on = step_mod.Policies.from_group_spec(parse_spec(BASE), step_mod.Model(drain_start_s=11, handoff_pause_s=3))
     assert on.drain is not None and (on.drain.start_up_s, on.drain.handoff_s) == (11, 3)
-    assert ScalingPolicy.from_group_spec(spec) == ScalingPolicy.from_spec(
-        {"catchUpSLASeconds": 120, "scaling": {"minReplicas": 2, "maxReplicas": 5}})
-    assert DrainPolicy.from_group_spec(parse_spec(BASE)) == DrainPolicy.from_spec({})
+    assert ScalingPolicy.from_group_spec(spec) == ScalingPolicy(min_replicas=2, max_replicas=5, sla_s=120)
+    assert DrainPolicy.from_group_spec(parse_spec(BASE)) == DrainPolicy()
     # spec.drain.assistReplicas: the assisted count always (opt-in) or only in bursts (the default)
     assert not pol_default_assist(BASE).assist_always
     opt = {**BASE, "drain": {"assistReplicas": True}}
     assert pol_default_assist(opt).assist_always and pol_default_assist(opt).assist_min_saving == 1.0
-    assert DrainPolicy.from_group_spec(parse_spec(opt)) == DrainPolicy.from_spec({"drain": {"assistReplicas": True}})
+    assert DrainPolicy.from_group_spec(parse_spec(opt)) == DrainPolicy(assist_always=True)
     never = step_mod.Policies.from_group_spec(parse_spec(BASE), step_mod.Model(drain_assist_min_saving=None)).drain
     assert never is not None and never.assist_min_saving is None
 

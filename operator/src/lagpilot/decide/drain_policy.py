@@ -112,20 +112,6 @@ class DrainPolicy:
             **model,
         ).validate()
 
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], **model: Any) -> "DrainPolicy":
-        """From the raw CR ``spec`` dict (kept for callers that hold no parsed spec; same defaults as
-        spec.parse_spec)."""
-        d = dict(spec.get("drain") or {})
-        defaults = cls()
-        return cls(
-            enabled=bool(d.get("enabled", True)) and not bool(d.get("cancel", False)),
-            split_factor=None if d.get("splitFactor") is None else int(d["splitFactor"]),
-            max_tasks=int(d.get("maxTasks", defaults.max_tasks)),
-            min_backlog_records=int(d.get("minBacklogRecords", defaults.min_backlog_records)),
-            **{"assist_always": bool(d.get("assistReplicas", defaults.assist_always)), **model},
-        ).validate()
-
     @property
     def fixed_cost_s(self) -> float:
         """What a drain costs before its first record: start-up plus the group's hand-off pause."""

@@ -69,26 +69,6 @@ class ScalingPolicy:
             **model,
         ).validate()
 
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any], **model: Any) -> "ScalingPolicy":
-        """From the raw CR ``spec`` dict (kept for callers without a parsed spec) (``scaling`` and ``catchUpSLASeconds``); ``model`` overrides
-        the figures that are not in the spec (target_fraction, pod_start_s, ...)."""
-        s = dict(spec.get("scaling") or {})
-        behavior = dict(s.get("behavior") or {})
-        up = dict(behavior.get("scaleUp") or {})
-        down = dict(behavior.get("scaleDown") or {})
-        pol = cls(
-            min_replicas=int(s.get("minReplicas", 1)),
-            max_replicas=int(s.get("maxReplicas", 10)),
-            tolerance=float(s.get("tolerance", 0.1)),
-            poll_interval_s=float(s.get("pollIntervalSeconds", 15)),
-            scale_up_window_s=float(up.get("stabilizationWindowSeconds", 0)),
-            scale_down_window_s=float(down.get("stabilizationWindowSeconds", 300)),
-            sla_s=float(spec.get("catchUpSLASeconds", 600)),
-            **model,
-        )
-        return pol.validate()
-
     def validate(self) -> "ScalingPolicy":
         problems = []
         if self.min_replicas < 0:
