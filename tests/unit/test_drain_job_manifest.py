@@ -174,3 +174,14 @@ def test_spark_application_observation(app_obj, pods, state):
     assert o.state is state and o.pods_alive == sum(1 for p in pods if p["status"]["phase"] in ("Pending", "Running"))
     if state is JobState.FAILED:
         assert o.message in ("exit code 3", "SparkApplication SUBMISSION_FAILED")
+
+
+@pytest.mark.parametrize("blank", ["", "\n", "  \n\t"])
+def test_job_observation_blank_termination_message(blank):
+    # a container that exits non-zero with a blank termination message (FallbackToLogsOnError on a
+    # log of empty lines, or a handler that wrote only a newline): its exit code stands for it
+    failed = {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    o = job_observation(failed, [pod("Failed", 3, blank)])
+    assert o.state is JobState.FAILED and o.message == "exit code 3"
+    complete = {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+    assert job_observation(complete, [pod("Succeeded", 0), pod("Failed", 3, blank)]).state is JobState.SUCCEEDED

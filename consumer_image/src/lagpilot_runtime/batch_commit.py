@@ -113,8 +113,17 @@ class BatchCommit(LoopState):
 
     def _commit_offsets(self, positions: dict[TP, int]) -> bool:
         """Synchronous commit of these and any outstanding positions; True when it succeeded."""
-        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        todo = self._positions_to_commit(positions)
+        if not todo:
+            return True
+        if not self._commit_sync(todo):
+            return False
+        self._committed(todo)
+        return True
 
+    def _positions_to_commit(self, positions: dict[TP, int]) -> dict[TP, int]:
+        """These and the outstanding positions, the highest per partition, of partitions still owned
+        and not below a hand-off's split; those of partitions no longer owned are given up."""
         merged = dict(self.uncommitted)
         for tp, off in positions.items():
             merged[tp] = max(off, merged.get(tp, -1))
@@ -125,8 +134,13 @@ class BatchCommit(LoopState):
         self.uncommitted = {}
         if dropped:
             self.give_up(dropped, "partition no longer assigned")
-        if not todo:
-            return True
+        return todo
+
+    def _commit_sync(self, todo: dict[TP, int]) -> bool:
+        """Commit ``todo`` (with the capacity metadata), retrying a retriable error; False (the
+        positions kept for the next commit) when it still fails. Raises FatalError when fenced."""
+        from confluent_kafka import KafkaException, TopicPartition
+
         metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
         offsets = [TopicPartition(t, p, off, metadata=metadata) for (t, p), off in sorted(todo.items())]
         for attempt in range(COMMIT_ATTEMPTS):
@@ -135,25 +149,37 @@ class BatchCommit(LoopState):
                 errors = [tp for tp in (result or []) if getattr(tp, "error", None)]
                 if errors:
                     raise KafkaException(errors[0].error)
-                break
+                return True
             except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                code = err.code() if hasattr(err, "code") else None
-                self.metrics.commits.labels("failed").inc()
-                fields = dict(event="commit_failed", error=str(err), attempt=attempt, partitions=sorted(p for _, p in todo))
-                if code == KafkaError.FENCED_INSTANCE_ID or (hasattr(err, "fatal") and err.fatal()):
-                    log.error("commit failed fatally", extra=_fields(**fields))
-                    raise FatalError(f"commit failed: {err}") from exc
-                retriable = hasattr(err, "retriable") and err.retriable()
-                if not retriable or attempt == COMMIT_ATTEMPTS - 1:
-                    # typically a rebalance in progress: keep the positions for the next commit or
-                    # on_revoke; if the partitions are lost meanwhile, their next owner re-consumes
-                    # from the last commit (at-least-once; the postgres sink makes that harmless)
-                    self.uncommitted = todo
-                    log.warning("commit failed; will commit again with the next batch or on revoke", extra=_fields(**fields))
+                if not self._commit_failed(exc, attempt, todo):
                     return False
-                log.warning("commit failed, retrying", extra=_fields(**fields))
                 self._sleep(0.1 * (attempt + 1))
+        return True
+
+    def _commit_failed(self, exc: Exception, attempt: int, todo: dict[TP, int]) -> bool:
+        """One failed commit: True to retry it; False when it is given up for now. Raises FatalError."""
+        from confluent_kafka import KafkaError
+
+        err = exc.args[0] if exc.args else None
+        code = err.code() if hasattr(err, "code") else None
+        self.metrics.commits.labels("failed").inc()
+        fields = dict(event="commit_failed", error=str(err), attempt=attempt, partitions=sorted(p for _, p in todo))
+        if code == KafkaError.FENCED_INSTANCE_ID or (hasattr(err, "fatal") and err.fatal()):
+            log.error("commit failed fatally", extra=_fields(**fields))
+            raise FatalError(f"commit failed: {err}") from exc
+        retriable = hasattr(err, "retriable") and err.retriable()
+        if not retriable or attempt == COMMIT_ATTEMPTS - 1:
+            # typically a rebalance in progress: keep the positions for the next commit or
+            # on_revoke; if the partitions are lost meanwhile, their next owner re-consumes
+            # from the last commit (at-least-once; the postgres sink makes that harmless)
+            self.uncommitted = todo
+            log.warning("commit failed; will commit again with the next batch or on revoke", extra=_fields(**fields))
+            return False
+        log.warning("commit failed, retrying", extra=_fields(**fields))
+        return True
+
+    def _committed(self, todo: dict[TP, int]) -> None:
+        """The committed positions and their metrics (committed offset, lag against the high watermark)."""
         self.metrics.commits.labels("ok").inc()
         for (t, p), off in todo.items():
             self.committed[(t, p)] = off
@@ -161,7 +187,6 @@ class BatchCommit(LoopState):
             hw = self.high_watermarks.get((t, p))
             if hw is not None and hw >= 0:
                 self.metrics.lag.labels(t, str(p)).set(max(0, hw - off))
-        return True
 
     def _consumed_positions(self) -> dict[TP, int]:
         """Each owned, unpaused partition's position: its last record handed out + 1.

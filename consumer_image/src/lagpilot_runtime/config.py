@@ -28,6 +28,12 @@ class ConfigError(ValueError):
     """The environment is invalid; the message names the variable (never its secret value)."""
 
 
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Raise naming ``name`` when ``value`` is not one of ``allowed`` (not for secret values)."""
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     """Everything `lagpilot consume` needs, typed; see docs/consumer.md for each variable."""
@@ -80,52 +86,68 @@ class ConsumerConfig:
         return self.sink or self.handler or ""
 
     def validate(self) -> None:
-        """Cross-field rules; raises ConfigError naming the variable."""
+        """Cross-field rules; raises ConfigError naming the variable (the first rule broken, in the
+        order: required, security, handler, Postgres sink, failure policy, runtime tuning)."""
+        self._validate_required()
+        self._validate_security()
+        self._validate_handler()
+        self._validate_postgres()
+        self._validate_failure_policy()
+        _one_of("LAGPILOT_LOG_LEVEL", self.log_level, LOG_LEVELS)
+        if self.session_timeout_ms > self.max_poll_interval_ms:
+            raise ConfigError("LAGPILOT_SESSION_TIMEOUT_MS must not exceed LAGPILOT_MAX_POLL_INTERVAL_MS")
+
+    def _validate_required(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ConfigError("LAGPILOT_BOOTSTRAP_SERVERS is required")
         if not self.topic.strip():
             raise ConfigError("LAGPILOT_TOPIC is required")
         if not self.group_id.strip():
             raise ConfigError("LAGPILOT_GROUP_ID is required")
-        if self.security_protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"LAGPILOT_SECURITY_PROTOCOL must be one of {', '.join(SECURITY_PROTOCOLS)}, got {self.security_protocol!r}")
+
+    def _validate_security(self) -> None:
+        _one_of("LAGPILOT_SECURITY_PROTOCOL", self.security_protocol, SECURITY_PROTOCOLS)
         if self.security_protocol.startswith("SASL_"):
-            if self.sasl_mechanism is None:
-                raise ConfigError(f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}")
-            if self.sasl_mechanism == "OAUTHBEARER":
-                if not self.oauth_token_endpoint_url:
-                    raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL is required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
-                if not self.oauth_client_id or not self.oauth_client_secret:
-                    raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID and LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET "
-                                      "are required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
-            elif not self.sasl_username or self.sasl_password is None:
-                raise ConfigError("LAGPILOT_SASL_USERNAME and LAGPILOT_SASL_PASSWORD are required with SASL")
-        if self.sasl_mechanism is not None and self.sasl_mechanism not in SASL_MECHANISMS:
-            raise ConfigError(f"LAGPILOT_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}")
+            self._validate_sasl_credentials()
+        if self.sasl_mechanism is not None:
+            _one_of("LAGPILOT_SASL_MECHANISM", self.sasl_mechanism, SASL_MECHANISMS)
         if bool(self.ssl_cert_pem) != bool(self.ssl_key_pem):
             raise ConfigError("LAGPILOT_SSL_CERT_PEM and LAGPILOT_SSL_KEY_PEM must be set together")
+
+    def _validate_sasl_credentials(self) -> None:
+        """A SASL protocol needs a mechanism and its credentials (OIDC client ones for OAUTHBEARER)."""
+        if self.sasl_mechanism is None:
+            raise ConfigError(f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}")
+        if self.sasl_mechanism == "OAUTHBEARER":
+            if not self.oauth_token_endpoint_url:
+                raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL is required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+            if not self.oauth_client_id or not self.oauth_client_secret:
+                raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID and LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET "
+                                  "are required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+        elif not self.sasl_username or self.sasl_password is None:
+            raise ConfigError("LAGPILOT_SASL_USERNAME and LAGPILOT_SASL_PASSWORD are required with SASL")
+
+    def _validate_handler(self) -> None:
         if (self.sink is None) == (self.handler is None):
             raise ConfigError("exactly one of LAGPILOT_SINK and LAGPILOT_HANDLER must be set")
-        if self.sink is not None and self.sink not in SINKS:
-            raise ConfigError(f"LAGPILOT_SINK must be one of {', '.join(SINKS)}, got {self.sink!r}")
+        if self.sink is not None:
+            _one_of("LAGPILOT_SINK", self.sink, SINKS)
         if self.handler is not None:
             module, sep, func = self.handler.partition(":")
             if not sep or not module.strip() or not func.strip():
                 raise ConfigError(f"LAGPILOT_HANDLER must be 'module:function', got {self.handler!r}")
+
+    def _validate_postgres(self) -> None:
         if self.sink == "postgres" and not self.postgres_dsn:
             raise ConfigError("LAGPILOT_POSTGRES_DSN is required with LAGPILOT_SINK=postgres")
-        if self.postgres_mode not in POSTGRES_MODES:
-            raise ConfigError(f"LAGPILOT_POSTGRES_MODE must be one of {', '.join(POSTGRES_MODES)}, got {self.postgres_mode!r}")
+        _one_of("LAGPILOT_POSTGRES_MODE", self.postgres_mode, POSTGRES_MODES)
         if not _is_identifier(self.postgres_table):
             raise ConfigError(f"LAGPILOT_POSTGRES_TABLE must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table), got {self.postgres_table!r}")
-        if self.failure_policy not in FAILURE_POLICIES:
-            raise ConfigError(f"LAGPILOT_FAILURE_POLICY must be one of {', '.join(FAILURE_POLICIES)}, got {self.failure_policy!r}")
+
+    def _validate_failure_policy(self) -> None:
+        _one_of("LAGPILOT_FAILURE_POLICY", self.failure_policy, FAILURE_POLICIES)
         if self.failure_policy == "deadLetter" and self.dlq_topic == self.topic:
             raise ConfigError("LAGPILOT_DLQ_TOPIC must differ from LAGPILOT_TOPIC")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"LAGPILOT_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
-        if self.session_timeout_ms > self.max_poll_interval_ms:
-            raise ConfigError("LAGPILOT_SESSION_TIMEOUT_MS must not exceed LAGPILOT_MAX_POLL_INTERVAL_MS")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ConsumerConfig":

@@ -120,96 +120,122 @@ def run_batch(
     ``sleep`` takes seconds. ``on_error(piece, exc, attempt)`` is told of every failed call (for
     logs and metrics). Raises :class:`SystemicFailure` or :class:`Abandoned`.
     """
-    stats = {"calls": 0, "retries": 0}
-    rng = rng or random.Random()
+    run = _Run(call, policy, sleep, should_stop, rng or random.Random(), on_error)
+    batch = list(records)
+    if not batch:
+        return BatchResult([], 0, 0)
+    first = run.with_retries(batch)
+    if first is None:
+        return run.result([])
+    if len(batch) == 1:  # already retried alone: nothing to isolate
+        return run.result([_failure(batch[0], first)])
+    failures, suspects = run.isolate(batch, first)
+    for record, exc in suspects:
+        failure = run.retry_alone(record, exc)
+        if failure is not None:
+            failures.append(failure)
+    failures.sort(key=lambda f: (f.record.topic, f.record.partition, f.record.offset))
+    return run.result(failures)
 
-    def once(piece: list[Record], attempt: int) -> BaseException | None:
-        stats["calls"] += 1
+
+@dataclass
+class _Run:
+    """One batch's run: the calls (counted, errors reported) and the retries with their backoff."""
+
+    call: Callable[[list[Record]], None]
+    policy: RetryPolicy
+    sleep: Callable[[float], None]
+    should_stop: Callable[[], bool]
+    rng: random.Random
+    on_error: Callable[[Sequence[Record], BaseException, int], None] | None
+    calls: int = 0
+    retries: int = 0
+
+    def result(self, failures: list[Failure]) -> BatchResult:
+        return BatchResult(failures, self.calls, self.retries)
+
+    def once(self, piece: list[Record], attempt: int) -> BaseException | None:
+        self.calls += 1
         try:
-            call(piece)
+            self.call(piece)
             return None
         except Fenced:  # a later attempt owns the range: retrying or isolating cannot help
             raise
         except Exception as exc:  # noqa: BLE001 - any handler error is handled by the policy
-            if on_error is not None:
-                on_error(piece, exc, attempt)
+            if self.on_error is not None:
+                self.on_error(piece, exc, attempt)
             return exc
 
-    def with_retries(piece: list[Record]) -> BaseException | None:
-        exc = once(piece, 0)
+    def _stop_check(self) -> None:
+        if self.should_stop():
+            raise Abandoned()
+
+    def with_retries(self, piece: list[Record]) -> BaseException | None:
+        """The piece, retried with backoff while it fails (not for errors that are all permanent)."""
+        exc = self.once(piece, 0)
         attempt = 0
-        while exc is not None and attempt < policy.max_retries and not _all_permanent(exc, piece):
-            if should_stop():
-                raise Abandoned()
-            sleep(backoff_ms(attempt, policy.backoff_ms, rng) / 1000.0)
-            if should_stop():
-                raise Abandoned()
+        while exc is not None and attempt < self.policy.max_retries and not _all_permanent(exc, piece):
+            self._stop_check()
+            self.sleep(backoff_ms(attempt, self.policy.backoff_ms, self.rng) / 1000.0)
+            self._stop_check()
             attempt += 1
-            stats["retries"] += 1
-            exc = once(piece, attempt)
+            self.retries += 1
+            exc = self.once(piece, attempt)
         return exc
 
-    batch = list(records)
-    if not batch:
-        return BatchResult([], 0, 0)
-    first = with_retries(batch)
-    if first is None:
-        return BatchResult([], stats["calls"], stats["retries"])
-    if len(batch) == 1:  # already retried alone: nothing to isolate
-        named = _named_errors(first, batch)
-        retriable = not (named and not named[0].retriable)
-        return BatchResult([Failure(batch[0], describe_error(named[0] if named else first), retriable)],
-                           stats["calls"], stats["retries"])
-
-    failures: list[Failure] = []
-    suspects: list[tuple[Record, BaseException]] = []
-    successes = 0
-    isolation_calls = 0
-    budget = 2 * math.ceil(math.log2(len(batch))) + 2
-
-    # Work list of (piece, known error for a single record or None), processed in offset order.
-    # Every piece is tried once; single records that fail are suspects and get their retries at
-    # the end, so a broken sink is recognised (no success within the budget) before retrying.
-    work: list[tuple[list[Record], RecordError | None]] = list(reversed(_split(batch, first)))
-    while work:
-        if should_stop():
-            raise Abandoned()
-        piece, known = work.pop()
-        if known is not None and not known.retriable:
-            failures.append(Failure(piece[0], describe_error(known), retriable=False))
-            continue
-        exc = once(piece, 0)
-        isolation_calls += 1
-        if exc is None:
-            successes += 1
-            continue
-        if len(piece) == 1:
-            if _all_permanent(exc, piece):
+    def isolate(self, batch: list[Record], first: BaseException) -> tuple[list[Failure], list[tuple[Record, BaseException]]]:
+        """The failing records of a batch that failed as a whole: (permanent failures, suspects to
+        retry alone). Raises :class:`SystemicFailure` when nothing succeeds however small the piece."""
+        failures: list[Failure] = []
+        suspects: list[tuple[Record, BaseException]] = []
+        successes = 0
+        isolation_calls = 0
+        budget = 2 * math.ceil(math.log2(len(batch))) + 2
+        # Work list of (piece, known error for a single record or None), processed in offset order.
+        # Every piece is tried once; single records that fail are suspects and get their retries at
+        # the end, so a broken sink is recognised (no success within the budget) before retrying.
+        work: list[tuple[list[Record], RecordError | None]] = list(reversed(_split(batch, first)))
+        while work:
+            self._stop_check()
+            piece, known = work.pop()
+            if known is not None and not known.retriable:
+                failures.append(Failure(piece[0], describe_error(known), retriable=False))
+                continue
+            exc = self.once(piece, 0)
+            isolation_calls += 1
+            if exc is None:
+                successes += 1
+                continue
+            if len(piece) > 1:
+                work.extend(reversed(_split(piece, exc)))
+            elif _all_permanent(exc, piece):
                 failures.append(Failure(piece[0], describe_error(_named_errors(exc, piece)[0]), retriable=False))
             else:
                 suspects.append((piece[0], exc))
-        else:
-            work.extend(reversed(_split(piece, exc)))
-        if successes == 0 and isolation_calls >= budget and not failures:
-            raise SystemicFailure(exc)  # nothing succeeds however small the piece: not the records' fault
-    if suspects and successes == 0 and not failures and len(batch) > 1:
-        raise SystemicFailure(first)
-    for record, exc in suspects:
-        for attempt in range(policy.max_retries):
-            if should_stop():
-                raise Abandoned()
-            sleep(backoff_ms(attempt, policy.backoff_ms, rng) / 1000.0)
-            stats["retries"] += 1
-            exc = once([record], attempt + 1)
-            if exc is None or _all_permanent(exc, [record]):
+            if successes == 0 and isolation_calls >= budget and not failures:
+                raise SystemicFailure(exc)  # nothing succeeds however small the piece: not the records' fault
+        if suspects and successes == 0 and not failures and len(batch) > 1:
+            raise SystemicFailure(first)
+        return failures, suspects
+
+    def retry_alone(self, record: Record, exc: BaseException) -> Failure | None:
+        """A suspect's own retries; its failure if it still fails."""
+        err: BaseException | None = exc
+        for attempt in range(self.policy.max_retries):
+            self._stop_check()
+            self.sleep(backoff_ms(attempt, self.policy.backoff_ms, self.rng) / 1000.0)
+            self.retries += 1
+            err = self.once([record], attempt + 1)
+            if err is None or _all_permanent(err, [record]):
                 break
-        if exc is None:
-            continue
-        named = _named_errors(exc, [record])
-        retriable = not (named and not named[0].retriable)
-        failures.append(Failure(record, describe_error(named[0] if named else exc), retriable=retriable))
-    failures.sort(key=lambda f: (f.record.topic, f.record.partition, f.record.offset))
-    return BatchResult(failures, stats["calls"], stats["retries"])
+        return None if err is None else _failure(record, err)
+
+
+def _failure(record: Record, exc: BaseException) -> Failure:
+    """A record that still fails: retriable unless its error says otherwise."""
+    named = _named_errors(exc, [record])
+    retriable = not (named and not named[0].retriable)
+    return Failure(record, describe_error(named[0] if named else exc), retriable=retriable)
 
 
 def _split(piece: list[Record], exc: BaseException) -> list[tuple[list[Record], RecordError | None]]:

@@ -23,8 +23,15 @@ class SinkProgress(LoopState):
         without knowing its progress could deliver twice."""
         if not self.sink_progress or not parts:
             return
-        from confluent_kafka import KafkaException, TopicPartition
+        ahead = self._sink_ahead(self._read_sink_progress(parts))
+        if not ahead:
+            return
+        self._commit_sink_progress(ahead)
+        log.info("resuming from the sink's progress (ahead of the group's commit)", extra=_fields(
+            event="sink_progress_ahead", partitions={f"{t}/{p}": o for (t, p), o in sorted(ahead.items())}))
 
+    def _read_sink_progress(self, parts: set[TP]) -> dict[TP, int]:
+        """The sink's next offset per partition, one call per topic, each tried 3 times (FatalError)."""
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(parts):
             by_topic.setdefault(t, []).append(p)
@@ -41,6 +48,12 @@ class SinkProgress(LoopState):
                     if attempt == 2:
                         raise FatalError(f"cannot read the sink's progress: {describe_error(exc)}") from exc
                     self._sleep(0.5 * (attempt + 1))
+        return got
+
+    def _sink_ahead(self, got: dict[TP, int]) -> dict[TP, int]:
+        """The partitions where the sink is ahead of the group's commit (and within the log's end)."""
+        from confluent_kafka import TopicPartition
+
         ahead: dict[TP, int] = {}
         for key, sink_next in got.items():
             if sink_next > self._own_committed(key):
@@ -50,8 +63,12 @@ class SinkProgress(LoopState):
                         event="sink_progress_ignored", topic=key[0], partition=key[1], sink_next=sink_next, end=high))
                     continue
                 ahead[key] = sink_next
-        if not ahead:
-            return
+        return ahead
+
+    def _commit_sink_progress(self, ahead: dict[TP, int]) -> None:
+        """Commit the sink's progress (synchronous), skip the records below it and seek there."""
+        from confluent_kafka import KafkaException, TopicPartition
+
         metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
         res = self.consumer.commit(offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(ahead.items())],
                                    asynchronous=False)
@@ -67,6 +84,3 @@ class SinkProgress(LoopState):
                 self.consumer.seek(TopicPartition(t, p, o))
             except Exception:  # noqa: BLE001 - not assigned yet in on_assign: fetch starts at the commit
                 pass
-        log.info("resuming from the sink's progress (ahead of the group's commit)", extra=_fields(
-            event="sink_progress_ahead", partitions={f"{t}/{p}": o for (t, p), o in sorted(ahead.items())}))
-

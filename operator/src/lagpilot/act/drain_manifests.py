@@ -341,28 +341,42 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
 
 def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
     """A Job object (+ its pods) → the state machine's view (pure)."""
-    # a pod being deleted still counts while its process may run (phase not yet final)
-    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
-    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    alive, running = _pod_counts(pods)
     if job is None:
         return JobObservation(JobState.ABSENT, alive, running=running)
     st = job.get("status") or {}
     conds = {c.get("type"): c for c in st.get("conditions") or [] if c.get("status") == "True"}
+    if "Complete" in conds:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
+        c = conds.get("Failed") or conds.get("FailureTarget") or {}
+        message = _pod_failure(pods)
+        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
+    if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
+        return JobObservation(JobState.SUCCEEDED, alive)
+    return JobObservation(JobState.ACTIVE, alive, running=running)
+
+
+def _pod_counts(pods: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(alive, running) pods: a pod being deleted still counts while its process may run (phase not
+    yet final)."""
+    phases = [(p.get("status") or {}).get("phase") for p in pods]
+    return (sum(1 for ph in phases if ph in ("Pending", "Running", None)),
+            sum(1 for ph in phases if ph == "Running"))
+
+
+def _pod_failure(pods: Sequence[Mapping[str, Any]]) -> str:
+    """The last line of the last failed container's termination message (its exit code when the
+    message is blank), redacted, at most 300 characters; "" when no container failed."""
     message = ""
     for p in pods:
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("exitCode") not in (None, 0):
                 # a pod's own words (an older or custom image may not redact): redacted where they enter
-                message = redact((term.get("message") or f"exit code {term.get('exitCode')}").strip()).splitlines()[-1][:300]
-    if "Complete" in conds:
-        return JobObservation(JobState.SUCCEEDED, alive)
-    if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
-        c = conds.get("Failed") or conds.get("FailureTarget") or {}
-        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
-    if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
-        return JobObservation(JobState.SUCCEEDED, alive)
-    return JobObservation(JobState.ACTIVE, alive, running=running)
+                words = redact(str(term.get("message") or "").strip())
+                message = (words.splitlines()[-1] if words else f"exit code {term.get('exitCode')}")[:300]
+    return message
 
 
 def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
@@ -408,8 +422,7 @@ def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[
     """A SparkApplication (+ the pods carrying its drain-job label) → the state machine's view (pure).
     COMPLETED → Succeeded; FAILED / SUBMISSION_FAILED → Failed with the operator's error message;
     every other state (new, SUBMITTED, RUNNING, PENDING_RERUN, SUCCEEDING, FAILING, UNKNOWN…) → Active."""
-    alive = sum(1 for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running", None))
-    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    alive, running = _pod_counts(pods)
     if app is None:
         return JobObservation(JobState.ABSENT, alive, running=running)
     state = ((app.get("status") or {}).get("applicationState") or {})

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, AbstractSet, Any, Iterable, Mapping, Sequence
 
 from lagpilot.decide.projection import INF, PartitionLoad, clear_time_s, project
 
@@ -368,6 +368,13 @@ def drain_need(
     ``retention_s`` (the topic's retention.ms / 1000, best effort; None: unknown or infinite): a
     partition whose oldest record expires within ``target_s`` (age + target >= retention) is planned
     before every other one, whatever its age rank (see :func:`expiring_first`).
+
+    The named steps, in order (docs/decision.md, "Drain need"); each returns None when there is no
+    drain: a running busy drain takes its next split instead (:func:`extension_need`) -> gate (the
+    drains and tasks in flight, the group alone, the minimum interval) -> select the candidates and
+    whether one is due -> a follow-up's own timing (drains side by side) -> order them (the small
+    joiners, the oldest first, the expiring first) -> size and spread the tasks, leaving out the
+    partitions the drain cannot help -> the need, with its reason and message.
     """
     if not policy.enabled or capacity is None or capacity <= 0 or not loads:
         return None
@@ -377,6 +384,61 @@ def drain_need(
         return extension_need(loads, capacity, busy_drain, group_replicas=group_replicas, target_s=target_s,
                               policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s)
     in_flight = drains_in_flight if drains_in_flight is not None else (1 if drain_active else 0)
+    x = _gate(loads, capacity, group_replicas=group_replicas, target_s=target_s, sla_s=sla_s, policy=policy,
+              now_s=now_s, in_flight=in_flight, last_drain_end_s=last_drain_end_s, oldest_age_s=oldest_age_s,
+              tasks_in_flight=tasks_in_flight, busy_partitions=busy_partitions, retention_s=retention_s)
+    if x is None:
+        return None
+    notes: list[str] = []
+    picked = _select(x, notes)
+    if not picked.candidates:
+        return None
+    if not (picked.due or _follow_up_due_now(x, picked.candidates, notes)):
+        notes.append("regrowing partitions not yet due")
+        return None
+    chosen = _spread(x, _ordered(x, picked, notes), notes)
+    if not any(r.records >= x.policy.min_backlog_records for r in chosen):
+        # the partitions below minBacklogRecords only join a drain due for a larger one: with that
+        # one left out (no faster than the group, or no task left), there is no drain to join
+        return None
+    return _need(chosen, target_s=target_s, group_replicas=x.group_replicas, notes=notes,
+                 follow_up=in_flight > 0, extension=False)
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What every step of a drain plan reads: the inputs and the figures derived from them once the
+    gate let a drain through."""
+
+    loads: Sequence[PartitionLoad]
+    capacity: float
+    policy: DrainPolicy
+    group_replicas: int  # the group's cap, within [1, partitions]
+    target_s: float
+    sla_s: float
+    in_flight: int  # drains not finished yet
+    budget: int  # tasks left of maxTasks
+    overloaded: bool  # the capped group's live rates exceed what it can process
+    share: float  # records/s one consumer gives each of its partitions at the cap
+    task_cap: float  # records/s of one drain task
+    ages: Mapping[int, float]
+    busy: frozenset[int]  # hand-off not done: never planned twice
+    regrowing: frozenset[int]  # a rate alone >= one consumer
+    pipelined: bool  # follow-ups have their own timing and sizing (drains side by side)
+    retention_s: float | None
+
+    def plans_follow_up(self, l: PartitionLoad) -> bool:
+        """A follow-up of pipelined drains: due by its own rule (:func:`follow_up_due`), not the trigger."""
+        return self.pipelined and self.in_flight > 0 and (l.partition in self.regrowing or self.overloaded)
+
+
+def _gate(loads: Sequence[PartitionLoad], capacity: float, *, group_replicas: int, target_s: float, sla_s: float,
+          policy: DrainPolicy, now_s: float, in_flight: int, last_drain_end_s: float | None,
+          oldest_age_s: Mapping[int, float] | None, tasks_in_flight: int, busy_partitions: Sequence[int],
+          retention_s: float | None) -> _Setting | None:
+    """No drain when the executor runs as many drains as it can, the task budget is used up, the group
+    at its cap meets the target alone, or (outside overload) the last drain ended less than
+    ``min_interval_s`` ago; else the setting the other steps read."""
     if in_flight >= policy.max_concurrent:
         return None
     budget = policy.max_tasks - max(0, tasks_in_flight)
@@ -390,137 +452,195 @@ def drain_need(
     if (not overloaded and last_drain_end_s is not None
             and now_s - last_drain_end_s < policy.min_interval_s):
         return None
-    task_cap = policy.task_capacity or capacity
     ages = dict(oldest_age_s or {})
-    busy = set(busy_partitions)
-    regrowing = {l.partition for l in loads if l.rate >= capacity}
+    share = capacity / group.per_consumer_partitions
     # pipelined drains (an executor running several side by side) while the group is overloaded
     # (the load regrows behind every split) and one drain at a time could not hold the target in
     # steady state (one_at_a_time_worst_s): follow-ups have their own timing and sizing
     # (follow_up_due, pipeline_tasks). Otherwise (a hot partition carried by drains, a mild
     # excess) the rules above, like one drain at a time (max_concurrent 1): nothing below changes
     pipelined = (policy.max_concurrent > 1 and overloaded
-                 and one_at_a_time_worst_s(loads, ages, capacity / group.per_consumer_partitions, policy,
-                                           capacity) > target_s)
-    # the tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
-    # caps it, else its share of the budget in proportion to its backlog among the partitions that
-    # regrow behind a split (over their consumer's share): a hot partition with most of the backlog
-    # takes most of it, a flash burst spreads it evenly
-    over_lag = sum(max(0.0, l.lag) for l in loads
-                   if l.rate > capacity / group.per_consumer_partitions and l.partition not in busy)
+                 and one_at_a_time_worst_s(loads, ages, share, policy, capacity) > target_s)
+    return _Setting(
+        loads=loads, capacity=capacity, policy=policy, group_replicas=group_replicas, target_s=target_s,
+        sla_s=sla_s, in_flight=in_flight, budget=budget, overloaded=overloaded, share=share,
+        task_cap=policy.task_capacity or capacity, ages=ages, busy=frozenset(busy_partitions),
+        regrowing=frozenset(l.partition for l in loads if l.rate >= capacity), pipelined=pipelined,
+        retention_s=retention_s,
+    )
 
-    def due_tasks(l: PartitionLoad) -> int:
-        if policy.split_factor is not None:
-            return max(1, task_cap_of(policy, 1, budget))
-        frac = min(1.0, max(0.0, l.lag) / over_lag) if over_lag > 0 else 1.0
-        return max(1, int(budget * frac))
-    ordered = sorted(loads, key=lambda l: (-clear_time_s(l.lag, l.rate, capacity), -l.lag, l.partition))
-    remaining = {l.partition: l for l in loads}
-    notes: list[str] = []
+
+@dataclass(frozen=True)
+class _Picked:
+    """The select step's answer: the partitions a drain would take, in the order they were found."""
+
+    candidates: list[PartitionLoad]
+    small: list[PartitionLoad]  # overloaded, below min_backlog_records: only with a due drain
+    due: bool  # one candidate cannot wait for the next poll
+
+
+def _select(x: _Setting, notes: list[str]) -> _Picked:
+    """Worst first (dedicated catch-up time), the partitions a drain would take until those left to
+    the group meet the target, each with enough backlog and helped by the drain; and whether one is
+    due now."""
+    p, cap = x.policy, x.capacity
+    ordered = sorted(x.loads, key=lambda l: (-clear_time_s(l.lag, l.rate, cap), -l.lag, l.partition))
+    remaining = {l.partition: l for l in x.loads}
     candidates: list[PartitionLoad] = []
-    small: list[PartitionLoad] = []  # overloaded, below min_backlog_records: only with a due drain
+    small: list[PartitionLoad] = []
     due = False
+    over_lag = _over_lag(x)
     for l in ordered:
-        if l.partition in busy:
+        if l.partition in x.busy or not _needed(x, l, remaining.values()):
             continue
-        needed = l.partition in regrowing or overloaded or not _rest_ok(
-            remaining.values(), regrowing, group_replicas, capacity, target_s)
-        if not needed:
-            continue
-        if l.lag <= 0 or l.lag < policy.min_backlog_records:
-            if overloaded and l.rate > capacity / group.per_consumer_partitions and l.lag >= policy.min_records_per_task:
+        if l.lag <= 0 or l.lag < p.min_backlog_records:
+            if x.overloaded and l.rate > x.share and l.lag >= p.min_records_per_task:
                 small.append(l)  # joins a drain that is due anyway (it regrows like the others)
             continue
-        group_time = clear_time_s(l.lag, l.rate, capacity)
         # the fastest this partition could be drained (its fair share of the budget is at most all of it)
-        best = policy.fixed_cost_s + l.lag / (task_cap_of(policy, len(loads), budget) * task_cap)
-        if not best < group_time:
+        best = p.fixed_cost_s + l.lag / (task_cap_of(p, len(x.loads), x.budget) * x.task_cap)
+        if not best < clear_time_s(l.lag, l.rate, cap):
             notes.append(f"partition {l.partition}: drain ({best:.0f}s) no faster than the group")
             continue
         candidates.append(l)
         remaining[l.partition] = PartitionLoad(l.partition, 0.0, l.rate, l.start_offset, l.end_offset)
-        if pipelined and in_flight > 0 and (l.partition in regrowing or overloaded):
-            pass  # a follow-up: due by its own rule below (follow_up_due), not the trigger
-        elif l.partition in regrowing or overloaded:
-            # its backlog regrows after any drain: due when one more poll would bring its oldest
-            # record to the trigger by the end of the drain (fewer drains, each pays the start-up)
-            age = _age(l, ages)
-            lag_later = l.lag + max(0.0, l.rate - capacity / group.per_consumer_partitions) * policy.poll_interval_s
-            finish = policy.fixed_cost_s + lag_later / (due_tasks(l) * task_cap)
-            if age + policy.poll_interval_s + finish >= policy.hot_trigger_fraction * sla_s:
-                due = True
-        else:
-            due = True  # the group cannot clear it within the target: every poll waited is lost
-        if _expires_soon(l, ages, retention_s, target_s):
-            due = True  # waiting for the regrowing trigger would let retention delete the range
-    if not candidates:
-        return None
-    share = capacity / group.per_consumer_partitions
-    if not due and pipelined and in_flight > 0:
-        planned = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity)
-        due = follow_up_due(candidates, ages, planned or budget, share, target_s, policy, capacity)
-        wanted = pipeline_tasks(candidates, ages, policy.max_tasks, share, target_s, policy, capacity)
-        if due and wanted is not None and budget < wanted and not follow_up_due(
-                candidates, ages, planned or budget, share, sla_s, policy, capacity):
-            # the tasks this follow-up wants are still held by the drains in flight: wait for them
-            # while its records can still make the SLA (a follow-up that leaves partitions out, or
-            # gives them too few tasks, doubles their next range and takes a drain slot)
-            due = False
-            notes.append(f"follow-up waits for tasks ({budget} free of {wanted} wanted)")
-    if not due:
-        notes.append("regrowing partitions not yet due")
-        return None
+        due = _due(x, l, over_lag) or due
+    return _Picked(candidates, small, due)
+
+
+def _needed(x: _Setting, l: PartitionLoad, remaining: Iterable[PartitionLoad]) -> bool:
+    """A regrowing partition always (one drain cannot fix it), every one when the group is
+    overloaded, else one while the partitions left to the group do not meet the target."""
+    return l.partition in x.regrowing or x.overloaded or not _rest_ok(
+        remaining, x.regrowing, x.group_replicas, x.capacity, x.target_s)
+
+
+def _over_lag(x: _Setting) -> float:
+    """The backlog of the partitions that regrow behind a split (over their consumer's share)."""
+    return sum(max(0.0, l.lag) for l in x.loads if l.rate > x.share and l.partition not in x.busy)
+
+
+def _due_tasks(x: _Setting, l: PartitionLoad, over_lag: float) -> int:
+    """The tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
+    caps it, else its share of the budget in proportion to its backlog among the partitions that
+    regrow behind a split (:func:`_over_lag`): a hot partition with most of the backlog takes most
+    of it, a flash burst spreads it evenly."""
+    if x.policy.split_factor is not None:
+        return max(1, task_cap_of(x.policy, 1, x.budget))
+    frac = min(1.0, max(0.0, l.lag) / over_lag) if over_lag > 0 else 1.0
+    return max(1, int(x.budget * frac))
+
+
+def _due(x: _Setting, l: PartitionLoad, over_lag: float) -> bool:
+    """Is this candidate due now? A non-regrowing partition the group cannot clear within the target
+    at once (every poll waited is lost); a regrowing one when one more poll would bring its oldest
+    record to ``hot_trigger_fraction x SLA`` by the end of its drain (fewer drains, each pays the
+    start-up); one whose oldest record expires within the target at once. A follow-up of pipelined
+    drains has its own rule (:func:`_follow_up_due_now`)."""
+    p = x.policy
+    due = False
+    if x.plans_follow_up(l):
+        pass
+    elif l.partition in x.regrowing or x.overloaded:
+        lag_later = l.lag + max(0.0, l.rate - x.share) * p.poll_interval_s
+        finish = p.fixed_cost_s + lag_later / (_due_tasks(x, l, over_lag) * x.task_cap)
+        due = _age(l, x.ages) + p.poll_interval_s + finish >= p.hot_trigger_fraction * x.sla_s
+    else:
+        due = True
+    # waiting for the regrowing trigger would let retention delete the range
+    return due or _expires_soon(l, x.ages, x.retention_s, x.target_s)
+
+
+def _follow_up_due_now(x: _Setting, candidates: list[PartitionLoad], notes: list[str]) -> bool:
+    """A follow-up of pipelined drains (:func:`follow_up_due`): due when one more poll would make its
+    worst record miss the target, unless the tasks it wants are still held by the drains in flight
+    while its records can still make the SLA (a follow-up that leaves partitions out, or gives them
+    too few tasks, doubles their next range and takes a drain slot)."""
+    if not (x.pipelined and x.in_flight > 0):
+        return False
+    p, cap, budget = x.policy, x.capacity, x.budget
+    planned = pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, cap)
+    due = follow_up_due(candidates, x.ages, planned or budget, x.share, x.target_s, p, cap)
+    wanted = pipeline_tasks(candidates, x.ages, p.max_tasks, x.share, x.target_s, p, cap)
+    if due and wanted is not None and budget < wanted and not follow_up_due(
+            candidates, x.ages, planned or budget, x.share, x.sla_s, p, cap):
+        notes.append(f"follow-up waits for tasks ({budget} free of {wanted} wanted)")
+        return False
+    return due
+
+
+def _ordered(x: _Setting, picked: _Picked, notes: list[str]) -> list[PartitionLoad]:
+    """The due drain's partitions in urgency order (for a budget smaller than the partitions): the
+    small joiners added, the oldest record first, those retention would delete first of all."""
     # in a burst every partition over its consumer's share regrows: one left out for the minimum
     # backlog (an anti-flap rule for *starting* a drain) would wait a whole drain and then be the
     # largest range of the next one. It joins the drain that is due anyway (one batch at least).
-    for l in small:
+    candidates = list(picked.candidates)
+    for l in picked.small:
         candidates.append(l)
         notes.append(f"partition {l.partition}: below minBacklogRecords, joins the due drain (overloaded)")
-    # urgency order for a budget smaller than the partitions: oldest record first
-    candidates.sort(key=lambda l: (-_age(l, ages), -l.lag, l.partition))
-    candidates = expiring_first(candidates, ages, retention_s, target_s)
-    if retention_s is not None and candidates and _expires_soon(candidates[0], ages, retention_s, target_s):
+    candidates.sort(key=lambda l: (-_age(l, x.ages), -l.lag, l.partition))
+    candidates = expiring_first(candidates, x.ages, x.retention_s, x.target_s)
+    if x.retention_s is not None and candidates and _expires_soon(candidates[0], x.ages, x.retention_s,
+                                                                  x.target_s):
         notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
-    def size(candidates: list[PartitionLoad]) -> tuple[int, int | None]:
-        """The drain's task count for these candidates (the rules above) and the pipeline's, if any."""
-        total = sum(l.lag for l in candidates)
-        oldest = max((ages.get(l.partition, 0.0) for l in candidates), default=0.0)
-        # how long the drain's records may take (its tasks: fewer tasks, fewer start-ups to pay):
-        # - its oldest record must still make the target: oldest + fixed cost + work <= target;
-        # - the next drain (one at a time: it can start only when this one ended) must too. Behind the
-        #   split the group's oldest record ages at g = (rate - share) / rate per second (1: the group
-        #   processes nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <=
-        #   target. At least work_fraction x target (the earlier rule, never more tasks than it gave).
-        g = max((max(0.0, l.rate - capacity / group.per_consumer_partitions) / l.rate if l.rate > 0 else 0.0)
-                for l in candidates)
-        follow = (target_s - policy.poll_interval_s - policy.fixed_cost_s * (1 + g)) / (1 + g)
-        room = max(policy.poll_interval_s,
-                   min(max(policy.work_fraction * target_s, follow), target_s - oldest - policy.fixed_cost_s))
-        want = math.ceil(total / (task_cap * room))
-        # and enough for each range to beat the group ("the drain must help", checked per range below)
-        helps = 0
-        for l in candidates:
-            spare = clear_time_s(l.lag, l.rate, capacity) - policy.fixed_cost_s
-            helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (task_cap * max(spare, 1e-9))) + 1
-        want = max(want, helps)
-        n = max(min(len(candidates), budget), min(want, task_cap_of(policy, len(candidates), budget)))
-        piped = pipeline_tasks(candidates, ages, budget, share, target_s, policy, capacity) if pipelined else None
-        if piped is not None:
-            n = piped
-        elif overloaded or any(l.partition in regrowing for l in candidates):
-            # the backlog regrows behind the split while this drain runs, and (one drain at a time)
-            # the next drain can start only when this one ended: size this one so that both meet
-            # the target, else so that the worse of the two is as short as the budget allows
-            n = tasks_for_two_drains(candidates, ages, n, task_cap_of(policy, len(candidates), budget),
-                                     capacity / group.per_consumer_partitions, target_s, policy, capacity)
-        return n, piped
+    return candidates
 
-    n, piped = size(candidates)
-    # tasks where the backlog is (issue 25): each partition's own need (its backlog, age and arrival
-    # rate over the time left, partition_need), the drain's count raised to their sum within the
-    # budget; a partition the drain cannot help is left out and its tasks go to the others
-    share_now = capacity / group.per_consumer_partitions
-    high = task_cap_of(policy, len(candidates), budget)
+
+def _size(x: _Setting, candidates: list[PartitionLoad]) -> tuple[int, int | None]:
+    """The drain's task count for these candidates and the pipeline's count, if any (drains side by
+    side): enough for its records to take at most the time the target leaves (this drain's oldest
+    record and the next drain's), and for each range to beat the group; the pipeline's own count;
+    else, while the backlog regrows behind the split, the count with which this drain and the next
+    one meet the target (:func:`tasks_for_two_drains`)."""
+    p, budget = x.policy, x.budget
+    n = max(min(len(candidates), budget),
+            min(max(_tasks_for_time(x, candidates), _tasks_to_help(x, candidates)),
+                task_cap_of(p, len(candidates), budget)))
+    piped = pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, x.capacity) if x.pipelined else None
+    if piped is not None:
+        return piped, piped
+    if x.overloaded or any(l.partition in x.regrowing for l in candidates):
+        # the backlog regrows behind the split while this drain runs, and (one drain at a time)
+        # the next drain can start only when this one ended: size this one so that both meet
+        # the target, else so that the worse of the two is as short as the budget allows
+        n = tasks_for_two_drains(candidates, x.ages, n, task_cap_of(p, len(candidates), budget),
+                                 x.share, x.target_s, p, x.capacity)
+    return n, None
+
+
+def _tasks_for_time(x: _Setting, candidates: list[PartitionLoad]) -> int:
+    """Tasks for the drain's records to take at most the time they may (fewer tasks, fewer start-ups):
+    its oldest record must still make the target (oldest + fixed cost + work <= target), and so must
+    the next drain's (one at a time: it can start only when this one ended). Behind the split the
+    group's oldest record ages at g = (rate - share) / rate per second (1: the group processes
+    nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <= target. At least
+    work_fraction x target (the earlier rule, never more tasks than it gave)."""
+    p, target_s = x.policy, x.target_s
+    total = sum(l.lag for l in candidates)
+    oldest = max((x.ages.get(l.partition, 0.0) for l in candidates), default=0.0)
+    g = max((max(0.0, l.rate - x.share) / l.rate if l.rate > 0 else 0.0) for l in candidates)
+    follow = (target_s - p.poll_interval_s - p.fixed_cost_s * (1 + g)) / (1 + g)
+    room = max(p.poll_interval_s, min(max(p.work_fraction * target_s, follow), target_s - oldest - p.fixed_cost_s))
+    return math.ceil(total / (x.task_cap * room))
+
+
+def _tasks_to_help(x: _Setting, candidates: list[PartitionLoad]) -> int:
+    """Tasks for each range to beat the group ("the drain must help", checked per range later)."""
+    helps = 0
+    for l in candidates:
+        spare = clear_time_s(l.lag, l.rate, x.capacity) - x.policy.fixed_cost_s
+        helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (x.task_cap * max(spare, 1e-9))) + 1
+    return helps
+
+
+def _spread(x: _Setting, candidates: list[PartitionLoad], notes: list[str]) -> list[DrainRange]:
+    """The ranges with their tasks where the backlog is (issue 25): each partition's own need (its
+    backlog, age and arrival rate over the time left, :func:`partition_need`), the drain's count
+    raised to their sum within the budget; a partition the drain cannot help is left out and the
+    drain sized again without it (its tasks go to the others)."""
+    n, piped = _size(x, candidates)
+    high = task_cap_of(x.policy, len(candidates), x.budget)
     chosen: list[DrainRange] = []
     left_out: set[int] = set()
     while True:
@@ -528,30 +648,15 @@ def drain_need(
         if not live:
             break
         if left_out:  # sized again without the partitions left out (their "drain must help" tasks)
-            n, piped = size(live)
-        if piped is not None:  # drains side by side: the pipeline's own count and spread (unchanged)
-            alloc = allocate_tasks([l.lag for l in live], n, per_task_min=policy.min_records_per_task)
-        else:
-            needs = [partition_need(l.lag, _age(l, ages), _seen_rate(l, _age(l, ages), policy.poll_interval_s),
-                                    share_now, target_s, policy, task_cap, high) for l in live]
-            if policy.busy:
-                # a busy drain's next splits use its tasks (a task added later pays the start-up):
-                # at least the tasks that hold each partition's regrowth from split to split
-                needs = [max(nd, _hold_tasks(_seen_rate(l, _age(l, ages), policy.poll_interval_s), share_now,
-                                             task_cap)) for nd, l in zip(needs, live)]
-            m = max(min(len(live), budget), min(max(n, sum(needs)), task_cap_of(policy, len(live), budget)))
-            alloc = allocate_by_need([l.lag for l in live], needs, m, per_task_min=policy.min_records_per_task)
+            n, piped = _size(x, live)
+        alloc = _allocation(x, live, n, piped is not None, high)
         chosen, dropped = [], False
         for l, tasks in zip(live, alloc):
             if tasks <= 0:
                 notes.append(f"partition {l.partition}: task budget exhausted")
                 continue
-            r = DrainRange(
-                partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
-                expected_s=policy.fixed_cost_s + l.lag / (tasks * task_cap),
-                group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
-                regrowing=l.partition in regrowing,
-            )
+            r = _range(l, tasks, x.policy.fixed_cost_s, x.task_cap, x.capacity,
+                       regrowing=l.partition in x.regrowing)
             if not r.expected_s < r.group_would_need_s:
                 notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
                 left_out.add(l.partition)
@@ -560,28 +665,61 @@ def drain_need(
             chosen.append(r)
         if not dropped:
             break
-    if not any(r.records >= policy.min_backlog_records for r in chosen):
-        # the partitions below minBacklogRecords only join a drain due for a larger one: with that
-        # one left out (no faster than the group, or no task left), there is no drain to join
-        return None
-    chosen.sort(key=lambda r: r.partition)
+    return chosen
+
+
+def _allocation(x: _Setting, live: list[PartitionLoad], n: int, piped: bool, high: int) -> list[int]:
+    """``n`` tasks over ``live``: drains side by side keep the pipeline's count and spread; else each
+    partition's need (a busy drain's at least what holds its regrowth from split to split: a task
+    added later pays the start-up), the count raised to their sum within the budget."""
+    p = x.policy
+    if piped:
+        return allocate_tasks([l.lag for l in live], n, per_task_min=p.min_records_per_task)
+    rates = [_seen_rate(l, _age(l, x.ages), p.poll_interval_s) for l in live]
+    needs = [partition_need(l.lag, _age(l, x.ages), rate, x.share, x.target_s, p, x.task_cap, high)
+             for l, rate in zip(live, rates)]
+    if p.busy:
+        needs = [max(nd, _hold_tasks(rate, x.share, x.task_cap)) for nd, rate in zip(needs, rates)]
+    m = max(min(len(live), x.budget), min(max(n, sum(needs)), task_cap_of(p, len(live), x.budget)))
+    return allocate_by_need([l.lag for l in live], needs, m, per_task_min=p.min_records_per_task)
+
+
+def _range(l: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *,
+           regrowing: bool) -> DrainRange:
+    """One partition's range with ``tasks`` tasks, ``fixed_s`` before its first record."""
+    return DrainRange(
+        partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
+        expected_s=fixed_s + l.lag / (tasks * task_cap),
+        group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
+        regrowing=regrowing,
+    )
+
+
+def _reason(chosen: Sequence[DrainRange], target_s: float) -> str:
+    """A partition whose rate alone is one consumer's, else one the group cannot clear in time, else
+    the group's cap."""
     if any(r.regrowing for r in chosen):
-        reason = "RegrowingPartition"
-    elif any(r.group_would_need_s > target_s for r in chosen):
-        reason = "HotPartition"
-    else:
-        reason = "PartitionCapReached"
+        return "RegrowingPartition"
+    if any(r.group_would_need_s > target_s for r in chosen):
+        return "HotPartition"
+    return "PartitionCapReached"
+
+
+def _need(chosen: list[DrainRange], *, target_s: float, group_replicas: int, notes: list[str], follow_up: bool,
+          extension: bool) -> DrainNeed:
+    """The need for these ranges (sorted by partition), with its reason and message."""
+    chosen = sorted(chosen, key=lambda r: r.partition)
     parts = ", ".join(f"p{r.partition}:{r.records}/{r.tasks}" for r in chosen)
     expected_s = max(r.expected_s for r in chosen)
     tasks_total = sum(r.tasks for r in chosen)
-    message = (
-        f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
-        f"group capped at {group_replicas} cannot meet {target_s:.0f}s"
-    )
-    return DrainNeed(
-        ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
-        notes=tuple(notes), follow_up=in_flight > 0,
-    )
+    if extension:
+        message = (f"busy drain: next split {parts} (records/tasks) in {tasks_total} tasks without a new start-up, "
+                   f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s")
+    else:
+        message = (f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
+                   f"group capped at {group_replicas} cannot meet {target_s:.0f}s")
+    return DrainNeed(ranges=tuple(chosen), reason=_reason(chosen, target_s), message=message, tasks=tasks_total,
+                     expected_s=expected_s, notes=tuple(notes), follow_up=follow_up, extension=extension)
 
 
 def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
@@ -606,6 +744,10 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
       minus the tasks still busy on other partitions: a next split never starts a task. When the
       slots cannot even hold the regrowth of the partitions due, there is no next split: the drain
       ends with its ranges and the next drain is planned afresh (with its start-up).
+
+    The named steps, in order: gate (the group alone) -> pick the partitions due for a next split
+    -> the budget the tasks busy elsewhere leave -> each partition's tasks -> the need, with its
+    reason and message.
     """
     if capacity <= 0 or not loads:
         return None
@@ -613,63 +755,120 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     group = project(loads, group_replicas, capacity)
     if group.catch_up_s <= target_s:
         return None
-    task_cap = policy.task_capacity or capacity
-    share = capacity / group.per_consumer_partitions
-    ages = dict(oldest_age_s or {})
-    lanes = busy.by_partition
-    sla_s = target_s if sla_s is None else sla_s
-    poll = policy.poll_interval_s
-    horizon = poll + policy.handoff_s
-    picks: list[tuple[PartitionLoad, float]] = []
+    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
+               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
+               task_cap=policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
     notes: list[str] = []
-    free = busy.free_slots
-    for l in sorted(loads, key=lambda l: (-_age(l, ages), -l.lag, l.partition)):
-        lane = lanes.get(l.partition)
-        if lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * task_cap) > horizon:
-            continue  # its tasks hold work beyond the next poll: split it then (a larger range)
-        if l.lag < max(1, policy.min_records_per_task):
-            continue
-        rate = _seen_rate(l, _age(l, ages), poll)
-        regrows = rate > share
-        if not regrows and clear_time_s(l.lag, l.rate, capacity) <= target_s:
-            continue  # the group holds it: handed back (no next split)
-        if lane is None and not regrows and l.lag < policy.min_backlog_records:
-            continue
-        steady = rate - share >= 0.5 * task_cap  # its regrowth keeps at least half a task busy
-        if not steady or ((lane is None or lane.tasks == 0) and free <= 0):
-            # a partition a little over its consumer's share would keep a task mostly idle (or
-            # start one for every batch), and a new task pays the start-up: either waits until
-            # due, as a first drain's regrowing partition does, its task released meanwhile
-            age = _age(l, ages)
-            later = l.lag + max(0.0, rate - share) * poll
-            k = max(1, math.ceil(max(0.0, rate - share) / task_cap))
-            if age + poll + policy.fixed_cost_s + later / (k * task_cap) < policy.hot_trigger_fraction * sla_s:
-                notes.append(f"partition {l.partition}: not yet due for a new task")
-                continue
-        if (lane is None or lane.tasks == 0) and free > 0:
-            free -= 1
-        picks.append((l, rate))
+    picks = _split_picks(x, notes)
     if not picks:
         return None
     picked = {l.partition for l, _ in picks}
-    busy_elsewhere = sum(x.tasks for x in busy.lanes if x.partition not in picked)
+    busy_elsewhere = sum(lane.tasks for lane in busy.lanes if lane.partition not in picked)
     # maxTasks less the tasks busy on other partitions: the drain's free slots take a next split
     # at once; tasks beyond them start like a new drain's (the executor adds them, with a start-up)
     budget = policy.max_tasks - busy_elsewhere
     if budget <= 0:
         return None
-    no_start = replace(policy, start_up_s=0.0)
-    high = budget if policy.split_factor is None else min(budget, policy.split_factor)
+    chosen = []
+    for (l, rate), tasks in zip(picks, _split_allocation(x, picks, budget)):
+        if tasks <= 0:
+            notes.append(f"partition {l.partition}: task budget exhausted")
+            continue
+        chosen.append(_range(l, tasks, policy.handoff_s, x.task_cap, capacity, regrowing=rate >= capacity))
+    if not chosen:
+        return None
+    return _need(chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True,
+                 extension=True)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """What every step of a busy drain's next split reads."""
+
+    loads: Sequence[PartitionLoad]
+    capacity: float
+    busy: BusyDrain
+    policy: DrainPolicy
+    target_s: float
+    sla_s: float
+    share: float  # records/s one consumer gives each of its partitions at the cap
+    task_cap: float  # records/s of one drain task
+    ages: Mapping[int, float]
+
+    @property
+    def horizon_s(self) -> float:
+        """The next chance to split: a poll and the hand-off."""
+        return self.policy.poll_interval_s + self.policy.handoff_s
+
+
+def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float]]:
+    """The partitions due for a next split, the oldest record first, with the rate their backlog
+    shows; a partition without a running task takes one of the drain's free slots."""
+    p = x.policy
+    lanes = x.busy.by_partition
+    free = x.busy.free_slots
+    picks: list[tuple[PartitionLoad, float]] = []
+    for l in sorted(x.loads, key=lambda l: (-_age(l, x.ages), -l.lag, l.partition)):
+        lane = lanes.get(l.partition)
+        if lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * x.task_cap) > x.horizon_s:
+            continue  # its tasks hold work beyond the next poll: split it then (a larger range)
+        if l.lag < max(1, p.min_records_per_task):
+            continue
+        rate = _seen_rate(l, _age(l, x.ages), p.poll_interval_s)
+        if not _split_wanted(x, l, lane, rate):
+            continue
+        new_task = lane is None or lane.tasks == 0
+        if _split_waits(x, l, rate, no_slot=new_task and free <= 0):
+            notes.append(f"partition {l.partition}: not yet due for a new task")
+            continue
+        if new_task and free > 0:
+            free -= 1
+        picks.append((l, rate))
+    return picks
+
+
+def _split_wanted(x: _Split, l: PartitionLoad, lane: Lane | None, rate: float) -> bool:
+    """A partition the group cannot hold: it regrows (over its consumer's share) or the group cannot
+    clear its backlog within the target; one not yet in the drain needs ``minBacklogRecords`` unless
+    it regrows (the anti-flap rule of a first drain). The others are handed back (no next split)."""
+    regrows = rate > x.share
+    if not regrows and clear_time_s(l.lag, l.rate, x.capacity) <= x.target_s:
+        return False
+    return not (lane is None and not regrows and l.lag < x.policy.min_backlog_records)
+
+
+def _split_waits(x: _Split, l: PartitionLoad, rate: float, *, no_slot: bool) -> bool:
+    """A partition a little over its consumer's share would keep a task mostly idle (or start one
+    for every batch), and a new task (``no_slot``: none free) pays the start-up: either waits until
+    due, as a first drain's regrowing partition does, its task released meanwhile."""
+    p = x.policy
+    steady = rate - x.share >= 0.5 * x.task_cap  # its regrowth keeps at least half a task busy
+    if steady and not no_slot:
+        return False
+    poll = p.poll_interval_s
+    later = l.lag + max(0.0, rate - x.share) * poll
+    k = max(1, math.ceil(max(0.0, rate - x.share) / x.task_cap))
+    return _age(l, x.ages) + poll + p.fixed_cost_s + later / (k * x.task_cap) < p.hot_trigger_fraction * x.sla_s
+
+
+def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budget: int) -> list[int]:
+    """Each pick the tasks that hold its regrowth (within one a batch), then the rest of the budget
+    towards each one's need (:func:`partition_need` without a start-up, behind what its tasks still
+    hold), to the longest sub-ranges first."""
+    p = x.policy
+    no_start = replace(p, start_up_s=0.0)
+    high = budget if p.split_factor is None else min(budget, p.split_factor)
+    lanes = x.busy.by_partition
     needs, holds = [], []
     for l, rate in picks:
         lane = lanes.get(l.partition)
         ahead = lane.remaining if lane is not None else 0.0
-        k = partition_need(l.lag + ahead, _age(l, ages), rate, share, target_s, no_start, task_cap, high)
-        hold = _hold_tasks(rate, share, task_cap)
+        k = partition_need(l.lag + ahead, _age(l, x.ages), rate, x.share, x.target_s, no_start, x.task_cap, high)
+        hold = _hold_tasks(rate, x.share, x.task_cap)
         holds.append(hold)
         needs.append(max(1, min(high, max(k, hold))))
     records = [l.lag for l, _ in picks]
-    caps = [max(1, int(r // max(1.0, policy.min_records_per_task))) for r in records]
+    caps = [max(1, int(r // max(1.0, p.min_records_per_task))) for r in records]
     alloc = [min(h, c) for h, c in zip(holds, caps)]
     left = min(budget, sum(needs)) - sum(alloc)
     while left > 0:  # the rest towards each need, to the longest sub-ranges first
@@ -679,27 +878,7 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         i = max(room, key=lambda j: (records[j] / alloc[j], -j))
         alloc[i] += 1
         left -= 1
-    chosen = []
-    for (l, rate), tasks in zip(picks, alloc):
-        if tasks <= 0:
-            notes.append(f"partition {l.partition}: task budget exhausted")
-            continue
-        chosen.append(DrainRange(
-            partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
-            expected_s=policy.handoff_s + l.lag / (tasks * task_cap),
-            group_would_need_s=clear_time_s(l.lag, l.rate, capacity), regrowing=rate >= capacity))
-    if not chosen:
-        return None
-    chosen.sort(key=lambda r: r.partition)
-    reason = ("RegrowingPartition" if any(r.regrowing for r in chosen)
-              else "HotPartition" if any(r.group_would_need_s > target_s for r in chosen) else "PartitionCapReached")
-    parts = ", ".join(f"p{r.partition}:{r.records}/{r.tasks}" for r in chosen)
-    expected_s = max(r.expected_s for r in chosen)
-    tasks_total = sum(r.tasks for r in chosen)
-    message = (f"busy drain: next split {parts} (records/tasks) in {tasks_total} tasks without a new start-up, "
-               f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s")
-    return DrainNeed(ranges=tuple(chosen), reason=reason, message=message, tasks=tasks_total, expected_s=expected_s,
-                     notes=tuple(notes), follow_up=True, extension=True)
+    return alloc
 
 
 def _hold_tasks(rate: float, share: float, task_cap: float) -> int:
@@ -1010,8 +1189,8 @@ def expiring_first(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
 
 
 def _rest_ok(
-    loads: Any,
-    regrowing: set[int],
+    loads: Iterable[PartitionLoad],
+    regrowing: AbstractSet[int],
     group_replicas: int,
     capacity: float,
     target_s: float,

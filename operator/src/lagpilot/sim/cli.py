@@ -170,51 +170,60 @@ def main(argv: list[str] | None = None) -> int:
         from lagpilot.sim.compare import main_from_demo
 
         if not args.trace:
-            print("error: --from-demo needs --trace <out>/trace.csv", file=sys.stderr)
-            return 2
+            return _error("--from-demo needs --trace <out>/trace.csv")
         return main_from_demo(args, argv, parser)
     if args.generate:
-        if args.generate not in tracegen.KINDS:
-            print(f"error: unknown trace kind {args.generate!r}; choose from {', '.join(tracegen.KINDS)}", file=sys.stderr)
-            return 2
-        text = tracegen.to_csv(tracegen.generate(args.generate, args.seed, args.partitions, args.capacity))
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
-            print(f"wrote {args.out}", file=sys.stderr)
-        else:
-            sys.stdout.write(text)
-        return 0
+        return _generate(args)
     if args.suite:
         if not args.json:
             print("within_sla_fraction / replica+drain-task minutes per policy")
             print(suite_header(args.markdown))
         return run_suite(args)
     if not args.trace:
-        print("error: --trace FILE (or --generate KIND, or --suite) is required", file=sys.stderr)
-        return 2
+        return _error("--trace FILE (or --generate KIND, or --suite) is required")
+    return _simulate(args)
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """``--generate KIND``: a synthetic trace to ``--out`` (or stdout)."""
+    if args.generate not in tracegen.KINDS:
+        return _error(f"unknown trace kind {args.generate!r}; choose from {', '.join(tracegen.KINDS)}")
+    text = tracegen.to_csv(tracegen.generate(args.generate, args.seed, args.partitions, args.capacity))
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    """``--trace FILE``: every policy asked for on the trace, as JSON or a table (and a plot)."""
     params = params_from_args(args)
     if params.partitions < 1 or params.capacity <= 0 or params.sla_s <= 0 or params.step_s <= 0:
-        print("error: partitions, capacity, sla and step must be positive", file=sys.stderr)
-        return 2
+        return _error("partitions, capacity, sla and step must be positive")
     try:
         trace = load_trace(args.trace)
     except (OSError, KeyError, ValueError) as exc:
-        print(f"error: cannot read trace {args.trace}: {exc}", file=sys.stderr)
-        return 2
+        return _error(f"cannot read trace {args.trace}: {exc}")
     wanted = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = [p for p in wanted if p not in POLICIES]
     if unknown:
-        print(f"error: unknown policies {unknown}; choose from {POLICIES}", file=sys.stderr)
-        return 2
+        return _error(f"unknown policies {unknown}; choose from {POLICIES}")
     results, sweep = run_all(trace, params, policies=wanted)
     results = {k: results[k] for k in wanted if k in results}
-    out = {
-        "policies": {k: v.to_dict() for k, v in results.items()},
-        "params": {k: v for k, v in asdict(params).items()},
-        "keda_sweep": sweep,
-    }
     if args.json:
+        out = {
+            "policies": {k: v.to_dict() for k, v in results.items()},
+            "params": {k: v for k, v in asdict(params).items()},
+            "keda_sweep": sweep,
+        }
         if args.plot:
             _plot_or_say(results, params, args.plot)
         print(json.dumps(out, sort_keys=False))

@@ -331,22 +331,39 @@ class _World:
 
     # one step ----------------------------------------------------------------------------
     def advance(self, t: float, dt: float, rate: float, weights: list[float]) -> tuple[float, int]:
-        n = self.p.partitions
+        """One step of ``dt`` from ``t``: the hand-offs due, the records produced, the group's and the
+        drain tasks' work, the drains that ended; returns (the oldest record's age, tasks running)."""
         if not self._runtime_serving:
             self.runtime_s += self.runtime_replicas * dt  # idle: serving no drain (warming, cooldown)
+        self._hand_offs_due(t, dt)
+        self._produce(t, dt, rate, weights)
+        self._consume(t, dt)
+        running = 0
+        for d in self.sim_drains:
+            running += self._run_tasks(d, t, dt)
+            self._progress(d)
+        self._finish_drains(t)
+        return self._oldest_age(t + dt), running
+
+    def _hand_offs_due(self, t: float, dt: float) -> None:
         for d in self.sim_drains:
             if d.status.handed_off_at is None and d.handoff_at <= t + dt:
                 self._hand_off(d, max(t, d.handoff_at))
             if d.ext_handoff_at is not None and d.ext_handoff_at <= t + dt:
                 self._extend(d, max(t, d.ext_handoff_at))
-        for i in range(n):
+
+    def _produce(self, t: float, dt: float, rate: float, weights: list[float]) -> None:
+        for i in range(self.p.partitions):
             r = rate * weights[i]
             self.rates[i] = r
             self.queues[i].push(t, t + dt, r * dt)
             self.produced_by[i] += r * dt
+
+    def _consume(self, t: float, dt: float) -> None:
+        """The ready consumers' work, each on its partitions (water-filled), less the hand-off pause."""
         ready = self.ready(t)
         work = max(0.0, dt - max(0.0, min(t + dt, self.paused_until) - t))  # the hand-off pause
-        for owned in range_assignment(n, ready):
+        for owned in range_assignment(self.p.partitions, ready):
             budget = self.p.capacity * work
             if budget <= 0:
                 break
@@ -356,29 +373,38 @@ class _World:
             for i, a in zip(owned, alloc):
                 if a > 0:
                     self.queues[i].take(a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat)
+
+    def _run_tasks(self, d: _SimDrain, t: float, dt: float) -> int:
+        """The drain's started tasks work through their sub-ranges; returns the tasks not done."""
         running = 0
         task_cap = self.p.task_capacity
-        for d in self.sim_drains:
-            for task in d.tasks:
-                if task.done_at is not None:
-                    continue
-                running += 1
-                if task.start_at >= t + dt:
-                    continue
-                s = max(t, task.start_at)
-                amount = task_cap * (t + dt - s)
-                need = task.queue.total
-                took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
-                task.took(took)
-                if task.queue.total <= 1e-9:
-                    task.done_at = s + took / task_cap
-            if d.busy:
-                if d.status.handed_off_at is not None:
-                    self._busy_status(d)
-            elif d.status.handed_off_at is not None:
-                subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
-                             for sp, task in zip(d.status.sub_ranges, d.tasks))
-                d.status = replace(d.status, sub_ranges=subs)
+        for task in d.tasks:
+            if task.done_at is not None:
+                continue
+            running += 1
+            if task.start_at >= t + dt:
+                continue
+            s = max(t, task.start_at)
+            amount = task_cap * (t + dt - s)
+            need = task.queue.total
+            took = task.queue.take(min(amount, need), s, s + min(amount, need) / task_cap, self.lat)
+            task.took(took)
+            if task.queue.total <= 1e-9:
+                task.done_at = s + took / task_cap
+        return running
+
+    def _progress(self, d: _SimDrain) -> None:
+        """The drain's status after its tasks' work: a done task's sub-range at its end."""
+        if d.busy:
+            if d.status.handed_off_at is not None:
+                self._busy_status(d)
+        elif d.status.handed_off_at is not None:
+            subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
+                         for sp, task in zip(d.status.sub_ranges, d.tasks))
+            d.status = replace(d.status, sub_ranges=subs)
+
+    def _finish_drains(self, t: float) -> None:
+        """A drain (not busy) whose tasks are all done succeeds and is verified."""
         for d in [d for d in self.sim_drains
                   if not d.busy and d.tasks and all(task.done_at is not None for task in d.tasks)]:
             end = max(task.done_at or t for task in d.tasks)
@@ -386,13 +412,15 @@ class _World:
             done = replace(d.status, phase=handoff.Phase.SUCCEEDED)
             self.last_status = replace(done, phase=handoff.Phase.VERIFIED, finished_at=end)
             self.sim_drains.remove(d)
+
+    def _oldest_age(self, now: float) -> float:
+        """The age of the oldest record not processed yet, in the group's queues or a task's."""
         oldest = min(
             [q.oldest() for q in self.queues if q.oldest() is not None]
             + [task.queue.oldest() for task in self.tasks if task.queue.oldest() is not None],
             default=None,
         )
-        age = 0.0 if oldest is None else max(0.0, t + dt - oldest)
-        return age, running
+        return 0.0 if oldest is None else max(0.0, now - oldest)
 
     def remaining(self) -> float:
         return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
