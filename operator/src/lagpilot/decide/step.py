@@ -212,7 +212,8 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
     """One pure decision: estimate -> learn -> project -> scale (stabilized) -> plan drains -> hand-off hold."""
     pol = spec if isinstance(spec, Policies) else Policies.from_group_spec(spec, model)
     est = est_mod.update(state.estimator, obs.snapshot)
-    learned, learn_events = state.learned, ()
+    learned = state.learned
+    learn_events: tuple[learn.Event, ...] = ()
     if pol.learn_start_ups or pol.detect_ineffective_scaling:
         learned, learn_events = learn.observe(state.learned, now=now, current=obs.current_replicas,
                                               ready=obs.ready_replicas, drains=obs.drains, prev=state.estimator,
