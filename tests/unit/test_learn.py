@@ -292,3 +292,18 @@ def test_a_rise_of_at_least_the_threshold_is_never_called_ineffective(before: fl
     learned, _ = learn.observe(learn.Learned(check=check), now=60.0, current=r1, ready=r1, drains=(), prev=None,
                                est=est, poll_s=15.0)
     assert learned.limit is None
+
+
+def test_a_partition_the_group_never_committed_does_not_hide_the_throughput() -> None:
+    """Found on the real stack (12 partitions, 3 consumers): partitions without a commit yet made the
+    throughput unmeasurable, so no scale-up was ever checked. Their position is the log start, as
+    their lag counts."""
+    from lagpilot.decide import estimate
+    parts0 = [PartitionOffsets(0, 0, 5000, 0), PartitionOffsets(1, 0, 5000, None)]
+    parts1 = [PartitionOffsets(0, 0, 6000, 1500), PartitionOffsets(1, 0, 6000, None)]
+    prev = estimate.update(None, snapshot(0.0, parts0, {}))
+    est = estimate.update(prev, snapshot(15.0, parts1, {}))
+    assert learn.throughput(prev, est) == pytest.approx(100.0)
+    got = learn.after_decision(learn.Learned(), now=15.0, current=1, replicas=3, held=False, drains=(), prev=prev,
+                               est=est)
+    assert got.check is not None and got.check.before == pytest.approx(100.0)
