@@ -181,10 +181,11 @@ Event = tuple[str, str, str]  # (type, reason, message) for a Kubernetes event
 
 
 def committed_sum(est: EstimatorState | None) -> int | None:
-    """The group's committed offsets summed over the partitions (None: some partition has none)."""
-    if est is None or not est.partitions or any(p.committed is None for p in est.partitions.values()):
+    """The group's consume positions summed over the partitions: the committed offset, or the log
+    start where the group has not committed yet (as its lag counts; None: no partitions)."""
+    if est is None or not est.partitions:
         return None
-    return sum(int(p.committed or 0) for p in est.partitions.values())
+    return sum(int(p.committed if p.committed is not None else p.low) for p in est.partitions.values())
 
 
 def throughput(prev: EstimatorState | None, est: EstimatorState) -> float | None:
