@@ -263,16 +263,18 @@ def test_no_check_while_a_drain_is_in_flight() -> None:
 @settings(max_examples=200, deadline=None)
 @given(lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
        rates=st.lists(st.floats(0, 400), min_size=8, max_size=8),
-       cur=st.integers(0, 8), at=st.integers(1, 8))
+       cur=st.integers(0, 8), at=st.integers(1, 8), lo=st.integers(1, 4))
 def test_the_hold_only_ever_stops_scale_ups_at_or_above_the_limit(lags: list[int], rates: list[float], cur: int,
-                                                                  at: int) -> None:
-    p = ScalingPolicy(max_replicas=8)
+                                                                  at: int, lo: int) -> None:
+    p = ScalingPolicy(min_replicas=lo, max_replicas=8)
     loads = loads_from(lags, rates[: len(lags)])
     lim = learn.Limit(0.0, at, 1, 100.0, 200.0, 100.0)
     free, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0), p)
     held, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0, downstream_limit=lim), p)
-    if free.desired_replicas > cur >= at:
-        assert held.desired_replicas == cur and held.reason == "DownstreamLimited"
+    keep = max(cur, min(lo, len(lags)))
+    if free.desired_replicas > keep and cur >= at:
+        assert held.desired_replicas == keep and held.reason == "DownstreamLimited"
+        assert held.desired_replicas >= min(lo, len(lags))  # never below minReplicas
     else:
         assert held.desired_replicas == free.desired_replicas and held.reason == free.reason
 

@@ -548,9 +548,10 @@ def _hold_at_downstream_limit(x: _Case, step: Step) -> Step:
     detection). Scale-downs and the count itself are left to the other steps."""
     desired, _, why = step
     lim = x.obs.downstream_limit
-    if lim is None or desired <= x.cur or x.cur < lim.replicas:
+    keep = max(x.cur, x.lo)  # never below minReplicas (a raised minimum still applies)
+    if lim is None or desired <= keep or x.cur < lim.replicas:
         return step
-    return x.cur, "DownstreamLimited", f"{why}; held: {lim.message}"
+    return keep, "DownstreamLimited", f"{why}; held: {lim.message}"
 
 
 def _projection_at(x: _Case, drain: DrainNeed | None, desired: int) -> float | None:
