@@ -107,8 +107,10 @@ def memory_facts(memory: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a restart must not get wrong: written at once when it moves (not on the heartbeat)."""
     est = memory.get("estimator") or {}
     hist = memory.get("scalingHistory") or {}
+    learned = memory.get("learned") or {}  # decide.learn: a new start-up sample, a downstream limit set or cleared
     return (est.get("dataLossRecords"), est.get("resets"), tuple(sorted((est.get("partitions") or {}).keys())),
-            hist.get("lastScaleS"))
+            hist.get("lastScaleS"), tuple(learned.get("podStart") or ()), tuple(learned.get("drainStart") or ()),
+            tuple(learned.get("drainWarmStart") or ()), (learned.get("limit") or {}).get("since_s"))
 
 
 def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepState) -> None:
