@@ -309,3 +309,22 @@ def test_a_partition_the_group_never_committed_does_not_hide_the_throughput() ->
     got = learn.after_decision(learn.Learned(), now=15.0, current=1, replicas=3, held=False, drains=(), prev=prev,
                                est=est)
     assert got.check is not None and got.check.before == pytest.approx(100.0)
+
+
+def test_the_status_view_is_what_the_model_declares() -> None:
+    """status.startUps and the ScalingIneffective condition as the operator writes them validate
+    against the status model (unknown fields forbidden, as the API server would prune them)."""
+    from lagpilot.model.status import BatchConsumerGroupStatus, ConditionType
+    from lagpilot.reconcile import report
+
+    spec = parse_spec({**BASE, "drain": {"enabled": False}})
+    s = step_mod.StepState(learned=learn.Learned(pod_start=(12.5, 14.0), limit=learn.Limit(0.0, 1, 1, 1.0, 2.0, 1.0)))
+    out, _ = go(s, 0.0, [5000] * 3, [1000] * 3, 1, 1, spec)  # backlogged: the limit holds
+    view = report.start_ups(out)
+    assert view is not None and view["podStart"] == {"seconds": 14.0, "source": "Measured", "samples": [12.5, 14.0]}
+    assert view["drainStart"] == {"seconds": 20.0, "source": "Default", "samples": []}
+    cond = report.scaling_ineffective(out)
+    assert (cond.type, cond.status, cond.reason) == (ConditionType.SCALING_INEFFECTIVE.value, "True", "DownstreamLimited")
+    merged = [{"type": cond.type, "status": cond.status, "reason": cond.reason, "message": cond.message}]
+    got = BatchConsumerGroupStatus.model_validate({"startUps": view, "conditions": merged})
+    assert got.start_ups is not None and got.start_ups.pod_start is not None and got.start_ups.pod_start.seconds == 14.0
