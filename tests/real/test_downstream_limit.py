@@ -7,6 +7,7 @@ sink every consumer shares: an exclusive file lock held for 10 ms per record, so
 most ~100 records/s whatever its size. The operator (a subprocess, the docs/rbac.md Role) runs this
 checkout's code.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,17 @@ from lagpilot.act.memory import MEMORY_FIELD, memory_name
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
 from tests.fixtures.kube import wait_until
 from tests.real.test_crd import crd  # noqa: F401 - fixture
-from tests.real.test_operator_e2e import (REPO, Operator, apply_cr, condition, cr, events_for, get_cr, produce,
-                                          start_operator)  # noqa: F401 - fixture
+from tests.real.test_operator_e2e import (
+    REPO,
+    Operator,
+    apply_cr,
+    condition,
+    cr,
+    events_for,
+    get_cr,
+    produce,
+    start_operator,  # noqa: F401 - fixture
+)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -38,7 +48,7 @@ def _rate_with_several_writers(log: Path) -> tuple[float, int] | None:
     rows = [(int(p), float(t), int(n)) for p, t, n in rows]
     if len(rows) < 20:
         return None
-    tail = rows[len(rows) // 2:]  # the later half: the scaled-up group
+    tail = rows[len(rows) // 2 :]  # the later half: the scaled-up group
     writers = {p for p, _, _ in tail}
     span = tail[-1][1] - tail[0][1]
     if len(writers) < 2 or span <= 0:
@@ -47,9 +57,14 @@ def _rate_with_several_writers(log: Path) -> tuple[float, int] | None:
 
 
 def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
-        crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],  # noqa: F811
-        kafka_bootstrap: str, new_topic: Callable[..., str],
-        start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
+    crd: Any,  # noqa: F811 - the fixture
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],  # noqa: F811 - the fixture
+) -> None:
     from kubernetes import client
 
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
@@ -65,20 +80,36 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
     lock, log = work / "sink.lock", work / "sink.log"
     op = start_operator(ns)
     name = "limited"
-    apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
-        "topic": topic, "groupId": f"g-{uuid.uuid4().hex[:6]}",
-        # small batches: commits every ~0.2 s, so a poll's throughput is not lumpy
-        "batch": {"maxRecords": 20, "timeoutMs": 500},
-        "processing": {"handler": "tests.real.operator_handlers:shared_limit",
-                       "config": {"ms_per_record": str(MS_PER_RECORD), "lock": str(lock), "log": str(log)}},
-        "scaling": {"minReplicas": 1, "maxReplicas": partitions, "pollIntervalSeconds": 5,
-                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
-                                 "scaleDown": {"stabilizationWindowSeconds": 600}}},
-        "catchUpSLASeconds": 300,
-        "drain": {"enabled": False},
-        "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
-    }))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            name,
+            {
+                "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+                "topic": topic,
+                "groupId": f"g-{uuid.uuid4().hex[:6]}",
+                # small batches: commits every ~0.2 s, so a poll's throughput is not lumpy
+                "batch": {"maxRecords": 20, "timeoutMs": 500},
+                "processing": {
+                    "handler": "tests.real.operator_handlers:shared_limit",
+                    "config": {"ms_per_record": str(MS_PER_RECORD), "lock": str(lock), "log": str(log)},
+                },
+                "scaling": {
+                    "minReplicas": 1,
+                    "maxReplicas": partitions,
+                    "pollIntervalSeconds": 5,
+                    "behavior": {
+                        "scaleUp": {"stabilizationWindowSeconds": 0},
+                        "scaleDown": {"stabilizationWindowSeconds": 600},
+                    },
+                },
+                "catchUpSLASeconds": 300,
+                "drain": {"enabled": False},
+                "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+            },
+        ),
+    )
     dname = f"{name}-consumer"
     seen: list[int] = []
 
@@ -106,8 +137,14 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
     assert rate <= 1.2 * 1000 / MS_PER_RECORD, rate
     assert cond["reason"] == "DownstreamLimited"
     assert f"->{held_at}" in cond["message"], cond["message"]
-    wait_until(lambda: any(e.type == "Warning" and e.reason == "DownstreamLimited" for e in events_for(core, ns, name)),
-               "a Warning event DownstreamLimited", 60, interval=1)
+    wait_until(
+        lambda: any(
+            e.type == "Warning" and e.reason == "DownstreamLimited" for e in events_for(core, ns, name)
+        ),
+        "a Warning event DownstreamLimited",
+        60,
+        interval=1,
+    )
 
     # 3. no more replicas while the backlog lasts, though the load asks for more: the decision says
     # DownstreamLimited (each consumer's measured capacity fell with the shared sink)
@@ -128,7 +165,12 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
     # source of status.startUps, which a CRD without that field, installed by another session on
     # the shared stack, prunes)
     memory = json.loads(core.read_namespaced_config_map(memory_name(name), ns).data[MEMORY_FIELD])
-    print("learned:", memory["learned"], "status.startUps:", (get_cr(custom, ns, name).get("status") or {}).get("startUps"))
+    print(
+        "learned:",
+        memory["learned"],
+        "status.startUps:",
+        (get_cr(custom, ns, name).get("status") or {}).get("startUps"),
+    )
     samples = memory["learned"]["podStart"]
     assert samples and all(0 < x < 300 for x in samples), memory["learned"]
     assert op.alive(), op.tail()

@@ -1,6 +1,7 @@
 """decide.learn (issue 25 item 4): the start-ups this CR showed, and scale-ups that did not raise the
 throughput (a downstream limit). Tables + hypothesis properties; the step is driven as the operator
 and the simulator drive it."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,14 +23,18 @@ BASE = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId"
 
 # --- the figure the planner uses --------------------------------------------------------------------
 
-@pytest.mark.parametrize("samples, default, want", [
-    ((), 20.0, 20.0),  # nothing measured: the model's figure
-    ((13.0,), 20.0, 13.0),  # one sample: it (a quicker start-up than the model's is used too)
-    ((10.0, 50.0), 20.0, 50.0),  # fewer than 5: the largest (Flink's maximum)
-    ((10.0, 20.0, 30.0, 40.0, 50.0), 20.0, 40.0),  # 5: the second largest (nearest-rank 80th percentile)
-    ((30.0, 30.0, 30.0, 30.0, 400.0), 20.0, 30.0),  # one outlier does not rule
-    ((10.0, 2000.0), 20.0, learn.LIMIT_S),  # capped (Flink: restart.time-tracking.limit)
-])
+
+@pytest.mark.parametrize(
+    "samples, default, want",
+    [
+        ((), 20.0, 20.0),  # nothing measured: the model's figure
+        ((13.0,), 20.0, 13.0),  # one sample: it (a quicker start-up than the model's is used too)
+        ((10.0, 50.0), 20.0, 50.0),  # fewer than 5: the largest (Flink's maximum)
+        ((10.0, 20.0, 30.0, 40.0, 50.0), 20.0, 40.0),  # 5: the second largest (nearest-rank 80th percentile)
+        ((30.0, 30.0, 30.0, 30.0, 400.0), 20.0, 30.0),  # one outlier does not rule
+        ((10.0, 2000.0), 20.0, learn.LIMIT_S),  # capped (Flink: restart.time-tracking.limit)
+    ],
+)
 def test_figure_table(samples: tuple[float, ...], default: float, want: float) -> None:
     assert learn.figure(samples, default) == want
 
@@ -47,8 +52,11 @@ def test_the_memory_is_bounded_and_round_trips(samples: list[float]) -> None:
     for x in samples:
         learned = dataclasses.replace(learned, pod_start=learn._kept(learned.pod_start, x))
     assert len(learned.pod_start) <= learn.KEEP
-    learned = dataclasses.replace(learned, limit=learn.Limit(1.0, 6, 2, 100.0, 300.0, 101.0),
-                                  check=learn.ScaleUpCheck(2.0, 1, 3, 50.0, 3, 5.0, 900))
+    learned = dataclasses.replace(
+        learned,
+        limit=learn.Limit(1.0, 6, 2, 100.0, 300.0, 101.0),
+        check=learn.ScaleUpCheck(2.0, 1, 3, 50.0, 3, 5.0, 900),
+    )
     assert learn.Learned.from_dict(json.loads(json.dumps(learned.to_dict()))) == learned
 
 
@@ -59,8 +67,9 @@ def test_a_malformed_memory_starts_fresh() -> None:
 
 # --- driving the step -------------------------------------------------------------------------------
 
+
 def snap(at: float, ends: list[int], committed: list[int], cap: float | None):  # type: ignore[no-untyped-def]
-    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed))]
+    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed, strict=True))]
     return snapshot(at, parts, {i: cap for i in range(len(ends))} if cap else {})
 
 
@@ -101,9 +110,17 @@ def test_a_scale_up_never_applied_is_not_a_start_up() -> None:
 
 def drain(**kw):  # type: ignore[no-untyped-def]
     base = handoff.DrainStatus(
-        id=7, phase=handoff.Phase.RUNNING, ranges=(handoff.PartitionRange(0, start=0, split=1000),),
-        sub_ranges=(handoff.SubProgress(0, 0, 0, 1000, 0),), planned_at=98.0, handed_off_at=99.0,
-        started_at=100.0, attempt=1, runtime="cold", progress_at=100.0)
+        id=7,
+        phase=handoff.Phase.RUNNING,
+        ranges=(handoff.PartitionRange(0, start=0, split=1000),),
+        sub_ranges=(handoff.SubProgress(0, 0, 0, 1000, 0),),
+        planned_at=98.0,
+        handed_off_at=99.0,
+        started_at=100.0,
+        attempt=1,
+        runtime="cold",
+        progress_at=100.0,
+    )
     return dataclasses.replace(base, **kw)
 
 
@@ -118,27 +135,55 @@ def watch(steps):  # type: ignore[no-untyped-def]
     for now, drains in steps:
         est = snap(now, [1000], [0], None)
         from lagpilot.decide import estimate
+
         e = estimate.update(prev, est)
-        learned, _ = learn.observe(learned, now=now, current=1, ready=1, drains=drains, prev=prev, est=e, poll_s=15)
+        learned, _ = learn.observe(
+            learned, now=now, current=1, ready=1, drains=drains, prev=prev, est=e, poll_s=15
+        )
         prev = e
     return learned
 
 
-@pytest.mark.parametrize("case, steps, cold, warm", [
-    # launched at 100, seen without progress at 105, progress first seen by the executor at 118
-    ("cold", [(90.0, ()), (105.0, (drain(),)), (120.0, (progressed(progress_at=118.0),))], (18.0,), ()),
-    ("warm runtime", [(90.0, ()), (105.0, (drain(runtime="warm"),)),
-                      (120.0, (progressed(runtime="warm", progress_at=104.0),))], (), (4.0,)),
-    # progress already at the first look, but it launched after the previous one: the look is fresh
-    ("fresh first look", [(90.0, ()), (110.0, (progressed(progress_at=None),))], (10.0,), ()),
-    # a restarted operator finds a drain well under way: nothing learned from it
-    ("under way at a restart", [(300.0, ()), (315.0, (progressed(progress_at=290.0),))], (), ()),
-    # retried before its progress was seen: the first attempt's start-up is unknown
-    ("retried", [(90.0, ()), (105.0, (drain(),)), (200.0, (progressed(attempt=2, progress_at=190.0),))], (), ()),
-    # measured once per drain
-    ("once", [(90.0, ()), (105.0, (drain(),)), (120.0, (progressed(progress_at=118.0),)),
-              (135.0, (progressed(progress_at=133.0),))], (18.0,), ()),
-])
+@pytest.mark.parametrize(
+    "case, steps, cold, warm",
+    [
+        # launched at 100, seen without progress at 105, progress first seen by the executor at 118
+        ("cold", [(90.0, ()), (105.0, (drain(),)), (120.0, (progressed(progress_at=118.0),))], (18.0,), ()),
+        (
+            "warm runtime",
+            [
+                (90.0, ()),
+                (105.0, (drain(runtime="warm"),)),
+                (120.0, (progressed(runtime="warm", progress_at=104.0),)),
+            ],
+            (),
+            (4.0,),
+        ),
+        # progress already at the first look, but it launched after the previous one: the look is fresh
+        ("fresh first look", [(90.0, ()), (110.0, (progressed(progress_at=None),))], (10.0,), ()),
+        # a restarted operator finds a drain well under way: nothing learned from it
+        ("under way at a restart", [(300.0, ()), (315.0, (progressed(progress_at=290.0),))], (), ()),
+        # retried before its progress was seen: the first attempt's start-up is unknown
+        (
+            "retried",
+            [(90.0, ()), (105.0, (drain(),)), (200.0, (progressed(attempt=2, progress_at=190.0),))],
+            (),
+            (),
+        ),
+        # measured once per drain
+        (
+            "once",
+            [
+                (90.0, ()),
+                (105.0, (drain(),)),
+                (120.0, (progressed(progress_at=118.0),)),
+                (135.0, (progressed(progress_at=133.0),)),
+            ],
+            (18.0,),
+            (),
+        ),
+    ],
+)
 def test_drain_start_up_table(case: str, steps, cold, warm) -> None:  # type: ignore[no-untyped-def]
     learned = watch(steps)
     assert (learned.drain_start, learned.drain_warm_start) == (cold, warm), case
@@ -150,19 +195,30 @@ def test_measured_drain_start_up_is_what_the_planner_uses() -> None:
     learned = learn.Learned(pod_start=(41.0,), drain_start=(55.0, 61.0), drain_warm_start=(2.0,))
     got = pol.with_learned(learned)
     assert got.drain is not None
-    assert (got.scaling.pod_start_s, got.drain.start_up_s, got.runtime.warm_up_s, got.runtime.warm_start_s) == \
-        (41.0, 61.0, 61.0, 2.0)
+    assert (
+        got.scaling.pod_start_s,
+        got.drain.start_up_s,
+        got.runtime.warm_up_s,
+        got.runtime.warm_start_s,
+    ) == (41.0, 61.0, 61.0, 2.0)
     assert pol.with_learned(learn.Learned()) == pol  # until measured: the model's figures
 
 
 # --- ineffective scale-ups --------------------------------------------------------------------------
 
+
 def limited_world(limit: float, per_consumer: float, detect: bool = True, polls: int = 40):  # type: ignore[no-untyped-def]
     """12 partitions at 20 records/s each; the group's throughput is min(limit, ready x per_consumer)
     (a sink that takes at most ``limit`` records/s in total), spread over the lagging partitions.
     Each consumer reports what it achieves per busy second (throughput / ready: always busy)."""
-    spec = parse_spec({**BASE, "drain": {"enabled": False}, "catchUpSLASeconds": 600,
-                       "scaling": {"minReplicas": 2, "maxReplicas": 12}})
+    spec = parse_spec(
+        {
+            **BASE,
+            "drain": {"enabled": False},
+            "catchUpSLASeconds": 600,
+            "scaling": {"minReplicas": 2, "maxReplicas": 12},
+        }
+    )
     pol = step_mod.Policies.from_group_spec(spec, step_mod.Model(detect_ineffective_scaling=detect))
     n, rate, poll, pod_start = 12, 20.0, 15.0, 30.0
     ends, committed = [0.0] * n, [0.0] * n
@@ -196,11 +252,15 @@ def test_a_scale_up_that_did_not_raise_the_throughput_stops_the_scale_ups() -> N
     limited = [(t, cur, o) for t, cur, o, _ in outs if o.limit is not None]
     assert limited, "the downstream limit was never detected"
     t0, cur0, first = limited[0]
-    assert first.limit is not None and first.limit.after < first.limit.before + 0.1 * (first.limit.expected - first.limit.before)
+    assert first.limit is not None and first.limit.after < first.limit.before + 0.1 * (
+        first.limit.expected - first.limit.before
+    )
     assert any(e[1] == "DownstreamLimited" for _, _, o, _ in outs for e in o.learn_events)
     # from the detection on, no more replicas: the count stays where the limit was seen
     after = [(cur, o) for t, cur, o, _ in outs if t >= t0]
-    assert all(o.replicas <= cur0 for _, o in after), [(cur, o.replicas, o.decision.reason) for cur, o in after]
+    assert all(o.replicas <= cur0 for _, o in after), [
+        (cur, o.replicas, o.decision.reason) for cur, o in after
+    ]
     assert any(o.decision.reason == "DownstreamLimited" for _, o in after)
     # without the detection the same world scales to the cap (each consumer's capacity keeps falling)
     blind = limited_world(limit=100.0, per_consumer=50.0, detect=False)
@@ -213,39 +273,59 @@ def test_a_scale_up_that_raised_the_throughput_is_not_limited() -> None:
     assert max(o.replicas for _, _, o, _ in outs) > 2  # it scaled up, and that helped
 
 
-@pytest.mark.parametrize("case, before, after, lagging_after, limited", [
-    ("no rise", 100.0, 100.0, 3, True),
-    ("rise 9 % of expected", 100.0, 118.0, 3, True),  # expected 300: +200; +18 < 20
-    ("rise 10 % of expected", 100.0, 120.0, 3, False),
-    ("caught up", 100.0, 100.0, 1, False),  # the group ran out of backlog: not held back
-])
-def test_effectiveness_threshold_table(case: str, before: float, after: float, lagging_after: int,
-                                       limited: bool) -> None:
+@pytest.mark.parametrize(
+    "case, before, after, lagging_after, limited",
+    [
+        ("no rise", 100.0, 100.0, 3, True),
+        ("rise 9 % of expected", 100.0, 118.0, 3, True),  # expected 300: +200; +18 < 20
+        ("rise 10 % of expected", 100.0, 120.0, 3, False),
+        ("caught up", 100.0, 100.0, 1, False),  # the group ran out of backlog: not held back
+    ],
+)
+def test_effectiveness_threshold_table(
+    case: str, before: float, after: float, lagging_after: int, limited: bool
+) -> None:
     check = learn.ScaleUpCheck(0.0, 1, 3, before, 3, ready_s=30.0, committed_at_ready=0)
     from lagpilot.decide import estimate
+
     lags = [5000 if i < lagging_after else 0 for i in range(3)]
     committed = int(after * 30)  # 30 s window at `after` records/s, spread
     per = [committed // 3 + (committed % 3 if i == 0 else 0) for i in range(3)]
-    est = estimate.update(None, snap(60.0, [p + lag for p, lag in zip(per, lags)], per, None))
-    learned, events = learn.observe(learn.Learned(check=check), now=60.0, current=3, ready=3, drains=(),
-                                    prev=None, est=est, poll_s=15.0)
+    est = estimate.update(None, snap(60.0, [p + lag for p, lag in zip(per, lags, strict=True)], per, None))
+    learned, events = learn.observe(
+        learn.Learned(check=check), now=60.0, current=3, ready=3, drains=(), prev=None, est=est, poll_s=15.0
+    )
     assert (learned.limit is not None) is limited, case
     assert learned.check is None  # judged (or dropped) once
     assert bool(events) is limited
 
 
-@pytest.mark.parametrize("case, current, lag, since, cleared", [
-    ("held", 6, 5000, 0.0, False),
-    ("replicas changed", 5, 5000, 0.0, True),
-    ("backlog gone", 6, 0, 0.0, True),
-    ("window over", 6, 5000, -learn.HOLD_S, True),
-])
-def test_the_limit_clears_when_things_change(case: str, current: int, lag: int, since: float, cleared: bool) -> None:
+@pytest.mark.parametrize(
+    "case, current, lag, since, cleared",
+    [
+        ("held", 6, 5000, 0.0, False),
+        ("replicas changed", 5, 5000, 0.0, True),
+        ("backlog gone", 6, 0, 0.0, True),
+        ("window over", 6, 5000, -learn.HOLD_S, True),
+    ],
+)
+def test_the_limit_clears_when_things_change(
+    case: str, current: int, lag: int, since: float, cleared: bool
+) -> None:
     from lagpilot.decide import estimate
+
     lim = learn.Limit(since, 6, 2, 100.0, 300.0, 100.0)
     est = estimate.update(None, snap(0.0, [lag, 0], [0, 0], None))
-    learned, events = learn.observe(learn.Learned(limit=lim), now=0.0, current=current, ready=current, drains=(),
-                                    prev=None, est=est, poll_s=15.0)
+    learned, events = learn.observe(
+        learn.Learned(limit=lim),
+        now=0.0,
+        current=current,
+        ready=current,
+        drains=(),
+        prev=None,
+        est=est,
+        poll_s=15.0,
+    )
     assert (learned.limit is None) is cleared, case
     assert [e[1] for e in events] == (["DownstreamLimitCleared"] if cleared else [])
 
@@ -253,6 +333,7 @@ def test_the_limit_clears_when_things_change(case: str, current: int, lag: int, 
 def test_no_check_while_a_drain_is_in_flight() -> None:
     """A hand-off moves committed offsets by whole ranges: the throughput is not the group's then."""
     from lagpilot.decide import estimate
+
     prev = estimate.update(None, snap(0.0, [5000] * 3, [0] * 3, None))
     est = estimate.update(prev, snap(15.0, [6000] * 3, [500] * 3, None))
     base = dict(now=15.0, current=1, replicas=3, held=False, prev=prev, est=est)
@@ -261,11 +342,16 @@ def test_no_check_while_a_drain_is_in_flight() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
-       rates=st.lists(st.floats(0, 400), min_size=8, max_size=8),
-       cur=st.integers(0, 8), at=st.integers(1, 8), lo=st.integers(1, 4))
-def test_the_hold_only_ever_stops_scale_ups_at_or_above_the_limit(lags: list[int], rates: list[float], cur: int,
-                                                                  at: int, lo: int) -> None:
+@given(
+    lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
+    rates=st.lists(st.floats(0, 400), min_size=8, max_size=8),
+    cur=st.integers(0, 8),
+    at=st.integers(1, 8),
+    lo=st.integers(1, 4),
+)
+def test_the_hold_only_ever_stops_scale_ups_at_or_above_the_limit(
+    lags: list[int], rates: list[float], cur: int, at: int, lo: int
+) -> None:
     p = ScalingPolicy(min_replicas=lo, max_replicas=8)
     loads = loads_from(lags, rates[: len(lags)])
     lim = learn.Limit(0.0, at, 1, 100.0, 200.0, 100.0)
@@ -281,18 +367,21 @@ def test_the_hold_only_ever_stops_scale_ups_at_or_above_the_limit(lags: list[int
 
 @settings(max_examples=200, deadline=None)
 @given(before=st.floats(1, 1000), r0=st.integers(1, 8), r1=st.integers(2, 16), frac=st.floats(0.1, 3))
-def test_a_rise_of_at_least_the_threshold_is_never_called_ineffective(before: float, r0: int, r1: int,
-                                                                      frac: float) -> None:
+def test_a_rise_of_at_least_the_threshold_is_never_called_ineffective(
+    before: float, r0: int, r1: int, frac: float
+) -> None:
     r1 = max(r1, r0 + 1)
     check = learn.ScaleUpCheck(0.0, r0, r1, before, r1, ready_s=30.0, committed_at_ready=0)
     after = before + frac * (check.expected - before) + 1.0  # +1: whole records
     from lagpilot.decide import estimate
-    total = int(math.ceil(after * 30))
+
+    total = math.ceil(after * 30)
     per = [total // r1] * r1
     per[0] += total - sum(per)
     est = estimate.update(None, snap(60.0, [x + 1000 for x in per], per, None))
-    learned, _ = learn.observe(learn.Learned(check=check), now=60.0, current=r1, ready=r1, drains=(), prev=None,
-                               est=est, poll_s=15.0)
+    learned, _ = learn.observe(
+        learn.Learned(check=check), now=60.0, current=r1, ready=r1, drains=(), prev=None, est=est, poll_s=15.0
+    )
     assert learned.limit is None
 
 
@@ -301,13 +390,15 @@ def test_a_partition_the_group_never_committed_does_not_hide_the_throughput() ->
     throughput unmeasurable, so no scale-up was ever checked. Their position is the log start, as
     their lag counts."""
     from lagpilot.decide import estimate
+
     parts0 = [PartitionOffsets(0, 0, 5000, 0), PartitionOffsets(1, 0, 5000, None)]
     parts1 = [PartitionOffsets(0, 0, 6000, 1500), PartitionOffsets(1, 0, 6000, None)]
     prev = estimate.update(None, snapshot(0.0, parts0, {}))
     est = estimate.update(prev, snapshot(15.0, parts1, {}))
     assert learn.throughput(prev, est) == pytest.approx(100.0)
-    got = learn.after_decision(learn.Learned(), now=15.0, current=1, replicas=3, held=False, drains=(), prev=prev,
-                               est=est)
+    got = learn.after_decision(
+        learn.Learned(), now=15.0, current=1, replicas=3, held=False, drains=(), prev=prev, est=est
+    )
     assert got.check is not None and got.check.before == pytest.approx(100.0)
 
 
@@ -318,13 +409,27 @@ def test_the_status_view_is_what_the_model_declares() -> None:
     from lagpilot.reconcile import report
 
     spec = parse_spec({**BASE, "drain": {"enabled": False}})
-    s = step_mod.StepState(learned=learn.Learned(pod_start=(12.5, 14.0), limit=learn.Limit(0.0, 1, 1, 1.0, 2.0, 1.0)))
+    s = step_mod.StepState(
+        learned=learn.Learned(pod_start=(12.5, 14.0), limit=learn.Limit(0.0, 1, 1, 1.0, 2.0, 1.0))
+    )
     out, _ = go(s, 0.0, [5000] * 3, [1000] * 3, 1, 1, spec)  # backlogged: the limit holds
     view = report.start_ups(out)
-    assert view is not None and view["podStart"] == {"seconds": 14.0, "source": "Measured", "samples": [12.5, 14.0]}
+    assert view is not None and view["podStart"] == {
+        "seconds": 14.0,
+        "source": "Measured",
+        "samples": [12.5, 14.0],
+    }
     assert view["drainStart"] == {"seconds": 20.0, "source": "Default", "samples": []}
     cond = report.scaling_ineffective(out)
-    assert (cond.type, cond.status, cond.reason) == (ConditionType.SCALING_INEFFECTIVE.value, "True", "DownstreamLimited")
+    assert (cond.type, cond.status, cond.reason) == (
+        ConditionType.SCALING_INEFFECTIVE.value,
+        "True",
+        "DownstreamLimited",
+    )
     merged = [{"type": cond.type, "status": cond.status, "reason": cond.reason, "message": cond.message}]
     got = BatchConsumerGroupStatus.model_validate({"startUps": view, "conditions": merged})
-    assert got.start_ups is not None and got.start_ups.pod_start is not None and got.start_ups.pod_start.seconds == 14.0
+    assert (
+        got.start_ups is not None
+        and got.start_ups.pod_start is not None
+        and got.start_ups.pod_start.seconds == 14.0
+    )

@@ -37,6 +37,7 @@ when the replica count changes, when the backlog is gone, or after :data:`HOLD_S
 scale-up may be tried and judged again). A check is dropped, never judged, while a drain is in
 flight (a hand-off moves committed offsets by whole ranges) or the estimator reset a partition.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,7 +55,9 @@ EFFECTIVENESS_THRESHOLD = 0.1  # Flink's scaling.effectiveness.threshold default
 WINDOW_POLLS = 2  # the throughput after a scale-up is measured over this many polls once Ready
 MIN_WINDOW_S = 30.0  # ... and at least this long (a rebalance pauses consumption for a few seconds)
 HOLD_S = 600.0  # a detected downstream limit holds the count this long at most, then is judged again
-PENDING_MAX_S = LIMIT_S  # a scale-up not Ready by then is not a start-up to learn from (pod_health reports it)
+PENDING_MAX_S = (
+    LIMIT_S  # a scale-up not Ready by then is not a start-up to learn from (pod_health reports it)
+)
 
 WARM = "warm"
 
@@ -70,7 +73,7 @@ def figure(samples: Sequence[float], default: float) -> float:
 
 
 def _kept(samples: tuple[float, ...], x: float) -> tuple[float, ...]:
-    return (samples + (round(min(max(0.0, x), LIMIT_S), 3),))[-KEEP:]
+    return (*samples, round(min(max(0.0, x), LIMIT_S), 3))[-KEEP:]
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,11 @@ class Limit:
     @property
     def message(self) -> str:
         rise, want = self.after - self.before, self.expected - self.before
-        return (f"the scale-up {self.from_replicas}->{self.replicas} raised the group's throughput by {rise:.1f}/s "
-                f"({self.before:.1f} -> {self.after:.1f} records/s) of {want:.1f}/s expected "
-                f"(< {EFFECTIVENESS_THRESHOLD:.0%}): a downstream limit; no more replicas")
+        return (
+            f"the scale-up {self.from_replicas}->{self.replicas} raised the group's throughput "
+            f"by {rise:.1f}/s ({self.before:.1f} -> {self.after:.1f} records/s) of {want:.1f}/s expected "
+            f"(< {EFFECTIVENESS_THRESHOLD:.0%}): a downstream limit; no more replicas"
+        )
 
 
 @dataclass(frozen=True)
@@ -135,16 +140,20 @@ class Learned:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "podStart": list(self.pod_start), "drainStart": list(self.drain_start),
+            "podStart": list(self.pod_start),
+            "drainStart": list(self.drain_start),
             "drainWarmStart": list(self.drain_warm_start),
-            "pendingScale": None if self.pending_scale is None else [self.pending_scale.at_s, self.pending_scale.target],
-            "drainPending": self.drain_pending, "drainMeasured": self.drain_measured,
+            "pendingScale": None
+            if self.pending_scale is None
+            else [self.pending_scale.at_s, self.pending_scale.target],
+            "drainPending": self.drain_pending,
+            "drainMeasured": self.drain_measured,
             "check": None if self.check is None else _fields(self.check),
             "limit": None if self.limit is None else _fields(self.limit),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "Learned":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Learned:
         """Inverse of :meth:`to_dict`; a missing or malformed value starts fresh."""
         if not data:
             return cls()
@@ -152,7 +161,8 @@ class Learned:
             ps = data.get("pendingScale")
             check, limit = data.get("check"), data.get("limit")
             return cls(
-                pod_start=_floats(data.get("podStart")), drain_start=_floats(data.get("drainStart")),
+                pod_start=_floats(data.get("podStart")),
+                drain_start=_floats(data.get("drainStart")),
                 drain_warm_start=_floats(data.get("drainWarmStart")),
                 pending_scale=None if not ps else PendingScale(float(ps[0]), int(ps[1])),
                 drain_pending=None if data.get("drainPending") is None else int(data["drainPending"]),
@@ -163,10 +173,15 @@ class Learned:
         except (TypeError, ValueError, IndexError, KeyError):
             return cls()
 
-    def figures(self, pod_start_s: float, drain_start_s: float, drain_warm_start_s: float) -> tuple[float, float, float]:
+    def figures(
+        self, pod_start_s: float, drain_start_s: float, drain_warm_start_s: float
+    ) -> tuple[float, float, float]:
         """(pod start, cold drain start-up, warm drain start-up) the planner uses, given the defaults."""
-        return (figure(self.pod_start, pod_start_s), figure(self.drain_start, drain_start_s),
-                figure(self.drain_warm_start, drain_warm_start_s))
+        return (
+            figure(self.pod_start, pod_start_s),
+            figure(self.drain_start, drain_start_s),
+            figure(self.drain_warm_start, drain_warm_start_s),
+        )
 
 
 def _fields(x: Any) -> dict[str, Any]:
@@ -204,9 +219,17 @@ def _drains_in_flight(drains: Sequence[handoff.DrainStatus]) -> bool:
     return any(not handoff.is_idle(d) for d in drains)
 
 
-def observe(learned: Learned, *, now: float, current: int, ready: int | None,
-            drains: Sequence[handoff.DrainStatus], prev: EstimatorState | None, est: EstimatorState,
-            poll_s: float) -> tuple[Learned, tuple[Event, ...]]:
+def observe(
+    learned: Learned,
+    *,
+    now: float,
+    current: int,
+    ready: int | None,
+    drains: Sequence[handoff.DrainStatus],
+    prev: EstimatorState | None,
+    est: EstimatorState,
+    poll_s: float,
+) -> tuple[Learned, tuple[Event, ...]]:
     """Fold one observation in: start-up samples, the running effectiveness check, the limit's end."""
     learned = _pod_start(learned, now, current, ready)
     learned = _drain_start(learned, now, drains, prev.at_s if prev is not None else None)
@@ -230,7 +253,9 @@ def _progressed(d: handoff.DrainStatus) -> bool:
     return d.records_done > 0 or any(s.next > s.start for s in d.sub_ranges)
 
 
-def _drain_start(learned: Learned, now: float, drains: Sequence[handoff.DrainStatus], prev_at: float | None) -> Learned:
+def _drain_start(
+    learned: Learned, now: float, drains: Sequence[handoff.DrainStatus], prev_at: float | None
+) -> Learned:
     """A drain's first attempt: launched -> the first look that saw its progress, one sample. The first
     look must be fresh: the drain was seen launched without progress, or it launched since the
     previous observation (a restarted operator finding a drain well under way learns nothing from it)."""
@@ -265,21 +290,36 @@ def _lagging(est: EstimatorState) -> int:
     return sum(1 for p in est.partitions.values() if p.lag > 0)
 
 
-def _judge(learned: Learned, now: float, current: int, ready: int | None, drains: Sequence[handoff.DrainStatus],
-           prev: EstimatorState | None, est: EstimatorState, poll_s: float) -> tuple[Learned, tuple[Event, ...]]:
+def _judge(
+    learned: Learned,
+    now: float,
+    current: int,
+    ready: int | None,
+    drains: Sequence[handoff.DrainStatus],
+    prev: EstimatorState | None,
+    est: EstimatorState,
+    poll_s: float,
+) -> tuple[Learned, tuple[Event, ...]]:
     """Advance the effectiveness check: Ready -> start the window; window over -> judge."""
     c = learned.check
     if c is None:
         return learned, ()
     drop = replace(learned, check=None)
-    if (current != c.to_replicas or _drains_in_flight(drains) or (prev is not None and est.resets != prev.resets)
-            or now - c.at_s > PENDING_MAX_S + _window_s(poll_s)):
+    if (
+        current != c.to_replicas
+        or _drains_in_flight(drains)
+        or (prev is not None and est.resets != prev.resets)
+        or now - c.at_s > PENDING_MAX_S + _window_s(poll_s)
+    ):
         return drop, ()
     if c.ready_s is None:
         if ready is not None and ready >= c.to_replicas:
             total = committed_sum(est)
-            return (replace(learned, check=replace(c, ready_s=now, committed_at_ready=total)) if total is not None
-                    else drop), ()
+            return (
+                replace(learned, check=replace(c, ready_s=now, committed_at_ready=total))
+                if total is not None
+                else drop
+            ), ()
         return learned, ()
     if now - c.ready_s < _window_s(poll_s):
         return learned, ()
@@ -294,11 +334,15 @@ def _judge(learned: Learned, now: float, current: int, ready: int | None, drains
     want = c.expected - c.before
     if want <= 0 or after - c.before >= EFFECTIVENESS_THRESHOLD * want:
         return drop, ()
-    limit = Limit(now, c.to_replicas, c.from_replicas, round(c.before, 3), round(c.expected, 3), round(after, 3))
+    limit = Limit(
+        now, c.to_replicas, c.from_replicas, round(c.before, 3), round(c.expected, 3), round(after, 3)
+    )
     return replace(learned, check=None, limit=limit), (("Warning", "DownstreamLimited", limit.message),)
 
 
-def _clear_limit(learned: Learned, now: float, current: int, est: EstimatorState) -> tuple[Learned, tuple[Event, ...]]:
+def _clear_limit(
+    learned: Learned, now: float, current: int, est: EstimatorState
+) -> tuple[Learned, tuple[Event, ...]]:
     lim = learned.limit
     if lim is None:
         return learned, ()
@@ -311,12 +355,22 @@ def _clear_limit(learned: Learned, now: float, current: int, est: EstimatorState
         why = f"held {HOLD_S:.0f}s: a scale-up may be tried (and judged) again"
     if not why:
         return learned, ()
-    return replace(learned, limit=None), (("Normal", "DownstreamLimitCleared", f"downstream limit cleared: {why}"),)
+    return replace(learned, limit=None), (
+        ("Normal", "DownstreamLimitCleared", f"downstream limit cleared: {why}"),
+    )
 
 
-def after_decision(learned: Learned, *, now: float, current: int, replicas: int, held: bool,
-                   drains: Sequence[handoff.DrainStatus], prev: EstimatorState | None,
-                   est: EstimatorState) -> Learned:
+def after_decision(
+    learned: Learned,
+    *,
+    now: float,
+    current: int,
+    replicas: int,
+    held: bool,
+    drains: Sequence[handoff.DrainStatus],
+    prev: EstimatorState | None,
+    est: EstimatorState,
+) -> Learned:
     """The step asked for ``replicas``: a scale-up starts a pod-start measurement and, when the group
     is backlogged and its throughput measurable, an effectiveness check."""
     if held or replicas <= current:
@@ -329,5 +383,18 @@ def after_decision(learned: Learned, *, now: float, current: int, replicas: int,
     return out
 
 
-__all__ = ["KEEP", "PERCENTILE", "LIMIT_S", "EFFECTIVENESS_THRESHOLD", "HOLD_S", "Learned", "Limit",
-           "ScaleUpCheck", "PendingScale", "figure", "throughput", "observe", "after_decision"]
+__all__ = [
+    "EFFECTIVENESS_THRESHOLD",
+    "HOLD_S",
+    "KEEP",
+    "LIMIT_S",
+    "PERCENTILE",
+    "Learned",
+    "Limit",
+    "PendingScale",
+    "ScaleUpCheck",
+    "after_decision",
+    "figure",
+    "observe",
+    "throughput",
+]
