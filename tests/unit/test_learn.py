@@ -306,6 +306,9 @@ def test_effectiveness_threshold_table(
         ("held", 6, 5000, 0.0, False),
         ("replicas changed", 5, 5000, 0.0, True),
         ("backlog gone", 6, 0, 0.0, True),
+        # less than the group commits in one poll (100 records/s x 15 s): no backlog left
+        ("backlog under one poll", 6, 1400, 0.0, True),
+        ("backlog of more than one poll", 6, 1600, 0.0, False),
         ("window over", 6, 5000, -learn.HOLD_S, True),
     ],
 )

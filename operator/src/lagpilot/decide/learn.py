@@ -33,7 +33,8 @@ busy). If the group stayed backlogged and the rise is below :data:`EFFECTIVENESS
 expected rise, something downstream of the consumers (a sink, a database, a rate limit) bounds the
 throughput: :class:`Limit` is set, ``scaling.decide`` holds the count (no more replicas;
 ``DownstreamLimited``), and the status says so (condition ``ScalingIneffective``). It is cleared
-when the replica count changes, when the backlog is gone, or after :data:`HOLD_S` (then one more
+when the replica count changes, when the backlog is gone (less than the group commits in one
+poll), or after :data:`HOLD_S` (then one more
 scale-up may be tried and judged again). A check is dropped, never judged, while a drain is in
 flight (a hand-off moves committed offsets by whole ranges) or the estimator reset a partition.
 """
@@ -234,7 +235,7 @@ def observe(
     learned = _pod_start(learned, now, current, ready)
     learned = _drain_start(learned, now, drains, prev.at_s if prev is not None else None)
     learned, events = _judge(learned, now, current, ready, drains, prev, est, poll_s)
-    learned, cleared = _clear_limit(learned, now, current, est)
+    learned, cleared = _clear_limit(learned, now, current, est, poll_s)
     return learned, events + cleared
 
 
@@ -341,7 +342,7 @@ def _judge(
 
 
 def _clear_limit(
-    learned: Learned, now: float, current: int, est: EstimatorState
+    learned: Learned, now: float, current: int, est: EstimatorState, poll_s: float
 ) -> tuple[Learned, tuple[Event, ...]]:
     lim = learned.limit
     if lim is None:
@@ -349,7 +350,7 @@ def _clear_limit(
     why = ""
     if current != lim.replicas:
         why = f"the replica count changed ({lim.replicas} -> {current})"
-    elif est.total_lag <= 0:
+    elif est.total_lag <= lim.after * poll_s:  # what the group commits in one poll: no backlog left
         why = "the backlog is gone"
     elif now - lim.since_s >= HOLD_S:
         why = f"held {HOLD_S:.0f}s: a scale-up may be tried (and judged) again"
