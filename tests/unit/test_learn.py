@@ -436,3 +436,18 @@ def test_the_status_view_is_what_the_model_declares() -> None:
         and got.start_ups.pod_start is not None
         and got.start_ups.pod_start.seconds == 14.0
     )
+
+
+@pytest.mark.parametrize("lag_each, limited", [(400, False), (600, True)])
+def test_a_backlog_under_one_poll_is_not_judged(lag_each: int, limited: bool) -> None:
+    """No rise at all, but the lag left (3 x lag_each) is under what the group commits in one poll
+    (100/s x 15 s = 1,500): it caught up, nothing held it back (the limit's own clearing rule)."""
+    from lagpilot.decide import estimate
+
+    check = learn.ScaleUpCheck(0.0, 1, 3, 100.0, 3, ready_s=30.0, committed_at_ready=0)
+    per = [1000, 1000, 1000]  # 3,000 records over the 30 s window: 100/s
+    est = estimate.update(None, snap(60.0, [p + lag_each for p in per], per, None))
+    learned, _ = learn.observe(
+        learn.Learned(check=check), now=60.0, current=3, ready=3, drains=(), prev=None, est=est, poll_s=15.0
+    )
+    assert (learned.limit is not None) is limited

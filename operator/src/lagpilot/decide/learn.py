@@ -327,11 +327,12 @@ def _judge(
     total = committed_sum(est)
     if total is None or c.committed_at_ready is None or total < c.committed_at_ready:
         return drop, ()
-    # judged only while the group stayed backlogged on as many partitions as it could use: a group
-    # that caught up was not held back (its throughput is then the produce rate, not its limit)
-    if _lagging(est) < min(c.to_replicas, c.lagging):
-        return drop, ()
+    # judged only while the group stayed backlogged on as many partitions as it could use, by more
+    # than it commits in a poll (the limit's own clearing rule): a group that caught up was not held
+    # back (its throughput is then the produce rate, not its limit)
     after = (total - c.committed_at_ready) / (now - c.ready_s)
+    if _lagging(est) < min(c.to_replicas, c.lagging) or est.total_lag <= after * poll_s:
+        return drop, ()
     want = c.expected - c.before
     if want <= 0 or after - c.before >= EFFECTIVENESS_THRESHOLD * want:
         return drop, ()
