@@ -370,6 +370,14 @@ def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Call
     for r in ("DrainPlanned", "DrainHandedOff", "DrainStarted", "DrainFinished"):
         assert r in reasons, reasons
     assert s.op.restarts == 0, s.op.tail()
+    # issue 25 item 4: the drain's start-up (launch -> first progress seen) was measured, in the
+    # controller's memory (decide.learn; the planner's figure from now on instead of the model's)
+    from lagpilot.act.memory import MEMORY_FIELD, memory_name
+    learned = json.loads(s.core.read_namespaced_config_map(memory_name(s.name), s.ns).data[MEMORY_FIELD])["learned"]
+    ran = parse_time(d["finishedAt"]) - parse_time(d["startedAt"])
+    print(f"measured drain start-up {learned['drainStart']} (warm {learned['drainWarmStart']}), drain ran {ran:.1f}s")
+    samples = learned["drainStart"] + learned["drainWarmStart"]
+    assert len(samples) == 1 and 0 < samples[0] <= ran, learned
 
 
 def test_operator_killed_at_each_hand_off_step(scenario: Callable[..., Scenario], kafka_admin: Any,

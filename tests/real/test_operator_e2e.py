@@ -230,8 +230,8 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     # the controller's memory is the ConfigMap the CR controls (garbage-collected with it), not status
     cm = core.read_namespaced_config_map(memory_name(name), ns)
     assert [(o.kind, o.name, o.controller) for o in cm.metadata.owner_references] == [("BatchConsumerGroup", name, True)]
-    assert set(json.loads(cm.data[MEMORY_FIELD])) == {"estimator", "scalingHistory"}
-    assert not {"estimator", "scalingHistory"} & set(final["status"])
+    assert set(json.loads(cm.data[MEMORY_FIELD])) == {"estimator", "scalingHistory", "learned"}
+    assert not {"estimator", "scalingHistory", "learned"} & set(final["status"])
     events = sorted(events_for(core, ns, name), key=lambda e: e.first_timestamp or e.event_time)
     for e in events:
         print(f"event {e.first_timestamp or e.event_time} {e.type} {e.reason}: {e.message}")

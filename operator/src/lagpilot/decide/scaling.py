@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
+from lagpilot.decide.learn import Limit
 from lagpilot.decide.projection import INF, PartitionLoad, project, required_replicas
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ class ScalingObservation:
     # the projection, the drain need and CatchUpAtRisk use them, the replica count ``loads``
     live_loads: tuple[PartitionLoad, ...] | None = None
     busy_drain: BusyDrain | None = None  # a running busy drain that may take a next split (issue 25 item 2)
+    # a scale-up that did not raise the throughput (decide.learn, issue 25 item 4): no more replicas
+    downstream_limit: Limit | None = None
 
     @property
     def loads_now(self) -> tuple[PartitionLoad, ...]:
@@ -136,6 +139,7 @@ class ScalingObservation:
         busy_partitions: Sequence[int] = (),
         retention_s: float | None = None,
         busy_drain: BusyDrain | None = None,
+        downstream_limit: Limit | None = None,
     ) -> "ScalingObservation":
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
         loads, live = [], []
@@ -165,6 +169,7 @@ class ScalingObservation:
             retention_s=retention_s,
             live_loads=tuple(live),
             busy_drain=busy_drain,
+            downstream_limit=downstream_limit,
         )
 
 
@@ -306,7 +311,7 @@ def decide(
     The named steps, in order (docs/decision.md): assess the load (the drain need, the
     drain-assisted count, the projections) -> recommend a raw count (the first rule that applies)
     -> clamp to the bounds -> stabilize (HPA windows) -> explain a held or capped count -> block a
-    scale-down at risk -> project at the desired count.
+    scale-down at risk -> hold at a downstream limit -> project at the desired count.
     """
     history = history or ScalingHistory()
     cur = max(0, obs.current_replicas)
@@ -327,6 +332,7 @@ def decide(
     desired = max(min(stabilized, cap_hi), floor)
     desired, reason, why = _explain_limits(x, raw, stabilized, (desired, reason, why))
     desired, reason, why = _block_scale_down_at_risk(x, load, raw, (desired, reason, why))
+    desired, reason, why = _hold_at_downstream_limit(x, (desired, reason, why))
 
     drain = load.drain if load is not None else None
     proj_desired = _projection_at(x, drain, desired)
@@ -513,6 +519,19 @@ def _block_scale_down_at_risk(x: _Case, load: _Load | None, raw: int, step: Step
     if load.required is not None and raw < x.cur and load.burst_assist:
         return step
     return x.cur, "ScaleDownBlockedAtRisk", f"projected {_fmt(load.cur_proj)} > SLA {x.policy.sla_s:.0f}s"
+
+
+def _hold_at_downstream_limit(x: _Case, step: Step) -> Step:
+    """No more replicas while a scale-up to the current count did not raise the group's throughput
+    (decide.learn: less than 10 % of the rise expected, the group backlogged): something downstream
+    of the consumers bounds it, and more consumers would only add cost (Flink's ineffective-scaling
+    detection). Scale-downs and the count itself are left to the other steps."""
+    desired, _, why = step
+    lim = x.obs.downstream_limit
+    keep = max(x.cur, x.lo)  # never below minReplicas (a raised minimum still applies)
+    if lim is None or desired <= keep or x.cur < lim.replicas:
+        return step
+    return keep, "DownstreamLimited", f"{why}; held: {lim.message}"
 
 
 def _projection_at(x: _Case, drain: DrainNeed | None, desired: int) -> float | None:

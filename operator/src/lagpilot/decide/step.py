@@ -24,6 +24,7 @@ from typing import Any
 
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import handoff
+from lagpilot.decide import learn
 from lagpilot.decide import runtime as rt_mod
 from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, Lane
 from lagpilot.decide.lag import LagSnapshot
@@ -50,6 +51,10 @@ class Model:
     # issue 25 item 2: the executor keeps a drain busy across a burst (takes the next split of its
     # partitions without a new start-up: handoff.Extension, docs/drain.md "Busy drains")
     drain_busy: bool = False
+    # issue 25 item 4 (decide.learn): plan with the pod start and drain start-ups this CR showed (the
+    # figures above until measured), and hold the count when a scale-up did not raise the throughput
+    learn_start_ups: bool = True
+    detect_ineffective_scaling: bool = True
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,16 @@ class Policies:
     scaling: ScalingPolicy
     drain: DrainPolicy | None  # None: drains disabled or cancelled
     runtime: rt_mod.RuntimePolicy = rt_mod.RuntimePolicy()  # the warm drain runtime (decide.runtime)
+    learn_start_ups: bool = False  # Model.learn_start_ups
+    detect_ineffective_scaling: bool = False  # Model.detect_ineffective_scaling
+
+    def with_learned(self, learned: learn.Learned) -> "Policies":
+        """The same policies with the measured start-ups in place of the model's figures (decide.learn)."""
+        cold_default = self.drain.start_up_s if self.drain is not None else self.runtime.warm_up_s
+        pod, cold, warm = learned.figures(self.scaling.pod_start_s, cold_default, self.runtime.warm_start_s)
+        drain = dataclasses.replace(self.drain, start_up_s=cold) if self.drain is not None else None
+        return dataclasses.replace(self, scaling=dataclasses.replace(self.scaling, pod_start_s=pod), drain=drain,
+                                   runtime=dataclasses.replace(self.runtime, warm_up_s=cold, warm_start_s=warm))
 
     @classmethod
     def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> "Policies":
@@ -72,7 +87,7 @@ class Policies:
                 assist_min_saving=model.drain_assist_min_saving, busy=model.drain_busy)
         runtime = rt_mod.RuntimePolicy.from_group_spec(spec, warm_up_s=model.drain_start_s,
                                                        warm_start_s=model.drain_warm_start_s)
-        return cls(scaling, drain, runtime)
+        return cls(scaling, drain, runtime, model.learn_start_ups, model.detect_ineffective_scaling)
 
 
 @dataclass(frozen=True)
@@ -83,11 +98,13 @@ class StepState:
 
     estimator: est_mod.EstimatorState | None = None
     history: ScalingHistory = ScalingHistory()
+    learned: learn.Learned = learn.Learned()  # measured start-ups, the effectiveness check, a downstream limit
 
     def to_memory(self) -> dict[str, Any]:
-        """JSON-ready: ``{"estimator": EstimatorState.to_dict(), "scalingHistory": ScalingHistory.to_dict()}``."""
+        """JSON-ready: ``{"estimator": EstimatorState.to_dict(), "scalingHistory": ScalingHistory.to_dict(),
+        "learned": learn.Learned.to_dict()}``."""
         return {"estimator": self.estimator.to_dict() if self.estimator else None,
-                "scalingHistory": self.history.to_dict()}
+                "scalingHistory": self.history.to_dict(), "learned": self.learned.to_dict()}
 
     @classmethod
     def from_memory(cls, memory: Mapping[str, Any] | None) -> "StepState":
@@ -99,7 +116,7 @@ class StepState:
                 est = est_mod.EstimatorState.from_dict(memory["estimator"])
             except (ValueError, TypeError, KeyError):
                 est = None
-        return cls(est, ScalingHistory.from_dict(memory.get("scalingHistory")))
+        return cls(est, ScalingHistory.from_dict(memory.get("scalingHistory")), learn.Learned.from_dict(memory.get("learned")))
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,7 @@ class StepObservation:
     last_drain_end_s: float | None = None  # when the last drain finished (status.drain.finishedAt)
     retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
     runtime: rt_mod.RuntimeObservation | None = None  # the warm drain runtime's Deployment (None: none observed)
+    ready_replicas: int | None = None  # the consumer Deployment's Ready replicas (None: unknown; no pod start learned)
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,11 @@ class StepDecision:
     events: tuple[str, ...] = field(default=())  # estimator events (DataLoss:p:n, OffsetsWentBackwards:p)
     runtime_replicas: int | None = None  # the warm drain runtime's replica count (None: no runtime)
     split_waits: bool = False  # a drain is due but waits for the warm runtime (its split once Ready)
+    # decide.learn (issue 25 item 4): the events of this step (type, reason, message), the start-up
+    # figures the planner used ({"podStart": (seconds, samples), ...}) and a downstream limit
+    learn_events: tuple[tuple[str, str, str], ...] = ()
+    start_ups: Mapping[str, tuple[float, tuple[float, ...]]] = field(default_factory=dict)
+    limit: learn.Limit | None = None
 
     @property
     def replicas(self) -> int:
@@ -186,15 +209,24 @@ def held_by(drains: Sequence[handoff.DrainStatus]) -> bool:
 
 def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now: float,
          model: Model = Model()) -> tuple[StepDecision, StepState]:
-    """One pure decision: estimate -> project -> scale (stabilized) -> plan drains -> hand-off hold."""
+    """One pure decision: estimate -> learn -> project -> scale (stabilized) -> plan drains -> hand-off hold."""
     pol = spec if isinstance(spec, Policies) else Policies.from_group_spec(spec, model)
     est = est_mod.update(state.estimator, obs.snapshot)
+    learned = state.learned
+    learn_events: tuple[learn.Event, ...] = ()
+    if pol.learn_start_ups or pol.detect_ineffective_scaling:
+        learned, learn_events = learn.observe(state.learned, now=now, current=obs.current_replicas,
+                                              ready=obs.ready_replicas, drains=obs.drains, prev=state.estimator,
+                                              est=est, poll_s=pol.scaling.poll_interval_s)
+    if pol.learn_start_ups:
+        pol = pol.with_learned(learned)
+    limit = learned.limit if pol.detect_ineffective_scaling else None
     view = drain_view(obs.drains, obs.last_drain_end_s)
     sobs = ScalingObservation.from_estimate(
         now, obs.current_replicas, est, obs.snapshot, drain_active=view["drain_active"],
         last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
         tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
-        retention_s=obs.retention_s, busy_drain=view["busy_drain"])
+        retention_s=obs.retention_s, busy_drain=view["busy_drain"], downstream_limit=limit)
     rpol, dpol = pol.runtime, pol.drain
     if dpol is not None and rpol.mode == rt_mod.MODE_ON_DEMAND:  # always: the cold figure, as before
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
@@ -209,8 +241,21 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
         decision = dataclasses.replace(
             decision, drain=None,
             message=f"{decision.message}; a drain is due: it waits for the warm drain runtime (split once it is Ready)")
-    return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits),
-            StepState(est, history))
+    out = StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits,
+                       learn_events, start_ups_of(pol, learned) if pol.learn_start_ups else {}, limit)
+    if pol.learn_start_ups or pol.detect_ineffective_scaling:
+        learned = learn.after_decision(learned, now=now, current=obs.current_replicas, replicas=out.replicas,
+                                       held=out.held and out.hold is None, drains=obs.drains,
+                                       prev=state.estimator, est=est)
+    return out, StepState(est, history, learned)
 
 
-__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "busy_drain_of", "hold_of", "held_by"]
+def start_ups_of(pol: Policies, learned: learn.Learned) -> dict[str, tuple[float, tuple[float, ...]]]:
+    """The start-up figures the planner used (``pol`` already carries the learned ones) and the samples
+    behind each (none: the model's figure): ``status.startUps``."""
+    return {"podStart": (pol.scaling.pod_start_s, learned.pod_start),
+            "drainStart": (pol.runtime.warm_up_s, learned.drain_start),
+            "drainWarmStart": (pol.runtime.warm_start_s, learned.drain_warm_start)}
+
+
+__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "busy_drain_of", "hold_of", "held_by", "start_ups_of"]

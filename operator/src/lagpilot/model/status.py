@@ -83,6 +83,21 @@ class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the 
     DATA_LOSS = "DataLoss"
     DRAIN_STALLED = "DrainStalled"
     TERMINATING = "Terminating"
+    SCALING_INEFFECTIVE = "ScalingIneffective"  # issue 25 item 4: a scale-up did not raise the throughput
+
+
+class ScalingIneffectiveReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Reasons of the ``ScalingIneffective`` condition (and of the decision that holds the count)."""
+
+    # True: the last scale-up raised the throughput by < 10 % of the rise expected
+    DOWNSTREAM_LIMITED = "DownstreamLimited"
+    # False: no such scale-up (none judged ineffective, or the limit cleared)
+    AS_EXPECTED = "AsExpected"
+
+
+class StartUpSource(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    MEASURED = "Measured"
+    DEFAULT = "Default"
 
 
 class ConditionStatus(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
@@ -310,6 +325,35 @@ class Recommendation(_Model):
     )
 
 
+class StartUpFigure(_Model):
+    """A start-up figure the planner uses: measured on this CR (the nearest-rank 80th percentile of
+    the last 5 samples, capped at 900 s) or the operator's default until one is measured."""
+
+    seconds: float = Field(description="The figure the planner uses, seconds.")
+    source: StartUpSource = Field(description="Measured (from samples) or Default (none measured yet).")
+    samples: list[float] = Field(
+        default_factory=list,
+        description="The last measured samples, oldest first (at most 5); each an upper bound, within one "
+        "poll interval of the true figure.",
+        max_length=5,
+    )
+
+
+class StartUps(_Model):
+    """What this CR's start-ups measured (issue 25 item 4, docs/decision.md "Learning from what is
+    measured"); the samples live in the controller's memory, this is their view."""
+
+    pod_start: StartUpFigure | None = Field(
+        None, description="A scale-up -> the consumer Deployment's Ready replicas reach it."
+    )
+    drain_start: StartUpFigure | None = Field(
+        None, description="A cold drain's first attempt launched -> its first progress seen."
+    )
+    drain_warm_start: StartUpFigure | None = Field(
+        None, description="A drain launched on a Ready warm runtime -> its first progress seen."
+    )
+
+
 class Condition(_Model):
     type: str = Field(description="Condition type.", max_length=316)
     status: ConditionStatus = Field(description="True, False or Unknown.")
@@ -379,11 +423,14 @@ class BatchConsumerGroupStatus(_Model):
         json_schema_extra=_list_map("partition"),
     )
     drain: DrainStatus | None = Field(None, description="The drain hand-off (docs/drain.md).")
+    start_ups: StartUps | None = Field(
+        None, description="The pod start and drain start-ups the planner uses, measured on this CR."
+    )
     conditions: list[Condition] | None = Field(
         None,
         description="Current state as conditions: Ready, Scaling, CatchUpAtRisk, Draining, Degraded, "
-        "DataLoss, DrainStalled, Terminating, and the kstatus conditions Reconciling and Stalled "
-        "(derived from Ready and Degraded; docs/gitops.md).",
+        "DataLoss, DrainStalled, Terminating, ScalingIneffective, and the kstatus conditions Reconciling "
+        "and Stalled (derived from Ready and Degraded; docs/gitops.md).",
         json_schema_extra=_list_map("type"),
     )
 
@@ -400,6 +447,7 @@ _KEEP = (
     "required",
     "nullable",
     "maxLength",
+    "maxItems",
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
 )

@@ -117,7 +117,7 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
 
     memory = load_memory(ref, deps, cache)
     seen = observe(ref, spec, deps, cache, now, leases, mark)
-    out, state = _decide(spec, status, memory, seen, cur, deps, now)
+    out, state = _decide(spec, status, memory, seen, cur, deps, now, ready=ready)
     est = state.estimator
     assert est is not None
     mark("step")
@@ -176,7 +176,7 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
                       (prev_est is not None and prev_est.capacity_per_replica is not None
                        and prev_source == recommend.CAP_COMMITTED) else recommend.CAP_UNKNOWN)
     seen = dataclasses.replace(seen, snap=snap)
-    out, state = _decide(spec, status, memory, seen, cur, deps, now)
+    out, state = _decide(spec, status, memory, seen, cur, deps, now, ready=ready)
     est = state.estimator
     assert est is not None
     mark("step")
@@ -209,6 +209,9 @@ def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new
     assert est is not None
     save_memory(ref, deps, cache, state)
     mark("write")
+    for kind, reason, message in out.learn_events:  # decide.learn: a downstream limit seen or cleared
+        deps.emit(kind, reason, message)
+        log.info("scaling effectiveness", extra={"group": ref.key, "reason": reason, "detail": message})
     report_metrics(ref, spec, deps, snap, est, out.decision, replicas, new, status, now)
     deps.metrics.observe_mode(ref.namespace, ref.name, recommend_only=spec.recommend_only)
     if cache.last_event_reason is not None:
@@ -220,7 +223,7 @@ def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new
 
 
 def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any] | None, seen: Observed, cur: int,
-            deps: Deps, now: float) -> tuple[step_mod.StepDecision, step_mod.StepState]:
+            deps: Deps, now: float, ready: int | None = None) -> tuple[step_mod.StepDecision, step_mod.StepState]:
     """Estimate + decide: one pure step (lagpilot.decide.step), shared with the simulator, from the
     controller's memory, the observation and the drain recorded in the status."""
     drain_status = status.get("drain") or {}
@@ -228,7 +231,7 @@ def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any
         step_mod.StepState.from_memory(memory),
         step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
                                  retention_s=retention_s(seen.handle, spec, deps),
-                                 runtime=seen.runtime_observation),
+                                 runtime=seen.runtime_observation, ready_replicas=ready),
         step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
     return out, new_state
 

@@ -28,6 +28,7 @@ from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import (FALSE, TRUE, Condition, format_time, merge_conditions, parse_time,
                                     status_patch)
+from lagpilot.model.status import ConditionType, ScalingIneffectiveReason, StartUpSource
 from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.reconcile.drain import drain_progress
 from lagpilot.spec import GroupSpec
@@ -106,8 +107,10 @@ def memory_facts(memory: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a restart must not get wrong: written at once when it moves (not on the heartbeat)."""
     est = memory.get("estimator") or {}
     hist = memory.get("scalingHistory") or {}
+    learned = memory.get("learned") or {}  # decide.learn: a new start-up sample, a downstream limit set or cleared
     return (est.get("dataLossRecords"), est.get("resets"), tuple(sorted((est.get("partitions") or {}).keys())),
-            hist.get("lastScaleS"))
+            hist.get("lastScaleS"), tuple(learned.get("podStart") or ()), tuple(learned.get("drainStart") or ()),
+            tuple(learned.get("drainWarmStart") or ()), (learned.get("limit") or {}).get("since_s"))
 
 
 def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepState) -> None:
@@ -150,6 +153,7 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
     phase = (status.get("drain") or {}).get("phase")
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
     conds = conditions(spec, decision, target, cur, ready, held, lost_now, est, phase, not_ready=not_ready)
+    conds.append(scaling_ineffective(out))
     if drain_out is not None:
         conds.append(Condition("Draining", *drain_out.condition))
         if getattr(drain_out, "data_loss", None) is not None:
@@ -176,10 +180,30 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
         # mode Act: no recommendation (null deletes the one a Recommend period left)
         "recommendation": None,
+        "startUps": start_ups(out),
     }
     if drain_out is not None and drain_out.status is not None:
         new["drain"] = drain_out.status
     return new
+
+
+def scaling_ineffective(out: step_mod.StepDecision) -> Condition:
+    """``ScalingIneffective`` (decide.learn): True while a scale-up that did not raise the throughput
+    holds the count (a downstream limit), else False."""
+    if out.limit is not None:
+        return Condition(ConditionType.SCALING_INEFFECTIVE.value, TRUE,
+                         ScalingIneffectiveReason.DOWNSTREAM_LIMITED.value, out.limit.message)
+    return Condition(ConditionType.SCALING_INEFFECTIVE.value, FALSE, ScalingIneffectiveReason.AS_EXPECTED.value,
+                     "no scale-up was judged ineffective")
+
+
+def start_ups(out: step_mod.StepDecision) -> dict[str, Any] | None:
+    """``status.startUps`` (lagpilot.model.status.StartUps): the figures the planner used and their samples."""
+    if not out.start_ups:
+        return None
+    return {key: {"seconds": round(seconds, 3), "source": (StartUpSource.MEASURED if samples else StartUpSource.DEFAULT).value,
+                  "samples": [round(x, 3) for x in samples]}
+            for key, (seconds, samples) in out.start_ups.items()}
 
 
 def partition_statuses(est: est_mod.EstimatorState, ages: Mapping[int, float]) -> list[dict[str, Any]]:

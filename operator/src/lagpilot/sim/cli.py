@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--busy-drains", action="store_true", default=d.busy_drains,
                     help="the executor keeps a drain busy across a burst: its tasks take the next split without a "
                          "new start-up (issue 25 item 2; the operator's executor does not yet, docs/drain.md)")
+    ap.add_argument("--learn-start-ups", action="store_true", default=d.learn_start_ups,
+                    help="issue 25 item 4: the planner starts from the operator's default figures (pod 30 s, drain "
+                         "start-up 20 s, warm 3 s) and learns this world's from what it observes (decide.learn); "
+                         "default: it is told the world's figures")
     ap.add_argument("--warm-runtime", choices=("off", "always", "on-demand"), default=d.warm_runtime,
                     help="the CR's warm drain runtime: off (spec.drain.warmRuntime false, the CRD's default: every "
                          "drain a cold Job, --drain-start-seconds), always (warmRuntime true: drains start in "
@@ -117,6 +121,7 @@ def params_from_args(args: argparse.Namespace, family: tracegen.Family | None = 
         handoff_quiesce=args.handoff_quiesce,
         concurrent_drains=args.concurrent_drains,
         busy_drains=args.busy_drains,
+        learn_start_ups=args.learn_start_ups,
         warm_runtime=args.warm_runtime,
         runtime_cooldown_s=args.runtime_cooldown_seconds,
         drain_warm_start_s=args.drain_warm_start_seconds,

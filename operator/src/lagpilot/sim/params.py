@@ -51,6 +51,9 @@ class SimParams:
     # issue 25 item 2: the executor keeps a drain busy across a burst (its tasks take the next split
     # without a new start-up; step.Model.drain_busy, docs/drain.md "Busy drains")
     busy_drains: bool = False
+    # issue 25 item 4 (decide.learn): the planner starts from the operator's defaults (step.Model's
+    # figures) and learns the world's pod start and drain start-ups; False: it is told the world's
+    learn_start_ups: bool = False
 
     @property
     def task_capacity(self) -> float:
@@ -80,8 +83,11 @@ class SimParams:
         )
 
     def model(self) -> step_mod.Model:
-        return step_mod.Model(pod_start_s=self.pod_start_s, drain_start_s=self.drain_start_s,
-                              drain_warm_start_s=self.drain_warm_start_s,
+        told = step_mod.Model() if self.learn_start_ups else None  # the operator's defaults, then learned
+        return step_mod.Model(pod_start_s=told.pod_start_s if told else self.pod_start_s,
+                              drain_start_s=told.drain_start_s if told else self.drain_start_s,
+                              drain_warm_start_s=told.drain_warm_start_s if told else self.drain_warm_start_s,
+                              learn_start_ups=self.learn_start_ups,
                               handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
                               max_concurrent_drains=self.concurrent_drains,
                               drain_min_interval_s=self.drain_min_interval_s,

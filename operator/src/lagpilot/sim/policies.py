@@ -165,7 +165,8 @@ def lagpilot_controller(params: SimParams) -> Controller:
             parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
         snap = snapshot(t, parts, {i: params.capacity for i in owned})
         runtime = world.runtime_observation(t) if params.warm_runtime != "off" else None
-        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses(), runtime=runtime)
+        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses(), runtime=runtime,
+                                       ready_replicas=ready)
         out, state["step"] = step_mod.step(state["step"], obs, policies, t)
         if out.runtime_replicas is not None:
             world.scale_runtime(out.runtime_replicas, t)

@@ -82,6 +82,12 @@ class _Task:
             amount -= x
 
 
+def _progress(sp: handoff.SubProgress, task: _Task) -> handoff.SubProgress:
+    """A running task's sub-range with the records it processed so far (whole records)."""
+    done = max(0, min(sp.end - sp.start, (sp.end - sp.start) - int(math.ceil(task.queue.total - 1e-6))))
+    return replace(sp, next=sp.start + done, records=done)
+
+
 @dataclass
 class _SimDrain:
     """One drain: the hand-off's own status (handoff.DrainStatus, its Phase values) and its tasks."""
@@ -322,7 +328,8 @@ class _World:
                     d.sizes[idx] = (p, n)
                     task.marks.append([idx, q.total])
                 subs.append(handoff.SubProgress(p, k, 0, n, 0))
-        st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs))
+        st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs),
+                     runtime="warm" if d.warm else "cold")
         d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
         if d.busy:
             self._busy_status(d)
@@ -341,7 +348,7 @@ class _World:
         running = 0
         for d in self.sim_drains:
             running += self._run_tasks(d, t, dt)
-            self._progress(d)
+            self._record_progress(d)
         self._finish_drains(t)
         return self._oldest_age(t + dt), running
 
@@ -393,14 +400,15 @@ class _World:
                 task.done_at = s + took / task_cap
         return running
 
-    def _progress(self, d: _SimDrain) -> None:
+    def _record_progress(self, d: _SimDrain) -> None:
         """The drain's status after its tasks' work: a done task's sub-range at its end."""
         if d.busy:
             if d.status.handed_off_at is not None:
                 self._busy_status(d)
         elif d.status.handed_off_at is not None:
-            subs = tuple(replace(sp, next=sp.end) if task.done_at is not None else sp
-                         for sp, task in zip(d.status.sub_ranges, d.tasks))
+            # progress as the executor reads it from Kafka (decide.learn's drain start-up reads it)
+            subs = tuple(replace(sp, next=sp.end, records=sp.end - sp.start) if task.done_at is not None
+                         else _progress(sp, task) for sp, task in zip(d.status.sub_ranges, d.tasks))
             d.status = replace(d.status, sub_ranges=subs)
 
     def _finish_drains(self, t: float) -> None:
