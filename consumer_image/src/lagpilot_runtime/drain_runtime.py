@@ -211,8 +211,8 @@ class DrainRuntime:
         ``parallelism`` tasks over every partition would have (``warm_up_work``: one record per
         sub-range), through the drain's own columns and Arrow path, and the handler imported in the
         driver (``catch_up_to_sink`` loads it for each plan). Read uncommitted (the same reader
-        classes; offsets below the high watermark never wait for an open transaction's end). Reading one record of partition 0 only (before) left the first drain
-        3x slower than the next (on the node, load ~20: relations planned 4.6 s vs 2.1 s, first
+        classes; offsets below the high watermark never wait for an open transaction's end).
+        Reading one record of partition 0 only (before) left the first drain 3x slower than the next (on the node, load ~20: relations planned 4.6 s vs 2.1 s, first
         record 15.2 s vs 5.5 s after the plan arrived). Best effort: a failure only costs the
         warm-up (the first drain plans cold)."""
         from confluent_kafka import TopicPartition
@@ -237,7 +237,8 @@ class DrainRuntime:
                 return
             plan = DrainPlan("warm-up", self.cfg.topic, self.cfg.group_id, tuple(s for s, _ in work),
                              parallelism=self.parallelism)
-            frame = drain_spark.build_frame(self.spark, plan, work, drain_spark.spark_kafka_options(self.cfg, False))
+            opts = drain_spark.spark_kafka_options(self.cfg, False)
+            frame = drain_spark.build_frame(self.spark, plan, work, opts)
             self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-warm-up", "warm-up", interruptOnCancel=True)
             read = sum(int(r["n"]) for r in frame.drop("topic").mapInArrow(_discard, "n long").collect())
             self.kafka_warm = read > 0

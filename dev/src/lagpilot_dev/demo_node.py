@@ -409,7 +409,8 @@ def read_cpu(path: str = KUBEPODS_CPUACCT) -> tuple[float, float, float] | None:
     return time.time(), used, os.getloadavg()[0]
 
 
-def cpu_window(samples: Sequence[Sequence[float]], t0: float, t1: float, cpus: int) -> dict[str, float] | None:
+def cpu_window(samples: Sequence[Sequence[float]], t0: float, t1: float,
+               cpus: int) -> dict[str, float] | None:
     """The node pods' CPU over [t0, t1] (pure): CPU-seconds, their share of the machine (all
     ``cpus`` cores), the mean 1-minute load average; None when no two samples span the window."""
     inside = [s for s in samples if t0 - 1.5 <= s[0] <= t1 + 1.5]
@@ -430,7 +431,8 @@ def drain_cpu(node: Mapping[str, Any], drains: Sequence[dict[str, Any]]) -> None
         planned = (d.get("times") or {}).get("plannedAt")
         if planned is None or d.get("start_up_seconds") is None:
             continue
-        d["node_cpu"] = cpu_window(samples, float(planned), float(planned) + float(d["start_up_seconds"]), cpus)
+        t0 = float(planned)
+        d["node_cpu"] = cpu_window(samples, t0, t0 + float(d["start_up_seconds"]), cpus)
 
 
 def pods_bootstrap(info: Any) -> str:

@@ -95,8 +95,8 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
 
         drain_cpu(node, summary["drains"])
         if wall0 is not None:  # the node's CPU over the replay and the catch-up
-            node["cpu_during_run"] = cpu_window(node.get("cpu_samples") or [], wall0,
-                                                wall0 + float(summary.get("observed_seconds") or 0), int(node.get("cpus") or 1))
+            end = wall0 + float(summary.get("observed_seconds") or 0)
+            node["cpu_during_run"] = cpu_window(node.get("cpu_samples") or [], wall0, end, int(node.get("cpus") or 1))
         summary["node"] = node
     # the exact trace replayed, one row a second from the replay's start to the last observation
     demo_traffic.write_trace(paths.trace, demo_traffic.trace_rows(
