@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from lagpilot_runtime import drain_spark, plan_auth
+from lagpilot_runtime import drain_runtime, drain_spark, plan_auth
 from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 from lagpilot_runtime.drain_runtime import DrainRuntime, warm_up_work
@@ -59,7 +59,8 @@ def test_rewarm_runs_until_the_kafka_readers_read_a_record_never_beside_a_plan(r
         runtime.kafka_warm = topic_has_records[0]
 
     monkeypatch.setattr(runtime, "_warm_kafka_source", fake_warm)
-    assert runtime.rewarm() and calls == [True]  # an empty topic at start: tried again
+    # an empty topic at start: tried again; nothing read, so the round's keep-warm still runs (False)
+    assert not runtime.rewarm() and calls == [True]
     assert not runtime._plan_lock.locked()
     runtime._plan_lock.acquire()  # a plan runs: no warm-up beside it
     try:
@@ -67,7 +68,7 @@ def test_rewarm_runs_until_the_kafka_readers_read_a_record_never_beside_a_plan(r
     finally:
         runtime._plan_lock.release()
     topic_has_records[0] = True
-    assert runtime.rewarm() and calls == [True, True]
+    assert runtime.rewarm() and calls == [True, True]  # read records: it stands for this round's keep-warm
     assert not runtime.rewarm() and calls == [True, True]  # warm: never again
 
 
@@ -101,3 +102,40 @@ def test_a_plan_sent_during_a_rewarm_gets_409_and_its_caller_retries(runtime: Dr
         release.set()
         t.join(5)
     assert runtime.taken is None  # the busy answer took nothing: the same signed plan is taken next
+
+
+def test_the_serve_loop_skips_keep_warm_in_the_round_the_rewarm_read_records(monkeypatch: pytest.MonkeyPatch):
+    for k, v in {**ENV, "LAGPILOT_DRAIN_RUNTIME_KEY": "11" * 32, "LAGPILOT_CR_UID": "uid-1"}.items():
+        monkeypatch.setenv(k, v)
+    rounds: list[str] = []
+    rewarm_results = iter([False, True, False])
+
+    def fake_warm_up(self: DrainRuntime) -> dict[str, float]:
+        self.ready.set()
+        return {}
+
+    def fake_rewarm(self: DrainRuntime) -> bool:
+        rounds.append("rewarm")
+        return next(rewarm_results)
+
+    def fake_keep(self: DrainRuntime) -> bool:
+        rounds.append("keep")
+        if len(rounds) >= 5:
+            raise KeyboardInterrupt  # ends serve()'s loop
+        return True
+
+    monkeypatch.setattr(DrainRuntime, "warm_up", fake_warm_up)
+    monkeypatch.setattr(DrainRuntime, "rewarm", fake_rewarm)
+    monkeypatch.setattr(DrainRuntime, "keep_workers", fake_keep)
+    monkeypatch.setattr(drain_runtime, "KEEP_WARM_EVERY_S", 0.01)
+    monkeypatch.setattr(drain_runtime, "make_server", lambda *a: _NoServer())
+    assert drain_runtime.serve(ConsumerConfig.from_env(), None, [], {}) == 0
+    assert rounds == ["rewarm", "keep", "rewarm", "rewarm", "keep"]
+
+
+class _NoServer:
+    def serve_forever(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass

@@ -248,8 +248,11 @@ class DrainRuntime:
 
     def rewarm(self) -> bool:
         """The drain-shaped warm-up again while the topic had no record to read at start (a new
-        topic: the executors' Kafka readers were never started), unless a plan runs; True when it
-        ran. Takes the plan lock: a plan arriving meanwhile gets 409 and its caller retries."""
+        topic: the executors' Kafka readers were never started), unless a plan runs. True when it
+        ran and read records: its tasks used every slot's worker just now, so this round's
+        keep-warm job is not needed (seen on the node at load 30: the two back to back, 46 s of
+        warm-up and then 12 more tasks, overlapped the first hand-off). Takes the plan lock: a plan
+        arriving meanwhile gets 409 and its caller retries."""
         if self.kafka_warm or not self.ready.is_set() or not self._plan_lock.acquire(blocking=False):
             return False
         try:
@@ -258,7 +261,7 @@ class DrainRuntime:
             if self.kafka_warm:
                 log.info("drain runtime: Kafka readers warm", extra=_fields(
                     event="drain_runtime_rewarmed", seconds=round(time.time() - t0, 2)))
-            return True
+            return self.kafka_warm
         finally:
             self._plan_lock.release()
 
@@ -473,8 +476,8 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
     try:
         while True:  # Spark kills Python workers idle for a minute: keep them (a few ms of CPU)
             time.sleep(KEEP_WARM_EVERY_S)
-            runtime.rewarm()
-            runtime.keep_workers()
+            if not runtime.rewarm():
+                runtime.keep_workers()
     except KeyboardInterrupt:
         pass
     finally:
