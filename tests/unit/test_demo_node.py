@@ -130,3 +130,21 @@ def test_image_names_prefer_the_name_pods_use() -> None:
                           {"id": "sha256:cc", "repoTags": []}]}
     assert image_names(listing) == {"sha256:aa": "docker.io/lagpilot/demo-consumer:0.1.0",
                                     "sha256:bb": "lagpilot.local/pause:v1.35.4"}
+
+
+def test_cpu_window_is_the_node_pods_cpu_share_of_the_machine(tmp_path: Path) -> None:
+    from lagpilot_dev.demo_node import cpu_window, drain_cpu, read_cpu
+
+    # (epoch s, cumulative CPU-s of the node's pods, load1): 3 CPU-s in 10 s on 2 cores = 15 %
+    samples = [[100.0, 50.0, 20.0], [105.0, 51.0, 22.0], [110.0, 53.0, 24.0], [200.0, 90.0, 1.0]]
+    assert cpu_window(samples, 100.0, 110.0, 2) == {"seconds": 10.0, "cpu_seconds": 3.0,
+                                                     "share_of_machine": 0.15, "load1": 22.0}
+    assert cpu_window(samples, 150.0, 160.0, 2) is None  # no two samples in the window
+    drains = [{"id": 1, "times": {"plannedAt": 100.0}, "start_up_seconds": 10.0}, {"id": 2, "times": {}}]
+    drain_cpu({"cpu_samples": samples, "cpus": 2}, drains)
+    assert drains[0]["node_cpu"]["cpu_seconds"] == 3.0 and "node_cpu" not in drains[1]
+    usage = tmp_path / "cpuacct.usage"
+    usage.write_text("2500000000\n")
+    got = read_cpu(str(usage))
+    assert got is not None and got[1] == 2.5
+    assert read_cpu(str(tmp_path / "absent")) is None

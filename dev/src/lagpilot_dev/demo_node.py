@@ -32,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,10 @@ DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a col
 NODE_CPU_M = 2000  # the node's allocatable CPU (2 cores, nothing reserved)
 MAX_OPERATOR_RESTARTS = 3
 SAMPLE_EVERY_S = 5.0
+# the node's pods' CPU (every container of the node sits under the kubelet's `kubepods` cgroup), read
+# once a second: a figure of this run is only as good as the CPU the node got (docs/node.md "CPU")
+CPU_EVERY_S = 1.0
+KUBEPODS_CPUACCT = "/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
               "pod-security.kubernetes.io/enforce-version": "latest"}
 
@@ -139,6 +145,8 @@ class NodeRun:
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _image_names: dict[str, str] = field(default_factory=dict)  # image id → a name (crictl images)
+    cpu: list[tuple[float, float, float]] = field(default_factory=list)  # (epoch s, node pods' CPU-s, load1)
+    _cpu_thread: threading.Thread | None = None
 
     @property
     def op_ns(self) -> str:
@@ -275,6 +283,17 @@ class NodeRun:
     def start_sampler(self) -> None:
         self._thread = threading.Thread(target=self._sample_loop, name="demo-node-sampler", daemon=True)
         self._thread.start()
+        self._cpu_thread = threading.Thread(target=self._cpu_loop, name="demo-node-cpu", daemon=True)
+        self._cpu_thread.start()
+
+    def _cpu_loop(self) -> None:
+        while True:
+            got = read_cpu()
+            if got is not None:
+                with self._lock:
+                    self.cpu.append(got)
+            if self._stop.wait(CPU_EVERY_S):
+                return
 
     def _sample_loop(self) -> None:
         while not self._stop.wait(SAMPLE_EVERY_S):
@@ -322,6 +341,8 @@ class NodeRun:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=120)
+        if self._cpu_thread is not None:
+            self._cpu_thread.join(timeout=10)
 
     def show_containers(self, heading: str) -> None:
         rows = self.sample()
@@ -345,6 +366,7 @@ class NodeRun:
                     "pods_with_containers": sum(1 for uid in self.pods_seen if uid in self.containers_seen),
                     "pods_without_containers": missing, "pods_on_other_nodes": off_node,
                     "every_pod_a_container": bool(started) and not missing and not off_node,
+                    "cpus": os.cpu_count() or 1, "cpu_samples": [list(c) for c in self.cpu],
                     "containers": sorted(({k: v for k, v in r.items() if k != "pod_uid"}
                                           for rows in self.containers_seen.values() for r in rows),
                                          key=lambda r: (r["namespace"], str(r["pod"]), str(r["container"])))}
@@ -375,6 +397,42 @@ class NodeRun:
             self.installed = False
         with contextlib.suppress(client.ApiException):
             client.CoreV1Api(self.api).delete_namespace(self.op_ns, propagation_policy="Background")
+
+
+def read_cpu(path: str = KUBEPODS_CPUACCT) -> tuple[float, float, float] | None:
+    """(now, CPU-seconds the node's pods used so far, 1-minute load average); None without the cgroup."""
+    try:
+        with open(path) as fh:
+            used = int(fh.read().strip()) / 1e9
+    except (OSError, ValueError):
+        return None
+    return time.time(), used, os.getloadavg()[0]
+
+
+def cpu_window(samples: Sequence[Sequence[float]], t0: float, t1: float,
+               cpus: int) -> dict[str, float] | None:
+    """The node pods' CPU over [t0, t1] (pure): CPU-seconds, their share of the machine (all
+    ``cpus`` cores), the mean 1-minute load average; None when no two samples span the window."""
+    inside = [s for s in samples if t0 - 1.5 <= s[0] <= t1 + 1.5]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return None
+    a, b = inside[0], inside[-1]
+    used = max(0.0, b[1] - a[1])
+    return {"seconds": round(b[0] - a[0], 1), "cpu_seconds": round(used, 2),
+            "share_of_machine": round(used / ((b[0] - a[0]) * max(1, cpus)), 3),
+            "load1": round(sum(s[2] for s in inside) / len(inside), 1)}
+
+
+def drain_cpu(node: Mapping[str, Any], drains: Sequence[dict[str, Any]]) -> None:
+    """Adds ``node_cpu`` to each drain (in place): the node pods' CPU from its plan to its first
+    drained record (``start_up_seconds``), the window the issue's start-up target is about."""
+    samples, cpus = node.get("cpu_samples") or [], int(node.get("cpus") or 1)
+    for d in drains:
+        planned = (d.get("times") or {}).get("plannedAt")
+        if planned is None or d.get("start_up_seconds") is None:
+            continue
+        t0 = float(planned)
+        d["node_cpu"] = cpu_window(samples, t0, t0 + float(d["start_up_seconds"]), cpus)
 
 
 def pods_bootstrap(info: Any) -> str:

@@ -91,6 +91,12 @@ def report(console: Console, names: RunNames, profile: Profile, *, pg: Any, samp
                    producer_error=producer.error if producer else None,
                    load_average=list(os.getloadavg()))
     if node is not None:  # --node: which pods ran as containers (lagpilot_dev.demo_node)
+        from lagpilot_dev.demo_node import cpu_window, drain_cpu
+
+        drain_cpu(node, summary["drains"])
+        if wall0 is not None:  # the node's CPU over the replay and the catch-up
+            end = wall0 + float(summary.get("observed_seconds") or 0)
+            node["cpu_during_run"] = cpu_window(node.get("cpu_samples") or [], wall0, end, int(node.get("cpus") or 1))
         summary["node"] = node
     # the exact trace replayed, one row a second from the replay's start to the last observation
     demo_traffic.write_trace(paths.trace, demo_traffic.trace_rows(

@@ -77,6 +77,10 @@ def format_summary(summary: Mapping[str, Any]) -> str:
             pause += " (pods " + ", ".join(f"{int(a)}→{int(b)} at {t:.0f} s" for t, a, b in d["pod_changes_near_hand_off"]) + ")"
         if d.get("start_up_seconds") is not None:
             pause += f", first drained record {d['start_up_seconds']:.0f} s after the plan"
+            cpu = d.get("node_cpu")
+            if cpu:  # --node: the CPU the node's pods got meanwhile (docs/node.md "CPU")
+                pause += (f" (the node's pods got {cpu['cpu_seconds']:.1f} CPU-s meanwhile, "
+                          f"{100 * cpu['share_of_machine']:.0f} % of the machine, load {cpu['load1']:.0f})")
         if rt and d.get("runtime"):
             pause += f", {d['runtime']} start"
         lines.append(f"  drain #{d['id']} {d.get('phase')} ({d.get('reason') or '-'}): {format_ranges(d['ranges'])}"

@@ -34,6 +34,7 @@ import ssl
 import subprocess
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from lagpilot_dev import node_oci
@@ -73,6 +74,30 @@ NODE_LABEL = ("node.lagpilot.io/real", "true")
 # sessions created, which never carry the label.
 NAMESPACE_LABEL = NODE_LABEL
 NAMESPACE_POLICY = "lagpilot-real-node"
+# The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
+# `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
+# group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
+# run ...), so under a load of 20 the pods together got ~10 % of the 2 cores. Unset: the kubelet's
+# value stays (a real node's); set (2..262144): that weight, applied when the node starts.
+CPU_SHARES_ENV = "LAGPILOT_NODE_CPU_SHARES"
+KUBEPODS_CPU_SHARES = Path("/sys/fs/cgroup/cpu/kubepods/cpu.shares")
+
+
+def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_CPU_SHARES) -> int | None:
+    """Apply ``LAGPILOT_NODE_CPU_SHARES`` (if set) to the kubepods cgroup; the weight in force, None
+    without the cgroup. ValueError naming the variable for a value that is not a weight."""
+    e = os.environ if env is None else env
+    raw = (e.get(CPU_SHARES_ENV) or "").strip()
+    if raw:
+        if not raw.isdigit() or not 2 <= int(raw) <= 262144:
+            raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144 (got {raw!r})")
+        if path.exists():
+            path.write_text(raw)
+            log.info("node pods' CPU weight set", extra={"cpu_shares": int(raw), "env": CPU_SHARES_ENV})
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def namespace_policy() -> list[dict[str, Any]]:
@@ -447,6 +472,7 @@ state = "{self.run_dir / 'containerd'}"
             self._start_kubelet(timeout)
             self._start_scheduler(timeout)
             self._wait_node_ready(timeout)
+            pods_cpu_shares()  # the kubelet made kubepods while it started
             self._start_proxy(timeout)
             self._start_dns(timeout)
             self._start_netpol(timeout)
@@ -716,4 +742,5 @@ state = "{self.run_dir / 'containerd'}"
             "containerd_version": CONTAINERD_VERSION,
             "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
+            "pods_cpu_shares": pods_cpu_shares({}),
         }
