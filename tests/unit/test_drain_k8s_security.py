@@ -158,3 +158,12 @@ def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
         assert needle in text, needle
     assert not [o for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
                 if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
+    """Spark's default request is one CPU per executor core: on a 2-CPU node the driver and two
+    executors did not fit. Executors request their cores at the local-mode per-task request."""
+    conf = spark_conf(build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1,
+                                      DrainSettings(spark_master=K8S.spark_master, executor_cores=2, cpu_per_task_m=250)))
+    assert conf["spark.kubernetes.executor.request.cores"] == "500m"
+    assert conf["spark.executor.cores"] == "2"  # the task slots are unchanged

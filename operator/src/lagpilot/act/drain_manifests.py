@@ -66,8 +66,9 @@ class DrainSettings:
       executor pod's task slots and JVM heap (k8s master only); the executor count is
       ceil(parallelism / cores).
     - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
-    - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
-      the sink is usually latency-bound, so tasks need little CPU.
+    - LAGPILOT_DRAIN_CPU_PER_TASK_M: CPU request per running task in local mode (default 250m):
+      the sink is usually latency-bound, so tasks need little CPU. With the k8s master, each
+      executor pod requests its cores times this (spark.kubernetes.executor.request.cores).
     - LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS: the least activeDeadlineSeconds of a drain Job (default
       3600); above it the deadline grows with the attempt's records at the measured throughput
       (lagpilot.decide.drain_watch.attempt_deadline_s).
@@ -142,6 +143,10 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "spark.executor.instances": str(executors),
         "spark.executor.cores": str(settings.executor_cores),
         "spark.executor.memory": settings.executor_memory,
+        # each executor pod's CPU request: its task slots at the per-task request of local mode (the
+        # sink is usually latency-bound); Spark's default (one whole CPU per slot) leaves executors
+        # Pending on a small node. No CPU limit (none is set by Spark unless asked)
+        "spark.kubernetes.executor.request.cores": f"{settings.executor_cores * settings.cpu_per_task_m}m",
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
