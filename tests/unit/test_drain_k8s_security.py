@@ -1,7 +1,8 @@
 """H4 (issue 23): Spark on Kubernetes mode, hardened — on the manifests (pure) and the chart.
 
 - Spark RPC between the driver and its executors carries the tasks (and with them the Kafka
-  credentials): `spark.authenticate` (a per-application secret Spark generates on Kubernetes) and
+  credentials): `spark.authenticate` (the CR's Secret `<cr>-drain-rpc-key`, a file in the driver's
+  and the executors' pods: never the env SPARK_AUTH_SECRET Spark would generate) and
   `spark.network.crypto.enabled` (AES-based encryption) on.
 - The executor pods Spark creates get a pod template with the Pod Security `restricted` context
   (the drain Job's own pod, the driver, already has it), so a namespace enforcing `restricted`
@@ -76,7 +77,9 @@ def test_spark_rpc_is_authenticated_and_encrypted():
     conf = spark_conf(k8s_job())
     assert conf["spark.authenticate"] == "true"
     assert conf["spark.network.crypto.enabled"] == "true"
-    assert not any("secret" in k and k.startswith("spark.authenticate.") for k in conf)  # generated per app
+    # the secret: the CR's Secret as a file on both sides, never generated into the executors' env
+    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {
+        "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file"}
 
 
 def test_executor_pods_get_a_restricted_pod_template():
@@ -167,3 +170,38 @@ def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
                                       DrainSettings(spark_master=K8S.spark_master, executor_cores=2, cpu_per_task_m=250)))
     assert conf["spark.kubernetes.executor.request.cores"] == "500m"
     assert conf["spark.executor.cores"] == "2"  # the task slots are unchanged
+
+
+def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
+    """H4 (issue 23): Spark generates the RPC secret and puts it into every executor pod as the literal
+    env SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from files
+    (spark.authenticate.secret.driver.file / .executor.file). The operator's per-CR Secret is mounted
+    in the driver's pod (the Job's and the warm runtime's) and, through
+    spark.kubernetes.executor.secrets, in every executor pod."""
+    from lagpilot.act.drain_runtime import build_runtime_deployment
+
+    job = k8s_job()
+    conf = spark_conf(job)
+    secret = "orders-drain-rpc-key"
+    mount_dir = conf[f"spark.kubernetes.executor.secrets.{secret}"]
+    assert conf["spark.authenticate.secret.driver.file"] == conf["spark.authenticate.secret.executor.file"] == f"{mount_dir}/key"
+    assert conf["spark.authenticate"] == "true"
+    runtime = build_runtime_deployment("orders", "ns1", "uid", parse_spec({**RAW, "drain": {"warmRuntime": True}}), K8S)
+    for pod in (job["spec"]["template"]["spec"], runtime["spec"]["template"]["spec"]):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == mount_dir]
+        assert volumes[mount["name"]]["secret"]["secretName"] == secret and mount["readOnly"] is True
+    # local mode runs no executors: no RPC, no key
+    local = build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1, DrainSettings())
+    assert all("secret" not in v for v in local["spec"]["template"]["spec"]["volumes"])
+
+
+def test_the_rpc_key_secret_name_leaves_room_for_sparks_volume_name():
+    """Spark names the executor's volume `<secret>-volume`, a DNS label (<= 63): a CR name of 52
+    characters (the CRD's maximum) still fits."""
+    from lagpilot.act.drain_manifests import spark_rpc_key_secret_name
+
+    long = "a" * 52
+    assert len(spark_rpc_key_secret_name(long) + "-volume") <= 63
+    assert spark_rpc_key_secret_name(long) != spark_rpc_key_secret_name("a" * 51)
+    assert spark_rpc_key_secret_name("orders") == "orders-drain-rpc-key"
