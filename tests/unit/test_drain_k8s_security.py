@@ -93,6 +93,8 @@ def test_executor_pods_get_a_restricted_pod_template():
     assert spec["serviceAccountName"] == "default"
     # the JVM's and the Python workers' scratch space: the root filesystem is read-only
     assert {"name": "tmp", "mountPath": "/tmp"} in spec["containers"][0]["volumeMounts"]
+    # ... and the working directory, where the executor fetches spark.jars (real node, issue 24)
+    assert spec["containers"][0]["workingDir"] == "/tmp"
     assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 

@@ -199,7 +199,8 @@ def spark_k8s_security_conf() -> dict[str, str]:
 def executor_pod_template() -> dict[str, Any]:
     """The pod template Spark starts every executor pod from (pure): the Pod Security `restricted`
     profile (as the driver's pod), no ServiceAccount token (executors never call the API), an
-    emptyDir at /tmp under a read-only root filesystem. Spark adds its container settings (image,
+    emptyDir at /tmp under a read-only root filesystem, also the working directory. Spark adds its
+    container settings (image,
     args, env, resources, spark.local.dir's emptyDir) to the first container."""
     return {
         "apiVersion": "v1",
@@ -210,7 +211,11 @@ def executor_pod_template() -> dict[str, Any]:
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": dict(POD_SECURITY),
+            # workingDir: the executor fetches the application's jars (spark.jars) into its working
+            # directory, the image's WORKDIR on a read-only root filesystem otherwise ("Unable to
+            # create executor due to ./kafka-clients-3.9.2.jar: Read-only file system", real node)
             "containers": [{"name": "spark-kubernetes-executor", "securityContext": dict(CONTAINER_SECURITY),
+                            "workingDir": "/tmp",
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
         },
