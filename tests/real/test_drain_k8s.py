@@ -220,6 +220,10 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
 
     ok = create(pod())
     assert ok.returncode == 0, ok.stderr  # what Spark creates is admitted
+    rpc_key = [{"name": "tmp", "emptyDir": {}},
+               {"name": "orders-drain-rpc-key-volume", "secret": {"secretName": "orders-drain-rpc-key"}}]
+    ok = create(pod(volumes=rpc_key))
+    assert ok.returncode == 0, ok.stderr  # with the CR's Spark RPC key, as Spark mounts it (H4)
     # a new ValidatingAdmissionPolicy and its binding take effect once kube-apiserver's policy informer
     # has them (eventually consistent; seen missing under parallel sessions): wait until one bad pod is refused
     wait_until(lambda: "ValidatingAdmissionPolicy" in create(pod(hostNetwork=True)).stderr,
@@ -229,6 +233,8 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
         "a token mounted": pod(automountServiceAccountToken=True),
         "not owned by a pod": pod(ownerReferences=[]),
         "a Secret volume": pod(volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "x"}}]),
+        "a second Secret volume": pod(volumes=[*rpc_key, {"name": "a-drain-rpc-key-volume",
+                                                          "secret": {"secretName": "a-drain-rpc-key"}}]),
         "the host network": pod(hostNetwork=True),
     }
     for what, manifest in denied.items():

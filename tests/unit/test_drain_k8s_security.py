@@ -2,7 +2,7 @@
 
 - Spark RPC between the driver and its executors carries the tasks (and with them the Kafka
   credentials): `spark.authenticate` (the CR's Secret `<cr>-drain-rpc-key`, a file in the driver's
-  and the executors' pods: never the env SPARK_AUTH_SECRET Spark would generate) and
+  and the executors' pods: never the env _SPARK_AUTH_SECRET Spark would generate) and
   `spark.network.crypto.enabled` (AES-based encryption) on.
 - The executor pods Spark creates get a pod template with the Pod Security `restricted` context
   (the drain Job's own pod, the driver, already has it), so a namespace enforcing `restricted`
@@ -176,7 +176,7 @@ def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
 
 def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
     """H4 (issue 23): Spark generates the RPC secret and puts it into every executor pod as the literal
-    env SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from files
+    env _SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from files
     (spark.authenticate.secret.driver.file / .executor.file). The operator's per-CR Secret is mounted
     in the driver's pod (the Job's and the warm runtime's) and, through
     spark.kubernetes.executor.secrets, in every executor pod."""

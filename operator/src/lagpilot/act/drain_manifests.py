@@ -9,7 +9,7 @@
   `status.applicationState.state`, which maps onto the same `JobObservation` the state machine reads.
 
 Both are named `<cr>-drain-<id>-<attempt>` (a lost status write finds the object again) and owned by
-the CR; Secret material only through secretKeyRef.
+the CR; Secret material only through secretKeyRef, or a Secret volume (the Spark RPC key, k8s master).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag, parallel
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
-from .deployment import build_env, label_value, owner_reference
+from .deployment import _shorten, build_env, label_value, owner_reference
+from .key_secret import KEY_FIELD
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
@@ -155,6 +156,7 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
     }
     conf.update(spark_k8s_security_conf())
+    conf.update(spark_rpc_key_conf(cr_name))
     if settings.service_account:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
     for name, (secret, key) in _secret_refs(env).items():
@@ -173,8 +175,8 @@ EXECUTOR_POD_TEMPLATE_ENV = "LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"
 def spark_k8s_security_conf() -> dict[str, str]:
     """Spark conf that keeps a client-mode drain's RPC private and its Role small (pure).
 
-    - `spark.authenticate`: executors prove the application's secret to the driver (Spark generates
-      one per application on Kubernetes and hands it to its executor pods as SPARK_AUTH_SECRET);
+    - `spark.authenticate`: executors prove the application's secret to the driver (the CR's
+      Secret, read from a file on both sides: `spark_rpc_key_conf`);
       `spark.network.crypto.enabled`: AES encryption of the RPC, which carries the tasks and with
       them the Kafka credentials.
     - no label-selector deletes, which RBAC can only grant as `deletecollection` on every pod,
@@ -196,12 +198,40 @@ def spark_k8s_security_conf() -> dict[str, str]:
     }
 
 
+# The RPC's shared secret (H4): the CR's Secret `spark_rpc_key_secret_name(cr)`, made by the operator
+# (act/spark_rpc_key.py), mounted here in the driver's pod and in every executor pod
+SPARK_RPC_KEY_DIR = "/var/run/secrets/lagpilot/spark-rpc"
+SPARK_RPC_KEY_VOLUME = "spark-rpc-key"
+
+
+def spark_rpc_key_secret_name(cr_name: str) -> str:
+    """`<cr>-drain-rpc-key`; a long CR name is cut (with a hash) so that Spark's executor volume
+    name `<secret>-volume` stays a DNS label (<= 63 characters)."""
+    return f"{_shorten(cr_name, 42)}-drain-rpc-key"
+
+
+def spark_rpc_key_conf(cr_name: str) -> dict[str, str]:
+    """Spark conf that takes the RPC secret from the CR's Secret, as a file (pure).
+
+    Without it Spark generates a secret per application and hands it to each executor pod as the
+    literal env value _SPARK_AUTH_SECRET (Spark 4; SPARK_AUTH_SECRET before), readable by anyone who may `get` pods. With a secret file
+    for both sides Spark sets no env: the driver reads `spark.authenticate.secret.driver.file` (its
+    pod mounts the Secret: `drain_pod_spec`), the executors `...executor.file`, from the same
+    Secret that `spark.kubernetes.executor.secrets.<name>` mounts in their pods (as volume
+    `<name>-volume`, which the chart's admission policy allows, and nothing else of that kind)."""
+    path = f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}"
+    return {
+        f"spark.kubernetes.executor.secrets.{spark_rpc_key_secret_name(cr_name)}": SPARK_RPC_KEY_DIR,
+        "spark.authenticate.secret.driver.file": path,
+        "spark.authenticate.secret.executor.file": path,
+    }
+
+
 def executor_pod_template() -> dict[str, Any]:
     """The pod template Spark starts every executor pod from (pure): the Pod Security `restricted`
     profile (as the driver's pod), no ServiceAccount token (executors never call the API), an
     emptyDir at /tmp under a read-only root filesystem, also the working directory. Spark adds its
-    container settings (image,
-    args, env, resources, spark.local.dir's emptyDir) to the first container."""
+    container settings (image, args, env, resources, spark.local.dir's emptyDir) to the first container."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -268,6 +298,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
     drain --serve`): Spark master/conf and ServiceAccount for the k8s backend, security contexts,
     /tmp emptyDir, resources (the template's, else a CPU request per task: `cpu_m` overrides it).
     `env` is extended in place with the Spark settings. restartPolicy Never (a Deployment sets Always)."""
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
@@ -285,6 +316,10 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": json.dumps(executor_pod_template(), sort_keys=True)})
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
+        # the RPC's secret (spark_rpc_key_conf), never in the environment
+        pod_spec["volumes"].append({"name": SPARK_RPC_KEY_VOLUME,
+                                    "secret": {"secretName": spark_rpc_key_secret_name(cr_name)}})
+        mounts.append({"name": SPARK_RPC_KEY_VOLUME, "mountPath": SPARK_RPC_KEY_DIR, "readOnly": True})
         default_cpu_m = 1000
     else:
         pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
@@ -300,7 +335,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "env": env,
         "resources": resources,
         "securityContext": dict(CONTAINER_SECURITY),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }]
     return pod_spec
