@@ -78,8 +78,7 @@ def test_spark_rpc_is_authenticated_and_encrypted():
     assert conf["spark.authenticate"] == "true"
     assert conf["spark.network.crypto.enabled"] == "true"
     # the secret: the CR's Secret as a file on both sides, never generated into the executors' env
-    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {
-        "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file"}
+    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {"spark.authenticate.secret.file"}
 
 
 def test_executor_pods_get_a_restricted_pod_template():
@@ -176,8 +175,8 @@ def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
 
 def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
     """H4 (issue 23): Spark generates the RPC secret and puts it into every executor pod as the literal
-    env _SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from files
-    (spark.authenticate.secret.driver.file / .executor.file). The operator's per-CR Secret is mounted
+    env _SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from a file
+    (spark.authenticate.secret.file). The operator's per-CR Secret is mounted
     in the driver's pod (the Job's and the warm runtime's) and, through
     spark.kubernetes.executor.secrets, in every executor pod."""
     from lagpilot.act.drain_runtime import build_runtime_deployment
@@ -186,8 +185,11 @@ def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
     conf = spark_conf(job)
     secret = "orders-drain-rpc-key"
     mount_dir = conf[f"spark.kubernetes.executor.secrets.{secret}"]
-    assert conf["spark.authenticate.secret.driver.file"] == conf["spark.authenticate.secret.executor.file"] == f"{mount_dir}/key"
+    # one file for both sides: the executor's first connection reads only spark.authenticate.secret.file
+    assert conf["spark.authenticate.secret.file"] == f"{mount_dir}/key"
     assert conf["spark.authenticate"] == "true"
+    # ... and only with a k8s master in its startup conf: the image's entrypoint adds it from this
+    assert conf["spark.executorEnv.LAGPILOT_SPARK_MASTER"] == K8S.spark_master
     runtime = build_runtime_deployment("orders", "ns1", "uid", parse_spec({**RAW, "drain": {"warmRuntime": True}}), K8S)
     for pod in (job["spec"]["template"]["spec"], runtime["spec"]["template"]["spec"]):
         volumes = {v["name"]: v for v in pod["volumes"]}

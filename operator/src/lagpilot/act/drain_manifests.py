@@ -214,16 +214,18 @@ def spark_rpc_key_conf(cr_name: str) -> dict[str, str]:
     """Spark conf that takes the RPC secret from the CR's Secret, as a file (pure).
 
     Without it Spark generates a secret per application and hands it to each executor pod as the
-    literal env value _SPARK_AUTH_SECRET (Spark 4; SPARK_AUTH_SECRET before), readable by anyone who may `get` pods. With a secret file
-    for both sides Spark sets no env: the driver reads `spark.authenticate.secret.driver.file` (its
-    pod mounts the Secret: `drain_pod_spec`), the executors `...executor.file`, from the same
-    Secret that `spark.kubernetes.executor.secrets.<name>` mounts in their pods (as volume
-    `<name>-volume`, which the chart's admission policy allows, and nothing else of that kind)."""
-    path = f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}"
+    literal env value _SPARK_AUTH_SECRET (Spark 4; SPARK_AUTH_SECRET before), readable by anyone
+    who may `get` pods. With `spark.authenticate.secret.file` Spark sets no env: the driver reads it
+    (its pod mounts the Secret: `drain_pod_spec`), and so do the executors (a startup conf: it
+    reaches their JVM's options) from the same Secret that `spark.kubernetes.executor.secrets.<name>`
+    mounts in their pods (as volume `<name>-volume`, which the chart's admission policy allows, and
+    nothing else of that kind). Not the `.driver.file` / `.executor.file` variants: an executor's
+    first connection (its driverPropsFetcher) reads only `spark.authenticate.secret.file`, and
+    only with a k8s `spark.master` in its startup conf, which the image's entrypoint adds
+    (lagpilot_runtime.image_entrypoint.master_opt, from LAGPILOT_SPARK_MASTER)."""
     return {
         f"spark.kubernetes.executor.secrets.{spark_rpc_key_secret_name(cr_name)}": SPARK_RPC_KEY_DIR,
-        "spark.authenticate.secret.driver.file": path,
-        "spark.authenticate.secret.executor.file": path,
+        "spark.authenticate.secret.file": f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}",
     }
 
 
