@@ -109,3 +109,7 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
         assert literal == [], f"{p['metadata']['name']}: the RPC secret is a literal in the pod spec: {literal}"
         secret_volumes = [v["secret"]["secretName"] for v in p["spec"].get("volumes") or [] if "secret" in v]
         assert secret_volumes == ["orders-drain-rpc-key"], secret_volumes
+        # the executor's own word: its RPC ran authenticated (it read the key from the mounted file)
+        log = kube.kubectl("logs", "-n", ns, p["metadata"]["name"], "--tail=-1").stdout
+        assert "SecurityManager: authentication enabled" in log, log[-3000:]
+    assert [ln for ln in driver_log.splitlines() if "Forbidden" in ln] == []  # the chart's drain Role sufficed
