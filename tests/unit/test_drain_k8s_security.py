@@ -209,3 +209,49 @@ def test_the_rpc_key_secret_name_leaves_room_for_sparks_volume_name():
     assert len(spark_rpc_key_secret_name(long) + "-volume") <= 63
     assert spark_rpc_key_secret_name(long) != spark_rpc_key_secret_name("a" * 51)
     assert spark_rpc_key_secret_name("orders") == "orders-drain-rpc-key"
+
+
+def test_the_operator_makes_the_rpc_key_secret_before_the_job_and_refuses_a_foreign_one():
+    """H4: with a k8s master, create_job makes the CR's `<cr>-drain-rpc-key` (owned by the CR) before
+    the Job whose pods mount it; a Secret of that name the CR does not own stops the launch."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lagpilot.act.drain_calls import DrainCalls
+    from lagpilot.act.spark_rpc_key import SparkRpcKeys
+
+    calls: list[tuple[str, str]] = []
+
+    class Core:
+        def __init__(self, existing=None):
+            self.existing = existing
+
+        def read_namespaced_secret(self, name, namespace):
+            if self.existing is None:
+                raise type("NotFound", (Exception,), {"status": 404})()
+            return self.existing
+
+        def create_namespaced_secret(self, namespace, body):
+            calls.append(("secret", body["metadata"]["name"]))
+            assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+    class Batch:
+        def create_namespaced_job(self, namespace, body):
+            calls.append(("job", body["metadata"]["name"]))
+
+    def drain_calls(core):
+        dc = DrainCalls()
+        dc.batch, dc.settings, dc.clock = Batch(), K8S, lambda: 0.0
+        dc.runtime = SimpleNamespace(rpc_keys=SparkRpcKeys(core, lambda o: o))
+        return dc
+
+    ctx = SimpleNamespace(name="orders", namespace="ns1", uid="uid-1", spec=parse_spec(RAW), version="0.1.0",
+                          launched_runtime=None)
+    drain_calls(Core()).create_job(ctx, DRAIN, 1)
+    assert calls == [("secret", "orders-drain-rpc-key"), ("job", "orders-drain-1-1")]
+    calls.clear()
+    foreign = {"metadata": {"name": "orders-drain-rpc-key", "ownerReferences": []}, "data": {}}
+    with pytest.raises(RuntimeError, match="not owned by this BatchConsumerGroup"):
+        drain_calls(Core(foreign)).create_job(ctx, DRAIN, 1)
+    assert calls == []  # no Job mounting a key someone else chose
