@@ -96,6 +96,7 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     from kubernetes import client
 
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
+    from lagpilot.act.spark_rpc_key import build_key_secret, new_key
     from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
@@ -132,6 +133,10 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
                              service_account=sa, executor_cores=2, executor_memory="512m")
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
+    # ... and makes the CR's Spark RPC key as the operator would (act/spark_rpc_key.py; H4)
+    key = build_key_secret("orders", ns, "unused", new_key())
+    key["metadata"].pop("ownerReferences")
+    core.create_namespaced_secret(ns, key)
     pod_spec = job["spec"]["template"]["spec"]
     assert pod_spec["serviceAccountName"] == sa and "automountServiceAccountToken" not in pod_spec
     conf = json.loads(next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF"))
@@ -224,11 +229,17 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
     # has them (eventually consistent; seen missing under parallel sessions): wait until one bad pod is refused
     wait_until(lambda: "ValidatingAdmissionPolicy" in create(pod(hostNetwork=True)).stderr,
                "the drain admission policy in force", 60, interval=1)
+    rpc_key = [{"name": "tmp", "emptyDir": {}},
+               {"name": "orders-drain-rpc-key-volume", "secret": {"secretName": "orders-drain-rpc-key"}}]
+    ok = create(pod(volumes=rpc_key))
+    assert ok.returncode == 0, ok.stderr  # with the CR's Spark RPC key, as Spark mounts it (H4)
     denied = {
         "another ServiceAccount": pod(serviceAccountName="powerful"),
         "a token mounted": pod(automountServiceAccountToken=True),
         "not owned by a pod": pod(ownerReferences=[]),
         "a Secret volume": pod(volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "x"}}]),
+        "a second Secret volume": pod(volumes=[*rpc_key, {"name": "a-drain-rpc-key-volume",
+                                                          "secret": {"secretName": "a-drain-rpc-key"}}]),
         "the host network": pod(hostNetwork=True),
     }
     for what, manifest in denied.items():

@@ -1,7 +1,8 @@
 """H4 (issue 23): Spark on Kubernetes mode, hardened — on the manifests (pure) and the chart.
 
 - Spark RPC between the driver and its executors carries the tasks (and with them the Kafka
-  credentials): `spark.authenticate` (a per-application secret Spark generates on Kubernetes) and
+  credentials): `spark.authenticate` (the CR's Secret `<cr>-drain-rpc-key`, a file in the driver's
+  and the executors' pods: never the env _SPARK_AUTH_SECRET Spark would generate) and
   `spark.network.crypto.enabled` (AES-based encryption) on.
 - The executor pods Spark creates get a pod template with the Pod Security `restricted` context
   (the drain Job's own pod, the driver, already has it), so a namespace enforcing `restricted`
@@ -76,7 +77,8 @@ def test_spark_rpc_is_authenticated_and_encrypted():
     conf = spark_conf(k8s_job())
     assert conf["spark.authenticate"] == "true"
     assert conf["spark.network.crypto.enabled"] == "true"
-    assert not any("secret" in k and k.startswith("spark.authenticate.") for k in conf)  # generated per app
+    # the secret: the CR's Secret as a file on both sides, never generated into the executors' env
+    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {"spark.authenticate.secret.file"}
 
 
 def test_executor_pods_get_a_restricted_pod_template():
@@ -90,6 +92,8 @@ def test_executor_pods_get_a_restricted_pod_template():
     assert spec["serviceAccountName"] == "default"
     # the JVM's and the Python workers' scratch space: the root filesystem is read-only
     assert {"name": "tmp", "mountPath": "/tmp"} in spec["containers"][0]["volumeMounts"]
+    # ... and the working directory, where the executor fetches spark.jars (real node, issue 24)
+    assert spec["containers"][0]["workingDir"] == "/tmp"
     assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
 
 
@@ -158,3 +162,96 @@ def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
         assert needle in text, needle
     assert not [o for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
                 if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
+    """Spark's default request is one CPU per executor core: on a 2-CPU node the driver and two
+    executors did not fit. Executors request their cores at the local-mode per-task request."""
+    conf = spark_conf(build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1,
+                                      DrainSettings(spark_master=K8S.spark_master, executor_cores=2, cpu_per_task_m=250)))
+    assert conf["spark.kubernetes.executor.request.cores"] == "500m"
+    assert conf["spark.executor.cores"] == "2"  # the task slots are unchanged
+
+
+def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
+    """H4 (issue 23): Spark generates the RPC secret and puts it into every executor pod as the literal
+    env _SPARK_AUTH_SECRET (readable by whoever may `get` pods) unless the secret comes from a file
+    (spark.authenticate.secret.file). The operator's per-CR Secret is mounted
+    in the driver's pod (the Job's and the warm runtime's) and, through
+    spark.kubernetes.executor.secrets, in every executor pod."""
+    from lagpilot.act.drain_runtime import build_runtime_deployment
+
+    job = k8s_job()
+    conf = spark_conf(job)
+    secret = "orders-drain-rpc-key"
+    mount_dir = conf[f"spark.kubernetes.executor.secrets.{secret}"]
+    # one file for both sides: the executor's first connection reads only spark.authenticate.secret.file
+    assert conf["spark.authenticate.secret.file"] == f"{mount_dir}/key"
+    assert conf["spark.authenticate"] == "true"
+    # ... and only with a k8s master in its startup conf: the image's entrypoint adds it from this
+    assert conf["spark.executorEnv.LAGPILOT_SPARK_MASTER"] == K8S.spark_master
+    runtime = build_runtime_deployment("orders", "ns1", "uid", parse_spec({**RAW, "drain": {"warmRuntime": True}}), K8S)
+    for pod in (job["spec"]["template"]["spec"], runtime["spec"]["template"]["spec"]):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == mount_dir]
+        assert volumes[mount["name"]]["secret"]["secretName"] == secret and mount["readOnly"] is True
+    # local mode runs no executors: no RPC, no key
+    local = build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1, DrainSettings())
+    assert all("secret" not in v for v in local["spec"]["template"]["spec"]["volumes"])
+
+
+def test_the_rpc_key_secret_name_leaves_room_for_sparks_volume_name():
+    """Spark names the executor's volume `<secret>-volume`, a DNS label (<= 63): a CR name of 52
+    characters (the CRD's maximum) still fits."""
+    from lagpilot.act.drain_manifests import spark_rpc_key_secret_name
+
+    long = "a" * 52
+    assert len(spark_rpc_key_secret_name(long) + "-volume") <= 63
+    assert spark_rpc_key_secret_name(long) != spark_rpc_key_secret_name("a" * 51)
+    assert spark_rpc_key_secret_name("orders") == "orders-drain-rpc-key"
+
+
+def test_the_operator_makes_the_rpc_key_secret_before_the_job_and_refuses_a_foreign_one():
+    """H4: with a k8s master, create_job makes the CR's `<cr>-drain-rpc-key` (owned by the CR) before
+    the Job whose pods mount it; a Secret of that name the CR does not own stops the launch."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lagpilot.act.drain_calls import DrainCalls
+    from lagpilot.act.spark_rpc_key import SparkRpcKeys
+
+    calls: list[tuple[str, str]] = []
+
+    class Core:
+        def __init__(self, existing=None):
+            self.existing = existing
+
+        def read_namespaced_secret(self, name, namespace):
+            if self.existing is None:
+                raise type("NotFound", (Exception,), {"status": 404})()
+            return self.existing
+
+        def create_namespaced_secret(self, namespace, body):
+            calls.append(("secret", body["metadata"]["name"]))
+            assert body["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+    class Batch:
+        def create_namespaced_job(self, namespace, body):
+            calls.append(("job", body["metadata"]["name"]))
+
+    def drain_calls(core):
+        dc = DrainCalls()
+        dc.batch, dc.settings, dc.clock = Batch(), K8S, lambda: 0.0
+        dc.runtime = SimpleNamespace(rpc_keys=SparkRpcKeys(core, lambda o: o))
+        return dc
+
+    ctx = SimpleNamespace(name="orders", namespace="ns1", uid="uid-1", spec=parse_spec(RAW), version="0.1.0",
+                          launched_runtime=None)
+    drain_calls(Core()).create_job(ctx, DRAIN, 1)
+    assert calls == [("secret", "orders-drain-rpc-key"), ("job", "orders-drain-1-1")]
+    calls.clear()
+    foreign = {"metadata": {"name": "orders-drain-rpc-key", "ownerReferences": []}, "data": {}}
+    with pytest.raises(RuntimeError, match="not owned by this BatchConsumerGroup"):
+        drain_calls(Core(foreign)).create_job(ctx, DRAIN, 1)
+    assert calls == []  # no Job mounting a key someone else chose

@@ -63,3 +63,17 @@ def test_dockerfile_and_pod_runner_agree_on_the_images_entrypoint():
     (cmd,) = re.findall(r"^CMD (.*)$", text, re.M)
     assert json.loads(entry) == DEFAULT_ENTRYPOINTS["lagpilot/consumer"]
     assert json.loads(cmd) == DEFAULT_IMAGE_CMDS["lagpilot/consumer"]
+
+
+def test_executor_gets_the_k8s_master_for_its_rpc_secret_file():
+    """H4: the executor's first connection reads spark.authenticate.secret.file only with a k8s
+    spark.master in its startup conf, which Spark does not pass: the entrypoint adds the drain's."""
+    from lagpilot_runtime.image_entrypoint import master_opt
+
+    env = {**SPARK_ENV, "LAGPILOT_SPARK_MASTER": "k8s://https://kubernetes.default.svc"}
+    argv = executor_argv(env)
+    assert "-Dspark.master=k8s://https://kubernetes.default.svc" in argv
+    assert argv.index("-Dspark.master=k8s://https://kubernetes.default.svc") < argv.index(EXECUTOR_BACKEND)
+    assert master_opt({"LAGPILOT_SPARK_MASTER": "local[2]"}) == []  # only a k8s master
+    assert master_opt({**env, "SPARK_JAVA_OPT_9": "-Dspark.master=k8s://x"}) == []  # Spark's own wins
+    assert master_opt(SPARK_ENV) == []

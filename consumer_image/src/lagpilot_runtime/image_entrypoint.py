@@ -58,6 +58,23 @@ def java_opts(env: Mapping[str, str]) -> list[str]:
     return [v for _, v in sorted(opts)]
 
 
+def master_opt(env: Mapping[str, str]) -> list[str]:
+    """`-Dspark.master=<k8s://...>` from LAGPILOT_SPARK_MASTER (the drain's master, which the
+    operator's conf gives executors through spark.executorEnv), unless Spark passed one.
+
+    The executor's first connection to its driver (KubernetesExecutorBackend's driverPropsFetcher)
+    authenticates with a SecurityManager on the JVM's startup conf only. Spark reads the RPC
+    secret from `spark.authenticate.secret.file` (the operator's per-CR Secret, mounted in the pod:
+    docs/rbac.md) only when that conf names a k8s master (SecurityManager.secretKeyFromFile), and
+    passes no `spark.master` to executors: without this the executor fails with "A secret key must
+    be specified via the spark.authenticate.secret config" (seen on the real node). The driver's
+    properties, fetched next, carry the same master."""
+    master = env.get("LAGPILOT_SPARK_MASTER", "")
+    if not master.startswith("k8s://") or any(o.startswith("-Dspark.master=") for o in java_opts(env)):
+        return []
+    return [f"-Dspark.master={master}"]
+
+
 def executor_argv(env: Mapping[str, str], extra_args: Sequence[str] = ()) -> list[str]:
     """The executor JVM's command line, as Spark's entrypoint.sh builds it (pure)."""
     missing = [k for k in REQUIRED if not env.get(k)]
@@ -68,7 +85,7 @@ def executor_argv(env: Mapping[str, str], extra_args: Sequence[str] = ()) -> lis
     classpath = [p for p in (env.get("SPARK_CLASSPATH"), env.get("SPARK_EXTRA_CLASSPATH"),
                              env.get("LAGPILOT_SPARK_EXECUTOR_CLASSPATH"), f"{home}/jars/*",
                              env.get("SPARK_DIST_CLASSPATH")) if p]
-    argv = [java_binary(env), *java_opts(env)]
+    argv = [java_binary(env), *java_opts(env), *master_opt(env)]
     mem = env.get("SPARK_EXECUTOR_MEMORY")
     if mem:
         argv += [f"-Xms{mem}", f"-Xmx{mem}"]

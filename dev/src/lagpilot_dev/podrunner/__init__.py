@@ -38,7 +38,12 @@ points to a per-pod kubeconfig holding a TokenRequest token of the pod's Service
 the pod); `KUBERNETES_SERVICE_HOST` is not set, so `load_incluster_config()` fails over to it. So a
 pod runs with exactly its ServiceAccount's RBAC, never the runner's admin identity.
 
-Not emulated: init and sidecar containers (only the first container runs and is reported), volumes,
+Volumes: only `secret` volumes are emulated (the Spark RPC key of Spark-on-Kubernetes drains): the
+Secret's keys are written as files under the pod's directory and bind-mounted read-only at the
+mountPath in a private mount namespace of the process (`unshare --mount`: needs root; the pid
+stays the process's). Other volumes are not (an emptyDir at /tmp is the host's /tmp).
+
+Not emulated: init and sidecar containers (only the first container runs and is reported), other volumes,
 startup probes, service env links, resource limits, image pulls, Events.
 
 Usage: `PodRunner(kubeconfig, node_name, workdir).start()` (threads) / `.stop()` (kills its

@@ -67,3 +67,25 @@ def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs
     if resolved is None:
         raise StartError(f'exec: "{prog}": executable file not found in $PATH')
     return [resolved, *command[1:], *args]
+
+
+def secret_mounts(pod: Mapping[str, Any], container: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(mountPath, Secret name, volume name) of each `secret` volume the container mounts (pure)."""
+    volumes = {v.get("name"): v for v in (pod.get("spec") or {}).get("volumes") or []}
+    out = []
+    for m in container.get("volumeMounts") or []:
+        secret = (volumes.get(m.get("name")) or {}).get("secret")
+        if secret is not None:
+            out.append((str(m["mountPath"]), str(secret.get("secretName") or ""), str(m["name"])))
+    return out
+
+
+def with_mounts(argv: Sequence[str], binds: Sequence[tuple[str, str]], unshare: str = "unshare") -> list[str]:
+    """`argv` run in a private mount namespace in which each (mountPath, source dir) is bind-mounted
+    read-only (pure). The process keeps its pid (unshare and sh exec into it); needs root."""
+    if not binds:
+        return list(argv)
+    script = ('while [ "$1" != "--" ]; do mkdir -p "$1" && mount -o bind,ro "$2" "$1" || exit 127; shift 2; done; '
+              'shift; exec "$@"')
+    pairs = [p for mount_path, source in binds for p in (mount_path, source)]
+    return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *pairs, "--", *argv]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import LOOPBACK, ContainerConfigError, StartError, free_port, log, now_rfc3339
-from .container import build_argv
+from .container import build_argv, secret_mounts, with_mounts
 from .env import resolve_env
 from .lifecycle import (TERMINATION_LOG_ENV, crash_backoff, exit_code_of, exit_outcome, pod_conditions, terminated_state,
                         termination_message)
@@ -179,6 +179,13 @@ class PodWorker:
         except StartError as exc:
             self._record_exit(128, None, reason="StartError", message=str(exc), started_at=now_rfc3339())
             return
+        try:
+            argv = with_mounts(argv, self._secret_volumes())
+        except ContainerConfigError as exc:  # the kubelet: FailedMount, the container waits
+            self.state = {"waiting": {"reason": "ContainerCreating", "message": str(exc)}}
+            self.backoff_until = time.monotonic() + 2.0
+            self._write_status()
+            return
         cwd = Path(c["workingDir"]) if c.get("workingDir") and Path(c["workingDir"]).is_dir() else self.pod_dir
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,6 +212,23 @@ class PodWorker:
                                              "port": self.port, "restart_count": self.restart_count,
                                              "log": str(self.log_path)})
         self._write_status()
+
+    def _secret_volumes(self) -> list[tuple[str, str]]:
+        """The container's `secret` volumes as (mountPath, directory): each Secret's keys written as
+        files (0600) under the pod's directory, for `with_mounts` to bind at the mountPath."""
+        binds = []
+        for mount_path, secret, volume in secret_mounts(self.pod, self.container):
+            data = self.runner.get_secret(self.namespace, secret)
+            if data is None:
+                raise ContainerConfigError(f'MountVolume.SetUp failed for volume "{volume}": secret "{secret}" not found')
+            d = self.pod_dir / "volumes" / volume
+            d.mkdir(parents=True, exist_ok=True)
+            for key, value in data.items():
+                path = d / key
+                path.write_text(value)
+                path.chmod(0o600)
+            binds.append((mount_path, str(d)))
+        return binds
 
     def _on_exit(self, returncode: int) -> None:
         code, sig = exit_code_of(returncode)

@@ -9,7 +9,7 @@
   `status.applicationState.state`, which maps onto the same `JobObservation` the state machine reads.
 
 Both are named `<cr>-drain-<id>-<attempt>` (a lost status write finds the object again) and owned by
-the CR; Secret material only through secretKeyRef.
+the CR; Secret material only through secretKeyRef, or a Secret volume (the Spark RPC key, k8s master).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag, parallel
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
-from .deployment import build_env, label_value, owner_reference
+from .deployment import _shorten, build_env, label_value, owner_reference
+from .key_secret import KEY_FIELD
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
@@ -66,8 +67,9 @@ class DrainSettings:
       executor pod's task slots and JVM heap (k8s master only); the executor count is
       ceil(parallelism / cores).
     - LAGPILOT_DRAIN_JOB_TTL_SECONDS: finished Jobs are deleted after this long (default 3600).
-    - LAGPILOT_DRAIN_CPU_PER_TASK: CPU request per running task in local mode (default 250m):
-      the sink is usually latency-bound, so tasks need little CPU.
+    - LAGPILOT_DRAIN_CPU_PER_TASK_M: CPU request per running task in local mode (default 250m):
+      the sink is usually latency-bound, so tasks need little CPU. With the k8s master, each
+      executor pod requests its cores times this (spark.kubernetes.executor.request.cores).
     - LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS: the least activeDeadlineSeconds of a drain Job (default
       3600); above it the deadline grows with the attempt's records at the measured throughput
       (lagpilot.decide.drain_watch.attempt_deadline_s).
@@ -142,6 +144,10 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "spark.executor.instances": str(executors),
         "spark.executor.cores": str(settings.executor_cores),
         "spark.executor.memory": settings.executor_memory,
+        # each executor pod's CPU request: its task slots at the per-task request of local mode (the
+        # sink is usually latency-bound); Spark's default (one whole CPU per slot) leaves executors
+        # Pending on a small node. No CPU limit (none is set by Spark unless asked)
+        "spark.kubernetes.executor.request.cores": f"{settings.executor_cores * settings.cpu_per_task_m}m",
         "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
         "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
         # executors' scratch space: an emptyDir Spark mounts there (the root filesystem is read-only)
@@ -150,6 +156,7 @@ def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         f"spark.kubernetes.executor.label.{DRAIN_LABEL}": label_value(cr_name),
     }
     conf.update(spark_k8s_security_conf())
+    conf.update(spark_rpc_key_conf(cr_name))
     if settings.service_account:
         conf["spark.kubernetes.authenticate.driver.serviceAccountName"] = settings.service_account
     for name, (secret, key) in _secret_refs(env).items():
@@ -168,8 +175,8 @@ EXECUTOR_POD_TEMPLATE_ENV = "LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"
 def spark_k8s_security_conf() -> dict[str, str]:
     """Spark conf that keeps a client-mode drain's RPC private and its Role small (pure).
 
-    - `spark.authenticate`: executors prove the application's secret to the driver (Spark generates
-      one per application on Kubernetes and hands it to its executor pods as SPARK_AUTH_SECRET);
+    - `spark.authenticate`: executors prove the application's secret to the driver (the CR's
+      Secret, read from a file on both sides: `spark_rpc_key_conf`);
       `spark.network.crypto.enabled`: AES encryption of the RPC, which carries the tasks and with
       them the Kafka credentials.
     - no label-selector deletes, which RBAC can only grant as `deletecollection` on every pod,
@@ -191,11 +198,42 @@ def spark_k8s_security_conf() -> dict[str, str]:
     }
 
 
+# The RPC's shared secret (H4): the CR's Secret `spark_rpc_key_secret_name(cr)`, made by the operator
+# (act/spark_rpc_key.py), mounted here in the driver's pod and in every executor pod
+SPARK_RPC_KEY_DIR = "/var/run/secrets/lagpilot/spark-rpc"
+SPARK_RPC_KEY_VOLUME = "spark-rpc-key"
+
+
+def spark_rpc_key_secret_name(cr_name: str) -> str:
+    """`<cr>-drain-rpc-key`; a long CR name is cut (with a hash) so that Spark's executor volume
+    name `<secret>-volume` stays a DNS label (<= 63 characters)."""
+    return f"{_shorten(cr_name, 42)}-drain-rpc-key"
+
+
+def spark_rpc_key_conf(cr_name: str) -> dict[str, str]:
+    """Spark conf that takes the RPC secret from the CR's Secret, as a file (pure).
+
+    Without it Spark generates a secret per application and hands it to each executor pod as the
+    literal env value _SPARK_AUTH_SECRET (Spark 4; SPARK_AUTH_SECRET before), readable by anyone
+    who may `get` pods. With `spark.authenticate.secret.file` Spark sets no env: the driver reads it
+    (its pod mounts the Secret: `drain_pod_spec`), and so do the executors (a startup conf: it
+    reaches their JVM's options) from the same Secret that `spark.kubernetes.executor.secrets.<name>`
+    mounts in their pods (as volume `<name>-volume`, which the chart's admission policy allows, and
+    nothing else of that kind). Not the `.driver.file` / `.executor.file` variants: an executor's
+    first connection (its driverPropsFetcher) reads only `spark.authenticate.secret.file`, and
+    only with a k8s `spark.master` in its startup conf, which the image's entrypoint adds
+    (lagpilot_runtime.image_entrypoint.master_opt, from LAGPILOT_SPARK_MASTER)."""
+    return {
+        f"spark.kubernetes.executor.secrets.{spark_rpc_key_secret_name(cr_name)}": SPARK_RPC_KEY_DIR,
+        "spark.authenticate.secret.file": f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}",
+    }
+
+
 def executor_pod_template() -> dict[str, Any]:
     """The pod template Spark starts every executor pod from (pure): the Pod Security `restricted`
     profile (as the driver's pod), no ServiceAccount token (executors never call the API), an
-    emptyDir at /tmp under a read-only root filesystem. Spark adds its container settings (image,
-    args, env, resources, spark.local.dir's emptyDir) to the first container."""
+    emptyDir at /tmp under a read-only root filesystem, also the working directory. Spark adds its
+    container settings (image, args, env, resources, spark.local.dir's emptyDir) to the first container."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -205,7 +243,11 @@ def executor_pod_template() -> dict[str, Any]:
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": dict(POD_SECURITY),
+            # workingDir: the executor fetches the application's jars (spark.jars) into its working
+            # directory, the image's WORKDIR on a read-only root filesystem otherwise ("Unable to
+            # create executor due to ./kafka-clients-3.9.2.jar: Read-only file system", real node)
             "containers": [{"name": "spark-kubernetes-executor", "securityContext": dict(CONTAINER_SECURITY),
+                            "workingDir": "/tmp",
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
         },
@@ -258,6 +300,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
     drain --serve`): Spark master/conf and ServiceAccount for the k8s backend, security contexts,
     /tmp emptyDir, resources (the template's, else a CPU request per task: `cpu_m` overrides it).
     `env` is extended in place with the Spark settings. restartPolicy Never (a Deployment sets Always)."""
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
@@ -275,6 +318,10 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": json.dumps(executor_pod_template(), sort_keys=True)})
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
+        # the RPC's secret (spark_rpc_key_conf), never in the environment
+        pod_spec["volumes"].append({"name": SPARK_RPC_KEY_VOLUME,
+                                    "secret": {"secretName": spark_rpc_key_secret_name(cr_name)}})
+        mounts.append({"name": SPARK_RPC_KEY_VOLUME, "mountPath": SPARK_RPC_KEY_DIR, "readOnly": True})
         default_cpu_m = 1000
     else:
         pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
@@ -290,7 +337,7 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         "env": env,
         "resources": resources,
         "securityContext": dict(CONTAINER_SECURITY),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }]
     return pod_spec

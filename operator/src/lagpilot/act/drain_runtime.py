@@ -80,6 +80,7 @@ from lagpilot_runtime.drain_plan import DrainPlan
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
 from .key_secret import KEY_FIELD, KeyKind, KeySecrets, controller_of, owned_by
+from .spark_rpc_key import SparkRpcKeys
 from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -393,6 +394,8 @@ class RuntimeManager:
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
         self._absent: set[str] = set()
         self._keys = KeySecrets(RUNTIME_KEY)  # the CRs' plan-signing keys
+        # the CRs' Spark RPC keys (k8s master: the runtime's and the drain Jobs' executors; H4)
+        self.rpc_keys = SparkRpcKeys(self.core, self._sanitize)
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
@@ -401,6 +404,8 @@ class RuntimeManager:
         if not runtime_wanted(spec):
             return None
         key = self.key(namespace, name, uid)
+        if self.settings.spark_master:  # the runtime's pod mounts it (drain_manifests.spark_rpc_key_conf)
+            self.rpc_keys.ensure(namespace, name, uid)
         return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:

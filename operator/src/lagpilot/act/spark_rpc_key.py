@@ -1,0 +1,70 @@
+"""The CR's Spark RPC key (issue 23, H4): the shared secret of a Spark-on-Kubernetes drain's RPC.
+
+A Secret `<cr>-drain-rpc-key` (32 random bytes, hex; immutable), created by the operator before
+it launches a drain Job or a warm runtime whose driver runs executors as pods (a k8s master),
+owned by the CR (deleted with it). The driver's pod mounts it (drain_manifests.drain_pod_spec) and
+Spark mounts it in every executor pod (`spark.kubernetes.executor.secrets`); both read it as a
+file (`spark.authenticate.secret.{driver,executor}.file`), so Spark generates no secret and puts
+none into the executor pods' environment, where anyone who may `get` pods could read it. The
+operator uses no key itself: it makes sure the Secret exists, is the CR's and holds a well-formed
+key (a Secret of that name the CR does not own is refused: a key someone else chose must never be
+trusted). Never logged: only the Secret's name is.
+"""
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from lagpilot import __version__
+
+from .deployment import label_value, owner_reference
+from .drain_manifests import spark_rpc_key_secret_name
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets
+
+KEY_BYTES = 32
+
+
+def new_key() -> str:
+    return secrets.token_hex(KEY_BYTES)
+
+
+def parse_key(text: Any) -> bytes:
+    """The key from its hex form; ValueError unless it is exactly KEY_BYTES bytes."""
+    raw = text.decode() if isinstance(text, bytes) else str(text or "")
+    key = bytes.fromhex(raw.strip())
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a Spark RPC key has {KEY_BYTES} bytes")
+    return key
+
+
+def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
+                     version: str = __version__) -> dict[str, Any]:
+    """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
+    delete it and the operator makes another before the next launch)."""
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
+        "metadata": {"name": spark_rpc_key_secret_name(cr_name), "namespace": namespace,
+                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
+                                "app.kubernetes.io/component": "drain-rpc-key",
+                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
+                                "app.kubernetes.io/version": label_value(version)},
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "stringData": {KEY_FIELD: key_hex},
+    }
+
+
+SPARK_RPC_KEY = KeyKind("Spark RPC key", spark_rpc_key_secret_name, new_key, parse_key,
+                        lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
+
+
+class SparkRpcKeys:
+    """The CRs' Spark RPC keys: made (or found to be the CR's) once per operator process and CR uid."""
+
+    def __init__(self, core: Any, sanitize: Any) -> None:
+        self.core = core
+        self._sanitize = sanitize
+        self._secrets = KeySecrets(SPARK_RPC_KEY)
+
+    def ensure(self, namespace: str, name: str, uid: str) -> None:
+        """Raises when the Secret cannot be read or created, is not the CR's, or holds no valid key."""
+        self._secrets.key(self.core, self._sanitize, namespace, name, uid)
