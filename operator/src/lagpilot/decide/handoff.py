@@ -788,19 +788,7 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if pending:
         if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
-            entries = {}
-            alter: dict[int, int] = {}
-            for r in ext.ranges:
-                if r.partition not in pending:
-                    continue
-                o = offs[r.partition]
-                stp = mbx.owner_step(mine_e.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
-                if stp.ack is not None:
-                    entries[r.partition] = stp.ack
-                if stp.move_to is not None:
-                    alter[r.partition] = stp.move_to
-                elif o.committed is None:
-                    alter[r.partition] = max(o.position, r.split)
+            entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine_e, owner)
             return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
                           f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
                           f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
@@ -944,19 +932,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
 
     if observed.group_empty is True:
         # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
-        entries = {}
-        alter: dict[int, int] = {}
-        for r in d.ranges:
-            if r.partition not in pending:
-                continue
-            o = offs[r.partition]
-            step = mbx.owner_step(mine.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
-            if step.ack is not None:
-                entries[r.partition] = step.ack
-            if step.move_to is not None:
-                alter[r.partition] = step.move_to
-            elif o.committed is None:  # never committed and retention already past split
-                alter[r.partition] = max(o.position, r.split)
+        entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
         path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
         q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
         q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
@@ -1000,6 +976,29 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     w = dataclasses.replace(d, reason="WaitingForAcks",
                             message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _act_for_absent_owners(drain_id: int, ranges: Sequence[PartitionRange], pending: Sequence[int],
+                           offs: Mapping[int, Offsets], mine: Mapping[int, mbx.Entry], owner: str
+                           ) -> tuple[dict[int, mbx.Entry], dict[int, int]]:
+    """The owner's rule applied for the absent owners of the ``pending`` partitions of a group with
+    no members (a first split and a busy drain's next split alike): (the acks to write, then the
+    offsets to move the group to). A partition that never committed, with retention already past
+    its split, is moved to ``max(position, split)``. Pure."""
+    entries: dict[int, mbx.Entry] = {}
+    alter: dict[int, int] = {}
+    for r in ranges:
+        if r.partition not in pending:
+            continue
+        o = offs[r.partition]
+        step = mbx.owner_step(mine.get(r.partition, mbx.request(drain_id, r.split, owner)), o.position)
+        if step.ack is not None:
+            entries[r.partition] = step.ack
+        if step.move_to is not None:
+            alter[r.partition] = step.move_to
+        elif o.committed is None:  # never committed and retention already past split
+            alter[r.partition] = max(o.position, r.split)
+    return entries, alter
 
 
 def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
