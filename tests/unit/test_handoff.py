@@ -1016,3 +1016,60 @@ def test_no_next_split_for_a_drain_that_is_not_busy_or_not_running():
     d = _busy_running()
     a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), job=JobState.FAILED), NOW)
     assert a.status is None or a.status.extension is None
+
+
+# ---- issue 25 item 2: the next part delivered to the running driver -------------------------------
+
+def test_a_handed_off_next_split_is_delivered_to_the_running_driver_as_its_unfinished_sub_ranges():
+    sp = spec()
+    d = _busy_running(round=1, sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300),
+                                           h.SubProgress(0, 2, 1040, 1300, 1040), h.SubProgress(0, 3, 1300, 1600, 1300)))
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}, part=h.PartSeen(0, False)), NOW)
+    assert a.kind is Kind.DELIVER and a.part is not None and not a.part.final and a.part.round == 1
+    assert [(s.index, s.start, s.end) for s in a.part.sub_ranges] == [(2, 1040, 1300), (3, 1300, 1600)]
+    # delivered (the driver reads round 1): nothing more to deliver
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}, part=h.PartSeen(1, False)), NOW)
+    assert a.kind is not Kind.DELIVER
+    # not read this cycle (None): nothing is delivered blind
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}), NOW)
+    assert a.kind is not Kind.DELIVER
+
+
+def test_a_busy_drain_is_handed_back_by_a_final_part_and_takes_no_split_after_it():
+    sp = spec()
+    done = (h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300))
+    d = _busy_running(sub_ranges=done, progress_at=NOW - 3600)  # long idle: waiting is not a stall
+    # work left or a next split wanted: no final part
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.NO_PART), NOW)
+    assert a.kind is Kind.WRITE_STATUS and a.status.extension is not None
+    busy_left = _busy_running()
+    a = next_action(sp, busy_left, _obs(busy_left, 1000, 1000, {}, part=h.NO_PART), NOW)
+    assert a.kind is not Kind.DELIVER
+    # every sub-range done, no split wanted: the final part (the driver ends), no stall detected
+    a = next_action(sp, d, _obs(d, 1000, 1000, {}, part=h.NO_PART), NOW)
+    assert a.kind is Kind.DELIVER and a.part.final and a.part.round == 0 and a.part.sub_ranges == ()
+    assert a.status.reason == "HandingBack" and a.event[1] == "DrainHandedBack"
+    # after the final part: a wanted split is not taken (a new drain comes after this one ends)
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.PartSeen(0, True)), NOW)
+    assert a.kind is Kind.NONE and (a.status is None or a.status.extension is None)
+    # the Job ends (exit 0): Succeeded, then Verified
+    a = next_action(sp, d, _obs(d, 1000, 1000, {}, part=h.PartSeen(0, True), job=JobState.SUCCEEDED), NOW)
+    assert a.status.phase is Phase.SUCCEEDED
+
+
+def test_a_sealed_next_split_restarts_the_stall_clock():
+    sp = spec()
+    ext = h.Extension(1, (h.PartitionRange(0, 1600, None, 3),), planned_at=NOW - 5, published_at=NOW - 4)
+    d = _busy_running(extension=ext, progress_at=NOW - 3600,
+                      sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    acked = mbx.request(4, 1600, "uid").with_ack(1000)
+    a = next_action(sp, d, _obs(d, 1600, 1700, {0: acked}), NOW)
+    assert a.kind is Kind.SEAL and a.status.progress_at == NOW and a.status.remaining == 600
+
+
+def test_no_next_split_beyond_what_one_part_can_carry():
+    sp = spec()
+    many = tuple(h.SubProgress(0, k, 400 + 10 * k, 410 + 10 * k, 400 + 10 * k) for k in range(h.MAX_PART_SUB_RANGES - 2))
+    d = _busy_running(sub_ranges=many)
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,)), NOW)  # 3 more tasks would not fit
+    assert a.status is None or a.status.extension is None

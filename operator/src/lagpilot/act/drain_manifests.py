@@ -26,6 +26,7 @@ from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
 from .deployment import build_env, label_value, owner_reference
+from .drain_part_key import part_key_ref
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
@@ -104,10 +105,13 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPla
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
     one's progress)."""
     subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
+    parallelism = parallelism_for(subs, spec.drain.max_tasks)
+    if drain.busy:  # a busy drain keeps the task slots the planner gave it for its next splits
+        parallelism = max(parallelism, min(spec.drain.max_tasks, drain.slots))
     return DrainPlan(
         drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
         batch_max_records=spec.batch.max_records,
-        parallelism=parallelism_for(subs, spec.drain.max_tasks),
+        parallelism=parallelism, busy=drain.busy, round=drain.round,
         # the split is the read_committed end offset (LSO): reading committed data only keeps
         # aborted transactions out of the drain exactly as the consumer's default would
         read_committed=True,
@@ -317,6 +321,8 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     name = job_name(cr_name, drain.id, attempt)
     labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value}
     env = _drain_env(spec, plan, settings, attempt)
+    if drain.busy:  # its driver verifies the operator's next parts with the CR's part key
+        env.append(part_key_ref(cr_name))
     if runtime_url:
         env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})
         if runtime_auth is not None:

@@ -79,6 +79,7 @@ from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
+from .drain_part_key import PART_KEY, part_key_ref
 from .key_secret import KEY_FIELD, KeyKind, KeySecrets, controller_of, owned_by
 from lagpilot.spec import GroupSpec
 
@@ -171,6 +172,9 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
         {"name": plan_auth.KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key_secret_name(cr_name), "key": KEY_FIELD}}},
         {"name": plan_auth.CR_UID_ENV, "value": cr_uid},
         *([{"name": plan_auth.KEY_ID_ENV, "value": key_id}] if key_id else []),
+        # a busy drain's next parts are verified with the CR's part key (optional: a runtime runs
+        # the plans of drains that are not busy without it)
+        part_key_ref(cr_name, optional=True),
     ]
     container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
     probe = {"httpGet": {"path": "/healthz", "port": PORT_NAME}}
@@ -393,6 +397,7 @@ class RuntimeManager:
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
         self._absent: set[str] = set()
         self._keys = KeySecrets(RUNTIME_KEY)  # the CRs' plan-signing keys
+        self._part_keys = KeySecrets(PART_KEY)  # the CRs' busy drains' part keys (drain_part_key.py)
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
@@ -401,6 +406,7 @@ class RuntimeManager:
         if not runtime_wanted(spec):
             return None
         key = self.key(namespace, name, uid)
+        self._part_keys.key(self.core, self._sanitize, namespace, name, uid)  # before the pod reads it
         return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import SubRange, split_ranges
+from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
 
 from lagpilot.model.status import DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
@@ -84,6 +84,7 @@ class Kind(str, enum.Enum):
     LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
     DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
     RESTORE = "Restore"              # abort before hand-off: give the replicas back
+    DELIVER = "Deliver"              # a busy drain: write its next part (Action.part) where its driver reads it
 
 
 @dataclass(frozen=True)
@@ -470,6 +471,20 @@ class Observed:
     # the executor keeps drains busy (issue 25 item 2): a new drain is planned busy, and ``wanted``
     # on a Running busy drain asks for the next split of those partitions (``_next_split``)
     busy: bool = False
+    # a Running busy drain: the next part its driver can read now (None: not read; NO_PART: none)
+    part: "PartSeen | None" = None
+
+
+@dataclass(frozen=True)
+class PartSeen:
+    """The signed next part a busy drain's driver reads (``drain_plan.NextPart``), as observed:
+    its round and whether it is final (no further split: the drain ends once its sub-ranges are done)."""
+
+    round: int
+    final: bool
+
+
+NO_PART = PartSeen(-1, False)  # no valid part delivered yet
 
 
 @dataclass(frozen=True)
@@ -484,6 +499,7 @@ class Action:
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
     lost_records: int = 0                # records newly recorded as lost (lagpilot_drain_records_lost_total)
+    part: NextPart | None = None         # DELIVER: the part to write (signed by the executor)
 
 
 def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
@@ -646,9 +662,16 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.ACTIVE and d.retry_at is None and d.busy and waiting is None:
+            part = _deliver(d, observed)
+            if part is not None:
+                return part
         if job.state is JobState.ACTIVE and d.retry_at is None:
             if d.progress_at is None:  # a status written before the detector: start its clock now
                 return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+            if d.busy and d.remaining == 0:
+                # its driver waits for the next part (bounded by its own wait): not a stall
+                return _progress_only(drain, d)
             st = stall(now, d.progress_at, job.running, observed.stall_limits)
             if st is not None:
                 return _stalled(d, st, observed, now)
@@ -746,7 +769,8 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     job = observed.job
     if ext is None:
         if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE):
+                or job is None or job.state is not JobState.ACTIVE
+                or (observed.part is not None and observed.part.final)):  # handed back: the driver ends
             return None
         ranges = []
         for p in sorted(set(observed.wanted)):
@@ -755,6 +779,10 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
                 continue
             ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
         if not ranges:
+            return None
+        # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
+        pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
+        if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
             return None
         e = Extension(d.round + 1, tuple(ranges), planned_at=now)
         n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
@@ -803,11 +831,37 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
             subs.append(SubProgress(x.partition, base + k, x.start, x.end, x.start))
     latest = {r.partition: r for r in d.ranges}
     latest.update({r.partition: r for r in new})
-    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs),
+    # the stall clock restarts: the driver may have waited (no work, no progress) for this split
+    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs), progress_at=now,
                             ranges=tuple(latest[p] for p in sorted(latest)), reason="NextSplitHandedOff")
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
     return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
                   event=("Normal", "DrainNextSplitHandedOff", n.message))
+
+
+def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
+    """A Running busy drain's next part for its driver (docs/drain.md "Busy drains: the executor"),
+    or None. After a next split was handed off (``round`` above the delivered part's): the drain's
+    unfinished sub-ranges at this round, which the driver runs with the session it holds. Once
+    every sub-range is done and no next split is wanted (the capped group holds the partitions):
+    the final part, which hands them back (the driver ends; no next split is planned after it).
+    Pure; the executor reads the delivered part first (``Observed.part``)."""
+    seen, ext = observed.part, d.extension
+    if seen is None or seen.final or (ext is not None and ext.published_at is not None):
+        return None
+    unfinished = tuple(s.sub_range() for s in d.sub_ranges if not s.done)
+    if 0 < d.round and seen.round < d.round:  # (round 0 is the Job's own plan: nothing to deliver)
+        part = NextPart(str(d.id), d.round, False, unfinished)
+        return Action(Kind.DELIVER, None, "NextPartDelivered",
+                      f"drain {d.id}: next split {d.round} delivered to attempt {d.attempt} "
+                      f"({len(unfinished)} sub-ranges unfinished)", part=part)
+    if not unfinished and not observed.wanted and ext is None:
+        part = NextPart(str(d.id), d.round, True, ())
+        h = dataclasses.replace(d, reason="HandingBack", message=(
+            f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
+            f"no further split; attempt {d.attempt} ends"))
+        return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message))
+    return None
 
 
 def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
