@@ -92,3 +92,51 @@ def test_an_unreadable_part_takes_no_next_split():
     c.busy = True
     ex.reconcile(c)
     assert not [e for e in log if e[0] in ("part", "mailbox") or (e[0] == "status" and "NextSplit" in e[2])], log
+
+
+class RecordingAdmin:
+    """alter_consumer_group_offsets / list_consumer_group_offsets with real confluent_kafka types."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, Any] = {}
+
+    def alter_consumer_group_offsets(self, reqs: Any, request_timeout: float = 0) -> dict[str, Any]:
+        from concurrent.futures import Future
+
+        out = {}
+        for r in reqs:
+            self.groups[r.group_id] = r.topic_partitions
+            f: Future[Any] = Future()
+            f.set_result(r)
+            out[r.group_id] = f
+        return out
+
+    def list_consumer_group_offsets(self, reqs: Any, request_timeout: float = 0) -> dict[str, Any]:
+        from concurrent.futures import Future
+
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        out = {}
+        for r in reqs:
+            f: Future[Any] = Future()
+            f.set_result(ConsumerGroupTopicPartitions(r.group_id, self.groups.get(r.group_id, [])))
+            out[r.group_id] = f
+        return out
+
+
+def test_the_part_is_written_to_kafka_and_read_back_signed() -> None:
+    from kubernetes import client
+
+    from lagpilot.act.drain import DrainExecutor, DrainSettings
+    from lagpilot.spec import parse_spec
+    from lagpilot_runtime.drain_plan import NextPart, SubRange
+
+    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g"})
+    ex = DrainExecutor(client.ApiClient(), DrainSettings())
+    admin = RecordingAdmin()
+    d = DrainStatus.from_dict(running_busy())
+    assert d is not None
+    assert ex.read_part(admin, spec, d, key=bytes(32), uid="u") == h.NO_PART
+    ex.write_part(admin, spec, NextPart("1", 2, False, (SubRange(0, 2, 300, 400),)), key=bytes(32), uid="u")
+    assert ex.read_part(admin, spec, d, key=bytes(32), uid="u") == h.PartSeen(2, False)
+    assert ex.read_part(admin, spec, d, key=bytes(range(32)), uid="u") == h.NO_PART  # another key's: not trusted
