@@ -303,7 +303,7 @@ class DrainExecutor(DrainCalls):
 
         g = parts_group(spec.group_id, part.drain_id, owner_tag(uid))
         meta = plan_auth.sign_part(key, owner_tag(uid), spec.topic, part.body())
-        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0, part.round, metadata=meta.encode())])
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0, part.round, metadata=meta)])
         res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
         bad = [tp for tp in res.topic_partitions if tp.error is not None]
         if bad:
