@@ -10,6 +10,11 @@ the SparkSession it already holds — one Job, one start-up. When the burst ends
 which its consumer holds) no further split is taken: the operator delivers the final part, the
 driver ends, the drain is Verified and the group consumes partition 0 alone again.
 
+A fault during the next splits rides along (no second run: CI's budget): the operator dies like
+kill -9 right after sealing a next split's mailbox entries (before the status write that appends its
+sub-ranges: `NextSeal:effect`) and right after writing a part (`Deliver:effect`); both markers must
+exist and the operator must have been restarted.
+
 The ledger handler appends one row per delivery to a table without a primary key: every produced
 offset must be there exactly once (lost 0, duplicated 0), whichever path processed it.
 """
@@ -19,6 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,11 +53,15 @@ def driver_events(s: Scenario, event: str) -> list[dict[str, Any]]:
 
 
 def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
-        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
+        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
     import psycopg
     from confluent_kafka import Consumer, TopicPartition
 
-    s = scenario({0: 3000, 1: 100, 2: 100}, live={0: HOT, 1: 0, 2: 0})
+    # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
+    # entries (before the status that appends its sub-ranges) and after writing a part (before its
+    # status write); each point fires once, the operator is restarted
+    s = scenario({0: 3000, 1: 100, 2: 100}, live={0: HOT, 1: 0, 2: 0}, drain={"busy": True},
+                 crash_at="NextSeal:effect,Deliver:effect")
     seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "ids": set(), "reasons": set()}
 
     def watch() -> dict[str, Any]:
@@ -106,6 +116,10 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     finally:
         reader.close()
     d = s.drain()
+    # the faults fired (their markers, written by the dying operator) and the operator came back
+    crash_dir = next(iter(tmp_path.glob(f"crash-{s.ns}")))
+    assert {m.name for m in crash_dir.iterdir()} == {"NextSeal-effect", "Deliver-effect"}, list(crash_dir.iterdir())
+    assert s.op.restarts >= 2, s.op.restarts
     # one drain, one attempt, one start-up: every next split ran in the Job launched first
     assert seen["ids"] == {1} and d["id"] == 1 and seen["attempts"] == {1} and d["attempt"] == 1, (seen, d)
     assert seen["rounds"] >= 2 and int(d.get("round") or 0) >= 2, (seen, d)

@@ -420,14 +420,17 @@ class DrainExecutor(DrainCalls):
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
-            _fault_point(action.kind.value, "effect")
+            # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
+            point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
+                     and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
+            _fault_point(point, "effect")
             if action.status is not None and action.status != d:
                 if ctx.patch_drain is not None:
                     ctx.patch_drain({"drain": action.status.to_dict()}, d)
                 else:
                     ctx.patch_status({"drain": action.status.to_dict()})
                 d = action.status
-                _fault_point(action.kind.value, "status")
+                _fault_point(point, "status")
             if action.event is not None:
                 ctx.emit(*action.event)
             if action.lost_records:
