@@ -140,3 +140,34 @@ def test_the_part_is_written_to_kafka_and_read_back_signed() -> None:
     ex.write_part(admin, spec, NextPart("1", 2, False, (SubRange(0, 2, 300, 400),)), key=bytes(32), uid="u")
     assert ex.read_part(admin, spec, d, key=bytes(32), uid="u") == h.PartSeen(2, False)
     assert ex.read_part(admin, spec, d, key=bytes(range(32)), uid="u") == h.NO_PART  # another key's: not trusted
+
+
+def test_only_a_busy_drains_driver_gets_the_part_key_never_its_executors() -> None:
+    import dataclasses
+
+    from lagpilot.act.drain_manifests import DrainSettings as Settings
+    from lagpilot.act.drain_manifests import build_drain_job, build_spark_application
+    from lagpilot.spec import parse_spec
+    from lagpilot_runtime import plan_auth
+
+    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g"})
+    d = DrainStatus.from_dict(running_busy())
+    assert d is not None
+    k8s = Settings(spark_master="k8s://https://kubernetes.default.svc")
+    for settings in (Settings(), k8s):
+        job = build_drain_job("orders", "ns", "u", spec, d, 1, settings)
+        env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        ref = env[plan_auth.PART_KEY_ENV]["valueFrom"]["secretKeyRef"]
+        assert ref["name"] == "orders-drain-part-key" and "value" not in env[plan_auth.PART_KEY_ENV]
+        assert plan_auth.PART_KEY_ENV not in env.get("LAGPILOT_SPARK_CONF", {}).get("value", "")  # not the executors'
+        assert json_plan(env)["busy"] is True
+        quiet = build_drain_job("orders", "ns", "u", spec, dataclasses.replace(d, busy=False), 1, settings)
+        assert plan_auth.PART_KEY_ENV not in {e["name"] for e in quiet["spec"]["template"]["spec"]["containers"][0]["env"]}
+    app = build_spark_application("orders", "ns", "u", spec, d, 1, k8s)
+    assert plan_auth.PART_KEY_ENV in {e["name"] for e in app["spec"]["driver"]["env"]}
+    assert plan_auth.PART_KEY_ENV not in {e["name"] for e in app["spec"]["executor"]["env"]}
+
+
+def json_plan(env: dict[str, Any]) -> dict[str, Any]:
+    import json
+    return json.loads(env["LAGPILOT_DRAIN_PLAN"]["value"])
