@@ -321,14 +321,15 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     name = job_name(cr_name, drain.id, attempt)
     labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value}
     env = _drain_env(spec, plan, settings, attempt)
-    if drain.busy:  # its driver verifies the operator's next parts with the CR's part key
-        env.append(part_key_ref(cr_name))
     if runtime_url:
         env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})
         if runtime_auth is not None:
             env.append({"name": RUNTIME_AUTH_ENV, "value": runtime_auth.to_json()})
     pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain"],
                               cpu_m=WARM_JOB_CPU_M if runtime_url else None)
+    if drain.busy:  # its driver verifies the operator's next parts with the CR's part key; added
+        # after the Spark conf was built from the env, so Spark-on-Kubernetes executors never get it
+        pod_spec["containers"][0]["env"].append(part_key_ref(cr_name))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -384,6 +385,8 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     pod = {"labels": labels, "env": env, "securityContext": dict(CONTAINER_SECURITY),
            "podSecurityContext": dict(POD_SECURITY), "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
     driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g"}
+    if drain.busy:  # the driver verifies the next parts; the executors never get the key
+        driver["env"] = [*env, part_key_ref(cr_name)]
     if settings.service_account:
         driver["serviceAccount"] = settings.service_account
     executor = {**pod, "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),
