@@ -304,9 +304,12 @@ class World:
                  busy_rounds: int = 0):
         self.rnd = rnd
         # issue 25 item 2: a busy drain (Observed.busy) asked for up to busy_rounds next splits while
-        # it runs; its Job takes each next split's sub-ranges from the status (the driver's next
-        # signed part) and ends only when no next split is left to ask for
+        # it runs; its Job learns each next split's sub-ranges only from the part the operator
+        # delivers (``part``: the parts group's one commit) and ends after the final part with its
+        # sub-ranges done, or when its bounded wait for a part runs out
         self.busy = busy_rounds > 0
+        self.part: h.NextPart | None = None
+        self.parts_seen = {"delivered": 0, "final": 0, "wait_over": 0}
         self.rounds_left = busy_rounds
         self.next_splits = 0
         self.mailbox_first = mailbox_first  # the deliberately broken observation order
@@ -439,12 +442,22 @@ class World:
                 else:
                     job = JobObservation({"active": JobState.ACTIVE, "failed": JobState.FAILED,
                                           "succeeded": JobState.SUCCEEDED}[self.job["state"]], 1 if self.job["state"] == "active" else 0)
+            part = None
+            if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
+                pt = self.part
+                part = h.NO_PART if pt is None or pt.drain_id != str(d.id) else h.PartSeen(pt.round, pt.final)
+                yield
             wanted = wanted_once if d is None else ()
             if (d is not None and d.busy and d.phase is Phase.RUNNING and d.extension is None and self.rounds_left > 0
                     and self.rnd.random() < 0.3):
                 wanted = tuple(sorted(self.rnd.sample(range(len(self.end)), self.rnd.randint(1, len(self.end)))))
             a = next_action(sp, d, Observed(self.generation, offs, empty, self.replicas, wanted, job, dict(self.progress), mb,
-                                            busy=self.busy), self.now)
+                                            busy=self.busy, part=part), self.now)
+            if a.kind is Kind.DELIVER:
+                assert a.part is not None
+                self.part = a.part
+                self.parts_seen["final" if a.part.final else "delivered"] += 1
+                yield
             if a.kind in (Kind.PUBLISH, Kind.SEAL, Kind.ALTER_OFFSETS):
                 self.mailbox.update(a.entries)
                 yield
@@ -462,7 +475,8 @@ class World:
                 if a.replicas is not None:
                     self.replicas = a.replicas
                 if a.kind is Kind.LAUNCH and (self.job is None or self.job["attempt"] != a.attempt):
-                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges]}
+                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges],
+                                "round": a.status.round, "final": False, "drain": str(a.status.id)}
             elif a.kind is Kind.DELETE_JOB:
                 self.job = None
             yield
@@ -514,8 +528,13 @@ class World:
             if cid in self.gens and rnd.random() < 0.6:
                 next(self.gens[cid], None)  # a leaving consumer's loop ends
         j = self.job
-        if j and j["state"] == "active" and self.busy and self.status is not None and self.status.attempt == j["attempt"]:
-            j["subs"] = [s.sub_range() for s in self.status.sub_ranges]  # the next split's sub-ranges, as written
+        pt = self.part
+        if (j and j["state"] == "active" and self.busy and pt is not None and pt.drain_id == j["drain"]
+                and (pt.round > j["round"] or (pt.final and pt.round >= j["round"]))):
+            # the driver reads a newer part: its sub-ranges join the plan (DrainPlan.extended)
+            known = {(x.partition, x.index) for x in j["subs"]}
+            j["subs"] += [x for x in pt.sub_ranges if (x.partition, x.index) not in known]
+            j["round"], j["final"] = pt.round, j["final"] or pt.final
         if j and j["state"] == "active":
             for s in j["subs"]:
                 key = (s.partition, s.index)
@@ -525,9 +544,12 @@ class World:
                 self.progress[key] = (hi, recs + hi - nxt)
             if rnd.random() < 0.1:
                 j["state"] = "failed"
-            elif all(self.progress.get((s.partition, s.index), (s.start, 0))[0] >= s.end for s in j["subs"]) and not (
-                    self.busy and (self.rounds_left > 0 or (self.status is not None and self.status.extension is not None))):
-                j["state"] = "succeeded"
+            elif all(self.progress.get((s.partition, s.index), (s.start, 0))[0] >= s.end for s in j["subs"]):
+                if not self.busy or j["final"]:
+                    j["state"] = "succeeded"  # (busy: the final part said no further split)
+                elif rnd.random() < 0.03:  # its bounded wait for a next part ran out: it ends
+                    self.parts_seen["wait_over"] += 1
+                    j["state"] = "succeeded"
 
 
 def run_world(seed: int, crash_rate: float, mailbox_first: bool = False, busy_rounds: int = 0) -> tuple[World, str | None]:
@@ -601,13 +623,18 @@ def test_a_busy_drains_next_splits_keep_every_offset_exactly_once(seed, crash_ra
 
 def test_the_busy_model_takes_next_splits():
     """The busy runs above are not vacuous: over some seeds, next splits are handed off (acked by
-    the owners or moved for an empty group) and their sub-ranges drained."""
+    the owners or moved for an empty group), delivered to the running driver as parts, and the
+    drain handed back by a final part (and, sometimes, ended by the driver's bounded wait)."""
     taken = 0
+    parts = {"delivered": 0, "final": 0, "wait_over": 0}
     for seed in range(40):
         w, violation = run_world(seed, 0.1, busy_rounds=3)
         assert violation is None, (seed, violation)
         taken += w.next_splits
+        for k in parts:
+            parts[k] += w.parts_seen[k]
     assert taken >= 20
+    assert all(v > 0 for v in parts.values()), parts
 
 
 def test_the_model_exercises_every_path_and_fault():
