@@ -1100,3 +1100,14 @@ def test_no_next_split_beyond_what_one_part_can_carry():
     d = _busy_running(sub_ranges=many)
     a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,)), NOW)  # 3 more tasks would not fit
     assert a.status is None or a.status.extension is None
+
+
+def test_a_busy_drain_takes_no_split_once_busy_drains_are_turned_off_and_is_handed_back():
+    sp = spec()
+    d = _busy_running()
+    off = dataclasses.replace(_obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.NO_PART), busy=False)
+    a = next_action(sp, d, off, NOW)
+    assert a.status is None or a.status.extension is None
+    done = _busy_running(sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    a = next_action(sp, done, dataclasses.replace(off, progress={}), NOW)
+    assert a.kind is Kind.DELIVER and a.part.final  # a planner need is no next split any more: the driver ends
