@@ -769,7 +769,7 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     job = observed.job
     if ext is None:
         if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE
+                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
                 or (observed.part is not None and observed.part.final)):  # handed back: the driver ends
             return None
         ranges = []
@@ -855,7 +855,7 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
         return Action(Kind.DELIVER, None, "NextPartDelivered",
                       f"drain {d.id}: next split {d.round} delivered to attempt {d.attempt} "
                       f"({len(unfinished)} sub-ranges unfinished)", part=part)
-    if not unfinished and not observed.wanted and ext is None:
+    if not unfinished and (not observed.wanted or not observed.busy) and ext is None:
         part = NextPart(str(d.id), d.round, True, ())
         h = dataclasses.replace(d, reason="HandingBack", message=(
             f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
