@@ -406,7 +406,6 @@ class RuntimeManager:
         if not runtime_wanted(spec):
             return None
         key = self.key(namespace, name, uid)
-        self._part_keys.key(self.core, self._sanitize, namespace, name, uid)  # before the pod reads it
         return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:
@@ -496,6 +495,11 @@ class RuntimeManager:
                 except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
                     policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
                     log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
+                try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
+                    self._part_keys.key(self.core, self._sanitize, namespace, name, uid)
+                except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
+                    log.warning("drain part key not made before the runtime", extra={
+                        "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
                 self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
                                                       _content_type="application/apply-patch+yaml")
                 verb = "created" if existing is None else "updated"
