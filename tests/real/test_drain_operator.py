@@ -158,7 +158,10 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
             "catchUpSLASeconds": sla_s,
-            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000, **(drain or {})},
+            # busy drains (the CRD's default) off: these tests check discrete drains, each ending with
+            # its range (the busy ones: tests/real/test_busy_drain.py passes drain={"busy": True})
+            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000,
+                      "busy": False, **(drain or {})},
             # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
             "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
                                  {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},

@@ -107,6 +107,7 @@ def runtime_manager(current: dict[str, Any] | None = None, pods: list[dict[str, 
     m.net = FakeNet()
     if key_made:
         m._keys._keys[(NS, NAME, CR_UID)] = bytes(32)
+        m._part_keys._keys[(NS, NAME, CR_UID)] = bytes(32)
         m._policies.add((NS, NAME, CR_UID))
     return m
 

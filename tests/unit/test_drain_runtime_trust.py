@@ -106,6 +106,11 @@ def test_the_key_secret_is_created_once_owned_by_the_cr_and_only_the_runtime_ref
     assert secret.get("immutable") is True
     assert m.desired("ns1", "orders", CR_UID, SPEC, "0.1.0") == desired  # read once, not re-created
     assert [c for c, _ in m.core.calls].count("create secret") == 1
+    # the busy drains' part key (act/drain_part_key.py) is made when the runtime is applied, owned by the CR
+    from lagpilot.act.drain_part_key import part_key_secret_name
+    m.sync("ns1", "orders", CR_UID, SPEC, False)
+    assert m.core.secrets[part_key_secret_name("orders")]["metadata"]["ownerReferences"][0]["uid"] == CR_UID
+    assert [c for c, _ in m.core.calls].count("create secret") == 2
     env = {e["name"]: e for e in desired["spec"]["template"]["spec"]["containers"][0]["env"]}
     ref = env[plan_auth.KEY_ENV]["valueFrom"]["secretKeyRef"]
     assert ref["name"] == rt.key_secret_name("orders") and "value" not in env[plan_auth.KEY_ENV]

@@ -304,9 +304,12 @@ class World:
                  busy_rounds: int = 0):
         self.rnd = rnd
         # issue 25 item 2: a busy drain (Observed.busy) asked for up to busy_rounds next splits while
-        # it runs; its Job takes each next split's sub-ranges from the status (the driver's next
-        # signed part) and ends only when no next split is left to ask for
+        # it runs; its Job learns each next split's sub-ranges only from the part the operator
+        # delivers (``part``: the parts group's one commit) and ends after the final part with its
+        # sub-ranges done, or when its bounded wait for a part runs out
         self.busy = busy_rounds > 0
+        self.part: h.NextPart | None = None
+        self.parts_seen = {"delivered": 0, "final": 0, "wait_over": 0}
         self.rounds_left = busy_rounds
         self.next_splits = 0
         self.mailbox_first = mailbox_first  # the deliberately broken observation order
@@ -439,12 +442,22 @@ class World:
                 else:
                     job = JobObservation({"active": JobState.ACTIVE, "failed": JobState.FAILED,
                                           "succeeded": JobState.SUCCEEDED}[self.job["state"]], 1 if self.job["state"] == "active" else 0)
+            part = None
+            if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
+                pt = self.part
+                part = h.NO_PART if pt is None or pt.drain_id != str(d.id) else h.PartSeen(pt.round, pt.final)
+                yield
             wanted = wanted_once if d is None else ()
             if (d is not None and d.busy and d.phase is Phase.RUNNING and d.extension is None and self.rounds_left > 0
                     and self.rnd.random() < 0.3):
                 wanted = tuple(sorted(self.rnd.sample(range(len(self.end)), self.rnd.randint(1, len(self.end)))))
             a = next_action(sp, d, Observed(self.generation, offs, empty, self.replicas, wanted, job, dict(self.progress), mb,
-                                            busy=self.busy), self.now)
+                                            busy=self.busy, part=part), self.now)
+            if a.kind is Kind.DELIVER:
+                assert a.part is not None
+                self.part = a.part
+                self.parts_seen["final" if a.part.final else "delivered"] += 1
+                yield
             if a.kind in (Kind.PUBLISH, Kind.SEAL, Kind.ALTER_OFFSETS):
                 self.mailbox.update(a.entries)
                 yield
@@ -462,7 +475,8 @@ class World:
                 if a.replicas is not None:
                     self.replicas = a.replicas
                 if a.kind is Kind.LAUNCH and (self.job is None or self.job["attempt"] != a.attempt):
-                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges]}
+                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges],
+                                "round": a.status.round, "final": False, "drain": str(a.status.id)}
             elif a.kind is Kind.DELETE_JOB:
                 self.job = None
             yield
@@ -514,8 +528,13 @@ class World:
             if cid in self.gens and rnd.random() < 0.6:
                 next(self.gens[cid], None)  # a leaving consumer's loop ends
         j = self.job
-        if j and j["state"] == "active" and self.busy and self.status is not None and self.status.attempt == j["attempt"]:
-            j["subs"] = [s.sub_range() for s in self.status.sub_ranges]  # the next split's sub-ranges, as written
+        pt = self.part
+        if (j and j["state"] == "active" and self.busy and pt is not None and pt.drain_id == j["drain"]
+                and (pt.round > j["round"] or (pt.final and pt.round >= j["round"]))):
+            # the driver reads a newer part: its sub-ranges join the plan (DrainPlan.extended)
+            known = {(x.partition, x.index) for x in j["subs"]}
+            j["subs"] += [x for x in pt.sub_ranges if (x.partition, x.index) not in known]
+            j["round"], j["final"] = pt.round, j["final"] or pt.final
         if j and j["state"] == "active":
             for s in j["subs"]:
                 key = (s.partition, s.index)
@@ -525,9 +544,12 @@ class World:
                 self.progress[key] = (hi, recs + hi - nxt)
             if rnd.random() < 0.1:
                 j["state"] = "failed"
-            elif all(self.progress.get((s.partition, s.index), (s.start, 0))[0] >= s.end for s in j["subs"]) and not (
-                    self.busy and (self.rounds_left > 0 or (self.status is not None and self.status.extension is not None))):
-                j["state"] = "succeeded"
+            elif all(self.progress.get((s.partition, s.index), (s.start, 0))[0] >= s.end for s in j["subs"]):
+                if not self.busy or j["final"]:
+                    j["state"] = "succeeded"  # (busy: the final part said no further split)
+                elif rnd.random() < 0.03:  # its bounded wait for a next part ran out: it ends
+                    self.parts_seen["wait_over"] += 1
+                    j["state"] = "succeeded"
 
 
 def run_world(seed: int, crash_rate: float, mailbox_first: bool = False, busy_rounds: int = 0) -> tuple[World, str | None]:
@@ -601,13 +623,18 @@ def test_a_busy_drains_next_splits_keep_every_offset_exactly_once(seed, crash_ra
 
 def test_the_busy_model_takes_next_splits():
     """The busy runs above are not vacuous: over some seeds, next splits are handed off (acked by
-    the owners or moved for an empty group) and their sub-ranges drained."""
+    the owners or moved for an empty group), delivered to the running driver as parts, and the
+    drain handed back by a final part (and, sometimes, ended by the driver's bounded wait)."""
     taken = 0
+    parts = {"delivered": 0, "final": 0, "wait_over": 0}
     for seed in range(40):
         w, violation = run_world(seed, 0.1, busy_rounds=3)
         assert violation is None, (seed, violation)
         taken += w.next_splits
+        for k in parts:
+            parts[k] += w.parts_seen[k]
     assert taken >= 20
+    assert all(v > 0 for v in parts.values()), parts
 
 
 def test_the_model_exercises_every_path_and_fault():
@@ -1016,3 +1043,71 @@ def test_no_next_split_for_a_drain_that_is_not_busy_or_not_running():
     d = _busy_running()
     a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), job=JobState.FAILED), NOW)
     assert a.status is None or a.status.extension is None
+
+
+# ---- issue 25 item 2: the next part delivered to the running driver -------------------------------
+
+def test_a_handed_off_next_split_is_delivered_to_the_running_driver_as_its_unfinished_sub_ranges():
+    sp = spec()
+    d = _busy_running(round=1, sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300),
+                                           h.SubProgress(0, 2, 1040, 1300, 1040), h.SubProgress(0, 3, 1300, 1600, 1300)))
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}, part=h.PartSeen(0, False)), NOW)
+    assert a.kind is Kind.DELIVER and a.part is not None and not a.part.final and a.part.round == 1
+    assert [(s.index, s.start, s.end) for s in a.part.sub_ranges] == [(2, 1040, 1300), (3, 1300, 1600)]
+    # delivered (the driver reads round 1): nothing more to deliver
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}, part=h.PartSeen(1, False)), NOW)
+    assert a.kind is not Kind.DELIVER
+    # not read this cycle (None): nothing is delivered blind
+    a = next_action(sp, d, _obs(d, 1600, 1700, {}), NOW)
+    assert a.kind is not Kind.DELIVER
+
+
+def test_a_busy_drain_is_handed_back_by_a_final_part_and_takes_no_split_after_it():
+    sp = spec()
+    done = (h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300))
+    d = _busy_running(sub_ranges=done, progress_at=NOW - 3600)  # long idle: waiting is not a stall
+    # work left or a next split wanted: no final part
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.NO_PART), NOW)
+    assert a.kind is Kind.WRITE_STATUS and a.status.extension is not None
+    busy_left = _busy_running()
+    a = next_action(sp, busy_left, _obs(busy_left, 1000, 1000, {}, part=h.NO_PART), NOW)
+    assert a.kind is not Kind.DELIVER
+    # every sub-range done, no split wanted: the final part (the driver ends), no stall detected
+    a = next_action(sp, d, _obs(d, 1000, 1000, {}, part=h.NO_PART), NOW)
+    assert a.kind is Kind.DELIVER and a.part.final and a.part.round == 0 and a.part.sub_ranges == ()
+    assert a.status.reason == "HandingBack" and a.event[1] == "DrainHandedBack"
+    # after the final part: a wanted split is not taken (a new drain comes after this one ends)
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.PartSeen(0, True)), NOW)
+    assert a.kind is Kind.NONE and (a.status is None or a.status.extension is None)
+    # the Job ends (exit 0): Succeeded, then Verified
+    a = next_action(sp, d, _obs(d, 1000, 1000, {}, part=h.PartSeen(0, True), job=JobState.SUCCEEDED), NOW)
+    assert a.status.phase is Phase.SUCCEEDED
+
+
+def test_a_sealed_next_split_restarts_the_stall_clock():
+    sp = spec()
+    ext = h.Extension(1, (h.PartitionRange(0, 1600, None, 3),), planned_at=NOW - 5, published_at=NOW - 4)
+    d = _busy_running(extension=ext, progress_at=NOW - 3600,
+                      sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    acked = mbx.request(4, 1600, "uid").with_ack(1000)
+    a = next_action(sp, d, _obs(d, 1600, 1700, {0: acked}), NOW)
+    assert a.kind is Kind.SEAL and a.status.progress_at == NOW and a.status.remaining == 600
+
+
+def test_no_next_split_beyond_what_one_part_can_carry():
+    sp = spec()
+    many = tuple(h.SubProgress(0, k, 400 + 10 * k, 410 + 10 * k, 400 + 10 * k) for k in range(h.MAX_PART_SUB_RANGES - 2))
+    d = _busy_running(sub_ranges=many)
+    a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,)), NOW)  # 3 more tasks would not fit
+    assert a.status is None or a.status.extension is None
+
+
+def test_a_busy_drain_takes_no_split_once_busy_drains_are_turned_off_and_is_handed_back():
+    sp = spec()
+    d = _busy_running()
+    off = dataclasses.replace(_obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.NO_PART), busy=False)
+    a = next_action(sp, d, off, NOW)
+    assert a.status is None or a.status.extension is None
+    done = _busy_running(sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    a = next_action(sp, done, dataclasses.replace(off, progress={}), NOW)
+    assert a.kind is Kind.DELIVER and a.part.final  # a planner need is no next split any more: the driver ends

@@ -38,11 +38,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import redaction
+from . import plan_auth, redaction
 from .config import ConfigError, ConsumerConfig
-from .drain_plan import DrainPlan
-from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, read_progress,
-                             record_losses, remaining_work, retention_losses, unread_sub_ranges)
+from .drain_plan import DrainPlan, NextPart, parts_group
+from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, progress_consumer,
+                             read_progress, record_losses, remaining_work, retention_losses, unread_sub_ranges)
 from .drain_spark import (CDS_ARCHIVE_NAME, EXECUTOR_POD_TEMPLATE_ENV, _SessionStarter, _arrow_available, _switch,
                           build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, resolve_jars,
                           spark_kafka_options, train_cds, warm_workers)
@@ -97,13 +97,22 @@ def job_group(plan: DrainPlan) -> str:
 
 def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
         extra_conf: Mapping[str, str], marks: dict[str, float | None] | None = None,
-        warm_session: Any = None) -> dict[str, Any]:
+        warm_session: Any = None, part_key: bytes = b"", part_wait_s: float | None = None,
+        sleep: Any = time.sleep, clock: Any = time.monotonic, stopped: Any = None) -> dict[str, Any]:
     """Drive one drain attempt; returns a summary. Raises RetentionError / RuntimeError.
 
     ``marks`` collects the start-up milestones (epoch seconds); the summary carries them and
     ``startup`` (seconds since process start per milestone), also logged as event ``drain_startup``.
     ``warm_session``: a running SparkSession with warm workers (the drain runtime, drain_runtime.py):
     used as is and left running; else this attempt starts its own and stops it at the end.
+
+    A busy plan (``plan.busy``; docs/drain.md "Busy drains: the executor"): after its sub-ranges the
+    driver keeps its session and waits for the operator's next part (``wait_for_part``: signed with
+    ``part_key``), runs the sub-ranges it adds with the same session, and ends once a final part
+    says no further split comes and every sub-range is done — or when no part came for
+    ``part_wait_s`` (``LAGPILOT_DRAIN_PART_WAIT_SECONDS``, default PART_WAIT_S): the wait is bounded;
+    the operator then finds the Job succeeded and verifies (work it handed off meanwhile goes to a
+    next attempt). ``stopped`` (the warm runtime: its caller went away) ends that wait with an error.
     """
     marks = {} if marks is None else marks
     t0 = time.time()
@@ -112,6 +121,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     # progress (a finished plan then costs a needless JVM start, but retries of finished plans are rare)
     starter = _SessionStarter(plan, master, jars, extra_conf, marks) if warm_session is None else None
     spark = warm_session
+    wait_s = part_wait_setting() if part_wait_s is None else part_wait_s
     try:
         progress = read_progress(cfg, plan)
         work = catch_up_to_sink(cfg, plan, remaining_work(plan, progress))
@@ -120,72 +130,37 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         done_before = sum(r for _, r in progress.values())
         log.info("drain plan", extra=_fields(event="drain_plan", drain=plan.drain_id, topic=plan.topic,
                                              sub_ranges=len(plan.sub_ranges), unfinished=len(work),
-                                             records_done_before=done_before,
+                                             records_done_before=done_before, busy=plan.busy, round=plan.round,
                                              ranges={str(p): list(r) for p, r in plan.partition_ranges().items()}))
         summary: dict[str, Any] = {"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges),
                                    "unfinished_at_start": len(work), "records_done_before": done_before,
-                                   "records": 0, "started_at": marks.get("process_start") or t0}
-        if work:
-            # retention deleted part of the range before it was read: record exactly what is gone
-            # (progress metadata lost=a-b; the operator reports it) and drain the rest, still exact
-            lost, work = retention_losses(work, low_watermarks(cfg, plan))
-            if lost:
-                record_losses(cfg, plan, lost)
-                summary["lost"] = [{"partition": s.partition, "index": s.index, "start": a, "end": b} for s, a, b in lost]
-                log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
-                    event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
-                    lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
-        if work:
-            if starter is not None:
-                spark = starter.get()
-                if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
-                    warm_workers(spark, marks)
-            else:  # the runtime's session: this plan's Arrow batch size (one drain at a time)
-                spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(max(plan.batch_max_records, 1000)))
-            summary["session_ready_at"] = marks.get("session_ready")
-            spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
-            kafka_opts = spark_kafka_options(cfg, plan.read_committed)
-            spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner)
-            # one job per relation: off by default (measured under load: no gain, a lower steady rate)
-            if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS", default=False):
-                jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
-                        for f in build_frames(spark, plan, work, kafka_opts)]
-                marks["job_submitted"] = time.time()
-                results, planned = collect_in_parallel(spark, jobs)
-                marks["relations_planned"] = max(planned) if planned else None
-            elif use_arrow:
-                frame = build_frame(spark, plan, work, kafka_opts)
-                job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
-                job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
-                marks["relations_planned"] = time.time()
-                marks["job_submitted"] = time.time()
-                results = [r.asDict() for r in job.collect()]
-            else:
-                frame = build_frame(spark, plan, work, kafka_opts)
-                marks["relations_planned"] = time.time()
-                marks["job_submitted"] = time.time()
-                results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
-            marks.update(_task_marks(results))
-            # the job ended without an error, so every task's reader reached its sub-range's end
-            # offset; a task that got no visible record (all aborted, markers, compacted away) could
-            # not name its sub-range: complete those on the reader's position (H5)
-            unread = unread_sub_ranges(work, results)
-            if unread:
-                complete_unread(cfg, plan, unread)
-                summary["no_visible_records"] = [f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread]
-            # the same for the sub-ranges whose tasks did hand records over: a task never commits its
-            # sub-range's end itself (its records also stop short when the attempt is cancelled)
-            named = [w for w in work if w not in unread]
-            if named:
-                complete_unread(cfg, plan, named, named=True)
-            summary["records"] = sum(r["records"] or 0 for r in results)
-            summary["skipped"] = sum(r["skipped"] or 0 for r in results)
-            summary["first_batch_at"] = marks.get("first_batch_handled")
-            summary["last_batch_at"] = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
-            summary["startup"] = startup_breakdown(marks)
-            summary["marks"] = {k: v for k, v in marks.items() if v is not None}
-            log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
-                                                     **summary["startup"]))
+                                   "records": 0, "skipped": 0, "started_at": marks.get("process_start") or t0}
+        if plan.busy:
+            summary.update(round_at_start=plan.round, parts=0, passes=0)
+        while True:
+            if work:
+                spark = _run_pass(plan, cfg, work, spark, starter, use_arrow, marks, summary)
+                if plan.busy:
+                    summary["passes"] += 1
+            if not plan.busy:
+                break
+            part = wait_for_part(cfg, plan, part_key, wait_s, sleep=sleep, clock=clock, stopped=stopped)
+            if part is None:
+                summary["ended"] = "no_next_part"
+                log.info("no next part within the wait: ending the attempt", extra=_fields(
+                    event="drain_part_wait_over", drain=plan.drain_id, round=plan.round, waited_s=wait_s))
+                break
+            plan = plan.extended(part)
+            summary["parts"] += 1
+            summary["round"] = plan.round
+            summary["sub_ranges"] = len(plan.sub_ranges)
+            work = catch_up_to_sink(cfg, plan, remaining_work(plan, read_progress(cfg, plan)))
+            log.info("next part", extra=_fields(event="drain_next_part", drain=plan.drain_id, round=part.round,
+                                                final=part.final, unfinished=len(work)))
+            if part.final and not work:
+                summary["ended"] = "handed_back"
+                break
+            use_arrow = bool(work) and _arrow_available()
     finally:
         if starter is not None:
             if spark is None:
@@ -205,6 +180,151 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         raise RuntimeError(f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
                            + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5]))
     return summary
+
+
+def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, starter: Any,
+              use_arrow: bool, marks: dict[str, float | None], summary: dict[str, Any]) -> Any:
+    """One Spark job over ``work`` (unfinished sub-ranges of ``plan``); returns the session (started
+    here on the first pass of a cold attempt). Adds to ``summary``; the start-up breakdown is the
+    first pass's."""
+    # retention deleted part of the range before it was read: record exactly what is gone
+    # (progress metadata lost=a-b; the operator reports it) and drain the rest, still exact
+    lost, work = retention_losses(work, low_watermarks(cfg, plan))
+    if lost:
+        record_losses(cfg, plan, lost)
+        summary.setdefault("lost", []).extend(
+            {"partition": s.partition, "index": s.index, "start": a, "end": b} for s, a, b in lost)
+        log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
+            event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
+            lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
+    if not work:
+        return spark
+    first = "startup" not in summary
+    if spark is None:
+        spark = starter.get()
+        if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
+            warm_workers(spark, marks)
+    elif starter is None:  # the runtime's session: this plan's Arrow batch size (one drain at a time)
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(max(plan.batch_max_records, 1000)))
+    if first:
+        summary["session_ready_at"] = marks.get("session_ready")
+    spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
+    kafka_opts = spark_kafka_options(cfg, plan.read_committed)
+    spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner)
+    # one job per relation: off by default (measured under load: no gain, a lower steady rate)
+    if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS", default=False):
+        jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
+                for f in build_frames(spark, plan, work, kafka_opts)]
+        marks["job_submitted"] = time.time()
+        results, planned = collect_in_parallel(spark, jobs)
+        marks["relations_planned"] = max(planned) if planned else None
+    elif use_arrow:
+        frame = build_frame(spark, plan, work, kafka_opts)
+        job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
+        job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
+        marks["relations_planned"] = time.time()
+        marks["job_submitted"] = time.time()
+        results = [r.asDict() for r in job.collect()]
+    else:
+        frame = build_frame(spark, plan, work, kafka_opts)
+        marks["relations_planned"] = time.time()
+        marks["job_submitted"] = time.time()
+        results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
+    # the job ended without an error, so every task's reader reached its sub-range's end
+    # offset; a task that got no visible record (all aborted, markers, compacted away) could
+    # not name its sub-range: complete those on the reader's position (H5)
+    unread = unread_sub_ranges(work, results)
+    if unread:
+        complete_unread(cfg, plan, unread)
+        summary.setdefault("no_visible_records", []).extend(f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread)
+    # the same for the sub-ranges whose tasks did hand records over: a task never commits its
+    # sub-range's end itself (its records also stop short when the attempt is cancelled)
+    named = [w for w in work if w not in unread]
+    if named:
+        complete_unread(cfg, plan, named, named=True)
+    summary["records"] += sum(r["records"] or 0 for r in results)
+    summary["skipped"] += sum(r["skipped"] or 0 for r in results)
+    last = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
+    summary["last_batch_at"] = last if last is not None else summary.get("last_batch_at")
+    if first:
+        marks.update(_task_marks(results))
+        summary["first_batch_at"] = marks.get("first_batch_handled")
+        summary["startup"] = startup_breakdown(marks)
+        summary["marks"] = {k: v for k, v in marks.items() if v is not None}
+        log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
+                                                 **summary["startup"]))
+    return spark
+
+
+# ---- a busy drain's next parts ---------------------------------------------------------------------
+
+PART_WAIT_ENV = "LAGPILOT_DRAIN_PART_WAIT_SECONDS"
+PART_WAIT_S = 300.0  # a busy drain's driver waits at most this long (without a part) before it ends
+PART_POLL_S = 1.0
+
+
+def part_wait_setting(env: Mapping[str, str] | None = None) -> float:
+    e = os.environ if env is None else env
+    try:
+        return max(0.0, float(e.get(PART_WAIT_ENV) or PART_WAIT_S))
+    except ValueError:
+        return PART_WAIT_S
+
+
+def read_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = None,
+              timeout_s: float = 10.0) -> NextPart | None:
+    """The operator's latest next part of this drain (its commit in ``parts_group``), verified with
+    the CR's part key; None when there is none, or it is not signed by the operator, not this
+    drain's or malformed (logged; the driver keeps waiting)."""
+    from confluent_kafka import TopicPartition
+
+    c = consumer if consumer is not None else progress_consumer(cfg, parts_group(plan.group_id, plan.drain_id, plan.owner))
+    try:
+        got = c.committed([TopicPartition(plan.topic, 0)], timeout=timeout_s)
+    finally:
+        if consumer is None:
+            c.close()
+    for tp in got:
+        if tp.offset is None or tp.offset < 0:
+            continue
+        meta = getattr(tp, "metadata", None)
+        try:
+            part = NextPart.from_body(plan_auth.verify_part(key, plan.owner, plan.topic,
+                                                            meta.decode() if isinstance(meta, bytes) else meta))
+        except ValueError as exc:  # plan_auth.Refused is one
+            log.warning("next part refused", extra=_fields(event="drain_part_refused", drain=plan.drain_id,
+                                                           reason=str(exc)[:200]))
+            return None
+        return part if part.drain_id == plan.drain_id else None
+    return None
+
+
+def wait_for_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, wait_s: float,
+                  sleep: Any = time.sleep, clock: Any = time.monotonic, poll_s: float = PART_POLL_S,
+                  read: Any = None, stopped: Any = None) -> NextPart | None:
+    """The first part newer than the plan (a later round, or the final part of its round or a
+    later one), polled every ``poll_s``; None after ``wait_s`` without one (or without a key: no
+    part can be trusted, so none is waited for)."""
+    if not key:
+        log.warning("a busy drain without its part key: not waiting for next parts", extra=_fields(
+            event="drain_part_refused", drain=plan.drain_id, reason=f"{plan_auth.PART_KEY_ENV} not set"))
+        return None
+    deadline = clock() + wait_s
+    reader = read if read is not None else (lambda: read_part(cfg, plan, key))
+    while True:
+        try:
+            part = reader()
+        except Exception as exc:  # noqa: BLE001 - Kafka unavailable for a moment: keep waiting (bounded)
+            log.info("reading the next part failed", extra=_fields(event="drain_part_read_failed", drain=plan.drain_id,
+                                                                  error=_short_error(exc)))
+            part = None
+        if part is not None and (part.round > plan.round or (part.final and part.round >= plan.round)):
+            return part
+        if clock() >= deadline:
+            return None
+        if stopped is not None and stopped():
+            raise RuntimeError("drain stopped while it waited for its next part")
+        sleep(poll_s)
 
 
 def _short_error(exc: BaseException) -> str:
@@ -263,6 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error(msg, extra=_fields(event="drain_config_error"))
         _termination_message(msg)
         return EXIT_CONFIG
+    # a busy drain's part key (plan_auth.PART_KEY_ENV): read here and kept out of Spark's environment
+    # (the JVM and the Python workers that run the handler start after this)
+    try:
+        part_key = plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
+    except ValueError:
+        part_key = b""  # absent or malformed: wait_for_part refuses every part and says so
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
     extra_conf = {str(k): str(v) for k, v in extra.items()}
@@ -300,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.info("no warm drain runtime: draining here", extra=_fields(event="drain_runtime_unreachable",
                                                                           drain=plan.drain_id, reason=str(exc)))
     if outcome is None:
-        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks))
+        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
     if outcome.exit == EXIT_OK:
         summary = dict(outcome.summary or {})
         log.info("drain finished", extra=_fields(event="drain_finished", **summary))

@@ -22,7 +22,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PROGRESS_METADATA_PREFIX = "lpd1"
 # bounds of a plan (issue 23, C1): what the CRD allows (spec.batch.maxRecords <= 100000,
@@ -67,11 +67,18 @@ class DrainPlan:
     read_committed: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
     owner: str = ""  # owner_tag(CR uid): names the progress groups; "" none (benches)
+    # a busy drain (issue 25 item 2; docs/drain.md "Busy drains"): after its sub-ranges the driver
+    # keeps its session and waits for the operator's next signed part (``NextPart``); ``round`` is
+    # the drain's round these sub-ranges are of (a part of a later round is new to it)
+    busy: bool = False
+    round: int = 0
 
     def validate(self) -> "DrainPlan":
         """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
         if not self.drain_id or not self.topic or not self.group_id:
             raise ValueError("drain plan needs drainId, topic and groupId")
+        if self.round < 0:
+            raise ValueError("drain plan needs round >= 0")
         if not 1 <= self.batch_max_records <= MAX_BATCH_RECORDS:
             raise ValueError(f"drain plan needs 1 <= batchMaxRecords <= {MAX_BATCH_RECORDS}")
         if not 1 <= self.parallelism <= MAX_PARALLELISM:
@@ -116,6 +123,7 @@ class DrainPlan:
             "parallelism": self.parallelism,
             "readCommitted": self.read_committed,
             "subRanges": [s.to_dict() for s in self.sub_ranges],
+            **({"busy": True, "round": self.round} if self.busy else {}),
         }, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -130,7 +138,19 @@ class DrainPlan:
             parallelism=int(d.get("parallelism", 4)),
             read_committed=bool(d.get("readCommitted", False)),
             owner=str(d.get("owner") or ""),
+            busy=bool(d.get("busy", False)),
+            round=int(d.get("round") or 0),
         ).validate()
+
+    def extended(self, part: "NextPart") -> "DrainPlan":
+        """This plan with a next part's sub-ranges added (those it does not hold yet) and its round;
+        ValueError when a part's sub-range has another's index or overlaps one (``validate``)."""
+        known = {(s.partition, s.index): s for s in self.sub_ranges}
+        for s in part.sub_ranges:
+            if (s.partition, s.index) in known and known[(s.partition, s.index)] != s:
+                raise ValueError(f"next part {part.round}: sub-range {s.to_dict()} differs from the plan's")
+        new = tuple(s for s in part.sub_ranges if (s.partition, s.index) not in known)
+        return replace(self, sub_ranges=self.sub_ranges + new, round=max(self.round, part.round)).validate()
 
 
 def owner_tag(cr_uid: str) -> str:
@@ -209,3 +229,54 @@ def parallelism_for(sub_ranges: Iterable[SubRange], max_tasks: int) -> int:
     """How many tasks run at once: every sub-range at once, capped by spec.drain.maxTasks."""
     n = sum(1 for _ in sub_ranges)
     return max(1, min(max_tasks, n))
+
+
+# ---- a busy drain's next parts (issue 25 item 2; docs/drain.md "Busy drains: the executor") ------
+
+NEXT_PART_PREFIX = "lpn1"
+NEXT_PART_INDEX = "next"  # the parts group: <groupId>.lagpilot-drain.<tag>.<drainId>.next
+# a part is one commit's metadata (the broker's offset.metadata.max.bytes, 4096 by default): at
+# most this many sub-ranges (49 bytes each at worst) with its header and signature
+MAX_PART_SUB_RANGES = 64
+MAX_PART_BYTES = 4000
+
+
+def parts_group(group_id: str, drain_id: str, owner: str = "") -> str:
+    """The memberless group whose commit (topic partition 0, offset = the round) holds the drain's
+    latest next part, written by the operator, read by the drain's driver. Under the drain's
+    ``<groupId>.lagpilot-drain.`` prefix: the drain's principal reads it with the rights it has."""
+    base = f"{group_id}.lagpilot-drain.{owner}." if owner else f"{group_id}.lagpilot-drain."
+    return f"{base}{drain_id}.{NEXT_PART_INDEX}"
+
+
+@dataclass(frozen=True)
+class NextPart:
+    """What the operator tells a running busy drain: the drain's round, its unfinished sub-ranges as
+    the operator last saw them (a superset of what it appended since the driver's round), and
+    whether a further split may still come (``final``: no; hand the partitions back and end once
+    every sub-range is done). The signature (``plan_auth.sign_part``) covers all of it."""
+
+    drain_id: str
+    round: int
+    final: bool
+    sub_ranges: tuple[SubRange, ...] = ()
+
+    def body(self) -> str:
+        subs = ",".join(f"{s.partition}.{s.index}.{s.start}-{s.end}" for s in self.sub_ranges)
+        return f"{NEXT_PART_PREFIX};id={self.drain_id};r={int(self.round)};more={0 if self.final else 1};s={subs}"
+
+    @classmethod
+    def from_body(cls, body: str) -> "NextPart":
+        """ValueError on anything but a well-formed body."""
+        fields = body.split(";")
+        if not fields or fields[0] != NEXT_PART_PREFIX:
+            raise ValueError("not a next part")
+        kv = dict(f.partition("=")[::2] for f in fields[1:])
+        if set(kv) != {"id", "r", "more", "s"} or kv["more"] not in ("0", "1") or not kv["r"].isdigit():
+            raise ValueError("malformed next part")
+        subs = []
+        for item in filter(None, kv["s"].split(",")):
+            p, k, rng = item.split(".")
+            a, b = rng.split("-")
+            subs.append(SubRange(int(p), int(k), int(a), int(b)))
+        return cls(kv["id"], int(kv["r"]), kv["more"] == "0", tuple(subs))

@@ -176,7 +176,8 @@ class DrainRuntime:
     """A warm SparkSession for one group, running one drain plan at a time."""
 
     def __init__(self, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-                 extra_conf: Mapping[str, str], parallelism: int, key: bytes = b"", cr_uid: str = "") -> None:
+                 extra_conf: Mapping[str, str], parallelism: int, key: bytes = b"", cr_uid: str = "",
+                 part_key: bytes = b"") -> None:
         self.cfg, self.jars, self.extra_conf = cfg, list(jars), dict(extra_conf)
         self.master = master or f"local[{max(parallelism, 1)},4]"
         self.parallelism = max(parallelism, 1)
@@ -187,6 +188,7 @@ class DrainRuntime:
         self.running: str | None = None  # running_token of the running plan (healthz)
         self.served = 0
         self.key, self.cr_uid = key, cr_uid  # the CR's plan key and uid (serve(): from the environment)
+        self.part_key = part_key  # the CR's drain part key: a busy drain's next parts (drain_job.wait_for_part)
         self.taken: tuple[int, int] | None = None  # the newest (drain id, attempt) ever taken: older ones are replays
         self.kafka_warm = False  # the warm-up read records (an empty topic at start: tried again, rewarm())
 
@@ -325,8 +327,10 @@ class DrainRuntime:
             received = time.time()
             marks: dict[str, float | None] = {"process_start": received, "main_entered": received}
             result: list[Outcome] = []
+            gone = threading.Event()  # a busy drain waiting for its next part stops waiting too
+            busy: dict[str, Any] = {"part_key": self.part_key, "stopped": gone.is_set} if plan.busy else {}
             worker = threading.Thread(target=lambda: result.append(outcome_of(lambda: drain_job.run(
-                plan, self.cfg, self.master, self.jars, self.extra_conf, marks, warm_session=self.spark))),
+                plan, self.cfg, self.master, self.jars, self.extra_conf, marks, warm_session=self.spark, **busy))),
                 name=f"drain-{plan.drain_id}", daemon=True)
             worker.start()
             cancelled = False
@@ -334,6 +338,7 @@ class DrainRuntime:
                 worker.join(0.5)
                 if not cancelled and worker.is_alive() and caller_gone():
                     cancelled = True
+                    gone.set()
                     log.warning("the drain's caller went away: cancelling its Spark jobs", extra=_fields(
                         event="drain_runtime_cancel", drain=plan.drain_id))
                     self.spark.sparkContext.cancelJobGroup(drain_job.job_group(plan))
@@ -467,7 +472,12 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
         return drain_job.EXIT_CONFIG
     # Spark's JVM and its Python workers (the user's handler) start after this: not in their environment
     os.environ.pop(plan_auth.KEY_ENV, None)
-    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism, key=key, cr_uid=cr_uid)
+    try:  # optional: without it a busy drain's driver here takes no next part (it ends; the operator retries)
+        part_key = plan_auth.parse_key(e.get(plan_auth.PART_KEY_ENV) or "")
+    except ValueError:
+        part_key = b""
+    os.environ.pop(plan_auth.PART_KEY_ENV, None)
+    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism, key=key, cr_uid=cr_uid, part_key=part_key)
     server = make_server(runtime, "0.0.0.0", port)
     threading.Thread(target=server.serve_forever, name="drain-runtime-http", daemon=True).start()
     log.info("drain runtime listening", extra=_fields(event="drain_runtime_listening", port=port,

@@ -27,6 +27,10 @@ KEY_ENV = "LAGPILOT_DRAIN_RUNTIME_KEY"  # the runtime pod only (secretKeyRef); h
 KEY_ID_ENV = "LAGPILOT_DRAIN_RUNTIME_KEY_ID"  # a one-way fingerprint of it (the pod template follows the key)
 CR_UID_ENV = "LAGPILOT_CR_UID"  # the runtime's CR: a plan signed for another CR is refused
 AUTH_ENV = "LAGPILOT_DRAIN_PLAN_AUTH"  # a warm drain Job's signature of its plan (JSON of PlanAuth)
+# a busy drain's next parts (drain_plan.NextPart): signed with the CR's drain part key, which the
+# drain Jobs and the warm runtime get (secretKeyRef), the consumers never
+PART_KEY_ENV = "LAGPILOT_DRAIN_PART_KEY"
+PART_MAC_SEP = ";mac="
 KEY_BYTES = 32
 PLAN_TTL_S = 900  # a warm Job must hand its plan over within this long of its launch (pod start, busy waits)
 VERSION = 1
@@ -115,3 +119,29 @@ def verify(key: bytes, plan_text: str, auth: PlanAuth, cr_uid: str, now: float) 
         raise Refused("signed for another BatchConsumerGroup")
     if now >= auth.expires_at:
         raise Refused("the signed plan has expired")
+
+
+# ---- a busy drain's next parts -------------------------------------------------------------------
+
+def _part_mac(key: bytes, owner: str, topic: str, body: str) -> str:
+    msg = b"lagpilot-drain-part-mac-v1\0" + owner.encode() + b"\0" + topic.encode() + b"\0" + body.encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def sign_part(key: bytes, owner: str, topic: str, body: str) -> str:
+    """The metadata of a next part's commit: its body and ``;mac=`` HMAC-SHA256 under the CR's part
+    key over the CR's tag (``owner``: drain_plan.owner_tag), the topic and the body (drain id, round,
+    final, every sub-range)."""
+    if not key:
+        raise ValueError("no drain part key")
+    return body + PART_MAC_SEP + _part_mac(key, owner, topic, body)
+
+
+def verify_part(key: bytes, owner: str, topic: str, metadata: str | None) -> str:
+    """The body of a signed next part; Refused unless it carries this key's MAC (constant time)."""
+    if not key:
+        raise Refused("no drain part key")
+    body, sep, mac = (metadata or "").rpartition(PART_MAC_SEP)
+    if not sep or not hmac.compare_digest(_part_mac(key, owner, topic, body).encode(), mac.encode()):
+        raise Refused("next part not signed by the operator")
+    return body

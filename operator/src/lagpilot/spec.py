@@ -129,6 +129,7 @@ class DrainSpec:
     cancel: bool = _default(m.Drain, "cancel")
     launcher: str = _default(m.Drain, "launcher")  # job: a batch/v1 Job; sparkApplication: kubeflow's CR
     assist_replicas: bool = _default(m.Drain, "assist_replicas")
+    busy: bool = _default(m.Drain, "busy")  # issue 25 item 2: drains stay busy across a burst
     warm_runtime: bool = _default(m.Drain, "warm_runtime")  # a long-lived drain runtime per CR
     # spec.drain.warmRuntimeCooldownSeconds, with warm_runtime only: None = always running; a number =
     # on demand (decide.runtime: scaled 0 -> 1 for a burst or a due drain, kept this long after)
@@ -233,6 +234,7 @@ class GroupSpec:
                 cancel=d.cancel,
                 launcher=d.launcher,
                 assist_replicas=d.assist_replicas,
+                busy=d.busy,
                 warm_runtime=d.warm_runtime,
                 warm_runtime_cooldown_s=d.warm_runtime_cooldown_seconds,
             ),

@@ -38,14 +38,20 @@ from .handoff_key import HandoffKeys
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from .kubeapi import StatusConflict
+from lagpilot_runtime import plan_auth
+from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
+
+from .drain_part_key import PartKeys
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
+    NO_PART,
     QUIESCE_TIMEOUT_S,
     Action,
     DrainStatus,
     Kind,
     Observed,
     Offsets,
+    PartSeen,
     Phase,
     condition,
     data_loss_condition,
@@ -182,9 +188,13 @@ class DrainContext:
     # `patch_status` (unit-test fakes)
     patch_drain: Callable[[dict[str, Any], DrainStatus | None], None] | None = None
     verify_drain: Callable[[DrainStatus | None], None] | None = None
+    # the executor keeps drains busy across a burst (issue 25 item 2; step.Model.drain_busy, the
+    # same flag the planner was given): new drains are planned busy and take next splits
+    busy: bool = False
 
 
-EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE)
+EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE,
+           Kind.DELIVER)
 
 
 def normalized(d: DrainStatus | None) -> DrainStatus | None:
@@ -232,6 +242,8 @@ class DrainExecutor(DrainCalls):
         self.runtime = RuntimeManager(api_client, self.settings)
         # the CRs' hand-off keys: every mailbox entry is signed and verified with its CR's (M8)
         self.handoff = HandoffKeys(self.core, self._sanitize)
+        # the CRs' drain part keys: a busy drain's next parts are signed with them (drain_part_key.py)
+        self.part_keys = PartKeys(self.core, self._sanitize)
         self.clock = clock
         self.timeout_s = timeout_s
         # how long the owners get to acknowledge before the quiesce fallback (tests shorten it)
@@ -253,6 +265,50 @@ class DrainExecutor(DrainCalls):
     def handoff_key_id(self, namespace: str, name: str, uid: str) -> str:
         return self.handoff.key_id(namespace, name, uid)
 
+    def part_key(self, namespace: str, name: str, uid: str) -> bytes:
+        """The CR's drain part key (`drain_part_key.PartKeys`; created before a busy drain's Job)."""
+        return self.part_keys.key(namespace, name, uid)
+
+    def read_part(self, admin: Any, spec: GroupSpec, d: DrainStatus, *, key: bytes, uid: str) -> PartSeen | None:
+        """The next part a busy drain's driver reads now (its commit in the parts group, topic
+        partition 0): NO_PART when there is none or it does not verify under the CR's part key (the
+        driver ignores it too); None when the read failed."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = parts_group(spec.group_id, str(d.id), owner_tag(uid))
+        try:
+            fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0)])],
+                                                    request_timeout=self.timeout_s)[g]
+            tps = fut.result(timeout=self.timeout_s).topic_partitions
+        except Exception as err:  # noqa: BLE001
+            log.warning("reading the busy drain's next part failed", extra={"group": spec.group_id, "error": str(err)})
+            return None
+        for tp in tps:
+            if tp.offset is None or tp.offset < 0:
+                continue
+            meta = getattr(tp, "metadata", None)
+            try:
+                part = NextPart.from_body(plan_auth.verify_part(key, owner_tag(uid), spec.topic,
+                                                                meta.decode() if isinstance(meta, bytes) else meta))
+            except ValueError:  # plan_auth.Refused is one: unsigned, forged, malformed
+                return NO_PART
+            if part.drain_id == str(d.id):
+                return PartSeen(part.round, part.final)
+        return NO_PART
+
+    def write_part(self, admin: Any, spec: GroupSpec, part: NextPart, *, key: bytes, uid: str) -> None:
+        """A "simple" commit to the memberless parts group: offset = the round, metadata = the part
+        signed with the CR's part key."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = parts_group(spec.group_id, part.drain_id, owner_tag(uid))
+        meta = plan_auth.sign_part(key, owner_tag(uid), spec.topic, part.body())
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0, part.round, metadata=meta)])
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"writing the busy drain's next part to {g} failed: {bad[0].error}")
+
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
         group_empty = None
@@ -260,13 +316,21 @@ class DrainExecutor(DrainCalls):
         job = None
         mailbox = None
         members = None
-        if d is not None and d.phase is Phase.PLANNED:
-            # order matters: membership, then the group's committed offsets, then the mailbox
+        part = None
+        wanted = tuple(ctx.wanted)
+        if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
+            # order matters: membership, then the group's committed offsets, then the mailbox (a
+            # busy drain's next split in hand-off reads them as a first split does)
             group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
-            if d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+            if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
                 members = self.group_members(ctx.admin, ctx.spec.group_id)
             offsets = ctx.reobserve()
-            mailbox = self.mailbox(ctx.admin, ctx.spec, d.partitions, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+            handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
+            mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+        if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
+            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
+            if part is None:
+                wanted = ()  # unknown whether the drain was handed back: no next split this cycle
         lost = None
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
             found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
@@ -275,9 +339,9 @@ class DrainExecutor(DrainCalls):
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
             job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
-                        wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
+                        wanted=wanted, tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members, owner=ctx.uid,
-                        quiesce_timeout_s=self.quiesce_bound_s(ctx.spec))
+                        quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part)
 
     def quiesce_bound_s(self, spec: GroupSpec) -> float:
         if self.quiesce_timeout_s is not None:
@@ -313,7 +377,12 @@ class DrainExecutor(DrainCalls):
             assert action.status is not None
             if action.replicas is not None:
                 ctx.scale(action.replicas)  # the live group first: it resumes at split
+            if action.status.busy:  # its Job's pod reads the part key Secret: it exists first
+                self.part_key(ctx.namespace, ctx.name, ctx.uid)
             self.create_job(ctx, action.status, action.attempt, runtime_url)
+        elif k is Kind.DELIVER:
+            assert action.part is not None
+            self.write_part(ctx.admin, ctx.spec, action.part, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
         elif k is Kind.DELETE_JOB:
             assert d is not None
             self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt), ctx.spec.drain.launcher)
@@ -327,7 +396,7 @@ class DrainExecutor(DrainCalls):
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
-            if step > 0 and (d is None or d.phase is not Phase.PLANNED):  # Planned re-reads in observe()
+            if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
             observed = self.observe(ctx, d, offsets, replicas)
@@ -351,14 +420,17 @@ class DrainExecutor(DrainCalls):
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
-            _fault_point(action.kind.value, "effect")
+            # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
+            point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
+                     and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
+            _fault_point(point, "effect")
             if action.status is not None and action.status != d:
                 if ctx.patch_drain is not None:
                     ctx.patch_drain({"drain": action.status.to_dict()}, d)
                 else:
                     ctx.patch_status({"drain": action.status.to_dict()})
                 d = action.status
-                _fault_point(action.kind.value, "status")
+                _fault_point(point, "status")
             if action.event is not None:
                 ctx.emit(*action.event)
             if action.lost_records:
@@ -370,8 +442,10 @@ class DrainExecutor(DrainCalls):
                 # right after the publish the owners ack within about a second (their mailbox
                 # check runs at every batch boundary, at most once a second): wait briefly here
                 # instead of a whole control-loop interval
-                if (action.reason == "WaitingForAcks" and d is not None and d.published_at is not None
-                        and waited < self.ack_wait_s and self.clock() - d.published_at < self.ack_wait_s + 1):
+                published = None if d is None else (d.extension.published_at if d.extension is not None
+                                                    and d.phase is not Phase.PLANNED else d.published_at)
+                if (action.reason == "WaitingForAcks" and published is not None
+                        and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
                     time.sleep(0.5)
                     waited += 0.5
                     step -= 1
@@ -430,6 +504,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         verify_drain=None if read is None else (lambda basis: _verify(read, ref, basis)),
         reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
         version=getattr(deps, "version", __version__),
+        busy=spec.drain.busy,  # the planner's flag too (reconcile's Model.drain_busy)
     )
     return executor.reconcile(ctx)
 

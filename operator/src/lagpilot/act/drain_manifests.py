@@ -26,6 +26,7 @@ from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
 from .deployment import _shorten, build_env, label_value, owner_reference
+from .drain_part_key import part_key_ref
 from .key_secret import KEY_FIELD
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
@@ -106,10 +107,13 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPla
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
     one's progress)."""
     subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
+    parallelism = parallelism_for(subs, spec.drain.max_tasks)
+    if drain.busy:  # a busy drain keeps the task slots the planner gave it for its next splits
+        parallelism = max(parallelism, min(spec.drain.max_tasks, drain.slots))
     return DrainPlan(
         drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
         batch_max_records=spec.batch.max_records,
-        parallelism=parallelism_for(subs, spec.drain.max_tasks),
+        parallelism=parallelism, busy=drain.busy, round=drain.round,
         # the split is the read_committed end offset (LSO): reading committed data only keeps
         # aborted transactions out of the drain exactly as the consumer's default would
         read_committed=True,
@@ -370,6 +374,9 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
             env.append({"name": RUNTIME_AUTH_ENV, "value": runtime_auth.to_json()})
     pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain"],
                               cpu_m=WARM_JOB_CPU_M if runtime_url else None)
+    if drain.busy:  # its driver verifies the operator's next parts with the CR's part key; added
+        # after the Spark conf was built from the env, so Spark-on-Kubernetes executors never get it
+        pod_spec["containers"][0]["env"].append(part_key_ref(cr_name))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -439,6 +446,8 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     pod = {"labels": labels, "env": env, "securityContext": dict(CONTAINER_SECURITY),
            "podSecurityContext": dict(POD_SECURITY), "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
     driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g"}
+    if drain.busy:  # the driver verifies the next parts; the executors never get the key
+        driver["env"] = [*env, part_key_ref(cr_name)]
     if settings.service_account:
         driver["serviceAccount"] = settings.service_account
     executor = {**pod, "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),

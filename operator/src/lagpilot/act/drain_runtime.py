@@ -79,6 +79,7 @@ from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
+from .drain_part_key import PART_KEY, part_key_ref
 from .key_secret import KEY_FIELD, KeyKind, KeySecrets, controller_of, owned_by
 from .spark_rpc_key import SparkRpcKeys
 from lagpilot.spec import GroupSpec
@@ -172,6 +173,9 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
         {"name": plan_auth.KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key_secret_name(cr_name), "key": KEY_FIELD}}},
         {"name": plan_auth.CR_UID_ENV, "value": cr_uid},
         *([{"name": plan_auth.KEY_ID_ENV, "value": key_id}] if key_id else []),
+        # a busy drain's next parts are verified with the CR's part key (optional: a runtime runs
+        # the plans of drains that are not busy without it)
+        part_key_ref(cr_name, optional=True),
     ]
     container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
     probe = {"httpGet": {"path": "/healthz", "port": PORT_NAME}}
@@ -396,6 +400,7 @@ class RuntimeManager:
         self._keys = KeySecrets(RUNTIME_KEY)  # the CRs' plan-signing keys
         # the CRs' Spark RPC keys (k8s master: the runtime's and the drain Jobs' executors; H4)
         self.rpc_keys = SparkRpcKeys(self.core, self._sanitize)
+        self._part_keys = KeySecrets(PART_KEY)  # the CRs' busy drains' part keys (drain_part_key.py)
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
@@ -495,6 +500,11 @@ class RuntimeManager:
                 except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
                     policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
                     log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
+                try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
+                    self._part_keys.key(self.core, self._sanitize, namespace, name, uid)
+                except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
+                    log.warning("drain part key not made before the runtime", extra={
+                        "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
                 self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
                                                       _content_type="application/apply-patch+yaml")
                 verb = "created" if existing is None else "updated"

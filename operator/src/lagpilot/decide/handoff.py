@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import SubRange, split_ranges
+from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
 
 from lagpilot.model.status import DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
@@ -84,6 +84,7 @@ class Kind(str, enum.Enum):
     LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
     DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
     RESTORE = "Restore"              # abort before hand-off: give the replicas back
+    DELIVER = "Deliver"              # a busy drain: write its next part (Action.part) where its driver reads it
 
 
 @dataclass(frozen=True)
@@ -470,6 +471,20 @@ class Observed:
     # the executor keeps drains busy (issue 25 item 2): a new drain is planned busy, and ``wanted``
     # on a Running busy drain asks for the next split of those partitions (``_next_split``)
     busy: bool = False
+    # a Running busy drain: the next part its driver can read now (None: not read; NO_PART: none)
+    part: "PartSeen | None" = None
+
+
+@dataclass(frozen=True)
+class PartSeen:
+    """The signed next part a busy drain's driver reads (``drain_plan.NextPart``), as observed:
+    its round and whether it is final (no further split: the drain ends once its sub-ranges are done)."""
+
+    round: int
+    final: bool
+
+
+NO_PART = PartSeen(-1, False)  # no valid part delivered yet
 
 
 @dataclass(frozen=True)
@@ -484,6 +499,7 @@ class Action:
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
     lost_records: int = 0                # records newly recorded as lost (lagpilot_drain_records_lost_total)
+    part: NextPart | None = None         # DELIVER: the part to write (signed by the executor)
 
 
 def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
@@ -646,9 +662,16 @@ def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, 
             c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
                         f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
             return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+        if job.state is JobState.ACTIVE and d.retry_at is None and d.busy and waiting is None:
+            part = _deliver(d, observed)
+            if part is not None:
+                return part
         if job.state is JobState.ACTIVE and d.retry_at is None:
             if d.progress_at is None:  # a status written before the detector: start its clock now
                 return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+            if d.busy and d.remaining == 0:
+                # its driver waits for the next part (bounded by its own wait): not a stall
+                return _progress_only(drain, d)
             st = stall(now, d.progress_at, job.running, observed.stall_limits)
             if st is not None:
                 return _stalled(d, st, observed, now)
@@ -746,7 +769,8 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     job = observed.job
     if ext is None:
         if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE):
+                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
+                or (observed.part is not None and observed.part.final)):  # handed back: the driver ends
             return None
         ranges = []
         for p in sorted(set(observed.wanted)):
@@ -755,6 +779,10 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
                 continue
             ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
         if not ranges:
+            return None
+        # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
+        pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
+        if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
             return None
         e = Extension(d.round + 1, tuple(ranges), planned_at=now)
         n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
@@ -788,19 +816,7 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if pending:
         if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
-            entries = {}
-            alter: dict[int, int] = {}
-            for r in ext.ranges:
-                if r.partition not in pending:
-                    continue
-                o = offs[r.partition]
-                stp = mbx.owner_step(mine_e.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
-                if stp.ack is not None:
-                    entries[r.partition] = stp.ack
-                if stp.move_to is not None:
-                    alter[r.partition] = stp.move_to
-                elif o.committed is None:
-                    alter[r.partition] = max(o.position, r.split)
+            entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine_e, owner)
             return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
                           f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
                           f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
@@ -815,11 +831,37 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
             subs.append(SubProgress(x.partition, base + k, x.start, x.end, x.start))
     latest = {r.partition: r for r in d.ranges}
     latest.update({r.partition: r for r in new})
-    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs),
+    # the stall clock restarts: the driver may have waited (no work, no progress) for this split
+    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs), progress_at=now,
                             ranges=tuple(latest[p] for p in sorted(latest)), reason="NextSplitHandedOff")
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
     return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
                   event=("Normal", "DrainNextSplitHandedOff", n.message))
+
+
+def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
+    """A Running busy drain's next part for its driver (docs/drain.md "Busy drains: the executor"),
+    or None. After a next split was handed off (``round`` above the delivered part's): the drain's
+    unfinished sub-ranges at this round, which the driver runs with the session it holds. Once
+    every sub-range is done and no next split is wanted (the capped group holds the partitions):
+    the final part, which hands them back (the driver ends; no next split is planned after it).
+    Pure; the executor reads the delivered part first (``Observed.part``)."""
+    seen, ext = observed.part, d.extension
+    if seen is None or seen.final or (ext is not None and ext.published_at is not None):
+        return None
+    unfinished = tuple(s.sub_range() for s in d.sub_ranges if not s.done)
+    if 0 < d.round and seen.round < d.round:  # (round 0 is the Job's own plan: nothing to deliver)
+        part = NextPart(str(d.id), d.round, False, unfinished)
+        return Action(Kind.DELIVER, None, "NextPartDelivered",
+                      f"drain {d.id}: next split {d.round} delivered to attempt {d.attempt} "
+                      f"({len(unfinished)} sub-ranges unfinished)", part=part)
+    if not unfinished and (not observed.wanted or not observed.busy) and ext is None:
+        part = NextPart(str(d.id), d.round, True, ())
+        h = dataclasses.replace(d, reason="HandingBack", message=(
+            f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
+            f"no further split; attempt {d.attempt} ends"))
+        return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message))
+    return None
 
 
 def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
@@ -944,19 +986,7 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
 
     if observed.group_empty is True:
         # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
-        entries = {}
-        alter: dict[int, int] = {}
-        for r in d.ranges:
-            if r.partition not in pending:
-                continue
-            o = offs[r.partition]
-            step = mbx.owner_step(mine.get(r.partition, mbx.request(d.id, r.split, owner)), o.position)
-            if step.ack is not None:
-                entries[r.partition] = step.ack
-            if step.move_to is not None:
-                alter[r.partition] = step.move_to
-            elif o.committed is None:  # never committed and retention already past split
-                alter[r.partition] = max(o.position, r.split)
+        entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
         path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
         q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
         q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
@@ -1000,6 +1030,29 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     w = dataclasses.replace(d, reason="WaitingForAcks",
                             message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _act_for_absent_owners(drain_id: int, ranges: Sequence[PartitionRange], pending: Sequence[int],
+                           offs: Mapping[int, Offsets], mine: Mapping[int, mbx.Entry], owner: str
+                           ) -> tuple[dict[int, mbx.Entry], dict[int, int]]:
+    """The owner's rule applied for the absent owners of the ``pending`` partitions of a group with
+    no members (a first split and a busy drain's next split alike): (the acks to write, then the
+    offsets to move the group to). A partition that never committed, with retention already past
+    its split, is moved to ``max(position, split)``. Pure."""
+    entries: dict[int, mbx.Entry] = {}
+    alter: dict[int, int] = {}
+    for r in ranges:
+        if r.partition not in pending:
+            continue
+        o = offs[r.partition]
+        step = mbx.owner_step(mine.get(r.partition, mbx.request(drain_id, r.split, owner)), o.position)
+        if step.ack is not None:
+            entries[r.partition] = step.ack
+        if step.move_to is not None:
+            alter[r.partition] = step.move_to
+        elif o.committed is None:  # never committed and retention already past split
+            alter[r.partition] = max(o.position, r.split)
+    return entries, alter
 
 
 def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:

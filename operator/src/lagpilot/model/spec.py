@@ -1058,6 +1058,30 @@ class Drain(CrdModel):
             ),
         ),
     ] = False
+    busy: Annotated[
+        bool,
+        spec_field(
+            description=(
+                "Drains that stay busy across a burst: while the capped group cannot hold a drained "
+                "partition, the running drain takes its next split (the same mailbox hand-off) and "
+                "its driver runs it with the Spark session it holds, without a new start-up; the "
+                "partition is handed back when the group alone meets the target again. Needs "
+                "consumers that acknowledge the hand-off (this operator's image): a next split never"
+                ' takes the quiesce fallback. Default true (docs/drain.md "Busy drains").'
+            ),
+        ),
+        Doc(
+            bounds="—",
+            use=(
+                "Busy drains (default true): a running drain takes the next split of its hot "
+                "partitions while the capped group cannot hold them, without a new start-up, and "
+                "hands them back when the group meets the target again. false: every drain ends "
+                "with its range (a regrowing partition gets a new drain, with its start-up). Set "
+                "false for consumers of an older image that do not acknowledge the hand-off "
+                '(docs/drain.md "Busy drains").'
+            ),
+        ),
+    ] = True
     warm_runtime: Annotated[
         bool,
         spec_field(

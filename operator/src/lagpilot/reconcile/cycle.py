@@ -232,7 +232,9 @@ def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any
         step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
                                  retention_s=retention_s(seen.handle, spec, deps),
                                  runtime=seen.runtime_observation, ready_replicas=ready),
-        step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds)), now)
+        # spec.drain.busy: the planner takes next splits of a running drain (its executor: act/drain.py)
+        step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds,
+                                                               drain_busy=spec.drain.busy)), now)
     return out, new_state
 
 

@@ -1,0 +1,63 @@
+"""The CR's drain part key (issue 25 item 2): signs a busy drain's next parts (lagpilot_runtime.drain_plan.NextPart).
+
+A Secret `<cr>-drain-part-key` (32 random bytes, hex; immutable), owned by the CR (deleted with
+it), created by the operator when a busy drain is launched or the warm runtime is applied. The drain
+Jobs of busy drains and the warm runtime get it as `LAGPILOT_DRAIN_PART_KEY` (secretKeyRef) and
+verify every part with it; the consumers never get it. Why a key of its own and not the runtime's
+plan key or the hand-off key: docs/drain.md "Busy drains: the executor". Never logged: only the
+Secret's name is.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from lagpilot import __version__
+from lagpilot_runtime import plan_auth
+
+from .deployment import label_value, owner_reference
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets
+
+__all__ = ["PART_KEY", "PartKeys", "build_part_key_secret", "part_key_ref", "part_key_secret_name"]
+
+
+def part_key_secret_name(cr_name: str) -> str:
+    """`<cr>-drain-part-key`: the Secret holding the key that signs the CR's busy drains' next parts."""
+    return f"{cr_name}-drain-part-key"
+
+
+def build_part_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
+                          version: str = __version__) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
+        "metadata": {"name": part_key_secret_name(cr_name), "namespace": namespace,
+                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
+                                "app.kubernetes.io/component": "drain-part-key",
+                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
+                                "app.kubernetes.io/version": label_value(version)},
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "stringData": {KEY_FIELD: key_hex},
+    }
+
+
+PART_KEY = KeyKind("drain part key", part_key_secret_name, plan_auth.new_key, plan_auth.parse_key,
+                   lambda name, namespace, uid, key_hex: build_part_key_secret(name, namespace, uid, key_hex))
+
+
+def part_key_ref(cr_name: str, optional: bool = False) -> dict[str, Any]:
+    """The env entry that gives a drain process the key (never its value)."""
+    ref: dict[str, Any] = {"name": part_key_secret_name(cr_name), "key": KEY_FIELD}
+    if optional:
+        ref["optional"] = True
+    return {"name": plan_auth.PART_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
+
+
+class PartKeys:
+    """The CRs' drain part keys: read (or created) once per operator process and CR uid."""
+
+    def __init__(self, core: Any, sanitize: Any) -> None:
+        self.core = core
+        self._sanitize = sanitize
+        self._secrets = KeySecrets(PART_KEY)
+
+    def key(self, namespace: str, name: str, uid: str) -> bytes:
+        return self._secrets.key(self.core, self._sanitize, namespace, name, uid)

@@ -1,0 +1,149 @@
+"""A drain that stays busy across a burst (issue 25 item 2; docs/drain.md "Busy drains"), end to end:
+operator (subprocess, docs/rbac.md) + kube-apiserver + the pod runner (consumers, the drain Job's
+pod) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
+
+Partition 0 is fed at 300 records/s, three times what one consumer processes (~100/s: a 1 s
+handler call per 100-record batch), while partitions 1 and 2 stay idle. The capped group cannot hold
+it: drain 1 is planned busy; while it runs, the operator hands off the partition's next splits (the
+same mailbox protocol) and delivers each as a signed part to the running driver, which runs it with
+the SparkSession it already holds — one Job, one start-up. When the burst ends (p0 back to 20/s,
+which its consumer holds) no further split is taken: the operator delivers the final part, the
+driver ends, the drain is Verified and the group consumes partition 0 alone again.
+
+A fault during the next splits rides along (no second run: CI's budget): the operator dies like
+kill -9 right after sealing a next split's mailbox entries (before the status write that appends its
+sub-ranges: `NextSeal:effect`) and right after writing a part (`Deliver:effect`); both markers must
+exist and the operator must have been restarted.
+
+The ledger handler appends one row per delivery to a table without a primary key: every produced
+offset must be there exactly once (lost 0, duplicated 0), whichever path processed it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.kube import wait_until
+from tests.real.test_drain_operator import PARTS, Scenario, crd, produce, replay_runs, scenario  # noqa: F401 - fixtures too
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+HOT = 300  # records/s on partition 0 during the burst: 3x one consumer
+AFTER = 20  # records/s after it: the group holds it alone
+MIN_BURST_S = 150  # the burst lasts at least this long, and until the drain took 2 next splits
+
+
+def driver_events(s: Scenario, event: str) -> list[dict[str, Any]]:
+    """The drain Job pods' JSON log lines of `event` (the pod runner's logs)."""
+    out = []
+    for f in sorted(s.logs.glob(f"{s.ns}_*drain*.log")) if s.logs is not None else []:
+        for line in f.read_text(errors="replace").splitlines():
+            if f'"{event}"' in line:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
+        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
+    import psycopg
+    from confluent_kafka import Consumer, TopicPartition
+
+    # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
+    # entries (before the status that appends its sub-ranges) and after writing a part (before its
+    # status write); each point fires once, the operator is restarted
+    s = scenario({0: 3000, 1: 100, 2: 100}, live={0: HOT, 1: 0, 2: 0}, drain={"busy": True},
+                 crash_at="NextSeal:effect,Deliver:effect")
+    seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "ids": set(), "reasons": set()}
+
+    def watch() -> dict[str, Any]:
+        s.op.ensure()
+        d = s.drain()
+        if d:
+            seen["ids"].add(d.get("id"))
+            seen["reasons"].add(d.get("reason"))
+            if d.get("phase") == "Running":
+                seen["attempts"].add(d.get("attempt"))
+            seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
+        return d
+
+    t0 = time.monotonic()
+    try:
+        wait_until(lambda: (lambda d: d.get("busy") is True and d.get("phase") == "Running")(watch()),
+                   "drain 1 running busy", 420, interval=1)
+        wait_until(lambda: watch() is not None and seen["rounds"] >= 2 and time.monotonic() - t0 >= MIN_BURST_S,
+                   "two next splits of the running drain during the burst", 600, interval=1)
+    finally:
+        print("burst:", round(time.monotonic() - t0), "s; errors:", s.live_errors[-3:], "produced:", s.produced)
+    # the burst ends: partition 0 at a rate its consumer holds
+    s.stop_live.set()
+    if s.live_thread is not None:
+        s.live_thread.join(30)
+    calm = threading.Event()
+
+    def trickle() -> None:
+        while not calm.wait(1.0):
+            produce(s.bootstrap, s.topic, {0: AFTER}, s.produced)
+
+    tr = threading.Thread(target=trickle, daemon=True)
+    tr.start()
+    try:
+        wait_until(lambda: watch().get("phase") in ("Verified", "Failed", "Cancelled"), "the busy drain to end", 600,
+                   interval=1)
+        d = s.drain()
+        assert d["phase"] == "Verified", json.dumps(d)[:2000]
+        time.sleep(10)  # the trickle goes on after the hand-back: the group alone takes it
+    finally:
+        calm.set()
+        tr.join(10)
+    reader = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False})
+
+    def caught_up() -> bool:
+        s.op.ensure()
+        return all(tp.offset == s.produced.get(tp.partition, 0)
+                   for tp in reader.committed([TopicPartition(s.topic, p) for p in range(PARTS)], timeout=30))
+
+    try:
+        wait_until(caught_up, "group lag back to zero", 600, interval=2)
+    finally:
+        reader.close()
+    d = s.drain()
+    # the faults fired (their markers, written by the dying operator) and the operator came back
+    crash_dir = next(iter(tmp_path.glob(f"crash-{s.ns}")))
+    assert {m.name for m in crash_dir.iterdir()} == {"NextSeal-effect", "Deliver-effect"}, list(crash_dir.iterdir())
+    assert s.op.restarts >= 2, s.op.restarts
+    # one drain, one attempt, one start-up: every next split ran in the Job launched first
+    assert seen["ids"] == {1} and d["id"] == 1 and seen["attempts"] == {1} and d["attempt"] == 1, (seen, d)
+    assert seen["rounds"] >= 2 and int(d.get("round") or 0) >= 2, (seen, d)
+    assert "HandingBack" in seen["reasons"], seen  # the final part: no further split, partition handed back
+    starts, parts = driver_events(s, "drain_startup"), driver_events(s, "drain_next_part")
+    assert len(starts) == 1, starts
+    assert sum(1 for p in parts if not p.get("final")) >= 2 and any(p.get("final") for p in parts), parts
+    # the ledger: every produced offset exactly once
+    with psycopg.connect(postgres_dsn) as conn:
+        rows = conn.execute(f'SELECT partition, "offset", source, at FROM {s.table}').fetchall()
+        runs = replay_runs(conn, s.table)
+    seen_offsets = [(int(p), int(o)) for p, o, _, _ in rows]
+    expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
+    lost = len(expected - set(seen_offsets))
+    duplicated = len(seen_offsets) - len(set(seen_offsets))
+    outside = len(set(seen_offsets) - expected)
+    drained = sorted(o for p, o, src, _ in rows if src == "drain" and p == 0)
+    ranges = sum(1 for a, b in zip(drained, drained[1:]) if b != a + 1) + (1 if drained else 0)
+    print(f"busy drain: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, lost {lost}, "
+          f"duplicated {duplicated} {runs[:5]}, drained on p0 {len(drained)} in {ranges} ranges, "
+          f"rounds {d.get('round')}, parts {[(p.get('round'), p.get('final')) for p in parts]}")
+    assert (lost, duplicated, outside) == (0, 0, 0), sorted(expected - set(seen_offsets))[:20]
+    assert len(drained) > 0 and ranges >= 2
+    # handed back: the records produced after the drain ended are the group's
+    end = max(at for _, _, src, at in rows if src == "drain")
+    assert any(p == 0 and src == "consumer" and at > end for p, _, src, at in rows)
+    assert all(src == "consumer" for p, _, src, _ in rows if p != 0)
