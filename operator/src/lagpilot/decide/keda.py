@@ -21,8 +21,8 @@ Defaults as KEDA and Kubernetes ship them (sources cited in docs/decision.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfi
     partitions (or, with ``limitToPartitionsWithLag``, the partitions with lag) -- unless idle
     consumers are allowed and neither option is on. Integer maths, as KEDA's."""
     stuck = set(persistent) if cfg.exclude_persistent_lag else set()
-    lags = [0 if i in stuck else max(0, int(l)) for i, l in enumerate(partition_lags)]
+    lags = [0 if i in stuck else max(0, int(ld)) for i, ld in enumerate(partition_lags)]
     total = sum(lags)
     thr = cfg.lag_threshold
     if thr > 0 and (not cfg.allow_idle_consumers or cfg.limit_to_partitions_with_lag
@@ -84,7 +84,7 @@ def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfi
         if cfg.ensure_even_distribution_of_partitions:
             total = next((f for f in _factors(partitions) if f * thr >= total), partitions) * thr
         if cfg.limit_to_partitions_with_lag:
-            upper = sum(1 for l in lags if l > 0)
+            upper = sum(1 for ld in lags if ld > 0)
         if total // thr > upper:
             total = upper * thr
     return total
@@ -95,11 +95,11 @@ def persistent_partitions(committed: Sequence[int], previous: Sequence[int] | No
     (no record of a previous offset: not persistent)."""
     if previous is None or len(previous) != len(committed):
         return ()
-    return tuple(i for i, (c, p) in enumerate(zip(committed, previous)) if c == p)
+    return tuple(i for i, (c, p) in enumerate(zip(committed, previous, strict=False)) if c == p)
 
 
 def is_active(partition_lags: Sequence[float], cfg: KedaConfig) -> bool:
-    return int(sum(max(0, int(l)) for l in partition_lags)) > cfg.activation_lag_threshold
+    return int(sum(max(0, int(ld)) for ld in partition_lags)) > cfg.activation_lag_threshold
 
 
 def hpa_replicas(current: int, metric: int, cfg: KedaConfig) -> int:
@@ -127,7 +127,9 @@ def _stabilize(raw: int, current: int, now_s: float, recs: list[tuple[float, int
     return out
 
 
-def _rate_limit(desired: int, current: int, now_s: float, events: Sequence[tuple[float, int]], cfg: KedaConfig) -> int:
+def _rate_limit(
+    desired: int, current: int, now_s: float, events: Sequence[tuple[float, int]], cfg: KedaConfig
+) -> int:
     if desired > current:
         added = sum(d for t, d in events if now_s - t < cfg.scale_up_period_s and d > 0)
         start = current - added
@@ -184,10 +186,22 @@ def step(
         desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
         state = replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
     if desired != current:
-        events = [(t, d) for t, d in state.scale_events if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)]
+        events = [
+            (t, d)
+            for t, d in state.scale_events
+            if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)
+        ]
         events.append((now_s, desired - current))
         state = replace(state, scale_events=tuple(events))
     return desired, state
 
 
-__all__ = ["KedaConfig", "KedaState", "keda_metric", "persistent_partitions", "hpa_replicas", "is_active", "step"]
+__all__ = [
+    "KedaConfig",
+    "KedaState",
+    "hpa_replicas",
+    "is_active",
+    "keda_metric",
+    "persistent_partitions",
+    "step",
+]

@@ -37,7 +37,8 @@ class Model:
 
     pod_start_s: float = 30.0  # scheduling + cached image + process start + group join
     drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 13-20 s)
-    # a drain launched on a Ready warm runtime -> first batch (bench/drain.py --runtime warm: start_up_s 2.3 s)
+    # a drain launched on a Ready warm runtime -> first batch
+    # (bench/drain.py --runtime warm: start_up_s 2.3 s)
     drain_warm_start_s: float = 3.0
     handoff_pause_s: float = 1.0  # the live group's pause at a hand-off (consumer path: one batch)
     drain_task_capacity: float | None = None  # records/s of one drain task; None: one consumer's
@@ -56,10 +57,12 @@ class Model:
 class Policies:
     scaling: ScalingPolicy
     drain: DrainPolicy | None  # None: drains disabled or cancelled
-    runtime: rt_mod.RuntimePolicy = rt_mod.RuntimePolicy()  # the warm drain runtime (decide.runtime)
+    runtime: rt_mod.RuntimePolicy = field(
+        default_factory=rt_mod.RuntimePolicy
+    )  # the warm drain runtime (decide.runtime)
 
     @classmethod
-    def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> "Policies":
+    def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> Policies:
         scaling = ScalingPolicy.from_group_spec(spec, pod_start_s=model.pod_start_s)
         drain = None
         if spec.drain.enabled and not spec.drain.cancel:
@@ -82,15 +85,16 @@ class StepState:
     (lagpilot.act.memory), so a restarted operator resumes from it."""
 
     estimator: est_mod.EstimatorState | None = None
-    history: ScalingHistory = ScalingHistory()
+    history: ScalingHistory = field(default_factory=ScalingHistory)
 
     def to_memory(self) -> dict[str, Any]:
-        """JSON-ready: ``{"estimator": EstimatorState.to_dict(), "scalingHistory": ScalingHistory.to_dict()}``."""
+        """JSON-ready: ``{"estimator": EstimatorState.to_dict(),
+        "scalingHistory": ScalingHistory.to_dict()}``."""
         return {"estimator": self.estimator.to_dict() if self.estimator else None,
                 "scalingHistory": self.history.to_dict()}
 
     @classmethod
-    def from_memory(cls, memory: Mapping[str, Any] | None) -> "StepState":
+    def from_memory(cls, memory: Mapping[str, Any] | None) -> StepState:
         """Inverse of :meth:`to_memory`; None or an unreadable part starts fresh."""
         memory = memory or {}
         est = None
@@ -112,14 +116,16 @@ class StepObservation:
     drains: tuple[handoff.DrainStatus, ...] = ()
     last_drain_end_s: float | None = None  # when the last drain finished (status.drain.finishedAt)
     retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
-    runtime: rt_mod.RuntimeObservation | None = None  # the warm drain runtime's Deployment (None: none observed)
+    # the warm drain runtime's Deployment (None: none observed)
+    runtime: rt_mod.RuntimeObservation | None = None
 
 
 @dataclass(frozen=True)
 class StepDecision:
     decision: Decision  # the scaler's answer (reason, message, projections, drain need)
     hold: int | None  # the hand-off's replica override (None: the scaler decides the count)
-    held: bool = False  # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
+    # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
+    held: bool = False
     events: tuple[str, ...] = field(default=())  # estimator events (DataLoss:p:n, OffsetsWentBackwards:p)
     runtime_replicas: int | None = None  # the warm drain runtime's replica count (None: no runtime)
     split_waits: bool = False  # a drain is due but waits for the warm runtime (its split once Ready)
@@ -158,7 +164,12 @@ def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
     if len(live) != 1:
         return None
     d = live[0]
-    if not d.busy or d.phase is not handoff.Phase.RUNNING or d.extension is not None or d.retry_at is not None:
+    if (
+        not d.busy
+        or d.phase is not handoff.Phase.RUNNING
+        or d.extension is not None
+        or d.retry_at is not None
+    ):
         return None
     per: dict[int, list[float]] = {p: [0, 0.0] for p in d.partitions}
     for s in d.sub_ranges:
@@ -202,15 +213,36 @@ def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now
     # a busy drain's next split never waits: its tasks run (no runtime, warm or cold, to start)
     waits = (decision.drain is not None and not decision.drain.extension
              and rt_mod.split_waits(rpol, obs.runtime, now))
-    replicas = rt_mod.wanted_replicas(rpol, obs.runtime, drain_wanted=decision.drain is not None,
-                                      drain_in_flight=view["drain_active"], last_drain_end_s=view["last_drain_end_s"],
-                                      now=now)
+    replicas = rt_mod.wanted_replicas(
+        rpol,
+        obs.runtime,
+        drain_wanted=decision.drain is not None,
+        drain_in_flight=view["drain_active"],
+        last_drain_end_s=view["last_drain_end_s"],
+        now=now,
+    )
     if waits:
         decision = dataclasses.replace(
-            decision, drain=None,
-            message=f"{decision.message}; a drain is due: it waits for the warm drain runtime (split once it is Ready)")
-    return (StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits),
-            StepState(est, history))
+            decision,
+            drain=None,
+            message=(f"{decision.message}; a drain is due: it waits for the warm drain runtime "
+                     f"(split once it is Ready)"),
+        )
+    return (
+        StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits),
+        StepState(est, history),
+    )
 
 
-__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "busy_drain_of", "hold_of", "held_by"]
+__all__ = [
+    "Model",
+    "Policies",
+    "StepDecision",
+    "StepObservation",
+    "StepState",
+    "busy_drain_of",
+    "drain_view",
+    "held_by",
+    "hold_of",
+    "step",
+]
