@@ -155,7 +155,10 @@ def step(
     """Advance KEDA + HPA to ``now_s``; returns the replica count they set (maybe unchanged).
     ``committed`` (the group's committed offsets, for ``excludePersistentLag``): every evaluation of
     the scaler -- KEDA's activity poll and the HPA's metric read alike -- compares them with the
-    previous evaluation's and remembers them."""
+    previous evaluation's and remembers them.
+
+    The steps, in order: remember the committed offsets -> KEDA's activity poll (0 <-> 1) -> the
+    HPA's sync (metric, stabilization, rate limits, bounds) -> the scale event recorded."""
     desired = current
     polled = now_s >= state.next_poll_s
     synced = current > 0 and now_s >= state.next_sync_s
@@ -163,37 +166,55 @@ def step(
         stuck = persistent_partitions(committed, state.previous_committed)
         state = replace(state, previous_committed=tuple(int(c) for c in committed), persistent=stuck)
     if now_s >= state.next_poll_s:
-        active = is_active(partition_lags, cfg)
-        last_active = now_s if active else state.last_active_s
-        if current == 0 and active:
-            desired = max(1, cfg.min_replicas)
-        elif (
-            current > 0
-            and not active
-            and cfg.min_replicas == 0
-            and (last_active is None or now_s - last_active >= cfg.cooldown_s)
-        ):
-            desired = 0
-        state = replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
+        desired, state = _activity_poll(state, now_s, current, partition_lags, cfg)
     if desired == current and current > 0 and now_s >= state.next_sync_s:
-        metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
-        raw = hpa_replicas(current, metric, cfg)
-        keep = max(cfg.up_window_s, cfg.down_window_s)
-        recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
-        recs.append((now_s, raw))
-        stab = _stabilize(raw, current, now_s, recs, cfg)
-        limited = _rate_limit(stab, current, now_s, state.scale_events, cfg)
-        desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
-        state = replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
+        desired, state = _hpa_sync(state, now_s, current, partition_lags, partitions, cfg)
     if desired != current:
-        events = [
-            (t, d)
-            for t, d in state.scale_events
-            if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)
-        ]
-        events.append((now_s, desired - current))
-        state = replace(state, scale_events=tuple(events))
+        state = _scaled(state, now_s, desired - current, cfg)
     return desired, state
+
+
+def _activity_poll(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float],
+                   cfg: KedaConfig) -> tuple[int, KedaState]:
+    """KEDA's own poll: activate from zero, or to zero after the cooldown (minReplicaCount 0)."""
+    desired = current
+    active = is_active(partition_lags, cfg)
+    last_active = now_s if active else state.last_active_s
+    if current == 0 and active:
+        desired = max(1, cfg.min_replicas)
+    elif (
+        current > 0
+        and not active
+        and cfg.min_replicas == 0
+        and (last_active is None or now_s - last_active >= cfg.cooldown_s)
+    ):
+        desired = 0
+    return desired, replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
+
+
+def _hpa_sync(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float], partitions: int,
+              cfg: KedaConfig) -> tuple[int, KedaState]:
+    """The HPA's sync: the metric's recommendation, stabilized, rate-limited, within the bounds."""
+    metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
+    raw = hpa_replicas(current, metric, cfg)
+    keep = max(cfg.up_window_s, cfg.down_window_s)
+    recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
+    recs.append((now_s, raw))
+    stab = _stabilize(raw, current, now_s, recs, cfg)
+    limited = _rate_limit(stab, current, now_s, state.scale_events, cfg)
+    desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
+    return desired, replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
+
+
+def _scaled(state: KedaState, now_s: float, change: int, cfg: KedaConfig) -> KedaState:
+    """The scale event, remembered for the rate limits' periods."""
+    events = [
+        (t, d)
+        for t, d in state.scale_events
+        if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)
+    ]
+    events.append((now_s, change))
+    return replace(state, scale_events=tuple(events))
 
 
 __all__ = [
