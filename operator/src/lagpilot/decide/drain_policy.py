@@ -285,26 +285,29 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
     left = budget - sum(out)
     while left > 0:
         room = [i for i in live if out[i] > 0 and out[i] < caps[i]]
-        if not room:
-            break
         total = sum(w[i] for i in room)
-        if total <= 0:
+        if not room or total <= 0:
             break
-        # ideal shares of everything handed out so far plus what is left
-        pool = sum(out[i] for i in room) + left
-        ideal = {i: pool * w[i] / total for i in room}
-        want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
-        extra = sum(want[i] - out[i] for i in room)
-        if 0 < extra <= left:
-            for i in room:
-                out[i] = want[i]
-            left -= extra
-            continue
-        # one more task to the partition furthest below its ideal share
-        i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
-        out[i] += 1
-        left -= 1
+        left -= _largest_remainder_round(out, room, w, caps, records, left, total)
     return out
+
+
+def _largest_remainder_round(out: list[int], room: list[int], w: list[float], caps: list[int],
+                             records: Sequence[float], left: int, total: float) -> int:
+    """One round of :func:`allocate_tasks` over the partitions with room: each up to its ideal share
+    of everything handed out so far plus what is ``left`` when that fits, else one more task to the
+    partition furthest below its share. Updates ``out``; returns the tasks handed out."""
+    pool = sum(out[i] for i in room) + left
+    ideal = {i: pool * w[i] / total for i in room}
+    want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
+    extra = sum(want[i] - out[i] for i in room)
+    if 0 < extra <= left:
+        for i in room:
+            out[i] = want[i]
+        return extra
+    i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
+    out[i] += 1
+    return 1
 
 
 def partition_need(lag: float, age: float, rate: float, share: float, target_s: float, policy: DrainPolicy,
@@ -1205,11 +1208,7 @@ def assisted_replicas(
     if not policy.assist_always and not overloaded_at(rates, cap, capacity):
         return None  # burst-scoped (the default): the group at its cap holds the load, no drains
     lo = max(1, min(min_replicas, cap))
-    full = cap
-    for r in range(lo, cap + 1):
-        if all(rate <= max_utilization * capacity for _, rate in consumer_rates(rates, r)):
-            full = r
-            break
+    full = _fewest_within(rates, lo, cap, max_utilization * capacity)
     if full <= lo:
         return None
     full_cost = group_cost(rates, full, capacity, sla_s, policy)
@@ -1223,13 +1222,9 @@ def assisted_replicas(
     if target_s is not None:
         limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
                                                     policy, capacity))
+    saturated = limit is not None and target_s is not None and limit > target_s
     for r in range(lo, full):
-        if (
-            limit is not None
-            and target_s is not None
-            and limit > target_s
-            and starves_neighbours(rates, r, capacity)
-        ):
+        if saturated and starves_neighbours(rates, r, capacity):
             continue  # the drains are saturated by the hot partition: none left for its neighbours
         if limit is not None and one_at_a_time_worst_s(
                 loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
@@ -1238,6 +1233,15 @@ def assisted_replicas(
         if cost <= best_cost + 1e-9:
             best, best_cost = r, cost
     return best
+
+
+def _fewest_within(rates: Sequence[float], lo: int, cap: int, most: float) -> int:
+    """The fewest replicas in ``[lo, cap]`` whose consumers each receive at most ``most`` records/s
+    (the most unbalanced balanced assignment, :func:`consumer_rates`); ``cap`` when none does."""
+    for r in range(lo, cap + 1):
+        if all(rate <= most for _, rate in consumer_rates(rates, r)):
+            return r
+    return cap
 
 
 def _expires_soon(
