@@ -341,7 +341,7 @@ class _World:
         running = 0
         for d in self.sim_drains:
             running += self._run_tasks(d, t, dt)
-            self._progress(d)
+            self._update_progress(d)
         self._finish_drains(t)
         return self._oldest_age(t + dt), running
 
@@ -393,7 +393,7 @@ class _World:
                 task.done_at = s + took / task_cap
         return running
 
-    def _progress(self, d: _SimDrain) -> None:
+    def _update_progress(self, d: _SimDrain) -> None:
         """The drain's status after its tasks' work: a done task's sub-range at its end."""
         if d.busy:
             if d.status.handed_off_at is not None:
