@@ -84,33 +84,17 @@ class HandoffOwner(LoopState):
         todo = sorted(tp for tp in parts - self.paused if tp in self.owned and tp not in self.uncommitted)
         if not todo:
             return
-        from confluent_kafka import TopicPartition
-
         t0 = self.clock()
         # in on_assign a few tries: a new owner that skipped the check could process records an
         # earlier owner's ack already gave the drain (duplicates, never a gap: the next check fixes it)
-        tries = 1 if explicit is None else 3
-        for attempt in range(tries):
-            try:
-                got = self.mailbox.committed([TopicPartition(t, p) for t, p in todo], timeout=KAFKA_CALL_TIMEOUT_S)
-                break
-            except Exception as exc:  # noqa: BLE001 - retried at the next boundary
-                log.warning("reading the hand-off mailbox failed", extra=_fields(
-                    event="handoff_read_failed", error=describe_error(exc), attempt=attempt))
-        else:
+        ok, got = self._read_mailbox(todo, tries=1 if explicit is None else 3)
+        if not ok:
             return
         for tp in got:
-            entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
-            if entry is None or entry.done or entry.owner != self.cfg.owner_uid:
-                continue  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
-            if self.cfg.owner_uid and not mbx.verify(entry, self.cfg.handoff_key, tp.topic, tp.partition):
-                # not signed with the CR's hand-off key (M8): anyone with Read on the mailbox group can
-                # commit there; acting on it would hand [own, split) to no drain
-                self._forged(tp, entry)
+            entry = self._entry_to_act_on(tp)
+            if entry is None:
                 continue
             key = (tp.topic, tp.partition)
-            if entry.acked and self.committed.get(key, -1) >= entry.split:
-                continue  # frozen: nothing to do (no OffsetFetch needed)
             try:
                 own = self._own_committed(key)
                 self._apply_handoff(key, entry, mbx.owner_step(entry, own, owner=self.cfg.owner_uid), own, t0)
@@ -119,6 +103,33 @@ class HandoffOwner(LoopState):
             except Exception as exc:  # noqa: BLE001 - retried at the next boundary / by the next owner
                 log.warning("hand-off step failed; retried at the next check", extra=_fields(
                     event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
+
+    def _read_mailbox(self, todo: list[TP], tries: int) -> tuple[bool, Any]:
+        """(read, the mailbox's committed entries of ``todo``) in at most ``tries`` reads."""
+        from confluent_kafka import TopicPartition
+
+        for attempt in range(tries):
+            try:
+                return True, self.mailbox.committed([TopicPartition(t, p) for t, p in todo],
+                                                    timeout=KAFKA_CALL_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - retried at the next boundary
+                log.warning("reading the hand-off mailbox failed", extra=_fields(
+                    event="handoff_read_failed", error=describe_error(exc), attempt=attempt))
+        return False, None
+
+    def _entry_to_act_on(self, tp: Any) -> mbx.Entry | None:
+        """The partition's open entry of this consumer's CR, signed with its key and not yet applied."""
+        entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
+        if entry is None or entry.done or entry.owner != self.cfg.owner_uid:
+            return None  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
+        if self.cfg.owner_uid and not mbx.verify(entry, self.cfg.handoff_key, tp.topic, tp.partition):
+            # not signed with the CR's hand-off key (M8): anyone with Read on the mailbox group can
+            # commit there; acting on it would hand [own, split) to no drain
+            self._forged(tp, entry)
+            return None
+        if entry.acked and self.committed.get((tp.topic, tp.partition), -1) >= entry.split:
+            return None  # frozen: nothing to do (no OffsetFetch needed)
+        return entry
 
     def _forged(self, tp: Any, entry: mbx.Entry) -> None:
         """An entry of this CR without a valid MAC: ignored; counted, logged once per (partition, entry)."""
@@ -133,40 +144,14 @@ class HandoffOwner(LoopState):
             split=entry.split, signed=bool(entry.mac), key_present=bool(self.cfg.handoff_key)))
 
     def _apply_handoff(self, key: TP, entry: mbx.Entry, step: mbx.OwnerStep, own: int, t0: float) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
-
         t, p = key
         if step.noop:
             return
         if step.ack is not None:  # 1. the ack (start = own committed): before the split commit
-            ack = mbx.sign(step.ack, self.cfg.handoff_key, t, p) if self.cfg.owner_uid else step.ack
-            res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=ack.encode())], asynchronous=False)
-            errors = [x for x in (res or []) if getattr(x, "error", None)]
-            if errors:
-                raise KafkaException(errors[0].error)
-            _test_crash_point("after_ack")
+            self._ack(key, entry, step.ack)
         moved = step.move_to is not None
         if moved:
-            split = int(step.move_to)  # type: ignore[arg-type]
-            # 2. our own offset to split (synchronous); records below it now belong to the drain
-            metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
-            res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
-            errors = [x for x in (res or []) if getattr(x, "error", None)]
-            if errors:
-                raise KafkaException(errors[0].error)
-            self.committed[key] = split
-            self.floor[key] = split
-            self.metrics.committed_offset.labels(t, str(p)).set(split)
-            _test_crash_point("after_commit")
-            # 3. seek: drop what was prefetched below split
-            self.skip_below[key] = split
-            self.pending = [r for r in self.pending if (r.topic, r.partition) != key or r.offset >= split]
-            try:
-                self.consumer.seek(TopicPartition(t, p, split))
-            except Exception as exc:  # noqa: BLE001 - in on_assign the partition is not assigned yet:
-                # its fetch then starts from the committed offset (split); skip_below guards either way
-                log.debug("seek after hand-off deferred", extra=_fields(event="handoff_seek_deferred", partition=p,
-                                                                        error=describe_error(exc)))
+            self._move_to_split(key, int(step.move_to))  # type: ignore[arg-type]
         pause = max(0.0, self.clock() - t0)
         outcome = "moved" if moved else "acked_empty"
         self.handoffs.labels(outcome).inc()
@@ -176,3 +161,40 @@ class HandoffOwner(LoopState):
         log.info("drain hand-off", extra=_fields(
             event="handoff_ack", topic=t, partition=p, drain_id=entry.drain_id, start=start, split=entry.split,
             own_committed=own, moved=moved, reack=entry.acked and step.ack is not None, pause_s=round(pause, 3)))
+
+    def _ack(self, key: TP, entry: mbx.Entry, ack: mbx.Entry) -> None:
+        """The ack in the mailbox (signed with the CR's key when the consumer has an owner uid)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        t, p = key
+        ack = mbx.sign(ack, self.cfg.handoff_key, t, p) if self.cfg.owner_uid else ack
+        res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=ack.encode())], asynchronous=False)
+        errors = [x for x in (res or []) if getattr(x, "error", None)]
+        if errors:
+            raise KafkaException(errors[0].error)
+        _test_crash_point("after_ack")
+
+    def _move_to_split(self, key: TP, split: int) -> None:
+        """The group's own offset to ``split`` (synchronous): records below it now belong to the drain;
+        then the records prefetched below it dropped and the partition sought there."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        t, p = key
+        metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
+        res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
+        errors = [x for x in (res or []) if getattr(x, "error", None)]
+        if errors:
+            raise KafkaException(errors[0].error)
+        self.committed[key] = split
+        self.floor[key] = split
+        self.metrics.committed_offset.labels(t, str(p)).set(split)
+        _test_crash_point("after_commit")
+        # 3. seek: drop what was prefetched below split
+        self.skip_below[key] = split
+        self.pending = [r for r in self.pending if (r.topic, r.partition) != key or r.offset >= split]
+        try:
+            self.consumer.seek(TopicPartition(t, p, split))
+        except Exception as exc:  # noqa: BLE001 - in on_assign the partition is not assigned yet:
+            # its fetch then starts from the committed offset (split); skip_below guards either way
+            log.debug("seek after hand-off deferred", extra=_fields(event="handoff_seek_deferred", partition=p,
+                                                                    error=describe_error(exc)))

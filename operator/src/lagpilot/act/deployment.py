@@ -107,7 +107,23 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
     CR's uid (LAGPILOT_OWNER_UID: the drain hand-off acts only on mailbox entries of this CR);
     ``handoff_key_secret``/``handoff_key_id``: the CR's hand-off key Secret and its fingerprint
     (LAGPILOT_HANDOFF_KEY: the hand-off acts only on entries signed with it, M8)."""
-    k, p, f = spec.kafka, spec.processing, spec.failure
+    env = _kafka_env(spec)
+    env += _processing_env(spec)
+    env += _failure_env(spec)
+    env += _handoff_env(owner_uid, handoff_key_secret, handoff_key_id)
+    # the user's extra env last; names starting with LAGPILOT_ are rejected by the CRD and spec.py
+    user = [dict(e) for e in spec.template.env]
+    # the names (never the values) of the user's env entries that come from a Secret: the runtime
+    # masks their values in every error and log line it emits (lagpilot_runtime.redaction)
+    secret_names = [e["name"] for e in user if "secretKeyRef" in (e.get("valueFrom") or {})]
+    if secret_names:
+        env.append(_value_env("LAGPILOT_SECRET_ENV", ",".join(secret_names)))
+    return env + user
+
+
+def _kafka_env(spec: GroupSpec) -> list[dict[str, Any]]:
+    """The cluster, its security (credentials as Secret refs) and the group's topic and settings."""
+    k = spec.kafka
     env: list[dict[str, Any]] = [
         _value_env("LAGPILOT_BOOTSTRAP_SERVERS", k.bootstrap_servers),
         _value_env("LAGPILOT_SECURITY_PROTOCOL", k.security_protocol),
@@ -128,13 +144,19 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
         env.append(_secret_env("LAGPILOT_SSL_CA_PEM", k.secret_name, "ca.crt", optional=True))
         env.append(_secret_env("LAGPILOT_SSL_CERT_PEM", k.secret_name, "tls.crt", optional=True))
         env.append(_secret_env("LAGPILOT_SSL_KEY_PEM", k.secret_name, "tls.key", optional=True))
-    env += [
+    return env + [
         _value_env("LAGPILOT_TOPIC", spec.topic),
         _value_env("LAGPILOT_GROUP_ID", spec.group_id),
         _value_env("LAGPILOT_BATCH_MAX_RECORDS", spec.batch.max_records),
         _value_env("LAGPILOT_BATCH_TIMEOUT_MS", spec.batch.timeout_ms),
         _value_env("LAGPILOT_SESSION_TIMEOUT_MS", k.session_timeout_ms),
     ]
+
+
+def _processing_env(spec: GroupSpec) -> list[dict[str, Any]]:
+    """The sink or handler, its config and concurrency, and the Postgres sink's DSN (a Secret ref)."""
+    p = spec.processing
+    env: list[dict[str, Any]] = []
     if p.sink:
         env.append(_value_env("LAGPILOT_SINK", p.sink))
     if p.handler:
@@ -148,7 +170,13 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
                                p.postgres.dsn_secret_key))
         env.append(_value_env("LAGPILOT_POSTGRES_TABLE", p.postgres.table))
         env.append(_value_env("LAGPILOT_POSTGRES_MODE", p.postgres.mode))
-    env += [
+    return env
+
+
+def _failure_env(spec: GroupSpec) -> list[dict[str, Any]]:
+    """The failure policy, the metrics port, the pod's name and the log level."""
+    f = spec.failure
+    return [
         _value_env("LAGPILOT_FAILURE_POLICY", f.policy),
         _value_env("LAGPILOT_MAX_RETRIES", f.max_retries),
         _value_env("LAGPILOT_RETRY_BACKOFF_MS", f.backoff_ms),
@@ -156,8 +184,13 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
         _value_env("LAGPILOT_METRICS_PORT", HTTP_PORT),
         {"name": "LAGPILOT_POD_NAME",
          "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        _value_env("LAGPILOT_LOG_LEVEL", "INFO"),
     ]
-    env.append(_value_env("LAGPILOT_LOG_LEVEL", "INFO"))
+
+
+def _handoff_env(owner_uid: str, handoff_key_secret: str, handoff_key_id: str) -> list[dict[str, Any]]:
+    """The CR's uid and hand-off key (a Secret ref) the drain hand-off checks mailbox entries with."""
+    env: list[dict[str, Any]] = []
     if owner_uid:
         env.append(_value_env("LAGPILOT_OWNER_UID", owner_uid))
     if owner_uid and handoff_key_secret:
@@ -165,14 +198,7 @@ def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = ""
         # mailbox entry: drains take the quiesce fallback) rather than unable to start
         env.append(_secret_env("LAGPILOT_HANDOFF_KEY", handoff_key_secret, "key", optional=True))
         env.append(_value_env("LAGPILOT_HANDOFF_KEY_ID", handoff_key_id))  # a new key rolls the pods
-    # the user's extra env last; names starting with LAGPILOT_ are rejected by the CRD and spec.py
-    user = [dict(e) for e in spec.template.env]
-    # the names (never the values) of the user's env entries that come from a Secret: the runtime
-    # masks their values in every error and log line it emits (lagpilot_runtime.redaction)
-    secret_names = [e["name"] for e in user if "secretKeyRef" in (e.get("valueFrom") or {})]
-    if secret_names:
-        env.append(_value_env("LAGPILOT_SECRET_ENV", ",".join(secret_names)))
-    return env + user
+    return env
 
 
 def termination_grace_seconds(spec: GroupSpec) -> int:

@@ -44,22 +44,29 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-from dataclasses import field
 
 from lagpilot_runtime import handoff_mailbox as mbx
 
-from .handoff import (DrainStatus, JobObservation, JobState, Phase, SubProgress, PartitionRange, seal_entries,
-                      with_progress)
+from .handoff import (
+    DrainStatus,
+    JobObservation,
+    JobState,
+    PartitionRange,
+    Phase,
+    SubProgress,
+    seal_entries,
+    with_progress,
+)
 
 REMAINDER_SUFFIX = ".lagpilot-remainder"
 REMAINDER_PREFIX = "lpr1"
 DEFAULT_WAIT_S = 600.0
 SETTLE_S = 10.0  # let the stopped control loop's last cycle end before acting on status.drain
 POLL_S = 5.0
-ACK_WAIT_S = 30.0  # Planned: how long after the settle live owners get to ack before the consumers are stopped
+# Planned: how long after the settle live owners get to ack before the consumers are stopped
+ACK_WAIT_S = 30.0
 
 
 def remainder_group(group_id: str) -> str:
@@ -115,7 +122,9 @@ def remainder_of(d: DrainStatus, committed: Mapping[int, int | None] | None = No
     """What nobody will process once the CR is gone: unfinished sub-ranges ``[next, end)``; for a
     drain still Planned, the fixed ranges whose offsets were already altered (committed >= split)."""
     if d.sub_ranges:
-        rs = tuple(sorted((s.partition, max(s.next, s.start), s.end) for s in d.sub_ranges if s.remaining > 0))
+        rs = tuple(
+            sorted((s.partition, max(s.next, s.start), s.end) for s in d.sub_ranges if s.remaining > 0)
+        )
         return Remainder(d.id, rs)
     out = []
     for r in d.ranges:
@@ -125,7 +134,7 @@ def remainder_of(d: DrainStatus, committed: Mapping[int, int | None] | None = No
     return Remainder(d.id, tuple(sorted(out)))
 
 
-class DeleteKind(str, enum.Enum):
+class DeleteKind(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     RELEASE = "Release"        # let the CR go (nothing held, or finished)
     WAIT = "Wait"              # check again in `delay_s`
     DELETE_JOB = "DeleteJob"   # stop the drain's Job (foreground), then check again
@@ -156,14 +165,26 @@ def holds_range(d: DrainStatus | None) -> bool:
         return False
     if d.phase is Phase.PLANNED:
         return True  # owners may have acked and moved to the split already (the starts are in the mailbox)
-    return d.remaining > 0 or d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.HANDED_OFF) and not d.sub_ranges
+    return d.remaining > 0 or (
+        d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.HANDED_OFF) and not d.sub_ranges
+    )
 
 
-def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mapping[tuple[int, int], tuple[int, int]] | None,
-           committed: Mapping[int, int | None] | None, deleting_since: float, now: float,
-           wait_s: float = DEFAULT_WAIT_S, settle_s: float = SETTLE_S,
-           mailbox: Mapping[int, mbx.Entry | None] | None = None, consumers_alive: int | None = None,
-           owner: str = "", ack_wait_s: float = ACK_WAIT_S) -> DeleteDecision:
+def decide(
+    d: DrainStatus | None,
+    *,
+    job: JobObservation | None,
+    progress: Mapping[tuple[int, int], tuple[int, int]] | None,
+    committed: Mapping[int, int | None] | None,
+    deleting_since: float,
+    now: float,
+    wait_s: float = DEFAULT_WAIT_S,
+    settle_s: float = SETTLE_S,
+    mailbox: Mapping[int, mbx.Entry | None] | None = None,
+    consumers_alive: int | None = None,
+    owner: str = "",
+    ack_wait_s: float = ACK_WAIT_S,
+) -> DeleteDecision:
     """One step of the finalizer (pure). ``progress``/``committed``/``mailbox``/``consumers_alive``
     None: not measured (waits). For a Planned drain: ``committed`` read BEFORE ``mailbox`` (the
     hand-off mailbox entries), ``consumers_alive`` (the CR's consumer pods, or its Deployment's
@@ -173,8 +194,12 @@ def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mappi
     assert d is not None
     age = now - deleting_since
     if age < settle_s:
-        return DeleteDecision(DeleteKind.WAIT, "Settling", f"drain {d.id} {d.phase.value}: waiting for the control loop to stop",
-                              delay_s=max(1.0, settle_s - age))
+        return DeleteDecision(
+            DeleteKind.WAIT,
+            "Settling",
+            f"drain {d.id} {d.phase.value}: waiting for the control loop to stop",
+            delay_s=max(1.0, settle_s - age),
+        )
     if d.phase is Phase.PLANNED:
         return _planned(d, committed, mailbox, consumers_alive, owner, age, settle_s + ack_wait_s)
     if progress is None:
@@ -184,16 +209,26 @@ def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mappi
         progress = {}
     d = with_progress(d, progress)
     if d.sub_ranges and d.remaining == 0:
-        msg = f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being deleted; released"
+        msg = (f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
+               f"deleted; released")
         if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-            return DeleteDecision(DeleteKind.WAIT, "WaitingForDrainExit", f"drain {d.id}: all ranges done, waiting for its pods to end")
-        return DeleteDecision(DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg))
+            return DeleteDecision(
+                DeleteKind.WAIT,
+                "WaitingForDrainExit",
+                f"drain {d.id}: all ranges done, waiting for its pods to end",
+            )
+        return DeleteDecision(
+            DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg)
+        )
     running = (d.phase in (Phase.RUNNING, Phase.SUCCEEDED) and job is not None
                and job.state in (JobState.ACTIVE, JobState.SUCCEEDED))
     if running and age < wait_s:
         left = wait_s - age
-        msg = (f"deletion waits for drain {d.id} (up to {left:.0f}s more): {d.records_done}/{d.records_total} records, "
-               f"{d.remaining} remaining; after that the remainder is handed back to {{group}}{REMAINDER_SUFFIX}")
+        msg = (
+            f"deletion waits for drain {d.id} (up to {left:.0f}s more): "
+            f"{d.records_done}/{d.records_total} records, "
+            f"{d.remaining} remaining; after that the remainder is handed back to {{group}}{REMAINDER_SUFFIX}"
+        )
         return DeleteDecision(DeleteKind.WAIT, "WaitingForDrain", msg, delay_s=min(POLL_S, max(1.0, left)),
                               event=("Normal", "DeletionWaitingForDrain", msg))
     if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
@@ -203,34 +238,31 @@ def decide(d: DrainStatus | None, *, job: JobObservation | None, progress: Mappi
     return _hand_back(d, remainder_of(d), "the drain did not finish before the CR was deleted")
 
 
-def _planned(d: DrainStatus, committed: Mapping[int, int | None] | None, mailbox: Mapping[int, mbx.Entry | None] | None,
-             consumers_alive: int | None, owner: str, age: float, ack_until: float) -> DeleteDecision:
+def _planned(
+    d: DrainStatus,
+    committed: Mapping[int, int | None] | None,
+    mailbox: Mapping[int, mbx.Entry | None] | None,
+    consumers_alive: int | None,
+    owner: str,
+    age: float,
+    ack_until: float,
+) -> DeleteDecision:
     """Complete (or safely withdraw) a published hand-off before the CR goes; see the module docstring."""
     if committed is None or mailbox is None:
-        return DeleteDecision(DeleteKind.WAIT, "WaitingForKafka", f"drain {d.id}: reading the group's offsets and the hand-off mailbox")
-    posted: dict[int, mbx.Entry] = {}   # entries of this drain in the mailbox (an owner may act on them)
-    known: dict[int, mbx.Entry] = {}    # ... plus starts a pre-mailbox operator fixed (acks nobody else sees)
-    for r in d.ranges:
-        e = mailbox.get(r.partition)
-        if e is not None and mbx.of_drain(e, d.id, r.split, owner):
-            posted[r.partition] = known[r.partition] = e
-        elif r.start is not None:
-            known[r.partition] = mbx.Entry(d.id, r.split, r.start, owner=owner)
+        return DeleteDecision(
+            DeleteKind.WAIT,
+            "WaitingForKafka",
+            f"drain {d.id}: reading the group's offsets and the hand-off mailbox",
+        )
+    posted, known = _hand_off_entries(d, mailbox, owner)
     res = {r.partition: mbx.resolve(committed.get(r.partition), known.get(r.partition), d.id, r.split, owner)
            for r in d.ranges}
     # unresolved with a live request (or ack) of this drain: its owner may still ack and move
     pending = sorted(p for p, x in res.items() if not x.resolved and p in posted and not posted[p].done)
     if pending:
-        if consumers_alive is None:
-            return DeleteDecision(DeleteKind.WAIT, "WaitingForKubernetes", f"drain {d.id}: reading the consumer pods")
-        if consumers_alive > 0:
-            if age < ack_until:
-                return DeleteDecision(DeleteKind.WAIT, "WaitingForHandOff",
-                                      f"drain {d.id} Planned: waiting for the owners of partitions {pending} to acknowledge "
-                                      f"the hand-off before the CR goes", delay_s=2.0)
-            return DeleteDecision(DeleteKind.STOP_CONSUMERS, "StoppingConsumers",
-                                  f"drain {d.id} Planned: no acknowledgement for partitions {pending}; stopping the "
-                                  f"consumers ({consumers_alive} left) so nobody acts on the hand-off after the CR is gone")
+        waiting = _while_owners_may_ack(d, pending, consumers_alive, age, ack_until)
+        if waiting is not None:
+            return waiting
         # no consumer of this CR is left and none will start: nobody can act on the request any more;
         # withdrawn (sealed as an empty range): the group keeps [committed, split)
         res = {**res, **{p: mbx.Resolution(True, res[p].split, res[p].split) for p in pending}}
@@ -238,23 +270,72 @@ def _planned(d: DrainStatus, committed: Mapping[int, int | None] | None, mailbox
     rem = Remainder(d.id, tuple(sorted((p, int(x.start), x.split) for p, x in res.items()
                                        if x.resolved and not x.empty and x.start is not None)))
     if not rem.ranges:
-        return DeleteDecision(DeleteKind.RELEASE, "NothingHandedOff",
-                              f"drain {d.id} was not handed off: the group still owns its records; released", entries=seal)
+        return DeleteDecision(
+            DeleteKind.RELEASE,
+            "NothingHandedOff",
+            f"drain {d.id} was not handed off: the group still owns its records; released",
+            entries=seal,
+        )
     h = _hand_back(d, rem, "the owners had acknowledged the hand-off (Planned) and moved to the split")
     return DeleteDecision(h.kind, h.reason, h.message, h.remainder, h.delay_s, h.event, entries=seal)
 
 
+def _hand_off_entries(d: DrainStatus, mailbox: Mapping[int, mbx.Entry | None],
+                      owner: str) -> tuple[dict[int, mbx.Entry], dict[int, mbx.Entry]]:
+    """(posted, known): this drain's entries in the mailbox (an owner may act on them), and those plus
+    the starts a pre-mailbox operator fixed (acks nobody else sees)."""
+    posted: dict[int, mbx.Entry] = {}
+    known: dict[int, mbx.Entry] = {}
+    for r in d.ranges:
+        e = mailbox.get(r.partition)
+        if e is not None and mbx.of_drain(e, d.id, r.split, owner):
+            posted[r.partition] = known[r.partition] = e
+        elif r.start is not None:
+            known[r.partition] = mbx.Entry(d.id, r.split, r.start, owner=owner)
+    return posted, known
+
+
+def _while_owners_may_ack(d: DrainStatus, pending: list[int], consumers_alive: int | None, age: float,
+                          ack_until: float) -> DeleteDecision | None:
+    """Partitions whose owners may still acknowledge the hand-off: wait for them (or for the pods to
+    be read), then stop the consumers; None when no consumer is left (the requests are withdrawn)."""
+    if consumers_alive is None:
+        return DeleteDecision(
+            DeleteKind.WAIT, "WaitingForKubernetes", f"drain {d.id}: reading the consumer pods"
+        )
+    if consumers_alive <= 0:
+        return None
+    if age < ack_until:
+        return DeleteDecision(
+            DeleteKind.WAIT,
+            "WaitingForHandOff",
+            f"drain {d.id} Planned: waiting for the owners of partitions {pending} to acknowledge "
+            f"the hand-off before the CR goes",
+            delay_s=2.0,
+        )
+    return DeleteDecision(
+        DeleteKind.STOP_CONSUMERS,
+        "StoppingConsumers",
+        f"drain {d.id} Planned: no acknowledgement for partitions {pending}; stopping the "
+        f"consumers ({consumers_alive} left) so nobody acts on the hand-off after the CR is gone",
+    )
+
+
 def _hand_back(d: DrainStatus, rem: Remainder, why: str) -> DeleteDecision:
-    parts = ", ".join(f"p{p}[{a}..{b})" for p, a, b in rem.ranges[:20]) + (" ..." if len(rem.ranges) > 20 else "")
-    msg = (f"drain {d.id}: {why}; {rem.records} unprocessed records handed back to {{group}}{REMAINDER_SUFFIX} "
-           f"({parts}); a CR created with the same groupId drains them first")
+    parts = ", ".join(f"p{p}[{a}..{b})" for p, a, b in rem.ranges[:20]) + (
+        " ..." if len(rem.ranges) > 20 else ""
+    )
+    msg = (
+        f"drain {d.id}: {why}; {rem.records} unprocessed records handed back to {{group}}{REMAINDER_SUFFIX} "
+        f"({parts}); a CR created with the same groupId drains them first"
+    )
     return DeleteDecision(DeleteKind.HAND_BACK, "RemainderHandedBack", msg, remainder=rem,
                           event=("Warning", "DrainRemainderHandedBack", msg))
 
 
 # ------------------------------------------------------------------------------- adoption
 
-class AdoptKind(str, enum.Enum):
+class AdoptKind(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     NONE = "None"
     ADOPT = "Adopt"    # write the new drain to status.drain, then delete the remainder group
     CLEAR = "Clear"    # already recorded by a drain in status: delete the remainder group
@@ -266,12 +347,17 @@ def _covered(rem: Remainder, drains: Iterable[Mapping[str, Any]]) -> bool:
         if int(h.get("id", 0)) <= rem.drain_id:
             continue
         spans = [(r["partition"], r.get("start"), r["end"]) for r in h.get("ranges") or ()]
-        if all(any(p == q and s is not None and int(s) <= a and b <= e for q, s, e in spans) for p, a, b in rem.ranges):
+        if all(
+            any(p == q and s is not None and int(s) <= a and b <= e for q, s, e in spans)
+            for p, a, b in rem.ranges
+        ):
             return True
     return False
 
 
-def adoption(rem: Remainder | None, d: DrainStatus | None, restore_replicas: int, now: float) -> tuple[AdoptKind, DrainStatus | None]:
+def adoption(
+    rem: Remainder | None, d: DrainStatus | None, restore_replicas: int, now: float
+) -> tuple[AdoptKind, DrainStatus | None]:
     """At control-loop start: turn a remainder left by a deleted CR into this CR's next drain."""
     if rem is None or not rem.ranges:
         return AdoptKind.NONE, None
@@ -294,10 +380,16 @@ def adoption(rem: Remainder | None, d: DrainStatus | None, restore_replicas: int
         spans[p] = (min(lo, a), max(hi, b))
     parts = ", ".join(f"p{p}[{a}..{b})" for p, a, b in rem.ranges[:20])
     new = DrainStatus(
-        id=new_id, phase=Phase.HANDED_OFF, reason="AdoptedRemainder",
-        message=f"drain {new_id}: {rem.records} records handed back by a deleted CR (drain {rem.drain_id}) of this group: {parts}",
+        id=new_id,
+        phase=Phase.HANDED_OFF,
+        reason="AdoptedRemainder",
+        message=(f"drain {new_id}: {rem.records} records handed back by a deleted CR (drain {rem.drain_id}) "
+                 f"of this group: {parts}"),
         ranges=tuple(PartitionRange(p, split=b, start=a) for p, (a, b) in sorted(spans.items())),
-        sub_ranges=tuple(subs), restore_replicas=max(0, restore_replicas), planned_at=now, handed_off_at=now,
+        sub_ranges=tuple(subs),
+        restore_replicas=max(0, restore_replicas),
+        planned_at=now,
+        handed_off_at=now,
         history=d.history if d else (),
     )
     return AdoptKind.ADOPT, new

@@ -32,8 +32,9 @@ The planner (docs/decision.md, "Drain need"):
   the operator's runs one), while the group is overloaded and one drain at a time could not hold
   the target in steady state (:func:`one_at_a_time_worst_s`), the range that regrew behind a
   running drain's split has its own rule: it is due when one more poll would make its worst
-  record miss the target with the tasks free now (:func:`follow_up_due`); it waits for the tasks it wants (:func:`pipeline_tasks`) while its
-  records can still make the SLA; it gets ``k`` tasks a partition from a steady-state model of
+  record miss the target with the tasks free now (:func:`follow_up_due`); it waits for the tasks
+  it wants (:func:`pipeline_tasks`) while its records can still make the SLA; it gets ``k`` tasks
+  a partition from a steady-state model of
   drains staggered in time whose start-ups overlap (one task a partition when three may run side
   by side at a 90 s start-up), more only while its own worst record misses the target, never more
   than the budget left by the drains in flight (``busy_partitions``: partitions whose hand-off is
@@ -54,8 +55,10 @@ range until its sub-ranges are done).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, AbstractSet, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lagpilot.decide.projection import INF, PartitionLoad, clear_time_s, project
 
@@ -97,7 +100,7 @@ class DrainPolicy:
     busy: bool = False
 
     @classmethod
-    def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "DrainPolicy":
+    def from_group_spec(cls, spec: GroupSpec, **model: Any) -> DrainPolicy:
         """From the parsed spec (``spec.drain``, ``spec.batch``, ``spec.scaling``); ``model`` sets the
         figures that are not in the spec (start_up_s, handoff_s, task_capacity, max_concurrent...)."""
         d = spec.drain
@@ -118,13 +121,13 @@ class DrainPolicy:
         return self.start_up_s + self.handoff_s
 
     @property
-    def next_split(self) -> "DrainPolicy":
+    def next_split(self) -> DrainPolicy:
         """The policy of the split that follows a drain in a burst: with busy drains (issue 25 item
         2) it is the running drain's next split, without a start-up (the hand-off pause only); else
         a new drain, with its own."""
         return replace(self, start_up_s=0.0) if self.busy else self
 
-    def validate(self) -> "DrainPolicy":
+    def validate(self) -> DrainPolicy:
         if self.split_factor is not None and self.split_factor < 1:
             raise ValueError("drain.splitFactor must be >= 1")
         if self.max_tasks < 1:
@@ -227,11 +230,11 @@ class BusyDrain:
 
     @property
     def by_partition(self) -> dict[int, Lane]:
-        return {l.partition: l for l in self.lanes}
+        return {ld.partition: ld for ld in self.lanes}
 
     @property
     def free_slots(self) -> int:
-        return max(0, self.slots - sum(l.tasks for l in self.lanes))
+        return max(0, self.slots - sum(ld.tasks for ld in self.lanes))
 
 
 def _finite(x: float) -> float | None:
@@ -268,26 +271,29 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
     left = budget - sum(out)
     while left > 0:
         room = [i for i in live if out[i] > 0 and out[i] < caps[i]]
-        if not room:
-            break
         total = sum(w[i] for i in room)
-        if total <= 0:
+        if not room or total <= 0:
             break
-        # ideal shares of everything handed out so far plus what is left
-        pool = sum(out[i] for i in room) + left
-        ideal = {i: pool * w[i] / total for i in room}
-        want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
-        extra = sum(want[i] - out[i] for i in room)
-        if 0 < extra <= left:
-            for i in room:
-                out[i] = want[i]
-            left -= extra
-            continue
-        # one more task to the partition furthest below its ideal share
-        i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
-        out[i] += 1
-        left -= 1
+        left -= _largest_remainder_round(out, room, w, caps, records, left, total)
     return out
+
+
+def _largest_remainder_round(out: list[int], room: list[int], w: list[float], caps: list[int],
+                             records: Sequence[float], left: int, total: float) -> int:
+    """One round of :func:`allocate_tasks` over the partitions with room: each up to its ideal share
+    of everything handed out so far plus what is ``left`` when that fits, else one more task to the
+    partition furthest below its share. Updates ``out``; returns the tasks handed out."""
+    pool = sum(out[i] for i in room) + left
+    ideal = {i: pool * w[i] / total for i in room}
+    want = {i: min(caps[i], max(out[i], math.floor(ideal[i]))) for i in room}
+    extra = sum(want[i] - out[i] for i in room)
+    if 0 < extra <= left:
+        for i in room:
+            out[i] = want[i]
+        return extra
+    i = max(room, key=lambda j: (ideal[j] - out[j], w[j], records[j], -j))
+    out[i] += 1
+    return 1
 
 
 def partition_need(lag: float, age: float, rate: float, share: float, target_s: float, policy: DrainPolicy,
@@ -326,7 +332,7 @@ def allocate_by_need(records: Sequence[float], needs: Sequence[int], budget: int
     fell from 0.99899 to 0.99689 within the SLA). Pure."""
     n = len(records)
     caps = [max(1, int(r // max(1.0, per_task_min))) if r > 0 else 0 for r in records]
-    floors = [min(max(1, nd), c) for nd, c in zip(needs, caps)]
+    floors = [min(max(1, nd), c) for nd, c in zip(needs, caps, strict=False)]
     if sum(floors) > budget:
         # not every need fits: every range finishes about together (in proportion to the backlog)
         return allocate_tasks(records, budget, per_task_min)
@@ -427,15 +433,27 @@ class _Setting:
     pipelined: bool  # follow-ups have their own timing and sizing (drains side by side)
     retention_s: float | None
 
-    def plans_follow_up(self, l: PartitionLoad) -> bool:
+    def plans_follow_up(self, ld: PartitionLoad) -> bool:
         """A follow-up of pipelined drains: due by its own rule (:func:`follow_up_due`), not the trigger."""
-        return self.pipelined and self.in_flight > 0 and (l.partition in self.regrowing or self.overloaded)
+        return self.pipelined and self.in_flight > 0 and (ld.partition in self.regrowing or self.overloaded)
 
 
-def _gate(loads: Sequence[PartitionLoad], capacity: float, *, group_replicas: int, target_s: float, sla_s: float,
-          policy: DrainPolicy, now_s: float, in_flight: int, last_drain_end_s: float | None,
-          oldest_age_s: Mapping[int, float] | None, tasks_in_flight: int, busy_partitions: Sequence[int],
-          retention_s: float | None) -> _Setting | None:
+def _gate(
+    loads: Sequence[PartitionLoad],
+    capacity: float,
+    *,
+    group_replicas: int,
+    target_s: float,
+    sla_s: float,
+    policy: DrainPolicy,
+    now_s: float,
+    in_flight: int,
+    last_drain_end_s: float | None,
+    oldest_age_s: Mapping[int, float] | None,
+    tasks_in_flight: int,
+    busy_partitions: Sequence[int],
+    retention_s: float | None,
+) -> _Setting | None:
     """No drain when the executor runs as many drains as it can, the task budget is used up, the group
     at its cap meets the target alone, or (outside overload) the last drain ended less than
     ``min_interval_s`` ago; else the setting the other steps read."""
@@ -465,7 +483,7 @@ def _gate(loads: Sequence[PartitionLoad], capacity: float, *, group_replicas: in
         loads=loads, capacity=capacity, policy=policy, group_replicas=group_replicas, target_s=target_s,
         sla_s=sla_s, in_flight=in_flight, budget=budget, overloaded=overloaded, share=share,
         task_cap=policy.task_capacity or capacity, ages=ages, busy=frozenset(busy_partitions),
-        regrowing=frozenset(l.partition for l in loads if l.rate >= capacity), pipelined=pipelined,
+        regrowing=frozenset(ld.partition for ld in loads if ld.rate >= capacity), pipelined=pipelined,
         retention_s=retention_s,
     )
 
@@ -484,54 +502,54 @@ def _select(x: _Setting, notes: list[str]) -> _Picked:
     the group meet the target, each with enough backlog and helped by the drain; and whether one is
     due now."""
     p, cap = x.policy, x.capacity
-    ordered = sorted(x.loads, key=lambda l: (-clear_time_s(l.lag, l.rate, cap), -l.lag, l.partition))
-    remaining = {l.partition: l for l in x.loads}
+    ordered = sorted(x.loads, key=lambda ld: (-clear_time_s(ld.lag, ld.rate, cap), -ld.lag, ld.partition))
+    remaining = {ld.partition: ld for ld in x.loads}
     candidates: list[PartitionLoad] = []
     small: list[PartitionLoad] = []
     due = False
     over_lag = _over_lag(x)
-    for l in ordered:
-        if l.partition in x.busy or not _needed(x, l, remaining.values()):
+    for ld in ordered:
+        if ld.partition in x.busy or not _needed(x, ld, remaining.values()):
             continue
-        if l.lag <= 0 or l.lag < p.min_backlog_records:
-            if x.overloaded and l.rate > x.share and l.lag >= p.min_records_per_task:
-                small.append(l)  # joins a drain that is due anyway (it regrows like the others)
+        if ld.lag <= 0 or ld.lag < p.min_backlog_records:
+            if x.overloaded and ld.rate > x.share and ld.lag >= p.min_records_per_task:
+                small.append(ld)  # joins a drain that is due anyway (it regrows like the others)
             continue
         # the fastest this partition could be drained (its fair share of the budget is at most all of it)
-        best = p.fixed_cost_s + l.lag / (task_cap_of(p, len(x.loads), x.budget) * x.task_cap)
-        if not best < clear_time_s(l.lag, l.rate, cap):
-            notes.append(f"partition {l.partition}: drain ({best:.0f}s) no faster than the group")
+        best = p.fixed_cost_s + ld.lag / (task_cap_of(p, len(x.loads), x.budget) * x.task_cap)
+        if not best < clear_time_s(ld.lag, ld.rate, cap):
+            notes.append(f"partition {ld.partition}: drain ({best:.0f}s) no faster than the group")
             continue
-        candidates.append(l)
-        remaining[l.partition] = PartitionLoad(l.partition, 0.0, l.rate, l.start_offset, l.end_offset)
-        due = _due(x, l, over_lag) or due
+        candidates.append(ld)
+        remaining[ld.partition] = PartitionLoad(ld.partition, 0.0, ld.rate, ld.start_offset, ld.end_offset)
+        due = _due(x, ld, over_lag) or due
     return _Picked(candidates, small, due)
 
 
-def _needed(x: _Setting, l: PartitionLoad, remaining: Iterable[PartitionLoad]) -> bool:
+def _needed(x: _Setting, ld: PartitionLoad, remaining: Iterable[PartitionLoad]) -> bool:
     """A regrowing partition always (one drain cannot fix it), every one when the group is
     overloaded, else one while the partitions left to the group do not meet the target."""
-    return l.partition in x.regrowing or x.overloaded or not _rest_ok(
+    return ld.partition in x.regrowing or x.overloaded or not _rest_ok(
         remaining, x.regrowing, x.group_replicas, x.capacity, x.target_s)
 
 
 def _over_lag(x: _Setting) -> float:
     """The backlog of the partitions that regrow behind a split (over their consumer's share)."""
-    return sum(max(0.0, l.lag) for l in x.loads if l.rate > x.share and l.partition not in x.busy)
+    return sum(max(0.0, ld.lag) for ld in x.loads if ld.rate > x.share and ld.partition not in x.busy)
 
 
-def _due_tasks(x: _Setting, l: PartitionLoad, over_lag: float) -> int:
+def _due_tasks(x: _Setting, ld: PartitionLoad, over_lag: float) -> int:
     """The tasks a regrowing partition's drain would get, for its due rule: splitFactor when the CR
     caps it, else its share of the budget in proportion to its backlog among the partitions that
     regrow behind a split (:func:`_over_lag`): a hot partition with most of the backlog takes most
     of it, a flash burst spreads it evenly."""
     if x.policy.split_factor is not None:
         return max(1, task_cap_of(x.policy, 1, x.budget))
-    frac = min(1.0, max(0.0, l.lag) / over_lag) if over_lag > 0 else 1.0
+    frac = min(1.0, max(0.0, ld.lag) / over_lag) if over_lag > 0 else 1.0
     return max(1, int(x.budget * frac))
 
 
-def _due(x: _Setting, l: PartitionLoad, over_lag: float) -> bool:
+def _due(x: _Setting, ld: PartitionLoad, over_lag: float) -> bool:
     """Is this candidate due now? A non-regrowing partition the group cannot clear within the target
     at once (every poll waited is lost); a regrowing one when one more poll would bring its oldest
     record to ``hot_trigger_fraction x SLA`` by the end of its drain (fewer drains, each pays the
@@ -539,16 +557,16 @@ def _due(x: _Setting, l: PartitionLoad, over_lag: float) -> bool:
     drains has its own rule (:func:`_follow_up_due_now`)."""
     p = x.policy
     due = False
-    if x.plans_follow_up(l):
+    if x.plans_follow_up(ld):
         pass
-    elif l.partition in x.regrowing or x.overloaded:
-        lag_later = l.lag + max(0.0, l.rate - x.share) * p.poll_interval_s
-        finish = p.fixed_cost_s + lag_later / (_due_tasks(x, l, over_lag) * x.task_cap)
-        due = _age(l, x.ages) + p.poll_interval_s + finish >= p.hot_trigger_fraction * x.sla_s
+    elif ld.partition in x.regrowing or x.overloaded:
+        lag_later = ld.lag + max(0.0, ld.rate - x.share) * p.poll_interval_s
+        finish = p.fixed_cost_s + lag_later / (_due_tasks(x, ld, over_lag) * x.task_cap)
+        due = _age(ld, x.ages) + p.poll_interval_s + finish >= p.hot_trigger_fraction * x.sla_s
     else:
         due = True
     # waiting for the regrowing trigger would let retention delete the range
-    return due or _expires_soon(l, x.ages, x.retention_s, x.target_s)
+    return due or _expires_soon(ld, x.ages, x.retention_s, x.target_s)
 
 
 def _follow_up_due_now(x: _Setting, candidates: list[PartitionLoad], notes: list[str]) -> bool:
@@ -576,14 +594,16 @@ def _ordered(x: _Setting, picked: _Picked, notes: list[str]) -> list[PartitionLo
     # backlog (an anti-flap rule for *starting* a drain) would wait a whole drain and then be the
     # largest range of the next one. It joins the drain that is due anyway (one batch at least).
     candidates = list(picked.candidates)
-    for l in picked.small:
-        candidates.append(l)
-        notes.append(f"partition {l.partition}: below minBacklogRecords, joins the due drain (overloaded)")
-    candidates.sort(key=lambda l: (-_age(l, x.ages), -l.lag, l.partition))
+    for ld in picked.small:
+        candidates.append(ld)
+        notes.append(f"partition {ld.partition}: below minBacklogRecords, joins the due drain (overloaded)")
+    candidates.sort(key=lambda ld: (-_age(ld, x.ages), -ld.lag, ld.partition))
     candidates = expiring_first(candidates, x.ages, x.retention_s, x.target_s)
     if x.retention_s is not None and candidates and _expires_soon(candidates[0], x.ages, x.retention_s,
                                                                   x.target_s):
-        notes.append(f"partition {candidates[0].partition}: oldest record expires within the target: planned first")
+        notes.append(
+            f"partition {candidates[0].partition}: oldest record expires within the target: planned first"
+        )
     return candidates
 
 
@@ -597,10 +617,14 @@ def _size(x: _Setting, candidates: list[PartitionLoad]) -> tuple[int, int | None
     n = max(min(len(candidates), budget),
             min(max(_tasks_for_time(x, candidates), _tasks_to_help(x, candidates)),
                 task_cap_of(p, len(candidates), budget)))
-    piped = pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, x.capacity) if x.pipelined else None
+    piped = (
+        pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, x.capacity)
+        if x.pipelined
+        else None
+    )
     if piped is not None:
         return piped, piped
-    if x.overloaded or any(l.partition in x.regrowing for l in candidates):
+    if x.overloaded or any(ld.partition in x.regrowing for ld in candidates):
         # the backlog regrows behind the split while this drain runs, and (one drain at a time)
         # the next drain can start only when this one ended: size this one so that both meet
         # the target, else so that the worse of the two is as short as the budget allows
@@ -617,20 +641,22 @@ def _tasks_for_time(x: _Setting, candidates: list[PartitionLoad]) -> int:
     nothing of it; 0: it keeps up), so g x (fixed + work) + poll + fixed + work <= target. At least
     work_fraction x target (the earlier rule, never more tasks than it gave)."""
     p, target_s = x.policy, x.target_s
-    total = sum(l.lag for l in candidates)
-    oldest = max((x.ages.get(l.partition, 0.0) for l in candidates), default=0.0)
-    g = max((max(0.0, l.rate - x.share) / l.rate if l.rate > 0 else 0.0) for l in candidates)
+    total = sum(ld.lag for ld in candidates)
+    oldest = max((x.ages.get(ld.partition, 0.0) for ld in candidates), default=0.0)
+    g = max((max(0.0, ld.rate - x.share) / ld.rate if ld.rate > 0 else 0.0) for ld in candidates)
     follow = (target_s - p.poll_interval_s - p.fixed_cost_s * (1 + g)) / (1 + g)
-    room = max(p.poll_interval_s, min(max(p.work_fraction * target_s, follow), target_s - oldest - p.fixed_cost_s))
+    room = max(
+        p.poll_interval_s, min(max(p.work_fraction * target_s, follow), target_s - oldest - p.fixed_cost_s)
+    )
     return math.ceil(total / (x.task_cap * room))
 
 
 def _tasks_to_help(x: _Setting, candidates: list[PartitionLoad]) -> int:
     """Tasks for each range to beat the group ("the drain must help", checked per range later)."""
     helps = 0
-    for l in candidates:
-        spare = clear_time_s(l.lag, l.rate, x.capacity) - x.policy.fixed_cost_s
-        helps += 1 if not math.isfinite(spare) else math.floor(l.lag / (x.task_cap * max(spare, 1e-9))) + 1
+    for ld in candidates:
+        spare = clear_time_s(ld.lag, ld.rate, x.capacity) - x.policy.fixed_cost_s
+        helps += 1 if not math.isfinite(spare) else math.floor(ld.lag / (x.task_cap * max(spare, 1e-9))) + 1
     return helps
 
 
@@ -644,22 +670,24 @@ def _spread(x: _Setting, candidates: list[PartitionLoad], notes: list[str]) -> l
     chosen: list[DrainRange] = []
     left_out: set[int] = set()
     while True:
-        live = [l for l in candidates if l.partition not in left_out]
+        live = [ld for ld in candidates if ld.partition not in left_out]
         if not live:
             break
         if left_out:  # sized again without the partitions left out (their "drain must help" tasks)
             n, piped = _size(x, live)
         alloc = _allocation(x, live, n, piped is not None, high)
         chosen, dropped = [], False
-        for l, tasks in zip(live, alloc):
+        for ld, tasks in zip(live, alloc, strict=True):
             if tasks <= 0:
-                notes.append(f"partition {l.partition}: task budget exhausted")
+                notes.append(f"partition {ld.partition}: task budget exhausted")
                 continue
-            r = _range(l, tasks, x.policy.fixed_cost_s, x.task_cap, x.capacity,
-                       regrowing=l.partition in x.regrowing)
+            r = _range(ld, tasks, x.policy.fixed_cost_s, x.task_cap, x.capacity,
+                       regrowing=ld.partition in x.regrowing)
             if not r.expected_s < r.group_would_need_s:
-                notes.append(f"partition {l.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group")
-                left_out.add(l.partition)
+                notes.append(
+                    f"partition {ld.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group"
+                )
+                left_out.add(ld.partition)
                 dropped = True
                 continue
             chosen.append(r)
@@ -674,23 +702,25 @@ def _allocation(x: _Setting, live: list[PartitionLoad], n: int, piped: bool, hig
     added later pays the start-up), the count raised to their sum within the budget."""
     p = x.policy
     if piped:
-        return allocate_tasks([l.lag for l in live], n, per_task_min=p.min_records_per_task)
-    rates = [_seen_rate(l, _age(l, x.ages), p.poll_interval_s) for l in live]
-    needs = [partition_need(l.lag, _age(l, x.ages), rate, x.share, x.target_s, p, x.task_cap, high)
-             for l, rate in zip(live, rates)]
+        return allocate_tasks([ld.lag for ld in live], n, per_task_min=p.min_records_per_task)
+    rates = [_seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in live]
+    needs = [partition_need(ld.lag, _age(ld, x.ages), rate, x.share, x.target_s, p, x.task_cap, high)
+             for ld, rate in zip(live, rates, strict=True)]
     if p.busy:
-        needs = [max(nd, _hold_tasks(rate, x.share, x.task_cap)) for nd, rate in zip(needs, rates)]
+        needs = [
+            max(nd, _hold_tasks(rate, x.share, x.task_cap)) for nd, rate in zip(needs, rates, strict=True)
+        ]
     m = max(min(len(live), x.budget), min(max(n, sum(needs)), task_cap_of(p, len(live), x.budget)))
-    return allocate_by_need([l.lag for l in live], needs, m, per_task_min=p.min_records_per_task)
+    return allocate_by_need([ld.lag for ld in live], needs, m, per_task_min=p.min_records_per_task)
 
 
-def _range(l: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *,
+def _range(ld: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *,
            regrowing: bool) -> DrainRange:
     """One partition's range with ``tasks`` tasks, ``fixed_s`` before its first record."""
     return DrainRange(
-        partition=l.partition, start=l.start_offset, end=l.end_offset, records=int(l.lag), tasks=tasks,
-        expected_s=fixed_s + l.lag / (tasks * task_cap),
-        group_would_need_s=clear_time_s(l.lag, l.rate, capacity),
+        partition=ld.partition, start=ld.start_offset, end=ld.end_offset, records=int(ld.lag), tasks=tasks,
+        expected_s=fixed_s + ld.lag / (tasks * task_cap),
+        group_would_need_s=clear_time_s(ld.lag, ld.rate, capacity),
         regrowing=regrowing,
     )
 
@@ -705,21 +735,38 @@ def _reason(chosen: Sequence[DrainRange], target_s: float) -> str:
     return "PartitionCapReached"
 
 
-def _need(chosen: list[DrainRange], *, target_s: float, group_replicas: int, notes: list[str], follow_up: bool,
-          extension: bool) -> DrainNeed:
+def _need(
+    chosen: list[DrainRange],
+    *,
+    target_s: float,
+    group_replicas: int,
+    notes: list[str],
+    follow_up: bool,
+    extension: bool,
+) -> DrainNeed:
     """The need for these ranges (sorted by partition), with its reason and message."""
     chosen = sorted(chosen, key=lambda r: r.partition)
     parts = ", ".join(f"p{r.partition}:{r.records}/{r.tasks}" for r in chosen)
     expected_s = max(r.expected_s for r in chosen)
     tasks_total = sum(r.tasks for r in chosen)
     if extension:
-        message = (f"busy drain: next split {parts} (records/tasks) in {tasks_total} tasks without a new start-up, "
-                   f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s")
+        message = (
+            f"busy drain: next split {parts} (records/tasks) in {tasks_total} tasks without a new start-up, "
+            f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s"
+        )
     else:
         message = (f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
                    f"group capped at {group_replicas} cannot meet {target_s:.0f}s")
-    return DrainNeed(ranges=tuple(chosen), reason=_reason(chosen, target_s), message=message, tasks=tasks_total,
-                     expected_s=expected_s, notes=tuple(notes), follow_up=follow_up, extension=extension)
+    return DrainNeed(
+        ranges=tuple(chosen),
+        reason=_reason(chosen, target_s),
+        message=message,
+        tasks=tasks_total,
+        expected_s=expected_s,
+        notes=tuple(notes),
+        follow_up=follow_up,
+        extension=extension,
+    )
 
 
 def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
@@ -762,7 +809,7 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     picks = _split_picks(x, notes)
     if not picks:
         return None
-    picked = {l.partition for l, _ in picks}
+    picked = {ld.partition for ld, _ in picks}
     busy_elsewhere = sum(lane.tasks for lane in busy.lanes if lane.partition not in picked)
     # maxTasks less the tasks busy on other partitions: the drain's free slots take a next split
     # at once; tasks beyond them start like a new drain's (the executor adds them, with a start-up)
@@ -770,11 +817,11 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     if budget <= 0:
         return None
     chosen = []
-    for (l, rate), tasks in zip(picks, _split_allocation(x, picks, budget)):
+    for (ld, rate), tasks in zip(picks, _split_allocation(x, picks, budget), strict=True):
         if tasks <= 0:
-            notes.append(f"partition {l.partition}: task budget exhausted")
+            notes.append(f"partition {ld.partition}: task budget exhausted")
             continue
-        chosen.append(_range(l, tasks, policy.handoff_s, x.task_cap, capacity, regrowing=rate >= capacity))
+        chosen.append(_range(ld, tasks, policy.handoff_s, x.task_cap, capacity, regrowing=rate >= capacity))
     if not chosen:
         return None
     return _need(chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True,
@@ -808,36 +855,36 @@ def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float
     lanes = x.busy.by_partition
     free = x.busy.free_slots
     picks: list[tuple[PartitionLoad, float]] = []
-    for l in sorted(x.loads, key=lambda l: (-_age(l, x.ages), -l.lag, l.partition)):
-        lane = lanes.get(l.partition)
+    for ld in sorted(x.loads, key=lambda ld: (-_age(ld, x.ages), -ld.lag, ld.partition)):
+        lane = lanes.get(ld.partition)
         if lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * x.task_cap) > x.horizon_s:
             continue  # its tasks hold work beyond the next poll: split it then (a larger range)
-        if l.lag < max(1, p.min_records_per_task):
+        if ld.lag < max(1, p.min_records_per_task):
             continue
-        rate = _seen_rate(l, _age(l, x.ages), p.poll_interval_s)
-        if not _split_wanted(x, l, lane, rate):
+        rate = _seen_rate(ld, _age(ld, x.ages), p.poll_interval_s)
+        if not _split_wanted(x, ld, lane, rate):
             continue
         new_task = lane is None or lane.tasks == 0
-        if _split_waits(x, l, rate, no_slot=new_task and free <= 0):
-            notes.append(f"partition {l.partition}: not yet due for a new task")
+        if _split_waits(x, ld, rate, no_slot=new_task and free <= 0):
+            notes.append(f"partition {ld.partition}: not yet due for a new task")
             continue
         if new_task and free > 0:
             free -= 1
-        picks.append((l, rate))
+        picks.append((ld, rate))
     return picks
 
 
-def _split_wanted(x: _Split, l: PartitionLoad, lane: Lane | None, rate: float) -> bool:
+def _split_wanted(x: _Split, ld: PartitionLoad, lane: Lane | None, rate: float) -> bool:
     """A partition the group cannot hold: it regrows (over its consumer's share) or the group cannot
     clear its backlog within the target; one not yet in the drain needs ``minBacklogRecords`` unless
     it regrows (the anti-flap rule of a first drain). The others are handed back (no next split)."""
     regrows = rate > x.share
-    if not regrows and clear_time_s(l.lag, l.rate, x.capacity) <= x.target_s:
+    if not regrows and clear_time_s(ld.lag, ld.rate, x.capacity) <= x.target_s:
         return False
-    return not (lane is None and not regrows and l.lag < x.policy.min_backlog_records)
+    return not (lane is None and not regrows and ld.lag < x.policy.min_backlog_records)
 
 
-def _split_waits(x: _Split, l: PartitionLoad, rate: float, *, no_slot: bool) -> bool:
+def _split_waits(x: _Split, ld: PartitionLoad, rate: float, *, no_slot: bool) -> bool:
     """A partition a little over its consumer's share would keep a task mostly idle (or start one
     for every batch), and a new task (``no_slot``: none free) pays the start-up: either waits until
     due, as a first drain's regrowing partition does, its task released meanwhile."""
@@ -846,9 +893,11 @@ def _split_waits(x: _Split, l: PartitionLoad, rate: float, *, no_slot: bool) -> 
     if steady and not no_slot:
         return False
     poll = p.poll_interval_s
-    later = l.lag + max(0.0, rate - x.share) * poll
+    later = ld.lag + max(0.0, rate - x.share) * poll
     k = max(1, math.ceil(max(0.0, rate - x.share) / x.task_cap))
-    return _age(l, x.ages) + poll + p.fixed_cost_s + later / (k * x.task_cap) < p.hot_trigger_fraction * x.sla_s
+    return (
+        _age(ld, x.ages) + poll + p.fixed_cost_s + later / (k * x.task_cap) < p.hot_trigger_fraction * x.sla_s
+    )
 
 
 def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budget: int) -> list[int]:
@@ -860,16 +909,18 @@ def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budge
     high = budget if p.split_factor is None else min(budget, p.split_factor)
     lanes = x.busy.by_partition
     needs, holds = [], []
-    for l, rate in picks:
-        lane = lanes.get(l.partition)
+    for ld, rate in picks:
+        lane = lanes.get(ld.partition)
         ahead = lane.remaining if lane is not None else 0.0
-        k = partition_need(l.lag + ahead, _age(l, x.ages), rate, x.share, x.target_s, no_start, x.task_cap, high)
+        k = partition_need(
+            ld.lag + ahead, _age(ld, x.ages), rate, x.share, x.target_s, no_start, x.task_cap, high
+        )
         hold = _hold_tasks(rate, x.share, x.task_cap)
         holds.append(hold)
         needs.append(max(1, min(high, max(k, hold))))
-    records = [l.lag for l, _ in picks]
+    records = [ld.lag for ld, _ in picks]
     caps = [max(1, int(r // max(1.0, p.min_records_per_task))) for r in records]
-    alloc = [min(h, c) for h, c in zip(holds, caps)]
+    alloc = [min(h, c) for h, c in zip(holds, caps, strict=True)]
     left = min(budget, sum(needs)) - sum(alloc)
     while left > 0:  # the rest towards each need, to the longest sub-ranges first
         room = [i for i in range(len(picks)) if alloc[i] < min(needs[i], caps[i])]
@@ -898,7 +949,7 @@ def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequenc
     ``fixed + lag / (k x task_cap)``: that, or the oldest record at ``age + fixed``, is the worst.
     A partition without tasks keeps its records (not counted)."""
     worst, duration = 0.0, policy.fixed_cost_s
-    for lag, age, k in zip(lags, ages, tasks):
+    for lag, age, k in zip(lags, ages, tasks, strict=False):
         if k <= 0 or lag <= 0:
             continue
         work = lag / (k * task_cap)
@@ -920,12 +971,12 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     bigger, older backlog to the next one: at a 90 s start-up a flash burst's first drain with 5
     tasks left 40-55 k records per partition, each next drain longer, until records were late."""
     task_cap = policy.task_capacity or capacity
-    lags = [l.lag for l in candidates]
-    olds = [_age(l, ages) for l in candidates]
+    lags = [ld.lag for ld in candidates]
+    olds = [_age(ld, ages) for ld in candidates]
     # the regrowth rate: the estimate, or the mean produce rate over the backlog's own age when that
     # is higher (FIFO: every record younger than the oldest is in the backlog) -- the smoothed
     # estimate lagged a burst's onset (a 30 s rise half-life before issue 25; a poll's lag now)
-    rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
+    rates = [_seen_rate(ld, a, policy.poll_interval_s) for ld, a in zip(candidates, olds, strict=True)]
     high = max(low, high)
     best, best_worst = low, INF
     for n in range(low, high + 1):
@@ -933,7 +984,7 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
         now_worst, duration = worst_latency_s(lags, olds, alloc, policy, task_cap)
         wait = duration + (0.0 if policy.busy else policy.poll_interval_s)
         nxt = [max(0.0, r - share) * wait for r in rates]
-        nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates)]
+        nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates, strict=True)]
         nxt_alloc = allocate_tasks(nxt, high, per_task_min=policy.min_records_per_task)
         next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy.next_split, task_cap)
         worst = max(now_worst, next_worst)
@@ -944,15 +995,15 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     return best
 
 
-def _age(l: PartitionLoad, ages: Mapping[int, float]) -> float:
+def _age(ld: PartitionLoad, ages: Mapping[int, float]) -> float:
     """The partition's oldest waiting record's age: observed, else its lag over its rate."""
-    return ages.get(l.partition, l.lag / l.rate if l.rate > 0 else 0.0)
+    return ages.get(ld.partition, ld.lag / ld.rate if ld.rate > 0 else 0.0)
 
 
-def _seen_rate(l: PartitionLoad, age: float, poll_s: float) -> float:
+def _seen_rate(ld: PartitionLoad, age: float, poll_s: float) -> float:
     """The rate its backlog implies (lag over the oldest record's age, once that spans a poll), or its
     produce rate if higher: a burst's backlog shows the rate before the estimator's smoothing does."""
-    return max(l.rate, l.lag / age if age >= poll_s else 0.0)
+    return max(ld.rate, ld.lag / age if age >= poll_s else 0.0)
 
 
 def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, float], share: float,
@@ -965,9 +1016,9 @@ def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, flo
     (docs/decision.md, "flash at 90 s"). Infinite when the budget cannot carry the excess."""
     task_cap = policy.task_capacity or capacity
     rates = []
-    for l in loads:
-        age = _age(l, ages)
-        rates.append(_seen_rate(l, age, policy.poll_interval_s))
+    for ld in loads:
+        age = _age(ld, ages)
+        rates.append(_seen_rate(ld, age, policy.poll_interval_s))
     over = [r - share for r in rates if r > share]
     if not over:
         return 0.0
@@ -1001,8 +1052,8 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
         return None
     task_cap = policy.task_capacity or capacity
     fixed = policy.fixed_cost_s
-    olds = [_age(l, ages) for l in candidates]
-    rates = [_seen_rate(l, a, policy.poll_interval_s) for l, a in zip(candidates, olds)]
+    olds = [_age(ld, ages) for ld in candidates]
+    rates = [_seen_rate(ld, a, policy.poll_interval_s) for ld, a in zip(candidates, olds, strict=True)]
     x = max(0.0, max(r - share for r in rates)) / task_cap
     per_part = policy.max_tasks / n_parts
     best_k, best_w = 0, INF
@@ -1016,7 +1067,7 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
             best_k, best_w = k, worst
     if best_k == 0:
         return None
-    lags = [l.lag for l in candidates]
+    lags = [ld.lag for ld in candidates]
     high = task_cap_of(policy, n_parts, budget)
     n = min(best_k * n_parts, high)
     while n < high:
@@ -1039,8 +1090,8 @@ def follow_up_due(candidates: Sequence[PartitionLoad], ages: Mapping[int, float]
         return False
     task_cap = policy.task_capacity or capacity
     poll = policy.poll_interval_s
-    lags = [l.lag + max(0.0, l.rate - share) * poll for l in candidates]
-    olds = [_age(l, ages) + poll for l in candidates]
+    lags = [ld.lag + max(0.0, ld.rate - share) * poll for ld in candidates]
+    olds = [_age(ld, ages) + poll for ld in candidates]
     alloc = allocate_tasks(lags, budget, per_task_min=policy.min_records_per_task)
     worst, _ = worst_latency_s(lags, olds, alloc, policy, task_cap)
     return worst >= target_s
@@ -1066,7 +1117,9 @@ def consumer_rates(rates: Sequence[float], replicas: int) -> list[tuple[int, flo
     return out
 
 
-def group_cost(rates: Sequence[float], replicas: int, capacity: float, sla_s: float, policy: DrainPolicy) -> float:
+def group_cost(
+    rates: Sequence[float], replicas: int, capacity: float, sla_s: float, policy: DrainPolicy
+) -> float:
     """Expected cost of running ``replicas`` consumers on these rates, in replicas (pods) per second:
     the replicas, plus the drain tasks that carry what the consumers cannot: the excess records at
     the task throughput, and each drain's fixed cost (start-up + hand-off) per task, one task per
@@ -1136,16 +1189,12 @@ def assisted_replicas(
     for the load and drains run only for what it cannot hold."""
     if policy.assist_min_saving is None or not policy.enabled or capacity <= 0 or not loads:
         return None
-    rates = [max(0.0, l.rate) for l in loads]
+    rates = [max(0.0, ld.rate) for ld in loads]
     cap = max(1, min(cap, len(loads)))
     if not policy.assist_always and not overloaded_at(rates, cap, capacity):
         return None  # burst-scoped (the default): the group at its cap holds the load, no drains
     lo = max(1, min(min_replicas, cap))
-    full = cap
-    for r in range(lo, cap + 1):
-        if all(rate <= max_utilization * capacity for _, rate in consumer_rates(rates, r)):
-            full = r
-            break
+    full = _fewest_within(rates, lo, cap, max_utilization * capacity)
     if full <= lo:
         return None
     full_cost = group_cost(rates, full, capacity, sla_s, policy)
@@ -1159,8 +1208,9 @@ def assisted_replicas(
     if target_s is not None:
         limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
                                                     policy, capacity))
+    saturated = limit is not None and target_s is not None and limit > target_s
     for r in range(lo, full):
-        if limit is not None and target_s is not None and limit > target_s and starves_neighbours(rates, r, capacity):
+        if saturated and starves_neighbours(rates, r, capacity):
             continue  # the drains are saturated by the hot partition: none left for its neighbours
         if limit is not None and one_at_a_time_worst_s(
                 loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
@@ -1171,10 +1221,21 @@ def assisted_replicas(
     return best
 
 
-def _expires_soon(l: PartitionLoad, ages: Mapping[int, float], retention_s: float | None, target_s: float) -> bool:
+def _fewest_within(rates: Sequence[float], lo: int, cap: int, most: float) -> int:
+    """The fewest replicas in ``[lo, cap]`` whose consumers each receive at most ``most`` records/s
+    (the most unbalanced balanced assignment, :func:`consumer_rates`); ``cap`` when none does."""
+    for r in range(lo, cap + 1):
+        if all(rate <= most for _, rate in consumer_rates(rates, r)):
+            return r
+    return cap
+
+
+def _expires_soon(
+    ld: PartitionLoad, ages: Mapping[int, float], retention_s: float | None, target_s: float
+) -> bool:
     if retention_s is None or retention_s <= 0:
         return False
-    age = _age(l, ages)
+    age = _age(ld, ages)
     return age + target_s >= retention_s
 
 
@@ -1183,9 +1244,9 @@ def expiring_first(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
     """Candidates whose oldest unprocessed record would be deleted by retention before the target
     (age + target >= retention) first, least time left first; the others keep their order (pure).
     With a task budget smaller than the candidates this decides who is drained now."""
-    soon = [l for l in candidates if _expires_soon(l, ages, retention_s, target_s)]
-    soon.sort(key=lambda l: (-_age(l, ages), l.partition))
-    return soon + [l for l in candidates if l not in soon]
+    soon = [ld for ld in candidates if _expires_soon(ld, ages, retention_s, target_s)]
+    soon.sort(key=lambda ld: (-_age(ld, ages), ld.partition))
+    return soon + [ld for ld in candidates if ld not in soon]
 
 
 def _rest_ok(
@@ -1197,14 +1258,33 @@ def _rest_ok(
 ) -> bool:
     """Can the group meet the target on the non-regrowing partitions left? Each regrowing partition
     keeps one consumer busy and is handled by its own repeated drains."""
-    rest = [l for l in loads if l.partition not in regrowing]
+    rest = [ld for ld in loads if ld.partition not in regrowing]
     if not rest:
         return True
     replicas = max(1, group_replicas - len(regrowing))
     return project(rest, replicas, capacity).catch_up_s <= target_s
 
 
-__all__ = ["DrainPolicy", "DrainRange", "DrainNeed", "drain_need", "allocate_tasks", "assisted_replicas",
-           "worst_latency_s", "tasks_for_two_drains", "pipeline_tasks", "follow_up_due", "one_at_a_time_worst_s",
-           "group_cost", "consumer_rates", "overloaded_at", "task_cap_of", "partition_need", "allocate_by_need", "extension_need",
-           "Lane", "BusyDrain", "INF"]
+__all__ = [
+    "INF",
+    "BusyDrain",
+    "DrainNeed",
+    "DrainPolicy",
+    "DrainRange",
+    "Lane",
+    "allocate_by_need",
+    "allocate_tasks",
+    "assisted_replicas",
+    "consumer_rates",
+    "drain_need",
+    "extension_need",
+    "follow_up_due",
+    "group_cost",
+    "one_at_a_time_worst_s",
+    "overloaded_at",
+    "partition_need",
+    "pipeline_tasks",
+    "task_cap_of",
+    "tasks_for_two_drains",
+    "worst_latency_s",
+]

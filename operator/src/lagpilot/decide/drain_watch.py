@@ -27,7 +27,8 @@ from lagpilot.model.status import Stall as StallReason
 if TYPE_CHECKING:
     from .handoff import DrainStatus
 
-DEADLINE_FLOOR_S = 3600        # activeDeadlineSeconds never below this (operator env LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS)
+# activeDeadlineSeconds never below this (operator env LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS)
+DEADLINE_FLOOR_S = 3600
 DEADLINE_FACTOR = 3.0          # x the expected duration at the measured rate
 STARTUP_ALLOWANCE_S = 300      # JVM, session, executor pods, image pull on a busy node
 ASSUMED_TASK_RATE = 10.0       # records/s per task when no drain of this group was measured yet
@@ -54,7 +55,7 @@ def attempt_deadline_s(records: int, tasks: int, rate: float | None, floor_s: in
                        factor: float = DEADLINE_FACTOR) -> int:
     """``activeDeadlineSeconds`` of an attempt that has ``records`` left on ``tasks`` Spark tasks."""
     r = rate if rate is not None and rate > 0 else ASSUMED_TASK_RATE * max(1, tasks)
-    expected = STARTUP_ALLOWANCE_S + int(math.ceil(factor * max(0, records) / r)) if records > 0 else 0
+    expected = STARTUP_ALLOWANCE_S + math.ceil(factor * max(0, records) / r) if records > 0 else 0
     return int(max(floor_s, expected))
 
 
@@ -71,22 +72,28 @@ class Stall:
     message: str
 
 
-def stall(now: float, progress_at: float | None, running_pods: int | None, limits: StallLimits) -> Stall | None:
+def stall(
+    now: float, progress_at: float | None, running_pods: int | None, limits: StallLimits
+) -> Stall | None:
     """Is the attempt stalled? ``progress_at``: when it launched or its progress last moved;
     ``running_pods``: its Job's pods in phase Running (None: not observed)."""
     if progress_at is None:
         return None
     idle = now - progress_at
     if running_pods == 0 and idle >= limits.no_pod_s:
-        return Stall(NO_RUNNING_POD, idle, f"the Job has had no running pod for {idle:.0f} s "
-                                           f"(limit {limits.no_pod_s:g} s: ServiceAccount missing, pod unschedulable or not starting?)")
+        return Stall(
+            NO_RUNNING_POD,
+            idle,
+            f"the Job has had no running pod for {idle:.0f} s "
+            f"(limit {limits.no_pod_s:g} s: ServiceAccount missing, pod unschedulable or not starting?)",
+        )
     if idle >= limits.no_progress_s:
         return Stall(NO_PROGRESS, idle, f"no progress for {idle:.0f} s (limit {limits.no_progress_s:g} s: "
                                         f"a hung handler, sink or warm runtime?)")
     return None
 
 
-def stalled_condition(d: "DrainStatus | None") -> tuple[str, str, str]:
+def stalled_condition(d: DrainStatus | None) -> tuple[str, str, str]:
     """``DrainStalled``: True from a stall's detection until the drain's progress moves again (or it
     ends); the reason names why (NoProgress | NoRunningPod), the message what was done."""
     if d is None:

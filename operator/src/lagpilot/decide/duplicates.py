@@ -3,9 +3,11 @@
 Scope: the Kafka cluster (``spec.kafka.bootstrapServers`` as a set of ``host:port``, case-insensitive)
 and ``spec.groupId`` — any topic, any namespace the operator watches. A Kafka consumer group is
 cluster-wide and so are lagpilot's side groups, all named after ``groupId`` alone: the hand-off
-mailbox ``<groupId>.lagpilot-handoff``, the progress groups ``<groupId>.lagpilot-drain.<tag>.<id>.<k>`` (drain ids of both CRs start at 1;
-since issue 23 ``<tag>`` names the CR, but the finalizer deletes by the groupId prefix), the remainder ``<groupId>.lagpilot-remainder``. Two CRs on
-different topics would still share the group's membership (the "group empty" check of the hand-off,
+mailbox ``<groupId>.lagpilot-handoff``, the progress groups
+``<groupId>.lagpilot-drain.<tag>.<id>.<k>`` (drain ids of both CRs start at 1; since issue 23
+``<tag>`` names the CR, but the finalizer deletes by the groupId prefix), the remainder
+``<groupId>.lagpilot-remainder``. Two CRs on different topics would still share the group's
+membership (the "group empty" check of the hand-off,
 rebalances across both Deployments) and a deleted one would delete the other's progress groups.
 Two spellings of one cluster (an IP and a DNS name) are not recognised as the same.
 
@@ -64,6 +66,8 @@ def other_holder(me: Claim, claims: Iterable[Claim]) -> Claim | None:
 
 
 def message(group_id: str, holder: Claim) -> str:
-    return (f"spec.groupId {group_id!r} is already used on this Kafka cluster by BatchConsumerGroup {holder.ref} "
-            f"(created {holder.created}); this CR creates no consumers and no drains until that one is deleted "
-            f"or spec.groupId is changed")
+    return (
+        f"spec.groupId {group_id!r} is already used on this Kafka cluster by BatchConsumerGroup {holder.ref} "
+        f"(created {holder.created}); this CR creates no consumers and no drains until that one is deleted "
+        f"or spec.groupId is changed"
+    )

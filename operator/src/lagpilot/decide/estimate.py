@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from lagpilot.decide.lag import LagSnapshot, PartitionOffsets, partition_lag
 
@@ -110,7 +111,7 @@ class EstimatorState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EstimatorState":
+    def from_dict(cls, data: Mapping[str, Any]) -> EstimatorState:
         """Inverse of :meth:`to_dict`. Raises ValueError on a malformed value (callers then start fresh)."""
         try:
             parts = {

@@ -21,8 +21,8 @@ Defaults as KEDA and Kubernetes ship them (sources cited in docs/decision.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfi
     partitions (or, with ``limitToPartitionsWithLag``, the partitions with lag) -- unless idle
     consumers are allowed and neither option is on. Integer maths, as KEDA's."""
     stuck = set(persistent) if cfg.exclude_persistent_lag else set()
-    lags = [0 if i in stuck else max(0, int(l)) for i, l in enumerate(partition_lags)]
+    lags = [0 if i in stuck else max(0, int(ld)) for i, ld in enumerate(partition_lags)]
     total = sum(lags)
     thr = cfg.lag_threshold
     if thr > 0 and (not cfg.allow_idle_consumers or cfg.limit_to_partitions_with_lag
@@ -84,7 +84,7 @@ def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfi
         if cfg.ensure_even_distribution_of_partitions:
             total = next((f for f in _factors(partitions) if f * thr >= total), partitions) * thr
         if cfg.limit_to_partitions_with_lag:
-            upper = sum(1 for l in lags if l > 0)
+            upper = sum(1 for ld in lags if ld > 0)
         if total // thr > upper:
             total = upper * thr
     return total
@@ -95,11 +95,11 @@ def persistent_partitions(committed: Sequence[int], previous: Sequence[int] | No
     (no record of a previous offset: not persistent)."""
     if previous is None or len(previous) != len(committed):
         return ()
-    return tuple(i for i, (c, p) in enumerate(zip(committed, previous)) if c == p)
+    return tuple(i for i, (c, p) in enumerate(zip(committed, previous, strict=False)) if c == p)
 
 
 def is_active(partition_lags: Sequence[float], cfg: KedaConfig) -> bool:
-    return int(sum(max(0, int(l)) for l in partition_lags)) > cfg.activation_lag_threshold
+    return int(sum(max(0, int(ld)) for ld in partition_lags)) > cfg.activation_lag_threshold
 
 
 def hpa_replicas(current: int, metric: int, cfg: KedaConfig) -> int:
@@ -127,7 +127,9 @@ def _stabilize(raw: int, current: int, now_s: float, recs: list[tuple[float, int
     return out
 
 
-def _rate_limit(desired: int, current: int, now_s: float, events: Sequence[tuple[float, int]], cfg: KedaConfig) -> int:
+def _rate_limit(
+    desired: int, current: int, now_s: float, events: Sequence[tuple[float, int]], cfg: KedaConfig
+) -> int:
     if desired > current:
         added = sum(d for t, d in events if now_s - t < cfg.scale_up_period_s and d > 0)
         start = current - added
@@ -153,7 +155,10 @@ def step(
     """Advance KEDA + HPA to ``now_s``; returns the replica count they set (maybe unchanged).
     ``committed`` (the group's committed offsets, for ``excludePersistentLag``): every evaluation of
     the scaler -- KEDA's activity poll and the HPA's metric read alike -- compares them with the
-    previous evaluation's and remembers them."""
+    previous evaluation's and remembers them.
+
+    The steps, in order: remember the committed offsets -> KEDA's activity poll (0 <-> 1) -> the
+    HPA's sync (metric, stabilization, rate limits, bounds) -> the scale event recorded."""
     desired = current
     polled = now_s >= state.next_poll_s
     synced = current > 0 and now_s >= state.next_sync_s
@@ -161,33 +166,63 @@ def step(
         stuck = persistent_partitions(committed, state.previous_committed)
         state = replace(state, previous_committed=tuple(int(c) for c in committed), persistent=stuck)
     if now_s >= state.next_poll_s:
-        active = is_active(partition_lags, cfg)
-        last_active = now_s if active else state.last_active_s
-        if current == 0 and active:
-            desired = max(1, cfg.min_replicas)
-        elif (
-            current > 0
-            and not active
-            and cfg.min_replicas == 0
-            and (last_active is None or now_s - last_active >= cfg.cooldown_s)
-        ):
-            desired = 0
-        state = replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
+        desired, state = _activity_poll(state, now_s, current, partition_lags, cfg)
     if desired == current and current > 0 and now_s >= state.next_sync_s:
-        metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
-        raw = hpa_replicas(current, metric, cfg)
-        keep = max(cfg.up_window_s, cfg.down_window_s)
-        recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
-        recs.append((now_s, raw))
-        stab = _stabilize(raw, current, now_s, recs, cfg)
-        limited = _rate_limit(stab, current, now_s, state.scale_events, cfg)
-        desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
-        state = replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
+        desired, state = _hpa_sync(state, now_s, current, partition_lags, partitions, cfg)
     if desired != current:
-        events = [(t, d) for t, d in state.scale_events if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)]
-        events.append((now_s, desired - current))
-        state = replace(state, scale_events=tuple(events))
+        state = _scaled(state, now_s, desired - current, cfg)
     return desired, state
 
 
-__all__ = ["KedaConfig", "KedaState", "keda_metric", "persistent_partitions", "hpa_replicas", "is_active", "step"]
+def _activity_poll(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float],
+                   cfg: KedaConfig) -> tuple[int, KedaState]:
+    """KEDA's own poll: activate from zero, or to zero after the cooldown (minReplicaCount 0)."""
+    desired = current
+    active = is_active(partition_lags, cfg)
+    last_active = now_s if active else state.last_active_s
+    if current == 0 and active:
+        desired = max(1, cfg.min_replicas)
+    elif (
+        current > 0
+        and not active
+        and cfg.min_replicas == 0
+        and (last_active is None or now_s - last_active >= cfg.cooldown_s)
+    ):
+        desired = 0
+    return desired, replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
+
+
+def _hpa_sync(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float], partitions: int,
+              cfg: KedaConfig) -> tuple[int, KedaState]:
+    """The HPA's sync: the metric's recommendation, stabilized, rate-limited, within the bounds."""
+    metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
+    raw = hpa_replicas(current, metric, cfg)
+    keep = max(cfg.up_window_s, cfg.down_window_s)
+    recs = [(t, r) for t, r in state.recommendations if now_s - t <= keep]
+    recs.append((now_s, raw))
+    stab = _stabilize(raw, current, now_s, recs, cfg)
+    limited = _rate_limit(stab, current, now_s, state.scale_events, cfg)
+    desired = max(max(1, cfg.min_replicas), min(limited, cfg.max_replicas))
+    return desired, replace(state, recommendations=tuple(recs), next_sync_s=now_s + cfg.hpa_sync_s)
+
+
+def _scaled(state: KedaState, now_s: float, change: int, cfg: KedaConfig) -> KedaState:
+    """The scale event, remembered for the rate limits' periods."""
+    events = [
+        (t, d)
+        for t, d in state.scale_events
+        if now_s - t < max(cfg.scale_up_period_s, cfg.scale_down_period_s)
+    ]
+    events.append((now_s, change))
+    return replace(state, scale_events=tuple(events))
+
+
+__all__ = [
+    "KedaConfig",
+    "KedaState",
+    "hpa_replicas",
+    "is_active",
+    "keda_metric",
+    "persistent_partitions",
+    "step",
+]

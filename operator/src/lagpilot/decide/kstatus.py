@@ -62,7 +62,9 @@ def verdict(obj: Mapping[str, Any]) -> tuple[str, str]:
         return "Terminating", "Resource scheduled for deletion"
     gen, observed = meta.get("generation"), status.get("observedGeneration")
     if gen is not None and observed is not None and int(gen) != int(observed):
-        return "InProgress", (f"{obj.get('kind')} generation is {gen}, but latest observed generation is {observed}")
+        return "InProgress", (
+            f"{obj.get('kind')} generation is {gen}, but latest observed generation is {observed}"
+        )
     conds = status.get("conditions") or []
     for c in conds:
         if c.get("type") == RECONCILING and c.get("status") == "True":

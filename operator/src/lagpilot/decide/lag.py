@@ -8,8 +8,8 @@ those numbers so that it can be tested table-driven and reused by the simulator.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 
 @dataclass(frozen=True)

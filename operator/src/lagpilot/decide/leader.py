@@ -31,8 +31,9 @@ class LeaseTiming:
                              f"{self.retry_s} / {self.renew_deadline_s} / {self.duration_s}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "LeaseTiming":
-        """LAGPILOT_LEASE_DURATION_SECONDS, LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS, LAGPILOT_LEASE_RETRY_SECONDS."""
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LeaseTiming:
+        """LAGPILOT_LEASE_DURATION_SECONDS, LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS,
+        LAGPILOT_LEASE_RETRY_SECONDS."""
         e = Env(env)
         return cls(e.number("LAGPILOT_LEASE_DURATION_SECONDS", cls.duration_s, minimum=None),
                    e.number("LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_s, minimum=None),
@@ -48,14 +49,16 @@ class LeaseRecord:
     transitions: int = 0
 
 
-class Step(str, enum.Enum):
+class Step(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     CREATE = "Create"  # no Lease yet: create it holding it
     RENEW = "Renew"    # ours: write a new renewTime
     TAKE = "Take"      # released or expired: write ourselves as the holder (transitions + 1)
     WAIT = "Wait"      # another holder's, not expired
 
 
-def next_step(record: LeaseRecord | None, identity: str, observed_at: float, now: float) -> tuple[Step, float]:
+def next_step(
+    record: LeaseRecord | None, identity: str, observed_at: float, now: float
+) -> tuple[Step, float]:
     """What to do with the Lease, and (WAIT) how long until it would expire. `observed_at`: the
     local time this version of the record was first seen."""
     if record is None:

@@ -34,8 +34,12 @@ def pod_problem(pod: Mapping[str, Any]) -> str | None:
     unscheduled = _unscheduled(st)
     if unscheduled is not None:
         return unscheduled
-    limits = {c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []}
-    parts = [p for cs in st.get("containerStatuses") or [] if (p := _container_problem(cs, limits)) is not None]
+    limits = {
+        c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []
+    }
+    parts = [
+        p for cs in st.get("containerStatuses") or [] if (p := _container_problem(cs, limits)) is not None
+    ]
     return "; ".join(parts) or None
 
 
@@ -84,4 +88,6 @@ def not_ready_detail(pods: Sequence[Mapping[str, Any]]) -> str:
     if not found:
         return ""
     more = len(found) - MAX_PODS
-    return "; ".join(found[:MAX_PODS]) + (f"; and {more} more pod{'s' if more != 1 else ''}" if more > 0 else "")
+    return "; ".join(found[:MAX_PODS]) + (
+        f"; and {more} more pod{'s' if more != 1 else ''}" if more > 0 else ""
+    )

@@ -15,8 +15,8 @@ Model (pure, documented in docs/decision.md):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 INF = math.inf
 
@@ -74,9 +74,13 @@ def lag_after_startup(
     share = capacity / k if current_replicas > 0 and k > 0 else 0.0
     return [
         PartitionLoad(
-            l.partition, l.lag + max(0.0, l.rate - share) * startup_s, l.rate, l.start_offset, l.end_offset
+            ld.partition,
+            ld.lag + max(0.0, ld.rate - share) * startup_s,
+            ld.rate,
+            ld.start_offset,
+            ld.end_offset,
         )
-        for l in loads
+        for ld in loads
     ]
 
 
@@ -94,11 +98,11 @@ def project(
     included. Zero replicas never catch up unless there is nothing to do and nothing arrives.
     """
     n = len(loads)
-    per_part = {l.partition: clear_time_s(l.lag, l.rate, capacity) for l in loads}
+    per_part = {ld.partition: clear_time_s(ld.lag, ld.rate, capacity) for ld in loads}
     if n == 0:
         return Projection(replicas, 0, 0.0, 0.0, per_part)
     if replicas <= 0 or capacity <= 0:
-        idle = all(l.lag <= 0 and l.rate <= 0 for l in loads)
+        idle = all(ld.lag <= 0 and ld.rate <= 0 for ld in loads)
         return Projection(replicas, n, 0.0 if idle else INF, 0.0 if idle else INF, per_part)
     extra = 0.0
     effective = list(loads)
@@ -106,8 +110,8 @@ def project(
         effective = lag_after_startup(loads, capacity, current_replicas, startup_s)
         extra = startup_s
     k = per_consumer_partitions(n, replicas)
-    top_lag = sum(sorted((l.lag for l in effective), reverse=True)[:k])
-    top_rate = sum(sorted((l.rate for l in effective), reverse=True)[:k])
+    top_lag = sum(sorted((ld.lag for ld in effective), reverse=True)[:k])
+    top_rate = sum(sorted((ld.rate for ld in effective), reverse=True)[:k])
     t = clear_time_s(top_lag, top_rate, capacity)
     return Projection(
         replicas=replicas,
@@ -145,10 +149,10 @@ def required_replicas(
 
 def hot_partitions(loads: Sequence[PartitionLoad], capacity: float, target_s: float) -> list[int]:
     """Partitions that miss ``target_s`` even with a dedicated consumer (worst first)."""
-    timed = [(clear_time_s(l.lag, l.rate, capacity), l.partition) for l in loads]
+    timed = [(clear_time_s(ld.lag, ld.rate, capacity), ld.partition) for ld in loads]
     return [p for t, p in sorted(timed, key=lambda x: (-x[0], x[1])) if t > target_s]
 
 
 def regrowing_partitions(loads: Sequence[PartitionLoad], capacity: float) -> list[int]:
     """Partitions whose live rate alone exceeds one consumer: their backlog regrows after any drain."""
-    return [l.partition for l in loads if l.rate >= capacity]
+    return [ld.partition for ld in loads if ld.rate >= capacity]

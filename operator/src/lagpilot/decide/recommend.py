@@ -9,8 +9,9 @@ group is not lagpilot's:
 - **capacity per replica**: lagpilot's consumer runtime reports it in its commit metadata; other
   consumers do not. Then it is measured from the group's committed offsets: between two cycles
   in which every partition of the topic lagged (so every consumer that owns a partition had work
-  all the time; a partition without a commit yet lags too), the records committed per second divided by the consumers that can work
-  (min(members, partitions)) is one sample of a consumer's capacity; the estimator smooths the
+  all the time; a partition without a commit yet lags too), the records committed per second
+  divided by the consumers that can work (min(members, partitions)) is one sample of a consumer's
+  capacity; the estimator smooths the
   samples as it does the reports. No sample while any partition is caught up (an idle consumer
   would read as a slow one) or while nothing was committed (a stopped group is not a slow one).
 
@@ -49,7 +50,9 @@ def committed_rate_capacity(prev: est_mod.EstimatorState | None, snap: lag_mod.L
     committed = 0
     for p in snap.partitions:
         old = prev.partitions.get(p.partition)
-        if old is None or (old.committed is not None and (p.committed is None or p.committed < old.committed)):
+        if old is None or (
+            old.committed is not None and (p.committed is None or p.committed < old.committed)
+        ):
             return None  # a new partition, or offsets reset/deleted: this interval tells nothing
         if old.lag <= 0 or lag_mod.partition_lag(p) <= 0:
             return None  # a caught-up partition: its consumer may have idled
@@ -96,7 +99,9 @@ def event_message(name: str, rec: Mapping[str, Any]) -> str:
     cur, want = rec["currentReplicas"], rec["replicas"]
     verb = (f"scale from {cur} to {want} replicas" if want != cur else f"keep {cur} replicas")
     drain = "; drain the backlog" if rec["drain"] else ""
-    return f"recommend: {verb}{drain} ({rec['reason']}: {rec['message']}); spec.mode is Recommend: not applied"
+    return (
+        f"recommend: {verb}{drain} ({rec['reason']}: {rec['message']}); spec.mode is Recommend: not applied"
+    )
 
 
 def scaling_condition(rec: Mapping[str, Any]) -> Condition:
@@ -104,4 +109,6 @@ def scaling_condition(rec: Mapping[str, Any]) -> Condition:
     what would be done."""
     cur, want = rec["currentReplicas"], rec["replicas"]
     what = f"would scale {cur} -> {want}" if want != cur else f"would keep {cur}"
-    return Condition("Scaling", FALSE, REASON, f"spec.mode Recommend: {what} ({rec['reason']}); nothing is scaled")
+    return Condition(
+        "Scaling", FALSE, REASON, f"spec.mode Recommend: {what} ({rec['reason']}); nothing is scaled"
+    )

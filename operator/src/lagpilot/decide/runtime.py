@@ -43,7 +43,7 @@ GIVE_UP_FACTOR = 2.0
 GIVE_UP_MIN_S = 120.0
 
 
-def mode_of(spec: "GroupSpec") -> str:
+def mode_of(spec: GroupSpec) -> str:
     """The runtime mode a CR asks for (the runtime exists only where a drain Job could use it)."""
     d = spec.drain
     if not (d.warm_runtime and d.enabled and d.launcher == "job"):
@@ -59,9 +59,11 @@ class RuntimePolicy:
     warm_start_s: float = 3.0  # a drain launched on a Ready runtime -> first record
 
     @classmethod
-    def from_group_spec(cls, spec: "GroupSpec", *, warm_up_s: float, warm_start_s: float) -> "RuntimePolicy":
+    def from_group_spec(cls, spec: GroupSpec, *, warm_up_s: float, warm_start_s: float) -> RuntimePolicy:
         cooldown = spec.drain.warm_runtime_cooldown_s
-        return cls(mode_of(spec), cls.cooldown_s if cooldown is None else float(cooldown), warm_up_s, warm_start_s)
+        return cls(
+            mode_of(spec), cls.cooldown_s if cooldown is None else float(cooldown), warm_up_s, warm_start_s
+        )
 
 
 @dataclass(frozen=True)
@@ -124,5 +126,16 @@ def split_waits(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) 
     return _warming(pol, obs, now)
 
 
-__all__ = ["MODE_OFF", "MODE_ALWAYS", "MODE_ON_DEMAND", "MODES", "RuntimePolicy", "RuntimeObservation", "mode_of",
-           "start_up_s", "wanted_replicas", "split_waits", "give_up_s"]
+__all__ = [
+    "MODES",
+    "MODE_ALWAYS",
+    "MODE_OFF",
+    "MODE_ON_DEMAND",
+    "RuntimeObservation",
+    "RuntimePolicy",
+    "give_up_s",
+    "mode_of",
+    "split_waits",
+    "start_up_s",
+    "wanted_replicas",
+]

@@ -17,7 +17,11 @@ from lagpilot.decide import kstatus
 from lagpilot.model.status import ConditionStatus, ConditionType
 
 CONDITION_TYPES = tuple(t.value for t in ConditionType)
-TRUE, FALSE, UNKNOWN = (ConditionStatus.TRUE.value, ConditionStatus.FALSE.value, ConditionStatus.UNKNOWN.value)
+TRUE, FALSE, UNKNOWN = (
+    ConditionStatus.TRUE.value,
+    ConditionStatus.FALSE.value,
+    ConditionStatus.UNKNOWN.value,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Condition:
 
 def rfc3339(now: float) -> str:
     """Kubernetes time stamps: UTC, second precision, `Z` suffix (conditions, lastScaleTime)."""
-    return dt.datetime.fromtimestamp(now, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(now, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- times in the status: THE formatter/parser pair ----------------------------------------------
@@ -50,9 +54,9 @@ def format_time(t: float | None) -> str | None:
     so ``format_time(parse_time(format_time(t))) == format_time(t)`` (a round trip never diffs)."""
     if t is None:
         return None
-    ms = int(round(float(t) * 1000))
+    ms = round(float(t) * 1000)
     secs, frac = divmod(ms, 1000)
-    return dt.datetime.fromtimestamp(secs, tz=dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:03d}Z"
+    return dt.datetime.fromtimestamp(secs, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:03d}Z"
 
 
 def parse_time(v: Any) -> float | None:
@@ -76,7 +80,7 @@ def parse_time(v: Any) -> float | None:
     except ValueError:
         raise ValueError(f"not an RFC 3339 time: {v!r}") from None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
+        t = t.replace(tzinfo=dt.UTC)
     return t.timestamp()
 
 
@@ -96,7 +100,9 @@ def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Cond
     return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
 
-def _apply(by_type: dict[str, dict[str, Any]], new: Iterable[Condition], generation: int | None, now: float) -> None:
+def _apply(
+    by_type: dict[str, dict[str, Any]], new: Iterable[Condition], generation: int | None, now: float
+) -> None:
     for c in new:
         prev = by_type.get(c.type)
         ltt = prev.get("lastTransitionTime") if prev and prev.get("status") == c.status else None

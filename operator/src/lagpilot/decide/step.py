@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagpilot.decide import estimate as est_mod
-from lagpilot.decide import handoff
-from lagpilot.decide import learn
+from lagpilot.decide import handoff, learn
 from lagpilot.decide import runtime as rt_mod
 from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, Lane
 from lagpilot.decide.lag import LagSnapshot
@@ -38,7 +37,8 @@ class Model:
 
     pod_start_s: float = 30.0  # scheduling + cached image + process start + group join
     drain_start_s: float = 20.0  # `lagpilot drain` launched -> first batch (bench/drain.py: 13-20 s)
-    # a drain launched on a Ready warm runtime -> first batch (bench/drain.py --runtime warm: start_up_s 2.3 s)
+    # a drain launched on a Ready warm runtime -> first batch
+    # (bench/drain.py --runtime warm: start_up_s 2.3 s)
     drain_warm_start_s: float = 3.0
     handoff_pause_s: float = 1.0  # the live group's pause at a hand-off (consumer path: one batch)
     drain_task_capacity: float | None = None  # records/s of one drain task; None: one consumer's
@@ -61,32 +61,43 @@ class Model:
 class Policies:
     scaling: ScalingPolicy
     drain: DrainPolicy | None  # None: drains disabled or cancelled
-    runtime: rt_mod.RuntimePolicy = rt_mod.RuntimePolicy()  # the warm drain runtime (decide.runtime)
+    # the warm drain runtime (decide.runtime)
+    runtime: rt_mod.RuntimePolicy = field(default_factory=rt_mod.RuntimePolicy)
     learn_start_ups: bool = False  # Model.learn_start_ups
     detect_ineffective_scaling: bool = False  # Model.detect_ineffective_scaling
 
-    def with_learned(self, learned: learn.Learned) -> "Policies":
+    def with_learned(self, learned: learn.Learned) -> Policies:
         """The same policies with the measured start-ups in place of the model's figures (decide.learn)."""
         cold_default = self.drain.start_up_s if self.drain is not None else self.runtime.warm_up_s
         pod, cold, warm = learned.figures(self.scaling.pod_start_s, cold_default, self.runtime.warm_start_s)
         drain = dataclasses.replace(self.drain, start_up_s=cold) if self.drain is not None else None
-        return dataclasses.replace(self, scaling=dataclasses.replace(self.scaling, pod_start_s=pod), drain=drain,
-                                   runtime=dataclasses.replace(self.runtime, warm_up_s=cold, warm_start_s=warm))
+        return dataclasses.replace(
+            self,
+            scaling=dataclasses.replace(self.scaling, pod_start_s=pod),
+            drain=drain,
+            runtime=dataclasses.replace(self.runtime, warm_up_s=cold, warm_start_s=warm),
+        )
 
     @classmethod
-    def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> "Policies":
+    def from_group_spec(cls, spec: GroupSpec, model: Model = Model()) -> Policies:
         scaling = ScalingPolicy.from_group_spec(spec, pod_start_s=model.pod_start_s)
         drain = None
         if spec.drain.enabled and not spec.drain.cancel:
             drain = DrainPolicy.from_group_spec(
-                spec, start_up_s=model.drain_start_s, handoff_s=model.handoff_pause_s,
-                task_capacity=model.drain_task_capacity, max_concurrent=model.max_concurrent_drains,
+                spec,
+                start_up_s=model.drain_start_s,
+                handoff_s=model.handoff_pause_s,
+                task_capacity=model.drain_task_capacity,
+                max_concurrent=model.max_concurrent_drains,
                 min_interval_s=model.drain_min_interval_s,
                 # the drain-assisted replica count: always where the CR opts in
                 # (spec.drain.assistReplicas), else only in bursts (the capped group cannot hold the load)
-                assist_min_saving=model.drain_assist_min_saving, busy=model.drain_busy)
-        runtime = rt_mod.RuntimePolicy.from_group_spec(spec, warm_up_s=model.drain_start_s,
-                                                       warm_start_s=model.drain_warm_start_s)
+                assist_min_saving=model.drain_assist_min_saving,
+                busy=model.drain_busy,
+            )
+        runtime = rt_mod.RuntimePolicy.from_group_spec(
+            spec, warm_up_s=model.drain_start_s, warm_start_s=model.drain_warm_start_s
+        )
         return cls(scaling, drain, runtime, model.learn_start_ups, model.detect_ineffective_scaling)
 
 
@@ -97,17 +108,22 @@ class StepState:
     (lagpilot.act.memory), so a restarted operator resumes from it."""
 
     estimator: est_mod.EstimatorState | None = None
-    history: ScalingHistory = ScalingHistory()
-    learned: learn.Learned = learn.Learned()  # measured start-ups, the effectiveness check, a downstream limit
+    history: ScalingHistory = field(default_factory=ScalingHistory)
+    learned: learn.Learned = field(
+        default_factory=learn.Learned
+    )  # measured start-ups, the effectiveness check, a downstream limit
 
     def to_memory(self) -> dict[str, Any]:
         """JSON-ready: ``{"estimator": EstimatorState.to_dict(), "scalingHistory": ScalingHistory.to_dict(),
         "learned": learn.Learned.to_dict()}``."""
-        return {"estimator": self.estimator.to_dict() if self.estimator else None,
-                "scalingHistory": self.history.to_dict(), "learned": self.learned.to_dict()}
+        return {
+            "estimator": self.estimator.to_dict() if self.estimator else None,
+            "scalingHistory": self.history.to_dict(),
+            "learned": self.learned.to_dict(),
+        }
 
     @classmethod
-    def from_memory(cls, memory: Mapping[str, Any] | None) -> "StepState":
+    def from_memory(cls, memory: Mapping[str, Any] | None) -> StepState:
         """Inverse of :meth:`to_memory`; None or an unreadable part starts fresh."""
         memory = memory or {}
         est = None
@@ -116,7 +132,11 @@ class StepState:
                 est = est_mod.EstimatorState.from_dict(memory["estimator"])
             except (ValueError, TypeError, KeyError):
                 est = None
-        return cls(est, ScalingHistory.from_dict(memory.get("scalingHistory")), learn.Learned.from_dict(memory.get("learned")))
+        return cls(
+            est,
+            ScalingHistory.from_dict(memory.get("scalingHistory")),
+            learn.Learned.from_dict(memory.get("learned")),
+        )
 
 
 @dataclass(frozen=True)
@@ -129,15 +149,18 @@ class StepObservation:
     drains: tuple[handoff.DrainStatus, ...] = ()
     last_drain_end_s: float | None = None  # when the last drain finished (status.drain.finishedAt)
     retention_s: float | None = None  # the topic's retention.ms / 1000 (None: unknown): expiring ranges first
-    runtime: rt_mod.RuntimeObservation | None = None  # the warm drain runtime's Deployment (None: none observed)
-    ready_replicas: int | None = None  # the consumer Deployment's Ready replicas (None: unknown; no pod start learned)
+    runtime: rt_mod.RuntimeObservation | None = (
+        None  # the warm drain runtime's Deployment (None: none observed)
+    )
+    ready_replicas: int | None = None
 
 
 @dataclass(frozen=True)
 class StepDecision:
     decision: Decision  # the scaler's answer (reason, message, projections, drain need)
     hold: int | None  # the hand-off's replica override (None: the scaler decides the count)
-    held: bool = False  # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
+    # the hand-off owns the replica count: the scaler must not act (handoff.holds_replicas)
+    held: bool = False
     events: tuple[str, ...] = field(default=())  # estimator events (DataLoss:p:n, OffsetsWentBackwards:p)
     runtime_replicas: int | None = None  # the warm drain runtime's replica count (None: no runtime)
     split_waits: bool = False  # a drain is due but waits for the warm runtime (its split once Ready)
@@ -167,11 +190,18 @@ def drain_view(drains: Sequence[handoff.DrainStatus], last_end_s: float | None) 
     if last_end_s is not None:
         ends.append(last_end_s)
     tasks = sum(max(d.slots if d.busy else 0, sum(1 for s in d.sub_ranges if not s.done)) for d in live)
-    busy = sorted({p for d in live if d.handed_off_at is None for p in d.partitions}
-                  | {p for d in live if d.extension is not None for p in d.extension.partitions})
-    return {"drains_in_flight": len(live), "tasks_in_flight": tasks, "busy_partitions": tuple(busy),
-            "last_drain_end_s": max(ends) if ends else None, "drain_active": bool(live),
-            "busy_drain": busy_drain_of(live)}
+    busy = sorted(
+        {p for d in live if d.handed_off_at is None for p in d.partitions}
+        | {p for d in live if d.extension is not None for p in d.extension.partitions}
+    )
+    return {
+        "drains_in_flight": len(live),
+        "tasks_in_flight": tasks,
+        "busy_partitions": tuple(busy),
+        "last_drain_end_s": max(ends) if ends else None,
+        "drain_active": bool(live),
+        "busy_drain": busy_drain_of(live),
+    }
 
 
 def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
@@ -181,7 +211,12 @@ def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
     if len(live) != 1:
         return None
     d = live[0]
-    if not d.busy or d.phase is not handoff.Phase.RUNNING or d.extension is not None or d.retry_at is not None:
+    if (
+        not d.busy
+        or d.phase is not handoff.Phase.RUNNING
+        or d.extension is not None
+        or d.retry_at is not None
+    ):
         return None
     per: dict[int, list[float]] = {p: [0, 0.0] for p in d.partitions}
     for s in d.sub_ranges:
@@ -207,55 +242,114 @@ def held_by(drains: Sequence[handoff.DrainStatus]) -> bool:
     return any(rule(d) for d in drains)
 
 
-def step(state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now: float,
-         model: Model = Model()) -> tuple[StepDecision, StepState]:
-    """One pure decision: estimate -> learn -> project -> scale (stabilized) -> plan drains -> hand-off hold."""
+def step(
+    state: StepState, obs: StepObservation, spec: GroupSpec | Policies, now: float, model: Model = Model()
+) -> tuple[StepDecision, StepState]:
+    """One pure decision: estimate -> learn -> project -> scale (stabilized) -> plan drains ->
+    hand-off hold."""
     pol = spec if isinstance(spec, Policies) else Policies.from_group_spec(spec, model)
     est = est_mod.update(state.estimator, obs.snapshot)
     learned = state.learned
     learn_events: tuple[learn.Event, ...] = ()
     if pol.learn_start_ups or pol.detect_ineffective_scaling:
-        learned, learn_events = learn.observe(state.learned, now=now, current=obs.current_replicas,
-                                              ready=obs.ready_replicas, drains=obs.drains, prev=state.estimator,
-                                              est=est, poll_s=pol.scaling.poll_interval_s)
+        learned, learn_events = learn.observe(
+            state.learned,
+            now=now,
+            current=obs.current_replicas,
+            ready=obs.ready_replicas,
+            drains=obs.drains,
+            prev=state.estimator,
+            est=est,
+            poll_s=pol.scaling.poll_interval_s,
+        )
     if pol.learn_start_ups:
         pol = pol.with_learned(learned)
     limit = learned.limit if pol.detect_ineffective_scaling else None
     view = drain_view(obs.drains, obs.last_drain_end_s)
     sobs = ScalingObservation.from_estimate(
-        now, obs.current_replicas, est, obs.snapshot, drain_active=view["drain_active"],
-        last_drain_end_s=view["last_drain_end_s"], drains_in_flight=view["drains_in_flight"],
-        tasks_in_flight=view["tasks_in_flight"], busy_partitions=view["busy_partitions"],
-        retention_s=obs.retention_s, busy_drain=view["busy_drain"], downstream_limit=limit)
+        now,
+        obs.current_replicas,
+        est,
+        obs.snapshot,
+        drain_active=view["drain_active"],
+        last_drain_end_s=view["last_drain_end_s"],
+        drains_in_flight=view["drains_in_flight"],
+        tasks_in_flight=view["tasks_in_flight"],
+        busy_partitions=view["busy_partitions"],
+        retention_s=obs.retention_s,
+        busy_drain=view["busy_drain"],
+        downstream_limit=limit,
+    )
     rpol, dpol = pol.runtime, pol.drain
     if dpol is not None and rpol.mode == rt_mod.MODE_ON_DEMAND:  # always: the cold figure, as before
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
     decision, history = decide(sobs, pol.scaling, state.history, dpol)
     # a busy drain's next split never waits: its tasks run (no runtime, warm or cold, to start)
-    waits = (decision.drain is not None and not decision.drain.extension
-             and rt_mod.split_waits(rpol, obs.runtime, now))
-    replicas = rt_mod.wanted_replicas(rpol, obs.runtime, drain_wanted=decision.drain is not None,
-                                      drain_in_flight=view["drain_active"], last_drain_end_s=view["last_drain_end_s"],
-                                      now=now)
+    waits = (
+        decision.drain is not None
+        and not decision.drain.extension
+        and rt_mod.split_waits(rpol, obs.runtime, now)
+    )
+    replicas = rt_mod.wanted_replicas(
+        rpol,
+        obs.runtime,
+        drain_wanted=decision.drain is not None,
+        drain_in_flight=view["drain_active"],
+        last_drain_end_s=view["last_drain_end_s"],
+        now=now,
+    )
     if waits:
         decision = dataclasses.replace(
-            decision, drain=None,
-            message=f"{decision.message}; a drain is due: it waits for the warm drain runtime (split once it is Ready)")
-    out = StepDecision(decision, hold_of(obs.drains), held_by(obs.drains), tuple(est.events), replicas, waits,
-                       learn_events, start_ups_of(pol, learned) if pol.learn_start_ups else {}, limit)
+            decision,
+            drain=None,
+            message=(f"{decision.message}; a drain is due: it waits for the warm drain runtime "
+                     "(split once it is Ready)"),
+        )
+    out = StepDecision(
+        decision,
+        hold_of(obs.drains),
+        held_by(obs.drains),
+        tuple(est.events),
+        replicas,
+        waits,
+        learn_events,
+        start_ups_of(pol, learned) if pol.learn_start_ups else {},
+        limit,
+    )
     if pol.learn_start_ups or pol.detect_ineffective_scaling:
-        learned = learn.after_decision(learned, now=now, current=obs.current_replicas, replicas=out.replicas,
-                                       held=out.held and out.hold is None, drains=obs.drains,
-                                       prev=state.estimator, est=est)
+        learned = learn.after_decision(
+            learned,
+            now=now,
+            current=obs.current_replicas,
+            replicas=out.replicas,
+            held=out.held and out.hold is None,
+            drains=obs.drains,
+            prev=state.estimator,
+            est=est,
+        )
     return out, StepState(est, history, learned)
 
 
 def start_ups_of(pol: Policies, learned: learn.Learned) -> dict[str, tuple[float, tuple[float, ...]]]:
     """The start-up figures the planner used (``pol`` already carries the learned ones) and the samples
     behind each (none: the model's figure): ``status.startUps``."""
-    return {"podStart": (pol.scaling.pod_start_s, learned.pod_start),
-            "drainStart": (pol.runtime.warm_up_s, learned.drain_start),
-            "drainWarmStart": (pol.runtime.warm_start_s, learned.drain_warm_start)}
+    return {
+        "podStart": (pol.scaling.pod_start_s, learned.pod_start),
+        "drainStart": (pol.runtime.warm_up_s, learned.drain_start),
+        "drainWarmStart": (pol.runtime.warm_start_s, learned.drain_warm_start),
+    }
 
 
-__all__ = ["Model", "Policies", "StepState", "StepObservation", "StepDecision", "step", "drain_view", "busy_drain_of", "hold_of", "held_by", "start_ups_of"]
+__all__ = [
+    "Model",
+    "Policies",
+    "StepDecision",
+    "StepObservation",
+    "StepState",
+    "busy_drain_of",
+    "drain_view",
+    "held_by",
+    "hold_of",
+    "start_ups_of",
+    "step",
+]
