@@ -214,3 +214,34 @@ def test_recheck_merges_the_rounds_of_another_output(tmp_path) -> None:  # type:
     res = recheck(tmp_path / "a", [tmp_path / "b"])
     assert [r["index"] for r in res["rounds"]] == [0, 1]
     assert res["summary"]["lagpilot"]["rounds"] == 2 and res["summary"]["lagpilot"]["median"]["within_sla_fraction"] == 0.6
+
+
+def test_each_run_gets_every_option_the_demo_parses(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """bench/versus.py drives the demo's stages with its own arguments: every option the demo's parser
+    knows must be there with the demo's default (a flag added to the demo, e.g. --node, broke every
+    versus run with an AttributeError in Demo.__init__)."""
+    from pathlib import Path
+
+    from lagpilot_dev import versus
+    from lagpilot_dev.demo import parse_args
+
+    seen = []
+
+    class Captured(Exception):
+        pass
+
+    def capture(args, *rest):  # type: ignore[no-untyped-def]
+        seen.append(args)
+        raise Captured
+
+    monkeypatch.setattr(versus, "VariantRun", capture)
+    vs = versus.Versus(profile="hot", variants=[KedaVariant.parse("keda-default:")], rounds=1, out=Path(tmp_path))
+    with pytest.raises(Captured):
+        vs._one(None, None, None, Path(tmp_path) / "r0", 0)
+    (args,) = seen
+    defaults = vars(parse_args([]))
+    assert set(defaults) - set(vars(args)) == set()
+    assert args.profile == "hot" and args.namespace == "versus-lp-0" and args.out == str(Path(tmp_path) / "r0")
+    for k, v in defaults.items():
+        if k not in ("profile", "namespace", "out", "plain"):
+            assert getattr(args, k) == v, k
