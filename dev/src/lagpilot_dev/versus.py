@@ -31,6 +31,7 @@ from typing import Any
 
 from lagpilot_dev import demo_summary
 from lagpilot_dev.demo import Demo
+from lagpilot_dev.demo import parse_args as demo_parse_args
 from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_config import PARTS
 from lagpilot_dev.versus_config import KedaVariant, Round, consumer_deployment, figures, medians, round_order, scaled_object
@@ -222,8 +223,11 @@ class Versus:
 
     def _one(self, stack: Any, info: Any, variant: KedaVariant | None, out: Path, i: int) -> dict[str, Any]:
         tag = "lp" if variant is None else variant.name.replace("_", "-")[:20]
-        args = argparse.Namespace(profile=self.profile, keep=False, cold_drains=False, runtime_on_demand=None,
-                                  namespace=f"versus-{tag}-{i}", out=str(out), plain=self.plain, no_operator=False)
+        # the demo's own parser, so every option it knows has its default (the profile is set after:
+        # `hot` is one of VERSUS_PROFILES, not a choice of the demo's --profile)
+        args = demo_parse_args(["--namespace", f"versus-{tag}-{i}", "--out", str(out),
+                                *(["--plain"] if self.plain else [])])
+        args.profile = self.profile
         root = logging.getLogger()
         handlers = list(root.handlers), list(logging.getLogger("lagpilot_dev").handlers)
         run = VariantRun(args, stack, info, variant)
