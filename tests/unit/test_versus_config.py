@@ -63,7 +63,9 @@ def test_a_tuned_variant_sets_the_window_and_the_options_in_both_the_object_and_
 
 
 @pytest.mark.parametrize("text, word", [("x:lagThreshold=0", "lagThreshold"), ("x:bogus=1", "bogus"),
-                                        ("x:allowIdleConsumers", "allowIdleConsumers")])
+                                        ("x:allowIdleConsumers", "allowIdleConsumers"),
+                                        ("x:limitToPartitionsWithLag,ensureEvenDistributionOfPartitions",
+                                         "cannot be set simultaneously")])
 def test_a_bad_variant_names_what_is_wrong(text: str, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         KedaVariant.parse(text)
