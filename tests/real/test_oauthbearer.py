@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.kafka import OAUTH_ALLOWED_URLS_PROPERTY, TOPICS_CLASS, oauth_client_properties
+from lagpilot_dev.oidc import AUDIENCE, OTHER_AUDIENCE_CLIENT_ID
 from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
 from tests.fixtures.oidc import OidcKafka, oidc_kafka  # noqa: F401 - fixture
@@ -119,8 +120,10 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         oidc_kafka: OidcKafka, crd: Any, kube_api: Any, pod_runner: Any,  # noqa: F811
         namespace: Callable[..., str], start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
     """(2) the operator's admin client and the consumer pods authenticate with OIDC client
-    credentials from the CR's Secret: the group commits every record; (3) a wrong client secret:
-    the CR goes Degraded with a reason naming authentication; neither client secret nor any token
+    credentials from the CR's Secret: the group commits every record; (3) a wrong client secret
+    (refused at the token endpoint) and a token the endpoint issues for another audience (refused
+    by the broker): each CR goes Degraded with a reason naming authentication and a message naming
+    the token endpoint and the cluster; neither client secret nor any token
     Keycloak issued is in the operator's log, the pods' logs, events, CRs (status), metrics or the
     workload specs (the scan of tests/real/test_secrets.py, extended to the OIDC secret)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
@@ -136,9 +139,11 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     records = 300
     produce(ok.bootstrap, topic, records // 2, 2)
     wrong_secret = f"wrongoidc{uuid.uuid4().hex}"
-    for name, secret in (("idp-right", ok.client_secret), ("idp-wrong", wrong_secret)):
+    for name, client_id, secret in (("idp-right", ok.client_id, ok.client_secret),
+                                    ("idp-wrong", ok.client_id, wrong_secret),
+                                    ("idp-audience", OTHER_AUDIENCE_CLIENT_ID, ok.client_secret)):
         core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {
-            "clientId": _b64(ok.client_id), "clientSecret": _b64(secret)}})
+            "clientId": _b64(client_id), "clientSecret": _b64(secret)}})
     kafka = {"bootstrapServers": ok.oauth_bootstrap, "securityProtocol": "SASL_PLAINTEXT",
              "saslMechanism": "OAUTHBEARER", "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url}}
     u = uuid.uuid4().hex[:6]
@@ -150,10 +155,12 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         "kafka": {**kafka, "secretRef": {"name": "idp-right"}}, "topic": topic, "groupId": group_right,
         "processing": {"sink": "log"}, "drain": {"enabled": False}, "batch": {"maxRecords": 50, "timeoutMs": 200},
         "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
-    apply_cr(crd, ns, cr("wrong", {
-        "kafka": {**kafka, "secretRef": {"name": "idp-wrong"}}, "topic": topic, "groupId": group_wrong,
-        "processing": {"sink": "log"}, "drain": {"enabled": False},
-        "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
+    for name, secret_name in (("wrong", "idp-wrong"), ("audience", "idp-audience")):
+        apply_cr(crd, ns, cr(name, {
+            "kafka": {**kafka, "secretRef": {"name": secret_name}}, "topic": topic,
+            "groupId": f"{group_wrong}-{name}",
+            "processing": {"sink": "log"}, "drain": {"enabled": False},
+            "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
 
     # (3) the fault really fires at Keycloak (the wrong secret is refused there, 401) ...
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -165,13 +172,22 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         c = condition(get_cr(custom, ns, name), "Degraded")
         return c if c and c["status"] == "True" else None
 
-    c = wait_until(lambda: degraded("wrong"), "wrong: Degraded", 240, interval=1)
-    print(f"wrong client secret: Degraded {c['reason']}: {c['message']}")
-    assert c["reason"] == "AuthenticationFailed", c
-    assert "authenticat" in (c["reason"] + c["message"]).lower()
-    assert condition(get_cr(custom, ns, "wrong"), "Ready")["status"] == "False"
-    wait_until(lambda: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
-                           for e in events_for(core, ns, "wrong")), "an AuthenticationFailed event", 60, interval=1)
+    # (3b) an invalid token: the endpoint issues it (the fault is not at Keycloak) but for another
+    # audience, which the broker's validator refuses
+    other_token = ok.oidc.fetch_token(client_id=OTHER_AUDIENCE_CLIENT_ID)["access_token"]
+    assert AUDIENCE not in str(_claims(other_token).get("aud")), _claims(other_token)
+
+    for name, what in (("wrong", "wrong client secret"), ("audience", "token for another audience")):
+        c = wait_until(lambda n=name: degraded(n), f"{name}: Degraded", 240, interval=1)
+        print(f"{what}: Degraded {c['reason']}: {c['message']}")
+        assert c["reason"] == "AuthenticationFailed", c
+        assert "authenticat" in (c["reason"] + c["message"]).lower()
+        # the message names where the token comes from, not only the cluster
+        assert ok.token_endpoint_url in c["message"] and ok.oauth_bootstrap in c["message"], c
+        assert condition(get_cr(custom, ns, name), "Ready")["status"] == "False"
+        wait_until(lambda n=name: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
+                                      for e in events_for(core, ns, n)),
+                   f"{name}: an AuthenticationFailed event", 60, interval=1)
 
     # (2) the right CR: the pod consumes every record over OAUTHBEARER and commits
     def committed() -> int:
@@ -200,7 +216,8 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # client secret
     token = ok.oidc.fetch_token()["access_token"]
     values = {"client_secret": ok.client_secret, "wrong_client_secret": wrong_secret,
-              "token_signature": token.rsplit(".", 1)[1]}
+              "token_signature": token.rsplit(".", 1)[1],
+              "other_audience_token_signature": other_token.rsplit(".", 1)[1]}
 
     def kubectl_json(*what: str) -> str:
         return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
