@@ -22,6 +22,13 @@ from lagpilot_dev.oidc import AUDIENCE, OTHER_AUDIENCE_CLIENT_ID
 from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
 from tests.fixtures.oidc import OidcKafka, oidc_kafka  # noqa: F401 - fixture
+from tests.fixtures.sasl_crs import (
+    apply_auth_cr,
+    committed_total,
+    credentials_secret,
+    pod_logs,
+    wait_authentication_failed,
+)
 from tests.fixtures.stack import create_topic
 from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     REPO,
@@ -35,7 +42,7 @@ from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     produce,
     start_operator,
 )
-from tests.real.test_secrets import _b64, hits
+from tests.real.test_secrets import hits
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -126,7 +133,6 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     the token endpoint and the cluster; neither client secret nor any token
     Keycloak issued is in the operator's log, the pods' logs, events, CRs (status), metrics or the
     workload specs (the scan of tests/real/test_secrets.py, extended to the OIDC secret)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from kubernetes import client
 
     ok = oidc_kafka
@@ -142,8 +148,8 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     for name, client_id, secret in (("idp-right", ok.client_id, ok.client_secret),
                                     ("idp-wrong", ok.client_id, wrong_secret),
                                     ("idp-audience", OTHER_AUDIENCE_CLIENT_ID, ok.client_secret)):
-        core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {
-            "clientId": _b64(client_id), "clientSecret": _b64(secret)}})
+        core.create_namespaced_secret(ns, credentials_secret(name, {"clientId": client_id,
+                                                                     "clientSecret": secret}))
     kafka = {"bootstrapServers": ok.oauth_bootstrap, "securityProtocol": "SASL_PLAINTEXT",
              "saslMechanism": "OAUTHBEARER", "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url}}
     u = uuid.uuid4().hex[:6]
@@ -151,52 +157,30 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # the consumer pods run this checkout's runtime (the pod runner's python imports the venv's
     # editable install otherwise)
     template = {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]}
-    apply_cr(crd, ns, cr("right", {
-        "kafka": {**kafka, "secretRef": {"name": "idp-right"}}, "topic": topic, "groupId": group_right,
-        "processing": {"sink": "log"}, "drain": {"enabled": False}, "batch": {"maxRecords": 50, "timeoutMs": 200},
-        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
-    for name, secret_name in (("wrong", "idp-wrong"), ("audience", "idp-audience")):
-        apply_cr(crd, ns, cr(name, {
-            "kafka": {**kafka, "secretRef": {"name": secret_name}}, "topic": topic,
-            "groupId": f"{group_wrong}-{name}",
-            "processing": {"sink": "log"}, "drain": {"enabled": False},
-            "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
+    apply_auth_cr(crd, ns, "right", kafka, "idp-right", topic, group_right, consume=True, template=template)
+    for name in ("wrong", "audience"):
+        apply_auth_cr(crd, ns, name, kafka, f"idp-{name}", topic, f"{group_wrong}-{name}", consume=False,
+                      template=template)
 
     # (3) the fault really fires at Keycloak (the wrong secret is refused there, 401) ...
     with pytest.raises(urllib.error.HTTPError) as refused:
         ok.oidc.fetch_token(client_secret=wrong_secret)
     assert refused.value.code == 401
 
-    # ... and the CR goes Degraded naming authentication
-    def degraded(name: str) -> dict[str, Any] | None:
-        c = condition(get_cr(custom, ns, name), "Degraded")
-        return c if c and c["status"] == "True" else None
-
     # (3b) an invalid token: the endpoint issues it (the fault is not at Keycloak) but for another
     # audience, which the broker's validator refuses
     other_token = ok.oidc.fetch_token(client_id=OTHER_AUDIENCE_CLIENT_ID)["access_token"]
     assert AUDIENCE not in str(_claims(other_token).get("aud")), _claims(other_token)
 
-    for name, what in (("wrong", "wrong client secret"), ("audience", "token for another audience")):
-        c = wait_until(lambda n=name: degraded(n), f"{name}: Degraded", 240, interval=1)
-        print(f"{what}: Degraded {c['reason']}: {c['message']}")
-        assert c["reason"] == "AuthenticationFailed", c
+    # ... and each CR goes Degraded naming authentication, the token endpoint and the cluster
+    for name in ("wrong", "audience"):
+        c = wait_authentication_failed(custom, core, ns, name, 240)
         assert "authenticat" in (c["reason"] + c["message"]).lower()
-        # the message names where the token comes from, not only the cluster
         assert ok.token_endpoint_url in c["message"] and ok.oauth_bootstrap in c["message"], c
-        assert condition(get_cr(custom, ns, name), "Ready")["status"] == "False"
-        wait_until(lambda n=name: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
-                                      for e in events_for(core, ns, n)),
-                   f"{name}: an AuthenticationFailed event", 60, interval=1)
 
     # (2) the right CR: the pod consumes every record over OAUTHBEARER and commits
-    def committed() -> int:
-        req = ConsumerGroupTopicPartitions(group_right, [TopicPartition(topic, p) for p in (0, 1)])
-        res = admin.list_consumer_group_offsets([req])[group_right].result(timeout=30)
-        return sum(max(tp.offset, 0) for tp in res.topic_partitions)
-
-    wait_until(lambda: committed() == records, f"group {group_right} to commit all {records} records", 300,
-               interval=2)
+    wait_until(lambda: committed_total(admin, group_right, topic, [0, 1]) == records,
+               f"group {group_right} to commit all {records} records", 300, interval=2)
     wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
                interval=1)
     right = get_cr(custom, ns, "right")
@@ -222,12 +206,9 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     def kubectl_json(*what: str) -> str:
         return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
 
-    pod_logs = "\n".join(pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")
-                         for p in core.list_namespaced_pod(ns).items
-                         if pod_runner.log_path(ns, p.metadata.name).exists())
     places = {
         "operator log": op.log_path.read_text(errors="replace"),
-        "pod logs": pod_logs,
+        "pod logs": pod_logs(core, pod_runner, ns),
         "events": kubectl_json("events"),
         "CRs (spec+status)": kubectl_json("batchconsumergroups"),
         "metrics": op.metrics(),
