@@ -45,7 +45,7 @@ REALM = "lagpilot"
 CLIENT_ID = "lagpilot-kafka"
 AUDIENCE = "kafka"
 OTHER_AUDIENCE_CLIENT_ID = "lagpilot-other-audience"  # its tokens are for another audience
-OTHER_AUDIENCE = "not-kafka"
+OTHER_AUDIENCE = "another-service"
 TOKEN_LIFESPAN_S = 300
 MIN_JAVA = 17  # Keycloak 26.7.3 starts and serves on the machine's Java 17 (seen)
 
