@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-
 # option pairs KEDA's Kafka scaler refuses together (parseKafkaMetadata's validate, v2.20)
 _EXCLUSIVE = (
-    ("allow_idle_consumers", "limit_to_partitions_with_lag", "allowIdleConsumers", "limitToPartitionsWithLag"),
+    ("allow_idle_consumers", "limit_to_partitions_with_lag",
+     "allowIdleConsumers", "limitToPartitionsWithLag"),
     ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions",
      "limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions"),
 )
@@ -65,7 +65,8 @@ class KedaConfig:
         # simultaneously"): such a ScaledObject gets no scaler, so there is nothing to model
         for a, b, name_a, name_b in _EXCLUSIVE:
             if getattr(self, a) and getattr(self, b):
-                raise ValueError(f"{name_a} and {name_b} cannot be set simultaneously (KEDA refuses the trigger)")
+                raise ValueError(f"{name_a} and {name_b} cannot be set simultaneously "
+                                 "(KEDA refuses the trigger)")
 
 
 @dataclass(frozen=True)

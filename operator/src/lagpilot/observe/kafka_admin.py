@@ -367,8 +367,9 @@ class AdminPool:
                                      self._group_reader_factory(full) if self._group_reader_factory else None,
                                      self._snapshot_factory(full) if self._snapshot_factory else None,
                                      self._fetch_timeout_s,
-                                     token_endpoint=(conf.get("sasl.oauthbearer.token.endpoint.url")
-                                                     if conf.get("sasl.mechanism") == "OAUTHBEARER" else None))
+                                     token_endpoint=(
+                                         conf.get("sasl.oauthbearer.token.endpoint.url")
+                                         if conf.get("sasl.mechanism") == "OAUTHBEARER" else None))
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
