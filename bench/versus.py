@@ -2,6 +2,8 @@
 
     python -m bench.versus [--profile fast|default] [--rounds N] [--keda NAME:SETTINGS]... [--out DIR] [--json]
     python -m bench.versus --recheck DIR     # the KEDA model's checks of a finished DIR again, with today's model
+    python -m bench.versus --no-lagpilot --keda NAME:SETTINGS --out DIR2   # KEDA rounds only, then:
+    python -m bench.versus --recheck DIR --merge DIR2                     # DIR2's rounds added to DIR's
 
 Every round replays the demo profile's trace once for lagpilot's BatchConsumerGroup and once per
 KEDA variant (a plain consumer Deployment of the same command, batch settings and sink, scaled by a
@@ -45,10 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print versus.json's summary on stdout at the end")
     p.add_argument("--first-round", type=int, default=0, metavar="I",
                    help="index of the first round (odd: the variants run in reverse order first)")
+    p.add_argument("--no-lagpilot", action="store_true",
+                   help="the KEDA variants only (rounds to add to another output with --recheck OUT --merge)")
     p.add_argument("--recheck", default=None, metavar="OUT",
                    help="run nothing: recompute the KEDA model's checks and the plots of a finished OUT")
     p.add_argument("--merge", action="append", default=[], metavar="OTHER",
-                   help="with --recheck: add the rounds of another finished output (same profile and variants)")
+                   help="with --recheck: add the rounds of another finished output (same profile; a variant "
+                        "in both with the same settings; a round index OUT has too is numbered after its last)")
     args = p.parse_args(argv)
     if args.recheck:
         from lagpilot_dev.versus import recheck
@@ -67,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("KEDA variant names must be distinct and not 'lagpilot'")
     out = Path(args.out) if args.out else cache_dir() / "versus" / time.strftime("%Y%m%d-%H%M%S")
     result = Versus(profile=args.profile, variants=variants, rounds=args.rounds, out=out,
-                    first_round=args.first_round).run()
+                    first_round=args.first_round, lagpilot=not args.no_lagpilot).run()
     if args.json:
         print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
     print(f"versus.json: {out / 'versus.json'}", file=sys.stderr)

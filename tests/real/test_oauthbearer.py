@@ -18,9 +18,17 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.kafka import OAUTH_ALLOWED_URLS_PROPERTY, TOPICS_CLASS, oauth_client_properties
+from lagpilot_dev.oidc import AUDIENCE, OTHER_AUDIENCE_CLIENT_ID
 from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
 from tests.fixtures.oidc import OidcKafka, oidc_kafka  # noqa: F401 - fixture
+from tests.fixtures.sasl_crs import (
+    apply_auth_cr,
+    committed_total,
+    credentials_secret,
+    pod_logs,
+    wait_authentication_failed,
+)
 from tests.fixtures.stack import create_topic
 from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     REPO,
@@ -34,7 +42,7 @@ from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     produce,
     start_operator,
 )
-from tests.real.test_secrets import _b64, hits
+from tests.real.test_secrets import hits
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -119,11 +127,12 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         oidc_kafka: OidcKafka, crd: Any, kube_api: Any, pod_runner: Any,  # noqa: F811
         namespace: Callable[..., str], start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
     """(2) the operator's admin client and the consumer pods authenticate with OIDC client
-    credentials from the CR's Secret: the group commits every record; (3) a wrong client secret:
-    the CR goes Degraded with a reason naming authentication; neither client secret nor any token
+    credentials from the CR's Secret: the group commits every record; (3) a wrong client secret
+    (refused at the token endpoint) and a token the endpoint issues for another audience (refused
+    by the broker): each CR goes Degraded with a reason naming authentication and a message naming
+    the token endpoint and the cluster; neither client secret nor any token
     Keycloak issued is in the operator's log, the pods' logs, events, CRs (status), metrics or the
     workload specs (the scan of tests/real/test_secrets.py, extended to the OIDC secret)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from kubernetes import client
 
     ok = oidc_kafka
@@ -136,9 +145,11 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     records = 300
     produce(ok.bootstrap, topic, records // 2, 2)
     wrong_secret = f"wrongoidc{uuid.uuid4().hex}"
-    for name, secret in (("idp-right", ok.client_secret), ("idp-wrong", wrong_secret)):
-        core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {
-            "clientId": _b64(ok.client_id), "clientSecret": _b64(secret)}})
+    for name, client_id, secret in (("idp-right", ok.client_id, ok.client_secret),
+                                    ("idp-wrong", ok.client_id, wrong_secret),
+                                    ("idp-audience", OTHER_AUDIENCE_CLIENT_ID, ok.client_secret)):
+        core.create_namespaced_secret(ns, credentials_secret(name, {"clientId": client_id,
+                                                                     "clientSecret": secret}))
     kafka = {"bootstrapServers": ok.oauth_bootstrap, "securityProtocol": "SASL_PLAINTEXT",
              "saslMechanism": "OAUTHBEARER", "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url}}
     u = uuid.uuid4().hex[:6]
@@ -146,41 +157,31 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # the consumer pods run this checkout's runtime (the pod runner's python imports the venv's
     # editable install otherwise)
     template = {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]}
-    apply_cr(crd, ns, cr("right", {
-        "kafka": {**kafka, "secretRef": {"name": "idp-right"}}, "topic": topic, "groupId": group_right,
-        "processing": {"sink": "log"}, "drain": {"enabled": False}, "batch": {"maxRecords": 50, "timeoutMs": 200},
-        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
-    apply_cr(crd, ns, cr("wrong", {
-        "kafka": {**kafka, "secretRef": {"name": "idp-wrong"}}, "topic": topic, "groupId": group_wrong,
-        "processing": {"sink": "log"}, "drain": {"enabled": False},
-        "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}, "template": template}))
+    apply_auth_cr(crd, ns, "right", kafka, "idp-right", topic, group_right, consume=True, template=template)
+    for name in ("wrong", "audience"):
+        apply_auth_cr(crd, ns, name, kafka, f"idp-{name}", topic, f"{group_wrong}-{name}", consume=False,
+                      template=template)
 
     # (3) the fault really fires at Keycloak (the wrong secret is refused there, 401) ...
     with pytest.raises(urllib.error.HTTPError) as refused:
         ok.oidc.fetch_token(client_secret=wrong_secret)
     assert refused.value.code == 401
 
-    # ... and the CR goes Degraded naming authentication
-    def degraded(name: str) -> dict[str, Any] | None:
-        c = condition(get_cr(custom, ns, name), "Degraded")
-        return c if c and c["status"] == "True" else None
+    # (3b) an invalid token: the endpoint issues it (the fault is not at Keycloak) but for another
+    # audience, which the broker's validator refuses
+    other_token = ok.oidc.fetch_token(client_id=OTHER_AUDIENCE_CLIENT_ID)["access_token"]
+    aud = _claims(other_token).get("aud")
+    assert AUDIENCE not in (aud if isinstance(aud, list) else [aud]), _claims(other_token)
 
-    c = wait_until(lambda: degraded("wrong"), "wrong: Degraded", 240, interval=1)
-    print(f"wrong client secret: Degraded {c['reason']}: {c['message']}")
-    assert c["reason"] == "AuthenticationFailed", c
-    assert "authenticat" in (c["reason"] + c["message"]).lower()
-    assert condition(get_cr(custom, ns, "wrong"), "Ready")["status"] == "False"
-    wait_until(lambda: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
-                           for e in events_for(core, ns, "wrong")), "an AuthenticationFailed event", 60, interval=1)
+    # ... and each CR goes Degraded naming authentication, the token endpoint and the cluster
+    for name in ("wrong", "audience"):
+        c = wait_authentication_failed(custom, core, ns, name, 240)
+        assert "authenticat" in (c["reason"] + c["message"]).lower()
+        assert ok.token_endpoint_url in c["message"] and ok.oauth_bootstrap in c["message"], c
 
     # (2) the right CR: the pod consumes every record over OAUTHBEARER and commits
-    def committed() -> int:
-        req = ConsumerGroupTopicPartitions(group_right, [TopicPartition(topic, p) for p in (0, 1)])
-        res = admin.list_consumer_group_offsets([req])[group_right].result(timeout=30)
-        return sum(max(tp.offset, 0) for tp in res.topic_partitions)
-
-    wait_until(lambda: committed() == records, f"group {group_right} to commit all {records} records", 300,
-               interval=2)
+    wait_until(lambda: committed_total(admin, group_right, topic, [0, 1]) == records,
+               f"group {group_right} to commit all {records} records", 300, interval=2)
     wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
                interval=1)
     right = get_cr(custom, ns, "right")
@@ -200,17 +201,15 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # client secret
     token = ok.oidc.fetch_token()["access_token"]
     values = {"client_secret": ok.client_secret, "wrong_client_secret": wrong_secret,
-              "token_signature": token.rsplit(".", 1)[1]}
+              "token_signature": token.rsplit(".", 1)[1],
+              "other_audience_token_signature": other_token.rsplit(".", 1)[1]}
 
     def kubectl_json(*what: str) -> str:
         return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
 
-    pod_logs = "\n".join(pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")
-                         for p in core.list_namespaced_pod(ns).items
-                         if pod_runner.log_path(ns, p.metadata.name).exists())
     places = {
         "operator log": op.log_path.read_text(errors="replace"),
-        "pod logs": pod_logs,
+        "pod logs": pod_logs(core, pod_runner, ns),
         "events": kubectl_json("events"),
         "CRs (spec+status)": kubectl_json("batchconsumergroups"),
         "metrics": op.metrics(),

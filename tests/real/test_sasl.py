@@ -8,7 +8,6 @@ list given to everyone is the SASL listener alone (its metadata advertises only 
 """
 from __future__ import annotations
 
-import base64
 import json
 import uuid
 from collections.abc import Callable
@@ -17,13 +16,17 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.sasl_crs import (
+    apply_auth_cr,
+    committed_total,
+    credentials_secret,
+    pod_logs,
+    wait_authentication_failed,
+)
 from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     Operator,
-    apply_cr,
     condition,
-    cr,
     crd,
-    events_for,
     get_cr,
     produce,
     start_operator,
@@ -43,9 +46,7 @@ def sasl(kafka_part: Any) -> dict[str, str]:
 
 
 def _secret(name: str, username: str, password: str) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "data": {
-        "username": base64.b64encode(username.encode()).decode(),
-        "password": base64.b64encode(password.encode()).decode()}}
+    return credentials_secret(name, {"username": username, "password": password})
 
 
 def test_sasl_listener_accepts_the_scram_user_and_refuses_a_wrong_password(sasl: dict[str, str]) -> None:
@@ -71,7 +72,6 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
         sasl: dict[str, str], crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
         kafka_bootstrap: str, kafka_admin: Any, new_topic: Callable[..., str],
         start_operator: Callable[[str], Operator]) -> None:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from kubernetes import client
 
     core, apps = client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
@@ -87,27 +87,12 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
     kafka = {"bootstrapServers": sasl["bootstrap"], "securityProtocol": "SASL_PLAINTEXT",
              "saslMechanism": "SCRAM-SHA-512"}
     group_wrong, group_right = f"sasl-wrong-{uuid.uuid4().hex[:6]}", f"sasl-right-{uuid.uuid4().hex[:6]}"
-    apply_cr(crd, ns, cr("wrong", {
-        "kafka": {**kafka, "secretRef": {"name": "kafka-wrong"}}, "topic": topic, "groupId": group_wrong,
-        "processing": {"sink": "log"}, "drain": {"enabled": False},
-        "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
-    apply_cr(crd, ns, cr("right", {
-        "kafka": {**kafka, "secretRef": {"name": "kafka-right"}}, "topic": topic, "groupId": group_right,
-        "processing": {"sink": "log"}, "drain": {"enabled": False}, "batch": {"maxRecords": 50, "timeoutMs": 200},
-        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+    apply_auth_cr(crd, ns, "wrong", kafka, "kafka-wrong", topic, group_wrong, consume=False)
+    apply_auth_cr(crd, ns, "right", kafka, "kafka-right", topic, group_right, consume=True)
 
     # 1. wrong credentials: Degraded, reason naming authentication, a Warning event
-    def degraded(name: str) -> dict[str, Any] | None:
-        c = condition(get_cr(custom, ns, name), "Degraded")
-        return c if c and c["status"] == "True" else None
-
-    c = wait_until(lambda: degraded("wrong"), "wrong: Degraded", 180, interval=1)
-    print(f"wrong credentials: Degraded {c['reason']}: {c['message']}")
-    assert c["reason"] == "AuthenticationFailed", c
+    c = wait_authentication_failed(custom, core, ns, "wrong", 180)
     assert "credentials" in c["message"] and sasl["bootstrap"] in c["message"]
-    assert condition(get_cr(custom, ns, "wrong"), "Ready")["status"] == "False"
-    wait_until(lambda: any(e.type == "Warning" and e.reason == "AuthenticationFailed"
-                           for e in events_for(core, ns, "wrong")), "an AuthenticationFailed event", 60, interval=1)
 
     # 2. right credentials: the consumer pod consumes every record over SASL
     dep = wait_until(lambda: apps.read_namespaced_deployment("right-consumer", ns), "the consumer Deployment", 90)
@@ -120,12 +105,7 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
         ref = env[key].value_from.secret_key_ref
         assert (ref.name, ref.key) == ("kafka-right", secret_key)
 
-    def committed() -> int:
-        req = ConsumerGroupTopicPartitions(group_right, [TopicPartition(topic, p) for p in (0, 1)])
-        res = kafka_admin.list_consumer_group_offsets([req])[group_right].result(timeout=30)
-        return sum(max(tp.offset, 0) for tp in res.topic_partitions)
-
-    wait_until(lambda: committed() == records, f"group {group_right} to commit all {records} records", 240,
+    wait_until(lambda: committed_total(kafka_admin, group_right, topic, [0, 1]) == records, f"group {group_right} to commit all {records} records", 240,
                interval=2)
     wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
                interval=1)
@@ -143,12 +123,8 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
     blob += json.dumps([(e.reason, e.message) for e in core.list_namespaced_event(ns).items])
     blob += json.dumps([d.to_dict() for d in apps.list_namespaced_deployment(ns).items], default=str)
     blob += op.tail(100000)
-    pods = core.list_namespaced_pod(ns).items
-    assert pods, "no consumer pod ran"
-    for pod in pods:
-        path = pod_runner.log_path(ns, pod.metadata.name)
-        if path.exists():
-            blob += path.read_text(errors="replace")
+    assert core.list_namespaced_pod(ns).items, "no consumer pod ran"
+    blob += pod_logs(core, pod_runner, ns)
     assert wrong_password not in blob
     assert sasl["password"] not in blob
     assert op.alive(), op.tail()

@@ -111,3 +111,29 @@ def test_server_properties_pods_listener_adds_and_changes_nothing_else() -> None
     assert props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",PODS:PLAINTEXT"
     assert {k: v for k, v in props.items() if not k.startswith(("listeners", "advertised", "listener.security"))} \
         == {k: v for k, v in base.items() if not k.startswith(("listeners", "advertised", "listener.security"))}
+
+
+def test_server_properties_oauth_listener_validates_tokens_and_changes_nothing_else() -> None:
+    """The OAUTH listener (one writer for every SASL listener: `Listener`): OAUTHBEARER only, Kafka's
+    validator with the provider's JWKS, issuer and audience; the other listeners' keys unchanged."""
+    settings = {"jwks_url": "http://idp/jwks", "issuer": "http://idp/realms/r", "audience": "kafka",
+                "token_endpoint_url": "http://idp/token"}
+    base = dict(line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines())
+    props = dict(line.split("=", 1) for line in server_properties(
+        Path("/data/k"), 9092, 9093, 9094, oauth=(9095, settings)).splitlines())
+    assert props["listeners"] == base["listeners"] + ",OAUTH://127.0.0.1:9095"
+    assert props["advertised.listeners"] == base["advertised.listeners"] + ",OAUTH://127.0.0.1:9095"
+    assert props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",OAUTH:SASL_PLAINTEXT"
+    assert props["listener.name.oauth.sasl.enabled.mechanisms"] == "OAUTHBEARER"
+    assert props["listener.name.oauth.oauthbearer.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;")
+    assert props["listener.name.oauth.oauthbearer.sasl.server.callback.handler.class"].endswith(
+        "OAuthBearerValidatorCallbackHandler")
+    assert (props["sasl.oauthbearer.jwks.endpoint.url"], props["sasl.oauthbearer.expected.issuer"],
+            props["sasl.oauthbearer.expected.audience"]) == ("http://idp/jwks", "http://idp/realms/r", "kafka")
+    # the SCRAM listener is written by the same code and unchanged
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+    changed = {k for k in base if props.get(k) != base[k]}
+    assert changed == {"listeners", "advertised.listeners", "listener.security.protocol.map"}

@@ -84,19 +84,29 @@ def test_scale_to_zero_after_cooldown_and_back_on_activation() -> None:
         ([100, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 10),  # one partition lags: one consumer
         ([100, 5, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 20),
         ([0, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 0),
-        ([100, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True, allow_idle_consumers=True), 10),
         ([25, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 30),  # 3 divides 6
         ([41, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 60),  # 4, 5 do not
         ([0, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 10),  # factor 1
         ([500, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 60),
-        ([25, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True,
-                                            limit_to_partitions_with_lag=True), 10),  # then the lag cap
     ],
-    ids=["default", "limit-one", "limit-two", "limit-none", "limit-with-idle", "even-3", "even-6", "even-idle",
-         "even-capped", "even-then-limit"],
+    ids=["default", "limit-one", "limit-two", "limit-none", "even-3", "even-6", "even-idle", "even-capped"],
 )
 def test_partition_options(lags: list[float], partitions: int, cfg: KedaConfig, expected: int) -> None:
     assert keda_metric(lags, partitions, cfg) == expected
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"limit_to_partitions_with_lag": True, "ensure_even_distribution_of_partitions": True},
+     ("limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions")),
+    ({"limit_to_partitions_with_lag": True, "allow_idle_consumers": True}, ("allowIdleConsumers", "limitToPartitionsWithLag")),
+])
+def test_options_keda_rejects_together_are_rejected(kw: dict[str, bool], words: tuple[str, str]) -> None:
+    """KEDA v2.20's kafka_scaler.go (parseKafkaMetadata's validate) refuses these pairs ("... cannot be set
+    simultaneously"): the ScaledObject never gets a scaler, so the model must not predict one."""
+    with pytest.raises(ValueError, match="cannot be set simultaneously") as err:
+        KedaConfig(**kw)  # type: ignore[arg-type]
+    for w in words:
+        assert w in str(err.value)
 
 
 def test_exclude_persistent_lag_drops_a_partition_whose_consumer_did_not_move() -> None:

@@ -134,3 +134,36 @@ def test_the_drain_gets_the_same_oidc_settings_and_its_executors_the_secret_only
     opts = spark_kafka_options(cfg, read_committed=True)
     assert opts["kafka.security.protocol"] == "SASL_SSL" and opts["kafka.sasl.mechanism"] == "OAUTHBEARER"
     assert "the-client-secret-value" in opts["kafka.sasl.jaas.config"]
+
+
+@pytest.mark.parametrize("code", ["_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"])
+def test_an_authentication_failure_over_oauthbearer_names_the_token_endpoint_and_no_secret(code: str) -> None:
+    """Issue 28 item 3: with OIDC client credentials, authentication fails at the token endpoint (the
+    client id/secret refused) or at the broker (the token refused: expired, wrong issuer, audience or
+    signature); the Degraded message names both places, the endpoint by the field that sets it, and
+    never the secret."""
+    from types import SimpleNamespace
+
+    from confluent_kafka import KafkaError, KafkaException
+
+    from lagpilot.observe.kafka_observe import AdminPool, classify
+
+    k = parse_spec(spec(KAFKA)).kafka
+    conf = admin_config(k, {"clientId": b64("lagpilot"), "clientSecret": b64("s3cret-value")})
+    h = AdminPool(factory=lambda c: SimpleNamespace(poll=lambda t: 0)).acquire("ns/a", conf)
+    err = classify(KafkaException(KafkaError(getattr(KafkaError, code))), h, "orders", h.bootstrap)
+    assert err.reason == "AuthenticationFailed"
+    assert URL in err.message and "spec.kafka.oauthbearer.tokenEndpointUrl" in err.message
+    assert "k:9093" in err.message and "authenticat" in err.message.lower()
+    assert "s3cret-value" not in str(err) and "s3cret-value" not in err.message
+    # a timeout the error callback explains says the same
+    h.on_error(KafkaError(getattr(KafkaError, code)))
+    timed_out = classify(KafkaException(KafkaError(KafkaError._TIMED_OUT)), h, "orders", h.bootstrap)
+    assert timed_out.reason == "AuthenticationFailed" and URL in timed_out.message
+    # SCRAM: no token endpoint to name
+    scram = parse_spec(spec({"bootstrapServers": "k:9093", "securityProtocol": "SASL_SSL",
+                             "saslMechanism": "SCRAM-SHA-512", "secretRef": {"name": "c"}})).kafka
+    h2 = AdminPool(factory=lambda c: SimpleNamespace(poll=lambda t: 0)).acquire(
+        "ns/b", admin_config(scram, {"username": b64("u"), "password": b64("p4ss-word")}))
+    plain = classify(KafkaException(KafkaError(getattr(KafkaError, code))), h2, "orders", h2.bootstrap)
+    assert "token" not in plain.message and "p4ss-word" not in plain.message

@@ -63,7 +63,9 @@ def test_a_tuned_variant_sets_the_window_and_the_options_in_both_the_object_and_
 
 
 @pytest.mark.parametrize("text, word", [("x:lagThreshold=0", "lagThreshold"), ("x:bogus=1", "bogus"),
-                                        ("x:allowIdleConsumers", "allowIdleConsumers")])
+                                        ("x:allowIdleConsumers", "allowIdleConsumers"),
+                                        ("x:limitToPartitionsWithLag,ensureEvenDistributionOfPartitions",
+                                         "cannot be set simultaneously")])
 def test_a_bad_variant_names_what_is_wrong(text: str, word: str) -> None:
     with pytest.raises(ValueError, match=word):
         KedaVariant.parse(text)
@@ -214,3 +216,103 @@ def test_recheck_merges_the_rounds_of_another_output(tmp_path) -> None:  # type:
     res = recheck(tmp_path / "a", [tmp_path / "b"])
     assert [r["index"] for r in res["rounds"]] == [0, 1]
     assert res["summary"]["lagpilot"]["rounds"] == 2 and res["summary"]["lagpilot"]["median"]["within_sla_fraction"] == 0.6
+
+
+def test_each_run_gets_every_option_the_demo_parses(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """bench/versus.py drives the demo's stages with its own arguments: every option the demo's parser
+    knows must be there with the demo's default (a flag added to the demo, e.g. --node, broke every
+    versus run with an AttributeError in Demo.__init__)."""
+    from pathlib import Path
+
+    from lagpilot_dev import versus
+    from lagpilot_dev.demo import parse_args
+
+    seen = []
+
+    class Captured(Exception):
+        pass
+
+    def capture(args, *rest):  # type: ignore[no-untyped-def]
+        seen.append(args)
+        raise Captured
+
+    monkeypatch.setattr(versus, "VariantRun", capture)
+    vs = versus.Versus(profile="hot", variants=[KedaVariant.parse("keda-default:")], rounds=1, out=Path(tmp_path))
+    with pytest.raises(Captured):
+        vs._one(None, None, None, Path(tmp_path) / "r0", 0)
+    (args,) = seen
+    defaults = vars(parse_args([]))
+    assert set(defaults) - set(vars(args)) == set()
+    assert args.profile == "hot" and args.namespace == "versus-lp-0" and args.out == str(Path(tmp_path) / "r0")
+    for k, v in defaults.items():
+        if k not in ("profile", "namespace", "out", "plain"):
+            assert getattr(args, k) == v, k
+
+
+def _versus_out(d, rounds, variants, load=1.0) -> None:  # type: ignore[no-untyped-def]
+    """A finished output: rounds = [(index, {name: within_sla})]."""
+    import json
+
+    d.mkdir()
+    rs = []
+    for index, sla in rounds:
+        res = {n: {"within_sla_fraction": s, "p99_s": 90.0, "replica_minutes": 5.0, "drain_task_minutes": 0.0,
+                   "scale_events": 1, "exactly_once": True, "out": str(d / f"round{index}-{n}")}
+               for n, s in sla.items()}
+        rs.append({"index": index, "order": list(sla), "results": res})
+        for n in sla:  # what a KEDA run keeps for the model's check
+            run = d / f"round{index}-{n}"
+            run.mkdir()
+            rows = ["t_s,produce_msgs_per_s"] + [f"{t},{6 if t < 10 else 400 if t < 60 else 6}" for t in range(120)]
+            (run / "trace.csv").write_text("\n".join(rows) + "\n")
+            (run / "summary.json").write_text(json.dumps(_summary()))
+    (d / "versus.json").write_text(json.dumps({
+        "profile": "hot", "keda_version": "v2.20.2", "load_average": [load], "written_at": f"at {load}",
+        "variants": variants, "rounds": rs}))
+
+
+def test_recheck_merge_keeps_a_round_whose_index_the_first_output_has_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two outputs that both started at round 0 (two bench runs): every round counts, none is dropped;
+    the colliding round is numbered after the last, its order (who ran first) kept."""
+    from lagpilot_dev.versus import recheck
+
+    _versus_out(tmp_path / "a", [(0, {"lagpilot": 0.5}), (1, {"lagpilot": 0.6})], {"lagpilot": "the CR"}, 1.0)
+    _versus_out(tmp_path / "b", [(0, {"lagpilot": 0.9})], {"lagpilot": "the CR"}, 2.0)
+    res = recheck(tmp_path / "a", [tmp_path / "b"])
+    assert [r["index"] for r in res["rounds"]] == [0, 1, 2]
+    assert res["rounds"][2]["results"]["lagpilot"]["within_sla_fraction"] == 0.9
+    assert res["summary"]["lagpilot"]["rounds"] == 3 and res["summary"]["lagpilot"]["median"]["within_sla_fraction"] == 0.6
+    # each output's load average and time stay with its rounds
+    assert [m["load_average"] for m in res["merged_outputs"]] == [[1.0], [2.0]]
+    assert [m["rounds"] for m in res["merged_outputs"]] == [[0, 1], [2]]
+    # merging the same output again adds nothing
+    again = recheck(tmp_path / "a", [tmp_path / "b"])
+    assert [r["index"] for r in again["rounds"]] == [0, 1, 2]
+
+
+def test_recheck_merges_outputs_of_other_variants_and_a_keda_only_round(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A KEDA variant added later (its rounds without lagpilot: --no-lagpilot) merges with an output that
+    has lagpilot and another variant; each variant's medians are over the rounds it ran in."""
+    from lagpilot_dev.versus import recheck
+
+    d, t = KedaVariant().describe(), KedaVariant.parse("keda-tuned:lagThreshold=1,scaleDown=0").describe()
+    _versus_out(tmp_path / "a", [(0, {"lagpilot": 1.0, "keda-default": 0.6})], {"lagpilot": "the CR", "keda-default": d})
+    _versus_out(tmp_path / "b", [(1, {"keda-tuned": 0.63})], {"keda-tuned": t})
+    res = recheck(tmp_path / "a", [tmp_path / "b"])
+    assert set(res["variants"]) == {"lagpilot", "keda-default", "keda-tuned"}
+    assert res["summary"]["keda-tuned"]["rounds"] == 1 and res["summary"]["lagpilot"]["rounds"] == 1
+    assert res["summary"]["keda-tuned"]["per_round_vs_base"]["within_sla_points_vs_lagpilot"] is None
+    # the same name with other settings is not the same variant
+    _versus_out(tmp_path / "c", [(2, {"keda-tuned": 0.5})], {"keda-tuned": KedaVariant.parse("keda-tuned:lagThreshold=5").describe()})
+    with pytest.raises(ValueError, match="keda-tuned"):
+        recheck(tmp_path / "a", [tmp_path / "c"])
+
+
+def test_a_keda_only_run_has_no_lagpilot_in_its_rounds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from lagpilot_dev.versus import Versus
+
+    vs = Versus(profile="hot", variants=[KedaVariant.parse("a:"), KedaVariant.parse("b:lagThreshold=1")], rounds=1,
+                out=Path(tmp_path), lagpilot=False)
+    assert vs.variant_names() == ["a", "b"]

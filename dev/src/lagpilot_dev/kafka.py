@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from lagpilot_dev import maven
@@ -92,6 +93,47 @@ OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLo
 OAUTH_ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A client listener beside PLAINTEXT and CONTROLLER, and what its SASL mechanism needs: the one
+    writer of listener and JAAS properties (SCRAM, OAUTHBEARER, the pods' PLAINTEXT)."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str                       # PLAINTEXT or SASL_PLAINTEXT
+    mechanism: str | None = None        # the only SASL mechanism it enables
+    login_module: str | None = None     # its JAAS login module (`... required;`)
+    mechanism_props: tuple[tuple[str, str], ...] = ()  # listener.name.<l>.<mechanism>.<key>
+    broker_props: tuple[tuple[str, str], ...] = ()     # broker-wide keys it needs
+
+    def properties(self) -> dict[str, str]:
+        if self.mechanism is None:
+            return dict(self.broker_props)
+        prefix = f"listener.name.{self.name.lower()}"
+        mech = self.mechanism.lower()
+        return {**dict(self.broker_props),
+                f"{prefix}.sasl.enabled.mechanisms": self.mechanism,
+                f"{prefix}.{mech}.sasl.jaas.config": f"{self.login_module} required;",
+                **{f"{prefix}.{mech}.{k}": v for k, v in self.mechanism_props}}
+
+
+def scram_listener(port: int) -> Listener:
+    """SASL_PLAINTEXT with SCRAM-SHA-512 (users in the KRaft metadata log)."""
+    return Listener("SASL_PLAINTEXT", LOOPBACK, port, "SASL_PLAINTEXT", SASL_MECHANISM,
+                    "org.apache.kafka.common.security.scram.ScramLoginModule",
+                    broker_props=(("sasl.enabled.mechanisms", SASL_MECHANISM),))
+
+
+def oauth_listener(port: int, settings: dict[str, str]) -> Listener:
+    """SASL_PLAINTEXT with OAUTHBEARER: Kafka's validator against the provider's JWKS, issuer, audience."""
+    return Listener(OAUTH_LISTENER, LOOPBACK, port, "SASL_PLAINTEXT", "OAUTHBEARER", OAUTH_LOGIN_MODULE,
+                    mechanism_props=(("sasl.server.callback.handler.class", OAUTH_VALIDATOR_CLASS),),
+                    broker_props=(("sasl.oauthbearer.jwks.endpoint.url", settings["jwks_url"]),
+                                  ("sasl.oauthbearer.expected.issuer", settings["issuer"]),
+                                  ("sasl.oauthbearer.expected.audience", settings["audience"])))
+
+
 def server_properties(data_dir: Path, broker_port: int, controller_port: int,
                       sasl_port: int | None = None, pods_listener: tuple[str, int] | None = None,
                       oauth: tuple[int, dict[str, str]] | None = None) -> str:
@@ -109,22 +151,16 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
     OAUTH (SASL_PLAINTEXT, OAUTHBEARER only) on that loopback port: Kafka's built-in
     `OAuthBearerValidatorCallbackHandler` checks each token's signature against the OIDC
     provider's JWKS, its issuer, audience and expiry (no token is accepted unseen)."""
+    extra = [x for x in (scram_listener(sasl_port) if sasl_port is not None else None,
+                         Listener("PODS", *pods_listener, "PLAINTEXT") if pods_listener is not None else None,
+                         oauth_listener(*oauth) if oauth is not None else None) if x is not None]
     listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
     advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
     protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-    if sasl_port is not None:
-        listeners += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
-        advertised += f",SASL_PLAINTEXT://{LOOPBACK}:{sasl_port}"
-        protocol_map += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-    if pods_listener is not None:
-        host, port = pods_listener
-        listeners += f",PODS://{host}:{port}"
-        advertised += f",PODS://{host}:{port}"
-        protocol_map += ",PODS:PLAINTEXT"
-    if oauth is not None:
-        listeners += f",{OAUTH_LISTENER}://{LOOPBACK}:{oauth[0]}"
-        advertised += f",{OAUTH_LISTENER}://{LOOPBACK}:{oauth[0]}"
-        protocol_map += f",{OAUTH_LISTENER}:SASL_PLAINTEXT"
+    for x in extra:
+        listeners += f",{x.name}://{x.host}:{x.port}"
+        advertised += f",{x.name}://{x.host}:{x.port}"
+        protocol_map += f",{x.name}:{x.protocol}"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -156,20 +192,8 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
         "num.network.threads": "2",
         "num.io.threads": "4",
     }
-    if sasl_port is not None:
-        props["sasl.enabled.mechanisms"] = SASL_MECHANISM
-        props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] = SASL_MECHANISM
-        props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;")
-    if oauth is not None:
-        settings = oauth[1]
-        lname = OAUTH_LISTENER.lower()
-        props[f"listener.name.{lname}.sasl.enabled.mechanisms"] = "OAUTHBEARER"
-        props[f"listener.name.{lname}.oauthbearer.sasl.jaas.config"] = f"{OAUTH_LOGIN_MODULE} required;"
-        props[f"listener.name.{lname}.oauthbearer.sasl.server.callback.handler.class"] = OAUTH_VALIDATOR_CLASS
-        props["sasl.oauthbearer.jwks.endpoint.url"] = settings["jwks_url"]
-        props["sasl.oauthbearer.expected.issuer"] = settings["issuer"]
-        props["sasl.oauthbearer.expected.audience"] = settings["audience"]
+    for x in extra:
+        props.update(x.properties())
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 

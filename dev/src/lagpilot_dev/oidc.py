@@ -44,34 +44,44 @@ KEYCLOAK_VERSION = "26.7.3"
 REALM = "lagpilot"
 CLIENT_ID = "lagpilot-kafka"
 AUDIENCE = "kafka"
+OTHER_AUDIENCE_CLIENT_ID = "lagpilot-other-audience"  # its tokens are for another audience
+OTHER_AUDIENCE = "another-service"
 TOKEN_LIFESPAN_S = 300
 MIN_JAVA = 17  # Keycloak 26.7.3 starts and serves on the machine's Java 17 (seen)
 
 
 def realm_json(client_secret: str) -> dict[str, Any]:
-    """The realm Keycloak imports at its first start: one confidential client-credentials client."""
+    """The realm Keycloak imports at its first start: the confidential client-credentials client
+    whose tokens the broker accepts, and one (`OTHER_AUDIENCE_CLIENT_ID`, the same secret) whose
+    tokens carry another audience, so the broker refuses a token the endpoint issued (a test tells
+    that refusal from the endpoint's own)."""
     return {
         "realm": REALM,
         "enabled": True,
         "accessTokenLifespan": TOKEN_LIFESPAN_S,
-        "clients": [{
-            "clientId": CLIENT_ID,
-            "enabled": True,
+        "clients": [_client(CLIENT_ID, client_secret, AUDIENCE),
+                    _client(OTHER_AUDIENCE_CLIENT_ID, client_secret, OTHER_AUDIENCE)],
+    }
+
+
+def _client(client_id: str, client_secret: str, audience: str) -> dict[str, Any]:
+    return {
+        "clientId": client_id,
+        "enabled": True,
+        "protocol": "openid-connect",
+        "publicClient": False,
+        "clientAuthenticatorType": "client-secret",
+        "secret": client_secret,
+        "serviceAccountsEnabled": True,   # the client-credentials grant
+        "standardFlowEnabled": False,
+        "implicitFlowEnabled": False,
+        "directAccessGrantsEnabled": False,
+        "protocolMappers": [{
+            "name": f"audience-{audience}",
             "protocol": "openid-connect",
-            "publicClient": False,
-            "clientAuthenticatorType": "client-secret",
-            "secret": client_secret,
-            "serviceAccountsEnabled": True,   # the client-credentials grant
-            "standardFlowEnabled": False,
-            "implicitFlowEnabled": False,
-            "directAccessGrantsEnabled": False,
-            "protocolMappers": [{
-                "name": "audience-kafka",
-                "protocol": "openid-connect",
-                "protocolMapper": "oidc-audience-mapper",
-                "config": {"included.custom.audience": AUDIENCE, "access.token.claim": "true",
-                           "id.token.claim": "false"},
-            }],
+            "protocolMapper": "oidc-audience-mapper",
+            "config": {"included.custom.audience": audience, "access.token.claim": "true",
+                       "id.token.claim": "false"},
         }],
     }
 

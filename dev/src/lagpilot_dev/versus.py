@@ -31,6 +31,7 @@ from typing import Any
 
 from lagpilot_dev import demo_summary
 from lagpilot_dev.demo import Demo
+from lagpilot_dev.demo import parse_args as demo_parse_args
 from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_config import PARTS
 from lagpilot_dev.versus_config import KedaVariant, Round, consumer_deployment, figures, medians, round_order, scaled_object
@@ -155,13 +156,34 @@ def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
     finished outputs of the same profile and variants (e.g. run with --first-round 1) whose rounds
     are added to ``out``'s, by round index."""
     old = json.loads((out / "versus.json").read_text())
+    # each output's rounds keep the load average and the time of the output they came from
+    merged = old.get("merged_outputs") or [{"out": str(out), "load_average": old.get("load_average"),
+                                            "written_at": old.get("written_at"),
+                                            "rounds": [r["index"] for r in old["rounds"]]}]
     for other in merge or []:
         more = json.loads((other / "versus.json").read_text())
-        if more["profile"] != old["profile"] or set(more["variants"]) != set(old["variants"]):
-            raise ValueError(f"{other}: another profile or other variants than {out}")
-        seen = {r["index"] for r in old["rounds"]}
-        old["rounds"] = sorted(old["rounds"] + [r for r in more["rounds"] if r["index"] not in seen],
-                               key=lambda r: r["index"])
+        if more["profile"] != old["profile"]:
+            raise ValueError(f"{other}: profile {more['profile']!r}, not {out}'s {old['profile']!r}")
+        for name, d in more["variants"].items():  # a variant may be new; one of the same name is the same
+            if isinstance(d, dict) and name in old["variants"] and old["variants"][name] != d:
+                raise ValueError(f"{other}: variant {name!r} has other settings than in {out}: {d} vs "
+                                 f"{old['variants'][name]}")
+            old["variants"].setdefault(name, d)
+        have = {fig.get("out") for r in old["rounds"] for fig in r["results"].values()}
+        added = []
+        for r in sorted(more["rounds"], key=lambda r: r["index"]):
+            if {fig.get("out") for fig in r["results"].values()} <= have:
+                continue  # merged before
+            # a colliding index (both outputs started at round 0) is numbered after the last; the
+            # order (who ran first) is the round's own
+            index = r["index"] if r["index"] not in {x["index"] for x in old["rounds"]} \
+                else max(x["index"] for x in old["rounds"]) + 1
+            old["rounds"].append({**r, "index": index})
+            added.append(index)
+        old["rounds"].sort(key=lambda r: r["index"])
+        if added:
+            merged.append({"out": str(other), "load_average": more.get("load_average"),
+                           "written_at": more.get("written_at"), "rounds": added})
     variants = {n: KedaVariant.from_description(d) for n, d in old["variants"].items() if isinstance(d, dict)}
     rounds = []
     for r in old["rounds"]:
@@ -172,10 +194,12 @@ def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
                 summary = json.loads((run_out / "summary.json").read_text())
                 fig["model"] = model_check(summary, variants[name], run_out)
         rounds.append(rnd)
-    vs = Versus(profile=old["profile"], variants=list(variants.values()), rounds=len(rounds), out=out)
+    vs = Versus(profile=old["profile"], variants=list(variants.values()), rounds=len(rounds), out=out,
+                lagpilot="lagpilot" in old["variants"])
     result = vs._write(rounds, {"keda_version": old.get("keda_version")},
                        keep={"load_average": old.get("load_average"), "written_at": old.get("written_at"),
-                             "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                             "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                             **({"merged_outputs": merged} if len(merged) > 1 else {})})
     return result
 
 
@@ -189,9 +213,10 @@ class Versus:
     out: Path
     plain: bool = True
     first_round: int = 0  # the index of the first round (its parity decides who runs first)
+    lagpilot: bool = True  # False: KEDA variants only (rounds to merge into another output)
 
     def variant_names(self) -> list[str]:
-        return ["lagpilot", *(v.name for v in self.variants)]
+        return [*(["lagpilot"] if self.lagpilot else []), *(v.name for v in self.variants)]
 
     def run(self) -> dict[str, Any]:
         from lagpilot_dev.stack import Stack
@@ -222,8 +247,11 @@ class Versus:
 
     def _one(self, stack: Any, info: Any, variant: KedaVariant | None, out: Path, i: int) -> dict[str, Any]:
         tag = "lp" if variant is None else variant.name.replace("_", "-")[:20]
-        args = argparse.Namespace(profile=self.profile, keep=False, cold_drains=False, runtime_on_demand=None,
-                                  namespace=f"versus-{tag}-{i}", out=str(out), plain=self.plain, no_operator=False)
+        # the demo's own parser, so every option it knows has its default (the profile is set after:
+        # `hot` is one of VERSUS_PROFILES, not a choice of the demo's --profile)
+        args = demo_parse_args(["--namespace", f"versus-{tag}-{i}", "--out", str(out),
+                                *(["--plain"] if self.plain else [])])
+        args.profile = self.profile
         root = logging.getLogger()
         handlers = list(root.handlers), list(logging.getLogger("lagpilot_dev").handlers)
         run = VariantRun(args, stack, info, variant)
@@ -242,7 +270,8 @@ class Versus:
         result = {
             "profile": self.profile,
             "keda_version": keda_info.get("keda_version"),
-            "variants": {"lagpilot": "the demo's BatchConsumerGroup (lagpilot operator, drains on)",
+            "variants": {**({"lagpilot": "the demo's BatchConsumerGroup (lagpilot operator, drains on)"}
+                            if self.lagpilot else {}),
                          **{v.name: v.describe() for v in self.variants}},
             "rounds": [{"index": r.index, "order": r.order, "results": r.results} for r in rounds],
             "summary": medians(rounds) if rounds else {},

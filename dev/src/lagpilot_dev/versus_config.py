@@ -47,6 +47,7 @@ class KedaVariant:
             raise ValueError(f"unknown Kafka scaler option(s) {unknown}; known: {sorted(OPTIONS)}")
         if self.lag_threshold <= 0:
             raise ValueError(f"lagThreshold must be > 0, got {self.lag_threshold}")
+        self.model(1, 1)  # the model refuses the option pairs KEDA refuses, with KEDA's words
 
     @classmethod
     def parse(cls, text: str) -> KedaVariant:

@@ -24,6 +24,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+# option pairs KEDA's Kafka scaler refuses together (parseKafkaMetadata's validate, v2.20)
+_EXCLUSIVE = (
+    ("allow_idle_consumers", "limit_to_partitions_with_lag",
+     "allowIdleConsumers", "limitToPartitionsWithLag"),
+    ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions",
+     "limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions"),
+)
+
+
+def keda_accepts(**options: bool) -> bool:
+    """Whether KEDA accepts a trigger with these options (KedaConfig's field names)."""
+    return not any(options.get(a) and options.get(b) for a, b, _, _ in _EXCLUSIVE)
+
 
 @dataclass(frozen=True)
 class KedaConfig:
@@ -46,6 +59,14 @@ class KedaConfig:
     scale_up_period_s: float = 15.0
     scale_down_percent: int = 100
     scale_down_period_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        # KEDA refuses these pairs when it parses the trigger (kafka_scaler.go, "... cannot be set
+        # simultaneously"): such a ScaledObject gets no scaler, so there is nothing to model
+        for a, b, name_a, name_b in _EXCLUSIVE:
+            if getattr(self, a) and getattr(self, b):
+                raise ValueError(f"{name_a} and {name_b} cannot be set simultaneously "
+                                 "(KEDA refuses the trigger)")
 
 
 @dataclass(frozen=True)

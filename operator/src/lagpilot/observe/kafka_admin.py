@@ -75,9 +75,10 @@ class AdminHandle:
                  consumer_factory: Callable[[], Any] | None = None,
                  group_reader_factory: Callable[[str], Any] | None = None,
                  snapshot_consumer_factory: Callable[[], Any] | None = None,
-                 fetch_timeout_s: float = 10.0):
+                 fetch_timeout_s: float = 10.0, token_endpoint: str | None = None):
         self.client = client
         self.bootstrap = bootstrap
+        self.token_endpoint = token_endpoint  # OAUTHBEARER: named in an authentication failure
         self._lock = threading.Lock()  # all calls into `client` (requests, poll) and `_last_error`
         self._last_error: tuple[str, float] | None = None  # (error name, when)
         self._consumer_factory = consumer_factory
@@ -365,7 +366,10 @@ class AdminPool:
                                      self._consumer_factory(full) if self._consumer_factory else None,
                                      self._group_reader_factory(full) if self._group_reader_factory else None,
                                      self._snapshot_factory(full) if self._snapshot_factory else None,
-                                     self._fetch_timeout_s)
+                                     self._fetch_timeout_s,
+                                     token_endpoint=(
+                                         conf.get("sasl.oauthbearer.token.endpoint.url")
+                                         if conf.get("sasl.mechanism") == "OAUTHBEARER" else None))
                 holder.append(handle)
                 self._handles[key] = handle
                 log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,

@@ -151,6 +151,15 @@ def classify(err: BaseException, handle: _RecentErrors | None, topic: str, boots
     if name in _MISSING:
         return ObserveError("TopicNotFound", f"topic {topic!r} does not exist on {bootstrap}")
     if name in _AUTHN:
+        token_endpoint = getattr(handle, "token_endpoint", None)
+        if token_endpoint:
+            # OIDC client credentials: librdkafka reports a refusal at the token endpoint and one at
+            # the broker alike, so both places are named (the URL is the CR's, never a credential)
+            return ObserveError("AuthenticationFailed", (
+                f"SASL OAUTHBEARER authentication failed: the token endpoint {token_endpoint} "
+                "(spec.kafka.oauthbearer.tokenEndpointUrl) refused the client credentials from "
+                f"spec.kafka.secretRef, or the Kafka cluster at {bootstrap} refused the token it issued "
+                "(expired, or not for this cluster: issuer, audience or signature)"))
         return ObserveError("AuthenticationFailed", f"the Kafka cluster at {bootstrap} rejected the "
                                                     "credentials from spec.kafka.secretRef")
     if name in _AUTHZ:

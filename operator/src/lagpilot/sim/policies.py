@@ -242,7 +242,7 @@ def run_all(
     at the default windows, then the ``top`` best thresholds with every scale-down window (and
     every cooldown when minReplicaCount is 0), then the best of those with every combination of the
     scaler's partition options (``limitToPartitionsWithLag``, ``ensureEvenDistributionOfPartitions``,
-    ``excludePersistentLag``)."""
+    ``excludePersistentLag``) that KEDA accepts (not the first two together)."""
     results: dict[str, PolicyResult] = {}
     for name in ("lagpilot", "static", "keda", "keda_min0"):
         if name in policies:
@@ -279,7 +279,9 @@ def run_all(
                 run(cfg)
     best_cfg = max(runs, key=lambda cr: _key(cr[1]))[0]
     for mask in range(1, 2 ** len(KEDA_OPTIONS)):
-        run(replace(best_cfg, **{k: bool(mask >> i & 1) for i, k in enumerate(KEDA_OPTIONS)}))
+        opts = {k: bool(mask >> i & 1) for i, k in enumerate(KEDA_OPTIONS)}
+        if keda_model.keda_accepts(allow_idle_consumers=best_cfg.allow_idle_consumers, **opts):
+            run(replace(best_cfg, **opts))
     best = max(runs, key=lambda cr: _key(cr[1]))[1]
     results["keda_tuned"] = best
     return results, table
