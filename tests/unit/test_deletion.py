@@ -291,3 +291,18 @@ def test_no_offset_without_an_owner_across_delete_reset_recreate(parts, data) ->
         for reset in (0, c0[p], ranges[p].split - 1):
             assert mbx.owner_step(e, reset, owner=UID).noop, (p, e)
             assert mbx.owner_step(e, reset, owner="recreated-uid").noop
+
+
+def test_a_busy_drain_done_while_deleting_has_its_idle_job_stopped() -> None:
+    """A busy drain's driver, its sub-ranges done, waits (up to LAGPILOT_DRAIN_PART_WAIT_SECONDS,
+    300 s) for a next part that a deleted CR never sends: the finalizer must not wait for its pods to
+    end (tests/real/test_finalizer.py::test_cr_deleted_mid_drain_waits_for_the_drain took 388 s on the
+    merged tree, 91 s before busy drains). Every sub-range is done, so stopping the Job loses nothing."""
+    import dataclasses
+
+    busy = dataclasses.replace(running(), busy=True)
+    dec = step(busy, progress={(0, 0): (200, 100), (0, 1): (300, 100)})
+    assert dec.kind is DeleteKind.DELETE_JOB, dec
+    # then, with its pods gone: released as finished (the DrainFinished event)
+    dec = step(busy, progress={(0, 0): (200, 100), (0, 1): (300, 100)}, job=DONE_JOB)
+    assert (dec.kind, dec.reason) == (DeleteKind.RELEASE, "DrainFinished"), dec
