@@ -212,6 +212,15 @@ def decide(
         msg = (f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
                f"deleted; released")
         if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+            if d.busy:
+                # a busy drain's driver, every sub-range done, only waits for a next part that a
+                # deleted CR never sends (LAGPILOT_DRAIN_PART_WAIT_SECONDS): nothing left to write
+                return DeleteDecision(
+                    DeleteKind.DELETE_JOB,
+                    "StoppingIdleDrain",
+                    f"drain {d.id}: all ranges done; its busy driver only waits for a next part: "
+                    "stopping its Job",
+                )
             return DeleteDecision(
                 DeleteKind.WAIT,
                 "WaitingForDrainExit",
