@@ -209,26 +209,7 @@ def decide(
         progress = {}
     d = with_progress(d, progress)
     if d.sub_ranges and d.remaining == 0:
-        msg = (f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
-               f"deleted; released")
-        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-            if d.busy:
-                # a busy drain's driver, every sub-range done, only waits for a next part that a
-                # deleted CR never sends (LAGPILOT_DRAIN_PART_WAIT_SECONDS): nothing left to write
-                return DeleteDecision(
-                    DeleteKind.DELETE_JOB,
-                    "StoppingIdleDrain",
-                    f"drain {d.id}: all ranges done; its busy driver only waits for a next part: "
-                    "stopping its Job",
-                )
-            return DeleteDecision(
-                DeleteKind.WAIT,
-                "WaitingForDrainExit",
-                f"drain {d.id}: all ranges done, waiting for its pods to end",
-            )
-        return DeleteDecision(
-            DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg)
-        )
+        return _finished(d, job)
     running = (d.phase in (Phase.RUNNING, Phase.SUCCEEDED) and job is not None
                and job.state in (JobState.ACTIVE, JobState.SUCCEEDED))
     if running and age < wait_s:
@@ -245,6 +226,31 @@ def decide(
         return DeleteDecision(DeleteKind.DELETE_JOB, "StoppingDrain",
                               f"drain {d.id}: {why}; stopping its Job to hand the remainder back")
     return _hand_back(d, remainder_of(d), "the drain did not finish before the CR was deleted")
+
+
+def _finished(d: DrainStatus, job: JobObservation | None) -> DeleteDecision:
+    """Every sub-range done while the CR is deleted: release once its pods ended (a busy drain's
+    idle driver is stopped instead of waited for)."""
+    msg = (f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
+           f"deleted; released")
+    if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+        if d.busy:
+            # a busy drain's driver, every sub-range done, only waits for a next part that a
+            # deleted CR never sends (LAGPILOT_DRAIN_PART_WAIT_SECONDS): nothing left to write
+            return DeleteDecision(
+                DeleteKind.DELETE_JOB,
+                "StoppingIdleDrain",
+                f"drain {d.id}: all ranges done; its busy driver only waits for a next part: "
+                "stopping its Job",
+            )
+        return DeleteDecision(
+            DeleteKind.WAIT,
+            "WaitingForDrainExit",
+            f"drain {d.id}: all ranges done, waiting for its pods to end",
+        )
+    return DeleteDecision(
+        DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg)
+    )
 
 
 def _planned(
