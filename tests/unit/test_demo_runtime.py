@@ -24,13 +24,14 @@ from lagpilot_dev.demo_observe import ready_since
 from lagpilot_dev.demo_report import Proof, Sample
 
 WALL0 = 1_700_000_000.0
-# the README demo's sim_params keys (summary.json), as before this option
+# the README demo's sim_params keys (summary.json), as before this option (+ busy_drains: the CRD's
+# default spec.drain.busy, which the demo's manifest leaves as it is)
 DEFAULT_SIM_KEYS = {"partitions", "sla_s", "capacity", "drain_task_capacity", "pod_start_s", "drain_start_s",
                     "handoff_pause_s", "max_drain_tasks", "split_factor", "min_backlog_records", "poll_interval_s",
                     "min_replicas", "max_replicas", "scale_down_window_s", "batch_timeout_s", "batch_max_records",
-                    "handoff_quiesce"}
+                    "handoff_quiesce", "busy_drains"}
 DEFAULT_SPEC_KEYS = {"split_factor", "max_tasks", "min_backlog_records", "poll_interval_s", "min_replicas",
-                     "max_replicas", "scale_down_window_s", "batch_timeout_s"}
+                     "max_replicas", "scale_down_window_s", "batch_timeout_s", "busy_drains"}
 
 
 # ---- the option, the profile, the manifest -----------------------------------------------------

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lagpilot.model.spec import Drain
 from lagpilot_dev.demo_traffic import PROFILES, VERSUS_PROFILES, Profile
 from lagpilot_dev.paths import cache_dir
 
@@ -116,7 +117,9 @@ def spec_settings(profile: Profile) -> dict[str, Any]:
     out: dict[str, Any] = {
         "split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
         "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
-        "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0}
+        "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0,
+        # the manifest leaves spec.drain.busy at the CRD's default: the drains the operator runs
+        "busy_drains": bool(Drain.model_fields["busy"].default)}
     if p.runtime_on_demand:
         out.update(warm_runtime="on-demand", runtime_cooldown_s=float(p.runtime_cooldown_s or 0))
     return out

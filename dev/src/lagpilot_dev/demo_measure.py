@@ -277,7 +277,7 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
                min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
                scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int,
                warm_runtime: str | None = None, runtime_cooldown_s: float | None = None,
-               runtime: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               runtime: Mapping[str, Any] | None = None, busy_drains: bool = False) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
     measured in this run (the simulator keeps its default).
 
@@ -301,7 +301,7 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
         "max_drain_tasks": max_tasks, "split_factor": split_factor, "min_backlog_records": min_backlog_records,
         "poll_interval_s": float(poll_interval_s), "min_replicas": min_replicas, "max_replicas": max_replicas,
         "scale_down_window_s": float(scale_down_window_s), "batch_timeout_s": float(batch_timeout_s),
-        "batch_max_records": batch_max_records,
+        "batch_max_records": batch_max_records, "busy_drains": busy_drains,
         # the quiesce fallback empties the group (pods restart); measured by the paths the drains took
         "handoff_quiesce": bool(paths) and sum(p == "Quiesce" for p in paths) * 2 > len(paths),
     }
