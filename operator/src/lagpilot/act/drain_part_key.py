@@ -14,8 +14,7 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot_runtime import plan_auth
 
-from .deployment import label_value, owner_reference
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
 
 __all__ = ["PART_KEY", "PartKeys", "build_part_key_secret", "part_key_ref", "part_key_secret_name"]
 
@@ -27,16 +26,8 @@ def part_key_secret_name(cr_name: str) -> str:
 
 def build_part_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
                           version: str = __version__) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
-        "metadata": {"name": part_key_secret_name(cr_name), "namespace": namespace,
-                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
-                                "app.kubernetes.io/component": "drain-part-key",
-                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
-                                "app.kubernetes.io/version": label_value(version)},
-                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
-        "stringData": {KEY_FIELD: key_hex},
-    }
+    return owned_key_secret(part_key_secret_name(cr_name), "drain-part-key", cr_name, namespace, cr_uid, key_hex,
+                            version)
 
 
 PART_KEY = KeyKind("drain part key", part_key_secret_name, plan_auth.new_key, plan_auth.parse_key,

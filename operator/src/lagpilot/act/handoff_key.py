@@ -14,8 +14,7 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
 
-from .deployment import label_value, owner_reference
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
 
 __all__ = ["HANDOFF_KEY", "KEY_FIELD", "HandoffKeys", "build_key_secret", "key_secret_name", "new_key"]
 
@@ -33,16 +32,8 @@ def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
                      version: str = __version__) -> dict[str, Any]:
     """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
     delete it and the operator makes another at its next start, which rolls the consumers)."""
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
-        "metadata": {"name": key_secret_name(cr_name), "namespace": namespace,
-                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
-                                "app.kubernetes.io/component": "handoff-key",
-                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
-                                "app.kubernetes.io/version": label_value(version)},
-                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
-        "stringData": {KEY_FIELD: key_hex},
-    }
+    return owned_key_secret(key_secret_name(cr_name), "handoff-key", cr_name, namespace, cr_uid, key_hex,
+                            version)
 
 
 HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, new_key, mbx.parse_key,

@@ -1,8 +1,10 @@
 """The per-CR key Secrets the operator makes and trusts, read in one place.
 
-Two keys use it: the warm drain runtime's plan-signing key (`<cr>-drain-runtime-key`,
-act/drain_runtime.py, issue 23 C1) and the hand-off key that signs mailbox entries
-(`<cr>-handoff-key`, act/handoff_key.py, M8). Each is a Secret of random bytes (hex; immutable)
+The keys that use it: the warm drain runtime's plan-signing key (`<cr>-drain-runtime-key`,
+act/drain_runtime.py, issue 23 C1), the hand-off key that signs mailbox entries
+(`<cr>-handoff-key`, act/handoff_key.py, M8), the busy drains' part key (`<cr>-drain-part-key`,
+act/drain_part_key.py) and the Spark RPC key (`<cr>-drain-rpc-key`, act/spark_rpc_key.py, H4); the
+last three are built by `owned_key_secret`. Each is a Secret of random bytes (hex; immutable)
 owned by the CR (deleted with it), created by the operator when absent and read once per operator
 process and CR uid. A Secret of that name the CR does not own is refused: a key someone else chose
 (and so knows) must never be trusted. Never logged: only the Secret's name is.
@@ -15,9 +17,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .deployment import label_value, owner_reference
+
 log = logging.getLogger(__name__)
 
 KEY_FIELD = "key"  # the Secret's data field (hex)
+
+
+def owned_key_secret(secret_name: str, component: str, cr_name: str, namespace: str, cr_uid: str,
+                     key_hex: str, version: str) -> dict[str, Any]:
+    """A per-CR key Secret: owned by the CR (controller reference: deleted with it), immutable (a new
+    key is a new Secret: delete it and the operator makes another), labelled by its component."""
+    return {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
+        "metadata": {"name": secret_name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
+                                "app.kubernetes.io/component": component,
+                                "app.kubernetes.io/part-of": "lagpilot",
+                                "app.kubernetes.io/managed-by": "lagpilot",
+                                "app.kubernetes.io/version": label_value(version)},
+                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+        "stringData": {KEY_FIELD: key_hex},
+    }
 
 
 def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

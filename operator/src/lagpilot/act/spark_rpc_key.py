@@ -17,9 +17,8 @@ from typing import Any
 
 from lagpilot import __version__
 
-from .deployment import label_value, owner_reference
 from .drain_manifests import spark_rpc_key_secret_name
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets
+from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
 
 KEY_BYTES = 32
 
@@ -41,16 +40,8 @@ def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
                      version: str = __version__) -> dict[str, Any]:
     """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
     delete it and the operator makes another before the next launch)."""
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
-        "metadata": {"name": spark_rpc_key_secret_name(cr_name), "namespace": namespace,
-                     "labels": {"app.kubernetes.io/instance": label_value(cr_name),
-                                "app.kubernetes.io/component": "drain-rpc-key",
-                                "app.kubernetes.io/part-of": "lagpilot", "app.kubernetes.io/managed-by": "lagpilot",
-                                "app.kubernetes.io/version": label_value(version)},
-                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
-        "stringData": {KEY_FIELD: key_hex},
-    }
+    return owned_key_secret(spark_rpc_key_secret_name(cr_name), "drain-rpc-key", cr_name, namespace, cr_uid, key_hex,
+                            version)
 
 
 SPARK_RPC_KEY = KeyKind("Spark RPC key", spark_rpc_key_secret_name, new_key, parse_key,
