@@ -1,0 +1,48 @@
+"""C1 (review): the drain's conditions (Draining, DataLoss, DrainStalled) are written in the same
+guarded status write as `status.drain`, so no reader ever sees a drain's phase without its matching
+condition (before: the executor wrote status.drain, the cycle's report wrote the conditions
+seconds later)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lagpilot.decide.handoff import DrainStatus, condition
+from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+READY = {"type": "Ready", "status": "True", "reason": "ConsumersReady", "message": "3/3 consumers ready",
+         "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
+def _by_type(conds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in conds}
+
+
+def test_every_status_drain_write_carries_the_matching_draining_condition() -> None:
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    patches: list[dict[str, Any]] = []
+
+    def patch_drain(patch: dict[str, Any], basis: Any) -> None:
+        patches.append(patch)
+        w["status"] = patch["drain"]
+
+    c = dataclasses.replace(ctx(log, w, None, wanted=(0,)), patch_drain=patch_drain)
+    c.conditions = [READY]  # the status's conditions as the cycle read them
+    ex = FakeExecutor(log, w)
+    ex.reconcile(c)
+    # the owner acks and commits the split: handed off and launched in the next call
+    w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+    w["committed"][0] = 500
+    c2 = dataclasses.replace(ctx(log, w, w["status"]), patch_drain=patch_drain)
+    c2.conditions = patches[-1].get("conditions", [READY])
+    ex.reconcile(c2)
+    assert [p["drain"]["phase"] for p in patches][-1] == "Running", patches
+    for p in patches:
+        assert "conditions" in p, f"status.drain ({p['drain']['phase']}/{p['drain']['reason']}) written without its conditions"
+        conds = _by_type(p["conditions"])
+        want = condition(DrainStatus.from_dict(p["drain"]))
+        got = conds["Draining"]
+        assert (got["status"], got["reason"], got["message"]) == want, (got, want)
+        assert got["observedGeneration"] == 1
+        assert conds["Ready"] == READY  # the other conditions are kept as they were (merge patch of the list)
