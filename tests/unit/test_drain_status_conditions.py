@@ -39,10 +39,51 @@ def test_every_status_drain_write_carries_the_matching_draining_condition() -> N
     ex.reconcile(c2)
     assert [p["drain"]["phase"] for p in patches][-1] == "Running", patches
     for p in patches:
-        assert "conditions" in p, f"status.drain ({p['drain']['phase']}/{p['drain']['reason']}) written without its conditions"
+        what = f"{p['drain']['phase']}/{p['drain']['reason']}"
+        assert "conditions" in p, f"status.drain ({what}) written without its conditions"
         conds = _by_type(p["conditions"])
         want = condition(DrainStatus.from_dict(p["drain"]))
         got = conds["Draining"]
         assert (got["status"], got["reason"], got["message"]) == want, (got, want)
         assert got["observedGeneration"] == 1
         assert conds["Ready"] == READY  # the other conditions are kept as they were (merge patch of the list)
+
+
+def test_the_cycle_adapter_hands_the_status_conditions_to_the_guarded_write() -> None:
+    """run_in_cycle (reconcile.py's call) gives the executor the status's conditions, and the
+    guarded write it makes carries them with the Draining condition; the result names the list
+    written, which the cycle's report merges its own conditions over."""
+    from types import SimpleNamespace
+
+    from lagpilot.act.drain import run_in_cycle
+    from tests.unit.test_drain_executor import SPEC
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    ex = FakeExecutor(log, w)
+    ex.runtime = None  # type: ignore[assignment]  # no warm runtime here
+    guarded: list[dict[str, Any]] = []
+
+    def patch_status_guarded(namespace: str, name: str, patch: dict[str, Any], basis: Any) -> None:
+        assert basis({"drain": w["status"]})
+        guarded.append(patch)
+        w["status"] = patch["drain"]
+
+    part = SimpleNamespace(partition=0, committed=100, earliest=0, latest=500)
+    obs = SimpleNamespace(partitions=[part])
+    deps = SimpleNamespace(kube=SimpleNamespace(patch_status_guarded=patch_status_guarded),
+                           emit=lambda *e: None, kafka_timeout_seconds=1.0,
+                           observe=lambda handle, topic, group, timeout: obs)
+    ref = SimpleNamespace(namespace="ns", name="orders", uid="u", generation=1)
+    decision = SimpleNamespace(drain=SimpleNamespace(partitions=(0,), tasks_by_partition={0: 2}))
+    handle = SimpleNamespace(safe_admin=lambda timeout: None)
+    r = run_in_cycle(ex, ref, SPEC, {}, {"conditions": [READY]}, obs, decision, 3, handle, deps,
+                     apply_deployment=lambda *a, **k: 3)
+    assert guarded, log
+    for p in guarded:
+        conds = _by_type(p["conditions"])
+        assert conds["Ready"] == READY
+        want = condition(DrainStatus.from_dict(p["drain"]))
+        got = conds["Draining"]
+        assert (got["status"], got["reason"], got["message"]) == want
+    assert r.conditions == guarded[-1]["conditions"]

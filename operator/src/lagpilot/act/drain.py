@@ -37,6 +37,7 @@ from .drain_runtime import RuntimeManager
 from .handoff_key import HandoffKeys
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
+from lagpilot.decide.status import Condition, merge_conditions
 from .kubeapi import StatusConflict
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
@@ -191,6 +192,9 @@ class DrainContext:
     # the executor keeps drains busy across a burst (issue 25 item 2; step.Model.drain_busy, the
     # same flag the planner was given): new drains are planned busy and take next splits
     busy: bool = False
+    # status.conditions as the cycle read them: every status.drain write carries the drain's
+    # conditions merged into them (`drain_patch`); None: unknown, status.drain is written alone
+    conditions: Sequence[Mapping[str, Any]] | None = None
 
 
 EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE,
@@ -223,6 +227,26 @@ class DrainResult:
     actions: tuple[str, ...] = ()
     data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
     stalled: tuple[str, str, str] | None = None    # the DrainStalled condition (None: no drain recorded)
+    conditions: list[dict[str, Any]] | None = None  # status.conditions as this call last wrote them (None: not written)
+
+
+def drain_conditions(d: DrainStatus | None) -> list[Condition]:
+    """The conditions that follow from status.drain alone: Draining, DataLoss (once a drain is
+    recorded), DrainStalled (likewise)."""
+    loss = data_loss_condition(d)
+    return ([Condition("Draining", *condition(d))] + ([] if loss is None else [Condition("DataLoss", *loss)])
+            + ([] if d is None else [Condition("DrainStalled", *stalled_condition(d))]))
+
+
+def drain_patch(d: DrainStatus, conditions: Sequence[Mapping[str, Any]] | None, generation: int,
+                now: float) -> dict[str, Any]:
+    """The status write of a drain step: status.drain and, in the same merge patch, the conditions
+    it implies merged into `conditions` (the whole list: a merge patch replaces a list), so no reader
+    sees a phase without its condition. `conditions` None (unknown): status.drain alone."""
+    patch: dict[str, Any] = {"drain": d.to_dict()}
+    if conditions is not None:
+        patch["conditions"] = merge_conditions(conditions, drain_conditions(d), generation, now)
+    return patch
 
 
 class DrainExecutor(DrainCalls):
@@ -393,6 +417,8 @@ class DrainExecutor(DrainCalls):
         d = DrainStatus.from_dict(ctx.raw_drain)
         offsets, replicas = ctx.offsets, ctx.replicas
         done: list[str] = []
+        conds = None if ctx.conditions is None else list(ctx.conditions)
+        written = None
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
@@ -425,10 +451,12 @@ class DrainExecutor(DrainCalls):
                      and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
             _fault_point(point, "effect")
             if action.status is not None and action.status != d:
+                patch = drain_patch(action.status, conds, ctx.generation, self.clock())
                 if ctx.patch_drain is not None:
-                    ctx.patch_drain({"drain": action.status.to_dict()}, d)
+                    ctx.patch_drain(patch, d)
                 else:
-                    ctx.patch_status({"drain": action.status.to_dict()})
+                    ctx.patch_status(patch)
+                conds = written = patch.get("conditions", conds)
                 d = action.status
                 _fault_point(point, "status")
             if action.event is not None:
@@ -454,7 +482,7 @@ class DrainExecutor(DrainCalls):
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else d.to_dict()
         return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
-                           None if d is None else stalled_condition(d))
+                           None if d is None else stalled_condition(d), written)
 
 
 def with_runtime(action: Action, word: str) -> Action:
@@ -505,6 +533,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
         version=getattr(deps, "version", __version__),
         busy=spec.drain.busy,  # the planner's flag too (reconcile's Model.drain_busy)
+        conditions=list(status.get("conditions") or []),
     )
     return executor.reconcile(ctx)
 

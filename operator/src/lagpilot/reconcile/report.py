@@ -177,7 +177,10 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "dataLossRecords": est.data_loss_records,
         "lastObservedTime": format_time(est.at_s),
         "partitionStatuses": partition_statuses(est, oldest_ages(snap, now)),
-        "conditions": merge_conditions(status.get("conditions"), conds, ref.generation, now),
+        # over the conditions the drain executor wrote with status.drain this cycle, if it did (its
+        # Draining keeps the lastTransitionTime it wrote)
+        "conditions": merge_conditions(getattr(drain_out, "conditions", None) or status.get("conditions"),
+                                       conds, ref.generation, now),
         # mode Act: no recommendation (null deletes the one a Recommend period left)
         "recommendation": None,
         "startUps": start_ups(out),
