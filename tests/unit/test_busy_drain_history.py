@@ -39,8 +39,8 @@ def _succeeded_after_two_splits() -> DrainStatus:
             h.SubProgress(1, 0, 40, 90, 90, 50),
             h.SubProgress(0, 2, 300, 400, 400, 100), h.SubProgress(0, 3, 400, 500, 500, 100))
     return DrainStatus(id=7, phase=Phase.SUCCEEDED, busy=True, round=1, attempt=1, started_at=900.0,
-                       hand_off_path=h.PATH_ACK,
-                       ranges=(h.PartitionRange(0, 500, 300, 2), h.PartitionRange(1, 90, 40, 2)), sub_ranges=subs)
+                       hand_off_path=h.PATH_ACK, sub_ranges=subs,
+                       ranges=(h.PartitionRange(0, 500, 300, 2), h.PartitionRange(1, 90, 40, 2)))
 
 
 def _verify(d: DrainStatus) -> DrainStatus:
@@ -62,3 +62,31 @@ def test_a_busy_drains_history_entry_names_every_range_it_processed() -> None:
     status = {"drain": v.to_dict()}
     validate_status(status)
     assert not _keys_unique(status_openapi_schema(), status)
+
+
+def test_past_its_bound_the_entry_leaves_the_oldest_extra_ranges_out_and_counts_them() -> None:
+    # 70 splits of p0 (the live group processed 10 offsets between two), one range of p1
+    subs = tuple(h.SubProgress(0, k, 100 * k, 100 * k + 90, 100 * k + 90, 90) for k in range(70))
+    subs += (h.SubProgress(1, 0, 5, 9, 9, 4),)
+    d = DrainStatus(id=3, phase=Phase.SUCCEEDED, busy=True, round=69, attempt=1, started_at=900.0,
+                    hand_off_path=h.PATH_ACK, sub_ranges=subs,
+                    ranges=(h.PartitionRange(0, 6990, 6900), h.PartitionRange(1, 9, 5)))
+    entry = _verify(d).to_dict()["history"][-1]
+    got = [(r["partition"], r["start"], r["end"]) for r in entry["ranges"]]
+    assert len(got) == h.HISTORY_RANGES and entry["rangesOmitted"] == 71 - h.HISTORY_RANGES
+    assert (1, 5, 9) in got  # every partition keeps a range
+    assert got[:2] == [(0, 700, 790), (0, 800, 890)] and (0, 6900, 6990) in got  # the oldest of p0 left out
+    assert entry["recordsTotal"] == 70 * 90 + 4  # still counts every record
+    status = {"drain": _verify(d).to_dict()}
+    validate_status(status)
+    assert not _keys_unique(status_openapi_schema(), status)
+    from lagpilot.status_view import drain_history
+    assert "(+7 earlier ranges not kept)" in drain_history({"status": status})[0]["ranges"]
+
+
+def test_a_drain_without_next_splits_records_its_ranges_as_before() -> None:
+    d = _succeeded_after_two_splits()
+    one = DrainStatus(id=2, phase=Phase.SUCCEEDED, attempt=1, started_at=900.0, hand_off_path=h.PATH_ACK,
+                      ranges=(h.PartitionRange(1, 90, 40, 2),), sub_ranges=d.sub_ranges[2:3])
+    entry = _verify(one).to_dict()["history"][-1]
+    assert entry["ranges"] == [{"partition": 1, "start": 40, "end": 90}] and "rangesOmitted" not in entry

@@ -199,6 +199,8 @@ def drain_history(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     for h in _objects(d.get("history") if isinstance(d, Mapping) else None):
         entry = dict(h)
         entry["ranges"] = _ranges_line(_ranges(h.get("ranges")))
+        if _int(h.get("rangesOmitted")):  # past the entry's bound (a busy drain's many splits)
+            entry["ranges"] += f" (+{_int(h.get('rangesOmitted'))} earlier ranges not kept)"
         line = (f"drain {h.get('id', '?')} {h.get('phase') or 'Unknown'} ({h.get('reason') or ''}): "
                 f"{entry['ranges'] or 'none'}; {_int(h.get('recordsDone')) or 0}/{_int(h.get('recordsTotal')) or 0} records")
         if h.get("seconds") is not None:

@@ -46,7 +46,7 @@ from typing import Any
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
 
-from lagpilot.model.status import DrainPhase, HandOffPath
+from lagpilot.model.status import HISTORY_RANGES, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
@@ -372,7 +372,8 @@ def _finished(d: DrainStatus) -> bool:
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
 
 
-HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "recordsDone", "recordsTotal", "seconds", "pauseSeconds")
+HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "rangesOmitted", "recordsDone", "recordsTotal", "seconds",
+                  "pauseSeconds")
 
 
 def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
@@ -573,9 +574,33 @@ def progress_message(d: DrainStatus) -> str:
     return f"drain {d.id} {d.phase.value}: {d.records_done}/{d.records_total} records; {parts}".strip()
 
 
+def processed_ranges(d: DrainStatus) -> tuple[list[PartitionRange], int]:
+    """Every range the drain was handed, each split of a busy drain's included (``d.ranges`` names
+    only the latest of each partition): its sub-ranges, joined where one ends at the next's start,
+    by partition and offset; without sub-ranges (nothing handed off) its ranges. At most
+    max(HISTORY_RANGES, partitions): past it the oldest range of the partition with the most ranges
+    is left out, again and again (each partition keeps its latest). Returns (ranges, left out)."""
+    if not d.sub_ranges:
+        return list(d.ranges), 0
+    spans: dict[int, list[list[int]]] = {}
+    for x in sorted(d.sub_ranges, key=lambda x: (x.partition, x.start)):
+        mine = spans.setdefault(x.partition, [])
+        if mine and mine[-1][1] == x.start:
+            mine[-1][1] = x.end
+        else:
+            mine.append([x.start, x.end])
+    omitted = 0
+    while sum(len(v) for v in spans.values()) > max(HISTORY_RANGES, len(spans)):
+        del spans[max(spans, key=lambda p: (len(spans[p]), -p))][0]
+        omitted += 1
+    return [PartitionRange(p, split=b, start=a) for p in sorted(spans) for a, b in spans[p]], omitted
+
+
 def _summary(d: DrainStatus) -> dict[str, Any]:
+    ranges, omitted = processed_ranges(d)
     return {"id": d.id, "phase": d.phase.value, "reason": d.reason,
-            "ranges": [r.to_dict(tasks=False) for r in d.ranges], "recordsTotal": d.records_total,
+            "ranges": [r.to_dict(tasks=False) for r in ranges], "rangesOmitted": omitted or None,
+            "recordsTotal": d.records_total,
             "recordsDone": d.records_done, "pauseSeconds": d.pause_seconds,
             "seconds": None if d.started_at is None or d.finished_at is None else round(d.finished_at - d.started_at, 3)}
 

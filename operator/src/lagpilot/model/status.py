@@ -179,6 +179,10 @@ class LostRange(_Model):
     end: int = _int("The lost offsets end before this one.")
 
 
+# ranges one status.drain.history entry keeps (a busy drain's splits; at least one per partition)
+HISTORY_RANGES = 64
+
+
 class DrainHistoryEntry(_Model):
     """A finished drain (the last 5 are kept)."""
 
@@ -186,7 +190,14 @@ class DrainHistoryEntry(_Model):
     phase: DrainPhase = Field(description="Its final phase.")
     reason: str = Field("", description="CamelCase reason of its final phase.")
     ranges: list[DrainRange] = Field(
-        default_factory=list, description="Its ranges.", json_schema_extra=_list_map("partition")
+        default_factory=list,
+        description="Every range it was handed, by partition and offset: a busy drain's next splits "
+        f"too, several per partition (adjacent ones joined); at most {HISTORY_RANGES} (at least one per "
+        "partition), the oldest extra ones left out past that (rangesOmitted).",
+        json_schema_extra=_list_map("partition", "end"),
+    )
+    ranges_omitted: int | None = _int(
+        "Ranges left out of ranges past its bound, the oldest first (absent: none).", INT32, default=None
     )
     records_done: int = _int("Records drained.", default=0)
     records_total: int = _int("Records in its ranges.", default=0)
@@ -499,6 +510,7 @@ def validate_status(status: dict[str, Any]) -> BatchConsumerGroupStatus:
 
 
 __all__ = [
+    "HISTORY_RANGES",
     "BatchConsumerGroupStatus",
     "CapacitySource",
     "Condition",
