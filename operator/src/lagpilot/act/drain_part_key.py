@@ -9,12 +9,13 @@ Secret's name is.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from lagpilot import __version__
 from lagpilot_runtime import plan_auth
 
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
+from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
 
 __all__ = ["PART_KEY", "PartKeys", "build_part_key_secret", "part_key_ref", "part_key_secret_name"]
 
@@ -42,13 +43,5 @@ def part_key_ref(cr_name: str, optional: bool = False) -> dict[str, Any]:
     return {"name": plan_auth.PART_KEY_ENV, "valueFrom": {"secretKeyRef": ref}}
 
 
-class PartKeys:
-    """The CRs' drain part keys: read (or created) once per operator process and CR uid."""
-
-    def __init__(self, core: Any, sanitize: Any) -> None:
-        self.core = core
-        self._sanitize = sanitize
-        self._secrets = KeySecrets(PART_KEY)
-
-    def key(self, namespace: str, name: str, uid: str) -> bytes:
-        return self._secrets.key(self.core, self._sanitize, namespace, name, uid)
+# the CRs' drain part keys (``PartKeys(core, sanitize)``): ``key``
+PartKeys = partial(CrKeys, PART_KEY)

@@ -9,12 +9,13 @@ key someone else chose must never be trusted). Never logged: only the Secret's n
 from __future__ import annotations
 
 import secrets
+from functools import partial
 from typing import Any
 
 from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
 
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
+from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
 
 __all__ = ["HANDOFF_KEY", "KEY_FIELD", "HandoffKeys", "build_key_secret", "key_secret_name", "new_key"]
 
@@ -37,20 +38,8 @@ def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
 
 
 HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, new_key, mbx.parse_key,
-                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
+                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex),
+                      key_id=mbx.key_id)
 
-
-class HandoffKeys:
-    """The CRs' hand-off keys: read (or created) once per operator process and CR uid."""
-
-    def __init__(self, core: Any, sanitize: Any) -> None:
-        self.core = core
-        self._sanitize = sanitize
-        self._secrets = KeySecrets(HANDOFF_KEY)
-
-    def key(self, namespace: str, name: str, uid: str) -> bytes:
-        """The CR's key; raises when it cannot be read or created, or when the Secret is not the CR's."""
-        return self._secrets.key(self.core, self._sanitize, namespace, name, uid)
-
-    def key_id(self, namespace: str, name: str, uid: str) -> str:
-        return mbx.key_id(self.key(namespace, name, uid))
+# the CRs' hand-off keys (``HandoffKeys(core, sanitize)``): ``key``, ``key_id`` (its fingerprint)
+HandoffKeys = partial(CrKeys, HANDOFF_KEY)

@@ -65,6 +65,7 @@ class KeyKind:
     new_key: Callable[[], str]  # a fresh key, hex
     parse_key: Callable[[Any], bytes]  # raises ValueError on a malformed key
     build_secret: Callable[[str, str, str, str], dict[str, Any]]  # (cr name, namespace, uid, key hex)
+    key_id: Callable[[bytes], str] | None = None  # the key's public fingerprint (None: the kind has none)
 
 
 class KeySecrets:
@@ -108,3 +109,32 @@ class KeySecrets:
             raise RuntimeError(f"Secret {sname} holds no valid {kind.what} (field {KEY_FIELD!r})") from None
         self._keys[cache] = key
         return key
+
+
+class CrKeys:
+    """The CRs' keys of one kind through one Kubernetes client (``core``: a CoreV1Api; ``sanitize``:
+    its ApiClient's sanitize_for_serialization), read (or created) once per operator process and CR
+    uid (``KeySecrets``). The hand-off key, the busy drains' part key and the Spark RPC key are this
+    class with their kind (``HandoffKeys``, ``PartKeys``, ``SparkRpcKeys``)."""
+
+    def __init__(self, kind: KeyKind, core: Any, sanitize: Callable[[Any], Any]) -> None:
+        self.core = core
+        self._sanitize = sanitize
+        self._secrets = KeySecrets(kind)
+
+    def key(self, namespace: str, name: str, uid: str) -> bytes:
+        """The CR's key; raises when it cannot be read or created, or when the Secret is not the CR's
+        or holds no valid key."""
+        return self._secrets.key(self.core, self._sanitize, namespace, name, uid)
+
+    def ensure(self, namespace: str, name: str, uid: str) -> None:
+        """The CR's Secret exists, is the CR's and holds a valid key (for a key the operator itself
+        never uses); raises as ``key``."""
+        self.key(namespace, name, uid)
+
+    def key_id(self, namespace: str, name: str, uid: str) -> str:
+        """The fingerprint of the CR's key (its kind's ``key_id``)."""
+        fingerprint = self._secrets.kind.key_id
+        if fingerprint is None:
+            raise TypeError(f"a {self._secrets.kind.what} has no key id")
+        return fingerprint(self.key(namespace, name, uid))

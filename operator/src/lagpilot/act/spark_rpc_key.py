@@ -13,12 +13,13 @@ trusted). Never logged: only the Secret's name is.
 from __future__ import annotations
 
 import secrets
+from functools import partial
 from typing import Any
 
 from lagpilot import __version__
 
 from .drain_manifests import spark_rpc_key_secret_name
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets, owned_key_secret
+from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
 
 KEY_BYTES = 32
 
@@ -48,14 +49,5 @@ SPARK_RPC_KEY = KeyKind("Spark RPC key", spark_rpc_key_secret_name, new_key, par
                         lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
 
 
-class SparkRpcKeys:
-    """The CRs' Spark RPC keys: made (or found to be the CR's) once per operator process and CR uid."""
-
-    def __init__(self, core: Any, sanitize: Any) -> None:
-        self.core = core
-        self._sanitize = sanitize
-        self._secrets = KeySecrets(SPARK_RPC_KEY)
-
-    def ensure(self, namespace: str, name: str, uid: str) -> None:
-        """Raises when the Secret cannot be read or created, is not the CR's, or holds no valid key."""
-        self._secrets.key(self.core, self._sanitize, namespace, name, uid)
+# the CRs' Spark RPC keys (``SparkRpcKeys(core, sanitize)``): ``ensure`` (the operator uses no key itself)
+SparkRpcKeys = partial(CrKeys, SPARK_RPC_KEY)
