@@ -59,6 +59,24 @@ def _wrap(err: Exception, what: str) -> KubeError:
     return KubeError(status, reason, what)
 
 
+def _raw_json(call: Callable[[], Any], what: str, missing_ok: bool = False) -> Any:
+    """The JSON body of a client call made with ``_preload_content=False`` (the raw response, its
+    connection released): not the client's models, whose building and serializing back cost ~11 ms
+    of CPU (under the GIL) per call, every cycle of every CR (docs/operator.md "Scale"). A 404 is
+    None when `missing_ok`; any other failure a KubeError naming `what`."""
+    try:
+        resp = call()
+        try:
+            body = resp.data
+        finally:
+            resp.release_conn()
+    except Exception as err:  # noqa: BLE001
+        if missing_ok and getattr(err, "status", None) == 404:
+            return None
+        raise _wrap(err, what) from None
+    return json.loads(body)
+
+
 def load_api_client(pool_size: int = 32) -> Any:
     """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
 
@@ -96,32 +114,17 @@ class KubeApi:
         return self._client.sanitize_for_serialization(resp)
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        # the raw JSON, not the client's V1Deployment model: building the model and serializing it
-        # back cost ~11 ms of CPU (under the GIL) per call, every cycle of every CR (docs/operator.md "Scale")
-        try:
-            resp = self.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
-            try:
-                body = resp.data
-            finally:
-                resp.release_conn()
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) == 404:
-                return None
-            raise _wrap(err, f"get Deployment {namespace}/{name}") from None
-        return dict(json.loads(body))
+        # the raw JSON, not the client's V1Deployment model (`_raw_json`)
+        body = _raw_json(lambda: self.apps.read_namespaced_deployment(name, namespace, _preload_content=False),
+                         f"get Deployment {namespace}/{name}", missing_ok=True)
+        return None if body is None else dict(body)
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         """The pods matching `selector` (raw JSON items)."""
         sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        try:
-            resp = self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False)
-            try:
-                body = resp.data
-            finally:
-                resp.release_conn()
-        except Exception as err:  # noqa: BLE001
-            raise _wrap(err, f"list pods {namespace} -l {sel}") from None
-        return list(json.loads(body).get("items") or [])
+        body = _raw_json(lambda: self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False),
+                         f"list pods {namespace} -l {sel}")
+        return list(body.get("items") or [])
 
     def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The Secret's `data` (base64 values), None when it does not exist."""
@@ -135,17 +138,9 @@ class KubeApi:
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap `name` (raw JSON), None when it does not exist."""
-        try:
-            resp = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
-            try:
-                body = resp.data
-            finally:
-                resp.release_conn()
-        except Exception as err:  # noqa: BLE001
-            if getattr(err, "status", None) == 404:
-                return None
-            raise _wrap(err, f"get ConfigMap {namespace}/{name}") from None
-        return dict(json.loads(body))
+        body = _raw_json(lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
+                         f"get ConfigMap {namespace}/{name}", missing_ok=True)
+        return None if body is None else dict(body)
 
     def apply_configmap(self, manifest: dict[str, Any]) -> None:
         """Server-side apply a ConfigMap (creates it when absent): the memory, act/memory.py."""
