@@ -49,6 +49,8 @@ import hmac
 import re
 from dataclasses import dataclass, replace
 
+from lagpilot_runtime import hex_key
+
 PREFIX = "lph1"   # entries without a CR uid (an older operator, the benches)
 PREFIX_CR = "lph2"  # entries of a CR: ``lph2;cr=<uid>;...``
 MAILBOX_SUFFIX = ".lagpilot-handoff"
@@ -145,16 +147,12 @@ def decode(metadata: str | bytes | None, committed_offset: int | None = None) ->
 
 def parse_key(text: str | bytes | None) -> bytes:
     """The hand-off key from its hex form; ValueError unless it is exactly KEY_BYTES bytes."""
-    raw = text.decode() if isinstance(text, bytes) else (text or "")
-    key = bytes.fromhex(raw.strip())
-    if len(key) != KEY_BYTES:
-        raise ValueError(f"a hand-off key has {KEY_BYTES} bytes (hex)")
-    return key
+    return hex_key.parse_key(text, "hand-off key", KEY_BYTES)
 
 
 def key_id(key: bytes) -> str:
     """A one-way fingerprint of the key (safe in a pod spec): changes when the key does."""
-    return hashlib.sha256(b"lagpilot-handoff-key-id\0" + key).hexdigest()[:16]
+    return hex_key.fingerprint(key, b"lagpilot-handoff-key-id")
 
 
 def _mac(key: bytes, topic: str, partition: int, entry: Entry) -> str:

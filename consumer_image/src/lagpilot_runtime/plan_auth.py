@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from lagpilot_runtime import hex_key
 
 KEY_ENV = "LAGPILOT_DRAIN_RUNTIME_KEY"  # the runtime pod only (secretKeyRef); hex of 32 random bytes
 KEY_ID_ENV = "LAGPILOT_DRAIN_RUNTIME_KEY_ID"  # a one-way fingerprint of it (the pod template follows the key)
@@ -42,21 +43,17 @@ class Refused(ValueError):
 
 def new_key() -> str:
     """A fresh per-CR key, as the Secret stores it (hex)."""
-    return secrets.token_hex(KEY_BYTES)
+    return hex_key.new_key(KEY_BYTES)
 
 
 def parse_key(text: str | bytes | None) -> bytes:
     """The key from its hex form; ValueError unless it is exactly KEY_BYTES bytes."""
-    raw = text.decode() if isinstance(text, bytes) else (text or "")
-    key = bytes.fromhex(raw.strip())
-    if len(key) != KEY_BYTES:
-        raise ValueError(f"a drain runtime key has {KEY_BYTES} bytes")
-    return key
+    return hex_key.parse_key(text, "drain runtime key", KEY_BYTES)
 
 
 def key_id(key: bytes) -> str:
     """A fingerprint of the key (one-way; safe in a pod spec): changes when the key does."""
-    return hashlib.sha256(b"lagpilot-drain-runtime-key-id\0" + key).hexdigest()[:16]
+    return hex_key.fingerprint(key, b"lagpilot-drain-runtime-key-id")
 
 
 @dataclass(frozen=True)

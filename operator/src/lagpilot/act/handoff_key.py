@@ -8,12 +8,12 @@ key someone else chose must never be trusted). Never logged: only the Secret's n
 """
 from __future__ import annotations
 
-import secrets
 from functools import partial
 from typing import Any
 
 from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
+from lagpilot_runtime import hex_key
 
 from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
 
@@ -26,7 +26,7 @@ def key_secret_name(cr_name: str) -> str:
 
 
 def new_key() -> str:
-    return secrets.token_hex(mbx.KEY_BYTES)
+    return hex_key.new_key(mbx.KEY_BYTES)
 
 
 def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,

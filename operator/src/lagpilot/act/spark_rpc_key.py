@@ -12,11 +12,11 @@ trusted). Never logged: only the Secret's name is.
 """
 from __future__ import annotations
 
-import secrets
 from functools import partial
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot_runtime import hex_key
 
 from .drain_manifests import spark_rpc_key_secret_name
 from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
@@ -25,16 +25,12 @@ KEY_BYTES = 32
 
 
 def new_key() -> str:
-    return secrets.token_hex(KEY_BYTES)
+    return hex_key.new_key(KEY_BYTES)
 
 
 def parse_key(text: Any) -> bytes:
     """The key from its hex form; ValueError unless it is exactly KEY_BYTES bytes."""
-    raw = text.decode() if isinstance(text, bytes) else str(text or "")
-    key = bytes.fromhex(raw.strip())
-    if len(key) != KEY_BYTES:
-        raise ValueError(f"a Spark RPC key has {KEY_BYTES} bytes")
-    return key
+    return hex_key.parse_key(text, "Spark RPC key", KEY_BYTES)
 
 
 def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
