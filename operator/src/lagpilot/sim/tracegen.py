@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 KINDS = ("flash", "hot-partition", "diurnal", "step", "backfill", "rolling-hot", "long-flash")
@@ -85,9 +85,17 @@ def _flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> 
             length = rng.randint(10, 15)
             mult = rng.uniform(20, 30)
             spikes.append((start, start + length, max(mult * base, 1.5 * group)))
+    return _spiked(rng, minutes, p, spikes, lambda m: _noise(rng, base, 0.1))
+
+
+def _spiked(rng: random.Random, minutes: int, p: int, spikes: Sequence[tuple[int, int, float]],
+            rate_at: Callable[[int], float]) -> list[Row]:
+    """One row a minute: the rate `rate_at(m)` (its noise drawn first), but inside a spike
+    (start, end, level) the spike's level with 5 % noise, spread over the partitions with weights
+    of 0.9-1.1."""
     rows: list[Row] = []
     for m in range(minutes):
-        rate, w = _noise(rng, base, 0.1), None
+        rate, w = rate_at(m), None
         for a, b, level in spikes:
             if a <= m < b:
                 rate = _noise(rng, level, 0.05)
@@ -199,16 +207,12 @@ def _long_flash(rng: random.Random, minutes: int, p: int, c: float, group: float
             a = day * 1440 + half * 720 + 30
             start = rng.randrange(a, a + 720 - 60)
             spikes.append((start, start + rng.randint(8, 20), group * rng.uniform(2.1, 3.8)))  # 2-4x after the 5 % noise
-    rows: list[Row] = []
-    for m in range(minutes):
+
+    def rate_at(m: int) -> float:
         x = 0.5 * (1 + math.sin(2 * math.pi * m / 1440 + phase))
-        rate, w = _noise(rng, lo + (hi - lo) * x, 0.05), None
-        for a, b, level in spikes:
-            if a <= m < b:
-                rate = _noise(rng, level, 0.05)
-                w = tuple(round(rng.uniform(0.9, 1.1), 3) for _ in range(p))
-        rows.append((60.0 * m, rate, w))
-    return rows
+        return _noise(rng, lo + (hi - lo) * x, 0.05)
+
+    return _spiked(rng, minutes, p, spikes, rate_at)
 
 
 def to_csv(rows: Sequence[Row]) -> str:
