@@ -21,6 +21,15 @@ class RetentionError(Exception):
     """Records of the range were deleted by retention before the drain read them."""
 
 
+def commit_progress(c: Any, tp: Any, failed: str = "") -> None:
+    """One synchronous commit of a progress offset (`tp`: a TopicPartition with its metadata);
+    RuntimeError on the broker's per-partition error, after `failed` (what failed) when given."""
+    res = c.commit(offsets=[tp], asynchronous=False)
+    errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+    if errs:
+        raise RuntimeError(f"{failed}: {errs[0]}" if failed else str(errs[0]))
+
+
 def progress_consumer(cfg: ConsumerConfig, group: str) -> Any:
     """A consumer that never subscribes: it only commits/reads the progress group's offsets."""
     from confluent_kafka import Consumer
@@ -123,11 +132,8 @@ def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[
             try:
                 got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
                 meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
-                res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
-                    parse_progress_metadata(meta), parse_progress_lost(meta)))], asynchronous=False)
-                errs = [t.error for t in (res or []) if getattr(t, "error", None)]
-                if errs:
-                    raise RuntimeError(str(errs[0]))
+                commit_progress(c, TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
+                    parse_progress_metadata(meta), parse_progress_lost(meta))))
             finally:
                 c.close()
             log.info("sub-range resumes from the sink's progress", extra=_fields(
@@ -189,12 +195,9 @@ def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[Sub
             if got.offset is not None and got.offset >= b:
                 continue  # already past (a concurrent or earlier record)
             ranges = merge_ranges(parse_progress_lost(meta) + ((a, b),))
-            res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, b,
-                                                   metadata=progress_metadata(parse_progress_metadata(meta), ranges))],
-                           asynchronous=False)
-            errs = [t.error for t in (res or []) if getattr(t, "error", None)]
-            if errs:
-                raise RuntimeError(f"recording the retention loss failed: {errs[0]}")
+            commit_progress(c, TopicPartition(plan.topic, s.partition, b,
+                                              metadata=progress_metadata(parse_progress_metadata(meta), ranges)),
+                            "recording the retention loss failed")
         finally:
             c.close()
 
@@ -239,12 +242,9 @@ def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple
             if has and got.offset >= s.end:
                 continue
             meta = getattr(got, "metadata", None) if has else None
-            res = c.commit(offsets=[TopicPartition(plan.topic, s.partition, s.end, metadata=progress_metadata(
-                parse_progress_metadata(meta) if has else 0, parse_progress_lost(meta) if has else ()))],
-                asynchronous=False)
-            errs = [t.error for t in (res or []) if getattr(t, "error", None)]
-            if errs:
-                raise RuntimeError(f"committing the progress of p{s.partition}#{s.index} failed: {errs[0]}")
+            commit_progress(c, TopicPartition(plan.topic, s.partition, s.end, metadata=progress_metadata(
+                parse_progress_metadata(meta) if has else 0, parse_progress_lost(meta) if has else ())),
+                f"committing the progress of p{s.partition}#{s.index} failed")
         finally:
             c.close()
         if named:  # its task handed records to the handler; the tail had none visible (markers, compaction)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import ConsumerConfig
 from .drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_group, progress_metadata
-from .drain_progress import progress_consumer
+from .drain_progress import commit_progress, progress_consumer
 from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
 
@@ -141,10 +141,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records, lost_before))  # type: ignore[union-attr]
         for attempt in range(5):
             try:
-                res = committer.commit(offsets=[tp], asynchronous=False)
-                errs = [t.error for t in (res or []) if getattr(t, "error", None)]
-                if errs:
-                    raise RuntimeError(str(errs[0]))
+                commit_progress(committer, tp)
                 kafka_next[0] = max(kafka_next[0], next_offset)
                 return
             except Exception as exc:  # noqa: BLE001 - retried, then fails the task (Spark retries it)
