@@ -55,7 +55,7 @@ range until its sub-ranges are done).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -305,20 +305,30 @@ def partition_need(lag: float, age: float, rate: float, share: float, target_s: 
     with as many tasks; else the ``k`` that makes the worse of the two shortest. Its backlog and its
     arrival rate over the time left: a hot partition at 6x a consumer needs most of the budget, a
     neighbour with a small backlog one task. Pure."""
-    best, best_w = 1, INF
     poll = 0.0 if policy.busy else policy.poll_interval_s  # a busy drain splits before its tasks run dry
     grow = max(0.0, rate - share)
     nxt_pol = policy.next_split
-    for k in range(1, max(1, high) + 1):
+
+    def worst_of(k: int) -> float:
         now, duration = worst_latency_s([lag], [age], [k], policy, task_cap)
         nxt_lag = grow * (duration + poll)
         nxt_age = nxt_lag / rate if rate > 0 else 0.0
         nxt = worst_latency_s([nxt_lag], [nxt_age], [k], nxt_pol, task_cap)[0] if nxt_lag > 0 else 0.0
-        worst = max(now, nxt)
+        return max(now, nxt)
+
+    return _fewest_meeting(range(1, max(1, high) + 1), worst_of, target_s)
+
+
+def _fewest_meeting(counts: range, worst_of: Callable[[int], float], target_s: float) -> int:
+    """The first of ``counts`` whose worst latency (``worst_of``) is within ``target_s``; if none
+    is, the one with the least (the first of near-equal ones). ``counts`` is not empty."""
+    best, best_w = counts[0], INF
+    for n in counts:
+        worst = worst_of(n)
         if worst <= target_s:
-            return k
+            return n
         if worst < best_w - 1e-9:
-            best, best_w = k, worst
+            best, best_w = n, worst
     return best
 
 
@@ -978,8 +988,8 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
     # estimate lagged a burst's onset (a 30 s rise half-life before issue 25; a poll's lag now)
     rates = [_seen_rate(ld, a, policy.poll_interval_s) for ld, a in zip(candidates, olds, strict=True)]
     high = max(low, high)
-    best, best_worst = low, INF
-    for n in range(low, high + 1):
+
+    def worst_of(n: int) -> float:
         alloc = allocate_tasks(lags, n, per_task_min=policy.min_records_per_task)
         now_worst, duration = worst_latency_s(lags, olds, alloc, policy, task_cap)
         wait = duration + (0.0 if policy.busy else policy.poll_interval_s)
@@ -987,12 +997,9 @@ def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int,
         nxt_ages = [b / r if r > 0 else 0.0 for b, r in zip(nxt, rates, strict=True)]
         nxt_alloc = allocate_tasks(nxt, high, per_task_min=policy.min_records_per_task)
         next_worst, _ = worst_latency_s(nxt, nxt_ages, nxt_alloc, policy.next_split, task_cap)
-        worst = max(now_worst, next_worst)
-        if worst <= target_s:
-            return n
-        if worst < best_worst - 1e-9:
-            best, best_worst = n, worst
-    return best
+        return max(now_worst, next_worst)
+
+    return _fewest_meeting(range(low, high + 1), worst_of, target_s)
 
 
 def _age(ld: PartitionLoad, ages: Mapping[int, float]) -> float:
