@@ -7,3 +7,16 @@ pytest_plugins = [
     "tests.fixtures.stack",  # Kafka, PostgreSQL, Spark jars (session-scoped)
     "tests.fixtures.kube",   # etcd + kube-apiserver + controller-manager, pod runner
 ]
+
+
+def pytest_collection_modifyitems(session: object, config: object, items: list) -> None:  # type: ignore[type-arg]
+    """Under pytest-xdist (./dev/test): longest test files first (tests/schedule.py), so the short
+    ones fill the end and no long scenario starts last. A run in one process keeps file order."""
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from tests.schedule import load, longest_files_first
+
+    order = longest_files_first([i.nodeid for i in items], load())
+    items[:] = [items[i] for i in order]

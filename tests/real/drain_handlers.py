@@ -5,7 +5,8 @@ through PYTHONPATH=<repo root>).
 fault test time to kill something mid-way).
 `ledger`: appends (topic, partition, offset, source) to a PostgreSQL table WITHOUT a primary key,
 (create it first with LEDGER_DDL) so any offset processed twice (by both paths, or twice by one) shows up as a duplicate row; it
-costs config["cost_ms"] per call in total (a fixed-latency sink, like the benchmark's).
+costs config["cost_ms"] per call in total (a fixed-latency sink, like the benchmark's); a drain's
+calls cost config["drain_cost_ms"] instead when it is set (slow consumers, a quick drain).
 """
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ def ledger(records: list[Record], ctx: BatchContext) -> None:
     with conn.cursor().copy(f"COPY {table} (topic, partition, \"offset\", source, at) FROM STDIN") as cp:
         for r in records:
             cp.write_row((r.topic, r.partition, r.offset, ctx.source, now))
-    left = float(ctx.config.get("cost_ms", "0")) / 1000.0 - (time.monotonic() - t0)
+    cost = ctx.config.get("drain_cost_ms") if ctx.source == "drain" else None  # the drain's own, if set
+    cost = cost if cost is not None else ctx.config.get("cost_ms", "0")
+    left = float(cost) / 1000.0 - (time.monotonic() - t0)
     if left > 0:
         time.sleep(left)
 

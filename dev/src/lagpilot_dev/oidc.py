@@ -7,8 +7,13 @@ a JWKS, which is all Kafka's built-in `OAuthBearerValidatorCallbackHandler` need
 Where it comes from: Maven Central's `org.keycloak:keycloak-quarkus-dist` zip (the machines reach
 package registries only), cached by version under `<cache>/keycloak-<version>/`. Its first start
 (`kc.sh start-dev`) writes into the distribution (the Quarkus build output under `lib/quarkus`, the
-H2 database under `data/`), so every state dir gets its own unpacked copy (`<state>/oidc/keycloak`)
-and the cached zip stays untouched.
+H2 database under `data/`), so every state dir gets its own copy (`<state>/oidc/keycloak`) and the
+cache stays untouched. That copy is taken from a baked distribution, `<cache>/keycloak-<version>/baked`:
+the zip unpacked and started once in dev mode with the same build-time options (so the Quarkus
+augmentation is done and persisted in `lib/quarkus`) and stopped again, its H2 database initialised
+(schema migrated, master realm only). A state dir's start then neither re-augments nor migrates the
+schema: it imports the realm and serves (the cold start of a private copy took 397-570 s on the
+loaded 2-core machine, most of it the augmentation and the schema migration).
 
 What it serves: one realm `lagpilot` imported at start from a JSON file (`--import-realm`), with
 one confidential client (`lagpilot-kafka`, client-credentials grant only) whose access tokens carry
@@ -136,38 +141,96 @@ class OidcPart:
 
     # ---- install -------------------------------------------------------------------------------
     def installed(self) -> bool:
-        return (self.cache / ".complete").exists()
+        return (self.cache / ".complete").exists() and (self.baked / ".complete").exists()
+
+    @property
+    def baked(self) -> Path:
+        """The cached, already augmented and initialised distribution every state dir copies."""
+        return self.cache / "baked"
 
     def install(self) -> None:
-        """Fetch the distribution zip from Maven Central into the cache (first run only)."""
+        """Fetch the distribution zip from Maven Central into the cache and bake it (first run only)."""
         if self.installed():
             return
         with file_lock(self.cache_dir / f".keycloak-{self.version}.lock"):
             if self.installed():
                 return
-            maven.fetch_artifact(maven.Dep("org.keycloak", "keycloak-quarkus-dist", self.version), "zip",
-                                 self.cache, self.cache_dir, what=f"keycloak {self.version}")
-            with zipfile.ZipFile(self.zip) as zf:  # a broken download fails here, not at start
-                bad = zf.testzip()
-            if bad is not None:
-                raise RuntimeError(f"{self.zip}: corrupt member {bad}")
-            (self.cache / ".complete").write_text(self.version + "\n")
+            if not (self.cache / ".complete").exists():
+                maven.fetch_artifact(maven.Dep("org.keycloak", "keycloak-quarkus-dist", self.version), "zip",
+                                     self.cache, self.cache_dir, what=f"keycloak {self.version}")
+                with zipfile.ZipFile(self.zip) as zf:  # a broken download fails here, not at start
+                    bad = zf.testzip()
+                if bad is not None:
+                    raise RuntimeError(f"{self.zip}: corrupt member {bad}")
+                (self.cache / ".complete").write_text(self.version + "\n")
+            self._bake()
 
-    def _unpack(self) -> None:
-        """This state dir's own copy of the distribution (Keycloak writes into its home)."""
-        if (self.home / ".complete").exists():
-            return
-        shutil.rmtree(self.home, ignore_errors=True)
-        tmp = self.dir / ".unpack"
+    def _extract(self, dest: Path) -> None:
+        """The zip's distribution unpacked as `dest` (a fresh directory)."""
+        tmp = dest.parent / f".{dest.name}.unpack"
         shutil.rmtree(tmp, ignore_errors=True)
         with zipfile.ZipFile(self.zip) as zf:
             zf.extractall(tmp)
         (top,) = list(tmp.iterdir())
         for script in (top / "bin").glob("*.sh"):
             script.chmod(0o755)
-        top.replace(self.home)
+        top.replace(dest)
         shutil.rmtree(tmp, ignore_errors=True)
-        (self.home / ".complete").write_text(self.version + "\n")
+
+    def _bake(self) -> None:
+        """Unpack the zip and start it once in dev mode with the build-time options every state
+        dir's start uses (`_argv`), so Keycloak augments itself (lib/quarkus) and creates its H2
+        schema and master realm; stop it gracefully and keep that home as `baked`. A later
+        `start-dev` with the same build-time options finds the persisted build and starts without
+        re-augmenting. Called under the install lock."""
+        work = self.cache / ".bake"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        home = work / "keycloak"
+        self._extract(home)
+        ports = Ports(work)
+        port = ports.ensure("oidc.http", must_be_free=True)
+        mgmt = ports.ensure("oidc.management", must_be_free=True)
+        marker = f"-Dlagpilot.part=oidc-bake:{work}"
+        proc = Process(name="oidc-bake", argv=self._argv(home, port, mgmt, marker=marker, import_realm=False),
+                       log_file=work / "bake.out", pid_file=work / "bake.pid", marker=marker)
+        proc.env, proc.cwd = self._env(), home
+        master = f"http://{LOOPBACK}:{port}/realms/master/.well-known/openid-configuration"
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(master, timeout=10) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, OSError):
+                return False
+
+        log.info("baking keycloak (one augmentation and schema creation per version)",
+                 extra={"part": "oidc", "version": self.version})
+        proc.start()
+        try:
+            wait_for(ready, f"keycloak {self.version} bake at {master}", timeout=1800.0, interval=2.0,
+                     alive=proc.is_running)
+        except (RuntimeError, TimeoutError) as exc:
+            proc.stop(grace=30.0)
+            raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail()}") from exc
+        # a graceful stop closes the H2 database cleanly; the copies start from it
+        proc.stop(grace=300.0)
+        shutil.rmtree(home / "data" / "tmp", ignore_errors=True)
+        (home / ".complete").write_text(self.version + "\n")
+        shutil.rmtree(self.baked, ignore_errors=True)
+        home.replace(self.baked)
+        (self.baked / ".complete").write_text(self.version + "\n")
+        shutil.rmtree(work, ignore_errors=True)
+
+    def _unpack(self) -> None:
+        """This state dir's own copy of the baked distribution (Keycloak writes into its home)."""
+        if (self.home / ".complete").exists():
+            return
+        shutil.rmtree(self.home, ignore_errors=True)
+        tmp = self.dir / ".unpack"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(self.baked, tmp, symlinks=True)
+        tmp.replace(self.home)
 
     # ---- addresses and credentials -------------------------------------------------------------
     def http_port(self) -> int:
@@ -232,25 +295,36 @@ class OidcPart:
                 realm = imports / f"{REALM}-realm.json"
                 realm.write_text(json.dumps(realm_json(self.client_credentials()["clientSecret"])))
                 realm.chmod(0o600)
-                java_home = find_java_home()
-                env = dict(os.environ)
-                env.update({
-                    "JAVA_HOME": java_home,
-                    # kc.sh's default heap is 70% of the machine's RAM: cap it like the other parts
-                    "JAVA_OPTS_KC_HEAP": "-Xms128m -Xmx512m",
-                })
-                self.process.env = env
+                self.process.env = self._env()
                 self.process.cwd = self.home
-                self.process.argv = [
-                    # kc.sh passes -D arguments to the JVM: the marker is in the command line of
-                    # kc.sh and, after its re-exec, of the java process (pid file stays right)
-                    str(self.home / "bin" / "kc.sh"), self.process.marker, "start-dev", "--import-realm",
-                    f"--http-host={LOOPBACK}", f"--http-port={port}", f"--http-management-port={mgmt}",
-                    f"--hostname=http://{LOOPBACK}:{port}", "--health-enabled=true",
-                    "--cache=local", "--log-level=info",
-                ]
+                self.process.argv = self._argv(self.home, port, mgmt, marker=self.process.marker,
+                                               import_realm=True)
                 self.process.start()
         self.wait_ready(timeout)
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "JAVA_HOME": find_java_home(),
+            # kc.sh's default heap is 70% of the machine's RAM: cap it like the other parts
+            "JAVA_OPTS_KC_HEAP": "-Xms128m -Xmx512m",
+        })
+        return env
+
+    @staticmethod
+    def _argv(home: Path, port: int, mgmt: int, marker: str, import_realm: bool) -> list[str]:
+        """`kc.sh start-dev` on loopback ports. The bake and every state dir's start use the same
+        build-time options (`--health-enabled`, `--cache`): a difference would make the start
+        re-augment (slow, and it writes into the copy's lib/quarkus)."""
+        # kc.sh passes -D arguments to the JVM: the marker is in the command line of kc.sh and,
+        # after its re-exec, of the java process (pid file stays right)
+        return [
+            str(home / "bin" / "kc.sh"), marker, "start-dev", *(["--import-realm"] if import_realm else []),
+            f"--http-host={LOOPBACK}", f"--http-port={port}", f"--http-management-port={mgmt}",
+            f"--hostname=http://{LOOPBACK}:{port}", "--health-enabled=true",
+            "--cache=local", "--log-level=info",
+        ]
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         """Wait until the realm's discovery document names our issuer and a grant succeeds."""
