@@ -1,0 +1,287 @@
+"""The campaign's faults for busy drains (issue 25 item 2; docs/drain.md "Busy drains"), drain 7: the
+eos drain is kept busy by a hot stream on partition 0 (`--hot-rate` records/s on top of the steady
+stream, several times what its consumer processes) so the operator hands off next splits and
+delivers them as signed parts to the running driver. Into that drain:
+
+- operator_at_next_seal: the operator dies like kill -9 right after the status write that appends a
+  sealed next split's sub-ranges (crash point `NextSeal:status`), before its part is delivered;
+- operator_at_deliver: the operator dies right after writing a part to the parts group, before its
+  status write (`Deliver:effect`);
+- forged_part: while the driver runs a delivered part or waits for the next, a part signed with a
+  random key (the next round, every partition from 0 past its end) and then a genuine part of an
+  older round (replayed) are committed to the drain's parts group `<groupId>.lagpilot-drain.<tag>.<id>.next`:
+  the forged one must be refused (the driver logs `drain_part_refused`), the stale one never taken
+  again, and the drain still ends exact;
+- busy_driver_kill: the drain Job's process group SIGKILLed after its driver took a delivered part
+  (its `drain_next_part` log line), while it runs it or waits for the next one: the operator's retry
+  (a new attempt) must take over exactly.
+
+Each is confirmed (marker written by the dying operator and its death seen; the forged commit read back
+from Kafka and the driver's refusal logged after it; the driver's pid gone with a part taken) before it
+counts; recovered = that drain Verified (the driver kill: by a later attempt) and the system healthy;
+the end check of the ledgers (`lost`, `duplicated`) covers every offset of the drain."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.procs import TERMINAL, pid_gone, say
+from bench.chaos.review import ReviewFaults
+
+MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
+MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
+
+
+class BusyFaults(ReviewFaults):
+    # -- what the driver and the parts group show ------------------------------------------------------
+    def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
+        """`event` records of drain `drain` in every drain Job pod's log (dead ones too: the pod
+        runner keeps the files) and, --warm-runtime, the runtime pod's."""
+        out: list[dict[str, Any]] = []
+        logs = self.workdir / "pods" / "logs"
+        for f in sorted(logs.glob(f"{self.ns}_eos-drain-*.log")) if logs.exists() else []:
+            if "runtime" in f.name:
+                continue
+            out += cf.log_events(f.read_text(errors="replace").splitlines(), event, str(drain))
+        if self.warm:
+            out += self.runtime_events(event, str(drain))
+        return out
+
+    def attempt_events(self, event: str, drain: Any, attempt: int) -> list[dict[str, Any]]:
+        """`event` records of drain `drain` logged by its attempt `attempt` (the Job pod's log; warm:
+        the runtime's records after that attempt's Job pod started)."""
+        logs = self.workdir / "pods" / "logs"
+        out: list[dict[str, Any]] = []
+        for f in sorted(logs.glob(f"{self.ns}_eos-drain-{drain}-{attempt}-*.log")) if logs.exists() else []:
+            out += cf.log_events(f.read_text(errors="replace").splitlines(), event, str(drain))
+        return out
+
+    def parts_group(self, drain: Any) -> str:
+        from lagpilot_runtime.drain_plan import owner_tag, parts_group
+
+        return parts_group(self.groups["eos"], str(drain), owner_tag(str((self.cr("eos") or {})["metadata"]["uid"])))
+
+    def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
+        """(offset, metadata) of the drain's parts group commit, None when there is none."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = self.parts_group(drain)
+        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, [TopicPartition(self.topic, 0)])],
+                                                     request_timeout=30)[g]
+        for tp in fut.result(timeout=30).topic_partitions:
+            if tp.offset is not None and tp.offset >= 0:
+                meta = tp.metadata
+                return int(tp.offset), (meta.decode() if isinstance(meta, bytes) else str(meta or ""))
+        return None
+
+    def write_parts_commit(self, drain: Any, offset: int, metadata: str) -> None:
+        """A commit to the drain's parts group as the operator makes it (act/drain.py write_part)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = self.parts_group(drain)
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(self.topic, 0, int(offset), metadata=metadata)])
+        res = self.admin.alter_consumer_group_offsets([req], request_timeout=30)[g].result(timeout=30)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"commit to {g}: {bad[0].error}")
+
+    def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
+        """(pod, pid, runtime label) of the current attempt's running Job pod."""
+        got = self.drain_pod()
+        if got and got[0].startswith(f"eos-drain-{d.get('id')}-{d.get('attempt')}-"):
+            return got
+        return None
+
+    # -- the faults ------------------------------------------------------------------------------------
+    def forge_part(self, f: Fault, d: dict[str, Any], genuine: dict[int, str]) -> None:
+        """forged_part: commit a part signed with a random key at the next round (cf.forged_part) and
+        wait (bounded) until the driver logs a refusal after it; then replay the genuine part of an
+        older round (`genuine`: metadata per round, as read from the parts group) at its own offset.
+        Fired = both commits read back from Kafka as written and the refusal logged."""
+        drain, rnd = d["id"], int(d.get("round") or 0)
+        from lagpilot_runtime.drain_plan import owner_tag
+
+        owner = owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
+        forged = cf.forged_part(drain, rnd, self.watermarks(), owner, self.topic)
+        refused0 = len(self.driver_events("drain_part_refused", drain))
+        taken0 = cf.next_parts(self.driver_events("drain_next_part", drain), drain)
+        tries, landed, refused = 0, False, 0
+        while tries < 5 and not refused:
+            tries += 1
+            self.write_parts_commit(drain, rnd + 1, forged)
+            got = self.read_parts_commit(drain)
+            landed = landed or (got is not None and got[1] == forged)
+            t = time.time()
+            while time.time() - t < 10 and not refused:
+                time.sleep(0.5)
+                refused = len(self.driver_events("drain_part_refused", drain)) - refused0
+        f.evidence = {"drain": drain, "round": rnd, "forged_round": rnd + 1, "forged_landed": landed,
+                      "forged_writes": tries, "driver_refused_logged": refused, "parts_taken_before": len(taken0),
+                      **self.how_ran(d)}
+        stale = [r for r in sorted(genuine) if r < rnd]
+        if stale:
+            r = stale[-1]
+            self.write_parts_commit(drain, r, genuine[r])
+            got = self.read_parts_commit(drain)
+            f.evidence.update({"stale_round": r, "stale_landed": got is not None and got[1] == genuine[r]})
+            time.sleep(3)  # the driver polls every second: it reads the stale part at least once
+        else:
+            f.evidence["stale_round"] = None
+        if landed and refused and (not stale or f.evidence.get("stale_landed")):
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: {({k: f.evidence.get(k) for k in ('forged_landed', 'driver_refused_logged', 'stale_round', 'stale_landed')})}"
+
+    def forged_ok(self, f: Fault, parts_seen: list[dict[str, Any]]) -> str | None:
+        """forged_part recovered (None): the driver never took a part of the forged round before a genuine
+        one of that round was delivered (every part it took verified: it logs a taken part only after
+        the check), and after the stale replay it took no part of a round it already had."""
+        if f.evidence.get("stale_round") is None:
+            return None
+        rounds = [int(p.get("round") or 0) for p in parts_seen]
+        again = [r for i, r in enumerate(rounds) if r <= f.evidence["stale_round"] and i >= f.evidence["parts_taken_before"]]
+        f.evidence["parts_taken_after"] = rounds[f.evidence["parts_taken_before"]:]
+        return f"the driver took the stale round {again} again" if again else None
+
+    def kill_busy_driver(self, f: Fault, d: dict[str, Any]) -> bool:
+        """busy_driver_kill once the current attempt's driver took a delivered part: SIGKILL its Job pod's
+        process group. Returns whether it was tried."""
+        att = int(d.get("attempt") or 0)
+        job = self.busy_job(d)
+        if job is None:
+            return False
+        taken = [p for p in cf.next_parts(self.attempt_events("drain_next_part", d["id"], att) if job[2] != "warm"
+                                          else self.driver_events("drain_next_part", d["id"]), d["id"]) if not p.get("final")]
+        if not taken:
+            return False
+        name, pid, label = job
+        last = taken[-1]
+        state = "running a part" if int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0) else "waiting for a part"
+        os.killpg(pid, signal.SIGKILL)
+        gone = pid_gone(pid)
+        phase = self.drain().get("phase")
+        f.evidence = {"pod": name, "pid": pid, "attempt": att, "job_runtime_label": label, "status_runtime": d.get("runtime"),
+                      "parts_taken": len(taken), "last_part_round": last.get("round"), "driver_state": state,
+                      "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
+                      "sub_ranges": len(d.get("subRanges") or ()), "round": d.get("round"), "phase_after_kill": phase}
+        if gone and phase == "Running":
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: pid gone {gone}, drain phase {phase}"
+        return True
+
+    def drain_seven(self, rnd: int) -> list[Fault]:
+        """Drain 7: a busy drain (hot stream on partition 0) with the selected busy kinds injected in this
+        order: the operator crash points (armed before the drain: they fire at its first next split
+        and its delivery), the forged and stale parts (once the driver took a part), the driver kill
+        (once the current attempt took a part; after the forgery when both are selected)."""
+        want = [k for k in cf.BUSY_KINDS if k in self.kinds]
+        faults = {k: Fault(k, rnd, "eos") for k in want}
+        points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
+        fp, dk = faults.get("forged_part"), faults.get("busy_driver_kill")
+        genuine: dict[int, str] = {}
+        seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
+        hot_at: list[float] = []
+        kill_att = 0
+
+        def arm() -> None:
+            for k in points:
+                (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+            self.producer.heat(0, self.args.hot_rate)
+            hot_at.append(time.time())
+
+        def check() -> None:
+            self.check_points(points, cf.BUSY_POINTS)
+
+        d: dict[str, Any] = {}
+        try:
+            for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check):
+                if not ours:
+                    if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
+                        break
+                    continue
+                seen["busy"] = seen["busy"] or bool(d.get("busy"))
+                seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
+                if d.get("phase") == "Running":
+                    seen["attempts"].add(int(d.get("attempt") or 0))
+                    with contextlib.suppress(Exception):  # the genuine parts, per round (the stale replay)
+                        got = self.read_parts_commit(d["id"])
+                        if got is not None and cf.part_round(got[1]) == got[0]:
+                            genuine.setdefault(got[0], got[1])
+                points_done = all(f.fired or f.detail for f in points.values())
+                took = cf.next_parts(self.driver_events("drain_next_part", d.get("id")), d.get("id")) \
+                    if d.get("phase") == "Running" else []
+                if fp is not None and not fp.fired and not fp.detail and points_done and d.get("phase") == "Running" \
+                        and any(not p.get("final") for p in took) and d.get("busy"):
+                    try:
+                        self.forge_part(fp, d, genuine)
+                    except Exception as exc:  # noqa: BLE001 - not injected: say so
+                        fp.detail = f"forging failed: {exc!r}"[:300]
+                    fp.evidence["genuine_rounds"] = sorted(genuine)
+                elif dk is not None and not dk.fired and not dk.detail and points_done and (fp is None or fp.fired or fp.detail) \
+                        and d.get("phase") == "Running":
+                    if self.kill_busy_driver(dk, d):
+                        kill_att = int(dk.evidence.get("attempt") or 0)
+                elif dk is not None and dk.fired and "retry_attempt" not in dk.evidence and d.get("phase") == "Running" \
+                        and int(d.get("attempt") or 0) > kill_att:
+                    dk.evidence.update({"retry_attempt": int(d.get("attempt") or 0), "retry_runtime": d.get("runtime"),
+                                        "retry_sub_ranges": len(d.get("subRanges") or ())})
+                if self.producer.hot and hot_at:
+                    all_in = all(f.fired or f.detail for f in faults.values()) and (dk is None or not dk.fired
+                                                                                   or "retry_attempt" in dk.evidence)
+                    hot_s = time.time() - hot_at[0]
+                    if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
+                        self.producer.cool()
+                        say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
+                if d.get("phase") in TERMINAL:
+                    check()
+                    break
+        finally:
+            self.producer.cool()
+        verified_at = time.time() if d.get("phase") == "Verified" else None
+        parts_seen = cf.next_parts(self.driver_events("drain_next_part", d.get("id")), d.get("id")) if d else []
+        for k, f in faults.items():
+            if not f.fired and not f.detail:
+                f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, last phase "
+                            f"{d.get('phase')})")
+            if not f.fired:
+                continue
+            f.evidence.update({"final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
+                               "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
+                               "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
+            if verified_at is None:
+                f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+                continue
+            if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
+                f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
+                continue
+            extra = (lambda f=f: self.forged_ok(f, parts_seen)) if k == "forged_part" else None
+            assert f.at is not None
+            secs = self.recover_wait(f.at, k, self.timeout, None, extra)
+            f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))
+        for f in faults.values():
+            self.record(f)
+        return list(faults.values())
+
+    def check_points(self, faults: dict[str, Fault], points: dict[str, str]) -> None:
+        """Like check_markers, for `points` (kind -> crash point): a marker written by the operator
+        that died at that point, and its death seen."""
+        for kind, f in faults.items():
+            marker = self.crash_dir / points[kind].replace(":", "-")
+            if f.fired or not marker.exists() or marker.read_text() == "disarmed":
+                continue
+            at = float(marker.read_text().strip())
+            self.op.ensure()
+            died = [x for x in self.op.deaths if x[0] >= at - 1]
+            if died:
+                f.fired, f.at = True, at
+                f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
+                with contextlib.suppress(Exception):
+                    d = self.drain()
+                    f.evidence.update({"round": d.get("round"), "extension": bool(d.get("extension")),
+                                       **self.how_ran(d)})
