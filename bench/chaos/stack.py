@@ -57,7 +57,9 @@ class CampaignBase:
         from lagpilot_runtime.sinks import postgres as pg_sink
 
         self.stack = Stack(state_dir=self.args.state_dir)
-        say(f"stack in {self.stack.state_dir} (private: its restarts do not touch the shared stack)")
+        say(f"stack in {self.stack.state_dir} " + ("(the shared stack: no kind of this run restarts a part)"
+                                                     if getattr(self.args, "shared_stack", False) else
+                                                     "(private: its restarts do not touch the shared stack)"))
         self.info, self.lease = self.stack.acquire(["kafka", "kube", "postgres", "spark"])
         i = self.info
         self.bootstrap, self.dsn = str(i.bootstrap_servers), str(i.postgres_dsn)
