@@ -8,16 +8,19 @@ delivers them as signed parts to the running driver. Into that drain:
 - operator_at_deliver: the operator dies right after writing a part to the parts group, before its
   status write (`Deliver:effect`);
 - forged_part: while the driver runs a delivered part or waits for the next, a part signed with a
-  random key (the next round, every partition from 0 past its end) and then a genuine part of an
-  older round (replayed) are committed to the drain's parts group `<groupId>.lagpilot-drain.<tag>.<id>.next`:
-  the forged one must be refused (the driver logs `drain_part_refused`), the stale one never taken
-  again, and the drain still ends exact;
+  random key (the next round, every partition from 0 past its end) is committed to the drain's parts
+  group `<groupId>.lagpilot-drain.<tag>.<id>.next`: it must be refused (the driver logs
+  `drain_part_refused`) and the drain still end exact;
+- stale_part: the operator's own part of an older round (read from the parts group earlier, genuinely
+  signed) committed again while the drain is at a later round: no driver may take it (again), the
+  operator delivers the current part again, the drain ends exact;
 - busy_driver_kill: the drain Job's process group SIGKILLed after its driver took a delivered part
   (its `drain_next_part` log line), while it runs it or waits for the next one: the operator's retry
   (a new attempt) must take over exactly.
 
 Each is confirmed (marker written by the dying operator and its death seen; the forged commit read back
-from Kafka and the driver's refusal logged after it; the driver's pid gone with a part taken) before it
+from Kafka and the driver's refusal logged after it; the stale commit read back; the driver's pid gone
+with a part taken) before it
 counts; recovered = that drain Verified (the driver kill: by a later attempt) and the system healthy;
 the end check of the ledgers (`lost`, `duplicated`) covers every offset of the drain."""
 from __future__ import annotations
@@ -98,18 +101,17 @@ class BusyFaults(ReviewFaults):
         return None
 
     # -- the faults ------------------------------------------------------------------------------------
-    def forge_part(self, f: Fault, d: dict[str, Any], genuine: dict[int, str]) -> None:
-        """forged_part: commit a part signed with a random key at the next round (cf.forged_part) and
-        wait (bounded) until the driver logs a refusal after it; then replay the genuine part of an
-        older round (`genuine`: metadata per round, as read from the parts group) at its own offset.
-        Fired = both commits read back from Kafka as written and the refusal logged."""
+    def forge_part(self, f: Fault, d: dict[str, Any]) -> None:
+        """forged_part: commit a part signed with a random key at the next round (cf.forged_part) to
+        the drain's parts group, again (at most 5 times) until the driver logs a refusal after it (the
+        operator, reading it as no part, may overwrite it with its own before the driver's next poll).
+        Fired = the forged commit read back from Kafka as written and the refusal logged."""
         drain, rnd = d["id"], int(d.get("round") or 0)
         from lagpilot_runtime.drain_plan import owner_tag
 
         owner = owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
         forged = cf.forged_part(drain, rnd, self.watermarks(), owner, self.topic)
         refused0 = len(self.driver_events("drain_part_refused", drain))
-        taken0 = cf.next_parts(self.driver_events("drain_next_part", drain), drain)
         tries, landed, refused = 0, False, 0
         while tries < 5 and not refused:
             tries += 1
@@ -121,36 +123,46 @@ class BusyFaults(ReviewFaults):
                 time.sleep(0.5)
                 refused = len(self.driver_events("drain_part_refused", drain)) - refused0
         f.evidence = {"drain": drain, "round": rnd, "forged_round": rnd + 1, "forged_landed": landed,
-                      "forged_writes": tries, "driver_refused_logged": refused, "parts_taken_before": len(taken0),
-                      **self.how_ran(d)}
-        stale = [r for r in sorted(genuine) if r < rnd]
-        if stale:
-            r = stale[-1]
-            self.write_parts_commit(drain, r, genuine[r])
-            got = self.read_parts_commit(drain)
-            f.evidence.update({"stale_round": r, "stale_landed": got is not None and got[1] == genuine[r]})
-            time.sleep(3)  # the driver polls every second: it reads the stale part at least once
-        else:
-            f.evidence["stale_round"] = None
-        if landed and refused and (not stale or f.evidence.get("stale_landed")):
+                      "forged_writes": tries, "driver_refused_logged": refused,
+                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        if landed and refused:
             f.fired, f.at = True, time.time()
         else:
-            f.detail = f"not confirmed: {({k: f.evidence.get(k) for k in ('forged_landed', 'driver_refused_logged', 'stale_round', 'stale_landed')})}"
+            f.detail = f"not confirmed: forged commit landed {landed}, driver refusals logged {refused}"
 
-    def forged_ok(self, f: Fault, parts_seen: list[dict[str, Any]]) -> str | None:
-        """forged_part recovered (None): the driver never took a part of the forged round before a genuine
-        one of that round was delivered (every part it took verified: it logs a taken part only after
-        the check), and after the stale replay it took no part of a round it already had."""
-        if f.evidence.get("stale_round") is None:
-            return None
-        rounds = [int(p.get("round") or 0) for p in parts_seen]
-        again = [r for i, r in enumerate(rounds) if r <= f.evidence["stale_round"] and i >= f.evidence["parts_taken_before"]]
-        f.evidence["parts_taken_after"] = rounds[f.evidence["parts_taken_before"]:]
-        return f"the driver took the stale round {again} again" if again else None
+    def replay_stale(self, f: Fault, d: dict[str, Any], genuine: dict[int, str], current: int) -> None:
+        """stale_part: the operator's own (genuinely signed) part of an older round, read earlier from
+        the parts group, committed again at its offset while the drain is at round `current`. Fired =
+        the commit read back as written. The driver must not take it (a part is taken only when newer
+        than its plan), the operator re-delivers the current part (it reads an older round)."""
+        drain = d["id"]
+        r = max(x for x in genuine if x < current)
+        self.write_parts_commit(drain, r, genuine[r])
+        got = self.read_parts_commit(drain)
+        f.evidence = {"drain": drain, "stale_round": r, "current_round": current,
+                      "stale_landed": got is not None and got[1] == genuine[r],
+                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        if f.evidence["stale_landed"]:
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: the group's commit read back {got}"
 
-    def kill_busy_driver(self, f: Fault, d: dict[str, Any]) -> bool:
+    def taken(self, drain: Any) -> list[dict[str, Any]]:
+        return cf.next_parts(self.driver_events("drain_next_part", drain), drain)
+
+    def stale_ok(self, f: Fault) -> str | None:
+        """stale_part recovered (None): after the replay no driver of the drain took a part of a round at
+        or below the stale one, and the operator's current part is back in the parts group."""
+        drain, stale = f.evidence["drain"], int(f.evidence["stale_round"])
+        after = self.taken(drain)[int(f.evidence["parts_taken_before"]):]
+        f.evidence["parts_taken_after"] = [(p.get("round"), p.get("final")) for p in after]
+        again = [p.get("round") for p in after if int(p.get("round") or 0) <= stale]
+        return f"a driver took the stale round {again} again" if again else None
+
+    def kill_busy_driver(self, f: Fault, d: dict[str, Any], eligible_since: list[float]) -> bool:
         """busy_driver_kill once the current attempt's driver took a delivered part: SIGKILL its Job pod's
-        process group. Returns whether it was tried."""
+        process group, preferably while it runs that part (records left); after 60 s of eligible polls
+        without such a moment, while it waits for the next one. Returns whether it was tried."""
         att = int(d.get("attempt") or 0)
         job = self.busy_job(d)
         if job is None:
@@ -159,14 +171,18 @@ class BusyFaults(ReviewFaults):
                                           else self.driver_events("drain_next_part", d["id"]), d["id"]) if not p.get("final")]
         if not taken:
             return False
+        if not eligible_since:
+            eligible_since.append(time.time())
+        running = int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0) and int(taken[-1].get("unfinished") or 0) > 0
+        if not running and time.time() - eligible_since[0] < 60:
+            return False
         name, pid, label = job
-        last = taken[-1]
-        state = "running a part" if int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0) else "waiting for a part"
         os.killpg(pid, signal.SIGKILL)
         gone = pid_gone(pid)
         phase = self.drain().get("phase")
         f.evidence = {"pod": name, "pid": pid, "attempt": att, "job_runtime_label": label, "status_runtime": d.get("runtime"),
-                      "parts_taken": len(taken), "last_part_round": last.get("round"), "driver_state": state,
+                      "parts_taken": len(taken), "last_part_round": taken[-1].get("round"),
+                      "driver_state": "running a part" if running else "waiting for a part",
                       "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
                       "sub_ranges": len(d.get("subRanges") or ()), "round": d.get("round"), "phase_after_kill": phase}
         if gone and phase == "Running":
@@ -178,15 +194,17 @@ class BusyFaults(ReviewFaults):
     def drain_seven(self, rnd: int) -> list[Fault]:
         """Drain 7: a busy drain (hot stream on partition 0) with the selected busy kinds injected in this
         order: the operator crash points (armed before the drain: they fire at its first next split
-        and its delivery), the forged and stale parts (once the driver took a part), the driver kill
-        (once the current attempt took a part; after the forgery when both are selected)."""
+        and its delivery), the forged part (once the driver took a part), the driver kill (once the
+        current attempt took a part, after the forgery), the stale part (once the parts group holds a
+        round above one read earlier)."""
         want = [k for k in cf.BUSY_KINDS if k in self.kinds]
         faults = {k: Fault(k, rnd, "eos") for k in want}
         points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
-        fp, dk = faults.get("forged_part"), faults.get("busy_driver_kill")
+        fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
         genuine: dict[int, str] = {}
         seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
         hot_at: list[float] = []
+        eligible: list[float] = []
         kill_att = 0
 
         def arm() -> None:
@@ -198,6 +216,9 @@ class BusyFaults(ReviewFaults):
         def check() -> None:
             self.check_points(points, cf.BUSY_POINTS)
 
+        def done(f: Fault | None) -> bool:
+            return f is None or f.fired or bool(f.detail)
+
         d: dict[str, Any] = {}
         try:
             for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check):
@@ -207,33 +228,38 @@ class BusyFaults(ReviewFaults):
                     continue
                 seen["busy"] = seen["busy"] or bool(d.get("busy"))
                 seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
-                if d.get("phase") == "Running":
+                running = d.get("phase") == "Running"
+                current = None
+                if running:
                     seen["attempts"].add(int(d.get("attempt") or 0))
-                    with contextlib.suppress(Exception):  # the genuine parts, per round (the stale replay)
+                    with contextlib.suppress(Exception):  # the genuine parts, per round (stale_part replays one)
                         got = self.read_parts_commit(d["id"])
                         if got is not None and cf.part_round(got[1]) == got[0]:
                             genuine.setdefault(got[0], got[1])
-                points_done = all(f.fired or f.detail for f in points.values())
-                took = cf.next_parts(self.driver_events("drain_next_part", d.get("id")), d.get("id")) \
-                    if d.get("phase") == "Running" else []
-                if fp is not None and not fp.fired and not fp.detail and points_done and d.get("phase") == "Running" \
-                        and any(not p.get("final") for p in took) and d.get("busy"):
+                            current = got[0]
+                points_done = all(done(f) for f in points.values())
+                if fp is not None and not done(fp) and points_done and running and d.get("busy") \
+                        and any(not p.get("final") for p in self.taken(d.get("id"))):
                     try:
-                        self.forge_part(fp, d, genuine)
+                        self.forge_part(fp, d)
                     except Exception as exc:  # noqa: BLE001 - not injected: say so
                         fp.detail = f"forging failed: {exc!r}"[:300]
-                    fp.evidence["genuine_rounds"] = sorted(genuine)
-                elif dk is not None and not dk.fired and not dk.detail and points_done and (fp is None or fp.fired or fp.detail) \
-                        and d.get("phase") == "Running":
-                    if self.kill_busy_driver(dk, d):
+                elif dk is not None and not done(dk) and points_done and done(fp) and running:
+                    if self.kill_busy_driver(dk, d, eligible):
                         kill_att = int(dk.evidence.get("attempt") or 0)
-                elif dk is not None and dk.fired and "retry_attempt" not in dk.evidence and d.get("phase") == "Running" \
+                elif sp is not None and not done(sp) and points_done and running and current is not None \
+                        and any(r < current for r in genuine) and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence):
+                    try:
+                        self.replay_stale(sp, d, genuine, current)
+                    except Exception as exc:  # noqa: BLE001
+                        sp.detail = f"replay failed: {exc!r}"[:300]
+                if dk is not None and dk.fired and "retry_attempt" not in dk.evidence and running \
                         and int(d.get("attempt") or 0) > kill_att:
                     dk.evidence.update({"retry_attempt": int(d.get("attempt") or 0), "retry_runtime": d.get("runtime"),
                                         "retry_sub_ranges": len(d.get("subRanges") or ())})
                 if self.producer.hot and hot_at:
-                    all_in = all(f.fired or f.detail for f in faults.values()) and (dk is None or not dk.fired
-                                                                                   or "retry_attempt" in dk.evidence)
+                    all_in = all(done(f) for f in faults.values()) and (dk is None or not dk.fired
+                                                                         or "retry_attempt" in dk.evidence)
                     hot_s = time.time() - hot_at[0]
                     if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
                         self.producer.cool()
@@ -244,11 +270,11 @@ class BusyFaults(ReviewFaults):
         finally:
             self.producer.cool()
         verified_at = time.time() if d.get("phase") == "Verified" else None
-        parts_seen = cf.next_parts(self.driver_events("drain_next_part", d.get("id")), d.get("id")) if d else []
+        parts_seen = self.taken(d.get("id")) if d else []
         for k, f in faults.items():
             if not f.fired and not f.detail:
-                f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, last phase "
-                            f"{d.get('phase')})")
+                f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
+                            f"{sorted(genuine)}, last phase {d.get('phase')})")
             if not f.fired:
                 continue
             f.evidence.update({"final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
@@ -260,7 +286,7 @@ class BusyFaults(ReviewFaults):
             if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
                 continue
-            extra = (lambda f=f: self.forged_ok(f, parts_seen)) if k == "forged_part" else None
+            extra = (lambda f=f: self.stale_ok(f)) if k == "stale_part" else None
             assert f.at is not None
             secs = self.recover_wait(f.at, k, self.timeout, None, extra)
             f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))

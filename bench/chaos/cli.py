@@ -52,9 +52,10 @@ that could not be confirmed is reported as not fired and not counted:
   the eos drain busy (next splits delivered as signed parts to its running driver): operator_at_next_seal
   (the operator dies after the status write of a sealed next split, before its part is delivered),
   operator_at_deliver (after writing a part, before its status write), forged_part (a part signed with
-  a random key at the next round and a genuine part of an older round committed to the drain's parts
-  group: refused / never taken again, the drain exact), busy_driver_kill (the Job's process group
-  SIGKILLed after its driver took a delivered part: a later attempt must finish the drain exactly).
+  a random key at the next round committed to the drain's parts group: refused, the drain exact),
+  busy_driver_kill (the Job's process group SIGKILLed after its driver took a delivered part, preferably
+  while it runs it: a later attempt must finish the drain exactly), stale_part (the operator's own part
+  of an older round committed again: never taken again, the current part delivered again).
 Recovered = infra answering, operator alive with >= 2 cycles since the fault, every partition of
 every CR delivering again after the fault, plus per kind: drain faults -> that drain Verified
 (driver kill: the retry attempt delivering), spec change -> observedGeneration caught up and the

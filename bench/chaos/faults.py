@@ -19,7 +19,7 @@ KINDS: tuple[str, ...] = (
     "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
     # busy drains (issue 25 item 2; docs/drain.md "Busy drains"): a fault during a next split's hand-off
     # and delivery (bench/chaos/busy.py, drain 7)
-    "operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part",
+    "operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part", "stale_part",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -46,7 +46,7 @@ BUSY_POINTS: dict[str, str] = {
     "operator_at_next_seal": "NextSeal:status",
     "operator_at_deliver": "Deliver:effect",
 }
-BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, "busy_driver_kill", "forged_part")
+BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, "busy_driver_kill", "forged_part", "stale_part")
 
 # delete_while_planned: the operator's crash point right after publishing the hand-off and before its
 # status write resolves anything (the drain stays Planned while the owners ack); armed like the others

@@ -201,7 +201,8 @@ def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
 
 
 def test_the_busy_drain_kinds_are_known_with_their_crash_points() -> None:
-    assert set(cf.BUSY_KINDS) == {"operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part"}
+    assert set(cf.BUSY_KINDS) == {"operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part",
+                                  "stale_part"}
     assert set(cf.BUSY_KINDS) <= set(cf.KINDS) and not set(cf.BUSY_KINDS) & set(cf.WARM_ONLY)
     # act/drain.py names a next split's points Next<Kind>; the part's write is Deliver
     assert cf.BUSY_POINTS == {"operator_at_next_seal": "NextSeal:status", "operator_at_deliver": "Deliver:effect"}
