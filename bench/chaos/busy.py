@@ -287,7 +287,9 @@ class BusyFaults(ReviewFaults):
             if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
                 continue
-            extra = (lambda f=f: self.stale_ok(f)) if k == "stale_part" else None
+            extra = ((lambda f=f: self.stale_ok(f)) if k == "stale_part" else
+                     # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
+                     (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
             assert f.at is not None
             secs = self.recover_wait(f.at, k, self.timeout, None, extra)
             f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))

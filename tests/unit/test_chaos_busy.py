@@ -89,6 +89,9 @@ class Scripted(BusyFaults):
     def drain(self, which: str = "eos") -> dict[str, Any]:
         return self.now_d
 
+    def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
+        return []
+
     def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
         return {"attempt": d.get("attempt"), "status_runtime": "cold"}
 
