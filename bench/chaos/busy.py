@@ -38,6 +38,7 @@ from bench.chaos.review import ReviewFaults
 
 MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
 MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
+STALE_WAIT_S = 120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
 
 
 class BusyFaults(ReviewFaults):
@@ -101,7 +102,7 @@ class BusyFaults(ReviewFaults):
         return None
 
     # -- the faults ------------------------------------------------------------------------------------
-    def forge_part(self, f: Fault, d: dict[str, Any]) -> None:
+    def forge_part(self, f: Fault, d: dict[str, Any], forged_out: set[str] | None = None) -> None:
         """forged_part: commit a part signed with a random key at the next round (cf.forged_part) to
         the drain's parts group, again (at most 5 times) until the driver logs a refusal after it (the
         operator, reading it as no part, may overwrite it with its own before the driver's next poll).
@@ -111,6 +112,8 @@ class BusyFaults(ReviewFaults):
 
         owner = owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
         forged = cf.forged_part(drain, rnd, self.watermarks(), owner, self.topic)
+        if forged_out is not None:
+            forged_out.add(forged)
         refused0 = len(self.driver_events("drain_part_refused", drain))
         tries, landed, refused = 0, False, 0
         while tries < 5 and not refused:
@@ -202,7 +205,8 @@ class BusyFaults(ReviewFaults):
         faults = {k: Fault(k, rnd, "eos") for k in want}
         points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
         fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
-        genuine: dict[int, str] = {}
+        genuine: dict[int, str] = {}  # the operator's parts as read from the parts group, per round
+        forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
         seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
         hot_at: list[float] = []
         eligible: list[float] = []
@@ -235,17 +239,18 @@ class BusyFaults(ReviewFaults):
                     seen["attempts"].add(int(d.get("attempt") or 0))
                     with contextlib.suppress(Exception):  # the genuine parts, per round (stale_part replays one)
                         got = self.read_parts_commit(d["id"])
-                        if got is not None and cf.part_round(got[1]) == got[0]:
+                        if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
                             genuine.setdefault(got[0], got[1])
                             current = got[0]
                 points_done = all(done(f) for f in points.values())
                 if fp is not None and not done(fp) and points_done and running and d.get("busy") \
                         and any(not p.get("final") for p in self.taken(d.get("id"))):
                     try:
-                        self.forge_part(fp, d)
+                        self.forge_part(fp, d, forged)
                     except Exception as exc:  # noqa: BLE001 - not injected: say so
                         fp.detail = f"forging failed: {exc!r}"[:300]
-                elif dk is not None and not done(dk) and points_done and done(fp) and running:
+                elif dk is not None and not done(dk) and points_done and done(fp) and running \
+                        and (done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S):
                     if self.kill_busy_driver(dk, d, eligible):
                         kill_att = int(dk.evidence.get("attempt") or 0)
                 elif sp is not None and not done(sp) and points_done and running and current is not None \

@@ -118,8 +118,9 @@ POLLS = [
     {**RUN, "round": 0, "attempt": 1},
     {**RUN, "round": 1, "attempt": 1},  # crash points; the driver takes round 1
     {**RUN, "round": 1, "attempt": 1},  # forged part
-    {**RUN, "round": 1, "attempt": 1},  # driver kill (it runs round 1: records left)
-    {**RUN, "round": 2, "attempt": 2},  # the retry, round 2 delivered: stale round 1 replayed
+    {**RUN, "round": 2, "attempt": 1},  # round 2 delivered: stale round 1 replayed
+    {**RUN, "round": 2, "attempt": 1},  # driver kill (it runs round 2: records left)
+    {**RUN, "round": 2, "attempt": 2},  # the retry
     {**RUN, "round": 2, "attempt": 2},
     {**RUN, "phase": "Verified", "round": 2, "attempt": 2, "recordsDone": 9000},
 ]
@@ -135,7 +136,9 @@ def test_every_busy_kind_fires_in_order_and_recovers(monkeypatch: Any, tmp_path:
     assert out["busy_driver_kill"].evidence["retry_attempt"] == 2
     assert out["forged_part"].evidence["driver_refused_logged"] >= 1
     assert (out["stale_part"].evidence["stale_round"], out["stale_part"].evidence["current_round"]) == (1, 2)
-    assert out["forged_part"].at <= out["busy_driver_kill"].at <= out["stale_part"].at
+    assert out["forged_part"].at <= out["stale_part"].at <= out["busy_driver_kill"].at
+    assert out["stale_part"].evidence["parts_taken_after"] == []  # nothing taken after the replay
+    # the forged part (round 2 at offset 2) is never taken for the operator's own round 2
     assert c.producer.heated == 1 and not c.producer.hot
 
 
@@ -164,7 +167,7 @@ def test_a_stale_round_taken_again_is_not_recovered(monkeypatch: Any, tmp_path: 
 def test_a_drain_verified_by_the_killed_attempt_is_not_a_recovery(monkeypatch: Any, tmp_path: Any) -> None:
     polls = [p for p in POLLS if p["attempt"] == 1] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}]
     c = Scripted(polls)
-    c.kinds = frozenset({"busy_driver_kill"})
+    c.kinds = frozenset({"busy_driver_kill"})  # (no stale_part: the kill does not wait for its window)
     out = run(c, monkeypatch, tmp_path)
     f = out["busy_driver_kill"]
     assert f.fired and not f.recovered and "not a retry" in f.detail
