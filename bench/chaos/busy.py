@@ -226,7 +226,10 @@ class BusyFaults(ReviewFaults):
 
         d: dict[str, Any] = {}
         try:
-            for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check):
+            # the hot stream runs up to MAX_HOT_S, then the drain works off what it took (run 3, load 28:
+            # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
+            for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check,
+                                            window=MAX_HOT_S + self.timeout * 2):
                 if not ours:
                     if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
                         break
@@ -275,6 +278,8 @@ class BusyFaults(ReviewFaults):
                     break
         finally:
             self.producer.cool()
+        if d.get("phase") not in TERMINAL:
+            say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
         verified_at = time.time() if d.get("phase") == "Verified" else None
         parts_seen = self.taken(d.get("id")) if d else []
         for k, f in faults.items():
@@ -287,7 +292,8 @@ class BusyFaults(ReviewFaults):
                                "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
                                "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
             if verified_at is None:
-                f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+                f.detail = (f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}" if d.get("phase") in TERMINAL else
+                            f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}")
                 continue
             if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"

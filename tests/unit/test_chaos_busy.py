@@ -41,7 +41,8 @@ class Scripted(BusyFaults):
         self.topic = "t"
 
     def drain_polls(self, before: str, before_burst: Any = None, each: Any = None,
-                    burst: int | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+                    burst: int | None = None, window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+        assert window is not None and window > self.timeout * 2  # a busy drain is polled longer
         before_burst()
         for d in self.polls:
             self.now_d = d
@@ -171,6 +172,12 @@ def test_a_drain_verified_by_the_killed_attempt_is_not_a_recovery(monkeypatch: A
     out = run(c, monkeypatch, tmp_path)
     f = out["busy_driver_kill"]
     assert f.fired and not f.recovered and "not a retry" in f.detail
+
+
+def test_a_drain_still_running_when_polling_stops_is_not_recovered(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS[:-1])
+    out = run(c, monkeypatch, tmp_path)
+    assert all(f.fired and not f.recovered and "still Running when polling stopped" in f.detail for f in out.values())
 
 
 def test_no_next_split_no_window(monkeypatch: Any, tmp_path: Any) -> None:
