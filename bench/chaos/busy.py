@@ -57,8 +57,8 @@ class BusyFaults(ReviewFaults):
         return out
 
     def attempt_events(self, event: str, drain: Any, attempt: int) -> list[dict[str, Any]]:
-        """`event` records of drain `drain` logged by its attempt `attempt` (the Job pod's log; warm:
-        the runtime's records after that attempt's Job pod started)."""
+        """`event` records of drain `drain` logged by its cold attempt `attempt` (that Job pod's log; a
+        warm attempt's driver logs in the runtime pod: driver_events, not told apart per attempt)."""
         logs = self.workdir / "pods" / "logs"
         out: list[dict[str, Any]] = []
         for f in sorted(logs.glob(f"{self.ns}_eos-drain-{drain}-{attempt}-*.log")) if logs.exists() else []:
