@@ -38,6 +38,10 @@ from bench.chaos.review import ReviewFaults
 
 MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
 MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
+# forged_part writes again (every ~10 s) until the driver reads and refuses it: a driver reads its parts
+# group only between passes, so while it runs a long part the operator's next delivery overwrites the
+# forged one unread (run 5, warm: 5 writes in ~50 s, none read)
+FORGE_TRIES = 15
 STALE_WAIT_S = 120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
 
 
@@ -104,8 +108,9 @@ class BusyFaults(ReviewFaults):
     # -- the faults ------------------------------------------------------------------------------------
     def forge_part(self, f: Fault, d: dict[str, Any], forged_out: set[str] | None = None) -> None:
         """forged_part: commit a part signed with a random key at the next round (cf.forged_part) to
-        the drain's parts group, again (at most 5 times) until the driver logs a refusal after it (the
-        operator, reading it as no part, may overwrite it with its own before the driver's next poll).
+        the drain's parts group, again (at most FORGE_TRIES times) until the driver logs a refusal
+        after it (the operator, reading it as no part, may overwrite it with its own before the
+        driver's next poll; a driver running a pass does not poll).
         Fired = the forged commit read back from Kafka as written and the refusal logged."""
         drain, rnd = d["id"], int(d.get("round") or 0)
         from lagpilot_runtime.drain_plan import owner_tag
@@ -116,7 +121,7 @@ class BusyFaults(ReviewFaults):
             forged_out.add(forged)
         refused0 = len(self.driver_events("drain_part_refused", drain))
         tries, landed, refused = 0, False, 0
-        while tries < 5 and not refused:
+        while tries < FORGE_TRIES and not refused:
             tries += 1
             self.write_parts_commit(drain, rnd + 1, forged)
             got = self.read_parts_commit(drain)

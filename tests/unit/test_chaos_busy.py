@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench.chaos import faults as cf
+import bench.chaos.busy as busy_mod
 from bench.chaos.busy import BusyFaults
 from bench.chaos.faults import Fault
 
@@ -148,6 +149,7 @@ def test_a_forged_part_without_a_refusal_is_not_fired(monkeypatch: Any, tmp_path
     c.kinds = frozenset({"forged_part"})
     out = run(c, monkeypatch, tmp_path)
     assert not out["forged_part"].fired and "driver refusals logged 0" in out["forged_part"].detail
+    assert out["forged_part"].evidence["forged_writes"] == busy_mod.FORGE_TRIES
 
 
 def test_a_stale_round_taken_again_is_not_recovered(monkeypatch: Any, tmp_path: Any) -> None:
