@@ -48,6 +48,14 @@ that could not be confirmed is reported as not fired and not counted:
   Planned; the finalizer must hand [ack, split) back; the CR re-created adopts it); drain 6:
   aborted_transactions (committed/aborted/committed transactions in the backlog: the drain reaches
   Verified, the ledgers are compared with what a read_committed reader sees).
+  Busy drains (bench/chaos/busy.py), drain 7: a hot stream on partition 0 (--hot-rate records/s) keeps
+  the eos drain busy (next splits delivered as signed parts to its running driver): operator_at_next_seal
+  (the operator dies after the status write of a sealed next split, before its part is delivered),
+  operator_at_deliver (after writing a part, before its status write), forged_part (a part signed with
+  a random key at the next round committed to the drain's parts group: refused, the drain exact),
+  busy_driver_kill (the Job's process group SIGKILLed after its driver took a delivered part, preferably
+  while it runs it: a later attempt must finish the drain exactly), stale_part (the operator's own part
+  of an older round committed again: never taken again, the current part delivered again).
 Recovered = infra answering, operator alive with >= 2 cycles since the fault, every partition of
 every CR delivering again after the fault, plus per kind: drain faults -> that drain Verified
 (driver kill: the retry attempt delivering), spec change -> observedGeneration caught up and the
@@ -73,6 +81,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.chaos import faults as cf  # noqa: E402
+from bench.chaos.busy import BusyFaults  # noqa: E402
 from bench.chaos.drain_faults import DrainFaults  # noqa: E402
 from bench.chaos.ledger import LedgerChecks  # noqa: E402
 from bench.chaos.procs import say  # noqa: E402
@@ -85,10 +94,13 @@ QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "s
                "kafka_restart")
 
 
-class Campaign(SteadyFaults, DrainFaults, LedgerChecks):
+RESTART_KINDS = ("kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
+
+
+class Campaign(SteadyFaults, DrainFaults, BusyFaults, LedgerChecks):
     """The whole campaign: its stack and observation (bench/chaos/stack.py), the steady faults
-    (bench/chaos/steady.py), the drain faults (bench/chaos/drain_faults.py, bench/chaos/drain_watch.py) and
-    the ledger checks at the end (bench/chaos/ledger.py)."""
+    (bench/chaos/steady.py), the drain faults (bench/chaos/drain_faults.py, bench/chaos/drain_watch.py),
+    the busy-drain faults (bench/chaos/busy.py) and the ledger checks at the end (bench/chaos/ledger.py)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default="", help="only these kinds (comma separated; default all)")
     ap.add_argument("--state-dir", default=os.environ.get("LAGPILOT_STATE") or str(cache_dir() / "state" / "chaos"),
                     help="the private stack's state dir (default $LAGPILOT_STATE, else <cache>/state/chaos)")
+    ap.add_argument("--shared-stack", action="store_true",
+                    help="run on the shared dev stack (<cache>/state/default, `lagpilot dev up`) instead of a private "
+                         "one; refused with a kind that restarts a part (" + ", ".join(RESTART_KINDS) + "); never stops it")
     ap.add_argument("--keep-stack", action="store_true", help="leave the private stack running at the end")
     ap.add_argument("--rate", type=int, default=10, help="steady records/s per partition")
     ap.add_argument("--burst", type=int, default=12000, help="backlog per partition that forces each drain")
@@ -116,14 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-runtime", action=argparse.BooleanOptionalAction, default=True,
                     help="eos drains through the warm drain runtime (spec.drain.warmRuntime; default on): enables "
                          "drain_runtime_kill, forged_plan, runtime_sigstop; --no-warm-runtime: every drain cold")
+    ap.add_argument("--hot-rate", type=int, default=600,
+                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if Path(args.state_dir).resolve() == (cache_dir() / "state" / "default").resolve():
-        ap.error("refusing to restart the shared stack's parts: give a private --state-dir")
     kinds = set(filter(None, args.kinds.split(","))) or set(QUICK_KINDS if args.quick else cf.KINDS)
     unknown = kinds - set(cf.KINDS)
     if unknown:
         ap.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(cf.KINDS)}")
+    shared = (cache_dir() / "state" / "default").resolve()
+    if args.shared_stack:
+        if kinds & set(RESTART_KINDS):
+            ap.error(f"--shared-stack: {sorted(kinds & set(RESTART_KINDS))} would restart the shared stack's parts")
+        args.state_dir, args.keep_stack = str(shared), True
+    elif Path(args.state_dir).resolve() == shared:
+        ap.error("refusing to restart the shared stack's parts: give a private --state-dir (or --shared-stack)")
     kinds, not_applicable = cf.split_kinds(kinds, args.warm_runtime and not args.quick)
     rounds = 1 if args.quick else args.rounds
     if args.quick:
@@ -155,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                 c.drain_five(rnd)
             if not args.quick and "aborted_transactions" in kinds:
                 c.drain_six(rnd)
+            if not args.quick and kinds & set(cf.BUSY_KINDS):
+                c.drain_seven(rnd)
         end = c.finish()
-        result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start)
+        result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start,
+                                 selected=bool(args.kinds))
     finally:
         c.teardown()
     report(result, c.workdir, args.json)

@@ -127,11 +127,13 @@ class DrainWatch(CampaignBase):
         return None if cancels else f"the runtime logged no cancel of drain {drain_id}"
 
     def drain_polls(self, before: str, before_burst: Callable[[], Any] | None = None,
-                    each: Callable[[], None] | None = None, burst: int | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+                    each: Callable[[], None] | None = None, burst: int | None = None,
+                    window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
         """One drain round's loop: wait until no eos drain is in flight (and, --warm-runtime, the runtime
         pod is Ready), call `before_burst`, add the backlog burst that forces the next drain, then once a
         second (bounded by twice the fault timeout) yield (status.drain, whether it is that new drain).
         `each` runs before every poll; `burst` replaces --burst (0: `before_burst` wrote the backlog).
+        `window` replaces the bound (seconds after the burst; drain 7's busy drain lasts longer).
         The caller breaks out when it is done."""
         prev = self.wait_no_drain()
         self.wait_runtime_ready(before)
@@ -139,7 +141,7 @@ class DrainWatch(CampaignBase):
             before_burst()
         if (self.args.burst if burst is None else burst) > 0:
             self.producer.burst(self.args.burst if burst is None else burst)
-        deadline = time.monotonic() + self.timeout * 2
+        deadline = time.monotonic() + (self.timeout * 2 if window is None else window)
         while time.monotonic() < deadline:
             if each is not None:
                 each()

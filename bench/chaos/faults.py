@@ -17,6 +17,9 @@ KINDS: tuple[str, ...] = (
     "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
     # issue 23's fixed review items: M3 (Lease), C1 (signed plans), H3 (heartbeat), H1 (finalizer of a Planned drain)
     "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
+    # busy drains (issue 25 item 2; docs/drain.md "Busy drains"): a fault during a next split's hand-off
+    # and delivery (bench/chaos/busy.py, drain 7)
+    "operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part", "stale_part",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -35,6 +38,15 @@ HANDOFF_POINTS: dict[str, str] = {
     "operator_at_seal": "Seal:effect",
     "operator_at_launch": "Launch:effect",
 }
+
+# busy drains (drain 7): the operator's crash points during a next split (act/drain.py names a next
+# split's points "Next<Kind>"): after the status write that appends a sealed next split's sub-ranges,
+# before its part is delivered; after writing a part to the parts group, before its status write
+BUSY_POINTS: dict[str, str] = {
+    "operator_at_next_seal": "NextSeal:status",
+    "operator_at_deliver": "Deliver:effect",
+}
+BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, "busy_driver_kill", "forged_part", "stale_part")
 
 # delete_while_planned: the operator's crash point right after publishing the hand-off and before its
 # status write resolves anything (the drain stays Planned while the owners ack); armed like the others
@@ -305,6 +317,39 @@ def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int]
 def refused_all(answers: Sequence[tuple[int, str]]) -> bool:
     """forged_plan: every forged request refused as unauthenticated (401), none taken (pure)."""
     return bool(answers) and all(status == 401 for status, _ in answers)
+
+
+def next_parts(events: Iterable[Mapping[str, Any]], drain: Any) -> list[dict[str, Any]]:
+    """The parts a busy drain's driver took (its `drain_next_part` log records of drain `drain`), as
+    {round, final, unfinished, ts} in log order (pure)."""
+    return [{k: e.get(k) for k in ("round", "final", "unfinished", "ts")} for e in events
+            if e.get("event") == "drain_next_part" and str(e.get("drain")) == str(drain)]
+
+
+def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str, topic: str) -> str:
+    """forged_part's attack (pure but for its random key): a next part for the LIVE drain at the round
+    after the current one, with one sub-range per partition from 0 past the end (taken, it would
+    re-run everything: duplicates in the ledger) and fresh indices, signed with a key that is NOT the
+    CR's part key (a random one: what anyone without the Secret can do)."""
+    import secrets
+
+    from lagpilot_runtime import plan_auth
+    from lagpilot_runtime.drain_plan import NextPart, SubRange
+
+    subs = tuple(SubRange(int(p), 900 + int(p), 0, int(e) + 1000) for p, e in sorted(ends.items()))
+    body = NextPart(str(drain_id), int(round_) + 1, False, subs).body()
+    return plan_auth.sign_part(secrets.token_bytes(32), owner, topic, body)
+
+
+def part_round(metadata: str | None) -> int | None:
+    """The round a parts-group commit's metadata claims (unverified), None when it is not a part (pure)."""
+    from lagpilot_runtime.drain_plan import NextPart
+
+    body = (metadata or "").rpartition(";mac=")[0]
+    try:
+        return NextPart.from_body(body).round
+    except (ValueError, IndexError):
+        return None
 
 
 # aborted_transactions: per partition, in this order, one transaction each, with the steady stream paused

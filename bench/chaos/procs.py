@@ -90,6 +90,8 @@ class Producer(threading.Thread):
         self._burst: list[int] = []
         self._lock = threading.Lock()
         self.paused = threading.Event()  # aborted_transactions: the steady stream waits (what is due is sent after)
+        # busy drains (drain 7): an extra stream on one partition, [partition, records/s, since, sent], or None
+        self._hot: list[Any] | None = None
 
     def _cb(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -110,6 +112,19 @@ class Producer(threading.Thread):
         with self._lock:
             self._burst.append(per_partition)
 
+    def heat(self, partition: int, rate: int) -> None:
+        """An extra `rate` records/s on `partition` (on top of the steady stream) until cool()."""
+        with self._lock:
+            self._hot = [partition, rate, time.monotonic(), 0]
+
+    def cool(self) -> None:
+        with self._lock:
+            self._hot = None
+
+    @property
+    def hot(self) -> bool:
+        return self._hot is not None
+
     def run(self) -> None:
         started, sent = time.monotonic(), 0
         while not self.stop_evt.wait(0.2):
@@ -123,6 +138,12 @@ class Producer(threading.Thread):
                 sent += due
             with self._lock:
                 bursts, self._burst = self._burst, []
+                hot = self._hot
+                hot_due = 0 if hot is None else int(hot[1] * (time.monotonic() - hot[2])) - hot[3]
+                if hot is not None and hot_due > 0:
+                    hot[3] += hot_due
+            if hot is not None and hot_due > 0:
+                self._send(hot[0], hot_due)
             for n in bursts:
                 for part in range(PARTS):
                     self._send(part, n)

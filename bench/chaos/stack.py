@@ -57,7 +57,9 @@ class CampaignBase:
         from lagpilot_runtime.sinks import postgres as pg_sink
 
         self.stack = Stack(state_dir=self.args.state_dir)
-        say(f"stack in {self.stack.state_dir} (private: its restarts do not touch the shared stack)")
+        say(f"stack in {self.stack.state_dir} " + ("(the shared stack: no kind of this run restarts a part)"
+                                                     if getattr(self.args, "shared_stack", False) else
+                                                     "(private: its restarts do not touch the shared stack)"))
         self.info, self.lease = self.stack.acquire(["kafka", "kube", "postgres", "spark"])
         i = self.info
         self.bootstrap, self.dsn = str(i.bootstrap_servers), str(i.postgres_dsn)
@@ -90,13 +92,13 @@ class CampaignBase:
         if not self.eos_keyless:
             raise RuntimeError(f"{self.eos_table} has an index: duplicates would be hidden")
         ledger.create_table(self.dsn, self.alo_table)
-        for point in (*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT):  # disarmed: fires only once its marker is removed
+        for point in (*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT, *cf.BUSY_POINTS.values()):  # disarmed: fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
         (self.crash_dir / SINK_MARKER).write_text("disarmed")
         env = operator_env(i.kubeconfig, REPO, {
             "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
             "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
-            "LAGPILOT_TEST_CRASH_AT": ",".join((*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT)),
+            "LAGPILOT_TEST_CRASH_AT": ",".join((*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT, *cf.BUSY_POINTS.values())),
             "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
         self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
         self.runner = PodRunner(i.kubeconfig, node_name=f"chaos-{self.run_id}", workdir=self.workdir / "pods",

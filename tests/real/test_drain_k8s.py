@@ -362,3 +362,79 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
     assert driver_logs
     denied = [ln for p in driver_logs for ln in p.read_text(errors="replace").splitlines() if any(d in ln for d in DENIED)]
     assert denied == [], denied[:5]
+
+
+def _intruder(pod: dict[str, Any], exec_id: str, secret: str) -> dict[str, Any]:
+    """A copy of a running executor pod's spec (same image, args, env: the driver's URL, the app id)
+    as another executor id that mounts `secret` where the real one mounts the CR's RPC key; without
+    Spark's labels and owner, so Spark's pod watch does not take it for one of its executors."""
+    spec = json.loads(json.dumps(pod["spec"]))
+    spec.pop("nodeName", None)
+    spec["restartPolicy"] = "Never"
+    c = spec["containers"][0]
+    c["env"] = [({**e, "value": exec_id} if e["name"] == "SPARK_EXECUTOR_ID" else e)
+                for e in c.get("env") or [] if e["name"] != "SPARK_EXECUTOR_POD_NAME"]
+    swapped = 0
+    for v in spec.get("volumes") or []:
+        if (v.get("secret") or {}).get("secretName", "").endswith("-drain-rpc-key"):
+            v["secret"]["secretName"] = secret
+            swapped += 1
+    assert swapped == 1, spec.get("volumes")  # the copy differs from a real executor in its secret only
+    return {"metadata": {"name": f"intruder-{exec_id}", "labels": {"test": "wrong-rpc-secret"}}, "spec": spec}
+
+
+def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(kube: KubeEnv, kube_api: Any, pod_runner: Any,
+                                                                       namespace: Callable[..., str],
+                                                                       new_topic: Callable[..., str],
+                                                                       kafka_bootstrap: str, postgres_dsn: str,
+                                                                       spark_jars: list[str]) -> None:
+    """H4 (issue 23), the negative: spark.authenticate with the CR's key file means a client that
+    presents another secret gets nothing from the driver. Mid-drain, a copy of a running executor's
+    pod (same image, args, driver URL, app id: only its executor id and the Secret mounted at the RPC
+    key's path differ, a Secret with another 32-byte key) is started: it must fail to connect
+    (authentication), register with the driver as no executor, and the drain (whose real executors
+    present the right key: the control) stays exact."""
+    from kubernetes import client
+
+    from lagpilot.act.spark_rpc_key import build_key_secret, new_key
+
+    def intrude(ns: str, table: str) -> dict[str, Any]:
+        # the driver is up (it created its executors' pods, running): no need to wait for deliveries
+        core = client.CoreV1Api(kube_api)
+        wrong = build_key_secret("intruder", ns, "unused", new_key())
+        wrong["metadata"].pop("ownerReferences")
+        core.create_namespaced_secret(ns, wrong)
+        victim = _running(_executors(kube, ns))[0]
+        pod = _intruder(victim, "99", wrong["metadata"]["name"])
+        core.create_namespaced_pod(ns, pod)
+        name = pod["metadata"]["name"]
+        # the fault fired: the intruder's process ran (a pid) and ended, Failed (no restart)
+        def ended() -> dict[str, Any] | None:
+            p = core.read_namespaced_pod(name, ns).to_dict()
+            return p if p["status"]["phase"] in ("Failed", "Succeeded") else None
+
+        got = wait_until(ended, "the intruder pod to end", 600, 1.0)
+        log = next((pod_runner.workdir / "logs").glob(f"{ns}_{name}_*.log")).read_text(errors="replace")
+        return {"phase": got["status"]["phase"], "log": log, "rows_then": _ledger_rows(postgres_dsn, table)}
+
+    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
+                     cost_ms=1000, during=intrude)
+    rep, intruder = out["report"], out["extra"]
+    ilog = intruder["log"]
+    assert len(out["executor_logs"]) >= 2, out["executor_logs"]
+    print("intruder:", intruder["phase"], "log tail:", ilog[-3000:])
+    print("ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
+    assert intruder["rows_then"] < out["total"], "the drain ended before the intruder tried: slow the sink down"
+    # it ran and reached the driver: the executor backend started with authentication on, and its
+    # handshake (Spark's AuthEngine, keyed by the secret file) with the driver failed; the driver then
+    # closed the connection (no SASL fallback either): it never registered
+    assert intruder["phase"] == "Failed", ilog[-3000:]
+    assert "KubernetesExecutorBackend: Started daemon" in ilog and "authentication enabled" in ilog, ilog[-3000:]
+    assert "New auth protocol failed" in ilog, ilog[-3000:]
+    assert "Successfully registered with driver" not in ilog, ilog[-3000:]
+    # the control: the real executors, the same pod spec with the CR's key, registered and never failed
+    logs = pod_runner.workdir / "logs"
+    for name in out["executor_logs"]:
+        elog = (logs / name).read_text(errors="replace")
+        assert "Successfully registered with driver" in elog and "New auth protocol failed" not in elog, elog[-3000:]
+    assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep

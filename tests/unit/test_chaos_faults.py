@@ -198,3 +198,38 @@ def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
     assert got["lost"] == {0: [[2, 4]], 1: [[1, 2]]}
     assert got["duplicated"] == {0: [[4, 6, 2], [6, 7, 3]]}
     assert cf.offset_runs([(0, o, 1) for o in range(5)], {0: range(5)}) == {"lost": {}, "duplicated": {}}
+
+
+def test_the_busy_drain_kinds_are_known_with_their_crash_points() -> None:
+    assert set(cf.BUSY_KINDS) == {"operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part",
+                                  "stale_part"}
+    assert set(cf.BUSY_KINDS) <= set(cf.KINDS) and not set(cf.BUSY_KINDS) & set(cf.WARM_ONLY)
+    # act/drain.py names a next split's points Next<Kind>; the part's write is Deliver
+    assert cf.BUSY_POINTS == {"operator_at_next_seal": "NextSeal:status", "operator_at_deliver": "Deliver:effect"}
+
+
+def test_the_forged_part_is_refused_by_the_crs_key_and_would_rerun_everything() -> None:
+    import pytest as _pytest
+
+    from lagpilot_runtime import plan_auth
+    from lagpilot_runtime.drain_plan import NextPart
+
+    meta = cf.forged_part(7, 2, {0: 5000, 1: 300}, "abc123abc123", "t")
+    assert cf.part_round(meta) == 3
+    with _pytest.raises(plan_auth.Refused):
+        plan_auth.verify_part(b"k" * 32, "abc123abc123", "t", meta)
+    part = NextPart.from_body(meta.rpartition(";mac=")[0])
+    assert part.drain_id == "7" and not part.final
+    assert {(s.partition, s.start, s.end) for s in part.sub_ranges} == {(0, 0, 6000), (1, 0, 1300)}
+    # a genuine part verifies, and its round is read back
+    good = plan_auth.sign_part(b"k" * 32, "abc123abc123", "t", NextPart("7", 2, False, ()).body())
+    assert cf.part_round(good) == 2 and plan_auth.verify_part(b"k" * 32, "abc123abc123", "t", good)
+    assert cf.part_round("garbage") is None and cf.part_round(None) is None
+
+
+def test_next_parts_reads_the_drivers_taken_parts_of_one_drain() -> None:
+    events = [{"event": "drain_next_part", "drain": "3", "round": 1, "final": False, "unfinished": 2, "ts": 1},
+              {"event": "drain_next_part", "drain": "4", "round": 1, "final": False},
+              {"event": "drain_part_refused", "drain": "3"},
+              {"event": "drain_next_part", "drain": "3", "round": 2, "final": True, "unfinished": 0, "ts": 2}]
+    assert [(p["round"], p["final"]) for p in cf.next_parts(events, 3)] == [(1, False), (2, True)]

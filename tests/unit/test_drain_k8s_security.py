@@ -255,3 +255,60 @@ def test_the_operator_makes_the_rpc_key_secret_before_the_job_and_refuses_a_fore
     with pytest.raises(RuntimeError, match="not owned by this BatchConsumerGroup"):
         drain_calls(Core(foreign)).create_job(ctx, DRAIN, 1)
     assert calls == []  # no Job mounting a key someone else chose
+
+
+SPARK_APP_RAW = {**RAW, "drain": {**RAW["drain"], "launcher": "sparkApplication"}}
+
+
+def test_a_spark_application_authenticates_its_rpc_with_the_crs_key_file():
+    """H4 for launcher sparkApplication (cluster mode, kubeflow's spark-operator): the same RPC hardening
+    as the Job's k8s mode: spark.authenticate and spark.network.crypto on, the secret from the CR's
+    `<cr>-drain-rpc-key` as a file mounted in the driver's and every executor's pod (spark-operator's
+    `secrets`, type Generic). Without the file Spark generates the secret and hands it to each executor
+    pod as the literal env _SPARK_AUTH_SECRET; without spark.authenticate anyone who reaches the driver's
+    port talks to it (and the tasks carry the Kafka credentials)."""
+    from lagpilot.act.drain_manifests import SPARK_RPC_KEY_DIR
+
+    a = build_spark_application("orders", "ns1", "uid", parse_spec(SPARK_APP_RAW), DRAIN, 1, K8S)
+    conf = a["spec"]["sparkConf"]
+    assert conf.get("spark.authenticate") == "true"
+    assert conf.get("spark.network.crypto.enabled") == "true"
+    assert conf.get("spark.authenticate.secret.file") == f"{SPARK_RPC_KEY_DIR}/key"
+    for role in ("driver", "executor"):
+        assert {"name": "orders-drain-rpc-key", "path": SPARK_RPC_KEY_DIR, "secretType": "Generic"} in \
+            (a["spec"][role].get("secrets") or []), role
+        assert not any("AUTH_SECRET" in str(e.get("name")) for e in a["spec"][role]["env"])
+    # the same with the default settings (a SparkApplication always runs on Kubernetes)
+    default = build_spark_application("orders", "ns1", "uid", parse_spec(SPARK_APP_RAW), DRAIN, 1)
+    assert default["spec"]["sparkConf"].get("spark.authenticate") == "true"
+
+
+def test_the_operator_makes_the_rpc_key_secret_before_a_spark_application():
+    """create_job with launcher sparkApplication makes the CR's `<cr>-drain-rpc-key` first (its pods mount
+    it), whatever LAGPILOT_DRAIN_SPARK_MASTER says (a SparkApplication always has executors)."""
+    from types import SimpleNamespace
+
+    from lagpilot.act.drain_calls import DrainCalls
+    from lagpilot.act.drain_manifests import DrainSettings
+    from lagpilot.act.spark_rpc_key import SparkRpcKeys
+
+    calls: list[tuple[str, str]] = []
+
+    class Core:
+        def read_namespaced_secret(self, name, namespace):
+            raise type("NotFound", (Exception,), {"status": 404})()
+
+        def create_namespaced_secret(self, namespace, body):
+            calls.append(("secret", body["metadata"]["name"]))
+
+    class Custom:
+        def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+            calls.append((body["kind"], body["metadata"]["name"]))
+
+    dc = DrainCalls()
+    dc.custom, dc.settings, dc.clock = Custom(), DrainSettings(), lambda: 0.0
+    dc.runtime = SimpleNamespace(rpc_keys=SparkRpcKeys(Core(), lambda o: o))
+    ctx = SimpleNamespace(name="orders", namespace="ns1", uid="uid-1", spec=parse_spec(SPARK_APP_RAW), version="0.1.0",
+                          launched_runtime=None)
+    dc.create_job(ctx, DRAIN, 1)
+    assert calls == [("secret", "orders-drain-rpc-key"), ("SparkApplication", "orders-drain-1-1")]

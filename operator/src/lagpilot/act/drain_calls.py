@@ -165,8 +165,8 @@ class DrainCalls:
         Sets `ctx.launched_runtime` to the path the Job takes (an adopted Job's own label).
         A warm Job carries the operator's signature of its plan (`RuntimeManager.sign`); when it
         cannot be signed (the CR's key unreadable) the Job goes cold. A Job of that name the CR
-        does not own is never adopted (raises). With a k8s master the CR's Spark RPC key Secret is
-        made first (`spark_rpc_key`; raises when it is not the CR's)."""
+        does not own is never adopted (raises). With a k8s master, or a SparkApplication, the CR's
+        Spark RPC key Secret is made first (`spark_rpc_key`; raises when it is not the CR's)."""
         args = (ctx.name, ctx.namespace, ctx.uid, ctx.spec, d, attempt, self.settings, ctx.version)
         runtime_auth = None
         if runtime_url:
@@ -178,8 +178,9 @@ class DrainCalls:
                     "group": f"{ctx.namespace}/{ctx.name}", "error": f"{type(err).__name__}: {err}"[:300]})
                 runtime_url = None
         ctx.launched_runtime = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
-        if self.settings.spark_master and ctx.spec.drain.launcher != "sparkApplication":
+        if self.settings.spark_master or ctx.spec.drain.launcher == "sparkApplication":
             # the driver's pod and its executors mount the CR's Spark RPC key (H4): made before the Job
+            # (a SparkApplication always runs executors on Kubernetes, whatever the operator's master)
             self.runtime.rpc_keys.ensure(ctx.namespace, ctx.name, ctx.uid)
         try:
             if ctx.spec.drain.launcher == "sparkApplication":

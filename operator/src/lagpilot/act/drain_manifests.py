@@ -445,13 +445,14 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     env = _drain_env(spec, plan, settings, attempt)
     pod = {"labels": labels, "env": env, "securityContext": dict(CONTAINER_SECURITY),
            "podSecurityContext": dict(POD_SECURITY), "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
-    driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g"}
+    driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g", "secrets": spark_application_rpc_key_secrets(cr_name)}
     if drain.busy:  # the driver verifies the next parts; the executors never get the key
         driver["env"] = [*env, part_key_ref(cr_name)]
     if settings.service_account:
         driver["serviceAccount"] = settings.service_account
     executor = {**pod, "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),
-                "cores": settings.executor_cores, "memory": settings.executor_memory, "deleteOnTermination": True}
+                "cores": settings.executor_cores, "memory": settings.executor_memory, "deleteOnTermination": True,
+                "secrets": spark_application_rpc_key_secrets(cr_name)}
     return {
         "apiVersion": f"{SPARK_APP_GROUP}/{SPARK_APP_VERSION}",
         "kind": "SparkApplication",
@@ -464,7 +465,10 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
             "image": spec.template.image,
             "imagePullPolicy": spec.template.image_pull_policy,
             "mainApplicationFile": DRIVER_MAIN,
-            "sparkConf": {"spark.local.dir": "/tmp/spark-local", "spark.kubernetes.driver.ownPersistentVolumeClaim": "false"},
+            # the RPC between the driver and its executors authenticated with the CR's key (a file in
+            # both pods: `secrets` above; never the env secret Spark would generate) and encrypted (H4)
+            "sparkConf": {"spark.local.dir": "/tmp/spark-local", "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+                          **spark_application_rpc_conf()},
             "restartPolicy": {"type": "Never"},
             "timeToLiveSeconds": settings.job_ttl_seconds,
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
@@ -472,6 +476,20 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
             "executor": executor,
         },
     }
+
+
+def spark_application_rpc_conf() -> dict[str, str]:
+    """A SparkApplication's RPC settings (pure): authenticated with the CR's Spark RPC key, read from
+    the file its `secrets` mount in the driver's and every executor's pod (the Job's k8s mode does the
+    same with `spark_rpc_key_conf`), and encrypted. Spark then puts no _SPARK_AUTH_SECRET in the
+    executors' env (it only does so for a secret it generated)."""
+    return {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
+            "spark.authenticate.secret.file": f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}"}
+
+
+def spark_application_rpc_key_secrets(cr_name: str) -> list[dict[str, str]]:
+    """spark-operator's `secrets` of a driver or executor: the CR's RPC key Secret at SPARK_RPC_KEY_DIR."""
+    return [{"name": spark_rpc_key_secret_name(cr_name), "path": SPARK_RPC_KEY_DIR, "secretType": "Generic"}]
 
 
 def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:

@@ -1,0 +1,332 @@
+"""The campaign's faults for busy drains (issue 25 item 2; docs/drain.md "Busy drains"), drain 7: the
+eos drain is kept busy by a hot stream on partition 0 (`--hot-rate` records/s on top of the steady
+stream, several times what its consumer processes) so the operator hands off next splits and
+delivers them as signed parts to the running driver. Into that drain:
+
+- operator_at_next_seal: the operator dies like kill -9 right after the status write that appends a
+  sealed next split's sub-ranges (crash point `NextSeal:status`), before its part is delivered;
+- operator_at_deliver: the operator dies right after writing a part to the parts group, before its
+  status write (`Deliver:effect`);
+- forged_part: while the driver runs a delivered part or waits for the next, a part signed with a
+  random key (the next round, every partition from 0 past its end) is committed to the drain's parts
+  group `<groupId>.lagpilot-drain.<tag>.<id>.next`: it must be refused (the driver logs
+  `drain_part_refused`) and the drain still end exact;
+- stale_part: the operator's own part of an older round (read from the parts group earlier, genuinely
+  signed) committed again while the drain is at a later round: no driver may take it (again), the
+  operator delivers the current part again, the drain ends exact;
+- busy_driver_kill: the drain Job's process group SIGKILLed after its driver took a delivered part
+  (its `drain_next_part` log line), while it runs it or waits for the next one: the operator's retry
+  (a new attempt) must take over exactly.
+
+Each is confirmed (marker written by the dying operator and its death seen; the forged commit read back
+from Kafka and the driver's refusal logged after it; the stale commit read back; the driver's pid gone
+with a part taken) before it
+counts; recovered = that drain Verified (the driver kill: by a later attempt) and the system healthy;
+the end check of the ledgers (`lost`, `duplicated`) covers every offset of the drain."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+from bench.chaos import faults as cf
+from bench.chaos.faults import Fault
+from bench.chaos.procs import TERMINAL, pid_gone, say
+from bench.chaos.review import ReviewFaults
+
+MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
+MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
+# forged_part writes again (every ~10 s) until the driver reads and refuses it: a driver reads its parts
+# group only between passes, so while it runs a long part the operator's next delivery overwrites the
+# forged one unread (run 5, warm: 5 writes in ~50 s, none read)
+FORGE_TRIES = 15
+STALE_WAIT_S = 120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
+
+
+class BusyFaults(ReviewFaults):
+    # -- what the driver and the parts group show ------------------------------------------------------
+    def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
+        """`event` records of drain `drain` in every drain Job pod's log (dead ones too: the pod
+        runner keeps the files) and, --warm-runtime, the runtime pod's."""
+        out: list[dict[str, Any]] = []
+        logs = self.workdir / "pods" / "logs"
+        for f in sorted(logs.glob(f"{self.ns}_eos-drain-*.log")) if logs.exists() else []:
+            if "runtime" in f.name:
+                continue
+            out += cf.log_events(f.read_text(errors="replace").splitlines(), event, str(drain))
+        if self.warm:
+            out += self.runtime_events(event, str(drain))
+        return out
+
+    def attempt_events(self, event: str, drain: Any, attempt: int) -> list[dict[str, Any]]:
+        """`event` records of drain `drain` logged by its cold attempt `attempt` (that Job pod's log; a
+        warm attempt's driver logs in the runtime pod: driver_events, not told apart per attempt)."""
+        logs = self.workdir / "pods" / "logs"
+        out: list[dict[str, Any]] = []
+        for f in sorted(logs.glob(f"{self.ns}_eos-drain-{drain}-{attempt}-*.log")) if logs.exists() else []:
+            out += cf.log_events(f.read_text(errors="replace").splitlines(), event, str(drain))
+        return out
+
+    def parts_group(self, drain: Any) -> str:
+        from lagpilot_runtime.drain_plan import owner_tag, parts_group
+
+        return parts_group(self.groups["eos"], str(drain), owner_tag(str((self.cr("eos") or {})["metadata"]["uid"])))
+
+    def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
+        """(offset, metadata) of the drain's parts group commit, None when there is none."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = self.parts_group(drain)
+        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, [TopicPartition(self.topic, 0)])],
+                                                     request_timeout=30)[g]
+        for tp in fut.result(timeout=30).topic_partitions:
+            if tp.offset is not None and tp.offset >= 0:
+                meta = tp.metadata
+                return int(tp.offset), (meta.decode() if isinstance(meta, bytes) else str(meta or ""))
+        return None
+
+    def write_parts_commit(self, drain: Any, offset: int, metadata: str) -> None:
+        """A commit to the drain's parts group as the operator makes it (act/drain.py write_part)."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        g = self.parts_group(drain)
+        req = ConsumerGroupTopicPartitions(g, [TopicPartition(self.topic, 0, int(offset), metadata=metadata)])
+        res = self.admin.alter_consumer_group_offsets([req], request_timeout=30)[g].result(timeout=30)
+        bad = [tp for tp in res.topic_partitions if tp.error is not None]
+        if bad:
+            raise RuntimeError(f"commit to {g}: {bad[0].error}")
+
+    def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
+        """(pod, pid, runtime label) of the current attempt's running Job pod."""
+        got = self.drain_pod()
+        if got and got[0].startswith(f"eos-drain-{d.get('id')}-{d.get('attempt')}-"):
+            return got
+        return None
+
+    # -- the faults ------------------------------------------------------------------------------------
+    def forge_part(self, f: Fault, d: dict[str, Any], forged_out: set[str] | None = None) -> None:
+        """forged_part: commit a part signed with a random key at the next round (cf.forged_part) to
+        the drain's parts group, again (at most FORGE_TRIES times) until the driver logs a refusal
+        after it (the operator, reading it as no part, may overwrite it with its own before the
+        driver's next poll; a driver running a pass does not poll).
+        Fired = the forged commit read back from Kafka as written and the refusal logged."""
+        drain, rnd = d["id"], int(d.get("round") or 0)
+        from lagpilot_runtime.drain_plan import owner_tag
+
+        owner = owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
+        forged = cf.forged_part(drain, rnd, self.watermarks(), owner, self.topic)
+        if forged_out is not None:
+            forged_out.add(forged)
+        refused0 = len(self.driver_events("drain_part_refused", drain))
+        tries, landed, refused = 0, False, 0
+        while tries < FORGE_TRIES and not refused:
+            tries += 1
+            self.write_parts_commit(drain, rnd + 1, forged)
+            got = self.read_parts_commit(drain)
+            landed = landed or (got is not None and got[1] == forged)
+            for _ in range(20):  # ~10 s: the driver polls its parts group every second
+                if refused:
+                    break
+                time.sleep(0.5)
+                refused = len(self.driver_events("drain_part_refused", drain)) - refused0
+        f.evidence = {"drain": drain, "round": rnd, "forged_round": rnd + 1, "forged_landed": landed,
+                      "forged_writes": tries, "driver_refused_logged": refused,
+                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        if landed and refused:
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: forged commit landed {landed}, driver refusals logged {refused}"
+
+    def replay_stale(self, f: Fault, d: dict[str, Any], genuine: dict[int, str], current: int) -> None:
+        """stale_part: the operator's own (genuinely signed) part of an older round, read earlier from
+        the parts group, committed again at its offset while the drain is at round `current`. Fired =
+        the commit read back as written. The driver must not take it (a part is taken only when newer
+        than its plan), the operator re-delivers the current part (it reads an older round)."""
+        drain = d["id"]
+        r = max(x for x in genuine if x < current)
+        self.write_parts_commit(drain, r, genuine[r])
+        got = self.read_parts_commit(drain)
+        f.evidence = {"drain": drain, "stale_round": r, "current_round": current,
+                      "stale_landed": got is not None and got[1] == genuine[r],
+                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        if f.evidence["stale_landed"]:
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: the group's commit read back {got}"
+
+    def taken(self, drain: Any) -> list[dict[str, Any]]:
+        return cf.next_parts(self.driver_events("drain_next_part", drain), drain)
+
+    def stale_ok(self, f: Fault) -> str | None:
+        """stale_part recovered (None): after the replay no driver of the drain took a part of a round at
+        or below the stale one, and the operator's current part is back in the parts group."""
+        drain, stale = f.evidence["drain"], int(f.evidence["stale_round"])
+        after = self.taken(drain)[int(f.evidence["parts_taken_before"]):]
+        f.evidence["parts_taken_after"] = [(p.get("round"), p.get("final")) for p in after]
+        again = [p.get("round") for p in after if int(p.get("round") or 0) <= stale]
+        return f"a driver took the stale round {again} again" if again else None
+
+    def kill_busy_driver(self, f: Fault, d: dict[str, Any], eligible_since: list[float]) -> bool:
+        """busy_driver_kill once the current attempt's driver took a delivered part: SIGKILL its Job pod's
+        process group, preferably while it runs that part (records left); after 60 s of eligible polls
+        without such a moment, while it waits for the next one. Returns whether it was tried."""
+        att = int(d.get("attempt") or 0)
+        job = self.busy_job(d)
+        if job is None:
+            return False
+        taken = [p for p in cf.next_parts(self.attempt_events("drain_next_part", d["id"], att) if job[2] != "warm"
+                                          else self.driver_events("drain_next_part", d["id"]), d["id"]) if not p.get("final")]
+        if not taken:
+            return False
+        if not eligible_since:
+            eligible_since.append(time.time())
+        running = int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0) and int(taken[-1].get("unfinished") or 0) > 0
+        if not running and time.time() - eligible_since[0] < 60:
+            return False
+        name, pid, label = job
+        os.killpg(pid, signal.SIGKILL)
+        gone = pid_gone(pid)
+        phase = self.drain().get("phase")
+        f.evidence = {"pod": name, "pid": pid, "attempt": att, "job_runtime_label": label, "status_runtime": d.get("runtime"),
+                      "parts_taken": len(taken), "last_part_round": taken[-1].get("round"),
+                      "driver_state": "running a part" if running else "waiting for a part",
+                      "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
+                      "sub_ranges": len(d.get("subRanges") or ()), "round": d.get("round"), "phase_after_kill": phase}
+        if gone and phase == "Running":
+            f.fired, f.at = True, time.time()
+        else:
+            f.detail = f"not confirmed: pid gone {gone}, drain phase {phase}"
+        return True
+
+    def drain_seven(self, rnd: int) -> list[Fault]:
+        """Drain 7: a busy drain (hot stream on partition 0) with the selected busy kinds injected in this
+        order: the operator crash points (armed before the drain: they fire at its first next split
+        and its delivery), the forged part (once the driver took a part), the driver kill (once the
+        current attempt took a part, after the forgery), the stale part (once the parts group holds a
+        round above one read earlier)."""
+        want = [k for k in cf.BUSY_KINDS if k in self.kinds]
+        faults = {k: Fault(k, rnd, "eos") for k in want}
+        points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
+        fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
+        genuine: dict[int, str] = {}  # the operator's parts as read from the parts group, per round
+        forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
+        seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
+        hot_at: list[float] = []
+        eligible: list[float] = []
+        kill_att = 0
+
+        def arm() -> None:
+            for k in points:
+                (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+            self.producer.heat(0, self.args.hot_rate)
+            hot_at.append(time.time())
+
+        def check() -> None:
+            self.check_points(points, cf.BUSY_POINTS)
+
+        def done(f: Fault | None) -> bool:
+            return f is None or f.fired or bool(f.detail)
+
+        d: dict[str, Any] = {}
+        try:
+            # the hot stream runs up to MAX_HOT_S, then the drain works off what it took (run 3, load 28:
+            # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
+            for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check,
+                                            window=MAX_HOT_S + self.timeout * 2):
+                if not ours:
+                    if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
+                        break
+                    continue
+                seen["busy"] = seen["busy"] or bool(d.get("busy"))
+                seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
+                running = d.get("phase") == "Running"
+                current = None
+                if running:
+                    seen["attempts"].add(int(d.get("attempt") or 0))
+                    with contextlib.suppress(Exception):  # the genuine parts, per round (stale_part replays one)
+                        got = self.read_parts_commit(d["id"])
+                        if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
+                            genuine.setdefault(got[0], got[1])
+                            current = got[0]
+                points_done = all(done(f) for f in points.values())
+                if fp is not None and not done(fp) and points_done and running and d.get("busy") \
+                        and any(not p.get("final") for p in self.taken(d.get("id"))):
+                    try:
+                        self.forge_part(fp, d, forged)
+                    except Exception as exc:  # noqa: BLE001 - not injected: say so
+                        fp.detail = f"forging failed: {exc!r}"[:300]
+                elif dk is not None and not done(dk) and points_done and done(fp) and running \
+                        and (done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S):
+                    if self.kill_busy_driver(dk, d, eligible):
+                        kill_att = int(dk.evidence.get("attempt") or 0)
+                elif sp is not None and not done(sp) and points_done and running and current is not None \
+                        and any(r < current for r in genuine) and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence):
+                    try:
+                        self.replay_stale(sp, d, genuine, current)
+                    except Exception as exc:  # noqa: BLE001
+                        sp.detail = f"replay failed: {exc!r}"[:300]
+                if dk is not None and dk.fired and "retry_attempt" not in dk.evidence and running \
+                        and int(d.get("attempt") or 0) > kill_att:
+                    dk.evidence.update({"retry_attempt": int(d.get("attempt") or 0), "retry_runtime": d.get("runtime"),
+                                        "retry_sub_ranges": len(d.get("subRanges") or ())})
+                if self.producer.hot and hot_at:
+                    all_in = all(done(f) for f in faults.values()) and (dk is None or not dk.fired
+                                                                         or "retry_attempt" in dk.evidence)
+                    hot_s = time.time() - hot_at[0]
+                    if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
+                        self.producer.cool()
+                        say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
+                if d.get("phase") in TERMINAL:
+                    check()
+                    break
+        finally:
+            self.producer.cool()
+        if d.get("phase") not in TERMINAL:
+            say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
+        verified_at = time.time() if d.get("phase") == "Verified" else None
+        parts_seen = self.taken(d.get("id")) if d else []
+        for k, f in faults.items():
+            if not f.fired and not f.detail:
+                f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
+                            f"{sorted(genuine)}, last phase {d.get('phase')})")
+            if not f.fired:
+                continue
+            f.evidence.update({"final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
+                               "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
+                               "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
+            if verified_at is None:
+                f.detail = (f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}" if d.get("phase") in TERMINAL else
+                            f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}")
+                continue
+            if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
+                f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
+                continue
+            extra = ((lambda f=f: self.stale_ok(f)) if k == "stale_part" else
+                     # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
+                     (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
+            assert f.at is not None
+            secs = self.recover_wait(f.at, k, self.timeout, None, extra)
+            f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))
+        for f in faults.values():
+            self.record(f)
+        return list(faults.values())
+
+    def check_points(self, faults: dict[str, Fault], points: dict[str, str]) -> None:
+        """Like check_markers, for `points` (kind -> crash point): a marker written by the operator
+        that died at that point, and its death seen."""
+        for kind, f in faults.items():
+            marker = self.crash_dir / points[kind].replace(":", "-")
+            if f.fired or not marker.exists() or marker.read_text() == "disarmed":
+                continue
+            at = float(marker.read_text().strip())
+            self.op.ensure()
+            died = [x for x in self.op.deaths if x[0] >= at - 1]
+            if died:
+                f.fired, f.at = True, at
+                f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
+                with contextlib.suppress(Exception):
+                    d = self.drain()
+                    f.evidence.update({"round": d.get("round"), "extension": bool(d.get("extension")),
+                                       **self.how_ran(d)})

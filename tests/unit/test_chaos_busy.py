@@ -1,0 +1,188 @@
+"""bench/chaos/busy.py's drain 7 without a stack: the drain statuses, the driver's log and the parts group
+are scripted; the faults' own injections (forge, replay, kill) run against fakes. Checked: the order of
+the kinds, that a kind counts only once confirmed, and what makes each recovered."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from bench.chaos import faults as cf
+import bench.chaos.busy as busy_mod
+from bench.chaos.busy import BusyFaults
+from bench.chaos.faults import Fault
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.hot, self.heated = False, 0
+
+    def heat(self, partition: int, rate: int) -> None:
+        self.hot, self.heated = True, self.heated + 1
+
+    def cool(self) -> None:
+        self.hot = False
+
+
+class Scripted(BusyFaults):
+    """A busy drain: round 1 delivered and taken by attempt 1, then round 2 delivered; attempt 2 after
+    the driver kill; Verified by attempt 2."""
+
+    def __init__(self, polls: list[dict[str, Any]], refuse: bool = True) -> None:
+        self.kinds = frozenset(cf.BUSY_KINDS)
+        self.polls, self.refuse, self.recorded = polls, refuse, []
+        self.timeout, self.warm = 300.0, False
+        self.producer = FakeProducer()
+        self.args = type("A", (), {"hot_rate": 600})()
+        self.commit: tuple[int, str] | None = None
+        self.events: list[dict[str, Any]] = []
+        self.kills: list[dict[str, Any]] = []
+        self.now_d: dict[str, Any] = {}
+        self.pending: list[dict[str, Any]] = []  # driver log lines of its next poll
+        self.topic = "t"
+
+    def drain_polls(self, before: str, before_burst: Any = None, each: Any = None,
+                    burst: int | None = None, window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+        assert window is not None and window > self.timeout * 2  # a busy drain is polled longer
+        before_burst()
+        for d in self.polls:
+            self.now_d = d
+            self.events += self.pending
+            self.pending = []
+            # the operator's delivery of the drain's round, as the real one does each cycle
+            if d.get("phase") == "Running" and int(d.get("round") or 0) > 0 and d.get("deliver", True):
+                r = int(d["round"])
+                self.commit = (r, f"lpn1;id=1;r={r};more=1;s=;mac=genuine{r}")
+                if d.get("taken", True) and not any(e.get("round") == r for e in self.events):
+                    self.events.append({"event": "drain_next_part", "drain": "1", "round": r, "final": False,
+                                        "unfinished": 2, "attempt": d["attempt"]})
+            if each is not None:
+                each()
+            yield d, True
+
+    def check_points(self, faults: dict[str, Fault], points: dict[str, str]) -> None:
+        for f in faults.values():  # both crash points fire at the first next split
+            if not f.fired and int(self.now_d.get("round") or 0) >= 1:
+                f.fired, f.at, f.evidence = True, time.time(), {"marker": points[f.kind]}
+
+    def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == event]
+
+    def attempt_events(self, event: str, drain: Any, attempt: int) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == event and e.get("attempt") == attempt]
+
+    def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
+        return self.commit
+
+    def write_parts_commit(self, drain: Any, offset: int, metadata: str) -> None:
+        self.commit = (offset, metadata)
+        if "genuine" not in metadata and self.refuse:
+            self.events.append({"event": "drain_part_refused", "drain": "1"})
+
+    def cr(self, which: str) -> dict[str, Any]:
+        return {"metadata": {"uid": "u-1"}}
+
+    def watermarks(self) -> dict[int, int]:
+        return {0: 9000, 1: 300}
+
+    def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
+        return (f"eos-drain-1-{d['attempt']}-x", 4242, "cold")
+
+    def drain(self, which: str = "eos") -> dict[str, Any]:
+        return self.now_d
+
+    def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
+        return []
+
+    def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
+        return {"attempt": d.get("attempt"), "status_runtime": "cold"}
+
+    def recover_wait(self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None) -> float | None:
+        return None if extra is not None and extra() is not None else 1.0
+
+    def record(self, f: Fault) -> Fault:
+        self.recorded.append(f)
+        return f
+
+
+def run(c: Scripted, monkeypatch: Any, tmp_path: Any) -> dict[str, Fault]:
+    import bench.chaos.busy as busy
+
+    c.crash_dir = tmp_path
+    monkeypatch.setattr(busy.os, "killpg", lambda pid, sig: c.kills.append({"pid": pid, "sig": sig}))
+    monkeypatch.setattr(busy, "pid_gone", lambda pid: True)
+    monkeypatch.setattr(busy.time, "sleep", lambda s: None)
+    return {f.kind: f for f in c.drain_seven(1)}
+
+
+RUN = {"id": 1, "phase": "Running", "busy": True, "recordsDone": 100, "recordsTotal": 9000}
+POLLS = [
+    {**RUN, "round": 0, "attempt": 1},
+    {**RUN, "round": 1, "attempt": 1},  # crash points; the driver takes round 1
+    {**RUN, "round": 1, "attempt": 1},  # forged part
+    {**RUN, "round": 2, "attempt": 1},  # round 2 delivered: stale round 1 replayed
+    {**RUN, "round": 2, "attempt": 1},  # driver kill (it runs round 2: records left)
+    {**RUN, "round": 2, "attempt": 2},  # the retry
+    {**RUN, "round": 2, "attempt": 2},
+    {**RUN, "phase": "Verified", "round": 2, "attempt": 2, "recordsDone": 9000},
+]
+
+
+def test_every_busy_kind_fires_in_order_and_recovers(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS)
+    out = run(c, monkeypatch, tmp_path)
+    assert list(out) == list(cf.BUSY_KINDS)
+    assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []
+    assert c.kills == [{"pid": 4242, "sig": 9}]
+    assert out["busy_driver_kill"].evidence["driver_state"] == "running a part"
+    assert out["busy_driver_kill"].evidence["retry_attempt"] == 2
+    assert out["forged_part"].evidence["driver_refused_logged"] >= 1
+    assert (out["stale_part"].evidence["stale_round"], out["stale_part"].evidence["current_round"]) == (1, 2)
+    assert out["forged_part"].at <= out["stale_part"].at <= out["busy_driver_kill"].at
+    assert out["stale_part"].evidence["parts_taken_after"] == []  # nothing taken after the replay
+    # the forged part (round 2 at offset 2) is never taken for the operator's own round 2
+    assert c.producer.heated == 1 and not c.producer.hot
+
+
+def test_a_forged_part_without_a_refusal_is_not_fired(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS, refuse=False)
+    c.kinds = frozenset({"forged_part"})
+    out = run(c, monkeypatch, tmp_path)
+    assert not out["forged_part"].fired and "driver refusals logged 0" in out["forged_part"].detail
+    assert out["forged_part"].evidence["forged_writes"] == busy_mod.FORGE_TRIES
+
+
+def test_a_stale_round_taken_again_is_not_recovered(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS)
+    c.kinds = frozenset({"stale_part"})
+    orig = c.write_parts_commit
+
+    def write(drain: Any, offset: int, metadata: str) -> None:
+        orig(drain, offset, metadata)  # the driver takes it at its next poll
+        c.pending.append({"event": "drain_next_part", "drain": "1", "round": offset, "final": False, "attempt": 2})
+
+    c.write_parts_commit = write  # type: ignore[method-assign]
+    out = run(c, monkeypatch, tmp_path)
+    f = out["stale_part"]
+    assert f.fired and not f.recovered
+
+
+def test_a_drain_verified_by_the_killed_attempt_is_not_a_recovery(monkeypatch: Any, tmp_path: Any) -> None:
+    polls = [p for p in POLLS if p["attempt"] == 1] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}]
+    c = Scripted(polls)
+    c.kinds = frozenset({"busy_driver_kill"})  # (no stale_part: the kill does not wait for its window)
+    out = run(c, monkeypatch, tmp_path)
+    f = out["busy_driver_kill"]
+    assert f.fired and not f.recovered and "not a retry" in f.detail
+
+
+def test_a_drain_still_running_when_polling_stops_is_not_recovered(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS[:-1])
+    out = run(c, monkeypatch, tmp_path)
+    assert all(f.fired and not f.recovered and "still Running when polling stopped" in f.detail for f in out.values())
+
+
+def test_no_next_split_no_window(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "phase": "Verified", "round": 0, "attempt": 1}])
+    out = run(c, monkeypatch, tmp_path)
+    assert all(not f.fired and "no window" in f.detail for f in out.values())
