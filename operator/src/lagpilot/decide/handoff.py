@@ -598,161 +598,263 @@ def is_idle(d: DrainStatus | None) -> bool:
 
 
 def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, now: float) -> Action:
-    """The one next step of the hand-off; pure (the clock and every observation are inputs)."""
-    cfg = spec.drain
-    stop = cfg.cancel or not cfg.enabled
+    """The one next step of the hand-off; pure (the clock and every observation are inputs).
 
+    A pipeline of named steps, each returning the ``Action`` (kind, status, reason, message) it
+    decided, or ``None`` to let the next step decide (docs/decision.md "The hand-off's steps"):
+
+    1. idle: ``_maybe_plan``; Planned: ``_planned``; HandedOff: ``_handed_off`` (phase steps before
+       the range is handed off);
+    2. from here the range is handed off and only ever finishes, fails or is cancelled:
+       ``_merge_progress`` (observed progress, the stall clock) -> ``_record_data_loss`` ->
+       ``_busy_next_split`` (a busy drain's next split, or what the drain's end waits for) ->
+    3. the phase's own step: ``_running``, ``_succeeded``, ``_after_failure``, ``_cancelled``.
+    """
     if is_idle(drain):
         return _maybe_plan(spec, drain, observed, now)
     assert drain is not None
-    d = drain
-
-    if d.phase is Phase.PLANNED:
-        return _planned(spec, d, observed, now, stop)
-
-    if d.phase is Phase.HANDED_OFF:
-        if cfg.cancel:
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled before launch; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None,
-                          event=("Normal", "DrainCancelled", c.message))
-        return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
-
-    # from here the range is handed off: it only ever finishes, fails or is cancelled
-    d = with_progress(d, observed.progress)
-    if d.sub_ranges != drain.sub_ranges:  # progress moved: the stall clock restarts, a stall is over
-        d = dataclasses.replace(d, progress_at=now, stalled="")
-    job = observed.job
-    new_lost = lost_ranges(d, observed.lost)
-    if new_lost:
-        # retention deleted part of a handed-off range before the drain read it: record it (once),
-        # say exactly which offsets, and let the drain go on with the rest (still exact)
-        merged = tuple(sorted(d.lost + new_lost))
-        n = sum(b - a for _, a, b in new_lost)
-        what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
-        msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
-               f"({what}); the rest of the range is drained")
-        lost_d = dataclasses.replace(d, lost=merged, message=msg)
-        return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
-                      lost_records=n)
-
-    waiting: Action | None = None  # a busy drain's next split waiting for its owners
-    if d.busy and (d.phase is Phase.RUNNING or (d.extension is not None and d.extension.published_at is not None)):
-        nxt = _next_split(spec, d, observed, now, stop)
-        if nxt is not None and (nxt.kind is not Kind.NONE or nxt.status is not None):
-            return nxt
-        waiting = nxt
-    if d.extension is not None and d.extension.published_at is not None and waiting is None:
-        waiting = Action(Kind.NONE, reason="WaitingForAcks", message=f"drain {d.id}: next split pending")
-
+    stop = spec.drain.cancel or not spec.drain.enabled
+    if drain.phase is Phase.PLANNED:
+        return _planned(spec, drain, observed, now, stop)
+    if drain.phase is Phase.HANDED_OFF:
+        return _handed_off(spec, drain, observed, now)
+    d = _merge_progress(drain, observed, now)
+    lost = _record_data_loss(spec, d, observed)
+    if lost is not None:
+        return lost
+    waiting = _busy_next_split(spec, d, observed, now, stop)
+    if waiting is not None and _acts(waiting):
+        return waiting
     if d.phase is Phase.RUNNING:
-        if job is None:
-            return _progress_only(drain, d)
-        if job.state is JobState.SUCCEEDED and d.retry_at is None:
-            if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
-                return waiting
-            s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
-                                    message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
-            return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
-        if cfg.cancel:
-            if job.state is not JobState.ABSENT or job.pods_alive > 0:
-                c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
-                                        message=f"drain {d.id}: deleting Job attempt {d.attempt}")
-                return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
-        if job.state is JobState.ACTIVE and d.retry_at is None and d.busy and waiting is None:
-            part = _deliver(d, observed)
-            if part is not None:
-                return part
-        if job.state is JobState.ACTIVE and d.retry_at is None:
-            if d.progress_at is None:  # a status written before the detector: start its clock now
-                return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
-            if d.busy and d.remaining == 0:
-                # its driver waits for the next part (bounded by its own wait): not a stall
-                return _progress_only(drain, d)
-            st = stall(now, d.progress_at, job.running, observed.stall_limits)
-            if st is not None:
-                return _stalled(d, st, observed, now)
-        # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
-        # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
-        # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
-        if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
-            if d.retry_at is None:
-                if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-                    f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
-                                   f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
-                    return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
-                delay = backoff_seconds(d.attempt)
-                r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
-                                        message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in {delay:.0f}s")
-                return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
-            if now < d.retry_at:
-                return _progress_only(drain, d)
-            if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
-                return _waiting_for_pods(drain, d)
-            return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
-        if job.state is JobState.ABSENT:
-            if d.retry_at is not None and now < d.retry_at:
-                return _progress_only(drain, d)
-            if job.pods_alive > 0:
-                return _waiting_for_pods(drain, d)
-            if d.retry_at is not None:
-                return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
-            # the Job vanished (deleted by someone): recreate the same attempt, same ranges
-            return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
-        return _progress_only(drain, d)
-
+        return _running(spec, drain, d, observed, now, waiting)
     if d.phase is Phase.SUCCEEDED:
-        if observed.progress is None:
-            return _progress_only(drain, d)
-        if d.remaining == 0 and waiting is None:
-            v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
-            v = dataclasses.replace(v, message=progress_message(v))
-            return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
-        if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-            f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                           f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
-                        observed, now)
-            return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
-        delay = backoff_seconds(d.attempt)
-        r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
-                                last_error="Job succeeded but progress shows unfinished sub-ranges",
-                                message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
-                                        f"unfinished; retrying in {delay:.0f}s")
-        return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
-
+        return _succeeded(drain, d, observed, now, waiting)
     if d.phase is Phase.FAILED:
-        if cfg.cancel:
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
-        spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
-        if d.retry_at is None and not spec_changed:
-            # Failed by an operator that only retried on a spec change: schedule its next round
-            n = max(1, d.failed_rounds)
-            at = now + failed_round_backoff_seconds(n)
-            r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
-                                    message=f"{d.message}; next retry at {format_time(at)}"[:1000])
-            return Action(Kind.NONE, r, r.reason, r.message)
-        if spec_changed or (d.retry_at is not None and now >= d.retry_at):
-            if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-                return _waiting_for_pods(drain, d)  # never two attempts at once
-            return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
-                           restore=False, reset_attempts=True)
-        return _progress_only(drain, d)
-
+        return _after_failure(spec, drain, d, observed, now)
     if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
-        if cfg.cancel:
-            return _progress_only(drain, d)
-        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-            return Action(Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop")
-        return _launch(dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None), observed, now,
-                       attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
-
+        return _cancelled(spec, drain, d, observed, now)
     return Action(Kind.NONE)
+
+
+def _acts(a: Action) -> bool:
+    """The action does something or writes a status (not only a wait)."""
+    return a.kind is not Kind.NONE or a.status is not None
+
+
+def _last_attempt(d: DrainStatus) -> bool:
+    """The current attempt is the last of its round (MAX_ATTEMPTS counted from ``attempt_base``)."""
+    return d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS
+
+
+def _cancelled_by_spec(d: DrainStatus, message: str, now: float) -> DrainStatus:
+    return _finish(d, Phase.CANCELLED, "CancelledBySpec",
+                   f"{message}; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+
+
+def _handed_off(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float) -> Action:
+    """HandedOff: launch the first attempt (giving the quiesced replicas back), or cancel keeping the range."""
+    if spec.drain.cancel:
+        c = _cancelled_by_spec(d, f"drain {d.id} cancelled before launch", now)
+        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None,
+                      event=("Normal", "DrainCancelled", c.message))
+    return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
+
+
+def _merge_progress(drain: DrainStatus, observed: Observed, now: float) -> DrainStatus:
+    """The observed progress merged in; when it moved, the stall clock restarts and a stall is over."""
+    d = with_progress(drain, observed.progress)
+    if d.sub_ranges != drain.sub_ranges:
+        d = dataclasses.replace(d, progress_at=now, stalled="")
+    return d
+
+
+def _record_data_loss(spec: GroupSpec, d: DrainStatus, observed: Observed) -> Action | None:
+    """Retention deleted part of a handed-off range before the drain read it: record it (once), say
+    exactly which offsets, and let the drain go on with the rest (still exact)."""
+    new_lost = lost_ranges(d, observed.lost)
+    if not new_lost:
+        return None
+    n = sum(b - a for _, a, b in new_lost)
+    what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
+    msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
+           f"({what}); the rest of the range is drained")
+    lost_d = dataclasses.replace(d, lost=tuple(sorted(d.lost + new_lost)), message=msg)
+    return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
+                  lost_records=n)
+
+
+def _busy_next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
+    """A busy drain's next split (``_next_split``): an action that acts is the step; a wait is
+    returned too, since the drain's end waits for a published next split to resolve (its ranges are
+    the drain's); None: no next split in flight."""
+    published = d.extension is not None and d.extension.published_at is not None
+    waiting: Action | None = None
+    if d.busy and (d.phase is Phase.RUNNING or published):
+        waiting = _next_split(spec, d, observed, now, stop)
+    if waiting is None and published:
+        waiting = Action(Kind.NONE, reason="WaitingForAcks", message=f"drain {d.id}: next split pending")
+    return waiting
+
+
+def _running(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float,
+             waiting: Action | None) -> Action:
+    """Running: the attempt's Job decides: succeeded -> ``_job_succeeded``; cancel ->
+    ``_cancel_running``; active -> ``_job_active`` (deliver a part, stall detection); failed (or
+    succeeded with work left, retry_at set) -> ``_attempt_over``; vanished -> ``_job_absent``."""
+    job = observed.job
+    if job is None:
+        return _progress_only(drain, d)
+    if job.state is JobState.SUCCEEDED and d.retry_at is None:
+        return _job_succeeded(d, waiting)
+    if spec.drain.cancel:
+        return _cancel_running(d, job, now)
+    if job.state is JobState.ACTIVE and d.retry_at is None:
+        active = _job_active(drain, d, job, observed, now, waiting)
+        if active is not None:
+            return active
+    # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
+    # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
+    # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
+    if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
+        return _attempt_over(drain, d, job, observed, now)
+    if job.state is JobState.ABSENT:
+        return _job_absent(drain, d, job, observed, now)
+    return _progress_only(drain, d)
+
+
+def _job_succeeded(d: DrainStatus, waiting: Action | None) -> Action:
+    """The Job succeeded: phase Succeeded (verified next), unless a published next split must resolve first."""
+    if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
+        return waiting
+    s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
+                            message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
+    return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
+
+
+def _cancel_running(d: DrainStatus, job: JobObservation, now: float) -> Action:
+    """spec.drain.cancel on a Running drain: delete the Job, then (its pods gone) Cancelled with the remainder."""
+    if job.state is not JobState.ABSENT or job.pods_alive > 0:
+        c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
+                                message=f"drain {d.id}: deleting Job attempt {d.attempt}")
+        return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
+    c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
+                f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
+    return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+
+
+def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float,
+                waiting: Action | None) -> Action | None:
+    """The attempt's Job runs: a busy drain's next part (``_deliver``), the stall clock started, a
+    stall detected (``_stalled``); None: only progress to record."""
+    if d.busy and waiting is None:
+        part = _deliver(d, observed)
+        if part is not None:
+            return part
+    if d.progress_at is None:  # a status written before the detector: start its clock now
+        return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+    if d.busy and d.remaining == 0:
+        # its driver waits for the next part (bounded by its own wait): not a stall
+        return _progress_only(drain, d)
+    st = stall(now, d.progress_at, job.running, observed.stall_limits)
+    if st is not None:
+        return _stalled(d, st, observed, now)
+    return None
+
+
+def _attempt_over(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed,
+                  now: float) -> Action:
+    """The attempt's Job failed (or succeeded with work left): schedule the retry (``_attempt_failed``),
+    wait out the back-off and the attempt's pods, then launch the next attempt."""
+    if d.retry_at is None:
+        return _attempt_failed(d, job, observed, now)
+    if now < d.retry_at:
+        return _progress_only(drain, d)
+    if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
+        return _waiting_for_pods(drain, d)
+    return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+
+
+def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
+    """A failed attempt: the round's last one ends Failed (``_failed``); else a retry after the back-off."""
+    if _last_attempt(d):
+        f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+                       f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
+        return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
+                            message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in {delay:.0f}s")
+    return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
+
+
+def _job_absent(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
+    """No Job: a retry due once the back-off and the pods are over; a Job deleted by someone is
+    recreated (same attempt, same ranges)."""
+    if d.retry_at is not None and now < d.retry_at:
+        return _progress_only(drain, d)
+    if job.pods_alive > 0:
+        return _waiting_for_pods(drain, d)
+    if d.retry_at is not None:
+        return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+    # the Job vanished (deleted by someone): recreate the same attempt, same ranges
+    return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
+
+
+def _succeeded(drain: DrainStatus, d: DrainStatus, observed: Observed, now: float, waiting: Action | None) -> Action:
+    """Succeeded: verified against the progress groups (Verified), else the remainder is retried as
+    a new attempt after the back-off (IncompleteProgress), or the round ends Failed."""
+    if observed.progress is None:
+        return _progress_only(drain, d)
+    if d.remaining == 0 and waiting is None:
+        v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
+        v = dataclasses.replace(v, message=progress_message(v))
+        return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
+    if _last_attempt(d):
+        f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+                       f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
+                    observed, now)
+        return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
+                            last_error="Job succeeded but progress shows unfinished sub-ranges",
+                            message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
+                                    f"unfinished; retrying in {delay:.0f}s")
+    return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
+
+
+def _after_failure(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float) -> Action:
+    """Failed: cancel ends it; the next round starts after its back-off (retryAt) or at once on a
+    spec change, never while the last attempt's pods run."""
+    if spec.drain.cancel:
+        c = _cancelled_by_spec(d, f"drain {d.id} cancelled after failure", now)
+        return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
+    spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
+    if d.retry_at is None and not spec_changed:
+        # Failed by an operator that only retried on a spec change: schedule its next round
+        n = max(1, d.failed_rounds)
+        at = now + failed_round_backoff_seconds(n)
+        r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
+                                message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+        return Action(Kind.NONE, r, r.reason, r.message)
+    if spec_changed or (d.retry_at is not None and now >= d.retry_at):
+        job = observed.job
+        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+            return _waiting_for_pods(drain, d)  # never two attempts at once
+        return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
+                       attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+                       restore=False, reset_attempts=True)
+    return _progress_only(drain, d)
+
+
+def _cancelled(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float) -> Action:
+    """Cancelled with a remainder: resumed (a new attempt, same ranges) once spec.drain.cancel is
+    cleared and the cancelled Job's pods are gone."""
+    if spec.drain.cancel:
+        return _progress_only(drain, d)
+    job = observed.job
+    if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+        return Action(Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop")
+    return _launch(dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None), observed, now,
+                   attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
 
 
 def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
