@@ -860,71 +860,96 @@ def _cancelled(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Ob
 def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
     """A busy drain's next split (issue 25 item 2; docs/drain.md "Busy drains"), or None (the
     Running drain's own transitions apply). The hand-off of a first split, on the drain's id and the
-    new split offsets: plan (status first) -> publish the requests -> the owners ack at a batch
-    boundary and move to the split (an empty group: the owner's rule applied for it) -> seal, the new
-    ranges' sub-ranges appended with fresh indices (each its own progress group), ``round + 1``. A
-    next split is planned only while the attempt's Job runs (no retry pending, not stopping); once
-    published it is never withdrawn: it resolves, and its ranges belong to the drain whatever
-    happens next (a succeeded Job then leaves work: the next attempt takes it). No quiesce fallback
-    for a next split (it would stop the group mid-burst): it waits for its owners. Pure."""
+    new split offsets: plan (status first, ``_plan_next_split``) -> publish the requests
+    (``_publish_next_split``) -> the owners ack at a batch boundary and move to the split (an empty
+    group: the owner's rule applied for it) -> seal, the new ranges' sub-ranges appended with fresh
+    indices (each its own progress group), ``round + 1`` (``_resolve_next_split``). A next split is
+    planned only while the attempt's Job runs (no retry pending, not stopping); once published it is
+    never withdrawn: it resolves, and its ranges belong to the drain whatever happens next (a
+    succeeded Job then leaves work: the next attempt takes it). No quiesce fallback for a next split
+    (it would stop the group mid-burst): it waits for its owners. Pure."""
     ext = d.extension
-    job = observed.job
     if ext is None:
-        if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
-                or (observed.part is not None and observed.part.final)):  # handed back: the driver ends
-            return None
-        ranges = []
-        for p in sorted(set(observed.wanted)):
-            o = observed.offsets.get(p)
-            if o is None or o.end - o.position <= 0:
-                continue
-            ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
-        if not ranges:
-            return None
-        # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
-        pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
-        if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
-            return None
-        e = Extension(d.round + 1, tuple(ranges), planned_at=now)
-        n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
-            f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
-            + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
-        return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
-    offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
+        return _plan_next_split(spec, d, observed, now, stop)
     if ext.published_at is None:
-        if stop:  # nothing published: nothing to hand off
-            n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
-                                    message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
-            return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
-        if mb is None:
-            return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
-        mine = {r.partition for r in ext.ranges
-                if mbx.of_drain(mb.get(r.partition), d.id, r.split, owner)}
-        entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
-                                          for r in ext.ranges if r.partition not in mine}
-        n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
-                                message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
-                                        f"partitions {ext.partitions} to acknowledge")
-        if entries:
-            return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
+        return _publish_next_split(d, ext, observed, now, stop)
+    return _resolve_next_split(spec, d, ext, observed, now)
+
+
+def _may_take_next_split(d: DrainStatus, observed: Observed, stop: bool) -> bool:
+    """A next split is planned only while the attempt's Job runs, busy drains are on, partitions
+    are wanted and the driver was not handed back (its final part)."""
+    job = observed.job
+    return not (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
+                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
+                or (observed.part is not None and observed.part.final))  # handed back: the driver ends
+
+
+def _plan_next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
+    """Plan the next split (status first): the wanted partitions' backlog up to their end offsets,
+    if the unfinished sub-ranges and the new ones fit one part."""
+    if not _may_take_next_split(d, observed, stop):
+        return None
+    ranges = _backlogged_ranges(observed)
+    if not ranges:
+        return None
+    # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
+    pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
+    if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
+        return None
+    e = Extension(d.round + 1, tuple(ranges), planned_at=now)
+    n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
+        f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
+        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
+    return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+
+
+def _publish_next_split(d: DrainStatus, ext: Extension, observed: Observed, now: float, stop: bool) -> Action:
+    """Publish the planned next split's requests (never over an entry of this drain), or drop it
+    when stopping (nothing was published: nothing to hand off)."""
+    if stop:  # nothing published: nothing to hand off
+        n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
+                                message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
         return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+    mb, owner = observed.mailbox, observed.owner
+    if mb is None:
+        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
+    mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
+    entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
+                                     for r in ext.ranges if r.partition not in mine}
+    n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
+                            message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
+                                    f"partitions {ext.partitions} to acknowledge")
+    if entries:
+        return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
+    return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+
+
+def _resolve_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, observed: Observed, now: float) -> Action:
+    """The published next split: wait for its owners (or act for the absent owners of an empty
+    group); once every partition resolved, seal and append (``_append_next_split``)."""
+    offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
     if offs is None or mb is None or any(r.partition not in offs for r in ext.ranges):
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
-    mine_e = {r.partition: ent for r in ext.ranges
-              if (ent := mb.get(r.partition)) is not None and mbx.of_drain(ent, d.id, r.split, owner)}
-    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine_e.get(r.partition), d.id, r.split, owner)
-           for r in ext.ranges}
+    mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
+    res = _resolutions(d.id, ext.ranges, offs, mine, owner)
     pending = sorted(p for p, x in res.items() if not x.resolved)
-    if pending:
-        if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
-            entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine_e, owner)
-            return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
-                          f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
-                          f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
-        return Action(Kind.NONE, reason="WaitingForAcks",
-                      message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}")
-    seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine_e, owner)
+    if not pending:
+        return _append_next_split(spec, d, ext, res, mine, owner, now)
+    if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
+        entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine, owner)
+        return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
+                      f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
+                      f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
+    return Action(Kind.NONE, reason="WaitingForAcks",
+                  message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}")
+
+
+def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Mapping[int, mbx.Resolution],
+                       mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+    """Every partition of the next split resolved: seal its entries; its non-empty ranges join the
+    drain's, their sub-ranges appended with fresh indices; ``round`` moves on."""
+    seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine, owner)
     new = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty)
     subs = list(d.sub_ranges)
     for r in new:
@@ -939,6 +964,33 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
     return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
                   event=("Normal", "DrainNextSplitHandedOff", n.message))
+
+
+def _entries_of_drain(drain_id: int, ranges: Sequence[PartitionRange], mb: Mapping[int, mbx.Entry | None],
+                      owner: str) -> dict[int, mbx.Entry]:
+    """The mailbox entries of this drain (its id and split, this CR's uid or none) by partition."""
+    return {r.partition: e for r in ranges
+            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, drain_id, r.split, owner)}
+
+
+def _resolutions(drain_id: int, ranges: Sequence[PartitionRange], offs: Mapping[int, Offsets],
+                 mine: Mapping[int, mbx.Entry], owner: str) -> dict[int, mbx.Resolution]:
+    """The operator's rule (``mbx.resolve``) per planned partition: the group's committed offset
+    (read before the mailbox) against this drain's entry."""
+    return {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), drain_id, r.split, owner)
+            for r in ranges}
+
+
+def _backlogged_ranges(observed: Observed) -> list[PartitionRange]:
+    """The wanted partitions with records between the group's position and the end offset, split at the end."""
+    assert observed.offsets is not None
+    ranges = []
+    for p in sorted(set(observed.wanted)):
+        o = observed.offsets.get(p)
+        if o is None or o.end - o.position <= 0:
+            continue
+        ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
+    return ranges
 
 
 def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
@@ -1032,12 +1084,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
     cfg = spec.drain
     if not cfg.enabled or cfg.cancel or spec.paused or not observed.wanted or observed.offsets is None:
         return Action(Kind.NONE)
-    ranges = []
-    for p in sorted(set(observed.wanted)):
-        o = observed.offsets.get(p)
-        if o is None or o.end - o.position <= 0:
-            continue
-        ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
+    ranges = _backlogged_ranges(observed)
     if not ranges:
         return Action(Kind.NONE)
     d = DrainStatus(
@@ -1056,70 +1103,83 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
 
 
 def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action:
+    """Planned: ``_publish`` the requests -> resolve every planned partition (``_resolved`` once all
+    are) -> for the pending ones: an empty group ``_move_empty_group``; the quiesce fallback
+    ``_quiescing``; else ``_awaiting_acks`` (which starts the fallback after ``ack_timeout_s``)."""
     offs, mb = observed.offsets, observed.mailbox
     if offs is None or mb is None or any(r.partition not in offs for r in d.ranges):
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
     owner = observed.owner
-    mine = {r.partition: e for r in d.ranges
-            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, d.id, r.split, owner)}
-
+    mine = _entries_of_drain(d.id, d.ranges, mb, owner)
     if d.published_at is None:
-        if stop and not mine:
-            c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
-                        f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
-            c = dataclasses.replace(c, ranges=(), sub_ranges=())
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
-        # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
-        entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
-                                 else mbx.Entry(d.id, r.split, r.start, owner=owner))
-                   for r in d.ranges if r.partition not in mine}
-        path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
-        p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
-                                message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to acknowledge")
-        if entries:
-            return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
-        return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
-
-    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), d.id, r.split, owner)
-           for r in d.ranges}
+        return _publish(spec, d, mine, owner, now, stop)
+    res = _resolutions(d.id, d.ranges, offs, mine, owner)
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if not pending:
         return _resolved(spec, d, res, mine, now, owner)
-
     if observed.group_empty is True:
-        # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
-        entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
-        path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
-        q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
-        q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
-                                message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and moving them to split")
-        return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
-
+        return _move_empty_group(d, pending, offs, mine, owner, now)
     if d.quiescing:
-        q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
-        if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
-                and now - d.quiesced_at >= observed.quiesce_timeout_s):
-            return _give_up_quiesce(d, observed, pending, now)
-        if observed.replicas > 0:
-            q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
-                                    message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
-            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
-        q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
-                                message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed members)")
-        return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
+        return _quiescing(d, observed, pending, now)
+    return _awaiting_acks(d, observed, pending, now)
 
+
+def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], owner: str, now: float,
+             stop: bool) -> Action:
+    """Publish a request per planned partition without an entry of this drain (a re-publish never
+    overwrites an ack); stopping before anything was published drops the drain."""
+    if stop and not mine:
+        c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
+                    f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
+        c = dataclasses.replace(c, ranges=(), sub_ranges=())
+        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
+    # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
+    entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
+                                                   else mbx.Entry(d.id, r.split, r.start, owner=owner))
+                                     for r in d.ranges if r.partition not in mine}
+    path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
+    p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
+                            message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to acknowledge")
+    if entries:
+        return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
+    return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
+
+
+def _move_empty_group(d: DrainStatus, pending: Sequence[int], offs: Mapping[int, Offsets],
+                      mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+    """Nobody owns the pending partitions: apply the owner's rule for them (ack, then move)."""
+    entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
+    path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
+    q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
+    q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
+                            message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and moving them to split")
+    return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
+
+
+def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """The quiesce fallback: scale the group to 0 and wait for its members to leave; past
+    ``quiesce_timeout_s`` with members still in, ``_give_up_quiesce``."""
+    q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
+    if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
+            and now - d.quiesced_at >= observed.quiesce_timeout_s):
+        return _give_up_quiesce(d, observed, pending, now)
+    if observed.replicas > 0:
+        q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
+                                message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
+        return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
+    q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
+                            message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed members)")
+    return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
+
+
+def _awaiting_acks(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """Published, owners not all acked: no ack within ``ack_timeout_s`` starts the quiesce fallback
+    (``_start_quiesce``, at most once per drain); foreign members are named; else wait."""
     assert d.published_at is not None
     # the quiesce fallback runs at most once per drain: after a given-up quiesce (quiescedAt set,
     # path ConsumerAck) the hand-off waits for the owners, loudly while foreign members stay
     if d.quiesced_at is None and observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
-        q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
-                                restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
-                                reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
-                                f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)")
-        if observed.replicas > 0:
-            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
-                          event=("Warning", "DrainHandOffFallback", q.message))
-        return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
+        return _start_quiesce(d, observed, pending, now)
     foreign = [m for m in observed.members or () if not m.ours]
     if d.quiesced_at is not None and foreign:
         w = dataclasses.replace(d, reason=REASON_FOREIGN, message=(
@@ -1132,6 +1192,19 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     w = dataclasses.replace(d, reason="WaitingForAcks",
                             message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _start_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """No acknowledgement in time (an older consumer image?): path Quiesce, the replicas to give
+    back recorded, the group scaled to 0."""
+    q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
+                            restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
+                            reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
+                            f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)")
+    if observed.replicas > 0:
+        return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
+                      event=("Warning", "DrainHandOffFallback", q.message))
+    return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
 
 
 def _act_for_absent_owners(drain_id: int, ranges: Sequence[PartitionRange], pending: Sequence[int],
