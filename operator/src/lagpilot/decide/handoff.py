@@ -41,7 +41,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
@@ -285,9 +285,9 @@ class DrainStatus:
             "subRanges": None if over else [s.to_dict() for s in self.sub_ranges],
             "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
-            "attemptBase": self.attempt_base if self.attempt_base != 1 else None,
+            "attemptBase": _unless(self.attempt_base == 1, self.attempt_base),
             "retryAt": format_time(self.retry_at),
-            "cancelRequested": self.cancel_requested or None,
+            "cancelRequested": _or_none(self.cancel_requested),
             "failedGeneration": self.failed_generation,
             "plannedAt": format_time(self.planned_at),
             "quiescedAt": format_time(self.quiesced_at),
@@ -298,19 +298,19 @@ class DrainStatus:
             "pauseSeconds": self.pause_seconds,
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
-            "lastError": self.last_error or None,
+            "lastError": _or_none(self.last_error),
             "history": [history_entry(h) for h in self.history],
-            "handOffPath": self.hand_off_path or None,
+            "handOffPath": _or_none(self.hand_off_path),
             "publishedAt": format_time(self.published_at),
-            "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
-            "recordsLost": self.records_lost or None,
-            "runtime": self.runtime or None,
+            "lostRanges": _or_none([{"partition": p, "start": a, "end": b} for p, a, b in self.lost]),
+            "recordsLost": _or_none(self.records_lost),
+            "runtime": _or_none(self.runtime),
             "progressAt": format_time(self.progress_at),
-            "stalled": self.stalled or None,
-            "failedRounds": self.failed_rounds or None,
-            "busy": self.busy or None,
-            "round": self.round or None,
-            "slots": None if over or not self.slots else self.slots,
+            "stalled": _or_none(self.stalled),
+            "failedRounds": _or_none(self.failed_rounds),
+            "busy": _or_none(self.busy),
+            "round": _or_none(self.round),
+            "slots": _unless(over, _or_none(self.slots)),
             "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
@@ -323,45 +323,75 @@ class DrainStatus:
         def f(key: str) -> float | None:
             return parse_time(d.get(key))
 
-        fg = d.get("failedGeneration")
         subs = tuple(SubProgress.from_dict(s) for s in d.get("subRanges") or ())
-        done_counts = None
-        if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
-            done_counts = (int(d.get("recordsDone") or 0), int(d["recordsTotal"]))
+        done_counts = _done_counts(d, subs)
         return cls(
             id=int(d["id"]),
             phase=Phase(d["phase"]),
-            reason=str(d.get("reason") or ""),
-            message=str(d.get("message") or ""),
+            reason=_text(d, "reason"),
+            message=_text(d, "message"),
             ranges=tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
             sub_ranges=subs,
-            restore_replicas=int(d.get("restoreReplicas") or 0),
-            attempt=int(d.get("attempt") or 0),
-            attempt_base=int(d.get("attemptBase") or 1),
+            restore_replicas=_int(d, "restoreReplicas"),
+            attempt=_int(d, "attempt"),
+            attempt_base=_int(d, "attemptBase", 1),
             retry_at=f("retryAt"),
             cancel_requested=bool(d.get("cancelRequested")),
-            failed_generation=None if fg is None else int(fg),
+            failed_generation=_opt_int(d, "failedGeneration"),
             planned_at=f("plannedAt"),
             quiesced_at=f("quiescedAt"),
             handed_off_at=f("handedOffAt"),
             resumed_at=f("resumedAt"),
             started_at=f("startedAt"),
             finished_at=f("finishedAt"),
-            last_error=str(d.get("lastError") or ""),
+            last_error=_text(d, "lastError"),
             history=tuple(history_entry(h) for h in d.get("history") or ()),
-            hand_off_path=str(d.get("handOffPath") or ""),
+            hand_off_path=_text(d, "handOffPath"),
             published_at=f("publishedAt"),
             lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
-            runtime=str(d.get("runtime") or ""),
+            runtime=_text(d, "runtime"),
             done_counts=done_counts,
             progress_at=f("progressAt"),
-            stalled=str(d.get("stalled") or ""),
-            failed_rounds=int(d.get("failedRounds") or 0),
+            stalled=_text(d, "stalled"),
+            failed_rounds=_int(d, "failedRounds"),
             busy=bool(d.get("busy")),
-            round=int(d.get("round") or 0),
-            slots=int(d.get("slots") or 0),
+            round=_int(d, "round"),
+            slots=_int(d, "slots"),
             extension=Extension.from_dict(d.get("extension")),
         )
+
+
+_T = TypeVar("_T")
+
+
+def _or_none(v: _T) -> _T | None:
+    """``v``, or None when it is falsy (at its default: left out of the merge patch)."""
+    return v or None
+
+
+def _unless(absent: bool, v: _T) -> _T | None:
+    """``v``, or None (left out of the merge patch) when ``absent``."""
+    return None if absent else v
+
+
+def _text(d: Mapping[str, Any], key: str) -> str:
+    return str(d.get(key) or "")
+
+
+def _int(d: Mapping[str, Any], key: str, default: int = 0) -> int:
+    return int(d.get(key) or default)
+
+
+def _opt_int(d: Mapping[str, Any], key: str) -> int | None:
+    v = d.get(key)
+    return None if v is None else int(v)
+
+
+def _done_counts(d: Mapping[str, Any], subs: tuple[SubProgress, ...]) -> tuple[int, int] | None:
+    """(records done, records total) of a finished drain whose status no longer lists its sub-ranges."""
+    if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
+        return int(d.get("recordsDone") or 0), int(d["recordsTotal"])
+    return None
 
 
 def _finished(d: DrainStatus) -> bool:
