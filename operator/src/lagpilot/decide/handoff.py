@@ -43,18 +43,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from lagpilot.model.status import DrainPhase, HandOffPath
+from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
 
-from lagpilot.model.status import DrainPhase, HandOffPath
-from lagpilot.spec import GroupSpec
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
 
-MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
+# Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
+MAX_ATTEMPTS = 4
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
-FAILED_ROUND_BACKOFF_MAX_S = 3600.0  # Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
+# Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
+FAILED_ROUND_BACKOFF_MAX_S = 3600.0
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
 # the quiesce fallback waits at most this long (from quiescedAt) for the group to empty; past it the
@@ -65,26 +67,28 @@ CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-
 
 # the hand-off paths (status.drain.handOffPath), declared in the status model:
 PATH_ACK = HandOffPath.CONSUMER_ACK.value  # the owners acked and moved themselves; the group never stopped
-PATH_EMPTY = HandOffPath.EMPTY_GROUP.value  # the group had no members: the operator acted for the absent owner
+# the group had no members: the operator acted for the absent owner
+PATH_EMPTY = HandOffPath.EMPTY_GROUP.value
 PATH_QUIESCE = HandOffPath.QUIESCE.value  # no ack in time: scaled to 0, then as EmptyGroup
 
 
 Phase = DrainPhase  # the drain's phases: declared once, in the status model (status.drain.phase)
 
 
-class Kind(str, enum.Enum):
+# a StrEnum would format as its value (not its name) in f-strings and logs: kept (str, Enum)
+class Kind(str, enum.Enum):  # noqa: UP042
     """What the executor does; status (if any) is written AFTER the effect succeeded."""
 
     NONE = "None"                    # wait; maybe write status (progress, messages)
     WRITE_STATUS = "WriteStatus"     # no side effect, only the new status
     PUBLISH = "Publish"              # write hand-off requests to the mailbox (Action.entries)
-    QUIESCE = "Quiesce"              # fallback: scale the consumer Deployment to 0
-    ALTER_OFFSETS = "AlterOffsets"   # empty group: write Action.entries (acks), then alter the group's offsets
+    QUIESCE = "Quiesce"  # fallback: scale the consumer Deployment to 0
+    ALTER_OFFSETS = "AlterOffsets"  # empty group: write Action.entries (acks), then alter the group's offsets
     SEAL = "Seal"                    # write the sealed entries (Action.entries), then the status
     LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
     DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
-    RESTORE = "Restore"              # abort before hand-off: give the replicas back
-    DELIVER = "Deliver"              # a busy drain: write its next part (Action.part) where its driver reads it
+    RESTORE = "Restore"  # abort before hand-off: give the replicas back
+    DELIVER = "Deliver"  # a busy drain: write its next part (Action.part) where its driver reads it
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class PartitionRange:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PartitionRange":
+    def from_dict(cls, d: Mapping[str, Any]) -> PartitionRange:
         start, tasks = d.get("start"), d.get("tasks")
         return cls(int(d["partition"]), int(d["end"]), None if start is None else int(start),
                    None if tasks is None else max(1, int(tasks)))
@@ -141,7 +145,7 @@ class SubProgress:
                 "next": self.next, "records": self.records}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SubProgress":
+    def from_dict(cls, d: Mapping[str, Any]) -> SubProgress:
         return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),
                    int(d.get("next", d["start"])), int(d.get("records", 0)))
 
@@ -173,7 +177,7 @@ class Extension:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "Extension | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Extension | None:
         if not d:
             return None
         return cls(int(d["round"]), tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
@@ -216,7 +220,8 @@ class DrainStatus:
     # when the current attempt launched or its progress last moved (the no-progress detector's clock)
     progress_at: float | None = None
     stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
-    failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    failed_rounds: int = 0
     # a busy drain (issue 25 item 2): while the capped group cannot hold its partitions it takes
     # their next split (``extension``) without a new start-up, its tasks kept; ``round`` counts the
     # splits taken after the first, ``slots`` the tasks its executor holds (0: one per unfinished sub-range)
@@ -265,7 +270,8 @@ class DrainStatus:
             if self.quiesced_at is None or self.resumed_at is None:
                 return None
             return round(self.resumed_at - self.quiesced_at, 3)
-        if self.quiesced_at is not None and self.resumed_at is not None:  # a quiesce given up (foreign members)
+        # a quiesce given up (foreign members)
+        if self.quiesced_at is not None and self.resumed_at is not None:
             return round(self.resumed_at - self.quiesced_at, 3)
         return 0.0 if self.handed_off_at is not None else None
 
@@ -316,7 +322,7 @@ class DrainStatus:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "DrainStatus | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> DrainStatus | None:
         if not d or "phase" not in d or "id" not in d:
             return None
 
@@ -348,7 +354,9 @@ class DrainStatus:
             history=tuple(history_entry(h) for h in d.get("history") or ()),
             hand_off_path=_text(d, "handOffPath"),
             published_at=f("publishedAt"),
-            lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
+            lost=tuple(
+                (int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()
+            ),
             runtime=_text(d, "runtime"),
             done_counts=done_counts,
             progress_at=f("progressAt"),
@@ -389,7 +397,11 @@ def _opt_int(d: Mapping[str, Any], key: str) -> int | None:
 
 def _done_counts(d: Mapping[str, Any], subs: tuple[SubProgress, ...]) -> tuple[int, int] | None:
     """(records done, records total) of a finished drain whose status no longer lists its sub-ranges."""
-    if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
+    if (
+        not subs
+        and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED)
+        and d.get("recordsTotal") is not None
+    ):
         return int(d.get("recordsDone") or 0), int(d["recordsTotal"])
     return None
 
@@ -416,8 +428,10 @@ def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
 
 def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
     """Ranges for a message or a table, ``p0[400..6300) p2[?..75)`` (start absent: ``?``)."""
-    return " ".join(f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['end'])})"
-                    for r in ranges)
+    return " ".join(
+        f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['end'])})"
+        for r in ranges
+    )
 
 
 @dataclass(frozen=True)
@@ -458,7 +472,7 @@ def describe_members(members: Sequence[GroupMember], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + more
 
 
-class JobState(str, enum.Enum):
+class JobState(str, enum.Enum):  # noqa: UP042 (as Kind)
     ABSENT = "Absent"
     ACTIVE = "Active"
     SUCCEEDED = "Succeeded"
@@ -502,7 +516,7 @@ class Observed:
     # on a Running busy drain asks for the next split of those partitions (``_next_split``)
     busy: bool = False
     # a Running busy drain: the next part its driver can read now (None: not read; NO_PART: none)
-    part: "PartSeen | None" = None
+    part: PartSeen | None = None
 
 
 @dataclass(frozen=True)
@@ -524,7 +538,8 @@ class Action:
     reason: str = ""
     message: str = ""
     offsets: Mapping[int, int] = field(default_factory=dict)  # ALTER_OFFSETS
-    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)  # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
+    # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
+    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)
     replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
@@ -551,7 +566,7 @@ def failed_round_backoff_seconds(rounds: int) -> float:
     return min(FAILED_ROUND_BACKOFF_MAX_S, 60.0 * (n * n + n))
 
 
-def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", now: float) -> DrainStatus:
+def _failed(d: DrainStatus, what: str, last_error: str, observed: Observed, now: float) -> DrainStatus:
     """A round of MAX_ATTEMPTS used up: phase Failed, the next round scheduled (retryAt, in the
     message and so in the Draining condition), the ranges kept."""
     n = d.failed_rounds + 1
@@ -559,8 +574,9 @@ def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", no
     f = _finish(d, Phase.FAILED, "AttemptsExhausted",
                 f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
                 f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
-    return dataclasses.replace(f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n,
-                               retry_at=retry_at)
+    return dataclasses.replace(
+        f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n, retry_at=retry_at
+    )
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -587,14 +603,20 @@ def replicas_override_raw(raw: Mapping[str, Any] | None) -> int | None:
         return None
 
 
-def with_progress(drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None) -> DrainStatus:
+def with_progress(
+    drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None
+) -> DrainStatus:
     """Merge observed progress into the sub-ranges; never moves backwards (a lost read is ignored)."""
     if not progress or not drain.sub_ranges:
         return drain
     subs = []
     for s in drain.sub_ranges:
         nxt, recs = progress.get((s.partition, s.index), (s.next, s.records))
-        subs.append(dataclasses.replace(s, next=max(s.next, min(max(nxt, s.start), s.end)), records=max(s.records, recs)))
+        subs.append(
+            dataclasses.replace(
+                s, next=max(s.next, min(max(nxt, s.start), s.end)), records=max(s.records, recs)
+            )
+        )
     return dataclasses.replace(drain, sub_ranges=tuple(subs))
 
 
@@ -604,16 +626,24 @@ def progress_message(d: DrainStatus) -> str:
 
 
 def _summary(d: DrainStatus) -> dict[str, Any]:
-    return {"id": d.id, "phase": d.phase.value, "reason": d.reason,
-            "ranges": [r.to_dict(tasks=False) for r in d.ranges], "recordsTotal": d.records_total,
-            "recordsDone": d.records_done, "pauseSeconds": d.pause_seconds,
-            "seconds": None if d.started_at is None or d.finished_at is None else round(d.finished_at - d.started_at, 3)}
+    return {
+        "id": d.id,
+        "phase": d.phase.value,
+        "reason": d.reason,
+        "ranges": [r.to_dict(tasks=False) for r in d.ranges],
+        "recordsTotal": d.records_total,
+        "recordsDone": d.records_done,
+        "pauseSeconds": d.pause_seconds,
+        "seconds": None
+        if d.started_at is None or d.finished_at is None
+        else round(d.finished_at - d.started_at, 3),
+    }
 
 
 def _finish(d: DrainStatus, phase: Phase, reason: str, message: str, now: float) -> DrainStatus:
     done = dataclasses.replace(d, phase=phase, reason=reason, message=message, finished_at=now, retry_at=None)
     kept = tuple(h for h in done.history if h.get("id") != done.id)  # one entry per drain id
-    return dataclasses.replace(done, history=(kept + (history_entry(_summary(done)),))[-HISTORY:])
+    return dataclasses.replace(done, history=(*kept, history_entry(_summary(done)))[-HISTORY:])
 
 
 def is_idle(d: DrainStatus | None) -> bool:
@@ -677,16 +707,27 @@ def _last_attempt(d: DrainStatus) -> bool:
 
 
 def _cancelled_by_spec(d: DrainStatus, message: str, now: float) -> DrainStatus:
-    return _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                   f"{message}; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+    return _finish(
+        d,
+        Phase.CANCELLED,
+        "CancelledBySpec",
+        f"{message}; {d.remaining} records stay recorded and resume when spec.drain.cancel is false",
+        now,
+    )
 
 
 def _handed_off(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float) -> Action:
-    """HandedOff: launch the first attempt (giving the quiesced replicas back), or cancel keeping the range."""
+    """HandedOff: launch the first attempt (the quiesced replicas given back), or cancel keeping the range."""
     if spec.drain.cancel:
         c = _cancelled_by_spec(d, f"drain {d.id} cancelled before launch", now)
-        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None,
-                      event=("Normal", "DrainCancelled", c.message))
+        return Action(
+            Kind.RESTORE,
+            c,
+            c.reason,
+            c.message,
+            replicas=d.restore_replicas if d.quiescing else None,
+            event=("Normal", "DrainCancelled", c.message),
+        )
     return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
 
 
@@ -713,7 +754,9 @@ def _record_data_loss(spec: GroupSpec, d: DrainStatus, observed: Observed) -> Ac
                   lost_records=n)
 
 
-def _busy_next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
+def _busy_next_split(
+    spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool
+) -> Action | None:
     """A busy drain's next split (``_next_split``): an action that acts is the step; a wait is
     returned too, since the drain's end waits for a published next split to resolve (its ranges are
     the drain's); None: no next split in flight."""
@@ -753,7 +796,7 @@ def _running(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Obse
 
 
 def _job_succeeded(d: DrainStatus, waiting: Action | None) -> Action:
-    """The Job succeeded: phase Succeeded (verified next), unless a published next split must resolve first."""
+    """The Job succeeded: phase Succeeded (verified next), unless a published next split resolves first."""
     if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
         return waiting
     s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
@@ -762,13 +805,19 @@ def _job_succeeded(d: DrainStatus, waiting: Action | None) -> Action:
 
 
 def _cancel_running(d: DrainStatus, job: JobObservation, now: float) -> Action:
-    """spec.drain.cancel on a Running drain: delete the Job, then (its pods gone) Cancelled with the remainder."""
+    """spec.drain.cancel on a Running drain: delete the Job, then (pods gone) Cancelled, remainder kept."""
     if job.state is not JobState.ABSENT or job.pods_alive > 0:
         c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
                                 message=f"drain {d.id}: deleting Job attempt {d.attempt}")
         return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
-    c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
+    c = _finish(
+        d,
+        Phase.CANCELLED,
+        "CancelledBySpec",
+        f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining "
+        "stay recorded and resume when spec.drain.cancel is false",
+        now,
+    )
     return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
 
 
@@ -811,12 +860,22 @@ def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now
                        f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
         return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
     delay = backoff_seconds(d.attempt)
-    r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
-                            message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in {delay:.0f}s")
-    return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
+    r = dataclasses.replace(
+        d,
+        retry_at=now + delay,
+        reason="RetryScheduled",
+        last_error=job.message,
+        message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in "
+                f"{delay:.0f}s",
+    )
+    return Action(
+        Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message)
+    )
 
 
-def _job_absent(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
+def _job_absent(
+    drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float
+) -> Action:
     """No Job: a retry due once the back-off and the pods are over; a Job deleted by someone is
     recreated (same attempt, same ranges)."""
     if d.retry_at is not None and now < d.retry_at:
@@ -829,7 +888,9 @@ def _job_absent(drain: DrainStatus, d: DrainStatus, job: JobObservation, observe
     return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
 
 
-def _succeeded(drain: DrainStatus, d: DrainStatus, observed: Observed, now: float, waiting: Action | None) -> Action:
+def _succeeded(
+    drain: DrainStatus, d: DrainStatus, observed: Observed, now: float, waiting: Action | None
+) -> Action:
     """Succeeded: verified against the progress groups (Verified), else the remainder is retried as
     a new attempt after the back-off (IncompleteProgress), or the round ends Failed."""
     if observed.progress is None:
@@ -839,9 +900,14 @@ def _succeeded(drain: DrainStatus, d: DrainStatus, observed: Observed, now: floa
         v = dataclasses.replace(v, message=progress_message(v))
         return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
     if _last_attempt(d):
-        f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                       f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
-                    observed, now)
+        f = _failed(
+            d,
+            f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+            f"{MAX_ATTEMPTS} attempts in this round",
+            "Job succeeded but progress shows unfinished sub-ranges",
+            observed,
+            now,
+        )
         return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
     delay = backoff_seconds(d.attempt)
     r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
@@ -851,7 +917,9 @@ def _succeeded(drain: DrainStatus, d: DrainStatus, observed: Observed, now: floa
     return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
 
 
-def _after_failure(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float) -> Action:
+def _after_failure(
+    spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float
+) -> Action:
     """Failed: cancel ends it; the next round starts after its back-off (retryAt) or at once on a
     spec change, never while the last attempt's pods run."""
     if spec.drain.cancel:
@@ -869,9 +937,15 @@ def _after_failure(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed
         job = observed.job
         if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
             return _waiting_for_pods(drain, d)  # never two attempts at once
-        return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                       attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
-                       restore=False, reset_attempts=True)
+        return _launch(
+            dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None),
+            observed,
+            now,
+            attempt=d.attempt + 1,
+            reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+            restore=False,
+            reset_attempts=True,
+        )
     return _progress_only(drain, d)
 
 
@@ -882,9 +956,18 @@ def _cancelled(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Ob
         return _progress_only(drain, d)
     job = observed.job
     if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-        return Action(Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop")
-    return _launch(dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None), observed, now,
-                   attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
+        return Action(
+            Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop"
+        )
+    return _launch(
+        dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None),
+        observed,
+        now,
+        attempt=d.attempt + 1,
+        reason="Resumed",
+        restore=False,
+        reset_attempts=True,
+    )
 
 
 def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
@@ -911,11 +994,14 @@ def _may_take_next_split(d: DrainStatus, observed: Observed, stop: bool) -> bool
     are wanted and the driver was not handed back (its final part)."""
     job = observed.job
     return not (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
+                # spec.drain.busy turned off
+                or job is None or job.state is not JobState.ACTIVE or not observed.busy
                 or (observed.part is not None and observed.part.final))  # handed back: the driver ends
 
 
-def _plan_next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
+def _plan_next_split(
+    spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool
+) -> Action | None:
     """Plan the next split (status first): the wanted partitions' backlog up to their end offsets,
     if the unfinished sub-ranges and the new ones fit one part."""
     if not _may_take_next_split(d, observed, stop):
@@ -947,20 +1033,28 @@ def _publish_next_split(d: DrainStatus, ext: Extension, observed: Observed, now:
     mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
     entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
                                      for r in ext.ranges if r.partition not in mine}
-    n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
-                            message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
-                                    f"partitions {ext.partitions} to acknowledge")
+    n = dataclasses.replace(
+        d,
+        extension=dataclasses.replace(ext, published_at=now),
+        reason="NextSplitPublished",
+        message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
+        f"partitions {ext.partitions} to acknowledge",
+    )
     if entries:
         return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
     return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
 
 
-def _resolve_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, observed: Observed, now: float) -> Action:
+def _resolve_next_split(
+    spec: GroupSpec, d: DrainStatus, ext: Extension, observed: Observed, now: float
+) -> Action:
     """The published next split: wait for its owners (or act for the absent owners of an empty
     group); once every partition resolved, seal and append (``_append_next_split``)."""
     offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
     if offs is None or mb is None or any(r.partition not in offs for r in ext.ranges):
-        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+        return Action(
+            Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox"
+        )
     mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
     res = _resolutions(d.id, ext.ranges, offs, mine, owner)
     pending = sorted(p for p, x in res.items() if not x.resolved)
@@ -971,8 +1065,11 @@ def _resolve_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, observe
         return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
                       f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
                       f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
-    return Action(Kind.NONE, reason="WaitingForAcks",
-                  message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}")
+    return Action(
+        Kind.NONE,
+        reason="WaitingForAcks",
+        message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}",
+    )
 
 
 def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Mapping[int, mbx.Resolution],
@@ -980,7 +1077,9 @@ def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Map
     """Every partition of the next split resolved: seal its entries; its non-empty ranges join the
     drain's, their sub-ranges appended with fresh indices; ``round`` moves on."""
     seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine, owner)
-    new = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty)
+    new = tuple(
+        dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty
+    )
     subs = list(d.sub_ranges)
     for r in new:
         base = 1 + max((x.index for x in subs if x.partition == r.partition), default=-1)
@@ -1007,12 +1106,14 @@ def _resolutions(drain_id: int, ranges: Sequence[PartitionRange], offs: Mapping[
                  mine: Mapping[int, mbx.Entry], owner: str) -> dict[int, mbx.Resolution]:
     """The operator's rule (``mbx.resolve``) per planned partition: the group's committed offset
     (read before the mailbox) against this drain's entry."""
-    return {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), drain_id, r.split, owner)
-            for r in ranges}
+    return {
+        r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), drain_id, r.split, owner)
+        for r in ranges
+    }
 
 
 def _backlogged_ranges(observed: Observed) -> list[PartitionRange]:
-    """The wanted partitions with records between the group's position and the end offset, split at the end."""
+    """The wanted partitions with records between the group's position and the end offset (the split)."""
     assert observed.offsets is not None
     ranges = []
     for p in sorted(set(observed.wanted)):
@@ -1044,7 +1145,9 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
         h = dataclasses.replace(d, reason="HandingBack", message=(
             f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
             f"no further split; attempt {d.attempt} ends"))
-        return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message))
+        return Action(
+            Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message)
+        )
     return None
 
 
@@ -1063,7 +1166,11 @@ def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tupl
         lo, hi = bounds[(p, k)]
         for a, b in ranges:
             a, b = max(int(a), lo), min(int(b), hi)
-            if a < b and (p, a, b) not in known and not any(q == p and x <= a and b <= y for q, x, y in known):
+            if (
+                a < b
+                and (p, a, b) not in known
+                and not any(q == p and x <= a and b <= y for q, x, y in known)
+            ):
                 out.append((p, a, b))
     return tuple(sorted(set(out)))
 
@@ -1088,11 +1195,25 @@ def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Actio
     what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
     if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
         f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
-        return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
+        return Action(
+            Kind.DELETE_JOB,
+            f,
+            f.reason,
+            f.message,
+            attempt=d.attempt,
+            event=("Warning", "DrainStalled", f.message[:1000]),
+        )
     delay = backoff_seconds(d.attempt)
     r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
                             message=f"{what}; Job deleted, retrying in {delay:.0f}s")
-    return Action(Kind.DELETE_JOB, r, r.reason, r.message, attempt=d.attempt, event=("Warning", "DrainStalled", r.message[:1000]))
+    return Action(
+        Kind.DELETE_JOB,
+        r,
+        r.reason,
+        r.message,
+        attempt=d.attempt,
+        event=("Warning", "DrainStalled", r.message[:1000]),
+    )
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
@@ -1127,8 +1248,12 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         history=prev.history if prev else (),
         busy=observed.busy,
     )
-    d = dataclasses.replace(d, message=f"drain {d.id} planned for partitions {d.partitions} up to split "
-                                        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off")
+    d = dataclasses.replace(
+        d,
+        message=f"drain {d.id} planned for partitions {d.partitions} up to split "
+        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges)
+        + "; publishing the hand-off",
+    )
     return Action(Kind.WRITE_STATUS, d, d.reason, d.message, event=("Normal", "DrainPlanned", d.message))
 
 
@@ -1138,7 +1263,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     ``_quiescing``; else ``_awaiting_acks`` (which starts the fallback after ``ack_timeout_s``)."""
     offs, mb = observed.offsets, observed.mailbox
     if offs is None or mb is None or any(r.partition not in offs for r in d.ranges):
-        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+        return Action(
+            Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox"
+        )
     owner = observed.owner
     mine = _entries_of_drain(d.id, d.ranges, mb, owner)
     if d.published_at is None:
@@ -1159,17 +1286,31 @@ def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], own
     """Publish a request per planned partition without an entry of this drain (a re-publish never
     overwrites an ack); stopping before anything was published drops the drain."""
     if stop and not mine:
-        c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
-                    f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
+        c = _finish(
+            d,
+            Phase.CANCELLED,
+            "CancelledBeforeHandOff",
+            f"drain {d.id} dropped before hand-off "
+            f"(spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off",
+            now,
+        )
         c = dataclasses.replace(c, ranges=(), sub_ranges=())
-        return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
+        return Action(
+            Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None
+        )
     # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
     entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
                                                    else mbx.Entry(d.id, r.split, r.start, owner=owner))
                                      for r in d.ranges if r.partition not in mine}
     path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
-    p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
-                            message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to acknowledge")
+    p = dataclasses.replace(
+        d,
+        published_at=now,
+        hand_off_path=path,
+        reason="Published",
+        message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to "
+                "acknowledge",
+    )
     if entries:
         return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
     return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
@@ -1181,8 +1322,13 @@ def _move_empty_group(d: DrainStatus, pending: Sequence[int], offs: Mapping[int,
     entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
     path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
     q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
-    q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
-                            message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and moving them to split")
+    q = dataclasses.replace(
+        q,
+        hand_off_path=path,
+        reason="MovingEmptyGroup",
+        message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and "
+                "moving them to split",
+    )
     return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
 
 
@@ -1194,11 +1340,21 @@ def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: 
             and now - d.quiesced_at >= observed.quiesce_timeout_s):
         return _give_up_quiesce(d, observed, pending, now)
     if observed.replicas > 0:
-        q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
-                                message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
+        q = dataclasses.replace(
+            q,
+            hand_off_path=PATH_QUIESCE,
+            reason="Quiescing",
+            message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 "
+                    "(fallback)",
+        )
         return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
-    q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
-                            message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed members)")
+    q = dataclasses.replace(
+        q,
+        hand_off_path=PATH_QUIESCE,
+        reason="WaitingForGroupEmpty",
+        message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed "
+                "members)",
+    )
     return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
 
 
@@ -1208,29 +1364,49 @@ def _awaiting_acks(d: DrainStatus, observed: Observed, pending: Sequence[int], n
     assert d.published_at is not None
     # the quiesce fallback runs at most once per drain: after a given-up quiesce (quiescedAt set,
     # path ConsumerAck) the hand-off waits for the owners, loudly while foreign members stay
-    if d.quiesced_at is None and observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
+    if (
+        d.quiesced_at is None
+        and observed.group_empty is False
+        and now - d.published_at >= observed.ack_timeout_s
+    ):
         return _start_quiesce(d, observed, pending, now)
     foreign = [m for m in observed.members or () if not m.ours]
     if d.quiesced_at is not None and foreign:
-        w = dataclasses.replace(d, reason=REASON_FOREIGN, message=(
-            f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; foreign members "
-            f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it leaves the "
-            f"group or commits past the split itself)"))
+        w = dataclasses.replace(
+            d,
+            reason=REASON_FOREIGN,
+            message=(
+                f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; "
+                "foreign members "
+                f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it "
+                "leaves the "
+                f"group or commits past the split itself)"
+            ),
+        )
         return Action(Kind.NONE, w if w != d else None, w.reason, w.message)
     if d.quiesced_at is not None and observed.members is None and d.reason == REASON_FOREIGN:
-        return Action(Kind.NONE, reason=d.reason, message=d.message)  # membership unknown this cycle: keep saying so
-    w = dataclasses.replace(d, reason="WaitingForAcks",
-                            message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
+        # membership unknown this cycle: keep saying so
+        return Action(Kind.NONE, reason=d.reason, message=d.message)
+    w = dataclasses.replace(
+        d,
+        reason="WaitingForAcks",
+        message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off",
+    )
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
 
 
 def _start_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
     """No acknowledgement in time (an older consumer image?): path Quiesce, the replicas to give
     back recorded, the group scaled to 0."""
-    q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
-                            restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
-                            reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
-                            f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)")
+    q = dataclasses.replace(
+        d,
+        hand_off_path=PATH_QUIESCE,
+        quiesced_at=now,
+        restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
+        reason="Quiescing",
+        message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
+        f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)",
+    )
     if observed.replicas > 0:
         return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
                       event=("Warning", "DrainHandOffFallback", q.message))
@@ -1271,10 +1447,18 @@ def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int],
     who = describe_members(observed.members or ()) or "unknown members"
     waited = now - (d.quiesced_at if d.quiesced_at is not None else now)
     q = dataclasses.replace(
-        d, hand_off_path=PATH_ACK, resumed_at=now, reason=REASON_FOREIGN,
-        message=(f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
-                 f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the hand-off "
-                 f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without its owner)"))
+        d,
+        hand_off_path=PATH_ACK,
+        resumed_at=now,
+        reason=REASON_FOREIGN,
+        message=(
+            f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
+            f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the "
+            "hand-off "
+            f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without "
+            "its owner)"
+        ),
+    )
     return Action(Kind.RESTORE, q, q.reason, q.message, replicas=d.restore_replicas,
                   event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]))
 
@@ -1284,24 +1468,46 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
     """Every planned partition resolved: seal the entries, record the ranges (HandedOff), or
     Cancelled (nothing to drain / cancel requested meanwhile: the remainder stays recorded)."""
     seal = seal_entries(d, res, mine, owner)
-    ranges = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty)
+    ranges = tuple(
+        dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty
+    )
     restore = d.restore_replicas if d.quiescing else None
     path = d.hand_off_path or PATH_ACK
     if not ranges:
-        c = _finish(dataclasses.replace(d, hand_off_path=path, handed_off_at=now), Phase.CANCELLED, "NothingToDrain",
-                    f"drain {d.id}: the group reached the split points by itself", now)
+        c = _finish(
+            dataclasses.replace(d, hand_off_path=path, handed_off_at=now),
+            Phase.CANCELLED,
+            "NothingToDrain",
+            f"drain {d.id}: the group reached the split points by itself",
+            now,
+        )
         c = dataclasses.replace(c, ranges=(), resumed_at=now if restore is not None else d.resumed_at)
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal)
     subs = sub_ranges_of(ranges, spec)
-    h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff", ranges=ranges, hand_off_path=path,
-                            sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
+    h = dataclasses.replace(
+        d,
+        phase=Phase.HANDED_OFF,
+        handed_off_at=now,
+        reason="HandedOff",
+        ranges=ranges,
+        hand_off_path=path,
+        sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs),
+    )
     h = dataclasses.replace(h, message=progress_message(h) + f" (hand-off path {path})")
     if spec.drain.cancel:
-        c = _finish(dataclasses.replace(h, resumed_at=now if restore is not None else None), Phase.CANCELLED, "CancelledBySpec",
-                    f"drain {d.id} cancelled during the hand-off; {h.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+        c = _finish(
+            dataclasses.replace(h, resumed_at=now if restore is not None else None),
+            Phase.CANCELLED,
+            "CancelledBySpec",
+            f"drain {d.id} cancelled during the hand-off; {h.remaining} records stay recorded and resume "
+            "when spec.drain.cancel is false",
+            now,
+        )
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
                       event=("Normal", "DrainCancelled", c.message))
-    return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
+    return Action(
+        Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message)
+    )
 
 
 def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mapping[int, mbx.Entry],
@@ -1315,7 +1521,9 @@ def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mappin
         x, e = res.get(r.partition), mine.get(r.partition)
         if x is None or not x.resolved or (e is not None and e.done):
             continue
-        out[r.partition] = e.sealed() if e is not None and e.acked else mbx.sealed_entry(d.id, r.split, r.split, owner)
+        out[r.partition] = (
+            e.sealed() if e is not None and e.acked else mbx.sealed_entry(d.id, r.split, r.split, owner)
+        )
     return out
 
 
@@ -1334,8 +1542,13 @@ def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[Su
     when the plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
     subs: list[SubRange] = []
     for r in ranges:
-        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.fallback_tasks,
-                                 min_records_per_task=spec.batch.max_records))
+        subs.extend(
+            split_ranges(
+                {r.partition: (int(r.start or 0), r.split)},
+                r.tasks or spec.drain.fallback_tasks,
+                min_records_per_task=spec.batch.max_records,
+            )
+        )
     return tuple(subs)
 
 
@@ -1350,7 +1563,9 @@ def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason
     if reset_attempts:
         # attempts are counted from here again (spec changed / resumed after cancel); job names stay unique
         r = dataclasses.replace(r, failed_generation=None, attempt_base=attempt)
-    r = dataclasses.replace(r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1])
+    r = dataclasses.replace(
+        r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1]
+    )
     return Action(Kind.LAUNCH, r, r.reason, r.message, replicas=d.restore_replicas if restore else None,
                   attempt=attempt, event=("Normal", "DrainStarted", r.message))
 
