@@ -389,7 +389,10 @@ class DrainExecutor(DrainCalls):
         return True
 
     def reconcile(self, ctx: DrainContext) -> DrainResult:
-        """Run the machine until it waits; write status.drain after every effect."""
+        """Run the machine until it waits; write status.drain after every effect. Each pass: observe
+        -> decide (``next_action``) -> ``_announce`` (warm runtime, log, the stored status still the
+        one decided on) -> the effect (``perform``) -> ``_record`` (status, events, metrics) -> the
+        next pass, a brief wait for acks (``_wait_for_acks``) or the end of the call."""
         d = DrainStatus.from_dict(ctx.raw_drain)
         offsets, replicas = ctx.offsets, ctx.replicas
         done: list[str] = []
@@ -401,18 +404,7 @@ class DrainExecutor(DrainCalls):
             step += 1
             observed = self.observe(ctx, d, offsets, replicas)
             action = next_action(ctx.spec, d, observed, self.clock())
-            runtime_url = None
-            if action.kind is Kind.LAUNCH and ctx.spec.drain.launcher == "job":
-                # the warm runtime, if wanted and Ready right now (else the Job drains cold)
-                runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
-            if action.kind is not Kind.NONE:
-                extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
-                         "reason": action.reason, "drain_message": action.message}
-                if action.kind is Kind.LAUNCH:
-                    extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
-                log.info("drain action", extra=extra)
-            if action.kind in EFFECTS and ctx.verify_drain is not None:
-                ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
+            runtime_url = self._announce(ctx, action, d)
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
@@ -420,33 +412,10 @@ class DrainExecutor(DrainCalls):
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
-            # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
-            point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
-                     and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
-            _fault_point(point, "effect")
-            if action.status is not None and action.status != d:
-                if ctx.patch_drain is not None:
-                    ctx.patch_drain({"drain": action.status.to_dict()}, d)
-                else:
-                    ctx.patch_status({"drain": action.status.to_dict()})
-                d = action.status
-                _fault_point(point, "status")
-            if action.event is not None:
-                ctx.emit(*action.event)
-            if action.lost_records:
-                _count_lost(ctx.namespace, ctx.name, action.lost_records)
-            if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
-                _count_stall(ctx.namespace, ctx.name, d.stalled)
+            d = _record(ctx, action, d)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
-                # right after the publish the owners ack within about a second (their mailbox
-                # check runs at every batch boundary, at most once a second): wait briefly here
-                # instead of a whole control-loop interval
-                published = None if d is None else (d.extension.published_at if d.extension is not None
-                                                    and d.phase is not Phase.PLANNED else d.published_at)
-                if (action.reason == "WaitingForAcks" and published is not None
-                        and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
-                    time.sleep(0.5)
+                if self._wait_for_acks(action, d, waited):
                     waited += 0.5
                     step -= 1
                     continue
@@ -455,6 +424,58 @@ class DrainExecutor(DrainCalls):
         status = None if d is None else d.to_dict()
         return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
                            None if d is None else stalled_condition(d))
+
+    def _announce(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> str | None:
+        """Before the effect: a launch's warm runtime URL (None: the Job drains cold), the action
+        logged, and (an effect) the stored status.drain verified to be the one it was decided on."""
+        runtime_url = None
+        if action.kind is Kind.LAUNCH and ctx.spec.drain.launcher == "job":
+            # the warm runtime, if wanted and Ready right now (else the Job drains cold)
+            runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
+        if action.kind is not Kind.NONE:
+            extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                     "reason": action.reason, "drain_message": action.message}
+            if action.kind is Kind.LAUNCH:
+                extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
+            log.info("drain action", extra=extra)
+        if action.kind in EFFECTS and ctx.verify_drain is not None:
+            ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
+        return runtime_url
+
+    def _wait_for_acks(self, action: Action, d: DrainStatus | None, waited: float) -> bool:
+        """Right after the publish the owners ack within about a second (their mailbox check runs at
+        every batch boundary, at most once a second): wait briefly (True: slept, decide again)
+        instead of a whole control-loop interval."""
+        published = None if d is None else (d.extension.published_at if d.extension is not None
+                                            and d.phase is not Phase.PLANNED else d.published_at)
+        if (action.reason == "WaitingForAcks" and published is not None
+                and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
+            time.sleep(0.5)
+            return True
+        return False
+
+
+def _record(ctx: DrainContext, action: Action, d: DrainStatus | None) -> DrainStatus | None:
+    """After the effect: the fault points (chaos bench), the status written (guarded by the status
+    it was decided on, when the API allows), the event and the metrics; the status now current."""
+    # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
+    point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
+             and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
+    _fault_point(point, "effect")
+    if action.status is not None and action.status != d:
+        if ctx.patch_drain is not None:
+            ctx.patch_drain({"drain": action.status.to_dict()}, d)
+        else:
+            ctx.patch_status({"drain": action.status.to_dict()})
+        d = action.status
+        _fault_point(point, "status")
+    if action.event is not None:
+        ctx.emit(*action.event)
+    if action.lost_records:
+        _count_lost(ctx.namespace, ctx.name, action.lost_records)
+    if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
+        _count_stall(ctx.namespace, ctx.name, d.stalled)
+    return d
 
 
 def with_runtime(action: Action, word: str) -> Action:
