@@ -38,6 +38,7 @@ from .handoff_key import HandoffKeys
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from .kubeapi import StatusConflict
+from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
 
@@ -48,6 +49,8 @@ from lagpilot.decide.handoff import (
     QUIESCE_TIMEOUT_S,
     Action,
     DrainStatus,
+    GroupMember,
+    JobObservation,
     Kind,
     Observed,
     Offsets,
@@ -311,37 +314,62 @@ class DrainExecutor(DrainCalls):
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
-        group_empty = None
-        progress = None
-        job = None
-        mailbox = None
-        members = None
-        part = None
-        wanted = tuple(ctx.wanted)
+        """What ``next_action`` needs, read in order: ``_observe_hand_off`` (membership, the group's
+        offsets, then the mailbox) -> ``_observe_part`` (a busy drain's delivered part) ->
+        ``_observe_progress`` (progress groups, retention losses) -> ``_observe_job``."""
+        group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
-            # order matters: membership, then the group's committed offsets, then the mailbox (a
-            # busy drain's next split in hand-off reads them as a first split does)
-            group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
-            if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
-                members = self.group_members(ctx.admin, ctx.spec.group_id)
-            offsets = ctx.reobserve()
-            handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
-            mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
-        if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
-            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
-            if part is None:
-                wanted = ()  # unknown whether the drain was handed back: no next split this cycle
-        lost = None
-        if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
-            found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
-            lost = None if progress is None else found
-        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
-            job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
+            group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
+        part, wanted = self._observe_part(ctx, d)
+        progress, lost = self._observe_progress(ctx, d)
+        job = self._observe_job(ctx, d)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=wanted, tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part)
+
+    def _observe_hand_off(self, ctx: DrainContext, d: DrainStatus
+                          ) -> tuple[bool | None, Sequence[GroupMember] | None, Mapping[int, Offsets],
+                                     Mapping[int, mbx.Entry | None] | None]:
+        """A hand-off in flight (a first split, or a busy drain's next split): (group empty, its
+        members, the group's offsets, the mailbox entries of the handed partitions)."""
+        members = None
+        # order matters: membership, then the group's committed offsets, then the mailbox (a
+        # busy drain's next split in hand-off reads them as a first split does)
+        group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+        if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+            members = self.group_members(ctx.admin, ctx.spec.group_id)
+        offsets = ctx.reobserve()
+        handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
+        mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+        return group_empty, members, offsets, mailbox
+
+    def _observe_part(self, ctx: DrainContext, d: DrainStatus | None) -> tuple[PartSeen | None, tuple[int, ...]]:
+        """A Running busy drain's delivered part, and the partitions wanted for a next split (none
+        when the part cannot be read: unknown whether the drain was handed back)."""
+        wanted = tuple(ctx.wanted)
+        part = None
+        if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
+            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
+            if part is None:
+                wanted = ()  # unknown whether the drain was handed back: no next split this cycle
+        return part, wanted
+
+    def _observe_progress(self, ctx: DrainContext, d: DrainStatus | None
+                          ) -> tuple[dict[tuple[int, int], tuple[int, int]] | None,
+                                     dict[tuple[int, int], tuple[tuple[int, int], ...]] | None]:
+        """The sub-ranges' progress and the ranges retention deleted (None, None: nothing to read or not read)."""
+        progress, lost = None, None
+        if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
+            found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
+            lost = None if progress is None else found
+        return progress, lost
+
+    def _observe_job(self, ctx: DrainContext, d: DrainStatus | None) -> JobObservation | None:
+        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
+            return self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
+        return None
 
     def quiesce_bound_s(self, spec: GroupSpec) -> float:
         if self.quiesce_timeout_s is not None:
