@@ -186,9 +186,25 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
               use_arrow: bool, marks: dict[str, float | None], summary: dict[str, Any]) -> Any:
     """One Spark job over ``work`` (unfinished sub-ranges of ``plan``); returns the session (started
     here on the first pass of a cold attempt). Adds to ``summary``; the start-up breakdown is the
-    first pass's."""
-    # retention deleted part of the range before it was read: record exactly what is gone
-    # (progress metadata lost=a-b; the operator reports it) and drain the rest, still exact
+    first pass's. Steps: ``_drop_lost`` -> ``_session`` -> ``_spark_job`` -> ``_complete_read``
+    -> ``_add_results``."""
+    work = _drop_lost(plan, cfg, work, summary)
+    if not work:
+        return spark
+    first = "startup" not in summary
+    spark = _session(plan, spark, starter, use_arrow, marks)
+    if first:
+        summary["session_ready_at"] = marks.get("session_ready")
+    results = _spark_job(plan, cfg, work, spark, use_arrow, marks)
+    _complete_read(plan, cfg, work, results, summary)
+    _add_results(plan, work, results, first, marks, summary)
+    return spark
+
+
+def _drop_lost(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
+               summary: dict[str, Any]) -> list[tuple[Any, int]]:
+    """Retention deleted part of the range before it was read: record exactly what is gone
+    (progress metadata lost=a-b; the operator reports it); the rest is drained, still exact."""
     lost, work = retention_losses(work, low_watermarks(cfg, plan))
     if lost:
         record_losses(cfg, plan, lost)
@@ -197,17 +213,24 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
             event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
             lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
-    if not work:
-        return spark
-    first = "startup" not in summary
+    return work
+
+
+def _session(plan: DrainPlan, spark: Any, starter: Any, use_arrow: bool, marks: dict[str, float | None]) -> Any:
+    """The SparkSession: started now on a cold attempt's first pass (its workers warmed when
+    asked); the runtime's session gets this plan's Arrow batch size."""
     if spark is None:
         spark = starter.get()
         if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
             warm_workers(spark, marks)
     elif starter is None:  # the runtime's session: this plan's Arrow batch size (one drain at a time)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(max(plan.batch_max_records, 1000)))
-    if first:
-        summary["session_ready_at"] = marks.get("session_ready")
+    return spark
+
+
+def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, use_arrow: bool,
+               marks: dict[str, float | None]) -> list[Any]:
+    """Run the tasks over ``work`` (Arrow, one job per relation when asked, or RDD); their summaries."""
     spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
     kafka_opts = spark_kafka_options(cfg, plan.read_committed)
     spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner)
@@ -230,8 +253,14 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         marks["relations_planned"] = time.time()
         marks["job_submitted"] = time.time()
         results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
-    # the job ended without an error, so every task's reader reached its sub-range's end
-    # offset; a task that got no visible record (all aborted, markers, compacted away) could
+    return results
+
+
+def _complete_read(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], results: list[Any],
+                   summary: dict[str, Any]) -> None:
+    """The job ended without an error, so every task's reader reached its sub-range's end offset:
+    commit those ends (a task never commits its sub-range's end itself)."""
+    # a task that got no visible record (all aborted, markers, compacted away) could
     # not name its sub-range: complete those on the reader's position (H5)
     unread = unread_sub_ranges(work, results)
     if unread:
@@ -242,6 +271,11 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
     named = [w for w in work if w not in unread]
     if named:
         complete_unread(cfg, plan, named, named=True)
+
+
+def _add_results(plan: DrainPlan, work: list[tuple[Any, int]], results: list[Any], first: bool,
+                 marks: dict[str, float | None], summary: dict[str, Any]) -> None:
+    """The tasks' counts into ``summary``; on the first pass the start-up breakdown, logged."""
     summary["records"] += sum(r["records"] or 0 for r in results)
     summary["skipped"] += sum(r["skipped"] or 0 for r in results)
     last = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
@@ -253,7 +287,6 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         summary["marks"] = {k: v for k, v in marks.items() if v is not None}
         log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
                                                  **summary["startup"]))
-    return spark
 
 
 # ---- a busy drain's next parts ---------------------------------------------------------------------
