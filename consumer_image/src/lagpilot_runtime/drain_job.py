@@ -162,16 +162,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                 break
             use_arrow = bool(work) and _arrow_available()
     finally:
-        if starter is not None:
-            if spark is None:
-                try:
-                    spark = starter.get()
-                except Exception:  # noqa: BLE001 - the session was not needed
-                    spark = None
-            if spark is not None:
-                spark.stop()
-        elif spark is not None:
-            spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
+        _release_session(starter, spark)
     after = read_progress(cfg, plan)
     unfinished = remaining_work(plan, after)
     summary["records_done"] = sum(r for _, r in after.values())
@@ -180,6 +171,21 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         raise RuntimeError(f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
                            + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5]))
     return summary
+
+
+def _release_session(starter: Any, spark: Any) -> None:
+    """The attempt's own session stopped (the one still starting waited for, then stopped); the warm
+    runtime's session left running, its job group marked idle."""
+    if starter is not None:
+        if spark is None:
+            try:
+                spark = starter.get()
+            except Exception:  # noqa: BLE001 - the session was not needed
+                spark = None
+        if spark is not None:
+            spark.stop()
+    elif spark is not None:
+        spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
 
 
 def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, starter: Any,
