@@ -387,7 +387,7 @@ def _termination_message(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
-    from . import drain_runtime, jsonlog, plan_auth
+    from . import drain_runtime, jsonlog
 
     ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
                                  "calling the consumer's batch handler. Configured by the consumer environment.")
@@ -402,11 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(list(argv) if argv is not None else None)
     jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper())
     if args.train_cds:
-        t = time.time()
-        ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
-        log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
-                                               seconds=round(time.time() - t, 1)))
-        return EXIT_OK if ok else EXIT_FAILED
+        return _train_cds_only(args)
     plan: DrainPlan | None = None
     try:
         cfg = ConsumerConfig.from_env()
@@ -424,10 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     # a busy drain's part key (plan_auth.PART_KEY_ENV): read here and kept out of Spark's environment
     # (the JVM and the Python workers that run the handler start after this)
-    try:
-        part_key = plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
-    except ValueError:
-        part_key = b""  # absent or malformed: wait_for_part refuses every part and says so
+    part_key = _part_key(args)
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
     extra_conf = {str(k): str(v) for k, v in extra.items()}
@@ -441,6 +434,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve:
         return drain_runtime.serve(cfg, master, jars, extra_conf)
     assert plan is not None
+    outcome = _in_warm_runtime(plan, plan_text)
+    if outcome is None:
+        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
+    return _report(outcome, plan, args.summary_file)
+
+
+def _train_cds_only(args: argparse.Namespace) -> int:
+    """``--train-cds``: only write the JVM class-data-sharing archive."""
+    t = time.time()
+    ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
+    log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
+                                           seconds=round(time.time() - t, 1)))
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _part_key(args: argparse.Namespace) -> bytes:
+    """A busy drain's part key (plan_auth.PART_KEY_ENV), taken out of the environment (b"": serving,
+    absent or malformed: wait_for_part then refuses every part and says so)."""
+    try:
+        return plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
+    except ValueError:
+        return b""  # absent or malformed: wait_for_part refuses every part and says so
+
+
+def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
+    """The attempt run by the warm drain runtime (``drain_runtime.request``, the plan signed by the
+    operator), or None: no runtime URL, no signature, or nothing listening (drained here then)."""
+    from . import drain_runtime
+
     outcome: drain_runtime.Outcome | None = None
     url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)
     auth = None
@@ -464,18 +486,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except drain_runtime.Unreachable as exc:
             log.info("no warm drain runtime: draining here", extra=_fields(event="drain_runtime_unreachable",
                                                                           drain=plan.drain_id, reason=str(exc)))
-    if outcome is None:
-        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
+    return outcome
+
+
+def _report(outcome: Any, plan: DrainPlan, summary_file: str | None) -> int:
+    """The attempt's end: logged (the summary written where asked), or the failure logged and left
+    as the pod's termination message; the exit code."""
     if outcome.exit == EXIT_OK:
         summary = dict(outcome.summary or {})
         log.info("drain finished", extra=_fields(event="drain_finished", **summary))
-        if args.summary_file:
-            Path(args.summary_file).write_text(json.dumps(summary))
+        if summary_file:
+            Path(summary_file).write_text(json.dumps(summary))
     else:
         event = "drain_data_loss" if outcome.exit == EXIT_DATA_LOSS else "drain_failed"
         log.error(outcome.message, extra=_fields(event=event, drain=plan.drain_id))
         _termination_message(outcome.message)
-    return outcome.exit
+    return outcome.exit  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":
