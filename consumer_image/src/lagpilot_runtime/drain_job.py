@@ -162,16 +162,7 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
                 break
             use_arrow = bool(work) and _arrow_available()
     finally:
-        if starter is not None:
-            if spark is None:
-                try:
-                    spark = starter.get()
-                except Exception:  # noqa: BLE001 - the session was not needed
-                    spark = None
-            if spark is not None:
-                spark.stop()
-        elif spark is not None:
-            spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
+        _release_session(starter, spark)
     after = read_progress(cfg, plan)
     unfinished = remaining_work(plan, after)
     summary["records_done"] = sum(r for _, r in after.values())
@@ -182,13 +173,44 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     return summary
 
 
+def _release_session(starter: Any, spark: Any) -> None:
+    """The attempt's own session stopped (the one still starting waited for, then stopped); the warm
+    runtime's session left running, its job group marked idle."""
+    if starter is not None:
+        if spark is None:
+            try:
+                spark = starter.get()
+            except Exception:  # noqa: BLE001 - the session was not needed
+                spark = None
+        if spark is not None:
+            spark.stop()
+    elif spark is not None:
+        spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
+
+
 def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, starter: Any,
               use_arrow: bool, marks: dict[str, float | None], summary: dict[str, Any]) -> Any:
     """One Spark job over ``work`` (unfinished sub-ranges of ``plan``); returns the session (started
     here on the first pass of a cold attempt). Adds to ``summary``; the start-up breakdown is the
-    first pass's."""
-    # retention deleted part of the range before it was read: record exactly what is gone
-    # (progress metadata lost=a-b; the operator reports it) and drain the rest, still exact
+    first pass's. Steps: ``_drop_lost`` -> ``_session`` -> ``_spark_job`` -> ``_complete_read``
+    -> ``_add_results``."""
+    work = _drop_lost(plan, cfg, work, summary)
+    if not work:
+        return spark
+    first = "startup" not in summary
+    spark = _session(plan, spark, starter, use_arrow, marks)
+    if first:
+        summary["session_ready_at"] = marks.get("session_ready")
+    results = _spark_job(plan, cfg, work, spark, use_arrow, marks)
+    _complete_read(plan, cfg, work, results, summary)
+    _add_results(plan, work, results, first, marks, summary)
+    return spark
+
+
+def _drop_lost(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
+               summary: dict[str, Any]) -> list[tuple[Any, int]]:
+    """Retention deleted part of the range before it was read: record exactly what is gone
+    (progress metadata lost=a-b; the operator reports it); the rest is drained, still exact."""
     lost, work = retention_losses(work, low_watermarks(cfg, plan))
     if lost:
         record_losses(cfg, plan, lost)
@@ -197,17 +219,24 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
             event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
             lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
-    if not work:
-        return spark
-    first = "startup" not in summary
+    return work
+
+
+def _session(plan: DrainPlan, spark: Any, starter: Any, use_arrow: bool, marks: dict[str, float | None]) -> Any:
+    """The SparkSession: started now on a cold attempt's first pass (its workers warmed when
+    asked); the runtime's session gets this plan's Arrow batch size."""
     if spark is None:
         spark = starter.get()
         if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_WARM_WORKERS"):
             warm_workers(spark, marks)
     elif starter is None:  # the runtime's session: this plan's Arrow batch size (one drain at a time)
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(max(plan.batch_max_records, 1000)))
-    if first:
-        summary["session_ready_at"] = marks.get("session_ready")
+    return spark
+
+
+def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, use_arrow: bool,
+               marks: dict[str, float | None]) -> list[Any]:
+    """Run the tasks over ``work`` (Arrow, one job per relation when asked, or RDD); their summaries."""
     spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
     kafka_opts = spark_kafka_options(cfg, plan.read_committed)
     spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner)
@@ -230,8 +259,14 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         marks["relations_planned"] = time.time()
         marks["job_submitted"] = time.time()
         results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
-    # the job ended without an error, so every task's reader reached its sub-range's end
-    # offset; a task that got no visible record (all aborted, markers, compacted away) could
+    return results
+
+
+def _complete_read(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], results: list[Any],
+                   summary: dict[str, Any]) -> None:
+    """The job ended without an error, so every task's reader reached its sub-range's end offset:
+    commit those ends (a task never commits its sub-range's end itself)."""
+    # a task that got no visible record (all aborted, markers, compacted away) could
     # not name its sub-range: complete those on the reader's position (H5)
     unread = unread_sub_ranges(work, results)
     if unread:
@@ -242,6 +277,11 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
     named = [w for w in work if w not in unread]
     if named:
         complete_unread(cfg, plan, named, named=True)
+
+
+def _add_results(plan: DrainPlan, work: list[tuple[Any, int]], results: list[Any], first: bool,
+                 marks: dict[str, float | None], summary: dict[str, Any]) -> None:
+    """The tasks' counts into ``summary``; on the first pass the start-up breakdown, logged."""
     summary["records"] += sum(r["records"] or 0 for r in results)
     summary["skipped"] += sum(r["skipped"] or 0 for r in results)
     last = max((r["last_batch_at"] for r in results if r.get("last_batch_at")), default=None)
@@ -253,7 +293,6 @@ def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
         summary["marks"] = {k: v for k, v in marks.items() if v is not None}
         log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
                                                  **summary["startup"]))
-    return spark
 
 
 # ---- a busy drain's next parts ---------------------------------------------------------------------
@@ -348,7 +387,7 @@ def _termination_message(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
-    from . import drain_runtime, jsonlog, plan_auth
+    from . import drain_runtime, jsonlog
 
     ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
                                  "calling the consumer's batch handler. Configured by the consumer environment.")
@@ -363,11 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(list(argv) if argv is not None else None)
     jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper())
     if args.train_cds:
-        t = time.time()
-        ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
-        log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
-                                               seconds=round(time.time() - t, 1)))
-        return EXIT_OK if ok else EXIT_FAILED
+        return _train_cds_only(args)
     plan: DrainPlan | None = None
     try:
         cfg = ConsumerConfig.from_env()
@@ -385,10 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     # a busy drain's part key (plan_auth.PART_KEY_ENV): read here and kept out of Spark's environment
     # (the JVM and the Python workers that run the handler start after this)
-    try:
-        part_key = plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
-    except ValueError:
-        part_key = b""  # absent or malformed: wait_for_part refuses every part and says so
+    part_key = _part_key(args)
     master = args.master or os.environ.get("LAGPILOT_SPARK_MASTER") or None
     jars = resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS"))
     extra_conf = {str(k): str(v) for k, v in extra.items()}
@@ -402,6 +434,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve:
         return drain_runtime.serve(cfg, master, jars, extra_conf)
     assert plan is not None
+    outcome = _in_warm_runtime(plan, plan_text)
+    if outcome is None:
+        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
+    return _report(outcome, plan, args.summary_file)
+
+
+def _train_cds_only(args: argparse.Namespace) -> int:
+    """``--train-cds``: only write the JVM class-data-sharing archive."""
+    t = time.time()
+    ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
+    log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
+                                           seconds=round(time.time() - t, 1)))
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _part_key(args: argparse.Namespace) -> bytes:
+    """A busy drain's part key (plan_auth.PART_KEY_ENV), taken out of the environment (b"": serving,
+    absent or malformed: wait_for_part then refuses every part and says so)."""
+    try:
+        return plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
+    except ValueError:
+        return b""  # absent or malformed: wait_for_part refuses every part and says so
+
+
+def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
+    """The attempt run by the warm drain runtime (``drain_runtime.request``, the plan signed by the
+    operator), or None: no runtime URL, no signature, or nothing listening (drained here then)."""
+    from . import drain_runtime
+
     outcome: drain_runtime.Outcome | None = None
     url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)
     auth = None
@@ -425,18 +486,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except drain_runtime.Unreachable as exc:
             log.info("no warm drain runtime: draining here", extra=_fields(event="drain_runtime_unreachable",
                                                                           drain=plan.drain_id, reason=str(exc)))
-    if outcome is None:
-        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
+    return outcome
+
+
+def _report(outcome: Any, plan: DrainPlan, summary_file: str | None) -> int:
+    """The attempt's end: logged (the summary written where asked), or the failure logged and left
+    as the pod's termination message; the exit code."""
     if outcome.exit == EXIT_OK:
         summary = dict(outcome.summary or {})
         log.info("drain finished", extra=_fields(event="drain_finished", **summary))
-        if args.summary_file:
-            Path(args.summary_file).write_text(json.dumps(summary))
+        if summary_file:
+            Path(summary_file).write_text(json.dumps(summary))
     else:
         event = "drain_data_loss" if outcome.exit == EXIT_DATA_LOSS else "drain_failed"
         log.error(outcome.message, extra=_fields(event=event, drain=plan.drain_id))
         _termination_message(outcome.message)
-    return outcome.exit
+    return outcome.exit  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":

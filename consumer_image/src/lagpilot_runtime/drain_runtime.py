@@ -574,6 +574,30 @@ def _await_answer(conn: http.client.HTTPConnection, host: str, port: int, token:
             return False
 
 
+def _heartbeat(heartbeat_s: float | None, probe_timeout_s: float | None, max_misses: int | None
+               ) -> tuple[float, float, int]:
+    """(seconds between heartbeats, a probe's timeout, misses in a row that end the wait): the
+    arguments where given, else the environment's settings (``heartbeat_settings``)."""
+    every, check_timeout, misses = heartbeat_settings()
+    every = every if heartbeat_s is None else heartbeat_s
+    check_timeout = check_timeout if probe_timeout_s is None else probe_timeout_s
+    misses = misses if max_misses is None else max(1, max_misses)
+    return every, check_timeout, misses
+
+
+def _connect_wait(connect_wait_s: float | None) -> float:
+    return connect_wait_setting() if connect_wait_s is None else max(0.0, connect_wait_s)
+
+
+def _request_body(plan: DrainPlan, plan_text: str | None, auth: plan_auth.PlanAuth | None) -> tuple[str, str]:
+    """The POST's body (the plan as the Job got it, its signature) and the token ``/healthz``
+    shows while this plan runs."""
+    text = plan_text if plan_text is not None else plan.to_json()
+    body = json.dumps({"plan": text, "auth": auth.to_dict() if auth is not None else None})
+    token = running_token(auth) if auth is not None else ""
+    return body, token
+
+
 def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
             sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
             stop_wait_s: float = STOP_WAIT_S, auth: plan_auth.PlanAuth | None = None,
@@ -601,16 +625,11 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
     of this very plan may be running in the runtime."""
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or DEFAULT_PORT
-    every, check_timeout, misses = heartbeat_settings()
-    every = every if heartbeat_s is None else heartbeat_s
-    check_timeout = check_timeout if probe_timeout_s is None else probe_timeout_s
-    misses = misses if max_misses is None else max(1, max_misses)
+    every, check_timeout, misses = _heartbeat(heartbeat_s, probe_timeout_s, max_misses)
     started = now()
     deadline = started + busy_wait_s
-    connect_deadline = started + (connect_wait_setting() if connect_wait_s is None else max(0.0, connect_wait_s))
-    text = plan_text if plan_text is not None else plan.to_json()
-    body = json.dumps({"plan": text, "auth": auth.to_dict() if auth is not None else None})
-    token = running_token(auth) if auth is not None else ""
+    connect_deadline = started + _connect_wait(connect_wait_s)
+    body, token = _request_body(plan, plan_text, auth)
     while True:
         conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
         try:

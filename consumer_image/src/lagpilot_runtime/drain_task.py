@@ -99,6 +99,53 @@ def sub_range_of(sub_ranges: Sequence[SubRange], partition: int, offset: int) ->
     raise RuntimeError(f"offset {offset} of partition {partition} is in no sub-range of the plan")
 
 
+def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """The sub-range's progress group as committed: (next offset, records done, retention losses
+    recorded); a group that never committed starts at the sub-range's start."""
+    from confluent_kafka import TopicPartition
+
+    got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
+    done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
+    done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
+    lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
+    return done_next, done_records, lost_before
+
+
+def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fences: bool, sink_progress: bool,
+                      done_next: int) -> int:
+    """Claim the range in a fencing sink, then resume from the sink's progress when it is ahead of
+    the progress group's ``done_next``; returns where the task resumes."""
+    if fences:
+        # claim the range BEFORE reading the sink's progress: from here on a write of any
+        # earlier attempt of these offsets (cancelled, stopped and resumed, an adopted
+        # remainder's origin) is refused by the sink, so the progress read below is final
+        ctx.epoch = int(handler.claim(spec.topic, [sub.partition], ctx)[sub.partition])
+        log.info("sub-range claimed in the sink", extra=_fields(
+            event="drain_sub_range_claimed", drain=spec.drain_id, partition=sub.partition,
+            index=sub.index, end=sub.end, epoch=ctx.epoch))
+    if sink_progress:
+        # the sink's progress for this range (same transaction as its rows) may be ahead
+        # of the progress group (a crash after the sink's commit, before Kafka's; a
+        # deleted CR's attempt for a handed-back remainder: the same range identity),
+        # and it never expires (a progress group does: offsets.retention.minutes)
+        sink_next = sink_next_of(handler, spec.topic, sub, ctx)
+        if sink_next is not None and sink_next > done_next:
+            log.info("resuming from the sink's progress", extra=_fields(
+                event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
+                kafka_next=done_next, sink_next=sink_next))
+            done_next = min(sink_next, sub.end)
+    return done_next
+
+
+def _attr(sub: SubRange | None, name: str) -> Any:
+    return getattr(sub, name) if sub else None
+
+
+def _named(sub: SubRange | None) -> Any:
+    """The partition for a message: its number, ``?`` before the first record named the sub-range."""
+    return sub.partition if sub else "?"
+
+
 def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Process one sub-range's records: batches through the handler, progress commit after each.
 
@@ -187,31 +234,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 sub = sub_range_of(spec.sub_ranges, record.partition, record.offset)
                 summary.update(partition=sub.partition, index=sub.index)
                 committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner))
-                got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
-                done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
+                done_next, done_records, lost_before = _progress_of(committer, spec, sub)
                 kafka_next[0] = done_next
-                done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
-                lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
                 ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
-                if fences:
-                    # claim the range BEFORE reading the sink's progress: from here on a write of any
-                    # earlier attempt of these offsets (cancelled, stopped and resumed, an adopted
-                    # remainder's origin) is refused by the sink, so the progress read below is final
-                    ctx.epoch = int(handler.claim(spec.topic, [sub.partition], ctx)[sub.partition])  # type: ignore[attr-defined]
-                    log.info("sub-range claimed in the sink", extra=_fields(
-                        event="drain_sub_range_claimed", drain=spec.drain_id, partition=sub.partition,
-                        index=sub.index, end=sub.end, epoch=ctx.epoch))
-                if sink_progress:
-                    # the sink's progress for this range (same transaction as its rows) may be ahead
-                    # of the progress group (a crash after the sink's commit, before Kafka's; a
-                    # deleted CR's attempt for a handed-back remainder: the same range identity),
-                    # and it never expires (a progress group does: offsets.retention.minutes)
-                    sink_next = sink_next_of(handler, spec.topic, sub, ctx)
-                    if sink_next is not None and sink_next > done_next:
-                        log.info("resuming from the sink's progress", extra=_fields(
-                            event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
-                            kafka_next=done_next, sink_next=sink_next))
-                        done_next = min(sink_next, sub.end)
+                done_next = _claim_and_resume(spec, handler, ctx, sub, fences, sink_progress, done_next)
             if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
                 raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
                                    f"p{sub.partition}[{sub.start}, {sub.end})")
@@ -235,14 +261,14 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         yield summary
     except Fenced as exc:  # a later attempt claimed the range: this one must stop writing (it is over)
         log.warning("drain attempt fenced: a later attempt claimed its range", extra=_fields(
-            event="drain_attempt_fenced", drain=spec.drain_id, partition=sub.partition if sub else None,
-            index=sub.index if sub else None, epoch=ctx.epoch))
-        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} fenced: {describe_error(exc)}")) from None
+            event="drain_attempt_fenced", drain=spec.drain_id, partition=_attr(sub, "partition"),
+            index=_attr(sub, "index"), epoch=ctx.epoch))
+        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} fenced: {describe_error(exc)}")) from None
     except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
-        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: {exc}")) from None
+        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} failed: {exc}")) from None
     except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained
         # (a chained cause would be printed whole by the worker's traceback, secrets and all)
-        raise RuntimeError(redaction.redact(f"drain task p{sub.partition if sub else '?'} failed: "
+        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} failed: "
                                             f"{exc if isinstance(exc, SystemicFailure) else describe_error(exc)}")) from None
     finally:
         if committer is not None:

@@ -39,6 +39,7 @@ from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
 from lagpilot.decide.status import Condition, merge_conditions
 from .kubeapi import StatusConflict
+from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
 
@@ -49,6 +50,8 @@ from lagpilot.decide.handoff import (
     QUIESCE_TIMEOUT_S,
     Action,
     DrainStatus,
+    GroupMember,
+    JobObservation,
     Kind,
     Observed,
     Offsets,
@@ -335,37 +338,62 @@ class DrainExecutor(DrainCalls):
 
     # -- the loop -----------------------------------------------------------------------------------
     def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
-        group_empty = None
-        progress = None
-        job = None
-        mailbox = None
-        members = None
-        part = None
-        wanted = tuple(ctx.wanted)
+        """What ``next_action`` needs, read in order: ``_observe_hand_off`` (membership, the group's
+        offsets, then the mailbox) -> ``_observe_part`` (a busy drain's delivered part) ->
+        ``_observe_progress`` (progress groups, retention losses) -> ``_observe_job``."""
+        group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
-            # order matters: membership, then the group's committed offsets, then the mailbox (a
-            # busy drain's next split in hand-off reads them as a first split does)
-            group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
-            if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
-                members = self.group_members(ctx.admin, ctx.spec.group_id)
-            offsets = ctx.reobserve()
-            handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
-            mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
-        if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
-            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
-            if part is None:
-                wanted = ()  # unknown whether the drain was handed back: no next split this cycle
-        lost = None
-        if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
-            found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
-            lost = None if progress is None else found
-        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
-            job = self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
+            group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
+        part, wanted = self._observe_part(ctx, d)
+        progress, lost = self._observe_progress(ctx, d)
+        job = self._observe_job(ctx, d)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=wanted, tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
                         ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part)
+
+    def _observe_hand_off(self, ctx: DrainContext, d: DrainStatus
+                          ) -> tuple[bool | None, Sequence[GroupMember] | None, Mapping[int, Offsets],
+                                     Mapping[int, mbx.Entry | None] | None]:
+        """A hand-off in flight (a first split, or a busy drain's next split): (group empty, its
+        members, the group's offsets, the mailbox entries of the handed partitions)."""
+        members = None
+        # order matters: membership, then the group's committed offsets, then the mailbox (a
+        # busy drain's next split in hand-off reads them as a first split does)
+        group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
+        if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+            members = self.group_members(ctx.admin, ctx.spec.group_id)
+        offsets = ctx.reobserve()
+        handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
+        mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+        return group_empty, members, offsets, mailbox
+
+    def _observe_part(self, ctx: DrainContext, d: DrainStatus | None) -> tuple[PartSeen | None, tuple[int, ...]]:
+        """A Running busy drain's delivered part, and the partitions wanted for a next split (none
+        when the part cannot be read: unknown whether the drain was handed back)."""
+        wanted = tuple(ctx.wanted)
+        part = None
+        if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
+            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
+            if part is None:
+                wanted = ()  # unknown whether the drain was handed back: no next split this cycle
+        return part, wanted
+
+    def _observe_progress(self, ctx: DrainContext, d: DrainStatus | None
+                          ) -> tuple[dict[tuple[int, int], tuple[int, int]] | None,
+                                     dict[tuple[int, int], tuple[tuple[int, int], ...]] | None]:
+        """The sub-ranges' progress and the ranges retention deleted (None, None: nothing to read or not read)."""
+        progress, lost = None, None
+        if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
+            found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
+            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
+            lost = None if progress is None else found
+        return progress, lost
+
+    def _observe_job(self, ctx: DrainContext, d: DrainStatus | None) -> JobObservation | None:
+        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
+            return self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
+        return None
 
     def quiesce_bound_s(self, spec: GroupSpec) -> float:
         if self.quiesce_timeout_s is not None:
@@ -413,7 +441,10 @@ class DrainExecutor(DrainCalls):
         return True
 
     def reconcile(self, ctx: DrainContext) -> DrainResult:
-        """Run the machine until it waits; write status.drain after every effect."""
+        """Run the machine until it waits; write status.drain after every effect. Each pass: observe
+        -> decide (``next_action``) -> ``_announce`` (warm runtime, log, the stored status still the
+        one decided on) -> the effect (``perform``) -> ``_record`` (status, events, metrics) -> the
+        next pass, a brief wait for acks (``_wait_for_acks``) or the end of the call."""
         d = DrainStatus.from_dict(ctx.raw_drain)
         offsets, replicas = ctx.offsets, ctx.replicas
         done: list[str] = []
@@ -427,18 +458,7 @@ class DrainExecutor(DrainCalls):
             step += 1
             observed = self.observe(ctx, d, offsets, replicas)
             action = next_action(ctx.spec, d, observed, self.clock())
-            runtime_url = None
-            if action.kind is Kind.LAUNCH and ctx.spec.drain.launcher == "job":
-                # the warm runtime, if wanted and Ready right now (else the Job drains cold)
-                runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
-            if action.kind is not Kind.NONE:
-                extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
-                         "reason": action.reason, "drain_message": action.message}
-                if action.kind is Kind.LAUNCH:
-                    extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
-                log.info("drain action", extra=extra)
-            if action.kind in EFFECTS and ctx.verify_drain is not None:
-                ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
+            runtime_url = self._announce(ctx, action, d)
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
@@ -446,35 +466,12 @@ class DrainExecutor(DrainCalls):
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
-            # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
-            point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
-                     and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
-            _fault_point(point, "effect")
-            if action.status is not None and action.status != d:
-                patch = drain_patch(action.status, conds, ctx.generation, self.clock())
-                if ctx.patch_drain is not None:
-                    ctx.patch_drain(patch, d)
-                else:
-                    ctx.patch_status(patch)
-                conds = written = patch.get("conditions", conds)
-                d = action.status
-                _fault_point(point, "status")
-            if action.event is not None:
-                ctx.emit(*action.event)
-            if action.lost_records:
-                _count_lost(ctx.namespace, ctx.name, action.lost_records)
-            if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
-                _count_stall(ctx.namespace, ctx.name, d.stalled)
+            d, conds, wrote = _record(ctx, action, d, conds, self.clock())
+            if wrote:
+                written = conds
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
-                # right after the publish the owners ack within about a second (their mailbox
-                # check runs at every batch boundary, at most once a second): wait briefly here
-                # instead of a whole control-loop interval
-                published = None if d is None else (d.extension.published_at if d.extension is not None
-                                                    and d.phase is not Phase.PLANNED else d.published_at)
-                if (action.reason == "WaitingForAcks" and published is not None
-                        and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
-                    time.sleep(0.5)
+                if self._wait_for_acks(action, d, waited):
                     waited += 0.5
                     step -= 1
                     continue
@@ -483,6 +480,65 @@ class DrainExecutor(DrainCalls):
         status = None if d is None else d.to_dict()
         return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
                            None if d is None else stalled_condition(d), written)
+
+    def _announce(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> str | None:
+        """Before the effect: a launch's warm runtime URL (None: the Job drains cold), the action
+        logged, and (an effect) the stored status.drain verified to be the one it was decided on."""
+        runtime_url = None
+        if action.kind is Kind.LAUNCH and ctx.spec.drain.launcher == "job":
+            # the warm runtime, if wanted and Ready right now (else the Job drains cold)
+            runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
+        if action.kind is not Kind.NONE:
+            extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                     "reason": action.reason, "drain_message": action.message}
+            if action.kind is Kind.LAUNCH:
+                extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
+            log.info("drain action", extra=extra)
+        if action.kind in EFFECTS and ctx.verify_drain is not None:
+            ctx.verify_drain(d)  # StatusConflict: another writer decided meanwhile; no effect
+        return runtime_url
+
+    def _wait_for_acks(self, action: Action, d: DrainStatus | None, waited: float) -> bool:
+        """Right after the publish the owners ack within about a second (their mailbox check runs at
+        every batch boundary, at most once a second): wait briefly (True: slept, decide again)
+        instead of a whole control-loop interval."""
+        published = None if d is None else (d.extension.published_at if d.extension is not None
+                                            and d.phase is not Phase.PLANNED else d.published_at)
+        if (action.reason == "WaitingForAcks" and published is not None
+                and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
+            time.sleep(0.5)
+            return True
+        return False
+
+
+def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
+            conds: list[dict[str, Any]] | None, now: float,
+            ) -> tuple[DrainStatus | None, list[dict[str, Any]] | None, bool]:
+    """After the effect: the fault points (chaos bench), the status written with its conditions in
+    one patch (``drain_patch``; guarded by the status it was decided on, when the API allows), the
+    event and the metrics. Returns the status now current, the conditions as last written or known,
+    and whether this call wrote them."""
+    # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
+    point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
+             and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
+    _fault_point(point, "effect")
+    wrote = False
+    if action.status is not None and action.status != d:
+        patch = drain_patch(action.status, conds, ctx.generation, now)
+        if ctx.patch_drain is not None:
+            ctx.patch_drain(patch, d)
+        else:
+            ctx.patch_status(patch)
+        conds, wrote = patch.get("conditions", conds), True
+        d = action.status
+        _fault_point(point, "status")
+    if action.event is not None:
+        ctx.emit(*action.event)
+    if action.lost_records:
+        _count_lost(ctx.namespace, ctx.name, action.lost_records)
+    if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
+        _count_stall(ctx.namespace, ctx.name, d.stalled)
+    return d, conds, wrote
 
 
 def with_runtime(action: Action, word: str) -> Action:

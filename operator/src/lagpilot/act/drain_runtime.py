@@ -477,52 +477,20 @@ class RuntimeManager:
         """Bring `<cr>-drain-runtime` to what the spec and the step want: `replicas` is the step's
         `runtime_replicas` (None: no runtime, deleted), `seen` this cycle's `observe` (no second
         GET), `now` the scale-up stamp's time. Never raises: a failure is logged and returned (the
-        drain then simply launches cold)."""
+        drain then simply launches cold). Steps: ``_planned_sync`` (desired, existing, the action)
+        -> ``_apply`` | ``_delete`` | deferred -> whether the runtime is known absent."""
         key, dname = f"{namespace}/{name}", runtime_name(name)
         if (replicas is None or not runtime_wanted(spec)) and key in self._absent:
             return SyncResult(Sync.NONE, dname)
         policy_error = ""
         try:
-            desired = self.desired(namespace, name, uid, spec, version) if replicas is not None else None
-            existing = seen.existing if seen is not None else self._get(namespace, dname)
-            if desired is not None:
-                assert replicas is not None
-                desired = with_replicas(desired, replicas, existing, time.time() if now is None else now)
-            action = sync_action(desired, existing, attempt_running)
-            if action is Sync.DELETE and not owned_by(existing, uid):
-                log.warning("drain runtime Deployment not owned by this BatchConsumerGroup: not deleted",
-                            extra={"group": key, "deployment": dname})
-                action = Sync.NONE
+            desired, existing, action = self._planned_sync(namespace, name, uid, spec, attempt_running, version,
+                                                           replicas, seen, now)
             if action is Sync.APPLY:
                 assert desired is not None
-                try:  # the policy first: the runtime never listens without it (where policies are enforced)
-                    self.ensure_policy(namespace, name, uid)
-                except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
-                    policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
-                    log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
-                try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
-                    self._part_keys.key(self.core, self._sanitize, namespace, name, uid)
-                except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
-                    log.warning("drain part key not made before the runtime", extra={
-                        "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
-                self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
-                                                      _content_type="application/apply-patch+yaml")
-                verb = "created" if existing is None else "updated"
-                before, after = replicas_of(existing), desired["spec"]["replicas"]
-                if existing is not None and before != after and manifest_hash(existing) == manifest_hash(desired):
-                    verb = f"scaled {before}->{after}"
-                log.info("drain runtime applied", extra={"group": key, "deployment": dname, "verb": verb,
-                                                         "replicas": after, "port": runtime_port(namespace, name)})
-                if emit is not None:
-                    emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, "
-                                                          f"{after} replica{'' if after == 1 else 's'}, port "
-                                                          f"{runtime_port(namespace, name)})")
+                policy_error = self._apply(namespace, name, uid, desired, existing, emit)
             elif action is Sync.DELETE:
-                self.apps.delete_namespaced_deployment(dname, namespace, propagation_policy="Foreground")
-                log.info("drain runtime deleted", extra={"group": key, "deployment": dname})
-                if emit is not None:
-                    emit("Normal", "DrainRuntimeDeleted", f"deleted Deployment {dname} (spec.drain.warmRuntime off "
-                                                          "or drains disabled)")
+                self._delete(namespace, name, emit)
             elif action is Sync.DEFER:
                 log.info("drain runtime change deferred: a drain attempt is running",
                          extra={"group": key, "deployment": dname})
@@ -536,6 +504,63 @@ class RuntimeManager:
             log.warning("drain runtime sync failed", extra={"group": key, "deployment": dname, "error": msg})
             self._absent.discard(key)
             return SyncResult(Sync.NONE, dname, msg)
+
+    def _planned_sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
+                      version: str, replicas: int | None, seen: RuntimeSeen | None, now: float | None
+                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Sync]:
+        """(desired, existing, action): the manifest at the step's replicas (None: no runtime), the
+        Deployment as read, and what to do; a Deployment this CR does not own is never deleted."""
+        dname = runtime_name(name)
+        desired = self.desired(namespace, name, uid, spec, version) if replicas is not None else None
+        existing = seen.existing if seen is not None else self._get(namespace, dname)
+        if desired is not None:
+            assert replicas is not None
+            desired = with_replicas(desired, replicas, existing, time.time() if now is None else now)
+        action = sync_action(desired, existing, attempt_running)
+        if action is Sync.DELETE and not owned_by(existing, uid):
+            log.warning("drain runtime Deployment not owned by this BatchConsumerGroup: not deleted",
+                        extra={"group": f"{namespace}/{name}", "deployment": dname})
+            action = Sync.NONE
+        return desired, existing, action
+
+    def _apply(self, namespace: str, name: str, uid: str, desired: dict[str, Any], existing: dict[str, Any] | None,
+               emit: Callable[[str, str, str], None] | None) -> str:
+        """Create, update or scale the runtime (its NetworkPolicy and the part key first); returns
+        the NetworkPolicy's error ("" when made)."""
+        key, dname = f"{namespace}/{name}", runtime_name(name)
+        policy_error = ""
+        try:  # the policy first: the runtime never listens without it (where policies are enforced)
+            self.ensure_policy(namespace, name, uid)
+        except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
+            policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
+            log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
+        try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
+            self._part_keys.key(self.core, self._sanitize, namespace, name, uid)
+        except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
+            log.warning("drain part key not made before the runtime", extra={
+                "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
+        self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
+                                              _content_type="application/apply-patch+yaml")
+        verb = "created" if existing is None else "updated"
+        before, after = replicas_of(existing), desired["spec"]["replicas"]
+        if existing is not None and before != after and manifest_hash(existing) == manifest_hash(desired):
+            verb = f"scaled {before}->{after}"
+        log.info("drain runtime applied", extra={"group": key, "deployment": dname, "verb": verb,
+                                                 "replicas": after, "port": runtime_port(namespace, name)})
+        if emit is not None:
+            emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, "
+                                                  f"{after} replica{'' if after == 1 else 's'}, port "
+                                                  f"{runtime_port(namespace, name)})")
+        return policy_error
+
+    def _delete(self, namespace: str, name: str, emit: Callable[[str, str, str], None] | None) -> None:
+        dname = runtime_name(name)
+        self.apps.delete_namespaced_deployment(dname, namespace, propagation_policy="Foreground")
+        log.info("drain runtime deleted", extra={"group": f"{namespace}/{name}", "deployment": dname})
+        if emit is not None:
+            emit("Normal", "DrainRuntimeDeleted", f"deleted Deployment {dname} (spec.drain.warmRuntime off "
+                                                  "or drains disabled)")
+
 
     def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__) -> str | None:
         """The URL a Job launched now should hand its plan to; None → cold (also on any API error, or

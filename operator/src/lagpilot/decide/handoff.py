@@ -41,20 +41,22 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
+from typing import Any, TypeVar
 
 from lagpilot.model.status import HISTORY_RANGES, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
+from lagpilot_runtime import handoff_mailbox as mbx
+from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
+
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
 
-MAX_ATTEMPTS = 4  # Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
+# Job attempts per round before phase Failed (then a new round after a back-off, or on a spec change)
+MAX_ATTEMPTS = 4
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 300.0
-FAILED_ROUND_BACKOFF_MAX_S = 3600.0  # Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
+# Failed → next round: n*n+n minutes, capped (Strimzi's connector autoRestart)
+FAILED_ROUND_BACKOFF_MAX_S = 3600.0
 HISTORY = 5  # finished drains kept in status.drain.history
 ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quiesce fallback
 # the quiesce fallback waits at most this long (from quiescedAt) for the group to empty; past it the
@@ -65,26 +67,28 @@ CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-
 
 # the hand-off paths (status.drain.handOffPath), declared in the status model:
 PATH_ACK = HandOffPath.CONSUMER_ACK.value  # the owners acked and moved themselves; the group never stopped
-PATH_EMPTY = HandOffPath.EMPTY_GROUP.value  # the group had no members: the operator acted for the absent owner
+# the group had no members: the operator acted for the absent owner
+PATH_EMPTY = HandOffPath.EMPTY_GROUP.value
 PATH_QUIESCE = HandOffPath.QUIESCE.value  # no ack in time: scaled to 0, then as EmptyGroup
 
 
 Phase = DrainPhase  # the drain's phases: declared once, in the status model (status.drain.phase)
 
 
-class Kind(str, enum.Enum):
+# a StrEnum would format as its value (not its name) in f-strings and logs: kept (str, Enum)
+class Kind(str, enum.Enum):  # noqa: UP042
     """What the executor does; status (if any) is written AFTER the effect succeeded."""
 
     NONE = "None"                    # wait; maybe write status (progress, messages)
     WRITE_STATUS = "WriteStatus"     # no side effect, only the new status
     PUBLISH = "Publish"              # write hand-off requests to the mailbox (Action.entries)
-    QUIESCE = "Quiesce"              # fallback: scale the consumer Deployment to 0
-    ALTER_OFFSETS = "AlterOffsets"   # empty group: write Action.entries (acks), then alter the group's offsets
+    QUIESCE = "Quiesce"  # fallback: scale the consumer Deployment to 0
+    ALTER_OFFSETS = "AlterOffsets"  # empty group: write Action.entries (acks), then alter the group's offsets
     SEAL = "Seal"                    # write the sealed entries (Action.entries), then the status
     LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
     DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
-    RESTORE = "Restore"              # abort before hand-off: give the replicas back
-    DELIVER = "Deliver"              # a busy drain: write its next part (Action.part) where its driver reads it
+    RESTORE = "Restore"  # abort before hand-off: give the replicas back
+    DELIVER = "Deliver"  # a busy drain: write its next part (Action.part) where its driver reads it
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class PartitionRange:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PartitionRange":
+    def from_dict(cls, d: Mapping[str, Any]) -> PartitionRange:
         start, tasks = d.get("start"), d.get("tasks")
         return cls(int(d["partition"]), int(d["end"]), None if start is None else int(start),
                    None if tasks is None else max(1, int(tasks)))
@@ -141,7 +145,7 @@ class SubProgress:
                 "next": self.next, "records": self.records}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SubProgress":
+    def from_dict(cls, d: Mapping[str, Any]) -> SubProgress:
         return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),
                    int(d.get("next", d["start"])), int(d.get("records", 0)))
 
@@ -173,7 +177,7 @@ class Extension:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "Extension | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Extension | None:
         if not d:
             return None
         return cls(int(d["round"]), tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
@@ -216,7 +220,8 @@ class DrainStatus:
     # when the current attempt launched or its progress last moved (the no-progress detector's clock)
     progress_at: float | None = None
     stalled: str = ""  # NoProgress | NoRunningPod from a stall's detection until progress moves again
-    failed_rounds: int = 0  # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    # rounds of MAX_ATTEMPTS that ended Failed (the next round's back-off grows with it)
+    failed_rounds: int = 0
     # a busy drain (issue 25 item 2): while the capped group cannot hold its partitions it takes
     # their next split (``extension``) without a new start-up, its tasks kept; ``round`` counts the
     # splits taken after the first, ``slots`` the tasks its executor holds (0: one per unfinished sub-range)
@@ -265,7 +270,8 @@ class DrainStatus:
             if self.quiesced_at is None or self.resumed_at is None:
                 return None
             return round(self.resumed_at - self.quiesced_at, 3)
-        if self.quiesced_at is not None and self.resumed_at is not None:  # a quiesce given up (foreign members)
+        # a quiesce given up (foreign members)
+        if self.quiesced_at is not None and self.resumed_at is not None:
             return round(self.resumed_at - self.quiesced_at, 3)
         return 0.0 if self.handed_off_at is not None else None
 
@@ -285,9 +291,9 @@ class DrainStatus:
             "subRanges": None if over else [s.to_dict() for s in self.sub_ranges],
             "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
-            "attemptBase": self.attempt_base if self.attempt_base != 1 else None,
+            "attemptBase": _unless(self.attempt_base == 1, self.attempt_base),
             "retryAt": format_time(self.retry_at),
-            "cancelRequested": self.cancel_requested or None,
+            "cancelRequested": _or_none(self.cancel_requested),
             "failedGeneration": self.failed_generation,
             "plannedAt": format_time(self.planned_at),
             "quiescedAt": format_time(self.quiesced_at),
@@ -298,70 +304,106 @@ class DrainStatus:
             "pauseSeconds": self.pause_seconds,
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
-            "lastError": self.last_error or None,
+            "lastError": _or_none(self.last_error),
             "history": [history_entry(h) for h in self.history],
-            "handOffPath": self.hand_off_path or None,
+            "handOffPath": _or_none(self.hand_off_path),
             "publishedAt": format_time(self.published_at),
-            "lostRanges": [{"partition": p, "start": a, "end": b} for p, a, b in self.lost] or None,
-            "recordsLost": self.records_lost or None,
-            "runtime": self.runtime or None,
+            "lostRanges": _or_none([{"partition": p, "start": a, "end": b} for p, a, b in self.lost]),
+            "recordsLost": _or_none(self.records_lost),
+            "runtime": _or_none(self.runtime),
             "progressAt": format_time(self.progress_at),
-            "stalled": self.stalled or None,
-            "failedRounds": self.failed_rounds or None,
-            "busy": self.busy or None,
-            "round": self.round or None,
-            "slots": None if over or not self.slots else self.slots,
+            "stalled": _or_none(self.stalled),
+            "failedRounds": _or_none(self.failed_rounds),
+            "busy": _or_none(self.busy),
+            "round": _or_none(self.round),
+            "slots": _unless(over, _or_none(self.slots)),
             "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "DrainStatus | None":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> DrainStatus | None:
         if not d or "phase" not in d or "id" not in d:
             return None
 
         def f(key: str) -> float | None:
             return parse_time(d.get(key))
 
-        fg = d.get("failedGeneration")
         subs = tuple(SubProgress.from_dict(s) for s in d.get("subRanges") or ())
-        done_counts = None
-        if not subs and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED) and d.get("recordsTotal") is not None:
-            done_counts = (int(d.get("recordsDone") or 0), int(d["recordsTotal"]))
+        done_counts = _done_counts(d, subs)
         return cls(
             id=int(d["id"]),
             phase=Phase(d["phase"]),
-            reason=str(d.get("reason") or ""),
-            message=str(d.get("message") or ""),
+            reason=_text(d, "reason"),
+            message=_text(d, "message"),
             ranges=tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
             sub_ranges=subs,
-            restore_replicas=int(d.get("restoreReplicas") or 0),
-            attempt=int(d.get("attempt") or 0),
-            attempt_base=int(d.get("attemptBase") or 1),
+            restore_replicas=_int(d, "restoreReplicas"),
+            attempt=_int(d, "attempt"),
+            attempt_base=_int(d, "attemptBase", 1),
             retry_at=f("retryAt"),
             cancel_requested=bool(d.get("cancelRequested")),
-            failed_generation=None if fg is None else int(fg),
+            failed_generation=_opt_int(d, "failedGeneration"),
             planned_at=f("plannedAt"),
             quiesced_at=f("quiescedAt"),
             handed_off_at=f("handedOffAt"),
             resumed_at=f("resumedAt"),
             started_at=f("startedAt"),
             finished_at=f("finishedAt"),
-            last_error=str(d.get("lastError") or ""),
+            last_error=_text(d, "lastError"),
             history=tuple(history_entry(h) for h in d.get("history") or ()),
-            hand_off_path=str(d.get("handOffPath") or ""),
+            hand_off_path=_text(d, "handOffPath"),
             published_at=f("publishedAt"),
-            lost=tuple((int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()),
-            runtime=str(d.get("runtime") or ""),
+            lost=tuple(
+                (int(x["partition"]), int(x["start"]), int(x["end"])) for x in d.get("lostRanges") or ()
+            ),
+            runtime=_text(d, "runtime"),
             done_counts=done_counts,
             progress_at=f("progressAt"),
-            stalled=str(d.get("stalled") or ""),
-            failed_rounds=int(d.get("failedRounds") or 0),
+            stalled=_text(d, "stalled"),
+            failed_rounds=_int(d, "failedRounds"),
             busy=bool(d.get("busy")),
-            round=int(d.get("round") or 0),
-            slots=int(d.get("slots") or 0),
+            round=_int(d, "round"),
+            slots=_int(d, "slots"),
             extension=Extension.from_dict(d.get("extension")),
         )
+
+
+_T = TypeVar("_T")
+
+
+def _or_none(v: _T) -> _T | None:
+    """``v``, or None when it is falsy (at its default: left out of the merge patch)."""
+    return v or None
+
+
+def _unless(absent: bool, v: _T) -> _T | None:
+    """``v``, or None (left out of the merge patch) when ``absent``."""
+    return None if absent else v
+
+
+def _text(d: Mapping[str, Any], key: str) -> str:
+    return str(d.get(key) or "")
+
+
+def _int(d: Mapping[str, Any], key: str, default: int = 0) -> int:
+    return int(d.get(key) or default)
+
+
+def _opt_int(d: Mapping[str, Any], key: str) -> int | None:
+    v = d.get(key)
+    return None if v is None else int(v)
+
+
+def _done_counts(d: Mapping[str, Any], subs: tuple[SubProgress, ...]) -> tuple[int, int] | None:
+    """(records done, records total) of a finished drain whose status no longer lists its sub-ranges."""
+    if (
+        not subs
+        and Phase(d["phase"]) in (Phase.VERIFIED, Phase.CANCELLED)
+        and d.get("recordsTotal") is not None
+    ):
+        return int(d.get("recordsDone") or 0), int(d["recordsTotal"])
+    return None
 
 
 def _finished(d: DrainStatus) -> bool:
@@ -372,8 +414,8 @@ def _finished(d: DrainStatus) -> bool:
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
 
 
-HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "rangesOmitted", "recordsDone", "recordsTotal", "seconds",
-                  "pauseSeconds")
+HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "rangesOmitted", "recordsDone", "recordsTotal",
+                  "seconds", "pauseSeconds")
 
 
 def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
@@ -387,8 +429,10 @@ def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
 
 def format_ranges(ranges: Sequence[Mapping[str, Any]]) -> str:
     """Ranges for a message or a table, ``p0[400..6300) p2[?..75)`` (start absent: ``?``)."""
-    return " ".join(f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['end'])})"
-                    for r in ranges)
+    return " ".join(
+        f"p{int(r['partition'])}[{'?' if r.get('start') is None else int(r['start'])}..{int(r['end'])})"
+        for r in ranges
+    )
 
 
 @dataclass(frozen=True)
@@ -429,7 +473,7 @@ def describe_members(members: Sequence[GroupMember], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + more
 
 
-class JobState(str, enum.Enum):
+class JobState(str, enum.Enum):  # noqa: UP042 (as Kind)
     ABSENT = "Absent"
     ACTIVE = "Active"
     SUCCEEDED = "Succeeded"
@@ -473,7 +517,7 @@ class Observed:
     # on a Running busy drain asks for the next split of those partitions (``_next_split``)
     busy: bool = False
     # a Running busy drain: the next part its driver can read now (None: not read; NO_PART: none)
-    part: "PartSeen | None" = None
+    part: PartSeen | None = None
 
 
 @dataclass(frozen=True)
@@ -495,7 +539,8 @@ class Action:
     reason: str = ""
     message: str = ""
     offsets: Mapping[int, int] = field(default_factory=dict)  # ALTER_OFFSETS
-    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)  # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
+    # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
+    entries: Mapping[int, mbx.Entry] = field(default_factory=dict)
     replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
     attempt: int = 0                     # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
@@ -522,7 +567,7 @@ def failed_round_backoff_seconds(rounds: int) -> float:
     return min(FAILED_ROUND_BACKOFF_MAX_S, 60.0 * (n * n + n))
 
 
-def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", now: float) -> DrainStatus:
+def _failed(d: DrainStatus, what: str, last_error: str, observed: Observed, now: float) -> DrainStatus:
     """A round of MAX_ATTEMPTS used up: phase Failed, the next round scheduled (retryAt, in the
     message and so in the Draining condition), the ranges kept."""
     n = d.failed_rounds + 1
@@ -530,8 +575,9 @@ def _failed(d: DrainStatus, what: str, last_error: str, observed: "Observed", no
     f = _finish(d, Phase.FAILED, "AttemptsExhausted",
                 f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
                 f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
-    return dataclasses.replace(f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n,
-                               retry_at=retry_at)
+    return dataclasses.replace(
+        f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n, retry_at=retry_at
+    )
 
 
 def replicas_override(drain: DrainStatus | None) -> int | None:
@@ -558,14 +604,20 @@ def replicas_override_raw(raw: Mapping[str, Any] | None) -> int | None:
         return None
 
 
-def with_progress(drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None) -> DrainStatus:
+def with_progress(
+    drain: DrainStatus, progress: Mapping[tuple[int, int], tuple[int, int]] | None
+) -> DrainStatus:
     """Merge observed progress into the sub-ranges; never moves backwards (a lost read is ignored)."""
     if not progress or not drain.sub_ranges:
         return drain
     subs = []
     for s in drain.sub_ranges:
         nxt, recs = progress.get((s.partition, s.index), (s.next, s.records))
-        subs.append(dataclasses.replace(s, next=max(s.next, min(max(nxt, s.start), s.end)), records=max(s.records, recs)))
+        subs.append(
+            dataclasses.replace(
+                s, next=max(s.next, min(max(nxt, s.start), s.end)), records=max(s.records, recs)
+            )
+        )
     return dataclasses.replace(drain, sub_ranges=tuple(subs))
 
 
@@ -598,17 +650,25 @@ def processed_ranges(d: DrainStatus) -> tuple[list[PartitionRange], int]:
 
 def _summary(d: DrainStatus) -> dict[str, Any]:
     ranges, omitted = processed_ranges(d)
-    return {"id": d.id, "phase": d.phase.value, "reason": d.reason,
-            "ranges": [r.to_dict(tasks=False) for r in ranges], "rangesOmitted": omitted or None,
-            "recordsTotal": d.records_total,
-            "recordsDone": d.records_done, "pauseSeconds": d.pause_seconds,
-            "seconds": None if d.started_at is None or d.finished_at is None else round(d.finished_at - d.started_at, 3)}
+    return {
+        "id": d.id,
+        "phase": d.phase.value,
+        "reason": d.reason,
+        "ranges": [r.to_dict(tasks=False) for r in ranges],
+        "rangesOmitted": omitted or None,
+        "recordsTotal": d.records_total,
+        "recordsDone": d.records_done,
+        "pauseSeconds": d.pause_seconds,
+        "seconds": None
+        if d.started_at is None or d.finished_at is None
+        else round(d.finished_at - d.started_at, 3),
+    }
 
 
 def _finish(d: DrainStatus, phase: Phase, reason: str, message: str, now: float) -> DrainStatus:
     done = dataclasses.replace(d, phase=phase, reason=reason, message=message, finished_at=now, retry_at=None)
     kept = tuple(h for h in done.history if h.get("id") != done.id)  # one entry per drain id
-    return dataclasses.replace(done, history=(kept + (history_entry(_summary(done)),))[-HISTORY:])
+    return dataclasses.replace(done, history=(*kept, history_entry(_summary(done)))[-HISTORY:])
 
 
 def is_idle(d: DrainStatus | None) -> bool:
@@ -623,232 +683,428 @@ def is_idle(d: DrainStatus | None) -> bool:
 
 
 def next_action(spec: GroupSpec, drain: DrainStatus | None, observed: Observed, now: float) -> Action:
-    """The one next step of the hand-off; pure (the clock and every observation are inputs)."""
-    cfg = spec.drain
-    stop = cfg.cancel or not cfg.enabled
+    """The one next step of the hand-off; pure (the clock and every observation are inputs).
 
+    A pipeline of named steps, each returning the ``Action`` (kind, status, reason, message) it
+    decided, or ``None`` to let the next step decide (docs/decision.md "The hand-off's steps"):
+
+    1. idle: ``_maybe_plan``; Planned: ``_planned``; HandedOff: ``_handed_off`` (phase steps before
+       the range is handed off);
+    2. from here the range is handed off and only ever finishes, fails or is cancelled:
+       ``_merge_progress`` (observed progress, the stall clock) -> ``_record_data_loss`` ->
+       ``_busy_next_split`` (a busy drain's next split, or what the drain's end waits for) ->
+    3. the phase's own step: ``_running``, ``_succeeded``, ``_after_failure``, ``_cancelled``.
+    """
     if is_idle(drain):
         return _maybe_plan(spec, drain, observed, now)
     assert drain is not None
-    d = drain
-
-    if d.phase is Phase.PLANNED:
-        return _planned(spec, d, observed, now, stop)
-
-    if d.phase is Phase.HANDED_OFF:
-        if cfg.cancel:
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled before launch; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None,
-                          event=("Normal", "DrainCancelled", c.message))
-        return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
-
-    # from here the range is handed off: it only ever finishes, fails or is cancelled
-    d = with_progress(d, observed.progress)
-    if d.sub_ranges != drain.sub_ranges:  # progress moved: the stall clock restarts, a stall is over
-        d = dataclasses.replace(d, progress_at=now, stalled="")
-    job = observed.job
-    new_lost = lost_ranges(d, observed.lost)
-    if new_lost:
-        # retention deleted part of a handed-off range before the drain read it: record it (once),
-        # say exactly which offsets, and let the drain go on with the rest (still exact)
-        merged = tuple(sorted(d.lost + new_lost))
-        n = sum(b - a for _, a, b in new_lost)
-        what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
-        msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
-               f"({what}); the rest of the range is drained")
-        lost_d = dataclasses.replace(d, lost=merged, message=msg)
-        return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
-                      lost_records=n)
-
-    waiting: Action | None = None  # a busy drain's next split waiting for its owners
-    if d.busy and (d.phase is Phase.RUNNING or (d.extension is not None and d.extension.published_at is not None)):
-        nxt = _next_split(spec, d, observed, now, stop)
-        if nxt is not None and (nxt.kind is not Kind.NONE or nxt.status is not None):
-            return nxt
-        waiting = nxt
-    if d.extension is not None and d.extension.published_at is not None and waiting is None:
-        waiting = Action(Kind.NONE, reason="WaitingForAcks", message=f"drain {d.id}: next split pending")
-
+    stop = spec.drain.cancel or not spec.drain.enabled
+    if drain.phase is Phase.PLANNED:
+        return _planned(spec, drain, observed, now, stop)
+    if drain.phase is Phase.HANDED_OFF:
+        return _handed_off(spec, drain, observed, now)
+    d = _merge_progress(drain, observed, now)
+    lost = _record_data_loss(spec, d, observed)
+    if lost is not None:
+        return lost
+    waiting = _busy_next_split(spec, d, observed, now, stop)
+    if waiting is not None and _acts(waiting):
+        return waiting
     if d.phase is Phase.RUNNING:
-        if job is None:
-            return _progress_only(drain, d)
-        if job.state is JobState.SUCCEEDED and d.retry_at is None:
-            if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
-                return waiting
-            s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
-                                    message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
-            return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
-        if cfg.cancel:
-            if job.state is not JobState.ABSENT or job.pods_alive > 0:
-                c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
-                                        message=f"drain {d.id}: deleting Job attempt {d.attempt}")
-                return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
-        if job.state is JobState.ACTIVE and d.retry_at is None and d.busy and waiting is None:
-            part = _deliver(d, observed)
-            if part is not None:
-                return part
-        if job.state is JobState.ACTIVE and d.retry_at is None:
-            if d.progress_at is None:  # a status written before the detector: start its clock now
-                return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
-            if d.busy and d.remaining == 0:
-                # its driver waits for the next part (bounded by its own wait): not a stall
-                return _progress_only(drain, d)
-            st = stall(now, d.progress_at, job.running, observed.stall_limits)
-            if st is not None:
-                return _stalled(d, st, observed, now)
-        # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
-        # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
-        # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
-        if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
-            if d.retry_at is None:
-                if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-                    f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
-                                   f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
-                    return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
-                delay = backoff_seconds(d.attempt)
-                r = dataclasses.replace(d, retry_at=now + delay, reason="RetryScheduled", last_error=job.message,
-                                        message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in {delay:.0f}s")
-                return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message))
-            if now < d.retry_at:
-                return _progress_only(drain, d)
-            if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
-                return _waiting_for_pods(drain, d)
-            return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
-        if job.state is JobState.ABSENT:
-            if d.retry_at is not None and now < d.retry_at:
-                return _progress_only(drain, d)
-            if job.pods_alive > 0:
-                return _waiting_for_pods(drain, d)
-            if d.retry_at is not None:
-                return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
-            # the Job vanished (deleted by someone): recreate the same attempt, same ranges
-            return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
-        return _progress_only(drain, d)
-
+        return _running(spec, drain, d, observed, now, waiting)
     if d.phase is Phase.SUCCEEDED:
-        if observed.progress is None:
-            return _progress_only(drain, d)
-        if d.remaining == 0 and waiting is None:
-            v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
-            v = dataclasses.replace(v, message=progress_message(v))
-            return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
-        if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-            f = _failed(d, f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
-                           f"{MAX_ATTEMPTS} attempts in this round", "Job succeeded but progress shows unfinished sub-ranges",
-                        observed, now)
-            return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
-        delay = backoff_seconds(d.attempt)
-        r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
-                                last_error="Job succeeded but progress shows unfinished sub-ranges",
-                                message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
-                                        f"unfinished; retrying in {delay:.0f}s")
-        return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
-
+        return _succeeded(drain, d, observed, now, waiting)
     if d.phase is Phase.FAILED:
-        if cfg.cancel:
-            c = _finish(d, Phase.CANCELLED, "CancelledBySpec",
-                        f"drain {d.id} cancelled after failure; {d.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
-            return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
-        spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
-        if d.retry_at is None and not spec_changed:
-            # Failed by an operator that only retried on a spec change: schedule its next round
-            n = max(1, d.failed_rounds)
-            at = now + failed_round_backoff_seconds(n)
-            r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
-                                    message=f"{d.message}; next retry at {format_time(at)}"[:1000])
-            return Action(Kind.NONE, r, r.reason, r.message)
-        if spec_changed or (d.retry_at is not None and now >= d.retry_at):
-            if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-                return _waiting_for_pods(drain, d)  # never two attempts at once
-            return _launch(dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None), observed, now,
-                           attempt=d.attempt + 1, reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
-                           restore=False, reset_attempts=True)
-        return _progress_only(drain, d)
-
+        return _after_failure(spec, drain, d, observed, now)
     if d.phase is Phase.CANCELLED:  # with a remainder (else idle)
-        if cfg.cancel:
-            return _progress_only(drain, d)
-        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
-            return Action(Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop")
-        return _launch(dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None), observed, now,
-                       attempt=d.attempt + 1, reason="Resumed", restore=False, reset_attempts=True)
-
+        return _cancelled(spec, drain, d, observed, now)
     return Action(Kind.NONE)
+
+
+def _acts(a: Action) -> bool:
+    """The action does something or writes a status (not only a wait)."""
+    return a.kind is not Kind.NONE or a.status is not None
+
+
+def _last_attempt(d: DrainStatus) -> bool:
+    """The current attempt is the last of its round (MAX_ATTEMPTS counted from ``attempt_base``)."""
+    return d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS
+
+
+def _cancelled_by_spec(d: DrainStatus, message: str, now: float) -> DrainStatus:
+    return _finish(
+        d,
+        Phase.CANCELLED,
+        "CancelledBySpec",
+        f"{message}; {d.remaining} records stay recorded and resume when spec.drain.cancel is false",
+        now,
+    )
+
+
+def _handed_off(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float) -> Action:
+    """HandedOff: launch the first attempt (the quiesced replicas given back), or cancel keeping the range."""
+    if spec.drain.cancel:
+        c = _cancelled_by_spec(d, f"drain {d.id} cancelled before launch", now)
+        return Action(
+            Kind.RESTORE,
+            c,
+            c.reason,
+            c.message,
+            replicas=d.restore_replicas if d.quiescing else None,
+            event=("Normal", "DrainCancelled", c.message),
+        )
+    return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
+
+
+def _merge_progress(drain: DrainStatus, observed: Observed, now: float) -> DrainStatus:
+    """The observed progress merged in; when it moved, the stall clock restarts and a stall is over."""
+    d = with_progress(drain, observed.progress)
+    if d.sub_ranges != drain.sub_ranges:
+        d = dataclasses.replace(d, progress_at=now, stalled="")
+    return d
+
+
+def _record_data_loss(spec: GroupSpec, d: DrainStatus, observed: Observed) -> Action | None:
+    """Retention deleted part of a handed-off range before the drain read it: record it (once), say
+    exactly which offsets, and let the drain go on with the rest (still exact)."""
+    new_lost = lost_ranges(d, observed.lost)
+    if not new_lost:
+        return None
+    n = sum(b - a for _, a, b in new_lost)
+    what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
+    msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
+           f"({what}); the rest of the range is drained")
+    lost_d = dataclasses.replace(d, lost=tuple(sorted(d.lost + new_lost)), message=msg)
+    return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
+                  lost_records=n)
+
+
+def _busy_next_split(
+    spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool
+) -> Action | None:
+    """A busy drain's next split (``_next_split``): an action that acts is the step; a wait is
+    returned too, since the drain's end waits for a published next split to resolve (its ranges are
+    the drain's); None: no next split in flight."""
+    published = d.extension is not None and d.extension.published_at is not None
+    waiting: Action | None = None
+    if d.busy and (d.phase is Phase.RUNNING or published):
+        waiting = _next_split(spec, d, observed, now, stop)
+    if waiting is None and published:
+        waiting = Action(Kind.NONE, reason="WaitingForAcks", message=f"drain {d.id}: next split pending")
+    return waiting
+
+
+def _running(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float,
+             waiting: Action | None) -> Action:
+    """Running: the attempt's Job decides: succeeded -> ``_job_succeeded``; cancel ->
+    ``_cancel_running``; active -> ``_job_active`` (deliver a part, stall detection); failed (or
+    succeeded with work left, retry_at set) -> ``_attempt_over``; vanished -> ``_job_absent``."""
+    job = observed.job
+    if job is None:
+        return _progress_only(drain, d)
+    if job.state is JobState.SUCCEEDED and d.retry_at is None:
+        return _job_succeeded(d, waiting)
+    if spec.drain.cancel:
+        return _cancel_running(d, job, now)
+    if job.state is JobState.ACTIVE and d.retry_at is None:
+        active = _job_active(drain, d, job, observed, now, waiting)
+        if active is not None:
+            return active
+    # a failed attempt, or one whose Job succeeded with work left (IncompleteProgress set
+    # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
+    # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
+    if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
+        return _attempt_over(drain, d, job, observed, now)
+    if job.state is JobState.ABSENT:
+        return _job_absent(drain, d, job, observed, now)
+    return _progress_only(drain, d)
+
+
+def _job_succeeded(d: DrainStatus, waiting: Action | None) -> Action:
+    """The Job succeeded: phase Succeeded (verified next), unless a published next split resolves first."""
+    if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
+        return waiting
+    s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
+                            message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
+    return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
+
+
+def _cancel_running(d: DrainStatus, job: JobObservation, now: float) -> Action:
+    """spec.drain.cancel on a Running drain: delete the Job, then (pods gone) Cancelled, remainder kept."""
+    if job.state is not JobState.ABSENT or job.pods_alive > 0:
+        c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
+                                message=f"drain {d.id}: deleting Job attempt {d.attempt}")
+        return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
+    c = _finish(
+        d,
+        Phase.CANCELLED,
+        "CancelledBySpec",
+        f"drain {d.id} cancelled: {d.records_done}/{d.records_total} records done; {d.remaining} remaining "
+        "stay recorded and resume when spec.drain.cancel is false",
+        now,
+    )
+    return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
+
+
+def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float,
+                waiting: Action | None) -> Action | None:
+    """The attempt's Job runs: a busy drain's next part (``_deliver``), the stall clock started, a
+    stall detected (``_stalled``); None: only progress to record."""
+    if d.busy and waiting is None:
+        part = _deliver(d, observed)
+        if part is not None:
+            return part
+    if d.progress_at is None:  # a status written before the detector: start its clock now
+        return Action(Kind.NONE, dataclasses.replace(d, progress_at=now))
+    if d.busy and d.remaining == 0:
+        # its driver waits for the next part (bounded by its own wait): not a stall
+        return _progress_only(drain, d)
+    st = stall(now, d.progress_at, job.running, observed.stall_limits)
+    if st is not None:
+        return _stalled(d, st, observed, now)
+    return None
+
+
+def _attempt_over(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed,
+                  now: float) -> Action:
+    """The attempt's Job failed (or succeeded with work left): schedule the retry (``_attempt_failed``),
+    wait out the back-off and the attempt's pods, then launch the next attempt."""
+    if d.retry_at is None:
+        return _attempt_failed(d, job, observed, now)
+    if now < d.retry_at:
+        return _progress_only(drain, d)
+    if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
+        return _waiting_for_pods(drain, d)
+    return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+
+
+def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
+    """A failed attempt: the round's last one ends Failed (``_failed``); else a retry after the back-off."""
+    if _last_attempt(d):
+        f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+                       f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
+        return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(
+        d,
+        retry_at=now + delay,
+        reason="RetryScheduled",
+        last_error=job.message,
+        message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in "
+                f"{delay:.0f}s",
+    )
+    return Action(
+        Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message)
+    )
+
+
+def _job_absent(
+    drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float
+) -> Action:
+    """No Job: a retry due once the back-off and the pods are over; a Job deleted by someone is
+    recreated (same attempt, same ranges)."""
+    if d.retry_at is not None and now < d.retry_at:
+        return _progress_only(drain, d)
+    if job.pods_alive > 0:
+        return _waiting_for_pods(drain, d)
+    if d.retry_at is not None:
+        return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+    # the Job vanished (deleted by someone): recreate the same attempt, same ranges
+    return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
+
+
+def _succeeded(
+    drain: DrainStatus, d: DrainStatus, observed: Observed, now: float, waiting: Action | None
+) -> Action:
+    """Succeeded: verified against the progress groups (Verified), else the remainder is retried as
+    a new attempt after the back-off (IncompleteProgress), or the round ends Failed."""
+    if observed.progress is None:
+        return _progress_only(drain, d)
+    if d.remaining == 0 and waiting is None:
+        v = _finish(d, Phase.VERIFIED, "AllRangesDone", "", now)
+        v = dataclasses.replace(v, message=progress_message(v))
+        return Action(Kind.WRITE_STATUS, v, v.reason, v.message, event=("Normal", "DrainFinished", v.message))
+    if _last_attempt(d):
+        f = _failed(
+            d,
+            f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records unfinished, "
+            f"{MAX_ATTEMPTS} attempts in this round",
+            "Job succeeded but progress shows unfinished sub-ranges",
+            observed,
+            now,
+        )
+        return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
+    delay = backoff_seconds(d.attempt)
+    r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
+                            last_error="Job succeeded but progress shows unfinished sub-ranges",
+                            message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
+                                    f"unfinished; retrying in {delay:.0f}s")
+    return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
+
+
+def _after_failure(
+    spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float
+) -> Action:
+    """Failed: cancel ends it; the next round starts after its back-off (retryAt) or at once on a
+    spec change, never while the last attempt's pods run."""
+    if spec.drain.cancel:
+        c = _cancelled_by_spec(d, f"drain {d.id} cancelled after failure", now)
+        return Action(Kind.WRITE_STATUS, c, c.reason, c.message)
+    spec_changed = d.failed_generation is not None and observed.generation > d.failed_generation
+    if d.retry_at is None and not spec_changed:
+        # Failed by an operator that only retried on a spec change: schedule its next round
+        n = max(1, d.failed_rounds)
+        at = now + failed_round_backoff_seconds(n)
+        r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
+                                message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+        return Action(Kind.NONE, r, r.reason, r.message)
+    if spec_changed or (d.retry_at is not None and now >= d.retry_at):
+        job = observed.job
+        if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+            return _waiting_for_pods(drain, d)  # never two attempts at once
+        return _launch(
+            dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None),
+            observed,
+            now,
+            attempt=d.attempt + 1,
+            reason="RetriedAfterSpecChange" if spec_changed else "RetriedAfterBackoff",
+            restore=False,
+            reset_attempts=True,
+        )
+    return _progress_only(drain, d)
+
+
+def _cancelled(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float) -> Action:
+    """Cancelled with a remainder: resumed (a new attempt, same ranges) once spec.drain.cancel is
+    cleared and the cancelled Job's pods are gone."""
+    if spec.drain.cancel:
+        return _progress_only(drain, d)
+    job = observed.job
+    if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
+        return Action(
+            Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop"
+        )
+    return _launch(
+        dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None),
+        observed,
+        now,
+        attempt=d.attempt + 1,
+        reason="Resumed",
+        restore=False,
+        reset_attempts=True,
+    )
 
 
 def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action | None:
     """A busy drain's next split (issue 25 item 2; docs/drain.md "Busy drains"), or None (the
     Running drain's own transitions apply). The hand-off of a first split, on the drain's id and the
-    new split offsets: plan (status first) -> publish the requests -> the owners ack at a batch
-    boundary and move to the split (an empty group: the owner's rule applied for it) -> seal, the new
-    ranges' sub-ranges appended with fresh indices (each its own progress group), ``round + 1``. A
-    next split is planned only while the attempt's Job runs (no retry pending, not stopping); once
-    published it is never withdrawn: it resolves, and its ranges belong to the drain whatever
-    happens next (a succeeded Job then leaves work: the next attempt takes it). No quiesce fallback
-    for a next split (it would stop the group mid-burst): it waits for its owners. Pure."""
+    new split offsets: plan (status first, ``_plan_next_split``) -> publish the requests
+    (``_publish_next_split``) -> the owners ack at a batch boundary and move to the split (an empty
+    group: the owner's rule applied for it) -> seal, the new ranges' sub-ranges appended with fresh
+    indices (each its own progress group), ``round + 1`` (``_resolve_next_split``). A next split is
+    planned only while the attempt's Job runs (no retry pending, not stopping); once published it is
+    never withdrawn: it resolves, and its ranges belong to the drain whatever happens next (a
+    succeeded Job then leaves work: the next attempt takes it). No quiesce fallback for a next split
+    (it would stop the group mid-burst): it waits for its owners. Pure."""
     ext = d.extension
-    job = observed.job
     if ext is None:
-        if (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
-                or job is None or job.state is not JobState.ACTIVE or not observed.busy  # spec.drain.busy turned off
-                or (observed.part is not None and observed.part.final)):  # handed back: the driver ends
-            return None
-        ranges = []
-        for p in sorted(set(observed.wanted)):
-            o = observed.offsets.get(p)
-            if o is None or o.end - o.position <= 0:
-                continue
-            ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
-        if not ranges:
-            return None
-        # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
-        pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
-        if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
-            return None
-        e = Extension(d.round + 1, tuple(ranges), planned_at=now)
-        n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
-            f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
-            + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
-        return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
-    offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
+        return _plan_next_split(spec, d, observed, now, stop)
     if ext.published_at is None:
-        if stop:  # nothing published: nothing to hand off
-            n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
-                                    message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
-            return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
-        if mb is None:
-            return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
-        mine = {r.partition for r in ext.ranges
-                if mbx.of_drain(mb.get(r.partition), d.id, r.split, owner)}
-        entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
-                                          for r in ext.ranges if r.partition not in mine}
-        n = dataclasses.replace(d, extension=dataclasses.replace(ext, published_at=now), reason="NextSplitPublished",
-                                message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
-                                        f"partitions {ext.partitions} to acknowledge")
-        if entries:
-            return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
+        return _publish_next_split(d, ext, observed, now, stop)
+    return _resolve_next_split(spec, d, ext, observed, now)
+
+
+def _may_take_next_split(d: DrainStatus, observed: Observed, stop: bool) -> bool:
+    """A next split is planned only while the attempt's Job runs, busy drains are on, partitions
+    are wanted and the driver was not handed back (its final part)."""
+    job = observed.job
+    return not (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
+                # spec.drain.busy turned off
+                or job is None or job.state is not JobState.ACTIVE or not observed.busy
+                or (observed.part is not None and observed.part.final))  # handed back: the driver ends
+
+
+def _plan_next_split(
+    spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool
+) -> Action | None:
+    """Plan the next split (status first): the wanted partitions' backlog up to their end offsets,
+    if the unfinished sub-ranges and the new ones fit one part."""
+    if not _may_take_next_split(d, observed, stop):
+        return None
+    ranges = _backlogged_ranges(observed)
+    if not ranges:
+        return None
+    # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
+    pieces = sum(r.tasks or spec.drain.fallback_tasks for r in ranges)
+    if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
+        return None
+    e = Extension(d.round + 1, tuple(ranges), planned_at=now)
+    n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
+        f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
+        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
+    return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+
+
+def _publish_next_split(d: DrainStatus, ext: Extension, observed: Observed, now: float, stop: bool) -> Action:
+    """Publish the planned next split's requests (never over an entry of this drain), or drop it
+    when stopping (nothing was published: nothing to hand off)."""
+    if stop:  # nothing published: nothing to hand off
+        n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
+                                message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
         return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+    mb, owner = observed.mailbox, observed.owner
+    if mb is None:
+        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
+    mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
+    entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
+                                     for r in ext.ranges if r.partition not in mine}
+    n = dataclasses.replace(
+        d,
+        extension=dataclasses.replace(ext, published_at=now),
+        reason="NextSplitPublished",
+        message=f"drain {d.id}: next split {ext.round} published; waiting for the owners of "
+        f"partitions {ext.partitions} to acknowledge",
+    )
+    if entries:
+        return Action(Kind.PUBLISH, n, n.reason, n.message, entries=entries)
+    return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
+
+
+def _resolve_next_split(
+    spec: GroupSpec, d: DrainStatus, ext: Extension, observed: Observed, now: float
+) -> Action:
+    """The published next split: wait for its owners (or act for the absent owners of an empty
+    group); once every partition resolved, seal and append (``_append_next_split``)."""
+    offs, mb, owner = observed.offsets, observed.mailbox, observed.owner
     if offs is None or mb is None or any(r.partition not in offs for r in ext.ranges):
-        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
-    mine_e = {r.partition: ent for r in ext.ranges
-              if (ent := mb.get(r.partition)) is not None and mbx.of_drain(ent, d.id, r.split, owner)}
-    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine_e.get(r.partition), d.id, r.split, owner)
-           for r in ext.ranges}
+        return Action(
+            Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox"
+        )
+    mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
+    res = _resolutions(d.id, ext.ranges, offs, mine, owner)
     pending = sorted(p for p, x in res.items() if not x.resolved)
-    if pending:
-        if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
-            entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine_e, owner)
-            return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
-                          f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
-                          f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
-        return Action(Kind.NONE, reason="WaitingForAcks",
-                      message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}")
-    seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine_e, owner)
-    new = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty)
+    if not pending:
+        return _append_next_split(spec, d, ext, res, mine, owner, now)
+    if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
+        entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine, owner)
+        return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
+                      f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
+                      f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
+    return Action(
+        Kind.NONE,
+        reason="WaitingForAcks",
+        message=f"drain {d.id}: next split {ext.round}: waiting for the owners of partitions {pending}",
+    )
+
+
+def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Mapping[int, mbx.Resolution],
+                       mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+    """Every partition of the next split resolved: seal its entries; its non-empty ranges join the
+    drain's, their sub-ranges appended with fresh indices; ``round`` moves on."""
+    seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine, owner)
+    new = tuple(
+        dataclasses.replace(r, start=res[r.partition].start) for r in ext.ranges if not res[r.partition].empty
+    )
     subs = list(d.sub_ranges)
     for r in new:
         base = 1 + max((x.index for x in subs if x.partition == r.partition), default=-1)
@@ -862,6 +1118,35 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
     return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
                   event=("Normal", "DrainNextSplitHandedOff", n.message))
+
+
+def _entries_of_drain(drain_id: int, ranges: Sequence[PartitionRange], mb: Mapping[int, mbx.Entry | None],
+                      owner: str) -> dict[int, mbx.Entry]:
+    """The mailbox entries of this drain (its id and split, this CR's uid or none) by partition."""
+    return {r.partition: e for r in ranges
+            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, drain_id, r.split, owner)}
+
+
+def _resolutions(drain_id: int, ranges: Sequence[PartitionRange], offs: Mapping[int, Offsets],
+                 mine: Mapping[int, mbx.Entry], owner: str) -> dict[int, mbx.Resolution]:
+    """The operator's rule (``mbx.resolve``) per planned partition: the group's committed offset
+    (read before the mailbox) against this drain's entry."""
+    return {
+        r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), drain_id, r.split, owner)
+        for r in ranges
+    }
+
+
+def _backlogged_ranges(observed: Observed) -> list[PartitionRange]:
+    """The wanted partitions with records between the group's position and the end offset (the split)."""
+    assert observed.offsets is not None
+    ranges = []
+    for p in sorted(set(observed.wanted)):
+        o = observed.offsets.get(p)
+        if o is None or o.end - o.position <= 0:
+            continue
+        ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
+    return ranges
 
 
 def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
@@ -885,7 +1170,9 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
         h = dataclasses.replace(d, reason="HandingBack", message=(
             f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
             f"no further split; attempt {d.attempt} ends"))
-        return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message))
+        return Action(
+            Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message)
+        )
     return None
 
 
@@ -904,7 +1191,11 @@ def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tupl
         lo, hi = bounds[(p, k)]
         for a, b in ranges:
             a, b = max(int(a), lo), min(int(b), hi)
-            if a < b and (p, a, b) not in known and not any(q == p and x <= a and b <= y for q, x, y in known):
+            if (
+                a < b
+                and (p, a, b) not in known
+                and not any(q == p and x <= a and b <= y for q, x, y in known)
+            ):
                 out.append((p, a, b))
     return tuple(sorted(set(out)))
 
@@ -929,11 +1220,25 @@ def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Actio
     what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
     if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
         f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
-        return Action(Kind.DELETE_JOB, f, f.reason, f.message, attempt=d.attempt, event=("Warning", "DrainStalled", f.message[:1000]))
+        return Action(
+            Kind.DELETE_JOB,
+            f,
+            f.reason,
+            f.message,
+            attempt=d.attempt,
+            event=("Warning", "DrainStalled", f.message[:1000]),
+        )
     delay = backoff_seconds(d.attempt)
     r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
                             message=f"{what}; Job deleted, retrying in {delay:.0f}s")
-    return Action(Kind.DELETE_JOB, r, r.reason, r.message, attempt=d.attempt, event=("Warning", "DrainStalled", r.message[:1000]))
+    return Action(
+        Kind.DELETE_JOB,
+        r,
+        r.reason,
+        r.message,
+        attempt=d.attempt,
+        event=("Warning", "DrainStalled", r.message[:1000]),
+    )
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
@@ -955,12 +1260,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
     cfg = spec.drain
     if not cfg.enabled or cfg.cancel or spec.paused or not observed.wanted or observed.offsets is None:
         return Action(Kind.NONE)
-    ranges = []
-    for p in sorted(set(observed.wanted)):
-        o = observed.offsets.get(p)
-        if o is None or o.end - o.position <= 0:
-            continue
-        ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
+    ranges = _backlogged_ranges(observed)
     if not ranges:
         return Action(Kind.NONE)
     d = DrainStatus(
@@ -973,88 +1273,169 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         history=prev.history if prev else (),
         busy=observed.busy,
     )
-    d = dataclasses.replace(d, message=f"drain {d.id} planned for partitions {d.partitions} up to split "
-                                        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off")
+    d = dataclasses.replace(
+        d,
+        message=f"drain {d.id} planned for partitions {d.partitions} up to split "
+        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges)
+        + "; publishing the hand-off",
+    )
     return Action(Kind.WRITE_STATUS, d, d.reason, d.message, event=("Normal", "DrainPlanned", d.message))
 
 
 def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, stop: bool) -> Action:
+    """Planned: ``_publish`` the requests -> resolve every planned partition (``_resolved`` once all
+    are) -> for the pending ones: an empty group ``_move_empty_group``; the quiesce fallback
+    ``_quiescing``; else ``_awaiting_acks`` (which starts the fallback after ``ack_timeout_s``)."""
     offs, mb = observed.offsets, observed.mailbox
     if offs is None or mb is None or any(r.partition not in offs for r in d.ranges):
-        return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox")
+        return Action(
+            Kind.NONE, reason="WaitingForKafka", message="waiting for offsets and the hand-off mailbox"
+        )
     owner = observed.owner
-    mine = {r.partition: e for r in d.ranges
-            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, d.id, r.split, owner)}
-
+    mine = _entries_of_drain(d.id, d.ranges, mb, owner)
     if d.published_at is None:
-        if stop and not mine:
-            c = _finish(d, Phase.CANCELLED, "CancelledBeforeHandOff",
-                        f"drain {d.id} dropped before hand-off (spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off", now)
-            c = dataclasses.replace(c, ranges=(), sub_ranges=())
-            return Action(Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None)
-        # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
-        entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
-                                 else mbx.Entry(d.id, r.split, r.start, owner=owner))
-                   for r in d.ranges if r.partition not in mine}
-        path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
-        p = dataclasses.replace(d, published_at=now, hand_off_path=path, reason="Published",
-                                message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to acknowledge")
-        if entries:
-            return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
-        return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
-
-    res = {r.partition: mbx.resolve(offs[r.partition].committed, mine.get(r.partition), d.id, r.split, owner)
-           for r in d.ranges}
+        return _publish(spec, d, mine, owner, now, stop)
+    res = _resolutions(d.id, d.ranges, offs, mine, owner)
     pending = sorted(p for p, x in res.items() if not x.resolved)
     if not pending:
         return _resolved(spec, d, res, mine, now, owner)
-
     if observed.group_empty is True:
-        # nobody owns the pending partitions: apply the owner's rule for them (ack, then move)
-        entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
-        path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
-        q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
-        q = dataclasses.replace(q, hand_off_path=path, reason="MovingEmptyGroup",
-                                message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and moving them to split")
-        return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
-
+        return _move_empty_group(d, pending, offs, mine, owner, now)
     if d.quiescing:
-        q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
-        if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
-                and now - d.quiesced_at >= observed.quiesce_timeout_s):
-            return _give_up_quiesce(d, observed, pending, now)
-        if observed.replicas > 0:
-            q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="Quiescing",
-                                    message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 (fallback)")
-            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
-        q = dataclasses.replace(q, hand_off_path=PATH_QUIESCE, reason="WaitingForGroupEmpty",
-                                message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed members)")
-        return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
+        return _quiescing(d, observed, pending, now)
+    return _awaiting_acks(d, observed, pending, now)
 
+
+def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], owner: str, now: float,
+             stop: bool) -> Action:
+    """Publish a request per planned partition without an entry of this drain (a re-publish never
+    overwrites an ack); stopping before anything was published drops the drain."""
+    if stop and not mine:
+        c = _finish(
+            d,
+            Phase.CANCELLED,
+            "CancelledBeforeHandOff",
+            f"drain {d.id} dropped before hand-off "
+            f"(spec.drain.{'cancel' if spec.drain.cancel else 'enabled'}); nothing was handed off",
+            now,
+        )
+        c = dataclasses.replace(c, ranges=(), sub_ranges=())
+        return Action(
+            Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None
+        )
+    # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
+    entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
+                                                   else mbx.Entry(d.id, r.split, r.start, owner=owner))
+                                     for r in d.ranges if r.partition not in mine}
+    path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
+    p = dataclasses.replace(
+        d,
+        published_at=now,
+        hand_off_path=path,
+        reason="Published",
+        message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to "
+                "acknowledge",
+    )
+    if entries:
+        return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
+    return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
+
+
+def _move_empty_group(d: DrainStatus, pending: Sequence[int], offs: Mapping[int, Offsets],
+                      mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+    """Nobody owns the pending partitions: apply the owner's rule for them (ack, then move)."""
+    entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
+    path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
+    q = d if d.quiesced_at is not None or path != PATH_QUIESCE else dataclasses.replace(d, quiesced_at=now)
+    q = dataclasses.replace(
+        q,
+        hand_off_path=path,
+        reason="MovingEmptyGroup",
+        message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and "
+                "moving them to split",
+    )
+    return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
+
+
+def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """The quiesce fallback: scale the group to 0 and wait for its members to leave; past
+    ``quiesce_timeout_s`` with members still in, ``_give_up_quiesce``."""
+    q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
+    if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
+            and now - d.quiesced_at >= observed.quiesce_timeout_s):
+        return _give_up_quiesce(d, observed, pending, now)
+    if observed.replicas > 0:
+        q = dataclasses.replace(
+            q,
+            hand_off_path=PATH_QUIESCE,
+            reason="Quiescing",
+            message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 "
+                    "(fallback)",
+        )
+        return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
+    q = dataclasses.replace(
+        q,
+        hand_off_path=PATH_QUIESCE,
+        reason="WaitingForGroupEmpty",
+        message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed "
+                "members)",
+    )
+    return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
+
+
+def _awaiting_acks(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """Published, owners not all acked: no ack within ``ack_timeout_s`` starts the quiesce fallback
+    (``_start_quiesce``, at most once per drain); foreign members are named; else wait."""
     assert d.published_at is not None
     # the quiesce fallback runs at most once per drain: after a given-up quiesce (quiescedAt set,
     # path ConsumerAck) the hand-off waits for the owners, loudly while foreign members stay
-    if d.quiesced_at is None and observed.group_empty is False and now - d.published_at >= observed.ack_timeout_s:
-        q = dataclasses.replace(d, hand_off_path=PATH_QUIESCE, quiesced_at=now,
-                                restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
-                                reason="Quiescing", message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
-                                f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)")
-        if observed.replicas > 0:
-            return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
-                          event=("Warning", "DrainHandOffFallback", q.message))
-        return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
+    if (
+        d.quiesced_at is None
+        and observed.group_empty is False
+        and now - d.published_at >= observed.ack_timeout_s
+    ):
+        return _start_quiesce(d, observed, pending, now)
     foreign = [m for m in observed.members or () if not m.ours]
     if d.quiesced_at is not None and foreign:
-        w = dataclasses.replace(d, reason=REASON_FOREIGN, message=(
-            f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; foreign members "
-            f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it leaves the "
-            f"group or commits past the split itself)"))
+        w = dataclasses.replace(
+            d,
+            reason=REASON_FOREIGN,
+            message=(
+                f"drain {d.id}: partitions {pending} wait for their owners to acknowledge the hand-off; "
+                "foreign members "
+                f"in the group: {describe_members(foreign)} (a partition one of them owns resolves when it "
+                "leaves the "
+                f"group or commits past the split itself)"
+            ),
+        )
         return Action(Kind.NONE, w if w != d else None, w.reason, w.message)
     if d.quiesced_at is not None and observed.members is None and d.reason == REASON_FOREIGN:
-        return Action(Kind.NONE, reason=d.reason, message=d.message)  # membership unknown this cycle: keep saying so
-    w = dataclasses.replace(d, reason="WaitingForAcks",
-                            message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off")
+        # membership unknown this cycle: keep saying so
+        return Action(Kind.NONE, reason=d.reason, message=d.message)
+    w = dataclasses.replace(
+        d,
+        reason="WaitingForAcks",
+        message=f"drain {d.id}: waiting for the owners of partitions {pending} to acknowledge the hand-off",
+    )
     return Action(Kind.NONE, w if w.reason != d.reason else None, w.reason, w.message)
+
+
+def _start_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], now: float) -> Action:
+    """No acknowledgement in time (an older consumer image?): path Quiesce, the replicas to give
+    back recorded, the group scaled to 0."""
+    q = dataclasses.replace(
+        d,
+        hand_off_path=PATH_QUIESCE,
+        quiesced_at=now,
+        restore_replicas=observed.replicas if observed.replicas > 0 else d.restore_replicas,
+        reason="Quiescing",
+        message=f"drain {d.id}: no acknowledgement for partitions {pending} within "
+        f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)",
+    )
+    if observed.replicas > 0:
+        return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
+                      event=("Warning", "DrainHandOffFallback", q.message))
+    return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
 
 
 def _act_for_absent_owners(drain_id: int, ranges: Sequence[PartitionRange], pending: Sequence[int],
@@ -1091,10 +1472,18 @@ def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int],
     who = describe_members(observed.members or ()) or "unknown members"
     waited = now - (d.quiesced_at if d.quiesced_at is not None else now)
     q = dataclasses.replace(
-        d, hand_off_path=PATH_ACK, resumed_at=now, reason=REASON_FOREIGN,
-        message=(f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
-                 f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the hand-off "
-                 f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without its owner)"))
+        d,
+        hand_off_path=PATH_ACK,
+        resumed_at=now,
+        reason=REASON_FOREIGN,
+        message=(
+            f"drain {d.id}: the group stayed non-empty {waited:.0f}s after its consumers were scaled to 0; "
+            f"members still in it: {who}. Consumers given back their {d.restore_replicas} replicas; the "
+            "hand-off "
+            f"of partitions {list(pending)} continues (owners acknowledge; nothing is handed off without "
+            "its owner)"
+        ),
+    )
     return Action(Kind.RESTORE, q, q.reason, q.message, replicas=d.restore_replicas,
                   event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]))
 
@@ -1104,24 +1493,46 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
     """Every planned partition resolved: seal the entries, record the ranges (HandedOff), or
     Cancelled (nothing to drain / cancel requested meanwhile: the remainder stays recorded)."""
     seal = seal_entries(d, res, mine, owner)
-    ranges = tuple(dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty)
+    ranges = tuple(
+        dataclasses.replace(r, start=res[r.partition].start) for r in d.ranges if not res[r.partition].empty
+    )
     restore = d.restore_replicas if d.quiescing else None
     path = d.hand_off_path or PATH_ACK
     if not ranges:
-        c = _finish(dataclasses.replace(d, hand_off_path=path, handed_off_at=now), Phase.CANCELLED, "NothingToDrain",
-                    f"drain {d.id}: the group reached the split points by itself", now)
+        c = _finish(
+            dataclasses.replace(d, hand_off_path=path, handed_off_at=now),
+            Phase.CANCELLED,
+            "NothingToDrain",
+            f"drain {d.id}: the group reached the split points by itself",
+            now,
+        )
         c = dataclasses.replace(c, ranges=(), resumed_at=now if restore is not None else d.resumed_at)
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal)
     subs = sub_ranges_of(ranges, spec)
-    h = dataclasses.replace(d, phase=Phase.HANDED_OFF, handed_off_at=now, reason="HandedOff", ranges=ranges, hand_off_path=path,
-                            sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
+    h = dataclasses.replace(
+        d,
+        phase=Phase.HANDED_OFF,
+        handed_off_at=now,
+        reason="HandedOff",
+        ranges=ranges,
+        hand_off_path=path,
+        sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs),
+    )
     h = dataclasses.replace(h, message=progress_message(h) + f" (hand-off path {path})")
     if spec.drain.cancel:
-        c = _finish(dataclasses.replace(h, resumed_at=now if restore is not None else None), Phase.CANCELLED, "CancelledBySpec",
-                    f"drain {d.id} cancelled during the hand-off; {h.remaining} records stay recorded and resume when spec.drain.cancel is false", now)
+        c = _finish(
+            dataclasses.replace(h, resumed_at=now if restore is not None else None),
+            Phase.CANCELLED,
+            "CancelledBySpec",
+            f"drain {d.id} cancelled during the hand-off; {h.remaining} records stay recorded and resume "
+            "when spec.drain.cancel is false",
+            now,
+        )
         return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
                       event=("Normal", "DrainCancelled", c.message))
-    return Action(Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message))
+    return Action(
+        Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message)
+    )
 
 
 def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mapping[int, mbx.Entry],
@@ -1135,7 +1546,9 @@ def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mappin
         x, e = res.get(r.partition), mine.get(r.partition)
         if x is None or not x.resolved or (e is not None and e.done):
             continue
-        out[r.partition] = e.sealed() if e is not None and e.acked else mbx.sealed_entry(d.id, r.split, r.split, owner)
+        out[r.partition] = (
+            e.sealed() if e is not None and e.acked else mbx.sealed_entry(d.id, r.split, r.split, owner)
+        )
     return out
 
 
@@ -1154,8 +1567,13 @@ def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[Su
     when the plan predates per-partition tasks); pieces tile ``[start, split)`` exactly."""
     subs: list[SubRange] = []
     for r in ranges:
-        subs.extend(split_ranges({r.partition: (int(r.start or 0), r.split)}, r.tasks or spec.drain.fallback_tasks,
-                                 min_records_per_task=spec.batch.max_records))
+        subs.extend(
+            split_ranges(
+                {r.partition: (int(r.start or 0), r.split)},
+                r.tasks or spec.drain.fallback_tasks,
+                min_records_per_task=spec.batch.max_records,
+            )
+        )
     return tuple(subs)
 
 
@@ -1170,7 +1588,9 @@ def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason
     if reset_attempts:
         # attempts are counted from here again (spec changed / resumed after cancel); job names stay unique
         r = dataclasses.replace(r, failed_generation=None, attempt_base=attempt)
-    r = dataclasses.replace(r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1])
+    r = dataclasses.replace(
+        r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1]
+    )
     return Action(Kind.LAUNCH, r, r.reason, r.message, replicas=d.restore_replicas if restore else None,
                   attempt=attempt, event=("Normal", "DrainStarted", r.message))
 

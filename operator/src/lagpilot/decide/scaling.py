@@ -13,10 +13,18 @@ exceeds the SLA; more lag never yields fewer replicas; constant load converges w
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from lagpilot.decide.drain_policy import BusyDrain, DrainNeed, DrainPolicy, assisted_replicas, drain_need, overloaded_at
+from lagpilot.decide.drain_policy import (
+    BusyDrain,
+    DrainNeed,
+    DrainPolicy,
+    assisted_replicas,
+    drain_need,
+    overloaded_at,
+)
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
 from lagpilot.decide.learn import Limit
@@ -55,7 +63,7 @@ class ScalingPolicy:
         return self.sla_s * self.target_fraction
 
     @classmethod
-    def from_group_spec(cls, spec: "GroupSpec", **model: Any) -> "ScalingPolicy":
+    def from_group_spec(cls, spec: GroupSpec, **model: Any) -> ScalingPolicy:
         """From the parsed spec (``spec.scaling``, ``catchUpSLASeconds``); ``model`` overrides the
         figures that are not in the spec (target_fraction, pod_start_s, ...)."""
         s = spec.scaling
@@ -70,7 +78,7 @@ class ScalingPolicy:
             **model,
         ).validate()
 
-    def validate(self) -> "ScalingPolicy":
+    def validate(self) -> ScalingPolicy:
         problems = []
         if self.min_replicas < 0:
             problems.append("scaling.minReplicas must be >= 0")
@@ -118,11 +126,11 @@ class ScalingObservation:
 
     @property
     def total_lag(self) -> float:
-        return sum(l.lag for l in self.loads)
+        return sum(x.lag for x in self.loads)
 
     @property
     def produce_rate(self) -> float:
-        return sum(l.rate for l in self.loads)
+        return sum(x.rate for x in self.loads)
 
     @classmethod
     def from_estimate(
@@ -140,14 +148,18 @@ class ScalingObservation:
         retention_s: float | None = None,
         busy_drain: BusyDrain | None = None,
         downstream_limit: Limit | None = None,
-    ) -> "ScalingObservation":
+    ) -> ScalingObservation:
         """Build from the estimator state (rates, capacity) and the snapshot (offsets, ages)."""
         loads, live = [], []
         ages: dict[int, float] = {}
         offsets = snap.by_partition() if snap is not None else {}
         for pid, est in sorted(state.partitions.items()):
             po = offsets.get(pid)
-            start = consume_position(po) if po is not None else (est.committed if est.committed is not None else est.low)
+            start = (
+                consume_position(po)
+                if po is not None
+                else (est.committed if est.committed is not None else est.low)
+            )
             loads.append(PartitionLoad(pid, float(est.lag), est.produce_rate, start, est.end))
             live.append(PartitionLoad(pid, float(est.lag), est.rate_now, start, est.end))
             if po is not None:
@@ -187,7 +199,7 @@ class ScalingHistory:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "ScalingHistory":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ScalingHistory:
         """Inverse of :meth:`to_dict`; a missing or malformed value gives an empty history."""
         if not data:
             return cls()
@@ -252,7 +264,7 @@ def stabilize(
             up = min(up, r)
         if now_s - t < policy.scale_down_window_s:
             down = max(down, r)
-    recs = past + [(now_s, raw)]
+    recs = [*past, (now_s, raw)]
     out = current
     if out < up:
         out = up
@@ -321,7 +333,11 @@ def decide(
         return d, history
     cap_hi = min(policy.max_replicas, obs.partitions)
     idle = obs.total_lag <= 0 and obs.produce_rate <= policy.idle_rate
-    c = obs.capacity_per_replica if obs.capacity_per_replica is not None and obs.capacity_per_replica > 0 else None
+    c = (
+        obs.capacity_per_replica
+        if obs.capacity_per_replica is not None and obs.capacity_per_replica > 0
+        else None
+    )
     x = _Case(obs, policy, cur, cap_hi, min(policy.min_replicas, cap_hi), idle, c)
 
     load = _assess(x, drain_policy) if c is not None else None
@@ -362,12 +378,16 @@ def _without_capacity(x: _Case) -> Step:
     """No consumer has reported its capacity: start one if records wait, otherwise hold."""
     if x.cur == 0 and not x.idle:
         return max(1, x.lo), "ScaleFromZero", "records waiting, no capacity figure yet"
-    return (x.cur if x.idle else max(x.cur, 1)), "CapacityUnknown", "no consumer has reported its capacity yet"
+    return (
+        (x.cur if x.idle else max(x.cur, 1)),
+        "CapacityUnknown",
+        "no consumer has reported its capacity yet",
+    )
 
 
 def _handed_off(loads: Sequence[PartitionLoad], drained: set[int]) -> tuple[PartitionLoad, ...]:
     """After the hand-off the drained backlog is no longer the group's to clear."""
-    return tuple(PartitionLoad(l.partition, 0.0, l.rate) if l.partition in drained else l for l in loads)
+    return tuple(PartitionLoad(x.partition, 0.0, x.rate) if x.partition in drained else x for x in loads)
 
 
 def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
@@ -378,9 +398,16 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
     # (rates only: a fixed point under constant load); the drain planner then plans for them
     assisted = None
     if drain_policy is not None and not x.to_zero:
-        assisted = assisted_replicas(obs.loads, c, min_replicas=max(1, x.lo), cap=x.cap_hi, sla_s=policy.sla_s,
-                                     policy=drain_policy, max_utilization=policy.max_utilization,
-                                     target_s=x.target)
+        assisted = assisted_replicas(
+            obs.loads,
+            c,
+            min_replicas=max(1, x.lo),
+            cap=x.cap_hi,
+            sla_s=policy.sla_s,
+            policy=drain_policy,
+            max_utilization=policy.max_utilization,
+            target_s=x.target,
+        )
     now_loads = obs.loads_now
     drain: DrainNeed | None = None
     if drain_policy is not None:
@@ -405,7 +432,7 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
     required = required_replicas(loads, c, x.target, x.cap_hi, max_utilization=policy.max_utilization)
     if assisted is not None:
         required = assisted
-    burst = assisted is not None and overloaded_at([l.rate for l in obs.loads], x.cap_hi, c)
+    burst = assisted is not None and overloaded_at([load.rate for load in obs.loads], x.cap_hi, c)
     return _Load(drain, assisted, burst, loads, hot, cur_proj, cur_util, required)
 
 
@@ -447,7 +474,7 @@ def _rate_fell(x: _Case, load: _Load) -> Step | None:
     if live is None:
         return None
     return (min(x.cap_hi, max(x.cur, live)), "Steady",
-            f"the produce rate fell to {sum(l.rate for l in now_loads):.0f}/s (measured now; "
+            f"the produce rate fell to {sum(x.rate for x in now_loads):.0f}/s (measured now; "
             f"{live} replicas hold it): holding while the fall is stabilized ({x.obs.produce_rate:.0f}/s)")
 
 
@@ -503,9 +530,17 @@ def _explain_limits(x: _Case, raw: int, stabilized: int, step: Step) -> Step:
     if desired < cur and reason not in ("ScaleDown", "ScaleToZero"):
         return desired, capped, f"{cur} > cap {cap_hi}"
     if desired == cur and raw < cur:
-        return desired, "ScaleDownStabilized", f"{why}; holding for the {p.scale_down_window_s:.0f}s scale-down window"
+        return (
+            desired,
+            "ScaleDownStabilized",
+            f"{why}; holding for the {p.scale_down_window_s:.0f}s scale-down window",
+        )
     if desired == cur and raw > cur:
-        return desired, "ScaleUpStabilized", f"{why}; holding for the {p.scale_up_window_s:.0f}s scale-up window"
+        return (
+            desired,
+            "ScaleUpStabilized",
+            f"{why}; holding for the {p.scale_up_window_s:.0f}s scale-up window",
+        )
     return step
 
 
@@ -552,4 +587,5 @@ def _verb(cur: int, desired: int) -> str:
 
 def loads_from(lags: Sequence[float], rates: Sequence[float]) -> tuple[PartitionLoad, ...]:
     """Convenience for tests and the simulator: partition i has lags[i] and rates[i]."""
-    return tuple(PartitionLoad(i, float(l), float(r)) for i, (l, r) in enumerate(zip(lags, rates)))
+    return tuple(PartitionLoad(i, float(lag), float(r))
+                 for i, (lag, r) in enumerate(zip(lags, rates, strict=False)))
