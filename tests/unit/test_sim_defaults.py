@@ -85,3 +85,13 @@ def test_the_cli_and_the_bench_default_to_the_crd_and_can_turn_busy_drains_off()
     import inspect
 
     assert inspect.signature(planner_eval.evaluate).parameters["busy_drains"].default is busy
+
+
+def test_the_demos_sim_to_real_defaults_to_the_crds_busy_drains() -> None:
+    """A demo spec without the setting (an older summary) is simulated with the CRD's default."""
+    import inspect
+
+    from lagpilot_dev import demo_measure
+
+    busy = m.Drain.model_fields["busy"].default
+    assert inspect.signature(demo_measure.sim_params).parameters["busy_drains"].default is busy
