@@ -114,9 +114,9 @@ def test_a_next_parts_work_waits_for_the_pass_under_way() -> None:
     t = _run(w, t, 45.0, rates=(0.0, 200.0))
     w.plan_drain(_need({1: 1}, extension=True), t)
     t = _run(w, t, 80.0)
-    d = w.sim_drains[0]
-    p1 = [task for task in d.tasks if task.partition == 1]
-    assert p1 and p1[0].queue.total > 0  # p0's sub-range still runs: the next part waits
-    assert abs(p1[0].queue.total - 200.0 * 5) < 1e-6
-    t = _run(w, t, 100.0)
-    assert p1[0].queue.total <= 1e-9  # the pass ended at ~91 s: the next part ran
+    # p0's sub-range still runs (1,100 records left): the next range's 1,000 wait, none processed
+    assert abs(w.remaining() - (1_100.0 + 1_000.0)) < 1e-6, w.remaining()
+    subs = {s.partition: s for s in w.sim_drains[0].status.sub_ranges}
+    assert subs[1].records == 0 and subs[1].end - subs[1].start == 1_000
+    t = _run(w, t, 110.0)  # the pass ended at 91 s; the next part's 1,000 records take 10 s
+    assert w.remaining() <= 1e-6
