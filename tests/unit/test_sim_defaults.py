@@ -61,7 +61,8 @@ def test_the_simulated_cr_is_the_one_the_operator_parses_from_the_defaults(parti
     assert sim.drain == op.drain
     assert sim.batch == op.batch
     assert sim.catch_up_sla_seconds == op.catch_up_sla_seconds
-    assert sim.scaling == dataclasses.replace(op.scaling, max_replicas=min(op.scaling.max_replicas, partitions))
+    capped = min(op.scaling.max_replicas, partitions)
+    assert sim.scaling == dataclasses.replace(op.scaling, max_replicas=capped)
 
 
 def test_the_simulated_planner_takes_busy_drains_from_the_cr_as_the_operator_does() -> None:

@@ -297,7 +297,7 @@ class _World:
                 if left > 1e-6:
                     p, n = d.sizes[int(idx)]
                     subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
-        for p, q, idx in d.pending:  # handed off, not taken by the driver yet: nothing done
+        for p, _, idx in d.pending:  # handed off, not taken by the driver yet: nothing done
             subs.append(handoff.SubProgress(p, idx, 0, d.sizes[idx][1], 0))
         subs.sort(key=lambda x: (x.partition, x.index))
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
