@@ -5,7 +5,7 @@
 
 Each trace is `tracegen.generate(kind, seed)` with the family's `tracegen.SUITE` parameters, simulated
 with pods 30 s, a 1 s hand-off pause, <= 16 drain tasks, otherwise the CRD's defaults (splitFactor
-unset, warm runtime off); lagpilot at each drain start (with ``--concurrent-drains`` drains side by side), KEDA once (it
+unset, warm runtime off, busy drains on: ``--no-busy-drains`` turns them off); lagpilot at each drain start (with ``--concurrent-drains`` drains side by side), KEDA once (it
 does not drain). A run is ok when within-SLA >= 0.999 and replica + drain-task (+ idle runtime)
 minutes <= KEDA's replica minutes. Families: flash, hot-partition, diurnal, step, backfill and (issue
 25) rolling-hot, long-flash. Prints a Markdown table (or, with --json, one JSON object: runs and the counts).
@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split-factor", type=int, default=None,
                     help="spec.drain.splitFactor (an optional cap; default unset, the CRD's default)")
     ap.add_argument("--busy-drains", action=argparse.BooleanOptionalAction, default=SimParams.busy_drains,
-                    help="drains stay busy across a burst (issue 25 item 2: next split without a new start-up)")
+                    help="drains stay busy across a burst (issue 25 item 2: next split without a new start-up); "
+                         "default: the CRD's spec.drain.busy")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     kinds, starts = a.kinds.split(","), [float(x) for x in a.starts.split(",")]

@@ -146,7 +146,8 @@ def test_the_simulated_runtime_follows_the_step_and_pays_one_warm_up_a_burst() -
     rows = [(t - rows[spike[0] - 60][0], *rest) for t, *rest in rows[spike[0] - 60: spike[0] + 120]]  # the first spike
     trace = trace_from_rows(rows)
     base = dict(partitions=fam.partitions, capacity=fam.capacity, sla_s=fam.sla_s, pod_start_s=30.0,
-                handoff_pause_s=1.0, max_drain_tasks=16, drain_start_s=90.0)
+                handoff_pause_s=1.0, max_drain_tasks=16, drain_start_s=90.0,
+                busy_drains=False)  # cold drains: one warm-up a burst serves each drain's start
     off = run_policy(trace, SimParams(**base), "lagpilot")
     od = run_policy(trace, SimParams(warm_runtime="on-demand", **base), "lagpilot")
     assert "drain_runtime_minutes" not in off.extra

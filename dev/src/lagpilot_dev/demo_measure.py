@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lagpilot.spec import DrainSpec
+
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
                min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
                scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int,
                warm_runtime: str | None = None, runtime_cooldown_s: float | None = None,
-               runtime: Mapping[str, Any] | None = None, busy_drains: bool = False) -> dict[str, Any]:
+               runtime: Mapping[str, Any] | None = None, busy_drains: bool = DrainSpec().busy) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
     measured in this run (the simulator keeps its default).
 

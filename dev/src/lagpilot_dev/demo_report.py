@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lagpilot.decide.status import parse_time
+from lagpilot.spec import DrainSpec
 from lagpilot_dev import demo_measure
 
 ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")
@@ -341,7 +342,7 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
         batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records,
         warm_runtime=sp.get("warm_runtime"), runtime_cooldown_s=sp.get("runtime_cooldown_s"), runtime=runtime,
-        busy_drains=bool(sp.get("busy_drains", False)))
+        busy_drains=bool(sp.get("busy_drains", DrainSpec().busy)))  # the CRD's default
     pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
     led = proof.ledger or {}
     out = {

@@ -57,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the quiesce fallback: replicas held at 0 for the pause, then restored (pods start again)")
     ap.add_argument("--concurrent-drains", type=int, default=d.concurrent_drains,
                     help="drains the executor runs side by side (today: 1)")
-    ap.add_argument("--busy-drains", action="store_true", default=d.busy_drains,
+    ap.add_argument("--busy-drains", action=argparse.BooleanOptionalAction, default=d.busy_drains,
                     help="the executor keeps a drain busy across a burst: its tasks take the next split without a "
-                         "new start-up (issue 25 item 2; the operator's executor does not yet, docs/drain.md)")
+                         "new start-up (issue 25 item 2; spec.drain.busy, default: the CRD's, "
+                         f"{str(d.busy_drains).lower()}; --no-busy-drains: every drain ends with its range)")
     ap.add_argument("--learn-start-ups", action="store_true", default=d.learn_start_ups,
                     help="issue 25 item 4: the planner starts from the operator's default figures (pod 30 s, drain "
                          "start-up 20 s, warm 3 s) and learns this world's from what it observes (decide.learn); "

@@ -27,7 +27,7 @@ class SimParams:
     step_s: float = 5.0
     batch_timeout_s: float = 1.0
     min_replicas: int = 1
-    max_replicas: int | None = None  # None: the partition count
+    max_replicas: int | None = None  # None: the CRD's default (maxReplicas 10), capped at the partition count
     poll_interval_s: float = 15.0
     # lagpilot's spec.scaling.behavior.scaleDown.stabilizationWindowSeconds (the demo's CR sets 60 s;
     # KEDA's model keeps the HPA's own 300 s, keda_tuned sweeps it)
@@ -49,8 +49,13 @@ class SimParams:
     # bursts (the capped group cannot hold the load); None: never (--no-drain-assist)
     drain_assist_min_saving: float | None = 1.0
     # issue 25 item 2: the executor keeps a drain busy across a burst (its tasks take the next split
-    # without a new start-up; step.Model.drain_busy, docs/drain.md "Busy drains")
-    busy_drains: bool = False
+    # without a new start-up; step.Model.drain_busy, docs/drain.md "Busy drains"); the CRD's default
+    # (spec.drain.busy, read from the model: lagpilot.spec.DrainSpec)
+    busy_drains: bool = DrainSpec().busy
+    # a busy drain's driver ends by itself after this long without a next part
+    # (LAGPILOT_DRAIN_PART_WAIT_SECONDS, lagpilot_runtime.drain_job.PART_WAIT_S); until then it holds
+    # its task slots (docs/drain.md "Busy drains")
+    drain_part_wait_s: float = 300.0
     # issue 25 item 4 (decide.learn): the planner starts from the operator's defaults (step.Model's
     # figures) and learns the world's pod start and drain start-ups; False: it is told the world's
     learn_start_ups: bool = False
@@ -58,6 +63,12 @@ class SimParams:
     @property
     def task_capacity(self) -> float:
         return self.drain_task_capacity or self.capacity
+
+    @property
+    def max_replicas_cap(self) -> int:
+        """The group's cap as the operator applies it: maxReplicas (the CRD's default unless set), never
+        above the partition count."""
+        return min(self.max_replicas or ScalingSpec().max_replicas, self.partitions)
 
     @property
     def pause_s(self) -> float:
@@ -71,7 +82,7 @@ class SimParams:
             kafka=KafkaSpec(bootstrap_servers="127.0.0.1:9092"), topic="simulated", group_id="simulated",
             batch=BatchSpec(max_records=self.batch_max_records),
             scaling=ScalingSpec(min_replicas=self.min_replicas,
-                                max_replicas=self.max_replicas or self.partitions,
+                                max_replicas=self.max_replicas_cap,
                                 poll_interval_seconds=self.poll_interval_s,
                                 scale_down_window_seconds=self.scale_down_window_s),
             catch_up_sla_seconds=self.sla_s,

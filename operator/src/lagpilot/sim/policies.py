@@ -109,7 +109,7 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
     processed = world.lat.count
     late_waiting = 0.0
     oldest_age = 0.0
-    for q in world.queues + [task.queue for task in world.tasks]:
+    for q in world.queues + world.drain_queues():
         for t0, t1, n in q.segs:
             a0, a1 = t - t1, t - t0  # ages of the newest and oldest record of the segment
             oldest_age = max(oldest_age, a1)

@@ -11,6 +11,11 @@ The model (documented in docs/decision.md):
   size, each task starts ``drain_start_s`` after launch (``drain_warm_start_s`` when the warm
   runtime is Ready and not serving another drain) and processes its sub-range FIFO at
   ``drain_task_capacity``; at most ``concurrent_drains`` side by side and ``max_drain_tasks`` tasks;
+- a busy drain (``busy_drains``) is its driver (lagpilot_runtime.drain_job.run): it holds the task
+  slots it was launched with until it ends, also while it waits for a next part; a next split's
+  sub-ranges run on those slots (no new task, no start-up; more sub-ranges than slots queue) once the
+  pass under way has ended; it ends on the final part (the first decision that takes no next split
+  with nothing left) or ``drain_part_wait_s`` after its last work without a part;
 - the warm drain runtime (``warm_runtime`` always / on-demand): scaled as the decision step says,
   Ready ``drain_start_s`` after a scale-up (the same JVM and SparkSession a cold drain starts);
 - observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
@@ -103,6 +108,12 @@ class _SimDrain:
     ext_planned_s: float = 0.0
     ext_handoff_at: float | None = None
     sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # sub-range index -> (partition, records)
+    # a busy drain's next-part sub-ranges the driver has not taken yet (it reads a part once its pass
+    # under way has ended): (partition, records, sub-range index)
+    pending: list[tuple[int, _Queue, int]] = field(default_factory=list)
+
+    def has_work(self) -> bool:
+        return bool(self.pending) or any(x.queue.total > 1e-9 for x in self.tasks)
 
 
 class _World:
@@ -149,6 +160,11 @@ class _World:
     @property
     def tasks(self) -> list[_Task]:
         return [task for d in self.sim_drains for task in d.tasks]
+
+    def drain_queues(self) -> list[_Queue]:
+        """Every drained record not processed yet: the tasks' and the next parts' a busy driver has
+        not taken yet."""
+        return [task.queue for task in self.tasks] + [q for d in self.sim_drains for _, q, _ in d.pending]
 
     def drain_statuses(self) -> tuple[handoff.DrainStatus, ...]:
         """What the executor would hold in status.drain: drains in flight, else the last one."""
@@ -229,49 +245,50 @@ class _World:
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
 
     def _extend(self, d: _SimDrain, t: float) -> None:
-        """The next split handed off: each partition's new range cut into its tasks, given to the
-        drain's tasks of that partition first (least work left first), then to its free tasks, then
-        to new tasks (which pay the start-up); free tasks left without work are released."""
+        """The next split handed off: each partition's new range cut into its sub-ranges (the tasks the
+        planner gave it), which the driver takes with its next part: at once when its pass has ended,
+        else when it ends (:meth:`_next_pass`). They run on the slots the driver holds: a next split
+        adds no task and pays no start-up, more sub-ranges than slots queue (docs/drain.md "Busy
+        drains": the driver's session keeps the parallelism it was launched with)."""
         assert d.status.extension is not None
-        given: set[int] = set()
         for p, n_tasks in sorted(d.ext_tasks.items()):
             segs = _take_before(self.queues[p], d.ext_planned_s)
             self.drained[p] = self.drained.get(p, 0) + 1
-            own = sorted((x for x in d.tasks if x.partition == p and id(x) not in given), key=lambda x: x.queue.total)
-            free = [x for x in d.tasks if x.queue.total <= 1e-9 and id(x) not in given and x.partition != p]
             for q in _split(segs, n_tasks):
                 n = q.total
                 if n <= 1e-9:
                     continue
                 idx = self._next_index(d)
                 d.sizes[idx] = (p, int(round(n)))
-                task = own.pop(0) if own else (free.pop(0) if free else None)
-                if task is None:  # a new task: it starts like a new drain's
-                    task = _Task(_Queue(), t, t + self.p.drain_start_s)
-                    d.tasks.append(task)
-                for seg in q.segs:
-                    task.queue.push(*seg)
-                task.partition = p
-                task.marks.append([idx, n])
-                task.done_at = None
-                given.add(id(task))
+                d.pending.append((p, q, idx))
         ranges = {r.partition: r for r in d.status.ranges}
         for r in d.status.extension.ranges:
             ranges[r.partition] = r
         d.status = replace(d.status, extension=None, round=d.status.extension.round,
                            ranges=tuple(ranges[p] for p in sorted(ranges)))
         d.ext_tasks, d.ext_handoff_at = {}, None
+        if not any(x.queue.total > 1e-9 for x in d.tasks):
+            self._next_pass(d, t)
         self._busy_status(d)
+
+    @staticmethod
+    def _next_pass(d: _SimDrain, t: float) -> None:
+        """The driver's next pass (one Spark job over the sub-ranges of the parts it read) from ``t``:
+        each sub-range, the largest first, on the slot with the least work (Spark hands a free slot
+        the next task)."""
+        for p, q, idx in sorted(d.pending, key=lambda x: -x[1].total):
+            task = min(d.tasks, key=lambda x: x.queue.total)
+            for seg in q.segs:
+                task.queue.push(*seg)
+            task.partition = p
+            task.marks.append([idx, q.total])
+            task.done_at = None
+            task.start_at = max(task.start_at, t)
+        d.pending = []
 
     @staticmethod
     def _next_index(d: _SimDrain) -> int:
         return max(d.sizes, default=-1) + 1
-
-    def _release_idle(self, d: _SimDrain, t: float, idle_s: float = 0.0) -> None:
-        """Release the drain's tasks without work for at least ``idle_s`` (their cost ends now)."""
-        for task in [x for x in d.tasks if x.queue.total <= 1e-9 and (x.done_at if x.done_at is not None else t) <= t - idle_s]:
-            self.finished_task_s += max(t, task.done_at or t) - task.launched
-            d.tasks.remove(task)
 
     def _busy_status(self, d: _SimDrain) -> None:
         subs = []
@@ -280,36 +297,34 @@ class _World:
                 if left > 1e-6:
                     p, n = d.sizes[int(idx)]
                     subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
+        for p, _, idx in d.pending:  # handed off, not taken by the driver yet: nothing done
+            subs.append(handoff.SubProgress(p, idx, 0, d.sizes[idx][1], 0))
         subs.sort(key=lambda x: (x.partition, x.index))
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
 
     def release_idle(self, t: float) -> None:
-        """Before a decision: nothing (a busy drain's idle tasks are released after it, ``settle``,
-        so that the decision's next split can still take them without a start-up)."""
+        """Before a decision: nothing (a busy drain keeps its slots until it ends, ``settle``)."""
 
     def settle(self, t: float) -> None:
-        """After a decision: a busy drain releases its tasks that had no work for a whole poll,
-        except those its next split (if one was planned) will take; when it took no next split and
-        no task has work left, it is done (its partitions handed back: the group holds them)."""
+        """After a decision: a busy drain that took no next split and has no work left gets the final
+        part and ends (its partitions handed back: the group holds them); every slot it held is paid
+        until then. Until then it holds them all, also while it waits for a part (the driver's
+        session keeps its parallelism; it ends by itself after ``drain_part_wait_s``: ``advance``)."""
         for d in list(self.sim_drains):
             if not d.busy or d.status.handed_off_at is None:
                 continue
-            if d.ext_handoff_at is None and not any(x.queue.total > 1e-9 for x in d.tasks):
-                self._release_idle(d, t)
-                self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=t)
-                self.sim_drains.remove(d)
+            if d.ext_handoff_at is None and not d.has_work():
+                self._end_busy(d, t)
                 continue
-            keep = 0
-            if d.ext_handoff_at is not None:
-                own = sum(1 for x in d.tasks if x.partition in d.ext_tasks and x.queue.total > 1e-9)
-                keep = max(0, sum(d.ext_tasks.values()) - own)
-            idle = sorted((x for x in d.tasks if x.queue.total <= 1e-9
-                           and (x.done_at if x.done_at is not None else t) <= t - self.p.poll_interval_s + 1e-6),
-                          key=lambda x: -(x.done_at or t))
-            for task in idle[keep:]:
-                self.finished_task_s += max(t, task.done_at or t) - task.launched
-                d.tasks.remove(task)
             self._busy_status(d)
+
+    def _end_busy(self, d: _SimDrain, end: float) -> None:
+        """The busy driver ends at ``end`` (the final part, or its wait for one is over): its slots
+        are released, the drain verified."""
+        self.finished_task_s += sum(max(end, task.done_at or end) - task.launched for task in d.tasks)
+        d.tasks.clear()
+        self.last_status = replace(d.status, phase=handoff.Phase.VERIFIED, finished_at=end)
+        self.sim_drains.remove(d)
 
     def _hand_off(self, d: _SimDrain, t: float) -> None:
         """Handed off and launched: the range [start, split) leaves the group, tasks start."""
@@ -347,9 +362,14 @@ class _World:
         self._consume(t, dt)
         running = 0
         for d in self.sim_drains:
-            running += self._run_tasks(d, t, dt)
+            n = self._run_tasks(d, t, dt)
+            if d.pending and not any(x.queue.total > 1e-9 for x in d.tasks):
+                # the pass ended within the step: the driver takes the part(s) it missed meanwhile
+                self._next_pass(d, max([t] + [x.done_at for x in d.tasks if x.done_at is not None]))
+                n = self._run_tasks(d, t, dt)
+            running += n
             self._record_progress(d)
-        self._finish_drains(t)
+        self._finish_drains(t, dt)
         return self._oldest_age(t + dt), running
 
     def _hand_offs_due(self, t: float, dt: float) -> None:
@@ -411,8 +431,13 @@ class _World:
                          else _progress(sp, task) for sp, task in zip(d.status.sub_ranges, d.tasks))
             d.status = replace(d.status, sub_ranges=subs)
 
-    def _finish_drains(self, t: float) -> None:
-        """A drain (not busy) whose tasks are all done succeeds and is verified."""
+    def _finish_drains(self, t: float, dt: float) -> None:
+        """A drain (not busy) whose tasks are all done succeeds and is verified; a busy drain's driver
+        with nothing left that got no part for ``drain_part_wait_s`` ends by itself."""
+        for d in [d for d in self.sim_drains if d.busy and d.tasks and d.ext_handoff_at is None and not d.has_work()]:
+            idle_since = max(x.done_at if x.done_at is not None else t for x in d.tasks)
+            if idle_since + self.p.drain_part_wait_s <= t + dt:
+                self._end_busy(d, idle_since + self.p.drain_part_wait_s)
         for d in [d for d in self.sim_drains
                   if not d.busy and d.tasks and all(task.done_at is not None for task in d.tasks)]:
             end = max(task.done_at or t for task in d.tasks)
@@ -425,13 +450,13 @@ class _World:
         """The age of the oldest record not processed yet, in the group's queues or a task's."""
         oldest = min(
             [q.oldest() for q in self.queues if q.oldest() is not None]
-            + [task.queue.oldest() for task in self.tasks if task.queue.oldest() is not None],
+            + [q.oldest() for q in self.drain_queues() if q.oldest() is not None],
             default=None,
         )
         return 0.0 if oldest is None else max(0.0, now - oldest)
 
     def remaining(self) -> float:
-        return sum(q.total for q in self.queues) + sum(task.queue.total for task in self.tasks)
+        return sum(q.total for q in self.queues) + sum(q.total for q in self.drain_queues())
 
 
 def _path(name: str) -> dict[str, Any]:
