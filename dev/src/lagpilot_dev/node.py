@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lagpilot_dev import node_oci
-from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
+from lagpilot_dev.kube import ETCD_VERSION, KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
 from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.node")
@@ -196,6 +196,20 @@ def default_node_ip() -> str:
     return host_ip()
 
 
+def build_command(node_cache: Path, kube_cache: Path | None = None) -> list[str]:
+    """dev/build-node.sh's command line, under `nice -n 10`; with `kube_cache` the control plane's
+    missing binaries are built in the same run (into `<kube_cache>/bin`)."""
+    argv = ["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(node_cache)]
+    return argv + [str(kube_cache)] if kube_cache is not None else argv
+
+
+def build_env() -> dict[str, str]:
+    """The versions dev/build-node.sh (and the dev/build-kube.sh it runs) build."""
+    return {"LAGPILOT_KUBE_VERSION": KUBE_VERSION, "LAGPILOT_ETCD_VERSION": ETCD_VERSION,
+            "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION, "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
+            "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
+
+
 class NodePart:
     """Install (build + apt), start, stop and describe one real worker node."""
 
@@ -230,28 +244,31 @@ class NodePart:
             and all(p.exists() for p in (RUNC, CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", BUSYBOX))
 
     def install(self) -> None:
-        """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only)."""
-        self.kube.install()
-        if self.installed():
+        """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only).
+
+        When the control plane's binaries are missing too, the same run builds them (one `go build`
+        of every k8s.io/kubernetes command, one Go module and build cache: docs/node.md "Cold
+        build"). Holds the kube part's build lock, then the node's (always in that order).
+        """
+        if self.installed() and self.kube.installed():
             self._write_images()
             return
         from lagpilot_dev.images_tools import ensure_apt_packages
 
-        ensure_apt_packages(APT_PACKAGES)
-        with file_lock(self.node_cache / ".build.lock"):
-            if not all(os.access(self.bin / b, os.X_OK) for b in BINARIES):
+        with file_lock(self.kube.kube_cache / ".build.lock"), file_lock(self.node_cache / ".build.lock"):
+            ensure_apt_packages(APT_PACKAGES)
+            with_kube = not self.kube.installed()
+            if with_kube or not all(os.access(self.bin / b, os.X_OK) for b in BINARIES):
                 build_log = self.node_cache / "build.log"
+                build_log.parent.mkdir(parents=True, exist_ok=True)
                 started = time.monotonic()
-                log.info("building node binaries (first run only)", extra={"log": str(build_log)})
+                log.info("building node binaries (first run only)",
+                         extra={"log": str(build_log), "with_control_plane": with_kube})
                 with open(build_log, "ab") as out:
-                    rc = subprocess.run(["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(self.node_cache)],  # noqa: S603,S607
+                    rc = subprocess.run(build_command(self.node_cache, self.kube.kube_cache if with_kube else None),  # noqa: S603
                                         stdout=out, stderr=subprocess.STDOUT, check=False,
-                                        env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
-                                             "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
-                                             "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION,
-                                             "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}).returncode
-                if rc != 0 or not self.installed():
+                                        env={**os.environ, **build_env()}).returncode
+                if rc != 0 or not self.installed() or not self.kube.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
                 log.info("node binaries built", extra={"seconds": round(time.monotonic() - started)})
