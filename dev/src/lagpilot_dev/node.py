@@ -77,27 +77,45 @@ NAMESPACE_POLICY = "lagpilot-real-node"
 # The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
 # `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
 # group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
-# run ...), so under a load of 20 the pods together got ~10 % of the 2 cores. Unset: the kubelet's
-# value stays (a real node's); set (2..262144): that weight, applied when the node starts.
+# run ...), so under a load of 20 the pods together got ~10 % of the 2 cores. The node part sets
+# DEFAULT_PODS_CPU_SHARES when it starts: the weight of eight host sessions, what ~8 pods weighed
+# under the pod runner (one session per pod process); LAGPILOT_NODE_CPU_SHARES overrides it
+# (2..262144), `kubelet` leaves the kubelet's own value.
 CPU_SHARES_ENV = "LAGPILOT_NODE_CPU_SHARES"
+DEFAULT_PODS_CPU_SHARES = 8192
 KUBEPODS_CPU_SHARES = Path("/sys/fs/cgroup/cpu/kubepods/cpu.shares")
 
 
-def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_CPU_SHARES) -> int | None:
-    """Apply ``LAGPILOT_NODE_CPU_SHARES`` (if set) to the kubepods cgroup; the weight in force, None
-    without the cgroup. ValueError naming the variable for a value that is not a weight."""
+def pods_cpu_shares_setting(env: Mapping[str, str] | None = None) -> int | None:
+    """The weight the node part gives kubepods: LAGPILOT_NODE_CPU_SHARES, DEFAULT_PODS_CPU_SHARES when
+    unset, None for `kubelet` (leave the kubelet's). ValueError naming the variable otherwise."""
     e = os.environ if env is None else env
     raw = (e.get(CPU_SHARES_ENV) or "").strip()
-    if raw:
-        if not raw.isdigit() or not 2 <= int(raw) <= 262144:
-            raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144 (got {raw!r})")
-        if path.exists():
-            path.write_text(raw)
-            log.info("node pods' CPU weight set", extra={"cpu_shares": int(raw), "env": CPU_SHARES_ENV})
+    if not raw:
+        return DEFAULT_PODS_CPU_SHARES
+    if raw == "kubelet":
+        return None
+    if not raw.isdigit() or not 2 <= int(raw) <= 262144:
+        raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' (got {raw!r})")
+    return int(raw)
+
+
+def read_pods_cpu_shares(path: Path = KUBEPODS_CPU_SHARES) -> int | None:
+    """The kubepods weight in force; None without the cgroup."""
     try:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_CPU_SHARES) -> int | None:
+    """Apply pods_cpu_shares_setting to the kubepods cgroup (when it exists); the weight in force,
+    None without the cgroup."""
+    shares = pods_cpu_shares_setting(env)
+    if shares is not None and path.exists():
+        path.write_text(str(shares))
+        log.info("node pods' CPU weight set", extra={"cpu_shares": shares, "env": CPU_SHARES_ENV})
+    return read_pods_cpu_shares(path)
 
 
 def namespace_policy() -> list[dict[str, Any]]:
@@ -759,5 +777,5 @@ state = "{self.run_dir / 'containerd'}"
             "containerd_version": CONTAINERD_VERSION,
             "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
-            "pods_cpu_shares": pods_cpu_shares({}),
+            "pods_cpu_shares": read_pods_cpu_shares(),
         }
