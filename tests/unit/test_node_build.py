@@ -53,7 +53,8 @@ def _kube_built(cache: Path) -> None:
         (cache / "kube" / "bin" / b).touch(mode=0o755)
 
 
-def test_a_cold_machine_builds_control_plane_and_node_in_one_run(tmp_path: Path, fake_build: list[Any]) -> None:
+def test_a_cold_machine_builds_control_plane_and_node_in_one_run(tmp_path: Path,
+                                                                 fake_build: list[Any]) -> None:
     cache = tmp_path / "cache"
     part = node.NodePart(cache, tmp_path / "state")
     part.install()
@@ -61,7 +62,8 @@ def test_a_cold_machine_builds_control_plane_and_node_in_one_run(tmp_path: Path,
     argv, env = fake_build[0]
     assert argv[-2:] == [str(cache / "node"), str(cache / "kube")]
     assert argv[:3] == ["nice", "-n", "10"]
-    assert env["LAGPILOT_KUBE_VERSION"] == kube.KUBE_VERSION and env["LAGPILOT_ETCD_VERSION"] == kube.ETCD_VERSION
+    assert env["LAGPILOT_KUBE_VERSION"] == kube.KUBE_VERSION
+    assert env["LAGPILOT_ETCD_VERSION"] == kube.ETCD_VERSION
     assert part.installed() and part.kube.installed()
     part.install()  # everything there: no second build
     assert len(fake_build) == 1

@@ -96,7 +96,8 @@ def pods_cpu_shares_setting(env: Mapping[str, str] | None = None) -> int | None:
     if raw == "kubelet":
         return None
     if not raw.isdigit() or not 2 <= int(raw) <= 262144:
-        raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' (got {raw!r})")
+        raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' "
+                         f"(got {raw!r})")
     return int(raw)
 
 
@@ -218,7 +219,7 @@ def build_command(node_cache: Path, kube_cache: Path | None = None) -> list[str]
     """dev/build-node.sh's command line, under `nice -n 10`; with `kube_cache` the control plane's
     missing binaries are built in the same run (into `<kube_cache>/bin`)."""
     argv = ["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(node_cache)]
-    return argv + [str(kube_cache)] if kube_cache is not None else argv
+    return [*argv, str(kube_cache)] if kube_cache is not None else argv
 
 
 def build_env() -> dict[str, str]:
@@ -283,8 +284,8 @@ class NodePart:
                 log.info("building node binaries (first run only)",
                          extra={"log": str(build_log), "with_control_plane": with_kube})
                 with open(build_log, "ab") as out:
-                    rc = subprocess.run(build_command(self.node_cache, self.kube.kube_cache if with_kube else None),  # noqa: S603
-                                        stdout=out, stderr=subprocess.STDOUT, check=False,
+                    argv = build_command(self.node_cache, self.kube.kube_cache if with_kube else None)
+                    rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
                                         env={**os.environ, **build_env()}).returncode
                 if rc != 0 or not self.installed() or not self.kube.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
