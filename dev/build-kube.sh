@@ -6,9 +6,11 @@
 # (kubernetes/kubernetes#79384) is a wrapper module that requires k8s.io/kubernetes and replaces
 # every staging module with its published v0.Y.Z tag; the list is generated from the release's go.mod.
 #
-# Usage: build-kube.sh OUT_DIR [BINARY...]   (binaries land in OUT_DIR/bin; idempotent, skips what
-# exists). BINARY: etcd or a k8s.io/kubernetes/cmd/ name; default: etcd kube-apiserver
-# kube-controller-manager kubectl (the control plane; dev/build-node.sh asks for the node's).
+# Usage: build-kube.sh OUT_DIR [BINARY...]   (idempotent, skips what exists). BINARY: etcd or a
+# k8s.io/kubernetes/cmd/ name, landing in OUT_DIR/bin; or an absolute path /DIR/NAME, landing there
+# (dev/build-node.sh builds the node's and, when missing, the control plane's binaries in ONE run:
+# one `go build` of every k8s.io/kubernetes command, one module download, one build cache).
+# Default: etcd kube-apiserver kube-controller-manager kubectl (the control plane).
 set -euo pipefail
 
 ETCD_VERSION="${LAGPILOT_ETCD_VERSION:-v3.6.16}"
@@ -21,21 +23,25 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/build-go-env.sh"   # KUBE_VERSION, log, the Go env and its caches, cleanup_go_caches
 go_build_setup kube "$out"
 
-want_etcd=0
-need=()
+etcd_dest=""
+need=()   # k8s.io/kubernetes/cmd/ packages
+dests=()  # where each lands
 for b in "${wanted[@]}"; do
-  if [ "$b" = etcd ]; then want_etcd=1
-  elif [ ! -x "$out/bin/$b" ]; then need+=("k8s.io/kubernetes/cmd/$b")
+  case "$b" in /*) dest="$b" ;; *) dest="$out/bin/$b" ;; esac
+  [ ! -x "$dest" ] || continue
+  mkdir -p "$(dirname "$dest")"
+  if [ "$(basename "$dest")" = etcd ]; then etcd_dest="$dest"
+  else need+=("k8s.io/kubernetes/cmd/$(basename "$dest")"); dests+=("$dest")
   fi
 done
 
-if [ "$want_etcd" = 1 ] && [ ! -x "$out/bin/etcd" ]; then
+if [ -n "$etcd_dest" ]; then
   log "building etcd $ETCD_VERSION"
   w="$out/src/etcd-$ETCD_VERSION"; rm -rf "$w"; mkdir -p "$w"; cd "$w"
   go mod init lagpilot.local/etcdbuild >/dev/null 2>&1
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null
-  go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd.tmp" go.etcd.io/etcd/server/v3
-  mv "$out/bin/etcd.tmp" "$out/bin/etcd"
+  go build -trimpath -ldflags "-s -w" -o "$etcd_dest.tmp" go.etcd.io/etcd/server/v3
+  mv "$etcd_dest.tmp" "$etcd_dest"
   log "etcd built"
 fi
 
@@ -67,7 +73,12 @@ if [ ${#need[@]} -gt 0 ]; then
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldf+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  go build -trimpath -ldflags "$ldf" -o "$out/bin/" "${need[@]}"
+  # one `go build` for all of them: each package compiled once, linked into every binary that needs it
+  stage="$w/bin"; rm -rf "$stage"; mkdir -p "$stage"
+  go build -trimpath -ldflags "$ldf" -o "$stage/" "${need[@]}"
+  for i in "${!need[@]}"; do
+    mv "$stage/$(basename "${need[$i]}")" "${dests[$i]}.tmp" && mv "${dests[$i]}.tmp" "${dests[$i]}"
+  done
   log "kubernetes binaries built"
 fi
 cleanup_go_caches

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lagpilot_dev import node_oci
-from lagpilot_dev.kube import KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
+from lagpilot_dev.kube import ETCD_VERSION, KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
 from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.node")
@@ -77,27 +77,46 @@ NAMESPACE_POLICY = "lagpilot-real-node"
 # The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
 # `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
 # group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
-# run ...), so under a load of 20 the pods together got ~10 % of the 2 cores. Unset: the kubelet's
-# value stays (a real node's); set (2..262144): that weight, applied when the node starts.
+# run ...), so under a load of 20 the pods together got ~10 % of the 2 cores. The node part sets
+# DEFAULT_PODS_CPU_SHARES when it starts: the weight of eight host sessions, what ~8 pods weighed
+# under the pod runner (one session per pod process); LAGPILOT_NODE_CPU_SHARES overrides it
+# (2..262144), `kubelet` leaves the kubelet's own value.
 CPU_SHARES_ENV = "LAGPILOT_NODE_CPU_SHARES"
+DEFAULT_PODS_CPU_SHARES = 8192
 KUBEPODS_CPU_SHARES = Path("/sys/fs/cgroup/cpu/kubepods/cpu.shares")
 
 
-def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_CPU_SHARES) -> int | None:
-    """Apply ``LAGPILOT_NODE_CPU_SHARES`` (if set) to the kubepods cgroup; the weight in force, None
-    without the cgroup. ValueError naming the variable for a value that is not a weight."""
+def pods_cpu_shares_setting(env: Mapping[str, str] | None = None) -> int | None:
+    """The weight the node part gives kubepods: LAGPILOT_NODE_CPU_SHARES, DEFAULT_PODS_CPU_SHARES when
+    unset, None for `kubelet` (leave the kubelet's). ValueError naming the variable otherwise."""
     e = os.environ if env is None else env
     raw = (e.get(CPU_SHARES_ENV) or "").strip()
-    if raw:
-        if not raw.isdigit() or not 2 <= int(raw) <= 262144:
-            raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144 (got {raw!r})")
-        if path.exists():
-            path.write_text(raw)
-            log.info("node pods' CPU weight set", extra={"cpu_shares": int(raw), "env": CPU_SHARES_ENV})
+    if not raw:
+        return DEFAULT_PODS_CPU_SHARES
+    if raw == "kubelet":
+        return None
+    if not raw.isdigit() or not 2 <= int(raw) <= 262144:
+        raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' "
+                         f"(got {raw!r})")
+    return int(raw)
+
+
+def read_pods_cpu_shares(path: Path = KUBEPODS_CPU_SHARES) -> int | None:
+    """The kubepods weight in force; None without the cgroup."""
     try:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_CPU_SHARES) -> int | None:
+    """Apply pods_cpu_shares_setting to the kubepods cgroup (when it exists); the weight in force,
+    None without the cgroup."""
+    shares = pods_cpu_shares_setting(env)
+    if shares is not None and path.exists():
+        path.write_text(str(shares))
+        log.info("node pods' CPU weight set", extra={"cpu_shares": shares, "env": CPU_SHARES_ENV})
+    return read_pods_cpu_shares(path)
 
 
 def namespace_policy() -> list[dict[str, Any]]:
@@ -196,6 +215,20 @@ def default_node_ip() -> str:
     return host_ip()
 
 
+def build_command(node_cache: Path, kube_cache: Path | None = None) -> list[str]:
+    """dev/build-node.sh's command line, under `nice -n 10`; with `kube_cache` the control plane's
+    missing binaries are built in the same run (into `<kube_cache>/bin`)."""
+    argv = ["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(node_cache)]
+    return [*argv, str(kube_cache)] if kube_cache is not None else argv
+
+
+def build_env() -> dict[str, str]:
+    """The versions dev/build-node.sh (and the dev/build-kube.sh it runs) build."""
+    return {"LAGPILOT_KUBE_VERSION": KUBE_VERSION, "LAGPILOT_ETCD_VERSION": ETCD_VERSION,
+            "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION, "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
+            "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
+
+
 class NodePart:
     """Install (build + apt), start, stop and describe one real worker node."""
 
@@ -230,28 +263,31 @@ class NodePart:
             and all(p.exists() for p in (RUNC, CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", BUSYBOX))
 
     def install(self) -> None:
-        """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only)."""
-        self.kube.install()
-        if self.installed():
+        """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only).
+
+        When the control plane's binaries are missing too, the same run builds them (one `go build`
+        of every k8s.io/kubernetes command, one Go module and build cache: docs/node.md "Cold
+        build"). Holds the kube part's build lock, then the node's (always in that order).
+        """
+        if self.installed() and self.kube.installed():
             self._write_images()
             return
         from lagpilot_dev.images_tools import ensure_apt_packages
 
-        ensure_apt_packages(APT_PACKAGES)
-        with file_lock(self.node_cache / ".build.lock"):
-            if not all(os.access(self.bin / b, os.X_OK) for b in BINARIES):
+        with file_lock(self.kube.kube_cache / ".build.lock"), file_lock(self.node_cache / ".build.lock"):
+            ensure_apt_packages(APT_PACKAGES)
+            with_kube = not self.kube.installed()
+            if with_kube or not all(os.access(self.bin / b, os.X_OK) for b in BINARIES):
                 build_log = self.node_cache / "build.log"
+                build_log.parent.mkdir(parents=True, exist_ok=True)
                 started = time.monotonic()
-                log.info("building node binaries (first run only)", extra={"log": str(build_log)})
+                log.info("building node binaries (first run only)",
+                         extra={"log": str(build_log), "with_control_plane": with_kube})
                 with open(build_log, "ab") as out:
-                    rc = subprocess.run(["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(self.node_cache)],  # noqa: S603,S607
-                                        stdout=out, stderr=subprocess.STDOUT, check=False,
-                                        env={**os.environ, "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
-                                             "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
-                                             "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-                                             "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION,
-                                             "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}).returncode
-                if rc != 0 or not self.installed():
+                    argv = build_command(self.node_cache, self.kube.kube_cache if with_kube else None)
+                    rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                        env={**os.environ, **build_env()}).returncode
+                if rc != 0 or not self.installed() or not self.kube.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
                 log.info("node binaries built", extra={"seconds": round(time.monotonic() - started)})
@@ -742,5 +778,5 @@ state = "{self.run_dir / 'containerd'}"
             "containerd_version": CONTAINERD_VERSION,
             "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
-            "pods_cpu_shares": pods_cpu_shares({}),
+            "pods_cpu_shares": read_pods_cpu_shares(),
         }

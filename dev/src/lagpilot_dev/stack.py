@@ -167,7 +167,11 @@ class Stack:
             was_running = part.is_running()
             if not was_running:
                 log.info("bringing up part", extra={"part": name})
-                part.install()
+                # with the node in the same call, the control plane's binaries come from the node's
+                # build (one `go build` for both, docs/node.md "Cold build"): both threads run it,
+                # under its locks, and the second finds everything built
+                installer = self.part("node") if name == "kube" and "node" in names else part
+                installer.install()
                 part.start()
                 log.info("part is up", extra={"part": name, "seconds": round(time.monotonic() - t0, 1)})
             self._mark_owner(name, started_now=not was_running, by_tests=by_tests)

@@ -1,0 +1,107 @@
+"""The node's cold build (docs/node.md "Cold build"): when the control plane's binaries are missing
+too, ONE run of dev/build-node.sh builds both (one `go build` of every k8s.io/kubernetes command,
+one Go cache), and `dev up` with kube and node installs the control plane through it."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lagpilot_dev import images_tools, kube, node
+from lagpilot_dev.stack import Stack
+
+
+@pytest.fixture
+def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], dict[str, str]]]:
+    """subprocess.run of the build script stands in for it: makes the binaries it was asked for."""
+    for name, path in (("RUNC", "runc"), ("CNI_BIN_DIR", "cni"), ("BUSYBOX", "busybox")):
+        p = tmp_path / "host" / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if name == "CNI_BIN_DIR":
+            p.mkdir()
+            for plugin in ("bridge", "host-local"):
+                (p / plugin).touch()
+        else:
+            p.touch()
+        monkeypatch.setattr(node, name, p)
+    monkeypatch.setattr(images_tools, "ensure_apt_packages", lambda *a, **k: [])
+    monkeypatch.setattr(node.NodePart, "_write_images", lambda self: None)
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        calls.append((list(argv), dict(kw["env"])))
+        script = argv.index(str(node.BUILD_SCRIPT))
+        outs = argv[script + 1:]
+        made = [(Path(outs[0]) / "bin", node.BINARIES)]
+        if len(outs) > 1:
+            made.append((Path(outs[1]) / "bin", kube.BINARIES))
+        for bin_dir, names in made:
+            bin_dir.mkdir(parents=True, exist_ok=True)
+            for b in names:
+                (bin_dir / b).touch(mode=0o755)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(node.subprocess, "run", run)
+    return calls
+
+
+def _kube_built(cache: Path) -> None:
+    (cache / "kube" / "bin").mkdir(parents=True)
+    for b in kube.BINARIES:
+        (cache / "kube" / "bin" / b).touch(mode=0o755)
+
+
+def test_a_cold_machine_builds_control_plane_and_node_in_one_run(tmp_path: Path,
+                                                                 fake_build: list[Any]) -> None:
+    cache = tmp_path / "cache"
+    part = node.NodePart(cache, tmp_path / "state")
+    part.install()
+    assert len(fake_build) == 1
+    argv, env = fake_build[0]
+    assert argv[-2:] == [str(cache / "node"), str(cache / "kube")]
+    assert argv[:3] == ["nice", "-n", "10"]
+    assert env["LAGPILOT_KUBE_VERSION"] == kube.KUBE_VERSION
+    assert env["LAGPILOT_ETCD_VERSION"] == kube.ETCD_VERSION
+    assert part.installed() and part.kube.installed()
+    part.install()  # everything there: no second build
+    assert len(fake_build) == 1
+
+
+def test_a_built_control_plane_is_not_asked_for(tmp_path: Path, fake_build: list[Any]) -> None:
+    cache = tmp_path / "cache"
+    _kube_built(cache)
+    node.NodePart(cache, tmp_path / "state").install()
+    assert [argv[-1] for argv, _ in fake_build] == [str(cache / "node")]
+    assert str(cache / "kube") not in fake_build[0][0]
+
+
+class _FakePart:
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log, self.up = name, log, False
+
+    def install(self) -> None:
+        self.log.append(f"{self.name}.install")
+
+    def start(self) -> None:
+        self.up = True
+
+    def is_running(self) -> bool:
+        return self.up
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.parametrize(("parts", "installs"), [
+    (["kube", "node"], ["node.install", "node.install"]),  # kube's thread too: one build, under its locks
+    (["kube"], ["kube.install"]),
+])
+def test_up_installs_the_control_plane_through_the_node_build(tmp_path: Path, parts: list[str],
+                                                              installs: list[str]) -> None:
+    stack = Stack(tmp_path / "cache", tmp_path / "state")
+    log: list[str] = []
+    stack._parts = {n: _FakePart(n, log) for n in parts}  # type: ignore[dict-item]
+    stack.up(parts)
+    assert sorted(log) == installs
