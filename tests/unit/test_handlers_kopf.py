@@ -287,6 +287,30 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     assert kube2.patches == [] and cleared == ["g.lagpilot-remainder"]
 
 
+def test_adopt_remainder_writes_the_drain_with_its_conditions(monkeypatch) -> None:
+    """The adoption's status write carries status.drain AND the conditions it implies (Draining,
+    DrainStalled) in the same guarded patch, as every other drain write (act.drain.drain_patch): no
+    reader sees an adopted HandedOff drain under an old Draining=False."""
+    from lagpilot.act import deletion_io
+    from lagpilot.decide.deletion import Remainder
+
+    monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
+    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
+    kube = Kube()
+    old = [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
+            "lastTransitionTime": "2026-11-26T00:00:00Z", "observedGeneration": 4},
+           {"type": "Draining", "status": "False", "reason": "NoDrain", "message": "",
+            "lastTransitionTime": "2026-11-26T00:00:00Z", "observedGeneration": 4}]
+    ref = handlers.GroupRef.from_body(body(SPEC))
+    assert _adopt(ref, SPEC, {"conditions": old}, deleting_memo(kube, None), lambda *e: None) == 6
+    (patch,) = kube.patches
+    conds = {c["type"]: c for c in patch.get("conditions", [])}
+    assert patch["drain"]["phase"] == "HandedOff"
+    assert conds.get("Draining", {}).get("status") == "True", patch.get("conditions")
+    assert conds["Ready"] == old[0] and conds["Draining"]["observedGeneration"] == 4
+
+
 def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkeypatch) -> None:
     """M3: the adoption is decided on the status it read; a drain recorded meanwhile (another
     operator instance) makes the guarded write a StatusConflict: nothing written, the group kept."""
