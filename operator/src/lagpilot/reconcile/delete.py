@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lagpilot.act import deletion_io
-from lagpilot.act.drain import same_drain
+from lagpilot.act.drain import drain_patch, same_drain
 from lagpilot.act.kubeapi import KubeError
 from lagpilot.decide import deletion
 from lagpilot.decide.handoff import DrainStatus, Phase, job_name
@@ -201,8 +201,9 @@ def adopt_remainder(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[
         if kind is deletion.AdoptKind.ADOPT:
             assert new is not None
             # guarded: recorded only over the drain this decision read (a concurrent writer's wins)
-            kube.patch_status_guarded(ref.namespace, ref.name, {"drain": new.to_dict()},
-                                           same_drain(d))
+            # status.drain and the conditions it implies in one write, as the executor's (drain_patch)
+            patch = drain_patch(new, status.get("conditions") or [], ref.generation or 0, time.time())
+            kube.patch_status_guarded(ref.namespace, ref.name, patch, same_drain(d))
             emit("Normal", "DrainRemainderAdopted", new.message[:1000])
             log.info("remainder adopted", extra={"group": ref.key, "drain": new.id, "records": new.records_total})
             adopted = new.id
