@@ -29,15 +29,20 @@ from tests.real.test_operator_e2e import (Operator, apply_cr, cr, events_for, ge
 pytestmark = pytest.mark.real
 
 HAND_CONSUMER = r'''
-import json, sys, time
+import json, os, signal, sys, time
 from confluent_kafka import Consumer, TopicPartition
 bootstrap, topic, group, out = sys.argv[1:5]
+# SIGINT only sets a flag, read between records: a commit and the file that records it are never
+# split by the stop (a KeyboardInterrupt raised anywhere, inside poll() or between the commit and
+# the file's rename, once left the consumer hanging in close() or the file behind the commit)
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": "hand-consumer",
               "enable.auto.commit": False, "auto.offset.reset": "earliest"})
 c.subscribe([topic])
 done, last = 0, {}
 try:
-    while True:
+    while not stop:
         m = c.poll(0.5)
         if m is None or m.error():
             continue
@@ -48,11 +53,11 @@ try:
             c.commit(offsets=[TopicPartition(topic, p, o) for p, o in last.items()], asynchronous=False)
             with open(out + ".tmp", "w") as f:
                 json.dump({str(p): o for p, o in last.items()}, f)
-            import os; os.replace(out + ".tmp", out)
-except KeyboardInterrupt:
-    pass
+            os.replace(out + ".tmp", out)
 finally:
+    print("hand consumer stopping after", done, "records", flush=True)
     c.close()
+    print("hand consumer closed", flush=True)
 '''
 
 
@@ -122,7 +127,13 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
         assert [m.client_id for m in desc.members] == ["hand-consumer"], [m.client_id for m in desc.members]
     finally:
         hand.send_signal(signal.SIGINT)
-        out, _ = hand.communicate(timeout=60)
+        try:
+            out, _ = hand.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            hand.kill()
+            out, _ = hand.communicate()
+            print("hand consumer (killed: not stopped 120 s after SIGINT):", out[-2000:])
+            raise
         print("hand consumer:", out[-2000:])
 
     # after the hand consumer stopped, the operator keeps cycling (recommending) for a while
