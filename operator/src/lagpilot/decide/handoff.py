@@ -1219,26 +1219,14 @@ def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Actio
     True until progress moves again."""
     what = f"drain {d.id} attempt {d.attempt} stalled: {st.message}"
     if d.attempt - d.attempt_base + 1 >= MAX_ATTEMPTS:
-        f = dataclasses.replace(_failed(d, f"{what}; Job deleted", what, observed, now), stalled=st.reason)
-        return Action(
-            Kind.DELETE_JOB,
-            f,
-            f.reason,
-            f.message,
-            attempt=d.attempt,
-            event=("Warning", "DrainStalled", f.message[:1000]),
-        )
-    delay = backoff_seconds(d.attempt)
-    r = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason, last_error=what,
-                            message=f"{what}; Job deleted, retrying in {delay:.0f}s")
-    return Action(
-        Kind.DELETE_JOB,
-        r,
-        r.reason,
-        r.message,
-        attempt=d.attempt,
-        event=("Warning", "DrainStalled", r.message[:1000]),
-    )
+        failed = _failed(d, f"{what}; Job deleted", what, observed, now)
+        after = dataclasses.replace(failed, stalled=st.reason)
+    else:
+        delay = backoff_seconds(d.attempt)
+        after = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason,
+                                    last_error=what, message=f"{what}; Job deleted, retrying in {delay:.0f}s")
+    return Action(Kind.DELETE_JOB, after, after.reason, after.message, attempt=d.attempt,
+                  event=("Warning", "DrainStalled", after.message[:1000]))
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
