@@ -224,7 +224,8 @@ class BusyFaults(ReviewFaults):
             hot_at.append(time.time())
 
         def check() -> None:
-            self.check_points(points, cf.BUSY_POINTS)
+            self.check_points(points, cf.BUSY_POINTS, more=lambda d: {
+                "round": d.get("round"), "extension": bool(d.get("extension"))})
 
         def done(f: Fault | None) -> bool:
             return f is None or f.fired or bool(f.detail)
@@ -312,21 +313,3 @@ class BusyFaults(ReviewFaults):
         for f in faults.values():
             self.record(f)
         return list(faults.values())
-
-    def check_points(self, faults: dict[str, Fault], points: dict[str, str]) -> None:
-        """Like check_markers, for `points` (kind -> crash point): a marker written by the operator
-        that died at that point, and its death seen."""
-        for kind, f in faults.items():
-            marker = self.crash_dir / points[kind].replace(":", "-")
-            if f.fired or not marker.exists() or marker.read_text() == "disarmed":
-                continue
-            at = float(marker.read_text().strip())
-            self.op.ensure()
-            died = [x for x in self.op.deaths if x[0] >= at - 1]
-            if died:
-                f.fired, f.at = True, at
-                f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
-                with contextlib.suppress(Exception):
-                    d = self.drain()
-                    f.evidence.update({"round": d.get("round"), "extension": bool(d.get("extension")),
-                                       **self.how_ran(d)})

@@ -95,24 +95,27 @@ class DrainWatch(CampaignBase):
                 (self.crash_dir / point.replace(":", "-")).unlink(missing_ok=True)
 
     def check_markers(self, faults: dict[str, Fault]) -> None:
-        for kind, point in cf.HANDOFF_POINTS.items():
-            f = faults.get(kind)
-            if f is None:
-                continue
-            marker = self.crash_dir / point.replace(":", "-")
+        self.check_points({k: f for k, f in faults.items() if k in cf.HANDOFF_POINTS}, cf.HANDOFF_POINTS)
+
+    def check_points(self, faults: dict[str, Fault], points: dict[str, str],
+                     more: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        """A crash-point fault (`points`: kind -> the operator's crash point) is confirmed by the
+        marker the operator wrote at that point and the death of the operator process that ran then
+        (seen by ensure(), which restarts it); evidence: pid, return code, marker, how the drain ran
+        (`how_ran`) and `more(status.drain)`."""
+        for kind, f in faults.items():
+            marker = self.crash_dir / points[kind].replace(":", "-")
             if f.fired or not marker.exists() or marker.read_text() == "disarmed":
                 continue
             at = float(marker.read_text().strip())
-            # confirmed: the operator process running at that moment died (seen by ensure())
+            self.op.ensure()  # a no-op while it runs
             died = [d for d in self.op.deaths if d[0] >= at - 1]
-            if not self.op.alive() or died:
-                self.op.ensure()
-                died = [d for d in self.op.deaths if d[0] >= at - 1]
-                if died:
-                    f.fired, f.at = True, at
-                    f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
-                    with contextlib.suppress(Exception):
-                        f.evidence.update(self.how_ran(self.drain()))
+            if died:
+                f.fired, f.at = True, at
+                f.evidence = {"pid": died[0][1], "returncode": died[0][2], "marker": marker.name}
+                with contextlib.suppress(Exception):
+                    d = self.drain()
+                    f.evidence.update({**(more(d) if more else {}), **self.how_ran(d)})
 
     def cancel_seen(self, f: Fault, drain_id: int | None) -> str | None:
         """Warm: the runtime must have cancelled the killed caller's plan (its log's drain_runtime_cancel

@@ -60,7 +60,7 @@ class Scripted(BusyFaults):
                 each()
             yield d, True
 
-    def check_points(self, faults: dict[str, Fault], points: dict[str, str]) -> None:
+    def check_points(self, faults: dict[str, Fault], points: dict[str, str], more: Any = None) -> None:
         for f in faults.values():  # both crash points fire at the first next split
             if not f.fired and int(self.now_d.get("round") or 0) >= 1:
                 f.fired, f.at, f.evidence = True, time.time(), {"marker": points[f.kind]}
