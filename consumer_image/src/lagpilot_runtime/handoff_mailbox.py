@@ -56,7 +56,7 @@ PREFIX_CR = "lph2"  # entries of a CR: ``lph2;cr=<uid>;...``
 MAILBOX_SUFFIX = ".lagpilot-handoff"
 KEY_ENV = "LAGPILOT_HANDOFF_KEY"  # the consumers' copy of the CR's hand-off key (hex; secretKeyRef)
 KEY_ID_ENV = "LAGPILOT_HANDOFF_KEY_ID"  # a one-way fingerprint (in the pod template: a new key rolls the pods)
-KEY_BYTES = 32
+KEY_BYTES = hex_key.KEY_BYTES  # the one size of a per-CR key (hex_key)
 _MAC_DOMAIN = b"lagpilot-handoff-mac-v1\0"
 
 _ENTRY = re.compile(r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?"

@@ -32,7 +32,7 @@ AUTH_ENV = "LAGPILOT_DRAIN_PLAN_AUTH"  # a warm drain Job's signature of its pla
 # drain Jobs and the warm runtime get (secretKeyRef), the consumers never
 PART_KEY_ENV = "LAGPILOT_DRAIN_PART_KEY"
 PART_MAC_SEP = ";mac="
-KEY_BYTES = 32
+KEY_BYTES = hex_key.KEY_BYTES  # the one size of a per-CR key (hex_key)
 PLAN_TTL_S = 900  # a warm Job must hand its plan over within this long of its launch (pod start, busy waits)
 VERSION = 1
 

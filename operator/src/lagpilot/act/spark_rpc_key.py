@@ -21,7 +21,7 @@ from lagpilot_runtime import hex_key
 from .drain_manifests import spark_rpc_key_secret_name
 from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
 
-KEY_BYTES = 32
+KEY_BYTES = hex_key.KEY_BYTES  # the one size of a per-CR key (hex_key)
 
 
 def new_key() -> str:
