@@ -96,7 +96,7 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     from kubernetes import client
 
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
-    from lagpilot.act.spark_rpc_key import build_key_secret, new_key
+    from lagpilot.act.spark_rpc_key import SPARK_RPC_KEY, new_key
     from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
@@ -134,7 +134,7 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
     # ... and makes the CR's Spark RPC key as the operator would (act/spark_rpc_key.py; H4)
-    key = build_key_secret("orders", ns, "unused", new_key())
+    key = SPARK_RPC_KEY.secret("orders", ns, "unused", new_key())
     key["metadata"].pop("ownerReferences")
     core.create_namespaced_secret(ns, key)
     pod_spec = job["spec"]["template"]["spec"]
@@ -396,12 +396,12 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(kube: Kube
     present the right key: the control) stays exact."""
     from kubernetes import client
 
-    from lagpilot.act.spark_rpc_key import build_key_secret, new_key
+    from lagpilot.act.spark_rpc_key import SPARK_RPC_KEY, new_key
 
     def intrude(ns: str, table: str) -> dict[str, Any]:
         # the driver is up (it created its executors' pods, running): no need to wait for deliveries
         core = client.CoreV1Api(kube_api)
-        wrong = build_key_secret("intruder", ns, "unused", new_key())
+        wrong = SPARK_RPC_KEY.secret("intruder", ns, "unused", new_key())
         wrong["metadata"].pop("ownerReferences")
         core.create_namespaced_secret(ns, wrong)
         victim = _running(_executors(kube, ns))[0]

@@ -37,7 +37,7 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
         node: Any, kube: KubeEnv, kafka_part: Any, pods_postgres: Any, new_topic: Callable[..., str],  # noqa: F811
         on_node: Callable[[str], str]) -> None:  # noqa: F811
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
-    from lagpilot.act.spark_rpc_key import build_key_secret, new_key
+    from lagpilot.act.spark_rpc_key import SPARK_RPC_KEY, new_key
     from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
@@ -71,7 +71,7 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
                              executor_cores=1, executor_memory="512m")
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     # no BatchConsumerGroup here: the test owns the Job, and makes the CR's RPC key as the operator does
-    key = build_key_secret("orders", ns, "unused", new_key())
+    key = SPARK_RPC_KEY.secret("orders", ns, "unused", new_key())
     for obj in (key, job):
         obj["metadata"].pop("ownerReferences")
         kube.kubectl("create", "-n", ns, "-f", "-", input_text=json.dumps(obj))

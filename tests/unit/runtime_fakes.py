@@ -102,9 +102,16 @@ def runtime_manager(current: dict[str, Any] | None = None, pods: list[dict[str, 
     CR's key and NetworkPolicy as already made (test_drain_runtime_trust makes them: False)."""
     from kubernetes import client
 
+    from lagpilot.act.drain_part_key import PartKeys
+    from lagpilot.act.key_secret import CrKeys
+    from lagpilot.act.spark_rpc_key import SparkRpcKeys
+
     m = rt.RuntimeManager(client.ApiClient(), DrainSettings())
     m.core, m.apps, m._sanitize = FakeCore(pods), FakeApps(current, rss), (lambda x: x)
     m.net = FakeNet()
+    # the key readers hold their client: made again on the fake one
+    m._keys = CrKeys(rt.RUNTIME_KEY, m.core, m._sanitize)
+    m.rpc_keys, m._part_keys = SparkRpcKeys(m.core, m._sanitize), PartKeys(m.core, m._sanitize)
     if key_made:
         m._keys._keys[(NS, NAME, CR_UID)] = bytes(32)
         m._part_keys._keys[(NS, NAME, CR_UID)] = bytes(32)

@@ -131,7 +131,7 @@ def test_operator_signs_what_it_writes():
 
 def test_the_handoff_key_secret_is_the_crs_and_the_deployment_references_it():
     from lagpilot.act import handoff_key
-    s = handoff_key.build_key_secret("cr1", "ns", UID, KEY.hex())
+    s = handoff_key.HANDOFF_KEY.secret("cr1", "ns", UID, KEY.hex())
     assert s["metadata"]["name"] == handoff_key.key_secret_name("cr1")
     ref = s["metadata"]["ownerReferences"][0]
     assert ref["uid"] == UID and ref["controller"] is True
@@ -168,13 +168,13 @@ class _Core:
 
 
 def test_the_operator_creates_the_key_once_and_never_trusts_a_secret_it_does_not_own():
-    from lagpilot.act.handoff_key import HandoffKeys, build_key_secret
+    from lagpilot.act.handoff_key import HANDOFF_KEY, HandoffKeys
 
     core = _Core()
     k = HandoffKeys(core, lambda x: x).key("ns", "cr1", UID)
     assert len(k) == 32 and len(core.created) == 1
     assert HandoffKeys(core, lambda x: x).key("ns", "cr1", UID) == k  # read back after a restart
-    planted = build_key_secret("cr1", "ns", "someone-else", KEY.hex())
+    planted = HANDOFF_KEY.secret("cr1", "ns", "someone-else", KEY.hex())
     planted["data"] = {"key": base64.b64encode(KEY.hex().encode()).decode()}
     with pytest.raises(RuntimeError) as err:
         HandoffKeys(_Core(planted), lambda x: x).key("ns", "cr1", UID)

@@ -448,8 +448,7 @@ class DrainExecutor(DrainCalls):
         d = DrainStatus.from_dict(ctx.raw_drain)
         offsets, replicas = ctx.offsets, ctx.replicas
         done: list[str] = []
-        conds = None if ctx.conditions is None else list(ctx.conditions)
-        written = None
+        written: list[dict[str, Any]] | None = None  # status.conditions as this call last wrote them
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
@@ -466,9 +465,7 @@ class DrainExecutor(DrainCalls):
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
-            d, conds, wrote = _record(ctx, action, d, conds, self.clock())
-            if wrote:
-                written = conds
+            d, written = _record(ctx, action, d, written, self.clock())
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 if self._wait_for_acks(action, d, waited):
@@ -512,24 +509,24 @@ class DrainExecutor(DrainCalls):
 
 
 def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
-            conds: list[dict[str, Any]] | None, now: float,
-            ) -> tuple[DrainStatus | None, list[dict[str, Any]] | None, bool]:
+            written: list[dict[str, Any]] | None, now: float,
+            ) -> tuple[DrainStatus | None, list[dict[str, Any]] | None]:
     """After the effect: the fault points (chaos bench), the status written with its conditions in
     one patch (``drain_patch``; guarded by the status it was decided on, when the API allows), the
-    event and the metrics. Returns the status now current, the conditions as last written or known,
-    and whether this call wrote them."""
+    event and the metrics. `written`: the conditions this reconcile call last wrote (None: none yet;
+    the CR's as read, ``ctx.conditions``, are merged into). Returns the status now current and the
+    conditions as this call last wrote them."""
     # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
     point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
              and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
     _fault_point(point, "effect")
-    wrote = False
     if action.status is not None and action.status != d:
-        patch = drain_patch(action.status, conds, ctx.generation, now)
+        patch = drain_patch(action.status, ctx.conditions if written is None else written, ctx.generation, now)
         if ctx.patch_drain is not None:
             ctx.patch_drain(patch, d)
         else:
             ctx.patch_status(patch)
-        conds, wrote = patch.get("conditions", conds), True
+        written = patch.get("conditions", written)
         d = action.status
         _fault_point(point, "status")
     if action.event is not None:
@@ -538,7 +535,7 @@ def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
         _count_lost(ctx.namespace, ctx.name, action.lost_records)
     if action.event is not None and action.event[1] == "DrainStalled" and d is not None:
         _count_stall(ctx.namespace, ctx.name, d.stalled)
-    return d, conds, wrote
+    return d, written
 
 
 def with_runtime(action: Action, word: str) -> Action:

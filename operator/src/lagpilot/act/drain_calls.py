@@ -181,7 +181,7 @@ class DrainCalls:
         if self.settings.spark_master or ctx.spec.drain.launcher == "sparkApplication":
             # the driver's pod and its executors mount the CR's Spark RPC key (H4): made before the Job
             # (a SparkApplication always runs executors on Kubernetes, whatever the operator's master)
-            self.runtime.rpc_keys.ensure(ctx.namespace, ctx.name, ctx.uid)
+            self.runtime.rpc_keys.key(ctx.namespace, ctx.name, ctx.uid)
         try:
             if ctx.spec.drain.launcher == "sparkApplication":
                 self.custom.create_namespaced_custom_object(SPARK_APP_GROUP, SPARK_APP_VERSION, ctx.namespace,

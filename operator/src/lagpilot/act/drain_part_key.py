@@ -12,12 +12,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from lagpilot import __version__
 from lagpilot_runtime import plan_auth
 
-from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
+from .key_secret import KEY_FIELD, CrKeys, KeyKind
 
-__all__ = ["PART_KEY", "PartKeys", "build_part_key_secret", "part_key_ref", "part_key_secret_name"]
+__all__ = ["PART_KEY", "PartKeys", "part_key_ref", "part_key_secret_name"]
 
 
 def part_key_secret_name(cr_name: str) -> str:
@@ -25,14 +24,7 @@ def part_key_secret_name(cr_name: str) -> str:
     return f"{cr_name}-drain-part-key"
 
 
-def build_part_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
-                          version: str = __version__) -> dict[str, Any]:
-    return owned_key_secret(part_key_secret_name(cr_name), "drain-part-key", cr_name, namespace, cr_uid, key_hex,
-                            version)
-
-
-PART_KEY = KeyKind("drain part key", part_key_secret_name, plan_auth.new_key, plan_auth.parse_key,
-                   lambda name, namespace, uid, key_hex: build_part_key_secret(name, namespace, uid, key_hex))
+PART_KEY = KeyKind("drain part key", part_key_secret_name, "drain-part-key", plan_auth.new_key, plan_auth.parse_key)
 
 
 def part_key_ref(cr_name: str, optional: bool = False) -> dict[str, Any]:

@@ -79,8 +79,8 @@ from lagpilot_runtime.drain_plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec
-from .drain_part_key import PART_KEY, part_key_ref
-from .key_secret import KEY_FIELD, KeyKind, KeySecrets, controller_of, owned_by
+from .drain_part_key import PartKeys, part_key_ref
+from .key_secret import KEY_FIELD, CrKeys, KeyKind, controller_of, owned_by
 from .spark_rpc_key import SparkRpcKeys
 from lagpilot.spec import GroupSpec
 
@@ -202,20 +202,9 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
     }
 
 
-def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
-                     version: str = __version__) -> dict[str, Any]:
-    """The CR's plan-signing key: owned by the CR (deleted with it), immutable (a new key is a new
-    Secret: delete it and the operator makes another, which rolls the runtime)."""
-    return {
-        "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
-        "metadata": {"name": key_secret_name(cr_name), "namespace": namespace, "labels": _labels(cr_name, version),
-                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
-        "stringData": {KEY_FIELD: key_hex},
-    }
-
-
-RUNTIME_KEY = KeyKind("drain runtime key", key_secret_name, plan_auth.new_key, plan_auth.parse_key,
-                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
+# the CR's plan-signing key; its Secret carries the runtime's labels (a new key rolls the runtime)
+RUNTIME_KEY = KeyKind("drain runtime key", key_secret_name, COMPONENT, plan_auth.new_key, plan_auth.parse_key,
+                      extra_labels=selector_labels)
 
 
 def build_network_policy(cr_name: str, namespace: str, cr_uid: str, settings: DrainSettings | None = None,
@@ -397,10 +386,10 @@ class RuntimeManager:
         # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
         self._absent: set[str] = set()
-        self._keys = KeySecrets(RUNTIME_KEY)  # the CRs' plan-signing keys
+        self._keys = CrKeys(RUNTIME_KEY, self.core, self._sanitize)  # the CRs' plan-signing keys
         # the CRs' Spark RPC keys (k8s master: the runtime's and the drain Jobs' executors; H4)
         self.rpc_keys = SparkRpcKeys(self.core, self._sanitize)
-        self._part_keys = KeySecrets(PART_KEY)  # the CRs' busy drains' part keys (drain_part_key.py)
+        self._part_keys = PartKeys(self.core, self._sanitize)  # the CRs' busy drains' part keys (drain_part_key.py)
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
     def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
@@ -410,13 +399,13 @@ class RuntimeManager:
             return None
         key = self.key(namespace, name, uid)
         if self.settings.spark_master:  # the runtime's pod mounts it (drain_manifests.spark_rpc_key_conf)
-            self.rpc_keys.ensure(namespace, name, uid)
+            self.rpc_keys.key(namespace, name, uid)
         return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:
-        """The CR's plan-signing key (`key_secret.KeySecrets`: read, or created when absent, once per
+        """The CR's plan-signing key (`key_secret.CrKeys`: read, or created when absent, once per
         operator process; a Secret the CR does not own, or without a valid key, raises)."""
-        return self._keys.key(self.core, self._sanitize, namespace, name, uid)
+        return self._keys.key(namespace, name, uid)
 
     def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
              now: float | None = None) -> plan_auth.PlanAuth:
@@ -535,7 +524,7 @@ class RuntimeManager:
             policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
             log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
         try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
-            self._part_keys.key(self.core, self._sanitize, namespace, name, uid)
+            self._part_keys.key(namespace, name, uid)
         except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
             log.warning("drain part key not made before the runtime", extra={
                 "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})

@@ -9,15 +9,13 @@ key someone else chose must never be trusted). Never logged: only the Secret's n
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
 
-from lagpilot import __version__
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime import hex_key
 
-from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
+from .key_secret import KEY_FIELD, CrKeys, KeyKind
 
-__all__ = ["HANDOFF_KEY", "KEY_FIELD", "HandoffKeys", "build_key_secret", "key_secret_name", "new_key"]
+__all__ = ["HANDOFF_KEY", "KEY_FIELD", "HandoffKeys", "key_secret_name", "new_key"]
 
 
 def key_secret_name(cr_name: str) -> str:
@@ -29,17 +27,9 @@ def new_key() -> str:
     return hex_key.new_key(mbx.KEY_BYTES)
 
 
-def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
-                     version: str = __version__) -> dict[str, Any]:
-    """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
-    delete it and the operator makes another at its next start, which rolls the consumers)."""
-    return owned_key_secret(key_secret_name(cr_name), "handoff-key", cr_name, namespace, cr_uid, key_hex,
-                            version)
-
-
-HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, new_key, mbx.parse_key,
-                      lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex),
-                      key_id=mbx.key_id)
+# its Secret: owned by the CR, immutable (a new key is a new Secret: delete it and the operator makes
+# another at its next start, which rolls the consumers)
+HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, "handoff-key", new_key, mbx.parse_key, key_id=mbx.key_id)
 
 # the CRs' hand-off keys (``HandoffKeys(core, sanitize)``): ``key``, ``key_id`` (its fingerprint)
 HandoffKeys = partial(CrKeys, HANDOFF_KEY)

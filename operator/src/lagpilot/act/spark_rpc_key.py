@@ -15,11 +15,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from lagpilot import __version__
 from lagpilot_runtime import hex_key
 
 from .drain_manifests import spark_rpc_key_secret_name
-from .key_secret import KEY_FIELD, CrKeys, KeyKind, owned_key_secret
+from .key_secret import CrKeys, KeyKind
 
 KEY_BYTES = hex_key.KEY_BYTES  # the one size of a per-CR key (hex_key)
 
@@ -33,17 +32,11 @@ def parse_key(text: Any) -> bytes:
     return hex_key.parse_key(text, "Spark RPC key", KEY_BYTES)
 
 
-def build_key_secret(cr_name: str, namespace: str, cr_uid: str, key_hex: str,
-                     version: str = __version__) -> dict[str, Any]:
-    """Owned by the CR (controller reference: deleted with it), immutable (a new key is a new Secret:
-    delete it and the operator makes another before the next launch)."""
-    return owned_key_secret(spark_rpc_key_secret_name(cr_name), "drain-rpc-key", cr_name, namespace, cr_uid, key_hex,
-                            version)
+# its Secret: owned by the CR, immutable (a new key is a new Secret: delete it and the operator makes
+# another before the next launch)
+SPARK_RPC_KEY = KeyKind("Spark RPC key", spark_rpc_key_secret_name, "drain-rpc-key", new_key, parse_key)
 
 
-SPARK_RPC_KEY = KeyKind("Spark RPC key", spark_rpc_key_secret_name, new_key, parse_key,
-                        lambda name, namespace, uid, key_hex: build_key_secret(name, namespace, uid, key_hex))
-
-
-# the CRs' Spark RPC keys (``SparkRpcKeys(core, sanitize)``): ``ensure`` (the operator uses no key itself)
+# the CRs' Spark RPC keys (``SparkRpcKeys(core, sanitize)``): ``key`` makes sure the Secret is there and
+# sound (the operator uses no key itself)
 SparkRpcKeys = partial(CrKeys, SPARK_RPC_KEY)

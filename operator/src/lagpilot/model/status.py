@@ -338,21 +338,16 @@ class Recommendation(_Model):
 
 class StartUpFigure(_Model):
     """A start-up figure the planner uses: measured on this CR (the nearest-rank 80th percentile of
-    the last 5 samples, capped at 900 s) or the operator's default until one is measured."""
+    the last 5 samples, capped at 900 s) or the operator's default until one is measured. The samples
+    themselves are controller memory: the ConfigMap ``<cr>-lagpilot-state`` (``learned``)."""
 
     seconds: float = Field(description="The figure the planner uses, seconds.")
     source: StartUpSource = Field(description="Measured (from samples) or Default (none measured yet).")
-    samples: list[float] = Field(
-        default_factory=list,
-        description="The last measured samples, oldest first (at most 5); each an upper bound, within one "
-        "poll interval of the true figure.",
-        max_length=5,
-    )
 
 
 class StartUps(_Model):
     """What this CR's start-ups measured (issue 25 item 4, docs/decision.md "Learning from what is
-    measured"); the samples live in the controller's memory, this is their view."""
+    measured"): the figures only; their samples live in the controller's memory."""
 
     pod_start: StartUpFigure | None = Field(
         None, description="A scale-up -> the consumer Deployment's Ready replicas reach it."

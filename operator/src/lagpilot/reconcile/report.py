@@ -201,11 +201,11 @@ def scaling_ineffective(out: step_mod.StepDecision) -> Condition:
 
 
 def start_ups(out: step_mod.StepDecision) -> dict[str, Any] | None:
-    """``status.startUps`` (lagpilot.model.status.StartUps): the figures the planner used and their samples."""
+    """``status.startUps`` (lagpilot.model.status.StartUps): the figures the planner used, measured or
+    the default; the samples behind them stay in the controller's memory (act/memory.py)."""
     if not out.start_ups:
         return None
-    return {key: {"seconds": round(seconds, 3), "source": (StartUpSource.MEASURED if samples else StartUpSource.DEFAULT).value,
-                  "samples": [round(x, 3) for x in samples]}
+    return {key: {"seconds": round(seconds, 3), "source": (StartUpSource.MEASURED if samples else StartUpSource.DEFAULT).value}
             for key, (seconds, samples) in out.start_ups.items()}
 
 
