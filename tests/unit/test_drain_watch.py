@@ -153,3 +153,18 @@ def test_the_job_carries_its_deadline():
     job = build_drain_job("orders", "ns", "uid", sp, d, 1, DrainSettings(deadline_floor_s=900))
     want = w.attempt_deadline_s(d.remaining, drain_plan_for(sp, d, "uid").parallelism, 1000.0, floor_s=900)
     assert job["spec"]["activeDeadlineSeconds"] == want >= 900
+
+
+def test_a_slow_start_up_is_not_read_as_a_stall():
+    """The no-progress window counts from the attempt's start, not its launch: an attempt launched
+    300 s ago whose tasks have not started yet (no sign of life: a cold Spark start-up under load)
+    has made no progress for a reason the no-progress limit (240 s here) does not describe — it is
+    still starting, within the start-up's own bound — and must not be stalled (seen in
+    tests/real/test_drain_no_progress.py: attempt 2 hung on nothing, yet was stalled at 240 s of a
+    cold start at load 40-50)."""
+    limits = w.StallLimits(no_progress_s=240, no_pod_s=300)
+    assert w.stall(NOW, NOW - 300, 1, limits) is None
+    starting = dataclasses.replace(RUNNING, progress_at=NOW - 300)
+    a = next_action(spec(), starting, dataclasses.replace(
+        obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), stall_limits=limits), NOW)
+    assert a.kind is Kind.NONE and (a.status is None or not a.status.stalled), a
