@@ -8,8 +8,8 @@ The window counts from the attempt's first sign of life (each task commits its p
 the attempt's number before its handler's first call), not from its launch: operator env
 LAGPILOT_DRAIN_STALL_SECONDS=60, far below a cold attempt's start-up under load, and
 LAGPILOT_DRAIN_STARTUP_SECONDS=900 (the start-up's own bound: not reached here). Before the sign of
-life a 60 s window from the launch stalled attempts that were still starting (the detector fired
-before any task ran; 240 s were needed, and the test waited them out). The handler's own deadline,
+life the window counted from the launch: 150 s stalled attempts under load before their first task
+ran, so the test used 240 s and waited them out (569 s; now 352 s, docs/drain.md). The handler's own deadline,
 max.poll.interval.ms, stays at its 300 s default: the detector, not the task deadline, ends the attempt.
 
 Proven: the fault fired (drain calls hung — their log — and no drain row is in the ledger while
