@@ -36,9 +36,12 @@ class FakeExecutor(DrainExecutor):
             self.log.append(("mailbox", {p: e.encode() for p, e in entries.items()}))
             self.world["mailbox"].update(entries)
 
-    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str) -> dict[tuple[int, int], tuple[int, int]]:
+    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str,
+                 attempts_out: Any = None) -> dict[tuple[int, int], tuple[int, int]]:
         if lost_out is not None:
             lost_out.update(self.world.get("lost") or {})
+        if attempts_out is not None:
+            attempts_out.update(self.world.get("attempts") or {})
         return dict(self.world["progress"])
 
     def job(self, namespace: str, name: str, launcher: str = "job") -> JobObservation:

@@ -44,7 +44,8 @@ def test_plan_in_env_is_the_recorded_sub_ranges():
     assert (plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records) == ("orders", "orders-batch", "3", 300)
     assert [(s.partition, s.index, s.start, s.end) for s in plan.sub_ranges] == [(1, 0, 100, 500), (1, 1, 500, 900)]
     assert plan.parallelism == 2  # min(maxTasks, sub-ranges)
-    assert plan == drain_plan_for(parse_spec(RAW), DRAIN, "uid-1")
+    assert plan.attempt == 2  # the launched attempt: its tasks' sign of life names it
+    assert plan == drain_plan_for(parse_spec(RAW), DRAIN, "uid-1", 2)
 
 
 def test_secrets_only_by_reference():

@@ -138,7 +138,7 @@ def test_the_warm_job_carries_the_operators_signature_of_its_plan() -> None:
     from lagpilot_runtime import plan_auth
 
     key = bytes.fromhex(KEY_HEX)
-    plan_text = drain_plan_for(SPEC, DRAIN, CR_UID).to_json()
+    plan_text = drain_plan_for(SPEC, DRAIN, CR_UID, 2).to_json()  # the plan of attempt 2
     auth = plan_auth.sign(key, plan_text, CR_UID, "3", 2, time.time() + 600)
     job = build_drain_job("orders", "ns1", CR_UID, SPEC, DRAIN, 2, runtime_url="http://10.0.0.5:31000",
                           runtime_auth=auth)

@@ -153,3 +153,96 @@ def test_the_job_carries_its_deadline():
     job = build_drain_job("orders", "ns", "uid", sp, d, 1, DrainSettings(deadline_floor_s=900))
     want = w.attempt_deadline_s(d.remaining, drain_plan_for(sp, d, "uid").parallelism, 1000.0, floor_s=900)
     assert job["spec"]["activeDeadlineSeconds"] == want >= 900
+
+
+def test_a_slow_start_up_is_not_read_as_a_stall():
+    """The no-progress window counts from the attempt's start, not its launch: an attempt launched
+    300 s ago whose tasks have not started yet (no sign of life: a cold Spark start-up under load)
+    has made no progress for a reason the no-progress limit (240 s here) does not describe — it is
+    still starting, within the start-up's own bound — and must not be stalled (seen in
+    tests/real/test_drain_no_progress.py: attempt 2 hung on nothing, yet was stalled at 240 s of a
+    cold start at load 40-50)."""
+    limits = w.StallLimits(no_progress_s=240, no_pod_s=300)
+    assert w.stall(NOW, NOW - 300, 1, limits) is None
+    starting = dataclasses.replace(RUNNING, progress_at=NOW - 300)
+    a = next_action(spec(), starting, dataclasses.replace(
+        obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), stall_limits=limits), NOW)
+    assert a.kind is Kind.NONE and (a.status is None or not a.status.stalled), a
+
+
+# With the sign of life: limits no-progress 60 s, start-up 600 s, no pod 300 s. (id, seconds since
+# launch or the last move, seconds since the first sign of life (None: not seen), running pods,
+# expected (reason, seconds) or None)
+SIGNED = w.StallLimits(no_progress_s=60, no_pod_s=300, startup_s=600)
+STARTS = [
+    ("starting-within-its-bound", 599, None, 1, None),
+    ("starting-past-its-bound", 600, None, 1, ("NoProgress", 600)),
+    ("starting-without-a-pod-names-the-pod", 300, None, 0, ("NoRunningPod", 300)),
+    ("started-late-the-window-counts-from-the-start", 500, 59, 1, None),
+    ("started-late-and-hung", 500, 60, 1, ("NoProgress", 60)),
+    ("moved-after-the-start-counts-from-the-move", 30, 400, 1, None),
+    ("moved-after-the-start-then-hung", 61, 400, 1, ("NoProgress", 61)),
+    ("pods-unknown-started-and-hung", 900, 70, None, ("NoProgress", 70)),
+]
+
+
+@pytest.mark.parametrize("idle,since_start,running,expected", [c[1:] for c in STARTS], ids=[c[0] for c in STARTS])
+def test_the_window_counts_from_the_first_sign_of_life(idle, since_start, running, expected):
+    limits = dataclasses.replace(SIGNED, started_at=None if since_start is None else NOW - since_start)
+    got = w.stall(NOW, NOW - idle, running, limits)
+    if expected is None:
+        assert got is None
+        return
+    assert got is not None and (got.reason, got.seconds) == expected
+    assert "no progress" in got.message or got.reason == "NoRunningPod"
+    if got.reason == "NoProgress":
+        assert ("no drain task started" in got.message) is (since_start is None), got.message
+
+
+S1 = w.Sighting(drain=3, attempt=1, at=NOW - 100)
+# (id, previous sighting, drain, attempt, alive now, expected)
+SIGHTINGS = [
+    ("none-yet", None, 3, 1, False, None),
+    ("first-seen-now", None, 3, 1, True, w.Sighting(3, 1, NOW)),
+    ("kept-while-seen", S1, 3, 1, True, S1),
+    ("kept-when-a-read-fails-or-it-is-overwritten", S1, 3, 1, False, S1),
+    ("a-new-attempt-is-not-started-by-the-old-ones", S1, 3, 2, False, None),
+    ("a-new-attempt-seen", S1, 3, 2, True, w.Sighting(3, 2, NOW)),
+    ("a-new-drain", S1, 4, 1, True, w.Sighting(4, 1, NOW)),
+]
+
+
+@pytest.mark.parametrize("prev,drain,attempt,alive,expected", [c[1:] for c in SIGHTINGS], ids=[c[0] for c in SIGHTINGS])
+def test_first_sighting(prev, drain, attempt, alive, expected):
+    assert w.first_sighting(prev, drain, attempt, alive, NOW) == expected
+
+
+def test_the_executor_starts_the_window_at_its_first_sighting_of_the_attempt():
+    """Through the executor's loop: attempt 2 launched at 1000 while attempt 1's sign of life is still
+    in the progress group; it starts 500 s later (a cold start); no-progress limit 60 s."""
+    from lagpilot.decide.handoff import DrainStatus
+    from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
+
+    log: list = []
+    world = world0()
+    ex = FakeExecutor(log, world)
+    ex.stall_limits = w.StallLimits(no_progress_s=60, no_pod_s=300, startup_s=900)
+    running = dataclasses.replace(RUNNING, attempt=2, progress_at=1000.0, started_at=1000.0)
+    world["jobs"][h.job_name("orders", running.id, 2)] = JobObservation(JobState.ACTIVE, 1, running=1)
+    world["progress"] = {(0, 0): (200, 0), (0, 1): (600, 0)}
+    world["attempts"] = {(0, 0): 1}  # attempt 1's sign of life: not this attempt's
+
+    def step(now: float) -> DrainStatus:
+        world["now"] = now
+        log.clear()
+        r = ex.reconcile(ctx(log, world, running.to_dict() if world["status"] is None else world["status"]))
+        return DrainStatus.from_dict(r.status) if r.status else running
+
+    assert not step(1100.0).stalled and "delete_job" not in [e[0] for e in log]  # still starting
+    world["attempts"] = {(0, 0): 1, (0, 1): 2}  # a task of attempt 2 started
+    assert not step(1500.0).stalled
+    assert ex.sightings["u"] == w.Sighting(running.id, 2, 1500.0)
+    assert not step(1559.0).stalled and "delete_job" not in [e[0] for e in log]
+    s = step(1560.0)
+    assert s.stalled == "NoProgress" and ("delete_job", h.job_name("orders", running.id, 2)) in log, log
+    assert "no progress for 60 s since the attempt's tasks started" in s.last_error

@@ -239,7 +239,8 @@ def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]]
     """Run the tasks over ``work`` (Arrow, one job per relation when asked, or RDD); their summaries."""
     spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
     kafka_opts = spark_kafka_options(cfg, plan.read_committed)
-    spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner)
+    spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges,
+                    plan.owner, plan.attempt)
     # one job per relation: off by default (measured under load: no gain, a lower steady rate)
     if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS", default=False):
         jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)

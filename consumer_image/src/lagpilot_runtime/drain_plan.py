@@ -8,7 +8,8 @@ identity across retries, which is what lets a retry skip finished work exactly.
 Progress is kept in Kafka itself, as committed offsets of small consumer groups that never have
 members: group ``<groupId>.lagpilot-drain.<tag>.<drainId>.<k>`` holds, for every drained partition, the
 next offset to process in that partition's k-th sub-range, and in the commit metadata
-(``lpd1;n=<records>``) how many records that sub-range has processed so far. The operator reads
+(``lpd1;n=<records>``) how many records that sub-range has processed so far, and ``a=<attempt>``
+the operator's attempt whose task wrote it (its sign of life: ``progress_metadata``). The operator reads
 them with the same ``list_consumer_group_offsets`` call it uses for lag; Kafka expires them with the
 broker's ``offsets.retention.minutes`` (7 days by default) once unused. ``<tag>`` (``owner_tag``)
 is a short hash of the CR's uid: drain ids restart at 1 for a CR re-created with the same groupId,
@@ -72,6 +73,10 @@ class DrainPlan:
     # the drain's round these sub-ranges are of (a part of a later round is new to it)
     busy: bool = False
     round: int = 0
+    # the operator's attempt number (0: none, a plan without an operator): the tasks write it into
+    # their progress commits, first at their start (the attempt's sign of life, docs/drain.md
+    # "Deadlines, stalls and retries")
+    attempt: int = 0
 
     def validate(self) -> "DrainPlan":
         """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
@@ -79,6 +84,8 @@ class DrainPlan:
             raise ValueError("drain plan needs drainId, topic and groupId")
         if self.round < 0:
             raise ValueError("drain plan needs round >= 0")
+        if self.attempt < 0:
+            raise ValueError("drain plan needs attempt >= 0")
         if not 1 <= self.batch_max_records <= MAX_BATCH_RECORDS:
             raise ValueError(f"drain plan needs 1 <= batchMaxRecords <= {MAX_BATCH_RECORDS}")
         if not 1 <= self.parallelism <= MAX_PARALLELISM:
@@ -124,6 +131,7 @@ class DrainPlan:
             "readCommitted": self.read_committed,
             "subRanges": [s.to_dict() for s in self.sub_ranges],
             **({"busy": True, "round": self.round} if self.busy else {}),
+            **({"attempt": self.attempt} if self.attempt else {}),
         }, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -140,6 +148,7 @@ class DrainPlan:
             owner=str(d.get("owner") or ""),
             busy=bool(d.get("busy", False)),
             round=int(d.get("round") or 0),
+            attempt=int(d.get("attempt") or 0),
         ).validate()
 
     def extended(self, part: "NextPart") -> "DrainPlan":
@@ -166,13 +175,29 @@ def progress_group(group_id: str, drain_id: str, index: int, owner: str = "") ->
     return f"{group_id}.lagpilot-drain.{drain_id}.{index}"
 
 
-def progress_metadata(records_done: int, lost: Sequence[tuple[int, int]] = ()) -> str:
-    """Commit metadata of a progress offset: how many records the sub-range has processed, and the
-    offset ranges ``[a, b)`` of it that retention deleted before the drain read them (``lost=a-b,..``)."""
+def progress_metadata(records_done: int, lost: Sequence[tuple[int, int]] = (), attempt: int = 0) -> str:
+    """Commit metadata of a progress offset: how many records the sub-range has processed, the
+    offset ranges ``[a, b)`` of it that retention deleted before the drain read them (``lost=a-b,..``),
+    and the operator's attempt whose task wrote it (``a=<attempt>``; 0: not written)."""
     text = f"{PROGRESS_METADATA_PREFIX};n={int(records_done)}"
     if lost:
         text += ";lost=" + ",".join(f"{int(a)}-{int(b)}" for a, b in lost)
+    if attempt > 0:
+        text += f";a={int(attempt)}"
     return text
+
+
+def parse_progress_attempt(metadata: str | bytes | None) -> int:
+    """The attempt ``a=<int>`` of a progress commit's metadata; 0 when absent or foreign (never raises)."""
+    if isinstance(metadata, bytes):
+        metadata = metadata.decode("utf-8", "replace")
+    if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
+        return 0
+    for part in metadata.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key == "a" and value.isdigit():
+            return int(value)
+    return 0
 
 
 def parse_progress_lost(metadata: str | None) -> tuple[tuple[int, int], ...]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ConsumerConfig
-from .drain_plan import SubRange, parse_progress_lost, parse_progress_metadata, progress_group, progress_metadata
+from .drain_plan import (SubRange, parse_progress_attempt, parse_progress_lost, parse_progress_metadata,
+                         progress_group, progress_metadata)
 from .drain_progress import commit_progress, progress_consumer
 from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
@@ -46,6 +47,7 @@ class TaskSpec:
     batch_max_records: int
     sub_ranges: tuple[SubRange, ...]
     owner: str = ""  # the plan's owner tag: names the progress groups (drain_plan.progress_group)
+    attempt: int = 0  # the operator's attempt (the plan's): in every progress commit, first at the start
 
 
 def _row_record(row: Any) -> Any:
@@ -101,14 +103,45 @@ def sub_range_of(sub_ranges: Sequence[SubRange], partition: int, offset: int) ->
 
 def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, int, tuple[tuple[int, int], ...]]:
     """The sub-range's progress group as committed: (next offset, records done, retention losses
-    recorded); a group that never committed starts at the sub-range's start."""
+    recorded); a group that never committed starts at the sub-range's start. Then the attempt's
+    sign of life (``_sign_of_life``), before anything else of the task reaches the sink."""
     from confluent_kafka import TopicPartition
 
     got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
     done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
     done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
     lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
+    _sign_of_life(committer, spec, sub, got)
     return done_next, done_records, lost_before
+
+
+def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any) -> None:
+    """The attempt's sign of life (docs/drain.md "Deadlines, stalls and retries"): the sub-range's
+    progress as committed (``committed``: its TopicPartition as read; nothing committed: the
+    sub-range's start, no record done) committed again with this attempt's number. It carries no
+    offset beyond what is processed — the offset is the one already there — so nothing is committed
+    before its batch is processed. The operator's no-progress window counts from its first sighting;
+    the time before it is start-up, with its own bound. Once per attempt and sub-range (a task Spark
+    retries finds it written), and only for a plan of the operator's (``attempt`` > 0). Best effort:
+    a failed commit leaves the attempt under the start-up bound, it does not fail the task."""
+    from confluent_kafka import TopicPartition
+
+    has = committed.offset is not None and committed.offset >= 0
+    meta = getattr(committed, "metadata", None) if has else None
+    if spec.attempt <= 0 or parse_progress_attempt(meta) == spec.attempt:
+        return
+    same = progress_metadata(parse_progress_metadata(meta), parse_progress_lost(meta), spec.attempt)
+    tp = TopicPartition(spec.topic, sub.partition, committed.offset if has else sub.start, metadata=same)
+    try:
+        commit_progress(committer, tp)
+    except Exception as exc:  # noqa: BLE001 - best effort: unseen, the attempt stays under the start-up bound
+        log.warning("the drain task's sign of life was not committed", extra=_fields(
+            event="drain_task_sign_of_life_failed", partition=sub.partition, index=sub.index,
+            error=str(exc)[:300]))
+        return
+    log.info("drain task started", extra=_fields(event="drain_task_started", drain=spec.drain_id,
+                                                 attempt=spec.attempt, partition=sub.partition, index=sub.index,
+                                                 next=tp.offset))
 
 
 def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fences: bool, sink_progress: bool,
@@ -185,7 +218,8 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     kafka_next = [0]  # the progress group's committed offset (the sink's progress may be ahead of it)
 
     def commit(next_offset: int, records: int) -> None:
-        tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=progress_metadata(records, lost_before))  # type: ignore[union-attr]
+        meta = progress_metadata(records, lost_before, spec.attempt)
+        tp = TopicPartition(spec.topic, sub.partition, next_offset, metadata=meta)  # type: ignore[union-attr]
         for attempt in range(5):
             try:
                 commit_progress(committer, tp)

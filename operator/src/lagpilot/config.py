@@ -89,6 +89,7 @@ class OperatorConfig:
     drain_ack_timeout_seconds: float | None = None  # LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS (None: the executor's)
     drain_stall_seconds: float | None = None  # LAGPILOT_DRAIN_STALL_SECONDS: no progress -> attempt failed
     drain_no_pod_seconds: float | None = None  # LAGPILOT_DRAIN_NO_POD_SECONDS: Job without a pod -> failed
+    drain_startup_seconds: float | None = None  # LAGPILOT_DRAIN_STARTUP_SECONDS: no task started -> failed
     drain_quiesce_timeout_seconds: float | None = None  # LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS
     metrics_port: int = 9090  # LAGPILOT_OPERATOR_METRICS_PORT (0: no metrics endpoint)
     log_level: str = "INFO"  # LAGPILOT_LOG_LEVEL
@@ -111,6 +112,7 @@ class OperatorConfig:
             drain_ack_timeout_seconds=e.optional_number("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS"),
             drain_stall_seconds=e.optional_number("LAGPILOT_DRAIN_STALL_SECONDS"),
             drain_no_pod_seconds=e.optional_number("LAGPILOT_DRAIN_NO_POD_SECONDS"),
+            drain_startup_seconds=e.optional_number("LAGPILOT_DRAIN_STARTUP_SECONDS"),
             drain_quiesce_timeout_seconds=e.optional_number("LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS"),
             metrics_port=e.integer("LAGPILOT_OPERATOR_METRICS_PORT", cls.metrics_port),
             log_level=e.text("LAGPILOT_LOG_LEVEL", cls.log_level).upper(),

@@ -36,7 +36,8 @@ from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain po
 from .drain_runtime import RuntimeManager
 from .handoff_key import HandoffKeys
 from lagpilot.model.status import DrainRuntime
-from lagpilot.decide.drain_watch import NO_POD_S, NO_PROGRESS_S, StallLimits, stalled_condition
+from lagpilot.decide.drain_watch import (NO_POD_S, NO_PROGRESS_S, STARTUP_S, Sighting, StallLimits, first_sighting,
+                                         stalled_condition)
 from lagpilot.decide.status import Condition, merge_conditions
 from .kubeapi import StatusConflict
 from lagpilot_runtime import handoff_mailbox as mbx
@@ -280,7 +281,11 @@ class DrainExecutor(DrainCalls):
         # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
         self.stall_limits = StallLimits(
             no_progress_s=_or(cfg.drain_stall_seconds, NO_PROGRESS_S),
-            no_pod_s=_or(cfg.drain_no_pod_seconds, NO_POD_S))
+            no_pod_s=_or(cfg.drain_no_pod_seconds, NO_POD_S),
+            startup_s=_or(cfg.drain_startup_seconds, STARTUP_S))
+        # per CR uid: when this operator first saw its running attempt's sign of life (a task's start;
+        # drain_watch.first_sighting): the no-progress window counts from it, start-up is bounded apart
+        self.sightings: dict[str, Sighting] = {}
         # how long the quiesce fallback waits for the group to empty (LAGPILOT_DRAIN_QUIESCE_TIMEOUT_SECONDS;
         # unset: QUIESCE_TIMEOUT_S, at least two session timeouts + 30 s so killed members have left)
         self.quiesce_timeout_s: float | None = cfg.drain_quiesce_timeout_seconds
@@ -345,11 +350,12 @@ class DrainExecutor(DrainCalls):
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
             group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
         part, wanted = self._observe_part(ctx, d)
-        progress, lost = self._observe_progress(ctx, d)
+        progress, lost, attempts = self._observe_progress(ctx, d)
         job = self._observe_job(ctx, d)
+        stall_limits = self._started(ctx, d, attempts)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
                         wanted=wanted, tasks=dict(ctx.tasks), job=job, progress=progress, mailbox=mailbox,
-                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=self.stall_limits, members=members, owner=ctx.uid,
+                        ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=stall_limits, members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part)
 
     def _observe_hand_off(self, ctx: DrainContext, d: DrainStatus
@@ -381,14 +387,32 @@ class DrainExecutor(DrainCalls):
 
     def _observe_progress(self, ctx: DrainContext, d: DrainStatus | None
                           ) -> tuple[dict[tuple[int, int], tuple[int, int]] | None,
-                                     dict[tuple[int, int], tuple[tuple[int, int], ...]] | None]:
-        """The sub-ranges' progress and the ranges retention deleted (None, None: nothing to read or not read)."""
-        progress, lost = None, None
+                                     dict[tuple[int, int], tuple[tuple[int, int], ...]] | None,
+                                     dict[tuple[int, int], int] | None]:
+        """The sub-ranges' progress, the ranges retention deleted and the attempt that last wrote each
+        (None, None, None: nothing to read or not read)."""
+        progress, lost, attempts = None, None, None
         if d is not None and d.sub_ranges and d.phase is not Phase.VERIFIED:
             found: dict[tuple[int, int], tuple[tuple[int, int], ...]] = {}
-            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid)
-            lost = None if progress is None else found
-        return progress, lost
+            by: dict[tuple[int, int], int] = {}
+            progress = self.progress(ctx.admin, ctx.spec, d, found, owner=ctx.uid, attempts_out=by)
+            lost, attempts = (None, None) if progress is None else (found, by)
+        return progress, lost, attempts
+
+    def _started(self, ctx: DrainContext, d: DrainStatus | None,
+                 attempts: Mapping[tuple[int, int], int] | None) -> StallLimits:
+        """The stall limits with the running attempt's first sign of life as this operator saw it
+        (``first_sighting``; a progress read that failed sees none this cycle)."""
+        if d is None or d.phase is not Phase.RUNNING or d.attempt <= 0:
+            self.sightings.pop(ctx.uid, None)
+            return self.stall_limits
+        alive = attempts is not None and d.attempt in attempts.values()
+        seen = first_sighting(self.sightings.get(ctx.uid), d.id, d.attempt, alive, self.clock())
+        if seen is None:
+            self.sightings.pop(ctx.uid, None)
+            return self.stall_limits
+        self.sightings[ctx.uid] = seen
+        return dataclasses.replace(self.stall_limits, started_at=seen.at)
 
     def _observe_job(self, ctx: DrainContext, d: DrainStatus | None) -> JobObservation | None:
         if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):

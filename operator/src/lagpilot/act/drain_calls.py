@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import owner_tag, parse_progress_lost, parse_progress_metadata, progress_group
+from lagpilot_runtime.drain_plan import (owner_tag, parse_progress_attempt, parse_progress_lost, parse_progress_metadata,
+                                         progress_group)
 
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
@@ -61,11 +62,13 @@ class DrainCalls:
                      for m in desc.members or ())
 
     def progress(self, admin: Any, spec: GroupSpec, d: DrainStatus,
-                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None, *, owner: str
+                 lost_out: dict[tuple[int, int], tuple[tuple[int, int], ...]] | None = None, *, owner: str,
+                 attempts_out: dict[tuple[int, int], int] | None = None
                  ) -> dict[tuple[int, int], tuple[int, int]] | None:
         """(partition, index) → (next, records) from the progress groups of the CR with uid ``owner``;
         None if any read failed.
-        ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata)."""
+        ``lost_out`` receives the retention losses the drain recorded (``lost=a-b`` metadata),
+        ``attempts_out`` the attempt whose task last committed each (``a=<attempt>``: its sign of life)."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         by_index: dict[int, list[int]] = {}
@@ -87,6 +90,9 @@ class DrainCalls:
                         lost = parse_progress_lost(meta)
                         if lost and lost_out is not None:
                             lost_out[(tp.partition, index)] = lost
+                        attempt = parse_progress_attempt(meta)
+                        if attempt and attempts_out is not None:
+                            attempts_out[(tp.partition, index)] = attempt
         except Exception as err:  # noqa: BLE001
             log.warning("reading drain progress failed", extra={"group": spec.group_id, "error": str(err)})
             return None
@@ -171,7 +177,8 @@ class DrainCalls:
         runtime_auth = None
         if runtime_url:
             try:
-                runtime_auth = self.runtime.sign(ctx.namespace, ctx.name, ctx.uid, drain_plan_for(ctx.spec, d, ctx.uid).to_json(),
+                plan_text = drain_plan_for(ctx.spec, d, ctx.uid, attempt).to_json()  # the plan of this attempt
+                runtime_auth = self.runtime.sign(ctx.namespace, ctx.name, ctx.uid, plan_text,
                                                  str(d.id), attempt, self.clock())
             except Exception as err:  # noqa: BLE001 - no signature, no warm hand-over: the Job drains cold
                 log.warning("signing the warm drain plan failed: launching cold", extra={

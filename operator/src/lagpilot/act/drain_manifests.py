@@ -102,10 +102,10 @@ class DrainSettings:
 
 # ---- pure builders ----------------------------------------------------------------------------
 
-def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPlan:
+def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str, attempt: int | None = None) -> DrainPlan:
     """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself);
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
-    one's progress)."""
+    one's progress); ``attempt``: the attempt being launched (default the status's)."""
     subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
     parallelism = parallelism_for(subs, spec.drain.max_tasks)
     if drain.busy:  # a busy drain keeps the task slots the planner gave it for its next splits
@@ -118,6 +118,8 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str) -> DrainPla
         # aborted transactions out of the drain exactly as the consumer's default would
         read_committed=True,
         owner=owner_tag(cr_uid),
+        # the tasks' sign of life names it (the no-progress window counts from the attempt's first)
+        attempt=drain.attempt if attempt is None else attempt,
     ).validate()
 
 
@@ -364,7 +366,7 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     `LAGPILOT_DRAIN_PLAN_AUTH`; the Job never gets the key itself.
     """
     settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain, cr_uid)
+    plan = drain_plan_for(spec, drain, cr_uid, attempt)
     name = job_name(cr_name, drain.id, attempt)
     labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value}
     env = _drain_env(spec, plan, settings, attempt)
@@ -439,7 +441,7 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     plan/environment as the Job (Secret refs stay refs), executors sized like the k8s backend's.
     restartPolicy Never: retries are the operator's, as with the Job's backoffLimit 0."""
     settings = settings or DrainSettings()
-    plan = drain_plan_for(spec, drain, cr_uid)
+    plan = drain_plan_for(spec, drain, cr_uid, attempt)
     name = job_name(cr_name, drain.id, attempt)
     labels = _labels(cr_name, name, version)
     env = _drain_env(spec, plan, settings, attempt)
