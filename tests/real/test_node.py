@@ -32,6 +32,16 @@ def node(stack: Any, kube: KubeEnv) -> Any:
     return stack.part("node")
 
 
+@pytest.fixture(scope="session")
+def netpol(stack: Any, node: Any) -> Any:
+    """The node's NetworkPolicy agent (the `netpol` part: kube-router's policy controller), started
+    (or reused) for the tests that need policies enforced; built on first use (docs/node.md "Cold
+    build"). `stack.up` fails unless the agent answers its health check: a node without it would
+    admit what a policy refuses."""
+    stack.up(["kube", "node", "netpol"], by_tests=True)
+    return stack.part("netpol")
+
+
 def _restricted_ns(kube: KubeEnv, namespace: Callable[..., str]) -> str:
     ns = namespace("node")
     kube.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
