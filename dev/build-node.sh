@@ -8,11 +8,11 @@
 #                                                plugins listed in COREDNS_PLUGINS: a main package of ours
 #                                                in a wrapper module, CoreDNS's documented way to choose
 #                                                plugins at compile time; no cloud SDKs)
-#   kube-router                                 (github.com/cloudnativelabs/kube-router/v2, CGO_ENABLED=0;
-#                                                run with --run-firewall only: the NetworkPolicy agent)
 #   pause                                       (build/pause/linux/pause.c of the same k8s.io/kubernetes
 #                                                module, gcc -static: the sandbox image's only file)
 # runc and the CNI plugins come from Debian (apt-get; see lagpilot_dev/node.py).
+# The NetworkPolicy agent (kube-router) is not built here: dev/build-netpol.sh, on first use of the
+# `netpol` part (lagpilot_dev/netpol.py; docs/node.md "Cold build").
 #
 # Usage: build-node.sh OUT_DIR [KUBE_OUT_DIR]   (idempotent: skips what exists). With KUBE_OUT_DIR
 # the control plane's binaries (dev/build-kube.sh's default set) missing from KUBE_OUT_DIR/bin are
@@ -25,7 +25,6 @@ set -euo pipefail
 CONTAINERD_VERSION="${LAGPILOT_CONTAINERD_VERSION:-v2.2.9}"
 CRICTL_VERSION="${LAGPILOT_CRICTL_VERSION:-v1.34.0}"
 COREDNS_VERSION="${LAGPILOT_COREDNS_VERSION:-v1.14.7}"
-KUBE_ROUTER_VERSION="${LAGPILOT_KUBE_ROUTER_VERSION:-v2.1.0}"
 out="${1:?usage: build-node.sh OUT_DIR [KUBE_OUT_DIR]}"
 kube_out="${2:-}"
 # CoreDNS plugins compiled in (their package names under github.com/coredns/coredns/plugin/; the
@@ -112,14 +111,6 @@ if [ ! -x "$out/bin/coredns" ]; then
   mv "$out/bin/coredns.tmp" "$out/bin/coredns"
   "$out/bin/coredns" -plugins | tr '\n' ' ' >&2; echo >&2
   log "coredns built"
-fi
-
-if [ ! -x "$out/bin/kube-router" ]; then
-  log "building kube-router $KUBE_ROUTER_VERSION"
-  m=github.com/cloudnativelabs/kube-router/v2
-  go install -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
-    "$m/cmd/kube-router@$KUBE_ROUTER_VERSION"
-  log "kube-router built"
 fi
 
 cleanup_go_caches

@@ -2,7 +2,10 @@
 reconciling CR reconciled by the operator on the real API server, read with kubectl, judged by
 kstatus itself (sigs.k8s.io/cli-utils v0.37.2 pkg/kstatus/status.Compute, through dev/kstatus-check)
 and by the Argo CD health check (examples/gitops/argocd-health.lua, run by gopher-lua, Argo CD's Lua
-VM). The Python copy of kstatus' rules (lagpilot.decide.kstatus.verdict) must agree with the library."""
+VM). The Python copy of kstatus' rules (lagpilot.decide.kstatus.verdict) must agree with the library.
+
+The reconciling CR's consumer pod runs where the `pods` fixture says (tests/fixtures/node.py): the
+pod runner, or with LAGPILOT_NODE=1 a container of the test image on the real node."""
 from __future__ import annotations
 
 import json
@@ -16,6 +19,7 @@ import pytest
 from lagpilot.decide.kstatus import verdict
 from lagpilot_dev import kstatus as ks
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_crd import crd  # noqa: F401 - fixture
 from tests.real.test_operator_e2e import Operator, apply_cr, condition, cr, free_port, get_cr, start_operator  # noqa: F401
 
@@ -26,13 +30,14 @@ LUA = REPO / "examples" / "gitops" / "argocd-health.lua"
 
 
 def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
-        crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,
-        new_topic: Callable[..., str], start_operator: Callable[[str], Operator]) -> None:
+        crd: Any, kube_api: Any, pods: Pods, new_topic: Callable[..., str],
+        start_operator: Callable[[str], Operator]) -> None:
     from kubernetes import client
 
     binary = ks.ensure_kstatus_check()
     custom = client.CustomObjectsApi(kube_api)
-    ns = namespace("kstatus")
+    ns = pods.namespace("kstatus")
+    kafka_bootstrap = pods.kafka_bootstrap
     op = start_operator(ns)
     topic = new_topic(partitions=2)
     suffix = uuid.uuid4().hex[:6]
@@ -48,7 +53,8 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     apply_cr(crd, ns, cr("reconciling", {**base, "groupId": f"rec-{suffix}",
                                          "kafka": {"bootstrapServers": kafka_bootstrap},
                                          "processing": {"handler": "lagpilot_no_such_module.handlers:process"},
-                                         "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
+                                         "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
+                                         "template": pods.template()}))
 
     def cond_is(name: str, type_: str, status: str) -> bool:
         c = condition(get_cr(custom, ns, name), type_)
@@ -58,6 +64,20 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
                "ready: Ready True", 120, interval=1)
     wait_until(lambda: cond_is("degraded", "Stalled", "True"), "degraded: Stalled True", 120, interval=1)
     wait_until(lambda: cond_is("reconciling", "Reconciling", "True"), "reconciling: Reconciling True", 120, interval=1)
+
+    def consumer_exited() -> Any:
+        """The reconciling CR's consumer ran (where `pods` says) and exited on its handler's import:
+        not ready for that reason, not for want of an image or a node."""
+        core = client.CoreV1Api(kube_api)
+        for pod in core.list_namespaced_pod(ns, label_selector="lagpilot.io/group=reconciling").items:
+            for cs in pod.status.container_statuses or []:
+                ended = (cs.state and cs.state.terminated) or (cs.last_state and cs.last_state.terminated)
+                if ended and ended.exit_code != 0:
+                    return pod
+        return None
+
+    exited = wait_until(consumer_exited, "reconciling: its consumer ran and exited", 180, interval=1)
+    assert exited.spec.node_name == pods.node_name, (exited.metadata.name, exited.spec.node_name)
 
     listed = crd.kubectl("get", "bcg", "-n", ns, "-o", "json").stdout
     rows = ks.by_name(ks.verdicts(listed, argocd_health=LUA, binary=binary))

@@ -8,7 +8,6 @@ scheduler (`schedulerName`, see lagpilot_dev.node.SCHEDULER_NAME) and run as con
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,20 +15,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import KubeEnv, wait_until
+from tests.fixtures.node import netpol, node  # noqa: F401 - fixtures (imported from here by the other node tests)
 
 pytestmark = [pytest.mark.real, pytest.mark.node]
-
-
-@pytest.fixture(scope="session")
-def node(stack: Any, kube: KubeEnv) -> Any:
-    """The node part, started (or reused) through the dev stack (builds on first use).
-
-    Opt-in (LAGPILOT_NODE=1): the node is not part of ./dev/test yet (its cold build, docs/node.md,
-    does not fit the budgets on top of the rest), and it needs root."""
-    if os.environ.get("LAGPILOT_NODE", "") != "1":
-        pytest.skip("the real node is opt-in: LAGPILOT_NODE=1 (docs/node.md)")
-    stack.up(["kube", "node"], by_tests=True)
-    return stack.part("node")
 
 
 def _restricted_ns(kube: KubeEnv, namespace: Callable[..., str]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import KubeEnv, wait_until
+from tests.fixtures.node import image_on_node
 from tests.real.test_node import RESTRICTED_CONTAINER_SC, _restricted_ns, node  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.real, pytest.mark.node, pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -57,17 +58,11 @@ def user_reference(name: str) -> str:
 
 def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
     """Build the image (cached layers when nothing changed), load it into the node, and return the
-    name the chart / the CRD use for it: a pod naming it with `imagePullPolicy: Never` must run."""
-    from lagpilot_dev import images_tools
-    from lagpilot_dev.images_build import IMAGES, build
-
-    problems = images_tools.missing_preconditions(images_tools.default_layout())
-    if problems:
-        pytest.fail("images: cannot build here: " + "; ".join(problems))
-    img = IMAGES[name]
-    build(images_tools.default_layout(), img)
-    node.load_built_image(img.tag)
-    return user_reference(name)
+    name the chart / the CRD use for it: a pod naming it with `imagePullPolicy: Never` must run.
+    Once per session and image (tests/fixtures/node.py)."""
+    name_used = image_on_node(node, name)
+    assert name_used == user_reference(name)
+    return name_used
 
 
 @pytest.fixture(scope="module")

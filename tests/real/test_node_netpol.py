@@ -3,7 +3,8 @@
 The policy is the one the operator creates for a CR's warm drain runtime
 (`lagpilot.act.drain_runtime.build_network_policy`, owned by a real BatchConsumerGroup); the drain
 pods carry the labels the operator gives a drain attempt's pods (`drain_manifests._labels`). The
-node's policy agent is kube-router's policy controller (lagpilot_dev.node, `--run-firewall` only).
+node's policy agent is kube-router's policy controller (the `netpol` part, lagpilot_dev.netpol,
+`--run-firewall` only).
 
 A stand-in runtime (busybox httpd on the CR's runtime port, with the runtime's selector labels) and
 three clients that ask it once a second: a pod labelled as the CR's drain pod, a pod without those
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import KubeEnv, wait_until
-from tests.real.test_node import RESTRICTED_CONTAINER_SC, node  # noqa: F401 - fixture
+from tests.real.test_node import RESTRICTED_CONTAINER_SC, netpol, node  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.real, pytest.mark.node, pytest.mark.timeout(1800)]
 
@@ -55,11 +56,11 @@ def _answers(node: Any, ns: str, name: str) -> list[str]:  # noqa: F811
 
 
 def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
-        node: Any, kube: KubeEnv, namespace: Callable[..., str]) -> None:  # noqa: F811
+        node: Any, netpol: Any, kube: KubeEnv, namespace: Callable[..., str]) -> None:  # noqa: F811
     from lagpilot.act.drain_manifests import _labels as drain_pod_labels
     from lagpilot.act.drain_runtime import build_network_policy, runtime_port, selector_labels
 
-    assert node.processes["netpol"].is_running(), "kube-router (the node's policy agent) is not running"
+    assert netpol.is_running(), "kube-router (the node's policy agent) is not running"
     ns, other_ns = namespace("np"), namespace("np-other")
     for n in (ns, other_ns):
         kube.kubectl("label", "namespace", n, "pod-security.kubernetes.io/enforce=restricted")

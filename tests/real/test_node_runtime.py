@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.fixtures.kube import KubeEnv, wait_until
-from tests.real.test_node import node  # noqa: F401 - fixture
+from tests.real.test_node import netpol, node  # noqa: F401 - fixtures
 from tests.real.test_node_lifecycle import LEDGER, helm_bin, operator_for  # noqa: F401 - fixtures
 from tests.real.test_node_netpol import _answers, _pod
 from tests.real.test_node_operator import _pods, on_node, pods_postgres  # noqa: F401 - fixtures
@@ -54,14 +54,14 @@ def _produce_into(bootstrap: str, topic: str, count: int, partitions: int) -> No
 
 
 def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
-        node: Any, kube: KubeEnv, kafka_part: Any, pods_postgres: Any,  # noqa: F811
+        node: Any, netpol: Any, kube: KubeEnv, kafka_part: Any, pods_postgres: Any,  # noqa: F811
         operator_for: Callable[[], tuple[str, str]]) -> None:  # noqa: F811
     import psycopg
 
     from lagpilot.act.drain_manifests import _labels as drain_pod_labels
     from lagpilot.act.drain_runtime import runtime_name, runtime_port, selector
 
-    assert node.processes["netpol"].is_running(), "kube-router (the node's policy agent) is not running"
+    assert netpol.is_running(), "kube-router (the node's policy agent) is not running"
     team, image = operator_for()
     pods_bootstrap, pods_dsn = kafka_part.pods_bootstrap_servers(), pods_postgres.pods_dsn()
     assert pods_bootstrap and pods_dsn

@@ -1,9 +1,12 @@
 """The operator end to end on the real parts: kube-apiserver + controller-manager (GC, ReplicaSets),
-the Kafka broker, the consumer runtime in pods run by the test-side pod runner.
+the Kafka broker, the consumer runtime in pods run by the test-side pod runner, or, with
+LAGPILOT_NODE=1, as containers of the consumer image on the real node (the `pods` fixture,
+tests/fixtures/node.py: a namespace labelled for the node and enforcing Pod Security `restricted`,
+the broker's PODS listener, the tests' handlers from the test image; docs/node.md).
 
 The operator runs as a subprocess (`lagpilot operator --namespace NS --standalone`) authenticated as
 a ServiceAccount whose Role is built from the tables of docs/rbac.md, so these tests also prove that
-list sufficient. Shown:
+list sufficient (on the node too: the helm-installed operator pod is tests/real/test_node_operator.py's). Shown:
 - apply a CR → the consumer Deployment is created, controller-owned, env per docs/CONTRACTS.md;
   a backlog → replicas rise, capped at the partition count → lag drains → replicas fall back after
   the (short) scale-down window; events for each scale; `kubectl get bcg` columns; operator metrics;
@@ -30,6 +33,7 @@ import yaml
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.act.memory import MEMORY_FIELD, memory_name
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -152,15 +156,14 @@ def events_for(core: Any, ns: str, name: str) -> list[Any]:
 
 # --------------------------------------------------------------------------- the scaling cycle
 
-def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_runner: Any,
-                                                namespace: Callable[..., str], kafka_bootstrap: str,
+def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: Pods, kafka_bootstrap: str,
                                                 new_topic: Callable[..., str],
                                                 start_operator: Callable[[str], Operator]) -> None:
     from kubernetes import client
 
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    ns = namespace("op-e2e")
+    ns = pods.namespace("op-e2e")
     partitions, per_partition = 3, 4000
     topic = new_topic(partitions=partitions, prefix="op-e2e")
     group = f"op-e2e-{uuid.uuid4().hex[:6]}"
@@ -171,7 +174,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     op = start_operator(ns)
     name = "orders"
     apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+        "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
         "topic": topic, "groupId": group,
         "batch": {"maxRecords": 100, "timeoutMs": 500},
         "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "5"}},
@@ -180,7 +183,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
                                  "scaleDown": {"stabilizationWindowSeconds": 10}}},
         "catchUpSLASeconds": 30,
         "drain": {"enabled": False},
-        "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+        "template": pods.template(),
     }))
     obj = get_cr(custom, ns, name)
     dname = f"{name}-consumer"
@@ -191,7 +194,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
     assert (owner.kind, owner.name, owner.uid, owner.controller) == ("BatchConsumerGroup", name,
                                                                      obj["metadata"]["uid"], True)
     env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
-    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == kafka_bootstrap
+    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == pods.kafka_bootstrap
     assert env["LAGPILOT_TOPIC"].value == topic and env["LAGPILOT_GROUP_ID"].value == group
     assert env["LAGPILOT_HANDLER"].value == "tests.real.operator_handlers:slow"
     assert env["LAGPILOT_POD_NAME"].value_from.field_ref.field_path == "metadata.name"
@@ -207,6 +210,11 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
         return n
 
     wait_until(lambda: replicas() == partitions, f"scale-up to {partitions} replicas", 240, interval=1)
+    # the consumers run where `pods` says (the pod runner's Node, or the real node's containers)
+    running = wait_until(lambda: (lambda ps: ps if len(ps) >= 1 and all(p.status.phase == "Running" for p in ps)
+                                  else None)(core.list_namespaced_pod(ns, label_selector=f"lagpilot.io/group={name}").items),
+                         "the consumer pods running", 240, interval=1)
+    assert {p.spec.node_name for p in running} == {pods.node_name}, [(p.metadata.name, p.spec.node_name) for p in running]
     # the operator writes status after it applied the Deployment (same cycle): wait for that write
     status = wait_until(lambda: (lambda st: st if st.get("desiredReplicas") == partitions else None)(
         get_cr(custom, ns, name).get("status") or {}), "the status to report the scale-up", 60, interval=1)
@@ -296,8 +304,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pod_ru
 
 # --------------------------------------------------------------------------- degraded paths
 
-def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_runner: Any,
-                                                   namespace: Callable[..., str], kafka_bootstrap: str,
+def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pods: Pods, kafka_bootstrap: str,
                                                    kafka_admin: Any,
                                                    start_operator: Callable[[str], Operator]) -> None:
     import base64
@@ -307,7 +314,7 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_
     from tests.fixtures.stack import create_topic
 
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
-    ns = namespace("op-degraded")
+    ns = pods.namespace("op-degraded")
     op = start_operator(ns)
     suffix = uuid.uuid4().hex[:6]
     missing_topic = f"op-missing-{suffix}"
@@ -382,8 +389,8 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pod_
 
 # --------------------------------------------------------------------------- restart
 
-def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: Any, pod_runner: Any,
-                                                          namespace: Callable[..., str], kafka_bootstrap: str,
+def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: Any, pods: Pods,
+                                                          kafka_bootstrap: str,
                                                           new_topic: Callable[..., str],
                                                           start_operator: Callable[[str], Operator]) -> None:
     """SIGKILL the operator mid-backlog; its successor continues from the CR's memory ConfigMap
@@ -394,13 +401,13 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
 
     custom = client.CustomObjectsApi(kube_api)
     core = client.CoreV1Api(kube_api)
-    ns = namespace("op-restart")
+    ns = pods.namespace("op-restart")
     topic = new_topic(partitions=2, prefix="op-restart")
     produce(kafka_bootstrap, topic, 3000, 2)
     op = start_operator(ns)
     name = "restart"
     apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+        "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
         "topic": topic, "groupId": f"g-{uuid.uuid4().hex[:6]}",
         "batch": {"maxRecords": 50, "timeoutMs": 500},
         # ~50 records/s per consumer: the backlog outlives the restart
@@ -408,7 +415,7 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
         "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2,
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}},
         "catchUpSLASeconds": 600, "drain": {"enabled": False},
-        "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+        "template": pods.template(),
     }))
 
     def status() -> dict[str, Any]:

@@ -101,7 +101,7 @@ def test_status_starts_nothing_and_down_stops_running(tmp_path: Path) -> None:
     parts["kube"].running = True
     info = s.status()
     assert info.running == {"kafka": False, "kube": True, "postgres": False, "spark": False,
-                            "prometheus": False, "node": False, "keda": False, "oidc": False}
+                            "prometheus": False, "node": False, "netpol": False, "keda": False, "oidc": False}
     assert info.kubeconfig == "/kc" and info.kubectl == "/bin/kubectl" and info.kube_server == "https://127.0.0.1:3"
     assert all(p.calls == [] for p in parts.values())
     assert s.down() == ["kube"]

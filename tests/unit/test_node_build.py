@@ -105,3 +105,59 @@ def test_up_installs_the_control_plane_through_the_node_build(tmp_path: Path, pa
     stack._parts = {n: _FakePart(n, log) for n in parts}  # type: ignore[dict-item]
     stack.up(parts)
     assert sorted(log) == installs
+
+
+# ---- the NetworkPolicy agent, a part of its own (docs/node.md "Cold build") --------------------
+
+def test_the_node_builds_and_installs_without_the_policy_agent(tmp_path: Path, fake_build: list[Any]) -> None:
+    from lagpilot_dev import netpol
+
+    cache = tmp_path / "cache"
+    part = node.NodePart(cache, tmp_path / "state")
+    part.install()
+    assert "kube-router" not in node.BINARIES and "netpol" not in node.COMPONENTS
+    assert part.installed() and not (cache / "node" / "bin" / "kube-router").exists()
+    assert not netpol.NetpolPart(cache, tmp_path / "state").installed()
+    # the scripts: the node's build has no kube-router step, the agent's build is its own
+    assert "cmd/kube-router" not in node.BUILD_SCRIPT.read_text()
+    assert "cmd/kube-router@$KUBE_ROUTER_VERSION" in netpol.BUILD_SCRIPT.read_text()
+
+
+def test_the_policy_agent_is_built_once_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagpilot_dev import netpol
+
+    monkeypatch.setattr(images_tools, "ensure_apt_packages", lambda *a, **k: [])
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        calls.append(list(argv))
+        out = Path(argv[-1]) / "bin"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "kube-router").touch(mode=0o755)
+        assert kw["env"]["LAGPILOT_KUBE_ROUTER_VERSION"] == netpol.KUBE_ROUTER_VERSION
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(netpol.subprocess, "run", run)
+    part = netpol.NetpolPart(tmp_path / "cache", tmp_path / "state")
+    part.install()
+    part.install()
+    assert calls == [["nice", "-n", "10", "bash", str(netpol.BUILD_SCRIPT), str(tmp_path / "cache" / "node")]]
+    assert part.installed()
+
+
+def test_netpol_is_a_part_asked_for_and_stopped_before_the_node(tmp_path: Path) -> None:
+    from lagpilot_dev import stack as st
+    from lagpilot_dev.netpol import NetpolPart
+
+    assert "netpol" in st.ALL_PARTS and "netpol" not in st.DEFAULT_PARTS
+    assert st._STOP_ORDER.index("netpol") < st._STOP_ORDER.index("node")
+    assert st.parse_parts("netpol,node") == ("node", "netpol")
+    assert isinstance(Stack(tmp_path / "cache", tmp_path / "state").part("netpol"), NetpolPart)
+
+
+@pytest.mark.parametrize(("built", "has_netpol"), [(True, True), (False, False)])
+def test_the_node_demo_enforces_policies_only_with_a_built_agent(built: bool, has_netpol: bool) -> None:
+    from lagpilot_dev.demo_node import NODE_PARTS, node_parts
+
+    assert ("netpol" in node_parts(built)) is has_netpol
+    assert set(NODE_PARTS) <= set(node_parts(built))

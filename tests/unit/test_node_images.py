@@ -68,3 +68,26 @@ def test_load_built_image_logs_under_info_without_breaking(tmp_path: Path, monke
     assert part.load_built_image("localhost/lagpilot/demo-consumer:0.1.0") >= 0
     rec = [r for r in caplog.records if r.getMessage() == "image on the node"]
     assert rec and rec[0].image == "localhost/lagpilot/demo-consumer:0.1.0"
+
+
+def test_test_image_adds_the_tests_handler_modules_to_the_consumer_image() -> None:
+    """tests/real/image/Dockerfile (tests/fixtures/node.py's "test" image): FROM the consumer image,
+    the handler modules the real tests name (`tests.real.operator_handlers:...`) under the image's
+    PYTHONPATH dir, each in the build context."""
+    repo = CHART.parents[1]
+    img = IMAGES["test"]
+    assert list(IMAGES).index("test") > list(IMAGES).index("consumer")  # built after its FROM
+    steps = [ln for ln in (repo / img.dockerfile).read_text().splitlines() if ln and not ln.startswith("#")]
+    assert steps[0] == f"FROM {IMAGES['consumer'].reference}"
+    copied: dict[str, str] = {}
+    for step in steps[1:]:
+        verb, *srcs, dest = step.split()
+        assert verb == "COPY" and dest.startswith("/opt/lagpilot/handlers/"), step
+        for src in srcs:
+            assert (repo / src).is_file(), src
+            assert f"!{src}" in (repo / img.ignorefile).read_text()  # in the build context
+            copied[src] = dest + Path(src).name
+    # importable as the tests name them: /opt/lagpilot/handlers/<module path>
+    for module in ("tests", "tests/real", "tests/real/operator_handlers", "tests/real/drain_handlers"):
+        src = f"{module}/__init__.py" if not module.endswith("handlers") else f"{module}.py"
+        assert copied[src] == f"/opt/lagpilot/handlers/{src}", (src, copied.get(src))

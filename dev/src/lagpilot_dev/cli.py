@@ -1,6 +1,6 @@
 """`lagpilot dev up|status|down`: the local real-parts stack for people and scripts.
 
-    lagpilot dev up [--parts oidc,kafka,kube,postgres,spark,prometheus,node,keda] [--json]
+    lagpilot dev up [--parts oidc,kafka,kube,postgres,spark,prometheus,node,netpol,keda] [--json]
     lagpilot dev status [--json]
     lagpilot dev down [--parts ...]
 

@@ -48,7 +48,7 @@ from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo_console import Console, DemoError, setup_logging
 from lagpilot_dev.demo_loop import RunLoop
-from lagpilot_dev.demo_node import NODE_PARTS, NodeRun
+from lagpilot_dev.demo_node import NodeRun, demo_node_parts
 from lagpilot_dev.demo_observe import Observer
 from lagpilot_dev.demo_operator import BareConsumer, OperatorProcess
 from lagpilot_dev.demo_pods import PodRunnerHandle
@@ -107,7 +107,7 @@ class Demo:
         self.names = RunNames.new(args.namespace, args.out)
         self.names.out.mkdir(parents=True, exist_ok=True)
         self.console = Console(live=sys.stdout.isatty() and not args.plain)
-        parts = NODE_PARTS if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
+        parts = demo_node_parts() if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
         self.cluster = Cluster(self.console, self.names, parts, node=args.node)
         self.observer = Observer(self.cluster, self.profile)
         # created once the stack is up (they need its connection details)

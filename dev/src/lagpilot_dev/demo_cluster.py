@@ -44,8 +44,10 @@ class Cluster:
 
         console = self.console
         t0 = console.begin(1, "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars"
-                           + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS, kube-router)"
-                              if self.node else ""),
+                           + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS)" if self.node else "")
+                           + (", its NetworkPolicy agent (kube-router)" if "netpol" in self.parts else
+                              "; NetworkPolicies NOT enforced (the agent is not built: "
+                              "`lagpilot dev up --parts node,netpol` builds it)" if self.node else ""),
                            "every part to be installed (first run only) and healthy")
         self.stack = Stack()
         for name in self.parts:
@@ -56,8 +58,8 @@ class Cluster:
             installed = getattr(part, "installed", None)
             if callable(installed) and not installed():
                 hint = {"kube": " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores",
-                        "node": " — kubelet, containerd, CoreDNS, kube-router from the Go module proxy: "
-                                "~106 min of builds on 2 loaded cores (docs/node.md)"}.get(name, "")
+                        "node": " — kubelet, containerd, CoreDNS from the Go module proxy: "
+                                "~45-65 min of builds on 2 loaded cores (docs/node.md \"Cold build\")"}.get(name, "")
                 console.say(f"{name}: not in the cache yet, installing (first run only){hint}", indent=True)
         if self.node:
             # the node first: its bridge must exist when Kafka and PostgreSQL start (their listeners

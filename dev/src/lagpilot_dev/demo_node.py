@@ -1,8 +1,10 @@
 """`lagpilot demo --node`: the demo's pods as containers on the real node (docs/node.md, issue 24).
 
 What changes against the default run (the pod runner, lagpilot_dev.demo_pods):
-- the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS, kube-router);
-  the node starts first, so a broker or PostgreSQL started by this run listens on its bridge too;
+- the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS), and the
+  `netpol` part (kube-router: the operator's NetworkPolicies enforced) when that agent is built: the
+  demo does not build it (41 min cold, docs/node.md "Cold build"); the output and summary.json
+  (`node.network_policy_enforced`) say which; the node starts first, so a broker or PostgreSQL started by this run listens on its bridge too;
 - the images are built from this checkout's unchanged Dockerfiles (`lagpilot dev images`, buildah,
   cached layers) and loaded into the node's containerd (no registry): the operator image and the
   demo's consumer image, which is lagpilot/consumer plus the demo's handler (dev/demo_image, a
@@ -45,6 +47,18 @@ from lagpilot_dev.demo_console import Console, DemoError
 log = logging.getLogger("lagpilot_dev.demo")
 
 NODE_PARTS = (*PARTS, "node")
+
+
+def node_parts(netpol_built: bool) -> tuple[str, ...]:
+    """The parts of `lagpilot demo --node`: NODE_PARTS, and the node's NetworkPolicy agent when it is
+    already built (the demo never waits for its cold build; pure)."""
+    return (*NODE_PARTS, "netpol") if netpol_built else NODE_PARTS
+
+
+def demo_node_parts() -> tuple[str, ...]:
+    from lagpilot_dev.stack import Stack
+
+    return node_parts(bool(Stack().part("netpol").installed()))  # type: ignore[attr-defined]
 DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a cold Job (see above)
 NODE_CPU_M = 2000  # the node's allocatable CPU (2 cores, nothing reserved)
 MAX_OPERATOR_RESTARTS = 3
@@ -362,6 +376,7 @@ class NodeRun:
                               if p.get("node") and p["node"] != node_name)
             started = [p for p in self.pods_seen.values() if p.get("started")]
             return {"node": node_name, "images": dict(self.images), "operator_release": f"{self.op_ns}/{self.release}",
+                    "network_policy_enforced": bool(getattr(self.info, "running", {}).get("netpol")),
                     "pods_seen": len(self.pods_seen), "pods_started": len(started),
                     "pods_with_containers": sum(1 for uid in self.pods_seen if uid in self.containers_seen),
                     "pods_without_containers": missing, "pods_on_other_nodes": off_node,

@@ -9,8 +9,10 @@ containers. It needs the `kube` part (its apiserver and CA) and root. What runs 
 - kubelet (the stack's Kubernetes version, CGO_ENABLED=0) registering Node NODE_NAME;
 - kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them), under
   its own name; a namespace labelled NAMESPACE_LABEL sends its pods there (NAMESPACE_POLICY);
-- kube-proxy (iptables), CoreDNS on the bridge gateway, and kube-router's NetworkPolicy controller
-  alone (`--run-firewall`) as the policy agent.
+- kube-proxy (iptables) and CoreDNS on the bridge gateway.
+
+The NetworkPolicy agent (kube-router's policy controller) is a part of its own, `netpol`
+(lagpilot_dev.netpol): built and started only for what needs policies enforced (docs/node.md).
 
 Binaries are built once by `dev/build-node.sh` into `<cache>/node/bin`; two images no registry can
 serve here are written by `lagpilot_dev.node_oci` and imported into containerd's `k8s.io`
@@ -45,10 +47,11 @@ log = logging.getLogger("lagpilot_dev.node")
 
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
+# kube-router (the NetworkPolicy agent) is not here: lagpilot_dev.netpol builds it on first use
 BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-            "crictl", "pause", "coredns", "kube-router")
+            "crictl", "pause", "coredns")
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
-APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "ipset", "busybox-static")
+APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")  # ipset: lagpilot_dev.netpol
 CNI_BIN_DIR = Path("/usr/lib/cni")
 RUNC = Path("/usr/sbin/runc")
 BUSYBOX = Path("/bin/busybox")
@@ -142,25 +145,8 @@ def namespace_policy() -> list[dict[str, Any]]:
          "spec": {"policyName": NAMESPACE_POLICY,
                   "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}}}},
     ]
-COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns", "netpol")
+COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
 COREDNS_VERSION = "v1.14.7"
-# the NetworkPolicy agent: kube-router's policy controller alone (--run-firewall; no routing, no
-# service proxy: the CNI bridge and kube-proxy do those). v2.1.0 is what the Go module proxy serves.
-KUBE_ROUTER_VERSION = "v2.1.0"
-KUBE_ROUTER_RBAC = {
-    "apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lagpilot:kube-router"},
-         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
-                    "verbs": ["get", "list", "watch"]},
-                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-                    "verbs": ["get", "list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                    "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "lagpilot:kube-router"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lagpilot:kube-router"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-router"}]},
-    ]}
 CLUSTER_DOMAIN = "cluster.local"
 # CoreDNS runs as a host process answering on the bridge gateway: pods reach the host there, and the
 # kubelet writes it into every ClusterFirst pod's resolv.conf (clusterDNS)
@@ -226,7 +212,7 @@ def build_env() -> dict[str, str]:
     """The versions dev/build-node.sh (and the dev/build-kube.sh it runs) build."""
     return {"LAGPILOT_KUBE_VERSION": KUBE_VERSION, "LAGPILOT_ETCD_VERSION": ETCD_VERSION,
             "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION, "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-            "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
+            "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION}
 
 
 class NodePart:
@@ -250,7 +236,7 @@ class NodePart:
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
         markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
-                   "proxy": "kube-proxy", "dns": "coredns", "netpol": "kube-router"}
+                   "proxy": "kube-proxy", "dns": "coredns"}
         self.processes: dict[str, Process] = {
             comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
                           pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
@@ -511,7 +497,6 @@ state = "{self.run_dir / 'containerd'}"
             pods_cpu_shares()  # the kubelet made kubepods while it started
             self._start_proxy(timeout)
             self._start_dns(timeout)
-            self._start_netpol(timeout)
             self._install_namespace_policy()
 
     def _env(self) -> dict[str, str]:
@@ -706,27 +691,6 @@ state = "{self.run_dir / 'containerd'}"
         return self.kube.kubectl("get", "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
                                  NAMESPACE_POLICY, timeout=20).returncode == 0
 
-    def _start_netpol(self, timeout: float) -> None:
-        """kube-router's NetworkPolicy controller (iptables + ipset) for this node's pods."""
-        proc = self.processes["netpol"]
-        if not proc.is_running():
-            rbac = self.kube.kubectl("apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC), timeout=60)
-            if rbac.returncode != 0:
-                raise RuntimeError(f"kube-router RBAC: {rbac.stderr.strip()[-1000:]}")
-            proc.argv = [
-                str(self.bin / "kube-router"), f"--kubeconfig={self.kubeconfig('kube-router')}",
-                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--enable-cni=false",
-                "--enable-ipv4=true", "--enable-ipv6=false",
-                f"--hostname-override={NODE_NAME}",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                f"--health-port={self.ports.ensure('node.netpol-health', must_be_free=True)}",
-                "--metrics-port=0", "--v=1",
-            ]
-            proc.env = self._env()
-            proc.start()
-        url = f"http://{LOOPBACK}:{self.ports.ensure('node.netpol-health')}/healthz"
-        wait_started(proc, lambda: http_ok(url), "kube-router /healthz", timeout)
-
     def node_ready(self) -> bool:
         proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
                                  "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
@@ -737,8 +701,11 @@ state = "{self.run_dir / 'containerd'}"
 
     def stop(self) -> None:
         """Stop the scheduler and the kubelet, remove every pod's containers and sandbox (their shims
-        outlive containerd otherwise), then containerd. The Node object stays (NotReady)."""
-        self.processes["netpol"].stop(grace=10.0)
+        outlive containerd otherwise), then containerd. The Node object stays (NotReady). The
+        NetworkPolicy agent (the `netpol` part) goes first when it runs: it serves this node only."""
+        from lagpilot_dev.netpol import NetpolPart
+
+        NetpolPart(self.cache_dir, self.state_dir).stop()
         self.processes["dns"].stop(grace=10.0)
         self.processes["proxy"].stop(grace=10.0)
         self.processes["scheduler"].stop(grace=10.0)
@@ -776,7 +743,6 @@ state = "{self.run_dir / 'containerd'}"
             "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,
-            "kube_router_version": KUBE_ROUTER_VERSION,
             "node_logs": str(self.dir),
             "pods_cpu_shares": read_pods_cpu_shares(),
         }

@@ -34,12 +34,12 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "keda", "oidc")
-# prometheus, node, keda and oidc only when asked for
+ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "netpol", "keda", "oidc")
+# prometheus, node, netpol (the node's NetworkPolicy agent), keda and oidc only when asked for
 DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")
-# stop in this order: dependants first (the node and KEDA run on the kube control plane; the broker
-# fetches the OIDC provider's keys)
-_STOP_ORDER: tuple[str, ...] = ("keda", "node", "prometheus", "spark", "postgres", "kube", "kafka", "oidc")
+# stop in this order: dependants first (the node's policy agent serves the node; the node and KEDA run
+# on the kube control plane; the broker fetches the OIDC provider's keys)
+_STOP_ORDER: tuple[str, ...] = ("keda", "netpol", "node", "prometheus", "spark", "postgres", "kube", "kafka", "oidc")
 # parts that must be up before the others start: the broker gets its OAUTHBEARER listener only
 # when the oidc part of its state dir is up at its start
 _FIRST: tuple[str, ...] = ("oidc",)
@@ -136,6 +136,9 @@ class Stack:
             elif name == "node":
                 from lagpilot_dev.node import NodePart
                 self._parts[name] = NodePart(self.cache_dir, self.state_dir)
+            elif name == "netpol":
+                from lagpilot_dev.netpol import NetpolPart
+                self._parts[name] = NetpolPart(self.cache_dir, self.state_dir)
             elif name == "oidc":
                 from lagpilot_dev.oidc import OidcPart
                 self._parts[name] = OidcPart(self.cache_dir, self.state_dir)

@@ -1,0 +1,136 @@
+"""The real node's NetworkPolicy agent, a part of its own: `lagpilot dev up --parts node,netpol`.
+
+kube-router's policy controller alone (`--run-firewall`; no routing, no service proxy: the CNI bridge
+and kube-proxy do those), a host process enforcing NetworkPolicies for the node's pods with iptables
+and ipsets (docs/node.md "NetworkPolicy").
+
+Why a part and not a component of `node`: its cold build (`go install` of kube-router, 46 MB of Go
+source, 41 min measured on the loaded 2 cores) was the largest single build of the node after
+Kubernetes, and only what needs policies enforced needs it: `tests/real/test_node_netpol.py`,
+`test_node_runtime.py` (their fixture brings this part up, building it on first use), and
+`lagpilot demo --node` when the agent is already built (the demo says which). The node alone builds
+and starts without it (docs/node.md "Cold build"). A node without this part admits what a policy
+refuses: a test about policies asks for this part, whose `up` fails unless the agent answers its
+health check.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from lagpilot_dev.node import NODE_NAME, SERVICE_CLUSTER_IP_RANGE, NodePart
+from lagpilot_dev.paths import LOOPBACK, Process, file_lock, http_ok, wait_started
+
+log = logging.getLogger("lagpilot_dev.netpol")
+
+# v2.1.0 is what the Go module proxy serves here
+KUBE_ROUTER_VERSION = "v2.1.0"
+BINARY = "kube-router"
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-netpol.sh"
+APT_PACKAGES = ("ipset", "iptables")
+KUBE_ROUTER_RBAC = {
+    "apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "lagpilot:kube-router"},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "lagpilot:kube-router"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "lagpilot:kube-router"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": "system:kube-router"}]},
+    ]}
+
+
+def build_command(node_cache: Path) -> list[str]:
+    """dev/build-netpol.sh's command line, under `nice -n 10` (as the node's build)."""
+    return ["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(node_cache)]
+
+
+class NetpolPart:
+    """Install (build kube-router once), start, stop and describe the node's NetworkPolicy agent."""
+
+    name = "netpol"
+
+    def __init__(self, cache_dir: Path, state_dir: Path) -> None:
+        self.node = NodePart(cache_dir, state_dir)
+        self.binary = self.node.bin / BINARY
+        # the same pid file and log as when the agent was a component of the node part: an agent
+        # started by the older code is found, not started twice
+        self.process = Process(name="node-netpol", argv=[], log_file=self.node.dir / "netpol.log",
+                               pid_file=self.node.dir / "netpol.pid", marker=str(self.binary))
+
+    def installed(self) -> bool:
+        return os.access(self.binary, os.X_OK)
+
+    def install(self) -> None:
+        """Debian's ipset and iptables, then dev/build-netpol.sh (first use only), under the node's
+        build lock (the two builds share the Go caches' directory)."""
+        if self.installed():
+            return
+        from lagpilot_dev.images_tools import ensure_apt_packages
+
+        with file_lock(self.node.node_cache / ".build.lock"):
+            ensure_apt_packages(APT_PACKAGES)
+            if self.installed():
+                return
+            build_log = self.node.node_cache / "build-netpol.log"
+            build_log.parent.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            log.info("building the NetworkPolicy agent (first use only)", extra={"log": str(build_log)})
+            env = {**os.environ, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
+            with open(build_log, "ab") as out:
+                rc = subprocess.run(build_command(self.node.node_cache), stdout=out, stderr=subprocess.STDOUT,
+                                    check=False, env=env).returncode
+            if rc != 0 or not self.installed():
+                tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+                raise RuntimeError(f"dev/build-netpol.sh failed (exit {rc}); log {build_log}:\n{tail}")
+            log.info("NetworkPolicy agent built", extra={"seconds": round(time.monotonic() - started)})
+
+    def health_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.node.ports.ensure('node.netpol-health')}/healthz"
+
+    def is_running(self) -> bool:
+        return self.process.is_running() and http_ok(self.health_url())
+
+    def start(self, timeout: float = 180.0) -> None:
+        """The node first (started, or found running: its start is idempotent and takes its start
+        lock, so a `dev up` starting both waits for the node), then the agent."""
+        self.install()
+        self.node.start()
+        if not self.process.is_running():
+            rbac = self.node.kube.kubectl("apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC),
+                                          timeout=60)
+            if rbac.returncode != 0:
+                raise RuntimeError(f"kube-router RBAC: {rbac.stderr.strip()[-1000:]}")
+            self.process.argv = [
+                str(self.binary), f"--kubeconfig={self.node.kubeconfig('kube-router')}",
+                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+                "--enable-cni=false",
+                "--enable-ipv4=true", "--enable-ipv6=false",
+                f"--hostname-override={NODE_NAME}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                f"--health-port={self.node.ports.ensure('node.netpol-health', must_be_free=True)}",
+                "--metrics-port=0", "--v=1",
+            ]
+            self.process.env = self.node._env()  # the node's PATH (its bin dir)
+            self.process.start()
+        wait_started(self.process, lambda: http_ok(self.health_url()), "kube-router /healthz", timeout)
+
+    def stop(self) -> None:
+        """Stop the agent. Its iptables chains and ipsets stay (they match only this node's pod IPs;
+        the next start resyncs them)."""
+        self.process.stop(grace=10.0)
+
+    def info(self) -> dict[str, object]:
+        return {"agent": f"kube-router {KUBE_ROUTER_VERSION} (--run-firewall)", "node_name": NODE_NAME,
+                "health": self.health_url(), "log": str(self.process.log_file)}
