@@ -170,14 +170,20 @@ def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] 
     return "\n".join(lines)
 
 
-def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) -> list[str]:
+def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1,
+            wanted: Iterable[str] = ()) -> list[str]:
     """What is wrong with a run's JSON (pure): [] when faults >= min_faults over >= min_kinds kinds,
-    every confirmed fault recovered, nothing lost, nothing duplicated by the exactly-once sink."""
+    every `wanted` kind (the run's selection) confirmed fired at least once, every confirmed fault
+    recovered, nothing lost, nothing duplicated by the exactly-once sink."""
     problems = []
     if (result.get("faults") or 0) < min_faults:
         problems.append(f"faults {result.get('faults')} < {min_faults}")
     if (result.get("kinds") or 0) < min_kinds:
         problems.append(f"kinds {result.get('kinds')} < {min_kinds}")
+    per = result.get("per_kind") or {}
+    never = [k for k in KINDS if k in set(wanted) and not (per.get(k) or {}).get("injected")]
+    if never:
+        problems.append(f"never fired: {', '.join(never)}")
     if not result.get("fired_all_confirmed", True):
         problems.append("a fault counted as fired has no confirmation (time and evidence)")
     if result.get("recovered") != result.get("faults"):

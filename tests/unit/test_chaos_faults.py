@@ -233,3 +233,14 @@ def test_next_parts_reads_the_drivers_taken_parts_of_one_drain() -> None:
               {"event": "drain_part_refused", "drain": "3"},
               {"event": "drain_next_part", "drain": "3", "round": 2, "final": True, "unfinished": 0, "ts": 2}]
     assert [(p["round"], p["final"]) for p in cf.next_parts(events, 3)] == [(1, False), (2, True)]
+
+
+def test_verdict_names_a_kind_of_the_run_that_never_fired() -> None:
+    # the full campaign's kinds include the busy drains' (drain 7): one of them never confirmed is a
+    # problem even when the totals meet the issue's target
+    per = {k: {"injected": 2} for k in cf.KINDS if k != "stale_part"}
+    per["stale_part"] = {"injected": 0, "not_fired": 2}
+    base = {"faults": 50, "kinds": len(cf.KINDS) - 1, "recovered": 50, "lost": 0, "duplicated": 0, "per_kind": per}
+    assert cf.verdict(base, 40, 20, wanted=cf.KINDS) == ["never fired: stale_part"]
+    assert cf.verdict(base, 40, 20, wanted=set(cf.KINDS) - {"stale_part"}) == []
+    assert set(cf.BUSY_KINDS) <= set(cf.KINDS)  # the default kind list (bench/chaos.py without --kinds)
