@@ -3,10 +3,19 @@ eos drain is kept busy by a hot stream on partition 0 (`--hot-rate` records/s on
 stream, several times what its consumer processes) so the operator hands off next splits and
 delivers them as signed parts to the running driver. Into that drain:
 
+- operator_at_next_publish: the operator dies like kill -9 right after writing a next split's requests
+  to the mailbox, before the status write that records it published (crash point `NextPublish:effect`);
+  the next operator must find its own requests there (no second publish) and resolve the split;
 - operator_at_next_seal: the operator dies like kill -9 right after the status write that appends a
   sealed next split's sub-ranges (crash point `NextSeal:status`), before its part is delivered;
 - operator_at_deliver: the operator dies right after writing a part to the parts group, before its
   status write (`Deliver:effect`);
+- operator_at_next_alter_offsets: the group emptied during the busy drain (its consumer pods deleted and
+  their replacements held Pending by the pod runner, as when no node fits them) so a published next split
+  has no owner to ack it: the operator acks for the absent owners and moves the group's offsets to the
+  split, and dies right after that effect (`NextAlterOffsets:effect`); the consumers come back once it
+  fired; the next operator must seal that split from the acks it wrote, the consumers resume at the
+  split, the drain ends exact;
 - forged_part: while the driver runs a delivered part or waits for the next, a part signed with a
   random key (the next round, every partition from 0 past its end) is committed to the drain's parts
   group `<groupId>.lagpilot-drain.<tag>.<id>.next`: it must be refused (the driver logs
@@ -36,6 +45,9 @@ from bench.chaos.faults import Fault
 from bench.chaos.procs import TERMINAL, pid_gone, say
 from bench.chaos.review import ReviewFaults
 
+# operator_at_next_alter_offsets: the group is kept empty at most this long for the operator to reach
+# NextAlterOffsets (a next split planned, published, then acted for the absent owners: a few cycles)
+ALTER_WAIT_S = 240.0
 MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
 MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
 # forged_part writes again (every ~10 s) until the driver reads and refuses it: a driver reads its parts
@@ -97,6 +109,53 @@ class BusyFaults(ReviewFaults):
         bad = [tp for tp in res.topic_partitions if tp.error is not None]
         if bad:
             raise RuntimeError(f"commit to {g}: {bad[0].error}")
+
+    # -- the empty group (operator_at_next_alter_offsets) ----------------------------------------------
+    @staticmethod
+    def eos_consumer(pod: Any) -> bool:
+        """A pod of the eos consumer Deployment (what the pod runner holds while the group is empty)."""
+        labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+        return labels.get("app.kubernetes.io/component") == "consumer" and labels.get("app.kubernetes.io/instance") == "eos"
+
+    def consumer_pod_names(self) -> list[str]:
+        return [p.metadata.name for p in self.core.list_namespaced_pod(
+            self.ns, label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos").items
+            if p.metadata.deletion_timestamp is None]
+
+    def delete_pod(self, name: str) -> None:
+        self.core.delete_namespaced_pod(name, self.ns)
+
+    def group_members(self) -> int | None:
+        """Members of the eos consumer group (Kafka's view), None when it cannot be read."""
+        g = self.groups["eos"]
+        try:
+            return len(self.admin.describe_consumer_groups([g], request_timeout=30)[g].result(timeout=30).members)
+        except Exception:  # noqa: BLE001 - evidence only
+            return None
+
+    def empty_group(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Empty the eos group: the pod runner holds the eos consumer pods Pending (no node fits them),
+        then their running pods are deleted (each stops gracefully and leaves the group at once; the
+        ReplicaSet's replacements stay Pending). Returns the evidence of the hold."""
+        self.runner.hold = self.eos_consumer
+        names = self.consumer_pod_names()
+        for name in names:
+            with contextlib.suppress(Exception):
+                self.delete_pod(name)
+        say(f"drain 7: eos group emptied (consumer pods {names} deleted, replacements held Pending)")
+        return {"held_at": time.time(), "pods_deleted": names, "round_at_hold": d.get("round"),
+                "extension_at_hold": bool(d.get("extension"))}
+
+    def release_group(self, hold: dict[str, Any]) -> None:
+        """The eos consumer pods are bound again (the held replacements start)."""
+        if not hold or "released_at" in hold:
+            return
+        self.runner.hold = None
+        hold["released_at"] = time.time()
+        hold["held_s"] = round(hold["released_at"] - hold["held_at"], 1)
+        with contextlib.suppress(Exception):
+            hold["bound_after_release"] = self.runner.bind_pending(self.ns)
+        say(f"drain 7: eos consumer pods released after {hold['held_s']} s")
 
     def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
         """(pod, pid, runtime label) of the current attempt's running Job pod."""
@@ -203,12 +262,16 @@ class BusyFaults(ReviewFaults):
     def drain_seven(self, rnd: int) -> list[Fault]:
         """Drain 7: a busy drain (hot stream on partition 0) with the selected busy kinds injected in this
         order: the operator crash points (armed before the drain: they fire at its first next split
-        and its delivery), the forged part (once the driver took a part), the driver kill (once the
+        and its delivery), then the empty group for NextAlterOffsets (its consumers back once it fired,
+        or after ALTER_WAIT_S), the forged part (once the driver took a part), the driver kill (once the
         current attempt took a part, after the forgery), the stale part (once the parts group holds a
         round above one read earlier)."""
         want = [k for k in cf.BUSY_KINDS if k in self.kinds]
         faults = {k: Fault(k, rnd, "eos") for k in want}
         points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
+        empty_points = {k: f for k, f in faults.items() if k in cf.EMPTY_GROUP_POINTS}
+        ao = faults.get("operator_at_next_alter_offsets")
+        hold: dict[str, Any] = {}  # the empty group's evidence (operator_at_next_alter_offsets)
         fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
         genuine: dict[int, str] = {}  # the operator's parts as read from the parts group, per round
         forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
@@ -220,12 +283,17 @@ class BusyFaults(ReviewFaults):
         def arm() -> None:
             for k in points:
                 (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+            for k in empty_points:
+                (self.crash_dir / cf.EMPTY_GROUP_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
             self.producer.heat(0, self.args.hot_rate)
             hot_at.append(time.time())
 
         def check() -> None:
             self.check_points(points, cf.BUSY_POINTS, more=lambda d: {
                 "round": d.get("round"), "extension": bool(d.get("extension"))})
+            self.check_points(empty_points, cf.EMPTY_GROUP_POINTS, more=lambda d: {
+                "round": d.get("round"), "extension": bool(d.get("extension")),
+                "group_members_at_fire": self.group_members()})
 
         def done(f: Fault | None) -> bool:
             return f is None or f.fired or bool(f.detail)
@@ -251,7 +319,16 @@ class BusyFaults(ReviewFaults):
                         if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
                             genuine.setdefault(got[0], got[1])
                             current = got[0]
-                points_done = all(done(f) for f in points.values())
+                crash_done = all(done(f) for f in points.values())
+                if ao is not None and not done(ao) and not hold and crash_done and running and d.get("busy"):
+                    hold.update(self.empty_group(d))
+                elif hold and "released_at" not in hold and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S):
+                    self.release_group(hold)
+                    if ao is not None and not ao.fired and not ao.detail:
+                        ao.detail = (f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
+                                     f"of an empty group (round {d.get('round')}, extension {d.get('extension')})")
+                # the other kinds once every crash point is done and the group is back
+                points_done = crash_done and done(ao) and (not hold or "released_at" in hold)
                 if fp is not None and not done(fp) and points_done and running and d.get("busy") \
                         and any(not p.get("final") for p in self.taken(d.get("id"))):
                     try:
@@ -284,6 +361,9 @@ class BusyFaults(ReviewFaults):
                     break
         finally:
             self.producer.cool()
+            self.release_group(hold)
+        if ao is not None and hold:
+            ao.evidence.update(hold)
         if d.get("phase") not in TERMINAL:
             say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
         verified_at = time.time() if d.get("phase") == "Verified" else None

@@ -19,7 +19,8 @@ KINDS: tuple[str, ...] = (
     "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
     # busy drains (issue 25 item 2; docs/drain.md "Busy drains"): a fault during a next split's hand-off
     # and delivery (bench/chaos/busy.py, drain 7)
-    "operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part", "stale_part",
+    "operator_at_next_publish", "operator_at_next_seal", "operator_at_deliver", "operator_at_next_alter_offsets",
+    "busy_driver_kill", "forged_part", "stale_part",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -40,17 +41,29 @@ HANDOFF_POINTS: dict[str, str] = {
 }
 
 # busy drains (drain 7): the operator's crash points during a next split (act/drain.py names a next
-# split's points "Next<Kind>"): after the status write that appends a sealed next split's sub-ranges,
-# before its part is delivered; after writing a part to the parts group, before its status write
+# split's points "Next<Kind>"): after publishing a next split's requests to the mailbox, before the
+# status write that records it published; after the status write that appends a sealed next split's
+# sub-ranges, before its part is delivered; after writing a part to the parts group, before its status
+# write. They fire by themselves in a busy drain (its first next split and delivery)
 BUSY_POINTS: dict[str, str] = {
+    "operator_at_next_publish": "NextPublish:effect",
     "operator_at_next_seal": "NextSeal:status",
     "operator_at_deliver": "Deliver:effect",
 }
-BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, "busy_driver_kill", "forged_part", "stale_part")
+# ... and one that needs the group empty while a next split is published: the operator then acks for
+# the absent owners and moves the group's offsets to the split (handoff._resolve_next_split), and dies
+# right after that effect, before anything else; drain 7 empties the group for it (busy.py empty_group)
+EMPTY_GROUP_POINTS: dict[str, str] = {"operator_at_next_alter_offsets": "NextAlterOffsets:effect"}
+BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, *EMPTY_GROUP_POINTS, "busy_driver_kill", "forged_part", "stale_part")
 
 # delete_while_planned: the operator's crash point right after publishing the hand-off and before its
 # status write resolves anything (the drain stays Planned while the owners ack); armed like the others
 PLANNED_POINT = "Publish:status"
+
+# every crash point the campaign's operator runs with (LAGPILOT_TEST_CRASH_AT), each disarmed until its
+# round removes the marker
+OPERATOR_POINTS: tuple[str, ...] = (*HANDOFF_POINTS.values(), PLANNED_POINT, *BUSY_POINTS.values(),
+                                    *EMPTY_GROUP_POINTS.values())
 
 # the operators' own log lines (tests/real/test_leader_election.py): a reconciling operator logs these,
 # one standing by logs "standing by for the leader lease" and neither of them

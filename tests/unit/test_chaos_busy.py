@@ -24,6 +24,16 @@ class FakeProducer:
         self.hot = False
 
 
+class FakeRunner:
+    def __init__(self) -> None:
+        self.hold: Any = None
+        self.bound = 0
+
+    def bind_pending(self, namespace: str) -> int:
+        self.bound += 1
+        return 2
+
+
 class Scripted(BusyFaults):
     """A busy drain: round 1 delivered and taken by attempt 1, then round 2 delivered; attempt 2 after
     the driver kill; Verified by attempt 2."""
@@ -40,6 +50,10 @@ class Scripted(BusyFaults):
         self.now_d: dict[str, Any] = {}
         self.pending: list[dict[str, Any]] = []  # driver log lines of its next poll
         self.topic = "t"
+        self.runner = FakeRunner()
+        self.deleted: list[str] = []
+        self.alter_reached = True  # the operator reaches NextAlterOffsets once the group is empty
+        self.ns = "ns"
 
     def drain_polls(self, before: str, before_burst: Any = None, each: Any = None,
                     burst: int | None = None, window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
@@ -61,9 +75,20 @@ class Scripted(BusyFaults):
             yield d, True
 
     def check_points(self, faults: dict[str, Fault], points: dict[str, str], more: Any = None) -> None:
-        for f in faults.values():  # both crash points fire at the first next split
+        for f in faults.values():  # the crash points fire at the first next split; NextAlterOffsets only
+            if f.kind in cf.EMPTY_GROUP_POINTS and not (self.runner.hold and self.alter_reached):
+                continue  # ... while the group is empty (the runner holds its consumers)
             if not f.fired and int(self.now_d.get("round") or 0) >= 1:
-                f.fired, f.at, f.evidence = True, time.time(), {"marker": points[f.kind]}
+                f.fired, f.at, f.evidence = True, time.time(), {"marker": points[f.kind], **(more(self.now_d) if more else {})}
+
+    def consumer_pod_names(self) -> list[str]:
+        return ["eos-a", "eos-b"]
+
+    def delete_pod(self, name: str) -> None:
+        self.deleted.append(name)
+
+    def group_members(self) -> int | None:
+        return 0 if self.runner.hold else 2
 
     def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == event]
@@ -140,6 +165,12 @@ def test_every_busy_kind_fires_in_order_and_recovers(monkeypatch: Any, tmp_path:
     assert (out["stale_part"].evidence["stale_round"], out["stale_part"].evidence["current_round"]) == (1, 2)
     assert out["forged_part"].at <= out["stale_part"].at <= out["busy_driver_kill"].at
     assert out["stale_part"].evidence["parts_taken_after"] == []  # nothing taken after the replay
+    # the empty group: after the other crash points, consumers deleted and held; NextAlterOffsets reached
+    # with no member; released before the forgery
+    ao = out["operator_at_next_alter_offsets"]
+    assert c.deleted == ["eos-a", "eos-b"] and c.runner.hold is None and c.runner.bound == 1
+    assert ao.evidence["group_members_at_fire"] == 0 and ao.evidence["pods_deleted"] == ["eos-a", "eos-b"]
+    assert max(out[k].at for k in cf.BUSY_POINTS) <= ao.at <= ao.evidence["released_at"] <= out["forged_part"].at
     # the forged part (round 2 at offset 2) is never taken for the operator's own round 2
     assert c.producer.heated == 1 and not c.producer.hot
 
@@ -186,3 +217,24 @@ def test_no_next_split_no_window(monkeypatch: Any, tmp_path: Any) -> None:
     c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "phase": "Verified", "round": 0, "attempt": 1}])
     out = run(c, monkeypatch, tmp_path)
     assert all(not f.fired and "no window" in f.detail for f in out.values())
+
+
+def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fired(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS)
+    c.kinds = frozenset({"operator_at_next_alter_offsets", "forged_part"})
+    c.alter_reached = False
+    monkeypatch.setattr(busy_mod, "ALTER_WAIT_S", -1.0)  # the bound passes at the next poll
+    out = run(c, monkeypatch, tmp_path)
+    ao = out["operator_at_next_alter_offsets"]
+    assert not ao.fired and "did not reach NextAlterOffsets:effect" in ao.detail
+    assert c.deleted == ["eos-a", "eos-b"] and c.runner.hold is None  # the consumers are back
+    assert out["forged_part"].fired  # and the drain's other kinds go on
+
+
+def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS[:2] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
+    c.kinds = frozenset({"operator_at_next_alter_offsets"})
+    c.alter_reached = False
+    out = run(c, monkeypatch, tmp_path)
+    assert c.runner.hold is None and c.runner.bound == 1
+    assert not out["operator_at_next_alter_offsets"].fired

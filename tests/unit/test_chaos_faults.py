@@ -201,11 +201,18 @@ def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
 
 
 def test_the_busy_drain_kinds_are_known_with_their_crash_points() -> None:
-    assert set(cf.BUSY_KINDS) == {"operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part",
-                                  "stale_part"}
+    assert set(cf.BUSY_KINDS) == {"operator_at_next_publish", "operator_at_next_seal", "operator_at_deliver",
+                                  "operator_at_next_alter_offsets", "busy_driver_kill", "forged_part", "stale_part"}
     assert set(cf.BUSY_KINDS) <= set(cf.KINDS) and not set(cf.BUSY_KINDS) & set(cf.WARM_ONLY)
     # act/drain.py names a next split's points Next<Kind>; the part's write is Deliver
-    assert cf.BUSY_POINTS == {"operator_at_next_seal": "NextSeal:status", "operator_at_deliver": "Deliver:effect"}
+    from lagpilot.decide.handoff import Kind
+
+    assert cf.BUSY_POINTS == {"operator_at_next_publish": f"Next{Kind.PUBLISH.value}:effect",
+                              "operator_at_next_seal": f"Next{Kind.SEAL.value}:status",
+                              "operator_at_deliver": f"{Kind.DELIVER.value}:effect"}
+    assert cf.EMPTY_GROUP_POINTS == {"operator_at_next_alter_offsets": f"Next{Kind.ALTER_OFFSETS.value}:effect"}
+    # the operator runs with every one of them (disarmed until a round removes its marker)
+    assert {*cf.BUSY_POINTS.values(), *cf.EMPTY_GROUP_POINTS.values()} <= set(cf.OPERATOR_POINTS)
 
 
 def test_the_forged_part_is_refused_by_the_crs_key_and_would_rerun_everything() -> None:
