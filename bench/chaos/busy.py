@@ -277,6 +277,7 @@ class BusyFaults(ReviewFaults):
         forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
         seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
         hot_at: list[float] = []
+        hot_ev: dict[str, Any] = {}  # the hot stream's rate and where it came from (evidence of every kind)
         eligible: list[float] = []
         kill_att = 0
 
@@ -285,7 +286,11 @@ class BusyFaults(ReviewFaults):
                 (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
             for k in empty_points:
                 (self.crash_dir / cf.EMPTY_GROUP_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
-            self.producer.heat(0, self.args.hot_rate)
+            cap = ((self.cr("eos") or {}).get("status") or {}).get("capacityPerReplica")
+            rate, source = cf.hot_rate(self.args.hot_rate, cap)
+            hot_ev.update({"hot_rate": rate, "hot_rate_source": source, "capacity_per_replica": cap})
+            say(f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})")
+            self.producer.heat(0, rate)
             hot_at.append(time.time())
 
         def check() -> None:
@@ -374,7 +379,7 @@ class BusyFaults(ReviewFaults):
                             f"{sorted(genuine)}, last phase {d.get('phase')})")
             if not f.fired:
                 continue
-            f.evidence.update({"final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
+            f.evidence.update({**hot_ev, "final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
                                "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
                                "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
             if verified_at is None:

@@ -131,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-runtime", action=argparse.BooleanOptionalAction, default=True,
                     help="eos drains through the warm drain runtime (spec.drain.warmRuntime; default on): enables "
                          "drain_runtime_kill, forged_plan, runtime_sigstop; --no-warm-runtime: every drain cold")
-    ap.add_argument("--hot-rate", type=int, default=600,
-                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs")
+    ap.add_argument("--hot-rate", type=int, default=None,
+                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs (default: "
+                         f"{cf.HOT_FACTOR} x the eos consumers' measured status.capacityPerReplica, read when drain 7 "
+                         f"starts; {cf.HOT_RATE_FALLBACK} when none was reported)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     kinds = set(filter(None, args.kinds.split(","))) or set(QUICK_KINDS if args.quick else cf.KINDS)

@@ -371,6 +371,23 @@ def part_round(metadata: str | None) -> int | None:
         return None
 
 
+# drain 7's hot stream on partition 0: this many times what one eos consumer processes (partition 0 has
+# one consumer however far the group scales), so the partition-capped group cannot hold it
+HOT_FACTOR = 3
+HOT_RATE_FALLBACK = 600  # records/s when no capacity was reported yet: 3 x 100 records / 500 ms (--cost-ms)
+
+
+def hot_rate(given: int | None, capacity: float | None) -> tuple[int, str]:
+    """(records/s, where from) of drain 7's hot stream (pure): `given` (--hot-rate) when set, else
+    HOT_FACTOR times the eos consumers' measured capacity (status.capacityPerReplica: records one
+    consumer processes per busy second, from the runtime's own report), else HOT_RATE_FALLBACK."""
+    if given:
+        return int(given), "given"
+    if capacity is not None and capacity > 0:
+        return max(1, math.ceil(HOT_FACTOR * float(capacity))), "measured"
+    return HOT_RATE_FALLBACK, "fallback"
+
+
 # aborted_transactions: per partition, in this order, one transaction each, with the steady stream paused
 # until the drain is planned: the committed block is the drain's backlog, the aborted one ends at the
 # split, so with 2 sub-ranges per partition the second one holds no visible record (H5's case)

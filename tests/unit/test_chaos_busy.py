@@ -18,7 +18,7 @@ class FakeProducer:
         self.hot, self.heated = False, 0
 
     def heat(self, partition: int, rate: int) -> None:
-        self.hot, self.heated = True, self.heated + 1
+        self.hot, self.heated, self.rate = True, self.heated + 1, rate
 
     def cool(self) -> None:
         self.hot = False
@@ -43,7 +43,7 @@ class Scripted(BusyFaults):
         self.polls, self.refuse, self.recorded = polls, refuse, []
         self.timeout, self.warm = 300.0, False
         self.producer = FakeProducer()
-        self.args = type("A", (), {"hot_rate": 600})()
+        self.args = type("A", (), {"hot_rate": None})()
         self.commit: tuple[int, str] | None = None
         self.events: list[dict[str, Any]] = []
         self.kills: list[dict[str, Any]] = []
@@ -105,7 +105,7 @@ class Scripted(BusyFaults):
             self.events.append({"event": "drain_part_refused", "drain": "1"})
 
     def cr(self, which: str) -> dict[str, Any]:
-        return {"metadata": {"uid": "u-1"}}
+        return {"metadata": {"uid": "u-1"}, "status": {"capacityPerReplica": 151.2}}
 
     def watermarks(self) -> dict[int, int]:
         return {0: 9000, 1: 300}
@@ -173,6 +173,9 @@ def test_every_busy_kind_fires_in_order_and_recovers(monkeypatch: Any, tmp_path:
     assert max(out[k].at for k in cf.BUSY_POINTS) <= ao.at <= ao.evidence["released_at"] <= out["forged_part"].at
     # the forged part (round 2 at offset 2) is never taken for the operator's own round 2
     assert c.producer.heated == 1 and not c.producer.hot
+    # the hot stream: 3 x the eos consumers' measured capacity, said in every busy kind's evidence
+    assert c.producer.rate == 454
+    assert {(f.evidence["hot_rate"], f.evidence["hot_rate_source"]) for f in out.values()} == {(454, "measured")}
 
 
 def test_a_forged_part_without_a_refusal_is_not_fired(monkeypatch: Any, tmp_path: Any) -> None:

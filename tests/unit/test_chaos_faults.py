@@ -251,3 +251,13 @@ def test_verdict_names_a_kind_of_the_run_that_never_fired() -> None:
     assert cf.verdict(base, 40, 20, wanted=cf.KINDS) == ["never fired: stale_part"]
     assert cf.verdict(base, 40, 20, wanted=set(cf.KINDS) - {"stale_part"}) == []
     assert set(cf.BUSY_KINDS) <= set(cf.KINDS)  # the default kind list (bench/chaos.py without --kinds)
+
+
+@pytest.mark.parametrize(("given", "capacity", "want"), [
+    (None, 151.2, (454, "measured")),   # 3 x what one eos consumer processes per busy second
+    (None, None, (600, "fallback")),    # nothing reported yet: 3 x 100 records / 500 ms
+    (None, 0.0, (600, "fallback")),
+    (900, 151.2, (900, "given")),       # --hot-rate wins
+])
+def test_hot_rate(given: int | None, capacity: float | None, want: tuple[int, str]) -> None:
+    assert cf.hot_rate(given, capacity) == want
