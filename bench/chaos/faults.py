@@ -360,6 +360,13 @@ def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str,
     return plan_auth.sign_part(secrets.token_bytes(32), owner, topic, body)
 
 
+def next_split_planned(drain: Mapping[str, Any]) -> bool:
+    """A busy drain's status with a next split planned and not yet published (pure): its owners are
+    asked next (operator_at_next_alter_offsets empties the group then, so that nobody acks)."""
+    ext = drain.get("extension") or {}
+    return bool(ext) and not ext.get("publishedAt")
+
+
 def part_round(metadata: str | None) -> int | None:
     """The round a parts-group commit's metadata claims (unverified), None when it is not a part (pure)."""
     from lagpilot_runtime.drain_plan import NextPart

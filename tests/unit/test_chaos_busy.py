@@ -141,9 +141,14 @@ def run(c: Scripted, monkeypatch: Any, tmp_path: Any) -> dict[str, Fault]:
 
 
 RUN = {"id": 1, "phase": "Running", "busy": True, "recordsDone": 100, "recordsTotal": 9000}
+PLANNED = {"round": 2, "ranges": [{"partition": 0, "end": 12000}], "plannedAt": "2026-11-26T16:00:00Z"}
 POLLS = [
     {**RUN, "round": 0, "attempt": 1},
     {**RUN, "round": 1, "attempt": 1},  # crash points; the driver takes round 1
+    {**RUN, "round": 1, "attempt": 1},  # (a next split in hand but published: not the moment to empty the group)
+    {**RUN, "round": 1, "attempt": 1, "extension": {**PLANNED, "publishedAt": "2026-11-26T16:00:02Z"}},
+    {**RUN, "round": 1, "attempt": 1, "extension": PLANNED},  # planned, not published: the group emptied
+    {**RUN, "round": 1, "attempt": 1},  # NextAlterOffsets reached; consumers released
     {**RUN, "round": 1, "attempt": 1},  # forged part
     {**RUN, "round": 2, "attempt": 1},  # round 2 delivered: stale round 1 replayed
     {**RUN, "round": 2, "attempt": 1},  # driver kill (it runs round 2: records left)
@@ -235,9 +240,17 @@ def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fire
 
 
 def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monkeypatch: Any, tmp_path: Any) -> None:
-    c = Scripted(POLLS[:2] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
+    c = Scripted(POLLS[:5] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     c.alter_reached = False
     out = run(c, monkeypatch, tmp_path)
     assert c.runner.hold is None and c.runner.bound == 1
     assert not out["operator_at_next_alter_offsets"].fired
+
+
+def test_the_group_is_emptied_only_with_a_next_split_planned_and_unpublished(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS[:4] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never planned-only
+    c.kinds = frozenset({"operator_at_next_alter_offsets"})
+    out = run(c, monkeypatch, tmp_path)
+    assert c.deleted == [] and not out["operator_at_next_alter_offsets"].fired
+    assert "no window" in out["operator_at_next_alter_offsets"].detail
