@@ -280,6 +280,12 @@ class BusyFaults(ReviewFaults):
         hot_ev: dict[str, Any] = {}  # the hot stream's rate and where it came from (evidence of every kind)
         eligible: list[float] = []
         kill_att = 0
+        # the crash points' restarts can end a busy drain before the kinds after them had a window (the
+        # restarted operator measures the rates afresh and may hand the partitions back): while the hot
+        # stream runs, the kinds left go on in the next drain (verified: drain id -> when seen Verified)
+        carried: set[int] = set()
+        verified: dict[int, float] = {}
+        holds: list[dict[str, Any]] = []  # empty groups of carried drains that reached no NextAlterOffsets
 
         def arm() -> None:
             for k in points:
@@ -295,9 +301,9 @@ class BusyFaults(ReviewFaults):
 
         def check() -> None:
             self.check_points(points, cf.BUSY_POINTS, more=lambda d: {
-                "round": d.get("round"), "extension": bool(d.get("extension"))})
+                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension"))})
             self.check_points(empty_points, cf.EMPTY_GROUP_POINTS, more=lambda d: {
-                "round": d.get("round"), "extension": bool(d.get("extension")),
+                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension")),
                 "group_members_at_fire": self.group_members()})
 
         def done(f: Fault | None) -> bool:
@@ -309,7 +315,7 @@ class BusyFaults(ReviewFaults):
             # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
             for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check,
                                             window=MAX_HOT_S + self.timeout * 2):
-                if not ours:
+                if not ours or int(d.get("id") or 0) in carried:
                     if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
                         break
                     continue
@@ -367,24 +373,45 @@ class BusyFaults(ReviewFaults):
                         say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
                 if d.get("phase") in TERMINAL:
                     check()
+                    if d.get("phase") == "Verified":
+                        verified[int(d.get("id") or 0)] = time.time()
+                    left = [k for k, f in faults.items() if not done(f)]
+                    if (d.get("phase") == "Verified" and left and not any(f.fired for f in (fp, dk, sp) if f is not None)
+                            and self.producer.hot and hot_at and time.time() - hot_at[0] < MAX_HOT_S):
+                        say(f"drain 7: drain {d.get('id')} Verified at round {d.get('round')} before {left} had a window: "
+                            "they go on in the next drain (the hot stream runs)")
+                        carried.add(int(d.get("id") or 0))
+                        self.release_group(hold)
+                        if hold and ao is not None and not ao.fired:
+                            holds.append({**hold, "drain": d.get("id")})
+                            hold.clear()
+                        genuine.clear()
+                        eligible.clear()
+                        continue
                     break
         finally:
             self.producer.cool()
             self.release_group(hold)
         if ao is not None and hold:
             ao.evidence.update(hold)
+        if ao is not None and holds:
+            ao.evidence["earlier_holds"] = holds
         if d.get("phase") not in TERMINAL:
             say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
-        verified_at = time.time() if d.get("phase") == "Verified" else None
+        final_verified_at = time.time() if d.get("phase") == "Verified" else None
         parts_seen = self.taken(d.get("id")) if d else []
         for k, f in faults.items():
             if not f.fired and not f.detail:
                 f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
-                            f"{sorted(genuine)}, last phase {d.get('phase')})")
+                            f"{sorted(genuine)}, last phase {d.get('phase')}, drains carried over {sorted(carried)})")
             if not f.fired:
                 continue
+            fired_in = int(f.evidence.get("drain") or d.get("id") or 0)
+            # a fault of a carried drain: that drain was seen Verified; else the last one must be
+            verified_at = verified.get(fired_in) if fired_in in carried else final_verified_at
             f.evidence.update({**hot_ev, "final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
                                "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
+                               "drains_carried_over": sorted(carried),
                                "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
             if verified_at is None:
                 f.detail = (f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}" if d.get("phase") in TERMINAL else

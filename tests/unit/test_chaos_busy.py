@@ -65,10 +65,10 @@ class Scripted(BusyFaults):
             self.pending = []
             # the operator's delivery of the drain's round, as the real one does each cycle
             if d.get("phase") == "Running" and int(d.get("round") or 0) > 0 and d.get("deliver", True):
-                r = int(d["round"])
-                self.commit = (r, f"lpn1;id=1;r={r};more=1;s=;mac=genuine{r}")
-                if d.get("taken", True) and not any(e.get("round") == r for e in self.events):
-                    self.events.append({"event": "drain_next_part", "drain": "1", "round": r, "final": False,
+                r, i = int(d["round"]), str(d["id"])
+                self.commit = (r, f"lpn1;id={i};r={r};more=1;s=;mac=genuine{i}-{r}")
+                if d.get("taken", True) and not any(e.get("round") == r and e["drain"] == i for e in self.events):
+                    self.events.append({"event": "drain_next_part", "drain": i, "round": r, "final": False,
                                         "unfinished": 2, "attempt": d["attempt"]})
             if each is not None:
                 each()
@@ -91,10 +91,10 @@ class Scripted(BusyFaults):
         return 0 if self.runner.hold else 2
 
     def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == event]
+        return [e for e in self.events if e["event"] == event and e["drain"] == str(drain)]
 
     def attempt_events(self, event: str, drain: Any, attempt: int) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == event and e.get("attempt") == attempt]
+        return [e for e in self.driver_events(event, drain) if e.get("attempt") == attempt]
 
     def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
         return self.commit
@@ -102,7 +102,7 @@ class Scripted(BusyFaults):
     def write_parts_commit(self, drain: Any, offset: int, metadata: str) -> None:
         self.commit = (offset, metadata)
         if "genuine" not in metadata and self.refuse:
-            self.events.append({"event": "drain_part_refused", "drain": "1"})
+            self.events.append({"event": "drain_part_refused", "drain": str(drain)})
 
     def cr(self, which: str) -> dict[str, Any]:
         return {"metadata": {"uid": "u-1"}, "status": {"capacityPerReplica": 151.2}}
@@ -111,7 +111,7 @@ class Scripted(BusyFaults):
         return {0: 9000, 1: 300}
 
     def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
-        return (f"eos-drain-1-{d['attempt']}-x", 4242, "cold")
+        return (f"eos-drain-{d['id']}-{d['attempt']}-x", 4242, "cold")
 
     def drain(self, which: str = "eos") -> dict[str, Any]:
         return self.now_d
@@ -198,7 +198,7 @@ def test_a_stale_round_taken_again_is_not_recovered(monkeypatch: Any, tmp_path: 
 
     def write(drain: Any, offset: int, metadata: str) -> None:
         orig(drain, offset, metadata)  # the driver takes it at its next poll
-        c.pending.append({"event": "drain_next_part", "drain": "1", "round": offset, "final": False, "attempt": 2})
+        c.pending.append({"event": "drain_next_part", "drain": str(drain), "round": offset, "final": False, "attempt": 2})
 
     c.write_parts_commit = write  # type: ignore[method-assign]
     out = run(c, monkeypatch, tmp_path)
@@ -254,3 +254,26 @@ def test_the_group_is_emptied_only_with_a_next_split_planned_and_unpublished(mon
     out = run(c, monkeypatch, tmp_path)
     assert c.deleted == [] and not out["operator_at_next_alter_offsets"].fired
     assert "no window" in out["operator_at_next_alter_offsets"].detail
+
+
+def test_kinds_without_a_window_go_on_in_the_next_drain(monkeypatch: Any, tmp_path: Any) -> None:
+    # the crash points' restarts ended drain 1 at round 1 (seen on the shared stack, 16:56): the hot stream
+    # still runs, so the rest go on in drain 2; the crash points count as recovered by drain 1's Verified
+    first = [{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
+             {**RUN, "phase": "Verified", "round": 1, "attempt": 1}, {**RUN, "phase": "Verified", "round": 1, "attempt": 1}]
+    c = Scripted(first + [{**p, "id": 2} for p in POLLS])
+    out = run(c, monkeypatch, tmp_path)
+    assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []
+    assert {k: out[k].evidence["drain"] for k in cf.BUSY_POINTS} == {k: 1 for k in cf.BUSY_POINTS}
+    assert out["operator_at_next_alter_offsets"].evidence["drain"] == 2
+    assert out["forged_part"].evidence["drain"] == 2 and out["busy_driver_kill"].evidence["retry_attempt"] == 2
+    assert out["stale_part"].evidence["drains_carried_over"] == [1]
+
+
+def test_no_carry_over_once_a_later_kind_fired_or_the_drain_failed(monkeypatch: Any, tmp_path: Any) -> None:
+    failed = [{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
+              {**RUN, "phase": "Failed", "round": 1, "attempt": 1}]
+    c = Scripted(failed + [{**p, "id": 2} for p in POLLS])
+    out = run(c, monkeypatch, tmp_path)
+    assert all(not f.recovered for f in out.values())  # a Failed drain: nothing carried, nothing recovered
+    assert not out["forged_part"].fired and "no window" in out["forged_part"].detail
