@@ -157,6 +157,17 @@ class BusyFaults(ReviewFaults):
             hold["bound_after_release"] = self.runner.bind_pending(self.ns)
         say(f"drain 7: eos consumer pods released after {hold['held_s']} s")
 
+    def republish_ok(self, f: Fault) -> str | None:
+        """operator_at_next_publish recovered (None): the operator that came back recorded the next split
+        published with a status write only (its requests were in the mailbox), never a second Publish."""
+        path = self.op.log_path
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        acts = cf.publish_actions_after(lines, f.evidence.get("drain"), float(f.at or 0))
+        f.evidence["next_publish_actions_after"] = acts[:5]
+        if not acts:
+            return "no NextSplitPublished record after the crash yet"
+        return None if acts[0] == "WriteStatus" else f"the next operator published again: {acts[:5]}"
+
     def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
         """(pod, pid, runtime label) of the current attempt's running Job pod."""
         got = self.drain_pod()
@@ -421,6 +432,7 @@ class BusyFaults(ReviewFaults):
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
                 continue
             extra = ((lambda f=f: self.stale_ok(f)) if k == "stale_part" else
+                     (lambda f=f: self.republish_ok(f)) if k == "operator_at_next_publish" else
                      # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
                      (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
             assert f.at is not None

@@ -360,6 +360,28 @@ def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str,
     return plan_auth.sign_part(secrets.token_bytes(32), owner, topic, body)
 
 
+def publish_actions_after(lines: Iterable[str], drain_id: Any, after: float) -> list[str]:
+    """operator_at_next_publish (pure): the actions ("Publish" | "WriteStatus") of the operator's
+    `NextSplitPublished` records of drain `drain_id` logged after `after` (Unix time), in log order.
+    The operator that comes back after dying at NextPublish:effect must find its own requests in the
+    mailbox and only write the status ("WriteStatus"): a "Publish" first would mean it asked again."""
+    from datetime import datetime
+
+    out = []
+    for rec in json_records(lines):
+        if rec.get("message") != "drain action" or rec.get("reason") != "NextSplitPublished":
+            continue
+        if not str(rec.get("drain_message") or "").startswith(f"drain {drain_id}:"):
+            continue
+        try:
+            ts = datetime.fromisoformat(str(rec.get("timestamp"))).timestamp()
+        except ValueError:
+            continue
+        if ts > after:
+            out.append(str(rec.get("action")))
+    return out
+
+
 def next_split_planned(drain: Mapping[str, Any]) -> bool:
     """A busy drain's status with a next split planned and not yet published (pure): its owners are
     asked next (operator_at_next_alter_offsets empties the group then, so that nobody acks)."""

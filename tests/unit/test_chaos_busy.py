@@ -122,6 +122,9 @@ class Scripted(BusyFaults):
     def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
         return {"attempt": d.get("attempt"), "status_runtime": "cold"}
 
+    def republish_ok(self, f: Fault) -> str | None:
+        return None
+
     def recover_wait(self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None) -> float | None:
         return None if extra is not None and extra() is not None else 1.0
 

@@ -261,3 +261,19 @@ def test_verdict_names_a_kind_of_the_run_that_never_fired() -> None:
 ])
 def test_hot_rate(given: int | None, capacity: float | None, want: tuple[int, str]) -> None:
     assert cf.hot_rate(given, capacity) == want
+
+
+def test_publish_actions_after_the_crash() -> None:
+    def rec(action: str, drain: int, ts: str) -> str:
+        return json.dumps({"message": "drain action", "action": action, "reason": "NextSplitPublished",
+                           "drain_message": f"drain {drain}: next split 1 published; waiting", "timestamp": ts})
+
+    lines = [rec("Publish", 1, "2026-11-26T16:41:53.5+00:00"),  # the one that died after it
+             json.dumps({"message": "fault injection: exiting", "point": "NextPublish:effect"}),
+             rec("WriteStatus", 12, "2026-11-26T16:43:00+00:00"),  # another drain
+             rec("WriteStatus", 1, "2026-11-26T16:43:01.8+00:00"), "not json"]
+    from datetime import datetime
+
+    crash = datetime.fromisoformat("2026-11-26T16:41:53.8+00:00").timestamp()
+    assert cf.publish_actions_after(lines, 1, crash) == ["WriteStatus"]
+    assert cf.publish_actions_after(lines, 1, crash - 1) == ["Publish", "WriteStatus"]
