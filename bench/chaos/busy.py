@@ -48,6 +48,7 @@ from bench.chaos.review import ReviewFaults
 # operator_at_next_alter_offsets: the group is kept empty at most this long for the operator to reach
 # NextAlterOffsets (a next split planned, published, then acted for the absent owners: a few cycles)
 ALTER_WAIT_S = 240.0
+ALTER_MIN_LEFT = 10_000  # records the drain has left when its group is emptied (its next split comes later)
 MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
 MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
 # forged_part writes again (every ~10 s) until the driver reads and refuses it: a driver reads its parts
@@ -342,11 +343,14 @@ class BusyFaults(ReviewFaults):
                             genuine.setdefault(got[0], got[1])
                             current = got[0]
                 crash_done = all(done(f) for f in points.values())
-                # the group is emptied when the operator has planned a next split and not yet published it:
-                # emptied earlier, the drain may end first (run of 16:41, shared stack: emptied with a
-                # split in hand, its owners acked before they left, the drain then ended at round 1)
+                # the group is emptied while no next split is in hand and the drain has ALTER_MIN_LEFT records
+                # left, so that its NEXT split is planned and published with no owner: a split in hand
+                # may be acked by its owners as they leave (16:41 and 17:07, shared stack; the operator
+                # plans and publishes in one cycle, 0.2 s apart, so a poll cannot catch it in between),
+                # a drain near its end may hand its partitions back first (16:41). A drain that ends
+                # while held releases the group; the next one (carried over) empties it again
                 if ao is not None and not done(ao) and not hold and crash_done and running and d.get("busy") \
-                        and cf.next_split_planned(d):
+                        and cf.room_for_next_split(d, ALTER_MIN_LEFT):
                     hold.update(self.empty_group(d))
                 elif hold and "released_at" not in hold and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S):
                     self.release_group(hold)

@@ -382,11 +382,12 @@ def publish_actions_after(lines: Iterable[str], drain_id: Any, after: float) -> 
     return out
 
 
-def next_split_planned(drain: Mapping[str, Any]) -> bool:
-    """A busy drain's status with a next split planned and not yet published (pure): its owners are
-    asked next (operator_at_next_alter_offsets empties the group then, so that nobody acks)."""
-    ext = drain.get("extension") or {}
-    return bool(ext) and not ext.get("publishedAt")
+def room_for_next_split(drain: Mapping[str, Any], min_left: int) -> bool:
+    """A busy drain's status with no next split in hand and at least `min_left` records left (pure):
+    operator_at_next_alter_offsets empties the group then, so that the next split is planned and
+    published with no owner to ack it (and the drain does not end before it)."""
+    left = int(drain.get("recordsTotal") or 0) - int(drain.get("recordsDone") or 0)
+    return not drain.get("extension") and left >= min_left
 
 
 def part_round(metadata: str | None) -> int | None:

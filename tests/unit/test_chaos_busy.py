@@ -148,9 +148,10 @@ PLANNED = {"round": 2, "ranges": [{"partition": 0, "end": 12000}], "plannedAt": 
 POLLS = [
     {**RUN, "round": 0, "attempt": 1},
     {**RUN, "round": 1, "attempt": 1},  # crash points; the driver takes round 1
-    {**RUN, "round": 1, "attempt": 1},  # (a next split in hand but published: not the moment to empty the group)
-    {**RUN, "round": 1, "attempt": 1, "extension": {**PLANNED, "publishedAt": "2026-11-26T16:00:02Z"}},
-    {**RUN, "round": 1, "attempt": 1, "extension": PLANNED},  # planned, not published: the group emptied
+    {**RUN, "round": 1, "attempt": 1, "recordsDone": 8000},  # (too little left: the drain may end first)
+    {**RUN, "round": 1, "attempt": 1, "extension": {**PLANNED, "publishedAt": "2026-11-26T16:00:02Z"}},  # (in hand)
+    {**RUN, "round": 1, "attempt": 1, "extension": PLANNED},  # (in hand: its owners may ack as they leave)
+    {**RUN, "round": 1, "attempt": 1, "recordsTotal": 30000},  # no split in hand, 29,900 left: the group emptied
     {**RUN, "round": 1, "attempt": 1},  # NextAlterOffsets reached; consumers released
     {**RUN, "round": 1, "attempt": 1},  # forged part
     {**RUN, "round": 2, "attempt": 1},  # round 2 delivered: stale round 1 replayed
@@ -243,7 +244,7 @@ def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fire
 
 
 def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monkeypatch: Any, tmp_path: Any) -> None:
-    c = Scripted(POLLS[:5] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
+    c = Scripted(POLLS[:6] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     c.alter_reached = False
     out = run(c, monkeypatch, tmp_path)
@@ -251,8 +252,8 @@ def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monk
     assert not out["operator_at_next_alter_offsets"].fired
 
 
-def test_the_group_is_emptied_only_with_a_next_split_planned_and_unpublished(monkeypatch: Any, tmp_path: Any) -> None:
-    c = Scripted(POLLS[:4] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never planned-only
+def test_the_group_is_emptied_only_with_no_split_in_hand_and_records_left(monkeypatch: Any, tmp_path: Any) -> None:
+    c = Scripted(POLLS[:5] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never both
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     out = run(c, monkeypatch, tmp_path)
     assert c.deleted == [] and not out["operator_at_next_alter_offsets"].fired
