@@ -441,7 +441,11 @@ class BusyFaults(ReviewFaults):
                      (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
             assert f.at is not None
             secs = self.recover_wait(f.at, k, self.timeout, None, extra)
-            f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))
+            f.recovered = secs is not None
+            # a carried drain's fault: recovered when its drain was Verified (the health check above runs
+            # only after the later drain; it says nothing of how long this one took: evidence)
+            f.evidence["health_checked_after_s"] = None if secs is None else round(secs, 1)
+            f.recover_s = None if secs is None else (verified_at - f.at if fired_in in carried else max(secs, verified_at - f.at))
         for f in faults.values():
             self.record(f)
         return list(faults.values())

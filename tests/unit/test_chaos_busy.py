@@ -272,6 +272,8 @@ def test_kinds_without_a_window_go_on_in_the_next_drain(monkeypatch: Any, tmp_pa
     assert out["operator_at_next_alter_offsets"].evidence["drain"] == 2
     assert out["forged_part"].evidence["drain"] == 2 and out["busy_driver_kill"].evidence["retry_attempt"] == 2
     assert out["stale_part"].evidence["drains_carried_over"] == [1]
+    # drain 1's crash points recovered when drain 1 was Verified, not when drain 2's faults were checked
+    assert all(out[k].recover_s is not None and out[k].recover_s <= out["forged_part"].at - out[k].at for k in cf.BUSY_POINTS)
 
 
 def test_no_carry_over_once_a_later_kind_fired_or_the_drain_failed(monkeypatch: Any, tmp_path: Any) -> None:
