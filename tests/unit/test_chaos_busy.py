@@ -283,3 +283,17 @@ def test_no_carry_over_once_a_later_kind_fired_or_the_drain_failed(monkeypatch: 
     out = run(c, monkeypatch, tmp_path)
     assert all(not f.recovered for f in out.values())  # a Failed drain: nothing carried, nothing recovered
     assert not out["forged_part"].fired and "no window" in out["forged_part"].detail
+
+
+def test_a_drain_that_ended_between_two_polls_is_judged_by_its_own_end(monkeypatch: Any, tmp_path: Any) -> None:
+    # under load a poll can miss a drain's end: the next one shows the following drain already Running
+    # (the shared-stack run of 17:18 judged drain 2's faults by drain 3). The ended drain's outcome is
+    # in status.drain.history: a Failed drain 1 recovers none of its crash points, whatever drain 2 does
+    c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
+                  {**RUN, "id": 2, "round": 0, "attempt": 1, "history": [{"id": 1, "phase": "Failed"}]},
+                  {**RUN, "id": 2, "phase": "Verified", "round": 0, "attempt": 1, "history": [{"id": 1, "phase": "Failed"}]}])
+    c.kinds = frozenset(cf.BUSY_POINTS)
+    out = run(c, monkeypatch, tmp_path)
+    assert all(f.fired for f in out.values())
+    assert [k for k, f in out.items() if f.recovered] == []
+    assert all("Failed" in f.detail for f in out.values()), [f.detail for f in out.values()]
