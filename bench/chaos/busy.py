@@ -321,7 +321,28 @@ class BusyFaults(ReviewFaults):
         def done(f: Fault | None) -> bool:
             return f is None or f.fired or bool(f.detail)
 
+        def ended(dd: dict[str, Any]) -> bool:
+            """Drain `dd` (ours) ended: record it; True when the kinds left go on in the next drain."""
+            check()
+            if dd.get("phase") == "Verified":
+                verified[int(dd.get("id") or 0)] = time.time()
+            left = [k for k, f in faults.items() if not done(f)]
+            if not (dd.get("phase") == "Verified" and left and not any(f.fired for f in (fp, dk, sp) if f is not None)
+                    and self.producer.hot and hot_at and time.time() - hot_at[0] < MAX_HOT_S):
+                return False
+            say(f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
+                "they go on in the next drain (the hot stream runs)")
+            carried.add(int(dd.get("id") or 0))
+            self.release_group(hold)
+            if hold and ao is not None and not ao.fired:
+                holds.append({**hold, "drain": dd.get("id")})
+                hold.clear()
+            genuine.clear()
+            eligible.clear()
+            return True
+
         d: dict[str, Any] = {}
+        last: dict[str, Any] = {}  # the last status of our current drain
         try:
             # the hot stream runs up to MAX_HOT_S, then the drain works off what it took (run 3, load 28:
             # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
@@ -331,6 +352,15 @@ class BusyFaults(ReviewFaults):
                     if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
                         break
                     continue
+                if last and last.get("id") != d.get("id"):
+                    # our drain ended between two polls (under load): its outcome from status.drain.history
+                    end = next((h for h in d.get("history") or () if str(h.get("id")) == str(last.get("id"))), {})
+                    prev = {**last, "phase": end.get("phase") or "Unknown",
+                            "message": f"ended between two polls ({end.get('reason') or 'not in status.drain.history'})"}
+                    if not ended(prev):
+                        d = prev
+                        break
+                last = d
                 seen["busy"] = seen["busy"] or bool(d.get("busy"))
                 seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
                 running = d.get("phase") == "Running"
@@ -387,21 +417,8 @@ class BusyFaults(ReviewFaults):
                         self.producer.cool()
                         say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
                 if d.get("phase") in TERMINAL:
-                    check()
-                    if d.get("phase") == "Verified":
-                        verified[int(d.get("id") or 0)] = time.time()
-                    left = [k for k, f in faults.items() if not done(f)]
-                    if (d.get("phase") == "Verified" and left and not any(f.fired for f in (fp, dk, sp) if f is not None)
-                            and self.producer.hot and hot_at and time.time() - hot_at[0] < MAX_HOT_S):
-                        say(f"drain 7: drain {d.get('id')} Verified at round {d.get('round')} before {left} had a window: "
-                            "they go on in the next drain (the hot stream runs)")
-                        carried.add(int(d.get("id") or 0))
-                        self.release_group(hold)
-                        if hold and ao is not None and not ao.fired:
-                            holds.append({**hold, "drain": d.get("id")})
-                            hold.clear()
-                        genuine.clear()
-                        eligible.clear()
+                    if ended(d):
+                        last = {}
                         continue
                     break
         finally:

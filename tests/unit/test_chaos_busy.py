@@ -297,3 +297,12 @@ def test_a_drain_that_ended_between_two_polls_is_judged_by_its_own_end(monkeypat
     assert all(f.fired for f in out.values())
     assert [k for k, f in out.items() if f.recovered] == []
     assert all("Failed" in f.detail for f in out.values()), [f.detail for f in out.values()]
+
+
+def test_a_verified_drain_that_ended_between_two_polls_carries_the_kinds_left_over(monkeypatch: Any, tmp_path: Any) -> None:
+    hist = {"history": [{"id": 1, "phase": "Verified"}]}
+    c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1}]
+                 + [{**p, "id": 2, **hist} for p in POLLS])
+    out = run(c, monkeypatch, tmp_path)
+    assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []
+    assert out["forged_part"].evidence["drain"] == 2 and out["stale_part"].evidence["drains_carried_over"] == [1]
