@@ -3,10 +3,19 @@ eos drain is kept busy by a hot stream on partition 0 (`--hot-rate` records/s on
 stream, several times what its consumer processes) so the operator hands off next splits and
 delivers them as signed parts to the running driver. Into that drain:
 
+- operator_at_next_publish: the operator dies like kill -9 right after writing a next split's requests
+  to the mailbox, before the status write that records it published (crash point `NextPublish:effect`);
+  the next operator must find its own requests there (no second publish) and resolve the split;
 - operator_at_next_seal: the operator dies like kill -9 right after the status write that appends a
   sealed next split's sub-ranges (crash point `NextSeal:status`), before its part is delivered;
 - operator_at_deliver: the operator dies right after writing a part to the parts group, before its
   status write (`Deliver:effect`);
+- operator_at_next_alter_offsets: the group emptied during the busy drain (its consumer pods deleted and
+  their replacements held Pending by the pod runner, as when no node fits them) so a published next split
+  has no owner to ack it: the operator acks for the absent owners and moves the group's offsets to the
+  split, and dies right after that effect (`NextAlterOffsets:effect`); the consumers come back once it
+  fired; the next operator must seal that split from the acks it wrote, the consumers resume at the
+  split, the drain ends exact;
 - forged_part: while the driver runs a delivered part or waits for the next, a part signed with a
   random key (the next round, every partition from 0 past its end) is committed to the drain's parts
   group `<groupId>.lagpilot-drain.<tag>.<id>.next`: it must be refused (the driver logs
@@ -36,6 +45,10 @@ from bench.chaos.faults import Fault
 from bench.chaos.procs import TERMINAL, pid_gone, say
 from bench.chaos.review import ReviewFaults
 
+# operator_at_next_alter_offsets: the group is kept empty at most this long for the operator to reach
+# NextAlterOffsets (a next split planned, published, then acted for the absent owners: a few cycles)
+ALTER_WAIT_S = 240.0
+ALTER_MIN_LEFT = 10_000  # records the drain has left when its group is emptied (its next split comes later)
 MIN_HOT_S = 120.0  # the hot stream lasts at least this long ...
 MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not fired)
 # forged_part writes again (every ~10 s) until the driver reads and refuses it: a driver reads its parts
@@ -97,6 +110,64 @@ class BusyFaults(ReviewFaults):
         bad = [tp for tp in res.topic_partitions if tp.error is not None]
         if bad:
             raise RuntimeError(f"commit to {g}: {bad[0].error}")
+
+    # -- the empty group (operator_at_next_alter_offsets) ----------------------------------------------
+    @staticmethod
+    def eos_consumer(pod: Any) -> bool:
+        """A pod of the eos consumer Deployment (what the pod runner holds while the group is empty)."""
+        labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
+        return labels.get("app.kubernetes.io/component") == "consumer" and labels.get("app.kubernetes.io/instance") == "eos"
+
+    def consumer_pod_names(self) -> list[str]:
+        return [p.metadata.name for p in self.core.list_namespaced_pod(
+            self.ns, label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos").items
+            if p.metadata.deletion_timestamp is None]
+
+    def delete_pod(self, name: str) -> None:
+        self.core.delete_namespaced_pod(name, self.ns)
+
+    def group_members(self) -> int | None:
+        """Members of the eos consumer group (Kafka's view), None when it cannot be read."""
+        g = self.groups["eos"]
+        try:
+            return len(self.admin.describe_consumer_groups([g], request_timeout=30)[g].result(timeout=30).members)
+        except Exception:  # noqa: BLE001 - evidence only
+            return None
+
+    def empty_group(self, d: dict[str, Any]) -> dict[str, Any]:
+        """Empty the eos group: the pod runner holds the eos consumer pods Pending (no node fits them),
+        then their running pods are deleted (each stops gracefully and leaves the group at once; the
+        ReplicaSet's replacements stay Pending). Returns the evidence of the hold."""
+        self.runner.hold = self.eos_consumer
+        names = self.consumer_pod_names()
+        for name in names:
+            with contextlib.suppress(Exception):
+                self.delete_pod(name)
+        say(f"drain 7: eos group emptied (consumer pods {names} deleted, replacements held Pending)")
+        return {"held_at": time.time(), "pods_deleted": names, "round_at_hold": d.get("round"),
+                "extension_at_hold": bool(d.get("extension"))}
+
+    def release_group(self, hold: dict[str, Any]) -> None:
+        """The eos consumer pods are bound again (the held replacements start)."""
+        if not hold or "released_at" in hold:
+            return
+        self.runner.hold = None
+        hold["released_at"] = time.time()
+        hold["held_s"] = round(hold["released_at"] - hold["held_at"], 1)
+        with contextlib.suppress(Exception):
+            hold["bound_after_release"] = self.runner.bind_pending(self.ns)
+        say(f"drain 7: eos consumer pods released after {hold['held_s']} s")
+
+    def republish_ok(self, f: Fault) -> str | None:
+        """operator_at_next_publish recovered (None): the operator that came back recorded the next split
+        published with a status write only (its requests were in the mailbox), never a second Publish."""
+        path = self.op.log_path
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        acts = cf.publish_actions_after(lines, f.evidence.get("drain"), float(f.at or 0))
+        f.evidence["next_publish_actions_after"] = acts[:5]
+        if not acts:
+            return "no NextSplitPublished record after the crash yet"
+        return None if acts[0] == "WriteStatus" else f"the next operator published again: {acts[:5]}"
 
     def busy_job(self, d: dict[str, Any]) -> tuple[str, int, str] | None:
         """(pod, pid, runtime label) of the current attempt's running Job pod."""
@@ -203,43 +274,93 @@ class BusyFaults(ReviewFaults):
     def drain_seven(self, rnd: int) -> list[Fault]:
         """Drain 7: a busy drain (hot stream on partition 0) with the selected busy kinds injected in this
         order: the operator crash points (armed before the drain: they fire at its first next split
-        and its delivery), the forged part (once the driver took a part), the driver kill (once the
+        and its delivery), then the empty group for NextAlterOffsets (its consumers back once it fired,
+        or after ALTER_WAIT_S), the forged part (once the driver took a part), the driver kill (once the
         current attempt took a part, after the forgery), the stale part (once the parts group holds a
         round above one read earlier)."""
         want = [k for k in cf.BUSY_KINDS if k in self.kinds]
         faults = {k: Fault(k, rnd, "eos") for k in want}
         points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
+        empty_points = {k: f for k, f in faults.items() if k in cf.EMPTY_GROUP_POINTS}
+        ao = faults.get("operator_at_next_alter_offsets")
+        hold: dict[str, Any] = {}  # the empty group's evidence (operator_at_next_alter_offsets)
         fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
         genuine: dict[int, str] = {}  # the operator's parts as read from the parts group, per round
         forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
         seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
         hot_at: list[float] = []
+        hot_ev: dict[str, Any] = {}  # the hot stream's rate and where it came from (evidence of every kind)
         eligible: list[float] = []
         kill_att = 0
+        # the crash points' restarts can end a busy drain before the kinds after them had a window (the
+        # restarted operator measures the rates afresh and may hand the partitions back): while the hot
+        # stream runs, the kinds left go on in the next drain (verified: drain id -> when seen Verified)
+        carried: set[int] = set()
+        verified: dict[int, float] = {}
+        holds: list[dict[str, Any]] = []  # empty groups of carried drains that reached no NextAlterOffsets
 
         def arm() -> None:
             for k in points:
                 (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
-            self.producer.heat(0, self.args.hot_rate)
+            for k in empty_points:
+                (self.crash_dir / cf.EMPTY_GROUP_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+            cap = ((self.cr("eos") or {}).get("status") or {}).get("capacityPerReplica")
+            rate, source = cf.hot_rate(self.args.hot_rate, cap)
+            hot_ev.update({"hot_rate": rate, "hot_rate_source": source, "capacity_per_replica": cap})
+            say(f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})")
+            self.producer.heat(0, rate)
             hot_at.append(time.time())
 
         def check() -> None:
             self.check_points(points, cf.BUSY_POINTS, more=lambda d: {
-                "round": d.get("round"), "extension": bool(d.get("extension"))})
+                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension"))})
+            self.check_points(empty_points, cf.EMPTY_GROUP_POINTS, more=lambda d: {
+                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension")),
+                "group_members_at_fire": self.group_members()})
 
         def done(f: Fault | None) -> bool:
             return f is None or f.fired or bool(f.detail)
 
+        def ended(dd: dict[str, Any]) -> bool:
+            """Drain `dd` (ours) ended: record it; True when the kinds left go on in the next drain."""
+            check()
+            if dd.get("phase") == "Verified":
+                verified[int(dd.get("id") or 0)] = time.time()
+            left = [k for k, f in faults.items() if not done(f)]
+            if not (dd.get("phase") == "Verified" and left and not any(f.fired for f in (fp, dk, sp) if f is not None)
+                    and self.producer.hot and hot_at and time.time() - hot_at[0] < MAX_HOT_S):
+                return False
+            say(f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
+                "they go on in the next drain (the hot stream runs)")
+            carried.add(int(dd.get("id") or 0))
+            self.release_group(hold)
+            if hold and ao is not None and not ao.fired:
+                holds.append({**hold, "drain": dd.get("id")})
+                hold.clear()
+            genuine.clear()
+            eligible.clear()
+            return True
+
         d: dict[str, Any] = {}
+        last: dict[str, Any] = {}  # the last status of our current drain
         try:
             # the hot stream runs up to MAX_HOT_S, then the drain works off what it took (run 3, load 28:
             # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
             for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check,
                                             window=MAX_HOT_S + self.timeout * 2):
-                if not ours:
+                if not ours or int(d.get("id") or 0) in carried:
                     if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
                         break
                     continue
+                if last and last.get("id") != d.get("id"):
+                    # our drain ended between two polls (under load): its outcome from status.drain.history
+                    end = next((h for h in d.get("history") or () if str(h.get("id")) == str(last.get("id"))), {})
+                    prev = {**last, "phase": end.get("phase") or "Unknown",
+                            "message": f"ended between two polls ({end.get('reason') or 'not in status.drain.history'})"}
+                    if not ended(prev):
+                        d = prev
+                        break
+                last = d
                 seen["busy"] = seen["busy"] or bool(d.get("busy"))
                 seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
                 running = d.get("phase") == "Running"
@@ -251,7 +372,23 @@ class BusyFaults(ReviewFaults):
                         if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
                             genuine.setdefault(got[0], got[1])
                             current = got[0]
-                points_done = all(done(f) for f in points.values())
+                crash_done = all(done(f) for f in points.values())
+                # the group is emptied while no next split is in hand and the drain has ALTER_MIN_LEFT records
+                # left, so that its NEXT split is planned and published with no owner: a split in hand
+                # may be acked by its owners as they leave (16:41 and 17:07, shared stack; the operator
+                # plans and publishes in one cycle, 0.2 s apart, so a poll cannot catch it in between),
+                # a drain near its end may hand its partitions back first (16:41). A drain that ends
+                # while held releases the group; the next one (carried over) empties it again
+                if ao is not None and not done(ao) and not hold and crash_done and running and d.get("busy") \
+                        and cf.room_for_next_split(d, ALTER_MIN_LEFT):
+                    hold.update(self.empty_group(d))
+                elif hold and "released_at" not in hold and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S):
+                    self.release_group(hold)
+                    if ao is not None and not ao.fired and not ao.detail:
+                        ao.detail = (f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
+                                     f"of an empty group (round {d.get('round')}, extension {d.get('extension')})")
+                # the other kinds once every crash point is done and the group is back
+                points_done = crash_done and done(ao) and (not hold or "released_at" in hold)
                 if fp is not None and not done(fp) and points_done and running and d.get("busy") \
                         and any(not p.get("final") for p in self.taken(d.get("id"))):
                     try:
@@ -280,22 +417,33 @@ class BusyFaults(ReviewFaults):
                         self.producer.cool()
                         say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
                 if d.get("phase") in TERMINAL:
-                    check()
+                    if ended(d):
+                        last = {}
+                        continue
                     break
         finally:
             self.producer.cool()
+            self.release_group(hold)
+        if ao is not None and hold:
+            ao.evidence.update(hold)
+        if ao is not None and holds:
+            ao.evidence["earlier_holds"] = holds
         if d.get("phase") not in TERMINAL:
             say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
-        verified_at = time.time() if d.get("phase") == "Verified" else None
+        final_verified_at = time.time() if d.get("phase") == "Verified" else None
         parts_seen = self.taken(d.get("id")) if d else []
         for k, f in faults.items():
             if not f.fired and not f.detail:
                 f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
-                            f"{sorted(genuine)}, last phase {d.get('phase')})")
+                            f"{sorted(genuine)}, last phase {d.get('phase')}, drains carried over {sorted(carried)})")
             if not f.fired:
                 continue
-            f.evidence.update({"final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
+            fired_in = int(f.evidence.get("drain") or d.get("id") or 0)
+            # a fault of a carried drain: that drain was seen Verified; else the last one must be
+            verified_at = verified.get(fired_in) if fired_in in carried else final_verified_at
+            f.evidence.update({**hot_ev, "final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
                                "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
+                               "drains_carried_over": sorted(carried),
                                "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
             if verified_at is None:
                 f.detail = (f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}" if d.get("phase") in TERMINAL else
@@ -305,11 +453,16 @@ class BusyFaults(ReviewFaults):
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
                 continue
             extra = ((lambda f=f: self.stale_ok(f)) if k == "stale_part" else
+                     (lambda f=f: self.republish_ok(f)) if k == "operator_at_next_publish" else
                      # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
                      (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
             assert f.at is not None
             secs = self.recover_wait(f.at, k, self.timeout, None, extra)
-            f.recovered, f.recover_s = secs is not None, (None if secs is None else max(secs, verified_at - f.at))
+            f.recovered = secs is not None
+            # a carried drain's fault: recovered when its drain was Verified (the health check above runs
+            # only after the later drain; it says nothing of how long this one took: evidence)
+            f.evidence["health_checked_after_s"] = None if secs is None else round(secs, 1)
+            f.recover_s = None if secs is None else (verified_at - f.at if fired_in in carried else max(secs, verified_at - f.at))
         for f in faults.values():
             self.record(f)
         return list(faults.values())

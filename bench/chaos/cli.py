@@ -48,8 +48,11 @@ that could not be confirmed is reported as not fired and not counted:
   Planned; the finalizer must hand [ack, split) back; the CR re-created adopts it); drain 6:
   aborted_transactions (committed/aborted/committed transactions in the backlog: the drain reaches
   Verified, the ledgers are compared with what a read_committed reader sees).
-  Busy drains (bench/chaos/busy.py), drain 7: a hot stream on partition 0 (--hot-rate records/s) keeps
-  the eos drain busy (next splits delivered as signed parts to its running driver): operator_at_next_seal
+  Busy drains (bench/chaos/busy.py), drain 7: a hot stream on partition 0 (--hot-rate records/s, default
+  3 x the eos consumers' measured capacity) keeps the eos drain busy (next splits delivered as signed parts
+  to its running driver): operator_at_next_publish (the operator dies after publishing a next split's
+  requests, before its status write), operator_at_next_alter_offsets (the group emptied: the operator acts
+  for the absent owners of a published next split and dies after moving their offsets), operator_at_next_seal
   (the operator dies after the status write of a sealed next split, before its part is delivered),
   operator_at_deliver (after writing a part, before its status write), forged_part (a part signed with
   a random key at the next round committed to the drain's parts group: refused, the drain exact),
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=2,
-                    help="rounds of every fault kind (default 2: 44 faults over 21 kinds; with --no-warm-runtime 38 over 18)")
+                    help="rounds of every fault kind (default 2: 58 faults over 28 kinds, the busy drains' 7 included; with --no-warm-runtime 52 over 25)")
     ap.add_argument("--quick", action="store_true", help="one round of " + ", ".join(QUICK_KINDS) + ", no drain (CI)")
     ap.add_argument("--kinds", default="", help="only these kinds (comma separated; default all)")
     ap.add_argument("--state-dir", default=os.environ.get("LAGPILOT_STATE") or str(cache_dir() / "state" / "chaos"),
@@ -131,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-runtime", action=argparse.BooleanOptionalAction, default=True,
                     help="eos drains through the warm drain runtime (spec.drain.warmRuntime; default on): enables "
                          "drain_runtime_kill, forged_plan, runtime_sigstop; --no-warm-runtime: every drain cold")
-    ap.add_argument("--hot-rate", type=int, default=600,
-                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs")
+    ap.add_argument("--hot-rate", type=int, default=None,
+                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs (default: "
+                         f"{cf.HOT_FACTOR} x the eos consumers' measured status.capacityPerReplica, read when drain 7 "
+                         f"starts; {cf.HOT_RATE_FALLBACK} when none was reported)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     kinds = set(filter(None, args.kinds.split(","))) or set(QUICK_KINDS if args.quick else cf.KINDS)

@@ -19,7 +19,8 @@ KINDS: tuple[str, ...] = (
     "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
     # busy drains (issue 25 item 2; docs/drain.md "Busy drains"): a fault during a next split's hand-off
     # and delivery (bench/chaos/busy.py, drain 7)
-    "operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part", "stale_part",
+    "operator_at_next_publish", "operator_at_next_seal", "operator_at_deliver", "operator_at_next_alter_offsets",
+    "busy_driver_kill", "forged_part", "stale_part",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -40,17 +41,29 @@ HANDOFF_POINTS: dict[str, str] = {
 }
 
 # busy drains (drain 7): the operator's crash points during a next split (act/drain.py names a next
-# split's points "Next<Kind>"): after the status write that appends a sealed next split's sub-ranges,
-# before its part is delivered; after writing a part to the parts group, before its status write
+# split's points "Next<Kind>"): after publishing a next split's requests to the mailbox, before the
+# status write that records it published; after the status write that appends a sealed next split's
+# sub-ranges, before its part is delivered; after writing a part to the parts group, before its status
+# write. They fire by themselves in a busy drain (its first next split and delivery)
 BUSY_POINTS: dict[str, str] = {
+    "operator_at_next_publish": "NextPublish:effect",
     "operator_at_next_seal": "NextSeal:status",
     "operator_at_deliver": "Deliver:effect",
 }
-BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, "busy_driver_kill", "forged_part", "stale_part")
+# ... and one that needs the group empty while a next split is published: the operator then acks for
+# the absent owners and moves the group's offsets to the split (handoff._resolve_next_split), and dies
+# right after that effect, before anything else; drain 7 empties the group for it (busy.py empty_group)
+EMPTY_GROUP_POINTS: dict[str, str] = {"operator_at_next_alter_offsets": "NextAlterOffsets:effect"}
+BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, *EMPTY_GROUP_POINTS, "busy_driver_kill", "forged_part", "stale_part")
 
 # delete_while_planned: the operator's crash point right after publishing the hand-off and before its
 # status write resolves anything (the drain stays Planned while the owners ack); armed like the others
 PLANNED_POINT = "Publish:status"
+
+# every crash point the campaign's operator runs with (LAGPILOT_TEST_CRASH_AT), each disarmed until its
+# round removes the marker
+OPERATOR_POINTS: tuple[str, ...] = (*HANDOFF_POINTS.values(), PLANNED_POINT, *BUSY_POINTS.values(),
+                                    *EMPTY_GROUP_POINTS.values())
 
 # the operators' own log lines (tests/real/test_leader_election.py): a reconciling operator logs these,
 # one standing by logs "standing by for the leader lease" and neither of them
@@ -170,14 +183,20 @@ def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] 
     return "\n".join(lines)
 
 
-def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1) -> list[str]:
+def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1,
+            wanted: Iterable[str] = ()) -> list[str]:
     """What is wrong with a run's JSON (pure): [] when faults >= min_faults over >= min_kinds kinds,
-    every confirmed fault recovered, nothing lost, nothing duplicated by the exactly-once sink."""
+    every `wanted` kind (the run's selection) confirmed fired at least once, every confirmed fault
+    recovered, nothing lost, nothing duplicated by the exactly-once sink."""
     problems = []
     if (result.get("faults") or 0) < min_faults:
         problems.append(f"faults {result.get('faults')} < {min_faults}")
     if (result.get("kinds") or 0) < min_kinds:
         problems.append(f"kinds {result.get('kinds')} < {min_kinds}")
+    per = result.get("per_kind") or {}
+    never = [k for k in KINDS if k in set(wanted) and not (per.get(k) or {}).get("injected")]
+    if never:
+        problems.append(f"never fired: {', '.join(never)}")
     if not result.get("fired_all_confirmed", True):
         problems.append("a fault counted as fired has no confirmation (time and evidence)")
     if result.get("recovered") != result.get("faults"):
@@ -341,6 +360,36 @@ def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str,
     return plan_auth.sign_part(secrets.token_bytes(32), owner, topic, body)
 
 
+def publish_actions_after(lines: Iterable[str], drain_id: Any, after: float) -> list[str]:
+    """operator_at_next_publish (pure): the actions ("Publish" | "WriteStatus") of the operator's
+    `NextSplitPublished` records of drain `drain_id` logged after `after` (Unix time), in log order.
+    The operator that comes back after dying at NextPublish:effect must find its own requests in the
+    mailbox and only write the status ("WriteStatus"): a "Publish" first would mean it asked again."""
+    from datetime import datetime
+
+    out = []
+    for rec in json_records(lines):
+        if rec.get("message") != "drain action" or rec.get("reason") != "NextSplitPublished":
+            continue
+        if not str(rec.get("drain_message") or "").startswith(f"drain {drain_id}:"):
+            continue
+        try:
+            ts = datetime.fromisoformat(str(rec.get("timestamp"))).timestamp()
+        except ValueError:
+            continue
+        if ts > after:
+            out.append(str(rec.get("action")))
+    return out
+
+
+def room_for_next_split(drain: Mapping[str, Any], min_left: int) -> bool:
+    """A busy drain's status with no next split in hand and at least `min_left` records left (pure):
+    operator_at_next_alter_offsets empties the group then, so that the next split is planned and
+    published with no owner to ack it (and the drain does not end before it)."""
+    left = int(drain.get("recordsTotal") or 0) - int(drain.get("recordsDone") or 0)
+    return not drain.get("extension") and left >= min_left
+
+
 def part_round(metadata: str | None) -> int | None:
     """The round a parts-group commit's metadata claims (unverified), None when it is not a part (pure)."""
     from lagpilot_runtime.drain_plan import NextPart
@@ -350,6 +399,23 @@ def part_round(metadata: str | None) -> int | None:
         return NextPart.from_body(body).round
     except (ValueError, IndexError):
         return None
+
+
+# drain 7's hot stream on partition 0: this many times what one eos consumer processes (partition 0 has
+# one consumer however far the group scales), so the partition-capped group cannot hold it
+HOT_FACTOR = 3
+HOT_RATE_FALLBACK = 600  # records/s when no capacity was reported yet: 3 x 100 records / 500 ms (--cost-ms)
+
+
+def hot_rate(given: int | None, capacity: float | None) -> tuple[int, str]:
+    """(records/s, where from) of drain 7's hot stream (pure): `given` (--hot-rate) when set, else
+    HOT_FACTOR times the eos consumers' measured capacity (status.capacityPerReplica: records one
+    consumer processes per busy second, from the runtime's own report), else HOT_RATE_FALLBACK."""
+    if given:
+        return int(given), "given"
+    if capacity is not None and capacity > 0:
+        return max(1, math.ceil(HOT_FACTOR * float(capacity))), "measured"
+    return HOT_RATE_FALLBACK, "fallback"
 
 
 # aborted_transactions: per partition, in this order, one transaction each, with the steady stream paused

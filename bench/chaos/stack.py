@@ -92,13 +92,13 @@ class CampaignBase:
         if not self.eos_keyless:
             raise RuntimeError(f"{self.eos_table} has an index: duplicates would be hidden")
         ledger.create_table(self.dsn, self.alo_table)
-        for point in (*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT, *cf.BUSY_POINTS.values()):  # disarmed: fires only once its marker is removed
+        for point in cf.OPERATOR_POINTS:  # disarmed: fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
         (self.crash_dir / SINK_MARKER).write_text("disarmed")
         env = operator_env(i.kubeconfig, REPO, {
             "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
             "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
-            "LAGPILOT_TEST_CRASH_AT": ",".join((*cf.HANDOFF_POINTS.values(), cf.PLANNED_POINT, *cf.BUSY_POINTS.values())),
+            "LAGPILOT_TEST_CRASH_AT": ",".join(cf.OPERATOR_POINTS),
             "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
         self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
         self.runner = PodRunner(i.kubeconfig, node_name=f"chaos-{self.run_id}", workdir=self.workdir / "pods",

@@ -201,11 +201,18 @@ def test_offset_runs_name_where_a_ledger_misses_or_repeats() -> None:
 
 
 def test_the_busy_drain_kinds_are_known_with_their_crash_points() -> None:
-    assert set(cf.BUSY_KINDS) == {"operator_at_next_seal", "operator_at_deliver", "busy_driver_kill", "forged_part",
-                                  "stale_part"}
+    assert set(cf.BUSY_KINDS) == {"operator_at_next_publish", "operator_at_next_seal", "operator_at_deliver",
+                                  "operator_at_next_alter_offsets", "busy_driver_kill", "forged_part", "stale_part"}
     assert set(cf.BUSY_KINDS) <= set(cf.KINDS) and not set(cf.BUSY_KINDS) & set(cf.WARM_ONLY)
     # act/drain.py names a next split's points Next<Kind>; the part's write is Deliver
-    assert cf.BUSY_POINTS == {"operator_at_next_seal": "NextSeal:status", "operator_at_deliver": "Deliver:effect"}
+    from lagpilot.decide.handoff import Kind
+
+    assert cf.BUSY_POINTS == {"operator_at_next_publish": f"Next{Kind.PUBLISH.value}:effect",
+                              "operator_at_next_seal": f"Next{Kind.SEAL.value}:status",
+                              "operator_at_deliver": f"{Kind.DELIVER.value}:effect"}
+    assert cf.EMPTY_GROUP_POINTS == {"operator_at_next_alter_offsets": f"Next{Kind.ALTER_OFFSETS.value}:effect"}
+    # the operator runs with every one of them (disarmed until a round removes its marker)
+    assert {*cf.BUSY_POINTS.values(), *cf.EMPTY_GROUP_POINTS.values()} <= set(cf.OPERATOR_POINTS)
 
 
 def test_the_forged_part_is_refused_by_the_crs_key_and_would_rerun_everything() -> None:
@@ -233,3 +240,40 @@ def test_next_parts_reads_the_drivers_taken_parts_of_one_drain() -> None:
               {"event": "drain_part_refused", "drain": "3"},
               {"event": "drain_next_part", "drain": "3", "round": 2, "final": True, "unfinished": 0, "ts": 2}]
     assert [(p["round"], p["final"]) for p in cf.next_parts(events, 3)] == [(1, False), (2, True)]
+
+
+def test_verdict_names_a_kind_of_the_run_that_never_fired() -> None:
+    # the full campaign's kinds include the busy drains' (drain 7): one of them never confirmed is a
+    # problem even when the totals meet the issue's target
+    per = {k: {"injected": 2} for k in cf.KINDS if k != "stale_part"}
+    per["stale_part"] = {"injected": 0, "not_fired": 2}
+    base = {"faults": 50, "kinds": len(cf.KINDS) - 1, "recovered": 50, "lost": 0, "duplicated": 0, "per_kind": per}
+    assert cf.verdict(base, 40, 20, wanted=cf.KINDS) == ["never fired: stale_part"]
+    assert cf.verdict(base, 40, 20, wanted=set(cf.KINDS) - {"stale_part"}) == []
+    assert set(cf.BUSY_KINDS) <= set(cf.KINDS)  # the default kind list (bench/chaos.py without --kinds)
+
+
+@pytest.mark.parametrize(("given", "capacity", "want"), [
+    (None, 151.2, (454, "measured")),   # 3 x what one eos consumer processes per busy second
+    (None, None, (600, "fallback")),    # nothing reported yet: 3 x 100 records / 500 ms
+    (None, 0.0, (600, "fallback")),
+    (900, 151.2, (900, "given")),       # --hot-rate wins
+])
+def test_hot_rate(given: int | None, capacity: float | None, want: tuple[int, str]) -> None:
+    assert cf.hot_rate(given, capacity) == want
+
+
+def test_publish_actions_after_the_crash() -> None:
+    def rec(action: str, drain: int, ts: str) -> str:
+        return json.dumps({"message": "drain action", "action": action, "reason": "NextSplitPublished",
+                           "drain_message": f"drain {drain}: next split 1 published; waiting", "timestamp": ts})
+
+    lines = [rec("Publish", 1, "2026-11-26T16:41:53.5+00:00"),  # the one that died after it
+             json.dumps({"message": "fault injection: exiting", "point": "NextPublish:effect"}),
+             rec("WriteStatus", 12, "2026-11-26T16:43:00+00:00"),  # another drain
+             rec("WriteStatus", 1, "2026-11-26T16:43:01.8+00:00"), "not json"]
+    from datetime import datetime
+
+    crash = datetime.fromisoformat("2026-11-26T16:41:53.8+00:00").timestamp()
+    assert cf.publish_actions_after(lines, 1, crash) == ["WriteStatus"]
+    assert cf.publish_actions_after(lines, 1, crash - 1) == ["Publish", "WriteStatus"]

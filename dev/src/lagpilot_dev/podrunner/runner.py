@@ -7,7 +7,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,10 @@ class PodRunner:
     entrypoints: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_ENTRYPOINTS))
     # file-SD dir of the dev Prometheus (lagpilot_dev.prometheus); default: the dev stack's, if that part was set up
     metrics_sd_dir: Path | str | None = field(default_factory=lambda: _default_metrics_sd_dir())
+    # fault injection (bench/chaos.py): an unbound pod this returns True for is not bound, so it stays
+    # Pending, as on a cluster where no node fits it; asked at each event and resync. After clearing it,
+    # `bind_pending` binds the pods it held at once (else the next resync does)
+    hold: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -267,6 +271,9 @@ class PodRunner:
             return
         node = spec.get("nodeName")
         if not node:
+            hold = self.hold
+            if hold is not None and hold(pod):
+                return
             if (self.bind and not meta.get("deletionTimestamp")
                     and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
                     and node_selector_matches(pod, self.labels)):
@@ -282,6 +289,15 @@ class PodRunner:
             worker.start()
         else:
             worker.update(pod)
+
+    def bind_pending(self, namespace: str) -> int:
+        """Bind the unbound pods of `namespace` now (those `hold` kept Pending, once it no longer
+        holds them) instead of at the next resync. Returns how many unbound pods it looked at."""
+        listing = json.loads(self._core.list_namespaced_pod(namespace, _preload_content=False).data)
+        pending = [p for p in listing.get("items") or [] if not (p.get("spec") or {}).get("nodeName")]
+        for pod in pending:
+            self._on_pod(pod, deleted=False)
+        return len(pending)
 
     def _bind(self, namespace: str, name: str, uid: str) -> None:
         from kubernetes import client
