@@ -2,8 +2,9 @@
 docs/drain.md "Busy drains"): its Job holds the task slots it was launched with until it ends — while
 it waits for the operator's next part too — and ends on the final part (the first decision that takes
 no next split once every sub-range is done) or after LAGPILOT_DRAIN_PART_WAIT_SECONDS without a part;
-a next part's sub-ranges run on those slots (no new task, no second start-up) once the pass under way
-has ended (a pass is one Spark job over the unfinished sub-ranges)."""
+a next part's sub-ranges run on those slots (no new task, no second start-up), started as soon as the
+part is handed off, beside the pass under way (the driver reads parts while its passes run and starts
+each as one more Spark job: issue 25 item 2), each on the slot that frees first."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -104,19 +105,41 @@ def test_a_next_split_runs_on_the_drains_slots_without_a_new_start_up() -> None:
     assert sum(task.queue.total for task in d.tasks) > 0  # the next split's records, on the 2 slots
 
 
-def test_a_next_parts_work_waits_for_the_pass_under_way() -> None:
-    """The driver reads the next part after its pass: a range handed off while another sub-range of
-    the pass still runs starts when that pass has ended, even on a slot that is free."""
+def test_a_next_parts_work_starts_on_a_free_slot_while_the_pass_under_way_runs() -> None:
+    """The driver starts a part's sub-ranges beside the pass under way: a range handed off while
+    another sub-range of the pass still runs starts at once on the slot that is free."""
     w = _world()
     t = _run(w, 0.0, 10.0, rates=(600.0, 100.0))  # p0 6,000, p1 1,000 records
     w.plan_drain(_need({0: 1, 1: 1}), t)
     t = _run(w, t, 40.0)  # started at 31 s: p1's task is done at 41 s, p0's at 91 s
     t = _run(w, t, 45.0, rates=(0.0, 200.0))
-    w.plan_drain(_need({1: 1}, extension=True), t)
-    t = _run(w, t, 80.0)
-    # p0's sub-range still runs (1,100 records left): the next range's 1,000 wait, none processed
-    assert abs(w.remaining() - (1_100.0 + 1_000.0)) < 1e-6, w.remaining()
-    subs = {s.partition: s for s in w.sim_drains[0].status.sub_ranges}
-    assert subs[1].records == 0 and subs[1].end - subs[1].start == 1_000
-    t = _run(w, t, 110.0)  # the pass ended at 91 s; the next part's 1,000 records take 10 s
+    w.plan_drain(_need({1: 1}, extension=True), t)  # handed off at 46 s
+    t = _run(w, t, 50.0)
+    d = w.sim_drains[0]
+    new = [s for s in d.status.sub_ranges if s.partition == 1]
+    assert len(new) == 1 and 0 < new[0].next < new[0].end  # running beside p0's sub-range
+    t = _run(w, t, 60.0)  # the next range's 1,000 records took 10 s on the free slot: done at 56 s
+    # p0's sub-range still runs (1,100 records left at 80 s: 1,900 at 60 s); the next range is done
+    assert abs(w.remaining() - 3_100.0) < 1e-6, w.remaining()
+    assert [s.partition for s in w.sim_drains[0].status.sub_ranges] == [0]
+    assert len(d.tasks) == 2  # no task added
+
+
+def test_a_next_parts_sub_ranges_queue_in_index_order_on_the_slot_that_frees_first() -> None:
+    """More sub-ranges than free slots: they queue; each goes, in index order, to the slot with the
+    least work (the one that frees first), as Spark's FIFO scheduler gives free slots to tasks."""
+    w = _world()
+    t = _run(w, 0.0, 10.0, rates=(300.0, 100.0))  # p0 3,000, p1 1,000 records
+    w.plan_drain(_need({0: 1, 1: 1}), t)
+    t = _run(w, t, 40.0)  # started at 31 s: p1's slot free at 41 s, p0's at 61 s
+    t = _run(w, t, 45.0, rates=(0.0, 600.0))  # p1: 3,000 records
+    w.plan_drain(_need({1: 3}, extension=True), t)  # 3 sub-ranges of 1,000 on 2 slots
+    t = _run(w, t, 47.0)
+    d = w.sim_drains[0]
+    queued = {int(m[0]): task for task in d.tasks for m in task.marks if m[1] > 1e-6}
+    first, second, third = sorted(k for k in queued if d.sizes[k][0] == 1)
+    # the first goes to the free slot (free at 46 s), the second behind it (it frees at 56 s, p0's at
+    # 61 s), the third behind p0's sub-range (free at 61 s, the other at 66 s)
+    assert queued[first] is queued[second] and queued[third] is not queued[first]
+    t = _run(w, t, 100.0)
     assert w.remaining() <= 1e-6

@@ -31,8 +31,10 @@ import functools
 import json
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -106,13 +108,16 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     ``warm_session``: a running SparkSession with warm workers (the drain runtime, drain_runtime.py):
     used as is and left running; else this attempt starts its own and stops it at the end.
 
-    A busy plan (``plan.busy``; docs/drain.md "Busy drains: the executor"): after its sub-ranges the
-    driver keeps its session and waits for the operator's next part (``wait_for_part``: signed with
-    ``part_key``), runs the sub-ranges it adds with the same session, and ends once a final part
-    says no further split comes and every sub-range is done — or when no part came for
-    ``part_wait_s`` (``LAGPILOT_DRAIN_PART_WAIT_SECONDS``, default PART_WAIT_S): the wait is bounded;
-    the operator then finds the Job succeeded and verifies (work it handed off meanwhile goes to a
-    next attempt). ``stopped`` (the warm runtime: its caller went away) ends that wait with an error.
+    A busy plan (``plan.busy``; docs/drain.md "Busy drains: the runtime"): while its passes run the
+    driver reads the operator's next part every ``PART_POLL_S`` (signed with ``part_key``) and starts
+    the sub-ranges it adds at once, as one more Spark job on the same session beside the passes under
+    way (``_Attempt``: a sub-range is in at most one pass; Spark's FIFO scheduler gives the new job's
+    tasks the slots the running ones free). With no pass left it waits for a part
+    (``wait_for_part``), and ends once a final part says no further split comes and every sub-range is
+    done — or when no part came for ``part_wait_s`` (``LAGPILOT_DRAIN_PART_WAIT_SECONDS``, default
+    PART_WAIT_S) after its last work: the wait is bounded; the operator then finds the Job succeeded
+    and verifies (work it handed off meanwhile goes to a next attempt). ``stopped`` (the warm runtime:
+    its caller went away) ends the attempt with an error.
     """
     marks = {} if marks is None else marks
     t0 = time.time()
@@ -120,49 +125,29 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     # the JVM and the SparkSession take seconds to start: start them while Kafka is asked for the
     # progress (a finished plan then costs a needless JVM start, but retries of finished plans are rare)
     starter = _SessionStarter(plan, master, jars, extra_conf, marks) if warm_session is None else None
-    spark = warm_session
     wait_s = part_wait_setting() if part_wait_s is None else part_wait_s
+    att = _Attempt(plan, cfg, starter, warm_session, marks, part_key, stopped)
     try:
         progress = read_progress(cfg, plan)
         work = catch_up_to_sink(cfg, plan, remaining_work(plan, progress))
         marks["progress_read"] = time.time()
-        use_arrow = bool(work) and _arrow_available()  # imports pandas (mapInArrow needs it) while the JVM starts
+        att.use_arrow = bool(work) and _arrow_available()  # imports pandas (mapInArrow needs it) while the JVM starts
         done_before = sum(r for _, r in progress.values())
         log.info("drain plan", extra=_fields(event="drain_plan", drain=plan.drain_id, topic=plan.topic,
                                              sub_ranges=len(plan.sub_ranges), unfinished=len(work),
                                              records_done_before=done_before, busy=plan.busy, round=plan.round,
                                              ranges={str(p): list(r) for p, r in plan.partition_ranges().items()}))
-        summary: dict[str, Any] = {"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges),
-                                   "unfinished_at_start": len(work), "records_done_before": done_before,
-                                   "records": 0, "skipped": 0, "started_at": marks.get("process_start") or t0}
+        att.summary.update({"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges),
+                            "unfinished_at_start": len(work), "records_done_before": done_before,
+                            "records": 0, "skipped": 0, "started_at": marks.get("process_start") or t0})
         if plan.busy:
-            summary.update(round_at_start=plan.round, parts=0, passes=0)
-        while True:
-            if work:
-                spark = _run_pass(plan, cfg, work, spark, starter, use_arrow, marks, summary)
-                if plan.busy:
-                    summary["passes"] += 1
-            if not plan.busy:
-                break
-            part = wait_for_part(cfg, plan, part_key, wait_s, sleep=sleep, clock=clock, stopped=stopped)
-            if part is None:
-                summary["ended"] = "no_next_part"
-                log.info("no next part within the wait: ending the attempt", extra=_fields(
-                    event="drain_part_wait_over", drain=plan.drain_id, round=plan.round, waited_s=wait_s))
-                break
-            plan = plan.extended(part)
-            summary["parts"] += 1
-            summary["round"] = plan.round
-            summary["sub_ranges"] = len(plan.sub_ranges)
-            work = catch_up_to_sink(cfg, plan, remaining_work(plan, read_progress(cfg, plan)))
-            log.info("next part", extra=_fields(event="drain_next_part", drain=plan.drain_id, round=part.round,
-                                                final=part.final, unfinished=len(work)))
-            if part.final and not work:
-                summary["ended"] = "handed_back"
-                break
-            use_arrow = bool(work) and _arrow_available()
+            att.summary.update(round_at_start=plan.round, parts=0, passes=0)
+        att.start(work)
+        att.drive(wait_s, sleep, clock)
     finally:
-        _release_session(starter, spark)
+        att.stop_passes()
+        _release_session(starter, att.spark)
+    summary, plan = att.summary, att.plan
     after = read_progress(cfg, plan)
     unfinished = remaining_work(plan, after)
     summary["records_done"] = sum(r for _, r in after.values())
@@ -171,6 +156,206 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         raise RuntimeError(f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
                            + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5]))
     return summary
+
+
+Work = list[tuple[Any, int]]  # (sub-range, where its pass starts)
+
+
+class _Passes:
+    """The passes of one attempt in flight, each one Spark job over sub-ranges it alone owns, run from
+    its own driver thread (pyspark pins each Python thread to a JVM thread: the job group is set per
+    pass). Nothing here talks to Kafka: the attempt (``_Attempt``) decides what a pass runs and
+    completes it; this keeps the rule that makes a pass exact — a sub-range is in at most one pass
+    in flight — and hands back each pass as it ends."""
+
+    def __init__(self) -> None:
+        self._done: queue.Queue[tuple[int, Any, BaseException | None]] = queue.Queue()
+        self.running: dict[int, Work] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self.started = 0
+
+    def owned(self) -> set[tuple[int, int]]:
+        return {(s.partition, s.index) for work in self.running.values() for s, _ in work}
+
+    def unowned(self, work: Work) -> Work:
+        """``work`` less the sub-ranges a pass in flight holds (their tasks commit their progress)."""
+        held = self.owned()
+        return [(s, a) for s, a in work if (s.partition, s.index) not in held]
+
+    def start(self, work: Work, job: Any) -> int:
+        """Run ``job()`` (the Spark job over ``work``) in a thread of its own; returns the pass number."""
+        keys = {(s.partition, s.index) for s, _ in work}
+        if len(keys) != len(work) or keys & self.owned():
+            raise RuntimeError(f"a sub-range would be in two passes: {sorted(keys & self.owned())}")
+        n = self.started
+        self.started += 1
+        self.running[n] = list(work)
+
+        def go() -> None:
+            try:
+                self._done.put((n, job(), None))
+            except BaseException as exc:  # noqa: BLE001 - raised in the driver's thread (finished)
+                self._done.put((n, None, exc))
+
+        self._threads[n] = threading.Thread(target=go, name=f"drain-pass-{n}", daemon=True)
+        self._threads[n].start()
+        return n
+
+    def finished(self, timeout: float | None) -> list[tuple[int, Work, Any]]:
+        """The passes that ended (waiting up to ``timeout`` for one; None: until one ends), each
+        (number, its work, its tasks' summaries), and no longer in flight; the first failed pass's
+        error is raised (the caller stops the others)."""
+        out: list[tuple[int, Work, Any]] = []
+        try:
+            item = self._done.get(timeout=timeout)
+            while True:
+                n, results, exc = item
+                self._threads.pop(n).join()
+                work = self.running.pop(n)
+                if exc is not None:
+                    raise exc
+                out.append((n, work, results))
+                item = self._done.get_nowait()
+        except queue.Empty:
+            pass
+        return out
+
+    def join(self, timeout_s: float) -> list[int]:
+        """Wait for every pass in flight to end (cancelled: see ``_Attempt.stop_passes``); the ones
+        still running after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        for t in list(self._threads.values()):
+            t.join(max(0.0, deadline - time.monotonic()))
+        return sorted(n for n, t in self._threads.items() if t.is_alive())
+
+
+class _Attempt:
+    """One drain attempt's driver: its plan (extended by the parts it takes), its session, its passes
+    in flight and its summary. ``drive`` is the loop of ``run``."""
+
+    def __init__(self, plan: DrainPlan, cfg: ConsumerConfig, starter: Any, spark: Any,
+                 marks: dict[str, float | None], part_key: bytes, stopped: Any) -> None:
+        self.plan, self.cfg, self.starter, self.spark, self.marks = plan, cfg, starter, spark, marks
+        self.part_key, self.stopped = part_key, stopped
+        self.passes = _Passes()
+        self.summary: dict[str, Any] = {}
+        self.use_arrow = False
+        self.final = False  # a final part was taken: no further part is read
+
+    def start(self, work: Work) -> None:
+        """A pass over ``work`` (sub-ranges no pass in flight holds), started now beside the passes
+        under way; its tasks take the slots they free (Spark's FIFO scheduler: the earlier jobs'
+        waiting tasks first). The first pass started is the attempt's start-up (its milestones)."""
+        work = _drop_lost(self.plan, self.cfg, self.passes.unowned(work), self.summary)
+        if not work:
+            return
+        if self.stopped is not None and self.stopped():
+            raise RuntimeError("drain stopped: its caller went away")
+        first = self.passes.started == 0
+        self.spark = _session(self.plan, self.spark, self.starter, self.use_arrow, self.marks)
+        if first:
+            self.summary["session_ready_at"] = self.marks.get("session_ready")
+        plan, spark, cfg, use_arrow = self.plan, self.spark, self.cfg, self.use_arrow
+        marks = self.marks if first else {}  # a later pass does not rewrite the start-up's milestones
+        running = len(self.passes.owned())
+        n = self.passes.start(work, lambda: _spark_job(plan, cfg, work, spark, use_arrow, marks))
+        if plan.busy:
+            self.summary["passes"] += 1
+            self.summary["max_concurrent_passes"] = max(self.summary.get("max_concurrent_passes", 0),
+                                                       len(self.passes.running))
+        log.info("drain pass started", extra=_fields(
+            event="drain_pass_started", drain=plan.drain_id, round=plan.round, pass_no=n, sub_ranges=len(work),
+            running=running, passes_running=len(self.passes.running) - 1,
+            work=[f"p{s.partition}#{s.index}[{a},{s.end})" for s, a in work[:16]]))
+
+    def reap(self, timeout: float | None) -> None:
+        """The passes that ended: every sub-range of theirs completed (``_complete_read``), their
+        counts added; a failed pass's error raised."""
+        for n, work, results in self.passes.finished(timeout):
+            _complete_read(self.plan, self.cfg, work, results, self.summary)
+            _add_results(self.plan, work, results, n == 0, self.marks, self.summary)
+            log.info("drain pass ended", extra=_fields(
+                event="drain_pass_ended", drain=self.plan.drain_id, pass_no=n, sub_ranges=len(work),
+                records=sum(r["records"] or 0 for r in results), passes_running=len(self.passes.running)))
+
+    def drive(self, wait_s: float, sleep: Any, clock: Any) -> None:
+        """Until the attempt is over: reap passes; a busy plan takes each newer part as it comes (also
+        while passes run) and starts its new sub-ranges; with none in flight it waits for a part."""
+        while True:
+            part = None
+            if self.passes.running:
+                self.reap(PART_POLL_S if self.plan.busy else None)
+                if self.stopped is not None and self.stopped():
+                    raise RuntimeError("drain stopped: its caller went away")
+                if self.plan.busy and not self.final and self.part_key:
+                    part = self._poll_part()
+            elif not self.plan.busy:
+                return
+            elif self.final:
+                work = self.passes.unowned(remaining_work(self.plan, read_progress(self.cfg, self.plan)))
+                if not work:
+                    self.summary["ended"] = "handed_back"
+                    return
+                self.start(catch_up_to_sink(self.cfg, self.plan, work))
+                continue
+            else:
+                part = wait_for_part(self.cfg, self.plan, self.part_key, wait_s, sleep=sleep, clock=clock,
+                                     stopped=self.stopped)
+                if part is None:
+                    self.summary["ended"] = "no_next_part"
+                    log.info("no next part within the wait: ending the attempt", extra=_fields(
+                        event="drain_part_wait_over", drain=self.plan.drain_id, round=self.plan.round,
+                        waited_s=wait_s))
+                    return
+            if part is not None:
+                self.take(part)
+
+    def _poll_part(self) -> NextPart | None:
+        """One read of the parts group while passes run: the part if it is newer than the plan."""
+        try:
+            part = read_part(self.cfg, self.plan, self.part_key)
+        except Exception as exc:  # noqa: BLE001 - Kafka unavailable for a moment: read again next poll
+            log.info("reading the next part failed", extra=_fields(event="drain_part_read_failed",
+                                                                  drain=self.plan.drain_id, error=_short_error(exc)))
+            return None
+        return part if part is not None and newer_part(part, self.plan) else None
+
+    def take(self, part: NextPart) -> None:
+        """A newer part: the plan extended with its sub-ranges (refused when one clashes), and a pass
+        started now over its unfinished sub-ranges that no pass in flight holds."""
+        self.plan = self.plan.extended(part)
+        self.final = self.final or part.final
+        self.summary["parts"] += 1
+        self.summary["round"] = self.plan.round
+        self.summary["sub_ranges"] = len(self.plan.sub_ranges)
+        running = self.passes.owned()
+        work = self.passes.unowned(remaining_work(self.plan, read_progress(self.cfg, self.plan)))
+        work = catch_up_to_sink(self.cfg, self.plan, work)
+        log.info("next part", extra=_fields(event="drain_next_part", drain=self.plan.drain_id, round=part.round,
+                                            final=part.final, unfinished=len(work), running=len(running),
+                                            passes_running=len(self.passes.running)))
+        if work:
+            self.use_arrow = _arrow_available()
+            self.start(work)
+
+    def stop_passes(self) -> None:
+        """On the way out with passes still in flight (an error, a part refused as malformed, a stop):
+        cancel the attempt's Spark jobs and wait for their threads, so no pass outlives the attempt
+        (a task cancelled mid-batch has committed only whole batches: a retry resumes exactly)."""
+        if not self.passes.running:
+            return
+        if self.spark is not None:
+            try:
+                self.spark.sparkContext.cancelJobGroup(job_group(self.plan))
+            except Exception:  # noqa: BLE001 - the session is going away anyway
+                pass
+        left = self.passes.join(PASS_STOP_WAIT_S)
+        if left:
+            log.warning("passes still running after their cancel", extra=_fields(
+                event="drain_pass_stop_timeout", drain=self.plan.drain_id, passes=left))
+
+
+PASS_STOP_WAIT_S = 60.0  # an attempt that ends with passes in flight waits this long for their cancel
 
 
 def _release_session(starter: Any, spark: Any) -> None:
@@ -186,25 +371,6 @@ def _release_session(starter: Any, spark: Any) -> None:
             spark.stop()
     elif spark is not None:
         spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
-
-
-def _run_pass(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, starter: Any,
-              use_arrow: bool, marks: dict[str, float | None], summary: dict[str, Any]) -> Any:
-    """One Spark job over ``work`` (unfinished sub-ranges of ``plan``); returns the session (started
-    here on the first pass of a cold attempt). Adds to ``summary``; the start-up breakdown is the
-    first pass's. Steps: ``_drop_lost`` -> ``_session`` -> ``_spark_job`` -> ``_complete_read``
-    -> ``_add_results``."""
-    work = _drop_lost(plan, cfg, work, summary)
-    if not work:
-        return spark
-    first = "startup" not in summary
-    spark = _session(plan, spark, starter, use_arrow, marks)
-    if first:
-        summary["session_ready_at"] = marks.get("session_ready")
-    results = _spark_job(plan, cfg, work, spark, use_arrow, marks)
-    _complete_read(plan, cfg, work, results, summary)
-    _add_results(plan, work, results, first, marks, summary)
-    return spark
 
 
 def _drop_lost(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
@@ -339,6 +505,11 @@ def read_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = 
     return None
 
 
+def newer_part(part: NextPart, plan: DrainPlan) -> bool:
+    """A part the plan has not taken: a later round, or the final part of its round or a later one."""
+    return part.round > plan.round or (part.final and part.round >= plan.round)
+
+
 def wait_for_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, wait_s: float,
                   sleep: Any = time.sleep, clock: Any = time.monotonic, poll_s: float = PART_POLL_S,
                   read: Any = None, stopped: Any = None) -> NextPart | None:
@@ -358,7 +529,7 @@ def wait_for_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, wait_s: floa
             log.info("reading the next part failed", extra=_fields(event="drain_part_read_failed", drain=plan.drain_id,
                                                                   error=_short_error(exc)))
             part = None
-        if part is not None and (part.round > plan.round or (part.final and part.round >= plan.round)):
+        if part is not None and newer_part(part, plan):
             return part
         if clock() >= deadline:
             return None

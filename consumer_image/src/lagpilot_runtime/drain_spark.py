@@ -118,6 +118,10 @@ def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
         "spark.sql.shuffle.partitions": "1",
         "spark.python.worker.reuse": "true",
         "spark.task.maxFailures": "4",
+        # a busy drain runs a next part's sub-ranges as another job beside the passes under way
+        # (drain_job._Attempt): FIFO gives a free slot to the earliest job's waiting task, so older
+        # ranges go first and a later job's tasks start on the slots the running ones free
+        "spark.scheduler.mode": "FIFO",
         "spark.driver.memory": e.get("LAGPILOT_SPARK_DRIVER_MEMORY", "1g"),
         "spark.sql.execution.arrow.pyspark.enabled": "false",
         # the JVM hands records to Python in Arrow batches of this many rows: the default 10,000

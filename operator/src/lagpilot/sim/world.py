@@ -13,9 +13,12 @@ The model (documented in docs/decision.md):
   ``drain_task_capacity``; at most ``concurrent_drains`` side by side and ``max_drain_tasks`` tasks;
 - a busy drain (``busy_drains``) is its driver (lagpilot_runtime.drain_job.run): it holds the task
   slots it was launched with until it ends, also while it waits for a next part; a next split's
-  sub-ranges run on those slots (no new task, no start-up; more sub-ranges than slots queue) once the
-  pass under way has ended; it ends on the final part (the first decision that takes no next split
-  with nothing left) or ``drain_part_wait_s`` after its last work without a part;
+  sub-ranges start as soon as it is handed off, beside the pass under way (the driver reads parts
+  while its passes run and starts each as one more Spark job), on those slots: each, in the order of
+  its sub-range index (Spark's FIFO scheduler, a job's tasks in order), on the slot that frees first,
+  no new task, no start-up, more sub-ranges than slots queue; it ends on the final part (the first
+  decision that takes no next split with nothing left) or ``drain_part_wait_s`` after its last work
+  without a part;
 - the warm drain runtime (``warm_runtime`` always / on-demand): scaled as the decision step says,
   Ready ``drain_start_s`` after a scale-up (the same JVM and SparkSession a cold drain starts);
 - observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
@@ -108,12 +111,9 @@ class _SimDrain:
     ext_planned_s: float = 0.0
     ext_handoff_at: float | None = None
     sizes: dict[int, tuple[int, int]] = field(default_factory=dict)  # sub-range index -> (partition, records)
-    # a busy drain's next-part sub-ranges the driver has not taken yet (it reads a part once its pass
-    # under way has ended): (partition, records, sub-range index)
-    pending: list[tuple[int, _Queue, int]] = field(default_factory=list)
 
     def has_work(self) -> bool:
-        return bool(self.pending) or any(x.queue.total > 1e-9 for x in self.tasks)
+        return any(x.queue.total > 1e-9 for x in self.tasks)
 
 
 class _World:
@@ -162,9 +162,8 @@ class _World:
         return [task for d in self.sim_drains for task in d.tasks]
 
     def drain_queues(self) -> list[_Queue]:
-        """Every drained record not processed yet: the tasks' and the next parts' a busy driver has
-        not taken yet."""
-        return [task.queue for task in self.tasks] + [q for d in self.sim_drains for _, q, _ in d.pending]
+        """Every drained record not processed yet (the tasks' queues)."""
+        return [task.queue for task in self.tasks]
 
     def drain_statuses(self) -> tuple[handoff.DrainStatus, ...]:
         """What the executor would hold in status.drain: drains in flight, else the last one."""
@@ -246,11 +245,12 @@ class _World:
 
     def _extend(self, d: _SimDrain, t: float) -> None:
         """The next split handed off: each partition's new range cut into its sub-ranges (the tasks the
-        planner gave it), which the driver takes with its next part: at once when its pass has ended,
-        else when it ends (:meth:`_next_pass`). They run on the slots the driver holds: a next split
-        adds no task and pays no start-up, more sub-ranges than slots queue (docs/drain.md "Busy
-        drains": the driver's session keeps the parallelism it was launched with)."""
+        planner gave it), which the driver starts at once with its next part, beside the pass under
+        way (:meth:`_next_pass`). They run on the slots the driver holds: a next split adds no task
+        and pays no start-up, more sub-ranges than slots queue (docs/drain.md "Busy drains": the
+        driver's session keeps the parallelism it was launched with)."""
         assert d.status.extension is not None
+        new: list[tuple[int, _Queue, int]] = []
         for p, n_tasks in sorted(d.ext_tasks.items()):
             segs = _take_before(self.queues[p], d.ext_planned_s)
             self.drained[p] = self.drained.get(p, 0) + 1
@@ -260,23 +260,23 @@ class _World:
                     continue
                 idx = self._next_index(d)
                 d.sizes[idx] = (p, int(round(n)))
-                d.pending.append((p, q, idx))
+                new.append((p, q, idx))
         ranges = {r.partition: r for r in d.status.ranges}
         for r in d.status.extension.ranges:
             ranges[r.partition] = r
         d.status = replace(d.status, extension=None, round=d.status.extension.round,
                            ranges=tuple(ranges[p] for p in sorted(ranges)))
         d.ext_tasks, d.ext_handoff_at = {}, None
-        if not any(x.queue.total > 1e-9 for x in d.tasks):
-            self._next_pass(d, t)
+        self._next_pass(d, new, t)
         self._busy_status(d)
 
     @staticmethod
-    def _next_pass(d: _SimDrain, t: float) -> None:
-        """The driver's next pass (one Spark job over the sub-ranges of the parts it read) from ``t``:
-        each sub-range, the largest first, on the slot with the least work (Spark hands a free slot
-        the next task)."""
-        for p, q, idx in sorted(d.pending, key=lambda x: -x[1].total):
+    def _next_pass(d: _SimDrain, new: list[tuple[int, _Queue, int]], t: float) -> None:
+        """The driver's pass over a part's new sub-ranges (one more Spark job, started at ``t`` beside
+        the passes under way): each, in the order of its index (the job's task order; Spark's FIFO
+        scheduler serves the earlier jobs' waiting tasks first), on the slot that frees first — the
+        one with the least work queued (a slot runs its work in order)."""
+        for p, q, idx in sorted(new, key=lambda x: x[2]):
             task = min(d.tasks, key=lambda x: x.queue.total)
             for seg in q.segs:
                 task.queue.push(*seg)
@@ -284,7 +284,6 @@ class _World:
             task.marks.append([idx, q.total])
             task.done_at = None
             task.start_at = max(task.start_at, t)
-        d.pending = []
 
     @staticmethod
     def _next_index(d: _SimDrain) -> int:
@@ -297,8 +296,6 @@ class _World:
                 if left > 1e-6:
                     p, n = d.sizes[int(idx)]
                     subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
-        for p, _, idx in d.pending:  # handed off, not taken by the driver yet: nothing done
-            subs.append(handoff.SubProgress(p, idx, 0, d.sizes[idx][1], 0))
         subs.sort(key=lambda x: (x.partition, x.index))
         d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
 
@@ -362,12 +359,7 @@ class _World:
         self._consume(t, dt)
         running = 0
         for d in self.sim_drains:
-            n = self._run_tasks(d, t, dt)
-            if d.pending and not any(x.queue.total > 1e-9 for x in d.tasks):
-                # the pass ended within the step: the driver takes the part(s) it missed meanwhile
-                self._next_pass(d, max([t] + [x.done_at for x in d.tasks if x.done_at is not None]))
-                n = self._run_tasks(d, t, dt)
-            running += n
+            running += self._run_tasks(d, t, dt)
             self._record_progress(d)
         self._finish_drains(t, dt)
         return self._oldest_age(t + dt), running
