@@ -466,3 +466,20 @@ def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
     assert "  Prometheus: http://127.0.0.1:45483" in kept_lines(**kw, prometheus_url="http://127.0.0.1:45483")
     stopped = "\n".join(kept_lines(**{**kw, "operator_pid": None, "podrunner_pid": None}, prometheus_url=None))
     assert "kill" not in stopped and "stopped with the demo" in stopped
+
+
+def test_a_busy_drains_task_minutes_count_the_slots_it_holds_not_its_queued_sub_ranges() -> None:
+    """The drain-task minutes a user pays are the Spark task slots the drain's executor holds: a busy
+    drain holds status.drain.slots from its launch to its end (also while it waits for a next part),
+    and sub-ranges beyond them queue; the simulator counts the same (sim/world.py). Counting unfinished
+    sub-ranges made the demo's 'measured' 48.4 drain-task minutes for ~27 slot-minutes."""
+    from lagpilot_dev.demo_report import drain_tasks_of
+
+    def subs(unfinished: int, done: int) -> list[dict[str, int]]:
+        return ([{"partition": 0, "index": i, "start": 0, "end": 10, "next": 0} for i in range(unfinished)]
+                + [{"partition": 1, "index": i, "start": 0, "end": 10, "next": 10} for i in range(done)])
+
+    assert drain_tasks_of({"phase": "Running", "busy": True, "slots": 12, "subRanges": subs(33, 2)}) == 12
+    assert drain_tasks_of({"phase": "Running", "busy": True, "slots": 4, "subRanges": subs(0, 6)}) == 4
+    assert drain_tasks_of({"phase": "Running", "subRanges": subs(3, 2)}) == 3  # a drain without slots: one task a sub-range
+    assert drain_tasks_of({"phase": "Verified", "busy": True, "slots": 4, "subRanges": subs(0, 6)}) == 0
