@@ -86,7 +86,7 @@ class Sample:
 
     @property
     def drain_tasks(self) -> int:
-        """Spark tasks the running drain still has work for (unfinished sub-ranges, capped by maxTasks)."""
+        """Spark task slots the running drain holds (``drain_tasks_of``)."""
         return drain_tasks_of(self.drain)
 
     def drain_progress(self) -> tuple[int, int]:
@@ -96,10 +96,14 @@ class Sample:
 
 
 def drain_tasks_of(drain: Mapping[str, Any] | None) -> int:
-    """Spark tasks a drain (status.drain) still has work for: its unfinished sub-ranges while Running."""
+    """Spark task slots a drain (status.drain) holds while Running: a busy drain's ``slots`` (held
+    from its launch to its end, also while it waits for a next part; sub-ranges beyond them queue),
+    else one task for each unfinished sub-range. What the simulator counts as drain-task minutes."""
     d = drain or {}
     if d.get("phase") != "Running":
         return 0
+    if d.get("busy") and d.get("slots"):
+        return int(d["slots"])
     return sum(1 for s in d.get("subRanges") or () if s["next"] < s["end"])
 
 
