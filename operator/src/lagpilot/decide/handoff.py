@@ -229,6 +229,9 @@ class DrainStatus:
     round: int = 0
     slots: int = 0
     extension: Extension | None = None
+    # a busy drain's done sub-ranges no longer listed (``fold_done``): (ranges, records done,
+    # records total); the listed ones and these make the drain's counts
+    folded: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def records_lost(self) -> int:
@@ -246,7 +249,7 @@ class DrainStatus:
     @property
     def records_total(self) -> int:
         if self.sub_ranges:
-            return sum(s.end - s.start for s in self.sub_ranges)
+            return sum(s.end - s.start for s in self.sub_ranges) + self.folded[2]
         if self.done_counts is not None:
             return self.done_counts[1]
         return sum(r.split - r.start for r in self.ranges if r.start is not None)
@@ -255,7 +258,7 @@ class DrainStatus:
     def records_done(self) -> int:
         if not self.sub_ranges and self.done_counts is not None:
             return self.done_counts[0]
-        return sum(s.records for s in self.sub_ranges)
+        return sum(s.records for s in self.sub_ranges) + self.folded[1]
 
     @property
     def remaining(self) -> int:
@@ -289,6 +292,8 @@ class DrainStatus:
             "message": self.message,
             "ranges": [r.to_dict() for r in self.ranges],
             "subRanges": None if over else [s.to_dict() for s in self.sub_ranges],
+            "subRangesFolded": None if over or not self.folded[0] else {
+                "ranges": self.folded[0], "recordsDone": self.folded[1], "recordsTotal": self.folded[2]},
             "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
             "attemptBase": _unless(self.attempt_base == 1, self.attempt_base),
@@ -366,6 +371,7 @@ class DrainStatus:
             round=_int(d, "round"),
             slots=_int(d, "slots"),
             extension=Extension.from_dict(d.get("extension")),
+            folded=_folded(d.get("subRangesFolded") if subs else None),
         )
 
 
@@ -393,6 +399,45 @@ def _int(d: Mapping[str, Any], key: str, default: int = 0) -> int:
 def _opt_int(d: Mapping[str, Any], key: str) -> int | None:
     v = d.get(key)
     return None if v is None else int(v)
+
+
+def _folded(d: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """``status.drain.subRangesFolded`` as (ranges, records done, records total)."""
+    if not d:
+        return (0, 0, 0)
+    return (_int(d, "ranges"), _int(d, "recordsDone"), _int(d, "recordsTotal"))
+
+
+def fold_done(subs: Sequence[SubProgress], folded: tuple[int, int, int],
+              listed: int = MAX_PART_SUB_RANGES) -> tuple[tuple[SubProgress, ...], tuple[int, int, int]]:
+    """A busy drain's sub-ranges bounded: past ``listed``, its done sub-ranges leave the list into
+    the folded counts (ranges, records done, records total), a range at a time (done sub-ranges
+    joined where one ends at the next's start), the oldest of the partition with the most done
+    sub-ranges first. Unfinished ones always stay (the driver's part and the progress reads need
+    them; a next split is only taken while they fit one part: at most MAX_PART_SUB_RANGES), and so
+    does each partition's highest index (a next split numbers its sub-ranges after it: an index is
+    never reused, its progress group's commits never read for another range)."""
+    out = list(subs)
+    n, done, total = folded
+    last = {x.partition: max(y.index for y in subs if y.partition == x.partition) for x in subs}
+    while len(out) > listed:
+        done_of: dict[int, list[SubProgress]] = {}
+        for x in sorted(out, key=lambda y: (y.partition, y.start)):
+            if x.done and x.index != last[x.partition]:
+                done_of.setdefault(x.partition, []).append(x)
+        if not done_of:
+            break
+        p = max(done_of, key=lambda q: (len(done_of[q]), -q))
+        span = done_of[p][:1]
+        for x in done_of[p][1:]:
+            if x.start != span[-1].end:
+                break
+            span.append(x)
+        for x in span:
+            out.remove(x)
+        n, done = n + 1, done + sum(x.records for x in span)
+        total += sum(x.end - x.start for x in span)
+    return tuple(out), (n, done, total)
 
 
 def _done_counts(d: Mapping[str, Any], subs: tuple[SubProgress, ...]) -> tuple[int, int] | None:
@@ -631,7 +676,8 @@ def processed_ranges(d: DrainStatus) -> tuple[list[PartitionRange], int]:
     only the latest of each partition): its sub-ranges, joined where one ends at the next's start,
     by partition and offset; without sub-ranges (nothing handed off) its ranges. At most
     max(HISTORY_RANGES, partitions): past it the oldest range of the partition with the most ranges
-    is left out, again and again (each partition keeps its latest). Returns (ranges, left out)."""
+    is left out, again and again (each partition keeps its latest). Returns (ranges, left out:
+    those and the ranges ``fold_done`` folded)."""
     if not d.sub_ranges:
         return list(d.ranges), 0
     spans: dict[int, list[list[int]]] = {}
@@ -641,7 +687,7 @@ def processed_ranges(d: DrainStatus) -> tuple[list[PartitionRange], int]:
             mine[-1][1] = x.end
         else:
             mine.append([x.start, x.end])
-    omitted = 0
+    omitted = d.folded[0]
     while sum(len(v) for v in spans.values()) > max(HISTORY_RANGES, len(spans)):
         del spans[max(spans, key=lambda p: (len(spans[p]), -p))][0]
         omitted += 1
@@ -1112,8 +1158,10 @@ def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Map
             subs.append(SubProgress(x.partition, base + k, x.start, x.end, x.start))
     latest = {r.partition: r for r in d.ranges}
     latest.update({r.partition: r for r in new})
+    listed, folded = fold_done(subs, d.folded)
     # the stall clock restarts: the driver may have waited (no work, no progress) for this split
-    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=tuple(subs), progress_at=now,
+    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=listed, folded=folded,
+                            progress_at=now,
                             ranges=tuple(latest[p] for p in sorted(latest)), reason="NextSplitHandedOff")
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
     return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,

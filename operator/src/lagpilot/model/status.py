@@ -171,6 +171,14 @@ class SubRange(_Model):
     records: int = _int("Records processed so far.")
 
 
+class SubRangesFolded(_Model):
+    """A busy drain's done sub-ranges that left subRanges past its bound (their counts)."""
+
+    ranges: int = _int("Ranges of done sub-ranges no longer listed (joined where they touch).", INT32)
+    records_done: int = _int("Records they processed.")
+    records_total: int = _int("Records in them.")
+
+
 class LostRange(_Model):
     """Offsets of a handed-off range that retention deleted before the drain read them."""
 
@@ -240,6 +248,11 @@ class DrainStatus(_Model):
         None,
         description="One per Spark task, with its progress; absent once the drain is finished.",
         json_schema_extra=_list_map("partition", "index"),
+    )
+    sub_ranges_folded: SubRangesFolded | None = Field(
+        None,
+        description="A busy drain's done sub-ranges past 64 listed, folded into counts a range at a time, "
+        "the oldest of the partition with the most first (each partition keeps its latest; absent: none).",
     )
     restore_replicas: int | None = _int(
         "Replicas the consumers get back after a quiesce; absent once finished.", INT32, default=None
