@@ -65,3 +65,17 @@ def test_a_drain_that_is_not_busy_records_no_slots() -> None:
     a = h.next_action(s, dataclasses.replace(HANDED, busy=False), obs(), NOW)
     assert a.kind is Kind.LAUNCH and a.status is not None
     assert a.status.slots == 0 and "slots" not in {k for k, v in a.status.to_dict().items() if v is not None}
+
+
+def test_the_simulator_launches_with_the_slots_the_operators_launch_records() -> None:
+    """The simulated executor holds exactly the slots ``handoff.job_slots`` gives the status it
+    launches (no figure of its own)."""
+    from tests.unit.test_sim_busy_driver import P, _burst, _need, _run, _world
+
+    w = _world()
+    t = _burst(w, 8_000.0)
+    w.plan_drain(_need({0: 3}), t)
+    _run(w, t, 20.0)
+    d = w.sim_drains[0]
+    assert d.status.phase is Phase.RUNNING
+    assert d.status.slots == h.job_slots(d.status, P.max_drain_tasks) == 3 == len(d.tasks)

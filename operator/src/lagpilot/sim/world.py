@@ -300,7 +300,7 @@ class _World:
         for p, _, idx in d.pending:  # handed off, not taken by the driver yet: nothing done
             subs.append(handoff.SubProgress(p, idx, 0, d.sizes[idx][1], 0))
         subs.sort(key=lambda x: (x.partition, x.index))
-        d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
+        d.status = replace(d.status, sub_ranges=tuple(subs))
 
     def release_idle(self, t: float) -> None:
         """Before a decision: nothing (a busy drain keeps its slots until it ends, ``settle``)."""
@@ -347,6 +347,9 @@ class _World:
                      runtime="warm" if d.warm else "cold")
         d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
         if d.busy:
+            # the operator's launch records the Job's slots (handoff.job_slots): the driver holds them all
+            d.status = replace(d.status, slots=handoff.job_slots(d.status, self.p.max_drain_tasks))
+            d.tasks.extend(_Task(_Queue(), t, t + start_s, done_at=t) for _ in range(d.status.slots - len(d.tasks)))
             self._busy_status(d)
         if self.p.handoff_quiesce:
             self.scale(d.status.restore_replicas, t)
