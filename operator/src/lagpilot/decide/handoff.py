@@ -505,6 +505,9 @@ class Observed:
     ack_timeout_s: float = ACK_TIMEOUT_S
     # Spark tasks per wanted partition, from the planner (missing: spec.drain.splitFactor)
     tasks: Mapping[int, int] = field(default_factory=dict)
+    # a busy drain's first split: the task slots the planner asks its Job to hold (DrainNeed.slots;
+    # 0: its sub-ranges), recorded at the plan and turned into the Job's parallelism at launch
+    slots: int = 0
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
     stall_limits: StallLimits = field(default_factory=StallLimits)
@@ -865,8 +868,8 @@ def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observe
     return None
 
 
-def _attempt_over(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed,
-                  now: float) -> Action:
+def _attempt_over(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation,
+                  observed: Observed, now: float) -> Action:
     """The attempt's Job failed (or succeeded with work left): schedule the retry (``_attempt_failed``),
     wait out the back-off and the attempt's pods, then launch the next attempt."""
     if d.retry_at is None:
@@ -1262,6 +1265,8 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         planned_at=now,
         history=prev.history if prev else (),
         busy=observed.busy,
+        # the slots its Job will hold (job_slots at launch: at least one a sub-range, at most maxTasks)
+        slots=max(0, observed.slots) if observed.busy else 0,
     )
     d = dataclasses.replace(
         d,
