@@ -16,7 +16,17 @@ from hypothesis import strategies as st
 
 from lagpilot.act.drain_manifests import drain_plan_for
 from lagpilot.decide import handoff as h
-from lagpilot.decide.drain_policy import BURST_SPARE, DrainPolicy, burst_need, burst_slots, drain_need
+from lagpilot.decide.drain_policy import (
+    BURST_SPARE,
+    BusyDrain,
+    DrainPolicy,
+    Lane,
+    _holds_first,
+    burst_need,
+    burst_slots,
+    drain_need,
+    extension_need,
+)
 from lagpilot.decide.handoff import (
     DrainStatus,
     JobObservation,
@@ -196,3 +206,44 @@ def test_the_simulator_launches_a_busy_drain_with_the_planned_slots() -> None:
     assert d.status.slots == h.job_slots(d.status, P.max_drain_tasks) == 7 == len(d.tasks)
     # the four slots without a sub-range are held (and paid) from launch, idle until a next split
     assert sum(1 for task in d.tasks if task.queue.total > 0) == 3
+
+
+# ---- next splits within the slots the drain holds; a drain the load outgrew is handed back ---------
+
+
+BUSY90 = DrainPolicy(start_up_s=90.0, handoff_s=1.0, max_tasks=16, busy=True)
+
+
+def _loads(rates: list[float], lags: list[float]) -> list[PartitionLoad]:
+    return [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags, strict=True))]
+
+
+def test_a_drain_whose_slots_cannot_hold_the_regrowth_takes_no_next_split() -> None:
+    """Two partitions at 6x a consumer regrow 10 tasks' worth behind every split; a 4-slot drain
+    cannot hold that however its next splits are cut: no next split (its partitions are handed
+    back at its next part boundary) and the next drain is planned with the slots the load needs."""
+    loads = _loads([900.0, 900.0, 50.0], [12_000.0, 12_000.0, 0.0])
+    lanes = (Lane(0, 0, 0.0), Lane(1, 0, 0.0), Lane(2, 0, 0.0))
+    kw = dict(group_replicas=3, target_s=270.0, policy=BUSY90, oldest_age_s={0: 15.0, 1: 15.0})
+    assert extension_need(loads, CAP, BusyDrain(lanes, slots=4), **kw) is None  # type: ignore[arg-type]
+    # with the slots of maxTasks nothing bigger can follow: it splits within them
+    need = extension_need(loads, CAP, BusyDrain(lanes, slots=16), **kw)  # type: ignore[arg-type]
+    assert need is not None and need.partitions == (0, 1) and need.tasks <= 16
+    # the new drain, planned once this one ended, asks for the slots of the regrowth (10 tasks + spare)
+    first = drain_need(loads, CAP, sla_s=300.0, now_s=0.0, **{**kw, "oldest_age_s": {0: 60.0, 1: 60.0}})
+    assert first is not None and first.slots >= 12
+
+
+@pytest.mark.parametrize("holds,floors,steady,budget,want", [
+    # a hot partition (6 to hold, 6 to carry) and five neighbours a tenth of a task over their share:
+    # the hot one's carrying tasks first, then one neighbour, the others wait for the next split
+    ([6, 1, 1, 1, 1, 1], [6, 1, 1, 1, 1, 1], [True] + [False] * 5, 7, [6, 1, 0, 0, 0, 0]),
+    # its spare (6 to hold, 5 to carry) comes after a due neighbour's single slot
+    ([6, 1], [5, 1], [True, False], 6, [5, 1]),
+    ([6, 1], [5, 1], [True, False], 9, [6, 1]),  # everything fits
+    ([4, 4], [3, 3], [True, True], 7, [4, 3]),  # two hot ones: both carried, the spare in order
+    ([1, 1, 1], [0, 0, 0], [False] * 3, 2, [1, 1, 0]),
+])
+def test_slots_are_shared_carrying_first(holds: list[int], floors: list[int], steady: list[bool], budget: int,
+                                         want: list[int]) -> None:
+    assert _holds_first(holds, floors, steady, budget) == want

@@ -832,14 +832,18 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     - **How many tasks.** Each partition its own need (:func:`partition_need`) **without a
       start-up** (the hand-off pause only: its tasks are running), and at least enough to hold its
       regrowth (``(rate - share) / task capacity``, 10 % spare) so its lanes do not fall behind from
-      split to split; within the drain's task slots (those it was launched with and still holds)
-      minus the tasks still busy on other partitions: a next split never starts a task. When the
-      slots cannot even hold the regrowth of the partitions due, there is no next split: the drain
-      ends with its ranges and the next drain is planned afresh (with its start-up).
+      split to split; within the drain's task slots (``status.drain.slots``: its Job's
+      parallelism, fixed at launch) minus the tasks still busy on other partitions: a next split
+      never starts a task. When those do not hold every pick's regrowth, the partitions whose
+      regrowth keeps a task busy get the tasks that carry it first, then the others one each
+      (:func:`_holds_first`). When the slots cannot even hold the regrowth of the partitions the
+      group cannot hold (:func:`_outgrown`) and a drain may hold more, there is no next split: the
+      drain ends at its next part boundary and the next drain is planned afresh with the slots the
+      load needs (one start-up).
 
     The named steps, in order: gate (the group alone) -> pick the partitions due for a next split
-    -> the budget the tasks busy elsewhere leave -> each partition's tasks -> the need, with its
-    reason and message.
+    -> the slots outgrown (hand back) -> the budget the tasks busy elsewhere leave of the slots ->
+    each partition's tasks -> the need, with its reason and message.
     """
     if capacity <= 0 or not loads:
         return None
@@ -854,11 +858,13 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     picks = _split_picks(x, notes)
     if not picks:
         return None
+    if _outgrown(x):
+        return None  # handed back at its next part boundary: a drain with the slots the load needs follows
     picked = {ld.partition for ld, _ in picks}
     busy_elsewhere = sum(lane.tasks for lane in busy.lanes if lane.partition not in picked)
-    # maxTasks less the tasks busy on other partitions: the drain's free slots take a next split
-    # at once; tasks beyond them start like a new drain's (the executor adds them, with a start-up)
-    budget = policy.max_tasks - busy_elsewhere
+    # the slots the drain's Job holds (its parallelism is fixed at launch: status.drain.slots,
+    # handoff.job_slots) less those busy on other partitions: a next split never adds a task
+    budget = busy.slots - busy_elsewhere
     if budget <= 0:
         return None
     chosen = []
@@ -891,6 +897,21 @@ class _Split:
     def horizon_s(self) -> float:
         """The next chance to split: a poll and the hand-off."""
         return self.policy.poll_interval_s + self.policy.handoff_s
+
+
+def _outgrown(x: _Split) -> bool:
+    """The drain's slots cannot hold the regrowth of the partitions the capped group cannot hold
+    (``sum(rate - share) / task capacity``, without spare: its lanes would fall behind from split
+    to split however they are cut) while a drain may hold more (``maxTasks``). Decided here
+    (docs/decision.md "Busy drains: the slots"): the drain takes no further split and ends at its
+    next part boundary (its partitions handed back: the exact hand-back of a drain whose burst is
+    over); the next drain is planned afresh with the slots the load needs, paying one start-up."""
+    p = x.policy
+    if x.busy.slots >= p.max_tasks:
+        return False
+    rates = (_seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads)
+    regrowth = sum(max(0.0, r - x.share) for r in rates) / x.task_cap
+    return math.ceil(regrowth - 1e-9) > x.busy.slots
 
 
 def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float]]:
@@ -966,6 +987,10 @@ def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budge
     records = [ld.lag for ld, _ in picks]
     caps = [max(1, int(r // max(1.0, p.min_records_per_task))) for r in records]
     alloc = [min(h, c) for h, c in zip(holds, caps, strict=True)]
+    if sum(alloc) > budget:  # the free slots cannot hold every pick's regrowth (with its spare)
+        floors = [min(a, math.ceil(max(0.0, rate - x.share) / x.task_cap - 1e-9)) for a, (_, rate) in
+                  zip(alloc, picks, strict=True)]
+        return _holds_first(alloc, floors, [rate - x.share >= 0.5 * x.task_cap for _, rate in picks], budget)
     left = min(budget, sum(needs)) - sum(alloc)
     while left > 0:  # the rest towards each need, to the longest sub-ranges first
         room = [i for i in range(len(picks)) if alloc[i] < min(needs[i], caps[i])]
@@ -980,6 +1005,27 @@ def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budge
 # a busy drain's launch: slots for its regrowth with this much to spare (the Job cannot grow later;
 # rolling-hot's rates vary +-8 % within a burst, and each split pauses the partition's owner)
 BURST_SPARE = 1.2
+
+
+def _holds_first(holds: Sequence[int], floors: Sequence[int], steady: Sequence[bool],
+                 budget: int) -> list[int]:
+    """``budget`` slots over picks whose holding tasks (``holds``, with their spare) do not all fit:
+    first the partitions whose regrowth keeps a task busy (``steady``) the tasks that just carry it
+    (``floors``, no spare), then the others one each in the picks' order (the oldest record
+    first), then the steady ones their spare; a pick left without a slot waits for the next split.
+    Spread one each first, a hot partition's 6 tasks fell to 2 behind five neighbours a tenth of a
+    task over their share, whose single sub-ranges then held the pass (rolling-hot s100 at 20 s,
+    0.9966 within); holds first, a neighbour could wait for ever behind the hot one's spare. Pure."""
+    out = [0] * len(holds)
+    left = budget
+    order = sorted(range(len(holds)), key=lambda j: (not steady[j], j))
+    for want in (lambda i: floors[i] if steady[i] else 0, lambda i: holds[i] if not steady[i] else 0,
+                 lambda i: holds[i] if steady[i] else 0):
+        for i in order:
+            give = max(0, min(want(i) - out[i], left))
+            out[i] += give
+            left -= give
+    return out
 
 
 def _hold_tasks(rate: float, share: float, task_cap: float) -> int:
