@@ -174,13 +174,14 @@ def test_long_flash_at_a_90s_start_up_busy_drains_keep_the_sla_where_cold_drains
         assert r.processed + r.remaining == pytest.approx(r.produced, rel=1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the real driver keeps the slots it was launched with (a next split adds no task); the planner "
-    "still sizes next splits within maxTasks as if the executor added tasks (drain_policy.extension_need "
-    "budget) and the operator never writes status.drain.slots: 0.9819 within (docs/decision.md)"))
 def test_rolling_hot_s100_at_a_20s_start_up_the_busy_drain_grows_with_the_load() -> None:
+    """The real driver keeps the slots its Job was launched with (a next split adds no task): the
+    drain is launched with the slots the burst needs (status.drain.slots, recorded at launch) and
+    its next splits are budgeted within them (before: 0.9819 within, next splits sized within
+    maxTasks on a 6-slot drain, and the operator never wrote the slots)."""
     busy = _run("rolling-hot", 100, 20.0, True)
     assert busy.within_sla_fraction >= 0.999, busy.within_sla_fraction
+    assert busy.processed + busy.remaining == pytest.approx(busy.produced, rel=1e-9)
 
 
 def test_rolling_hot_busy_drains_hand_the_partition_back_after_each_burst() -> None:
