@@ -142,10 +142,12 @@ def test_burst_need_is_bounded_holds_the_regrowth_and_is_monotone(
 
 
 def test_burst_slots_keep_room_for_the_partitions_left_to_the_group() -> None:
-    # 11 tasks for the hot partition, five neighbours at 61/s on a share of 50/s: 5 x 11 x 1.1 / 150 -> 1
-    assert burst_slots(11, [61.0] * 5, 50.0, CAP, 16) == 12
-    assert burst_slots(11, [40.0] * 5, 50.0, CAP, 16) == 11  # they hold: nothing kept for them
-    assert burst_slots(11, [600.0] * 5, 50.0, CAP, 16) == 16  # within the budget
+    # 7 tasks for the hot partition, five neighbours at 120/s on a share of 50/s: 5 x 70 x 1.1 / 150 -> 3
+    assert burst_slots(7, [120.0] * 5, 50.0, CAP, 16) == 10
+    # at 61/s: 0.4 of a task in all, taken from the hot partition's spare (nothing kept for them)
+    assert burst_slots(7, [61.0] * 5, 50.0, CAP, 16) == 7
+    assert burst_slots(7, [40.0] * 5, 50.0, CAP, 16) == 7  # they hold
+    assert burst_slots(7, [600.0] * 5, 50.0, CAP, 16) == 16  # within the budget
 
 
 def test_a_busy_first_drain_asks_for_the_slots_of_the_burst() -> None:
@@ -243,6 +245,9 @@ def test_a_drain_whose_slots_cannot_hold_the_regrowth_takes_no_next_split() -> N
     ([6, 1], [5, 1], [True, False], 9, [6, 1]),  # everything fits
     ([4, 4], [3, 3], [True, True], 7, [4, 3]),  # two hot ones: both carried, the spare in order
     ([1, 1, 1], [0, 0, 0], [False] * 3, 2, [1, 1, 0]),
+    # every partition hot and the free slots short of what carries them (a burst above what the
+    # slots hold): each still its carrying sub-ranges, which queue on the slots; no neighbour joins
+    ([4, 4, 4, 1], [3, 3, 3, 1], [True, True, True, False], 7, [3, 3, 3, 0]),
 ])
 def test_slots_are_shared_carrying_first(holds: list[int], floors: list[int], steady: list[bool], budget: int,
                                          want: list[int]) -> None:
