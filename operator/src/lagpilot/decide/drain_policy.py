@@ -1027,9 +1027,10 @@ def _holds_first(holds: Sequence[int], floors: Sequence[int], steady: Sequence[b
     out = [floors[i] if steady[i] else 0 for i in range(len(holds))]
     left = budget - sum(out)
     order = sorted(range(len(holds)), key=lambda j: (not steady[j], j))
-    for want in (lambda i: holds[i] if not steady[i] else 0, lambda i: holds[i] if steady[i] else 0):
+    others = [0 if steady[i] else holds[i] for i in range(len(holds))]  # then the others one each
+    for want in (others, list(holds)):  # then the steady ones their spare
         for i in order:
-            give = max(0, min(want(i) - out[i], left))
+            give = max(0, min(want[i] - out[i], left))
             out[i] += give
             left -= give
     return out
