@@ -21,7 +21,7 @@ from typing import Any
 
 from lagpilot import __version__
 from lagpilot.config import Env
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag, parallelism_for
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 
@@ -30,7 +30,7 @@ from .drain_part_key import part_key_ref
 from .key_secret import KEY_FIELD
 from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
-from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name
+from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name, job_slots
 from lagpilot.spec import GroupSpec
 
 DRAIN_LABEL = "lagpilot.io/drain"
@@ -107,9 +107,8 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str, attempt: in
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
     one's progress); ``attempt``: the attempt being launched (default the status's)."""
     subs = tuple(SubRange(s.partition, s.index, s.start, s.end) for s in drain.sub_ranges)
-    parallelism = parallelism_for(subs, spec.drain.max_tasks)
-    if drain.busy:  # a busy drain keeps the task slots the planner gave it for its next splits
-        parallelism = max(parallelism, min(spec.drain.max_tasks, drain.slots))
+    # the figure a busy drain's launch records as status.drain.slots (one function for both)
+    parallelism = job_slots(drain, spec.drain.max_tasks)
     return DrainPlan(
         drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
         batch_max_records=spec.batch.max_records,

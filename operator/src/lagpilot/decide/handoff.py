@@ -46,7 +46,7 @@ from typing import Any, TypeVar
 from lagpilot.model.status import HISTORY_RANGES, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, split_ranges
+from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, parallelism_for, split_ranges
 
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
@@ -550,6 +550,9 @@ class Observed:
     ack_timeout_s: float = ACK_TIMEOUT_S
     # Spark tasks per wanted partition, from the planner (missing: spec.drain.splitFactor)
     tasks: Mapping[int, int] = field(default_factory=dict)
+    # a busy drain's first split: the task slots the planner asks its Job to hold (DrainNeed.slots;
+    # 0: its sub-ranges), recorded at the plan and turned into the Job's parallelism at launch
+    slots: int = 0
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
     stall_limits: StallLimits = field(default_factory=StallLimits)
@@ -799,7 +802,7 @@ def _handed_off(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float)
             replicas=d.restore_replicas if d.quiescing else None,
             event=("Normal", "DrainCancelled", c.message),
         )
-    return _launch(d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
+    return _launch(spec, d, observed, now, attempt=d.attempt or 1, reason="Launched", restore=d.quiescing)
 
 
 def _merge_progress(drain: DrainStatus, observed: Observed, now: float) -> DrainStatus:
@@ -860,9 +863,9 @@ def _running(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Obse
     # retry_at): the next attempt after the back-off, once the attempt's pods are gone; never the
     # same finished Job again (before, Succeeded <-> Running flipped every cycle, no retry)
     if job.state is JobState.FAILED or job.state is JobState.SUCCEEDED:
-        return _attempt_over(drain, d, job, observed, now)
+        return _attempt_over(spec, drain, d, job, observed, now)
     if job.state is JobState.ABSENT:
-        return _job_absent(drain, d, job, observed, now)
+        return _job_absent(spec, drain, d, job, observed, now)
     return _progress_only(drain, d)
 
 
@@ -911,8 +914,8 @@ def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observe
     return None
 
 
-def _attempt_over(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed,
-                  now: float) -> Action:
+def _attempt_over(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation,
+                  observed: Observed, now: float) -> Action:
     """The attempt's Job failed (or succeeded with work left): schedule the retry (``_attempt_failed``),
     wait out the back-off and the attempt's pods, then launch the next attempt."""
     if d.retry_at is None:
@@ -921,7 +924,7 @@ def _attempt_over(drain: DrainStatus, d: DrainStatus, job: JobObservation, obser
         return _progress_only(drain, d)
     if job.pods_alive > 0:  # the failed attempt's processes may still commit progress
         return _waiting_for_pods(drain, d)
-    return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+    return _launch(spec, d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
 
 
 def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
@@ -945,7 +948,7 @@ def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now
 
 
 def _job_absent(
-    drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float
+    spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float
 ) -> Action:
     """No Job: a retry due once the back-off and the pods are over; a Job deleted by someone is
     recreated (same attempt, same ranges)."""
@@ -954,9 +957,9 @@ def _job_absent(
     if job.pods_alive > 0:
         return _waiting_for_pods(drain, d)
     if d.retry_at is not None:
-        return _launch(d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
+        return _launch(spec, d, observed, now, attempt=d.attempt + 1, reason="Retried", restore=False)
     # the Job vanished (deleted by someone): recreate the same attempt, same ranges
-    return _launch(d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
+    return _launch(spec, d, observed, now, attempt=d.attempt, reason="Recreated", restore=False)
 
 
 def _succeeded(
@@ -1009,6 +1012,7 @@ def _after_failure(
         if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
             return _waiting_for_pods(drain, d)  # never two attempts at once
         return _launch(
+            spec,
             dataclasses.replace(d, phase=Phase.RUNNING, failed_generation=None),
             observed,
             now,
@@ -1031,6 +1035,7 @@ def _cancelled(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Ob
             Kind.NONE, reason="WaitingForJobGone", message="waiting for the cancelled Job's pods to stop"
         )
     return _launch(
+        spec,
         dataclasses.replace(d, phase=Phase.RUNNING, cancel_requested=False, finished_at=None),
         observed,
         now,
@@ -1308,6 +1313,8 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         planned_at=now,
         history=prev.history if prev else (),
         busy=observed.busy,
+        # the slots its Job will hold (job_slots at launch: at least one a sub-range, at most maxTasks)
+        slots=max(0, observed.slots) if observed.busy else 0,
     )
     d = dataclasses.replace(
         d,
@@ -1613,13 +1620,29 @@ def sub_ranges_of(ranges: Sequence[PartitionRange], spec: GroupSpec) -> tuple[Su
     return tuple(subs)
 
 
-def _launch(d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str, restore: bool,
-            reset_attempts: bool = False) -> Action:
+def job_slots(d: DrainStatus, max_tasks: int) -> int:
+    """The tasks a drain attempt's Job runs at once (its parallelism): every recorded sub-range at
+    once, at most ``max_tasks`` (``spec.drain.maxTasks``); a busy drain at least the slots recorded
+    for it (the planner's ask at its plan, or what an earlier attempt held), at most ``max_tasks``.
+    One figure for both sides: the Job's manifest (``drain_manifests.drain_plan_for``) and the
+    ``status.drain.slots`` a busy drain's launch records (``_launch``), which the planner budgets
+    its next splits within (``step.busy_drain_of``): a Job's parallelism is fixed at launch. Pure."""
+    n = parallelism_for((s.sub_range() for s in d.sub_ranges), max_tasks)
+    if d.busy:
+        n = max(n, min(max_tasks, d.slots))
+    return n
+
+
+def _launch(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str,
+            restore: bool, reset_attempts: bool = False) -> Action:
+    """Launch ``attempt``: Running, the Job created by the executor from the status written here; a
+    busy drain records the slots its Job holds (:func:`job_slots`, the Job's own parallelism)."""
     attempt = max(1, attempt)
     r = dataclasses.replace(
         d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason, progress_at=now,
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
+        slots=job_slots(d, spec.drain.max_tasks) if d.busy else d.slots,
     )
     if reset_attempts:
         # attempts are counted from here again (spec changed / resumed after cancel); job names stay unique

@@ -207,7 +207,8 @@ def drain_view(drains: Sequence[handoff.DrainStatus], last_end_s: float | None) 
 def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
     """The running busy drain that may take a next split now (issue 25 item 2): the only drain in
     flight, busy, Running (launched, no retry pending) and no split of it in hand-off. Its lanes: per
-    partition of its ranges, the unfinished sub-ranges (one task each) and their records left."""
+    partition of its ranges, the unfinished sub-ranges (one task each while slots last) and their
+    records left; its slots: ``status.drain.slots``."""
     if len(live) != 1:
         return None
     d = live[0]
@@ -225,7 +226,9 @@ def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
             lane[0] += 1
             lane[1] += s.remaining
     lanes = tuple(Lane(p, int(n), rem) for p, (n, rem) in sorted(per.items()))
-    return BusyDrain(lanes, max(d.slots, sum(lane.tasks for lane in lanes)))
+    # the slots its launch recorded (handoff.job_slots: the Job's parallelism, fixed at launch); a
+    # drain launched before slots were recorded: one per unfinished sub-range
+    return BusyDrain(lanes, d.slots or sum(lane.tasks for lane in lanes))
 
 
 def hold_of(drains: Sequence[handoff.DrainStatus]) -> int | None:

@@ -301,7 +301,8 @@ class DrainStatus(_Model):
         "Next splits a busy drain took after its first (absent: 0).", INT32, default=None
     )
     slots: int | None = _int(
-        "Task slots a busy drain's executor holds (absent: one per unfinished sub-range).",
+        "Task slots a busy drain's Job holds: its parallelism, recorded at each launch; before the "
+        "launch, the slots the planner asked for (absent: one per unfinished sub-range).",
         INT32,
         default=None,
     )

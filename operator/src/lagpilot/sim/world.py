@@ -227,7 +227,7 @@ class _World:
             st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
-        st = replace(st, busy=self.p.busy_drains)
+        st = replace(st, busy=self.p.busy_drains, slots=getattr(need, "slots", 0) if self.p.busy_drains else 0)
         self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s, busy=self.p.busy_drains))
 
     def _plan_extension(self, tasks: dict[int, int], t: float) -> None:
@@ -297,7 +297,7 @@ class _World:
                     p, n = d.sizes[int(idx)]
                     subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
         subs.sort(key=lambda x: (x.partition, x.index))
-        d.status = replace(d.status, sub_ranges=tuple(subs), slots=len(d.tasks))
+        d.status = replace(d.status, sub_ranges=tuple(subs))
 
     def release_idle(self, t: float) -> None:
         """Before a decision: nothing (a busy drain keeps its slots until it ends, ``settle``)."""
@@ -344,6 +344,9 @@ class _World:
                      runtime="warm" if d.warm else "cold")
         d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
         if d.busy:
+            # the operator's launch records the Job's slots (handoff.job_slots): the driver holds them all
+            d.status = replace(d.status, slots=handoff.job_slots(d.status, self.p.max_drain_tasks))
+            d.tasks.extend(_Task(_Queue(), t, t + start_s, done_at=t) for _ in range(d.status.slots - len(d.tasks)))
             self._busy_status(d)
         if self.p.handoff_quiesce:
             self.scale(d.status.restore_replicas, t)
