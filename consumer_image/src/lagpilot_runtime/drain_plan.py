@@ -187,44 +187,43 @@ def progress_metadata(records_done: int, lost: Sequence[tuple[int, int]] = (), a
     return text
 
 
-def parse_progress_attempt(metadata: str | bytes | None) -> int:
-    """The attempt ``a=<int>`` of a progress commit's metadata; 0 when absent or foreign (never raises)."""
+def _progress_field(metadata: str | bytes | None, key: str) -> str | None:
+    """The value of ``key=`` in a progress commit's metadata (``lpd1;k=v;...``); None when absent or
+    foreign (never raises)."""
     if isinstance(metadata, bytes):
         metadata = metadata.decode("utf-8", "replace")
     if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
-        return 0
+        return None
     for part in metadata.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key == "a" and value.isdigit():
-            return int(value)
-    return 0
+        k, _, value = part.partition("=")
+        if k == key:
+            return value
+    return None
+
+
+def parse_progress_attempt(metadata: str | bytes | None) -> int:
+    """The attempt ``a=<int>`` of a progress commit's metadata; 0 when absent or foreign (never raises)."""
+    value = _progress_field(metadata, "a")
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def parse_progress_lost(metadata: str | None) -> tuple[tuple[int, int], ...]:
     """The ``lost=a-b,c-d`` ranges of a progress commit's metadata; () when absent (never raises)."""
-    if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
+    value = _progress_field(metadata, "lost")
+    if value is None:
         return ()
-    for part in metadata.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key == "lost":
-            out = []
-            for item in value.split(","):
-                a, _, b = item.partition("-")
-                if a.isdigit() and b.isdigit() and int(a) < int(b):
-                    out.append((int(a), int(b)))
-            return tuple(out)
-    return ()
+    out = []
+    for item in value.split(","):
+        a, _, b = item.partition("-")
+        if a.isdigit() and b.isdigit() and int(a) < int(b):
+            out.append((int(a), int(b)))
+    return tuple(out)
 
 
 def parse_progress_metadata(metadata: str | None) -> int:
     """Records done from ``lpd1;n=<int>``; 0 when absent or foreign (never raises)."""
-    if not metadata or not metadata.startswith(PROGRESS_METADATA_PREFIX + ";"):
-        return 0
-    for part in metadata.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key == "n" and value.isdigit():
-            return int(value)
-    return 0
+    value = _progress_field(metadata, "n")
+    return int(value) if value is not None and value.isdigit() else 0
 
 
 def split_ranges(ranges: Mapping[int, tuple[int, int]], split_factor: int,
