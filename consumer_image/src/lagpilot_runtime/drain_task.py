@@ -111,14 +111,16 @@ def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, in
     done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
     done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
     lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
-    _sign_of_life(committer, spec, sub, got)
+    _sign_of_life(committer, spec, sub, got, done_records, lost_before)
     return done_next, done_records, lost_before
 
 
-def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any) -> None:
+def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any, records: int,
+                  lost: tuple[tuple[int, int], ...]) -> None:
     """The attempt's sign of life (docs/drain.md "Deadlines, stalls and retries"): the sub-range's
     progress as committed (``committed``: its TopicPartition as read; nothing committed: the
-    sub-range's start, no record done) committed again with this attempt's number. It carries no
+    sub-range's start, no record done; ``records``/``lost``: its metadata as ``_progress_of`` read
+    it) committed again with this attempt's number. It carries no
     offset beyond what is processed — the offset is the one already there — so nothing is committed
     before its batch is processed. The operator's no-progress window counts from its first sighting;
     the time before it is start-up, with its own bound. Once per attempt and sub-range (a task Spark
@@ -130,7 +132,7 @@ def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any)
     meta = getattr(committed, "metadata", None) if has else None
     if spec.attempt <= 0 or parse_progress_attempt(meta) == spec.attempt:
         return
-    same = progress_metadata(parse_progress_metadata(meta), parse_progress_lost(meta), spec.attempt)
+    same = progress_metadata(records, lost, spec.attempt)
     tp = TopicPartition(spec.topic, sub.partition, committed.offset if has else sub.start, metadata=same)
     try:
         commit_progress(committer, tp)
