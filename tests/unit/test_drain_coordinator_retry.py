@@ -7,10 +7,9 @@ client's ``RetriableCommitFailedException`` family). The drain must retry them w
 not fail the whole drain; any other error still fails at once."""
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
-
-import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -81,7 +80,8 @@ def test_another_error_still_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert group.calls == 1
 
 
-def test_a_coordinator_that_never_comes_back_fails_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_coordinator_that_never_comes_back_fails_within_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))

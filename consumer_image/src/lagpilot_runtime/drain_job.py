@@ -44,7 +44,7 @@ from . import plan_auth, redaction
 from .config import ConfigError, ConsumerConfig
 from .drain_plan import DrainPlan, NextPart, parts_group
 from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, progress_consumer,
-                             read_progress, record_losses, remaining_work, retention_losses, unread_sub_ranges)
+                             read_committed, read_progress, record_losses, remaining_work, retention_losses, unread_sub_ranges)
 from .drain_spark import (CDS_ARCHIVE_NAME, EXECUTOR_POD_TEMPLATE_ENV, _SessionStarter, _arrow_available, _switch,
                           build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, resolve_jars,
                           spark_kafka_options, train_cds, warm_workers)
@@ -486,7 +486,7 @@ def read_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = 
 
     c = consumer if consumer is not None else progress_consumer(cfg, parts_group(plan.group_id, plan.drain_id, plan.owner))
     try:
-        got = c.committed([TopicPartition(plan.topic, 0)], timeout=timeout_s)
+        got = read_committed(c, [TopicPartition(plan.topic, 0)], timeout_s)
     finally:
         if consumer is None:
             c.close()

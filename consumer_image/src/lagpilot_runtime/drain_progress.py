@@ -6,7 +6,8 @@ progress-committing handler also the sink's own record; a retry skips what eithe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .config import ConsumerConfig
@@ -21,11 +22,62 @@ class RetentionError(Exception):
     """Records of the range were deleted by retention before the drain read them."""
 
 
+# The group coordinator's transient answers: it moved, it is loading its ``__consumer_offsets``
+# partition, or none is elected yet. librdkafka raises them from ``committed()``/``commit()`` with
+# ``retriable()`` False; Kafka's Java client retries them (``RetriableCommitFailedException``), and so
+# does the drain, within the call's bound (``coordinated``).
+COORDINATOR_MOVING = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+PROGRESS_CALL_TIMEOUT_S = 30.0
+_BACKOFF_S = (0.1, 2.0)  # first wait, longest wait (doubling)
+
+
+def _moving(exc: BaseException) -> bool:
+    """A KafkaException whose error is the coordinator moving, or one the client calls retriable."""
+    err = exc.args[0] if exc.args else None
+    code = err.code() if hasattr(err, "code") else None
+    return code in COORDINATOR_MOVING or bool(hasattr(err, "retriable") and err.retriable())
+
+
+def coordinated(call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_TIMEOUT_S, what: str = "") -> Any:
+    """``call(seconds left)`` — one read or commit of a progress group — retried while its
+    coordinator moves, until ``timeout_s`` is spent (then the last error is raised); any other error
+    at once. A retried commit writes the same offset and metadata again: nothing moves further."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    wait = _BACKOFF_S[0]
+    while True:
+        try:
+            return call(max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if not _moving(exc) or time.monotonic() + wait > deadline:
+                raise
+            log.info("group coordinator moving; retrying", extra=_fields(
+                event="drain_coordinator_retry", call=what, error=str(exc.args[0])[:200], wait_s=wait))
+            time.sleep(wait)
+            wait = min(_BACKOFF_S[1], wait * 2)
+
+
+def read_committed(c: Any, tps: list[Any], timeout_s: float = PROGRESS_CALL_TIMEOUT_S) -> list[Any]:
+    """``c.committed(tps)`` retried while the group's coordinator moves (``coordinated``)."""
+    return coordinated(lambda left: c.committed(tps, timeout=left), timeout_s, "committed")  # type: ignore[no-any-return]
+
+
 def commit_progress(c: Any, tp: Any, failed: str = "") -> None:
-    """One synchronous commit of a progress offset (`tp`: a TopicPartition with its metadata);
-    RuntimeError on the broker's per-partition error, after `failed` (what failed) when given."""
-    res = c.commit(offsets=[tp], asynchronous=False)
-    errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+    """One synchronous commit of a progress offset (`tp`: a TopicPartition with its metadata),
+    retried while the group's coordinator moves (``coordinated``; also when the broker answers it
+    per partition); RuntimeError on any other per-partition error, after `failed` (what failed)
+    when given."""
+    from confluent_kafka import KafkaException
+
+    def once(_left: float) -> Any:
+        res = c.commit(offsets=[tp], asynchronous=False)
+        errs = [t.error for t in (res or []) if getattr(t, "error", None)]
+        if errs and _moving(KafkaException(errs[0])):
+            raise KafkaException(errs[0])
+        return errs
+
+    errs = coordinated(once, what="commit")
     if errs:
         raise RuntimeError(f"{failed}: {errs[0]}" if failed else str(errs[0]))
 
@@ -51,7 +103,7 @@ def read_progress(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0)
     for index, subs in sorted(by_index.items()):
         c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, index, plan.owner))
         try:
-            got = c.committed([TopicPartition(plan.topic, s.partition) for s in subs], timeout=timeout_s)
+            got = read_committed(c, [TopicPartition(plan.topic, s.partition) for s in subs], timeout_s)
         finally:
             c.close()
         by_p = {tp.partition: tp for tp in got}
@@ -130,7 +182,7 @@ def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[
             nxt = min(int(nxt), s.end)
             c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
             try:
-                got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+                got = read_committed(c, [TopicPartition(plan.topic, s.partition)], timeout_s)[0]
                 meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
                 commit_progress(c, TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
                     parse_progress_metadata(meta), parse_progress_lost(meta))))
@@ -190,7 +242,7 @@ def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[Sub
     for s, a, b in lost:
         c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
         try:
-            got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+            got = read_committed(c, [TopicPartition(plan.topic, s.partition)], timeout_s)[0]
             meta = getattr(got, "metadata", None)
             if got.offset is not None and got.offset >= b:
                 continue  # already past (a concurrent or earlier record)
@@ -237,7 +289,7 @@ def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple
     for s, _ in unread:
         c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, s.index, plan.owner))
         try:
-            got = c.committed([TopicPartition(plan.topic, s.partition)], timeout=timeout_s)[0]
+            got = read_committed(c, [TopicPartition(plan.topic, s.partition)], timeout_s)[0]
             has = got.offset is not None and got.offset >= 0
             if has and got.offset >= s.end:
                 continue

@@ -14,7 +14,7 @@ from typing import Any
 from .config import ConsumerConfig
 from .drain_plan import (SubRange, parse_progress_attempt, parse_progress_lost, parse_progress_metadata,
                          progress_group, progress_metadata)
-from .drain_progress import commit_progress, progress_consumer
+from .drain_progress import commit_progress, progress_consumer, read_committed
 from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
 
@@ -107,7 +107,7 @@ def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, in
     sign of life (``_sign_of_life``), before anything else of the task reaches the sink."""
     from confluent_kafka import TopicPartition
 
-    got = committer.committed([TopicPartition(spec.topic, sub.partition)], timeout=30)[0]
+    got = read_committed(committer, [TopicPartition(spec.topic, sub.partition)])[0]
     done_next = got.offset if got.offset is not None and got.offset >= 0 else sub.start
     done_records = parse_progress_metadata(getattr(got, "metadata", None)) if got.offset >= 0 else 0
     lost_before = parse_progress_lost(getattr(got, "metadata", None)) if got.offset >= 0 else ()
