@@ -29,7 +29,7 @@ WALL0 = 1_700_000_000.0
 DEFAULT_SIM_KEYS = {"partitions", "sla_s", "capacity", "drain_task_capacity", "pod_start_s", "drain_start_s",
                     "handoff_pause_s", "max_drain_tasks", "split_factor", "min_backlog_records", "poll_interval_s",
                     "min_replicas", "max_replicas", "scale_down_window_s", "batch_timeout_s", "batch_max_records",
-                    "handoff_quiesce", "busy_drains"}
+                    "handoff_quiesce", "busy_drains", "reported_capacity", "learn_start_ups", "tell_task_capacity"}
 DEFAULT_SPEC_KEYS = {"split_factor", "max_tasks", "min_backlog_records", "poll_interval_s", "min_replicas",
                      "max_replicas", "scale_down_window_s", "batch_timeout_s", "busy_drains"}
 

@@ -274,12 +274,24 @@ def runtime_report(samples: Sequence[Any], wall0: float | None) -> dict[str, Any
             "replicas_at_end": int(seen[-1].runtime_replicas or 0), "episodes": out_eps}
 
 
+def reported_capacity(samples: Sequence[Any]) -> list[tuple[float, float]]:
+    """The operator's estimate of a consumer's capacity (``status`` as sampled) at each change:
+    (t, records/s per replica); samples without one (nothing reported yet) are left out."""
+    out: list[tuple[float, float]] = []
+    for s in samples:
+        cap = getattr(s, "capacity", None)
+        if cap is not None and (not out or out[-1][1] != float(cap)):
+            out.append((round(float(s.t), 1), float(cap)))
+    return out
+
+
 def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None, drain_task_capacity: float | None,
                pod_starts_s: Sequence[float], drains: Sequence[Mapping[str, Any]], split_factor: int, max_tasks: int,
                min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
                scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int,
                warm_runtime: str | None = None, runtime_cooldown_s: float | None = None,
-               runtime: Mapping[str, Any] | None = None, busy_drains: bool = DrainSpec().busy) -> dict[str, Any]:
+               runtime: Mapping[str, Any] | None = None, busy_drains: bool = DrainSpec().busy,
+               reported_capacity: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
     measured in this run (the simulator keeps its default).
 
@@ -289,7 +301,13 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
     ``drain_warm_start_s`` = launch -> first record of the warm drains (the mean). Without it the
     keys are as before (``drain_start_s`` = every drain's launch -> first record; the README demo
     runs the runtime all the time, so its drains start warm, as the simulator's default "off" mode
-    starts them after ``drain_start_s``)."""
+    starts them after ``drain_start_s``).
+
+    What the operator knew, where it differs from what was measured (the simulator runs the
+    operator's decision step with it, the world with the measurements): ``reported_capacity`` —
+    its estimate of a consumer's capacity over the run (:func:`reported_capacity`); it learns the
+    start-ups (``learn_start_ups``) and is not told the drain tasks' capacity (``tell_task_capacity``
+    false: its default, a consumer's)."""
     starts = [float(d["launch_to_first_record_seconds"]) for d in drains
               if d.get("launch_to_first_record_seconds") is not None]
     pauses = [float(d["pause_excess_seconds"]) for d in drains if d.get("pause_excess_seconds") is not None]
@@ -306,6 +324,8 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
         "batch_max_records": batch_max_records, "busy_drains": busy_drains,
         # the quiesce fallback empties the group (pods restart); measured by the paths the drains took
         "handoff_quiesce": bool(paths) and sum(p == "Quiesce" for p in paths) * 2 > len(paths),
+        "reported_capacity": [[t, c] for t, c in reported_capacity] or None,
+        "learn_start_ups": True, "tell_task_capacity": False,
     }
     if warm_runtime == "on-demand":
         warm = [float(d["launch_to_first_record_seconds"]) for d in drains

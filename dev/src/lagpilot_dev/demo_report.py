@@ -346,7 +346,8 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
         batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records,
         warm_runtime=sp.get("warm_runtime"), runtime_cooldown_s=sp.get("runtime_cooldown_s"), runtime=runtime,
-        busy_drains=bool(sp.get("busy_drains", DrainSpec().busy)))  # the CRD's default
+        busy_drains=bool(sp.get("busy_drains", DrainSpec().busy)),  # the CRD's default
+        reported_capacity=demo_measure.reported_capacity(replay))
     pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
     led = proof.ledger or {}
     out = {

@@ -94,6 +94,8 @@ def params_from_summary(summary: Mapping[str, Any], overrides: Mapping[str, Any]
         if name is not None and v is not None:
             used[name] = v
             unknown.pop(name, None)
+    if used.get("reported_capacity") is not None:  # JSON lists -> the frozen dataclass' tuples
+        used["reported_capacity"] = tuple((float(t), float(c)) for t, c in used["reported_capacity"])
     if "step_s" in fields and "step_s" not in used:
         used["step_s"] = 1.0  # the demo's trace has one row per second: step at least as fine
     return sim_params.SimParams(**used), used, unknown
@@ -240,6 +242,11 @@ def _describe_params(used: Mapping[str, Any], unknown: Mapping[str, Any], summar
     measured = set((summary.get("sim_params_measured") or []))
     parts = []
     for k in sorted(used):
+        if k == "reported_capacity" and used[k]:
+            series = used[k]
+            parts.append(f"{k}={len(series)} points, {series[0][1]:g} at {series[0][0]:g} s .. "
+                         f"{series[-1][1]:g} at {series[-1][0]:g} s (the operator's estimate)")
+            continue
         parts.append(f"{k}={used[k]:g}" if isinstance(used[k], float) else f"{k}={used[k]}")
         if k in measured:
             parts[-1] += " (measured)"

@@ -59,6 +59,26 @@ class SimParams:
     # issue 25 item 4 (decide.learn): the planner starts from the operator's defaults (step.Model's
     # figures) and learns the world's pod start and drain start-ups; False: it is told the world's
     learn_start_ups: bool = False
+    # sim-to-real (a demo run, lagpilot.sim.compare): what the operator knew where it differs from the
+    # world. ``reported_capacity``: a consumer's capacity as the operator's estimate read it over the
+    # run, ((t, records/s per replica), ...) at its changes; the decisions see it, the world's
+    # consumers still process ``capacity``. Empty: the decisions see ``capacity`` from the start.
+    reported_capacity: tuple[tuple[float, float], ...] = ()
+    # the planner is told ``drain_task_capacity``; False: not told (the operator's own default, a
+    # consumer's capacity: step.Model.drain_task_capacity None); the world's tasks still run at it
+    tell_task_capacity: bool = True
+
+    def decision_capacity(self, t: float) -> float:
+        """A consumer's capacity as the decisions see it at ``t``: the last ``reported_capacity`` at or
+        before ``t`` (before the first, the first), else the world's ``capacity``."""
+        if not self.reported_capacity:
+            return self.capacity
+        seen = self.reported_capacity[0][1]
+        for at, cap in self.reported_capacity:
+            if at > t:
+                break
+            seen = cap
+        return seen
 
     @property
     def task_capacity(self) -> float:
@@ -99,7 +119,8 @@ class SimParams:
                               drain_start_s=told.drain_start_s if told else self.drain_start_s,
                               drain_warm_start_s=told.drain_warm_start_s if told else self.drain_warm_start_s,
                               learn_start_ups=self.learn_start_ups,
-                              handoff_pause_s=self.pause_s, drain_task_capacity=self.drain_task_capacity,
+                              handoff_pause_s=self.pause_s,
+                              drain_task_capacity=self.drain_task_capacity if self.tell_task_capacity else None,
                               max_concurrent_drains=self.concurrent_drains,
                               drain_min_interval_s=self.drain_min_interval_s,
                               drain_assist_min_saving=self.drain_assist_min_saving,

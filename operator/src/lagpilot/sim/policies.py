@@ -163,7 +163,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
             end = int(round(world.produced_by[i]))
             committed = max(0, end - int(round(lags[i])))
             parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
-        snap = snapshot(t, parts, {i: params.capacity for i in owned})
+        snap = snapshot(t, parts, {i: params.decision_capacity(t) for i in owned})
         runtime = world.runtime_observation(t) if params.warm_runtime != "off" else None
         obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses(), runtime=runtime,
                                        ready_replicas=ready)
