@@ -7,6 +7,7 @@ with an assignment and a reachable broker).
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from typing import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 BATCH_SIZE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000)
+FIT_Z = 2.0  # the fitted busy time of a full batch is taken this many standard errors high (~97.5 %)
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -61,7 +63,11 @@ class CapacityEstimator:
     one replica could do if it never waited. Small batches (the consumer is idle, batches close on
     the timeout) under-state it when the handler has a fixed cost per call, so when recent batches
     were not full, ``busy = fixed + per_record * n`` is fitted by least squares and evaluated at
-    ``max_records``. With full batches the plain ratio is used.
+    ``max_records``, taking the upper end (``FIT_Z`` standard errors) of the fitted busy time there:
+    extrapolating from batches of a few records to a full one magnifies the noise of the busy times
+    into the slope, and over-estimating is the operator's SLA risk. Exact costs are extrapolated
+    exactly; never below the plain ratio (a lower bound when the fixed cost is >= 0). With full
+    batches the plain ratio is used.
     """
 
     max_records: int
@@ -93,7 +99,10 @@ class CapacityEstimator:
         intercept = my - slope * mx
         if slope <= 0 or intercept < 0:
             return ratio
-        projected = self.max_records / (intercept + slope * self.max_records)
+        m = self.max_records
+        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys)) / (k - 2)  # k >= 3
+        se_at_m = math.sqrt(residual_var * (1 / k + (m - mx) ** 2 / sxx))
+        projected = m / (intercept + slope * m + FIT_Z * se_at_m)
         # with a fixed cost per call (intercept >= 0) bigger batches only amortise it further
         return max(ratio, projected)
 
