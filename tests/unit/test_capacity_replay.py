@@ -1,5 +1,6 @@
 """The demo run 20261126-184930-56d0 replayed through the consumer's CapacityEstimator and the operator's
-capacity estimate (decide/estimate.py), before (120 s half-life on rises) and after (15 s).
+capacity estimate (decide/estimate.py), before (the first batch's set-up counted, a 120 s half-life
+on rises) and after (the set-up left out once a second batch is seen, 15 s).
 
 The world: the run's trace (6/s for 30 s, 80/s to 60 s, 450/s to 150 s, 80/s to 195 s, 6/s to 225 s),
 3 partitions, one consumer until t=42 s (the run's scale-up: 3 Ready then), then one per partition;
@@ -23,8 +24,8 @@ WRITE_S, COMMIT_S, SETUP_S = 0.005, 0.004, 0.1
 PHASES = ((30.0, 6.0), (60.0, 80.0), (150.0, 450.0), (195.0, 80.0), (225.0, 6.0))  # (until t, records/s)
 SCALE_UP_AT, DRAIN_TAKES_BACKLOG_AT, DRAIN_PLANNED_AT = 42.0, 150.0, 85.0
 FULL = MAX / (0.050 + 0.018 * MAX + WRITE_S + COMMIT_S)  # a saturated consumer: 52.1/s
-BEFORE = EstimatorConfig(capacity_half_life_s=120.0)
-AFTER = EstimatorConfig()
+BEFORE = (EstimatorConfig(capacity_half_life_s=120.0), False)  # (operator, consumer's first_is_setup)
+AFTER = (EstimatorConfig(), True)
 
 
 def rate_at(t: float) -> float:
@@ -38,20 +39,26 @@ class Consumer:
     pending: float = 0.0
     first: bool = True
     last_commit_s: float = 0.0
-    est: CapacityEstimator = field(default_factory=lambda: CapacityEstimator(max_records=MAX))
+    ests: list[CapacityEstimator] = field(default_factory=list)  # one per configuration replayed
 
 
-def replay(cfg_list: list[EstimatorConfig], dt: float = 0.01) -> list[tuple[float, float | None, list[float | None]]]:
-    """(t, median report, [estimate per config]) at each operator poll."""
-    consumers = [Consumer((0, 1, 2), free_at=0.0)]
-    reports: dict[int, float] = {}
+def replay(configs: list[tuple[EstimatorConfig, bool]],
+           dt: float = 0.01) -> list[tuple[float, float | None, list[float | None]]]:
+    """(t, median report of the last configuration, [estimate per configuration]) at each operator poll."""
+    def consumer(partitions: tuple[int, ...], t: float, pending: float = 0.0) -> Consumer:
+        return Consumer(partitions, free_at=t, pending=pending,
+                        ests=[CapacityEstimator(max_records=MAX, first_is_setup=f) for _, f in configs])
+
+    cfg_list = [cfg for cfg, _ in configs]
+    consumers = [consumer((0, 1, 2), 0.0)]
+    reports: list[dict[int, float]] = [{} for _ in configs]
     states: list = [None] * len(cfg_list)
     out = []
     t, next_poll, end = 0.0, POLL_S, PHASES[-1][0]
     while t < end:
         if len(consumers) == 1 and t >= SCALE_UP_AT:
             left = consumers[0].pending
-            consumers = [Consumer((p,), free_at=t, pending=left / 3) for p in range(3)]
+            consumers = [consumer((p,), t, left / 3) for p in range(3)]
         if abs(t - DRAIN_TAKES_BACKLOG_AT) < dt / 2:
             for c in consumers:
                 c.pending = min(c.pending, rate_at(t) * len(c.partitions) / 3 * TIMEOUT_S)
@@ -65,18 +72,19 @@ def replay(cfg_list: list[EstimatorConfig], dt: float = 0.01) -> list[tuple[floa
                 c.pending -= n
                 handler = 0.050 + 0.018 * n + WRITE_S + (SETUP_S if c.first else 0.0)
                 c.first = False
-                c.est.observe(n, handler + c.last_commit_s)  # batch_commit.py: + the previous commit
+                for est, rep in zip(c.ests, reports):
+                    est.observe(n, handler + c.last_commit_s)  # batch_commit.py: + the previous commit
+                    cap = est.capacity()
+                    if cap is not None:
+                        for p in c.partitions:
+                            rep[p] = cap
                 c.last_commit_s = COMMIT_S
-                cap = c.est.capacity()
-                if cap is not None:
-                    for p in c.partitions:
-                        reports[p] = cap
                 c.free_at = t + handler + COMMIT_S
         t = round(t + dt, 6)
         if t >= next_poll:
-            snap = snapshot(t, [PartitionOffsets(p, 0, 0, 0) for p in range(3)], dict(reports))
-            states = [update(s, snap, cfg) for s, cfg in zip(states, cfg_list)]
-            vals = sorted(reports.values())
+            offsets = [PartitionOffsets(p, 0, 0, 0) for p in range(3)]
+            states = [update(s, snapshot(t, offsets, dict(rep)), cfg) for s, cfg, rep in zip(states, cfg_list, reports)]
+            vals = sorted(reports[-1].values())
             median = None if not vals else (vals[len(vals) // 2] if len(vals) % 2
                                             else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
             out.append((t, median, [s.capacity_per_replica for s in states]))
@@ -101,12 +109,12 @@ def test_the_replayed_demo_plans_its_drain_on_the_consumers_capacity() -> None:
 
 if __name__ == "__main__":
     series = replay([BEFORE, AFTER])
-    print(f"full-batch throughput {FULL:.1f}/s; estimate before (rise half-life 120 s) / after (15 s)")
-    print(f"{'t':>6} {'median report':>14} {'before':>8} {'after':>8}")
+    print(f"full-batch throughput {FULL:.1f}/s; the operator's estimate before / after")
+    print(f"{'t':>6} {'median report (after)':>22} {'before':>8} {'after':>8}")
     for at, median, (b, a) in series:
         if round(at) % 10 == 0 or round(at) == DRAIN_PLANNED_AT:
             fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-            print(f"{at:6.0f} {fmt(median):>14} {fmt(b):>8} {fmt(a):>8}")
+            print(f"{at:6.0f} {fmt(median):>22} {fmt(b):>8} {fmt(a):>8}")
     for i, name in enumerate(("before", "after")):
         within = next((at for at, _, e in series if e[i] is not None and e[i] >= 0.9 * FULL), None)
         print(f"{name}: at the drain plan (t={DRAIN_PLANNED_AT:.0f} s) {_at(series, DRAIN_PLANNED_AT, i):.1f}/s; "

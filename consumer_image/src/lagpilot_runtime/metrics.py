@@ -68,28 +68,41 @@ class CapacityEstimator:
     into the slope, and over-estimating is the operator's SLA risk. Exact costs are extrapolated
     exactly; never below the plain ratio (a lower bound when the fixed cost is >= 0). With full
     batches the plain ratio is used.
+
+    The first batch observed (``first_is_setup``) is the handler's first call, which pays its one-off
+    set-up (imports, connections, DDL): it is the estimate only until a second batch is observed
+    (the demo's first report was 29.4/s for a 52/s consumer; a real one committed -8 % after 24
+    full batches with it in the window).
     """
 
     max_records: int
     window: int = 50
     samples: deque = field(default_factory=deque)
+    first_is_setup: bool = True
+    _first: tuple[int, float] | None = field(default=None, repr=False)
+    _observed: int = field(default=0, repr=False)
 
     def observe(self, n: int, busy_s: float) -> None:
         if n <= 0 or busy_s <= 0:
+            return
+        self._observed += 1
+        if self.first_is_setup and self._observed == 1:
+            self._first = (n, busy_s)
             return
         self.samples.append((n, busy_s))
         while len(self.samples) > self.window:
             self.samples.popleft()
 
     def capacity(self) -> float | None:
-        if not self.samples:
+        samples = list(self.samples) or ([self._first] if self._first is not None else [])
+        if not samples:
             return None
-        full = [(n, b) for n, b in self.samples if n >= 0.9 * self.max_records]
-        if len(full) >= 3 or len(full) == len(self.samples):
+        full = [(n, b) for n, b in samples if n >= 0.9 * self.max_records]
+        if len(full) >= 3 or len(full) == len(samples):
             return sum(n for n, _ in full) / sum(b for _, b in full)
-        ratio = sum(n for n, _ in self.samples) / sum(b for _, b in self.samples)
-        xs = [n for n, _ in self.samples]
-        ys = [b for _, b in self.samples]
+        ratio = sum(n for n, _ in samples) / sum(b for _, b in samples)
+        xs = [n for n, _ in samples]
+        ys = [b for _, b in samples]
         k = len(xs)
         mx, my = sum(xs) / k, sum(ys) / k
         sxx = sum((x - mx) ** 2 for x in xs)
