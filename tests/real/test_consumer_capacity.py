@@ -17,8 +17,15 @@ import signal
 import pytest
 
 from lagpilot_dev import demo_measure
-from tests.real.test_consumer_runtime import (  # noqa: F401 - consumers is a fixture
-    base_env, committed, committed_with_metadata, consumers, produce, sql, uid, wait_until,
+from tests.real.test_consumer_runtime import (
+    base_env,
+    committed,
+    committed_with_metadata,
+    consumers,  # noqa: F401 - the fixture
+    produce,
+    sql,
+    uid,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -26,8 +33,8 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 RECORDS, MAX = 1200, 50
 
 
-def test_committed_capacity_matches_the_ledgers_full_batch_throughput(kafka_bootstrap, postgres_dsn, new_topic,
-                                                                      consumers):
+def test_committed_capacity_matches_the_ledgers_full_batch_throughput(kafka_bootstrap, postgres_dsn,
+                                                                      new_topic, consumers):  # noqa: F811
     topic = new_topic(partitions=1)
     group, table, ledger = f"g-{uid()}", f"cap_{uid()}", f"cap_ledger_{uid()}"
     produce(kafka_bootstrap, topic, [json.dumps({"n": i}).encode() for i in range(RECORDS)], partition=0)
@@ -53,6 +60,6 @@ def test_committed_capacity_matches_the_ledgers_full_batch_throughput(kafka_boot
     measured = demo_measure.capacity(batches, "consumer", MAX)
     assert measured is not None
     print(f"committed capacity {reported:.2f}/s, ledger full-batch throughput {measured:.2f}/s")
-    assert reported == pytest.approx(measured, rel=0.15), f"committed {reported:.1f}/s, ledger {measured:.1f}/s"
+    assert reported == pytest.approx(measured, rel=0.15), f"committed {reported:.1f}/s vs {measured:.1f}/s"
     c.signal(signal.SIGTERM)
     assert c.wait(90) == 0

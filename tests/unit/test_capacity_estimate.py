@@ -1,4 +1,4 @@
-"""The operator's capacity estimate (decide/estimate.py ``_capacity``) against steps in the consumers' reports.
+"""The operator's capacity estimate (decide/estimate.py ``_capacity``) against steps in the reports.
 
 Found in the demo run 20261126-184930-56d0 (docs/demo.md "What the operator knew"): the consumers
 reported ~51.5 records/s from t~45 s on (their commit metadata; the operator's sampled estimate,
@@ -9,6 +9,7 @@ under-estimate planned 12 drain slots where 9 would do.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -25,7 +26,10 @@ def _snap(t: float, caps: dict[int, float]):
     return snapshot(t, [PartitionOffsets(p, 0, 0, 0) for p in range(3)], caps)
 
 
-def _series(reports: list[float], cfg: EstimatorConfig = EstimatorConfig(), poll_s: float = POLL_S) -> list[float]:
+DEFAULT = EstimatorConfig()
+
+
+def _series(reports: list[float], cfg: EstimatorConfig = DEFAULT, poll_s: float = POLL_S) -> list[float]:
     """The operator's estimate after each poll, all three partitions reporting the same figure."""
     state, out = None, []
     for i, r in enumerate(reports):
@@ -57,7 +61,7 @@ def test_a_fall_is_smoothed_as_before() -> None:
     # scales on to the cap before learn judges the scale-up (test_learn.py); still convex, never below
     series = _series([52.0] * 60 + [30.0] * 60)
     assert 30.0 < series[60] < 52.0
-    assert all(a >= b >= 30.0 for a, b in zip(series[60:], series[61:]))
+    assert all(a >= b >= 30.0 for a, b in itertools.pairwise(series[60:]))
 
 
 def test_steady_noisy_reports_are_not_read_high() -> None:
@@ -81,7 +85,8 @@ reports = st.lists(
 
 @settings(max_examples=100, deadline=None)
 @given(reports, st.floats(min_value=0.5, max_value=60.0))
-def test_the_estimate_never_exceeds_what_the_consumers_report(batches: list[dict[int, float]], poll_s: float) -> None:
+def test_the_estimate_never_exceeds_what_the_consumers_report(batches: list[dict[int, float]],
+                                                             poll_s: float) -> None:
     """Never above the highest median seen so far; a rise moves towards the median, never past it; a
     fall never goes below it: the operator does not make a consumer faster than it said it is."""
     state, highest = None, -math.inf

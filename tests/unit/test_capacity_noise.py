@@ -44,7 +44,7 @@ def reports(sizes: tuple[int, int], noise: float, windows: int = 300) -> list[fl
 def test_busy_time_noise_is_not_extrapolated_into_an_over_estimate(sizes: tuple[int, int]) -> None:
     got = reports(sizes, noise=0.10)
     over = [r for r in got if r > 1.10]
-    assert len(over) <= 0.01 * len(got), f"{len(over)}/{len(got)} windows read >10 % over, max {max(got):.2f}x"
+    assert len(over) <= 0.01 * len(got), f"{len(over)}/{len(got)} windows >10 % over, max {max(got):.2f}x"
     assert max(got) <= 1.15
 
 

@@ -72,7 +72,7 @@ def replay(configs: list[tuple[EstimatorConfig, bool]],
                 c.pending -= n
                 handler = 0.050 + 0.018 * n + WRITE_S + (SETUP_S if c.first else 0.0)
                 c.first = False
-                for est, rep in zip(c.ests, reports):
+                for est, rep in zip(c.ests, reports, strict=True):
                     est.observe(n, handler + c.last_commit_s)  # batch_commit.py: + the previous commit
                     cap = est.capacity()
                     if cap is not None:
@@ -83,7 +83,8 @@ def replay(configs: list[tuple[EstimatorConfig, bool]],
         t = round(t + dt, 6)
         if t >= next_poll:
             offsets = [PartitionOffsets(p, 0, 0, 0) for p in range(3)]
-            states = [update(s, snapshot(t, offsets, dict(rep)), cfg) for s, cfg, rep in zip(states, cfg_list, reports)]
+            states = [update(s, snapshot(t, offsets, dict(rep)), cfg)
+                      for s, cfg, rep in zip(states, cfg_list, reports, strict=True)]
             vals = sorted(reports[-1].values())
             median = None if not vals else (vals[len(vals) // 2] if len(vals) % 2
                                             else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
@@ -117,5 +118,6 @@ if __name__ == "__main__":
             print(f"{at:6.0f} {fmt(median):>22} {fmt(b):>8} {fmt(a):>8}")
     for i, name in enumerate(("before", "after")):
         within = next((at for at, _, e in series if e[i] is not None and e[i] >= 0.9 * FULL), None)
-        print(f"{name}: at the drain plan (t={DRAIN_PLANNED_AT:.0f} s) {_at(series, DRAIN_PLANNED_AT, i):.1f}/s; "
+        at_plan = _at(series, DRAIN_PLANNED_AT, i)
+        print(f"{name}: at the drain plan (t={DRAIN_PLANNED_AT:.0f} s) {at_plan:.1f}/s; "
               f"within 10 % of {FULL:.1f}/s from t={within}")

@@ -113,7 +113,7 @@ class CapacityEstimator:
         if slope <= 0 or intercept < 0:
             return ratio
         m = self.max_records
-        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys)) / (k - 2)  # k >= 3
+        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)  # k >= 3
         se_at_m = math.sqrt(residual_var * (1 / k + (m - mx) ** 2 / sxx))
         projected = m / (intercept + slope * m + FIT_Z * se_at_m)
         # with a fixed cost per call (intercept >= 0) bigger batches only amortise it further
