@@ -9,7 +9,8 @@ Findings (docs/decision.md "Capacity per replica"):
 - batches that are all the same small size (6/s idle, one replica: ~6 records a batch) cannot
   separate the fixed cost from the per-record one: the plain ratio, 31 % low (a lower bound, safe).
 So the consumers' reports were right from the time their windows held the 80/s batches on; the
-29.4 -> 44.7 of the operator's estimate was its 120 s smoothing (test_capacity_estimate.py).
+29.4 -> 44.7 of the operator's estimate was its 120 s smoothing (test_capacity_estimate.py) of a
+seed, 29.4/s, that held the handler's one-off set-up (the last test here).
 The busy time counts handler + the previous commit's duration (this commit's is not known yet):
 one commit per batch, none counted twice; the poll and the batch's assembly are not counted (they
 are small next to the handler here: the ledger's full-batch throughput, 51.61/s, matches the ~51.5/s
