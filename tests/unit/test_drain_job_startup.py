@@ -201,6 +201,9 @@ class _FakeSpark:
         outer = self
 
         class _SC:
+            def getLocalProperty(self, key):  # noqa: N802 - no job group set by these callers
+                return None
+
             def cancelAllJobs(self):  # noqa: N802
                 outer.cancelled += 1
                 if on_cancel:

@@ -299,6 +299,11 @@ def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str,
     and each relation's tasks start as soon as that relation is planned. The tasks are the same
     (one per sub-range, the same ``[start, end)``). Returns the tasks' summaries and when each job
     was planned. The first failure cancels the other jobs and is raised.
+
+    Each thread runs its job in the caller's Spark job group (``drain_job._spark_job`` sets the
+    attempt's): PySpark pins every Python thread to a JVM thread of its own, whose local properties
+    a plain thread does not inherit, so without this a cancel by job group (the warm runtime when its
+    caller goes away, ``_Attempt.stop_passes``) would miss these jobs.
     """
     import threading
 
@@ -306,9 +311,15 @@ def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str,
     planned: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
+    sc = spark.sparkContext
+    group = sc.getLocalProperty("spark.jobGroup.id")
+    description = sc.getLocalProperty("spark.job.description") or ""
+    interrupt = sc.getLocalProperty("spark.job.interruptOnCancel") == "true"
 
     def one(i: int, job: Any) -> None:
         try:
+            if group:
+                sc.setJobGroup(group, description, interruptOnCancel=interrupt)
             job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
             with lock:
                 planned.append(time.time())
