@@ -170,6 +170,10 @@ def test_a_task_with_no_visible_record_shows_its_sign_of_life(kafka_bootstrap: s
     assert set(started) == {(0, 0), (0, 1), (0, 2)}, (sorted(started), log[-4000:])
     assert all(e.get("attempt") == 2 for e in started.values())
     assert "drain_tasks_not_named" not in log
+    # still completed by the driver as read without a visible record (their tasks named no sub-range)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(summary.get("no_visible_records") or []) == sorted(
+        f"p0#{k}[{a}, {b})" for k, (o, a, b) in enumerate(bounds) if o == "abort"), summary
     prog = progress(kafka_bootstrap, plan)
     assert all(prog[(s.partition, s.index)][0] == s.end for s in plan.sub_ranges), prog
 

@@ -66,7 +66,8 @@ def test_a_task_with_no_visible_record_commits_its_sign_of_life_when_it_starts(m
     summaries, groups = run(monkeypatch, fake, FakeTaskContext(2, {KEY: RANGES}), [])
     assert fake.commits == [(50, "lpd1;n=0;a=3")], "no sign of life from a task that got no record"
     assert groups == ["g.lagpilot-drain.2.0"] and summaries[0]["records"] == 0
-    assert summaries[0].get("partition") == 1 and summaries[0].get("index") == 0
+    # its summary still names no sub-range: the driver completes it as read without a visible record
+    assert "partition" not in summaries[0] and "index" not in summaries[0]
 
 
 def test_a_resumed_task_named_by_the_driver_signs_at_the_committed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,3 +99,49 @@ def test_without_a_usable_name_the_first_record_names_the_sub_range_as_before(
     fake = FakeProgress()
     run(monkeypatch, fake, ctx, [])
     assert fake.commits == []  # no record, no name: no sign of life (the start-up bound covers it)
+
+
+# ---- the driver: each task's range read from the planned job ----------------------------------------
+
+class _J:
+    """A JVM object through py4j: its class name and accessor methods."""
+
+    def __init__(self, cls: str, **methods: Any) -> None:
+        self._cls, self._m = cls, methods
+
+    def getClass(self) -> Any:  # noqa: N802
+        return type("C", (), {"getName": lambda _s: self._cls})()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return lambda: self.__dict__["_m"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _kafka(index: int, partition: int, start: int, end: int) -> _J:
+    tp = _J("org.apache.kafka.common.TopicPartition", partition=partition)
+    rng = _J("org.apache.spark.sql.kafka010.KafkaSourceRDDOffsetRange", topicPartition=tp, fromOffset=start,
+             untilOffset=end)
+    return _J("org.apache.spark.sql.kafka010.KafkaSourceRDDPartition", index=index, offsetRange=rng)
+
+
+def test_task_ranges_unwraps_the_union_to_the_kafka_ranges() -> None:
+    from lagpilot_runtime.drain_spark import task_ranges
+
+    # as printed on Spark 4.2 for 3 relations x 3 partitions: UnionPartition -> KafkaSourceRDDPartition
+    kafka = [_kafka(i % 3, i % 3, 20 * (i // 3) + (5 if i // 3 == 1 else 0), 20 * (i // 3) + 20) for i in range(9)]
+    parts = [_J("org.apache.spark.rdd.UnionPartition", index=i, parentPartition=k) for i, k in enumerate(kafka)]
+    assert task_ranges(parts) == [[0, 0], [1, 0], [2, 0], [0, 25], [1, 25], [2, 25], [0, 40], [1, 40], [2, 40]]
+    assert task_ranges([_kafka(0, 4, 7, 9)]) == [[4, 7]]  # one relation: no union
+
+
+def test_name_tasks_sets_the_property_or_clears_it_when_the_plan_is_of_another_shape() -> None:
+    from lagpilot_runtime.drain_spark import name_tasks
+
+    props: dict[str, Any] = {}
+    spark = type("S", (), {"sparkContext": type("SC", (), {"setLocalProperty": lambda _s, k, v: props.__setitem__(k, v)})()})()
+    assert name_tasks(spark, lambda: [_kafka(0, 1, 50, 90)], "2") is True
+    assert json.loads(props[KEY]) == [[1, 50]]
+    other = _J("org.apache.spark.rdd.CoalescedRDDPartition", index=0)
+    assert name_tasks(spark, lambda: [other], "2") is False and props[KEY] is None
