@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,19 @@ from bench.chaos import faults as cf
 from bench.chaos.faults import Fault
 from bench.chaos.procs import JOB_LABEL, RUNTIME_SELECTOR, TERMINAL, say
 from bench.chaos.stack import CampaignBase
+
+
+def planned_since(d: dict[str, Any], since: float) -> bool:
+    """status.drain `d` was planned at or after `since` (its plannedAt is RFC 3339 with milliseconds:
+    1 ms of slack for the truncation). A drain without plannedAt is not known to be: False."""
+    at = d.get("plannedAt")
+    if not at:
+        return False
+    try:
+        t = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return t >= since - 0.001
 
 
 class DrainWatch(CampaignBase):
@@ -137,11 +151,18 @@ class DrainWatch(CampaignBase):
         second (bounded by twice the fault timeout) yield (status.drain, whether it is that new drain).
         `each` runs before every poll; `burst` replaces --burst (0: `before_burst` wrote the backlog).
         `window` replaces the bound (seconds after the burst; drain 7's busy drain lasts longer).
-        The caller breaks out when it is done."""
+        The caller breaks out when it is done.
+
+        A drain is the round's own only when it is newer than the last one in flight before the round
+        AND was planned after `before_burst` returned (`planned_since`): a drain that began between the
+        wait and the round's fault (a re-created CR adopting a handed-back remainder, a split taken from
+        the steady stream) is not the round's, whatever it ends as (the 57th fault of the 2026-11-26
+        campaign: aborted_transactions judged the adopted drain its hold had cancelled)."""
         prev = self.wait_no_drain()
         self.wait_runtime_ready(before)
         if before_burst is not None:
             before_burst()
+        since = time.time()
         if (self.args.burst if burst is None else burst) > 0:
             self.producer.burst(self.args.burst if burst is None else burst)
         deadline = time.monotonic() + (self.timeout * 2 if window is None else window)
@@ -154,5 +175,5 @@ class DrainWatch(CampaignBase):
             except Exception:  # noqa: BLE001 - apiserver hiccup
                 time.sleep(1)
                 continue
-            yield d, int(d.get("id") or 0) > prev
+            yield d, int(d.get("id") or 0) > prev and planned_since(d, since)
             time.sleep(1)

@@ -78,9 +78,10 @@ def settled_end(bootstrap: str, topic: str, partition: int) -> int:
 
 
 def run_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], topic: str,
-              subs: tuple[SubRange, ...], tmp_path: Path) -> tuple[int, DrainPlan, str, str]:
+              subs: tuple[SubRange, ...], tmp_path: Path, attempt: int = 0) -> tuple[int, DrainPlan, str, str]:
     # read_committed as the operator plans it (drain_manifests.drain_plan_for): the split is the LSO
-    plan = DrainPlan("inv1", topic, "g-" + uuid.uuid4().hex[:6], subs, 100, len(subs), read_committed=True).validate()
+    plan = DrainPlan("inv1", topic, "g-" + uuid.uuid4().hex[:6], subs, 100, len(subs), read_committed=True,
+                     attempt=attempt).validate()
     table = "dinv_" + uuid.uuid4().hex[:8]
     env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
                     LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table)
@@ -132,6 +133,60 @@ def test_aborted_transactions_only_sub_range_completes(kafka_bootstrap: str, pos
     rc, plan, table, log = run_drain(kafka_bootstrap, postgres_dsn, spark_jars, topic, subs, tmp_path)
     assert rc == 0, log[-4000:]
     check_exact(kafka_bootstrap, postgres_dsn, table, plan, visible, log)
+
+
+def test_a_task_with_no_visible_record_shows_its_sign_of_life(kafka_bootstrap: str, postgres_dsn: str,
+                                                               spark_jars: list[str], new_topic: Callable[..., str],
+                                                               tmp_path: Path) -> None:
+    """H3/H5: the operator's plan (attempt 2) with sub-ranges made only of aborted transactions: every
+    task, the invisible ones too, commits its sign of life when it starts reading (event
+    `drain_task_started` of its partition and index, before the driver completes the range), because
+    the driver named each task's range in the job (`lagpilot.drain.taskRanges`). Before, only the
+    task that got a record did: the attempt stayed under the start-up bound."""
+    from confluent_kafka import Producer
+
+    topic = new_topic(partitions=1, prefix="drain-sign")
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": "tx-" + uuid.uuid4().hex[:8],
+                  "enable.idempotence": True, "linger.ms": 5})
+    p.init_transactions(30)
+    bounds: list[tuple[str, int, int]] = []
+    for outcome, n in (("commit", 100), ("abort", 200), ("abort", 150)):
+        start = settled_end(kafka_bootstrap, topic, 0)
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(topic, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode(), partition=0)
+        p.flush(30)
+        (p.commit_transaction if outcome == "commit" else p.abort_transaction)(30)
+        bounds.append((outcome, start, settled_end(kafka_bootstrap, topic, 0)))
+    subs = tuple(SubRange(0, k, a, b) for k, (_, a, b) in enumerate(bounds))
+    for outcome, a, b in bounds:  # the fault fired: the aborted sub-ranges hold offsets, none visible
+        if outcome == "abort":
+            assert visible_offsets(kafka_bootstrap, topic, 0, a, b) == [] and b - a > 100
+
+    rc, plan, table, log = run_drain(kafka_bootstrap, postgres_dsn, spark_jars, topic, subs, tmp_path, attempt=2)
+    assert rc == 0, log[-4000:]
+    started = {(e.get("partition"), e.get("index")): e for e in map(_json_line, log.splitlines())
+               if e and e.get("event") == "drain_task_started"}
+    assert set(started) == {(0, 0), (0, 1), (0, 2)}, (sorted(started), log[-4000:])
+    assert all(e.get("attempt") == 2 for e in started.values())
+    assert "drain_tasks_not_named" not in log
+    # still completed by the driver as read without a visible record (their tasks named no sub-range)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert sorted(summary.get("no_visible_records") or []) == sorted(
+        f"p0#{k}[{a}, {b})" for k, (o, a, b) in enumerate(bounds) if o == "abort"), summary
+    prog = progress(kafka_bootstrap, plan)
+    assert all(prog[(s.partition, s.index)][0] == s.end for s in plan.sub_ranges), prog
+
+
+def _json_line(line: str) -> dict[str, Any] | None:
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        got = json.loads(line)
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) else None
 
 
 def test_compacted_away_sub_range_completes(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str],

@@ -201,6 +201,12 @@ class _FakeSpark:
         outer = self
 
         class _SC:
+            def getLocalProperty(self, key):  # noqa: N802 - no job group set by these callers
+                return None
+
+            def setLocalProperty(self, key, value):  # noqa: N802 - the tasks' names (none: fakes)
+                pass
+
             def cancelAllJobs(self):  # noqa: N802
                 outer.cancelled += 1
                 if on_cancel:

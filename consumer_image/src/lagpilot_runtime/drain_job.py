@@ -46,8 +46,8 @@ from .drain_plan import DrainPlan, NextPart, parts_group
 from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, progress_consumer,
                              read_committed, read_progress, record_losses, remaining_work, retention_losses, unread_sub_ranges)
 from .drain_spark import (CDS_ARCHIVE_NAME, EXECUTOR_POD_TEMPLATE_ENV, _SessionStarter, _arrow_available, _switch,
-                          build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, resolve_jars,
-                          spark_kafka_options, train_cds, warm_workers)
+                          build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, name_tasks,
+                          planned_partitions, resolve_jars, spark_kafka_options, train_cds, warm_workers)
 from .drain_task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
 from .jsonlog import fields as _fields
 
@@ -412,20 +412,23 @@ def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]]
         jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
                 for f in build_frames(spark, plan, work, kafka_opts)]
         marks["job_submitted"] = time.time()
-        results, planned = collect_in_parallel(spark, jobs)
+        results, planned = collect_in_parallel(spark, jobs, plan.drain_id)
         marks["relations_planned"] = max(planned) if planned else None
     elif use_arrow:
         frame = build_frame(spark, plan, work, kafka_opts)
         job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
         job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
         marks["relations_planned"] = time.time()
+        name_tasks(spark, lambda: planned_partitions(job), plan.drain_id)  # each task's sub-range, for its sign of life
         marks["job_submitted"] = time.time()
         results = [r.asDict() for r in job.collect()]
     else:
         frame = build_frame(spark, plan, work, kafka_opts)
         marks["relations_planned"] = time.time()
+        rdd = frame.rdd.mapPartitions(functools.partial(rdd_task, spec))
+        name_tasks(spark, lambda: rdd._jrdd.rdd().partitions(), plan.drain_id)
         marks["job_submitted"] = time.time()
-        results = frame.rdd.mapPartitions(functools.partial(rdd_task, spec)).collect()
+        results = rdd.collect()
     return results
 
 

@@ -290,7 +290,51 @@ def _switch(env: Mapping[str, str], name: str, default: bool = True) -> bool:
     return default if value is None or value == "" else value not in ("0", "false", "off", "no")
 
 
-def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str, Any]], list[float]]:
+def task_ranges(partitions: Iterable[Any]) -> list[list[int]]:
+    """``[[kafka partition, start offset], ...]`` by task partition index, read from a planned drain job's
+    RDD partitions (JVM objects through py4j): a union's ``UnionPartition`` unwrapped to its parent's,
+    then the Kafka source's ``offsetRange()`` (measured on Spark 4.2: MapInArrow or the Row path's RDD
+    over a Union of Kafka scans). Raises when a partition is of another shape."""
+    out: list[list[int]] = []
+    for i, part in enumerate(partitions):
+        if int(part.index()) != i:
+            raise RuntimeError(f"partition {i} has index {part.index()}")
+        p = part
+        for _ in range(16):
+            if not str(p.getClass().getName()).endswith(".UnionPartition"):
+                break
+            p = p.parentPartition()
+        r = p.offsetRange()
+        out.append([int(r.topicPartition().partition()), int(r.fromOffset())])
+    return out
+
+
+def name_tasks(spark: Any, partitions_of: Any, drain_id: str) -> bool:
+    """Before a drain job is submitted (in its submitting thread): the job's local property
+    ``lagpilot.drain.taskRanges`` names each task's Kafka range, so a task knows its sub-range before
+    it reads a record and shows its sign of life at once (``drain_task._named_by_driver``). Best
+    effort: when the partitions cannot be read the property is cleared, and the tasks are named by
+    their first record as before (logged)."""
+    from .drain_task import TASK_RANGES_PROPERTY
+
+    sc = spark.sparkContext
+    try:
+        ranges = task_ranges(partitions_of())
+    except Exception as exc:  # noqa: BLE001 - the tasks fall back to their first record
+        sc.setLocalProperty(TASK_RANGES_PROPERTY, None)
+        log.info("drain tasks not named before the job (their first record names them)", extra=_fields(
+            event="drain_tasks_not_named", drain=drain_id, error=str(exc)[:300]))
+        return False
+    sc.setLocalProperty(TASK_RANGES_PROPERTY, json.dumps(ranges))
+    return True
+
+
+def planned_partitions(job: Any) -> Any:
+    """A mapInArrow job's RDD partitions, from its planned physical plan (no Spark job runs)."""
+    return job._jdf.queryExecution().executedPlan().execute().partitions()
+
+
+def collect_in_parallel(spark: Any, jobs: Sequence[Any], drain_id: str = "") -> tuple[list[dict[str, Any]], list[float]]:
     """Plan and run one Spark job per relation, each from its own thread (pinned to its own JVM thread).
 
     Spark's Kafka source plans a relation by creating an admin client and asking the broker for the
@@ -299,6 +343,11 @@ def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str,
     and each relation's tasks start as soon as that relation is planned. The tasks are the same
     (one per sub-range, the same ``[start, end)``). Returns the tasks' summaries and when each job
     was planned. The first failure cancels the other jobs and is raised.
+
+    Each thread runs its job in the caller's Spark job group (``drain_job._spark_job`` sets the
+    attempt's): PySpark pins every Python thread to a JVM thread of its own, whose local properties
+    a plain thread does not inherit, so without this a cancel by job group (the warm runtime when its
+    caller goes away, ``_Attempt.stop_passes``) would miss these jobs.
     """
     import threading
 
@@ -306,12 +355,19 @@ def collect_in_parallel(spark: Any, jobs: Sequence[Any]) -> tuple[list[dict[str,
     planned: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
+    sc = spark.sparkContext
+    group = sc.getLocalProperty("spark.jobGroup.id")
+    description = sc.getLocalProperty("spark.job.description") or ""
+    interrupt = sc.getLocalProperty("spark.job.interruptOnCancel") == "true"
 
     def one(i: int, job: Any) -> None:
         try:
+            if group:
+                sc.setJobGroup(group, description, interruptOnCancel=interrupt)
             job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
             with lock:
                 planned.append(time.time())
+            name_tasks(spark, lambda: planned_partitions(job), drain_id)
             results[i] = [r.asDict() for r in job.collect()]
         except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
             with lock:

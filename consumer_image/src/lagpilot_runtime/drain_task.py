@@ -4,6 +4,7 @@ policy as the consumer, progress committed after every batch (drain_progress), f
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -172,6 +173,33 @@ def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fen
     return done_next
 
 
+TASK_RANGES_PROPERTY = "lagpilot.drain.taskRanges"
+
+
+def _named_by_driver(spec: TaskSpec) -> SubRange | None:
+    """This Spark task's sub-range as the driver named it before the job ran (``drain_spark.task_ranges``:
+    the job's local property TASK_RANGES_PROPERTY lists, by task partition index, the partition and
+    start offset of the Kafka range each task reads), so the task shows its sign of life when it starts
+    reading, also when its sub-range holds no visible record (aborted transactions, compacted away).
+    None (not named: no task context, no property, a name that fits no sub-range): the first record
+    names it, as before."""
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        raw = tc.getLocalProperty(TASK_RANGES_PROPERTY) if tc is not None else None
+        if not raw:
+            return None
+        ranges = json.loads(raw)
+        pid = int(tc.partitionId())
+        if not 0 <= pid < len(ranges):
+            return None
+        partition, start = (int(v) for v in ranges[pid])
+        return sub_range_of(spec.sub_ranges, partition, start)
+    except Exception:  # noqa: BLE001 - best effort: the first record names the sub-range
+        return None
+
+
 def _attr(sub: SubRange | None, name: str) -> Any:
     return getattr(sub, name) if sub else None
 
@@ -262,18 +290,30 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         summary["first_batch_at"] = summary["first_batch_at"] or now
         summary["last_batch_at"] = now
 
+    def begin(named: SubRange) -> None:
+        """The task's sub-range known: its progress read, its sign of life, its claim in the sink."""
+        nonlocal sub, committer, done_next, done_records, lost_before
+        sub = named
+        committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner))
+        done_next, done_records, lost_before = _progress_of(committer, spec, sub)
+        kafka_next[0] = done_next
+        ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
+        done_next = _claim_and_resume(spec, handler, ctx, sub, fences, sink_progress, done_next)
+
     batch: list[Any] = []
     try:
+        named = _named_by_driver(spec)
+        if named is not None:  # before reading: a sub-range with no visible record shows life too
+            begin(named)
         for record in items:
-            if sub is None:
+            first = summary["first_record_at"] is None
+            if first:
                 summary["first_record_at"] = time.time()
-                sub = sub_range_of(spec.sub_ranges, record.partition, record.offset)
+            if sub is None:
+                begin(sub_range_of(spec.sub_ranges, record.partition, record.offset))
+            assert sub is not None
+            if first:  # the summary names the sub-range only once a record came (drain_progress.unread_sub_ranges)
                 summary.update(partition=sub.partition, index=sub.index)
-                committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner))
-                done_next, done_records, lost_before = _progress_of(committer, spec, sub)
-                kafka_next[0] = done_next
-                ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
-                done_next = _claim_and_resume(spec, handler, ctx, sub, fences, sink_progress, done_next)
             if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
                 raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
                                    f"p{sub.partition}[{sub.start}, {sub.end})")
