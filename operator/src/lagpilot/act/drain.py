@@ -481,17 +481,23 @@ class DrainExecutor(DrainCalls):
             if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
+            marks = [time.monotonic()]
             observed = self.observe(ctx, d, offsets, replicas)
+            marks.append(time.monotonic())
             action = next_action(ctx.spec, d, observed, self.clock())
             runtime_url = self._announce(ctx, action, d)
+            marks.append(time.monotonic())
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
+            marks.append(time.monotonic())
             if action.kind is Kind.LAUNCH:
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
             d, written = _record(ctx, action, d, written, self.clock())
+            marks.append(time.monotonic())
+            _log_step(ctx, action, marks)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 if self._wait_for_acks(action, d, waited):
@@ -532,6 +538,24 @@ class DrainExecutor(DrainCalls):
             time.sleep(0.5)
             return True
         return False
+
+
+STEP_PHASES = ("observe_s", "decide_s", "effect_s", "record_s")
+
+
+def step_timings(marks: Sequence[float]) -> dict[str, float]:
+    """Where one pass of the drain loop spent its time (`reconcile`'s marks: before observe, after
+    observe, after decide + announce, after the effect, after the status write), in seconds."""
+    return {k: round(b - a, 3) for k, a, b in zip(STEP_PHASES, marks, marks[1:])}
+
+
+def _log_step(ctx: DrainContext, action: Action, marks: Sequence[float]) -> None:
+    """One line per pass that acted ("drain step": the action and `step_timings`): the hand-off's
+    start-up (plan → publish → acks → seal → Job) read from the operator's log, a phase at a time."""
+    if action.kind is Kind.NONE and action.status is None:
+        return
+    log.info("drain step", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                                  "reason": action.reason, **step_timings(marks)})
 
 
 def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
