@@ -546,7 +546,7 @@ STEP_PHASES = ("observe_s", "decide_s", "effect_s", "record_s")
 def step_timings(marks: Sequence[float]) -> dict[str, float]:
     """Where one pass of the drain loop spent its time (`reconcile`'s marks: before observe, after
     observe, after decide + announce, after the effect, after the status write), in seconds."""
-    return {k: round(b - a, 3) for k, a, b in zip(STEP_PHASES, marks, marks[1:])}
+    return {k: round(b - a, 3) for k, a, b in zip(STEP_PHASES, marks, marks[1:], strict=False)}
 
 
 def _log_step(ctx: DrainContext, action: Action, marks: Sequence[float]) -> None:
