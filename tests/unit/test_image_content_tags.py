@@ -89,3 +89,39 @@ def test_a_derived_image_is_built_from_its_bases_content_tag_and_follows_its_cha
     (context / "consumer_image/src/lagpilot_runtime/__init__.py").write_text("v = 3\n")
     test2, _ = build_tags(layout, argvs, "test", context)
     assert test2 != test  # the base changed: so did the derived image
+
+
+def test_the_real_ignore_files_admit_what_the_dockerfiles_copy() -> None:
+    from lagpilot_dev.images_digest import context_files
+
+    test_files = context_files(REPO, images_build.IMAGES["test"].ignorefile)
+    assert test_files == ["tests/__init__.py", "tests/real/__init__.py", "tests/real/drain_handlers.py",
+                          "tests/real/operator_handlers.py"]
+    consumer = context_files(REPO, images_build.IMAGES["consumer"].ignorefile)
+    assert {"pyproject.toml", "README.md", "consumer_image/src/lagpilot_runtime/consumer.py",
+            "operator/src/lagpilot/spec.py"} <= set(consumer)
+    assert not [f for f in consumer if not f.startswith(("operator/src/", "consumer_image/src/"))
+                and f not in ("pyproject.toml", "README.md")], consumer
+    assert not [f for f in consumer if "__pycache__" in f or f.endswith(".pyc")]
+
+
+@pytest.mark.parametrize(("rules", "path", "out"), [
+    ("*\n!a.py\n", "a.py", False),
+    ("*\n!a.py\n", "b.py", True),
+    ("**\n!src/**\n**/__pycache__\n", "src/p/__pycache__/x.pyc", True),
+    ("**\n!src/**\n**/__pycache__\n", "src/p/x.py", False),
+    ("**\n!src/**\n", "docs/x.md", True),
+    ("# comment\n\n/docs\n", "docs/a/b.md", True),
+    ("docs\n!docs/keep.md\n", "docs/keep.md", False),
+    ("*.md\n", "a/b.md", False),  # `*` does not cross a directory
+])
+def test_dockerignore_rules_as_docker_reads_them(rules: str, path: str, out: bool) -> None:
+    from lagpilot_dev.images_digest import excluded, ignore_rules
+
+    assert excluded(path, ignore_rules(rules)) is out
+
+
+def test_content_tag_keeps_the_plain_tag_in_front() -> None:
+    from lagpilot_dev.images_digest import content_tag
+
+    assert content_tag("localhost/lagpilot/consumer:0.1.0", "ab" * 32) == "localhost/lagpilot/consumer:0.1.0-cababababab" + "ab"
