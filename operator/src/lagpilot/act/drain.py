@@ -347,6 +347,12 @@ class DrainExecutor(DrainCalls):
         """What ``next_action`` needs, read in order: ``_observe_hand_off`` (membership, the group's
         offsets, then the mailbox) -> ``_observe_part`` (a busy drain's delivered part) ->
         ``_observe_progress`` (progress groups, retention losses) -> ``_observe_job``."""
+        if decided_unobserved(d):  # nothing read: the step does not look (``decided_unobserved``)
+            self.sightings.pop(ctx.uid, None)
+            return Observed(generation=ctx.generation, offsets=offsets, group_empty=None, replicas=replicas,
+                            wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), slots=ctx.slots,
+                            ack_timeout_s=self.ack_timeout_s, stall_limits=self.stall_limits, owner=ctx.uid,
+                            quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy)
         group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
             group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
@@ -478,7 +484,8 @@ class DrainExecutor(DrainCalls):
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
-            if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)):  # observe() re-reads
+            if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)
+                             and not decided_unobserved(d)):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
             marks = [time.monotonic()]
@@ -538,6 +545,15 @@ class DrainExecutor(DrainCalls):
             time.sleep(0.5)
             return True
         return False
+
+
+def decided_unobserved(d: DrainStatus | None) -> bool:
+    """True when the drain's next step is decided from the spec, the stored drain and the clock
+    alone: HandedOff (``decide.handoff._handed_off``: launch the first attempt, or cancel keeping
+    the range; tests/unit/test_drain_launch_reads.py pins it). The executor then reads neither the
+    group's offsets nor the progress groups before it: the Job follows the seal without Kafka
+    round trips in between (docs/node.md "Plan → first record on the node")."""
+    return d is not None and d.phase is Phase.HANDED_OFF and d.extension is None
 
 
 STEP_PHASES = ("observe_s", "decide_s", "effect_s", "record_s")
