@@ -484,8 +484,8 @@ class DrainExecutor(DrainCalls):
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
-            if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)
-                             and not decided_unobserved(d)):  # observe() re-reads
+            if step > 0 and (d is None or ((d.phase is not Phase.PLANNED and d.extension is None)
+                                           and not decided_unobserved(d))):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
             marks = [time.monotonic()]
