@@ -58,8 +58,8 @@ def test_the_handed_off_step_is_decided_without_the_observation() -> None:
     handed = DrainStatus.from_dict(next(d for d in written if d["phase"] == Phase.HANDED_OFF.value))
     nothing = Observed(generation=1, offsets=None, group_empty=None, replicas=3)
     full = Observed(generation=1, offsets={0: Offsets(480, 450, 900)}, group_empty=True, replicas=1,
-                    wanted=(0,), job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (300, 200)}, mailbox={0: None},
-                    lost={(0, 0): ((100, 120),)}, busy=True)
+                    wanted=(0,), job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (300, 200)},
+                    mailbox={0: None}, lost={(0, 0): ((100, 120),)}, busy=True)
     for spec in (SPEC, dataclasses.replace(SPEC, drain=dataclasses.replace(SPEC.drain, cancel=True))):
         a, b = next_action(spec, handed, nothing, 2000.0), next_action(spec, handed, full, 2000.0)
         assert a == b, (a, b)
