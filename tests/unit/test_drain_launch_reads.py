@@ -63,3 +63,26 @@ def test_the_handed_off_step_is_decided_without_the_observation() -> None:
     for spec in (SPEC, dataclasses.replace(SPEC, drain=dataclasses.replace(SPEC.drain, cancel=True))):
         a, b = next_action(spec, handed, nothing, 2000.0), next_action(spec, handed, full, 2000.0)
         assert a == b, (a, b)
+
+
+def test_the_acks_are_polled_every_fifth_of_a_second(monkeypatch: Any) -> None:
+    """Right after the publish the executor polls for the owners' acks every ACK_POLL_S (0.2 s; 0.5 s
+    before): the seal follows the last ack by at most one poll and one observation."""
+    from lagpilot.act import drain as drain_mod
+
+    log: list[tuple[str, Any]] = []
+    w = world0()
+    ex = CountingExecutor(log, w)
+    ex.ack_wait_s = 3.0
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:  # the owner acks during the second wait, then commits the split
+            w["mailbox"][0] = w["mailbox"][0].with_ack(100)
+            w["committed"][0] = 500
+
+    monkeypatch.setattr(drain_mod.time, "sleep", sleep)
+    ex.reconcile(ctx(log, w, None, wanted=(0,)))
+    assert sleeps == [drain_mod.ACK_POLL_S] * 2 and drain_mod.ACK_POLL_S <= 0.2, sleeps
+    assert w["status"]["phase"] == "Running", w["status"]  # sealed and launched within the same call

@@ -69,6 +69,7 @@ from lagpilot.spec import GroupSpec
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8  # actions per call; the machine waits (Kind.NONE) long before that
+ACK_POLL_S = 0.2  # the acks' poll right after a publish (DrainExecutor.ack_poll_s)
 
 
 def _or(value: float | None, default: float) -> float:
@@ -279,6 +280,10 @@ class DrainExecutor(DrainCalls):
         cfg = config if config is not None else OperatorConfig.from_env()
         self.ack_timeout_s = _or(cfg.drain_ack_timeout_seconds, ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
+        # ... this often: each poll is one observation (membership, offsets, mailbox: three Kafka
+        # reads); the owners ack within about a second, and the seal waits for the poll after the
+        # last ack (0.5 s before: on the node demo the acks were all in 1 s before the seal)
+        self.ack_poll_s = ACK_POLL_S
         # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
         self.stall_limits = StallLimits(
             no_progress_s=_or(cfg.drain_stall_seconds, NO_PROGRESS_S),
@@ -508,7 +513,7 @@ class DrainExecutor(DrainCalls):
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 if self._wait_for_acks(action, d, waited):
-                    waited += 0.5
+                    waited += self.ack_poll_s
                     step -= 1
                     continue
                 break
@@ -542,7 +547,7 @@ class DrainExecutor(DrainCalls):
                                             and d.phase is not Phase.PLANNED else d.published_at)
         if (action.reason == "WaitingForAcks" and published is not None
                 and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
-            time.sleep(0.5)
+            time.sleep(self.ack_poll_s)
             return True
         return False
 
