@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import entry_points
 
 # subcommand -> "module:function"; each function takes argv (list[str]) and returns an exit code
 SUBCOMMANDS: dict[str, str] = {
@@ -21,10 +22,7 @@ PLUGIN_GROUP = "lagpilot.subcommands"
 
 
 def subcommands() -> dict[str, str]:
-    """The built-in subcommands plus those other installed distributions register (imported here:
-    the built-in ones, every pod's start, never pay for `importlib.metadata`)."""
-    from importlib.metadata import entry_points
-
+    """The built-in subcommands plus those other installed distributions register."""
     found = {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
     return {**found, **SUBCOMMANDS}
 
