@@ -1,7 +1,8 @@
 """A second BatchConsumerGroup with the same groupId on the same Kafka cluster (issue 23, M4).
 
-Operator subprocess (as its docs/rbac.md ServiceAccount) + kube-apiserver/controller-manager + pod
-runner + Kafka. The first CR runs its consumer; the second CR (same groupId and bootstrapServers, another
+Operator subprocess (as its docs/rbac.md ServiceAccount) + kube-apiserver/controller-manager + Kafka;
+the consumer pods run where the `pods` fixture says (tests/fixtures/node.py): the pod runner, or with
+LAGPILOT_NODE=1 containers of the test image on the real node (namespace enforcing `restricted`). The first CR runs its consumer; the second CR (same groupId and bootstrapServers, another
 topic) gets `Degraded=True/DuplicateGroupId` naming `spec.groupId` and the first CR, a Warning event,
 and creates nothing: no Deployment, so no member of its own joins the first CR's group, whose Deployment
 and membership stay as they were. Once the first CR is deleted, the second takes the group over.
@@ -10,33 +11,30 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_operator_e2e import (Operator, apply_cr, condition, cr, crd, events_for, get_cr,  # noqa: F401
                                           start_operator)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def test_second_cr_with_the_same_group_id_is_degraded_and_the_first_is_undisturbed(
-        crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str, kafka_admin: Any,
+        crd: Any, kube_api: Any, pods: Pods, kafka_admin: Any,
         new_topic: Callable[..., str], start_operator: Callable[[str], Operator]) -> None:
     from kubernetes import client
 
     apps, core, custom = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
-    ns = namespace("dup")
+    ns = pods.namespace("dup")
     start_operator(ns)
     group = "g-dup-" + uuid.uuid4().hex[:6]
-    base = {"kafka": {"bootstrapServers": kafka_bootstrap}, "groupId": group, "processing": {"sink": "log"},
+    base = {"kafka": {"bootstrapServers": pods.kafka_bootstrap}, "groupId": group, "processing": {"sink": "log"},
             "drain": {"enabled": False}, "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2},
-            "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]}}
+            "template": pods.template()}
     apply_cr(crd, ns, cr("first", {**base, "topic": new_topic(partitions=2, prefix="dup-a")}))
 
     def members() -> int:
@@ -44,6 +42,9 @@ def test_second_cr_with_the_same_group_id_is_degraded_and_the_first_is_undisturb
         return len(desc.members)
 
     wait_until(lambda: members() == 1, "the first CR's consumer in the group", 300, interval=1)
+    first_pods = core.list_namespaced_pod(ns, label_selector="lagpilot.io/group=first").items
+    assert first_pods and {p.spec.node_name for p in first_pods} == {pods.node_name}, \
+        [(p.metadata.name, p.spec.node_name) for p in first_pods]
     dep_before = apps.read_namespaced_deployment("first-consumer", ns)
 
     apply_cr(crd, ns, cr("second", {**base, "topic": new_topic(partitions=2, prefix="dup-b")}))

@@ -2,7 +2,8 @@
 `kubectl-lagpilot` executable on PATH (here a shim that runs this checkout's lagpilot.kubectl_plugin,
 as the console script of an installed package would) and the plugin reads the real API server with
 the kubeconfig kubectl was given. A group with a backlog reconciled by the operator, its consumers
-run by the pod runner: top, status, why, drains, simulate, pause and resume (the operator then scales
+run where the `pods` fixture says (tests/fixtures/node.py: the pod runner, or with LAGPILOT_NODE=1
+containers on the real node): top, status, why, drains, simulate, pause and resume (the operator then scales
 the consumers to 0 and back). The transcript is printed."""
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_crd import crd  # noqa: F401 - fixture
 from tests.real.test_operator_e2e import Operator, apply_cr, condition, cr, get_cr, produce, start_operator  # noqa: F401
 
@@ -27,20 +29,21 @@ pytestmark = pytest.mark.real
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_kubectl_lagpilot_on_the_real_stack(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
+def test_kubectl_lagpilot_on_the_real_stack(crd: Any, kube_api: Any, pods: Pods,
                                            kafka_bootstrap: str, new_topic: Callable[..., str],
                                            start_operator: Callable[[str], Operator], tmp_path: Path) -> None:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(kube_api)
-    ns = namespace("plugin")
+    ns = pods.namespace("plugin")
     start_operator(ns)
     topic = new_topic(partitions=2)
     produce(kafka_bootstrap, topic, per_partition=2000, partitions=2)
     apply_cr(crd, ns, cr("orders", {
-        "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"plugin-{uuid.uuid4().hex[:6]}",
+        "kafka": {"bootstrapServers": pods.kafka_bootstrap}, "topic": topic, "groupId": f"plugin-{uuid.uuid4().hex[:6]}",
         "processing": {"sink": "log"}, "catchUpSLASeconds": 30, "drain": {"enabled": False},
-        "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
+        "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
+        "template": pods.template()}))
     wait_until(lambda: (get_cr(custom, ns, "orders").get("status") or {}).get("capacityPerReplica") is not None,
                "a measured capacity (the consumers' commit metadata)", 240, interval=2)
 

@@ -200,7 +200,8 @@ class NodeRun:
             console.say(f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)", indent=True)
         for n in ("operator", "demo"):
             img = IMAGES[n]
-            secs = self.node.load_built_image(img.tag)
+            # its content tag: this checkout's build, whatever the machine's plain tag names by now
+            secs = self.node.load_built_image(report.builds[n]["content_tag"], reference=img.reference)
             self.images[n] = img.reference
             console.say(f"✓ {img.reference} on the node (podman save | ctr images import): {secs} s", indent=True)
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,26 @@ class ImageDef:
         stores a short name under `localhost/`; the real node also knows the image by this name
         (lagpilot_dev.node.NodePart.load_built_image), as `kind load docker-image` would."""
         return self.tag.removeprefix("localhost/")
+
+    def content_tag(self, context: Path | None = None) -> str:
+        """The build's tag with the digest of what goes into it (`images_digest`: the Dockerfile, its
+        .dockerignore, the context files it admits, the FROM image's own digest), e.g.
+        `localhost/lagpilot/consumer:0.1.0-c1f2e3d4c5b6a`: a build of other content (another
+        checkout, an older tree) never carries it, where the plain `tag` is one per machine."""
+        from lagpilot_dev.images_digest import content_digest, content_tag
+
+        return content_tag(self.tag, content_digest(self.name, context or repo_root(), IMAGES))
+
+    def content_reference(self, context: Path | None = None) -> str:
+        """`content_tag` as users name it (without buildah's `localhost/`)."""
+        return self.content_tag(context).removeprefix("localhost/")
+
+    def base(self, context: Path | None = None) -> ImageDef | None:
+        """The image of IMAGES this one is built FROM (the demo and test images: the consumer), if any."""
+        from lagpilot_dev.images_digest import base_names
+
+        names = base_names((((context or repo_root()) / self.dockerfile)).read_text())
+        return next((d for d in IMAGES.values() if d.reference in names), None)
 
 
 IMAGES: dict[str, ImageDef] = {
@@ -120,28 +141,39 @@ def build_mounts(layout: Layout, pip_cache: Path | None = None) -> list[str]:
     return [*flags, "--volume", f"{conf}:/etc/pip.conf:ro"]
 
 
-def bud_argv(layout: Layout, image: ImageDef, context: Path) -> list[str]:
-    """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull."""
+def bud_argv(layout: Layout, image: ImageDef, context: Path, extra_tags: Sequence[str] = (),
+             base: str | None = None) -> list[str]:
+    """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull; tagged
+    `image.tag` and `extra_tags` (`build`: the content tag). `base`: the image its first FROM names
+    is replaced with (`--from`; `build`: the content tag of the image of IMAGES it is built FROM,
+    this checkout's build of it, not whatever the plain tag names now)."""
+    tags = [f for t in (image.tag, *extra_tags) for f in ("-t", t)]
     return layout.buildah_argv(
         "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(RUN_NPROC_CAP),
         *build_mounts(layout),
+        *(["--from", base] if base is not None else []),
         "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
-        "-t", image.tag, str(context))
-
+        *tags, str(context))
 
 
 def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[str, Any]:
     context = context or repo_root()
     t0 = time.monotonic()
-    log.info("building image", extra={"image": image.tag, "dockerfile": image.dockerfile})
+    ctag = image.content_tag(context)  # before the build: the content it reads
+    base = image.base(context)
+    base_tag = base.content_tag(context) if base is not None else None
+    log.info("building image",
+             extra={"image": image.tag, "content_tag": ctag, "dockerfile": image.dockerfile})
     log_file = layout.root / f"build-{image.name}.log"
     with open(log_file, "w") as out:
-        proc = subprocess.run(bud_argv(layout, image, context), stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(bud_argv(layout, image, context, (ctag,), base_tag), stdout=out,
+                              stderr=subprocess.STDOUT, text=True)
     seconds = round(time.monotonic() - t0, 1)
     text = log_file.read_text(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}")
     steps = sum(1 for line in text.splitlines() if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line))
     cached = sum(1 for line in text.splitlines() if line.startswith("--> Using cache"))
-    return {"image": image.tag, "seconds": seconds, "size_bytes": image_size(layout, image.tag),
-            "user": image_user(layout, image.tag), "steps": steps, "cached_steps": cached, "log": str(log_file)}
+    return {"image": image.tag, "content_tag": ctag, "seconds": seconds,
+            "size_bytes": image_size(layout, ctag),
+            "user": image_user(layout, ctag), "steps": steps, "cached_steps": cached, "log": str(log_file)}

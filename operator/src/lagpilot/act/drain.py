@@ -69,6 +69,7 @@ from lagpilot.spec import GroupSpec
 log = logging.getLogger(__name__)
 
 MAX_STEPS = 8  # actions per call; the machine waits (Kind.NONE) long before that
+ACK_POLL_S = 0.2  # the acks' poll right after a publish (DrainExecutor.ack_poll_s)
 
 
 def _or(value: float | None, default: float) -> float:
@@ -279,6 +280,10 @@ class DrainExecutor(DrainCalls):
         cfg = config if config is not None else OperatorConfig.from_env()
         self.ack_timeout_s = _or(cfg.drain_ack_timeout_seconds, ACK_TIMEOUT_S)
         self.ack_wait_s = 3.0  # within one call, right after a publish: poll for the acks this long
+        # ... this often: each poll is one observation (membership, offsets, mailbox: three Kafka
+        # reads); the owners ack within about a second, and the seal waits for the poll after the
+        # last ack (0.5 s before: on the node demo the acks were all in 1 s before the seal)
+        self.ack_poll_s = ACK_POLL_S
         # the no-progress detector's limits (docs/drain.md "Deadlines and stalls"; tests shorten them)
         self.stall_limits = StallLimits(
             no_progress_s=_or(cfg.drain_stall_seconds, NO_PROGRESS_S),
@@ -347,6 +352,12 @@ class DrainExecutor(DrainCalls):
         """What ``next_action`` needs, read in order: ``_observe_hand_off`` (membership, the group's
         offsets, then the mailbox) -> ``_observe_part`` (a busy drain's delivered part) ->
         ``_observe_progress`` (progress groups, retention losses) -> ``_observe_job``."""
+        if decided_unobserved(d):  # nothing read: the step does not look (``decided_unobserved``)
+            self.sightings.pop(ctx.uid, None)
+            return Observed(generation=ctx.generation, offsets=offsets, group_empty=None, replicas=replicas,
+                            wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), slots=ctx.slots,
+                            ack_timeout_s=self.ack_timeout_s, stall_limits=self.stall_limits, owner=ctx.uid,
+                            quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy)
         group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
             group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
@@ -478,24 +489,31 @@ class DrainExecutor(DrainCalls):
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
-            if step > 0 and (d is None or (d.phase is not Phase.PLANNED and d.extension is None)):  # observe() re-reads
+            if step > 0 and (d is None or ((d.phase is not Phase.PLANNED and d.extension is None)
+                                           and not decided_unobserved(d))):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
+            marks = [time.monotonic()]
             observed = self.observe(ctx, d, offsets, replicas)
+            marks.append(time.monotonic())
             action = next_action(ctx.spec, d, observed, self.clock())
             runtime_url = self._announce(ctx, action, d)
+            marks.append(time.monotonic())
             if not self.perform(ctx, action, d, runtime_url):
                 done.append(action.kind.value + ":refused")
                 break
+            marks.append(time.monotonic())
             if action.kind is Kind.LAUNCH:
                 action = with_runtime(action, ctx.launched_runtime)
             if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
                 replicas = action.replicas
             d, written = _record(ctx, action, d, written, self.clock())
+            marks.append(time.monotonic())
+            _log_step(ctx, action, marks)
             done.append(action.kind.value)
             if action.kind is Kind.NONE:
                 if self._wait_for_acks(action, d, waited):
-                    waited += 0.5
+                    waited += self.ack_poll_s
                     step -= 1
                     continue
                 break
@@ -529,9 +547,36 @@ class DrainExecutor(DrainCalls):
                                             and d.phase is not Phase.PLANNED else d.published_at)
         if (action.reason == "WaitingForAcks" and published is not None
                 and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
-            time.sleep(0.5)
+            time.sleep(self.ack_poll_s)
             return True
         return False
+
+
+def decided_unobserved(d: DrainStatus | None) -> bool:
+    """True when the drain's next step is decided from the spec, the stored drain and the clock
+    alone: HandedOff (``decide.handoff._handed_off``: launch the first attempt, or cancel keeping
+    the range; tests/unit/test_drain_launch_reads.py pins it). The executor then reads neither the
+    group's offsets nor the progress groups before it: the Job follows the seal without Kafka
+    round trips in between (docs/node.md "Plan → first record on the node")."""
+    return d is not None and d.phase is Phase.HANDED_OFF and d.extension is None
+
+
+STEP_PHASES = ("observe_s", "decide_s", "effect_s", "record_s")
+
+
+def step_timings(marks: Sequence[float]) -> dict[str, float]:
+    """Where one pass of the drain loop spent its time (`reconcile`'s marks: before observe, after
+    observe, after decide + announce, after the effect, after the status write), in seconds."""
+    return {k: round(b - a, 3) for k, a, b in zip(STEP_PHASES, marks, marks[1:], strict=False)}
+
+
+def _log_step(ctx: DrainContext, action: Action, marks: Sequence[float]) -> None:
+    """One line per pass that acted ("drain step": the action and `step_timings`): the hand-off's
+    start-up (plan → publish → acks → seal → Job) read from the operator's log, a phase at a time."""
+    if action.kind is Kind.NONE and action.status is None:
+        return
+    log.info("drain step", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
+                                  "reason": action.reason, **step_timings(marks)})
 
 
 def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
