@@ -34,7 +34,8 @@ def world(rate: float, before: float, after: float, replicas: int, drop_poll: in
         t = k * POLL_S
         per = before if k < drop_poll else after
         ready = sum(1 for r in pods if r <= t)
-        parts = [PartitionOffsets(i, 0, int(e), int(c)) for i, (e, c) in enumerate(zip(ends, committed, strict=True))]
+        parts = [PartitionOffsets(i, 0, int(e), int(c))
+                 for i, (e, c) in enumerate(zip(ends, committed, strict=True))]
         obs = step_mod.StepObservation(snapshot(t, parts, {i: per for i in range(min(N, len(pods)))}),
                                        len(pods), (), ready_replicas=ready)
         out, s = step_mod.step(s, obs, pol, t)
