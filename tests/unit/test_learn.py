@@ -450,3 +450,63 @@ def test_a_backlog_under_one_poll_is_not_judged(lag_each: int, limited: bool) ->
         learn.Learned(check=check), now=60.0, current=3, ready=3, drains=(), prev=None, est=est, poll_s=15.0
     )
     assert (learned.limit is not None) is limited
+
+
+# --- one scale-up at a time while the last one is unjudged ------------------------------------------
+
+
+def _check_est(rate_now: float):  # type: ignore[no-untyped-def]
+    from lagpilot.decide import estimate
+
+    prev = estimate.update(None, snap(0.0, [5000] * 3, [0] * 3, None))
+    return estimate.update(prev, snap(15.0, [5000 + int(rate_now * 5)] * 3, [500] * 3, None))
+
+
+@pytest.mark.parametrize(
+    "case, check_rate, current, rate_now, held_at",
+    [
+        ("pending, same load", 300.0, 6, 300.0, 6),
+        ("pending, load up < 10 %", 300.0, 6, 320.0, 6),
+        ("pending, load up > 10 %", 300.0, 6, 340.0, None),  # load the check does not explain
+        ("count changed since", 300.0, 5, 300.0, None),  # the check is dropped at the next observation
+        ("older memory without the rate", None, 6, 300.0, None),
+    ],
+)
+def test_unjudged_table(
+    case: str, check_rate: float | None, current: int, rate_now: float, held_at: int | None
+) -> None:
+    check = learn.ScaleUpCheck(0.0, 2, 6, 100.0, 3, rate=check_rate)
+    got = learn.unjudged(learn.Learned(check=check), current=current, est=_check_est(rate_now))
+    assert got == held_at, case
+    assert learn.unjudged(learn.Learned(), current=current, est=_check_est(rate_now)) is None  # no check
+
+
+def test_a_limited_world_holds_the_second_scale_up_until_the_first_is_judged() -> None:
+    outs = limited_world(limit=100.0, per_consumer=50.0)
+    first_up = next(o.replicas for _, cur, o, _ in outs if o.replicas > cur)
+    judged = next(t for t, _, o, _ in outs if o.limit is not None)
+    before = [(cur, o.replicas, o.decision.reason) for t, cur, o, _ in outs if t < judged]
+    assert all(want <= max(cur, first_up) for cur, want, _ in before), before
+    assert any(reason == "ScaleUpUnjudged" for _, _, reason in before)  # held while unjudged
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
+    rates=st.lists(st.floats(0, 400), min_size=8, max_size=8),
+    cur=st.integers(0, 8),
+    at=st.integers(1, 8),
+    lo=st.integers(1, 4),
+)
+def test_the_unjudged_hold_only_ever_stops_scale_ups_at_or_above_its_count(
+    lags: list[int], rates: list[float], cur: int, at: int, lo: int
+) -> None:
+    p = ScalingPolicy(min_replicas=lo, max_replicas=8)
+    loads = loads_from(lags, rates[: len(lags)])
+    free, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0), p)
+    held, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0, unjudged_scale_up=at), p)
+    keep = max(cur, min(lo, len(lags)))
+    if free.desired_replicas > keep and cur >= at:
+        assert held.desired_replicas == keep and held.reason == "ScaleUpUnjudged"
+    else:
+        assert held.desired_replicas == free.desired_replicas and held.reason == free.reason

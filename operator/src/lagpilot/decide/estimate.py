@@ -30,11 +30,13 @@ Why these choices:
   commit metadata; robust to one consumer's odd batch). The reports are already averages over each
   consumer's last 50 batches, so a rise is smoothed with a 15 s half-life only (within 10 % of a
   step 30 -> 52/s in 30 s; the 120 s it had took 245 s, and the demo planned its drain on 35.6/s
-  while its consumers reported ~51.5/s). A fall keeps the 120 s half-life: after a scale-up into a
-  downstream limit every consumer's report falls, and a faster fall scales on to the cap before
-  ``learn`` has judged the scale-up (tests/unit/test_learn.py). The estimate is a convex step
-  towards the median: never above the highest report; steady noise of +-5 % on each report reads
-  ~1.8 % high on average (falls slower than rises), well inside the projection's 20 % headroom.
+  while its consumers reported ~51.5/s). A fall is taken as fast (15 s, one default poll): a
+  consumer that really slowed (a slower downstream) is the SLA risk, and the 120 s it had kept a
+  100 -> 40/s fall believed for minutes (tests/unit/test_capacity_fall.py). After a scale-up into a
+  downstream limit every consumer's report falls too; ``learn.unjudged`` holds further scale-ups
+  until that scale-up is judged, so the fast fall no longer runs the group to its cap. The estimate
+  is a convex step towards the median: never above the highest report; steady noise of +-5 % on
+  each report reads unbiased on average (same half-life both ways).
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ class EstimatorConfig:
     rise_half_life_s: float = 0.0  # 0: a rise is taken as measured over the last interval (issue 25)
     fall_half_life_s: float = 45.0
     capacity_half_life_s: float = 15.0  # rises of the consumers' capacity reports
-    capacity_fall_half_life_s: float = 120.0  # falls (learn's ineffective-scaling check relies on it)
+    capacity_fall_half_life_s: float = 15.0  # falls: one poll (a consumer that slowed is the SLA risk)
     window_s: float = 120.0  # falls are capped by the average rate over this trailing window
     window_spacing_s: float = 12.0  # window samples closer than this are merged (bounds the state)
 

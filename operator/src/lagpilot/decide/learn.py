@@ -37,6 +37,10 @@ when the replica count changes, when the backlog is gone (less than the group co
 poll), or after :data:`HOLD_S` (then one more
 scale-up may be tried and judged again). A check is dropped, never judged, while a drain is in
 flight (a hand-off moves committed offsets by whole ranges) or the estimator reset a partition.
+While a check is pending, :func:`unjudged` holds further scale-ups at its count (``ScaleUpUnjudged``)
+unless the produce rate rose since: the consumers' capacity reports fall after any scale-up into a
+downstream limit, and the estimator follows falls within a poll (a consumer that really slowed is
+the SLA risk), so without the hold the projection would scale on to the cap before the judgement.
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ class ScaleUpCheck:
     lagging: int  # partitions with lag at the scale-up
     ready_s: float | None = None  # when the first observation saw ``to_replicas`` Ready
     committed_at_ready: int | None = None  # the group's committed offsets (sum) then
+    rate: float | None = None  # the produce rate measured at the scale-up (records/s; None: older memory)
 
     @property
     def expected(self) -> float:
@@ -362,6 +367,24 @@ def _clear_limit(
     )
 
 
+def unjudged(learned: Learned, *, current: int, est: EstimatorState) -> int | None:
+    """The count a scale-up went to while its check is pending (learn has not judged whether it raised
+    the throughput) and the produce rate has not risen since: ``scaling.decide`` asks for no more
+    replicas than that until it is judged (one step while the last one is unjudged, as the HPA waits
+    for its pods' metrics). After a scale-up every consumer's capacity report falls whether the new
+    consumers are held back downstream or the consumers really slowed; only the judgement tells them
+    apart. A produce rate risen by more than EFFECTIVENESS_THRESHOLD since the scale-up is load the
+    check does not explain: not held (None). Bounded: the check is judged or dropped within
+    PENDING_MAX_S plus the window."""
+    c = learned.check
+    if c is None or current != c.to_replicas:
+        return None
+    rate_now = sum(p.rate_now for p in est.partitions.values())
+    if c.rate is None or rate_now > c.rate * (1 + EFFECTIVENESS_THRESHOLD):
+        return None
+    return c.to_replicas
+
+
 def after_decision(
     learned: Learned,
     *,
@@ -381,7 +404,8 @@ def after_decision(
     before = throughput(prev, est)
     lagging = _lagging(est)
     if current > 0 and before is not None and before > 0 and lagging > 0 and not _drains_in_flight(drains):
-        out = replace(out, check=ScaleUpCheck(now, current, replicas, round(before, 3), lagging))
+        rate = round(sum(p.rate_now for p in est.partitions.values()), 3)
+        out = replace(out, check=ScaleUpCheck(now, current, replicas, round(before, 3), lagging, rate=rate))
     return out
 
 
@@ -399,4 +423,5 @@ __all__ = [
     "figure",
     "observe",
     "throughput",
+    "unjudged",
 ]

@@ -119,6 +119,8 @@ class ScalingObservation:
     busy_drain: BusyDrain | None = None  # a running busy drain that may take a next split (issue 25 item 2)
     # a scale-up that did not raise the throughput (decide.learn, issue 25 item 4): no more replicas
     downstream_limit: Limit | None = None
+    # the count a scale-up went to whose effect learn has not judged yet (learn.unjudged): no more
+    unjudged_scale_up: int | None = None
 
     @property
     def loads_now(self) -> tuple[PartitionLoad, ...]:
@@ -560,10 +562,15 @@ def _hold_at_downstream_limit(x: _Case, step: Step) -> Step:
     """No more replicas while a scale-up to the current count did not raise the group's throughput
     (decide.learn: less than 10 % of the rise expected, the group backlogged): something downstream
     of the consumers bounds it, and more consumers would only add cost (Flink's ineffective-scaling
-    detection). Scale-downs and the count itself are left to the other steps."""
+    detection). Scale-downs and the count itself are left to the other steps. The same while the
+    last scale-up is not judged yet (``unjudged_scale_up``): one step at a time."""
     desired, _, why = step
     lim = x.obs.downstream_limit
     keep = max(x.cur, x.lo)  # never below minReplicas (a raised minimum still applies)
+    pending = x.obs.unjudged_scale_up
+    if lim is None and pending is not None and desired > keep and x.cur >= pending:
+        return keep, "ScaleUpUnjudged", (f"{why}; held: the scale-up to {pending} is not judged yet "
+                                         "(did it raise the throughput?)")
     if lim is None or desired <= keep or x.cur < lim.replicas:
         return step
     return keep, "DownstreamLimited", f"{why}; held: {lim.message}"

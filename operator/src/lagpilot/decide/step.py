@@ -283,6 +283,10 @@ def step(
         busy_drain=view["busy_drain"],
         downstream_limit=limit,
     )
+    if pol.detect_ineffective_scaling:  # one scale-up at a time while learn has not judged the last
+        sobs = dataclasses.replace(
+            sobs, unjudged_scale_up=learn.unjudged(learned, current=obs.current_replicas, est=est)
+        )
     rpol, dpol = pol.runtime, pol.drain
     if dpol is not None and rpol.mode == rt_mod.MODE_ON_DEMAND:  # always: the cold figure, as before
         dpol = dataclasses.replace(dpol, start_up_s=rt_mod.start_up_s(rpol, obs.runtime, now))
