@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from lagpilot.decide.kstatus import verdict
+from lagpilot.model.status import ABNORMAL_TRUE
 from lagpilot_dev import kstatus as ks
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import Pods
@@ -60,7 +61,11 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
         c = condition(get_cr(custom, ns, name), type_)
         return bool(c) and c["status"] == status
 
-    wait_until(lambda: cond_is("ready", "Ready", "True") and cond_is("ready", "Reconciling", "False"),
+    def not_listed(name: str, type_: str) -> bool:
+        """An abnormal-true condition (Reconciling, Stalled, Degraded, ...) that is False is absent."""
+        return condition(get_cr(custom, ns, name), type_) is None
+
+    wait_until(lambda: cond_is("ready", "Ready", "True") and not_listed("ready", "Reconciling"),
                "ready: Ready True", 120, interval=1)
     wait_until(lambda: cond_is("degraded", "Stalled", "True"), "degraded: Stalled True", 120, interval=1)
     wait_until(lambda: cond_is("reconciling", "Reconciling", "True"), "reconciling: Reconciling True", 120, interval=1)
@@ -83,6 +88,10 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     rows = ks.by_name(ks.verdicts(listed, argocd_health=LUA, binary=binary))
     for name, row in rows.items():
         print(name, json.dumps(row))
+    # the healthy CR lists no abnormal-true condition (Reconciling, Stalled, Degraded ... False: absent)
+    ready_conds = get_cr(custom, ns, "ready")["status"]["conditions"]
+    assert not {"Reconciling", "Stalled", "Degraded"} & {c["type"] for c in ready_conds}, ready_conds
+    assert not [c for c in ready_conds if c["type"] in ABNORMAL_TRUE and c["status"] == "False"], ready_conds
     assert (rows["ready"]["status"], rows["ready"]["argocdStatus"]) == ("Current", "Healthy")
     assert (rows["degraded"]["status"], rows["degraded"]["argocdStatus"]) == ("Failed", "Degraded")
     assert "BrokerUnreachable" in rows["degraded"]["argocdMessage"]
@@ -102,7 +111,7 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     assert (row["status"], row["argocdStatus"]) == ("InProgress", "Progressing"), row
     assert "observed generation" in row["message"]
     op.start()  # the fixture's teardown deletes the CRs through the running operator (finalizers)
-    wait_until(lambda: cond_is("ready", "Reconciling", "False")
+    wait_until(lambda: not_listed("ready", "Reconciling")
                and get_cr(custom, ns, "ready")["status"]["observedGeneration"] == obj["metadata"]["generation"],
                "the restarted operator observes the new generation", 120, interval=1)
     (row,) = ks.verdicts(crd.kubectl("get", "bcg", "ready", "-n", ns, "-o", "json").stdout, binary=binary)

@@ -100,7 +100,8 @@ def test_status(fake: FakeClient) -> None:
     data = json.loads(run(fake, "status", "orders", "-o", "json"))
     assert data["partitions"][1] == {"partition": 1, "lag": 3000, "oldest_age_s": None, "produce_rate": 4.0,
                                      "consume_rate": 2.0, "committed": 2000, "end": 5000}
-    assert {c["type"] for c in data["conditions"]} >= {"Ready", "Reconciling", "Stalled"}
+    # Degraded, Reconciling and Stalled are False: absent (abnormal-true types)
+    assert [c["type"] for c in data["conditions"]] == ["Ready", "Scaling", "CatchUpAtRisk"]
 
 
 def test_why(fake: FakeClient) -> None:
@@ -110,6 +111,19 @@ def test_why(fake: FakeClient) -> None:
     assert "replicas 2 -> desired 4" in out and "capacity 5.0/s per replica" in out
     w = json.loads(run(fake, "why", "orders", "-o", "json"))
     assert w["inputs"]["capacityPerReplica"] == 5.0 and w["policy"]["maxReplicas"] == 8
+
+
+def test_why_within_the_sla_says_so(fake: FakeClient) -> None:
+    """CatchUpAtRisk False is not listed (abnormal-true): `why` reads its absence as not at risk."""
+    obj = fake.objs[("finance", "billing")]
+    obj["status"]["conditions"] = merge_conditions([], [
+        Condition("Ready", TRUE, "ConsumersReady"), Condition("Scaling", FALSE, "Steady", "keep 2->2"),
+        Condition("CatchUpAtRisk", FALSE, "WithinSLA", "projected catch-up 0s <= SLA 600s")], 1, T0)
+    assert "CatchUpAtRisk" not in {c["type"] for c in obj["status"]["conditions"]}
+    out = run(fake, "why", "billing", "-n", "finance")
+    assert "catch-up at risk: False (not listed: within the SLA)" in out, out
+    w = json.loads(run(fake, "why", "billing", "-n", "finance", "-o", "json"))
+    assert (w["catchUpAtRisk"], w["catchUpReason"], w["catchUpMessage"]) == ("False", None, None)
 
 
 def test_why_in_recommend_mode(fake: FakeClient) -> None:

@@ -10,8 +10,8 @@ T0, T1 = 1_700_000_000.0, 1_700_000_100.0
 
 def test_new_condition_is_stamped() -> None:
     merged = merge_conditions([], [Condition("Ready", "True", "Observing", "ok")], generation=3, now=T0)
-    # + the kstatus conditions derived from it (test_kstatus.py)
-    assert [c["type"] for c in merged] == ["Ready", "Reconciling", "Stalled"]
+    # the kstatus conditions derived from it (test_kstatus.py) are False: absent (abnormal-true)
+    assert [c["type"] for c in merged] == ["Ready"]
     c = merged[0]
     assert c == {"type": "Ready", "status": "True", "reason": "Observing", "message": "ok",
                  "observedGeneration": 3, "lastTransitionTime": rfc3339(T0)}
@@ -25,19 +25,41 @@ def test_new_condition_is_stamped() -> None:
     ("Unknown", "True", "Same", False),
 ], ids=["same", "reason-only", "flip", "from-unknown"])
 def test_transition_time(old_status: str, new_status: str, new_reason: str, keeps_time: bool) -> None:
-    old = merge_conditions([], [Condition("Degraded", old_status, "Same", "m")], 1, T0)
-    new = merge_conditions(old, [Condition("Degraded", new_status, new_reason, "m2")], 2, T1)
-    c = find_condition(new, "Degraded")
+    old = merge_conditions([], [Condition("Draining", old_status, "Same", "m")], 1, T0)
+    new = merge_conditions(old, [Condition("Draining", new_status, new_reason, "m2")], 2, T1)
+    c = find_condition(new, "Draining")
     assert c is not None
     assert c["lastTransitionTime"] == (rfc3339(T0) if keeps_time else rfc3339(T1))
     assert c["observedGeneration"] == 2 and c["reason"] == new_reason
 
 
 def test_other_types_kept_and_order_stable() -> None:
-    old = merge_conditions([], [Condition("Degraded", "False", "AsExpected"),
+    old = merge_conditions([], [Condition("Degraded", "True", "KafkaTimeout"),
                                 Condition("Ready", "True", "Observing")], 1, T0)
     new = merge_conditions(old, [Condition("Scaling", "True", "ScaledUp")], 1, T1)
-    assert [c["type"] for c in new] == ["Ready", "Scaling", "Degraded", "Reconciling", "Stalled"]
+    # Stalled True follows Degraded (kstatus); Reconciling is False (reason Stalled): absent
+    assert [(c["type"], c["status"]) for c in new] == [("Ready", "True"), ("Scaling", "True"), ("Degraded", "True"),
+                                                      ("Stalled", "True")]
+
+
+def test_abnormal_true_conditions_are_listed_only_while_not_false() -> None:
+    """Degraded, DataLoss, DrainStalled, ... (model.status.ABNORMAL_TRUE): True and Unknown are
+    listed, False is absent (kstatus: absence means normal); a later True starts a new transition.
+    Ready, Scaling and Draining are listed whatever their status."""
+    from lagpilot.model.status import ABNORMAL_TRUE, ConditionType
+
+    assert set(ABNORMAL_TRUE) == {t.value for t in ConditionType} - {"Ready", "Scaling", "Draining"}
+    up = merge_conditions([], [Condition("Ready", "True", "Fine"), Condition("DataLoss", "True", "Lost"),
+                               Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown")], 1, T0)
+    assert [(c["type"], c["status"]) for c in up] == [("Ready", "True"), ("CatchUpAtRisk", "Unknown"),
+                                                      ("DataLoss", "True")]
+    down = merge_conditions(up, [Condition(t, "False", "AsExpected") for t in sorted(ABNORMAL_TRUE)]
+                            + [Condition("Scaling", "False", "Steady"), Condition("Draining", "False", "NoDrain")],
+                            1, T1)
+    assert [(c["type"], c["status"]) for c in down] == [("Ready", "True"), ("Scaling", "False"), ("Draining", "False")]
+    again = merge_conditions(down, [Condition("DataLoss", "True", "Lost")], 1, T1 + 5)
+    lost = find_condition(again, "DataLoss")
+    assert lost is not None and lost["lastTransitionTime"] == rfc3339(T1 + 5)
 
 
 @pytest.mark.parametrize("bad", [

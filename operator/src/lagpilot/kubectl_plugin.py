@@ -188,7 +188,9 @@ def cmd_why(obj: dict[str, Any], output: str) -> str:
         i, p = w["inputs"], w["policy"]
         out = [f"{sv.namespace(obj)}/{sv.name(obj)}: {w['reason']} (Scaling={w['scaling']}, since {w['decidedAt']})",
                f"  {w['message']}", "",
-               f"catch-up at risk: {w['catchUpAtRisk']} ({w['catchUpReason']}): {w['catchUpMessage']}", "",
+               f"catch-up at risk: {w['catchUpAtRisk']} ({w['catchUpReason']}): {w['catchUpMessage']}"
+               if w["catchUpReason"] else "catch-up at risk: False (not listed: within the SLA)"
+               if w["catchUpAtRisk"] == "False" else "catch-up at risk: unknown (no conditions written yet)", "",
                "inputs:",
                f"  lag {_f(i['totalLag'])} records (max partition {_f(i['maxPartitionLag'])}) on {_f(i['partitions'])} partitions",
                f"  produce rate {_f(i['produceRate'])}/s, capacity {_f(i['capacityPerReplica'])}/s per replica",

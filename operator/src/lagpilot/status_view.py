@@ -158,7 +158,9 @@ def decision(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "reason": scaling.get("reason"), "message": scaling.get("message"),
         "scaling": scaling.get("status"), "decidedAt": scaling.get("lastTransitionTime"),
-        "catchUpAtRisk": risk.get("status"), "catchUpReason": risk.get("reason"), "catchUpMessage": risk.get("message"),
+        # abnormal-true: not listed while False (once the operator wrote its conditions)
+        "catchUpAtRisk": risk.get("status") or ("False" if condition(obj, "Ready") else None),
+        "catchUpReason": risk.get("reason"), "catchUpMessage": risk.get("message"),
         "inputs": {k: summary(obj)[k] for k in ("replicas", "desiredReplicas", "partitions", "totalLag", "maxPartitionLag",
                                                 "produceRate", "capacityPerReplica", "projectedCatchUpSeconds",
                                                 "slaSeconds", "lastScaleTime")},

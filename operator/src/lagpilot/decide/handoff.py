@@ -1066,10 +1066,10 @@ def _next_split(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float,
 
 
 def _may_take_next_split(d: DrainStatus, observed: Observed, stop: bool) -> bool:
-    """A next split is planned only while the attempt's Job runs, busy drains are on, partitions
-    are wanted and the driver was not handed back (its final part)."""
+    """A next split is planned only while the attempt's Job runs, busy drains are on and the driver
+    was not handed back (its final part); which partitions it takes is ``_split_plan``'s."""
     job = observed.job
-    return not (stop or not observed.wanted or observed.offsets is None or d.retry_at is not None
+    return not (stop or d.retry_at is not None
                 # spec.drain.busy turned off
                 or job is None or job.state is not JobState.ACTIVE or not observed.busy
                 or (observed.part is not None and observed.part.final))  # handed back: the driver ends
@@ -1082,7 +1082,7 @@ def _plan_next_split(
     if the unfinished sub-ranges and the new ones fit one part."""
     if not _may_take_next_split(d, observed, stop):
         return None
-    ranges = _backlogged_ranges(observed)
+    ranges, splits = _split_plan(observed)
     if not ranges:
         return None
     # the driver learns its sub-ranges from one signed commit: the unfinished ones must fit it
@@ -1091,8 +1091,8 @@ def _plan_next_split(
         return None
     e = Extension(d.round + 1, tuple(ranges), planned_at=now)
     n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
-        f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to "
-        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges) + "; publishing the hand-off"))
+        f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to {splits}; "
+        "publishing the hand-off"))
     return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
 
 
@@ -1190,16 +1190,21 @@ def _resolutions(drain_id: int, ranges: Sequence[PartitionRange], offs: Mapping[
     }
 
 
-def _backlogged_ranges(observed: Observed) -> list[PartitionRange]:
-    """The wanted partitions with records between the group's position and the end offset (the split)."""
-    assert observed.offsets is not None
+def _split_plan(observed: Observed) -> tuple[list[PartitionRange], str]:
+    """What a split takes, a drain's first (``_maybe_plan``) or a busy drain's next
+    (``_plan_next_split``): the wanted partitions with records between the group's position and the
+    end offset, each up to that end offset (its split offset) with the tasks the planner gave it,
+    and the plan's message naming the splits (``p0@1200, p2@900``). No ranges while nothing is
+    wanted, the offsets are unknown or no wanted partition has a backlog."""
+    if not observed.wanted or observed.offsets is None:
+        return [], ""
     ranges = []
     for p in sorted(set(observed.wanted)):
         o = observed.offsets.get(p)
         if o is None or o.end - o.position <= 0:
             continue
         ranges.append(PartitionRange(p, split=o.end, tasks=(observed.tasks or {}).get(p)))
-    return ranges
+    return ranges, ", ".join(f"p{r.partition}@{r.split}" for r in ranges)
 
 
 def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
@@ -1299,9 +1304,9 @@ def _progress_only(before: DrainStatus, after: DrainStatus) -> Action:
 
 def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, now: float) -> Action:
     cfg = spec.drain
-    if not cfg.enabled or cfg.cancel or spec.paused or not observed.wanted or observed.offsets is None:
+    if not cfg.enabled or cfg.cancel or spec.paused:
         return Action(Kind.NONE)
-    ranges = _backlogged_ranges(observed)
+    ranges, splits = _split_plan(observed)
     if not ranges:
         return Action(Kind.NONE)
     d = DrainStatus(
@@ -1318,9 +1323,8 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
     )
     d = dataclasses.replace(
         d,
-        message=f"drain {d.id} planned for partitions {d.partitions} up to split "
-        + ", ".join(f"p{r.partition}@{r.split}" for r in ranges)
-        + "; publishing the hand-off",
+        message=f"drain {d.id} planned for partitions {d.partitions} up to split {splits}; "
+        "publishing the hand-off",
     )
     return Action(Kind.WRITE_STATUS, d, d.reason, d.message, event=("Normal", "DrainPlanned", d.message))
 

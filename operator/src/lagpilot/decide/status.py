@@ -3,6 +3,8 @@
 - Every condition carries `observedGeneration` (the spec generation it describes).
 - `lastTransitionTime` changes only when the condition's `status` flips; a new reason or message
   with the same status keeps the old time (as the API conventions and the HPA do).
+- The abnormal-true types are listed only while True or Unknown (a flip to False removes them; a
+  later True is a transition at that time).
 - `status_patch` compares old and new status ignoring `lastTransitionTime` and returns a merge patch
   of the top-level fields that really changed, or None: no write, no watch event, no reconcile echo.
 """
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lagpilot.decide import kstatus
-from lagpilot.model.status import ConditionStatus, ConditionType
+from lagpilot.model.status import ABNORMAL_TRUE, ConditionStatus, ConditionType
 
 CONDITION_TYPES = tuple(t.value for t in ConditionType)
 TRUE, FALSE, UNKNOWN = (
@@ -86,7 +88,9 @@ def parse_time(v: Any) -> float | None:
 
 def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Condition],
                      generation: int | None, now: float) -> list[dict[str, Any]]:
-    """New conditions replace old ones of the same type; other old types are kept as they were.
+    """New conditions replace old ones of the same type; other old types are kept as they were. The
+    abnormal-true types (model.status.ABNORMAL_TRUE) are left out while False: absent means normal
+    (kstatus), and `kubectl describe` lists only what needs a look besides Ready, Scaling, Draining.
 
     Output order is stable (CONDITION_TYPES first, then any others by name) so that equal content
     always renders equal lists and the diff stays quiet.
@@ -97,7 +101,8 @@ def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Cond
     # the kstatus conditions follow from the merged set, whichever writer changed it (lagpilot.decide.kstatus)
     _apply(by_type, [Condition(*d) for d in kstatus.derive(by_type)], generation, now)
     order = {t: i for i, t in enumerate(CONDITION_TYPES)}
-    return sorted(by_type.values(), key=lambda c: (order.get(c["type"], len(order)), c["type"]))
+    listed = [c for t, c in by_type.items() if not (t in ABNORMAL_TRUE and c.get("status") == FALSE)]
+    return sorted(listed, key=lambda c: (order.get(c["type"], len(order)), c["type"]))
 
 
 def _apply(

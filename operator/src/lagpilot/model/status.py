@@ -86,6 +86,23 @@ class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the 
     SCALING_INEFFECTIVE = "ScalingIneffective"  # issue 25 item 4: a scale-up did not raise the throughput
 
 
+# The abnormal-true types (True: something needs attention): listed while True or Unknown, absent
+# while False (kstatus: "the absence of any conditions means everything is normal"; the API
+# conventions allow it). Ready, Scaling and Draining (normal-true and state types) are always listed.
+ABNORMAL_TRUE = frozenset(
+    {
+        ConditionType.CATCH_UP_AT_RISK.value,
+        ConditionType.DEGRADED.value,
+        ConditionType.RECONCILING.value,
+        ConditionType.STALLED.value,
+        ConditionType.DATA_LOSS.value,
+        ConditionType.DRAIN_STALLED.value,
+        ConditionType.TERMINATING.value,
+        ConditionType.SCALING_INEFFECTIVE.value,
+    }
+)
+
+
 class ScalingIneffectiveReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     """Reasons of the ``ScalingIneffective`` condition (and of the decision that holds the count)."""
 
@@ -448,9 +465,10 @@ class BatchConsumerGroupStatus(_Model):
     )
     conditions: list[Condition] | None = Field(
         None,
-        description="Current state as conditions: Ready, Scaling, CatchUpAtRisk, Draining, Degraded, "
-        "DataLoss, DrainStalled, Terminating, ScalingIneffective, and the kstatus conditions Reconciling "
-        "and Stalled (derived from Ready and Degraded; docs/gitops.md).",
+        description="Current state as conditions: Ready, Scaling and Draining always; the abnormal-true "
+        "types CatchUpAtRisk, Degraded, DataLoss, DrainStalled, Terminating, ScalingIneffective and the "
+        "kstatus conditions Reconciling and Stalled (derived from Ready and Degraded; docs/gitops.md) only "
+        "while True or Unknown (absent: False).",
         json_schema_extra=_list_map("type"),
     )
 
@@ -519,6 +537,7 @@ def validate_status(status: dict[str, Any]) -> BatchConsumerGroupStatus:
 
 
 __all__ = [
+    "ABNORMAL_TRUE",
     "HISTORY_RANGES",
     "BatchConsumerGroupStatus",
     "CapacitySource",
