@@ -36,7 +36,7 @@ def _steady(rates: list[float], share: float, age_s: float) -> tuple[list[Partit
     return loads, ages
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     rates=st.lists(st.floats(0.0, 8 * CAP), min_size=2, max_size=8),
     group=st.integers(1, 8),
@@ -71,3 +71,61 @@ def test_a_steady_burst_never_outgrows_the_slots_its_launch_was_sized_for(
     x = _Split(loads=loads, capacity=CAP, busy=BusyDrain(lanes, slots), policy=policy, target_s=240.0,
                sla_s=300.0, share=share, task_cap=CAP, ages=ages)
     assert not _outgrown(x), (need.tasks_by_partition, need.slots, slots)
+
+
+def test_the_slots_are_judged_by_the_task_capacity_the_launch_sized_them_with() -> None:
+    """One task capacity for a busy drain's life: the launch records the figure it sized the slots
+    with (``DrainNeed.slot_rate`` -> ``status.drain.slotRate`` -> ``BusyDrain.slot_rate``); a next
+    split's roll-over check judges the slots by it, not by the consumers' figure of the moment (it
+    moves with their batches while the drain takes the backlog: the real test's roll-over)."""
+    from lagpilot.decide.drain_policy import extension_need
+
+    rates = [300.0, 0.0, 0.0]  # the real busy-drain test: p0 at 3x one consumer, one replica
+    share = CAP / 3
+    loads, ages = _steady(rates, share, 90.0)
+    policy = DrainPolicy(start_up_s=90.0, handoff_s=1.0, max_tasks=16, busy=True)
+    need = drain_need(loads, CAP, group_replicas=1, target_s=240.0, sla_s=300.0, policy=policy, now_s=0.0,
+                      oldest_age_s=ages)
+    assert need is not None and need.slot_rate == CAP and need.to_dict()["slotRate"] == CAP
+    slots = need.slots
+    loads, ages = _steady(rates, share, 15.0)
+    lanes = tuple(Lane(p, 0, 0.0) for p in need.partitions)
+    kw = dict(group_replicas=1, target_s=240.0, policy=policy, sla_s=300.0, oldest_age_s=ages)
+    # the consumers report a third of the capacity now (small batches): with the recorded figure the
+    # slots still hold the burst they were sized for, so the drain takes its next split
+    low = CAP / 3
+    loads_low = [PartitionLoad(ld.partition, ld.lag, ld.rate) for ld in loads]
+    split = extension_need(loads_low, low, BusyDrain(lanes, slots, need.slot_rate), **kw)  # type: ignore[arg-type]
+    assert split is not None and split.partitions == (0,)
+    assert split.tasks <= slots
+    # judged by the figure of the moment (a status without slotRate), the same slots look outgrown
+    x = _Split(loads=loads_low, capacity=low, busy=BusyDrain(lanes, slots), policy=policy, target_s=240.0,
+               sla_s=300.0, share=low / 3, task_cap=low, ages=ages)
+    assert _outgrown(x)
+
+
+def test_the_slot_rate_is_recorded_at_the_plan_and_read_back_by_the_planner() -> None:
+    import dataclasses
+
+    from lagpilot.decide import handoff as h
+    from lagpilot.decide.step import busy_drain_of
+    from lagpilot.spec import parse_spec
+
+    s = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
+                    "batch": {"maxRecords": 10}, "drain": {"maxTasks": 16}})
+    o = h.Observed(generation=1, offsets={0: h.Offsets(200, 0, 1000)}, group_empty=None, replicas=2,
+                   wanted=(0,), tasks={0: 2}, slots=6, slot_rate=97.5, busy=True)
+    planned = h.next_action(s, None, o, 1000.0).status
+    assert planned is not None and planned.slot_rate == 97.5
+    back = h.DrainStatus.from_dict(planned.to_dict())
+    assert back is not None and back.slot_rate == 97.5 and planned.to_dict()["slotRate"] == 97.5
+    running = dataclasses.replace(back, phase=h.Phase.RUNNING)
+    b = busy_drain_of([running])
+    assert b is not None and b.slots == 6 and b.slot_rate == 97.5
+    # a status without it (written before): the task capacity of the moment
+    b = busy_drain_of([dataclasses.replace(running, slot_rate=0.0)])
+    assert b is not None and b.slot_rate is None
+    # a drain that is not busy records none
+    plain = h.next_action(s, None, dataclasses.replace(o, busy=False), 1000.0).status
+    assert plain is not None and plain.slot_rate == 0.0 and "slotRate" not in {
+        k for k, v in plain.to_dict().items() if v is not None}

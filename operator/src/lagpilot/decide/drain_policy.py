@@ -180,6 +180,10 @@ class DrainNeed:
     # a busy drain's first split: the task slots its Job is launched with (>= tasks; its
     # parallelism is fixed at launch and its next splits run on them: :func:`burst_slots`); 0: tasks
     slots: int = 0
+    # a busy drain's first split: the records/s of one slot these ``slots`` were sized with (the
+    # task capacity of the plan); recorded with them (``status.drain.slotRate``) so its next splits
+    # and the roll-over (:func:`_outgrown`) judge the slots by the figure they were sized with
+    slot_rate: float = 0.0
 
     @property
     def partitions(self) -> tuple[int, ...]:
@@ -198,6 +202,7 @@ class DrainNeed:
             "followUp": self.follow_up,
             **({"extension": True} if self.extension else {}),
             **({"slots": self.slots} if self.slots else {}),
+            **({"slotRate": round(self.slot_rate, 3)} if self.slots and self.slot_rate else {}),
             "ranges": [
                 {
                     "partition": r.partition,
@@ -231,6 +236,9 @@ class BusyDrain:
 
     lanes: tuple[Lane, ...]
     slots: int
+    # records/s of one slot, the figure its launch sized the slots with (``status.drain.slotRate``;
+    # None: not recorded, the task capacity of the moment)
+    slot_rate: float | None = None
 
     @property
     def by_partition(self) -> dict[int, Lane]:
@@ -336,8 +344,17 @@ def burst_need(need: int, rate: float, share: float, task_cap: float, high: int)
     burst for a partition whose regrowth keeps 5.4 busy, within 1.0000 but 5,974 minutes against
     KEDA's 4,318 (this rule: 7-8 slots); the backlog is cleared by the spare slots over the next
     splits, which :func:`partition_need` checks. Pure."""
-    spare = math.ceil(max(0.0, rate - share) * BURST_SPARE / task_cap - 1e-9)
+    spare = math.ceil(regrowth_tasks(rate, share, task_cap) * BURST_SPARE - 1e-9)
     return max(1, min(max(1, high), max(need, spare)))
+
+
+def regrowth_tasks(rate: float, share: float, task_cap: float) -> float:
+    """The tasks one partition's regrowth keeps busy: what it brings beyond its consumer's
+    ``share`` (``rate - share``, records/s) over one task's ``task_cap``. The one measure of a
+    burst a busy drain's slots are sized by (:func:`burst_need`, :func:`burst_slots`) and judged
+    by (:func:`_outgrown`), with one rate (:func:`_seen_rate`) and one task capacity (the figure
+    the launch sized with, ``BusyDrain.slot_rate``). Pure."""
+    return max(0.0, rate - share) / task_cap
 
 
 def burst_slots(tasks: int, others: Iterable[float], share: float, task_cap: float, budget: int) -> int:
@@ -348,7 +365,7 @@ def burst_slots(tasks: int, others: Iterable[float], share: float, task_cap: flo
     is taken from the spare of the partitions in the split, :func:`_holds_first`: hot-partition s0
     kept a slot for a hundredth of a task for an hour, 375 drain-task minutes against 296),
     within the ``budget``. Pure."""
-    extra = sum(max(0.0, r - share) for r in others) * 1.1 / task_cap
+    extra = sum(regrowth_tasks(r, share, task_cap) for r in others) * 1.1
     keep = math.ceil(extra - 1e-9) if extra >= 0.5 else 0
     return max(0, min(budget, tasks + keep))
 
@@ -459,7 +476,7 @@ def drain_need(
     others = [_seen_rate(ld, _age(ld, x.ages), policy.poll_interval_s) for ld in loads
               if ld.partition not in inside and ld.partition not in x.busy]
     slots = burst_slots(need.tasks, others, x.share, x.task_cap, x.budget)
-    return replace(need, slots=max(need.tasks, slots))
+    return replace(need, slots=max(need.tasks, slots), slot_rate=x.task_cap)
 
 
 @dataclass(frozen=True)
@@ -857,7 +874,10 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         return None
     x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
                sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
-               task_cap=policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
+               # one task capacity for the drain's life: the figure its slots were sized with at the
+               # launch (its tasks are the same; the consumers' figure of the moment moves with their
+               # batches), else the task capacity of the moment
+               task_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
     notes: list[str] = []
     picks = _split_picks(x, notes)
     if not picks:
@@ -905,17 +925,45 @@ class _Split:
 
 def _outgrown(x: _Split) -> bool:
     """The drain's slots cannot hold the regrowth of the partitions the capped group cannot hold
-    (``sum(rate - share) / task capacity``, without spare: its lanes would fall behind from split
-    to split however they are cut) while a drain may hold more (``maxTasks``). Decided here
-    (docs/decision.md "Busy drains: the slots"): the drain takes no further split and ends at its
-    next part boundary (its partitions handed back: the exact hand-back of a drain whose burst is
-    over); the next drain is planned afresh with the slots the load needs, paying one start-up."""
+    (:func:`regrowth_tasks` summed, without spare: its lanes would fall behind from split to split
+    however they are cut) **and** a new drain's launch would hold more slots than it does
+    (:func:`launch_slots`: the launch's own rule on the rates now, within ``maxTasks`` and the
+    CR's ``splitFactor``). Judged as the launch sized the slots: the same rule, the same rate
+    (:func:`_seen_rate`) and the same task capacity (``x.task_cap``: the slot rate the launch
+    recorded), so a steady burst never outgrows the slots it was launched for, and a drain is
+    never ended for one that could not hold more. Decided here (docs/decision.md "Busy drains: the
+    slots"): the drain takes no further split and ends at its next part boundary (its partitions
+    handed back: the exact hand-back of a drain whose burst is over); the next drain is planned
+    afresh with the slots the load needs, paying one start-up."""
+    return _outgrown_by(x) is not None
+
+
+def _outgrown_by(x: _Split) -> tuple[float, int, float] | None:
+    """(the regrowth in tasks, the slots a launch would hold now, the regrowing partitions' rate)
+    when the drain's slots are outgrown (:func:`_outgrown`), else None."""
     p = x.policy
-    if x.busy.slots >= p.max_tasks:
-        return False
-    rates = (_seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads)
-    regrowth = sum(max(0.0, r - x.share) for r in rates) / x.task_cap
-    return math.ceil(regrowth - 1e-9) > x.busy.slots
+    rates = {ld.partition: _seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads}
+    regrowth = sum(regrowth_tasks(r, x.share, x.task_cap) for r in rates.values())
+    if math.ceil(regrowth - 1e-9) <= x.busy.slots:
+        return None
+    mine = set(x.busy.by_partition)
+    held = [r for q, r in rates.items() if q in mine]
+    want = launch_slots(held, [r for q, r in rates.items() if q not in mine], x.share, x.task_cap, p)
+    if want <= x.busy.slots:
+        return None  # nothing bigger can follow: it splits within its slots
+    return regrowth, want, sum(r for r in rates.values() if r > x.share)
+
+
+def launch_slots(rates: Sequence[float], others: Iterable[float], share: float, task_cap: float,
+                 policy: DrainPolicy) -> int:
+    """The slots a busy drain's launch asks for the regrowth alone (no backlog): each partition of
+    the drain (``rates``) its :func:`burst_need`, within the launch's bound (:func:`task_cap_of`:
+    ``maxTasks``, and the CR's ``splitFactor`` a partition), and room for the regrowth of the
+    ``others`` (:func:`burst_slots`). The launch's own rule (:func:`drain_need` asks at least this
+    on these rates), so :func:`_outgrown` ends a drain only for one that would hold more. Pure."""
+    high = task_cap_of(policy, max(1, len(rates)), policy.max_tasks)
+    tasks = min(high, sum(burst_need(1, r, share, task_cap, high) for r in rates))
+    return max(tasks, burst_slots(tasks, others, share, task_cap, policy.max_tasks))
 
 
 def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float]]:

@@ -228,6 +228,9 @@ class DrainStatus:
     busy: bool = False
     round: int = 0
     slots: int = 0
+    # records/s of one slot, the task capacity the planner sized ``slots`` with (DrainNeed.slot_rate;
+    # 0: not recorded): the drain's next splits and its roll-over judge the slots by it
+    slot_rate: float = 0.0
     extension: Extension | None = None
     # a busy drain's done sub-ranges no longer listed (``fold_done``): (ranges, records done,
     # records total); the listed ones and these make the drain's counts
@@ -322,6 +325,7 @@ class DrainStatus:
             "busy": _or_none(self.busy),
             "round": _or_none(self.round),
             "slots": _unless(over, _or_none(self.slots)),
+            "slotRate": _unless(over, _or_none(round(self.slot_rate, 3))),
             "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
@@ -370,6 +374,7 @@ class DrainStatus:
             busy=bool(d.get("busy")),
             round=_int(d, "round"),
             slots=_int(d, "slots"),
+            slot_rate=float(d.get("slotRate") or 0.0),
             extension=Extension.from_dict(d.get("extension")),
             folded=_folded(d.get("subRangesFolded") if subs else None),
         )
@@ -553,6 +558,7 @@ class Observed:
     # a busy drain's first split: the task slots the planner asks its Job to hold (DrainNeed.slots;
     # 0: its sub-ranges), recorded at the plan and turned into the Job's parallelism at launch
     slots: int = 0
+    slot_rate: float = 0.0  # records/s of one of those slots as the planner sized them (DrainNeed.slot_rate)
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
     stall_limits: StallLimits = field(default_factory=StallLimits)
@@ -1315,6 +1321,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         busy=observed.busy,
         # the slots its Job will hold (job_slots at launch: at least one a sub-range, at most maxTasks)
         slots=max(0, observed.slots) if observed.busy else 0,
+        slot_rate=max(0.0, observed.slot_rate) if observed.busy and observed.slots > 0 else 0.0,
     )
     d = dataclasses.replace(
         d,
