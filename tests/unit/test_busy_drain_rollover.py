@@ -58,7 +58,8 @@ def test_a_steady_burst_never_outgrows_the_slots_its_launch_was_sized_for(
     policy = DrainPolicy(start_up_s=start_up, handoff_s=1.0, max_tasks=max_tasks, busy=True,
                          min_backlog_records=0, split_factor=split_factor)
     group = min(group, len(rates))
-    share = CAP / project([PartitionLoad(p, 0.0, r) for p, r in enumerate(rates)], group, CAP).per_consumer_partitions
+    idle = [PartitionLoad(p, 0.0, r) for p, r in enumerate(rates)]
+    share = CAP / project(idle, group, CAP).per_consumer_partitions
     loads, ages = _steady(rates, share, onset)
     need = drain_need(loads, CAP, group_replicas=group, target_s=240.0, sla_s=300.0, policy=policy,
                       now_s=0.0, oldest_age_s=ages)
@@ -129,3 +130,82 @@ def test_the_slot_rate_is_recorded_at_the_plan_and_read_back_by_the_planner() ->
     plain = h.next_action(s, None, dataclasses.replace(o, busy=False), 1000.0).status
     assert plain is not None and plain.slot_rate == 0.0 and "slotRate" not in {
         k for k, v in plain.to_dict().items() if v is not None}
+
+
+# ---- the roll-over's own reason and message (status.drain.reason RollingOver, event DrainRollingOver) --
+
+
+def _outgrown_drain() -> tuple[list[PartitionLoad], BusyDrain, dict[str, object]]:
+    """Two partitions at 6x a consumer regrow 10 tasks' worth; the drain holds 4 slots (sized with 150/s)."""
+    loads = [PartitionLoad(0, 12_000.0, 900.0), PartitionLoad(1, 12_000.0, 900.0),
+             PartitionLoad(2, 0.0, 50.0)]
+    busy = BusyDrain((Lane(0, 0, 0.0), Lane(1, 0, 0.0), Lane(2, 0, 0.0)), slots=4, slot_rate=CAP)
+    kw: dict[str, object] = dict(group_replicas=3, target_s=270.0, sla_s=300.0,
+                                 oldest_age_s={0: 15.0, 1: 15.0},
+                                 policy=DrainPolicy(start_up_s=90.0, handoff_s=1.0, max_tasks=16, busy=True))
+    return loads, busy, kw
+
+
+def test_the_planner_names_a_roll_over_with_the_slots_held_and_needed_and_the_rate() -> None:
+    from lagpilot.decide.drain_policy import extension_need, roll_over
+
+    loads, busy, kw = _outgrown_drain()
+    assert extension_need(loads, CAP, busy, **kw) is None  # type: ignore[arg-type]
+    r = roll_over(loads, CAP, busy, **kw)  # type: ignore[arg-type]
+    assert r is not None
+    # 2 x 750 / 150 = 10 tasks of regrowth; a launch now: 2 x ceil(5 x 1.2) = 12 slots, and one for
+    # partition 2, which the drain holds too
+    assert (r.slots, r.needed, round(r.rate), round(r.regrowth, 1)) == (4, 13, 1800, 10.0)
+    assert "4 slots" in r.message and "1800 records/s" in r.message and "13 slots" in r.message
+    # a drain that takes its next split, or whose group holds the load, is no roll-over
+    big = BusyDrain(busy.lanes, slots=16, slot_rate=CAP)
+    assert extension_need(loads, CAP, big, **kw) is not None  # type: ignore[arg-type]
+    assert roll_over(loads, CAP, big, **kw) is None  # type: ignore[arg-type]
+    calm = [PartitionLoad(p, 0.0, 50.0) for p in range(3)]
+    assert roll_over(calm, CAP, busy, **kw) is None  # type: ignore[arg-type]
+
+
+def test_the_decision_carries_the_roll_over() -> None:
+    from lagpilot.decide.scaling import ScalingObservation, ScalingPolicy, decide
+
+    loads, busy, kw = _outgrown_drain()
+    o = ScalingObservation(now_s=1000.0, partitions=3, current_replicas=3, loads=tuple(loads),
+                           capacity_per_replica=CAP, oldest_age_s={0: 15.0, 1: 15.0}, drains_in_flight=1,
+                           tasks_in_flight=4, busy_partitions=(0, 1, 2), busy_drain=busy)
+    pol = ScalingPolicy(min_replicas=1, max_replicas=3, sla_s=300.0)
+    d, _ = decide(o, pol, drain_policy=kw["policy"])  # type: ignore[arg-type]
+    assert d.drain is None and d.roll_over is not None and d.roll_over.slots == 4
+    big = ScalingObservation(**{**o.__dict__, "busy_drain": BusyDrain(busy.lanes, 16, CAP)})
+    d2, _ = decide(big, pol, drain_policy=kw["policy"])  # type: ignore[arg-type]
+    assert d2.roll_over is None and d2.drain is not None and d2.drain.extension
+
+
+def test_a_roll_over_ends_the_drain_with_its_own_reason_message_and_event() -> None:
+    from lagpilot.decide import handoff as h
+    from lagpilot.decide.drain_policy import RollOver
+    from lagpilot.spec import parse_spec
+
+    sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
+                     "batch": {"maxRecords": 10}, "drain": {"maxTasks": 16}})
+    now = 1_000_000.0
+    d = h.DrainStatus(id=4, phase=h.Phase.RUNNING, busy=True, attempt=1, planned_at=now - 100,
+                      published_at=now - 99, handed_off_at=now - 98, started_at=now - 97, progress_at=now - 1,
+                      hand_off_path=h.PATH_ACK, slots=4, ranges=(h.PartitionRange(0, 1000, 400, 2),),
+                      sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300),
+                                  h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+
+    def seen(roll: RollOver | None) -> h.Observed:
+        return h.Observed(1, {0: h.Offsets(1000, 0, 1000)}, False, 2, (),
+                          h.JobObservation(h.JobState.ACTIVE, 1), {},
+                          None, tasks={0: 3}, owner="uid", busy=True, part=h.NO_PART, roll_over=roll)
+
+    a = h.next_action(sp, d, seen(RollOver(slots=4, needed=12, rate=1800.0, regrowth=10.0)), now)
+    assert a.kind is h.Kind.DELIVER and a.part is not None and a.part.final  # the same final part
+    assert a.status is not None and a.status.reason == "RollingOver" and a.event is not None
+    assert a.event[:2] == ("Normal", "DrainRollingOver") and a.event[2] == a.status.message
+    for words in ("drain 4", "rolling over", "4 slots", "1800 records/s", "12 slots"):
+        assert words in a.status.message, (words, a.status.message)
+    # without a roll-over: the ordinary hand-back
+    a = h.next_action(sp, d, seen(None), now)
+    assert a.status is not None and a.status.reason == "HandingBack" and a.event is not None
+    assert a.event[1] == "DrainHandedBack" and "holds partitions [0] again" in a.status.message

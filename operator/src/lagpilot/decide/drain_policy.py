@@ -220,6 +220,23 @@ class DrainNeed:
 
 
 @dataclass(frozen=True)
+class RollOver:
+    """A busy drain whose slots the load outgrew (:func:`roll_over`): it takes no further split and
+    ends at its next part boundary; the next drain is planned with the slots the load needs."""
+
+    slots: int  # the slots the drain holds
+    needed: int  # the slots a new drain's launch would hold now (:func:`launch_slots`)
+    rate: float  # records/s of the partitions over their consumer's share
+    regrowth: float  # the tasks their regrowth keeps busy (:func:`regrowth_tasks`, summed)
+
+    @property
+    def message(self) -> str:
+        return (f"its {self.slots} slots cannot hold the burst: {self.rate:.0f} records/s on the partitions "
+                f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with "
+                f"{self.needed} slots")
+
+
+@dataclass(frozen=True)
 class Lane:
     """One partition of a running busy drain (issue 25 item 2): the tasks working on its handed-off
     sub-ranges now and the records they still hold (0 and 0: its last range is done, its tasks free)."""
@@ -866,22 +883,12 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     -> the slots outgrown (hand back) -> the budget the tasks busy elsewhere leave of the slots ->
     each partition's tasks -> the need, with its reason and message.
     """
-    if capacity <= 0 or not loads:
-        return None
-    group_replicas = max(1, min(group_replicas, len(loads)))
-    group = project(loads, group_replicas, capacity)
-    if group.catch_up_s <= target_s:
-        return None
-    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
-               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
-               # one task capacity for the drain's life: the figure its slots were sized with at the
-               # launch (its tasks are the same; the consumers' figure of the moment moves with their
-               # batches), else the task capacity of the moment
-               task_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
     notes: list[str] = []
-    picks = _split_picks(x, notes)
-    if not picks:
+    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
+                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=notes)
+    if setting is None:
         return None
+    x, picks = setting
     if _outgrown(x):
         return None  # handed back at its next part boundary: a drain with the slots the load needs follows
     picked = {ld.partition for ld, _ in picks}
@@ -901,6 +908,51 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         return None
     return _need(chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True,
                  extension=True)
+
+
+def roll_over(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
+              target_s: float, policy: DrainPolicy, sla_s: float | None = None,
+              oldest_age_s: Mapping[int, float] | None = None) -> RollOver | None:
+    """Why a running busy drain takes no next split now, when that is a roll-over: the steps of
+    :func:`extension_need` up to the outgrown slots (:func:`_outgrown`), with the figures the
+    drain's final part names (``status.drain.reason`` ``RollingOver``). None when it takes a next
+    split, or takes none for another reason (the group holds its partitions: the plain
+    hand-back). Pure."""
+    if not policy.busy:
+        return None
+    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
+                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=[])
+    if setting is None:
+        return None
+    by = _outgrown_by(setting[0])
+    if by is None:
+        return None
+    regrowth, needed, rate = by
+    return RollOver(slots=busy.slots, needed=needed, rate=rate, regrowth=regrowth)
+
+
+def _split_setting(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
+                   target_s: float, policy: DrainPolicy, sla_s: float | None,
+                   oldest_age_s: Mapping[int, float] | None,
+                   notes: list[str]) -> tuple[_Split, list[tuple[PartitionLoad, float]]] | None:
+    """The setting of a next split and the partitions due for one, or None (the capped group alone
+    meets the target, or none is due)."""
+    if capacity <= 0 or not loads:
+        return None
+    group_replicas = max(1, min(group_replicas, len(loads)))
+    group = project(loads, group_replicas, capacity)
+    if group.catch_up_s <= target_s:
+        return None
+    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
+               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
+               # one task capacity for the drain's life: the figure its slots were sized with at the
+               # launch (its tasks are the same; the consumers' figure of the moment moves with their
+               # batches), else the task capacity of the moment
+               task_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
+    picks = _split_picks(x, notes)
+    if not picks:
+        return None
+    return x, picks
 
 
 @dataclass(frozen=True)
@@ -1421,6 +1473,7 @@ __all__ = [
     "DrainPolicy",
     "DrainRange",
     "Lane",
+    "RollOver",
     "allocate_by_need",
     "allocate_tasks",
     "assisted_replicas",
@@ -1431,10 +1484,13 @@ __all__ = [
     "extension_need",
     "follow_up_due",
     "group_cost",
+    "launch_slots",
     "one_at_a_time_worst_s",
     "overloaded_at",
     "partition_need",
     "pipeline_tasks",
+    "regrowth_tasks",
+    "roll_over",
     "task_cap_of",
     "tasks_for_two_drains",
     "worst_latency_s",

@@ -69,6 +69,17 @@ class Stall(str, enum.Enum):  # noqa: UP042 - str() and format() of the members 
     NO_RUNNING_POD = "NoRunningPod"
 
 
+class DrainEndReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Why a busy drain takes no further split and ends (``status.drain.reason`` of its final part,
+    and the event's reason with the ``Drain`` prefix)."""
+
+    # the capped group holds its partitions again: they are handed back (event DrainHandedBack)
+    HANDING_BACK = "HandingBack"
+    # its slots cannot hold the burst and a new drain's launch would hold more: it ends and the next
+    # drain is planned with the slots the load needs (event DrainRollingOver; issue 25)
+    ROLLING_OVER = "RollingOver"
+
+
 class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     """Every condition type the operator writes, in the order `merge_conditions` lists them (the one
     declaration: decide/status.CONDITION_TYPES and decide/kstatus read it)."""
