@@ -209,3 +209,17 @@ def test_a_roll_over_ends_the_drain_with_its_own_reason_message_and_event() -> N
     a = h.next_action(sp, d, seen(None), now)
     assert a.status is not None and a.status.reason == "HandingBack" and a.event is not None
     assert a.event[1] == "DrainHandedBack" and "holds partitions [0] again" in a.status.message
+
+
+def test_the_real_tests_accept_a_roll_over_only_to_more_slots() -> None:
+    """tests/real/test_busy_drain.py's check of the drains a burst saw (tests/real/busy_drains.py)."""
+    from tests.real.busy_drains import roll_over_problems
+
+    assert roll_over_problems({1}, {1: 8}, {1: {"Launched", "HandingBack"}}) == []
+    assert roll_over_problems({1, 2}, {1: 4, 2: 9}, {1: {"RollingOver"}, 2: {"HandingBack"}}) == []
+    # a second drain without more slots, or without the roll-over's reason, or a gap: refused
+    assert roll_over_problems({1, 2}, {1: 8, 2: 8}, {1: {"RollingOver"}, 2: {"HandingBack"}})
+    assert roll_over_problems({1, 2}, {1: 8, 2: 6}, {1: {"RollingOver"}, 2: {"HandingBack"}})
+    assert roll_over_problems({1, 2}, {1: 4, 2: 9}, {1: {"HandingBack"}, 2: {"HandingBack"}})
+    assert roll_over_problems({1, 3}, {1: 4, 3: 9}, {1: {"RollingOver"}, 3: {"HandingBack"}})
+    assert roll_over_problems({1, 2}, {2: 9}, {1: {"RollingOver"}, 2: {"HandingBack"}})  # slots unseen
