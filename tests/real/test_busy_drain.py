@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.real.busy_drains import roll_over_problems
+from tests.real.busy_drains import end_reasons, roll_over_problems
 from tests.real.test_drain_operator import PARTS, Scenario, crd, produce, replay_runs, scenario  # noqa: F401 - fixtures too
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -188,6 +188,10 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     # holds MORE slots than the one before it (a second drain without more slots is a defect: a
     # steady burst must not roll over, tests/unit/test_busy_drain_rollover.py); one start-up a drain
     ids = sorted(seen["ids"])
+    from tests.real.test_operator_e2e import events_for
+
+    for i, why in end_reasons((e.reason, e.message) for e in events_for(s.core, s.ns, s.name)).items():
+        seen["reasons_of"].setdefault(i, set()).update(why)  # a final part's reason: status, or its event
     print("drains:", ids, "slots:", seen["slots"], "reasons:", seen["reasons_of"])
     assert ids[0] == 1 and d["id"] == ids[-1], (seen, d)
     assert not roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]), (

@@ -223,3 +223,10 @@ def test_the_real_tests_accept_a_roll_over_only_to_more_slots() -> None:
     assert roll_over_problems({1, 2}, {1: 4, 2: 9}, {1: {"HandingBack"}, 2: {"HandingBack"}})
     assert roll_over_problems({1, 3}, {1: 4, 3: 9}, {1: {"RollingOver"}, 3: {"HandingBack"}})
     assert roll_over_problems({1, 2}, {2: 9}, {1: {"RollingOver"}, 2: {"HandingBack"}})  # slots unseen
+    # the final part's reason from its event (the status shows it only until the Job ends)
+    from tests.real.busy_drains import end_reasons
+
+    assert end_reasons([("DrainRollingOver", "drain 1: every sub-range done; rolling over: its 4 slots ..."),
+                        ("DrainHandedBack", "drain 2: every sub-range done and the group holds ..."),
+                        ("DrainLaunched", "drain 3: ..."), ("DrainRollingOver", "garbled")]) == {
+        1: {"RollingOver"}, 2: {"HandingBack"}}

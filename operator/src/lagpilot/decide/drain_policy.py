@@ -232,8 +232,8 @@ class RollOver:
     @property
     def message(self) -> str:
         return (f"its {self.slots} slots cannot hold the burst: {self.rate:.0f} records/s on the partitions "
-                f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with "
-                f"{self.needed} slots")
+                f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with at "
+                f"least {self.needed} slots")
 
 
 @dataclass(frozen=True)
