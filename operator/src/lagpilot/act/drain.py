@@ -189,6 +189,9 @@ class DrainContext:
     version: str = __version__
     tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
     slots: int = 0  # a busy drain's first split: the task slots the planner asks its Job to hold (0: its tasks)
+    slot_rate: float = 0.0  # records/s of one such slot as the planner sized them (DrainNeed.slot_rate)
+    # the running busy drain outgrew its slots (drain_policy.RollOver: slots held, needed, rate), else None
+    roll_over: Any = None
     launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
     # status.drain writes guarded by the drain they were decided on (`same_drain`, resourceVersion:
     # KubeApi.patch_status_guarded); `verify_drain` checks that basis before an effect. None: plain
@@ -366,7 +369,8 @@ class DrainExecutor(DrainCalls):
         job = self._observe_job(ctx, d)
         stall_limits = self._started(ctx, d, attempts)
         return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
-                        wanted=wanted, tasks=dict(ctx.tasks), slots=ctx.slots, job=job, progress=progress,
+                        wanted=wanted, tasks=dict(ctx.tasks), slots=ctx.slots,
+                        slot_rate=ctx.slot_rate, roll_over=ctx.roll_over, job=job, progress=progress,
                         mailbox=mailbox, ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=stall_limits,
                         members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part)
@@ -648,6 +652,8 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         wanted=tuple(decision.drain.partitions) if getattr(decision, "drain", None) else (),
         tasks=dict(decision.drain.tasks_by_partition) if getattr(decision, "drain", None) else {},
         slots=int(getattr(decision.drain, "slots", 0) or 0) if getattr(decision, "drain", None) else 0,
+        slot_rate=float(getattr(decision.drain, "slot_rate", 0.0) or 0.0) if getattr(decision, "drain", None) else 0.0,
+        roll_over=getattr(decision, "roll_over", None),
         admin=handle.safe_admin(executor.timeout_s),  # admin OffsetFetch would SIGSEGV (kafka_observe)
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),

@@ -180,6 +180,10 @@ class DrainNeed:
     # a busy drain's first split: the task slots its Job is launched with (>= tasks; its
     # parallelism is fixed at launch and its next splits run on them: :func:`burst_slots`); 0: tasks
     slots: int = 0
+    # a busy drain's first split: the records/s of one slot these ``slots`` were sized with (the
+    # task capacity of the plan); recorded with them (``status.drain.slotRate``) so its next splits
+    # and the roll-over (:func:`_outgrown`) judge the slots by the figure they were sized with
+    slot_rate: float = 0.0
 
     @property
     def partitions(self) -> tuple[int, ...]:
@@ -198,6 +202,7 @@ class DrainNeed:
             "followUp": self.follow_up,
             **({"extension": True} if self.extension else {}),
             **({"slots": self.slots} if self.slots else {}),
+            **({"slotRate": round(self.slot_rate, 3)} if self.slots and self.slot_rate else {}),
             "ranges": [
                 {
                     "partition": r.partition,
@@ -212,6 +217,23 @@ class DrainNeed:
                 for r in self.ranges
             ],
         }
+
+
+@dataclass(frozen=True)
+class RollOver:
+    """A busy drain whose slots the load outgrew (:func:`roll_over`): it takes no further split and
+    ends at its next part boundary; the next drain is planned with the slots the load needs."""
+
+    slots: int  # the slots the drain holds
+    needed: int  # the slots a new drain's launch would hold now (:func:`launch_slots`)
+    rate: float  # records/s of the partitions over their consumer's share
+    regrowth: float  # the tasks their regrowth keeps busy (:func:`regrowth_tasks`, summed)
+
+    @property
+    def message(self) -> str:
+        return (f"its {self.slots} slots cannot hold the burst: {self.rate:.0f} records/s on the partitions "
+                f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with at "
+                f"least {self.needed} slots")
 
 
 @dataclass(frozen=True)
@@ -231,6 +253,9 @@ class BusyDrain:
 
     lanes: tuple[Lane, ...]
     slots: int
+    # records/s of one slot, the figure its launch sized the slots with (``status.drain.slotRate``;
+    # None: not recorded, the task capacity of the moment)
+    slot_rate: float | None = None
 
     @property
     def by_partition(self) -> dict[int, Lane]:
@@ -336,8 +361,17 @@ def burst_need(need: int, rate: float, share: float, task_cap: float, high: int)
     burst for a partition whose regrowth keeps 5.4 busy, within 1.0000 but 5,974 minutes against
     KEDA's 4,318 (this rule: 7-8 slots); the backlog is cleared by the spare slots over the next
     splits, which :func:`partition_need` checks. Pure."""
-    spare = math.ceil(max(0.0, rate - share) * BURST_SPARE / task_cap - 1e-9)
+    spare = math.ceil(regrowth_tasks(rate, share, task_cap) * BURST_SPARE - 1e-9)
     return max(1, min(max(1, high), max(need, spare)))
+
+
+def regrowth_tasks(rate: float, share: float, task_cap: float) -> float:
+    """The tasks one partition's regrowth keeps busy: what it brings beyond its consumer's
+    ``share`` (``rate - share``, records/s) over one task's ``task_cap``. The one measure of a
+    burst a busy drain's slots are sized by (:func:`burst_need`, :func:`burst_slots`) and judged
+    by (:func:`_outgrown`), with one rate (:func:`_seen_rate`) and one task capacity (the figure
+    the launch sized with, ``BusyDrain.slot_rate``). Pure."""
+    return max(0.0, rate - share) / task_cap
 
 
 def burst_slots(tasks: int, others: Iterable[float], share: float, task_cap: float, budget: int) -> int:
@@ -348,7 +382,7 @@ def burst_slots(tasks: int, others: Iterable[float], share: float, task_cap: flo
     is taken from the spare of the partitions in the split, :func:`_holds_first`: hot-partition s0
     kept a slot for a hundredth of a task for an hour, 375 drain-task minutes against 296),
     within the ``budget``. Pure."""
-    extra = sum(max(0.0, r - share) for r in others) * 1.1 / task_cap
+    extra = sum(regrowth_tasks(r, share, task_cap) for r in others) * 1.1
     keep = math.ceil(extra - 1e-9) if extra >= 0.5 else 0
     return max(0, min(budget, tasks + keep))
 
@@ -459,7 +493,7 @@ def drain_need(
     others = [_seen_rate(ld, _age(ld, x.ages), policy.poll_interval_s) for ld in loads
               if ld.partition not in inside and ld.partition not in x.busy]
     slots = burst_slots(need.tasks, others, x.share, x.task_cap, x.budget)
-    return replace(need, slots=max(need.tasks, slots))
+    return replace(need, slots=max(need.tasks, slots), slot_rate=x.task_cap)
 
 
 @dataclass(frozen=True)
@@ -849,19 +883,12 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     -> the slots outgrown (hand back) -> the budget the tasks busy elsewhere leave of the slots ->
     each partition's tasks -> the need, with its reason and message.
     """
-    if capacity <= 0 or not loads:
-        return None
-    group_replicas = max(1, min(group_replicas, len(loads)))
-    group = project(loads, group_replicas, capacity)
-    if group.catch_up_s <= target_s:
-        return None
-    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
-               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
-               task_cap=policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
     notes: list[str] = []
-    picks = _split_picks(x, notes)
-    if not picks:
+    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
+                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=notes)
+    if setting is None:
         return None
+    x, picks = setting
     if _outgrown(x):
         return None  # handed back at its next part boundary: a drain with the slots the load needs follows
     picked = {ld.partition for ld, _ in picks}
@@ -881,6 +908,51 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         return None
     return _need(chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True,
                  extension=True)
+
+
+def roll_over(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
+              target_s: float, policy: DrainPolicy, sla_s: float | None = None,
+              oldest_age_s: Mapping[int, float] | None = None) -> RollOver | None:
+    """Why a running busy drain takes no next split now, when that is a roll-over: the steps of
+    :func:`extension_need` up to the outgrown slots (:func:`_outgrown`), with the figures the
+    drain's final part names (``status.drain.reason`` ``RollingOver``). None when it takes a next
+    split, or takes none for another reason (the group holds its partitions: the plain
+    hand-back). Pure."""
+    if not policy.busy:
+        return None
+    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
+                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=[])
+    if setting is None:
+        return None
+    by = _outgrown_by(setting[0])
+    if by is None:
+        return None
+    regrowth, needed, rate = by
+    return RollOver(slots=busy.slots, needed=needed, rate=rate, regrowth=regrowth)
+
+
+def _split_setting(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
+                   target_s: float, policy: DrainPolicy, sla_s: float | None,
+                   oldest_age_s: Mapping[int, float] | None,
+                   notes: list[str]) -> tuple[_Split, list[tuple[PartitionLoad, float]]] | None:
+    """The setting of a next split and the partitions due for one, or None (the capped group alone
+    meets the target, or none is due)."""
+    if capacity <= 0 or not loads:
+        return None
+    group_replicas = max(1, min(group_replicas, len(loads)))
+    group = project(loads, group_replicas, capacity)
+    if group.catch_up_s <= target_s:
+        return None
+    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
+               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
+               # one task capacity for the drain's life: the figure its slots were sized with at the
+               # launch (its tasks are the same; the consumers' figure of the moment moves with their
+               # batches), else the task capacity of the moment
+               task_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
+    picks = _split_picks(x, notes)
+    if not picks:
+        return None
+    return x, picks
 
 
 @dataclass(frozen=True)
@@ -905,17 +977,45 @@ class _Split:
 
 def _outgrown(x: _Split) -> bool:
     """The drain's slots cannot hold the regrowth of the partitions the capped group cannot hold
-    (``sum(rate - share) / task capacity``, without spare: its lanes would fall behind from split
-    to split however they are cut) while a drain may hold more (``maxTasks``). Decided here
-    (docs/decision.md "Busy drains: the slots"): the drain takes no further split and ends at its
-    next part boundary (its partitions handed back: the exact hand-back of a drain whose burst is
-    over); the next drain is planned afresh with the slots the load needs, paying one start-up."""
+    (:func:`regrowth_tasks` summed, without spare: its lanes would fall behind from split to split
+    however they are cut) **and** a new drain's launch would hold more slots than it does
+    (:func:`launch_slots`: the launch's own rule on the rates now, within ``maxTasks`` and the
+    CR's ``splitFactor``). Judged as the launch sized the slots: the same rule, the same rate
+    (:func:`_seen_rate`) and the same task capacity (``x.task_cap``: the slot rate the launch
+    recorded), so a steady burst never outgrows the slots it was launched for, and a drain is
+    never ended for one that could not hold more. Decided here (docs/decision.md "Busy drains: the
+    slots"): the drain takes no further split and ends at its next part boundary (its partitions
+    handed back: the exact hand-back of a drain whose burst is over); the next drain is planned
+    afresh with the slots the load needs, paying one start-up."""
+    return _outgrown_by(x) is not None
+
+
+def _outgrown_by(x: _Split) -> tuple[float, int, float] | None:
+    """(the regrowth in tasks, the slots a launch would hold now, the regrowing partitions' rate)
+    when the drain's slots are outgrown (:func:`_outgrown`), else None."""
     p = x.policy
-    if x.busy.slots >= p.max_tasks:
-        return False
-    rates = (_seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads)
-    regrowth = sum(max(0.0, r - x.share) for r in rates) / x.task_cap
-    return math.ceil(regrowth - 1e-9) > x.busy.slots
+    rates = {ld.partition: _seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads}
+    regrowth = sum(regrowth_tasks(r, x.share, x.task_cap) for r in rates.values())
+    if math.ceil(regrowth - 1e-9) <= x.busy.slots:
+        return None
+    mine = set(x.busy.by_partition)
+    held = [r for q, r in rates.items() if q in mine]
+    want = launch_slots(held, [r for q, r in rates.items() if q not in mine], x.share, x.task_cap, p)
+    if want <= x.busy.slots:
+        return None  # nothing bigger can follow: it splits within its slots
+    return regrowth, want, sum(r for r in rates.values() if r > x.share)
+
+
+def launch_slots(rates: Sequence[float], others: Iterable[float], share: float, task_cap: float,
+                 policy: DrainPolicy) -> int:
+    """The slots a busy drain's launch asks for the regrowth alone (no backlog): each partition of
+    the drain (``rates``) its :func:`burst_need`, within the launch's bound (:func:`task_cap_of`:
+    ``maxTasks``, and the CR's ``splitFactor`` a partition), and room for the regrowth of the
+    ``others`` (:func:`burst_slots`). The launch's own rule (:func:`drain_need` asks at least this
+    on these rates), so :func:`_outgrown` ends a drain only for one that would hold more. Pure."""
+    high = task_cap_of(policy, max(1, len(rates)), policy.max_tasks)
+    tasks = min(high, sum(burst_need(1, r, share, task_cap, high) for r in rates))
+    return max(tasks, burst_slots(tasks, others, share, task_cap, policy.max_tasks))
 
 
 def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float]]:
@@ -1373,6 +1473,7 @@ __all__ = [
     "DrainPolicy",
     "DrainRange",
     "Lane",
+    "RollOver",
     "allocate_by_need",
     "allocate_tasks",
     "assisted_replicas",
@@ -1383,10 +1484,13 @@ __all__ = [
     "extension_need",
     "follow_up_due",
     "group_cost",
+    "launch_slots",
     "one_at_a_time_worst_s",
     "overloaded_at",
     "partition_need",
     "pipeline_tasks",
+    "regrowth_tasks",
+    "roll_over",
     "task_cap_of",
     "tasks_for_two_drains",
     "worst_latency_s",

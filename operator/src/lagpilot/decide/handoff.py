@@ -43,7 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lagpilot.model.status import HISTORY_RANGES, DrainPhase, HandOffPath
+from lagpilot.decide.drain_policy import RollOver
+from lagpilot.model.status import HISTORY_RANGES, DrainEndReason, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, parallelism_for, split_ranges
@@ -228,6 +229,9 @@ class DrainStatus:
     busy: bool = False
     round: int = 0
     slots: int = 0
+    # records/s of one slot, the task capacity the planner sized ``slots`` with (DrainNeed.slot_rate;
+    # 0: not recorded): the drain's next splits and its roll-over judge the slots by it
+    slot_rate: float = 0.0
     extension: Extension | None = None
     # a busy drain's done sub-ranges no longer listed (``fold_done``): (ranges, records done,
     # records total); the listed ones and these make the drain's counts
@@ -322,6 +326,7 @@ class DrainStatus:
             "busy": _or_none(self.busy),
             "round": _or_none(self.round),
             "slots": _unless(over, _or_none(self.slots)),
+            "slotRate": _unless(over, _or_none(round(self.slot_rate, 3))),
             "extension": None if self.extension is None else self.extension.to_dict(),
         }
         return d
@@ -370,6 +375,7 @@ class DrainStatus:
             busy=bool(d.get("busy")),
             round=_int(d, "round"),
             slots=_int(d, "slots"),
+            slot_rate=float(d.get("slotRate") or 0.0),
             extension=Extension.from_dict(d.get("extension")),
             folded=_folded(d.get("subRangesFolded") if subs else None),
         )
@@ -553,6 +559,10 @@ class Observed:
     # a busy drain's first split: the task slots the planner asks its Job to hold (DrainNeed.slots;
     # 0: its sub-ranges), recorded at the plan and turned into the Job's parallelism at launch
     slots: int = 0
+    slot_rate: float = 0.0  # records/s of one of those slots as the planner sized them (DrainNeed.slot_rate)
+    # the running busy drain takes no next split because the load outgrew its slots (the planner's
+    # drain_policy.roll_over): its final part is a roll-over (reason RollingOver), not a hand-back
+    roll_over: RollOver | None = None
     # (partition, index) -> [start, end) ranges retention deleted, from the progress metadata (None: not read)
     lost: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None = None
     stall_limits: StallLimits = field(default_factory=StallLimits)
@@ -1225,12 +1235,18 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
                       f"({len(unfinished)} sub-ranges unfinished)", part=part)
     if not unfinished and (not observed.wanted or not observed.busy) and ext is None:
         part = NextPart(str(d.id), d.round, True, ())
-        h = dataclasses.replace(d, reason="HandingBack", message=(
-            f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
-            f"no further split; attempt {d.attempt} ends"))
-        return Action(
-            Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", "DrainHandedBack", h.message)
-        )
+        rolled = observed.roll_over if observed.busy and not observed.wanted else None
+        if rolled is not None:  # the load outgrew its slots: it ends, a drain with more slots follows
+            h = dataclasses.replace(d, reason=DrainEndReason.ROLLING_OVER.value, message=(
+                f"drain {d.id}: every sub-range done; rolling over: {rolled.message}; no further split; "
+                f"attempt {d.attempt} ends"))
+            event = "DrainRollingOver"
+        else:
+            h = dataclasses.replace(d, reason=DrainEndReason.HANDING_BACK.value, message=(
+                f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
+                f"no further split; attempt {d.attempt} ends"))
+            event = "DrainHandedBack"
+        return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", event, h.message))
     return None
 
 
@@ -1320,6 +1336,7 @@ def _maybe_plan(spec: GroupSpec, prev: DrainStatus | None, observed: Observed, n
         busy=observed.busy,
         # the slots its Job will hold (job_slots at launch: at least one a sub-range, at most maxTasks)
         slots=max(0, observed.slots) if observed.busy else 0,
+        slot_rate=max(0.0, observed.slot_rate) if observed.busy and observed.slots > 0 else 0.0,
     )
     d = dataclasses.replace(
         d,

@@ -21,9 +21,11 @@ from lagpilot.decide.drain_policy import (
     BusyDrain,
     DrainNeed,
     DrainPolicy,
+    RollOver,
     assisted_replicas,
     drain_need,
     overloaded_at,
+    roll_over,
 )
 from lagpilot.decide.estimate import EstimatorState
 from lagpilot.decide.lag import LagSnapshot, consume_position, oldest_unprocessed_age_s
@@ -226,6 +228,9 @@ class Decision:
     at_risk: bool  # projected catch-up at desired exceeds the SLA
     drain: DrainNeed | None = None
     hot_partitions: tuple[int, ...] = ()
+    # the running busy drain takes no next split because the load outgrew its slots (issue 25):
+    # its final part names this (status.drain.reason RollingOver); None: no roll-over
+    roll_over: RollOver | None = None
 
     def to_dict(self) -> dict[str, Any]:
         def fin(x: float | None) -> float | None:
@@ -312,6 +317,7 @@ class _Load:
     cur_proj: float  # catch-up at the current count, whole backlog, rates measured now
     cur_util: float
     required: int | None  # fewest replicas meeting the target (None: unreachable)
+    roll_over: RollOver | None = None  # the running busy drain outgrew its slots (no next split)
 
 
 def decide(
@@ -371,6 +377,7 @@ def decide(
             at_risk=at_risk,
             drain=drain,
             hot_partitions=load.hot if load is not None else (),
+            roll_over=load.roll_over if load is not None else None,
         ),
         history,
     )
@@ -435,7 +442,13 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
     if assisted is not None:
         required = assisted
     burst = assisted is not None and overloaded_at([load.rate for load in obs.loads], x.cap_hi, c)
-    return _Load(drain, assisted, burst, loads, hot, cur_proj, cur_util, required)
+    rolled = None
+    if drain is None and drain_policy is not None and drain_policy.busy and obs.busy_drain is not None:
+        # no next split: say so when it is because the load outgrew the drain's slots (a roll-over)
+        rolled = roll_over(now_loads, c, obs.busy_drain, group_replicas=assisted or x.cap_hi,
+                           target_s=x.target, policy=drain_policy, sla_s=policy.sla_s,
+                           oldest_age_s=obs.oldest_age_s)
+    return _Load(drain, assisted, burst, loads, hot, cur_proj, cur_util, required, rolled)
 
 
 def _recommend(x: _Case, load: _Load) -> Step:

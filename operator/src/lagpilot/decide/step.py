@@ -227,8 +227,9 @@ def busy_drain_of(live: Sequence[handoff.DrainStatus]) -> BusyDrain | None:
             lane[1] += s.remaining
     lanes = tuple(Lane(p, int(n), rem) for p, (n, rem) in sorted(per.items()))
     # the slots its launch recorded (handoff.job_slots: the Job's parallelism, fixed at launch); a
-    # drain launched before slots were recorded: one per unfinished sub-range
-    return BusyDrain(lanes, d.slots or sum(lane.tasks for lane in lanes))
+    # drain launched before slots were recorded: one per unfinished sub-range; the slot rate its
+    # plan sized them with (None: not recorded, the task capacity of the moment)
+    return BusyDrain(lanes, d.slots or sum(lane.tasks for lane in lanes), d.slot_rate or None)
 
 
 def hold_of(drains: Sequence[handoff.DrainStatus]) -> int | None:

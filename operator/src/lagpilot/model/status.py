@@ -69,6 +69,17 @@ class Stall(str, enum.Enum):  # noqa: UP042 - str() and format() of the members 
     NO_RUNNING_POD = "NoRunningPod"
 
 
+class DrainEndReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Why a busy drain takes no further split and ends (``status.drain.reason`` of its final part,
+    and the event's reason with the ``Drain`` prefix)."""
+
+    # the capped group holds its partitions again: they are handed back (event DrainHandedBack)
+    HANDING_BACK = "HandingBack"
+    # its slots cannot hold the burst and a new drain's launch would hold more: it ends and the next
+    # drain is planned with the slots the load needs (event DrainRollingOver; issue 25)
+    ROLLING_OVER = "RollingOver"
+
+
 class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     """Every condition type the operator writes, in the order `merge_conditions` lists them (the one
     declaration: decide/status.CONDITION_TYPES and decide/kstatus read it)."""
@@ -322,6 +333,12 @@ class DrainStatus(_Model):
         "launch, the slots the planner asked for (absent: one per unfinished sub-range).",
         INT32,
         default=None,
+    )
+    slot_rate: float | None = Field(
+        None,
+        description="Records per second of one of a busy drain's slots as the planner sized them (the "
+        "task capacity of its plan): its next splits and its roll-over judge the slots by it (absent: "
+        "the task capacity of the moment).",
     )
     extension: DrainExtension | None = Field(
         None, description="A busy drain's next split while it is handed off (absent: none)."

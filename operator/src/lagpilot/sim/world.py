@@ -227,7 +227,8 @@ class _World:
             st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
-        st = replace(st, busy=self.p.busy_drains, slots=getattr(need, "slots", 0) if self.p.busy_drains else 0)
+        st = replace(st, busy=self.p.busy_drains, slots=getattr(need, "slots", 0) if self.p.busy_drains else 0,
+                     slot_rate=getattr(need, "slot_rate", 0.0) if self.p.busy_drains else 0.0)
         self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s, busy=self.p.busy_drains))
 
     def _plan_extension(self, tasks: dict[int, int], t: float) -> None:
