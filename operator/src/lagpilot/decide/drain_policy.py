@@ -945,10 +945,11 @@ def _split_setting(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         return None
     x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
                sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
-               # one task capacity for the drain's life: the figure its slots were sized with at the
-               # launch (its tasks are the same; the consumers' figure of the moment moves with their
-               # batches), else the task capacity of the moment
-               task_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
+               # when the running tasks run dry and how a split is cut: the task capacity of the
+               # moment; whether the slots were sized wrong (the roll-over): the figure the launch
+               # sized them with (``slot_cap``), so a steady burst is judged as it was launched
+               task_cap=policy.task_capacity or capacity,
+               slot_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
     picks = _split_picks(x, notes)
     if not picks:
         return None
@@ -966,7 +967,8 @@ class _Split:
     target_s: float
     sla_s: float
     share: float  # records/s one consumer gives each of its partitions at the cap
-    task_cap: float  # records/s of one drain task
+    task_cap: float  # records/s of one drain task now (the split's timing and cut)
+    slot_cap: float  # records/s of one slot as the launch sized the slots (the roll-over's judgement)
     ages: Mapping[int, float]
 
     @property
@@ -981,7 +983,7 @@ def _outgrown(x: _Split) -> bool:
     however they are cut) **and** a new drain's launch would hold more slots than it does
     (:func:`launch_slots`: the launch's own rule on the rates now, within ``maxTasks`` and the
     CR's ``splitFactor``). Judged as the launch sized the slots: the same rule, the same rate
-    (:func:`_seen_rate`) and the same task capacity (``x.task_cap``: the slot rate the launch
+    (:func:`_seen_rate`) and the same task capacity (``x.slot_cap``: the slot rate the launch
     recorded), so a steady burst never outgrows the slots it was launched for, and a drain is
     never ended for one that could not hold more. Decided here (docs/decision.md "Busy drains: the
     slots"): the drain takes no further split and ends at its next part boundary (its partitions
@@ -995,12 +997,12 @@ def _outgrown_by(x: _Split) -> tuple[float, int, float] | None:
     when the drain's slots are outgrown (:func:`_outgrown`), else None."""
     p = x.policy
     rates = {ld.partition: _seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in x.loads}
-    regrowth = sum(regrowth_tasks(r, x.share, x.task_cap) for r in rates.values())
+    regrowth = sum(regrowth_tasks(r, x.share, x.slot_cap) for r in rates.values())
     if math.ceil(regrowth - 1e-9) <= x.busy.slots:
         return None
     mine = set(x.busy.by_partition)
     held = [r for q, r in rates.items() if q in mine]
-    want = launch_slots(held, [r for q, r in rates.items() if q not in mine], x.share, x.task_cap, p)
+    want = launch_slots(held, [r for q, r in rates.items() if q not in mine], x.share, x.slot_cap, p)
     if want <= x.busy.slots:
         return None  # nothing bigger can follow: it splits within its slots
     return regrowth, want, sum(r for r in rates.values() if r > x.share)

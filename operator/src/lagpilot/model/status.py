@@ -337,8 +337,8 @@ class DrainStatus(_Model):
     slot_rate: float | None = Field(
         None,
         description="Records per second of one of a busy drain's slots as the planner sized them (the "
-        "task capacity of its plan): its next splits and its roll-over judge the slots by it (absent: "
-        "the task capacity of the moment).",
+        "task capacity of its plan): its roll-over judges the slots by it (absent: the task capacity "
+        "of the moment).",
     )
     extension: DrainExtension | None = Field(
         None, description="A busy drain's next split while it is handed off (absent: none)."
