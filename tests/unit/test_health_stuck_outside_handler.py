@@ -1,0 +1,49 @@
+"""A consumer whose loop is stuck outside its handler is not live (chaos campaign 2026-11-26,
+/tmp/chaos-s15: after `kafka_restart` round 2 the at-least-once consumer logged `partitions lost`
+at 20:09:56, the broker was back by 20:10:41, and the pod then logged nothing — no assignment, no
+batch — until the bench deleted it at 20:16:39; `postgres_restart` was judged NOT RECOVERED on it).
+Its liveness only failed after ``max.poll.interval`` (600 s) + the probe's 60 s, because a batch's
+handler may take that long. A Kafka or sink call outside the handler has no such reason: the
+client's synchronous commit has no timeout (confluent-kafka-python#1801 reports such hangs), so the
+loop's liveness must fail much sooner when it is stuck outside the handler."""
+from __future__ import annotations
+
+from lagpilot_runtime.metrics import Health
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_stuck_outside_the_handler_is_not_live_long_before_max_poll_interval() -> None:
+    clock = Clock()
+    h = Health(stale_after_s=600.0, clock=clock)
+    h.progress()
+    clock.t += 200.0  # no poll returned, no handler running: a Kafka call that never returned
+    ok, detail = h.live()
+    assert not ok, detail
+
+
+def test_a_long_handler_stays_live_up_to_max_poll_interval() -> None:
+    clock = Clock()
+    h = Health(stale_after_s=600.0, clock=clock)
+    h.progress()
+    h.handler_started()
+    clock.t += 500.0
+    assert h.live()[0]
+    clock.t += 101.0
+    assert not h.live()[0]  # 601 s in one batch: max.poll.interval passed, as before
+
+
+def test_the_handler_ending_is_progress() -> None:
+    clock = Clock()
+    h = Health(stale_after_s=600.0, clock=clock)
+    h.handler_started()
+    clock.t += 500.0
+    h.handler_done()
+    clock.t += 60.0  # its commit is under way
+    assert h.live()[0]
