@@ -48,6 +48,7 @@ class BatchCommit(LoopState):
                 event="handler_error", records=len(piece), attempt=attempt, error=describe_error(exc),
                 first=first.where, last=last.where))
 
+        self.health.handler_started()  # the handler (and its retries) may run up to max.poll.interval
         try:
             result = run_batch(batch, call, self.policy, sleep=self._sleep, should_stop=self.stop_event.is_set,
                                on_error=on_error)
@@ -58,6 +59,8 @@ class BatchCommit(LoopState):
         except SystemicFailure as exc:
             self.metrics.batches.labels("failed").inc()
             raise FatalError(f"{exc}; nothing of this batch is committed, it is consumed again after restart") from exc
+        finally:
+            self.health.handler_done()
         failures = result.failures
         policy = self.cfg.failure_policy
         for f in failures:

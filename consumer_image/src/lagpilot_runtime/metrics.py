@@ -120,6 +120,9 @@ class CapacityEstimator:
         return max(ratio, projected)
 
 
+OUTSIDE_HANDLER_S = 120.0  # Health.outside_handler_s
+
+
 @dataclass
 class Health:
     """Probe state, written by the consuming thread, read by the HTTP thread."""
@@ -133,6 +136,12 @@ class Health:
     paused: list[str] = field(default_factory=list)
     stopping: bool = False
     fatal: str = ""  # a fatal client error (e.g. a fenced static member): not live, restart the pod
+    # the loop outside its handler (polls, commits, the hand-off's and the sink's progress reads) is
+    # not live after this long without progress: those calls return within seconds, except one
+    # that hangs — the client's synchronous commit has no timeout (confluent-kafka-python#1801);
+    # only a batch's handler may run up to ``stale_after_s`` (max.poll.interval)
+    outside_handler_s: float = OUTSIDE_HANDLER_S
+    handler_since: float | None = None
 
     def __post_init__(self) -> None:
         self.last_progress = self.clock()
@@ -140,11 +149,22 @@ class Health:
     def progress(self) -> None:
         self.last_progress = self.clock()
 
+    def handler_started(self) -> None:
+        self.handler_since = self.clock()
+
+    def handler_done(self) -> None:
+        """The handler returned (or raised): progress; the loop is outside it again."""
+        self.handler_since = None
+        self.progress()
+
     def live(self) -> tuple[bool, dict]:
         age = self.clock() - self.last_progress
         detail: dict = {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
         if self.fatal:
             detail["fatal"] = self.fatal
+        if self.handler_since is None and age > min(self.stale_after_s, self.outside_handler_s):
+            detail["stuck"] = f"no progress for {age:.0f} s outside the handler (a Kafka or sink call that did not return)"
+            return False, detail
         return age <= self.stale_after_s and not self.fatal, detail
 
     def ready(self) -> tuple[bool, dict]:
