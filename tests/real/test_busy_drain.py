@@ -111,7 +111,6 @@ def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:
 def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
         scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
     import psycopg
-    from confluent_kafka import Consumer, TopicPartition
 
     # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
     # entries (before the status that appends its sub-ranges) and after writing a part (before its
@@ -166,17 +165,7 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     finally:
         calm.set()
         tr.join(10)
-    reader = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False})
-
-    def caught_up() -> bool:
-        s.op.ensure()
-        return all(tp.offset == s.produced.get(tp.partition, 0)
-                   for tp in reader.committed([TopicPartition(s.topic, p) for p in range(PARTS)], timeout=30))
-
-    try:
-        wait_until(caught_up, "group lag back to zero", 600, interval=2)
-    finally:
-        reader.close()
+    s.wait_caught_up(600)
     d = s.drain()
     # the faults fired (their markers, written by the dying operator) and the operator came back
     crash_dir = next(iter(tmp_path.glob(f"crash-{s.ns}")))

@@ -39,7 +39,6 @@ SLA_S = 240  # as tests/real/test_busy_drain.py (a cold start-up took 110 s at l
 def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_more_slots(
         scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
     import psycopg
-    from confluent_kafka import Consumer, TopicPartition
 
     # no splitFactor cap (12 = maxTasks): a new drain may hold more slots than the first (with the
     # scenario's splitFactor 4 a partition's drain holds at most 4: no roll-over can bring more)
@@ -107,17 +106,7 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
     finally:
         stop.set()
         feeder.join(30)
-    reader = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False})
-
-    def caught_up() -> bool:
-        s.op.ensure()
-        return all(tp.offset == s.produced.get(tp.partition, 0)
-                   for tp in reader.committed([TopicPartition(s.topic, p) for p in range(PARTS)], timeout=30))
-
-    try:
-        wait_until(caught_up, "group lag back to zero", 600, interval=2)
-    finally:
-        reader.close()
+    s.wait_caught_up(600)
     print("drains:", sorted(seen["ids"]), "slots:", seen["slots"], "reasons:", seen["reasons_of"],
           "roll-over:", seen["messages"].get("RollingOver"))
 

@@ -90,6 +90,23 @@ class Scenario:
     def drain(self) -> dict[str, Any]:
         return self.status().get("drain") or {}
 
+    def wait_caught_up(self, timeout_s: float = 600) -> None:
+        """Until the group's committed offsets are the produced ends (read through a Consumer that
+        never subscribes), the operator kept running."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False})
+
+        def caught_up() -> bool:
+            self.op.ensure()
+            return all(tp.offset == self.produced.get(tp.partition, 0)
+                       for tp in reader.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30))
+
+        try:
+            wait_until(caught_up, "group lag back to zero", timeout_s, interval=2)
+        finally:
+            reader.close()
+
 
 def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[int, int]) -> None:
     produce_counts(bootstrap, topic, counts, produced, lambda part: json.dumps({"p": part}).encode())
