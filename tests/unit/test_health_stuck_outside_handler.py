@@ -47,3 +47,35 @@ def test_the_handler_ending_is_progress() -> None:
     h.handler_done()
     clock.t += 60.0  # its commit is under way
     assert h.live()[0]
+
+
+def test_where_the_loop_is_stuck_is_logged_once_with_its_stack(caplog) -> None:  # type: ignore[no-untyped-def]
+    """The stack of the consuming thread (file:line function, no locals) is logged the first time
+    the probe finds it stuck, so the next hang names its call."""
+    import threading
+
+    release = threading.Event()
+
+    def a_kafka_call_that_never_returns() -> None:
+        release.wait(30)
+
+    t = threading.Thread(target=a_kafka_call_that_never_returns, daemon=True)
+    t.start()
+    try:
+        clock = Clock()
+        h = Health(stale_after_s=600.0, clock=clock, loop_thread=t.ident)
+        clock.t += 121.0
+        with caplog.at_level("ERROR", logger="lagpilot.consumer"):
+            assert not h.live()[0]
+            assert not h.live()[0]  # the probe asks again: logged once
+        stuck = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "loop_stuck"]
+        assert len(stuck) == 1
+        assert any("a_kafka_call_that_never_returns" in f for f in stuck[0].fields["stack"])
+        h.progress()  # it came back: a later episode is logged again
+        clock.t += 121.0
+        with caplog.at_level("ERROR", logger="lagpilot.consumer"):
+            h.live()
+        assert len([r for r in caplog.records if getattr(r, "fields", {}).get("event") == "loop_stuck"]) == 2
+    finally:
+        release.set()
+        t.join(5)

@@ -101,6 +101,7 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
 
     def run(self) -> int:
         """Consume until stopped; returns the exit code."""
+        self.health.loop_thread = threading.get_ident()
         self.subscribe()
         try:
             while not self.stop_event.is_set():

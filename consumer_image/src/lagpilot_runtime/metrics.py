@@ -7,7 +7,9 @@ with an assignment and a reachable broker).
 from __future__ import annotations
 
 import json
+import logging
 import math
+import sys
 import threading
 import time
 from collections import deque
@@ -16,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .jsonlog import fields as _fields
 
 BATCH_SIZE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000)
 FIT_Z = 2.0  # the fitted busy time of a full batch is taken this many standard errors high (~97.5 %)
@@ -121,6 +125,21 @@ class CapacityEstimator:
 
 
 OUTSIDE_HANDLER_S = 120.0  # Health.outside_handler_s
+STUCK_STACK_FRAMES = 16  # innermost frames of the loop's stack logged when it is found stuck
+
+log = logging.getLogger("lagpilot.consumer")
+
+
+def thread_stack(ident: int | None, frames: int = STUCK_STACK_FRAMES) -> list[str]:
+    """``file:line function`` of the innermost ``frames`` frames of thread ``ident`` (no locals, no
+    source lines: nothing of the data it holds); [] when the thread is gone or unknown."""
+    frame = sys._current_frames().get(ident) if ident is not None else None
+    out: list[str] = []
+    while frame is not None and len(out) < frames:
+        code = frame.f_code
+        out.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return out
 
 
 @dataclass
@@ -142,12 +161,15 @@ class Health:
     # only a batch's handler may run up to ``stale_after_s`` (max.poll.interval)
     outside_handler_s: float = OUTSIDE_HANDLER_S
     handler_since: float | None = None
+    loop_thread: int | None = None  # the consuming thread (its stack is logged once when found stuck)
+    _stuck_logged: bool = False
 
     def __post_init__(self) -> None:
         self.last_progress = self.clock()
 
     def progress(self) -> None:
         self.last_progress = self.clock()
+        self._stuck_logged = False
 
     def handler_started(self) -> None:
         self.handler_since = self.clock()
@@ -164,6 +186,10 @@ class Health:
             detail["fatal"] = self.fatal
         if self.handler_since is None and age > min(self.stale_after_s, self.outside_handler_s):
             detail["stuck"] = f"no progress for {age:.0f} s outside the handler (a Kafka or sink call that did not return)"
+            if not self._stuck_logged:  # where it hangs, once per episode (the probe asks every 10 s)
+                self._stuck_logged = True
+                log.error("the consuming loop is stuck outside its handler", extra=_fields(
+                    event="loop_stuck", seconds=round(age, 1), stack=thread_stack(self.loop_thread)))
             return False, detail
         return age <= self.stale_after_s and not self.fatal, detail
 
