@@ -79,3 +79,24 @@ def test_where_the_loop_is_stuck_is_logged_once_with_its_stack(caplog) -> None: 
     finally:
         release.set()
         t.join(5)
+
+
+def test_sigusr1_dumps_every_threads_stack(capfd) -> None:  # type: ignore[no-untyped-def]
+    """`kill -USR1` on a consumer prints its threads' stacks to stderr (the pod's log)."""
+    import faulthandler
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from lagpilot_runtime import consumer
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        consumer._install_signals(SimpleNamespace(stop_event=None), 1.0)  # type: ignore[arg-type]
+        os.kill(os.getpid(), signal.SIGUSR1)
+        err = capfd.readouterr().err
+        assert "Current thread" in err and "in test_sigusr1_dumps_every_threads_stack" in err, err[-2000:]
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)
+        for s, h in before.items():
+            signal.signal(s, h)

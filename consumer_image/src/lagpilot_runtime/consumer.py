@@ -14,6 +14,7 @@ failed, fenced or fatal Kafka error), 2 invalid configuration or handler.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -56,6 +57,9 @@ def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <pid>` (or the pod's process): every thread's stack to stderr, the pod's log — for a
+    # consumer that is stuck (docs/consumer.md "loop_stuck"); frames only, no locals
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, MetricsServer, DeadLetterProducer | None]:
