@@ -110,8 +110,6 @@ def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:
 
 def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
         scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
-    import psycopg
-
     # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
     # entries (before the status that appends its sub-ranges) and after writing a part (before its
     # status write); each point fires once, the operator is restarted
@@ -193,14 +191,8 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     assert len(starts) == len(ids), starts
     assert sum(1 for p in parts if not p.get("final")) >= 2 and any(p.get("final") for p in parts), parts
     # the ledger: every produced offset exactly once
-    with psycopg.connect(postgres_dsn) as conn:
-        rows = conn.execute(f'SELECT partition, "offset", source, at FROM {s.table}').fetchall()
-        runs = replay_runs(conn, s.table)
-    seen_offsets = [(int(p), int(o)) for p, o, _, _ in rows]
-    expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
-    lost = len(expected - set(seen_offsets))
-    duplicated = len(seen_offsets) - len(set(seen_offsets))
-    outside = len(set(seen_offsets) - expected)
+    led = s.ledger(postgres_dsn)
+    rows, runs, expected, lost, duplicated, outside = led.rows, led.runs, led.expected, led.lost, led.duplicated, led.outside
     drained = sorted(o for p, o, src, _ in rows if src == "drain" and p == 0)
     ranges = sum(1 for a, b in zip(drained, drained[1:]) if b != a + 1) + (1 if drained else 0)
     pass_starts, pass_ends = driver_events(s, "drain_pass_started"), driver_events(s, "drain_pass_ended")
@@ -209,7 +201,7 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
           f"lost {lost}, duplicated {duplicated} {runs[:5]}, drained on p0 {len(drained)} in {ranges} ranges, "
           f"rounds {d.get('round')}, parts {[(p.get('round'), p.get('final'), p.get('running')) for p in parts]}, "
           f"passes {len(pass_starts)} started / {len(pass_ends)} ended, overlapping {overlaps}")
-    assert (lost, duplicated, outside) == (0, 0, 0), sorted(expected - set(seen_offsets))[:20]
+    assert (lost, duplicated, outside) == (0, 0, 0), led.missing[:20]
     assert len(drained) > 0 and ranges >= 2
     # handed back: the records produced after the drain ended are the group's
     end = max(at for _, _, src, at in rows if src == "drain")

@@ -38,8 +38,6 @@ SLA_S = 240  # as tests/real/test_busy_drain.py (a cold start-up took 110 s at l
 
 def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_more_slots(
         scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
-    import psycopg
-
     # no splitFactor cap (12 = maxTasks): a new drain may hold more slots than the first (with the
     # scenario's splitFactor 4 a partition's drain holds at most 4: no roll-over can bring more)
     s = scenario({0: 1000, 1: 100, 2: 100}, live={0: 0, 1: 0, 2: 0}, sla_s=SLA_S,
@@ -132,18 +130,12 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
     assert "HandingBack" in seen["reasons_of"][ids[-1]], seen
 
     # the ledger: every produced offset exactly once, whichever path processed it
-    with psycopg.connect(postgres_dsn) as conn:
-        rows = conn.execute(f'SELECT partition, "offset", source, at FROM {s.table}').fetchall()
-        runs = replay_runs(conn, s.table)
-    seen_offsets = [(int(p), int(o)) for p, o, _, _ in rows]
-    expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
-    lost = len(expected - set(seen_offsets))
-    duplicated = len(seen_offsets) - len(set(seen_offsets))
-    outside = len(set(seen_offsets) - expected)
+    led = s.ledger(postgres_dsn)
+    rows, runs, expected, lost, duplicated, outside = led.rows, led.runs, led.expected, led.lost, led.duplicated, led.outside
     drained = sum(1 for p, _, src, _ in rows if src == "drain" and p == 0)
     print(f"roll-over: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, lost {lost}, "
           f"duplicated {duplicated} {runs[:5]}, drained on p0 {drained}")
-    assert (lost, duplicated, outside) == (0, 0, 0), sorted(expected - set(seen_offsets))[:20]
+    assert (lost, duplicated, outside) == (0, 0, 0), led.missing[:20]
     assert drained > 0
     # handed back: the records produced after the last drain ended are the group's
     end = max(at for _, _, src, at in rows if src == "drain")

@@ -67,6 +67,23 @@ class Operator(OperatorProcess):
         super().__init__(namespace, log_path, operator_env(kubeconfig, REPO, extra_env))
 
 
+@dataclass(frozen=True)
+class Ledger:
+    """What :meth:`Scenario.ledger` read: the rows (partition, offset, source, at), the runs delivered
+    more than once (``replay_runs``), the produced offsets, and the counts judged against them."""
+
+    rows: list[Any]
+    runs: list[Any]
+    expected: set[tuple[int, int]]
+    missing: list[tuple[int, int]]
+    duplicated: int
+    outside: int
+
+    @property
+    def lost(self) -> int:
+        return len(self.missing)
+
+
 @dataclass
 class Scenario:
     ns: str
@@ -89,6 +106,18 @@ class Scenario:
 
     def drain(self) -> dict[str, Any]:
         return self.status().get("drain") or {}
+
+    def ledger(self, dsn: str) -> Ledger:
+        """The ledger table's rows against what was produced (one row per delivery, no unique key)."""
+        import psycopg
+
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute(f'SELECT partition, "offset", source, at FROM {self.table}').fetchall()
+            runs = replay_runs(conn, self.table)
+        seen = [(int(p), int(o)) for p, o, _, _ in rows]
+        expected = {(p, o) for p, n in self.produced.items() for o in range(n)}
+        return Ledger(rows, runs, expected, missing=sorted(expected - set(seen)),
+                      duplicated=len(seen) - len(set(seen)), outside=len(set(seen) - expected))
 
     def wait_caught_up(self, timeout_s: float = 600) -> None:
         """Until the group's committed offsets are the produced ends (read through a Consumer that

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -344,6 +345,16 @@ def test_no_check_while_a_drain_is_in_flight() -> None:
     assert learn.after_decision(learn.Learned(), drains=(drain(),), **base).check is None  # type: ignore[arg-type]
 
 
+def _hold_by_limit(at: int) -> dict[str, object]:
+    return {"downstream_limit": learn.Limit(0.0, at, 1, 100.0, 200.0, 100.0)}
+
+
+def _hold_unjudged(at: int) -> dict[str, object]:
+    return {"unjudged_scale_up": at}
+
+
+@pytest.mark.parametrize(("hold", "reason"), [(_hold_by_limit, "DownstreamLimited"),
+                                              (_hold_unjudged, "ScaleUpUnjudged")])
 @settings(max_examples=200, deadline=None)
 @given(
     lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
@@ -352,17 +363,18 @@ def test_no_check_while_a_drain_is_in_flight() -> None:
     at=st.integers(1, 8),
     lo=st.integers(1, 4),
 )
-def test_the_hold_only_ever_stops_scale_ups_at_or_above_the_limit(
-    lags: list[int], rates: list[float], cur: int, at: int, lo: int
+def test_a_hold_only_ever_stops_scale_ups_at_or_above_its_count(
+    hold: Callable[[int], dict[str, object]], reason: str, lags: list[int], rates: list[float], cur: int, at: int,
+    lo: int
 ) -> None:
+    """The downstream limit (learn.Limit) and the unjudged scale-up (learn.unjudged) hold alike."""
     p = ScalingPolicy(min_replicas=lo, max_replicas=8)
     loads = loads_from(lags, rates[: len(lags)])
-    lim = learn.Limit(0.0, at, 1, 100.0, 200.0, 100.0)
     free, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0), p)
-    held, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0, downstream_limit=lim), p)
+    held, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0, **hold(at)), p)  # type: ignore[arg-type]
     keep = max(cur, min(lo, len(lags)))
     if free.desired_replicas > keep and cur >= at:
-        assert held.desired_replicas == keep and held.reason == "DownstreamLimited"
+        assert held.desired_replicas == keep and held.reason == reason
         assert held.desired_replicas >= min(lo, len(lags))  # never below minReplicas
     else:
         assert held.desired_replicas == free.desired_replicas and held.reason == free.reason
@@ -488,25 +500,3 @@ def test_a_limited_world_holds_the_second_scale_up_until_the_first_is_judged() -
     before = [(cur, o.replicas, o.decision.reason) for t, cur, o, _ in outs if t < judged]
     assert all(want <= max(cur, first_up) for cur, want, _ in before), before
     assert any(reason == "ScaleUpUnjudged" for _, _, reason in before)  # held while unjudged
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
-    rates=st.lists(st.floats(0, 400), min_size=8, max_size=8),
-    cur=st.integers(0, 8),
-    at=st.integers(1, 8),
-    lo=st.integers(1, 4),
-)
-def test_the_unjudged_hold_only_ever_stops_scale_ups_at_or_above_its_count(
-    lags: list[int], rates: list[float], cur: int, at: int, lo: int
-) -> None:
-    p = ScalingPolicy(min_replicas=lo, max_replicas=8)
-    loads = loads_from(lags, rates[: len(lags)])
-    free, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0), p)
-    held, _ = decide(ScalingObservation(1000.0, len(lags), cur, loads, 100.0, unjudged_scale_up=at), p)
-    keep = max(cur, min(lo, len(lags)))
-    if free.desired_replicas > keep and cur >= at:
-        assert held.desired_replicas == keep and held.reason == "ScaleUpUnjudged"
-    else:
-        assert held.desired_replicas == free.desired_replicas and held.reason == free.reason

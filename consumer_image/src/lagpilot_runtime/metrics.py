@@ -12,6 +12,7 @@ import math
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,12 +135,11 @@ def thread_stack(ident: int | None, frames: int = STUCK_STACK_FRAMES) -> list[st
     """``file:line function`` of the innermost ``frames`` frames of thread ``ident`` (no locals, no
     source lines: nothing of the data it holds); [] when the thread is gone or unknown."""
     frame = sys._current_frames().get(ident) if ident is not None else None
-    out: list[str] = []
-    while frame is not None and len(out) < frames:
-        code = frame.f_code
-        out.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
-        frame = frame.f_back
-    return out
+    if frame is None:
+        return []
+    # the standard library's walk, innermost first; no source lines read
+    summary = traceback.StackSummary.extract(traceback.walk_stack(frame), limit=frames, lookup_lines=False)
+    return [f"{f.filename}:{f.lineno} {f.name}" for f in summary]
 
 
 @dataclass
