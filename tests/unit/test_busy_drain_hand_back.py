@@ -30,6 +30,7 @@ import pytest
 
 from lagpilot.decide import handoff as h
 from lagpilot.decide import step as step_mod
+from lagpilot.decide.drain_policy import RollOver
 from lagpilot.decide.lag import PartitionOffsets, snapshot
 from lagpilot.spec import parse_spec
 
@@ -79,7 +80,8 @@ def snap(at: float, end0: int, lag0: int) -> Any:
 def cycle(state: step_mod.StepState, d: h.DrainStatus, at: float, end0: int, lag0: int,
           progress: dict[tuple[int, int], tuple[int, int]]) -> tuple[h.Action, step_mod.StepState]:
     """One operator cycle: the step on the status read (``d``), then the hand-off's next action with
-    the step's decision and the progress read fresh (``act.drain.run_in_cycle`` / ``observe``)."""
+    the step's decision (its ``hand_back`` too: ``reconcile._cycle`` passes it to ``run_drain``) and
+    the progress read fresh (``act.drain.run_in_cycle`` / ``observe``)."""
     s = snap(at, end0, lag0)
     out, state = step_mod.step(state, step_mod.StepObservation(s, 3, (d,), ready_replicas=3), policies(), at)
     need = out.decision.drain
@@ -88,7 +90,8 @@ def cycle(state: step_mod.StepState, d: h.DrainStatus, at: float, end0: int, lag
                      wanted=tuple(need.partitions) if need is not None else (),
                      tasks=dict(need.tasks_by_partition) if need is not None else {},
                      job=h.JobObservation(h.JobState.ACTIVE, 1, running=1), progress=progress, owner="uid",
-                     busy=True, part=h.PartSeen(d.round, False), roll_over=out.decision.roll_over)
+                     busy=True, part=h.PartSeen(d.round, False), roll_over=out.decision.roll_over,
+                     hand_back=out.hand_back)
     return h.next_action(spec(), d, obs, at), state
 
 
@@ -100,7 +103,8 @@ def warm_state(until: float, end0: int, rate: float = HOT) -> tuple[step_mod.Ste
     for k in range(30, 0, -1):  # the last poll at ``until - POLL``, p0 then at ``end0``
         at = until - k * POLL
         s = snap(at, end0 - int((k - 1) * POLL * rate), 600)
-        _, state = step_mod.step(state, step_mod.StepObservation(s, 3, (d,), ready_replicas=3), policies(), at)
+        seen = step_mod.StepObservation(s, 3, (d,), ready_replicas=3)
+        _, state = step_mod.step(state, seen, policies(), at)
     return state, end0
 
 
@@ -150,3 +154,74 @@ def test_the_premise_holds_the_planner_wants_the_next_split_on_fresh_lanes() -> 
     a, _ = cycle(state, d, T0, end + int(POLL * HOT), 600, done(d))
     assert a.reason == "NextSplitPlanned" and a.status is not None and a.status.extension is not None
     assert dataclasses.replace(a.status, extension=None).id == 1
+
+
+# ---- the hold: an idle busy drain keeps its slots for a new drain's start-up, then hands back -------
+
+def test_once_the_burst_is_over_the_drain_holds_its_slots_for_the_hold_then_hands_back() -> None:
+    state, end = warm_state(T0, SPLIT + 600, rate=20.0)  # p0 at 20/s: its consumer holds it
+    d = running([0, 0, 0, 0])
+    a, state = cycle(state, d, T0, end + 40, 0, done(d))
+    hold = step_mod.step(state, step_mod.StepObservation(snap(T0, end + 40, 0), 3, (d,), ready_replicas=3),
+                         policies(), T0)[0].hand_back
+    # the model's drain start-up (20 s; no start-up learned yet), at least two 2 s polls
+    assert hold == h.HandBack(20.0, True)
+    assert a.kind is h.Kind.NONE and a.part is None and a.status is not None
+    assert (a.status.reason, a.status.idle_since) == ("HoldingSlots", T0)
+    assert "holding its 4 slots" in a.message
+    d = a.status
+    at = T0
+    while at + POLL < T0 + hold.hold_s:  # within the hold: no part, nothing written
+        at += POLL
+        a, state = cycle(state, d, at, end + 40, 0, done(d))
+        assert a.part is None and a.status is None, (at - T0, a)
+    a, state = cycle(state, d, T0 + hold.hold_s, end + 40, 0, done(d))
+    assert a.kind is h.Kind.DELIVER and a.part is not None and a.part.final and a.reason == "HandingBack"
+
+
+def test_the_hold_survives_an_operator_restart_and_never_ends_on_an_unmeasured_rate() -> None:
+    d = dataclasses.replace(running([0, 0, 0, 0]), idle_since=T0 - 100.0, reason="HoldingSlots")
+    # status.drain.idleSince: written and read back (a restarted operator resumes the same hold)
+    back = h.DrainStatus.from_dict(d.to_dict())
+    assert back is not None and back.idle_since == T0 - 100.0
+    rule = h.HandBack(hold_s=60.0, warm=True)
+    assert h.hand_back_hold(back, rule, T0) is None  # held 100 s of 60: hand back now
+    assert h.hand_back_hold(back, dataclasses.replace(rule, warm=False), T0) == T0 - 100.0  # not on no rate
+    # the operator's first cycle without its memory: the estimator has no rate, the hold goes on
+    a, _ = cycle(step_mod.StepState(), back, T0, SPLIT + 40, 0, done(back))
+    assert a.part is None, a
+
+
+def test_a_roll_over_is_not_held() -> None:
+    d = running([0, 0, 0, 0])
+    rolled = RollOver(slots=4, needed=9, rate=900.0, regrowth=8.0)
+    obs = h.Observed(generation=1, offsets={0: h.Offsets(SPLIT, 0, SPLIT + 900)}, group_empty=None,
+                     replicas=3,
+                     job=h.JobObservation(h.JobState.ACTIVE, 1, running=1), progress=done(d), owner="uid",
+                     busy=True, part=h.PartSeen(1, False), roll_over=rolled, hand_back=h.HandBack(90.0, True))
+    a = h.next_action(spec(), d, obs, T0)
+    assert a.kind is h.Kind.DELIVER and a.part is not None and a.part.final and a.reason == "RollingOver"
+
+
+def test_a_next_split_wanted_during_the_hold_goes_to_the_same_drain_and_ends_the_hold() -> None:
+    state, end = warm_state(T0, SPLIT + 600)
+    d = dataclasses.replace(running([0, 0, 0, 0]), idle_since=T0 - 10.0, reason="HoldingSlots")
+    a, _ = cycle(state, d, T0, end + int(POLL * HOT), 600, done(d))
+    assert a.reason == "NextSplitPlanned" and a.status is not None and a.status.id == 1
+    assert a.status.idle_since is None and a.status.to_dict()["idleSince"] is None
+
+
+@pytest.mark.parametrize("start_up,poll,want", [
+    (90.0, 15.0, 90.0),  # a cold start-up: hold for it
+    (3.0, 15.0, 30.0),  # a warm runtime's start-up: at least two polls
+    (20.0, 2.0, 20.0),
+    (600.0, 15.0, h.HOLD_MAX_S),  # bounded: below the driver's own wait for a part
+])
+def test_the_hold_is_a_new_drains_start_up_within_bounds(start_up: float, poll: float, want: float) -> None:
+    assert h.hold_seconds(start_up, poll) == want
+
+
+def test_the_hold_ends_before_the_drivers_own_wait_for_a_part() -> None:
+    from lagpilot_runtime.drain_job import PART_WAIT_S
+
+    assert h.HOLD_MAX_S < PART_WAIT_S

@@ -64,6 +64,11 @@ ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quie
 # members still in the group are named and the consumers get their replicas back (``_give_up_quiesce``)
 QUIESCE_TIMEOUT_S = 120.0
 REASON_FOREIGN = "ForeignGroupMembers"
+# an idle busy drain holds its slots at most this long before it hands its partitions back
+# (``hold_seconds``): half the driver's own wait for a part (lagpilot_runtime.drain_job.PART_WAIT_S,
+# 300 s), so the driver never ends by itself in the middle of a hold
+HOLD_MAX_S = 150.0
+REASON_HOLDING = "HoldingSlots"  # status.drain.reason of a busy drain in its hold (``_holding``)
 CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-<pod> (docs/CONTRACTS.md)
 
 # the hand-off paths (status.drain.handOffPath), declared in the status model:
@@ -236,6 +241,9 @@ class DrainStatus:
     # a busy drain's done sub-ranges no longer listed (``fold_done``): (ranges, records done,
     # records total); the listed ones and these make the drain's counts
     folded: tuple[int, int, int] = (0, 0, 0)
+    # a busy drain idle (every sub-range done, no next split wanted, none in hand-off) since then:
+    # its hold before the hand-back (``hand_back_hold``); None: not idle, or not yet seen idle
+    idle_since: float | None = None
 
     @property
     def records_lost(self) -> int:
@@ -328,6 +336,7 @@ class DrainStatus:
             "slots": _unless(over, _or_none(self.slots)),
             "slotRate": _unless(over, _or_none(round(self.slot_rate, 3))),
             "extension": None if self.extension is None else self.extension.to_dict(),
+            "idleSince": _unless(over, format_time(self.idle_since)),
         }
         return d
 
@@ -378,6 +387,7 @@ class DrainStatus:
             slot_rate=float(d.get("slotRate") or 0.0),
             extension=Extension.from_dict(d.get("extension")),
             folded=_folded(d.get("subRangesFolded") if subs else None),
+            idle_since=f("idleSince"),
         )
 
 
@@ -540,6 +550,40 @@ class JobObservation:
 
 
 @dataclass(frozen=True)
+class HandBack:
+    """The hand-back rule's inputs for an idle busy drain (docs/drain.md "Busy drains", the hold
+    before the hand-back), from the decision step: how long it holds its slots first
+    (``hold_seconds``: a new drain's start-up, as the planner would pay it now) and whether the
+    estimator is warm (every partition's rate measured: an operator started without its memory has
+    none, and the group would seem to hold every partition)."""
+
+    hold_s: float = 0.0
+    warm: bool = True
+
+
+def hold_seconds(start_up_s: float, poll_s: float) -> float:
+    """How long an idle busy drain holds its slots before it hands its partitions back: a new
+    drain's start-up (the learned one of this CR, as the planner pays it now: warm or cold), the
+    ski-rental bound — idle slots cost what a new drain's start-up would, no more — and at least
+    two polls (the planner sees the drain's lanes as the status the cycle read: a cycle's "no next
+    split" may be a lane that was still at work then, or one poll's rate), at most ``HOLD_MAX_S``.
+    Pure."""
+    return min(HOLD_MAX_S, max(2.0 * max(0.0, poll_s), max(0.0, start_up_s)))
+
+
+def hand_back_hold(d: DrainStatus, rule: HandBack, now: float) -> float | None:
+    """An idle busy drain (every sub-range done, no next split wanted, none in hand-off, no
+    roll-over): None when it hands its partitions back now — idle since ``d.idle_since`` for the
+    whole hold (``rule.hold_s``) and the estimator warm — else when its hold started (the
+    ``idleSince`` to record: ``now`` on its first idle cycle). The one rule of the operator
+    (``_deliver``) and the simulator (``sim.world.settle``). Pure."""
+    since = d.idle_since if d.idle_since is not None else now
+    if rule.warm and now - since >= rule.hold_s:
+        return None
+    return since
+
+
+@dataclass(frozen=True)
 class Observed:
     """What the executor measured this cycle; None means "not measured" (never "empty")."""
 
@@ -576,6 +620,9 @@ class Observed:
     busy: bool = False
     # a Running busy drain: the next part its driver can read now (None: not read; NO_PART: none)
     part: PartSeen | None = None
+    # when an idle busy drain hands its partitions back (the step's ``StepDecision.hand_back``);
+    # the default hands back at once (no hold)
+    hand_back: HandBack = field(default_factory=HandBack)
 
 
 @dataclass(frozen=True)
@@ -910,7 +957,7 @@ def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observe
     """The attempt's Job runs: a busy drain's next part (``_deliver``), the stall clock started, a
     stall detected (``_stalled``); None: only progress to record."""
     if d.busy and waiting is None:
-        part = _deliver(d, observed)
+        part = _deliver(drain, d, observed, now)
         if part is not None:
             return part
     if d.progress_at is None:  # a status written before the detector: start its clock now
@@ -1100,7 +1147,7 @@ def _plan_next_split(
     if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
         return None
     e = Extension(d.round + 1, tuple(ranges), planned_at=now)
-    n = dataclasses.replace(d, extension=e, reason="NextSplitPlanned", message=(
+    n = dataclasses.replace(d, extension=e, idle_since=None, reason="NextSplitPlanned", message=(
         f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to {splits}; "
         "publishing the hand-off"))
     return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
@@ -1217,13 +1264,15 @@ def _split_plan(observed: Observed) -> tuple[list[PartitionRange], str]:
     return ranges, ", ".join(f"p{r.partition}@{r.split}" for r in ranges)
 
 
-def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
+def _deliver(drain: DrainStatus, d: DrainStatus, observed: Observed, now: float) -> Action | None:
     """A Running busy drain's next part for its driver (docs/drain.md "Busy drains: the executor"),
     or None. After a next split was handed off (``round`` above the delivered part's): the drain's
     unfinished sub-ranges at this round, which the driver runs with the session it holds. Once
     every sub-range is done and no next split is wanted (the capped group holds the partitions):
-    the final part, which hands them back (the driver ends; no next split is planned after it).
-    Pure; the executor reads the delivered part first (``Observed.part``)."""
+    the final part, which hands them back (the driver ends; no next split is planned after it) —
+    after the hold (``hand_back_hold``: the drain keeps its slots meanwhile, ``_holding``), at once
+    for a roll-over or with busy drains turned off. Pure; the executor reads the delivered part
+    first (``Observed.part``); ``drain`` is the status as read, ``d`` with this cycle's progress."""
     seen, ext = observed.part, d.extension
     if seen is None or seen.final or (ext is not None and ext.published_at is not None):
         return None
@@ -1236,6 +1285,10 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
     if not unfinished and (not observed.wanted or not observed.busy) and ext is None:
         part = NextPart(str(d.id), d.round, True, ())
         rolled = observed.roll_over if observed.busy and not observed.wanted else None
+        if rolled is None and observed.busy:
+            since = hand_back_hold(d, observed.hand_back, now)
+            if since is not None:
+                return _holding(drain, d, since, observed.hand_back)
         if rolled is not None:  # the load outgrew its slots: it ends, a drain with more slots follows
             h = dataclasses.replace(d, reason=DrainEndReason.ROLLING_OVER.value, message=(
                 f"drain {d.id}: every sub-range done; rolling over: {rolled.message}; no further split; "
@@ -1248,6 +1301,21 @@ def _deliver(d: DrainStatus, observed: Observed) -> Action | None:
             event = "DrainHandedBack"
         return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", event, h.message))
     return None
+
+
+def _holding(drain: DrainStatus, d: DrainStatus, since: float, rule: HandBack) -> Action:
+    """An idle busy drain in its hold: its slots kept (the driver waits for a part), the hold's
+    start recorded once (``status.drain.idleSince``, so an operator restart resumes the same hold;
+    reason ``HoldingSlots``); a next split wanted meanwhile goes to this drain
+    (``_plan_next_split`` clears it). No write while nothing moved."""
+    if d.idle_since == since and d.reason == REASON_HOLDING:
+        return _progress_only(drain, d) if d.sub_ranges != drain.sub_ranges else Action(Kind.NONE)
+    why = "" if rule.warm else " (the rates are not measured yet)"
+    w = dataclasses.replace(d, idle_since=since, reason=REASON_HOLDING, message=(
+        f"drain {d.id}: every sub-range done and no next split wanted; holding its {d.slots} slots "
+        f"from {format_time(since)} for {rule.hold_s:.0f}s (a new drain's start-up){why} before handing "
+        f"partitions {d.partitions} back"))
+    return Action(Kind.NONE, w, w.reason, w.message)
 
 
 def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
@@ -1664,6 +1732,7 @@ def _launch(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, att
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
         slots=job_slots(d, spec.drain.max_tasks) if d.busy else d.slots,
+        idle_since=None,  # a new attempt's driver: a hold starts again when it is idle
     )
     if reset_attempts:
         # attempts are counted from here again (spec changed / resumed after cancel); job names stay unique

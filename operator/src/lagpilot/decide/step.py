@@ -169,6 +169,9 @@ class StepDecision:
     learn_events: tuple[tuple[str, str, str], ...] = ()
     start_ups: Mapping[str, tuple[float, tuple[float, ...]]] = field(default_factory=dict)
     limit: learn.Limit | None = None
+    # when an idle busy drain hands its partitions back (handoff.hand_back_hold: the hold, the
+    # estimator warm): the executor's Observed.hand_back, the simulator's settle
+    hand_back: handoff.HandBack = field(default_factory=handoff.HandBack)
 
     @property
     def replicas(self) -> int:
@@ -323,6 +326,7 @@ def step(
         learn_events,
         start_ups_of(pol, learned) if pol.learn_start_ups else {},
         limit,
+        hand_back_of(pol, dpol, est),
     )
     if pol.learn_start_ups or pol.detect_ineffective_scaling:
         learned = learn.after_decision(
@@ -336,6 +340,18 @@ def step(
             est=est,
         )
     return out, StepState(est, history, learned)
+
+
+def hand_back_of(pol: Policies, dpol: DrainPolicy | None, est: est_mod.EstimatorState) -> handoff.HandBack:
+    """The hand-back rule's inputs (``handoff.HandBack``): hold for a new drain's start-up as the
+    planner pays it now (``dpol``: learned, warm or cold) within ``handoff.hold_seconds``' bounds;
+    warm once the consumers' capacity is known and every partition's rate was measured over an
+    interval (``live_rate``: none on an estimator's first snapshot, e.g. an operator started
+    without its memory)."""
+    start = dpol.start_up_s if dpol is not None else pol.runtime.warm_up_s
+    measured = all(p.live_rate is not None for p in est.partitions.values())
+    warm = est.capacity_per_replica is not None and measured
+    return handoff.HandBack(handoff.hold_seconds(start, pol.scaling.poll_interval_s), warm)
 
 
 def start_ups_of(pol: Policies, learned: learn.Learned) -> dict[str, tuple[float, tuple[float, ...]]]:
@@ -356,6 +372,7 @@ __all__ = [
     "StepState",
     "busy_drain_of",
     "drain_view",
+    "hand_back_of",
     "held_by",
     "hold_of",
     "start_ups_of",

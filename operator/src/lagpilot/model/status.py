@@ -343,6 +343,10 @@ class DrainStatus(_Model):
     extension: DrainExtension | None = Field(
         None, description="A busy drain's next split while it is handed off (absent: none)."
     )
+    idle_since: str | None = _time(
+        "When a busy drain became idle (every sub-range done, no next split wanted): it holds its slots "
+        "for a new drain's start-up from then before it hands its partitions back (absent: not idle)."
+    )
     history: list[DrainHistoryEntry] = Field(
         default_factory=list, description="The last 5 finished drains.", json_schema_extra=_list_map("id")
     )

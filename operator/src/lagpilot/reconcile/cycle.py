@@ -126,7 +126,8 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     emit_estimate_events(spec, est, deps)
     mark("act")
     target = applied if applied is not None else cur
-    drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas)
+    drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas,
+                          hand_back=out.hand_back)
     mark("drain")
 
     not_ready = consumers_not_ready(ref, deps) if ready < cur else ""

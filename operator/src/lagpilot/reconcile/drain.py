@@ -42,14 +42,17 @@ def retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
 
 
 def run_drain(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: Mapping[str, Any],
-              seen: Observed, decision: Decision, replicas: int, deps: Deps, runtime_replicas: int | None = 1) -> Any:
+              seen: Observed, decision: Decision, replicas: int, deps: Deps, runtime_replicas: int | None = 1,
+              hand_back: Any = None) -> Any:
     """The drain executor's step (its DrainResult), after the scaler acted and before the status
-    write, with the step's replica count for the warm drain runtime; None without a drain executor."""
+    write, with the step's replica count for the warm drain runtime and its hand-back rule
+    (``StepDecision.hand_back``); None without a drain executor."""
     if deps.drain is None:
         return None
     from lagpilot.act.drain import run_in_cycle
     return run_in_cycle(deps.drain, ref, spec, raw_spec, status, seen.obs, decision, replicas, seen.handle, deps,
-                        apply_deployment, runtime_replicas=runtime_replicas, runtime_seen=seen.runtime)
+                        apply_deployment, runtime_replicas=runtime_replicas, runtime_seen=seen.runtime,
+                        hand_back=hand_back)
 
 
 def drain_progress(raw: Mapping[str, Any]) -> tuple[int, int]:

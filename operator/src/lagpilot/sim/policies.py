@@ -176,7 +176,7 @@ def lagpilot_controller(params: SimParams) -> Controller:
             world.scale(out.replicas, t)
         if out.drain is not None:
             world.plan_drain(out.drain, t)
-        world.settle(t)
+        world.settle(t, out.hand_back, rolled=out.decision.roll_over is not None)
 
     control.state = state  # type: ignore[attr-defined]
     return control

@@ -241,7 +241,8 @@ class _World:
         self.drains_extended += 1
         ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
         d.ext_tasks, d.ext_planned_s, d.ext_handoff_at = dict(tasks), t, t + self.p.pause_s
-        d.status = replace(d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t))
+        d.status = replace(d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t),
+                           idle_since=None)
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
 
     def _extend(self, d: _SimDrain, t: float) -> None:
@@ -303,17 +304,24 @@ class _World:
     def release_idle(self, t: float) -> None:
         """Before a decision: nothing (a busy drain keeps its slots until it ends, ``settle``)."""
 
-    def settle(self, t: float) -> None:
+    def settle(self, t: float, rule: handoff.HandBack | None = None, rolled: bool = False) -> None:
         """After a decision: a busy drain that took no next split and has no work left gets the final
-        part and ends (its partitions handed back: the group holds them); every slot it held is paid
-        until then. Until then it holds them all, also while it waits for a part (the driver's
-        session keeps its parallelism; it ends by itself after ``drain_part_wait_s``: ``advance``)."""
+        part and ends (its partitions handed back: the group holds them) — at once when it rolls
+        over (``rolled``: the decision's roll-over), else after the operator's hold (``rule``, the
+        step's ``hand_back``: ``handoff.hand_back_hold``, the same function; its start kept in its
+        status's ``idle_since`` like the operator's ``status.drain.idleSince``); every slot it held
+        is paid until then. Until then it holds them all, also while it waits for a part (the
+        driver's session keeps its parallelism; it ends by itself after ``drain_part_wait_s``:
+        ``advance``)."""
         for d in list(self.sim_drains):
             if not d.busy or d.status.handed_off_at is None:
                 continue
             if d.ext_handoff_at is None and not d.has_work():
-                self._end_busy(d, t)
-                continue
+                since = None if rolled else handoff.hand_back_hold(d.status, rule or handoff.HandBack(), t)
+                if since is None:
+                    self._end_busy(d, t)
+                    continue
+                d.status = replace(d.status, idle_since=since)
             self._busy_status(d)
 
     def _end_busy(self, d: _SimDrain, end: float) -> None:
