@@ -4,7 +4,8 @@ A running busy drain takes the next split of its partitions without a new start-
 group cannot hold them (``drain_policy.extension_need``), and its partitions are handed back (no next
 split) once the group alone meets the target. The simulator models the executor side: the next
 split's records are queued on the drain's own task slots (no start-up), a slot idle for a whole poll
-is released, the drain ends when it took no next split and has no work left."""
+is released, the drain ends when it took no next split and has no work left (after the operator's
+hold: tests/unit/test_busy_drain_hand_back.py)."""
 from __future__ import annotations
 
 import math

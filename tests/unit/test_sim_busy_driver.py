@@ -143,3 +143,32 @@ def test_a_next_parts_sub_ranges_queue_in_index_order_on_the_slot_that_frees_fir
     assert queued[first] is queued[second] and queued[third] is not queued[first]
     t = _run(w, t, 100.0)
     assert w.remaining() <= 1e-6
+
+
+def test_an_idle_busy_drain_holds_its_slots_for_the_operators_hold_then_ends() -> None:
+    """The operator's hold before the hand-back (handoff.hand_back_hold, the same function): an idle
+    busy drain keeps its slots (paid) until it stayed idle for the hold; a roll-over ends it at once."""
+    from lagpilot.decide import handoff
+
+    rule = handoff.HandBack(hold_s=45.0)
+    w = _world()
+    t = _burst(w, 8_000.0)
+    w.plan_drain(_need({0: 4}), t)
+    launched = t + P.pause_s
+    t = _run(w, t, 90.0)  # done at ~51 s
+    w.settle(t, rule)  # the first idle decision: the hold starts, its start in the status
+    assert w.sim_drains and w.sim_drains[0].status.idle_since == 90.0
+    t = _run(w, t, 120.0)
+    w.settle(t, rule)
+    assert w.sim_drains  # 30 s of 45
+    t = _run(w, t, 135.0)
+    w.settle(t, rule)
+    assert not w.sim_drains
+    assert abs(w.finished_task_s - 4 * (135.0 - launched)) < 1e-6, w.finished_task_s
+    # a roll-over is not held
+    w = _world()
+    t = _burst(w, 8_000.0)
+    w.plan_drain(_need({0: 4}), t)
+    t = _run(w, t, 90.0)
+    w.settle(t, rule, rolled=True)
+    assert not w.sim_drains

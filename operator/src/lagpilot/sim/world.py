@@ -16,9 +16,9 @@ The model (documented in docs/decision.md):
   sub-ranges start as soon as it is handed off, beside the pass under way (the driver reads parts
   while its passes run and starts each as one more Spark job), on those slots: each, in the order of
   its sub-range index (Spark's FIFO scheduler, a job's tasks in order), on the slot that frees first,
-  no new task, no start-up, more sub-ranges than slots queue; it ends on the final part (the first
-  decision that takes no next split with nothing left) or ``drain_part_wait_s`` after its last work
-  without a part;
+  no new task, no start-up, more sub-ranges than slots queue; it ends on the final part (decisions
+  that take no next split with nothing left for the operator's hold, ``handoff.hand_back_hold``; the
+  first one on a roll-over) or ``drain_part_wait_s`` after its last work without a part;
 - the warm drain runtime (``warm_runtime`` always / on-demand): scaled as the decision step says,
   Ready ``drain_start_s`` after a scale-up (the same JVM and SparkSession a cold drain starts);
 - observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
