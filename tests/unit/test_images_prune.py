@@ -96,6 +96,23 @@ def test_an_older_content_tag_and_its_layers_are_removed_after_a_build(storage: 
     assert {"deps0000" * 8, "base0000" * 8} <= store.ids()
 
 
+
+def test_a_failed_listing_leaves_the_builds_standing_and_says_so(storage: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    store, layout = storage
+
+    def broken(argv: list[str], *a: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
+        store.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 125, "", "Error: database is locked")
+
+    monkeypatch.setattr(subprocess, "run", broken)
+    report = images.build_and_run(("operator", "consumer"), run=False, layout=layout)
+    assert set(report.builds) == {"operator", "consumer"}
+    assert "database is locked" in report.prune["error"]
+    assert any("images" in c for c in store.calls)
+    assert not any("rmi" in c or "untag" in c for c in store.calls)
+
+
 # ---------------------------------------------------------------- the choice, pure (images_prune.plan)
 
 from hypothesis import given, settings  # noqa: E402

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -33,6 +34,8 @@ from lagpilot_dev.images_prune import prune as prune_storage
 from lagpilot_dev.images_run import run_consumer, run_id, run_operator_help
 from lagpilot_dev.images_tools import Layout, default_layout, ensure_tools
 from lagpilot_dev.paths import file_lock
+
+log = logging.getLogger("lagpilot_dev.images")
 
 
 @dataclass
@@ -70,8 +73,12 @@ def build_and_run(names: Sequence[str] = ("operator", "consumer"), run: bool = T
                 report.runs["consumer"] = {"id": run_id(layout, IMAGES["consumer"]),
                                            **run_consumer(layout, bootstrap, dsn)}
         if prune:  # under the lock: no build of this machine is between its steps
-            report.prune = prune_storage(layout, current=[d.content_tag() for d in IMAGES.values()],
-                                         plain_tags=[d.tag for d in IMAGES.values()])
+            try:
+                report.prune = prune_storage(layout, current=[d.content_tag() for d in IMAGES.values()],
+                                             plain_tags=[d.tag for d in IMAGES.values()])
+            except Exception as err:  # noqa: BLE001 - the builds stand; the storage is pruned next time
+                log.warning("pruning the build storage failed", extra={"error": str(err)[:500]})
+                report.prune = {"error": str(err)[:500]}
     report.seconds = round(time.monotonic() - t0, 1)
     return report
 
@@ -113,7 +120,9 @@ def main(args: argparse.Namespace, stack: Any) -> int:
             print(f"#   consumed {r['postgres']['rows']}/{r['produced']} records into {r['table']} "
                   f"({r['postgres']['distinct_offsets']} distinct offsets) in {r['seconds_to_land']} s; "
                   f"committed {r['committed']}; exit {r['exit_code']} after SIGTERM")
-    if report.prune:
+    if report.prune.get("error"):
+        print(f"# pruning the build storage failed: {report.prune['error']}")
+    elif report.prune:
         print(f"# pruned the build storage: {len(report.prune['untagged'])} older content tags, "
               f"{report.prune['removed']} images removed ({len(report.prune['not_removed'])} could not be), "
               f"{report.prune['kept']} kept")
