@@ -64,3 +64,17 @@ def test_consumer_image_consumes_into_postgres_and_commits_in_kafka(report):
     per_partition = r["produced"] // 2
     assert r["committed"] == {0: per_partition, 1: per_partition}, r
     assert r["exit_code"] == 0, r["log_tail"]  # SIGTERM: a graceful shutdown
+
+
+def test_the_build_storage_is_pruned_and_keeps_what_this_checkout_built(report):
+    # images_prune ran after the builds (docs/images.md "Disk"): it listed the storage without error,
+    # and the images this checkout's content tags name are still there, with the plain tags and the base
+    assert "error" not in report.prune, report.prune
+    assert report.prune["kept"] > 0, report.prune
+    layout = images_tools.default_layout()
+    for name in ("operator", "consumer"):
+        b = report.builds[name]
+        assert b["content_tag"] not in report.prune["untagged"], report.prune
+        assert images_tools.image_exists(layout, b["content_tag"]), b
+        assert images_tools.image_exists(layout, b["image"]), b
+    assert images_tools.image_exists(layout, "docker.io/library/python:3.11-slim-bookworm")

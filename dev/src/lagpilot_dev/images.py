@@ -11,6 +11,9 @@ order here under one lock (`build_and_run`) and reported (`main`):
   bundle and built wheels bind-mounted read-only for the RUN steps.
 - run (images_run): `podman run --network host` of each image: the operator's `--help`, `id` in
   each, the consumer's `consume` against the dev stack's Kafka into its PostgreSQL.
+- prune (images_prune): the storage keeps this checkout's current content tags, the plain tags, the
+  base, content tags built within the last hour, and their layers; older content tags and images
+  nothing keeps are removed.
 
 State lives in $LAGPILOT_IMAGES_CACHE, else $LAGPILOT_CACHE/images (default ~/.cache/lagpilot/images):
 bin/ (buildah), storage/ (containers-storage, overlay driver), base/ (mmdebstrap work dir, removed after
@@ -20,15 +23,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from lagpilot_dev.images_base import BASE_NAMES, ensure_base
 from lagpilot_dev.images_build import IMAGES, build
+from lagpilot_dev.images_prune import prune as prune_storage
 from lagpilot_dev.images_run import run_consumer, run_id, run_operator_help
 from lagpilot_dev.images_tools import Layout, default_layout, ensure_tools
 from lagpilot_dev.paths import file_lock
+
+log = logging.getLogger("lagpilot_dev.images")
 
 
 @dataclass
@@ -37,15 +44,17 @@ class Report:
     base: dict[str, Any] = field(default_factory=dict)
     builds: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, Any] = field(default_factory=dict)
+    prune: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"tools": self.tools, "base": self.base, "builds": self.builds, "runs": self.runs,
-                "seconds": self.seconds}
+                "prune": self.prune, "seconds": self.seconds}
 
 
 def build_and_run(names: Sequence[str] = ("operator", "consumer"), run: bool = True, rebuild_base: bool = False,
-                  bootstrap: str | None = None, dsn: str | None = None, layout: Layout | None = None) -> Report:
+                  bootstrap: str | None = None, dsn: str | None = None, layout: Layout | None = None,
+                  prune: bool = True) -> Report:
     layout = layout or default_layout()
     layout.root.mkdir(parents=True, exist_ok=True)
     report = Report()
@@ -63,6 +72,13 @@ def build_and_run(names: Sequence[str] = ("operator", "consumer"), run: bool = T
                     raise RuntimeError("the consumer run needs Kafka and PostgreSQL: lagpilot dev up --parts kafka,postgres")
                 report.runs["consumer"] = {"id": run_id(layout, IMAGES["consumer"]),
                                            **run_consumer(layout, bootstrap, dsn)}
+        if prune:  # under the lock: no build of this machine is between its steps
+            try:
+                report.prune = prune_storage(layout, current=[d.content_tag() for d in IMAGES.values()],
+                                             plain_tags=[d.tag for d in IMAGES.values()])
+            except Exception as err:  # noqa: BLE001 - the builds stand; the storage is pruned next time
+                log.warning("pruning the build storage failed", extra={"error": str(err)[:500]})
+                report.prune = {"error": str(err)[:500]}
     report.seconds = round(time.monotonic() - t0, 1)
     return report
 
@@ -71,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default="operator,consumer", help="comma-separated images (default: %(default)s)")
     p.add_argument("--no-run", action="store_true", help="build only")
     p.add_argument("--rebuild-base", action="store_true", help="remake the mmdebstrap base image")
+    p.add_argument("--no-prune", action="store_true",
+                   help="keep older content tags and unused images in the build storage (docs/images.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
 
@@ -84,7 +102,8 @@ def main(args: argparse.Namespace, stack: Any) -> int:
     if not args.no_run and "consumer" in names:
         info = stack.status()
         bootstrap, dsn = info.bootstrap_servers, info.postgres_dsn
-    report = build_and_run(names, run=not args.no_run, rebuild_base=args.rebuild_base, bootstrap=bootstrap, dsn=dsn)
+    report = build_and_run(names, run=not args.no_run, rebuild_base=args.rebuild_base, bootstrap=bootstrap,
+                           dsn=dsn, prune=not args.no_prune)
     if args.json:
         print(json.dumps(report.to_dict(), sort_keys=True))
         return 0
@@ -101,5 +120,11 @@ def main(args: argparse.Namespace, stack: Any) -> int:
             print(f"#   consumed {r['postgres']['rows']}/{r['produced']} records into {r['table']} "
                   f"({r['postgres']['distinct_offsets']} distinct offsets) in {r['seconds_to_land']} s; "
                   f"committed {r['committed']}; exit {r['exit_code']} after SIGTERM")
+    if report.prune.get("error"):
+        print(f"# pruning the build storage failed: {report.prune['error']}")
+    elif report.prune:
+        print(f"# pruned the build storage: {len(report.prune['untagged'])} older content tags, "
+              f"{report.prune['removed']} images removed ({len(report.prune['not_removed'])} could not be), "
+              f"{report.prune['kept']} kept")
     print(f"# total {report.seconds} s")
     return 0

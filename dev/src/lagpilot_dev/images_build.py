@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lagpilot_dev.images_prune import record_build
 from lagpilot_dev.images_tools import RUN_NPROC_CAP, Layout, image_size, image_user, ulimit_flags
 
 log = logging.getLogger("lagpilot_dev.images")
@@ -172,6 +173,7 @@ def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[
     text = log_file.read_text(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}")
+    record_build(layout, ctag, text)  # when, and its steps' images: what images_prune keeps for it
     steps = sum(1 for line in text.splitlines() if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line))
     cached = sum(1 for line in text.splitlines() if line.startswith("--> Using cache"))
     return {"image": image.tag, "content_tag": ctag, "seconds": seconds,
