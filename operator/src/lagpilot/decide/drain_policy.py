@@ -794,7 +794,28 @@ def _allocation(x: _Setting, live: list[PartitionLoad], n: int, piped: bool, hig
     if p.busy:  # the Job keeps the slots it is launched with: each partition its need over the burst
         needs = [burst_need(nd, r, x.share, x.task_cap, high) for nd, r in zip(needs, rates, strict=True)]
     m = max(min(len(live), x.budget), min(max(n, sum(needs)), task_cap_of(p, len(live), x.budget)))
-    return allocate_by_need([ld.lag for ld in live], needs, m, per_task_min=p.min_records_per_task)
+    alloc = allocate_by_need([ld.lag for ld in live], needs, m, per_task_min=p.min_records_per_task)
+    if p.busy:
+        return shortest_lanes_only([ld.lag for ld in live], alloc, needs)
+    return alloc
+
+
+def shortest_lanes_only(records: Sequence[float], alloc: Sequence[int], needs: Sequence[int]) -> list[int]:
+    """A busy drain's launch (issue 25): each partition at most the tasks that keep its sub-ranges
+    from being the drain's longest lane (``records / tasks``, the longest of ``alloc``), and never
+    fewer than its ``needs`` (its :func:`burst_need`: the slots that hold its regrowth) nor more than
+    ``alloc``. A busy drain pays every slot it is launched with until its last lane ends (the
+    driver keeps its parallelism), so a task beyond that is a slot idle while the longest lane
+    works, not a faster drain; the drain's longest lane, hence its end, is unchanged. Decided here
+    (step s105 at a 20 s start-up: three equal backlogs of ~38 k records launched with 4 slots, two
+    on p0, whose lane ended in half the time; 21 drains paid 401 task-minutes for 278 of work).
+    A cold drain pays a task only until it ends (its allocation is unchanged). Pure."""
+    live = [(r, a) for r, a in zip(records, alloc, strict=True) if a > 0]
+    if not live:
+        return list(alloc)
+    longest = max(r / a for r, a in live)
+    return [a if a <= 0 else min(a, max(nd, math.ceil(r / longest - 1e-9)))
+            for r, a, nd in zip(records, alloc, needs, strict=True)]
 
 
 def _range(ld: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *,
