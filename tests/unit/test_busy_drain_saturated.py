@@ -11,6 +11,8 @@ oldest record is at least as old as the youngest pick's joins it."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lagpilot.decide.drain_policy import BusyDrain, DrainPolicy, Lane, extension_need
 from lagpilot.decide.projection import PartitionLoad
@@ -45,3 +47,25 @@ def test_a_saturated_busy_drain_splits_the_oldest_partitions_together(rate: floa
     assert need.partitions == want
     # every partition split gets sub-ranges (the ones beyond the free slots queue on the drain's slots)
     assert all(r.tasks >= 1 for r in need.ranges)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rates=st.lists(st.floats(560.0, 900.0), min_size=6, max_size=6),
+       lags=st.lists(st.floats(1_000.0, 120_000.0), min_size=6, max_size=6),
+       ages=st.lists(st.floats(1.0, 250.0), min_size=6, max_size=6),
+       left=st.lists(st.floats(0.0, 40_000.0), min_size=6, max_size=6),
+       tasks=st.lists(st.integers(1, 4), min_size=6, max_size=6))
+def test_a_saturated_split_leaves_out_no_partition_older_than_one_it_takes(
+        rates: list[float], lags: list[float], ages: list[float], left: list[float],
+        tasks: list[int]) -> None:
+    """Every partition at >= 560 records/s regrows >= 2.7 tasks (6 of them > 16 slots): saturated.
+    Whatever its lanes hold, a partition the split leaves out is younger than every one it takes."""
+    loads = [PartitionLoad(p, lag, r) for p, (lag, r) in enumerate(zip(lags, rates, strict=True))]
+    lanes = tuple(Lane(p, n, n * x) for p, (n, x) in enumerate(zip(tasks, left, strict=True)))
+    age_of = dict(enumerate(ages))
+    need = extension_need(loads, CAP, BusyDrain(lanes, slots=16), group_replicas=6, target_s=240.0,
+                          sla_s=300.0, policy=POLICY, oldest_age_s=age_of)
+    if need is None:
+        return
+    youngest = min(age_of[p] for p in need.partitions)
+    assert all(age_of[p] < youngest for p in range(6) if p not in need.partitions)
