@@ -10,8 +10,10 @@ a task only until it finishes, so there the extra task cost just its start-up.""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from lagpilot.decide.drain_policy import DrainPolicy, drain_need
+from lagpilot.decide.drain_policy import DrainPolicy, drain_need, shortest_lanes_only
 from lagpilot.decide.projection import PartitionLoad
 
 CAP = 137.0
@@ -41,3 +43,26 @@ def test_a_busy_drain_is_launched_without_slots_that_would_idle_until_its_longes
         longest = max(r.records / r.tasks for r in need.ranges)
         # no partition could give up a task without lengthening the drain beyond its longest lane
         assert all(r.tasks == 1 or r.records / (r.tasks - 1) > longest for r in need.ranges)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(500.0, 200_000.0), st.integers(0, 8), st.integers(1, 6)), min_size=1,
+                max_size=8))
+def test_shortest_lanes_only_keeps_the_longest_lane_and_the_needs(
+        parts: list[tuple[float, int, int]]) -> None:
+    """Never more tasks than given, never fewer than the need (within what was given), the drain's
+    longest lane unchanged, and no partition above its need could give up a task without its lane
+    becoming longer than the drain's longest."""
+    records = [r for r, _, _ in parts]
+    alloc = [a for _, a, _ in parts]
+    needs = [n for _, _, n in parts]
+    out = shortest_lanes_only(records, alloc, needs)
+    assert all(min(a, n) <= o <= a for o, a, n in zip(out, alloc, needs, strict=True))
+    given_lanes = [r / a for r, a in zip(records, alloc, strict=True) if a > 0]
+    if not given_lanes:
+        assert out == alloc
+        return
+    longest = max(given_lanes)
+    assert max(r / o for r, o in zip(records, out, strict=True) if o > 0) == pytest.approx(longest)
+    assert all(o <= n or r / (o - 1) > longest * (1 - 1e-9)
+               for r, o, n in zip(records, out, needs, strict=True))
