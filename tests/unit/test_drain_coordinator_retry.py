@@ -124,7 +124,8 @@ def _run_task(monkeypatch: pytest.MonkeyPatch, group: Moving) -> list[Any]:
     TASK_SEEN.clear()
     monkeypatch.setattr(drain_task, "progress_consumer", lambda cfg, g: group)
     spec = drain_task.TaskSpec("orders", "g", "1", 100, (SubRange(partition=0, start=100, end=200, index=0),))
-    return list(drain_task.run_task(spec, iter([Record("orders", 0, o, None, b"x") for o in range(100, 200)])))
+    records = [Record("orders", 0, o, None, b"x") for o in range(100, 200)]
+    return list(drain_task.run_task(spec, iter(records)))
 
 
 def test_the_tasks_progress_commit_retries_a_moving_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,7 +138,7 @@ def test_the_tasks_progress_commit_retries_a_moving_coordinator(monkeypatch: pyt
 
 def test_the_tasks_progress_commit_fails_at_once_on_another_error(monkeypatch: pytest.MonkeyPatch) -> None:
     group = MovingAtBatch([KafkaError.GROUP_AUTHORIZATION_FAILED] * 10)
-    with pytest.raises(RuntimeError, match="progress commit failed: .*GROUP_AUTHORIZATION_FAILED"):
+    with pytest.raises(RuntimeError, match=r"progress commit failed: .*GROUP_AUTHORIZATION_FAILED"):
         _run_task(monkeypatch, group)
     assert group.calls == 2  # the read, then one commit: not retried
     assert group.commits == []
@@ -148,7 +149,7 @@ def test_the_tasks_progress_commit_gives_up_within_one_deadline(monkeypatch: pyt
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     group = MovingAtBatch([KafkaError.NOT_COORDINATOR] * 10_000)
-    with pytest.raises(RuntimeError, match="progress commit failed: .*NOT_COORDINATOR"):
+    with pytest.raises(RuntimeError, match=r"progress commit failed: .*NOT_COORDINATOR"):
         _run_task(monkeypatch, group)
     assert group.calls > 2  # retried ...
     # ... within the one deadline, not a layer of retries around another
