@@ -154,3 +154,36 @@ def test_the_tasks_progress_commit_gives_up_within_one_deadline(monkeypatch: pyt
     assert group.calls > 2  # retried ...
     # ... within the one deadline, not a layer of retries around another
     assert clock[0] <= drain_progress.PROGRESS_CALL_TIMEOUT_S + 2.0, clock[0]
+
+
+class AnswersPerPartition:
+    """A commit the broker answers per partition: ``errors`` (KafkaError codes) on the partition's
+    result before it takes the offset."""
+
+    def __init__(self, errors: list[int]) -> None:
+        self.errors, self.calls, self.commits = list(errors), 0, []
+
+    def commit(self, offsets: list[Any], asynchronous: bool = False) -> list[Any]:
+        self.calls += 1
+        if self.errors:
+            return [SimpleNamespace(partition=offsets[0].partition, error=KafkaError(self.errors.pop(0)))]
+        self.commits.append(offsets[0].offset)
+        return [SimpleNamespace(partition=offsets[0].partition, error=None)]
+
+
+def test_a_per_partition_coordinator_answer_is_retried_like_a_raised_one() -> None:
+    from confluent_kafka import TopicPartition
+
+    group = AnswersPerPartition([KafkaError.NOT_COORDINATOR])
+    drain_progress.commit_progress(group, TopicPartition("orders", 0, 160))
+    assert group.calls == 2 and group.commits == [160]
+
+
+def test_another_per_partition_error_fails_at_once_naming_what_failed() -> None:
+    from confluent_kafka import TopicPartition
+
+    group = AnswersPerPartition([KafkaError.OFFSET_METADATA_TOO_LARGE] * 3)
+    failed = "recording the retention loss failed"
+    with pytest.raises(RuntimeError, match=rf"^{failed}: .*OFFSET_METADATA_TOO_LARGE"):
+        drain_progress.commit_progress(group, TopicPartition("orders", 0, 160), failed)
+    assert group.calls == 1 and group.commits == []
