@@ -89,12 +89,7 @@ class BusyFaults(ReviewFaults):
 
     def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
         """(offset, metadata) of the drain's parts group commit, None when there is none."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        g = self.parts_group(drain)
-        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, [TopicPartition(self.topic, 0)])],
-                                                     request_timeout=30)[g]
-        for tp in fut.result(timeout=30).topic_partitions:
+        for tp in self.committed_offsets(self.parts_group(drain), [0]):
             if tp.offset is not None and tp.offset >= 0:
                 meta = tp.metadata
                 return int(tp.offset), (meta.decode() if isinstance(meta, bytes) else str(meta or ""))

@@ -245,22 +245,18 @@ class ReviewFaults(DrainWatch):
     # -- H1: the CR deleted while its drain is Planned ------------------------------------------------
     def mailbox(self) -> tuple[dict[int, Any], dict[int, int]]:
         """(the eos group's mailbox entries, its committed offsets) per partition."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
         from lagpilot_runtime import handoff_mailbox as mbx
 
-        g, own = mbx.mailbox_group(self.groups["eos"]), self.groups["eos"]
-        tps = [TopicPartition(self.topic, p) for p in range(PARTS)]
-        res = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, tps)])[g].result(30)
-        entries = {tp.partition: mbx.decode(getattr(tp, "metadata", None), tp.offset) for tp in res.topic_partitions}
-        res = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(own, tps)])[own].result(30)
-        return entries, {tp.partition: int(tp.offset) for tp in res.topic_partitions}
+        own = self.groups["eos"]
+        entries = {tp.partition: mbx.decode(getattr(tp, "metadata", None), tp.offset)
+                   for tp in self.committed_offsets(mbx.mailbox_group(own))}
+        return entries, {tp.partition: int(tp.offset) for tp in self.committed_offsets(own)}
 
     def remainder(self) -> Any:
         """The remainder a deleted eos CR handed back and no CR adopted yet (None: none)."""
-        from lagpilot.act.deletion_io import read_remainder
+        from lagpilot.decide.deletion import decode_remainder, group_offsets_of, remainder_group
 
-        return read_remainder(self.admin, self.groups["eos"], self.topic, 30)
+        return decode_remainder(group_offsets_of(self.committed_offsets(remainder_group(self.groups["eos"]))))
 
     def holds_nothing(self) -> str | None:
         """None when the eos CR holds nothing: no handed-back remainder waiting for its adoption (the
@@ -353,8 +349,11 @@ class ReviewFaults(DrainWatch):
             try:
                 self.until(lambda: self.holds_nothing() is None, "the re-created eos CR to hold nothing",
                            self.timeout * 2)
-            except TimeoutError:
-                f.evidence["still_held"] = self.holds_nothing()
+            except TimeoutError as exc:
+                try:
+                    f.evidence["still_held"] = self.holds_nothing()
+                except Exception as err:  # noqa: BLE001 - evidence only: never ends the campaign
+                    f.evidence["still_held"] = f"unknown ({err!r}; {exc})"
             dd = self.drain()
             if dd.get("reason") == "AdoptedRemainder" or int(dd.get("id") or 0) > first_id:
                 f.evidence["adopted_drain"] = {k: dd.get(k)

@@ -182,6 +182,24 @@ class CampaignBase:
                 return None
             raise
 
+    def committed_offsets(self, group: str, partitions: Any = None) -> list[Any]:
+        """The group's commits on the bench's topic (TopicPartitions: offset, metadata; partitions
+        default: all), read through a Consumer of that group that never subscribes (OffsetFetch), as
+        the operator reads them (lagpilot.observe.kafka_admin) — never through
+        ``AdminClient.list_consumer_group_offsets``, whose OffsetFetch librdkafka 2.16.0 mishandles on
+        a coordinator error: in the 2026-11-27 campaign (round 2) the bench's long-lived AdminClient
+        answered none for 180 s while a new client answered the same read in 0.05 s
+        (tests/unit/test_chaos_offsets.py)."""
+        import confluent_kafka
+
+        parts = range(PARTS) if partitions is None else partitions
+        c = confluent_kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
+                                      "enable.auto.commit": False, "client.id": "chaos-offsets-reader"})
+        try:
+            return list(c.committed([confluent_kafka.TopicPartition(self.topic, p) for p in parts], timeout=30))
+        finally:
+            c.close()
+
     def drain(self, which: str = "eos") -> dict[str, Any]:
         obj = self.cr(which) or {}
         return (obj.get("status") or {}).get("drain") or {}

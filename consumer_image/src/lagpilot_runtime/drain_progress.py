@@ -25,23 +25,24 @@ class RetentionError(Exception):
 # The group coordinator's transient answers: it moved, it is loading its ``__consumer_offsets``
 # partition, or none is elected yet. librdkafka raises them from ``committed()``/``commit()`` with
 # ``retriable()`` False; Kafka's Java client retries them (``RetriableCommitFailedException``), and so
-# does the drain, within the call's bound (``coordinated``).
+# does the drain, within the call's bound (``transient``, ``coordinated``).
 COORDINATOR_MOVING = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 PROGRESS_CALL_TIMEOUT_S = 30.0
 _BACKOFF_S = (0.1, 2.0)  # first wait, longest wait (doubling)
 
 
-def _moving(exc: BaseException) -> bool:
-    """A KafkaException whose error is the coordinator moving, or one the client calls retriable."""
-    err = exc.args[0] if exc.args else None
+def transient(err: Any) -> bool:
+    """A Kafka error (a ``KafkaError``) worth retrying on a progress group: its coordinator moving,
+    or one the client calls retriable."""
     code = err.code() if hasattr(err, "code") else None
     return code in COORDINATOR_MOVING or bool(hasattr(err, "retriable") and err.retriable())
 
 
 def coordinated(call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_TIMEOUT_S, what: str = "") -> Any:
-    """``call(seconds left)`` — one read or commit of a progress group — retried while its
-    coordinator moves, until ``timeout_s`` is spent (then the last error is raised); any other error
-    at once. A retried commit writes the same offset and metadata again: nothing moves further."""
+    """``call(seconds left)`` — one read or commit of a progress group — retried with back-off while
+    it raises a ``transient`` KafkaException, until ``timeout_s`` is spent (then the last error is
+    raised); any other error at once. The one retry layer of a drain's progress reads and commits. A
+    retried commit writes the same offset and metadata again: nothing moves further."""
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout_s
@@ -50,7 +51,7 @@ def coordinated(call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_T
         try:
             return call(max(0.1, deadline - time.monotonic()))
         except KafkaException as exc:
-            if not _moving(exc) or time.monotonic() + wait > deadline:
+            if not transient(exc.args[0] if exc.args else None) or time.monotonic() + wait > deadline:
                 raise
             log.info("group coordinator moving; retrying", extra=_fields(
                 event="drain_coordinator_retry", call=what, error=str(exc.args[0])[:200], wait_s=wait))
@@ -63,23 +64,23 @@ def read_committed(c: Any, tps: list[Any], timeout_s: float = PROGRESS_CALL_TIME
     return coordinated(lambda left: c.committed(tps, timeout=left), timeout_s, "committed")  # type: ignore[no-any-return]
 
 
-def commit_progress(c: Any, tp: Any, failed: str = "") -> None:
+def commit_progress(c: Any, tp: Any, failed: str = "progress commit failed") -> None:
     """One synchronous commit of a progress offset (`tp`: a TopicPartition with its metadata),
-    retried while the group's coordinator moves (``coordinated``; also when the broker answers it
-    per partition); RuntimeError on any other per-partition error, after `failed` (what failed)
-    when given."""
+    retried within one deadline while the error is ``transient`` (``coordinated``), whether the
+    commit raises it or the broker answers it for the partition; any other error, or the deadline
+    spent: RuntimeError ``<failed>: <the error>``."""
     from confluent_kafka import KafkaException
 
-    def once(_left: float) -> Any:
+    def once(_left: float) -> None:
         res = c.commit(offsets=[tp], asynchronous=False)
         errs = [t.error for t in (res or []) if getattr(t, "error", None)]
-        if errs and _moving(KafkaException(errs[0])):
-            raise KafkaException(errs[0])
-        return errs
+        if errs:
+            raise KafkaException(errs[0])  # per partition: retried as a raised one would be
 
-    errs = coordinated(once, what="commit")
-    if errs:
-        raise RuntimeError(f"{failed}: {errs[0]}" if failed else str(errs[0]))
+    try:
+        coordinated(once, what="commit")
+    except KafkaException as exc:
+        raise RuntimeError(f"{failed}: {exc}") from exc
 
 
 def progress_consumer(cfg: ConsumerConfig, group: str) -> Any:
