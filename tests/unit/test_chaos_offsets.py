@@ -17,21 +17,16 @@ Consumer that answers ``committed()`` from the world."""
 from __future__ import annotations
 
 import concurrent.futures
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import confluent_kafka
 import pytest
 
-import bench.chaos.drain_watch as drain_watch_mod
-import bench.chaos.review as review_mod
-import bench.chaos.stack as stack_mod
-from bench.chaos import faults as cf
 from bench.chaos.review import ReviewFaults
 from lagpilot.decide.deletion import encode_remainder, remainder_group
 from lagpilot_runtime import handoff_mailbox as mbx
-from tests.unit.test_chaos_review import ACKS, SPLITS, Sim, World
+from tests.unit.test_chaos_review import ACKS, SPLITS, Sim, World, world  # noqa: F401 - world: the fixture
 
 
 class HungFuture:
@@ -108,18 +103,8 @@ class KafkaSim(Sim):
         self.admin = HungAdmin()
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    w = World(tmp_path)
-    for p in cf.OPERATOR_POINTS:
-        (tmp_path / p.replace(":", "-")).write_text("disarmed")
-    for mod in (review_mod, drain_watch_mod, stack_mod):
-        monkeypatch.setattr(mod, "time", w)
-    return w
-
-
 def test_delete_while_planned_sees_the_acks_although_the_admin_clients_offset_fetch_hangs(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811 - the imported fixture
     c = KafkaSim(world)
     readers = GroupReaders(world, c.groups)
     monkeypatch.setattr(confluent_kafka, "Consumer", readers)
