@@ -193,8 +193,8 @@ class DrainContext:
     slot_rate: float = 0.0  # records/s of one such slot as the planner sized them (DrainNeed.slot_rate)
     # the running busy drain outgrew its slots (drain_policy.RollOver: slots held, needed, rate), else None
     roll_over: Any = None
-    # when an idle busy drain hands its partitions back (the step's StepDecision.hand_back; None: at once)
-    hand_back: HandBack | None = None
+    # when an idle busy drain hands its partitions back (the step's StepDecision.hand_back; default: at once)
+    hand_back: HandBack = dataclasses.field(default_factory=HandBack)
     launched_runtime: str = ""  # set by create_job: warm | cold, as the launched (or adopted) Job says
     # status.drain writes guarded by the drain they were decided on (`same_drain`, resourceVersion:
     # KubeApi.patch_status_guarded); `verify_drain` checks that basis before an effect. None: plain
@@ -364,7 +364,7 @@ class DrainExecutor(DrainCalls):
                             wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), slots=ctx.slots,
                             ack_timeout_s=self.ack_timeout_s, stall_limits=self.stall_limits, owner=ctx.uid,
                             quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy,
-                            hand_back=ctx.hand_back or HandBack())
+                            hand_back=ctx.hand_back)
         group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
             group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
@@ -378,7 +378,7 @@ class DrainExecutor(DrainCalls):
                         mailbox=mailbox, ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=stall_limits,
                         members=members, owner=ctx.uid,
                         quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part,
-                        hand_back=ctx.hand_back or HandBack())
+                        hand_back=ctx.hand_back)
 
     def _observe_hand_off(self, ctx: DrainContext, d: DrainStatus
                           ) -> tuple[bool | None, Sequence[GroupMember] | None, Mapping[int, Offsets],
@@ -659,7 +659,7 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
         slots=int(getattr(decision.drain, "slots", 0) or 0) if getattr(decision, "drain", None) else 0,
         slot_rate=float(getattr(decision.drain, "slot_rate", 0.0) or 0.0) if getattr(decision, "drain", None) else 0.0,
         roll_over=getattr(decision, "roll_over", None),
-        hand_back=hand_back,
+        hand_back=hand_back or HandBack(),
         admin=handle.safe_admin(executor.timeout_s),  # admin OffsetFetch would SIGSEGV (kafka_observe)
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
