@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`python bench/chaos.py ...`: the command of the package bench/chaos/ (its options: bench/chaos/cli.py).
 This file is only run, never imported (`bench.chaos` is the package)."""
+
 import sys
 from pathlib import Path
 

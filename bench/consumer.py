@@ -22,6 +22,7 @@ or the quieter machine); `noop_ratio` is the MEDIAN of the per-round ratios lagp
 printed. `--quick` is a short run for CI (50,000 records, 3 rounds, small sink runs, no perf test).
 Prints a table, and with --json one JSON line last.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,15 @@ BATCH = 500
 def produce(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                  "queue.buffering.max.messages": 1_000_000, "acks": 1})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "acks": 1,
+        }
+    )
     payload = b"x" * 40
     t0 = time.perf_counter()
     for i in range(n):
@@ -67,8 +75,14 @@ def raw_loop(bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     """The hand-written baseline: consume(num_messages=500), no-op, synchronous commit per batch."""
     from confluent_kafka import Consumer
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     c.subscribe([topic])
     got, t_first = 0, None
     try:
@@ -109,19 +123,27 @@ class _Timed:
         return getattr(self.inner, name)
 
 
-def lagpilot_loop(bootstrap: str, topic: str, target: int, batch: int, handler: Any,
-                  config: dict[str, str] | None = None) -> dict[str, Any]:
+def lagpilot_loop(
+    bootstrap: str, topic: str, target: int, batch: int, handler: Any, config: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The real runtime (as `lagpilot consume` builds it), in-process, until `target` records are committed."""
     from lagpilot_runtime.config import ConsumerConfig
     from lagpilot_runtime.consumer import build, shutdown
 
-    cfg = ConsumerConfig.from_env({
-        "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic,
-        "LAGPILOT_GROUP_ID": f"bench-lp-{uuid.uuid4().hex[:8]}", "LAGPILOT_HANDLER": "bench:handler",
-        "LAGPILOT_BATCH_MAX_RECORDS": str(batch), "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
-        "LAGPILOT_HANDLER_CONFIG": json.dumps(config or {}), "LAGPILOT_METRICS_PORT": "0",
-        "LAGPILOT_POD_NAME": f"bench-{uuid.uuid4().hex[:6]}", "LAGPILOT_FAILURE_POLICY": "exit",
-    })
+    cfg = ConsumerConfig.from_env(
+        {
+            "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
+            "LAGPILOT_TOPIC": topic,
+            "LAGPILOT_GROUP_ID": f"bench-lp-{uuid.uuid4().hex[:8]}",
+            "LAGPILOT_HANDLER": "bench:handler",
+            "LAGPILOT_BATCH_MAX_RECORDS": str(batch),
+            "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
+            "LAGPILOT_HANDLER_CONFIG": json.dumps(config or {}),
+            "LAGPILOT_METRICS_PORT": "0",
+            "LAGPILOT_POD_NAME": f"bench-{uuid.uuid4().hex[:6]}",
+            "LAGPILOT_FAILURE_POLICY": "exit",
+        }
+    )
     loop, server, dlq = build(cfg, handler)
     timed = _Timed(loop.consumer, loop, target)
     loop.consumer = timed
@@ -133,8 +155,12 @@ def lagpilot_loop(bootstrap: str, topic: str, target: int, batch: int, handler: 
     if code != 0 or timed.t_first is None or timed.t_end is None:
         raise RuntimeError(f"lagpilot loop failed (exit {code})")
     secs = timed.t_end - timed.t_first
-    return {"records": loop.processed_records, "seconds": secs, "records_per_s": loop.processed_records / secs,
-            "capacity_estimate": loop.capacity.capacity()}
+    return {
+        "records": loop.processed_records,
+        "seconds": secs,
+        "records_per_s": loop.processed_records / secs,
+        "capacity_estimate": loop.capacity.capacity(),
+    }
 
 
 def noop(records: list[Any], ctx: Any) -> None:
@@ -150,9 +176,23 @@ def perf_test(kafka: Any, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     """kafka-consumer-perf-test (ConsumerPerformance) on the same topic: the JVM client's ceiling."""
     from lagpilot_dev.kafka import CONSUMER_PERF_CLASS
 
-    proc = kafka.run_cli_tool(CONSUMER_PERF_CLASS, [
-        "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(n),
-        "--group", f"bench-perf-{uuid.uuid4().hex[:8]}", "--timeout", "60000"], timeout=600, heap="512m")
+    proc = kafka.run_cli_tool(
+        CONSUMER_PERF_CLASS,
+        [
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--messages",
+            str(n),
+            "--group",
+            f"bench-perf-{uuid.uuid4().hex[:8]}",
+            "--timeout",
+            "60000",
+        ],
+        timeout=600,
+        heap="512m",
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kafka-consumer-perf-test failed: {proc.stderr[-2000:]}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
@@ -160,20 +200,30 @@ def perf_test(kafka: Any, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     row = next(csv.reader(io.StringIO(lines[header_idx + 1])))
     header = [h.strip() for h in lines[header_idx].split(",")]
     values = dict(zip(header, (v.strip() for v in row)))
-    return {"records": int(float(values["data.consumed.in.nMsg"])),
-            "records_per_s": float(values["nMsg.sec"]),
-            "fetch_records_per_s": float(values.get("fetch.nMsg.sec", values["nMsg.sec"])),
-            "raw": values}
+    return {
+        "records": int(float(values["data.consumed.in.nMsg"])),
+        "records_per_s": float(values["nMsg.sec"]),
+        "fetch_records_per_s": float(values.get("fetch.nMsg.sec", values["nMsg.sec"])),
+        "raw": values,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print one JSON line last")
     ap.add_argument("--records", type=int, default=1_000_000, help="records in the topic (default 1,000,000)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of the two no-op loops (median ratio taken)")
-    ap.add_argument("--quick", action="store_true", help="a short run for CI: 50,000 records, 3 rounds, no perf test")
-    ap.add_argument("--batched-records", type=int, default=200_000, help="records for the batched 20 ms-sink run")
-    ap.add_argument("--per-record-records", type=int, default=400, help="records for the per-record 20 ms-sink run")
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="rounds of the two no-op loops (median ratio taken)"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="a short run for CI: 50,000 records, 3 rounds, no perf test"
+    )
+    ap.add_argument(
+        "--batched-records", type=int, default=200_000, help="records for the batched 20 ms-sink run"
+    )
+    ap.add_argument(
+        "--per-record-records", type=int, default=400, help="records for the per-record 20 ms-sink run"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.records = min(args.records, 50_000)
@@ -191,10 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap = info.bootstrap_servers
     topic = f"bench-consumer-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    results: dict[str, Any] = {"records": args.records, "partitions": PARTITIONS, "batch": BATCH,
-                               "rounds": args.rounds, "quick": args.quick}
+    results: dict[str, Any] = {
+        "records": args.records,
+        "partitions": PARTITIONS,
+        "batch": BATCH,
+        "rounds": args.rounds,
+        "quick": args.quick,
+    }
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(60)
+        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(
+            60
+        )
         print(f"producing {args.records} records to {topic} ({PARTITIONS} partitions)...", file=sys.stderr)
         results["produce_records_per_s"] = produce(bootstrap, topic, args.records)
 
@@ -212,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             raw_runs.append(raw_run)
             lp_runs.append(lp_run)
             ratios.append(lp_run["records_per_s"] / raw_run["records_per_s"])
-            print(f"round {r + 1}: raw {raw_run['records_per_s']:,.0f}/s, lagpilot {lp_run['records_per_s']:,.0f}/s, "
-                  f"ratio {ratios[-1]:.3f} ({'lagpilot' if lp_first else 'raw'} first)")
+            print(
+                f"round {r + 1}: raw {raw_run['records_per_s']:,.0f}/s, lagpilot {lp_run['records_per_s']:,.0f}/s, "
+                f"ratio {ratios[-1]:.3f} ({'lagpilot' if lp_first else 'raw'} first)"
+            )
         results["raw_records_per_s"] = statistics.median(x["records_per_s"] for x in raw_runs)
         results["lagpilot_noop_records_per_s"] = statistics.median(x["records_per_s"] for x in lp_runs)
         results["noop_ratio"] = statistics.median(ratios)
@@ -223,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
 
         n_batched = min(args.batched_records, args.records)
         n_single = min(args.per_record_records, args.records)
-        print(f"20 ms sink: batch {BATCH} on {n_batched} records, per-record on {n_single}...", file=sys.stderr)
+        print(
+            f"20 ms sink: batch {BATCH} on {n_batched} records, per-record on {n_single}...", file=sys.stderr
+        )
         batched = lagpilot_loop(bootstrap, topic, n_batched, BATCH, sleep_20ms)
         single = lagpilot_loop(bootstrap, topic, n_single, 1, sleep_20ms)
         results["sink20ms_batch500_records_per_s"] = batched["records_per_s"]
@@ -254,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nconsumer benchmark: {args.records} records, {PARTITIONS} partitions, batch {BATCH}")
     for name, rate in rows:
         print(f"  {name:<48} {rate:>12,.0f} records/s")
-    print(f"  {'noop_ratio (median of rounds, target >= 0.95)':<48} {results['noop_ratio']:>12.3f}  "
-          f"rounds {results['noop_ratio_rounds']}")
+    print(
+        f"  {'noop_ratio (median of rounds, target >= 0.95)':<48} {results['noop_ratio']:>12.3f}  "
+        f"rounds {results['noop_ratio_rounds']}"
+    )
     print(f"  {'batch_speedup (target >= 20)':<48} {results['batch_speedup']:>12.1f}")
     if args.json:
         print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in results.items()}))

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`python bench/drain.py ...`: the command of the package bench/drain/ (its options: bench/drain/cli.py).
 This file is only run, never imported (`bench.drain` is the package)."""
+
 import sys
 from pathlib import Path
 

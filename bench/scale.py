@@ -29,6 +29,7 @@ Reported (JSON with --json):
   (first cycles that failed, e.g. an API timeout) and `adopt_s` (p50 / max: the remainder check).
 --quick: 20 CRs over 4 topics, poll 5 s, 2 window cycles.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ def parse_metrics(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)$', line)
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)$", line)
         if not m:
             continue
         labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or "")))
@@ -106,20 +107,35 @@ class Bench:
     def __init__(self, kubectl: str, kubeconfig: str, bootstrap: str) -> None:
         self.kubectl_path, self.kubeconfig, self.bootstrap = kubectl, kubeconfig, bootstrap
 
-    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([self.kubectl_path, "--kubeconfig", self.kubeconfig, *args], input=input_text,
-                              capture_output=True, text=True, timeout=timeout)
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [self.kubectl_path, "--kubeconfig", self.kubeconfig, *args],
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()[:500]}")
         return proc
 
 
 def cr(name: str, topic: str, group: str, bootstrap: str, poll: int) -> dict[str, Any]:
-    return {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
-            "spec": {"kafka": {"bootstrapServers": bootstrap}, "topic": topic, "groupId": group,
-                     "processing": {"sink": "log"}, "drain": {"enabled": False},
-                     "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": poll}}}
+    return {
+        "apiVersion": "lagpilot.io/v1alpha1",
+        "kind": "BatchConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": bootstrap},
+            "topic": topic,
+            "groupId": group,
+            "processing": {"sink": "log"},
+            "drain": {"enabled": False},
+            "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": poll},
+        },
+    }
 
 
 def ready_count(b: Bench, ns: str) -> tuple[int, int] | None:
@@ -155,10 +171,12 @@ def first_cycles(log_text: str) -> dict[str, Any]:
 
     created = [float(r.get("since_created_s") or 0) for r in rows]
     adopt = [float(r.get("adopt_s") or 0) for r in rows]
-    return {"first_cycles": len({r.get("group") for r in rows}),
-            "first_cycle_failed": sum(1 for r in rows if not r.get("ok")),
-            "first_cycle_s": {"p50": q(created, 0.5), "p90": q(created, 0.9), "max": q(created, 1.0)},
-            "adopt_s": {"p50": q(adopt, 0.5), "max": q(adopt, 1.0)}}
+    return {
+        "first_cycles": len({r.get("group") for r in rows}),
+        "first_cycle_failed": sum(1 for r in rows if not r.get("ok")),
+        "first_cycle_s": {"p50": q(created, 0.5), "p90": q(created, 0.9), "max": q(created, 1.0)},
+        "adopt_s": {"p50": q(adopt, 0.5), "max": q(adopt, 1.0)},
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,20 +198,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     result: dict[str, Any] = {}
     try:
-        b.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-bench", "-f", str(CRD_FILE))
+        b.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=lagpilot-bench",
+            "-f",
+            str(CRD_FILE),
+        )
         b.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=120s", timeout=150)
         b.kubectl("create", "namespace", ns)
         for t, f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).items():
             f.result(60)
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-        env.update({"KUBECONFIG": b.kubeconfig, "PYTHONPATH": str(REPO / "operator" / "src") + os.pathsep + str(REPO), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "10",
-                    # every CR's cycle runs at the interval's start (docs/operator.md "Scale")
-                    "LAGPILOT_CYCLE_WORKERS": str(args.cycle_workers)})
+        env.update(
+            {
+                "KUBECONFIG": b.kubeconfig,
+                "PYTHONPATH": str(REPO / "operator" / "src") + os.pathsep + str(REPO),
+                "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "10",
+                # every CR's cycle runs at the interval's start (docs/operator.md "Scale")
+                "LAGPILOT_CYCLE_WORKERS": str(args.cycle_workers),
+            }
+        )
         fh = open(log_path, "ab")
-        op = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", ns, "--standalone",
-                               "--metrics-port", str(port), "--metrics-host", "127.0.0.1"],
-                              env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        op = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "lagpilot.cli",
+                "operator",
+                "--namespace",
+                ns,
+                "--standalone",
+                "--metrics-port",
+                str(port),
+                "--metrics-host",
+                "127.0.0.1",
+            ],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         print(f"operator pid {op.pid}, log {log_path}", file=sys.stderr)
 
         def metrics() -> dict[Any, float]:
@@ -209,8 +256,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if op.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"operator did not start (exit {op.poll()}); log {log_path}")
                 time.sleep(0.5)
-        objs = [cr(f"g{i:03d}", topics[i % len(topics)], f"bench-scale-{run_id}-g{i:03d}", b.bootstrap, args.poll)
-                for i in range(args.crs)]
+        objs = [
+            cr(f"g{i:03d}", topics[i % len(topics)], f"bench-scale-{run_id}-g{i:03d}", b.bootstrap, args.poll)
+            for i in range(args.crs)
+        ]
         t0 = time.monotonic()
         b.kubectl("apply", "-n", ns, "-f", "-", input_text=yaml.safe_dump_all(objs), timeout=600)
         ready, total = 0, 0
@@ -222,7 +271,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if op.poll() is not None:
                 raise RuntimeError(f"operator exited ({op.returncode}); log {log_path}")
             if time.monotonic() - t0 > args.ready_timeout:
-                raise RuntimeError(f"only {ready}/{total} CRs Ready after {args.ready_timeout:.0f}s; log {log_path}")
+                raise RuntimeError(
+                    f"only {ready}/{total} CRs Ready after {args.ready_timeout:.0f}s; log {log_path}"
+                )
             time.sleep(2)
         ready_s = time.monotonic() - t0
         print(f"all {ready} CRs Ready after {ready_s:.1f}s", file=sys.stderr)
@@ -236,7 +287,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kafka = {k: int(v) for k, v in delta_by(m0, m1, "lagpilot_kafka_requests_total", "kind").items() if v}
         kube_by_verb = delta_by(m0, m1, "lagpilot_kube_requests_total", "verb")
         kube = sum(kube_by_verb.values())
-        errors = {k: int(v) for k, v in delta_by(m0, m1, "lagpilot_observe_errors_total", "reason").items() if v}
+        errors = {
+            k: int(v) for k, v in delta_by(m0, m1, "lagpilot_observe_errors_total", "reason").items() if v
+        }
         watermark = kafka.get("describe_topics", 0) + kafka.get("list_offsets", 0)
 
         def r(x: float | None, n: int = 3) -> float | None:
@@ -244,12 +297,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         result = {
             "cycle_workers": args.cycle_workers,
-            "crs": args.crs, "topics": args.topics, "clusters": 1, "poll_interval_s": args.poll,
+            "crs": args.crs,
+            "topics": args.topics,
+            "clusters": 1,
+            "poll_interval_s": args.poll,
             "ready_seconds": round(ready_s, 1),
-            "window_s": round(w1 - w0, 1), "cr_cycles": int(cr_cycles),
-            "cycle_p50_s": r(histogram_quantile(0.5, buckets)), "cycle_p99_s": r(histogram_quantile(0.99, buckets)),
+            "window_s": round(w1 - w0, 1),
+            "cr_cycles": int(cr_cycles),
+            "cycle_p50_s": r(histogram_quantile(0.5, buckets)),
+            "cycle_p99_s": r(histogram_quantile(0.99, buckets)),
             # snapshot_fallback counts cycles that fell back (their OffsetFetch is counted as offset_fetch)
-            "admin_requests_per_cycle": r(sum(v for k, v in kafka.items() if k != "snapshot_fallback") / cluster_cycles, 1),
+            "admin_requests_per_cycle": r(
+                sum(v for k, v in kafka.items() if k != "snapshot_fallback") / cluster_cycles, 1
+            ),
             "watermark_requests_per_cycle": r(watermark / cluster_cycles, 1),
             # shared cluster views (each: ListOffsets A + B) per poll interval: 1 when every CR's cycle shares one
             "views_per_cycle": r(kafka.get("list_offsets", 0) / 2 / cluster_cycles, 1),
@@ -261,13 +321,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "observe_errors": errors,
             "operator_rss_mb": rss_mb(op.pid),
             **first_cycles(log_path.read_text(errors="replace")),
-            "load_before": round(load_before, 1), "load_after": round(os.getloadavg()[0], 1),
+            "load_before": round(load_before, 1),
+            "load_after": round(os.getloadavg()[0], 1),
         }
     finally:
         try:
             if op is not None and op.poll() is None:
                 # delete the CRs while the operator runs (its finalizer), then stop it
-                b.kubectl("delete", "bcg", "--all", "-n", ns, "--wait=true", "--timeout=300s", check=False, timeout=330)
+                b.kubectl(
+                    "delete",
+                    "bcg",
+                    "--all",
+                    "-n",
+                    ns,
+                    "--wait=true",
+                    "--timeout=300s",
+                    check=False,
+                    timeout=330,
+                )
         finally:
             if op is not None and op.poll() is None:
                 op.terminate()
@@ -290,8 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crs", type=int, default=None, help="CRs (default 200; --quick: 20)")
     ap.add_argument("--topics", type=int, default=None, help="topics (default 20; --quick: 4)")
     ap.add_argument("--poll", type=int, default=None, help="pollIntervalSeconds (default 10; --quick: 5)")
-    ap.add_argument("--window-cycles", type=int, default=None, help="poll intervals measured (default 3; --quick: 2)")
-    ap.add_argument("--cycle-workers", type=int, default=None, help="LAGPILOT_CYCLE_WORKERS (default CRs + 8, at least 32)")
+    ap.add_argument(
+        "--window-cycles", type=int, default=None, help="poll intervals measured (default 3; --quick: 2)"
+    )
+    ap.add_argument(
+        "--cycle-workers",
+        type=int,
+        default=None,
+        help="LAGPILOT_CYCLE_WORKERS (default CRs + 8, at least 32)",
+    )
     ap.add_argument("--ready-timeout", type=float, default=900.0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")

@@ -19,6 +19,7 @@ excludePersistentLag. Default: ``keda-default:`` (KEDA's defaults: lagThreshold 
 Output: <out>/versus.json (each round's figures, the model's prediction of each KEDA run, the
 medians and the median of per-round ratios vs lagpilot), and each run's demo output in <out>/roundI-NAME.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,32 +36,65 @@ DEFAULT_VARIANTS = ("keda-default:", "keda-tuned:lagThreshold=1,scaleDown=0")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/versus.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--profile", choices=("fast", "default", "hot"), default="fast",
-                   help="the demo's profiles, or `hot`: a hot partition for 4 minutes (demo_traffic.VERSUS_PROFILES)")
+    p = argparse.ArgumentParser(
+        prog="bench/versus.py",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    p.add_argument(
+        "--profile",
+        choices=("fast", "default", "hot"),
+        default="fast",
+        help="the demo's profiles, or `hot`: a hot partition for 4 minutes (demo_traffic.VERSUS_PROFILES)",
+    )
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--keda", action="append", default=None, metavar="NAME:SETTINGS",
-                   help=f"a KEDA variant (repeatable; default: {' and '.join(DEFAULT_VARIANTS)})")
+    p.add_argument(
+        "--keda",
+        action="append",
+        default=None,
+        metavar="NAME:SETTINGS",
+        help=f"a KEDA variant (repeatable; default: {' and '.join(DEFAULT_VARIANTS)})",
+    )
     p.add_argument("--out", default=None, help="output directory (default <cache>/versus/<timestamp>)")
     p.add_argument("--json", action="store_true", help="print versus.json's summary on stdout at the end")
-    p.add_argument("--first-round", type=int, default=0, metavar="I",
-                   help="index of the first round (odd: the variants run in reverse order first)")
-    p.add_argument("--no-lagpilot", action="store_true",
-                   help="the KEDA variants only (rounds to add to another output with --recheck OUT --merge)")
-    p.add_argument("--recheck", default=None, metavar="OUT",
-                   help="run nothing: recompute the KEDA model's checks and the plots of a finished OUT")
-    p.add_argument("--merge", action="append", default=[], metavar="OTHER",
-                   help="with --recheck: add the rounds of another finished output (same profile; a variant "
-                        "in both with the same settings; a round index OUT has too is numbered after its last)")
+    p.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        metavar="I",
+        help="index of the first round (odd: the variants run in reverse order first)",
+    )
+    p.add_argument(
+        "--no-lagpilot",
+        action="store_true",
+        help="the KEDA variants only (rounds to add to another output with --recheck OUT --merge)",
+    )
+    p.add_argument(
+        "--recheck",
+        default=None,
+        metavar="OUT",
+        help="run nothing: recompute the KEDA model's checks and the plots of a finished OUT",
+    )
+    p.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        metavar="OTHER",
+        help="with --recheck: add the rounds of another finished output (same profile; a variant "
+        "in both with the same settings; a round index OUT has too is numbered after its last)",
+    )
     args = p.parse_args(argv)
     if args.recheck:
         from lagpilot_dev.versus import recheck
 
         result = recheck(Path(args.recheck), [Path(m) for m in args.merge])
         if args.json:
-            print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
+            print(
+                json.dumps(
+                    {k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1
+                )
+            )
         return 0
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
@@ -71,10 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     if len({v.name for v in variants} | {"lagpilot"}) != len(variants) + 1:
         p.error("KEDA variant names must be distinct and not 'lagpilot'")
     out = Path(args.out) if args.out else cache_dir() / "versus" / time.strftime("%Y%m%d-%H%M%S")
-    result = Versus(profile=args.profile, variants=variants, rounds=args.rounds, out=out,
-                    first_round=args.first_round, lagpilot=not args.no_lagpilot).run()
+    result = Versus(
+        profile=args.profile,
+        variants=variants,
+        rounds=args.rounds,
+        out=out,
+        first_round=args.first_round,
+        lagpilot=not args.no_lagpilot,
+    ).run()
     if args.json:
-        print(json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1))
+        print(
+            json.dumps({k: result[k] for k in ("profile", "keda_version", "variants", "summary")}, indent=1)
+        )
     print(f"versus.json: {out / 'versus.json'}", file=sys.stderr)
     ok = all(r.get("exactly_once") for rnd in result["rounds"] for r in rnd["results"].values())
     return 0 if ok and result["rounds"] else 1

@@ -1,4 +1,5 @@
 """Print how many tests under tests/real passed in a pytest JUnit XML report (dev/test, CI=true)."""
+
 from __future__ import annotations
 
 import sys

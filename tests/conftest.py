@@ -3,10 +3,11 @@
 Fixtures for the real parts live in tests/fixtures/ (one module per concern) and are started lazily
 through the dev stack, so unit tests run with no real part installed.
 """
+
 pytest_plugins = [
     "tests.fixtures.stack",  # Kafka, PostgreSQL, Spark jars (session-scoped)
-    "tests.fixtures.kube",   # etcd + kube-apiserver + controller-manager, pod runner
-    "tests.fixtures.node",   # the real node (LAGPILOT_NODE=1), its images, `pods`: runner or node
+    "tests.fixtures.kube",  # etcd + kube-apiserver + controller-manager, pod runner
+    "tests.fixtures.node",  # the real node (LAGPILOT_NODE=1), its images, `pods`: runner or node
 ]
 
 

@@ -6,6 +6,7 @@
 Used offline (tests/unit/test_model.py: OpenAPI verdicts vs. the parser) and on the
 real API server (tests/real/test_crd_parser_agreement.py: apiserver verdicts vs. the parser).
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,7 +49,9 @@ def ints(path: str, lo: int | None = None, hi: int | None = None) -> st.SearchSt
 
 
 DNS = pattern("spec.kafka.secretRef.name", 60)
-KEY = pattern("spec.processing.postgres.dsnSecretRef.key", 40).filter(lambda k: k != "." and not k.startswith(".."))
+KEY = pattern("spec.processing.postgres.dsnSecretRef.key", 40).filter(
+    lambda k: k != "." and not k.startswith("..")
+)
 TOPIC = pattern("spec.topic", 60).filter(lambda t: t not in (".", ".."))
 LONG_TOPIC = st.integers(240, 249).map(lambda n: "t" * n)
 
@@ -77,13 +80,18 @@ def env_entry(draw: st.DrawFn, name: str) -> dict[str, Any]:
             ref["optional"] = draw(st.booleans())
         e["valueFrom"] = {f"{kind}KeyRef": ref}
     elif kind == "field":
-        fr: dict[str, Any] = {"fieldPath": draw(pattern("spec.template.env[].valueFrom.fieldRef.fieldPath", 100))}
+        fr: dict[str, Any] = {
+            "fieldPath": draw(pattern("spec.template.env[].valueFrom.fieldRef.fieldPath", 100))
+        }
         if draw(st.booleans()):
             fr["apiVersion"] = "v1"
         e["valueFrom"] = {"fieldRef": fr}
     elif kind == "resource":
-        e["valueFrom"] = {"resourceFieldRef": {
-            "resource": draw(pattern("spec.template.env[].valueFrom.resourceFieldRef.resource", 40))}}
+        e["valueFrom"] = {
+            "resourceFieldRef": {
+                "resource": draw(pattern("spec.template.env[].valueFrom.resourceFieldRef.resource", 40))
+            }
+        }
     return e
 
 
@@ -127,8 +135,9 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
         spec["batch"] = batch
 
     kind = draw(st.sampled_from(["log", "postgres", "handler"]))
-    proc: dict[str, Any] = {"handler": draw(pattern("spec.processing.handler", 80))} if kind == "handler" \
-        else {"sink": kind}
+    proc: dict[str, Any] = (
+        {"handler": draw(pattern("spec.processing.handler", 80))} if kind == "handler" else {"sink": kind}
+    )
     if kind == "postgres":
         pg: dict[str, Any] = {"dsnSecretRef": {"name": draw(DNS)}}
         if draw(st.booleans()):
@@ -141,8 +150,9 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         proc["concurrency"] = draw(ints("spec.processing.concurrency"))
     if draw(st.booleans()):
-        proc["config"] = draw(st.dictionaries(st.text("abcxyz_-.", min_size=1, max_size=8),
-                                              st.text(max_size=30), max_size=4))
+        proc["config"] = draw(
+            st.dictionaries(st.text("abcxyz_-.", min_size=1, max_size=8), st.text(max_size=30), max_size=4)
+        )
     spec["processing"] = proc
 
     failure: dict[str, Any] = {}
@@ -166,20 +176,32 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     if sla < 15 or draw(st.booleans()):
         scaling["pollIntervalSeconds"] = draw(ints("spec.scaling.pollIntervalSeconds", hi=sla))
     if draw(st.booleans()):
-        scaling["behavior"] = {"scaleUp": {"stabilizationWindowSeconds": draw(ints(
-            "spec.scaling.behavior.scaleUp.stabilizationWindowSeconds"))}}
+        scaling["behavior"] = {
+            "scaleUp": {
+                "stabilizationWindowSeconds": draw(
+                    ints("spec.scaling.behavior.scaleUp.stabilizationWindowSeconds")
+                )
+            }
+        }
     if scaling:
         spec["scaling"] = scaling
 
     if draw(st.booleans()):
-        spec["drain"] = {"enabled": draw(st.booleans()), "splitFactor": draw(ints("spec.drain.splitFactor")),
-                         "maxTasks": draw(ints("spec.drain.maxTasks")),
-                         "minBacklogRecords": draw(st.integers(0, 10**12))}
+        spec["drain"] = {
+            "enabled": draw(st.booleans()),
+            "splitFactor": draw(ints("spec.drain.splitFactor")),
+            "maxTasks": draw(ints("spec.drain.maxTasks")),
+            "minBacklogRecords": draw(st.integers(0, 10**12)),
+        }
         if draw(st.booleans()):
             spec["drain"]["launcher"] = draw(st.sampled_from(schema_at("spec.drain.launcher")["enum"]))
         if draw(st.booleans()):  # CEL: a warm runtime only with the job launcher
-            spec["drain"]["warmRuntime"] = spec["drain"].get("launcher") != "sparkApplication" and draw(st.booleans())
-        if spec["drain"].get("warmRuntime") and draw(st.booleans()):  # CEL: a cooldown only with a warm runtime
+            spec["drain"]["warmRuntime"] = spec["drain"].get("launcher") != "sparkApplication" and draw(
+                st.booleans()
+            )
+        if spec["drain"].get("warmRuntime") and draw(
+            st.booleans()
+        ):  # CEL: a cooldown only with a warm runtime
             spec["drain"]["warmRuntimeCooldownSeconds"] = draw(ints("spec.drain.warmRuntimeCooldownSeconds"))
     if draw(st.booleans()):
         spec["paused"] = draw(st.booleans())
@@ -190,8 +212,13 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         template["image"] = draw(pattern("spec.template.image", 200))
     if draw(st.booleans()):
-        names = draw(st.lists(st.sampled_from(["cpu", "memory", "ephemeral-storage", "example.com/gpu"]),
-                              unique=True, max_size=3))
+        names = draw(
+            st.lists(
+                st.sampled_from(["cpu", "memory", "ephemeral-storage", "example.com/gpu"]),
+                unique=True,
+                max_size=3,
+            )
+        )
         requests, limits = {}, {}
         for n in names:
             req, lim = draw(quantity_pair())
@@ -202,8 +229,13 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
                 limits[n] = lim
         template["resources"] = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
     if draw(st.booleans()):
-        names = draw(st.lists(pattern("spec.template.env[].name", 20).filter(
-            lambda n: not n.startswith("LAGPILOT_")), unique=True, max_size=4))
+        names = draw(
+            st.lists(
+                pattern("spec.template.env[].name", 20).filter(lambda n: not n.startswith("LAGPILOT_")),
+                unique=True,
+                max_size=4,
+            )
+        )
         template["env"] = [draw(env_entry(n)) for n in names]
     if template:
         spec["template"] = template
@@ -213,10 +245,43 @@ def valid_specs(draw: st.DrawFn) -> dict[str, Any]:
 # (path in the spec, strategy of replacement values): one per field, mostly invalid-ish values
 _NASTY_TEXT = st.one_of(
     st.text(max_size=12),
-    st.sampled_from([".", "..", "..x", "a..b", "__consumer_offsets", "-a", "a-", "A", "a b", "a\n", "", "x" * 300,
-                     "k:0", "k:65536", "k..s:9092", "k:9092,", "[::1]:9092", "Image:1", "a/b:1",
-                     "metadata.labels", "status.podIP", "spec.containers", "limits.cpu", "-1", "1Gi", "250m",
-                     "1e3", "0.5", "ledger.settled_payments", "a.b.c", "orders", "orders_x", "orders.x"]),
+    st.sampled_from(
+        [
+            ".",
+            "..",
+            "..x",
+            "a..b",
+            "__consumer_offsets",
+            "-a",
+            "a-",
+            "A",
+            "a b",
+            "a\n",
+            "",
+            "x" * 300,
+            "k:0",
+            "k:65536",
+            "k..s:9092",
+            "k:9092,",
+            "[::1]:9092",
+            "Image:1",
+            "a/b:1",
+            "metadata.labels",
+            "status.podIP",
+            "spec.containers",
+            "limits.cpu",
+            "-1",
+            "1Gi",
+            "250m",
+            "1e3",
+            "0.5",
+            "ledger.settled_payments",
+            "a.b.c",
+            "orders",
+            "orders_x",
+            "orders.x",
+        ]
+    ),
 )
 MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("kafka.bootstrapServers", _NASTY_TEXT),
@@ -238,17 +303,39 @@ MUTATIONS: list[tuple[str, st.SearchStrategy[Any]]] = [
     ("scaling.tolerance", st.sampled_from([0, 1, 1.0001, -0.01, 0.5])),
     ("scaling.minReplicas", st.integers(-1, 1001)),
     ("template.image", _NASTY_TEXT),
-    ("template.resources", st.fixed_dictionaries({
-        "requests": st.dictionaries(st.sampled_from(["cpu", "memory"]), st.one_of(
-            st.integers(-3, 3), _NASTY_TEXT), max_size=2),
-        "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), st.one_of(
-            st.integers(-3, 3), _NASTY_TEXT), max_size=2)})),
-    ("template.env", st.lists(st.fixed_dictionaries({"name": st.sampled_from(["A", "B"])}, optional={
-        "valueFrom": st.one_of(
-            st.builds(lambda n, k: {"secretKeyRef": {"name": n, "key": k}}, _NASTY_TEXT, _NASTY_TEXT),
-            st.builds(lambda n, k: {"configMapKeyRef": {"name": n, "key": k}}, _NASTY_TEXT, _NASTY_TEXT),
-            st.builds(lambda p: {"fieldRef": {"fieldPath": p}}, _NASTY_TEXT),
-        )}), max_size=2)),
+    (
+        "template.resources",
+        st.fixed_dictionaries(
+            {
+                "requests": st.dictionaries(
+                    st.sampled_from(["cpu", "memory"]), st.one_of(st.integers(-3, 3), _NASTY_TEXT), max_size=2
+                ),
+                "limits": st.dictionaries(
+                    st.sampled_from(["cpu", "memory"]), st.one_of(st.integers(-3, 3), _NASTY_TEXT), max_size=2
+                ),
+            }
+        ),
+    ),
+    (
+        "template.env",
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["A", "B"])},
+                optional={
+                    "valueFrom": st.one_of(
+                        st.builds(
+                            lambda n, k: {"secretKeyRef": {"name": n, "key": k}}, _NASTY_TEXT, _NASTY_TEXT
+                        ),
+                        st.builds(
+                            lambda n, k: {"configMapKeyRef": {"name": n, "key": k}}, _NASTY_TEXT, _NASTY_TEXT
+                        ),
+                        st.builds(lambda p: {"fieldRef": {"fieldPath": p}}, _NASTY_TEXT),
+                    )
+                },
+            ),
+            max_size=2,
+        ),
+    ),
     ("processing.postgres.dsnSecretRef.key", _NASTY_TEXT),
 ]
 

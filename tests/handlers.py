@@ -7,6 +7,7 @@ rather than distinct rows, also append one row per record to an attempts table w
 ctx.config keys used: ``sleep_ms`` (pause after writing, before returning, so a signal can land
 between the write and the commit), ``attempts_table`` (table for the attempt rows).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,9 @@ def _attempts(records: list[Record], ctx: BatchContext) -> None:
     with pg._lock:  # the sink's cached connection; one caller at a time
         conn = pg._connection(settings)
         with conn.transaction():
-            conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" (topic text, partition int, "offset" bigint, pod text, at timestamptz DEFAULT now())')
+            conn.execute(
+                f'CREATE TABLE IF NOT EXISTS "{table}" (topic text, partition int, "offset" bigint, pod text, at timestamptz DEFAULT now())'
+            )
             with conn.cursor() as cur:
                 with cur.copy(f'COPY "{table}" (topic, partition, "offset", pod) FROM STDIN') as copy:
                     pod = os.environ.get("LAGPILOT_POD_NAME", "")
@@ -37,8 +40,17 @@ def slow_postgres(records: list[Record], ctx: BatchContext) -> None:
     """Write the batch (sink + attempts), then sleep ``sleep_ms``: a kill lands after the write and before the commit."""
     pg.process(records, ctx)
     _attempts(records, ctx)
-    ctx.logger.info("batch written", extra={"fields": {"event": "batch_written", "records": len(records),
-                                                      "first": records[0].where, "last": records[-1].where}})
+    ctx.logger.info(
+        "batch written",
+        extra={
+            "fields": {
+                "event": "batch_written",
+                "records": len(records),
+                "first": records[0].where,
+                "last": records[-1].where,
+            }
+        },
+    )
     time.sleep(int(ctx.config.get("sleep_ms", "0")) / 1000.0)
 
 

@@ -12,6 +12,7 @@ by `python -m tests.schedule <junit.xml>` from a full run's JUnit report. A file
 one) counts as `NEW_REAL_S` under tests/real (real files are the long ones) and 0 elsewhere. Every
 worker reads the same committed file, so all collect the same order (xdist requires it).
 """
+
 from __future__ import annotations
 
 import json

@@ -32,6 +32,7 @@ from Kafka and the driver's refusal logged after it; the stale commit read back;
 with a part taken) before it
 counts; recovered = that drain Verified (the driver kill: by a later attempt) and the system healthy;
 the end check of the ledgers (`lost`, `duplicated`) covers every offset of the drain."""
+
 from __future__ import annotations
 
 import contextlib
@@ -55,7 +56,9 @@ MAX_HOT_S = 480.0  # ... and at most this long (then it stops whatever has not f
 # group only between passes, so while it runs a long part the operator's next delivery overwrites the
 # forged one unread (run 5, warm: 5 writes in ~50 s, none read)
 FORGE_TRIES = 15
-STALE_WAIT_S = 120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
+STALE_WAIT_S = (
+    120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
+)
 
 
 class BusyFaults(ReviewFaults):
@@ -85,7 +88,9 @@ class BusyFaults(ReviewFaults):
     def parts_group(self, drain: Any) -> str:
         from lagpilot_runtime.drain_plan import owner_tag, parts_group
 
-        return parts_group(self.groups["eos"], str(drain), owner_tag(str((self.cr("eos") or {})["metadata"]["uid"])))
+        return parts_group(
+            self.groups["eos"], str(drain), owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
+        )
 
     def read_parts_commit(self, drain: Any) -> tuple[int, str] | None:
         """(offset, metadata) of the drain's parts group commit, None when there is none."""
@@ -111,12 +116,19 @@ class BusyFaults(ReviewFaults):
     def eos_consumer(pod: Any) -> bool:
         """A pod of the eos consumer Deployment (what the pod runner holds while the group is empty)."""
         labels = ((pod or {}).get("metadata") or {}).get("labels") or {}
-        return labels.get("app.kubernetes.io/component") == "consumer" and labels.get("app.kubernetes.io/instance") == "eos"
+        return (
+            labels.get("app.kubernetes.io/component") == "consumer"
+            and labels.get("app.kubernetes.io/instance") == "eos"
+        )
 
     def consumer_pod_names(self) -> list[str]:
-        return [p.metadata.name for p in self.core.list_namespaced_pod(
-            self.ns, label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos").items
-            if p.metadata.deletion_timestamp is None]
+        return [
+            p.metadata.name
+            for p in self.core.list_namespaced_pod(
+                self.ns, label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos"
+            ).items
+            if p.metadata.deletion_timestamp is None
+        ]
 
     def delete_pod(self, name: str) -> None:
         self.core.delete_namespaced_pod(name, self.ns)
@@ -125,7 +137,9 @@ class BusyFaults(ReviewFaults):
         """Members of the eos consumer group (Kafka's view), None when it cannot be read."""
         g = self.groups["eos"]
         try:
-            return len(self.admin.describe_consumer_groups([g], request_timeout=30)[g].result(timeout=30).members)
+            return len(
+                self.admin.describe_consumer_groups([g], request_timeout=30)[g].result(timeout=30).members
+            )
         except Exception:  # noqa: BLE001 - evidence only
             return None
 
@@ -139,8 +153,12 @@ class BusyFaults(ReviewFaults):
             with contextlib.suppress(Exception):
                 self.delete_pod(name)
         say(f"drain 7: eos group emptied (consumer pods {names} deleted, replacements held Pending)")
-        return {"held_at": time.time(), "pods_deleted": names, "round_at_hold": d.get("round"),
-                "extension_at_hold": bool(d.get("extension"))}
+        return {
+            "held_at": time.time(),
+            "pods_deleted": names,
+            "round_at_hold": d.get("round"),
+            "extension_at_hold": bool(d.get("extension")),
+        }
 
     def release_group(self, hold: dict[str, Any]) -> None:
         """The eos consumer pods are bound again (the held replacements start)."""
@@ -197,9 +215,16 @@ class BusyFaults(ReviewFaults):
                     break
                 time.sleep(0.5)
                 refused = len(self.driver_events("drain_part_refused", drain)) - refused0
-        f.evidence = {"drain": drain, "round": rnd, "forged_round": rnd + 1, "forged_landed": landed,
-                      "forged_writes": tries, "driver_refused_logged": refused,
-                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        f.evidence = {
+            "drain": drain,
+            "round": rnd,
+            "forged_round": rnd + 1,
+            "forged_landed": landed,
+            "forged_writes": tries,
+            "driver_refused_logged": refused,
+            "parts_taken_before": len(self.taken(drain)),
+            **self.how_ran(d),
+        }
         if landed and refused:
             f.fired, f.at = True, time.time()
         else:
@@ -214,9 +239,14 @@ class BusyFaults(ReviewFaults):
         r = max(x for x in genuine if x < current)
         self.write_parts_commit(drain, r, genuine[r])
         got = self.read_parts_commit(drain)
-        f.evidence = {"drain": drain, "stale_round": r, "current_round": current,
-                      "stale_landed": got is not None and got[1] == genuine[r],
-                      "parts_taken_before": len(self.taken(drain)), **self.how_ran(d)}
+        f.evidence = {
+            "drain": drain,
+            "stale_round": r,
+            "current_round": current,
+            "stale_landed": got is not None and got[1] == genuine[r],
+            "parts_taken_before": len(self.taken(drain)),
+            **self.how_ran(d),
+        }
         if f.evidence["stale_landed"]:
             f.fired, f.at = True, time.time()
         else:
@@ -229,7 +259,7 @@ class BusyFaults(ReviewFaults):
         """stale_part recovered (None): after the replay no driver of the drain took a part of a round at
         or below the stale one, and the operator's current part is back in the parts group."""
         drain, stale = f.evidence["drain"], int(f.evidence["stale_round"])
-        after = self.taken(drain)[int(f.evidence["parts_taken_before"]):]
+        after = self.taken(drain)[int(f.evidence["parts_taken_before"]) :]
         f.evidence["parts_taken_after"] = [(p.get("round"), p.get("final")) for p in after]
         again = [p.get("round") for p in after if int(p.get("round") or 0) <= stale]
         return f"a driver took the stale round {again} again" if again else None
@@ -242,24 +272,45 @@ class BusyFaults(ReviewFaults):
         job = self.busy_job(d)
         if job is None:
             return False
-        taken = [p for p in cf.next_parts(self.attempt_events("drain_next_part", d["id"], att) if job[2] != "warm"
-                                          else self.driver_events("drain_next_part", d["id"]), d["id"]) if not p.get("final")]
+        taken = [
+            p
+            for p in cf.next_parts(
+                self.attempt_events("drain_next_part", d["id"], att)
+                if job[2] != "warm"
+                else self.driver_events("drain_next_part", d["id"]),
+                d["id"],
+            )
+            if not p.get("final")
+        ]
         if not taken:
             return False
         if not eligible_since:
             eligible_since.append(time.time())
-        running = int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0) and int(taken[-1].get("unfinished") or 0) > 0
+        running = (
+            int(d.get("recordsDone") or 0) < int(d.get("recordsTotal") or 0)
+            and int(taken[-1].get("unfinished") or 0) > 0
+        )
         if not running and time.time() - eligible_since[0] < 60:
             return False
         name, pid, label = job
         os.killpg(pid, signal.SIGKILL)
         gone = pid_gone(pid)
         phase = self.drain().get("phase")
-        f.evidence = {"pod": name, "pid": pid, "attempt": att, "job_runtime_label": label, "status_runtime": d.get("runtime"),
-                      "parts_taken": len(taken), "last_part_round": taken[-1].get("round"),
-                      "driver_state": "running a part" if running else "waiting for a part",
-                      "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
-                      "sub_ranges": len(d.get("subRanges") or ()), "round": d.get("round"), "phase_after_kill": phase}
+        f.evidence = {
+            "pod": name,
+            "pid": pid,
+            "attempt": att,
+            "job_runtime_label": label,
+            "status_runtime": d.get("runtime"),
+            "parts_taken": len(taken),
+            "last_part_round": taken[-1].get("round"),
+            "driver_state": "running a part" if running else "waiting for a part",
+            "recordsDone": d.get("recordsDone"),
+            "recordsTotal": d.get("recordsTotal"),
+            "sub_ranges": len(d.get("subRanges") or ()),
+            "round": d.get("round"),
+            "phase_after_kill": phase,
+        }
         if gone and phase == "Running":
             f.fired, f.at = True, time.time()
         else:
@@ -302,16 +353,32 @@ class BusyFaults(ReviewFaults):
             cap = ((self.cr("eos") or {}).get("status") or {}).get("capacityPerReplica")
             rate, source = cf.hot_rate(self.args.hot_rate, cap)
             hot_ev.update({"hot_rate": rate, "hot_rate_source": source, "capacity_per_replica": cap})
-            say(f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})")
+            say(
+                f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})"
+            )
             self.producer.heat(0, rate)
             hot_at.append(time.time())
 
         def check() -> None:
-            self.check_points(points, cf.BUSY_POINTS, more=lambda d: {
-                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension"))})
-            self.check_points(empty_points, cf.EMPTY_GROUP_POINTS, more=lambda d: {
-                "drain": d.get("id"), "round": d.get("round"), "extension": bool(d.get("extension")),
-                "group_members_at_fire": self.group_members()})
+            self.check_points(
+                points,
+                cf.BUSY_POINTS,
+                more=lambda d: {
+                    "drain": d.get("id"),
+                    "round": d.get("round"),
+                    "extension": bool(d.get("extension")),
+                },
+            )
+            self.check_points(
+                empty_points,
+                cf.EMPTY_GROUP_POINTS,
+                more=lambda d: {
+                    "drain": d.get("id"),
+                    "round": d.get("round"),
+                    "extension": bool(d.get("extension")),
+                    "group_members_at_fire": self.group_members(),
+                },
+            )
 
         def done(f: Fault | None) -> bool:
             return f is None or f.fired or bool(f.detail)
@@ -322,11 +389,19 @@ class BusyFaults(ReviewFaults):
             if dd.get("phase") == "Verified":
                 verified[int(dd.get("id") or 0)] = time.time()
             left = [k for k, f in faults.items() if not done(f)]
-            if not (dd.get("phase") == "Verified" and left and not any(f.fired for f in (fp, dk, sp) if f is not None)
-                    and self.producer.hot and hot_at and time.time() - hot_at[0] < MAX_HOT_S):
+            if not (
+                dd.get("phase") == "Verified"
+                and left
+                and not any(f.fired for f in (fp, dk, sp) if f is not None)
+                and self.producer.hot
+                and hot_at
+                and time.time() - hot_at[0] < MAX_HOT_S
+            ):
                 return False
-            say(f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
-                "they go on in the next drain (the hot stream runs)")
+            say(
+                f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
+                "they go on in the next drain (the hot stream runs)"
+            )
             carried.add(int(dd.get("id") or 0))
             self.release_group(hold)
             if hold and ao is not None and not ao.fired:
@@ -341,17 +416,26 @@ class BusyFaults(ReviewFaults):
         try:
             # the hot stream runs up to MAX_HOT_S, then the drain works off what it took (run 3, load 28:
             # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
-            for d, ours in self.drain_polls(f"drain 7 (busy) of round {rnd}", before_burst=arm, each=check,
-                                            window=MAX_HOT_S + self.timeout * 2):
+            for d, ours in self.drain_polls(
+                f"drain 7 (busy) of round {rnd}",
+                before_burst=arm,
+                each=check,
+                window=MAX_HOT_S + self.timeout * 2,
+            ):
                 if not ours or int(d.get("id") or 0) in carried:
                     if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
                         break
                     continue
                 if last and last.get("id") != d.get("id"):
                     # our drain ended between two polls (under load): its outcome from status.drain.history
-                    end = next((h for h in d.get("history") or () if str(h.get("id")) == str(last.get("id"))), {})
-                    prev = {**last, "phase": end.get("phase") or "Unknown",
-                            "message": f"ended between two polls ({end.get('reason') or 'not in status.drain.history'})"}
+                    end = next(
+                        (h for h in d.get("history") or () if str(h.get("id")) == str(last.get("id"))), {}
+                    )
+                    prev = {
+                        **last,
+                        "phase": end.get("phase") or "Unknown",
+                        "message": f"ended between two polls ({end.get('reason') or 'not in status.drain.history'})",
+                    }
                     if not ended(prev):
                         d = prev
                         break
@@ -362,7 +446,9 @@ class BusyFaults(ReviewFaults):
                 current = None
                 if running:
                     seen["attempts"].add(int(d.get("attempt") or 0))
-                    with contextlib.suppress(Exception):  # the genuine parts, per round (stale_part replays one)
+                    with contextlib.suppress(
+                        Exception
+                    ):  # the genuine parts, per round (stale_part replays one)
                         got = self.read_parts_commit(d["id"])
                         if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
                             genuine.setdefault(got[0], got[1])
@@ -374,43 +460,88 @@ class BusyFaults(ReviewFaults):
                 # plans and publishes in one cycle, 0.2 s apart, so a poll cannot catch it in between),
                 # a drain near its end may hand its partitions back first (16:41). A drain that ends
                 # while held releases the group; the next one (carried over) empties it again
-                if ao is not None and not done(ao) and not hold and crash_done and running and d.get("busy") \
-                        and cf.room_for_next_split(d, ALTER_MIN_LEFT):
+                if (
+                    ao is not None
+                    and not done(ao)
+                    and not hold
+                    and crash_done
+                    and running
+                    and d.get("busy")
+                    and cf.room_for_next_split(d, ALTER_MIN_LEFT)
+                ):
                     hold.update(self.empty_group(d))
-                elif hold and "released_at" not in hold and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S):
+                elif (
+                    hold
+                    and "released_at" not in hold
+                    and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S)
+                ):
                     self.release_group(hold)
                     if ao is not None and not ao.fired and not ao.detail:
-                        ao.detail = (f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
-                                     f"of an empty group (round {d.get('round')}, extension {d.get('extension')})")
+                        ao.detail = (
+                            f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
+                            f"of an empty group (round {d.get('round')}, extension {d.get('extension')})"
+                        )
                 # the other kinds once every crash point is done and the group is back
                 points_done = crash_done and done(ao) and (not hold or "released_at" in hold)
-                if fp is not None and not done(fp) and points_done and running and d.get("busy") \
-                        and any(not p.get("final") for p in self.taken(d.get("id"))):
+                if (
+                    fp is not None
+                    and not done(fp)
+                    and points_done
+                    and running
+                    and d.get("busy")
+                    and any(not p.get("final") for p in self.taken(d.get("id")))
+                ):
                     try:
                         self.forge_part(fp, d, forged)
                     except Exception as exc:  # noqa: BLE001 - not injected: say so
                         fp.detail = f"forging failed: {exc!r}"[:300]
-                elif dk is not None and not done(dk) and points_done and done(fp) and running \
-                        and (done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S):
+                elif (
+                    dk is not None
+                    and not done(dk)
+                    and points_done
+                    and done(fp)
+                    and running
+                    and (done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S)
+                ):
                     if self.kill_busy_driver(dk, d, eligible):
                         kill_att = int(dk.evidence.get("attempt") or 0)
-                elif sp is not None and not done(sp) and points_done and running and current is not None \
-                        and any(r < current for r in genuine) and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence):
+                elif (
+                    sp is not None
+                    and not done(sp)
+                    and points_done
+                    and running
+                    and current is not None
+                    and any(r < current for r in genuine)
+                    and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence)
+                ):
                     try:
                         self.replay_stale(sp, d, genuine, current)
                     except Exception as exc:  # noqa: BLE001
                         sp.detail = f"replay failed: {exc!r}"[:300]
-                if dk is not None and dk.fired and "retry_attempt" not in dk.evidence and running \
-                        and int(d.get("attempt") or 0) > kill_att:
-                    dk.evidence.update({"retry_attempt": int(d.get("attempt") or 0), "retry_runtime": d.get("runtime"),
-                                        "retry_sub_ranges": len(d.get("subRanges") or ())})
+                if (
+                    dk is not None
+                    and dk.fired
+                    and "retry_attempt" not in dk.evidence
+                    and running
+                    and int(d.get("attempt") or 0) > kill_att
+                ):
+                    dk.evidence.update(
+                        {
+                            "retry_attempt": int(d.get("attempt") or 0),
+                            "retry_runtime": d.get("runtime"),
+                            "retry_sub_ranges": len(d.get("subRanges") or ()),
+                        }
+                    )
                 if self.producer.hot and hot_at:
-                    all_in = all(done(f) for f in faults.values()) and (dk is None or not dk.fired
-                                                                         or "retry_attempt" in dk.evidence)
+                    all_in = all(done(f) for f in faults.values()) and (
+                        dk is None or not dk.fired or "retry_attempt" in dk.evidence
+                    )
                     hot_s = time.time() - hot_at[0]
                     if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
                         self.producer.cool()
-                        say(f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})")
+                        say(
+                            f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})"
+                        )
                 if d.get("phase") in TERMINAL:
                     if ended(d):
                         last = {}
@@ -424,40 +555,64 @@ class BusyFaults(ReviewFaults):
         if ao is not None and holds:
             ao.evidence["earlier_holds"] = holds
         if d.get("phase") not in TERMINAL:
-            say(f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})")
+            say(
+                f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})"
+            )
         final_verified_at = time.time() if d.get("phase") == "Verified" else None
         parts_seen = self.taken(d.get("id")) if d else []
         for k, f in faults.items():
             if not f.fired and not f.detail:
-                f.detail = (f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
-                            f"{sorted(genuine)}, last phase {d.get('phase')}, drains carried over {sorted(carried)})")
+                f.detail = (
+                    f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
+                    f"{sorted(genuine)}, last phase {d.get('phase')}, drains carried over {sorted(carried)})"
+                )
             if not f.fired:
                 continue
             fired_in = int(f.evidence.get("drain") or d.get("id") or 0)
             # a fault of a carried drain: that drain was seen Verified; else the last one must be
             verified_at = verified.get(fired_in) if fired_in in carried else final_verified_at
-            f.evidence.update({**hot_ev, "final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
-                               "verified_runtime": d.get("runtime"), "rounds": d.get("round"),
-                               "drains_carried_over": sorted(carried),
-                               "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen]})
+            f.evidence.update(
+                {
+                    **hot_ev,
+                    "final_phase": d.get("phase"),
+                    "verified_attempt": d.get("attempt"),
+                    "verified_runtime": d.get("runtime"),
+                    "rounds": d.get("round"),
+                    "drains_carried_over": sorted(carried),
+                    "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen],
+                }
+            )
             if verified_at is None:
-                f.detail = (f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}" if d.get("phase") in TERMINAL else
-                            f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}")
+                f.detail = (
+                    f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+                    if d.get("phase") in TERMINAL
+                    else f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}"
+                )
                 continue
             if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
                 f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
                 continue
-            extra = ((lambda f=f: self.stale_ok(f)) if k == "stale_part" else
-                     (lambda f=f: self.republish_ok(f)) if k == "operator_at_next_publish" else
-                     # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
-                     (lambda f=f: self.cancel_seen(f, d.get("id"))) if k == "busy_driver_kill" else None)
+            extra = (
+                (lambda f=f: self.stale_ok(f))
+                if k == "stale_part"
+                else (lambda f=f: self.republish_ok(f))
+                if k == "operator_at_next_publish"
+                # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
+                else (lambda f=f: self.cancel_seen(f, d.get("id")))
+                if k == "busy_driver_kill"
+                else None
+            )
             assert f.at is not None
             secs = self.recover_wait(f.at, k, self.timeout, None, extra)
             f.recovered = secs is not None
             # a carried drain's fault: recovered when its drain was Verified (the health check above runs
             # only after the later drain; it says nothing of how long this one took: evidence)
             f.evidence["health_checked_after_s"] = None if secs is None else round(secs, 1)
-            f.recover_s = None if secs is None else (verified_at - f.at if fired_in in carried else max(secs, verified_at - f.at))
+            f.recover_s = (
+                None
+                if secs is None
+                else (verified_at - f.at if fired_in in carried else max(secs, verified_at - f.at))
+            )
         for f in faults.values():
             self.record(f)
         return list(faults.values())

@@ -71,6 +71,7 @@ Prints the per-kind table, then ONE JSON line last (--json). --quick: one round 
 consumer_kill_after_write, operator_kill, second_operator, postgres_restart and kafka_restart, no drain (the CI version,
 tests/real/test_chaos.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,10 +92,24 @@ from bench.chaos.procs import say  # noqa: E402
 from bench.chaos.report import campaign_result, report  # noqa: E402
 from bench.chaos.steady import SteadyFaults  # noqa: E402
 
-STEADY_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "kafka_restart",
-                "apiserver_restart", "etcd_restart", "postgres_restart")
-QUICK_KINDS = ("consumer_kill", "consumer_kill_after_write", "operator_kill", "second_operator", "postgres_restart",
-               "kafka_restart")
+STEADY_KINDS = (
+    "consumer_kill",
+    "consumer_kill_after_write",
+    "operator_kill",
+    "second_operator",
+    "kafka_restart",
+    "apiserver_restart",
+    "etcd_restart",
+    "postgres_restart",
+)
+QUICK_KINDS = (
+    "consumer_kill",
+    "consumer_kill_after_write",
+    "operator_kill",
+    "second_operator",
+    "postgres_restart",
+    "kafka_restart",
+)
 
 
 RESTART_KINDS = ("kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
@@ -110,34 +125,59 @@ def main(argv: list[str] | None = None) -> int:
     from lagpilot_dev.paths import cache_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="rounds of every fault kind (default 2: 58 faults over 28 kinds, the busy drains' 7 included; with --no-warm-runtime 52 over 25)")
-    ap.add_argument("--quick", action="store_true", help="one round of " + ", ".join(QUICK_KINDS) + ", no drain (CI)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of every fault kind (default 2: 58 faults over 28 kinds, the busy drains' 7 included; with --no-warm-runtime 52 over 25)",
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="one round of " + ", ".join(QUICK_KINDS) + ", no drain (CI)"
+    )
     ap.add_argument("--kinds", default="", help="only these kinds (comma separated; default all)")
-    ap.add_argument("--state-dir", default=os.environ.get("LAGPILOT_STATE") or str(cache_dir() / "state" / "chaos"),
-                    help="the private stack's state dir (default $LAGPILOT_STATE, else <cache>/state/chaos)")
-    ap.add_argument("--shared-stack", action="store_true",
-                    help="run on the shared dev stack (<cache>/state/default, `lagpilot dev up`) instead of a private "
-                         "one; refused with a kind that restarts a part (" + ", ".join(RESTART_KINDS) + "); never stops it")
+    ap.add_argument(
+        "--state-dir",
+        default=os.environ.get("LAGPILOT_STATE") or str(cache_dir() / "state" / "chaos"),
+        help="the private stack's state dir (default $LAGPILOT_STATE, else <cache>/state/chaos)",
+    )
+    ap.add_argument(
+        "--shared-stack",
+        action="store_true",
+        help="run on the shared dev stack (<cache>/state/default, `lagpilot dev up`) instead of a private "
+        "one; refused with a kind that restarts a part (" + ", ".join(RESTART_KINDS) + "); never stops it",
+    )
     ap.add_argument("--keep-stack", action="store_true", help="leave the private stack running at the end")
     ap.add_argument("--rate", type=int, default=10, help="steady records/s per partition")
     ap.add_argument("--burst", type=int, default=12000, help="backlog per partition that forces each drain")
-    ap.add_argument("--warmup", type=int, default=2000, help="records per partition at the start (calibration)")
+    ap.add_argument(
+        "--warmup", type=int, default=2000, help="records per partition at the start (calibration)"
+    )
     ap.add_argument("--cost-ms", type=int, default=500, help="eos handler latency per batch of 100")
     ap.add_argument("--alo-cost-ms", type=int, default=50, help="alo handler latency per batch")
     ap.add_argument("--sla", type=int, default=20, help="catchUpSLASeconds of both CRs")
     ap.add_argument("--fault-timeout", type=float, default=300.0, help="seconds to wait for one recovery")
-    ap.add_argument("--eos-handler", default="bench.chaos.handler:process",
-                    help="NEGATIVE CONTROL: bench.chaos.handler:process_at_least_once must show duplicated > 0")
+    ap.add_argument(
+        "--eos-handler",
+        default="bench.chaos.handler:process",
+        help="NEGATIVE CONTROL: bench.chaos.handler:process_at_least_once must show duplicated > 0",
+    )
     # on by default: the runtime is what the docs recommend and where issue 23's review found the widest
     # door, and 3 of its kinds need it (the campaign's target, >= 40 faults over >= 20 kinds, too)
-    ap.add_argument("--warm-runtime", action=argparse.BooleanOptionalAction, default=True,
-                    help="eos drains through the warm drain runtime (spec.drain.warmRuntime; default on): enables "
-                         "drain_runtime_kill, forged_plan, runtime_sigstop; --no-warm-runtime: every drain cold")
-    ap.add_argument("--hot-rate", type=int, default=None,
-                    help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs (default: "
-                         f"{cf.HOT_FACTOR} x the eos consumers' measured status.capacityPerReplica, read when drain 7 "
-                         f"starts; {cf.HOT_RATE_FALLBACK} when none was reported)")
+    ap.add_argument(
+        "--warm-runtime",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="eos drains through the warm drain runtime (spec.drain.warmRuntime; default on): enables "
+        "drain_runtime_kill, forged_plan, runtime_sigstop; --no-warm-runtime: every drain cold",
+    )
+    ap.add_argument(
+        "--hot-rate",
+        type=int,
+        default=None,
+        help="drain 7 (busy drains): extra records/s on partition 0 while the busy drain runs (default: "
+        f"{cf.HOT_FACTOR} x the eos consumers' measured status.capacityPerReplica, read when drain 7 "
+        f"starts; {cf.HOT_RATE_FALLBACK} when none was reported)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     kinds = set(filter(None, args.kinds.split(","))) or set(QUICK_KINDS if args.quick else cf.KINDS)
@@ -147,10 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     shared = (cache_dir() / "state" / "default").resolve()
     if args.shared_stack:
         if kinds & set(RESTART_KINDS):
-            ap.error(f"--shared-stack: {sorted(kinds & set(RESTART_KINDS))} would restart the shared stack's parts")
+            ap.error(
+                f"--shared-stack: {sorted(kinds & set(RESTART_KINDS))} would restart the shared stack's parts"
+            )
         args.state_dir, args.keep_stack = str(shared), True
     elif Path(args.state_dir).resolve() == shared:
-        ap.error("refusing to restart the shared stack's parts: give a private --state-dir (or --shared-stack)")
+        ap.error(
+            "refusing to restart the shared stack's parts: give a private --state-dir (or --shared-stack)"
+        )
     kinds, not_applicable = cf.split_kinds(kinds, args.warm_runtime and not args.quick)
     rounds = 1 if args.quick else args.rounds
     if args.quick:
@@ -168,9 +212,13 @@ def main(argv: list[str] | None = None) -> int:
             for kind in STEADY_KINDS:
                 if kind not in kinds:
                     continue
-                for target in (("eos", "alo") if kind == "consumer_kill" and not args.quick else ("eos",)):
+                for target in ("eos", "alo") if kind == "consumer_kill" and not args.quick else ("eos",):
                     c.steady(kind, rnd, target if kind == "consumer_kill" else "")
-            if not args.quick and kinds & {*cf.HANDOFF_POINTS, "drain_executor_kill", "spec_change_mid_drain"}:
+            if not args.quick and kinds & {
+                *cf.HANDOFF_POINTS,
+                "drain_executor_kill",
+                "spec_change_mid_drain",
+            }:
                 c.drain_one(rnd)
             if not args.quick and kinds & {"drain_driver_kill", "cr_delete_mid_drain"}:
                 c.drain_two(rnd)
@@ -185,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.quick and kinds & set(cf.BUSY_KINDS):
                 c.drain_seven(rnd)
         end = c.finish()
-        result = campaign_result(c, end, rounds, args.quick, kinds, not_applicable, t_start,
-                                 selected=bool(args.kinds))
+        result = campaign_result(
+            c, end, rounds, args.quick, kinds, not_applicable, t_start, selected=bool(args.kinds)
+        )
     finally:
         c.teardown()
     report(result, c.workdir, args.json)

@@ -1,6 +1,7 @@
 """How the campaign (bench/chaos.py) watches the eos drains it injects faults into: the drain Job's and
 the warm runtime's pods, the runtime's readiness and log, the operator's crash points (armed, then
 confirmed), and `drain_polls`, the one polling loop every drain round runs."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,13 @@ def planned_since(d: dict[str, Any], since: float) -> bool:
 
 class DrainWatch(CampaignBase):
     def wait_no_drain(self) -> int:
-        d = self.until(lambda: (lambda d: d if (not d or d.get("phase") in TERMINAL) else None)(self.drain()) or {"none": 1},
-                       "no eos drain in flight", self.timeout)
+        d = self.until(
+            lambda: (
+                (lambda d: d if (not d or d.get("phase") in TERMINAL) else None)(self.drain()) or {"none": 1}
+            ),
+            "no eos drain in flight",
+            self.timeout,
+        )
         return int(d.get("id") or 0)
 
     def drain_pod(self) -> tuple[str, int, str] | None:
@@ -41,7 +47,11 @@ class DrainWatch(CampaignBase):
             if pod.status.phase in ("Running", "Pending"):
                 pid = self.runner.pid_of(self.ns, pod.metadata.name)
                 if pid:
-                    return pod.metadata.name, pid, str((pod.metadata.labels or {}).get(cf.RUNTIME_LABEL) or "")
+                    return (
+                        pod.metadata.name,
+                        pid,
+                        str((pod.metadata.labels or {}).get(cf.RUNTIME_LABEL) or ""),
+                    )
         return None
 
     def runtime_pod(self) -> tuple[str, int | None, bool] | None:
@@ -79,13 +89,17 @@ class DrainWatch(CampaignBase):
             return bool(want) and (pod.metadata.annotations or {}).get(cf.RUNTIME_CONFIG_ANNOTATION) == want
 
         try:
-            self.until(ready_current, "the eos drain runtime pod Ready with the current config", self.timeout, 1.0)
+            self.until(
+                ready_current, "the eos drain runtime pod Ready with the current config", self.timeout, 1.0
+            )
             ok = True
         except TimeoutError as exc:
             say(str(exc))
             ok = False
         self.runtime_waits.append({"before": before, "ready": ok, "waited_s": round(time.time() - t, 1)})
-        say(f"drain runtime {'Ready' if ok else 'NOT Ready'} before {before} (waited {time.time() - t:.1f} s)")
+        say(
+            f"drain runtime {'Ready' if ok else 'NOT Ready'} before {before} (waited {time.time() - t:.1f} s)"
+        )
 
     def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
         """`event` records (of one drain) in the runtime pod's log (the pod runner's log file)."""
@@ -100,8 +114,12 @@ class DrainWatch(CampaignBase):
         got = None
         with contextlib.suppress(Exception):
             got = self.drain_pod()
-        return {"attempt": d.get("attempt"), "status_runtime": d.get("runtime"),
-                "job_pod": got[0] if got else None, "job_runtime_label": got[2] if got else None}
+        return {
+            "attempt": d.get("attempt"),
+            "status_runtime": d.get("runtime"),
+            "job_pod": got[0] if got else None,
+            "job_runtime_label": got[2] if got else None,
+        }
 
     def arm(self) -> None:
         for kind, point in cf.HANDOFF_POINTS.items():
@@ -111,8 +129,12 @@ class DrainWatch(CampaignBase):
     def check_markers(self, faults: dict[str, Fault]) -> None:
         self.check_points({k: f for k, f in faults.items() if k in cf.HANDOFF_POINTS}, cf.HANDOFF_POINTS)
 
-    def check_points(self, faults: dict[str, Fault], points: dict[str, str],
-                     more: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def check_points(
+        self,
+        faults: dict[str, Fault],
+        points: dict[str, str],
+        more: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         """A crash-point fault (`points`: kind -> the operator's crash point) is confirmed by the
         marker the operator wrote at that point and the death of the operator process that ran then
         (seen by ensure(), which restarts it); evidence: pid, return code, marker, how the drain ran
@@ -137,15 +159,22 @@ class DrainWatch(CampaignBase):
         if f.evidence.get("job_runtime_label") != "warm":
             return None
         cancels = self.runtime_events("drain_runtime_cancel", str(drain_id))
-        served = [{k: e.get(k) for k in ("ts", "exit", "cancelled", "records", "seconds")}
-                  for e in self.runtime_events("drain_runtime_served", str(drain_id))]
+        served = [
+            {k: e.get(k) for k in ("ts", "exit", "cancelled", "records", "seconds")}
+            for e in self.runtime_events("drain_runtime_served", str(drain_id))
+        ]
         f.evidence["runtime_cancel_logged"] = len(cancels)
         f.evidence["runtime_served"] = served
         return None if cancels else f"the runtime logged no cancel of drain {drain_id}"
 
-    def drain_polls(self, before: str, before_burst: Callable[[], Any] | None = None,
-                    each: Callable[[], None] | None = None, burst: int | None = None,
-                    window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+    def drain_polls(
+        self,
+        before: str,
+        before_burst: Callable[[], Any] | None = None,
+        each: Callable[[], None] | None = None,
+        burst: int | None = None,
+        window: float | None = None,
+    ) -> Iterator[tuple[dict[str, Any], bool]]:
         """One drain round's loop: wait until no eos drain is in flight (and, --warm-runtime, the runtime
         pod is Ready), call `before_burst`, add the backlog burst that forces the next drain, then once a
         second (bounded by twice the fault timeout) yield (status.drain, whether it is that new drain).

@@ -2,6 +2,7 @@
 injected, recovered, time to recover), the table, and the /proc helpers that find a drain's Spark
 Python workers. Pure functions take their inputs; nothing here talks to Kafka, Kubernetes or
 PostgreSQL."""
+
 from __future__ import annotations
 
 import math
@@ -12,15 +13,37 @@ from typing import Any
 
 # every kind bench/chaos.py can inject, in the order of the table
 KINDS: tuple[str, ...] = (
-    "consumer_kill", "consumer_kill_after_write", "operator_kill", "operator_at_plan_write", "operator_at_publish", "operator_at_seal",
-    "operator_at_launch", "drain_executor_kill", "drain_driver_kill", "drain_runtime_kill", "kafka_restart",
-    "apiserver_restart", "etcd_restart", "postgres_restart", "spec_change_mid_drain", "cr_delete_mid_drain",
+    "consumer_kill",
+    "consumer_kill_after_write",
+    "operator_kill",
+    "operator_at_plan_write",
+    "operator_at_publish",
+    "operator_at_seal",
+    "operator_at_launch",
+    "drain_executor_kill",
+    "drain_driver_kill",
+    "drain_runtime_kill",
+    "kafka_restart",
+    "apiserver_restart",
+    "etcd_restart",
+    "postgres_restart",
+    "spec_change_mid_drain",
+    "cr_delete_mid_drain",
     # issue 23's fixed review items: M3 (Lease), C1 (signed plans), H3 (heartbeat), H1 (finalizer of a Planned drain)
-    "second_operator", "forged_plan", "runtime_sigstop", "delete_while_planned", "aborted_transactions",
+    "second_operator",
+    "forged_plan",
+    "runtime_sigstop",
+    "delete_while_planned",
+    "aborted_transactions",
     # busy drains (issue 25 item 2; docs/drain.md "Busy drains"): a fault during a next split's hand-off
     # and delivery (bench/chaos/busy.py, drain 7)
-    "operator_at_next_publish", "operator_at_next_seal", "operator_at_deliver", "operator_at_next_alter_offsets",
-    "busy_driver_kill", "forged_part", "stale_part",
+    "operator_at_next_publish",
+    "operator_at_next_seal",
+    "operator_at_deliver",
+    "operator_at_next_alter_offsets",
+    "busy_driver_kill",
+    "forged_part",
+    "stale_part",
 )
 
 # kinds that need spec.drain.warmRuntime (bench/chaos.py --warm-runtime): without it they are "not
@@ -54,7 +77,13 @@ BUSY_POINTS: dict[str, str] = {
 # the absent owners and moves the group's offsets to the split (handoff._resolve_next_split), and dies
 # right after that effect, before anything else; drain 7 empties the group for it (busy.py empty_group)
 EMPTY_GROUP_POINTS: dict[str, str] = {"operator_at_next_alter_offsets": "NextAlterOffsets:effect"}
-BUSY_KINDS: tuple[str, ...] = (*BUSY_POINTS, *EMPTY_GROUP_POINTS, "busy_driver_kill", "forged_part", "stale_part")
+BUSY_KINDS: tuple[str, ...] = (
+    *BUSY_POINTS,
+    *EMPTY_GROUP_POINTS,
+    "busy_driver_kill",
+    "forged_part",
+    "stale_part",
+)
 
 # delete_while_planned: the operator's crash point right after publishing the hand-off and before its
 # status write resolves anything (the drain stays Planned while the owners ack); armed like the others
@@ -62,8 +91,12 @@ PLANNED_POINT = "Publish:status"
 
 # every crash point the campaign's operator runs with (LAGPILOT_TEST_CRASH_AT), each disarmed until its
 # round removes the marker
-OPERATOR_POINTS: tuple[str, ...] = (*HANDOFF_POINTS.values(), PLANNED_POINT, *BUSY_POINTS.values(),
-                                    *EMPTY_GROUP_POINTS.values())
+OPERATOR_POINTS: tuple[str, ...] = (
+    *HANDOFF_POINTS.values(),
+    PLANNED_POINT,
+    *BUSY_POINTS.values(),
+    *EMPTY_GROUP_POINTS.values(),
+)
 
 # the operators' own log lines (tests/real/test_leader_election.py): a reconciling operator logs these,
 # one standing by logs "standing by for the leader lease" and neither of them
@@ -137,8 +170,13 @@ def per_kind(faults: Iterable[Fault]) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, replayed: int | None,
-            extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summary(
+    faults: Sequence[Fault],
+    lost: int | None,
+    duplicated: int | None,
+    replayed: int | None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The bench's JSON line (pure): `faults` = confirmed injections, `recovered` = those recovered."""
     kinds = per_kind(faults)
     return {
@@ -146,7 +184,9 @@ def summary(faults: Sequence[Fault], lost: int | None, duplicated: int | None, r
         "recovered": sum(1 for f in faults if f.fired and f.recovered),
         "not_fired": sum(1 for f in faults if not f.fired),
         "kinds": sum(1 for k in kinds.values() if k["injected"] > 0),
-        "lost": lost, "duplicated": duplicated, "replayed": replayed,
+        "lost": lost,
+        "duplicated": duplicated,
+        "replayed": replayed,
         "per_kind": kinds,
         **dict(extra or {}),
     }
@@ -161,30 +201,48 @@ def confirmations(faults: Iterable[Fault]) -> list[dict[str, Any]]:
     for f in faults:
         if not f.fired:
             continue
-        ev = {k: v for k, v in f.evidence.items()
-              if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 80)}
-        out.append({"kind": f.kind, "round": f.round, "target": f.target, "at": f.at, "recovered": f.recovered,
-                    "confirmed": f.at is not None and bool(f.evidence), "evidence": ev})
+        ev = {
+            k: v
+            for k, v in f.evidence.items()
+            if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 80)
+        }
+        out.append(
+            {
+                "kind": f.kind,
+                "round": f.round,
+                "target": f.target,
+                "at": f.at,
+                "recovered": f.recovered,
+                "confirmed": f.at is not None and bool(f.evidence),
+                "evidence": ev,
+            }
+        )
     return out
 
 
 def table(kinds: Mapping[str, Mapping[str, Any]], not_applicable: Sequence[str] = ()) -> str:
     """The per-kind table (pure); `not_applicable` kinds get one `n/a` row each."""
+
     def cell(x: Any) -> str:
         return "-" if x is None else (f"{x:.1f}" if isinstance(x, float) else str(x))
 
-    lines = [f"{'fault kind':<27}{'injected':>9}{'recovered':>10}{'not fired':>10}{'recover s (median)':>20}{'max':>8}"]
+    lines = [
+        f"{'fault kind':<27}{'injected':>9}{'recovered':>10}{'not fired':>10}{'recover s (median)':>20}{'max':>8}"
+    ]
     for kind, k in kinds.items():
-        lines.append(f"{kind:<27}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
-                     f"{cell(k['recover_s_median']):>20}{cell(k['recover_s_max']):>8}")
+        lines.append(
+            f"{kind:<27}{k['injected']:>9}{k['recovered']:>10}{k['not_fired']:>10}"
+            f"{cell(k['recover_s_median']):>20}{cell(k['recover_s_max']):>8}"
+        )
     for kind in not_applicable:
         if kind not in kinds:
             lines.append(f"{kind:<27}{'n/a':>9}{'n/a':>10}{'n/a':>10}{'(needs --warm-runtime)':>28}")
     return "\n".join(lines)
 
 
-def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1,
-            wanted: Iterable[str] = ()) -> list[str]:
+def verdict(
+    result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1, wanted: Iterable[str] = ()
+) -> list[str]:
     """What is wrong with a run's JSON (pure): [] when faults >= min_faults over >= min_kinds kinds,
     every `wanted` kind (the run's selection) confirmed fired at least once, every confirmed fault
     recovered, nothing lost, nothing duplicated by the exactly-once sink."""
@@ -212,6 +270,7 @@ def verdict(result: Mapping[str, Any], min_faults: int = 1, min_kinds: int = 1,
 
 
 # ---- /proc ---------------------------------------------------------------------------------------
+
 
 def cmdline(pid: int) -> str:
     try:
@@ -259,7 +318,9 @@ def cpu_ticks(pid: int) -> int | None:
 
 def busy_pids(before: Mapping[int, int | None], after: Mapping[int, int | None]) -> frozenset[int]:
     """The pids whose CPU ticks grew between two samples (pure)."""
-    return frozenset(p for p, t in after.items() if t is not None and before.get(p) is not None and t > before[p])  # type: ignore[operator]
+    return frozenset(
+        p for p, t in after.items() if t is not None and before.get(p) is not None and t > before[p]
+    )  # type: ignore[operator]
 
 
 def pick_spark_worker(procs: Mapping[int, tuple[int, str]], busy: Iterable[int] = ()) -> int | None:
@@ -269,6 +330,7 @@ def pick_spark_worker(procs: Mapping[int, tuple[int, str]], busy: Iterable[int] 
     retries it), preferring one in `busy` (its CPU time grew: it runs a task; the warm runtime keeps
     idle forked workers too); else the youngest daemon process; None when there is none (Spark not
     started yet)."""
+
     def is_py(cmd: str) -> bool:
         return any(m in cmd for m in ("spark_daemon", "pyspark.daemon", "pyspark.worker", "pyspark/daemon"))
 
@@ -301,8 +363,11 @@ def json_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
 def log_events(lines: Iterable[str], event: str, drain: str | None = None) -> list[dict[str, Any]]:
     """The JSON log records of `event` (optionally of one drain id) among a pod's log lines (pure);
     lines that are not JSON objects are skipped."""
-    return [rec for rec in json_records(lines)
-            if rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain))]
+    return [
+        rec
+        for rec in json_records(lines)
+        if rec.get("event") == event and (drain is None or str(rec.get("drain")) == str(drain))
+    ]
 
 
 def recover_seconds(at: float | None, done_at: float | None) -> float | None:
@@ -324,12 +389,34 @@ def forged_bodies(drain_id: str, topic: str, group: str, ends: Mapping[int, int]
     with a made-up signature."""
     import json
 
-    plan = json.dumps({"drainId": str(drain_id), "topic": topic, "groupId": group, "batchMaxRecords": 100,
-                       "parallelism": len(ends), "readCommitted": False,
-                       "subRanges": [{"partition": int(p), "index": 0, "start": 0, "end": int(e) + 1000}
-                                     for p, e in sorted(ends.items())]}, separators=(",", ":"), sort_keys=True)
-    made_up = json.dumps({"plan": plan, "auth": {"crUid": "forged", "drainId": str(drain_id), "attempt": 99,
-                                                  "expiresAt": int(now) + 600, "signature": "00" * 32}})
+    plan = json.dumps(
+        {
+            "drainId": str(drain_id),
+            "topic": topic,
+            "groupId": group,
+            "batchMaxRecords": 100,
+            "parallelism": len(ends),
+            "readCommitted": False,
+            "subRanges": [
+                {"partition": int(p), "index": 0, "start": 0, "end": int(e) + 1000}
+                for p, e in sorted(ends.items())
+            ],
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+    made_up = json.dumps(
+        {
+            "plan": plan,
+            "auth": {
+                "crUid": "forged",
+                "drainId": str(drain_id),
+                "attempt": 99,
+                "expiresAt": int(now) + 600,
+                "signature": "00" * 32,
+            },
+        }
+    )
     return [plan, made_up]
 
 
@@ -341,8 +428,11 @@ def refused_all(answers: Sequence[tuple[int, str]]) -> bool:
 def next_parts(events: Iterable[Mapping[str, Any]], drain: Any) -> list[dict[str, Any]]:
     """The parts a busy drain's driver took (its `drain_next_part` log records of drain `drain`), as
     {round, final, unfinished, ts} in log order (pure)."""
-    return [{k: e.get(k) for k in ("round", "final", "unfinished", "ts")} for e in events
-            if e.get("event") == "drain_next_part" and str(e.get("drain")) == str(drain)]
+    return [
+        {k: e.get(k) for k in ("round", "final", "unfinished", "ts")}
+        for e in events
+        if e.get("event") == "drain_next_part" and str(e.get("drain")) == str(drain)
+    ]
 
 
 def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str, topic: str) -> str:
@@ -424,7 +514,9 @@ def hot_rate(given: int | None, capacity: float | None) -> tuple[int, str]:
 TRANSACTIONS: tuple[tuple[str, int], ...] = (("commit", 12000), ("abort", 30000))
 
 
-def invisible_sub_ranges(subs: Iterable[Mapping[str, Any]], aborted: Mapping[int, tuple[int, int]]) -> list[dict[str, Any]]:
+def invisible_sub_ranges(
+    subs: Iterable[Mapping[str, Any]], aborted: Mapping[int, tuple[int, int]]
+) -> list[dict[str, Any]]:
     """The drain's sub-ranges that hold no committed record (pure): inside a partition's aborted block
     `[lo, hi]` or its abort marker at `hi + 1` (the steady stream was paused while the block was
     written, so nothing else lies between)."""
@@ -436,7 +528,9 @@ def invisible_sub_ranges(subs: Iterable[Mapping[str, Any]], aborted: Mapping[int
     return out
 
 
-def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int, Iterable[int]]) -> dict[str, int]:
+def report_visible(
+    counts: Iterable[tuple[int, int, int]], visible: Mapping[int, Iterable[int]]
+) -> dict[str, int]:
     """A ledger report against the offsets a read_committed reader sees (pure), for a topic that holds
     transactions: `lost` = visible offsets never delivered, `duplicated` = deliveries beyond the first,
     `outside` = distinct delivered offsets that are not visible (an aborted record delivered, or a
@@ -446,13 +540,19 @@ def report_visible(counts: Iterable[tuple[int, int, int]], visible: Mapping[int,
     for p, o, n in counts:
         seen[(int(p), int(o))] = seen.get((int(p), int(o)), 0) + int(n)
     inside = sum(1 for (p, o) in seen if o in vis.get(p, ()))
-    return {"produced": sum(len(v) for v in vis.values()), "delivered": sum(seen.values()), "distinct": len(seen),
-            "lost": sum(len(v) for v in vis.values()) - inside, "duplicated": sum(n - 1 for n in seen.values()),
-            "outside": len(seen) - inside}
+    return {
+        "produced": sum(len(v) for v in vis.values()),
+        "delivered": sum(seen.values()),
+        "distinct": len(seen),
+        "lost": sum(len(v) for v in vis.values()) - inside,
+        "duplicated": sum(n - 1 for n in seen.values()),
+        "outside": len(seen) - inside,
+    }
 
 
-def offset_runs(counts: Iterable[tuple[int, int, int]], expected: Mapping[int, Iterable[int]],
-                most: int = 40) -> dict[str, dict[int, list[list[int]]]]:
+def offset_runs(
+    counts: Iterable[tuple[int, int, int]], expected: Mapping[int, Iterable[int]], most: int = 40
+) -> dict[str, dict[int, list[list[int]]]]:
     """Where a ledger misses or repeats offsets (pure), for a run whose `lost`/`duplicated` is not 0:
     per partition the runs `[a, b)` of expected offsets never delivered (`lost`) and the runs
     `[a, b, times]` of offsets delivered more than once (`duplicated`), at most `most` runs each."""
@@ -469,8 +569,10 @@ def offset_runs(counts: Iterable[tuple[int, int, int]], expected: Mapping[int, I
                 out.append([o, o + 1, n])
         return out[:most]
 
-    lost = {int(p): [r[:2] for r in runs((int(o), 0) for o in offs if (int(p), int(o)) not in seen)]
-            for p, offs in expected.items()}
+    lost = {
+        int(p): [r[:2] for r in runs((int(o), 0) for o in offs if (int(p), int(o)) not in seen)]
+        for p, offs in expected.items()
+    }
     dup: dict[int, list[tuple[int, int]]] = {}
     for (p, o), n in seen.items():
         if n > 1:

@@ -20,6 +20,7 @@ The sink reads its DSN only from ``LAGPILOT_POSTGRES_DSN``, a name a CR's ``temp
 set (``LAGPILOT_*`` is reserved): the DSN arrives as ``CHAOS_PG_DSN`` (from a Secret) and is copied
 at import. Nothing else differs from the built-in sink.
 """
+
 from __future__ import annotations
 
 import os

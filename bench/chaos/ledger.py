@@ -1,5 +1,6 @@
 """The end of the campaign (bench/chaos.py): the producer stopped, both groups caught up, and the
 delivery ledgers compared with the topic's end offsets (lost, duplicated, replayed)."""
+
 from __future__ import annotations
 
 import time
@@ -15,7 +16,10 @@ class LedgerChecks(CampaignBase):
 
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-watermarks-{self.run_id}"})
         try:
-            return {p: int(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]) for p in range(PARTS)}
+            return {
+                p: int(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1])
+                for p in range(PARTS)
+            }
         finally:
             c.close()
 
@@ -24,8 +28,10 @@ class LedgerChecks(CampaignBase):
 
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})
         try:
-            return {tp.partition: int(tp.offset) for tp in
-                    c.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30)}
+            return {
+                tp.partition: int(tp.offset)
+                for tp in c.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30)
+            }
         finally:
             c.close()
 
@@ -36,12 +42,15 @@ class LedgerChecks(CampaignBase):
 
         self.producer.stop()
         ends = self.ends()
-        say(f"producer stopped; end offsets {ends} (acked {self.producer.acked}, errors {len(self.producer.errors)})")
+        say(
+            f"producer stopped; end offsets {ends} (acked {self.producer.acked}, errors {len(self.producer.errors)})"
+        )
 
         def caught_up() -> bool:
             d = self.drain()
-            return (all(self.committed(g) == ends for g in self.groups.values())
-                    and (not d or d.get("phase") in TERMINAL))
+            return all(self.committed(g) == ends for g in self.groups.values()) and (
+                not d or d.get("phase") in TERMINAL
+            )
 
         caught = False
         for attempt in range(2):
@@ -53,14 +62,18 @@ class LedgerChecks(CampaignBase):
                 say(str(exc))
                 if attempt == 0:
                     self.repair("at the end (groups not caught up)", time.time() - 120)
-        if getattr(self, "aborted", None):  # aborted_transactions: what a read_committed reader sees had to be delivered
+        if getattr(
+            self, "aborted", None
+        ):  # aborted_transactions: what a read_committed reader sees had to be delivered
             from bench.chaos.faults import report_visible
 
             visible = self.visible_offsets(ends)  # type: ignore[attr-defined]
             with psycopg.connect(self.dsn, connect_timeout=30) as conn:
                 eos = report_visible(ledger_counts(conn, self.eos_table, self.topic), visible)
                 alo = report_visible(ledger_counts(conn, self.alo_table, self.topic), visible)
-            say(f"transactions in the topic: {sum(ends.values()) - eos['produced']} offsets not visible (aborted, markers)")
+            say(
+                f"transactions in the topic: {sum(ends.values()) - eos['produced']} offsets not visible (aborted, markers)"
+            )
             self.keep_evidence(eos, alo, visible)
             return {"ends": ends, "caught_up": caught, "eos": eos, "alo": alo, "visible": eos["produced"]}
         with psycopg.connect(self.dsn, connect_timeout=30) as conn:
@@ -83,4 +96,6 @@ class LedgerChecks(CampaignBase):
                 with psycopg.connect(self.dsn, connect_timeout=30) as conn:
                     rep["runs"] = offset_runs(ledger_counts(conn, table, self.topic), expected)
                 self.evidence_kept = True
-                say(f"{which}: lost/duplicated offsets kept as evidence (topic {self.topic}, table {table}): {rep['runs']}")
+                say(
+                    f"{which}: lost/duplicated offsets kept as evidence (topic {self.topic}, table {table}): {rep['runs']}"
+                )

@@ -1,5 +1,6 @@
 """What the fault campaign (bench/chaos.py) runs and probes beside the stack: the names shared by its
 modules, pid/port probes that confirm a fault fired, the steady producer and the operator subprocess."""
+
 from __future__ import annotations
 
 import os
@@ -73,6 +74,7 @@ def port_closed(port: int, timeout: float = 15.0) -> bool:
 
 # ---- producer ------------------------------------------------------------------------------------
 
+
 class Producer(threading.Thread):
     """`rate` records/s per partition, paced by elapsed time, plus bursts on demand."""
 
@@ -80,16 +82,25 @@ class Producer(threading.Thread):
         super().__init__(daemon=True)
         from confluent_kafka import Producer as KP
 
-        self.p = KP({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True,
-                     "message.timeout.ms": 600000, "queue.buffering.max.messages": 2_000_000,
-                     "log_level": 2})  # connection-refused lines while the broker restarts are expected
+        self.p = KP(
+            {
+                "bootstrap.servers": bootstrap,
+                "linger.ms": 20,
+                "enable.idempotence": True,
+                "message.timeout.ms": 600000,
+                "queue.buffering.max.messages": 2_000_000,
+                "log_level": 2,
+            }
+        )  # connection-refused lines while the broker restarts are expected
         self.topic, self.rate = topic, rate
         self.stop_evt = threading.Event()
         self.acked = {p: 0 for p in range(PARTS)}
         self.errors: list[str] = []
         self._burst: list[int] = []
         self._lock = threading.Lock()
-        self.paused = threading.Event()  # aborted_transactions: the steady stream waits (what is due is sent after)
+        self.paused = (
+            threading.Event()
+        )  # aborted_transactions: the steady stream waits (what is due is sent after)
         # busy drains (drain 7): an extra stream on one partition, [partition, records/s, since, sent], or None
         self._hot: list[Any] | None = None
 
@@ -156,6 +167,7 @@ class Producer(threading.Thread):
 
 
 # ---- the operator --------------------------------------------------------------------------------
+
 
 class Operator(OperatorProcess):
     """`lagpilot operator` as a subprocess; `ensure()` restarts it when dead (its Deployment's job).

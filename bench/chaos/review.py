@@ -4,6 +4,7 @@ runtime during a warm drain (C1: refused 401, the drain exact), the warm runtime
 mid-plan (H3: the attempt fails by its heartbeat while the runtime is still stopped, the retry
 finishes), and the CR deleted while its drain is `Planned` with the owners' acks in the mailbox (H1:
 the finalizer hands `[ack, split)` back, the re-created CR drains it). Each confirmed, then waited on."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +21,19 @@ from bench.chaos.drain_watch import DrainWatch
 from lagpilot_dev.paths import free_port
 from lagpilot_dev.runtime_attacker import attack
 
-from bench.chaos.procs import GROUP, JOB_LABEL, PARTS, PLURAL, TERMINAL, VERSION, Operator, dead, pid_gone, say
+from bench.chaos.procs import (
+    GROUP,
+    JOB_LABEL,
+    PARTS,
+    PLURAL,
+    TERMINAL,
+    VERSION,
+    Operator,
+    dead,
+    pid_gone,
+    say,
+)
+
 
 def proc_state(pid: int) -> str:
     try:
@@ -38,15 +51,24 @@ class ReviewFaults(DrainWatch):
         is stopped (SIGTERM releases the Lease) and the campaign's operator comes back."""
         assert self.op.proc is not None
         # started by its constructor (OperatorProcess.__init__)
-        sb = Operator(dict(self.op.env, LAGPILOT_POD_NAME=f"chaos-standby-{self.run_id}"), self.ns,
-                      self.workdir / f"operator-standby-{f.round}.log", free_port())
+        sb = Operator(
+            dict(self.op.env, LAGPILOT_POD_NAME=f"chaos-standby-{self.run_id}"),
+            self.ns,
+            self.workdir / f"operator-standby-{f.round}.log",
+            free_port(),
+        )
         lines = lambda: sb.log_path.read_text(errors="replace").splitlines() if sb.log_path.exists() else []  # noqa: E731
         try:
-            self.until(lambda: any("standing by" in ln for ln in lines()), "the second operator to stand by", 180)
+            self.until(
+                lambda: any("standing by" in ln for ln in lines()), "the second operator to stand by", 180
+            )
             n0 = self.op.cycles() or 0.0
             self.until(lambda: (self.op.cycles() or 0.0) >= n0 + 2, "2 more cycles of the leader", 120)
             both = cf.reconciled(lines())
-            f.evidence = {"standby_pid": sb.proc.pid if sb.proc else None, "standby_reconciled_before_kill": both}
+            f.evidence = {
+                "standby_pid": sb.proc.pid if sb.proc else None,
+                "standby_reconciled_before_kill": both,
+            }
             if both:
                 f.fired, f.at = True, time.time()
                 f.detail = f"both operators reconcile ({both} reconcile lines of the second one)"
@@ -78,7 +100,10 @@ class ReviewFaults(DrainWatch):
 
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-watermarks-{self.run_id}"})
         try:
-            return {p: int(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1]) for p in range(PARTS)}
+            return {
+                p: int(c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1])
+                for p in range(PARTS)
+            }
         finally:
             c.close()
 
@@ -90,7 +115,12 @@ class ReviewFaults(DrainWatch):
             if (job.status.active or 0) > 0:
                 env = {e.name: e.value for e in job.spec.template.spec.containers[0].env or []}
                 if env.get("LAGPILOT_DRAIN_PLAN") and env.get("LAGPILOT_DRAIN_PLAN_AUTH"):
-                    return json.dumps({"plan": env["LAGPILOT_DRAIN_PLAN"], "auth": json.loads(env["LAGPILOT_DRAIN_PLAN_AUTH"])})
+                    return json.dumps(
+                        {
+                            "plan": env["LAGPILOT_DRAIN_PLAN"],
+                            "auth": json.loads(env["LAGPILOT_DRAIN_PLAN_AUTH"]),
+                        }
+                    )
         return None
 
     def forge(self, f: Fault, d: dict[str, Any]) -> None:
@@ -101,14 +131,24 @@ class ReviewFaults(DrainWatch):
 
         port = runtime_port(self.ns, "eos")
         before = len(self.runtime_events("drain_runtime_refused"))
-        bodies = cf.forged_bodies(str(d["id"]), self.topic, self.groups["eos"], self.watermarks(), time.time())
+        bodies = cf.forged_bodies(
+            str(d["id"]), self.topic, self.groups["eos"], self.watermarks(), time.time()
+        )
         replay = self.live_job_plan()
         answers = attack(port, bodies + ([replay] if replay else []))
         time.sleep(1.0)
         refused = len(self.runtime_events("drain_runtime_refused")) - before
-        f.evidence = {"port": port, "answers": [[s, b[:160]] for s, b in answers], "runtime_refused_logged": refused,
-                      "drain": d.get("id"), "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"),
-                      "replayed_live_plan": replay is not None, "replay_body": replay, **self.how_ran(d)}
+        f.evidence = {
+            "port": port,
+            "answers": [[s, b[:160]] for s, b in answers],
+            "runtime_refused_logged": refused,
+            "drain": d.get("id"),
+            "recordsDone": d.get("recordsDone"),
+            "recordsTotal": d.get("recordsTotal"),
+            "replayed_live_plan": replay is not None,
+            "replay_body": replay,
+            **self.how_ran(d),
+        }
         if all(s == 0 for s, _ in answers):
             f.detail = f"no answer from the runtime's port {port}: {answers}"
             return
@@ -126,15 +166,21 @@ class ReviewFaults(DrainWatch):
         if f.evidence["replayed_live_plan"] and answers[2][0] not in (401, 409):
             return f"the replayed live plan was answered {answers[2]}"
         if "replay_after" not in f.evidence and f.evidence.get("replay_body"):
-            f.evidence["replay_after"] = [list(a) for a in attack(f.evidence["port"], [f.evidence["replay_body"]])]
+            f.evidence["replay_after"] = [
+                list(a) for a in attack(f.evidence["port"], [f.evidence["replay_body"]])
+            ]
         after = f.evidence.get("replay_after")
         if after and not (after[0][0] == 401 and "replay" in after[0][1]):
             return f"the finished plan replayed was not refused as a replay: {after}"
         served = self.runtime_events("drain_runtime_served", str(drain_id))
-        f.evidence["runtime_served"] = [{k: e.get(k) for k in ("exit", "records", "cancelled")} for e in served]
+        f.evidence["runtime_served"] = [
+            {k: e.get(k) for k in ("exit", "records", "cancelled")} for e in served
+        ]
         return None
 
-    def stop_runtime(self, f: Fault, d: dict[str, Any], job: tuple[str, int, str], rt: tuple[str, int | None, bool]) -> list[int]:
+    def stop_runtime(
+        self, f: Fault, d: dict[str, Any], job: tuple[str, int, str], rt: tuple[str, int | None, bool]
+    ) -> list[int]:
         """runtime_sigstop: SIGSTOP every process of the runtime pod (its group and Spark's Python daemon,
         which has a group of its own). Fired = the runtime's root process stopped (state T)."""
         assert rt[1] is not None
@@ -146,9 +192,19 @@ class ReviewFaults(DrainWatch):
                 os.kill(p, signal.SIGSTOP)
         time.sleep(0.5)
         states = [proc_state(p) for p in tree]
-        f.evidence = {"pod": rt[0], "pid": rt[1], "stopped": sum(1 for s in states if s == "T"), "processes": len(tree),
-                      "job_pod_at_stop": job[0], "job_pid": job[1], "drain": d.get("id"), "attempt_at_stop": d.get("attempt"),
-                      "recordsDone": d.get("recordsDone"), "recordsTotal": d.get("recordsTotal"), **self.how_ran(d)}
+        f.evidence = {
+            "pod": rt[0],
+            "pid": rt[1],
+            "stopped": sum(1 for s in states if s == "T"),
+            "processes": len(tree),
+            "job_pod_at_stop": job[0],
+            "job_pid": job[1],
+            "drain": d.get("id"),
+            "attempt_at_stop": d.get("attempt"),
+            "recordsDone": d.get("recordsDone"),
+            "recordsTotal": d.get("recordsTotal"),
+            **self.how_ran(d),
+        }
         if states[0] == "T":
             f.fired, f.at = True, time.time()
         else:
@@ -178,8 +234,10 @@ class ReviewFaults(DrainWatch):
                     attempts[str(d.get("attempt"))] = d.get("runtime")
                     drain_id = d.get("id")
                 running = ours and cf.mid_way(d)
-                if running and ((want_fp and not fp.fired and not fp.detail) or
-                                (want_ss and (fp.fired or fp.detail or not want_fp) and not ss.fired and not ss.detail)):
+                if running and (
+                    (want_fp and not fp.fired and not fp.detail)
+                    or (want_ss and (fp.fired or fp.detail or not want_fp) and not ss.fired and not ss.detail)
+                ):
                     job, rt = self.drain_pod(), self.runtime_pod()
                     if not (job and job[2] == "warm" and rt and rt[1]):
                         cold += 1 if job and job[2] == "cold" else 0
@@ -205,27 +263,40 @@ class ReviewFaults(DrainWatch):
                 self.resume(tree)
         for f, want in ((fp, want_fp), (ss, want_ss)):
             if want and not f.fired and not f.detail:
-                f.detail = f"no warm attempt ran mid-way ({cold} polls saw a cold one; last phase {d.get('phase')})"
+                f.detail = (
+                    f"no warm attempt ran mid-way ({cold} polls saw a cold one; last phase {d.get('phase')})"
+                )
         out = [f for f, want in ((fp, want_fp), (ss, want_ss)) if want]
         for f in out:
             if not f.fired:
                 continue
-            f.evidence.update({"attempts": attempts, "final_phase": d.get("phase"), "verified_attempt": d.get("attempt"),
-                               "verified_runtime": d.get("runtime")})
+            f.evidence.update(
+                {
+                    "attempts": attempts,
+                    "final_phase": d.get("phase"),
+                    "verified_attempt": d.get("attempt"),
+                    "verified_runtime": d.get("runtime"),
+                }
+            )
             if d.get("phase") != "Verified":
                 f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
                 continue
             if f.kind == "runtime_sigstop":
-                ok = (ss.evidence.get("job_ended_s") is not None and ss.evidence.get("runtime_still_stopped")
-                      and int(d.get("attempt") or 0) > int(ss.evidence.get("attempt_at_stop") or 0))
+                ok = (
+                    ss.evidence.get("job_ended_s") is not None
+                    and ss.evidence.get("runtime_still_stopped")
+                    and int(d.get("attempt") or 0) > int(ss.evidence.get("attempt_at_stop") or 0)
+                )
                 if not ok:
-                    f.detail = ("the attempt did not fail by its heartbeat while the runtime was stopped, or no retry "
-                                f"finished: {ss.evidence.get('job_ended_s')} {ss.evidence.get('runtime_still_stopped')} "
-                                f"attempt {d.get('attempt')}")
+                    f.detail = (
+                        "the attempt did not fail by its heartbeat while the runtime was stopped, or no retry "
+                        f"finished: {ss.evidence.get('job_ended_s')} {ss.evidence.get('runtime_still_stopped')} "
+                        f"attempt {d.get('attempt')}"
+                    )
                     continue
                 check = None
             else:
-                check = (lambda f=f: self.forged_ok(f, drain_id))
+                check = lambda f=f: self.forged_ok(f, drain_id)
             assert f.at is not None
             secs = self.recover_wait(f.at, f.kind, self.timeout, None, check)
             f.recovered, f.recover_s = secs is not None, secs
@@ -248,8 +319,10 @@ class ReviewFaults(DrainWatch):
         from lagpilot_runtime import handoff_mailbox as mbx
 
         own = self.groups["eos"]
-        entries = {tp.partition: mbx.decode(getattr(tp, "metadata", None), tp.offset)
-                   for tp in self.committed_offsets(mbx.mailbox_group(own))}
+        entries = {
+            tp.partition: mbx.decode(getattr(tp, "metadata", None), tp.offset)
+            for tp in self.committed_offsets(mbx.mailbox_group(own))
+        }
         return entries, {tp.partition: int(tp.offset) for tp in self.committed_offsets(own)}
 
     def remainder(self) -> Any:
@@ -281,7 +354,9 @@ class ReviewFaults(DrainWatch):
         marker = self.crash_dir / cf.PLANNED_POINT.replace(":", "-")
 
         def arm() -> None:
-            self.hold_operator = True  # the operator that dies at the point stays down (tick() does not restart it)
+            self.hold_operator = (
+                True  # the operator that dies at the point stays down (tick() does not restart it)
+            )
             marker.unlink(missing_ok=True)
 
         d: dict[str, Any] = {}
@@ -304,19 +379,30 @@ class ReviewFaults(DrainWatch):
 
             def acked() -> dict[int, int] | None:
                 entries, own = self.mailbox()
-                acks = {p: e.ack for p, e in entries.items() if p in splits and e is not None and e.acked
-                        and str(e.drain_id) == str(d.get("id"))}
+                acks = {
+                    p: e.ack
+                    for p, e in entries.items()
+                    if p in splits and e is not None and e.acked and str(e.drain_id) == str(d.get("id"))
+                }
                 return acks if set(acks) == set(splits) and all(own[p] >= splits[p] for p in splits) else None
 
             try:
-                acks = self.until(acked, "every owner acked and moved to its split (the operator is down)", 180)
+                acks = self.until(
+                    acked, "every owner acked and moved to its split (the operator is down)", 180
+                )
             except TimeoutError as exc:
                 acks = {}
                 say(f"delete_while_planned: {exc}")
             at = self.drain()
-            f.evidence = {"crash_marker": marker.name, "drain": d.get("id"), "phase_at_delete": at.get("phase"),
-                          "published": bool(at.get("publishedAt")), "splits": splits, "acks": acks,
-                          "acked_records": sum(splits[p] - a for p, a in acks.items())}
+            f.evidence = {
+                "crash_marker": marker.name,
+                "drain": d.get("id"),
+                "phase_at_delete": at.get("phase"),
+                "published": bool(at.get("publishedAt")),
+                "splits": splits,
+                "acks": acks,
+                "acked_records": sum(splits[p] - a for p, a in acks.items()),
+            }
             uid = (self.cr("eos") or {}).get("metadata", {}).get("uid")
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, "eos")
             t = time.time()
@@ -333,12 +419,22 @@ class ReviewFaults(DrainWatch):
             f.detail = "the CR was never released by the finalizer"
             return self.record(f)
         self.present["eos"] = False
-        reasons = [e.reason for e in self.core.list_namespaced_event(self.ns).items
-                   if e.involved_object.kind == "BatchConsumerGroup" and e.involved_object.uid == uid]
+        reasons = [
+            e.reason
+            for e in self.core.list_namespaced_event(self.ns).items
+            if e.involved_object.kind == "BatchConsumerGroup" and e.involved_object.uid == uid
+        ]
         f.evidence["handed_back"] = "DrainRemainderHandedBack" in reasons
         with contextlib.suppress(TimeoutError):
-            self.until(lambda: not self.core.list_namespaced_pod(
-                self.ns, label_selector="app.kubernetes.io/instance=eos").items, "the old eos pods gone", 120)
+            self.until(
+                lambda: (
+                    not self.core.list_namespaced_pod(
+                        self.ns, label_selector="app.kubernetes.io/instance=eos"
+                    ).items
+                ),
+                "the old eos pods gone",
+                120,
+            )
         self.apply("eos")
         first_id = int(d.get("id") or 0)
         if not f.fired:
@@ -347,8 +443,11 @@ class ReviewFaults(DrainWatch):
             # Wait (as after a fire) until it holds nothing, so that the next kind neither finds that
             # drain in flight nor takes it for its own (the 57th fault of that campaign)
             try:
-                self.until(lambda: self.holds_nothing() is None, "the re-created eos CR to hold nothing",
-                           self.timeout * 2)
+                self.until(
+                    lambda: self.holds_nothing() is None,
+                    "the re-created eos CR to hold nothing",
+                    self.timeout * 2,
+                )
             except TimeoutError as exc:
                 try:
                     f.evidence["still_held"] = self.holds_nothing()
@@ -356,22 +455,28 @@ class ReviewFaults(DrainWatch):
                     f.evidence["still_held"] = f"unknown ({err!r}; {exc})"
             dd = self.drain()
             if dd.get("reason") == "AdoptedRemainder" or int(dd.get("id") or 0) > first_id:
-                f.evidence["adopted_drain"] = {k: dd.get(k)
-                                               for k in ("id", "phase", "reason", "recordsTotal", "attempt")}
+                f.evidence["adopted_drain"] = {
+                    k: dd.get(k) for k in ("id", "phase", "reason", "recordsTotal", "attempt")
+                }
             return self.record(f)
 
         def adopted() -> str | None:
             if not f.evidence["handed_back"]:
                 return "nothing handed back: [ack, split) has no owner"
             dd = self.drain()
-            return None if dd.get("phase") == "Verified" and int(dd.get("id") or 0) > first_id else \
-                f"adopted remainder not Verified yet ({dd.get('id')} {dd.get('phase')})"
+            return (
+                None
+                if dd.get("phase") == "Verified" and int(dd.get("id") or 0) > first_id
+                else f"adopted remainder not Verified yet ({dd.get('id')} {dd.get('phase')})"
+            )
 
         assert f.at is not None
         secs = self.recover_wait(f.at, f.kind, self.timeout * 2, None, adopted)
         f.recovered, f.recover_s = secs is not None, secs
         if f.recovered:
-            f.evidence["adopted_drain"] = {k: self.drain().get(k) for k in ("id", "phase", "recordsTotal", "attempt", "runtime")}
+            f.evidence["adopted_drain"] = {
+                k: self.drain().get(k) for k in ("id", "phase", "recordsTotal", "attempt", "runtime")
+            }
         else:
             f.detail = str(adopted())
         return self.record(f)
@@ -399,8 +504,14 @@ class ReviewFaults(DrainWatch):
         self.producer.paused.set()
         time.sleep(1.0)
         t0 = time.time()
-        p = KP({"bootstrap.servers": self.bootstrap, "transactional.id": f"chaos-tx-{uuid.uuid4().hex[:8]}",
-                "enable.idempotence": True, "linger.ms": 20})
+        p = KP(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"chaos-tx-{uuid.uuid4().hex[:8]}",
+                "enable.idempotence": True,
+                "linger.ms": 20,
+            }
+        )
         try:
             p.init_transactions(60)
             for outcome, n in cf.TRANSACTIONS:
@@ -409,8 +520,12 @@ class ReviewFaults(DrainWatch):
                     for part in range(PARTS):
                         while True:
                             try:
-                                p.produce(self.topic, value=b'{"chaos":"tx"}', partition=part,
-                                          on_delivery=lambda err, msg, o=outcome: cb(err, msg, o))
+                                p.produce(
+                                    self.topic,
+                                    value=b'{"chaos":"tx"}',
+                                    partition=part,
+                                    on_delivery=lambda err, msg, o=outcome: cb(err, msg, o),
+                                )
                                 break
                             except BufferError:
                                 p.poll(0.05)
@@ -425,16 +540,24 @@ class ReviewFaults(DrainWatch):
         want = {o: sum(n for oo, n in cf.TRANSACTIONS if oo == o) for o in ("commit", "abort")}
         got = {o: {p_: len(v) for p_, v in offsets[o].items()} for o in offsets}
         self.aborted = {p_: (min(v), max(v)) for p_, v in offsets["abort"].items()}
-        f.evidence = {"aborted": {str(p_): list(r) for p_, r in self.aborted.items()}, "records": got, "per_partition": want,
-                      "drains_held_s": round(time.time() - t0, 1)}
+        f.evidence = {
+            "aborted": {str(p_): list(r) for p_, r in self.aborted.items()},
+            "records": got,
+            "per_partition": want,
+            "drains_held_s": round(time.time() - t0, 1),
+        }
         if all(got[o].get(p_) == want[o] for o in want for p_ in range(PARTS)):
             f.fired, f.at = True, time.time()
         else:
             f.detail = f"not every transactional record was written: {got} (want {want} per partition)"
 
     def set_drain_cancel(self, on: bool) -> None:
-        self.retry(lambda: self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, "eos", {"spec": {"drain": {"cancel": on}}}), "patch spec.drain.cancel")
+        self.retry(
+            lambda: self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, self.ns, PLURAL, "eos", {"spec": {"drain": {"cancel": on}}}
+            ),
+            "patch spec.drain.cancel",
+        )
 
     def drain_six(self, rnd: int) -> Fault:
         """Drain 6: aborted transactions in the backlog (it is the backlog: no burst). Recovered = that drain
@@ -442,7 +565,9 @@ class ReviewFaults(DrainWatch):
         ledgers with what a read_committed reader sees (an aborted record delivered is `outside`)."""
         f = Fault("aborted_transactions", rnd, "eos")
         d: dict[str, Any] = {}
-        polls = self.drain_polls(f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f), burst=0)
+        polls = self.drain_polls(
+            f"drain 6 of round {rnd}", before_burst=lambda: self.write_transactions(f), burst=0
+        )
         try:
             for d, ours in polls:
                 if not f.fired:
@@ -463,11 +588,24 @@ class ReviewFaults(DrainWatch):
             return self.record(f)
         blk = self.aborted
         f.evidence["drain_covered_aborted"] = bool(d.get("id")) and all(
-            any(int(r["partition"]) == p_ and r.get("start") is not None and int(r["start"]) <= lo and int(r["end"]) > hi
-                for r in d.get("ranges") or ())
-            for p_, (lo, hi) in blk.items())
-        f.evidence.update({"drain": d.get("id"), "final_phase": d.get("phase"), "attempt": d.get("attempt"),
-                           "runtime": d.get("runtime"), "recordsTotal": d.get("recordsTotal")})
+            any(
+                int(r["partition"]) == p_
+                and r.get("start") is not None
+                and int(r["start"]) <= lo
+                and int(r["end"]) > hi
+                for r in d.get("ranges") or ()
+            )
+            for p_, (lo, hi) in blk.items()
+        )
+        f.evidence.update(
+            {
+                "drain": d.get("id"),
+                "final_phase": d.get("phase"),
+                "attempt": d.get("attempt"),
+                "runtime": d.get("runtime"),
+                "recordsTotal": d.get("recordsTotal"),
+            }
+        )
         if d.get("phase") != "Verified":
             f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
             return self.record(f)
@@ -480,8 +618,15 @@ class ReviewFaults(DrainWatch):
         """Every offset a read_committed reader sees below `ends` (the end check with transactions)."""
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"chaos-visible-{self.run_id}",
-                      "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"chaos-visible-{self.run_id}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
         out: dict[int, list[int]] = {p: [] for p in ends}
         try:
             c.assign([TopicPartition(self.topic, p, 0) for p in ends if ends[p] > 0])

@@ -2,6 +2,7 @@
 system (CR status, the ledgers' last deliveries, health after a fault, repairs). The fault rounds
 (bench/chaos/steady.py, bench/chaos/drain_faults.py) and the ledger checks (bench/chaos/ledger.py) build on
 it; bench/chaos.py drives them."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,20 @@ from typing import Any
 
 from bench.chaos import faults as cf
 from bench.chaos.faults import Fault
-from bench.chaos.procs import (BATCH, CRD_FILE, GROUP, PARTS, PLURAL, REPO, SINK_MARKER, VERSION, Operator, Producer,
-                               say, tcp_open)
+from bench.chaos.procs import (
+    BATCH,
+    CRD_FILE,
+    GROUP,
+    PARTS,
+    PLURAL,
+    REPO,
+    SINK_MARKER,
+    VERSION,
+    Operator,
+    Producer,
+    say,
+    tcp_open,
+)
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, operator_env
 from lagpilot_dev.paths import free_port
 
@@ -44,7 +57,9 @@ class CampaignBase:
         self.warm = bool(getattr(args, "warm_runtime", False)) and not args.quick
         self.kinds: frozenset[str] = frozenset(cf.KINDS)  # set by main(): the kinds this run injects
         self.runtime_waits: list[dict[str, Any]] = []
-        self.hold_operator = False  # second_operator, delete_while_planned: the dead operator stays down for a while
+        self.hold_operator = (
+            False  # second_operator, delete_while_planned: the dead operator stays down for a while
+        )
 
     # -- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -57,37 +72,64 @@ class CampaignBase:
         from lagpilot_runtime.sinks import postgres as pg_sink
 
         self.stack = Stack(state_dir=self.args.state_dir)
-        say(f"stack in {self.stack.state_dir} " + ("(the shared stack: no kind of this run restarts a part)"
-                                                     if getattr(self.args, "shared_stack", False) else
-                                                     "(private: its restarts do not touch the shared stack)"))
+        say(
+            f"stack in {self.stack.state_dir} "
+            + (
+                "(the shared stack: no kind of this run restarts a part)"
+                if getattr(self.args, "shared_stack", False)
+                else "(private: its restarts do not touch the shared stack)"
+            )
+        )
         self.info, self.lease = self.stack.acquire(["kafka", "kube", "postgres", "spark"])
         i = self.info
         self.bootstrap, self.dsn = str(i.bootstrap_servers), str(i.postgres_dsn)
-        self.kafka, self.kube, self.pg = self.stack.part("kafka"), self.stack.part("kube"), self.stack.part("postgres")
+        self.kafka, self.kube, self.pg = (
+            self.stack.part("kafka"),
+            self.stack.part("kube"),
+            self.stack.part("postgres"),
+        )
         self.kafka_port = int(self.bootstrap.rsplit(":", 1)[1])
         self.pg_port = int(i.parts["postgres"]["postgres_port"])
         self.api_port = int(str(i.kube_server).rsplit(":", 1)[1])
         self.etcd_port = int(i.parts["kube"]["etcd_endpoint"].rsplit(":", 1)[1])
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-        self.kubectl("wait", "--for=condition=Established", "crd/batchconsumergroups.lagpilot.io", "--timeout=90s")
+        self.kubectl(
+            "wait", "--for=condition=Established", "crd/batchconsumergroups.lagpilot.io", "--timeout=90s"
+        )
         self.api = config.new_client_from_config(config_file=str(i.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
         # the sink's crash hook for the eos CR's consumers (the alo CR's ledger sink has none): the pod
         # runner adds a namespace's test-env annotation to its pods (a CR cannot set LP_TEST_*)
         from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
-        hooks = {"LP_TEST_SINK_CRASH_AT": "after_sink_write", "LP_TEST_SINK_CRASH_DIR": str(self.crash_dir),
-                 "LP_TEST_SINK_CRASH_SOURCE": "consumer", "LP_TEST_SINK_CRASH_AFTER_BATCHES": "2"}
-        self.core.create_namespace({"metadata": {"name": self.ns, "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"},
-                                                 "annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)}}})
+
+        hooks = {
+            "LP_TEST_SINK_CRASH_AT": "after_sink_write",
+            "LP_TEST_SINK_CRASH_DIR": str(self.crash_dir),
+            "LP_TEST_SINK_CRASH_SOURCE": "consumer",
+            "LP_TEST_SINK_CRASH_AFTER_BATCHES": "2",
+        }
+        self.core.create_namespace(
+            {
+                "metadata": {
+                    "name": self.ns,
+                    "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"},
+                    "annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)},
+                }
+            }
+        )
         self.until(lambda: self.core.read_namespaced_service_account("default", self.ns), "default SA", 120)
-        self.core.create_namespaced_secret(self.ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": self.dsn}})
+        self.core.create_namespaced_secret(
+            self.ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": self.dsn}}
+        )
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
         self.admin.create_topics([NewTopic(self.topic, PARTS, 1)])[self.topic].result(60)
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=30) as conn:
             pg_sink.ensure_table(conn, self.eos_table, "insert", "none")
-            n_idx = conn.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass", (self.eos_table,)).fetchone()[0]
+            n_idx = conn.execute(
+                "SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass", (self.eos_table,)
+            ).fetchone()[0]
         self.eos_keyless = n_idx == 0
         if not self.eos_keyless:
             raise RuntimeError(f"{self.eos_table} has an index: duplicates would be hidden")
@@ -95,59 +137,116 @@ class CampaignBase:
         for point in cf.OPERATOR_POINTS:  # disarmed: fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
         (self.crash_dir / SINK_MARKER).write_text("disarmed")
-        env = operator_env(i.kubeconfig, REPO, {
-            "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
-            "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
-            "LAGPILOT_TEST_CRASH_AT": ",".join(cf.OPERATOR_POINTS),
-            "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir), "LAGPILOT_LOG_LEVEL": "INFO"})
+        env = operator_env(
+            i.kubeconfig,
+            REPO,
+            {
+                "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
+                "LAGPILOT_DRAIN_SPARK_JARS": ",".join(i.spark_jars),
+                "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
+                "LAGPILOT_TEST_CRASH_AT": ",".join(cf.OPERATOR_POINTS),
+                "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir),
+                "LAGPILOT_LOG_LEVEL": "INFO",
+            },
+        )
         self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
-        self.runner = PodRunner(i.kubeconfig, node_name=f"chaos-{self.run_id}", workdir=self.workdir / "pods",
-                                namespaces=[self.ns], delete_node_on_stop=True)
+        self.runner = PodRunner(
+            i.kubeconfig,
+            node_name=f"chaos-{self.run_id}",
+            workdir=self.workdir / "pods",
+            namespaces=[self.ns],
+            delete_node_on_stop=True,
+        )
         self.runner.start()
         self.producer = Producer(self.bootstrap, self.topic, self.args.rate)
         self.producer.start()
         self.producer.burst(self.args.warmup)
         self.apply("eos")
         self.apply("alo")
-        say(f"namespace {self.ns}, topic {self.topic}, tables {self.eos_table} (no key) / {self.alo_table}; work dir {self.workdir}")
+        say(
+            f"namespace {self.ns}, topic {self.topic}, tables {self.eos_table} (no key) / {self.alo_table}; work dir {self.workdir}"
+        )
         t0 = time.time()
         self.recover_wait(t0, "the first deliveries", 600)
 
     def spec(self, which: str) -> dict[str, Any]:
-        common = {"kafka": {"bootstrapServers": self.bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS}, "topic": self.topic, "groupId": self.groups[which],
-                  "batch": {"maxRecords": BATCH, "timeoutMs": self.timeout_ms},
-                  "failure": {"policy": "exit", "maxRetries": 5, "backoffMs": 500},
-                  "scaling": {"minReplicas": 1, "maxReplicas": PARTS, "pollIntervalSeconds": 2,
-                              "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
-                  "catchUpSLASeconds": self.args.sla}
+        common = {
+            "kafka": {"bootstrapServers": self.bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+            "topic": self.topic,
+            "groupId": self.groups[which],
+            "batch": {"maxRecords": BATCH, "timeoutMs": self.timeout_ms},
+            "failure": {"policy": "exit", "maxRetries": 5, "backoffMs": 500},
+            "scaling": {
+                "minReplicas": 1,
+                "maxReplicas": PARTS,
+                "pollIntervalSeconds": 2,
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
+            },
+            "catchUpSLASeconds": self.args.sla,
+        }
         if which == "eos":
-            return {**common,
-                    "processing": {"handler": self.args.eos_handler,
-                                   "config": {"postgres.table": self.eos_table, "postgres.key": "none",
-                                              "cost_ms": str(self.args.cost_ms)}},
-                    "drain": {"enabled": True, "splitFactor": 2, "maxTasks": 4, "minBacklogRecords": 1000,
-                              **({"warmRuntime": True} if self.warm else {})},
-                    # the sink's crash hook (a consumer dies right after a batch's transaction, before
-                    # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
-                    # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
-                    "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                                         {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
-        return {**common,
-                "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
-                               "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)}},
-                "drain": {"enabled": False},
-                "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                                     {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}
+            return {
+                **common,
+                "processing": {
+                    "handler": self.args.eos_handler,
+                    "config": {
+                        "postgres.table": self.eos_table,
+                        "postgres.key": "none",
+                        "cost_ms": str(self.args.cost_ms),
+                    },
+                },
+                "drain": {
+                    "enabled": True,
+                    "splitFactor": 2,
+                    "maxTasks": 4,
+                    "minBacklogRecords": 1000,
+                    **({"warmRuntime": True} if self.warm else {}),
+                },
+                # the sink's crash hook (a consumer dies right after a batch's transaction, before
+                # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
+                # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
+                "template": {
+                    "env": [
+                        {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                        {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                    ]
+                },
+            }
+        return {
+            **common,
+            "processing": {
+                "handler": "lagpilot_runtime.sinks.ledger:process",
+                "config": {"ledger.table": self.alo_table, "ledger.cost_ms": str(self.args.alo_cost_ms)},
+            },
+            "drain": {"enabled": False},
+            "template": {
+                "env": [
+                    {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                    {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                ]
+            },
+        }
 
     def apply(self, which: str) -> None:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BatchConsumerGroup", "metadata": {"name": which},
-                "spec": self.spec(which)}
-        self.retry(lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body), "create CR")
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "BatchConsumerGroup",
+            "metadata": {"name": which},
+            "spec": self.spec(which),
+        }
+        self.retry(
+            lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body),
+            "create CR",
+        )
         self.present[which] = True
 
     def kubectl(self, *args: str) -> str:
-        p = subprocess.run([str(self.info.kubectl), f"--kubeconfig={self.info.kubeconfig}", *args],
-                           capture_output=True, text=True, timeout=180)
+        p = subprocess.run(
+            [str(self.info.kubectl), f"--kubeconfig={self.info.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if p.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {p.stderr.strip()[-500:]}")
         return p.stdout
@@ -193,10 +292,18 @@ class CampaignBase:
         import confluent_kafka
 
         parts = range(PARTS) if partitions is None else partitions
-        c = confluent_kafka.Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
-                                      "enable.auto.commit": False, "client.id": "chaos-offsets-reader"})
+        c = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "client.id": "chaos-offsets-reader",
+            }
+        )
         try:
-            return list(c.committed([confluent_kafka.TopicPartition(self.topic, p) for p in parts], timeout=30))
+            return list(
+                c.committed([confluent_kafka.TopicPartition(self.topic, p) for p in parts], timeout=30)
+            )
         finally:
             c.close()
 
@@ -209,10 +316,18 @@ class CampaignBase:
 
         out: dict[str, dict[int, float]] = {}
         with psycopg.connect(self.dsn, connect_timeout=5) as conn:
-            out["eos"] = {int(p): float(t) for p, t in conn.execute(
-                f'SELECT partition, extract(epoch from max(written_at)) FROM "{self.eos_table}" GROUP BY partition')}
-            out["alo"] = {int(p): float(t) for p, t in conn.execute(
-                f'SELECT partition, max(delivered_at) FROM "{self.alo_table}" GROUP BY partition')}
+            out["eos"] = {
+                int(p): float(t)
+                for p, t in conn.execute(
+                    f'SELECT partition, extract(epoch from max(written_at)) FROM "{self.eos_table}" GROUP BY partition'
+                )
+            }
+            out["alo"] = {
+                int(p): float(t)
+                for p, t in conn.execute(
+                    f'SELECT partition, max(delivered_at) FROM "{self.alo_table}" GROUP BY partition'
+                )
+            }
         return out
 
     def health(self, since: float, base: tuple[int, float]) -> str | None:
@@ -241,8 +356,14 @@ class CampaignBase:
     def base(self) -> tuple[int, float]:
         return (self.op.gen, self.op.cycles() or 0.0)
 
-    def recover_wait(self, since: float, what: str, timeout: float, base: tuple[int, float] | None = None,
-                     extra: Callable[[], str | None] | None = None) -> float | None:
+    def recover_wait(
+        self,
+        since: float,
+        what: str,
+        timeout: float,
+        base: tuple[int, float] | None = None,
+        extra: Callable[[], str | None] | None = None,
+    ) -> float | None:
         """Seconds from `since` until health (and `extra`) hold, or None on timeout."""
         b = base or (self.op.gen - 1, 0.0)
         missing: list[str | None] = [None]
@@ -260,8 +381,15 @@ class CampaignBase:
 
     def record(self, f: Fault) -> Fault:
         self.faults.append(f)
-        state = (f"recovered in {f.recover_s:.1f} s" if f.recovered and f.recover_s is not None else "NOT RECOVERED") \
-            if f.fired else f"not fired ({f.detail})"
+        state = (
+            (
+                f"recovered in {f.recover_s:.1f} s"
+                if f.recovered and f.recover_s is not None
+                else "NOT RECOVERED"
+            )
+            if f.fired
+            else f"not fired ({f.detail})"
+        )
         say(f"round {f.round} {f.kind} {f.target}: {state}")
         if f.fired and not f.recovered:
             self.repair(f"after {f.kind} (round {f.round})", f.at or time.time())
@@ -282,14 +410,19 @@ class CampaignBase:
                 continue
             with contextlib.suppress(Exception):
                 pods = self.core.list_namespaced_pod(
-                    self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}").items
+                    self.ns,
+                    label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}",
+                ).items
                 names = [p.metadata.name for p in pods]
                 for n in names:
                     self.core.delete_namespaced_pod(n, self.ns, grace_period_seconds=0)
-                self.repairs.append({"why": why, "cr": which, "deleted_pods": names, "at": round(time.time(), 1)})
-                say(f"REPAIR {why}: {which} delivered nothing since the fault; deleted its consumer pods {names}")
+                self.repairs.append(
+                    {"why": why, "cr": which, "deleted_pods": names, "at": round(time.time(), 1)}
+                )
+                say(
+                    f"REPAIR {why}: {which} delivered nothing since the fault; deleted its consumer pods {names}"
+                )
         self.recover_wait(time.time(), f"health after the repair {why}", 180)
-
 
     def teardown(self) -> None:
         with contextlib.suppress(Exception):
@@ -298,8 +431,13 @@ class CampaignBase:
             with contextlib.suppress(Exception):
                 self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, which)
         with contextlib.suppress(Exception):
-            self.until(lambda: not self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["items"],
-                       "CRs deleted", 120)
+            self.until(
+                lambda: (
+                    not self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL)["items"]
+                ),
+                "CRs deleted",
+                120,
+            )
         with contextlib.suppress(Exception):
             self.op.stop()
         with contextlib.suppress(Exception):
@@ -307,8 +445,10 @@ class CampaignBase:
         with contextlib.suppress(Exception):
             self.core.delete_namespace(self.ns, propagation_policy="Background")
         if getattr(self, "evidence_kept", False):  # lost/duplicated offsets: the topic and the tables stay
-            say(f"kept for a look: topic {self.topic}, tables {self.eos_table}, {self.eos_table}_lagpilot_progress, "
-                f"{self.alo_table} (state dir {self.args.state_dir})")
+            say(
+                f"kept for a look: topic {self.topic}, tables {self.eos_table}, {self.eos_table}_lagpilot_progress, "
+                f"{self.alo_table} (state dir {self.args.state_dir})"
+            )
             with contextlib.suppress(Exception):
                 self.stack.release(self.lease, stop=not self.args.keep_stack)
             return
@@ -322,4 +462,3 @@ class CampaignBase:
                     conn.execute(f'DROP TABLE IF EXISTS "{t}"')
         with contextlib.suppress(Exception):
             self.stack.release(self.lease, stop=not self.args.keep_stack)
-

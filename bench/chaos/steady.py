@@ -1,6 +1,7 @@
 """The steady faults of the campaign (bench/chaos.py): a consumer of a CR killed (at a random moment, or by
 the sink's crash hook right after a batch's transaction), the operator killed, a part of the stack
 (Kafka, kube-apiserver, etcd, PostgreSQL) killed and restarted; each confirmed, then waited on."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,8 @@ from bench.chaos.review import ReviewFaults
 class SteadyFaults(ReviewFaults):
     def consumer_pid(self, which: str) -> tuple[str, int] | None:
         pods = self.core.list_namespaced_pod(
-            self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}").items
+            self.ns, label_selector=f"app.kubernetes.io/component=consumer,app.kubernetes.io/instance={which}"
+        ).items
         for pod in sorted(pods, key=lambda p: p.metadata.name):
             pid = self.runner.pid_of(self.ns, pod.metadata.name)
             if pid:
@@ -37,7 +39,12 @@ class SteadyFaults(ReviewFaults):
             elif kind == "consumer_kill_after_write":
                 marker = self.crash_dir / SINK_MARKER
                 marker.unlink()  # armed: the next consumer batch write (after 2 in its process) dies
-                self.until(lambda: marker.exists() and marker.read_text().strip(), "the sink crash hook to fire", 120, 0.2)
+                self.until(
+                    lambda: marker.exists() and marker.read_text().strip(),
+                    "the sink crash hook to fire",
+                    120,
+                    0.2,
+                )
                 pid = int(marker.read_text().split()[0])
                 f.fired = pid_gone(pid)
                 f.evidence = {"pid": pid, "marker": marker.read_text().strip()}
@@ -89,8 +96,20 @@ class SteadyFaults(ReviewFaults):
             f.detail = f.detail or "not confirmed (pid alive or port open)"
             return self.record(f)
         assert f.at is not None
-        took_over = (lambda: None if f.evidence.get("took_over_s") is not None else  # noqa: E731
-                     "the standby never took over") if kind == "second_operator" else None
-        secs = self.recover_wait(f.at, kind, self.timeout, None if kind == "second_operator" else base, took_over)
+        took_over = (
+            (
+                lambda: (
+                    None
+                    if f.evidence.get("took_over_s") is not None
+                    # noqa: E731
+                    else "the standby never took over"
+                )
+            )
+            if kind == "second_operator"
+            else None
+        )
+        secs = self.recover_wait(
+            f.at, kind, self.timeout, None if kind == "second_operator" else base, took_over
+        )
         f.recovered, f.recover_s = secs is not None, secs
         return self.record(f)

@@ -2,6 +2,7 @@
 each round, each variant drains the same backlog as a fresh drain launched as a process, cold or sent
 to a warm runtime; per round launch -> first/last drained record, steady rate, the drain's CPU, its
 start-up milestones and (--k8s) its executor pods; medians and per-round differences vs the base."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,15 @@ from typing import Any
 
 from bench.drain.measure import CpuSampler
 from bench.drain.run import WarmRuntime, make_plan, start_drain
-from bench.drain.variants import (K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, median_diffs, median_of, median_ratios,
-                                  round_order)
+from bench.drain.variants import (
+    K8S_CORES_ENV,
+    K8S_EXECUTORS_ENV,
+    k8s_drain_env,
+    median_diffs,
+    median_of,
+    median_ratios,
+    round_order,
+)
 from bench.drain.workload import base_env, drain_env, wait_until
 from lagpilot_runtime.sinks import ledger
 
@@ -103,7 +111,9 @@ def run_startup_ab(run: AbRun, variants: dict[str, dict[str, str]]) -> dict[str,
         for name, extra in variants.items():
             if extra.get("LAGPILOT_DRAIN_RUNTIME") == "warm":
                 t = new_target(run, extra)
-                warm[name] = Target(t.group, t.table, t.env, WarmRuntime(t.env, run.args.max_tasks, run.workdir))
+                warm[name] = Target(
+                    t.group, t.table, t.env, WarmRuntime(t.env, run.args.max_tasks, run.workdir)
+                )
         rows: dict[str, list[dict[str, Any]]] = {n: [] for n in variants}
         for rnd in range(run.args.rounds):
             for name in round_order(list(variants), rnd):
@@ -129,8 +139,14 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
     watch = None
     if k8s is not None and K8S_EXECUTORS_ENV in extra:
         run_label = f"{name}-{rnd}-{plan.drain_id}"
-        env = k8s_drain_env(env, k8s, int(extra[K8S_EXECUTORS_ENV]), int(extra[K8S_CORES_ENV]),
-                            f"bench-{plan.drain_id}", run_label)
+        env = k8s_drain_env(
+            env,
+            k8s,
+            int(extra[K8S_EXECUTORS_ENV]),
+            int(extra[K8S_CORES_ENV]),
+            f"bench-{plan.drain_id}",
+            run_label,
+        )
         watch = PodWatch(k8s, run_label)
         watch.start()
     summary_file = workdir / f"ab-{name}-{rnd}.json"
@@ -139,8 +155,11 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
     t_launch = time.time()
     with open(log_path, "wb") as log:
         proc = start_drain(plan, env, summary_file, log)
-        cpu = CpuSampler([proc.pid] + ([target.runtime.proc.pid] if target.runtime else []), [],
-                         (lambda: k8s.runner.running_pids(k8s.namespace).values()) if watch else None)
+        cpu = CpuSampler(
+            [proc.pid] + ([target.runtime.proc.pid] if target.runtime else []),
+            [],
+            (lambda: k8s.runner.running_pids(k8s.namespace).values()) if watch else None,
+        )
         cpu.start()
         rc = proc.wait(timeout=1800)
         cpu_s = cpu.stop()
@@ -150,12 +169,18 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
     st = ledger.stats(run.dsn, target.table, ranges, source="drain", drain_id=drain_id)
     steady = (st["last_at"] or 0) - (st["first_at"] or 0)
     summary = json.loads(summary_file.read_text())
-    return {"round": rnd, "load_1m": round(load, 1),
-            "launch_to_first_drained_s": round(st["first_at"] - t_launch, 2) if st["first_at"] else None,
-            "launch_to_last_drained_s": round(st["last_at"] - t_launch, 2) if st["last_at"] else None,
-            "records_per_s": round(sum(run.counts.values()) / steady) if steady > 0 else None,
-            "drain_cpu_s": round(sum(v for k, v in cpu_s.items() if k in DRAIN_CPU_BUCKETS), 1),
-            "lost": st["lost"], "duplicated": st["duplicated"], "startup": summary.get("startup"), **pods_row}
+    return {
+        "round": rnd,
+        "load_1m": round(load, 1),
+        "launch_to_first_drained_s": round(st["first_at"] - t_launch, 2) if st["first_at"] else None,
+        "launch_to_last_drained_s": round(st["last_at"] - t_launch, 2) if st["last_at"] else None,
+        "records_per_s": round(sum(run.counts.values()) / steady) if steady > 0 else None,
+        "drain_cpu_s": round(sum(v for k, v in cpu_s.items() if k in DRAIN_CPU_BUCKETS), 1),
+        "lost": st["lost"],
+        "duplicated": st["duplicated"],
+        "startup": summary.get("startup"),
+        **pods_row,
+    }
 
 
 def executor_pods_row(watch: PodWatch, name: str, log_path: Path) -> dict[str, Any]:
@@ -166,41 +191,65 @@ def executor_pods_row(watch: PodWatch, name: str, log_path: Path) -> dict[str, A
     # Spark deletes its executor pods when the driver stops; the runner then ends them
     left = wait_until(lambda: watch.poll() == 0 or None, f"executor pods of {name} deleted", 120, 0.5)
     log_text = log_path.read_text(errors="replace")
-    return {"executor_pods_seen": len(watch.seen), "executor_pods_running_max": watch.running_max,
-            "executor_pods_gone_after_exit_s": round(time.time() - t_end, 1) if left else None,
-            # the driver acts as the chart's drain ServiceAccount: any RBAC refusal shows here
-            "driver_log_forbidden": sum(1 for ln in log_text.splitlines()
-                                        if "Forbidden" in ln or " 403" in ln)}
+    return {
+        "executor_pods_seen": len(watch.seen),
+        "executor_pods_running_max": watch.running_max,
+        "executor_pods_gone_after_exit_s": round(time.time() - t_end, 1) if left else None,
+        # the driver acts as the chart's drain ServiceAccount: any RBAC refusal shows here
+        "driver_log_forbidden": sum(1 for ln in log_text.splitlines() if "Forbidden" in ln or " 403" in ln),
+    }
 
 
-def ab_result(run: AbRun, variants: dict[str, dict[str, str]], rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def ab_result(
+    run: AbRun, variants: dict[str, dict[str, str]], rows: dict[str, list[dict[str, Any]]]
+) -> dict[str, Any]:
     """Medians per variant and per-round differences (and, --k8s, ratios) vs the first variant."""
     base = next(iter(variants))
 
     def med(name: str, key: str) -> float | None:
         return median_of(rows[name], key)
 
-    out = {"mode": "startup_ab", "records": sum(run.counts.values()), "rounds": run.args.rounds, "base": base,
-           "variants": {n: {"env": variants[n], "median_launch_to_first_drained_s": med(n, "launch_to_first_drained_s"),
-                            "median_launch_to_last_drained_s": med(n, "launch_to_last_drained_s"),
-                            "median_records_per_s": med(n, "records_per_s"), "median_drain_cpu_s": med(n, "drain_cpu_s"),
-                            "rounds": rows[n]} for n in variants},
-           "median_diff_vs_base": {"launch_to_first_drained_s": median_diffs(rows, "launch_to_first_drained_s", base),
-                                   "launch_to_last_drained_s": median_diffs(rows, "launch_to_last_drained_s", base),
-                                   "records_per_s": median_diffs(rows, "records_per_s", base),
-                                   "records_per_s_ratio": median_ratios(rows, "records_per_s", base),
-                                   "drain_cpu_s": median_diffs(rows, "drain_cpu_s", base)},
-           "lost": sum(r["lost"] for rs in rows.values() for r in rs),
-           "duplicated": sum(r["duplicated"] for rs in rows.values() for r in rs)}
+    out = {
+        "mode": "startup_ab",
+        "records": sum(run.counts.values()),
+        "rounds": run.args.rounds,
+        "base": base,
+        "variants": {
+            n: {
+                "env": variants[n],
+                "median_launch_to_first_drained_s": med(n, "launch_to_first_drained_s"),
+                "median_launch_to_last_drained_s": med(n, "launch_to_last_drained_s"),
+                "median_records_per_s": med(n, "records_per_s"),
+                "median_drain_cpu_s": med(n, "drain_cpu_s"),
+                "rounds": rows[n],
+            }
+            for n in variants
+        },
+        "median_diff_vs_base": {
+            "launch_to_first_drained_s": median_diffs(rows, "launch_to_first_drained_s", base),
+            "launch_to_last_drained_s": median_diffs(rows, "launch_to_last_drained_s", base),
+            "records_per_s": median_diffs(rows, "records_per_s", base),
+            "records_per_s_ratio": median_ratios(rows, "records_per_s", base),
+            "drain_cpu_s": median_diffs(rows, "drain_cpu_s", base),
+        },
+        "lost": sum(r["lost"] for rs in rows.values() for r in rs),
+        "duplicated": sum(r["duplicated"] for rs in rows.values() for r in rs),
+    }
     k8s = run.k8s
     if k8s is not None:
-        out["median_ratio_vs_base"] = {k: median_ratios(rows, k, base) for k in
-                                       ("launch_to_first_drained_s", "launch_to_last_drained_s", "records_per_s",
-                                        "drain_cpu_s")}
+        out["median_ratio_vs_base"] = {
+            k: median_ratios(rows, k, base)
+            for k in ("launch_to_first_drained_s", "launch_to_last_drained_s", "records_per_s", "drain_cpu_s")
+        }
         for n, v in out["variants"].items():
             if K8S_EXECUTORS_ENV in variants[n]:
                 v["median_executor_pods_seen"] = med(n, "executor_pods_seen")
                 v["median_executor_pods_running_max"] = med(n, "executor_pods_running_max")
-        out["k8s"] = {"master": k8s.master, "namespace": k8s.namespace, "service_account": k8s.service_account,
-                      "executor_memory": "512m", "driver": "local process (client mode), the drain ServiceAccount's token"}
+        out["k8s"] = {
+            "master": k8s.master,
+            "namespace": k8s.namespace,
+            "service_account": k8s.service_account,
+            "executor_memory": "512m",
+            "driver": "local process (client mode), the drain ServiceAccount's token",
+        }
     return out

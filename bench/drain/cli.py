@@ -31,6 +31,7 @@ ledgers, the drain's start-up breakdown (its `drain_startup` milestones) and per
 during the drain (Spark JVM, Python workers, drain driver, live consumers; broker and PostgreSQL are
 shared with whatever else runs on the machine). Prints a table, then ONE JSON line last (--json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,36 +60,61 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consumers", type=int, default=3)
     ap.add_argument("--split-factor", type=int, default=4, help="sub-ranges per partition (3 x 4 = 12 tasks)")
     ap.add_argument("--max-tasks", type=int, default=12)
-    ap.add_argument("--live-rate", type=int, default=None, help="fresh records/s per partition during the drain "
-                    "(default 200; --quick 50)")
+    ap.add_argument(
+        "--live-rate",
+        type=int,
+        default=None,
+        help="fresh records/s per partition during the drain (default 200; --quick 50)",
+    )
     ap.add_argument("--handoff-timeout", type=float, default=120.0)
     ap.add_argument("--quick", action="store_true", help="a short run for CI: 30,000 records")
-    ap.add_argument("--runtime", choices=("warm", "cold"), default="warm",
-                    help="warm: the drain runs in a warm drain runtime started before the run (spec.drain."
-                    "warmRuntime; its warm-up and idle memory reported); cold: the drain process starts Spark itself")
+    ap.add_argument(
+        "--runtime",
+        choices=("warm", "cold"),
+        default="warm",
+        help="warm: the drain runs in a warm drain runtime started before the run (spec.drain."
+        "warmRuntime; its warm-up and idle memory reported); cold: the drain process starts Spark itself",
+    )
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--startup-ab", nargs="+", metavar="NAME=ENVJSON", default=None,
-                    help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
-                    "each NAME=ENVJSON is a variant's extra environment, e.g. old='{\"LAGPILOT_DRAIN_WARM_WORKERS\":\"0\"}' "
-                    "new='{}'; the first is the base of the per-round differences (default backlog 36,000); "
-                    "LAGPILOT_DRAIN_RUNTIME=warm in a variant sends its drains to a warm runtime started before the rounds")
+    ap.add_argument(
+        "--startup-ab",
+        nargs="+",
+        metavar="NAME=ENVJSON",
+        default=None,
+        help="only the drain's start-up, variants side by side (no group phase, no hand-off): "
+        'each NAME=ENVJSON is a variant\'s extra environment, e.g. old=\'{"LAGPILOT_DRAIN_WARM_WORKERS":"0"}\' '
+        "new='{}'; the first is the base of the per-round differences (default backlog 36,000); "
+        "LAGPILOT_DRAIN_RUNTIME=warm in a variant sends its drains to a warm runtime started before the rounds",
+    )
     ap.add_argument("--rounds", type=int, default=4, help="rounds of --startup-ab / --executors")
-    ap.add_argument("--executors", default=None, metavar="1,2,4",
-                    help="the drain alone on Spark's local-cluster with 1, 2, 4 executor processes sharing the "
-                    "same --max-tasks slots, side by side (like --startup-ab; ratios vs the first count)")
-    ap.add_argument("--k8s", action="store_true",
-                    help="with --executors: the counts on Spark's Kubernetes backend (client mode against the local "
-                    "kube-apiserver, executor pods run by a pod runner started here, the driver as the chart's drain "
-                    "ServiceAccount) beside a 'local' variant (local[<max-tasks>,4]), the base of the ratios")
+    ap.add_argument(
+        "--executors",
+        default=None,
+        metavar="1,2,4",
+        help="the drain alone on Spark's local-cluster with 1, 2, 4 executor processes sharing the "
+        "same --max-tasks slots, side by side (like --startup-ab; ratios vs the first count)",
+    )
+    ap.add_argument(
+        "--k8s",
+        action="store_true",
+        help="with --executors: the counts on Spark's Kubernetes backend (client mode against the local "
+        "kube-apiserver, executor pods run by a pod runner started here, the driver as the chart's drain "
+        "ServiceAccount) beside a 'local' variant (local[<max-tasks>,4]), the base of the ratios",
+    )
     args = ap.parse_args(argv)
     if args.k8s and not args.executors:
         ap.error("--k8s goes with --executors")
     variants = parse_variants(args.startup_ab) if args.startup_ab else None
     if args.executors:
         counts_arg = [int(x) for x in args.executors.split(",") if x.strip()]
-        variants = (k8s_executor_variants(counts_arg, args.max_tasks) if args.k8s
-                    else executor_variants(counts_arg, args.max_tasks))
-    args.records = args.records or (120_000 if args.executors else 36_000 if variants else 30_000 if args.quick else 720_000)
+        variants = (
+            k8s_executor_variants(counts_arg, args.max_tasks)
+            if args.k8s
+            else executor_variants(counts_arg, args.max_tasks)
+        )
+    args.records = args.records or (
+        120_000 if args.executors else 36_000 if variants else 30_000 if args.quick else 720_000
+    )
     args.live_rate = args.live_rate if args.live_rate is not None else (50 if args.quick else 200)
 
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -106,17 +132,24 @@ def main(argv: list[str] | None = None) -> int:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
         counts = produce(bootstrap, topic, args.records)
-        print(f"produced {sum(counts.values())} records on {PARTITIONS} partitions; work dir {workdir}", file=sys.stderr)
+        print(
+            f"produced {sum(counts.values())} records on {PARTITIONS} partitions; work dir {workdir}",
+            file=sys.stderr,
+        )
         if variants:
             k8s = None
             if args.k8s:
                 from lagpilot_dev.spark_k8s import LocalSparkK8s
 
-                k8s = LocalSparkK8s(stack.part("kube"), workdir, secret_data={"dsn": dsn}, prefix="bench-drain-k8s")
+                k8s = LocalSparkK8s(
+                    stack.part("kube"), workdir, secret_data={"dsn": dsn}, prefix="bench-drain-k8s"
+                )
             try:
                 if k8s is not None:
                     k8s.start()
-                ab = run_startup_ab(AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, k8s), variants)
+                ab = run_startup_ab(
+                    AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, k8s), variants
+                )
             finally:
                 if k8s is not None:
                     k8s.stop()
@@ -136,27 +169,40 @@ def report_ab(ab: dict[str, Any], args: argparse.Namespace, load_before: tuple[f
     ab["cores"] = os.cpu_count()
     if args.executors:
         ab["mode"] = "executors_k8s" if args.k8s else "executors"
-        ab["note"] = (f"{os.cpu_count()} cores on this host: every executor JVM and its Python workers share "
-                      "them, so more executors add processes, not CPU; on a cluster each executor brings its own")
+        ab["note"] = (
+            f"{os.cpu_count()} cores on this host: every executor JVM and its Python workers share "
+            "them, so more executors add processes, not CPU; on a cluster each executor brings its own"
+        )
         print(ab["note"])
     if args.k8s:
         for name, v in ab["variants"].items():
-            print(f"{name:<12} executor pods seen via the API {v.get('median_executor_pods_seen', '-')} "
-                  f"(running at once {v.get('median_executor_pods_running_max', '-')})")
+            print(
+                f"{name:<12} executor pods seen via the API {v.get('median_executor_pods_seen', '-')} "
+                f"(running at once {v.get('median_executor_pods_running_max', '-')})"
+            )
         print(f"median per-round ratio vs {ab['base']}: {ab['median_ratio_vs_base']}")
     for name, v in ab["variants"].items():
-        print(f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
-              f"launch->last drained {v['median_launch_to_last_drained_s']} s  "
-              f"records/s {v['median_records_per_s']}  drain CPU {v['median_drain_cpu_s']} s  env {v['env']}")
-    print(f"median per-round difference vs {ab['base']}: {ab['median_diff_vs_base']}  lost {ab['lost']} "
-          f"duplicated {ab['duplicated']}  load {ab['load_avg_1m']}")
+        print(
+            f"{name:<12} launch->first drained {v['median_launch_to_first_drained_s']} s (median)  "
+            f"launch->last drained {v['median_launch_to_last_drained_s']} s  "
+            f"records/s {v['median_records_per_s']}  drain CPU {v['median_drain_cpu_s']} s  env {v['env']}"
+        )
+    print(
+        f"median per-round difference vs {ab['base']}: {ab['median_diff_vs_base']}  lost {ab['lost']} "
+        f"duplicated {ab['duplicated']}  load {ab['load_avg_1m']}"
+    )
     if args.json:
         print(json.dumps(ab))
     return 0 if ab["lost"] == 0 and ab["duplicated"] == 0 else 1
 
 
-def report_drain(group: dict[str, Any], drain: dict[str, Any], counts: dict[int, int], args: argparse.Namespace,
-                 load_before: tuple[float, float, float]) -> int:
+def report_drain(
+    group: dict[str, Any],
+    drain: dict[str, Any],
+    counts: dict[int, int],
+    args: argparse.Namespace,
+    load_before: tuple[float, float, float],
+) -> int:
     """The group and the drain side by side, the figures, ONE JSON line last (--json)."""
     gaps = list(drain["handoff_gaps_s"].values())
     group_time_same = drain["records"] / group["wall_records_per_s"]
@@ -166,34 +212,56 @@ def report_drain(group: dict[str, Any], drain: dict[str, Any], counts: dict[int,
         return round(x, n) if isinstance(x, float) else x
 
     result = {
-        "records": sum(counts.values()), "partitions": PARTITIONS, "sink_ms_per_call": args.cost_ms,
-        "batch": args.batch, "tasks": drain["tasks"], "quick": args.quick,
-        "group_records_per_s": r(group["records_per_s"], 1), "group_clear_s": group["clear_s"],
-        "drain_records_per_s": r(drain["records_per_s"], 1), "drained_records": drain["records"],
-        "speedup": r(drain["records_per_s"] / group["records_per_s"]) if drain["records_per_s"] and group["records_per_s"] else None,
-        "start_up_s": r(drain["start_up_s"]), "launch_to_first_drained_s": r(drain["launch_to_first_drained_s"]),
+        "records": sum(counts.values()),
+        "partitions": PARTITIONS,
+        "sink_ms_per_call": args.cost_ms,
+        "batch": args.batch,
+        "tasks": drain["tasks"],
+        "quick": args.quick,
+        "group_records_per_s": r(group["records_per_s"], 1),
+        "group_clear_s": group["clear_s"],
+        "drain_records_per_s": r(drain["records_per_s"], 1),
+        "drained_records": drain["records"],
+        "speedup": r(drain["records_per_s"] / group["records_per_s"])
+        if drain["records_per_s"] and group["records_per_s"]
+        else None,
+        "start_up_s": r(drain["start_up_s"]),
+        "launch_to_first_drained_s": r(drain["launch_to_first_drained_s"]),
         "handoff_ack_s": r(drain["handoff_ack_s"]),
         "end_to_end_speedup": r(group_time_same / drain_time) if drain_time > 0 else None,
         "handoff_pause_s": {"max": r(max(gaps)), "p95": r(percentile(gaps, 95)), "samples": len(gaps)},
-        "lost": group["lost"] + drain["lost"], "duplicated": group["duplicated"] + drain["duplicated"],
-        "startup_breakdown_s": drain["startup_breakdown"], "cpu_s_during_drain": drain["cpu_s"],
-        "runtime": drain["runtime"], "runtime_warm_up_s": drain["runtime_warm_up_s"],
+        "lost": group["lost"] + drain["lost"],
+        "duplicated": group["duplicated"] + drain["duplicated"],
+        "startup_breakdown_s": drain["startup_breakdown"],
+        "cpu_s_during_drain": drain["cpu_s"],
+        "runtime": drain["runtime"],
+        "runtime_warm_up_s": drain["runtime_warm_up_s"],
         "runtime_idle_pss_mb": drain["runtime_idle_pss_mb"],
         "load_avg_1m": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
     }
     print(f"{'path':<34}{'tasks':>6}{'records':>10}{'records/s':>11}{'time s':>9}{'lost':>6}{'dup':>6}")
-    print(f"{'group (3 consumers, the cap)':<34}{args.consumers:>6}{group['records']:>10}{group['records_per_s'] or 0:>11.0f}"
-          f"{group['clear_s']:>9.1f}{group['lost']:>6}{group['duplicated']:>6}")
-    print(f"{'drain + live group (hand-off)':<34}{drain['tasks']:>6}{drain['records']:>10}{drain['records_per_s'] or 0:>11.0f}"
-          f"{drain_time:>9.1f}{drain['lost']:>6}{drain['duplicated']:>6}")
-    print(f"speedup {result['speedup']}  end_to_end_speedup {result['end_to_end_speedup']}  start_up_s "
-          f"{result['start_up_s']}  launch_to_first_drained_s {result['launch_to_first_drained_s']}  handoff_pause_s "
-          f"{result['handoff_pause_s']}")
+    print(
+        f"{'group (3 consumers, the cap)':<34}{args.consumers:>6}{group['records']:>10}{group['records_per_s'] or 0:>11.0f}"
+        f"{group['clear_s']:>9.1f}{group['lost']:>6}{group['duplicated']:>6}"
+    )
+    print(
+        f"{'drain + live group (hand-off)':<34}{drain['tasks']:>6}{drain['records']:>10}{drain['records_per_s'] or 0:>11.0f}"
+        f"{drain_time:>9.1f}{drain['lost']:>6}{drain['duplicated']:>6}"
+    )
+    print(
+        f"speedup {result['speedup']}  end_to_end_speedup {result['end_to_end_speedup']}  start_up_s "
+        f"{result['start_up_s']}  launch_to_first_drained_s {result['launch_to_first_drained_s']}  handoff_pause_s "
+        f"{result['handoff_pause_s']}"
+    )
     if drain["runtime"] == "warm":
-        print(f"warm drain runtime: warm-up {drain['runtime_warm_up_s']} s before the run, idle memory (PSS) "
-              f"{drain['runtime_idle_pss_mb']} MB (kept up per group); start-up below is since the plan reached it")
+        print(
+            f"warm drain runtime: warm-up {drain['runtime_warm_up_s']} s before the run, idle memory (PSS) "
+            f"{drain['runtime_idle_pss_mb']} MB (kept up per group); start-up below is since the plan reached it"
+        )
     print(f"drain start-up (s since process start): {drain['startup_breakdown']}")
-    print(f"CPU seconds during the drain ({result['cpu_s_during_drain'].get('cores')} cores): {drain['cpu_s']}")
+    print(
+        f"CPU seconds during the drain ({result['cpu_s_during_drain'].get('cores')} cores): {drain['cpu_s']}"
+    )
     if args.json:
         print(json.dumps(result))
     return 0

@@ -1,6 +1,7 @@
 """What the drain benchmark (bench/drain.py) measures besides the ledgers: CPU seconds per bucket of
 processes (Spark JVM, Python workers, drain driver, live group, broker, PostgreSQL), a process
 tree's memory (PSS), the live group's longest pause between sink commits, percentiles."""
+
 from __future__ import annotations
 
 import math
@@ -118,9 +119,20 @@ def commit_gaps(dsn: str, table: str, t_from: float, t_to: float) -> dict[int, f
     import psycopg
 
     with psycopg.connect(dsn) as conn:
-        return {p: longest_gap([float(r[0]) for r in conn.execute(
-            f"SELECT DISTINCT delivered_at FROM {table} WHERE source = 'consumer' AND partition = %s AND delivered_at BETWEEN %s AND %s",
-            (p, t_from - 30.0, t_to))], t_from, t_to) for p in range(PARTITIONS)}
+        return {
+            p: longest_gap(
+                [
+                    float(r[0])
+                    for r in conn.execute(
+                        f"SELECT DISTINCT delivered_at FROM {table} WHERE source = 'consumer' AND partition = %s AND delivered_at BETWEEN %s AND %s",
+                        (p, t_from - 30.0, t_to),
+                    )
+                ],
+                t_from,
+                t_to,
+            )
+            for p in range(PARTITIONS)
+        }
 
 
 def percentile(values: list[float], q: float) -> float:

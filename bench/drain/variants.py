@@ -1,6 +1,7 @@
 """The variants the drain's start-up A/B (bench/drain/ab.py) compares and how it compares them (all
 pure): `--startup-ab NAME=ENVJSON`, `--executors 1,2,4` (local-cluster or, with --k8s, Spark's
 Kubernetes backend), the round order, per-round differences and ratios against the base variant."""
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,11 @@ def median_diffs(rows: dict[str, list[dict[str, Any]]], key: str, base: str) -> 
     for name, rs in rows.items():
         if name == base:
             continue
-        d = [b[key] - a[key] for a, b in zip(rows[base], rs) if a.get(key) is not None and b.get(key) is not None]
+        d = [
+            b[key] - a[key]
+            for a, b in zip(rows[base], rs)
+            if a.get(key) is not None and b.get(key) is not None
+        ]
         out[name] = round(statistics.median(d), 2) if d else None
     return out
 
@@ -87,18 +92,42 @@ def k8s_executor_variants(counts: list[int], slots: int) -> dict[str, dict[str, 
     return out
 
 
-def k8s_drain_env(env: dict[str, str], k8s: Any, executors: int, cores: int, pod_prefix: str, run_label: str,
-                  memory: str = "512m") -> dict[str, str]:
+def k8s_drain_env(
+    env: dict[str, str],
+    k8s: Any,
+    executors: int,
+    cores: int,
+    pod_prefix: str,
+    run_label: str,
+    memory: str = "512m",
+) -> dict[str, str]:
     """The drain process's environment for Spark's Kubernetes backend in client mode (pure but for
     ``k8s``'s names): the driver is this local process, acting as the chart's drain ServiceAccount;
     executors get the plain LAGPILOT_* settings through spark.executorEnv and the DSN through the
     Secret (never literal)."""
     from lagpilot_dev.spark_k8s import client_mode_conf
 
-    plain = {k: v for k, v in env.items() if k.startswith("LAGPILOT_") and k != "LAGPILOT_POSTGRES_DSN"
-             and not k.startswith(("LAGPILOT_SPARK_", "LAGPILOT_BENCH_"))}
+    plain = {
+        k: v
+        for k, v in env.items()
+        if k.startswith("LAGPILOT_")
+        and k != "LAGPILOT_POSTGRES_DSN"
+        and not k.startswith(("LAGPILOT_SPARK_", "LAGPILOT_BENCH_"))
+    }
     plain["PYTHONPATH"] = env.get("PYTHONPATH", str(REPO))
-    conf = client_mode_conf(k8s.namespace, executors, cores, memory, pod_prefix, plain,
-                            {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")}, labels={"lagpilot.io/bench-run": run_label})
-    return dict(env, LAGPILOT_SPARK_MASTER=k8s.master, LAGPILOT_SPARK_CONF=json.dumps(conf, sort_keys=True),
-                KUBECONFIG=str(k8s.driver_kubeconfig))
+    conf = client_mode_conf(
+        k8s.namespace,
+        executors,
+        cores,
+        memory,
+        pod_prefix,
+        plain,
+        {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")},
+        labels={"lagpilot.io/bench-run": run_label},
+    )
+    return dict(
+        env,
+        LAGPILOT_SPARK_MASTER=k8s.master,
+        LAGPILOT_SPARK_CONF=json.dumps(conf, sort_keys=True),
+        KUBECONFIG=str(k8s.driver_kubeconfig),
+    )

@@ -1,6 +1,7 @@
 """The workload of the drain benchmark (bench/drain.py): the backlog and the live producer on a
 3-partition topic, the group's offsets, the environment of its `lagpilot consume` processes and
 `lagpilot drain` (the built-in ledger sink behind a fixed latency), starting and stopping them."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ PARTITIONS = 3
 def produce(bootstrap: str, topic: str, n: int) -> dict[int, int]:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                  "queue.buffering.max.messages": 1_000_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
     counts = {i: 0 for i in range(PARTITIONS)}
     for i in range(n):
         part = i % PARTITIONS
@@ -70,9 +77,14 @@ class LiveProducer(threading.Thread):
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "isolation.level": "read_committed"})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-watermarks", "isolation.level": "read_committed"}
+    )
     try:
-        return {p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]) for p in range(PARTITIONS)}
+        return {
+            p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1])
+            for p in range(PARTITIONS)
+        }
     finally:
         c.close()
 
@@ -81,7 +93,8 @@ def committed(admin: Any, group: str, topic: str) -> dict[int, int]:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     res = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])])[group].result(30)
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])]
+    )[group].result(30)
     return {tp.partition: int(tp.offset) for tp in res.topic_partitions}
 
 
@@ -101,17 +114,31 @@ def joined(admin: Any, group: str, topic: str) -> dict[int, int] | None:
     return got if all(got.get(p, -1) >= 0 for p in range(PARTITIONS)) else None
 
 
-def base_env(bootstrap: str, topic: str, group: str, dsn: str, table: str, cost_ms: int, batch: int) -> dict[str, str]:
+def base_env(
+    bootstrap: str, topic: str, group: str, dsn: str, table: str, cost_ms: int, batch: int
+) -> dict[str, str]:
     # the drain's own switches (LAGPILOT_DRAIN_*, e.g. LAGPILOT_DRAIN_WARM_WORKERS=0) pass through, so
     # a whole bench run can be repeated with one changed
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_") or k.startswith("LAGPILOT_DRAIN_")}
-    env.update({
-        "PYTHONPATH": str(REPO), "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic,
-        "LAGPILOT_GROUP_ID": group, "LAGPILOT_BATCH_MAX_RECORDS": str(batch), "LAGPILOT_BATCH_TIMEOUT_MS": "200",
-        "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.ledger:process",
-        "LAGPILOT_HANDLER_CONFIG": json.dumps({"table": table, "cost_ms": str(cost_ms)}),
-        "LAGPILOT_POSTGRES_DSN": dsn, "LAGPILOT_FAILURE_POLICY": "exit", "LAGPILOT_LOG_LEVEL": "WARNING",
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("LAGPILOT_") or k.startswith("LAGPILOT_DRAIN_")
+    }
+    env.update(
+        {
+            "PYTHONPATH": str(REPO),
+            "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
+            "LAGPILOT_TOPIC": topic,
+            "LAGPILOT_GROUP_ID": group,
+            "LAGPILOT_BATCH_MAX_RECORDS": str(batch),
+            "LAGPILOT_BATCH_TIMEOUT_MS": "200",
+            "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.ledger:process",
+            "LAGPILOT_HANDLER_CONFIG": json.dumps({"table": table, "cost_ms": str(cost_ms)}),
+            "LAGPILOT_POSTGRES_DSN": dsn,
+            "LAGPILOT_FAILURE_POLICY": "exit",
+            "LAGPILOT_LOG_LEVEL": "WARNING",
+        }
+    )
     return env
 
 
@@ -126,8 +153,15 @@ def start_consumers(env: dict[str, str], n: int, workdir: Path, tag: str) -> lis
     for i in range(n):
         e = dict(env, LAGPILOT_POD_NAME=f"bench-{tag}-{i}", LAGPILOT_METRICS_PORT="0")
         log = open(workdir / f"{tag}-consumer-{i}.log", "wb")
-        procs.append(subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "consume"], env=e, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "lagpilot.cli", "consume"],
+                env=e,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
     return procs
 
 

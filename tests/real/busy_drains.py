@@ -2,14 +2,16 @@
 drains a burst saw: one busy drain, or a chain of roll-overs (issue 25, ``drain_policy._outgrown``)
 each to a drain holding MORE slots. Pure (no stack): tests/unit/test_busy_drain_rollover.py checks
 that it refuses a second drain without more slots or without the roll-over's reason."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from itertools import pairwise
 
 
-def roll_over_problems(ids: Set[int], slots: Mapping[int, int],
-                       reasons_of: Mapping[int, Set[str]]) -> list[str]:
+def roll_over_problems(
+    ids: Set[int], slots: Mapping[int, int], reasons_of: Mapping[int, Set[str]]
+) -> list[str]:
     """Why the drains seen (ids, the most slots each held while Running, every status.drain.reason
     each showed) are not one drain or a chain of roll-overs to more slots; empty when they are."""
     order = sorted(ids)
@@ -18,11 +20,15 @@ def roll_over_problems(ids: Set[int], slots: Mapping[int, int],
         problems.append(f"drain ids {order}: not one drain or consecutive ones")
     for earlier, later in pairwise(order):
         if "RollingOver" not in reasons_of.get(earlier, set()):
-            problems.append(f"drain {earlier} ended without RollingOver before drain {later}: "
-                            f"{sorted(reasons_of.get(earlier, set()))}")
+            problems.append(
+                f"drain {earlier} ended without RollingOver before drain {later}: "
+                f"{sorted(reasons_of.get(earlier, set()))}"
+            )
         if not slots.get(later, 0) > slots.get(earlier, 0) > 0:
-            problems.append(f"drain {later} holds {slots.get(later, 0)} slots, drain {earlier} "
-                            f"{slots.get(earlier, 0)}: a roll-over must bring more")
+            problems.append(
+                f"drain {later} holds {slots.get(later, 0)} slots, drain {earlier} "
+                f"{slots.get(earlier, 0)}: a roll-over must bring more"
+            )
     return problems
 
 

@@ -8,6 +8,7 @@ fault test time to kill something mid-way).
 costs config["cost_ms"] per call in total (a fixed-latency sink, like the benchmark's); a drain's
 calls cost config["drain_cost_ms"] instead when it is set (slow consumers, a quick drain).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,9 @@ def _conn() -> Any:
     return conn
 
 
-LEDGER_DDL = 'CREATE TABLE {table} (topic text, partition int, "offset" bigint, source text, at double precision)'
+LEDGER_DDL = (
+    'CREATE TABLE {table} (topic text, partition int, "offset" bigint, source text, at double precision)'
+)
 
 
 def ledger(records: list[Record], ctx: BatchContext) -> None:
@@ -47,7 +50,7 @@ def ledger(records: list[Record], ctx: BatchContext) -> None:
     table = ctx.config.get("table", "drain_ledger")
     conn = _conn()
     now = time.time()
-    with conn.cursor().copy(f"COPY {table} (topic, partition, \"offset\", source, at) FROM STDIN") as cp:
+    with conn.cursor().copy(f'COPY {table} (topic, partition, "offset", source, at) FROM STDIN') as cp:
         for r in records:
             cp.write_row((r.topic, r.partition, r.offset, ctx.source, now))
     cost = ctx.config.get("drain_cost_ms") if ctx.source == "drain" else None  # the drain's own, if set

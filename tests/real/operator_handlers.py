@@ -3,6 +3,7 @@
 `slow`: costs config["ms_per_record"] milliseconds per record, so a consumer's capacity is known
 (about 1000 / ms_per_record records per busy second) whatever the machine's load.
 """
+
 from __future__ import annotations
 
 import time

@@ -6,6 +6,7 @@ through template.env secretKeyRef; its password is malformed percent-encoding, s
 it in the message) and are dead-lettered. In the drain every batch fails with that error (the
 drain attempt fails: its termination message, status.drain.lastError, Warning events).
 """
+
 from __future__ import annotations
 
 import os

@@ -2,6 +2,7 @@
 runtime, the live group's mailbox hand-off): no offset lost or delivered twice, and the JSON line
 has its shape.
 No timing is asserted (the machine is shared; the figures are the bench's business)."""
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,18 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_bench_drain_quick_is_exact_and_reports_its_figures(kafka_bootstrap: str, postgres_dsn: str,
-                                                            spark_jars: list[str]) -> None:
+def test_bench_drain_quick_is_exact_and_reports_its_figures(
+    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str]
+) -> None:
     env = dict(os.environ, LAGPILOT_KEEP_STACK="1")
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "drain.py"), "--quick", "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "drain.py"), "--quick", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     # a partition whose [ack, split) holds fewer than splitFactor batches gets fewer pieces (the live
@@ -30,14 +38,25 @@ def test_bench_drain_quick_is_exact_and_reports_its_figures(kafka_bootstrap: str
     assert result["drained_records"] > 0  # the hand-off really gave the drain a range
     assert result["lost"] == 0
     assert result["duplicated"] == 0
-    for key in ("speedup", "start_up_s", "launch_to_first_drained_s", "end_to_end_speedup", "group_records_per_s",
-                "drain_records_per_s"):
+    for key in (
+        "speedup",
+        "start_up_s",
+        "launch_to_first_drained_s",
+        "end_to_end_speedup",
+        "group_records_per_s",
+        "drain_records_per_s",
+    ):
         assert isinstance(result[key], (int, float)), key
-    assert set(result["handoff_pause_s"]) == {"max", "p95", "samples"} and result["handoff_pause_s"]["samples"] == 3
+    assert (
+        set(result["handoff_pause_s"]) == {"max", "p95", "samples"}
+        and result["handoff_pause_s"]["samples"] == 3
+    )
     # the default drain runs in a warm runtime started before the run (its JVM and session were up
     # before the plan: their milestones are not part of this start-up); its own costs are reported
     assert result["runtime"] == "warm"
     assert result["runtime_warm_up_s"] > 0 and result["runtime_idle_pss_mb"] > 0
-    assert {"relations_planned", "task_started", "first_record", "first_batch_handled"} <= set(result["startup_breakdown_s"])
+    assert {"relations_planned", "task_started", "first_record", "first_batch_handled"} <= set(
+        result["startup_breakdown_s"]
+    )
     assert not {"jvm_up", "session_ready"} & set(result["startup_breakdown_s"])
     assert {"spark_jvm", "python_workers", "drain_driver", "live_group"} <= set(result["cpu_s_during_drain"])

@@ -24,6 +24,7 @@ exist and the operator must have been restarted.
 The ledger handler appends one row per delivery to a table without a primary key: every produced
 offset must be there exactly once (lost 0, duplicated 0), whichever path processed it.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,8 +88,12 @@ def overlapping_passes(starts: list[dict[str, Any]], ends: list[dict[str, Any]])
     running, by the driver's own log: the later one's start comes before the earlier one's end."""
     started = {int(e["pass_no"]): log_time(e) for e in starts}
     ended = {int(e["pass_no"]): log_time(e) for e in ends}
-    return [(a, b) for a in started for b in started
-            if a < b and a in ended and started[a] <= started[b] < ended[a]]
+    return [
+        (a, b)
+        for a in started
+        for b in started
+        if a < b and a in ended and started[a] <= started[b] < ended[a]
+    ]
 
 
 def log_time(e: dict[str, Any]) -> float:
@@ -109,14 +114,27 @@ def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:
 
 
 def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
-        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+) -> None:
     # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
     # entries (before the status that appends its sub-ranges) and after writing a part (before its
     # status write); each point fires once, the operator is restarted
-    s = scenario({0: 3000, 1: 100, 2: 100}, live={0: HOT, 1: 0, 2: 0}, drain={"busy": True},
-                 crash_at="NextSeal:effect,Deliver:effect", sla_s=SLA_S)
-    seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "ids": set(), "reasons": set(), "running_at": None,
-                            "slots": {}, "reasons_of": {}}
+    s = scenario(
+        {0: 3000, 1: 100, 2: 100},
+        live={0: HOT, 1: 0, 2: 0},
+        drain={"busy": True},
+        crash_at="NextSeal:effect,Deliver:effect",
+        sla_s=SLA_S,
+    )
+    seen: dict[str, Any] = {
+        "rounds": 0,
+        "attempts": set(),
+        "ids": set(),
+        "reasons": set(),
+        "running_at": None,
+        "slots": {},
+        "reasons_of": {},
+    }
 
     def watch() -> dict[str, Any]:
         s.op.ensure()
@@ -134,12 +152,22 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
 
     t0 = time.monotonic()
     try:
-        wait_until(lambda: (lambda d: d.get("busy") is True and d.get("phase") == "Running")(watch()),
-                   "drain 1 running busy", 420, interval=1)
-        wait_until(lambda: watch() is not None and seen["rounds"] >= 2 and time.monotonic() - t0 >= MIN_BURST_S,
-                   "two next splits of the running drain during the burst", 600, interval=1)
+        wait_until(
+            lambda: (lambda d: d.get("busy") is True and d.get("phase") == "Running")(watch()),
+            "drain 1 running busy",
+            420,
+            interval=1,
+        )
+        wait_until(
+            lambda: watch() is not None and seen["rounds"] >= 2 and time.monotonic() - t0 >= MIN_BURST_S,
+            "two next splits of the running drain during the burst",
+            600,
+            interval=1,
+        )
     finally:
-        print("burst:", round(time.monotonic() - t0), "s; errors:", s.live_errors[-3:], "produced:", s.produced)
+        print(
+            "burst:", round(time.monotonic() - t0), "s; errors:", s.live_errors[-3:], "produced:", s.produced
+        )
     # the burst ends: partition 0 at a rate its consumer holds
     s.stop_live.set()
     if s.live_thread is not None:
@@ -155,8 +183,12 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     tr = threading.Thread(target=trickle, daemon=True)
     tr.start()
     try:
-        wait_until(lambda: watch().get("phase") in ("Verified", "Failed", "Cancelled"), "the busy drain to end", 600,
-                   interval=1)
+        wait_until(
+            lambda: watch().get("phase") in ("Verified", "Failed", "Cancelled"),
+            "the busy drain to end",
+            600,
+            interval=1,
+        )
         d = s.drain()
         assert d["phase"] == "Verified", json.dumps(d)[:2000]
         time.sleep(10)  # the trickle goes on after the hand-back: the group alone takes it
@@ -167,7 +199,9 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     d = s.drain()
     # the faults fired (their markers, written by the dying operator) and the operator came back
     crash_dir = next(iter(tmp_path.glob(f"crash-{s.ns}")))
-    assert {m.name for m in crash_dir.iterdir()} == {"NextSeal-effect", "Deliver-effect"}, list(crash_dir.iterdir())
+    assert {m.name for m in crash_dir.iterdir()} == {"NextSeal-effect", "Deliver-effect"}, list(
+        crash_dir.iterdir()
+    )
     assert s.op.restarts >= 2, s.op.restarts
     # one drain, one attempt, one start-up: every next split ran in the Job launched first -- or, when
     # the burst outgrew the slots the first drain was launched with, a roll-over (issue 25,
@@ -182,7 +216,9 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     print("drains:", ids, "slots:", seen["slots"], "reasons:", seen["reasons_of"])
     assert ids[0] == 1 and d["id"] == ids[-1], (seen, d)
     assert not roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]), (
-        roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]), seen)
+        roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]),
+        seen,
+    )
     assert seen["attempts"] == {1} and d["attempt"] == 1, (seen, d)
     assert seen["rounds"] >= 2, (seen, d)
     assert len(ids) > 1 or int(d.get("round") or 0) >= 2, (seen, d)
@@ -192,15 +228,24 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     assert sum(1 for p in parts if not p.get("final")) >= 2 and any(p.get("final") for p in parts), parts
     # the ledger: every produced offset exactly once
     led = s.ledger(postgres_dsn)
-    rows, runs, expected, lost, duplicated, outside = led.rows, led.runs, led.expected, led.lost, led.duplicated, led.outside
+    rows, runs, expected, lost, duplicated, outside = (
+        led.rows,
+        led.runs,
+        led.expected,
+        led.lost,
+        led.duplicated,
+        led.outside,
+    )
     drained = sorted(o for p, o, src, _ in rows if src == "drain" and p == 0)
     ranges = sum(1 for a, b in zip(drained, drained[1:]) if b != a + 1) + (1 if drained else 0)
     pass_starts, pass_ends = driver_events(s, "drain_pass_started"), driver_events(s, "drain_pass_ended")
     overlaps = overlapping_passes(pass_starts, pass_ends)
-    print(f"busy drain: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, "
-          f"lost {lost}, duplicated {duplicated} {runs[:5]}, drained on p0 {len(drained)} in {ranges} ranges, "
-          f"rounds {d.get('round')}, parts {[(p.get('round'), p.get('final'), p.get('running')) for p in parts]}, "
-          f"passes {len(pass_starts)} started / {len(pass_ends)} ended, overlapping {overlaps}")
+    print(
+        f"busy drain: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, "
+        f"lost {lost}, duplicated {duplicated} {runs[:5]}, drained on p0 {len(drained)} in {ranges} ranges, "
+        f"rounds {d.get('round')}, parts {[(p.get('round'), p.get('final'), p.get('running')) for p in parts]}, "
+        f"passes {len(pass_starts)} started / {len(pass_ends)} ended, overlapping {overlaps}"
+    )
     assert (lost, duplicated, outside) == (0, 0, 0), led.missing[:20]
     assert len(drained) > 0 and ranges >= 2
     # handed back: the records produced after the drain ended are the group's
@@ -215,17 +260,27 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     at_of = {(int(p), int(o)): float(at) for p, o, src, at in rows if src == "drain"}
 
     def processed(pass_no: int) -> list[float]:
-        return [at_of[(p, o)] for p, a, b in pass_ranges(by_no[pass_no]) for o in range(a, b) if (p, o) in at_of]
+        return [
+            at_of[(p, o)] for p, a, b in pass_ranges(by_no[pass_no]) for o in range(a, b) if (p, o) in at_of
+        ]
 
     pairs = [(a, b) for a in by_no for b in by_no if a < b and processed(a)]
     really = [(a, b) for a, b in pairs if max(processed(a)) > log_time(by_no[b])]
-    print("passes:", [(e["pass_no"], e["ts"], e.get("passes_running"), e.get("work")) for e in pass_starts],
-          "ended:", [(e["pass_no"], e["ts"]) for e in pass_ends], "a pass at work when a later one started:", really,
-          "records of the later pass processed before the earlier pass's last:",
-          [(a, b) for a, b in really if processed(b) and min(processed(b)) < max(processed(a))])
+    print(
+        "passes:",
+        [(e["pass_no"], e["ts"], e.get("passes_running"), e.get("work")) for e in pass_starts],
+        "ended:",
+        [(e["pass_no"], e["ts"]) for e in pass_ends],
+        "a pass at work when a later one started:",
+        really,
+        "records of the later pass processed before the earlier pass's last:",
+        [(a, b) for a, b in really if processed(b) and min(processed(b)) < max(processed(a))],
+    )
     assert really, "no part came while a pass was still processing records"
     assert set(really) <= set(overlaps), (really, overlaps)  # the driver did not wait for the pass under way
-    assert all(int(by_no[b].get("passes_running") or 0) >= 1 for _, b in really), [by_no[b] for _, b in really]
+    assert all(int(by_no[b].get("passes_running") or 0) >= 1 for _, b in really), [
+        by_no[b] for _, b in really
+    ]
     assert any(int(p.get("running") or 0) >= 1 and not p.get("final") for p in parts), parts
 
     # within the SLA while busy: every record produced on the hot partitions from the drain's first run
@@ -233,9 +288,15 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     produced_at = record_times(s.bootstrap, s.topic, burst_produced)
     assert len(produced_at) == sum(burst_produced.values()), (len(produced_at), burst_produced)
     done_at = {(int(p), int(o)): float(at) for p, o, _, at in rows}
-    hot = [(k, done_at[k] - ts) for k, ts in produced_at.items() if k[0] == 0 and seen["running_at"] <= ts <= burst_end]
+    hot = [
+        (k, done_at[k] - ts)
+        for k, ts in produced_at.items()
+        if k[0] == 0 and seen["running_at"] <= ts <= burst_end
+    ]
     late = sorted((lat, k) for k, lat in hot if lat > SLA_S)
     everyone = [done_at[k] - ts for k, ts in produced_at.items()]
-    print(f"latency while busy: {len(hot)} records, max {max(lat for _, lat in hot):.1f} s, over {SLA_S} s: "
-          f"{len(late)}; whole run within: {sum(1 for x in everyone if x <= SLA_S) / len(everyone):.4f}")
+    print(
+        f"latency while busy: {len(hot)} records, max {max(lat for _, lat in hot):.1f} s, over {SLA_S} s: "
+        f"{len(late)}; whole run within: {sum(1 for x in everyone if x <= SLA_S) / len(everyone):.4f}"
+    )
     assert len(hot) > HOT * 60 and not late, late[-10:]

@@ -14,6 +14,7 @@ drain held more slots than the first, that the last drain handed partition 0 bac
 and that the delivery ledger is exact: every produced offset exactly once (lost 0, duplicated 0),
 whichever path processed it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -37,11 +38,16 @@ SLA_S = 240  # as tests/real/test_busy_drain.py (a cold start-up took 110 s at l
 
 
 def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_more_slots(
-        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     # no splitFactor cap (12 = maxTasks): a new drain may hold more slots than the first (with the
     # scenario's splitFactor 4 a partition's drain holds at most 4: no roll-over can bring more)
-    s = scenario({0: 1000, 1: 100, 2: 100}, live={0: 0, 1: 0, 2: 0}, sla_s=SLA_S,
-                 drain={"busy": True, "splitFactor": 12, "maxTasks": 12})
+    s = scenario(
+        {0: 1000, 1: 100, 2: 100},
+        live={0: 0, 1: 0, 2: 0},
+        sla_s=SLA_S,
+        drain={"busy": True, "splitFactor": 12, "maxTasks": 12},
+    )
     rate = {0: FIRST}
     stop = threading.Event()
 
@@ -81,23 +87,45 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
-        wait_until(lambda: (lambda d: d.get("busy") is True and d.get("phase") == "Running"
-                            and int(d.get("round") or 0) >= 1)(watch()),
-                   "drain 1 running busy with a next split taken", 600, interval=1)
+        wait_until(
+            lambda: (
+                lambda d: (
+                    d.get("busy") is True and d.get("phase") == "Running" and int(d.get("round") or 0) >= 1
+                )
+            )(watch()),
+            "drain 1 running busy with a next split taken",
+            600,
+            interval=1,
+        )
         first = min(seen["ids"])
         print("onset:", seen)
         rate[0] = GROWN  # the burst grows beyond the slots drain 1 holds
-        wait_until(lambda: (lambda d: d.get("id") != first and d.get("phase") == "Running")(watch()),
-                   "drain 1 ended (a roll-over) and a new drain running", 900, interval=1)
-        wait_until(lambda: watch() is not None and seen["rounds"].get(max(seen["ids"]), 0) >= 1,
-                   "the new drain takes a next split of the grown burst", 600, interval=1)
+        wait_until(
+            lambda: (lambda d: d.get("id") != first and d.get("phase") == "Running")(watch()),
+            "drain 1 ended (a roll-over) and a new drain running",
+            900,
+            interval=1,
+        )
+        wait_until(
+            lambda: watch() is not None and seen["rounds"].get(max(seen["ids"]), 0) >= 1,
+            "the new drain takes a next split of the grown burst",
+            600,
+            interval=1,
+        )
     finally:
         print("burst:", seen, "errors:", s.live_errors[-3:], "produced:", s.produced)
     rate[0] = AFTER  # the burst ends
     try:
-        wait_until(lambda: (lambda d: d.get("phase") in ("Verified", "Failed", "Cancelled")
-                            and d.get("id") == max(seen["ids"]))(watch()), "the last drain to end", 900,
-                   interval=1)
+        wait_until(
+            lambda: (
+                lambda d: (
+                    d.get("phase") in ("Verified", "Failed", "Cancelled") and d.get("id") == max(seen["ids"])
+                )
+            )(watch()),
+            "the last drain to end",
+            900,
+            interval=1,
+        )
         d = s.drain()
         assert d["phase"] == "Verified", d
         time.sleep(10)  # the trickle goes on after the hand-back: the group alone takes it
@@ -105,8 +133,16 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
         stop.set()
         feeder.join(30)
     s.wait_caught_up(600)
-    print("drains:", sorted(seen["ids"]), "slots:", seen["slots"], "reasons:", seen["reasons_of"],
-          "roll-over:", seen["messages"].get("RollingOver"))
+    print(
+        "drains:",
+        sorted(seen["ids"]),
+        "slots:",
+        seen["slots"],
+        "reasons:",
+        seen["reasons_of"],
+        "roll-over:",
+        seen["messages"].get("RollingOver"),
+    )
 
     # the roll-over fired: its event (durable), with a message naming the slots held and needed and
     # the rate, and the same reason in status.drain (seen unless a poll missed the seconds between
@@ -117,24 +153,36 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
     message = rolled[0]
     assert "rolling over" in message and f"its {seen['slots'][first]} slots" in message, message
     assert "records/s" in message and "the next drain is planned with" in message, message
-    print("status reason seen:", "RollingOver" in seen["reasons_of"][first],
-          seen["messages"].get("RollingOver"))
+    print(
+        "status reason seen:", "RollingOver" in seen["reasons_of"][first], seen["messages"].get("RollingOver")
+    )
     assert seen["messages"].get("RollingOver") in (None, message), seen["messages"]
     for i, why in end_reasons(every).items():
         seen["reasons_of"].setdefault(i, set()).update(why)
     # then: a chain of roll-overs each to more slots, the last drain handed the partition back
     ids = sorted(seen["ids"])
     assert len(ids) >= 2 and not roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]), (
-        roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]), seen)
+        roll_over_problems(seen["ids"], seen["slots"], seen["reasons_of"]),
+        seen,
+    )
     assert seen["slots"][ids[1]] > seen["slots"][first], seen["slots"]
     assert "HandingBack" in seen["reasons_of"][ids[-1]], seen
 
     # the ledger: every produced offset exactly once, whichever path processed it
     led = s.ledger(postgres_dsn)
-    rows, runs, expected, lost, duplicated, outside = led.rows, led.runs, led.expected, led.lost, led.duplicated, led.outside
+    rows, runs, expected, lost, duplicated, outside = (
+        led.rows,
+        led.runs,
+        led.expected,
+        led.lost,
+        led.duplicated,
+        led.outside,
+    )
     drained = sum(1 for p, _, src, _ in rows if src == "drain" and p == 0)
-    print(f"roll-over: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, lost {lost}, "
-          f"duplicated {duplicated} {runs[:5]}, drained on p0 {drained}")
+    print(
+        f"roll-over: produced {len(expected)} (p0 {s.produced.get(0)}), rows {len(rows)}, lost {lost}, "
+        f"duplicated {duplicated} {runs[:5]}, drained on p0 {drained}"
+    )
     assert (lost, duplicated, outside) == (0, 0, 0), led.missing[:20]
     assert drained > 0
     # handed back: the records produced after the last drain ended are the group's

@@ -12,6 +12,7 @@ recovery that timed out is not counted in `recovered`; the exactly-once table is
 index (a key would hide duplicates), and with the negative-control handler
 (`--eos-handler bench.chaos.handler:process_at_least_once`, docs/chaos.md) the same run reports
 duplicated = 100 (one batch replayed after the crash hook)."""
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ and through a real `helm install` whose Deployment's pod the test-side pod runne
 only their own test namespace (`watchNamespaces`); the plain applies above use replicas 0, since an
 operator watching every namespace of the shared test cluster would act on other tests' objects.
 """
+
 from __future__ import annotations
 
 import copy
@@ -66,8 +67,9 @@ def _without_live_operator(objects: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def _can_i(kube: KubeEnv, who: str, verb: str, resource: str, namespace: str | None,
-           subresource: str | None = None) -> bool:
+def _can_i(
+    kube: KubeEnv, who: str, verb: str, resource: str, namespace: str | None, subresource: str | None = None
+) -> bool:
     args = ["auth", "can-i", verb, resource, f"--as={who}"]
     if namespace:
         args += ["-n", namespace]
@@ -84,52 +86,84 @@ LEASES = "leases.coordination.k8s.io"
 # docs/rbac.md's tables
 OPERATOR_ALLOWED = [
     *[(v, CRD, None) for v in ("list", "watch", "patch")],
-    ("patch", CRD, "status"), ("get", CRD, "status"),  # get: the resourceVersion-guarded status.drain writes
+    ("patch", CRD, "status"),
+    ("get", CRD, "status"),  # get: the resourceVersion-guarded status.drain writes
     ("update", CRD, "finalizers"),
-    ("get", "deployments.apps", None), ("create", "deployments.apps", None), ("patch", "deployments.apps", None),
+    ("get", "deployments.apps", None),
+    ("create", "deployments.apps", None),
+    ("patch", "deployments.apps", None),
     # the watch-fed Deployment cache (list, watch); the warm drain runtime's Deployment deleted when turned off
-    ("list", "deployments.apps", None), ("watch", "deployments.apps", None), ("delete", "deployments.apps", None),
+    ("list", "deployments.apps", None),
+    ("watch", "deployments.apps", None),
+    ("delete", "deployments.apps", None),
     *[(v, "jobs.batch", None) for v in ("get", "create", "delete")],
     ("list", "pods", None),
     ("create", "events", None),
     # get + create: the Kafka Secret read; the per-CR key Secrets made (warm runtime C1, hand-off M8)
-    ("get", "secrets", None), ("create", "secrets", None),
+    ("get", "secrets", None),
+    ("create", "secrets", None),
     ("list", "replicasets.apps", None),  # the warm runtime's pod taken only when owned by its Deployment
-    ("get", "networkpolicies.networking.k8s.io", None), ("create", "networkpolicies.networking.k8s.io", None),
+    ("get", "networkpolicies.networking.k8s.io", None),
+    ("create", "networkpolicies.networking.k8s.io", None),
     # the controller's memory ConfigMap <cr>-lagpilot-state, server-side applied (docs/operator.md "Memory")
     *[(v, "configmaps", None) for v in ("get", "create", "patch")],
 ]
 # ... and denied there: everything docs/rbac.md says is not needed, and the usual escalation paths
 OPERATOR_DENIED = [
-    ("list", "secrets", None), ("watch", "secrets", None), ("update", "secrets", None), ("delete", "secrets", None),
-    ("delete", "networkpolicies.networking.k8s.io", None), ("patch", "networkpolicies.networking.k8s.io", None),
-    ("get", CRD, None), ("delete", CRD, None), ("create", CRD, None), ("update", CRD, None),
+    ("list", "secrets", None),
+    ("watch", "secrets", None),
+    ("update", "secrets", None),
+    ("delete", "secrets", None),
+    ("delete", "networkpolicies.networking.k8s.io", None),
+    ("patch", "networkpolicies.networking.k8s.io", None),
+    ("get", CRD, None),
+    ("delete", CRD, None),
+    ("create", CRD, None),
+    ("update", CRD, None),
     ("update", CRD, "status"),
     ("update", "deployments.apps", None),
     ("patch", "deployments.apps", "scale"),
-    ("list", "jobs.batch", None), ("patch", "jobs.batch", None),
-    ("get", "pods", None), ("create", "pods", None), ("delete", "pods", None), ("create", "pods", "exec"),
-    ("patch", "events", None), ("create", "events.events.k8s.io", None),
-    ("list", "configmaps", None), ("delete", "configmaps", None),
-    ("create", "roles.rbac.authorization.k8s.io", None), ("create", "rolebindings.rbac.authorization.k8s.io", None),
-    ("create", "serviceaccounts", None), ("create", "serviceaccounts", "token"),
+    ("list", "jobs.batch", None),
+    ("patch", "jobs.batch", None),
+    ("get", "pods", None),
+    ("create", "pods", None),
+    ("delete", "pods", None),
+    ("create", "pods", "exec"),
+    ("patch", "events", None),
+    ("create", "events.events.k8s.io", None),
+    ("list", "configmaps", None),
+    ("delete", "configmaps", None),
+    ("create", "roles.rbac.authorization.k8s.io", None),
+    ("create", "rolebindings.rbac.authorization.k8s.io", None),
+    ("create", "serviceaccounts", None),
+    ("create", "serviceaccounts", "token"),
 ]
 # H4: what Spark's client-mode driver calls with the operator's Spark conf (docs/rbac.md): executor pods
 # created, read and labelled inactive; no delete, no services, no ConfigMaps
 DRAIN_ALLOWED = [(v, "pods", None) for v in ("get", "list", "watch", "create", "patch")]
 DRAIN_DENIED = [
-    ("delete", "pods", None), ("deletecollection", "pods", None),
-    ("get", "services", None), ("create", "services", None), ("delete", "services", None),
+    ("delete", "pods", None),
+    ("deletecollection", "pods", None),
+    ("get", "services", None),
+    ("create", "services", None),
+    ("delete", "services", None),
     ("deletecollection", "services", None),
-    ("get", "configmaps", None), ("create", "configmaps", None), ("delete", "configmaps", None),
-    ("get", "secrets", None), ("create", "jobs.batch", None), ("create", "deployments.apps", None),
-    ("get", CRD, None), ("create", "persistentvolumeclaims", None), ("create", "pods", "exec"),
+    ("get", "configmaps", None),
+    ("create", "configmaps", None),
+    ("delete", "configmaps", None),
+    ("get", "secrets", None),
+    ("create", "jobs.batch", None),
+    ("create", "deployments.apps", None),
+    ("get", CRD, None),
+    ("create", "persistentvolumeclaims", None),
+    ("create", "pods", "exec"),
     ("create", "roles.rbac.authorization.k8s.io", None),
 ]
 
 
-def _check(kube: KubeEnv, who: str, namespace: str | None, rows: list[tuple[str, str, str | None]],
-           expected: bool) -> list[str]:
+def _check(
+    kube: KubeEnv, who: str, namespace: str | None, rows: list[tuple[str, str, str | None]], expected: bool
+) -> list[str]:
     wrong = []
     for verb, resource, sub in rows:
         if _can_i(kube, who, verb, resource, namespace, sub) != expected:
@@ -142,8 +176,9 @@ def _sa(namespace: str, name: str) -> str:
 
 
 @pytest.mark.parametrize("mode", ["all-namespaces", "watch-namespaces"])
-def test_rendered_chart_passes_server_side_dry_run(kube: KubeEnv, helm_bin: Any, release: str,
-                                                   namespace: Callable[..., str], mode: str) -> None:
+def test_rendered_chart_passes_server_side_dry_run(
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str], mode: str
+) -> None:
     rel_ns, team = namespace("lp-sys"), namespace("lp-team")
     values: dict[str, Any] = {"watchNamespaces": [team]} if mode == "watch-namespaces" else {}
     rendered = _render(helm_bin, release, rel_ns, values)
@@ -155,18 +190,31 @@ def test_rendered_chart_passes_server_side_dry_run(kube: KubeEnv, helm_bin: Any,
     assert kube.kubectl("get", "deployment", "-n", rel_ns, "-o", "name").stdout.strip() == ""
 
 
-def test_helm_install_dry_run_on_the_server_prints_next_commands(kube: KubeEnv, helm_bin: Any, release: str,
-                                                                 namespace: Callable[..., str]) -> None:
+def test_helm_install_dry_run_on_the_server_prints_next_commands(
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     rel_ns = namespace("lp-sys")
-    proc = h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-n", rel_ns, "--dry-run=server",
-                             "--kubeconfig", str(kube.kubeconfig)])
+    proc = h.run_helm(
+        helm_bin,
+        [
+            "install",
+            release,
+            str(h.CHART_DIR),
+            "-n",
+            rel_ns,
+            "--dry-run=server",
+            "--kubeconfig",
+            str(kube.kubeconfig),
+        ],
+    )
     assert "NOTES:" in proc.stdout
     assert f"kubectl -n {rel_ns} rollout status deployment/{release}-lagpilot" in proc.stdout
     assert "kubectl get bcg -A -w" in proc.stdout
 
 
 def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     rel_ns, team, other = namespace("lp-sys"), namespace("lp-team"), namespace("lp-other")
     rendered = _render(helm_bin, release, rel_ns, {"watchNamespaces": [team]})
     h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
@@ -177,65 +225,121 @@ def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
     wait_until(lambda: _can_i(kube, operator, "patch", "deployments.apps", team), "the operator's Role", 60)
     wait_until(lambda: _can_i(kube, drain, "create", "pods", team), "the drain driver's Role", 60)
 
-    wrong = (_check(kube, operator, team, OPERATOR_ALLOWED, True)
-             + _check(kube, operator, team, OPERATOR_DENIED, False)
-             # a namespace it does not serve: nothing at all
-             + _check(kube, operator, other, OPERATOR_ALLOWED, False)
-             + _check(kube, operator, rel_ns, [("patch", "deployments.apps", None), ("get", "secrets", None)], False)
-             # cluster-wide: nothing (kopf's scans are off unless rbac.clusterScanning)
-             + _check(kube, operator, None, [("list", "customresourcedefinitions.apiextensions.k8s.io", None),
-                                             ("list", "namespaces", None), ("create", "namespaces", None),
-                                             ("list", "nodes", None),
-                                             ("create", "clusterroles.rbac.authorization.k8s.io", None),
-                                             ("patch", "customresourcedefinitions.apiextensions.k8s.io", None)],
-                      False)
-             + _check(kube, drain, team, DRAIN_ALLOWED, True)
-             + _check(kube, drain, team, DRAIN_DENIED, False)
-             + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False)
-             # leader election: the Lease in each watched namespace (get/update only by its name)
-             + _check(kube, operator, team, [("create", LEASES, None)], True)
-             + _check(kube, operator, team, [("list", LEASES, None), ("delete", LEASES, None)], False)
-             + _check(kube, operator, other, [("create", LEASES, None)], False))
+    wrong = (
+        _check(kube, operator, team, OPERATOR_ALLOWED, True)
+        + _check(kube, operator, team, OPERATOR_DENIED, False)
+        # a namespace it does not serve: nothing at all
+        + _check(kube, operator, other, OPERATOR_ALLOWED, False)
+        + _check(
+            kube, operator, rel_ns, [("patch", "deployments.apps", None), ("get", "secrets", None)], False
+        )
+        # cluster-wide: nothing (kopf's scans are off unless rbac.clusterScanning)
+        + _check(
+            kube,
+            operator,
+            None,
+            [
+                ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
+                ("list", "namespaces", None),
+                ("create", "namespaces", None),
+                ("list", "nodes", None),
+                ("create", "clusterroles.rbac.authorization.k8s.io", None),
+                ("patch", "customresourcedefinitions.apiextensions.k8s.io", None),
+            ],
+            False,
+        )
+        + _check(kube, drain, team, DRAIN_ALLOWED, True)
+        + _check(kube, drain, team, DRAIN_DENIED, False)
+        + _check(kube, drain, other, [("create", "pods", None), ("list", "pods", None)], False)
+        # leader election: the Lease in each watched namespace (get/update only by its name)
+        + _check(kube, operator, team, [("create", LEASES, None)], True)
+        + _check(kube, operator, team, [("list", LEASES, None), ("delete", LEASES, None)], False)
+        + _check(kube, operator, other, [("create", LEASES, None)], False)
+    )
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
 
 
 def test_cluster_scanning_grants_only_read_only_cluster_scans(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     rel_ns, team = namespace("lp-sys"), namespace("lp-team")
-    rendered = _render(helm_bin, release, rel_ns, {"watchNamespaces": [team],
-                                                   "rbac": {"create": True, "clusterScanning": True}})
+    rendered = _render(
+        helm_bin,
+        release,
+        rel_ns,
+        {"watchNamespaces": [team], "rbac": {"create": True, "clusterScanning": True}},
+    )
     h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
     operator = _sa(rel_ns, f"{release}-lagpilot")
     crds = "customresourcedefinitions.apiextensions.k8s.io"
     wait_until(lambda: _can_i(kube, operator, "list", crds, None), "the scanning ClusterRole", 60)
-    wrong = (_check(kube, operator, None, [("list", crds, None), ("watch", crds, None),
-                                           ("list", "namespaces", None), ("watch", "namespaces", None)], True)
-             + _check(kube, operator, None, [("get", crds, None), ("patch", crds, None), ("create", "namespaces", None),
-                                             ("get", "namespaces", None), ("list", "nodes", None)], False))
+    wrong = _check(
+        kube,
+        operator,
+        None,
+        [
+            ("list", crds, None),
+            ("watch", crds, None),
+            ("list", "namespaces", None),
+            ("watch", "namespaces", None),
+        ],
+        True,
+    ) + _check(
+        kube,
+        operator,
+        None,
+        [
+            ("get", crds, None),
+            ("patch", crds, None),
+            ("create", "namespaces", None),
+            ("get", "namespaces", None),
+            ("list", "nodes", None),
+        ],
+        False,
+    )
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
 
 
 def test_all_namespaces_install_serves_every_namespace_but_nothing_more(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     rel_ns, anywhere = namespace("lp-sys"), namespace("lp-any")
     rendered = _render(helm_bin, release, rel_ns, {})
     h.kubectl_apply(kube.part, _without_live_operator(rendered.objects))
     operator = _sa(rel_ns, f"{release}-lagpilot")
-    wait_until(lambda: _can_i(kube, operator, "patch", "deployments.apps", anywhere), "the operator's ClusterRole",
-               60)
-    wrong = (_check(kube, operator, anywhere, OPERATOR_ALLOWED, True)
-             + _check(kube, operator, anywhere, OPERATOR_DENIED, False)
-             + _check(kube, operator, None, [("list", "namespaces", None), ("create", "namespaces", None),
-                                             ("list", "nodes", None)], False)
-             # leader election: the Lease in the release namespace only
-             + _check(kube, operator, rel_ns, [("create", LEASES, None)], True)
-             + _check(kube, operator, anywhere, [("create", LEASES, None)], False))
+    wait_until(
+        lambda: _can_i(kube, operator, "patch", "deployments.apps", anywhere),
+        "the operator's ClusterRole",
+        60,
+    )
+    wrong = (
+        _check(kube, operator, anywhere, OPERATOR_ALLOWED, True)
+        + _check(kube, operator, anywhere, OPERATOR_DENIED, False)
+        + _check(
+            kube,
+            operator,
+            None,
+            [("list", "namespaces", None), ("create", "namespaces", None), ("list", "nodes", None)],
+            False,
+        )
+        # leader election: the Lease in the release namespace only
+        + _check(kube, operator, rel_ns, [("create", LEASES, None)], True)
+        + _check(kube, operator, anywhere, [("create", LEASES, None)], False)
+    )
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
     # the drain ServiceAccount exists in the release namespace only (drain.namespaces default)
-    sas = kube.kubectl("get", "serviceaccounts", "-A", "-o", "json",
-                       "-l", f"app.kubernetes.io/component=drain,app.kubernetes.io/instance={release}").stdout
+    sas = kube.kubectl(
+        "get",
+        "serviceaccounts",
+        "-A",
+        "-o",
+        "json",
+        "-l",
+        f"app.kubernetes.io/component=drain,app.kubernetes.io/instance={release}",
+    ).stdout
     assert {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in json.loads(sas)["items"]} == {
-        (rel_ns, f"{release}-lagpilot-drain")}
+        (rel_ns, f"{release}-lagpilot-drain")
+    }
 
 
 def _example_bcg() -> list[dict[str, Any]]:
@@ -245,14 +349,19 @@ def _example_bcg() -> list[dict[str, Any]]:
 
 
 def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]) -> None:
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     """The helper the operator e2e uses: a real token for the chart's ServiceAccount, and real
     API calls with it (not only `can-i`): status writes work, anything else is Forbidden."""
     rel_ns, team, other = namespace("lp-sys"), namespace("lp-team"), namespace("lp-other")
-    crd = [o for o in _render(helm_bin, release, rel_ns, {}).objects if o["kind"] == "CustomResourceDefinition"]
+    crd = [
+        o for o in _render(helm_bin, release, rel_ns, {}).objects if o["kind"] == "CustomResourceDefinition"
+    ]
     h.kubectl_apply(kube.part, crd)
     kube.kubectl("wait", "--for=condition=Established", f"crd/{CRD}", "--timeout=60s")
-    sa_kubeconfig = h.operator_kubeconfig(kube.part, {"watchNamespaces": [team]}, release=release, namespace=rel_ns)
+    sa_kubeconfig = h.operator_kubeconfig(
+        kube.part, {"watchNamespaces": [team]}, release=release, namespace=rel_ns
+    )
     for obj in _example_bcg():
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(obj))
     name = next(d for d in _example_bcg() if d["kind"] == "BatchConsumerGroup")["metadata"]["name"]
@@ -260,7 +369,11 @@ def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
     def as_operator(*args: str) -> Any:
         return kube.kubectl(*args, kubeconfig=sa_kubeconfig, check=False)
 
-    wait_until(lambda: name in as_operator("get", "bcg", "-n", team, "-o", "name").stdout, "RBAC for the operator SA", 60)
+    wait_until(
+        lambda: name in as_operator("get", "bcg", "-n", team, "-o", "name").stdout,
+        "RBAC for the operator SA",
+        60,
+    )
     # the status write exactly as the operator issues it (kubeapi.patch_status: a bare PATCH; kubectl
     # patch would GET first, which the operator never does and is not granted)
     from kubernetes import client, config
@@ -268,20 +381,31 @@ def test_operator_kubeconfig_acts_with_the_charts_permissions_only(
     api = config.new_client_from_config(config_file=str(sa_kubeconfig))
     try:
         client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-            "lagpilot.io", "v1alpha1", team, "batchconsumergroups", name, {"status": {"observedGeneration": 1}})
+            "lagpilot.io",
+            "v1alpha1",
+            team,
+            "batchconsumergroups",
+            name,
+            {"status": {"observedGeneration": 1}},
+        )
         with pytest.raises(client.ApiException) as denied:
             client.CustomObjectsApi(api).delete_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", team, "batchconsumergroups", name)
+                "lagpilot.io", "v1alpha1", team, "batchconsumergroups", name
+            )
         assert denied.value.status == 403
     finally:
         api.close()
     status = json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout)["status"]
     assert status["observedGeneration"] == 1
     assert as_operator("get", "secret", "orders-pg", "-n", team).returncode == 0
-    for forbidden in (("delete", "bcg", name, "-n", team), ("get", "bcg", name, "-n", team),
-                      ("get", "secrets", "-n", team),
-                      ("get", "bcg", "-n", other), ("get", "configmaps", "-n", team),
-                      ("create", "namespace", f"{release}-nope")):
+    for forbidden in (
+        ("delete", "bcg", name, "-n", team),
+        ("get", "bcg", name, "-n", team),
+        ("get", "secrets", "-n", team),
+        ("get", "bcg", "-n", other),
+        ("get", "configmaps", "-n", team),
+        ("create", "namespace", f"{release}-nope"),
+    ):
         proc = as_operator(*forbidden)
         assert proc.returncode != 0 and "forbidden" in proc.stderr.lower(), (forbidden, proc.stderr)
     whoami = json.loads(as_operator("auth", "whoami", "-o", "json").stdout)
@@ -296,8 +420,14 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_operator_reconciles_with_only_the_charts_service_account(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str], kafka_bootstrap: str,
-        new_topic: Callable[..., str], tmp_path: Any) -> None:
+    kube: KubeEnv,
+    helm_bin: Any,
+    release: str,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path: Any,
+) -> None:
     """The operator, started with the chart's own command line and environment and authenticated as
     the chart's ServiceAccount, reconciles a CR: creates the consumer Deployment, writes status, posts
     no 403 anywhere in its log. Proves the chart's RBAC sufficient for the control loop."""
@@ -309,42 +439,79 @@ def test_operator_reconciles_with_only_the_charts_service_account(
     sa_kubeconfig = h.operator_kubeconfig(kube.part, values, release=release, namespace=rel_ns)
     # the authorizer caches RBAC: start the operator only once its grants are visible, so that a 403
     # in its log below means a missing verb, not a race
-    wait_until(lambda: kube.kubectl("get", "bcg", "-n", team, kubeconfig=sa_kubeconfig, check=False).returncode == 0
-               and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "create", "deployments.apps", team),
-               "the chart's RBAC to take effect", 60)
+    wait_until(
+        lambda: (
+            kube.kubectl("get", "bcg", "-n", team, kubeconfig=sa_kubeconfig, check=False).returncode == 0
+            and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "create", "deployments.apps", team)
+        ),
+        "the chart's RBAC to take effect",
+        60,
+    )
 
     # the chart's container, run as a local process: same args (liveness moved to a free loopback
     # port), same environment (fieldRefs resolved by hand), metrics off (port clashes between tests)
     (container,) = rendered.get("Deployment", f"{release}-lagpilot")["spec"]["template"]["spec"]["containers"]
     health = _free_port()
-    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{health}/healthz"
-            for a in container["args"]]
+    args = [
+        a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{health}/healthz"
+        for a in container["args"]
+    ]
     assert container["command"] == ["lagpilot", "operator"] and f"--namespace={team}" in args
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
     env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
-    env.update({"LAGPILOT_OPERATOR_NAMESPACE": rel_ns, "LAGPILOT_POD_NAME": "chart-test",
-                "LAGPILOT_OPERATOR_METRICS_PORT": "0", "KUBECONFIG": str(sa_kubeconfig),
-                # the checkout's source dirs first: this tree's operator, not the venv's editable install
-                "PYTHONPATH": checkout_pythonpath(h.REPO_ROOT), "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
-                "LAGPILOT_MAX_BACKOFF_SECONDS": "15"})
+    env.update(
+        {
+            "LAGPILOT_OPERATOR_NAMESPACE": rel_ns,
+            "LAGPILOT_POD_NAME": "chart-test",
+            "LAGPILOT_OPERATOR_METRICS_PORT": "0",
+            "KUBECONFIG": str(sa_kubeconfig),
+            # the checkout's source dirs first: this tree's operator, not the venv's editable install
+            "PYTHONPATH": checkout_pythonpath(h.REPO_ROOT),
+            "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+            "LAGPILOT_MAX_BACKOFF_SECONDS": "15",
+        }
+    )
     log_path = tmp_path / "operator.log"
     topic = new_topic(partitions=2)
     name = "chart-rbac"
-    bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
-           "spec": {"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
-                    "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
-                    "catchUpSLASeconds": 60}}
+    bcg = {
+        "apiVersion": "lagpilot.io/v1alpha1",
+        "kind": "BatchConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": kafka_bootstrap},
+            "topic": topic,
+            "groupId": f"{topic}-g",
+            "processing": {"sink": "log"},
+            "scaling": {"minReplicas": 1, "maxReplicas": 2},
+            "catchUpSLASeconds": 60,
+        },
+    }
     with open(log_path, "ab") as log_fh:
         # -X faulthandler: on a stall the test sends SIGABRT and the log gets every thread's stack
-        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "lagpilot.cli",
-                                 *container["command"][1:], *args],
-                                env=env, stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-m", "lagpilot.cli", *container["command"][1:], *args],
+            env=env,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        wait_until(lambda: proc.poll() is None and http_ok(f"http://127.0.0.1:{health}/healthz"),
-                   "the operator's liveness endpoint", 120)
+        wait_until(
+            lambda: proc.poll() is None and http_ok(f"http://127.0.0.1:{health}/healthz"),
+            "the operator's liveness endpoint",
+            120,
+        )
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
-        dep = wait_until(lambda: kube.kubectl("get", "deployment", f"{name}-consumer", "-n", team, "-o", "json",
-                                              check=False).stdout, "the consumer Deployment", 180)
+        dep = wait_until(
+            lambda: (
+                kube.kubectl(
+                    "get", "deployment", f"{name}-consumer", "-n", team, "-o", "json", check=False
+                ).stdout
+            ),
+            "the consumer Deployment",
+            180,
+        )
         owner = json.loads(dep)["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["controller"]) == ("BatchConsumerGroup", name, True)
 
@@ -354,16 +521,26 @@ def test_operator_reconciles_with_only_the_charts_service_account(
 
         try:
             # proc.poll(): an operator that died (e.g. SIGSEGV, exit -11) fails at once, not as a stall
-            st = wait_until(lambda: {"operatorExitCode": proc.returncode} if proc.poll() is not None
-                            else status().get("conditions") and status(), "status written by the operator", 180)
+            st = wait_until(
+                lambda: (
+                    {"operatorExitCode": proc.returncode}
+                    if proc.poll() is not None
+                    else status().get("conditions") and status()
+                ),
+                "status written by the operator",
+                180,
+            )
         except AssertionError as exc:
             died = proc.poll()
             if died is None:
                 proc.send_signal(signal.SIGABRT)  # dump the stuck operator's stacks into its log
                 proc.wait(30)
-            raise AssertionError(f"{exc}; operator exit code before SIGABRT: {died}; "
-                                 f"CR status now: {json.dumps(status())}") from None
-        assert "operatorExitCode" not in st, f"the operator died (exit code {proc.returncode}) before writing status"
+            raise AssertionError(
+                f"{exc}; operator exit code before SIGABRT: {died}; CR status now: {json.dumps(status())}"
+            ) from None
+        assert "operatorExitCode" not in st, (
+            f"the operator died (exit code {proc.returncode}) before writing status"
+        )
         assert st.get("partitions") in (None, 2)
         # deleting works while it runs (kopf removes its finalizer: the patch verb)
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
@@ -387,48 +564,93 @@ def test_operator_reconciles_with_only_the_charts_service_account(
 
 @pytest.mark.slow
 def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
-        kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str], pod_runner: Any,
-        kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Any) -> None:
+    kube: KubeEnv,
+    helm_bin: Any,
+    release: str,
+    namespace: Callable[..., str],
+    pod_runner: Any,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    tmp_path: Any,
+) -> None:
     """A real `helm install`: the controller-manager turns the chart's Deployment into a Pod, the pod
     runner runs its container (`lagpilot operator ...` with the chart's env and a token of the
     chart's ServiceAccount), and that operator reconciles a CR end to end; `helm uninstall` removes
     the operator again (and its cluster-scoped RBAC)."""
     rel_ns, team = namespace("lp-sys"), namespace("lp-team")
-    values = {"watchNamespaces": [team],
-              # one network namespace for every local pod: no fixed ports
-              "health": {"port": _free_port()}, "metrics": {"enabled": True, "port": _free_port()},
-              "operator": {"extraEnv": [{"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"},
-                                        {"name": "LAGPILOT_POD_START_SECONDS", "value": "3"}]}}
+    values = {
+        "watchNamespaces": [team],
+        # one network namespace for every local pod: no fixed ports
+        "health": {"port": _free_port()},
+        "metrics": {"enabled": True, "port": _free_port()},
+        "operator": {
+            "extraEnv": [
+                {"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"},
+                {"name": "LAGPILOT_POD_START_SECONDS", "value": "3"},
+            ]
+        },
+    }
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
-    out = h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args]).stdout
+    out = h.run_helm(
+        helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args]
+    ).stdout
     assert "STATUS: deployed" in out and "NOTES:" in out
     full = f"{release}-lagpilot"
     name = "via-helm"
     try:
+
         def operator_pod() -> dict[str, Any] | None:
-            pods = json.loads(kube.kubectl("get", "pods", "-n", rel_ns, "-o", "json",
-                                           "-l", f"app.kubernetes.io/instance={release}").stdout)["items"]
-            ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
-                                            for c in p.get("status", {}).get("conditions", []))]
+            pods = json.loads(
+                kube.kubectl(
+                    "get", "pods", "-n", rel_ns, "-o", "json", "-l", f"app.kubernetes.io/instance={release}"
+                ).stdout
+            )["items"]
+            ready = [
+                p
+                for p in pods
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in p.get("status", {}).get("conditions", [])
+                )
+            ]
             return ready[0] if ready else None
 
         pod = wait_until(operator_pod, "the operator pod Ready (kopf /healthz through the pod runner)", 180)
         assert pod["spec"]["serviceAccountName"] == full
         topic = new_topic(partitions=2)
-        bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
-               "spec": {"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
-                        "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
-                        "catchUpSLASeconds": 60}}
+        bcg = {
+            "apiVersion": "lagpilot.io/v1alpha1",
+            "kind": "BatchConsumerGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "kafka": {"bootstrapServers": kafka_bootstrap},
+                "topic": topic,
+                "groupId": f"{topic}-g",
+                "processing": {"sink": "log"},
+                "scaling": {"minReplicas": 1, "maxReplicas": 2},
+                "catchUpSLASeconds": 60,
+            },
+        }
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
 
         def cr_status() -> dict[str, Any]:
-            return json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status") or {}
+            return (
+                json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status")
+                or {}
+            )
 
-        wait_until(lambda: kube.kubectl("get", "deployment", f"{name}-consumer", "-n", team, check=False).returncode == 0,
-                   "the consumer Deployment created by the helm-installed operator", 180)
-        st = wait_until(lambda: cr_status().get("conditions") and cr_status(), "status from that operator", 180)
+        wait_until(
+            lambda: (
+                kube.kubectl("get", "deployment", f"{name}-consumer", "-n", team, check=False).returncode == 0
+            ),
+            "the consumer Deployment created by the helm-installed operator",
+            180,
+        )
+        st = wait_until(
+            lambda: cr_status().get("conditions") and cr_status(), "status from that operator", 180
+        )
         assert st.get("observedGeneration") == 1
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
         log_path = pod_runner.log_path(rel_ns, pod["metadata"]["name"])
@@ -443,8 +665,9 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
     assert kube.kubectl("get", "clusterrole", f"{full}-scanning", check=False).returncode != 0
 
 
-def test_dashboard_configmap_passes_server_side_dry_run(kube: KubeEnv, helm_bin: Any, release: str,
-                                                        namespace: Callable[..., str]) -> None:
+def test_dashboard_configmap_passes_server_side_dry_run(
+    kube: KubeEnv, helm_bin: Any, release: str, namespace: Callable[..., str]
+) -> None:
     """The Grafana dashboard ConfigMap (grafanaDashboard.enabled) is accepted by the API server.
     The PrometheusRule and PodMonitor need prometheus-operator's CRDs, which the local cluster does
     not have: their rules are checked by promtool and on a real Prometheus (test_prometheus.py)."""
@@ -464,7 +687,8 @@ def any_helm(request: pytest.FixtureRequest) -> Any:
 
 @pytest.mark.slow
 def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
-        kube: KubeEnv, any_helm: Any, namespace: Callable[..., str], pod_runner: Any, tmp_path: Any) -> None:
+    kube: KubeEnv, any_helm: Any, namespace: Callable[..., str], pod_runner: Any, tmp_path: Any
+) -> None:
     """Issue 28 item 5, under Helm 3 and Helm 4: lagpilot as a subchart of a parent chart whose
     `global` values reach it (helm/helm#10392: the strict schema used to reject them), a real
     `helm install`, `helm test` (the hook pod fetches the operator's /metrics and checks
@@ -477,20 +701,30 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
     metrics_port = _free_port()
     parent = tmp_path / "platform"
     (parent / "charts").mkdir(parents=True)
-    (parent / "Chart.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v2", "name": "platform", "version": "1.0.0",
-        "dependencies": [{"name": "lagpilot", "version": "0.1.0"}]}))
+    (parent / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [{"name": "lagpilot", "version": "0.1.0"}],
+            }
+        )
+    )
     shutil.copytree(h.CHART_DIR, parent / "charts" / "lagpilot")
     values = {
         "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
         "lagpilot": {
-            "watchNamespaces": [team], "health": {"port": _free_port()},
+            "watchNamespaces": [team],
+            "health": {"port": _free_port()},
             "metrics": {"enabled": True, "port": metrics_port},
             # the pod runner gives every local pod one network namespace and no Service DNS: the test
             # pod reaches the operator on loopback; a cluster uses the Service URL (the default)
             "helmTest": {"url": f"http://127.0.0.1:{metrics_port}/metrics", "attempts": 20},
             # this checkout's operator (the pod runner's interpreter is the venv's, editable at /work/main)
-            "operator": {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]}}}
+            "operator": {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]},
+        },
+    }
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
@@ -500,17 +734,39 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
     # Helm 3 skips an existing CRD. The CRD is the session's here: --skip-crds (docs/helm.md)
     crd_args = ["--skip-crds"] if version.startswith("v4.") else []
     full = f"{release}-lagpilot"
-    out = h.run_helm(any_helm, ["install", release, str(parent), "-f", str(values_file), *crd_args, *helm_args],
-                     timeout=300).stdout
+    out = h.run_helm(
+        any_helm,
+        ["install", release, str(parent), "-f", str(values_file), *crd_args, *helm_args],
+        timeout=300,
+    ).stdout
     assert "STATUS: deployed" in out, out
     try:
+
         def ready_operator() -> dict[str, Any] | None:
-            pods = json.loads(kube.kubectl("get", "pods", "-n", rel_ns, "-o", "json", "-l",
-                                           f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
-                                           ).stdout)["items"]
-            return next((p for p in pods if p["metadata"].get("deletionTimestamp") is None and any(
-                c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))),
-                None)
+            pods = json.loads(
+                kube.kubectl(
+                    "get",
+                    "pods",
+                    "-n",
+                    rel_ns,
+                    "-o",
+                    "json",
+                    "-l",
+                    f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
+                ).stdout
+            )["items"]
+            return next(
+                (
+                    p
+                    for p in pods
+                    if p["metadata"].get("deletionTimestamp") is None
+                    and any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in p.get("status", {}).get("conditions", [])
+                    )
+                ),
+                None,
+            )
 
         def hook_log() -> str:
             # `helm test --logs` reads logs through a kubelet, which the pod runner is not: its log file
@@ -524,9 +780,24 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
         assert "ok: http://127.0.0.1" in hook_log() and "lagpilot_operator_leader 1" in hook_log()
 
         # upgrade (a changed value rolls the operator; leader election hands the Lease over)
-        up = h.run_helm(any_helm, ["upgrade", release, str(parent), "-f", str(values_file), *crd_args,
-                                   "--set", "lagpilot.operator.logLevel=DEBUG", "--wait", "--timeout", "240s",
-                                   *helm_args], timeout=300).stdout
+        up = h.run_helm(
+            any_helm,
+            [
+                "upgrade",
+                release,
+                str(parent),
+                "-f",
+                str(values_file),
+                *crd_args,
+                "--set",
+                "lagpilot.operator.logLevel=DEBUG",
+                "--wait",
+                "--timeout",
+                "240s",
+                *helm_args,
+            ],
+            timeout=300,
+        ).stdout
         assert "has been upgraded" in up and "REVISION: 2" in up, up
         dep = json.loads(kube.kubectl("get", "deployment", full, "-n", rel_ns, "-o", "json").stdout)
         env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -537,9 +808,23 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
 
         # the hook can fail: no operator, no metrics
         kube.kubectl("scale", "deployment", full, "-n", rel_ns, "--replicas=0")
-        wait_until(lambda: kube.kubectl("get", "pods", "-n", rel_ns, "-o", "name", "-l",
-                                        f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
-                                        ).stdout.strip() == "", "the operator pods gone", 120)
+        wait_until(
+            lambda: (
+                kube.kubectl(
+                    "get",
+                    "pods",
+                    "-n",
+                    rel_ns,
+                    "-o",
+                    "name",
+                    "-l",
+                    f"app.kubernetes.io/instance={release},app.kubernetes.io/component=operator",
+                ).stdout.strip()
+                == ""
+            ),
+            "the operator pods gone",
+            120,
+        )
         with pytest.raises(h.HelmError) as failed:
             h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240)
         print(failed.value.output, hook_log())

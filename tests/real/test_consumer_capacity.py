@@ -9,6 +9,7 @@ since the worker's previous batch, median), so it counts everything a saturated 
 poll, the batch's assembly and the commit as well as the handler. The busy-time capacity in the
 committed metadata (`lp1;cap=`) must be within 15 % of it. No assertion on how long anything takes.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,26 +34,38 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 RECORDS, MAX = 1200, 50
 
 
-def test_committed_capacity_matches_the_ledgers_full_batch_throughput(kafka_bootstrap, postgres_dsn,
-                                                                      new_topic, consumers):  # noqa: F811
+def test_committed_capacity_matches_the_ledgers_full_batch_throughput(
+    kafka_bootstrap, postgres_dsn, new_topic, consumers
+):  # noqa: F811
     topic = new_topic(partitions=1)
     group, table, ledger = f"g-{uid()}", f"cap_{uid()}", f"cap_ledger_{uid()}"
     produce(kafka_bootstrap, topic, [json.dumps({"n": i}).encode() for i in range(RECORDS)], partition=0)
-    env = {**base_env(kafka_bootstrap, topic, group, postgres_dsn, table),
-           "LAGPILOT_HANDLER": "lagpilot_dev.demo_handler:process",
-           "LAGPILOT_HANDLER_CONFIG": json.dumps({"recordDelayMs": "18", "batchDelayMs": "50",
-                                                  "postgres.table": table, "ledgerTable": ledger}),
-           "DEMO_POSTGRES_DSN": postgres_dsn,
-           "LAGPILOT_BATCH_MAX_RECORDS": str(MAX), "LAGPILOT_BATCH_TIMEOUT_MS": "1000"}
+    env = {
+        **base_env(kafka_bootstrap, topic, group, postgres_dsn, table),
+        "LAGPILOT_HANDLER": "lagpilot_dev.demo_handler:process",
+        "LAGPILOT_HANDLER_CONFIG": json.dumps(
+            {"recordDelayMs": "18", "batchDelayMs": "50", "postgres.table": table, "ledgerTable": ledger}
+        ),
+        "DEMO_POSTGRES_DSN": postgres_dsn,
+        "LAGPILOT_BATCH_MAX_RECORDS": str(MAX),
+        "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
+    }
     c = consumers("capacity-0", env)
-    wait_until(lambda: committed(kafka_bootstrap, group, topic, 1).get(0) == RECORDS, 600,
-               f"all {RECORDS} committed\n{c.tail()}", interval=1.0)
+    wait_until(
+        lambda: committed(kafka_bootstrap, group, topic, 1).get(0) == RECORDS,
+        600,
+        f"all {RECORDS} committed\n{c.tail()}",
+        interval=1.0,
+    )
     meta = committed_with_metadata(kafka_bootstrap, group, topic, 1)[0][1]
     assert meta.startswith("lp1;cap="), meta
     reported = float(meta.split("cap=")[1].split(";")[0])
 
-    rows = sql(postgres_dsn, f'SELECT worker, extract(epoch FROM delivered_at), count(*) FROM "{ledger}" '
-                             f"GROUP BY worker, delivered_at ORDER BY delivered_at")
+    rows = sql(
+        postgres_dsn,
+        f'SELECT worker, extract(epoch FROM delivered_at), count(*) FROM "{ledger}" '
+        f"GROUP BY worker, delivered_at ORDER BY delivered_at",
+    )
     batches = [demo_measure.Batch(worker=w, source="consumer", t=float(t), n=int(n)) for w, t, n in rows]
     # the precondition: the consumer was saturated (full batches from a backlog), each delivered once
     assert sum(b.n for b in batches) == RECORDS

@@ -1,4 +1,5 @@
 """The built-in postgres sink on the real PostgreSQL: idempotent insert, upsert keeps the newest, both write paths."""
+
 from __future__ import annotations
 
 import logging
@@ -40,9 +41,12 @@ def test_insert_is_idempotent_and_creates_its_table(env, method):
     c = ctx(**{"postgres.table": table, "postgres.method": method})
     pg.process(records, c)
     pg.process(records[100:250], c)  # a replay after a crash
-    got = rows(env, f'SELECT count(*), count(DISTINCT (topic, partition, "offset")), min(timestamp_ms), max(timestamp_ms) FROM "{table}"')
+    got = rows(
+        env,
+        f'SELECT count(*), count(DISTINCT (topic, partition, "offset")), min(timestamp_ms), max(timestamp_ms) FROM "{table}"',
+    )
     assert got == [(300, 300, 1000, 1299)]
-    (value, headers), = rows(env, f'SELECT value, headers FROM "{table}" WHERE "offset" = 7')
+    ((value, headers),) = rows(env, f'SELECT value, headers FROM "{table}" WHERE "offset" = 7')
     assert bytes(value) == b"v7" and headers == [["h", "\\xff"]]
 
 
@@ -70,8 +74,12 @@ def test_concurrent_writers_create_the_table_once(env):
         try:
             with psycopg.connect(env, autocommit=True) as conn:
                 pg.ensure_table(conn, table, "insert")
-                pg.write_rows(conn, table, "insert", pg.rows_for(
-                    [Record("t", part, i, None, b"x", [], None) for i in range(200)], "insert"))
+                pg.write_rows(
+                    conn,
+                    table,
+                    "insert",
+                    pg.rows_for([Record("t", part, i, None, b"x", [], None) for i in range(200)], "insert"),
+                )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -85,6 +93,7 @@ def test_concurrent_writers_create_the_table_once(env):
 
 
 # ---- M5 (issue 23): newest-wins across partitions, topic incarnations --------------------------
+
 
 def _values(dsn: str, table: str) -> dict[bytes, bytes]:
     return {bytes(k): bytes(v) for k, v in rows(dsn, f'SELECT key, value FROM "{table}"')}
@@ -128,8 +137,13 @@ def test_insert_keeps_the_records_of_a_recreated_topic(env, kafka_bootstrap, kaf
 
     def create() -> str:
         kafka_admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=60)
-        return wait_until(lambda: str(kafka_admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=10).topic_id),
-                          f"{topic} described", 60)
+        return wait_until(
+            lambda: str(
+                kafka_admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=10).topic_id
+            ),
+            f"{topic} described",
+            60,
+        )
 
     first_id = create()
     table = f"sink_inc_{uuid.uuid4().hex[:8]}"
@@ -138,7 +152,9 @@ def test_insert_keeps_the_records_of_a_recreated_topic(env, kafka_bootstrap, kaf
         pg.process([Record(topic, 0, i, None, b"first-%d" % i, [], 1_000 + i) for i in range(3)], c)
         kafka_admin.delete_topics([topic])[topic].result(timeout=60)
         wait_until(lambda: topic not in kafka_admin.list_topics(timeout=10).topics, f"{topic} deleted", 60)
-        second_id = wait_until(lambda: (lambda i: i if i != first_id else None)(create()), "the topic re-created", 90)
+        second_id = wait_until(
+            lambda: (lambda i: i if i != first_id else None)(create()), "the topic re-created", 90
+        )
         assert second_id != first_id  # the fault is real: a new incarnation
         pg.process([Record(topic, 0, i, None, b"second-%d" % i, [], 5_000 + i) for i in range(3)], c)
         got = sorted(bytes(v) for (v,) in rows(env, f'SELECT value FROM "{table}"'))
@@ -160,13 +176,21 @@ def test_a_claim_fences_every_earlier_writer_of_the_range(env):
 
     table = f"sink_fence_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(env, autocommit=True) as conn:  # the progress table as an earlier version made it
-        conn.execute(f"CREATE TABLE {pg.progress_table(table)} (scope text NOT NULL, topic text NOT NULL, "
-                     "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL "
-                     "DEFAULT now(), PRIMARY KEY (scope, topic, partition))")
+        conn.execute(
+            f"CREATE TABLE {pg.progress_table(table)} (scope text NOT NULL, topic text NOT NULL, "
+            "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL "
+            "DEFAULT now(), PRIMARY KEY (scope, topic, partition))"
+        )
 
     def drain_ctx(epoch, offsets=None):
-        c = BatchContext(config={"postgres.table": table, "postgres.key": "none"}, logger=logging.getLogger("t"),
-                         source="drain", group_id="g", drain_id="1", sub_range=(0, 0, 0, 1000))
+        c = BatchContext(
+            config={"postgres.table": table, "postgres.key": "none"},
+            logger=logging.getLogger("t"),
+            source="drain",
+            group_id="g",
+            drain_id="1",
+            sub_range=(0, 0, 0, 1000),
+        )
         c.epoch, c.offsets = epoch, offsets
         return c
 
@@ -187,6 +211,13 @@ def test_a_claim_fences_every_earlier_writer_of_the_range(env):
     assert rows(env, f'SELECT count(*), count(DISTINCT "offset") FROM {table}') == [(200, 200)]
     assert pg.progress("t", [0], drain_ctx(None)) == {0: 200}
     # the consumer (no claim) writes as before, under its own scope
-    pg.process(recs(200, 210), BatchContext(config={"postgres.table": table, "postgres.key": "none"},
-                                            logger=logging.getLogger("t"), group_id="g", offsets={("t", 0): 210}))
+    pg.process(
+        recs(200, 210),
+        BatchContext(
+            config={"postgres.table": table, "postgres.key": "none"},
+            logger=logging.getLogger("t"),
+            group_id="g",
+            offsets={("t", 0): 210},
+        ),
+    )
     assert rows(env, f"SELECT count(*) FROM {table}") == [(210,)]

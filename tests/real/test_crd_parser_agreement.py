@@ -6,6 +6,7 @@ stored) and strict field validation; the parser (`lagpilot.spec.parse_spec`) is 
 API server returns, i.e. with the CRD's defaults applied, exactly what the operator would see.
 Property: admitted ⇔ parsed, and a rejection names, on both sides, a common field.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,17 +29,24 @@ def dry_run_create(custom: Any, namespace: str, spec: dict[str, Any]) -> tuple[d
     """(the object the API server would store, "") or (None, the error message with its causes)."""
     from kubernetes.client.exceptions import ApiException
 
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "BatchConsumerGroup",
-            "metadata": {"name": "agreement"}, "spec": spec}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "BatchConsumerGroup",
+        "metadata": {"name": "agreement"},
+        "spec": spec,
+    }
     try:
-        return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All",
-                                                      field_validation="Strict"), ""
+        return custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, body, dry_run="All", field_validation="Strict"
+        ), ""
     except ApiException as exc:
         if exc.status not in (400, 422):
             raise
         status = json.loads(exc.body)
-        causes = " ".join(f"{c.get('field', '')}: {c.get('message', '')}"
-                          for c in (status.get("details") or {}).get("causes") or [])
+        causes = " ".join(
+            f"{c.get('field', '')}: {c.get('message', '')}"
+            for c in (status.get("details") or {}).get("causes") or []
+        )
         return None, f"{status.get('message', '')} {causes}"
 
 
@@ -57,9 +65,16 @@ def _parser_paths(spec: dict[str, Any]) -> list[str] | None:
     return None
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(valid_specs())
 def test_generated_valid_specs_are_admitted_and_parsed(custom, ns, spec):  # noqa: F811
     stored, err = dry_run_create(custom, ns, spec)
@@ -70,15 +85,21 @@ def test_generated_valid_specs_are_admitted_and_parsed(custom, ns, spec):  # noq
 def test_api_server_and_parser_agree(custom, ns):  # noqa: F811
     verdicts = {"admitted": 0, "rejected": 0}
 
-    @settings(max_examples=100, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=100,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     @given(any_specs())
     def agree(spec: dict[str, Any]) -> None:
         stored, err = dry_run_create(custom, ns, spec)
         if stored is not None:
             verdicts["admitted"] += 1
             paths = _parser_paths(stored["spec"])
-            assert paths is None, f"admitted by the API server, rejected by the parser at {paths}: {stored['spec']}"
+            assert paths is None, (
+                f"admitted by the API server, rejected by the parser at {paths}: {stored['spec']}"
+            )
             return
         verdicts["rejected"] += 1
         paths = _parser_paths(spec)
@@ -91,15 +112,30 @@ def test_api_server_and_parser_agree(custom, ns):  # noqa: F811
     assert verdicts["admitted"] >= 10 and verdicts["rejected"] >= 10, verdicts
 
 
-@pytest.mark.parametrize("spec", [
-    {"topic": "t" * 245}, {"topic": "t" * 249, "failure": {"policy": "exit"}},
-    {"scaling": {"tolerance": 1}}, {"catchUpSLASeconds": 15},
-    {"processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg"},
-                                                     "table": "ledger.settled_payments"}}},
-], ids=["topic-245", "topic-249-exit", "tolerance-1", "sla-equals-default-poll", "schema-table"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"topic": "t" * 245},
+        {"topic": "t" * 249, "failure": {"policy": "exit"}},
+        {"scaling": {"tolerance": 1}},
+        {"catchUpSLASeconds": 15},
+        {
+            "processing": {
+                "sink": "postgres",
+                "postgres": {"dsnSecretRef": {"name": "pg"}, "table": "ledger.settled_payments"},
+            }
+        },
+    ],
+    ids=["topic-245", "topic-249-exit", "tolerance-1", "sla-equals-default-poll", "schema-table"],
+)
 def test_boundary_specs_are_admitted_and_parsed(custom, ns, spec):  # noqa: F811
-    full = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
-            "processing": {"sink": "log"}, **spec}
+    full = {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "orders",
+        "groupId": "g",
+        "processing": {"sink": "log"},
+        **spec,
+    }
     stored, err = dry_run_create(custom, ns, full)
     assert stored is not None, err
     parse_spec(stored["spec"])
@@ -111,8 +147,12 @@ def test_strategy_is_not_vacuous() -> None:
 
     seen = {"ok": 0, "bad": 0}
 
-    @settings(max_examples=60, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     @given(st.one_of(valid_specs(), mutated_specs().map(lambda t: t[0])))
     def count(spec: dict[str, Any]) -> None:
         seen["ok" if _parser_paths(spec) is None else "bad"] += 1

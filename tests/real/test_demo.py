@@ -8,6 +8,7 @@ operator, a drain that really processed records through the same handler, the li
 0 replicas during a non-quiescing hand-off, the trace it replayed and the simulator's view of it,
 the plot, and that it cleaned up after itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,10 @@ def test_demo_on_the_real_node(tmp_path: Path) -> None:
     assert {(True, "operator"), (False, "consumer"), (False, "drain")} <= containers, containers
     assert "CONTAINER_RUNNING" in proc.stdout and "ps -a" in proc.stdout  # the runtime's listing, printed
     assert "$ helm install" in proc.stdout
-    print(f"demo --node: {node['pods_started']} pods, {len(node['containers'])} containers; latency "
-          f"{summary['latency']}; drains {[(d.get('pause_seconds'), d.get('start_up_seconds')) for d in summary['drains']]}")
+    print(
+        f"demo --node: {node['pods_started']} pods, {len(node['containers'])} containers; latency "
+        f"{summary['latency']}; drains {[(d.get('pause_seconds'), d.get('start_up_seconds')) for d in summary['drains']]}"
+    )
 
 
 def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.CompletedProcess[str]]:
@@ -58,10 +61,17 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
     argv = [str(exe), "demo", "--profile", "fast", "--plain", "--out", str(out), "--namespace", ns, *extra]
     started = time.monotonic()
     # generous: a cold cache installs the parts first (the Kubernetes build alone takes 20-30 min)
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2300, check=False,  # noqa: S603
-                          env=dict(os.environ))
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=2300,
+        check=False,  # noqa: S603
+        env=dict(os.environ),
+    )
     wall = time.monotonic() - started
-    tail = (proc.stdout[-6000:] + "\n--- stderr ---\n" + proc.stderr[-3000:])
+    tail = proc.stdout[-6000:] + "\n--- stderr ---\n" + proc.stderr[-3000:]
     assert proc.returncode == 0, f"demo exited {proc.returncode} after {wall:.0f}s:\n{tail}"
 
     summary = json.loads((out / "summary.json").read_text())
@@ -86,10 +96,16 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
     assert summary["processed_by"].get("consumer", 0) > 0, summary["processed_by"]
     assert summary["peak_lag"] > 0 and summary["catch_up_seconds"] is not None
     for d in summary["drains"]:
-        assert d["ranges"] and all(r["start"] is not None and r["split"] > r["start"] for r in d["ranges"]), d  # the summary names the end "split"
+        assert d["ranges"] and all(r["start"] is not None and r["split"] > r["start"] for r in d["ranges"]), (
+            d
+        )  # the summary names the end "split"
         # the consumers hand off without stopping: the group keeps replicas through the hand-off
         # (only the Quiesce fallback, for a group with no live consumer, may empty it)
-        if d.get("hand_off_path") and d["hand_off_path"] != "Quiesce" and d.get("min_replicas_during_hand_off") is not None:
+        if (
+            d.get("hand_off_path")
+            and d["hand_off_path"] != "Quiesce"
+            and d.get("min_replicas_during_hand_off") is not None
+        ):
             assert d["min_replicas_during_hand_off"] >= 1, d
     # the trace it replayed (one row a second) adds up to what it produced, and the calibrated
     # simulator's baselines and prediction are in the summary
@@ -99,8 +115,12 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
     assert summary["sim_params"]["capacity"] and summary["sim_params"]["capacity"] > 0, summary["sim_params"]
     assert set(summary["baselines"]) == {"static", "keda"}, summary.get("baselines")
     assert summary["baselines"]["static"]["within_sla_fraction"] <= 0.8, summary["baselines"]
-    assert set(summary["sim_to_real"]["comparison"]) == {"within_sla_fraction", "p99_latency_s", "replica_minutes",
-                                                         "drain_task_minutes"}
+    assert set(summary["sim_to_real"]["comparison"]) == {
+        "within_sla_fraction",
+        "p99_latency_s",
+        "replica_minutes",
+        "drain_task_minutes",
+    }
     # the outputs it printed
     png = Path(summary["paths"]["plot"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -109,18 +129,48 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
     for stage in range(1, 8):
         assert f"[{stage}/7]" in proc.stdout
     assert "waiting for:" in proc.stdout
-    keys = ("produced", "peak_lag", "catch_up_seconds", "replica_minutes", "drain_task_minutes", "latency",
-            "max_pause_seconds", "baselines", "sim_to_real", "operator_restarts")
-    print(f"demo (fast profile) wall time {wall:.0f}s; summary {json.dumps({k: summary.get(k) for k in keys})}")
+    keys = (
+        "produced",
+        "peak_lag",
+        "catch_up_seconds",
+        "replica_minutes",
+        "drain_task_minutes",
+        "latency",
+        "max_pause_seconds",
+        "baselines",
+        "sim_to_real",
+        "operator_restarts",
+    )
+    print(
+        f"demo (fast profile) wall time {wall:.0f}s; summary {json.dumps({k: summary.get(k) for k in keys})}"
+    )
 
     # it cleaned up: its namespace is gone or going, its operator is not running
-    kubectl = Path(os.environ.get("LAGPILOT_CACHE") or Path.home() / ".cache" / "lagpilot") / "kube" / "bin" / "kubectl"
+    kubectl = (
+        Path(os.environ.get("LAGPILOT_CACHE") or Path.home() / ".cache" / "lagpilot")
+        / "kube"
+        / "bin"
+        / "kubectl"
+    )
     from lagpilot_dev.stack import Stack
 
     info = Stack().status(["kube"])
     if info.kubeconfig:  # the stack may have been stopped with the demo's lease: nothing is left then
-        got = subprocess.run([str(kubectl), f"--kubeconfig={info.kubeconfig}", "get", "namespace", ns,  # noqa: S603
-                              "-o", "jsonpath={.status.phase}"], capture_output=True, text=True, timeout=60, check=False)
+        got = subprocess.run(
+            [
+                str(kubectl),
+                f"--kubeconfig={info.kubeconfig}",
+                "get",
+                "namespace",
+                ns,  # noqa: S603
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert got.returncode != 0 or got.stdout.strip() == "Terminating", got.stdout
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
     assert not [line for line in ps.stdout.splitlines() if f"operator --namespace {ns}" in line]

@@ -17,6 +17,7 @@ is measured; the largest count is held to the bound. The abnormal-true condition
 Stalled, DataLoss, ...) are listed only while True or Unknown: none is listed False (with them
 listed False, as before, this run's worst moment would have 30 lines more - Degraded, Stalled,
 DataLoss, DrainStalled and ScalingIneffective, 6 lines each: 257)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -47,7 +48,8 @@ def sections(text: str) -> dict[str, int]:
 
 
 def test_describe_of_a_busy_cr_with_a_drain_in_flight_stays_within_five_screens(
-        scenario: Any, crd: Any) -> None:  # noqa: F811 - fixtures
+    scenario: Any, crd: Any
+) -> None:  # noqa: F811 - fixtures
     import time
 
     from lagpilot.model.status import ABNORMAL_TRUE
@@ -70,16 +72,21 @@ def test_describe_of_a_busy_cr_with_a_drain_in_flight_stays_within_five_screens(
             if len(text.splitlines()) > len(worst.splitlines()):
                 worst = text
         st = s.status()
-        listed_false = [c["type"] for c in st.get("conditions") or [] if c["type"] in ABNORMAL_TRUE
-                        and c["status"] == "False"]
+        listed_false = [
+            c["type"]
+            for c in st.get("conditions") or []
+            if c["type"] in ABNORMAL_TRUE and c["status"] == "False"
+        ]
         assert not listed_false, listed_false
         if reconciled and int(d.get("round") or 0) >= 1 and not d.get("extension"):
             break  # a next split was appended: the drain at its busiest for this backlog
         time.sleep(1)
     lines = worst.splitlines()
     print(worst)
-    print(f"kubectl describe bcg: at most {len(lines)} lines over {seen} polls of the Running drain; "
-          f"per section {sections(worst)}")
+    print(
+        f"kubectl describe bcg: at most {len(lines)} lines over {seen} polls of the Running drain; "
+        f"per section {sections(worst)}"
+    )
     assert seen >= 1 and "Sub Ranges:" in worst  # measured in flight: its sub-ranges (the Spark tasks) listed
     assert "Type:                  Ready" in worst and "Phase:" in worst  # the status was described
     assert len(lines) <= BOUND, (len(lines), sections(worst))

@@ -7,6 +7,7 @@ planned offsets are delivered, each once (lost 0, duplicated 0, nothing outside 
 retried and the retry skips finished work. Retention deleting part of a range:
 tests/real/test_retention_drain.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,36 +41,58 @@ def produce(bootstrap: str, topic: str, per_partition: int, parts: int = PARTS) 
         for part in range(parts):
             while True:
                 try:
-                    p.produce(topic, key=f"k{i % 97}".encode(), value=json.dumps({"i": i, "p": part}).encode(), partition=part)
+                    p.produce(
+                        topic,
+                        key=f"k{i % 97}".encode(),
+                        value=json.dumps({"i": i, "p": part}).encode(),
+                        partition=part,
+                    )
                     break
                 except BufferError:
                     p.poll(0.1)
     assert p.flush(60) == 0
 
 
-def drain_env(bootstrap: str, topic: str, group: str, dsn: str, jars: list[str], table: str, **extra: str) -> dict[str, str]:
+def drain_env(
+    bootstrap: str, topic: str, group: str, dsn: str, jars: list[str], table: str, **extra: str
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-    env.update({
-        # the checkout's own source dirs first (a worktree sharing the venv must run its own code)
-        "PYTHONPATH": checkout_pythonpath(REPO),
-        "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
-        "LAGPILOT_TOPIC": topic,
-        "LAGPILOT_GROUP_ID": group,
-        "LAGPILOT_BATCH_MAX_RECORDS": "200",
-        "LAGPILOT_POSTGRES_DSN": dsn,
-        "LAGPILOT_POSTGRES_TABLE": table,
-        "LAGPILOT_SPARK_JARS": ",".join(jars),
-        "LAGPILOT_FAILURE_POLICY": "exit",
-    })
+    env.update(
+        {
+            # the checkout's own source dirs first (a worktree sharing the venv must run its own code)
+            "PYTHONPATH": checkout_pythonpath(REPO),
+            "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
+            "LAGPILOT_TOPIC": topic,
+            "LAGPILOT_GROUP_ID": group,
+            "LAGPILOT_BATCH_MAX_RECORDS": "200",
+            "LAGPILOT_POSTGRES_DSN": dsn,
+            "LAGPILOT_POSTGRES_TABLE": table,
+            "LAGPILOT_SPARK_JARS": ",".join(jars),
+            "LAGPILOT_FAILURE_POLICY": "exit",
+        }
+    )
     env.update(extra)
     return env
 
 
 def start_drain(plan: DrainPlan, env: dict[str, str], summary: Path, log: Path) -> subprocess.Popen[bytes]:
     fh = open(log, "ab")
-    return subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--plan", plan.to_json(),
-                             "--summary-file", str(summary)], env=env, stdout=fh, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lagpilot.cli",
+            "drain",
+            "--plan",
+            plan.to_json(),
+            "--summary-file",
+            str(summary),
+        ],
+        env=env,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def ledger(dsn: str, table: str, ranges: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -115,15 +138,24 @@ def expected(ranges: dict[int, tuple[int, int]]) -> set[tuple[int, int]]:
     return {(p, o) for p, (a, b) in ranges.items() for o in range(a, b)}
 
 
-def test_drain_processes_exactly_the_planned_ranges(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str],
-                                                    topic: str, tmp_path: Path) -> None:
+def test_drain_processes_exactly_the_planned_ranges(
+    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], topic: str, tmp_path: Path
+) -> None:
     ranges = {0: (500, 3500), 1: (0, 4000), 2: (1234, 2345)}  # partition 1 whole, others in the middle
     subs = split_ranges(ranges, 4, min_records_per_task=200)
     plan = DrainPlan("t1", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 8)).validate()
     assert len(subs) > PARTS  # more tasks than partitions: the point of the drain
     table = "dj_" + uuid.uuid4().hex[:8]
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table, LAGPILOT_SINK="ledger",
-                    LAGPILOT_LEDGER_TABLE=table)
+    env = drain_env(
+        kafka_bootstrap,
+        topic,
+        plan.group_id,
+        postgres_dsn,
+        spark_jars,
+        table,
+        LAGPILOT_SINK="ledger",
+        LAGPILOT_LEDGER_TABLE=table,
+    )
     proc = start_drain(plan, env, tmp_path / "summary.json", tmp_path / "drain.log")
     rc = proc.wait(timeout=900)
     assert rc == 0, (tmp_path / "drain.log").read_text()[-4000:]
@@ -145,20 +177,33 @@ def test_drain_processes_exactly_the_planned_ranges(kafka_bootstrap: str, postgr
     assert ledger(postgres_dsn, table, ranges)["duplicated"] == 0
 
 
-def test_driver_killed_midway_then_retry_skips_finished_work(kafka_bootstrap: str, postgres_dsn: str,
-                                                             spark_jars: list[str], topic: str, tmp_path: Path) -> None:
+def test_driver_killed_midway_then_retry_skips_finished_work(
+    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], topic: str, tmp_path: Path
+) -> None:
     ranges = {p: (0, PER_PARTITION) for p in range(PARTS)}
     subs = split_ranges(ranges, 4, min_records_per_task=200)
     plan = DrainPlan("t2", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 4)).validate()
     table = "dj_" + uuid.uuid4().hex[:8]
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
-                    LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table,
-                    LAGPILOT_HANDLER_CONFIG=json.dumps({"ledger.cost_ms": "1000"}))
+    env = drain_env(
+        kafka_bootstrap,
+        topic,
+        plan.group_id,
+        postgres_dsn,
+        spark_jars,
+        table,
+        LAGPILOT_SINK="ledger",
+        LAGPILOT_LEDGER_TABLE=table,
+        LAGPILOT_HANDLER_CONFIG=json.dumps({"ledger.cost_ms": "1000"}),
+    )
     proc = start_drain(plan, env, tmp_path / "s1.json", tmp_path / "d1.log")
     total = sum(b - a for a, b in ranges.values())
     try:
-        done = wait_for(lambda: (lambda n: n if n >= 1000 else 0)(sum(r for _, r in progress(kafka_bootstrap, plan).values())),
-                        "some progress before the kill")
+        done = wait_for(
+            lambda: (lambda n: n if n >= 1000 else 0)(
+                sum(r for _, r in progress(kafka_bootstrap, plan).values())
+            ),
+            "some progress before the kill",
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and the Python workers at once
         proc.wait(timeout=60)

@@ -23,6 +23,7 @@ The first three create the Job directly (no CR, no owner): quicker, and the faul
 last runs the whole hand-off through the operator with `LAGPILOT_DRAIN_SPARK_MASTER=k8s://...`
 (test_drain_operator's scenario and exact-once check) and requires Verified.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ def _executors(kube: KubeEnv, ns: str) -> list[dict[str, Any]]:
 
 
 def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
-            and not p["metadata"].get("deletionTimestamp")]
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
 
 
 def _pid(pod: dict[str, Any]) -> int:
@@ -90,9 +94,19 @@ def _job_done(kube: KubeEnv, ns: str, name: str) -> str | None:
     return None
 
 
-def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], new_topic: Callable[..., str],
-               kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], cost_ms: int,
-               during: Callable[[str, str], Any] | None = None, restricted: bool = False) -> dict[str, Any]:
+def _run_drain(
+    kube: KubeEnv,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    new_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+    cost_ms: int,
+    during: Callable[[str, str], Any] | None = None,
+    restricted: bool = False,
+) -> dict[str, Any]:
     from kubernetes import client
 
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
@@ -104,8 +118,13 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     ns = namespace("drk8s")
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
     if restricted:  # PodSecurity admission (in kube-apiserver) rejects every pod not meeting `restricted`
-        kube.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
-                     "pod-security.kubernetes.io/enforce-version=latest")
+        kube.kubectl(
+            "label",
+            "namespace",
+            ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        )
     core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
     # the chart's drain ServiceAccount + Role + RoleBinding for this namespace, as helm renders them
     # (lagpilot_dev.spark_k8s: shared with bench/drain.py --executors --k8s)
@@ -116,21 +135,39 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     ranges = {p: (0, PER_PARTITION) for p in range(PARTS)}
     subs = split_ranges(ranges, 2, min_records_per_task=200)  # 4 sub-ranges: 4 tasks
     table = "drk8s_" + uuid.uuid4().hex[:8]
-    spec = parse_spec({
-        "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS}, "topic": topic, "groupId": "g-" + uuid.uuid4().hex[:6],
-        "batch": {"maxRecords": 100},
-        "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
-                       "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)}},
-        "drain": {"splitFactor": 2, "maxTasks": 4},
-        # this checkout's runtime in the driver and (spark.executorEnv) the executors, not the venv's install
-        "template": {"env": [{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                             {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]},
-    })
-    drain = DrainStatus(id=1, phase=Phase.HANDED_OFF,
-                        ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),
-                        sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs))
-    settings = DrainSettings(spark_jars=",".join(spark_jars), spark_master=f"k8s://{kube.server}",
-                             service_account=sa, executor_cores=2, executor_memory="512m")
+    spec = parse_spec(
+        {
+            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+            "topic": topic,
+            "groupId": "g-" + uuid.uuid4().hex[:6],
+            "batch": {"maxRecords": 100},
+            "processing": {
+                "handler": "lagpilot_runtime.sinks.ledger:process",
+                "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)},
+            },
+            "drain": {"splitFactor": 2, "maxTasks": 4},
+            # this checkout's runtime in the driver and (spark.executorEnv) the executors, not the venv's install
+            "template": {
+                "env": [
+                    {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+                    {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                ]
+            },
+        }
+    )
+    drain = DrainStatus(
+        id=1,
+        phase=Phase.HANDED_OFF,
+        ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),
+        sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs),
+    )
+    settings = DrainSettings(
+        spark_jars=",".join(spark_jars),
+        spark_master=f"k8s://{kube.server}",
+        service_account=sa,
+        executor_cores=2,
+        executor_memory="512m",
+    )
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
     # ... and makes the CR's Spark RPC key as the operator would (act/spark_rpc_key.py; H4)
@@ -139,20 +176,30 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     core.create_namespaced_secret(ns, key)
     pod_spec = job["spec"]["template"]["spec"]
     assert pod_spec["serviceAccountName"] == sa and "automountServiceAccountToken" not in pod_spec
-    conf = json.loads(next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF"))
+    conf = json.loads(
+        next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF")
+    )
     assert conf["spark.executor.instances"] == "2"
     name = job["metadata"]["name"]
     batch.create_namespaced_job(ns, job)
 
     # two executor pods, created by the driver through the API server, owned by the driver pod
-    execs = wait_until(lambda: (lambda r: r if len(r) >= 2 else None)(_running(_executors(kube, ns))),
-                       "2 running executor pods", 240, 1.0)
-    driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", f"job-name={name}", "-o", "json").stdout)["items"][0]
+    execs = wait_until(
+        lambda: (lambda r: r if len(r) >= 2 else None)(_running(_executors(kube, ns))),
+        "2 running executor pods",
+        240,
+        1.0,
+    )
+    driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", f"job-name={name}", "-o", "json").stdout)[
+        "items"
+    ][0]
     assert driver["spec"]["serviceAccountName"] == sa
     for p in execs:
         owners = p["metadata"].get("ownerReferences") or []
         assert [(o["kind"], o["name"]) for o in owners] == [("Pod", driver["metadata"]["name"])], owners
-        assert p["spec"]["containers"][0].get("args") == ["executor"] and not p["spec"]["containers"][0].get("command")
+        assert p["spec"]["containers"][0].get("args") == ["executor"] and not p["spec"]["containers"][0].get(
+            "command"
+        )
     listing = kube.kubectl("get", "pods", "-n", ns, "-l", "spark-role=executor").stdout
     print(listing)
     extra = during(ns, table) if during else None
@@ -170,31 +217,58 @@ def _run_drain(kube: KubeEnv, kube_api: Any, pod_runner: Any, namespace: Callabl
     denied = [ln for ln in driver_log.splitlines() if any(d in ln for d in DENIED)]
     assert denied == [], denied[:5]
     # RPC authenticated and encrypted (spark.authenticate, spark.network.crypto.enabled)
-    conf_env = next(e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF")
+    conf_env = next(
+        e["value"] for e in pod_spec["containers"][0]["env"] if e["name"] == "LAGPILOT_SPARK_CONF"
+    )
     assert json.loads(conf_env)["spark.network.crypto.enabled"] == "true"
     kube.kubectl("delete", "job", "-n", ns, name, "--cascade=background", "--wait=false")
-    wait_until(lambda: _executors(kube, ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0)
-    return {"report": rep, "total": PER_PARTITION * PARTS, "subs": len(subs), "extra": extra, "driver_log": driver_log,
-            "executor_logs": [p.name for p in logs if "-exec-" in p.name]}
+    wait_until(
+        lambda: _executors(kube, ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0
+    )
+    return {
+        "report": rep,
+        "total": PER_PARTITION * PARTS,
+        "subs": len(subs),
+        "extra": extra,
+        "driver_log": driver_log,
+        "executor_logs": [p.name for p in logs if "-exec-" in p.name],
+    }
 
 
-def test_drain_on_k8s_in_a_namespace_enforcing_restricted(kube: KubeEnv, kube_api: Any, pod_runner: Any,
-                                                         namespace: Callable[..., str], new_topic: Callable[..., str],
-                                                         kafka_bootstrap: str, postgres_dsn: str,
-                                                         spark_jars: list[str]) -> None:
+def test_drain_on_k8s_in_a_namespace_enforcing_restricted(
+    kube: KubeEnv,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    new_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+) -> None:
     """H4 (issue 23): a namespace labelled pod-security.kubernetes.io/enforce=restricted admits the
     drain's driver (the Job's pod) and the executor pods Spark creates (their pod template), and the
     drain is exact."""
-    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
-                     cost_ms=0, restricted=True)
+    out = _run_drain(
+        kube,
+        kube_api,
+        pod_runner,
+        namespace,
+        new_topic,
+        kafka_bootstrap,
+        postgres_dsn,
+        spark_jars,
+        cost_ms=0,
+        restricted=True,
+    )
     rep = out["report"]
     print("restricted namespace: executors", out["executor_logs"], "ledger:", rep)
     assert len(out["executor_logs"]) >= 2
     assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
 
 
-def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, kube_api: Any,
-                                                                namespace: Callable[..., str]) -> None:
+def test_the_drain_account_may_create_only_executor_shaped_pods(
+    kube: KubeEnv, kube_api: Any, namespace: Callable[..., str]
+) -> None:
     """H4 (issue 23): RBAC cannot narrow pod create; the chart's ValidatingAdmissionPolicy (evaluated
     by kube-apiserver) lets the drain ServiceAccount create only executor-shaped pods. Server-side
     dry runs: admission runs, nothing is stored."""
@@ -208,38 +282,73 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
     csec = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
     def pod(**over: Any) -> dict[str, Any]:
-        spec = {"automountServiceAccountToken": False, "securityContext": sec,
-                "containers": [{"name": "spark-kubernetes-executor", "image": "lagpilot/consumer:dev",
-                                "args": ["executor"], "securityContext": csec,
-                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
-                "volumes": [{"name": "tmp", "emptyDir": {}}]}
-        meta = {"generateName": "exec-", "labels": {"spark-role": "executor"},
-                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": str(uuid.uuid4())}]}
+        spec = {
+            "automountServiceAccountToken": False,
+            "securityContext": sec,
+            "containers": [
+                {
+                    "name": "spark-kubernetes-executor",
+                    "image": "lagpilot/consumer:dev",
+                    "args": ["executor"],
+                    "securityContext": csec,
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                }
+            ],
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+        }
+        meta = {
+            "generateName": "exec-",
+            "labels": {"spark-role": "executor"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "driver", "uid": str(uuid.uuid4())}
+            ],
+        }
         for k, v in over.items():
             (meta if k in ("labels", "ownerReferences") else spec)[k] = v
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     def create(manifest: dict[str, Any], kubeconfig: Path | None = as_drain) -> Any:
-        return kube.kubectl("create", "--dry-run=server", "-n", ns, "-f", "-", check=False,
-                            input_text=json.dumps(manifest), kubeconfig=kubeconfig)
+        return kube.kubectl(
+            "create",
+            "--dry-run=server",
+            "-n",
+            ns,
+            "-f",
+            "-",
+            check=False,
+            input_text=json.dumps(manifest),
+            kubeconfig=kubeconfig,
+        )
 
     ok = create(pod())
     assert ok.returncode == 0, ok.stderr  # what Spark creates is admitted
     # a new ValidatingAdmissionPolicy and its binding take effect once kube-apiserver's policy informer
     # has them (eventually consistent; seen missing under parallel sessions): wait until one bad pod is refused
-    wait_until(lambda: "ValidatingAdmissionPolicy" in create(pod(hostNetwork=True)).stderr,
-               "the drain admission policy in force", 60, interval=1)
-    rpc_key = [{"name": "tmp", "emptyDir": {}},
-               {"name": "orders-drain-rpc-key-volume", "secret": {"secretName": "orders-drain-rpc-key"}}]
+    wait_until(
+        lambda: "ValidatingAdmissionPolicy" in create(pod(hostNetwork=True)).stderr,
+        "the drain admission policy in force",
+        60,
+        interval=1,
+    )
+    rpc_key = [
+        {"name": "tmp", "emptyDir": {}},
+        {"name": "orders-drain-rpc-key-volume", "secret": {"secretName": "orders-drain-rpc-key"}},
+    ]
     ok = create(pod(volumes=rpc_key))
     assert ok.returncode == 0, ok.stderr  # with the CR's Spark RPC key, as Spark mounts it (H4)
     denied = {
         "another ServiceAccount": pod(serviceAccountName="powerful"),
         "a token mounted": pod(automountServiceAccountToken=True),
         "not owned by a pod": pod(ownerReferences=[]),
-        "a Secret volume": pod(volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "x"}}]),
-        "a second Secret volume": pod(volumes=[*rpc_key, {"name": "a-drain-rpc-key-volume",
-                                                          "secret": {"secretName": "a-drain-rpc-key"}}]),
+        "a Secret volume": pod(
+            volumes=[{"name": "tmp", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "x"}}]
+        ),
+        "a second Secret volume": pod(
+            volumes=[
+                *rpc_key,
+                {"name": "a-drain-rpc-key-volume", "secret": {"secretName": "a-drain-rpc-key"}},
+            ]
+        ),
         "the host network": pod(hostNetwork=True),
     }
     for what, manifest in denied.items():
@@ -251,12 +360,20 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(kube: KubeEnv, k
     assert admin.returncode == 0, admin.stderr
 
 
-def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any, pod_runner: Any,
-                                                   namespace: Callable[..., str], new_topic: Callable[..., str],
-                                                   kafka_bootstrap: str, postgres_dsn: str,
-                                                   spark_jars: list[str]) -> None:
+def test_drain_on_k8s_survives_an_executor_sigkill(
+    kube: KubeEnv,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    new_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+) -> None:
     def kill_one(ns: str, table: str) -> dict[str, Any]:
-        wait_until(lambda: _ledger_rows(postgres_dsn, table) >= 200, "some deliveries before the kill", 240, 0.5)
+        wait_until(
+            lambda: _ledger_rows(postgres_dsn, table) >= 200, "some deliveries before the kill", 240, 0.5
+        )
         victim = _running(_executors(kube, ns))[0]
         pid, exec_id = _pid(victim), victim["metadata"]["labels"]["spark-exec-id"]
         before = _ledger_rows(postgres_dsn, table)
@@ -264,19 +381,46 @@ def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any,
         # the fault fired: that process is gone (reaped by the pod runner) and its pod is Failed
         wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"executor pid {pid} gone", 30, 0.2)
         pod = victim["metadata"]["name"]
-        wait_until(lambda: json.loads(kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json", check=False).stdout
-                                      or '{"status": {"phase": "Failed"}}')["status"].get("phase") == "Failed"
-                   or not _executors(kube, ns), f"{pod} Failed", 60, 0.5)
+        wait_until(
+            lambda: (
+                json.loads(
+                    kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json", check=False).stdout
+                    or '{"status": {"phase": "Failed"}}'
+                )["status"].get("phase")
+                == "Failed"
+                or not _executors(kube, ns)
+            ),
+            f"{pod} Failed",
+            60,
+            0.5,
+        )
         return {"pid": pid, "pod": pod, "exec_id": exec_id, "rows_at_kill": before, "at": time.time()}
 
-    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
-                     cost_ms=1500, during=kill_one)
+    out = _run_drain(
+        kube,
+        kube_api,
+        pod_runner,
+        namespace,
+        new_topic,
+        kafka_bootstrap,
+        postgres_dsn,
+        spark_jars,
+        cost_ms=1500,
+        during=kill_one,
+    )
     rep, killed = out["report"], out["extra"]
-    print("killed:", killed, "ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
+    print(
+        "killed:",
+        killed,
+        "ledger:",
+        {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")},
+    )
     assert killed["rows_at_kill"] < out["total"], "the drain finished before the kill: slow the sink down"
     # Spark saw it: the executor's running tasks failed with ExecutorLostFailure and were run again;
     # (Spark also asks the API server for a replacement pod; whether it starts before the end varies)
-    assert f"ExecutorLostFailure (executor {killed['exec_id']} exited" in out["driver_log"], out["driver_log"][-4000:]
+    assert f"ExecutorLostFailure (executor {killed['exec_id']} exited" in out["driver_log"], out[
+        "driver_log"
+    ][-4000:]
     print("executor pods that ran:", out["executor_logs"])
     assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
     # at-least-once across the kill: only the batches the killed executor's tasks had delivered but
@@ -285,23 +429,42 @@ def test_drain_on_k8s_survives_an_executor_sigkill(kube: KubeEnv, kube_api: Any,
     assert rep["duplicated"] <= 2 * 100, rep
 
 
-def test_drain_on_k8s_driver_lost_executors_garbage_collected(kube: KubeEnv, kube_api: Any, pod_runner: Any,
-                                                              namespace: Callable[..., str],
-                                                              new_topic: Callable[..., str], kafka_bootstrap: str,
-                                                              postgres_dsn: str, spark_jars: list[str]) -> None:
+def test_drain_on_k8s_driver_lost_executors_garbage_collected(
+    kube: KubeEnv,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    new_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+) -> None:
     """Failure cleanup through owner references: the driver is SIGKILLed (no shutdown hook, so Spark
     cannot delete its executors itself), the Job fails; deleting the Job (what the operator does on
     cancel/failure, or its TTL) removes the driver pod, and the garbage collector the executor pods."""
+
     def kill_driver(ns: str, table: str) -> dict[str, Any]:
         wait_until(lambda: _ledger_rows(postgres_dsn, table) >= 100, "some deliveries", 240, 0.5)
-        driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", "job-name", "-o", "json").stdout)["items"][0]
+        driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", "job-name", "-o", "json").stdout)[
+            "items"
+        ][0]
         pid = _pid(driver)
         os.killpg(pid, signal.SIGKILL)  # the driver and its JVM at once, like a lost node
         wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"driver pid {pid} gone", 30, 0.2)
         return {"stop": True, "pid": pid}
 
-    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
-                     cost_ms=1500, during=kill_driver)
+    out = _run_drain(
+        kube,
+        kube_api,
+        pod_runner,
+        namespace,
+        new_topic,
+        kafka_bootstrap,
+        postgres_dsn,
+        spark_jars,
+        cost_ms=1500,
+        during=kill_driver,
+    )
     ns, job = out["ns"], out["job"]
     assert wait_until(lambda: _job_done(kube, ns, job), "the Job to fail", 120, 1.0) == "Failed"
     left = _executors(kube, ns)
@@ -312,8 +475,9 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(kube: KubeEnv, kub
     print("executors left after the driver died:", [p["metadata"]["name"] for p in left], "-> all collected")
 
 
-def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], kube: KubeEnv, pod_runner: Any,
-                                               kafka_admin: Any, postgres_dsn: str) -> None:
+def test_operator_drain_on_k8s_reaches_verified(
+    scenario: Callable[..., Any], kube: KubeEnv, pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     """The same path chosen by the operator (LAGPILOT_DRAIN_SPARK_MASTER): the hand-off, a drain Job
     whose driver gets its executors from the API server, Verified, exact-once over both paths
     (the checks of test_drain_operator.finish_and_check)."""
@@ -323,8 +487,12 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
     from tests.real.test_drain_operator import PARTS as OP_PARTS
     from tests.real.test_drain_operator import finish_and_check
 
-    ops = {"LAGPILOT_DRAIN_SPARK_MASTER": f"k8s://{kube.server}", "LAGPILOT_DRAIN_SERVICE_ACCOUNT": "lagpilot-drain",
-           "LAGPILOT_DRAIN_EXECUTOR_CORES": "6", "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m"}
+    ops = {
+        "LAGPILOT_DRAIN_SPARK_MASTER": f"k8s://{kube.server}",
+        "LAGPILOT_DRAIN_SERVICE_ACCOUNT": "lagpilot-drain",
+        "LAGPILOT_DRAIN_EXECUTOR_CORES": "6",
+        "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m",
+    }
     s = scenario({p: 15000 for p in range(OP_PARTS)}, operator_env=ops)
     # the chart's drain ServiceAccount/Role in the CR's namespace (release "lagpilot": lagpilot-drain);
     # applied before the drain is planned (a pod of a missing ServiceAccount is refused, then retried)
@@ -351,16 +519,37 @@ def test_operator_drain_on_k8s_reaches_verified(scenario: Callable[..., Any], ku
     # H4: the executors end with their driver and are not deleted by it (the drain Role has no delete);
     # owned by the driver pod, they go with it when the drain Job goes (its TTL, or deleted here)
     wait_until(lambda: not _running(_executors(kube, s.ns)), "executor pods ended", 120, 1.0)
-    owners = {(r.get("kind"), bool(r.get("controller")))
-              for p in _executors(kube, s.ns) for r in p["metadata"].get("ownerReferences") or []}
+    owners = {
+        (r.get("kind"), bool(r.get("controller")))
+        for p in _executors(kube, s.ns)
+        for r in p["metadata"].get("ownerReferences") or []
+    }
     assert owners <= {("Pod", True)}, owners
-    kube.kubectl("delete", "jobs", "-n", s.ns, "-l", "app.kubernetes.io/name=lagpilot-drain",
-                 "--cascade=background", "--wait=false")
-    wait_until(lambda: _executors(kube, s.ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0)
-    driver_logs = [p for p in (pod_runner.workdir / "logs").glob(f"{s.ns}_*.log") if "-drain-" in p.name
-                   and "-exec-" not in p.name]
+    kube.kubectl(
+        "delete",
+        "jobs",
+        "-n",
+        s.ns,
+        "-l",
+        "app.kubernetes.io/name=lagpilot-drain",
+        "--cascade=background",
+        "--wait=false",
+    )
+    wait_until(
+        lambda: _executors(kube, s.ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0
+    )
+    driver_logs = [
+        p
+        for p in (pod_runner.workdir / "logs").glob(f"{s.ns}_*.log")
+        if "-drain-" in p.name and "-exec-" not in p.name
+    ]
     assert driver_logs
-    denied = [ln for p in driver_logs for ln in p.read_text(errors="replace").splitlines() if any(d in ln for d in DENIED)]
+    denied = [
+        ln
+        for p in driver_logs
+        for ln in p.read_text(errors="replace").splitlines()
+        if any(d in ln for d in DENIED)
+    ]
     assert denied == [], denied[:5]
 
 
@@ -372,8 +561,11 @@ def _intruder(pod: dict[str, Any], exec_id: str, secret: str) -> dict[str, Any]:
     spec.pop("nodeName", None)
     spec["restartPolicy"] = "Never"
     c = spec["containers"][0]
-    c["env"] = [({**e, "value": exec_id} if e["name"] == "SPARK_EXECUTOR_ID" else e)
-                for e in c.get("env") or [] if e["name"] != "SPARK_EXECUTOR_POD_NAME"]
+    c["env"] = [
+        ({**e, "value": exec_id} if e["name"] == "SPARK_EXECUTOR_ID" else e)
+        for e in c.get("env") or []
+        if e["name"] != "SPARK_EXECUTOR_POD_NAME"
+    ]
     swapped = 0
     for v in spec.get("volumes") or []:
         if (v.get("secret") or {}).get("secretName", "").endswith("-drain-rpc-key"):
@@ -383,11 +575,16 @@ def _intruder(pod: dict[str, Any], exec_id: str, secret: str) -> dict[str, Any]:
     return {"metadata": {"name": f"intruder-{exec_id}", "labels": {"test": "wrong-rpc-secret"}}, "spec": spec}
 
 
-def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(kube: KubeEnv, kube_api: Any, pod_runner: Any,
-                                                                       namespace: Callable[..., str],
-                                                                       new_topic: Callable[..., str],
-                                                                       kafka_bootstrap: str, postgres_dsn: str,
-                                                                       spark_jars: list[str]) -> None:
+def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
+    kube: KubeEnv,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    new_topic: Callable[..., str],
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+) -> None:
     """H4 (issue 23), the negative: spark.authenticate with the CR's key file means a client that
     presents another secret gets nothing from the driver. Mid-drain, a copy of a running executor's
     pod (same image, args, driver URL, app id: only its executor id and the Secret mounted at the RPC
@@ -408,6 +605,7 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(kube: Kube
         pod = _intruder(victim, "99", wrong["metadata"]["name"])
         core.create_namespaced_pod(ns, pod)
         name = pod["metadata"]["name"]
+
         # the fault fired: the intruder's process ran (a pid) and ended, Failed (no restart)
         def ended() -> dict[str, Any] | None:
             p = core.read_namespaced_pod(name, ns).to_dict()
@@ -417,24 +615,40 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(kube: Kube
         log = next((pod_runner.workdir / "logs").glob(f"{ns}_{name}_*.log")).read_text(errors="replace")
         return {"phase": got["status"]["phase"], "log": log, "rows_then": _ledger_rows(postgres_dsn, table)}
 
-    out = _run_drain(kube, kube_api, pod_runner, namespace, new_topic, kafka_bootstrap, postgres_dsn, spark_jars,
-                     cost_ms=1000, during=intrude)
+    out = _run_drain(
+        kube,
+        kube_api,
+        pod_runner,
+        namespace,
+        new_topic,
+        kafka_bootstrap,
+        postgres_dsn,
+        spark_jars,
+        cost_ms=1000,
+        during=intrude,
+    )
     rep, intruder = out["report"], out["extra"]
     ilog = intruder["log"]
     assert len(out["executor_logs"]) >= 2, out["executor_logs"]
     print("intruder:", intruder["phase"], "log tail:", ilog[-3000:])
     print("ledger:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
-    assert intruder["rows_then"] < out["total"], "the drain ended before the intruder tried: slow the sink down"
+    assert intruder["rows_then"] < out["total"], (
+        "the drain ended before the intruder tried: slow the sink down"
+    )
     # it ran and reached the driver: the executor backend started with authentication on, and its
     # handshake (Spark's AuthEngine, keyed by the secret file) with the driver failed; the driver then
     # closed the connection (no SASL fallback either): it never registered
     assert intruder["phase"] == "Failed", ilog[-3000:]
-    assert "KubernetesExecutorBackend: Started daemon" in ilog and "authentication enabled" in ilog, ilog[-3000:]
+    assert "KubernetesExecutorBackend: Started daemon" in ilog and "authentication enabled" in ilog, ilog[
+        -3000:
+    ]
     assert "New auth protocol failed" in ilog, ilog[-3000:]
     assert "Successfully registered with driver" not in ilog, ilog[-3000:]
     # the control: the real executors, the same pod spec with the CR's key, registered and never failed
     logs = pod_runner.workdir / "logs"
     for name in out["executor_logs"]:
         elog = (logs / name).read_text(errors="replace")
-        assert "Successfully registered with driver" in elog and "New auth protocol failed" not in elog, elog[-3000:]
+        assert "Successfully registered with driver" in elog and "New auth protocol failed" not in elog, elog[
+            -3000:
+        ]
     assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep

@@ -20,6 +20,7 @@ counted from the tasks' start, posts the Warning event DrainStalled naming attem
 at attempt >= 2 with DrainStalled back to False (no longer listed), and the ledger holds every offset once (the hung
 calls wrote nothing).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,7 +29,12 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import owner_tag, parse_progress_attempt, parse_progress_metadata, progress_group
+from lagpilot_runtime.drain_plan import (
+    owner_tag,
+    parse_progress_attempt,
+    parse_progress_metadata,
+    progress_group,
+)
 from tests.fixtures.kube import wait_until
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario  # noqa: F401
 from tests.real.test_operator_e2e import condition, events_for, get_cr
@@ -36,8 +42,9 @@ from tests.real.test_operator_e2e import condition, events_for, get_cr
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
-def sub_range_progress(admin: Any, group: str, topic: str, uid: str, subs: list[dict[str, Any]]
-                       ) -> list[tuple[int, str | None]]:
+def sub_range_progress(
+    admin: Any, group: str, topic: str, uid: str, subs: list[dict[str, Any]]
+) -> list[tuple[int, str | None]]:
     """(committed offset, metadata) of each sub-range's progress group (-1, None: none committed)."""
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
@@ -45,27 +52,42 @@ def sub_range_progress(admin: Any, group: str, topic: str, uid: str, subs: list[
     for sub in subs:
         g = progress_group(group, "1", int(sub["index"]), owner_tag(uid))
         res = admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(g, [TopicPartition(topic, int(sub["partition"]))])])[g].result(timeout=30)
+            [ConsumerGroupTopicPartitions(g, [TopicPartition(topic, int(sub["partition"]))])]
+        )[g].result(timeout=30)
         tp = res.topic_partitions[0]
-        out.append((int(tp.offset), getattr(tp, "metadata", None)) if tp.offset is not None and tp.offset >= 0
-                   else (-1, None))
+        out.append(
+            (int(tp.offset), getattr(tp, "metadata", None))
+            if tp.offset is not None and tp.offset >= 0
+            else (-1, None)
+        )
     return out
 
 
-def test_a_drain_without_progress_is_stalled_reported_and_retried(scenario: Callable[..., Scenario], kafka_admin: Any,
-                                                                  postgres_dsn: str, tmp_path: Path) -> None:
+def test_a_drain_without_progress_is_stalled_reported_and_retried(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+) -> None:
     import psycopg
     from kubernetes import client
 
     marker, hang_log = tmp_path / "sink-down", tmp_path / "hung-calls.log"
     marker.write_text("the drain's sink does not answer while this file exists")
-    s = scenario({p: 8000 for p in range(PARTS)}, live_per_s=0, sla_s=20,
-                 operator_env={"LAGPILOT_DRAIN_STALL_SECONDS": "60", "LAGPILOT_DRAIN_STARTUP_SECONDS": "900"},
-                 handler="tests.real.drain_handlers:ledger_drain_hangs_while_marked",
-                 handler_config={"hang_marker": str(marker), "hang_log": str(hang_log)})
+    s = scenario(
+        {p: 8000 for p in range(PARTS)},
+        live_per_s=0,
+        sla_s=20,
+        operator_env={"LAGPILOT_DRAIN_STALL_SECONDS": "60", "LAGPILOT_DRAIN_STARTUP_SECONDS": "900"},
+        handler="tests.real.drain_handlers:ledger_drain_hangs_while_marked",
+        handler_config={"hang_marker": str(marker), "hang_log": str(hang_log)},
+    )
     batch = client.BatchV1Api(s.custom.api_client)
-    job = wait_until(lambda: next(iter(batch.list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items), None),
-                     "the drain Job of attempt 1", 600, interval=1)
+    job = wait_until(
+        lambda: next(
+            iter(batch.list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items), None
+        ),
+        "the drain Job of attempt 1",
+        600,
+        interval=1,
+    )
     name = job.metadata.name
     assert name.endswith("-1"), name
 
@@ -84,7 +106,9 @@ def test_a_drain_without_progress_is_stalled_reported_and_retried(scenario: Call
     uid = get_cr(s.custom, s.ns, s.name)["metadata"]["uid"]
     subs = s.drain()["subRanges"]
     signs = sub_range_progress(kafka_admin, s.group, s.topic, uid, subs)
-    assert all(o in (-1, sub["start"]) and parse_progress_metadata(m) == 0 for sub, (o, m) in zip(subs, signs)), signs
+    assert all(
+        o in (-1, sub["start"]) and parse_progress_metadata(m) == 0 for sub, (o, m) in zip(subs, signs)
+    ), signs
     started = [m for _, m in signs if parse_progress_attempt(m) == 1]
     assert started, f"no task of attempt 1 left its sign of life: {signs}"
     assert c["reason"] == "NoProgress" and "since the attempt's tasks started" in c["message"], c
@@ -92,13 +116,19 @@ def test_a_drain_without_progress_is_stalled_reported_and_retried(scenario: Call
     assert d.get("stalled") == "NoProgress" and d["attempt"] == 1 and d.get("retryAt"), d
     ev = [e for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainStalled"]
     assert ev and ev[0].type == "Warning" and "attempt 1 stalled" in ev[0].message, [e.message for e in ev]
-    wait_until(lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
-               "attempt 1's Job deleted", 120, interval=1)
+    wait_until(
+        lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
+        "attempt 1's Job deleted",
+        120,
+        interval=1,
+    )
 
     marker.unlink()  # the sink answers again
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d["attempt"] >= 2, d
     c = condition(get_cr(s.custom, s.ns, s.name), "DrainStalled")
     assert c is None, c  # back to False: no longer listed (abnormal-true)
-    print(f"stalled without progress ({len(hung)} hung calls, {len(started)} of {len(subs)} sub-ranges signed by "
-          f"attempt 1): {ev[0].message}; verified at attempt {d['attempt']}")
+    print(
+        f"stalled without progress ({len(hung)} hung calls, {len(started)} of {len(subs)} sub-ranges signed by "
+        f"attempt 1): {ev[0].message}; verified at attempt {d['attempt']}"
+    )

@@ -19,6 +19,7 @@ on the same ranges); a consumer SIGKILLed between its ack and its split commit (
 point in the consumer, proven fired); a hot partition drained alone. More hand-off faults:
 tests/real/test_handoff_live.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,12 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, checkout_pythonpath, operator_env
+from lagpilot_dev.operator_process import (
+    DEV_SESSION_TIMEOUT_MS,
+    OperatorProcess,
+    checkout_pythonpath,
+    operator_env,
+)
 from lagpilot.decide.status import parse_time
 from tests.fixtures.kube import wait_until
 from tests.fixtures.stack import produce_counts
@@ -116,20 +122,30 @@ class Scenario:
             runs = replay_runs(conn, self.table)
         seen = [(int(p), int(o)) for p, o, _, _ in rows]
         expected = {(p, o) for p, n in self.produced.items() for o in range(n)}
-        return Ledger(rows, runs, expected, missing=sorted(expected - set(seen)),
-                      duplicated=len(seen) - len(set(seen)), outside=len(set(seen) - expected))
+        return Ledger(
+            rows,
+            runs,
+            expected,
+            missing=sorted(expected - set(seen)),
+            duplicated=len(seen) - len(set(seen)),
+            outside=len(set(seen) - expected),
+        )
 
     def wait_caught_up(self, timeout_s: float = 600) -> None:
         """Until the group's committed offsets are the produced ends (read through a Consumer that
         never subscribes), the operator kept running."""
         from confluent_kafka import Consumer, TopicPartition
 
-        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False})
+        reader = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False}
+        )
 
         def caught_up() -> bool:
             self.op.ensure()
-            return all(tp.offset == self.produced.get(tp.partition, 0)
-                       for tp in reader.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30))
+            return all(
+                tp.offset == self.produced.get(tp.partition, 0)
+                for tp in reader.committed([TopicPartition(self.topic, p) for p in range(PARTS)], timeout=30)
+            )
 
         try:
             wait_until(caught_up, "group lag back to zero", timeout_s, interval=2)
@@ -152,33 +168,61 @@ def set_test_env(core: Any, ns: str, hooks: dict[str, str]) -> None:
 def grant_operator(rbac: Any, core: Any, ns: str, rules: list[dict[str, Any]], postgres_dsn: str) -> None:
     """The operator's Role + RoleBinding to its ServiceAccount in `ns`, and the `pg` Secret (the DSN)."""
     rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rules})
-    rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": SA_NAME},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": SA_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
+        },
+    )
     core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
 
 
 @pytest.fixture
-def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str], kafka_bootstrap: str,
-             new_topic: Callable[..., str], postgres_dsn: str, spark_jars: list[str],
-             tmp_path: Path) -> Iterator[Callable[..., Scenario]]:
+def scenario(
+    crd: Any,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    postgres_dsn: str,
+    spark_jars: list[str],
+    tmp_path: Path,
+) -> Iterator[Callable[..., Scenario]]:
     """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR."""
     import psycopg
     from kubernetes import client
 
-    rbac, core, custom = client.RbacAuthorizationV1Api(kube_api), client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    rbac, core, custom = (
+        client.RbacAuthorizationV1Api(kube_api),
+        client.CoreV1Api(kube_api),
+        client.CustomObjectsApi(kube_api),
+    )
     made: list[Scenario] = []
 
-    def make(backlog: dict[int, int], crash_at: str = "", live_per_s: int = 5, sla_s: int = 60,
-             live: dict[int, int] | None = None, consumer_env: dict[str, str] | None = None,
-             operator_env: dict[str, str] | None = None, drain_enabled: bool = True, cost_ms: int = COST_MS,
-             drain: dict[str, Any] | None = None, extra_rules: list[dict[str, Any]] | None = None,
-             handler: str = "tests.real.drain_handlers:ledger", handler_config: dict[str, str] | None = None,
-             topic_config: dict[str, str] | None = None) -> Scenario:
+    def make(
+        backlog: dict[int, int],
+        crash_at: str = "",
+        live_per_s: int = 5,
+        sla_s: int = 60,
+        live: dict[int, int] | None = None,
+        consumer_env: dict[str, str] | None = None,
+        operator_env: dict[str, str] | None = None,
+        drain_enabled: bool = True,
+        cost_ms: int = COST_MS,
+        drain: dict[str, Any] | None = None,
+        extra_rules: list[dict[str, Any]] | None = None,
+        handler: str = "tests.real.drain_handlers:ledger",
+        handler_config: dict[str, str] | None = None,
+        topic_config: dict[str, str] | None = None,
+    ) -> Scenario:
         ns = namespace("drain")
         grant_operator(rbac, core, ns, operator_rules() + (extra_rules or []), postgres_dsn)
-        topic = new_topic(partitions=PARTS, prefix="drain-e2e", **({"config": topic_config} if topic_config else {}))
+        topic = new_topic(
+            partitions=PARTS, prefix="drain-e2e", **({"config": topic_config} if topic_config else {})
+        )
         table = "ledger_" + uuid.uuid4().hex[:8]
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(LEDGER_DDL.format(table=table))
@@ -188,32 +232,77 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
             crash_dir.mkdir()
             extra.update({"LAGPILOT_TEST_CRASH_AT": crash_at, "LAGPILOT_TEST_CRASH_DIR": str(crash_dir)})
         extra.update(operator_env or {})
-        op = Operator(crd.kubeconfig_for_service_account(ns, SA_NAME), ns, tmp_path / f"operator-{ns}.log", extra)
-        s = Scenario(ns, "orders", topic, "g-" + uuid.uuid4().hex[:6], table, op, custom, core, bootstrap=kafka_bootstrap,
-                     logs=Path(pod_runner.workdir) / "logs")
+        op = Operator(
+            crd.kubeconfig_for_service_account(ns, SA_NAME), ns, tmp_path / f"operator-{ns}.log", extra
+        )
+        s = Scenario(
+            ns,
+            "orders",
+            topic,
+            "g-" + uuid.uuid4().hex[:6],
+            table,
+            op,
+            custom,
+            core,
+            bootstrap=kafka_bootstrap,
+            logs=Path(pod_runner.workdir) / "logs",
+        )
         produce(kafka_bootstrap, topic, backlog, s.produced)
         hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
         if hooks:  # fault hooks reach the pods through the pod runner, never a CR (the CRD refuses them)
             set_test_env(core, ns, hooks)
-        apply_cr(crd, ns, cr(s.name, {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
-            "topic": topic, "groupId": s.group,
-            "batch": {"maxRecords": BATCH, "timeoutMs": 500},
-            "processing": {"handler": handler,
-                           "config": {"table": table, "cost_ms": str(cost_ms), **(handler_config or {})}},
-            "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2,
-                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}},
-            "catchUpSLASeconds": sla_s,
-            # busy drains (the CRD's default) off: these tests check discrete drains, each ending with
-            # its range (the busy ones: tests/real/test_busy_drain.py passes drain={"busy": True})
-            "drain": {"enabled": drain_enabled, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000,
-                      "busy": False, **(drain or {})},
-            # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
-            "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                                 {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                                 *({"name": k, "value": v} for k, v in (consumer_env or {}).items()
-                                   if not k.startswith("LP_TEST_"))]},
-        }))
+        apply_cr(
+            crd,
+            ns,
+            cr(
+                s.name,
+                {
+                    "kafka": {
+                        "bootstrapServers": kafka_bootstrap,
+                        "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
+                    },
+                    "topic": topic,
+                    "groupId": s.group,
+                    "batch": {"maxRecords": BATCH, "timeoutMs": 500},
+                    "processing": {
+                        "handler": handler,
+                        "config": {"table": table, "cost_ms": str(cost_ms), **(handler_config or {})},
+                    },
+                    "scaling": {
+                        "minReplicas": 1,
+                        "maxReplicas": 3,
+                        "pollIntervalSeconds": 2,
+                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}},
+                    },
+                    "catchUpSLASeconds": sla_s,
+                    # busy drains (the CRD's default) off: these tests check discrete drains, each ending with
+                    # its range (the busy ones: tests/real/test_busy_drain.py passes drain={"busy": True})
+                    "drain": {
+                        "enabled": drain_enabled,
+                        "splitFactor": 4,
+                        "maxTasks": 12,
+                        "minBacklogRecords": 1000,
+                        "busy": False,
+                        **(drain or {}),
+                    },
+                    # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
+                    "template": {
+                        "env": [
+                            {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                            {
+                                "name": "LEDGER_DSN",
+                                "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}},
+                            },
+                            *(
+                                {"name": k, "value": v}
+                                for k, v in (consumer_env or {}).items()
+                                if not k.startswith("LP_TEST_")
+                            ),
+                        ]
+                    },
+                },
+            ),
+        )
 
         rates = live if live is not None else {p: live_per_s for p in range(PARTS)}
 
@@ -243,17 +332,31 @@ def scenario(crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., 
     for s in made:
         s.stop_live.set()
         try:
-            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups")
-            wait_until(lambda: not custom.list_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups")["items"], "CRs deleted", 60)
+            custom.delete_collection_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
+            )
+            wait_until(
+                lambda: (
+                    not custom.list_namespaced_custom_object(
+                        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
+                    )["items"]
+                ),
+                "CRs deleted",
+                60,
+            )
         except Exception as exc:  # noqa: BLE001
             print(f"teardown {s.ns}: {exc!r}")
         print(f"--- operator log ({s.ns}) ---\n{s.op.tail(120)}")
         s.op.stop()
 
 
-def wait_phase(s: Scenario, phases: tuple[str, ...], timeout: float, on_poll: Callable[[dict[str, Any]], None] | None = None,
-               interval: float = 1.0) -> dict[str, Any]:
+def wait_phase(
+    s: Scenario,
+    phases: tuple[str, ...],
+    timeout: float,
+    on_poll: Callable[[dict[str, Any]], None] | None = None,
+    interval: float = 1.0,
+) -> dict[str, Any]:
     """Poll status.drain until its phase is one of `phases`, restarting a dead operator meanwhile."""
     deadline = time.monotonic() + timeout
     last: dict[str, Any] = {}
@@ -289,9 +392,13 @@ def live_pause(s: Scenario, postgres_dsn: str, d: dict[str, Any]) -> float | Non
     worst = 0.0
     with psycopg.connect(postgres_dsn) as conn:
         for p in range(PARTS):
-            ats = [float(r[0]) for r in conn.execute(
-                f"SELECT DISTINCT at FROM {s.table} WHERE source = 'consumer' AND partition = %s AND at BETWEEN %s AND %s ORDER BY at",
-                (p, t0 - 10, t1 + 15)).fetchall()]
+            ats = [
+                float(r[0])
+                for r in conn.execute(
+                    f"SELECT DISTINCT at FROM {s.table} WHERE source = 'consumer' AND partition = %s AND at BETWEEN %s AND %s ORDER BY at",
+                    (p, t0 - 10, t1 + 15),
+                ).fetchall()
+            ]
             gaps = [b - a for a, b in zip(ats, ats[1:]) if b >= t0 and a <= t1 + 5]
             if gaps:
                 worst = max(worst, max(gaps))
@@ -302,8 +409,9 @@ def replay_runs(conn: Any, table: str) -> list[tuple[int, int, int, str, float, 
     """Each run of offsets delivered more than once: (partition, first, last, which paths delivered
     them, first and last handler start time)."""
     rows = conn.execute(
-        f'SELECT partition, "offset", string_agg(source, \'+\' ORDER BY at), min(at), max(at) FROM {table} '
-        f'GROUP BY partition, "offset" HAVING count(*) > 1 ORDER BY partition, "offset"').fetchall()
+        f"SELECT partition, \"offset\", string_agg(source, '+' ORDER BY at), min(at), max(at) FROM {table} "
+        f'GROUP BY partition, "offset" HAVING count(*) > 1 ORDER BY partition, "offset"'
+    ).fetchall()
     runs: list[list[Any]] = []
     for p, o, srcs, t0, t1 in rows:
         if runs and runs[-1][0] == p and runs[-1][2] == o - 1 and runs[-1][3] == srcs:
@@ -336,7 +444,9 @@ def given_up_commits(s: Scenario) -> set[tuple[int, int]]:
     return out
 
 
-def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0) -> dict[str, Any]:
+def finish_and_check(
+    s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0
+) -> dict[str, Any]:
     """Stop live traffic, let the group catch up, then the exact-once check. Returns the drain status."""
     import psycopg
     from confluent_kafka import Consumer, TopicPartition
@@ -356,8 +466,11 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
         s.op.ensure()
         res = reader.committed([TopicPartition(s.topic, p) for p in range(PARTS)], timeout=30)
         # and no drain in flight (a regrowing partition may have been handed off again meanwhile)
-        return (all(tp.offset == s.produced.get(tp.partition, 0) for tp in res)
-                and s.drain().get("phase") in ("Verified", "Failed", "Cancelled"))
+        return all(tp.offset == s.produced.get(tp.partition, 0) for tp in res) and s.drain().get("phase") in (
+            "Verified",
+            "Failed",
+            "Cancelled",
+        )
 
     try:
         wait_until(caught_up, "group lag back to zero", 900, interval=2)
@@ -371,7 +484,9 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
         runs = replay_runs(conn, s.table)
     seen = [(int(p), int(o)) for p, o, _ in rows]
     expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
-    assert set(seen) == expected, f"missing {len(expected - set(seen))}, unexpected {len(set(seen) - expected)}"
+    assert set(seen) == expected, (
+        f"missing {len(expected - set(seen))}, unexpected {len(set(seen) - expected)}"
+    )
     dups = len(seen) - len(set(seen))
     # a replay a consumer announced (it processed a batch, the broker refused every commit of it
     # until the partition moved: commit_given_up) is at-least-once by design: at most one batch,
@@ -382,7 +497,9 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
     if announced:
         print(f"replays announced by the consumers (commit_given_up): {describe_runs(announced)}")
     dups_unannounced = dups - sum(b - a + 1 for _, a, b, *_ in announced)
-    assert dups_unannounced <= allow_replayed_batches * BATCH, f"{dups} duplicate rows: {replays}; announced {sorted(given_up)}"
+    assert dups_unannounced <= allow_replayed_batches * BATCH, (
+        f"{dups} duplicate rows: {replays}; announced {sorted(given_up)}"
+    )
     # the exact hand-off: the drains processed exactly [start, split) of their recorded ranges
     drained = {(p, o) for p, o, src in rows if src == "drain"}
     drains = [h for h in d.get("history") or () if h["phase"] == "Verified"]
@@ -399,14 +516,17 @@ def finish_and_check(s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_rep
     cond, stored = condition(obj, "Draining"), obj["status"]["drain"]
     assert stored["phase"] == "Verified", json.dumps(stored)[:2000]
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "DrainVerified"), cond
-    print(f"exact-once: {total} produced, {len(rows)} rows ({dups} replayed), drain {len(drained)} "
-          f"in {tasks_of(d)} tasks, path {d.get('handOffPath')}, group pause {d.get('pauseSeconds')}s, "
-          f"longest live-partition batch gap over the hand-off {live_pause(s, postgres_dsn, d)}s, ranges {d['ranges']}")
+    print(
+        f"exact-once: {total} produced, {len(rows)} rows ({dups} replayed), drain {len(drained)} "
+        f"in {tasks_of(d)} tasks, path {d.get('handOffPath')}, group pause {d.get('pauseSeconds')}s, "
+        f"longest live-partition batch gap over the hand-off {live_pause(s, postgres_dsn, d)}s, ranges {d['ranges']}"
+    )
     return d
 
 
-def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Callable[..., Scenario],
-                                                                  kafka_admin: Any, postgres_dsn: str) -> None:
+def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     s = scenario({p: 15000 for p in range(PARTS)})
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert sorted(r["partition"] for r in d["ranges"]) == [0, 1, 2]
@@ -420,15 +540,21 @@ def test_backlog_beyond_the_partition_cap_is_drained_exactly_once(scenario: Call
     # issue 25 item 4: the drain's start-up (launch -> first progress seen) was measured, in the
     # controller's memory (decide.learn; the planner's figure from now on instead of the model's)
     from lagpilot.act.memory import MEMORY_FIELD, memory_name
-    learned = json.loads(s.core.read_namespaced_config_map(memory_name(s.name), s.ns).data[MEMORY_FIELD])["learned"]
+
+    learned = json.loads(s.core.read_namespaced_config_map(memory_name(s.name), s.ns).data[MEMORY_FIELD])[
+        "learned"
+    ]
     ran = parse_time(d["finishedAt"]) - parse_time(d["startedAt"])
-    print(f"measured drain start-up {learned['drainStart']} (warm {learned['drainWarmStart']}), drain ran {ran:.1f}s")
+    print(
+        f"measured drain start-up {learned['drainStart']} (warm {learned['drainWarmStart']}), drain ran {ran:.1f}s"
+    )
     samples = learned["drainStart"] + learned["drainWarmStart"]
     assert len(samples) == 1 and 0 < samples[0] <= ran, learned
 
 
-def test_operator_killed_at_each_hand_off_step(scenario: Callable[..., Scenario], kafka_admin: Any,
-                                               postgres_dsn: str) -> None:
+def test_operator_killed_at_each_hand_off_step(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     # after the plan write, after publishing the split, after seeing the acks (seal), after the launch
     points = "WriteStatus:status,Publish:effect,Seal:effect,Launch:effect"
     s = scenario({p: 15000 for p in range(PARTS)}, crash_at=points)
@@ -438,8 +564,9 @@ def test_operator_killed_at_each_hand_off_step(scenario: Callable[..., Scenario]
     assert s.op.restarts >= 4
 
 
-def test_drain_driver_killed_midway_is_retried(scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any,
-                                               postgres_dsn: str) -> None:
+def test_drain_driver_killed_midway_is_retried(
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     s = scenario({p: 15000 for p in range(PARTS)})
     killed: list[str] = []
 
@@ -461,17 +588,20 @@ def test_drain_driver_killed_midway_is_retried(scenario: Callable[..., Scenario]
     assert "DrainAttemptFailed" in reasons, reasons
 
 
-def test_consumer_killed_between_its_ack_and_its_split_commit(scenario: Callable[..., Scenario], tmp_path: Path,
-                                                              kafka_admin: Any, postgres_dsn: str) -> None:
+def test_consumer_killed_between_its_ack_and_its_split_commit(
+    scenario: Callable[..., Scenario], tmp_path: Path, kafka_admin: Any, postgres_dsn: str
+) -> None:
     """A consumer SIGKILLed (test-only crash point) right after writing its ack, before committing
     split: its restarted pod (same static member) finds the ack with its committed offset equal to
     the ack's start and completes the move. The operator's ack timeout is long, so the quiesce
     fallback cannot take over: the path is still ConsumerAck."""
     crash_dir = tmp_path / "consumer-crash"
     crash_dir.mkdir()
-    s = scenario({p: 15000 for p in range(PARTS)},
-                 consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_ack", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)},
-                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"})
+    s = scenario(
+        {p: 15000 for p in range(PARTS)},
+        consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_ack", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)},
+        operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"},
+    )
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
     marker = crash_dir / "handoff-after_ack"
     assert marker.exists(), "the consumer's crash point never fired"
@@ -482,15 +612,22 @@ def test_consumer_killed_between_its_ack_and_its_split_commit(scenario: Callable
     assert d["handOffPath"] == "ConsumerAck", d
 
 
-def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(scenario: Callable[..., Scenario], kafka_admin: Any,
-                                                                    postgres_dsn: str) -> None:
+def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     import psycopg
 
     s = scenario({p: 15000 for p in range(PARTS)})
 
     def patch_cancel(value: bool) -> None:
-        s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                                {"spec": {"drain": {"cancel": value}}})
+        s.custom.patch_namespaced_custom_object(
+            "lagpilot.io",
+            "v1alpha1",
+            s.ns,
+            "batchconsumergroups",
+            s.name,
+            {"spec": {"drain": {"cancel": value}}},
+        )
 
     wait_phase(s, ("Running",), 600)
     wait_until(lambda: s.drain().get("recordsDone", 0) >= 1000, "some drain progress", 600, interval=1)
@@ -499,7 +636,9 @@ def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(scenario: Ca
     assert d["recordsDone"] < d["recordsTotal"], d  # a remainder exists and stays recorded
     remaining = sum(sr["end"] - sr["next"] for sr in d.get("subRanges") or ())
     assert remaining > 0
-    assert not s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items  # no drain process left
+    assert not s.core.list_namespaced_pod(
+        s.ns, label_selector="lagpilot.io/drain-job"
+    ).items  # no drain process left
 
     def drained_rows() -> int:
         with psycopg.connect(postgres_dsn) as conn:
@@ -517,8 +656,9 @@ def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(scenario: Ca
     assert "DrainCancelled" in reasons, reasons
 
 
-def test_regrowing_hot_partition_is_drained_repeatedly(scenario: Callable[..., Scenario], kafka_admin: Any,
-                                                      postgres_dsn: str) -> None:
+def test_regrowing_hot_partition_is_drained_repeatedly(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     """Partition 0 gets more live records per second than one consumer processes (~150/s vs ~100/s):
     one drain is not enough, the backlog regrows behind the split; the policy drains it again. Every
     drain takes partition 0 alone (the cold partitions' small backlogs are the group's): this also
@@ -526,8 +666,14 @@ def test_regrowing_hot_partition_is_drained_repeatedly(scenario: Callable[..., S
     s = scenario({0: 6000, 1: 100, 2: 100}, live={0: 150, 1: 0, 2: 0})
     # bounded well below pytest's 900 s timeout, so a missing second drain fails here with its cause
     try:
-        wait_until(lambda: (lambda d: d.get("id", 0) >= 2 and d.get("phase") == "Verified")(s.drain()) or s.op.ensure(),
-                   "a second drain of the regrowing partition to finish", 600, interval=2)
+        wait_until(
+            lambda: (
+                (lambda d: d.get("id", 0) >= 2 and d.get("phase") == "Verified")(s.drain()) or s.op.ensure()
+            ),
+            "a second drain of the regrowing partition to finish",
+            600,
+            interval=2,
+        )
     finally:
         print("live traffic errors:", s.live_errors[-3:], "produced:", s.produced)
     d = finish_and_check(s, kafka_admin, postgres_dsn)

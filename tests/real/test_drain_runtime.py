@@ -10,6 +10,7 @@ really ran the plan (its `drain_runtime_served` log event for that drain id with
 records, the Job process's `drain_runtime_used`), and the ledger (no key: every delivery a row)
 holds every offset once, the drain exactly its recorded ranges (test_drain_operator.finish_and_check).
 """
+
 from __future__ import annotations
 
 import json
@@ -51,15 +52,22 @@ def _ready_runtime_pod(s: Scenario) -> Any:
     return None
 
 
-def test_warm_runtime_serves_the_drain_exactly_once(scenario: Callable[..., Scenario], pod_runner: Any,
-                                                   kafka_admin: Any, postgres_dsn: str) -> None:
+def test_warm_runtime_serves_the_drain_exactly_once(
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     from kubernetes import client
 
     t0 = time.monotonic()
     # the group (3 consumers, ~50 records/s each) needs > 20 s (the SLA) for what is left after the
     # runtime's warm-up: a drain is planned once cancel is lifted
-    s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
-                 drain={"warmRuntime": True, "cancel": True}, operator_env=_worktree_pythonpath())
+    s = scenario(
+        {p: 4000 for p in range(PARTS)},
+        live_per_s=0,
+        sla_s=20,
+        cost_ms=2000,
+        drain={"warmRuntime": True, "cancel": True},
+        operator_env=_worktree_pythonpath(),
+    )
     apps = client.AppsV1Api(s.custom.api_client)
     dep = wait_until(lambda: _get_deployment(apps, s), "the runtime Deployment", 60, interval=1)
     owner = dep.metadata.owner_references[0]
@@ -71,17 +79,24 @@ def test_warm_runtime_serves_the_drain_exactly_once(scenario: Callable[..., Scen
     pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 150, interval=1)
     t_ready = time.monotonic()
     rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
-    assert rt_log is not None and _log_events(rt_log, "drain_runtime_ready"), "Ready before the runtime said warm"
+    assert rt_log is not None and _log_events(rt_log, "drain_runtime_ready"), (
+        "Ready before the runtime said warm"
+    )
 
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"drain": {"cancel": False}}})
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
+    )
     d = wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 120)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d.get("runtime") == "warm", d
     assert d["attempt"] == 1, d
 
     # the Job: launched warm, pointed at the runtime pod
-    jobs = client.BatchV1Api(s.custom.api_client).list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items
+    jobs = (
+        client.BatchV1Api(s.custom.api_client)
+        .list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job")
+        .items
+    )
     assert len(jobs) == 1, [j.metadata.name for j in jobs]
     job = jobs[0]
     assert job.metadata.labels["lagpilot.io/drain-runtime"] == "warm"
@@ -97,9 +112,13 @@ def test_warm_runtime_serves_the_drain_exactly_once(scenario: Callable[..., Scen
     job_pods = s.core.list_namespaced_pod(s.ns, label_selector=f"job-name={job.metadata.name}").items
     job_log = pod_runner.log_path(s.ns, job_pods[0].metadata.name)
     used = _log_events(job_log, "drain_runtime_used")
-    assert used and used[0]["exit"] == 0 and not _log_events(job_log, "drain_runtime_unreachable"), job_log.read_text()[-2000:]
-    print(f"warm runtime: Ready {t_ready - t0:.1f} s after the CR, served drain {d['id']} ({served[0]['records']} "
-          f"records in {served[0]['seconds']} s), test {time.monotonic() - t0:.1f} s")
+    assert used and used[0]["exit"] == 0 and not _log_events(job_log, "drain_runtime_unreachable"), (
+        job_log.read_text()[-2000:]
+    )
+    print(
+        f"warm runtime: Ready {t_ready - t0:.1f} s after the CR, served drain {d['id']} ({served[0]['records']} "
+        f"records in {served[0]['seconds']} s), test {time.monotonic() - t0:.1f} s"
+    )
 
 
 def _get_deployment(apps: Any, s: Scenario) -> Any:
@@ -116,11 +135,16 @@ def _worktree_pythonpath() -> dict[str, str]:
     on PYTHONPATH; the venv's editable install may point at another checkout)."""
     from tests.real.test_drain_operator import REPO
 
-    return {"PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("operator/src", "consumer_image/src", "dev/src", "."))}
+    return {
+        "PYTHONPATH": os.pathsep.join(
+            str(REPO / d) for d in ("operator/src", "consumer_image/src", "dev/src", ".")
+        )
+    }
 
 
 def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_zero(
-        scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     """spec.drain.warmRuntimeCooldownSeconds: 5. The CR starts with `cancel: true` (no drain may be
     due): the runtime Deployment is created with 0 replicas and stays there although the capped
     group cannot clear the backlog within the SLA; `cancel: false` makes the drain due, which scales
@@ -137,24 +161,37 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     t0, t_cr = time.monotonic(), time.time()
     # 3 consumers at ~50 records/s each need far more than the 20 s SLA for 12,000 records, even
     # after the runtime's warm-up
-    s = scenario({p: 4000 for p in range(PARTS)}, live_per_s=0, sla_s=20, cost_ms=2000,
-                 drain={"warmRuntime": True, "warmRuntimeCooldownSeconds": 5, "cancel": True},
-                 operator_env=_worktree_pythonpath())
+    s = scenario(
+        {p: 4000 for p in range(PARTS)},
+        live_per_s=0,
+        sla_s=20,
+        cost_ms=2000,
+        drain={"warmRuntime": True, "warmRuntimeCooldownSeconds": 5, "cancel": True},
+        operator_env=_worktree_pythonpath(),
+    )
     apps = client.AppsV1Api(s.custom.api_client)
 
     def scaling_message() -> str:
-        return next((c.get("message", "") for c in s.status().get("conditions") or [] if c.get("type") == "Scaling"), "")
+        return next(
+            (c.get("message", "") for c in s.status().get("conditions") or [] if c.get("type") == "Scaling"),
+            "",
+        )
 
     # the operator knows the group cannot catch up in time, but no drain may be due: the runtime stays at 0
-    late = wait_until(lambda: "cannot catch up" in scaling_message() and scaling_message(),
-                      "the operator seeing the SLA missed", 60, interval=0.5)
+    late = wait_until(
+        lambda: "cannot catch up" in scaling_message() and scaling_message(),
+        "the operator seeing the SLA missed",
+        60,
+        interval=0.5,
+    )
     dep = _get_deployment(apps, s)
     assert dep is not None and dep.spec.replicas == 0, (late, dep and dep.spec.replicas)
     assert SCALED_UP_ANNOTATION not in (dep.metadata.annotations or {}), dep.metadata.annotations
     assert not s.core.list_namespaced_pod(s.ns, label_selector=f"app.kubernetes.io/name={APP_NAME}").items
     t_due = time.time()
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"drain": {"cancel": False}}})
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
+    )
     waited: list[str] = []
 
     def note_wait() -> None:  # the Scaling condition while the due drain waits (written after the scale-up)
@@ -186,25 +223,37 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     # the split waited for the runtime: planned after the pod turned Ready (second precision, rounded down)
     assert planned >= ready_at, (planned, ready_at)
     assert waited, "the Scaling condition never said the drain waits for the runtime"
-    jobs = client.BatchV1Api(s.custom.api_client).list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items
+    jobs = (
+        client.BatchV1Api(s.custom.api_client)
+        .list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job")
+        .items
+    )
     assert [j.metadata.labels["lagpilot.io/drain-runtime"] for j in jobs] == ["warm"], jobs
     rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
     served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
     assert len(served) == 1 and served[0]["exit"] == 0, served
 
     # the cooldown (5 s) after the drain ended: back to 0 replicas, the Deployment and its stamp kept
-    dep = wait_until(lambda: (lambda x: x if x.spec.replicas == 0 else None)(_get_deployment(apps, s)),
-                     "the runtime scaled back to 0 after the cooldown", 90, interval=0.5)
+    dep = wait_until(
+        lambda: (lambda x: x if x.spec.replicas == 0 else None)(_get_deployment(apps, s)),
+        "the runtime scaled back to 0 after the cooldown",
+        90,
+        interval=0.5,
+    )
     t_down = time.time()
     assert (dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION), "the last scale-up stamp is kept"
     # the operator's own record: created at 0, one scale-up, one scale-down after the cooldown
-    applied = [(r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
-               for r in _log_events(s.op.log_path, "drain runtime applied", key="message")]
+    applied = [
+        (r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
+        for r in _log_events(s.op.log_path, "drain runtime applied", key="message")
+    ]
     assert [a[:2] for a in applied] == [("created", 0), ("scaled 0->1", 1), ("scaled 1->0", 0)], applied
     up, down = applied[1][2], applied[2][2]
     assert up is not None and down is not None and down >= finished + 5, (down, finished)
-    print(f"on-demand runtime: CR at 0 s, cancel false at {t_due - t_cr:.1f} s, scaled up {up - t_cr:.1f} s "
-          f"(stamp {stamp - t_cr:.1f} s), Ready "
-          f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
-          f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
-          f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s")
+    print(
+        f"on-demand runtime: CR at 0 s, cancel false at {t_due - t_cr:.1f} s, scaled up {up - t_cr:.1f} s "
+        f"(stamp {stamp - t_cr:.1f} s), Ready "
+        f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
+        f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
+        f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s"
+    )

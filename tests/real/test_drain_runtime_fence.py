@@ -19,6 +19,7 @@ written after the resume, or writes the sink refused, event ``drain_attempt_fenc
 planned offset is in the table exactly once (without the fence the resumed batches were written
 again, rows with written_at after the resume).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,12 @@ def _state(pid: int) -> str:
 
 
 def _eos_sink(table: str) -> dict[str, str]:
-    return {"LAGPILOT_HANDLER": "bench.chaos.handler:process",
-            "LAGPILOT_HANDLER_CONFIG": json.dumps({"postgres.table": table, "postgres.key": "none", "cost_ms": "1500"})}
+    return {
+        "LAGPILOT_HANDLER": "bench.chaos.handler:process",
+        "LAGPILOT_HANDLER_CONFIG": json.dumps(
+            {"postgres.table": table, "postgres.key": "none", "cost_ms": "1500"}
+        ),
+    }
 
 
 def _rows(dsn: str, table: str) -> list[tuple[int, int, int, float]]:
@@ -53,24 +58,47 @@ def _rows(dsn: str, table: str) -> list[tuple[int, int, int, float]]:
     import psycopg
 
     with psycopg.connect(dsn, connect_timeout=30) as conn:
-        return [(int(p), int(o), int(n), float(t)) for p, o, n, t in conn.execute(
-            f'SELECT partition, "offset", count(*), extract(epoch FROM max(written_at)) FROM {table} '
-            'GROUP BY partition, "offset"')]
+        return [
+            (int(p), int(o), int(n), float(t))
+            for p, o, n, t in conn.execute(
+                f'SELECT partition, "offset", count(*), extract(epoch FROM max(written_at)) FROM {table} '
+                'GROUP BY partition, "offset"'
+            )
+        ]
 
 
-def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: str, postgres_dsn: str,
-                                                            spark_jars: list[str], new_topic: Callable[..., str],
-                                                            tmp_path: Path) -> None:
-    with warm_drain(kafka_bootstrap, postgres_dsn, spark_jars, new_topic, tmp_path, "drainfence", PER_PARTITION,
-                    sink=_eos_sink) as w:
+def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    with warm_drain(
+        kafka_bootstrap,
+        postgres_dsn,
+        spark_jars,
+        new_topic,
+        tmp_path,
+        "drainfence",
+        PER_PARTITION,
+        sink=_eos_sink,
+    ) as w:
         plan, runtime, total = w.plan, w.runtime, w.total
         want = {(p, o) for p, (a, b) in w.ranges.items() for o in range(a, b)}
         stopped, first = False, None
         try:
             first = start_drain(plan, w.job_env(1, **HEARTBEAT), tmp_path / "s1.json", tmp_path / "d1.log")
-            done = wait_for(lambda: (lambda n: n if n >= 1200 else 0)(
-                sum(r for _, r in progress(kafka_bootstrap, plan).values())), "some progress before the stop", 300)
-            frozen = stop_tree(runtime.pid, wait_for)  # the runtime's driver, its JVM, the worker daemon and its workers
+            done = wait_for(
+                lambda: (lambda n: n if n >= 1200 else 0)(
+                    sum(r for _, r in progress(kafka_bootstrap, plan).values())
+                ),
+                "some progress before the stop",
+                300,
+            )
+            frozen = stop_tree(
+                runtime.pid, wait_for
+            )  # the runtime's driver, its JVM, the worker daemon and its workers
             stopped = True
             assert len(frozen) >= 4, f"the runtime's tree is only {frozen}: its Python workers are missing"
             assert done < total, "the drain finished before the runtime was stopped; slow the handler down"
@@ -87,8 +115,16 @@ def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: st
             resumed_at = time.time()
             signal_tree(frozen, signal.SIGCONT)
             stopped = False
-            wait_for(lambda: events(w.runtime_log, "drain_runtime_served"), "the runtime to end the abandoned plan", 300)
-            wait_for(lambda: (health(w.url) or {"busy": True})["busy"] is False, "the runtime to be free again", 120)
+            wait_for(
+                lambda: events(w.runtime_log, "drain_runtime_served"),
+                "the runtime to end the abandoned plan",
+                300,
+            )
+            wait_for(
+                lambda: (health(w.url) or {"busy": True})["busy"] is False,
+                "the runtime to be free again",
+                120,
+            )
         finally:
             if first is not None and first.poll() is None:
                 os.killpg(first.pid, signal.SIGKILL)
@@ -101,8 +137,12 @@ def test_a_resumed_runtime_cannot_write_what_the_retry_wrote(kafka_bootstrap: st
         fenced = events(w.runtime_log, "drain_attempt_fenced")
         print("resumed runtime:", {"rows written after the resume": len(late), "fenced": len(fenced)})
         # the fault fired: the resumed tasks went on writing (stored, or refused by the sink)
-        assert late or fenced, "the resumed runtime never tried to write; the stop did not land inside a batch"
+        assert late or fenced, (
+            "the resumed runtime never tried to write; the stop did not land inside a batch"
+        )
         twice = sorted((p, o) for p, o, n, _ in after if n > 1)
-        assert not twice, (f"{len(twice)} records written twice, e.g. {twice[:3]} "
-                           f"(rows written after the resume: {len(late)})")
+        assert not twice, (
+            f"{len(twice)} records written twice, e.g. {twice[:3]} "
+            f"(rows written after the resume: {len(late)})"
+        )
         assert {(p, o) for p, o, _, _ in after} == want and len(after) == total

@@ -10,6 +10,7 @@ runtime, ended the wait); after SIGCONT the runtime cancels the abandoned plan (
 and the retry, sent to the same runtime, finishes: every planned offset delivered, none outside,
 at most one in-flight batch per sub-range twice (the ledger keeps no progress of its own).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,10 +34,16 @@ def _state(pid: int) -> str:
         return fh.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_stopped_runtime_fails_the_attempt_and_the_retry_finishes(kafka_bootstrap: str, postgres_dsn: str,
-                                                                    spark_jars: list[str], new_topic: Callable[..., str],
-                                                                    tmp_path: Path) -> None:
-    with warm_drain(kafka_bootstrap, postgres_dsn, spark_jars, new_topic, tmp_path, "drainstop", PER_PARTITION) as w:
+def test_a_stopped_runtime_fails_the_attempt_and_the_retry_finishes(
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    with warm_drain(
+        kafka_bootstrap, postgres_dsn, spark_jars, new_topic, tmp_path, "drainstop", PER_PARTITION
+    ) as w:
         _stop_and_retry(w, kafka_bootstrap, postgres_dsn, tmp_path)
 
 
@@ -46,9 +53,16 @@ def _stop_and_retry(w: WarmDrain, kafka_bootstrap: str, postgres_dsn: str, tmp_p
     first = None
     try:
         first = start_drain(plan, w.job_env(1, **HEARTBEAT), tmp_path / "s1.json", tmp_path / "d1.log")
-        done = wait_for(lambda: (lambda n: n if n >= 600 else 0)(sum(r for _, r in progress(kafka_bootstrap, plan).values())),
-                        "some progress before the stop", 300)
-        frozen = stop_tree(runtime.pid, wait_for)  # the runtime's driver, its JVM, the worker daemon and its workers
+        done = wait_for(
+            lambda: (lambda n: n if n >= 600 else 0)(
+                sum(r for _, r in progress(kafka_bootstrap, plan).values())
+            ),
+            "some progress before the stop",
+            300,
+        )
+        frozen = stop_tree(
+            runtime.pid, wait_for
+        )  # the runtime's driver, its JVM, the worker daemon and its workers
         stopped = True
         assert first.poll() is None, "the Job's process ended before the runtime stopped"
         assert done < total, "the drain finished before the runtime was stopped; slow the handler down"
@@ -62,14 +76,23 @@ def _stop_and_retry(w: WarmDrain, kafka_bootstrap: str, postgres_dsn: str, tmp_p
 
         signal_tree(frozen, signal.SIGCONT)
         stopped = False
-        wait_for(lambda: events(runtime_log, "drain_runtime_cancel"), "the runtime to cancel the abandoned plan", 120)
-        second = start_drain(plan, w.job_env(2, **HEARTBEAT), tmp_path / "s2.json", tmp_path / "d2.log")  # the operator's retry
+        wait_for(
+            lambda: events(runtime_log, "drain_runtime_cancel"),
+            "the runtime to cancel the abandoned plan",
+            120,
+        )
+        second = start_drain(
+            plan, w.job_env(2, **HEARTBEAT), tmp_path / "s2.json", tmp_path / "d2.log"
+        )  # the operator's retry
         assert second.wait(timeout=600) == 0, (tmp_path / "d2.log").read_text()[-3000:]
         assert events(tmp_path / "d2.log", "drain_runtime_used"), "the retry did not run in the runtime"
         served = events(runtime_log, "drain_runtime_served")
         assert [e["exit"] == 0 for e in served] == [False, True], served
         rep = ledger(postgres_dsn, w.table, w.ranges)
-        print("after the retry:", {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")})
+        print(
+            "after the retry:",
+            {k: rep[k] for k in ("delivered", "distinct", "lost", "duplicated", "outside")},
+        )
         assert (rep["lost"], rep["outside"], rep["distinct"]) == (0, 0, total), rep
         assert rep["duplicated"] <= len(subs) * plan.batch_max_records, rep
     finally:

@@ -12,6 +12,7 @@ attempt 2, and reaches Verified on a COMPLETED one whose progress covers the ran
 the delivery ledger. Not run here: the spark-operator itself (spark-submit in cluster mode, its pod
 webhook), so the driver main file in the image is exercised only through `lagpilot drain`.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,9 +40,14 @@ RULES = [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "create"
 @pytest.fixture(scope="module")
 def sparkapp_crd(kube: Any) -> Iterator[Any]:
     kube.kubectl("apply", "--server-side", "--field-manager=lagpilot-tests", "-f", str(CRD_FILE))
-    kube.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=120s", timeout=150)
-    wait_until(lambda: kube.kubectl("get", "sparkapp", "-A", check=False).returncode == 0,
-               "the sparkapp resource in discovery", timeout=120)
+    kube.kubectl(
+        "wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=120s", timeout=150
+    )
+    wait_until(
+        lambda: kube.kubectl("get", "sparkapp", "-A", check=False).returncode == 0,
+        "the sparkapp resource in discovery",
+        timeout=120,
+    )
     yield kube
 
 
@@ -71,7 +77,10 @@ def _driver_env(s: Scenario, app: dict[str, Any]) -> dict[str, str]:
             continue
         field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         if field is not None:  # the downward API: the driver pod's own name / IP
-            out[e["name"]] = {"metadata.name": f"{app['metadata']['name']}-driver", "status.podIP": "127.0.0.1"}.get(field, "")
+            out[e["name"]] = {
+                "metadata.name": f"{app['metadata']['name']}-driver",
+                "status.podIP": "127.0.0.1",
+            }.get(field, "")
             continue
         ref = (e.get("valueFrom") or {}).get("secretKeyRef")
         assert ref, f"only values, fieldRefs and Secret refs expected in the driver env: {e}"
@@ -81,9 +90,11 @@ def _driver_env(s: Scenario, app: dict[str, Any]) -> dict[str, str]:
 
 
 def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_verified(
-        sparkapp_crd: Any, scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str,
-        tmp_path: Path) -> None:
-    s = scenario({p: 4000 for p in range(PARTS)}, sla_s=30, drain={"launcher": "sparkApplication"}, extra_rules=RULES)
+    sparkapp_crd: Any, scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+) -> None:
+    s = scenario(
+        {p: 4000 for p in range(PARTS)}, sla_s=30, drain={"launcher": "sparkApplication"}, extra_rules=RULES
+    )
 
     # attempt 1: the operator's SparkApplication, as the spark-operator would receive it
     first = wait_until(lambda: _app(s, "orders-drain-1-1"), "the first SparkApplication", 300, 1.0)
@@ -91,16 +102,23 @@ def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_
     assert (spec["type"], spec["mode"], spec["restartPolicy"]) == ("Python", "cluster", {"type": "Never"})
     assert [(o["kind"], o["name"]) for o in meta["ownerReferences"]] == [("BatchConsumerGroup", s.name)]
     env = {e["name"]: e for e in spec["driver"]["env"]}
-    assert env["LEDGER_DSN"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "dsn"}  # a ref, never the value
+    assert env["LEDGER_DSN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "pg",
+        "key": "dsn",
+    }  # a ref, never the value
     plan = json.loads(env["LAGPILOT_DRAIN_PLAN"]["value"])
     assert plan["topic"] == s.topic and plan["groupId"] == s.group, plan
-    assert not s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items  # no Job pod: no Job
+    assert not s.core.list_namespaced_pod(
+        s.ns, label_selector="lagpilot.io/drain-job"
+    ).items  # no Job pod: no Job
     d = wait_phase(s, ("Running",), 120)
     assert d["attempt"] == 1
 
     # the spark-operator reports a failed driver: the operator records it and launches attempt 2
     _play_state(s, "orders-drain-1-1", "SUBMITTED")
-    _play_state(s, "orders-drain-1-1", "FAILED", "driver container failed with ExitCode: 137, Reason: OOMKilled")
+    _play_state(
+        s, "orders-drain-1-1", "FAILED", "driver container failed with ExitCode: 137, Reason: OOMKilled"
+    )
     second = wait_until(lambda: _app(s, "orders-drain-1-2"), "the retry's SparkApplication", 180, 1.0)
     reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
     assert "DrainAttemptFailed" in reasons, reasons
@@ -112,8 +130,14 @@ def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_
     denv.update(_driver_env(s, second))
     log = tmp_path / "driver.log"
     with log.open("wb") as out:
-        rc = subprocess.run([str(Path(sys.executable).parent / "lagpilot"), "drain"], env=denv, stdout=out,
-                            stderr=subprocess.STDOUT, timeout=600, cwd=tmp_path).returncode
+        rc = subprocess.run(
+            [str(Path(sys.executable).parent / "lagpilot"), "drain"],
+            env=denv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            cwd=tmp_path,
+        ).returncode
     assert rc == 0, log.read_text(errors="replace")[-4000:]
     _play_state(s, "orders-drain-1-2", "COMPLETED")
     d = finish_and_check(s, kafka_admin, postgres_dsn)

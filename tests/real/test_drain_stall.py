@@ -9,6 +9,7 @@ event names the quota); the operator sets DrainStalled=True/NoRunningPod, posts 
 DrainStalled, deletes the Job and schedules attempt 2; with the quota gone attempt 2 drains, the
 drain reaches Verified with DrainStalled back to False (no longer listed), and the ledger holds every offset once.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,34 +26,69 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def _live_pods(s: Scenario) -> list[Any]:
-    return [p for p in s.core.list_namespaced_pod(s.ns).items if p.status.phase not in ("Succeeded", "Failed")]
+    return [
+        p for p in s.core.list_namespaced_pod(s.ns).items if p.status.phase not in ("Succeeded", "Failed")
+    ]
 
 
-def test_a_job_without_a_pod_is_stalled_reported_and_retried(scenario: Callable[..., Scenario], kafka_admin: Any,
-                                                             postgres_dsn: str) -> None:
+def test_a_job_without_a_pod_is_stalled_reported_and_retried(
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     from kubernetes import client
 
-    s = scenario({p: 8000 for p in range(PARTS)}, live_per_s=0, sla_s=20, drain={"cancel": True},
-                 operator_env={"LAGPILOT_DRAIN_NO_POD_SECONDS": "15"})
+    s = scenario(
+        {p: 8000 for p in range(PARTS)},
+        live_per_s=0,
+        sla_s=20,
+        drain={"cancel": True},
+        operator_env={"LAGPILOT_DRAIN_NO_POD_SECONDS": "15"},
+    )
     # the consumers up (the group cannot keep up: 3 replicas), then no further pod may be created
-    wait_until(lambda: len([p for p in _live_pods(s) if p.status.phase == "Running"]) >= PARTS,
-               "3 consumer pods running", 180, interval=1)
+    wait_until(
+        lambda: len([p for p in _live_pods(s) if p.status.phase == "Running"]) >= PARTS,
+        "3 consumer pods running",
+        180,
+        interval=1,
+    )
     time.sleep(3)  # let a scale decision in flight land before the quota freezes the pod count
     n = len(_live_pods(s))
-    s.core.create_namespaced_resource_quota(s.ns, {"metadata": {"name": "no-more-pods"}, "spec": {"hard": {"pods": str(n)}}})
-    wait_until(lambda: (s.core.read_namespaced_resource_quota("no-more-pods", s.ns).status.used or {}).get("pods") == str(n),
-               "the quota counting the pods", 60, interval=0.5)
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"drain": {"cancel": False}}})
+    s.core.create_namespaced_resource_quota(
+        s.ns, {"metadata": {"name": "no-more-pods"}, "spec": {"hard": {"pods": str(n)}}}
+    )
+    wait_until(
+        lambda: (
+            (s.core.read_namespaced_resource_quota("no-more-pods", s.ns).status.used or {}).get("pods")
+            == str(n)
+        ),
+        "the quota counting the pods",
+        60,
+        interval=0.5,
+    )
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
+    )
     batch = client.BatchV1Api(s.custom.api_client)
-    job = wait_until(lambda: next(iter(batch.list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items), None),
-                     "the drain Job of attempt 1", 180, interval=0.5)
+    job = wait_until(
+        lambda: next(
+            iter(batch.list_namespaced_job(s.ns, label_selector="lagpilot.io/drain-job").items), None
+        ),
+        "the drain Job of attempt 1",
+        180,
+        interval=0.5,
+    )
     name = job.metadata.name
     assert name.endswith("-1"), name
     # the fault fired: the Job controller cannot create its pod
-    refused = wait_until(lambda: [e for e in s.core.list_namespaced_event(s.ns).items
-                                  if e.involved_object.name == name and e.reason == "FailedCreate"],
-                         "FailedCreate of the Job's pod", 120, interval=0.5)
+    refused = wait_until(
+        lambda: [
+            e
+            for e in s.core.list_namespaced_event(s.ns).items
+            if e.involved_object.name == name and e.reason == "FailedCreate"
+        ],
+        "FailedCreate of the Job's pod",
+        120,
+        interval=0.5,
+    )
     assert "quota" in refused[0].message, refused[0].message
     assert not s.core.list_namespaced_pod(s.ns, label_selector=f"job-name={name}").items
 
@@ -66,8 +102,12 @@ def test_a_job_without_a_pod_is_stalled_reported_and_retried(scenario: Callable[
     assert d.get("stalled") == "NoRunningPod" and d["attempt"] == 1 and d.get("retryAt"), d
     ev = [e for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainStalled"]
     assert ev and ev[0].type == "Warning" and "attempt 1 stalled" in ev[0].message, [e.message for e in ev]
-    wait_until(lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
-               "attempt 1's Job deleted", 120, interval=1)
+    wait_until(
+        lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
+        "attempt 1's Job deleted",
+        120,
+        interval=1,
+    )
 
     s.core.delete_namespaced_resource_quota("no-more-pods", s.ns)
     d = finish_and_check(s, kafka_admin, postgres_dsn)

@@ -10,6 +10,7 @@ status.drain is written directly as a Running drain holding an unfinished sub-ra
 Job it names exists but is suspended (Active, no pod). The finalizer then waits for it (bound 30 s),
 stops the Job and hands the remainder back — the real finalizer on the real API server and Kafka.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -23,7 +24,16 @@ import pytest
 from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress, job_name
 from lagpilot_dev.operator_process import OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
-from tests.real.test_operator_e2e import REPO, SA_NAME, apply_cr, condition, cr, events_for, get_cr, rbac_rules
+from tests.real.test_operator_e2e import (
+    REPO,
+    SA_NAME,
+    apply_cr,
+    condition,
+    cr,
+    events_for,
+    get_cr,
+    rbac_rules,
+)
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -32,41 +42,96 @@ PLURAL = ("lagpilot.io", "v1alpha1")
 
 
 def test_a_deletion_waiting_for_a_drain_posts_no_error_events(
-        crd: Any, kube_api: Any, namespace: Callable[..., str], kafka_bootstrap: str,
-        new_topic: Callable[..., str]) -> None:
+    crd: Any,
+    kube_api: Any,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+) -> None:
     from kubernetes import client
 
-    rbac, core, custom, batch = (client.RbacAuthorizationV1Api(kube_api), client.CoreV1Api(kube_api),
-                                 client.CustomObjectsApi(kube_api), client.BatchV1Api(kube_api))
+    rbac, core, custom, batch = (
+        client.RbacAuthorizationV1Api(kube_api),
+        client.CoreV1Api(kube_api),
+        client.CustomObjectsApi(kube_api),
+        client.BatchV1Api(kube_api),
+    )
     ns = namespace("fin-ev")
     rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rbac_rules()})
-    rbac.create_namespaced_role_binding(ns, {
-        "metadata": {"name": SA_NAME},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-        "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}]})
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": SA_NAME},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
+        },
+    )
     log_dir = Path(tempfile.mkdtemp(prefix="lagpilot-fin-ev-"))
-    op = OperatorProcess(ns, log_dir / "operator.log", operator_env(
-        crd.kubeconfig_for_service_account(ns, SA_NAME), REPO, {"LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "30"}))
+    op = OperatorProcess(
+        ns,
+        log_dir / "operator.log",
+        operator_env(
+            crd.kubeconfig_for_service_account(ns, SA_NAME),
+            REPO,
+            {"LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "30"},
+        ),
+    )
     name = "orders"
     try:
         topic = new_topic(partitions=1, prefix="fin-ev")
-        apply_cr(crd, ns, cr(name, {
-            "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": f"fin-ev-{uuid.uuid4().hex[:6]}",
-            "processing": {"sink": "log"}, "paused": True, "catchUpSLASeconds": 60,
-            "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+        apply_cr(
+            crd,
+            ns,
+            cr(
+                name,
+                {
+                    "kafka": {"bootstrapServers": kafka_bootstrap},
+                    "topic": topic,
+                    "groupId": f"fin-ev-{uuid.uuid4().hex[:6]}",
+                    "processing": {"sink": "log"},
+                    "paused": True,
+                    "catchUpSLASeconds": 60,
+                    "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2},
+                },
+            ),
+        )
         # the operator has taken the CR (its finalizer is on) before the drain is recorded
-        wait_until(lambda: get_cr(custom, ns, name)["metadata"].get("finalizers"), "kopf's finalizer on the CR", 120)
-        d = DrainStatus(id=1, phase=Phase.RUNNING, reason="Launched", message="drain 1 attempt 1",
-                        ranges=(PartitionRange(0, split=1000, start=0),),
-                        sub_ranges=(SubProgress(0, 0, 0, 1000, 0),), attempt=1, restore_replicas=1,
-                        hand_off_path="ConsumerAck", planned_at=1.0, handed_off_at=2.0, started_at=3.0)
-        custom.patch_namespaced_custom_object_status(*PLURAL, ns, "batchconsumergroups", name,
-                                                     {"status": {"drain": d.to_dict()}})
+        wait_until(
+            lambda: get_cr(custom, ns, name)["metadata"].get("finalizers"), "kopf's finalizer on the CR", 120
+        )
+        d = DrainStatus(
+            id=1,
+            phase=Phase.RUNNING,
+            reason="Launched",
+            message="drain 1 attempt 1",
+            ranges=(PartitionRange(0, split=1000, start=0),),
+            sub_ranges=(SubProgress(0, 0, 0, 1000, 0),),
+            attempt=1,
+            restore_replicas=1,
+            hand_off_path="ConsumerAck",
+            planned_at=1.0,
+            handed_off_at=2.0,
+            started_at=3.0,
+        )
+        custom.patch_namespaced_custom_object_status(
+            *PLURAL, ns, "batchconsumergroups", name, {"status": {"drain": d.to_dict()}}
+        )
         job = job_name(name, 1, 1)
-        batch.create_namespaced_job(ns, {
-            "metadata": {"name": job, "labels": {"lagpilot.io/drain-job": job}},
-            "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
-                {"name": "drain", "image": "busybox", "command": ["true"]}]}}}})
+        batch.create_namespaced_job(
+            ns,
+            {
+                "metadata": {"name": job, "labels": {"lagpilot.io/drain-job": job}},
+                "spec": {
+                    "suspend": True,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": "drain", "image": "busybox", "command": ["true"]}],
+                        }
+                    },
+                },
+            },
+        )
 
         custom.delete_namespaced_custom_object(*PLURAL, ns, "batchconsumergroups", name)
         reasons_seen: list[str] = []

@@ -1,5 +1,6 @@
 """The finalizer's Kafka edges on the real broker: the remainder group round trip (commit metadata
 carries the exact ranges), a hand-back replaces stale content, progress groups listed and deleted."""
+
 from __future__ import annotations
 
 import uuid
@@ -14,7 +15,9 @@ from lagpilot.decide.deletion import Remainder, remainder_group
 pytestmark = [pytest.mark.real]
 
 
-def test_remainder_round_trip_and_replace(kafka_bootstrap: str, kafka_admin: Any, new_topic: Callable[..., str]) -> None:
+def test_remainder_round_trip_and_replace(
+    kafka_bootstrap: str, kafka_admin: Any, new_topic: Callable[..., str]
+) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     topic = new_topic(partitions=3, prefix="remainder")
@@ -39,7 +42,10 @@ def test_remainder_round_trip_and_replace(kafka_bootstrap: str, kafka_admin: Any
         c.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
         c.close()
     assert deletion_io.list_progress_groups(kafka_admin, group, 30) == sorted(names[:2])
-    assert deletion_io.delete_groups(kafka_admin, deletion_io.list_progress_groups(kafka_admin, group, 30), 30) == []
+    assert (
+        deletion_io.delete_groups(kafka_admin, deletion_io.list_progress_groups(kafka_admin, group, 30), 30)
+        == []
+    )
     assert deletion_io.list_progress_groups(kafka_admin, group, 30) == []
     left = {x.group_id for x in kafka_admin.list_consumer_groups().result(30).valid}
     assert f"{group}-other" in left

@@ -11,6 +11,7 @@ any more (the group is past the split, no drain recorded it): the finalizer must
 `<groupId>.lagpilot-remainder` before it lets the CR go, and seal the mailbox. Checked: every produced
 offset is delivered (ledger), handed back, or at/above the group's committed offset.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -30,15 +31,29 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
-        scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str, tmp_path: Path) -> None:
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+) -> None:
     import psycopg
 
-    s = scenario({p: 6000 for p in range(PARTS)}, sla_s=20, live={}, drain_enabled=False, crash_at="Publish:status",
-                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300", "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "600"})
+    s = scenario(
+        {p: 6000 for p in range(PARTS)},
+        sla_s=20,
+        live={},
+        drain_enabled=False,
+        crash_at="Publish:status",
+        operator_env={
+            "LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300",
+            "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "600",
+        },
+    )
     wait_group_running(s, pod_runner, postgres_dsn)
     enable_drain(s)
     marker = tmp_path / f"crash-{s.ns}" / "Publish-status"
-    wait_until(lambda: marker.exists() and not s.op.alive(), "the operator dead right after publishing the hand-off", 300)
+    wait_until(
+        lambda: marker.exists() and not s.op.alive(),
+        "the operator dead right after publishing the hand-off",
+        300,
+    )
     d = s.drain()
     assert d["phase"] == "Planned" and d.get("publishedAt"), d
     splits = {int(r["partition"]): int(r["end"]) for r in d["ranges"]}
@@ -46,10 +61,16 @@ def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
 
     def acked_and_moved() -> dict[int, int] | None:
         entries, own = mailbox_entries(kafka_admin, s), committed(kafka_admin, s)
-        acks = {p: e.ack for p, e in entries.items() if p in splits and e is not None and e.acked and e.drain_id == d["id"]}
+        acks = {
+            p: e.ack
+            for p, e in entries.items()
+            if p in splits and e is not None and e.acked and e.drain_id == d["id"]
+        }
         return acks if set(acks) == set(splits) and all(own[p] >= splits[p] for p in splits) else None
 
-    acks = wait_until(acked_and_moved, "every owner acked and moved to its split (the operator is down)", 120, interval=1)
+    acks = wait_until(
+        acked_and_moved, "every owner acked and moved to its split (the operator is down)", 120, interval=1
+    )
     print(f"drain {d['id']} Planned, splits {splits}, acks {acks}, group at {committed(kafka_admin, s)}")
     assert any(acks[p] < splits[p] for p in splits), "no owner acked a non-empty range: nothing to lose"
 
@@ -67,13 +88,17 @@ def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
     reasons = [e.reason for e in events_for(s.core, s.ns, s.name)]
     rem = remainder_in_kafka(kafka_admin, s.group, s.topic)
     print(f"events {reasons}; remainder {rem}")
-    assert rem is not None and rem.drain_id == d["id"], f"[ack, split) dropped: no remainder handed back ({reasons})"
+    assert rem is not None and rem.drain_id == d["id"], (
+        f"[ack, split) dropped: no remainder handed back ({reasons})"
+    )
     assert set(rem.ranges) == {(p, acks[p], splits[p]) for p in splits if acks[p] < splits[p]}, rem
     assert "DrainRemainderHandedBack" in reasons, reasons
     # every mailbox entry of the drain is sealed: nothing in it moves anyone later
     assert all(e is not None and e.done for p, e in mailbox_entries(kafka_admin, s).items() if p in splits)
 
-    wait_until(lambda: not s.core.list_namespaced_pod(s.ns).items, "every pod gone (GC of the Deployment)", 240)
+    wait_until(
+        lambda: not s.core.list_namespaced_pod(s.ns).items, "every pod gone (GC of the Deployment)", 240
+    )
     own = committed(kafka_admin, s)
     with psycopg.connect(postgres_dsn) as conn:
         delivered = {(int(p), int(o)) for p, o in conn.execute(f'SELECT partition, "offset" FROM {s.table}')}

@@ -11,6 +11,7 @@ split: the records in between were owned by no drain. Now the owners ignore it: 
 every offset (the delivery ledger), its committed offsets reach the end, and the forged entries stay
 unacknowledged in the mailbox.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -29,7 +30,7 @@ from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `sc
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 BACKLOG = 5000  # per partition; ~50 s for one consumer per partition at 100 records/s
-AHEAD = 2000    # the forged split: this far past the partition's committed offset
+AHEAD = 2000  # the forged split: this far past the partition's committed offset
 
 FORGER = r"""
 import json, sys
@@ -46,23 +47,35 @@ sys.exit(1 if bad else 0)
 
 
 def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
-        scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     import psycopg
 
     s = scenario({p: BACKLOG for p in range(PARTS)}, sla_s=10, live={}, drain_enabled=False)
     wait_group_running(s, pod_runner, postgres_dsn)
-    uid = s.custom.get_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name)["metadata"]["uid"]
+    uid = s.custom.get_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name
+    )["metadata"]["uid"]
     now = committed(kafka_admin, s)
     splits = {p: max(0, now.get(p, 0)) + AHEAD for p in range(PARTS)}
     assert all(sp < BACKLOG for sp in splits.values()), (now, splits)  # the forged range lies in the backlog
-    proc = subprocess.run([sys.executable, "-c", FORGER, s.bootstrap, s.group, s.topic, uid,
-                           __import__("json").dumps(splits)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", FORGER, s.bootstrap, s.group, s.topic, uid, __import__("json").dumps(splits)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     print("forger:", proc.returncode, proc.stdout[-400:], proc.stderr[-400:])
     assert proc.returncode == 0, proc.stderr[-2000:]
     # the fault fired: the mailbox holds the forged requests, with the CR's own uid
     forged = mailbox_entries(kafka_admin, s)
-    assert all(forged[p] is not None and forged[p].owner == uid and forged[p].split == splits[p]
-               and not forged[p].acked for p in range(PARTS)), forged
+    assert all(
+        forged[p] is not None
+        and forged[p].owner == uid
+        and forged[p].split == splits[p]
+        and not forged[p].acked
+        for p in range(PARTS)
+    ), forged
 
     def caught_up() -> bool:
         s.op.ensure()
@@ -70,20 +83,30 @@ def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
 
     wait_until(caught_up, "the group at the end of its backlog", 600, interval=2)
     with psycopg.connect(postgres_dsn) as conn:
-        seen = {(int(p), int(o)) for p, o in conn.execute(
-            f"SELECT partition, \"offset\" FROM {s.table} WHERE source = 'consumer'")}
+        seen = {
+            (int(p), int(o))
+            for p, o in conn.execute(f"SELECT partition, \"offset\" FROM {s.table} WHERE source = 'consumer'")
+        }
     expected = {(p, o) for p in range(PARTS) for o in range(s.produced[p])}
     skipped = expected - seen
     after = mailbox_entries(kafka_admin, s)
-    print(f"forged splits {splits} at committed {now}; processed {len(seen)} of {len(expected)}; "
-          f"skipped {len(skipped)}; mailbox now {after}")
-    assert not skipped, (f"{len(skipped)} offsets skipped: the owners jumped to the forged splits {splits}, "
-                         f"e.g. {sorted(skipped)[:5]}")
-    assert all(after[p] is not None and not after[p].acked for p in range(PARTS)), f"a forged request was acked: {after}"
+    print(
+        f"forged splits {splits} at committed {now}; processed {len(seen)} of {len(expected)}; "
+        f"skipped {len(skipped)}; mailbox now {after}"
+    )
+    assert not skipped, (
+        f"{len(skipped)} offsets skipped: the owners jumped to the forged splits {splits}, "
+        f"e.g. {sorted(skipped)[:5]}"
+    )
+    assert all(after[p] is not None and not after[p].acked for p in range(PARTS)), (
+        f"a forged request was acked: {after}"
+    )
     assert not s.drain(), s.drain()  # no drain ran: nothing else could have processed the records
     # the owners saw the forged entries and refused them holding the key (not merely keyless)
     refused = handoff_refusals(pod_runner, s)
-    assert refused and all('"key_present": true' in ln and '"signed": false' in ln for ln in refused), refused[:3]
+    assert refused and all('"key_present": true' in ln and '"signed": false' in ln for ln in refused), (
+        refused[:3]
+    )
 
 
 def handoff_refusals(pod_runner: Any, s: Scenario) -> list[str]:

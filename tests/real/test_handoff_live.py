@@ -14,6 +14,7 @@ lost, duplicates at most one in-flight batch per killed consumer.
 
 The operator's ack timeout is raised so the quiesce fallback cannot take over (path ConsumerAck).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,15 +48,18 @@ def wait_group_running(s: Scenario, pod_runner: Any, postgres_dsn: str, replicas
         if len(consumer_pids(pod_runner, s)) < replicas:
             return False
         with psycopg.connect(postgres_dsn) as conn:
-            parts = conn.execute(f"SELECT count(DISTINCT partition) FROM {s.table} WHERE source = 'consumer'").fetchone()[0]
+            parts = conn.execute(
+                f"SELECT count(DISTINCT partition) FROM {s.table} WHERE source = 'consumer'"
+            ).fetchone()[0]
         return int(parts) == PARTS
 
     wait_until(ready, "the live group processing every partition", 300, interval=1)
 
 
 def enable_drain(s: Scenario) -> None:
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"drain": {"enabled": True}}})
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"enabled": True}}}
+    )
 
 
 def handoff_log_lines(pod_runner: Any, s: Scenario) -> list[str]:
@@ -67,11 +71,20 @@ def handoff_log_lines(pod_runner: Any, s: Scenario) -> list[str]:
 
 
 def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance(
-        scenario: Callable[..., Scenario], pod_runner: Any, tmp_path: Path, kafka_admin: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], pod_runner: Any, tmp_path: Path, kafka_admin: Any, postgres_dsn: str
+) -> None:
     crash_dir = tmp_path / "consumer-crash"
     crash_dir.mkdir()
-    s = scenario({p: 8000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK,
-                 consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_commit", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)})
+    s = scenario(
+        {p: 8000 for p in range(PARTS)},
+        sla_s=30,
+        drain_enabled=False,
+        operator_env=NO_FALLBACK,
+        consumer_env={
+            "LP_TEST_HANDOFF_CRASH_AT": "after_commit",
+            "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir),
+        },
+    )
     wait_group_running(s, pod_runner, postgres_dsn)
     # mid-rebalance: one member gone (SIGKILL, restarted by the pod runner after its back-off)
     victim, vpid = sorted(consumer_pids(pod_runner, s).items())[0]
@@ -82,16 +95,20 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.2)
     assert parse_time(d["plannedAt"]) >= killed_at - 1, "the drain was planned before the rebalance started"
     restarted = pod_runner.pid_of(s.ns, victim)
-    print(f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {parse_time(d['plannedAt']):.1f}; "
-          f"victim running again: {restarted is not None and restarted != vpid}")
+    print(
+        f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {parse_time(d['plannedAt']):.1f}; "
+        f"victim running again: {restarted is not None and restarted != vpid}"
+    )
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
     marker = crash_dir / "handoff-after_commit"
     assert marker.exists(), "the consumer's crash point (after its split commit, before its seek) never fired"
     cpid = int(marker.read_text().split()[0])
     assert not Path(f"/proc/{cpid}").exists(), f"consumer pid {cpid} still alive"
     crashed_pod = (marker.read_text().split() + [""])[2]
-    print(f"consumer pid {cpid} ({crashed_pod}) died between its split commit and its seek; "
-          f"the SIGKILLed member was {victim}")
+    print(
+        f"consumer pid {cpid} ({crashed_pod}) died between its split commit and its seek; "
+        f"the SIGKILLed member was {victim}"
+    )
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck" and d.get("quiescedAt") is None, d
     acks = handoff_log_lines(pod_runner, s)
@@ -99,8 +116,9 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     assert acks, "no consumer logged a hand-off"
 
 
-def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario], pod_runner: Any, kube_api: Any,
-                                               kafka_admin: Any, postgres_dsn: str) -> None:
+def test_scale_down_and_up_during_the_hand_off(
+    scenario: Callable[..., Scenario], pod_runner: Any, kube_api: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
     from kubernetes import client
 
     from lagpilot.act.deployment import deployment_name
@@ -108,7 +126,9 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
     apps = client.AppsV1Api(kube_api)
     # a slower handler (3 s per batch of 100): owners ack at their next batch boundary, so the
     # hand-off stays published for a few seconds while the group rebalances
-    s = scenario({p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000)
+    s = scenario(
+        {p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000
+    )
     wait_group_running(s, pod_runner, postgres_dsn)
     before = consumer_pids(pod_runner, s)
     dep = deployment_name(s.name)
@@ -132,17 +152,24 @@ def test_scale_down_and_up_during_the_hand_off(scenario: Callable[..., Scenario]
 
     wait_until(members_left, "two consumers stopped by the scale-down", 60, interval=0.1)
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
-    print(f"scale-down at {down_at:.1f}, published {parse_time(d.get('publishedAt')):.1f}, scale-up at {up_at:.1f} (phase then "
-          f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {parse_time(d.get('handedOffAt')):.1f}")
+    print(
+        f"scale-down at {down_at:.1f}, published {parse_time(d.get('publishedAt')):.1f}, scale-up at {up_at:.1f} (phase then "
+        f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {parse_time(d.get('handedOffAt')):.1f}"
+    )
     assert down_at < parse_time(d["handedOffAt"]), "the scale-down came after the hand-off"
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck", d
 
 
-def test_consumers_that_never_ack_get_the_quiesce_fallback(scenario: Callable[..., Scenario], pod_runner: Any,
-                                                           kafka_admin: Any, postgres_dsn: str) -> None:
-    s = scenario({p: 8000 for p in range(PARTS)}, sla_s=30, consumer_env={"LP_TEST_NO_HANDOFF": "1"},
-                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "10"})
+def test_consumers_that_never_ack_get_the_quiesce_fallback(
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+) -> None:
+    s = scenario(
+        {p: 8000 for p in range(PARTS)},
+        sla_s=30,
+        consumer_env={"LP_TEST_NO_HANDOFF": "1"},
+        operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "10"},
+    )
     held: list[int] = []
 
     def watch(d: dict[str, Any]) -> None:  # while the fallback holds, the Deployment stays at 0
@@ -151,9 +178,16 @@ def test_consumers_that_never_ack_get_the_quiesce_fallback(scenario: Callable[..
 
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600, on_poll=watch)
     assert d["handOffPath"] == "Quiesce", d
-    reasons = [e.reason for e in __import__("tests.real.test_operator_e2e", fromlist=["events_for"]).events_for(s.core, s.ns, s.name)]
+    reasons = [
+        e.reason
+        for e in __import__("tests.real.test_operator_e2e", fromlist=["events_for"]).events_for(
+            s.core, s.ns, s.name
+        )
+    ]
     assert "DrainHandOffFallback" in reasons, reasons
-    print(f"fallback: published {d.get('publishedAt')}, quiesced {d.get('quiescedAt')}, consumer pods seen while held {held[-5:]}")
+    print(
+        f"fallback: published {d.get('publishedAt')}, quiesced {d.get('quiescedAt')}, consumer pods seen while held {held[-5:]}"
+    )
     assert held and held[-1] == 0, held
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d["pauseSeconds"] is not None and d["pauseSeconds"] > 0

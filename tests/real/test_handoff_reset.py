@@ -13,6 +13,7 @@ is planned). Every record must be processed again by the group from offset 0: a 
 actionable in the mailbox would make the new owners ack and jump to the split, skipping everything
 below it with no drain to process it.
 """
+
 from __future__ import annotations
 
 import time
@@ -38,7 +39,8 @@ def mailbox_entries(kafka_admin: Any, s: Scenario) -> dict[int, Any]:
 
     g = mbx.mailbox_group(s.group)
     res = kafka_admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(g, [TopicPartition(s.topic, p) for p in range(PARTS)])])[g].result(30)
+        [ConsumerGroupTopicPartitions(g, [TopicPartition(s.topic, p) for p in range(PARTS)])]
+    )[g].result(30)
     return {tp.partition: mbx.decode(getattr(tp, "metadata", None), tp.offset) for tp in res.topic_partitions}
 
 
@@ -46,46 +48,73 @@ def committed(kafka_admin: Any, s: Scenario) -> dict[int, int]:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     res = kafka_admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(s.group, [TopicPartition(s.topic, p) for p in range(PARTS)])])[s.group].result(30)
+        [ConsumerGroupTopicPartitions(s.group, [TopicPartition(s.topic, p) for p in range(PARTS)])]
+    )[s.group].result(30)
     return {tp.partition: tp.offset for tp in res.topic_partitions}
 
 
 def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
-        scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, kafka_part: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, kafka_part: Any, postgres_dsn: str
+) -> None:
     import psycopg
 
-    s = scenario({p: BACKLOG for p in range(PARTS)}, sla_s=10, live={}, drain_enabled=False,
-                 consumer_env={"LP_TEST_NO_HANDOFF": "1"},
-                 operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "900"})
+    s = scenario(
+        {p: BACKLOG for p in range(PARTS)},
+        sla_s=10,
+        live={},
+        drain_enabled=False,
+        consumer_env={"LP_TEST_NO_HANDOFF": "1"},
+        operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "900"},
+    )
     wait_group_running(s, pod_runner, postgres_dsn)
     enable_drain(s)
     d = wait_phase(s, ("HandedOff", "Running", "Verified", "Cancelled", "Failed"), 600)
     # the setup really produced the H2 case: a drain resolved with no ack (the group got there by itself)
     assert d["phase"] == "Cancelled" and d["reason"] == "NothingToDrain", d
     drain_id = int(d["id"])
-    splits = {int(r["partition"]): int(r["end"]) for h in d.get("history") or () if h["id"] == drain_id for r in h["ranges"]}
+    splits = {
+        int(r["partition"]): int(r["end"])
+        for h in d.get("history") or ()
+        if h["id"] == drain_id
+        for r in h["ranges"]
+    }
     assert splits, d
     entries = mailbox_entries(kafka_admin, s)
     print(f"drain {drain_id} resolved by itself; splits {splits}; mailbox {entries}")
 
     # pause (0 consumers), switch the consumers to ones that run the hand-off, no new drains
-    env = [{"name": "PYTHONPATH", "value": s_pythonpath()},
-           {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"paused": True, "drain": {"enabled": False},
-                                                      "template": {"env": env}}})
+    env = [
+        {"name": "PYTHONPATH", "value": s_pythonpath()},
+        {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
+    ]
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io",
+        "v1alpha1",
+        s.ns,
+        "batchconsumergroups",
+        s.name,
+        {"spec": {"paused": True, "drain": {"enabled": False}, "template": {"env": env}}},
+    )
     wait_until(lambda: not consumer_pids(pod_runner, s), "every consumer stopped (paused)", 300, interval=1)
 
     def reset() -> bool:
-        proc = kafka_part.consumer_groups(["--reset-offsets", "--group", s.group, "--topic", s.topic,
-                                           "--to-earliest", "--execute"], timeout=120)
+        proc = kafka_part.consumer_groups(
+            ["--reset-offsets", "--group", s.group, "--topic", s.topic, "--to-earliest", "--execute"],
+            timeout=120,
+        )
         print(proc.returncode, proc.stdout[-400:], proc.stderr[-400:])
         return proc.returncode == 0 and committed(kafka_admin, s) == {p: 0 for p in range(PARTS)}
 
-    wait_until(reset, "the group's offsets reset to 0 by kafka-consumer-groups.sh (needs the group empty)", 180, interval=3)
+    wait_until(
+        reset,
+        "the group's offsets reset to 0 by kafka-consumer-groups.sh (needs the group empty)",
+        180,
+        interval=3,
+    )
     resumed_at = time.time()
-    s.custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name,
-                                            {"spec": {"paused": False}})
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"paused": False}}
+    )
 
     def caught_up() -> bool:
         s.op.ensure()
@@ -93,14 +122,22 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
 
     wait_until(caught_up, "the group back at the end after the reset", 600, interval=2)
     with psycopg.connect(postgres_dsn) as conn:
-        again = {(int(p), int(o)) for p, o in conn.execute(
-            f'SELECT partition, "offset" FROM {s.table} WHERE at >= %s', (resumed_at,))}
+        again = {
+            (int(p), int(o))
+            for p, o in conn.execute(
+                f'SELECT partition, "offset" FROM {s.table} WHERE at >= %s', (resumed_at,)
+            )
+        }
     expected = {(p, o) for p in range(PARTS) for o in range(s.produced[p])}
     skipped = expected - again
-    print(f"after the reset: {len(again)} offsets processed again of {len(expected)}; skipped {len(skipped)}; "
-          f"mailbox now {mailbox_entries(kafka_admin, s)}")
-    assert not skipped, (f"{len(skipped)} offsets skipped after the reset (the owner jumped to the split "
-                         f"{splits}), e.g. {sorted(skipped)[:5]}")
+    print(
+        f"after the reset: {len(again)} offsets processed again of {len(expected)}; skipped {len(skipped)}; "
+        f"mailbox now {mailbox_entries(kafka_admin, s)}"
+    )
+    assert not skipped, (
+        f"{len(skipped)} offsets skipped after the reset (the owner jumped to the split "
+        f"{splits}), e.g. {sorted(skipped)[:5]}"
+    )
     assert s.drain()["id"] == drain_id  # no drain processed anything meanwhile
 
 

@@ -6,6 +6,7 @@ cached layers (after a code change only the `pip install --no-deps .` steps reru
 clean machine) this installs podman/runc/mmdebstrap, builds buildah from the Go module proxy, makes the
 base and builds both images: see docs/images.md for times. Part of `./dev/test` (and so of CI).
 """
+
 from __future__ import annotations
 
 import os

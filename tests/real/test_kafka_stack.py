@@ -1,5 +1,6 @@
 """The real single-node Kafka broker: produce/consume, committed offsets cross-checked with Kafka's
 own `kafka-consumer-groups --describe`, and durability across a SIGKILL."""
+
 from __future__ import annotations
 
 import time
@@ -49,10 +50,15 @@ def consume_all(bootstrap: str, topic: str, group: str, expected: int, timeout: 
     """Consume until `expected` records arrived, committing synchronously; return the messages."""
     from confluent_kafka import Consumer
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": 30000,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 30000,
+        }
+    )
     c.subscribe([topic])
     got: list[Any] = []
     deadline = time.monotonic() + timeout
@@ -68,8 +74,9 @@ def consume_all(bootstrap: str, topic: str, group: str, expected: int, timeout: 
     return got
 
 
-def test_10k_records_round_trip_and_offsets_agree_with_kafka_cli(kafka_bootstrap: str, kafka_admin: Any,
-                                                                  kafka_part: Any, new_topic: Any) -> None:
+def test_10k_records_round_trip_and_offsets_agree_with_kafka_cli(
+    kafka_bootstrap: str, kafka_admin: Any, kafka_part: Any, new_topic: Any
+) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     topic = new_topic(partitions=PARTITIONS)
@@ -134,8 +141,9 @@ def test_broker_killed_with_sigkill_restarts_on_same_data_dir(private_kafka: Any
     assert private_kafka.bootstrap_servers() == bootstrap  # same address after the restart
     wait_topic_ready(admin, topic, 2)
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    )
     try:
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=60)[1] for p in range(2)}
         assert ends == {p: acked.get(p, 0) for p in range(2)}

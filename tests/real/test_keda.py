@@ -8,6 +8,7 @@
   profile's trace): both exactly once, both measured by the same figures, the model's prediction of
   the KEDA run next to it.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,14 @@ from tests.fixtures.stack import wait_topic_ready
 # 1 h 56 min (keda-operator) + 4 min 50 s (keda-metrics-apiserver on its warm cache) on this machine
 # under load, beyond ./dev/test's budget. All three tests passed here on 2026-11-26 (private stack,
 # LAGPILOT_STATE, load 20-45): docs/keda-comparison.md
-pytestmark = [pytest.mark.real, pytest.mark.slow,
-              pytest.mark.skipif(os.environ.get("LAGPILOT_KEDA") != "1",
-                                 reason="the real KEDA is opt-in: LAGPILOT_KEDA=1 (docs/keda-comparison.md)")]
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LAGPILOT_KEDA") != "1",
+        reason="the real KEDA is opt-in: LAGPILOT_KEDA=1 (docs/keda-comparison.md)",
+    ),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,7 +50,9 @@ def keda(stack: Any, kube: KubeEnv, kafka_bootstrap: str) -> Any:
 def test_the_external_metrics_api_answers_through_the_aggregator(keda: Any, kube: KubeEnv) -> None:
     raw = json.loads(kube.kubectl("get", "--raw", "/apis/external.metrics.k8s.io/v1beta1").stdout)
     assert raw["groupVersion"] == "external.metrics.k8s.io/v1beta1", raw
-    svc = json.loads(kube.kubectl("get", "apiservice", "v1beta1.external.metrics.k8s.io", "-o", "json").stdout)
+    svc = json.loads(
+        kube.kubectl("get", "apiservice", "v1beta1.external.metrics.k8s.io", "-o", "json").stdout
+    )
     available = [c for c in svc["status"]["conditions"] if c["type"] == "Available"]
     assert available and available[0]["status"] == "True", svc["status"]
     assert svc["spec"]["caBundle"] and not svc["spec"].get("insecureSkipTLSVerify")
@@ -52,8 +60,9 @@ def test_the_external_metrics_api_answers_through_the_aggregator(keda: Any, kube
     assert "scaledobjects.keda.sh" in crds and "triggerauthentications.keda.sh" in crds
 
 
-def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(keda: Any, kube: KubeEnv, kafka_bootstrap: str,
-                                                           kafka_admin: Any, namespace: Callable[..., str]) -> None:
+def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(
+    keda: Any, kube: KubeEnv, kafka_bootstrap: str, kafka_admin: Any, namespace: Callable[..., str]
+) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import NewTopic
 
@@ -67,18 +76,46 @@ def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(keda: Any, kube: Kub
     assert prod.flush(60) == 0
     # nothing consumes: the group has no committed offset, so with offsetResetPolicy earliest each
     # partition lags by its whole log (100 records)
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "worker"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "worker"}},
-                    "template": {"metadata": {"labels": {"app": "worker"}},
-                                 # a scheduler nobody runs: the pods stay Pending, the replica count is what counts
-                                 "spec": {"schedulerName": "lagpilot-nobody",
-                                          "containers": [{"name": "w", "image": "busybox", "command": ["sleep", "1"]}]}}}}
-    so = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "worker"},
-          "spec": {"scaleTargetRef": {"name": "worker"}, "minReplicaCount": 1, "maxReplicaCount": 5,
-                   "pollingInterval": 5,
-                   "triggers": [{"type": "kafka", "metadata": {
-                       "bootstrapServers": kafka_bootstrap, "consumerGroup": group, "topic": topic,
-                       "lagThreshold": "10", "offsetResetPolicy": "earliest"}}]}}
+    dep = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "worker"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "worker"}},
+            "template": {
+                "metadata": {"labels": {"app": "worker"}},
+                # a scheduler nobody runs: the pods stay Pending, the replica count is what counts
+                "spec": {
+                    "schedulerName": "lagpilot-nobody",
+                    "containers": [{"name": "w", "image": "busybox", "command": ["sleep", "1"]}],
+                },
+            },
+        },
+    }
+    so = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "worker"},
+        "spec": {
+            "scaleTargetRef": {"name": "worker"},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 5,
+            "pollingInterval": 5,
+            "triggers": [
+                {
+                    "type": "kafka",
+                    "metadata": {
+                        "bootstrapServers": kafka_bootstrap,
+                        "consumerGroup": group,
+                        "topic": topic,
+                        "lagThreshold": "10",
+                        "offsetResetPolicy": "earliest",
+                    },
+                }
+            ],
+        },
+    }
     for obj in (dep, so):
         kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(obj))
 
@@ -89,17 +126,34 @@ def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(keda: Any, kube: Kub
     wait_until(hpa, "KEDA to create HPA keda-hpa-worker", 120)
     # the HPA controller reads the external metric through the aggregator and scales to the cap: 3
     # partitions (maxReplicaCount 5 is higher; KEDA caps the metric at partitions x lagThreshold = 30)
-    scaled = wait_until(lambda: (h := hpa()) and (h.get("status") or {}).get("desiredReplicas") == 3 and h,
-                        "the HPA to want 3 replicas", 240)
+    scaled = wait_until(
+        lambda: (h := hpa()) and (h.get("status") or {}).get("desiredReplicas") == 3 and h,
+        "the HPA to want 3 replicas",
+        240,
+    )
     metric = scaled["status"]["currentMetrics"][0]["external"]
     # averageValue is the metric over the replicas at the sync that read it (30 over 1 at the first
     # one, 30 over 3 after): the metric itself is read below
     assert metric["current"]["averageValue"] in ("30", "10", "10000m"), metric
-    wait_until(lambda: json.loads(kube.kubectl("get", "deployment", "worker", "-n", ns, "-o", "json").stdout)
-               ["spec"]["replicas"] == 3, "Deployment worker scaled to 3 by the HPA", 120)
+    wait_until(
+        lambda: (
+            json.loads(kube.kubectl("get", "deployment", "worker", "-n", ns, "-o", "json").stdout)["spec"][
+                "replicas"
+            ]
+            == 3
+        ),
+        "Deployment worker scaled to 3 by the HPA",
+        120,
+    )
     name = metric["metric"]["name"]
-    raw = json.loads(kube.kubectl("get", "--raw", f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{name}"
-                                  "?labelSelector=scaledobject.keda.sh%2Fname%3Dworker").stdout)
+    raw = json.loads(
+        kube.kubectl(
+            "get",
+            "--raw",
+            f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{name}"
+            "?labelSelector=scaledobject.keda.sh%2Fname%3Dworker",
+        ).stdout
+    )
     assert [i["value"] for i in raw["items"]] == ["30"], raw
     kube.kubectl("delete", "scaledobject", "worker", "-n", ns)
     kafka_admin.delete_topics([topic])
@@ -109,10 +163,29 @@ def test_a_lagging_topic_makes_the_hpa_scale_the_deployment(keda: Any, kube: Kub
 def test_one_short_versus_round(keda: Any, tmp_path: Path) -> None:
     """bench/versus.py --rounds 1 on the fast profile: lagpilot and KEDA's defaults, same trace."""
     out = tmp_path / "versus"
-    argv = [sys.executable, "-m", "bench.versus", "--rounds", "1", "--profile", "fast", "--keda", "keda-default:",
-            "--out", str(out), "--json"]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2300, check=False,  # noqa: S603
-                          env=dict(os.environ))
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.versus",
+        "--rounds",
+        "1",
+        "--profile",
+        "fast",
+        "--keda",
+        "keda-default:",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    proc = subprocess.run(
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=2300,
+        check=False,  # noqa: S603
+        env=dict(os.environ),
+    )
     tail = proc.stdout[-5000:] + "\n--- stderr ---\n" + proc.stderr[-3000:]
     assert proc.returncode == 0, tail
     result = json.loads((out / "versus.json").read_text())

@@ -6,6 +6,7 @@ VM). The Python copy of kstatus' rules (lagpilot.decide.kstatus.verdict) must ag
 
 The reconciling CR's consumer pod runs where the `pods` fixture says (tests/fixtures/node.py): the
 pod runner, or with LAGPILOT_NODE=1 a container of the test image on the real node."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,12 @@ LUA = REPO / "examples" / "gitops" / "argocd-health.lua"
 
 
 def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
-        crd: Any, kube_api: Any, pods: Pods, new_topic: Callable[..., str],
-        start_operator: Callable[[str], Operator]) -> None:
+    crd: Any,
+    kube_api: Any,
+    pods: Pods,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:
     from kubernetes import client
 
     binary = ks.ensure_kstatus_check()
@@ -42,20 +47,56 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     op = start_operator(ns)
     topic = new_topic(partitions=2)
     suffix = uuid.uuid4().hex[:6]
-    base = {"topic": topic, "processing": {"sink": "log"}, "drain": {"enabled": False}, "catchUpSLASeconds": 60}
+    base = {
+        "topic": topic,
+        "processing": {"sink": "log"},
+        "drain": {"enabled": False},
+        "catchUpSLASeconds": 60,
+    }
     # Ready: no lag, no replicas wanted (minReplicas 0): Ready True / NoReplicas or ScaledToZero
-    apply_cr(crd, ns, cr("ready", {**base, "groupId": f"ready-{suffix}", "kafka": {"bootstrapServers": kafka_bootstrap},
-                                   "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "ready",
+            {
+                **base,
+                "groupId": f"ready-{suffix}",
+                "kafka": {"bootstrapServers": kafka_bootstrap},
+                "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2},
+            },
+        ),
+    )
     # Degraded: nothing listens on the bootstrap port
-    apply_cr(crd, ns, cr("degraded", {**base, "groupId": f"deg-{suffix}",
-                                      "kafka": {"bootstrapServers": f"127.0.0.1:{free_port()}"},
-                                      "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "degraded",
+            {
+                **base,
+                "groupId": f"deg-{suffix}",
+                "kafka": {"bootstrapServers": f"127.0.0.1:{free_port()}"},
+                "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2},
+            },
+        ),
+    )
     # reconciling: one consumer wanted whose handler cannot be imported: its pod never gets ready
-    apply_cr(crd, ns, cr("reconciling", {**base, "groupId": f"rec-{suffix}",
-                                         "kafka": {"bootstrapServers": kafka_bootstrap},
-                                         "processing": {"handler": "lagpilot_no_such_module.handlers:process"},
-                                         "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
-                                         "template": pods.template()}))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "reconciling",
+            {
+                **base,
+                "groupId": f"rec-{suffix}",
+                "kafka": {"bootstrapServers": kafka_bootstrap},
+                "processing": {"handler": "lagpilot_no_such_module.handlers:process"},
+                "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
+                "template": pods.template(),
+            },
+        ),
+    )
 
     def cond_is(name: str, type_: str, status: str) -> bool:
         c = condition(get_cr(custom, ns, name), type_)
@@ -65,10 +106,19 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
         """An abnormal-true condition (Reconciling, Stalled, Degraded, ...) that is False is absent."""
         return condition(get_cr(custom, ns, name), type_) is None
 
-    wait_until(lambda: cond_is("ready", "Ready", "True") and not_listed("ready", "Reconciling"),
-               "ready: Ready True", 120, interval=1)
+    wait_until(
+        lambda: cond_is("ready", "Ready", "True") and not_listed("ready", "Reconciling"),
+        "ready: Ready True",
+        120,
+        interval=1,
+    )
     wait_until(lambda: cond_is("degraded", "Stalled", "True"), "degraded: Stalled True", 120, interval=1)
-    wait_until(lambda: cond_is("reconciling", "Reconciling", "True"), "reconciling: Reconciling True", 120, interval=1)
+    wait_until(
+        lambda: cond_is("reconciling", "Reconciling", "True"),
+        "reconciling: Reconciling True",
+        120,
+        interval=1,
+    )
 
     def consumer_exited() -> Any:
         """The reconciling CR's consumer ran (where `pods` says) and exited on its handler's import:
@@ -95,7 +145,10 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     assert (rows["ready"]["status"], rows["ready"]["argocdStatus"]) == ("Current", "Healthy")
     assert (rows["degraded"]["status"], rows["degraded"]["argocdStatus"]) == ("Failed", "Degraded")
     assert "BrokerUnreachable" in rows["degraded"]["argocdMessage"]
-    assert (rows["reconciling"]["status"], rows["reconciling"]["argocdStatus"]) == ("InProgress", "Progressing")
+    assert (rows["reconciling"]["status"], rows["reconciling"]["argocdStatus"]) == (
+        "InProgress",
+        "Progressing",
+    )
     assert "ConsumersNotReady" in rows["reconciling"]["argocdMessage"]
     # the Python copy of kstatus' rules agrees with the library on each object
     for obj in json.loads(listed)["items"]:
@@ -111,8 +164,14 @@ def test_kstatus_and_argocd_verdicts_on_ready_degraded_and_reconciling_crs(
     assert (row["status"], row["argocdStatus"]) == ("InProgress", "Progressing"), row
     assert "observed generation" in row["message"]
     op.start()  # the fixture's teardown deletes the CRs through the running operator (finalizers)
-    wait_until(lambda: not_listed("ready", "Reconciling")
-               and get_cr(custom, ns, "ready")["status"]["observedGeneration"] == obj["metadata"]["generation"],
-               "the restarted operator observes the new generation", 120, interval=1)
+    wait_until(
+        lambda: (
+            not_listed("ready", "Reconciling")
+            and get_cr(custom, ns, "ready")["status"]["observedGeneration"] == obj["metadata"]["generation"]
+        ),
+        "the restarted operator observes the new generation",
+        120,
+        interval=1,
+    )
     (row,) = ks.verdicts(crd.kubectl("get", "bcg", "ready", "-n", ns, "-o", "json").stdout, binary=binary)
     assert row["status"] == "Current", row

@@ -1,5 +1,6 @@
 """The local control plane is a real one: kubectl talks to it, RBAC applies, and the real
 kube-controller-manager collects garbage, runs Deployments and Jobs (pods through the pod runner)."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,16 @@ pytestmark = pytest.mark.real
 def _cm(name: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if owner is not None:
-        meta["ownerReferences"] = [{
-            "apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
-            "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True,
-        }]
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
 
 
@@ -38,9 +45,16 @@ def test_service_account_kubeconfig_is_subject_to_rbac(kube: KubeEnv, namespace:
     denied = kube.kubectl("get", "configmaps", "-n", ns, kubeconfig=sa_kubeconfig, check=False)
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
     kube.kubectl("create", "role", "cm-reader", "-n", ns, "--verb=get,list", "--resource=configmaps")
-    kube.kubectl("create", "rolebinding", "cm-reader", "-n", ns, "--role=cm-reader", f"--serviceaccount={ns}:limited")
-    wait_until(lambda: kube.kubectl("get", "configmaps", "-n", ns, kubeconfig=sa_kubeconfig, check=False).returncode == 0,
-               "the RoleBinding to take effect", timeout=60)
+    kube.kubectl(
+        "create", "rolebinding", "cm-reader", "-n", ns, "--role=cm-reader", f"--serviceaccount={ns}:limited"
+    )
+    wait_until(
+        lambda: (
+            kube.kubectl("get", "configmaps", "-n", ns, kubeconfig=sa_kubeconfig, check=False).returncode == 0
+        ),
+        "the RoleBinding to take effect",
+        timeout=60,
+    )
 
 
 def test_owned_configmap_is_garbage_collected_with_its_owner(kube_api: Any, namespace: Any) -> None:
@@ -70,13 +84,23 @@ WIDGET_CRD = {
         "group": "test.lagpilot.io",
         "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
         "scope": "Namespaced",
-        "versions": [{"name": "v1", "served": True, "storage": True,
-                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
     },
 }
 
 
-def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(kube_api: Any, namespace: Any) -> None:
+def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(
+    kube_api: Any, namespace: Any
+) -> None:
     """The operator's Deployments are owned by a CR: the GC must discover a new CRD and honour
     foreground deletion (the owner stays until its dependents are gone)."""
     from kubernetes import client
@@ -87,18 +111,32 @@ def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(kub
     except client.ApiException as exc:
         if exc.status != 409:
             raise
-    wait_until(lambda: any(c.type == "Established" and c.status == "True"
-                           for c in (ext.read_custom_resource_definition("widgets.test.lagpilot.io").status.conditions or [])),
-               "the Widget CRD to be established", timeout=60)
+    wait_until(
+        lambda: any(
+            c.type == "Established" and c.status == "True"
+            for c in (ext.read_custom_resource_definition("widgets.test.lagpilot.io").status.conditions or [])
+        ),
+        "the Widget CRD to be established",
+        timeout=60,
+    )
     custom = client.CustomObjectsApi(kube_api)
     core = client.CoreV1Api(kube_api)
     ns = namespace()
-    widget = wait_until(lambda: custom.create_namespaced_custom_object(
-        "test.lagpilot.io", "v1", ns, "widgets", {"apiVersion": "test.lagpilot.io/v1", "kind": "Widget",
-                                                   "metadata": {"name": "w1"}}), "Widget creation", timeout=60)
+    widget = wait_until(
+        lambda: custom.create_namespaced_custom_object(
+            "test.lagpilot.io",
+            "v1",
+            ns,
+            "widgets",
+            {"apiVersion": "test.lagpilot.io/v1", "kind": "Widget", "metadata": {"name": "w1"}},
+        ),
+        "Widget creation",
+        timeout=60,
+    )
     core.create_namespaced_config_map(ns, _cm("child", widget))
-    custom.delete_namespaced_custom_object("test.lagpilot.io", "v1", ns, "widgets", "w1",
-                                           body={"propagationPolicy": "Foreground"})
+    custom.delete_namespaced_custom_object(
+        "test.lagpilot.io", "v1", ns, "widgets", "w1", body={"propagationPolicy": "Foreground"}
+    )
 
     def both_gone() -> bool:
         cms = {cm.metadata.name for cm in core.list_namespaced_config_map(ns).items}
@@ -110,7 +148,7 @@ def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(kub
 
 
 # A container that records its pid and, on SIGTERM, writes <dir>/<pod>.term and exits.
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import os, signal, sys, time
     out, me = sys.argv[1], os.environ["HOSTNAME"]
     def on_term(signum, frame):
@@ -122,24 +160,33 @@ WORKER = textwrap.dedent('''
     os.replace(os.path.join(out, me + ".pid.tmp"), os.path.join(out, me + ".pid"))  # atomic for the test
     while True:
         time.sleep(0.2)
-''')
+""")
 
 
 def _deployment(name: str, replicas: int, command: list[str]) -> dict[str, Any]:
     labels = {"app": name}
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels},
-                              "spec": {"terminationGracePeriodSeconds": 30,
-                                       "containers": [{"name": "worker", "image": "lagpilot/test:0",
-                                                       "command": command}]}}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{"name": "worker", "image": "lagpilot/test:0", "command": command}],
+                },
+            },
+        },
     }
 
 
 @pytest.mark.slow
-def test_deployment_replicas_are_local_processes_and_scale_to_zero(kube: KubeEnv, kube_api: Any, namespace: Any,
-                                                                   pod_runner: Any, tmp_path: Path) -> None:
+def test_deployment_replicas_are_local_processes_and_scale_to_zero(
+    kube: KubeEnv, kube_api: Any, namespace: Any, pod_runner: Any, tmp_path: Path
+) -> None:
     from kubernetes import client
 
     apps = client.AppsV1Api(kube_api)
@@ -170,26 +217,53 @@ def test_deployment_replicas_are_local_processes_and_scale_to_zero(kube: KubeEnv
     assert {p.metadata.owner_references[0].name for p in pods} <= rs_names and len(rs_names) == 1
 
     kube.kubectl("scale", "deploy", "workers", "-n", ns, "--replicas=0")
-    wait_until(lambda: not client.CoreV1Api(kube_api).list_namespaced_pod(ns).items, "the pods to be deleted", timeout=180)
+    wait_until(
+        lambda: not client.CoreV1Api(kube_api).list_namespaced_pod(ns).items,
+        "the pods to be deleted",
+        timeout=180,
+    )
     wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "the processes to exit", timeout=60)
     assert {f.name for f in out.glob("*.term")} == {f"{name}.term" for name in pids}  # SIGTERMed, gracefully
     assert pod_runner.running_pids(ns) == {}
 
 
 @pytest.mark.slow
-def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(kube: KubeEnv, kube_api: Any,
-                                                                              namespace: Any, pod_runner: Any) -> None:
+def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(
+    kube: KubeEnv, kube_api: Any, namespace: Any, pod_runner: Any
+) -> None:
     from kubernetes import client
 
     batch = client.BatchV1Api(kube_api)
     ns = namespace()
     job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "once"},
-        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
-            "name": "main", "image": "lagpilot/test:0",
-            "command": ["python", "-c", "import os; print('job done in', os.environ['JOB_NS'])"],
-            "env": [{"name": "JOB_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-        }]}}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "once"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "lagpilot/test:0",
+                            "command": [
+                                "python",
+                                "-c",
+                                "import os; print('job done in', os.environ['JOB_NS'])",
+                            ],
+                            "env": [
+                                {
+                                    "name": "JOB_NS",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+                                }
+                            ],
+                        }
+                    ],
+                }
+            },
+        },
     }
     batch.create_namespaced_job(ns, job)
 
@@ -226,14 +300,24 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
         kubeconfig_text = part.admin_kubeconfig.read_text()
         server = part.server()
         assert part.kubectl("create", "configmap", "survivor", "--from-literal=k=v").returncode == 0
-        runner = PodRunner(part.admin_kubeconfig, node_name="restart-node", workdir=tmp_path / "runner").start()
+        runner = PodRunner(
+            part.admin_kubeconfig, node_name="restart-node", workdir=tmp_path / "runner"
+        ).start()
         api = config.new_client_from_config(config_file=str(part.admin_kubeconfig))
         core = client.CoreV1Api(api)
-        wait_until(lambda: core.read_namespaced_service_account("default", "default"), "default SA", timeout=60)
-        sleeper = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "before"},
-                   "spec": {"containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]}}
+        wait_until(
+            lambda: core.read_namespaced_service_account("default", "default"), "default SA", timeout=60
+        )
+        sleeper = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "before"},
+            "spec": {"containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]},
+        }
         core.create_namespaced_pod("default", sleeper)
-        wait_until(lambda: core.read_namespaced_pod("before", "default").status.phase == "Running", "pod Running")
+        wait_until(
+            lambda: core.read_namespaced_pod("before", "default").status.phase == "Running", "pod Running"
+        )
 
         for component in ("apiserver", "etcd", "controller-manager"):
             part.kill(component)
@@ -244,9 +328,16 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
         assert got.returncode == 0 and got.stdout == "v"
 
         sleeper["metadata"]["name"] = "after"
-        wait_until(lambda: core.create_namespaced_pod("default", sleeper), "pod creation after the restart", timeout=60)
-        wait_until(lambda: core.read_namespaced_pod("after", "default").status.phase == "Running",
-                   "the reconnected pod runner to run a new pod", timeout=120)
+        wait_until(
+            lambda: core.create_namespaced_pod("default", sleeper),
+            "pod creation after the restart",
+            timeout=60,
+        )
+        wait_until(
+            lambda: core.read_namespaced_pod("after", "default").status.phase == "Running",
+            "the reconnected pod runner to run a new pod",
+            timeout=120,
+        )
         assert core.read_namespaced_pod("before", "default").status.container_statuses[0].restart_count == 0
         api.close()
 

@@ -5,6 +5,7 @@ the kubeconfig kubectl was given. A group with a backlog reconciled by the opera
 run where the `pods` fixture says (tests/fixtures/node.py: the pod runner, or with LAGPILOT_NODE=1
 containers on the real node): top, status, why, drains, simulate, pause and resume (the operator then scales
 the consumers to 0 and back). The transcript is printed."""
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,15 @@ pytestmark = pytest.mark.real
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_kubectl_lagpilot_on_the_real_stack(crd: Any, kube_api: Any, pods: Pods,
-                                           kafka_bootstrap: str, new_topic: Callable[..., str],
-                                           start_operator: Callable[[str], Operator], tmp_path: Path) -> None:
+def test_kubectl_lagpilot_on_the_real_stack(
+    crd: Any,
+    kube_api: Any,
+    pods: Pods,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+    tmp_path: Path,
+) -> None:
     from kubernetes import client
 
     custom = client.CustomObjectsApi(kube_api)
@@ -39,26 +46,48 @@ def test_kubectl_lagpilot_on_the_real_stack(crd: Any, kube_api: Any, pods: Pods,
     start_operator(ns)
     topic = new_topic(partitions=2)
     produce(kafka_bootstrap, topic, per_partition=2000, partitions=2)
-    apply_cr(crd, ns, cr("orders", {
-        "kafka": {"bootstrapServers": pods.kafka_bootstrap}, "topic": topic, "groupId": f"plugin-{uuid.uuid4().hex[:6]}",
-        "processing": {"sink": "log"}, "catchUpSLASeconds": 30, "drain": {"enabled": False},
-        "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
-        "template": pods.template()}))
-    wait_until(lambda: (get_cr(custom, ns, "orders").get("status") or {}).get("capacityPerReplica") is not None,
-               "a measured capacity (the consumers' commit metadata)", 240, interval=2)
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "orders",
+            {
+                "kafka": {"bootstrapServers": pods.kafka_bootstrap},
+                "topic": topic,
+                "groupId": f"plugin-{uuid.uuid4().hex[:6]}",
+                "processing": {"sink": "log"},
+                "catchUpSLASeconds": 30,
+                "drain": {"enabled": False},
+                "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
+                "template": pods.template(),
+            },
+        ),
+    )
+    wait_until(
+        lambda: (get_cr(custom, ns, "orders").get("status") or {}).get("capacityPerReplica") is not None,
+        "a measured capacity (the consumers' commit metadata)",
+        240,
+        interval=2,
+    )
 
     shim_dir = tmp_path / "bin"
     shim_dir.mkdir()
     shim = shim_dir / "kubectl-lagpilot"
-    shim.write_text(f"#!/bin/sh\nPYTHONPATH={checkout_pythonpath(REPO)} exec {sys.executable} -m lagpilot.kubectl_plugin \"$@\"\n")
+    shim.write_text(
+        f'#!/bin/sh\nPYTHONPATH={checkout_pythonpath(REPO)} exec {sys.executable} -m lagpilot.kubectl_plugin "$@"\n'
+    )
     shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "KUBECONFIG": str(crd.kubeconfig)}
+    env = {
+        **os.environ,
+        "PATH": f"{shim_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(crd.kubeconfig),
+    }
     kubectl = str(crd.kubectl_path)
 
     def k(*args: str, ok: bool = True) -> str:
-        proc = subprocess.run([kubectl, "lagpilot", *args], capture_output=True, text=True, env=env, timeout=180,
-                              check=False)
+        proc = subprocess.run(
+            [kubectl, "lagpilot", *args], capture_output=True, text=True, env=env, timeout=180, check=False
+        )
         print(f"$ kubectl lagpilot {' '.join(args)}\n{proc.stdout}{proc.stderr}")
         assert (proc.returncode == 0) == ok, (proc.returncode, proc.stderr)
         return proc.stdout + proc.stderr
@@ -89,14 +118,26 @@ def test_kubectl_lagpilot_on_the_real_stack(crd: Any, kube_api: Any, pods: Pods,
 
     # pause: spec.paused true, the operator scales the consumers to 0; resume brings them back
     assert "orders paused" in k("pause", "orders", "-n", ns)
-    wait_until(lambda: (condition(get_cr(custom, ns, "orders"), "Ready") or {}).get("reason") == "Paused",
-               "Ready=False/Paused after kubectl lagpilot pause", 120, interval=1)
+    wait_until(
+        lambda: (condition(get_cr(custom, ns, "orders"), "Ready") or {}).get("reason") == "Paused",
+        "Ready=False/Paused after kubectl lagpilot pause",
+        120,
+        interval=1,
+    )
     apps = client.AppsV1Api(kube_api)
-    wait_until(lambda: apps.read_namespaced_deployment("orders-consumer", ns).spec.replicas == 0,
-               "the consumers scaled to 0", 120, interval=1)
+    wait_until(
+        lambda: apps.read_namespaced_deployment("orders-consumer", ns).spec.replicas == 0,
+        "the consumers scaled to 0",
+        120,
+        interval=1,
+    )
     assert "orders resumed" in k("resume", "orders", "-n", ns)
-    wait_until(lambda: (apps.read_namespaced_deployment("orders-consumer", ns).spec.replicas or 0) >= 1,
-               "the consumers back after kubectl lagpilot resume", 120, interval=1)
+    wait_until(
+        lambda: (apps.read_namespaced_deployment("orders-consumer", ns).spec.replicas or 0) >= 1,
+        "the consumers back after kubectl lagpilot resume",
+        120,
+        interval=1,
+    )
     assert get_cr(custom, ns, "orders")["spec"]["paused"] is False
 
     # kubectl's conventions: an unknown context is a clear error, exit 1

@@ -1,5 +1,6 @@
 """The delivery ledger on the real PostgreSQL: the sink appends one row per delivery (a replayed
 batch shows up twice), and ledger_report counts lost and duplicated offsets from those rows."""
+
 from __future__ import annotations
 
 import logging
@@ -14,7 +15,9 @@ from lagpilot_runtime.sinks.ledger import ledger_report, stats
 pytestmark = [pytest.mark.real]
 
 
-def test_sink_rows_and_report_count_replays_and_gaps(postgres_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sink_rows_and_report_count_replays_and_gaps(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import psycopg
 
     monkeypatch.setenv("LAGPILOT_LEDGER_DSN", postgres_dsn)
@@ -27,13 +30,16 @@ def test_sink_rows_and_report_count_replays_and_gaps(postgres_dsn: str, monkeypa
     def recs(p: int, offs: range, topic: str = "t1") -> list[Record]:
         return [Record(topic, p, o, None, b"x") for o in offs]
 
-    process(recs(0, range(0, 100)), consumer)            # the group: p0 [0, 100)
-    process(recs(0, range(100, 200)), drain)             # a drain: p0 [100, 200)
-    process(recs(0, range(150, 200)), drain)             # a replayed half batch: 50 duplicates
-    process(recs(1, range(0, 40)), consumer)             # p1 [0, 40); [40, 60) never delivered
+    process(recs(0, range(0, 100)), consumer)  # the group: p0 [0, 100)
+    process(recs(0, range(100, 200)), drain)  # a drain: p0 [100, 200)
+    process(recs(0, range(150, 200)), drain)  # a replayed half batch: 50 duplicates
+    process(recs(1, range(0, 40)), consumer)  # p1 [0, 40); [40, 60) never delivered
     process(recs(1, range(0, 1000), topic="other"), consumer)  # another topic: not counted
     # concurrent writers (handler threads / Spark tasks) each get their own connection
-    ts = [threading.Thread(target=process, args=(recs(2, range(i * 10, i * 10 + 10)), consumer)) for i in range(5)]
+    ts = [
+        threading.Thread(target=process, args=(recs(2, range(i * 10, i * 10 + 10)), consumer))
+        for i in range(5)
+    ]
     for t in ts:
         t.start()
     for t in ts:
@@ -41,8 +47,10 @@ def test_sink_rows_and_report_count_replays_and_gaps(postgres_dsn: str, monkeypa
 
     with psycopg.connect(postgres_dsn) as conn:
         rep = ledger_report(conn, table, "t1", {0: 200, 1: 60, 2: 50})
-        rows = conn.execute(f'SELECT source, drain_id, count(*) FROM {table} WHERE topic = %s GROUP BY 1, 2 ORDER BY 1',
-                            ["t1"]).fetchall()
+        rows = conn.execute(
+            f"SELECT source, drain_id, count(*) FROM {table} WHERE topic = %s GROUP BY 1, 2 ORDER BY 1",
+            ["t1"],
+        ).fetchall()
         keys = conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename = %s", [table]).fetchone()[0]
     print(rep)
     assert keys == 0  # no primary key, no unique index: nothing can hide a duplicate

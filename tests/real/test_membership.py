@@ -10,6 +10,7 @@ session timeout, A's commit blocked meanwhile and came back ILLEGAL_GENERATION (
 by the next owner). The check is on outcomes, never on durations: every commit of A succeeds, and
 B's close left the group (the broker lists only A once the rebalance settles).
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,13 +27,19 @@ pytestmark = [pytest.mark.real]
 
 
 def conf(bootstrap: str, topic: str, group: str, pod: str) -> dict[str, Any]:
-    env = {"LAGPILOT_BOOTSTRAP_SERVERS": bootstrap, "LAGPILOT_TOPIC": topic, "LAGPILOT_GROUP_ID": group,
-           "LAGPILOT_SINK": "log", "LAGPILOT_POD_NAME": pod}
+    env = {
+        "LAGPILOT_BOOTSTRAP_SERVERS": bootstrap,
+        "LAGPILOT_TOPIC": topic,
+        "LAGPILOT_GROUP_ID": group,
+        "LAGPILOT_SINK": "log",
+        "LAGPILOT_POD_NAME": pod,
+    }
     return ConsumerConfig.from_env(env).consumer_conf()
 
 
 def test_a_member_stopping_mid_rebalance_does_not_fence_the_committing_member(
-        kafka_bootstrap: str, new_topic: Callable[..., str], kafka_admin: Any) -> None:
+    kafka_bootstrap: str, new_topic: Callable[..., str], kafka_admin: Any
+) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = new_topic(partitions=3, prefix="membership")
@@ -44,7 +51,11 @@ def test_a_member_stopping_mid_rebalance_does_not_fence_the_committing_member(
 
     a = Consumer(conf(kafka_bootstrap, topic, group, "pod-a"))
     a.subscribe([topic])
-    wait_until(lambda: a.consume(50, 0.5) is not None and len(a.assignment()) == 3, "member A owning every partition", 60)
+    wait_until(
+        lambda: a.consume(50, 0.5) is not None and len(a.assignment()) == 3,
+        "member A owning every partition",
+        60,
+    )
     b_closed = threading.Event()
 
     def member_b() -> None:
@@ -77,7 +88,9 @@ def test_a_member_stopping_mid_rebalance_does_not_fence_the_committing_member(
             except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
                 outcomes.append(str(exc))
         thread.join(30)
-        assert b_closed.is_set(), "member B never closed: the fault (a member stopping mid-rebalance) did not happen"
+        assert b_closed.is_set(), (
+            "member B never closed: the fault (a member stopping mid-rebalance) did not happen"
+        )
 
         def members() -> int:
             desc = kafka_admin.describe_consumer_groups([group])[group].result(timeout=10)

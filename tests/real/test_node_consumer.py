@@ -10,6 +10,7 @@ listener until its next restart, and the shared stack is not restarted by tests)
 its own broker, in its own state dir, which has the listener. Checked through Kafka: the group's
 committed offsets, not the pod's log.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,13 @@ from tests.fixtures.kube import KubeEnv, wait_until
 from tests.fixtures.node import image_on_node
 from tests.real.test_node import RESTRICTED_CONTAINER_SC, _restricted_ns, node  # noqa: F401 - fixture
 
-pytestmark = [pytest.mark.real, pytest.mark.node, pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+]
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +103,30 @@ def _image_refused(status: dict[str, Any]) -> str | None:
 def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
     tag = _built_and_loaded(node, "operator")
     ns = _restricted_ns(kube, namespace)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "operator-help"}, "spec": {
-        "schedulerName": node.info()["scheduler_name"], "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "operator", "image": tag, "imagePullPolicy": "Never", "args": ["--help"],
-                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
-                                            if k not in ("runAsUser", "runAsGroup")}}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "operator-help"},
+        "spec": {
+            "schedulerName": node.info()["scheduler_name"],
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": tag,
+                    "imagePullPolicy": "Never",
+                    "args": ["--help"],
+                    "securityContext": {
+                        k: v
+                        for k, v in RESTRICTED_CONTAINER_SC.items()
+                        if k not in ("runAsUser", "runAsGroup")
+                    },
+                }
+            ],
+        },
+    }
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
 
     def finished() -> dict[str, Any] | None:
@@ -115,8 +139,13 @@ def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, names
     assert st["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
 
-def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, namespace: Any,  # noqa: F811
-                                                    pods_kafka: Any, consumer_image: str) -> None:
+def test_consumer_image_pod_consumes_from_host_kafka(
+    node: Any,
+    kube: KubeEnv,
+    namespace: Any,  # noqa: F811
+    pods_kafka: Any,
+    consumer_image: str,
+) -> None:
     from lagpilot_dev.images_run import committed_offsets, produce
 
     pods_bootstrap = pods_kafka.pods_bootstrap_servers()
@@ -124,17 +153,41 @@ def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, n
     topic, group = f"node-{uuid.uuid4().hex[:8]}", f"node-g-{uuid.uuid4().hex[:8]}"
     produce(pods_kafka.bootstrap_servers(), topic, 600, partitions=2)
     ns = _restricted_ns(kube, namespace)
-    env = {"LAGPILOT_BOOTSTRAP_SERVERS": pods_bootstrap, "LAGPILOT_TOPIC": topic, "LAGPILOT_GROUP_ID": group,
-           "LAGPILOT_SINK": "log", "LAGPILOT_POD_NAME": "consumer", "LAGPILOT_BATCH_MAX_RECORDS": "200"}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "consumer"}, "spec": {
-        "schedulerName": node.info()["scheduler_name"], "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "consumer", "image": consumer_image, "imagePullPolicy": "Never",
-                        "env": [{"name": k, "value": v} for k, v in env.items()],
-                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
-                                            if k not in ("runAsUser", "runAsGroup")},  # the image's USER 10001
-                        "resources": {"limits": {"memory": "512Mi", "cpu": "500m"},
-                                      "requests": {"memory": "256Mi", "cpu": "50m"}}}]}}
+    env = {
+        "LAGPILOT_BOOTSTRAP_SERVERS": pods_bootstrap,
+        "LAGPILOT_TOPIC": topic,
+        "LAGPILOT_GROUP_ID": group,
+        "LAGPILOT_SINK": "log",
+        "LAGPILOT_POD_NAME": "consumer",
+        "LAGPILOT_BATCH_MAX_RECORDS": "200",
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "consumer"},
+        "spec": {
+            "schedulerName": node.info()["scheduler_name"],
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "consumer",
+                    "image": consumer_image,
+                    "imagePullPolicy": "Never",
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "securityContext": {
+                        k: v
+                        for k, v in RESTRICTED_CONTAINER_SC.items()
+                        if k not in ("runAsUser", "runAsGroup")
+                    },  # the image's USER 10001
+                    "resources": {
+                        "limits": {"memory": "512Mi", "cpu": "500m"},
+                        "requests": {"memory": "256Mi", "cpu": "50m"},
+                    },
+                }
+            ],
+        },
+    }
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
 
     def all_committed() -> dict[int, int] | None:
@@ -143,7 +196,10 @@ def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, n
         got = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
         return got if got == {0: 300, 1: 300} else None
 
-    assert wait_until(all_committed, "the pod's group committed every record", timeout=600) == {0: 300, 1: 300}
+    assert wait_until(all_committed, "the pod's group committed every record", timeout=600) == {
+        0: 300,
+        1: 300,
+    }
     status = json.loads(kube.kubectl("get", "pod", "-n", ns, "consumer", "-o", "json").stdout)["status"]
     assert status["phase"] == "Running"
     assert status["podIP"].startswith(node.info()["pod_subnet"].rsplit(".", 2)[0])  # on the pod network
@@ -151,9 +207,15 @@ def test_consumer_image_pod_consumes_from_host_kafka(node: Any, kube: KubeEnv, n
     assert [c["image"]["image"] for c in running["containers"]] != []
 
 
-def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: KubeEnv, kube_api: Any,  # noqa: F811
-                                                             namespace: Any, pods_kafka: Any, pods_postgres: Any,
-                                                             consumer_image: str) -> None:
+def test_deleted_consumer_pod_finishes_its_batch_and_commits(
+    node: Any,
+    kube: KubeEnv,
+    kube_api: Any,  # noqa: F811
+    namespace: Any,
+    pods_kafka: Any,
+    pods_postgres: Any,
+    consumer_image: str,
+) -> None:
     """Scale-down on the real node: the kubelet's SIGTERM, the consumer's last batch in the ledger
     and its commit agree (every delivered record committed, none beyond), and it exits cleanly."""
     import psycopg
@@ -163,29 +225,57 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: Ku
 
     pods_dsn = pods_postgres.pods_dsn()
     assert pods_dsn and f"@{node.info()['host_from_pods']}:" in pods_dsn
-    topic, group, table = (f"node-{uuid.uuid4().hex[:8]}", f"node-g-{uuid.uuid4().hex[:8]}",
-                           f"ledger_{uuid.uuid4().hex[:8]}")
+    topic, group, table = (
+        f"node-{uuid.uuid4().hex[:8]}",
+        f"node-g-{uuid.uuid4().hex[:8]}",
+        f"ledger_{uuid.uuid4().hex[:8]}",
+    )
     produced = 4000
     produce(pods_kafka.bootstrap_servers(), topic, produced, partitions=2)
     ns = _restricted_ns(kube, namespace)
-    kube.kubectl("create", "secret", "generic", "db", "-n", ns, "--from-file=dsn=/dev/stdin", input_text=pods_dsn)
-    env = [{"name": "LAGPILOT_BOOTSTRAP_SERVERS", "value": pods_kafka.pods_bootstrap_servers()},
-           {"name": "LAGPILOT_TOPIC", "value": topic}, {"name": "LAGPILOT_GROUP_ID", "value": group},
-           {"name": "LAGPILOT_SINK", "value": "ledger"}, {"name": "LAGPILOT_LEDGER_TABLE", "value": table},
-           # 100 records a batch, each batch's write padded to 400 ms: ~8 s of work, deleted midway
-           {"name": "LAGPILOT_BATCH_MAX_RECORDS", "value": "100"},
-           {"name": "LAGPILOT_HANDLER_CONFIG", "value": json.dumps({"ledger.cost_ms": "400"})},
-           {"name": "LAGPILOT_POD_NAME", "value": "consumer"},
-           {"name": "LAGPILOT_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}}]
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "consumer"}, "spec": {
-        "schedulerName": node.info()["scheduler_name"], "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 60,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "consumer", "image": consumer_image, "imagePullPolicy": "Never", "env": env,
-                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
-                                            if k not in ("runAsUser", "runAsGroup")},
-                        "resources": {"limits": {"memory": "512Mi", "cpu": "500m"},
-                                      "requests": {"memory": "256Mi", "cpu": "50m"}}}]}}
+    kube.kubectl(
+        "create", "secret", "generic", "db", "-n", ns, "--from-file=dsn=/dev/stdin", input_text=pods_dsn
+    )
+    env = [
+        {"name": "LAGPILOT_BOOTSTRAP_SERVERS", "value": pods_kafka.pods_bootstrap_servers()},
+        {"name": "LAGPILOT_TOPIC", "value": topic},
+        {"name": "LAGPILOT_GROUP_ID", "value": group},
+        {"name": "LAGPILOT_SINK", "value": "ledger"},
+        {"name": "LAGPILOT_LEDGER_TABLE", "value": table},
+        # 100 records a batch, each batch's write padded to 400 ms: ~8 s of work, deleted midway
+        {"name": "LAGPILOT_BATCH_MAX_RECORDS", "value": "100"},
+        {"name": "LAGPILOT_HANDLER_CONFIG", "value": json.dumps({"ledger.cost_ms": "400"})},
+        {"name": "LAGPILOT_POD_NAME", "value": "consumer"},
+        {"name": "LAGPILOT_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}},
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "consumer"},
+        "spec": {
+            "schedulerName": node.info()["scheduler_name"],
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 60,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "consumer",
+                    "image": consumer_image,
+                    "imagePullPolicy": "Never",
+                    "env": env,
+                    "securityContext": {
+                        k: v
+                        for k, v in RESTRICTED_CONTAINER_SC.items()
+                        if k not in ("runAsUser", "runAsGroup")
+                    },
+                    "resources": {
+                        "limits": {"memory": "512Mi", "cpu": "500m"},
+                        "requests": {"memory": "256Mi", "cpu": "50m"},
+                    },
+                }
+            ],
+        },
+    }
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
 
     def first_commit() -> int:
@@ -198,19 +288,28 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(node: Any, kube: Ku
     kube.kubectl("delete", "pod", "-n", ns, "consumer", "--wait=false")
     exits = []
     w = watch.Watch()
-    for ev in w.stream(core.list_namespaced_pod, ns, field_selector="metadata.name=consumer", resource_version=rv,
-                       timeout_seconds=120):
+    for ev in w.stream(
+        core.list_namespaced_pod,
+        ns,
+        field_selector="metadata.name=consumer",
+        resource_version=rv,
+        timeout_seconds=120,
+    ):
         statuses = ev["object"].status.container_statuses or []
         if statuses and statuses[0].state.terminated is not None:
             exits.append(statuses[0].state.terminated.exit_code)
         if ev["type"] == "DELETED":
             w.stop()
-    assert exits and exits[-1] == 0, exits  # a clean exit on SIGTERM, not SIGKILL (137) after the grace period
+    assert exits and exits[-1] == 0, (
+        exits
+    )  # a clean exit on SIGTERM, not SIGKILL (137) after the grace period
 
     committed = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
     with psycopg.connect(pods_postgres.app_dsn()) as conn:
-        rows = conn.execute(f"SELECT partition, count(*), count(DISTINCT \"offset\"), max(\"offset\") "  # noqa: S608
-                            f"FROM {table} GROUP BY partition").fetchall()
+        rows = conn.execute(
+            f'SELECT partition, count(*), count(DISTINCT "offset"), max("offset") '  # noqa: S608
+            f"FROM {table} GROUP BY partition"
+        ).fetchall()
     delivered = {p: (n, distinct, top) for p, n, distinct, top in rows}
     # the delete really interrupted the work: not every record was consumed
     assert sum(n for n, _, _ in delivered.values()) < produced, delivered
@@ -236,22 +335,51 @@ def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: Kub
     leads to the apiserver, which authenticates the pod's ServiceAccount token and authorizes it
     by RBAC (a Role that may create ConfigMaps in its namespace, nothing else)."""
     image = _built_and_loaded(node, "operator")
-    slices = json.loads(kube.kubectl("get", "endpointslices", "-n", "default", "-l",
-                                     "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)["items"]
+    slices = json.loads(
+        kube.kubectl(
+            "get",
+            "endpointslices",
+            "-n",
+            "default",
+            "-l",
+            "kubernetes.io/service-name=kubernetes",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
     addresses = [a for s in slices for e in s.get("endpoints") or [] for a in e["addresses"]]
     assert addresses and not any(a.startswith("127.") for a in addresses), addresses
     ns = _restricted_ns(kube, namespace)
     kube.kubectl("create", "serviceaccount", "writer", "-n", ns)
     kube.kubectl("create", "role", "cm-writer", "--verb=create", "--resource=configmaps", "-n", ns)
-    kube.kubectl("create", "rolebinding", "cm-writer", "--role=cm-writer", f"--serviceaccount={ns}:writer", "-n", ns)
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "in-cluster"}, "spec": {
-        "schedulerName": node.info()["scheduler_name"], "restartPolicy": "Never", "serviceAccountName": "writer",
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never",
-                        "command": ["python", "-c", IN_CLUSTER_SCRIPT],
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "securityContext": {k: v for k, v in RESTRICTED_CONTAINER_SC.items()
-                                            if k not in ("runAsUser", "runAsGroup")}}]}}
+    kube.kubectl(
+        "create", "rolebinding", "cm-writer", "--role=cm-writer", f"--serviceaccount={ns}:writer", "-n", ns
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "in-cluster"},
+        "spec": {
+            "schedulerName": node.info()["scheduler_name"],
+            "restartPolicy": "Never",
+            "serviceAccountName": "writer",
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "client",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", IN_CLUSTER_SCRIPT],
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "securityContext": {
+                        k: v
+                        for k, v in RESTRICTED_CONTAINER_SC.items()
+                        if k not in ("runAsUser", "runAsGroup")
+                    },
+                }
+            ],
+        },
+    }
     kube.kubectl("apply", "-n", ns, "-f", "-", input_text=json.dumps(pod))
 
     def finished() -> dict[str, Any] | None:
@@ -260,5 +388,7 @@ def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: Kub
 
     st = wait_until(finished, "the in-cluster client pod finished", timeout=300)
     assert st["phase"] == "Succeeded", json.dumps(st.get("containerStatuses"))[-3000:]
-    written = json.loads(kube.kubectl("get", "configmap", "-n", ns, "written-by-the-pod", "-o", "json").stdout)
+    written = json.loads(
+        kube.kubectl("get", "configmap", "-n", ns, "written-by-the-pod", "-o", "json").stdout
+    )
     assert written["data"]["via"] == "10.0.0.1:443"  # the `kubernetes` Service's ClusterIP

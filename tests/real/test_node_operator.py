@@ -9,6 +9,7 @@ created in them (by the Deployment controllers here) goes to the node's schedule
 chart or the CR names the node. Checked through Kafka (the group's committed offsets), the API (pod
 placement, CR status) and the runtime (`crictl ps`), not through logs alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,13 @@ from tests.fixtures.kube import KubeEnv, wait_until
 from tests.real.test_node import node  # noqa: F401 - fixture
 from tests.real.test_node_consumer import _built_and_loaded, _image_refused
 
-pytestmark = [pytest.mark.real, pytest.mark.node, pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [
+    pytest.mark.real,
+    pytest.mark.node,
+    pytest.mark.images,
+    pytest.mark.slow,
+    pytest.mark.timeout(3600),
+]
 
 # an API call the operator's RBAC refused (a uid or a timestamp never holds a standalone 403)
 DENIED_LINE = re.compile(r"(?i)forbidden|\b403\b")
@@ -40,12 +47,20 @@ def helm_bin() -> Any:
 @pytest.fixture
 def on_node(kube: KubeEnv, namespace: Callable[..., str], node: Any) -> Callable[[str], str]:  # noqa: F811
     """A test namespace whose pods go to the real node (and Pod Security `restricted` enforced)."""
-    assert node.namespace_policy_installed(), "the apiserver serves no MutatingAdmissionPolicy: restart the kube part"
+    assert node.namespace_policy_installed(), (
+        "the apiserver serves no MutatingAdmissionPolicy: restart the kube part"
+    )
 
     def make(prefix: str) -> str:
         ns = namespace(prefix)
-        kube.kubectl("label", "namespace", ns, node.info()["namespace_label"],
-                     "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
+        kube.kubectl(
+            "label",
+            "namespace",
+            ns,
+            node.info()["namespace_label"],
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest",
+        )
         return ns
 
     return make
@@ -57,21 +72,33 @@ def release(kube: KubeEnv) -> Iterator[str]:
 
 
 def _pods(kube: KubeEnv, ns: str, selector: str) -> list[dict[str, Any]]:
-    return list(json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout)["items"])
+    return list(
+        json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout)["items"]
+    )
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", [])
+    )
 
 
 def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
-        node: Any, kube: KubeEnv, kafka_part: Any, helm_bin: Any, release: str,  # noqa: F811
-        on_node: Callable[[str], str], tmp_path: Any) -> None:
+    node: Any,
+    kube: KubeEnv,
+    kafka_part: Any,
+    helm_bin: Any,
+    release: str,  # noqa: F811
+    on_node: Callable[[str], str],
+    tmp_path: Any,
+) -> None:
     from lagpilot_dev import helm as h
     from lagpilot_dev.images_run import committed_offsets, produce
 
     pods_bootstrap = kafka_part.pods_bootstrap_servers()
-    assert pods_bootstrap, "the shared broker has no PODS listener (it started before the node's bridge existed)"
+    assert pods_bootstrap, (
+        "the shared broker has no PODS listener (it started before the node's bridge existed)"
+    )
     operator_image = _built_and_loaded(node, "operator")
     consumer_image = _built_and_loaded(node, "consumer")
     topic, produced = f"node-op-{uuid.uuid4().hex[:8]}", 2000
@@ -79,15 +106,21 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
     produce(kafka_part.bootstrap_servers(), topic, produced, partitions=2)  # creates the topic
     rel_ns, team = on_node("lpn-sys"), on_node("lpn-team")
     repository, tag = operator_image.rsplit(":", 1)
-    values = {"watchNamespaces": [team], "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-              "operator": {"extraEnv": [{"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"}]}}
+    values = {
+        "watchNamespaces": [team],
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "operator": {"extraEnv": [{"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"}]},
+    }
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
-    out = h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args]).stdout
+    out = h.run_helm(
+        helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args]
+    ).stdout
     assert "STATUS: deployed" in out
     full, name = f"{release}-lagpilot", "on-node"
     try:
+
         def operator_pod() -> dict[str, Any] | None:
             pods = _pods(kube, rel_ns, f"app.kubernetes.io/instance={release}")
             for p in pods:
@@ -95,16 +128,27 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
             ready = [p for p in pods if _ready(p)]
             return ready[0] if ready else None
 
-        pod = wait_until(operator_pod, "the operator pod Ready on the real node (kopf /healthz, kubelet probes)", 300)
+        pod = wait_until(
+            operator_pod, "the operator pod Ready on the real node (kopf /healthz, kubelet probes)", 300
+        )
         assert pod["spec"]["nodeName"] == node.info()["node_name"]
         assert pod["spec"]["serviceAccountName"] == full
         assert pod["spec"]["containers"][0]["image"] == operator_image
 
-        bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
-               "spec": {"kafka": {"bootstrapServers": pods_bootstrap}, "topic": topic, "groupId": group,
-                        "processing": {"sink": "log"}, "scaling": {"minReplicas": 1, "maxReplicas": 2},
-                        "catchUpSLASeconds": 120,
-                        "template": {"image": consumer_image, "imagePullPolicy": "Never"}}}
+        bcg = {
+            "apiVersion": "lagpilot.io/v1alpha1",
+            "kind": "BatchConsumerGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "kafka": {"bootstrapServers": pods_bootstrap},
+                "topic": topic,
+                "groupId": group,
+                "processing": {"sink": "log"},
+                "scaling": {"minReplicas": 1, "maxReplicas": 2},
+                "catchUpSLASeconds": 120,
+                "template": {"image": consumer_image, "imagePullPolicy": "Never"},
+            },
+        }
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
 
         def consumers_running() -> list[dict[str, Any]] | None:
@@ -129,13 +173,20 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
         assert sum(committed.values()) == produced
 
         def cr_status() -> dict[str, Any]:
-            return json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status") or {}
+            return (
+                json.loads(kube.kubectl("get", "bcg", name, "-n", team, "-o", "json").stdout).get("status")
+                or {}
+            )
 
-        st = wait_until(lambda: cr_status().get("partitions") == 2 and cr_status(), "status from the operator pod", 300)
+        st = wait_until(
+            lambda: cr_status().get("partitions") == 2 and cr_status(), "status from the operator pod", 300
+        )
         assert st.get("observedGeneration") == 1
         # the runtime's own listing: the operator and the consumers are containers on the node
-        listed = {c["labels"]["io.kubernetes.pod.namespace"]
-                  for c in json.loads(node.crictl("ps", "-o", "json").stdout)["containers"]}
+        listed = {
+            c["labels"]["io.kubernetes.pod.namespace"]
+            for c in json.loads(node.crictl("ps", "-o", "json").stdout)["containers"]
+        }
         assert {rel_ns, team} <= listed, listed
 
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=180s", timeout=200)
@@ -164,8 +215,15 @@ def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Iterat
 
 
 def test_drain_job_runs_as_a_container_to_verified(
-        node: Any, kube: KubeEnv, kafka_part: Any, helm_bin: Any, release: str,  # noqa: F811
-        on_node: Callable[[str], str], pods_postgres: Any, tmp_path: Any) -> None:
+    node: Any,
+    kube: KubeEnv,
+    kafka_part: Any,
+    helm_bin: Any,
+    release: str,  # noqa: F811
+    on_node: Callable[[str], str],
+    pods_postgres: Any,
+    tmp_path: Any,
+) -> None:
     """A backlog one consumer cannot clear within the SLA: the helm-installed operator pod plans a
     drain and launches its Job, whose pod (the consumer image: Spark in local mode, the ledger sink)
     runs as a container under Pod Security `restricted`; the drain reaches Verified and the ledger
@@ -179,30 +237,54 @@ def test_drain_job_runs_as_a_container_to_verified(
     assert pods_bootstrap and pods_dsn
     operator_image = _built_and_loaded(node, "operator")
     consumer_image = _built_and_loaded(node, "consumer")
-    topic, table, parts, per_part = f"node-dr-{uuid.uuid4().hex[:8]}", f"ledger_{uuid.uuid4().hex[:8]}", 3, 4000
+    topic, table, parts, per_part = (
+        f"node-dr-{uuid.uuid4().hex[:8]}",
+        f"ledger_{uuid.uuid4().hex[:8]}",
+        3,
+        4000,
+    )
     produce(kafka_part.bootstrap_servers(), topic, parts * per_part, partitions=parts)
     rel_ns, team = on_node("lpn-sys"), on_node("lpn-team")
-    kube.kubectl("create", "secret", "generic", "pg", "-n", team, "--from-file=dsn=/dev/stdin", input_text=pods_dsn)
+    kube.kubectl(
+        "create", "secret", "generic", "pg", "-n", team, "--from-file=dsn=/dev/stdin", input_text=pods_dsn
+    )
     repository, tag = operator_image.rsplit(":", 1)
-    values = {"watchNamespaces": [team], "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"}}
+    values = {
+        "watchNamespaces": [team],
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+    }
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
     h.run_helm(helm_bin, ["install", release, str(h.CHART_DIR), "-f", str(values_file), *helm_args])
     name = "drain-on-node"
     try:
-        bcg = {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "metadata": {"name": name},
-               "spec": {"kafka": {"bootstrapServers": pods_bootstrap}, "topic": topic, "groupId": f"{topic}-g",
-                        "batch": {"maxRecords": 100, "timeoutMs": 500},
-                        # ~100 records/s per consumer: 12,000 records are beyond one consumer's 60 s
-                        "processing": {"handler": "lagpilot_runtime.sinks.ledger:process",
-                                       "config": {"table": table, "cost_ms": "1000"}},
-                        "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 5},
-                        "catchUpSLASeconds": 60,
-                        "drain": {"enabled": True, "maxTasks": 6, "minBacklogRecords": 1000},
-                        "template": {"image": consumer_image, "imagePullPolicy": "Never",
-                                     "env": [{"name": "LEDGER_DSN",
-                                              "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]}}}
+        bcg = {
+            "apiVersion": "lagpilot.io/v1alpha1",
+            "kind": "BatchConsumerGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "kafka": {"bootstrapServers": pods_bootstrap},
+                "topic": topic,
+                "groupId": f"{topic}-g",
+                "batch": {"maxRecords": 100, "timeoutMs": 500},
+                # ~100 records/s per consumer: 12,000 records are beyond one consumer's 60 s
+                "processing": {
+                    "handler": "lagpilot_runtime.sinks.ledger:process",
+                    "config": {"table": table, "cost_ms": "1000"},
+                },
+                "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 5},
+                "catchUpSLASeconds": 60,
+                "drain": {"enabled": True, "maxTasks": 6, "minBacklogRecords": 1000},
+                "template": {
+                    "image": consumer_image,
+                    "imagePullPolicy": "Never",
+                    "env": [
+                        {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
+                    ],
+                },
+            },
+        }
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
 
         def drain() -> dict[str, Any]:
@@ -225,14 +307,26 @@ def test_drain_job_runs_as_a_container_to_verified(
 
         def all_delivered() -> list[Any] | None:
             with psycopg.connect(pods_postgres.app_dsn()) as conn:
-                rows = conn.execute(f"SELECT partition, count(*), count(DISTINCT \"offset\"), "  # noqa: S608
-                                    f"count(*) FILTER (WHERE source = 'drain') FROM {table} GROUP BY partition").fetchall()
+                rows = conn.execute(
+                    f'SELECT partition, count(*), count(DISTINCT "offset"), '  # noqa: S608
+                    f"count(*) FILTER (WHERE source = 'drain') FROM {table} GROUP BY partition"
+                ).fetchall()
             return rows if sum(r[2] for r in rows) == parts * per_part else None
 
         rows = wait_until(all_delivered, "every record in the ledger", 600)
         assert all(n == distinct == per_part for _, n, distinct, _ in rows), rows  # none lost, none twice
         assert sum(r[3] for r in rows) > 0, rows  # the drain processed some
     finally:
-        kube.kubectl("delete", "bcg", name, "-n", team, "--ignore-not-found", "--wait=true", "--timeout=180s",
-                     check=False, timeout=200)
+        kube.kubectl(
+            "delete",
+            "bcg",
+            name,
+            "-n",
+            team,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+            check=False,
+            timeout=200,
+        )
         h.run_helm(helm_bin, ["uninstall", release, "--wait", "--timeout", "180s", *helm_args], timeout=240)

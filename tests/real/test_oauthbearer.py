@@ -5,6 +5,7 @@ for one confidential client; a broker with an OAUTHBEARER listener validates the
 built-in `OAuthBearerValidatorCallbackHandler` against Keycloak's JWKS (signature, issuer,
 audience, expiry). Kafka's own CLI and librdkafka are the clients that check the listener.
 """
+
 from __future__ import annotations
 
 import base64
@@ -53,9 +54,12 @@ def _claims(jwt: str) -> dict[str, Any]:
 
 
 def _topics_cli(ok: OidcKafka, props: Path, *args: str) -> Any:
-    return ok.kafka.run_cli_tool(TOPICS_CLASS, ["--bootstrap-server", ok.oauth_bootstrap, "--command-config",
-                                                str(props), *args],
-                                 jvm_props={OAUTH_ALLOWED_URLS_PROPERTY: ok.token_endpoint_url}, timeout=240)
+    return ok.kafka.run_cli_tool(
+        TOPICS_CLASS,
+        ["--bootstrap-server", ok.oauth_bootstrap, "--command-config", str(props), *args],
+        jvm_props={OAUTH_ALLOWED_URLS_PROPERTY: ok.token_endpoint_url},
+        timeout=240,
+    )
 
 
 def _props(tmp_path: Path, name: str, ok: OidcKafka, secret: str) -> Path:
@@ -79,11 +83,14 @@ def test_keycloak_issues_tokens_for_the_client_and_refuses_a_wrong_secret(oidc_k
 
 
 def test_kafka_cli_creates_and_lists_topics_with_oidc_and_fails_with_a_wrong_secret(
-        oidc_kafka: OidcKafka, tmp_path: Path) -> None:  # noqa: F811
+    oidc_kafka: OidcKafka, tmp_path: Path
+) -> None:  # noqa: F811
     ok = oidc_kafka
     topic = f"oauth-cli-{uuid.uuid4().hex[:8]}"
     good = _props(tmp_path, "good.properties", ok, ok.client_secret)
-    res = _topics_cli(ok, good, "--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1")
+    res = _topics_cli(
+        ok, good, "--create", "--topic", topic, "--partitions", "2", "--replication-factor", "1"
+    )
     print("kafka-topics --create:", res.returncode, res.stdout.strip(), res.stderr.strip()[-500:])
     assert res.returncode == 0, res.stderr
     res = _topics_cli(ok, good, "--list")
@@ -103,10 +110,18 @@ def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oid
     from confluent_kafka.admin import AdminClient
 
     ok = oidc_kafka
-    conf = {"bootstrap.servers": ok.oauth_bootstrap, "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "OAUTHBEARER"}
-    oidc = {**conf, "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.token.endpoint.url": ok.token_endpoint_url,
-            "sasl.oauthbearer.client.id": ok.client_id, "sasl.oauthbearer.client.secret": ok.client_secret}
+    conf = {
+        "bootstrap.servers": ok.oauth_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "OAUTHBEARER",
+    }
+    oidc = {
+        **conf,
+        "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.token.endpoint.url": ok.token_endpoint_url,
+        "sasl.oauthbearer.client.id": ok.client_id,
+        "sasl.oauthbearer.client.secret": ok.client_secret,
+    }
     md = AdminClient(oidc).list_topics(timeout=60)
     # the listener advertises itself: clients bootstrapped here stay on OAUTHBEARER
     assert [f"{b.host}:{b.port}" for b in md.brokers.values()] == [ok.oauth_bootstrap]
@@ -114,9 +129,15 @@ def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oid
     # librdkafka's default OAUTHBEARER token is an unsecured JWT (alg none): the broker must
     # check signatures against the JWKS and refuse it
     errors: list[str] = []
-    forged = AdminClient({**conf, "sasl.oauthbearer.config": "principal=admin scope=kafka",
-                          "enable.sasl.oauthbearer.unsecure.jwt": True, "log_level": 0,
-                          "error_cb": lambda e: errors.append(e.name())})
+    forged = AdminClient(
+        {
+            **conf,
+            "sasl.oauthbearer.config": "principal=admin scope=kafka",
+            "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "log_level": 0,
+            "error_cb": lambda e: errors.append(e.name()),
+        }
+    )
     with pytest.raises(KafkaException):
         forged.list_topics(timeout=10)
     forged.poll(1)
@@ -124,8 +145,13 @@ def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oid
 
 
 def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades_and_nothing_leaks(
-        oidc_kafka: OidcKafka, crd: Any, kube_api: Any, pod_runner: Any,  # noqa: F811
-        namespace: Callable[..., str], start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
+    oidc_kafka: OidcKafka,
+    crd: Any,
+    kube_api: Any,
+    pod_runner: Any,  # noqa: F811
+    namespace: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:  # noqa: F811
     """(2) the operator's admin client and the consumer pods authenticate with OIDC client
     credentials from the CR's Secret: the group commits every record; (3) a wrong client secret
     (refused at the token endpoint) and a token the endpoint issues for another audience (refused
@@ -145,13 +171,20 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     records = 300
     produce(ok.bootstrap, topic, records // 2, 2)
     wrong_secret = f"wrongoidc{uuid.uuid4().hex}"
-    for name, client_id, secret in (("idp-right", ok.client_id, ok.client_secret),
-                                    ("idp-wrong", ok.client_id, wrong_secret),
-                                    ("idp-audience", OTHER_AUDIENCE_CLIENT_ID, ok.client_secret)):
-        core.create_namespaced_secret(ns, credentials_secret(name, {"clientId": client_id,
-                                                                     "clientSecret": secret}))
-    kafka = {"bootstrapServers": ok.oauth_bootstrap, "securityProtocol": "SASL_PLAINTEXT",
-             "saslMechanism": "OAUTHBEARER", "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url}}
+    for name, client_id, secret in (
+        ("idp-right", ok.client_id, ok.client_secret),
+        ("idp-wrong", ok.client_id, wrong_secret),
+        ("idp-audience", OTHER_AUDIENCE_CLIENT_ID, ok.client_secret),
+    ):
+        core.create_namespaced_secret(
+            ns, credentials_secret(name, {"clientId": client_id, "clientSecret": secret})
+        )
+    kafka = {
+        "bootstrapServers": ok.oauth_bootstrap,
+        "securityProtocol": "SASL_PLAINTEXT",
+        "saslMechanism": "OAUTHBEARER",
+        "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url},
+    }
     u = uuid.uuid4().hex[:6]
     group_right, group_wrong = f"oauth-right-{u}", f"oauth-wrong-{u}"
     # the consumer pods run this checkout's runtime (the pod runner's python imports the venv's
@@ -159,8 +192,17 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     template = {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]}
     apply_auth_cr(crd, ns, "right", kafka, "idp-right", topic, group_right, consume=True, template=template)
     for name in ("wrong", "audience"):
-        apply_auth_cr(crd, ns, name, kafka, f"idp-{name}", topic, f"{group_wrong}-{name}", consume=False,
-                      template=template)
+        apply_auth_cr(
+            crd,
+            ns,
+            name,
+            kafka,
+            f"idp-{name}",
+            topic,
+            f"{group_wrong}-{name}",
+            consume=False,
+            template=template,
+        )
 
     # (3) the fault really fires at Keycloak (the wrong secret is refused there, 401) ...
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -180,10 +222,18 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         assert ok.token_endpoint_url in c["message"] and ok.oauth_bootstrap in c["message"], c
 
     # (2) the right CR: the pod consumes every record over OAUTHBEARER and commits
-    wait_until(lambda: committed_total(admin, group_right, topic, [0, 1]) == records,
-               f"group {group_right} to commit all {records} records", 300, interval=2)
-    wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
-               interval=1)
+    wait_until(
+        lambda: committed_total(admin, group_right, topic, [0, 1]) == records,
+        f"group {group_right} to commit all {records} records",
+        300,
+        interval=2,
+    )
+    wait_until(
+        lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0,
+        "right: totalLag 0",
+        120,
+        interval=1,
+    )
     right = get_cr(custom, ns, "right")
     assert condition(right, "Degraded") is None, right["status"]["conditions"]  # False: absent
     # the group's members came through the OAUTHBEARER listener: its only bootstrap and advertised address
@@ -191,8 +241,10 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
     assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == ok.oauth_bootstrap
     assert env["LAGPILOT_SASL_MECHANISM"].value == "OAUTHBEARER"
-    for key, secret_key in (("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID", "clientId"),
-                            ("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET", "clientSecret")):
+    for key, secret_key in (
+        ("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID", "clientId"),
+        ("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET", "clientSecret"),
+    ):
         assert env[key].value is None, key  # never a literal
         ref = env[key].value_from.secret_key_ref
         assert (ref.name, ref.key) == ("idp-right", secret_key)
@@ -200,9 +252,12 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # (3) no secret anywhere: a token Keycloak issues for this client now, the right and the wrong
     # client secret
     token = ok.oidc.fetch_token()["access_token"]
-    values = {"client_secret": ok.client_secret, "wrong_client_secret": wrong_secret,
-              "token_signature": token.rsplit(".", 1)[1],
-              "other_audience_token_signature": other_token.rsplit(".", 1)[1]}
+    values = {
+        "client_secret": ok.client_secret,
+        "wrong_client_secret": wrong_secret,
+        "token_signature": token.rsplit(".", 1)[1],
+        "other_audience_token_signature": other_token.rsplit(".", 1)[1],
+    }
 
     def kubectl_json(*what: str) -> str:
         return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
@@ -220,14 +275,20 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     assert all(len(text) > 0 for text in places.values()), {p: len(t) for p, t in places.items()}
     assert found == {place: {} for place in places}, found
     # positive control: the scanner finds the secrets where they are (the Secrets, decoded)
-    secret_text = "\n".join(json.dumps({k: base64.b64decode(v).decode() for k, v in (s.data or {}).items()})
-                            for s in core.list_namespaced_secret(ns).items)
-    assert hits(secret_text, values)["client_secret"] > 0 and hits(secret_text, values)["wrong_client_secret"] > 0
+    secret_text = "\n".join(
+        json.dumps({k: base64.b64decode(v).decode() for k, v in (s.data or {}).items()})
+        for s in core.list_namespaced_secret(ns).items
+    )
+    assert (
+        hits(secret_text, values)["client_secret"] > 0
+        and hits(secret_text, values)["wrong_client_secret"] > 0
+    )
     assert op.alive(), op.tail()
 
 
 def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
-        oidc_kafka: OidcKafka, spark_jars: list[str]) -> None:  # noqa: F811
+    oidc_kafka: OidcKafka, spark_jars: list[str]
+) -> None:  # noqa: F811
     """(4) the drain's Kafka options (`spark_kafka_options`, from the env the drain Job gets) make
     Spark's kafka-clients fetch a token at Keycloak and read a range over the OAUTHBEARER listener;
     with a wrong client secret the same read fails (the fault fires at the token endpoint)."""
@@ -241,25 +302,47 @@ def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
     produce(ok.bootstrap, topic, 120, 1)
 
     def cfg(secret: str) -> ConsumerConfig:
-        return ConsumerConfig.from_env({
-            "LAGPILOT_BOOTSTRAP_SERVERS": ok.oauth_bootstrap, "LAGPILOT_TOPIC": topic, "LAGPILOT_GROUP_ID": "drain",
-            "LAGPILOT_SINK": "log", "LAGPILOT_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-            "LAGPILOT_SASL_MECHANISM": "OAUTHBEARER", "LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": ok.token_endpoint_url,
-            "LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID": ok.client_id, "LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET": secret})
+        return ConsumerConfig.from_env(
+            {
+                "LAGPILOT_BOOTSTRAP_SERVERS": ok.oauth_bootstrap,
+                "LAGPILOT_TOPIC": topic,
+                "LAGPILOT_GROUP_ID": "drain",
+                "LAGPILOT_SINK": "log",
+                "LAGPILOT_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "LAGPILOT_SASL_MECHANISM": "OAUTHBEARER",
+                "LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL": ok.token_endpoint_url,
+                "LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID": ok.client_id,
+                "LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET": secret,
+            }
+        )
 
-    rng = {"assign": json.dumps({topic: [0]}), "startingOffsets": json.dumps({topic: {"0": 10}}),
-           "endingOffsets": json.dumps({topic: {"0": 110}})}
+    rng = {
+        "assign": json.dumps({topic: [0]}),
+        "startingOffsets": json.dumps({topic: {"0": 10}}),
+        "endingOffsets": json.dumps({topic: {"0": 110}}),
+    }
     spark = local_session("lagpilot-oauth-test", spark_jars, master="local[1]")
     try:
-        n = spark.read.format("kafka").options(**spark_kafka_options(cfg(ok.client_secret), True), **rng).load().count()
+        n = (
+            spark.read.format("kafka")
+            .options(**spark_kafka_options(cfg(ok.client_secret), True), **rng)
+            .load()
+            .count()
+        )
         print("spark read over OAUTHBEARER:", n)
         assert n == 100
         wrong_secret = "wrong-" + uuid.uuid4().hex
         wrong = spark_kafka_options(cfg(wrong_secret), True)
         with pytest.raises(Exception) as info:  # noqa: PT011 - Py4J wraps the JVM's error
-            spark.read.format("kafka").options(**wrong, **{"kafka.default.api.timeout.ms": "30000"}, **rng).load().count()
+            spark.read.format("kafka").options(
+                **wrong, **{"kafka.default.api.timeout.ms": "30000"}, **rng
+            ).load().count()
         text = str(info.value)
-        cause = [ln.strip() for ln in text.splitlines() if "401" in ln or "uthenticat" in ln or "LoginException" in ln]
+        cause = [
+            ln.strip()
+            for ln in text.splitlines()
+            if "401" in ln or "uthenticat" in ln or "LoginException" in ln
+        ]
         print("spark read with a wrong client secret:", cause[:3])
         assert cause, text[-3000:]
         assert wrong_secret not in text

@@ -15,6 +15,7 @@ list sufficient (on the node too: the helm-installed operator pod is tests/real/
   unreachable broker → `Degraded=True` naming the cause, a Warning event, no secret anywhere, the
   operator keeps running and recovers when the cause is fixed.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ SA_NAME = "lagpilot-operator"
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def rbac_rules() -> list[dict[str, Any]]:
     """docs/rbac.md's tables as Role rules (one rule per group/resource)."""
@@ -102,11 +104,14 @@ def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator
     def start(ns: str) -> Operator:
         if not any(n == ns for _, n in started):
             rbac.create_namespaced_role(ns, {"metadata": {"name": SA_NAME}, "rules": rbac_rules()})
-            rbac.create_namespaced_role_binding(ns, {
-                "metadata": {"name": SA_NAME},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
-                "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
-            })
+            rbac.create_namespaced_role_binding(
+                ns,
+                {
+                    "metadata": {"name": SA_NAME},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA_NAME},
+                    "subjects": [{"kind": "ServiceAccount", "name": SA_NAME, "namespace": ns}],
+                },
+            )
         kubeconfig = crd.kubeconfig_for_service_account(ns, SA_NAME)
         # logs outside pytest's rotating basetemp (other sessions run pytest concurrently)
         log_dir = Path(tempfile.mkdtemp(prefix="lagpilot-operator-e2e-"))
@@ -119,9 +124,18 @@ def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator
     for op, ns in started:
         # delete the CRs while the operator runs (kopf's daemon finalizer), then stop it
         try:
-            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups")
-            wait_until(lambda: not custom.list_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups")["items"], f"CRs in {ns} deleted", 60)
+            custom.delete_collection_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
+            )
+            wait_until(
+                lambda: (
+                    not custom.list_namespaced_custom_object(
+                        "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
+                    )["items"]
+                ),
+                f"CRs in {ns} deleted",
+                60,
+            )
         except Exception as exc:  # noqa: BLE001 - teardown must reach op.stop()
             print(f"teardown of {ns}: {exc!r}")
         # pytest shows captured output only for a failing test
@@ -130,8 +144,12 @@ def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator
 
 
 def cr(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "lagpilot.io/v1alpha1",
+        "kind": "BatchConsumerGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def apply_cr(kube: Any, ns: str, obj: dict[str, Any]) -> None:
@@ -150,15 +168,24 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 def events_for(core: Any, ns: str, name: str) -> list[Any]:
-    return [e for e in core.list_namespaced_event(ns).items
-            if e.involved_object.kind == "BatchConsumerGroup" and e.involved_object.name == name]
+    return [
+        e
+        for e in core.list_namespaced_event(ns).items
+        if e.involved_object.kind == "BatchConsumerGroup" and e.involved_object.name == name
+    ]
 
 
 # --------------------------------------------------------------------------- the scaling cycle
 
-def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: Pods, kafka_bootstrap: str,
-                                                new_topic: Callable[..., str],
-                                                start_operator: Callable[[str], Operator]) -> None:
+
+def test_scale_up_capped_drain_scale_down_and_gc(
+    crd: Any,
+    kube_api: Any,
+    pods: Pods,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:
     from kubernetes import client
 
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
@@ -173,26 +200,50 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
     produce(kafka_bootstrap, topic, per_partition, partitions)
     op = start_operator(ns)
     name = "orders"
-    apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
-        "topic": topic, "groupId": group,
-        "batch": {"maxRecords": 100, "timeoutMs": 500},
-        "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "5"}},
-        "scaling": {"minReplicas": 1, "maxReplicas": 5, "pollIntervalSeconds": 2,
-                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
-                                 "scaleDown": {"stabilizationWindowSeconds": 10}}},
-        "catchUpSLASeconds": 30,
-        "drain": {"enabled": False},
-        "template": pods.template(),
-    }))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            name,
+            {
+                "kafka": {
+                    "bootstrapServers": pods.kafka_bootstrap,
+                    "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
+                },
+                "topic": topic,
+                "groupId": group,
+                "batch": {"maxRecords": 100, "timeoutMs": 500},
+                "processing": {
+                    "handler": "tests.real.operator_handlers:slow",
+                    "config": {"ms_per_record": "5"},
+                },
+                "scaling": {
+                    "minReplicas": 1,
+                    "maxReplicas": 5,
+                    "pollIntervalSeconds": 2,
+                    "behavior": {
+                        "scaleUp": {"stabilizationWindowSeconds": 0},
+                        "scaleDown": {"stabilizationWindowSeconds": 10},
+                    },
+                },
+                "catchUpSLASeconds": 30,
+                "drain": {"enabled": False},
+                "template": pods.template(),
+            },
+        ),
+    )
     obj = get_cr(custom, ns, name)
     dname = f"{name}-consumer"
 
     # 1. the Deployment: created, controller-owned, env per the contract
     dep = wait_until(lambda: apps.read_namespaced_deployment(dname, ns), "the consumer Deployment", 90)
     (owner,) = dep.metadata.owner_references
-    assert (owner.kind, owner.name, owner.uid, owner.controller) == ("BatchConsumerGroup", name,
-                                                                     obj["metadata"]["uid"], True)
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "BatchConsumerGroup",
+        name,
+        obj["metadata"]["uid"],
+        True,
+    )
     env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
     assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == pods.kafka_bootstrap
     assert env["LAGPILOT_TOPIC"].value == topic and env["LAGPILOT_GROUP_ID"].value == group
@@ -211,24 +262,52 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
 
     wait_until(lambda: replicas() == partitions, f"scale-up to {partitions} replicas", 240, interval=1)
     # the consumers run where `pods` says (the pod runner's Node, or the real node's containers)
-    running = wait_until(lambda: (lambda ps: ps if len(ps) >= 1 and all(p.status.phase == "Running" for p in ps)
-                                  else None)(core.list_namespaced_pod(ns, label_selector=f"lagpilot.io/group={name}").items),
-                         "the consumer pods running", 240, interval=1)
-    assert {p.spec.node_name for p in running} == {pods.node_name}, [(p.metadata.name, p.spec.node_name) for p in running]
+    running = wait_until(
+        lambda: (lambda ps: ps if len(ps) >= 1 and all(p.status.phase == "Running" for p in ps) else None)(
+            core.list_namespaced_pod(ns, label_selector=f"lagpilot.io/group={name}").items
+        ),
+        "the consumer pods running",
+        240,
+        interval=1,
+    )
+    assert {p.spec.node_name for p in running} == {pods.node_name}, [
+        (p.metadata.name, p.spec.node_name) for p in running
+    ]
     # the operator writes status after it applied the Deployment (same cycle): wait for that write
-    status = wait_until(lambda: (lambda st: st if st.get("desiredReplicas") == partitions else None)(
-        get_cr(custom, ns, name).get("status") or {}), "the status to report the scale-up", 60, interval=1)
-    print("after scale-up:", (condition({"status": status}, "Scaling") or {}).get("message"), "capacity", status.get("capacityPerReplica"))
+    status = wait_until(
+        lambda: (lambda st: st if st.get("desiredReplicas") == partitions else None)(
+            get_cr(custom, ns, name).get("status") or {}
+        ),
+        "the status to report the scale-up",
+        60,
+        interval=1,
+    )
+    print(
+        "after scale-up:",
+        (condition({"status": status}, "Scaling") or {}).get("message"),
+        "capacity",
+        status.get("capacityPerReplica"),
+    )
     assert status["partitions"] == partitions and status["desiredReplicas"] == partitions
     # while records wait, the age of the oldest unprocessed one is reported per partition
     # (status.partitionStatuses; written with any other change, at least every 60 s)
-    aged = wait_until(lambda: [p for p in get_cr(custom, ns, name)["status"].get("partitionStatuses") or []
-                               if p.get("oldestAgeSeconds", 0) > 0], "oldestAgeSeconds", 90, interval=1)
+    aged = wait_until(
+        lambda: [
+            p
+            for p in get_cr(custom, ns, name)["status"].get("partitionStatuses") or []
+            if p.get("oldestAgeSeconds", 0) > 0
+        ],
+        "oldestAgeSeconds",
+        90,
+        interval=1,
+    )
     print("oldest unprocessed record ages:", {p["partition"]: p["oldestAgeSeconds"] for p in aged})
     assert condition(get_cr(custom, ns, name), "Degraded") is None  # False: absent (abnormal-true)
 
     # 3. the lag drains (the three consumers work), then 4. replicas fall after the 10 s window
-    wait_until(lambda: get_cr(custom, ns, name)["status"].get("totalLag") == 0, "the lag to drain", 300, interval=1)
+    wait_until(
+        lambda: get_cr(custom, ns, name)["status"].get("totalLag") == 0, "the lag to drain", 300, interval=1
+    )
     wait_until(lambda: replicas() == 1, "scale-down to minReplicas 1", 240, interval=1)
     print(f"replicas seen {sorted(set(seen))}")
     assert max(seen) == partitions, seen
@@ -237,7 +316,9 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
     print("final status:", json.dumps(final["status"], indent=1))
     # the controller's memory is the ConfigMap the CR controls (garbage-collected with it), not status
     cm = core.read_namespaced_config_map(memory_name(name), ns)
-    assert [(o.kind, o.name, o.controller) for o in cm.metadata.owner_references] == [("BatchConsumerGroup", name, True)]
+    assert [(o.kind, o.name, o.controller) for o in cm.metadata.owner_references] == [
+        ("BatchConsumerGroup", name, True)
+    ]
     assert set(json.loads(cm.data[MEMORY_FIELD])) == {"estimator", "scalingHistory", "learned"}
     assert not {"estimator", "scalingHistory", "learned"} & set(final["status"])
     events = sorted(events_for(core, ns, name), key=lambda e: e.first_timestamp or e.event_time)
@@ -265,14 +346,20 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
 
     # 6. operator metrics
     text = op.metrics()
-    assert f'lagpilot_partition_lag_records{{name="{name}",namespace="{ns}",partition="2"}}' in text, text[-2000:]
+    assert f'lagpilot_partition_lag_records{{name="{name}",namespace="{ns}",partition="2"}}' in text, text[
+        -2000:
+    ]
     assert "lagpilot_scale_decisions_total" in text
 
     # 7. pause → replicas 0 and no decisions; resume → back to the minimum
     crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", '{"spec":{"paused":true}}')
     wait_until(lambda: replicas() == 0, "paused: 0 replicas", 120, interval=1)
-    wait_until(lambda: (condition(get_cr(custom, ns, name), "Ready") or {}).get("reason") == "Paused",
-               "Ready=False/Paused", 60, interval=1)
+    wait_until(
+        lambda: (condition(get_cr(custom, ns, name), "Ready") or {}).get("reason") == "Paused",
+        "Ready=False/Paused",
+        60,
+        interval=1,
+    )
     crd.kubectl("patch", "bcg", name, "-n", ns, "--type=merge", "-p", '{"spec":{"paused":false}}')
     wait_until(lambda: replicas() == 1, "resumed: back to minReplicas 1", 120, interval=1)
 
@@ -283,10 +370,16 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
         c = apps.read_namespaced_deployment(dname, ns).spec.template.spec.containers[0]
         return next((e.value for e in c.env if e.name == key), None)
 
-    wait_until(lambda: env_value("LAGPILOT_BATCH_MAX_RECORDS") == "50", "the updated env in the Deployment", 120)
+    wait_until(
+        lambda: env_value("LAGPILOT_BATCH_MAX_RECORDS") == "50", "the updated env in the Deployment", 120
+    )
     gen2 = get_cr(custom, ns, name)["metadata"]["generation"]
-    wait_until(lambda: get_cr(custom, ns, name)["status"].get("observedGeneration") == gen2,
-               "status.observedGeneration to follow the spec", 60, interval=1)
+    wait_until(
+        lambda: get_cr(custom, ns, name)["status"].get("observedGeneration") == gen2,
+        "status.observedGeneration to follow the spec",
+        60,
+        interval=1,
+    )
 
     # 9. delete the CR: the real garbage collector removes the Deployment (no operator code runs)
     crd.kubectl("delete", "bcg", name, "-n", ns, "--wait=true", "--timeout=120s", timeout=150)
@@ -304,9 +397,15 @@ def test_scale_up_capped_drain_scale_down_and_gc(crd: Any, kube_api: Any, pods: 
 
 # --------------------------------------------------------------------------- degraded paths
 
-def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pods: Pods, kafka_bootstrap: str,
-                                                   kafka_admin: Any,
-                                                   start_operator: Callable[[str], Operator]) -> None:
+
+def test_degraded_paths_name_the_cause_and_recover(
+    crd: Any,
+    kube_api: Any,
+    pods: Pods,
+    kafka_bootstrap: str,
+    kafka_admin: Any,
+    start_operator: Callable[[str], Operator],
+) -> None:
     import base64
 
     from kubernetes import client
@@ -321,17 +420,50 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pods
     secret_name = f"kafka-creds-{suffix}"
     password = f"pw-{uuid.uuid4().hex}"
     closed = free_port()  # nothing listens there
-    base = {"groupId": f"g-{suffix}", "processing": {"sink": "log"}, "drain": {"enabled": False},
-            # no consumer pods: these tests are about the operator's own observation
-            "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2}}
-    apply_cr(crd, ns, cr("missing-topic", {**base, "kafka": {"bootstrapServers": kafka_bootstrap},
-                                           "topic": missing_topic}))
+    base = {
+        "groupId": f"g-{suffix}",
+        "processing": {"sink": "log"},
+        "drain": {"enabled": False},
+        # no consumer pods: these tests are about the operator's own observation
+        "scaling": {"minReplicas": 0, "maxReplicas": 2, "pollIntervalSeconds": 2},
+    }
+    apply_cr(
+        crd,
+        ns,
+        cr("missing-topic", {**base, "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": missing_topic}),
+    )
     # each CR its own group id: two CRs with one groupId are DuplicateGroupId (M4), not these causes
-    apply_cr(crd, ns, cr("missing-secret", {**base, "groupId": f"g-{suffix}-secret", "topic": "t", "kafka": {
-        "bootstrapServers": kafka_bootstrap, "securityProtocol": "SASL_PLAINTEXT", "saslMechanism": "PLAIN",
-        "secretRef": {"name": secret_name}}}))
-    apply_cr(crd, ns, cr("unreachable", {**base, "groupId": f"g-{suffix}-unreachable", "topic": "t",
-                                         "kafka": {"bootstrapServers": f"127.0.0.1:{closed}"}}))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "missing-secret",
+            {
+                **base,
+                "groupId": f"g-{suffix}-secret",
+                "topic": "t",
+                "kafka": {
+                    "bootstrapServers": kafka_bootstrap,
+                    "securityProtocol": "SASL_PLAINTEXT",
+                    "saslMechanism": "PLAIN",
+                    "secretRef": {"name": secret_name},
+                },
+            },
+        ),
+    )
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "unreachable",
+            {
+                **base,
+                "groupId": f"g-{suffix}-unreachable",
+                "topic": "t",
+                "kafka": {"bootstrapServers": f"127.0.0.1:{closed}"},
+            },
+        ),
+    )
 
     def degraded(name: str, reasons: tuple[str, ...]) -> dict[str, Any] | None:
         c = condition(get_cr(custom, ns, name), "Degraded")
@@ -340,42 +472,72 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pods
     def warned(name: str, reason: str) -> bool:
         return any(e.type == "Warning" and e.reason == reason for e in events_for(core, ns, name))
 
-    cases = [("missing-topic", ("TopicNotFound",), missing_topic),
-             ("missing-secret", ("SecretNotFound",), secret_name),
-             ("unreachable", ("BrokerUnreachable",), f"127.0.0.1:{closed}")]
+    cases = [
+        ("missing-topic", ("TopicNotFound",), missing_topic),
+        ("missing-secret", ("SecretNotFound",), secret_name),
+        ("unreachable", ("BrokerUnreachable",), f"127.0.0.1:{closed}"),
+    ]
     for name, reasons, needle in cases:
         c = wait_until(lambda: degraded(name, reasons), f"{name}: Degraded {reasons}", 120, interval=1)
         print(f"{name}: {c['reason']}: {c['message']}")
         assert needle in c["message"]
         assert condition(get_cr(custom, ns, name), "Ready")["status"] == "False"
-        wait_until(lambda: warned(name, c["reason"]), f"{name}: a Warning event {c['reason']}", 60, interval=1)
+        wait_until(
+            lambda: warned(name, c["reason"]), f"{name}: a Warning event {c['reason']}", 60, interval=1
+        )
 
     # a Secret without the password → SecretMalformed, naming the key, not the value
-    core.create_namespaced_secret(ns, {"metadata": {"name": secret_name},
-                                       "data": {"username": base64.b64encode(b"lagpilot-user").decode()}})
-    c = wait_until(lambda: degraded("missing-secret", ("SecretMalformed",)), "SecretMalformed", 120, interval=1)
+    core.create_namespaced_secret(
+        ns,
+        {
+            "metadata": {"name": secret_name},
+            "data": {"username": base64.b64encode(b"lagpilot-user").decode()},
+        },
+    )
+    c = wait_until(
+        lambda: degraded("missing-secret", ("SecretMalformed",)), "SecretMalformed", 120, interval=1
+    )
     print(f"missing-secret: {c['reason']}: {c['message']}")
     assert "'password'" in c["message"]
     # complete credentials that this (PLAINTEXT) broker cannot accept over SASL: still Degraded,
     # and the password appears nowhere
-    core.patch_namespaced_secret(secret_name, ns, {"data": {"password": base64.b64encode(password.encode()).decode()}})
-    c = wait_until(lambda: degraded("missing-secret", ("AuthenticationFailed", "BrokerUnreachable", "KafkaTimeout")),
-                   "Degraded after the credentials are complete", 120, interval=1)
+    core.patch_namespaced_secret(
+        secret_name, ns, {"data": {"password": base64.b64encode(password.encode()).decode()}}
+    )
+    c = wait_until(
+        lambda: degraded("missing-secret", ("AuthenticationFailed", "BrokerUnreachable", "KafkaTimeout")),
+        "Degraded after the credentials are complete",
+        120,
+        interval=1,
+    )
     print(f"wrong credentials (SASL against a PLAINTEXT listener): {c['reason']}: {c['message']}")
 
     # fix the missing topic: the group recovers (Degraded False: no longer listed; a Recovered event)
     create_topic(kafka_admin, missing_topic, 2)
-    wait_until(lambda: condition(get_cr(custom, ns, "missing-topic"), "Degraded") is None,
-               "missing-topic: recovery once the topic exists", 120, interval=1)
+    wait_until(
+        lambda: condition(get_cr(custom, ns, "missing-topic"), "Degraded") is None,
+        "missing-topic: recovery once the topic exists",
+        120,
+        interval=1,
+    )
     assert get_cr(custom, ns, "missing-topic")["status"]["partitions"] == 2
-    wait_until(lambda: any(e.reason == "Recovered" for e in events_for(core, ns, "missing-topic")),
-               "a Recovered event", 60, interval=1)
+    wait_until(
+        lambda: any(e.reason == "Recovered" for e in events_for(core, ns, "missing-topic")),
+        "a Recovered event",
+        60,
+        interval=1,
+    )
     # the partition count is followed: grow the topic to 4
     from confluent_kafka.admin import NewPartitions
+
     for fut in kafka_admin.create_partitions([NewPartitions(missing_topic, 4)]).values():
         fut.result(timeout=60)
-    wait_until(lambda: get_cr(custom, ns, "missing-topic")["status"].get("partitions") == 4,
-               "status.partitions to follow the topic to 4", 120, interval=1)
+    wait_until(
+        lambda: get_cr(custom, ns, "missing-topic")["status"].get("partitions") == 4,
+        "status.partitions to follow the topic to 4",
+        120,
+        interval=1,
+    )
 
     # nothing anywhere carries the password or the username; the operator is still up
     blob = json.dumps([get_cr(custom, ns, n) for n, _, _ in cases], default=str)
@@ -389,10 +551,15 @@ def test_degraded_paths_name_the_cause_and_recover(crd: Any, kube_api: Any, pods
 
 # --------------------------------------------------------------------------- restart
 
-def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: Any, pods: Pods,
-                                                          kafka_bootstrap: str,
-                                                          new_topic: Callable[..., str],
-                                                          start_operator: Callable[[str], Operator]) -> None:
+
+def test_restart_resumes_estimate_and_history_from_status(
+    crd: Any,
+    kube_api: Any,
+    pods: Pods,
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:
     """SIGKILL the operator mid-backlog; its successor continues from the CR's memory ConfigMap
     (`<cr>-lagpilot-state`): the smoothed capacity and the stabilization window's recommendations
     recorded before the kill are still there after the successor's first cycle (nothing is
@@ -406,17 +573,36 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     produce(kafka_bootstrap, topic, 3000, 2)
     op = start_operator(ns)
     name = "restart"
-    apply_cr(crd, ns, cr(name, {
-        "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
-        "topic": topic, "groupId": f"g-{uuid.uuid4().hex[:6]}",
-        "batch": {"maxRecords": 50, "timeoutMs": 500},
-        # ~50 records/s per consumer: the backlog outlives the restart
-        "processing": {"handler": "tests.real.operator_handlers:slow", "config": {"ms_per_record": "20"}},
-        "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2,
-                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}}},
-        "catchUpSLASeconds": 600, "drain": {"enabled": False},
-        "template": pods.template(),
-    }))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            name,
+            {
+                "kafka": {
+                    "bootstrapServers": pods.kafka_bootstrap,
+                    "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
+                },
+                "topic": topic,
+                "groupId": f"g-{uuid.uuid4().hex[:6]}",
+                "batch": {"maxRecords": 50, "timeoutMs": 500},
+                # ~50 records/s per consumer: the backlog outlives the restart
+                "processing": {
+                    "handler": "tests.real.operator_handlers:slow",
+                    "config": {"ms_per_record": "20"},
+                },
+                "scaling": {
+                    "minReplicas": 1,
+                    "maxReplicas": 2,
+                    "pollIntervalSeconds": 2,
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 600}},
+                },
+                "catchUpSLASeconds": 600,
+                "drain": {"enabled": False},
+                "template": pods.template(),
+            },
+        ),
+    )
 
     def status() -> dict[str, Any]:
         return get_cr(custom, ns, name).get("status") or {}
@@ -436,28 +622,42 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     def est(mem: dict[str, Any]) -> dict[str, Any]:
         return mem.get("estimator") or {"partitions": {}}
 
-    wait_until(lambda: status().get("capacityPerReplica")
-               and len(recs(memory())) >= 3
-               and all(p.get("samples", 0) >= 2 for p in (est(memory())["partitions"] or {"-": {}}).values()),
-               "a capacity estimate, a few recommendations and rate samples", 180, interval=1)
+    wait_until(
+        lambda: (
+            status().get("capacityPerReplica")
+            and len(recs(memory())) >= 3
+            and all(p.get("samples", 0) >= 2 for p in (est(memory())["partitions"] or {"-": {}}).values())
+        ),
+        "a capacity estimate, a few recommendations and rate samples",
+        180,
+        interval=1,
+    )
     op.kill()
     t_kill = time.time()
     before, mem_before = status(), memory()
     recs_before = [t for t, _ in recs(mem_before)]
     cap_before = before["capacityPerReplica"]
-    print(f"before the kill: capacity {cap_before}, {len(recs_before)} recommendations, "
-          f"totalLag {before['totalLag']}, replicas {before['desiredReplicas']}")
+    print(
+        f"before the kill: capacity {cap_before}, {len(recs_before)} recommendations, "
+        f"totalLag {before['totalLag']}, replicas {before['desiredReplicas']}"
+    )
     assert before["totalLag"] > 0, "the backlog must outlive the restart for this test to mean anything"
 
     start_operator(ns)
-    mem_after = wait_until(lambda: (m := memory()) and est(m).get("atS", 0) > t_kill and m,
-                           "the successor's first cycle", 120, interval=0.5)
+    mem_after = wait_until(
+        lambda: (m := memory()) and est(m).get("atS", 0) > t_kill and m,
+        "the successor's first cycle",
+        120,
+        interval=0.5,
+    )
     after = status()
     recs_after = [t for t, _ in recs(mem_after)]
     decision_after = (condition({"status": after}, "Scaling") or {}).get("message") or ""  # the last decision
-    print(f"after the restart: capacity {after['capacityPerReplica']}, "
-          f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
-          f"decision: {decision_after}")
+    print(
+        f"after the restart: capacity {after['capacityPerReplica']}, "
+        f"{len(recs_after)} recommendations ({sum(t < t_kill for t in recs_after)} from before the kill), "
+        f"decision: {decision_after}"
+    )
     assert any(t < t_kill for t in recs_after), "the stabilization history was forgotten"
     # only a restored estimator gives these (a first snapshot also yields some capacity, so
     # capacityPerReplica > 0 would prove nothing): every partition's rate-sample count continues
@@ -466,8 +666,12 @@ def test_restart_resumes_estimate_and_history_from_status(crd: Any, kube_api: An
     parts_before, parts_after = est(mem_before)["partitions"], est(mem_after)["partitions"]
     assert parts_before and set(parts_after) == set(parts_before)
     for p, est in parts_before.items():
-        assert est["samples"] >= 2, f"partition {p}: too few samples before the kill for the check to mean anything"
+        assert est["samples"] >= 2, (
+            f"partition {p}: too few samples before the kill for the check to mean anything"
+        )
         assert parts_after[p]["samples"] > est["samples"], (p, est["samples"], parts_after[p]["samples"])
-        assert any(t < t_kill for t, _ in parts_after[p]["window"]), f"partition {p}: pre-kill samples forgotten"
+        assert any(t < t_kill for t, _ in parts_after[p]["window"]), (
+            f"partition {p}: pre-kill samples forgotten"
+        )
     assert "capacity" not in decision_after.lower() or "unknown" not in decision_after.lower()
     assert condition(get_cr(custom, ns, name), "Degraded") is None  # False: absent (abnormal-true)

@@ -1,4 +1,5 @@
 """The real PostgreSQL of the dev stack: connection, an insert/select round trip, crash recovery."""
+
 from __future__ import annotations
 
 import uuid
@@ -17,7 +18,9 @@ def test_connects_as_app_user_on_loopback(postgres_dsn: str) -> None:
 
     assert "@127.0.0.1:" in postgres_dsn
     with psycopg.connect(postgres_dsn, connect_timeout=30) as conn:
-        user, db, addr = conn.execute("SELECT current_user, current_database(), inet_server_addr()::text").fetchone()
+        user, db, addr = conn.execute(
+            "SELECT current_user, current_database(), inet_server_addr()::text"
+        ).fetchone()
     assert (user, db) == ("lagpilot", "lagpilot")
     assert addr.startswith("127.0.0.1")
 
@@ -34,7 +37,9 @@ def test_insert_select_round_trip(postgres_dsn: str) -> None:
         conn.commit()
     # a new connection sees exactly what was committed
     with psycopg.connect(postgres_dsn, connect_timeout=30) as conn:
-        got = [(o, bytes(k), bytes(v)) for o, k, v in conn.execute(f"SELECT off, k, v FROM {table} ORDER BY off")]
+        got = [
+            (o, bytes(k), bytes(v)) for o, k, v in conn.execute(f"SELECT off, k, v FROM {table} ORDER BY off")
+        ]
         conn.execute(f"DROP TABLE {table}")
     assert got == rows
 

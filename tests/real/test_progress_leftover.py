@@ -11,6 +11,7 @@ partition far past any offset (a finished old drain). Before the tag the new dra
 own progress, clamped into its sub-ranges, found every sub-range done and ended `Verified` with its
 ranges never processed. Now its groups carry its own tag: the exact-once ledger check holds.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,12 @@ def plant_leftovers(s: Scenario) -> list[str]:
     for g in names:
         c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": g, "enable.auto.commit": False})
         try:
-            res = c.commit(offsets=[TopicPartition(s.topic, p, FAR, metadata=dp.progress_metadata(FAR))
-                                    for p in range(PARTS)], asynchronous=False)
+            res = c.commit(
+                offsets=[
+                    TopicPartition(s.topic, p, FAR, metadata=dp.progress_metadata(FAR)) for p in range(PARTS)
+                ],
+                asynchronous=False,
+            )
             assert not [tp for tp in res if tp.error], res
         finally:
             c.close()
@@ -50,7 +55,8 @@ def plant_leftovers(s: Scenario) -> list[str]:
 
 
 def test_a_recreated_crs_drain_does_not_take_a_deleted_crs_progress(
-        scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str) -> None:
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
     s = scenario({p: 15000 for p in range(PARTS)}, drain_enabled=False)
@@ -58,7 +64,8 @@ def test_a_recreated_crs_drain_does_not_take_a_deleted_crs_progress(
     # the fault is in place: Kafka holds the old drain 1's progress under both names
     g = names[0]
     got = kafka_admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(g, [TopicPartition(s.topic, p) for p in range(PARTS)])])[g].result(30)
+        [ConsumerGroupTopicPartitions(g, [TopicPartition(s.topic, p) for p in range(PARTS)])]
+    )[g].result(30)
     assert [tp.offset for tp in got.topic_partitions] == [FAR] * PARTS, got
     enable_drain(s)
     d = finish_and_check(s, kafka_admin, postgres_dsn)

@@ -8,6 +8,7 @@ Recommendation event, metrics). Then the proof that it changed nothing: the grou
 offsets are exactly the hand consumer's last commits, its only member while it ran was the hand
 consumer, no other group of that name family exists, and the namespace has no Deployment, Job or
 SparkApplication and no ScaledUp/ScaledDown/Drain* event."""
+
 from __future__ import annotations
 
 import json
@@ -23,12 +24,19 @@ import pytest
 
 from tests.fixtures.kube import wait_until
 from tests.real.test_crd import crd  # noqa: F401 - fixture
-from tests.real.test_operator_e2e import (Operator, apply_cr, cr, events_for, get_cr, produce,  # noqa: F401
-                                          start_operator)
+from tests.real.test_operator_e2e import (
+    Operator,
+    apply_cr,
+    cr,
+    events_for,
+    get_cr,
+    produce,  # noqa: F401
+    start_operator,
+)
 
 pytestmark = pytest.mark.real
 
-HAND_CONSUMER = r'''
+HAND_CONSUMER = r"""
 import json, os, signal, sys, time
 from confluent_kafka import Consumer, TopicPartition
 bootstrap, topic, group, out = sys.argv[1:5]
@@ -58,7 +66,7 @@ finally:
     print("hand consumer stopping after", done, "records", flush=True)
     c.close()
     print("hand consumer closed", flush=True)
-'''
+"""
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[str, int]:
@@ -74,8 +82,15 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[
 
 
 def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
-        crd: Any, kube_api: Any, namespace: Callable[..., str], kafka_bootstrap: str, kafka_admin: Any,
-        new_topic: Callable[..., str], start_operator: Callable[[str], Operator], tmp_path: Path) -> None:
+    crd: Any,
+    kube_api: Any,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    kafka_admin: Any,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+    tmp_path: Path,
+) -> None:
     import signal
 
     from kubernetes import client
@@ -86,22 +101,43 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
     group = f"hand-{uuid.uuid4().hex[:6]}"
     produce(kafka_bootstrap, topic, per_partition=5000, partitions=2)
     commits = tmp_path / "commits.json"
-    hand = subprocess.Popen([sys.executable, "-c", HAND_CONSUMER, kafka_bootstrap, topic, group, str(commits)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    hand = subprocess.Popen(
+        [sys.executable, "-c", HAND_CONSUMER, kafka_bootstrap, topic, group, str(commits)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         op = start_operator(ns)
-        apply_cr(crd, ns, cr("billing", {
-            "mode": "Recommend", "kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": group,
-            "processing": {"sink": "log"}, "catchUpSLASeconds": 10,
-            "scaling": {"minReplicas": 1, "maxReplicas": 4, "pollIntervalSeconds": 2},
-            "drain": {"enabled": True, "minBacklogRecords": 1000}}))
+        apply_cr(
+            crd,
+            ns,
+            cr(
+                "billing",
+                {
+                    "mode": "Recommend",
+                    "kafka": {"bootstrapServers": kafka_bootstrap},
+                    "topic": topic,
+                    "groupId": group,
+                    "processing": {"sink": "log"},
+                    "catchUpSLASeconds": 10,
+                    "scaling": {"minReplicas": 1, "maxReplicas": 4, "pollIntervalSeconds": 2},
+                    "drain": {"enabled": True, "minBacklogRecords": 1000},
+                },
+            ),
+        )
 
         def recommendation() -> dict[str, Any] | None:
             st = get_cr(custom, ns, "billing").get("status") or {}
             rec = st.get("recommendation") or {}
-            print("status:", json.dumps({k: st.get(k) for k in ("recommendation", "capacityPerReplica", "totalLag")}),
-                  flush=True)
-            return rec if rec.get("capacitySource") == "CommittedRate" and rec.get("replicas", 0) > 1 else None
+            print(
+                "status:",
+                json.dumps({k: st.get(k) for k in ("recommendation", "capacityPerReplica", "totalLag")}),
+                flush=True,
+            )
+            return (
+                rec if rec.get("capacitySource") == "CommittedRate" and rec.get("replicas", 0) > 1 else None
+            )
 
         rec = wait_until(recommendation, "a recommendation from the measured commit rate", 180, interval=1)
         st = get_cr(custom, ns, "billing")["status"]
@@ -113,15 +149,25 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
         assert st["desiredReplicas"] == rec["replicas"] and rec["replicas"] == 2  # capped at the partitions
         scaling = next(c for c in st["conditions"] if c["type"] == "Scaling")
         assert (scaling["status"], scaling["reason"]) == ("False", "RecommendOnly")
-        ev = wait_until(lambda: [e for e in events_for(core, ns, "billing") if e.reason == "Recommendation"],
-                        "a Recommendation event", 60, interval=1)
+        ev = wait_until(
+            lambda: [e for e in events_for(core, ns, "billing") if e.reason == "Recommendation"],
+            "a Recommendation event",
+            60,
+            interval=1,
+        )
         print("event:", ev[-1].message)
         assert "not applied" in ev[-1].message
         metrics = op.metrics()
         assert f'lagpilot_recommend_only{{name="billing",namespace="{ns}"}} 1.0' in metrics
-        assert f'lagpilot_desired_replicas{{name="billing",namespace="{ns}"}} {float(rec["replicas"])}' in metrics
-        assert not [ln for ln in metrics.splitlines()
-                    if ln.startswith("lagpilot_scale_decisions_total{") and f'namespace="{ns}"' in ln]
+        assert (
+            f'lagpilot_desired_replicas{{name="billing",namespace="{ns}"}} {float(rec["replicas"])}'
+            in metrics
+        )
+        assert not [
+            ln
+            for ln in metrics.splitlines()
+            if ln.startswith("lagpilot_scale_decisions_total{") and f'namespace="{ns}"' in ln
+        ]
         # while the hand consumer runs, it is the group's only member
         desc = kafka_admin.describe_consumer_groups([group])[group].result(timeout=30)
         assert [m.client_id for m in desc.members] == ["hand-consumer"], [m.client_id for m in desc.members]
@@ -137,8 +183,13 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
         print("hand consumer:", out[-2000:])
 
     # after the hand consumer stopped, the operator keeps cycling (recommending) for a while
-    count = lambda: float(next(ln.split()[-1] for ln in op.metrics().splitlines()  # noqa: E731
-                               if ln.startswith("lagpilot_cycle_duration_seconds_count")))
+    count = lambda: float(
+        next(
+            ln.split()[-1]
+            for ln in op.metrics().splitlines()  # noqa: E731
+            if ln.startswith("lagpilot_cycle_duration_seconds_count")
+        )
+    )
     c0 = count()
     wait_until(lambda: count() >= c0 + 4, "four more operator cycles", 120, interval=1)
 
@@ -149,13 +200,17 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
     desc = kafka_admin.describe_consumer_groups([group])[group].result(timeout=30)
     assert list(desc.members) == []
     groups = {g.group_id for g in kafka_admin.list_consumer_groups().result(timeout=30).valid}
-    assert {g for g in groups if g.startswith(group)} == {group}, sorted(g for g in groups if g.startswith(group))
+    assert {g for g in groups if g.startswith(group)} == {group}, sorted(
+        g for g in groups if g.startswith(group)
+    )
     # nothing created or scaled in Kubernetes
     apps, batch = client.AppsV1Api(kube_api), client.BatchV1Api(kube_api)
     assert apps.list_namespaced_deployment(ns).items == []
     assert batch.list_namespaced_job(ns).items == []
     reasons = {e.reason for e in events_for(core, ns, "billing")}
-    assert not {r for r in reasons if r.startswith("Drain")} | (reasons & {"ScaledUp", "ScaledDown", "DeploymentCreated"}), reasons
+    assert not {r for r in reasons if r.startswith("Drain")} | (
+        reasons & {"ScaledUp", "ScaledDown", "DeploymentCreated"}
+    ), reasons
     assert "drain" not in get_cr(custom, ns, "billing")["status"]
     assert "Recommendation" in reasons
     assert op.alive(), op.tail()

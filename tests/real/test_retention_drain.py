@@ -11,6 +11,7 @@ the drain starts. Then:
   cycle) and the hand-off machine turns it into a ``DataLoss`` status/condition and a Warning event
   naming the partition and the exact offsets, counted once in lagpilot_drain_records_lost_total.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,13 @@ def low_watermark(bootstrap: str, topic: str, partition: int) -> int:
 
 
 def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_drained(
-        kafka_bootstrap: str, kafka_admin: Any, postgres_dsn: str, spark_jars: list[str], new_topic: Any,
-        tmp_path: Path) -> None:
+    kafka_bootstrap: str,
+    kafka_admin: Any,
+    postgres_dsn: str,
+    spark_jars: list[str],
+    new_topic: Any,
+    tmp_path: Path,
+) -> None:
     from confluent_kafka import TopicPartition
 
     topic = new_topic(partitions=PARTS, prefix="retention")
@@ -48,7 +54,9 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     ranges = {0: (0, 1000), 1: (1000, 3000)}
     subs = split_ranges(ranges, 2, min_records_per_task=200)  # p1: [1000, 2000) and [2000, 3000)
     cr_uid = str(uuid.uuid4())  # the CR the drain belongs to: its progress groups carry its tag (H2)
-    plan = DrainPlan("5", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, 2, owner=owner_tag(cr_uid)).validate()
+    plan = DrainPlan(
+        "5", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, 2, owner=owner_tag(cr_uid)
+    ).validate()
 
     # "retention" deletes partition 1 below 1500: half of its first sub-range
     for f in kafka_admin.delete_records([TopicPartition(topic, 1, 1500)]).values():
@@ -56,8 +64,16 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     assert low_watermark(kafka_bootstrap, topic, 1) == 1500  # the fault fired before the drain reads
 
     table = "ret_" + uuid.uuid4().hex[:8]
-    env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table,
-                    LAGPILOT_SINK="ledger", LAGPILOT_LEDGER_TABLE=table)
+    env = drain_env(
+        kafka_bootstrap,
+        topic,
+        plan.group_id,
+        postgres_dsn,
+        spark_jars,
+        table,
+        LAGPILOT_SINK="ledger",
+        LAGPILOT_LEDGER_TABLE=table,
+    )
     proc = start_drain(plan, env, tmp_path / "s.json", tmp_path / "d.log")
     rc = proc.wait(timeout=300)
     log = (tmp_path / "d.log").read_text(errors="replace")
@@ -85,17 +101,36 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     from lagpilot.act.drain import DrainExecutor
     from lagpilot.spec import parse_spec
 
-    spec = parse_spec({"kafka": {"bootstrapServers": kafka_bootstrap}, "topic": topic, "groupId": plan.group_id,
-                       "batch": {"maxRecords": 200}, "drain": {"splitFactor": 2}})
+    spec = parse_spec(
+        {
+            "kafka": {"bootstrapServers": kafka_bootstrap},
+            "topic": topic,
+            "groupId": plan.group_id,
+            "batch": {"maxRecords": 200},
+            "drain": {"splitFactor": 2},
+        }
+    )
     subs_status = tuple(h.SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs)
-    running = h.DrainStatus(id=5, phase=h.Phase.RUNNING, attempt=1, sub_ranges=subs_status,
-                            ranges=tuple(h.PartitionRange(p, split=b, start=a) for p, (a, b) in ranges.items()))
+    running = h.DrainStatus(
+        id=5,
+        phase=h.Phase.RUNNING,
+        attempt=1,
+        sub_ranges=subs_status,
+        ranges=tuple(h.PartitionRange(p, split=b, start=a) for p, (a, b) in ranges.items()),
+    )
     ex = DrainExecutor(k8s.ApiClient())
     found: dict = {}
     progress = ex.progress(kafka_admin, spec, running, found, owner=cr_uid)
     assert progress is not None and found == {(1, 0): ((1000, 1500),)}
-    observed = h.Observed(generation=1, offsets=None, group_empty=None, replicas=1,
-                          job=h.JobObservation(h.JobState.SUCCEEDED), progress=progress, lost=found)
+    observed = h.Observed(
+        generation=1,
+        offsets=None,
+        group_empty=None,
+        replicas=1,
+        job=h.JobObservation(h.JobState.SUCCEEDED),
+        progress=progress,
+        lost=found,
+    )
     action = h.next_action(spec, running, observed, 1000.0)
     assert action.event is not None and action.event[:2] == ("Warning", "DataLoss")
     assert "partition 1: offsets [1000, 1500)" in action.event[2] and action.lost_records == 500
@@ -106,9 +141,18 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     assert after.lost_records == 0
     follow = h.next_action(spec, after.status or action.status, observed, 1002.0)
     final = follow.status or after.status
-    assert final is not None and final.phase in (h.Phase.SUCCEEDED, h.Phase.VERIFIED) and final.lost == ((1, 1000, 1500),)
+    assert (
+        final is not None
+        and final.phase in (h.Phase.SUCCEEDED, h.Phase.VERIFIED)
+        and final.lost == ((1, 1000, 1500),)
+    )
     # the metric the executor increments with the event
     drain_mod._count_lost("ns", "retention-test", action.lost_records)
     from prometheus_client import REGISTRY
 
-    assert REGISTRY.get_sample_value("lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "retention-test"}) == 500
+    assert (
+        REGISTRY.get_sample_value(
+            "lagpilot_drain_records_lost_total", {"namespace": "ns", "name": "retention-test"}
+        )
+        == 500
+    )

@@ -6,6 +6,7 @@ log line. Right credentials → the consumer pods (env from the Secret by secret
 the topic over SASL: the group's committed offsets reach the end of the topic, and the bootstrap
 list given to everyone is the SASL listener alone (its metadata advertises only itself).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,8 @@ def sasl(kafka_part: Any) -> dict[str, str]:
     """The SASL listener's address and the dev SCRAM user (created by `lagpilot dev up`)."""
     assert kafka_part.sasl_listener_configured(), (
         "the running dev Kafka has no SASL listener: it was started before the listener existed; "
-        "restart the kafka part once (lagpilot dev down --parts kafka && lagpilot dev up --parts kafka)")
+        "restart the kafka part once (lagpilot dev down --parts kafka && lagpilot dev up --parts kafka)"
+    )
     kafka_part.ensure_scram_user()
     return {"bootstrap": kafka_part.sasl_bootstrap_servers(), **kafka_part.sasl_credentials()}
 
@@ -54,14 +56,20 @@ def test_sasl_listener_accepts_the_scram_user_and_refuses_a_wrong_password(sasl:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    conf = {"bootstrap.servers": sasl["bootstrap"], "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": sasl["username"], "log_level": 0}
+    conf = {
+        "bootstrap.servers": sasl["bootstrap"],
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": sasl["username"],
+        "log_level": 0,
+    }
     md = AdminClient({**conf, "sasl.password": sasl["password"]}).list_topics(timeout=30)
     # the listener advertises itself: clients bootstrapped here stay on SASL
     assert [f"{b.host}:{b.port}" for b in md.brokers.values()] == [sasl["bootstrap"]]
     errors: list[str] = []
-    bad = AdminClient({**conf, "sasl.password": "not-" + sasl["password"],
-                       "error_cb": lambda e: errors.append(e.name())})
+    bad = AdminClient(
+        {**conf, "sasl.password": "not-" + sasl["password"], "error_cb": lambda e: errors.append(e.name())}
+    )
     with pytest.raises(KafkaException):
         bad.list_topics(timeout=8)
     bad.poll(1)
@@ -69,9 +77,16 @@ def test_sasl_listener_accepts_the_scram_user_and_refuses_a_wrong_password(sasl:
 
 
 def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
-        sasl: dict[str, str], crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],
-        kafka_bootstrap: str, kafka_admin: Any, new_topic: Callable[..., str],
-        start_operator: Callable[[str], Operator]) -> None:
+    sasl: dict[str, str],
+    crd: Any,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    kafka_admin: Any,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:
     from kubernetes import client
 
     core, apps = client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
@@ -84,8 +99,11 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
     wrong_password = f"wrong-{uuid.uuid4().hex}"
     core.create_namespaced_secret(ns, _secret("kafka-wrong", sasl["username"], wrong_password))
     core.create_namespaced_secret(ns, _secret("kafka-right", sasl["username"], sasl["password"]))
-    kafka = {"bootstrapServers": sasl["bootstrap"], "securityProtocol": "SASL_PLAINTEXT",
-             "saslMechanism": "SCRAM-SHA-512"}
+    kafka = {
+        "bootstrapServers": sasl["bootstrap"],
+        "securityProtocol": "SASL_PLAINTEXT",
+        "saslMechanism": "SCRAM-SHA-512",
+    }
     group_wrong, group_right = f"sasl-wrong-{uuid.uuid4().hex[:6]}", f"sasl-right-{uuid.uuid4().hex[:6]}"
     apply_auth_cr(crd, ns, "wrong", kafka, "kafka-wrong", topic, group_wrong, consume=False)
     apply_auth_cr(crd, ns, "right", kafka, "kafka-right", topic, group_right, consume=True)
@@ -95,7 +113,9 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
     assert "credentials" in c["message"] and sasl["bootstrap"] in c["message"]
 
     # 2. right credentials: the consumer pod consumes every record over SASL
-    dep = wait_until(lambda: apps.read_namespaced_deployment("right-consumer", ns), "the consumer Deployment", 90)
+    dep = wait_until(
+        lambda: apps.read_namespaced_deployment("right-consumer", ns), "the consumer Deployment", 90
+    )
     env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
     assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == sasl["bootstrap"]
     assert env["LAGPILOT_SECURITY_PROTOCOL"].value == "SASL_PLAINTEXT"
@@ -105,18 +125,32 @@ def test_wrong_scram_credentials_degrade_and_right_ones_consume_over_sasl(
         ref = env[key].value_from.secret_key_ref
         assert (ref.name, ref.key) == ("kafka-right", secret_key)
 
-    wait_until(lambda: committed_total(kafka_admin, group_right, topic, [0, 1]) == records, f"group {group_right} to commit all {records} records", 240,
-               interval=2)
-    wait_until(lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0, "right: totalLag 0", 120,
-               interval=1)
+    wait_until(
+        lambda: committed_total(kafka_admin, group_right, topic, [0, 1]) == records,
+        f"group {group_right} to commit all {records} records",
+        240,
+        interval=2,
+    )
+    wait_until(
+        lambda: get_cr(custom, ns, "right")["status"].get("totalLag") == 0,
+        "right: totalLag 0",
+        120,
+        interval=1,
+    )
     right = get_cr(custom, ns, "right")
     assert condition(right, "Degraded") is None, right["status"]["conditions"]  # False: absent
     print("right credentials:", json.dumps({k: right["status"].get(k) for k in ("replicas", "totalLag")}))
 
     # 3. fixing the wrong Secret heals the first group (Degraded False: no longer listed)
-    core.patch_namespaced_secret("kafka-wrong", ns, _secret("kafka-wrong", sasl["username"], sasl["password"]))
-    wait_until(lambda: condition(get_cr(custom, ns, "wrong"), "Degraded") is None,
-               "wrong: recovery once the Secret holds the right password", 180, interval=1)
+    core.patch_namespaced_secret(
+        "kafka-wrong", ns, _secret("kafka-wrong", sasl["username"], sasl["password"])
+    )
+    wait_until(
+        lambda: condition(get_cr(custom, ns, "wrong"), "Degraded") is None,
+        "wrong: recovery once the Secret holds the right password",
+        180,
+        interval=1,
+    )
 
     # 4. no password anywhere: CR status, events, the operator's log, Deployment specs, pod logs
     blob = json.dumps([get_cr(custom, ns, n) for n in ("wrong", "right")], default=str)

@@ -2,6 +2,7 @@
 the local Kafka and kube-apiserver): every CR reaches Ready, the JSON line has its shape, and the
 Kafka requests per poll interval do not scale with the CRs (one shared view of 2 ListOffsets per
 cluster cycle, counted by the operator's own `lagpilot_kafka_requests_total`). No timing is asserted."""
+
 from __future__ import annotations
 
 import json
@@ -19,16 +20,32 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_bench_scale_quick_reaches_ready_and_reports_its_figures(kafka_bootstrap: str, kube: object) -> None:
     env = dict(os.environ, LAGPILOT_KEEP_STACK="1")
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), "--quick", "--json"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "scale.py"), "--quick", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     # the bench raises unless every CR reached Ready=True; it reports how many it waited for
     assert result["crs"] == 20 and result["topics"] == 4 and result["clusters"] == 1
-    for key in ("ready_seconds", "cycle_p50_s", "cycle_p99_s", "admin_requests_per_cycle",
-                "watermark_requests_per_cycle", "offset_fetch_per_cycle", "api_requests_per_cycle",
-                "views_per_cycle",
-                "operator_rss_mb", "load_before", "load_after", "window_s"):
+    for key in (
+        "ready_seconds",
+        "cycle_p50_s",
+        "cycle_p99_s",
+        "admin_requests_per_cycle",
+        "watermark_requests_per_cycle",
+        "offset_fetch_per_cycle",
+        "api_requests_per_cycle",
+        "views_per_cycle",
+        "operator_rss_mb",
+        "load_before",
+        "load_after",
+        "window_s",
+    ):
         assert isinstance(result[key], (int, float)), key
     assert result["observe_errors"] == {}
     kinds = result["kafka_requests_by_kind"]
@@ -40,7 +57,8 @@ def test_bench_scale_quick_reaches_ready_and_reports_its_figures(kafka_bootstrap
     # the __consumer_offsets ends, then the topics' ends) for all topics; DescribeTopics only every
     # 30 s. Far fewer views than CR cycles (the cycles are aligned to the poll interval)
     assert kinds["list_offsets"] % 2 == 0 and result["views_per_cycle"] == round(
-        kinds["list_offsets"] / 2 / (result["window_s"] / result["poll_interval_s"]), 1)
+        kinds["list_offsets"] / 2 / (result["window_s"] / result["poll_interval_s"]), 1
+    )
     assert kinds["list_offsets"] / 2 * 4 <= result["cr_cycles"]
     assert kinds.get("describe_topics", 0) <= kinds["list_offsets"] / 2
 
@@ -62,6 +80,7 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
     for f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).values():
         f.result(60)
     from confluent_kafka import Producer
+
     prod = Producer({"bootstrap.servers": kafka_bootstrap})
     for t in topics:
         for p in range(3):
@@ -73,8 +92,12 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
     def commit(group: str, topic: str, base: int) -> None:
         c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
         # a different offset per group and partition (partition 1 of even groups: never committed)
-        c.commit(offsets=[TopicPartition(topic, p, (base + p) % 6) for p in range(3) if not (p == 1 and base % 2 == 0)],
-                 asynchronous=False)
+        c.commit(
+            offsets=[
+                TopicPartition(topic, p, (base + p) % 6) for p in range(3) if not (p == 1 and base % 2 == 0)
+            ],
+            asynchronous=False,
+        )
         c.close()
 
     for i, (g, t) in enumerate(groups):
@@ -83,15 +106,24 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
     ko.set_request_counter(lambda kind, n: counted.__setitem__(kind, counted.get(kind, 0) + n))
     pool = ko.AdminPool(snapshot_factory=ko._snapshot_consumer_factory)
     try:
-        with pool.lease("bench/snap", {"bootstrap.servers": kafka_bootstrap, "security.protocol": "PLAINTEXT"}) as h:
+        with pool.lease(
+            "bench/snap", {"bootstrap.servers": kafka_bootstrap, "security.protocol": "PLAINTEXT"}
+        ) as h:
             ko.observe(h, topics[0], groups[0][0])  # starts the snapshot
             wait = __import__("time").monotonic() + 60
-            while not (h.snapshot and h.snapshot.healthy and h.snapshot.loaded) and __import__("time").monotonic() < wait:
+            while (
+                not (h.snapshot and h.snapshot.healthy and h.snapshot.loaded)
+                and __import__("time").monotonic() < wait
+            ):
                 __import__("time").sleep(0.2)
             # warmed up: the first load of the (shared dev broker's) __consumer_offsets is done
-            assert h.snapshot is not None and h.snapshot.healthy and h.snapshot.loaded, h.snapshot and h.snapshot.failed
+            assert h.snapshot is not None and h.snapshot.healthy and h.snapshot.loaded, (
+                h.snapshot and h.snapshot.failed
+            )
             # commit with the runtime's capacity metadata just before observing: must be seen
-            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": groups[1][0], "enable.auto.commit": False})
+            c = Consumer(
+                {"bootstrap.servers": kafka_bootstrap, "group.id": groups[1][0], "enable.auto.commit": False}
+            )
             tp = TopicPartition(groups[1][1], 2, 5, metadata="lp1;cap=42.5;ts=1700000000000")
             c.commit(offsets=[tp], asynchronous=False)
             c.close()
@@ -118,8 +150,9 @@ def test_offsets_snapshot_agrees_with_each_groups_offset_fetch(kafka_bootstrap: 
                 pass
 
 
-def test_remainder_check_from_the_snapshot_sees_a_hand_back(kafka_bootstrap: str, kafka_admin: object,
-                                                           new_topic: object) -> None:
+def test_remainder_check_from_the_snapshot_sees_a_hand_back(
+    kafka_bootstrap: str, kafka_admin: object, new_topic: object
+) -> None:
     """The start-up adoption's cheap check (kafka_observe.has_commits) on the real broker: False for
     a group that never committed, True right after a finalizer's hand-back wrote the remainder (a
     view read after the call sees it), False again once the remainder group is deleted (tombstones)."""
@@ -142,8 +175,14 @@ def test_remainder_check_from_the_snapshot_sees_a_hand_back(kafka_bootstrap: str
                 time.sleep(0.2)
             assert h.snapshot is not None and h.snapshot.loaded, h.snapshot and h.snapshot.failed
             assert ko.has_commits(h, topic, remainder_group(group), 10) is False
-            deletion_io.write_remainder({"bootstrap.servers": kafka_bootstrap}, kafka_admin, group, topic,
-                                        Remainder(3, ((1, 5, 10),)), 30)
+            deletion_io.write_remainder(
+                {"bootstrap.servers": kafka_bootstrap},
+                kafka_admin,
+                group,
+                topic,
+                Remainder(3, ((1, 5, 10),)),
+                30,
+            )
             assert deletion_io.read_remainder(kafka_admin, group, topic, 30) is not None  # really written
             assert ko.has_commits(h, topic, remainder_group(group), 10) is True
             assert deletion_io.delete_groups(kafka_admin, [remainder_group(group)], 30) == []

@@ -15,6 +15,7 @@ handler's client echoes a malformed DSN's password (psycopg quotes the bad token
 whole chain — Spark task, driver, termination message, status.drain.lastError, Warning events —
 and the consumer dead-letters records with that error (DLQ headers); the value is in none of them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -53,9 +54,15 @@ def hits(text: str, values: dict[str, str]) -> dict[str, int]:
 
 
 def test_secret_values_appear_nowhere_but_in_their_secrets(
-        sasl: dict[str, str], crd: Any, kube_api: Any, pod_runner: Any,  # noqa: F811
-        namespace: Callable[..., str], kafka_bootstrap: str, new_topic: Callable[..., str],
-        start_operator: Callable[[str], Operator]) -> None:  # noqa: F811
+    sasl: dict[str, str],
+    crd: Any,
+    kube_api: Any,
+    pod_runner: Any,  # noqa: F811
+    namespace: Callable[..., str],
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    start_operator: Callable[[str], Operator],
+) -> None:  # noqa: F811
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
@@ -77,26 +84,67 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
         "kafka-right": {"username": sasl["username"], "password": values["sasl_password"]},
         "kafka-wrong": {"username": sasl["username"], "password": values["sasl_wrong_password"]},
         "pg": {"dsn": f"postgresql://lagpilot:{values['dsn_password']}@127.0.0.1:1/lagpilot"},
-        "kafka-tls": {"tls.key": tls_key_pem, "tls.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+        "kafka-tls": {
+            "tls.key": tls_key_pem,
+            "tls.crt": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        },
     }
     for name, data in secrets.items():
-        core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {k: _b64(v) for k, v in data.items()}})
-    sasl_kafka = {"bootstrapServers": sasl["bootstrap"], "securityProtocol": "SASL_PLAINTEXT",
-                  "saslMechanism": "SCRAM-SHA-512"}
+        core.create_namespaced_secret(
+            ns, {"metadata": {"name": name}, "data": {k: _b64(v) for k, v in data.items()}}
+        )
+    sasl_kafka = {
+        "bootstrapServers": sasl["bootstrap"],
+        "securityProtocol": "SASL_PLAINTEXT",
+        "saslMechanism": "SCRAM-SHA-512",
+    }
     common = {"topic": topic, "drain": {"enabled": False}}
-    apply_cr(crd, ns, cr("right", {**common, "groupId": f"sec-right-{u[:6]}",
-                                   "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-right"}},
-                                   "processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg"}}},
-                                   "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2}}))
-    apply_cr(crd, ns, cr("wrong", {**common, "groupId": f"sec-wrong-{u[:6]}",
-                                   "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-wrong"}},
-                                   "processing": {"sink": "log"},
-                                   "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
-    apply_cr(crd, ns, cr("tls", {**common, "groupId": f"sec-tls-{u[:6]}",
-                                 "kafka": {"bootstrapServers": kafka_bootstrap, "securityProtocol": "SSL",
-                                           "secretRef": {"name": "kafka-tls"}},
-                                 "processing": {"sink": "log"},
-                                 "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2}}))
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "right",
+            {
+                **common,
+                "groupId": f"sec-right-{u[:6]}",
+                "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-right"}},
+                "processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg"}}},
+                "scaling": {"minReplicas": 1, "maxReplicas": 2, "pollIntervalSeconds": 2},
+            },
+        ),
+    )
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "wrong",
+            {
+                **common,
+                "groupId": f"sec-wrong-{u[:6]}",
+                "kafka": {**sasl_kafka, "secretRef": {"name": "kafka-wrong"}},
+                "processing": {"sink": "log"},
+                "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2},
+            },
+        ),
+    )
+    apply_cr(
+        crd,
+        ns,
+        cr(
+            "tls",
+            {
+                **common,
+                "groupId": f"sec-tls-{u[:6]}",
+                "kafka": {
+                    "bootstrapServers": kafka_bootstrap,
+                    "securityProtocol": "SSL",
+                    "secretRef": {"name": "kafka-tls"},
+                },
+                "processing": {"sink": "log"},
+                "scaling": {"minReplicas": 0, "maxReplicas": 1, "pollIntervalSeconds": 2},
+            },
+        ),
+    )
 
     def degraded(name: str) -> dict[str, Any] | None:
         c = condition(get_cr(custom, ns, name), "Degraded")
@@ -112,20 +160,36 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     def right_pods() -> list[Any]:
         return [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("right-")]
 
-    pods = wait_until(lambda: [p for p in right_pods() if pod_runner.log_path(ns, p.metadata.name)
-                               and pod_runner.log_path(ns, p.metadata.name).exists()
-                               and pod_runner.log_path(ns, p.metadata.name).stat().st_size > 0],
-                      "the right CR's consumer pod running with a log", 240, interval=2)
-    pod_log = lambda: "\n".join(pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")  # noqa: E731
-                                for p in right_pods() if pod_runner.log_path(ns, p.metadata.name)
-                                and pod_runner.log_path(ns, p.metadata.name).exists())
+    pods = wait_until(
+        lambda: [
+            p
+            for p in right_pods()
+            if pod_runner.log_path(ns, p.metadata.name)
+            and pod_runner.log_path(ns, p.metadata.name).exists()
+            and pod_runner.log_path(ns, p.metadata.name).stat().st_size > 0
+        ],
+        "the right CR's consumer pod running with a log",
+        240,
+        interval=2,
+    )
+    pod_log = lambda: "\n".join(
+        pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")  # noqa: E731
+        for p in right_pods()
+        if pod_runner.log_path(ns, p.metadata.name) and pod_runner.log_path(ns, p.metadata.name).exists()
+    )
     # the consumer read records over SASL with the right password and its PostgreSQL sink failed
     # on them (the DSN's closed port): the exception text is part of what is scanned below
     # the sink's progress is read at assignment (exactly-once resume), so an unreachable sink shows
     # there first (sink_progress_failed, then exit 1 and a restart); a batch would show handler_error
-    wait_until(lambda: any(f'"event": "{e}"' in pod_log() for e in ("handler_error", "sink_progress_failed"))
-               and "port 1 failed" in pod_log(),
-               "the consumer's sink failing on a batch (PostgreSQL at a closed port)", 180, interval=2)
+    wait_until(
+        lambda: (
+            any(f'"event": "{e}"' in pod_log() for e in ("handler_error", "sink_progress_failed"))
+            and "port 1 failed" in pod_log()
+        ),
+        "the consumer's sink failing on a batch (PostgreSQL at a closed port)",
+        180,
+        interval=2,
+    )
     print(f"pod log tail: {pod_log()[-600:]}")
 
     # scan
@@ -146,28 +210,44 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     assert found == {place: {} for place in places}, found
 
     # positive control: the scanner finds each value where it is (the Secrets, decoded)
-    secret_text = "\n".join(json.dumps({k: base64.b64decode(v).decode() for k, v in (s.data or {}).items()})
-                            for s in core.list_namespaced_secret(ns).items)
+    secret_text = "\n".join(
+        json.dumps({k: base64.b64decode(v).decode() for k, v in (s.data or {}).items()})
+        for s in core.list_namespaced_secret(ns).items
+    )
     assert all(n > 0 for n in hits(secret_text, values).values())
 
     # credentials reach the pod only by secretKeyRef, never as a literal value
     dep = json.loads(crd.kubectl("get", "deployment", "right-consumer", "-n", ns, "-o", "json").stdout)
     env = [e for ctr in dep["spec"]["template"]["spec"]["containers"] for e in ctr.get("env") or []]
-    refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})}
+    refs = {
+        e["valueFrom"]["secretKeyRef"]["name"] for e in env if "secretKeyRef" in (e.get("valueFrom") or {})
+    }
     assert {"kafka-right", "pg"} <= refs, env
     assert not any(v in json.dumps(env) for v in values.values())
 
 
 @pytest.mark.parametrize("runtime", ["cold", "warm"])
 def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
-        runtime: str, crd: Any, kube_api: Any, pod_runner: Any, namespace: Callable[..., str],  # noqa: F811
-        kafka_bootstrap: str, new_topic: Callable[..., str], spark_jars: list[str]) -> None:
+    runtime: str,
+    crd: Any,
+    kube_api: Any,
+    pod_runner: Any,
+    namespace: Callable[..., str],  # noqa: F811
+    kafka_bootstrap: str,
+    new_topic: Callable[..., str],
+    spark_jars: list[str],
+) -> None:
     """cold: the drain Job's own Spark; warm: the CR's warm drain runtime (spec.drain.warmRuntime)
     runs the attempt and the Job's process reports its outcome."""
     from confluent_kafka import Consumer, Producer
     from kubernetes import client
 
-    from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, checkout_pythonpath, operator_env
+    from lagpilot_dev.operator_process import (
+        DEV_SESSION_TIMEOUT_MS,
+        OperatorProcess,
+        checkout_pythonpath,
+        operator_env,
+    )
     from tests.real.test_drain_operator import REPO, SA_NAME, grant_operator, operator_rules
     from tests.real.test_operator_e2e import free_port
 
@@ -177,12 +257,24 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
     password = f"dsnpw{u}"
     values = {"dsn_password": password}
     grant_operator(client.RbacAuthorizationV1Api(kube_api), core, ns, operator_rules(), "postgresql://unused")
-    core.create_namespaced_secret(ns, {"metadata": {"name": "leaky"}, "data": {
-        "dsn": _b64(f"postgresql://lagpilot:p%zz{password}@127.0.0.1:1/lagpilot")}})
+    core.create_namespaced_secret(
+        ns,
+        {
+            "metadata": {"name": "leaky"},
+            "data": {"dsn": _b64(f"postgresql://lagpilot:p%zz{password}@127.0.0.1:1/lagpilot")},
+        },
+    )
     log_path = Path(tempfile.mkdtemp(prefix="lagpilot-secrets-drain-")) / f"operator-{ns}.log"
-    op = OperatorProcess(ns, log_path, operator_env(crd.kubeconfig_for_service_account(ns, SA_NAME), REPO,
-                                                    {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}),
-                         metrics_port=free_port())
+    op = OperatorProcess(
+        ns,
+        log_path,
+        operator_env(
+            crd.kubeconfig_for_service_account(ns, SA_NAME),
+            REPO,
+            {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)},
+        ),
+        metrics_port=free_port(),
+    )
     try:
         topic = new_topic(partitions=3, prefix="secrets-drain")
         p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 20})
@@ -197,33 +289,67 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
                     except BufferError:
                         p.poll(0.1)
         assert p.flush(60) == 0
-        apply_cr(crd, ns, cr("leaky", {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
-            "topic": topic, "groupId": f"sec-drain-{u[:6]}",
-            "batch": {"maxRecords": 100, "timeoutMs": 500},
-            "processing": {"handler": "tests.real.secret_handlers:leaky", "config": {"cost_ms": "1000"}},
-            "failure": {"policy": "deadLetter", "maxRetries": 0},
-            "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2},
-            "catchUpSLASeconds": 60,
-            # warm: drains held (cancel) until the runtime's pod is Ready, so the attempt runs there
-            "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 6, "minBacklogRecords": 1000,
-                      **({"warmRuntime": True, "cancel": True} if runtime == "warm" else {})},
-            "template": {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                                 {"name": "LEAKY_DSN", "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}}}]},
-        }))
+        apply_cr(
+            crd,
+            ns,
+            cr(
+                "leaky",
+                {
+                    "kafka": {
+                        "bootstrapServers": kafka_bootstrap,
+                        "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
+                    },
+                    "topic": topic,
+                    "groupId": f"sec-drain-{u[:6]}",
+                    "batch": {"maxRecords": 100, "timeoutMs": 500},
+                    "processing": {
+                        "handler": "tests.real.secret_handlers:leaky",
+                        "config": {"cost_ms": "1000"},
+                    },
+                    "failure": {"policy": "deadLetter", "maxRetries": 0},
+                    "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": 2},
+                    "catchUpSLASeconds": 60,
+                    # warm: drains held (cancel) until the runtime's pod is Ready, so the attempt runs there
+                    "drain": {
+                        "enabled": True,
+                        "splitFactor": 4,
+                        "maxTasks": 6,
+                        "minBacklogRecords": 1000,
+                        **({"warmRuntime": True, "cancel": True} if runtime == "warm" else {}),
+                    },
+                    "template": {
+                        "env": [
+                            {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                            {
+                                "name": "LEAKY_DSN",
+                                "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}},
+                            },
+                        ]
+                    },
+                },
+            ),
+        )
 
         if runtime == "warm":
             from lagpilot.act.drain_runtime import APP_NAME as RUNTIME_APP
 
             def runtime_ready() -> bool:
-                for p in core.list_namespaced_pod(ns, label_selector=f"app.kubernetes.io/name={RUNTIME_APP}").items:
+                for p in core.list_namespaced_pod(
+                    ns, label_selector=f"app.kubernetes.io/name={RUNTIME_APP}"
+                ).items:
                     if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []):
                         return True
                 return False
 
             wait_until(runtime_ready, "the warm drain runtime's pod Ready", 300, interval=1)
-            custom.patch_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups", "leaky",
-                                                  {"spec": {"drain": {"cancel": False}}})
+            custom.patch_namespaced_custom_object(
+                "lagpilot.io",
+                "v1alpha1",
+                ns,
+                "batchconsumergroups",
+                "leaky",
+                {"spec": {"drain": {"cancel": False}}},
+            )
 
         # every pod state seen (a failed attempt's pods are deleted before the next one)
         seen_pods: list[str] = []
@@ -235,20 +361,37 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
 
         # the fault fired through the whole chain: the Spark task's client error reached the
         # driver, its termination message, the operator, status.drain.lastError
-        d = wait_until(failed_attempt, "a drain attempt failing on the client's error (status.drain.lastError)",
-                       900, interval=2)
-        print(f"drain: phase {d.get('phase')} attempt {d.get('attempt')} runtime {d.get('runtime')} "
-              f"lastError {d.get('lastError')!r}")
+        d = wait_until(
+            failed_attempt,
+            "a drain attempt failing on the client's error (status.drain.lastError)",
+            900,
+            interval=2,
+        )
+        print(
+            f"drain: phase {d.get('phase')} attempt {d.get('attempt')} runtime {d.get('runtime')} "
+            f"lastError {d.get('lastError')!r}"
+        )
         if runtime == "warm":  # the attempt really ran in the warm runtime
             assert d.get("runtime") == "warm", d
-        wait_until(lambda: [e for e in core.list_namespaced_event(ns).items
-                            if e.type == "Warning" and e.reason in ("DrainAttemptFailed", "DrainFailed")
-                            and "percent-encoded" in (e.message or "")],
-                   "a DrainAttemptFailed Warning event with the client's error", 120, interval=2)
-        terminated = [cs["state"]["terminated"].get("message") or "" for text in seen_pods
-                      for pod in json.loads(text)["items"]
-                      for cs in (pod.get("status") or {}).get("containerStatuses") or []
-                      if "terminated" in (cs.get("state") or {})]
+        wait_until(
+            lambda: [
+                e
+                for e in core.list_namespaced_event(ns).items
+                if e.type == "Warning"
+                and e.reason in ("DrainAttemptFailed", "DrainFailed")
+                and "percent-encoded" in (e.message or "")
+            ],
+            "a DrainAttemptFailed Warning event with the client's error",
+            120,
+            interval=2,
+        )
+        terminated = [
+            cs["state"]["terminated"].get("message") or ""
+            for text in seen_pods
+            for pod in json.loads(text)["items"]
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+            if "terminated" in (cs.get("state") or {})
+        ]
         assert any("percent-encoded" in m for m in terminated), terminated  # a termination message carried it
 
         # the consumer dead-lettered a poison record with the client's error in a header (those of the
@@ -258,22 +401,33 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
         def dlq_errors() -> list[str]:
             from confluent_kafka import TopicPartition
 
-            c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"scan-{uuid.uuid4().hex[:6]}",
-                          "enable.auto.commit": False})
+            c = Consumer(
+                {
+                    "bootstrap.servers": kafka_bootstrap,
+                    "group.id": f"scan-{uuid.uuid4().hex[:6]}",
+                    "enable.auto.commit": False,
+                }
+            )
             try:
                 c.assign([TopicPartition(f"{topic}.dlq", 0, 0)])  # the DLQ has one partition
                 got = [m for m in c.consume(100, timeout=10) if m.error() is None]
             finally:
                 c.close()
-            dlq_text[:] = [json.dumps([(k, v.decode(errors="replace")) for k, v in (m.headers() or [])]) for m in got]
+            dlq_text[:] = [
+                json.dumps([(k, v.decode(errors="replace")) for k, v in (m.headers() or [])]) for m in got
+            ]
             return [t for t in dlq_text if "percent-encoded" in t]
 
-        wait_until(lambda: dlq_errors(), "a poison record dead-lettered with the client's error", 300, interval=3)
+        wait_until(
+            lambda: dlq_errors(), "a poison record dead-lettered with the client's error", 300, interval=3
+        )
 
         logs = Path(pod_runner.workdir) / "logs"
         pod_logs = "\n".join(f.read_text(errors="replace") for f in sorted(logs.glob(f"{ns}_*.log")))
         drain_logs = [f for f in logs.glob(f"{ns}_leaky-drain-*.log")]  # Jobs' and the warm runtime's pods
-        assert drain_logs, sorted(f.name for f in logs.glob(f"{ns}_*"))  # the drain pods' logs (Spark's included)
+        assert drain_logs, sorted(
+            f.name for f in logs.glob(f"{ns}_*")
+        )  # the drain pods' logs (Spark's included)
 
         def kubectl_json(*what: str) -> str:
             return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
@@ -297,9 +451,18 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
         assert hits(base64.b64decode(leaky.data["dsn"]).decode(), values)["dsn_password"] > 0
     finally:
         try:
-            custom.delete_collection_namespaced_custom_object("lagpilot.io", "v1alpha1", ns, "batchconsumergroups")
-            wait_until(lambda: not custom.list_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups")["items"], "CRs deleted", 90)
+            custom.delete_collection_namespaced_custom_object(
+                "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
+            )
+            wait_until(
+                lambda: (
+                    not custom.list_namespaced_custom_object(
+                        "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
+                    )["items"]
+                ),
+                "CRs deleted",
+                90,
+            )
         except Exception as exc:  # noqa: BLE001 - teardown must reach op.stop()
             print(f"teardown {ns}: {exc!r}")
         print(f"--- operator log ({ns}) ---\n{op.tail(80)}")

@@ -1,4 +1,5 @@
 """pyspark (local mode) reads an exact offset range from the real broker through the Kafka connector."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ def produce_to_partitions(bootstrap: str, topic: str, partitions: int, per_parti
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
     for part in range(partitions):
         for i in range(per_partition):
-            p.produce(topic, value=f"{part}:{i}".encode(), key=str(i).encode(), partition=part,
-                      on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+            p.produce(
+                topic,
+                value=f"{part}:{i}".encode(),
+                key=str(i).encode(),
+                partition=part,
+                on_delivery=lambda err, _m: errors.append(str(err)) if err else None,
+            )
             p.poll(0)
     assert p.flush(120) == 0
     assert not errors, errors[:5]
@@ -57,12 +63,14 @@ def test_spark_reads_exactly_the_offset_range(spark: Any, kafka_bootstrap: str, 
 
     starting = {topic: {str(p): s for p, (s, _e) in RANGES.items()}}
     ending = {topic: {str(p): e for p, (_s, e) in RANGES.items()}}
-    df = (spark.read.format("kafka")
-          .option("kafka.bootstrap.servers", kafka_bootstrap)
-          .option("subscribe", topic)
-          .option("startingOffsets", json.dumps(starting))
-          .option("endingOffsets", json.dumps(ending))
-          .load())
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .load()
+    )
     expected = expected_rows(RANGES, PER_PARTITION)
     assert len(expected) == 240 + 100 + 1
 

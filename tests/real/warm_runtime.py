@@ -3,6 +3,7 @@ test_drain_runtime_stop.py): a topic with a backlog, one drain plan over it (2 s
 partition), the delivery ledger as sink behind 500 ms per batch, and a runtime process (`lagpilot
 drain --serve`, as the runtime pod runs it) holding a fresh key and CR uid; `job_env(attempt)` is a
 warm Job's env for that plan, signed as the operator signs it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -121,15 +122,30 @@ class WarmDrain:
 
     def job_env(self, attempt: int, **extra: str) -> dict[str, str]:
         """A warm Job's env: the runtime's URL and the operator's signature of the plan for `attempt`."""
-        auth = plan_auth.sign(plan_auth.parse_key(self.key), self.plan.to_json(), self.cr_uid, self.plan.drain_id,
-                              attempt, time.time() + plan_auth.PLAN_TTL_S)
-        return dict(self.env, LAGPILOT_DRAIN_RUNTIME_URL=self.url, **extra, **{plan_auth.AUTH_ENV: auth.to_json()})
+        auth = plan_auth.sign(
+            plan_auth.parse_key(self.key),
+            self.plan.to_json(),
+            self.cr_uid,
+            self.plan.drain_id,
+            attempt,
+            time.time() + plan_auth.PLAN_TTL_S,
+        )
+        return dict(
+            self.env, LAGPILOT_DRAIN_RUNTIME_URL=self.url, **extra, **{plan_auth.AUTH_ENV: auth.to_json()}
+        )
 
 
 @contextlib.contextmanager
-def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], new_topic: Callable[..., str],
-               tmp_path: Path, prefix: str, per_partition: int,
-               sink: Callable[[str], dict[str, str]] | None = None) -> Iterator[WarmDrain]:
+def warm_drain(
+    kafka_bootstrap: str,
+    postgres_dsn: str,
+    spark_jars: list[str],
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+    prefix: str,
+    per_partition: int,
+    sink: Callable[[str], dict[str, str]] | None = None,
+) -> Iterator[WarmDrain]:
     """The runtime started and warm (`/healthz` answers) on entry, SIGKILLed (its process group) on exit.
     ``sink(table)``: the sink's env instead of the delivery ledger's (e.g. an exactly-once handler)."""
     topic = new_topic(partitions=PARTS, prefix=prefix)
@@ -139,17 +155,31 @@ def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], n
     plan = DrainPlan("1", topic, "g-" + uuid.uuid4().hex[:6], subs, 200, parallelism_for(subs, 6)).validate()
     table = f"{prefix}_{uuid.uuid4().hex[:8]}"
     port = free_port()
-    sink_env = sink(table) if sink is not None else {
-        "LAGPILOT_SINK": "ledger", "LAGPILOT_LEDGER_TABLE": table,
-        "LAGPILOT_HANDLER_CONFIG": json.dumps({"ledger.cost_ms": "500"})}
+    sink_env = (
+        sink(table)
+        if sink is not None
+        else {
+            "LAGPILOT_SINK": "ledger",
+            "LAGPILOT_LEDGER_TABLE": table,
+            "LAGPILOT_HANDLER_CONFIG": json.dumps({"ledger.cost_ms": "500"}),
+        }
+    )
     env = drain_env(kafka_bootstrap, topic, plan.group_id, postgres_dsn, spark_jars, table, **sink_env)
     key, cr_uid = plan_auth.new_key(), f"uid-{uuid.uuid4()}"
     runtime_log = tmp_path / "runtime.log"
     with open(runtime_log, "wb") as fh:
-        runtime = subprocess.Popen([sys.executable, "-m", "lagpilot.cli", "drain", "--serve"],
-                                   env=dict(env, LAGPILOT_DRAIN_RUNTIME_PORT=str(port), LAGPILOT_DRAIN_MAX_PARALLELISM="6",
-                                            **{plan_auth.KEY_ENV: key, plan_auth.CR_UID_ENV: cr_uid}),
-                                   stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        runtime = subprocess.Popen(
+            [sys.executable, "-m", "lagpilot.cli", "drain", "--serve"],
+            env=dict(
+                env,
+                LAGPILOT_DRAIN_RUNTIME_PORT=str(port),
+                LAGPILOT_DRAIN_MAX_PARALLELISM="6",
+                **{plan_auth.KEY_ENV: key, plan_auth.CR_UID_ENV: cr_uid},
+            ),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     w = WarmDrain(plan, ranges, table, f"http://127.0.0.1:{port}", env, key, cr_uid, runtime_log, runtime)
     try:
         wait_for(lambda: runtime.poll() is not None or health(w.url), "the runtime to be warm", 300)
@@ -159,4 +189,3 @@ def warm_drain(kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], n
         if runtime.poll() is None:
             os.killpg(runtime.pid, signal.SIGKILL)
             runtime.wait(timeout=30)
-

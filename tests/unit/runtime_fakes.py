@@ -2,6 +2,7 @@
 tests/unit/test_drain_runtime_trust.py, test_drain_runtime_operator.py and
 test_drain_runtime_on_demand.py: the API groups a `RuntimeManager` calls (each records its calls),
 the manager on them, and a drain executor at its launch with a fake batch API and runtime."""
+
 from __future__ import annotations
 
 import base64
@@ -44,7 +45,9 @@ class FakeCore:
         if name in self.secrets:
             raise api_error(409)
         stored = copy.deepcopy(body)
-        stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in (body.get("stringData") or {}).items()}
+        stored["data"] = {
+            k: base64.b64encode(v.encode()).decode() for k, v in (body.get("stringData") or {}).items()
+        }
         stored.pop("stringData", None)
         self.secrets[name] = stored
         return stored
@@ -54,7 +57,9 @@ class FakeApps:
     """The runtime Deployment (`current`, None = absent) and its ReplicaSets; applies are server-side
     (field manager lagpilot), deletes foreground, as the manager must send them."""
 
-    def __init__(self, current: dict[str, Any] | None = None, rss: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, current: dict[str, Any] | None = None, rss: list[dict[str, Any]] | None = None
+    ) -> None:
         self.current, self.rss = current, rss or []
         self.calls: list[str] = []
 
@@ -96,8 +101,12 @@ class FakeNet:
         raise api_error(404)
 
 
-def runtime_manager(current: dict[str, Any] | None = None, pods: list[dict[str, Any]] | None = None,
-                    rss: list[dict[str, Any]] | None = None, key_made: bool = True) -> Any:
+def runtime_manager(
+    current: dict[str, Any] | None = None,
+    pods: list[dict[str, Any]] | None = None,
+    rss: list[dict[str, Any]] | None = None,
+    key_made: bool = True,
+) -> Any:
     """A RuntimeManager on FakeCore/FakeApps/FakeNet (`m.core`, `m.apps`, `m.net`). `key_made`: the
     CR's key and NetworkPolicy as already made (test_drain_runtime_trust makes them: False)."""
     from kubernetes import client
@@ -146,8 +155,16 @@ class FakeRuntime:
         self.asked += 1
         return self.url_value
 
-    def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
-             now: float | None = None) -> Any:
+    def sign(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        plan_text: str,
+        drain_id: str,
+        attempt: int,
+        now: float | None = None,
+    ) -> Any:
         from lagpilot_runtime import plan_auth
 
         return plan_auth.sign(b"k" * 32, plan_text, uid, drain_id, attempt, (now or 0) + 600)

@@ -3,6 +3,7 @@ under a deadline (``lagpilot_runtime.batch_deadline.bounded``): past it the call
 ``BatchTimeout`` (SIGALRM), which the failure policy never treats as a record failure (no retry, no
 dead letter: the task fails and the attempt with it); a call stuck where no Python code runs (the
 alarm blocked, C code) ends the worker process after a grace period (faulthandler's watchdog)."""
+
 from __future__ import annotations
 
 import signal

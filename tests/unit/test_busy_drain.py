@@ -6,6 +6,7 @@ split) once the group alone meets the target. The simulator models the executor 
 split's records are queued on the drain's own task slots (no start-up), a slot idle for a whole poll
 is released, the drain ends when it took no next split and has no work left (after the operator's
 hold: tests/unit/test_busy_drain_hand_back.py)."""
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ def test_a_hot_partition_takes_its_next_split_without_a_start_up_when_its_tasks_
     # p0 at 6x a consumer (regrows behind every split), p1 quiet; p0's tasks are done
     loads = _loads([900.0, 50.0], [12_000.0, 200.0])
     busy = BusyDrain((Lane(0, 0, 0.0), Lane(1, 0, 0.0)), slots=8)
-    need = extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY,
-                          oldest_age_s={0: 15.0, 1: 3.0})
+    need = extension_need(
+        loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY, oldest_age_s={0: 15.0, 1: 3.0}
+    )
     assert need is not None and need.extension and need.partitions == (0,)
     (r,) = need.ranges
     # enough tasks to hold its regrowth ((900 - 150) / 150 = 5, 10 % spare), within the drain's slots
@@ -56,12 +58,17 @@ def test_a_partition_whose_tasks_hold_work_beyond_the_next_poll_waits() -> None:
     loads = _loads([900.0, 50.0], [12_000.0, 200.0])
     # 6 tasks with 6 x 150 x 20 s of work left: more than a poll (15 s) + the hand-off (1 s)
     busy = BusyDrain((Lane(0, 6, 6 * CAP * 20.0), Lane(1, 0, 0.0)), slots=6)
-    assert extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY,
-                          oldest_age_s={0: 15.0}) is None
+    assert (
+        extension_need(
+            loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY, oldest_age_s={0: 15.0}
+        )
+        is None
+    )
     # 10 s of work left: split now, the new range queues behind it (the tasks never wait)
     busy = BusyDrain((Lane(0, 6, 6 * CAP * 10.0), Lane(1, 0, 0.0)), slots=6)
-    need = extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY,
-                          oldest_age_s={0: 15.0})
+    need = extension_need(
+        loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY, oldest_age_s={0: 15.0}
+    )
     assert need is not None and need.partitions == (0,)
 
 
@@ -73,8 +80,9 @@ def test_a_next_split_stays_within_the_drains_slots() -> None:
     cannot hold the load and the order slots are shared in: test_busy_drain_slots.py."""
     loads = _loads([900.0, 300.0, 50.0], [12_000.0, 12_000.0, 0.0])
     busy = BusyDrain((Lane(0, 1, 0.0), Lane(1, 3, 3 * CAP * 40.0), Lane(2, 0, 0.0)), slots=9)
-    need = extension_need(loads, CAP, busy, group_replicas=3, target_s=270.0, policy=POLICY,
-                          oldest_age_s={0: 15.0, 1: 40.0})
+    need = extension_need(
+        loads, CAP, busy, group_replicas=3, target_s=270.0, policy=POLICY, oldest_age_s={0: 15.0, 1: 40.0}
+    )
     assert need is not None and need.partitions == (0,)
     assert 5 <= need.tasks <= 9 - 3  # its regrowth (750 / 150), within the slots less the 3 busy on p1
 
@@ -84,12 +92,28 @@ def test_a_partition_that_needs_a_new_task_waits_until_due() -> None:
     # (start-up) only once its oldest record nears the regrowing trigger (half the SLA)
     loads = _loads([900.0, 165.0], [12_000.0, 900.0])
     busy = BusyDrain((Lane(0, 0, 0.0), Lane(1, 0, 0.0)), slots=6)
-    early = extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, sla_s=300.0, policy=POLICY,
-                           oldest_age_s={0: 15.0, 1: 5.0})
+    early = extension_need(
+        loads,
+        CAP,
+        busy,
+        group_replicas=2,
+        target_s=270.0,
+        sla_s=300.0,
+        policy=POLICY,
+        oldest_age_s={0: 15.0, 1: 5.0},
+    )
     assert early is not None and early.partitions == (0,)
     assert any("partition 1: not yet due" in n for n in early.notes)
-    late = extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, sla_s=300.0, policy=POLICY,
-                          oldest_age_s={0: 15.0, 1: 60.0})
+    late = extension_need(
+        loads,
+        CAP,
+        busy,
+        group_replicas=2,
+        target_s=270.0,
+        sla_s=300.0,
+        policy=POLICY,
+        oldest_age_s={0: 15.0, 1: 60.0},
+    )
     assert late is not None and late.partitions == (0, 1)
 
 
@@ -98,16 +122,25 @@ def test_a_partition_the_group_holds_is_handed_back() -> None:
     # split for it, while p0 still regrows
     loads = _loads([900.0, 50.0], [12_000.0, 1_000.0])
     busy = BusyDrain((Lane(0, 0, 0.0), Lane(1, 0, 0.0)), slots=8)
-    need = extension_need(loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY,
-                          oldest_age_s={0: 15.0, 1: 20.0})
+    need = extension_need(
+        loads, CAP, busy, group_replicas=2, target_s=270.0, policy=POLICY, oldest_age_s={0: 15.0, 1: 20.0}
+    )
     assert need is not None and 1 not in need.partitions
 
 
 def test_drain_need_takes_the_busy_path_only_for_a_busy_policy() -> None:
     loads = _loads([900.0, 50.0], [12_000.0, 200.0])
     busy = BusyDrain((Lane(0, 0, 0.0), Lane(1, 0, 0.0)), slots=8)
-    kw = dict(group_replicas=2, target_s=270.0, sla_s=300.0, now_s=1000.0, drains_in_flight=1,
-              tasks_in_flight=8, oldest_age_s={0: 15.0}, busy_drain=busy)
+    kw = dict(
+        group_replicas=2,
+        target_s=270.0,
+        sla_s=300.0,
+        now_s=1000.0,
+        drains_in_flight=1,
+        tasks_in_flight=8,
+        oldest_age_s={0: 15.0},
+        busy_drain=busy,
+    )
     need = drain_need(loads, CAP, policy=POLICY, **kw)  # type: ignore[arg-type]
     assert need is not None and need.extension
     # an executor without busy drains: one drain at a time, nothing while one runs (as before)
@@ -116,11 +149,20 @@ def test_drain_need_takes_the_busy_path_only_for_a_busy_policy() -> None:
 
 
 def _running(**kw: object) -> handoff.DrainStatus:
-    subs = (handoff.SubProgress(0, 0, 100, 200, 200), handoff.SubProgress(0, 1, 200, 300, 250),
-            handoff.SubProgress(1, 2, 0, 50, 50))
-    base = dict(id=3, phase=handoff.Phase.RUNNING, busy=True, slots=4, handed_off_at=1.0,
-                ranges=(handoff.PartitionRange(0, 300, 100, 2), handoff.PartitionRange(1, 50, 0, 1)),
-                sub_ranges=subs)
+    subs = (
+        handoff.SubProgress(0, 0, 100, 200, 200),
+        handoff.SubProgress(0, 1, 200, 300, 250),
+        handoff.SubProgress(1, 2, 0, 50, 50),
+    )
+    base = dict(
+        id=3,
+        phase=handoff.Phase.RUNNING,
+        busy=True,
+        slots=4,
+        handed_off_at=1.0,
+        ranges=(handoff.PartitionRange(0, 300, 100, 2), handoff.PartitionRange(1, 50, 0, 1)),
+        sub_ranges=subs,
+    )
     base.update(kw)
     return handoff.DrainStatus(**base)  # type: ignore[arg-type]
 
@@ -149,8 +191,16 @@ def _trace(kind: str, seed: int):  # noqa: ANN202
 
 def _params(kind: str, start: float, busy: bool) -> SimParams:
     fam = tracegen.SUITE[kind]
-    return SimParams(partitions=fam.partitions, capacity=fam.capacity, sla_s=fam.sla_s, pod_start_s=30.0,
-                     handoff_pause_s=1.0, max_drain_tasks=16, drain_start_s=start, busy_drains=busy)
+    return SimParams(
+        partitions=fam.partitions,
+        capacity=fam.capacity,
+        sla_s=fam.sla_s,
+        pod_start_s=30.0,
+        handoff_pause_s=1.0,
+        max_drain_tasks=16,
+        drain_start_s=start,
+        busy_drains=busy,
+    )
 
 
 def _run(kind: str, seed: int, start: float, busy: bool):  # noqa: ANN202
@@ -208,8 +258,12 @@ def test_a_busy_drain_and_its_next_split_round_trip_through_the_status_model() -
     writes validates against the CRD's model and reads back equal."""
     from lagpilot.model.status import validate_status
 
-    ext = handoff.Extension(2, (handoff.PartitionRange(0, 900, None, 5),), planned_at=1_764_130_000.0,
-                            published_at=1_764_130_001.5)
+    ext = handoff.Extension(
+        2,
+        (handoff.PartitionRange(0, 900, None, 5),),
+        planned_at=1_764_130_000.0,
+        published_at=1_764_130_001.5,
+    )
     d = _running(round=1, extension=ext, planned_at=1_764_129_000.0, handed_off_at=1_764_129_001.0)
     raw = {k: v for k, v in d.to_dict().items() if v is not None}
     model = validate_status({"drain": raw})

@@ -1,6 +1,7 @@
 """The executor of a busy drain (issue 25 item 2): a Running drain's next split goes through the
 mailbox hand-off (observed in the exact order a first split is), then its part is delivered to the
 running attempt; the final part hands the partitions back. Fake Kafka/Kubernetes effects."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,10 +26,20 @@ class BusyExecutor(FakeExecutor):
 
 
 def running_busy() -> dict[str, Any]:
-    d = DrainStatus(id=1, phase=Phase.RUNNING, busy=True, attempt=1, planned_at=900.0, published_at=901.0,
-                    handed_off_at=902.0, started_at=903.0, progress_at=999.0, hand_off_path=h.PATH_ACK,
-                    ranges=(h.PartitionRange(0, 100, 50, 2),),
-                    sub_ranges=(h.SubProgress(0, 0, 50, 75, 75, 25), h.SubProgress(0, 1, 75, 100, 100, 25)))
+    d = DrainStatus(
+        id=1,
+        phase=Phase.RUNNING,
+        busy=True,
+        attempt=1,
+        planned_at=900.0,
+        published_at=901.0,
+        handed_off_at=902.0,
+        started_at=903.0,
+        progress_at=999.0,
+        hand_off_path=h.PATH_ACK,
+        ranges=(h.PartitionRange(0, 100, 50, 2),),
+        sub_ranges=(h.SubProgress(0, 0, 50, 75, 75, 25), h.SubProgress(0, 1, 75, 100, 100, 25)),
+    )
     return d.to_dict()
 
 
@@ -43,11 +54,13 @@ def test_a_next_split_is_handed_off_in_order_then_delivered_to_the_running_attem
     c.busy = True
     r = ex.reconcile(c)
     # planned (status first), then the hand-off: members, the group's offsets, the mailbox, publish
-    assert [e for e in kinds(log) if e.startswith("status")][:2] == ["status:Running:NextSplitPlanned",
-                                                                      "status:Running:NextSplitPublished"], log
+    assert [e for e in kinds(log) if e.startswith("status")][:2] == [
+        "status:Running:NextSplitPlanned",
+        "status:Running:NextSplitPublished",
+    ], log
     reads = [e[1] for e in log if e[0] == "read"]
     i = reads.index("members")
-    assert reads[i:i + 3] == ["members", "own", "mailbox"]  # the order that makes it exact
+    assert reads[i : i + 3] == ["members", "own", "mailbox"]  # the order that makes it exact
     assert ("mailbox", {0: "lph2;cr=u;id=1;split=500"}) in log
     # the owner acks at its committed offset and moves itself to the split
     w["mailbox"][0] = w["mailbox"][0].with_ack(300)
@@ -91,7 +104,9 @@ def test_an_unreadable_part_takes_no_next_split():
     c = ctx(log, w, running_busy(), wanted=(0,))
     c.busy = True
     ex.reconcile(c)
-    assert not [e for e in log if e[0] in ("part", "mailbox") or (e[0] == "status" and "NextSplit" in e[2])], log
+    assert not [
+        e for e in log if e[0] in ("part", "mailbox") or (e[0] == "status" and "NextSplit" in e[2])
+    ], log
 
 
 class RecordingAdmin:
@@ -139,7 +154,9 @@ def test_the_part_is_written_to_kafka_and_read_back_signed() -> None:
     assert ex.read_part(admin, spec, d, key=bytes(32), uid="u") == h.NO_PART
     ex.write_part(admin, spec, NextPart("1", 2, False, (SubRange(0, 2, 300, 400),)), key=bytes(32), uid="u")
     assert ex.read_part(admin, spec, d, key=bytes(32), uid="u") == h.PartSeen(2, False)
-    assert ex.read_part(admin, spec, d, key=bytes(range(32)), uid="u") == h.NO_PART  # another key's: not trusted
+    assert (
+        ex.read_part(admin, spec, d, key=bytes(range(32)), uid="u") == h.NO_PART
+    )  # another key's: not trusted
 
 
 def test_only_a_busy_drains_driver_gets_the_part_key_never_its_executors() -> None:
@@ -159,10 +176,14 @@ def test_only_a_busy_drains_driver_gets_the_part_key_never_its_executors() -> No
         env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
         ref = env[plan_auth.PART_KEY_ENV]["valueFrom"]["secretKeyRef"]
         assert ref["name"] == "orders-drain-part-key" and "value" not in env[plan_auth.PART_KEY_ENV]
-        assert plan_auth.PART_KEY_ENV not in env.get("LAGPILOT_SPARK_CONF", {}).get("value", "")  # not the executors'
+        assert plan_auth.PART_KEY_ENV not in env.get("LAGPILOT_SPARK_CONF", {}).get(
+            "value", ""
+        )  # not the executors'
         assert json_plan(env)["busy"] is True
         quiet = build_drain_job("orders", "ns", "u", spec, dataclasses.replace(d, busy=False), 1, settings)
-        assert plan_auth.PART_KEY_ENV not in {e["name"] for e in quiet["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert plan_auth.PART_KEY_ENV not in {
+            e["name"] for e in quiet["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
     app = build_spark_application("orders", "ns", "u", spec, d, 1, k8s)
     assert plan_auth.PART_KEY_ENV in {e["name"] for e in app["spec"]["driver"]["env"]}
     assert plan_auth.PART_KEY_ENV not in {e["name"] for e in app["spec"]["executor"]["env"]}
@@ -170,4 +191,5 @@ def test_only_a_busy_drains_driver_gets_the_part_key_never_its_executors() -> No
 
 def json_plan(env: dict[str, Any]) -> dict[str, Any]:
     import json
+
     return json.loads(env["LAGPILOT_DRAIN_PLAN"]["value"])

@@ -2,6 +2,7 @@
 sub-ranges to status.drain.subRanges, and a drain that takes one split a poll for a 20-minute burst
 would list thousands (the status rewritten each poll, etcd's object limit). Done sub-ranges past
 the bound are folded into counts; what is unfinished is always listed (the driver's part needs it)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,22 +17,44 @@ NOW = 1_000_000.0
 
 
 def spec():
-    return parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                       "batch": {"maxRecords": 10}, "drain": {"splitFactor": 2}})
+    return parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "t",
+            "groupId": "g",
+            "batch": {"maxRecords": 10},
+            "drain": {"splitFactor": 2},
+        }
+    )
 
 
 def test_a_busy_drain_taking_a_split_each_poll_keeps_a_bounded_status_and_its_counts() -> None:
     sp = spec()
     start = 0
     first = PartitionRange(0, split=1000, start=0, tasks=2)
-    d = DrainStatus(id=1, phase=Phase.RUNNING, ranges=(first,), busy=True, attempt=1, started_at=NOW,
-                    handed_off_at=NOW, published_at=NOW, hand_off_path=h.PATH_ACK,
-                    sub_ranges=tuple(SubProgress(0, i, a, b, a) for i, (a, b) in enumerate(((0, 500), (500, 1000)))))
+    d = DrainStatus(
+        id=1,
+        phase=Phase.RUNNING,
+        ranges=(first,),
+        busy=True,
+        attempt=1,
+        started_at=NOW,
+        handed_off_at=NOW,
+        published_at=NOW,
+        hand_off_path=h.PATH_ACK,
+        sub_ranges=tuple(SubProgress(0, i, a, b, a) for i, (a, b) in enumerate(((0, 500), (500, 1000)))),
+    )
     for rnd in range(1, 201):  # 200 next splits of one partition, each done before the next
-        d = dataclasses.replace(d, sub_ranges=tuple(dataclasses.replace(s, next=s.end, records=s.end - s.start)
-                                                    for s in d.sub_ranges))
+        d = dataclasses.replace(
+            d,
+            sub_ranges=tuple(
+                dataclasses.replace(s, next=s.end, records=s.end - s.start) for s in d.sub_ranges
+            ),
+        )
         start = 1000 * rnd + 100  # the group consumed [1000 * rnd, +100) itself between the splits
-        ext = Extension(rnd, (PartitionRange(0, split=start + 900, tasks=2),), planned_at=NOW, published_at=NOW)
+        ext = Extension(
+            rnd, (PartitionRange(0, split=start + 900, tasks=2),), planned_at=NOW, published_at=NOW
+        )
         res = {0: mbx.Resolution(True, start + 900, start)}
         act = h._append_next_split(sp, d, ext, res, {}, "uid-1", NOW + rnd)
         d = act.status

@@ -21,6 +21,7 @@ planner takes no split in a cycle for reasons that say nothing of that:
 - **a momentary rate**: the rate measured over one 2 s poll dips (a producer stall): the group
   "holds" the partition for that one cycle.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,12 +43,17 @@ SPLIT = 60_000  # p0's last split: the group consumes from here
 
 
 def spec() -> Any:
-    return parse_spec({
-        "kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-        "batch": {"maxRecords": 100, "timeoutMs": 500}, "catchUpSLASeconds": 240,
-        "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": int(POLL)},
-        "drain": {"busy": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
-    })
+    return parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "t",
+            "groupId": "g",
+            "batch": {"maxRecords": 100, "timeoutMs": 500},
+            "catchUpSLASeconds": 240,
+            "scaling": {"minReplicas": 1, "maxReplicas": 3, "pollIntervalSeconds": int(POLL)},
+            "drain": {"busy": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
+        }
+    )
 
 
 def policies() -> step_mod.Policies:
@@ -57,12 +63,29 @@ def policies() -> step_mod.Policies:
 def running(left: list[int]) -> h.DrainStatus:
     """Drain 1, busy, 4 slots, round 1: p0's last split [SPLIT - 4000, SPLIT) in 4 sub-ranges of
     1,000, each with ``left`` records still to process as the status records them."""
-    subs = tuple(h.SubProgress(0, k, SPLIT - 4000 + 1000 * k, SPLIT - 3000 + 1000 * k,
-                               SPLIT - 3000 + 1000 * k - n, 1000 - n) for k, n in enumerate(left))
-    return h.DrainStatus(id=1, phase=h.Phase.RUNNING, busy=True, attempt=1, round=1, slots=4, slot_rate=CAP,
-                         planned_at=T0 - 300, published_at=T0 - 299, handed_off_at=T0 - 298,
-                         started_at=T0 - 297, progress_at=T0 - 1, hand_off_path=h.PATH_ACK,
-                         ranges=(h.PartitionRange(0, SPLIT, SPLIT - 4000, 4),), sub_ranges=subs)
+    subs = tuple(
+        h.SubProgress(
+            0, k, SPLIT - 4000 + 1000 * k, SPLIT - 3000 + 1000 * k, SPLIT - 3000 + 1000 * k - n, 1000 - n
+        )
+        for k, n in enumerate(left)
+    )
+    return h.DrainStatus(
+        id=1,
+        phase=h.Phase.RUNNING,
+        busy=True,
+        attempt=1,
+        round=1,
+        slots=4,
+        slot_rate=CAP,
+        planned_at=T0 - 300,
+        published_at=T0 - 299,
+        handed_off_at=T0 - 298,
+        started_at=T0 - 297,
+        progress_at=T0 - 1,
+        hand_off_path=h.PATH_ACK,
+        ranges=(h.PartitionRange(0, SPLIT, SPLIT - 4000, 4),),
+        sub_ranges=subs,
+    )
 
 
 def done(d: h.DrainStatus) -> dict[tuple[int, int], tuple[int, int]]:
@@ -72,13 +95,22 @@ def done(d: h.DrainStatus) -> dict[tuple[int, int], tuple[int, int]]:
 
 def snap(at: float, end0: int, lag0: int) -> Any:
     """p0 at ``end0`` with ``lag0`` behind it (the group's share since the split), p1 and p2 idle."""
-    parts = [PartitionOffsets(0, 0, end0, end0 - lag0, at - 3.0), PartitionOffsets(1, 0, 100, 100),
-             PartitionOffsets(2, 0, 100, 100)]
+    parts = [
+        PartitionOffsets(0, 0, end0, end0 - lag0, at - 3.0),
+        PartitionOffsets(1, 0, 100, 100),
+        PartitionOffsets(2, 0, 100, 100),
+    ]
     return snapshot(at, parts, {0: CAP, 1: CAP, 2: CAP})
 
 
-def cycle(state: step_mod.StepState, d: h.DrainStatus, at: float, end0: int, lag0: int,
-          progress: dict[tuple[int, int], tuple[int, int]]) -> tuple[h.Action, step_mod.StepState]:
+def cycle(
+    state: step_mod.StepState,
+    d: h.DrainStatus,
+    at: float,
+    end0: int,
+    lag0: int,
+    progress: dict[tuple[int, int], tuple[int, int]],
+) -> tuple[h.Action, step_mod.StepState]:
     """One operator cycle: the step on the status read (``d``), then the hand-off's next action with
     the step's decision (its ``hand_back`` too: ``reconcile._cycle`` passes it to ``run_drain``) and
     the progress read fresh (``act.drain.run_in_cycle`` / ``observe``)."""
@@ -86,12 +118,21 @@ def cycle(state: step_mod.StepState, d: h.DrainStatus, at: float, end0: int, lag
     out, state = step_mod.step(state, step_mod.StepObservation(s, 3, (d,), ready_replicas=3), policies(), at)
     need = out.decision.drain
     offsets = {p.partition: h.Offsets(p.committed, p.low, p.end) for p in s.partitions}
-    obs = h.Observed(generation=1, offsets=offsets, group_empty=None, replicas=3,
-                     wanted=tuple(need.partitions) if need is not None else (),
-                     tasks=dict(need.tasks_by_partition) if need is not None else {},
-                     job=h.JobObservation(h.JobState.ACTIVE, 1, running=1), progress=progress, owner="uid",
-                     busy=True, part=h.PartSeen(d.round, False), roll_over=out.decision.roll_over,
-                     hand_back=out.hand_back)
+    obs = h.Observed(
+        generation=1,
+        offsets=offsets,
+        group_empty=None,
+        replicas=3,
+        wanted=tuple(need.partitions) if need is not None else (),
+        tasks=dict(need.tasks_by_partition) if need is not None else {},
+        job=h.JobObservation(h.JobState.ACTIVE, 1, running=1),
+        progress=progress,
+        owner="uid",
+        busy=True,
+        part=h.PartSeen(d.round, False),
+        roll_over=out.decision.roll_over,
+        hand_back=out.hand_back,
+    )
     return h.next_action(spec(), d, obs, at), state
 
 
@@ -158,12 +199,14 @@ def test_the_premise_holds_the_planner_wants_the_next_split_on_fresh_lanes() -> 
 
 # ---- the hold: an idle busy drain keeps its slots for a new drain's start-up, then hands back -------
 
+
 def test_once_the_burst_is_over_the_drain_holds_its_slots_for_the_hold_then_hands_back() -> None:
     state, end = warm_state(T0, SPLIT + 600, rate=20.0)  # p0 at 20/s: its consumer holds it
     d = running([0, 0, 0, 0])
     a, state = cycle(state, d, T0, end + 40, 0, done(d))
-    hold = step_mod.step(state, step_mod.StepObservation(snap(T0, end + 40, 0), 3, (d,), ready_replicas=3),
-                         policies(), T0)[0].hand_back
+    hold = step_mod.step(
+        state, step_mod.StepObservation(snap(T0, end + 40, 0), 3, (d,), ready_replicas=3), policies(), T0
+    )[0].hand_back
     # the model's drain start-up (20 s; no start-up learned yet), at least two 2 s polls
     assert hold == h.HandBack(20.0, True)
     assert a.kind is h.Kind.NONE and a.part is None and a.status is not None
@@ -195,10 +238,19 @@ def test_the_hold_survives_an_operator_restart_and_never_ends_on_an_unmeasured_r
 def test_a_roll_over_is_not_held() -> None:
     d = running([0, 0, 0, 0])
     rolled = RollOver(slots=4, needed=9, rate=900.0, regrowth=8.0)
-    obs = h.Observed(generation=1, offsets={0: h.Offsets(SPLIT, 0, SPLIT + 900)}, group_empty=None,
-                     replicas=3,
-                     job=h.JobObservation(h.JobState.ACTIVE, 1, running=1), progress=done(d), owner="uid",
-                     busy=True, part=h.PartSeen(1, False), roll_over=rolled, hand_back=h.HandBack(90.0, True))
+    obs = h.Observed(
+        generation=1,
+        offsets={0: h.Offsets(SPLIT, 0, SPLIT + 900)},
+        group_empty=None,
+        replicas=3,
+        job=h.JobObservation(h.JobState.ACTIVE, 1, running=1),
+        progress=done(d),
+        owner="uid",
+        busy=True,
+        part=h.PartSeen(1, False),
+        roll_over=rolled,
+        hand_back=h.HandBack(90.0, True),
+    )
     a = h.next_action(spec(), d, obs, T0)
     assert a.kind is h.Kind.DELIVER and a.part is not None and a.part.final and a.reason == "RollingOver"
 
@@ -211,12 +263,15 @@ def test_a_next_split_wanted_during_the_hold_goes_to_the_same_drain_and_ends_the
     assert a.status.idle_since is None and a.status.to_dict()["idleSince"] is None
 
 
-@pytest.mark.parametrize("start_up,poll,want", [
-    (90.0, 15.0, 90.0),  # a cold start-up: hold for it
-    (3.0, 15.0, 30.0),  # a warm runtime's start-up: at least two polls
-    (20.0, 2.0, 20.0),
-    (600.0, 15.0, h.HOLD_MAX_S),  # bounded: below the driver's own wait for a part
-])
+@pytest.mark.parametrize(
+    "start_up,poll,want",
+    [
+        (90.0, 15.0, 90.0),  # a cold start-up: hold for it
+        (3.0, 15.0, 30.0),  # a warm runtime's start-up: at least two polls
+        (20.0, 2.0, 20.0),
+        (600.0, 15.0, h.HOLD_MAX_S),  # bounded: below the driver's own wait for a part
+    ],
+)
 def test_the_hold_is_a_new_drains_start_up_within_bounds(start_up: float, poll: float, want: float) -> None:
     assert h.hold_seconds(start_up, poll) == want
 

@@ -6,6 +6,7 @@ on those slots, docs/drain.md "Busy drains"); the planner budgets next splits wi
 ``status.drain.slots`` (``step.busy_drain_of``). The operator's launch (``handoff._launch``) records
 that figure, computed by the one function the Job manifest uses (``drain_manifests.drain_plan_for``),
 so the two always agree."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,27 +46,45 @@ NOW = 1_000_000.0
 
 
 def spec(**drain: object):
-    raw = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-           "batch": {"maxRecords": 10}, "drain": {"maxTasks": 16, **drain}}
+    raw = {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "t",
+        "groupId": "g",
+        "batch": {"maxRecords": 10},
+        "drain": {"maxTasks": 16, **drain},
+    }
     return parse_spec(raw)
 
 
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600), SubProgress(1, 0, 0, 300, 0))
-HANDED = DrainStatus(id=4, phase=Phase.HANDED_OFF, busy=True, planned_at=NOW - 10, published_at=NOW - 9,
-                     handed_off_at=NOW - 1, hand_off_path=h.PATH_ACK,
-                     ranges=(h.PartitionRange(0, 1000, 200, 2), h.PartitionRange(1, 300, 0, 1)),
-                     sub_ranges=SUBS)
+HANDED = DrainStatus(
+    id=4,
+    phase=Phase.HANDED_OFF,
+    busy=True,
+    planned_at=NOW - 10,
+    published_at=NOW - 9,
+    handed_off_at=NOW - 1,
+    hand_off_path=h.PATH_ACK,
+    ranges=(h.PartitionRange(0, 1000, 200, 2), h.PartitionRange(1, 300, 0, 1)),
+    sub_ranges=SUBS,
+)
 
 
 def obs(job: JobObservation | None = None) -> Observed:
-    return Observed(generation=1, offsets={0: Offsets(1000, 0, 1200), 1: Offsets(300, 0, 300)},
-                    group_empty=None,
-                    replicas=2, job=job, busy=True)
+    return Observed(
+        generation=1,
+        offsets={0: Offsets(1000, 0, 1200), 1: Offsets(300, 0, 300)},
+        group_empty=None,
+        replicas=2,
+        job=job,
+        busy=True,
+    )
 
 
 @pytest.mark.parametrize("max_tasks,want", [(16, 3), (2, 2)])
-def test_the_launch_of_a_busy_drain_records_the_jobs_parallelism_as_its_slots(max_tasks: int,
-                                                                              want: int) -> None:
+def test_the_launch_of_a_busy_drain_records_the_jobs_parallelism_as_its_slots(
+    max_tasks: int, want: int
+) -> None:
     s = spec(maxTasks=max_tasks)
     a = h.next_action(s, HANDED, obs(), NOW)
     assert a.kind is Kind.LAUNCH and a.status is not None
@@ -79,9 +98,15 @@ def test_the_launch_of_a_busy_drain_records_the_jobs_parallelism_as_its_slots(ma
 
 def test_a_retried_busy_drain_records_the_slots_of_its_new_job() -> None:
     s = spec()
-    failed = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW - 1,
-                                 progress_at=NOW - 1,
-                                 slots=0, retry_at=NOW - 1)  # launched by an operator that wrote none
+    failed = dataclasses.replace(
+        HANDED,
+        phase=Phase.RUNNING,
+        attempt=1,
+        started_at=NOW - 1,
+        progress_at=NOW - 1,
+        slots=0,
+        retry_at=NOW - 1,
+    )  # launched by an operator that wrote none
     a = h.next_action(s, failed, obs(JobObservation(JobState.FAILED, 0)), NOW)
     assert a.kind is Kind.LAUNCH and a.status is not None and a.attempt == 2
     assert a.status.slots == drain_plan_for(s, a.status, "uid").parallelism == 3
@@ -114,25 +139,35 @@ CAP = 150.0
 BUSY20 = DrainPolicy(start_up_s=20.0, handoff_s=1.0, max_tasks=16, busy=True)
 
 
-@pytest.mark.parametrize("need,rate,share,high,want", [
-    # rolling-hot s100 (t = 23,490 s): 865/s on a consumer share of 50/s; its need for this split and
-    # the next (partition_need) 6, its regrowth with 20 % spare 815 x 1.2 / 150 = 6.52 -> 7
-    (6, 865.0, 50.0, 16, 7),
-    (11, 865.0, 50.0, 16, 11),  # a larger backlog's need stands
-    (6, 865.0, 50.0, 4, 4),  # within the budget
-    (2, 0.0, 150.0, 16, 2),  # a backlog the consumer's share holds: its need only
-    (0, 0.0, 150.0, 16, 1),  # one at least
-    (1, 400.0, 150.0, 16, 2),  # 250 x 1.2 / 150 = 2 exactly
-])
+@pytest.mark.parametrize(
+    "need,rate,share,high,want",
+    [
+        # rolling-hot s100 (t = 23,490 s): 865/s on a consumer share of 50/s; its need for this split and
+        # the next (partition_need) 6, its regrowth with 20 % spare 815 x 1.2 / 150 = 6.52 -> 7
+        (6, 865.0, 50.0, 16, 7),
+        (11, 865.0, 50.0, 16, 11),  # a larger backlog's need stands
+        (6, 865.0, 50.0, 4, 4),  # within the budget
+        (2, 0.0, 150.0, 16, 2),  # a backlog the consumer's share holds: its need only
+        (0, 0.0, 150.0, 16, 1),  # one at least
+        (1, 400.0, 150.0, 16, 2),  # 250 x 1.2 / 150 = 2 exactly
+    ],
+)
 def test_burst_need_table(need: int, rate: float, share: float, high: int, want: int) -> None:
     assert burst_need(need, rate, share, CAP, high) == want
 
 
 @settings(max_examples=300, deadline=None)
-@given(need=st.integers(0, 40), rate=st.floats(0, 5000), share=st.floats(1, 300), high=st.integers(1, 32),
-       more=st.floats(0, 1000), extra=st.integers(0, 10))
+@given(
+    need=st.integers(0, 40),
+    rate=st.floats(0, 5000),
+    share=st.floats(1, 300),
+    high=st.integers(1, 32),
+    more=st.floats(0, 1000),
+    extra=st.integers(0, 10),
+)
 def test_burst_need_is_bounded_holds_the_regrowth_and_is_monotone(
-        need: int, rate: float, share: float, high: int, more: float, extra: int) -> None:
+    need: int, rate: float, share: float, high: int, more: float, extra: int
+) -> None:
     n = burst_need(need, rate, share, CAP, high)
     assert 1 <= n <= high and n >= min(max(1, need), high)
     if n < high:  # below the budget: the regrowth held with the spare, whatever the backlog asked
@@ -158,29 +193,58 @@ def test_a_busy_first_drain_asks_for_the_slots_of_the_burst() -> None:
     lags = [996.0, 996.0, 996.0, 73_327.0, 996.0, 996.0]
     loads = [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags, strict=True))]
     ages = {p: 90.0 for p in range(6)}
-    need = drain_need(loads, CAP, group_replicas=2, target_s=240.0, sla_s=300.0, policy=BUSY20,
-                      now_s=23_490.0, oldest_age_s=ages)
+    need = drain_need(
+        loads,
+        CAP,
+        group_replicas=2,
+        target_s=240.0,
+        sla_s=300.0,
+        policy=BUSY20,
+        now_s=23_490.0,
+        oldest_age_s=ages,
+    )
     assert need is not None and not need.extension
     assert need.tasks_by_partition[3] >= 7  # its regrowth (5.4 tasks) with 20 % to spare
     assert need.slots >= need.tasks and need.slots == burst_slots(
-        need.tasks, [r for p, r in enumerate(rates) if p not in need.partitions], 50.0, CAP, 16)
+        need.tasks, [r for p, r in enumerate(rates) if p not in need.partitions], 50.0, CAP, 16
+    )
     assert need.to_dict()["slots"] == need.slots
     # a drain that is not busy asks for no slots (its Job ends with its range)
-    plain = drain_need(loads, CAP, group_replicas=2, target_s=240.0, sla_s=300.0, now_s=23_490.0,
-                       oldest_age_s=ages, policy=DrainPolicy(start_up_s=20.0, handoff_s=1.0, max_tasks=16))
+    plain = drain_need(
+        loads,
+        CAP,
+        group_replicas=2,
+        target_s=240.0,
+        sla_s=300.0,
+        now_s=23_490.0,
+        oldest_age_s=ages,
+        policy=DrainPolicy(start_up_s=20.0, handoff_s=1.0, max_tasks=16),
+    )
     assert plain is not None and plain.slots == 0 and "slots" not in plain.to_dict()
 
 
 def test_the_planned_slots_are_recorded_and_become_the_jobs_parallelism() -> None:
     s = spec()
-    o = Observed(generation=1, offsets={0: Offsets(200, 0, 1000)}, group_empty=None, replicas=2,
-                 wanted=(0,), tasks={0: 2}, slots=12, busy=True)
+    o = Observed(
+        generation=1,
+        offsets={0: Offsets(200, 0, 1000)},
+        group_empty=None,
+        replicas=2,
+        wanted=(0,),
+        tasks={0: 2},
+        slots=12,
+        busy=True,
+    )
     planned = h.next_action(s, None, o, NOW)
     assert planned.status is not None and planned.status.phase is Phase.PLANNED and planned.status.slots == 12
-    handed = dataclasses.replace(planned.status, phase=Phase.HANDED_OFF, handed_off_at=NOW, published_at=NOW,
-                                 ranges=(h.PartitionRange(0, 1000, 200, 2),),
-                                 sub_ranges=(SubProgress(0, 0, 200, 600, 200),
-                                             SubProgress(0, 1, 600, 1000, 600)))
+    handed = dataclasses.replace(
+        planned.status,
+        phase=Phase.HANDED_OFF,
+        handed_off_at=NOW,
+        published_at=NOW,
+        ranges=(h.PartitionRange(0, 1000, 200, 2),),
+        sub_ranges=(SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600)),
+    )
     a = h.next_action(s, handed, obs(), NOW)
     assert a.kind is Kind.LAUNCH and a.status is not None
     assert a.status.slots == drain_plan_for(s, a.status, "uid").parallelism == 12
@@ -236,19 +300,23 @@ def test_a_drain_whose_slots_cannot_hold_the_regrowth_takes_no_next_split() -> N
     assert first is not None and first.slots >= 12
 
 
-@pytest.mark.parametrize("holds,floors,steady,budget,want", [
-    # a hot partition (6 to hold, 6 to carry) and five neighbours a tenth of a task over their share:
-    # the hot one's carrying tasks first, then one neighbour, the others wait for the next split
-    ([6, 1, 1, 1, 1, 1], [6, 1, 1, 1, 1, 1], [True] + [False] * 5, 7, [6, 1, 0, 0, 0, 0]),
-    # its spare (6 to hold, 5 to carry) comes after a due neighbour's single slot
-    ([6, 1], [5, 1], [True, False], 6, [5, 1]),
-    ([6, 1], [5, 1], [True, False], 9, [6, 1]),  # everything fits
-    ([4, 4], [3, 3], [True, True], 7, [4, 3]),  # two hot ones: both carried, the spare in order
-    ([1, 1, 1], [0, 0, 0], [False] * 3, 2, [1, 1, 0]),
-    # every partition hot and the free slots short of what carries them (a burst above what the
-    # slots hold): each still its carrying sub-ranges, which queue on the slots; no neighbour joins
-    ([4, 4, 4, 1], [3, 3, 3, 1], [True, True, True, False], 7, [3, 3, 3, 0]),
-])
-def test_slots_are_shared_carrying_first(holds: list[int], floors: list[int], steady: list[bool], budget: int,
-                                         want: list[int]) -> None:
+@pytest.mark.parametrize(
+    "holds,floors,steady,budget,want",
+    [
+        # a hot partition (6 to hold, 6 to carry) and five neighbours a tenth of a task over their share:
+        # the hot one's carrying tasks first, then one neighbour, the others wait for the next split
+        ([6, 1, 1, 1, 1, 1], [6, 1, 1, 1, 1, 1], [True] + [False] * 5, 7, [6, 1, 0, 0, 0, 0]),
+        # its spare (6 to hold, 5 to carry) comes after a due neighbour's single slot
+        ([6, 1], [5, 1], [True, False], 6, [5, 1]),
+        ([6, 1], [5, 1], [True, False], 9, [6, 1]),  # everything fits
+        ([4, 4], [3, 3], [True, True], 7, [4, 3]),  # two hot ones: both carried, the spare in order
+        ([1, 1, 1], [0, 0, 0], [False] * 3, 2, [1, 1, 0]),
+        # every partition hot and the free slots short of what carries them (a burst above what the
+        # slots hold): each still its carrying sub-ranges, which queue on the slots; no neighbour joins
+        ([4, 4, 4, 1], [3, 3, 3, 1], [True, True, True, False], 7, [3, 3, 3, 0]),
+    ],
+)
+def test_slots_are_shared_carrying_first(
+    holds: list[int], floors: list[int], steady: list[bool], budget: int, want: list[int]
+) -> None:
     assert _holds_first(holds, floors, steady, budget) == want

@@ -16,6 +16,7 @@ one commit per batch, none counted twice; the poll and the batch's assembly are 
 are small next to the handler here: the ledger's full-batch throughput, 51.61/s, matches the ~51.5/s
 the consumers reported).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -63,10 +64,14 @@ def test_same_size_small_batches_give_the_plain_ratio_a_lower_bound() -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.floats(min_value=0.0, max_value=0.5), st.floats(min_value=1e-4, max_value=0.05),
-       st.lists(st.integers(min_value=1, max_value=MAX), min_size=1, max_size=60))
-def test_exact_costs_never_report_more_than_a_saturated_consumer_does(fixed: float, per_record: float,
-                                                                      sizes: list[int]) -> None:
+@given(
+    st.floats(min_value=0.0, max_value=0.5),
+    st.floats(min_value=1e-4, max_value=0.05),
+    st.lists(st.integers(min_value=1, max_value=MAX), min_size=1, max_size=60),
+)
+def test_exact_costs_never_report_more_than_a_saturated_consumer_does(
+    fixed: float, per_record: float, sizes: list[int]
+) -> None:
     est = CapacityEstimator(max_records=MAX)
     for n in sizes:
         est.observe(n, fixed + per_record * n)

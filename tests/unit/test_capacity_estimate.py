@@ -7,6 +7,7 @@ its first report, 29.4, to only 35.6 when it planned the drain at t=85 s and 44.
 a 120 s half-life on a figure the consumers already average over their last 50 batches. The
 under-estimate planned 12 drain slots where 9 would do.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -83,14 +84,16 @@ def test_steady_noisy_reports_are_not_read_high() -> None:
 
 reports = st.lists(
     st.dictionaries(st.integers(0, 5), st.floats(min_value=0.1, max_value=1000.0), max_size=6),
-    min_size=1, max_size=40,
+    min_size=1,
+    max_size=40,
 )
 
 
 @settings(max_examples=100, deadline=None)
 @given(reports, st.floats(min_value=0.5, max_value=60.0))
-def test_the_estimate_never_exceeds_what_the_consumers_report(batches: list[dict[int, float]],
-                                                             poll_s: float) -> None:
+def test_the_estimate_never_exceeds_what_the_consumers_report(
+    batches: list[dict[int, float]], poll_s: float
+) -> None:
     """Never above the highest median seen so far; a rise moves towards the median, never past it; a
     fall never goes below it: the operator does not make a consumer faster than it said it is."""
     state, highest = None, -math.inf
@@ -102,8 +105,11 @@ def test_the_estimate_never_exceeds_what_the_consumers_report(batches: list[dict
             assert est == prev  # no report: kept
             continue
         values = sorted(caps.values())
-        median = (values[len(values) // 2] if len(values) % 2
-                  else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2)
+        median = (
+            values[len(values) // 2]
+            if len(values) % 2
+            else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        )
         highest = max(highest, median)
         assert est is not None and est <= highest * (1 + 1e-9)
         if prev is not None and median <= prev:

@@ -7,6 +7,7 @@ backlog grew. Over-estimating capacity is the SLA risk. Driven through ``step`` 
 drives it: a world whose group commits min(produce, ready x true capacity), the consumers reporting
 their true capacity.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,14 @@ N, POLL_S, POD_START_S = 12, 15.0, 30.0
 def world(rate: float, before: float, after: float, replicas: int, drop_poll: int, polls: int):  # type: ignore[no-untyped-def]
     """``rate`` records/s over N partitions; each consumer handles ``before`` records/s until poll
     ``drop_poll``, ``after`` from then on (and reports it). Returns (poll, current, decision) per poll."""
-    spec = parse_spec({**BASE, "drain": {"enabled": False}, "catchUpSLASeconds": 600,
-                       "scaling": {"minReplicas": 1, "maxReplicas": N}})
+    spec = parse_spec(
+        {
+            **BASE,
+            "drain": {"enabled": False},
+            "catchUpSLASeconds": 600,
+            "scaling": {"minReplicas": 1, "maxReplicas": N},
+        }
+    )
     pol = step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=POD_START_S))
     ends, committed = [0.0] * N, [0.0] * N
     pods: list[float] = [-math.inf] * replicas
@@ -34,10 +41,16 @@ def world(rate: float, before: float, after: float, replicas: int, drop_poll: in
         t = k * POLL_S
         per = before if k < drop_poll else after
         ready = sum(1 for r in pods if r <= t)
-        parts = [PartitionOffsets(i, 0, int(e), int(c))
-                 for i, (e, c) in enumerate(zip(ends, committed, strict=True))]
-        obs = step_mod.StepObservation(snapshot(t, parts, {i: per for i in range(min(N, len(pods)))}),
-                                       len(pods), (), ready_replicas=ready)
+        parts = [
+            PartitionOffsets(i, 0, int(e), int(c))
+            for i, (e, c) in enumerate(zip(ends, committed, strict=True))
+        ]
+        obs = step_mod.StepObservation(
+            snapshot(t, parts, {i: per for i in range(min(N, len(pods)))}),
+            len(pods),
+            (),
+            ready_replicas=ready,
+        )
         out, s = step_mod.step(s, obs, pol, t)
         outs.append((k, len(pods), out))
         if out.replicas > len(pods):
@@ -74,5 +87,7 @@ def test_a_fall_of_the_reported_capacity_scales_up_within_two_polls(
     cur = outs[drop][1]
     assert cur * after < rate, f"{case}: the slower group would still hold the rate (test set-up)"
     # within 2 polls of the drop: a scale-up asked for, or the projection says the SLA is at risk
-    seen = [(k - drop, o.replicas, o.decision.reason, o.decision.at_risk) for k, _, o in outs[drop: drop + 3]]
+    seen = [
+        (k - drop, o.replicas, o.decision.reason, o.decision.at_risk) for k, _, o in outs[drop : drop + 3]
+    ]
     assert any(want > cur or risk for _, want, _, risk in seen), f"{case}: {seen}"

@@ -8,6 +8,7 @@ drain slots than the load needs), and the operator follows a rise within ~30 s (
 Cases: the demo handler's cost (50 ms + 18 ms per record + 9 ms write and commit), 50-batch
 windows, uniform noise on each busy time, 300 seeded windows per case (deterministic).
 """
+
 from __future__ import annotations
 
 import random

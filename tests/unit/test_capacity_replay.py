@@ -11,6 +11,7 @@ takes the median of the partitions' last reports. Run as a script to print the s
 
     PYTHONPATH=... python tests/unit/test_capacity_replay.py
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -42,12 +43,18 @@ class Consumer:
     ests: list[CapacityEstimator] = field(default_factory=list)  # one per configuration replayed
 
 
-def replay(configs: list[tuple[EstimatorConfig, bool]],
-           dt: float = 0.01) -> list[tuple[float, float | None, list[float | None]]]:
+def replay(
+    configs: list[tuple[EstimatorConfig, bool]], dt: float = 0.01
+) -> list[tuple[float, float | None, list[float | None]]]:
     """(t, median report of the last configuration, [estimate per configuration]) at each operator poll."""
+
     def consumer(partitions: tuple[int, ...], t: float, pending: float = 0.0) -> Consumer:
-        return Consumer(partitions, free_at=t, pending=pending,
-                        ests=[CapacityEstimator(max_records=MAX, first_is_setup=f) for _, f in configs])
+        return Consumer(
+            partitions,
+            free_at=t,
+            pending=pending,
+            ests=[CapacityEstimator(max_records=MAX, first_is_setup=f) for _, f in configs],
+        )
 
     cfg_list = [cfg for cfg, _ in configs]
     consumers = [consumer((0, 1, 2), 0.0)]
@@ -83,11 +90,20 @@ def replay(configs: list[tuple[EstimatorConfig, bool]],
         t = round(t + dt, 6)
         if t >= next_poll:
             offsets = [PartitionOffsets(p, 0, 0, 0) for p in range(3)]
-            states = [update(s, snapshot(t, offsets, dict(rep)), cfg)
-                      for s, cfg, rep in zip(states, cfg_list, reports, strict=True)]
+            states = [
+                update(s, snapshot(t, offsets, dict(rep)), cfg)
+                for s, cfg, rep in zip(states, cfg_list, reports, strict=True)
+            ]
             vals = sorted(reports[-1].values())
-            median = None if not vals else (vals[len(vals) // 2] if len(vals) % 2
-                                            else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
+            median = (
+                None
+                if not vals
+                else (
+                    vals[len(vals) // 2]
+                    if len(vals) % 2
+                    else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+                )
+            )
             out.append((t, median, [s.capacity_per_replica for s in states]))
             next_poll += POLL_S
     return out
@@ -119,5 +135,7 @@ if __name__ == "__main__":
     for i, name in enumerate(("before", "after")):
         within = next((at for at, _, e in series if e[i] is not None and e[i] >= 0.9 * FULL), None)
         at_plan = _at(series, DRAIN_PLANNED_AT, i)
-        print(f"{name}: at the drain plan (t={DRAIN_PLANNED_AT:.0f} s) {at_plan:.1f}/s; "
-              f"within 10 % of {FULL:.1f}/s from t={within}")
+        print(
+            f"{name}: at the drain plan (t={DRAIN_PLANNED_AT:.0f} s) {at_plan:.1f}/s; "
+            f"within 10 % of {FULL:.1f}/s from t={within}"
+        )

@@ -1,6 +1,7 @@
 """bench/chaos/busy.py's drain 7 without a stack: the drain statuses, the driver's log and the parts group
 are scripted; the faults' own injections (forge, replay, kill) run against fakes. Checked: the order of
 the kinds, that a kind counts only once confirmed, and what makes each recovered."""
+
 from __future__ import annotations
 
 import time
@@ -55,8 +56,14 @@ class Scripted(BusyFaults):
         self.alter_reached = True  # the operator reaches NextAlterOffsets once the group is empty
         self.ns = "ns"
 
-    def drain_polls(self, before: str, before_burst: Any = None, each: Any = None,
-                    burst: int | None = None, window: float | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+    def drain_polls(
+        self,
+        before: str,
+        before_burst: Any = None,
+        each: Any = None,
+        burst: int | None = None,
+        window: float | None = None,
+    ) -> Iterator[tuple[dict[str, Any], bool]]:
         assert window is not None and window > self.timeout * 2  # a busy drain is polled longer
         before_burst()
         for d in self.polls:
@@ -67,9 +74,19 @@ class Scripted(BusyFaults):
             if d.get("phase") == "Running" and int(d.get("round") or 0) > 0 and d.get("deliver", True):
                 r, i = int(d["round"]), str(d["id"])
                 self.commit = (r, f"lpn1;id={i};r={r};more=1;s=;mac=genuine{i}-{r}")
-                if d.get("taken", True) and not any(e.get("round") == r and e["drain"] == i for e in self.events):
-                    self.events.append({"event": "drain_next_part", "drain": i, "round": r, "final": False,
-                                        "unfinished": 2, "attempt": d["attempt"]})
+                if d.get("taken", True) and not any(
+                    e.get("round") == r and e["drain"] == i for e in self.events
+                ):
+                    self.events.append(
+                        {
+                            "event": "drain_next_part",
+                            "drain": i,
+                            "round": r,
+                            "final": False,
+                            "unfinished": 2,
+                            "attempt": d["attempt"],
+                        }
+                    )
             if each is not None:
                 each()
             yield d, True
@@ -79,7 +96,11 @@ class Scripted(BusyFaults):
             if f.kind in cf.EMPTY_GROUP_POINTS and not (self.runner.hold and self.alter_reached):
                 continue  # ... while the group is empty (the runner holds its consumers)
             if not f.fired and int(self.now_d.get("round") or 0) >= 1:
-                f.fired, f.at, f.evidence = True, time.time(), {"marker": points[f.kind], **(more(self.now_d) if more else {})}
+                f.fired, f.at, f.evidence = (
+                    True,
+                    time.time(),
+                    {"marker": points[f.kind], **(more(self.now_d) if more else {})},
+                )
 
     def consumer_pod_names(self) -> list[str]:
         return ["eos-a", "eos-b"]
@@ -125,7 +146,9 @@ class Scripted(BusyFaults):
     def republish_ok(self, f: Fault) -> str | None:
         return None
 
-    def recover_wait(self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None) -> float | None:
+    def recover_wait(
+        self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None
+    ) -> float | None:
         return None if extra is not None and extra() is not None else 1.0
 
     def record(self, f: Fault) -> Fault:
@@ -149,9 +172,19 @@ POLLS = [
     {**RUN, "round": 0, "attempt": 1},
     {**RUN, "round": 1, "attempt": 1},  # crash points; the driver takes round 1
     {**RUN, "round": 1, "attempt": 1, "recordsDone": 8000},  # (too little left: the drain may end first)
-    {**RUN, "round": 1, "attempt": 1, "extension": {**PLANNED, "publishedAt": "2026-11-26T16:00:02Z"}},  # (in hand)
+    {
+        **RUN,
+        "round": 1,
+        "attempt": 1,
+        "extension": {**PLANNED, "publishedAt": "2026-11-26T16:00:02Z"},
+    },  # (in hand)
     {**RUN, "round": 1, "attempt": 1, "extension": PLANNED},  # (in hand: its owners may ack as they leave)
-    {**RUN, "round": 1, "attempt": 1, "recordsTotal": 30000},  # no split in hand, 29,900 left: the group emptied
+    {
+        **RUN,
+        "round": 1,
+        "attempt": 1,
+        "recordsTotal": 30000,
+    },  # no split in hand, 29,900 left: the group emptied
     {**RUN, "round": 1, "attempt": 1},  # NextAlterOffsets reached; consumers released
     {**RUN, "round": 1, "attempt": 1},  # forged part
     {**RUN, "round": 2, "attempt": 1},  # round 2 delivered: stale round 1 replayed
@@ -179,12 +212,16 @@ def test_every_busy_kind_fires_in_order_and_recovers(monkeypatch: Any, tmp_path:
     ao = out["operator_at_next_alter_offsets"]
     assert c.deleted == ["eos-a", "eos-b"] and c.runner.hold is None and c.runner.bound == 1
     assert ao.evidence["group_members_at_fire"] == 0 and ao.evidence["pods_deleted"] == ["eos-a", "eos-b"]
-    assert max(out[k].at for k in cf.BUSY_POINTS) <= ao.at <= ao.evidence["released_at"] <= out["forged_part"].at
+    assert (
+        max(out[k].at for k in cf.BUSY_POINTS) <= ao.at <= ao.evidence["released_at"] <= out["forged_part"].at
+    )
     # the forged part (round 2 at offset 2) is never taken for the operator's own round 2
     assert c.producer.heated == 1 and not c.producer.hot
     # the hot stream: 3 x the eos consumers' measured capacity, said in every busy kind's evidence
     assert c.producer.rate == 454
-    assert {(f.evidence["hot_rate"], f.evidence["hot_rate_source"]) for f in out.values()} == {(454, "measured")}
+    assert {(f.evidence["hot_rate"], f.evidence["hot_rate_source"]) for f in out.values()} == {
+        (454, "measured")
+    }
 
 
 def test_a_forged_part_without_a_refusal_is_not_fired(monkeypatch: Any, tmp_path: Any) -> None:
@@ -202,7 +239,9 @@ def test_a_stale_round_taken_again_is_not_recovered(monkeypatch: Any, tmp_path: 
 
     def write(drain: Any, offset: int, metadata: str) -> None:
         orig(drain, offset, metadata)  # the driver takes it at its next poll
-        c.pending.append({"event": "drain_next_part", "drain": str(drain), "round": offset, "final": False, "attempt": 2})
+        c.pending.append(
+            {"event": "drain_next_part", "drain": str(drain), "round": offset, "final": False, "attempt": 2}
+        )
 
     c.write_parts_commit = write  # type: ignore[method-assign]
     out = run(c, monkeypatch, tmp_path)
@@ -222,7 +261,9 @@ def test_a_drain_verified_by_the_killed_attempt_is_not_a_recovery(monkeypatch: A
 def test_a_drain_still_running_when_polling_stops_is_not_recovered(monkeypatch: Any, tmp_path: Any) -> None:
     c = Scripted(POLLS[:-1])
     out = run(c, monkeypatch, tmp_path)
-    assert all(f.fired and not f.recovered and "still Running when polling stopped" in f.detail for f in out.values())
+    assert all(
+        f.fired and not f.recovered and "still Running when polling stopped" in f.detail for f in out.values()
+    )
 
 
 def test_no_next_split_no_window(monkeypatch: Any, tmp_path: Any) -> None:
@@ -231,7 +272,9 @@ def test_no_next_split_no_window(monkeypatch: Any, tmp_path: Any) -> None:
     assert all(not f.fired and "no window" in f.detail for f in out.values())
 
 
-def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fired(monkeypatch: Any, tmp_path: Any) -> None:
+def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fired(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
     c = Scripted(POLLS)
     c.kinds = frozenset({"operator_at_next_alter_offsets", "forged_part"})
     c.alter_reached = False
@@ -243,7 +286,9 @@ def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fire
     assert out["forged_part"].fired  # and the drain's other kinds go on
 
 
-def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monkeypatch: Any, tmp_path: Any) -> None:
+def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
     c = Scripted(POLLS[:6] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     c.alter_reached = False
@@ -252,7 +297,9 @@ def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(monk
     assert not out["operator_at_next_alter_offsets"].fired
 
 
-def test_the_group_is_emptied_only_with_no_split_in_hand_and_records_left(monkeypatch: Any, tmp_path: Any) -> None:
+def test_the_group_is_emptied_only_with_no_split_in_hand_and_records_left(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
     c = Scripted(POLLS[:5] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never both
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     out = run(c, monkeypatch, tmp_path)
@@ -263,35 +310,61 @@ def test_the_group_is_emptied_only_with_no_split_in_hand_and_records_left(monkey
 def test_kinds_without_a_window_go_on_in_the_next_drain(monkeypatch: Any, tmp_path: Any) -> None:
     # the crash points' restarts ended drain 1 at round 1 (seen on the shared stack, 16:56): the hot stream
     # still runs, so the rest go on in drain 2; the crash points count as recovered by drain 1's Verified
-    first = [{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
-             {**RUN, "phase": "Verified", "round": 1, "attempt": 1}, {**RUN, "phase": "Verified", "round": 1, "attempt": 1}]
+    first = [
+        {**RUN, "round": 0, "attempt": 1},
+        {**RUN, "round": 1, "attempt": 1},
+        {**RUN, "phase": "Verified", "round": 1, "attempt": 1},
+        {**RUN, "phase": "Verified", "round": 1, "attempt": 1},
+    ]
     c = Scripted(first + [{**p, "id": 2} for p in POLLS])
     out = run(c, monkeypatch, tmp_path)
     assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []
     assert {k: out[k].evidence["drain"] for k in cf.BUSY_POINTS} == {k: 1 for k in cf.BUSY_POINTS}
     assert out["operator_at_next_alter_offsets"].evidence["drain"] == 2
-    assert out["forged_part"].evidence["drain"] == 2 and out["busy_driver_kill"].evidence["retry_attempt"] == 2
+    assert (
+        out["forged_part"].evidence["drain"] == 2 and out["busy_driver_kill"].evidence["retry_attempt"] == 2
+    )
     assert out["stale_part"].evidence["drains_carried_over"] == [1]
     # drain 1's crash points recovered when drain 1 was Verified, not when drain 2's faults were checked
-    assert all(out[k].recover_s is not None and out[k].recover_s <= out["forged_part"].at - out[k].at for k in cf.BUSY_POINTS)
+    assert all(
+        out[k].recover_s is not None and out[k].recover_s <= out["forged_part"].at - out[k].at
+        for k in cf.BUSY_POINTS
+    )
 
 
 def test_no_carry_over_once_a_later_kind_fired_or_the_drain_failed(monkeypatch: Any, tmp_path: Any) -> None:
-    failed = [{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
-              {**RUN, "phase": "Failed", "round": 1, "attempt": 1}]
+    failed = [
+        {**RUN, "round": 0, "attempt": 1},
+        {**RUN, "round": 1, "attempt": 1},
+        {**RUN, "phase": "Failed", "round": 1, "attempt": 1},
+    ]
     c = Scripted(failed + [{**p, "id": 2} for p in POLLS])
     out = run(c, monkeypatch, tmp_path)
     assert all(not f.recovered for f in out.values())  # a Failed drain: nothing carried, nothing recovered
     assert not out["forged_part"].fired and "no window" in out["forged_part"].detail
 
 
-def test_a_drain_that_ended_between_two_polls_is_judged_by_its_own_end(monkeypatch: Any, tmp_path: Any) -> None:
+def test_a_drain_that_ended_between_two_polls_is_judged_by_its_own_end(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
     # under load a poll can miss a drain's end: the next one shows the following drain already Running
     # (the shared-stack run of 17:18 judged drain 2's faults by drain 3). The ended drain's outcome is
     # in status.drain.history: a Failed drain 1 recovers none of its crash points, whatever drain 2 does
-    c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1},
-                  {**RUN, "id": 2, "round": 0, "attempt": 1, "history": [{"id": 1, "phase": "Failed"}]},
-                  {**RUN, "id": 2, "phase": "Verified", "round": 0, "attempt": 1, "history": [{"id": 1, "phase": "Failed"}]}])
+    c = Scripted(
+        [
+            {**RUN, "round": 0, "attempt": 1},
+            {**RUN, "round": 1, "attempt": 1},
+            {**RUN, "id": 2, "round": 0, "attempt": 1, "history": [{"id": 1, "phase": "Failed"}]},
+            {
+                **RUN,
+                "id": 2,
+                "phase": "Verified",
+                "round": 0,
+                "attempt": 1,
+                "history": [{"id": 1, "phase": "Failed"}],
+            },
+        ]
+    )
     c.kinds = frozenset(cf.BUSY_POINTS)
     out = run(c, monkeypatch, tmp_path)
     assert all(f.fired for f in out.values())
@@ -299,10 +372,16 @@ def test_a_drain_that_ended_between_two_polls_is_judged_by_its_own_end(monkeypat
     assert all("Failed" in f.detail for f in out.values()), [f.detail for f in out.values()]
 
 
-def test_a_verified_drain_that_ended_between_two_polls_carries_the_kinds_left_over(monkeypatch: Any, tmp_path: Any) -> None:
+def test_a_verified_drain_that_ended_between_two_polls_carries_the_kinds_left_over(
+    monkeypatch: Any, tmp_path: Any
+) -> None:
     hist = {"history": [{"id": 1, "phase": "Verified"}]}
-    c = Scripted([{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1}]
-                 + [{**p, "id": 2, **hist} for p in POLLS])
+    c = Scripted(
+        [{**RUN, "round": 0, "attempt": 1}, {**RUN, "round": 1, "attempt": 1}]
+        + [{**p, "id": 2, **hist} for p in POLLS]
+    )
     out = run(c, monkeypatch, tmp_path)
     assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []
-    assert out["forged_part"].evidence["drain"] == 2 and out["stale_part"].evidence["drains_carried_over"] == [1]
+    assert out["forged_part"].evidence["drain"] == 2 and out["stale_part"].evidence[
+        "drains_carried_over"
+    ] == [1]

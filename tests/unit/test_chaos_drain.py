@@ -1,4 +1,5 @@
 """bench/chaos/drain_faults.py's drain 1 without a stack: the drain statuses it polls are scripted."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,9 @@ class Scripted(DrainFaults):
         self.custom, self.ns = self, "chaos-x"
         self.armed: dict[str, Fault] = {}
 
-    def drain_polls(self, before: str, before_burst: Any = None, each: Any = None,
-                    burst: int | None = None) -> Iterator[tuple[dict[str, Any], bool]]:
+    def drain_polls(
+        self, before: str, before_burst: Any = None, each: Any = None, burst: int | None = None
+    ) -> Iterator[tuple[dict[str, Any], bool]]:
         self.labels.append(before)
         if before_burst is not None:
             before_burst()
@@ -48,8 +50,13 @@ class Scripted(DrainFaults):
         f.evidence = {**f.evidence, "pid": 4242}
 
     def cr(self, which: str) -> dict[str, Any]:
-        return {"metadata": {"generation": self.gen},
-                "status": {"drain": {"phase": "Running"}, "conditions": [{"type": "Ready", "observedGeneration": self.gen}]}}
+        return {
+            "metadata": {"generation": self.gen},
+            "status": {
+                "drain": {"phase": "Running"},
+                "conditions": [{"type": "Ready", "observedGeneration": self.gen}],
+            },
+        }
 
     def patch_namespaced_custom_object(self, *a: Any) -> None:
         self.gen += 1
@@ -57,7 +64,9 @@ class Scripted(DrainFaults):
     def how_ran(self, d: dict[str, Any]) -> dict[str, Any]:
         return {"status_runtime": "warm"}
 
-    def recover_wait(self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None) -> float:
+    def recover_wait(
+        self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None
+    ) -> float:
         assert extra is None or extra() is None
         return 1.0
 
@@ -67,8 +76,12 @@ class Scripted(DrainFaults):
 
 
 def test_mid_drain_faults_get_their_own_drain_when_drain_1_left_them_no_window() -> None:
-    c = Scripted([[RUNNING_AT_0, {**RUNNING_AT_0, "phase": "Verified", "recordsDone": 7407}],
-                  [MID_WAY, MID_WAY, {**MID_WAY, "phase": "Verified", "recordsDone": 9000}]])
+    c = Scripted(
+        [
+            [RUNNING_AT_0, {**RUNNING_AT_0, "phase": "Verified", "recordsDone": 7407}],
+            [MID_WAY, MID_WAY, {**MID_WAY, "phase": "Verified", "recordsDone": 9000}],
+        ]
+    )
     out = {f.kind: f for f in c.drain_one(1)}
     assert set(out) == {*cf.HANDOFF_POINTS, "drain_executor_kill", "spec_change_mid_drain"}
     assert [(k, f.detail) for k, f in out.items() if not (f.fired and f.recovered)] == []

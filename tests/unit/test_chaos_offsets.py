@@ -14,6 +14,7 @@ answer); it reads through a Consumer of the group that never subscribes. The ben
 The simulated world of tests/unit/test_chaos_review.py stands for the API server and the operator; the
 Kafka edge is a fake AdminClient whose OffsetFetch never answers (as the bench's did) and a fake
 Consumer that answers ``committed()`` from the world."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -104,7 +105,8 @@ class KafkaSim(Sim):
 
 
 def test_delete_while_planned_sees_the_acks_although_the_admin_clients_offset_fetch_hangs(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811 - the imported fixture
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: F811 - the imported fixture
     c = KafkaSim(world)
     readers = GroupReaders(world, c.groups)
     monkeypatch.setattr(confluent_kafka, "Consumer", readers)

@@ -10,6 +10,7 @@ The race of the 2026-11-26 campaign (docs/chaos.md, the 57th fault): `delete_whi
 (no owner acked while the operator was held down), yet the finalizer handed a remainder back; the kind
 returned before the re-created CR's adopted drain ended, and `aborted_transactions` took that drain
 (cancelled by its own hold) for the drain of its backlog."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -49,8 +50,8 @@ class World:
     """The API server, the operator and Kafka as far as drains 5 and 6 see them. One step a second."""
 
     FIRST_CYCLE_S = 3  # a created CR's first cycle (the adoption runs before it)
-    RESUME_S = 3       # a drain cancelled by spec.drain.cancel resumes this long after the hold is lifted
-    RUN_S = 20         # a drain runs this long once launched
+    RESUME_S = 3  # a drain cancelled by spec.drain.cancel resumes this long after the hold is lifted
+    RUN_S = 20  # a drain runs this long once launched
 
     def __init__(self, crash_dir: Path, handed_back: bool = True) -> None:
         self.t = T0
@@ -67,8 +68,14 @@ class World:
         self.cr: dict[str, Any] | None = None
         self.create_cr()
         assert self.cr is not None
-        self.cr["status"]["drain"] = {"id": 15, "phase": "Verified", "reason": "Verified", "plannedAt": iso(T0 - 600),
-                                      "ranges": [], "history": []}
+        self.cr["status"]["drain"] = {
+            "id": 15,
+            "phase": "Verified",
+            "reason": "Verified",
+            "plannedAt": iso(T0 - 600),
+            "ranges": [],
+            "history": [],
+        }
         self.log: list[tuple[float, str]] = []
 
     # -- the clock ---------------------------------------------------------------------------------
@@ -92,8 +99,13 @@ class World:
     # -- the world's state -------------------------------------------------------------------------
     def create_cr(self) -> None:
         self.uids += 1
-        self.cr = {"metadata": {"name": "eos", "uid": f"u-{self.uids}", "generation": 1},
-                   "spec": {"drain": {"cancel": self.cancel}}, "status": {}, "created": self.t, "deleting": False}
+        self.cr = {
+            "metadata": {"name": "eos", "uid": f"u-{self.uids}", "generation": 1},
+            "spec": {"drain": {"cancel": self.cancel}},
+            "status": {},
+            "created": self.t,
+            "deleting": False,
+        }
 
     def drain(self) -> dict[str, Any]:
         return dict((self.cr or {}).get("status", {}).get("drain") or {})
@@ -113,7 +125,9 @@ class World:
 
     def new_drain(self, **kv: Any) -> None:
         old = self.drain()
-        hist = list(old.get("history") or ()) + ([{k: old[k] for k in ("id", "phase", "reason")}] if old else [])
+        hist = list(old.get("history") or ()) + (
+            [{k: old[k] for k in ("id", "phase", "reason")}] if old else []
+        )
         assert self.cr is not None
         self.cr["status"]["drain"] = {"history": hist[-5:], "recordsDone": 0, "plannedAt": iso(self.t), **kv}
         self.log.append((self.t, f"drain {kv['id']} {kv['phase']} ({kv.get('reason')})"))
@@ -125,10 +139,15 @@ class World:
         if cr["deleting"]:  # the finalizer: the Planned drain's [ack, split) handed back, then released
             d = self.drain()
             if self.handed_back and d.get("phase") == "Planned":
-                self.remainder = Remainder(int(d["id"]), tuple((p, ACKS[p], SPLITS[p]) for p in sorted(SPLITS)))
-                self.events.append(SimpleNamespace(reason="DrainRemainderHandedBack",
-                                                   involved_object=SimpleNamespace(kind="BatchConsumerGroup",
-                                                                                   uid=cr["metadata"]["uid"])))
+                self.remainder = Remainder(
+                    int(d["id"]), tuple((p, ACKS[p], SPLITS[p]) for p in sorted(SPLITS))
+                )
+                self.events.append(
+                    SimpleNamespace(
+                        reason="DrainRemainderHandedBack",
+                        involved_object=SimpleNamespace(kind="BatchConsumerGroup", uid=cr["metadata"]["uid"]),
+                    )
+                )
             self.cr = None
             return
         if self.t < cr["created"] + self.FIRST_CYCLE_S:
@@ -137,13 +156,23 @@ class World:
         held = bool(d) and d["phase"] not in TERMINAL
         if self.remainder is not None and not held:  # adoption (deletion.adoption), even under the hold
             rem = self.remainder
-            self.new_drain(id=max(rem.drain_id, int(d.get("id") or 0)) + 1, phase="HandedOff", reason="AdoptedRemainder",
-                           ranges=[{"partition": p, "start": a, "end": b} for p, a, b in rem.ranges],
-                           recordsTotal=rem.records, launched=None)
+            self.new_drain(
+                id=max(rem.drain_id, int(d.get("id") or 0)) + 1,
+                phase="HandedOff",
+                reason="AdoptedRemainder",
+                ranges=[{"partition": p, "start": a, "end": b} for p, a, b in rem.ranges],
+                recordsTotal=rem.records,
+                launched=None,
+            )
             self.remainder = None
             return
-        if d.get("phase") == "Cancelled" and d.get("reason") == "CancelledBySpec" and not self.cancel \
-                and self.cancel_off_at is not None and self.t >= self.cancel_off_at + self.RESUME_S:
+        if (
+            d.get("phase") == "Cancelled"
+            and d.get("reason") == "CancelledBySpec"
+            and not self.cancel
+            and self.cancel_off_at is not None
+            and self.t >= self.cancel_off_at + self.RESUME_S
+        ):
             self.set_drain(phase="Running", reason="Resumed", launched=self.t)
             return
         if held:
@@ -162,10 +191,18 @@ class World:
             elif d["phase"] == "Planned":
                 self.set_drain(phase="HandedOff")
             return
-        if self.backlog and not self.cancel and not (d.get("phase") == "Cancelled" and d.get("reason") == "CancelledBySpec"):
-            self.new_drain(id=int(d.get("id") or 0) + 1, phase="Planned", reason="Planned",
-                           ranges=[{"partition": p, "end": SPLITS[p]} for p in SPLITS],
-                           recordsTotal=self.backlog)
+        if (
+            self.backlog
+            and not self.cancel
+            and not (d.get("phase") == "Cancelled" and d.get("reason") == "CancelledBySpec")
+        ):
+            self.new_drain(
+                id=int(d.get("id") or 0) + 1,
+                phase="Planned",
+                reason="Planned",
+                ranges=[{"partition": p, "end": SPLITS[p]} for p in SPLITS],
+                recordsTotal=self.backlog,
+            )
             self.backlog = 0
 
 
@@ -187,8 +224,9 @@ class FakeApi:
         assert self.w.cr is None
         self.w.create_cr()
 
-    def patch_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str, name: str,
-                                       body: dict[str, Any]) -> None:
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, ns: str, plural: str, name: str, body: dict[str, Any]
+    ) -> None:
         on = bool(body["spec"]["drain"]["cancel"])
         if self.w.cancel and not on:
             self.w.cancel_off_at = self.w.t
@@ -271,7 +309,9 @@ class Sim(ReviewFaults):
         f.evidence = {"aborted": {str(p): list(r) for p, r in self.aborted.items()}}
         f.fired, f.at = True, self.w.t
 
-    def recover_wait(self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None) -> float | None:
+    def recover_wait(
+        self, since: float, what: str, timeout: float, base: Any = None, extra: Any = None
+    ) -> float | None:
         try:
             self.until(lambda: extra is None or extra() is None, what, timeout)
         except TimeoutError:
@@ -293,7 +333,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     return w
 
 
-def test_delete_while_planned_that_did_not_fire_returns_only_once_the_recreated_cr_holds_nothing(world: World) -> None:
+def test_delete_while_planned_that_did_not_fire_returns_only_once_the_recreated_cr_holds_nothing(
+    world: World,
+) -> None:
     """No owner acked while the operator was down (not fired), yet the finalizer handed a remainder back
     (as in the campaign): the kind returns only once the re-created CR adopted it and that drain ended."""
     c = Sim(world)
@@ -333,8 +375,12 @@ def test_aborted_transactions_never_judges_a_drain_it_did_not_start(world: World
     c = Sim(world)
     f = c.drain_six(2)
     assert f.fired
-    assert any("drain 17 Cancelled" in what for _, what in world.log)  # the race happened: the hold cancelled 17
-    assert f.evidence["drain"] == 18, f"judged drain {f.evidence.get('drain')} ({f.evidence.get('final_phase')})"
+    assert any(
+        "drain 17 Cancelled" in what for _, what in world.log
+    )  # the race happened: the hold cancelled 17
+    assert f.evidence["drain"] == 18, (
+        f"judged drain {f.evidence.get('drain')} ({f.evidence.get('final_phase')})"
+    )
     assert f.evidence["final_phase"] == "Verified" and f.recovered
 
 
@@ -345,4 +391,9 @@ def test_the_57th_fault_delete_while_planned_not_fired_then_aborted_transactions
     six = c.drain_six(2)
     assert not five.fired and five.evidence["handed_back"]
     assert not any("drain 17 Cancelled" in what for _, what in world.log)  # the adopted drain ended first
-    assert six.fired and six.recovered and six.evidence["drain"] == 18 and six.evidence["final_phase"] == "Verified"
+    assert (
+        six.fired
+        and six.recovered
+        and six.evidence["drain"] == 18
+        and six.evidence["final_phase"] == "Verified"
+    )

@@ -1,4 +1,5 @@
 """The chart ships a copy of the CRD (Helm installs CRDs only from the chart's crds/): it must not drift."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,8 @@ def test_chart_crd_is_an_exact_copy_of_the_source_crd() -> None:
     assert COPY.is_file(), f"{COPY} is missing: cp {SOURCE.relative_to(ROOT)} {COPY.relative_to(ROOT)}"
     assert COPY.read_bytes() == SOURCE.read_bytes(), (
         "charts/lagpilot/crds/batchconsumergroup.yaml differs from crds/batchconsumergroup.yaml; "
-        "run: cp crds/batchconsumergroup.yaml charts/lagpilot/crds/ (docs/helm.md, 'Updating the CRD')")
+        "run: cp crds/batchconsumergroup.yaml charts/lagpilot/crds/ (docs/helm.md, 'Updating the CRD')"
+    )
 
 
 def test_chart_crds_dir_holds_only_the_lagpilot_crd() -> None:
@@ -24,4 +26,5 @@ def test_chart_crds_dir_holds_only_the_lagpilot_crd() -> None:
     assert files == ["batchconsumergroup.yaml"]
     docs = [d for d in yaml.safe_load_all(COPY.read_text()) if d]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
-        ("CustomResourceDefinition", "batchconsumergroups.lagpilot.io")]
+        ("CustomResourceDefinition", "batchconsumergroups.lagpilot.io")
+    ]

@@ -4,6 +4,7 @@ annotations, the generated README, the `helm test` hook, the LICENSE, runbook li
 Rendered by the real helm (no cluster); the hook and the subchart install on the real API server are
 in tests/real/test_chart.py, the runbook links under promtool in tests/real/test_prometheus.py.
 """
+
 from __future__ import annotations
 
 import re
@@ -57,9 +58,14 @@ def _rules(r: h.Rendered) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------ global values / subchart
 
+
 def test_global_values_are_accepted(helm: Path) -> None:
-    r = h.template({"global": {"imageRegistry": "registry.example.com", "anything": {"nested": True}}},
-                   release="lp", namespace=NS, helm=helm)
+    r = h.template(
+        {"global": {"imageRegistry": "registry.example.com", "anything": {"nested": True}}},
+        release="lp",
+        namespace=NS,
+        helm=helm,
+    )
     assert r.of_kind("Deployment")
     # the strict schema still rejects a typo next to it
     with pytest.raises(h.HelmError) as exc:
@@ -70,12 +76,26 @@ def test_global_values_are_accepted(helm: Path) -> None:
 def _parent_chart(tmp: Path) -> Path:
     parent = tmp / "platform"
     (parent / "charts").mkdir(parents=True)
-    (parent / "Chart.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v2", "name": "platform", "version": "1.0.0",
-        "dependencies": [{"name": "lagpilot", "version": "0.1.0", "repository": "file://../lagpilot"}]}))
-    (parent / "values.yaml").write_text(yaml.safe_dump({
-        "global": {"imageRegistry": "registry.example.com", "storageClass": "fast"},
-        "lagpilot": {"watchNamespaces": ["team-a"]}}))
+    (parent / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [
+                    {"name": "lagpilot", "version": "0.1.0", "repository": "file://../lagpilot"}
+                ],
+            }
+        )
+    )
+    (parent / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"imageRegistry": "registry.example.com", "storageClass": "fast"},
+                "lagpilot": {"watchNamespaces": ["team-a"]},
+            }
+        )
+    )
     shutil.copytree(CHART, parent / "charts" / "lagpilot")
     return parent
 
@@ -106,6 +126,7 @@ def test_subchart_without_global_in_the_schema_fails(helm: Path, tmp_path: Path)
 
 # ------------------------------------------------------------------ Artifact Hub, LICENSE, README
 
+
 def test_artifact_hub_annotations_match_the_chart() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     ann = chart["annotations"]
@@ -115,13 +136,25 @@ def test_artifact_hub_annotations_match_the_chart() -> None:
     assert card["version"] in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
     assert card["displayName"] and card["description"]
     (example,) = yaml.safe_load(ann["artifacthub.io/crdsExamples"])
-    assert example["kind"] == card["kind"] and example["apiVersion"] == f"{crd['spec']['group']}/{card['version']}"
+    assert (
+        example["kind"] == card["kind"]
+        and example["apiVersion"] == f"{crd['spec']['group']}/{card['version']}"
+    )
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert ann["artifacthub.io/license"] == pyproject["project"]["license"] == "Apache-2.0"
     assert ann["artifacthub.io/operator"] == "true"
     assert ann["artifacthub.io/operatorCapabilities"].lower() in (
-        "basic install", "seamless upgrades", "full lifecycle", "deep insights", "auto pilot")
-    assert ann["artifacthub.io/category"] in ("streaming-messaging", "monitoring-logging", "integration-delivery")
+        "basic install",
+        "seamless upgrades",
+        "full lifecycle",
+        "deep insights",
+        "auto pilot",
+    )
+    assert ann["artifacthub.io/category"] in (
+        "streaming-messaging",
+        "monitoring-logging",
+        "integration-delivery",
+    )
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     (image,) = yaml.safe_load(ann["artifacthub.io/images"])
     assert image["image"] == f"{values['image']['repository']}:{chart['appVersion']}"
@@ -150,7 +183,9 @@ def test_license_file_is_apache_2_and_ships_with_the_chart() -> None:
 
 def test_chart_readme_is_generated_from_values() -> None:
     readme = (CHART / "README.md").read_text()
-    assert readme == chart_readme.render(CHART), "charts/lagpilot/README.md is stale: python -m lagpilot_dev.chart_readme"
+    assert readme == chart_readme.render(CHART), (
+        "charts/lagpilot/README.md is stale: python -m lagpilot_dev.chart_readme"
+    )
     values = chart_readme.documented_values((CHART / "values.yaml").read_text())
     keys = {v.key for v in values}
     assert {"image.repository", "helmTest.enabled", "prometheusRule.runbookURL", "watchNamespaces"} <= keys
@@ -162,12 +197,16 @@ def test_readme_check_notices_a_stale_readme(tmp_path: Path) -> None:
     chart = tmp_path / "lagpilot"
     shutil.copytree(CHART, chart)
     assert chart_readme.main(["--check", "--chart", str(chart)]) == 0
-    (chart / "values.yaml").write_text((chart / "values.yaml").read_text().replace(
-        "# -- Override the chart name used in resource names.", "# -- A changed description."))
+    (chart / "values.yaml").write_text(
+        (chart / "values.yaml")
+        .read_text()
+        .replace("# -- Override the chart name used in resource names.", "# -- A changed description.")
+    )
     assert chart_readme.main(["--check", "--chart", str(chart)]) == 1
 
 
 # ------------------------------------------------------------------ helm test hook
+
 
 def test_helm_test_hook_checks_the_metrics_service(helm: Path) -> None:
     r = h.template(release="lp", namespace=NS, helm=helm)
@@ -182,11 +221,16 @@ def test_helm_test_hook_checks_the_metrics_service(helm: Path) -> None:
     assert env["LAGPILOT_TEST_EXPECT_LEADER"] == "true"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # no metrics Service, no test; or switched off
-    assert not h.template({"metrics": {"enabled": False}}, release="lp", namespace=NS, helm=helm).of_kind("Pod")
-    assert not h.template({"helmTest": {"enabled": False}}, release="lp", namespace=NS, helm=helm).of_kind("Pod")
+    assert not h.template({"metrics": {"enabled": False}}, release="lp", namespace=NS, helm=helm).of_kind(
+        "Pod"
+    )
+    assert not h.template({"helmTest": {"enabled": False}}, release="lp", namespace=NS, helm=helm).of_kind(
+        "Pod"
+    )
 
 
 # ------------------------------------------------------------------ runbook links
+
 
 def test_every_alert_links_to_a_runbook_section(helm: Path) -> None:
     r = h.template({"prometheusRule": {"enabled": True}}, release="lp", namespace=NS, helm=helm)
@@ -196,15 +240,22 @@ def test_every_alert_links_to_a_runbook_section(helm: Path) -> None:
     assert base.endswith("/docs/runbook.md")
     assert len(rules) == 10 and broken_runbook_links(rules, base, runbook) == []
     # the link check can fail: a section missing from the runbook is reported
-    assert broken_runbook_links(rules, base, runbook.replace("## LagpilotDrainStalled", "## Stalled drains")) == [
-        f"LagpilotDrainStalled: '{base}#lagpilotdrainstalled'"]
+    assert broken_runbook_links(
+        rules, base, runbook.replace("## LagpilotDrainStalled", "## Stalled drains")
+    ) == [f"LagpilotDrainStalled: '{base}#lagpilotdrainstalled'"]
 
 
 def test_runbook_url_is_a_value(helm: Path) -> None:
-    r = h.template({"prometheusRule": {"enabled": True, "runbookURL": "https://wiki.example.com/lagpilot/"}},
-                   release="lp", namespace=NS, helm=helm)
+    r = h.template(
+        {"prometheusRule": {"enabled": True, "runbookURL": "https://wiki.example.com/lagpilot/"}},
+        release="lp",
+        namespace=NS,
+        helm=helm,
+    )
     urls = {x["annotations"]["runbook_url"] for x in _rules(r)}
     assert "https://wiki.example.com/lagpilot#lagpilotdataloss" in urls
     with pytest.raises(h.HelmError) as exc:
-        h.template(set_values=["prometheusRule.runbookURL=https://x/y#z"], release="lp", namespace=NS, helm=helm)
+        h.template(
+            set_values=["prometheusRule.runbookURL=https://x/y#z"], release="lp", namespace=NS, helm=helm
+        )
     assert "/prometheusRule/runbookURL" in exc.value.output

@@ -3,6 +3,7 @@
 Docker is not available where the tests run, so the image itself is not built here; these checks
 keep the two files from drifting apart (a uid mismatch fails `runAsNonRoot` only on a real cluster).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -31,7 +32,9 @@ def test_base_image_is_python_311_slim() -> None:
 def test_runs_as_the_non_root_uid_the_chart_expects() -> None:
     (user,) = _instructions("USER")
     uid, gid = user.split(":")
-    assert uid == str(VALUES["securityContext"]["runAsUser"]) == str(VALUES["podSecurityContext"]["runAsUser"])
+    assert (
+        uid == str(VALUES["securityContext"]["runAsUser"]) == str(VALUES["podSecurityContext"]["runAsUser"])
+    )
     assert gid == str(VALUES["securityContext"]["runAsGroup"])
     assert int(uid) != 0
 

@@ -3,6 +3,7 @@
 Their behaviour is tested by `promtool test rules` and on a real Prometheus (tests/real/test_prometheus.py);
 here: switches, schema, and that every metric they name is one the operator or the consumer exports.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,13 @@ RELEASE = "lp"
 FULL = "lp-lagpilot"
 ON = {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}}
 # the five panels the dashboard must have (docs/observability.md describes them)
-REQUIRED_PANELS = ("Lag per partition", "Projected catch-up vs SLA", "Replicas", "Drain tasks", "Records within SLA")
+REQUIRED_PANELS = (
+    "Lag per partition",
+    "Projected catch-up vs SLA",
+    "Replicas",
+    "Drain tasks",
+    "Records within SLA",
+)
 METRIC = re.compile(r"\blagpilot_[a-z0-9_]+\b")
 
 
@@ -84,10 +91,18 @@ def test_both_are_off_by_default(helm: Path) -> None:
 
 def test_the_alerts_and_their_labels(on: h.Rendered) -> None:
     rules = {x["alert"]: x for x in _rules(on)}
-    assert set(rules) == {"LagpilotCatchUpOverSLA", "LagpilotLagGrowingAtMaxReplicas", "LagpilotDrainFailed",
-                          "LagpilotDrainCancelled", "LagpilotDataLoss", "LagpilotGroupDegraded",
-                          "LagpilotConsumerStuck", "LagpilotOperatorDown", "LagpilotOperatorNotReconciling",
-                          "LagpilotDrainStalled"}
+    assert set(rules) == {
+        "LagpilotCatchUpOverSLA",
+        "LagpilotLagGrowingAtMaxReplicas",
+        "LagpilotDrainFailed",
+        "LagpilotDrainCancelled",
+        "LagpilotDataLoss",
+        "LagpilotGroupDegraded",
+        "LagpilotConsumerStuck",
+        "LagpilotOperatorDown",
+        "LagpilotOperatorNotReconciling",
+        "LagpilotDrainStalled",
+    }
     assert all(x["labels"]["severity"] in ("info", "warning", "critical") for x in rules.values())
     assert all(x["annotations"]["summary"] and x["annotations"]["description"] for x in rules.values())
     assert rules["LagpilotCatchUpOverSLA"]["for"] == "10m"
@@ -95,7 +110,8 @@ def test_the_alerts_and_their_labels(on: h.Rendered) -> None:
     # the condition's series carry type and status only; the reason series adds the reason label
     assert " ".join(rules["LagpilotDrainStalled"]["expr"].split()) == (
         'lagpilot_status_condition{type="DrainStalled", status="True"} * on (namespace, name, type) '
-        'group_left (reason) lagpilot_status_condition_reason{type="DrainStalled"} == 1')
+        'group_left (reason) lagpilot_status_condition_reason{type="DrainStalled"} == 1'
+    )
     assert rules["LagpilotDrainStalled"]["labels"]["severity"] == "warning"
     # the operator-down job is the metrics Service's name: the job a ServiceMonitor scrape gets
     svc = on.get("Service", f"{FULL}-metrics")
@@ -111,16 +127,27 @@ def test_every_metric_the_rules_and_dashboard_name_is_exported(on: h.Rendered) -
 
 def test_the_name_check_notices_an_invented_metric() -> None:
     """The check above must be able to fail."""
-    assert unknown_metrics(["rate(lagpilot_drains_failed_total[5m]) > 0 and lagpilot_lag_records > 0"]) \
-        == {"lagpilot_drains_failed_total"}
+    assert unknown_metrics(["rate(lagpilot_drains_failed_total[5m]) > 0 and lagpilot_lag_records > 0"]) == {
+        "lagpilot_drains_failed_total"
+    }
 
 
 def test_values_switch_the_rules(helm: Path) -> None:
-    r = h.template({"prometheusRule": {"enabled": True, "operatorJob": "lagpilot-operator",
-                                       "disabled": ["LagpilotDrainCancelled"],
-                                       "additionalAlertLabels": {"team": "data"}, "labels": {"release": "prom"},
-                                       "for": {"catchUpOverSLA": "4s"}}},
-                   release=RELEASE, namespace=NS, helm=helm)
+    r = h.template(
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "operatorJob": "lagpilot-operator",
+                "disabled": ["LagpilotDrainCancelled"],
+                "additionalAlertLabels": {"team": "data"},
+                "labels": {"release": "prom"},
+                "for": {"catchUpOverSLA": "4s"},
+            }
+        },
+        release=RELEASE,
+        namespace=NS,
+        helm=helm,
+    )
     rules = {x["alert"]: x for x in _rules(r)}
     assert "LagpilotDrainCancelled" not in rules
     assert rules["LagpilotCatchUpOverSLA"]["for"] == "4s"
@@ -130,15 +157,19 @@ def test_values_switch_the_rules(helm: Path) -> None:
     assert r.of_kind("PrometheusRule")[0]["metadata"]["labels"]["release"] == "prom"
 
 
-@pytest.mark.parametrize(("set_value", "complaint"), [
-    ("prometheusRule.for.catchUpOverSLA=soon", "/prometheusRule/for/catchUpOverSLA"),
-    ("prometheusRule.for.catchUpOverSLa=5m", "catchUpOverSLa"),
-    ("prometheusRule.disabled={LagpilotNoSuchAlert}", "/prometheusRule/disabled/0"),
-    ("prometheusRule.operatorJob=a\"b", "/prometheusRule/operatorJob"),
-    ("prometheusRule.consumerStuckSeconds=0", "/prometheusRule/consumerStuckSeconds"),
-    ("grafanaDashboard.enabled=yes", "/grafanaDashboard/enabled"),
-    ("grafanaDashboard.folder=x", "folder"),
-], ids=["duration", "typo-key", "unknown-alert", "job-quote", "stuck-seconds", "bool", "unknown-key"])
+@pytest.mark.parametrize(
+    ("set_value", "complaint"),
+    [
+        ("prometheusRule.for.catchUpOverSLA=soon", "/prometheusRule/for/catchUpOverSLA"),
+        ("prometheusRule.for.catchUpOverSLa=5m", "catchUpOverSLa"),
+        ("prometheusRule.disabled={LagpilotNoSuchAlert}", "/prometheusRule/disabled/0"),
+        ('prometheusRule.operatorJob=a"b', "/prometheusRule/operatorJob"),
+        ("prometheusRule.consumerStuckSeconds=0", "/prometheusRule/consumerStuckSeconds"),
+        ("grafanaDashboard.enabled=yes", "/grafanaDashboard/enabled"),
+        ("grafanaDashboard.folder=x", "folder"),
+    ],
+    ids=["duration", "typo-key", "unknown-alert", "job-quote", "stuck-seconds", "bool", "unknown-key"],
+)
 def test_schema_rejects_bad_values(helm: Path, set_value: str, complaint: str) -> None:
     with pytest.raises(h.HelmError) as exc:
         h.template(release=RELEASE, namespace=NS, set_values=[set_value], helm=helm)
@@ -163,8 +194,12 @@ def test_pod_monitor_scrapes_the_consumer_pods_the_operator_creates(helm: Path) 
     from lagpilot.act.deployment import GROUP_LABEL, HTTP_PORT, labels
 
     assert h.template(release=RELEASE, namespace=NS, helm=helm).of_kind("PodMonitor") == []
-    r = h.template({"podMonitor": {"enabled": True}, "watchNamespaces": ["team-a"]},
-                   release=RELEASE, namespace=NS, helm=helm)
+    r = h.template(
+        {"podMonitor": {"enabled": True}, "watchNamespaces": ["team-a"]},
+        release=RELEASE,
+        namespace=NS,
+        helm=helm,
+    )
     (pm,) = r.of_kind("PodMonitor")
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
     # its selector matches the labels the operator puts on consumer pods, its port is theirs

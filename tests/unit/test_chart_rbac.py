@@ -4,6 +4,7 @@ documentation) and docs/rbac.md (what the operator's code calls, kept by the ope
 A verb the operator starts using without a chart change fails here (and would fail the e2e run with
 the chart's ServiceAccount); a verb the chart grants that nobody documents fails here too.
 """
+
 from __future__ import annotations
 
 import re
@@ -51,7 +52,11 @@ def parse_rbac_tables(markdown: str) -> set[Triple]:
     i = 0
     while i < len(lines):
         header = lines[i]
-        if header.lstrip().startswith("|") and i + 1 < len(lines) and re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[i + 1]):
+        if (
+            header.lstrip().startswith("|")
+            and i + 1 < len(lines)
+            and re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[i + 1])
+        ):
             cols = [c.lower() for c in _cells(header)]
             g = next((n for n, c in enumerate(cols) if "group" in c), None)
             r = next((n for n, c in enumerate(cols) if "resource" in c), None)
@@ -71,7 +76,13 @@ def parse_rbac_tables(markdown: str) -> set[Triple]:
 
 
 def _rule_triples(rules: list[dict]) -> set[Triple]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +90,9 @@ def operator_rules() -> set[Triple]:
     """The operator's rules when watching all namespaces: its ClusterRole plus the leader-election
     Role in the release namespace (the Lease; docs/operator.md "Two instances")."""
     rendered = h.template(release="lp", namespace="lagpilot-system")
-    return (_rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
-            | _rule_triples(rendered.get("Role", "lp-lagpilot-leader-election")["rules"]))
+    return _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"]) | _rule_triples(
+        rendered.get("Role", "lp-lagpilot-leader-election")["rules"]
+    )
 
 
 def test_leases_are_granted_only_in_the_release_namespace_and_only_by_name() -> None:
@@ -93,24 +105,35 @@ def test_leases_are_granted_only_in_the_release_namespace_and_only_by_name() -> 
     assert by_verb == {"create": None, "get": ["lagpilot-operator"], "update": ["lagpilot-operator"]}
     # watching named namespaces: the Lease lives in each of them, in the operator's Role there
     ns = h.template({"watchNamespaces": ["a"]}, release="lp", namespace="lagpilot-system")
-    assert ("coordination.k8s.io", "leases", "update") in _rule_triples(ns.get("Role", "lp-lagpilot")["rules"])
+    assert ("coordination.k8s.io", "leases", "update") in _rule_triples(
+        ns.get("Role", "lp-lagpilot")["rules"]
+    )
     assert not [o for o in ns.of_kind("Role") if o["metadata"]["name"] == "lp-lagpilot-leader-election"]
 
 
 @pytest.fixture(scope="module")
 def scanning_rules() -> set[Triple]:
-    rendered = h.template({"watchNamespaces": ["a"], "rbac": {"create": True, "clusterScanning": True}},
-                          release="lp", namespace="lagpilot-system")
+    rendered = h.template(
+        {"watchNamespaces": ["a"], "rbac": {"create": True, "clusterScanning": True}},
+        release="lp",
+        namespace="lagpilot-system",
+    )
     return _rule_triples(rendered.get("ClusterRole", "lp-lagpilot-scanning")["rules"])
 
 
 def test_parser_reads_multi_value_cells() -> None:
-    md = ("| API group | resource | verbs | why |\n|---|---|---|---|\n"
-          '| "" and events.k8s.io | events | create, patch | x |\n| apps | `deployments` | get | y |\n'
-          "\n| other | table |\n|---|---|\n| a | b |\n")
-    assert parse_rbac_tables(md) == {("", "events", "create"), ("", "events", "patch"),
-                                     ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
-                                     ("apps", "deployments", "get")}
+    md = (
+        "| API group | resource | verbs | why |\n|---|---|---|---|\n"
+        '| "" and events.k8s.io | events | create, patch | x |\n| apps | `deployments` | get | y |\n'
+        "\n| other | table |\n|---|---|\n| a | b |\n"
+    )
+    assert parse_rbac_tables(md) == {
+        ("", "events", "create"),
+        ("", "events", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("events.k8s.io", "events", "patch"),
+        ("apps", "deployments", "get"),
+    }
 
 
 def test_chart_rules_equal_the_table_in_docs_helm_md(operator_rules: set[Triple]) -> None:
@@ -131,14 +154,20 @@ def test_chart_rules_cover_docs_rbac_md(operator_rules: set[Triple], scanning_ru
     needed = parse_rbac_tables(path.read_text())
     assert needed, "docs/rbac.md has no table with group / resource / verbs columns"
     granted = operator_rules | scanning_rules
-    assert needed - granted == set(), "the operator needs these (docs/rbac.md) but the chart does not grant them"
+    assert needed - granted == set(), (
+        "the operator needs these (docs/rbac.md) but the chart does not grant them"
+    )
     assert operator_rules - needed == set(), "the chart grants these but docs/rbac.md does not list them"
 
 
 def test_spark_applications_are_granted_only_when_asked() -> None:
-    rendered = h.template({"rbac": {"create": True, "sparkApplications": True}}, release="lp", namespace="lagpilot-system")
+    rendered = h.template(
+        {"rbac": {"create": True, "sparkApplications": True}}, release="lp", namespace="lagpilot-system"
+    )
     granted = _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
     wanted = {("sparkoperator.k8s.io", "sparkapplications", v) for v in ("get", "create", "delete")}
     assert wanted <= granted
-    default = _rule_triples(h.template(release="lp", namespace="lagpilot-system").get("ClusterRole", "lp-lagpilot")["rules"])
+    default = _rule_triples(
+        h.template(release="lp", namespace="lagpilot-system").get("ClusterRole", "lp-lagpilot")["rules"]
+    )
     assert not wanted & default  # least privilege: the default launcher (a Job) needs none of it

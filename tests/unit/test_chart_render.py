@@ -3,6 +3,7 @@
 helm comes from `lagpilot_dev.helm.ensure_helm()`: the cached pinned build, built from the Go module
 proxy on first use (dev/install-helm.sh).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -22,12 +23,21 @@ FULL = "lp-lagpilot"
 PROFILES: dict[str, dict[str, Any]] = {
     "defaults": {},
     "watch-two-namespaces": {"watchNamespaces": ["team-a", "team-b"]},
-    "namespaced-with-scanning": {"watchNamespaces": ["team-a"], "rbac": {"create": True, "clusterScanning": True}},
-    "everything-on": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
-                      "drain": {"serviceAccount": {"create": True}, "namespaces": ["jobs-1", "jobs-2"],
-                                "sparkMaster": "k8s://https://kubernetes.default.svc",
-                                "rbac": {"create": True, "persistentVolumeClaims": True}},
-                      "imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "high"},
+    "namespaced-with-scanning": {
+        "watchNamespaces": ["team-a"],
+        "rbac": {"create": True, "clusterScanning": True},
+    },
+    "everything-on": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "drain": {
+            "serviceAccount": {"create": True},
+            "namespaces": ["jobs-1", "jobs-2"],
+            "sparkMaster": "k8s://https://kubernetes.default.svc",
+            "rbac": {"create": True, "persistentVolumeClaims": True},
+        },
+        "imagePullSecrets": [{"name": "regcred"}],
+        "priorityClassName": "high",
+    },
 }
 
 
@@ -38,7 +48,10 @@ def helm() -> Path:
 
 @pytest.fixture(scope="module")
 def rendered(helm: Path) -> dict[str, h.Rendered]:
-    return {name: h.template(values, release=RELEASE, namespace=NS, helm=helm) for name, values in PROFILES.items()}
+    return {
+        name: h.template(values, release=RELEASE, namespace=NS, helm=helm)
+        for name, values in PROFILES.items()
+    }
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -53,11 +66,14 @@ def _pod_specs(r: h.Rendered) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _can(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
-    return any(group in r.get("apiGroups", []) and resource in r.get("resources", []) and verb in r.get("verbs", [])
-               for r in rules)
+    return any(
+        group in r.get("apiGroups", []) and resource in r.get("resources", []) and verb in r.get("verbs", [])
+        for r in rules
+    )
 
 
 # ---- helm lint / schema ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("profile", sorted(PROFILES), ids=str)
 def test_helm_lint_strict_passes(helm: Path, profile: str) -> None:
@@ -65,22 +81,38 @@ def test_helm_lint_strict_passes(helm: Path, profile: str) -> None:
     assert "0 chart(s) failed" in out
 
 
-@pytest.mark.parametrize(("set_value", "complaint"), [
-    ("operator.logLevel=LOUD", "/operator/logLevel"),
-    ("watchNamespaces={Bad_NS}", "/watchNamespaces/0"),
-    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
-    ("metrics.port=70000", "/metrics/port"),
-    ("rbac.craete=true", "craete"),
-    ("unknownTopLevel=1", "unknownTopLevel"),
-    ("serviceAccount.create=false", "/serviceAccount/name"),
-    ("serviceMonitor.interval=often", "/serviceMonitor/interval"),
-    ("drain.namespaces={UPPER}", "/drain/namespaces/0"),
-    ("drain.sparkMaster=yarn", "/drain/sparkMaster"),
-], ids=["enum", "namespace-pattern", "pull-policy", "port-range", "typo-key", "unknown-key",
-        "sa-name-required", "duration", "drain-ns", "spark-master"])
+@pytest.mark.parametrize(
+    ("set_value", "complaint"),
+    [
+        ("operator.logLevel=LOUD", "/operator/logLevel"),
+        ("watchNamespaces={Bad_NS}", "/watchNamespaces/0"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("metrics.port=70000", "/metrics/port"),
+        ("rbac.craete=true", "craete"),
+        ("unknownTopLevel=1", "unknownTopLevel"),
+        ("serviceAccount.create=false", "/serviceAccount/name"),
+        ("serviceMonitor.interval=often", "/serviceMonitor/interval"),
+        ("drain.namespaces={UPPER}", "/drain/namespaces/0"),
+        ("drain.sparkMaster=yarn", "/drain/sparkMaster"),
+    ],
+    ids=[
+        "enum",
+        "namespace-pattern",
+        "pull-policy",
+        "port-range",
+        "typo-key",
+        "unknown-key",
+        "sa-name-required",
+        "duration",
+        "drain-ns",
+        "spark-master",
+    ],
+)
 def test_schema_rejects_bad_values(helm: Path, set_value: str, complaint: str) -> None:
-    for run in (lambda: h.lint(set_values=[set_value], helm=helm),
-                lambda: h.template(release=RELEASE, namespace=NS, set_values=[set_value], helm=helm)):
+    for run in (
+        lambda: h.lint(set_values=[set_value], helm=helm),
+        lambda: h.template(release=RELEASE, namespace=NS, set_values=[set_value], helm=helm),
+    ):
         with pytest.raises(h.HelmError) as exc:
             run()
         assert "schema" in exc.value.output
@@ -88,16 +120,27 @@ def test_schema_rejects_bad_values(helm: Path, set_value: str, complaint: str) -
 
 
 def test_schema_accepts_an_existing_service_account_by_name(helm: Path) -> None:
-    r = h.template(release=RELEASE, namespace=NS, helm=helm,
-                   set_values=["serviceAccount.create=false", "serviceAccount.name=ops-sa"])
+    r = h.template(
+        release=RELEASE,
+        namespace=NS,
+        helm=helm,
+        set_values=["serviceAccount.create=false", "serviceAccount.name=ops-sa"],
+    )
     assert r.of_kind("Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops-sa"
     assert [o["metadata"]["name"] for o in r.of_kind("ServiceAccount")] == [f"{FULL}-drain"]
 
 
-@pytest.mark.parametrize(("set_values", "message"), [
-    (["metrics.port=8080"], "metrics.port and health.port must differ"),
-    (["serviceMonitor.enabled=true", "metrics.enabled=false"], "serviceMonitor.enabled needs metrics.enabled"),
-], ids=["port-clash", "monitor-without-metrics"])
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        (["metrics.port=8080"], "metrics.port and health.port must differ"),
+        (
+            ["serviceMonitor.enabled=true", "metrics.enabled=false"],
+            "serviceMonitor.enabled needs metrics.enabled",
+        ),
+    ],
+    ids=["port-clash", "monitor-without-metrics"],
+)
 def test_template_refuses_inconsistent_values(helm: Path, set_values: list[str], message: str) -> None:
     with pytest.raises(h.HelmError) as exc:
         h.template(release=RELEASE, namespace=NS, set_values=set_values, helm=helm)
@@ -106,26 +149,29 @@ def test_template_refuses_inconsistent_values(helm: Path, set_values: list[str],
 
 # ---- what gets rendered -----------------------------------------------------------------------
 
+
 def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered]) -> None:
     r = rendered["defaults"]
     kinds = sorted((o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in r.objects)
-    assert kinds == sorted([
-        ("CustomResourceDefinition", "batchconsumergroups.lagpilot.io", None),
-        ("ServiceAccount", FULL, NS),
-        ("ClusterRole", FULL, None),
-        ("ClusterRoleBinding", FULL, None),
-        ("Role", f"{FULL}-leader-election", NS),
-        ("RoleBinding", f"{FULL}-leader-election", NS),
-        ("ServiceAccount", f"{FULL}-drain", NS),
-        ("Role", f"{FULL}-drain", NS),
-        ("RoleBinding", f"{FULL}-drain", NS),
-        ("ValidatingAdmissionPolicy", f"{FULL}-drain-pods", None),
-        ("ValidatingAdmissionPolicyBinding", f"{FULL}-drain-pods", None),
-        ("Deployment", FULL, NS),
-        ("Service", f"{FULL}-metrics", NS),
-        # the `helm test` hook (helm.sh/hook: test; not applied by `helm install`)
-        ("Pod", f"{FULL}-test-metrics", NS),
-    ])
+    assert kinds == sorted(
+        [
+            ("CustomResourceDefinition", "batchconsumergroups.lagpilot.io", None),
+            ("ServiceAccount", FULL, NS),
+            ("ClusterRole", FULL, None),
+            ("ClusterRoleBinding", FULL, None),
+            ("Role", f"{FULL}-leader-election", NS),
+            ("RoleBinding", f"{FULL}-leader-election", NS),
+            ("ServiceAccount", f"{FULL}-drain", NS),
+            ("Role", f"{FULL}-drain", NS),
+            ("RoleBinding", f"{FULL}-drain", NS),
+            ("ValidatingAdmissionPolicy", f"{FULL}-drain-pods", None),
+            ("ValidatingAdmissionPolicyBinding", f"{FULL}-drain-pods", None),
+            ("Deployment", FULL, NS),
+            ("Service", f"{FULL}-metrics", NS),
+            # the `helm test` hook (helm.sh/hook: test; not applied by `helm install`)
+            ("Pod", f"{FULL}-test-metrics", NS),
+        ]
+    )
     args = r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" in args and "--standalone" in args
     assert not any(a.startswith("--namespace") for a in args)
@@ -134,7 +180,12 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
 def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: dict[str, h.Rendered]) -> None:
     r = rendered["watch-two-namespaces"]
     roles = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("Role")}
-    assert roles == {(FULL, "team-a"), (FULL, "team-b"), (f"{FULL}-drain", "team-a"), (f"{FULL}-drain", "team-b")}
+    assert roles == {
+        (FULL, "team-a"),
+        (FULL, "team-b"),
+        (f"{FULL}-drain", "team-a"),
+        (f"{FULL}-drain", "team-b"),
+    }
     bindings = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("RoleBinding")}
     assert bindings == roles
     assert [o["kind"] for o in r.objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")] == []
@@ -142,7 +193,9 @@ def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: d
     args = container["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
-    assert "LAGPILOT_KOPF_SCANNING" not in {e["name"] for e in container["env"]}  # the operator's default: off
+    assert "LAGPILOT_KOPF_SCANNING" not in {
+        e["name"] for e in container["env"]
+    }  # the operator's default: off
     drain_sas = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("ServiceAccount")}
     assert drain_sas == {(FULL, NS), (f"{FULL}-drain", "team-a"), (f"{FULL}-drain", "team-b")}
 
@@ -153,18 +206,23 @@ def test_cluster_scanning_is_read_only_and_switches_the_operator_on(rendered: di
     assert cluster_role["metadata"]["name"] == f"{FULL}-scanning"
     assert {v for rule in _rules(cluster_role) for v in rule["verbs"]} == {"list", "watch"}
     assert {res for rule in _rules(cluster_role) for res in rule["resources"]} == {
-        "customresourcedefinitions", "namespaces"}
+        "customresourcedefinitions",
+        "namespaces",
+    }
     (binding,) = r.of_kind("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == f"{FULL}-scanning"
-    env = {e["name"]: e.get("value") for e in
-           r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["LAGPILOT_KOPF_SCANNING"] == "true"
 
 
 def test_role_bindings_point_at_the_operator_service_account(rendered: dict[str, h.Rendered]) -> None:
     for name, r in rendered.items():
-        for b in r.of_kind("ClusterRoleBinding") + [b for b in r.of_kind("RoleBinding")
-                                                     if not b["metadata"]["name"].endswith("-drain")]:
+        for b in r.of_kind("ClusterRoleBinding") + [
+            b for b in r.of_kind("RoleBinding") if not b["metadata"]["name"].endswith("-drain")
+        ]:
             assert b["subjects"] == [{"kind": "ServiceAccount", "name": FULL, "namespace": NS}], name
             assert b["roleRef"]["name"] == b["metadata"]["name"], name
 
@@ -176,22 +234,32 @@ def test_drain_driver_gets_a_role_in_its_namespace_only(rendered: dict[str, h.Re
     for role in drain_roles:
         assert {g for rule in _rules(role) for g in rule["apiGroups"]} == {""}
         # no services, no configmaps: the client-mode driver makes neither (H4, docs/rbac.md)
-        assert {res for rule in _rules(role) for res in rule["resources"]} == {"pods", "persistentvolumeclaims"}
+        assert {res for rule in _rules(role) for res in rule["resources"]} == {
+            "pods",
+            "persistentvolumeclaims",
+        }
         assert not _can(_rules(role), "", "pods", "deletecollection")
         assert _can(_rules(role), "", "pods", "create") and _can(_rules(role), "", "pods", "watch")
         assert not _can(_rules(role), "", "secrets", "get")
     for b in r.of_kind("RoleBinding"):
         if b["metadata"]["name"] == f"{FULL}-drain":
-            assert b["subjects"] == [{"kind": "ServiceAccount", "name": f"{FULL}-drain",
-                                      "namespace": b["metadata"]["namespace"]}]
+            assert b["subjects"] == [
+                {"kind": "ServiceAccount", "name": f"{FULL}-drain", "namespace": b["metadata"]["namespace"]}
+            ]
     defaults = [o for o in rendered["defaults"].of_kind("Role") if o["metadata"]["name"] == f"{FULL}-drain"]
     assert not _can(_rules(defaults[0]), "", "persistentvolumeclaims", "create")  # only behind the flag
-    env = {e["name"]: e.get("value") for e in
-           r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value")
+        for e in r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["LAGPILOT_DRAIN_SERVICE_ACCOUNT"] == f"{FULL}-drain"
     assert env["LAGPILOT_DRAIN_SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
-    default_env = [e["name"] for e in
-                   rendered["defaults"].get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]["env"]]
+    default_env = [
+        e["name"]
+        for e in rendered["defaults"].get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    ]
     assert "LAGPILOT_DRAIN_SPARK_MASTER" not in default_env  # local mode unless asked
 
 
@@ -199,8 +267,13 @@ def test_operator_deployment_shape(rendered: dict[str, h.Rendered]) -> None:
     dep = rendered["defaults"].get("Deployment", FULL)
     assert dep["spec"]["replicas"] == 1
     # leader election (a Lease): a rolling upgrade's new pod stands by until the old one releases it
-    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-    assert "--leader-election-name=lagpilot-operator" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert (
+        "--leader-election-name=lagpilot-operator" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["image"] == "lagpilot/operator:0.1.0"  # the chart's appVersion
@@ -227,9 +300,14 @@ def test_optional_parts_follow_their_flags(rendered: dict[str, h.Rendered]) -> N
 
 
 def test_extra_args_env_and_metrics_off(helm: Path) -> None:
-    values = {"operator": {"logLevel": "DEBUG", "extraArgs": ["--verbose"],
-                           "extraEnv": [{"name": "FOO", "value": "bar"}]},
-              "metrics": {"enabled": False, "port": 9090}}
+    values = {
+        "operator": {
+            "logLevel": "DEBUG",
+            "extraArgs": ["--verbose"],
+            "extraEnv": [{"name": "FOO", "value": "bar"}],
+        },
+        "metrics": {"enabled": False, "port": 9090},
+    }
     r = h.template(values, release=RELEASE, namespace=NS, helm=helm)
     c = r.of_kind("Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     assert c["args"][-1] == "--verbose"
@@ -247,10 +325,17 @@ def test_without_leader_election_one_replica_and_recreate(helm: Path) -> None:
     assert "--no-leader-election" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert not [o for o in r.of_kind("Role") if "leader" in o["metadata"]["name"]]
     with pytest.raises(h.HelmError) as exc:
-        h.template(release=RELEASE, namespace=NS, set_values=["leaderElection.enabled=false", "replicas=2"], helm=helm)
+        h.template(
+            release=RELEASE,
+            namespace=NS,
+            set_values=["leaderElection.enabled=false", "replicas=2"],
+            helm=helm,
+        )
     assert "replicas > 1 needs leaderElection.enabled" in exc.value.output
     with pytest.raises(h.HelmError) as exc:
-        h.template(release=RELEASE, namespace=NS, set_values=["leaderElection.renewDeadlineSeconds=15"], helm=helm)
+        h.template(
+            release=RELEASE, namespace=NS, set_values=["leaderElection.renewDeadlineSeconds=15"], helm=helm
+        )
     assert "renewDeadlineSeconds < leaseDurationSeconds" in exc.value.output
 
 
@@ -261,6 +346,7 @@ def test_rbac_create_false_renders_no_operator_rbac(helm: Path) -> None:
 
 
 # ---- security invariants over every rendering ---------------------------------------------------
+
 
 @pytest.mark.parametrize("profile", sorted(PROFILES), ids=str)
 def test_every_container_is_locked_down(rendered: dict[str, h.Rendered], profile: str) -> None:
@@ -286,7 +372,9 @@ DANGEROUS_VERBS = {"*", "escalate", "bind", "impersonate"}
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES), ids=str)
-def test_no_rbac_rule_uses_a_wildcard_or_a_privilege_verb(rendered: dict[str, h.Rendered], profile: str) -> None:
+def test_no_rbac_rule_uses_a_wildcard_or_a_privilege_verb(
+    rendered: dict[str, h.Rendered], profile: str
+) -> None:
     roles = rendered[profile].of_kind("ClusterRole") + rendered[profile].of_kind("Role")
     assert roles
     for role in roles:
@@ -302,14 +390,18 @@ def test_no_rbac_rule_uses_a_wildcard_or_a_privilege_verb(rendered: dict[str, h.
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES), ids=str)
-def test_secrets_are_get_and_create_only_and_pods_untouched_by_the_operator(rendered: dict[str, h.Rendered],
-                                                                            profile: str) -> None:
+def test_secrets_are_get_and_create_only_and_pods_untouched_by_the_operator(
+    rendered: dict[str, h.Rendered], profile: str
+) -> None:
     """Secrets: `get` (the Kafka credentials) and `create` (the warm drain runtime's per-CR key
     Secret, issue 23 C1: docs/rbac.md); never list/watch (no bulk read of a namespace's Secrets),
     never update/patch/delete (nobody's Secret is changed; its own go with their CR)."""
     r = rendered[profile]
-    operator_roles = [o for o in r.of_kind("ClusterRole") + r.of_kind("Role")
-                      if not o["metadata"]["name"].endswith("-drain")]
+    operator_roles = [
+        o
+        for o in r.of_kind("ClusterRole") + r.of_kind("Role")
+        if not o["metadata"]["name"].endswith("-drain")
+    ]
     for role in operator_roles:
         for verb in ("list", "watch", "update", "patch", "delete", "deletecollection"):
             assert not _can(_rules(role), "", "secrets", verb), (role["metadata"]["name"], verb)
@@ -321,7 +413,10 @@ def test_schema_is_valid_against_the_draft_07_metaschema(helm: Path, tmp_path: P
     schema passes (every test above), a schema with an invalid keyword value is refused."""
     import shutil
 
-    assert '"$schema": "http://json-schema.org/draft-07/schema#"' in (h.CHART_DIR / "values.schema.json").read_text()
+    assert (
+        '"$schema": "http://json-schema.org/draft-07/schema#"'
+        in (h.CHART_DIR / "values.schema.json").read_text()
+    )
     broken = tmp_path / "lagpilot"
     shutil.copytree(h.CHART_DIR, broken)
     schema = broken / "values.schema.json"

@@ -3,6 +3,7 @@
 Pure file checks (no helm): they run everywhere. Rendering and schema enforcement by helm itself
 are in test_chart_render.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ VALUES_TEXT = (CHART / "values.yaml").read_text()
 VALUES = yaml.safe_load(VALUES_TEXT)
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
+
 def _documented_keys(text: str) -> Iterator[tuple[str, bool]]:
     """(dotted key, documented) for every value in values.yaml; groups of values are skipped.
 
@@ -34,12 +36,19 @@ def _documented_keys(text: str) -> Iterator[tuple[str, bool]]:
     documented: set[str] = set()
     for i, e in enumerate(entries):
         parent = e.key.rsplit(".", 1)[0] if "." in e.key else None
-        whole = parent is not None and parent in documented and (
-            e.key.split(".")[0] in PASSTHROUGH or _free_form(parent))
+        whole = (
+            parent is not None
+            and parent in documented
+            and (e.key.split(".")[0] in PASSTHROUGH or _free_form(parent))
+        )
         if e.doc is not None or whole:
             documented.add(e.key)
-        is_group = (not e.inline and i + 1 < len(entries) and entries[i + 1].indent > e.indent
-                    and e.key.split(".")[0] not in PASSTHROUGH)
+        is_group = (
+            not e.inline
+            and i + 1 < len(entries)
+            and entries[i + 1].indent > e.indent
+            and e.key.split(".")[0] not in PASSTHROUGH
+        )
         if not is_group:
             yield e.key, e.key in documented
 
@@ -64,7 +73,8 @@ def _schema_for(path: str) -> dict[str, Any] | None:
         if part in props:
             node = props[part]
         elif isinstance(node.get("additionalProperties"), dict) or (
-                node.get("type") == "object" and "properties" not in node):
+            node.get("type") == "object" and "properties" not in node
+        ):
             return node  # a map or a pass-through object: its inner keys are free-form by design
         else:
             return None
@@ -106,11 +116,14 @@ def _objects_with_properties(node: Any, path: str = "$") -> Iterator[tuple[str, 
 
 
 def test_schema_is_strict_everywhere_it_lists_properties() -> None:
-    loose = [p for p, n in _objects_with_properties(SCHEMA)
-             if n.get("additionalProperties") is not False
-             # core/v1 EnvVar (value / valueFrom are Kubernetes'), and the if/then refinement of a
-             # strict object (a condition, not a shape)
-             and not p.endswith((".extraEnv.items", ".if", ".then"))]
+    loose = [
+        p
+        for p, n in _objects_with_properties(SCHEMA)
+        if n.get("additionalProperties") is not False
+        # core/v1 EnvVar (value / valueFrom are Kubernetes'), and the if/then refinement of a
+        # strict object (a condition, not a shape)
+        and not p.endswith((".extraEnv.items", ".if", ".then"))
+    ]
     assert loose == [], f"objects in values.schema.json that accept unknown keys: {loose}"
 
 

@@ -1,4 +1,5 @@
 """dev/count_real_passed.py: CI (dev/test with CI=true) fails a run in which no real-part test passed."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,15 +25,38 @@ def write(tmp_path: Path, real: str) -> str:
 
 def test_counts_only_passed_real_tests(tmp_path: Path) -> None:
     assert mod.count_real_passed(write(tmp_path, "")) == 0
-    assert mod.count_real_passed(write(tmp_path, '<testcase classname="tests.real.test_y" name="b"><skipped/></testcase>')) == 0
-    assert mod.count_real_passed(write(tmp_path, '<testcase classname="tests.real.test_y" name="b"><failure/></testcase>')) == 0
-    assert mod.count_real_passed(write(tmp_path, '<testcase classname="tests.real.test_y" name="b"/>'
-                                                 '<testcase classname="tests.real.test_z" name="c"/>')) == 2
+    assert (
+        mod.count_real_passed(
+            write(tmp_path, '<testcase classname="tests.real.test_y" name="b"><skipped/></testcase>')
+        )
+        == 0
+    )
+    assert (
+        mod.count_real_passed(
+            write(tmp_path, '<testcase classname="tests.real.test_y" name="b"><failure/></testcase>')
+        )
+        == 0
+    )
+    assert (
+        mod.count_real_passed(
+            write(
+                tmp_path,
+                '<testcase classname="tests.real.test_y" name="b"/>'
+                '<testcase classname="tests.real.test_z" name="c"/>',
+            )
+        )
+        == 2
+    )
 
 
 def test_dev_test_refuses_skip_real_under_ci() -> None:
-    r = subprocess.run(["bash", str(REPO / "dev" / "test")], env={"CI": "true", "LAGPILOT_SKIP_REAL": "1", "PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(REPO / "dev" / "test")],
+        env={"CI": "true", "LAGPILOT_SKIP_REAL": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "refusing" in r.stderr
 
 

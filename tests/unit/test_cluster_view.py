@@ -1,6 +1,7 @@
 """cluster_view.ClusterObserver: one shared read of a Kafka cluster per poll interval, whatever the
 number of CRs on it. Admin round trips are counted on a fake AdminClient (and through the request
 counter hook the operator's metric uses); no broker."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -43,10 +44,12 @@ class Cluster:
 
     def describe_topics(self, coll: Any, **kw: Any) -> dict[str, concurrent.futures.Future]:
         self._record("describe_topics")
-        return {t: done(exc=KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
-                if t in self.missing or t not in self.topics
-                else done(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(3)]))
-                for t in coll.topic_names}
+        return {
+            t: done(exc=KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+            if t in self.missing or t not in self.topics
+            else done(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(3)]))
+            for t in coll.topic_names
+        }
 
     def list_offsets(self, req: dict[Any, Any], **kw: Any) -> dict[Any, concurrent.futures.Future]:
         self._record("list_offsets")
@@ -98,7 +101,10 @@ def handle(cluster: Cluster, snapshot: Snapshot | None) -> AdminHandle:
     def reader(group_id: str) -> Any:
         def committed(tps: list[Any], timeout: float) -> list[Any]:
             cluster._record(f"offset_fetch:{group_id}")
-            return [SimpleNamespace(partition=tp.partition, offset=7, error=None, metadata=None) for tp in tps]
+            return [
+                SimpleNamespace(partition=tp.partition, offset=7, error=None, metadata=None) for tp in tps
+            ]
+
         readers[group_id] = SimpleNamespace(committed=committed, poll=lambda t: None, close=lambda: None)
         return readers[group_id]
 
@@ -108,16 +114,18 @@ def handle(cluster: Cluster, snapshot: Snapshot | None) -> AdminHandle:
     return h
 
 
-def run_interval(h: AdminHandle, crs: int, topics: int, interval_start: float, timeout_s: float = 10.0
-                 ) -> dict[int, Any]:
+def run_interval(
+    h: AdminHandle, crs: int, topics: int, interval_start: float, timeout_s: float = 10.0
+) -> dict[int, Any]:
     """Every CR's cycle of one poll interval, each in its own thread (as the operator's cycle pool
     runs them), each accepting a view no older than the interval's start."""
     out: dict[int, Any] = {}
 
     def cycle(i: int) -> None:
         try:
-            out[i] = observe(h, f"t{i % topics}", f"g{i}", timeout_s=timeout_s,
-                             max_age_s=time.monotonic() - interval_start)
+            out[i] = observe(
+                h, f"t{i % topics}", f"g{i}", timeout_s=timeout_s, max_age_s=time.monotonic() - interval_start
+            )
         except BaseException as err:  # noqa: BLE001 - the test looks at it
             out[i] = err
 
@@ -137,6 +145,7 @@ def counted() -> Any:
     def count(kind: str, n: int) -> None:
         with lock:
             seen[kind] = seen.get(kind, 0) + n
+
     ko.set_request_counter(count)
     yield seen
     ko.set_request_counter(None)
@@ -158,7 +167,9 @@ def requests_per_interval(crs: int, intervals: int = 3) -> list[int]:
 
 
 @pytest.mark.parametrize("crs", [1, 20, 200])
-def test_admin_round_trips_per_interval_do_not_grow_with_the_crs_on_one_cluster(crs: int, counted: Any) -> None:
+def test_admin_round_trips_per_interval_do_not_grow_with_the_crs_on_one_cluster(
+    crs: int, counted: Any
+) -> None:
     """1, 20 or 200 CRs on one cluster: two ListOffsets per poll interval once the topics are known
     (DescribeTopics in the first only), no OffsetFetch. Fails if a request is sent per CR or topic."""
     per = requests_per_interval(crs)

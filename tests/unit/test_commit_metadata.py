@@ -1,4 +1,5 @@
 """The commit-metadata contract both sides use (lagpilot_runtime.commit_metadata): table + round trip."""
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ JSONPath is wrong, and a status field missing from the schema is pruned without 
 tests catch all three before a cluster is involved, and keep the CRD in line with
 docs/CONTRACTS.md. CEL rules are exercised on the real API server in tests/real/test_crd.py.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,6 +28,7 @@ STATUS = SCHEMA["properties"]["status"]
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def walk_properties(schema: dict, path: str = ""):
     """Yield (path, schema) for every named property, descending into items."""
@@ -169,6 +171,7 @@ MINIMAL = {
 
 # --------------------------------------------------------------------------- the CRD's identity
 
+
 def test_names_and_version_follow_the_contract():
     assert CRD["apiVersion"] == "apiextensions.k8s.io/v1"
     assert CRD["metadata"]["name"] == "batchconsumergroups.lagpilot.io"
@@ -176,7 +179,10 @@ def test_names_and_version_follow_the_contract():
     assert spec["group"] == "lagpilot.io" and spec["scope"] == "Namespaced"
     names = spec["names"]
     assert (names["kind"], names["plural"], names["singular"]) == (
-        "BatchConsumerGroup", "batchconsumergroups", "batchconsumergroup")
+        "BatchConsumerGroup",
+        "batchconsumergroups",
+        "batchconsumergroup",
+    )
     assert names["shortNames"] == ["bcg"] and names["categories"] == ["lagpilot"]
     assert [(v["name"], v["served"], v["storage"]) for v in spec["versions"]] == [("v1alpha1", True, True)]
 
@@ -187,9 +193,11 @@ def test_status_subresource_and_deliberately_no_scale_subresource():
 
 # --------------------------------------------------------------------------- descriptions
 
+
 def test_every_property_has_a_description():
-    missing = [p for p, s in walk_properties(SCHEMA)
-               if p != "metadata" and not str(s.get("description", "")).strip()]
+    missing = [
+        p for p, s in walk_properties(SCHEMA) if p != "metadata" and not str(s.get("description", "")).strip()
+    ]
     assert missing == []
     assert SCHEMA["description"].strip()
 
@@ -238,6 +246,7 @@ def test_topic_and_group_id_are_immutable(field):
 
 # --------------------------------------------------------------------------- contract alignment
 
+
 def test_every_contract_field_is_declared():
     """Undeclared status fields are pruned by the API server; undeclared spec fields are rejected."""
     missing = []
@@ -264,8 +273,16 @@ def test_contract_status_sample_validates():
     status = copy.deepcopy(contract_blocks()["status"])
     status = {k: v for k, v in status.items() if v not in ({"...": None}, ["..."])}  # opaque in the sketch
     status["lastScaleTime"] = status["lastObservedTime"] = "2026-01-01T00:00:00Z"
-    status["conditions"] = [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": "ok",
-                             "observedGeneration": 3, "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    status["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Reconciled",
+            "message": "ok",
+            "observedGeneration": 3,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ]
     assert validate(STATUS, status, ".status") == []
 
 
@@ -274,13 +291,18 @@ def test_the_status_is_structural_all_the_way_down():
     lists of objects are keyed (lagpilot.model.status)."""
     free = [p for p, s in walk_properties(STATUS, "status") if s.get("x-kubernetes-preserve-unknown-fields")]
     assert free == [] and not STATUS.get("x-kubernetes-preserve-unknown-fields")
-    unkeyed = [p for p, s in walk_properties(STATUS, "status")
-               if s.get("type") == "array" and s["items"].get("type") == "object"
-               and s.get("x-kubernetes-list-type") != "map"]
+    unkeyed = [
+        p
+        for p, s in walk_properties(STATUS, "status")
+        if s.get("type") == "array"
+        and s["items"].get("type") == "object"
+        and s.get("x-kubernetes-list-type") != "map"
+    ]
     assert unkeyed == []
 
 
 # --------------------------------------------------------------------------- printer columns
+
 
 def _column_path(json_path: str) -> str:
     """`.status.conditions[?(@.type=="Ready")].status` -> `status.conditions[].status`."""
@@ -322,9 +344,13 @@ def test_status_does_not_repeat_a_fact_kept_elsewhere(path):
 
 # --------------------------------------------------------------------------- defaults and examples
 
+
 def test_defaults_validate_against_their_own_schema():
-    bad = [(p, s["default"]) for p, s in walk_properties(SPEC, "spec")
-           if "default" in s and validate(s, s["default"], p)]
+    bad = [
+        (p, s["default"])
+        for p, s in walk_properties(SPEC, "spec")
+        if "default" in s and validate(s, s["default"], p)
+    ]
     assert bad == []
 
 
@@ -344,7 +370,11 @@ def test_example_validates_structurally(name, doc):
 def test_sasl_example_references_its_secret_keys():
     docs = list(yaml.safe_load_all((ROOT / "examples" / "bcg-sasl-tls.yaml").read_text()))
     bcg = next(d for d in docs if d["kind"] == "BatchConsumerGroup")
-    secret = next(d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == bcg["spec"]["kafka"]["secretRef"]["name"])
+    secret = next(
+        d
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"] == bcg["spec"]["kafka"]["secretRef"]["name"]
+    )
     assert {"username", "password", "ca.crt"} <= set(secret["stringData"])
     assert bcg["spec"]["kafka"]["securityProtocol"] == "SASL_SSL" and "saslMechanism" in bcg["spec"]["kafka"]
 
@@ -380,8 +410,9 @@ STRUCTURAL_REJECTS = [
 ]
 
 
-@pytest.mark.parametrize("path,value,expected", [r[1:] for r in STRUCTURAL_REJECTS],
-                         ids=[r[0] for r in STRUCTURAL_REJECTS])
+@pytest.mark.parametrize(
+    "path,value,expected", [r[1:] for r in STRUCTURAL_REJECTS], ids=[r[0] for r in STRUCTURAL_REJECTS]
+)
 def test_schema_rejects(path, value, expected):
     assert validate(SCHEMA, MINIMAL) == []  # the base is valid, so the error is the mutation's
     errs = validate(SCHEMA, _with(path, value))
@@ -389,6 +420,7 @@ def test_schema_rejects(path, value, expected):
 
 
 # --------------------------------------------------------------------------- string formats
+
 
 def _pattern(path: str) -> re.Pattern:
     return re.compile(schema_at(path)["pattern"])
@@ -432,8 +464,11 @@ FORMATS = [
 ]
 
 
-@pytest.mark.parametrize("field,value,accepted", FORMATS,
-                         ids=[f"{f.rsplit('.', 1)[-1]}:{v[:30] or 'empty'}" for f, v, _ in FORMATS])
+@pytest.mark.parametrize(
+    "field,value,accepted",
+    FORMATS,
+    ids=[f"{f.rsplit('.', 1)[-1]}:{v[:30] or 'empty'}" for f, v, _ in FORMATS],
+)
 def test_string_format(field, value, accepted):
     assert (validate(schema_at(field), value, field) == []) is accepted
     if accepted:
@@ -449,24 +484,38 @@ def test_the_default_sla_leaves_room_for_the_default_batch_timeout():
 
 # --------------------------------------------------------------------------- the reference doc
 
+
 def test_reference_doc_covers_every_field():
     doc = (ROOT / "docs" / "crd-reference.md").read_text()
     paths = [p for p, _ in walk_properties(SPEC, "spec")] + [p for p, _ in walk_properties(STATUS, "status")]
     # the core/v1 EnvVar sources are summarised in one row, as in the Kubernetes docs
     # a row may stand for sibling objects of one shape: `status.startUps.*.seconds` (`*`: one path segment)
-    patterns = [re.compile("^" + re.escape(r).replace(r"\*", r"[^.]+") + "$")
-                for r in re.findall(r"^\| `([^`]*\*[^`]*)`", doc, flags=re.M)]
-    missing = [p for p in paths if not p.startswith("spec.template.env[].valueFrom.") and f"`{p}`" not in doc
-               and not any(pat.match(p) for pat in patterns)]
+    patterns = [
+        re.compile("^" + re.escape(r).replace(r"\*", r"[^.]+") + "$")
+        for r in re.findall(r"^\| `([^`]*\*[^`]*)`", doc, flags=re.M)
+    ]
+    missing = [
+        p
+        for p in paths
+        if not p.startswith("spec.template.env[].valueFrom.")
+        and f"`{p}`" not in doc
+        and not any(pat.match(p) for pat in patterns)
+    ]
     assert missing == []
 
 
 def test_reference_doc_states_every_default():
     doc = (ROOT / "docs" / "crd-reference.md").read_text()
-    rows = {line.split("|")[1].strip().strip("`"): line for line in doc.splitlines()
-            if line.startswith("| `spec.")}
-    wrong = [p for p, s in walk_properties(SPEC, "spec")
-             if "default" in s and f"`{json_scalar(s['default'])}`" not in rows.get(p, "")]
+    rows = {
+        line.split("|")[1].strip().strip("`"): line
+        for line in doc.splitlines()
+        if line.startswith("| `spec.")
+    }
+    wrong = [
+        p
+        for p, s in walk_properties(SPEC, "spec")
+        if "default" in s and f"`{json_scalar(s['default'])}`" not in rows.get(p, "")
+    ]
     assert wrong == []
 
 

@@ -1,4 +1,5 @@
 """Unit tests for the demo's pure parts: the traffic schedule, the summary arithmetic, the proof, the view."""
+
 from __future__ import annotations
 
 import math
@@ -16,15 +17,29 @@ from lagpilot_dev.demo_traffic import PROFILES, Phase, partition_for, phase_at, 
 PHASES = (Phase("quiet", 10, 2.0), Phase("peak", 5, 100.0), Phase("quiet", 10, 2.0))
 
 
-@pytest.mark.parametrize("t,expected", [
-    (0, 0.0), (5, 10.0), (10, 20.0), (12, 220.0), (15, 520.0), (25, 540.0), (99, 540.0), (-1, 0.0),
-], ids=["start", "mid-quiet", "end-quiet", "in-peak", "end-peak", "end", "after", "before"])
+@pytest.mark.parametrize(
+    "t,expected",
+    [
+        (0, 0.0),
+        (5, 10.0),
+        (10, 20.0),
+        (12, 220.0),
+        (15, 520.0),
+        (25, 540.0),
+        (99, 540.0),
+        (-1, 0.0),
+    ],
+    ids=["start", "mid-quiet", "end-quiet", "in-peak", "end-peak", "end", "after", "before"],
+)
 def test_records_due(t: float, expected: float) -> None:
     assert records_due(PHASES, t) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("t,index,left", [(0, 0, 10), (9.5, 0, 0.5), (10, 1, 5), (14, 1, 1), (24, 2, 1)],
-                         ids=["first", "end-first", "second", "late-second", "last"])
+@pytest.mark.parametrize(
+    "t,index,left",
+    [(0, 0, 10), (9.5, 0, 0.5), (10, 1, 5), (14, 1, 1), (24, 2, 1)],
+    ids=["first", "end-first", "second", "late-second", "last"],
+)
 def test_phase_at(t: float, index: int, left: float) -> None:
     got = phase_at(PHASES, t)
     assert got is not None and got[0] == index and got[2] == pytest.approx(left)
@@ -58,23 +73,39 @@ def test_profiles_need_a_drain(name: str) -> None:
     assert peak > p.partitions * p.consumer_capacity
     assert peak / p.partitions > p.consumer_capacity  # each partition regrows behind a drain
     assert quiet < p.consumer_capacity
-    assert p.min_backlog_records < (peak - p.partitions * p.consumer_capacity) * max(
-        ph.seconds for ph in p.phases if ph.rate == peak) / p.partitions
+    assert (
+        p.min_backlog_records
+        < (peak - p.partitions * p.consumer_capacity)
+        * max(ph.seconds for ph in p.phases if ph.rate == peak)
+        / p.partitions
+    )
 
 
-@pytest.mark.parametrize("cfg,n,expected", [
-    ({}, 100, 0.0),
-    ({"recordDelayMs": "10"}, 100, 1.0),
-    ({"batchDelayMs": "50", "recordDelayMs": "15"}, 200, 3.05),
-    ({"batchDelayMs": "", "recordDelayMs": "2.5"}, 4, 0.01),
-], ids=["free", "per-record", "both", "empty-string"])
+@pytest.mark.parametrize(
+    "cfg,n,expected",
+    [
+        ({}, 100, 0.0),
+        ({"recordDelayMs": "10"}, 100, 1.0),
+        ({"batchDelayMs": "50", "recordDelayMs": "15"}, 200, 3.05),
+        ({"batchDelayMs": "", "recordDelayMs": "2.5"}, 4, 0.01),
+    ],
+    ids=["free", "per-record", "both", "empty-string"],
+)
 def test_handler_cost(cfg: dict[str, str], n: int, expected: float) -> None:
     assert batch_cost_s(n, cfg) == pytest.approx(expected)
 
 
-def _s(t: float, end: dict[int, int], sink: dict[int, int], committed: dict[int, int | None] | None = None,
-       replicas: int | None = 1, drain: dict | None = None) -> Sample:
-    return Sample(t=t, end=end, in_sink=sink, committed=committed or dict(sink), replicas=replicas, drain=drain)
+def _s(
+    t: float,
+    end: dict[int, int],
+    sink: dict[int, int],
+    committed: dict[int, int | None] | None = None,
+    replicas: int | None = 1,
+    drain: dict | None = None,
+) -> Sample:
+    return Sample(
+        t=t, end=end, in_sink=sink, committed=committed or dict(sink), replicas=replicas, drain=drain
+    )
 
 
 def test_backlog_and_group_lag_differ_after_a_hand_off() -> None:
@@ -84,9 +115,18 @@ def test_backlog_and_group_lag_differ_after_a_hand_off() -> None:
 
 
 def test_catch_up_measures_from_the_peak_to_the_last_return_under_threshold() -> None:
-    samples = [_s(t, {0: e}, {0: k}) for t, e, k in [
-        (0, 0, 0), (10, 500, 100), (20, 900, 100), (30, 900, 700), (40, 900, 880), (50, 1000, 880), (60, 1000, 995),
-    ]]
+    samples = [
+        _s(t, {0: e}, {0: k})
+        for t, e, k in [
+            (0, 0, 0),
+            (10, 500, 100),
+            (20, 900, 100),
+            (30, 900, 700),
+            (40, 900, 880),
+            (50, 1000, 880),
+            (60, 1000, 995),
+        ]
+    ]
     cu = demo_report.catch_up(samples, threshold=50)
     assert cu["peak_backlog"] == 800 and cu["peak_t"] == 20
     # 40 s is under the threshold but it rises again at 50 s: caught up for good only at 60 s
@@ -105,29 +145,57 @@ def test_integrate_minutes_is_step_wise() -> None:
 
 def test_scale_events() -> None:
     samples = [_s(t, {}, {}, replicas=r) for t, r in [(0, 1), (5, None), (10, 2), (20, 3), (30, 3), (40, 1)]]
-    assert demo_report.scale_events(samples) == [{"t": 10, "from": 1, "to": 2, "cause": "scaling"},
-                                                 {"t": 20, "from": 2, "to": 3, "cause": "scaling"},
-                                                 {"t": 40, "from": 3, "to": 1, "cause": "scaling"}]
+    assert demo_report.scale_events(samples) == [
+        {"t": 10, "from": 1, "to": 2, "cause": "scaling"},
+        {"t": 20, "from": 2, "to": 3, "cause": "scaling"},
+        {"t": 40, "from": 3, "to": 1, "cause": "scaling"},
+    ]
 
 
 def test_drains_seen_merges_live_status_and_history() -> None:
-    running = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 10, "end": 500}],
-               "subRanges": [{"partition": 0, "index": 0, "start": 10, "end": 250, "next": 250, "records": 240},
-                             {"partition": 0, "index": 1, "start": 250, "end": 500, "next": 300, "records": 50}],
-               "recordsTotal": 490, "recordsDone": 290, "history": [],
-               "plannedAt": "2023-11-14T22:13:20.000Z", "startedAt": "2023-11-14T22:13:25.250Z"}
+    running = {
+        "id": 1,
+        "phase": "Running",
+        "ranges": [{"partition": 0, "start": 10, "end": 500}],
+        "subRanges": [
+            {"partition": 0, "index": 0, "start": 10, "end": 250, "next": 250, "records": 240},
+            {"partition": 0, "index": 1, "start": 250, "end": 500, "next": 300, "records": 50},
+        ],
+        "recordsTotal": 490,
+        "recordsDone": 290,
+        "history": [],
+        "plannedAt": "2023-11-14T22:13:20.000Z",
+        "startedAt": "2023-11-14T22:13:25.250Z",
+    }
     # as the status holds them: RFC 3339 times, ranges as objects
-    hist1 = {"id": 1, "phase": "Verified", "reason": "RegrowingPartition", "ranges": [{"partition": 0, "start": 10, "end": 500}],
-             "recordsTotal": 490, "recordsDone": 490, "pauseSeconds": 1.5, "seconds": 30.0}
-    second = {"id": 2, "phase": "Planned", "ranges": [{"partition": 1, "end": 900}],
-              "subRanges": [], "recordsTotal": 0, "recordsDone": 0, "history": [hist1],
-              "plannedAt": "2023-11-14T22:13:50.000Z"}
+    hist1 = {
+        "id": 1,
+        "phase": "Verified",
+        "reason": "RegrowingPartition",
+        "ranges": [{"partition": 0, "start": 10, "end": 500}],
+        "recordsTotal": 490,
+        "recordsDone": 490,
+        "pauseSeconds": 1.5,
+        "seconds": 30.0,
+    }
+    second = {
+        "id": 2,
+        "phase": "Planned",
+        "ranges": [{"partition": 1, "end": 900}],
+        "subRanges": [],
+        "recordsTotal": 0,
+        "recordsDone": 0,
+        "history": [hist1],
+        "plannedAt": "2023-11-14T22:13:50.000Z",
+    }
     samples = [_s(0, {}, {}, drain=running), _s(5, {}, {}, drain=second), _s(6, {}, {}, drain=running)]
     assert samples[0].drain_tasks == 1 and samples[0].drain_active
     drains = demo_report.drains_seen(samples)
     assert [d["id"] for d in drains] == [1, 2]
     # the history's final word is not overwritten by a stale live status seen later
-    assert drains[0]["phase"] == "Verified" and drains[0]["records_done"] == 490 and drains[0]["seconds"] == 30.0
+    assert (
+        drains[0]["phase"] == "Verified" and drains[0]["records_done"] == 490 and drains[0]["seconds"] == 30.0
+    )
     assert drains[1]["phase"] == "Planned" and drains[1]["ranges"][0]["split"] == 900
     assert drains[0]["ranges"] == [{"partition": 0, "start": 10, "split": 500}]
     # the summary keeps epoch seconds (its format is unchanged)
@@ -137,13 +205,20 @@ def test_drains_seen_merges_live_status_and_history() -> None:
 
 def _ledger(per: dict[int, tuple[int, int, int]] | None = None, ends: dict[int, int] | None = None) -> dict:
     ends = ends or {p: 10 for p in range(3)}
-    return demo_measure.ledger_report(per if per is not None else {p: (n, n, 0) for p, n in ends.items()}, ends)
+    return demo_measure.ledger_report(
+        per if per is not None else {p: (n, n, 0) for p, n in ends.items()}, ends
+    )
 
 
 def _proof(**kw) -> Proof:
-    base = dict(produced=30, end_offsets_total=30, rows_in_sink=30, distinct_in_sink=30,
-                per_partition={p: {"end": 10, "rows": 10, "distinct": 10, "min": 0, "max": 9} for p in range(3)},
-                ledger=_ledger())
+    base = dict(
+        produced=30,
+        end_offsets_total=30,
+        rows_in_sink=30,
+        distinct_in_sink=30,
+        per_partition={p: {"end": 10, "rows": 10, "distinct": 10, "min": 0, "max": 9} for p in range(3)},
+        ledger=_ledger(),
+    )
     base.update(kw)
     return Proof(**base)
 
@@ -153,19 +228,35 @@ def test_proof_ok() -> None:
     assert p.ok and p.failures() == [] and p.duplicates == 0 and p.missing == 0
 
 
-@pytest.mark.parametrize("kw,needle", [
-    (dict(distinct_in_sink=29, rows_in_sink=29), "distinct"),
-    (dict(rows_in_sink=31), "duplicate"),
-    (dict(produced=0, end_offsets_total=0, rows_in_sink=0, distinct_in_sink=0), "nothing"),
-    (dict(end_offsets_total=31), "end offsets"),
-    (dict(per_partition={0: {"end": 10, "rows": 10, "distinct": 10, "min": 1, "max": 10}}), "0..end-1"),
-    # the sink's key hides a redelivery; the ledger (no key) counts it: the proof fails
-    (dict(ledger=_ledger({0: (11, 10, 0), 1: (10, 10, 0), 2: (10, 10, 0)})), "deliveries of records delivered before"),
-    (dict(ledger=_ledger({0: (9, 9, 0), 1: (10, 10, 0), 2: (10, 10, 0)})), "never delivered"),
-    (dict(ledger=_ledger({0: (11, 11, 1), 1: (10, 10, 0), 2: (10, 10, 0)})), "never produced"),
-    (dict(ledger=None), "no delivery ledger"),
-], ids=["missing", "duplicate", "empty", "offsets-disagree", "shifted-offsets", "ledger-duplicate", "ledger-lost",
-        "ledger-outside", "no-ledger"])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        (dict(distinct_in_sink=29, rows_in_sink=29), "distinct"),
+        (dict(rows_in_sink=31), "duplicate"),
+        (dict(produced=0, end_offsets_total=0, rows_in_sink=0, distinct_in_sink=0), "nothing"),
+        (dict(end_offsets_total=31), "end offsets"),
+        (dict(per_partition={0: {"end": 10, "rows": 10, "distinct": 10, "min": 1, "max": 10}}), "0..end-1"),
+        # the sink's key hides a redelivery; the ledger (no key) counts it: the proof fails
+        (
+            dict(ledger=_ledger({0: (11, 10, 0), 1: (10, 10, 0), 2: (10, 10, 0)})),
+            "deliveries of records delivered before",
+        ),
+        (dict(ledger=_ledger({0: (9, 9, 0), 1: (10, 10, 0), 2: (10, 10, 0)})), "never delivered"),
+        (dict(ledger=_ledger({0: (11, 11, 1), 1: (10, 10, 0), 2: (10, 10, 0)})), "never produced"),
+        (dict(ledger=None), "no delivery ledger"),
+    ],
+    ids=[
+        "missing",
+        "duplicate",
+        "empty",
+        "offsets-disagree",
+        "shifted-offsets",
+        "ledger-duplicate",
+        "ledger-lost",
+        "ledger-outside",
+        "no-ledger",
+    ],
+)
 def test_proof_failures(kw: dict, needle: str) -> None:
     p = _proof(**kw)
     assert not p.ok
@@ -173,27 +264,64 @@ def test_proof_failures(kw: dict, needle: str) -> None:
 
 
 def test_summary_and_table() -> None:
-    drain = {"id": 1, "phase": "Running", "ranges": [{"partition": 0, "start": 5, "end": 60}],
-             "subRanges": [{"partition": 0, "index": 0, "start": 5, "end": 60, "next": 20, "records": 15}],
-             "recordsTotal": 55, "recordsDone": 15}
-    samples = [_s(-3, {0: 0}, {0: 0}, replicas=None), _s(0, {0: 10}, {0: 10}), _s(10, {0: 100}, {0: 20}, replicas=3),
-               _s(20, {0: 100}, {0: 60}, replicas=3, drain=drain), _s(30, {0: 100}, {0: 100}, replicas=3)]
-    proof = _proof(produced=100, end_offsets_total=100, rows_in_sink=100, distinct_in_sink=100,
-                   per_partition={0: {"end": 100, "rows": 100, "distinct": 100, "min": 0, "max": 99}},
-                   by_source={"consumer": 45, "drain": 55}, ledger=_ledger(ends={0: 100}),
-                   latency={"max_s": 12.0, "p99_s": 11.0, "within_sla_fraction": 1.0})
-    summary = demo_report.summarize(samples, proof, profile="fast", sla_s=60, batch_max_records=5, partitions=1,
-                                    timings={"total": 100.0}, paths={"plot": "/x.png"})
+    drain = {
+        "id": 1,
+        "phase": "Running",
+        "ranges": [{"partition": 0, "start": 5, "end": 60}],
+        "subRanges": [{"partition": 0, "index": 0, "start": 5, "end": 60, "next": 20, "records": 15}],
+        "recordsTotal": 55,
+        "recordsDone": 15,
+    }
+    samples = [
+        _s(-3, {0: 0}, {0: 0}, replicas=None),
+        _s(0, {0: 10}, {0: 10}),
+        _s(10, {0: 100}, {0: 20}, replicas=3),
+        _s(20, {0: 100}, {0: 60}, replicas=3, drain=drain),
+        _s(30, {0: 100}, {0: 100}, replicas=3),
+    ]
+    proof = _proof(
+        produced=100,
+        end_offsets_total=100,
+        rows_in_sink=100,
+        distinct_in_sink=100,
+        per_partition={0: {"end": 100, "rows": 100, "distinct": 100, "min": 0, "max": 99}},
+        by_source={"consumer": 45, "drain": 55},
+        ledger=_ledger(ends={0: 100}),
+        latency={"max_s": 12.0, "p99_s": 11.0, "within_sla_fraction": 1.0},
+    )
+    summary = demo_report.summarize(
+        samples,
+        proof,
+        profile="fast",
+        sla_s=60,
+        batch_max_records=5,
+        partitions=1,
+        timings={"total": 100.0},
+        paths={"plot": "/x.png"},
+    )
     assert summary["ok"] and summary["produced"] == summary["distinct_in_sink"] == 100
     assert summary["duplicates"] == 0 and summary["peak_backlog"] == 80 and summary["catch_up_seconds"] == 20
     assert summary["scale_ups"] == 1 and summary["max_replicas"] == 3
     assert summary["replica_minutes"] == pytest.approx((1 * 10 + 3 * 20) / 60, abs=0.01)
     assert summary["drains"][0]["ranges"] == [{"partition": 0, "start": 5, "split": 60}]
     table = demo_table.format_summary(summary)
-    for needle in ("records produced", "duplicate rows", "time to catch up", "replica-minutes", "drain #1",
-                   "p0[5..60)", "45 / 55", "records processed more than once (ledger)", "records never delivered (ledger)"):
+    for needle in (
+        "records produced",
+        "duplicate rows",
+        "time to catch up",
+        "replica-minutes",
+        "drain #1",
+        "p0[5..60)",
+        "45 / 55",
+        "records processed more than once (ledger)",
+        "records never delivered (ledger)",
+    ):
         assert needle in table
-    assert summary["delivered_more_than_once"] == 0 and summary["lost"] == 0 and summary["ledger"]["delivered"] == 100
+    assert (
+        summary["delivered_more_than_once"] == 0
+        and summary["lost"] == 0
+        and summary["ledger"]["delivered"] == 100
+    )
     assert summary["reprocessed"] == summary["delivered_more_than_once"]
     assert summary["sim_params"]["partitions"] == 1 and summary["sim_params"]["sla_s"] == 60
 
@@ -208,28 +336,54 @@ def test_plot_writes_a_png(tmp_path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("v,total,expected", [(0, 10, "░░░░"), (5, 10, "██░░"), (10, 10, "████"), (20, 10, "████"),
-                                              (1, 0, "░░░░")], ids=["empty", "half", "full", "over", "zero-total"])
+@pytest.mark.parametrize(
+    "v,total,expected",
+    [(0, 10, "░░░░"), (5, 10, "██░░"), (10, 10, "████"), (20, 10, "████"), (1, 0, "░░░░")],
+    ids=["empty", "half", "full", "over", "zero-total"],
+)
 def test_bar(v: float, total: float, expected: str) -> None:
     assert demo_view.bar(v, total, width=4) == expected
 
 
 def test_render_shows_every_part_of_the_story() -> None:
-    drain = {"id": 2, "phase": "Running", "ranges": [{"partition": 1, "start": 7, "end": 70}],
-             "subRanges": [{"partition": 1, "index": 0, "start": 7, "end": 70, "next": 30, "records": 23}],
-             "recordsTotal": 63, "recordsDone": 23}
+    drain = {
+        "id": 2,
+        "phase": "Running",
+        "ranges": [{"partition": 1, "start": 7, "end": 70}],
+        "subRanges": [{"partition": 1, "index": 0, "start": 7, "end": 70, "next": 30, "records": 23}],
+        "recordsTotal": 63,
+        "recordsDone": 23,
+    }
     s = _s(12, {0: 100, 1: 100}, {0: 90, 1: 30}, committed={0: 95, 1: 98}, replicas=2, drain=drain)
     s.desired, s.projected_s, s.sla_s, s.decision = 3, math.inf, 60, "scale up 2→3: projected ∞ > SLA 60s"
     s.conditions = [("Ready", "True", "Consuming"), ("CatchUpAtRisk", "True", "ProjectionAboveSLA")]
-    header = demo_view.Header(profile="fast", elapsed_s=75, stage="Replay", waiting_for="the replay", phase="peak")
-    text = "\n".join(demo_view.render(header, s, ["$ kubectl get bcg", "NAME  REPLICAS"], colors=False, width=120))
-    for needle in ("p0", "p1", "replicas  2 (desired 3)", "projected ∞ vs SLA 60 s", "over SLA", "drain #2 Running",
-                   "p1[7..70)", "23/63", "CatchUpAtRisk=True", "$ kubectl get bcg", "waiting for: the replay"):
+    header = demo_view.Header(
+        profile="fast", elapsed_s=75, stage="Replay", waiting_for="the replay", phase="peak"
+    )
+    text = "\n".join(
+        demo_view.render(header, s, ["$ kubectl get bcg", "NAME  REPLICAS"], colors=False, width=120)
+    )
+    for needle in (
+        "p0",
+        "p1",
+        "replicas  2 (desired 3)",
+        "projected ∞ vs SLA 60 s",
+        "over SLA",
+        "drain #2 Running",
+        "p1[7..70)",
+        "23/63",
+        "CatchUpAtRisk=True",
+        "$ kubectl get bcg",
+        "waiting for: the replay",
+    ):
         assert needle in text
     line = demo_view.one_line(header, s)
     assert "drain#2 Running 23/63" in line and "waiting for: the replay" in line
-    assert "waiting for: x" in "\n".join(demo_view.render(
-        demo_view.Header(profile="fast", elapsed_s=1, stage="s", waiting_for="x"), None, [], colors=False))
+    assert "waiting for: x" in "\n".join(
+        demo_view.render(
+            demo_view.Header(profile="fast", elapsed_s=1, stage="s", waiting_for="x"), None, [], colors=False
+        )
+    )
 
 
 def test_handler_settings_read_the_dsn_from_the_named_env_var() -> None:
@@ -246,14 +400,34 @@ def test_handler_settings_read_the_dsn_from_the_named_env_var() -> None:
 def test_scale_events_tell_the_hand_off_from_scaling() -> None:
     planned = {"id": 1, "phase": "Planned"}
     running = {"id": 1, "phase": "Running"}
-    seq = [(-1, 0, None), (0, 1, None), (5, 3, None), (10, 3, planned), (12, 0, planned), (20, 3, running),
-           (40, 1, running)]
+    seq = [
+        (-1, 0, None),
+        (0, 1, None),
+        (5, 3, None),
+        (10, 3, planned),
+        (12, 0, planned),
+        (20, 3, running),
+        (40, 1, running),
+    ]
     events = demo_report.scale_events([_s(t, {}, {}, replicas=r, drain=d) for t, r, d in seq])
     assert [(e["from"], e["to"], e["cause"]) for e in events] == [
-        (0, 1, "start"), (1, 3, "scaling"), (3, 0, "drain hand-off"), (0, 3, "drain hand-off"), (3, 1, "scaling")]
+        (0, 1, "start"),
+        (1, 3, "scaling"),
+        (3, 0, "drain hand-off"),
+        (0, 3, "drain hand-off"),
+        (3, 1, "scaling"),
+    ]
     proof = _proof()
-    summary = demo_report.summarize([_s(t, {0: 0}, {0: 0}, replicas=r, drain=d) for t, r, d in seq], proof,
-                                    profile="fast", sla_s=60, batch_max_records=5, partitions=1, timings={}, paths={})
+    summary = demo_report.summarize(
+        [_s(t, {0: 0}, {0: 0}, replicas=r, drain=d) for t, r, d in seq],
+        proof,
+        profile="fast",
+        sla_s=60,
+        batch_max_records=5,
+        partitions=1,
+        timings={},
+        paths={},
+    )
     assert summary["scale_ups"] == 1 and summary["scale_downs"] == 1
 
 
@@ -263,9 +437,16 @@ def test_measured_rates() -> None:
     assert rates[0] == 0.0 and rates[1] == pytest.approx(100) and rates[-1] == pytest.approx(100)
 
 
-@pytest.mark.parametrize("line,width,visible", [
-    ("abcdef", 3, "abc"), ("abc", 10, "abc"), ("\x1b[1mabcdef\x1b[0m", 4, "abcd"), ("ab\x1b[33mcd\x1b[0mef", 3, "abc"),
-], ids=["plain", "short", "bold", "color-mid"])
+@pytest.mark.parametrize(
+    "line,width,visible",
+    [
+        ("abcdef", 3, "abc"),
+        ("abc", 10, "abc"),
+        ("\x1b[1mabcdef\x1b[0m", 4, "abcd"),
+        ("ab\x1b[33mcd\x1b[0mef", 3, "abc"),
+    ],
+    ids=["plain", "short", "bold", "color-mid"],
+)
 def test_clip_counts_visible_characters_only(line: str, width: int, visible: str) -> None:
     got = demo_view.clip(line, width)
     assert demo_view._ANSI.sub("", got) == visible
@@ -274,13 +455,21 @@ def test_clip_counts_visible_characters_only(line: str, width: int, visible: str
 
 
 # ---- the ledger, the measurements from it, the trace -------------------------------------------------
-@pytest.mark.parametrize("per,ends,want", [
-    ({0: (10, 10, 0)}, {0: 10}, dict(lost=0, duplicated=0, outside=0, delivered=10)),
-    ({0: (13, 10, 0)}, {0: 10}, dict(lost=0, duplicated=3, outside=0, delivered=13)),   # a replayed batch of 3
-    ({0: (8, 8, 0)}, {0: 10}, dict(lost=2, duplicated=0, outside=0, delivered=8)),
-    ({0: (12, 10, 2)}, {0: 10}, dict(lost=0, duplicated=0, outside=2, delivered=12)),
-    ({}, {0: 5, 1: 5}, dict(lost=10, duplicated=0, outside=0, delivered=0)),
-], ids=["exact", "duplicated", "lost", "outside", "nothing"])
+@pytest.mark.parametrize(
+    "per,ends,want",
+    [
+        ({0: (10, 10, 0)}, {0: 10}, dict(lost=0, duplicated=0, outside=0, delivered=10)),
+        (
+            {0: (13, 10, 0)},
+            {0: 10},
+            dict(lost=0, duplicated=3, outside=0, delivered=13),
+        ),  # a replayed batch of 3
+        ({0: (8, 8, 0)}, {0: 10}, dict(lost=2, duplicated=0, outside=0, delivered=8)),
+        ({0: (12, 10, 2)}, {0: 10}, dict(lost=0, duplicated=0, outside=2, delivered=12)),
+        ({}, {0: 5, 1: 5}, dict(lost=10, duplicated=0, outside=0, delivered=0)),
+    ],
+    ids=["exact", "duplicated", "lost", "outside", "nothing"],
+)
 def test_ledger_report(per, ends, want) -> None:
     rep = demo_measure.ledger_report(per, ends)
     assert {k: rep[k] for k in want} == want
@@ -298,7 +487,8 @@ def test_ledger_report_matches_a_direct_count(rows: list[tuple[int, int]], end: 
     assert rep["duplicated"] == len(rows) - len(set(rows))
     assert rep["lost"] == 3 * end - len(inside)
     assert (rep["lost"] == rep["duplicated"] == rep["outside"] == 0) == (
-        sorted(rows) == sorted((p, o) for p in range(3) for o in range(end)))
+        sorted(rows) == sorted((p, o) for p in range(3) for o in range(end))
+    )
 
 
 def _b(worker: str, t: float, n: int, parts=(0,), source="consumer") -> demo_measure.Batch:
@@ -306,28 +496,43 @@ def _b(worker: str, t: float, n: int, parts=(0,), source="consumer") -> demo_mea
 
 
 def test_capacity_uses_full_batches_after_a_batch_of_the_same_worker() -> None:
-    batches = [_b("a", 0, 50), _b("a", 1, 50), _b("a", 2, 50), _b("a", 3, 10),   # 50/s, then a partial batch
-               _b("b", 0, 50), _b("b", 0.5, 50), _b("b", 100, 50),               # 100/s, then idle (gap > 30 s)
-               _b("d", 0, 50, source="drain"), _b("d", 2, 50, source="drain")]
+    batches = [
+        _b("a", 0, 50),
+        _b("a", 1, 50),
+        _b("a", 2, 50),
+        _b("a", 3, 10),  # 50/s, then a partial batch
+        _b("b", 0, 50),
+        _b("b", 0.5, 50),
+        _b("b", 100, 50),  # 100/s, then idle (gap > 30 s)
+        _b("d", 0, 50, source="drain"),
+        _b("d", 2, 50, source="drain"),
+    ]
     assert sorted(demo_measure.saturated_rates(batches, "consumer", 50)) == [50.0, 50.0, 100.0]
     assert demo_measure.capacity(batches, "consumer", 50) == 50.0
     assert demo_measure.capacity(batches, "drain", 50) == 25.0
     assert demo_measure.capacity([], "consumer", 50) is None
 
 
-@pytest.mark.parametrize("times,w,expected", [
-    ([0, 1, 2, 3, 4], (1.5, 2.5), 1.0),
-    ([0, 1, 5, 6], (1.5, 2.0), 4.0),          # the gap spans the window
-    ([0, 1, 2, 9, 10], (3.0, 4.0), 7.0),
-    ([0, 1, 2], (1.5, 3.0), None),             # nothing after the window: not a live partition
-    ([5, 6], (1.0, 2.0), None),                # nothing before it
-], ids=["steady", "spanning", "late-resume", "no-after", "no-before"])
+@pytest.mark.parametrize(
+    "times,w,expected",
+    [
+        ([0, 1, 2, 3, 4], (1.5, 2.5), 1.0),
+        ([0, 1, 5, 6], (1.5, 2.0), 4.0),  # the gap spans the window
+        ([0, 1, 2, 9, 10], (3.0, 4.0), 7.0),
+        ([0, 1, 2], (1.5, 3.0), None),  # nothing after the window: not a live partition
+        ([5, 6], (1.0, 2.0), None),  # nothing before it
+    ],
+    ids=["steady", "spanning", "late-resume", "no-after", "no-before"],
+)
 def test_longest_gap(times, w, expected) -> None:
     assert demo_measure.longest_gap(times, *w) == expected
 
 
 def test_hand_off_pause_names_the_partition_and_its_usual_gap() -> None:
-    times = {0: [float(t) for t in range(0, 40)], 1: [t * 1.0 for t in range(0, 30)] + [33.5, 34.5, 35.5, 36.5, 37.5, 38.5, 39.5]}
+    times = {
+        0: [float(t) for t in range(0, 40)],
+        1: [t * 1.0 for t in range(0, 30)] + [33.5, 34.5, 35.5, 36.5, 37.5, 38.5, 39.5],
+    }
     got = demo_measure.hand_off_pause(times, (30.0, 31.0))
     assert got["pause_seconds"] == 4.5 and got["pause_partition"] == 1
     assert got["usual_gap_seconds"] == 1.0 and got["pause_excess_seconds"] == 3.5
@@ -335,10 +540,21 @@ def test_hand_off_pause_names_the_partition_and_its_usual_gap() -> None:
 
 def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     wall0 = 1000.0
-    drain = {"id": 1, "phase": "Running", "ranges": [], "records_total": 0, "records_done": 0, "pause_seconds": 30.0,
-             "times": {"plannedAt": wall0 + 20, "handedOffAt": wall0 + 21}, "hand_off_path": "mailbox"}
-    batches = ([_b("c0", float(t), 50, (0,)) for t in range(0, 40)] + [_b("c1", float(t), 50, (1,)) for t in range(0, 40)]
-               + [_b("spark", 27.0, 50, (1,), source="drain"), _b("spark", 28.0, 50, (1,), source="drain")])
+    drain = {
+        "id": 1,
+        "phase": "Running",
+        "ranges": [],
+        "records_total": 0,
+        "records_done": 0,
+        "pause_seconds": 30.0,
+        "times": {"plannedAt": wall0 + 20, "handedOffAt": wall0 + 21},
+        "hand_off_path": "mailbox",
+    }
+    batches = (
+        [_b("c0", float(t), 50, (0,)) for t in range(0, 40)]
+        + [_b("c1", float(t), 50, (1,)) for t in range(0, 40)]
+        + [_b("spark", 27.0, 50, (1,), source="drain"), _b("spark", 28.0, 50, (1,), source="drain")]
+    )
     samples = [_s(t, {}, {}, replicas=3 if t != 20 else 2) for t in range(0, 40)]
     for s in samples:
         s.ready = 3
@@ -350,11 +566,32 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
     assert d["start_up_seconds"] == 7.0 and d["min_replicas_during_hand_off"] == 2
     assert d["launch_to_first_record_seconds"] == 6.0
     params = demo_measure.sim_params(
-        partitions=3, sla_s=60, consumer_capacity=50.0, drain_task_capacity=None, pod_starts_s=[3.0, 5.0],
-        drains=drains + [{"launch_to_first_record_seconds": 10.0, "pause_excess_seconds": 0.5, "hand_off_path": "ConsumerAck"}],
-        split_factor=4, max_tasks=12, min_backlog_records=1000, poll_interval_s=5, min_replicas=1, max_replicas=3,
-        scale_down_window_s=60, batch_timeout_s=1.0, batch_max_records=50)
-    assert params["drain_start_s"] == 8.0 and params["handoff_pause_s"] == 0.25 and params["pod_start_s"] == 4.0
+        partitions=3,
+        sla_s=60,
+        consumer_capacity=50.0,
+        drain_task_capacity=None,
+        pod_starts_s=[3.0, 5.0],
+        drains=drains
+        + [
+            {
+                "launch_to_first_record_seconds": 10.0,
+                "pause_excess_seconds": 0.5,
+                "hand_off_path": "ConsumerAck",
+            }
+        ],
+        split_factor=4,
+        max_tasks=12,
+        min_backlog_records=1000,
+        poll_interval_s=5,
+        min_replicas=1,
+        max_replicas=3,
+        scale_down_window_s=60,
+        batch_timeout_s=1.0,
+        batch_max_records=50,
+    )
+    assert (
+        params["drain_start_s"] == 8.0 and params["handoff_pause_s"] == 0.25 and params["pod_start_s"] == 4.0
+    )
     assert params["handoff_quiesce"] is False and params["capacity"] == 50.0
     assert d["pod_changes_near_hand_off"] == []
     for s in samples:
@@ -372,8 +609,13 @@ def test_pod_starts_from_the_deployment_and_the_ledger() -> None:
     # without ledger rows: scale-up -> that many ready pods
     assert demo_measure.pod_starts(samples) == [4.0, 10.0]
     # with them: scale-up -> the new pods' first commits (the last of the new ones)
-    batches = [_b("pod-a/1/1", 0.5, 50), _b("pod-b/2/1", 7.0, 50), _b("pod-c/3/1", 8.5, 50), _b("pod-b/2/1", 9.0, 50),
-               _b("pod-d/4/1", 33.0, 50)]
+    batches = [
+        _b("pod-a/1/1", 0.5, 50),
+        _b("pod-b/2/1", 7.0, 50),
+        _b("pod-c/3/1", 8.5, 50),
+        _b("pod-b/2/1", 9.0, 50),
+        _b("pod-d/4/1", 33.0, 50),
+    ]
     assert demo_measure.pod_starts(samples, batches) == [3.5, 3.0]
 
 
@@ -401,12 +643,20 @@ def test_ledger_has_no_key_and_one_row_per_record() -> None:
     recs = [Record("t", 0, 5, None, b"v", timestamp_ms=1), Record("t", 0, 5, None, b"v", timestamp_ms=1)]
     rows = ledger_rows(recs, BatchContext({}, logging.getLogger("t"), source="drain"), "w")
     assert rows == [("t", 0, 5, "drain", "w", None, 1)] * 2  # the same record twice: two rows
-    assert ledger_table({"auditTable": "a"}) == "a" and ledger_table({"ledgerTable": "l", "auditTable": "a"}) == "l"
+    assert (
+        ledger_table({"auditTable": "a"}) == "a"
+        and ledger_table({"ledgerTable": "l", "auditTable": "a"}) == "l"
+    )
     assert ledger_table({}) is None
 
 
 def test_render_shows_the_hand_off_path_and_the_live_group() -> None:
-    drain = {"id": 3, "phase": "Planned", "ranges": [{"partition": 0, "start": 1, "end": 9}], "handOffPath": "mailbox"}
+    drain = {
+        "id": 3,
+        "phase": "Planned",
+        "ranges": [{"partition": 0, "start": 1, "end": 9}],
+        "handOffPath": "mailbox",
+    }
     s = _s(5, {0: 10}, {0: 2}, replicas=3, drain=drain)
     s.ready = 3
     header = demo_view.Header(profile="fast", elapsed_s=5, stage="Replay", waiting_for="x")
@@ -419,9 +669,21 @@ def test_plot_marks_hand_offs(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     samples = [_s(t, {0: 10 * t}, {0: 5 * t}, replicas=2) for t in range(10)]
     out = tmp_path / "demo.png"
-    demo_plot.plot(samples, str(out), sla_s=60, title="t",
-                     drains=[{"id": 1, "hand_off_window": [3.0, 4.0], "hand_off_path": "mailbox", "pause_seconds": 1.2,
-                              "min_replicas_during_hand_off": 2}])
+    demo_plot.plot(
+        samples,
+        str(out),
+        sla_s=60,
+        title="t",
+        drains=[
+            {
+                "id": 1,
+                "hand_off_window": [3.0, 4.0],
+                "hand_off_path": "mailbox",
+                "pause_seconds": 1.2,
+                "min_replicas_during_hand_off": 2,
+            }
+        ],
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -441,9 +703,17 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
             sent[t] = int(ph.rate)
             t += 1
     rows = demo_traffic.trace_rows(sent, p.replay_seconds + p.catch_up_timeout_s)
-    trace = sim_trace.Trace(tuple(float(a) for a, _ in rows), tuple(r for _, r in rows), tuple(None for _ in rows))
-    params = sim_params.SimParams(partitions=p.partitions, capacity=p.consumer_capacity, sla_s=p.sla_s, pod_start_s=2.0,
-                           poll_interval_s=p.poll_interval_s, step_s=1.0)
+    trace = sim_trace.Trace(
+        tuple(float(a) for a, _ in rows), tuple(r for _, r in rows), tuple(None for _ in rows)
+    )
+    params = sim_params.SimParams(
+        partitions=p.partitions,
+        capacity=p.consumer_capacity,
+        sla_s=p.sla_s,
+        pod_start_s=2.0,
+        poll_interval_s=p.poll_interval_s,
+        step_s=1.0,
+    )
     for policy in ("static", "keda"):
         assert sim_policies.run_policy(trace, params, policy).within_sla_fraction <= 0.8, policy
 
@@ -451,10 +721,17 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
 def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
     from lagpilot_dev.demo_keep import kept_lines
 
-    kw = dict(ns="lagpilot-demo", name="orders-demo", exports=["export KUBECONFIG=/s/admin.kubeconfig"],
-              kubectl="/c/kube/bin/kubectl", operator_pid=4101, podrunner_pid=4202,
-              operator_metrics="http://127.0.0.1:9100/metrics", operator_log="/o/operator.log",
-              podrunner_log="/o/podrunner.log")
+    kw = dict(
+        ns="lagpilot-demo",
+        name="orders-demo",
+        exports=["export KUBECONFIG=/s/admin.kubeconfig"],
+        kubectl="/c/kube/bin/kubectl",
+        operator_pid=4101,
+        podrunner_pid=4202,
+        operator_metrics="http://127.0.0.1:9100/metrics",
+        operator_log="/o/operator.log",
+        podrunner_log="/o/podrunner.log",
+    )
     lines = kept_lines(**kw, prometheus_url=None)
     text = "\n".join(lines)
     assert "kill -TERM -- -4101 -4202" in text  # both process groups
@@ -464,7 +741,9 @@ def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
     assert "  kubectl describe bcg -n lagpilot-demo orders-demo" in lines
     assert any(x.startswith("  kubectl patch bcg -n lagpilot-demo orders-demo --type merge") for x in lines)
     assert "  Prometheus: http://127.0.0.1:45483" in kept_lines(**kw, prometheus_url="http://127.0.0.1:45483")
-    stopped = "\n".join(kept_lines(**{**kw, "operator_pid": None, "podrunner_pid": None}, prometheus_url=None))
+    stopped = "\n".join(
+        kept_lines(**{**kw, "operator_pid": None, "podrunner_pid": None}, prometheus_url=None)
+    )
     assert "kill" not in stopped and "stopped with the demo" in stopped
 
 
@@ -476,10 +755,13 @@ def test_a_busy_drains_task_minutes_count_the_slots_it_holds_not_its_queued_sub_
     from lagpilot_dev.demo_report import drain_tasks_of
 
     def subs(unfinished: int, done: int) -> list[dict[str, int]]:
-        return ([{"partition": 0, "index": i, "start": 0, "end": 10, "next": 0} for i in range(unfinished)]
-                + [{"partition": 1, "index": i, "start": 0, "end": 10, "next": 10} for i in range(done)])
+        return [{"partition": 0, "index": i, "start": 0, "end": 10, "next": 0} for i in range(unfinished)] + [
+            {"partition": 1, "index": i, "start": 0, "end": 10, "next": 10} for i in range(done)
+        ]
 
     assert drain_tasks_of({"phase": "Running", "busy": True, "slots": 12, "subRanges": subs(33, 2)}) == 12
     assert drain_tasks_of({"phase": "Running", "busy": True, "slots": 4, "subRanges": subs(0, 6)}) == 4
-    assert drain_tasks_of({"phase": "Running", "subRanges": subs(3, 2)}) == 3  # a drain without slots: one task a sub-range
+    assert (
+        drain_tasks_of({"phase": "Running", "subRanges": subs(3, 2)}) == 3
+    )  # a drain without slots: one task a sub-range
     assert drain_tasks_of({"phase": "Verified", "busy": True, "slots": 4, "subRanges": subs(0, 6)}) == 0

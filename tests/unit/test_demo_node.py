@@ -1,6 +1,7 @@
 """`lagpilot demo --node` (lagpilot_dev.demo_node): the pure parts. The CR names the demo image and
 never pulls it, the release's values, the namespaces' labels, the demo image's build definition,
 and the record of which pods ran as containers (from `crictl ps -a -o json` and the API's pods)."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,18 @@ import pytest
 from lagpilot.spec import parse_spec
 from lagpilot_dev.demo import parse_args
 from lagpilot_dev.demo_config import HANDLER, RunNames, manifest, profile_for
-from lagpilot_dev.demo_node import (DRAIN_CPU_PER_TASK_M, NODE_CPU_M, NODE_PARTS, containers_of, format_listing,
-                                    helm_values, image_names,
-                                    namespace_labels, operator_namespace, pods_without_containers)
+from lagpilot_dev.demo_node import (
+    DRAIN_CPU_PER_TASK_M,
+    NODE_CPU_M,
+    NODE_PARTS,
+    containers_of,
+    format_listing,
+    helm_values,
+    image_names,
+    namespace_labels,
+    operator_namespace,
+    pods_without_containers,
+)
 from lagpilot_dev.images_build import IMAGES
 from lagpilot_dev.node import NAMESPACE_LABEL
 
@@ -69,8 +79,9 @@ def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_pe
     assert {"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M", "value": str(DRAIN_CPU_PER_TASK_M)} in container["env"]
     assert values["watchNamespaces"] == ["lagpilot-demo"]
     assert values["image"] == {"repository": "lagpilot/operator", "tag": "0.1.0", "pullPolicy": "Never"}
-    assert values["operator"]["extraEnv"] == [{"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M",
-                                               "value": str(DRAIN_CPU_PER_TASK_M)}]
+    assert values["operator"]["extraEnv"] == [
+        {"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M", "value": str(DRAIN_CPU_PER_TASK_M)}
+    ]
     # what the scheduler reserves on the 2-core node: the operator, the most consumers, the warm
     # runtime and a cold drain Job (lagpilot.act.drain_manifests: max(500m, tasks x per task)) at once
     import yaml
@@ -80,7 +91,9 @@ def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_pe
     def milli(cpu: str) -> int:
         return int(cpu.removesuffix("m")) if cpu.endswith("m") else int(float(cpu) * 1000)
 
-    operator_m = milli(yaml.safe_load((REPO / "charts/lagpilot/values.yaml").read_text())["resources"]["requests"]["cpu"])
+    operator_m = milli(
+        yaml.safe_load((REPO / "charts/lagpilot/values.yaml").read_text())["resources"]["requests"]["cpu"]
+    )
     consumer_m = milli(DEFAULT_RESOURCES["requests"]["cpu"])
     for name in ("default", "fast"):
         p = profile_for(name, False)
@@ -97,39 +110,68 @@ def test_namespaces_go_to_the_node_and_enforce_restricted() -> None:
     assert operator_namespace("lagpilot-demo") == "lagpilot-demo-operator"
 
 
-def _container(cid: str, ns: str, pod: str, uid: str, name: str = "consumer", state: str = "CONTAINER_RUNNING") -> dict:
-    return {"id": cid, "metadata": {"name": name}, "image": {"image": "docker.io/lagpilot/demo-consumer:0.1.0"},
-            "state": state, "labels": {"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod,
-                                       "io.kubernetes.pod.uid": uid}}
+def _container(
+    cid: str, ns: str, pod: str, uid: str, name: str = "consumer", state: str = "CONTAINER_RUNNING"
+) -> dict:
+    return {
+        "id": cid,
+        "metadata": {"name": name},
+        "image": {"image": "docker.io/lagpilot/demo-consumer:0.1.0"},
+        "state": state,
+        "labels": {
+            "io.kubernetes.pod.namespace": ns,
+            "io.kubernetes.pod.name": pod,
+            "io.kubernetes.pod.uid": uid,
+        },
+    }
 
 
 def test_containers_of_keeps_the_demo_namespaces_only() -> None:
-    listing = {"containers": [_container("a" * 64, "lagpilot-demo", "c-1", "u1"),
-                              _container("b" * 64, "other", "x", "u9"),
-                              _container("c" * 64, "lagpilot-demo-operator", "op", "u2", "operator", "CONTAINER_EXITED")]}
+    listing = {
+        "containers": [
+            _container("a" * 64, "lagpilot-demo", "c-1", "u1"),
+            _container("b" * 64, "other", "x", "u9"),
+            _container("c" * 64, "lagpilot-demo-operator", "op", "u2", "operator", "CONTAINER_EXITED"),
+        ]
+    }
     rows = containers_of(listing, ("lagpilot-demo", "lagpilot-demo-operator"))
     assert [(r["pod"], r["pod_uid"], r["container"], r["state"]) for r in rows] == [
-        ("c-1", "u1", "consumer", "CONTAINER_RUNNING"), ("op", "u2", "operator", "CONTAINER_EXITED")]
+        ("c-1", "u1", "consumer", "CONTAINER_RUNNING"),
+        ("op", "u2", "operator", "CONTAINER_EXITED"),
+    ]
     assert rows[0]["id"] == "a" * 13
     lines = format_listing(rows)
     assert lines[0].startswith("CONTAINER") and len(lines) == 3 and "lagpilot-demo-operator" in lines[2]
 
 
 def test_pods_without_containers_are_the_started_pods_the_runtime_never_listed() -> None:
-    pods = {"u1": {"namespace": "d", "name": "c-1", "started": True},
-            "u2": {"namespace": "d", "name": "drain-1", "started": True},
-            "u3": {"namespace": "d", "name": "pending-then-deleted", "started": False}}
+    pods = {
+        "u1": {"namespace": "d", "name": "c-1", "started": True},
+        "u2": {"namespace": "d", "name": "drain-1", "started": True},
+        "u3": {"namespace": "d", "name": "pending-then-deleted", "started": False},
+    }
     assert pods_without_containers(pods, {"u1": [{}]}) == ["d/drain-1"]
     assert pods_without_containers(pods, {"u1": [{}], "u2": [{}]}) == []
 
 
 def test_image_names_prefer_the_name_pods_use() -> None:
-    listing = {"images": [{"id": "sha256:aa", "repoTags": ["localhost/lagpilot/demo-consumer:0.1.0",
-                                                             "docker.io/lagpilot/demo-consumer:0.1.0"]},
-                          {"id": "sha256:bb", "repoTags": ["lagpilot.local/pause:v1.35.4"]},
-                          {"id": "sha256:cc", "repoTags": []}]}
-    assert image_names(listing) == {"sha256:aa": "docker.io/lagpilot/demo-consumer:0.1.0",
-                                    "sha256:bb": "lagpilot.local/pause:v1.35.4"}
+    listing = {
+        "images": [
+            {
+                "id": "sha256:aa",
+                "repoTags": [
+                    "localhost/lagpilot/demo-consumer:0.1.0",
+                    "docker.io/lagpilot/demo-consumer:0.1.0",
+                ],
+            },
+            {"id": "sha256:bb", "repoTags": ["lagpilot.local/pause:v1.35.4"]},
+            {"id": "sha256:cc", "repoTags": []},
+        ]
+    }
+    assert image_names(listing) == {
+        "sha256:aa": "docker.io/lagpilot/demo-consumer:0.1.0",
+        "sha256:bb": "lagpilot.local/pause:v1.35.4",
+    }
 
 
 def test_cpu_window_is_the_node_pods_cpu_share_of_the_machine(tmp_path: Path) -> None:
@@ -137,8 +179,12 @@ def test_cpu_window_is_the_node_pods_cpu_share_of_the_machine(tmp_path: Path) ->
 
     # (epoch s, cumulative CPU-s of the node's pods, load1): 3 CPU-s in 10 s on 2 cores = 15 %
     samples = [[100.0, 50.0, 20.0], [105.0, 51.0, 22.0], [110.0, 53.0, 24.0], [200.0, 90.0, 1.0]]
-    assert cpu_window(samples, 100.0, 110.0, 2) == {"seconds": 10.0, "cpu_seconds": 3.0,
-                                                     "share_of_machine": 0.15, "load1": 22.0}
+    assert cpu_window(samples, 100.0, 110.0, 2) == {
+        "seconds": 10.0,
+        "cpu_seconds": 3.0,
+        "share_of_machine": 0.15,
+        "load1": 22.0,
+    }
     assert cpu_window(samples, 150.0, 160.0, 2) is None  # no two samples in the window
     drains = [{"id": 1, "times": {"plannedAt": 100.0}, "start_up_seconds": 10.0}, {"id": 2, "times": {}}]
     drain_cpu({"cpu_samples": samples, "cpus": 2}, drains)

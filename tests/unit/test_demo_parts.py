@@ -1,5 +1,6 @@
 """Unit tests for the demo's run settings and loop decisions (demo_config, demo_loop, demo_summary's
 paths, demo_keep's record): the pure parts the split out of demo.py made testable."""
+
 from __future__ import annotations
 
 import json
@@ -54,30 +55,48 @@ def test_manifest_is_a_valid_spec_with_the_profiles_settings(tmp_path: Path, nam
     assert cfg["postgres.table"] == n.table and cfg["ledgerTable"] == n.ledger_table
     assert all(isinstance(v, str) for v in cfg.values())  # handler config is string to string
     # the DSN only ever as a secretKeyRef, never inline
-    assert spec["template"]["env"] == [{"name": "DEMO_POSTGRES_DSN",
-                                        "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}]
+    assert spec["template"]["env"] == [
+        {"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}
+    ]
     s = spec_settings(p)
     assert s["max_replicas"] == spec["scaling"]["maxReplicas"] == p.partitions
     assert s["batch_timeout_s"] * 1000 == spec["batch"]["timeoutMs"]
     assert s["split_factor"] == spec["drain"]["splitFactor"] and s["max_tasks"] == spec["drain"]["maxTasks"]
 
 
-def _s(end: dict[int, int], sink: dict[int, int], committed: dict[int, int | None] | None = None,
-       produced: int | None = None, drain: dict | None = None) -> Sample:
-    return Sample(t=0, end=end, in_sink=sink, committed=committed if committed is not None else dict(end),
-                  produced=sum(end.values()) if produced is None else produced, drain=drain)
+def _s(
+    end: dict[int, int],
+    sink: dict[int, int],
+    committed: dict[int, int | None] | None = None,
+    produced: int | None = None,
+    drain: dict | None = None,
+) -> Sample:
+    return Sample(
+        t=0,
+        end=end,
+        in_sink=sink,
+        committed=committed if committed is not None else dict(end),
+        produced=sum(end.values()) if produced is None else produced,
+        drain=drain,
+    )
 
 
-@pytest.mark.parametrize("sample,expected", [
-    (_s({0: 10, 1: 5}, {0: 10, 1: 5}), None),
-    (_s({0: 10}, {0: 7}), "3 records to reach PostgreSQL"),
-    (_s({0: 10}, {0: 10}, committed={0: 4}), "group lag 6 → 0"),
-    (_s({0: 10}, {0: 10}, produced=12), "the end offsets to show every produced record"),
-    (_s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Running", "recordsTotal": 8, "recordsDone": 2}),
-     "drain #3 (Running, 2/8) to be verified"),
-    (_s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Verified"}), None),
-    (_s({0: 10}, {0: 9}, committed={0: 8}), "1 records to reach PostgreSQL; group lag 2 → 0"),
-], ids=["caught-up", "backlog", "group-lag", "end-offsets-behind", "drain-active", "drain-verified", "both"])
+@pytest.mark.parametrize(
+    "sample,expected",
+    [
+        (_s({0: 10, 1: 5}, {0: 10, 1: 5}), None),
+        (_s({0: 10}, {0: 7}), "3 records to reach PostgreSQL"),
+        (_s({0: 10}, {0: 10}, committed={0: 4}), "group lag 6 → 0"),
+        (_s({0: 10}, {0: 10}, produced=12), "the end offsets to show every produced record"),
+        (
+            _s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Running", "recordsTotal": 8, "recordsDone": 2}),
+            "drain #3 (Running, 2/8) to be verified",
+        ),
+        (_s({0: 10}, {0: 10}, drain={"id": 3, "phase": "Verified"}), None),
+        (_s({0: 10}, {0: 9}, committed={0: 8}), "1 records to reach PostgreSQL; group lag 2 → 0"),
+    ],
+    ids=["caught-up", "backlog", "group-lag", "end-offsets-behind", "drain-active", "drain-verified", "both"],
+)
 def test_caught_up_says_what_is_missing(sample: Sample, expected: str | None) -> None:
     assert caught_up(sample) == expected
 
@@ -112,7 +131,6 @@ def test_kept_record_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert said == [] and not demo_keep.kept_file("ns-b").exists()
 
 
-
 def test_operator_env_runs_the_checkouts_own_code(tmp_path: Path) -> None:
     """The real tests' operator subprocess imports the tree that launched it: the package source dirs
     precede the repo root on PYTHONPATH (the root alone leaves `lagpilot` to the venv's editable
@@ -125,12 +143,25 @@ def test_operator_env_runs_the_checkouts_own_code(tmp_path: Path) -> None:
 
     repo = Path(lagpilot_dev.__file__).resolve().parents[3]
     env = operator_env("/k", repo, base={"PATH": "/usr/bin", "LAGPILOT_X": "1"})
-    assert env["PYTHONPATH"].split(":") == [str(repo / "operator/src"), str(repo / "consumer_image/src"),
-                                            str(repo / "dev/src"), str(repo)]
+    assert env["PYTHONPATH"].split(":") == [
+        str(repo / "operator/src"),
+        str(repo / "consumer_image/src"),
+        str(repo / "dev/src"),
+        str(repo),
+    ]
     assert "LAGPILOT_X" not in env and env["KUBECONFIG"] == "/k"
     assert operator_env("/k", tmp_path, base={})["PYTHONPATH"] == str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", "import lagpilot, lagpilot_runtime, lagpilot_dev as d; "
-                          "print(lagpilot.__file__); print(lagpilot_runtime.__file__); print(d.__file__)"],
-                         env={**env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import lagpilot, lagpilot_runtime, lagpilot_dev as d; "
+            "print(lagpilot.__file__); print(lagpilot_runtime.__file__); print(d.__file__)",
+        ],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     for line in out.stdout.split():
         assert Path(line).resolve().is_relative_to(repo), out.stdout

@@ -1,4 +1,5 @@
 """deployment.py: the consumer Deployment manifest, built without a cluster."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,26 @@ from lagpilot.act.deployment import build_deployment, deployment_name, label_val
 from lagpilot.spec import parse_spec
 
 SASL_PG = {
-    "kafka": {"bootstrapServers": "k:9093", "securityProtocol": "SASL_SSL",
-              "saslMechanism": "SCRAM-SHA-256", "secretRef": {"name": "kafka-creds"}, "sessionTimeoutMs": 12000},
-    "topic": "orders", "groupId": "g1",
+    "kafka": {
+        "bootstrapServers": "k:9093",
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "SCRAM-SHA-256",
+        "secretRef": {"name": "kafka-creds"},
+        "sessionTimeoutMs": 12000,
+    },
+    "topic": "orders",
+    "groupId": "g1",
     "batch": {"maxRecords": 200, "timeoutMs": 45000},
-    "processing": {"sink": "postgres", "config": {"x": "1"},
-                   "postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "table": "t1"}},
-    "template": {"image": "reg/consumer:1.2", "env": [{"name": "EXTRA", "value": "1"}],
-                 "resources": {"limits": {"cpu": "2"}}},
+    "processing": {
+        "sink": "postgres",
+        "config": {"x": "1"},
+        "postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}, "table": "t1"},
+    },
+    "template": {
+        "image": "reg/consumer:1.2",
+        "env": [{"name": "EXTRA", "value": "1"}],
+        "resources": {"limits": {"cpu": "2"}},
+    },
 }
 
 
@@ -35,8 +48,14 @@ def test_identity_owner_labels() -> None:
     assert (dep["apiVersion"], dep["kind"]) == ("apps/v1", "Deployment")
     assert meta["name"] == "orders-consumer" and meta["namespace"] == "ns1"
     (owner,) = meta["ownerReferences"]
-    assert owner == {"apiVersion": "lagpilot.io/v1alpha1", "kind": "BatchConsumerGroup", "name": "orders",
-                     "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
+    assert owner == {
+        "apiVersion": "lagpilot.io/v1alpha1",
+        "kind": "BatchConsumerGroup",
+        "name": "orders",
+        "uid": "uid-123",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     sel = dep["spec"]["selector"]["matchLabels"]
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     assert sel.items() <= pod_labels.items()
@@ -50,9 +69,13 @@ def test_env_follows_contract_and_secrets_only_by_reference() -> None:
     assert env["LAGPILOT_BOOTSTRAP_SERVERS"]["value"] == "k:9093"
     assert env["LAGPILOT_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
     assert env["LAGPILOT_SASL_MECHANISM"]["value"] == "SCRAM-SHA-256"
-    for name, key in [("LAGPILOT_SASL_USERNAME", "username"), ("LAGPILOT_SASL_PASSWORD", "password"),
-                      ("LAGPILOT_SSL_CA_PEM", "ca.crt"), ("LAGPILOT_SSL_CERT_PEM", "tls.crt"),
-                      ("LAGPILOT_SSL_KEY_PEM", "tls.key")]:
+    for name, key in [
+        ("LAGPILOT_SASL_USERNAME", "username"),
+        ("LAGPILOT_SASL_PASSWORD", "password"),
+        ("LAGPILOT_SSL_CA_PEM", "ca.crt"),
+        ("LAGPILOT_SSL_CERT_PEM", "tls.crt"),
+        ("LAGPILOT_SSL_KEY_PEM", "tls.key"),
+    ]:
         assert "value" not in env[name]
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "kafka-creds"
         assert env[name]["valueFrom"]["secretKeyRef"]["key"] == key
@@ -73,8 +96,16 @@ def test_env_follows_contract_and_secrets_only_by_reference() -> None:
 
 
 def test_plaintext_log_sink_has_no_secret_refs() -> None:
-    env = env_of(render({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                         "processing": {"handler": "pkg.mod:fn"}}))
+    env = env_of(
+        render(
+            {
+                "kafka": {"bootstrapServers": "k:9092"},
+                "topic": "t",
+                "groupId": "g",
+                "processing": {"handler": "pkg.mod:fn"},
+            }
+        )
+    )
     assert not any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in env.values())
     assert env["LAGPILOT_HANDLER"]["value"] == "pkg.mod:fn" and "LAGPILOT_SINK" not in env
     assert env["LAGPILOT_SESSION_TIMEOUT_MS"]["value"] == "30000"  # the CRD's and the runtime's default
@@ -99,8 +130,9 @@ def test_pod_is_restricted_and_probed() -> None:
 
 
 def test_default_resources_when_unset() -> None:
-    c = render({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g"})[
-        "spec"]["template"]["spec"]["containers"][0]
+    c = render({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g"})["spec"]["template"][
+        "spec"
+    ]["containers"][0]
     assert c["resources"]["requests"]["memory"] == "256Mi"
 
 
@@ -123,7 +155,9 @@ def test_long_names_are_shortened_stably() -> None:
 
 def test_consumers_get_their_crs_uid_for_the_hand_off_mailbox() -> None:
     # H2/M4: the consumers act only on mailbox entries that carry this uid (lagpilot_runtime.handoff_mailbox)
-    env = {e["name"]: e.get("value") for e in render(SASL_PG)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]: e.get("value") for e in render(SASL_PG)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["LAGPILOT_OWNER_UID"] == "uid-123"
 
 
@@ -137,6 +171,12 @@ def test_an_operator_upgrade_does_not_change_the_pod_template() -> None:
     assert old["spec"]["template"] == new["spec"]["template"]
     assert new["metadata"]["labels"]["app.kubernetes.io/version"] == "0.2.0"
     assert "app.kubernetes.io/version" not in new["spec"]["template"]["metadata"]["labels"]
-    moved = build_deployment("orders", "ns1", "uid-123", parse_spec({**SASL_PG, "template": {
-        **SASL_PG["template"], "image": "reg/consumer:1.3"}}), 3, version="0.2.0")
+    moved = build_deployment(
+        "orders",
+        "ns1",
+        "uid-123",
+        parse_spec({**SASL_PG, "template": {**SASL_PG["template"], "image": "reg/consumer:1.3"}}),
+        3,
+        version="0.2.0",
+    )
     assert moved["spec"]["template"] != new["spec"]["template"]  # an image change still rolls

@@ -1,5 +1,6 @@
 """deployment_cache: the cycles read their Deployment from the watch's cache; our own answers are
 trusted briefly; nothing ever goes back to an older version."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,9 +13,11 @@ from lagpilot.act.deployment_cache import CachingKube, DeploymentCache
 
 
 def dep(rv: int | str, replicas: int = 1, ready: int = 0, name: str = "g-consumer") -> dict[str, Any]:
-    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": str(rv), "labels": {"x": "y"}},
-            "spec": {"replicas": replicas, "template": {"big": "x" * 100}},
-            "status": {"replicas": replicas, "readyReplicas": ready}}
+    return {
+        "metadata": {"namespace": "ns", "name": name, "resourceVersion": str(rv), "labels": {"x": "y"}},
+        "spec": {"replicas": replicas, "template": {"big": "x" * 100}},
+        "status": {"replicas": replicas, "readyReplicas": ready},
+    }
 
 
 class Clock:

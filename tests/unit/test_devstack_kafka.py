@@ -1,4 +1,5 @@
 """Pure helpers of lagpilot_dev.kafka: no broker, no Java."""
+
 from __future__ import annotations
 
 import base64
@@ -43,8 +44,10 @@ def test_parse_consumer_groups_describe(text: str, expected: list[tuple[str, ...
 
 
 def test_parse_keeps_client_id_with_spaces() -> None:
-    text = ("GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n"
-            "g t 0 1 2 1 c-1 /127.0.0.1 my client id\n")
+    text = (
+        "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n"
+        "g t 0 1 2 1 c-1 /127.0.0.1 my client id\n"
+    )
     (row,) = parse_consumer_groups_describe(text)
     assert row["CLIENT-ID"] == "my client id"
     assert row["LAG"] == "1"
@@ -73,16 +76,19 @@ def test_server_properties_loopback_single_node() -> None:
 def test_server_properties_sasl_listener_keeps_inter_broker_plaintext() -> None:
     text = server_properties(Path("/data/k"), 9092, 9093, sasl_port=9094)
     props = dict(line.split("=", 1) for line in text.splitlines())
-    assert props["listeners"] == ("PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,"
-                                  "SASL_PLAINTEXT://127.0.0.1:9094")
+    assert props["listeners"] == (
+        "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093,SASL_PLAINTEXT://127.0.0.1:9094"
+    )
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094"
     assert props["listener.security.protocol.map"] == (
-        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT")
+        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    )
     assert props["inter.broker.listener.name"] == "PLAINTEXT"
     assert props["controller.listener.names"] == "CONTROLLER"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    )
     # without a SASL port the config is the PLAINTEXT-only one
     assert "SASL" not in server_properties(Path("/data/k"), 9092, 9093)
 
@@ -103,37 +109,63 @@ def test_sasl_credentials_are_random_persisted_and_private(tmp_path: Path) -> No
 
 
 def test_server_properties_pods_listener_adds_and_changes_nothing_else() -> None:
-    base = dict(line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines())
-    props = dict(line.split("=", 1) for line in server_properties(
-        Path("/data/k"), 9092, 9093, 9094, pods_listener=("10.244.0.1", 9095)).splitlines())
+    base = dict(
+        line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines()
+    )
+    props = dict(
+        line.split("=", 1)
+        for line in server_properties(
+            Path("/data/k"), 9092, 9093, 9094, pods_listener=("10.244.0.1", 9095)
+        ).splitlines()
+    )
     assert props["listeners"] == base["listeners"] + ",PODS://10.244.0.1:9095"
     assert props["advertised.listeners"] == base["advertised.listeners"] + ",PODS://10.244.0.1:9095"
-    assert props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",PODS:PLAINTEXT"
-    assert {k: v for k, v in props.items() if not k.startswith(("listeners", "advertised", "listener.security"))} \
-        == {k: v for k, v in base.items() if not k.startswith(("listeners", "advertised", "listener.security"))}
+    assert (
+        props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",PODS:PLAINTEXT"
+    )
+    assert {
+        k: v for k, v in props.items() if not k.startswith(("listeners", "advertised", "listener.security"))
+    } == {k: v for k, v in base.items() if not k.startswith(("listeners", "advertised", "listener.security"))}
 
 
 def test_server_properties_oauth_listener_validates_tokens_and_changes_nothing_else() -> None:
     """The OAUTH listener (one writer for every SASL listener: `Listener`): OAUTHBEARER only, Kafka's
     validator with the provider's JWKS, issuer and audience; the other listeners' keys unchanged."""
-    settings = {"jwks_url": "http://idp/jwks", "issuer": "http://idp/realms/r", "audience": "kafka",
-                "token_endpoint_url": "http://idp/token"}
-    base = dict(line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines())
-    props = dict(line.split("=", 1) for line in server_properties(
-        Path("/data/k"), 9092, 9093, 9094, oauth=(9095, settings)).splitlines())
+    settings = {
+        "jwks_url": "http://idp/jwks",
+        "issuer": "http://idp/realms/r",
+        "audience": "kafka",
+        "token_endpoint_url": "http://idp/token",
+    }
+    base = dict(
+        line.split("=", 1) for line in server_properties(Path("/data/k"), 9092, 9093, 9094).splitlines()
+    )
+    props = dict(
+        line.split("=", 1)
+        for line in server_properties(Path("/data/k"), 9092, 9093, 9094, oauth=(9095, settings)).splitlines()
+    )
     assert props["listeners"] == base["listeners"] + ",OAUTH://127.0.0.1:9095"
     assert props["advertised.listeners"] == base["advertised.listeners"] + ",OAUTH://127.0.0.1:9095"
-    assert props["listener.security.protocol.map"] == base["listener.security.protocol.map"] + ",OAUTH:SASL_PLAINTEXT"
+    assert (
+        props["listener.security.protocol.map"]
+        == base["listener.security.protocol.map"] + ",OAUTH:SASL_PLAINTEXT"
+    )
     assert props["listener.name.oauth.sasl.enabled.mechanisms"] == "OAUTHBEARER"
     assert props["listener.name.oauth.oauthbearer.sasl.jaas.config"] == (
-        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;")
+        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+    )
     assert props["listener.name.oauth.oauthbearer.sasl.server.callback.handler.class"].endswith(
-        "OAuthBearerValidatorCallbackHandler")
-    assert (props["sasl.oauthbearer.jwks.endpoint.url"], props["sasl.oauthbearer.expected.issuer"],
-            props["sasl.oauthbearer.expected.audience"]) == ("http://idp/jwks", "http://idp/realms/r", "kafka")
+        "OAuthBearerValidatorCallbackHandler"
+    )
+    assert (
+        props["sasl.oauthbearer.jwks.endpoint.url"],
+        props["sasl.oauthbearer.expected.issuer"],
+        props["sasl.oauthbearer.expected.audience"],
+    ) == ("http://idp/jwks", "http://idp/realms/r", "kafka")
     # the SCRAM listener is written by the same code and unchanged
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
-        "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    )
     changed = {k for k in base if props.get(k) != base[k]}
     assert changed == {"listeners", "advertised.listeners", "listener.security.protocol.map"}

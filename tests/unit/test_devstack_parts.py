@@ -1,4 +1,5 @@
 """Pure helpers of the PostgreSQL, Spark and Maven parts (no apt, no JVM, no network)."""
+
 from __future__ import annotations
 
 import os
@@ -32,10 +33,25 @@ def test_artifact_of(jar: str, artifact: str) -> None:
 
 
 def test_jars_to_drop_keeps_only_what_pyspark_lacks() -> None:
-    fetched = ["spark-sql-kafka-0-10_2.13-4.2.0.jar", "kafka-clients-3.9.2.jar", "commons-pool2-2.13.1.jar",
-               "lz4-java-1.10.1.jar", "scala-library-2.13.15.jar", "slf4j-api-1.7.36.jar"]
-    shipped = ["lz4-java-1.11.0.jar", "scala-library-2.13.16.jar", "slf4j-api-2.0.17.jar", "commons-pool-1.5.4.jar"]
-    assert jars_to_drop(fetched, shipped) == {"lz4-java-1.10.1.jar", "scala-library-2.13.15.jar", "slf4j-api-1.7.36.jar"}
+    fetched = [
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+        "kafka-clients-3.9.2.jar",
+        "commons-pool2-2.13.1.jar",
+        "lz4-java-1.10.1.jar",
+        "scala-library-2.13.15.jar",
+        "slf4j-api-1.7.36.jar",
+    ]
+    shipped = [
+        "lz4-java-1.11.0.jar",
+        "scala-library-2.13.16.jar",
+        "slf4j-api-2.0.17.jar",
+        "commons-pool-1.5.4.jar",
+    ]
+    assert jars_to_drop(fetched, shipped) == {
+        "lz4-java-1.10.1.jar",
+        "scala-library-2.13.15.jar",
+        "slf4j-api-1.7.36.jar",
+    }
 
 
 def test_session_conf_defaults_and_overrides() -> None:
@@ -52,8 +68,14 @@ def test_pom_lists_deps_and_exclusions() -> None:
     root = ET.fromstring(text)
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     deps = root.findall("m:dependencies/m:dependency", ns)
-    assert [(d.findtext("m:groupId", namespaces=ns), d.findtext("m:artifactId", namespaces=ns),
-             d.findtext("m:version", namespaces=ns)) for d in deps] == [("g", "a", "1.0"), ("g2", "b<", "2")]
+    assert [
+        (
+            d.findtext("m:groupId", namespaces=ns),
+            d.findtext("m:artifactId", namespaces=ns),
+            d.findtext("m:version", namespaces=ns),
+        )
+        for d in deps
+    ] == [("g", "a", "1.0"), ("g2", "b<", "2")]
     excl = deps[0].find("m:exclusions/m:exclusion", ns)
     assert excl is not None and excl.findtext("m:artifactId", namespaces=ns) == "y"
 
@@ -71,7 +93,8 @@ def test_traversable_by(tmp_path: Path) -> None:
     try:
         stranger = 65534  # nobody
         assert traversable_by(tmp_path, stranger, {65534}) == all(
-            os.stat(p).st_mode & stat.S_IXOTH for p in [*reversed(tmp_path.parents), tmp_path])
+            os.stat(p).st_mode & stat.S_IXOTH for p in [*reversed(tmp_path.parents), tmp_path]
+        )
         assert not traversable_by(inner, stranger, {65534})
         assert traversable_by(inner, os.stat(closed).st_uid, set())  # the owner may enter
         assert traversable_by(inner / "not-yet-created", os.stat(closed).st_uid, set())
@@ -79,7 +102,9 @@ def test_traversable_by(tmp_path: Path) -> None:
         closed.chmod(0o755)
 
 
-def test_install_runs_apt_and_disables_debians_main_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_install_runs_apt_and_disables_debians_main_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A fresh machine has only the psql client: install() must apt-get the server, without letting
     Debian create (and start) its own cluster on 5432."""
     import subprocess

@@ -1,4 +1,5 @@
 """lagpilot_dev.paths: dirs, persisted ports, the detached Process helper, wait_for."""
+
 from __future__ import annotations
 
 import socket
@@ -52,8 +53,13 @@ def _sleeper(tmp_path: Path, ignore_term: bool = False) -> Process:
     if ignore_term:
         code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     code += "print('up', flush=True)\ntime.sleep(600)\n"
-    return Process(name="sleeper", argv=[sys.executable, "-c", code, f"lagpilot-test-{tmp_path.name}"],
-                   log_file=tmp_path / "s.log", pid_file=tmp_path / "s.pid", marker=f"lagpilot-test-{tmp_path.name}")
+    return Process(
+        name="sleeper",
+        argv=[sys.executable, "-c", code, f"lagpilot-test-{tmp_path.name}"],
+        log_file=tmp_path / "s.log",
+        pid_file=tmp_path / "s.pid",
+        marker=f"lagpilot-test-{tmp_path.name}",
+    )
 
 
 def test_process_start_stop(tmp_path: Path) -> None:
@@ -92,8 +98,13 @@ def test_process_kill_leaves_pid_file_and_restart_works(tmp_path: Path) -> None:
 
 
 def test_recycled_pid_without_marker_is_not_ours(tmp_path: Path) -> None:
-    proc = Process(name="x", argv=["true"], log_file=tmp_path / "x.log", pid_file=tmp_path / "x.pid",
-                   marker="lagpilot-no-such-marker")
+    proc = Process(
+        name="x",
+        argv=["true"],
+        log_file=tmp_path / "x.log",
+        pid_file=tmp_path / "x.pid",
+        marker="lagpilot-no-such-marker",
+    )
     proc.pid_file.write_text(f"{__import__('os').getpid()}\n")  # a live pid, but not our process
     assert not proc.is_running()
 
@@ -124,10 +135,17 @@ def test_wait_for_treats_exceptions_as_not_yet() -> None:
 def test_wait_started_gives_up_when_the_part_exits_and_shows_its_log(tmp_path: Path) -> None:
     # one helper for every part a dev stack starts (kube.py, node.py): a part that dies while we wait
     # fails at once (a 1-day timeout), and the error carries the tail of its log
-    proc = Process(name="dies", argv=[sys.executable, "-c", "print('bad flag --x', flush=True)", f"lagpilot-test-{tmp_path.name}"],
-                   log_file=tmp_path / "d.log", pid_file=tmp_path / "d.pid", marker=f"lagpilot-test-{tmp_path.name}")
+    proc = Process(
+        name="dies",
+        argv=[sys.executable, "-c", "print('bad flag --x', flush=True)", f"lagpilot-test-{tmp_path.name}"],
+        log_file=tmp_path / "d.log",
+        pid_file=tmp_path / "d.pid",
+        marker=f"lagpilot-test-{tmp_path.name}",
+    )
     proc.start()
-    with pytest.raises(RuntimeError, match=r"(?s)gave up waiting for dies /healthz: the process exited.*bad flag --x"):
+    with pytest.raises(
+        RuntimeError, match=r"(?s)gave up waiting for dies /healthz: the process exited.*bad flag --x"
+    ):
         wait_started(proc, lambda: False, "dies /healthz", timeout=86400, interval=0.05)
 
 
@@ -135,6 +153,8 @@ def test_wait_started_returns_once_the_check_holds(tmp_path: Path) -> None:
     proc = _sleeper(tmp_path)
     proc.start()
     try:
-        wait_started(proc, lambda: "up" in proc.log_file.read_text(), "sleeper output", timeout=30, interval=0.05)
+        wait_started(
+            proc, lambda: "up" in proc.log_file.read_text(), "sleeper output", timeout=30, interval=0.05
+        )
     finally:
         proc.stop()

@@ -1,5 +1,6 @@
 """The dev Prometheus part's pure pieces (config, file-SD targets) and the pod runner's file-SD hook,
 against a fake API (local processes, no Prometheus needed)."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ def test_config_scrapes_both_jobs_from_file_sd_on_loopback(tmp_path: Path) -> No
     cfg = json.loads(prom.config_yaml(9999, tmp_path / "sd", tmp_path / "rules"))
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
     assert set(jobs) == {prom.OPERATOR_JOB, prom.CONSUMER_JOB, "prometheus"}
-    assert jobs[prom.CONSUMER_JOB]["file_sd_configs"][0]["files"] == [str(tmp_path / "sd" / "pods" / "*.json")]
+    assert jobs[prom.CONSUMER_JOB]["file_sd_configs"][0]["files"] == [
+        str(tmp_path / "sd" / "pods" / "*.json")
+    ]
     assert jobs[prom.OPERATOR_JOB]["honor_labels"] is True  # each group's own namespace label wins
     assert jobs["prometheus"]["static_configs"][0]["targets"] == ["127.0.0.1:9999"]
     assert cfg["rule_files"] == [str(tmp_path / "rules" / "*.yml")]
@@ -25,8 +28,12 @@ def test_config_scrapes_both_jobs_from_file_sd_on_loopback(tmp_path: Path) -> No
 def test_pod_target_file_round_trip(tmp_path: Path) -> None:
     path = prom.write_pod_target(tmp_path, "ns", "orders-consumer-1", 4321, {"group": "orders"})
     assert path == tmp_path / "pods" / "ns_orders-consumer-1.json"
-    assert json.loads(path.read_text()) == [{"targets": ["127.0.0.1:4321"],
-                                             "labels": {"namespace": "ns", "pod": "orders-consumer-1", "group": "orders"}}]
+    assert json.loads(path.read_text()) == [
+        {
+            "targets": ["127.0.0.1:4321"],
+            "labels": {"namespace": "ns", "pod": "orders-consumer-1", "group": "orders"},
+        }
+    ]
     assert not list((tmp_path / "pods").glob(".*"))  # no temp file left behind
     prom.remove_pod_target(tmp_path, "ns", "orders-consumer-1")
     assert not path.exists()
@@ -35,10 +42,21 @@ def test_pod_target_file_round_trip(tmp_path: Path) -> None:
 def _worker(tmp_path: Path, env: list[dict[str, str]]) -> tuple[FakeRunner, PodWorker]:
     runner = FakeRunner(tmp_path / "w")
     runner.metrics_sd_dir = tmp_path / "sd"  # type: ignore[attr-defined]
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"lagpilot.io/group": "orders"}},
-           "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "main", "image": "x", "env": env,
-                                    "command": [sys.executable, "-c", "import time; time.sleep(60)"]}]}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"lagpilot.io/group": "orders"}},
+        "spec": {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "x",
+                    "env": env,
+                    "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+                }
+            ],
+        },
+    }
     return runner, PodWorker(runner, pod)  # type: ignore[arg-type]
 
 

@@ -1,4 +1,5 @@
 """Stack orchestration with fake parts: up/status/down, ownership, leases, the CLI's output."""
+
 from __future__ import annotations
 
 import json
@@ -100,9 +101,22 @@ def test_status_starts_nothing_and_down_stops_running(tmp_path: Path) -> None:
     s, parts = fake_stack(tmp_path)
     parts["kube"].running = True
     info = s.status()
-    assert info.running == {"kafka": False, "kube": True, "postgres": False, "spark": False,
-                            "prometheus": False, "node": False, "netpol": False, "keda": False, "oidc": False}
-    assert info.kubeconfig == "/kc" and info.kubectl == "/bin/kubectl" and info.kube_server == "https://127.0.0.1:3"
+    assert info.running == {
+        "kafka": False,
+        "kube": True,
+        "postgres": False,
+        "spark": False,
+        "prometheus": False,
+        "node": False,
+        "netpol": False,
+        "keda": False,
+        "oidc": False,
+    }
+    assert (
+        info.kubeconfig == "/kc"
+        and info.kubectl == "/bin/kubectl"
+        and info.kube_server == "https://127.0.0.1:3"
+    )
     assert all(p.calls == [] for p in parts.values())
     assert s.down() == ["kube"]
     assert not parts["kube"].running
@@ -132,7 +146,9 @@ def test_person_dev_up_takes_ownership_from_tests(tmp_path: Path) -> None:
 
 def test_lease_of_a_dead_session_does_not_block_the_stop(tmp_path: Path) -> None:
     s, parts = fake_stack(tmp_path)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     (tmp_path / "state" / "leases").mkdir(parents=True)
     (tmp_path / "state" / "leases" / "crashed").write_text(dead.stdout)
     _, lease = s.acquire(())
@@ -154,8 +170,9 @@ def test_shell_exports_only_for_running_parts() -> None:
     assert info.shell_exports() == ["export KUBECONFIG=/kc", "export LAGPILOT_BOOTSTRAP_SERVERS=127.0.0.1:9"]
 
 
-def test_cli_up_json_is_one_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_up_json_is_one_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     s, _parts = fake_stack(tmp_path)
     monkeypatch.setattr(cli, "Stack", lambda: s)
     assert cli.main(["up", "--parts", "kafka,postgres", "--json", "-q"]) == 0
@@ -165,8 +182,9 @@ def test_cli_up_json_is_one_object(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert out["running"] == {"kafka": True, "postgres": True}
 
 
-def test_cli_up_human_prints_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_up_human_prints_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     s, _parts = fake_stack(tmp_path)
     monkeypatch.setattr(cli, "Stack", lambda: s)
     assert cli.main(["up", "--parts", "kafka,kube,postgres", "-q"]) == 0
@@ -176,8 +194,9 @@ def test_cli_up_human_prints_exports(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert any(line.startswith("export LAGPILOT_POSTGRES_DSN=") for line in out)
 
 
-def test_cli_failure_is_exit_1_with_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_failure_is_exit_1_with_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     s, _parts = fake_stack(tmp_path, fail={"kafka"})
     monkeypatch.setattr(cli, "Stack", lambda: s)
     assert cli.main(["up", "--parts", "kafka", "-q"]) == 1
@@ -190,7 +209,9 @@ def test_cli_bad_parts_is_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert cli.main(["up", "--parts", "nope", "-q"]) == 1
 
 
-def test_cli_down_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_down_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     s, parts = fake_stack(tmp_path)
     parts["kafka"].running = True
     monkeypatch.setattr(cli, "Stack", lambda: s)
@@ -199,10 +220,13 @@ def test_cli_down_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
 
 
 def test_importing_the_stack_does_not_import_parts() -> None:
-    code = ("import sys, lagpilot_dev.stack, lagpilot_dev.cli; "
-            "print(sorted(m for m in sys.modules if m.startswith(('lagpilot_dev.kube','pyspark','confluent_kafka','psycopg'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ}).stdout.strip()
+    code = (
+        "import sys, lagpilot_dev.stack, lagpilot_dev.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('lagpilot_dev.kube','pyspark','confluent_kafka','psycopg'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ}
+    ).stdout.strip()
     assert out == "[]"
 
 

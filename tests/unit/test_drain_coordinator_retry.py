@@ -5,6 +5,7 @@ offsets: Broker: Not coordinator"}``). librdkafka raises the coordinator's trans
 ``committed()``/``commit()`` with ``retriable()`` False; a Kafka client retries them (the Java
 client's ``RetriableCommitFailedException`` family). The drain must retry them within its timeout,
 not fail the whole drain; any other error still fails at once."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,12 @@ from lagpilot_runtime import drain_progress
 from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_SINK": "log"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_SINK": "log",
+}
 
 
 class Moving:
@@ -47,8 +52,12 @@ class Moving:
 
 
 def _plan() -> DrainPlan:
-    return DrainPlan(drain_id="1", topic="orders", group_id="g",
-                     sub_ranges=(SubRange(partition=0, start=100, end=200, index=0),))
+    return DrainPlan(
+        drain_id="1",
+        topic="orders",
+        group_id="g",
+        sub_ranges=(SubRange(partition=0, start=100, end=200, index=0),),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +90,8 @@ def test_another_error_still_fails_at_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_coordinator_that_never_comes_back_fails_within_the_timeout(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     clock = [0.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
@@ -94,8 +104,10 @@ def test_a_coordinator_that_never_comes_back_fails_within_the_timeout(
 
 # ---- the drain task's progress commit after a batch: one retry layer, one deadline ----------------
 
-TASK_ENV = {**{k: v for k, v in ENV.items() if k != "LAGPILOT_SINK"},
-            "LAGPILOT_HANDLER": "tests.unit.test_drain_coordinator_retry:collect"}
+TASK_ENV = {
+    **{k: v for k, v in ENV.items() if k != "LAGPILOT_SINK"},
+    "LAGPILOT_HANDLER": "tests.unit.test_drain_coordinator_retry:collect",
+}
 TASK_SEEN: list[int] = []
 
 

@@ -9,6 +9,7 @@ forged or stale part taken while a pass runs starts nothing; a failed pass cance
 fails the attempt without completing anyone's progress; a final part that comes while a pass runs
 ends the attempt once that pass has ended; the part wait (300 s by default) starts only when no pass
 is left; the first pass is the attempt's start-up."""
+
 from __future__ import annotations
 
 import logging
@@ -98,16 +99,19 @@ class World:
         self.part_meta = plan_auth.sign_part(key, OWNER, "t", part.body())
 
     def read_progress(self, cfg: Any, p: DrainPlan, **kw: Any) -> dict[tuple[int, int], tuple[int, int]]:
-        return {(s.partition, s.index): (self.progress.get((s.partition, s.index), s.start), 0)
-                for s in p.sub_ranges}
+        return {
+            (s.partition, s.index): (self.progress.get((s.partition, s.index), s.start), 0)
+            for s in p.sub_ranges
+        }
 
     def complete_read(self, p: DrainPlan, cfg: Any, work: Any, results: Any, summary: Any) -> None:
         for s, _ in work:
             self.progress[(s.partition, s.index)] = s.end
             self.completed.append((s.partition, s.index))
 
-    def spark_job(self, p: DrainPlan, cfg: Any, work: Any, spark: Any, use_arrow: bool,
-                  marks: Any) -> list[Any]:
+    def spark_job(
+        self, p: DrainPlan, cfg: Any, work: Any, spark: Any, use_arrow: bool, marks: Any
+    ) -> list[Any]:
         keys = [(s.partition, s.index) for s, _ in work]
         with self.started:
             n = len(self.jobs)
@@ -124,8 +128,16 @@ class World:
             if set(keys) & self.fail:
                 raise RuntimeError("a task failed 4 times")
             # a task commits its progress after each batch: here, all of it at the end of the job
-            return [{"records": s.end - a, "skipped": 0, "partition": s.partition, "index": s.index,
-                     "last_batch_at": 1.0} for s, a in work]
+            return [
+                {
+                    "records": s.end - a,
+                    "skipped": 0,
+                    "partition": s.partition,
+                    "index": s.index,
+                    "last_batch_at": 1.0,
+                }
+                for s, a in work
+            ]
         finally:
             with self.started:
                 self.running.discard(n)
@@ -135,8 +147,17 @@ class World:
             assert self.started.wait_for(lambda: len(self.jobs) >= n, timeout=20), self.jobs
 
     def run(self, p: DrainPlan, **kw: Any) -> dict[str, Any]:
-        return drain_job.run(p, None, None, [], {}, warm_session=self.spark, part_key=kw.pop("key", KEY),
-                             part_wait_s=kw.pop("wait_s", 0.0), **kw)
+        return drain_job.run(
+            p,
+            None,
+            None,
+            [],
+            {},
+            warm_session=self.spark,
+            part_key=kw.pop("key", KEY),
+            part_wait_s=kw.pop("wait_s", 0.0),
+            **kw,
+        )
 
 
 def in_thread(world: World, p: DrainPlan, **kw: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -198,8 +219,9 @@ def test_a_sub_range_held_by_a_running_pass_is_never_started_again(monkeypatch: 
     assert sorted(w.completed) == [(0, 0), (0, 1), (0, 2), (0, 3)]
 
 
-def test_forged_and_stale_parts_start_nothing_while_a_pass_runs(monkeypatch: pytest.MonkeyPatch,
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_forged_and_stale_parts_start_nothing_while_a_pass_runs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     w = World(monkeypatch)
     slow = w.gate(A0)
     w.gate(A1).set()
@@ -208,8 +230,10 @@ def test_forged_and_stale_parts_start_nothing_while_a_pass_runs(monkeypatch: pyt
     with caplog.at_level(logging.WARNING, logger="lagpilot.drain"):
         # forged: signed with another key, every offset again under a new index
         w.deliver(NextPart("7", 1, False, (SubRange(0, 9, 0, 400),)), key=bytes(32))
-        refused = lambda: any(getattr(r, "fields", {}).get("event") == "drain_part_refused"  # noqa: E731
-                                for r in caplog.records)
+        refused = lambda: any(
+            getattr(r, "fields", {}).get("event") == "drain_part_refused"  # noqa: E731
+            for r in caplog.records
+        )
         for _ in range(2000):
             if refused():
                 break

@@ -1,5 +1,6 @@
 """The executor's loop with fake Kafka/Kubernetes effects: the order of observations, effects and
 status writes of the mailbox hand-off."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -9,13 +10,21 @@ from lagpilot.decide.handoff import JobObservation, JobState, Offsets
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 
-SPEC = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                   "batch": {"maxRecords": 10}, "drain": {"splitFactor": 2}})
+SPEC = parse_spec(
+    {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "t",
+        "groupId": "g",
+        "batch": {"maxRecords": 10},
+        "drain": {"splitFactor": 2},
+    }
+)
 
 
 class FakeExecutor(DrainExecutor):
     def __init__(self, log: list[tuple[str, Any]], world: dict[str, Any]) -> None:
         from kubernetes import client
+
         super().__init__(client.ApiClient(), DrainSettings(), clock=lambda: world["now"])
         self.ack_wait_s = 0.0
         self.log, self.world = log, world
@@ -36,8 +45,9 @@ class FakeExecutor(DrainExecutor):
             self.log.append(("mailbox", {p: e.encode() for p, e in entries.items()}))
             self.world["mailbox"].update(entries)
 
-    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str,
-                 attempts_out: Any = None) -> dict[tuple[int, int], tuple[int, int]]:
+    def progress(
+        self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str, attempts_out: Any = None
+    ) -> dict[tuple[int, int], tuple[int, int]]:
         if lost_out is not None:
             lost_out.update(self.world.get("lost") or {})
         if attempts_out is not None:
@@ -62,7 +72,9 @@ class FakeExecutor(DrainExecutor):
         self.log.append(("delete_job", name))
 
 
-def ctx(log: list[tuple[str, Any]], world: dict[str, Any], raw_drain: Any, wanted: tuple[int, ...] = ()) -> DrainContext:
+def ctx(
+    log: list[tuple[str, Any]], world: dict[str, Any], raw_drain: Any, wanted: tuple[int, ...] = ()
+) -> DrainContext:
     def offsets() -> dict[int, Offsets]:
         return {0: Offsets(world["committed"][0], 0, 500)}
 
@@ -78,14 +90,35 @@ def ctx(log: list[tuple[str, Any]], world: dict[str, Any], raw_drain: Any, wante
         log.append(("scale", n))
         world["replicas"] = n
 
-    return DrainContext(namespace="ns", name="orders", uid="u", generation=1, spec=SPEC, raw_drain=raw_drain,
-                        offsets=offsets(), replicas=world["replicas"], wanted=wanted, admin=None, scale=scale,
-                        patch_status=patch, emit=lambda *e: log.append(("event", e[1])), reobserve=reobserve)
+    return DrainContext(
+        namespace="ns",
+        name="orders",
+        uid="u",
+        generation=1,
+        spec=SPEC,
+        raw_drain=raw_drain,
+        offsets=offsets(),
+        replicas=world["replicas"],
+        wanted=wanted,
+        admin=None,
+        scale=scale,
+        patch_status=patch,
+        emit=lambda *e: log.append(("event", e[1])),
+        reobserve=reobserve,
+    )
 
 
 def world0() -> dict[str, Any]:
-    return {"empty": False, "progress": {}, "jobs": {}, "committed": {0: 100}, "replicas": 3, "status": None,
-            "mailbox": {}, "now": 1000.0}
+    return {
+        "empty": False,
+        "progress": {},
+        "jobs": {},
+        "committed": {0: 100},
+        "replicas": 3,
+        "status": None,
+        "mailbox": {},
+        "now": 1000.0,
+    }
 
 
 def kinds(log: list[tuple[str, Any]]) -> list[str]:
@@ -97,9 +130,23 @@ def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox
     w = world0()
     ex = FakeExecutor(log, w)
     ex.reconcile(ctx(log, w, None, wanted=(0,)))
-    assert kinds(log) == ["status:Planned:Planned", "read", "read", "read", "mailbox", "status:Planned:Published",
-                          "read", "read", "read", "status:Planned:WaitingForAcks"], log
-    assert [e[1] for e in log if e[0] == "read"][:3] == ["members", "own", "mailbox"]  # the order that makes it exact
+    assert kinds(log) == [
+        "status:Planned:Planned",
+        "read",
+        "read",
+        "read",
+        "mailbox",
+        "status:Planned:Published",
+        "read",
+        "read",
+        "read",
+        "status:Planned:WaitingForAcks",
+    ], log
+    assert [e[1] for e in log if e[0] == "read"][:3] == [
+        "members",
+        "own",
+        "mailbox",
+    ]  # the order that makes it exact
     assert ("mailbox", {0: "lph2;cr=u;id=1;split=500"}) in log
     # the owner acks (start = its committed offset), then commits split itself
     w["mailbox"][0] = w["mailbox"][0].with_ack(100)
@@ -109,7 +156,10 @@ def test_consumer_ack_path_never_scales_and_reads_own_offsets_before_the_mailbox
     assert kinds(log)[:5] == ["read", "read", "read", "mailbox", "status:HandedOff:HandedOff"], log
     seq = kinds(log)
     assert seq.index("create_job") + 1 == seq.index("status:Running:Launched"), log
-    assert ("mailbox", {0: "lph2;cr=u;id=1;split=500;ack=100;done=1"}) in log  # sealed with the HandedOff write
+    assert (
+        "mailbox",
+        {0: "lph2;cr=u;id=1;split=500;ack=100;done=1"},
+    ) in log  # sealed with the HandedOff write
     assert not [e for e in log if e[0] == "scale"]  # the live group was never touched
     assert [(x["partition"], x["start"], x["end"]) for x in r.status["ranges"]] == [(0, 100, 500)]
     assert r.status["handOffPath"] == "ConsumerAck" and r.status["pauseSeconds"] == 0.0
@@ -187,7 +237,13 @@ def test_no_ack_in_time_falls_back_to_quiesce_and_restores():
     log.clear()
     ex.reconcile(ctx(log, w, w["status"]))
     seq = kinds(log)
-    assert seq.index("mailbox") < seq.index("alter") < seq.index("status:HandedOff:HandedOff") < seq.index("scale") < seq.index("create_job")
+    assert (
+        seq.index("mailbox")
+        < seq.index("alter")
+        < seq.index("status:HandedOff:HandedOff")
+        < seq.index("scale")
+        < seq.index("create_job")
+    )
     assert ("scale", 3) in log and w["status"]["pauseSeconds"] == 30.0
 
 

@@ -3,6 +3,7 @@
 ever) — never left ``Failed`` until someone edits the spec. Meanwhile its ranges stay recorded
 (it holds them: no new drain is planned, the finalizer hands them back), the next retry time is in
 ``status.drain.retryAt`` and in the Draining condition's message. Pure tables, ``now`` injected."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,12 @@ def test_failed_round_backoff(rounds, seconds):
 
 def _exhaust(d, now):
     """The last attempt of a round fails: the drain goes Failed with its next round scheduled."""
-    a = next_action(spec(), dataclasses.replace(d, attempt=d.attempt_base + h.MAX_ATTEMPTS - 1),
-                    obs(job=JobObservation(JobState.FAILED, 0, "boom")), now)
+    a = next_action(
+        spec(),
+        dataclasses.replace(d, attempt=d.attempt_base + h.MAX_ATTEMPTS - 1),
+        obs(job=JobObservation(JobState.FAILED, 0, "boom")),
+        now,
+    )
     assert a.kind is Kind.WRITE_STATUS and a.status.phase is Phase.FAILED
     assert_round_trip(a.status)
     return a.status
@@ -54,7 +59,12 @@ def test_failed_retries_a_new_round_when_due_and_the_pods_are_gone():
     a = next_action(spec(), f, obs(job=JobObservation(JobState.FAILED, 0)), f.retry_at)
     assert a.kind is Kind.LAUNCH and a.attempt == f.attempt + 1 and a.status.reason == "RetriedAfterBackoff"
     r = a.status
-    assert r.phase is Phase.RUNNING and r.attempt_base == r.attempt and r.failed_rounds == 1 and r.retry_at is None
+    assert (
+        r.phase is Phase.RUNNING
+        and r.attempt_base == r.attempt
+        and r.failed_rounds == 1
+        and r.retry_at is None
+    )
     assert_round_trip(r)
     # the next round fails too: a longer back-off
     f2 = _exhaust(r, f.retry_at + 500)
@@ -65,7 +75,9 @@ def test_a_verified_drain_forgets_its_failed_rounds():
     f = _exhaust(RUNNING, NOW)
     r = next_action(spec(), f, obs(job=JobObservation(JobState.ABSENT)), f.retry_at).status
     s = next_action(spec(), r, obs(job=JobObservation(JobState.SUCCEEDED)), f.retry_at + 10).status
-    v = next_action(spec(), s, obs(progress={(0, 0): (600, 400), (0, 1): (1000, 400)}), f.retry_at + 20).status
+    v = next_action(
+        spec(), s, obs(progress={(0, 0): (600, 400), (0, 1): (1000, 400)}), f.retry_at + 20
+    ).status
     assert v.phase is Phase.VERIFIED and v.retry_at is None
 
 
@@ -82,7 +94,9 @@ def test_cancel_while_failed_stops_the_retries():
 
 
 def test_a_failed_status_of_an_older_operator_gets_a_retry_time():
-    old = dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=None, finished_at=NOW)
+    old = dataclasses.replace(
+        RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=None, finished_at=NOW
+    )
     a = next_action(spec(), old, obs(job=JobObservation(JobState.FAILED)), NOW + 5)
     assert a.kind is Kind.NONE and a.status is not None and a.status.retry_at == NOW + 5 + 120
     assert a.status.failed_rounds == 1

@@ -15,6 +15,7 @@ whose record iterator blocks mid-batch; the sink an in-memory exactly-once sink 
 contract (``claim``: a new epoch per (scope, topic, partition); a write under an older epoch is
 refused, nothing of it stored). Invariant: every offset of the sub-range in the sink exactly once.
 """
+
 from __future__ import annotations
 
 import threading
@@ -33,8 +34,13 @@ from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import SubRange, owner_tag, progress_group
 from lagpilot_runtime.handler import Fenced, Record
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "tests.unit.test_drain_fence:sink", "LAGPILOT_MAX_RETRIES": "0"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "tests.unit.test_drain_fence:sink",
+    "LAGPILOT_MAX_RETRIES": "0",
+}
 START, END, BATCH = 1000, 1600, 100
 
 
@@ -68,8 +74,11 @@ def sink(records: list[Record], ctx: Any) -> None:
 
 def _progress(topic: str, partitions: list[int], ctx: Any) -> dict[int, int]:
     with SINK.lock:
-        return {p: SINK.progress[(ctx.progress_scope, topic, p)] for p in partitions
-                if (ctx.progress_scope, topic, p) in SINK.progress}
+        return {
+            p: SINK.progress[(ctx.progress_scope, topic, p)]
+            for p in partitions
+            if (ctx.progress_scope, topic, p) in SINK.progress
+        }
 
 
 def _claim(topic: str, partitions: list[int], ctx: Any) -> dict[int, int]:
@@ -162,8 +171,14 @@ def _run_attempt(plan_like: Any) -> None:
     """What the drain driver and its task do for one attempt: catch up to the sink, then each task."""
     cfg = ConsumerConfig.from_env()
     work = drain_progress.catch_up_to_sink(cfg, plan_like, [(s, s.start) for s in plan_like.sub_ranges])
-    spec = drain_task.TaskSpec(plan_like.topic, plan_like.group_id, plan_like.drain_id, plan_like.batch_max_records,
-                               plan_like.sub_ranges, plan_like.owner)
+    spec = drain_task.TaskSpec(
+        plan_like.topic,
+        plan_like.group_id,
+        plan_like.drain_id,
+        plan_like.batch_max_records,
+        plan_like.sub_ranges,
+        plan_like.owner,
+    )
     for s, start in work:
         list(drain_task.run_task(spec, iter(records(start, s.end))))
 
@@ -173,8 +188,10 @@ def _check(zombie: Zombie) -> None:
     after = [c for c in SINK.calls if c[0] == "zombie" and c[1] >= START + BATCH]
     assert after, f"the resumed zombie never called the sink (calls {SINK.calls})"
     twice = sorted(o for o, n in Counter(SINK.rows).items() if n > 1)
-    assert not twice, (f"{len(twice)} records written to the exactly-once sink twice: p1 [{twice[0]}, {twice[-1] + 1}) "
-                       f"(the resumed attempt's writes after the other attempt took the range over)")
+    assert not twice, (
+        f"{len(twice)} records written to the exactly-once sink twice: p1 [{twice[0]}, {twice[-1] + 1}) "
+        f"(the resumed attempt's writes after the other attempt took the range over)"
+    )
     assert sorted(SINK.rows) == list(range(START, END))
     assert zombie.error is not None, "the fenced zombie's task should fail, not finish"
 
@@ -186,8 +203,9 @@ def test_a_resumed_attempt_is_fenced_by_the_retry(groups: dict[str, FakeProgress
     zombie.start()
     assert sorted(SINK.rows) == list(range(START, START + BATCH))
     # the operator's retry of drain 3 (same plan, next attempt): the sink says 1100
-    plan = SimpleNamespace(drain_id="3", topic="orders", group_id="g", sub_ranges=(sub,), batch_max_records=BATCH,
-                           owner=tag)
+    plan = SimpleNamespace(
+        drain_id="3", topic="orders", group_id="g", sub_ranges=(sub,), batch_max_records=BATCH, owner=tag
+    )
     _run_attempt(plan)
     assert sorted(SINK.rows) == list(range(START, END))
     zombie.resume()
@@ -203,11 +221,17 @@ def test_a_resumed_attempt_is_fenced_by_the_adopted_remainder(groups: dict[str, 
     assert done == START + BATCH
     # the CR deleted: the finalizer hands [next, end) back; the re-created CR adopts it as a new drain
     d = DrainStatus(id=2, phase=Phase.FAILED, sub_ranges=(SubProgress(1, 1, START, END, done, BATCH),))
-    rem = deletion.decode_remainder({p: (o, m) for p, (o, m) in deletion.encode_remainder(deletion.remainder_of(d)).items()})
+    rem = deletion.decode_remainder(
+        {p: (o, m) for p, (o, m) in deletion.encode_remainder(deletion.remainder_of(d)).items()}
+    )
     kind, new = deletion.adoption(rem, None, 1, 0.0)
     assert kind is deletion.AdoptKind.ADOPT and new is not None
-    spec = SimpleNamespace(topic="orders", group_id="g", batch=SimpleNamespace(max_records=BATCH),
-                           drain=SimpleNamespace(max_tasks=4))
+    spec = SimpleNamespace(
+        topic="orders",
+        group_id="g",
+        batch=SimpleNamespace(max_records=BATCH),
+        drain=SimpleNamespace(max_tasks=4),
+    )
     _run_attempt(drain_plan_for(spec, new, new_uid))  # type: ignore[arg-type]
     assert sorted(SINK.rows) == list(range(START, END))
     zombie.resume()
@@ -232,8 +256,15 @@ def test_the_postgres_sink_fences_each_written_range() -> None:
     from lagpilot_runtime.sinks import postgres as pg
 
     assert "epoch bigint NOT NULL DEFAULT 0" in pg.progress_ddl("t")
-    recs = [Record("orders", 1, 5, None, b""), Record("orders", 2, 9, None, b""), Record("orders", 1, 6, None, b"")]
-    assert pg.fence_rows("drain:g:1:10", 3, recs) == [("drain:g:1:10", "orders", 1, 3), ("drain:g:1:10", "orders", 2, 3)]
+    recs = [
+        Record("orders", 1, 5, None, b""),
+        Record("orders", 2, 9, None, b""),
+        Record("orders", 1, 6, None, b""),
+    ]
+    assert pg.fence_rows("drain:g:1:10", 3, recs) == [
+        ("drain:g:1:10", "orders", 1, 3),
+        ("drain:g:1:10", "orders", 2, 3),
+    ]
     assert pg.fence_rows("group:g", None, recs) == []  # the consumer claims nothing
     assert callable(pg.process.claim)  # type: ignore[attr-defined]
 
@@ -241,7 +272,9 @@ def test_the_postgres_sink_fences_each_written_range() -> None:
 class Paused:
     """A drain task on a thread whose records stop after ``before`` until ``resume()``."""
 
-    def __init__(self, name: str, spec: drain_task.TaskSpec, before: list[Record], after: list[Record]) -> None:
+    def __init__(
+        self, name: str, spec: drain_task.TaskSpec, before: list[Record], after: list[Record]
+    ) -> None:
         self.before, self.after = before, after
         self.frozen, self.go = threading.Event(), threading.Event()
         self.error: BaseException | None = None
@@ -272,15 +305,21 @@ class Paused:
         assert not self.thread.is_alive()
 
 
-def test_two_live_claimers_fence_each_other_in_turn_and_write_nothing_twice(groups: dict[str, FakeProgress]) -> None:
+def test_two_live_claimers_fence_each_other_in_turn_and_write_nothing_twice(
+    groups: dict[str, FakeProgress],
+) -> None:
     """The retry's task claims first; a resumed attempt's task starts late and claims after it (so
     the retry's next write is refused); Spark runs the retry's task again, which claims again (so
     the resumed one is refused). Each claimer resumed from the progress its claim read."""
     sub = SubRange(1, 0, START, END)
     tag = owner_tag("uid-1")
     spec = drain_task.TaskSpec("orders", "g", "3", BATCH, (sub,), tag)
-    retry = Paused("retry", spec, records(START, 1150), records(1150, END)).start()  # claim 1, wrote [1000, 1100)
-    late = Paused("late", spec, records(START, 1300), records(1300, END)).start()  # claim 2, wrote [1100, 1300)
+    retry = Paused(
+        "retry", spec, records(START, 1150), records(1150, END)
+    ).start()  # claim 1, wrote [1000, 1100)
+    late = Paused(
+        "late", spec, records(START, 1300), records(1300, END)
+    ).start()  # claim 2, wrote [1100, 1300)
     retry.resume()
     assert retry.error is not None and "fenced" in str(retry.error), retry.error  # its [1100, 1200) refused
     again = Paused("retry-2", spec, records(START, END), []).start()  # Spark's retry of the task: claim 3

@@ -1,4 +1,5 @@
 """The drain job's pure parts: Kafka options for Spark, explicit offsets, remaining work, retention."""
+
 from __future__ import annotations
 
 import json
@@ -11,24 +12,51 @@ from lagpilot_runtime.drain_progress import RetentionError, check_retention, rem
 from lagpilot_runtime.drain_spark import read_options, resolve_jars, spark_kafka_options
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange
 
-PLAN = DrainPlan("4", "orders", "g", (SubRange(0, 0, 0, 100), SubRange(0, 1, 100, 200), SubRange(2, 0, 50, 80)))
+PLAN = DrainPlan(
+    "4", "orders", "g", (SubRange(0, 0, 0, 100), SubRange(0, 1, 100, 200), SubRange(2, 0, 50, 80))
+)
 
 
 def cfg(**kw) -> ConsumerConfig:
     return ConsumerConfig(bootstrap_servers="k:9093", topic="orders", group_id="g", sink="log", **kw)
 
 
-@pytest.mark.parametrize("conf,expect,absent", [
-    (dict(), {"kafka.security.protocol": "PLAINTEXT", "failOnDataLoss": "true"}, ["kafka.sasl.jaas.config"]),
-    (dict(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="u", sasl_password='p"w',
-          ssl_ca_pem="CA"),
-     {"kafka.sasl.mechanism": "SCRAM-SHA-512", "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.certificates": "CA",
-      "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p\\"w";'},
-     ["kafka.ssl.keystore.key"]),
-    (dict(security_protocol="SSL", ssl_cert_pem="C", ssl_key_pem="K"),
-     {"kafka.ssl.keystore.type": "PEM", "kafka.ssl.keystore.certificate.chain": "C", "kafka.ssl.keystore.key": "K"},
-     ["kafka.sasl.mechanism"]),
-], ids=["plaintext", "sasl-scram-tls", "mtls"])
+@pytest.mark.parametrize(
+    "conf,expect,absent",
+    [
+        (
+            dict(),
+            {"kafka.security.protocol": "PLAINTEXT", "failOnDataLoss": "true"},
+            ["kafka.sasl.jaas.config"],
+        ),
+        (
+            dict(
+                security_protocol="SASL_SSL",
+                sasl_mechanism="SCRAM-SHA-512",
+                sasl_username="u",
+                sasl_password='p"w',
+                ssl_ca_pem="CA",
+            ),
+            {
+                "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.certificates": "CA",
+                "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p\\"w";',
+            },
+            ["kafka.ssl.keystore.key"],
+        ),
+        (
+            dict(security_protocol="SSL", ssl_cert_pem="C", ssl_key_pem="K"),
+            {
+                "kafka.ssl.keystore.type": "PEM",
+                "kafka.ssl.keystore.certificate.chain": "C",
+                "kafka.ssl.keystore.key": "K",
+            },
+            ["kafka.sasl.mechanism"],
+        ),
+    ],
+    ids=["plaintext", "sasl-scram-tls", "mtls"],
+)
 def test_spark_kafka_options(conf, expect, absent):
     opts = spark_kafka_options(cfg(**conf), read_committed=True)
     assert opts["kafka.bootstrap.servers"] == "k:9093" and opts["kafka.isolation.level"] == "read_committed"
@@ -36,7 +64,7 @@ def test_spark_kafka_options(conf, expect, absent):
         assert opts[k] == v
     for k in absent:
         assert k not in opts
-    assert "p\"w" not in repr(cfg(**conf))  # the config never shows the secret
+    assert 'p"w' not in repr(cfg(**conf))  # the config never shows the secret
 
 
 def test_read_options_are_explicit_numeric_offsets_for_one_partition():
@@ -53,7 +81,9 @@ def test_remaining_work_skips_finished_sub_ranges():
 
 
 def test_retention_names_partition_and_offsets():
-    with pytest.raises(RetentionError, match=r"partition 0: offsets 150\.\.159 deleted by retention \(low watermark 160"):
+    with pytest.raises(
+        RetentionError, match=r"partition 0: offsets 150\.\.159 deleted by retention \(low watermark 160"
+    ):
         check_retention(PLAN, [(PLAN.sub_ranges[1], 150)], {0: 160, 2: 0})
     check_retention(PLAN, [(PLAN.sub_ranges[1], 150)], {0: 150})  # exactly at the start: fine
 

@@ -1,6 +1,7 @@
 """The drain job's start-up parts, pure: relation layout (one relation per sub-range index, one task
 per sub-range), the task's sub-range lookup, Spark/JVM settings, the CDS archive choice, the
 start-up breakdown; and the bench's pure helpers (commit gaps, percentile, CPU buckets)."""
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,28 @@ from hypothesis import strategies as st
 
 from lagpilot_runtime.drain_job import startup_breakdown
 from lagpilot_runtime.drain_progress import remaining_work
-from lagpilot_runtime.drain_spark import (CDS_ARCHIVE_NAME, DEFAULT_DRIVER_JAVA_OPTIONS, _switch, cds_archive,
-                                          driver_java_options, relation_options, session_conf)
+from lagpilot_runtime.drain_spark import (
+    CDS_ARCHIVE_NAME,
+    DEFAULT_DRIVER_JAVA_OPTIONS,
+    _switch,
+    cds_archive,
+    driver_java_options,
+    relation_options,
+    session_conf,
+)
 from lagpilot_runtime.drain_task import sub_range_of
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.drain.measure import classify, longest_gap, percentile  # noqa: E402
-from bench.drain.variants import (executor_variants, median_diffs, median_of, median_ratios, parse_variants,  # noqa: E402
-                                  round_order)
+from bench.drain.variants import (
+    executor_variants,
+    median_diffs,
+    median_of,
+    median_ratios,
+    parse_variants,  # noqa: E402
+    round_order,
+)
 
 PLAN = DrainPlan("7", "orders", "g", split_ranges({0: (0, 1000), 1: (500, 900), 2: (0, 40)}, 4, 10), 100, 12)
 
@@ -43,8 +57,11 @@ def test_one_relation_per_sub_range_index_each_partition_once():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.integers(0, 5), st.tuples(st.integers(0, 500), st.integers(0, 500)), min_size=1),
-       st.integers(1, 6), st.data())
+@given(
+    st.dictionaries(st.integers(0, 5), st.tuples(st.integers(0, 500), st.integers(0, 500)), min_size=1),
+    st.integers(1, 6),
+    st.data(),
+)
 def test_relations_cover_exactly_the_unfinished_offsets(ranges, factor, data):
     ranges = {p: (min(a, b), max(a, b)) for p, (a, b) in ranges.items()}
     subs = split_ranges(ranges, factor)
@@ -83,9 +100,17 @@ def test_session_conf_local_mode_cuts_start_up_and_keeps_overrides(tmp_path):
     assert conf["spark.sql.execution.arrow.maxRecordsPerBatch"] == "1000"
     (tmp_path / CDS_ARCHIVE_NAME).write_text("x")
     conf = session_conf(PLAN, None, [str(jar)], {}, env={})
-    assert f"-XX:SharedArchiveFile={tmp_path / CDS_ARCHIVE_NAME} -Xshare:auto" in conf["spark.driver.extraJavaOptions"]
-    k8s = session_conf(PLAN, "k8s://https://kubernetes.default.svc", [str(jar)], {}, env={"LAGPILOT_POD_IP": "10.0.0.5"})
-    assert "spark.driver.extraClassPath" not in k8s and "SharedArchiveFile" not in k8s["spark.driver.extraJavaOptions"]
+    assert (
+        f"-XX:SharedArchiveFile={tmp_path / CDS_ARCHIVE_NAME} -Xshare:auto"
+        in conf["spark.driver.extraJavaOptions"]
+    )
+    k8s = session_conf(
+        PLAN, "k8s://https://kubernetes.default.svc", [str(jar)], {}, env={"LAGPILOT_POD_IP": "10.0.0.5"}
+    )
+    assert (
+        "spark.driver.extraClassPath" not in k8s
+        and "SharedArchiveFile" not in k8s["spark.driver.extraJavaOptions"]
+    )
     assert k8s["spark.driver.host"] == "10.0.0.5"
 
 
@@ -96,25 +121,40 @@ def test_cds_archive_choice(tmp_path):
     assert cds_archive([str(jar)], {}) == str(tmp_path / CDS_ARCHIVE_NAME)
     assert cds_archive([str(jar)], {"LAGPILOT_SPARK_CDS_ARCHIVE": "off"}) is None
     assert cds_archive([str(jar)], {"LAGPILOT_SPARK_CDS_ARCHIVE": str(tmp_path / "missing.jsa")}) is None
-    assert driver_java_options({"LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS": "-Xss512k"}, "/a.jsa") == \
-        "-Xss512k -XX:SharedArchiveFile=/a.jsa -Xshare:auto"
+    assert (
+        driver_java_options({"LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS": "-Xss512k"}, "/a.jsa")
+        == "-Xss512k -XX:SharedArchiveFile=/a.jsa -Xshare:auto"
+    )
 
 
 def test_startup_breakdown_is_relative_to_process_start_in_milestone_order():
-    got = startup_breakdown({"process_start": 100.0, "jvm_up": 104.5, "main_entered": 100.25,
-                             "first_batch_handled": 109.0, "task_started": None})
+    got = startup_breakdown(
+        {
+            "process_start": 100.0,
+            "jvm_up": 104.5,
+            "main_entered": 100.25,
+            "first_batch_handled": 109.0,
+            "task_started": None,
+        }
+    )
     assert list(got) == ["process_start", "main_entered", "jvm_up", "first_batch_handled"]
     assert got["jvm_up"] == 4.5 and got["first_batch_handled"] == 9.0
     assert startup_breakdown({}) == {}
 
 
-@pytest.mark.parametrize("ats,expect", [
-    ([], 10.0),                       # no commit at all in the window: the whole window
-    ([9.0, 11.0, 12.0, 20.0], 8.0),   # the longest gap is inside
-    ([5.0, 14.0, 15.0], 9.0),         # the gap from the last commit before the window counts
-    ([10.0, 11.0], 9.0),              # silent until the end of the window
-    ([9.5, 3.0, 11.0, 12.0, 13.0, 15.0, 17.0, 19.0], 2.0),  # unordered (as SQL returns them): the LAST commit before counts
-])
+@pytest.mark.parametrize(
+    "ats,expect",
+    [
+        ([], 10.0),  # no commit at all in the window: the whole window
+        ([9.0, 11.0, 12.0, 20.0], 8.0),  # the longest gap is inside
+        ([5.0, 14.0, 15.0], 9.0),  # the gap from the last commit before the window counts
+        ([10.0, 11.0], 9.0),  # silent until the end of the window
+        (
+            [9.5, 3.0, 11.0, 12.0, 13.0, 15.0, 17.0, 19.0],
+            2.0,
+        ),  # unordered (as SQL returns them): the LAST commit before counts
+    ],
+)
 def test_longest_gap(ats, expect):
     assert longest_gap(ats, 10.0, 20.0) == pytest.approx(expect)
 
@@ -124,23 +164,35 @@ def test_percentile_nearest_rank():
     assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
 
 
-@pytest.mark.parametrize("cmd,drain,live,bucket", [
-    ("/usr/lib/jvm/java-17/bin/java -cp x org.apache.spark.deploy.SparkSubmit", True, False, "spark_jvm"),
-    ("/venv/bin/python -m lagpilot_runtime.spark_daemon", True, False, "python_workers"),
-    ("/venv/bin/python -m lagpilot.cli drain --plan {}", True, False, "drain_driver"),
-    ("/venv/bin/python -m lagpilot.cli consume", False, True, "live_group"),
-    ("java -Xmx1g kafka.Kafka server.properties", False, False, "broker_shared"),
-    ("postgres: lagpilot lagpilot 127.0.0.1 idle", False, False, "postgres_shared"),
-    ("/usr/bin/vim", False, False, None),
-])
+@pytest.mark.parametrize(
+    "cmd,drain,live,bucket",
+    [
+        ("/usr/lib/jvm/java-17/bin/java -cp x org.apache.spark.deploy.SparkSubmit", True, False, "spark_jvm"),
+        ("/venv/bin/python -m lagpilot_runtime.spark_daemon", True, False, "python_workers"),
+        ("/venv/bin/python -m lagpilot.cli drain --plan {}", True, False, "drain_driver"),
+        ("/venv/bin/python -m lagpilot.cli consume", False, True, "live_group"),
+        ("java -Xmx1g kafka.Kafka server.properties", False, False, "broker_shared"),
+        ("postgres: lagpilot lagpilot 127.0.0.1 idle", False, False, "postgres_shared"),
+        ("/usr/bin/vim", False, False, None),
+    ],
+)
 def test_cpu_buckets(cmd, drain, live, bucket):
     assert classify(cmd, drain, live) == bucket
 
 
-@pytest.mark.parametrize("value,default,expect", [
-    (None, True, True), ("", True, True), ("0", True, False), ("off", True, False), ("false", True, False),
-    ("1", False, True), (None, False, False), ("yes", False, True),
-])
+@pytest.mark.parametrize(
+    "value,default,expect",
+    [
+        (None, True, True),
+        ("", True, True),
+        ("0", True, False),
+        ("off", True, False),
+        ("false", True, False),
+        ("1", False, True),
+        (None, False, False),
+        ("yes", False, True),
+    ],
+)
 def test_start_up_switches(value, default, expect):
     env = {} if value is None else {"LAGPILOT_DRAIN_WARM_WORKERS": value}
     assert _switch(env, "LAGPILOT_DRAIN_WARM_WORKERS", default) is expect
@@ -154,9 +206,16 @@ def test_startup_ab_variants_order_and_paired_differences():
         parse_variants(["no-equals-sign"])
     with pytest.raises(ValueError):
         parse_variants(["x=[1]"])
-    assert round_order(["a", "b", "c"], 0) == ["a", "b", "c"] and round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
-    rows = {"old": [{"t": 10.0}, {"t": 30.0}, {"t": 12.0}], "new": [{"t": 8.0}, {"t": 31.0}, {"t": 9.0}],
-            "gap": [{"t": None}, {"t": 1.0}, {}]}
+    assert round_order(["a", "b", "c"], 0) == ["a", "b", "c"] and round_order(["a", "b", "c"], 1) == [
+        "c",
+        "b",
+        "a",
+    ]
+    rows = {
+        "old": [{"t": 10.0}, {"t": 30.0}, {"t": 12.0}],
+        "new": [{"t": 8.0}, {"t": 31.0}, {"t": 9.0}],
+        "gap": [{"t": None}, {"t": 1.0}, {}],
+    }
     # paired per round: -2, +1, -3 -> median -2 (best-of or median-of-each would say something else)
     assert median_diffs(rows, "t", "old") == {"new": -2.0, "gap": -29.0}
     # one variant's median over its rounds, the rounds without the figure left out
@@ -240,9 +299,11 @@ def test_collect_in_parallel_a_failure_cancels_the_other_jobs_and_is_raised():
 
 def test_executor_variants_share_the_task_slots_and_ratios_are_paired():
     v = executor_variants([1, 2, 4], 12)
-    assert v == {"1x12": {"LAGPILOT_SPARK_MASTER": "local-cluster[1,12,1024]"},
-                 "2x6": {"LAGPILOT_SPARK_MASTER": "local-cluster[2,6,1024]"},
-                 "4x3": {"LAGPILOT_SPARK_MASTER": "local-cluster[4,3,1024]"}}
+    assert v == {
+        "1x12": {"LAGPILOT_SPARK_MASTER": "local-cluster[1,12,1024]"},
+        "2x6": {"LAGPILOT_SPARK_MASTER": "local-cluster[2,6,1024]"},
+        "4x3": {"LAGPILOT_SPARK_MASTER": "local-cluster[4,3,1024]"},
+    }
     assert list(executor_variants([1, 5], 12)) == ["1x12", "5x3"]  # ceil: never fewer slots than tasks
     with pytest.raises(ValueError):
         executor_variants([0], 12)
@@ -260,11 +321,20 @@ def test_per_partition_task_counts_that_differ_become_one_spark_task_per_sub_ran
     from lagpilot.decide.handoff import PartitionRange, sub_ranges_of
     from lagpilot.spec import parse_spec
 
-    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
-                       "batch": {"maxRecords": 100}})
+    spec = parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "orders",
+            "groupId": "g",
+            "batch": {"maxRecords": 100},
+        }
+    )
     assert spec.drain.split_factor is None  # the CRD's default since issue 25: no cap
-    ranges = (PartitionRange(0, split=130_000, start=10_000, tasks=12), PartitionRange(3, split=9_000, start=8_000, tasks=1),
-              PartitionRange(5, split=4_000, start=1_000, tasks=3))
+    ranges = (
+        PartitionRange(0, split=130_000, start=10_000, tasks=12),
+        PartitionRange(3, split=9_000, start=8_000, tasks=1),
+        PartitionRange(5, split=4_000, start=1_000, tasks=3),
+    )
     subs = sub_ranges_of(ranges, spec)
     assert {p: sum(1 for s in subs if s.partition == p) for p in (0, 3, 5)} == {0: 12, 3: 1, 5: 3}
     plan = DrainPlan("9", "orders", "g", subs, 100, 16).validate()
@@ -278,4 +348,6 @@ def test_per_partition_task_counts_that_differ_become_one_spark_task_per_sub_ran
     covered = sorted((p, a, b) for p, a, b in tasks)
     for p, (a, b) in {0: (10_000, 130_000), 3: (8_000, 9_000), 5: (1_000, 4_000)}.items():
         mine = [(x, y) for q, x, y in covered if q == p]
-        assert mine[0][0] == a and mine[-1][1] == b and all(y == x2 for (_, y), (x2, _) in zip(mine, mine[1:]))
+        assert (
+            mine[0][0] == a and mine[-1][1] == b and all(y == x2 for (_, y), (x2, _) in zip(mine, mine[1:]))
+        )

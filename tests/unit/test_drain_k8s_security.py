@@ -15,6 +15,7 @@
   ServiceAccount create only executor-shaped pods (owned by a pod, the namespace's default
   ServiceAccount without a token, emptyDir volumes only, no host namespaces).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,30 @@ from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgr
 from lagpilot.spec import parse_spec
 from lagpilot_dev import helm as h
 
-RAW = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
-       "processing": {"sink": "log"}, "drain": {"splitFactor": 2, "maxTasks": 4}}
-DRAIN = DrainStatus(id=1, phase=Phase.HANDED_OFF, ranges=(PartitionRange(0, 1000, 0),),
-                    sub_ranges=(SubProgress(0, 0, 0, 500, 0), SubProgress(0, 1, 500, 1000, 500)))
+RAW = {
+    "kafka": {"bootstrapServers": "k:9092"},
+    "topic": "orders",
+    "groupId": "g",
+    "processing": {"sink": "log"},
+    "drain": {"splitFactor": 2, "maxTasks": 4},
+}
+DRAIN = DrainStatus(
+    id=1,
+    phase=Phase.HANDED_OFF,
+    ranges=(PartitionRange(0, 1000, 0),),
+    sub_ranges=(SubProgress(0, 0, 0, 500, 0), SubProgress(0, 1, 500, 1000, 500)),
+)
 K8S = DrainSettings(spark_master="k8s://https://kubernetes.default.svc", service_account="lp-drain")
-ALLOWED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+ALLOWED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
 
 
 def restricted_violations(pod_spec: dict) -> list[str]:
@@ -78,7 +97,9 @@ def test_spark_rpc_is_authenticated_and_encrypted():
     assert conf["spark.authenticate"] == "true"
     assert conf["spark.network.crypto.enabled"] == "true"
     # the secret: the CR's Secret as a file on both sides, never generated into the executors' env
-    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {"spark.authenticate.secret.file"}
+    assert {k for k in conf if k.startswith("spark.authenticate.secret")} == {
+        "spark.authenticate.secret.file"
+    }
 
 
 def test_executor_pods_get_a_restricted_pod_template():
@@ -101,9 +122,11 @@ def test_the_drivers_pod_is_restricted_too():
     assert restricted_violations(k8s_job()["spec"]["template"]["spec"]) == []
     app = build_spark_application("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1, K8S)["spec"]
     for role in ("driver", "executor"):
-        pod = {"securityContext": app[role]["podSecurityContext"],
-               "containers": [{"name": role, "securityContext": app[role]["securityContext"]}],
-               "volumes": app["volumes"]}
+        pod = {
+            "securityContext": app[role]["podSecurityContext"],
+            "containers": [{"name": role, "securityContext": app[role]["securityContext"]}],
+            "volumes": app["volumes"],
+        }
         assert restricted_violations(pod) == [], role
 
 
@@ -130,16 +153,26 @@ def test_the_runtime_writes_the_executor_pod_template(tmp_path):
 
 
 def _drain_objects(values: dict | None = None) -> list[dict]:
-    rendered = h.template({"drain": {"namespaces": ["d1"], **(values or {})}}, release="lp", namespace="lagpilot-system")
+    rendered = h.template(
+        {"drain": {"namespaces": ["d1"], **(values or {})}}, release="lp", namespace="lagpilot-system"
+    )
     return rendered.objects
 
 
 def test_the_drain_role_is_what_the_client_mode_driver_needs():
-    roles = [o for o in _drain_objects() if o["kind"] == "Role"
-             and o["metadata"]["labels"].get("app.kubernetes.io/component") == "drain"]
+    roles = [
+        o
+        for o in _drain_objects()
+        if o["kind"] == "Role" and o["metadata"]["labels"].get("app.kubernetes.io/component") == "drain"
+    ]
     assert len(roles) == 1
-    granted = {(g, r, v) for rule in roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
+    granted = {
+        (g, r, v)
+        for rule in roles[0]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     # patch: Spark labels a finished executor pod spark-exec-inactive (deleteOnTermination false)
     assert granted == {("", "pods", v) for v in ("get", "list", "watch", "create", "patch")}, granted
 
@@ -153,22 +186,42 @@ def test_an_admission_policy_limits_what_pods_the_drain_account_creates():
     sel = binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]
     assert (sel["key"], sel["operator"], sel["values"]) == ("kubernetes.io/metadata.name", "In", ["d1"])
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]
+    assert rules == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}
+    ]
     cond = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
     assert ":lp-lagpilot-drain'" in cond and "request.userInfo.username" in cond
     text = " ".join(v["expression"] for v in policy["spec"]["validations"])
-    for needle in ("serviceAccountName", "automountServiceAccountToken", "ownerReferences", "volumes", "hostNetwork",
-                   "oldObject.metadata.labels['spark-role'] == 'executor'"):
+    for needle in (
+        "serviceAccountName",
+        "automountServiceAccountToken",
+        "ownerReferences",
+        "volumes",
+        "hostNetwork",
+        "oldObject.metadata.labels['spark-role'] == 'executor'",
+    ):
         assert needle in text, needle
-    assert not [o for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
-                if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [
+        o
+        for o in _drain_objects({"rbac": {"create": True, "admissionPolicy": False}})
+        if o["kind"].startswith("ValidatingAdmissionPolicy")
+    ]
 
 
 def test_executor_pods_request_cpu_per_task_not_a_cpu_per_core():
     """Spark's default request is one CPU per executor core: on a 2-CPU node the driver and two
     executors did not fit. Executors request their cores at the local-mode per-task request."""
-    conf = spark_conf(build_drain_job("orders", "ns1", "uid", parse_spec(RAW), DRAIN, 1,
-                                      DrainSettings(spark_master=K8S.spark_master, executor_cores=2, cpu_per_task_m=250)))
+    conf = spark_conf(
+        build_drain_job(
+            "orders",
+            "ns1",
+            "uid",
+            parse_spec(RAW),
+            DRAIN,
+            1,
+            DrainSettings(spark_master=K8S.spark_master, executor_cores=2, cpu_per_task_m=250),
+        )
+    )
     assert conf["spark.kubernetes.executor.request.cores"] == "500m"
     assert conf["spark.executor.cores"] == "2"  # the task slots are unchanged
 
@@ -190,7 +243,9 @@ def test_the_rpc_secret_is_a_mounted_secret_file_not_a_literal_env():
     assert conf["spark.authenticate"] == "true"
     # ... and only with a k8s master in its startup conf: the image's entrypoint adds it from this
     assert conf["spark.executorEnv.LAGPILOT_SPARK_MASTER"] == K8S.spark_master
-    runtime = build_runtime_deployment("orders", "ns1", "uid", parse_spec({**RAW, "drain": {"warmRuntime": True}}), K8S)
+    runtime = build_runtime_deployment(
+        "orders", "ns1", "uid", parse_spec({**RAW, "drain": {"warmRuntime": True}}), K8S
+    )
     for pod in (job["spec"]["template"]["spec"], runtime["spec"]["template"]["spec"]):
         volumes = {v["name"]: v for v in pod["volumes"]}
         (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == mount_dir]
@@ -246,8 +301,14 @@ def test_the_operator_makes_the_rpc_key_secret_before_the_job_and_refuses_a_fore
         dc.runtime = SimpleNamespace(rpc_keys=SparkRpcKeys(core, lambda o: o))
         return dc
 
-    ctx = SimpleNamespace(name="orders", namespace="ns1", uid="uid-1", spec=parse_spec(RAW), version="0.1.0",
-                          launched_runtime=None)
+    ctx = SimpleNamespace(
+        name="orders",
+        namespace="ns1",
+        uid="uid-1",
+        spec=parse_spec(RAW),
+        version="0.1.0",
+        launched_runtime=None,
+    )
     drain_calls(Core()).create_job(ctx, DRAIN, 1)
     assert calls == [("secret", "orders-drain-rpc-key"), ("job", "orders-drain-1-1")]
     calls.clear()
@@ -275,8 +336,9 @@ def test_a_spark_application_authenticates_its_rpc_with_the_crs_key_file():
     assert conf.get("spark.network.crypto.enabled") == "true"
     assert conf.get("spark.authenticate.secret.file") == f"{SPARK_RPC_KEY_DIR}/key"
     for role in ("driver", "executor"):
-        assert {"name": "orders-drain-rpc-key", "path": SPARK_RPC_KEY_DIR, "secretType": "Generic"} in \
-            (a["spec"][role].get("secrets") or []), role
+        assert {"name": "orders-drain-rpc-key", "path": SPARK_RPC_KEY_DIR, "secretType": "Generic"} in (
+            a["spec"][role].get("secrets") or []
+        ), role
         assert not any("AUTH_SECRET" in str(e.get("name")) for e in a["spec"][role]["env"])
     # the same with the default settings (a SparkApplication always runs on Kubernetes)
     default = build_spark_application("orders", "ns1", "uid", parse_spec(SPARK_APP_RAW), DRAIN, 1)
@@ -308,7 +370,13 @@ def test_the_operator_makes_the_rpc_key_secret_before_a_spark_application():
     dc = DrainCalls()
     dc.custom, dc.settings, dc.clock = Custom(), DrainSettings(), lambda: 0.0
     dc.runtime = SimpleNamespace(rpc_keys=SparkRpcKeys(Core(), lambda o: o))
-    ctx = SimpleNamespace(name="orders", namespace="ns1", uid="uid-1", spec=parse_spec(SPARK_APP_RAW), version="0.1.0",
-                          launched_runtime=None)
+    ctx = SimpleNamespace(
+        name="orders",
+        namespace="ns1",
+        uid="uid-1",
+        spec=parse_spec(SPARK_APP_RAW),
+        version="0.1.0",
+        launched_runtime=None,
+    )
     dc.create_job(ctx, DRAIN, 1)
     assert calls == [("secret", "orders-drain-rpc-key"), ("SparkApplication", "orders-drain-1-1")]

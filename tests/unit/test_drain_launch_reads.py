@@ -3,6 +3,7 @@ creation the executor reads nothing from Kafka. The HandedOff step (`decide.hand
 launch, or cancel keeping the range) is decided from the spec, the stored drain and the clock alone,
 so the group's offsets and the progress groups, re-read before it, only delayed the Job (~1 s at
 load 18 on the node demo, 2026-11-26)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,9 @@ from tests.unit.test_drain_executor import SPEC, FakeExecutor, ctx, kinds, world
 
 
 class CountingExecutor(FakeExecutor):
-    def progress(self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str,
-                 attempts_out: Any = None) -> dict[tuple[int, int], tuple[int, int]]:
+    def progress(
+        self, admin: Any, spec: Any, d: Any, lost_out: Any = None, *, owner: str, attempts_out: Any = None
+    ) -> dict[tuple[int, int], tuple[int, int]]:
         self.log.append(("read", "progress"))
         return super().progress(admin, spec, d, lost_out, owner=owner, attempts_out=attempts_out)
 
@@ -57,9 +59,18 @@ def test_the_handed_off_step_is_decided_without_the_observation() -> None:
     _ex, _log, _w, written = _to_handed_off()
     handed = DrainStatus.from_dict(next(d for d in written if d["phase"] == Phase.HANDED_OFF.value))
     nothing = Observed(generation=1, offsets=None, group_empty=None, replicas=3)
-    full = Observed(generation=1, offsets={0: Offsets(480, 450, 900)}, group_empty=True, replicas=1,
-                    wanted=(0,), job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (300, 200)},
-                    mailbox={0: None}, lost={(0, 0): ((100, 120),)}, busy=True)
+    full = Observed(
+        generation=1,
+        offsets={0: Offsets(480, 450, 900)},
+        group_empty=True,
+        replicas=1,
+        wanted=(0,),
+        job=JobObservation(JobState.ACTIVE, 1),
+        progress={(0, 0): (300, 200)},
+        mailbox={0: None},
+        lost={(0, 0): ((100, 120),)},
+        busy=True,
+    )
     for spec in (SPEC, dataclasses.replace(SPEC, drain=dataclasses.replace(SPEC.drain, cancel=True))):
         a, b = next_action(spec, handed, nothing, 2000.0), next_action(spec, handed, full, 2000.0)
         assert a == b, (a, b)

@@ -6,6 +6,7 @@ The fake SparkContext keeps local properties per thread, as PySpark's pinned-thr
 Python thread its own JVM thread; a plain `threading.Thread` does not inherit the job group its
 starter set: pyspark.InheritableThread exists for that), and a cancel by job group cancels only the
 jobs submitted under that group."""
+
 from __future__ import annotations
 
 import threading
@@ -30,8 +31,11 @@ class _SC:
         self.all_cancelled = 0
 
     def setJobGroup(self, group_id: str, description: str, interruptOnCancel: bool = False) -> None:  # noqa: N802, N803
-        self.local.props = {"spark.jobGroup.id": group_id, "spark.job.description": description,
-                            "spark.job.interruptOnCancel": str(interruptOnCancel).lower()}
+        self.local.props = {
+            "spark.jobGroup.id": group_id,
+            "spark.job.description": description,
+            "spark.job.interruptOnCancel": str(interruptOnCancel).lower(),
+        }
 
     def setLocalProperty(self, key: str, value: str | None) -> None:  # noqa: N802
         props = dict(getattr(self.local, "props", {}))

@@ -1,6 +1,7 @@
 """The warm drain runtime's protocol without Spark: one plan at a time (409), not warm (503), a plan
 for another group (400), the caller going away cancels the plan's Spark jobs, the Job side's
 fall-back when nothing listens, and the exit-code mapping shared with the cold path."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,11 +19,17 @@ from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange
 from lagpilot_runtime.drain_runtime import DrainRuntime, Outcome, Unreachable
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle",
+}
 PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)
 KEY, CR_UID = bytes.fromhex("11" * 32), "uid-1"
-_ATTEMPTS = itertools.count(1)  # every call a fresh attempt: the runtime refuses replays (test_drain_runtime_auth)
+_ATTEMPTS = itertools.count(
+    1
+)  # every call a fresh attempt: the runtime refuses replays (test_drain_runtime_auth)
 
 
 def auth_for(plan: DrainPlan = PLAN) -> plan_auth.PlanAuth:
@@ -78,7 +85,9 @@ def test_serves_a_plan_with_the_warm_session(runtime: DrainRuntime, monkeypatch:
     status, outcome = runtime.serve_plan(signed(), lambda: False)
     assert (status, outcome.exit, outcome.summary) == (200, 0, {"records": 10})
     assert seen["plan"] == PLAN and seen["session"] is runtime.spark
-    assert seen["marks"]["process_start"] == seen["marks"]["main_entered"]  # start-up counted from the request
+    assert (
+        seen["marks"]["process_start"] == seen["marks"]["main_entered"]
+    )  # start-up counted from the request
     assert runtime.served == 1 and runtime.current is None
 
 
@@ -95,7 +104,9 @@ def test_not_warm_busy_and_foreign_plans_are_refused(runtime: DrainRuntime, monk
     assert runtime.serve_plan(signed(), lambda: False)[0] == 503
 
 
-def test_a_caller_that_goes_away_cancels_the_plans_spark_jobs(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+def test_a_caller_that_goes_away_cancels_the_plans_spark_jobs(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     def slow_run(*a, **k):
         deadline = time.time() + 10
         while not runtime.spark.sparkContext.cancelled and time.time() < deadline:
@@ -126,7 +137,9 @@ def _serve(runtime: DrainRuntime) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+def test_the_job_side_gets_the_outcome_and_waits_while_busy(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: {"records": 3})
     server, url = _serve(runtime)
     try:
@@ -135,8 +148,9 @@ def test_the_job_side_gets_the_outcome_and_waits_while_busy(runtime: DrainRuntim
         runtime.current = "40"
         slept: list[float] = []
         clock = iter(range(100))
-        outcome = drain_runtime.request(url, PLAN, auth=auth_for(), busy_wait_s=3, sleep=slept.append,
-                                        now=lambda: float(next(clock)))
+        outcome = drain_runtime.request(
+            url, PLAN, auth=auth_for(), busy_wait_s=3, sleep=slept.append, now=lambda: float(next(clock))
+        )
         assert outcome.exit == drain_job.EXIT_FAILED and "busy" in outcome.message and len(slept) >= 2
         runtime.current = None
         runtime._plan_lock.release()
@@ -170,8 +184,13 @@ def test_healthz_reports_warm_and_busy(runtime: DrainRuntime):
 class _Frame:
     """spark.range(...).mapInArrow(...): collect() records its task count and may block (a keep-warm job in flight)."""
 
-    def __init__(self, n: int, ran: list[int], hold: threading.Event | None = None,
-                 started: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        ran: list[int],
+        hold: threading.Event | None = None,
+        started: threading.Event | None = None,
+    ) -> None:
         self.n, self.ran, self.hold, self.started = n, ran, hold, started
 
     def mapInArrow(self, fn, schema):  # noqa: N802 - Spark's name
@@ -186,13 +205,19 @@ class _Frame:
         return []
 
 
-def _fake_keep_warm(runtime: DrainRuntime, ran: list[int], hold: threading.Event | None = None,
-                    started: threading.Event | None = None) -> None:
+def _fake_keep_warm(
+    runtime: DrainRuntime,
+    ran: list[int],
+    hold: threading.Event | None = None,
+    started: threading.Event | None = None,
+) -> None:
     runtime.spark.sparkContext.setJobGroup = lambda *a, **k: None
     runtime.spark.range = lambda start, end, numPartitions: _Frame(numPartitions, ran, hold, started)
 
 
-def _run_until_released(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Thread, threading.Event]:
+def _run_until_released(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Thread, threading.Event]:
     """A plan running in the runtime (on its own thread) until the returned event is set."""
     release = threading.Event()
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
@@ -205,8 +230,9 @@ def _run_until_released(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) 
     return first, release
 
 
-def test_keep_workers_runs_one_task_per_slot_but_not_during_a_plan(runtime: DrainRuntime,
-                                                                  monkeypatch: pytest.MonkeyPatch):
+def test_keep_workers_runs_one_task_per_slot_but_not_during_a_plan(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     ran: list[int] = []
     _fake_keep_warm(runtime, ran)
     assert runtime.keep_workers() and ran == [4]  # parallelism 4: four concurrent tasks, four workers
@@ -220,7 +246,8 @@ def test_keep_workers_runs_one_task_per_slot_but_not_during_a_plan(runtime: Drai
 
 
 def test_a_plan_arriving_during_keep_warm_is_taken_at_once_a_second_plan_gets_409(
-        runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch):
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     """The keep-warm job (a no-op Spark job: reads nothing, writes nothing) does not hold the plan
     lock: a plan runs beside it; plans exclude each other (409), keep-warm or not."""
     ran: list[int] = []
@@ -235,8 +262,11 @@ def test_a_plan_arriving_during_keep_warm_is_taken_at_once_a_second_plan_gets_40
 
         def fake_run(*a, **k):
             beside.append(keep_warm.is_alive() and not ran)  # the keep-warm job has not finished
-            second.append(runtime.serve_plan(signed(DrainPlan("43", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2)),
-                                             lambda: False))
+            second.append(
+                runtime.serve_plan(
+                    signed(DrainPlan("43", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2)), lambda: False
+                )
+            )
             return {"records": 10}
 
         monkeypatch.setattr(drain_job, "run", fake_run)
@@ -271,8 +301,9 @@ def test_a_runtime_that_dies_mid_plan_fails_the_attempt_with_a_message():
         server.server_close()
 
 
-def test_sigterm_cancels_the_plan_and_waits_until_the_runtime_ended_it(runtime: DrainRuntime,
-                                                                       monkeypatch: pytest.MonkeyPatch):
+def test_sigterm_cancels_the_plan_and_waits_until_the_runtime_ended_it(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     import os
     import signal
 
@@ -320,8 +351,12 @@ def _hung_runtime() -> tuple[socket.socket, str]:
 def test_a_runtime_that_stops_answering_fails_the_attempt():
     sock, url = _hung_runtime()
     got: list[Outcome] = []
-    t = threading.Thread(target=lambda: got.append(drain_runtime.request(
-        url, PLAN, heartbeat_s=0.2, probe_timeout_s=0.2, max_misses=2)), daemon=True)
+    t = threading.Thread(
+        target=lambda: got.append(
+            drain_runtime.request(url, PLAN, heartbeat_s=0.2, probe_timeout_s=0.2, max_misses=2)
+        ),
+        daemon=True,
+    )
     try:
         t.start()
         t.join(60)  # generous: without a heartbeat the wait never ends
@@ -339,15 +374,18 @@ def test_a_slow_plan_of_a_live_runtime_is_waited_for(runtime: DrainRuntime, monk
     monkeypatch.setattr(drain_job, "run", slow_run)
     server, url = _serve(runtime)
     try:
-        outcome = drain_runtime.request(url, PLAN, auth=auth_for(), heartbeat_s=0.2, probe_timeout_s=1.0, max_misses=2)
+        outcome = drain_runtime.request(
+            url, PLAN, auth=auth_for(), heartbeat_s=0.2, probe_timeout_s=1.0, max_misses=2
+        )
     finally:
         server.shutdown()
         server.server_close()
     assert outcome.exit == drain_job.EXIT_OK and outcome.summary == {"records": 10}, outcome
 
 
-def test_a_runtime_that_admits_the_job_a_moment_late_is_used_not_skipped(runtime: DrainRuntime,
-                                                                         monkeypatch: pytest.MonkeyPatch):
+def test_a_runtime_that_admits_the_job_a_moment_late_is_used_not_skipped(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     """On the real node the drain Job's first connect was refused: kube-router had not yet put the new
     pod's IP into the runtime's NetworkPolicy (its sync came 1.3 s later) and the Job drained cold.
     A connection refused before the plan was sent leaves nothing running anywhere: the Job keeps
@@ -373,13 +411,17 @@ def test_a_runtime_that_admits_the_job_a_moment_late_is_used_not_skipped(runtime
             s.server_close()
 
 
-
 def test_nothing_listening_within_the_connect_window_is_unreachable():
     from lagpilot_dev.paths import free_port
 
     clock = iter(float(t) for t in range(100))
     slept: list[float] = []
     with pytest.raises(Unreachable):
-        drain_runtime.request(f"http://127.0.0.1:{free_port()}", PLAN, connect_wait_s=5, sleep=slept.append,
-                              now=lambda: next(clock))
+        drain_runtime.request(
+            f"http://127.0.0.1:{free_port()}",
+            PLAN,
+            connect_wait_s=5,
+            sleep=slept.append,
+            now=lambda: next(clock),
+        )
     assert 1 <= len(slept) <= 6  # it tried again within the window, then gave up

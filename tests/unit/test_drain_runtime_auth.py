@@ -5,6 +5,7 @@ the exact plan text, the CR uid, the drain id, the attempt and an expiry; a plan
 already took (or an older one) is a replay. A refused plan never reaches `drain_job.run`, so it
 never touches progress. Bodies, counts and connections are bounded; healthz and a 409 do not name
 the running drain; a signed plan runs read_committed. No Spark: `drain_job.run` is replaced."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange
 from lagpilot_runtime.drain_runtime import DrainRuntime
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle",
+}
 PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)
 KEY = bytes.fromhex("11" * 32)
 CR_UID = "uid-1"
@@ -53,8 +58,15 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> DrainRuntime:
     return rt
 
 
-def signed(plan: DrainPlan = PLAN, attempt: int = 1, key: bytes = KEY, cr_uid: str = CR_UID,
-           expires_in: float = 600, plan_text: str | None = None, drain_id: str | None = None) -> str:
+def signed(
+    plan: DrainPlan = PLAN,
+    attempt: int = 1,
+    key: bytes = KEY,
+    cr_uid: str = CR_UID,
+    expires_in: float = 600,
+    plan_text: str | None = None,
+    drain_id: str | None = None,
+) -> str:
     """The body a drain Job sends: the plan text and the operator's signature of it."""
     from lagpilot_runtime import plan_auth
 
@@ -68,9 +80,13 @@ WIDER = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 5000),), 100, 2, read_
 
 # ---- who may run a plan ----------------------------------------------------------------------------
 
+
 def test_an_unsigned_plan_is_refused_and_never_runs(runtime: DrainRuntime, runs: list[DrainPlan]) -> None:
-    for body in (PLAN.to_json(), json.dumps({"plan": PLAN.to_json()}),
-                 json.dumps({"plan": PLAN.to_json(), "auth": {"signature": "00" * 32}})):
+    for body in (
+        PLAN.to_json(),
+        json.dumps({"plan": PLAN.to_json()}),
+        json.dumps({"plan": PLAN.to_json(), "auth": {"signature": "00" * 32}}),
+    ):
         status, outcome = runtime.serve_plan(body, lambda: False)
         assert status == 401, (status, outcome)
     assert runs == []  # a refused plan never reaches the drain: it cannot touch progress
@@ -98,7 +114,9 @@ def test_a_plan_for_another_cr_or_expired_is_refused(runtime: DrainRuntime, runs
     assert runs == []
 
 
-def test_replays_for_a_taken_or_older_attempt_are_refused(runtime: DrainRuntime, runs: list[DrainPlan]) -> None:
+def test_replays_for_a_taken_or_older_attempt_are_refused(
+    runtime: DrainRuntime, runs: list[DrainPlan]
+) -> None:
     first = signed(attempt=2)
     assert runtime.serve_plan(first, lambda: False)[0] == 200
     status, outcome = runtime.serve_plan(first, lambda: False)  # the same signed plan again
@@ -109,7 +127,9 @@ def test_replays_for_a_taken_or_older_attempt_are_refused(runtime: DrainRuntime,
     assert runtime.serve_plan(signed(attempt=3), lambda: False)[0] == 200  # the operator's retry
     newer = DrainPlan("42", "orders", "g", (SubRange(0, 0, 10, 20),), 100, 2, read_committed=True)
     assert runtime.serve_plan(signed(newer, attempt=1), lambda: False)[0] == 200  # the next drain
-    assert [(p.drain_id, p.sub_ranges) for p in runs] == [("41", PLAN.sub_ranges)] * 2 + [("42", newer.sub_ranges)]
+    assert [(p.drain_id, p.sub_ranges) for p in runs] == [("41", PLAN.sub_ranges)] * 2 + [
+        ("42", newer.sub_ranges)
+    ]
 
 
 def test_a_signed_plan_runs_read_committed(runtime: DrainRuntime, runs: list[DrainPlan]) -> None:
@@ -120,11 +140,16 @@ def test_a_signed_plan_runs_read_committed(runtime: DrainRuntime, runs: list[Dra
 
 # ---- bounds ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("plan", [
-    DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), batch_max_records=10**9),
-    DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), parallelism=10**6),
-    DrainPlan("41", "orders", "g", tuple(SubRange(p, 0, 0, 10) for p in range(50_000))),
-], ids=["batchMaxRecords", "parallelism", "subRanges"])
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), batch_max_records=10**9),
+        DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), parallelism=10**6),
+        DrainPlan("41", "orders", "g", tuple(SubRange(p, 0, 0, 10) for p in range(50_000))),
+    ],
+    ids=["batchMaxRecords", "parallelism", "subRanges"],
+)
 def test_plan_counts_are_bounded(plan: DrainPlan) -> None:
     with pytest.raises(ValueError):
         plan.validate()
@@ -136,12 +161,16 @@ def _serve(runtime: DrainRuntime) -> tuple[Any, int]:
     return server, server.server_address[1]
 
 
-def test_an_oversized_body_is_refused_without_being_read(runtime: DrainRuntime, runs: list[DrainPlan]) -> None:
+def test_an_oversized_body_is_refused_without_being_read(
+    runtime: DrainRuntime, runs: list[DrainPlan]
+) -> None:
     server, port = _serve(runtime)
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"POST /drains HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100000000\r\n\r\n{")
+            s.sendall(
+                b"POST /drains HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000000\r\n\r\n{"
+            )
             head = s.recv(200).decode(errors="replace")
         assert head.startswith("HTTP/1.1 413"), head
         assert runs == []
@@ -150,7 +179,9 @@ def test_an_oversized_body_is_refused_without_being_read(runtime: DrainRuntime, 
         server.server_close()
 
 
-def test_connections_over_the_cap_get_503_at_once(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connections_over_the_cap_get_503_at_once(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the held connections must outlive the third one's accept whatever the machine's load (with a
     # 0.5 s timeout they were sometimes dropped first under a parallel suite, freeing their slots)
     monkeypatch.setattr(drain_runtime, "REQUEST_TIMEOUT_S", 60.0, raising=False)
@@ -169,7 +200,9 @@ def test_connections_over_the_cap_get_503_at_once(runtime: DrainRuntime, monkeyp
         server.server_close()
 
 
-def test_idle_connections_time_out_and_free_their_slot(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_idle_connections_time_out_and_free_their_slot(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(drain_runtime, "REQUEST_TIMEOUT_S", 0.5, raising=False)
     monkeypatch.setattr(drain_runtime, "MAX_CONNECTIONS", 2, raising=False)
     server, port = _serve(runtime)
@@ -197,7 +230,10 @@ def test_idle_connections_time_out_and_free_their_slot(runtime: DrainRuntime, mo
 
 # ---- what an unauthenticated caller learns --------------------------------------------------------
 
-def test_healthz_and_busy_do_not_name_the_running_drain(runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_healthz_and_busy_do_not_name_the_running_drain(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
     release = threading.Event()
     monkeypatch.setattr(drain_job, "run", lambda *a, **k: release.wait(10) and {"records": 0})
     first = threading.Thread(target=runtime.serve_plan, args=(signed(), lambda: False))
@@ -212,7 +248,9 @@ def test_healthz_and_busy_do_not_name_the_running_drain(runtime: DrainRuntime, m
         shown = json.loads(body)
         # `running` is a digest of the plan's signature (random hex, which may contain "41" by chance);
         # it must not be the drain id, and nothing else in the answer may name it
-        assert r.status == 200 and shown["running"] not in ("41", 41) and shown["running"] == runtime.running, body
+        assert (
+            r.status == 200 and shown["running"] not in ("41", 41) and shown["running"] == runtime.running
+        ), body
         assert "41" not in json.dumps({k: v for k, v in shown.items() if k != "running"}), body
         status, outcome = runtime.serve_plan(signed(attempt=2), lambda: False)
         assert status == 409 and "41" not in outcome.message
@@ -227,8 +265,10 @@ def test_healthz_and_busy_do_not_name_the_running_drain(runtime: DrainRuntime, m
 
 # ---- the Job's side --------------------------------------------------------------------------------
 
-def test_the_job_sends_its_signed_plan_and_a_refusal_fails_the_attempt(runtime: DrainRuntime,
-                                                                       runs: list[DrainPlan]) -> None:
+
+def test_the_job_sends_its_signed_plan_and_a_refusal_fails_the_attempt(
+    runtime: DrainRuntime, runs: list[DrainPlan]
+) -> None:
     from lagpilot_runtime import plan_auth
 
     server, port = _serve(runtime)
@@ -247,24 +287,39 @@ def test_the_job_sends_its_signed_plan_and_a_refusal_fails_the_attempt(runtime: 
 
 # ---- the runtime's own identity ----------------------------------------------------------------------
 
+
 def test_the_runtime_starts_only_with_a_valid_key_matching_its_fingerprint_and_a_cr_uid() -> None:
     from lagpilot_runtime import plan_auth
 
     key_hex = plan_auth.new_key()
     key = plan_auth.parse_key(key_hex)
-    good = {plan_auth.KEY_ENV: key_hex, plan_auth.KEY_ID_ENV: plan_auth.key_id(key), plan_auth.CR_UID_ENV: CR_UID}
+    good = {
+        plan_auth.KEY_ENV: key_hex,
+        plan_auth.KEY_ID_ENV: plan_auth.key_id(key),
+        plan_auth.CR_UID_ENV: CR_UID,
+    }
     assert drain_runtime.runtime_identity(good) == (key, CR_UID)
-    for broken, field in (({**good, plan_auth.KEY_ENV: ""}, plan_auth.KEY_ENV),
-                          ({**good, plan_auth.KEY_ENV: "abcd"}, plan_auth.KEY_ENV),
-                          ({**good, plan_auth.KEY_ID_ENV: "0" * 16}, plan_auth.KEY_ID_ENV),
-                          ({**good, plan_auth.CR_UID_ENV: ""}, plan_auth.CR_UID_ENV)):
+    for broken, field in (
+        ({**good, plan_auth.KEY_ENV: ""}, plan_auth.KEY_ENV),
+        ({**good, plan_auth.KEY_ENV: "abcd"}, plan_auth.KEY_ENV),
+        ({**good, plan_auth.KEY_ID_ENV: "0" * 16}, plan_auth.KEY_ID_ENV),
+        ({**good, plan_auth.CR_UID_ENV: ""}, plan_auth.CR_UID_ENV),
+    ):
         with pytest.raises(ValueError, match=field):
             drain_runtime.runtime_identity(broken)
     assert key_hex not in plan_auth.key_id(key)  # the fingerprint in the pod spec is not the key
 
 
-@pytest.mark.parametrize("auth", [None, [], "x", {"crUid": CR_UID}, {"crUid": CR_UID, "drainId": "41", "attempt": "1",
-                                                                      "expiresAt": 2**40, "signature": "00"}])
+@pytest.mark.parametrize(
+    "auth",
+    [
+        None,
+        [],
+        "x",
+        {"crUid": CR_UID},
+        {"crUid": CR_UID, "drainId": "41", "attempt": "1", "expiresAt": 2**40, "signature": "00"},
+    ],
+)
 def test_malformed_signatures_are_refused(runtime: DrainRuntime, runs: list[DrainPlan], auth: Any) -> None:
     status, _ = runtime.serve_plan(json.dumps({"plan": PLAN.to_json(), "auth": auth}), lambda: False)
     assert status == 401 and runs == []

@@ -4,6 +4,7 @@ stamps `lagpilot.io/drain-runtime-scaled-up-at`, the cycle reads the Deployment 
 (`RuntimeManager.observe`) into the step's `RuntimeObservation`, and the sync reuses that read.
 The rule itself (when 0/1, when a split waits) is decide/runtime.py's, tested in tests/unit/test_step.py.
 Pure and fakes: no cluster."""
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,9 @@ from tests.unit.test_drain_runtime_operator import pod, spec_with
 
 NOW = 1_790_000_000.0
 # with the fingerprint of the key _manager gives the CR (the pod template follows the key)
-D = rt.build_runtime_deployment("orders", "ns1", "uid-1", spec_with(warmRuntimeCooldownSeconds=5),
-                                key_id=plan_auth.key_id(bytes(32)))
+D = rt.build_runtime_deployment(
+    "orders", "ns1", "uid-1", spec_with(warmRuntimeCooldownSeconds=5), key_id=plan_auth.key_id(bytes(32))
+)
 HASH = rt.manifest_hash(D)
 EARLIER = format_time(NOW - 300)
 
@@ -87,8 +89,9 @@ SYNC = [  # (decided replicas or None, existing, attempt running, action)
 
 
 @pytest.mark.parametrize("replicas,existing,running,want", [c[1:] for c in SYNC], ids=[c[0] for c in SYNC])
-def test_sync_action_follows_the_decided_replicas(replicas: int | None, existing: Any, running: bool,
-                                                  want: rt.Sync) -> None:
+def test_sync_action_follows_the_decided_replicas(
+    replicas: int | None, existing: Any, running: bool, want: rt.Sync
+) -> None:
     desired = None if replicas is None else rt.with_replicas(D, replicas, existing, NOW)
     assert rt.sync_action(desired, existing, running) is want
 
@@ -106,11 +109,31 @@ OBS = [  # (Deployment, pods, observation)
     ("absent", None, [], RuntimeObservation(0, False, None)),
     ("at-0", dep(0), [], RuntimeObservation(0, False, parse_time(EARLIER))),
     ("at-1-no-pod", dep(1), [], RuntimeObservation(1, False, parse_time(EARLIER))),
-    ("at-1-pod-not-ready", dep(1), [pod("a", ready=False, config=HASH)], RuntimeObservation(1, False, parse_time(EARLIER))),
+    (
+        "at-1-pod-not-ready",
+        dep(1),
+        [pod("a", ready=False, config=HASH)],
+        RuntimeObservation(1, False, parse_time(EARLIER)),
+    ),
     ("at-1-ready", dep(1), [pod("a", config=HASH)], RuntimeObservation(1, True, parse_time(EARLIER))),
-    ("at-1-ready-old-config", dep(1), [pod("a", config="old")], RuntimeObservation(1, False, parse_time(EARLIER))),
-    ("at-1-ready-but-deleting", dep(1), [pod("a", config=HASH, deleting=True)], RuntimeObservation(1, False, parse_time(EARLIER))),
-    ("unreadable-stamp", dep(1, stamp="yesterday"), [pod("a", config=HASH)], RuntimeObservation(1, True, None)),
+    (
+        "at-1-ready-old-config",
+        dep(1),
+        [pod("a", config="old")],
+        RuntimeObservation(1, False, parse_time(EARLIER)),
+    ),
+    (
+        "at-1-ready-but-deleting",
+        dep(1),
+        [pod("a", config=HASH, deleting=True)],
+        RuntimeObservation(1, False, parse_time(EARLIER)),
+    ),
+    (
+        "unreadable-stamp",
+        dep(1, stamp="yesterday"),
+        [pod("a", config=HASH)],
+        RuntimeObservation(1, True, None),
+    ),
     ("being-deleted", dep(1, deleting=True), [], RuntimeObservation(0, False, parse_time(EARLIER))),
 ]
 
@@ -122,8 +145,10 @@ def test_observation_of(existing: Any, pods: list[dict[str, Any]], want: Runtime
 
 # ---- the I/O edge: one read a cycle, reused by the sync ------------------------------------------------
 
-def _manager(current: dict[str, Any] | None, pods: list[dict[str, Any]] | None = None
-             ) -> tuple[rt.RuntimeManager, FakeApps, FakeCore]:
+
+def _manager(
+    current: dict[str, Any] | None, pods: list[dict[str, Any]] | None = None
+) -> tuple[rt.RuntimeManager, FakeApps, FakeCore]:
     m = runtime_manager(current, pods)
     return m, m.apps, m.core
 
@@ -132,7 +157,9 @@ def test_observe_reads_the_pods_only_while_there_are_replicas() -> None:
     on_demand = spec_with(warmRuntimeCooldownSeconds=5)
     m, apps, core = _manager(None)
     seen = m.observe("ns1", "orders", "uid-1", on_demand)
-    assert seen is not None and seen.existing is None and seen.observation == RuntimeObservation(0, False, None)
+    assert (
+        seen is not None and seen.existing is None and seen.observation == RuntimeObservation(0, False, None)
+    )
     assert apps.calls == ["get"] and core.calls == []
     m, apps, core = _manager(dep(0))
     assert m.observe("ns1", "orders", "uid-1", on_demand).observation.replicas == 0  # type: ignore[union-attr]
@@ -140,8 +167,9 @@ def test_observe_reads_the_pods_only_while_there_are_replicas() -> None:
     m, apps, core = _manager(dep(1), [pod("a", ip="127.0.0.1", config=HASH)])
     seen = m.observe("ns1", "orders", "uid-1", on_demand)
     assert seen is not None and seen.observation == RuntimeObservation(1, True, parse_time(EARLIER))
-    assert apps.calls == ["get"] and core.calls == [("list pods", "app.kubernetes.io/name=lagpilot-drain-runtime,"
-                                                             "lagpilot.io/drain-runtime-of=orders")]
+    assert apps.calls == ["get"] and core.calls == [
+        ("list pods", "app.kubernetes.io/name=lagpilot-drain-runtime,lagpilot.io/drain-runtime-of=orders")
+    ]
 
 
 def test_observe_without_a_warm_runtime_makes_no_call_and_errors_are_none() -> None:
@@ -167,8 +195,17 @@ def test_sync_scales_0_1_0_with_the_stamp_reusing_the_cycles_read() -> None:
 
     def cycle(replicas: int | None, now: float, running: bool = False) -> rt.SyncResult:
         seen = m.observe("ns1", "orders", "uid-1", on_demand)
-        return m.sync("ns1", "orders", "uid-1", on_demand, running, emit=lambda *e: events.append(e),
-                      replicas=replicas, seen=seen, now=now)
+        return m.sync(
+            "ns1",
+            "orders",
+            "uid-1",
+            on_demand,
+            running,
+            emit=lambda *e: events.append(e),
+            replicas=replicas,
+            seen=seen,
+            now=now,
+        )
 
     assert cycle(0, NOW).action is rt.Sync.APPLY  # created with 0 replicas, no stamp
     assert apps.current["spec"]["replicas"] == 0 and stamp_of(apps.current) is None
@@ -183,7 +220,12 @@ def test_sync_scales_0_1_0_with_the_stamp_reusing_the_cycles_read() -> None:
     assert stamp_of(apps.current) == format_time(NOW + 30)
     # one GET a cycle (observe), the sync reads nothing more
     assert apps.calls.count("get") == 7 and apps.calls.count("apply") == 4, apps.calls
-    assert [e[2].split(" Deployment")[0] for e in events] == ["created", "scaled 0->1", "scaled 1->0", "scaled 0->1"]
+    assert [e[2].split(" Deployment")[0] for e in events] == [
+        "created",
+        "scaled 0->1",
+        "scaled 1->0",
+        "scaled 0->1",
+    ]
     assert cycle(None, NOW + 40).action is rt.Sync.DELETE  # no runtime any more (the step says None)
 
 
@@ -197,6 +239,7 @@ def test_always_mode_is_one_replica_as_before() -> None:
 
 # ---- the cycle: the observation reaches the step, the step's count reaches the sync -------------------
 
+
 class _FakeRuntime:
     def __init__(self, observation: RuntimeObservation | None) -> None:
         self.observation = observation
@@ -209,8 +252,19 @@ class _FakeRuntime:
             return None
         return rt.RuntimeSeen({"read": len(self.observed)}, self.observation)
 
-    def sync(self, namespace: str, name: str, uid: str, spec: Any, running: bool, version: str = "",
-             emit: Any = None, replicas: int | None = 1, seen: Any = None, now: float | None = None) -> Any:
+    def sync(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec: Any,
+        running: bool,
+        version: str = "",
+        emit: Any = None,
+        replicas: int | None = 1,
+        seen: Any = None,
+        now: float | None = None,
+    ) -> Any:
         self.synced.append({"replicas": replicas, "seen": seen, "now": now, "running": running})
         return rt.SyncResult(rt.Sync.NONE, "x")
 
@@ -250,18 +304,22 @@ def _burst(w: Any, cycles: int = 4) -> None:
         assert w.cycle(5.0).ok
 
 
-@pytest.mark.parametrize("drain,observation,replicas,waits", [
-    # on demand, the runtime at 0: the drain is due but waits (its split once Ready); scaled to 1
-    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 5}, RuntimeObservation(0, False, None), 1, True),
-    # on demand, Ready: the drain goes ahead (warm)
-    ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 5}, RuntimeObservation(1, True, NOW), 1, False),
-    # always: 1, the split never waits
-    ({"warmRuntime": True}, RuntimeObservation(0, False, None), 1, False),
-    # no runtime: None (deleted if present), no read
-    ({"warmRuntime": False}, None, None, False),
-])
+@pytest.mark.parametrize(
+    "drain,observation,replicas,waits",
+    [
+        # on demand, the runtime at 0: the drain is due but waits (its split once Ready); scaled to 1
+        ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 5}, RuntimeObservation(0, False, None), 1, True),
+        # on demand, Ready: the drain goes ahead (warm)
+        ({"warmRuntime": True, "warmRuntimeCooldownSeconds": 5}, RuntimeObservation(1, True, NOW), 1, False),
+        # always: 1, the split never waits
+        ({"warmRuntime": True}, RuntimeObservation(0, False, None), 1, False),
+        # no runtime: None (deleted if present), no read
+        ({"warmRuntime": False}, None, None, False),
+    ],
+)
 def test_cycle_passes_the_observation_to_the_step_and_its_count_to_the_sync(
-        drain: dict[str, Any], observation: RuntimeObservation | None, replicas: int | None, waits: bool) -> None:
+    drain: dict[str, Any], observation: RuntimeObservation | None, replicas: int | None, waits: bool
+) -> None:
     w = _world(drain, observation)
     _burst(w)
     ex: _FakeExecutor = w.deps.drain

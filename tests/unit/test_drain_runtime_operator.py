@@ -1,6 +1,7 @@
 """The warm drain runtime, operator side (lagpilot.act.drain_runtime): spec.drain.warmRuntime in the CRD
 and the parser, the runtime Deployment, the URL a launch hands to its Job, the Deployment's sync
 decision, and the Job's warm/cold record. Pure: no cluster."""
+
 from __future__ import annotations
 
 import copy
@@ -25,14 +26,24 @@ from tests.unit.runtime_fakes import FakeApps, executor_at_launch, runtime_manag
 from tests.unit.test_crd_schema import SCHEMA, schema_at, validate
 
 RAW: dict[str, Any] = {
-    "kafka": {"bootstrapServers": "k:9092", "securityProtocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-512",
-              "secretRef": {"name": "kafka-creds"}},
-    "topic": "orders", "groupId": "orders-batch", "batch": {"maxRecords": 300},
+    "kafka": {
+        "bootstrapServers": "k:9092",
+        "securityProtocol": "SASL_SSL",
+        "saslMechanism": "SCRAM-SHA-512",
+        "secretRef": {"name": "kafka-creds"},
+    },
+    "topic": "orders",
+    "groupId": "orders-batch",
+    "batch": {"maxRecords": 300},
     "processing": {"sink": "postgres", "postgres": {"dsnSecretRef": {"name": "pg", "key": "dsn"}}},
     "drain": {"splitFactor": 4, "maxTasks": 6, "warmRuntime": True},
 }
-DRAIN = DrainStatus(id=3, phase=Phase.HANDED_OFF, ranges=(PartitionRange(1, 900, 100),),
-                    sub_ranges=(SubProgress(1, 0, 100, 500, 100), SubProgress(1, 1, 500, 900, 700, 200)))
+DRAIN = DrainStatus(
+    id=3,
+    phase=Phase.HANDED_OFF,
+    ranges=(PartitionRange(1, 900, 100),),
+    sub_ranges=(SubProgress(1, 0, 100, 500, 100), SubProgress(1, 1, 500, 900, 700, 200)),
+)
 
 
 def spec_with(**drain: Any) -> Any:
@@ -54,6 +65,7 @@ def env_of(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # ---- spec.drain.warmRuntime: CRD and parser agree ---------------------------------------------------
+
 
 def test_crd_default_is_the_parser_default() -> None:
     s = schema_at("spec.drain.warmRuntime")
@@ -105,7 +117,11 @@ COOLDOWN = [  # (drain section, parsed cooldown or the error, the OpenAPI part r
     ({"warmRuntime": True, "warmRuntimeCooldownSeconds": "60"}, "must be an integer", True),
     # the CEL rule (no OpenAPI error): a cooldown says when the warm runtime runs, so only with one
     ({"warmRuntimeCooldownSeconds": 60}, "allowed only with spec.drain.warmRuntime true", False),
-    ({"warmRuntime": False, "warmRuntimeCooldownSeconds": 60}, "allowed only with spec.drain.warmRuntime true", False),
+    (
+        {"warmRuntime": False, "warmRuntimeCooldownSeconds": 60},
+        "allowed only with spec.drain.warmRuntime true",
+        False,
+    ),
 ]
 
 
@@ -128,20 +144,27 @@ def test_crd_cooldown_field_and_cel_rule() -> None:
     rules = schema_at("spec.drain")["x-kubernetes-validations"]
     rule = next(r for r in rules if "warmRuntimeCooldownSeconds" in r["rule"])
     assert rule["fieldPath"] == ".warmRuntimeCooldownSeconds"
-    assert "spec.drain.warmRuntimeCooldownSeconds is allowed only with spec.drain.warmRuntime true" in rule["message"]
+    assert (
+        "spec.drain.warmRuntimeCooldownSeconds is allowed only with spec.drain.warmRuntime true"
+        in rule["message"]
+    )
 
 
-@pytest.mark.parametrize("drain,wanted", [
-    ({"warmRuntime": True}, True),
-    ({"warmRuntime": False}, False),
-    ({"warmRuntime": True, "enabled": False}, False),
-    ({"warmRuntime": True, "cancel": True}, True),  # cancel stops drains, not the runtime: resume is warm
-])
+@pytest.mark.parametrize(
+    "drain,wanted",
+    [
+        ({"warmRuntime": True}, True),
+        ({"warmRuntime": False}, False),
+        ({"warmRuntime": True, "enabled": False}, False),
+        ({"warmRuntime": True, "cancel": True}, True),  # cancel stops drains, not the runtime: resume is warm
+    ],
+)
 def test_runtime_wanted(drain: dict[str, Any], wanted: bool) -> None:
     assert rt.runtime_wanted(spec_with(**drain)) is wanted
 
 
 # ---- the Deployment ----------------------------------------------------------------------------------
+
 
 def test_port_is_deterministic_per_cr_and_in_range() -> None:
     ports = {rt.runtime_port(ns, n) for ns in ("a", "b", "drain-1") for n in ("orders", "payments", "x")}
@@ -155,7 +178,12 @@ def test_deployment_shape() -> None:
     m = deployment()
     assert m["metadata"]["name"] == "orders-drain-runtime" and m["metadata"]["namespace"] == "ns1"
     owner = m["metadata"]["ownerReferences"][0]
-    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("BatchConsumerGroup", "orders", "uid-1", True)
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "BatchConsumerGroup",
+        "orders",
+        "uid-1",
+        True,
+    )
     assert m["spec"]["replicas"] == 1 and m["spec"]["strategy"] == {"type": "Recreate"}
     labels = m["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == "drain-runtime"
@@ -169,7 +197,10 @@ def test_deployment_shape() -> None:
     assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "drain-api"}
     assert c["readinessProbe"]["periodSeconds"] == 2
     live = c["livenessProbe"]
-    assert live["httpGet"]["path"] == "/healthz" and live["initialDelaySeconds"] + live["periodSeconds"] * live["failureThreshold"] >= 180
+    assert (
+        live["httpGet"]["path"] == "/healthz"
+        and live["initialDelaySeconds"] + live["periodSeconds"] * live["failureThreshold"] >= 180
+    )
     assert c["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
 
 
@@ -177,7 +208,11 @@ def test_env_is_the_jobs_without_the_plan_plus_port_and_parallelism() -> None:
     spec = spec_with()
     job_env = env_of(build_drain_job("orders", "ns1", "uid-1", spec, DRAIN, 2))
     env = env_of(deployment())
-    assert "LAGPILOT_DRAIN_PLAN" not in env and "LAGPILOT_DRAIN_ATTEMPT" not in env and "LAGPILOT_METRICS_PORT" not in env
+    assert (
+        "LAGPILOT_DRAIN_PLAN" not in env
+        and "LAGPILOT_DRAIN_ATTEMPT" not in env
+        and "LAGPILOT_METRICS_PORT" not in env
+    )
     assert env[rt.PORT_ENV]["value"] == str(rt.runtime_port("ns1", "orders"))
     assert env[rt.PARALLELISM_ENV]["value"] == "6"  # spec.drain.maxTasks
     shared = set(job_env) - {"LAGPILOT_DRAIN_PLAN", "LAGPILOT_DRAIN_ATTEMPT"}
@@ -187,7 +222,9 @@ def test_env_is_the_jobs_without_the_plan_plus_port_and_parallelism() -> None:
 
 
 def test_k8s_master_runtime_gets_the_jobs_spark_pieces() -> None:
-    settings = DrainSettings(spark_master="k8s://https://kubernetes.default.svc", service_account="lagpilot-drain")
+    settings = DrainSettings(
+        spark_master="k8s://https://kubernetes.default.svc", service_account="lagpilot-drain"
+    )
     m = deployment(settings)
     env = env_of(m)
     conf = json.loads(env["LAGPILOT_SPARK_CONF"]["value"])
@@ -210,12 +247,22 @@ def test_config_annotation_follows_the_pod_template() -> None:
 
 # ---- which pod serves a launch -----------------------------------------------------------------------
 
-def pod(name: str, ip: str | None = "10.0.0.5", ready: bool = True, phase: str = "Running",
-        config: str | None = "h1", deleting: bool = False) -> dict[str, Any]:
+
+def pod(
+    name: str,
+    ip: str | None = "10.0.0.5",
+    ready: bool = True,
+    phase: str = "Running",
+    config: str | None = "h1",
+    deleting: bool = False,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "annotations": {rt.CONFIG_ANNOTATION: config} if config else {}}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-23T10:00:00Z"
-    st: dict[str, Any] = {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    st: dict[str, Any] = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
     if ip:
         st["podIP"] = ip
     return {"metadata": meta, "status": st}
@@ -229,8 +276,18 @@ URLS = [
     ("pending", [pod("a", phase="Pending")], "h1", None),
     ("deleting", [pod("a", deleting=True)], "h1", None),
     ("stale-config", [pod("a", config="old")], "h1", None),
-    ("stale-and-current", [pod("a", ip="10.0.0.1", config="old"), pod("b", ip="10.0.0.2")], "h1", "http://10.0.0.2:31000"),
-    ("first-ready-by-name", [pod("b", ip="10.0.0.2"), pod("a", ip="10.0.0.1")], "h1", "http://10.0.0.1:31000"),
+    (
+        "stale-and-current",
+        [pod("a", ip="10.0.0.1", config="old"), pod("b", ip="10.0.0.2")],
+        "h1",
+        "http://10.0.0.2:31000",
+    ),
+    (
+        "first-ready-by-name",
+        [pod("b", ip="10.0.0.2"), pod("a", ip="10.0.0.1")],
+        "h1",
+        "http://10.0.0.1:31000",
+    ),
     ("any-config", [pod("a", config="old")], None, "http://10.0.0.5:31000"),
     ("ipv6", [pod("a", ip="fd00::5")], "h1", "http://[fd00::5]:31000"),
     ("dev-loopback", [pod("a", ip="127.0.0.1")], "h1", "http://127.0.0.1:31000"),
@@ -243,6 +300,7 @@ def test_runtime_url(pods: list[dict[str, Any]], config: str | None, url: str | 
 
 
 # ---- the Deployment's sync decision ------------------------------------------------------------------
+
 
 def existing(m: dict[str, Any], **changes: Any) -> dict[str, Any]:
     out = copy.deepcopy(m)
@@ -281,6 +339,7 @@ def test_sync_action(desired: Any, current: Any, running: bool, want: rt.Sync) -
 
 # ---- the drain Job: warm or cold ---------------------------------------------------------------------
 
+
 def test_job_with_a_runtime_url_is_warm() -> None:
     spec = spec_with()
     warm = build_drain_job("orders", "ns1", "uid-1", spec, DRAIN, 2, runtime_url="http://127.0.0.1:31000")
@@ -292,7 +351,10 @@ def test_job_with_a_runtime_url_is_warm() -> None:
         assert m["spec"]["template"]["metadata"]["labels"][RUNTIME_PATH_LABEL] == word
     # the warm Job only waits: a small CPU request; memory kept for the cold fallback
     assert container(warm)["resources"]["requests"]["cpu"] == f"{WARM_JOB_CPU_M}m"
-    assert container(warm)["resources"]["requests"]["memory"] == container(cold)["resources"]["requests"]["memory"]
+    assert (
+        container(warm)["resources"]["requests"]["memory"]
+        == container(cold)["resources"]["requests"]["memory"]
+    )
     assert container(warm)["command"] == container(cold)["command"] == ["lagpilot", "drain"]
     # apart from the URL, the label and the CPU request, the same Job
     strip = json.loads(json.dumps(warm))
@@ -305,9 +367,17 @@ def test_job_with_a_runtime_url_is_warm() -> None:
 
 @pytest.mark.parametrize("word", ["warm", "cold"])
 def test_launch_records_the_path_in_status_and_event(word: str) -> None:
-    running = dataclasses.replace(DRAIN, phase=Phase.RUNNING, attempt=1, message="drain 3 attempt 1: 0/800 records")
-    action = Action(Kind.LAUNCH, running, "Launched", running.message, attempt=1,
-                    event=("Normal", "DrainStarted", running.message))
+    running = dataclasses.replace(
+        DRAIN, phase=Phase.RUNNING, attempt=1, message="drain 3 attempt 1: 0/800 records"
+    )
+    action = Action(
+        Kind.LAUNCH,
+        running,
+        "Launched",
+        running.message,
+        attempt=1,
+        event=("Normal", "DrainStarted", running.message),
+    )
     out = with_runtime(action, word)
     assert out.status is not None and out.status.runtime == word
     assert out.event == ("Normal", "DrainStarted", f"drain 3 attempt 1: 0/800 records; runtime {word}")
@@ -317,14 +387,28 @@ def test_launch_records_the_path_in_status_and_event(word: str) -> None:
 
 # ---- the executor: a launch asks the runtime, the Job and the status say which path ----------------
 
-@pytest.mark.parametrize("url,adopted,word", [
-    ("http://127.0.0.1:31000", None, "warm"),
-    (None, None, "cold"),
-    # a Job created before a lost status write (409): recorded as its own label says, not as asked now
-    ("http://127.0.0.1:31000", {"metadata": {"labels": {RUNTIME_PATH_LABEL: "cold"},
-                                             "ownerReferences": [{"uid": "u", "controller": True}]}}, "cold"),
-])
-def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[str, Any] | None, word: str) -> None:
+
+@pytest.mark.parametrize(
+    "url,adopted,word",
+    [
+        ("http://127.0.0.1:31000", None, "warm"),
+        (None, None, "cold"),
+        # a Job created before a lost status write (409): recorded as its own label says, not as asked now
+        (
+            "http://127.0.0.1:31000",
+            {
+                "metadata": {
+                    "labels": {RUNTIME_PATH_LABEL: "cold"},
+                    "ownerReferences": [{"uid": "u", "controller": True}],
+                }
+            },
+            "cold",
+        ),
+    ],
+)
+def test_executor_launch_records_the_jobs_path(
+    url: str | None, adopted: dict[str, Any] | None, word: str
+) -> None:
     ex, launch = executor_at_launch(adopted, url)
     r = ex.reconcile(launch)
     log = ex.log
@@ -344,10 +428,18 @@ def test_executor_launch_records_the_jobs_path(url: str | None, adopted: dict[st
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_pods = st.lists(st.builds(
-    pod, name=st.sampled_from(["a", "b", "c", "d"]), ip=st.sampled_from([None, "", "10.0.0.1", "10.0.0.2", "fd00::1"]),
-    ready=st.booleans(), phase=st.sampled_from(["Running", "Pending", "Succeeded"]),
-    config=st.sampled_from([None, "h1", "h2"]), deleting=st.booleans()), max_size=5)
+_pods = st.lists(
+    st.builds(
+        pod,
+        name=st.sampled_from(["a", "b", "c", "d"]),
+        ip=st.sampled_from([None, "", "10.0.0.1", "10.0.0.2", "fd00::1"]),
+        ready=st.booleans(),
+        phase=st.sampled_from(["Running", "Pending", "Succeeded"]),
+        config=st.sampled_from([None, "h1", "h2"]),
+        deleting=st.booleans(),
+    ),
+    max_size=5,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -355,9 +447,15 @@ _pods = st.lists(st.builds(
 def test_runtime_url_property(pods: list[dict[str, Any]], config: str | None) -> None:
     """A URL iff some pod is Running, Ready, has an IP, is not being deleted and (when asked) runs
     the config; and then it is the first such pod's (by name)."""
-    ok = [p for p in pods if p["status"].get("podIP") and p["status"]["phase"] == "Running"
-          and p["status"]["conditions"][0]["status"] == "True" and "deletionTimestamp" not in p["metadata"]
-          and (config is None or p["metadata"]["annotations"].get(rt.CONFIG_ANNOTATION) == config)]
+    ok = [
+        p
+        for p in pods
+        if p["status"].get("podIP")
+        and p["status"]["phase"] == "Running"
+        and p["status"]["conditions"][0]["status"] == "True"
+        and "deletionTimestamp" not in p["metadata"]
+        and (config is None or p["metadata"]["annotations"].get(rt.CONFIG_ANNOTATION) == config)
+    ]
     url = rt.runtime_url(pods, 31000, config)
     if not ok:
         assert url is None
@@ -375,7 +473,10 @@ def test_sync_io_create_keep_defer_delete_and_no_reads_for_unwanted() -> None:
     events: list[tuple[str, str, str]] = []
     m, apps = _manager(None)
     warm = spec_with()
-    assert m.sync("ns1", "orders", "uid-1", warm, False, emit=lambda *e: events.append(e)).action is rt.Sync.APPLY
+    assert (
+        m.sync("ns1", "orders", "uid-1", warm, False, emit=lambda *e: events.append(e)).action
+        is rt.Sync.APPLY
+    )
     assert m.sync("ns1", "orders", "uid-1", warm, False).action is rt.Sync.NONE  # up to date: a GET, no apply
     assert apps.calls == ["get", "apply", "get"] and events[0][1] == "DrainRuntimeApplied"
     off = spec_with(warmRuntime=False)

@@ -1,5 +1,6 @@
 """The warm drain runtime's warm-up has the shape of a real drain (issue 24: the first drain on the
 node was 3x slower than the next; docs/drain.md "Warm drain runtime")."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 from lagpilot_runtime.drain_runtime import DrainRuntime, warm_up_work
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle",
+}
 
 
 def _shape(options: list[dict[str, str]]) -> list[list[int]]:
@@ -26,8 +31,11 @@ def test_the_warm_up_plans_the_relations_of_a_drain_of_parallelism_tasks():
     work = warm_up_work(marks, 12)
     # a real plan of 12 tasks over these partitions (the operator's split factor: 12 / 3)
     real = split_ranges({p: (lo, hi) for p, (lo, hi) in marks.items()}, 4)
-    assert _shape(drain_spark.relation_options("orders", work)) == \
-        _shape(drain_spark.relation_options("orders", [(s, s.start) for s in real])) == [[0, 1, 2]] * 4
+    assert (
+        _shape(drain_spark.relation_options("orders", work))
+        == _shape(drain_spark.relation_options("orders", [(s, s.start) for s in real]))
+        == [[0, 1, 2]] * 4
+    )
     assert len(work) == 12
     # each sub-range one record, from the low watermark up: nothing is read twice, nothing far
     assert all(s.end - s.start == 1 and start == s.start for s, start in work)
@@ -49,8 +57,9 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> DrainRuntime:
     return rt
 
 
-def test_rewarm_runs_until_the_kafka_readers_read_a_record_never_beside_a_plan(runtime: DrainRuntime,
-                                                                             monkeypatch: pytest.MonkeyPatch):
+def test_rewarm_runs_until_the_kafka_readers_read_a_record_never_beside_a_plan(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     calls: list[bool] = []
     topic_has_records = [False]
 
@@ -78,8 +87,9 @@ def test_rewarm_waits_for_the_first_warm_up(runtime: DrainRuntime, monkeypatch: 
     assert not runtime.rewarm()
 
 
-def test_a_plan_sent_during_a_rewarm_gets_409_and_its_caller_retries(runtime: DrainRuntime,
-                                                                     monkeypatch: pytest.MonkeyPatch):
+def test_a_plan_sent_during_a_rewarm_gets_409_and_its_caller_retries(
+    runtime: DrainRuntime, monkeypatch: pytest.MonkeyPatch
+):
     key, uid = bytes.fromhex("11" * 32), "uid-1"
     runtime.key, runtime.cr_uid = key, uid
     plan = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)

@@ -7,6 +7,7 @@ is processed. The operator's first sighting of it starts the no-progress window;
 is start-up (``drain_watch.stall``). Tables for the wire format, the plan, the task and the
 operator's read of it.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -15,8 +16,14 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime import drain_task
-from lagpilot_runtime.drain_plan import (DrainPlan, SubRange, parse_progress_attempt, parse_progress_lost,
-                                         parse_progress_metadata, progress_metadata)
+from lagpilot_runtime.drain_plan import (
+    DrainPlan,
+    SubRange,
+    parse_progress_attempt,
+    parse_progress_lost,
+    parse_progress_metadata,
+    progress_metadata,
+)
 from lagpilot_runtime.handler import Record
 
 # (id, records, lost, attempt, metadata)
@@ -34,8 +41,20 @@ def test_progress_metadata_carries_the_attempt(records: int, lost: Any, attempt:
     assert parse_progress_attempt(text) == attempt
 
 
-@pytest.mark.parametrize("text", [None, "", "lpd1;n=5", "lpd1;n=5;a=", "lpd1;n=5;a=x", "lpd1;n=5;a=-1",
-                                  "lph2;a=3", "a=3", b"lpd1;n=1;a=2"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "lpd1;n=5",
+        "lpd1;n=5;a=",
+        "lpd1;n=5;a=x",
+        "lpd1;n=5;a=-1",
+        "lph2;a=3",
+        "a=3",
+        b"lpd1;n=1;a=2",
+    ],
+)
 def test_an_absent_or_foreign_attempt_reads_as_none(text: Any) -> None:
     assert parse_progress_attempt(text) == (2 if text == b"lpd1;n=1;a=2" else 0)
 
@@ -65,8 +84,12 @@ def test_the_operators_plan_is_the_launched_attempts() -> None:
 
 # ---- the task ------------------------------------------------------------------------------------
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "tests.unit.test_drain_sign_of_life:handler"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "tests.unit.test_drain_sign_of_life:handler",
+}
 CALLS: list[tuple[int, Any]] = []  # (first offset of the batch, the progress group's commits before the call)
 PROGRESS: list[Any] = []
 
@@ -107,13 +130,21 @@ def run(monkeypatch: pytest.MonkeyPatch, fake: FakeProgress, attempt: int, first
     PROGRESS[:] = [fake]
     monkeypatch.setattr(drain_task, "progress_consumer", lambda cfg, group: fake)
     spec = drain_task.TaskSpec("orders", "g", "2", 100, (SUB,), attempt=attempt)
-    return list(drain_task.run_task(spec, iter(Record("orders", 0, o, None, b"x") for o in range(first, 400))))
+    return list(
+        drain_task.run_task(spec, iter(Record("orders", 0, o, None, b"x") for o in range(first, 400)))
+    )
 
 
 # (id, committed offset, committed metadata, attempt, the sign of life expected (None: none))
 SIGNS = [
     ("nothing-committed-the-start-nothing-done", -1001, None, 2, (100, "lpd1;n=0;a=2")),
-    ("resumed-the-committed-offset-as-is", 250, "lpd1;n=150;lost=100-120", 2, (250, "lpd1;n=150;lost=100-120;a=2")),
+    (
+        "resumed-the-committed-offset-as-is",
+        250,
+        "lpd1;n=150;lost=100-120",
+        2,
+        (250, "lpd1;n=150;lost=100-120;a=2"),
+    ),
     ("an-earlier-attempts-sign-replaced", 250, "lpd1;n=150;a=1", 2, (250, "lpd1;n=150;a=2")),
     ("already-written-by-this-attempt-spark-retried-the-task", 250, "lpd1;n=150;a=2", 2, None),
     ("no-attempt-no-operator-nothing-written", 250, "lpd1;n=150", 0, None),
@@ -122,11 +153,14 @@ SIGNS = [
 
 @pytest.mark.parametrize("offset,meta,attempt,sign", [c[1:] for c in SIGNS], ids=[c[0] for c in SIGNS])
 def test_the_sign_of_life_comes_before_the_first_batch_and_moves_nothing(
-        monkeypatch: pytest.MonkeyPatch, offset: int, meta: str | None, attempt: int, sign: Any) -> None:
+    monkeypatch: pytest.MonkeyPatch, offset: int, meta: str | None, attempt: int, sign: Any
+) -> None:
     fake = FakeProgress(offset, meta)
     summaries = run(monkeypatch, fake, attempt, first=max(offset, 100))
     first_batch, before = CALLS[0]
-    assert before == ([sign] if sign else []), before  # before the handler saw a record, at most the sign of life
+    assert before == ([sign] if sign else []), (
+        before
+    )  # before the handler saw a record, at most the sign of life
     done = max(offset, 100)
     assert first_batch == done and summaries[0]["records"] == 400 - done
     # every later commit is a processed batch's, and carries the attempt too
@@ -143,6 +177,7 @@ def test_a_failed_sign_of_life_does_not_fail_the_task(monkeypatch: pytest.Monkey
 
 
 # ---- the operator's read --------------------------------------------------------------------------
+
 
 class Tp(SimpleNamespace):
     pass
@@ -169,6 +204,8 @@ def test_the_operator_reads_which_attempt_last_wrote_each_sub_range() -> None:
     calls.timeout_s = 1.0
     admin = Admin({0: [(0, 200, "lpd1;n=0;a=2")], 1: [(0, 700, "lpd1;n=100")]})
     attempts: dict[tuple[int, int], int] = {}
-    got = calls.progress(admin, SimpleNamespace(group_id="g", topic="t"), RUNNING, owner="u", attempts_out=attempts)
+    got = calls.progress(
+        admin, SimpleNamespace(group_id="g", topic="t"), RUNNING, owner="u", attempts_out=attempts
+    )
     assert got == {(0, 0): (200, 0), (0, 1): (700, 100)}
     assert attempts == {(0, 0): 2}  # a commit without a= is nobody's sign of life

@@ -8,6 +8,7 @@ Spark task's sub-range in the job's local property ``lagpilot.drain.taskRanges``
 range of each task, by partition index, read from the planned job); the task reads it through
 ``pyspark.TaskContext`` and commits its sign of life before it reads a record.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,13 @@ class FakeTaskContext:
         return self._props.get(key)
 
 
-def run(monkeypatch: pytest.MonkeyPatch, fake: FakeProgress, ctx: FakeTaskContext | None, records: list[Record],
-        attempt: int = 3) -> tuple[list[Any], list[str]]:
+def run(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeProgress,
+    ctx: FakeTaskContext | None,
+    records: list[Record],
+    attempt: int = 3,
+) -> tuple[list[Any], list[str]]:
     import pyspark
 
     for k, v in ENV.items():
@@ -61,7 +67,9 @@ def run(monkeypatch: pytest.MonkeyPatch, fake: FakeProgress, ctx: FakeTaskContex
 RANGES = json.dumps([[0, 100], [0, 550], [1, 50]])
 
 
-def test_a_task_with_no_visible_record_commits_its_sign_of_life_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_task_with_no_visible_record_commits_its_sign_of_life_when_it_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fake = FakeProgress()
     summaries, groups = run(monkeypatch, fake, FakeTaskContext(2, {KEY: RANGES}), [])
     assert fake.commits == [(50, "lpd1;n=0;a=3")], "no sign of life from a task that got no record"
@@ -70,7 +78,9 @@ def test_a_task_with_no_visible_record_commits_its_sign_of_life_when_it_starts(m
     assert "partition" not in summaries[0] and "index" not in summaries[0]
 
 
-def test_a_resumed_task_named_by_the_driver_signs_at_the_committed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_task_named_by_the_driver_signs_at_the_committed_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fake = FakeProgress(550, "lpd1;n=150;a=2")
     records = [Record("orders", 0, o, None, b"x") for o in range(550, 700)]
     summaries, groups = run(monkeypatch, fake, FakeTaskContext(1, {KEY: RANGES}), records)
@@ -87,11 +97,20 @@ def test_a_record_outside_the_named_sub_range_fails_the_task(monkeypatch: pytest
     assert fake.commits == [(100, "lpd1;n=0;a=3")]  # its sign of life only: nothing of the stray record
 
 
-@pytest.mark.parametrize("ctx", [None, FakeTaskContext(0, {}), FakeTaskContext(7, {KEY: RANGES}),
-                                 FakeTaskContext(0, {KEY: "not json"}), FakeTaskContext(0, {KEY: "[[5, 1]]"})],
-                         ids=["no-task-context", "no-property", "index-past-the-list", "garbage", "in-no-sub-range"])
+@pytest.mark.parametrize(
+    "ctx",
+    [
+        None,
+        FakeTaskContext(0, {}),
+        FakeTaskContext(7, {KEY: RANGES}),
+        FakeTaskContext(0, {KEY: "not json"}),
+        FakeTaskContext(0, {KEY: "[[5, 1]]"}),
+    ],
+    ids=["no-task-context", "no-property", "index-past-the-list", "garbage", "in-no-sub-range"],
+)
 def test_without_a_usable_name_the_first_record_names_the_sub_range_as_before(
-        monkeypatch: pytest.MonkeyPatch, ctx: FakeTaskContext | None) -> None:
+    monkeypatch: pytest.MonkeyPatch, ctx: FakeTaskContext | None
+) -> None:
     fake = FakeProgress()
     records = [Record("orders", 0, o, None, b"x") for o in range(100, 400)]
     summaries, _ = run(monkeypatch, fake, ctx, records)
@@ -102,6 +121,7 @@ def test_without_a_usable_name_the_first_record_names_the_sub_range_as_before(
 
 
 # ---- the driver: each task's range read from the planned job ----------------------------------------
+
 
 class _J:
     """A JVM object through py4j: its class name and accessor methods."""
@@ -121,8 +141,12 @@ class _J:
 
 def _kafka(index: int, partition: int, start: int, end: int) -> _J:
     tp = _J("org.apache.kafka.common.TopicPartition", partition=partition)
-    rng = _J("org.apache.spark.sql.kafka010.KafkaSourceRDDOffsetRange", topicPartition=tp, fromOffset=start,
-             untilOffset=end)
+    rng = _J(
+        "org.apache.spark.sql.kafka010.KafkaSourceRDDOffsetRange",
+        topicPartition=tp,
+        fromOffset=start,
+        untilOffset=end,
+    )
     return _J("org.apache.spark.sql.kafka010.KafkaSourceRDDPartition", index=index, offsetRange=rng)
 
 
@@ -130,9 +154,23 @@ def test_task_ranges_unwraps_the_union_to_the_kafka_ranges() -> None:
     from lagpilot_runtime.drain_spark import task_ranges
 
     # as printed on Spark 4.2 for 3 relations x 3 partitions: UnionPartition -> KafkaSourceRDDPartition
-    kafka = [_kafka(i % 3, i % 3, 20 * (i // 3) + (5 if i // 3 == 1 else 0), 20 * (i // 3) + 20) for i in range(9)]
-    parts = [_J("org.apache.spark.rdd.UnionPartition", index=i, parentPartition=k) for i, k in enumerate(kafka)]
-    assert task_ranges(parts) == [[0, 0], [1, 0], [2, 0], [0, 25], [1, 25], [2, 25], [0, 40], [1, 40], [2, 40]]
+    kafka = [
+        _kafka(i % 3, i % 3, 20 * (i // 3) + (5 if i // 3 == 1 else 0), 20 * (i // 3) + 20) for i in range(9)
+    ]
+    parts = [
+        _J("org.apache.spark.rdd.UnionPartition", index=i, parentPartition=k) for i, k in enumerate(kafka)
+    ]
+    assert task_ranges(parts) == [
+        [0, 0],
+        [1, 0],
+        [2, 0],
+        [0, 25],
+        [1, 25],
+        [2, 25],
+        [0, 40],
+        [1, 40],
+        [2, 40],
+    ]
     assert task_ranges([_kafka(0, 4, 7, 9)]) == [[4, 7]]  # one relation: no union
 
 
@@ -140,7 +178,11 @@ def test_name_tasks_sets_the_property_or_clears_it_when_the_plan_is_of_another_s
     from lagpilot_runtime.drain_spark import name_tasks
 
     props: dict[str, Any] = {}
-    spark = type("S", (), {"sparkContext": type("SC", (), {"setLocalProperty": lambda _s, k, v: props.__setitem__(k, v)})()})()
+    spark = type(
+        "S",
+        (),
+        {"sparkContext": type("SC", (), {"setLocalProperty": lambda _s, k, v: props.__setitem__(k, v)})()},
+    )()
     assert name_tasks(spark, lambda: [_kafka(0, 1, 50, 90)], "2") is True
     assert json.loads(props[KEY]) == [[1, 50]]
     other = _J("org.apache.spark.rdd.CoalescedRDDPartition", index=0)

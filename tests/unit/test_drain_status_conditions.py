@@ -2,6 +2,7 @@
 guarded status write as `status.drain`, so no reader ever sees a drain's phase without its matching
 condition (before: the executor wrote status.drain, the cycle's report wrote the conditions
 seconds later)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,14 @@ from typing import Any
 from lagpilot.decide.handoff import DrainStatus, condition
 from tests.unit.test_drain_executor import FakeExecutor, ctx, world0
 
-READY = {"type": "Ready", "status": "True", "reason": "ConsumersReady", "message": "3/3 consumers ready",
-         "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "ConsumersReady",
+    "message": "3/3 consumers ready",
+    "observedGeneration": 1,
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
 
 
 def _by_type(conds: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -71,14 +78,28 @@ def test_the_cycle_adapter_hands_the_status_conditions_to_the_guarded_write() ->
 
     part = SimpleNamespace(partition=0, committed=100, earliest=0, latest=500)
     obs = SimpleNamespace(partitions=[part])
-    deps = SimpleNamespace(kube=SimpleNamespace(patch_status_guarded=patch_status_guarded),
-                           emit=lambda *e: None, kafka_timeout_seconds=1.0,
-                           observe=lambda handle, topic, group, timeout: obs)
+    deps = SimpleNamespace(
+        kube=SimpleNamespace(patch_status_guarded=patch_status_guarded),
+        emit=lambda *e: None,
+        kafka_timeout_seconds=1.0,
+        observe=lambda handle, topic, group, timeout: obs,
+    )
     ref = SimpleNamespace(namespace="ns", name="orders", uid="u", generation=1)
     decision = SimpleNamespace(drain=SimpleNamespace(partitions=(0,), tasks_by_partition={0: 2}))
     handle = SimpleNamespace(safe_admin=lambda timeout: None)
-    r = run_in_cycle(ex, ref, SPEC, {}, {"conditions": [READY]}, obs, decision, 3, handle, deps,
-                     apply_deployment=lambda *a, **k: 3)
+    r = run_in_cycle(
+        ex,
+        ref,
+        SPEC,
+        {},
+        {"conditions": [READY]},
+        obs,
+        decision,
+        3,
+        handle,
+        deps,
+        apply_deployment=lambda *a, **k: 3,
+    )
     assert guarded, log
     for p in guarded:
         conds = _by_type(p["conditions"])

@@ -2,6 +2,7 @@
 2026-11-26, cr_delete_mid_drain under a warm runtime: the cancelled attempt's tasks committed each
 sub-range's END as progress, the retry skipped the rest as done, the finalizer released the drain
 as finished at 16,000 of 23,028 records: 7,028 records never processed)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -13,8 +14,12 @@ from lagpilot_runtime import drain_task
 from lagpilot_runtime.drain_plan import SubRange, parse_progress_metadata
 from lagpilot_runtime.handler import Record
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "tests.unit.test_drain_task_end:collect"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "tests.unit.test_drain_task_end:collect",
+}
 SEEN: list[int] = []
 
 
@@ -64,7 +69,9 @@ def test_records_that_stop_short_of_the_end_do_not_complete_the_sub_range(progre
     summaries = list(drain_task.run_task(SPEC, iter(records(100, 500))))
     assert SEEN == list(range(100, 500)) and summaries[0]["records"] == 400
     # the progress says what was processed: the rest is the retry's (or the hand-back's) to do
-    assert progress.offset == 500, f"progress committed at {progress.offset} (the sub-range's end is {SUB.end})"
+    assert progress.offset == 500, (
+        f"progress committed at {progress.offset} (the sub-range's end is {SUB.end})"
+    )
     assert parse_progress_metadata(progress.metadata) == 400
 
 

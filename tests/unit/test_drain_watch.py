@@ -7,6 +7,7 @@
 - the hand-off machine: a stalled attempt's Job is deleted and the attempt counted as failed (retry
   with back-off), a ``DrainStalled`` condition names why, and progress clears it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,18 +25,38 @@ LIMITS = w.StallLimits(no_progress_s=600, no_pod_s=300)
 # (id, records left, tasks, measured records/s, floor, expected seconds)
 DEADLINES = [
     ("nothing-measured-small-plan-gets-the-floor", 1_000, 4, None, 1800, 1800),
-    ("nothing-measured-assumes-a-slow-rate-per-task", 1_000_000, 4, None, 1800,
-     w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 1_000_000 / (w.ASSUMED_TASK_RATE * 4))),
-    ("measured-rate-sizes-a-big-plan", 3_600_000, 12, 1000.0, 1800,
-     w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 3600)),
+    (
+        "nothing-measured-assumes-a-slow-rate-per-task",
+        1_000_000,
+        4,
+        None,
+        1800,
+        w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 1_000_000 / (w.ASSUMED_TASK_RATE * 4)),
+    ),
+    (
+        "measured-rate-sizes-a-big-plan",
+        3_600_000,
+        12,
+        1000.0,
+        1800,
+        w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 3600),
+    ),
     ("measured-fast-rate-small-plan-floor", 50_000, 12, 20_000.0, 1800, 1800),
     ("nothing-left", 0, 4, 1000.0, 600, 600),
-    ("zero-rate-is-unknown", 1_000_000, 2, 0.0, 60,
-     w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 1_000_000 / (w.ASSUMED_TASK_RATE * 2))),
+    (
+        "zero-rate-is-unknown",
+        1_000_000,
+        2,
+        0.0,
+        60,
+        w.STARTUP_ALLOWANCE_S + int(w.DEADLINE_FACTOR * 1_000_000 / (w.ASSUMED_TASK_RATE * 2)),
+    ),
 ]
 
 
-@pytest.mark.parametrize("records,tasks,rate,floor,expected", [c[1:] for c in DEADLINES], ids=[c[0] for c in DEADLINES])
+@pytest.mark.parametrize(
+    "records,tasks,rate,floor,expected", [c[1:] for c in DEADLINES], ids=[c[0] for c in DEADLINES]
+)
 def test_attempt_deadline(records, tasks, rate, floor, expected):
     got = w.attempt_deadline_s(records, tasks, rate, floor_s=floor)
     assert isinstance(got, int) and got == expected
@@ -46,10 +67,24 @@ def test_attempt_deadline(records, tasks, rate, floor, expected):
 RATES = [
     ("none", (), None),
     ("one", ({"recordsDone": 6000, "seconds": 30.0},), 200.0),
-    ("median-of-three", ({"recordsDone": 1000, "seconds": 10.0}, {"recordsDone": 9000, "seconds": 30.0},
-                         {"recordsDone": 100, "seconds": 100.0}), 100.0),
-    ("skips-unfinished-and-empty", ({"recordsDone": 0, "seconds": 10.0}, {"recordsDone": 10, "seconds": None},
-                                    {"recordsDone": 500, "seconds": 5.0}), 100.0),
+    (
+        "median-of-three",
+        (
+            {"recordsDone": 1000, "seconds": 10.0},
+            {"recordsDone": 9000, "seconds": 30.0},
+            {"recordsDone": 100, "seconds": 100.0},
+        ),
+        100.0,
+    ),
+    (
+        "skips-unfinished-and-empty",
+        (
+            {"recordsDone": 0, "seconds": 10.0},
+            {"recordsDone": 10, "seconds": None},
+            {"recordsDone": 500, "seconds": 5.0},
+        ),
+        100.0,
+    ),
 ]
 
 
@@ -90,7 +125,9 @@ def _running(**kw):
 
 
 def test_stalled_attempt_is_deleted_counted_as_failed_and_retried():
-    a = next_action(spec(), _running(), obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), NOW)
+    a = next_action(
+        spec(), _running(), obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), NOW
+    )
     assert a.kind is Kind.DELETE_JOB and a.attempt == 1
     s = a.status
     assert s is not None and s.phase is Phase.RUNNING and s.retry_at == NOW + h.backoff_seconds(1)
@@ -100,27 +137,43 @@ def test_stalled_attempt_is_deleted_counted_as_failed_and_retried():
     cond = w.stalled_condition(s)
     assert cond[0] == "True" and cond[1] == "NoProgress" and "attempt 1" in cond[2]
     # while the Job is being deleted nothing is detected twice
-    again = next_action(spec(), s, obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), NOW + 5)
+    again = next_action(
+        spec(), s, obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), NOW + 5
+    )
     assert again.kind is Kind.NONE
     # once it is gone and the back-off passed: the next attempt
     nxt = next_action(spec(), s, obs(job=JobObservation(JobState.ABSENT, 0), progress={}), s.retry_at)
     assert nxt.kind is Kind.LAUNCH and nxt.attempt == 2 and nxt.status.progress_at == s.retry_at
     # the condition stays until that attempt moves
     assert w.stalled_condition(nxt.status)[0] == "True"
-    moved = next_action(spec(), nxt.status, obs(job=JobObservation(JobState.ACTIVE, 1, running=1),
-                                                 progress={(0, 0): (300, 100)}), s.retry_at + 30)
-    assert moved.status is not None and moved.status.progress_at == s.retry_at + 30 and moved.status.stalled == ""
+    moved = next_action(
+        spec(),
+        nxt.status,
+        obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={(0, 0): (300, 100)}),
+        s.retry_at + 30,
+    )
+    assert (
+        moved.status is not None
+        and moved.status.progress_at == s.retry_at + 30
+        and moved.status.stalled == ""
+    )
     assert w.stalled_condition(moved.status)[0] == "False"
 
 
 def test_job_without_a_running_pod_is_stalled():
-    a = next_action(spec(), _running(), obs(job=JobObservation(JobState.ACTIVE, 0, running=0), progress={}), NOW)
+    a = next_action(
+        spec(), _running(), obs(job=JobObservation(JobState.ACTIVE, 0, running=0), progress={}), NOW
+    )
     assert a.kind is Kind.DELETE_JOB and a.status.stalled == "NoRunningPod"
 
 
 def test_stall_in_the_last_attempt_ends_failed():
-    a = next_action(spec(), _running(attempt=h.MAX_ATTEMPTS), obs(job=JobObservation(JobState.ACTIVE, 1, running=1),
-                                                                  progress={}), NOW)
+    a = next_action(
+        spec(),
+        _running(attempt=h.MAX_ATTEMPTS),
+        obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}),
+        NOW,
+    )
     assert a.kind is Kind.DELETE_JOB and a.status.phase is Phase.FAILED and a.status.stalled == "NoProgress"
 
 
@@ -165,8 +218,14 @@ def test_a_slow_start_up_is_not_read_as_a_stall():
     limits = w.StallLimits(no_progress_s=240, no_pod_s=300)
     assert w.stall(NOW, NOW - 300, 1, limits) is None
     starting = dataclasses.replace(RUNNING, progress_at=NOW - 300)
-    a = next_action(spec(), starting, dataclasses.replace(
-        obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), stall_limits=limits), NOW)
+    a = next_action(
+        spec(),
+        starting,
+        dataclasses.replace(
+            obs(job=JobObservation(JobState.ACTIVE, 1, running=1), progress={}), stall_limits=limits
+        ),
+        NOW,
+    )
     assert a.kind is Kind.NONE and (a.status is None or not a.status.stalled), a
 
 
@@ -186,7 +245,9 @@ STARTS = [
 ]
 
 
-@pytest.mark.parametrize("idle,since_start,running,expected", [c[1:] for c in STARTS], ids=[c[0] for c in STARTS])
+@pytest.mark.parametrize(
+    "idle,since_start,running,expected", [c[1:] for c in STARTS], ids=[c[0] for c in STARTS]
+)
 def test_the_window_counts_from_the_first_sign_of_life(idle, since_start, running, expected):
     limits = dataclasses.replace(SIGNED, started_at=None if since_start is None else NOW - since_start)
     got = w.stall(NOW, NOW - idle, running, limits)
@@ -212,7 +273,9 @@ SIGHTINGS = [
 ]
 
 
-@pytest.mark.parametrize("prev,drain,attempt,alive,expected", [c[1:] for c in SIGHTINGS], ids=[c[0] for c in SIGHTINGS])
+@pytest.mark.parametrize(
+    "prev,drain,attempt,alive,expected", [c[1:] for c in SIGHTINGS], ids=[c[0] for c in SIGHTINGS]
+)
 def test_first_sighting(prev, drain, attempt, alive, expected):
     assert w.first_sighting(prev, drain, attempt, alive, NOW) == expected
 

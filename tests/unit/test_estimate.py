@@ -1,4 +1,5 @@
 """Estimator robustness: noise, restarts, offsets backwards, retention loss, gaps, JSON state."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,18 @@ from lagpilot.decide.estimate import EstimatorConfig, EstimatorState, update
 from lagpilot.decide.lag import PartitionOffsets, snapshot
 
 
-def snap(t: float, ends: list[int], committed: list[int | None] | None = None, lows: list[int] | None = None,
-         caps: dict[int, float] | None = None):
+def snap(
+    t: float,
+    ends: list[int],
+    committed: list[int | None] | None = None,
+    lows: list[int] | None = None,
+    caps: dict[int, float] | None = None,
+):
     committed = committed if committed is not None else list(ends)
     lows = lows if lows is not None else [0] * len(ends)
-    return snapshot(t, [PartitionOffsets(i, lows[i], e, committed[i]) for i, e in enumerate(ends)], caps or {})
+    return snapshot(
+        t, [PartitionOffsets(i, lows[i], e, committed[i]) for i, e in enumerate(ends)], caps or {}
+    )
 
 
 def test_first_snapshot_knows_no_rate_second_takes_it_as_is() -> None:
@@ -131,8 +139,11 @@ def test_state_survives_json_round_trip() -> None:
     assert nxt_a.partitions == nxt_b.partitions
 
 
-@pytest.mark.parametrize("bad", [{}, {"atS": "x"}, {"atS": 1, "partitions": {"0": {"nope": 1}}}],
-                         ids=["empty", "bad-time", "bad-partition"])
+@pytest.mark.parametrize(
+    "bad",
+    [{}, {"atS": "x"}, {"atS": 1, "partitions": {"0": {"nope": 1}}}],
+    ids=["empty", "bad-time", "bad-partition"],
+)
 def test_malformed_state_raises_value_error(bad: dict) -> None:
     with pytest.raises(ValueError):
         EstimatorState.from_dict(bad)
@@ -165,8 +176,13 @@ def test_rates_never_negative_and_state_always_serialisable(steps: list[tuple[fl
 OLD = EstimatorConfig(fall_half_life_s=120.0, window_s=float("inf"))  # before: slow decay, no window cap
 
 
-def _run(cfg: EstimatorConfig, phases: list[tuple[float, float]], poll_s: float,
-         burst_at_s: float | None = None, burst: int = 0) -> list[tuple[float, float]]:
+def _run(
+    cfg: EstimatorConfig,
+    phases: list[tuple[float, float]],
+    poll_s: float,
+    burst_at_s: float | None = None,
+    burst: int = 0,
+) -> list[tuple[float, float]]:
     """(t, estimate) after each poll; `phases` = [(duration_s, records/s)], a burst of `burst`
     records lands in the poll interval that contains `burst_at_s`."""
     out: list[tuple[float, float]] = []
@@ -216,10 +232,18 @@ FALLS = [
 ]
 
 
-@pytest.mark.parametrize("name, phases, poll, burst, change_s, bound, within", FALLS, ids=[f[0] for f in FALLS])
-def test_estimate_follows_a_fall_within_a_stated_time(name: str, phases: list[tuple[float, float]], poll: float,
-                                                      burst: tuple[float, int] | None, change_s: float,
-                                                      bound: float, within: float) -> None:
+@pytest.mark.parametrize(
+    "name, phases, poll, burst, change_s, bound, within", FALLS, ids=[f[0] for f in FALLS]
+)
+def test_estimate_follows_a_fall_within_a_stated_time(
+    name: str,
+    phases: list[tuple[float, float]],
+    poll: float,
+    burst: tuple[float, int] | None,
+    change_s: float,
+    bound: float,
+    within: float,
+) -> None:
     kw = {"burst_at_s": burst[0], "burst": burst[1]} if burst else {}
     new = _first_below(_run(EstimatorConfig(), phases, poll, **kw), change_s, bound)
     old = _first_below(_run(OLD, phases, poll, **kw), change_s, bound)

@@ -11,14 +11,22 @@ false (and the reason never SLAUnreachable) from the 2nd poll after the backlog 
 Before: 228/s two polls into the 450 phase (30 s half-life) and an infinite projection, at risk,
 for 2 minutes after the backlog had gone (209/155 records/s in the demo's samples).
 """
+
 from __future__ import annotations
 
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.lag import PartitionOffsets, snapshot
 from lagpilot.spec import parse_spec
 
-SPEC = parse_spec({"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g",
-                   "catchUpSLASeconds": 120, "scaling": {"maxReplicas": 3, "pollIntervalSeconds": 15}})
+SPEC = parse_spec(
+    {
+        "kafka": {"bootstrapServers": "127.0.0.1:9092"},
+        "topic": "t",
+        "groupId": "g",
+        "catchUpSLASeconds": 120,
+        "scaling": {"maxReplicas": 3, "pollIntervalSeconds": 15},
+    }
+)
 P, CAP, POLL = 3, 52.6, 15
 PHASES = ((65, 6.0), (95, 450.0), (90, 80.0), (150, 6.0))  # (seconds, records/s): changes at 65, 160, 250
 DRAIN_AT = 160  # the drain's split: the backlog leaves the group
@@ -44,9 +52,16 @@ def table() -> list[dict]:
             obs = step_mod.StepObservation(snapshot(t, parts, {i: CAP for i in range(P)}), 3)
             out, state = step_mod.step(state, obs, SPEC, float(t))
             assert state.estimator is not None
-            rows.append({"t": t, "rate": rate, "estimate": round(state.estimator.produce_rate, 1),
-                         "lag": int(sum(e - d for e, d in zip(ends, done))), "at_risk": out.decision.at_risk,
-                         "reason": out.decision.reason})
+            rows.append(
+                {
+                    "t": t,
+                    "rate": rate,
+                    "estimate": round(state.estimator.produce_rate, 1),
+                    "lag": int(sum(e - d for e, d in zip(ends, done))),
+                    "at_risk": out.decision.at_risk,
+                    "reason": out.decision.reason,
+                }
+            )
     return rows
 
 

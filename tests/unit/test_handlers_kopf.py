@@ -1,4 +1,5 @@
 """handlers.py: the kopf wiring translates outcomes into kopf's retry semantics (no cluster)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -40,14 +41,23 @@ class Kube:
     stored: dict[str, Any] = {}  # the status as the API server has it (for guarded writes)
 
 
-
 def _adopt(ref: Any, spec: Any, status: Any, memo: Any, emit: Any) -> Any:
-    return delete.adopt_remainder(ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit)
+    return delete.adopt_remainder(
+        ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit
+    )
+
 
 def memo(kube: Kube) -> Any:
-    cfg = OperatorConfig(pod_start_seconds=0, kafka_timeout_seconds=1, min_backoff_seconds=1, max_backoff_seconds=2,
-                         status_heartbeat_seconds=60.0)
-    return SimpleNamespace(kube=kube, config=cfg, admin_pool=None, metrics=None, drain=FakeExecutor(None, None))
+    cfg = OperatorConfig(
+        pod_start_seconds=0,
+        kafka_timeout_seconds=1,
+        min_backoff_seconds=1,
+        max_backoff_seconds=2,
+        status_heartbeat_seconds=60.0,
+    )
+    return SimpleNamespace(
+        kube=kube, config=cfg, admin_pool=None, metrics=None, drain=FakeExecutor(None, None)
+    )
 
 
 def body(spec: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +67,9 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
     seen: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(kopf, "event", lambda obj, type, reason, message: seen.append((type, reason, message)))
+    monkeypatch.setattr(
+        kopf, "event", lambda obj, type, reason, message: seen.append((type, reason, message))
+    )
     return seen
 
 
@@ -78,7 +90,10 @@ def test_invalid_spec_is_permanent_with_degraded_status_and_event(events: list) 
     bad = {**SPEC, "scaling": {"minReplicas": 3, "maxReplicas": 1}}
     kube = Kube()
     # the field the CRD's rule names, with the rule's own message (issue 26: evaluated, not re-written)
-    with pytest.raises(kopf.PermanentError, match=r"spec\.scaling\.minReplicas: .* less than or equal to scaling\.maxReplicas"):
+    with pytest.raises(
+        kopf.PermanentError,
+        match=r"spec\.scaling\.minReplicas: .* less than or equal to scaling\.maxReplicas",
+    ):
         handlers.apply(body=body(bad), spec=bad, status={}, memo=memo(kube))
     assert not kube.applied
     (patch,) = kube.patches
@@ -122,6 +137,7 @@ def test_a_cycle_that_runs_too_long_is_reported_with_its_stack(caplog: pytest.Lo
 
 # ------------------------------------------------------------------ the finalizer (on.delete)
 
+
 class FakePool:
     def __init__(self) -> None:
         self.released: list[str] = []
@@ -132,6 +148,7 @@ class FakePool:
         @contextlib.contextmanager
         def cm() -> Any:
             yield SimpleNamespace(safe_admin=lambda timeout: "admin")
+
         return cm()
 
     def release(self, owner: str) -> None:
@@ -159,8 +176,13 @@ class FakeExecutor:
 
 
 def running_drain() -> dict[str, Any]:
-    return {"id": 2, "phase": "Running", "attempt": 1, "ranges": [{"partition": 0, "start": 0, "end": 100}],
-            "subRanges": [{"partition": 0, "index": 0, "start": 0, "end": 100, "next": 40, "records": 40}]}
+    return {
+        "id": 2,
+        "phase": "Running",
+        "attempt": 1,
+        "ranges": [{"partition": 0, "start": 0, "end": 100}],
+        "subRanges": [{"partition": 0, "index": 0, "start": 0, "end": 100, "next": 40, "records": 40}],
+    }
 
 
 def deleting_memo(kube: Kube, ex: Any) -> Any:
@@ -171,8 +193,13 @@ def deleting_memo(kube: Kube, ex: Any) -> Any:
 
 def test_finalize_without_a_drain_releases_at_once(events: list) -> None:
     kube = Kube()
-    handlers.finalize(body=body(SPEC), spec=SPEC, status={}, meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
-                      memo=memo(kube))
+    handlers.finalize(
+        body=body(SPEC),
+        spec=SPEC,
+        status={},
+        meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        memo=memo(kube),
+    )
     assert kube.patches == [] and events == []
 
 
@@ -186,8 +213,13 @@ def test_finalize_waits_for_a_running_drain_with_a_condition_and_one_event(event
     ex = FakeExecutor(JobObservation(JobState.ACTIVE, pods_alive=1), {(0, 0): (60, 60)})
     since = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
     with pytest.raises(kopf.TemporaryError):
-        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                          meta={"deletionTimestamp": since}, memo=deleting_memo(kube, ex))
+        handlers.finalize(
+            body=body(SPEC),
+            spec=SPEC,
+            status={"drain": running_drain()},
+            meta={"deletionTimestamp": since},
+            memo=deleting_memo(kube, ex),
+        )
     (cond,) = [c for c in kube.patches[-1]["conditions"] if c["type"] == "Terminating"]
     assert (cond["status"], cond["reason"]) == ("True", "WaitingForDrain") and "60/100" in cond["message"]
     assert [e[1] for e in events] == ["DeletionWaitingForDrain"]
@@ -202,8 +234,13 @@ def test_finalize_stops_the_job_after_the_bound(events: list, monkeypatch) -> No
     m = deleting_memo(Kube(), ex)
     m.config = OperatorConfig.from_env({"LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "20"})
     with pytest.raises(kopf.TemporaryError):
-        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                          meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=m)
+        handlers.finalize(
+            body=body(SPEC),
+            spec=SPEC,
+            status={"drain": running_drain()},
+            meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+            memo=m,
+        )
     assert ex.deleted == ["orders-drain-2-1"]
 
 
@@ -214,13 +251,24 @@ def test_finalize_hands_the_remainder_back_then_releases(events: list, monkeypat
 
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     written: list[Any] = []
-    monkeypatch.setattr(deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: written.append((g, t, rem)))
-    monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [f"{g}.lagpilot-drain.2.0"])
+    monkeypatch.setattr(
+        deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: written.append((g, t, rem))
+    )
+    monkeypatch.setattr(
+        deletion_io, "list_progress_groups", lambda admin, g, timeout: [f"{g}.lagpilot-drain.2.0"]
+    )
     deleted: list[Any] = []
-    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: deleted.extend(groups) or [])
+    monkeypatch.setattr(
+        deletion_io, "delete_groups", lambda admin, groups, timeout: deleted.extend(groups) or []
+    )
     ex = FakeExecutor(JobObservation(JobState.FAILED), {(0, 0): (70, 70)})
-    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+    handlers.finalize(
+        body=body(SPEC),
+        spec=SPEC,
+        status={"drain": running_drain()},
+        meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        memo=deleting_memo(Kube(), ex),
+    )
     assert written == [("g", "t", Remainder(2, ((0, 70, 100),)))]
     assert deleted == ["g.lagpilot-drain.2.0"]
     assert [e[1] for e in events] == ["DrainRemainderHandedBack"] and "g.lagpilot-remainder" in events[0][2]
@@ -235,13 +283,23 @@ def test_finalize_retries_kafka_failures_then_drops_loudly(events: list, monkeyp
     monkeypatch.setattr(delete, "kafka_conf", boom)
     recent = _time.strftime("%Y-%m-%dT%H:%M:%SZ", _time.gmtime(_time.time() - 30))
     with pytest.raises(kopf.TemporaryError):
-        handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                          meta={"deletionTimestamp": recent}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
+        handlers.finalize(
+            body=body(SPEC),
+            spec=SPEC,
+            status={"drain": running_drain()},
+            meta={"deletionTimestamp": recent},
+            memo=deleting_memo(Kube(), FakeExecutor(None, None)),
+        )
     # one Warning when the deletion starts failing (the Terminating reason changes), not one per retry
     assert [e[1] for e in events] == ["DeletionStepFailed"]
     events.clear()
-    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": running_drain()},
-                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), FakeExecutor(None, None)))
+    handlers.finalize(
+        body=body(SPEC),
+        spec=SPEC,
+        status={"drain": running_drain()},
+        meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        memo=deleting_memo(Kube(), FakeExecutor(None, None)),
+    )
     assert [e[1] for e in events] == ["DrainRemainderDropped"] and "(0, 40, 100)" in events[0][2]
 
 
@@ -269,9 +327,13 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     from lagpilot.decide.deletion import Remainder
 
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
-    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    monkeypatch.setattr(
+        deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),))
+    )
     cleared: list[Any] = []
-    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
+    monkeypatch.setattr(
+        deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or []
+    )
     kube, emitted = Kube(), []
     ref = handlers.GroupRef.from_body(body(SPEC))
     got = _adopt(ref, SPEC, {}, deleting_memo(kube, None), lambda *e: emitted.append(e))
@@ -295,13 +357,29 @@ def test_adopt_remainder_writes_the_drain_with_its_conditions(monkeypatch) -> No
     from lagpilot.decide.deletion import Remainder
 
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
-    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    monkeypatch.setattr(
+        deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),))
+    )
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
     kube = Kube()
-    old = [{"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
-            "lastTransitionTime": "2026-11-26T00:00:00Z", "observedGeneration": 4},
-           {"type": "Draining", "status": "False", "reason": "NoDrain", "message": "",
-            "lastTransitionTime": "2026-11-26T00:00:00Z", "observedGeneration": 4}]
+    old = [
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "Reconciled",
+            "message": "",
+            "lastTransitionTime": "2026-11-26T00:00:00Z",
+            "observedGeneration": 4,
+        },
+        {
+            "type": "Draining",
+            "status": "False",
+            "reason": "NoDrain",
+            "message": "",
+            "lastTransitionTime": "2026-11-26T00:00:00Z",
+            "observedGeneration": 4,
+        },
+    ]
     ref = handlers.GroupRef.from_body(body(SPEC))
     assert _adopt(ref, SPEC, {"conditions": old}, deleting_memo(kube, None), lambda *e: None) == 6
     (patch,) = kube.patches
@@ -319,18 +397,23 @@ def test_adopt_remainder_never_overwrites_a_drain_another_writer_recorded(monkey
     from lagpilot.decide.deletion import Remainder
 
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
-    monkeypatch.setattr(deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),)))
+    monkeypatch.setattr(
+        deletion_io, "read_remainder", lambda admin, g, t, timeout: Remainder(5, ((1, 10, 30),))
+    )
     cleared: list[Any] = []
-    monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or [])
+    monkeypatch.setattr(
+        deletion_io, "delete_groups", lambda admin, groups, timeout: cleared.extend(groups) or []
+    )
     kube = Kube()
     kube.stored = {"drain": running_drain()}  # recorded by another writer after our read of {}
     with pytest.raises(StatusConflict):
-        _adopt(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None),
-                                 lambda *e: None)
+        _adopt(handlers.GroupRef.from_body(body(SPEC)), SPEC, {}, deleting_memo(kube, None), lambda *e: None)
     assert kube.patches == [] and cleared == []
 
 
-def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_mailbox(events: list, monkeypatch) -> None:
+def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_mailbox(
+    events: list, monkeypatch
+) -> None:
     """H1 wiring: the Planned inputs are read (consumers, offsets, mailbox), the acked range is written
     to the remainder group, THEN the mailbox is sealed, then the CR is released (no exception)."""
     from lagpilot.act import deletion_io
@@ -340,15 +423,32 @@ def test_finalize_of_a_planned_drain_hands_the_acked_range_back_and_seals_the_ma
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     order: list[Any] = []
     ack = mbx.request(2, 100, owner="u1").with_ack(30)
-    monkeypatch.setattr(deletion_io, "planned_inputs", lambda *a: {"consumers_alive": 1, "committed": {0: 120},
-                                                                   "mailbox": {0: ack}})
-    monkeypatch.setattr(deletion_io, "write_remainder", lambda conf, admin, g, t, rem, timeout: order.append(("remainder", rem)))
+    monkeypatch.setattr(
+        deletion_io,
+        "planned_inputs",
+        lambda *a: {"consumers_alive": 1, "committed": {0: 120}, "mailbox": {0: ack}},
+    )
+    monkeypatch.setattr(
+        deletion_io,
+        "write_remainder",
+        lambda conf, admin, g, t, rem, timeout: order.append(("remainder", rem)),
+    )
     monkeypatch.setattr(deletion_io, "list_progress_groups", lambda admin, g, timeout: [])
     monkeypatch.setattr(deletion_io, "delete_groups", lambda admin, groups, timeout: [])
     ex = FakeExecutor(None, None)
     ex.write_mailbox = lambda admin, spec, entries, key: order.append(("seal", dict(entries)))  # type: ignore[attr-defined]
-    planned = {"id": 2, "phase": "Planned", "ranges": [{"partition": 0, "end": 100}], "publishedAt": "2026-01-01T00:00:00Z"}
-    handlers.finalize(body=body(SPEC), spec=SPEC, status={"drain": planned},
-                      meta={"deletionTimestamp": "2026-01-01T00:00:00Z"}, memo=deleting_memo(Kube(), ex))
+    planned = {
+        "id": 2,
+        "phase": "Planned",
+        "ranges": [{"partition": 0, "end": 100}],
+        "publishedAt": "2026-01-01T00:00:00Z",
+    }
+    handlers.finalize(
+        body=body(SPEC),
+        spec=SPEC,
+        status={"drain": planned},
+        meta={"deletionTimestamp": "2026-01-01T00:00:00Z"},
+        memo=deleting_memo(Kube(), ex),
+    )
     assert order == [("remainder", Remainder(2, ((0, 30, 100),))), ("seal", {0: ack.sealed()})]
     assert [e[1] for e in events] == ["DrainRemainderHandedBack"]

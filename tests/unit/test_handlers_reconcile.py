@@ -3,6 +3,7 @@
 The fakes keep what a real API server would: the Deployment's replicas, the CR status (merge
 patches applied), Secrets. Observations are scripted per cycle; the clock is injected.
 """
+
 from __future__ import annotations
 
 import base64
@@ -47,7 +48,11 @@ def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 def _without_nulls(v: Any) -> Any:
-    return {k: _without_nulls(x) for k, x in v.items() if x is not None} if isinstance(v, dict) else copy.deepcopy(v)
+    return (
+        {k: _without_nulls(x) for k, x in v.items() if x is not None}
+        if isinstance(v, dict)
+        else copy.deepcopy(v)
+    )
 
 
 class FakeKube:
@@ -94,7 +99,9 @@ class FakeKube:
         if self.fail_configmap:
             raise self.fail_configmap
         self.configmap_writes.append(copy.deepcopy(manifest))
-        self.configmaps[(manifest["metadata"]["namespace"], manifest["metadata"]["name"])] = copy.deepcopy(manifest)
+        self.configmaps[(manifest["metadata"]["namespace"], manifest["metadata"]["name"])] = copy.deepcopy(
+            manifest
+        )
 
     def memory(self) -> dict[str, Any]:
         """The controller's memory as the ConfigMap holds it."""
@@ -123,9 +130,15 @@ class Script:
         self.calls += 1
         if self.error:
             raise self.error
-        return Observation(topic, group, self.clock, tuple(
-            PartitionOffsets(i, e, l, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
-            for i, (e, l, c, cap) in enumerate(self.parts)))
+        return Observation(
+            topic,
+            group,
+            self.clock,
+            tuple(
+                PartitionOffsets(i, e, l, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
+                for i, (e, l, c, cap) in enumerate(self.parts)
+            ),
+        )
 
 
 class World:
@@ -136,11 +149,16 @@ class World:
         self.spec = spec
         self.generation = 1
         self.pool = AdminPool(factory=lambda conf: object())
-        self.deps = Deps(kube=self.kube, admin_pool=self.pool,
-                         metrics=OperatorMetrics(CollectorRegistry()),
-                         emit=lambda t, r, m: self.events.append((t, r, m)),
-                         pod_start_seconds=0.0, clock=lambda: self.kafka.clock, observe=self.kafka,
-                         peek=self.peek)
+        self.deps = Deps(
+            kube=self.kube,
+            admin_pool=self.pool,
+            metrics=OperatorMetrics(CollectorRegistry()),
+            emit=lambda t, r, m: self.events.append((t, r, m)),
+            pod_start_seconds=0.0,
+            clock=lambda: self.kafka.clock,
+            observe=self.kafka,
+            peek=self.peek,
+        )
         self.oldest_ts: dict[int, float] = {}
         self.peeked: list[dict[int, int]] = []
         self.cache = Cache()
@@ -172,11 +190,20 @@ class World:
 
 def base_spec(**scaling: Any) -> dict[str, Any]:
     return {
-        "kafka": {"bootstrapServers": "k:9092"}, "topic": "orders", "groupId": "g",
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "orders",
+        "groupId": "g",
         "processing": {"sink": "log"},
-        "scaling": {"minReplicas": 1, "maxReplicas": 10, "pollIntervalSeconds": 5,
-                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
-                                 "scaleDown": {"stabilizationWindowSeconds": 30}}, **scaling},
+        "scaling": {
+            "minReplicas": 1,
+            "maxReplicas": 10,
+            "pollIntervalSeconds": 5,
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0},
+                "scaleDown": {"stabilizationWindowSeconds": 30},
+            },
+            **scaling,
+        },
         "catchUpSLASeconds": 60,
         "drain": {"enabled": False},
     }
@@ -194,8 +221,15 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     # observed state only: the controller's memory is in the ConfigMap the CR owns
     assert "estimator" not in st and "scalingHistory" not in st
     cm = w.kube.configmaps[(NS, memory_name(NAME))]
-    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1" and cm["metadata"]["ownerReferences"][0]["controller"]
-    assert set(w.kube.memory()) == {"estimator", "scalingHistory", "learned"}  # learned: decide.learn (issue 25 item 4)
+    assert (
+        cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        and cm["metadata"]["ownerReferences"][0]["controller"]
+    )
+    assert set(w.kube.memory()) == {
+        "estimator",
+        "scalingHistory",
+        "learned",
+    }  # learned: decide.learn (issue 25 item 4)
     # the start-up figures the planner used (decide.learn): the operator's defaults until measured
     assert st["startUps"]["podStart"]["source"] == "Default"
     assert st["startUps"]["drainStart"] == {"seconds": 20.0, "source": "Default"}
@@ -206,8 +240,17 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     assert w.cond("Scaling")["message"].startswith("keep 1->1"), w.cond("Scaling")
     # one per-partition list keyed by partition, one object each
     assert st["partitionStatuses"] == [
-        {"partition": p, "committed": 100, "end": 100, "low": 0, "lag": 0, "produceRate": 0.0, "consumeRate": 0.0}
-        for p in range(3)]
+        {
+            "partition": p,
+            "committed": 100,
+            "end": 100,
+            "low": 0,
+            "lag": 0,
+            "produceRate": 0.0,
+            "consumeRate": 0.0,
+        }
+        for p in range(3)
+    ]
     assert st["lastObservedTime"] == "2023-11-14T22:13:20.000Z"
     assert all(c["observedGeneration"] == 1 for c in st["conditions"])
     assert w.absent("Degraded")  # False
@@ -281,12 +324,22 @@ def test_not_ready_consumers_say_why_in_the_ready_condition() -> None:
     w.kafka.set([(0, 100, 100, None)])
     w.kube.ready = False
     asked: list[tuple[str, dict[str, str]]] = []
-    pod = {"metadata": {"name": "orders-consumer-abc"},
-           "spec": {"containers": [{"name": "consumer", "resources": {"limits": {"memory": "128Mi"}}}]},
-           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
-                      "containerStatuses": [{"name": "consumer", "restartCount": 2,
-                                             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                                             "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}}
+    pod = {
+        "metadata": {"name": "orders-consumer-abc"},
+        "spec": {"containers": [{"name": "consumer", "resources": {"limits": {"memory": "128Mi"}}}]},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {
+                    "name": "consumer",
+                    "restartCount": 2,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+                }
+            ],
+        },
+    }
 
     def list_pods(namespace: str, selector: dict[str, str]) -> list[dict[str, Any]]:
         asked.append((namespace, dict(selector)))
@@ -297,8 +350,10 @@ def test_not_ready_consumers_say_why_in_the_ready_condition() -> None:
     w.cycle(advance=5)
     ready = w.cond("Ready")
     assert ready["status"] == "False" and ready["reason"] == "ConsumersNotReady"
-    assert ready["message"].endswith("orders-consumer-abc: consumer: last terminated OOMKilled (exit 137, memory "
-                                     "limit 128Mi), 2 restarts, now CrashLoopBackOff"), ready["message"]
+    assert ready["message"].endswith(
+        "orders-consumer-abc: consumer: last terminated OOMKilled (exit 137, memory "
+        "limit 128Mi), 2 restarts, now CrashLoopBackOff"
+    ), ready["message"]
     assert asked and all(sel == selector_labels(w.ref.name) for _, sel in asked)
     w.kube.ready = True  # ready again: the pods are not read
     for d in w.kube.deployments.values():
@@ -352,19 +407,30 @@ def test_kafka_failures_degrade_with_backoff(reason: str) -> None:
     assert "Recovered" in w.reasons()
 
 
-SASL = {**base_spec(), "kafka": {"bootstrapServers": "k:9093", "securityProtocol": "SASL_PLAINTEXT",
-                                 "saslMechanism": "PLAIN", "secretRef": {"name": "kcreds"}}}
+SASL = {
+    **base_spec(),
+    "kafka": {
+        "bootstrapServers": "k:9093",
+        "securityProtocol": "SASL_PLAINTEXT",
+        "saslMechanism": "PLAIN",
+        "secretRef": {"name": "kcreds"},
+    },
+}
 
 
 def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
-@pytest.mark.parametrize("secret, reason", [
-    (None, "SecretNotFound"),
-    ({"username": b64("svc")}, "SecretMalformed"),
-    ({"username": b64("svc"), "password": "%%not-base64%%"}, "SecretMalformed"),
-], ids=["missing", "no-password", "bad-base64"])
+@pytest.mark.parametrize(
+    "secret, reason",
+    [
+        (None, "SecretNotFound"),
+        ({"username": b64("svc")}, "SecretMalformed"),
+        ({"username": b64("svc"), "password": "%%not-base64%%"}, "SecretMalformed"),
+    ],
+    ids=["missing", "no-password", "bad-base64"],
+)
 def test_secret_problems_degrade_without_leaking(secret: dict[str, str] | None, reason: str) -> None:
     w = World(copy.deepcopy(SASL))
     if secret is not None:
@@ -400,7 +466,10 @@ def test_invalid_spec_degrades_and_waits_long() -> None:
     assert not res.ok and res.reason == "InvalidSpec" and res.delay_s == w.deps.max_backoff_seconds
     # the field it names, and the CRD's own message for the rule (issue 26: evaluated, not re-written)
     message = w.cond("Degraded")["message"]
-    assert "spec.scaling.minReplicas: scaling.minReplicas must be less than or equal to scaling.maxReplicas" in message
+    assert (
+        "spec.scaling.minReplicas: scaling.minReplicas must be less than or equal to scaling.maxReplicas"
+        in message
+    )
     assert not w.kube.deployments
 
 
@@ -409,8 +478,13 @@ def test_drain_hand_off_holds_replicas() -> None:
     w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
     w.cycle()
     # the hand-off's quiesce fallback owns the replica count (handoff.holds_replicas)
-    drain = {"id": 1, "phase": "HandedOff", "quiescedAt": status_mod.format_time(T0), "handOffPath": "Quiesce",
-             "ranges": [{"partition": 0, "start": 0, "end": 1000}]}
+    drain = {
+        "id": 1,
+        "phase": "HandedOff",
+        "quiescedAt": status_mod.format_time(T0),
+        "handOffPath": "Quiesce",
+        "ranges": [{"partition": 0, "start": 0, "end": 1000}],
+    }
     w.kube.status["drain"] = copy.deepcopy(drain)
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle(advance=5)
@@ -423,8 +497,12 @@ def test_consumer_ack_hand_off_leaves_the_scaler_free() -> None:
     w = World(base_spec())
     w.kafka.set([(0, 1000, 1000, 10.0)] * 3)
     w.cycle()
-    w.kube.status["drain"] = {"id": 1, "phase": "Planned", "handOffPath": "ConsumerAck",
-                              "ranges": [{"partition": 0, "end": 1000}]}
+    w.kube.status["drain"] = {
+        "id": 1,
+        "phase": "Planned",
+        "handOffPath": "ConsumerAck",
+        "ranges": [{"partition": 0, "end": 1000}],
+    }
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)
     w.cycle(advance=5)
     assert w.kube.replicas == 3  # the backlog scaled the group up during the hand-off
@@ -492,6 +570,7 @@ def test_oldest_record_age_of_lagging_partitions() -> None:
 def test_cycle_decides_through_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """reconcile holds no policy arithmetic: one cycle = one call of lagpilot.decide.step.step."""
     from lagpilot.decide import step as step_mod
+
     calls = []
     real = step_mod.step
 
@@ -574,8 +653,10 @@ def test_a_memory_configmap_the_cr_does_not_own_is_not_read() -> None:
     import json
 
     w = World(base_spec())
-    foreign = {"metadata": {"name": memory_name(NAME), "namespace": NS},
-               "data": {"memory": json.dumps({"scalingHistory": {"recommendations": [[T0, 9]], "lastScaleS": T0}})}}
+    foreign = {
+        "metadata": {"name": memory_name(NAME), "namespace": NS},
+        "data": {"memory": json.dumps({"scalingHistory": {"recommendations": [[T0, 9]], "lastScaleS": T0}})},
+    }
     w.kube.configmaps[(NS, memory_name(NAME))] = foreign
     w.kafka.set([(0, 100, 100, None)] * 3)
     w.cycle()
@@ -589,7 +670,9 @@ def test_a_failed_memory_read_fails_the_cycle_rather_than_start_blind() -> None:
     w.kube.fail_configmap = KubeError(403, "Forbidden", "get ConfigMap team-a/orders-lagpilot-state")
     res = w.cycle()
     assert not res.ok and res.reason == "KubernetesAPIError"
-    assert w.cond("Degraded")["reason"] == "KubernetesAPIError" and "ConfigMap" in w.cond("Degraded")["message"]
+    assert (
+        w.cond("Degraded")["reason"] == "KubernetesAPIError" and "ConfigMap" in w.cond("Degraded")["message"]
+    )
     assert w.kafka.calls == 0  # nothing observed or decided without the memory
     w.kube.fail_configmap = None
     assert w.cycle(advance=5).ok and w.kube.configmap_writes

@@ -1,5 +1,6 @@
 """The hand-off state machine: one table row per transition, and a model-based property that an
 operator killed between any effect and its status write still gives every offset exactly one owner."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,31 +30,59 @@ from lagpilot.decide.status import format_time
 from lagpilot.model.status import validate_status
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, parse_progress_metadata, progress_metadata, split_ranges
+from lagpilot_runtime.drain_plan import (
+    DrainPlan,
+    SubRange,
+    parse_progress_metadata,
+    progress_metadata,
+    split_ranges,
+)
 
 NOW = 1_000_000.0
 
 
 def spec(**drain):
-    raw = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-           "batch": {"maxRecords": 10}, "drain": {"splitFactor": 2, **drain}}
+    raw = {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "t",
+        "groupId": "g",
+        "batch": {"maxRecords": 10},
+        "drain": {"splitFactor": 2, **drain},
+    }
     return parse_spec(raw)
 
 
 def obs(offsets=None, empty=None, replicas=3, wanted=(), job=None, progress=None, generation=1, mailbox=None):
-    return Observed(generation=generation, offsets=offsets, group_empty=empty, replicas=replicas,
-                    wanted=wanted, job=job, progress=progress, mailbox=mailbox)
+    return Observed(
+        generation=generation,
+        offsets=offsets,
+        group_empty=empty,
+        replicas=replicas,
+        wanted=wanted,
+        job=job,
+        progress=progress,
+        mailbox=mailbox,
+    )
 
 
 REQ = mbx.request(1, 1000)
-PLANNED = DrainStatus(id=1, phase=Phase.PLANNED, ranges=(PartitionRange(0, split=1000),), restore_replicas=3, planned_at=NOW)
+PLANNED = DrainStatus(
+    id=1, phase=Phase.PLANNED, ranges=(PartitionRange(0, split=1000),), restore_replicas=3, planned_at=NOW
+)
 PUBLISHED = dataclasses.replace(PLANNED, published_at=NOW - 5, hand_off_path=h.PATH_ACK)
 QUIESCING = dataclasses.replace(PUBLISHED, hand_off_path=h.PATH_QUIESCE, quiesced_at=NOW - 1)
 # a status written by a pre-mailbox operator: start fixed while the group was empty
-LEGACY_FIXED = dataclasses.replace(PLANNED, ranges=(PartitionRange(0, split=1000, start=200),), quiesced_at=NOW)
+LEGACY_FIXED = dataclasses.replace(
+    PLANNED, ranges=(PartitionRange(0, split=1000, start=200),), quiesced_at=NOW
+)
 SUBS = (SubProgress(0, 0, 200, 600, 200), SubProgress(0, 1, 600, 1000, 600))
-HANDED = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000, start=200),), phase=Phase.HANDED_OFF,
-                             sub_ranges=SUBS, handed_off_at=NOW)
+HANDED = dataclasses.replace(
+    PUBLISHED,
+    ranges=(PartitionRange(0, split=1000, start=200),),
+    phase=Phase.HANDED_OFF,
+    sub_ranges=SUBS,
+    handed_off_at=NOW,
+)
 RUNNING = dataclasses.replace(HANDED, phase=Phase.RUNNING, attempt=1, started_at=NOW, progress_at=NOW)
 DONE_PROGRESS = {(0, 0): (600, 400), (0, 1): (1000, 400)}
 O200 = {0: Offsets(200, 0, 1000)}
@@ -64,57 +93,365 @@ MB_ACK = {0: REQ.with_ack(200)}
 # (id, spec, status, observed, expected kind, expected phase after (None: status untouched))
 CASES = [
     ("idle-nothing-wanted", spec(), None, obs({0: Offsets(200, 0, 1000)}), Kind.NONE, None),
-    ("idle-plans-wanted", spec(), None, obs({0: Offsets(200, 0, 1000)}, wanted=(0,)), Kind.WRITE_STATUS, Phase.PLANNED),
-    ("idle-disabled", spec(enabled=False), None, obs({0: Offsets(200, 0, 1000)}, wanted=(0,)), Kind.NONE, None),
-    ("idle-cancel-blocks-new", spec(cancel=True), None, obs({0: Offsets(200, 0, 1000)}, wanted=(0,)), Kind.NONE, None),
+    (
+        "idle-plans-wanted",
+        spec(),
+        None,
+        obs({0: Offsets(200, 0, 1000)}, wanted=(0,)),
+        Kind.WRITE_STATUS,
+        Phase.PLANNED,
+    ),
+    (
+        "idle-disabled",
+        spec(enabled=False),
+        None,
+        obs({0: Offsets(200, 0, 1000)}, wanted=(0,)),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "idle-cancel-blocks-new",
+        spec(cancel=True),
+        None,
+        obs({0: Offsets(200, 0, 1000)}, wanted=(0,)),
+        Kind.NONE,
+        None,
+    ),
     ("idle-no-backlog", spec(), None, obs({0: Offsets(1000, 0, 1000)}, wanted=(0,)), Kind.NONE, None),
     ("idle-kafka-unknown", spec(), None, obs(None, wanted=(0,)), Kind.NONE, None),
-    ("planned-publishes", spec(), PLANNED, obs(O200, empty=False, mailbox={0: None}), Kind.PUBLISH, Phase.PLANNED),
-    ("planned-publish-replaces-older-drain", spec(), PLANNED, obs(O200, empty=False, mailbox={0: mbx.Entry(0, 50, 10, True)}), Kind.PUBLISH, Phase.PLANNED),
-    ("planned-republish-never-overwrites-ack", spec(), PLANNED, obs(O200, empty=False, mailbox=MB_ACK), Kind.WRITE_STATUS, Phase.PLANNED),
+    (
+        "planned-publishes",
+        spec(),
+        PLANNED,
+        obs(O200, empty=False, mailbox={0: None}),
+        Kind.PUBLISH,
+        Phase.PLANNED,
+    ),
+    (
+        "planned-publish-replaces-older-drain",
+        spec(),
+        PLANNED,
+        obs(O200, empty=False, mailbox={0: mbx.Entry(0, 50, 10, True)}),
+        Kind.PUBLISH,
+        Phase.PLANNED,
+    ),
+    (
+        "planned-republish-never-overwrites-ack",
+        spec(),
+        PLANNED,
+        obs(O200, empty=False, mailbox=MB_ACK),
+        Kind.WRITE_STATUS,
+        Phase.PLANNED,
+    ),
     ("planned-mailbox-unknown", spec(), PLANNED, obs(O200, empty=False, mailbox=None), Kind.NONE, None),
     ("planned-kafka-unknown", spec(), PUBLISHED, obs(None, empty=True, mailbox=MB_REQ), Kind.NONE, None),
-    ("planned-cancel-before-publish-drops", spec(cancel=True), PLANNED, obs(O200, mailbox={0: None}), Kind.RESTORE, Phase.CANCELLED),
-    ("planned-cancel-after-lost-publish-goes-on", spec(cancel=True), PLANNED, obs(O200, mailbox=MB_REQ), Kind.WRITE_STATUS, Phase.PLANNED),
-    ("published-waits-for-acks", spec(), PUBLISHED, obs(O200, empty=False, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
-    ("published-acked-not-yet-moved-pending", spec(), PUBLISHED, obs(O200, empty=False, mailbox=MB_ACK), Kind.NONE, Phase.PLANNED),
-    ("published-acked-and-moved-hands-off", spec(), PUBLISHED, obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
-    ("published-moved-on-past-split-hands-off", spec(), PUBLISHED, obs({0: Offsets(1400, 0, 1500)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
-    ("published-sealed-status-lost", spec(), PUBLISHED, obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox={0: REQ.with_ack(200).sealed()}), Kind.SEAL, Phase.HANDED_OFF),
-    ("published-group-got-there", spec(), PUBLISHED, obs({0: Offsets(1050, 0, 1100)}, empty=False, mailbox=MB_REQ), Kind.SEAL, Phase.CANCELLED),
-    ("published-empty-group-acts-for-owner", spec(), PUBLISHED, obs(O200, empty=True, mailbox=MB_REQ), Kind.ALTER_OFFSETS, Phase.PLANNED),
-    ("published-timeout-quiesces", spec(), dataclasses.replace(PUBLISHED, published_at=NOW - 31), obs(O200, empty=False, mailbox=MB_REQ), Kind.QUIESCE, Phase.PLANNED),
-    ("published-timeout-needs-known-membership", spec(), dataclasses.replace(PUBLISHED, published_at=NOW - 31), obs(O200, empty=None, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
-    ("quiescing-waits-members", spec(), QUIESCING, obs(O200, empty=False, replicas=0, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
-    ("quiescing-empty-acts", spec(), QUIESCING, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), Kind.ALTER_OFFSETS, Phase.PLANNED),
-    ("published-cancel-waits-for-acks", spec(cancel=True), PUBLISHED, obs(O200, empty=False, mailbox=MB_REQ), Kind.NONE, Phase.PLANNED),
-    ("published-cancel-records-remainder", spec(cancel=True), PUBLISHED, obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.CANCELLED),
-    ("published-disabled-still-hands-off", spec(enabled=False), PUBLISHED, obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK), Kind.SEAL, Phase.HANDED_OFF),
-    ("legacy-fixed-publishes-its-start-as-ack", spec(), LEGACY_FIXED, obs(O200, empty=True, replicas=0, mailbox={0: None}), Kind.PUBLISH, Phase.PLANNED),
+    (
+        "planned-cancel-before-publish-drops",
+        spec(cancel=True),
+        PLANNED,
+        obs(O200, mailbox={0: None}),
+        Kind.RESTORE,
+        Phase.CANCELLED,
+    ),
+    (
+        "planned-cancel-after-lost-publish-goes-on",
+        spec(cancel=True),
+        PLANNED,
+        obs(O200, mailbox=MB_REQ),
+        Kind.WRITE_STATUS,
+        Phase.PLANNED,
+    ),
+    (
+        "published-waits-for-acks",
+        spec(),
+        PUBLISHED,
+        obs(O200, empty=False, mailbox=MB_REQ),
+        Kind.NONE,
+        Phase.PLANNED,
+    ),
+    (
+        "published-acked-not-yet-moved-pending",
+        spec(),
+        PUBLISHED,
+        obs(O200, empty=False, mailbox=MB_ACK),
+        Kind.NONE,
+        Phase.PLANNED,
+    ),
+    (
+        "published-acked-and-moved-hands-off",
+        spec(),
+        PUBLISHED,
+        obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox=MB_ACK),
+        Kind.SEAL,
+        Phase.HANDED_OFF,
+    ),
+    (
+        "published-moved-on-past-split-hands-off",
+        spec(),
+        PUBLISHED,
+        obs({0: Offsets(1400, 0, 1500)}, empty=False, mailbox=MB_ACK),
+        Kind.SEAL,
+        Phase.HANDED_OFF,
+    ),
+    (
+        "published-sealed-status-lost",
+        spec(),
+        PUBLISHED,
+        obs({0: Offsets(1000, 0, 1100)}, empty=False, mailbox={0: REQ.with_ack(200).sealed()}),
+        Kind.SEAL,
+        Phase.HANDED_OFF,
+    ),
+    (
+        "published-group-got-there",
+        spec(),
+        PUBLISHED,
+        obs({0: Offsets(1050, 0, 1100)}, empty=False, mailbox=MB_REQ),
+        Kind.SEAL,
+        Phase.CANCELLED,
+    ),
+    (
+        "published-empty-group-acts-for-owner",
+        spec(),
+        PUBLISHED,
+        obs(O200, empty=True, mailbox=MB_REQ),
+        Kind.ALTER_OFFSETS,
+        Phase.PLANNED,
+    ),
+    (
+        "published-timeout-quiesces",
+        spec(),
+        dataclasses.replace(PUBLISHED, published_at=NOW - 31),
+        obs(O200, empty=False, mailbox=MB_REQ),
+        Kind.QUIESCE,
+        Phase.PLANNED,
+    ),
+    (
+        "published-timeout-needs-known-membership",
+        spec(),
+        dataclasses.replace(PUBLISHED, published_at=NOW - 31),
+        obs(O200, empty=None, mailbox=MB_REQ),
+        Kind.NONE,
+        Phase.PLANNED,
+    ),
+    (
+        "quiescing-waits-members",
+        spec(),
+        QUIESCING,
+        obs(O200, empty=False, replicas=0, mailbox=MB_REQ),
+        Kind.NONE,
+        Phase.PLANNED,
+    ),
+    (
+        "quiescing-empty-acts",
+        spec(),
+        QUIESCING,
+        obs(O200, empty=True, replicas=0, mailbox=MB_REQ),
+        Kind.ALTER_OFFSETS,
+        Phase.PLANNED,
+    ),
+    (
+        "published-cancel-waits-for-acks",
+        spec(cancel=True),
+        PUBLISHED,
+        obs(O200, empty=False, mailbox=MB_REQ),
+        Kind.NONE,
+        Phase.PLANNED,
+    ),
+    (
+        "published-cancel-records-remainder",
+        spec(cancel=True),
+        PUBLISHED,
+        obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK),
+        Kind.SEAL,
+        Phase.CANCELLED,
+    ),
+    (
+        "published-disabled-still-hands-off",
+        spec(enabled=False),
+        PUBLISHED,
+        obs({0: Offsets(1000, 0, 1000)}, empty=False, mailbox=MB_ACK),
+        Kind.SEAL,
+        Phase.HANDED_OFF,
+    ),
+    (
+        "legacy-fixed-publishes-its-start-as-ack",
+        spec(),
+        LEGACY_FIXED,
+        obs(O200, empty=True, replicas=0, mailbox={0: None}),
+        Kind.PUBLISH,
+        Phase.PLANNED,
+    ),
     ("handedoff-launches", spec(), HANDED, obs(), Kind.LAUNCH, Phase.RUNNING),
     ("handedoff-disabled-still-launches", spec(enabled=False), HANDED, obs(), Kind.LAUNCH, Phase.RUNNING),
     ("handedoff-cancel-keeps-range", spec(cancel=True), HANDED, obs(), Kind.RESTORE, Phase.CANCELLED),
-    ("running-progress", spec(), RUNNING, obs(job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (400, 200)}), Kind.NONE, Phase.RUNNING),
-    ("running-no-change", spec(), RUNNING, obs(job=JobObservation(JobState.ACTIVE, 1), progress={}), Kind.NONE, None),
-    ("running-succeeded", spec(), RUNNING, obs(job=JobObservation(JobState.SUCCEEDED)), Kind.WRITE_STATUS, Phase.SUCCEEDED),
-    ("running-failed-schedules-retry", spec(), RUNNING, obs(job=JobObservation(JobState.FAILED, 0, "boom")), Kind.WRITE_STATUS, Phase.RUNNING),
-    ("running-retry-waits", spec(), dataclasses.replace(RUNNING, retry_at=NOW + 5), obs(job=JobObservation(JobState.FAILED)), Kind.NONE, None),
-    ("running-retry-due", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.FAILED)), Kind.LAUNCH, Phase.RUNNING),
-    ("running-retry-due-waits-for-pods", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.FAILED, 1)), Kind.NONE, None),
-    ("running-retry-job-gone-waits-for-pods", spec(), dataclasses.replace(RUNNING, retry_at=NOW - 1), obs(job=JobObservation(JobState.ABSENT, 1)), Kind.NONE, None),
-    ("running-exhausted", spec(), dataclasses.replace(RUNNING, attempt=h.MAX_ATTEMPTS), obs(job=JobObservation(JobState.FAILED)), Kind.WRITE_STATUS, Phase.FAILED),
-    ("running-job-vanished", spec(), RUNNING, obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
-    ("running-cancel-deletes", spec(cancel=True), RUNNING, obs(job=JobObservation(JobState.ACTIVE, 2)), Kind.DELETE_JOB, Phase.RUNNING),
-    ("running-cancel-waits-pods", spec(cancel=True), RUNNING, obs(job=JobObservation(JobState.ABSENT, 1)), Kind.DELETE_JOB, Phase.RUNNING),
-    ("running-cancel-done", spec(cancel=True), RUNNING, obs(job=JobObservation(JobState.ABSENT, 0)), Kind.WRITE_STATUS, Phase.CANCELLED),
-    ("succeeded-verifies", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=DONE_PROGRESS), Kind.WRITE_STATUS, Phase.VERIFIED),
-    ("succeeded-incomplete-retries", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress={(0, 0): (600, 400)}), Kind.WRITE_STATUS, Phase.RUNNING),
-    ("succeeded-progress-unknown", spec(), dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED), obs(progress=None), Kind.NONE, None),
-    ("failed-waits", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=NOW + 60), obs(generation=1), Kind.NONE, None),
-    ("failed-retries-on-spec-change", spec(), dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1), obs(generation=2), Kind.LAUNCH, Phase.RUNNING),
-    ("cancelled-resumes", spec(), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.LAUNCH, Phase.RUNNING),
-    ("cancelled-stays", spec(cancel=True), dataclasses.replace(RUNNING, phase=Phase.CANCELLED), obs(job=JobObservation(JobState.ABSENT)), Kind.NONE, None),
-    ("verified-plans-again", spec(), dataclasses.replace(RUNNING, phase=Phase.VERIFIED, sub_ranges=()), obs({0: Offsets(1000, 0, 5000)}, wanted=(0,)), Kind.WRITE_STATUS, Phase.PLANNED),
+    (
+        "running-progress",
+        spec(),
+        RUNNING,
+        obs(job=JobObservation(JobState.ACTIVE, 1), progress={(0, 0): (400, 200)}),
+        Kind.NONE,
+        Phase.RUNNING,
+    ),
+    (
+        "running-no-change",
+        spec(),
+        RUNNING,
+        obs(job=JobObservation(JobState.ACTIVE, 1), progress={}),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "running-succeeded",
+        spec(),
+        RUNNING,
+        obs(job=JobObservation(JobState.SUCCEEDED)),
+        Kind.WRITE_STATUS,
+        Phase.SUCCEEDED,
+    ),
+    (
+        "running-failed-schedules-retry",
+        spec(),
+        RUNNING,
+        obs(job=JobObservation(JobState.FAILED, 0, "boom")),
+        Kind.WRITE_STATUS,
+        Phase.RUNNING,
+    ),
+    (
+        "running-retry-waits",
+        spec(),
+        dataclasses.replace(RUNNING, retry_at=NOW + 5),
+        obs(job=JobObservation(JobState.FAILED)),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "running-retry-due",
+        spec(),
+        dataclasses.replace(RUNNING, retry_at=NOW - 1),
+        obs(job=JobObservation(JobState.FAILED)),
+        Kind.LAUNCH,
+        Phase.RUNNING,
+    ),
+    (
+        "running-retry-due-waits-for-pods",
+        spec(),
+        dataclasses.replace(RUNNING, retry_at=NOW - 1),
+        obs(job=JobObservation(JobState.FAILED, 1)),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "running-retry-job-gone-waits-for-pods",
+        spec(),
+        dataclasses.replace(RUNNING, retry_at=NOW - 1),
+        obs(job=JobObservation(JobState.ABSENT, 1)),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "running-exhausted",
+        spec(),
+        dataclasses.replace(RUNNING, attempt=h.MAX_ATTEMPTS),
+        obs(job=JobObservation(JobState.FAILED)),
+        Kind.WRITE_STATUS,
+        Phase.FAILED,
+    ),
+    (
+        "running-job-vanished",
+        spec(),
+        RUNNING,
+        obs(job=JobObservation(JobState.ABSENT)),
+        Kind.LAUNCH,
+        Phase.RUNNING,
+    ),
+    (
+        "running-cancel-deletes",
+        spec(cancel=True),
+        RUNNING,
+        obs(job=JobObservation(JobState.ACTIVE, 2)),
+        Kind.DELETE_JOB,
+        Phase.RUNNING,
+    ),
+    (
+        "running-cancel-waits-pods",
+        spec(cancel=True),
+        RUNNING,
+        obs(job=JobObservation(JobState.ABSENT, 1)),
+        Kind.DELETE_JOB,
+        Phase.RUNNING,
+    ),
+    (
+        "running-cancel-done",
+        spec(cancel=True),
+        RUNNING,
+        obs(job=JobObservation(JobState.ABSENT, 0)),
+        Kind.WRITE_STATUS,
+        Phase.CANCELLED,
+    ),
+    (
+        "succeeded-verifies",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED),
+        obs(progress=DONE_PROGRESS),
+        Kind.WRITE_STATUS,
+        Phase.VERIFIED,
+    ),
+    (
+        "succeeded-incomplete-retries",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED),
+        obs(progress={(0, 0): (600, 400)}),
+        Kind.WRITE_STATUS,
+        Phase.RUNNING,
+    ),
+    (
+        "succeeded-progress-unknown",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.SUCCEEDED),
+        obs(progress=None),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "failed-waits",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1, retry_at=NOW + 60),
+        obs(generation=1),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "failed-retries-on-spec-change",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.FAILED, failed_generation=1),
+        obs(generation=2),
+        Kind.LAUNCH,
+        Phase.RUNNING,
+    ),
+    (
+        "cancelled-resumes",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.CANCELLED),
+        obs(job=JobObservation(JobState.ABSENT)),
+        Kind.LAUNCH,
+        Phase.RUNNING,
+    ),
+    (
+        "cancelled-stays",
+        spec(cancel=True),
+        dataclasses.replace(RUNNING, phase=Phase.CANCELLED),
+        obs(job=JobObservation(JobState.ABSENT)),
+        Kind.NONE,
+        None,
+    ),
+    (
+        "verified-plans-again",
+        spec(),
+        dataclasses.replace(RUNNING, phase=Phase.VERIFIED, sub_ranges=()),
+        obs({0: Offsets(1000, 0, 5000)}, wanted=(0,)),
+        Kind.WRITE_STATUS,
+        Phase.PLANNED,
+    ),
 ]
 
 
@@ -139,23 +476,35 @@ def assert_round_trip(d: DrainStatus) -> None:
     out = d.to_dict()
     back = DrainStatus.from_dict(out)
     assert back.to_dict() == out
-    assert (back.records_total, back.records_done, back.remaining) == (d.records_total, d.records_done, d.remaining)
+    assert (back.records_total, back.records_done, back.remaining) == (
+        d.records_total,
+        d.records_done,
+        d.remaining,
+    )
     assert h.is_idle(back) == h.is_idle(d) and h._finished(back) == h._finished(d)
     assert back.history == tuple(h.history_entry(e) for e in d.history)  # as stored: no task counts
     assert [[(r["partition"], r.get("start"), r["end"]) for r in e["ranges"]] for e in back.history] == [
         [(r.partition, r.start, r.split) for r in (h.PartitionRange.from_dict(x) for x in e["ranges"])]
-        for e in d.history]
+        for e in d.history
+    ]
     validate_status({"drain": stored(out)})  # the shape the CRD declares (unknown fields would be pruned)
     if h._finished(d):
         assert out["subRanges"] is None and out["restoreReplicas"] is None and back.sub_ranges == ()
-        assert back == dataclasses.replace(d, sub_ranges=(), history=back.history, restore_replicas=0,
-                                           done_counts=(d.records_done, d.records_total))
+        assert back == dataclasses.replace(
+            d,
+            sub_ranges=(),
+            history=back.history,
+            restore_replicas=0,
+            done_counts=(d.records_done, d.records_total),
+        )
     else:
         assert back == dataclasses.replace(d, history=back.history)
 
 
 def test_plan_records_split_and_replicas_before_acting():
-    a = next_action(spec(), None, obs({0: Offsets(200, 0, 1000), 1: Offsets(5, 0, 10)}, wanted=(0,), replicas=2), NOW)
+    a = next_action(
+        spec(), None, obs({0: Offsets(200, 0, 1000), 1: Offsets(5, 0, 10)}, wanted=(0,), replicas=2), NOW
+    )
     assert a.kind is Kind.WRITE_STATUS  # no side effect: the plan is written first
     assert a.status.ranges == (PartitionRange(0, split=1000, start=None),)
     assert a.status.restore_replicas == 2 and a.status.id == 1
@@ -169,19 +518,33 @@ def test_legacy_crash_after_alter_then_consumers_past_split_keeps_every_range():
     """A pre-mailbox operator died right after altering the offsets (before recording HandedOff);
     consumers committed past split meanwhile. Its fixed starts become acks, so [start, split) stays
     the drain's — re-fixing them from the group's position would hand those records to nobody."""
-    fixed = dataclasses.replace(PLANNED, quiesced_at=NOW, ranges=(
-        PartitionRange(0, split=15010, start=0), PartitionRange(1, split=15010, start=0),
-        PartitionRange(2, split=15010, start=500)))
+    fixed = dataclasses.replace(
+        PLANNED,
+        quiesced_at=NOW,
+        ranges=(
+            PartitionRange(0, split=15010, start=0),
+            PartitionRange(1, split=15010, start=0),
+            PartitionRange(2, split=15010, start=500),
+        ),
+    )
     offsets = {0: Offsets(0, 0, 15400), 1: Offsets(15200, 0, 15400), 2: Offsets(15010, 0, 15400)}
-    a = next_action(spec(), fixed, obs(offsets, empty=True, replicas=0, mailbox={0: None, 1: None, 2: None}), NOW)
+    a = next_action(
+        spec(), fixed, obs(offsets, empty=True, replicas=0, mailbox={0: None, 1: None, 2: None}), NOW
+    )
     assert a.kind is Kind.PUBLISH and {p: e.ack for p, e in a.entries.items()} == {0: 0, 1: 0, 2: 500}
     mailbox = dict(a.entries)
     b = next_action(spec(), a.status, obs(offsets, empty=True, replicas=0, mailbox=mailbox), NOW)
-    assert b.kind is Kind.ALTER_OFFSETS and b.offsets == {0: 15010} and not b.entries  # only p0 still needs its move
+    assert (
+        b.kind is Kind.ALTER_OFFSETS and b.offsets == {0: 15010} and not b.entries
+    )  # only p0 still needs its move
     offsets[0] = Offsets(15010, 0, 15400)
     c = next_action(spec(), b.status, obs(offsets, empty=True, replicas=0, mailbox=mailbox), NOW)
     assert c.kind is Kind.SEAL and c.status.phase is Phase.HANDED_OFF
-    assert {(r.partition, r.start, r.split) for r in c.status.ranges} == {(0, 0, 15010), (1, 0, 15010), (2, 500, 15010)}
+    assert {(r.partition, r.start, r.split) for r in c.status.ranges} == {
+        (0, 0, 15010),
+        (1, 0, 15010),
+        (2, 500, 15010),
+    }
     covered = {p: sum(x.end - x.start for x in c.status.sub_ranges if x.partition == p) for p in range(3)}
     assert covered == {0: 15010, 1: 15010, 2: 14510}
     assert all(e.done for e in c.entries.values()) and set(c.entries) == {0, 1, 2}
@@ -189,28 +552,45 @@ def test_legacy_crash_after_alter_then_consumers_past_split_keeps_every_range():
 
 def test_apply_outside_the_loop_holds_only_a_quiesce_fallback_at_zero():
     from lagpilot.reconcile.act import clamp_initial
-    sp = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                     "scaling": {"minReplicas": 1, "maxReplicas": 5}})
+
+    sp = parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "t",
+            "groupId": "g",
+            "scaling": {"minReplicas": 1, "maxReplicas": 5},
+        }
+    )
     planned = {"id": 1, "phase": "Planned", "ranges": [{"partition": 0, "end": 10}]}
     at = format_time(NOW)
-    for name, drain, want in (("planned-not-yet-published", planned, 3),
-                              ("planned-consumer-ack", {**planned, "handOffPath": "ConsumerAck", "publishedAt": at}, 3),
-                              ("planned-empty-group", {**planned, "handOffPath": "EmptyGroup", "publishedAt": at}, 3),
-                              ("planned-quiesce-fallback", {**planned, "handOffPath": "Quiesce", "quiescedAt": at}, 0),
-                              ("legacy-planned-quiesced", {**planned, "quiescedAt": at}, 0),
-                              ("handed-off", {"id": 1, "phase": "HandedOff"}, 3),
-                              ("running", {"id": 1, "phase": "Running"}, 3), ("none", None, 3)):
+    for name, drain, want in (
+        ("planned-not-yet-published", planned, 3),
+        ("planned-consumer-ack", {**planned, "handOffPath": "ConsumerAck", "publishedAt": at}, 3),
+        ("planned-empty-group", {**planned, "handOffPath": "EmptyGroup", "publishedAt": at}, 3),
+        ("planned-quiesce-fallback", {**planned, "handOffPath": "Quiesce", "quiescedAt": at}, 0),
+        ("legacy-planned-quiesced", {**planned, "quiescedAt": at}, 0),
+        ("handed-off", {"id": 1, "phase": "HandedOff"}, 3),
+        ("running", {"id": 1, "phase": "Running"}, 3),
+        ("none", None, 3),
+    ):
         status = {"desiredReplicas": 3, "partitions": 3, "drain": drain}
         assert clamp_initial(sp, status) == want, name
     assert h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "Quiesce"}))
-    assert not h.holds_replicas(DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "ConsumerAck"}))
+    assert not h.holds_replicas(
+        DrainStatus.from_dict({"id": 1, "phase": "HandedOff", "handOffPath": "ConsumerAck"})
+    )
 
 
 def test_empty_group_acks_then_moves_only_to_split_and_sub_ranges_tile_the_range():
     a = next_action(spec(splitFactor=3), PUBLISHED, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), NOW)
     assert a.kind is Kind.ALTER_OFFSETS and a.offsets == {0: 1000} and a.entries == {0: REQ.with_ack(200)}
     assert a.status.hand_off_path == h.PATH_EMPTY and h.replicas_override(a.status) is None
-    b = next_action(spec(splitFactor=3), a.status, obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}), NOW)
+    b = next_action(
+        spec(splitFactor=3),
+        a.status,
+        obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}),
+        NOW,
+    )
     subs = b.status.sub_ranges
     assert b.kind is Kind.SEAL and subs[0].start == 200 and subs[-1].end == 1000
     assert all(x.end == y.start for x, y in zip(subs, subs[1:]))
@@ -224,7 +604,12 @@ def test_quiesce_fallback_holds_then_restores():
     assert h.replicas_override(q.status) == 0 and h.holds_replicas(q.status)
     a = next_action(spec(), q.status, obs(O200, empty=True, replicas=0, mailbox=MB_REQ), NOW + 30)
     assert a.kind is Kind.ALTER_OFFSETS and a.status.hand_off_path == h.PATH_QUIESCE
-    b = next_action(spec(), a.status, obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}), NOW + 31)
+    b = next_action(
+        spec(),
+        a.status,
+        obs({0: Offsets(1000, 0, 1000)}, empty=True, replicas=0, mailbox={0: a.entries[0]}),
+        NOW + 31,
+    )
     assert b.kind is Kind.SEAL and b.status.phase is Phase.HANDED_OFF and h.holds_replicas(b.status)
     c = next_action(spec(), b.status, obs(), NOW + 32)
     assert c.kind is Kind.LAUNCH and c.replicas == 2 and c.status.pause_seconds == 32.0
@@ -260,8 +645,14 @@ def test_condition_reports_progress():
 
 # ---- drain_plan (the runtime side of the contract) ----------------------------------------
 
-@given(st.dictionaries(st.integers(0, 20), st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=6),
-       st.integers(1, 20), st.integers(1, 1000))
+
+@given(
+    st.dictionaries(
+        st.integers(0, 20), st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=6
+    ),
+    st.integers(1, 20),
+    st.integers(1, 1000),
+)
 def test_split_ranges_tile_exactly(ranges, factor, min_per_task):
     ranges = {p: (min(a, b), max(a, b)) for p, (a, b) in ranges.items()}
     subs = split_ranges(ranges, factor, min_per_task)
@@ -285,6 +676,7 @@ def test_plan_json_round_trip_and_overlap_rejected():
 
 # ---- model-based: operator, consumers, rebalances and crashes interleaved ---------------------
 
+
 class Consumer:
     def __init__(self, cid: int):
         self.cid = cid
@@ -300,8 +692,14 @@ class World:
     the scaler, the Deployment and the drain Job. Every actor advances one atomic step at a time,
     in random order, so every interleaving of their effects is possible."""
 
-    def __init__(self, rnd: random.Random, parts: int = 3, mailbox_first: bool = False, crash_rate: float = 0.0,
-                 busy_rounds: int = 0):
+    def __init__(
+        self,
+        rnd: random.Random,
+        parts: int = 3,
+        mailbox_first: bool = False,
+        crash_rate: float = 0.0,
+        busy_rounds: int = 0,
+    ):
         self.rnd = rnd
         # issue 25 item 2: a busy drain (Observed.busy) asked for up to busy_rounds next splits while
         # it runs; its Job learns each next split's sub-ranges only from the part the operator
@@ -348,7 +746,11 @@ class World:
         self.next_cid += 1
         self.consumers[c.cid] = c
         self.gens[c.cid] = self.consumer_loop(c)
-        owned = [p for p, o in self.owner.items() if o is not None and o in self.consumers and p in self.consumers[o].owned]
+        owned = [
+            p
+            for p, o in self.owner.items()
+            if o is not None and o in self.consumers and p in self.consumers[o].owned
+        ]
         if owned and self.rnd.random() < 0.7:  # a join moves a partition (cooperative: revoke, then assign)
             p = self.rnd.choice(owned)
             self.to_revoke.setdefault(self.owner[p], set()).add(p)
@@ -369,7 +771,7 @@ class World:
         self.to_revoke.pop(cid, None)
 
     def handoff_check(self, c: Consumer, parts: list[int]):
-        own = {p: self.committed[p] for p in parts}   # the consumer's committed offsets
+        own = {p: self.committed[p] for p in parts}  # the consumer's committed offsets
         entries = {p: self.mailbox[p] for p in parts}
         yield
         for p in parts:
@@ -443,19 +845,49 @@ class World:
                 if self.job is None or self.job["attempt"] != d.attempt:
                     job = JobObservation(JobState.ABSENT)
                 else:
-                    job = JobObservation({"active": JobState.ACTIVE, "failed": JobState.FAILED,
-                                          "succeeded": JobState.SUCCEEDED}[self.job["state"]], 1 if self.job["state"] == "active" else 0)
+                    job = JobObservation(
+                        {
+                            "active": JobState.ACTIVE,
+                            "failed": JobState.FAILED,
+                            "succeeded": JobState.SUCCEEDED,
+                        }[self.job["state"]],
+                        1 if self.job["state"] == "active" else 0,
+                    )
             part = None
             if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
                 pt = self.part
                 part = h.NO_PART if pt is None or pt.drain_id != str(d.id) else h.PartSeen(pt.round, pt.final)
                 yield
             wanted = wanted_once if d is None else ()
-            if (d is not None and d.busy and d.phase is Phase.RUNNING and d.extension is None and self.rounds_left > 0
-                    and self.rnd.random() < 0.3):
-                wanted = tuple(sorted(self.rnd.sample(range(len(self.end)), self.rnd.randint(1, len(self.end)))))
-            a = next_action(sp, d, Observed(self.generation, offs, empty, self.replicas, wanted, job, dict(self.progress), mb,
-                                            busy=self.busy, part=part, hand_back=self.hold), self.now)
+            if (
+                d is not None
+                and d.busy
+                and d.phase is Phase.RUNNING
+                and d.extension is None
+                and self.rounds_left > 0
+                and self.rnd.random() < 0.3
+            ):
+                wanted = tuple(
+                    sorted(self.rnd.sample(range(len(self.end)), self.rnd.randint(1, len(self.end))))
+                )
+            a = next_action(
+                sp,
+                d,
+                Observed(
+                    self.generation,
+                    offs,
+                    empty,
+                    self.replicas,
+                    wanted,
+                    job,
+                    dict(self.progress),
+                    mb,
+                    busy=self.busy,
+                    part=part,
+                    hand_back=self.hold,
+                ),
+                self.now,
+            )
             if a.kind is Kind.DELIVER:
                 assert a.part is not None
                 self.part = a.part
@@ -478,8 +910,14 @@ class World:
                 if a.replicas is not None:
                     self.replicas = a.replicas
                 if a.kind is Kind.LAUNCH and (self.job is None or self.job["attempt"] != a.attempt):
-                    self.job = {"attempt": a.attempt, "state": "active", "subs": [s.sub_range() for s in a.status.sub_ranges],
-                                "round": a.status.round, "final": False, "drain": str(a.status.id)}
+                    self.job = {
+                        "attempt": a.attempt,
+                        "state": "active",
+                        "subs": [s.sub_range() for s in a.status.sub_ranges],
+                        "round": a.status.round,
+                        "final": False,
+                        "drain": str(a.status.id),
+                    }
             elif a.kind is Kind.DELETE_JOB:
                 self.job = None
             yield
@@ -491,7 +929,9 @@ class World:
                     self.rounds_left -= 1  # a next split was planned
                 if a.kind is Kind.SEAL and a.status.round > (self.status.round if self.status else 0):
                     self.next_splits += 1
-                if a.status.reason == h.REASON_HOLDING and (self.status is None or self.status.idle_since is None):
+                if a.status.reason == h.REASON_HOLDING and (
+                    self.status is None or self.status.idle_since is None
+                ):
                     self.parts_seen["held"] += 1  # a hold started
                 self.status = a.status
                 if a.status.hand_off_path:
@@ -534,8 +974,14 @@ class World:
                 next(self.gens[cid], None)  # a leaving consumer's loop ends
         j = self.job
         pt = self.part
-        if (j and j["state"] == "active" and self.busy and pt is not None and pt.drain_id == j["drain"]
-                and (pt.round > j["round"] or (pt.final and pt.round >= j["round"]))):
+        if (
+            j
+            and j["state"] == "active"
+            and self.busy
+            and pt is not None
+            and pt.drain_id == j["drain"]
+            and (pt.round > j["round"] or (pt.final and pt.round >= j["round"]))
+        ):
             # the driver reads a newer part: its sub-ranges join the plan (DrainPlan.extended)
             known = {(x.partition, x.index) for x in j["subs"]}
             j["subs"] += [x for x in pt.sub_ranges if (x.partition, x.index) not in known]
@@ -557,14 +1003,17 @@ class World:
                     j["state"] = "succeeded"
 
 
-def run_world(seed: int, crash_rate: float, mailbox_first: bool = False, busy_rounds: int = 0) -> tuple[World, str | None]:
+def run_world(
+    seed: int, crash_rate: float, mailbox_first: bool = False, busy_rounds: int = 0
+) -> tuple[World, str | None]:
     """One random run to the end; returns the world and the exactness violation (None: exact)."""
     rnd = random.Random(seed)
     w = World(rnd, mailbox_first=mailbox_first, crash_rate=crash_rate, busy_rounds=busy_rounds)
     # drawn apart from ``rnd`` (the seeds hypothesis found keep their runs): no hold, a short one, a
     # long one, or one that never ends on its own (an estimator never warm: the driver's wait ends it)
-    w.hold = random.Random(seed + 1).choice([h.HandBack(), h.HandBack(10.0), h.HandBack(30.0),
-                                             h.HandBack(10.0, warm=False)])
+    w.hold = random.Random(seed + 1).choice(
+        [h.HandBack(), h.HandBack(10.0), h.HandBack(30.0), h.HandBack(10.0, warm=False)]
+    )
     sp = spec(splitFactor=3)
     wanted = tuple(sorted(rnd.sample(range(3), rnd.randint(1, 3))))
     op = w.operator_loop(sp, wanted)
@@ -586,8 +1035,11 @@ def run_world(seed: int, crash_rate: float, mailbox_first: bool = False, busy_ro
     # long run (a busy drain's next splits make runs longer: seed 158468 needed more than 5000)
     for _ in range(20000):
         w.tick(live=False, chaos=False)
-        if (all(w.committed[p] == w.end[p] for p in w.end) and all(not c.inflight for c in w.consumers.values())
-                and all(o is not None for o in w.owner.values())):
+        if (
+            all(w.committed[p] == w.end[p] for p in w.end)
+            and all(not c.inflight for c in w.consumers.values())
+            and all(o is not None for o in w.owner.values())
+        ):
             break
     else:
         return w, "the group never caught up"
@@ -603,7 +1055,10 @@ def run_world(seed: int, crash_rate: float, mailbox_first: bool = False, busy_ro
         counts[x] = counts.get(x, 0) + 1
     bad = [x for x, n in counts.items() if n > 1 + w.replayable.get(x, 0)]
     if bad:
-        return w, f"{len(bad)} offsets processed twice outside a killed consumer's in-flight batch, e.g. {sorted(bad)[:3]}"
+        return (
+            w,
+            f"{len(bad)} offsets processed twice outside a killed consumer's in-flight batch, e.g. {sorted(bad)[:3]}",
+        )
     return w, None
 
 
@@ -700,8 +1155,11 @@ def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them(
     from lagpilot.decide.handoff import PartitionRange, sub_ranges_of
 
     spec = _spec_for_tasks()
-    ranges = (PartitionRange(0, split=10_000, start=0, tasks=6), PartitionRange(1, split=5_000, start=1_000, tasks=1),
-              PartitionRange(2, split=3_000, start=0))
+    ranges = (
+        PartitionRange(0, split=10_000, start=0, tasks=6),
+        PartitionRange(1, split=5_000, start=1_000, tasks=1),
+        PartitionRange(2, split=3_000, start=0),
+    )
     subs = sub_ranges_of(ranges, spec)
     per = {p: [s for s in subs if s.partition == p] for p in (0, 1, 2)}
     assert [len(per[p]) for p in (0, 1, 2)] == [6, 1, spec.drain.split_factor]
@@ -716,11 +1174,20 @@ def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them(
 def _spec_for_tasks():
     from lagpilot.spec import parse_spec
 
-    return parse_spec({"topic": "t", "groupId": "g", "kafka": {"bootstrapServers": "127.0.0.1:9092"},
-                       "catchUpSLASeconds": 120, "batch": {"maxRecords": 100}, "drain": {"splitFactor": 3}})
+    return parse_spec(
+        {
+            "topic": "t",
+            "groupId": "g",
+            "kafka": {"bootstrapServers": "127.0.0.1:9092"},
+            "catchUpSLASeconds": 120,
+            "batch": {"maxRecords": 100},
+            "drain": {"splitFactor": 3},
+        }
+    )
 
 
 # --- the status as the CR holds it: RFC 3339 times, compact after many drains -------------------------
+
 
 def stored(value):
     """What the API server keeps of a status written with a merge patch: JSON, null fields dropped."""
@@ -730,10 +1197,13 @@ def stored(value):
         if isinstance(v, dict):
             return {k: drop(x) for k, x in v.items() if x is not None}
         return [drop(x) for x in v] if isinstance(v, list) else v
+
     return drop(json.loads(json.dumps(value)))
 
 
-def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) -> tuple[list[dict], DrainStatus]:
+def run_drains_through_the_cr(
+    n: int, parts: int = 12, split_factor: int = 8
+) -> tuple[list[dict], DrainStatus]:
     """``n`` drains of every partition, one after the other, the status read back from JSON (what the
     apiserver stores) before every step; the owners ack and move at once. Returns status.drain after
     each finished drain, and the last status as the machine made it (before the JSON)."""
@@ -754,16 +1224,30 @@ def run_drains_through_the_cr(n: int, parts: int = 12, split_factor: int = 8) ->
             d = DrainStatus.from_dict(raw)
             if d is not None and d.id == k and h.is_idle(d):
                 break
-            jo = None if d is None or not d.attempt else (
-                JobObservation(job[1], 1 if job[1] is JobState.ACTIVE else 0) if job and job[0] == d.attempt
-                else JobObservation(JobState.ABSENT))
+            jo = (
+                None
+                if d is None or not d.attempt
+                else (
+                    JobObservation(job[1], 1 if job[1] is JobState.ACTIVE else 0)
+                    if job and job[0] == d.attempt
+                    else JobObservation(JobState.ABSENT)
+                )
+            )
             offs = {p: Offsets(committed[p], 0, end[p]) for p in end}
-            a = next_action(sp, d, Observed(1, offs, False, 3, tuple(end) if h.is_idle(d) else (), jo,
-                                            dict(progress), dict(mailbox)), now)
+            a = next_action(
+                sp,
+                d,
+                Observed(
+                    1, offs, False, 3, tuple(end) if h.is_idle(d) else (), jo, dict(progress), dict(mailbox)
+                ),
+                now,
+            )
             mailbox.update(a.entries)
             if a.kind is Kind.LAUNCH:
                 job = (a.attempt, JobState.ACTIVE)
-                progress.update({(s.partition, s.index): (s.end, s.end - s.start) for s in a.status.sub_ranges})
+                progress.update(
+                    {(s.partition, s.index): (s.end, s.end - s.start) for s in a.status.sub_ranges}
+                )
             elif job and job[1] is JobState.ACTIVE:
                 job = (job[0], JobState.SUCCEEDED)
             for p, e in list(mailbox.items()):  # the owners, at their next batch boundary
@@ -808,9 +1292,24 @@ def test_status_stays_small_after_100_drains():
     ranges = [{"partition": p, "start": 1_495_000, "end": 1_500_000} for p in range(12)]
     assert last["ranges"] == ranges  # (no task counts planned)
     assert [e["id"] for e in last["history"]] == list(range(96, 101))
-    assert last["history"][-1] == {"id": 100, "phase": "Verified", "reason": "AllRangesDone", "ranges": ranges,
-                                   "recordsDone": 60_000, "recordsTotal": 60_000, "seconds": 6.0, "pauseSeconds": 0.0}
-    assert not {"partitions", "lastError", "lostRanges", "recordsLost", "cancelRequested", "attemptBase"} & set(last)
+    assert last["history"][-1] == {
+        "id": 100,
+        "phase": "Verified",
+        "reason": "AllRangesDone",
+        "ranges": ranges,
+        "recordsDone": 60_000,
+        "recordsTotal": 60_000,
+        "seconds": 6.0,
+        "pauseSeconds": 0.0,
+    }
+    assert not {
+        "partitions",
+        "lastError",
+        "lostRanges",
+        "recordsLost",
+        "cancelRequested",
+        "attemptBase",
+    } & set(last)
     assert isinstance(last["startedAt"], str) and last["startedAt"].endswith("Z")
     assert max(sizes[5:]) <= sizes[5] + 20, sizes  # does not grow with the drain count (only the ids' digits)
     assert sizes[-1] < 6_000, sizes[-1]  # ~1/250 of etcd's 1.5 MiB request limit
@@ -824,16 +1323,29 @@ def test_status_stays_small_after_100_drains():
 
 
 def test_a_running_drain_round_trips_exactly_as_objects():
-    d = dataclasses.replace(RUNNING, cancel_requested=True, attempt_base=2, last_error="boom",
-                            lost=((0, 12, 20),), ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),))
+    d = dataclasses.replace(
+        RUNNING,
+        cancel_requested=True,
+        attempt_base=2,
+        last_error="boom",
+        lost=((0, 12, 20),),
+        ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),),
+    )
     out = d.to_dict()
     assert out["ranges"][-1] == {"partition": 3, "end": 90, "tasks": 5}  # start absent until the owner acked
     assert out["subRanges"] == [s.to_dict() for s in d.sub_ranges]
     assert out["lostRanges"] == [{"partition": 0, "start": 12, "end": 20}]
-    assert (out["cancelRequested"], out["attemptBase"], out["lastError"], out["recordsLost"]) == (True, 2, "boom", 8)
+    assert (out["cancelRequested"], out["attemptBase"], out["lastError"], out["recordsLost"]) == (
+        True,
+        2,
+        "boom",
+        8,
+    )
     assert DrainStatus.from_dict(stored(out)) == d
     model = validate_status({"drain": stored(out)})
-    assert model.drain is not None and model.drain.phase.value == "Running" and model.drain.ranges[-1].tasks == 5
+    assert (
+        model.drain is not None and model.drain.phase.value == "Running" and model.drain.ranges[-1].tasks == 5
+    )
 
 
 def test_status_times_are_rfc3339_and_nothing_else_is_read():
@@ -870,7 +1382,11 @@ def test_a_job_that_succeeds_with_work_left_is_retried_as_a_new_attempt_not_flip
     a = next_action(spec(), RUNNING, obs(job=done_job, progress=half), NOW)
     assert a.kind is Kind.WRITE_STATUS and a.status.phase is Phase.SUCCEEDED
     b = next_action(spec(), a.status, obs(job=done_job, progress=half), NOW + 1)
-    assert b.status.phase is Phase.RUNNING and b.status.reason == "IncompleteProgress" and b.status.retry_at > NOW + 1
+    assert (
+        b.status.phase is Phase.RUNNING
+        and b.status.reason == "IncompleteProgress"
+        and b.status.retry_at > NOW + 1
+    )
     assert b.event is not None and b.event[1] == "DrainIncomplete"
     # the same finished Job again, before the back-off: no flip back to Succeeded, no launch
     c = next_action(spec(), b.status, obs(job=done_job, progress=half), NOW + 2)
@@ -887,17 +1403,26 @@ def test_attempts_that_keep_succeeding_with_work_left_end_failed():
     assert a.status.phase is Phase.FAILED and a.status.reason == "AttemptsExhausted"
 
 
-@pytest.mark.parametrize("progress, keeps", [
-    ({(0, 0): (600, 400)}, True),              # cancelled half-way: the remainder is what resume reads
-    (DONE_PROGRESS, False),                    # cancelled with nothing left: over, like Verified
-], ids=["remainder", "nothing-left"])
+@pytest.mark.parametrize(
+    "progress, keeps",
+    [
+        ({(0, 0): (600, 400)}, True),  # cancelled half-way: the remainder is what resume reads
+        (DONE_PROGRESS, False),  # cancelled with nothing left: over, like Verified
+    ],
+    ids=["remainder", "nothing-left"],
+)
 def test_a_cancelled_drain_keeps_its_sub_ranges_only_while_something_remains(progress, keeps):
-    c = dataclasses.replace(h.with_progress(RUNNING, progress), phase=Phase.CANCELLED, reason="CancelledBySpec",
-                            finished_at=NOW)
+    c = dataclasses.replace(
+        h.with_progress(RUNNING, progress), phase=Phase.CANCELLED, reason="CancelledBySpec", finished_at=NOW
+    )
     out = stored(c.to_dict())
     assert ("subRanges" in out) is keeps and ("restoreReplicas" in out) is keeps, out
     back = DrainStatus.from_dict(out)
-    assert (back.remaining, back.records_done, back.records_total) == (c.remaining, c.records_done, c.records_total)
+    assert (back.remaining, back.records_done, back.records_total) == (
+        c.remaining,
+        c.records_done,
+        c.records_total,
+    )
     a = next_action(spec(), back, obs(job=JobObservation(JobState.ABSENT)), NOW + 1)
     if keeps:  # resumed: the same unfinished sub-ranges are launched again
         assert a.kind is Kind.LAUNCH and a.status.sub_ranges == c.sub_ranges and a.status.remaining == 400
@@ -915,8 +1440,19 @@ def test_a_partition_that_reached_the_split_by_itself_is_sealed_too():
     """The owner never acked (the group got past the split by processing): the request must not stay
     actionable, or a later offset reset makes the owner ack and jump to the split with no drain."""
     req = mbx.request(1, 1000, owner=CR_UID)
-    a = next_action(spec(), PUBLISHED, Observed(generation=1, offsets={0: Offsets(1050, 0, 1100)}, group_empty=False,
-                                                replicas=3, mailbox={0: req}, owner=CR_UID), NOW)
+    a = next_action(
+        spec(),
+        PUBLISHED,
+        Observed(
+            generation=1,
+            offsets={0: Offsets(1050, 0, 1100)},
+            group_empty=False,
+            replicas=3,
+            mailbox={0: req},
+            owner=CR_UID,
+        ),
+        NOW,
+    )
     assert a.kind is Kind.SEAL and a.status.phase is Phase.CANCELLED
     assert a.entries == {0: mbx.sealed_entry(1, 1000, 1000, owner=CR_UID)}
     assert owner_step_after_reset(a.entries[0], 0).noop
@@ -929,28 +1465,61 @@ def owner_step_after_reset(entry, reset_to):
 def test_every_planned_partition_is_sealed_with_the_hand_off():
     two = dataclasses.replace(PUBLISHED, ranges=(PartitionRange(0, split=1000), PartitionRange(1, split=500)))
     acked = mbx.request(1, 1000, owner=CR_UID).with_ack(200)
-    a = next_action(spec(), two, Observed(generation=1, offsets={0: Offsets(1000, 0, 1100), 1: Offsets(600, 0, 700)},
-                                          group_empty=False, replicas=3, owner=CR_UID,
-                                          mailbox={0: acked, 1: mbx.request(1, 500, owner=CR_UID)}), NOW)
+    a = next_action(
+        spec(),
+        two,
+        Observed(
+            generation=1,
+            offsets={0: Offsets(1000, 0, 1100), 1: Offsets(600, 0, 700)},
+            group_empty=False,
+            replicas=3,
+            owner=CR_UID,
+            mailbox={0: acked, 1: mbx.request(1, 500, owner=CR_UID)},
+        ),
+        NOW,
+    )
     assert a.kind is Kind.SEAL and a.status.phase is Phase.HANDED_OFF
     assert a.entries == {0: acked.sealed(), 1: mbx.sealed_entry(1, 500, 500, owner=CR_UID)}
     assert all(e.done for e in a.entries.values())
 
 
 def test_requests_carry_the_cr_uid_and_another_crs_entry_is_not_ours():
-    foreign_ack = mbx.request(1, 1000, owner=OTHER_UID).with_ack(200)  # same groupId, same drain id, same split
-    p = next_action(spec(), PLANNED, Observed(generation=1, offsets=O200, group_empty=False, replicas=3,
-                                              mailbox={0: foreign_ack}, owner=CR_UID), NOW)
+    foreign_ack = mbx.request(1, 1000, owner=OTHER_UID).with_ack(
+        200
+    )  # same groupId, same drain id, same split
+    p = next_action(
+        spec(),
+        PLANNED,
+        Observed(
+            generation=1, offsets=O200, group_empty=False, replicas=3, mailbox={0: foreign_ack}, owner=CR_UID
+        ),
+        NOW,
+    )
     assert p.kind is Kind.PUBLISH and p.entries == {0: mbx.request(1, 1000, owner=CR_UID)}
     # published, group at the split, the mailbox still shows the other CR's ack: not taken as ours
-    q = next_action(spec(), PUBLISHED, Observed(generation=1, offsets={0: Offsets(1000, 0, 1100)}, group_empty=False,
-                                                replicas=3, mailbox={0: foreign_ack}, owner=CR_UID), NOW)
+    q = next_action(
+        spec(),
+        PUBLISHED,
+        Observed(
+            generation=1,
+            offsets={0: Offsets(1000, 0, 1100)},
+            group_empty=False,
+            replicas=3,
+            mailbox={0: foreign_ack},
+            owner=CR_UID,
+        ),
+        NOW,
+    )
     assert q.kind is Kind.SEAL and q.status.phase is Phase.CANCELLED, q
 
 
 def test_the_empty_group_step_writes_acks_of_this_cr():
-    a = next_action(spec(), PUBLISHED, Observed(generation=1, offsets=O200, group_empty=True, replicas=0,
-                                                mailbox={0: None}, owner=CR_UID), NOW)
+    a = next_action(
+        spec(),
+        PUBLISHED,
+        Observed(generation=1, offsets=O200, group_empty=True, replicas=0, mailbox={0: None}, owner=CR_UID),
+        NOW,
+    )
     assert a.kind is Kind.ALTER_OFFSETS and a.entries == {0: mbx.request(1, 1000, owner=CR_UID).with_ack(200)}
 
 
@@ -963,10 +1532,19 @@ def test_the_seal_covers_a_partition_nobody_acked():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 500), st.integers(1, 500), st.sampled_from(["acked", "acked-empty", "by-itself",
-                                                                                     "by-itself-acked-empty"]),
-                          st.integers(0, 300)), min_size=1, max_size=4),
-       st.integers(0, 2000))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 500),
+            st.integers(1, 500),
+            st.sampled_from(["acked", "acked-empty", "by-itself", "by-itself-acked-empty"]),
+            st.integers(0, 300),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 2000),
+)
 def test_after_the_hand_off_no_entry_moves_a_reset_or_recreated_group(parts, reset_to):
     """H2 as a property: whatever way each partition resolved, after the seal nothing in the mailbox
     makes an owner ack or jump — not this CR's consumers after an offset reset to anywhere, not the
@@ -976,13 +1554,21 @@ def test_after_the_hand_off_no_entry_moves_a_reset_or_recreated_group(parts, res
         split = c + n
         ranges.append(PartitionRange(p, split))
         req = mbx.request(1, split, owner=CR_UID)
-        offsets[p], mailbox[p] = {"acked": (Offsets(split + extra, 0, split + extra), req.with_ack(c)),
-                                  "acked-empty": (Offsets(split + extra, 0, split + extra), req.with_ack(split + extra)),
-                                  "by-itself": (Offsets(split + extra, 0, split + extra), req),
-                                  "by-itself-acked-empty": (Offsets(split, 0, split), req.with_ack(split))}[how]
+        offsets[p], mailbox[p] = {
+            "acked": (Offsets(split + extra, 0, split + extra), req.with_ack(c)),
+            "acked-empty": (Offsets(split + extra, 0, split + extra), req.with_ack(split + extra)),
+            "by-itself": (Offsets(split + extra, 0, split + extra), req),
+            "by-itself-acked-empty": (Offsets(split, 0, split), req.with_ack(split)),
+        }[how]
     d = dataclasses.replace(PUBLISHED, ranges=tuple(ranges))
-    a = next_action(spec(), d, Observed(generation=1, offsets=offsets, group_empty=False, replicas=3,
-                                        mailbox=dict(mailbox), owner=CR_UID), NOW)
+    a = next_action(
+        spec(),
+        d,
+        Observed(
+            generation=1, offsets=offsets, group_empty=False, replicas=3, mailbox=dict(mailbox), owner=CR_UID
+        ),
+        NOW,
+    )
     assert a.kind is Kind.SEAL
     mailbox.update(a.entries)
     for p, e in mailbox.items():
@@ -993,18 +1579,43 @@ def test_after_the_hand_off_no_entry_moves_a_reset_or_recreated_group(parts, res
 
 # ---- issue 25 item 2: a busy drain's next split ---------------------------------------------------
 
+
 def _busy_running(**kw: Any) -> DrainStatus:
-    base = dict(id=4, phase=Phase.RUNNING, busy=True, attempt=1, planned_at=NOW - 100, published_at=NOW - 99,
-                handed_off_at=NOW - 98, started_at=NOW - 97, progress_at=NOW - 1, hand_off_path=h.PATH_ACK,
-                ranges=(h.PartitionRange(0, 1000, 400, 2),),
-                sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 990, 290)))
+    base = dict(
+        id=4,
+        phase=Phase.RUNNING,
+        busy=True,
+        attempt=1,
+        planned_at=NOW - 100,
+        published_at=NOW - 99,
+        handed_off_at=NOW - 98,
+        started_at=NOW - 97,
+        progress_at=NOW - 1,
+        hand_off_path=h.PATH_ACK,
+        ranges=(h.PartitionRange(0, 1000, 400, 2),),
+        sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 990, 290)),
+    )
     base.update(kw)
     return DrainStatus(**base)
 
 
-def _obs(d: DrainStatus, committed: int, end: int, mb: Any = None, wanted: tuple[int, ...] = (), **kw: Any) -> Observed:
-    return Observed(1, {0: Offsets(committed, 0, end)}, kw.pop("group_empty", False), 2, wanted,
-                    JobObservation(kw.pop("job", JobState.ACTIVE), 1), {}, mb, tasks={0: 3}, owner="uid", busy=True, **kw)
+def _obs(
+    d: DrainStatus, committed: int, end: int, mb: Any = None, wanted: tuple[int, ...] = (), **kw: Any
+) -> Observed:
+    return Observed(
+        1,
+        {0: Offsets(committed, 0, end)},
+        kw.pop("group_empty", False),
+        2,
+        wanted,
+        JobObservation(kw.pop("job", JobState.ACTIVE), 1),
+        {},
+        mb,
+        tasks={0: 3},
+        owner="uid",
+        busy=True,
+        **kw,
+    )
 
 
 def test_a_busy_drains_next_split_is_planned_published_acked_and_appended():
@@ -1012,7 +1623,9 @@ def test_a_busy_drains_next_split_is_planned_published_acked_and_appended():
     d = _busy_running()
     a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,)), NOW)
     assert a.kind is Kind.WRITE_STATUS and a.status.extension is not None  # the plan is written first
-    assert a.status.extension.ranges == (h.PartitionRange(0, 1600, None, 3),) and a.status.extension.round == 1
+    assert (
+        a.status.extension.ranges == (h.PartitionRange(0, 1600, None, 3),) and a.status.extension.round == 1
+    )
     d = a.status
     a = next_action(sp, d, _obs(d, 1000, 1650, {0: None}), NOW + 1)
     assert a.kind is Kind.PUBLISH and a.entries[0] == mbx.request(4, 1600, "uid")
@@ -1037,7 +1650,9 @@ def test_a_next_split_never_quiesces_the_group_and_blocks_the_end_until_resolved
     req = mbx.request(4, 1600, "uid")
     # long past the ack timeout, the Job done: no quiesce, no Succeeded, the drain is not idle
     a = next_action(sp, d, _obs(d, 1040, 1700, {0: req}, job=JobState.SUCCEEDED), NOW)
-    assert a.kind is Kind.NONE and a.replicas is None and (a.status is None or a.status.phase is Phase.RUNNING)
+    assert (
+        a.kind is Kind.NONE and a.replicas is None and (a.status is None or a.status.phase is Phase.RUNNING)
+    )
     assert not h.is_idle(dataclasses.replace(d, phase=Phase.CANCELLED, sub_ranges=()))
     # a next split planned but not published is dropped on cancel (nothing was handed off)
     planned = _busy_running(extension=dataclasses.replace(ext, published_at=None))
@@ -1057,10 +1672,18 @@ def test_no_next_split_for_a_drain_that_is_not_busy_or_not_running():
 
 # ---- issue 25 item 2: the next part delivered to the running driver -------------------------------
 
+
 def test_a_handed_off_next_split_is_delivered_to_the_running_driver_as_its_unfinished_sub_ranges():
     sp = spec()
-    d = _busy_running(round=1, sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300),
-                                           h.SubProgress(0, 2, 1040, 1300, 1040), h.SubProgress(0, 3, 1300, 1600, 1300)))
+    d = _busy_running(
+        round=1,
+        sub_ranges=(
+            h.SubProgress(0, 0, 400, 700, 700, 300),
+            h.SubProgress(0, 1, 700, 1000, 1000, 300),
+            h.SubProgress(0, 2, 1040, 1300, 1040),
+            h.SubProgress(0, 3, 1300, 1600, 1300),
+        ),
+    )
     a = next_action(sp, d, _obs(d, 1600, 1700, {}, part=h.PartSeen(0, False)), NOW)
     assert a.kind is Kind.DELIVER and a.part is not None and not a.part.final and a.part.round == 1
     assert [(s.index, s.start, s.end) for s in a.part.sub_ranges] == [(2, 1040, 1300), (3, 1300, 1600)]
@@ -1097,8 +1720,11 @@ def test_a_busy_drain_is_handed_back_by_a_final_part_and_takes_no_split_after_it
 def test_a_sealed_next_split_restarts_the_stall_clock():
     sp = spec()
     ext = h.Extension(1, (h.PartitionRange(0, 1600, None, 3),), planned_at=NOW - 5, published_at=NOW - 4)
-    d = _busy_running(extension=ext, progress_at=NOW - 3600,
-                      sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    d = _busy_running(
+        extension=ext,
+        progress_at=NOW - 3600,
+        sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)),
+    )
     acked = mbx.request(4, 1600, "uid").with_ack(1000)
     a = next_action(sp, d, _obs(d, 1600, 1700, {0: acked}), NOW)
     assert a.kind is Kind.SEAL and a.status.progress_at == NOW and a.status.remaining == 600
@@ -1106,7 +1732,10 @@ def test_a_sealed_next_split_restarts_the_stall_clock():
 
 def test_no_next_split_beyond_what_one_part_can_carry():
     sp = spec()
-    many = tuple(h.SubProgress(0, k, 400 + 10 * k, 410 + 10 * k, 400 + 10 * k) for k in range(h.MAX_PART_SUB_RANGES - 2))
+    many = tuple(
+        h.SubProgress(0, k, 400 + 10 * k, 410 + 10 * k, 400 + 10 * k)
+        for k in range(h.MAX_PART_SUB_RANGES - 2)
+    )
     d = _busy_running(sub_ranges=many)
     a = next_action(sp, d, _obs(d, 1000, 1600, {0: None}, wanted=(0,)), NOW)  # 3 more tasks would not fit
     assert a.status is None or a.status.extension is None
@@ -1118,6 +1747,10 @@ def test_a_busy_drain_takes_no_split_once_busy_drains_are_turned_off_and_is_hand
     off = dataclasses.replace(_obs(d, 1000, 1600, {0: None}, wanted=(0,), part=h.NO_PART), busy=False)
     a = next_action(sp, d, off, NOW)
     assert a.status is None or a.status.extension is None
-    done = _busy_running(sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300)))
+    done = _busy_running(
+        sub_ranges=(h.SubProgress(0, 0, 400, 700, 700, 300), h.SubProgress(0, 1, 700, 1000, 1000, 300))
+    )
     a = next_action(sp, done, dataclasses.replace(off, progress={}), NOW)
-    assert a.kind is Kind.DELIVER and a.part.final  # a planner need is no next split any more: the driver ends
+    assert (
+        a.kind is Kind.DELIVER and a.part.final
+    )  # a planner need is no next split any more: the driver ends

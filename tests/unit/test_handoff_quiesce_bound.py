@@ -7,30 +7,62 @@ consumers their replicas back and continues with the exact hand-off (owners ack;
 resolves when its owner acks or passes the split by itself); it never falls back to the quiesce
 again for this drain, and while foreign members stay the reason says so (the `Draining` condition
 reason `ForeignGroupMembers`)."""
+
 from __future__ import annotations
 
 import dataclasses
 
 from lagpilot.decide import handoff as h
-from lagpilot.decide.handoff import DrainStatus, GroupMember, Kind, Observed, Offsets, PartitionRange, Phase, next_action
+from lagpilot.decide.handoff import (
+    DrainStatus,
+    GroupMember,
+    Kind,
+    Observed,
+    Offsets,
+    PartitionRange,
+    Phase,
+    next_action,
+)
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
 
 NOW = 1_000_000.0
-SPEC = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                   "batch": {"maxRecords": 10}, "drain": {"splitFactor": 2}})
+SPEC = parse_spec(
+    {
+        "kafka": {"bootstrapServers": "k:9092"},
+        "topic": "t",
+        "groupId": "g",
+        "batch": {"maxRecords": 10},
+        "drain": {"splitFactor": 2},
+    }
+)
 REQ = mbx.request(1, 1000)
 O200 = {0: Offsets(200, 0, 1000), 1: Offsets(300, 0, 1000)}
-PUBLISHED = DrainStatus(id=1, phase=Phase.PLANNED, ranges=(PartitionRange(0, split=1000), PartitionRange(1, split=1000)),
-                        restore_replicas=3, planned_at=NOW - 100, published_at=NOW - 100, hand_off_path=h.PATH_ACK)
+PUBLISHED = DrainStatus(
+    id=1,
+    phase=Phase.PLANNED,
+    ranges=(PartitionRange(0, split=1000), PartitionRange(1, split=1000)),
+    restore_replicas=3,
+    planned_at=NOW - 100,
+    published_at=NOW - 100,
+    hand_off_path=h.PATH_ACK,
+)
 FOREIGN = (GroupMember("console-consumer-1a2b", "console-consumer", "/10.0.0.7"),)
 BOUND = 60.0
 
 
-def obs(empty: bool | None, replicas: int, members: tuple[GroupMember, ...] | None, mailbox: dict | None = None) -> Observed:
-    return Observed(generation=1, offsets=O200, group_empty=empty, replicas=replicas,
-                    mailbox=mailbox if mailbox is not None else {0: REQ, 1: REQ}, members=members,
-                    quiesce_timeout_s=BOUND)
+def obs(
+    empty: bool | None, replicas: int, members: tuple[GroupMember, ...] | None, mailbox: dict | None = None
+) -> Observed:
+    return Observed(
+        generation=1,
+        offsets=O200,
+        group_empty=empty,
+        replicas=replicas,
+        mailbox=mailbox if mailbox is not None else {0: REQ, 1: REQ},
+        members=members,
+        quiesce_timeout_s=BOUND,
+    )
 
 
 def quiesced(at: float) -> DrainStatus:
@@ -69,12 +101,19 @@ def test_after_giving_up_it_never_quiesces_again_and_stays_loud() -> None:
     # our consumers ack and move partition 0; partition 1 (the foreign member's) stays pending
     mb = {0: REQ.with_ack(200), 1: REQ}
     offs_after = {0: Offsets(1000, 0, 1100), 1: Offsets(300, 0, 1100)}
-    b = next_action(SPEC, back, dataclasses.replace(obs(False, 3, FOREIGN + ours, mb), offsets=offs_after), NOW + 11 * BOUND)
+    b = next_action(
+        SPEC,
+        back,
+        dataclasses.replace(obs(False, 3, FOREIGN + ours, mb), offsets=offs_after),
+        NOW + 11 * BOUND,
+    )
     assert b.kind is Kind.NONE and (b.status or back).phase is Phase.PLANNED
     # the foreign member leaves; our consumer takes partition 1, acks and moves it: handed off, exact
     mb = {0: REQ.with_ack(200), 1: REQ.with_ack(300)}
     offs_done = {0: Offsets(1000, 0, 1100), 1: Offsets(1000, 0, 1100)}
-    c = next_action(SPEC, back, dataclasses.replace(obs(False, 3, ours, mb), offsets=offs_done), NOW + 12 * BOUND)
+    c = next_action(
+        SPEC, back, dataclasses.replace(obs(False, 3, ours, mb), offsets=offs_done), NOW + 12 * BOUND
+    )
     assert c.kind is Kind.SEAL and c.status.phase is Phase.HANDED_OFF
     assert [(r.partition, r.start, r.split) for r in c.status.ranges] == [(0, 200, 1000), (1, 300, 1000)]
 

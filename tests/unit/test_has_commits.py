@@ -1,5 +1,6 @@
 """kafka_observe.has_commits (the start-up adoption's cheap "nothing to adopt") and its use by
 handlers.adopt_remainder: False only when the snapshot, read after the call, shows no commit."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -16,7 +17,9 @@ from lagpilot.observe.offsets_snapshot import offsets_partition_for
 
 
 class Snap:
-    def __init__(self, commits: list[tuple[int, int | None, str | None]] | None, healthy: bool = True) -> None:
+    def __init__(
+        self, commits: list[tuple[int, int | None, str | None]] | None, healthy: bool = True
+    ) -> None:
         self.commits, self.healthy, self.asked = commits, healthy, []
 
     def group_partition(self, group: str) -> int:
@@ -39,9 +42,11 @@ class Observer:
         return SimpleNamespace(topic=lambda t: wm)
 
 
-
 def _adopt(ref: Any, spec: Any, status: Any, memo: Any, emit: Any) -> Any:
-    return delete.adopt_remainder(ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit)
+    return delete.adopt_remainder(
+        ref, spec, status, memo.kube, memo.admin_pool, memo.config.kafka_timeout_seconds, emit
+    )
+
 
 def handle(snap: Snap | None, observer: Observer) -> Any:
     return SimpleNamespace(offsets_snapshot=lambda: snap, observer=observer)
@@ -51,15 +56,28 @@ G = "g.lagpilot-remainder"
 ENDS = {p: 100 + p for p in range(4)}
 
 
-@pytest.mark.parametrize("name, snap, observer, want", [
-    ("no commit at all", Snap([(0, None, None), (1, None, None)]), Observer(ENDS), False),
-    ("a commit on one partition", Snap([(0, None, None), (1, 7, "lpr1;d=3;r=5-9")]), Observer(ENDS), True),
-    ("snapshot disabled", None, Observer(ENDS), None),
-    ("snapshot unhealthy (no permission on __consumer_offsets)", Snap([], healthy=False), Observer(ENDS), None),
-    ("snapshot not loaded in time", Snap(None), Observer(ENDS), None),
-    ("the view has no __consumer_offsets ends", Snap([(0, None, None)]), Observer({}), None),
-    ("the topic's own error", Snap([(0, None, None)]), Observer(ENDS, KeyError("gone")), None),
-])
+@pytest.mark.parametrize(
+    "name, snap, observer, want",
+    [
+        ("no commit at all", Snap([(0, None, None), (1, None, None)]), Observer(ENDS), False),
+        (
+            "a commit on one partition",
+            Snap([(0, None, None), (1, 7, "lpr1;d=3;r=5-9")]),
+            Observer(ENDS),
+            True,
+        ),
+        ("snapshot disabled", None, Observer(ENDS), None),
+        (
+            "snapshot unhealthy (no permission on __consumer_offsets)",
+            Snap([], healthy=False),
+            Observer(ENDS),
+            None,
+        ),
+        ("snapshot not loaded in time", Snap(None), Observer(ENDS), None),
+        ("the view has no __consumer_offsets ends", Snap([(0, None, None)]), Observer({}), None),
+        ("the topic's own error", Snap([(0, None, None)]), Observer(ENDS, KeyError("gone")), None),
+    ],
+)
 def test_has_commits(name: str, snap: Snap | None, observer: Observer, want: bool | None) -> None:
     assert kafka_observe.has_commits(handle(snap, observer), "t", G, 10.0) is want, name
     if observer.calls:
@@ -74,7 +92,8 @@ SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "
 
 @pytest.mark.parametrize("says, reads", [(False, 0), (None, 1), (True, 1)])
 def test_adoption_reads_the_remainder_group_only_when_the_snapshot_cannot_rule_it_out(
-        monkeypatch: pytest.MonkeyPatch, says: bool | None, reads: int) -> None:
+    monkeypatch: pytest.MonkeyPatch, says: bool | None, reads: int
+) -> None:
     monkeypatch.setattr(delete, "kafka_conf", lambda kube, ref, spec: {"bootstrap.servers": "k:9092"})
     monkeypatch.setattr(kafka_observe, "has_commits", lambda h, topic, group, timeout: says)
     read: list[str] = []
@@ -85,6 +104,7 @@ def test_adoption_reads_the_remainder_group_only_when_the_snapshot_cannot_rule_i
     class Pool:
         def lease(self, owner: str, conf: Any) -> Any:
             import contextlib
+
             leased.append(owner)
             return contextlib.nullcontext(SimpleNamespace(safe_admin=lambda timeout: "admin"))
 

@@ -6,6 +6,7 @@ Its liveness only failed after ``max.poll.interval`` (600 s) + the probe's 60 s,
 handler may take that long. A Kafka or sink call outside the handler has no such reason: the
 client's synchronous commit has no timeout (confluent-kafka-python#1801 reports such hangs), so the
 loop's liveness must fail much sooner when it is stuck outside the handler."""
+
 from __future__ import annotations
 
 from lagpilot_runtime.metrics import Health

@@ -1,6 +1,7 @@
 """The per-CR keys' one form (lagpilot_runtime.hex_key): the hand-off key, the drain runtime key,
 the drain part key and the Spark RPC key are parsed and fingerprinted by it. Their fingerprints are
 what they were (a changed key id would roll every consumer pod)."""
+
 from __future__ import annotations
 
 import pytest

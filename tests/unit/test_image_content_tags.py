@@ -2,6 +2,7 @@
 their content, so a build of other content (another checkout sharing the machine's build storage or
 the node, an older tree) is never taken for this checkout's. Builds are run with a fake buildah: only
 the argv is checked."""
+
 from __future__ import annotations
 
 import shutil
@@ -15,8 +16,12 @@ from lagpilot_dev import images_build, images_tools
 
 REPO = Path(__file__).resolve().parents[2]
 # what the consumer and test images read from the repository (their Dockerfiles + ignore files, real)
-COPIED = ("consumer_image/Dockerfile", "consumer_image/Dockerfile.dockerignore",
-          "tests/real/image/Dockerfile", "tests/real/image/Dockerfile.dockerignore")
+COPIED = (
+    "consumer_image/Dockerfile",
+    "consumer_image/Dockerfile.dockerignore",
+    "tests/real/image/Dockerfile",
+    "tests/real/image/Dockerfile.dockerignore",
+)
 
 
 @pytest.fixture
@@ -25,10 +30,17 @@ def context(tmp_path: Path) -> Path:
     for rel in COPIED:
         (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, ctx / rel)
-    files = {"pyproject.toml": "[project]\nname='x'\n", "README.md": "r\n",
-             "operator/src/lagpilot/__init__.py": "", "consumer_image/src/lagpilot_runtime/__init__.py": "v = 1\n",
-             "tests/__init__.py": "", "tests/real/__init__.py": "", "tests/real/operator_handlers.py": "h = 1\n",
-             "tests/real/drain_handlers.py": "d = 1\n", "docs/notes.md": "not in any image\n"}
+    files = {
+        "pyproject.toml": "[project]\nname='x'\n",
+        "README.md": "r\n",
+        "operator/src/lagpilot/__init__.py": "",
+        "consumer_image/src/lagpilot_runtime/__init__.py": "v = 1\n",
+        "tests/__init__.py": "",
+        "tests/real/__init__.py": "",
+        "tests/real/operator_handlers.py": "h = 1\n",
+        "tests/real/drain_handlers.py": "d = 1\n",
+        "docs/notes.md": "not in any image\n",
+    }
     for rel, text in files.items():
         (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
         (ctx / rel).write_text(text)
@@ -56,12 +68,16 @@ def tags(argv: list[str]) -> set[str]:
     return {argv[i + 1] for i, a in enumerate(argv) if a in ("-t", "--tag")}
 
 
-def build_tags(layout: images_tools.Layout, argvs: list[list[str]], name: str, ctx: Path) -> tuple[set[str], list[str]]:
+def build_tags(
+    layout: images_tools.Layout, argvs: list[list[str]], name: str, ctx: Path
+) -> tuple[set[str], list[str]]:
     images_build.build(layout, images_build.IMAGES[name], ctx)
     return tags(argvs[-1]), argvs[-1]
 
 
-def test_other_sources_build_under_another_tag_and_the_same_sources_under_the_same(context: Path, builds: Any) -> None:
+def test_other_sources_build_under_another_tag_and_the_same_sources_under_the_same(
+    context: Path, builds: Any
+) -> None:
     layout, argvs = builds
     plain = images_build.IMAGES["consumer"].tag
     first, _ = build_tags(layout, argvs, "consumer", context)
@@ -78,8 +94,9 @@ def test_other_sources_build_under_another_tag_and_the_same_sources_under_the_sa
     assert changed - {plain} and (changed - {plain}).isdisjoint(content), (first, changed)
 
 
-def test_a_derived_image_is_built_from_its_bases_content_tag_and_follows_its_changes(context: Path,
-                                                                                     builds: Any) -> None:
+def test_a_derived_image_is_built_from_its_bases_content_tag_and_follows_its_changes(
+    context: Path, builds: Any
+) -> None:
     layout, argvs = builds
     consumer, _ = build_tags(layout, argvs, "consumer", context)
     test, argv = build_tags(layout, argvs, "test", context)
@@ -95,26 +112,41 @@ def test_the_real_ignore_files_admit_what_the_dockerfiles_copy() -> None:
     from lagpilot_dev.images_digest import context_files
 
     test_files = context_files(REPO, images_build.IMAGES["test"].ignorefile)
-    assert test_files == ["tests/__init__.py", "tests/real/__init__.py", "tests/real/drain_handlers.py",
-                          "tests/real/operator_handlers.py"]
+    assert test_files == [
+        "tests/__init__.py",
+        "tests/real/__init__.py",
+        "tests/real/drain_handlers.py",
+        "tests/real/operator_handlers.py",
+    ]
     consumer = context_files(REPO, images_build.IMAGES["consumer"].ignorefile)
-    assert {"pyproject.toml", "README.md", "consumer_image/src/lagpilot_runtime/consumer.py",
-            "operator/src/lagpilot/spec.py"} <= set(consumer)
-    assert not [f for f in consumer if not f.startswith(("operator/src/", "consumer_image/src/"))
-                and f not in ("pyproject.toml", "README.md")], consumer
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "consumer_image/src/lagpilot_runtime/consumer.py",
+        "operator/src/lagpilot/spec.py",
+    } <= set(consumer)
+    assert not [
+        f
+        for f in consumer
+        if not f.startswith(("operator/src/", "consumer_image/src/"))
+        and f not in ("pyproject.toml", "README.md")
+    ], consumer
     assert not [f for f in consumer if "__pycache__" in f or f.endswith(".pyc")]
 
 
-@pytest.mark.parametrize(("rules", "path", "out"), [
-    ("*\n!a.py\n", "a.py", False),
-    ("*\n!a.py\n", "b.py", True),
-    ("**\n!src/**\n**/__pycache__\n", "src/p/__pycache__/x.pyc", True),
-    ("**\n!src/**\n**/__pycache__\n", "src/p/x.py", False),
-    ("**\n!src/**\n", "docs/x.md", True),
-    ("# comment\n\n/docs\n", "docs/a/b.md", True),
-    ("docs\n!docs/keep.md\n", "docs/keep.md", False),
-    ("*.md\n", "a/b.md", False),  # `*` does not cross a directory
-])
+@pytest.mark.parametrize(
+    ("rules", "path", "out"),
+    [
+        ("*\n!a.py\n", "a.py", False),
+        ("*\n!a.py\n", "b.py", True),
+        ("**\n!src/**\n**/__pycache__\n", "src/p/__pycache__/x.pyc", True),
+        ("**\n!src/**\n**/__pycache__\n", "src/p/x.py", False),
+        ("**\n!src/**\n", "docs/x.md", True),
+        ("# comment\n\n/docs\n", "docs/a/b.md", True),
+        ("docs\n!docs/keep.md\n", "docs/keep.md", False),
+        ("*.md\n", "a/b.md", False),  # `*` does not cross a directory
+    ],
+)
 def test_dockerignore_rules_as_docker_reads_them(rules: str, path: str, out: bool) -> None:
     from lagpilot_dev.images_digest import excluded, ignore_rules
 
@@ -124,4 +156,7 @@ def test_dockerignore_rules_as_docker_reads_them(rules: str, path: str, out: boo
 def test_content_tag_keeps_the_plain_tag_in_front() -> None:
     from lagpilot_dev.images_digest import content_tag
 
-    assert content_tag("localhost/lagpilot/consumer:0.1.0", "ab" * 32) == "localhost/lagpilot/consumer:0.1.0-cababababab" + "ab"
+    assert (
+        content_tag("localhost/lagpilot/consumer:0.1.0", "ab" * 32)
+        == "localhost/lagpilot/consumer:0.1.0-cababababab" + "ab"
+    )

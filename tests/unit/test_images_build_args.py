@@ -1,4 +1,5 @@
 """lagpilot_dev.images_*: the build's argv and bind mounts, without building (docs/images.md)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -96,8 +97,12 @@ def test_preconditions_name_what_is_missing(monkeypatch, layout):
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("dockerfile, extras", [("operator/Dockerfile", ()), ("consumer_image/Dockerfile", ("spark",))])
-def test_dependency_layer_comes_before_the_sources_and_lists_pyprojects_requirements(dockerfile, extras, tmp_path):
+@pytest.mark.parametrize(
+    "dockerfile, extras", [("operator/Dockerfile", ()), ("consumer_image/Dockerfile", ("spark",))]
+)
+def test_dependency_layer_comes_before_the_sources_and_lists_pyprojects_requirements(
+    dockerfile, extras, tmp_path
+):
     """A code change must not reinstall every dependency: pyproject.toml alone is copied, its
     requirements installed, and only then the sources (installed with --no-deps, then `pip check`)."""
     import re
@@ -108,16 +113,22 @@ def test_dependency_layer_comes_before_the_sources_and_lists_pyprojects_requirem
     text = (ROOT / dockerfile).read_text()
     lines = re.sub(r"\\\n\s*", " ", text).splitlines()
     copies = [i for i, ln in enumerate(lines) if ln.startswith("COPY ") and "--from" not in ln]
-    dep_run = next(i for i, ln in enumerate(lines) if ln.startswith("RUN ") and "-r " in ln and "requirements.txt" in ln)
-    src_copies = [i for i in copies if "src" in lines[i] or "operator/" in lines[i] or "consumer_image/" in lines[i]]
+    dep_run = next(
+        i for i, ln in enumerate(lines) if ln.startswith("RUN ") and "-r " in ln and "requirements.txt" in ln
+    )
+    src_copies = [
+        i for i in copies if "src" in lines[i] or "operator/" in lines[i] or "consumer_image/" in lines[i]
+    ]
     assert lines[copies[0]].split()[1:-1] == ["pyproject.toml"], lines[copies[0]]
     assert copies[0] < dep_run < min(src_copies), (copies, dep_run, src_copies)
-    final = next(ln for ln in lines[min(src_copies):] if ln.startswith("RUN ") and "pip install" in ln)
+    final = next(ln for ln in lines[min(src_copies) :] if ln.startswith("RUN ") and "pip install" in ln)
     assert "--no-deps" in final and "pip check" in final, final
     # the one-liner that writes requirements.txt, run on the real pyproject.toml
     (snippet,) = re.findall(r"python -c '([^']+)'", lines[dep_run])
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    got = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, check=True)
+    got = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     want = list(project["dependencies"]) + [r for e in extras for r in project["optional-dependencies"][e]]
     assert got.stdout.split("\n")[:-1] == want

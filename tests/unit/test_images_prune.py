@@ -2,6 +2,7 @@
 every change a new image, and nothing removed the older ones (~11 GB after a few sessions' builds).
 The storage here is a fake podman (its image list and what `untag`/`rmi` do to it); the builds are
 faked: what is checked is what the storage holds after `build_and_run`."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ class FakeStorage:
         argv = list(argv)
         self.calls.append(argv)
         cmd = next((w for w in ("images", "untag", "rmi") if w in argv), None)
-        rest = argv[argv.index(cmd) + 1:] if cmd else []
+        rest = argv[argv.index(cmd) + 1 :] if cmd else []
         out, rc = "", 0
         if cmd == "images":
             out = json.dumps([{**i, "Names": i["Names"] or None} for i in self.images])
@@ -55,31 +56,42 @@ class FakeStorage:
 
 
 def image(id_: str, parent: str, names: list[str], age_s: float) -> dict[str, Any]:
-    return {"Id": id_ * 8, "ParentId": parent * 8 if parent else "", "Names": names,
-            "Created": int(time.time() - age_s)}
+    return {
+        "Id": id_ * 8,
+        "ParentId": parent * 8 if parent else "",
+        "Names": names,
+        "Created": int(time.time() - age_s),
+    }
 
 
 @pytest.fixture
 def storage(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeStorage, images_tools.Layout]:
     current = {n: IMAGES[n].content_tag() for n in ("operator", "consumer")}
     old = IMAGES["consumer"].tag + "-c0123456789ab"
-    store = FakeStorage([
-        image("base0000", "", ["docker.io/library/python:3.11-slim-bookworm",
-                               "docker.io/library/python:3.11-slim"], 3 * DAY),
-        # an older build of the consumer, two days old: its content tag and its layers
-        image("olddeps0", "base0000", [], 2 * DAY),
-        image("oldcons0", "olddeps0", [old], 2 * DAY),
-        # this checkout's builds (current content tags, and the plain tags)
-        image("deps0000", "base0000", [], 60),
-        image("cons0000", "deps0000", [IMAGES["consumer"].tag, current["consumer"]], 30),
-        image("oper0000", "base0000", [IMAGES["operator"].tag, current["operator"]], 30),
-    ])
+    store = FakeStorage(
+        [
+            image(
+                "base0000",
+                "",
+                ["docker.io/library/python:3.11-slim-bookworm", "docker.io/library/python:3.11-slim"],
+                3 * DAY,
+            ),
+            # an older build of the consumer, two days old: its content tag and its layers
+            image("olddeps0", "base0000", [], 2 * DAY),
+            image("oldcons0", "olddeps0", [old], 2 * DAY),
+            # this checkout's builds (current content tags, and the plain tags)
+            image("deps0000", "base0000", [], 60),
+            image("cons0000", "deps0000", [IMAGES["consumer"].tag, current["consumer"]], 30),
+            image("oper0000", "base0000", [IMAGES["operator"].tag, current["operator"]], 30),
+        ]
+    )
     layout = images_tools.Layout(tmp_path / "images")
     monkeypatch.setattr(subprocess, "run", store.run)
     monkeypatch.setattr(images, "ensure_tools", lambda layout: {})
     monkeypatch.setattr(images, "ensure_base", lambda layout, force=False: {})
-    monkeypatch.setattr(images, "build",
-                        lambda layout, img: {"image": img.tag, "content_tag": current[img.name]})
+    monkeypatch.setattr(
+        images, "build", lambda layout, img: {"image": img.tag, "content_tag": current[img.name]}
+    )
     return store, layout
 
 
@@ -96,9 +108,9 @@ def test_an_older_content_tag_and_its_layers_are_removed_after_a_build(storage: 
     assert {"deps0000" * 8, "base0000" * 8} <= store.ids()
 
 
-
-def test_a_failed_listing_leaves_the_builds_standing_and_says_so(storage: Any,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_listing_leaves_the_builds_standing_and_says_so(
+    storage: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store, layout = storage
 
     def broken(argv: list[str], *a: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -133,15 +145,18 @@ def img(id_: str, parent: str = "", *names: str, age: float = 2 * DAY) -> Stored
     return StoredImage(id_, parent, names, NOW - age)
 
 
-@pytest.mark.parametrize("name, ours", [
-    (PLAIN + "-c0123456789ab", True),
-    (OPER + "-c0123456789ab", True),
-    (PLAIN, False),  # a plain tag
-    (PLAIN + "-c0123456789a", False),  # 11 hex
-    (PLAIN + "-c0123456789AB", False),  # not our digest's form
-    ("localhost/other:0.1.0-c0123456789ab", False),  # not one of IMAGES
-    (BASE, False),
-])
+@pytest.mark.parametrize(
+    "name, ours",
+    [
+        (PLAIN + "-c0123456789ab", True),
+        (OPER + "-c0123456789ab", True),
+        (PLAIN, False),  # a plain tag
+        (PLAIN + "-c0123456789a", False),  # 11 hex
+        (PLAIN + "-c0123456789AB", False),  # not our digest's form
+        ("localhost/other:0.1.0-c0123456789ab", False),  # not one of IMAGES
+        (BASE, False),
+    ],
+)
 def test_only_our_content_tags_are_candidates(name: str, ours: bool) -> None:
     assert is_content_tag(name, PLAINS) is ours
 
@@ -149,35 +164,72 @@ def test_only_our_content_tags_are_candidates(name: str, ours: bool) -> None:
 # (images, built record, expected untagged names, expected removed ids); every image not removed is kept
 CASES = {
     "an older content tag goes, with the layers only it used": (
-        [img("base", "", BASE), img("deps", "base"), img("cur", "deps", PLAIN, CUR),
-         img("olddeps", "base"), img("old", "olddeps", OLD)],
-        {}, {OLD}, ("old", "olddeps")),
+        [
+            img("base", "", BASE),
+            img("deps", "base"),
+            img("cur", "deps", PLAIN, CUR),
+            img("olddeps", "base"),
+            img("old", "olddeps", OLD),
+        ],
+        {},
+        {OLD},
+        ("old", "olddeps"),
+    ),
     "an older content tag built within the hour by another checkout stays": (
         [img("base", "", BASE), img("old", "base", OLD)],
-        {OLD: Built(NOW - 0.5 * HOUR)}, set(), ()),
+        {OLD: Built(NOW - 0.5 * HOUR)},
+        set(),
+        (),
+    ),
     "the record's time counts, not the image's (a cache hit keeps an old Created)": (
         [img("base", "", BASE), img("old", "base", OLD, age=DAY)],
-        {OLD: Built(NOW - 60)}, set(), ()),
+        {OLD: Built(NOW - 60)},
+        set(),
+        (),
+    ),
     "without a record the image's creation time counts": (
         [img("base", "", BASE), img("new", "base", OLD, age=600), img("old", "base", OTHER, age=2 * HOUR)],
-        {}, {OTHER}, ("old",)),
+        {},
+        {OTHER},
+        ("old",),
+    ),
     "the content tag of the image the plain tag names stays (the machine's last build)": (
         [img("base", "", BASE), img("other", "base", PLAIN, OTHER), img("cur", "base", CUR, age=60)],
-        {}, set(), ()),
+        {},
+        set(),
+        (),
+    ),
     "a kept build's recorded steps stay (the operator's build stage), a dropped one's go": (
-        [img("base", "", BASE), img("stage1", "base"), img("stage2", "stage1"), img("cur", "base", CUR),
-         img("ostage", "base"), img("old", "base", OLD)],
+        [
+            img("base", "", BASE),
+            img("stage1", "base"),
+            img("stage2", "stage1"),
+            img("cur", "base", CUR),
+            img("ostage", "base"),
+            img("old", "base", OLD),
+        ],
         {CUR: Built(NOW - DAY, ("stage2", "cur")), OLD: Built(NOW - DAY, ("ostage", "old"))},
-        {OLD}, ("old", "ostage")),
+        {OLD},
+        ("old", "ostage"),
+    ),
     "an overwritten plain tag's dangling image goes, children before parents": (
         [img("base", "", BASE), img("a", "base"), img("b", "a"), img("c", "b"), img("cur", "base", PLAIN)],
-        {}, set(), ("c", "b", "a")),
+        {},
+        set(),
+        ("c", "b", "a"),
+    ),
     "names that are not our content tags are never touched": (
         [img("x", "", "localhost/other:0.1.0-c0123456789ab"), img("y", "x", "localhost/mine:1")],
-        {}, set(), ()),
+        {},
+        set(),
+        (),
+    ),
     "two content tags on one image: the old one untagged, the image stays": (
         [img("base", "", BASE), img("cur", "base", CUR, OLD)],
-        {}, {OLD}, ()),
+        {},
+        {OLD},
+        (),
+    ),
 }
 
 
@@ -197,8 +249,11 @@ def storages(draw: st.DrawFn) -> list[StoredImage]:
     out = []
     for k in range(n):
         parent = f"i{draw(st.integers(0, k - 1))}" if k and draw(st.booleans()) else ""
-        out.append(StoredImage(f"i{k}", parent, tuple(draw(st.sets(names, max_size=2))),
-                               NOW - draw(st.floats(0, 3 * DAY))))
+        out.append(
+            StoredImage(
+                f"i{k}", parent, tuple(draw(st.sets(names, max_size=2))), NOW - draw(st.floats(0, 3 * DAY))
+            )
+        )
     return out
 
 
@@ -206,10 +261,15 @@ STEPS = st.lists(st.sampled_from([f"i{k}" for k in range(12)]), max_size=3).map(
 
 
 @settings(max_examples=300, deadline=None)
-@given(storages(), st.dictionaries(st.sampled_from([CUR, OLD, OTHER]),
-                                   st.builds(Built, st.floats(NOW - 3 * DAY, NOW), STEPS)))
-def test_plan_never_removes_a_kept_images_layers_and_removes_children_first(images_: list[StoredImage],
-                                                                             built: dict[str, Built]) -> None:
+@given(
+    storages(),
+    st.dictionaries(
+        st.sampled_from([CUR, OLD, OTHER]), st.builds(Built, st.floats(NOW - 3 * DAY, NOW), STEPS)
+    ),
+)
+def test_plan_never_removes_a_kept_images_layers_and_removes_children_first(
+    images_: list[StoredImage], built: dict[str, Built]
+) -> None:
     p = plan(images_, current={CUR}, plain_tags=PLAINS, built=built, now=NOW)
     by_id = {i.id: i for i in images_}
     assert set(p.keep) | set(p.remove) == set(by_id) and not set(p.keep) & set(p.remove)
@@ -230,8 +290,10 @@ def test_plan_never_removes_a_kept_images_layers_and_removes_children_first(imag
 
 def test_build_steps_are_the_ids_buildah_prints_per_step() -> None:
     full = "1b46224d773b50d9075039e17dbca2651759b768e9659140b6c07c43b2c6245c"
-    log = (f"[1/2] STEP 2/4: RUN echo\n--> Using cache {full}\n--> 1b46224d773\n[1/2] STEP 3/4: COPY f /f\n"
-           "--> 4b5f4d96012\n[2/2] COMMIT localhost/p/x:1\n--> 4fe9980d1ba\n"
-           "Successfully tagged localhost/p/x:1\n"
-           "4fe9980d1ba5b54ca84473f1bff2e71883f335a04dff5ebf7dbb5aadb53c019d\n")
+    log = (
+        f"[1/2] STEP 2/4: RUN echo\n--> Using cache {full}\n--> 1b46224d773\n[1/2] STEP 3/4: COPY f /f\n"
+        "--> 4b5f4d96012\n[2/2] COMMIT localhost/p/x:1\n--> 4fe9980d1ba\n"
+        "Successfully tagged localhost/p/x:1\n"
+        "4fe9980d1ba5b54ca84473f1bff2e71883f335a04dff5ebf7dbb5aadb53c019d\n"
+    )
     assert build_steps(log) == (full, "1b46224d773", "4b5f4d96012", "4fe9980d1ba")

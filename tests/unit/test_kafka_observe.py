@@ -1,5 +1,6 @@
 """kafka_observe.py: capacity metadata, admin config from a Secret, the shared pool, error
 classification, and one observation against a fake AdminClient (no broker)."""
+
 from __future__ import annotations
 
 import base64
@@ -29,7 +30,10 @@ def b64(s: str) -> str:
 
 
 def test_admin_config_plaintext() -> None:
-    assert admin_config(KafkaSpec("k:9092"), None) == {"bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT"}
+    assert admin_config(KafkaSpec("k:9092"), None) == {
+        "bootstrap.servers": "k:9092",
+        "security.protocol": "PLAINTEXT",
+    }
 
 
 def test_admin_config_sasl_ssl() -> None:
@@ -39,11 +43,14 @@ def test_admin_config_sasl_ssl() -> None:
     assert conf["sasl.password"] == "p" and conf["ssl.ca.pem"] == "CA" and "ssl.key.pem" not in conf
 
 
-@pytest.mark.parametrize("data, reason", [
-    (None, "SecretNotFound"),
-    ({"password": b64("topsecret")}, "SecretMalformed"),
-    ({"username": b64("u"), "password": b64("topsecret"), "tls.crt": b64("C")}, "SecretMalformed"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (None, "SecretNotFound"),
+        ({"password": b64("topsecret")}, "SecretMalformed"),
+        ({"username": b64("u"), "password": b64("topsecret"), "tls.crt": b64("C")}, "SecretMalformed"),
+    ],
+)
 def test_admin_config_secret_errors_never_echo_values(data: dict[str, str] | None, reason: str) -> None:
     k = KafkaSpec("k:9093", "SASL_SSL", "PLAIN", "creds")
     with pytest.raises(SecretError) as info:
@@ -76,24 +83,28 @@ def kerr(code: int) -> KafkaException:
     return KafkaException(KafkaError(code))
 
 
-@pytest.mark.parametrize("err, reason", [
-    (kerr(KafkaError.UNKNOWN_TOPIC_OR_PART), "TopicNotFound"),
-    (kerr(KafkaError._TRANSPORT), "BrokerUnreachable"),
-    (kerr(KafkaError._ALL_BROKERS_DOWN), "BrokerUnreachable"),
-    (kerr(KafkaError.SASL_AUTHENTICATION_FAILED), "AuthenticationFailed"),
-    (kerr(KafkaError._AUTHENTICATION), "AuthenticationFailed"),
-    (kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED), "AuthorizationFailed"),
-    (kerr(KafkaError._TIMED_OUT), "KafkaTimeout"),
-    (concurrent.futures.TimeoutError(), "KafkaTimeout"),
-    (kerr(KafkaError.INVALID_REQUEST), "KafkaError"),
-])
+@pytest.mark.parametrize(
+    "err, reason",
+    [
+        (kerr(KafkaError.UNKNOWN_TOPIC_OR_PART), "TopicNotFound"),
+        (kerr(KafkaError._TRANSPORT), "BrokerUnreachable"),
+        (kerr(KafkaError._ALL_BROKERS_DOWN), "BrokerUnreachable"),
+        (kerr(KafkaError.SASL_AUTHENTICATION_FAILED), "AuthenticationFailed"),
+        (kerr(KafkaError._AUTHENTICATION), "AuthenticationFailed"),
+        (kerr(KafkaError.TOPIC_AUTHORIZATION_FAILED), "AuthorizationFailed"),
+        (kerr(KafkaError._TIMED_OUT), "KafkaTimeout"),
+        (concurrent.futures.TimeoutError(), "KafkaTimeout"),
+        (kerr(KafkaError.INVALID_REQUEST), "KafkaError"),
+    ],
+)
 def test_classify(err: BaseException, reason: str) -> None:
     e = classify(err, None, "orders", "k:9092")
     assert e.reason == reason and "k:9092" in e.message
 
 
-@pytest.mark.parametrize("recent, reason", [("_TRANSPORT", "BrokerUnreachable"),
-                                             ("_AUTHENTICATION", "AuthenticationFailed")])
+@pytest.mark.parametrize(
+    "recent, reason", [("_TRANSPORT", "BrokerUnreachable"), ("_AUTHENTICATION", "AuthenticationFailed")]
+)
 def test_timeout_explained_by_recent_client_error(recent: str, reason: str) -> None:
     h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092")
     h.on_error(KafkaError(getattr(KafkaError, recent)))
@@ -118,14 +129,19 @@ class FakeAdmin:
     def describe_topics(self, coll: Any, **kw: Any) -> dict[str, concurrent.futures.Future]:
         self.calls.append("describe_topics")
         self.topics_asked.append(list(coll.topic_names))
-        return {t: done(exc=kerr(KafkaError.UNKNOWN_TOPIC_OR_PART)) if self._missing(t)
-                else done(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in self.parts]))
-                for t in coll.topic_names}
+        return {
+            t: done(exc=kerr(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            if self._missing(t)
+            else done(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in self.parts]))
+            for t in coll.topic_names
+        }
 
     def list_offsets(self, req: dict[Any, Any], **kw: Any) -> dict[Any, concurrent.futures.Future]:
         self.calls.append("list_offsets")
         earliest = next(iter(req.values()))._value == -2
-        return {tp: done(SimpleNamespace(offset=self.parts[tp.partition][0 if earliest else 1])) for tp in req}
+        return {
+            tp: done(SimpleNamespace(offset=self.parts[tp.partition][0 if earliest else 1])) for tp in req
+        }
 
     def list_consumer_group_offsets(self, reqs: list[Any], **kw: Any) -> dict[str, concurrent.futures.Future]:
         raise AssertionError("never through the admin client: librdkafka crashes on a coordinator error")
@@ -142,8 +158,15 @@ class FakeGroupReader:
     def committed(self, tps: list[Any], timeout: float) -> list[Any]:
         assert timeout > 0
         self.admin.calls.append(f"committed:{self.group_id}")
-        return [SimpleNamespace(partition=tp.partition, offset=self.admin.parts[tp.partition][2], error=None,
-                                metadata=self.admin.parts[tp.partition][3]) for tp in tps]
+        return [
+            SimpleNamespace(
+                partition=tp.partition,
+                offset=self.admin.parts[tp.partition][2],
+                error=None,
+                metadata=self.admin.parts[tp.partition][3],
+            )
+            for tp in tps
+        ]
 
     def poll(self, t: float) -> None:
         return None
@@ -162,8 +185,14 @@ def test_observe_without_snapshot_reads_commits_first_then_the_cluster_view() ->
     obs = observe(h, "orders", "g")
     # no snapshot: a view gives the partitions, the group's OffsetFetch follows, then a view started
     # after it answered (the end offsets are always read after the commits)
-    assert admin.calls == ["describe_topics", "list_offsets", "list_offsets", "committed:g",
-                           "list_offsets", "list_offsets"]
+    assert admin.calls == [
+        "describe_topics",
+        "list_offsets",
+        "list_offsets",
+        "committed:g",
+        "list_offsets",
+        "list_offsets",
+    ]
     admin.calls.clear()
     obs = observe(h, "orders", "g")
     assert admin.calls == ["list_offsets", "list_offsets", "committed:g", "list_offsets", "list_offsets"]
@@ -222,9 +251,13 @@ def test_peek_oldest_reads_one_record_per_partition() -> None:
 
     from lagpilot.observe.kafka_observe import peek_oldest
 
-    c = FakeConsumer([FakeMsg("t", 0, 40, (TIMESTAMP_CREATE_TIME, 1_700_000_000_000)),
-                      FakeMsg("t", 0, 41, (TIMESTAMP_CREATE_TIME, 1_700_000_099_000)),  # later record: ignored
-                      FakeMsg("t", 1, 7, (TIMESTAMP_NOT_AVAILABLE, -1))])
+    c = FakeConsumer(
+        [
+            FakeMsg("t", 0, 40, (TIMESTAMP_CREATE_TIME, 1_700_000_000_000)),
+            FakeMsg("t", 0, 41, (TIMESTAMP_CREATE_TIME, 1_700_000_099_000)),  # later record: ignored
+            FakeMsg("t", 1, 7, (TIMESTAMP_NOT_AVAILABLE, -1)),
+        ]
+    )
     h = AdminHandle(SimpleNamespace(poll=lambda t: 0), "k:9092", consumer_factory=lambda: c)
     out = peek_oldest(h, "t", {0: 40, 1: 7, 2: 3}, timeout_s=0.3)
     assert c.assigned == [(0, 40), (1, 7), (2, 3)]
@@ -259,8 +292,10 @@ def test_repeated_librdkafka_lines_are_thinned() -> None:
 
 # --- thread safety and lifetime of the shared clients (the first-cycle crash, docs/operator.md) ---
 
+
 def wait_for(cond: Any, what: str, timeout: float = 30.0) -> None:
     import time
+
     end = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < end, f"timed out waiting for {what}"
@@ -274,6 +309,7 @@ def fake_pool(readers: list[FakeGroupReader], peeks: list[FakeConsumer]) -> Admi
         def make(group_id: str) -> FakeGroupReader:
             readers.append(admin.reader(group_id))
             return readers[-1]
+
         return make
 
     def peek_factory(conf: Any) -> Any:
@@ -281,9 +317,12 @@ def fake_pool(readers: list[FakeGroupReader], peeks: list[FakeConsumer]) -> Admi
             peeks.append(FakeConsumer([]))
             peeks[-1].close = lambda: setattr(peeks[-1], "closed", True)  # type: ignore[method-assign]
             return peeks[-1]
+
         return make
 
-    return AdminPool(factory=lambda conf: admin, consumer_factory=peek_factory, group_reader_factory=reader_factory)
+    return AdminPool(
+        factory=lambda conf: admin, consumer_factory=peek_factory, group_reader_factory=reader_factory
+    )
 
 
 CONF = {"bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT"}
@@ -314,7 +353,9 @@ def test_release_without_lease_closes_every_consumer() -> None:
         peek_oldest(h, "orders", {0: 5}, timeout_s=0.05)
     assert [r.group_id for r in readers] == ["g1", "g2"] and len(peeks) == 1
     pool.release("ns/a")
-    wait_for(lambda: all(r.closed for r in readers) and getattr(peeks[0], "closed", False), "consumers closed")
+    wait_for(
+        lambda: all(r.closed for r in readers) and getattr(peeks[0], "closed", False), "consumers closed"
+    )
 
 
 def test_one_reader_per_group_and_idle_readers_are_closed() -> None:
@@ -373,7 +414,9 @@ def test_committed_offsets_for_other_modules() -> None:
         committed_offsets(h, "g", "orders", [0], 1.0)
 
 
-def test_consumers_get_the_queued_logger_but_never_the_error_callback(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_consumers_get_the_queued_logger_but_never_the_error_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Only the admin client has error_cb (served by its poll() under the handle lock); the consumers
     keep the logger (queued by confluent-kafka, served by their own consume/poll calls)."""
     import confluent_kafka
@@ -402,18 +445,28 @@ def test_safe_admin_answers_offset_fetch_through_the_group_reader_and_locks_the_
     admin = FakeAdmin({0: (0, 10, 7, "lp1;cap=1;ts=5"), 1: (0, 10, -1001, None)})
     seen_locked: list[bool] = []
     h = handle_for(admin)
-    admin.describe_consumer_groups = lambda groups, **kw: seen_locked.append(h._lock.locked()) or {"g": done("desc")}
+    admin.describe_consumer_groups = lambda groups, **kw: (
+        seen_locked.append(h._lock.locked()) or {"g": done("desc")}
+    )
     safe = h.safe_admin(1.0)
     res = safe.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions("progress-1", [TopicPartition("orders", 0), TopicPartition("orders", 1)])],
-        request_timeout=1.0)["progress-1"].result(timeout=1)
-    assert [(tp.partition, tp.offset, tp.metadata) for tp in res.topic_partitions] == [(0, 7, "lp1;cap=1;ts=5"),
-                                                                                       (1, -1001, None)]
+        [
+            ConsumerGroupTopicPartitions(
+                "progress-1", [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+            )
+        ],
+        request_timeout=1.0,
+    )["progress-1"].result(timeout=1)
+    assert [(tp.partition, tp.offset, tp.metadata) for tp in res.topic_partitions] == [
+        (0, 7, "lp1;cap=1;ts=5"),
+        (1, -1001, None),
+    ]
     assert admin.calls == ["committed:progress-1"]
     assert safe.describe_consumer_groups(["g"])["g"].result() == "desc" and seen_locked == [True]
 
 
 # --- the __consumer_offsets snapshot -------------------------------------------------------------
+
 
 def _key(group: str, topic: str, partition: int, version: int = 1) -> bytes:
     s = lambda x: len(x.encode()).to_bytes(2, "big") + x.encode()  # noqa: E731
@@ -438,8 +491,12 @@ def _value(version: int, offset: int, metadata: str) -> bytes:
 def test_parse_offset_commit_value_versions(version: int) -> None:
     from lagpilot.observe.kafka_observe import parse_offset_commit
 
-    assert parse_offset_commit(_key("g", "orders", 7), _value(version, 1234, "lp1;cap=2;ts=5")) == \
-        ("g", "orders", 7, (1234, "lp1;cap=2;ts=5"))
+    assert parse_offset_commit(_key("g", "orders", 7), _value(version, 1234, "lp1;cap=2;ts=5")) == (
+        "g",
+        "orders",
+        7,
+        (1234, "lp1;cap=2;ts=5"),
+    )
 
 
 def test_parse_offset_commit_tombstone_other_records_and_garbage() -> None:
@@ -452,15 +509,22 @@ def test_parse_offset_commit_tombstone_other_records_and_garbage() -> None:
     assert parse_offset_commit(_key("g", "t", 0)[:-2], b"x") is None  # truncated key
     assert parse_offset_commit(_key("g", "t", 0), b"\x00\x04\x00") is None  # truncated value
     # the Python client stores metadata with its C string's NUL; read back without it
-    assert parse_offset_commit(_key("g", "t", 0), _value(4, 1, "lp1;cap=1;ts=2\x00"))[3] == (1, "lp1;cap=1;ts=2")
+    assert parse_offset_commit(_key("g", "t", 0), _value(4, 1, "lp1;cap=1;ts=2\x00"))[3] == (
+        1,
+        "lp1;cap=1;ts=2",
+    )
 
 
-@pytest.mark.parametrize("group, parts, want", [
-    ("test", 50, 3556498 % 50),       # "test".hashCode() == 3556498
-    ("", 50, 0),
-    ("polygenelubricants", 50, 0),    # hashCode() == Integer.MIN_VALUE: Utils.abs gives 0
-    ("Aa", 8, 2112 % 8), ("BB", 8, 2112 % 8),  # the classic colliding pair
-])
+@pytest.mark.parametrize(
+    "group, parts, want",
+    [
+        ("test", 50, 3556498 % 50),  # "test".hashCode() == 3556498
+        ("", 50, 0),
+        ("polygenelubricants", 50, 0),  # hashCode() == Integer.MIN_VALUE: Utils.abs gives 0
+        ("Aa", 8, 2112 % 8),
+        ("BB", 8, 2112 % 8),  # the classic colliding pair
+    ],
+)
 def test_offsets_partition_for_follows_kafka(group: str, parts: int, want: int) -> None:
     from lagpilot.observe.kafka_observe import offsets_partition_for
 
@@ -488,7 +552,10 @@ def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers()
 
     threading.Timer(0.1, advance).start()
     assert snap.committed("g", "t", [0, 1, 2], end=6, timeout_s=5) == [
-        (0, 10, "lp1;cap=3;ts=9"), (1, 7, None), (2, None, None)]
+        (0, 10, "lp1;cap=3;ts=9"),
+        (1, 7, None),
+        (2, None, None),
+    ]
     snap.failed = "GROUP_AUTHORIZATION_FAILED"
     snap._pos[gp] = 0
     assert snap.committed("g", "t", [0], end=6, timeout_s=5) is None  # failed: at once, no wait
@@ -496,8 +563,11 @@ def test_snapshot_waits_for_the_groups_partition_to_reach_the_end_then_answers()
 
 def test_a_client_that_cannot_be_created_is_an_observe_error_without_the_config() -> None:
     """A TLS key librdkafka cannot load makes AdminClient() raise: a Degraded reason, not a crash."""
+
     def factory(conf: Any) -> Any:
-        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"ssl.key.pem failed: {conf['ssl.key.pem']}"))
+        raise KafkaException(
+            KafkaError(KafkaError._INVALID_ARG, f"ssl.key.pem failed: {conf['ssl.key.pem']}")
+        )
 
     pool = AdminPool(factory=factory, consumer_factory=None, group_reader_factory=None)
     with pytest.raises(ObserveError) as info:
@@ -537,8 +607,14 @@ def test_snapshot_answers_the_commits_as_of_the_end_read_before_the_topics_end()
 
     snap = OffsetsSnapshot(lambda: None)
     snap.partitions = 1
-    snap._apply([(10, ("g", "t", 0, (5, "a"))), (11, ("g", "t", 1, (9, None))),
-                 (12, ("g", "t", 0, (7, "b"))), (13, ("g", "t", 1, None))])
+    snap._apply(
+        [
+            (10, ("g", "t", 0, (5, "a"))),
+            (11, ("g", "t", 1, (9, None))),
+            (12, ("g", "t", 0, (7, "b"))),
+            (13, ("g", "t", 1, None)),
+        ]
+    )
     snap._pos[0] = 20
     assert snap.committed("g", "t", [0, 1], end=12, timeout_s=0.1) == [(0, 5, "a"), (1, 9, None)]
     assert snap.committed("g", "t", [0, 1], end=14, timeout_s=0.1) == [(0, 7, "b"), (1, None, None)]
@@ -574,11 +650,18 @@ from hypothesis import given as _given, settings as _settings, strategies as _st
 
 
 @_settings(max_examples=400, deadline=None)
-@_given(group=_st.text(max_size=40), topic=_st.text(min_size=1, max_size=60), partition=_st.integers(0, 2**31 - 1),
-        key_version=_st.sampled_from([0, 1]), version=_st.integers(0, 5), offset=_st.integers(-1, 2**62),
-        metadata=_st.one_of(_st.none(), _st.text(max_size=300)))
-def test_parse_offset_commit_reads_every_well_formed_record(group: str, topic: str, partition: int, key_version: int,
-                                                            version: int, offset: int, metadata: str | None) -> None:
+@_given(
+    group=_st.text(max_size=40),
+    topic=_st.text(min_size=1, max_size=60),
+    partition=_st.integers(0, 2**31 - 1),
+    key_version=_st.sampled_from([0, 1]),
+    version=_st.integers(0, 5),
+    offset=_st.integers(-1, 2**62),
+    metadata=_st.one_of(_st.none(), _st.text(max_size=300)),
+)
+def test_parse_offset_commit_reads_every_well_formed_record(
+    group: str, topic: str, partition: int, key_version: int, version: int, offset: int, metadata: str | None
+) -> None:
     """Any group/topic (unicode), partition, offset and metadata (none, empty, long: a multi-byte
     varint, with a NUL) of every key/value version reads back as written; a tombstone too."""
     from lagpilot.observe.kafka_observe import parse_offset_commit
@@ -587,7 +670,9 @@ def test_parse_offset_commit_reads_every_well_formed_record(group: str, topic: s
         return
     key = _key(group, topic, partition, key_version)
     got = parse_offset_commit(key, _value_any(version, offset, metadata))
-    want_meta = None if metadata is None or (version >= 4 and metadata is None) else metadata.split("\x00", 1)[0]
+    want_meta = (
+        None if metadata is None or (version >= 4 and metadata is None) else metadata.split("\x00", 1)[0]
+    )
     assert got == (group, topic, partition, (offset, want_meta))
     assert parse_offset_commit(key, None) == (group, topic, partition, None)
 

@@ -1,4 +1,5 @@
 """The KEDA Kafka scaler + HPA baseline model: table-driven."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,13 @@ CFG = KedaConfig()
 @pytest.mark.parametrize(
     "lags,partitions,expected",
     [([5, 5, 5], 3, 15), ([100, 0, 0], 3, 30), ([31, 0, 0], 3, 31), ([29, 0, 0], 3, 29), ([0.9, 0.9], 2, 0)],
-    ids=["under-cap", "capped-at-partitions", "integer-division-quirk-lets-31-through", "just-under", "fractions-truncated"],
+    ids=[
+        "under-cap",
+        "capped-at-partitions",
+        "integer-division-quirk-lets-31-through",
+        "just-under",
+        "fractions-truncated",
+    ],
 )
 def test_metric_capped_at_partitions(lags: list[float], partitions: int, expected: int) -> None:
     assert keda_metric(lags, partitions, CFG) == expected
@@ -50,7 +57,7 @@ def test_scale_up_rate_limited_to_max_4_pods_or_double_per_15s() -> None:
     assert counts[0] == 5  # 1 -> max(1+4, 2)
     assert max(counts) == 20
     # never more than max(+4, x2) within any 15 s
-    for (t0, c0) in seen:
+    for t0, c0 in seen:
         later = [c for t, c in seen if t0 < t < t0 + 15]
         assert all(c <= max(c0 + 4, 2 * c0) for c in later)
 
@@ -81,7 +88,12 @@ def test_scale_to_zero_after_cooldown_and_back_on_activation() -> None:
     "lags,partitions,cfg,expected",
     [
         ([100, 0, 0, 0], 4, KedaConfig(), 40),  # default: capped at partitions x threshold
-        ([100, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 10),  # one partition lags: one consumer
+        (
+            [100, 0, 0, 0],
+            4,
+            KedaConfig(limit_to_partitions_with_lag=True),
+            10,
+        ),  # one partition lags: one consumer
         ([100, 5, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 20),
         ([0, 0, 0, 0], 4, KedaConfig(limit_to_partitions_with_lag=True), 0),
         ([25, 0, 0, 0, 0, 0], 6, KedaConfig(ensure_even_distribution_of_partitions=True), 30),  # 3 divides 6
@@ -95,11 +107,19 @@ def test_partition_options(lags: list[float], partitions: int, cfg: KedaConfig, 
     assert keda_metric(lags, partitions, cfg) == expected
 
 
-@pytest.mark.parametrize("kw, words", [
-    ({"limit_to_partitions_with_lag": True, "ensure_even_distribution_of_partitions": True},
-     ("limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions")),
-    ({"limit_to_partitions_with_lag": True, "allow_idle_consumers": True}, ("allowIdleConsumers", "limitToPartitionsWithLag")),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (
+            {"limit_to_partitions_with_lag": True, "ensure_even_distribution_of_partitions": True},
+            ("limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions"),
+        ),
+        (
+            {"limit_to_partitions_with_lag": True, "allow_idle_consumers": True},
+            ("allowIdleConsumers", "limitToPartitionsWithLag"),
+        ),
+    ],
+)
 def test_options_keda_rejects_together_are_rejected(kw: dict[str, bool], words: tuple[str, str]) -> None:
     """KEDA v2.20's kafka_scaler.go (parseKafkaMetadata's validate) refuses these pairs ("... cannot be set
     simultaneously"): the ScaledObject never gets a scaler, so the model must not predict one."""

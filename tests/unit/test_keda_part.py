@@ -1,4 +1,5 @@
 """lagpilot_dev.keda's install steps that need no running KEDA (a fake kubectl)."""
+
 from __future__ import annotations
 
 import json
@@ -18,22 +19,35 @@ class FakeKube:
         self.reads = reads
         self.calls: list[tuple[str, ...]] = []
 
-    def kubectl(self, *args: str, input_text: str | None = None, timeout: float | None = None,
-                ) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self,
+        *args: str,
+        input_text: str | None = None,
+        timeout: float | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         self.calls.append(args)
         if args[0] == "wait":
             if self.reads > 0:
                 self.reads -= 1
-                return subprocess.CompletedProcess(list(args), 1, "", "error: .status.conditions accessor error: "
-                                                   "<nil> is of the type <nil>, expected []interface{}")
+                return subprocess.CompletedProcess(
+                    list(args),
+                    1,
+                    "",
+                    "error: .status.conditions accessor error: "
+                    "<nil> is of the type <nil>, expected []interface{}",
+                )
             return subprocess.CompletedProcess(list(args), 0, "condition met", "")
         if args[0] == "get" and args[1].startswith("crd"):
             status: dict[str, Any] = {}
             if self.reads > 0:
                 self.reads -= 1
             else:
-                status = {"conditions": [{"type": "NamesAccepted", "status": "True"},
-                                         {"type": "Established", "status": "True"}]}
+                status = {
+                    "conditions": [
+                        {"type": "NamesAccepted", "status": "True"},
+                        {"type": "Established", "status": "True"},
+                    ]
+                }
             return subprocess.CompletedProcess(list(args), 0, json.dumps({"status": status}), "")
         return subprocess.CompletedProcess(list(args), 0, "", "")
 

@@ -1,6 +1,7 @@
 """KubeApi's raw reads (the Deployment, the pods, the memory ConfigMap): the JSON body of a call
 made with `_preload_content=False`, its connection always released, a 404 None where the object
 may be absent, every other failure a KubeError naming what was read (`kubeapi._raw_json`)."""
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,10 @@ def test_absent_objects_are_none_and_other_failures_name_what_was_read() -> None
         k.list_pods("ns", {"a": "1"})  # no pods is an empty list, never a 404: a 404 is an error
     assert "list pods ns -l a=1" in str(err.value)
     k = kube(Client(Fail(403)))
-    for read, what in ((lambda: k.get_deployment("ns", "d"), "get Deployment ns/d"),
-                       (lambda: k.get_configmap("ns", "m"), "get ConfigMap ns/m")):
+    for read, what in (
+        (lambda: k.get_deployment("ns", "d"), "get Deployment ns/d"),
+        (lambda: k.get_configmap("ns", "m"), "get ConfigMap ns/m"),
+    ):
         with pytest.raises(KubeError) as err:
             read()
         assert what in str(err.value) and err.value.status == 403

@@ -1,4 +1,5 @@
 """Lag arithmetic on fetched offsets: table-driven."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,9 @@ LAG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("low,end,committed,lag,lost", [c[1:] for c in LAG_CASES], ids=[c[0] for c in LAG_CASES])
+@pytest.mark.parametrize(
+    "low,end,committed,lag,lost", [c[1:] for c in LAG_CASES], ids=[c[0] for c in LAG_CASES]
+)
 def test_partition_lag_and_loss(low: int, end: int, committed: int | None, lag: int, lost: int) -> None:
     p = PartitionOffsets(0, low, end, committed)
     assert partition_lag(p) == lag
@@ -42,6 +45,10 @@ def test_snapshot_totals_sorted_and_loss() -> None:
 
 
 def test_oldest_unprocessed_age() -> None:
-    assert oldest_unprocessed_age_s(PartitionOffsets(0, 0, 10, 5, oldest_unprocessed_ts_s=90.0), 100.0) == 10.0
-    assert oldest_unprocessed_age_s(PartitionOffsets(0, 0, 10, 10, oldest_unprocessed_ts_s=90.0), 100.0) is None
+    assert (
+        oldest_unprocessed_age_s(PartitionOffsets(0, 0, 10, 5, oldest_unprocessed_ts_s=90.0), 100.0) == 10.0
+    )
+    assert (
+        oldest_unprocessed_age_s(PartitionOffsets(0, 0, 10, 10, oldest_unprocessed_ts_s=90.0), 100.0) is None
+    )
     assert oldest_unprocessed_age_s(PartitionOffsets(0, 0, 10, 5), 100.0) is None

@@ -1,5 +1,6 @@
 """Leader election (issue 23, M3): the pure Lease decisions and the elector against a fake Lease API
 with the API server's optimistic concurrency (a write with a stale resourceVersion is a 409)."""
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,13 @@ def test_timings_must_let_the_holder_stop_before_a_standby_takes_over() -> None:
     for bad in ((15, 15, 2), (10, 15, 2), (15, 10, 10), (15, 10, 0)):
         with pytest.raises(ValueError):
             LeaseTiming(*bad)
-    assert LeaseTiming.from_env({"LAGPILOT_LEASE_DURATION_SECONDS": "6", "LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS": "4",
-                                 "LAGPILOT_LEASE_RETRY_SECONDS": "1"}) == LeaseTiming(6, 4, 1)
+    assert LeaseTiming.from_env(
+        {
+            "LAGPILOT_LEASE_DURATION_SECONDS": "6",
+            "LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS": "4",
+            "LAGPILOT_LEASE_RETRY_SECONDS": "1",
+        }
+    ) == LeaseTiming(6, 4, 1)
 
 
 def test_lease_namespaces() -> None:
@@ -56,14 +62,20 @@ class FakeLeases:
         if key in self.store:
             raise ApiException(status=409)
         self.rv += 1
-        self.store[key] = {**copy.deepcopy(body), "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
+        self.store[key] = {
+            **copy.deepcopy(body),
+            "metadata": {**body["metadata"], "resourceVersion": str(self.rv)},
+        }
 
     def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any]) -> None:
         cur = self.store[(ns, name)]
         if body["metadata"]["resourceVersion"] != cur["metadata"]["resourceVersion"]:
             raise ApiException(status=409)
         self.rv += 1
-        self.store[(ns, name)] = {**copy.deepcopy(body), "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
+        self.store[(ns, name)] = {
+            **copy.deepcopy(body),
+            "metadata": {**body["metadata"], "resourceVersion": str(self.rv)},
+        }
 
 
 def elector(fake: FakeLeases, who: str, clock: list[float]) -> LeaseElector:

@@ -353,8 +353,9 @@ def _hold_unjudged(at: int) -> dict[str, object]:
     return {"unjudged_scale_up": at}
 
 
-@pytest.mark.parametrize(("hold", "reason"), [(_hold_by_limit, "DownstreamLimited"),
-                                              (_hold_unjudged, "ScaleUpUnjudged")])
+@pytest.mark.parametrize(
+    ("hold", "reason"), [(_hold_by_limit, "DownstreamLimited"), (_hold_unjudged, "ScaleUpUnjudged")]
+)
 @settings(max_examples=200, deadline=None)
 @given(
     lags=st.lists(st.integers(0, 200_000), min_size=1, max_size=8),
@@ -364,8 +365,13 @@ def _hold_unjudged(at: int) -> dict[str, object]:
     lo=st.integers(1, 4),
 )
 def test_a_hold_only_ever_stops_scale_ups_at_or_above_its_count(
-    hold: Callable[[int], dict[str, object]], reason: str, lags: list[int], rates: list[float], cur: int, at: int,
-    lo: int
+    hold: Callable[[int], dict[str, object]],
+    reason: str,
+    lags: list[int],
+    rates: list[float],
+    cur: int,
+    at: int,
+    lo: int,
 ) -> None:
     """The downstream limit (learn.Limit) and the unjudged scale-up (learn.unjudged) hold alike."""
     p = ScalingPolicy(min_replicas=lo, max_replicas=8)

@@ -113,14 +113,27 @@ BREAKS = [
         "only allowed",
     ),
     (
-        {"kafka": {"bootstrapServers": "k:1", "securityProtocol": "SASL_SSL", "saslMechanism": "OAUTHBEARER",
-                   "secretRef": {"name": "s"}}},
+        {
+            "kafka": {
+                "bootstrapServers": "k:1",
+                "securityProtocol": "SASL_SSL",
+                "saslMechanism": "OAUTHBEARER",
+                "secretRef": {"name": "s"},
+            }
+        },
         "spec.kafka.oauthbearer",
         "is required when",
     ),
     (
-        {"kafka": {"bootstrapServers": "k:1", "securityProtocol": "SASL_SSL", "saslMechanism": "PLAIN",
-                   "secretRef": {"name": "s"}, "oauthbearer": {"tokenEndpointUrl": "https://idp/token"}}},
+        {
+            "kafka": {
+                "bootstrapServers": "k:1",
+                "securityProtocol": "SASL_SSL",
+                "saslMechanism": "PLAIN",
+                "secretRef": {"name": "s"},
+                "oauthbearer": {"tokenEndpointUrl": "https://idp/token"},
+            }
+        },
         "spec.kafka.oauthbearer",
         "only allowed",
     ),

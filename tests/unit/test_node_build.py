@@ -1,6 +1,7 @@
 """The node's cold build (docs/node.md "Cold build"): when the control plane's binaries are missing
 too, ONE run of dev/build-node.sh builds both (one `go build` of every k8s.io/kubernetes command,
 one Go cache), and `dev up` with kube and node installs the control plane through it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,7 +34,7 @@ def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[li
     def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
         calls.append((list(argv), dict(kw["env"])))
         script = argv.index(str(node.BUILD_SCRIPT))
-        outs = argv[script + 1:]
+        outs = argv[script + 1 :]
         made = [(Path(outs[0]) / "bin", node.BINARIES)]
         if len(outs) > 1:
             made.append((Path(outs[1]) / "bin", kube.BINARIES))
@@ -53,8 +54,9 @@ def _kube_built(cache: Path) -> None:
         (cache / "kube" / "bin" / b).touch(mode=0o755)
 
 
-def test_a_cold_machine_builds_control_plane_and_node_in_one_run(tmp_path: Path,
-                                                                 fake_build: list[Any]) -> None:
+def test_a_cold_machine_builds_control_plane_and_node_in_one_run(
+    tmp_path: Path, fake_build: list[Any]
+) -> None:
     cache = tmp_path / "cache"
     part = node.NodePart(cache, tmp_path / "state")
     part.install()
@@ -94,12 +96,16 @@ class _FakePart:
         return {}
 
 
-@pytest.mark.parametrize(("parts", "installs"), [
-    (["kube", "node"], ["node.install", "node.install"]),  # kube's thread too: one build, under its locks
-    (["kube"], ["kube.install"]),
-])
-def test_up_installs_the_control_plane_through_the_node_build(tmp_path: Path, parts: list[str],
-                                                              installs: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("parts", "installs"),
+    [
+        (["kube", "node"], ["node.install", "node.install"]),  # kube's thread too: one build, under its locks
+        (["kube"], ["kube.install"]),
+    ],
+)
+def test_up_installs_the_control_plane_through_the_node_build(
+    tmp_path: Path, parts: list[str], installs: list[str]
+) -> None:
     stack = Stack(tmp_path / "cache", tmp_path / "state")
     log: list[str] = []
     stack._parts = {n: _FakePart(n, log) for n in parts}  # type: ignore[dict-item]
@@ -108,6 +114,7 @@ def test_up_installs_the_control_plane_through_the_node_build(tmp_path: Path, pa
 
 
 # ---- the NetworkPolicy agent, a part of its own (docs/node.md "Cold build") --------------------
+
 
 def test_the_node_builds_and_installs_without_the_policy_agent(tmp_path: Path, fake_build: list[Any]) -> None:
     from lagpilot_dev import netpol

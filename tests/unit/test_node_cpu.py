@@ -1,5 +1,6 @@
 """The node pods' CPU weight (docs/node.md "CPU"): the node part gives the kubelet's kubepods cgroup
 DEFAULT_PODS_CPU_SHARES, or LAGPILOT_NODE_CPU_SHARES (`kubelet`: the kubelet's own value stays)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The real node's pure pieces: the names it knows the project's images by (lagpilot_dev.node,
 images_build) and the policy that sends a labelled namespace's pods to it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,16 +15,19 @@ from lagpilot_dev.node import cri_image_name
 CHART = Path(__file__).resolve().parents[2] / "charts" / "lagpilot"
 
 
-@pytest.mark.parametrize(("reference", "expected"), [
-    ("lagpilot/consumer:0.1.0", "docker.io/lagpilot/consumer:0.1.0"),
-    ("busybox", "docker.io/library/busybox:latest"),
-    ("busybox:1", "docker.io/library/busybox:1"),
-    ("localhost/lagpilot/operator:0.1.0", "localhost/lagpilot/operator:0.1.0"),
-    ("lagpilot.local/pause:v1.35.4", "lagpilot.local/pause:v1.35.4"),
-    ("registry:5000/a/b", "registry:5000/a/b:latest"),
-    ("ghcr.io/acme/x@sha256:00", "ghcr.io/acme/x@sha256:00"),
-    ("acme/x@sha256:00", "docker.io/acme/x@sha256:00"),
-])
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("lagpilot/consumer:0.1.0", "docker.io/lagpilot/consumer:0.1.0"),
+        ("busybox", "docker.io/library/busybox:latest"),
+        ("busybox:1", "docker.io/library/busybox:1"),
+        ("localhost/lagpilot/operator:0.1.0", "localhost/lagpilot/operator:0.1.0"),
+        ("lagpilot.local/pause:v1.35.4", "lagpilot.local/pause:v1.35.4"),
+        ("registry:5000/a/b", "registry:5000/a/b:latest"),
+        ("ghcr.io/acme/x@sha256:00", "ghcr.io/acme/x@sha256:00"),
+        ("acme/x@sha256:00", "docker.io/acme/x@sha256:00"),
+    ],
+)
 def test_cri_image_name_normalizes_as_docker(reference: str, expected: str) -> None:
     assert cri_image_name(reference) == expected
 
@@ -31,7 +35,10 @@ def test_cri_image_name_normalizes_as_docker(reference: str, expected: str) -> N
 def test_built_images_carry_the_names_the_chart_and_the_crd_use() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
-    assert IMAGES["operator"].reference == f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
+    assert (
+        IMAGES["operator"].reference
+        == f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
+    )
     assert IMAGES["consumer"].reference == DEFAULT_IMAGE
 
 
@@ -43,14 +50,20 @@ def test_namespace_policy_sends_a_labelled_namespaces_default_scheduler_pods_to_
     assert binding["spec"]["policyName"] == policy["metadata"]["name"] == NAMESPACE_POLICY
     assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": dict([NAMESPACE_LABEL])}
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]
+    assert rules == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    ]
     # only pods left to the default scheduler: a pod naming another scheduler keeps it
     assert "'default-scheduler'" in policy["spec"]["matchConditions"][0]["expression"]
-    assert f'schedulerName: "{SCHEDULER_NAME}"' in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    assert (
+        f'schedulerName: "{SCHEDULER_NAME}"'
+        in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    )
 
 
-def test_load_built_image_logs_under_info_without_breaking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_load_built_image_logs_under_info_without_breaking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """`lagpilot demo --node` logs at INFO: loading an image (here one the node already has) must
     log its record, not raise from the logging call."""
     import logging
@@ -61,8 +74,11 @@ def test_load_built_image_logs_under_info_without_breaking(tmp_path: Path, monke
 
     part = NodePart(tmp_path / "cache", tmp_path / "state")
     built = "sha256:" + "ab" * 32
-    monkeypatch.setattr(images_tools, "run_cmd",
-                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, stdout=built.removeprefix("sha256:")))
+    monkeypatch.setattr(
+        images_tools,
+        "run_cmd",
+        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, stdout=built.removeprefix("sha256:")),
+    )
     monkeypatch.setattr(NodePart, "image_id", lambda self, tag: built)
     caplog.set_level(logging.INFO, logger="lagpilot_dev.node")
     assert part.load_built_image("localhost/lagpilot/demo-consumer:0.1.0") >= 0

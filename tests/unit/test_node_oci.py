@@ -1,4 +1,5 @@
 """The OCI archives the node imports (lagpilot_dev.node_oci): a valid layout whose digests match."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """lagpilot_dev.oidc: a state dir's Keycloak is a copy of the baked one, started with its build options."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """run.py: the `lagpilot operator` command line."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,13 +7,18 @@ import pytest
 from lagpilot.run import parse_args
 
 
-@pytest.mark.parametrize("argv, namespaces, standalone, port", [
-    ([], [], False, 9090),
-    (["--namespace", "a", "-n", "b", "--standalone"], ["a", "b"], True, 9090),
-    (["--all-namespaces", "--metrics-port", "0"], [], False, 0),
-], ids=["defaults", "two-namespaces", "cluster-no-metrics"])
-def test_parse(argv: list[str], namespaces: list[str], standalone: bool, port: int,
-               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "argv, namespaces, standalone, port",
+    [
+        ([], [], False, 9090),
+        (["--namespace", "a", "-n", "b", "--standalone"], ["a", "b"], True, 9090),
+        (["--all-namespaces", "--metrics-port", "0"], [], False, 0),
+    ],
+    ids=["defaults", "two-namespaces", "cluster-no-metrics"],
+)
+def test_parse(
+    argv: list[str], namespaces: list[str], standalone: bool, port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("LAGPILOT_OPERATOR_METRICS_PORT", raising=False)
     a = parse_args(argv)
     assert (a.namespace, a.standalone, a.metrics_port) == (namespaces, standalone, port)

@@ -1,5 +1,6 @@
 """The dev tooling is a distribution of its own (issue 15): the `lagpilot` distribution and both
 images hold no dev code, and `lagpilot dev` / `lagpilot demo` come from lagpilot-dev's entry points."""
+
 from __future__ import annotations
 
 import tomllib
@@ -18,8 +19,11 @@ def test_the_lagpilot_distribution_packages_no_dev_code() -> None:
     assert dev["tool"]["setuptools"]["packages"] == ["lagpilot_dev", "lagpilot_dev.podrunner"]
     # every subpackage of lagpilot_dev is listed (a missing one would be absent from a wheel)
     src = ROOT / "dev" / "src"
-    found = sorted(".".join(d.relative_to(src).parts) for d in (src / "lagpilot_dev").rglob("*")
-                   if d.is_dir() and (d / "__init__.py").exists())
+    found = sorted(
+        ".".join(d.relative_to(src).parts)
+        for d in (src / "lagpilot_dev").rglob("*")
+        if d.is_dir() and (d / "__init__.py").exists()
+    )
     assert sorted(dev["tool"]["setuptools"]["packages"]) == sorted(["lagpilot_dev", *found])
 
 
@@ -27,9 +31,15 @@ def test_the_wheel_lists_every_package_of_the_operator_and_the_runtime() -> None
     """setuptools puts only the listed packages into the wheel: every folder with an __init__.py
     under lagpilot/ (the layers decide, observe, act, sim) and lagpilot_runtime/ is listed."""
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    for src, top in ((ROOT / "operator" / "src", "lagpilot"), (ROOT / "consumer_image" / "src", "lagpilot_runtime")):
-        found = sorted(".".join(d.relative_to(src).parts) for d in [src / top, *(src / top).rglob("*")]
-                       if d.is_dir() and (d / "__init__.py").exists())
+    for src, top in (
+        (ROOT / "operator" / "src", "lagpilot"),
+        (ROOT / "consumer_image" / "src", "lagpilot_runtime"),
+    ):
+        found = sorted(
+            ".".join(d.relative_to(src).parts)
+            for d in [src / top, *(src / top).rglob("*")]
+            if d.is_dir() and (d / "__init__.py").exists()
+        )
         assert sorted(p for p in packages if p == top or p.startswith(top + ".")) == found
     assert {"lagpilot.decide", "lagpilot.observe", "lagpilot.act", "lagpilot.sim"} <= set(packages)
 

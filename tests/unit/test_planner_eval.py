@@ -1,6 +1,7 @@
 """The short version of the held-out planner campaign (bench/planner_eval.py): the issue's harsh
 setting (flash, 6 partitions, SLA 300 s, pods 30 s, a 90 s drain start-up, <= 16 tasks) on the
 seed where cold drains fall short, with cold drains and with the warm drain runtime on demand."""
+
 from __future__ import annotations
 
 from bench import planner_eval
@@ -8,8 +9,10 @@ from bench import planner_eval
 
 def test_flash_s101_at_a_90s_start_up_needs_the_split_to_wait_for_spark() -> None:
     # drains that end with their range (--no-busy-drains): a busy drain keeps 1.0 on this seed
-    off, on_demand = (planner_eval.evaluate(["flash"], [101], [90.0], warm_runtime=mode, busy_drains=False)[0]
-                      for mode in ("off", "on-demand"))
+    off, on_demand = (
+        planner_eval.evaluate(["flash"], [101], [90.0], warm_runtime=mode, busy_drains=False)[0]
+        for mode in ("off", "on-demand")
+    )
     # cold drains: the split is taken before each 90 s start-up and the worst records pay two
     assert off["within"] < 0.999 and not off["within_ok"]
     # on demand: one warm-up before the burst's first split, warm follow-ups

@@ -1,5 +1,6 @@
 """One pod's lifecycle in the pod runner, driven against a fake API (local processes, no cluster):
 restart policy, crash back-off, graceful deletion and SIGKILL after the grace period."""
+
 from __future__ import annotations
 
 import copy
@@ -36,7 +37,11 @@ class FakeRunner:
         self.lock = threading.Lock()
 
     def base_env(self, pod_name: str) -> dict[str, str]:
-        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOSTNAME": pod_name, "PYTHONUNBUFFERED": "1"}
+        return {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOSTNAME": pod_name,
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
         return self.secrets.get(name)
@@ -66,10 +71,17 @@ class FakeRunner:
             return self.statuses[-1] if self.statuses else {}
 
 
-def _pod(command: list[str], restart: str = "Always", env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
-            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 30,
-                     "containers": [{"name": "main", "image": "x", "command": command, "env": env or []}]}}
+def _pod(
+    command: list[str], restart: str = "Always", env: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "main", "image": "x", "command": command, "env": env or []}],
+        },
+    }
 
 
 def _wait(check: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
@@ -103,23 +115,29 @@ def test_crashing_container_restarts_with_backoff_and_restart_count(runner: Fake
         cs = _cs(runner)
         assert cs["lastState"]["terminated"]["exitCode"] == 3
         assert runner.last()["phase"] == "Running"
-        assert any("waiting" in (s["containerStatuses"][0]["state"]) and
-                   s["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
-                   for s in runner.statuses)
+        assert any(
+            "waiting" in (s["containerStatuses"][0]["state"])
+            and s["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+            for s in runner.statuses
+        )
     finally:
         runner.stopping.set()
         w.finished.wait(10)
 
 
-@pytest.mark.parametrize(("restart", "code", "phase"), [("Never", 0, "Succeeded"), ("Never", 4, "Failed"),
-                                                        ("OnFailure", 0, "Succeeded")],
-                         ids=["never-ok", "never-fail", "onfailure-ok"])
+@pytest.mark.parametrize(
+    ("restart", "code", "phase"),
+    [("Never", 0, "Succeeded"), ("Never", 4, "Failed"), ("OnFailure", 0, "Succeeded")],
+    ids=["never-ok", "never-fail", "onfailure-ok"],
+)
 def test_terminal_phase(runner: FakeRunner, restart: str, code: int, phase: str) -> None:
     w = _start(runner, _pod([sys.executable, "-c", f"import sys; sys.exit({code})"], restart=restart))
     try:
         _wait(lambda: runner.last().get("phase") == phase, phase)
         cs = _cs(runner)
-        assert cs["state"]["terminated"]["exitCode"] == code and cs["restartCount"] == 0 and cs["ready"] is False
+        assert (
+            cs["state"]["terminated"]["exitCode"] == code and cs["restartCount"] == 0 and cs["ready"] is False
+        )
         assert runner.statuses[0]["phase"] == "Pending"
     finally:
         runner.stopping.set()
@@ -140,10 +158,14 @@ TERM_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize(("ignore", "grace", "exit_code"), [(False, 30, 0), (True, 0.5, 137)],
-                         ids=["sigterm-honoured", "sigkill-after-grace"])
-def test_deletion_sigterms_then_kills_then_removes_the_pod(runner: FakeRunner, tmp_path: Path, ignore: bool,
-                                                           grace: float, exit_code: int) -> None:
+@pytest.mark.parametrize(
+    ("ignore", "grace", "exit_code"),
+    [(False, 30, 0), (True, 0.5, 137)],
+    ids=["sigterm-honoured", "sigkill-after-grace"],
+)
+def test_deletion_sigterms_then_kills_then_removes_the_pod(
+    runner: FakeRunner, tmp_path: Path, ignore: bool, grace: float, exit_code: int
+) -> None:
     script = tmp_path / "term.py"
     script.write_text(TERM_SCRIPT)
     marker = tmp_path / "got-term"
@@ -161,13 +183,21 @@ def test_deletion_sigterms_then_kills_then_removes_the_pod(runner: FakeRunner, t
 
 def test_missing_secret_is_reported_then_container_starts(runner: FakeRunner) -> None:
     env = [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "later", "key": "pw"}}}]
-    w = _start(runner, _pod([sys.executable, "-c", "import os; print(os.environ['PW'])"], restart="Never", env=env))
+    w = _start(
+        runner, _pod([sys.executable, "-c", "import os; print(os.environ['PW'])"], restart="Never", env=env)
+    )
     try:
-        _wait(lambda: _cs(runner).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError",
-              "CreateContainerConfigError")
+        _wait(
+            lambda: (
+                _cs(runner).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError"
+            ),
+            "CreateContainerConfigError",
+        )
         assert runner.last()["phase"] == "Pending"
         runner.secrets["later"] = {"pw": "ok"}
-        _wait(lambda: runner.last().get("phase") == "Succeeded", "the container to run once the Secret exists")
+        _wait(
+            lambda: runner.last().get("phase") == "Succeeded", "the container to run once the Secret exists"
+        )
         assert "ok" in w.log_path.read_text()
     finally:
         runner.stopping.set()
@@ -176,10 +206,18 @@ def test_missing_secret_is_reported_then_container_starts(runner: FakeRunner) ->
 
 def test_each_pod_gets_its_own_port_in_its_env(runner: FakeRunner, tmp_path: Path) -> None:
     out = tmp_path / "env.txt"
-    code = (f"import os; open({str(out)!r}, 'w').write(os.environ['LAGPILOT_METRICS_PORT'] + ' ' + os.environ['PORT']"
-            " + ' ' + os.environ['KUBECONFIG'])")
-    w = _start(runner, _pod([sys.executable, "-c", code], restart="Never",
-                            env=[{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}]))
+    code = (
+        f"import os; open({str(out)!r}, 'w').write(os.environ['LAGPILOT_METRICS_PORT'] + ' ' + os.environ['PORT']"
+        " + ' ' + os.environ['KUBECONFIG'])"
+    )
+    w = _start(
+        runner,
+        _pod(
+            [sys.executable, "-c", code],
+            restart="Never",
+            env=[{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}],
+        ),
+    )
     try:
         _wait(lambda: runner.last().get("phase") == "Succeeded", "the container to finish")
         metrics, port, kubeconfig = out.read_text().split()
@@ -194,8 +232,10 @@ def test_deleting_a_pod_that_never_started_fails_it(runner: FakeRunner) -> None:
     env = [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "never", "key": "pw"}}}]
     pod = _pod([sys.executable, "-c", "pass"], restart="Never", env=env)
     w = _start(runner, pod)
-    _wait(lambda: _cs(runner).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError",
-          "CreateContainerConfigError")
+    _wait(
+        lambda: _cs(runner).get("state", {}).get("waiting", {}).get("reason") == "CreateContainerConfigError",
+        "CreateContainerConfigError",
+    )
     deleting = copy.deepcopy(pod)
     deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=30)
     w.update(deleting)
@@ -215,8 +255,14 @@ def test_test_hooks_come_from_the_namespace_annotation_only_lp_test_names() -> N
     from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
     from lagpilot_dev.podrunner.kubeapi import PodApi
 
-    ann = {TEST_ENV_ANNOTATION: _json.dumps({"LP_TEST_NO_HANDOFF": "1", "PATH": "/evil", "LAGPILOT_TOPIC": "x"})}
-    core = SimpleNamespace(read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=ann)))
+    ann = {
+        TEST_ENV_ANNOTATION: _json.dumps({"LP_TEST_NO_HANDOFF": "1", "PATH": "/evil", "LAGPILOT_TOPIC": "x"})
+    }
+    core = SimpleNamespace(
+        read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=ann))
+    )
     assert PodApi(core, None, _threading.Event()).test_env("ns") == {"LP_TEST_NO_HANDOFF": "1"}
-    none = SimpleNamespace(read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=None)))
+    none = SimpleNamespace(
+        read_namespace=lambda ns: SimpleNamespace(metadata=SimpleNamespace(annotations=None))
+    )
     assert PodApi(none, None, _threading.Event()).test_env("ns") == {}

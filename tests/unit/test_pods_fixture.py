@@ -2,6 +2,7 @@
 processes sharing the venv) run the code of the checkout the tests run from. The venv's editable
 install points at the checkout it was installed from (/work/main for a worktree sharing the venv),
 so PYTHONPATH=<repo> alone would run that checkout's `lagpilot_runtime` in the consumers."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ finalizer, which deletes the progress groups, never runs) and re-created with th
 its drains from 1 again: its drain 1 read the old drain 1's progress, clamped into its own sub-ranges,
 and skipped `[start, old next)` — records never processed, the drain `Verified`. Now the groups carry
 a short hash of the CR uid: `<groupId>.lagpilot-drain.<tag>.<drainId>.<k>`."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -34,8 +35,15 @@ def test_the_operators_plan_names_its_crs_groups():
     from lagpilot.decide.handoff import DrainStatus, Phase
     from lagpilot.spec import parse_spec
 
-    spec = parse_spec({"topic": "t", "groupId": "g", "kafka": {"bootstrapServers": "k:9092"},
-                       "template": {"image": "img"}, "processing": {"sink": "log"}})
+    spec = parse_spec(
+        {
+            "topic": "t",
+            "groupId": "g",
+            "kafka": {"bootstrapServers": "k:9092"},
+            "template": {"image": "img"},
+            "processing": {"sink": "log"},
+        }
+    )
     d = DrainStatus(id=1, phase=Phase.RUNNING, sub_ranges=(), ranges=())
     assert drain_plan_for(spec, d, NEW).owner == dp.owner_tag(NEW)
 
@@ -52,15 +60,20 @@ class Admin:
     """Progress groups as Kafka holds them: the OLD CR's drain 1 left sub-range 0 of p0 at 80."""
 
     def __init__(self) -> None:
-        self.groups = {dp.progress_group("g", "1", 0, dp.owner_tag(OLD)): {0: 80},
-                       "g.lagpilot-drain.1.0": {0: 80}}  # and the untagged form of a pre-fix operator
+        self.groups = {
+            dp.progress_group("g", "1", 0, dp.owner_tag(OLD)): {0: 80},
+            "g.lagpilot-drain.1.0": {0: 80},
+        }  # and the untagged form of a pre-fix operator
         self.asked: list[str] = []
 
     def list_consumer_group_offsets(self, reqs: Any, request_timeout: float) -> dict[str, _Fut]:
         req = reqs[0]
         self.asked.append(req.group_id)
         have = self.groups.get(req.group_id, {})
-        tps = [TopicPartition(tp.topic, tp.partition, have.get(tp.partition, -1001)) for tp in req.topic_partitions]
+        tps = [
+            TopicPartition(tp.topic, tp.partition, have.get(tp.partition, -1001))
+            for tp in req.topic_partitions
+        ]
         return {req.group_id: _Fut(SimpleNamespace(topic_partitions=tps))}
 
 

@@ -1,4 +1,5 @@
 """Catch-up projection: tables + properties (bounds, monotonicity, upper bound of real assignments)."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,9 @@ CLEAR_CASES = [
 ]
 
 
-@pytest.mark.parametrize("lag,rate,cap,expected", [c[1:] for c in CLEAR_CASES], ids=[c[0] for c in CLEAR_CASES])
+@pytest.mark.parametrize(
+    "lag,rate,cap,expected", [c[1:] for c in CLEAR_CASES], ids=[c[0] for c in CLEAR_CASES]
+)
 def test_clear_time(lag: float, rate: float, cap: float, expected: float) -> None:
     assert clear_time_s(lag, rate, cap) == expected
 
@@ -60,8 +63,9 @@ PROJECT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("lags,rates,replicas,cap,expected", [c[1:] for c in PROJECT_CASES],
-                         ids=[c[0] for c in PROJECT_CASES])
+@pytest.mark.parametrize(
+    "lags,rates,replicas,cap,expected", [c[1:] for c in PROJECT_CASES], ids=[c[0] for c in PROJECT_CASES]
+)
 def test_project(lags: list[float], rates: list[float], replicas: int, cap: float, expected: float) -> None:
     assert project(loads(lags, rates), replicas, cap).catch_up_s == pytest.approx(expected)
 
@@ -88,8 +92,11 @@ REQUIRED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("lags,rates,cap,target,max_r,expected", [c[1:] for c in REQUIRED_CASES],
-                         ids=[c[0] for c in REQUIRED_CASES])
+@pytest.mark.parametrize(
+    "lags,rates,cap,target,max_r,expected",
+    [c[1:] for c in REQUIRED_CASES],
+    ids=[c[0] for c in REQUIRED_CASES],
+)
 def test_required_replicas(lags, rates, cap, target, max_r, expected) -> None:  # type: ignore[no-untyped-def]
     assert required_replicas(loads(lags, rates), cap, target, max_r, max_utilization=0.9) == expected
 
@@ -113,8 +120,13 @@ def test_more_replicas_never_longer(pairs, cap, r) -> None:  # type: ignore[no-u
 
 
 @settings(max_examples=150, deadline=None)
-@given(load_lists, st.floats(min_value=1, max_value=1000), st.integers(min_value=0, max_value=12),
-       st.integers(min_value=0, max_value=11), st.floats(min_value=0, max_value=1e5))
+@given(
+    load_lists,
+    st.floats(min_value=1, max_value=1000),
+    st.integers(min_value=0, max_value=12),
+    st.integers(min_value=0, max_value=11),
+    st.floats(min_value=0, max_value=1e5),
+)
 def test_more_lag_never_shorter(pairs, cap, r, which, extra) -> None:  # type: ignore[no-untyped-def]
     ld = loads([p[0] for p in pairs], [p[1] for p in pairs])
     i = which % len(ld)
@@ -139,9 +151,14 @@ def test_projection_bounds_the_range_assignment(pairs, cap, r) -> None:  # type:
 
 
 @settings(max_examples=100, deadline=None)
-@given(load_lists, st.floats(min_value=1, max_value=1000), st.floats(min_value=1, max_value=5000),
-       st.integers(min_value=1, max_value=12), st.integers(min_value=0, max_value=11),
-       st.floats(min_value=0, max_value=1e5))
+@given(
+    load_lists,
+    st.floats(min_value=1, max_value=1000),
+    st.floats(min_value=1, max_value=5000),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=0, max_value=11),
+    st.floats(min_value=0, max_value=1e5),
+)
 def test_required_replicas_bounded_and_monotone_in_lag(pairs, cap, target, max_r, which, extra) -> None:  # type: ignore[no-untyped-def]
     ld = loads([p[0] for p in pairs], [p[1] for p in pairs])
     req = required_replicas(ld, cap, target, max_r, max_utilization=0.9)

@@ -1,6 +1,7 @@
 """spec.mode Recommend (issue 28 item 2): decide and publish, never act. The pure capacity-from-
 commits sample (decide/recommend.py) and the cycle against the fakes of test_handlers_reconcile
 (no Deployment created or scaled, status.recommendation, a Recommendation event, metrics)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,9 +20,15 @@ T0 = 1_700_000_000.0
 
 def _prev(parts: dict[int, tuple[int, int]], at: float = T0) -> EstimatorState:
     """partition -> (committed, lag) at `at`."""
-    return EstimatorState(at_s=at, partitions={
-        p: PartitionEstimate(partition=p, end=c + lag, low=0, committed=c, lag=lag, produce_rate=0.0, samples=3)
-        for p, (c, lag) in parts.items()})
+    return EstimatorState(
+        at_s=at,
+        partitions={
+            p: PartitionEstimate(
+                partition=p, end=c + lag, low=0, committed=c, lag=lag, produce_rate=0.0, samples=3
+            )
+            for p, (c, lag) in parts.items()
+        },
+    )
 
 
 def _snap(parts: dict[int, tuple[int, int]], at: float) -> lag_mod.LagSnapshot:
@@ -37,22 +44,39 @@ def test_capacity_from_commits_while_every_partition_lags() -> None:
     assert recommend.committed_rate_capacity(prev, snap, consumers=1) == pytest.approx(60.0)
 
 
-@pytest.mark.parametrize(("prev_parts", "snap_parts", "why"), [
-    ({0: (1000, 0), 1: (2000, 5000)}, {0: (1300, 9000), 1: (2300, 9000)}, "partition 0 was caught up"),
-    ({0: (1000, 5000), 1: (2000, 5000)}, {0: (1300, 1300), 1: (2300, 9000)}, "partition 0 caught up now"),
-    ({0: (1000, 5000), 1: (2000, 5000)}, {0: (1000, 9000), 1: (2000, 9000)}, "nothing committed: a stopped group"),
-    ({0: (1000, 5000)}, {0: (1300, 9000), 1: (2300, 9000)}, "a new partition"),
-])
+@pytest.mark.parametrize(
+    ("prev_parts", "snap_parts", "why"),
+    [
+        ({0: (1000, 0), 1: (2000, 5000)}, {0: (1300, 9000), 1: (2300, 9000)}, "partition 0 was caught up"),
+        ({0: (1000, 5000), 1: (2000, 5000)}, {0: (1300, 1300), 1: (2300, 9000)}, "partition 0 caught up now"),
+        (
+            {0: (1000, 5000), 1: (2000, 5000)},
+            {0: (1000, 9000), 1: (2000, 9000)},
+            "nothing committed: a stopped group",
+        ),
+        ({0: (1000, 5000)}, {0: (1300, 9000), 1: (2300, 9000)}, "a new partition"),
+    ],
+)
 def test_no_capacity_sample_when_the_interval_cannot_tell(prev_parts: Any, snap_parts: Any, why: str) -> None:
-    assert recommend.committed_rate_capacity(_prev(prev_parts), _snap(snap_parts, T0 + 10), consumers=2) is None, why
+    assert (
+        recommend.committed_rate_capacity(_prev(prev_parts), _snap(snap_parts, T0 + 10), consumers=2) is None
+    ), why
 
 
 def test_a_partition_without_commits_yet_counts_as_lagging() -> None:
     """One consumer reads its partitions one after the other: partition 1 has no commit yet while
     partition 0 is consumed; the consumer is busy all the time."""
-    prev = EstimatorState(at_s=T0, partitions={
-        0: PartitionEstimate(partition=0, end=5000, low=0, committed=1000, lag=4000, produce_rate=0.0, samples=3),
-        1: PartitionEstimate(partition=1, end=5000, low=0, committed=None, lag=5000, produce_rate=0.0, samples=3)})
+    prev = EstimatorState(
+        at_s=T0,
+        partitions={
+            0: PartitionEstimate(
+                partition=0, end=5000, low=0, committed=1000, lag=4000, produce_rate=0.0, samples=3
+            ),
+            1: PartitionEstimate(
+                partition=1, end=5000, low=0, committed=None, lag=5000, produce_rate=0.0, samples=3
+            ),
+        },
+    )
     snap = _snap({0: (2000, 5000), 1: (None, 5000)}, T0 + 10)  # type: ignore[dict-item]
     assert recommend.committed_rate_capacity(prev, snap, consumers=1) == pytest.approx(100.0)
     # its first commit: its start is unknown, not counted (partition 0's records are)
@@ -77,7 +101,9 @@ def test_mode_is_parsed_and_checked() -> None:
 
 def _recommend_world(monkeypatch: pytest.MonkeyPatch, members: int) -> World:
     w = World({**base_spec(), "mode": "Recommend"})
-    monkeypatch.setattr("lagpilot.reconcile.cycle.group_consumers", lambda handle, group, topic, timeout: members)
+    monkeypatch.setattr(
+        "lagpilot.reconcile.cycle.group_consumers", lambda handle, group, topic, timeout: members
+    )
     return w
 
 
@@ -102,7 +128,9 @@ def test_external_group_gets_a_recommendation_and_nothing_is_applied(monkeypatch
     msg = next(m for _, r, m in w.events if r == "Recommendation" and "to 3" in m)
     assert "scale from 1 to 3 replicas" in msg and "not applied" in msg
     scaling = w.cond("Scaling")
-    assert (scaling["status"], scaling["reason"]) == ("False", "RecommendOnly") and "1 -> 3" in scaling["message"]
+    assert (scaling["status"], scaling["reason"]) == ("False", "RecommendOnly") and "1 -> 3" in scaling[
+        "message"
+    ]
     assert w.kube.deployments == {} and w.kube.applies == []
     assert "DeploymentCreated" not in w.reasons() and "ScaledUp" not in w.reasons()
     reg = w.deps.metrics
@@ -126,11 +154,17 @@ def test_a_group_lagpilot_ran_keeps_its_deployment_untouched(monkeypatch: pytest
     assert w.kube.replicas == 1
     applies = len(w.kube.applies)
     w.spec = {**base_spec(), "mode": "Recommend"}
-    monkeypatch.setattr("lagpilot.reconcile.cycle.group_consumers", lambda *a: pytest.fail("the Deployment is the source"))
+    monkeypatch.setattr(
+        "lagpilot.reconcile.cycle.group_consumers", lambda *a: pytest.fail("the Deployment is the source")
+    )
     w.kafka.set([(0, 21000, 1000, 10.0)] * 3)  # a backlog: mode Act would scale up
     w.cycle(advance=5)
     rec = w.kube.status["recommendation"]
-    assert (rec["source"], rec["capacitySource"], rec["currentReplicas"]) == ("Deployment", "CommitMetadata", 1)
+    assert (rec["source"], rec["capacitySource"], rec["currentReplicas"]) == (
+        "Deployment",
+        "CommitMetadata",
+        1,
+    )
     assert rec["replicas"] == 3
     assert w.kube.replicas == 1 and len(w.kube.applies) == applies
     # back to Act: the recommendation goes, the scaler acts

@@ -8,6 +8,7 @@ errors), the JSON log formatter (tracebacks included), the drain's outcome and t
 message, and the operator's reading of a drain pod's termination message (status.drain.lastError,
 Warning events).
 """
+
 from __future__ import annotations
 
 import io
@@ -35,8 +36,13 @@ def malformed_dsn_error(password: str) -> Exception:
 
 
 def env(**over: str) -> dict[str, str]:
-    return {"LAGPILOT_BOOTSTRAP_SERVERS": "k:9092", "LAGPILOT_TOPIC": "t", "LAGPILOT_GROUP_ID": "g",
-            "LAGPILOT_SINK": "postgres", **over}
+    return {
+        "LAGPILOT_BOOTSTRAP_SERVERS": "k:9092",
+        "LAGPILOT_TOPIC": "t",
+        "LAGPILOT_GROUP_ID": "g",
+        "LAGPILOT_SINK": "postgres",
+        **over,
+    }
 
 
 def test_the_fault_is_real_psycopg_echoes_the_password():
@@ -53,10 +59,16 @@ def test_describe_error_masks_a_malformed_dsn_token_without_knowing_the_value():
 @pytest.mark.parametrize("shape", ["url", "kv"])
 def test_values_the_process_was_given_are_masked_in_errors_and_log_lines(shape):
     pw, sasl = f"dsn{uuid.uuid4().hex}", f"sasl{uuid.uuid4().hex}"
-    dsn = (f"postgresql://u:{pw}@db:5432/x" if shape == "url" else f"host=db user=u password={pw} dbname=x")
-    ConsumerConfig.from_env(env(LAGPILOT_POSTGRES_DSN=dsn, LAGPILOT_SECURITY_PROTOCOL="SASL_PLAINTEXT",
-                                LAGPILOT_SASL_MECHANISM="PLAIN", LAGPILOT_SASL_USERNAME="u",
-                                LAGPILOT_SASL_PASSWORD=sasl))
+    dsn = f"postgresql://u:{pw}@db:5432/x" if shape == "url" else f"host=db user=u password={pw} dbname=x"
+    ConsumerConfig.from_env(
+        env(
+            LAGPILOT_POSTGRES_DSN=dsn,
+            LAGPILOT_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+            LAGPILOT_SASL_MECHANISM="PLAIN",
+            LAGPILOT_SASL_USERNAME="u",
+            LAGPILOT_SASL_PASSWORD=sasl,
+        )
+    )
     # a handler that echoes what it was given, in its own words (no pattern to recognise)
     err = RuntimeError(f"cannot log in with {sasl} / token {pw}")
     assert pw not in describe_error(err) and sasl not in describe_error(err)
@@ -94,11 +106,17 @@ def test_the_operator_masks_a_drain_pods_termination_message():
     """What a pod writes (an older image, a custom one) is cleaned where the operator reads it: the
     text that becomes status.drain.lastError and the DrainFailed Warning event."""
     job = {"status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}}
-    for msg in (f'drain failed: ProgrammingError: invalid percent-encoded token: "p%zz{SECRET}"',
-                f"drain failed: OperationalError: connection to postgresql://lagpilot:{SECRET}@db:5432/x refused",
-                f"drain failed: bad conninfo host=db password={SECRET} user=u"):
-        pod = {"status": {"phase": "Failed", "containerStatuses": [
-            {"state": {"terminated": {"exitCode": 1, "message": msg}}}]}}
+    for msg in (
+        f'drain failed: ProgrammingError: invalid percent-encoded token: "p%zz{SECRET}"',
+        f"drain failed: OperationalError: connection to postgresql://lagpilot:{SECRET}@db:5432/x refused",
+        f"drain failed: bad conninfo host=db password={SECRET} user=u",
+    ):
+        pod = {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "message": msg}}}],
+            }
+        }
         o = job_observation(job, [pod])
         assert o.message.startswith("drain failed") and SECRET not in o.message, o.message
 
@@ -109,17 +127,36 @@ def test_a_users_secret_env_is_named_to_the_runtime_and_its_value_masked():
     from lagpilot.act.deployment import build_env
     from lagpilot.spec import parse_spec
 
-    spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g",
-                       "processing": {"handler": "m:f"},
-                       "template": {"env": [{"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-                                            {"name": "PLAIN", "value": "x"}]}})
+    spec = parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "t",
+            "groupId": "g",
+            "processing": {"handler": "m:f"},
+            "template": {
+                "env": [
+                    {"name": "API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                    {"name": "PLAIN", "value": "x"},
+                ]
+            },
+        }
+    )
     env = {e["name"]: e for e in build_env(spec)}
     assert env["LAGPILOT_SECRET_ENV"]["value"] == "API_TOKEN"
     token = f"tok{uuid.uuid4().hex}"
     ConsumerConfig.from_env({**env_plain(build_env(spec)), "API_TOKEN": token})
     assert token not in describe_error(RuntimeError(f"the API refused {token}"))
-    plain = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"handler": "m:f"}})
-    assert "LAGPILOT_SECRET_ENV" not in {e["name"] for e in build_env(plain)}  # nothing to name: nothing rendered
+    plain = parse_spec(
+        {
+            "kafka": {"bootstrapServers": "k:9092"},
+            "topic": "t",
+            "groupId": "g",
+            "processing": {"handler": "m:f"},
+        }
+    )
+    assert "LAGPILOT_SECRET_ENV" not in {
+        e["name"] for e in build_env(plain)
+    }  # nothing to name: nothing rendered
 
 
 def env_plain(env: list[dict]) -> dict[str, str]:

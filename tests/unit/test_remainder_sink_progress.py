@@ -11,6 +11,7 @@ remainder from the progress the operator read, its encoding into the remainder g
 adoption by the new CR, the new drain's driver (``catch_up_to_sink``) and task, against one sink.
 Invariant: every offset of the old sub-range is in the sink exactly once.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -27,11 +28,15 @@ from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.drain_plan import SubRange
 from lagpilot_runtime.handler import Record
 
-ENV = {"LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9", "LAGPILOT_TOPIC": "orders", "LAGPILOT_GROUP_ID": "g",
-       "LAGPILOT_HANDLER": "tests.unit.test_remainder_sink_progress:sink"}
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "tests.unit.test_remainder_sink_progress:sink",
+}
 
-ROWS: list[int] = []                      # the sink's data table (no key: a duplicate is a second row)
-SINK_PROGRESS: dict[tuple[str, int], int] = {}   # (scope, partition) -> next offset (only grows)
+ROWS: list[int] = []  # the sink's data table (no key: a duplicate is a second row)
+SINK_PROGRESS: dict[tuple[str, int], int] = {}  # (scope, partition) -> next offset (only grows)
 
 
 def sink(records: list[Record], ctx: Any) -> None:
@@ -97,7 +102,8 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, FakeProgress]:
 
 
 def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
-        groups: dict[str, FakeProgress]) -> None:
+    groups: dict[str, FakeProgress],
+) -> None:
     from lagpilot_runtime.drain_plan import owner_tag, progress_group
 
     old_uid, new_uid = "uid-of-the-deleted-cr", "uid-of-the-re-created-cr"
@@ -117,8 +123,9 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
 
     # the CR deleted: the operator's status holds the progress it read (the group's 4652); the
     # finalizer hands [next, end) back through the remainder group
-    d = DrainStatus(id=2, phase=Phase.FAILED,
-                    sub_ranges=(SubProgress(1, 1, 4052, 9064, groups[old_group].offset, 600),))
+    d = DrainStatus(
+        id=2, phase=Phase.FAILED, sub_ranges=(SubProgress(1, 1, 4052, 9064, groups[old_group].offset, 600),)
+    )
     rem = deletion.remainder_of(d)
     encoded = deletion.encode_remainder(rem)
     assert encoded == {1: (4652, "lpr1;d=2;r=4652-9064")}  # the range keeps its end: nothing else travels
@@ -127,18 +134,25 @@ def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
     # the re-created CR (same groupId, a new uid) adopts it as its next drain and launches it
     kind, new = deletion.adoption(rem, None, 1, 0.0)
     assert kind is deletion.AdoptKind.ADOPT and new is not None
-    spec = SimpleNamespace(topic="orders", group_id="g", batch=SimpleNamespace(max_records=100),
-                           drain=SimpleNamespace(max_tasks=4))
+    spec = SimpleNamespace(
+        topic="orders",
+        group_id="g",
+        batch=SimpleNamespace(max_records=100),
+        drain=SimpleNamespace(max_tasks=4),
+    )
     plan = drain_plan_for(spec, new, new_uid)  # type: ignore[arg-type]
     cfg = ConsumerConfig.from_env()
     work = drain_progress.catch_up_to_sink(cfg, plan, [(s, s.start) for s in plan.sub_ranges])
     for s, start in work:
-        spec_t = drain_task.TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records,
-                                     plan.sub_ranges, plan.owner)
+        spec_t = drain_task.TaskSpec(
+            plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges, plan.owner
+        )
         list(drain_task.run_task(spec_t, iter(records(start, s.end))))
 
     twice = sorted(o for o, n in Counter(ROWS).items() if n > 1)
-    assert not twice, (f"{len(twice)} records written to the exactly-once sink twice: "
-                       f"p1 [{twice[0]}, {twice[-1] + 1}) (the adopted drain {new.id} started at "
-                       f"{[start for _, start in work]})")
+    assert not twice, (
+        f"{len(twice)} records written to the exactly-once sink twice: "
+        f"p1 [{twice[0]}, {twice[-1] + 1}) (the adopted drain {new.id} started at "
+        f"{[start for _, start in work]})"
+    )
     assert sorted(ROWS) == list(range(4052, 9064))

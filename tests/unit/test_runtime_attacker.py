@@ -1,5 +1,6 @@
 """lagpilot_dev.runtime_attacker: what the C1 real test and the chaos campaign's forged_plan send, and
 what they read back (a local HTTP server stands in for the runtime)."""
+
 from __future__ import annotations
 
 import http.server
@@ -47,7 +48,10 @@ def test_each_body_posted_and_answered_in_order(port: int) -> None:
 
 
 def test_healthz_answer_last_when_asked(port: int) -> None:
-    assert attack(port, ['{"a":1}'], healthz=True) == [(401, '{"error": "not a signed plan"}'), (200, '{"warm": true}')]
+    assert attack(port, ['{"a":1}'], healthz=True) == [
+        (401, '{"error": "not a signed plan"}'),
+        (200, '{"warm": true}'),
+    ]
 
 
 def test_no_answer_is_status_0() -> None:

@@ -1,4 +1,5 @@
 """The batch loop against a fake confluent-kafka consumer: batching, commits, policies, rebalances, shutdown."""
+
 from __future__ import annotations
 
 import logging
@@ -91,7 +92,7 @@ class FakeConsumer:
         if event is not None:
             event()
         out: list[Msg] = self.extra[:num_messages]
-        self.extra = self.extra[len(out):]
+        self.extra = self.extra[len(out) :]
         budget = min(num_messages, self.per_call) - len(out)
         progressed = True
         while budget > 0 and progressed:
@@ -135,9 +136,16 @@ class FakeConsumer:
 
 
 def cfg(**env) -> ConsumerConfig:
-    base = {"LAGPILOT_BOOTSTRAP_SERVERS": "k:9092", "LAGPILOT_TOPIC": TOPIC, "LAGPILOT_GROUP_ID": "g",
-            "LAGPILOT_HANDLER": "x:y", "LAGPILOT_BATCH_MAX_RECORDS": "10", "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
-            "LAGPILOT_RETRY_BACKOFF_MS": "0", "LAGPILOT_MAX_RETRIES": "1"}
+    base = {
+        "LAGPILOT_BOOTSTRAP_SERVERS": "k:9092",
+        "LAGPILOT_TOPIC": TOPIC,
+        "LAGPILOT_GROUP_ID": "g",
+        "LAGPILOT_HANDLER": "x:y",
+        "LAGPILOT_BATCH_MAX_RECORDS": "10",
+        "LAGPILOT_BATCH_TIMEOUT_MS": "1000",
+        "LAGPILOT_RETRY_BACKOFF_MS": "0",
+        "LAGPILOT_MAX_RETRIES": "1",
+    }
     base.update({k: str(v) for k, v in env.items()})
     return ConsumerConfig.from_env(base)
 
@@ -164,7 +172,9 @@ class Recorder:
 def make(logs, handler, dead=None, per_call=1000, **env):
     clock = Clock()
     fake = FakeConsumer(clock, logs, per_call=per_call)
-    loop = BatchConsumer(cfg(**env), fake, handler, dead_letter=dead, clock=clock, wall_ms=lambda: 1_700_000_000_000)
+    loop = BatchConsumer(
+        cfg(**env), fake, handler, dead_letter=dead, clock=clock, wall_ms=lambda: 1_700_000_000_000
+    )
     return loop, fake
 
 
@@ -238,6 +248,7 @@ def test_dead_letter_failure_commits_nothing_and_exits():
 
     def broken_dlq(failures):
         from lagpilot_runtime.failure import DeadLetterError
+
         raise DeadLetterError("broker down")
 
     loop, fake = make(logs, Recorder(), dead=broken_dlq)
@@ -290,12 +301,18 @@ def test_revoke_finishes_in_flight_records_and_commits_before_giving_up():
     h = Recorder()
     loop, fake = make(logs, h, per_call=4, LAGPILOT_BATCH_MAX_RECORDS=100, LAGPILOT_BATCH_TIMEOUT_MS=100000)
     seen = {}
-    fake.script[2] = lambda: (seen.setdefault("pending", len(loop.pending)), fake.revoke([1]),
-                              seen.setdefault("commits", list(fake.commits)))
+    fake.script[2] = lambda: (
+        seen.setdefault("pending", len(loop.pending)),
+        fake.revoke([1]),
+        seen.setdefault("commits", list(fake.commits)),
+    )
     stop_when_drained(loop, fake, 10)  # p1 stops at offset 4 when revoked
     loop.run()
     assert seen["pending"] == 8
-    assert seen["commits"] and seen["commits"][0] == {0: (4, seen["commits"][0][0][1]), 1: (4, seen["commits"][0][1][1])}
+    assert seen["commits"] and seen["commits"][0] == {
+        0: (4, seen["commits"][0][0][1]),
+        1: (4, seen["commits"][0][1][1]),
+    }
     assert 1 not in {p for c in fake.commits[1:] for p in c}  # nothing committed for p1 after it was revoked
     assert h.processed == sorted([(0, i) for i in range(6)] + [(1, i) for i in range(4)])
 
@@ -441,7 +458,9 @@ def test_commit_refused_while_stopping_is_retried_at_close_before_the_partitions
     monkeypatch.setattr(batch_consumer, "CLOSE_COMMIT_BACKOFF_S", 0.0)
     logs = {0: [b"v"] * 3}
     loop, fake = make(logs, Recorder(), per_call=1000)
-    _failing_commits(fake, batch_commit.COMMIT_ATTEMPTS + 1)  # every attempt of the batch's commit + the first at close
+    _failing_commits(
+        fake, batch_commit.COMMIT_ATTEMPTS + 1
+    )  # every attempt of the batch's commit + the first at close
     orig = fake.consume
 
     def consume(num_messages, timeout):
@@ -473,6 +492,7 @@ def test_unexpected_error_stops_with_exit_code_1_and_no_commit(caplog):
 
 # ---- drain hand-off (the owner's side of lagpilot_runtime.handoff_mailbox) ------------------------
 
+
 class FakeMailbox:
     """The memberless mailbox group: committed() reads entries, commit() writes them."""
 
@@ -486,7 +506,11 @@ class FakeMailbox:
         out = []
         for tp in tps:
             off, meta = self.entries.get(tp.partition, (-1001, None))
-            out.append(TopicPartition(TOPIC, tp.partition, off) if meta is None else TopicPartition(TOPIC, tp.partition, off, metadata=meta))
+            out.append(
+                TopicPartition(TOPIC, tp.partition, off)
+                if meta is None
+                else TopicPartition(TOPIC, tp.partition, off, metadata=meta)
+            )
         return out
 
     def commit(self, offsets, asynchronous):
@@ -520,7 +544,9 @@ class HandoffConsumer(FakeConsumer):
         self.pos[tp.partition] = tp.offset
 
     def committed(self, tps, timeout):
-        return [TopicPartition(TOPIC, tp.partition, self.broker_committed.get(tp.partition, -1001)) for tp in tps]
+        return [
+            TopicPartition(TOPIC, tp.partition, self.broker_committed.get(tp.partition, -1001)) for tp in tps
+        ]
 
     def get_watermark_offsets(self, tp, timeout):
         return 0, len(self.logs[tp.partition])
@@ -537,7 +563,9 @@ def handoff_loop(logs, mailbox, handler, broker_committed=None, per_call=1000, *
         return orig(offsets, asynchronous)
 
     mailbox.commit = mb_commit
-    loop = BatchConsumer(cfg(**env), fake, handler, clock=clock, wall_ms=lambda: 1_700_000_000_000, mailbox=mailbox)
+    loop = BatchConsumer(
+        cfg(**env), fake, handler, clock=clock, wall_ms=lambda: 1_700_000_000_000, mailbox=mailbox
+    )
     return loop, fake, events
 
 
@@ -588,7 +616,7 @@ def test_request_seen_mid_stream_acks_the_committed_offset_and_drops_prefetched_
     p0 = [o for p, o in rec.processed if p == 0]
     assert p0 == list(range(0, 40)) + list(range(150, 200))  # [40, 150) is the drain's
     # never a commit below split after the hand-off
-    after = [c[0][0] for c in fake.commits if 0 in c][[c[0][0] for c in fake.commits if 0 in c].index(150):]
+    after = [c[0][0] for c in fake.commits if 0 in c][[c[0][0] for c in fake.commits if 0 in c].index(150) :]
     assert min(after) == 150
 
 
@@ -612,14 +640,20 @@ def test_acker_died_between_its_commits_the_next_owner_finishes_or_reacks():
 
 def test_frozen_sealed_and_garbage_entries_change_nothing():
     logs = {0: [b"x"] * 50, 1: [b"x"] * 50, 2: [b"x"] * 50}
-    mailbox = FakeMailbox({0: (20, "lph1;id=1;split=20;ack=5"),            # acked, group already past split
-                           1: (20, "lph1;id=1;split=20;ack=5;done=1"),     # sealed
-                           2: (20, "lp1;cap=3")})                           # not ours
+    mailbox = FakeMailbox(
+        {
+            0: (20, "lph1;id=1;split=20;ack=5"),  # acked, group already past split
+            1: (20, "lph1;id=1;split=20;ack=5;done=1"),  # sealed
+            2: (20, "lp1;cap=3"),
+        }
+    )  # not ours
     rec = Recorder()
     loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 30, 1: 0, 2: 0})
     run_batches(loop, 30)
     assert not [e for e in events if e[0] in ("ack", "seek")]
-    assert sorted(rec.processed) == sorted([(0, o) for o in range(30, 50)] + [(1, o) for o in range(50)] + [(2, o) for o in range(50)])
+    assert sorted(rec.processed) == sorted(
+        [(0, o) for o in range(30, 50)] + [(1, o) for o in range(50)] + [(2, o) for o in range(50)]
+    )
 
 
 def test_mailbox_reads_are_rate_limited_and_a_failed_commit_blocks_the_ack():
@@ -640,6 +674,7 @@ def test_mailbox_reads_are_rate_limited_and_a_failed_commit_blocks_the_ack():
 
 def test_crash_hook_is_off_without_its_env(monkeypatch, tmp_path):
     from lagpilot_runtime import handoff_owner as mod
+
     monkeypatch.delenv("LP_TEST_HANDOFF_CRASH_AT", raising=False)
     mod._test_crash_point("after_commit")  # returns: no env, no crash
     monkeypatch.setenv("LP_TEST_HANDOFF_CRASH_AT", "after_ack")
@@ -691,8 +726,13 @@ CR_UID = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
 OTHER_UID = "5d1e2f3a-1b2c-4d3e-8f4a-6b7c8d9e0f1a"
 
 
-@pytest.mark.parametrize("meta", [f"lph2;cr={OTHER_UID};id=1;split=60",   # another CR with the same groupId
-                                  "lph1;id=1;split=60"])                   # no CR uid (a stale or foreign writer)
+@pytest.mark.parametrize(
+    "meta",
+    [
+        f"lph2;cr={OTHER_UID};id=1;split=60",  # another CR with the same groupId
+        "lph1;id=1;split=60",
+    ],
+)  # no CR uid (a stale or foreign writer)
 def test_owner_ignores_requests_of_another_cr(meta):
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, meta)})
@@ -705,11 +745,16 @@ def test_owner_ignores_requests_of_another_cr(meta):
 
 def test_owner_acts_on_its_own_crs_request():
     from lagpilot_runtime import handoff_mailbox as mbx
+
     key = bytes(range(32))
     logs = {0: [b"x"] * 100}
-    mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), key, TOPIC, 0).encode())})  # M8: signed
+    mailbox = FakeMailbox(
+        {0: (60, mbx.sign(mbx.request(1, 60, CR_UID), key, TOPIC, 0).encode())}
+    )  # M8: signed
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=key.hex())
+    loop, fake, events = handoff_loop(
+        logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=key.hex()
+    )
     run_batches(loop, 20)
     assert mailbox.entries[0] == (60, mbx.sign(mbx.Entry(1, 60, 0, owner=CR_UID), key, TOPIC, 0).encode())
     assert [o for p, o in rec.processed if p == 0] == list(range(60, 100))
@@ -723,6 +768,7 @@ HANDOFF_KEY = bytes(range(32))
 @pytest.mark.parametrize("forge", ["no_mac", "zero_mac", "other_key"])
 def test_owner_ignores_a_forged_request_with_its_own_uid(forge):
     from lagpilot_runtime import handoff_mailbox as mbx
+
     if forge == "no_mac":
         meta = f"lph2;cr={CR_UID};id=1;split=60"
     elif forge == "zero_mac":
@@ -732,7 +778,9 @@ def test_owner_ignores_a_forged_request_with_its_own_uid(forge):
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, meta)})
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
+    loop, fake, events = handoff_loop(
+        logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex()
+    )
     run_batches(loop, 20)
     assert mailbox.writes == [] and not [e for e in events if e[0] == "seek"], events[:5]
     assert [o for p, o in rec.processed if p == 0] == list(range(100))  # nothing skipped
@@ -740,10 +788,13 @@ def test_owner_ignores_a_forged_request_with_its_own_uid(forge):
 
 def test_owner_acts_on_a_signed_request_and_signs_its_ack():
     from lagpilot_runtime import handoff_mailbox as mbx
+
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), HANDOFF_KEY, TOPIC, 0).encode())})
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
+    loop, fake, events = handoff_loop(
+        logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex()
+    )
     run_batches(loop, 20)
     off, meta = mailbox.entries[0]
     ack = mbx.decode(meta, off)
@@ -753,5 +804,6 @@ def test_owner_acts_on_a_signed_request_and_signs_its_ack():
 
 def test_the_handoff_key_is_redacted():
     from lagpilot_runtime import redaction
+
     cfg(LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex())
     assert HANDOFF_KEY.hex() not in redaction.redact(f"boom {HANDOFF_KEY.hex()}")

@@ -1,4 +1,5 @@
 """Failure policy: backoff schedule, isolation of failing records, commit positions, DLQ headers."""
+
 from __future__ import annotations
 
 import random
@@ -6,8 +7,16 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lagpilot_runtime.failure import (Abandoned, Failure, RetryPolicy, SystemicFailure, backoff_ms, commit_positions,
-                                      dlq_headers, run_batch)
+from lagpilot_runtime.failure import (
+    Abandoned,
+    Failure,
+    RetryPolicy,
+    SystemicFailure,
+    backoff_ms,
+    commit_positions,
+    dlq_headers,
+    run_batch,
+)
 from lagpilot_runtime.handler import Record, RecordDecodeError, RecordError, RecordsFailed, decode_json
 
 
@@ -18,7 +27,13 @@ def rec(offset: int, value: bytes = b"ok", partition: int = 0, topic: str = "t")
 class Sink:
     """A handler that fails any piece containing a bad offset; records every successful call."""
 
-    def __init__(self, bad: set[int] = frozenset(), transient_failures: int = 0, named: bool = False, decode: bool = False):
+    def __init__(
+        self,
+        bad: set[int] = frozenset(),
+        transient_failures: int = 0,
+        named: bool = False,
+        decode: bool = False,
+    ):
         self.bad = set(bad)
         self.transient = transient_failures
         self.named = named
@@ -50,15 +65,24 @@ class Sink:
 
 def run(records, sink, retries=3, stop=lambda: False):
     sleeps: list[float] = []
-    result = run_batch(records, sink, RetryPolicy(retries, 100), sleep=sleeps.append, should_stop=stop, rng=random.Random(1))
+    result = run_batch(
+        records, sink, RetryPolicy(retries, 100), sleep=sleeps.append, should_stop=stop, rng=random.Random(1)
+    )
     return result, sleeps
 
 
-@pytest.mark.parametrize("attempt, base, lo, hi", [
-    (0, 200, 100, 200), (1, 200, 200, 400), (2, 200, 400, 800), (3, 200, 800, 1600),
-    (20, 200, 15000, 30000),  # capped
-    (0, 0, 0, 0),
-], ids=["first", "second", "third", "fourth", "capped", "no-backoff"])
+@pytest.mark.parametrize(
+    "attempt, base, lo, hi",
+    [
+        (0, 200, 100, 200),
+        (1, 200, 200, 400),
+        (2, 200, 400, 800),
+        (3, 200, 800, 1600),
+        (20, 200, 15000, 30000),  # capped
+        (0, 0, 0, 0),
+    ],
+    ids=["first", "second", "third", "fourth", "capped", "no-backoff"],
+)
 def test_backoff_is_exponential_with_bounded_jitter(attempt, base, lo, hi):
     rng = random.Random(7)
     values = [backoff_ms(attempt, base, rng) for _ in range(200)]
@@ -81,10 +105,20 @@ def test_transient_failure_is_retried_with_growing_backoff():
     assert sorted(sink.ok) == list(range(10))
 
 
-@pytest.mark.parametrize("n, bad, named", [
-    (10, {3}, False), (10, {0}, False), (10, {9}, False), (10, {2, 7}, False), (100, {13, 14, 15, 80}, False),
-    (10, {3}, True), (10, {2, 7}, True), (1, {0}, False),
-], ids=["one-middle", "first", "last", "two", "cluster", "named-one", "named-two", "single-record-batch"])
+@pytest.mark.parametrize(
+    "n, bad, named",
+    [
+        (10, {3}, False),
+        (10, {0}, False),
+        (10, {9}, False),
+        (10, {2, 7}, False),
+        (100, {13, 14, 15, 80}, False),
+        (10, {3}, True),
+        (10, {2, 7}, True),
+        (1, {0}, False),
+    ],
+    ids=["one-middle", "first", "last", "two", "cluster", "named-one", "named-two", "single-record-batch"],
+)
 def test_isolation_finds_exactly_the_bad_records(n, bad, named):
     sink = Sink(bad=bad, named=named)
     result, _ = run([rec(i) for i in range(n)], sink, retries=2)
@@ -97,7 +131,11 @@ def test_isolation_finds_exactly_the_bad_records(n, bad, named):
 def test_single_record_batch_is_retried_then_failed_without_more_calls():
     sink = Sink(bad={0})
     result, sleeps = run([rec(0)], sink, retries=2)
-    assert [f.record.offset for f in result.failures] == [0] and sink.calls == [[0], [0], [0]] and len(sleeps) == 2
+    assert (
+        [f.record.offset for f in result.failures] == [0]
+        and sink.calls == [[0], [0], [0]]
+        and len(sleeps) == 2
+    )
 
 
 def test_named_errors_skip_bisection():
@@ -159,13 +197,17 @@ def f(offset: int, partition: int = 0) -> Failure:
     return Failure(rec(offset, partition=partition), "boom")
 
 
-@pytest.mark.parametrize("policy, failures, expected", [
-    ("deadLetter", [], {("t", 0): 13, ("t", 1): 8}),
-    ("deadLetter", [f(11)], {("t", 0): 13, ("t", 1): 8}),
-    ("pause", [f(11)], {("t", 0): 11, ("t", 1): 8}),
-    ("exit", [f(12), f(10)], {("t", 0): 10, ("t", 1): 8}),
-    ("pause", [f(5, partition=1)], {("t", 0): 13, ("t", 1): 5}),
-], ids=["dlq-clean", "dlq-failed", "pause", "exit-lowest-failure", "pause-other-partition"])
+@pytest.mark.parametrize(
+    "policy, failures, expected",
+    [
+        ("deadLetter", [], {("t", 0): 13, ("t", 1): 8}),
+        ("deadLetter", [f(11)], {("t", 0): 13, ("t", 1): 8}),
+        ("pause", [f(11)], {("t", 0): 11, ("t", 1): 8}),
+        ("exit", [f(12), f(10)], {("t", 0): 10, ("t", 1): 8}),
+        ("pause", [f(5, partition=1)], {("t", 0): 13, ("t", 1): 5}),
+    ],
+    ids=["dlq-clean", "dlq-failed", "pause", "exit-lowest-failure", "pause-other-partition"],
+)
 def test_commit_positions_never_pass_unprocessed_records(policy, failures, expected):
     records = [rec(10), rec(11), rec(12), rec(5, partition=1), rec(7, partition=1)]
     assert commit_positions(records, failures, policy) == expected
@@ -177,6 +219,10 @@ def test_dlq_headers_keep_original_and_add_source():
     assert ("trace", b"abc") in h
     d = dict(h)
     assert d["lagpilot.error"] == b"ValueError: nope"
-    assert (d["lagpilot.source.topic"], d["lagpilot.source.partition"], d["lagpilot.source.offset"]) == (b"orders", b"3", b"42")
+    assert (d["lagpilot.source.topic"], d["lagpilot.source.partition"], d["lagpilot.source.offset"]) == (
+        b"orders",
+        b"3",
+        b"42",
+    )
     assert d["lagpilot.source.timestamp"] == b"1234"
     assert [k for k, _ in h].count("lagpilot.error") == 1

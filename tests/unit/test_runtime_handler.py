@@ -1,4 +1,5 @@
 """The handler contract: Record, loading handlers and sinks, per-record concurrency, decode helpers, sinks' pure parts."""
+
 from __future__ import annotations
 
 import logging
@@ -7,8 +8,18 @@ import time
 
 import pytest
 
-from lagpilot_runtime.handler import (BatchContext, HandlerLoadError, Record, RecordDecodeError, RecordError, RecordsFailed,
-                                      decode_json, decode_text, load_handler, per_record)
+from lagpilot_runtime.handler import (
+    BatchContext,
+    HandlerLoadError,
+    Record,
+    RecordDecodeError,
+    RecordError,
+    RecordsFailed,
+    decode_json,
+    decode_text,
+    load_handler,
+    per_record,
+)
 from lagpilot_runtime.sinks import log as log_sink
 from lagpilot_runtime.sinks import postgres as pg
 
@@ -73,7 +84,11 @@ def test_kafka_record_is_lazy_and_behaves_as_a_record():
     expected = Record("t", 0, 5, None, b"v", [("h", b"1"), ("n", b"")], 99)
     assert r.value == b"v" and msg.reads == 7
     assert r.offset == 5 and msg.reads == 7  # materialised once
-    assert r == expected and expected == r and hash(dataclasses.replace(r, headers=())) == hash(dataclasses.replace(expected, headers=()))
+    assert (
+        r == expected
+        and expected == r
+        and hash(dataclasses.replace(r, headers=())) == hash(dataclasses.replace(expected, headers=()))
+    )
     assert isinstance(r, Record) and r.where == "t/0/5"
     assert pickle.loads(pickle.dumps(to_record(_Msg()))) == expected
     assert copy.copy(to_record(_Msg())) == expected
@@ -85,17 +100,29 @@ def test_kafka_record_is_lazy_and_behaves_as_a_record():
         r.offset = 1  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("postgres", pg.process), ("log", log_sink.process), ("lagpilot_runtime.sinks.log:process", log_sink.process),
-], ids=["builtin-postgres", "builtin-log", "module-function"])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("postgres", pg.process),
+        ("log", log_sink.process),
+        ("lagpilot_runtime.sinks.log:process", log_sink.process),
+    ],
+    ids=["builtin-postgres", "builtin-log", "module-function"],
+)
 def test_load_handler(spec, expected):
     assert load_handler(spec) is expected
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("nocolon", "module:function"), ("no_such_module_xyz:fn", "cannot import"),
-    ("lagpilot_runtime.sinks.log:nope", "no attribute"), ("lagpilot_runtime.handler:__doc__", "not callable"),
-], ids=["no-colon", "missing-module", "missing-function", "not-callable"])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("nocolon", "module:function"),
+        ("no_such_module_xyz:fn", "cannot import"),
+        ("lagpilot_runtime.sinks.log:nope", "no attribute"),
+        ("lagpilot_runtime.handler:__doc__", "not callable"),
+    ],
+    ids=["no-colon", "missing-module", "missing-function", "not-callable"],
+)
 def test_load_handler_errors_are_clear(spec, message):
     with pytest.raises(HandlerLoadError, match=message):
         load_handler(spec)
@@ -138,8 +165,11 @@ def test_per_record_failures_name_the_records():
     assert all(e.retriable for e in info.value.errors)
 
 
-@pytest.mark.parametrize("value, ok", [(b'{"a": 1}', True), (b"\xff", False), (b"{", False), (None, False)],
-                         ids=["json", "not-utf8", "not-json", "tombstone"])
+@pytest.mark.parametrize(
+    "value, ok",
+    [(b'{"a": 1}', True), (b"\xff", False), (b"{", False), (None, False)],
+    ids=["json", "not-utf8", "not-json", "tombstone"],
+)
 def test_decode_json(value, ok):
     r = rec(3, value)
     if ok:
@@ -171,23 +201,42 @@ def test_log_sink_logs_each_record_without_failing_on_binary(caplog):
     assert fields[0]["value"] == "\\xff\\xfebi..." and fields[1]["value"] is None
 
 
-@pytest.mark.parametrize("env, config, expected", [
-    ({"LAGPILOT_POSTGRES_DSN": "postgresql://x"}, {}, ("lagpilot_records", "insert", "auto")),
-    ({"LAGPILOT_POSTGRES_DSN": "postgresql://x", "LAGPILOT_POSTGRES_TABLE": "t1", "LAGPILOT_POSTGRES_MODE": "upsert"}, {},
-     ("t1", "upsert", "auto")),
-    ({"LAGPILOT_POSTGRES_DSN": "postgresql://x"}, {"postgres.table": "s.t2", "postgres.method": "copy"}, ("s.t2", "insert", "copy")),
-], ids=["defaults", "env", "config-overrides"])
+@pytest.mark.parametrize(
+    "env, config, expected",
+    [
+        ({"LAGPILOT_POSTGRES_DSN": "postgresql://x"}, {}, ("lagpilot_records", "insert", "auto")),
+        (
+            {
+                "LAGPILOT_POSTGRES_DSN": "postgresql://x",
+                "LAGPILOT_POSTGRES_TABLE": "t1",
+                "LAGPILOT_POSTGRES_MODE": "upsert",
+            },
+            {},
+            ("t1", "upsert", "auto"),
+        ),
+        (
+            {"LAGPILOT_POSTGRES_DSN": "postgresql://x"},
+            {"postgres.table": "s.t2", "postgres.method": "copy"},
+            ("s.t2", "insert", "copy"),
+        ),
+    ],
+    ids=["defaults", "env", "config-overrides"],
+)
 def test_postgres_settings(env, config, expected):
     s = pg.PostgresSettings.resolve(config, env)
     assert (s.table, s.mode, s.method) == expected
     assert "postgresql://x" not in repr(s)
 
 
-@pytest.mark.parametrize("env, config, message", [
-    ({}, {}, "LAGPILOT_POSTGRES_DSN"),
-    ({"LAGPILOT_POSTGRES_DSN": "d"}, {"postgres.table": "a;drop"}, "plain identifier"),
-    ({"LAGPILOT_POSTGRES_DSN": "d"}, {"postgres.mode": "merge"}, "insert or upsert"),
-], ids=["no-dsn", "bad-table", "bad-mode"])
+@pytest.mark.parametrize(
+    "env, config, message",
+    [
+        ({}, {}, "LAGPILOT_POSTGRES_DSN"),
+        ({"LAGPILOT_POSTGRES_DSN": "d"}, {"postgres.table": "a;drop"}, "plain identifier"),
+        ({"LAGPILOT_POSTGRES_DSN": "d"}, {"postgres.mode": "merge"}, "insert or upsert"),
+    ],
+    ids=["no-dsn", "bad-table", "bad-mode"],
+)
 def test_postgres_settings_errors(env, config, message):
     with pytest.raises(ValueError, match=message):
         pg.PostgresSettings.resolve(config, env)
@@ -195,7 +244,10 @@ def test_postgres_settings_errors(env, config, message):
 
 def test_insert_rows_one_per_record():
     rows = pg.rows_for([rec(1), rec(2)], "insert", "tid")
-    assert [r[:4] for r in rows] == [("t", "tid", 0, 1), ("t", "tid", 0, 2)]  # topic, incarnation, partition, offset
+    assert [r[:4] for r in rows] == [
+        ("t", "tid", 0, 1),
+        ("t", "tid", 0, 2),
+    ]  # topic, incarnation, partition, offset
     assert rows[0][6] == '[["h", "1"]]'
 
 

@@ -1,4 +1,5 @@
 """Capacity estimation, the commit metadata string, probes and the metrics endpoint."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,15 @@ def test_capacity_extrapolates_small_batches_to_a_full_one():
     assert est.capacity() > 3 * naive
 
 
-@pytest.mark.parametrize("samples", [
-    [(10, 0.1)], [(10, 0.1), (10, 0.2)], [(10, 0.3), (20, 0.2), (40, 0.1)],
-], ids=["one-sample", "same-size", "negative-slope"])
+@pytest.mark.parametrize(
+    "samples",
+    [
+        [(10, 0.1)],
+        [(10, 0.1), (10, 0.2)],
+        [(10, 0.3), (20, 0.2), (40, 0.1)],
+    ],
+    ids=["one-sample", "same-size", "negative-slope"],
+)
 def test_capacity_falls_back_to_the_plain_ratio(samples):
     est = CapacityEstimator(max_records=500, first_is_setup=False)  # the fit's fallback, not the set-up
     for n, b in samples:
@@ -61,9 +68,16 @@ def test_liveness_goes_stale_without_progress():
     assert h.live()[0]
 
 
-@pytest.mark.parametrize("member, connected, stopping, ok", [
-    (False, True, False, False), (True, False, False, False), (True, True, True, False), (True, True, False, True),
-], ids=["not-member", "disconnected", "stopping", "ready"])
+@pytest.mark.parametrize(
+    "member, connected, stopping, ok",
+    [
+        (False, True, False, False),
+        (True, False, False, False),
+        (True, True, True, False),
+        (True, True, False, True),
+    ],
+    ids=["not-member", "disconnected", "stopping", "ready"],
+)
 def test_readiness(member, connected, stopping, ok):
     h = Health(stale_after_s=60, member=member, connected=connected, stopping=stopping)
     assert h.ready()[0] is ok

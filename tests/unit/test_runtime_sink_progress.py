@@ -5,6 +5,7 @@ which offsets a handler call is told to store, the drain scope, and the postgres
 The real proof (crash between the sink's commit and Kafka's, table without a key) is
 tests/real/test_exactly_once_sink.py.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -57,12 +58,15 @@ def make_with_offsets(logs, handler, **env):
     return loop, fake
 
 
-@pytest.mark.parametrize("stored, expect_first_commit, skipped", [
-    ({}, None, set()),                          # nothing stored: Kafka's offset (none) rules
-    ({0: 5}, {0: 5}, {(0, o) for o in range(5)}),  # sink ahead on p0: commit 5 first, never deliver 0..4
-    ({0: 12, 1: 3}, {0: 12, 1: 3}, {(0, o) for o in range(12)} | {(1, o) for o in range(3)}),
-    ({0: 50}, None, set()),  # beyond the partition's end (topic recreated?): ignored, nothing skipped
-])
+@pytest.mark.parametrize(
+    "stored, expect_first_commit, skipped",
+    [
+        ({}, None, set()),  # nothing stored: Kafka's offset (none) rules
+        ({0: 5}, {0: 5}, {(0, o) for o in range(5)}),  # sink ahead on p0: commit 5 first, never deliver 0..4
+        ({0: 12, 1: 3}, {0: 12, 1: 3}, {(0, o) for o in range(12)} | {(1, o) for o in range(3)}),
+        ({0: 50}, None, set()),  # beyond the partition's end (topic recreated?): ignored, nothing skipped
+    ],
+)
 def test_on_assign_the_consumer_resumes_from_the_sinks_progress(stored, expect_first_commit, skipped):
     logs = {0: [b"v"] * 12, 1: [b"v"] * 7}
     h = ProgressSink(stored)
@@ -81,7 +85,9 @@ def test_on_assign_the_consumer_resumes_from_the_sinks_progress(stored, expect_f
 def test_every_full_batch_call_is_told_its_next_offsets_pieces_are_not():
     logs = {0: [b"v", b"FAIL", b"v", b"v"], 1: [b"v"] * 3}
     h = ProgressSink({})
-    loop, fake = make_with_offsets(logs, h, LAGPILOT_BATCH_MAX_RECORDS=100, LAGPILOT_FAILURE_POLICY="deadLetter")
+    loop, fake = make_with_offsets(
+        logs, h, LAGPILOT_BATCH_MAX_RECORDS=100, LAGPILOT_FAILURE_POLICY="deadLetter"
+    )
     loop.dead_letter = lambda failures: None
     stop_when_drained(loop, fake, 7)
     assert loop.run() == 0
@@ -118,22 +124,34 @@ def test_postgres_sink_sql_pieces():
     assert "PRIMARY KEY" not in pg.ddl("t", "insert", "none")
     # the topic's incarnation is part of the insert key (issue 23 M5)
     assert 'PRIMARY KEY (topic, topic_id, partition, "offset")' in pg.ddl("t", "insert")
-    assert pg._conflict_clause("t", "insert") == 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING'
-    assert pg._conflict_clause("t", "insert", legacy_key=True) == 'ON CONFLICT (topic, partition, "offset") DO NOTHING'
+    assert (
+        pg._conflict_clause("t", "insert") == 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING'
+    )
+    assert (
+        pg._conflict_clause("t", "insert", legacy_key=True)
+        == 'ON CONFLICT (topic, partition, "offset") DO NOTHING'
+    )
     # newest-wins: offset order inside one partition of one incarnation, else (timestamp, partition, offset)
     assert pg.supersedes(("a", 0, 9, 1), ("a", 0, 8, 5))
     assert not pg.supersedes(("a", 0, 900, 1_000), ("a", 1, 5, 2_000))
-    assert pg.supersedes(("a", 2, 0, 1_500), ("a", 1, 6, 1_500)) and not pg.supersedes(("a", 0, 901, 1_500), ("a", 1, 6, 1_500))
+    assert pg.supersedes(("a", 2, 0, 1_500), ("a", 1, 6, 1_500)) and not pg.supersedes(
+        ("a", 0, 901, 1_500), ("a", 1, 6, 1_500)
+    )
     assert pg.supersedes(("b", 0, 0, 10), ("a", 0, 99, 5))  # a re-created topic: the timestamp decides
     assert not pg.supersedes(("a", 1, 0, None), ("a", 0, 0, 0))  # no timestamp: the oldest
     assert pg._conflict_clause("t", "insert", "none") == ""
     assert pg.progress_table("s.t") == "s.t_lagpilot_progress"
     assert "PRIMARY KEY (scope, topic, partition)" in pg.progress_ddl("t")
-    assert pg.progress_rows("group:g", {("t", 1): 5, ("t", 0): 3}) == [("group:g", "t", 0, 3), ("group:g", "t", 1, 5)]
+    assert pg.progress_rows("group:g", {("t", 1): 5, ("t", 0): 3}) == [
+        ("group:g", "t", 0, 3),
+        ("group:g", "t", 1, 5),
+    ]
     assert pg.progress_rows("x", None) == []
     s = pg.PostgresSettings.resolve({"postgres.key": "none"}, {"LAGPILOT_POSTGRES_DSN": "postgresql://x"})
     assert s.key == "none"
     with pytest.raises(ValueError):
-        pg.PostgresSettings.resolve({"postgres.key": "none", "postgres.mode": "upsert"}, {"LAGPILOT_POSTGRES_DSN": "x"})
+        pg.PostgresSettings.resolve(
+            {"postgres.key": "none", "postgres.mode": "upsert"}, {"LAGPILOT_POSTGRES_DSN": "x"}
+        )
     with pytest.raises(ValueError):
         pg.PostgresSettings.resolve({"postgres.key": "maybe"}, {"LAGPILOT_POSTGRES_DSN": "x"})

@@ -1,4 +1,5 @@
 """The replica decision: table-driven cases + hypothesis invariants."""
+
 from __future__ import annotations
 
 import json
@@ -40,27 +41,106 @@ CASES = [
     ("scale-up-on-backlog", obs([30000] * 3, [10] * 3, 1), P, hist((20, 1)), 3, "ScaleUp"),
     ("within-tolerance", obs([17000, 17000, 16000], [0, 0, 0], 1), P, hist((20, 1)), 1, "WithinTolerance"),
     ("steady-with-headroom", obs([0, 0, 0], [30, 30, 30], 2), P, hist((20, 2)), 2, "Steady"),
-    ("scale-down-held-by-window", obs([0, 0, 0], [1, 1, 1], 3), P, hist((200, 3), (15, 1)), 3, "ScaleDownStabilized"),
-    ("scale-down-after-window", obs([0, 0, 0], [1, 1, 1], 3), P, hist((400, 3), (290, 1), (15, 1)), 1, "ScaleDown"),
-    ("restart-without-history-never-scales-down", obs([0, 0, 0], [1, 1, 1], 3), P, ScalingHistory(), 3, "ScaleDownStabilized"),
-    ("restart-without-history-still-scales-up", obs([30000] * 3, [10] * 3, 1), P, ScalingHistory(), 3, "ScaleUp"),
-    ("scale-to-zero-when-idle", obs([0, 0, 0], [0, 0, 0], 1), ZERO, hist((310, 1), (100, 0)), 0, "ScaleToZero"),
-    ("scale-to-zero-waits-for-window", obs([0, 0, 0], [0, 0, 0], 1), ZERO, hist((100, 1)), 1, "ScaleDownStabilized"),
+    (
+        "scale-down-held-by-window",
+        obs([0, 0, 0], [1, 1, 1], 3),
+        P,
+        hist((200, 3), (15, 1)),
+        3,
+        "ScaleDownStabilized",
+    ),
+    (
+        "scale-down-after-window",
+        obs([0, 0, 0], [1, 1, 1], 3),
+        P,
+        hist((400, 3), (290, 1), (15, 1)),
+        1,
+        "ScaleDown",
+    ),
+    (
+        "restart-without-history-never-scales-down",
+        obs([0, 0, 0], [1, 1, 1], 3),
+        P,
+        ScalingHistory(),
+        3,
+        "ScaleDownStabilized",
+    ),
+    (
+        "restart-without-history-still-scales-up",
+        obs([30000] * 3, [10] * 3, 1),
+        P,
+        ScalingHistory(),
+        3,
+        "ScaleUp",
+    ),
+    (
+        "scale-to-zero-when-idle",
+        obs([0, 0, 0], [0, 0, 0], 1),
+        ZERO,
+        hist((310, 1), (100, 0)),
+        0,
+        "ScaleToZero",
+    ),
+    (
+        "scale-to-zero-waits-for-window",
+        obs([0, 0, 0], [0, 0, 0], 1),
+        ZERO,
+        hist((100, 1)),
+        1,
+        "ScaleDownStabilized",
+    ),
     ("min-one-never-zero-when-idle", obs([0, 0, 0], [0, 0, 0], 1), P, hist((400, 1)), 1, "Steady"),
-    ("scale-from-zero-no-capacity-yet", obs([50, 0, 0], [1, 0, 0], 0, cap=None), ZERO, ScalingHistory(), 1, "ScaleFromZero"),
-    ("scale-from-zero-with-capacity", obs([30000, 30000, 0], [1, 0, 0], 0), ZERO, ScalingHistory(), 3, "ScaleUp"),
-    ("capacity-unknown-keeps", obs([500, 0, 0], [1, 0, 0], 2, cap=None), P, hist((20, 2)), 2, "CapacityUnknown"),
+    (
+        "scale-from-zero-no-capacity-yet",
+        obs([50, 0, 0], [1, 0, 0], 0, cap=None),
+        ZERO,
+        ScalingHistory(),
+        1,
+        "ScaleFromZero",
+    ),
+    (
+        "scale-from-zero-with-capacity",
+        obs([30000, 30000, 0], [1, 0, 0], 0),
+        ZERO,
+        ScalingHistory(),
+        3,
+        "ScaleUp",
+    ),
+    (
+        "capacity-unknown-keeps",
+        obs([500, 0, 0], [1, 0, 0], 2, cap=None),
+        P,
+        hist((20, 2)),
+        2,
+        "CapacityUnknown",
+    ),
     ("sla-unreachable-capped", obs([1e6, 1e6, 1e6], [0, 0, 0], 1), P, hist((20, 1)), 3, "SLAUnreachable"),
     ("above-partitions-capped", obs([0, 0], [1, 1], 5), P, hist((20, 5)), 2, "CappedAtPartitions"),
-    ("above-max-capped", obs([0] * 6, [1] * 6, 5), ScalingPolicy(max_replicas=3), hist((20, 5)), 3, "CappedAtMax"),
+    (
+        "above-max-capped",
+        obs([0] * 6, [1] * 6, 5),
+        ScalingPolicy(max_replicas=3),
+        hist((20, 5)),
+        3,
+        "CappedAtMax",
+    ),
     ("below-minimum", obs([0, 0, 0], [1, 1, 1], 1), MIN2, hist((20, 1)), 2, "BelowMinimum"),
     ("min-above-partitions-capped", obs([0], [1], 1), MIN2, hist((20, 1)), 1, "Steady"),
-    ("scale-up-window-holds", obs([30000] * 3, [10] * 3, 1), ScalingPolicy(scale_up_window_s=60), hist((20, 1)), 1, "ScaleUpStabilized"),
+    (
+        "scale-up-window-holds",
+        obs([30000] * 3, [10] * 3, 1),
+        ScalingPolicy(scale_up_window_s=60),
+        hist((20, 1)),
+        1,
+        "ScaleUpStabilized",
+    ),
 ]
 
 
 @pytest.mark.parametrize("o,policy,history,desired,reason", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_decide_table(o: ScalingObservation, policy: ScalingPolicy, history: ScalingHistory, desired: int, reason: str) -> None:
+def test_decide_table(
+    o: ScalingObservation, policy: ScalingPolicy, history: ScalingHistory, desired: int, reason: str
+) -> None:
     d, h = decide(o, policy, history)
     assert (d.desired_replicas, d.reason) == (desired, reason), d.message
     assert d.message and d.reason[0].isupper() and " " not in d.reason
@@ -107,14 +187,27 @@ def test_history_round_trip_and_pruning() -> None:
 
 def test_policy_from_the_parsed_spec_and_validation() -> None:
     from lagpilot.spec import parse_spec
+
     base = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g"}
-    pol = ScalingPolicy.from_group_spec(parse_spec({
-        **base,
-        "scaling": {"minReplicas": 0, "maxReplicas": 6, "tolerance": 0.2, "pollIntervalSeconds": 10,
-                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 5},
-                                 "scaleDown": {"stabilizationWindowSeconds": 120}}},
-        "catchUpSLASeconds": 900,
-    }), pod_start_s=20)
+    pol = ScalingPolicy.from_group_spec(
+        parse_spec(
+            {
+                **base,
+                "scaling": {
+                    "minReplicas": 0,
+                    "maxReplicas": 6,
+                    "tolerance": 0.2,
+                    "pollIntervalSeconds": 10,
+                    "behavior": {
+                        "scaleUp": {"stabilizationWindowSeconds": 5},
+                        "scaleDown": {"stabilizationWindowSeconds": 120},
+                    },
+                },
+                "catchUpSLASeconds": 900,
+            }
+        ),
+        pod_start_s=20,
+    )
     assert (pol.min_replicas, pol.max_replicas, pol.tolerance, pol.poll_interval_s) == (0, 6, 0.2, 10)
     assert (pol.scale_up_window_s, pol.scale_down_window_s, pol.sla_s, pol.pod_start_s) == (5, 120, 900, 20)
     assert pol.scale_to_zero
@@ -130,13 +223,17 @@ lag_st = st.floats(min_value=0, max_value=2e6, allow_nan=False)
 rate_st = st.floats(min_value=0, max_value=300, allow_nan=False)
 load_lists = st.lists(st.tuples(lag_st, rate_st), min_size=1, max_size=8)
 policies = st.builds(
-    lambda lo, span, tol, down: ScalingPolicy(min_replicas=lo, max_replicas=max(1, lo + span), tolerance=tol,
-                                              scale_down_window_s=down),
-    st.integers(min_value=0, max_value=4), st.integers(min_value=0, max_value=8),
-    st.sampled_from([0.0, 0.1, 0.3]), st.sampled_from([0.0, 60.0, 300.0]),
+    lambda lo, span, tol, down: ScalingPolicy(
+        min_replicas=lo, max_replicas=max(1, lo + span), tolerance=tol, scale_down_window_s=down
+    ),
+    st.integers(min_value=0, max_value=4),
+    st.integers(min_value=0, max_value=8),
+    st.sampled_from([0.0, 0.1, 0.3]),
+    st.sampled_from([0.0, 60.0, 300.0]),
 )
-histories = st.lists(st.tuples(st.floats(min_value=0, max_value=600), st.integers(min_value=0, max_value=12)),
-                     max_size=6).map(lambda rs: ScalingHistory(tuple(sorted((NOW - a, r) for a, r in rs))))
+histories = st.lists(
+    st.tuples(st.floats(min_value=0, max_value=600), st.integers(min_value=0, max_value=12)), max_size=6
+).map(lambda rs: ScalingHistory(tuple(sorted((NOW - a, r) for a, r in rs))))
 caps = st.one_of(st.none(), st.floats(min_value=1, max_value=500))
 
 
@@ -160,7 +257,13 @@ def test_bounds(pairs, cur, cap, policy, history) -> None:  # type: ignore[no-un
 
 @pytest.mark.parametrize("assist_always", [False, True], ids=["default", "assistReplicas"])
 @settings(max_examples=200, deadline=None)
-@given(load_lists, st.integers(min_value=0, max_value=12), st.floats(min_value=1, max_value=500), policies, histories)
+@given(
+    load_lists,
+    st.integers(min_value=0, max_value=12),
+    st.floats(min_value=1, max_value=500),
+    policies,
+    histories,
+)
 def test_no_scale_down_while_projection_exceeds_sla(assist_always, pairs, cur, cap, policy, history) -> None:  # type: ignore[no-untyped-def]
     """The guard. One exception: in a burst (the group at its cap cannot hold the live rates, so the
     projection is infinite at every count and holding replicas cannot meet the SLA) a scale-down to
@@ -176,8 +279,15 @@ def test_no_scale_down_while_projection_exceeds_sla(assist_always, pairs, cur, c
 
 
 @settings(max_examples=200, deadline=None)
-@given(load_lists, st.integers(min_value=0, max_value=12), caps, policies, histories,
-       st.integers(min_value=0, max_value=7), st.floats(min_value=0, max_value=1e6))
+@given(
+    load_lists,
+    st.integers(min_value=0, max_value=12),
+    caps,
+    policies,
+    histories,
+    st.integers(min_value=0, max_value=7),
+    st.floats(min_value=0, max_value=1e6),
+)
 def test_more_lag_never_fewer_replicas(pairs, cur, cap, policy, history, which, extra) -> None:  # type: ignore[no-untyped-def]
     """Without drains (a drain legitimately takes a backlog away from the group)."""
     base = _obs(pairs, cur, cap)
@@ -198,8 +308,9 @@ def test_constant_load_does_not_flap(pairs, cur, cap, policy) -> None:  # type: 
     history = ScalingHistory()
     seq = [cur]
     for k in range(240):
-        o = ScalingObservation(NOW + 15 * k, len(pairs), seq[-1],
-                               loads_from([p[0] for p in pairs], [p[1] for p in pairs]), cap)
+        o = ScalingObservation(
+            NOW + 15 * k, len(pairs), seq[-1], loads_from([p[0] for p in pairs], [p[1] for p in pairs]), cap
+        )
         d, history = decide(o, policy, history)
         seq.append(d.desired_replicas)
     diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
@@ -254,8 +365,18 @@ def test_drain_assisted_count_is_chosen_and_drains_planned_for_it() -> None:
     d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy())
     assert d.required_replicas == 4 and d.desired_replicas == 4 and "drain-assisted" not in d.message
     # backlog behind the 2 consumers' split: planned as for the group at 2 (not at the cap of 4)
-    d, _ = decide(obs([30_000, 30_000, 300, 300], [67.0, 67.0, 67.0, 67.0], 2, cap=137.0,
-                      oldest_age_s={0: 400.0, 1: 400.0}), P, ScalingHistory(), OPT_IN)
+    d, _ = decide(
+        obs(
+            [30_000, 30_000, 300, 300],
+            [67.0, 67.0, 67.0, 67.0],
+            2,
+            cap=137.0,
+            oldest_age_s={0: 400.0, 1: 400.0},
+        ),
+        P,
+        ScalingHistory(),
+        OPT_IN,
+    )
     assert d.desired_replicas == 2 and d.drain is not None and set(d.drain.partitions) == {0, 1}
     # assist off: back to sizing for the load
     d, _ = decide(obs(*loads, 4, cap=137.0), P, hist((400, 2)), DrainPolicy(assist_min_saving=None))
@@ -277,8 +398,11 @@ def assert_one_direction_then_settled(rates: list[float], cur: int, pol: DrainPo
 
 
 @settings(max_examples=60, deadline=None)
-@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
-       start=st.sampled_from([20.0, 90.0]))
+@given(
+    rates=st.lists(st.floats(0, 300), min_size=1, max_size=6),
+    cur=st.integers(1, 6),
+    start=st.sampled_from([20.0, 90.0]),
+)
 def test_constant_load_with_drain_assist_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
     """The drain-assisted count depends on the rates only: same load for an hour, the replica count
     moves in one direction and settles (drains take the lag; here the lag stays 0)."""
@@ -293,7 +417,9 @@ def test_noisy_rate_around_the_assist_boundary_does_not_toggle() -> None:
     lo, hi = 50.0, 130.0  # per partition: assisted at 50, not at 130 (3 partitions, 137/s)
     for _ in range(40):
         mid = (lo + hi) / 2
-        got = assisted_replicas(loads_from([0] * 3, [mid] * 3), 137.0, min_replicas=1, cap=3, sla_s=600.0, policy=pol)
+        got = assisted_replicas(
+            loads_from([0] * 3, [mid] * 3), 137.0, min_replicas=1, cap=3, sla_s=600.0, policy=pol
+        )
         lo, hi = (mid, hi) if got is not None else (lo, mid)
     history, cur, changes = ScalingHistory(), 3, 0
     for k in range(400):
@@ -325,7 +451,9 @@ def test_burst_scales_down_to_the_assisted_count_despite_the_infinite_projection
     d, _ = decide(o, P, hist((400, 4)), DrainPolicy(assist_min_saving=None))
     assert d.desired_replicas == 4 and d.reason in ("ScaleDownBlockedAtRisk", "SLAUnreachable", "Steady")
     # the same backlog without a burst (the hot partition at 0.9 of a consumer): the guard holds
-    calm = obs([40_000.0, 300.0, 300.0, 300.0], [123.0, 45.0, 45.0, 45.0], 4, cap=137.0, oldest_age_s={0: 200.0})
+    calm = obs(
+        [40_000.0, 300.0, 300.0, 300.0], [123.0, 45.0, 45.0, 45.0], 4, cap=137.0, oldest_age_s={0: 200.0}
+    )
     d, _ = decide(calm, P, hist((400, 4)), DrainPolicy())
     assert d.desired_replicas == 4
 
@@ -351,9 +479,14 @@ def test_hot_partition_noisy_around_one_consumer_does_not_toggle_every_cycle() -
 
 
 @settings(max_examples=60, deadline=None)
-@given(rates=st.lists(st.floats(0, 300), min_size=1, max_size=6), cur=st.integers(1, 6),
-       start=st.sampled_from([20.0, 90.0]))
-@example(rates=[13.0, 123.0], cur=1, start=20.0)  # found by hypothesis: 1 -> 2 -> 1 -> 2 (99 % of one consumer)
+@given(
+    rates=st.lists(st.floats(0, 300), min_size=1, max_size=6),
+    cur=st.integers(1, 6),
+    start=st.sampled_from([20.0, 90.0]),
+)
+@example(
+    rates=[13.0, 123.0], cur=1, start=20.0
+)  # found by hypothesis: 1 -> 2 -> 1 -> 2 (99 % of one consumer)
 def test_constant_load_burst_scoped_does_not_flap(rates, cur, start) -> None:  # type: ignore[no-untyped-def]
     """The default policy under a constant load (bursts included): one direction, then settled."""
     assert_one_direction_then_settled(rates, cur, DrainPolicy(start_up_s=start))

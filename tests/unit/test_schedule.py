@@ -1,4 +1,5 @@
 """tests/schedule.py: ./dev/test's xdist workers take the longest test files first."""
+
 from __future__ import annotations
 
 import json
@@ -8,21 +9,41 @@ from tests.schedule import DURATIONS, NEW_REAL_S, durations_from_junit, load, lo
 
 
 def test_files_go_longest_first_and_keep_their_tests_together_in_order() -> None:
-    ids = ["tests/unit/test_a.py::t1", "tests/unit/test_a.py::t2", "tests/real/test_b.py::t1",
-           "tests/unit/test_c.py::t1", "tests/real/test_b.py::t2", "tests/unit/test_a.py::t3"]
+    ids = [
+        "tests/unit/test_a.py::t1",
+        "tests/unit/test_a.py::t2",
+        "tests/real/test_b.py::t1",
+        "tests/unit/test_c.py::t1",
+        "tests/real/test_b.py::t2",
+        "tests/unit/test_a.py::t3",
+    ]
     recorded = {"tests/unit/test_a.py": 2.0, "tests/real/test_b.py": 300.0, "tests/unit/test_c.py": 9.0}
     order = [ids[i] for i in longest_files_first(ids, recorded)]
-    assert order == ["tests/real/test_b.py::t1", "tests/real/test_b.py::t2", "tests/unit/test_c.py::t1",
-                     "tests/unit/test_a.py::t1", "tests/unit/test_a.py::t2", "tests/unit/test_a.py::t3"]
+    assert order == [
+        "tests/real/test_b.py::t1",
+        "tests/real/test_b.py::t2",
+        "tests/unit/test_c.py::t1",
+        "tests/unit/test_a.py::t1",
+        "tests/unit/test_a.py::t2",
+        "tests/unit/test_a.py::t3",
+    ]
 
 
 def test_an_unrecorded_real_file_counts_as_long_and_an_unrecorded_unit_file_as_short() -> None:
-    ids = ["tests/unit/test_new.py::t", "tests/unit/test_old.py::t", "tests/real/test_new.py::t",
-           "tests/real/test_old.py::t"]
+    ids = [
+        "tests/unit/test_new.py::t",
+        "tests/unit/test_old.py::t",
+        "tests/real/test_new.py::t",
+        "tests/real/test_old.py::t",
+    ]
     known = {"tests/unit/test_old.py": 1.0, "tests/real/test_old.py": NEW_REAL_S - 1}
     order = [ids[i] for i in longest_files_first(ids, known)]
-    assert order == ["tests/real/test_new.py::t", "tests/real/test_old.py::t", "tests/unit/test_old.py::t",
-                     "tests/unit/test_new.py::t"]
+    assert order == [
+        "tests/real/test_new.py::t",
+        "tests/real/test_old.py::t",
+        "tests/unit/test_old.py::t",
+        "tests/unit/test_new.py::t",
+    ]
 
 
 def test_equal_durations_keep_the_collected_order() -> None:
@@ -37,7 +58,8 @@ def test_durations_are_summed_per_file_from_a_junit_report(tmp_path: Path) -> No
         '<testcase classname="tests.real.test_b" name="t1" time="100.5"/>'
         '<testcase classname="tests.real.test_b" name="t2" time="20"><skipped/></testcase>'
         '<testcase classname="tests.unit.test_a.TestK" name="t" time="0.3"/>'
-        '</testsuite></testsuites>')
+        "</testsuite></testsuites>"
+    )
     assert durations_from_junit(str(junit)) == {"tests/real/test_b.py": 120.5, "tests/unit/test_a.py": 0.3}
 
 

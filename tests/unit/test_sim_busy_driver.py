@@ -5,6 +5,7 @@ no next split once every sub-range is done) or after LAGPILOT_DRAIN_PART_WAIT_SE
 a next part's sub-ranges run on those slots (no new task, no second start-up), started as soon as the
 part is handed off, beside the pass under way (the driver reads parts while its passes run and starts
 each as one more Spark job: issue 25 item 2), each on the slot that frees first."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -15,13 +16,26 @@ from lagpilot.sim.world import _World
 from lagpilot_runtime import drain_job
 
 CAP = 100.0
-P = SimParams(partitions=2, capacity=CAP, sla_s=600.0, drain_start_s=20.0, step_s=1.0, handoff_pause_s=1.0,
-              poll_interval_s=15.0, busy_drains=True, max_drain_tasks=16, min_replicas=0)
+P = SimParams(
+    partitions=2,
+    capacity=CAP,
+    sla_s=600.0,
+    drain_start_s=20.0,
+    step_s=1.0,
+    handoff_pause_s=1.0,
+    poll_interval_s=15.0,
+    busy_drains=True,
+    max_drain_tasks=16,
+    min_replicas=0,
+)
 
 
 def _need(tasks: dict[int, int], extension: bool = False) -> SimpleNamespace:
-    return SimpleNamespace(ranges=[SimpleNamespace(partition=p, tasks=n) for p, n in tasks.items()],
-                           reason="test", extension=extension)
+    return SimpleNamespace(
+        ranges=[SimpleNamespace(partition=p, tasks=n) for p, n in tasks.items()],
+        reason="test",
+        extension=extension,
+    )
 
 
 def _world(params: SimParams = P) -> _World:

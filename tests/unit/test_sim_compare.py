@@ -1,4 +1,5 @@
 """Sim-to-real comparison (lagpilot.sim.compare): tolerances, parameters from a demo summary, the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -15,29 +16,54 @@ from lagpilot.sim import compare as sc
 def _summary(**kw):
     base = {
         "profile": "fast",
-        "sim_params": {"partitions": 3, "sla_s": 60.0, "capacity": 60.0, "drain_task_capacity": None,
-                       "pod_start_s": 4.0, "drain_start_s": 9.0, "max_drain_tasks": 12, "split_factor": 4,
-                       "min_backlog_records": 1000, "poll_interval_s": 5.0, "made_up_knob_s": 3.0},
+        "sim_params": {
+            "partitions": 3,
+            "sla_s": 60.0,
+            "capacity": 60.0,
+            "drain_task_capacity": None,
+            "pod_start_s": 4.0,
+            "drain_start_s": 9.0,
+            "max_drain_tasks": 12,
+            "split_factor": 4,
+            "min_backlog_records": 1000,
+            "poll_interval_s": 5.0,
+            "made_up_knob_s": 3.0,
+        },
         "latency": {"within_sla_fraction": 0.97, "p99_s": 70.0},
-        "replica_minutes": 4.0, "drain_task_minutes": 2.0,
+        "replica_minutes": 4.0,
+        "drain_task_minutes": 2.0,
     }
     base.update(kw)
     return base
 
 
-@pytest.mark.parametrize("metric,pred,meas,ok", [
-    ("within_sla_fraction", 0.99, 0.95, True),      # 4 pp
-    ("within_sla_fraction", 0.99, 0.9399, False),   # 5.01 pp
-    ("within_sla_fraction", 0.90, 0.95, True),      # -5 pp exactly
-    ("replica_minutes", 12.4, 10.0, True),          # +24 %
-    ("replica_minutes", 12.6, 10.0, False),         # +26 %
-    ("replica_minutes", 7.4, 10.0, False),          # -26 %
-    ("drain_task_minutes", 0.0, 0.0, True),         # no drain either side
-    ("drain_task_minutes", 3.0, 0.0, False),        # predicted drains, none measured
-    ("p99_latency_s", 300.0, 10.0, None),           # shown, not judged
-    ("replica_minutes", None, 10.0, None),          # nothing to compare
-], ids=["sla-in", "sla-out", "sla-edge", "rm-in", "rm-out-high", "rm-out-low", "zero-zero", "zero-meas",
-        "p99-info", "missing"])
+@pytest.mark.parametrize(
+    "metric,pred,meas,ok",
+    [
+        ("within_sla_fraction", 0.99, 0.95, True),  # 4 pp
+        ("within_sla_fraction", 0.99, 0.9399, False),  # 5.01 pp
+        ("within_sla_fraction", 0.90, 0.95, True),  # -5 pp exactly
+        ("replica_minutes", 12.4, 10.0, True),  # +24 %
+        ("replica_minutes", 12.6, 10.0, False),  # +26 %
+        ("replica_minutes", 7.4, 10.0, False),  # -26 %
+        ("drain_task_minutes", 0.0, 0.0, True),  # no drain either side
+        ("drain_task_minutes", 3.0, 0.0, False),  # predicted drains, none measured
+        ("p99_latency_s", 300.0, 10.0, None),  # shown, not judged
+        ("replica_minutes", None, 10.0, None),  # nothing to compare
+    ],
+    ids=[
+        "sla-in",
+        "sla-out",
+        "sla-edge",
+        "rm-in",
+        "rm-out-high",
+        "rm-out-low",
+        "zero-zero",
+        "zero-meas",
+        "p99-info",
+        "missing",
+    ],
+)
 def test_judge(metric, pred, meas, ok) -> None:
     assert sc.judge(metric, pred, meas)["ok"] is ok
 
@@ -52,7 +78,9 @@ def test_params_from_summary_uses_known_fields_reports_the_rest_and_flags_win() 
     params, used, unknown = sc.params_from_summary(_summary(), {"pod_start_seconds": 30.0, "json": True})
     assert params.partitions == 3 and params.sla_s == 60.0 and params.capacity == 60.0
     assert params.pod_start_s == 30.0  # the explicit flag wins over the measured 4.0
-    assert params.drain_start_s == 9.0 and params.poll_interval_s == 5.0 and params.min_backlog_records == 1000
+    assert (
+        params.drain_start_s == 9.0 and params.poll_interval_s == 5.0 and params.min_backlog_records == 1000
+    )
     assert params.drain_task_capacity is None  # not measured: the simulator's default
     assert params.step_s == 1.0  # the demo's trace is one row a second
     assert unknown == {"made_up_knob_s": 3.0}
@@ -73,8 +101,10 @@ def test_explicit_flags_sees_only_what_was_typed() -> None:
 
 def test_measured_and_compare() -> None:
     meas = sc.measured_from_summary(_summary())
-    rows = sc.compare({"within_sla_fraction": 0.99, "p99_latency_s": 50, "replica_minutes": 4.5,
-                       "drain_task_minutes": 3.0}, meas)
+    rows = sc.compare(
+        {"within_sla_fraction": 0.99, "p99_latency_s": 50, "replica_minutes": 4.5, "drain_task_minutes": 3.0},
+        meas,
+    )
     by = {r["metric"]: r for r in rows}
     assert by["within_sla_fraction"]["ok"] is True and by["replica_minutes"]["ok"] is True
     assert by["drain_task_minutes"]["ok"] is False  # +50 %
@@ -89,7 +119,11 @@ def _trace_csv(path, rows):
 
 def test_cli_from_demo_predicts_and_compares(tmp_path, capsys) -> None:
     # a burst 3x what the capped group can do, then quiet: one row a second, as the demo writes it
-    rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 80)] + [(t, 5.0) for t in range(80, 300)]
+    rows = (
+        [(t, 20.0) for t in range(0, 20)]
+        + [(t, 540.0) for t in range(20, 80)]
+        + [(t, 5.0) for t in range(80, 300)]
+    )
     trace = tmp_path / "trace.csv"
     _trace_csv(trace, rows)
     summary = tmp_path / "summary.json"
@@ -109,7 +143,11 @@ def test_cli_from_demo_predicts_and_compares(tmp_path, capsys) -> None:
 
 
 def test_baselines_on_a_burst_the_capped_group_cannot_hold(tmp_path) -> None:
-    rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 140)] + [(t, 5.0) for t in range(140, 600)]
+    rows = (
+        [(t, 20.0) for t in range(0, 20)]
+        + [(t, 540.0) for t in range(20, 140)]
+        + [(t, 5.0) for t in range(140, 600)]
+    )
     trace = tmp_path / "trace.csv"
     _trace_csv(trace, rows)
     got = sc.baselines(sim_trace.load_trace(str(trace)), _summary())
@@ -132,7 +170,11 @@ def test_latency_covers_every_record_even_when_the_observed_window_ends_first(tm
     """The demo's latency counts every record (it waits for all); the simulator's result on a
     window that ends while a backlog remains would leave the not-yet-late ones out. predict takes
     the latency figures from the trace padded with quiet, the cost from the window as observed."""
-    rows = [(t, 20.0) for t in range(0, 20)] + [(t, 540.0) for t in range(20, 80)] + [(t, 0.0) for t in range(80, 100)]
+    rows = (
+        [(t, 20.0) for t in range(0, 20)]
+        + [(t, 540.0) for t in range(20, 80)]
+        + [(t, 0.0) for t in range(80, 100)]
+    )
     trace = tmp_path / "trace.csv"
     _trace_csv(trace, rows)
     tr = sim_trace.load_trace(str(trace))

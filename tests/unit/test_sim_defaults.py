@@ -1,6 +1,7 @@
 """The simulator's defaults are the CRD's (and the operator's): `lagpilot simulate`,
 bench/planner_eval.py and the demo's sim-to-real describe a CR that leaves its spec at the defaults
 unless a flag says otherwise (issue 25 item 5: the figures hold with the CRD's defaults)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,12 @@ from lagpilot.sim import cli
 from lagpilot.sim.params import SimParams
 from lagpilot.spec import GroupSpec
 
-MINIMAL = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "simulated", "groupId": "simulated",
-           "processing": {"sink": "log"}}
+MINIMAL = {
+    "kafka": {"bootstrapServers": "127.0.0.1:9092"},
+    "topic": "simulated",
+    "groupId": "simulated",
+    "processing": {"sink": "log"},
+}
 
 
 def _operator_spec() -> GroupSpec:

@@ -1,6 +1,7 @@
 """Sim-to-real gives the operator's decision step what the operator knew (docs/demo.md "What the
 operator knew"): its estimate of a consumer's capacity over the run, start-ups learned, the drain
 task capacity not told; the simulated world still runs at the measured capacities."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,15 +26,24 @@ def test_the_planner_is_told_the_task_capacity_unless_not() -> None:
 
 
 def test_reported_capacity_of_the_samples_keeps_the_changes() -> None:
-    samples = [SimpleNamespace(t=t, capacity=c) for t, c in
-               ((0.0, None), (1.0, 30.0), (2.0, 30.0), (3.04, 31.5), (4.0, None), (5.0, 31.5))]
+    samples = [
+        SimpleNamespace(t=t, capacity=c)
+        for t, c in ((0.0, None), (1.0, 30.0), (2.0, 30.0), (3.04, 31.5), (4.0, None), (5.0, 31.5))
+    ]
     assert demo_measure.reported_capacity(samples) == [(1.0, 30.0), (3.0, 31.5)]
 
 
 def test_a_summary_round_trips_into_params() -> None:
-    p, _used, unknown = sim_compare.params_from_summary({"sim_params": {
-        "capacity": 50.0, "reported_capacity": [[1.0, 30.0], [3.0, 31.5]], "learn_start_ups": True,
-        "tell_task_capacity": False}})
+    p, _used, unknown = sim_compare.params_from_summary(
+        {
+            "sim_params": {
+                "capacity": 50.0,
+                "reported_capacity": [[1.0, 30.0], [3.0, 31.5]],
+                "learn_start_ups": True,
+                "tell_task_capacity": False,
+            }
+        }
+    )
     assert unknown == {} and p.reported_capacity == ((1.0, 30.0), (3.0, 31.5))
     assert p.learn_start_ups and not p.tell_task_capacity
     hash(p)  # a frozen dataclass of tuples
@@ -48,8 +58,17 @@ def _burst() -> Trace:
 def test_a_lower_estimate_drains_more() -> None:
     """The world is the same (capacity 50/s); a planner that believes 30/s sees the burst as worse:
     it drains more (the real demo's operator: 12 slots at 85 s where 9 at 105 s)."""
-    base = SimParams(partitions=3, capacity=50.0, sla_s=120.0, max_replicas=3, poll_interval_s=5.0,
-                     min_backlog_records=1000, step_s=1.0, pod_start_s=5.0, drain_start_s=5.0)
+    base = SimParams(
+        partitions=3,
+        capacity=50.0,
+        sla_s=120.0,
+        max_replicas=3,
+        poll_interval_s=5.0,
+        min_backlog_records=1000,
+        step_s=1.0,
+        pod_start_s=5.0,
+        drain_start_s=5.0,
+    )
     exact = run_policy(_burst(), base, "lagpilot")
     low = run_policy(_burst(), dataclasses.replace(base, reported_capacity=((0.0, 30.0),)), "lagpilot")
     assert exact.drain_task_minutes > 0  # the burst needs a drain in both

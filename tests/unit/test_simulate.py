@@ -1,4 +1,5 @@
 """Simulator sanity: conservation, ample capacity, FIFO latency maths, the hot partition, the CLI."""
+
 from __future__ import annotations
 
 import io
@@ -32,8 +33,12 @@ def burst(minutes: int = 120):  # type: ignore[no-untyped-def]
 
 def hot(minutes: int = 150):  # type: ignore[no-untyped-def]
     """One partition of four carries 70 % of 250/s = 175/s > 137/s: one consumer can never keep up."""
-    return trace_of([(60 * m, 250.0 if 10 <= m < 100 else 20.0, "0.7,0.1,0.1,0.1" if 10 <= m < 100 else "")
-                     for m in range(minutes)])
+    return trace_of(
+        [
+            (60 * m, 250.0 if 10 <= m < 100 else 20.0, "0.7,0.1,0.1,0.1" if 10 <= m < 100 else "")
+            for m in range(minutes)
+        ]
+    )
 
 
 def test_parse_trace_with_and_without_weights() -> None:
@@ -58,7 +63,11 @@ def test_queue_fifo_latency_is_exact_for_the_fluid_model() -> None:
 def test_split_keeps_order_and_counts() -> None:
     parts = _split([[0, 10, 100], [10, 20, 50]], 3)
     assert [round(p.total, 6) for p in parts] == [50, 50, 50]
-    assert parts[0].oldest() == 0 and parts[1].oldest() == pytest.approx(5) and parts[2].oldest() == pytest.approx(10)
+    assert (
+        parts[0].oldest() == 0
+        and parts[1].oldest() == pytest.approx(5)
+        and parts[2].oldest() == pytest.approx(10)
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,17 +135,46 @@ def test_keda_tuned_is_the_best_of_the_sweep() -> None:
 
 def test_cli_json_last_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "t.csv"
-    path.write_text("t_s,produce_msgs_per_s\n" + "".join(f"{60 * m},{400 if m < 10 else 5}\n" for m in range(30)))
-    rc = main(["--trace", str(path), "--partitions", "3", "--capacity", "137", "--sla-seconds", "300",
-               "--pod-start-seconds", "20", "--drain-start-seconds", "40", "--drain-task-capacity", "200",
-               "--max-drain-tasks", "8", "--json", "--policies", "lagpilot,static,keda"])
+    path.write_text(
+        "t_s,produce_msgs_per_s\n" + "".join(f"{60 * m},{400 if m < 10 else 5}\n" for m in range(30))
+    )
+    rc = main(
+        [
+            "--trace",
+            str(path),
+            "--partitions",
+            "3",
+            "--capacity",
+            "137",
+            "--sla-seconds",
+            "300",
+            "--pod-start-seconds",
+            "20",
+            "--drain-start-seconds",
+            "40",
+            "--drain-task-capacity",
+            "200",
+            "--max-drain-tasks",
+            "8",
+            "--json",
+            "--policies",
+            "lagpilot,static,keda",
+        ]
+    )
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     out = json.loads(last)
     assert set(out["policies"]) == {"lagpilot", "static", "keda"}
     for metrics in out["policies"].values():
-        for key in ("within_sla_fraction", "p99_latency_s", "max_latency_s", "violation_minutes",
-                    "replica_minutes", "drain_task_minutes", "scale_events"):
+        for key in (
+            "within_sla_fraction",
+            "p99_latency_s",
+            "max_latency_s",
+            "violation_minutes",
+            "replica_minutes",
+            "drain_task_minutes",
+            "scale_events",
+        ):
             assert key in metrics
     assert out["params"]["drain_task_capacity"] == 200 and out["params"]["sla_s"] == 300
 
@@ -152,8 +190,15 @@ def test_cli_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert png.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("args", [["--trace", "/nonexistent.csv"], ["--trace", "x", "--capacity", "0"],
-                                  ["--trace", "x", "--policies", "nope"]], ids=["missing", "bad-capacity", "bad-policy"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--trace", "/nonexistent.csv"],
+        ["--trace", "x", "--capacity", "0"],
+        ["--trace", "x", "--policies", "nope"],
+    ],
+    ids=["missing", "bad-capacity", "bad-policy"],
+)
 def test_cli_bad_input(args: list[str], tmp_path: Path) -> None:
     if args[1] == "x":
         p = tmp_path / "x.csv"
@@ -170,14 +215,23 @@ from lagpilot.sim.trace import trace_from_rows  # noqa: E402
 
 
 def _need(parts: dict[int, int]) -> DrainNeed:
-    return DrainNeed(tuple(DrainRange(p, None, None, 0, n, 0.0, 0.0) for p, n in parts.items()), "HotPartition", "")
+    return DrainNeed(
+        tuple(DrainRange(p, None, None, 0, n, 0.0, 0.0) for p, n in parts.items()), "HotPartition", ""
+    )
 
 
 @pytest.mark.parametrize("quiesce", [False, True], ids=["consumer-ack", "quiesce"])
 def test_drain_goes_planned_handed_off_running_done_with_the_measured_timing(quiesce: bool) -> None:
     # a drain that ends with its range (a busy one waits for the next part: test_sim_busy_driver.py)
-    params = SimParams(partitions=2, capacity=100, drain_start_s=20, handoff_quiesce=quiesce, step_s=1.0,
-                       pod_start_s=30, busy_drains=False)
+    params = SimParams(
+        partitions=2,
+        capacity=100,
+        drain_start_s=20,
+        handoff_quiesce=quiesce,
+        step_s=1.0,
+        pod_start_s=30,
+        busy_drains=False,
+    )
     world = _World(flat(0, 10), params, 2)
     world.queues[0].push(-100, 0, 10_000)
     world.produced_by[0] = 10_000
@@ -224,7 +278,9 @@ def test_quiesce_path_costs_sla_against_the_consumer_path() -> None:
     tr = burst()
     # the quiesce path is for consumers that do not ack: such a CR sets spec.drain.busy false
     ack = run_policy(tr, SimParams(partitions=3, capacity=137, busy_drains=False), "lagpilot")
-    quiesce = run_policy(tr, SimParams(partitions=3, capacity=137, handoff_quiesce=True, busy_drains=False), "lagpilot")
+    quiesce = run_policy(
+        tr, SimParams(partitions=3, capacity=137, handoff_quiesce=True, busy_drains=False), "lagpilot"
+    )
     assert ack.drains >= 1 and quiesce.drains >= 1
     # what the quiesce path costs: the group held at 0 replicas during its hand-offs; the consumer
     # path never stops it (the max latency of the two runs is set by the burst, not by the pause,
@@ -246,42 +302,55 @@ def test_keda_compares_at_lagpilots_minimum_and_sweeps_windows() -> None:
     assert {s["cooldown_s"] for s in sweep0} == {60.0, 300.0}
 
 
-
 def test_keda_tuned_sweeps_the_scalers_partition_options() -> None:
     """Issue 25 item 6: limitToPartitionsWithLag, ensureEvenDistributionOfPartitions and
     excludePersistentLag, every combination KEDA accepts on the best threshold/window (a fair
     baseline); KEDA refuses limitToPartitionsWithLag with ensureEvenDistributionOfPartitions."""
     from lagpilot.sim.policies import KEDA_OPTIONS
-    results, sweep = run_all(burst(60), SimParams(partitions=3, capacity=137), sweep=(10,), windows=(300.0,), top=1)
+
+    results, sweep = run_all(
+        burst(60), SimParams(partitions=3, capacity=137), sweep=(10,), windows=(300.0,), top=1
+    )
     combos = {tuple(s[k] for k in KEDA_OPTIONS) for s in sweep}
-    accepted = {(a, b, c) for a in (False, True) for b in (False, True) for c in (False, True) if not (a and b)}
+    accepted = {
+        (a, b, c) for a in (False, True) for b in (False, True) for c in (False, True) if not (a and b)
+    }
     assert KEDA_OPTIONS[:2] == ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions")
     assert combos == accepted
     best = max(s["within_sla_fraction"] for s in sweep)
     assert results["keda_tuned"].within_sla_fraction == pytest.approx(best, abs=1e-6)
 
 
-def test_cli_generate_and_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_generate_and_suite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "flash.csv"
     assert main(["--generate", "flash", "--seed", "3", "--out", str(out)]) == 0
     tr = simulate_trace.load_trace(str(out))
     assert len(tr.times) == 24 * 60
     assert main(["--generate", "nope"]) == 2
     from lagpilot.sim import tracegen
-    monkeypatch.setattr(tracegen, "generate", lambda kind, seed, p=None, c=None: [
-        (60.0 * m, 50.0, None) for m in range(20)])
+
+    monkeypatch.setattr(
+        tracegen, "generate", lambda kind, seed, p=None, c=None: [(60.0 * m, 50.0, None) for m in range(20)]
+    )
     capsys.readouterr()
     assert main(["--suite", "--suite-kinds", "step", "--suite-seeds", "0,1", "--markdown"]) == 0
     text = capsys.readouterr().out
     assert "| step s0 |" in text and "| step s1 |" in text and "2/2 traces" in text
 
 
-@pytest.mark.parametrize("extra", [{}, {"handoff_quiesce": True, "busy_drains": False},
-                                   {"concurrent_drains": 3, "busy_drains": False},
-                                   {"concurrent_drains": 3, "handoff_quiesce": True, "drain_start_s": 90,
-                                    "busy_drains": False}, {"drain_start_s": 90}],
-                         ids=["ack-busy", "quiesce", "follow-ups", "follow-ups-quiesce-slow", "busy-slow"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"handoff_quiesce": True, "busy_drains": False},
+        {"concurrent_drains": 3, "busy_drains": False},
+        {"concurrent_drains": 3, "handoff_quiesce": True, "drain_start_s": 90, "busy_drains": False},
+        {"drain_start_s": 90},
+    ],
+    ids=["ack-busy", "quiesce", "follow-ups", "follow-ups-quiesce-slow", "busy-slow"],
+)
 def test_conservation_through_hand_offs(extra: dict) -> None:  # type: ignore[type-arg]
     """A flash spike at 2x the group on every partition: every record is processed once or still waits."""
     tr = trace_of([(60 * m, 900.0 if 10 <= m < 22 else 40.0, "") for m in range(60)])
@@ -300,7 +369,9 @@ def test_drain_assist_beats_keda_where_partition_granularity_costs_replicas() ->
     from lagpilot.sim import tracegen
 
     trace = simulate_trace.trace_from_rows(tracegen.generate("hot-partition", 0, hours=4))
-    params = SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist=True)  # spec.drain.assistReplicas
+    params = SimParams(
+        partitions=4, capacity=137.0, sla_s=600.0, drain_assist=True
+    )  # spec.drain.assistReplicas
     keda = run_policy(trace, params, "keda")
     lp = run_policy(trace, params, "lagpilot")
     assert lp.within_sla_fraction >= 0.999 and lp.drains > 0
@@ -312,15 +383,18 @@ def test_drain_assist_beats_keda_where_partition_granularity_costs_replicas() ->
     assert default.replica_minutes + default.drain_task_minutes <= keda.replica_minutes
     # never assisted (--no-drain-assist): sized for the load, the hot partition's drains on top of
     # KEDA's replicas (the check fails: the test can fail)
-    sized = run_policy(trace, SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist_min_saving=None),
-                       "lagpilot")
+    sized = run_policy(
+        trace, SimParams(partitions=4, capacity=137.0, sla_s=600.0, drain_assist_min_saving=None), "lagpilot"
+    )
     assert sized.within_sla_fraction >= 0.999
     assert sized.replica_minutes + sized.drain_task_minutes > keda.replica_minutes
 
 
 def test_cli_drain_assist_flags() -> None:
     def params(*flags: str) -> SimParams:
-        return simulate_cli.params_from_args(simulate_cli.build_parser().parse_args(["--trace", "x.csv", *flags]))
+        return simulate_cli.params_from_args(
+            simulate_cli.build_parser().parse_args(["--trace", "x.csv", *flags])
+        )
 
     assert not params().drain_assist  # like the CRD's spec.drain.assistReplicas: off unless asked
     assert params("--drain-assist").drain_assist and params("--drain-assist").drain_assist_min_saving == 1.0
@@ -354,7 +428,9 @@ def test_shorter_scale_down_window_releases_replicas_sooner() -> None:
     300 s, and the SLA is kept either way (the window is lagpilot's, KEDA's stays 300 s)."""
     tr = trace_of([(60 * m, 400.0 if 5 <= m < 15 else 20.0, "") for m in range(40)])
     long = run_policy(tr, SimParams(partitions=3, capacity=150, sla_s=600), "lagpilot")
-    short = run_policy(tr, SimParams(partitions=3, capacity=150, sla_s=600, scale_down_window_s=60), "lagpilot")
+    short = run_policy(
+        tr, SimParams(partitions=3, capacity=150, sla_s=600, scale_down_window_s=60), "lagpilot"
+    )
     assert short.within_sla_fraction >= 0.999 and long.within_sla_fraction >= 0.999
     assert short.replica_minutes < long.replica_minutes - 3
     k1 = run_policy(tr, SimParams(partitions=3, capacity=150, sla_s=600), "keda")
@@ -368,10 +444,17 @@ def test_flash_burst_at_a_90s_drain_start_keeps_the_sla() -> None:
     the bursts' records within the SLA before the planner sized each drain for the next one (the
     whole day 0.9989), 0.9988 now (the whole day 0.9996: docs/decision.md, held-out seeds)."""
     from lagpilot.sim import tracegen
+
     fam = tracegen.SUITE["flash"]
     rows = tracegen.generate("flash", 8, fam.partitions, fam.capacity)
-    params = SimParams(partitions=fam.partitions, capacity=fam.capacity, sla_s=fam.sla_s, drain_start_s=90.0,
-                       handoff_pause_s=1.0, max_drain_tasks=16)
+    params = SimParams(
+        partitions=fam.partitions,
+        capacity=fam.capacity,
+        sla_s=fam.sla_s,
+        drain_start_s=90.0,
+        handoff_pause_s=1.0,
+        max_drain_tasks=16,
+    )
     within = total = 0.0
     for b0, b1 in ((32160.0, 32760.0), (51600.0, 52140.0)):  # rows above the group's 900/s
         window = [(t - (b0 - 600), r, w) for t, r, w in rows if b0 - 600 <= t <= b1 + 1200]

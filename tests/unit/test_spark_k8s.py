@@ -2,6 +2,7 @@
 `bench/drain.py --executors ... --k8s`: the client-mode conf (Secret material never literal), the
 chart's drain RBAC selection, executor pod counts, the variants (same task slots) and the drain's
 environment."""
+
 from __future__ import annotations
 
 import json
@@ -23,10 +24,22 @@ DSN = "postgresql://u:s3cret@127.0.0.1:5432/db"
 
 
 def test_client_mode_conf_sizes_executors_and_keeps_secrets_as_refs():
-    conf = client_mode_conf("ns1", 2, 6, "512m", "Bench-AB12", {"LAGPILOT_TOPIC": "t", "LAGPILOT_POSTGRES_DSN": DSN},
-                            {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")}, labels={"lagpilot.io/bench-run": "x-0"})
+    conf = client_mode_conf(
+        "ns1",
+        2,
+        6,
+        "512m",
+        "Bench-AB12",
+        {"LAGPILOT_TOPIC": "t", "LAGPILOT_POSTGRES_DSN": DSN},
+        {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")},
+        labels={"lagpilot.io/bench-run": "x-0"},
+    )
     assert conf["spark.kubernetes.namespace"] == "ns1"
-    assert (conf["spark.executor.instances"], conf["spark.executor.cores"], conf["spark.executor.memory"]) == ("2", "6", "512m")
+    assert (
+        conf["spark.executor.instances"],
+        conf["spark.executor.cores"],
+        conf["spark.executor.memory"],
+    ) == ("2", "6", "512m")
     assert conf["spark.kubernetes.executor.podNamePrefix"] == "bench-ab12"  # pod names are lower case
     assert conf["spark.kubernetes.executor.deleteOnTermination"] == "true"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
@@ -40,20 +53,37 @@ def test_client_mode_conf_sizes_executors_and_keeps_secrets_as_refs():
 
 
 def test_drain_rbac_objects_takes_only_the_drain_component():
-    objs = [{"kind": "ServiceAccount", "metadata": {"name": "op", "labels": {"app.kubernetes.io/component": "operator"}}},
-            {"kind": "ServiceAccount", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
-            {"kind": "Role", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
-            {"kind": "RoleBinding", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
-            {"kind": "Deployment", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
-            {"kind": "Role", "metadata": {"name": "x"}}]
+    objs = [
+        {
+            "kind": "ServiceAccount",
+            "metadata": {"name": "op", "labels": {"app.kubernetes.io/component": "operator"}},
+        },
+        {
+            "kind": "ServiceAccount",
+            "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}},
+        },
+        {"kind": "Role", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}},
+        },
+        {"kind": "Deployment", "metadata": {"name": "d", "labels": {"app.kubernetes.io/component": "drain"}}},
+        {"kind": "Role", "metadata": {"name": "x"}},
+    ]
     assert [(o["kind"], o["metadata"]["name"]) for o in drain_rbac_objects(objs)] == [
-        ("ServiceAccount", "d"), ("Role", "d"), ("RoleBinding", "d")]
+        ("ServiceAccount", "d"),
+        ("Role", "d"),
+        ("RoleBinding", "d"),
+    ]
 
 
 def test_executor_summary_counts_running_and_terminating():
-    pods = [{"metadata": {}, "status": {"phase": "Running"}},
-            {"metadata": {"deletionTimestamp": "t"}, "status": {"phase": "Running"}},
-            {"metadata": {}, "status": {"phase": "Pending"}}, {"metadata": {}}]
+    pods = [
+        {"metadata": {}, "status": {"phase": "Running"}},
+        {"metadata": {"deletionTimestamp": "t"}, "status": {"phase": "Running"}},
+        {"metadata": {}, "status": {"phase": "Pending"}},
+        {"metadata": {}},
+    ]
     assert executor_summary(pods) == {"total": 4, "running": 1, "terminating": 1}
     assert executor_summary([]) == {"total": 0, "running": 0, "terminating": 0}
 
@@ -77,9 +107,17 @@ def test_k8s_variants_reject_zero():
 
 
 def test_k8s_drain_env_points_the_driver_at_the_api_server_as_the_drain_account():
-    k8s = SimpleNamespace(namespace="ns1", master="k8s://https://127.0.0.1:6443", driver_kubeconfig=Path("/x/sa.kubeconfig"))
-    env = {"LAGPILOT_TOPIC": "t", "LAGPILOT_POSTGRES_DSN": DSN, "LAGPILOT_SPARK_JARS": "/a.jar",
-           "LAGPILOT_BENCH_K8S_CORES": "6", "PYTHONPATH": "/repo", "HOME": "/root"}
+    k8s = SimpleNamespace(
+        namespace="ns1", master="k8s://https://127.0.0.1:6443", driver_kubeconfig=Path("/x/sa.kubeconfig")
+    )
+    env = {
+        "LAGPILOT_TOPIC": "t",
+        "LAGPILOT_POSTGRES_DSN": DSN,
+        "LAGPILOT_SPARK_JARS": "/a.jar",
+        "LAGPILOT_BENCH_K8S_CORES": "6",
+        "PYTHONPATH": "/repo",
+        "HOME": "/root",
+    }
     out = k8s_drain_env(env, k8s, 2, 6, "bench-1", "k8s-2x6-0-1")
     assert out["LAGPILOT_SPARK_MASTER"] == "k8s://https://127.0.0.1:6443"
     assert out["KUBECONFIG"] == "/x/sa.kubeconfig"

@@ -1,4 +1,5 @@
 """status.py: conditions (observedGeneration, lastTransitionTime) and diff-before-write."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,17 +14,27 @@ def test_new_condition_is_stamped() -> None:
     # the kstatus conditions derived from it (test_kstatus.py) are False: absent (abnormal-true)
     assert [c["type"] for c in merged] == ["Ready"]
     c = merged[0]
-    assert c == {"type": "Ready", "status": "True", "reason": "Observing", "message": "ok",
-                 "observedGeneration": 3, "lastTransitionTime": rfc3339(T0)}
+    assert c == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Observing",
+        "message": "ok",
+        "observedGeneration": 3,
+        "lastTransitionTime": rfc3339(T0),
+    }
     assert rfc3339(T0) == "2023-11-14T22:13:20Z"
 
 
-@pytest.mark.parametrize("old_status, new_status, new_reason, keeps_time", [
-    ("True", "True", "Same", True),
-    ("True", "True", "OtherReason", True),  # reason/message changes do not move the time
-    ("True", "False", "Same", False),
-    ("Unknown", "True", "Same", False),
-], ids=["same", "reason-only", "flip", "from-unknown"])
+@pytest.mark.parametrize(
+    "old_status, new_status, new_reason, keeps_time",
+    [
+        ("True", "True", "Same", True),
+        ("True", "True", "OtherReason", True),  # reason/message changes do not move the time
+        ("True", "False", "Same", False),
+        ("Unknown", "True", "Same", False),
+    ],
+    ids=["same", "reason-only", "flip", "from-unknown"],
+)
 def test_transition_time(old_status: str, new_status: str, new_reason: str, keeps_time: bool) -> None:
     old = merge_conditions([], [Condition("Draining", old_status, "Same", "m")], 1, T0)
     new = merge_conditions(old, [Condition("Draining", new_status, new_reason, "m2")], 2, T1)
@@ -34,12 +45,17 @@ def test_transition_time(old_status: str, new_status: str, new_reason: str, keep
 
 
 def test_other_types_kept_and_order_stable() -> None:
-    old = merge_conditions([], [Condition("Degraded", "True", "KafkaTimeout"),
-                                Condition("Ready", "True", "Observing")], 1, T0)
+    old = merge_conditions(
+        [], [Condition("Degraded", "True", "KafkaTimeout"), Condition("Ready", "True", "Observing")], 1, T0
+    )
     new = merge_conditions(old, [Condition("Scaling", "True", "ScaledUp")], 1, T1)
     # Stalled True follows Degraded (kstatus); Reconciling is False (reason Stalled): absent
-    assert [(c["type"], c["status"]) for c in new] == [("Ready", "True"), ("Scaling", "True"), ("Degraded", "True"),
-                                                      ("Stalled", "True")]
+    assert [(c["type"], c["status"]) for c in new] == [
+        ("Ready", "True"),
+        ("Scaling", "True"),
+        ("Degraded", "True"),
+        ("Stalled", "True"),
+    ]
 
 
 def test_abnormal_true_conditions_are_listed_only_while_not_false() -> None:
@@ -49,24 +65,46 @@ def test_abnormal_true_conditions_are_listed_only_while_not_false() -> None:
     from lagpilot.model.status import ABNORMAL_TRUE, ConditionType
 
     assert set(ABNORMAL_TRUE) == {t.value for t in ConditionType} - {"Ready", "Scaling", "Draining"}
-    up = merge_conditions([], [Condition("Ready", "True", "Fine"), Condition("DataLoss", "True", "Lost"),
-                               Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown")], 1, T0)
-    assert [(c["type"], c["status"]) for c in up] == [("Ready", "True"), ("CatchUpAtRisk", "Unknown"),
-                                                      ("DataLoss", "True")]
-    down = merge_conditions(up, [Condition(t, "False", "AsExpected") for t in sorted(ABNORMAL_TRUE)]
-                            + [Condition("Scaling", "False", "Steady"), Condition("Draining", "False", "NoDrain")],
-                            1, T1)
-    assert [(c["type"], c["status"]) for c in down] == [("Ready", "True"), ("Scaling", "False"), ("Draining", "False")]
+    up = merge_conditions(
+        [],
+        [
+            Condition("Ready", "True", "Fine"),
+            Condition("DataLoss", "True", "Lost"),
+            Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown"),
+        ],
+        1,
+        T0,
+    )
+    assert [(c["type"], c["status"]) for c in up] == [
+        ("Ready", "True"),
+        ("CatchUpAtRisk", "Unknown"),
+        ("DataLoss", "True"),
+    ]
+    down = merge_conditions(
+        up,
+        [Condition(t, "False", "AsExpected") for t in sorted(ABNORMAL_TRUE)]
+        + [Condition("Scaling", "False", "Steady"), Condition("Draining", "False", "NoDrain")],
+        1,
+        T1,
+    )
+    assert [(c["type"], c["status"]) for c in down] == [
+        ("Ready", "True"),
+        ("Scaling", "False"),
+        ("Draining", "False"),
+    ]
     again = merge_conditions(down, [Condition("DataLoss", "True", "Lost")], 1, T1 + 5)
     lost = find_condition(again, "DataLoss")
     assert lost is not None and lost["lastTransitionTime"] == rfc3339(T1 + 5)
 
 
-@pytest.mark.parametrize("bad", [
-    dict(type="Ready", status="yes", reason="Fine"),
-    dict(type="Ready", status="True", reason="not camel"),
-    dict(type="Ready", status="True", reason=""),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(type="Ready", status="yes", reason="Fine"),
+        dict(type="Ready", status="True", reason="not camel"),
+        dict(type="Ready", status="True", reason=""),
+    ],
+)
 def test_condition_validation(bad: dict) -> None:
     with pytest.raises(ValueError):
         Condition(**bad)
@@ -100,32 +138,67 @@ from lagpilot.reconcile.report import partition_statuses  # noqa: E402
 
 
 def _est(**kw) -> EstimatorState:
-    p = PartitionEstimate(partition=0, end=6737, low=0, committed=6737, lag=0, produce_rate=25.59719614538485,
-                          consume_rate=29.579436374452087, samples=25,
-                          window=((T0 - 120.001, 1785), (T0 - 4.997, 6737), (T0, 6737)))
-    return EstimatorState(at_s=T0, partitions={0: PartitionEstimate(**{**p.__dict__, **kw})}, capacity_per_replica=37.8)
+    p = PartitionEstimate(
+        partition=0,
+        end=6737,
+        low=0,
+        committed=6737,
+        lag=0,
+        produce_rate=25.59719614538485,
+        consume_rate=29.579436374452087,
+        samples=25,
+        window=((T0 - 120.001, 1785), (T0 - 4.997, 6737), (T0, 6737)),
+    )
+    return EstimatorState(
+        at_s=T0, partitions={0: PartitionEstimate(**{**p.__dict__, **kw})}, capacity_per_replica=37.8
+    )
 
 
 def test_the_per_partition_view_is_one_object_per_partition() -> None:
     """status.partitionStatuses: offsets, lag, the rates to 0.001 records/s and the oldest waiting
     record's age where one waits; absent fields are left out (no committed offset yet, no age)."""
-    est = EstimatorState(at_s=T0, partitions={0: _est(lag=40, committed=6697).partitions[0],
-                                              1: PartitionEstimate(1, 10, 0, None, 10)})
+    est = EstimatorState(
+        at_s=T0,
+        partitions={0: _est(lag=40, committed=6697).partitions[0], 1: PartitionEstimate(1, 10, 0, None, 10)},
+    )
     rows = partition_statuses(est, {0: 12.3})
-    assert rows == [{"partition": 0, "committed": 6697, "end": 6737, "low": 0, "lag": 40, "oldestAgeSeconds": 12.3,
-                     "produceRate": 25.597, "consumeRate": 29.579},
-                    {"partition": 1, "end": 10, "low": 0, "lag": 10, "produceRate": 0.0, "consumeRate": 0.0}]
+    assert rows == [
+        {
+            "partition": 0,
+            "committed": 6697,
+            "end": 6737,
+            "low": 0,
+            "lag": 40,
+            "oldestAgeSeconds": 12.3,
+            "produceRate": 25.597,
+            "consumeRate": 29.579,
+        },
+        {"partition": 1, "end": 10, "low": 0, "lag": 10, "produceRate": 0.0, "consumeRate": 0.0},
+    ]
     assert validate_status({"partitionStatuses": rows}).partition_statuses[1].committed is None
 
 
-@given(st.integers(0, 10**12), st.integers(0, 10**6), st.integers(0, 10**9), st.floats(0, 1e6, allow_nan=False),
-       st.floats(0, 1e6, allow_nan=False), st.one_of(st.none(), st.integers(0, 10**12)),
-       st.lists(st.tuples(st.floats(0, 4e9, allow_nan=False), st.integers(1, 5)), max_size=4))
+@given(
+    st.integers(0, 10**12),
+    st.integers(0, 10**6),
+    st.integers(0, 10**9),
+    st.floats(0, 1e6, allow_nan=False),
+    st.floats(0, 1e6, allow_nan=False),
+    st.one_of(st.none(), st.integers(0, 10**12)),
+    st.lists(st.tuples(st.floats(0, 4e9, allow_nan=False), st.integers(1, 5)), max_size=4),
+)
 def test_the_memory_round_trips_exactly_through_its_json(end, lag, samples, pr, cr, committed, recs) -> None:
     """What the ConfigMap holds (StepState.to_memory as JSON) reads back to the same state: a
     restarted operator resumes exactly where the memory was written (rates not rounded)."""
-    est = _est(end=end, lag=lag, samples=samples, produce_rate=pr, consume_rate=cr, committed=committed,
-               lost_through=committed)
+    est = _est(
+        end=end,
+        lag=lag,
+        samples=samples,
+        produce_rate=pr,
+        consume_rate=cr,
+        committed=committed,
+        lost_through=committed,
+    )
     state = StepState(est, ScalingHistory(tuple(recs), recs[-1][0] if recs else None))
     text = json.dumps(state.to_memory())
     back = StepState.from_memory(json.loads(text))
@@ -135,4 +208,7 @@ def test_the_memory_round_trips_exactly_through_its_json(end, lag, samples, pr, 
 
 def test_an_unreadable_memory_starts_fresh() -> None:
     assert StepState.from_memory(None) == StepState()
-    assert StepState.from_memory({"estimator": {"atS": "soon"}, "scalingHistory": {"recommendations": "x"}}) == StepState()
+    assert (
+        StepState.from_memory({"estimator": {"atS": "soon"}, "scalingHistory": {"recommendations": "x"}})
+        == StepState()
+    )

@@ -5,6 +5,7 @@ resourceVersion (issue 23, M3): a concurrent writer's change is never overwritte
 write is based on is still what the caller read, and patches with that resourceVersion; a 409
 (another write in between) re-reads and retries; a changed basis raises `StatusConflict`, nothing
 written."""
+
 from __future__ import annotations
 
 import copy
@@ -27,13 +28,18 @@ class FakeCustom:
         self.patches: list[dict[str, Any]] = []
         self.interleave: dict[int, dict[str, Any]] = {}
 
-    def get_namespaced_custom_object_status(self, group: str, version: str, ns: str, plural: str, name: str) -> dict[str, Any]:
+    def get_namespaced_custom_object_status(
+        self, group: str, version: str, ns: str, plural: str, name: str
+    ) -> dict[str, Any]:
         self.gets += 1
-        return {"metadata": {"name": name, "namespace": ns, "resourceVersion": str(self.rv)},
-                "status": copy.deepcopy(self.status)}
+        return {
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": str(self.rv)},
+            "status": copy.deepcopy(self.status),
+        }
 
-    def patch_namespaced_custom_object_status(self, group: str, version: str, ns: str, plural: str, name: str,
-                                              body: dict[str, Any]) -> dict[str, Any]:
+    def patch_namespaced_custom_object_status(
+        self, group: str, version: str, ns: str, plural: str, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
         n = len(self.patches)
         self.patches.append(copy.deepcopy(body))
         if n in self.interleave:  # another writer got there first
@@ -54,15 +60,18 @@ def kube_with(fake: FakeCustom) -> KubeApi:
 
 
 def same_drain(drain_id: int, phase: str) -> Any:
-    return lambda st: (st.get("drain") or {}).get("id") == drain_id and (st.get("drain") or {}).get("phase") == phase
+    return lambda st: (
+        (st.get("drain") or {}).get("id") == drain_id and (st.get("drain") or {}).get("phase") == phase
+    )
 
 
 def test_a_409_re_reads_and_retries_when_the_basis_still_holds() -> None:
     fake = FakeCustom({"drain": {"id": 3, "phase": "Planned"}, "totalLag": 5})
     # another writer changes an unrelated field between our read and our patch
     fake.interleave[0] = {"totalLag": 7}
-    kube_with(fake).patch_status_guarded("ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}},
-                                         same_drain(3, "Planned"))
+    kube_with(fake).patch_status_guarded(
+        "ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}}, same_drain(3, "Planned")
+    )
     assert len(fake.patches) == 2 and fake.gets == 2
     assert fake.patches[0]["metadata"]["resourceVersion"] == "1"
     assert fake.patches[1]["metadata"]["resourceVersion"] == "2"  # the version read again after the 409
@@ -73,8 +82,9 @@ def test_a_changed_basis_is_a_conflict_and_nothing_is_written() -> None:
     fake = FakeCustom({"drain": {"id": 3, "phase": "Planned"}})
     fake.interleave[0] = {"drain": {"id": 3, "phase": "Cancelled"}}  # a concurrent decision about the drain
     with pytest.raises(StatusConflict) as err:
-        kube_with(fake).patch_status_guarded("ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}},
-                                             same_drain(3, "Planned"))
+        kube_with(fake).patch_status_guarded(
+            "ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}}, same_drain(3, "Planned")
+        )
     assert err.value.status == 409
     assert fake.status["drain"] == {"id": 3, "phase": "Cancelled"}  # the other writer's record stands
     assert len(fake.patches) == 1  # the first (refused) attempt only
@@ -83,8 +93,9 @@ def test_a_changed_basis_is_a_conflict_and_nothing_is_written() -> None:
 def test_a_basis_already_gone_at_the_first_read_is_a_conflict() -> None:
     fake = FakeCustom({"drain": {"id": 4, "phase": "Planned"}})
     with pytest.raises(StatusConflict):
-        kube_with(fake).patch_status_guarded("ns", "cr", {"drain": {"id": 4, "phase": "HandedOff"}},
-                                             same_drain(3, "Planned"))
+        kube_with(fake).patch_status_guarded(
+            "ns", "cr", {"drain": {"id": 4, "phase": "HandedOff"}}, same_drain(3, "Planned")
+        )
     assert fake.patches == []
 
 
@@ -92,8 +103,9 @@ def test_endless_conflicts_give_up_with_a_conflict() -> None:
     fake = FakeCustom({"drain": {"id": 3, "phase": "Planned"}})
     fake.interleave = {n: {"totalLag": n} for n in range(20)}
     with pytest.raises(StatusConflict):
-        kube_with(fake).patch_status_guarded("ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}},
-                                             same_drain(3, "Planned"), attempts=4)
+        kube_with(fake).patch_status_guarded(
+            "ns", "cr", {"drain": {"id": 3, "phase": "HandedOff"}}, same_drain(3, "Planned"), attempts=4
+        )
     assert len(fake.patches) == 4 and fake.status["drain"]["phase"] == "Planned"
 
 
@@ -115,13 +127,17 @@ def test_the_drain_executor_writes_status_drain_guarded_by_the_drain_it_decided_
         writes.append((patch["drain"], basis))
         w["status"] = patch["drain"]
 
-    c = dataclasses.replace(ctx(log, w, None, wanted=(0,)), patch_drain=patch_drain, verify_drain=verified.append)
+    c = dataclasses.replace(
+        ctx(log, w, None, wanted=(0,)), patch_drain=patch_drain, verify_drain=verified.append
+    )
     FakeExecutor(log, w).reconcile(c)
     assert [p["reason"] for p, _ in writes] == ["Planned", "Published", "WaitingForAcks"]
     assert writes[0][1] is None  # planned over no drain
     for (prev, _), (_, basis) in zip(writes, writes[1:]):
         assert normalized(basis) == normalized(DrainStatus.from_dict(prev))
-    assert verified and verified[0] is not None and verified[0].reason == "Planned"  # the publish checked its basis
+    assert (
+        verified and verified[0] is not None and verified[0].reason == "Planned"
+    )  # the publish checked its basis
 
 
 def test_a_changed_drain_before_an_effect_stops_the_step() -> None:
@@ -135,8 +151,11 @@ def test_a_changed_drain_before_an_effect_stops_the_step() -> None:
     def conflict(basis: Any) -> None:
         raise StatusConflict("changed", "test")
 
-    c = dataclasses.replace(ctx(log, w, None, wanted=(0,)), patch_drain=lambda p, b: log.append(("status", p)),
-                            verify_drain=conflict)
+    c = dataclasses.replace(
+        ctx(log, w, None, wanted=(0,)),
+        patch_drain=lambda p, b: log.append(("status", p)),
+        verify_drain=conflict,
+    )
     with pytest.raises(StatusConflict):
         FakeExecutor(log, w).reconcile(c)
     assert not [e for e in log if e[0] == "mailbox"]  # the publish (an effect) was not made

@@ -3,6 +3,7 @@ controller's memory (reconcile/report.save_memory): the status when a field a re
 on a CR's first cycle in a process, and as a heartbeat of the per-partition view
 (status.partitionStatuses / status.lastObservedTime) when only that moved; the memory ConfigMap on
 the first cycle, as a heartbeat, and at once when a fact a restart must not get wrong moved."""
+
 from __future__ import annotations
 
 import copy
@@ -28,9 +29,20 @@ def samples(w: World) -> set[int]:
 
 
 def view(at: float, end: int = 100) -> dict[str, Any]:
-    return {"lastObservedTime": status_mod.format_time(at),
-            "partitionStatuses": [{"partition": 0, "committed": 100, "end": end, "low": 0, "lag": end - 100,
-                                   "produceRate": 0.0, "consumeRate": 0.0}]}
+    return {
+        "lastObservedTime": status_mod.format_time(at),
+        "partitionStatuses": [
+            {
+                "partition": 0,
+                "committed": 100,
+                "end": end,
+                "low": 0,
+                "lag": end - 100,
+                "produceRate": 0.0,
+                "consumeRate": 0.0,
+            }
+        ],
+    }
 
 
 def conds(at: float, ready: str = "True", message: str = "") -> list[dict[str, Any]]:
@@ -41,21 +53,47 @@ BASE = {"totalLag": 0, "conditions": conds(T0), **view(T0)}
 BOTH = set(VIEW_KEYS)
 
 
-@pytest.mark.parametrize("name, new, written_at, now, want", [
-    ("nothing changed", BASE, T0, T0 + 10, None),
-    ("only the view's time moved (idle), heartbeat due", {**BASE, **view(T0 + 60)}, T0, T0 + 60, None),
-    ("only the view moved, heartbeat not due", {**BASE, **view(T0 + 10, 120)}, T0, T0 + 10, None),
-    ("only the view moved, first cycle in this process", {**BASE, **view(T0 + 10)}, None, T0 + 10, BOTH),
-    ("only the view moved, heartbeat due", {**BASE, **view(T0 + 60, 120)}, T0, T0 + 60, BOTH),
-    ("a visible field changed: written at once, with the view", {**BASE, "totalLag": 5, **view(T0 + 10)},
-     T0, T0 + 10, {"totalLag"} | BOTH),
-    ("a condition's message changed", {**BASE, "conditions": conds(T0, message="x")}, T0, T0 + 10,
-     {"conditions"} | BOTH),
-    ("only a lastTransitionTime differs: not a change", {**BASE, "conditions": conds(T0 + 10)}, T0, T0 + 10, None),
-    ("no view at all (paused / failing), nothing changed", {"totalLag": 0, "conditions": conds(T0)}, None, T0 + 99, None),
-])
-def test_status_write_table(name: str, new: dict[str, Any], written_at: float | None, now: float,
-                            want: set[str] | None) -> None:
+@pytest.mark.parametrize(
+    "name, new, written_at, now, want",
+    [
+        ("nothing changed", BASE, T0, T0 + 10, None),
+        ("only the view's time moved (idle), heartbeat due", {**BASE, **view(T0 + 60)}, T0, T0 + 60, None),
+        ("only the view moved, heartbeat not due", {**BASE, **view(T0 + 10, 120)}, T0, T0 + 10, None),
+        ("only the view moved, first cycle in this process", {**BASE, **view(T0 + 10)}, None, T0 + 10, BOTH),
+        ("only the view moved, heartbeat due", {**BASE, **view(T0 + 60, 120)}, T0, T0 + 60, BOTH),
+        (
+            "a visible field changed: written at once, with the view",
+            {**BASE, "totalLag": 5, **view(T0 + 10)},
+            T0,
+            T0 + 10,
+            {"totalLag"} | BOTH,
+        ),
+        (
+            "a condition's message changed",
+            {**BASE, "conditions": conds(T0, message="x")},
+            T0,
+            T0 + 10,
+            {"conditions"} | BOTH,
+        ),
+        (
+            "only a lastTransitionTime differs: not a change",
+            {**BASE, "conditions": conds(T0 + 10)},
+            T0,
+            T0 + 10,
+            None,
+        ),
+        (
+            "no view at all (paused / failing), nothing changed",
+            {"totalLag": 0, "conditions": conds(T0)},
+            None,
+            T0 + 99,
+            None,
+        ),
+    ],
+)
+def test_status_write_table(
+    name: str, new: dict[str, Any], written_at: float | None, now: float, want: set[str] | None
+) -> None:
     patch = status_write(BASE, new, written_at, now, HB)
     if want is None:
         assert patch is None, (name, patch)
@@ -66,17 +104,28 @@ def test_status_write_table(name: str, new: dict[str, Any], written_at: float | 
 
 
 status_values = st.one_of(st.none(), st.integers(0, 3), st.text("ab", max_size=2))
-statuses = st.fixed_dictionaries({}, optional={
-    "totalLag": status_values, "desiredReplicas": status_values, "replicas": status_values,
-    "lastObservedTime": st.builds(status_mod.format_time, st.floats(T0, T0 + 100)),
-    "partitionStatuses": st.builds(lambda e: view(T0, e)["partitionStatuses"], st.integers(100, 103)),
-})
+statuses = st.fixed_dictionaries(
+    {},
+    optional={
+        "totalLag": status_values,
+        "desiredReplicas": status_values,
+        "replicas": status_values,
+        "lastObservedTime": st.builds(status_mod.format_time, st.floats(T0, T0 + 100)),
+        "partitionStatuses": st.builds(lambda e: view(T0, e)["partitionStatuses"], st.integers(100, 103)),
+    },
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(old=statuses, new=statuses, written_at=st.one_of(st.none(), st.floats(T0 - 200, T0 + 100)),
-       now=st.floats(T0, T0 + 200))
-def test_status_write_properties(old: dict[str, Any], new: dict[str, Any], written_at: float | None, now: float) -> None:
+@given(
+    old=statuses,
+    new=statuses,
+    written_at=st.one_of(st.none(), st.floats(T0 - 200, T0 + 100)),
+    now=st.floats(T0, T0 + 200),
+)
+def test_status_write_properties(
+    old: dict[str, Any], new: dict[str, Any], written_at: float | None, now: float
+) -> None:
     patch = status_write(old, new, written_at, now, HB)
     full = status_mod.status_patch(old, new) or {}
     visible = {k: v for k, v in full.items() if k not in VIEW_KEYS}
@@ -169,6 +218,7 @@ def test_the_kafka_secret_is_read_once_a_minute_while_cycles_succeed_and_at_ever
     assert "hunter2" not in repr(w.cache)  # the held credentials never show in a repr
     # a failing cycle (the broker refuses the credentials) makes the next attempt read it again
     from lagpilot.observe.kafka_observe import ObserveError
+
     w.kafka.error = ObserveError("AuthenticationFailed", "SASL authentication failed on k:9093")
     assert not w.cycle(advance=5).ok
     assert len(reads) == 4  # this attempt still used the held copy

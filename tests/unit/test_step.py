@@ -1,5 +1,6 @@
 """The one decision step: pure, built from the parsed spec, the hand-off's hold rule, and the single
 function both the operator's cycle and the simulator call."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,9 @@ def run(spec, steps, drains=()):  # type: ignore[no-untyped-def]
     state = step_mod.StepState()
     out = None
     for at, ends, committed, cur in steps:
-        out, state = step_mod.step(state, step_mod.StepObservation(snap(at, ends, committed), cur, tuple(drains)),
-                                   spec, at)
+        out, state = step_mod.step(
+            state, step_mod.StepObservation(snap(at, ends, committed), cur, tuple(drains)), spec, at
+        )
     return out, state
 
 
@@ -37,13 +39,25 @@ def test_policies_come_from_the_parsed_spec_with_one_default_per_knob() -> None:
     assert pol.scaling == ScalingPolicy()  # the parse defaults are the policy defaults
     assert pol.drain is not None
     assert (pol.drain.split_factor, pol.drain.max_tasks, pol.drain.min_backlog_records) == (None, 16, 10_000)
-    spec = parse_spec({**BASE, "catchUpSLASeconds": 120, "scaling": {"minReplicas": 2, "maxReplicas": 5},
-                       "drain": {"cancel": True}})
+    spec = parse_spec(
+        {
+            **BASE,
+            "catchUpSLASeconds": 120,
+            "scaling": {"minReplicas": 2, "maxReplicas": 5},
+            "drain": {"cancel": True},
+        }
+    )
     pol = step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=7, drain_start_s=11))
-    assert (pol.scaling.min_replicas, pol.scaling.max_replicas, pol.scaling.sla_s, pol.scaling.pod_start_s) == \
-        (2, 5, 120, 7)
+    assert (
+        pol.scaling.min_replicas,
+        pol.scaling.max_replicas,
+        pol.scaling.sla_s,
+        pol.scaling.pod_start_s,
+    ) == (2, 5, 120, 7)
     assert pol.drain is None  # cancelled: no drain planned
-    on = step_mod.Policies.from_group_spec(parse_spec(BASE), step_mod.Model(drain_start_s=11, handoff_pause_s=3))
+    on = step_mod.Policies.from_group_spec(
+        parse_spec(BASE), step_mod.Model(drain_start_s=11, handoff_pause_s=3)
+    )
     assert on.drain is not None and (on.drain.start_up_s, on.drain.handoff_s) == (11, 3)
     assert ScalingPolicy.from_group_spec(spec) == ScalingPolicy(min_replicas=2, max_replicas=5, sla_s=120)
     assert DrainPolicy.from_group_spec(parse_spec(BASE)) == DrainPolicy()
@@ -52,7 +66,9 @@ def test_policies_come_from_the_parsed_spec_with_one_default_per_knob() -> None:
     opt = {**BASE, "drain": {"assistReplicas": True}}
     assert pol_default_assist(opt).assist_always and pol_default_assist(opt).assist_min_saving == 1.0
     assert DrainPolicy.from_group_spec(parse_spec(opt)) == DrainPolicy(assist_always=True)
-    never = step_mod.Policies.from_group_spec(parse_spec(BASE), step_mod.Model(drain_assist_min_saving=None)).drain
+    never = step_mod.Policies.from_group_spec(
+        parse_spec(BASE), step_mod.Model(drain_assist_min_saving=None)
+    ).drain
     assert never is not None and never.assist_min_saving is None
 
 
@@ -64,7 +80,10 @@ def pol_default_assist(raw):  # type: ignore[no-untyped-def]
 
 def test_step_is_pure_and_carries_its_state() -> None:
     spec = parse_spec(BASE)
-    steps = [(0.0, [1000, 1000, 1000], [1000, 1000, 1000], 1), (15.0, [4000, 4000, 4000], [1000, 1000, 1000], 1)]
+    steps = [
+        (0.0, [1000, 1000, 1000], [1000, 1000, 1000], 1),
+        (15.0, [4000, 4000, 4000], [1000, 1000, 1000], 1),
+    ]
     a, sa = run(spec, steps)
     b, sb = run(spec, steps)
     assert a == b and sa == sb
@@ -72,6 +91,7 @@ def test_step_is_pure_and_carries_its_state() -> None:
     assert sa.history.recommendations  # the stabilization window remembers this step
     # the state round-trips through the memory the operator keeps (the ConfigMap's JSON)
     import json
+
     back = step_mod.StepState.from_memory(json.loads(json.dumps(sa.to_memory())))
     assert back.history == sa.history and back.estimator is not None
     assert back.estimator.partitions == sa.estimator.partitions and back.estimator.at_s == sa.estimator.at_s
@@ -79,14 +99,22 @@ def test_step_is_pure_and_carries_its_state() -> None:
 
 
 def _drain(**kw):  # type: ignore[no-untyped-def]
-    base = handoff.DrainStatus(id=1, phase=handoff.Phase.PLANNED, ranges=(handoff.PartitionRange(0, split=100),),
-                               restore_replicas=2, planned_at=0.0)
+    base = handoff.DrainStatus(
+        id=1,
+        phase=handoff.Phase.PLANNED,
+        ranges=(handoff.PartitionRange(0, split=100),),
+        restore_replicas=2,
+        planned_at=0.0,
+    )
     return dataclasses.replace(base, **kw)
 
 
 def test_hand_off_hold_comes_from_the_hand_off_rule() -> None:
     spec = parse_spec(BASE)
-    steps = [(0.0, [1000, 1000, 1000], [1000, 1000, 1000], 2), (15.0, [9000, 9000, 9000], [1000, 1000, 1000], 2)]
+    steps = [
+        (0.0, [1000, 1000, 1000], [1000, 1000, 1000], 2),
+        (15.0, [9000, 9000, 9000], [1000, 1000, 1000], 2),
+    ]
     quiesce = _drain(quiesced_at=0.0)
     out, _ = run(spec, steps, drains=(quiesce,))
     assert out.hold == handoff.replicas_override(quiesce) == 0
@@ -98,8 +126,12 @@ def test_hand_off_hold_comes_from_the_hand_off_rule() -> None:
 
 def test_drain_view_reads_the_hand_off_status() -> None:
     planned = _drain()
-    running = _drain(id=2, phase=handoff.Phase.RUNNING, handed_off_at=5.0,
-                     sub_ranges=(handoff.SubProgress(0, 0, 0, 50, 0), handoff.SubProgress(0, 1, 50, 100, 100)))
+    running = _drain(
+        id=2,
+        phase=handoff.Phase.RUNNING,
+        handed_off_at=5.0,
+        sub_ranges=(handoff.SubProgress(0, 0, 0, 50, 0), handoff.SubProgress(0, 1, 50, 100, 100)),
+    )
     done = _drain(id=0, phase=handoff.Phase.VERIFIED, finished_at=42.0)
     v = step_mod.drain_view((planned, running, done), None)
     assert v["drains_in_flight"] == 2 and v["drain_active"]

@@ -1,4 +1,5 @@
 """Trace families: seeded, one row a minute, the shape each family promises."""
+
 from __future__ import annotations
 
 import io

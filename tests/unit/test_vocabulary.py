@@ -1,5 +1,6 @@
 """One vocabulary: every condition type the operator writes is declared once, in the status model
 (lagpilot.model.status.ConditionType), and listed in that order by merge_conditions."""
+
 from __future__ import annotations
 
 import re
@@ -31,9 +32,19 @@ def test_the_scan_notices_an_undeclared_type(tmp_path: Path) -> None:
 
 def test_merge_lists_the_declared_types_in_order() -> None:
     assert CONDITION_TYPES == tuple(t.value for t in ConditionType)
-    assert (kstatus.RECONCILING, kstatus.STALLED) == (ConditionType.RECONCILING.value, ConditionType.STALLED.value)
-    merged = merge_conditions(None, [Condition("Terminating", "True", "WaitingForDrain"),
-                                     Condition("DataLoss", "False", "NoDataLoss"),
-                                     Condition("Ready", "True", "ConsumersReady")], 1, 0.0)
+    assert (kstatus.RECONCILING, kstatus.STALLED) == (
+        ConditionType.RECONCILING.value,
+        ConditionType.STALLED.value,
+    )
+    merged = merge_conditions(
+        None,
+        [
+            Condition("Terminating", "True", "WaitingForDrain"),
+            Condition("DataLoss", "False", "NoDataLoss"),
+            Condition("Ready", "True", "ConsumersReady"),
+        ],
+        1,
+        0.0,
+    )
     types = [c["type"] for c in merged]
     assert types == sorted(types, key=CONDITION_TYPES.index)

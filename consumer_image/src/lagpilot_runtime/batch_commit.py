@@ -10,6 +10,7 @@ are not the loop's to process: a drain hand-off's split (:mod:`lagpilot_runtime.
 the records below it belong to the drain) and the sink's progress
 (:mod:`lagpilot_runtime.sink_progress`: the records below it are in the sink already).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -44,30 +45,55 @@ class BatchCommit(LoopState):
             if attempt > 0:
                 self.metrics.retries.inc()
             first, last = piece[0], piece[-1]
-            log.warning("handler failed", extra=_fields(
-                event="handler_error", records=len(piece), attempt=attempt, error=describe_error(exc),
-                first=first.where, last=last.where))
+            log.warning(
+                "handler failed",
+                extra=_fields(
+                    event="handler_error",
+                    records=len(piece),
+                    attempt=attempt,
+                    error=describe_error(exc),
+                    first=first.where,
+                    last=last.where,
+                ),
+            )
 
         self.health.handler_started()  # the handler (and its retries) may run up to max.poll.interval
         try:
-            result = run_batch(batch, call, self.policy, sleep=self._sleep, should_stop=self.stop_event.is_set,
-                               on_error=on_error)
+            result = run_batch(
+                batch,
+                call,
+                self.policy,
+                sleep=self._sleep,
+                should_stop=self.stop_event.is_set,
+                on_error=on_error,
+            )
         except Abandoned:
             self.metrics.batches.labels("abandoned").inc()
             self._abandon(batch, "shutdown during retries")
             return
         except SystemicFailure as exc:
             self.metrics.batches.labels("failed").inc()
-            raise FatalError(f"{exc}; nothing of this batch is committed, it is consumed again after restart") from exc
+            raise FatalError(
+                f"{exc}; nothing of this batch is committed, it is consumed again after restart"
+            ) from exc
         finally:
             self.health.handler_done()
         failures = result.failures
         policy = self.cfg.failure_policy
         for f in failures:
             self.metrics.failed_records.labels(policy).inc()
-            log.error("record failed", extra=_fields(
-                event="record_failed", topic=f.record.topic, partition=f.record.partition, offset=f.record.offset,
-                error=f.error, retriable=f.retriable, policy=policy))
+            log.error(
+                "record failed",
+                extra=_fields(
+                    event="record_failed",
+                    topic=f.record.topic,
+                    partition=f.record.partition,
+                    offset=f.record.offset,
+                    error=f.error,
+                    retriable=f.retriable,
+                    policy=policy,
+                ),
+            )
         if failures and policy == "deadLetter":
             try:
                 if self.dead_letter is None:
@@ -92,7 +118,9 @@ class BatchCommit(LoopState):
         self.health.progress()
         if failures and policy == "exit":
             where = ", ".join(f.record.where for f in failures[:5])
-            raise FatalError(f"failure policy exit: {len(failures)} record(s) failed ({where}); committed up to the first failure")
+            raise FatalError(
+                f"failure policy exit: {len(failures)} record(s) failed ({where}); committed up to the first failure"
+            )
 
     def commit(self, positions: dict[TP, int], t0: float, n: int) -> None:
         """Commit ``positions`` (owned partitions only) with the capacity metadata, then update metrics.
@@ -166,7 +194,9 @@ class BatchCommit(LoopState):
         err = exc.args[0] if exc.args else None
         code = err.code() if hasattr(err, "code") else None
         self.metrics.commits.labels("failed").inc()
-        fields = dict(event="commit_failed", error=str(err), attempt=attempt, partitions=sorted(p for _, p in todo))
+        fields = dict(
+            event="commit_failed", error=str(err), attempt=attempt, partitions=sorted(p for _, p in todo)
+        )
         if code == KafkaError.FENCED_INSTANCE_ID or (hasattr(err, "fatal") and err.fatal()):
             log.error("commit failed fatally", extra=_fields(**fields))
             raise FatalError(f"commit failed: {err}") from exc
@@ -176,7 +206,9 @@ class BatchCommit(LoopState):
             # on_revoke; if the partitions are lost meanwhile, their next owner re-consumes
             # from the last commit (at-least-once; the postgres sink makes that harmless)
             self.uncommitted = todo
-            log.warning("commit failed; will commit again with the next batch or on revoke", extra=_fields(**fields))
+            log.warning(
+                "commit failed; will commit again with the next batch or on revoke", extra=_fields(**fields)
+            )
             return False
         log.warning("commit failed, retrying", extra=_fields(**fields))
         return True
@@ -222,5 +254,7 @@ class BatchCommit(LoopState):
         self.metrics.paused.set(len(self.paused))
         self.health.paused = sorted(f"{t}/{p}" for t, p in self.paused)
         self.pending = [r for r in self.pending if (r.topic, r.partition) not in self.paused]
-        log.error("partitions paused by the failure policy; they resume after a restart or a rebalance",
-                  extra=_fields(event="partitions_paused", partitions=sorted(f"{t}/{p}" for t, p in new)))
+        log.error(
+            "partitions paused by the failure policy; they resume after a restart or a rebalance",
+            extra=_fields(event="partitions_paused", partitions=sorted(f"{t}/{p}" for t, p in new)),
+        )

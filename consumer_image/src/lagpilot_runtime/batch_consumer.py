@@ -18,6 +18,7 @@ progress finishes and its batch is committed; records not yet handed to the hand
 (not processed, not committed); :meth:`BatchConsumer.close` commits positions whose commit was
 refused, then closes the consumer.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,7 @@ from .rebalance import RebalanceCallbacks
 from .sink_progress import SinkProgress
 
 POLL_SLICE_S = 0.5  # longest single consume() wait: bounds how late a SIGTERM is noticed while idle
-CLOSE_COMMIT_ATTEMPTS = 5   # a refused commit (rebalance in progress) retried at close, ~2 s in all
+CLOSE_COMMIT_ATTEMPTS = 5  # a refused commit (rebalance in progress) retried at close, ~2 s in all
 CLOSE_COMMIT_BACKOFF_S = 0.4
 
 
@@ -67,8 +68,13 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         self.clock = clock
         self.wall_ms = wall_ms
         self.stop_event = threading.Event()  # the fields: consumer_state.LoopState
-        self.ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
-                                source="consumer", concurrency=cfg.concurrency, group_id=cfg.group_id)
+        self.ctx = BatchContext(
+            config=dict(cfg.handler_config),
+            logger=logging.getLogger("lagpilot.handler"),
+            source="consumer",
+            concurrency=cfg.concurrency,
+            group_id=cfg.group_id,
+        )
         self.sink_progress = commits_progress(handler)
         self.policy = RetryPolicy(cfg.max_retries, cfg.retry_backoff_ms)
         self.capacity = CapacityEstimator(cfg.batch_max_records)
@@ -90,8 +96,9 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
 
     # -- lifecycle -------------------------------------------------------------------------------
     def subscribe(self) -> None:
-        self.consumer.subscribe([self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        self.consumer.subscribe(
+            [self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     def request_stop(self, reason: str = "signal") -> None:
         if not self.stop_event.is_set():
@@ -120,8 +127,10 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
             log.error("consumer stopping on a fatal error", extra=_fields(event="fatal", error=str(exc)))
         except Exception as exc:  # noqa: BLE001 - a bug or an unexpected client error: stop, commit nothing more
             self.exit_code = 1
-            log.exception("consumer stopping on an unexpected error",
-                          extra=_fields(event="fatal", error=describe_error(exc)))
+            log.exception(
+                "consumer stopping on an unexpected error",
+                extra=_fields(event="fatal", error=describe_error(exc)),
+            )
         finally:
             self._abandon(self.pending, "shutdown")
             self.pending = []
@@ -136,13 +145,20 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         for attempt in range(CLOSE_COMMIT_ATTEMPTS):
             if not self.uncommitted:
                 break
-            log.info("committing processed positions before closing", extra=_fields(
-                event="close_commit", attempt=attempt, partitions=sorted(p for _, p in self.uncommitted)))
+            log.info(
+                "committing processed positions before closing",
+                extra=_fields(
+                    event="close_commit", attempt=attempt, partitions=sorted(p for _, p in self.uncommitted)
+                ),
+            )
             try:
                 if self._commit_offsets({}):
                     break
             except Exception as exc:  # noqa: BLE001 - closing on the way out: the next owner replays
-                log.warning("commit before close failed", extra=_fields(event="close_commit_failed", error=describe_error(exc)))
+                log.warning(
+                    "commit before close failed",
+                    extra=_fields(event="close_commit_failed", error=describe_error(exc)),
+                )
                 break
             time.sleep(CLOSE_COMMIT_BACKOFF_S)
         self.give_up(self.uncommitted, "closing")
@@ -150,7 +166,9 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         try:
             self.consumer.close()
         except Exception as exc:  # noqa: BLE001 - closing on the way out
-            log.warning("consumer close failed", extra=_fields(event="close_failed", error=describe_error(exc)))
+            log.warning(
+                "consumer close failed", extra=_fields(event="close_failed", error=describe_error(exc))
+            )
         self.ctx.close()
 
     # -- batching -------------------------------------------------------------------------------

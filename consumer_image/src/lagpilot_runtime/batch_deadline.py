@@ -17,6 +17,7 @@ never released) must fail its task, not hang it — and with it the attempt — 
 Spark runs a task's Python code in its worker process's main thread; elsewhere (a thread) only the
 watchdog applies. ``seconds`` None or <= 0: no deadline.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -42,11 +43,14 @@ def bounded(seconds: float | None, what: str, hard_grace_s: float = HARD_GRACE_S
     main = threading.current_thread() is threading.main_thread()
     old, old_timer, armed_at = None, (0.0, 0.0), 0.0
     if main:
+
         def expired(signum: int, frame: object) -> None:
             raise BatchTimeout(f"{what} took longer than {seconds:g} s (handler deadline)")
 
         old = signal.signal(signal.SIGALRM, expired)
-        old_timer = signal.setitimer(signal.ITIMER_REAL, seconds)  # another alarm's (e.g. a test runner's) is put back
+        old_timer = signal.setitimer(
+            signal.ITIMER_REAL, seconds
+        )  # another alarm's (e.g. a test runner's) is put back
         armed_at = time.monotonic()
     try:  # needs a real file descriptor: the worker's stderr (the executor's log)
         faulthandler.dump_traceback_later(seconds + hard_grace_s, exit=True, file=sys.stderr)
@@ -63,5 +67,6 @@ def bounded(seconds: float | None, what: str, hard_grace_s: float = HARD_GRACE_S
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old if old is not None else signal.SIG_DFL)
             if old_timer[0] > 0:
-                signal.setitimer(signal.ITIMER_REAL, max(1e-3, old_timer[0] - (time.monotonic() - armed_at)), old_timer[1])
-
+                signal.setitimer(
+                    signal.ITIMER_REAL, max(1e-3, old_timer[0] - (time.monotonic() - armed_at)), old_timer[1]
+                )

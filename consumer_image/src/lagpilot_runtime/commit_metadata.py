@@ -5,6 +5,7 @@ Written by the consumer runtime with every commit of its group's offsets (its me
 module for both sides: the consumer image's runtime owns it, the operator imports it (as it imports
 the drain plan and the hand-off mailbox contracts). Pure: no I/O.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ Parsing does no I/O. Every error names the variable at fault and never echoes a 
 Secret fields are excluded from ``repr`` so that logging the config (or an exception carrying it)
 cannot leak them.
 """
+
 from __future__ import annotations
 
 import json
@@ -117,13 +118,19 @@ class ConsumerConfig:
     def _validate_sasl_credentials(self) -> None:
         """A SASL protocol needs a mechanism and its credentials (OIDC client ones for OAUTHBEARER)."""
         if self.sasl_mechanism is None:
-            raise ConfigError(f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}")
+            raise ConfigError(
+                f"LAGPILOT_SASL_MECHANISM is required with LAGPILOT_SECURITY_PROTOCOL={self.security_protocol}"
+            )
         if self.sasl_mechanism == "OAUTHBEARER":
             if not self.oauth_token_endpoint_url:
-                raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL is required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+                raise ConfigError(
+                    "LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL is required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER"
+                )
             if not self.oauth_client_id or not self.oauth_client_secret:
-                raise ConfigError("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID and LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET "
-                                  "are required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER")
+                raise ConfigError(
+                    "LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID and LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET "
+                    "are required with LAGPILOT_SASL_MECHANISM=OAUTHBEARER"
+                )
         elif not self.sasl_username or self.sasl_password is None:
             raise ConfigError("LAGPILOT_SASL_USERNAME and LAGPILOT_SASL_PASSWORD are required with SASL")
 
@@ -142,7 +149,9 @@ class ConsumerConfig:
             raise ConfigError("LAGPILOT_POSTGRES_DSN is required with LAGPILOT_SINK=postgres")
         _one_of("LAGPILOT_POSTGRES_MODE", self.postgres_mode, POSTGRES_MODES)
         if not _is_identifier(self.postgres_table):
-            raise ConfigError(f"LAGPILOT_POSTGRES_TABLE must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table), got {self.postgres_table!r}")
+            raise ConfigError(
+                f"LAGPILOT_POSTGRES_TABLE must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, optionally schema.table), got {self.postgres_table!r}"
+            )
 
     def _validate_failure_policy(self) -> None:
         _one_of("LAGPILOT_FAILURE_POLICY", self.failure_policy, FAILURE_POLICIES)
@@ -161,15 +170,24 @@ class ConsumerConfig:
         # the secret values this process was given, for every text it emits (redaction.py): the
         # runtime's own and those the operator lists in LAGPILOT_SECRET_ENV (template.env secretKeyRef)
         listed = [n.strip() for n in (e.get(SECRET_ENV) or "").split(",") if n.strip()]
-        redaction.install([opt("LAGPILOT_SASL_PASSWORD"), opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
-                           opt("LAGPILOT_SSL_KEY_PEM"), opt("LAGPILOT_POSTGRES_DSN"),
-                           opt("LAGPILOT_HANDOFF_KEY"), *(opt(n) for n in listed)])
+        redaction.install(
+            [
+                opt("LAGPILOT_SASL_PASSWORD"),
+                opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
+                opt("LAGPILOT_SSL_KEY_PEM"),
+                opt("LAGPILOT_POSTGRES_DSN"),
+                opt("LAGPILOT_HANDOFF_KEY"),
+                *(opt(n) for n in listed),
+            ]
+        )
         handoff_key = b""
         if opt("LAGPILOT_HANDOFF_KEY"):
             try:
                 handoff_key = parse_handoff_key(opt("LAGPILOT_HANDOFF_KEY"))
             except ValueError:
-                raise ConfigError("LAGPILOT_HANDOFF_KEY must be 64 hex digits (the operator's <cr>-handoff-key Secret)") from None
+                raise ConfigError(
+                    "LAGPILOT_HANDOFF_KEY must be 64 hex digits (the operator's <cr>-handoff-key Secret)"
+                ) from None
         topic = (opt("LAGPILOT_TOPIC") or "").strip()
         cfg = cls(
             bootstrap_servers=(opt("LAGPILOT_BOOTSTRAP_SERVERS") or "").strip(),
@@ -314,12 +332,19 @@ def _handler_config(raw: str | None) -> dict[str, str]:
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"LAGPILOT_HANDLER_CONFIG must be a JSON object: {exc.msg} at position {exc.pos}") from None
-    if not isinstance(parsed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()):
+        raise ConfigError(
+            f"LAGPILOT_HANDLER_CONFIG must be a JSON object: {exc.msg} at position {exc.pos}"
+        ) from None
+    if not isinstance(parsed, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in parsed.items()
+    ):
         raise ConfigError("LAGPILOT_HANDLER_CONFIG must be a JSON object of string to string")
     return parsed
 
 
 def _is_identifier(name: str) -> bool:
     parts = name.split(".")
-    return 1 <= len(parts) <= 2 and all(p and (p[0].isalpha() or p[0] == "_") and all(c.isalnum() or c == "_" for c in p) and p.isascii() for p in parts)
+    return 1 <= len(parts) <= 2 and all(
+        p and (p[0].isalpha() or p[0] == "_") and all(c.isalnum() or c == "_" for c in p) and p.isascii()
+        for p in parts
+    )

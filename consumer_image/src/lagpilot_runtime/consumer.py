@@ -11,6 +11,7 @@ closes. A watchdog ends the process if this takes longer than LAGPILOT_SHUTDOWN_
 Exit codes: 0 clean shutdown, 1 fatal (exit policy, systemic handler failure, dead-lettering
 failed, fenced or fatal Kafka error), 2 invalid configuration or handler.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,12 @@ from .metrics import ConsumerMetrics, Health, MetricsServer
 def _exit_after(grace_s: float, code: int) -> threading.Timer:
     """A watchdog: exit the process with ``code`` after ``grace_s`` unless it ended by itself (a client
     that blocks in close() after a fatal error, e.g. a fenced static member, must not hang the pod)."""
+
     def expire() -> None:
-        log.error("shutdown grace period expired; exiting without finishing",
-                  extra=_fields(event="grace_expired", grace_s=grace_s))
+        log.error(
+            "shutdown grace period expired; exiting without finishing",
+            extra=_fields(event="grace_expired", grace_s=grace_s),
+        )
         logging.shutdown()
         os._exit(code)
 
@@ -62,7 +66,9 @@ def _install_signals(loop: BatchConsumer, grace_s: float) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, MetricsServer, DeadLetterProducer | None]:
+def build(
+    cfg: ConsumerConfig, handler: Handler
+) -> tuple[BatchConsumer, MetricsServer, DeadLetterProducer | None]:
     """The real loop: confluent-kafka consumer, DLQ producer, metrics server (also used by bench/)."""
     from confluent_kafka import Consumer
 
@@ -79,9 +85,16 @@ def build(cfg: ConsumerConfig, handler: Handler) -> tuple[BatchConsumer, Metrics
     conf["stats_cb"] = lambda s: holder["loop"].on_stats(s)
     conf["error_cb"] = lambda e: holder["loop"].on_error(e)
     consumer = Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
-    loop = BatchConsumer(cfg, consumer, handler, dead_letter=dlq.send if dlq else None, metrics=metrics, health=health,
-                         # LP_TEST_NO_HANDOFF (tests only): behave like an older image without the mailbox
-                         mailbox=None if os.environ.get("LP_TEST_NO_HANDOFF") else mailbox_consumer(cfg))
+    loop = BatchConsumer(
+        cfg,
+        consumer,
+        handler,
+        dead_letter=dlq.send if dlq else None,
+        metrics=metrics,
+        health=health,
+        # LP_TEST_NO_HANDOFF (tests only): behave like an older image without the mailbox
+        mailbox=None if os.environ.get("LP_TEST_NO_HANDOFF") else mailbox_consumer(cfg),
+    )
     holder["loop"] = loop
     return loop, server, dlq
 
@@ -91,11 +104,25 @@ def mailbox_consumer(cfg: ConsumerConfig) -> Any:
     never subscribes (only OffsetFetch and "simple" commits; never joins, never fetches records)."""
     from confluent_kafka import Consumer
 
-    conf = {k: v for k, v in cfg.consumer_conf().items()
-            if k not in ("partition.assignment.strategy", "session.timeout.ms",
-                         "max.poll.interval.ms", "queued.min.messages")}
-    conf.update({"group.id": mbx.mailbox_group(cfg.group_id), "client.id": f"lagpilot-handoff-{cfg.pod_name or 'consumer'}",
-                 "enable.auto.commit": False, "enable.auto.offset.store": False})
+    conf = {
+        k: v
+        for k, v in cfg.consumer_conf().items()
+        if k
+        not in (
+            "partition.assignment.strategy",
+            "session.timeout.ms",
+            "max.poll.interval.ms",
+            "queued.min.messages",
+        )
+    }
+    conf.update(
+        {
+            "group.id": mbx.mailbox_group(cfg.group_id),
+            "client.id": f"lagpilot-handoff-{cfg.pod_name or 'consumer'}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+    )
     return Consumer(conf, logger=logging.getLogger("lagpilot.consumer.librdkafka"))
 
 
@@ -120,9 +147,13 @@ def shutdown(loop: BatchConsumer, server: MetricsServer, dlq: DeadLetterProducer
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `lagpilot consume` (the consumer image's command). Configured by the environment."""
-    parser = argparse.ArgumentParser(prog="lagpilot consume", description=(
-        "Run the lagpilot batch consumer. Configuration comes from LAGPILOT_* environment variables; "
-        "see docs/consumer.md."))
+    parser = argparse.ArgumentParser(
+        prog="lagpilot consume",
+        description=(
+            "Run the lagpilot batch consumer. Configuration comes from LAGPILOT_* environment variables; "
+            "see docs/consumer.md."
+        ),
+    )
     parser.parse_args(argv or [])
     jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").strip().upper() or "INFO")
     try:
@@ -140,5 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if code != 0:  # a fatal error: close cleanly if the client lets us, within the grace period
         _exit_after(cfg.shutdown_grace_ms / 1000.0, code)
     shutdown(loop, server, dlq)
-    log.info("stopped", extra=_fields(event="stopped", exit_code=code, processed_records=loop.processed_records))
+    log.info(
+        "stopped", extra=_fields(event="stopped", exit_code=code, processed_records=loop.processed_records)
+    )
     return code

@@ -5,6 +5,7 @@
 events); they all run on the loop's one thread and read and write the fields declared here
 (``BatchConsumer.__init__`` sets them).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,7 +47,9 @@ class LoopState:
     pending: list[Record]  # taken from Kafka, not yet handed to the handler
     owned: set[TP]
     paused: set[TP]  # paused by the failure policy
-    committed: dict[TP, int]  # our last successful commit per partition (batch, hand-off split, sink catch-up)
+    committed: dict[
+        TP, int
+    ]  # our last successful commit per partition (batch, hand-off split, sink catch-up)
     high_watermarks: dict[TP, int]
     exit_code: int
     fatal: BaseException | None  # set inside a callback; the loop stops with it
@@ -58,8 +61,10 @@ class LoopState:
 
     def _abandon(self, records: list[Record], why: str) -> None:
         if records:
-            log.info("abandoning records not yet handed to the handler (not committed)",
-                     extra=_fields(event="batch_abandoned", records=len(records), reason=why))
+            log.info(
+                "abandoning records not yet handed to the handler (not committed)",
+                extra=_fields(event="batch_abandoned", records=len(records), reason=why),
+            )
 
     def give_up(self, positions: dict[TP, int], why: str) -> None:
         """Processed positions this member can no longer commit (its partitions moved or were lost
@@ -70,10 +75,17 @@ class LoopState:
         if not positions:
             return
         self.metrics.commits.labels("given_up").inc(len(positions))
-        log.warning("processed positions not committed; the next owner re-consumes them", extra=_fields(
-            event="commit_given_up", reason=why,
-            positions={f"{t}/{p}": {"committed": self.committed.get((t, p)), "position": off}
-                       for (t, p), off in sorted(positions.items())}))
+        log.warning(
+            "processed positions not committed; the next owner re-consumes them",
+            extra=_fields(
+                event="commit_given_up",
+                reason=why,
+                positions={
+                    f"{t}/{p}": {"committed": self.committed.get((t, p)), "position": off}
+                    for (t, p), off in sorted(positions.items())
+                },
+            ),
+        )
 
     def _sleep(self, seconds: float) -> None:
         """Backoff sleep that a shutdown request cuts short."""

@@ -24,6 +24,7 @@ Exit codes: 0 every sub-range done (checked against Kafka at the end), 1 failed 
 the sub-range's progress metadata (``lost=a-b``) and the rest is drained (the operator reports the
 loss: DataLoss condition, event, metric); 3 is no longer used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,11 +44,36 @@ from typing import Any
 from . import plan_auth, redaction
 from .config import ConfigError, ConsumerConfig
 from .drain_plan import DrainPlan, NextPart, parts_group
-from .drain_progress import (RetentionError, catch_up_to_sink, complete_unread, low_watermarks, progress_consumer,
-                             read_committed, read_progress, record_losses, remaining_work, retention_losses, unread_sub_ranges)
-from .drain_spark import (CDS_ARCHIVE_NAME, EXECUTOR_POD_TEMPLATE_ENV, _SessionStarter, _arrow_available, _switch,
-                          build_frame, build_frames, collect_in_parallel, executor_pod_template_conf, name_tasks,
-                          planned_partitions, resolve_jars, spark_kafka_options, train_cds, warm_workers)
+from .drain_progress import (
+    RetentionError,
+    catch_up_to_sink,
+    complete_unread,
+    low_watermarks,
+    progress_consumer,
+    read_committed,
+    read_progress,
+    record_losses,
+    remaining_work,
+    retention_losses,
+    unread_sub_ranges,
+)
+from .drain_spark import (
+    CDS_ARCHIVE_NAME,
+    EXECUTOR_POD_TEMPLATE_ENV,
+    _SessionStarter,
+    _arrow_available,
+    _switch,
+    build_frame,
+    build_frames,
+    collect_in_parallel,
+    executor_pod_template_conf,
+    name_tasks,
+    planned_partitions,
+    resolve_jars,
+    spark_kafka_options,
+    train_cds,
+    warm_workers,
+)
 from .drain_task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
 from .jsonlog import fields as _fields
 
@@ -55,15 +81,38 @@ log = logging.getLogger("lagpilot.drain")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_DATA_LOSS = 0, 1, 2, 3
 TERMINATION_LOG = "/dev/termination-log"
-__all__ = ["EXIT_CONFIG", "EXIT_DATA_LOSS", "EXIT_FAILED", "EXIT_OK", "RetentionError", "job_group", "main",
-           "process_start_time", "run", "startup_breakdown"]
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_DATA_LOSS",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "RetentionError",
+    "job_group",
+    "main",
+    "process_start_time",
+    "run",
+    "startup_breakdown",
+]
 
 
 # ---- start-up timing ------------------------------------------------------------------------------
 
-STARTUP_MARKS = ("process_start", "main_entered", "progress_read", "pyspark_imported", "jvm_up", "session_ready",
-                 "workers_warm", "relations_planned", "job_submitted", "daemon_started", "worker_forked", "task_started",
-                 "first_record", "first_batch_handled")
+STARTUP_MARKS = (
+    "process_start",
+    "main_entered",
+    "progress_read",
+    "pyspark_imported",
+    "jvm_up",
+    "session_ready",
+    "workers_warm",
+    "relations_planned",
+    "job_submitted",
+    "daemon_started",
+    "worker_forked",
+    "task_started",
+    "first_record",
+    "first_batch_handled",
+)
 
 
 def startup_breakdown(marks: Mapping[str, float | None]) -> dict[str, float]:
@@ -75,21 +124,30 @@ def startup_breakdown(marks: Mapping[str, float | None]) -> dict[str, float]:
     t0 = marks.get("process_start") or marks.get("main_entered")
     if t0 is None:
         return {}
-    return {k: round(float(marks[k]) - t0, 3) for k in STARTUP_MARKS
-            if marks.get(k) is not None and float(marks[k]) >= t0}
+    return {
+        k: round(float(marks[k]) - t0, 3)
+        for k in STARTUP_MARKS
+        if marks.get(k) is not None and float(marks[k]) >= t0
+    }
 
 
 # ---- the driver ---------------------------------------------------------------------------------
 
+
 def _task_marks(results: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     """The earliest time any task reached each milestone."""
+
     def first(key: str) -> float | None:
         got = [float(r[key]) for r in results if r.get(key)]
         return min(got) if got else None
 
-    return {"daemon_started": first("daemon_started_at"), "worker_forked": first("worker_forked_at"),
-            "task_started": first("task_started_at"), "first_record": first("first_record_at"),
-            "first_batch_handled": first("first_batch_at")}
+    return {
+        "daemon_started": first("daemon_started_at"),
+        "worker_forked": first("worker_forked_at"),
+        "task_started": first("task_started_at"),
+        "first_record": first("first_record_at"),
+        "first_batch_handled": first("first_batch_at"),
+    }
 
 
 def job_group(plan: DrainPlan) -> str:
@@ -97,10 +155,20 @@ def job_group(plan: DrainPlan) -> str:
     return f"lagpilot-drain-{plan.drain_id}"
 
 
-def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-        extra_conf: Mapping[str, str], marks: dict[str, float | None] | None = None,
-        warm_session: Any = None, part_key: bytes = b"", part_wait_s: float | None = None,
-        sleep: Any = time.sleep, clock: Any = time.monotonic, stopped: Any = None) -> dict[str, Any]:
+def run(
+    plan: DrainPlan,
+    cfg: ConsumerConfig,
+    master: str | None,
+    jars: Sequence[str],
+    extra_conf: Mapping[str, str],
+    marks: dict[str, float | None] | None = None,
+    warm_session: Any = None,
+    part_key: bytes = b"",
+    part_wait_s: float | None = None,
+    sleep: Any = time.sleep,
+    clock: Any = time.monotonic,
+    stopped: Any = None,
+) -> dict[str, Any]:
     """Drive one drain attempt; returns a summary. Raises RetentionError / RuntimeError.
 
     ``marks`` collects the start-up milestones (epoch seconds); the summary carries them and
@@ -131,15 +199,35 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
         progress = read_progress(cfg, plan)
         work = catch_up_to_sink(cfg, plan, remaining_work(plan, progress))
         marks["progress_read"] = time.time()
-        att.use_arrow = bool(work) and _arrow_available()  # imports pandas (mapInArrow needs it) while the JVM starts
+        att.use_arrow = (
+            bool(work) and _arrow_available()
+        )  # imports pandas (mapInArrow needs it) while the JVM starts
         done_before = sum(r for _, r in progress.values())
-        log.info("drain plan", extra=_fields(event="drain_plan", drain=plan.drain_id, topic=plan.topic,
-                                             sub_ranges=len(plan.sub_ranges), unfinished=len(work),
-                                             records_done_before=done_before, busy=plan.busy, round=plan.round,
-                                             ranges={str(p): list(r) for p, r in plan.partition_ranges().items()}))
-        att.summary.update({"drain": plan.drain_id, "sub_ranges": len(plan.sub_ranges),
-                            "unfinished_at_start": len(work), "records_done_before": done_before,
-                            "records": 0, "skipped": 0, "started_at": marks.get("process_start") or t0})
+        log.info(
+            "drain plan",
+            extra=_fields(
+                event="drain_plan",
+                drain=plan.drain_id,
+                topic=plan.topic,
+                sub_ranges=len(plan.sub_ranges),
+                unfinished=len(work),
+                records_done_before=done_before,
+                busy=plan.busy,
+                round=plan.round,
+                ranges={str(p): list(r) for p, r in plan.partition_ranges().items()},
+            ),
+        )
+        att.summary.update(
+            {
+                "drain": plan.drain_id,
+                "sub_ranges": len(plan.sub_ranges),
+                "unfinished_at_start": len(work),
+                "records_done_before": done_before,
+                "records": 0,
+                "skipped": 0,
+                "started_at": marks.get("process_start") or t0,
+            }
+        )
         if plan.busy:
             att.summary.update(round_at_start=plan.round, parts=0, passes=0)
         att.start(work)
@@ -153,8 +241,10 @@ def run(plan: DrainPlan, cfg: ConsumerConfig, master: str | None, jars: Sequence
     summary["records_done"] = sum(r for _, r in after.values())
     summary["finished_at"] = time.time()
     if unfinished:
-        raise RuntimeError(f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
-                           + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5]))
+        raise RuntimeError(
+            f"{len(unfinished)} sub-range(s) unfinished after the Spark job: "
+            + ", ".join(f"p{s.partition}#{s.index}@{n}/{s.end}" for s, n in unfinished[:5])
+        )
     return summary
 
 
@@ -233,8 +323,16 @@ class _Attempt:
     """One drain attempt's driver: its plan (extended by the parts it takes), its session, its passes
     in flight and its summary. ``drive`` is the loop of ``run``."""
 
-    def __init__(self, plan: DrainPlan, cfg: ConsumerConfig, starter: Any, spark: Any,
-                 marks: dict[str, float | None], part_key: bytes, stopped: Any) -> None:
+    def __init__(
+        self,
+        plan: DrainPlan,
+        cfg: ConsumerConfig,
+        starter: Any,
+        spark: Any,
+        marks: dict[str, float | None],
+        part_key: bytes,
+        stopped: Any,
+    ) -> None:
         self.plan, self.cfg, self.starter, self.spark, self.marks = plan, cfg, starter, spark, marks
         self.part_key, self.stopped = part_key, stopped
         self.passes = _Passes()
@@ -261,12 +359,22 @@ class _Attempt:
         n = self.passes.start(work, lambda: _spark_job(plan, cfg, work, spark, use_arrow, marks))
         if plan.busy:
             self.summary["passes"] += 1
-            self.summary["max_concurrent_passes"] = max(self.summary.get("max_concurrent_passes", 0),
-                                                       len(self.passes.running))
-        log.info("drain pass started", extra=_fields(
-            event="drain_pass_started", drain=plan.drain_id, round=plan.round, pass_no=n, sub_ranges=len(work),
-            running=running, passes_running=len(self.passes.running) - 1,
-            work=[f"p{s.partition}#{s.index}[{a},{s.end})" for s, a in work[:16]]))
+            self.summary["max_concurrent_passes"] = max(
+                self.summary.get("max_concurrent_passes", 0), len(self.passes.running)
+            )
+        log.info(
+            "drain pass started",
+            extra=_fields(
+                event="drain_pass_started",
+                drain=plan.drain_id,
+                round=plan.round,
+                pass_no=n,
+                sub_ranges=len(work),
+                running=running,
+                passes_running=len(self.passes.running) - 1,
+                work=[f"p{s.partition}#{s.index}[{a},{s.end})" for s, a in work[:16]],
+            ),
+        )
 
     def reap(self, timeout: float | None) -> None:
         """The passes that ended: every sub-range of theirs completed (``_complete_read``), their
@@ -274,9 +382,17 @@ class _Attempt:
         for n, work, results in self.passes.finished(timeout):
             _complete_read(self.plan, self.cfg, work, results, self.summary)
             _add_results(self.plan, work, results, n == 0, self.marks, self.summary)
-            log.info("drain pass ended", extra=_fields(
-                event="drain_pass_ended", drain=self.plan.drain_id, pass_no=n, sub_ranges=len(work),
-                records=sum(r["records"] or 0 for r in results), passes_running=len(self.passes.running)))
+            log.info(
+                "drain pass ended",
+                extra=_fields(
+                    event="drain_pass_ended",
+                    drain=self.plan.drain_id,
+                    pass_no=n,
+                    sub_ranges=len(work),
+                    records=sum(r["records"] or 0 for r in results),
+                    passes_running=len(self.passes.running),
+                ),
+            )
 
     def drive(self, wait_s: float, sleep: Any, clock: Any) -> None:
         """Until the attempt is over: reap passes; a busy plan takes each newer part as it comes (also
@@ -299,13 +415,20 @@ class _Attempt:
                 self.start(catch_up_to_sink(self.cfg, self.plan, work))
                 continue
             else:
-                part = wait_for_part(self.cfg, self.plan, self.part_key, wait_s, sleep=sleep, clock=clock,
-                                     stopped=self.stopped)
+                part = wait_for_part(
+                    self.cfg, self.plan, self.part_key, wait_s, sleep=sleep, clock=clock, stopped=self.stopped
+                )
                 if part is None:
                     self.summary["ended"] = "no_next_part"
-                    log.info("no next part within the wait: ending the attempt", extra=_fields(
-                        event="drain_part_wait_over", drain=self.plan.drain_id, round=self.plan.round,
-                        waited_s=wait_s))
+                    log.info(
+                        "no next part within the wait: ending the attempt",
+                        extra=_fields(
+                            event="drain_part_wait_over",
+                            drain=self.plan.drain_id,
+                            round=self.plan.round,
+                            waited_s=wait_s,
+                        ),
+                    )
                     return
             if part is not None:
                 self.take(part)
@@ -315,8 +438,12 @@ class _Attempt:
         try:
             part = read_part(self.cfg, self.plan, self.part_key)
         except Exception as exc:  # noqa: BLE001 - Kafka unavailable for a moment: read again next poll
-            log.info("reading the next part failed", extra=_fields(event="drain_part_read_failed",
-                                                                  drain=self.plan.drain_id, error=_short_error(exc)))
+            log.info(
+                "reading the next part failed",
+                extra=_fields(
+                    event="drain_part_read_failed", drain=self.plan.drain_id, error=_short_error(exc)
+                ),
+            )
             return None
         return part if part is not None and newer_part(part, self.plan) else None
 
@@ -331,9 +458,18 @@ class _Attempt:
         running = self.passes.owned()
         work = self.passes.unowned(remaining_work(self.plan, read_progress(self.cfg, self.plan)))
         work = catch_up_to_sink(self.cfg, self.plan, work)
-        log.info("next part", extra=_fields(event="drain_next_part", drain=self.plan.drain_id, round=part.round,
-                                            final=part.final, unfinished=len(work), running=len(running),
-                                            passes_running=len(self.passes.running)))
+        log.info(
+            "next part",
+            extra=_fields(
+                event="drain_next_part",
+                drain=self.plan.drain_id,
+                round=part.round,
+                final=part.final,
+                unfinished=len(work),
+                running=len(running),
+                passes_running=len(self.passes.running),
+            ),
+        )
         if work:
             self.use_arrow = _arrow_available()
             self.start(work)
@@ -351,8 +487,10 @@ class _Attempt:
                 pass
         left = self.passes.join(PASS_STOP_WAIT_S)
         if left:
-            log.warning("passes still running after their cancel", extra=_fields(
-                event="drain_pass_stop_timeout", drain=self.plan.drain_id, passes=left))
+            log.warning(
+                "passes still running after their cancel",
+                extra=_fields(event="drain_pass_stop_timeout", drain=self.plan.drain_id, passes=left),
+            )
 
 
 PASS_STOP_WAIT_S = 60.0  # an attempt that ends with passes in flight waits this long for their cancel
@@ -373,22 +511,33 @@ def _release_session(starter: Any, spark: Any) -> None:
         spark.sparkContext.setJobGroup("lagpilot-drain-runtime-idle", "idle", interruptOnCancel=True)
 
 
-def _drop_lost(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]],
-               summary: dict[str, Any]) -> list[tuple[Any, int]]:
+def _drop_lost(
+    plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], summary: dict[str, Any]
+) -> list[tuple[Any, int]]:
     """Retention deleted part of the range before it was read: record exactly what is gone
     (progress metadata lost=a-b; the operator reports it); the rest is drained, still exact."""
     lost, work = retention_losses(work, low_watermarks(cfg, plan))
     if lost:
         record_losses(cfg, plan, lost)
         summary.setdefault("lost", []).extend(
-            {"partition": s.partition, "index": s.index, "start": a, "end": b} for s, a, b in lost)
-        log.warning("records deleted by retention before the drain read them; draining the rest", extra=_fields(
-            event="drain_data_loss", drain=plan.drain_id, topic=plan.topic,
-            lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost], records=sum(b - a for _, a, b in lost)))
+            {"partition": s.partition, "index": s.index, "start": a, "end": b} for s, a, b in lost
+        )
+        log.warning(
+            "records deleted by retention before the drain read them; draining the rest",
+            extra=_fields(
+                event="drain_data_loss",
+                drain=plan.drain_id,
+                topic=plan.topic,
+                lost=[f"p{s.partition}[{a}, {b})" for s, a, b in lost],
+                records=sum(b - a for _, a, b in lost),
+            ),
+        )
     return work
 
 
-def _session(plan: DrainPlan, spark: Any, starter: Any, use_arrow: bool, marks: dict[str, float | None]) -> Any:
+def _session(
+    plan: DrainPlan, spark: Any, starter: Any, use_arrow: bool, marks: dict[str, float | None]
+) -> Any:
     """The SparkSession: started now on a cold attempt's first pass (its workers warmed when
     asked); the runtime's session gets this plan's Arrow batch size."""
     if spark is None:
@@ -400,17 +549,32 @@ def _session(plan: DrainPlan, spark: Any, starter: Any, use_arrow: bool, marks: 
     return spark
 
 
-def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], spark: Any, use_arrow: bool,
-               marks: dict[str, float | None]) -> list[Any]:
+def _spark_job(
+    plan: DrainPlan,
+    cfg: ConsumerConfig,
+    work: list[tuple[Any, int]],
+    spark: Any,
+    use_arrow: bool,
+    marks: dict[str, float | None],
+) -> list[Any]:
     """Run the tasks over ``work`` (Arrow, one job per relation when asked, or RDD); their summaries."""
     spark.sparkContext.setJobGroup(job_group(plan), f"drain {plan.drain_id}", interruptOnCancel=True)
     kafka_opts = spark_kafka_options(cfg, plan.read_committed)
-    spec = TaskSpec(plan.topic, plan.group_id, plan.drain_id, plan.batch_max_records, plan.sub_ranges,
-                    plan.owner, plan.attempt)
+    spec = TaskSpec(
+        plan.topic,
+        plan.group_id,
+        plan.drain_id,
+        plan.batch_max_records,
+        plan.sub_ranges,
+        plan.owner,
+        plan.attempt,
+    )
     # one job per relation: off by default (measured under load: no gain, a lower steady rate)
     if use_arrow and _switch(os.environ, "LAGPILOT_DRAIN_PARALLEL_JOBS", default=False):
-        jobs = [f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
-                for f in build_frames(spark, plan, work, kafka_opts)]
+        jobs = [
+            f.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
+            for f in build_frames(spark, plan, work, kafka_opts)
+        ]
         marks["job_submitted"] = time.time()
         results, planned = collect_in_parallel(spark, jobs, plan.drain_id)
         marks["relations_planned"] = max(planned) if planned else None
@@ -419,7 +583,9 @@ def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]]
         job = frame.drop("topic").mapInArrow(functools.partial(arrow_task, spec), SUMMARY_SCHEMA)
         job._jdf.queryExecution().executedPlan()  # Kafka offsets fetched, splits planned
         marks["relations_planned"] = time.time()
-        name_tasks(spark, lambda: planned_partitions(job), plan.drain_id)  # each task's sub-range, for its sign of life
+        name_tasks(
+            spark, lambda: planned_partitions(job), plan.drain_id
+        )  # each task's sub-range, for its sign of life
         marks["job_submitted"] = time.time()
         results = [r.asDict() for r in job.collect()]
     else:
@@ -432,8 +598,13 @@ def _spark_job(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]]
     return results
 
 
-def _complete_read(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, int]], results: list[Any],
-                   summary: dict[str, Any]) -> None:
+def _complete_read(
+    plan: DrainPlan,
+    cfg: ConsumerConfig,
+    work: list[tuple[Any, int]],
+    results: list[Any],
+    summary: dict[str, Any],
+) -> None:
     """The job ended without an error, so every task's reader reached its sub-range's end offset:
     commit those ends (a task never commits its sub-range's end itself)."""
     # a task that got no visible record (all aborted, markers, compacted away) could
@@ -441,7 +612,9 @@ def _complete_read(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, i
     unread = unread_sub_ranges(work, results)
     if unread:
         complete_unread(cfg, plan, unread)
-        summary.setdefault("no_visible_records", []).extend(f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread)
+        summary.setdefault("no_visible_records", []).extend(
+            f"p{s.partition}#{s.index}[{a}, {s.end})" for s, a in unread
+        )
     # the same for the sub-ranges whose tasks did hand records over: a task never commits its
     # sub-range's end itself (its records also stop short when the attempt is cancelled)
     named = [w for w in work if w not in unread]
@@ -449,8 +622,14 @@ def _complete_read(plan: DrainPlan, cfg: ConsumerConfig, work: list[tuple[Any, i
         complete_unread(cfg, plan, named, named=True)
 
 
-def _add_results(plan: DrainPlan, work: list[tuple[Any, int]], results: list[Any], first: bool,
-                 marks: dict[str, float | None], summary: dict[str, Any]) -> None:
+def _add_results(
+    plan: DrainPlan,
+    work: list[tuple[Any, int]],
+    results: list[Any],
+    first: bool,
+    marks: dict[str, float | None],
+    summary: dict[str, Any],
+) -> None:
     """The tasks' counts into ``summary``; on the first pass the start-up breakdown, logged."""
     summary["records"] += sum(r["records"] or 0 for r in results)
     summary["skipped"] += sum(r["skipped"] or 0 for r in results)
@@ -461,8 +640,10 @@ def _add_results(plan: DrainPlan, work: list[tuple[Any, int]], results: list[Any
         summary["first_batch_at"] = marks.get("first_batch_handled")
         summary["startup"] = startup_breakdown(marks)
         summary["marks"] = {k: v for k, v in marks.items() if v is not None}
-        log.info("drain start-up", extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work),
-                                                 **summary["startup"]))
+        log.info(
+            "drain start-up",
+            extra=_fields(event="drain_startup", drain=plan.drain_id, tasks=len(work), **summary["startup"]),
+        )
 
 
 # ---- a busy drain's next parts ---------------------------------------------------------------------
@@ -480,14 +661,19 @@ def part_wait_setting(env: Mapping[str, str] | None = None) -> float:
         return PART_WAIT_S
 
 
-def read_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = None,
-              timeout_s: float = 10.0) -> NextPart | None:
+def read_part(
+    cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = None, timeout_s: float = 10.0
+) -> NextPart | None:
     """The operator's latest next part of this drain (its commit in ``parts_group``), verified with
     the CR's part key; None when there is none, or it is not signed by the operator, not this
     drain's or malformed (logged; the driver keeps waiting)."""
     from confluent_kafka import TopicPartition
 
-    c = consumer if consumer is not None else progress_consumer(cfg, parts_group(plan.group_id, plan.drain_id, plan.owner))
+    c = (
+        consumer
+        if consumer is not None
+        else progress_consumer(cfg, parts_group(plan.group_id, plan.drain_id, plan.owner))
+    )
     try:
         got = read_committed(c, [TopicPartition(plan.topic, 0)], timeout_s)
     finally:
@@ -498,11 +684,16 @@ def read_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, consumer: Any = 
             continue
         meta = getattr(tp, "metadata", None)
         try:
-            part = NextPart.from_body(plan_auth.verify_part(key, plan.owner, plan.topic,
-                                                            meta.decode() if isinstance(meta, bytes) else meta))
+            part = NextPart.from_body(
+                plan_auth.verify_part(
+                    key, plan.owner, plan.topic, meta.decode() if isinstance(meta, bytes) else meta
+                )
+            )
         except ValueError as exc:  # plan_auth.Refused is one
-            log.warning("next part refused", extra=_fields(event="drain_part_refused", drain=plan.drain_id,
-                                                           reason=str(exc)[:200]))
+            log.warning(
+                "next part refused",
+                extra=_fields(event="drain_part_refused", drain=plan.drain_id, reason=str(exc)[:200]),
+            )
             return None
         return part if part.drain_id == plan.drain_id else None
     return None
@@ -513,15 +704,27 @@ def newer_part(part: NextPart, plan: DrainPlan) -> bool:
     return part.round > plan.round or (part.final and part.round >= plan.round)
 
 
-def wait_for_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, wait_s: float,
-                  sleep: Any = time.sleep, clock: Any = time.monotonic, poll_s: float = PART_POLL_S,
-                  read: Any = None, stopped: Any = None) -> NextPart | None:
+def wait_for_part(
+    cfg: ConsumerConfig,
+    plan: DrainPlan,
+    key: bytes,
+    wait_s: float,
+    sleep: Any = time.sleep,
+    clock: Any = time.monotonic,
+    poll_s: float = PART_POLL_S,
+    read: Any = None,
+    stopped: Any = None,
+) -> NextPart | None:
     """The first part newer than the plan (a later round, or the final part of its round or a
     later one), polled every ``poll_s``; None after ``wait_s`` without one (or without a key: no
     part can be trusted, so none is waited for)."""
     if not key:
-        log.warning("a busy drain without its part key: not waiting for next parts", extra=_fields(
-            event="drain_part_refused", drain=plan.drain_id, reason=f"{plan_auth.PART_KEY_ENV} not set"))
+        log.warning(
+            "a busy drain without its part key: not waiting for next parts",
+            extra=_fields(
+                event="drain_part_refused", drain=plan.drain_id, reason=f"{plan_auth.PART_KEY_ENV} not set"
+            ),
+        )
         return None
     deadline = clock() + wait_s
     reader = read if read is not None else (lambda: read_part(cfg, plan, key))
@@ -529,8 +732,10 @@ def wait_for_part(cfg: ConsumerConfig, plan: DrainPlan, key: bytes, wait_s: floa
         try:
             part = reader()
         except Exception as exc:  # noqa: BLE001 - Kafka unavailable for a moment: keep waiting (bounded)
-            log.info("reading the next part failed", extra=_fields(event="drain_part_read_failed", drain=plan.drain_id,
-                                                                  error=_short_error(exc)))
+            log.info(
+                "reading the next part failed",
+                extra=_fields(event="drain_part_read_failed", drain=plan.drain_id, error=_short_error(exc)),
+            )
             part = None
         if part is not None and newer_part(part, plan):
             return part
@@ -564,16 +769,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
     from . import drain_runtime, jsonlog
 
-    ap = argparse.ArgumentParser(prog="lagpilot drain", description="Drain explicit offset ranges with Spark, "
-                                 "calling the consumer's batch handler. Configured by the consumer environment.")
+    ap = argparse.ArgumentParser(
+        prog="lagpilot drain",
+        description="Drain explicit offset ranges with Spark, "
+        "calling the consumer's batch handler. Configured by the consumer environment.",
+    )
     ap.add_argument("--plan", help="plan JSON (default: $LAGPILOT_DRAIN_PLAN)")
-    ap.add_argument("--master", help="Spark master (default: $LAGPILOT_SPARK_MASTER or local[<parallelism>,4])")
-    ap.add_argument("--jars", help="connector jars, comma separated or a directory (default: $LAGPILOT_SPARK_JARS)")
+    ap.add_argument(
+        "--master", help="Spark master (default: $LAGPILOT_SPARK_MASTER or local[<parallelism>,4])"
+    )
+    ap.add_argument(
+        "--jars", help="connector jars, comma separated or a directory (default: $LAGPILOT_SPARK_JARS)"
+    )
     ap.add_argument("--summary-file", help="write the JSON summary here (benchmarks, tests)")
-    ap.add_argument("--serve", action="store_true", help="run the warm drain runtime: keep a Spark session and "
-                    f"warm workers, run plans sent to ${drain_runtime.PORT_ENV} (drain_runtime.py)")
-    ap.add_argument("--train-cds", metavar="ARCHIVE", help="only write the JVM class-data-sharing archive "
-                    f"(image build / dev setup; the drain uses {CDS_ARCHIVE_NAME} next to the jars) and exit")
+    ap.add_argument(
+        "--serve",
+        action="store_true",
+        help="run the warm drain runtime: keep a Spark session and "
+        f"warm workers, run plans sent to ${drain_runtime.PORT_ENV} (drain_runtime.py)",
+    )
+    ap.add_argument(
+        "--train-cds",
+        metavar="ARCHIVE",
+        help="only write the JVM class-data-sharing archive "
+        f"(image build / dev setup; the drain uses {CDS_ARCHIVE_NAME} next to the jars) and exit",
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
     jsonlog.setup(os.environ.get("LAGPILOT_LOG_LEVEL", "INFO").upper())
     if args.train_cds:
@@ -611,7 +831,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert plan is not None
     outcome = _in_warm_runtime(plan, plan_text)
     if outcome is None:
-        outcome = drain_runtime.outcome_of(lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key))
+        outcome = drain_runtime.outcome_of(
+            lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key)
+        )
     return _report(outcome, plan, args.summary_file)
 
 
@@ -619,8 +841,12 @@ def _train_cds_only(args: argparse.Namespace) -> int:
     """``--train-cds``: only write the JVM class-data-sharing archive."""
     t = time.time()
     ok = train_cds(args.train_cds, resolve_jars(args.jars or os.environ.get("LAGPILOT_SPARK_JARS")))
-    log.info("cds archive", extra=_fields(event="drain_cds_archive", path=args.train_cds, written=ok,
-                                           seconds=round(time.time() - t, 1)))
+    log.info(
+        "cds archive",
+        extra=_fields(
+            event="drain_cds_archive", path=args.train_cds, written=ok, seconds=round(time.time() - t, 1)
+        ),
+    )
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -628,7 +854,9 @@ def _part_key(args: argparse.Namespace) -> bytes:
     """A busy drain's part key (plan_auth.PART_KEY_ENV), taken out of the environment (b"": serving,
     absent or malformed: wait_for_part then refuses every part and says so)."""
     try:
-        return plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
+        return (
+            plan_auth.parse_key(os.environ.pop(plan_auth.PART_KEY_ENV, "") or "") if not args.serve else b""
+        )
     except ValueError:
         return b""  # absent or malformed: wait_for_part refuses every part and says so
 
@@ -645,10 +873,13 @@ def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
         try:  # the operator's signature of this plan: the runtime runs nothing else
             auth = plan_auth.PlanAuth.from_dict(json.loads(os.environ.get(plan_auth.AUTH_ENV) or "null"))
         except (ValueError, plan_auth.Refused) as exc:
-            log.info("no signature for the warm drain runtime: draining here", extra=_fields(
-                event="drain_runtime_unreachable", drain=plan.drain_id, reason=str(exc)))
+            log.info(
+                "no signature for the warm drain runtime: draining here",
+                extra=_fields(event="drain_runtime_unreachable", drain=plan.drain_id, reason=str(exc)),
+            )
             url = None
     if url:
+
         def terminated(signum: int, frame: Any) -> None:
             raise drain_runtime.Terminated()
 
@@ -656,11 +887,15 @@ def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
         signal.signal(signal.SIGTERM, terminated)
         try:
             outcome = drain_runtime.request(url, plan, auth=auth, plan_text=plan_text)
-            log.info("the drain ran in the warm runtime", extra=_fields(event="drain_runtime_used", drain=plan.drain_id,
-                                                                          exit=outcome.exit))
+            log.info(
+                "the drain ran in the warm runtime",
+                extra=_fields(event="drain_runtime_used", drain=plan.drain_id, exit=outcome.exit),
+            )
         except drain_runtime.Unreachable as exc:
-            log.info("no warm drain runtime: draining here", extra=_fields(event="drain_runtime_unreachable",
-                                                                          drain=plan.drain_id, reason=str(exc)))
+            log.info(
+                "no warm drain runtime: draining here",
+                extra=_fields(event="drain_runtime_unreachable", drain=plan.drain_id, reason=str(exc)),
+            )
     return outcome
 
 

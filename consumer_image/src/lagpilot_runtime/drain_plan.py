@@ -17,6 +17,7 @@ and without it that CR's drain would read a deleted CR's leftover progress (a CR
 ``finalizers: null`` never deletes its groups) and skip records. A plan without a tag (the benches,
 which run without a CR) keeps ``<groupId>.lagpilot-drain.<drainId>.<k>``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -105,7 +106,9 @@ class DrainPlan:
             subs.sort(key=lambda s: s.start)
             for a, b in zip(subs, subs[1:]):
                 if b.start < a.end:
-                    raise ValueError(f"overlapping sub-ranges in partition {p}: {a.to_dict()} and {b.to_dict()}")
+                    raise ValueError(
+                        f"overlapping sub-ranges in partition {p}: {a.to_dict()} and {b.to_dict()}"
+                    )
         return self
 
     def partition_ranges(self) -> dict[int, tuple[int, int]]:
@@ -118,21 +121,27 @@ class DrainPlan:
 
     def progress_groups(self) -> list[str]:
         """The progress group names, one per sub-range index."""
-        return sorted({progress_group(self.group_id, self.drain_id, s.index, self.owner) for s in self.sub_ranges})
+        return sorted(
+            {progress_group(self.group_id, self.drain_id, s.index, self.owner) for s in self.sub_ranges}
+        )
 
     def to_json(self) -> str:
-        return json.dumps({
-            **({"owner": self.owner} if self.owner else {}),
-            "drainId": self.drain_id,
-            "topic": self.topic,
-            "groupId": self.group_id,
-            "batchMaxRecords": self.batch_max_records,
-            "parallelism": self.parallelism,
-            "readCommitted": self.read_committed,
-            "subRanges": [s.to_dict() for s in self.sub_ranges],
-            **({"busy": True, "round": self.round} if self.busy else {}),
-            **({"attempt": self.attempt} if self.attempt else {}),
-        }, separators=(",", ":"), sort_keys=True)
+        return json.dumps(
+            {
+                **({"owner": self.owner} if self.owner else {}),
+                "drainId": self.drain_id,
+                "topic": self.topic,
+                "groupId": self.group_id,
+                "batchMaxRecords": self.batch_max_records,
+                "parallelism": self.parallelism,
+                "readCommitted": self.read_committed,
+                "subRanges": [s.to_dict() for s in self.sub_ranges],
+                **({"busy": True, "round": self.round} if self.busy else {}),
+                **({"attempt": self.attempt} if self.attempt else {}),
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "DrainPlan":
@@ -226,8 +235,9 @@ def parse_progress_metadata(metadata: str | None) -> int:
     return int(value) if value is not None and value.isdigit() else 0
 
 
-def split_ranges(ranges: Mapping[int, tuple[int, int]], split_factor: int,
-                 min_records_per_task: int = 1) -> tuple[SubRange, ...]:
+def split_ranges(
+    ranges: Mapping[int, tuple[int, int]], split_factor: int, min_records_per_task: int = 1
+) -> tuple[SubRange, ...]:
     """Cut each partition's ``[start, end)`` into ``split_factor`` near-equal sub-ranges.
 
     A partition with fewer than ``split_factor * min_records_per_task`` records gets fewer pieces

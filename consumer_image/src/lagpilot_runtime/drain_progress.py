@@ -3,6 +3,7 @@ plus the Kafka reads/writes). Progress of sub-range k of a partition is the comm
 memberless group ``<groupId>.lagpilot-drain.<drainId>.<k>`` (lagpilot_runtime.drain_plan), and for a
 progress-committing handler also the sink's own record; a retry skips what either recorded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -11,8 +12,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .config import ConsumerConfig
-from .drain_plan import (DrainPlan, SubRange, parse_progress_lost, parse_progress_metadata, progress_group,
-                         progress_metadata)
+from .drain_plan import (
+    DrainPlan,
+    SubRange,
+    parse_progress_lost,
+    parse_progress_metadata,
+    progress_group,
+    progress_metadata,
+)
 from .jsonlog import fields as _fields
 
 log = logging.getLogger("lagpilot.drain")
@@ -38,7 +45,9 @@ def transient(err: Any) -> bool:
     return code in COORDINATOR_MOVING or bool(hasattr(err, "retriable") and err.retriable())
 
 
-def coordinated(call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_TIMEOUT_S, what: str = "") -> Any:
+def coordinated(
+    call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_TIMEOUT_S, what: str = ""
+) -> Any:
     """``call(seconds left)`` — one read or commit of a progress group — retried with back-off while
     it raises a ``transient`` KafkaException, until ``timeout_s`` is spent (then the last error is
     raised); any other error at once. The one retry layer of a drain's progress reads and commits. A
@@ -53,8 +62,12 @@ def coordinated(call: Callable[[float], Any], timeout_s: float = PROGRESS_CALL_T
         except KafkaException as exc:
             if not transient(exc.args[0] if exc.args else None) or time.monotonic() + wait > deadline:
                 raise
-            log.info("group coordinator moving; retrying", extra=_fields(
-                event="drain_coordinator_retry", call=what, error=str(exc.args[0])[:200], wait_s=wait))
+            log.info(
+                "group coordinator moving; retrying",
+                extra=_fields(
+                    event="drain_coordinator_retry", call=what, error=str(exc.args[0])[:200], wait_s=wait
+                ),
+            )
             time.sleep(wait)
             wait = min(_BACKOFF_S[1], wait * 2)
 
@@ -87,13 +100,19 @@ def progress_consumer(cfg: ConsumerConfig, group: str) -> Any:
     """A consumer that never subscribes: it only commits/reads the progress group's offsets."""
     from confluent_kafka import Consumer
 
-    conf: dict[str, Any] = {"bootstrap.servers": cfg.bootstrap_servers, "group.id": group,
-                            "enable.auto.commit": False, "client.id": "lagpilot-drain-progress"}
+    conf: dict[str, Any] = {
+        "bootstrap.servers": cfg.bootstrap_servers,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "client.id": "lagpilot-drain-progress",
+    }
     conf.update(cfg.kafka_security())
     return Consumer(conf, logger=logging.getLogger("lagpilot.drain.librdkafka"))
 
 
-def read_progress(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0) -> dict[tuple[int, int], tuple[int, int]]:
+def read_progress(
+    cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0
+) -> dict[tuple[int, int], tuple[int, int]]:
     """(partition, index) -> (next offset, records done) for every sub-range; start/0 if none committed."""
     from confluent_kafka import TopicPartition
 
@@ -113,11 +132,16 @@ def read_progress(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0)
             if tp is None or tp.offset < 0:
                 out[(s.partition, s.index)] = (s.start, 0)
             else:
-                out[(s.partition, s.index)] = (min(max(tp.offset, s.start), s.end), parse_progress_metadata(getattr(tp, "metadata", None)))
+                out[(s.partition, s.index)] = (
+                    min(max(tp.offset, s.start), s.end),
+                    parse_progress_metadata(getattr(tp, "metadata", None)),
+                )
     return out
 
 
-def remaining_work(plan: DrainPlan, progress: Mapping[tuple[int, int], tuple[int, int]]) -> list[tuple[SubRange, int]]:
+def remaining_work(
+    plan: DrainPlan, progress: Mapping[tuple[int, int], tuple[int, int]]
+) -> list[tuple[SubRange, int]]:
     """(sub-range, where to start) for every sub-range not finished yet."""
     out = []
     for s in plan.sub_ranges:
@@ -133,11 +157,16 @@ def check_retention(plan: DrainPlan, work: Sequence[tuple[SubRange, int]], low: 
     for s, start in work:
         lw = low.get(s.partition)
         if lw is not None and lw > start:
-            lost.append(f"partition {s.partition}: offsets {start}..{min(lw, s.end) - 1} deleted by retention "
-                        f"(low watermark {lw}, drain sub-range [{s.start}, {s.end}))")
+            lost.append(
+                f"partition {s.partition}: offsets {start}..{min(lw, s.end) - 1} deleted by retention "
+                f"(low watermark {lw}, drain sub-range [{s.start}, {s.end}))"
+            )
     if lost:
-        raise RetentionError(f"topic {plan.topic}: the drain range starts before the earliest retained record; "
-                             + "; ".join(lost) + ". Those records cannot be processed; the rest was not started.")
+        raise RetentionError(
+            f"topic {plan.topic}: the drain range starts before the earliest retained record; "
+            + "; ".join(lost)
+            + ". Those records cannot be processed; the rest was not started."
+        )
 
 
 def sink_next(handler: Any, topic: str, s: SubRange, ctx: Any) -> int | None:
@@ -152,13 +181,19 @@ def range_context(cfg: ConsumerConfig, plan: DrainPlan, s: SubRange) -> Any:
     """The handler context of sub-range ``s`` of ``plan`` (its progress scope), for reads outside a task."""
     from .handler import BatchContext
 
-    return BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
-                        source="drain", group_id=plan.group_id, drain_id=plan.drain_id,
-                        sub_range=(s.partition, s.index, s.start, s.end))
+    return BatchContext(
+        config=dict(cfg.handler_config),
+        logger=logging.getLogger("lagpilot.handler"),
+        source="drain",
+        group_id=plan.group_id,
+        drain_id=plan.drain_id,
+        sub_range=(s.partition, s.index, s.start, s.end),
+    )
 
 
-def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
-                     timeout_s: float = 30.0) -> list[tuple[SubRange, int]]:
+def catch_up_to_sink(
+    cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], timeout_s: float = 30.0
+) -> list[tuple[SubRange, int]]:
     """For a progress-committing handler (docs/consumer.md): where the sink's progress of a sub-range
     is ahead of its progress group (a crash between the two commits, or the group's offsets expired
     after offsets.retention.minutes), commit the sink's value to the progress group and start
@@ -185,23 +220,41 @@ def catch_up_to_sink(cfg: ConsumerConfig, plan: DrainPlan, work: Sequence[tuple[
             try:
                 got = read_committed(c, [TopicPartition(plan.topic, s.partition)], timeout_s)[0]
                 meta = getattr(got, "metadata", None) if got.offset is not None and got.offset >= 0 else None
-                commit_progress(c, TopicPartition(plan.topic, s.partition, nxt, metadata=progress_metadata(
-                    parse_progress_metadata(meta), parse_progress_lost(meta))))
+                commit_progress(
+                    c,
+                    TopicPartition(
+                        plan.topic,
+                        s.partition,
+                        nxt,
+                        metadata=progress_metadata(parse_progress_metadata(meta), parse_progress_lost(meta)),
+                    ),
+                )
             finally:
                 c.close()
-            log.info("sub-range resumes from the sink's progress", extra=_fields(
-                event="drain_sink_progress_ahead", partition=s.partition, index=s.index, kafka_next=start, sink_next=nxt))
+            log.info(
+                "sub-range resumes from the sink's progress",
+                extra=_fields(
+                    event="drain_sink_progress_ahead",
+                    partition=s.partition,
+                    index=s.index,
+                    kafka_next=start,
+                    sink_next=nxt,
+                ),
+            )
             if nxt < s.end:
                 out.append((s, nxt))
         return out
     except Exception as exc:  # noqa: BLE001 - the tasks check again
-        log.warning("reading the sink's progress in the driver failed", extra=_fields(
-            event="drain_sink_progress_failed", error=str(exc)[:300]))
+        log.warning(
+            "reading the sink's progress in the driver failed",
+            extra=_fields(event="drain_sink_progress_failed", error=str(exc)[:300]),
+        )
         return list(work)
 
 
-def retention_losses(work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]
-                     ) -> tuple[list[tuple[SubRange, int, int]], list[tuple[SubRange, int]]]:
+def retention_losses(
+    work: Sequence[tuple[SubRange, int]], low: Mapping[int, int]
+) -> tuple[list[tuple[SubRange, int, int]], list[tuple[SubRange, int]]]:
     """Split the unfinished work at the partitions' low watermarks (pure).
 
     Returns ``(lost, work)``: ``(sub-range, a, b)`` for every sub-range whose next offset ``a`` is
@@ -233,8 +286,9 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ..
     return tuple((a, b) for a, b in out)
 
 
-def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[SubRange, int, int]],
-                  timeout_s: float = 30.0) -> None:
+def record_losses(
+    cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[SubRange, int, int]], timeout_s: float = 30.0
+) -> None:
     """Commit each lost sub-range's progress past the deleted offsets, with ``lost=a-b`` in its
     metadata (merged with earlier losses): the operator reads it (DataLoss condition, event,
     metric) and the rest of the sub-range, still exact, is drained from there."""
@@ -248,9 +302,16 @@ def record_losses(cfg: ConsumerConfig, plan: DrainPlan, lost: Sequence[tuple[Sub
             if got.offset is not None and got.offset >= b:
                 continue  # already past (a concurrent or earlier record)
             ranges = merge_ranges(parse_progress_lost(meta) + ((a, b),))
-            commit_progress(c, TopicPartition(plan.topic, s.partition, b,
-                                              metadata=progress_metadata(parse_progress_metadata(meta), ranges)),
-                            "recording the retention loss failed")
+            commit_progress(
+                c,
+                TopicPartition(
+                    plan.topic,
+                    s.partition,
+                    b,
+                    metadata=progress_metadata(parse_progress_metadata(meta), ranges),
+                ),
+                "recording the retention loss failed",
+            )
         finally:
             c.close()
 
@@ -260,26 +321,37 @@ def low_watermarks(cfg: ConsumerConfig, plan: DrainPlan, timeout_s: float = 30.0
 
     c = progress_consumer(cfg, progress_group(plan.group_id, plan.drain_id, 0, plan.owner))
     try:
-        return {p: int(c.get_watermark_offsets(TopicPartition(plan.topic, p), timeout=timeout_s)[0])
-                for p in sorted({s.partition for s in plan.sub_ranges})}
+        return {
+            p: int(c.get_watermark_offsets(TopicPartition(plan.topic, p), timeout=timeout_s)[0])
+            for p in sorted({s.partition for s in plan.sub_ranges})
+        }
     finally:
         c.close()
 
 
-def unread_sub_ranges(work: Sequence[tuple[SubRange, int]], results: Iterable[Mapping[str, Any]]
-                      ) -> list[tuple[SubRange, int]]:
+def unread_sub_ranges(
+    work: Sequence[tuple[SubRange, int]], results: Iterable[Mapping[str, Any]]
+) -> list[tuple[SubRange, int]]:
     """The work items whose Spark task handed no record to the handler (pure): no task summary
     names their (partition, index). A task names its sub-range from its first record, so these are
     the sub-ranges in which Spark's reader found no visible record between the next offset and the
     end: every offset there is an aborted transaction's record, a transaction marker (under
     ``read_committed``) or was removed by compaction."""
-    seen = {(int(r["partition"]), int(r["index"])) for r in results
-            if r.get("partition") is not None and r.get("index") is not None}
+    seen = {
+        (int(r["partition"]), int(r["index"]))
+        for r in results
+        if r.get("partition") is not None and r.get("index") is not None
+    }
     return [(s, start) for s, start in work if (s.partition, s.index) not in seen]
 
 
-def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple[SubRange, int]],
-                    timeout_s: float = 30.0, named: bool = False) -> None:
+def complete_unread(
+    cfg: ConsumerConfig,
+    plan: DrainPlan,
+    unread: Sequence[tuple[SubRange, int]],
+    timeout_s: float = 30.0,
+    named: bool = False,
+) -> None:
     """Commit ``end`` as the progress of sub-ranges whose reader reached their end without a visible
     record. Called by the driver only after the Spark job ended without an error: Spark's Kafka reader
     then read every task's range to its ``endingOffset`` (``failOnDataLoss=true``: a position that
@@ -295,15 +367,39 @@ def complete_unread(cfg: ConsumerConfig, plan: DrainPlan, unread: Sequence[tuple
             if has and got.offset >= s.end:
                 continue
             meta = getattr(got, "metadata", None) if has else None
-            commit_progress(c, TopicPartition(plan.topic, s.partition, s.end, metadata=progress_metadata(
-                parse_progress_metadata(meta) if has else 0, parse_progress_lost(meta) if has else ())),
-                f"committing the progress of p{s.partition}#{s.index} failed")
+            commit_progress(
+                c,
+                TopicPartition(
+                    plan.topic,
+                    s.partition,
+                    s.end,
+                    metadata=progress_metadata(
+                        parse_progress_metadata(meta) if has else 0, parse_progress_lost(meta) if has else ()
+                    ),
+                ),
+                f"committing the progress of p{s.partition}#{s.index} failed",
+            )
         finally:
             c.close()
         if named:  # its task handed records to the handler; the tail had none visible (markers, compaction)
-            log.info("sub-range read to its end", extra=_fields(
-                event="drain_sub_range_read_to_end", partition=s.partition, index=s.index, start=s.start, end=s.end))
+            log.info(
+                "sub-range read to its end",
+                extra=_fields(
+                    event="drain_sub_range_read_to_end",
+                    partition=s.partition,
+                    index=s.index,
+                    start=s.start,
+                    end=s.end,
+                ),
+            )
             continue
-        log.info("sub-range read to its end without a visible record", extra=_fields(
-            event="drain_sub_range_no_visible_records", partition=s.partition, index=s.index,
-            start=s.start, end=s.end))
+        log.info(
+            "sub-range read to its end without a visible record",
+            extra=_fields(
+                event="drain_sub_range_no_visible_records",
+                partition=s.partition,
+                index=s.index,
+                start=s.start,
+                end=s.end,
+            ),
+        )

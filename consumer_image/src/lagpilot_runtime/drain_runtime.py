@@ -34,6 +34,7 @@ its own caller can recognise; never the drain id); ``POST /drains`` → 200
 forged, expired, another CR's, a replay), 409 busy, 503 not warm yet, 400 a plan for another
 topic/group, 411/413 no or too large a body.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -139,6 +140,7 @@ def check_plan(plan: DrainPlan, cfg: ConsumerConfig) -> None:
 
 # ---- the runtime (server side) -------------------------------------------------------------------
 
+
 def _discard(batches: Iterable[Any]) -> Iterator[Any]:
     """The warm-up's map: counts the records it is given (never calls the handler)."""
     import pyarrow as pa
@@ -175,9 +177,17 @@ def warm_up_work(watermarks: Mapping[int, tuple[int, int]], parallelism: int) ->
 class DrainRuntime:
     """A warm SparkSession for one group, running one drain plan at a time."""
 
-    def __init__(self, cfg: ConsumerConfig, master: str | None, jars: Sequence[str],
-                 extra_conf: Mapping[str, str], parallelism: int, key: bytes = b"", cr_uid: str = "",
-                 part_key: bytes = b"") -> None:
+    def __init__(
+        self,
+        cfg: ConsumerConfig,
+        master: str | None,
+        jars: Sequence[str],
+        extra_conf: Mapping[str, str],
+        parallelism: int,
+        key: bytes = b"",
+        cr_uid: str = "",
+        part_key: bytes = b"",
+    ) -> None:
         self.cfg, self.jars, self.extra_conf = cfg, list(jars), dict(extra_conf)
         self.master = master or f"local[{max(parallelism, 1)},4]"
         self.parallelism = max(parallelism, 1)
@@ -188,8 +198,12 @@ class DrainRuntime:
         self.running: str | None = None  # running_token of the running plan (healthz)
         self.served = 0
         self.key, self.cr_uid = key, cr_uid  # the CR's plan key and uid (serve(): from the environment)
-        self.part_key = part_key  # the CR's drain part key: a busy drain's next parts (drain_job.wait_for_part)
-        self.taken: tuple[int, int] | None = None  # the newest (drain id, attempt) ever taken: older ones are replays
+        self.part_key = (
+            part_key  # the CR's drain part key: a busy drain's next parts (drain_job.wait_for_part)
+        )
+        self.taken: tuple[int, int] | None = (
+            None  # the newest (drain id, attempt) ever taken: older ones are replays
+        )
         self.kafka_warm = False  # the warm-up read records (an empty topic at start: tried again, rewarm())
 
     def warm_up(self) -> dict[str, float]:
@@ -203,7 +217,9 @@ class DrainRuntime:
         marks["kafka_source_warm"] = time.time()
         self.keep_workers()
         marks["workers_forked"] = time.time()
-        took = {k: round(float(v) - t0, 2) for k, v in marks.items() if v is not None and k != "process_start"}
+        took = {
+            k: round(float(v) - t0, 2) for k, v in marks.items() if v is not None and k != "process_start"
+        }
         self.ready.set()
         log.info("drain runtime warm", extra=_fields(event="drain_runtime_ready", master=self.master, **took))
         return took
@@ -224,29 +240,42 @@ class DrainRuntime:
 
             load_handler(self.cfg.handler_spec)
         except Exception as exc:  # noqa: BLE001 - the drain reports a real import error itself
-            log.info("loading the handler for the warm-up failed", extra=_fields(
-                event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+            log.info(
+                "loading the handler for the warm-up failed",
+                extra=_fields(event="drain_runtime_warm_failed", error=drain_job._short_error(exc)),
+            )
         try:
             c = progress_consumer(self.cfg, f"{self.cfg.group_id}.lagpilot-drain-runtime")
             try:
                 meta = c.list_topics(self.cfg.topic, timeout=30).topics[self.cfg.topic]
-                marks = {p: c.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=30)
-                         for p in sorted(meta.partitions)}
+                marks = {
+                    p: c.get_watermark_offsets(TopicPartition(self.cfg.topic, p), timeout=30)
+                    for p in sorted(meta.partitions)
+                }
             finally:
                 c.close()
             work = warm_up_work(marks, self.parallelism)
             if not work:
                 return
-            plan = DrainPlan("warm-up", self.cfg.topic, self.cfg.group_id, tuple(s for s, _ in work),
-                             parallelism=self.parallelism)
+            plan = DrainPlan(
+                "warm-up",
+                self.cfg.topic,
+                self.cfg.group_id,
+                tuple(s for s, _ in work),
+                parallelism=self.parallelism,
+            )
             opts = drain_spark.spark_kafka_options(self.cfg, False)
             frame = drain_spark.build_frame(self.spark, plan, work, opts)
-            self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-warm-up", "warm-up", interruptOnCancel=True)
+            self.spark.sparkContext.setJobGroup(
+                "lagpilot-drain-runtime-warm-up", "warm-up", interruptOnCancel=True
+            )
             read = sum(int(r["n"]) for r in frame.drop("topic").mapInArrow(_discard, "n long").collect())
             self.kafka_warm = read > 0
         except Exception as exc:  # noqa: BLE001
-            log.info("warming the Kafka source failed", extra=_fields(
-                event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+            log.info(
+                "warming the Kafka source failed",
+                extra=_fields(event="drain_runtime_warm_failed", error=drain_job._short_error(exc)),
+            )
 
     def rewarm(self) -> bool:
         """The drain-shaped warm-up again while the topic had no record to read at start (a new
@@ -261,8 +290,10 @@ class DrainRuntime:
             t0 = time.time()
             self._warm_kafka_source()
             if self.kafka_warm:
-                log.info("drain runtime: Kafka readers warm", extra=_fields(
-                    event="drain_runtime_rewarmed", seconds=round(time.time() - t0, 2)))
+                log.info(
+                    "drain runtime: Kafka readers warm",
+                    extra=_fields(event="drain_runtime_rewarmed", seconds=round(time.time() - t0, 2)),
+                )
             return self.kafka_warm
         finally:
             self._plan_lock.release()
@@ -279,21 +310,27 @@ class DrainRuntime:
         if self.current is not None:  # a plan's tasks keep the workers alive
             return False
         try:
-            self.spark.sparkContext.setJobGroup("lagpilot-drain-runtime-keep-warm", "keep workers", interruptOnCancel=True)
+            self.spark.sparkContext.setJobGroup(
+                "lagpilot-drain-runtime-keep-warm", "keep workers", interruptOnCancel=True
+            )
             self.spark.range(0, self.parallelism, numPartitions=self.parallelism).mapInArrow(
-                _discard, "n long").collect()
+                _discard, "n long"
+            ).collect()
             return True
         except Exception as exc:  # noqa: BLE001 - best effort
-            log.info("keeping the workers warm failed", extra=_fields(
-                event="drain_runtime_warm_failed", error=drain_job._short_error(exc)))
+            log.info(
+                "keeping the workers warm failed",
+                extra=_fields(event="drain_runtime_warm_failed", error=drain_job._short_error(exc)),
+            )
             return False
 
     def _refused(self, reason: str) -> tuple[int, Outcome]:
         log.warning("drain plan refused", extra=_fields(event="drain_runtime_refused", reason=reason))
         return 401, Outcome(drain_job.EXIT_FAILED, f"drain runtime refused the plan: {reason}")
 
-    def serve_plan(self, body: str, caller_gone: Callable[[], bool],
-                   now: Callable[[], float] = time.time) -> tuple[int, Outcome]:
+    def serve_plan(
+        self, body: str, caller_gone: Callable[[], bool], now: Callable[[], float] = time.time
+    ) -> tuple[int, Outcome]:
         """Run one signed plan; (HTTP status, outcome). Cancels the plan's Spark jobs if the caller goes away.
         The signature is checked before anything else (an unsigned caller learns nothing, not even
         "busy"); a refused plan never reaches the drain."""
@@ -318,8 +355,10 @@ class DrainRuntime:
             return 409, Outcome(drain_job.EXIT_FAILED, "drain runtime busy with another plan")
         try:
             if self.taken is not None and order <= self.taken:
-                return self._refused(f"replay: drain {order[0]} attempt {order[1]} is not newer than one "
-                                     "this runtime already took")
+                return self._refused(
+                    f"replay: drain {order[0]} attempt {order[1]} is not newer than one "
+                    "this runtime already took"
+                )
             self.taken = order
             # a drain reads committed records only: the split is the read_committed end offset (LSO)
             plan = dataclasses.replace(plan, read_committed=True)
@@ -329,9 +368,24 @@ class DrainRuntime:
             result: list[Outcome] = []
             gone = threading.Event()  # a busy drain waiting for its next part stops waiting too
             busy: dict[str, Any] = {"part_key": self.part_key, "stopped": gone.is_set} if plan.busy else {}
-            worker = threading.Thread(target=lambda: result.append(outcome_of(lambda: drain_job.run(
-                plan, self.cfg, self.master, self.jars, self.extra_conf, marks, warm_session=self.spark, **busy))),
-                name=f"drain-{plan.drain_id}", daemon=True)
+            worker = threading.Thread(
+                target=lambda: result.append(
+                    outcome_of(
+                        lambda: drain_job.run(
+                            plan,
+                            self.cfg,
+                            self.master,
+                            self.jars,
+                            self.extra_conf,
+                            marks,
+                            warm_session=self.spark,
+                            **busy,
+                        )
+                    )
+                ),
+                name=f"drain-{plan.drain_id}",
+                daemon=True,
+            )
             worker.start()
             cancelled = False
             while worker.is_alive():
@@ -339,15 +393,25 @@ class DrainRuntime:
                 if not cancelled and worker.is_alive() and caller_gone():
                     cancelled = True
                     gone.set()
-                    log.warning("the drain's caller went away: cancelling its Spark jobs", extra=_fields(
-                        event="drain_runtime_cancel", drain=plan.drain_id))
+                    log.warning(
+                        "the drain's caller went away: cancelling its Spark jobs",
+                        extra=_fields(event="drain_runtime_cancel", drain=plan.drain_id),
+                    )
                     self.spark.sparkContext.cancelJobGroup(drain_job.job_group(plan))
             outcome = result[0] if result else Outcome(drain_job.EXIT_FAILED, "drain failed: no result")
             self.served += 1
-            log.info("drain runtime served a plan", extra=_fields(
-                event="drain_runtime_served", drain=plan.drain_id, exit=outcome.exit, cancelled=cancelled,
-                seconds=round(time.time() - received, 2), served=self.served,
-                records=(outcome.summary or {}).get("records")))
+            log.info(
+                "drain runtime served a plan",
+                extra=_fields(
+                    event="drain_runtime_served",
+                    drain=plan.drain_id,
+                    exit=outcome.exit,
+                    cancelled=cancelled,
+                    seconds=round(time.time() - received, 2),
+                    served=self.served,
+                    records=(outcome.summary or {}).get("records"),
+                ),
+            )
             return 200, outcome
         finally:
             self.current = self.running = None
@@ -373,8 +437,10 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if self.path.rstrip("/") == "/healthz":
                 ok = runtime.ready.is_set()
-                self._reply(200 if ok else 503, json.dumps({"warm": ok, "busy": runtime.running is not None,
-                                                            "running": runtime.running}))
+                self._reply(
+                    200 if ok else 503,
+                    json.dumps({"warm": ok, "busy": runtime.running is not None, "running": runtime.running}),
+                )
             else:
                 self._reply(404, "{}")
 
@@ -385,12 +451,21 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
             length = self.headers.get("Content-Length")
             if length is None or not length.strip().isdigit():
                 self.close_connection = True
-                self._reply(411, json.dumps({"exit": drain_job.EXIT_CONFIG, "message": "Content-Length needed"}))
+                self._reply(
+                    411, json.dumps({"exit": drain_job.EXIT_CONFIG, "message": "Content-Length needed"})
+                )
                 return
             if int(length) > MAX_BODY_BYTES:  # refused unread
                 self.close_connection = True
-                self._reply(413, json.dumps({"exit": drain_job.EXIT_CONFIG,
-                                             "message": f"a plan has at most {MAX_BODY_BYTES} bytes"}))
+                self._reply(
+                    413,
+                    json.dumps(
+                        {
+                            "exit": drain_job.EXIT_CONFIG,
+                            "message": f"a plan has at most {MAX_BODY_BYTES} bytes",
+                        }
+                    ),
+                )
                 return
             text = self.rfile.read(int(length)).decode(errors="replace")
             status, outcome = runtime.serve_plan(text, lambda: peer_closed(self.connection))
@@ -409,7 +484,9 @@ class BoundedServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int
+    ) -> None:
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(max(1, max_connections))
 
@@ -417,7 +494,9 @@ class BoundedServer(ThreadingHTTPServer):
         if not self._slots.acquire(blocking=False):
             try:
                 request.settimeout(1.0)
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                request.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
             except OSError:
                 pass
             self.shutdown_request(request)
@@ -450,15 +529,22 @@ def runtime_identity(env: Mapping[str, str]) -> tuple[bytes, str]:
         raise ValueError(f"{plan_auth.KEY_ENV} is not a {plan_auth.KEY_BYTES}-byte hex key") from None
     want = env.get(plan_auth.KEY_ID_ENV)
     if want and plan_auth.key_id(key) != want:
-        raise ValueError(f"{plan_auth.KEY_ENV} is not the key the operator signs with ({plan_auth.KEY_ID_ENV})")
+        raise ValueError(
+            f"{plan_auth.KEY_ENV} is not the key the operator signs with ({plan_auth.KEY_ID_ENV})"
+        )
     uid = env.get(plan_auth.CR_UID_ENV) or ""
     if not uid:
         raise ValueError(f"{plan_auth.CR_UID_ENV} is not set")
     return key, uid
 
 
-def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str],
-          env: Mapping[str, str] | None = None) -> int:
+def serve(
+    cfg: ConsumerConfig,
+    master: str | None,
+    jars: Sequence[str],
+    extra_conf: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> int:
     """`lagpilot drain --serve`: listen first (healthz says 503), warm up, then serve until killed."""
     e = os.environ if env is None else env
     port = int(e.get(PORT_ENV) or DEFAULT_PORT)
@@ -477,11 +563,15 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
     except ValueError:
         part_key = b""
     os.environ.pop(plan_auth.PART_KEY_ENV, None)
-    runtime = DrainRuntime(cfg, master, jars, extra_conf, parallelism, key=key, cr_uid=cr_uid, part_key=part_key)
+    runtime = DrainRuntime(
+        cfg, master, jars, extra_conf, parallelism, key=key, cr_uid=cr_uid, part_key=part_key
+    )
     server = make_server(runtime, "0.0.0.0", port)
     threading.Thread(target=server.serve_forever, name="drain-runtime-http", daemon=True).start()
-    log.info("drain runtime listening", extra=_fields(event="drain_runtime_listening", port=port,
-                                                                  parallelism=parallelism))
+    log.info(
+        "drain runtime listening",
+        extra=_fields(event="drain_runtime_listening", port=port, parallelism=parallelism),
+    )
     runtime.warm_up()
     try:
         while True:  # Spark kills Python workers idle for a minute: keep them (a few ms of CPU)
@@ -498,6 +588,7 @@ def serve(cfg: ConsumerConfig, master: str | None, jars: Sequence[str], extra_co
 
 
 # ---- the drain Job's side (client) ---------------------------------------------------------------
+
 
 class Unreachable(Exception):
     """Nothing warm answers at the runtime's address: the Job drains by itself."""
@@ -556,8 +647,15 @@ def probe(host: str, port: int, timeout_s: float) -> str | None:
         conn.close()
 
 
-def _await_answer(conn: http.client.HTTPConnection, host: str, port: int, token: str, heartbeat_s: float,
-                  probe_timeout_s: float, max_misses: int) -> bool:
+def _await_answer(
+    conn: http.client.HTTPConnection,
+    host: str,
+    port: int,
+    token: str,
+    heartbeat_s: float,
+    probe_timeout_s: float,
+    max_misses: int,
+) -> bool:
     """Wait until the runtime's answer starts arriving on ``conn`` (True), checking between
     heartbeats that the runtime still runs this plan; False after ``max_misses`` checks in a row
     unanswered (or answered by a runtime that does not run it): the runtime stopped answering."""
@@ -574,8 +672,9 @@ def _await_answer(conn: http.client.HTTPConnection, host: str, port: int, token:
             return False
 
 
-def _heartbeat(heartbeat_s: float | None, probe_timeout_s: float | None, max_misses: int | None
-               ) -> tuple[float, float, int]:
+def _heartbeat(
+    heartbeat_s: float | None, probe_timeout_s: float | None, max_misses: int | None
+) -> tuple[float, float, int]:
     """(seconds between heartbeats, a probe's timeout, misses in a row that end the wait): the
     arguments where given, else the environment's settings (``heartbeat_settings``)."""
     every, check_timeout, misses = heartbeat_settings()
@@ -598,12 +697,20 @@ def _request_body(plan: DrainPlan, plan_text: str | None, auth: plan_auth.PlanAu
     return body, token
 
 
-def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
-            sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic,
-            stop_wait_s: float = STOP_WAIT_S, auth: plan_auth.PlanAuth | None = None,
-            plan_text: str | None = None, heartbeat_s: float | None = None,
-            probe_timeout_s: float | None = None, max_misses: int | None = None,
-            connect_wait_s: float | None = None) -> Outcome:
+def request(
+    url: str,
+    plan: DrainPlan,
+    busy_wait_s: float = BUSY_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+    stop_wait_s: float = STOP_WAIT_S,
+    auth: plan_auth.PlanAuth | None = None,
+    plan_text: str | None = None,
+    heartbeat_s: float | None = None,
+    probe_timeout_s: float | None = None,
+    max_misses: int | None = None,
+    connect_wait_s: float | None = None,
+) -> Outcome:
     """Send the plan to the runtime and wait for the attempt's end. Raises Unreachable when nothing
     listens (or it is not warm yet): no attempt of this drain can be running there then. A
     connection that does not open is tried again for ``connect_wait_s`` (default
@@ -642,25 +749,35 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
                 raise Unreachable(f"no drain runtime at {host}:{port}: {exc.__class__.__name__}") from exc
             _keepalive(conn.sock)
             try:
-                conn.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
+                conn.request(
+                    "POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"}
+                )
                 # a drain takes as long as it takes: wait for its answer as long as the runtime shows
                 # it running (heartbeat); the Job's activeDeadlineSeconds bounds the whole attempt
                 if not _await_answer(conn, host, port, token, every, check_timeout, misses):
                     conn.close()  # a runtime that resumes sees its caller gone and cancels the plan
-                    return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime at {host}:{port} stopped "
-                                   f"answering ({misses} heartbeats {every:g} s apart without it running drain "
-                                   f"{plan.drain_id}); attempt abandoned")
+                    return Outcome(
+                        drain_job.EXIT_FAILED,
+                        f"drain failed: the drain runtime at {host}:{port} stopped "
+                        f"answering ({misses} heartbeats {every:g} s apart without it running drain "
+                        f"{plan.drain_id}); attempt abandoned",
+                    )
                 conn.sock.settimeout(ANSWER_TIMEOUT_S)
                 resp = conn.getresponse()
                 answer = resp.read().decode()
             except Terminated:
                 conn.close()
                 stopped = wait_not_running(host, port, token, stop_wait_s, sleep, now)
-                return Outcome(drain_job.EXIT_FAILED, "drain stopped (SIGTERM): the runtime cancelled it"
-                               + ("" if stopped else f"; not confirmed within {stop_wait_s:.0f} s"))
+                return Outcome(
+                    drain_job.EXIT_FAILED,
+                    "drain stopped (SIGTERM): the runtime cancelled it"
+                    + ("" if stopped else f"; not confirmed within {stop_wait_s:.0f} s"),
+                )
             except (OSError, http.client.HTTPException) as exc:
-                return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime connection was lost: "
-                                                      f"{exc.__class__.__name__}")
+                return Outcome(
+                    drain_job.EXIT_FAILED,
+                    f"drain failed: the drain runtime connection was lost: {exc.__class__.__name__}",
+                )
         finally:
             conn.close()
         if resp.status == 503:
@@ -671,11 +788,19 @@ def request(url: str, plan: DrainPlan, busy_wait_s: float = BUSY_WAIT_S,
         try:
             return Outcome.from_json(answer)
         except (ValueError, KeyError, TypeError):
-            return Outcome(drain_job.EXIT_FAILED, f"drain failed: the drain runtime answered HTTP {resp.status}")
+            return Outcome(
+                drain_job.EXIT_FAILED, f"drain failed: the drain runtime answered HTTP {resp.status}"
+            )
 
 
-def wait_not_running(host: str, port: int, token: str, timeout_s: float,
-                     sleep: Callable[[float], None] = time.sleep, now: Callable[[], float] = time.monotonic) -> bool:
+def wait_not_running(
+    host: str,
+    port: int,
+    token: str,
+    timeout_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], float] = time.monotonic,
+) -> bool:
     """True once the runtime at host:port is not running the plan whose ``running_token`` is
     ``token`` (or is gone)."""
     deadline = now() + timeout_s

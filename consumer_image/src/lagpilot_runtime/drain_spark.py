@@ -3,6 +3,7 @@ settings (JVM options, the class-data-sharing archive), the Kafka relations of a
 work (one Spark task per sub-range), and warming the Python workers. Pure where it can be
 (``session_conf``, ``relation_options``, ``spark_kafka_options``); the rest needs pyspark.
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,8 +44,10 @@ def spark_kafka_options(cfg: ConsumerConfig, read_committed: bool) -> dict[str, 
     if cfg.security_protocol.startswith("SASL_") and cfg.sasl_mechanism == "OAUTHBEARER":
         # OIDC client credentials with kafka-clients' own login handler: it fetches the token at
         # the token endpoint and refreshes it before expiry (KIP-768)
-        jaas = (f"{OAUTH_LOGIN_MODULE} required clientId={_jaas_quote(cfg.oauth_client_id or '')} "
-                f"clientSecret={_jaas_quote(cfg.oauth_client_secret or '')}")
+        jaas = (
+            f"{OAUTH_LOGIN_MODULE} required clientId={_jaas_quote(cfg.oauth_client_id or '')} "
+            f"clientSecret={_jaas_quote(cfg.oauth_client_secret or '')}"
+        )
         if cfg.oauth_scope:
             jaas += f" scope={_jaas_quote(cfg.oauth_scope)}"
         opts["kafka.sasl.mechanism"] = "OAUTHBEARER"
@@ -53,11 +56,16 @@ def spark_kafka_options(cfg: ConsumerConfig, read_committed: bool) -> dict[str, 
         opts["kafka.sasl.oauthbearer.token.endpoint.url"] = cfg.oauth_token_endpoint_url or ""
     elif cfg.security_protocol.startswith("SASL_"):
         mech = cfg.sasl_mechanism or "PLAIN"
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mech == "PLAIN"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if mech == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
         opts["kafka.sasl.mechanism"] = mech
-        opts["kafka.sasl.jaas.config"] = (f"{module} required username={_jaas_quote(cfg.sasl_username or '')} "
-                                          f"password={_jaas_quote(cfg.sasl_password or '')};")
+        opts["kafka.sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quote(cfg.sasl_username or '')} "
+            f"password={_jaas_quote(cfg.sasl_password or '')};"
+        )
     if cfg.security_protocol in ("SSL", "SASL_SSL"):
         if cfg.ssl_ca_pem:
             opts["kafka.ssl.truststore.type"] = "PEM"
@@ -104,8 +112,13 @@ def _arrow_available() -> bool:
     return True
 
 
-def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
-                 extra_conf: Mapping[str, str], env: Mapping[str, str] | None = None) -> dict[str, str]:
+def session_conf(
+    plan: DrainPlan,
+    master: str | None,
+    jars: Sequence[str],
+    extra_conf: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The drain's Spark settings (pure). ``extra_conf`` (LAGPILOT_SPARK_CONF) wins over everything."""
     e = os.environ if env is None else env
     master = master or f"local[{plan.parallelism},4]"
@@ -130,7 +143,9 @@ def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
         # start-up: C1 only (the JVM's work is a Kafka fetch + Arrow copy; the sink is the bottleneck),
         # serial GC (cheaper to start than G1 on a small pod); LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS
         # replaces them; a class-data-sharing archive (LAGPILOT_SPARK_CDS_ARCHIVE) is added when present
-        "spark.driver.extraJavaOptions": driver_java_options(e, cds_archive(jars, e) if master.startswith("local") else None),
+        "spark.driver.extraJavaOptions": driver_java_options(
+            e, cds_archive(jars, e) if master.startswith("local") else None
+        ),
         # workers fork from a daemon that already imported pyarrow, the handler...
         "spark.python.daemon.module": "lagpilot_runtime.spark_daemon",
     }
@@ -142,7 +157,9 @@ def session_conf(plan: DrainPlan, master: str | None, jars: Sequence[str],
             conf["spark.kubernetes.driver.pod.name"] = e["LAGPILOT_POD_NAME"]
     if master.startswith("local-cluster"):
         # separate executor JVMs on this host (bench/drain.py --executors): the driver's start-up options
-        conf["spark.executor.extraJavaOptions"] = e.get("LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS)
+        conf["spark.executor.extraJavaOptions"] = e.get(
+            "LAGPILOT_SPARK_DRIVER_JAVA_OPTIONS", DEFAULT_DRIVER_JAVA_OPTIONS
+        )
     if master.startswith("local"):
         # everything is in this pod/process: no need to resolve (or expose) the host name
         conf["spark.driver.host"] = "127.0.0.1"
@@ -191,8 +208,13 @@ def driver_java_options(env: Mapping[str, str], archive: str | None = None) -> s
     return opts
 
 
-def build_session(plan: DrainPlan, master: str | None, jars: Sequence[str], extra_conf: Mapping[str, str],
-                  marks: dict[str, float | None] | None = None) -> Any:
+def build_session(
+    plan: DrainPlan,
+    master: str | None,
+    jars: Sequence[str],
+    extra_conf: Mapping[str, str],
+    marks: dict[str, float | None] | None = None,
+) -> Any:
     """Start the JVM and the SparkSession; records ``pyspark_imported``/``jvm_up``/``session_ready`` in marks."""
     marks = {} if marks is None else marks
     # the Python workers must be this interpreter (the image's / the venv's), not whatever
@@ -257,16 +279,19 @@ def relation_options(topic: str, work: Sequence[tuple[SubRange, int]]) -> list[d
     out = []
     for _, items in sorted(by_index.items()):
         items.sort(key=lambda it: it[0].partition)
-        out.append({
-            "assign": json.dumps({topic: [s.partition for s, _ in items]}),
-            "startingOffsets": json.dumps({topic: {str(s.partition): start for s, start in items}}),
-            "endingOffsets": json.dumps({topic: {str(s.partition): s.end for s, _ in items}}),
-        })
+        out.append(
+            {
+                "assign": json.dumps({topic: [s.partition for s, _ in items]}),
+                "startingOffsets": json.dumps({topic: {str(s.partition): start for s, start in items}}),
+                "endingOffsets": json.dumps({topic: {str(s.partition): s.end for s, _ in items}}),
+            }
+        )
     return out
 
 
-def build_frames(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]],
-                 kafka_opts: Mapping[str, str]) -> list[Any]:
+def build_frames(
+    spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]
+) -> list[Any]:
     """One Kafka relation per sub-range index for the unfinished work: one Spark task per sub-range."""
     from pyspark.sql import functions as F
 
@@ -275,12 +300,23 @@ def build_frames(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int
         reader = spark.read.format("kafka")
         for k, v in {**kafka_opts, **opts}.items():
             reader = reader.option(k, v)
-        frames.append(reader.load().select("topic", "partition", "offset", "key", "value", "headers",
-                                           F.unix_millis(F.col("timestamp")).alias("ts_ms")))
+        frames.append(
+            reader.load().select(
+                "topic",
+                "partition",
+                "offset",
+                "key",
+                "value",
+                "headers",
+                F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+            )
+        )
     return frames
 
 
-def build_frame(spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]) -> Any:
+def build_frame(
+    spark: Any, plan: DrainPlan, work: Sequence[tuple[SubRange, int]], kafka_opts: Mapping[str, str]
+) -> Any:
     """The Kafka relations for the unfinished work, unioned: one Spark task per sub-range."""
     return functools.reduce(lambda a, b: a.unionByName(b), build_frames(spark, plan, work, kafka_opts))
 
@@ -322,8 +358,10 @@ def name_tasks(spark: Any, partitions_of: Any, drain_id: str) -> bool:
         ranges = task_ranges(partitions_of())
     except Exception as exc:  # noqa: BLE001 - the tasks fall back to their first record
         sc.setLocalProperty(TASK_RANGES_PROPERTY, None)
-        log.info("drain tasks not named before the job (their first record names them)", extra=_fields(
-            event="drain_tasks_not_named", drain=drain_id, error=str(exc)[:300]))
+        log.info(
+            "drain tasks not named before the job (their first record names them)",
+            extra=_fields(event="drain_tasks_not_named", drain=drain_id, error=str(exc)[:300]),
+        )
         return False
     sc.setLocalProperty(TASK_RANGES_PROPERTY, json.dumps(ranges))
     return True
@@ -334,7 +372,9 @@ def planned_partitions(job: Any) -> Any:
     return job._jdf.queryExecution().executedPlan().execute().partitions()
 
 
-def collect_in_parallel(spark: Any, jobs: Sequence[Any], drain_id: str = "") -> tuple[list[dict[str, Any]], list[float]]:
+def collect_in_parallel(
+    spark: Any, jobs: Sequence[Any], drain_id: str = ""
+) -> tuple[list[dict[str, Any]], list[float]]:
     """Plan and run one Spark job per relation, each from its own thread (pinned to its own JVM thread).
 
     Spark's Kafka source plans a relation by creating an admin client and asking the broker for the
@@ -379,7 +419,10 @@ def collect_in_parallel(spark: Any, jobs: Sequence[Any], drain_id: str = "") -> 
                 except Exception:  # noqa: BLE001
                     pass
 
-    threads = [threading.Thread(target=one, args=(i, j), name=f"drain-job-{i}", daemon=True) for i, j in enumerate(jobs)]
+    threads = [
+        threading.Thread(target=one, args=(i, j), name=f"drain-job-{i}", daemon=True)
+        for i, j in enumerate(jobs)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -402,7 +445,10 @@ def warm_workers(spark: Any, marks: dict[str, float | None]) -> Any:
             spark.range(0, 1, numPartitions=1).mapInArrow(_train_map, "n long").collect()
             marks["workers_warm"] = time.time()
         except Exception as exc:  # noqa: BLE001
-            log.info("warming the Python workers failed", extra=_fields(event="drain_warm_failed", error=str(exc)[:200]))
+            log.info(
+                "warming the Python workers failed",
+                extra=_fields(event="drain_warm_failed", error=str(exc)[:200]),
+            )
 
     t = threading.Thread(target=go, name="drain-warm-workers", daemon=True)
     t.start()
@@ -416,7 +462,9 @@ def _train_map(batches: Iterable[Any]) -> Iterator[Any]:
     yield pa.RecordBatch.from_pylist([{"n": n}], schema=pa.schema([("n", pa.int64())]))
 
 
-def train_cds(archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9", timeout_s: float = 600.0) -> bool:
+def train_cds(
+    archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9", timeout_s: float = 600.0
+) -> bool:
     """Write a class-data-sharing archive of the classes a drain loads (run once per image / dev cache).
 
     Starts the drain's JVM with ``-XX:ArchiveClassesAtExit``, plans a Kafka relation (against
@@ -442,22 +490,39 @@ def train_cds(archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9",
     spark = SparkSession.builder.config(conf=sconf).getOrCreate()
     try:
         reader = spark.read.format("kafka")
-        opts = {"kafka.bootstrap.servers": bootstrap, "kafka.default.api.timeout.ms": "3000",
-                "kafka.request.timeout.ms": "2000", "fetchOffset.numRetries": "1", "failOnDataLoss": "true",
-                "includeHeaders": "true", **read_options(plan.topic, plan.sub_ranges[0], 0)}
+        opts = {
+            "kafka.bootstrap.servers": bootstrap,
+            "kafka.default.api.timeout.ms": "3000",
+            "kafka.request.timeout.ms": "2000",
+            "fetchOffset.numRetries": "1",
+            "failOnDataLoss": "true",
+            "includeHeaders": "true",
+            **read_options(plan.topic, plan.sub_ranges[0], 0),
+        }
         for k, v in opts.items():
             reader = reader.option(k, v)
-        kafka_df = reader.load().select("topic", "partition", "offset", "key", "value", "headers",
-                                        F.unix_millis(F.col("timestamp")).alias("ts_ms"))
+        kafka_df = reader.load().select(
+            "topic",
+            "partition",
+            "offset",
+            "key",
+            "value",
+            "headers",
+            F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        )
         try:
             kafka_df.drop("topic").mapInArrow(_train_map, "n long")._jdf.queryExecution().executedPlan()
         except Exception:  # noqa: BLE001 - no broker: the planning classes are loaded all the same
             pass
         rows = spark.range(0, 5000, numPartitions=2).select(
-            F.lit("t").alias("topic"), F.col("id").cast("int").alias("partition"), F.col("id").alias("offset"),
-            F.col("id").cast("string").cast("binary").alias("key"), F.col("id").cast("string").cast("binary").alias("value"),
+            F.lit("t").alias("topic"),
+            F.col("id").cast("int").alias("partition"),
+            F.col("id").alias("offset"),
+            F.col("id").cast("string").cast("binary").alias("key"),
+            F.col("id").cast("string").cast("binary").alias("value"),
             F.array(F.struct(F.lit("h").alias("key"), F.lit(b"v").alias("value"))).alias("headers"),
-            F.unix_millis(F.current_timestamp()).alias("ts_ms"))
+            F.unix_millis(F.current_timestamp()).alias("ts_ms"),
+        )
         rows.drop("topic").mapInArrow(_train_map, "n long").collect()
     finally:
         spark.stop()
@@ -472,7 +537,9 @@ def train_cds(archive: str, jars: Sequence[str], bootstrap: str = "127.0.0.1:9",
 EXECUTOR_POD_TEMPLATE_ENV = "LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"
 
 
-def executor_pod_template_conf(env: Mapping[str, str], directory: str | os.PathLike[str] = "/tmp/lagpilot-spark") -> dict[str, str]:
+def executor_pod_template_conf(
+    env: Mapping[str, str], directory: str | os.PathLike[str] = "/tmp/lagpilot-spark"
+) -> dict[str, str]:
     """Spark on Kubernetes: the executor pod template the operator rendered (env
     LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE, JSON: restricted securityContext, no token) written to a
     file under ``directory`` (/tmp: the root filesystem is read-only) and named in

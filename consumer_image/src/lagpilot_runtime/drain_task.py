@@ -2,6 +2,7 @@
 One task = one sub-range of the plan: its records in batches through the SAME handler and failure
 policy as the consumer, progress committed after every batch (drain_progress), finished work skipped.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ConsumerConfig
-from .drain_plan import (SubRange, parse_progress_attempt, parse_progress_lost, parse_progress_metadata,
-                         progress_group, progress_metadata)
+from .drain_plan import (
+    SubRange,
+    parse_progress_attempt,
+    parse_progress_lost,
+    parse_progress_metadata,
+    progress_group,
+    progress_metadata,
+)
 from .drain_progress import commit_progress, progress_consumer, read_committed
 from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
@@ -56,10 +63,13 @@ def _row_record(row: Any) -> Any:
 
     headers = [(h[0], bytes(h[1]) if h[1] is not None else b"") for h in (row.headers or [])]
     return Record(
-        topic=row.topic, partition=int(row.partition), offset=int(row.offset),
+        topic=row.topic,
+        partition=int(row.partition),
+        offset=int(row.offset),
         key=bytes(row.key) if row.key is not None else None,
         value=bytes(row.value) if row.value is not None else None,
-        headers=headers, timestamp_ms=int(row.ts_ms) if row.ts_ms is not None else None,
+        headers=headers,
+        timestamp_ms=int(row.ts_ms) if row.ts_ms is not None else None,
     )
 
 
@@ -68,10 +78,19 @@ def rdd_task(spec: TaskSpec, rows: Iterable[Any]) -> Iterator[dict[str, Any]]:
     return run_task(spec, (_row_record(r) for r in rows))
 
 
-SUMMARY_FIELDS = (("records", "long"), ("batches", "long"), ("skipped", "long"), ("first_batch_at", "double"),
-                  ("last_batch_at", "double"), ("partition", "long"), ("index", "long"),
-                  ("daemon_started_at", "double"), ("worker_forked_at", "double"), ("task_started_at", "double"),
-                  ("first_record_at", "double"))
+SUMMARY_FIELDS = (
+    ("records", "long"),
+    ("batches", "long"),
+    ("skipped", "long"),
+    ("first_batch_at", "double"),
+    ("last_batch_at", "double"),
+    ("partition", "long"),
+    ("index", "long"),
+    ("daemon_started_at", "double"),
+    ("worker_forked_at", "double"),
+    ("task_started_at", "double"),
+    ("first_record_at", "double"),
+)
 SUMMARY_SCHEMA = ", ".join(f"{n} {t}" for n, t in SUMMARY_FIELDS)
 
 
@@ -85,8 +104,12 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
         for rb in batches:
             d = rb.to_pydict()
             topic = spec.topic  # one topic per plan: no need to ship the column
-            for p, o, k, v, hs, ts in zip(d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]):
-                headers = [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
+            for p, o, k, v, hs, ts in zip(
+                d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]
+            ):
+                headers = (
+                    [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
+                )
                 yield Record(topic, p, o, k, v, headers, ts)
 
     schema = pa.schema([(n, pa.int64() if t == "long" else pa.float64()) for n, t in SUMMARY_FIELDS])
@@ -102,7 +125,9 @@ def sub_range_of(sub_ranges: Sequence[SubRange], partition: int, offset: int) ->
     raise RuntimeError(f"offset {offset} of partition {partition} is in no sub-range of the plan")
 
 
-def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+def _progress_of(
+    committer: Any, spec: TaskSpec, sub: SubRange
+) -> tuple[int, int, tuple[tuple[int, int], ...]]:
     """The sub-range's progress group as committed: (next offset, records done, retention losses
     recorded); a group that never committed starts at the sub-range's start. Then the attempt's
     sign of life (``_sign_of_life``), before anything else of the task reaches the sink."""
@@ -116,8 +141,14 @@ def _progress_of(committer: Any, spec: TaskSpec, sub: SubRange) -> tuple[int, in
     return done_next, done_records, lost_before
 
 
-def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any, records: int,
-                  lost: tuple[tuple[int, int], ...]) -> None:
+def _sign_of_life(
+    committer: Any,
+    spec: TaskSpec,
+    sub: SubRange,
+    committed: Any,
+    records: int,
+    lost: tuple[tuple[int, int], ...],
+) -> None:
     """The attempt's sign of life (docs/drain.md "Deadlines, stalls and retries"): the sub-range's
     progress as committed (``committed``: its TopicPartition as read; nothing committed: the
     sub-range's start, no record done; ``records``/``lost``: its metadata as ``_progress_of`` read
@@ -138,17 +169,32 @@ def _sign_of_life(committer: Any, spec: TaskSpec, sub: SubRange, committed: Any,
     try:
         commit_progress(committer, tp)
     except Exception as exc:  # noqa: BLE001 - best effort: unseen, the attempt stays under the start-up bound
-        log.warning("the drain task's sign of life was not committed", extra=_fields(
-            event="drain_task_sign_of_life_failed", partition=sub.partition, index=sub.index,
-            error=str(exc)[:300]))
+        log.warning(
+            "the drain task's sign of life was not committed",
+            extra=_fields(
+                event="drain_task_sign_of_life_failed",
+                partition=sub.partition,
+                index=sub.index,
+                error=str(exc)[:300],
+            ),
+        )
         return
-    log.info("drain task started", extra=_fields(event="drain_task_started", drain=spec.drain_id,
-                                                 attempt=spec.attempt, partition=sub.partition, index=sub.index,
-                                                 next=tp.offset))
+    log.info(
+        "drain task started",
+        extra=_fields(
+            event="drain_task_started",
+            drain=spec.drain_id,
+            attempt=spec.attempt,
+            partition=sub.partition,
+            index=sub.index,
+            next=tp.offset,
+        ),
+    )
 
 
-def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fences: bool, sink_progress: bool,
-                      done_next: int) -> int:
+def _claim_and_resume(
+    spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fences: bool, sink_progress: bool, done_next: int
+) -> int:
     """Claim the range in a fencing sink, then resume from the sink's progress when it is ahead of
     the progress group's ``done_next``; returns where the task resumes."""
     if fences:
@@ -156,9 +202,17 @@ def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fen
         # earlier attempt of these offsets (cancelled, stopped and resumed, an adopted
         # remainder's origin) is refused by the sink, so the progress read below is final
         ctx.epoch = int(handler.claim(spec.topic, [sub.partition], ctx)[sub.partition])
-        log.info("sub-range claimed in the sink", extra=_fields(
-            event="drain_sub_range_claimed", drain=spec.drain_id, partition=sub.partition,
-            index=sub.index, end=sub.end, epoch=ctx.epoch))
+        log.info(
+            "sub-range claimed in the sink",
+            extra=_fields(
+                event="drain_sub_range_claimed",
+                drain=spec.drain_id,
+                partition=sub.partition,
+                index=sub.index,
+                end=sub.end,
+                epoch=ctx.epoch,
+            ),
+        )
     if sink_progress:
         # the sink's progress for this range (same transaction as its rows) may be ahead
         # of the progress group (a crash after the sink's commit, before Kafka's; a
@@ -166,9 +220,16 @@ def _claim_and_resume(spec: TaskSpec, handler: Any, ctx: Any, sub: SubRange, fen
         # and it never expires (a progress group does: offsets.retention.minutes)
         sink_next = sink_next_of(handler, spec.topic, sub, ctx)
         if sink_next is not None and sink_next > done_next:
-            log.info("resuming from the sink's progress", extra=_fields(
-                event="drain_sink_progress_ahead", partition=sub.partition, index=sub.index,
-                kafka_next=done_next, sink_next=sink_next))
+            log.info(
+                "resuming from the sink's progress",
+                extra=_fields(
+                    event="drain_sink_progress_ahead",
+                    partition=sub.partition,
+                    index=sub.index,
+                    kafka_next=done_next,
+                    sink_next=sink_next,
+                ),
+            )
             done_next = min(sink_next, sub.end)
     return done_next
 
@@ -230,15 +291,29 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     cfg = ConsumerConfig.from_env()
     jsonlog.setup(cfg.log_level)
     handler = load_handler(cfg.handler_spec)
-    ctx = BatchContext(config=dict(cfg.handler_config), logger=logging.getLogger("lagpilot.handler"),
-                       source="drain", concurrency=cfg.concurrency, group_id=spec.group_id, drain_id=spec.drain_id)
+    ctx = BatchContext(
+        config=dict(cfg.handler_config),
+        logger=logging.getLogger("lagpilot.handler"),
+        source="drain",
+        concurrency=cfg.concurrency,
+        group_id=spec.group_id,
+        drain_id=spec.drain_id,
+    )
     sink_progress = commits_progress(handler)
     fences = claims(handler)
     policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
     handler_timeout_s = cfg.max_poll_interval_ms / 1000.0
-    summary: dict[str, Any] = {"records": 0, "batches": 0, "skipped": 0, "first_batch_at": None, "last_batch_at": None,
-                               "task_started_at": task_started_at, "worker_forked_at": process_start_time(),
-                               "daemon_started_at": process_start_time(os.getppid()), "first_record_at": None}
+    summary: dict[str, Any] = {
+        "records": 0,
+        "batches": 0,
+        "skipped": 0,
+        "first_batch_at": None,
+        "last_batch_at": None,
+        "task_started_at": task_started_at,
+        "worker_forked_at": process_start_time(),
+        "daemon_started_at": process_start_time(os.getppid()),
+        "first_record_at": None,
+    }
     sub: SubRange | None = None
     committer = None
     done_next = 0
@@ -270,8 +345,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         if result.failures:
             if cfg.failure_policy != "deadLetter":
                 where = ", ".join(f.record.where for f in result.failures[:5])
-                raise RuntimeError(f"{len(result.failures)} record(s) failed in the drain ({where}); "
-                                   f"failure policy {cfg.failure_policy} stops the drain task")
+                raise RuntimeError(
+                    f"{len(result.failures)} record(s) failed in the drain ({where}); "
+                    f"failure policy {cfg.failure_policy} stops the drain task"
+                )
             if dlq is None:
                 dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
             dlq.send(result.failures)
@@ -288,7 +365,9 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         """The task's sub-range known: its progress read, its sign of life, its claim in the sink."""
         nonlocal sub, committer, done_next, done_records, lost_before
         sub = named
-        committer = progress_consumer(cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner))
+        committer = progress_consumer(
+            cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner)
+        )
         done_next, done_records, lost_before = _progress_of(committer, spec, sub)
         kafka_next[0] = done_next
         ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
@@ -306,11 +385,15 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
             if sub is None:
                 begin(sub_range_of(spec.sub_ranges, record.partition, record.offset))
             assert sub is not None
-            if first:  # the summary names the sub-range only once a record came (drain_progress.unread_sub_ranges)
+            if (
+                first
+            ):  # the summary names the sub-range only once a record came (drain_progress.unread_sub_ranges)
                 summary.update(partition=sub.partition, index=sub.index)
             if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
-                raise RuntimeError(f"record p{record.partition}@{record.offset} outside the task's sub-range "
-                                   f"p{sub.partition}[{sub.start}, {sub.end})")
+                raise RuntimeError(
+                    f"record p{record.partition}@{record.offset} outside the task's sub-range "
+                    f"p{sub.partition}[{sub.start}, {sub.end})"
+                )
             if record.offset < done_next:  # done by an earlier attempt of this task (Spark retry)
                 summary["skipped"] += 1
                 continue
@@ -330,16 +413,29 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
         # compaction at its tail) only once the whole Spark job ended without an error (drain_job.run).
         yield summary
     except Fenced as exc:  # a later attempt claimed the range: this one must stop writing (it is over)
-        log.warning("drain attempt fenced: a later attempt claimed its range", extra=_fields(
-            event="drain_attempt_fenced", drain=spec.drain_id, partition=_attr(sub, "partition"),
-            index=_attr(sub, "index"), epoch=ctx.epoch))
-        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} fenced: {describe_error(exc)}")) from None
+        log.warning(
+            "drain attempt fenced: a later attempt claimed its range",
+            extra=_fields(
+                event="drain_attempt_fenced",
+                drain=spec.drain_id,
+                partition=_attr(sub, "partition"),
+                index=_attr(sub, "index"),
+                epoch=ctx.epoch,
+            ),
+        )
+        raise RuntimeError(
+            redaction.redact(f"drain task p{_named(sub)} fenced: {describe_error(exc)}")
+        ) from None
     except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
         raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} failed: {exc}")) from None
     except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained
         # (a chained cause would be printed whole by the worker's traceback, secrets and all)
-        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} failed: "
-                                            f"{exc if isinstance(exc, SystemicFailure) else describe_error(exc)}")) from None
+        raise RuntimeError(
+            redaction.redact(
+                f"drain task p{_named(sub)} failed: "
+                f"{exc if isinstance(exc, SystemicFailure) else describe_error(exc)}"
+            )
+        ) from None
     finally:
         if committer is not None:
             committer.close()

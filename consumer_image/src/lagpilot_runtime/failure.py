@@ -18,6 +18,7 @@ How a failing batch is handled (:func:`run_batch`):
 Delivery stays at-least-once: records of pieces that succeeded may be handed to the handler again
 (during isolation or after a restart); handlers are idempotent by contract.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,9 @@ log = logging.getLogger("lagpilot.consumer.failure")
 BACKOFF_CAP_MS = 30000
 
 
-def backoff_ms(attempt: int, base_ms: int, rng: random.Random | None = None, cap_ms: int = BACKOFF_CAP_MS) -> float:
+def backoff_ms(
+    attempt: int, base_ms: int, rng: random.Random | None = None, cap_ms: int = BACKOFF_CAP_MS
+) -> float:
     """Delay before retry ``attempt`` (0-based): ``base * 2**attempt`` capped, with "equal jitter".
 
     The result lies in [d/2, d] for d = min(cap, base * 2**attempt): never zero (so retries do
@@ -183,7 +186,9 @@ class _Run:
             exc = self.once(piece, attempt)
         return exc
 
-    def isolate(self, batch: list[Record], first: BaseException) -> tuple[list[Failure], list[tuple[Record, BaseException]]]:
+    def isolate(
+        self, batch: list[Record], first: BaseException
+    ) -> tuple[list[Failure], list[tuple[Record, BaseException]]]:
         """The failing records of a batch that failed as a whole: (permanent failures, suspects to
         retry alone). Raises :class:`SystemicFailure` when nothing succeeds however small the piece."""
         failures: list[Failure] = []
@@ -209,7 +214,9 @@ class _Run:
             if len(piece) > 1:
                 work.extend(reversed(_split(piece, exc)))
             elif _all_permanent(exc, piece):
-                failures.append(Failure(piece[0], describe_error(_named_errors(exc, piece)[0]), retriable=False))
+                failures.append(
+                    Failure(piece[0], describe_error(_named_errors(exc, piece)[0]), retriable=False)
+                )
             else:
                 suspects.append((piece[0], exc))
             if successes == 0 and isolation_calls >= budget and not failures:
@@ -249,11 +256,17 @@ def _split(piece: list[Record], exc: BaseException) -> list[tuple[list[Record], 
     rest = [r for r in piece if (r.topic, r.partition, r.offset) not in by_key]
     if rest:
         out.append((rest, None))
-    out.extend(([r], by_key[(r.topic, r.partition, r.offset)]) for r in piece if (r.topic, r.partition, r.offset) in by_key)
+    out.extend(
+        ([r], by_key[(r.topic, r.partition, r.offset)])
+        for r in piece
+        if (r.topic, r.partition, r.offset) in by_key
+    )
     return out
 
 
-def commit_positions(records: Iterable[Record], failures: Iterable[Failure], policy: str) -> dict[tuple[str, int], int]:
+def commit_positions(
+    records: Iterable[Record], failures: Iterable[Failure], policy: str
+) -> dict[tuple[str, int], int]:
     """The offset to commit per (topic, partition) after a batch: never past an unprocessed record.
 
     ``deadLetter``: failed records were dead-lettered (handled), so each partition commits its
@@ -319,15 +332,28 @@ class DeadLetterProducer:
         if tmd is None or tmd.error is not None:
             from confluent_kafka.admin import AdminClient, NewTopic
 
-            admin_conf = {k: v for k, v in self._conf.items() if k not in ("enable.idempotence", "acks", "linger.ms")}
+            admin_conf = {
+                k: v for k, v in self._conf.items() if k not in ("enable.idempotence", "acks", "linger.ms")
+            }
             admin = AdminClient(admin_conf)
             futures = admin.create_topics([NewTopic(self.topic, num_partitions=1, replication_factor=-1)])
             try:
                 futures[self.topic].result(timeout=self.timeout_s)
-                log.info("created dead-letter topic", extra={"fields": {"event": "dlq_topic_created", "topic": self.topic}})
+                log.info(
+                    "created dead-letter topic",
+                    extra={"fields": {"event": "dlq_topic_created", "topic": self.topic}},
+                )
             except Exception as exc:  # noqa: BLE001 - TOPIC_ALREADY_EXISTS races are fine
-                log.warning("could not create dead-letter topic (it may exist or be auto-created)",
-                            extra={"fields": {"event": "dlq_topic_create_failed", "topic": self.topic, "error": describe_error(exc)}})
+                log.warning(
+                    "could not create dead-letter topic (it may exist or be auto-created)",
+                    extra={
+                        "fields": {
+                            "event": "dlq_topic_create_failed",
+                            "topic": self.topic,
+                            "error": describe_error(exc),
+                        }
+                    },
+                )
         self._checked = True
 
     def send(self, failures: Sequence[Failure]) -> None:
@@ -337,7 +363,9 @@ class DeadLetterProducer:
         try:
             self._ensure_topic()
         except Exception as exc:  # noqa: BLE001 - e.g. metadata timeout: the batch must not be committed
-            raise DeadLetterError(f"dead-letter topic {self.topic} unavailable: {describe_error(exc)}") from exc
+            raise DeadLetterError(
+                f"dead-letter topic {self.topic} unavailable: {describe_error(exc)}"
+            ) from exc
         errors: list[str] = []
         done = threading.Event()
         pending = {"n": len(failures)}
@@ -352,8 +380,13 @@ class DeadLetterProducer:
         for f in failures:
             while True:
                 try:
-                    self._producer.produce(self.topic, value=f.record.value, key=f.record.key,
-                                           headers=dlq_headers(f.record, f.error), on_delivery=on_delivery)
+                    self._producer.produce(
+                        self.topic,
+                        value=f.record.value,
+                        key=f.record.key,
+                        headers=dlq_headers(f.record, f.error),
+                        on_delivery=on_delivery,
+                    )
                     break
                 except BufferError:
                     self._producer.poll(0.1)
@@ -361,8 +394,10 @@ class DeadLetterProducer:
                     raise DeadLetterError(f"producing to {self.topic} failed: {describe_error(exc)}") from exc
         remaining = self._producer.flush(self.timeout_s)
         if remaining or errors or not done.is_set():
-            raise DeadLetterError(f"dead-lettering {len(failures)} record(s) to {self.topic} failed: "
-                                  f"{remaining} undelivered, errors: {errors[:3]}")
+            raise DeadLetterError(
+                f"dead-lettering {len(failures)} record(s) to {self.topic} failed: "
+                f"{remaining} undelivered, errors: {errors[:3]}"
+            )
 
     def close(self) -> None:
         self._producer.flush(self.timeout_s)

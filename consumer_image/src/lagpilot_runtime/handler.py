@@ -30,6 +30,7 @@ A handler may say *which* records failed by raising :class:`RecordError` (one re
 (e.g. :class:`RecordDecodeError`) means retrying cannot help: the record goes straight to the
 failure policy.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -122,7 +123,9 @@ class BatchContext:
                     results.append(None)
         else:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="lagpilot-handler")
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.concurrency, thread_name_prefix="lagpilot-handler"
+                )
             futures = [self._pool.submit(fn, r) for r in records]
             results, errors = [], []
             for r, fut in zip(records, futures):
@@ -269,7 +272,9 @@ def load_handler(spec: str) -> Handler:
     target = BUILTIN_SINKS.get(spec, spec)
     module_name, sep, func_name = target.partition(":")
     if not sep or not module_name or not func_name:
-        raise HandlerLoadError(f"handler must be 'module:function' or one of {sorted(BUILTIN_SINKS)}, got {spec!r}")
+        raise HandlerLoadError(
+            f"handler must be 'module:function' or one of {sorted(BUILTIN_SINKS)}, got {spec!r}"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -42,6 +42,7 @@ The order of effects that makes it exact (both sides use the pure rules below):
    the drain gets ``[ack, S)``. At or past ``S`` without an ack means the group got there by itself
    (nothing to drain). Below ``S``: still pending.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,16 +52,20 @@ from dataclasses import dataclass, replace
 
 from lagpilot_runtime import hex_key
 
-PREFIX = "lph1"   # entries without a CR uid (an older operator, the benches)
+PREFIX = "lph1"  # entries without a CR uid (an older operator, the benches)
 PREFIX_CR = "lph2"  # entries of a CR: ``lph2;cr=<uid>;...``
 MAILBOX_SUFFIX = ".lagpilot-handoff"
 KEY_ENV = "LAGPILOT_HANDOFF_KEY"  # the consumers' copy of the CR's hand-off key (hex; secretKeyRef)
-KEY_ID_ENV = "LAGPILOT_HANDOFF_KEY_ID"  # a one-way fingerprint (in the pod template: a new key rolls the pods)
+KEY_ID_ENV = (
+    "LAGPILOT_HANDOFF_KEY_ID"  # a one-way fingerprint (in the pod template: a new key rolls the pods)
+)
 KEY_BYTES = hex_key.KEY_BYTES  # the one size of a per-CR key (hex_key)
 _MAC_DOMAIN = b"lagpilot-handoff-mac-v1\0"
 
-_ENTRY = re.compile(r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?"
-                    r"(?:;mac=([0-9a-f]{64}))?$")
+_ENTRY = re.compile(
+    r"^(?:lph1|lph2;cr=([0-9A-Za-z-]{1,64}));id=(\d{1,19});split=(\d{1,19})(?:;ack=(\d{1,19}))?(;done=1)?"
+    r"(?:;mac=([0-9a-f]{64}))?$"
+)
 
 
 def mailbox_group(group_id: str) -> str:
@@ -136,8 +141,14 @@ def decode(metadata: str | bytes | None, committed_offset: int | None = None) ->
     if not m:
         return None
     try:
-        e = Entry(int(m.group(2)), int(m.group(3)), None if m.group(4) is None else int(m.group(4)), m.group(5) is not None,
-                  m.group(1) or "", m.group(6) or "")
+        e = Entry(
+            int(m.group(2)),
+            int(m.group(3)),
+            None if m.group(4) is None else int(m.group(4)),
+            m.group(5) is not None,
+            m.group(1) or "",
+            m.group(6) or "",
+        )
     except ValueError:  # e.g. "done" without an ack
         return None
     if committed_offset is not None and committed_offset >= 0 and committed_offset != e.split:
@@ -234,8 +245,12 @@ class Resolution:
 def of_drain(entry: Entry | None, drain_id: int, split: int, owner: str) -> bool:
     """Whether ``entry`` belongs to drain ``drain_id`` (split ``split``) of the CR ``owner``: its own
     uid, or no uid (an ``lph1`` entry of an older operator for this drain id and split)."""
-    return (entry is not None and entry.drain_id == drain_id and entry.split == split
-            and (entry.owner == owner or not entry.owner))
+    return (
+        entry is not None
+        and entry.drain_id == drain_id
+        and entry.split == split
+        and (entry.owner == owner or not entry.owner)
+    )
 
 
 def resolve(own: int | None, entry: Entry | None, drain_id: int, split: int, owner: str = "") -> Resolution:

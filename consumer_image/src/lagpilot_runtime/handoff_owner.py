@@ -7,6 +7,7 @@ partition it owns it writes the ack (start = its committed offset), THEN commits
 ``split``, THEN seeks there: the drained partition pauses for that one step, the other partitions
 not at all.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,10 +51,20 @@ def handoff_metrics(registry: Any) -> tuple[Any, Any]:
     got = _HANDOFF_METRICS.get(id(registry))
     if got is None:
         from prometheus_client import Counter, Gauge
-        got = (Counter("lagpilot_consumer_handoffs_total", "Drain hand-off steps taken by this consumer, by outcome",
-                       ["outcome"], registry=registry),
-               Gauge("lagpilot_consumer_handoff_pause_seconds",
-                     "How long the last hand-off held this consumer's loop (mailbox read to seek)", registry=registry))
+
+        got = (
+            Counter(
+                "lagpilot_consumer_handoffs_total",
+                "Drain hand-off steps taken by this consumer, by outcome",
+                ["outcome"],
+                registry=registry,
+            ),
+            Gauge(
+                "lagpilot_consumer_handoff_pause_seconds",
+                "How long the last hand-off held this consumer's loop (mailbox read to seek)",
+                registry=registry,
+            ),
+        )
         _HANDOFF_METRICS[id(registry)] = got
     return got
 
@@ -101,8 +112,15 @@ class HandoffOwner(LoopState):
             except FatalError:
                 raise
             except Exception as exc:  # noqa: BLE001 - retried at the next boundary / by the next owner
-                log.warning("hand-off step failed; retried at the next check", extra=_fields(
-                    event="handoff_failed", partition=tp.partition, drain_id=entry.drain_id, error=describe_error(exc)))
+                log.warning(
+                    "hand-off step failed; retried at the next check",
+                    extra=_fields(
+                        event="handoff_failed",
+                        partition=tp.partition,
+                        drain_id=entry.drain_id,
+                        error=describe_error(exc),
+                    ),
+                )
 
     def _read_mailbox(self, todo: list[TP], tries: int) -> tuple[bool, Any]:
         """(read, the mailbox's committed entries of ``todo``) in at most ``tries`` reads."""
@@ -110,18 +128,23 @@ class HandoffOwner(LoopState):
 
         for attempt in range(tries):
             try:
-                return True, self.mailbox.committed([TopicPartition(t, p) for t, p in todo],
-                                                    timeout=KAFKA_CALL_TIMEOUT_S)
+                return True, self.mailbox.committed(
+                    [TopicPartition(t, p) for t, p in todo], timeout=KAFKA_CALL_TIMEOUT_S
+                )
             except Exception as exc:  # noqa: BLE001 - retried at the next boundary
-                log.warning("reading the hand-off mailbox failed", extra=_fields(
-                    event="handoff_read_failed", error=describe_error(exc), attempt=attempt))
+                log.warning(
+                    "reading the hand-off mailbox failed",
+                    extra=_fields(event="handoff_read_failed", error=describe_error(exc), attempt=attempt),
+                )
         return False, None
 
     def _entry_to_act_on(self, tp: Any) -> mbx.Entry | None:
         """The partition's open entry of this consumer's CR, signed with its key and not yet applied."""
         entry = mbx.decode(getattr(tp, "metadata", None), tp.offset)
         if entry is None or entry.done or entry.owner != self.cfg.owner_uid:
-            return None  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
+            return (
+                None  # nothing, sealed, or not an entry of this consumer's CR (another CR's, a deleted CR's)
+            )
         if self.cfg.owner_uid and not mbx.verify(entry, self.cfg.handoff_key, tp.topic, tp.partition):
             # not signed with the CR's hand-off key (M8): anyone with Read on the mailbox group can
             # commit there; acting on it would hand [own, split) to no drain
@@ -139,9 +162,18 @@ class HandoffOwner(LoopState):
             return
         seen.add(mark)
         self.handoffs.labels("refused_unsigned").inc()
-        log.warning("hand-off mailbox entry without a valid signature ignored", extra=_fields(
-            event="handoff_refused", topic=tp.topic, partition=tp.partition, drain_id=entry.drain_id,
-            split=entry.split, signed=bool(entry.mac), key_present=bool(self.cfg.handoff_key)))
+        log.warning(
+            "hand-off mailbox entry without a valid signature ignored",
+            extra=_fields(
+                event="handoff_refused",
+                topic=tp.topic,
+                partition=tp.partition,
+                drain_id=entry.drain_id,
+                split=entry.split,
+                signed=bool(entry.mac),
+                key_present=bool(self.cfg.handoff_key),
+            ),
+        )
 
     def _apply_handoff(self, key: TP, entry: mbx.Entry, step: mbx.OwnerStep, own: int, t0: float) -> None:
         t, p = key
@@ -158,9 +190,21 @@ class HandoffOwner(LoopState):
         if moved:
             self.handoff_pause.set(pause)
         start = step.ack.ack if step.ack is not None else entry.ack
-        log.info("drain hand-off", extra=_fields(
-            event="handoff_ack", topic=t, partition=p, drain_id=entry.drain_id, start=start, split=entry.split,
-            own_committed=own, moved=moved, reack=entry.acked and step.ack is not None, pause_s=round(pause, 3)))
+        log.info(
+            "drain hand-off",
+            extra=_fields(
+                event="handoff_ack",
+                topic=t,
+                partition=p,
+                drain_id=entry.drain_id,
+                start=start,
+                split=entry.split,
+                own_committed=own,
+                moved=moved,
+                reack=entry.acked and step.ack is not None,
+                pause_s=round(pause, 3),
+            ),
+        )
 
     def _ack(self, key: TP, entry: mbx.Entry, ack: mbx.Entry) -> None:
         """The ack in the mailbox (signed with the CR's key when the consumer has an owner uid)."""
@@ -168,7 +212,9 @@ class HandoffOwner(LoopState):
 
         t, p = key
         ack = mbx.sign(ack, self.cfg.handoff_key, t, p) if self.cfg.owner_uid else ack
-        res = self.mailbox.commit(offsets=[TopicPartition(t, p, entry.split, metadata=ack.encode())], asynchronous=False)
+        res = self.mailbox.commit(
+            offsets=[TopicPartition(t, p, entry.split, metadata=ack.encode())], asynchronous=False
+        )
         errors = [x for x in (res or []) if getattr(x, "error", None)]
         if errors:
             raise KafkaException(errors[0].error)
@@ -181,7 +227,9 @@ class HandoffOwner(LoopState):
 
         t, p = key
         metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
-        res = self.consumer.commit(offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False)
+        res = self.consumer.commit(
+            offsets=[TopicPartition(t, p, split, metadata=metadata)], asynchronous=False
+        )
         errors = [x for x in (res or []) if getattr(x, "error", None)]
         if errors:
             raise KafkaException(errors[0].error)
@@ -196,5 +244,7 @@ class HandoffOwner(LoopState):
             self.consumer.seek(TopicPartition(t, p, split))
         except Exception as exc:  # noqa: BLE001 - in on_assign the partition is not assigned yet:
             # its fetch then starts from the committed offset (split); skip_below guards either way
-            log.debug("seek after hand-off deferred", extra=_fields(event="handoff_seek_deferred", partition=p,
-                                                                    error=describe_error(exc)))
+            log.debug(
+                "seek after hand-off deferred",
+                extra=_fields(event="handoff_seek_deferred", partition=p, error=describe_error(exc)),
+            )

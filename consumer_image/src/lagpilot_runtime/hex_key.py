@@ -1,6 +1,7 @@
 """The one form of the per-CR keys (the hand-off key, the drain runtime key, the busy drains' part
 key, the Spark RPC key): random bytes kept as hex in a Secret, checked when read, and named in a pod
 spec only by a one-way fingerprint. Never logged."""
+
 from __future__ import annotations
 
 import hashlib

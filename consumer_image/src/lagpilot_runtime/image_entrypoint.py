@@ -14,6 +14,7 @@ Anything else (`consume`, `drain`, `--help`) is handed to the `lagpilot` command
 `ENTRYPOINT ["python", "-m", "lagpilot_runtime.image_entrypoint"]` + `CMD ["consume"]` behaves as
 `ENTRYPOINT ["lagpilot"]` did. Pure argv building (`executor_argv`) is unit-tested; `main` execs.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 EXECUTOR_BACKEND = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
-REQUIRED = ("SPARK_DRIVER_URL", "SPARK_EXECUTOR_ID", "SPARK_EXECUTOR_CORES", "SPARK_APPLICATION_ID",
-            "SPARK_EXECUTOR_POD_IP")
+REQUIRED = (
+    "SPARK_DRIVER_URL",
+    "SPARK_EXECUTOR_ID",
+    "SPARK_EXECUTOR_CORES",
+    "SPARK_APPLICATION_ID",
+    "SPARK_EXECUTOR_POD_IP",
+)
 
 
 class EntrypointError(Exception):
@@ -53,8 +59,8 @@ def java_opts(env: Mapping[str, str]) -> list[str]:
     """SPARK_JAVA_OPT_<n> in numeric order (as entrypoint.sh's `sort -t_ -k4 -n`)."""
     opts = []
     for k, v in env.items():
-        if k.startswith("SPARK_JAVA_OPT_") and k[len("SPARK_JAVA_OPT_"):].isdigit():
-            opts.append((int(k[len("SPARK_JAVA_OPT_"):]), v))
+        if k.startswith("SPARK_JAVA_OPT_") and k[len("SPARK_JAVA_OPT_") :].isdigit():
+            opts.append((int(k[len("SPARK_JAVA_OPT_") :]), v))
     return [v for _, v in sorted(opts)]
 
 
@@ -79,22 +85,41 @@ def executor_argv(env: Mapping[str, str], extra_args: Sequence[str] = ()) -> lis
     """The executor JVM's command line, as Spark's entrypoint.sh builds it (pure)."""
     missing = [k for k in REQUIRED if not env.get(k)]
     if missing:
-        raise EntrypointError(f"`executor` needs {', '.join(missing)} in the environment (set by Spark's "
-                              "Kubernetes scheduler backend on executor pods)")
+        raise EntrypointError(
+            f"`executor` needs {', '.join(missing)} in the environment (set by Spark's "
+            "Kubernetes scheduler backend on executor pods)"
+        )
     home = spark_home(env)
-    classpath = [p for p in (env.get("SPARK_CLASSPATH"), env.get("SPARK_EXTRA_CLASSPATH"),
-                             env.get("LAGPILOT_SPARK_EXECUTOR_CLASSPATH"), f"{home}/jars/*",
-                             env.get("SPARK_DIST_CLASSPATH")) if p]
+    classpath = [
+        p
+        for p in (
+            env.get("SPARK_CLASSPATH"),
+            env.get("SPARK_EXTRA_CLASSPATH"),
+            env.get("LAGPILOT_SPARK_EXECUTOR_CLASSPATH"),
+            f"{home}/jars/*",
+            env.get("SPARK_DIST_CLASSPATH"),
+        )
+        if p
+    ]
     argv = [java_binary(env), *java_opts(env), *master_opt(env)]
     mem = env.get("SPARK_EXECUTOR_MEMORY")
     if mem:
         argv += [f"-Xms{mem}", f"-Xmx{mem}"]
-    argv += ["-cp", ":".join(classpath), EXECUTOR_BACKEND,
-             "--driver-url", env["SPARK_DRIVER_URL"],
-             "--executor-id", env["SPARK_EXECUTOR_ID"],
-             "--cores", env["SPARK_EXECUTOR_CORES"],
-             "--app-id", env["SPARK_APPLICATION_ID"],
-             "--hostname", env["SPARK_EXECUTOR_POD_IP"]]
+    argv += [
+        "-cp",
+        ":".join(classpath),
+        EXECUTOR_BACKEND,
+        "--driver-url",
+        env["SPARK_DRIVER_URL"],
+        "--executor-id",
+        env["SPARK_EXECUTOR_ID"],
+        "--cores",
+        env["SPARK_EXECUTOR_CORES"],
+        "--app-id",
+        env["SPARK_APPLICATION_ID"],
+        "--hostname",
+        env["SPARK_EXECUTOR_POD_IP"],
+    ]
     if env.get("SPARK_RESOURCE_PROFILE_ID"):
         argv += ["--resourceProfileId", env["SPARK_RESOURCE_PROFILE_ID"]]
     if env.get("SPARK_EXECUTOR_POD_NAME"):

@@ -7,6 +7,7 @@ only in the message text. Secrets should never reach a log call (the config's re
 does reach one anyway (a client's error quoting its DSN, a handler's message) is masked here by
 ``redaction`` before the line is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,12 @@ from typing import Any
 from . import redaction
 
 # attributes every LogRecord has; anything else was passed through `extra=` and is logged as a field
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName", "fields"}
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "fields",
+}
 
 
 def fields(**kw: Any) -> dict[str, Any]:
@@ -31,7 +37,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -49,8 +56,12 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = record.exc_text
         # the one place a log line becomes text: secret values and DSN/password patterns masked
         # (redaction.py), string by string before encoding (an escaped value would not match)
-        out = {k: redaction.scrub(v if isinstance(v, (str, dict, list, tuple, int, float, bool, type(None)))
-                                  else str(v)) for k, v in out.items()}
+        out = {
+            k: redaction.scrub(
+                v if isinstance(v, (str, dict, list, tuple, int, float, bool, type(None))) else str(v)
+            )
+            for k, v in out.items()
+        }
         return json.dumps(out, default=lambda v: redaction.redact(str(v)), ensure_ascii=False)
 
 

@@ -1,5 +1,6 @@
 """What the Kafka client reports besides records: statistics (readiness, high watermarks for the lag
 metric) and errors (as callbacks or as error messages; only librdkafka's fatal ones stop the loop)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """A confluent_kafka Message as a :class:`~lagpilot_runtime.handler.Record`, read lazily."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,9 +26,15 @@ class KafkaRecord(Record):
             raise AttributeError(name)
         ts_type, ts = msg.timestamp()
         headers = msg.headers()
-        d.update(topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(), value=msg.value(),
-                 headers=[(k, v if v is not None else b"") for k, v in headers] if headers else [],
-                 timestamp_ms=ts if ts_type != 0 else None)
+        d.update(
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            key=msg.key(),
+            value=msg.value(),
+            headers=[(k, v if v is not None else b"") for k, v in headers] if headers else [],
+            timestamp_ms=ts if ts_type != 0 else None,
+        )
         if name not in d:
             raise AttributeError(name)
         return d[name]

@@ -4,6 +4,7 @@ One HTTP server on LAGPILOT_METRICS_PORT serves ``/metrics`` (Prometheus text fo
 (liveness: the loop came back to Kafka recently) and ``/readyz`` (readiness: a member of the group
 with an assignment and a reachable broker).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,14 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from .jsonlog import fields as _fields
 
@@ -33,22 +41,80 @@ class ConsumerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.records = Counter("lagpilot_consumer_records_processed_total", "Records whose batch the handler processed successfully (dead-lettered records excluded)", registry=r)
-        self.batches = Counter("lagpilot_consumer_batches_total", "Batches handed to the handler, by outcome", ["outcome"], registry=r)
-        self.batch_size = Histogram("lagpilot_consumer_batch_size_records", "Records per batch", buckets=BATCH_SIZE_BUCKETS, registry=r)
-        self.batch_duration = Histogram("lagpilot_consumer_batch_duration_seconds", "Busy time per batch: handler (with retries) + dead-lettering + commit", buckets=DURATION_BUCKETS, registry=r)
-        self.handler_errors = Counter("lagpilot_consumer_handler_errors_total", "Handler calls that raised (each retry counts)", registry=r)
-        self.retries = Counter("lagpilot_consumer_retries_total", "Handler calls that were retries", registry=r)
-        self.dlq_records = Counter("lagpilot_consumer_dlq_records_total", "Records sent to the dead-letter topic", registry=r)
-        self.failed_records = Counter("lagpilot_consumer_failed_records_total", "Records that still failed after retries, by policy applied", ["policy"], registry=r)
-        self.commits = Counter("lagpilot_consumer_commits_total", "Offset commits, by outcome", ["outcome"], registry=r)
-        self.rebalances = Counter("lagpilot_consumer_rebalances_total", "Rebalance callbacks, by kind", ["kind"], registry=r)
-        self.committed_offset = Gauge("lagpilot_consumer_committed_offset", "Last offset committed by this consumer per assigned partition", ["topic", "partition"], registry=r)
-        self.lag = Gauge("lagpilot_consumer_lag_records", "High watermark minus committed offset per assigned partition", ["topic", "partition"], registry=r)
-        self.assigned = Gauge("lagpilot_consumer_assigned_partitions", "Partitions currently assigned", registry=r)
-        self.paused = Gauge("lagpilot_consumer_paused_partitions", "Partitions paused by the pause failure policy", registry=r)
-        self.capacity = Gauge("lagpilot_consumer_capacity_records_per_second", "Records per busy second (estimated at a full batch)", registry=r)
-        self.last_progress = Gauge("lagpilot_consumer_last_progress_timestamp_seconds", "Unix time the loop last came back to Kafka", registry=r)
+        self.records = Counter(
+            "lagpilot_consumer_records_processed_total",
+            "Records whose batch the handler processed successfully (dead-lettered records excluded)",
+            registry=r,
+        )
+        self.batches = Counter(
+            "lagpilot_consumer_batches_total",
+            "Batches handed to the handler, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "lagpilot_consumer_batch_size_records",
+            "Records per batch",
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batch_duration = Histogram(
+            "lagpilot_consumer_batch_duration_seconds",
+            "Busy time per batch: handler (with retries) + dead-lettering + commit",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.handler_errors = Counter(
+            "lagpilot_consumer_handler_errors_total",
+            "Handler calls that raised (each retry counts)",
+            registry=r,
+        )
+        self.retries = Counter(
+            "lagpilot_consumer_retries_total", "Handler calls that were retries", registry=r
+        )
+        self.dlq_records = Counter(
+            "lagpilot_consumer_dlq_records_total", "Records sent to the dead-letter topic", registry=r
+        )
+        self.failed_records = Counter(
+            "lagpilot_consumer_failed_records_total",
+            "Records that still failed after retries, by policy applied",
+            ["policy"],
+            registry=r,
+        )
+        self.commits = Counter(
+            "lagpilot_consumer_commits_total", "Offset commits, by outcome", ["outcome"], registry=r
+        )
+        self.rebalances = Counter(
+            "lagpilot_consumer_rebalances_total", "Rebalance callbacks, by kind", ["kind"], registry=r
+        )
+        self.committed_offset = Gauge(
+            "lagpilot_consumer_committed_offset",
+            "Last offset committed by this consumer per assigned partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "lagpilot_consumer_lag_records",
+            "High watermark minus committed offset per assigned partition",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.assigned = Gauge(
+            "lagpilot_consumer_assigned_partitions", "Partitions currently assigned", registry=r
+        )
+        self.paused = Gauge(
+            "lagpilot_consumer_paused_partitions", "Partitions paused by the pause failure policy", registry=r
+        )
+        self.capacity = Gauge(
+            "lagpilot_consumer_capacity_records_per_second",
+            "Records per busy second (estimated at a full batch)",
+            registry=r,
+        )
+        self.last_progress = Gauge(
+            "lagpilot_consumer_last_progress_timestamp_seconds",
+            "Unix time the loop last came back to Kafka",
+            registry=r,
+        )
 
     def forget_partition(self, topic: str, partition: int) -> None:
         """Drop per-partition series of a partition that is no longer ours."""
@@ -118,7 +184,9 @@ class CapacityEstimator:
         if slope <= 0 or intercept < 0:
             return ratio
         m = self.max_records
-        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)  # k >= 3
+        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (
+            k - 2
+        )  # k >= 3
         se_at_m = math.sqrt(residual_var * (1 / k + (m - mx) ** 2 / sxx))
         projected = m / (intercept + slope * m + FIT_Z * se_at_m)
         # with a fixed cost per call (intercept >= 0) bigger batches only amortise it further
@@ -185,18 +253,29 @@ class Health:
         if self.fatal:
             detail["fatal"] = self.fatal
         if self.handler_since is None and age > min(self.stale_after_s, self.outside_handler_s):
-            detail["stuck"] = f"no progress for {age:.0f} s outside the handler (a Kafka or sink call that did not return)"
+            detail["stuck"] = (
+                f"no progress for {age:.0f} s outside the handler (a Kafka or sink call that did not return)"
+            )
             if not self._stuck_logged:  # where it hangs, once per episode (the probe asks every 10 s)
                 self._stuck_logged = True
-                log.error("the consuming loop is stuck outside its handler", extra=_fields(
-                    event="loop_stuck", seconds=round(age, 1), stack=thread_stack(self.loop_thread)))
+                log.error(
+                    "the consuming loop is stuck outside its handler",
+                    extra=_fields(
+                        event="loop_stuck", seconds=round(age, 1), stack=thread_stack(self.loop_thread)
+                    ),
+                )
             return False, detail
         return age <= self.stale_after_s and not self.fatal, detail
 
     def ready(self) -> tuple[bool, dict]:
         ok = self.member and self.connected and not self.stopping
-        return ok, {"member": self.member, "assigned_partitions": self.assigned, "connected": self.connected,
-                    "paused_partitions": self.paused, "stopping": self.stopping}
+        return ok, {
+            "member": self.member,
+            "assigned_partitions": self.assigned,
+            "connected": self.connected,
+            "paused_partitions": self.paused,
+            "stopping": self.stopping,
+        }
 
 
 class MetricsServer:
@@ -228,7 +307,9 @@ class MetricsServer:
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="lagpilot-metrics", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="lagpilot-metrics", daemon=True
+        )
 
     def start(self) -> "MetricsServer":
         self._thread.start()

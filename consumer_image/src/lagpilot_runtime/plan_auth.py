@@ -13,6 +13,7 @@ with its plan; the runtime (`verify`, constant-time compare) also checks its own
 that the signed drain id is the plan's, and itself that the (drain id, attempt) is newer than every
 one it took before (a replay). docs/drain.md "Who may send the runtime a plan".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,8 +68,13 @@ class PlanAuth:
     signature: str  # hex HMAC-SHA256
 
     def to_dict(self) -> dict[str, Any]:
-        return {"crUid": self.cr_uid, "drainId": self.drain_id, "attempt": self.attempt,
-                "expiresAt": self.expires_at, "signature": self.signature}
+        return {
+            "crUid": self.cr_uid,
+            "drainId": self.drain_id,
+            "attempt": self.attempt,
+            "expiresAt": self.expires_at,
+            "signature": self.signature,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -88,19 +94,37 @@ class PlanAuth:
 
 def canonical(cr_uid: str, drain_id: str, attempt: int, expires_at: int, plan_text: str) -> bytes:
     """The bytes that are signed (sorted keys, no whitespace, ASCII: one encoding per content)."""
-    return json.dumps({"v": VERSION, "crUid": cr_uid, "drainId": drain_id, "attempt": int(attempt),
-                       "expiresAt": int(expires_at), "plan": plan_text},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    return json.dumps(
+        {
+            "v": VERSION,
+            "crUid": cr_uid,
+            "drainId": drain_id,
+            "attempt": int(attempt),
+            "expiresAt": int(expires_at),
+            "plan": plan_text,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    ).encode()
 
 
 def _mac(key: bytes, cr_uid: str, drain_id: str, attempt: int, expires_at: int, plan_text: str) -> str:
-    return hmac.new(key, canonical(cr_uid, drain_id, attempt, expires_at, plan_text), hashlib.sha256).hexdigest()
+    return hmac.new(
+        key, canonical(cr_uid, drain_id, attempt, expires_at, plan_text), hashlib.sha256
+    ).hexdigest()
 
 
 def sign(key: bytes, plan_text: str, cr_uid: str, drain_id: str, attempt: int, expires_at: float) -> PlanAuth:
     """The operator's side: sign the exact plan text of one attempt."""
     exp = int(expires_at)
-    return PlanAuth(cr_uid, str(drain_id), int(attempt), exp, _mac(key, cr_uid, str(drain_id), int(attempt), exp, plan_text))
+    return PlanAuth(
+        cr_uid,
+        str(drain_id),
+        int(attempt),
+        exp,
+        _mac(key, cr_uid, str(drain_id), int(attempt), exp, plan_text),
+    )
 
 
 def verify(key: bytes, plan_text: str, auth: PlanAuth, cr_uid: str, now: float) -> None:
@@ -119,6 +143,7 @@ def verify(key: bytes, plan_text: str, auth: PlanAuth, cr_uid: str, now: float) 
 
 
 # ---- a busy drain's next parts -------------------------------------------------------------------
+
 
 def _part_mac(key: bytes, owner: str, topic: str, body: str) -> str:
     msg = b"lagpilot-drain-part-mac-v1\0" + owner.encode() + b"\0" + topic.encode() + b"\0" + body.encode()

@@ -7,6 +7,7 @@ handed to the handler are processed and committed before the partitions are give
 shutting down: then they are abandoned, uncommitted). On lost (session expired; we may no longer
 commit) the lost partitions' pending records are dropped.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,12 @@ class RebalanceCallbacks(LoopState):
         self.health.assigned = len(self.owned)
         self.metrics.assigned.set(len(self.owned))
         self.metrics.rebalances.labels("assign").inc()
-        log.info("partitions assigned", extra=_fields(event="assigned", partitions=sorted(p for _, p in new),
-                                                       owned=sorted(p for _, p in self.owned)))
+        log.info(
+            "partitions assigned",
+            extra=_fields(
+                event="assigned", partitions=sorted(p for _, p in new), owned=sorted(p for _, p in self.owned)
+            ),
+        )
         try:
             # the sink may be ahead of Kafka (crash after its commit, before ours): catch Kafka up
             # first, so the hand-off's ack below and every later commit start from max(both)
@@ -46,11 +51,17 @@ class RebalanceCallbacks(LoopState):
                 # finish the in-flight batch: the records were taken from Kafka, process and commit
                 # them while we still own their partitions
                 batch, self.pending = self.pending, []
-                log.info("revoke: finishing the in-flight batch before giving partitions up",
-                         extra=_fields(event="revoke_flush", records=len(batch), partitions=sorted(p for _, p in gone)))
+                log.info(
+                    "revoke: finishing the in-flight batch before giving partitions up",
+                    extra=_fields(
+                        event="revoke_flush", records=len(batch), partitions=sorted(p for _, p in gone)
+                    ),
+                )
                 self.process(batch)
             elif self.pending:
-                self._abandon([r for r in self.pending if (r.topic, r.partition) in gone], "revoked during shutdown")
+                self._abandon(
+                    [r for r in self.pending if (r.topic, r.partition) in gone], "revoked during shutdown"
+                )
                 self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
             if any(tp in gone for tp in self.uncommitted):
                 self._commit_offsets({})  # last chance for positions whose commit failed earlier
@@ -62,8 +73,14 @@ class RebalanceCallbacks(LoopState):
             self.stop_event.set()
         finally:
             self._forget(gone)
-            log.info("partitions revoked", extra=_fields(event="revoked", partitions=sorted(p for _, p in gone),
-                                                          owned=sorted(p for _, p in self.owned)))
+            log.info(
+                "partitions revoked",
+                extra=_fields(
+                    event="revoked",
+                    partitions=sorted(p for _, p in gone),
+                    owned=sorted(p for _, p in self.owned),
+                ),
+            )
 
     def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -72,12 +89,17 @@ class RebalanceCallbacks(LoopState):
         self.pending = [r for r in self.pending if (r.topic, r.partition) not in gone]
         self._abandon(dropped, "partitions lost")
         self._forget(gone)
-        log.warning("partitions lost (session expired); their uncommitted records go to the next owner",
-                    extra=_fields(event="lost", partitions=sorted(p for _, p in gone),
-                                  owned=sorted(p for _, p in self.owned)))
+        log.warning(
+            "partitions lost (session expired); their uncommitted records go to the next owner",
+            extra=_fields(
+                event="lost", partitions=sorted(p for _, p in gone), owned=sorted(p for _, p in self.owned)
+            ),
+        )
 
     def _forget(self, gone: set[TP]) -> None:
-        self.give_up({tp: off for tp, off in self.uncommitted.items() if tp in gone}, "partition revoked or lost")
+        self.give_up(
+            {tp: off for tp, off in self.uncommitted.items() if tp in gone}, "partition revoked or lost"
+        )
         self.owned -= gone
         if self.paused & gone:
             self.paused -= gone

@@ -26,6 +26,7 @@ What is redacted (replaced by ``<redacted>``):
    (``invalid percent-encoded token: "<redacted>"``) — so text from a process whose values this
    one does not know (the operator reading a drain pod's message) is still cleaned.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,8 +41,10 @@ MASK = "<redacted>"
 MIN_LEN = 4
 
 _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/@:\"']*:)[^\s@\"'/]*(?=@)")
-_KV_PASSWORD = re.compile(r"(?P<head>\b(?:sasl\.)?pass(?:word|wd)\s*[=:]\s*)(?:'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s,;)}\]]+)",
-                          re.IGNORECASE)
+_KV_PASSWORD = re.compile(
+    r"(?P<head>\b(?:sasl\.)?pass(?:word|wd)\s*[=:]\s*)(?:'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|[^\s,;)}\]]+)",
+    re.IGNORECASE,
+)
 _BAD_TOKEN = re.compile(r"(?P<head>invalid percent-encoded token:\s*\")[^\"]*(?=\")")
 
 
@@ -122,8 +125,12 @@ _excepthook._lagpilot_redacting = True  # type: ignore[attr-defined]
 def _thread_excepthook(args: Any) -> None:
     if args.exc_type is SystemExit:
         return
-    sys.stderr.write(redact(f"Exception in thread {getattr(args.thread, 'name', '?')}:\n"
-                            + "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))))
+    sys.stderr.write(
+        redact(
+            f"Exception in thread {getattr(args.thread, 'name', '?')}:\n"
+            + "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+        )
+    )
 
 
 def scrub(value: Any) -> Any:
@@ -141,10 +148,33 @@ class LogFilter:
     """A logging filter for handlers whose formatter is not ours (the operator's kopf JSON log):
     the message (arguments merged), the traceback and string extras, redacted in the record."""
 
-    _STANDARD = frozenset(("name", "msg", "args", "levelname", "levelno", "pathname", "filename", "module",
-                           "exc_info", "exc_text", "stack_info", "lineno", "funcName", "created", "msecs",
-                           "relativeCreated", "thread", "threadName", "processName", "process", "taskName",
-                           "message", "asctime"))
+    _STANDARD = frozenset(
+        (
+            "name",
+            "msg",
+            "args",
+            "levelname",
+            "levelno",
+            "pathname",
+            "filename",
+            "module",
+            "exc_info",
+            "exc_text",
+            "stack_info",
+            "lineno",
+            "funcName",
+            "created",
+            "msecs",
+            "relativeCreated",
+            "thread",
+            "threadName",
+            "processName",
+            "process",
+            "taskName",
+            "message",
+            "asctime",
+        )
+    )
 
     def filter(self, record: Any) -> bool:
         record.msg = redact(record.getMessage())

@@ -4,6 +4,7 @@ The sink may be ahead of the group's commit (a crash after its commit, before ou
 the loop reads the sink's progress and commits it to Kafka before any record of those partitions is
 processed.
 """
+
 from __future__ import annotations
 
 from . import commit_metadata
@@ -27,8 +28,12 @@ class SinkProgress(LoopState):
         if not ahead:
             return
         self._commit_sink_progress(ahead)
-        log.info("resuming from the sink's progress (ahead of the group's commit)", extra=_fields(
-            event="sink_progress_ahead", partitions={f"{t}/{p}": o for (t, p), o in sorted(ahead.items())}))
+        log.info(
+            "resuming from the sink's progress (ahead of the group's commit)",
+            extra=_fields(
+                event="sink_progress_ahead", partitions={f"{t}/{p}": o for (t, p), o in sorted(ahead.items())}
+            ),
+        )
 
     def _read_sink_progress(self, parts: set[TP]) -> dict[TP, int]:
         """The sink's next offset per partition, one call per topic, each tried 3 times (FatalError)."""
@@ -39,12 +44,20 @@ class SinkProgress(LoopState):
         for topic, plist in by_topic.items():
             for attempt in range(3):
                 try:
-                    got.update({(topic, int(p)): int(o) for p, o in
-                                self.handler.progress(topic, plist, self.ctx).items()})  # type: ignore[attr-defined]
+                    got.update(
+                        {
+                            (topic, int(p)): int(o)
+                            for p, o in self.handler.progress(topic, plist, self.ctx).items()
+                        }
+                    )  # type: ignore[attr-defined]
                     break
                 except Exception as exc:  # noqa: BLE001 - retried, then fatal
-                    log.warning("reading the sink's progress failed", extra=_fields(
-                        event="sink_progress_failed", error=describe_error(exc), attempt=attempt))
+                    log.warning(
+                        "reading the sink's progress failed",
+                        extra=_fields(
+                            event="sink_progress_failed", error=describe_error(exc), attempt=attempt
+                        ),
+                    )
                     if attempt == 2:
                         raise FatalError(f"cannot read the sink's progress: {describe_error(exc)}") from exc
                     self._sleep(0.5 * (attempt + 1))
@@ -57,10 +70,20 @@ class SinkProgress(LoopState):
         ahead: dict[TP, int] = {}
         for key, sink_next in got.items():
             if sink_next > self._own_committed(key):
-                _low, high = self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=KAFKA_CALL_TIMEOUT_S)
+                _low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(*key), timeout=KAFKA_CALL_TIMEOUT_S
+                )
                 if sink_next > high:  # e.g. the topic was recreated: the progress belongs to another log
-                    log.warning("the sink's progress is beyond the partition's end; ignored", extra=_fields(
-                        event="sink_progress_ignored", topic=key[0], partition=key[1], sink_next=sink_next, end=high))
+                    log.warning(
+                        "the sink's progress is beyond the partition's end; ignored",
+                        extra=_fields(
+                            event="sink_progress_ignored",
+                            topic=key[0],
+                            partition=key[1],
+                            sink_next=sink_next,
+                            end=high,
+                        ),
+                    )
                     continue
                 ahead[key] = sink_next
         return ahead
@@ -70,8 +93,10 @@ class SinkProgress(LoopState):
         from confluent_kafka import KafkaException, TopicPartition
 
         metadata = commit_metadata.encode(self.capacity.capacity(), self.wall_ms())
-        res = self.consumer.commit(offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(ahead.items())],
-                                   asynchronous=False)
+        res = self.consumer.commit(
+            offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(ahead.items())],
+            asynchronous=False,
+        )
         errors = [x for x in (res or []) if getattr(x, "error", None)]
         if errors:
             raise KafkaException(errors[0].error)

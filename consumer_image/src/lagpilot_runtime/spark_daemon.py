@@ -10,6 +10,7 @@ the first time a worker builds an array (Spark's own struct wrapping of the firs
 task's summary), so without it every one of the tasks imported pandas after the fork (measured
 with PYTHONPROFILEIMPORTTIME: 12 imports, ~0.5 s CPU each, in the tasks' first-record path).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,9 +18,18 @@ import os
 
 
 def _preload() -> None:
-    names = ["pyarrow", "pandas", "pyarrow.pandas_compat", "confluent_kafka", "psycopg", "lagpilot_runtime.drain_task",
-                 "lagpilot_runtime.failure", "lagpilot_runtime.handler", "pyspark.worker",
-                 "pyspark.sql.pandas.serializers"]
+    names = [
+        "pyarrow",
+        "pandas",
+        "pyarrow.pandas_compat",
+        "confluent_kafka",
+        "psycopg",
+        "lagpilot_runtime.drain_task",
+        "lagpilot_runtime.failure",
+        "lagpilot_runtime.handler",
+        "pyspark.worker",
+        "pyspark.sql.pandas.serializers",
+    ]
     if os.environ.get("LAGPILOT_DRAIN_PRELOAD_PANDAS", "1") == "0":  # A/B switch of bench/drain.py
         names = [n for n in names if "pandas" not in n or n.startswith("pyspark")]
     for name in names:

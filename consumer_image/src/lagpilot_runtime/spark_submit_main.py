@@ -7,6 +7,7 @@ the JVM itself), so here those settings — master, executor image and sizing, d
 handed to it the way the Job launcher hands them: LAGPILOT_SPARK_MASTER and LAGPILOT_SPARK_CONF
 (which wins over the drain's own defaults). The image links this file at /opt/lagpilot/drain_main.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ def main() -> int:
 
     SparkContext._ensure_initialized()  # spark-submit's gateway (PYSPARK_GATEWAY_PORT): the driver JVM
     jvm = SparkContext._jvm
-    props = {str(k): str(jvm.System.getProperty(k)) for k in jvm.System.getProperties().stringPropertyNames()
-             if str(k).startswith("spark.")}
+    props = {
+        str(k): str(jvm.System.getProperty(k))
+        for k in jvm.System.getProperties().stringPropertyNames()
+        if str(k).startswith("spark.")
+    }
     os.environ.update(submitted_settings(props, os.environ))
     from .drain_job import main as drain_main
 

@@ -10,6 +10,7 @@ values are listed for users: edit values.yaml and run
 
 (tests/unit/test_chart_readme.py runs the check).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,17 @@ KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z][A-Za-z0-9_]*):(?P<rest>.
 
 @dataclass(frozen=True)
 class Value:
-    key: str          # dotted path, e.g. leaderElection.leaseName
+    key: str  # dotted path, e.g. leaderElection.leaseName
     description: str
     default: Any
 
 
 @dataclass(frozen=True)
 class KeyLine:
-    key: str           # dotted path
+    key: str  # dotted path
     indent: int
-    inline: bool       # a value on the key's own line (not a group opening a block)
-    doc: str | None    # the text of the `# --` block right above, if any
+    inline: bool  # a value on the key's own line (not a group opening a block)
+    doc: str | None  # the text of the `# --` block right above, if any
 
 
 def key_lines(values_text: str) -> list[KeyLine]:
@@ -77,7 +78,7 @@ def _doc(comment: list[str]) -> str | None:
     """The text of a `# --` block (the block's lines from the `# --` one on), or None."""
     for i, c in enumerate(comment):
         if c.startswith("# --"):
-            text = [c[len("# --"):].strip()] + [x.lstrip("#").strip() for x in comment[i + 1:]]
+            text = [c[len("# --") :].strip()] + [x.lstrip("#").strip() for x in comment[i + 1 :]]
             return " ".join(t for t in text if t)
     return None
 
@@ -89,7 +90,9 @@ def _lookup(data: Any, dotted: str) -> Any:
 
 
 def _type(v: Any) -> str:
-    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "object"}.get(type(v), "")
+    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "object"}.get(
+        type(v), ""
+    )
 
 
 def _cell(text: str) -> str:
@@ -99,8 +102,10 @@ def _cell(text: str) -> str:
 def render(chart_dir: Path = CHART_DIR) -> str:
     chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
     values = documented_values((chart_dir / "values.yaml").read_text())
-    badges = (f"![Version: {chart['version']}](https://img.shields.io/badge/Version-{chart['version']}-informational) "
-              f"![AppVersion: {chart['appVersion']}](https://img.shields.io/badge/AppVersion-{chart['appVersion']}-informational)")
+    badges = (
+        f"![Version: {chart['version']}](https://img.shields.io/badge/Version-{chart['version']}-informational) "
+        f"![AppVersion: {chart['appVersion']}](https://img.shields.io/badge/AppVersion-{chart['appVersion']}-informational)"
+    )
     lines = [
         f"# {chart['name']}",
         "",
@@ -131,7 +136,12 @@ def render(chart_dir: Path = CHART_DIR) -> str:
         urls = [u for u in [chart.get("home"), *chart.get("sources", [])] if u]
         lines += [f"* <{u}>" for u in dict.fromkeys(urls)]
         lines.append("")
-    lines += ["## Values", "", "| Key | Type | Default | Description |", "|-----|------|---------|-------------|"]
+    lines += [
+        "## Values",
+        "",
+        "| Key | Type | Default | Description |",
+        "|-----|------|---------|-------------|",
+    ]
     for v in values:
         default = json.dumps(v.default, separators=(",", ":")) if v.default not in ("", None) else '`""`'
         if v.default not in ("", None):
@@ -141,8 +151,12 @@ def render(chart_dir: Path = CHART_DIR) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lagpilot_dev.chart_readme", description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if README.md differs from what would be generated")
+    p = argparse.ArgumentParser(
+        prog="python -m lagpilot_dev.chart_readme", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 if README.md differs from what would be generated"
+    )
     p.add_argument("--chart", type=Path, default=CHART_DIR)
     args = p.parse_args(argv)
     readme = args.chart / "README.md"

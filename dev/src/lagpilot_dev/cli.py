@@ -7,6 +7,7 @@
 Human output goes to stdout as shell lines (`export KUBECONFIG=...`), so `eval "$(lagpilot dev up)"`
 works; progress logs go to stderr as JSON lines. `--json` prints one JSON object on stdout instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lagpilot dev", description="the local real-parts stack")
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="install and start what is missing, print connection details")
-    up.add_argument("--parts", default=",".join(DEFAULT_PARTS),
-                    help=f"comma-separated subset of {','.join(ALL_PARTS)} or 'all' (default: %(default)s)")
+    up.add_argument(
+        "--parts",
+        default=",".join(DEFAULT_PARTS),
+        help=f"comma-separated subset of {','.join(ALL_PARTS)} or 'all' (default: %(default)s)",
+    )
     up.add_argument("--json", action="store_true", help="print one JSON object")
     st = sub.add_parser("status", help="show what is running (starts nothing)")
     st.add_argument("--json", action="store_true", help="print one JSON object")
@@ -34,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--purge", action="store_true", help="also delete the parts' data (caches stay)")
     for s in (up, st, down):
         s.add_argument("-q", "--quiet", action="store_true", help="no progress logs on stderr")
-    images.add_arguments(sub.add_parser("images", help="build both images from the real Dockerfiles and run them (docs/images.md)"))
+    images.add_arguments(
+        sub.add_parser(
+            "images", help="build both images from the real Dockerfiles and run them (docs/images.md)"
+        )
+    )
     return p
 
 
@@ -51,13 +59,17 @@ def render_human(info: StackInfo) -> str:
         lines.append(f"# postgres DSN: {info.postgres_dsn}")
     if info.kubectl:
         lines.append(f"# kubectl: {info.kubectl}")
-    if (prom := info.parts.get("prometheus")):
+    if prom := info.parts.get("prometheus"):
         lines.append(f"# prometheus: {prom['prometheus_url']} (promtool: {prom['promtool']})")
-    if (keda := info.parts.get("keda")):
-        lines.append(f"# keda: {keda['keda_version']} (APIService {keda['apiservice']}, logs {keda['keda_operator_log']})")
-    if (oidc := info.parts.get("oidc")):
-        lines.append(f"# oidc: {oidc['oidc_issuer']} (Keycloak {oidc['keycloak_version']}, client {oidc['oidc_client_id']}, "
-                     f"token endpoint {oidc['oidc_token_endpoint_url']})")
+    if keda := info.parts.get("keda"):
+        lines.append(
+            f"# keda: {keda['keda_version']} (APIService {keda['apiservice']}, logs {keda['keda_operator_log']})"
+        )
+    if oidc := info.parts.get("oidc"):
+        lines.append(
+            f"# oidc: {oidc['oidc_issuer']} (Keycloak {oidc['keycloak_version']}, client {oidc['oidc_client_id']}, "
+            f"token endpoint {oidc['oidc_token_endpoint_url']})"
+        )
     if (kafka := info.parts.get("kafka")) and kafka.get("oauth_bootstrap_servers"):
         lines.append(f"# kafka OAUTHBEARER listener: {kafka['oauth_bootstrap_servers']}")
     if info.spark_jars:
@@ -76,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             info = stack.up(parse_parts(args.parts))
             if args.json:
-                print(json.dumps({**info.to_dict(), "seconds": round(time.monotonic() - t0, 1)}, sort_keys=True))
+                print(
+                    json.dumps({**info.to_dict(), "seconds": round(time.monotonic() - t0, 1)}, sort_keys=True)
+                )
             else:
                 print(render_human(info))
         elif args.cmd == "status":

@@ -34,6 +34,7 @@ The demo then prints their pids and how to stop them (also in <out>/kept.json), 
 `export KUBECONFIG=...` line, the Prometheus URL when the dev stack's prometheus part runs, and
 kubectl lines to try.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,31 +60,58 @@ log = logging.getLogger("lagpilot_dev.demo")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lagpilot demo", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    p.add_argument("--profile", choices=sorted(PROFILES), default="default",
-                   help="default: the README demo (< 10 min warm); fast: shorter spike, used by the test")
-    p.add_argument("--keep", action="store_true",
-                   help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
-                        "still running (a CR applied or edited afterwards is reconciled); prints how to stop them")
+    p = argparse.ArgumentParser(
+        prog="lagpilot demo",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="default",
+        help="default: the README demo (< 10 min warm); fast: shorter spike, used by the test",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
+        "still running (a CR applied or edited afterwards is reconciled); prints how to stop them",
+    )
     runtime = p.add_mutually_exclusive_group()
-    runtime.add_argument("--cold-drains", action="store_true",
-                         help="spec.drain.warmRuntime false: every drain starts its own Spark (no warm runtime pod)")
-    runtime.add_argument("--runtime-on-demand", type=int, default=None, metavar="SECONDS",
-                         help="the warm drain runtime on demand (spec.drain.warmRuntimeCooldownSeconds SECONDS): "
-                              "scaled 0 -> 1 when a drain falls due (its split waits until the runtime is Ready), "
-                              "back to 0 SECONDS after the last drain; the summary adds its scale-ups, warm-up "
-                              "and up-time (default: the runtime runs all the time)")
-    p.add_argument("--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)")
-    p.add_argument("--out", default=None,
-                   help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)")
-    p.add_argument("--plain", action="store_true",
-                   help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)")
-    p.add_argument("--node", action="store_true",
-                   help="run lagpilot's pods as containers on the real node (kubelet + containerd; docs/node.md): "
-                        "the operator installed by helm, the images built from this checkout, the namespace "
-                        "enforcing Pod Security restricted (needs root; the node's first build takes long)")
+    runtime.add_argument(
+        "--cold-drains",
+        action="store_true",
+        help="spec.drain.warmRuntime false: every drain starts its own Spark (no warm runtime pod)",
+    )
+    runtime.add_argument(
+        "--runtime-on-demand",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="the warm drain runtime on demand (spec.drain.warmRuntimeCooldownSeconds SECONDS): "
+        "scaled 0 -> 1 when a drain falls due (its split waits until the runtime is Ready), "
+        "back to 0 SECONDS after the last drain; the summary adds its scale-ups, warm-up "
+        "and up-time (default: the runtime runs all the time)",
+    )
+    p.add_argument(
+        "--namespace", default="lagpilot-demo", help="namespace for the demo (default %(default)s)"
+    )
+    p.add_argument(
+        "--out", default=None, help="directory for logs, plot and summary (default: <cache>/demo/<timestamp>)"
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)",
+    )
+    p.add_argument(
+        "--node",
+        action="store_true",
+        help="run lagpilot's pods as containers on the real node (kubelet + containerd; docs/node.md): "
+        "the operator installed by helm, the images built from this checkout, the namespace "
+        "enforcing Pod Security restricted (needs root; the node's first build takes long)",
+    )
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -115,8 +143,14 @@ class Demo:
         self.pods: PodRunnerHandle | None = None
         self.node: NodeRun | None = None  # --node: the helm release and the containers' record
         self.bare_consumer = BareConsumer()
-        self.loop = RunLoop(self.console, self.names, self.profile, self.observer,
-                            operator_dead=self._operator_dead, restarts=self._operator_restarts)
+        self.loop = RunLoop(
+            self.console,
+            self.names,
+            self.profile,
+            self.observer,
+            operator_dead=self._operator_dead,
+            restarts=self._operator_restarts,
+        )
         setup_logging(self.names.out, self.console)
 
     def _operator_dead(self) -> str | None:
@@ -141,9 +175,14 @@ class Demo:
 
     # ---- the stages --------------------------------------------------------------------------------
     def run(self) -> int:
-        runtime = (f" · warm drain runtime on demand (cooldown {self.profile.runtime_cooldown_s} s)"
-                   if self.profile.runtime_on_demand else "")
-        print(f"lagpilot demo · profile {self.profile.name}{runtime} · output in {self.names.out}", flush=True)
+        runtime = (
+            f" · warm drain runtime on demand (cooldown {self.profile.runtime_cooldown_s} s)"
+            if self.profile.runtime_on_demand
+            else ""
+        )
+        print(
+            f"lagpilot demo · profile {self.profile.name}{runtime} · output in {self.names.out}", flush=True
+        )
         self.cluster.acquire_stack()
         self.stage_resources()
         self.stage_operator()
@@ -153,101 +192,165 @@ class Demo:
         if self.node is not None:
             self.node.show_containers("\n      the runtime's own listing, after catching up")
         return demo_summary.report(
-            self.console, self.names, self.profile, pg=self.cluster.pg, samples=self.observer.samples,
-            producer=self.loop.producer, operator_restarts=self._operator_restarts(),
+            self.console,
+            self.names,
+            self.profile,
+            pg=self.cluster.pg,
+            samples=self.observer.samples,
+            producer=self.loop.producer,
+            operator_restarts=self._operator_restarts(),
             operator_exit_codes=self._operator_exit_codes(),
-            node=self.node.summary() if self.node is not None else None)
+            node=self.node.summary() if self.node is not None else None,
+        )
 
     def stage_resources(self) -> None:
         n = self.names
-        t0 = self.console.begin(2, f"CRD, namespace {n.ns}, topic {n.topic} (3 partitions), PostgreSQL Secret",
-                                f"CRD {CRD_NAME} to be Established")
+        t0 = self.console.begin(
+            2,
+            f"CRD, namespace {n.ns}, topic {n.topic} (3 partitions), PostgreSQL Secret",
+            f"CRD {CRD_NAME} to be Established",
+        )
         self.cluster.apply_crd()
         demo_keep.stop_kept(n.ns, lambda m: self.console.say(m, indent=True))
         self.cluster.create_resources(self.profile)
         if self.args.node:  # what the namespace says, as the apiserver has it
-            labels = self.cluster.kubectl("get", "namespace", n.ns, "-o", "jsonpath={.metadata.labels}").stdout
-            self.console.say(f"$ kubectl get namespace {n.ns} -o jsonpath='{{.metadata.labels}}'  →  {labels}",
-                             indent=True)
-        self.console.done("resources", t0, f"namespace {n.ns}, topic {n.topic}, Secret demo-pg (the DSN; never printed)")
+            labels = self.cluster.kubectl(
+                "get", "namespace", n.ns, "-o", "jsonpath={.metadata.labels}"
+            ).stdout
+            self.console.say(
+                f"$ kubectl get namespace {n.ns} -o jsonpath='{{.metadata.labels}}'  →  {labels}", indent=True
+            )
+        self.console.done(
+            "resources", t0, f"namespace {n.ns}, topic {n.topic}, Secret demo-pg (the DSN; never printed)"
+        )
 
     def stage_operator(self) -> None:
         console, n, info = self.console, self.names, self.cluster.info
         if self.args.node:
             self.stage_operator_on_node()
             return
-        t0 = console.begin(3, "The operator (lagpilot operator) and the pod runner (the kubelet stand-in)",
-                           "the operator's metrics endpoint to answer")
+        t0 = console.begin(
+            3,
+            "The operator (lagpilot operator) and the pod runner (the kubelet stand-in)",
+            "the operator's metrics endpoint to answer",
+        )
         if self.args.no_operator:
-            self.bare_consumer.start(n, self.profile, info,
-                                     manifest(n, self.profile, info.bootstrap_servers)["spec"]["processing"]["config"])
+            self.bare_consumer.start(
+                n,
+                self.profile,
+                info,
+                manifest(n, self.profile, info.bootstrap_servers)["spec"]["processing"]["config"],
+            )
             console.done("operator_up", t0, "--no-operator: one bare consumer process instead")
             return
         self.operator = OperatorProcess(console, n, info)
         self.operator.start()
-        console.say(f"$ lagpilot operator --namespace {n.ns} --standalone   (pid {self.operator.proc.pid}, "
-                    f"log {n.out / 'operator.log'})", indent=True)
+        console.say(
+            f"$ lagpilot operator --namespace {n.ns} --standalone   (pid {self.operator.proc.pid}, "
+            f"log {n.out / 'operator.log'})",
+            indent=True,
+        )
         url = self.operator.metrics_url
         console.wait(lambda: http_ok(url), url, 120, alive=self._operator_dead)
 
         console.say("waiting for: the pod runner to register its Node", indent=True)
         self.pods = PodRunnerHandle(n, info)
         self.pods.start()
-        console.done("operator_up", t0, f"operator pid {self.operator.proc.pid}, pod runner node {self.pods.runner.node_name}")
+        console.done(
+            "operator_up",
+            t0,
+            f"operator pid {self.operator.proc.pid}, pod runner node {self.pods.runner.node_name}",
+        )
 
     def stage_operator_on_node(self) -> None:
         """--node: the images into the node's containerd, the operator by `helm install`."""
         console, cluster = self.console, self.cluster
-        t0 = console.begin(3, "The images on the node, and the operator by `helm install` (a Deployment on the node)",
-                           "the images to be built and loaded")
+        t0 = console.begin(
+            3,
+            "The images on the node, and the operator by `helm install` (a Deployment on the node)",
+            "the images to be built and loaded",
+        )
         self.node = NodeRun(console, self.names, cluster.info, cluster.kubectl, cluster.api)
         self.node.prepare_images(cluster.stack)
         self.node.install()
-        console.done("operator_up", t0, f"operator pod Ready on node {self.node.node.info()['node_name']} "
-                                        f"(release {self.node.op_ns}/{self.node.release})")
+        console.done(
+            "operator_up",
+            t0,
+            f"operator pod Ready on node {self.node.node.info()['node_name']} "
+            f"(release {self.node.op_ns}/{self.node.release})",
+        )
 
     def stage_group(self) -> None:
         import yaml
         from kubernetes import client
 
         console, n, cluster = self.console, self.names, self.cluster
-        t0 = console.begin(4, f"BatchConsumerGroup {n.ns}/{n.name} → PostgreSQL table {n.table}",
-                           "the operator to create the consumer Deployment")
+        t0 = console.begin(
+            4,
+            f"BatchConsumerGroup {n.ns}/{n.name} → PostgreSQL table {n.table}",
+            "the operator to create the consumer Deployment",
+        )
         if self.args.no_operator:
             console.wait(self.observer.group_has_members, f"a member in consumer group {n.group_id}", 120)
             console.done("group_ready", t0, "--no-operator: bare consumer joined")
             return
         path = n.out / "bcg.yaml"
         image = self.node.consumer_image if self.node is not None else None
-        path.write_text("# applied by `lagpilot demo`\n"
-                        + yaml.safe_dump(manifest(n, self.profile, cluster.pods_bootstrap_servers(), image),
-                                         sort_keys=False))
+        path.write_text(
+            "# applied by `lagpilot demo`\n"
+            + yaml.safe_dump(
+                manifest(n, self.profile, cluster.pods_bootstrap_servers(), image), sort_keys=False
+            )
+        )
         cluster.kubectl("apply", "-f", str(path))
         console.say(f"$ kubectl apply -f {path}", indent=True)
         apps = client.AppsV1Api(cluster.api)
         core = client.CoreV1Api(cluster.api)
-        console.wait(lambda: apps.read_namespaced_deployment(n.deployment, n.ns), f"Deployment {n.ns}/{n.deployment}",
-                     120, alive=self._operator_dead)
-        console.say("✓ Deployment created; waiting for: a consumer pod to run "
-                    + ("(a container on the node)" if self.node is not None else "(pod runner)"), indent=True)
+        console.wait(
+            lambda: apps.read_namespaced_deployment(n.deployment, n.ns),
+            f"Deployment {n.ns}/{n.deployment}",
+            120,
+            alive=self._operator_dead,
+        )
+        console.say(
+            "✓ Deployment created; waiting for: a consumer pod to run "
+            + ("(a container on the node)" if self.node is not None else "(pod runner)"),
+            indent=True,
+        )
 
         def pod_running() -> bool:
             pods = core.list_namespaced_pod(n.ns).items
             return any(p.status.phase == "Running" for p in pods)
 
         console.wait(pod_running, "a consumer pod in phase Running", 120, alive=self._operator_dead)
-        console.say(f"✓ consumer pod running; waiting for: consumer group {n.group_id} to have a member", indent=True)
-        console.wait(self.observer.group_has_members, f"a member in consumer group {n.group_id}", 120,
-                     alive=self._operator_dead)
+        console.say(
+            f"✓ consumer pod running; waiting for: consumer group {n.group_id} to have a member", indent=True
+        )
+        console.wait(
+            self.observer.group_has_members,
+            f"a member in consumer group {n.group_id}",
+            120,
+            alive=self._operator_dead,
+        )
         console.say("waiting for: the operator's first status (partitions observed)", indent=True)
-        console.wait(lambda: (cluster.status().get("partitions") or 0) >= 1, "status.partitions", 120,
-                     alive=self._operator_dead)
+        console.wait(
+            lambda: (cluster.status().get("partitions") or 0) >= 1,
+            "status.partitions",
+            120,
+            alive=self._operator_dead,
+        )
         if self.node is not None:
             if self.profile.warm_runtime and not self.profile.runtime_on_demand:
-                console.say("waiting for: the warm drain runtime Ready (a JVM on the node; the demo's drains are warm)",
-                            indent=True)
-                console.wait(self.node.runtime_ready, "the warm drain runtime pod Ready", 600,
-                             alive=self._operator_dead)
+                console.say(
+                    "waiting for: the warm drain runtime Ready (a JVM on the node; the demo's drains are warm)",
+                    indent=True,
+                )
+                console.wait(
+                    self.node.runtime_ready,
+                    "the warm drain runtime pod Ready",
+                    600,
+                    alive=self._operator_dead,
+                )
             self.node.show_containers("on the node now")
         console.done("group_ready", t0, "consumer running, status reported")
 
@@ -259,21 +362,36 @@ class Demo:
         if self.node is not None:  # before the CR goes: its pods' logs go with them
             steps.append(("save the pods' logs (kubectl logs)", self.node.save_logs))
         if not keep:
-            steps.append(("delete the BatchConsumerGroup (the operator removes its finalizer)",
-                          lambda: self.cluster.delete_cr(self._operator_running)))
+            steps.append(
+                (
+                    "delete the BatchConsumerGroup (the operator removes its finalizer)",
+                    lambda: self.cluster.delete_cr(self._operator_running),
+                )
+            )
         if self.node is not None:
             if not keep:
                 steps.append(("helm uninstall the operator", self.node.uninstall))
             else:
                 steps.append(("leave the operator's release installed", self.node.stop_sampler))
-        elif keep and self.pods is not None and self.pods.runner is not None and self.operator is not None \
-                and self.operator.proc is not None:
-            steps += [("hand the pod runner over to a background process (its pods restart once)",
-                       lambda: self.pods.detach(self.cluster.api)),
-                      ("leave the operator running", self.operator.leave_running)]
+        elif (
+            keep
+            and self.pods is not None
+            and self.pods.runner is not None
+            and self.operator is not None
+            and self.operator.proc is not None
+        ):
+            steps += [
+                (
+                    "hand the pod runner over to a background process (its pods restart once)",
+                    lambda: self.pods.detach(self.cluster.api),
+                ),
+                ("leave the operator running", self.operator.leave_running),
+            ]
         else:
-            steps += [("stop the pod runner and its processes", self._stop_pod_runner),
-                      ("stop the operator", self._stop_operator)]
+            steps += [
+                ("stop the pod runner and its processes", self._stop_pod_runner),
+                ("stop the operator", self._stop_operator),
+            ]
         if not keep:
             steps += [("delete the namespace, topic and tables", self.cluster.delete_resources)]
         steps.append(("release the stack", lambda: self.cluster.release_stack(keep)))
@@ -300,23 +418,39 @@ class Demo:
         """--keep: what still runs (also in <out>/kept.json), how to stop it, what to try."""
         if self.node is not None:
             n, info = self.names, self.cluster.info
-            print(f"\nkept: the namespace {n.ns}, the CR and the operator's helm release {self.node.op_ns}/{self.node.release}")
+            print(
+                f"\nkept: the namespace {n.ns}, the CR and the operator's helm release {self.node.op_ns}/{self.node.release}"
+            )
             print("\n".join(info.shell_exports()[:1]))
-            print(f"  kubectl get bcg,pods -n {n.ns} -o wide\n  {self.node.node.info()['crictl']} ps\n"
-                  f"  helm uninstall {self.node.release} -n {self.node.op_ns}   (then delete both namespaces)")
+            print(
+                f"  kubectl get bcg,pods -n {n.ns} -o wide\n  {self.node.node.info()['crictl']} ps\n"
+                f"  helm uninstall {self.node.release} -n {self.node.op_ns}   (then delete both namespaces)"
+            )
             return
         op = self.operator if self.operator is not None and self.operator.proc is not None else None
         kept_runner = self.pods.kept_runner if self.pods is not None else None
         out, info = self.names.out, self.cluster.info
-        kept = {"operator_pid": op.proc.pid if op is not None else None,
-                "podrunner_pid": kept_runner.pid if kept_runner is not None else None,
-                "operator_metrics": op.metrics_url if op is not None else None,
-                "operator_log": str(out / "operator.log"), "podrunner_log": str(out / "podrunner.log"),
-                "prometheus_url": self.cluster.prometheus_url()}
+        kept = {
+            "operator_pid": op.proc.pid if op is not None else None,
+            "podrunner_pid": kept_runner.pid if kept_runner is not None else None,
+            "operator_metrics": op.metrics_url if op is not None else None,
+            "operator_log": str(out / "operator.log"),
+            "podrunner_log": str(out / "podrunner.log"),
+            "prometheus_url": self.cluster.prometheus_url(),
+        }
         demo_keep.write_kept(out, self.names.ns, kept)
         print()
-        print("\n".join(demo_keep.kept_lines(
-            ns=self.names.ns, name=self.names.name, exports=info.shell_exports()[:1], kubectl=info.kubectl, **kept)))
+        print(
+            "\n".join(
+                demo_keep.kept_lines(
+                    ns=self.names.ns,
+                    name=self.names.name,
+                    exports=info.shell_exports()[:1],
+                    kubectl=info.kubectl,
+                    **kept,
+                )
+            )
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The demo's objects on the embedded stack: the stack lease, the CRD, the namespace, the topic, the
 PostgreSQL Secret and tables, the BatchConsumerGroup; and their removal (what a previous run left,
 and this run's at the end)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot_dev.demo_config import (CRD_FILE, CRD_NAME, DEMO_LABEL, GROUP, PG_SECRET, PLURAL, REPO, VERSION,
-                                      RunNames)
+from lagpilot_dev.demo_config import (
+    CRD_FILE,
+    CRD_NAME,
+    DEMO_LABEL,
+    GROUP,
+    PG_SECRET,
+    PLURAL,
+    REPO,
+    VERSION,
+    RunNames,
+)
 from lagpilot_dev.demo_console import Console, DemoError
 from lagpilot_dev.demo_traffic import Profile
 
@@ -35,7 +45,9 @@ class Cluster:
     pg: Any = None  # psycopg connection
     created_ns: bool = False
     created_topic: bool = False
-    leftovers: list[tuple[str, list[str]]] = field(default_factory=list)  # (topic, tables) of a kept previous run
+    leftovers: list[tuple[str, list[str]]] = field(
+        default_factory=list
+    )  # (topic, tables) of a kept previous run
 
     # ---- the stack ---------------------------------------------------------------------------------
     def acquire_stack(self) -> None:
@@ -43,12 +55,20 @@ class Cluster:
         from lagpilot_dev.stack import Stack
 
         console = self.console
-        t0 = console.begin(1, "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars"
-                           + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS)" if self.node else "")
-                           + (", its NetworkPolicy agent (kube-router)" if "netpol" in self.parts else
-                              "; NetworkPolicies NOT enforced (the agent is not built: "
-                              "`lagpilot dev up --parts node,netpol` builds it)" if self.node else ""),
-                           "every part to be installed (first run only) and healthy")
+        t0 = console.begin(
+            1,
+            "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars"
+            + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS)" if self.node else "")
+            + (
+                ", its NetworkPolicy agent (kube-router)"
+                if "netpol" in self.parts
+                else "; NetworkPolicies NOT enforced (the agent is not built: "
+                "`lagpilot dev up --parts node,netpol` builds it)"
+                if self.node
+                else ""
+            ),
+            "every part to be installed (first run only) and healthy",
+        )
         self.stack = Stack()
         for name in self.parts:
             try:
@@ -57,9 +77,11 @@ class Cluster:
                 raise DemoError(f"the dev stack has no '{name}' part in this checkout ({exc})") from exc
             installed = getattr(part, "installed", None)
             if callable(installed) and not installed():
-                hint = {"kube": " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores",
-                        "node": " — kubelet, containerd, CoreDNS from the Go module proxy: "
-                                "~45-65 min of builds on 2 loaded cores (docs/node.md \"Cold build\")"}.get(name, "")
+                hint = {
+                    "kube": " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores",
+                    "node": " — kubelet, containerd, CoreDNS from the Go module proxy: "
+                    '~45-65 min of builds on 2 loaded cores (docs/node.md "Cold build")',
+                }.get(name, "")
                 console.say(f"{name}: not in the cache yet, installing (first run only){hint}", indent=True)
         if self.node:
             # the node first: its bridge must exist when Kafka and PostgreSQL start (their listeners
@@ -71,18 +93,31 @@ class Cluster:
         i = self.info
         if not (i.bootstrap_servers and i.kubeconfig and i.postgres_dsn and i.kubectl):
             raise DemoError(f"the stack came up without all connection details: running={i.running}")
-        console.done("stack_up", t0, f"Kafka {i.bootstrap_servers} · API server {i.kube_server} · "
-                                     f"PostgreSQL 127.0.0.1:{i.parts.get('postgres', {}).get('postgres_port', '?')} · "
-                                     f"{len(i.spark_jars)} Spark jars")
+        console.done(
+            "stack_up",
+            t0,
+            f"Kafka {i.bootstrap_servers} · API server {i.kube_server} · "
+            f"PostgreSQL 127.0.0.1:{i.parts.get('postgres', {}).get('postgres_port', '?')} · "
+            f"{len(i.spark_jars)} Spark jars",
+        )
 
-    def kubectl(self, *args: str, input_text: str | None = None, timeout: float = 60.0,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input_text: str | None = None, timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         argv = [str(self.info.kubectl), f"--kubeconfig={self.info.kubeconfig}", *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, input=input_text, timeout=timeout,  # noqa: S603
-                              check=False)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            input=input_text,
+            timeout=timeout,  # noqa: S603
+            check=False,
+        )
         log.info("kubectl", extra={"kubectl_args": " ".join(args), "rc": proc.returncode})
         if check and proc.returncode != 0:
-            raise DemoError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}")
+            raise DemoError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-800:]}"
+            )
         return proc
 
     def prometheus_url(self) -> str | None:
@@ -114,9 +149,18 @@ class Cluster:
         from kubernetes import config
 
         self.api = config.new_client_from_config(config_file=str(self.info.kubeconfig))
-        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-demo", "-f", str(CRD_FILE))
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=lagpilot-demo",
+            "-f",
+            str(CRD_FILE),
+        )
         self.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=90s", timeout=120)
-        self.console.say(f"✓ kubectl apply --server-side -f {CRD_FILE.relative_to(REPO)}: Established", indent=True)
+        self.console.say(
+            f"✓ kubectl apply --server-side -f {CRD_FILE.relative_to(REPO)}: Established", indent=True
+        )
 
     def create_resources(self, profile: Profile) -> None:
         """A fresh namespace (a previous run's removed first), the topic with a leader on every
@@ -134,31 +178,47 @@ class Cluster:
             from lagpilot_dev.demo_node import namespace_labels
 
             labels.update(namespace_labels())
-        core.create_namespace({"metadata": {"name": n.ns, "labels": labels,
-                                            "annotations": {"lagpilot.io/demo-run": n.run_id}}})
+        core.create_namespace(
+            {"metadata": {"name": n.ns, "labels": labels, "annotations": {"lagpilot.io/demo-run": n.run_id}}}
+        )
         self.created_ns = True
-        console.wait(lambda: core.read_namespaced_service_account("default", n.ns), "the default ServiceAccount", 90)
+        console.wait(
+            lambda: core.read_namespaced_service_account("default", n.ns), "the default ServiceAccount", 90
+        )
 
-        console.say(f"waiting for: topic {n.topic} with {profile.partitions} partitions, each with a leader",
-                    indent=True)
-        self.admin = AdminClient({"bootstrap.servers": self.info.bootstrap_servers,
-                                  "logger": logging.getLogger("lagpilot_dev.demo.kafka")})
-        fut = self.admin.create_topics([NewTopic(n.topic, num_partitions=profile.partitions,
-                                                 replication_factor=1)], operation_timeout=30)[n.topic]
+        console.say(
+            f"waiting for: topic {n.topic} with {profile.partitions} partitions, each with a leader",
+            indent=True,
+        )
+        self.admin = AdminClient(
+            {
+                "bootstrap.servers": self.info.bootstrap_servers,
+                "logger": logging.getLogger("lagpilot_dev.demo.kafka"),
+            }
+        )
+        fut = self.admin.create_topics(
+            [NewTopic(n.topic, num_partitions=profile.partitions, replication_factor=1)], operation_timeout=30
+        )[n.topic]
         fut.result(timeout=90)
         self.created_topic = True
 
         def topic_ready() -> bool:
             t = self.admin.list_topics(topic=n.topic, timeout=10).topics.get(n.topic)
-            return bool(t is not None and t.error is None and len(t.partitions) == profile.partitions
-                        and all(p.leader >= 0 for p in t.partitions.values()))
+            return bool(
+                t is not None
+                and t.error is None
+                and len(t.partitions) == profile.partitions
+                and all(p.leader >= 0 for p in t.partitions.values())
+            )
 
         console.wait(topic_ready, f"topic {n.topic} leaders", 60, interval=0.3)
 
-        core.create_namespaced_secret(n.ns, {"metadata": {"name": PG_SECRET}, "type": "Opaque",
-                                             "stringData": {"dsn": self.pods_dsn()}})
-        self.pg = psycopg.connect(self.info.postgres_dsn, autocommit=True, connect_timeout=10,
-                                  application_name="lagpilot-demo")
+        core.create_namespaced_secret(
+            n.ns, {"metadata": {"name": PG_SECRET}, "type": "Opaque", "stringData": {"dsn": self.pods_dsn()}}
+        )
+        self.pg = psycopg.connect(
+            self.info.postgres_dsn, autocommit=True, connect_timeout=10, application_name="lagpilot-demo"
+        )
         self._drop_leftovers()
 
     def pods_bootstrap_servers(self) -> str:
@@ -196,11 +256,21 @@ class Cluster:
             for item in co.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL).get("items", []):
                 spec = item.get("spec") or {}
                 cfg = (spec.get("processing") or {}).get("config") or {}
-                self.leftovers.append((str(spec.get("topic") or ""),
-                                       [str(cfg.get(k) or "") for k in ("postgres.table", "ledgerTable", "auditTable")]))
+                self.leftovers.append(
+                    (
+                        str(spec.get("topic") or ""),
+                        [str(cfg.get(k) or "") for k in ("postgres.table", "ledgerTable", "auditTable")],
+                    )
+                )
                 with contextlib.suppress(client.ApiException):
-                    co.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, item["metadata"]["name"],
-                                                      {"metadata": {"finalizers": None}})
+                    co.patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        ns,
+                        PLURAL,
+                        item["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(ns, propagation_policy="Background")
         # pods on a pod-runner Node that is gone (a --keep run) would wait forever for a kubelet
@@ -208,6 +278,7 @@ class Cluster:
         with contextlib.suppress(client.ApiException):
             core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         if wait:
+
             def gone() -> bool:
                 try:
                     core.read_namespace(ns)
@@ -226,7 +297,10 @@ class Cluster:
                     for fut in self.admin.delete_topics([topic], operation_timeout=30).values():
                         fut.result(timeout=60)
             for table in tables:
-                if table.startswith(("demo_orders_", "demo_audit_", "demo_ledger_")) and table.replace("_", "").isalnum():
+                if (
+                    table.startswith(("demo_orders_", "demo_audit_", "demo_ledger_"))
+                    and table.replace("_", "").isalnum()
+                ):
                     with contextlib.suppress(Exception):
                         self.pg.execute(f'DROP TABLE IF EXISTS "{table}"')
         self.leftovers.clear()
@@ -248,7 +322,9 @@ class Cluster:
         from kubernetes import client
 
         n = self.names
-        return client.CustomObjectsApi(self.api).get_namespaced_custom_object(GROUP, VERSION, n.ns, PLURAL, n.name)
+        return client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+            GROUP, VERSION, n.ns, PLURAL, n.name
+        )
 
     def status(self) -> dict[str, Any]:
         return dict(self.cr().get("status") or {})

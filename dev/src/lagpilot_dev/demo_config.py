@@ -1,5 +1,6 @@
 """What one demo run is: its profile, the names it gives what it creates, and the
 BatchConsumerGroup it applies (pure: no I/O)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,9 @@ def profile_for(name: str, cold_drains: bool, runtime_on_demand_s: int | None = 
         return dataclasses.replace(profile, warm_runtime=False)
     if runtime_on_demand_s is not None:
         if not 0 <= runtime_on_demand_s <= MAX_RUNTIME_COOLDOWN_S:
-            raise ValueError(f"--runtime-on-demand must be 0..{MAX_RUNTIME_COOLDOWN_S} seconds (the CRD's range)")
+            raise ValueError(
+                f"--runtime-on-demand must be 0..{MAX_RUNTIME_COOLDOWN_S} seconds (the CRD's range)"
+            )
         return dataclasses.replace(profile, warm_runtime=True, runtime_cooldown_s=int(runtime_on_demand_s))
     return profile
 
@@ -59,10 +62,17 @@ class RunNames:
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
         suffix = uuid.uuid4().hex[:6]
         name = "orders-demo"
-        return cls(run_id=run_id, out=Path(out) if out else cache_dir() / "demo" / run_id, ns=ns, name=name,
-                   deployment=f"{name}-consumer",  # the operator's naming (docs/CONTRACTS.md)
-                   topic=f"demo-orders-{suffix}", group_id=f"orders-demo-{suffix}",
-                   table=f"demo_orders_{suffix}", ledger_table=f"demo_ledger_{suffix}")
+        return cls(
+            run_id=run_id,
+            out=Path(out) if out else cache_dir() / "demo" / run_id,
+            ns=ns,
+            name=name,
+            deployment=f"{name}-consumer",  # the operator's naming (docs/CONTRACTS.md)
+            topic=f"demo-orders-{suffix}",
+            group_id=f"orders-demo-{suffix}",
+            table=f"demo_orders_{suffix}",
+            ledger_table=f"demo_ledger_{suffix}",
+        )
 
     @property
     def node_name(self) -> str:
@@ -70,14 +80,18 @@ class RunNames:
         return f"lagpilot-demo-{self.run_id[-4:]}"
 
 
-def manifest(names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None) -> dict[str, Any]:
+def manifest(
+    names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None
+) -> dict[str, Any]:
     """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml). ``image``: the
     consumer image its pods run, never pulled (`--node`: the demo image loaded into the node; the
     pod runner runs no image)."""
     p = profile
     template: dict[str, Any] = {
         # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)
-        "env": [{"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}],
+        "env": [
+            {"name": "DEMO_POSTGRES_DSN", "valueFrom": {"secretKeyRef": {"name": PG_SECRET, "key": "dsn"}}}
+        ],
     }
     if image is not None:
         template.update(image=image, imagePullPolicy="Never")
@@ -93,18 +107,33 @@ def manifest(names: RunNames, profile: Profile, bootstrap_servers: str, image: s
             "processing": {
                 # the built-in PostgreSQL sink behind an artificial downstream cost (see demo_handler)
                 "handler": HANDLER,
-                "config": {"recordDelayMs": str(p.record_delay_ms), "batchDelayMs": str(p.batch_delay_ms),
-                           "postgres.table": names.table, "ledgerTable": names.ledger_table},
+                "config": {
+                    "recordDelayMs": str(p.record_delay_ms),
+                    "batchDelayMs": str(p.batch_delay_ms),
+                    "postgres.table": names.table,
+                    "ledgerTable": names.ledger_table,
+                },
             },
             "failure": {"maxRetries": 5, "backoffMs": 200, "policy": "deadLetter"},
-            "scaling": {"minReplicas": 1, "maxReplicas": p.partitions, "tolerance": 0.1,
-                        "pollIntervalSeconds": p.poll_interval_s,
-                        "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
-                                     "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s}}},
+            "scaling": {
+                "minReplicas": 1,
+                "maxReplicas": p.partitions,
+                "tolerance": 0.1,
+                "pollIntervalSeconds": p.poll_interval_s,
+                "behavior": {
+                    "scaleUp": {"stabilizationWindowSeconds": 0},
+                    "scaleDown": {"stabilizationWindowSeconds": p.scale_down_window_s},
+                },
+            },
             "catchUpSLASeconds": p.sla_s,
-            "drain": {"enabled": True, "splitFactor": p.split_factor, "maxTasks": p.max_tasks,
-                      "minBacklogRecords": p.min_backlog_records, "warmRuntime": p.warm_runtime,
-                      **({"warmRuntimeCooldownSeconds": p.runtime_cooldown_s} if p.runtime_on_demand else {})},
+            "drain": {
+                "enabled": True,
+                "splitFactor": p.split_factor,
+                "maxTasks": p.max_tasks,
+                "minBacklogRecords": p.min_backlog_records,
+                "warmRuntime": p.warm_runtime,
+                **({"warmRuntimeCooldownSeconds": p.runtime_cooldown_s} if p.runtime_on_demand else {}),
+            },
             "template": template,
         },
     }
@@ -115,11 +144,17 @@ def spec_settings(profile: Profile) -> dict[str, Any]:
     cooldown only for a run with the runtime on demand (the README demo's settings as before)."""
     p = profile
     out: dict[str, Any] = {
-        "split_factor": p.split_factor, "max_tasks": p.max_tasks, "min_backlog_records": p.min_backlog_records,
-        "poll_interval_s": p.poll_interval_s, "min_replicas": 1, "max_replicas": p.partitions,
-        "scale_down_window_s": p.scale_down_window_s, "batch_timeout_s": p.batch_timeout_ms / 1000.0,
+        "split_factor": p.split_factor,
+        "max_tasks": p.max_tasks,
+        "min_backlog_records": p.min_backlog_records,
+        "poll_interval_s": p.poll_interval_s,
+        "min_replicas": 1,
+        "max_replicas": p.partitions,
+        "scale_down_window_s": p.scale_down_window_s,
+        "batch_timeout_s": p.batch_timeout_ms / 1000.0,
         # the manifest leaves spec.drain.busy at the CRD's default: the drains the operator runs
-        "busy_drains": bool(Drain.model_fields["busy"].default)}
+        "busy_drains": bool(Drain.model_fields["busy"].default),
+    }
     if p.runtime_on_demand:
         out.update(warm_runtime="on-demand", runtime_cooldown_s=float(p.runtime_cooldown_s or 0))
     return out

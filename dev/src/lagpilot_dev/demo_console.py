@@ -1,5 +1,6 @@
 """What the demo tells the person running it: the numbered stages, what each waits for, the
 timings, and the JSON log file (<out>/demo.log)."""
+
 from __future__ import annotations
 
 import logging
@@ -69,8 +70,14 @@ class Console:
         self.timings[key] = secs
         self.say(f"✓ {detail or 'done'} ({secs:.1f} s)", indent=True)
 
-    def wait(self, check: Callable[[], Any], what: str, timeout: float, interval: float = 1.0,
-             alive: Callable[[], str | None] | None = None) -> Any:
+    def wait(
+        self,
+        check: Callable[[], Any],
+        what: str,
+        timeout: float,
+        interval: float = 1.0,
+        alive: Callable[[], str | None] | None = None,
+    ) -> Any:
         """Poll ``check`` until truthy; print what we wait for every 15 s; DemoError on timeout or
         when ``alive`` names a dead process."""
         t0 = time.monotonic()
@@ -88,7 +95,10 @@ class Console:
                 raise DemoError(f"gave up waiting for {what}: {dead}")
             now = time.monotonic()
             if now - t0 > timeout:
-                raise DemoError(f"timed out after {timeout:.0f} s waiting for {what}" + (f" (last error: {err})" if err else ""))
+                raise DemoError(
+                    f"timed out after {timeout:.0f} s waiting for {what}"
+                    + (f" (last error: {err})" if err else "")
+                )
             if now - last >= 15:
                 self.say(f"still waiting for: {what} ({now - t0:.0f} s)", indent=True)
                 last = now

@@ -25,6 +25,7 @@ The DSN is a secret, so it never travels in ``config``: it comes from the enviro
 named by ``config[dsnEnv]`` (default ``DEMO_POSTGRES_DSN``), set from a Secret through
 ``template.env`` (``LAGPILOT_*`` names are reserved for the runtime there).
 """
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,11 @@ def batch_cost_s(n: int, config: dict[str, str] | Any) -> float:
 def ledger_ddl(table: str) -> str:
     """The delivery ledger: one row per record per delivery (deliberately no primary or unique key)."""
     pg_sink._check_identifier(table)  # a plain identifier only: it is interpolated into SQL
-    return (f'CREATE TABLE IF NOT EXISTS "{table}" (topic text NOT NULL, partition integer NOT NULL, '
-            f'"offset" bigint NOT NULL, source text NOT NULL, worker text, drain_id text, timestamp_ms bigint, '
-            f"delivered_at timestamptz NOT NULL DEFAULT now())")
+    return (
+        f'CREATE TABLE IF NOT EXISTS "{table}" (topic text NOT NULL, partition integer NOT NULL, '
+        f'"offset" bigint NOT NULL, source text NOT NULL, worker text, drain_id text, timestamp_ms bigint, '
+        f"delivered_at timestamptz NOT NULL DEFAULT now())"
+    )
 
 
 LEDGER_COLUMNS = ("topic", "partition", "offset", "source", "worker", "drain_id", "timestamp_ms")
@@ -76,7 +79,9 @@ def settings(config: Any, env: Any = None) -> pg_sink.PostgresSettings:
     var = config.get("dsnEnv") or "DEMO_POSTGRES_DSN"
     dsn = e.get(var) or ""
     if not dsn:
-        raise ValueError(f"the demo handler needs the PostgreSQL DSN in ${var} (from a Secret via template.env)")
+        raise ValueError(
+            f"the demo handler needs the PostgreSQL DSN in ${var} (from a Secret via template.env)"
+        )
     return pg_sink.PostgresSettings.resolve(config, env={"LAGPILOT_POSTGRES_DSN": dsn})
 
 
@@ -85,7 +90,9 @@ def ledger_table(config: Any) -> str | None:
     return config.get("ledgerTable") or config.get("auditTable") or None
 
 
-def write(records: list[Record], ctx: BatchContext, cfg: pg_sink.PostgresSettings, ledger: str | None) -> None:
+def write(
+    records: list[Record], ctx: BatchContext, cfg: pg_sink.PostgresSettings, ledger: str | None
+) -> None:
     """Sink rows and ledger rows in one transaction, on the sink's cached connection."""
     import psycopg
 
@@ -102,8 +109,14 @@ def write(records: list[Record], ctx: BatchContext, cfg: pg_sink.PostgresSetting
                 conn.execute(ledger_ddl(ledger))
                 _ready.add((key[0], ledger))
             with conn.transaction():
-                pg_sink.write_rows(conn, cfg.table, cfg.mode, rows, cfg.method,  # a savepoint inside ours
-                                   legacy_key=_legacy.get(key, False))
+                pg_sink.write_rows(
+                    conn,
+                    cfg.table,
+                    cfg.mode,
+                    rows,
+                    cfg.method,  # a savepoint inside ours
+                    legacy_key=_legacy.get(key, False),
+                )
                 if lrows:
                     cols = ", ".join(f'"{c}"' for c in LEDGER_COLUMNS)
                     with conn.cursor() as cur, cur.copy(f'COPY "{ledger}" ({cols}) FROM STDIN') as copy:

@@ -1,6 +1,7 @@
 """What `lagpilot demo --keep` leaves running: the record of it (<out>/kept.json and one file per
 namespace in the cache), what the demo prints about it, and how the next run in that namespace
 stops it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -37,8 +38,10 @@ def stop_kept(ns: str, say: Callable[[str], None]) -> None:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
         return
-    for key, marker, what in (("podrunner_pid", "lagpilot_dev.podrunner", "pod runner"),
-                              ("operator_pid", "operator", "operator")):
+    for key, marker, what in (
+        ("podrunner_pid", "lagpilot_dev.podrunner", "pod runner"),
+        ("operator_pid", "operator", "operator"),
+    ):
         pid = kept.get(key)
         try:
             cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -59,19 +62,35 @@ def stop_kept(ns: str, say: Callable[[str], None]) -> None:
         path.unlink()
 
 
-def kept_lines(*, ns: str, name: str, exports: list[str], kubectl: str | None, operator_pid: int | None,
-               podrunner_pid: int | None, operator_metrics: str | None, operator_log: str, podrunner_log: str,
-               prometheus_url: str | None) -> list[str]:
+def kept_lines(
+    *,
+    ns: str,
+    name: str,
+    exports: list[str],
+    kubectl: str | None,
+    operator_pid: int | None,
+    podrunner_pid: int | None,
+    operator_metrics: str | None,
+    operator_log: str,
+    podrunner_log: str,
+    prometheus_url: str | None,
+) -> list[str]:
     """What `lagpilot demo --keep` prints at the end: what still runs, how to stop it, what to try."""
     out = ["The stack, the namespace and the BatchConsumerGroup stay up."]
     pids = [p for p in (operator_pid, podrunner_pid) if p is not None]
     if pids:
-        out.append("The operator and the pod runner keep running: a CR you apply or edit there is reconciled.")
+        out.append(
+            "The operator and the pod runner keep running: a CR you apply or edit there is reconciled."
+        )
         if operator_pid is not None:
-            out.append(f"  operator:   pid {operator_pid}, log {operator_log}"
-                       + (f", metrics {operator_metrics}" if operator_metrics else ""))
+            out.append(
+                f"  operator:   pid {operator_pid}, log {operator_log}"
+                + (f", metrics {operator_metrics}" if operator_metrics else "")
+            )
         if podrunner_pid is not None:
-            out.append(f"  pod runner: pid {podrunner_pid}, log {podrunner_log} (runs the consumer and drain pods)")
+            out.append(
+                f"  pod runner: pid {podrunner_pid}, log {podrunner_log} (runs the consumer and drain pods)"
+            )
         out.append(f"  stop them:  kill -TERM -- {' '.join(f'-{p}' for p in pids)}   # their process groups")
     else:
         out.append("The operator and the pod runner stopped with the demo (they were not running).")
@@ -81,11 +100,13 @@ def kept_lines(*, ns: str, name: str, exports: list[str], kubectl: str | None, o
     out += [f"  {line}" for line in exports]
     if kubectl:
         out.append(f"  export PATH={Path(kubectl).parent}:$PATH   # the version-matched kubectl")
-    out += [f"  kubectl get bcg -n {ns} -o wide",
-            f"  kubectl describe bcg -n {ns} {name}",
-            f"  kubectl get pods -n {ns} -w",
-            f"  kubectl patch bcg -n {ns} {name} --type merge -p '{{\"spec\":{{\"scaling\":{{\"maxReplicas\":2}}}}}}'",
-            f"  kubectl get events -n {ns} --sort-by=.lastTimestamp | tail",
-            f"  kubectl delete bcg -n {ns} {name}   # with the operator running: its finalizer lets it go",
-            "  .venv/bin/lagpilot dev down    # stops the stack"]
+    out += [
+        f"  kubectl get bcg -n {ns} -o wide",
+        f"  kubectl describe bcg -n {ns} {name}",
+        f"  kubectl get pods -n {ns} -w",
+        f'  kubectl patch bcg -n {ns} {name} --type merge -p \'{{"spec":{{"scaling":{{"maxReplicas":2}}}}}}\'',
+        f"  kubectl get events -n {ns} --sort-by=.lastTimestamp | tail",
+        f"  kubectl delete bcg -n {ns} {name}   # with the operator running: its finalizer lets it go",
+        "  .venv/bin/lagpilot dev down    # stops the stack",
+    ]
     return out

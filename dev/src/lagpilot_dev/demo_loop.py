@@ -1,5 +1,6 @@
 """Stages 5 and 6: the replay (the paced producer) and the wait until every record is in
 PostgreSQL, one sample a second, shown as the live view or a progress line."""
+
 from __future__ import annotations
 
 import shutil
@@ -31,7 +32,9 @@ def caught_up(s: Sample) -> str | None:
         waits.append(f"group lag {s.total_group_lag:,} → 0")
     if s.drain_active:
         done, total = s.drain_progress()
-        waits.append(f"drain #{(s.drain or {}).get('id')} ({s.drain_phase}, {done:,}/{total:,}) to be verified")
+        waits.append(
+            f"drain #{(s.drain or {}).get('id')} ({s.drain_phase}, {done:,}/{total:,}) to be verified"
+        )
     if s.produced != sum(s.end.values()):
         waits.append("the end offsets to show every produced record")
     return "; ".join(waits) or None
@@ -69,14 +72,22 @@ class RunLoop:
     def show(self, s: Sample | None, phase: str = "") -> None:
         console, restarts = self.console, self.restarts()
         stage = console.stage + (f" · operator restarted {restarts}x" if restarts else "")
-        header = demo_view.Header(profile=self.profile.name, elapsed_s=console.elapsed(), stage=stage,
-                                  waiting_for=console.waiting, phase=phase, namespace=self.names.ns,
-                                  name=self.names.name)
+        header = demo_view.Header(
+            profile=self.profile.name,
+            elapsed_s=console.elapsed(),
+            stage=stage,
+            waiting_for=console.waiting,
+            phase=phase,
+            namespace=self.names.ns,
+            name=self.names.name,
+        )
         if console.live:
             cols, rows = shutil.get_terminal_size((120, 50))
-            frame = [demo_view.clip(line, cols - 1)
-                     for line in demo_view.render(header, s, self.observer.kubectl_lines)]
-            sys.stdout.write(demo_view.HOME_CLEAR + "\n".join(frame[:max(10, rows - 1)]) + "\n")
+            frame = [
+                demo_view.clip(line, cols - 1)
+                for line in demo_view.render(header, s, self.observer.kubectl_lines)
+            ]
+            sys.stdout.write(demo_view.HOME_CLEAR + "\n".join(frame[: max(10, rows - 1)]) + "\n")
             sys.stdout.flush()
         elif self._last_line is None or time.monotonic() - self._last_line >= PLAIN_EVERY_S:
             self._last_line = time.monotonic()
@@ -85,18 +96,27 @@ class RunLoop:
     def replay(self, bootstrap_servers: str) -> None:
         """Stage 5: produce the profile's phases while sampling once a second."""
         p, console = self.profile, self.console
-        t0 = console.begin(5, f"Replay: a scaled-down seed backfill, {p.replay_seconds:.0f} s, ~{p.expected_records:,} records",
-                           "the replay to finish")
-        console.say(f"one consumer manages ~{p.consumer_capacity:.0f} records/s (handler cost {p.record_delay_ms:g} ms/record"
-                    f" + {p.batch_delay_ms:g} ms/batch); peak {max(ph.rate for ph in p.phases):g} records/s; "
-                    f"SLA {p.sla_s} s", indent=True)
+        t0 = console.begin(
+            5,
+            f"Replay: a scaled-down seed backfill, {p.replay_seconds:.0f} s, ~{p.expected_records:,} records",
+            "the replay to finish",
+        )
+        console.say(
+            f"one consumer manages ~{p.consumer_capacity:.0f} records/s (handler cost {p.record_delay_ms:g} ms/record"
+            f" + {p.batch_delay_ms:g} ms/batch); peak {max(ph.rate for ph in p.phases):g} records/s; "
+            f"SLA {p.sla_s} s",
+            indent=True,
+        )
         time.sleep(2 if console.live else 0)
         self.producer = Producer(bootstrap_servers, self.names.topic, p.phases, p.partitions).start()
         while not self.producer.done.is_set():
             tick = time.monotonic()
             ph = phase_at(p.phases, self.producer.elapsed())
-            console.waiting = (f"the replay: {ph[1].name} at {ph[1].rate:g} rec/s, {ph[2]:.0f} s left in this phase"
-                               if ph else "the producer to flush")
+            console.waiting = (
+                f"the replay: {ph[1].name} at {ph[1].rate:g} rec/s, {ph[2]:.0f} s left in this phase"
+                if ph
+                else "the producer to flush"
+            )
             s = self.observer.sample(self.producer)
             self.show(s, phase_text(p, self.producer))
             if (dead := self.operator_dead()) is not None:
@@ -131,10 +151,12 @@ class RunLoop:
                 runtime_up = runtime_until is not None and tick < runtime_until and s.runtime_replicas != 0
                 if tick >= linger_until and not runtime_up:
                     break
-                console.waiting = (f"nothing: caught up; watching the warm drain runtime's scale-down "
-                                   f"(cooldown {p.runtime_cooldown_s} s; at most {runtime_until - tick:.0f} s more)"
-                                   if runtime_up and runtime_until is not None
-                                   else f"nothing: caught up; watching {linger_until - tick:.0f} s more")
+                console.waiting = (
+                    f"nothing: caught up; watching the warm drain runtime's scale-down "
+                    f"(cooldown {p.runtime_cooldown_s} s; at most {runtime_until - tick:.0f} s more)"
+                    if runtime_up and runtime_until is not None
+                    else f"nothing: caught up; watching {linger_until - tick:.0f} s more"
+                )
             else:
                 console.waiting = f"{missing} (gives up in {deadline - tick:.0f} s)"
             self.show(s, phase_text(p, self.producer))

@@ -20,6 +20,7 @@ seconds since the replay started. From those:
 
 These are also the parameters ``lagpilot simulate --from-demo`` uses to predict the run.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lagpilot.spec import DrainSpec
-
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,27 @@ class Batch:
     partitions: tuple[int, ...] = ()
 
 
-def ledger_report(per_partition: Mapping[int, tuple[int, int, int]], ends: Mapping[int, int]) -> dict[str, Any]:
+def ledger_report(
+    per_partition: Mapping[int, tuple[int, int, int]], ends: Mapping[int, int]
+) -> dict[str, Any]:
     """Exactly-once from the ledger. ``per_partition[p] = (rows, distinct offsets in [0, end),
     distinct offsets outside it)``; ``ends[p]`` = the partition's end offset (records produced)."""
     parts: dict[int, dict[str, int]] = {}
     for p in sorted(set(per_partition) | set(ends)):
         rows, inside, outside = per_partition.get(p, (0, 0, 0))
         end = int(ends.get(p, 0))
-        parts[p] = {"produced": end, "delivered": rows, "distinct": inside + outside,
-                    "lost": max(0, end - inside), "duplicated": rows - inside - outside, "outside": outside}
-    total = {k: sum(v[k] for v in parts.values()) for k in ("produced", "delivered", "distinct", "lost",
-                                                                 "duplicated", "outside")}
+        parts[p] = {
+            "produced": end,
+            "delivered": rows,
+            "distinct": inside + outside,
+            "lost": max(0, end - inside),
+            "duplicated": rows - inside - outside,
+            "outside": outside,
+        }
+    total = {
+        k: sum(v[k] for v in parts.values())
+        for k in ("produced", "delivered", "distinct", "lost", "duplicated", "outside")
+    }
     return {**total, "per_partition": {str(p): v for p, v in parts.items()}}
 
 
@@ -121,7 +131,9 @@ def hand_off_window(times: Mapping[str, float], wall0: float) -> tuple[float, fl
     return float(planned) - wall0, max(ends) - wall0
 
 
-def hand_off_pause(times_by_partition: Mapping[int, Sequence[float]], window: tuple[float, float]) -> dict[str, Any]:
+def hand_off_pause(
+    times_by_partition: Mapping[int, Sequence[float]], window: tuple[float, float]
+) -> dict[str, Any]:
     """The longest commit gap of any live-group partition across the window, with its partition and
     that partition's usual gap before the window."""
     w0, w1 = window
@@ -133,8 +145,12 @@ def hand_off_pause(times_by_partition: Mapping[int, Sequence[float]], window: tu
     if best is None:
         return {"pause_seconds": None}
     usual = usual_gap(times_by_partition[best[1]], w0)
-    return {"pause_seconds": round(best[0], 2), "pause_partition": best[1], "usual_gap_seconds": usual,
-            "pause_excess_seconds": None if usual is None else round(max(0.0, best[0] - usual), 2)}
+    return {
+        "pause_seconds": round(best[0], 2),
+        "pause_partition": best[1],
+        "usual_gap_seconds": usual,
+        "pause_excess_seconds": None if usual is None else round(max(0.0, best[0] - usual), 2),
+    }
 
 
 def first_drained(batches: Iterable[Batch], after: float) -> float | None:
@@ -159,7 +175,7 @@ def pod_starts(samples: Sequence[Any], batches: Sequence[Batch] = ()) -> list[fl
         if cur is None:
             continue
         if prev is not None and cur > prev > 0:
-            new = sorted(t for t in first_seen.values() if t >= s.t - 1.0)[:cur - prev]
+            new = sorted(t for t in first_seen.values() if t >= s.t - 1.0)[: cur - prev]
             if first_seen and len(new) == cur - prev:
                 out.append(round(max(0.0, new[-1] - s.t), 1))
             else:
@@ -186,13 +202,17 @@ def pod_changes(samples: Sequence[Any], t0: float, t1: float) -> list[list[float
 
 def min_replicas_during(samples: Sequence[Any], window: tuple[float, float]) -> int | None:
     """The fewest replicas (status) and ready pods (Deployment) seen inside the window."""
-    vals = [min(v for v in (s.replicas, s.ready) if v is not None) for s in samples
-            if window[0] <= s.t <= window[1] and (s.replicas is not None or s.ready is not None)]
+    vals = [
+        min(v for v in (s.replicas, s.ready) if v is not None)
+        for s in samples
+        if window[0] <= s.t <= window[1] and (s.replicas is not None or s.ready is not None)
+    ]
     return min(vals) if vals else None
 
 
-def drain_measurements(drains: Sequence[dict[str, Any]], batches: Sequence[Batch], samples: Sequence[Any],
-                       wall0: float | None) -> None:
+def drain_measurements(
+    drains: Sequence[dict[str, Any]], batches: Sequence[Batch], samples: Sequence[Any], wall0: float | None
+) -> None:
     """Adds to each drain (in place): its hand-off window, ``pause_seconds`` from the ledger (the
     operator's own figure stays as ``status_pause_seconds``), ``start_up_seconds`` and the fewest
     replicas seen during the hand-off."""
@@ -246,8 +266,13 @@ def runtime_report(samples: Sequence[Any], wall0: float | None) -> dict[str, Any
     for s in seen:
         r = int(s.runtime_replicas or 0)
         stamp = s.runtime_scaled_up_at
-        restamped = (cur is not None and r > 0 and stamp is not None and cur["stamp"] is not None
-                     and abs(stamp - cur["stamp"]) > 0.5)  # down and up again between two samples
+        restamped = (
+            cur is not None
+            and r > 0
+            and stamp is not None
+            and cur["stamp"] is not None
+            and abs(stamp - cur["stamp"]) > 0.5
+        )  # down and up again between two samples
         if cur is not None and (r == 0 or restamped):
             cur["scaled_down_t"] = round(s.t, 1)
             cur = None
@@ -258,20 +283,40 @@ def runtime_report(samples: Sequence[Any], wall0: float | None) -> dict[str, Any
             if cur["stamp"] is None:
                 cur["stamp"] = stamp
             ready = s.runtime_ready_since
-            if cur["ready_at"] is None and ready is not None and (cur["stamp"] is None or ready >= cur["stamp"] - 1.0):
+            if (
+                cur["ready_at"] is None
+                and ready is not None
+                and (cur["stamp"] is None or ready >= cur["stamp"] - 1.0)
+            ):
                 cur["ready_at"] = ready  # a pod of this scale-up (the transition time has whole seconds)
     out_eps = []
     for e in episodes:
-        warm = None if e["stamp"] is None or e["ready_at"] is None else round(max(0.0, e["ready_at"] - e["stamp"]), 1)
-        rel = (lambda x: None if x is None or wall0 is None else round(x - wall0, 1))  # noqa: E731
-        out_eps.append({"scaled_up_t": rel(e["stamp"]), "seen_up_t": e["seen_up_t"], "ready_t": rel(e["ready_at"]),
-                        "warm_up_seconds": warm, "scaled_down_t": e["scaled_down_t"]})
+        warm = (
+            None
+            if e["stamp"] is None or e["ready_at"] is None
+            else round(max(0.0, e["ready_at"] - e["stamp"]), 1)
+        )
+        rel = lambda x: None if x is None or wall0 is None else round(x - wall0, 1)  # noqa: E731
+        out_eps.append(
+            {
+                "scaled_up_t": rel(e["stamp"]),
+                "seen_up_t": e["seen_up_t"],
+                "ready_t": rel(e["ready_at"]),
+                "warm_up_seconds": warm,
+                "scaled_down_t": e["scaled_down_t"],
+            }
+        )
     warm_ups = [e["warm_up_seconds"] for e in out_eps if e["warm_up_seconds"] is not None]
-    return {"scale_ups": len(out_eps), "scale_downs": sum(1 for e in out_eps if e["scaled_down_t"] is not None),
-            "warm_ups_seconds": warm_ups,
-            "warm_up_seconds": round(sum(warm_ups) / len(warm_ups), 2) if warm_ups else None,
-            "up_minutes": round(up_s / 60.0, 2), "idle_minutes": round(idle_s / 60.0, 2),
-            "replicas_at_end": int(seen[-1].runtime_replicas or 0), "episodes": out_eps}
+    return {
+        "scale_ups": len(out_eps),
+        "scale_downs": sum(1 for e in out_eps if e["scaled_down_t"] is not None),
+        "warm_ups_seconds": warm_ups,
+        "warm_up_seconds": round(sum(warm_ups) / len(warm_ups), 2) if warm_ups else None,
+        "up_minutes": round(up_s / 60.0, 2),
+        "idle_minutes": round(idle_s / 60.0, 2),
+        "replicas_at_end": int(seen[-1].runtime_replicas or 0),
+        "episodes": out_eps,
+    }
 
 
 def reported_capacity(samples: Sequence[Any]) -> list[tuple[float, float]]:
@@ -285,13 +330,29 @@ def reported_capacity(samples: Sequence[Any]) -> list[tuple[float, float]]:
     return out
 
 
-def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None, drain_task_capacity: float | None,
-               pod_starts_s: Sequence[float], drains: Sequence[Mapping[str, Any]], split_factor: int, max_tasks: int,
-               min_backlog_records: int, poll_interval_s: float, min_replicas: int, max_replicas: int,
-               scale_down_window_s: float, batch_timeout_s: float, batch_max_records: int,
-               warm_runtime: str | None = None, runtime_cooldown_s: float | None = None,
-               runtime: Mapping[str, Any] | None = None, busy_drains: bool = DrainSpec().busy,
-               reported_capacity: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+def sim_params(
+    *,
+    partitions: int,
+    sla_s: float,
+    consumer_capacity: float | None,
+    drain_task_capacity: float | None,
+    pod_starts_s: Sequence[float],
+    drains: Sequence[Mapping[str, Any]],
+    split_factor: int,
+    max_tasks: int,
+    min_backlog_records: int,
+    poll_interval_s: float,
+    min_replicas: int,
+    max_replicas: int,
+    scale_down_window_s: float,
+    batch_timeout_s: float,
+    batch_max_records: int,
+    warm_runtime: str | None = None,
+    runtime_cooldown_s: float | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    busy_drains: bool = DrainSpec().busy,
+    reported_capacity: Sequence[tuple[float, float]] = (),
+) -> dict[str, Any]:
     """The run's parameters as the simulator names them (``SimParams`` fields); ``None`` = not
     measured in this run (the simulator keeps its default).
 
@@ -308,30 +369,48 @@ def sim_params(*, partitions: int, sla_s: float, consumer_capacity: float | None
     its estimate of a consumer's capacity over the run (:func:`reported_capacity`); it learns the
     start-ups (``learn_start_ups``) and is not told the drain tasks' capacity (``tell_task_capacity``
     false: its default, a consumer's)."""
-    starts = [float(d["launch_to_first_record_seconds"]) for d in drains
-              if d.get("launch_to_first_record_seconds") is not None]
+    starts = [
+        float(d["launch_to_first_record_seconds"])
+        for d in drains
+        if d.get("launch_to_first_record_seconds") is not None
+    ]
     pauses = [float(d["pause_excess_seconds"]) for d in drains if d.get("pause_excess_seconds") is not None]
     paths = [d.get("hand_off_path") for d in drains if d.get("hand_off_path")]
     out: dict[str, Any] = {
-        "partitions": partitions, "sla_s": float(sla_s), "capacity": consumer_capacity,
-        "drain_task_capacity": drain_task_capacity, "pod_start_s": _median(list(pod_starts_s)),
+        "partitions": partitions,
+        "sla_s": float(sla_s),
+        "capacity": consumer_capacity,
+        "drain_task_capacity": drain_task_capacity,
+        "pod_start_s": _median(list(pod_starts_s)),
         # drain start-up: the mean, as every drain pays it
         "drain_start_s": round(sum(starts) / len(starts), 2) if starts else None,
         "handoff_pause_s": _median(pauses),
-        "max_drain_tasks": max_tasks, "split_factor": split_factor, "min_backlog_records": min_backlog_records,
-        "poll_interval_s": float(poll_interval_s), "min_replicas": min_replicas, "max_replicas": max_replicas,
-        "scale_down_window_s": float(scale_down_window_s), "batch_timeout_s": float(batch_timeout_s),
-        "batch_max_records": batch_max_records, "busy_drains": busy_drains,
+        "max_drain_tasks": max_tasks,
+        "split_factor": split_factor,
+        "min_backlog_records": min_backlog_records,
+        "poll_interval_s": float(poll_interval_s),
+        "min_replicas": min_replicas,
+        "max_replicas": max_replicas,
+        "scale_down_window_s": float(scale_down_window_s),
+        "batch_timeout_s": float(batch_timeout_s),
+        "batch_max_records": batch_max_records,
+        "busy_drains": busy_drains,
         # the quiesce fallback empties the group (pods restart); measured by the paths the drains took
         "handoff_quiesce": bool(paths) and sum(p == "Quiesce" for p in paths) * 2 > len(paths),
         "reported_capacity": [[t, c] for t, c in reported_capacity] or None,
-        "learn_start_ups": True, "tell_task_capacity": False,
+        "learn_start_ups": True,
+        "tell_task_capacity": False,
     }
     if warm_runtime == "on-demand":
-        warm = [float(d["launch_to_first_record_seconds"]) for d in drains
-                if d.get("runtime") == "warm" and d.get("launch_to_first_record_seconds") is not None]
-        out.update(warm_runtime="on-demand",
-                   runtime_cooldown_s=None if runtime_cooldown_s is None else float(runtime_cooldown_s),
-                   drain_warm_start_s=round(sum(warm) / len(warm), 2) if warm else None,
-                   drain_start_s=(runtime or {}).get("warm_up_seconds"))
+        warm = [
+            float(d["launch_to_first_record_seconds"])
+            for d in drains
+            if d.get("runtime") == "warm" and d.get("launch_to_first_record_seconds") is not None
+        ]
+        out.update(
+            warm_runtime="on-demand",
+            runtime_cooldown_s=None if runtime_cooldown_s is None else float(runtime_cooldown_s),
+            drain_warm_start_s=round(sum(warm) / len(warm), 2) if warm else None,
+            drain_start_s=(runtime or {}).get("warm_up_seconds"),
+        )
     return out

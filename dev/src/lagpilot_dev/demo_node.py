@@ -29,6 +29,7 @@ three consumers (3 x 100m), the runtime and a cold Job fit together; requests ar
 bookkeeping, not a cap (no CPU limit is set). And before the replay the demo waits for the runtime
 to be Ready (`wait_runtime_ready`): the demo's drains are meant to be warm.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,6 +60,8 @@ def demo_node_parts() -> tuple[str, ...]:
     from lagpilot_dev.stack import Stack
 
     return node_parts(bool(Stack().part("netpol").installed()))  # type: ignore[attr-defined]
+
+
 DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a cold Job (see above)
 NODE_CPU_M = 2000  # the node's allocatable CPU (2 cores, nothing reserved)
 MAX_OPERATOR_RESTARTS = 3
@@ -67,8 +70,10 @@ SAMPLE_EVERY_S = 5.0
 # once a second: a figure of this run is only as good as the CPU the node got (docs/node.md "CPU")
 CPU_EVERY_S = 1.0
 KUBEPODS_CPUACCT = "/sys/fs/cgroup/cpuacct/kubepods/cpuacct.usage"
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def namespace_labels() -> dict[str, str]:
@@ -86,10 +91,13 @@ def helm_values(ns: str, operator_image: str) -> dict[str, Any]:
     """The release's values: the watched namespace, the loaded image (never pulled), the drain's CPU
     request per task (see the module docstring). Nothing else about the node."""
     repository, tag = operator_image.rsplit(":", 1)
-    return {"watchNamespaces": [ns],
-            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-            "operator": {"extraEnv": [{"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M",
-                                       "value": str(DRAIN_CPU_PER_TASK_M)}]}}
+    return {
+        "watchNamespaces": [ns],
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "operator": {
+            "extraEnv": [{"name": "LAGPILOT_DRAIN_CPU_PER_TASK_M", "value": str(DRAIN_CPU_PER_TASK_M)}]
+        },
+    }
 
 
 def containers_of(listing: Mapping[str, Any], namespaces: Sequence[str]) -> list[dict[str, Any]]:
@@ -100,11 +108,17 @@ def containers_of(listing: Mapping[str, Any], namespaces: Sequence[str]) -> list
         ns = labels.get("io.kubernetes.pod.namespace")
         if ns not in namespaces:
             continue
-        rows.append({"namespace": ns, "pod": labels.get("io.kubernetes.pod.name"),
-                     "pod_uid": labels.get("io.kubernetes.pod.uid"),
-                     "container": (c.get("metadata") or {}).get("name"), "id": str(c.get("id") or "")[:13],
-                     "image": (c.get("image") or {}).get("image") or c.get("imageRef"),
-                     "state": c.get("state")})
+        rows.append(
+            {
+                "namespace": ns,
+                "pod": labels.get("io.kubernetes.pod.name"),
+                "pod_uid": labels.get("io.kubernetes.pod.uid"),
+                "container": (c.get("metadata") or {}).get("name"),
+                "id": str(c.get("id") or "")[:13],
+                "image": (c.get("image") or {}).get("image") or c.get("imageRef"),
+                "state": c.get("state"),
+            }
+        )
     return rows
 
 
@@ -118,20 +132,27 @@ def image_names(listing: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def pods_without_containers(pods: Mapping[str, Mapping[str, Any]], containers: Mapping[str, Any]) -> list[str]:
+def pods_without_containers(
+    pods: Mapping[str, Mapping[str, Any]], containers: Mapping[str, Any]
+) -> list[str]:
     """Pods (uid → what the API said) that reached a container state and never showed in the
     runtime's listing (pure): what would make "every lagpilot pod a container" false. A pod that
     never got past Pending (deleted first) had no container to show."""
-    return sorted(f"{p['namespace']}/{p['name']}" for uid, p in pods.items()
-                  if p.get("started") and uid not in containers)
+    return sorted(
+        f"{p['namespace']}/{p['name']}"
+        for uid, p in pods.items()
+        if p.get("started") and uid not in containers
+    )
 
 
 def format_listing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The runtime's listing as crictl prints it (the columns that matter here)."""
     out = [f"{'CONTAINER':<14} {'STATE':<18} {'NAME':<10} {'POD':<48} NAMESPACE   IMAGE"]
     for r in sorted(rows, key=lambda r: (r["namespace"], r["pod"] or "", r["container"] or "")):
-        out.append(f"{r['id']:<14} {str(r['state']):<18} {str(r['container']):<10} {str(r['pod']):<48} "
-                   f"{r['namespace']}   {r['image']}")
+        out.append(
+            f"{r['id']:<14} {str(r['state']):<18} {str(r['container']):<10} {str(r['pod']):<48} "
+            f"{r['namespace']}   {r['image']}"
+        )
     return out
 
 
@@ -193,17 +214,25 @@ class NodeRun:
         problems = images_tools.missing_preconditions(images_tools.default_layout())
         if problems:
             raise DemoError("cannot build the images here: " + "; ".join(problems))
-        console.say("building the images from this checkout (operator/Dockerfile, consumer_image/Dockerfile, "
-                    "dev/demo_image/Dockerfile; buildah, cached layers)", indent=True)
+        console.say(
+            "building the images from this checkout (operator/Dockerfile, consumer_image/Dockerfile, "
+            "dev/demo_image/Dockerfile; buildah, cached layers)",
+            indent=True,
+        )
         report = build_and_run(("operator", "consumer", "demo"), run=False)
         for n, b in report.builds.items():
-            console.say(f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)", indent=True)
+            console.say(
+                f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)",
+                indent=True,
+            )
         for n in ("operator", "demo"):
             img = IMAGES[n]
             # its content tag: this checkout's build, whatever the machine's plain tag names by now
             secs = self.node.load_built_image(report.builds[n]["content_tag"], reference=img.reference)
             self.images[n] = img.reference
-            console.say(f"✓ {img.reference} on the node (podman save | ctr images import): {secs} s", indent=True)
+            console.say(
+                f"✓ {img.reference} on the node (podman save | ctr images import): {secs} s", indent=True
+            )
 
     # ---- the operator: helm install ----------------------------------------------------------------
     def install(self) -> None:
@@ -216,8 +245,11 @@ class NodeRun:
         self.helm = h.ensure_helm()
         kube_args = ["-n", op_ns, "--kubeconfig", str(self.info.kubeconfig)]
         # a previous run's release (--keep, or a crash): gone first, as its namespace if it is going
-        h.run_helm(self.helm, ["uninstall", self.release, "--ignore-not-found", "--wait", "--timeout", "180s",
-                               *kube_args], timeout=240)
+        h.run_helm(
+            self.helm,
+            ["uninstall", self.release, "--ignore-not-found", "--wait", "--timeout", "180s", *kube_args],
+            timeout=240,
+        )
 
         def namespace_ready() -> bool:
             try:
@@ -239,20 +271,28 @@ class NodeRun:
         console.say(f"$ helm install {self.release} charts/lagpilot -n {op_ns} -f {values}", indent=True)
         h.run_helm(self.helm, argv, timeout=300)
         self.installed = True
-        console.wait(self.operator_ready, f"the operator pod in {op_ns} Ready (the kubelet's probes)", 300,
-                     alive=self.dead)
+        console.wait(
+            self.operator_ready,
+            f"the operator pod in {op_ns} Ready (the kubelet's probes)",
+            300,
+            alive=self.dead,
+        )
         self.start_sampler()
 
     def _operator_pods(self) -> list[Any]:
         from kubernetes import client
 
-        return list(client.CoreV1Api(self.api).list_namespaced_pod(
-            self.op_ns, label_selector=f"app.kubernetes.io/instance={self.release}").items)
+        return list(
+            client.CoreV1Api(self.api)
+            .list_namespaced_pod(self.op_ns, label_selector=f"app.kubernetes.io/instance={self.release}")
+            .items
+        )
 
     def operator_ready(self) -> bool:
         for pod in self._operator_pods():
             if pod.metadata.deletion_timestamp is None and any(
-                    c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+                c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
+            ):
                 return True
         return False
 
@@ -269,7 +309,9 @@ class NodeRun:
             return None
         for pod in pods:
             for cs in pod.status.container_statuses or []:
-                waiting = cs.state.waiting.reason if cs.state is not None and cs.state.waiting is not None else None
+                waiting = (
+                    cs.state.waiting.reason if cs.state is not None and cs.state.waiting is not None else None
+                )
                 if waiting in ("ErrImageNeverPull", "InvalidImageName", "ErrImagePull", "ImagePullBackOff"):
                     return f"the operator pod {pod.metadata.name} cannot start: {cs.image}: {waiting}"
                 if int(cs.restart_count or 0) > self.restarts:
@@ -277,8 +319,11 @@ class NodeRun:
                     term = cs.last_state.terminated if cs.last_state is not None else None
                     if term is not None:
                         self.exit_codes.append(int(term.exit_code))
-                    self.console.say(f"the operator pod restarted (restart {self.restarts}; "
-                                     f"exit {term.exit_code if term is not None else '?'})", indent=True)
+                    self.console.say(
+                        f"the operator pod restarted (restart {self.restarts}; "
+                        f"exit {term.exit_code if term is not None else '?'})",
+                        indent=True,
+                    )
         if self.restarts > MAX_OPERATOR_RESTARTS:
             return f"the operator pod restarted {self.restarts}x (exit codes {self.exit_codes})"
         return None
@@ -289,10 +334,14 @@ class NodeRun:
 
         from lagpilot.act.drain_runtime import selector
 
-        pods = client.CoreV1Api(self.api).list_namespaced_pod(self.names.ns, label_selector=selector(self.names.name))
-        return any(p.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True"
-                                                                 for c in p.status.conditions or [])
-                   for p in pods.items)
+        pods = client.CoreV1Api(self.api).list_namespaced_pod(
+            self.names.ns, label_selector=selector(self.names.name)
+        )
+        return any(
+            p.metadata.deletion_timestamp is None
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            for p in pods.items
+        )
 
     # ---- which pods ran as containers --------------------------------------------------------------
     def start_sampler(self) -> None:
@@ -323,10 +372,16 @@ class NodeRun:
         pods = {}
         for ns in self.namespaces:
             for pod in core.list_namespaced_pod(ns).items:
-                started = any(cs.state is not None and (cs.state.running is not None or cs.state.terminated is not None)
-                              for cs in pod.status.container_statuses or [])
-                pods[pod.metadata.uid] = {"namespace": ns, "name": pod.metadata.name, "node": pod.spec.node_name,
-                                          "started": started}
+                started = any(
+                    cs.state is not None and (cs.state.running is not None or cs.state.terminated is not None)
+                    for cs in pod.status.container_statuses or []
+                )
+                pods[pod.metadata.uid] = {
+                    "namespace": ns,
+                    "name": pod.metadata.name,
+                    "node": pod.spec.node_name,
+                    "started": started,
+                }
         proc = self.node.crictl("ps", "-a", "-o", "json", timeout=60)
         rows = containers_of(json.loads(proc.stdout), self.namespaces) if proc.returncode == 0 else []
         for r in rows:  # crictl's JSON names the image by id: the name pods use, as `crictl images` lists it
@@ -362,7 +417,9 @@ class NodeRun:
     def show_containers(self, heading: str) -> None:
         rows = self.sample()
         crictl = self.node.info()["crictl"]
-        self.console.say(f"{heading}: $ {crictl} ps -a   (the containers of {', '.join(self.namespaces)})", indent=True)
+        self.console.say(
+            f"{heading}: $ {crictl} ps -a   (the containers of {', '.join(self.namespaces)})", indent=True
+        )
         for line in format_listing(rows):
             self.console.say("  " + line, indent=True)
 
@@ -373,19 +430,34 @@ class NodeRun:
         with self._lock:
             node_name = self.node.info()["node_name"] if self.node is not None else None
             missing = pods_without_containers(self.pods_seen, self.containers_seen)
-            off_node = sorted(f"{p['namespace']}/{p['name']}" for p in self.pods_seen.values()
-                              if p.get("node") and p["node"] != node_name)
+            off_node = sorted(
+                f"{p['namespace']}/{p['name']}"
+                for p in self.pods_seen.values()
+                if p.get("node") and p["node"] != node_name
+            )
             started = [p for p in self.pods_seen.values() if p.get("started")]
-            return {"node": node_name, "images": dict(self.images), "operator_release": f"{self.op_ns}/{self.release}",
-                    "network_policy_enforced": bool(getattr(self.info, "running", {}).get("netpol")),
-                    "pods_seen": len(self.pods_seen), "pods_started": len(started),
-                    "pods_with_containers": sum(1 for uid in self.pods_seen if uid in self.containers_seen),
-                    "pods_without_containers": missing, "pods_on_other_nodes": off_node,
-                    "every_pod_a_container": bool(started) and not missing and not off_node,
-                    "cpus": os.cpu_count() or 1, "cpu_samples": [list(c) for c in self.cpu],
-                    "containers": sorted(({k: v for k, v in r.items() if k != "pod_uid"}
-                                          for rows in self.containers_seen.values() for r in rows),
-                                         key=lambda r: (r["namespace"], str(r["pod"]), str(r["container"])))}
+            return {
+                "node": node_name,
+                "images": dict(self.images),
+                "operator_release": f"{self.op_ns}/{self.release}",
+                "network_policy_enforced": bool(getattr(self.info, "running", {}).get("netpol")),
+                "pods_seen": len(self.pods_seen),
+                "pods_started": len(started),
+                "pods_with_containers": sum(1 for uid in self.pods_seen if uid in self.containers_seen),
+                "pods_without_containers": missing,
+                "pods_on_other_nodes": off_node,
+                "every_pod_a_container": bool(started) and not missing and not off_node,
+                "cpus": os.cpu_count() or 1,
+                "cpu_samples": [list(c) for c in self.cpu],
+                "containers": sorted(
+                    (
+                        {k: v for k, v in r.items() if k != "pod_uid"}
+                        for rows in self.containers_seen.values()
+                        for r in rows
+                    ),
+                    key=lambda r: (r["namespace"], str(r["pod"]), str(r["container"])),
+                ),
+            }
 
     # ---- at the end --------------------------------------------------------------------------------
     def save_logs(self) -> None:
@@ -396,7 +468,9 @@ class NodeRun:
             proc = self.kubectl("get", "pods", "-n", ns, "-o", "name", check=False, timeout=60)
             for name in proc.stdout.split():
                 pod = name.split("/", 1)[1]
-                logs = self.kubectl("logs", "-n", ns, pod, "--all-containers", "--tail=-1", check=False, timeout=120)
+                logs = self.kubectl(
+                    "logs", "-n", ns, pod, "--all-containers", "--tail=-1", check=False, timeout=120
+                )
                 target = self.names.out / "operator.log" if ns == self.op_ns else out / f"{pod}.log"
                 with open(target, "a") as fh:
                     fh.write(logs.stdout)
@@ -408,8 +482,21 @@ class NodeRun:
 
         self.stop_sampler()
         if self.installed and self.helm is not None:
-            h.run_helm(self.helm, ["uninstall", self.release, "-n", self.op_ns, "--wait", "--timeout", "180s",
-                                   "--kubeconfig", str(self.info.kubeconfig)], timeout=240)
+            h.run_helm(
+                self.helm,
+                [
+                    "uninstall",
+                    self.release,
+                    "-n",
+                    self.op_ns,
+                    "--wait",
+                    "--timeout",
+                    "180s",
+                    "--kubeconfig",
+                    str(self.info.kubeconfig),
+                ],
+                timeout=240,
+            )
             self.installed = False
         with contextlib.suppress(client.ApiException):
             client.CoreV1Api(self.api).delete_namespace(self.op_ns, propagation_policy="Background")
@@ -425,8 +512,9 @@ def read_cpu(path: str = KUBEPODS_CPUACCT) -> tuple[float, float, float] | None:
     return time.time(), used, os.getloadavg()[0]
 
 
-def cpu_window(samples: Sequence[Sequence[float]], t0: float, t1: float,
-               cpus: int) -> dict[str, float] | None:
+def cpu_window(
+    samples: Sequence[Sequence[float]], t0: float, t1: float, cpus: int
+) -> dict[str, float] | None:
     """The node pods' CPU over [t0, t1] (pure): CPU-seconds, their share of the machine (all
     ``cpus`` cores), the mean 1-minute load average; None when no two samples span the window."""
     inside = [s for s in samples if t0 - 1.5 <= s[0] <= t1 + 1.5]
@@ -434,9 +522,12 @@ def cpu_window(samples: Sequence[Sequence[float]], t0: float, t1: float,
         return None
     a, b = inside[0], inside[-1]
     used = max(0.0, b[1] - a[1])
-    return {"seconds": round(b[0] - a[0], 1), "cpu_seconds": round(used, 2),
-            "share_of_machine": round(used / ((b[0] - a[0]) * max(1, cpus)), 3),
-            "load1": round(sum(s[2] for s in inside) / len(inside), 1)}
+    return {
+        "seconds": round(b[0] - a[0], 1),
+        "cpu_seconds": round(used, 2),
+        "share_of_machine": round(used / ((b[0] - a[0]) * max(1, cpus)), 3),
+        "load1": round(sum(s[2] for s in inside) / len(inside), 1),
+    }
 
 
 def drain_cpu(node: Mapping[str, Any], drains: Sequence[dict[str, Any]]) -> None:
@@ -454,14 +545,18 @@ def drain_cpu(node: Mapping[str, Any], drains: Sequence[dict[str, Any]]) -> None
 def pods_bootstrap(info: Any) -> str:
     got = (info.parts.get("kafka") or {}).get("pods_bootstrap_servers")
     if not got:
-        raise DemoError("the broker has no PODS listener (it started before the node's bridge existed): "
-                        "restart the kafka part (`lagpilot dev down --parts kafka && lagpilot dev up --parts kafka`)")
+        raise DemoError(
+            "the broker has no PODS listener (it started before the node's bridge existed): "
+            "restart the kafka part (`lagpilot dev down --parts kafka && lagpilot dev up --parts kafka`)"
+        )
     return str(got)
 
 
 def pods_dsn(info: Any) -> str:
     got = (info.parts.get("postgres") or {}).get("pods_postgres_dsn")
     if not got:
-        raise DemoError("PostgreSQL does not listen on the node's bridge (it started before the bridge existed): "
-                        "restart the postgres part")
+        raise DemoError(
+            "PostgreSQL does not listen on the node's bridge (it started before the bridge existed): "
+            "restart the postgres part"
+        )
     return str(got)

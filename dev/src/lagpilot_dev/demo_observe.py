@@ -1,5 +1,6 @@
 """One observation a second while the demo runs (a Sample): Kafka's end and committed offsets, the
 rows in PostgreSQL, the CR's status, the Deployment, and every few seconds `kubectl get bcg`."""
+
 from __future__ import annotations
 
 import contextlib
@@ -83,14 +84,16 @@ class Observer:
         s = Sample(t=t, produce_rate=ph[1].rate if ph else 0.0, produced=prod.acked if prod else 0)
         parts = list(range(self.profile.partitions))
         with self._probe("kafka end offsets"):
-            res = cluster.admin.list_offsets({TopicPartition(n.topic, p): OffsetSpec.latest() for p in parts},
-                                             request_timeout=10)
+            res = cluster.admin.list_offsets(
+                {TopicPartition(n.topic, p): OffsetSpec.latest() for p in parts}, request_timeout=10
+            )
             for tp, fut in res.items():
                 s.end[tp.partition] = int(fut.result(timeout=10).offset)
         with self._probe("kafka committed offsets"):
             futs = cluster.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(n.group_id, [TopicPartition(n.topic, p) for p in parts])],
-                request_timeout=10)
+                request_timeout=10,
+            )
             for tp in futs[n.group_id].result(timeout=10).topic_partitions:
                 s.committed[tp.partition] = int(tp.offset) if tp.offset >= 0 else None
         with self._probe("postgres row counts"):
@@ -110,9 +113,14 @@ class Observer:
             s.sla_s = self.profile.sla_s  # the spec's catchUpSLASeconds (the status does not repeat it)
             scaling = next((c for c in st.get("conditions") or [] if c.get("type") == "Scaling"), {})
             s.decision = str(scaling.get("message") or "")  # the last decision and its reason
-            s.conditions = [(c.get("type", ""), c.get("status", ""), c.get("reason", "")) for c in st.get("conditions") or []]
+            s.conditions = [
+                (c.get("type", ""), c.get("status", ""), c.get("reason", ""))
+                for c in st.get("conditions") or []
+            ]
             s.drain = st.get("drain") or None
-            if s.projected_s is None and any(c[0] == "CatchUpAtRisk" and c[1] == "True" for c in s.conditions):
+            if s.projected_s is None and any(
+                c[0] == "CatchUpAtRisk" and c[1] == "True" for c in s.conditions
+            ):
                 s.projected_s = math.inf  # the status omits an infinite projection ("never")
         if s.drain and s.drain.get("ranges"):
             with self._probe("drain rows in PostgreSQL"):
@@ -155,7 +163,11 @@ class Observer:
         s.runtime_scaled_up_at = scaled_up_at({"metadata": {"annotations": dep.metadata.annotations or {}}})
         if s.runtime_replicas <= 0:
             return
-        pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(n.ns, label_selector=selector(n.name)).items
+        pods = (
+            client.CoreV1Api(self.cluster.api)
+            .list_namespaced_pod(n.ns, label_selector=selector(n.name))
+            .items
+        )
         s.runtime_ready_since = ready_since(pods, time.time())
 
     def _rows_in_ranges(self, ranges: list[dict[str, Any]]) -> int | None:
@@ -167,6 +179,9 @@ class Observer:
             clauses.append('(partition = %s AND "offset" >= %s AND "offset" < %s)')
             params += [int(r["partition"]), int(r["start"]), int(r["end"])]
         n = self.cluster.names
-        rows = sql_rows(self.cluster.pg, f'SELECT count(*) FROM "{n.table}" WHERE topic = %s AND ({" OR ".join(clauses)})',
-                        (n.topic, *params))
+        rows = sql_rows(
+            self.cluster.pg,
+            f'SELECT count(*) FROM "{n.table}" WHERE topic = %s AND ({" OR ".join(clauses)})',
+            (n.topic, *params),
+        )
         return int(rows[0][0]) if rows else 0

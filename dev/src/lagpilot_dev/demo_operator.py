@@ -1,6 +1,7 @@
 """The operator the demo runs: `lagpilot operator` as a subprocess in its own session, restarted
 when it crashes (as its Deployment would be), stopped or left running at the end; and the
 --no-operator development aid (one bare `lagpilot consume` process)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,19 +54,38 @@ class OperatorProcess:
         self.port = free_port()
         if self.log_file is None:
             self.log_file = open(self.names.out / "operator.log", "ab")  # noqa: SIM115 - closed in cleanup
-        env = dict(os.environ, KUBECONFIG=str(self.info.kubeconfig), LAGPILOT_LOG_LEVEL="INFO",
-                   PYTHONFAULTHANDLER="1",  # a crash in native code leaves a Python traceback in the log
-                   # the drain Job's pod runs here, not in the image: point it at the cached connector jars
-                   LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars),
-                   # the leader-election identity, stable across restarts (like a pod's name): a
-                   # restarted operator takes its own Lease back at once
-                   LAGPILOT_POD_NAME=f"demo-operator-{self.names.ns}")
+        env = dict(
+            os.environ,
+            KUBECONFIG=str(self.info.kubeconfig),
+            LAGPILOT_LOG_LEVEL="INFO",
+            PYTHONFAULTHANDLER="1",  # a crash in native code leaves a Python traceback in the log
+            # the drain Job's pod runs here, not in the image: point it at the cached connector jars
+            LAGPILOT_DRAIN_SPARK_JARS=",".join(self.info.spark_jars),
+            # the leader-election identity, stable across restarts (like a pod's name): a
+            # restarted operator takes its own Lease back at once
+            LAGPILOT_POD_NAME=f"demo-operator-{self.names.ns}",
+        )
         exe = _lagpilot_exe()
-        argv = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "lagpilot.cli"]),
-                "operator", "--namespace", self.names.ns, "--standalone", "--metrics-port", str(self.port),
-                "--metrics-host", "127.0.0.1"]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log_file,  # noqa: S603
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        argv = [
+            str(exe) if exe.exists() else sys.executable,
+            *([] if exe.exists() else ["-m", "lagpilot.cli"]),
+            "operator",
+            "--namespace",
+            self.names.ns,
+            "--standalone",
+            "--metrics-port",
+            str(self.port),
+            "--metrics-host",
+            "127.0.0.1",
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log_file,  # noqa: S603
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def dead(self) -> str | None:
         """None while the operator runs. A crashed operator is restarted (as its Deployment would
@@ -83,8 +103,11 @@ class OperatorProcess:
         self.restarts += 1
         self.exit_codes.append(code)
         if not self.console.live:
-            self.console.say(f"the operator exited with {code}: restarting it, as its Deployment would "
-                             f"(restart {self.restarts}/{MAX_OPERATOR_RESTARTS}; see operator.log)", indent=True)
+            self.console.say(
+                f"the operator exited with {code}: restarting it, as its Deployment would "
+                f"(restart {self.restarts}/{MAX_OPERATOR_RESTARTS}; see operator.log)",
+                indent=True,
+            )
         self.start()
         return None
 
@@ -123,15 +146,28 @@ class BareConsumer:
 
     def start(self, names: RunNames, profile: Profile, info: Any, handler_config: dict[str, Any]) -> None:
         p = profile
-        env = dict(os.environ, LAGPILOT_BOOTSTRAP_SERVERS=info.bootstrap_servers, LAGPILOT_TOPIC=names.topic,
-                   LAGPILOT_GROUP_ID=names.group_id, LAGPILOT_BATCH_MAX_RECORDS=str(p.batch_max_records),
-                   LAGPILOT_BATCH_TIMEOUT_MS=str(p.batch_timeout_ms), LAGPILOT_HANDLER=HANDLER,
-                   LAGPILOT_HANDLER_CONFIG=json.dumps(handler_config),
-                   DEMO_POSTGRES_DSN=info.postgres_dsn,
-                   LAGPILOT_METRICS_PORT=str(free_port()), LAGPILOT_POD_NAME="bare-consumer-0")
+        env = dict(
+            os.environ,
+            LAGPILOT_BOOTSTRAP_SERVERS=info.bootstrap_servers,
+            LAGPILOT_TOPIC=names.topic,
+            LAGPILOT_GROUP_ID=names.group_id,
+            LAGPILOT_BATCH_MAX_RECORDS=str(p.batch_max_records),
+            LAGPILOT_BATCH_TIMEOUT_MS=str(p.batch_timeout_ms),
+            LAGPILOT_HANDLER=HANDLER,
+            LAGPILOT_HANDLER_CONFIG=json.dumps(handler_config),
+            DEMO_POSTGRES_DSN=info.postgres_dsn,
+            LAGPILOT_METRICS_PORT=str(free_port()),
+            LAGPILOT_POD_NAME="bare-consumer-0",
+        )
         self.log_file = open(names.out / "consumer.log", "ab")  # noqa: SIM115 - closed in cleanup
-        self.proc = subprocess.Popen([str(_lagpilot_exe()), "consume"], stdin=subprocess.DEVNULL,  # noqa: S603
-                                     stdout=self.log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(_lagpilot_exe()), "consume"],
+            stdin=subprocess.DEVNULL,  # noqa: S603
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,4 +1,5 @@
 """The demo's PNG: backlog and lag, replicas and drain tasks, projection vs SLA (needs matplotlib)."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,14 @@ from typing import Any
 from lagpilot_dev.demo_report import Sample, measured_rates
 
 
-def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
-         drains: Sequence[Mapping[str, Any]] = ()) -> None:
+def plot(
+    samples: Sequence[Sample],
+    path: str,
+    *,
+    sla_s: float,
+    title: str,
+    drains: Sequence[Mapping[str, Any]] = (),
+) -> None:
     """PNG: backlog and group lag per partition, replicas (status, desired, ready pods) and drain
     tasks, projection vs SLA. Drains are shaded orange; each hand-off window (plan → the group past
     the split) red, labelled with its path and the longest commit gap of the live group."""
@@ -23,9 +30,19 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
     fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True, gridspec_kw={"height_ratios": [3, 2, 2]})
     ax = axes[0]
     if parts:
-        ax.stackplot(xs, *[[s.backlog(p) for s in samples] for p in parts],
-                     labels=[f"backlog p{p} (not in PostgreSQL)" for p in parts], alpha=0.55)
-    ax.plot(xs, [s.total_group_lag for s in samples], color="black", lw=1.2, label="group lag (Kafka, all partitions)")
+        ax.stackplot(
+            xs,
+            *[[s.backlog(p) for s in samples] for p in parts],
+            labels=[f"backlog p{p} (not in PostgreSQL)" for p in parts],
+            alpha=0.55,
+        )
+    ax.plot(
+        xs,
+        [s.total_group_lag for s in samples],
+        color="black",
+        lw=1.2,
+        label="group lag (Kafka, all partitions)",
+    )
     ax.set_ylabel("records")
     ax.legend(loc="upper left", fontsize=8)
     rate_ax = ax.twinx()
@@ -35,25 +52,54 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
     ax.set_title(title)
 
     ax = axes[1]
-    ax.step(xs, [s.replicas if s.replicas is not None else math.nan for s in samples], where="post",
-            label="replicas", color="tab:blue", lw=2)
-    ax.step(xs, [s.desired if s.desired is not None else math.nan for s in samples], where="post",
-            label="desired", color="tab:cyan", ls="--")
-    ax.step(xs, [s.ready if s.ready is not None else math.nan for s in samples], where="post",
-            label="ready pods", color="tab:green", lw=1, ls=":")
+    ax.step(
+        xs,
+        [s.replicas if s.replicas is not None else math.nan for s in samples],
+        where="post",
+        label="replicas",
+        color="tab:blue",
+        lw=2,
+    )
+    ax.step(
+        xs,
+        [s.desired if s.desired is not None else math.nan for s in samples],
+        where="post",
+        label="desired",
+        color="tab:cyan",
+        ls="--",
+    )
+    ax.step(
+        xs,
+        [s.ready if s.ready is not None else math.nan for s in samples],
+        where="post",
+        label="ready pods",
+        color="tab:green",
+        lw=1,
+        ls=":",
+    )
     ax.set_ylim(bottom=-0.2)
     ax.set_ylabel("consumers")
     ax.legend(loc="upper left", fontsize=8)
     task_ax = ax.twinx()
-    task_ax.fill_between(xs, [s.drain_tasks for s in samples], step="post", color="tab:orange", alpha=0.35,
-                         label="drain tasks (Spark)")
+    task_ax.fill_between(
+        xs,
+        [s.drain_tasks for s in samples],
+        step="post",
+        color="tab:orange",
+        alpha=0.35,
+        label="drain tasks (Spark)",
+    )
     task_ax.set_ylabel("drain tasks", color="tab:orange")
     task_ax.legend(loc="upper right", fontsize=8)
 
     ax = axes[2]
     cap = 10 * sla_s
-    proj = [min(s.projected_s, cap) if s.projected_s is not None and math.isfinite(s.projected_s) else
-            (cap if s.projected_s is not None else math.nan) for s in samples]
+    proj = [
+        min(s.projected_s, cap)
+        if s.projected_s is not None and math.isfinite(s.projected_s)
+        else (cap if s.projected_s is not None else math.nan)
+        for s in samples
+    ]
     ax.plot(xs, proj, color="tab:purple", label=f"projected catch-up (capped at {cap:.0f} s)")
     ax.axhline(sla_s, color="tab:red", ls="--", label=f"SLA {sla_s:.0f} s")
     ax.set_ylabel("seconds")
@@ -82,8 +128,16 @@ def plot(samples: Sequence[Sample], path: str, *, sla_s: float, title: str,
             label += f"\ngap {d['pause_seconds']:.1f}s"
         if d.get("min_replicas_during_hand_off") is not None:
             label += f", min {d['min_replicas_during_hand_off']} rep."
-        axes[1].annotate(label, (w[0], 0.02), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
-                         rotation=90, va="bottom", ha="right")
+        axes[1].annotate(
+            label,
+            (w[0], 0.02),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color="tab:red",
+            rotation=90,
+            va="bottom",
+            ha="right",
+        )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,6 +1,7 @@
 """The pod runner the demo plays the kubelet with: in this process while the demo runs (consumer and
 drain pods become local processes), stopped at the end, or with --keep handed over to a background
 `python -m lagpilot_dev.podrunner` on the same node."""
+
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,12 @@ class PodRunnerHandle:
     def start(self) -> None:
         from lagpilot_dev.podrunner import PodRunner
 
-        self.runner = PodRunner(self.info.kubeconfig, node_name=self.names.node_name,
-                                workdir=self.names.out / "pods", namespaces=[self.names.ns])
+        self.runner = PodRunner(
+            self.info.kubeconfig,
+            node_name=self.names.node_name,
+            workdir=self.names.out / "pods",
+            namespaces=[self.names.ns],
+        )
         self.runner.start()
 
     def stop(self, api: Any, delete_node: bool) -> None:
@@ -52,24 +57,48 @@ class PodRunnerHandle:
         self.runner.stop()
         self.runner = None
         with open(out / "podrunner.log", "ab") as fh:
-            argv = [sys.executable, "-m", "lagpilot_dev.podrunner", "--kubeconfig", str(self.info.kubeconfig),
-                    "--node-name", node, "--workdir", str(out / "pods"), "--namespace", self.names.ns]
-            self.kept_runner = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh,  # noqa: S603
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+            argv = [
+                sys.executable,
+                "-m",
+                "lagpilot_dev.podrunner",
+                "--kubeconfig",
+                str(self.info.kubeconfig),
+                "--node-name",
+                node,
+                "--workdir",
+                str(out / "pods"),
+                "--namespace",
+                self.names.ns,
+            ]
+            self.kept_runner = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fh,  # noqa: S603
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 60
         ready = None
         while time.monotonic() < deadline:
             if self.kept_runner.poll() is not None:
-                raise DemoError(f"the background pod runner exited with {self.kept_runner.returncode} "
-                                f"(see {out / 'podrunner.log'})")
+                raise DemoError(
+                    f"the background pod runner exited with {self.kept_runner.returncode} "
+                    f"(see {out / 'podrunner.log'})"
+                )
             with contextlib.suppress(Exception):
-                ready = sum(1 for n, c in restart_counts(api, self.names.ns, ready_only=True).items()
-                            if c > before.get(n, -1))
+                ready = sum(
+                    1
+                    for n, c in restart_counts(api, self.names.ns, ready_only=True).items()
+                    if c > before.get(n, -1)
+                )
             if ready:
                 break
             time.sleep(1)
-        print(f"      pod runner pid {self.kept_runner.pid} (node {node}): "
-              f"{ready or 0} pod(s) running and ready again under it", flush=True)
+        print(
+            f"      pod runner pid {self.kept_runner.pid} (node {node}): "
+            f"{ready or 0} pod(s) running and ready again under it",
+            flush=True,
+        )
 
 
 def restart_counts(api: Any, ns: str, ready_only: bool = False) -> dict[str, int]:

@@ -11,6 +11,7 @@ Two kinds of "lag" are shown, because a drain makes them differ:
 - *backlog*: records produced but not yet in PostgreSQL (end offset − rows in the sink table), the
   group's and the drain's together. Catch-up is measured on the backlog.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -142,13 +143,24 @@ def drains_seen(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     return [dict(id=i, **by_id[i]) for i in sorted(by_id)]
 
 
-DRAIN_TIMES = ("plannedAt", "publishedAt", "quiescedAt", "handedOffAt", "resumedAt", "startedAt", "finishedAt")
+DRAIN_TIMES = (
+    "plannedAt",
+    "publishedAt",
+    "quiescedAt",
+    "handedOffAt",
+    "resumedAt",
+    "startedAt",
+    "finishedAt",
+)
 
 
 def _drain_entry(d: Mapping[str, Any], final: bool = False) -> dict[str, Any]:
     # status.drain.ranges[] (and a history entry's): {partition, start, end}; the summary keeps
     # [start, split) as it always named them
-    ranges = [{"partition": r["partition"], "start": r.get("start"), "split": r["end"]} for r in d.get("ranges") or ()]
+    ranges = [
+        {"partition": r["partition"], "start": r.get("start"), "split": r["end"]}
+        for r in d.get("ranges") or ()
+    ]
     out: dict[str, Any] = {
         "phase": d.get("phase"),
         "reason": d.get("reason"),
@@ -164,7 +176,9 @@ def _drain_entry(d: Mapping[str, Any], final: bool = False) -> dict[str, Any]:
     if d.get("handOffPath"):
         out["hand_off_path"] = d.get("handOffPath")
     if d.get("runtime"):
-        out["runtime"] = d.get("runtime")  # warm | cold: how the drain's Job was launched (status.drain.runtime)
+        out["runtime"] = d.get(
+            "runtime"
+        )  # warm | cold: how the drain's Job was launched (status.drain.runtime)
     if d.get("seconds") is not None:
         out["seconds"] = d.get("seconds")
     elif d.get("startedAt") is not None and d.get("finishedAt") is not None:
@@ -203,9 +217,12 @@ def catch_up(samples: Sequence[Sample], threshold: int) -> dict[str, float | Non
                 caught = s.t
         else:
             caught = None  # it went up again: not caught up yet
-    return {"peak_backlog": peak.total_backlog, "peak_t": round(peak.t, 1),
-            "caught_up_t": None if caught is None else round(caught, 1),
-            "catch_up_seconds": None if caught is None else round(caught - peak.t, 1)}
+    return {
+        "peak_backlog": peak.total_backlog,
+        "peak_t": round(peak.t, 1),
+        "caught_up_t": None if caught is None else round(caught, 1),
+        "catch_up_seconds": None if caught is None else round(caught - peak.t, 1),
+    }
 
 
 HAND_OFF_PHASES = ("Planned", "HandedOff")
@@ -225,10 +242,13 @@ def scale_events(samples: Sequence[Sample]) -> list[dict[str, Any]]:
         if s.replicas is None:
             continue
         if prev is not None and s.replicas != prev:
-            hand_off = (s.replicas == 0 and (s.drain_phase in HAND_OFF_PHASES or prev_phase in HAND_OFF_PHASES)) \
-                or (prev == 0 and quiesced)
+            hand_off = (
+                s.replicas == 0 and (s.drain_phase in HAND_OFF_PHASES or prev_phase in HAND_OFF_PHASES)
+            ) or (prev == 0 and quiesced)
             quiesced = s.replicas == 0 and hand_off
-            cause = "drain hand-off" if hand_off else ("start" if prev == 0 and not seen_running else "scaling")
+            cause = (
+                "drain hand-off" if hand_off else ("start" if prev == 0 and not seen_running else "scaling")
+            )
             out.append({"t": round(s.t, 1), "from": prev, "to": s.replicas, "cause": cause})
         seen_running = seen_running or s.replicas > 0
         prev = s.replicas
@@ -303,7 +323,9 @@ class Proof:
         if self.produced != self.distinct_in_sink:
             out.append(f"produced {self.produced} != distinct in PostgreSQL {self.distinct_in_sink}")
         if self.end_offsets_total != self.produced:
-            out.append(f"Kafka end offsets sum to {self.end_offsets_total}, the producer counted {self.produced}")
+            out.append(
+                f"Kafka end offsets sum to {self.end_offsets_total}, the producer counted {self.produced}"
+            )
         if self.duplicates:
             out.append(f"{self.duplicates} duplicate rows")
         if not self.gapless:
@@ -314,16 +336,28 @@ class Proof:
             if self.ledger["lost"]:
                 out.append(f"the ledger shows {self.ledger['lost']} produced records never delivered")
             if self.ledger["duplicated"]:
-                out.append(f"the ledger shows {self.ledger['duplicated']} deliveries of records delivered before")
+                out.append(
+                    f"the ledger shows {self.ledger['duplicated']} deliveries of records delivered before"
+                )
             if self.ledger["outside"]:
                 out.append(f"the ledger holds {self.ledger['outside']} offsets that were never produced")
         return out
 
 
-def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: float, batch_max_records: int,
-              partitions: int, timings: Mapping[str, float], paths: Mapping[str, str],
-              batches: Sequence[demo_measure.Batch] = (), wall0: float | None = None,
-              spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    samples: Sequence[Sample],
+    proof: Proof,
+    *,
+    profile: str,
+    sla_s: float,
+    batch_max_records: int,
+    partitions: int,
+    timings: Mapping[str, float],
+    paths: Mapping[str, str],
+    batches: Sequence[demo_measure.Batch] = (),
+    wall0: float | None = None,
+    spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The demo's summary (what the JSON file holds; the table is rendered from it). ``batches``
     (the ledger's) and ``wall0`` (replay start, epoch seconds) give the measured hand-off pauses,
     start-ups and capacities; ``spec`` the run's settings for ``sim_params``."""
@@ -338,16 +372,27 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
     runtime = demo_measure.runtime_report(replay, wall0)  # None unless the runtime ran on demand (sampled)
     sp = spec or {}
     params = demo_measure.sim_params(
-        partitions=partitions, sla_s=sla_s, consumer_capacity=cons_cap, drain_task_capacity=task_cap,
-        pod_starts_s=pods, drains=drains, split_factor=int(sp.get("split_factor", 4)),
-        max_tasks=int(sp.get("max_tasks", 12)), min_backlog_records=int(sp.get("min_backlog_records", 0)),
-        poll_interval_s=float(sp.get("poll_interval_s", 5)), min_replicas=int(sp.get("min_replicas", 1)),
+        partitions=partitions,
+        sla_s=sla_s,
+        consumer_capacity=cons_cap,
+        drain_task_capacity=task_cap,
+        pod_starts_s=pods,
+        drains=drains,
+        split_factor=int(sp.get("split_factor", 4)),
+        max_tasks=int(sp.get("max_tasks", 12)),
+        min_backlog_records=int(sp.get("min_backlog_records", 0)),
+        poll_interval_s=float(sp.get("poll_interval_s", 5)),
+        min_replicas=int(sp.get("min_replicas", 1)),
         max_replicas=int(sp.get("max_replicas", partitions)),
         scale_down_window_s=float(sp.get("scale_down_window_s", 60)),
-        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)), batch_max_records=batch_max_records,
-        warm_runtime=sp.get("warm_runtime"), runtime_cooldown_s=sp.get("runtime_cooldown_s"), runtime=runtime,
+        batch_timeout_s=float(sp.get("batch_timeout_s", 1.0)),
+        batch_max_records=batch_max_records,
+        warm_runtime=sp.get("warm_runtime"),
+        runtime_cooldown_s=sp.get("runtime_cooldown_s"),
+        runtime=runtime,
         busy_drains=bool(sp.get("busy_drains", DrainSpec().busy)),  # the CRD's default
-        reported_capacity=demo_measure.reported_capacity(replay))
+        reported_capacity=demo_measure.reported_capacity(replay),
+    )
     pauses = [d["pause_seconds"] for d in drains if d.get("pause_seconds") is not None]
     led = proof.ledger or {}
     out = {
@@ -360,7 +405,9 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "duplicates": proof.duplicates,
         "missing": proof.missing,
         "gapless": proof.gapless,
-        "ledger": {k: v for k, v in led.items() if k != "per_partition"} if proof.ledger is not None else None,
+        "ledger": {k: v for k, v in led.items() if k != "per_partition"}
+        if proof.ledger is not None
+        else None,
         "delivered_more_than_once": proof.delivered_twice,
         "reprocessed": proof.delivered_twice,  # the name summary.json had before the ledger: same count
         "lost": proof.lost,
@@ -379,23 +426,42 @@ def summarize(samples: Sequence[Sample], proof: Proof, *, profile: str, sla_s: f
         "scale_events": events,
         # pods that exist (the Deployment's spec.replicas, as the simulator counts them); the status's
         # replicas when the Deployment could not be read
-        "replica_minutes": round(integrate_minutes(replay, lambda s: s.pods if s.pods is not None else s.replicas), 2),
+        "replica_minutes": round(
+            integrate_minutes(replay, lambda s: s.pods if s.pods is not None else s.replicas), 2
+        ),
         "drain_task_minutes": round(integrate_minutes(replay, lambda s: s.drain_tasks), 2),
         "observed_seconds": round(replay[-1].t, 1) if replay else 0.0,
         "drains": drains,
         "drained_records": sum(int(d.get("records_total") or 0) for d in drains),
         "max_pause_seconds": max(pauses) if pauses else None,
-        "measured": {"consumer_capacity": cons_cap, "drain_task_capacity": task_cap, "pod_starts_s": pods,
-                     "consumer_batches": sum(1 for b in batches if b.source == "consumer"),
-                     "drain_batches": sum(1 for b in batches if b.source == "drain")},
+        "measured": {
+            "consumer_capacity": cons_cap,
+            "drain_task_capacity": task_cap,
+            "pod_starts_s": pods,
+            "consumer_batches": sum(1 for b in batches if b.source == "consumer"),
+            "drain_batches": sum(1 for b in batches if b.source == "drain"),
+        },
         "sim_params": params,
-        "sim_params_measured": [k for k in ("capacity", "drain_task_capacity", "pod_start_s", "drain_start_s",
-                                            "drain_warm_start_s", "handoff_pause_s") if params.get(k) is not None],
+        "sim_params_measured": [
+            k
+            for k in (
+                "capacity",
+                "drain_task_capacity",
+                "pod_start_s",
+                "drain_start_s",
+                "drain_warm_start_s",
+                "handoff_pause_s",
+            )
+            if params.get(k) is not None
+        ],
         "timings_seconds": {k: round(v, 1) for k, v in timings.items()},
         "paths": dict(paths),
     }
     if runtime is not None:
         # the warm drain runtime on demand: scale-ups/downs, warm-ups, minutes up and idle
-        out["runtime"] = {"mode": sp.get("warm_runtime"), "cooldown_seconds": sp.get("runtime_cooldown_s"),
-                          **runtime}
+        out["runtime"] = {
+            "mode": sp.get("warm_runtime"),
+            "cooldown_seconds": sp.get("runtime_cooldown_s"),
+            **runtime,
+        }
     return out

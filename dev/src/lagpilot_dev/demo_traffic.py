@@ -8,6 +8,7 @@ partition-capped group can process — but compresses hours into seconds: the pe
 or two instead of three hours, and the handler's artificial cost makes a consumer process tens of
 records per second instead of thousands.
 """
+
 from __future__ import annotations
 
 import json
@@ -158,8 +159,9 @@ def trace_rows(sent_per_second: dict[int, int], end_s: float) -> list[tuple[int,
     return [(t, float(sent_per_second.get(t, 0))) for t in range(max(1, last))]
 
 
-def write_trace(path: Any, rows: Sequence[tuple[int, float]],
-                weights: dict[int, tuple[float, ...]] | None = None) -> None:
+def write_trace(
+    path: Any, rows: Sequence[tuple[int, float]], weights: dict[int, tuple[float, ...]] | None = None
+) -> None:
     """``t_s,produce_msgs_per_s`` CSV, the format of ``lagpilot simulate --trace`` (one row a second);
     with ``weights`` (second -> each partition's share, from :func:`trace_weights`) a third column
     ``partition_weights`` where a second's records were not spread evenly."""
@@ -171,8 +173,10 @@ def write_trace(path: Any, rows: Sequence[tuple[int, float]],
             fh.write(f"{t},{r:g}{extra}\n")
 
 
-def trace_weights(sent_by_partition: dict[int, dict[int, int]], partitions: int,
-                  ) -> dict[int, tuple[float, ...]] | None:
+def trace_weights(
+    sent_by_partition: dict[int, dict[int, int]],
+    partitions: int,
+) -> dict[int, tuple[float, ...]] | None:
     """Second -> each partition's share of the records produced in it, for the seconds of a weighted
     phase (None when every phase was round-robin)."""
     if not sent_by_partition:
@@ -215,7 +219,9 @@ class Producer:
     sent: int = 0
     acked_per_partition: dict[int, int] = field(default_factory=dict)
     t0: float | None = None
-    wall0: float | None = None  # time.time() at t0: maps the sink's and the ledger's timestamps to replay time
+    wall0: float | None = (
+        None  # time.time() at t0: maps the sink's and the ledger's timestamps to replay time
+    )
     sent_per_second: dict[int, int] = field(default_factory=dict)  # replay second -> records produced in it
     # replay second -> partition -> records, for the seconds of a weighted phase only
     sent_by_partition: dict[int, dict[int, int]] = field(default_factory=dict)
@@ -251,9 +257,16 @@ class Producer:
     def _run(self) -> None:
         from confluent_kafka import Producer as KafkaProducer
 
-        producer = KafkaProducer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "acks": "all",
-                                  "enable.idempotence": True, "client.id": "lagpilot-demo-producer",
-                                  "logger": logging.getLogger("lagpilot_dev.demo.producer")})
+        producer = KafkaProducer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "linger.ms": 20,
+                "acks": "all",
+                "enable.idempotence": True,
+                "client.id": "lagpilot-demo-producer",
+                "logger": logging.getLogger("lagpilot_dev.demo.producer"),
+            }
+        )
         try:
             total_s = sum(p.seconds for p in self.phases)
             while not self._stop.is_set():
@@ -270,10 +283,17 @@ class Producer:
                         counts[part] += 1
                     else:
                         part = partition_for(seq, self.partitions)
-                    value = json.dumps({"order": seq, "amount_cents": 100 + seq % 9900, "produced_ms": now_ms})
+                    value = json.dumps(
+                        {"order": seq, "amount_cents": 100 + seq % 9900, "produced_ms": now_ms}
+                    )
                     try:
-                        producer.produce(self.topic, key=f"order-{seq}".encode(), value=value.encode(),
-                                         partition=part, on_delivery=self._on_delivery)
+                        producer.produce(
+                            self.topic,
+                            key=f"order-{seq}".encode(),
+                            value=value.encode(),
+                            partition=part,
+                            on_delivery=self._on_delivery,
+                        )
                     except BufferError:
                         if weights:
                             counts[part] -= 1

@@ -6,6 +6,7 @@ module finds or installs it, renders `charts/lagpilot`, and gives the e2e tests 
 carries exactly the chart's ServiceAccount permissions (so the operator is proven to work with the
 chart's RBAC, not as admin).
 """
+
 from __future__ import annotations
 
 import json
@@ -78,13 +79,23 @@ def ensure_helm(cache: Path | None = None, timeout: float = 1800.0, version: str
         if found is not None:
             return found
         if not INSTALL_SCRIPT.is_file():
-            raise FileNotFoundError(f"{INSTALL_SCRIPT} is missing: helm can only be installed from a source checkout")
+            raise FileNotFoundError(
+                f"{INSTALL_SCRIPT} is missing: helm can only be installed from a source checkout"
+            )
         if shutil.which("go") is None:
-            raise FileNotFoundError("helm is not installed and `go` is not on PATH to build it (dev/install-helm.sh)")
-        log.info("installing helm (first use: builds from the Go module proxy, 5-10 min)",
-                 extra={"version": version, "dir": str(base)})
-        subprocess.run(["bash", str(INSTALL_SCRIPT), str(base)], check=True, timeout=timeout,  # noqa: S603,S607
-                       env={**os.environ, "LAGPILOT_HELM_VERSION": version})
+            raise FileNotFoundError(
+                "helm is not installed and `go` is not on PATH to build it (dev/install-helm.sh)"
+            )
+        log.info(
+            "installing helm (first use: builds from the Go module proxy, 5-10 min)",
+            extra={"version": version, "dir": str(base)},
+        )
+        subprocess.run(
+            ["bash", str(INSTALL_SCRIPT), str(base)],
+            check=True,
+            timeout=timeout,  # noqa: S603,S607
+            env={**os.environ, "LAGPILOT_HELM_VERSION": version},
+        )
     found = find_helm(cache, version)
     if found is None:
         raise FileNotFoundError(f"dev/install-helm.sh finished but {helm_path(cache, version)} is missing")
@@ -139,26 +150,53 @@ class Rendered:
         raise KeyError(f"{kind}/{name} (namespace {namespace}) not rendered")
 
 
-def template(values: Mapping[str, Any] | None = None, set_values: Sequence[str] = (), *,
-             release: str = "lagpilot", namespace: str = "lagpilot-system", include_crds: bool = True,
-             helm: Path | None = None, chart: Path = CHART_DIR) -> Rendered:
+def template(
+    values: Mapping[str, Any] | None = None,
+    set_values: Sequence[str] = (),
+    *,
+    release: str = "lagpilot",
+    namespace: str = "lagpilot-system",
+    include_crds: bool = True,
+    helm: Path | None = None,
+    chart: Path = CHART_DIR,
+) -> Rendered:
     """`helm template` the chart; values are validated against values.schema.json by helm itself."""
     helm = helm or ensure_helm()
     with tempfile.TemporaryDirectory(prefix="lagpilot-helm-") as d:
-        args = ["template", release, str(chart), "--namespace", namespace,
-                *(["--include-crds"] if include_crds else []), *_value_args(values, set_values, Path(d))]
+        args = [
+            "template",
+            release,
+            str(chart),
+            "--namespace",
+            namespace,
+            *(["--include-crds"] if include_crds else []),
+            *_value_args(values, set_values, Path(d)),
+        ]
         out = run_helm(helm, args).stdout
     objects = [doc for doc in yaml.safe_load_all(out) if doc]
     return Rendered(objects=objects, manifest=out)
 
 
-def lint(values: Mapping[str, Any] | None = None, set_values: Sequence[str] = (), *, strict: bool = True,
-         namespace: str = "lagpilot-system", helm: Path | None = None, chart: Path = CHART_DIR) -> str:
+def lint(
+    values: Mapping[str, Any] | None = None,
+    set_values: Sequence[str] = (),
+    *,
+    strict: bool = True,
+    namespace: str = "lagpilot-system",
+    helm: Path | None = None,
+    chart: Path = CHART_DIR,
+) -> str:
     """`helm lint [--strict]`; returns its output, raises HelmError on any lint error."""
     helm = helm or ensure_helm()
     with tempfile.TemporaryDirectory(prefix="lagpilot-helm-") as d:
-        args = ["lint", str(chart), "--namespace", namespace, *(["--strict"] if strict else []),
-                *_value_args(values, set_values, Path(d))]
+        args = [
+            "lint",
+            str(chart),
+            "--namespace",
+            namespace,
+            *(["--strict"] if strict else []),
+            *_value_args(values, set_values, Path(d)),
+        ]
         proc = run_helm(helm, args)
     return proc.stdout + proc.stderr
 
@@ -178,11 +216,17 @@ def chart_rbac_objects(rendered: Rendered) -> list[dict[str, Any]]:
 class _Kube(Protocol):
     """What this module needs of `lagpilot_dev.kube.KubePart` (structural: tests may pass a fake)."""
 
-    def kubectl(self, *args: str, kubeconfig: Path | None = None, timeout: float = 120.0,
-                input_text: str | None = None) -> subprocess.CompletedProcess[str]: ...
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        timeout: float = 120.0,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]: ...
 
-    def kubeconfig_for_service_account(self, namespace: str, name: str, *, create: bool = True,
-                                       expiration_seconds: int = 86400) -> Path: ...
+    def kubeconfig_for_service_account(
+        self, namespace: str, name: str, *, create: bool = True, expiration_seconds: int = 86400
+    ) -> Path: ...
 
 
 def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
@@ -190,8 +234,14 @@ def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
     return "\n---\n".join(yaml.safe_dump(dict(o), sort_keys=False) for o in objects)
 
 
-def kubectl_apply(kube: _Kube, objects: Sequence[Mapping[str, Any]], *, dry_run_server: bool = False,
-                  kubeconfig: Path | None = None, timeout: float = 180.0) -> str:
+def kubectl_apply(
+    kube: _Kube,
+    objects: Sequence[Mapping[str, Any]],
+    *,
+    dry_run_server: bool = False,
+    kubeconfig: Path | None = None,
+    timeout: float = 180.0,
+) -> str:
     """`kubectl apply` the objects as admin (or `kubeconfig`); `--dry-run=server` runs admission
     and schema validation on the real API server without persisting anything."""
     args = ["apply", "-f", "-", *(["--dry-run=server"] if dry_run_server else [])]
@@ -201,8 +251,13 @@ def kubectl_apply(kube: _Kube, objects: Sequence[Mapping[str, Any]], *, dry_run_
     return proc.stdout
 
 
-def operator_kubeconfig(kube: _Kube, values: Mapping[str, Any] | None = None, *, release: str = "lagpilot",
-                        namespace: str = "lagpilot-system") -> Path:
+def operator_kubeconfig(
+    kube: _Kube,
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "lagpilot",
+    namespace: str = "lagpilot-system",
+) -> Path:
     """A kubeconfig that authenticates as the chart's operator ServiceAccount.
 
     Renders the chart with `values`, applies its ServiceAccounts and RBAC as admin, and returns a

@@ -7,6 +7,7 @@ python3.11 + python3.11-venv, a virtualenv at /usr/local (so `python`/`pip` are
 /usr/local/bin/{python,pip} as in the official image) and the host's apt sources, committed under
 both names. Differences from the official image are listed in docs/images.md.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,16 @@ log = logging.getLogger("lagpilot_dev.images")
 
 SUITE = "bookworm"
 # python3-distutils (+ lib2to3): python3.11-venv needs them (debootstrap, used before, did not resolve the virtual package)
-BASE_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3.11", "python3.11-venv", "python3-distutils", "python3",
-                 "python3-lib2to3")
+BASE_PACKAGES = (
+    "ca-certificates",
+    "netbase",
+    "tzdata",
+    "python3.11",
+    "python3.11-venv",
+    "python3-distutils",
+    "python3",
+    "python3-lib2to3",
+)
 BASE_NAMES = ("docker.io/library/python:3.11-slim-bookworm", "docker.io/library/python:3.11-slim")
 # bump to remake the base when its recipe changes. Not bumped for the move from debootstrap (bookworm
 # only) to mmdebstrap (bookworm + -updates + -security): the same packages and layout, so an existing
@@ -36,8 +45,17 @@ HOST_APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 
 
 def base_label_ok(layout: Layout) -> bool:
-    p = run_cmd(layout.buildah_argv("inspect", "--type", "image", "--format",
-                                    '{{index .ImageAnnotations "org.lagpilot.base.version"}}', BASE_NAMES[0]), check=False)
+    p = run_cmd(
+        layout.buildah_argv(
+            "inspect",
+            "--type",
+            "image",
+            "--format",
+            '{{index .ImageAnnotations "org.lagpilot.base.version"}}',
+            BASE_NAMES[0],
+        ),
+        check=False,
+    )
     return p.returncode == 0 and p.stdout.strip() == BASE_VERSION
 
 
@@ -61,8 +79,16 @@ def mmdebstrap_argv(rootfs: Path) -> list[str]:
     """minbase bookworm + BASE_PACKAGES into the directory `rootfs`, from the host's apt sources (the
     deb822 file: bookworm, -updates, -security, as the official image is built) or else its mirror."""
     sources = str(HOST_APT_SOURCES) if HOST_APT_SOURCES.is_file() else apt_mirror()
-    return ["mmdebstrap", "--mode=root", "--variant=minbase", "--format=directory",
-            f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), sources]
+    return [
+        "mmdebstrap",
+        "--mode=root",
+        "--variant=minbase",
+        "--format=directory",
+        f"--include={','.join(BASE_PACKAGES)}",
+        SUITE,
+        str(rootfs),
+        sources,
+    ]
 
 
 def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
@@ -104,13 +130,28 @@ def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
     ctr = run_cmd(layout.buildah_argv("from", "--pull=never", "scratch")).stdout.strip()
     try:
         run_cmd(layout.buildah_argv("add", ctr, str(tar_path), "/"), timeout=900)
-        run_cmd(layout.buildah_argv(
-            "config", "--env", "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "--env", "LANG=C.UTF-8", "--env", "PYTHON_VERSION=3.11 (Debian python3.11)",
-            "--cmd", '["python3"]', "--os", "linux", "--arch", "amd64",
-            "--annotation", f"org.lagpilot.base.version={BASE_VERSION}",
-            "--label", "org.lagpilot.base=mmdebstrap bookworm minbase + Debian python3.11 (stand-in for python:3.11-slim-bookworm)",
-            ctr))
+        run_cmd(
+            layout.buildah_argv(
+                "config",
+                "--env",
+                "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--env",
+                "LANG=C.UTF-8",
+                "--env",
+                "PYTHON_VERSION=3.11 (Debian python3.11)",
+                "--cmd",
+                '["python3"]',
+                "--os",
+                "linux",
+                "--arch",
+                "amd64",
+                "--annotation",
+                f"org.lagpilot.base.version={BASE_VERSION}",
+                "--label",
+                "org.lagpilot.base=mmdebstrap bookworm minbase + Debian python3.11 (stand-in for python:3.11-slim-bookworm)",
+                ctr,
+            )
+        )
         run_cmd(layout.buildah_argv("commit", "--rm", ctr, BASE_NAMES[0]), timeout=900)
     except Exception:
         run_cmd(layout.buildah_argv("rm", ctr), check=False)
@@ -118,4 +159,8 @@ def ensure_base(layout: Layout, force: bool = False) -> dict[str, Any]:
     for extra in BASE_NAMES[1:]:
         run_cmd(layout.buildah_argv("tag", BASE_NAMES[0], extra))
     shutil.rmtree(work, ignore_errors=True)
-    return {"made": True, "seconds": round(time.monotonic() - t0, 1), "size_bytes": image_size(layout, BASE_NAMES[0])}
+    return {
+        "made": True,
+        "seconds": round(time.monotonic() - t0, 1),
+        "size_bytes": image_size(layout, BASE_NAMES[0]),
+    }

@@ -6,6 +6,7 @@ host (pyspark's ~430 MB sdist, built into a wheel by `dev/setup`): the same vers
 would be the sdist, and pip prefers a wheel of the same version, so the image's pip skips that
 download + build.
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,7 +60,7 @@ class ImageDef:
         """The image of IMAGES this one is built FROM (the demo and test images: the consumer), if any."""
         from lagpilot_dev.images_digest import base_names
 
-        names = base_names((((context or repo_root()) / self.dockerfile)).read_text())
+        names = base_names(((context or repo_root()) / self.dockerfile).read_text())
         return next((d for d in IMAGES.values() if d.reference in names), None)
 
 
@@ -142,19 +143,32 @@ def build_mounts(layout: Layout, pip_cache: Path | None = None) -> list[str]:
     return [*flags, "--volume", f"{conf}:/etc/pip.conf:ro"]
 
 
-def bud_argv(layout: Layout, image: ImageDef, context: Path, extra_tags: Sequence[str] = (),
-             base: str | None = None) -> list[str]:
+def bud_argv(
+    layout: Layout, image: ImageDef, context: Path, extra_tags: Sequence[str] = (), base: str | None = None
+) -> list[str]:
     """The build command: the unchanged Dockerfile, its .dockerignore, cached layers, no pull; tagged
     `image.tag` and `extra_tags` (`build`: the content tag). `base`: the image its first FROM names
     is replaced with (`--from`; `build`: the content tag of the image of IMAGES it is built FROM,
     this checkout's build of it, not whatever the plain tag names now)."""
     tags = [f for t in (image.tag, *extra_tags) for f in ("-t", t)]
     return layout.buildah_argv(
-        "bud", "--layers", "--pull=never", "--isolation", "chroot", "--network", "host", *ulimit_flags(RUN_NPROC_CAP),
+        "bud",
+        "--layers",
+        "--pull=never",
+        "--isolation",
+        "chroot",
+        "--network",
+        "host",
+        *ulimit_flags(RUN_NPROC_CAP),
         *build_mounts(layout),
         *(["--from", base] if base is not None else []),
-        "-f", str(context / image.dockerfile), "--ignorefile", str(context / image.ignorefile),
-        *tags, str(context))
+        "-f",
+        str(context / image.dockerfile),
+        "--ignorefile",
+        str(context / image.ignorefile),
+        *tags,
+        str(context),
+    )
 
 
 def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[str, Any]:
@@ -163,19 +177,37 @@ def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[
     ctag = image.content_tag(context)  # before the build: the content it reads
     base = image.base(context)
     base_tag = base.content_tag(context) if base is not None else None
-    log.info("building image",
-             extra={"image": image.tag, "content_tag": ctag, "dockerfile": image.dockerfile})
+    log.info(
+        "building image", extra={"image": image.tag, "content_tag": ctag, "dockerfile": image.dockerfile}
+    )
     log_file = layout.root / f"build-{image.name}.log"
     with open(log_file, "w") as out:
-        proc = subprocess.run(bud_argv(layout, image, context, (ctag,), base_tag), stdout=out,
-                              stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(
+            bud_argv(layout, image, context, (ctag,), base_tag),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     seconds = round(time.monotonic() - t0, 1)
     text = log_file.read_text(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}")
+        raise RuntimeError(
+            f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}"
+        )
     record_build(layout, ctag, text)  # when, and its steps' images: what images_prune keeps for it
-    steps = sum(1 for line in text.splitlines() if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line))
+    steps = sum(
+        1
+        for line in text.splitlines()
+        if line.startswith("STEP ") or (line.startswith("[") and "] STEP " in line)
+    )
     cached = sum(1 for line in text.splitlines() if line.startswith("--> Using cache"))
-    return {"image": image.tag, "content_tag": ctag, "seconds": seconds,
-            "size_bytes": image_size(layout, ctag),
-            "user": image_user(layout, ctag), "steps": steps, "cached_steps": cached, "log": str(log_file)}
+    return {
+        "image": image.tag,
+        "content_tag": ctag,
+        "seconds": seconds,
+        "size_bytes": image_size(layout, ctag),
+        "user": image_user(layout, ctag),
+        "steps": steps,
+        "cached_steps": cached,
+        "log": str(log_file),
+    }

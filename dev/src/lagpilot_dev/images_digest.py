@@ -15,6 +15,7 @@ may load the other checkout's image. The content tag adds `-c<12 hex>` to it
 What is not in it: the base images (`python:3.11-slim-bookworm`, built here once and never pulled) and
 the packages pip resolves during the build; the same content builds the same image from the cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,7 +52,7 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
             if end < 0:
                 out.append(re.escape(c))
             else:
-                body = pattern[i + 1:end]
+                body = pattern[i + 1 : end]
                 out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
                 i = end
         elif c == "\\" and i + 1 < len(pattern):
@@ -127,8 +128,9 @@ Defs = tuple[tuple[str, str, str, str], ...]  # (name, dockerfile, ignorefile, r
 
 
 def _key(images: Mapping[str, Any]) -> Defs:
-    return tuple((n, str(d.dockerfile), str(d.ignorefile), str(d.reference))
-                 for n, d in sorted(images.items()))
+    return tuple(
+        (n, str(d.dockerfile), str(d.ignorefile), str(d.reference)) for n, d in sorted(images.items())
+    )
 
 
 def _digest(name: str, context_s: str, images: Defs, seen: tuple[str, ...] = ()) -> str:

@@ -21,6 +21,7 @@ storage except what `plan` keeps:
 What is removed: older content tags (untagged), then every image nothing above keeps, children before
 parents. The choice (`plan`) is pure; `prune` lists the storage, applies it and says what it did.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,15 @@ def is_content_tag(name: str, plain_tags: Iterable[str]) -> bool:
     return False
 
 
-def plan(images: Iterable[StoredImage], *, current: Iterable[str], plain_tags: Iterable[str],
-         built: Mapping[str, Built], now: float, within_s: float = KEEP_BUILT_WITHIN_S) -> PrunePlan:
+def plan(
+    images: Iterable[StoredImage],
+    *,
+    current: Iterable[str],
+    plain_tags: Iterable[str],
+    built: Mapping[str, Built],
+    now: float,
+    within_s: float = KEEP_BUILT_WITHIN_S,
+) -> PrunePlan:
     """What to untag and remove (module docstring). `current`: this checkout's content tags;
     `plain_tags`: IMAGES' tags (what marks a content tag as ours); `built`: the record of builds."""
     imgs = {i.id: i for i in images}
@@ -123,8 +131,9 @@ def read_record(layout: Layout) -> dict[str, Built]:
 def write_record(layout: Layout, record: Mapping[str, Built]) -> None:
     path = layout.root / RECORD_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: {"at": b.at, "steps": list(b.steps)} for k, b in sorted(record.items())},
-                              indent=1))
+    tmp.write_text(
+        json.dumps({k: {"at": b.at, "steps": list(b.steps)} for k, b in sorted(record.items())}, indent=1)
+    )
     tmp.replace(path)
 
 
@@ -147,8 +156,9 @@ def parse_images(podman_json: str) -> list[StoredImage]:
     """`podman images --all --format json` (an image with two names is listed twice)."""
     out: dict[str, StoredImage] = {}
     for i in json.loads(podman_json or "[]"):
-        out[i["Id"]] = StoredImage(i["Id"], i.get("ParentId") or "", tuple(i.get("Names") or ()),
-                                   float(i.get("Created") or 0))
+        out[i["Id"]] = StoredImage(
+            i["Id"], i.get("ParentId") or "", tuple(i.get("Names") or ()), float(i.get("Created") or 0)
+        )
     return list(out.values())
 
 
@@ -167,14 +177,20 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
-def prune(layout: Layout, current: Iterable[str], plain_tags: Iterable[str], now: float | None = None,
-          within_s: float = KEEP_BUILT_WITHIN_S) -> dict[str, Any]:
+def prune(
+    layout: Layout,
+    current: Iterable[str],
+    plain_tags: Iterable[str],
+    now: float | None = None,
+    within_s: float = KEEP_BUILT_WITHIN_S,
+) -> dict[str, Any]:
     """Apply `plan` to the storage (under the build lock); what it untagged, removed and could not."""
     t0 = time.monotonic()
     now = time.time() if now is None else now
     record = read_record(layout)
-    p = plan(list_images(layout), current=current, plain_tags=plain_tags, built=record, now=now,
-             within_s=within_s)
+    p = plan(
+        list_images(layout), current=current, plain_tags=plain_tags, built=record, now=now, within_s=within_s
+    )
     by_image: dict[str, list[str]] = {}
     for img, name in p.untag:
         by_image.setdefault(img, []).append(name)
@@ -186,8 +202,15 @@ def prune(layout: Layout, current: Iterable[str], plain_tags: Iterable[str], now
     left, names = {i.id for i in after}, {n for i in after for n in i.names}
     not_removed = [i for i in p.remove if i in left]
     write_record(layout, {k: b for k, b in record.items() if k in names})  # forget what is gone
-    out = {"untagged": [n for _i, n in p.untag], "removed": len(p.remove) - len(not_removed),
-           "not_removed": not_removed, "kept": len(p.keep), "seconds": round(time.monotonic() - t0, 1)}
-    log.info("pruned the build storage", extra={k: v for k, v in out.items() if k != "not_removed"}
-             | {"not_removed": len(not_removed)})
+    out = {
+        "untagged": [n for _i, n in p.untag],
+        "removed": len(p.remove) - len(not_removed),
+        "not_removed": not_removed,
+        "kept": len(p.keep),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    log.info(
+        "pruned the build storage",
+        extra={k: v for k, v in out.items() if k != "not_removed"} | {"not_removed": len(not_removed)},
+    )
     return out

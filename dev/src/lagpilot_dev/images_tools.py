@@ -8,6 +8,7 @@ BUILDAH_VERSION is built from the Go module proxy into the cache (once; ~minutes
 Debian's libsqlite3 (tag `libsqlite3`) rather than compiling the sqlite amalgamation with cgo.
 `Layout` is the cache's layout and the argv of both tools over one private containers-storage.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,9 @@ BUILDAH_MODULE = "github.com/containers/buildah"
 BUILDAH_VERSION = "v1.41.5"  # ADD --checksum needs >= 1.32; this one builds with the machine's Go
 # no gpgme, btrfs or devicemapper headers needed: pure-Go OpenPGP, no such graph drivers
 # libsqlite3: link Debian's libsqlite3 (libsqlite3-dev) instead of compiling go-sqlite3's 8 MB C amalgamation
-BUILDAH_TAGS = "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper libsqlite3"
+BUILDAH_TAGS = (
+    "containers_image_openpgp exclude_graphdriver_btrfs exclude_graphdriver_devicemapper libsqlite3"
+)
 # netavark: buildah 1.41 sets up its network backend even for --network host and looks for it
 # mmdebstrap: the base (apt's pipelined downloads and resolver; debootstrap took 7-8 min here, network-bound)
 # libsqlite3-dev: buildah's sqlite blob-info cache links against it (BUILDAH_TAGS)
@@ -68,14 +71,32 @@ class Layout:
 
     def storage_flags(self) -> list[str]:
         """Global flags shared by buildah and podman: one private containers-storage."""
-        return ["--root", str(self.storage), "--runroot", str(self.runroot), "--storage-driver", STORAGE_DRIVER]
+        return [
+            "--root",
+            str(self.storage),
+            "--runroot",
+            str(self.runroot),
+            "--storage-driver",
+            STORAGE_DRIVER,
+        ]
 
     def buildah_argv(self, *args: str) -> list[str]:
         return [str(self.buildah), *self.storage_flags(), *args]
 
     def podman_argv(self, *args: str) -> list[str]:
-        return ["podman", *self.storage_flags(), "--cgroup-manager", "cgroupfs", "--events-backend", "file",
-                "--runtime", RUNTIME, "--tmpdir", str(self.tmp), *args]
+        return [
+            "podman",
+            *self.storage_flags(),
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+            "--runtime",
+            RUNTIME,
+            "--tmpdir",
+            str(self.tmp),
+            *args,
+        ]
 
 
 def default_layout() -> Layout:
@@ -103,8 +124,15 @@ def ulimit_flags(nproc_cap: int | None = None) -> list[str]:
 RUN_NPROC_CAP = 32768
 
 
-def run_cmd(argv: Sequence[str], *, check: bool = True, capture: bool = True, timeout: float | None = None,
-            env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cmd(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    capture: bool = True,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess:
     log.debug("run", extra={"argv": " ".join(argv)[:300]})
     proc = subprocess.run(list(argv), capture_output=capture, text=True, timeout=timeout, env=env, cwd=cwd)
     if check and proc.returncode != 0:
@@ -155,8 +183,12 @@ def ensure_buildah(layout: Layout) -> Path:
     t0 = time.monotonic()
     log.info("building buildah from the Go module proxy", extra={"version": BUILDAH_VERSION})
     # all cores (`-p 1` before serialised its ~300 package compiles)
-    run_cmd(["nice", go, "build", "-mod=mod", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
-            cwd=work, env={**os.environ, "CGO_ENABLED": "1"}, timeout=3600)
+    run_cmd(
+        ["nice", go, "build", "-mod=mod", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
+        cwd=work,
+        env={**os.environ, "CGO_ENABLED": "1"},
+        timeout=3600,
+    )
     out.rename(layout.buildah)
     shutil.rmtree(work, ignore_errors=True)
     log.info("built buildah", extra={"seconds": round(time.monotonic() - t0, 1)})
@@ -174,7 +206,9 @@ def missing_preconditions(layout: Layout) -> list[str]:
     problems = []
     missing = [p for p in APT_PACKAGES if not dpkg_installed(p)]
     if missing and os.geteuid() != 0:
-        problems.append(f"Debian packages {', '.join(missing)} missing and not root: apt-get install {' '.join(missing)}")
+        problems.append(
+            f"Debian packages {', '.join(missing)} missing and not root: apt-get install {' '.join(missing)}"
+        )
     if missing and os.geteuid() == 0 and shutil.which("apt-get") is None:
         problems.append(f"Debian packages {', '.join(missing)} missing and no apt-get")
     if not layout.buildah.is_file() and go_toolchain() is None:
@@ -184,8 +218,10 @@ def missing_preconditions(layout: Layout) -> list[str]:
 
 def tool_versions(layout: Layout) -> dict[str, str]:
     """`buildah --version` and `podman --version` as installed: proof the tools exist after ensure_tools."""
-    return {"buildah": run_cmd([str(layout.buildah), "--version"]).stdout.strip(),
-            "podman": run_cmd(["podman", "--version"]).stdout.strip()}
+    return {
+        "buildah": run_cmd([str(layout.buildah), "--version"]).stdout.strip(),
+        "podman": run_cmd(["podman", "--version"]).stdout.strip(),
+    }
 
 
 def ensure_tools(layout: Layout) -> dict[str, Any]:
@@ -194,16 +230,25 @@ def ensure_tools(layout: Layout) -> dict[str, Any]:
     ensure_buildah(layout)
     for d in (layout.storage, layout.runroot, layout.tmp):
         d.mkdir(parents=True, exist_ok=True)
-    return {"apt_installed": installed, "buildah": str(layout.buildah), "versions": tool_versions(layout),
-            "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "apt_installed": installed,
+        "buildah": str(layout.buildah),
+        "versions": tool_versions(layout),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 # ---------------------------------------------------------------- queries of the storage
 
 
 def image_exists(layout: Layout, name: str) -> bool:
-    return run_cmd(layout.buildah_argv("inspect", "--type", "image", "--format", "{{.FromImageID}}", name),
-                   check=False).returncode == 0
+    return (
+        run_cmd(
+            layout.buildah_argv("inspect", "--type", "image", "--format", "{{.FromImageID}}", name),
+            check=False,
+        ).returncode
+        == 0
+    )
 
 
 def image_size(layout: Layout, name: str) -> int:
@@ -212,4 +257,6 @@ def image_size(layout: Layout, name: str) -> int:
 
 
 def image_user(layout: Layout, name: str) -> str:
-    return run_cmd(layout.podman_argv("image", "inspect", "--format", "{{.Config.User}}", name)).stdout.strip()
+    return run_cmd(
+        layout.podman_argv("image", "inspect", "--format", "{{.Config.User}}", name)
+    ).stdout.strip()

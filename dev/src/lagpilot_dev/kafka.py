@@ -7,6 +7,7 @@ Version pin: 4.3.1, the newest release for which Maven Central serves *both* `ka
 `kafka-tools` (4.2.2 and 4.4.0 have no `kafka-tools` artifact there). Its classes are Java 17
 bytecode (major 61), so it runs on the machine's Java 17.
 """
+
 from __future__ import annotations
 
 import base64
@@ -101,42 +102,64 @@ class Listener:
     name: str
     host: str
     port: int
-    protocol: str                       # PLAINTEXT or SASL_PLAINTEXT
-    mechanism: str | None = None        # the only SASL mechanism it enables
-    login_module: str | None = None     # its JAAS login module (`... required;`)
+    protocol: str  # PLAINTEXT or SASL_PLAINTEXT
+    mechanism: str | None = None  # the only SASL mechanism it enables
+    login_module: str | None = None  # its JAAS login module (`... required;`)
     mechanism_props: tuple[tuple[str, str], ...] = ()  # listener.name.<l>.<mechanism>.<key>
-    broker_props: tuple[tuple[str, str], ...] = ()     # broker-wide keys it needs
+    broker_props: tuple[tuple[str, str], ...] = ()  # broker-wide keys it needs
 
     def properties(self) -> dict[str, str]:
         if self.mechanism is None:
             return dict(self.broker_props)
         prefix = f"listener.name.{self.name.lower()}"
         mech = self.mechanism.lower()
-        return {**dict(self.broker_props),
-                f"{prefix}.sasl.enabled.mechanisms": self.mechanism,
-                f"{prefix}.{mech}.sasl.jaas.config": f"{self.login_module} required;",
-                **{f"{prefix}.{mech}.{k}": v for k, v in self.mechanism_props}}
+        return {
+            **dict(self.broker_props),
+            f"{prefix}.sasl.enabled.mechanisms": self.mechanism,
+            f"{prefix}.{mech}.sasl.jaas.config": f"{self.login_module} required;",
+            **{f"{prefix}.{mech}.{k}": v for k, v in self.mechanism_props},
+        }
 
 
 def scram_listener(port: int) -> Listener:
     """SASL_PLAINTEXT with SCRAM-SHA-512 (users in the KRaft metadata log)."""
-    return Listener("SASL_PLAINTEXT", LOOPBACK, port, "SASL_PLAINTEXT", SASL_MECHANISM,
-                    "org.apache.kafka.common.security.scram.ScramLoginModule",
-                    broker_props=(("sasl.enabled.mechanisms", SASL_MECHANISM),))
+    return Listener(
+        "SASL_PLAINTEXT",
+        LOOPBACK,
+        port,
+        "SASL_PLAINTEXT",
+        SASL_MECHANISM,
+        "org.apache.kafka.common.security.scram.ScramLoginModule",
+        broker_props=(("sasl.enabled.mechanisms", SASL_MECHANISM),),
+    )
 
 
 def oauth_listener(port: int, settings: dict[str, str]) -> Listener:
     """SASL_PLAINTEXT with OAUTHBEARER: Kafka's validator against the provider's JWKS, issuer, audience."""
-    return Listener(OAUTH_LISTENER, LOOPBACK, port, "SASL_PLAINTEXT", "OAUTHBEARER", OAUTH_LOGIN_MODULE,
-                    mechanism_props=(("sasl.server.callback.handler.class", OAUTH_VALIDATOR_CLASS),),
-                    broker_props=(("sasl.oauthbearer.jwks.endpoint.url", settings["jwks_url"]),
-                                  ("sasl.oauthbearer.expected.issuer", settings["issuer"]),
-                                  ("sasl.oauthbearer.expected.audience", settings["audience"])))
+    return Listener(
+        OAUTH_LISTENER,
+        LOOPBACK,
+        port,
+        "SASL_PLAINTEXT",
+        "OAUTHBEARER",
+        OAUTH_LOGIN_MODULE,
+        mechanism_props=(("sasl.server.callback.handler.class", OAUTH_VALIDATOR_CLASS),),
+        broker_props=(
+            ("sasl.oauthbearer.jwks.endpoint.url", settings["jwks_url"]),
+            ("sasl.oauthbearer.expected.issuer", settings["issuer"]),
+            ("sasl.oauthbearer.expected.audience", settings["audience"]),
+        ),
+    )
 
 
-def server_properties(data_dir: Path, broker_port: int, controller_port: int,
-                      sasl_port: int | None = None, pods_listener: tuple[str, int] | None = None,
-                      oauth: tuple[int, dict[str, str]] | None = None) -> str:
+def server_properties(
+    data_dir: Path,
+    broker_port: int,
+    controller_port: int,
+    sasl_port: int | None = None,
+    pods_listener: tuple[str, int] | None = None,
+    oauth: tuple[int, dict[str, str]] | None = None,
+) -> str:
     """The broker config: one combined node on loopback, replication factors 1, fast group joins.
 
     With `sasl_port`, a second client listener SASL_PLAINTEXT (SCRAM-SHA-512 only) on that loopback
@@ -151,9 +174,15 @@ def server_properties(data_dir: Path, broker_port: int, controller_port: int,
     OAUTH (SASL_PLAINTEXT, OAUTHBEARER only) on that loopback port: Kafka's built-in
     `OAuthBearerValidatorCallbackHandler` checks each token's signature against the OIDC
     provider's JWKS, its issuer, audience and expiry (no token is accepted unseen)."""
-    extra = [x for x in (scram_listener(sasl_port) if sasl_port is not None else None,
-                         Listener("PODS", *pods_listener, "PLAINTEXT") if pods_listener is not None else None,
-                         oauth_listener(*oauth) if oauth is not None else None) if x is not None]
+    extra = [
+        x
+        for x in (
+            scram_listener(sasl_port) if sasl_port is not None else None,
+            Listener("PODS", *pods_listener, "PLAINTEXT") if pods_listener is not None else None,
+            oauth_listener(*oauth) if oauth is not None else None,
+        )
+        if x is not None
+    ]
     listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
     advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
     protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
@@ -267,8 +296,11 @@ class KafkaPart:
         with file_lock(self.dir / "sasl-credentials.lock"):
             if path.exists():
                 return json.loads(path.read_text())
-            creds = {"username": SASL_USERNAME, "password": secrets.token_urlsafe(18),
-                     "mechanism": SASL_MECHANISM}
+            creds = {
+                "username": SASL_USERNAME,
+                "password": secrets.token_urlsafe(18),
+                "mechanism": SASL_MECHANISM,
+            }
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(creds))
@@ -320,8 +352,12 @@ class KafkaPart:
         """Create (or update) the dev SCRAM-SHA-512 user through the PLAINTEXT listener
         (AlterUserScramCredentials; no authorizer is configured). Idempotent; skipped when the
         marker says this password is already stored in the metadata log."""
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
 
         creds = self.sasl_credentials()
         marker = self.dir / "sasl-user.done"
@@ -330,8 +366,10 @@ class KafkaPart:
             return
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers(), "socket.timeout.ms": 10000})
         upsert = UserScramCredentialUpsertion(
-            creds["username"], ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
-            creds["password"].encode())
+            creds["username"],
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+            creds["password"].encode(),
+        )
         for fut in admin.alter_user_scram_credentials([upsert], request_timeout=timeout).values():
             fut.result(timeout=timeout)
         marker.write_text(tag)
@@ -342,14 +380,25 @@ class KafkaPart:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [
-            self._java(), "-Xmx256m", f"-Dlog4j2.configurationFile={self.home / 'config' / 'tools-log4j2.properties'}",
-            "-cp", self._classpath(), STORAGE_TOOL_CLASS,
-            "format", "-t", new_cluster_id(), "-c", str(props_file), "--ignore-formatted",
+            self._java(),
+            "-Xmx256m",
+            f"-Dlog4j2.configurationFile={self.home / 'config' / 'tools-log4j2.properties'}",
+            "-cp",
+            self._classpath(),
+            STORAGE_TOOL_CLASS,
+            "format",
+            "-t",
+            new_cluster_id(),
+            "-c",
+            str(props_file),
+            "--ignore-formatted",
         ]
         log.info("formatting kafka storage", extra={"data_dir": str(self.data_dir)})
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
         if proc.returncode != 0:
-            raise RuntimeError(f"kafka StorageTool format failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            raise RuntimeError(
+                f"kafka StorageTool format failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            )
 
     def is_running(self) -> bool:
         return self.process.is_running()
@@ -368,20 +417,38 @@ class KafkaPart:
                 pods_host = self.pods_listener_host()
                 pods = (pods_host, self.ports.ensure("kafka.pods", must_be_free=True)) if pods_host else None
                 oauth_settings = self.oauth_settings()
-                oauth = ((self.ports.ensure("kafka.oauth", must_be_free=True), oauth_settings)
-                         if oauth_settings else None)
-                props_file.write_text(server_properties(self.data_dir, broker_port, controller_port, sasl_port, pods,
-                                                        oauth))
+                oauth = (
+                    (self.ports.ensure("kafka.oauth", must_be_free=True), oauth_settings)
+                    if oauth_settings
+                    else None
+                )
+                props_file.write_text(
+                    server_properties(self.data_dir, broker_port, controller_port, sasl_port, pods, oauth)
+                )
                 self._format_if_needed(props_file)
                 (self.dir / "logs").mkdir(exist_ok=True)
                 self.process.argv = [
-                    self._java(), "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                    "-Djava.awt.headless=true", self.process.marker,
-                    *([f"-D{OAUTH_ALLOWED_URLS_PROPERTY}={oauth_settings['jwks_url']},"
-                       f"{oauth_settings['token_endpoint_url']}"] if oauth_settings else []),
+                    self._java(),
+                    "-Xms256m",
+                    "-Xmx512m",
+                    "-XX:+UseG1GC",
+                    "-XX:MaxGCPauseMillis=20",
+                    "-Djava.awt.headless=true",
+                    self.process.marker,
+                    *(
+                        [
+                            f"-D{OAUTH_ALLOWED_URLS_PROPERTY}={oauth_settings['jwks_url']},"
+                            f"{oauth_settings['token_endpoint_url']}"
+                        ]
+                        if oauth_settings
+                        else []
+                    ),
                     f"-Dkafka.logs.dir={self.dir / 'logs'}",
                     f"-Dlog4j2.configurationFile={self.home / 'config' / 'log4j2.properties'}",
-                    "-cp", self._classpath(), "kafka.Kafka", str(props_file),
+                    "-cp",
+                    self._classpath(),
+                    "kafka.Kafka",
+                    str(props_file),
                 ]
                 self.process.start()
         self.wait_ready(timeout)
@@ -400,26 +467,38 @@ class KafkaPart:
             # TCP first: librdkafka logs every refused connection to stderr, which buries real errors
             if not tcp_open(int(port), host):
                 return False
-            if self.sasl_listener_configured() and not tcp_open(int(self.sasl_bootstrap_servers().rsplit(":", 1)[1]), host):
+            if self.sasl_listener_configured() and not tcp_open(
+                int(self.sasl_bootstrap_servers().rsplit(":", 1)[1]), host
+            ):
                 return False
             admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
             md = admin.list_topics(timeout=10)
             # after a crash the broker recovers its logs before it leads their partitions again:
             # ready means every existing partition has a leader (single node: this broker)
-            leaderless = [f"{t}/{p}" for t, tm in md.topics.items() for p, pm in tm.partitions.items()
-                          if pm.leader < 0]
+            leaderless = [
+                f"{t}/{p}" for t, tm in md.topics.items() for p, pm in tm.partitions.items() if pm.leader < 0
+            ]
             return bool(md.brokers) and not leaderless
 
         try:
-            wait_for(ready, f"kafka broker at {bootstrap}", timeout=timeout, interval=1.0,
-                     alive=self.process.is_running)
+            wait_for(
+                ready,
+                f"kafka broker at {bootstrap}",
+                timeout=timeout,
+                interval=1.0,
+                alive=self.process.is_running,
+            )
         except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {self.process.log_file} (tail) ---\n{self.process.log_tail()}\n"
-                               f"--- server.log (tail) ---\n{self._server_log_tail()}") from exc
+            raise RuntimeError(
+                f"{exc}\n--- {self.process.log_file} (tail) ---\n{self.process.log_tail()}\n"
+                f"--- server.log (tail) ---\n{self._server_log_tail()}"
+            ) from exc
 
     def _server_log_tail(self, lines: int = 30) -> str:
         try:
-            return "\n".join((self.dir / "logs" / "server.log").read_text(errors="replace").splitlines()[-lines:])
+            return "\n".join(
+                (self.dir / "logs" / "server.log").read_text(errors="replace").splitlines()[-lines:]
+            )
         except FileNotFoundError:
             return "(no server.log)"
 
@@ -440,7 +519,9 @@ class KafkaPart:
         return {
             "bootstrap_servers": self.bootstrap_servers(),
             # the password stays in kafka/sasl-credentials.json (KafkaPart.sasl_credentials())
-            "sasl_bootstrap_servers": self.sasl_bootstrap_servers() if self.sasl_listener_configured() else None,
+            "sasl_bootstrap_servers": self.sasl_bootstrap_servers()
+            if self.sasl_listener_configured()
+            else None,
             "sasl_mechanism": SASL_MECHANISM,
             # SASL_PLAINTEXT + OAUTHBEARER, tokens of the oidc part; None unless it was up at start
             "oauth_bootstrap_servers": self.oauth_bootstrap_servers(),
@@ -454,27 +535,45 @@ class KafkaPart:
         }
 
     # ---- Kafka's own CLI tools ------------------------------------------------------------------
-    def run_cli_tool(self, tool_class: str, args: Sequence[str], timeout: float = 300.0,
-                     heap: str = "256m", jvm_props: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run_cli_tool(
+        self,
+        tool_class: str,
+        args: Sequence[str],
+        timeout: float = 300.0,
+        heap: str = "256m",
+        jvm_props: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run one of Kafka's CLI tools (e.g. CONSUMER_GROUPS_CLASS) from the cached jars.
 
         Returns the CompletedProcess (text mode); the caller checks `returncode`.
         """
         self.install()
-        return run_cli_tool(self.libs, self.home / "config" / "tools-log4j2.properties", tool_class, args,
-                            timeout=timeout, heap=heap, jvm_props=jvm_props)
+        return run_cli_tool(
+            self.libs,
+            self.home / "config" / "tools-log4j2.properties",
+            tool_class,
+            args,
+            timeout=timeout,
+            heap=heap,
+            jvm_props=jvm_props,
+        )
 
-    def consumer_groups(self, args: Sequence[str], timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    def consumer_groups(
+        self, args: Sequence[str], timeout: float = 300.0
+    ) -> subprocess.CompletedProcess[str]:
         """`kafka-consumer-groups.sh --bootstrap-server <ours> <args>`."""
-        return self.run_cli_tool(CONSUMER_GROUPS_CLASS, ["--bootstrap-server", self.bootstrap_servers(), *args],
-                                 timeout=timeout)
+        return self.run_cli_tool(
+            CONSUMER_GROUPS_CLASS, ["--bootstrap-server", self.bootstrap_servers(), *args], timeout=timeout
+        )
 
 
-def oauth_client_properties(token_endpoint_url: str, client_id: str, client_secret: str,
-                            scope: str | None = None) -> str:
+def oauth_client_properties(
+    token_endpoint_url: str, client_id: str, client_secret: str, scope: str | None = None
+) -> str:
     """A Kafka Java client config (`--command-config`) for SASL_PLAINTEXT + OAUTHBEARER with OIDC
     client credentials (kafka-clients' own login handler fetches and refreshes the token). Holds
     the client secret: write it to a 0600 file."""
+
     def q(v: str) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -499,9 +598,15 @@ def hash_password_tag(password: str) -> str:
     return hashlib.sha256(password.encode()).hexdigest()[:16]
 
 
-def run_cli_tool(libs: Path, log4j_config: Path | None, tool_class: str, args: Sequence[str],
-                 timeout: float = 300.0, heap: str = "256m",
-                 jvm_props: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli_tool(
+    libs: Path,
+    log4j_config: Path | None,
+    tool_class: str,
+    args: Sequence[str],
+    timeout: float = 300.0,
+    heap: str = "256m",
+    jvm_props: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run a Kafka CLI tool class with the jars in `libs` (usable from `StackInfo.kafka_home`).
     `jvm_props`: extra `-D` system properties (e.g. OAUTH_ALLOWED_URLS_PROPERTY for a client that
     fetches OIDC tokens)."""
@@ -539,6 +644,6 @@ def parse_consumer_groups_describe(text: str) -> list[dict[str, str]]:
             continue
         # CLIENT-ID is last and the only column that may contain spaces: join the overflow into it
         if len(cells) > len(header):
-            cells = cells[: len(header) - 1] + [" ".join(cells[len(header) - 1:])]
+            cells = cells[: len(header) - 1] + [" ".join(cells[len(header) - 1 :])]
         rows.append(dict(zip(header, cells, strict=True)))
     return rows

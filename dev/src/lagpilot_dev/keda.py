@@ -29,6 +29,7 @@ metrics server is down, discovery reports that group as unavailable and the name
 keeps namespaces in Terminating. So `stop()` deletes the APIService, and `start()` registers it
 again only once the metrics server answers.
 """
+
 from __future__ import annotations
 
 import base64
@@ -76,14 +77,21 @@ class KedaPart:
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
         self.processes: dict[str, Process] = {
-            comp: Process(name=f"keda-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
-                          pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / f"keda-{comp}"))
+            comp: Process(
+                name=f"keda-{comp}",
+                argv=[],
+                log_file=self.dir / f"{comp}.log",
+                pid_file=self.dir / f"{comp}.pid",
+                marker=str(self.bin / f"keda-{comp}"),
+            )
             for comp in COMPONENTS
         }
 
     # ---- install -------------------------------------------------------------------------------
     def installed(self) -> bool:
-        return all(os.access(self.bin / b, os.X_OK) for b in BINARIES) and (self.config / ".complete").exists()
+        return (
+            all(os.access(self.bin / b, os.X_OK) for b in BINARIES) and (self.config / ".complete").exists()
+        )
 
     def install(self) -> None:
         """Build keda-operator and keda-metrics-apiserver with dev/build-keda.sh (first run only)."""
@@ -96,11 +104,17 @@ class KedaPart:
             build_log = self.keda_cache / "build.log"
             build_log.parent.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
-            log.info("building KEDA (first run only)", extra={"keda_version": self.version, "log": str(build_log)})
+            log.info(
+                "building KEDA (first run only)", extra={"keda_version": self.version, "log": str(build_log)}
+            )
             with open(build_log, "ab") as out:
-                rc = subprocess.run(["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(self.keda_cache)],  # noqa: S603,S607
-                                    stdout=out, stderr=subprocess.STDOUT, check=False,
-                                    env={**os.environ, "LAGPILOT_KEDA_VERSION": self.version}).returncode
+                rc = subprocess.run(
+                    ["nice", "-n", "10", "bash", str(BUILD_SCRIPT), str(self.keda_cache)],  # noqa: S603,S607
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    env={**os.environ, "LAGPILOT_KEDA_VERSION": self.version},
+                ).returncode
             if rc != 0 or not self.installed():
                 tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                 raise RuntimeError(f"dev/build-keda.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -114,18 +128,66 @@ class KedaPart:
         self.certs.mkdir(parents=True, exist_ok=True)
         os.chmod(self.pki, 0o700)
         c = self.certs
-        _openssl("req", "-x509", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-                 "-days", "3650", "-subj", "/O=KEDAORG/CN=KEDA", cwd=c)
-        names = [f"{svc}.{NAMESPACE}.svc{suffix}" for svc in ("keda-operator", METRICS_SERVICE)
-                 for suffix in ("", ".cluster.local")]
+        _openssl(
+            "req",
+            "-x509",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/O=KEDAORG/CN=KEDA",
+            cwd=c,
+        )
+        names = [
+            f"{svc}.{NAMESPACE}.svc{suffix}"
+            for svc in ("keda-operator", METRICS_SERVICE)
+            for suffix in ("", ".cluster.local")
+        ]
         sans = ",".join([f"IP:{LOOPBACK}", "DNS:localhost", *(f"DNS:{n}" for n in names)])
-        (c / "tls.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                                   f"extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName={sans}\n")
-        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key.tmp", "-out", "tls.csr",
-                 "-subj", "/O=KEDAORG/CN=keda-operator", cwd=c)
-        _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650", "-out", "tls.crt.tmp",
-                 "-extfile", "tls.ext", cwd=c)
+        (c / "tls.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName={sans}\n"
+        )
+        _openssl(
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "tls.key.tmp",
+            "-out",
+            "tls.csr",
+            "-subj",
+            "/O=KEDAORG/CN=keda-operator",
+            cwd=c,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "0x" + secrets.token_hex(8),
+            "-days",
+            "3650",
+            "-out",
+            "tls.crt.tmp",
+            "-extfile",
+            "tls.ext",
+            cwd=c,
+        )
         # the CA's key is not needed again: KEDA's processes watch certDir and must not see it
         (c / "ca.key").replace(self.pki / "ca.key")
         for f in ("ca.key",):
@@ -167,30 +229,45 @@ class KedaPart:
         self.dir.mkdir(parents=True, exist_ok=True)
         with file_lock(self.dir / "start.lock"):
             if not self.kube.apiserver_aggregates():
-                log.warning("kube-apiserver runs without the aggregator's client certificate (started by an older "
-                            "checkout): restarting it once with --proxy-client-cert-file")
+                log.warning(
+                    "kube-apiserver runs without the aggregator's client certificate (started by an older "
+                    "checkout): restarting it once with --proxy-client-cert-file"
+                )
                 self.kube.restart_apiserver()
             self._ensure_pki()
             self._apply_manifests()
-            kubeconfig = self.kube.kubeconfig_for_service_account(NAMESPACE, SERVICE_ACCOUNT, create=False,
-                                                                  expiration_seconds=7 * 86400)
+            kubeconfig = self.kube.kubeconfig_for_service_account(
+                NAMESPACE, SERVICE_ACCOUNT, create=False, expiration_seconds=7 * 86400
+            )
             self._start_operator(kubeconfig, timeout)
             self._start_metrics_apiserver(kubeconfig, timeout)
             self._register_apiservice()
-            wait_for(lambda: self.external_metrics_answer() is not None,
-                     "GET /apis/external.metrics.k8s.io/v1beta1 through the aggregator", timeout=timeout, interval=1.0)
+            wait_for(
+                lambda: self.external_metrics_answer() is not None,
+                "GET /apis/external.metrics.k8s.io/v1beta1 through the aggregator",
+                timeout=timeout,
+                interval=1.0,
+            )
 
     def _kubectl_ok(self, *args: str, input_text: str | None = None) -> str:
         proc = self.kube.kubectl(*args, input_text=input_text)
         if proc.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}")
+            raise RuntimeError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}"
+            )
         return proc.stdout
 
     def _apply_manifests(self) -> None:
         """The release's namespace, ServiceAccount, RBAC and CRDs (server-side apply, idempotent)."""
         rbac = self.config / "rbac"
-        self._kubectl_ok("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-dev-keda",
-                         "-f", str(rbac / "namespace.yaml"))
+        self._kubectl_ok(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=lagpilot-dev-keda",
+            "-f",
+            str(rbac / "namespace.yaml"),
+        )
         files = sorted(str(p) for p in rbac.glob("*.yaml") if p.name != "namespace.yaml")
         crds = sorted(str(p) for p in (self.config / "crd").glob("*.yaml"))
         args = ["apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-dev-keda"]
@@ -199,8 +276,12 @@ class KedaPart:
         self._kubectl_ok(*args)
         # `kubectl wait --for=condition=Established` fails at once (".status.conditions accessor
         # error") while a CRD just created has no status yet: read the status until it says so
-        wait_for(lambda: self._crd_established("scaledobjects.keda.sh"), "KEDA's CRDs Established",
-                 timeout=90.0, interval=0.5)
+        wait_for(
+            lambda: self._crd_established("scaledobjects.keda.sh"),
+            "KEDA's CRDs Established",
+            timeout=90.0,
+            interval=0.5,
+        )
 
     def _crd_established(self, name: str) -> bool:
         proc = self.kube.kubectl("get", f"crd/{name}", "-o", "json")
@@ -210,8 +291,14 @@ class KedaPart:
         return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
     def _env(self, kubeconfig: Path) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": NAMESPACE, "WATCH_NAMESPACE": "",
-                "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE, "KEDA_HTTP_DEFAULT_TIMEOUT": "3000"}
+        return {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "POD_NAMESPACE": NAMESPACE,
+            "WATCH_NAMESPACE": "",
+            "KEDA_CLUSTER_OBJECT_NAMESPACE": NAMESPACE,
+            "KEDA_HTTP_DEFAULT_TIMEOUT": "3000",
+        }
 
     def _start_operator(self, kubeconfig: Path, timeout: float) -> None:
         proc = self.processes["operator"]
@@ -220,12 +307,15 @@ class KedaPart:
             proc.argv = [
                 str(self.bin / "keda-operator"),
                 "--leader-elect=false",
-                "--zap-log-level=info", "--zap-encoder=json", "--zap-time-encoding=rfc3339",
+                "--zap-log-level=info",
+                "--zap-encoder=json",
+                "--zap-time-encoding=rfc3339",
                 f"--metrics-bind-address={LOOPBACK}:{self.ports.ensure('keda.operator-metrics', must_be_free=True)}",
                 f"--health-probe-bind-address={LOOPBACK}:{self.ports.ensure('keda.operator-probe', must_be_free=True)}",
                 f"--metrics-service-bind-address={LOOPBACK}:{self.ports.ensure('keda.operator-grpc', must_be_free=True)}",
                 # certificates made here (what cert rotation would write to its Secret); nothing to patch
-                "--enable-cert-rotation=false", f"--cert-dir={self.certs}",
+                "--enable-cert-rotation=false",
+                f"--cert-dir={self.certs}",
                 f"--ca-dir={self.dir / 'custom-ca'}",
             ]
             proc.env = self._env(kubeconfig)
@@ -242,47 +332,83 @@ class KedaPart:
             c = self.certs
             proc.argv = [
                 str(self.bin / "keda-metrics-apiserver"),
-                f"--secure-port={port}", f"--bind-address={LOOPBACK}",
-                f"--cert-dir={c}", f"--tls-cert-file={c / 'tls.crt'}", f"--tls-private-key-file={c / 'tls.key'}",
+                f"--secure-port={port}",
+                f"--bind-address={LOOPBACK}",
+                f"--cert-dir={c}",
+                f"--tls-cert-file={c / 'tls.crt'}",
+                f"--tls-private-key-file={c / 'tls.key'}",
                 f"--client-ca-file={c / 'ca.crt'}",
-                f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
                 f"--lister-kubeconfig={kubeconfig}",
                 f"--metrics-service-address={LOOPBACK}:{self.ports.ensure('keda.operator-grpc')}",
                 # its own Prometheus endpoint (it binds every address: the flag takes a port only)
                 f"--port={self.ports.ensure('keda.metrics-apiserver-prom', must_be_free=True)}",
-                "--zap-log-level=info", "--zap-encoder=json",
+                "--zap-log-level=info",
+                "--zap-encoder=json",
             ]
             proc.env = self._env(kubeconfig)
             proc.start()
         ctx = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
         ctx.check_hostname = False  # the leaf names 127.0.0.1 too; /healthz needs no client identity here
         url = f"https://{LOOPBACK}:{self.metrics_apiserver_port()}/healthz"
-        wait_started(proc, lambda: http_ok(url, context=ctx) or _answers_401(url, ctx), "keda-metrics-apiserver /healthz",
-                   timeout)
+        wait_started(
+            proc,
+            lambda: http_ok(url, context=ctx) or _answers_401(url, ctx),
+            "keda-metrics-apiserver /healthz",
+            timeout,
+        )
 
     def apiservice_manifest(self) -> dict[str, Any]:
         ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
         labels = {PART_LABEL[0]: PART_LABEL[1], "app.kubernetes.io/part-of": "keda-operator"}
-        return {"apiVersion": "v1", "kind": "List", "items": [
-            {"apiVersion": "v1", "kind": "Service",
-             "metadata": {"name": METRICS_SERVICE, "namespace": NAMESPACE, "labels": labels},
-             "spec": {"type": "ExternalName", "externalName": "localhost"}},
-            {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-             "metadata": {"name": APISERVICE, "labels": labels},
-             "spec": {"service": {"name": METRICS_SERVICE, "namespace": NAMESPACE,
-                                  "port": self.metrics_apiserver_port()},
-                      "group": "external.metrics.k8s.io", "version": "v1beta1", "caBundle": ca,
-                      "groupPriorityMinimum": 100, "versionPriority": 100}},
-        ]}
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": METRICS_SERVICE, "namespace": NAMESPACE, "labels": labels},
+                    "spec": {"type": "ExternalName", "externalName": "localhost"},
+                },
+                {
+                    "apiVersion": "apiregistration.k8s.io/v1",
+                    "kind": "APIService",
+                    "metadata": {"name": APISERVICE, "labels": labels},
+                    "spec": {
+                        "service": {
+                            "name": METRICS_SERVICE,
+                            "namespace": NAMESPACE,
+                            "port": self.metrics_apiserver_port(),
+                        },
+                        "group": "external.metrics.k8s.io",
+                        "version": "v1beta1",
+                        "caBundle": ca,
+                        "groupPriorityMinimum": 100,
+                        "versionPriority": 100,
+                    },
+                },
+            ],
+        }
 
     def _register_apiservice(self) -> None:
         # a ClusterIP Service of the same name (e.g. KEDA's own manifests applied by hand) cannot
         # change type in place: delete it first
-        cur = self.kube.kubectl("get", "service", METRICS_SERVICE, "-n", NAMESPACE, "-o", "jsonpath={.spec.type}")
+        cur = self.kube.kubectl(
+            "get", "service", METRICS_SERVICE, "-n", NAMESPACE, "-o", "jsonpath={.spec.type}"
+        )
         if cur.returncode == 0 and cur.stdout.strip() not in ("", "ExternalName"):
             self._kubectl_ok("delete", "service", METRICS_SERVICE, "-n", NAMESPACE)
-        self._kubectl_ok("apply", "--server-side", "--force-conflicts", "--field-manager=lagpilot-dev-keda", "-f", "-",
-                         input_text=json.dumps(self.apiservice_manifest()))
+        self._kubectl_ok(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=lagpilot-dev-keda",
+            "-f",
+            "-",
+            input_text=json.dumps(self.apiservice_manifest()),
+        )
 
     def stop(self) -> None:
         """Unregister the APIService (see the module's docstring), then stop both processes."""

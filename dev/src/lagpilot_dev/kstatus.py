@@ -1,6 +1,7 @@
 """kstatus' verdict on objects, from the real library: dev/kstatus-check (Go; cli-utils v0.37.2's
 pkg/kstatus/status.Compute, and Argo CD-style Lua health checks run with gopher-lua), built from the
 Go module proxy into the cache on first use by dev/build-kstatus-check.sh (docs/gitops.md)."""
+
 from __future__ import annotations
 
 import json
@@ -20,13 +21,17 @@ def ensure_kstatus_check(cache: Path | None = None, timeout: float = 1800.0) -> 
     """The kstatus-check binary (built, or rebuilt when its source changed; serialized by a lock)."""
     base = (cache or cache_dir()) / "kstatus-check"
     if shutil.which("go") is None and not (base / "bin" / "kstatus-check").is_file():
-        raise FileNotFoundError("kstatus-check is not built and `go` is not on PATH (dev/build-kstatus-check.sh)")
+        raise FileNotFoundError(
+            "kstatus-check is not built and `go` is not on PATH (dev/build-kstatus-check.sh)"
+        )
     with file_lock(base / ".build.lock"):
         subprocess.run(["bash", str(BUILD_SCRIPT), str(base)], check=True, timeout=timeout)  # noqa: S603,S607
     return base / "bin" / "kstatus-check"
 
 
-def verdicts(objects_json: str, *, argocd_health: Path | None = None, binary: Path | None = None) -> list[dict[str, Any]]:
+def verdicts(
+    objects_json: str, *, argocd_health: Path | None = None, binary: Path | None = None
+) -> list[dict[str, Any]]:
     """kstatus' verdict (and the Argo CD check's) on `kubectl get ... -o json` output, one dict per
     object: name, namespace, status, message (argocdStatus, argocdMessage)."""
     exe = binary or ensure_kstatus_check()

@@ -23,6 +23,7 @@ Identities (all client certificates signed by one self-signed CA, generated once
 ServiceAccount kubeconfigs (a bearer token from the TokenRequest API) are written on request, so
 the operator can be run with exactly its Helm chart's RBAC.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,9 @@ APISERVER_BIND = "0.0.0.0"  # noqa: S104
 def _openssl(*args: str, cwd: Path) -> None:
     proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)  # noqa: S603,S607
     if proc.returncode != 0:
-        raise RuntimeError(f"openssl {args[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        raise RuntimeError(
+            f"openssl {args[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}"
+        )
 
 
 def _b64(path: Path) -> str:
@@ -66,9 +69,16 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def kubeconfig_yaml(server: str, ca_file: Path, user: str, *, client_cert: Path | None = None,
-                    client_key: Path | None = None, token: str | None = None,
-                    namespace: str = "default") -> str:
+def kubeconfig_yaml(
+    server: str,
+    ca_file: Path,
+    user: str,
+    *,
+    client_cert: Path | None = None,
+    client_key: Path | None = None,
+    token: str | None = None,
+    namespace: str = "default",
+) -> str:
     """A one-cluster, one-user kubeconfig with everything embedded (no paths to go stale).
 
     JSON is valid YAML, and needs no YAML library here.
@@ -82,10 +92,16 @@ def kubeconfig_yaml(server: str, ca_file: Path, user: str, *, client_cert: Path 
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_file)}}],
+        "clusters": [
+            {"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_file)}}
+        ],
         "users": [{"name": user, "user": user_entry}],
-        "contexts": [{"name": f"{user}@{CLUSTER_NAME}",
-                      "context": {"cluster": CLUSTER_NAME, "user": user, "namespace": namespace}}],
+        "contexts": [
+            {
+                "name": f"{user}@{CLUSTER_NAME}",
+                "context": {"cluster": CLUSTER_NAME, "user": user, "namespace": namespace},
+            }
+        ],
         "current-context": f"{user}@{CLUSTER_NAME}",
         "preferences": {},
     }
@@ -143,13 +159,19 @@ class KubePart:
                 return
             build_log = self.kube_cache / "build.log"
             build_log.parent.mkdir(parents=True, exist_ok=True)
-            log.info("building kubernetes binaries (first run only: ~5 min cold on 2 cores, measured)",
-                     extra={"kube_version": KUBE_VERSION, "etcd_version": ETCD_VERSION, "log": str(build_log)})
+            log.info(
+                "building kubernetes binaries (first run only: ~5 min cold on 2 cores, measured)",
+                extra={"kube_version": KUBE_VERSION, "etcd_version": ETCD_VERSION, "log": str(build_log)},
+            )
             env = dict(os.environ, LAGPILOT_KUBE_VERSION=KUBE_VERSION, LAGPILOT_ETCD_VERSION=ETCD_VERSION)
             started = time.monotonic()
             with open(build_log, "ab") as out:
-                proc = subprocess.Popen(["bash", str(BUILD_SCRIPT), str(self.kube_cache)],  # noqa: S603,S607
-                                        stdout=out, stderr=subprocess.PIPE, env=env)
+                proc = subprocess.Popen(
+                    ["bash", str(BUILD_SCRIPT), str(self.kube_cache)],  # noqa: S603,S607
+                    stdout=out,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                )
                 assert proc.stderr is not None
                 for raw in proc.stderr:  # progress lines from the script, plus go's own output
                     out.write(raw)
@@ -171,27 +193,81 @@ class KubePart:
         p = self.pki
         p.mkdir(parents=True, exist_ok=True)
         os.chmod(p, 0o700)
-        _openssl("req", "-x509", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-                 "-days", "3650", "-subj", "/CN=lagpilot-dev-ca", cwd=p)
-        sans = ",".join([f"IP:{LOOPBACK}", f"IP:{KUBERNETES_SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
-                         "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-                         "DNS:kubernetes.default.svc.cluster.local"])
+        _openssl(
+            "req",
+            "-x509",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=lagpilot-dev-ca",
+            cwd=p,
+        )
+        sans = ",".join(
+            [
+                f"IP:{LOOPBACK}",
+                f"IP:{KUBERNETES_SERVICE_IP}",
+                "DNS:localhost",
+                "DNS:kubernetes",
+                "DNS:kubernetes.default",
+                "DNS:kubernetes.default.svc",
+                "DNS:kubernetes.default.svc.cluster.local",
+            ]
+        )
         leaves = {
             "apiserver": ("/CN=kube-apiserver", "serverAuth", sans),
             "admin": (f"/O=system:masters/CN={ADMIN_USER}", "clientAuth", None),
             "controller-manager": ("/CN=system:kube-controller-manager", "clientAuth", None),
         }
         for name, (subj, usage, san) in leaves.items():
-            ext = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
-                   f"extendedKeyUsage={usage}"]
+            ext = [
+                "basicConstraints=CA:FALSE",
+                "keyUsage=critical,digitalSignature,keyEncipherment",
+                f"extendedKeyUsage={usage}",
+            ]
             if san:
                 ext.append(f"subjectAltName={san}")
             (p / f"{name}.ext").write_text("\n".join(ext) + "\n")
-            _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                     "-subj", subj, cwd=p)
-            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                     "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650", "-out", f"{name}.crt",
-                     "-extfile", f"{name}.ext", cwd=p)
+            _openssl(
+                "req",
+                "-new",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.csr",
+                "-subj",
+                subj,
+                cwd=p,
+            )
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                "0x" + secrets.token_hex(8),
+                "-days",
+                "3650",
+                "-out",
+                f"{name}.crt",
+                "-extfile",
+                f"{name}.ext",
+                cwd=p,
+            )
         _openssl("genrsa", "-out", "sa.key", "2048", cwd=p)
         _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=p)
         for f in p.glob("*.key"):
@@ -207,14 +283,42 @@ class KubePart:
             return
         (p / "apiserver-kubelet-client.ext").write_text(
             "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n")
-        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver-kubelet-client.key",
-                 "-out", "apiserver-kubelet-client.csr", "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client",
-                 cwd=p)
+            "extendedKeyUsage=clientAuth\n"
+        )
+        _openssl(
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "apiserver-kubelet-client.key",
+            "-out",
+            "apiserver-kubelet-client.csr",
+            "-subj",
+            "/O=system:masters/CN=kube-apiserver-kubelet-client",
+            cwd=p,
+        )
         os.chmod(p / "apiserver-kubelet-client.key", 0o600)
-        _openssl("x509", "-req", "-in", "apiserver-kubelet-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650",
-                 "-out", "apiserver-kubelet-client.crt.tmp", "-extfile", "apiserver-kubelet-client.ext", cwd=p)
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            "apiserver-kubelet-client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "0x" + secrets.token_hex(8),
+            "-days",
+            "3650",
+            "-out",
+            "apiserver-kubelet-client.crt.tmp",
+            "-extfile",
+            "apiserver-kubelet-client.ext",
+            cwd=p,
+        )
         (p / "apiserver-kubelet-client.crt.tmp").replace(p / "apiserver-kubelet-client.crt")
 
     def _ensure_front_proxy_client_cert(self) -> None:
@@ -227,13 +331,42 @@ class KubePart:
             return
         (p / "front-proxy-client.ext").write_text(
             "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=clientAuth\n")
-        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", "front-proxy-client.key",
-                 "-out", "front-proxy-client.csr", "-subj", "/CN=front-proxy-client", cwd=p)
+            "extendedKeyUsage=clientAuth\n"
+        )
+        _openssl(
+            "req",
+            "-new",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "front-proxy-client.key",
+            "-out",
+            "front-proxy-client.csr",
+            "-subj",
+            "/CN=front-proxy-client",
+            cwd=p,
+        )
         os.chmod(p / "front-proxy-client.key", 0o600)
-        _openssl("x509", "-req", "-in", "front-proxy-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                 "-set_serial", "0x" + secrets.token_hex(8), "-days", "3650",
-                 "-out", "front-proxy-client.crt.tmp", "-extfile", "front-proxy-client.ext", cwd=p)
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            "front-proxy-client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "0x" + secrets.token_hex(8),
+            "-days",
+            "3650",
+            "-out",
+            "front-proxy-client.crt.tmp",
+            "-extfile",
+            "front-proxy-client.ext",
+            cwd=p,
+        )
         (p / "front-proxy-client.crt.tmp").replace(p / "front-proxy-client.crt")
 
     def apiserver_aggregates(self) -> bool:
@@ -268,7 +401,9 @@ class KubePart:
         """True when all three processes run and the apiserver answers /readyz."""
         if not all(p.is_running() for p in self.processes.values()):
             return False
-        return (self.pki / ".complete").exists() and http_ok(f"{self.server()}/readyz", context=self._ssl_context())
+        return (self.pki / ".complete").exists() and http_ok(
+            f"{self.server()}/readyz", context=self._ssl_context()
+        )
 
     def component_running(self, component: str) -> bool:
         return self.processes[component].is_running()
@@ -298,13 +433,24 @@ class KubePart:
 
         if KedaPart(self.cache_dir, self.state_dir).processes["metrics-apiserver"].is_running():
             return
-        proc = self.kubectl("delete", "apiservice", "-l", "lagpilot.io/dev-part=keda", "--ignore-not-found",
-                            "--wait=false", timeout=60)
+        proc = self.kubectl(
+            "delete",
+            "apiservice",
+            "-l",
+            "lagpilot.io/dev-part=keda",
+            "--ignore-not-found",
+            "--wait=false",
+            timeout=60,
+        )
         if proc.returncode != 0:
-            log.warning("could not remove a stale KEDA APIService", extra={"error": proc.stderr.strip()[-500:]})
+            log.warning(
+                "could not remove a stale KEDA APIService", extra={"error": proc.stderr.strip()[-500:]}
+            )
         elif "deleted" in proc.stdout:
-            log.info("removed a stale KEDA APIService (its metrics server is not running)",
-                     extra={"deleted": proc.stdout.strip()})
+            log.info(
+                "removed a stale KEDA APIService (its metrics server is not running)",
+                extra={"deleted": proc.stdout.strip()},
+            )
 
     def _start_etcd(self, timeout: float) -> None:
         proc = self.processes["etcd"]
@@ -313,16 +459,25 @@ class KubePart:
             peer = self.ports.ensure("kube.etcd-peer", must_be_free=True)
             peer_url = f"http://{LOOPBACK}:{peer}"
             proc.argv = [
-                str(self.bin / "etcd"), "--name=lagpilot", f"--data-dir={self.etcd_data}",
-                f"--listen-client-urls=http://{LOOPBACK}:{client}", f"--advertise-client-urls=http://{LOOPBACK}:{client}",
-                f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=lagpilot={peer_url}", "--initial-cluster-state=new",
+                str(self.bin / "etcd"),
+                "--name=lagpilot",
+                f"--data-dir={self.etcd_data}",
+                f"--listen-client-urls=http://{LOOPBACK}:{client}",
+                f"--advertise-client-urls=http://{LOOPBACK}:{client}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=lagpilot={peer_url}",
+                "--initial-cluster-state=new",
                 # tests need no durability across power loss: skipping fsync makes writes ~10x cheaper
-                "--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=4294967296",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
             ]
             proc.start()
         client = self.ports.ensure("kube.etcd")
-        wait_started(proc, lambda: http_ok(f"http://{LOOPBACK}:{client}/health"), "etcd /health", timeout, interval=0.3)
+        wait_started(
+            proc, lambda: http_ok(f"http://{LOOPBACK}:{client}/health"), "etcd /health", timeout, interval=0.3
+        )
 
     def _start_apiserver(self, timeout: float) -> None:
         proc = self.processes["apiserver"]
@@ -337,8 +492,11 @@ class KubePart:
                 # pods on the real node (lagpilot_dev.node) reach it through the Service, which a
                 # loopback address cannot serve (the API refuses one in Endpoints; it is each pod's
                 # own loopback anyway). Clients on this host keep https://127.0.0.1:<port>.
-                f"--bind-address={APISERVER_BIND}", f"--advertise-address={host_ip()}", f"--secure-port={port}",
-                f"--tls-cert-file={p / 'apiserver.crt'}", f"--tls-private-key-file={p / 'apiserver.key'}",
+                f"--bind-address={APISERVER_BIND}",
+                f"--advertise-address={host_ip()}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={p / 'apiserver.crt'}",
+                f"--tls-private-key-file={p / 'apiserver.key'}",
                 f"--cert-dir={self.dir / 'apiserver-certs'}",
                 f"--client-ca-file={p / 'ca.crt'}",
                 # towards kubelets (the real node's): logs, exec, port-forward authenticate as system:masters
@@ -349,8 +507,10 @@ class KubePart:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 # a request-header CA (as every real cluster has): the controller-manager's delegated
                 # authentication reads it and logs an error every second while it is missing
-                f"--requestheader-client-ca-file={p / 'ca.crt'}", "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+                f"--requestheader-client-ca-file={p / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 # the aggregator's identity towards aggregated API servers (KEDA's metrics server):
                 # signed by the request-header CA above, CN front-proxy-client
@@ -379,12 +539,23 @@ class KubePart:
     def _write_kubeconfigs(self) -> None:
         server = self.server()
         p = self.pki
-        _write_private(self.admin_kubeconfig, kubeconfig_yaml(server, p / "ca.crt", ADMIN_USER,
-                                                              client_cert=p / "admin.crt", client_key=p / "admin.key"))
-        _write_private(self.kcm_kubeconfig, kubeconfig_yaml(server, p / "ca.crt", "system:kube-controller-manager",
-                                                            client_cert=p / "controller-manager.crt",
-                                                            client_key=p / "controller-manager.key",
-                                                            namespace="kube-system"))
+        _write_private(
+            self.admin_kubeconfig,
+            kubeconfig_yaml(
+                server, p / "ca.crt", ADMIN_USER, client_cert=p / "admin.crt", client_key=p / "admin.key"
+            ),
+        )
+        _write_private(
+            self.kcm_kubeconfig,
+            kubeconfig_yaml(
+                server,
+                p / "ca.crt",
+                "system:kube-controller-manager",
+                client_cert=p / "controller-manager.crt",
+                client_key=p / "controller-manager.key",
+                namespace="kube-system",
+            ),
+        )
 
     def _start_controller_manager(self, timeout: float) -> None:
         proc = self.processes["controller-manager"]
@@ -394,14 +565,19 @@ class KubePart:
             kc = str(self.kcm_kubeconfig)
             proc.argv = [
                 str(self.bin / "kube-controller-manager"),
-                f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                f"--bind-address={LOOPBACK}", f"--secure-port={port}", f"--cert-dir={self.dir / 'kcm-certs'}",
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'kcm-certs'}",
                 "--leader-elect=false",
                 "--controllers=*",
                 f"--service-account-private-key-file={p / 'sa.key'}",
                 f"--root-ca-file={p / 'ca.crt'}",
                 "--use-service-account-credentials=true",
-                f"--cluster-signing-cert-file={p / 'ca.crt'}", f"--cluster-signing-key-file={p / 'ca.key'}",
+                f"--cluster-signing-cert-file={p / 'ca.crt'}",
+                f"--cluster-signing-key-file={p / 'ca.key'}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--profiling=false",
                 "--v=1",
@@ -411,8 +587,13 @@ class KubePart:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed by itself; loopback only
-        wait_started(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
-                     "kube-controller-manager /healthz", timeout, interval=0.3)
+        wait_started(
+            proc,
+            lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
+            "kube-controller-manager /healthz",
+            timeout,
+            interval=0.3,
+        )
 
     def stop(self) -> None:
         """Stop controller-manager, apiserver, etcd (reverse start order); data and ports are kept."""
@@ -439,15 +620,27 @@ class KubePart:
         }
 
     # ---- helpers for tests and the operator ---------------------------------------------------
-    def kubectl(self, *args: str, kubeconfig: Path | None = None, timeout: float = 120.0,
-                input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig: Path | None = None,
+        timeout: float = 120.0,
+        input_text: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run the version-matched kubectl against this cluster (admin unless `kubeconfig` given)."""
         argv = [str(self.bin / "kubectl"), f"--kubeconfig={kubeconfig or self.admin_kubeconfig}", *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
-                              input=input_text)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,  # noqa: S603
+            input=input_text,
+        )
 
-    def kubeconfig_for_service_account(self, namespace: str, name: str, *, create: bool = True,
-                                       expiration_seconds: int = 86400) -> Path:
+    def kubeconfig_for_service_account(
+        self, namespace: str, name: str, *, create: bool = True, expiration_seconds: int = 86400
+    ) -> Path:
         """A kubeconfig that authenticates as ServiceAccount `namespace/name` (TokenRequest token).
 
         The ServiceAccount is created when missing (and `create`). The file lives under the state dir,
@@ -465,15 +658,26 @@ class KubePart:
                     if exc.status != 409:
                         raise
             req = core.create_namespaced_service_account_token(
-                name, namespace, {"spec": {"audiences": [SA_ISSUER], "expirationSeconds": expiration_seconds}})
+                name, namespace, {"spec": {"audiences": [SA_ISSUER], "expirationSeconds": expiration_seconds}}
+            )
             token = req.status.token
         finally:
             api_client.close()
         path = self.dir / "sa-kubeconfigs" / f"{namespace}.{name}.kubeconfig"
-        _write_private(path, kubeconfig_yaml(self.server(), self.ca_file(), f"system:serviceaccount:{namespace}:{name}",
-                                             token=token, namespace=namespace))
-        log.info("wrote service-account kubeconfig", extra={"namespace": namespace, "service_account": name,
-                                                             "path": str(path)})
+        _write_private(
+            path,
+            kubeconfig_yaml(
+                self.server(),
+                self.ca_file(),
+                f"system:serviceaccount:{namespace}:{name}",
+                token=token,
+                namespace=namespace,
+            ),
+        )
+        log.info(
+            "wrote service-account kubeconfig",
+            extra={"namespace": namespace, "service_account": name, "path": str(path)},
+        )
         return path
 
 

@@ -4,6 +4,7 @@ Why Maven and not plain HTTP: the transitive runtime closure (Kafka: ~80 jars) i
 `dependency:copy-dependencies` gives exactly that. The Maven repository lives in `<cache>/m2`, so
 everything the stack downloads is under one directory and the user's ~/.m2 is left alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,22 +81,35 @@ def _fetch_locked(mvn: str, deps: Sequence[Dep], dest: Path, cache: Path, what: 
         (work / "pom.xml").write_text(pom(deps))
         out = work / "jars"
         argv = [
-            mvn, "-B", "-q", "-f", str(work / "pom.xml"),
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(work / "pom.xml"),
             f"-Dmaven.repo.local={cache / 'm2'}",
-            f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={out}",
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={out}",
         ]
-        log.info("downloading jars from Maven Central (first run only)", extra={"what": what, "into": str(dest)})
+        log.info(
+            "downloading jars from Maven Central (first run only)", extra={"what": what, "into": str(dest)}
+        )
         t0 = time.monotonic()
         env = dict(os.environ)
         env.setdefault("MAVEN_OPTS", "-Xmx512m")
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)  # noqa: S603
         if proc.returncode != 0:
-            raise RuntimeError(f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+            raise RuntimeError(
+                f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+            )
         if dest.exists():
             shutil.rmtree(dest)
         out.replace(dest)
         jars = sorted(dest.glob("*.jar"))
-        log.info("downloaded jars", extra={"what": what, "jars": len(jars), "seconds": round(time.monotonic() - t0, 1)})
+        log.info(
+            "downloaded jars",
+            extra={"what": what, "jars": len(jars), "seconds": round(time.monotonic() - t0, 1)},
+        )
         return jars
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -113,23 +127,40 @@ def fetch_artifact(dep: Dep, packaging: str, dest_dir: Path, cache: Path, what: 
         work = Path(tempfile.mkdtemp(prefix=".fetch.", dir=dest_dir))
         try:
             argv = [
-                mvn, "-B", "-q", f"-Dmaven.repo.local={cache / 'm2'}",
+                mvn,
+                "-B",
+                "-q",
+                f"-Dmaven.repo.local={cache / 'm2'}",
                 f"{DEPENDENCY_PLUGIN}:copy",
-                f"-Dartifact={dep.group}:{dep.artifact}:{dep.version}:{packaging}", f"-DoutputDirectory={work}",
+                f"-Dartifact={dep.group}:{dep.artifact}:{dep.version}:{packaging}",
+                f"-DoutputDirectory={work}",
             ]
-            log.info("downloading from Maven Central (first run only)", extra={"what": what, "into": str(dest_dir)})
+            log.info(
+                "downloading from Maven Central (first run only)", extra={"what": what, "into": str(dest_dir)}
+            )
             t0 = time.monotonic()
             env = dict(os.environ)
             env.setdefault("MAVEN_OPTS", "-Xmx512m")
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False,  # noqa: S603
-                                  cwd=work)
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=1800,
+                check=False,  # noqa: S603
+                cwd=work,
+            )
             if proc.returncode != 0:
-                raise RuntimeError(f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+                raise RuntimeError(
+                    f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+                )
             name = f"{dep.artifact}-{dep.version}.{packaging}"
             out = dest_dir / name
             (work / name).replace(out)
-            log.info("downloaded", extra={"what": what, "bytes": out.stat().st_size,
-                                          "seconds": round(time.monotonic() - t0, 1)})
+            log.info(
+                "downloaded",
+                extra={"what": what, "bytes": out.stat().st_size, "seconds": round(time.monotonic() - t0, 1)},
+            )
             return out
         finally:
             shutil.rmtree(work, ignore_errors=True)

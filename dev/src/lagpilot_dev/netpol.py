@@ -13,6 +13,7 @@ and starts without it (docs/node.md "Cold build"). A node without this part admi
 refuses: a test about policies asks for this part, whose `up` fails unless the agent answers its
 health check.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,22 +34,46 @@ BINARY = "kube-router"
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-netpol.sh"
 APT_PACKAGES = ("ipset", "iptables")
 KUBE_ROUTER_RBAC = {
-    "apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "lagpilot:kube-router"},
-         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
-                    "verbs": ["get", "list", "watch"]},
-                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-                    "verbs": ["get", "list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                    "verbs": ["get", "list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "lagpilot:kube-router"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "lagpilot:kube-router"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                       "name": "system:kube-router"}]},
-    ]}
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "lagpilot:kube-router"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": ["networking.k8s.io"],
+                    "resources": ["networkpolicies"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "lagpilot:kube-router"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "lagpilot:kube-router",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-router"}
+            ],
+        },
+    ],
+}
 
 
 def build_command(node_cache: Path) -> list[str]:
@@ -66,8 +91,13 @@ class NetpolPart:
         self.binary = self.node.bin / BINARY
         # the same pid file and log as when the agent was a component of the node part: an agent
         # started by the older code is found, not started twice
-        self.process = Process(name="node-netpol", argv=[], log_file=self.node.dir / "netpol.log",
-                               pid_file=self.node.dir / "netpol.pid", marker=str(self.binary))
+        self.process = Process(
+            name="node-netpol",
+            argv=[],
+            log_file=self.node.dir / "netpol.log",
+            pid_file=self.node.dir / "netpol.pid",
+            marker=str(self.binary),
+        )
 
     def installed(self) -> bool:
         return os.access(self.binary, os.X_OK)
@@ -89,8 +119,13 @@ class NetpolPart:
             log.info("building the NetworkPolicy agent (first use only)", extra={"log": str(build_log)})
             env = {**os.environ, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
             with open(build_log, "ab") as out:
-                rc = subprocess.run(build_command(self.node.node_cache), stdout=out, stderr=subprocess.STDOUT,
-                                    check=False, env=env).returncode
+                rc = subprocess.run(
+                    build_command(self.node.node_cache),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    env=env,
+                ).returncode
             if rc != 0 or not self.installed():
                 tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                 raise RuntimeError(f"dev/build-netpol.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -108,19 +143,25 @@ class NetpolPart:
         self.install()
         self.node.start()
         if not self.process.is_running():
-            rbac = self.node.kube.kubectl("apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC),
-                                          timeout=60)
+            rbac = self.node.kube.kubectl(
+                "apply", "-f", "-", input_text=json.dumps(KUBE_ROUTER_RBAC), timeout=60
+            )
             if rbac.returncode != 0:
                 raise RuntimeError(f"kube-router RBAC: {rbac.stderr.strip()[-1000:]}")
             self.process.argv = [
-                str(self.binary), f"--kubeconfig={self.node.kubeconfig('kube-router')}",
-                "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+                str(self.binary),
+                f"--kubeconfig={self.node.kubeconfig('kube-router')}",
+                "--run-firewall=true",
+                "--run-router=false",
+                "--run-service-proxy=false",
                 "--enable-cni=false",
-                "--enable-ipv4=true", "--enable-ipv6=false",
+                "--enable-ipv4=true",
+                "--enable-ipv6=false",
                 f"--hostname-override={NODE_NAME}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 f"--health-port={self.node.ports.ensure('node.netpol-health', must_be_free=True)}",
-                "--metrics-port=0", "--v=1",
+                "--metrics-port=0",
+                "--v=1",
             ]
             self.process.env = self.node._env()  # the node's PATH (its bin dir)
             self.process.start()
@@ -132,5 +173,9 @@ class NetpolPart:
         self.process.stop(grace=10.0)
 
     def info(self) -> dict[str, object]:
-        return {"agent": f"kube-router {KUBE_ROUTER_VERSION} (--run-firewall)", "node_name": NODE_NAME,
-                "health": self.health_url(), "log": str(self.process.log_file)}
+        return {
+            "agent": f"kube-router {KUBE_ROUTER_VERSION} (--run-firewall)",
+            "node_name": NODE_NAME,
+            "health": self.health_url(),
+            "log": str(self.process.log_file),
+        }

@@ -25,6 +25,7 @@ Host settings made at start (each needed and why: docs/node.md): `/` made a shar
 (kubelet's volume mounts must propagate into containers), net.ipv4.ip_forward=1 (pods' traffic
 routed through the bridge).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,10 +49,24 @@ log = logging.getLogger("lagpilot_dev.node")
 CONTAINERD_VERSION = "v2.2.9"
 CRICTL_VERSION = "v1.34.0"
 # kube-router (the NetworkPolicy agent) is not here: lagpilot_dev.netpol builds it on first use
-BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr",
-            "crictl", "pause", "coredns")
+BINARIES = (
+    "kubelet",
+    "kube-scheduler",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "crictl",
+    "pause",
+    "coredns",
+)
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-node.sh"
-APT_PACKAGES = ("runc", "containernetworking-plugins", "iptables", "busybox-static")  # ipset: lagpilot_dev.netpol
+APT_PACKAGES = (
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "busybox-static",
+)  # ipset: lagpilot_dev.netpol
 CNI_BIN_DIR = Path("/usr/lib/cni")
 RUNC = Path("/usr/sbin/runc")
 BUSYBOX = Path("/bin/busybox")
@@ -99,8 +114,9 @@ def pods_cpu_shares_setting(env: Mapping[str, str] | None = None) -> int | None:
     if raw == "kubelet":
         return None
     if not raw.isdigit() or not 2 <= int(raw) <= 262144:
-        raise ValueError(f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' "
-                         f"(got {raw!r})")
+        raise ValueError(
+            f"{CPU_SHARES_ENV} must be a cpu.shares weight, 2..262144, or 'kubelet' (got {raw!r})"
+        )
     return int(raw)
 
 
@@ -129,22 +145,52 @@ def namespace_policy() -> list[dict[str, Any]]:
     key, value = NAMESPACE_LABEL
     api = "admissionregistration.k8s.io/v1beta1"
     return [
-        {"apiVersion": api, "kind": "MutatingAdmissionPolicy", "metadata": {"name": NAMESPACE_POLICY},
-         "spec": {
-             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                     "operations": ["CREATE"], "resources": ["pods"]}]},
-             "matchConditions": [{"name": "default-scheduler",
-                                  "expression": "!has(object.spec.schedulerName) || "
-                                                "object.spec.schedulerName == 'default-scheduler'"}],
-             "failurePolicy": "Fail",
-             "reinvocationPolicy": "Never",
-             "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
-                 "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER_NAME}"}}}}'}}],
-         }},
-        {"apiVersion": api, "kind": "MutatingAdmissionPolicyBinding", "metadata": {"name": NAMESPACE_POLICY},
-         "spec": {"policyName": NAMESPACE_POLICY,
-                  "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}}}},
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": NAMESPACE_POLICY},
+            "spec": {
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "matchConditions": [
+                    {
+                        "name": "default-scheduler",
+                        "expression": "!has(object.spec.schedulerName) || "
+                        "object.spec.schedulerName == 'default-scheduler'",
+                    }
+                ],
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "mutations": [
+                    {
+                        "patchType": "ApplyConfiguration",
+                        "applyConfiguration": {
+                            "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER_NAME}"}}}}'
+                        },
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": NAMESPACE_POLICY},
+            "spec": {
+                "policyName": NAMESPACE_POLICY,
+                "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}},
+            },
+        },
     ]
+
+
 COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
 COREDNS_VERSION = "v1.14.7"
 CLUSTER_DOMAIN = "cluster.local"
@@ -152,16 +198,39 @@ CLUSTER_DOMAIN = "cluster.local"
 # kubelet writes it into every ClusterFirst pod's resolv.conf (clusterDNS)
 CLUSTER_DNS = POD_GATEWAY
 COREDNS_RBAC = {
-    "apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:coredns"},
-         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"],
-                    "verbs": ["list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "system:coredns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:coredns"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}]},
-    ]}
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "system:coredns"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints", "services", "pods", "namespaces"],
+                    "verbs": ["list", "watch"],
+                },
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": ["list", "watch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "system:coredns"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:coredns",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:coredns"}],
+        },
+    ],
+}
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"  # = lagpilot_dev.kube.SERVICE_CLUSTER_IP_RANGE
 
 
@@ -210,9 +279,13 @@ def build_command(node_cache: Path, kube_cache: Path | None = None) -> list[str]
 
 def build_env() -> dict[str, str]:
     """The versions dev/build-node.sh (and the dev/build-kube.sh it runs) build."""
-    return {"LAGPILOT_KUBE_VERSION": KUBE_VERSION, "LAGPILOT_ETCD_VERSION": ETCD_VERSION,
-            "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION, "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
-            "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION}
+    return {
+        "LAGPILOT_KUBE_VERSION": KUBE_VERSION,
+        "LAGPILOT_ETCD_VERSION": ETCD_VERSION,
+        "LAGPILOT_CONTAINERD_VERSION": CONTAINERD_VERSION,
+        "LAGPILOT_CRICTL_VERSION": CRICTL_VERSION,
+        "LAGPILOT_COREDNS_VERSION": COREDNS_VERSION,
+    }
 
 
 class NodePart:
@@ -235,18 +308,29 @@ class NodePart:
         self.cni_conf_dir = self.dir / "cni" / "net.d"
         self.ports = Ports(self.state_dir)
         self.kube = KubePart(self.cache_dir, self.state_dir)
-        markers = {"containerd": "containerd", "kubelet": "kubelet", "scheduler": "kube-scheduler",
-                   "proxy": "kube-proxy", "dns": "coredns"}
+        markers = {
+            "containerd": "containerd",
+            "kubelet": "kubelet",
+            "scheduler": "kube-scheduler",
+            "proxy": "kube-proxy",
+            "dns": "coredns",
+        }
         self.processes: dict[str, Process] = {
-            comp: Process(name=f"node-{comp}", argv=[], log_file=self.dir / f"{comp}.log",
-                          pid_file=self.dir / f"{comp}.pid", marker=str(self.bin / markers[comp]))
+            comp: Process(
+                name=f"node-{comp}",
+                argv=[],
+                log_file=self.dir / f"{comp}.log",
+                pid_file=self.dir / f"{comp}.pid",
+                marker=str(self.bin / markers[comp]),
+            )
             for comp in COMPONENTS
         }
 
     # ---- install -------------------------------------------------------------------------------
     def installed(self) -> bool:
-        return all(os.access(self.bin / b, os.X_OK) for b in BINARIES) \
-            and all(p.exists() for p in (RUNC, CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", BUSYBOX))
+        return all(os.access(self.bin / b, os.X_OK) for b in BINARIES) and all(
+            p.exists() for p in (RUNC, CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", BUSYBOX)
+        )
 
     def install(self) -> None:
         """Debian's runc/CNI plugins/busybox (apt-get), then dev/build-node.sh (first run only).
@@ -267,12 +351,19 @@ class NodePart:
                 build_log = self.node_cache / "build.log"
                 build_log.parent.mkdir(parents=True, exist_ok=True)
                 started = time.monotonic()
-                log.info("building node binaries (first run only)",
-                         extra={"log": str(build_log), "with_control_plane": with_kube})
+                log.info(
+                    "building node binaries (first run only)",
+                    extra={"log": str(build_log), "with_control_plane": with_kube},
+                )
                 with open(build_log, "ab") as out:
                     argv = build_command(self.node_cache, self.kube.kube_cache if with_kube else None)
-                    rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
-                                        env={**os.environ, **build_env()}).returncode
+                    rc = subprocess.run(
+                        argv,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        check=False,
+                        env={**os.environ, **build_env()},
+                    ).returncode
                 if rc != 0 or not self.installed() or not self.kube.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
                     raise RuntimeError(f"dev/build-node.sh failed (exit {rc}); log {build_log}:\n{tail}")
@@ -281,16 +372,20 @@ class NodePart:
 
     def image_archives(self) -> dict[str, Path]:
         # named after the image: a new tag writes a new archive
-        return {name: self.images_dir / (name.replace("/", "_").replace(":", "_") + ".oci.tar")
-                for name in (PAUSE_IMAGE, TEST_IMAGE)}
+        return {
+            name: self.images_dir / (name.replace("/", "_").replace(":", "_") + ".oci.tar")
+            for name in (PAUSE_IMAGE, TEST_IMAGE)
+        }
 
     def _write_images(self) -> None:
         archives = self.image_archives()
         if all(p.exists() for p in archives.values()):
             return
         self.images_dir.mkdir(parents=True, exist_ok=True)
-        specs = {PAUSE_IMAGE: node_oci.pause_image(self.bin / "pause", PAUSE_IMAGE),
-                 TEST_IMAGE: node_oci.busybox_image(BUSYBOX, TEST_IMAGE)}
+        specs = {
+            PAUSE_IMAGE: node_oci.pause_image(self.bin / "pause", PAUSE_IMAGE),
+            TEST_IMAGE: node_oci.busybox_image(BUSYBOX, TEST_IMAGE),
+        }
         for name, path in archives.items():
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(node_oci.oci_archive(specs[name]))
@@ -307,19 +402,33 @@ class NodePart:
         if not Path(f"/sys/class/net/{BRIDGE}").exists():
             subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True, capture_output=True)  # noqa: S607
         prefix = POD_SUBNET.split("/", 1)[1]
-        addrs = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", BRIDGE], check=True,  # noqa: S607
-                               capture_output=True, text=True).stdout
+        addrs = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "dev", BRIDGE],
+            check=True,  # noqa: S607
+            capture_output=True,
+            text=True,
+        ).stdout
         if f" {POD_GATEWAY}/" not in addrs:
-            subprocess.run(["ip", "addr", "add", f"{POD_GATEWAY}/{prefix}", "dev", BRIDGE], check=True,  # noqa: S607
-                           capture_output=True)
+            subprocess.run(
+                ["ip", "addr", "add", f"{POD_GATEWAY}/{prefix}", "dev", BRIDGE],
+                check=True,  # noqa: S607
+                capture_output=True,
+            )
         subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True, capture_output=True)  # noqa: S607
         # Service IPs are private addresses: a packet to one that kube-proxy did not translate must
         # stay on this machine (the bridge), never leave by the default route
-        routes = subprocess.run(["ip", "-4", "route", "show", SERVICE_CLUSTER_IP_RANGE], check=True,  # noqa: S607
-                                capture_output=True, text=True).stdout
+        routes = subprocess.run(
+            ["ip", "-4", "route", "show", SERVICE_CLUSTER_IP_RANGE],
+            check=True,  # noqa: S607
+            capture_output=True,
+            text=True,
+        ).stdout
         if not routes.strip():
-            subprocess.run(["ip", "route", "add", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], check=True,  # noqa: S607
-                           capture_output=True)
+            subprocess.run(
+                ["ip", "route", "add", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE],
+                check=True,  # noqa: S607
+                capture_output=True,
+            )
 
     # ---- certificates and config ---------------------------------------------------------------
     def _ensure_pki(self) -> None:
@@ -329,22 +438,53 @@ class NodePart:
         self.pki.mkdir(parents=True, exist_ok=True)
         os.chmod(self.pki, 0o700)
         ca = self.kube.pki
-        leaves = {"kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
-                  "scheduler": "/CN=system:kube-scheduler",
-                  "kube-proxy": "/CN=system:kube-proxy",
-                  "coredns": "/CN=system:coredns",
-                  "kube-router": "/CN=system:kube-router"}
+        leaves = {
+            "kubelet": f"/O=system:nodes/CN=system:node:{NODE_NAME}",
+            "scheduler": "/CN=system:kube-scheduler",
+            "kube-proxy": "/CN=system:kube-proxy",
+            "coredns": "/CN=system:coredns",
+            "kube-router": "/CN=system:kube-router",
+        }
         for name, subj in leaves.items():
             if (self.pki / f"{name}.crt").exists():
                 continue  # a PKI made before a leaf was added keeps what it has
             (self.pki / f"{name}.ext").write_text(
                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                "extendedKeyUsage=clientAuth\n")
-            _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                     "-subj", subj, cwd=self.pki)
-            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(ca / "ca.crt"), "-CAkey", str(ca / "ca.key"),
-                     "-set_serial", "0x" + os.urandom(8).hex(), "-days", "3650", "-out", f"{name}.crt",
-                     "-extfile", f"{name}.ext", cwd=self.pki)
+                "extendedKeyUsage=clientAuth\n"
+            )
+            _openssl(
+                "req",
+                "-new",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                f"{name}.key",
+                "-out",
+                f"{name}.csr",
+                "-subj",
+                subj,
+                cwd=self.pki,
+            )
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                str(ca / "ca.crt"),
+                "-CAkey",
+                str(ca / "ca.key"),
+                "-set_serial",
+                "0x" + os.urandom(8).hex(),
+                "-days",
+                "3650",
+                "-out",
+                f"{name}.crt",
+                "-extfile",
+                f"{name}.ext",
+                cwd=self.pki,
+            )
         for f in self.pki.glob("*.key"):
             os.chmod(f, 0o600)
         (self.pki / ".complete").write_text("ok\n")
@@ -354,26 +494,38 @@ class NodePart:
 
     def _write_kubeconfigs(self) -> None:
         server = self.kube.server()
-        users = {"kubelet": f"system:node:{NODE_NAME}", "scheduler": "system:kube-scheduler",
-                 "kube-proxy": "system:kube-proxy", "coredns": "system:coredns",
-                 "kube-router": "system:kube-router"}
+        users = {
+            "kubelet": f"system:node:{NODE_NAME}",
+            "scheduler": "system:kube-scheduler",
+            "kube-proxy": "system:kube-proxy",
+            "coredns": "system:coredns",
+            "kube-router": "system:kube-router",
+        }
         for who, user in users.items():
-            _write_private(self.kubeconfig(who), kubeconfig_yaml(
-                server, self.kube.ca_file(), user, client_cert=self.pki / f"{who}.crt",
-                client_key=self.pki / f"{who}.key", namespace="kube-system"))
+            _write_private(
+                self.kubeconfig(who),
+                kubeconfig_yaml(
+                    server,
+                    self.kube.ca_file(),
+                    user,
+                    client_cert=self.pki / f"{who}.crt",
+                    client_key=self.pki / f"{who}.key",
+                    namespace="kube-system",
+                ),
+            )
 
     def containerd_config(self) -> str:
         """containerd's config (version 3). Non-default settings, each explained in docs/node.md."""
         root = self.dir / "containerd"
         return f"""version = 3
 root = "{root}"
-state = "{self.run_dir / 'containerd'}"
+state = "{self.run_dir / "containerd"}"
 
 [grpc]
   address = "{self.containerd_sock}"
 
 [ttrpc]
-  address = "{self.run_dir / 'containerd.sock.ttrpc'}"
+  address = "{self.run_dir / "containerd.sock.ttrpc"}"
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
@@ -406,9 +558,19 @@ state = "{self.run_dir / 'containerd'}"
             "cniVersion": "1.0.0",
             "name": "lagpilot",
             "plugins": [
-                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": True, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
-                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(self.dir / "cni" / "ipam")}},
+                {
+                    "type": "bridge",
+                    "bridge": BRIDGE,
+                    "isGateway": True,
+                    "ipMasq": True,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "dataDir": str(self.dir / "cni" / "ipam"),
+                    },
+                },
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
@@ -418,16 +580,19 @@ state = "{self.run_dir / 'containerd'}"
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "failCgroupV1": False,           # cgroup v1 here; deprecated in 1.35, refused unless allowed
-            "cgroupDriver": "cgroupfs",      # no systemd on these machines
+            "failCgroupV1": False,  # cgroup v1 here; deprecated in 1.35, refused unless allowed
+            "cgroupDriver": "cgroupfs",  # no systemd on these machines
             "containerRuntimeEndpoint": f"unix://{self.containerd_sock}",
             "address": self.node_ip(),
             "port": self.ports.ensure("node.kubelet"),
             "readOnlyPort": 0,
             "healthzBindAddress": LOOPBACK,
             "healthzPort": self.ports.ensure("node.kubelet-healthz"),
-            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
-                               "x509": {"clientCAFile": str(self.kube.ca_file())}},
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(self.kube.ca_file())},
+            },
             "authorization": {"mode": "Webhook"},
             "clusterDomain": CLUSTER_DOMAIN,
             "clusterDNS": [CLUSTER_DNS],
@@ -437,10 +602,15 @@ state = "{self.run_dir / 'containerd'}"
             "rotateCertificates": False,
             "serializeImagePulls": False,
             # the imported images have no registry to come back from: never garbage-collect them
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
             # a shared development machine: evict pods only when really short
-            "evictionHard": {"memory.available": "200Mi", "nodefs.available": "2%", "imagefs.available": "2%",
-                             "nodefs.inodesFree": "2%"},
+            "evictionHard": {
+                "memory.available": "200Mi",
+                "nodefs.available": "2%",
+                "imagefs.available": "2%",
+                "nodefs.inodesFree": "2%",
+            },
             "maxPods": 110,
         }
 
@@ -453,12 +623,29 @@ state = "{self.run_dir / 'containerd'}"
             "clientConnection": {"kubeconfig": str(self.kubeconfig("scheduler"))},
             "leaderElection": {"leaderElect": False},
             "enableProfiling": False,
-            "profiles": [{
-                "schedulerName": SCHEDULER_NAME,
-                "pluginConfig": [{"name": "NodeAffinity", "args": {"addedAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}]}}}}],
-            }],
+            "profiles": [
+                {
+                    "schedulerName": SCHEDULER_NAME,
+                    "pluginConfig": [
+                        {
+                            "name": "NodeAffinity",
+                            "args": {
+                                "addedAffinity": {
+                                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                                        "nodeSelectorTerms": [
+                                            {
+                                                "matchExpressions": [
+                                                    {"key": key, "operator": "In", "values": [value]}
+                                                ]
+                                            }
+                                        ]
+                                    }
+                                }
+                            },
+                        }
+                    ],
+                }
+            ],
         }
 
     def _write_configs(self) -> None:
@@ -469,7 +656,8 @@ state = "{self.run_dir / 'containerd'}"
         (self.dir / "kubelet-config.json").write_text(json.dumps(self.kubelet_config(), indent=1))
         (self.dir / "crictl.yaml").write_text(
             f"runtime-endpoint: unix://{self.containerd_sock}\nimage-endpoint: unix://{self.containerd_sock}\n"
-            "timeout: 30\n")
+            "timeout: 30\n"
+        )
 
     def node_ip(self) -> str:
         return default_node_ip()
@@ -501,7 +689,10 @@ state = "{self.run_dir / 'containerd'}"
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
-        return {**os.environ, "PATH": f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        return {
+            **os.environ,
+            "PATH": f"{self.bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        }
 
     def _start_containerd(self, timeout: float) -> None:
         proc = self.processes["containerd"]
@@ -515,12 +706,16 @@ state = "{self.run_dir / 'containerd'}"
     def ctr(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run `ctr` in containerd's k8s.io namespace (the CRI's)."""
         argv = [str(self.bin / "ctr"), "--address", str(self.containerd_sock), "-n", CRI_NAMESPACE, *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env())  # noqa: S603
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
+        )  # noqa: S603
 
     def crictl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run crictl against this node's containerd."""
         argv = [str(self.bin / "crictl"), "--config", str(self.dir / "crictl.yaml"), *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env())  # noqa: S603
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
+        )  # noqa: S603
 
     def import_image(self, archive: Path) -> None:
         """Import an OCI/docker archive into the CRI's namespace (no registry: imagePullPolicy Never)."""
@@ -546,19 +741,27 @@ state = "{self.run_dir / 'containerd'}"
         if self.image_id(imported) != built_id:
             with tempfile.TemporaryDirectory(dir=self.node_cache) as tmp:
                 archive = Path(tmp) / "image.tar"
-                run_cmd(layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag),
-                        timeout=1800)
+                run_cmd(
+                    layout.podman_argv("save", "--format", "docker-archive", "-o", str(archive), tag),
+                    timeout=1800,
+                )
                 self.import_image(archive)
             if self.image_id(imported) != built_id:
-                raise RuntimeError(f"{tag} imported, but the node has {imported} as {self.image_id(imported)}, "
-                                   f"not the built {built_id}")
+                raise RuntimeError(
+                    f"{tag} imported, but the node has {imported} as {self.image_id(imported)}, "
+                    f"not the built {built_id}"
+                )
         if user_name != imported and self.image_id(user_name) != built_id:
             proc = self.ctr("images", "tag", "--force", imported, user_name, timeout=60)
             if proc.returncode != 0:
-                raise RuntimeError(f"ctr images tag {imported} {user_name} failed: {proc.stderr.strip()[-1000:]}")
+                raise RuntimeError(
+                    f"ctr images tag {imported} {user_name} failed: {proc.stderr.strip()[-1000:]}"
+                )
         seconds = round(time.monotonic() - t0, 1)
-        log.info("image on the node", extra={"image": tag, "image_name": user_name, "id": built_id[:19],
-                                              "seconds": seconds})
+        log.info(
+            "image on the node",
+            extra={"image": tag, "image_name": user_name, "id": built_id[:19], "seconds": seconds},
+        )
         return seconds
 
     def image_id(self, tag: str) -> str | None:
@@ -605,17 +808,25 @@ state = "{self.run_dir / 'containerd'}"
             kc = str(self.kubeconfig("scheduler"))
             (self.dir / "scheduler-config.json").write_text(json.dumps(self.scheduler_config(), indent=1))
             proc.argv = [
-                str(self.bin / "kube-scheduler"), f"--config={self.dir / 'scheduler-config.json'}",
-                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                f"--bind-address={LOOPBACK}", f"--secure-port={port}", "--v=1",
+                str(self.bin / "kube-scheduler"),
+                f"--config={self.dir / 'scheduler-config.json'}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={port}",
+                "--v=1",
             ]
             proc.start()
         port = self.ports.ensure("node.scheduler")
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed; loopback only
-        wait_started(proc, lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
-                     "kube-scheduler /healthz", timeout)
+        wait_started(
+            proc,
+            lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz", context=ctx),
+            "kube-scheduler /healthz",
+            timeout,
+        )
 
     def proxy_config(self) -> dict[str, Any]:
         """kube-proxy in iptables mode; it changes no sysctl it can leave alone (docs/node.md)."""
@@ -629,7 +840,12 @@ state = "{self.run_dir / 'containerd'}"
             "healthzBindAddress": f"{LOOPBACK}:{self.ports.ensure('node.proxy-healthz')}",
             "metricsBindAddress": f"{LOOPBACK}:{self.ports.ensure('node.proxy-metrics')}",
             # keep the machine's conntrack table size and timeouts as they are
-            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
             # no NodePorts on 127.0.0.1: that needs route_localnet=1 for the whole machine
             "iptables": {"localhostNodePorts": False},
             "nodePortAddresses": ["primary"],
@@ -651,7 +867,7 @@ state = "{self.run_dir / 'containerd'}"
     bind {CLUSTER_DNS}
     errors
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa {{
-        kubeconfig {self.kubeconfig('coredns')} system:coredns@lagpilot
+        kubeconfig {self.kubeconfig("coredns")} system:coredns@lagpilot
         pods insecure
     }}
     cache 5
@@ -659,7 +875,7 @@ state = "{self.run_dir / 'containerd'}"
 .:53 {{
     bind {CLUSTER_DNS}
     errors
-    health {LOOPBACK}:{self.ports.ensure('node.dns-health')}
+    health {LOOPBACK}:{self.ports.ensure("node.dns-health")}
     forward . /etc/resolv.conf
     cache 30
 }}
@@ -680,20 +896,42 @@ state = "{self.run_dir / 'containerd'}"
     def _install_namespace_policy(self) -> None:
         """NAMESPACE_POLICY, when the apiserver serves MutatingAdmissionPolicy (a control plane
         started before it enabled it has none: pods then name SCHEDULER_NAME themselves)."""
-        proc = self.kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                                 input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                        "items": namespace_policy()}), timeout=60)
+        proc = self.kube.kubectl(
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "-",
+            input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": namespace_policy()}),
+            timeout=60,
+        )
         if proc.returncode != 0:
-            log.warning("no MutatingAdmissionPolicy on this apiserver: namespaces cannot opt in to the real "
-                        "node (restart the kube part)", extra={"error": proc.stderr.strip()[-300:]})
+            log.warning(
+                "no MutatingAdmissionPolicy on this apiserver: namespaces cannot opt in to the real "
+                "node (restart the kube part)",
+                extra={"error": proc.stderr.strip()[-300:]},
+            )
 
     def namespace_policy_installed(self) -> bool:
-        return self.kube.kubectl("get", "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
-                                 NAMESPACE_POLICY, timeout=20).returncode == 0
+        return (
+            self.kube.kubectl(
+                "get",
+                "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
+                NAMESPACE_POLICY,
+                timeout=20,
+            ).returncode
+            == 0
+        )
 
     def node_ready(self) -> bool:
-        proc = self.kube.kubectl("get", "node", NODE_NAME, "-o",
-                                 "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}", timeout=20)
+        proc = self.kube.kubectl(
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+            timeout=20,
+        )
         return proc.returncode == 0 and proc.stdout.strip() == "True"
 
     def _wait_node_ready(self, timeout: float) -> None:
@@ -722,7 +960,9 @@ state = "{self.run_dir / 'containerd'}"
         self.stop()
         subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)  # noqa: S607
         # the bridge and the Service route go too (stop() keeps them: host parts may listen on the gateway)
-        subprocess.run(["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False)  # noqa: S607
+        subprocess.run(
+            ["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False
+        )  # noqa: S607
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)  # noqa: S607
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)

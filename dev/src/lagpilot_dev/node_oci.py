@@ -10,6 +10,7 @@ one config, one manifest; the image's name is the index's `io.containerd.image.n
 `org.opencontainers.image.ref.name` annotations, which `ctr images import` uses. Layers are written
 with fixed mtimes and owners so the same inputs give the same digest.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,17 +26,17 @@ from pathlib import Path
 class Entry:
     """One file, directory or symlink in the image's single layer."""
 
-    path: str                    # inside the image, without the leading "/"
-    data: bytes | None = None    # a regular file's content (None: a directory or a symlink)
+    path: str  # inside the image, without the leading "/"
+    data: bytes | None = None  # a regular file's content (None: a directory or a symlink)
     mode: int = 0o755
-    link: str | None = None      # a symlink's target
+    link: str | None = None  # a symlink's target
 
 
 @dataclass
 class ImageSpec:
     """What goes into the image config (the subset the node uses)."""
 
-    name: str                              # e.g. "lagpilot.local/pause:v1.35.4"
+    name: str  # e.g. "lagpilot.local/pause:v1.35.4"
     entries: list[Entry] = field(default_factory=list)
     entrypoint: list[str] = field(default_factory=list)
     cmd: list[str] = field(default_factory=list)
@@ -76,32 +77,52 @@ def oci_archive(spec: ImageSpec) -> bytes:
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {k: v for k, v in {"Entrypoint": spec.entrypoint, "Cmd": spec.cmd, "User": spec.user,
-                                     "Env": spec.env}.items() if v},
+        "config": {
+            k: v
+            for k, v in {
+                "Entrypoint": spec.entrypoint,
+                "Cmd": spec.cmd,
+                "User": spec.user,
+                "Env": spec.env,
+            }.items()
+            if v
+        },
         "rootfs": {"type": "layers", "diff_ids": [_sha(raw)]},
     }
     config_b = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     manifest = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": _sha(config_b),
-                   "size": len(config_b)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": _sha(gz),
-                    "size": len(gz)}],
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": _sha(config_b),
+            "size": len(config_b),
+        },
+        "layers": [
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": _sha(gz), "size": len(gz)}
+        ],
     }
     manifest_b = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
     index = {
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": _sha(manifest_b),
-            "size": len(manifest_b), "platform": {"architecture": "amd64", "os": "linux"},
-            "annotations": {"io.containerd.image.name": spec.name,
-                            "org.opencontainers.image.ref.name": spec.name.rsplit(":", 1)[-1]},
-        }],
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": _sha(manifest_b),
+                "size": len(manifest_b),
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {
+                    "io.containerd.image.name": spec.name,
+                    "org.opencontainers.image.ref.name": spec.name.rsplit(":", 1)[-1],
+                },
+            }
+        ],
     }
-    files = {"oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
-             "index.json": json.dumps(index, sort_keys=True).encode()}
+    files = {
+        "oci-layout": json.dumps({"imageLayoutVersion": "1.0.0"}).encode(),
+        "index.json": json.dumps(index, sort_keys=True).encode(),
+    }
     for blob in (gz, config_b, manifest_b):
         files["blobs/sha256/" + _sha(blob).split(":", 1)[1]] = blob
     out = io.BytesIO()
@@ -119,19 +140,42 @@ def oci_archive(spec: ImageSpec) -> bytes:
 
 def pause_image(pause_binary: Path, name: str) -> ImageSpec:
     """The sandbox image: /pause and nothing else (as registry.k8s.io/pause), run as 65535."""
-    return ImageSpec(name=name, entries=[Entry("pause", pause_binary.read_bytes(), 0o755)],
-                     entrypoint=["/pause"], user="65535:65535", env=[])
+    return ImageSpec(
+        name=name,
+        entries=[Entry("pause", pause_binary.read_bytes(), 0o755)],
+        entrypoint=["/pause"],
+        user="65535:65535",
+        env=[],
+    )
 
 
 # busybox applets the node's tests use (sh for traps, dd to allocate memory, httpd and nc for HTTP).
 # Not wget: Debian's static busybox segfaults in it inside the image (exit 139; no NSS there).
-BUSYBOX_APPLETS = ("sh", "sleep", "dd", "nc", "echo", "printf", "grep", "cat", "true", "id", "ls", "env", "httpd",
-                   "kill", "nslookup")
+BUSYBOX_APPLETS = (
+    "sh",
+    "sleep",
+    "dd",
+    "nc",
+    "echo",
+    "printf",
+    "grep",
+    "cat",
+    "true",
+    "id",
+    "ls",
+    "env",
+    "httpd",
+    "kill",
+    "nslookup",
+)
 
 
 def busybox_image(busybox: Path, name: str) -> ImageSpec:
     """A test image: Debian's static busybox at /bin/busybox with applet symlinks, a writable /tmp."""
-    entries = [Entry("bin", None, 0o755), Entry("bin/busybox", busybox.read_bytes(), 0o755),
-               Entry("tmp", None, 0o1777)]
+    entries = [
+        Entry("bin", None, 0o755),
+        Entry("bin/busybox", busybox.read_bytes(), 0o755),
+        Entry("tmp", None, 0o1777),
+    ]
     entries += [Entry(f"bin/{a}", link="busybox") for a in BUSYBOX_APPLETS]
     return ImageSpec(name=name, entries=entries, cmd=["/bin/sh"])

@@ -24,6 +24,7 @@ pinned with `--hostname` so it does not depend on how a client reaches the serve
 The Kafka part adds an OAUTHBEARER listener when this part is up in the same state dir
 (`oauth_broker_settings`); see `lagpilot_dev.kafka.server_properties`.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def realm_json(client_secret: str) -> dict[str, Any]:
         "realm": REALM,
         "enabled": True,
         "accessTokenLifespan": TOKEN_LIFESPAN_S,
-        "clients": [_client(CLIENT_ID, client_secret, AUDIENCE),
-                    _client(OTHER_AUDIENCE_CLIENT_ID, client_secret, OTHER_AUDIENCE)],
+        "clients": [
+            _client(CLIENT_ID, client_secret, AUDIENCE),
+            _client(OTHER_AUDIENCE_CLIENT_ID, client_secret, OTHER_AUDIENCE),
+        ],
     }
 
 
@@ -77,23 +80,30 @@ def _client(client_id: str, client_secret: str, audience: str) -> dict[str, Any]
         "publicClient": False,
         "clientAuthenticatorType": "client-secret",
         "secret": client_secret,
-        "serviceAccountsEnabled": True,   # the client-credentials grant
+        "serviceAccountsEnabled": True,  # the client-credentials grant
         "standardFlowEnabled": False,
         "implicitFlowEnabled": False,
         "directAccessGrantsEnabled": False,
-        "protocolMappers": [{
-            "name": f"audience-{audience}",
-            "protocol": "openid-connect",
-            "protocolMapper": "oidc-audience-mapper",
-            "config": {"included.custom.audience": audience, "access.token.claim": "true",
-                       "id.token.claim": "false"},
-        }],
+        "protocolMappers": [
+            {
+                "name": f"audience-{audience}",
+                "protocol": "openid-connect",
+                "protocolMapper": "oidc-audience-mapper",
+                "config": {
+                    "included.custom.audience": audience,
+                    "access.token.claim": "true",
+                    "id.token.claim": "false",
+                },
+            }
+        ],
     }
 
 
 def _java_major(java: str) -> int:
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False).stderr  # noqa: S603
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        ).stderr  # noqa: S603
     except (OSError, subprocess.SubprocessError):
         return 0
     m = re.search(r'version "(\d+)', out)
@@ -113,8 +123,10 @@ def find_java_home(minimum: int = MIN_JAVA) -> str:
         java = home / "bin" / "java"
         if java.exists() and _java_major(str(java)) >= minimum:
             return str(home)
-    raise RuntimeError(f"Keycloak {KEYCLOAK_VERSION} needs Java {minimum}+; none found "
-                       "(set LAGPILOT_OIDC_JAVA_HOME to a JDK home)")
+    raise RuntimeError(
+        f"Keycloak {KEYCLOAK_VERSION} needs Java {minimum}+; none found "
+        "(set LAGPILOT_OIDC_JAVA_HOME to a JDK home)"
+    )
 
 
 class OidcPart:
@@ -156,8 +168,13 @@ class OidcPart:
             if self.installed():
                 return
             if not (self.cache / ".complete").exists():
-                maven.fetch_artifact(maven.Dep("org.keycloak", "keycloak-quarkus-dist", self.version), "zip",
-                                     self.cache, self.cache_dir, what=f"keycloak {self.version}")
+                maven.fetch_artifact(
+                    maven.Dep("org.keycloak", "keycloak-quarkus-dist", self.version),
+                    "zip",
+                    self.cache,
+                    self.cache_dir,
+                    what=f"keycloak {self.version}",
+                )
                 with zipfile.ZipFile(self.zip) as zf:  # a broken download fails here, not at start
                     bad = zf.testzip()
                 if bad is not None:
@@ -192,8 +209,13 @@ class OidcPart:
         port = ports.ensure("oidc.http", must_be_free=True)
         mgmt = ports.ensure("oidc.management", must_be_free=True)
         marker = f"-Dlagpilot.part=oidc-bake:{work}"
-        proc = Process(name="oidc-bake", argv=self._argv(home, port, mgmt, marker=marker, import_realm=False),
-                       log_file=work / "bake.out", pid_file=work / "bake.pid", marker=marker)
+        proc = Process(
+            name="oidc-bake",
+            argv=self._argv(home, port, mgmt, marker=marker, import_realm=False),
+            log_file=work / "bake.out",
+            pid_file=work / "bake.pid",
+            marker=marker,
+        )
         proc.env, proc.cwd = self._env(), home
         master = f"http://{LOOPBACK}:{port}/realms/master/.well-known/openid-configuration"
 
@@ -204,12 +226,19 @@ class OidcPart:
             except (urllib.error.URLError, OSError):
                 return False
 
-        log.info("baking keycloak (one augmentation and schema creation per version)",
-                 extra={"part": "oidc", "version": self.version})
+        log.info(
+            "baking keycloak (one augmentation and schema creation per version)",
+            extra={"part": "oidc", "version": self.version},
+        )
         proc.start()
         try:
-            wait_for(ready, f"keycloak {self.version} bake at {master}", timeout=1800.0, interval=2.0,
-                     alive=proc.is_running)
+            wait_for(
+                ready,
+                f"keycloak {self.version} bake at {master}",
+                timeout=1800.0,
+                interval=2.0,
+                alive=proc.is_running,
+            )
         except (RuntimeError, TimeoutError) as exc:
             proc.stop(grace=30.0)
             raise RuntimeError(f"{exc}\n--- {proc.log_file} (tail) ---\n{proc.log_tail()}") from exc
@@ -262,18 +291,25 @@ class OidcPart:
             tmp.replace(path)
             return creds
 
-    def fetch_token(self, client_id: str | None = None, client_secret: str | None = None,
-                    timeout: float = 30.0) -> dict[str, Any]:
+    def fetch_token(
+        self, client_id: str | None = None, client_secret: str | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         """One client-credentials grant at the token endpoint (the answer's JSON); raises
         urllib.error.HTTPError when the server refuses the client (401 for a wrong secret)."""
         creds = self.client_credentials()
-        body = urllib.parse.urlencode({
-            "grant_type": "client_credentials",
-            "client_id": client_id or creds["clientId"],
-            "client_secret": client_secret if client_secret is not None else creds["clientSecret"],
-        }).encode()
-        req = urllib.request.Request(self.token_endpoint_url(), data=body, method="POST",  # noqa: S310 - our loopback URL
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        body = urllib.parse.urlencode(
+            {
+                "grant_type": "client_credentials",
+                "client_id": client_id or creds["clientId"],
+                "client_secret": client_secret if client_secret is not None else creds["clientSecret"],
+            }
+        ).encode()
+        req = urllib.request.Request(
+            self.token_endpoint_url(),
+            data=body,
+            method="POST",  # noqa: S310 - our loopback URL
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
             return dict(json.loads(resp.read()))
 
@@ -297,19 +333,22 @@ class OidcPart:
                 realm.chmod(0o600)
                 self.process.env = self._env()
                 self.process.cwd = self.home
-                self.process.argv = self._argv(self.home, port, mgmt, marker=self.process.marker,
-                                               import_realm=True)
+                self.process.argv = self._argv(
+                    self.home, port, mgmt, marker=self.process.marker, import_realm=True
+                )
                 self.process.start()
         self.wait_ready(timeout)
 
     @staticmethod
     def _env() -> dict[str, str]:
         env = dict(os.environ)
-        env.update({
-            "JAVA_HOME": find_java_home(),
-            # kc.sh's default heap is 70% of the machine's RAM: cap it like the other parts
-            "JAVA_OPTS_KC_HEAP": "-Xms128m -Xmx512m",
-        })
+        env.update(
+            {
+                "JAVA_HOME": find_java_home(),
+                # kc.sh's default heap is 70% of the machine's RAM: cap it like the other parts
+                "JAVA_OPTS_KC_HEAP": "-Xms128m -Xmx512m",
+            }
+        )
         return env
 
     @staticmethod
@@ -320,34 +359,53 @@ class OidcPart:
         # kc.sh passes -D arguments to the JVM: the marker is in the command line of kc.sh and,
         # after its re-exec, of the java process (pid file stays right)
         return [
-            str(home / "bin" / "kc.sh"), marker, "start-dev", *(["--import-realm"] if import_realm else []),
-            f"--http-host={LOOPBACK}", f"--http-port={port}", f"--http-management-port={mgmt}",
-            f"--hostname=http://{LOOPBACK}:{port}", "--health-enabled=true",
-            "--cache=local", "--log-level=info",
+            str(home / "bin" / "kc.sh"),
+            marker,
+            "start-dev",
+            *(["--import-realm"] if import_realm else []),
+            f"--http-host={LOOPBACK}",
+            f"--http-port={port}",
+            f"--http-management-port={mgmt}",
+            f"--hostname=http://{LOOPBACK}:{port}",
+            "--health-enabled=true",
+            "--cache=local",
+            "--log-level=info",
         ]
 
     def wait_ready(self, timeout: float = 600.0) -> None:
         """Wait until the realm's discovery document names our issuer and a grant succeeds."""
+
         def ready() -> bool:
             if not tcp_open(self.http_port(), LOOPBACK):
                 return False
             try:
-                with urllib.request.urlopen(f"{self.issuer()}/.well-known/openid-configuration", timeout=10) as r:  # noqa: S310
+                with urllib.request.urlopen(
+                    f"{self.issuer()}/.well-known/openid-configuration", timeout=10
+                ) as r:  # noqa: S310
                     doc = json.loads(r.read())
             except (urllib.error.URLError, OSError, ValueError):
                 return False
             if doc.get("issuer") != self.issuer():
-                raise RuntimeError(f"keycloak announces issuer {doc.get('issuer')!r}, expected {self.issuer()!r}")
+                raise RuntimeError(
+                    f"keycloak announces issuer {doc.get('issuer')!r}, expected {self.issuer()!r}"
+                )
             try:
                 return bool(self.fetch_token().get("access_token"))
             except (urllib.error.URLError, OSError, ValueError):
                 return False
 
         try:
-            wait_for(ready, f"keycloak at {self.base_url()}", timeout=timeout, interval=2.0,
-                     alive=self.process.is_running)
+            wait_for(
+                ready,
+                f"keycloak at {self.base_url()}",
+                timeout=timeout,
+                interval=2.0,
+                alive=self.process.is_running,
+            )
         except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {self.process.log_file} (tail) ---\n{self.process.log_tail()}") from exc
+            raise RuntimeError(
+                f"{exc}\n--- {self.process.log_file} (tail) ---\n{self.process.log_tail()}"
+            ) from exc
 
     def stop(self) -> None:
         self.process.stop(grace=30.0)
@@ -376,5 +434,9 @@ def oauth_broker_settings(state_dir: Path, cache_dir: Path) -> dict[str, str] | 
     part = OidcPart(cache_dir, state_dir)
     if not part.is_running():
         return None
-    return {"issuer": part.issuer(), "audience": AUDIENCE, "jwks_url": part.jwks_url(),
-            "token_endpoint_url": part.token_endpoint_url()}
+    return {
+        "issuer": part.issuer(),
+        "audience": AUDIENCE,
+        "jwks_url": part.jwks_url(),
+        "token_endpoint_url": part.token_endpoint_url(),
+    }

@@ -5,6 +5,7 @@ One process group per operator, output appended to a log file (its tail is shown
 tests and `bench/chaos.py` can count restarts and prove a kill fired. Never used by the operator or
 the images.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 # pods of the local runner start in seconds; fail fast and retry often on the dev stack
-DEV_OPERATOR_ENV = {"LAGPILOT_POD_START_SECONDS": "3", "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
-                    "LAGPILOT_MAX_BACKOFF_SECONDS": "15"}
+DEV_OPERATOR_ENV = {
+    "LAGPILOT_POD_START_SECONDS": "3",
+    "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",
+    "LAGPILOT_MAX_BACKOFF_SECONDS": "15",
+}
 # spec.kafka.sessionTimeoutMs of the groups the real tests and the chaos campaign create: a consumer
 # they SIGKILL (no LeaveGroup) keeps its partitions this long; 10 s instead of the 30 s default
 DEV_SESSION_TIMEOUT_MS = 10_000
@@ -37,20 +41,36 @@ def checkout_pythonpath(pythonpath: Path | str) -> str:
     return os.pathsep.join([*dirs, str(pythonpath)])
 
 
-def operator_env(kubeconfig: Path | str, pythonpath: Path | str, extra: Mapping[str, str] | None = None,
-                 base: Mapping[str, str] | None = None) -> dict[str, str]:
+def operator_env(
+    kubeconfig: Path | str,
+    pythonpath: Path | str,
+    extra: Mapping[str, str] | None = None,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """This process's environment without any LAGPILOT_ setting, plus the kubeconfig, the repo and
     its package source dirs on PYTHONPATH (handlers of tests and benches; the checkout's own
     operator), the dev stack's timings and `extra`."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("LAGPILOT_")}
-    env.update({"KUBECONFIG": str(kubeconfig), "PYTHONPATH": checkout_pythonpath(pythonpath), **DEV_OPERATOR_ENV,
-                **(extra or {})})
+    env.update(
+        {
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONPATH": checkout_pythonpath(pythonpath),
+            **DEV_OPERATOR_ENV,
+            **(extra or {}),
+        }
+    )
     return env
 
 
 class OperatorProcess:
-    def __init__(self, namespace: str, log_path: Path, env: Mapping[str, str], metrics_port: int = 0,
-                 metrics_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        namespace: str,
+        log_path: Path,
+        env: Mapping[str, str],
+        metrics_port: int = 0,
+        metrics_host: str = "127.0.0.1",
+    ) -> None:
         self.namespace, self.log_path, self.env = namespace, Path(log_path), dict(env)
         # the leader-election identity, stable across ensure() restarts like a pod's name across
         # container restarts: a restarted operator takes its own Lease back at once
@@ -64,9 +84,24 @@ class OperatorProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lagpilot.cli", "operator", "--namespace", self.namespace, "--standalone",
-                 "--metrics-port", str(self.metrics_port), "--metrics-host", self.metrics_host],
-                env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "lagpilot.cli",
+                    "operator",
+                    "--namespace",
+                    self.namespace,
+                    "--standalone",
+                    "--metrics-port",
+                    str(self.metrics_port),
+                    "--metrics-host",
+                    self.metrics_host,
+                ],
+                env=self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

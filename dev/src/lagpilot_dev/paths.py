@@ -5,6 +5,7 @@ detached with a log file and a pid file under the state dir, so that a later `la
 or a test session in another interpreter finds it again, and a fault test can SIGKILL it and start it
 on the same data dir and the same ports.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,13 @@ def host_ip() -> str:
     if os.environ.get("LAGPILOT_NODE_IP"):
         return os.environ["LAGPILOT_NODE_IP"]
     try:
-        out = subprocess.run(["ip", "-j", "route", "get", "192.0.2.1"], capture_output=True, text=True,  # noqa: S607
-                             timeout=5, check=True).stdout
+        out = subprocess.run(
+            ["ip", "-j", "route", "get", "192.0.2.1"],
+            capture_output=True,
+            text=True,  # noqa: S607
+            timeout=5,
+            check=True,
+        ).stdout
         src = json.loads(out)[0].get("prefsrc")
         if src:
             return str(src)
@@ -136,8 +142,10 @@ class Ports:
                         break
                     time.sleep(0.25)
             if port is not None:
-                log.warning("persisted port taken by another process, picking a new one",
-                            extra={"port_name": name, "port": port})
+                log.warning(
+                    "persisted port taken by another process, picking a new one",
+                    extra={"port_name": name, "port": port},
+                )
             port = free_port(avoid=set(ports.values()))
             ports[name] = port
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,8 +240,15 @@ class Process:
             out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {self.name}\n".encode())
             out.flush()
             proc = subprocess.Popen(  # noqa: S603 - argv is built by us, no shell
-                list(self.argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.cwd, env=env, start_new_session=True, user=self.user, **self.extra_popen,
+                list(self.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+                user=self.user,
+                **self.extra_popen,
             )
         _CHILDREN.append(proc)  # keep a reference: no "still running" ResourceWarning when it is collected
         self.pid_file.write_text(f"{proc.pid}\n")
@@ -241,7 +256,11 @@ class Process:
         # sets the new command line: for a moment /proc/<pid>/cmdline is empty and pid() would not
         # recognise the process (seen in CI under load: is_running() False right after start)
         deadline = time.monotonic() + 10.0
-        while self.marker not in " ".join(_cmdline(proc.pid)) and proc.poll() is None and time.monotonic() < deadline:
+        while (
+            self.marker not in " ".join(_cmdline(proc.pid))
+            and proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         log.info("started process", extra={"part": self.name, "pid": proc.pid, "log": str(self.log_file)})
         return proc.pid
@@ -289,8 +308,14 @@ class Process:
             return "(no log)"
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 120.0, interval: float = 0.5,
-             alive: Callable[[], bool] | None = None, log_every: float = 10.0) -> None:
+def wait_for(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float = 120.0,
+    interval: float = 0.5,
+    alive: Callable[[], bool] | None = None,
+    log_every: float = 10.0,
+) -> None:
     """Poll `check` until it is true; log what we wait for; fail early when `alive` says the
     process we wait on has died (no point waiting the full timeout for a dead broker)."""
     start = time.monotonic()
@@ -313,18 +338,26 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 120.0, inter
             if not alive():
                 raise RuntimeError(f"gave up waiting for {what}: the process exited")
         if now - start > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
+            raise TimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})"
+            )
         if now - last_log >= log_every:
-            log.info("still waiting", extra={"for": what, "elapsed_s": round(now - start), "last_error": last_error})
+            log.info(
+                "still waiting",
+                extra={"for": what, "elapsed_s": round(now - start), "last_error": last_error},
+            )
             last_log = now
         time.sleep(interval)
 
 
-def wait_started(proc: Process, check: Callable[[], bool], what: str, timeout: float, interval: float = 0.5) -> None:
+def wait_started(
+    proc: Process, check: Callable[[], bool], what: str, timeout: float, interval: float = 0.5
+) -> None:
     """`wait_for(check)` on a part's process just started: fail early once its pid (from the pid file)
     is dead, and put the tail of its log in the error. Not `proc.is_running()`: right after exec
     /proc/<pid>/cmdline can still read empty, so the marker check fails for a few ms; the pid just
     written is good enough here."""
+
     def alive() -> bool:
         try:
             return pid_alive(int(proc.pid_file.read_text().strip()))
@@ -346,8 +379,13 @@ def tcp_open(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
         return False
 
 
-def wait_tcp(port: int, what: str, host: str = LOOPBACK, timeout: float = 120.0,
-             alive: Callable[[], bool] | None = None) -> None:
+def wait_tcp(
+    port: int,
+    what: str,
+    host: str = LOOPBACK,
+    timeout: float = 120.0,
+    alive: Callable[[], bool] | None = None,
+) -> None:
     """Wait until host:port accepts connections."""
     wait_for(lambda: tcp_open(port, host), f"{what} on {host}:{port}", timeout=timeout, alive=alive)
 
@@ -361,8 +399,9 @@ def http_ok(url: str, timeout: float = 2.0, context: Any = None) -> bool:
         return False
 
 
-def wait_http(url: str, what: str, timeout: float = 120.0, context: Any = None,
-              alive: Callable[[], bool] | None = None) -> None:
+def wait_http(
+    url: str, what: str, timeout: float = 120.0, context: Any = None, alive: Callable[[], bool] | None = None
+) -> None:
     """Wait until GET `url` answers 2xx."""
     wait_for(lambda: http_ok(url, context=context), f"{what} at {url}", timeout=timeout, alive=alive)
 

@@ -9,6 +9,7 @@ PostgreSQL refuses to run as root: as root we run it as the `postgres` system us
 package). That user cannot enter /root (mode 700), so when the state dir is not reachable for it the
 data dir lives under /var/lib/lagpilot/<id>/ and the state dir records where.
 """
+
 from __future__ import annotations
 
 import glob
@@ -68,8 +69,19 @@ def apt_commands() -> list[list[str]]:
     lock_wait = ["-o", "DPkg::Lock::Timeout=600"]
     return [
         ["apt-get", "update", "-q", *lock_wait],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *lock_wait,
-         "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold", "postgresql"],
+        [
+            "apt-get",
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            *lock_wait,
+            "-o",
+            "Dpkg::Options::=--force-confdef",
+            "-o",
+            "Dpkg::Options::=--force-confold",
+            "postgresql",
+        ],
     ]
 
 
@@ -124,8 +136,10 @@ class PostgresPart:
             if self.installed():
                 return
             if os.geteuid() != 0:
-                raise RuntimeError("PostgreSQL server is not installed and we are not root: "
-                                   "run `sudo apt-get install -y postgresql` once")
+                raise RuntimeError(
+                    "PostgreSQL server is not installed and we are not root: "
+                    "run `sudo apt-get install -y postgresql` once"
+                )
             if not CREATECLUSTER_CONF.exists():
                 # keep Debian from creating and starting its own "main" cluster on port 5432
                 CREATECLUSTER_CONF.parent.mkdir(parents=True, exist_ok=True)
@@ -133,11 +147,17 @@ class PostgresPart:
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             log.info("installing PostgreSQL with apt-get (first run only)")
             for argv in apt_commands():
-                proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)  # noqa: S603
+                proc = subprocess.run(
+                    argv, capture_output=True, text=True, env=env, timeout=1800, check=False
+                )  # noqa: S603
                 if proc.returncode != 0:
-                    raise RuntimeError(f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+                    raise RuntimeError(
+                        f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                    )
             if not self.installed():
-                raise RuntimeError("apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found")
+                raise RuntimeError(
+                    "apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found"
+                )
             log.info("installed PostgreSQL", extra={"bindir": str(find_bindir())})
 
     # ---- layout --------------------------------------------------------------------------------
@@ -148,8 +168,19 @@ class PostgresPart:
         try:
             return pwd.getpwnam(RUN_AS_WHEN_ROOT)
         except KeyError:
-            subprocess.run(["useradd", "--system", "--home-dir", "/var/lib/postgresql", "--shell", "/usr/sbin/nologin",
-                            RUN_AS_WHEN_ROOT], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "useradd",
+                    "--system",
+                    "--home-dir",
+                    "/var/lib/postgresql",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    RUN_AS_WHEN_ROOT,
+                ],
+                check=True,
+                capture_output=True,
+            )
             return pwd.getpwnam(RUN_AS_WHEN_ROOT)
 
     @staticmethod
@@ -207,10 +238,15 @@ class PostgresPart:
             for k, v in settings.items():
                 argv += ["-c", f"{k}={v}"]
             self._process = Process(
-                name="postgres", argv=argv, log_file=self.dir / "postgres.log", pid_file=self.dir / "postgres.pid",
-                marker=f"-D {data}", user=user.pw_name if os.geteuid() == 0 else None,
+                name="postgres",
+                argv=argv,
+                log_file=self.dir / "postgres.log",
+                pid_file=self.dir / "postgres.pid",
+                marker=f"-D {data}",
+                user=user.pw_name if os.geteuid() == 0 else None,
                 extra_popen=self._drop_privileges_kwargs(user),
-                cwd=data.parent, stop_signal=signal.SIGINT,  # SIGINT = "fast" shutdown
+                cwd=data.parent,
+                stop_signal=signal.SIGINT,  # SIGINT = "fast" shutdown
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
             )
         return self._process
@@ -226,18 +262,36 @@ class PostgresPart:
         pwfile.chmod(0o600)
         bindir = find_bindir()
         assert bindir is not None
-        argv = [str(bindir / "initdb"), "-D", str(data), f"--username={SUPERUSER}", f"--pwfile={pwfile}",
-                "--auth-host=scram-sha-256", "--auth-local=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"]
+        argv = [
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            f"--username={SUPERUSER}",
+            f"--pwfile={pwfile}",
+            "--auth-host=scram-sha-256",
+            "--auth-local=scram-sha-256",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+        ]
         log.info("initdb", extra={"data_dir": str(data), "as_user": user.pw_name})
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=data.parent,  # noqa: S603
-                                  user=user.pw_name if os.geteuid() == 0 else None,
-                                  **self._drop_privileges_kwargs(user))
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+                cwd=data.parent,  # noqa: S603
+                user=user.pw_name if os.geteuid() == 0 else None,
+                **self._drop_privileges_kwargs(user),
+            )
         finally:
             pwfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             shutil.rmtree(data, ignore_errors=True)
-            raise RuntimeError(f"initdb failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            raise RuntimeError(
+                f"initdb failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
 
     @staticmethod
     def _remove_stale_lock(data: Path) -> None:
@@ -316,10 +370,17 @@ class PostgresPart:
             return True
 
         try:
-            wait_for(ready, f"postgres on {LOOPBACK}:{self.port()}", timeout=timeout, interval=0.5,
-                     alive=self.process().is_running)
+            wait_for(
+                ready,
+                f"postgres on {LOOPBACK}:{self.port()}",
+                timeout=timeout,
+                interval=0.5,
+                alive=self.process().is_running,
+            )
         except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}") from exc
+            raise RuntimeError(
+                f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}"
+            ) from exc
 
     def _provision(self) -> None:
         """Create the app role and database if missing (idempotent; safe after a crash midway)."""
@@ -329,10 +390,17 @@ class PostgresPart:
         app_password = self._secrets()["app"]
         with psycopg.connect(self.admin_dsn(), autocommit=True, connect_timeout=10) as conn:
             if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_USER,)).fetchone() is None:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEDB PASSWORD {}").format(
-                    sql.Identifier(APP_USER), sql.Literal(app_password)))
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN CREATEDB PASSWORD {}").format(
+                        sql.Identifier(APP_USER), sql.Literal(app_password)
+                    )
+                )
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (APP_DB,)).fetchone() is None:
-                conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(APP_DB), sql.Identifier(APP_USER)))
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                        sql.Identifier(APP_DB), sql.Identifier(APP_USER)
+                    )
+                )
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), SIGKILL after 60 s."""
@@ -348,7 +416,9 @@ class PostgresPart:
         pointer = self.dir / "data-dir"
         if pointer.exists():
             data = Path(pointer.read_text().strip())
-            shutil.rmtree(data.parent if data.parent.parent == Path("/var/lib/lagpilot") else data, ignore_errors=True)
+            shutil.rmtree(
+                data.parent if data.parent.parent == Path("/var/lib/lagpilot") else data, ignore_errors=True
+            )
         shutil.rmtree(self.dir, ignore_errors=True)
         self._process = None
 

@@ -18,6 +18,7 @@ What it scrapes (config generated at start in `<state>/prometheus/prometheus.yml
 Alert and recording rules: every `<state>/prometheus/rules/*.yml` (`load_rules` writes one, reloads
 and waits until Prometheus lists its groups). Rule evaluation every 2 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,23 @@ _SD_KIND = {"operator": OPERATOR_JOB, "pods": CONSUMER_JOB}
 def config_yaml(port: int, sd_dir: Path, rules_dir: Path) -> str:
     """The generated prometheus.yml (JSON is valid YAML: no YAML library needed here)."""
     cfg = {
-        "global": {"scrape_interval": SCRAPE_INTERVAL, "scrape_timeout": SCRAPE_INTERVAL,
-                   "evaluation_interval": EVALUATION_INTERVAL},
+        "global": {
+            "scrape_interval": SCRAPE_INTERVAL,
+            "scrape_timeout": SCRAPE_INTERVAL,
+            "evaluation_interval": EVALUATION_INTERVAL,
+        },
         "rule_files": [str(rules_dir / "*.yml")],
         "scrape_configs": [
             # honor_labels: the operator's series carry each group's own `namespace` label (as the
             # chart's ServiceMonitor keeps it with honorLabels); a target label never overrides it
-            *({"job_name": job, "honor_labels": True,
-               "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}]}
-              for kind, job in _SD_KIND.items()),
+            *(
+                {
+                    "job_name": job,
+                    "honor_labels": True,
+                    "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}],
+                }
+                for kind, job in _SD_KIND.items()
+            ),
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]},
         ],
     }
@@ -77,8 +86,9 @@ def _target_file(sd_dir: Path, kind: str, key: str) -> Path:
 def write_pod_target(sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str]) -> Path:
     """One consumer pod's metrics endpoint as a file-SD target (the pod runner calls this)."""
     path = _target_file(sd_dir, "pods", f"{namespace}_{pod}")
-    _write_json_atomic(path, [{"targets": [f"{LOOPBACK}:{port}"],
-                               "labels": {"namespace": namespace, "pod": pod, **labels}}])
+    _write_json_atomic(
+        path, [{"targets": [f"{LOOPBACK}:{port}"], "labels": {"namespace": namespace, "pod": pod, **labels}}]
+    )
     return path
 
 
@@ -121,7 +131,9 @@ class PrometheusPart:
         return self.binary("promtool")
 
     def installed(self) -> bool:
-        return (self.home / ".complete").exists() and self.binary().exists() and self.binary("promtool").exists()
+        return (
+            (self.home / ".complete").exists() and self.binary().exists() and self.binary("promtool").exists()
+        )
 
     def install(self) -> None:
         """Download Debian's .deb and unpack it into the cache (no root, no dpkg database)."""
@@ -135,20 +147,36 @@ class PrometheusPart:
             debs.mkdir(parents=True)
             log.info("downloading Debian's prometheus package (first run only)")
             download = ["apt-get", "download", "-q", PACKAGE]
-            proc = subprocess.run(download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
+            proc = subprocess.run(
+                download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False
+            )  # noqa: S603
             if proc.returncode != 0 and os.geteuid() == 0:
                 # a fresh machine may have no package lists yet: fetch them once (root only) and retry
-                subprocess.run(["apt-get", "update", "-q", "-o", "DPkg::Lock::Timeout=600"], capture_output=True,  # noqa: S603,S607
-                               text=True, timeout=1800, check=False)
-                proc = subprocess.run(download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False)  # noqa: S603
+                subprocess.run(
+                    ["apt-get", "update", "-q", "-o", "DPkg::Lock::Timeout=600"],
+                    capture_output=True,  # noqa: S603,S607
+                    text=True,
+                    timeout=1800,
+                    check=False,
+                )
+                proc = subprocess.run(
+                    download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False
+                )  # noqa: S603
             found = sorted(debs.glob(f"{PACKAGE}_*.deb"))
             if proc.returncode != 0 or not found:
-                raise RuntimeError(f"apt-get download {PACKAGE} failed (exit {proc.returncode}; run `apt-get update` "
-                                   f"once if the lists are missing):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+                raise RuntimeError(
+                    f"apt-get download {PACKAGE} failed (exit {proc.returncode}; run `apt-get update` "
+                    f"once if the lists are missing):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+                )
             tmp = self.home / "root.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
-            proc = subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(tmp)], capture_output=True, text=True,  # noqa: S603,S607
-                                  timeout=600, check=False)
+            proc = subprocess.run(
+                ["dpkg-deb", "-x", str(found[-1]), str(tmp)],
+                capture_output=True,
+                text=True,  # noqa: S603,S607
+                timeout=600,
+                check=False,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"dpkg-deb -x failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
             shutil.rmtree(self.root, ignore_errors=True)
@@ -157,7 +185,9 @@ class PrometheusPart:
             log.info("installed prometheus", extra={"deb": found[-1].name, "root": str(self.root)})
 
     def version(self) -> str:
-        proc = subprocess.run([str(self.binary()), "--version"], capture_output=True, text=True, timeout=30, check=False)  # noqa: S603
+        proc = subprocess.run(
+            [str(self.binary()), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )  # noqa: S603
         return (proc.stdout or proc.stderr).splitlines()[0] if (proc.stdout or proc.stderr) else ""
 
     # ---- run -----------------------------------------------------------------------------------
@@ -172,12 +202,20 @@ class PrometheusPart:
             data = self.dir / "data"
             self._process = Process(
                 name="prometheus",
-                argv=[str(self.binary()), f"--config.file={self.dir / 'prometheus.yml'}",
-                      f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=1d",
-                      f"--web.listen-address={LOOPBACK}:{self.port()}", "--web.enable-lifecycle",
-                      "--log.format=json", "--log.level=warn"],
-                log_file=self.dir / "prometheus.log", pid_file=self.dir / "prometheus.pid",
-                marker=f"--storage.tsdb.path={data}", cwd=self.dir,
+                argv=[
+                    str(self.binary()),
+                    f"--config.file={self.dir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={data}",
+                    "--storage.tsdb.retention.time=1d",
+                    f"--web.listen-address={LOOPBACK}:{self.port()}",
+                    "--web.enable-lifecycle",
+                    "--log.format=json",
+                    "--log.level=warn",
+                ],
+                log_file=self.dir / "prometheus.log",
+                pid_file=self.dir / "prometheus.pid",
+                marker=f"--storage.tsdb.path={data}",
+                cwd=self.dir,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.dir)},
             )
         return self._process
@@ -195,13 +233,22 @@ class PrometheusPart:
                 for kind in _SD_KIND:
                     (self.sd_dir / kind).mkdir(parents=True, exist_ok=True)
                 self.rules_dir.mkdir(parents=True, exist_ok=True)
-                (self.dir / "prometheus.yml").write_text(config_yaml(self.port(), self.sd_dir, self.rules_dir))
+                (self.dir / "prometheus.yml").write_text(
+                    config_yaml(self.port(), self.sd_dir, self.rules_dir)
+                )
                 self.process().start()
         try:
-            wait_for(lambda: http_ok(f"{self.url()}/-/ready"), f"prometheus at {self.url()}", timeout=timeout,
-                     interval=0.3, alive=self.process().is_running)
+            wait_for(
+                lambda: http_ok(f"{self.url()}/-/ready"),
+                f"prometheus at {self.url()}",
+                timeout=timeout,
+                interval=0.3,
+                alive=self.process().is_running,
+            )
         except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}") from exc
+            raise RuntimeError(
+                f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}"
+            ) from exc
 
     def stop(self) -> None:
         self.process().stop(grace=30.0)
@@ -215,9 +262,14 @@ class PrometheusPart:
         self._process = None
 
     def info(self) -> dict[str, Any]:
-        return {"prometheus_url": self.url(), "prometheus_port": self.port(), "promtool": str(self.binary("promtool")),
-                "prometheus_file_sd": str(self.sd_dir), "prometheus_rules_dir": str(self.rules_dir),
-                "prometheus_log": str(self.dir / "prometheus.log")}
+        return {
+            "prometheus_url": self.url(),
+            "prometheus_port": self.port(),
+            "promtool": str(self.binary("promtool")),
+            "prometheus_file_sd": str(self.sd_dir),
+            "prometheus_rules_dir": str(self.rules_dir),
+            "prometheus_log": str(self.dir / "prometheus.log"),
+        }
 
     # ---- targets, rules, API ---------------------------------------------------------------------
     def add_target(self, kind: str, key: str, address: str, labels: Mapping[str, str] | None = None) -> Path:
@@ -243,8 +295,13 @@ class PrometheusPart:
         self.rules_dir.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         try:
-            chk = subprocess.run([str(self.promtool()), "check", "rules", str(tmp)], capture_output=True, text=True,  # noqa: S603
-                                 timeout=60, check=False)
+            chk = subprocess.run(
+                [str(self.promtool()), "check", "rules", str(tmp)],
+                capture_output=True,
+                text=True,  # noqa: S603
+                timeout=60,
+                check=False,
+            )
             if chk.returncode != 0:
                 raise RuntimeError(f"promtool check rules failed:\n{chk.stdout}\n{chk.stderr}")
             tmp.replace(path)
@@ -252,8 +309,12 @@ class PrometheusPart:
             tmp.unlink(missing_ok=True)
         groups = {g["name"] for g in (yaml.safe_load(text) or {}).get("groups") or []}
         self.reload()
-        wait_for(lambda: groups <= {g["name"] for g in self.api("rules")["groups"]},
-                 f"rule groups {sorted(groups)} loaded", timeout=timeout, interval=0.3)
+        wait_for(
+            lambda: groups <= {g["name"] for g in self.api("rules")["groups"]},
+            f"rule groups {sorted(groups)} loaded",
+            timeout=timeout,
+            interval=0.3,
+        )
         return path
 
     def remove_rules(self, name: str) -> None:
@@ -286,7 +347,9 @@ class PrometheusPart:
         return [t for t in active if job is None or t.get("labels", {}).get("job") == job]
 
 
-def wait_target_up(part: PrometheusPart, job: str, match: Mapping[str, str], timeout: float = 60.0) -> dict[str, Any]:
+def wait_target_up(
+    part: PrometheusPart, job: str, match: Mapping[str, str], timeout: float = 60.0
+) -> dict[str, Any]:
     """Wait until a target of `job` with labels `match` was scraped successfully; return it."""
     found: dict[str, Any] = {}
 
@@ -301,9 +364,13 @@ def wait_target_up(part: PrometheusPart, job: str, match: Mapping[str, str], tim
     return found
 
 
-
-def rules_from_chart(values: Mapping[str, Any] | None = None, *, release: str = "lagpilot",
-                     namespace: str = "lagpilot-system", helm: Path | None = None) -> str:
+def rules_from_chart(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "lagpilot",
+    namespace: str = "lagpilot-system",
+    helm: Path | None = None,
+) -> str:
     """The alert rules exactly as charts/lagpilot ships them: `helm template` with
     `prometheusRule.enabled` (plus `values`), the PrometheusRule's `spec` as a Prometheus rule file."""
     import yaml
@@ -312,7 +379,9 @@ def rules_from_chart(values: Mapping[str, Any] | None = None, *, release: str = 
 
     merged: dict[str, Any] = {"prometheusRule": {"enabled": True}}
     for k, v in (values or {}).items():
-        merged[k] = {**merged.get(k, {}), **v} if isinstance(v, Mapping) and isinstance(merged.get(k), dict) else v
+        merged[k] = (
+            {**merged.get(k, {}), **v} if isinstance(v, Mapping) and isinstance(merged.get(k), dict) else v
+        )
     rendered = h.template(merged, release=release, namespace=namespace, helm=helm or h.ensure_helm())
     (rule,) = rendered.of_kind("PrometheusRule")
     return yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False, width=10_000)

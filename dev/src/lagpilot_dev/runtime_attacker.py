@@ -2,6 +2,7 @@
 campaign (bench/chaos/review.py `forged_plan`): plans POSTed to a warm drain runtime's port from
 ANOTHER process with no key, as any pod in the cluster could before C1 (the runtime must refuse
 them: 401)."""
+
 from __future__ import annotations
 
 import json
@@ -35,6 +36,12 @@ print(json.dumps(out))
 def attack(port: int, bodies: list[str], healthz: bool = False) -> list[tuple[int, str]]:
     """Send `bodies` to the runtime on 127.0.0.1:`port` from another process: [(status, body)] per
     body, then (with `healthz`) the `GET /healthz` answer last."""
-    done = subprocess.run([sys.executable, "-c", ATTACKER, str(port), *(["healthz"] if healthz else [])],
-                          input=json.dumps(bodies), text=True, capture_output=True, timeout=300, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", ATTACKER, str(port), *(["healthz"] if healthz else [])],
+        input=json.dumps(bodies),
+        text=True,
+        capture_output=True,
+        timeout=300,
+        check=True,
+    )
     return [(int(s), b) for s, b in json.loads(done.stdout)]

@@ -19,6 +19,7 @@ loading ~15,000 classes from jars, which cuts the drain's JVM start-up CPU by ab
 attempt is remembered (`.cds-attempted`) so it is not retried on every start; the drain works
 without the archive, only slower to start.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -60,7 +61,7 @@ def pyspark_jars_dir() -> Path:
 
 
 def artifact_of(jar_name: str) -> str:
-    """"kafka-clients-3.9.2.jar" → "kafka-clients"; "spark-sql-kafka-0-10_2.13-4.2.0.jar" →
+    """ "kafka-clients-3.9.2.jar" → "kafka-clients"; "spark-sql-kafka-0-10_2.13-4.2.0.jar" →
     "spark-sql-kafka-0-10_2.13" (the version is the last '-<digit>…' part with no '_' in it)."""
     m = _JAR_NAME.match(jar_name)
     return m.group("artifact") if m else jar_name.removesuffix(".jar")
@@ -109,7 +110,10 @@ class SparkPart:
             for name in sorted(drop):
                 (self.jars_dir / name).unlink()
             kept = sorted(p.name for p in self.jars_dir.glob("*.jar"))
-            log.info("spark connector jars cached", extra={"kept": ",".join(kept), "dropped": ",".join(sorted(drop))})
+            log.info(
+                "spark connector jars cached",
+                extra={"kept": ",".join(kept), "dropped": ",".join(sorted(drop))},
+            )
             if not any(artifact_of(k) == "kafka-clients" for k in kept):
                 raise RuntimeError(f"kafka-clients missing from the fetched connector jars: {kept}")
             (self.jars_dir / ".complete").write_text(self.version + "\n")
@@ -128,15 +132,31 @@ class SparkPart:
                 return self.cds_archive.exists()
             env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
             try:
-                proc = subprocess.run([sys.executable, "-m", "lagpilot_runtime.drain_job", "--train-cds",
-                                       str(self.cds_archive), "--jars", ",".join(self.jars())], env=env,
-                                      capture_output=True, text=True, timeout=timeout_s, check=False)
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "lagpilot_runtime.drain_job",
+                        "--train-cds",
+                        str(self.cds_archive),
+                        "--jars",
+                        ",".join(self.jars()),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout_s,
+                    check=False,
+                )
                 ok = proc.returncode == 0 and self.cds_archive.exists()
                 detail = "" if ok else (proc.stderr or proc.stdout)[-500:]
             except (OSError, subprocess.TimeoutExpired) as exc:
                 ok, detail = False, str(exc)
             (self.jars_dir / ".cds-attempted").write_text("ok\n" if ok else "failed\n")
-            log.info("spark drain CDS archive", extra={"written": ok, "path": str(self.cds_archive), "detail": detail})
+            log.info(
+                "spark drain CDS archive",
+                extra={"written": ok, "path": str(self.cds_archive), "detail": detail},
+            )
             return ok
 
     def start(self) -> None:
@@ -154,7 +174,11 @@ class SparkPart:
         return [str(p) for p in sorted(self.jars_dir.glob("*.jar"))]
 
     def info(self) -> dict[str, Any]:
-        return {"spark_jars": self.jars(), "spark_version": self.version, "spark_jars_dir": str(self.jars_dir)}
+        return {
+            "spark_jars": self.jars(),
+            "spark_version": self.version,
+            "spark_jars_dir": str(self.jars_dir),
+        }
 
 
 def spark_jars(cache_dir: Path | None = None) -> list[str]:
@@ -167,8 +191,9 @@ def spark_jars(cache_dir: Path | None = None) -> list[str]:
     return part.jars()
 
 
-def session_conf(app: str, jars: Sequence[str], master: str = "local[2]",
-                 conf: Mapping[str, str] | None = None) -> dict[str, str]:
+def session_conf(
+    app: str, jars: Sequence[str], master: str = "local[2]", conf: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The SparkSession settings `local_session` uses (pure, so it is unit-testable)."""
     out = {
         "spark.app.name": app,
@@ -188,15 +213,22 @@ def session_conf(app: str, jars: Sequence[str], master: str = "local[2]",
     return out
 
 
-def local_session(app: str = "lagpilot", jars: Sequence[str] | None = None, master: str = "local[2]",
-                  conf: Mapping[str, str] | None = None, **more_conf: str) -> Any:
+def local_session(
+    app: str = "lagpilot",
+    jars: Sequence[str] | None = None,
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    **more_conf: str,
+) -> Any:
     """A local SparkSession with the Kafka connector on the classpath, UI off, few shuffle partitions.
 
     Extra settings by `conf={"spark.x": "y"}` or `**{"spark.x": "y"}`. Stop it with `.stop()`.
     """
     from pyspark.sql import SparkSession
 
-    settings = session_conf(app, spark_jars() if jars is None else jars, master, {**(conf or {}), **more_conf})
+    settings = session_conf(
+        app, spark_jars() if jars is None else jars, master, {**(conf or {}), **more_conf}
+    )
     builder = SparkSession.builder
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -16,6 +16,7 @@ What tests/real/test_drain_k8s.py and `bench/drain.py --executors ... --k8s` bot
 Inside a pod (the operator's Job) the conf comes from `lagpilot.act.drain_manifests.spark_k8s_conf`
 instead; this module is for the local stack only.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,18 +28,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONSUMER_IMAGE = "lagpilot/consumer:dev"  # the pod runner knows its entrypoint (lagpilot_runtime.image_entrypoint)
+CONSUMER_IMAGE = (
+    "lagpilot/consumer:dev"  # the pod runner knows its entrypoint (lagpilot_runtime.image_entrypoint)
+)
 DRAIN_COMPONENT = "drain"
 
 
-DRAIN_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+DRAIN_KINDS = (
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def drain_rbac_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The chart's drain ServiceAccount/Role/RoleBinding and its admission policy (+ binding) among
     rendered objects (pure)."""
-    return [o for o in objects if o.get("kind") in DRAIN_KINDS
-            and ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") == DRAIN_COMPONENT]
+    return [
+        o
+        for o in objects
+        if o.get("kind") in DRAIN_KINDS
+        and ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component")
+        == DRAIN_COMPONENT
+    ]
 
 
 def local_driver_objects(namespace: str, service_account: str) -> list[dict[str, Any]]:
@@ -48,11 +62,19 @@ def local_driver_objects(namespace: str, service_account: str) -> list[dict[str,
     pod) is not applied for it. Never part of the chart."""
     name = f"{service_account}-local-driver"
     return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name, "namespace": namespace},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "deletecollection"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": name, "namespace": namespace},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "deletecollection"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+        },
     ]
 
 
@@ -62,8 +84,9 @@ def apply_drain_rbac(kube_part: Any, namespace: str, release: str, local_driver:
     pod (the bench): no admission policy, plus `local_driver_objects`."""
     from lagpilot_dev import helm as h
 
-    rendered = h.template({"drain": {"namespaces": [namespace]}}, release=release, namespace=namespace,
-                          helm=h.ensure_helm())
+    rendered = h.template(
+        {"drain": {"namespaces": [namespace]}}, release=release, namespace=namespace, helm=h.ensure_helm()
+    )
     rbac = drain_rbac_objects(rendered.objects)
     kinds = sorted(o["kind"] for o in rbac)
     if kinds != sorted(DRAIN_KINDS):
@@ -76,10 +99,18 @@ def apply_drain_rbac(kube_part: Any, namespace: str, release: str, local_driver:
     return sa
 
 
-def client_mode_conf(namespace: str, executors: int, cores: int, memory: str, pod_prefix: str,
-                     env: Mapping[str, str], secret_refs: Mapping[str, tuple[str, str]],
-                     labels: Mapping[str, str] | None = None, image: str = CONSUMER_IMAGE,
-                     driver_host: str = "127.0.0.1") -> dict[str, str]:
+def client_mode_conf(
+    namespace: str,
+    executors: int,
+    cores: int,
+    memory: str,
+    pod_prefix: str,
+    env: Mapping[str, str],
+    secret_refs: Mapping[str, tuple[str, str]],
+    labels: Mapping[str, str] | None = None,
+    image: str = CONSUMER_IMAGE,
+    driver_host: str = "127.0.0.1",
+) -> dict[str, str]:
     """Spark conf for a driver outside the cluster asking the API server for `executors` pods of
     `cores` task slots each (pure). `env`: plain values for the executors; `secret_refs`:
     variable -> (Secret, key), never literal. The executors connect back to `driver_host`."""
@@ -121,10 +152,16 @@ def client_mode_conf(namespace: str, executors: int, cores: int, memory: str, po
 
 def executor_summary(pods: list[dict[str, Any]]) -> dict[str, int]:
     """{total, running, terminating} of executor pod objects (pure)."""
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp")]
-    return {"total": len(pods), "running": len(running),
-            "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp"))}
+    running = [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+    return {
+        "total": len(pods),
+        "running": len(running),
+        "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp")),
+    }
 
 
 @dataclass
@@ -173,22 +210,31 @@ class LocalSparkK8s:
                     raise
                 time.sleep(0.5)
         if self.secret_data:
-            core.create_namespaced_secret(self.namespace, {"metadata": {"name": "drain-env"},
-                                                           "stringData": dict(self.secret_data)})
-        self.service_account = apply_drain_rbac(self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}",
-                                                local_driver=True)
-        self.driver_kubeconfig = self.kube_part.kubeconfig_for_service_account(self.namespace, self.service_account,
-                                                                               create=False)
-        self.runner = PodRunner(self.kube_part.admin_kubeconfig, node_name=node, workdir=self.workdir / "podrunner",
-                                namespaces={self.namespace}, delete_node_on_stop=True).start()
+            core.create_namespaced_secret(
+                self.namespace, {"metadata": {"name": "drain-env"}, "stringData": dict(self.secret_data)}
+            )
+        self.service_account = apply_drain_rbac(
+            self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}", local_driver=True
+        )
+        self.driver_kubeconfig = self.kube_part.kubeconfig_for_service_account(
+            self.namespace, self.service_account, create=False
+        )
+        self.runner = PodRunner(
+            self.kube_part.admin_kubeconfig,
+            node_name=node,
+            workdir=self.workdir / "podrunner",
+            namespaces={self.namespace},
+            delete_node_on_stop=True,
+        ).start()
         return self
 
     def executor_pods(self, selector: str = "spark-role=executor") -> list[dict[str, Any]]:
         """Executor pod objects in the namespace, from the API server."""
         from kubernetes import client
 
-        resp = client.CoreV1Api(self._api).list_namespaced_pod(self.namespace, label_selector=selector,
-                                                               _preload_content=False)
+        resp = client.CoreV1Api(self._api).list_namespaced_pod(
+            self.namespace, label_selector=selector, _preload_content=False
+        )
         return list(json.loads(resp.data)["items"])
 
     def stop(self) -> None:

@@ -15,6 +15,7 @@ Several pytest sessions on one machine may share one stack. They take *leases*
 (`acquire`/`release`); a part started by a test session is stopped when the last lease is released,
 a part started by a person (`lagpilot dev up`) is left running.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,12 +35,32 @@ from lagpilot_dev.paths import state_dir as default_state_dir
 
 log = logging.getLogger("lagpilot_dev.stack")
 
-ALL_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres", "spark", "prometheus", "node", "netpol", "keda", "oidc")
+ALL_PARTS: tuple[str, ...] = (
+    "kafka",
+    "kube",
+    "postgres",
+    "spark",
+    "prometheus",
+    "node",
+    "netpol",
+    "keda",
+    "oidc",
+)
 # prometheus, node, netpol (the node's NetworkPolicy agent), keda and oidc only when asked for
 DEFAULT_PARTS: tuple[str, ...] = ("kafka", "kube", "postgres")
 # stop in this order: dependants first (the node's policy agent serves the node; the node and KEDA run
 # on the kube control plane; the broker fetches the OIDC provider's keys)
-_STOP_ORDER: tuple[str, ...] = ("keda", "netpol", "node", "prometheus", "spark", "postgres", "kube", "kafka", "oidc")
+_STOP_ORDER: tuple[str, ...] = (
+    "keda",
+    "netpol",
+    "node",
+    "prometheus",
+    "spark",
+    "postgres",
+    "kube",
+    "kafka",
+    "oidc",
+)
 # parts that must be up before the others start: the broker gets its OAUTHBEARER listener only
 # when the oidc part of its state dir is up at its start
 _FIRST: tuple[str, ...] = ("oidc",)
@@ -93,7 +114,7 @@ class StackInfo:
 
 
 def parse_parts(text: str | Iterable[str] | None, default: Sequence[str] = DEFAULT_PARTS) -> tuple[str, ...]:
-    """"kafka,postgres" → ("kafka", "postgres"), in canonical order, validated; "all" → every part."""
+    """ "kafka,postgres" → ("kafka", "postgres"), in canonical order, validated; "all" → every part."""
     if text is None:
         return tuple(default)
     items = [p.strip().lower() for p in (text.split(",") if isinstance(text, str) else text)]
@@ -120,30 +141,39 @@ class Stack:
         if name not in self._parts:
             if name == "kafka":
                 from lagpilot_dev.kafka import KafkaPart
+
                 self._parts[name] = KafkaPart(self.cache_dir, self.state_dir)
             elif name == "postgres":
                 from lagpilot_dev.postgres import PostgresPart
+
                 self._parts[name] = PostgresPart(self.cache_dir, self.state_dir)
             elif name == "spark":
                 from lagpilot_dev.spark import SparkPart
+
                 self._parts[name] = SparkPart(self.cache_dir, self.state_dir)
             elif name == "kube":
                 from lagpilot_dev.kube import KubePart
+
                 self._parts[name] = KubePart(self.cache_dir, self.state_dir)
             elif name == "prometheus":
                 from lagpilot_dev.prometheus import PrometheusPart
+
                 self._parts[name] = PrometheusPart(self.cache_dir, self.state_dir)
             elif name == "node":
                 from lagpilot_dev.node import NodePart
+
                 self._parts[name] = NodePart(self.cache_dir, self.state_dir)
             elif name == "netpol":
                 from lagpilot_dev.netpol import NetpolPart
+
                 self._parts[name] = NetpolPart(self.cache_dir, self.state_dir)
             elif name == "oidc":
                 from lagpilot_dev.oidc import OidcPart
+
                 self._parts[name] = OidcPart(self.cache_dir, self.state_dir)
             elif name == "keda":
                 from lagpilot_dev.keda import KedaPart
+
                 self._parts[name] = KedaPart(self.cache_dir, self.state_dir)
             else:
                 raise ValueError(f"unknown part {name!r}; known: {', '.join(ALL_PARTS)}")

@@ -17,6 +17,7 @@ Deployment's spec.replicas, scale events). For a KEDA run the model (`lagpilot.d
 the simulator) predicts the run from its trace and its measured consumer capacity and pod start:
 within-SLA, replica-minutes and the replica trajectory, side by side with what was measured.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,15 @@ from lagpilot_dev.demo import Demo
 from lagpilot_dev.demo import parse_args as demo_parse_args
 from lagpilot_dev.demo_cluster import Cluster
 from lagpilot_dev.demo_config import PARTS
-from lagpilot_dev.versus_config import KedaVariant, Round, consumer_deployment, figures, medians, round_order, scaled_object
+from lagpilot_dev.versus_config import (
+    KedaVariant,
+    Round,
+    consumer_deployment,
+    figures,
+    medians,
+    round_order,
+    scaled_object,
+)
 
 log = logging.getLogger("lagpilot_dev.versus")
 
@@ -48,15 +57,24 @@ class KedaCluster(Cluster):
         from kubernetes import client
 
         n = self.names
-        hpa = client.AutoscalingV2Api(self.api).read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{n.name}", n.ns)
+        hpa = client.AutoscalingV2Api(self.api).read_namespaced_horizontal_pod_autoscaler(
+            f"keda-hpa-{n.name}", n.ns
+        )
         st = hpa.status
         metric = None
         for m in st.current_metrics or []:
             if m.external is not None and m.external.current is not None:
                 metric = m.external.current.average_value or m.external.current.value
-        return {"desiredReplicas": st.desired_replicas,
-                "conditions": [{"type": "Scaling", "status": "True",
-                                "message": f"HPA desired {st.desired_replicas}, external metric (average) {metric}"}]}
+        return {
+            "desiredReplicas": st.desired_replicas,
+            "conditions": [
+                {
+                    "type": "Scaling",
+                    "status": "True",
+                    "message": f"HPA desired {st.desired_replicas}, external metric (average) {metric}",
+                }
+            ],
+        }
 
 
 class VariantRun(Demo):
@@ -76,8 +94,11 @@ class VariantRun(Demo):
             return
         from lagpilot_dev.demo_pods import PodRunnerHandle
 
-        t0 = self.console.begin(3, "The pod runner (no lagpilot operator: KEDA scales this Deployment)",
-                                "the pod runner to register its Node")
+        t0 = self.console.begin(
+            3,
+            "The pod runner (no lagpilot operator: KEDA scales this Deployment)",
+            "the pod runner to register its Node",
+        )
         self.pods = PodRunnerHandle(self.names, self.cluster.info)
         self.pods.start()
         self.console.done("operator_up", t0, f"pod runner node {self.pods.runner.node_name}")
@@ -89,21 +110,33 @@ class VariantRun(Demo):
         from kubernetes import client
 
         console, n, cluster, v = self.console, self.names, self.cluster, self.variant
-        t0 = console.begin(4, f"Deployment {n.ns}/{n.deployment} + ScaledObject ({v.name}) → PostgreSQL table {n.table}",
-                           "KEDA to create the HPA")
+        t0 = console.begin(
+            4,
+            f"Deployment {n.ns}/{n.deployment} + ScaledObject ({v.name}) → PostgreSQL table {n.table}",
+            "KEDA to create the HPA",
+        )
         boot = cluster.info.bootstrap_servers
-        objs = {"apiVersion": "v1", "kind": "List",
-                "items": [consumer_deployment(n, self.profile, boot), scaled_object(n, self.profile, boot, v)]}
+        objs = {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [consumer_deployment(n, self.profile, boot), scaled_object(n, self.profile, boot, v)],
+        }
         path = n.out / "keda.yaml"
         path.write_text(json.dumps(objs, indent=1) + "\n")
         cluster.kubectl("apply", "-f", str(path))
         console.say(f"$ kubectl apply -f {path}   ({v.describe()})", indent=True)
         autoscaling = client.AutoscalingV2Api(cluster.api)
         core = client.CoreV1Api(cluster.api)
-        console.wait(lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{n.name}", n.ns),
-                     f"HPA keda-hpa-{n.name} (made by keda-operator)", 120)
-        console.wait(lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(n.ns).items),
-                     "a consumer pod in phase Running", 120)
+        console.wait(
+            lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{n.name}", n.ns),
+            f"HPA keda-hpa-{n.name} (made by keda-operator)",
+            120,
+        )
+        console.wait(
+            lambda: any(p.status.phase == "Running" for p in core.list_namespaced_pod(n.ns).items),
+            "a consumer pod in phase Running",
+            120,
+        )
         console.wait(self.observer.group_has_members, f"a member in consumer group {n.group_id}", 120)
         console.done("group_ready", t0, "consumer running, HPA present")
 
@@ -115,9 +148,15 @@ class VariantRun(Demo):
         self.loop.replay(self.cluster.info.bootstrap_servers)
         self.loop.catch_up()
         rc = demo_summary.report(
-            self.console, self.names, self.profile, pg=self.cluster.pg, samples=self.observer.samples,
-            producer=self.loop.producer, operator_restarts=self._operator_restarts(),
-            operator_exit_codes=self.operator.exit_codes if self.operator is not None else [])
+            self.console,
+            self.names,
+            self.profile,
+            pg=self.cluster.pg,
+            samples=self.observer.samples,
+            producer=self.loop.producer,
+            operator_restarts=self._operator_restarts(),
+            operator_exit_codes=self.operator.exit_codes if self.operator is not None else [],
+        )
         summary = json.loads((self.names.out / "summary.json").read_text())
         summary["versus_exit"] = rc
         return summary
@@ -142,11 +181,18 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
     rows = sim_compare.compare(pred, sim_compare.measured_from_summary(summary))
     measured_traj = [(e["t"], e["to"]) for e in summary.get("scale_events") or []]
     ts, reps = res.series.get("t", []), res.series.get("replicas", [])
-    predicted_traj = [(round(t, 1), int(r)) for i, (t, r) in enumerate(zip(ts, reps)) if i == 0 or reps[i - 1] != r]
-    return {"comparison": {r["metric"]: r for r in rows if r["metric"] != "drain_task_minutes"},
-            "agrees": sim_compare.agrees([r for r in rows if r["metric"] != "drain_task_minutes"]),
-            "params": used, "not_modelled": unknown, "config": cfg.__dict__,
-            "predicted_replica_changes": predicted_traj, "measured_replica_changes": measured_traj}
+    predicted_traj = [
+        (round(t, 1), int(r)) for i, (t, r) in enumerate(zip(ts, reps)) if i == 0 or reps[i - 1] != r
+    ]
+    return {
+        "comparison": {r["metric"]: r for r in rows if r["metric"] != "drain_task_minutes"},
+        "agrees": sim_compare.agrees([r for r in rows if r["metric"] != "drain_task_minutes"]),
+        "params": used,
+        "not_modelled": unknown,
+        "config": cfg.__dict__,
+        "predicted_replica_changes": predicted_traj,
+        "measured_replica_changes": measured_traj,
+    }
 
 
 def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
@@ -157,17 +203,24 @@ def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
     are added to ``out``'s, by round index."""
     old = json.loads((out / "versus.json").read_text())
     # each output's rounds keep the load average and the time of the output they came from
-    merged = old.get("merged_outputs") or [{"out": str(out), "load_average": old.get("load_average"),
-                                            "written_at": old.get("written_at"),
-                                            "rounds": [r["index"] for r in old["rounds"]]}]
+    merged = old.get("merged_outputs") or [
+        {
+            "out": str(out),
+            "load_average": old.get("load_average"),
+            "written_at": old.get("written_at"),
+            "rounds": [r["index"] for r in old["rounds"]],
+        }
+    ]
     for other in merge or []:
         more = json.loads((other / "versus.json").read_text())
         if more["profile"] != old["profile"]:
             raise ValueError(f"{other}: profile {more['profile']!r}, not {out}'s {old['profile']!r}")
         for name, d in more["variants"].items():  # a variant may be new; one of the same name is the same
             if isinstance(d, dict) and name in old["variants"] and old["variants"][name] != d:
-                raise ValueError(f"{other}: variant {name!r} has other settings than in {out}: {d} vs "
-                                 f"{old['variants'][name]}")
+                raise ValueError(
+                    f"{other}: variant {name!r} has other settings than in {out}: {d} vs "
+                    f"{old['variants'][name]}"
+                )
             old["variants"].setdefault(name, d)
         have = {fig.get("out") for r in old["rounds"] for fig in r["results"].values()}
         added = []
@@ -176,14 +229,23 @@ def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
                 continue  # merged before
             # a colliding index (both outputs started at round 0) is numbered after the last; the
             # order (who ran first) is the round's own
-            index = r["index"] if r["index"] not in {x["index"] for x in old["rounds"]} \
+            index = (
+                r["index"]
+                if r["index"] not in {x["index"] for x in old["rounds"]}
                 else max(x["index"] for x in old["rounds"]) + 1
+            )
             old["rounds"].append({**r, "index": index})
             added.append(index)
         old["rounds"].sort(key=lambda r: r["index"])
         if added:
-            merged.append({"out": str(other), "load_average": more.get("load_average"),
-                           "written_at": more.get("written_at"), "rounds": added})
+            merged.append(
+                {
+                    "out": str(other),
+                    "load_average": more.get("load_average"),
+                    "written_at": more.get("written_at"),
+                    "rounds": added,
+                }
+            )
     variants = {n: KedaVariant.from_description(d) for n, d in old["variants"].items() if isinstance(d, dict)}
     rounds = []
     for r in old["rounds"]:
@@ -194,12 +256,23 @@ def recheck(out: Path, merge: list[Path] | None = None) -> dict[str, Any]:
                 summary = json.loads((run_out / "summary.json").read_text())
                 fig["model"] = model_check(summary, variants[name], run_out)
         rounds.append(rnd)
-    vs = Versus(profile=old["profile"], variants=list(variants.values()), rounds=len(rounds), out=out,
-                lagpilot="lagpilot" in old["variants"])
-    result = vs._write(rounds, {"keda_version": old.get("keda_version")},
-                       keep={"load_average": old.get("load_average"), "written_at": old.get("written_at"),
-                             "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                             **({"merged_outputs": merged} if len(merged) > 1 else {})})
+    vs = Versus(
+        profile=old["profile"],
+        variants=list(variants.values()),
+        rounds=len(rounds),
+        out=out,
+        lagpilot="lagpilot" in old["variants"],
+    )
+    result = vs._write(
+        rounds,
+        {"keda_version": old.get("keda_version")},
+        keep={
+            "load_average": old.get("load_average"),
+            "written_at": old.get("written_at"),
+            "rechecked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **({"merged_outputs": merged} if len(merged) > 1 else {}),
+        },
+    )
     return result
 
 
@@ -224,7 +297,7 @@ class Versus:
         self.out.mkdir(parents=True, exist_ok=True)
         stack = Stack()
         info, lease = stack.acquire(VERSUS_PARTS)
-        keda_info = (info.parts.get("keda") or {})
+        keda_info = info.parts.get("keda") or {}
         by_name = {v.name: v for v in self.variants}
         done: list[Round] = []
         try:
@@ -249,8 +322,9 @@ class Versus:
         tag = "lp" if variant is None else variant.name.replace("_", "-")[:20]
         # the demo's own parser, so every option it knows has its default (the profile is set after:
         # `hot` is one of VERSUS_PROFILES, not a choice of the demo's --profile)
-        args = demo_parse_args(["--namespace", f"versus-{tag}-{i}", "--out", str(out),
-                                *(["--plain"] if self.plain else [])])
+        args = demo_parse_args(
+            ["--namespace", f"versus-{tag}-{i}", "--out", str(out), *(["--plain"] if self.plain else [])]
+        )
         args.profile = self.profile
         root = logging.getLogger()
         handlers = list(root.handlers), list(logging.getLogger("lagpilot_dev").handlers)
@@ -265,14 +339,23 @@ class Versus:
                     if h not in before:
                         lg.removeHandler(h)
 
-    def _write(self, rounds: list[Round], keda_info: dict[str, Any], keep: dict[str, Any] | None = None,
-               ) -> dict[str, Any]:
+    def _write(
+        self,
+        rounds: list[Round],
+        keda_info: dict[str, Any],
+        keep: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         result = {
             "profile": self.profile,
             "keda_version": keda_info.get("keda_version"),
-            "variants": {**({"lagpilot": "the demo's BatchConsumerGroup (lagpilot operator, drains on)"}
-                            if self.lagpilot else {}),
-                         **{v.name: v.describe() for v in self.variants}},
+            "variants": {
+                **(
+                    {"lagpilot": "the demo's BatchConsumerGroup (lagpilot operator, drains on)"}
+                    if self.lagpilot
+                    else {}
+                ),
+                **{v.name: v.describe() for v in self.variants},
+            },
             "rounds": [{"index": r.index, "order": r.order, "results": r.results} for r in rounds],
             "summary": medians(rounds) if rounds else {},
             "load_average": list(os.getloadavg()),
@@ -291,9 +374,12 @@ class Versus:
             try:
                 from lagpilot_dev.versus_plot import plot_round
 
-                plot_round({"results": r.results}, self.out / f"round{r.index}.png",
-                           f"lagpilot vs KEDA {result['keda_version']} · profile {self.profile} · round {r.index} "
-                           f"(order {' → '.join(r.order)})")
+                plot_round(
+                    {"results": r.results},
+                    self.out / f"round{r.index}.png",
+                    f"lagpilot vs KEDA {result['keda_version']} · profile {self.profile} · round {r.index} "
+                    f"(order {' → '.join(r.order)})",
+                )
             except Exception as exc:  # noqa: BLE001 - the figures stand without the plot
                 log.warning("versus plot failed", extra={"error": repr(exc)[:300]})
         return result

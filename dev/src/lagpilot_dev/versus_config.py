@@ -8,6 +8,7 @@ is no drain). The ScaledObject uses KEDA's `kafka` trigger on the same topic and
 `minReplicaCount`/`maxReplicaCount` as the CR's `minReplicas`/`maxReplicas`; everything else is
 KEDA's default unless a variant sets it (`KedaVariant`).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,9 +23,11 @@ from lagpilot_dev.demo_config import RunNames, manifest
 from lagpilot_dev.demo_traffic import Profile
 
 # the partition options of KEDA's Kafka scaler (trigger metadata names) -> KedaConfig fields
-OPTIONS = {"limitToPartitionsWithLag": "limit_to_partitions_with_lag",
-           "ensureEvenDistributionOfPartitions": "ensure_even_distribution_of_partitions",
-           "excludePersistentLag": "exclude_persistent_lag"}
+OPTIONS = {
+    "limitToPartitionsWithLag": "limit_to_partitions_with_lag",
+    "ensureEvenDistributionOfPartitions": "ensure_even_distribution_of_partitions",
+    "excludePersistentLag": "exclude_persistent_lag",
+}
 # the HPA's documented defaults (KEDA leaves `advanced.horizontalPodAutoscalerConfig.behavior` unset)
 HPA_SCALE_DOWN_WINDOW_S = 300
 
@@ -55,9 +58,13 @@ class KedaVariant:
         name, _, rest = text.partition(":")
         kw: dict[str, Any] = {"name": name.strip() or "keda"}
         opts: list[str] = []
-        keys = {"lagThreshold": "lag_threshold", "activationLagThreshold": "activation_lag_threshold",
-                "pollingInterval": "polling_interval_s", "cooldownPeriod": "cooldown_s",
-                "scaleDown": "scale_down_window_s"}
+        keys = {
+            "lagThreshold": "lag_threshold",
+            "activationLagThreshold": "activation_lag_threshold",
+            "pollingInterval": "polling_interval_s",
+            "cooldownPeriod": "cooldown_s",
+            "scaleDown": "scale_down_window_s",
+        }
         for item in (x.strip() for x in rest.split(",") if x.strip()):
             k, eq, v = item.partition("=")
             if not eq:
@@ -65,30 +72,46 @@ class KedaVariant:
             elif k in keys:
                 kw[keys[k]] = int(v)
             else:
-                raise ValueError(f"unknown KEDA setting {k!r} in {text!r}; known: {sorted(keys)} and {sorted(OPTIONS)}")
+                raise ValueError(
+                    f"unknown KEDA setting {k!r} in {text!r}; known: {sorted(keys)} and {sorted(OPTIONS)}"
+                )
         return cls(**kw, options=tuple(opts))
 
     @classmethod
     def from_description(cls, d: Mapping[str, Any]) -> KedaVariant:
         """The inverse of :meth:`describe` (versus.json's ``variants``); an explicit 300 s scale-down
         window and none (the HPA's 300 s) are the same to the HPA and to the model."""
-        fields = ("name", "lag_threshold", "activation_lag_threshold", "polling_interval_s", "cooldown_s",
-                  "scale_down_window_s")
+        fields = (
+            "name",
+            "lag_threshold",
+            "activation_lag_threshold",
+            "polling_interval_s",
+            "cooldown_s",
+            "scale_down_window_s",
+        )
         return cls(**{k: d[k] for k in fields if k in d}, options=tuple(d.get("options") or ()))
 
     def model(self, min_replicas: int, max_replicas: int) -> KedaConfig:
         """The same configuration for lagpilot.decide.keda (the model checked against the run)."""
-        return KedaConfig(lag_threshold=self.lag_threshold, activation_lag_threshold=self.activation_lag_threshold,
-                          polling_interval_s=float(self.polling_interval_s), cooldown_s=float(self.cooldown_s),
-                          min_replicas=min_replicas, max_replicas=max_replicas,
-                          down_window_s=float(HPA_SCALE_DOWN_WINDOW_S if self.scale_down_window_s is None
-                                              else self.scale_down_window_s),
-                          **{OPTIONS[o]: True for o in self.options})
+        return KedaConfig(
+            lag_threshold=self.lag_threshold,
+            activation_lag_threshold=self.activation_lag_threshold,
+            polling_interval_s=float(self.polling_interval_s),
+            cooldown_s=float(self.cooldown_s),
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            down_window_s=float(
+                HPA_SCALE_DOWN_WINDOW_S if self.scale_down_window_s is None else self.scale_down_window_s
+            ),
+            **{OPTIONS[o]: True for o in self.options},
+        )
 
     def describe(self) -> dict[str, Any]:
         d = asdict(self)
         d["options"] = list(self.options)
-        d["scale_down_window_s"] = HPA_SCALE_DOWN_WINDOW_S if self.scale_down_window_s is None else self.scale_down_window_s
+        d["scale_down_window_s"] = (
+            HPA_SCALE_DOWN_WINDOW_S if self.scale_down_window_s is None else self.scale_down_window_s
+        )
         return d
 
 
@@ -103,12 +126,17 @@ def consumer_deployment(names: RunNames, profile: Profile, bootstrap_servers: st
     return dep
 
 
-def scaled_object(names: RunNames, profile: Profile, bootstrap_servers: str, v: KedaVariant) -> dict[str, Any]:
+def scaled_object(
+    names: RunNames, profile: Profile, bootstrap_servers: str, v: KedaVariant
+) -> dict[str, Any]:
     """The ScaledObject: KEDA's `kafka` trigger on the run's topic and group."""
     m = manifest(names, profile, bootstrap_servers)["spec"]["scaling"]
     meta: dict[str, str] = {
-        "bootstrapServers": bootstrap_servers, "consumerGroup": names.group_id, "topic": names.topic,
-        "lagThreshold": str(v.lag_threshold), "activationLagThreshold": str(v.activation_lag_threshold),
+        "bootstrapServers": bootstrap_servers,
+        "consumerGroup": names.group_id,
+        "topic": names.topic,
+        "lagThreshold": str(v.lag_threshold),
+        "activationLagThreshold": str(v.activation_lag_threshold),
         # the consumer starts from the earliest offset (lagpilot's runtime: auto.offset.reset=earliest),
         # so a partition without a committed offset lags by its whole log, as KEDA's option says
         "offsetResetPolicy": "earliest",
@@ -117,15 +145,24 @@ def scaled_object(names: RunNames, profile: Profile, bootstrap_servers: str, v: 
         meta[o] = "true"
     spec: dict[str, Any] = {
         "scaleTargetRef": {"name": f"{names.name}-consumer"},
-        "pollingInterval": v.polling_interval_s, "cooldownPeriod": v.cooldown_s,
-        "minReplicaCount": int(m["minReplicas"]), "maxReplicaCount": int(m["maxReplicas"]),
+        "pollingInterval": v.polling_interval_s,
+        "cooldownPeriod": v.cooldown_s,
+        "minReplicaCount": int(m["minReplicas"]),
+        "maxReplicaCount": int(m["maxReplicas"]),
         "triggers": [{"type": "kafka", "metadata": meta}],
     }
     if v.scale_down_window_s is not None:
-        spec["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": {
-            "scaleDown": {"stabilizationWindowSeconds": v.scale_down_window_s}}}}
-    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-            "metadata": {"name": names.name, "namespace": names.ns}, "spec": spec}
+        spec["advanced"] = {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": v.scale_down_window_s}}
+            }
+        }
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": names.name, "namespace": names.ns},
+        "spec": spec,
+    }
 
 
 # ---- the results ---------------------------------------------------------------------------------
@@ -136,12 +173,18 @@ def figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The figures both sides are measured by, from one run's demo summary."""
     lat = summary.get("latency") or {}
     led = summary.get("ledger") or {}
-    return {"within_sla_fraction": lat.get("within_sla_fraction"), "p99_s": lat.get("p99_s"),
-            "replica_minutes": summary.get("replica_minutes"), "drain_task_minutes": summary.get("drain_task_minutes"),
-            "scale_events": sum(1 for e in summary.get("scale_events") or [] if e.get("cause") == "scaling"),
-            "max_replicas": summary.get("max_replicas"),
-            "exactly_once": bool(summary.get("ok")) and led.get("lost") == 0 and led.get("duplicated") == 0,
-            "produced": summary.get("produced"), "lost": led.get("lost"), "duplicated": led.get("duplicated")}
+    return {
+        "within_sla_fraction": lat.get("within_sla_fraction"),
+        "p99_s": lat.get("p99_s"),
+        "replica_minutes": summary.get("replica_minutes"),
+        "drain_task_minutes": summary.get("drain_task_minutes"),
+        "scale_events": sum(1 for e in summary.get("scale_events") or [] if e.get("cause") == "scaling"),
+        "max_replicas": summary.get("max_replicas"),
+        "exactly_once": bool(summary.get("ok")) and led.get("lost") == 0 and led.get("duplicated") == 0,
+        "produced": summary.get("produced"),
+        "lost": led.get("lost"),
+        "duplicated": led.get("duplicated"),
+    }
 
 
 @dataclass
@@ -172,16 +215,28 @@ def medians(rounds: Sequence[Round], base: str = "lagpilot") -> dict[str, Any]:
             med[k] = round(statistics.median(xs), 4) if xs else None
         ratios = {}
         for k in ("replica_minutes", "p99_s"):
-            rs = [x for r in rounds if v in r.results and base in r.results
-                  if (x := _ratio(r.results[v].get(k), r.results[base].get(k))) is not None]
+            rs = [
+                x
+                for r in rounds
+                if v in r.results and base in r.results
+                if (x := _ratio(r.results[v].get(k), r.results[base].get(k))) is not None
+            ]
             ratios[f"{k}_vs_{base}"] = round(statistics.median(rs), 3) if rs else None
-        diffs = [r.results[v]["within_sla_fraction"] - r.results[base]["within_sla_fraction"] for r in rounds
-                 if v in r.results and base in r.results
-                 and r.results[v].get("within_sla_fraction") is not None
-                 and r.results[base].get("within_sla_fraction") is not None]
+        diffs = [
+            r.results[v]["within_sla_fraction"] - r.results[base]["within_sla_fraction"]
+            for r in rounds
+            if v in r.results
+            and base in r.results
+            and r.results[v].get("within_sla_fraction") is not None
+            and r.results[base].get("within_sla_fraction") is not None
+        ]
         ratios[f"within_sla_points_vs_{base}"] = round(100 * statistics.median(diffs), 2) if diffs else None
-        out[v] = {"rounds": len(per), "median": med, "per_round_vs_base": ratios,
-                  "exactly_once_all_rounds": all(p.get("exactly_once") for p in per)}
+        out[v] = {
+            "rounds": len(per),
+            "median": med,
+            "per_round_vs_base": ratios,
+            "exactly_once_all_rounds": all(p.get("exactly_once") for p in per),
+        }
     return out
 
 

@@ -5,6 +5,7 @@ consumer replicas (the Deployment's spec.replicas) per run, and the KEDA model's
 replicas for each KEDA run (dashed). Bottom: lagpilot's drain tasks. Read from each run's
 samples.jsonl (the demo's samples) and versus.json's model trajectories.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,19 +50,33 @@ def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
         rows = _samples(Path(res["out"]))
         xs = [r["t"] for r in rows]
         w = res.get("within_sla_fraction")
-        label = f"{name}: within SLA {100 * w:.1f} %, {res.get('replica_minutes')} replica-min" if w is not None else name
+        label = (
+            f"{name}: within SLA {100 * w:.1f} %, {res.get('replica_minutes')} replica-min"
+            if w is not None
+            else name
+        )
         axes[0].plot(xs, [_backlog(r) for r in rows], color=color, lw=1.5, label=label)
-        axes[1].step(xs, [r["pods"] if r.get("pods") is not None else math.nan for r in rows], where="post",
-                     color=color, lw=2, label=f"{name} replicas (measured)")
+        axes[1].step(
+            xs,
+            [r["pods"] if r.get("pods") is not None else math.nan for r in rows],
+            where="post",
+            color=color,
+            lw=2,
+            label=f"{name} replicas (measured)",
+        )
         model = res.get("model") or {}
         traj = model.get("predicted_replica_changes") or []
         if traj:
             end = xs[-1] if xs else traj[-1][0]
             tx = [t for t, _ in traj] + [end]
             ty = [r for _, r in traj] + [traj[-1][1]]
-            axes[1].step(tx, ty, where="post", color=color, lw=1.2, ls="--", label=f"{name} replicas (KEDA model)")
+            axes[1].step(
+                tx, ty, where="post", color=color, lw=1.2, ls="--", label=f"{name} replicas (KEDA model)"
+            )
         if name == "lagpilot":
-            axes[2].step(xs, [_tasks(r) for r in rows], where="post", color=color, lw=1.5, label="lagpilot drain tasks")
+            axes[2].step(
+                xs, [_tasks(r) for r in rows], where="post", color=color, lw=1.5, label="lagpilot drain tasks"
+            )
     axes[0].set_ylabel("backlog (records)")
     axes[0].legend(loc="upper right", fontsize=8)
     axes[0].set_title(title)
@@ -75,10 +90,12 @@ def plot_round(rnd: Mapping[str, Any], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-SUMMARY_PANELS = (("within_sla_fraction", "records within the SLA (%)", 100.0),
-                  ("p99_s", "p99 produce → sink latency (s)", 1.0),
-                  ("replica_minutes", "replica-minutes (+ drain-task-minutes, hatched)", 1.0),
-                  ("scale_events", "scale events", 1.0))
+SUMMARY_PANELS = (
+    ("within_sla_fraction", "records within the SLA (%)", 100.0),
+    ("p99_s", "p99 produce → sink latency (s)", 1.0),
+    ("replica_minutes", "replica-minutes (+ drain-task-minutes, hatched)", 1.0),
+    ("scale_events", "scale events", 1.0),
+)
 
 
 def plot_summary(result: Mapping[str, Any], path: Path) -> None:
@@ -107,9 +124,11 @@ def plot_summary(result: Mapping[str, Any], path: Path) -> None:
                     ax.plot(i, r[key] * scale, "k.", ms=5)
         ax.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
         ax.set_title(label, fontsize=9)
-    fig.suptitle(f"lagpilot vs KEDA {result.get('keda_version')} · profile {result.get('profile')} · "
-                 f"median of {max((v['rounds'] for v in result['summary'].values()), default=0)} rounds (dots: each round)",
-                 fontsize=10)
+    fig.suptitle(
+        f"lagpilot vs KEDA {result.get('keda_version')} · profile {result.get('profile')} · "
+        f"median of {max((v['rounds'] for v in result['summary'].values()), default=0)} rounds (dots: each round)",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -5,6 +5,7 @@ Other distributions add subcommands through the entry-point group ``lagpilot.sub
 tooling, dev/pyproject.toml, adds `dev` and `demo`): the operator package names no dev code, and
 an image without the dev distribution simply has no such subcommand.
 """
+
 from __future__ import annotations
 
 import importlib

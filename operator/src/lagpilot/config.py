@@ -85,8 +85,12 @@ class OperatorConfig:
     observe_max_age_seconds: float = 5.0  # LAGPILOT_OBSERVE_MAX_AGE_SECONDS: oldest shared view a cycle takes
     offsets_snapshot: bool = True  # LAGPILOT_OFFSETS_SNAPSHOT: committed offsets from __consumer_offsets
     kopf_scanning: bool = False  # LAGPILOT_KOPF_SCANNING: kopf's cluster-wide CRD/namespace scans
-    delete_drain_wait_seconds: float | None = None  # LAGPILOT_DELETE_DRAIN_WAIT_SECONDS (None: deletion's default)
-    drain_ack_timeout_seconds: float | None = None  # LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS (None: the executor's)
+    delete_drain_wait_seconds: float | None = (
+        None  # LAGPILOT_DELETE_DRAIN_WAIT_SECONDS (None: deletion's default)
+    )
+    drain_ack_timeout_seconds: float | None = (
+        None  # LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS (None: the executor's)
+    )
     drain_stall_seconds: float | None = None  # LAGPILOT_DRAIN_STALL_SECONDS: no progress -> attempt failed
     drain_no_pod_seconds: float | None = None  # LAGPILOT_DRAIN_NO_POD_SECONDS: Job without a pod -> failed
     drain_startup_seconds: float | None = None  # LAGPILOT_DRAIN_STARTUP_SECONDS: no task started -> failed
@@ -104,7 +108,9 @@ class OperatorConfig:
             kafka_timeout_seconds=e.number("LAGPILOT_KAFKA_TIMEOUT_SECONDS", cls.kafka_timeout_seconds),
             max_backoff_seconds=e.number("LAGPILOT_MAX_BACKOFF_SECONDS", cls.max_backoff_seconds),
             cycle_workers=max(1, int(e.number("LAGPILOT_CYCLE_WORKERS", cls.cycle_workers))),
-            status_heartbeat_seconds=e.number("LAGPILOT_STATUS_HEARTBEAT_SECONDS", cls.status_heartbeat_seconds),
+            status_heartbeat_seconds=e.number(
+                "LAGPILOT_STATUS_HEARTBEAT_SECONDS", cls.status_heartbeat_seconds
+            ),
             observe_max_age_seconds=e.number("LAGPILOT_OBSERVE_MAX_AGE_SECONDS", cls.observe_max_age_seconds),
             offsets_snapshot=e.flag("LAGPILOT_OFFSETS_SNAPSHOT", cls.offsets_snapshot),
             kopf_scanning=e.flag("LAGPILOT_KOPF_SCANNING", cls.kopf_scanning),

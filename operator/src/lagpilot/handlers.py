@@ -19,6 +19,7 @@
 - `group_claims` (a kopf index): a CR whose `groupId` an older CR already uses on the same Kafka
   cluster is `Degraded/DuplicateGroupId` and does nothing (decide/duplicates.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -64,15 +65,24 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
     cfg = memo.config
     if getattr(memo, "drain", None) is None:  # the drain executor: Jobs + offset hand-off
         from lagpilot.act.drain import DrainExecutor
+
         memo.drain = DrainExecutor(memo.kube._client, config=cfg)
     # the Deployment from the watch's cache (deployment_seen), not a GET per cycle
     cached = getattr(memo, "deployments", None)
     kube = CachingKube(memo.kube, cached) if cached is not None else memo.kube
-    return Deps(kube=kube, admin_pool=memo.admin_pool, metrics=memo.metrics, emit=emit,
-                pod_start_seconds=cfg.pod_start_seconds, kafka_timeout_seconds=cfg.kafka_timeout_seconds,
-                min_backoff_seconds=cfg.min_backoff_seconds, max_backoff_seconds=cfg.max_backoff_seconds,
-                drain=memo.drain, status_heartbeat_seconds=cfg.status_heartbeat_seconds,
-                observe_max_age_seconds=cfg.observe_max_age_seconds)
+    return Deps(
+        kube=kube,
+        admin_pool=memo.admin_pool,
+        metrics=memo.metrics,
+        emit=emit,
+        pod_start_seconds=cfg.pod_start_seconds,
+        kafka_timeout_seconds=cfg.kafka_timeout_seconds,
+        min_backoff_seconds=cfg.min_backoff_seconds,
+        max_backoff_seconds=cfg.max_backoff_seconds,
+        drain=memo.drain,
+        status_heartbeat_seconds=cfg.status_heartbeat_seconds,
+        observe_max_age_seconds=cfg.observe_max_age_seconds,
+    )
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -99,7 +109,9 @@ def _duplicate(body: Mapping[str, Any], claims: Any) -> duplicates.Claim | None:
     return duplicates.other_holder(duplicates.claim_of(body.get("metadata") or {}), claims.get(key, ()))
 
 
-def _report_duplicate(body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any], holder: duplicates.Claim) -> None:
+def _report_duplicate(
+    body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any], holder: duplicates.Claim
+) -> None:
     """Degraded/Ready False with reason DuplicateGroupId and a Warning event (when they change); a
     Deployment of this CR left from before (a pair created before the check) is scaled to 0."""
     from lagpilot.act.deployment import deployment_name
@@ -112,11 +124,22 @@ def _report_duplicate(body: kopf.Body, memo: kopf.Memo, status: Mapping[str, Any
         if dep is not None and int((dep.get("spec") or {}).get("replicas") or 0) > 0:
             apply_deployment(ref, dict(body.get("spec") or {}), dict(status), _deps(memo, body), replicas=0)
         if before is None or (before.get("reason"), before.get("message"), before.get("status")) != (
-                duplicates.REASON, message, TRUE):
-            conds = merge_conditions(status.get("conditions"), [Condition("Degraded", TRUE, duplicates.REASON, message),
-                                                                Condition("Ready", "False", duplicates.REASON, message)],
-                                     ref.generation, time.time())
-            memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation})
+            duplicates.REASON,
+            message,
+            TRUE,
+        ):
+            conds = merge_conditions(
+                status.get("conditions"),
+                [
+                    Condition("Degraded", TRUE, duplicates.REASON, message),
+                    Condition("Ready", "False", duplicates.REASON, message),
+                ],
+                ref.generation,
+                time.time(),
+            )
+            memo.kube.patch_status(
+                ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation}
+            )
             kopf.event(body, type="Warning", reason=duplicates.REASON, message=message)
             log.warning("duplicate groupId", extra={"group": ref.key, "holder": holder.ref})
     except (KubeError, SpecError) as err:
@@ -131,8 +154,9 @@ def _recommend_only(spec: Mapping[str, Any]) -> bool:
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, group_claims: Any = None,
-          **_: Any) -> None:
+def apply(
+    body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo, group_claims: Any = None, **_: Any
+) -> None:
     """Render and server-side apply the consumer Deployment (not for a duplicate groupId, not in
     spec.mode Recommend: that mode creates and changes no Deployment)."""
     ref = GroupRef.from_body(body)
@@ -149,12 +173,19 @@ def apply(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, memo: kopf.Memo
         # the CRD schema catches most mistakes at admission; this is what it cannot express
         message = f"spec is invalid: {err}"
         kopf.event(body, type="Warning", reason="InvalidSpec", message=message)
-        conds = merge_conditions(status.get("conditions"), [
-            Condition("Degraded", TRUE, "InvalidSpec", message),
-            Condition("Ready", "False", "InvalidSpec", message),
-        ], ref.generation, time.time())
+        conds = merge_conditions(
+            status.get("conditions"),
+            [
+                Condition("Degraded", TRUE, "InvalidSpec", message),
+                Condition("Ready", "False", "InvalidSpec", message),
+            ],
+            ref.generation,
+            time.time(),
+        )
         try:
-            memo.kube.patch_status(ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation})
+            memo.kube.patch_status(
+                ref.namespace, ref.name, {"conditions": conds, "observedGeneration": ref.generation}
+            )
         except KubeError as kerr:
             log.warning("status write failed", extra={"group": ref.key, "error": str(kerr)})
         raise kopf.PermanentError(message) from None
@@ -182,13 +213,21 @@ async def await_cycle(fut: Awaitable[Any], where: dict[str, int], key: str, warn
         except asyncio.TimeoutError:
             waited += warn_after_s
             frame = sys._current_frames().get(where.get("thread", -1))
-            stack = "".join(traceback.format_stack(frame)) if frame else "(not started: every cycle thread is busy)"
-            log.error("control loop cycle still running", extra={"group": key, "seconds": round(waited), "stack": stack})
+            stack = (
+                "".join(traceback.format_stack(frame))
+                if frame
+                else "(not started: every cycle thread is busy)"
+            )
+            log.error(
+                "control loop cycle still running",
+                extra={"group": key, "seconds": round(waited), "stack": stack},
+            )
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=10.0)
-async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, group_claims: Any = None,
-                       **_: Any) -> None:
+async def control_loop(
+    body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, group_claims: Any = None, **_: Any
+) -> None:
     """Observe → decide → act → report, every pollIntervalSeconds, until the CR goes away."""
     cache = Cache()
     deps = _deps(memo, body)
@@ -203,7 +242,8 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
             if holder is not None:  # another CR holds this groupId: no cycle, no adoption (M4)
                 ctx = contextvars.copy_context()
                 await asyncio.get_running_loop().run_in_executor(
-                    memo.cycle_pool, ctx.run, _report_duplicate, body, memo, dict(body.status), holder)
+                    memo.cycle_pool, ctx.run, _report_duplicate, body, memo, dict(body.status), holder
+                )
                 await stopped.wait(float((body.spec.get("scaling") or {}).get("pollIntervalSeconds") or 15))
                 continue
             if adoption_pending and _recommend_only(body.spec):
@@ -220,8 +260,17 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                 ctx = contextvars.copy_context()
                 where: dict[str, int] = {}
                 fut = asyncio.get_running_loop().run_in_executor(
-                    memo.cycle_pool, ctx.run, _tracked, where, run_cycle, ref, dict(body.spec), dict(body.status),
-                    deps, cache)
+                    memo.cycle_pool,
+                    ctx.run,
+                    _tracked,
+                    where,
+                    run_cycle,
+                    ref,
+                    dict(body.spec),
+                    dict(body.status),
+                    deps,
+                    cache,
+                )
                 # a cycle needs at most ~3 Kafka timeouts (observe, peek, drain) plus API calls
                 t = time.monotonic()
                 result = await await_cycle(fut, where, ref.key, 3 * deps.kafka_timeout_seconds + 60.0)
@@ -233,15 +282,29 @@ async def control_loop(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonSto
                 # to its first cycle's end, and what it waited for (docs/operator.md "Scale")
                 now = time.monotonic()
                 created = _timestamp((body.get("metadata") or {}).get("creationTimestamp"), time.time())
-                log.info("first cycle done", extra={
-                    "group": ref.key, "ok": result.ok, "reason": result.reason,
-                    "since_spawn_s": round(now - spawned, 2), "since_created_s": round(time.time() - created, 1),
-                    "adopt_s": round(first.get("adopt_s", 0.0), 2), "cycle_s": round(now - t, 2),
-                    "phases_s": cache.timing})
+                log.info(
+                    "first cycle done",
+                    extra={
+                        "group": ref.key,
+                        "ok": result.ok,
+                        "reason": result.reason,
+                        "since_spawn_s": round(now - spawned, 2),
+                        "since_created_s": round(time.time() - created, 1),
+                        "adopt_s": round(first.get("adopt_s", 0.0), 2),
+                        "cycle_s": round(now - t, 2),
+                        "phases_s": cache.timing,
+                    },
+                )
                 first = None
             elif time.monotonic() - t > SLOW_CYCLE_S:
-                log.info("slow cycle", extra={"group": ref.key, "seconds": round(time.monotonic() - t, 2),
-                                              "phases_s": cache.timing})
+                log.info(
+                    "slow cycle",
+                    extra={
+                        "group": ref.key,
+                        "seconds": round(time.monotonic() - t, 2),
+                        "phases_s": cache.timing,
+                    },
+                )
             await stopped.wait(max(0.5, result.delay_s))
     finally:
         memo.admin_pool.release(ref.key)
@@ -255,11 +318,22 @@ async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) ->
     try:
         ctx = contextvars.copy_context()
         adopted = await asyncio.get_running_loop().run_in_executor(
-            memo.cycle_pool, ctx.run, delete.adopt_remainder, ref, dict(body.spec), dict(body.status), memo.kube,
-            memo.admin_pool, memo.config.kafka_timeout_seconds, deps.emit)
+            memo.cycle_pool,
+            ctx.run,
+            delete.adopt_remainder,
+            ref,
+            dict(body.spec),
+            dict(body.status),
+            memo.kube,
+            memo.admin_pool,
+            memo.config.kafka_timeout_seconds,
+            deps.emit,
+        )
     except (ObserveError, KafkaException, KubeError, SpecError) as err:
-        log.warning("adopting a remainder postponed", extra={"group": ref.key, "error": type(err).__name__,
-                                                              "reason": getattr(err, "reason", "")})
+        log.warning(
+            "adopting a remainder postponed",
+            extra={"group": ref.key, "error": type(err).__name__, "reason": getattr(err, "reason", "")},
+        )
         return False
     except Exception:  # noqa: BLE001 - a bug: logged, retried next cycle; the loop must run
         log.exception("adopting a remainder failed", extra={"group": ref.key})
@@ -273,9 +347,11 @@ async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) ->
 
 # ------------------------------------------------------------------------------ deletion (finalizer)
 
+
 def _executor(memo: kopf.Memo) -> Any:
     if getattr(memo, "drain", None) is None:
         from lagpilot.act.drain import DrainExecutor
+
         memo.drain = DrainExecutor(memo.kube._client, config=memo.config)
     return memo.drain
 
@@ -284,7 +360,9 @@ def _timestamp(value: str | None, default: float) -> float:
     if not value:
         return default
     try:
-        return float(calendar.timegm(time.strptime(value.replace("Z", "+0000")[:19] + "+0000", "%Y-%m-%dT%H:%M:%S%z")))
+        return float(
+            calendar.timegm(time.strptime(value.replace("Z", "+0000")[:19] + "+0000", "%Y-%m-%dT%H:%M:%S%z"))
+        )
     except ValueError:
         return default
 
@@ -309,8 +387,9 @@ def waits_are_not_errors(record: logging.LogRecord) -> bool:
     its "Daemon 'control_loop' is cancelled" line when a CR's loop is stopped for its deletion, are
     logged at INFO and never posted as events (kopf's poster skips records with k8s_skip)."""
     msg = str(record.msg)
-    expected = ((WAIT_MARK in msg and "failed temporarily" in msg)
-                or msg.startswith("Daemon 'control_loop' is cancelled"))
+    expected = (WAIT_MARK in msg and "failed temporarily" in msg) or msg.startswith(
+        "Daemon 'control_loop' is cancelled"
+    )
     if record.levelno >= logging.WARNING and expected:
         record.levelno, record.levelname = logging.INFO, "INFO"
         record.k8s_skip = True
@@ -321,16 +400,29 @@ logging.getLogger("kopf.objects").addFilter(waits_are_not_errors)
 
 
 @kopf.on.delete(*RESOURCE)
-def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
-             group_claims: Any = None, **_: Any) -> None:
+def finalize(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    memo: kopf.Memo,
+    group_claims: Any = None,
+    **_: Any,
+) -> None:
     """Let a drain finish (bounded) or hand its remainder back before the CR goes (reconcile/delete.py)."""
     ref = GroupRef.from_body(body)
     if _recommend_only(spec) and not deletion.holds_range(DrainStatus.from_dict(status.get("drain"))):
         return  # mode Recommend: no drain of its own, nothing to hand back, no progress groups to delete
     now = time.time()
-    out = delete.finalize(ref, dict(spec), dict(status), since=_timestamp(meta.get("deletionTimestamp"), now),
-                          now=now, shared=_duplicate(body, group_claims) is not None,
-                          deps=_delete_deps(memo, body))
+    out = delete.finalize(
+        ref,
+        dict(spec),
+        dict(status),
+        since=_timestamp(meta.get("deletionTimestamp"), now),
+        now=now,
+        shared=_duplicate(body, group_claims) is not None,
+        deps=_delete_deps(memo, body),
+    )
     if out is not None:
         raise DeletionWaiting(out.message, delay=out.delay_s)
 
@@ -338,9 +430,19 @@ def finalize(body: kopf.Body, spec: kopf.Spec, status: kopf.Status, meta: kopf.M
 def _delete_deps(memo: kopf.Memo, body: kopf.Body) -> delete.DeleteDeps:
     wait_s = memo.config.delete_drain_wait_seconds
     return delete.DeleteDeps(
-        kube=memo.kube, admin_pool=memo.admin_pool, executor=_executor(memo),
-        emit=lambda type_, reason, message: kopf.event(body, type=type_, reason=reason, message=redact(message)),
+        kube=memo.kube,
+        admin_pool=memo.admin_pool,
+        executor=_executor(memo),
+        emit=lambda type_, reason, message: kopf.event(
+            body, type=type_, reason=reason, message=redact(message)
+        ),
         kafka_timeout_s=memo.config.kafka_timeout_seconds,
         wait_s=deletion.DEFAULT_WAIT_S if wait_s is None else wait_s,
-        stop_consumers=lambda: apply_deployment(GroupRef.from_body(body), dict(body.get("spec") or {}),
-                                                dict(body.get("status") or {}), _deps(memo, body), replicas=0))
+        stop_consumers=lambda: apply_deployment(
+            GroupRef.from_body(body),
+            dict(body.get("spec") or {}),
+            dict(body.get("status") or {}),
+            _deps(memo, body),
+            replicas=0,
+        ),
+    )

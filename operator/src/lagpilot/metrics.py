@@ -4,6 +4,7 @@ Gauges describe the last observation of each group; counters count decisions and
 sets of a deleted group are removed (`forget`) so a long-running operator does not export stale
 series. A registry is injected so unit tests never share global state.
 """
+
 from __future__ import annotations
 
 import platform
@@ -24,75 +25,127 @@ CONDITION_STATUSES = ("True", "False", "Unknown")
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY):
         g = lambda n, d, extra=(): Gauge(n, d, GROUP + tuple(extra), registry=registry)  # noqa: E731
-        self.partition_lag = g("lagpilot_partition_lag_records",
-                               "Records not yet committed by the group, per partition.", ("partition",))
-        self.partition_rate = g("lagpilot_partition_produce_rate_records_per_second",
-                                "Smoothed produce rate per partition.", ("partition",))
+        self.partition_lag = g(
+            "lagpilot_partition_lag_records",
+            "Records not yet committed by the group, per partition.",
+            ("partition",),
+        )
+        self.partition_rate = g(
+            "lagpilot_partition_produce_rate_records_per_second",
+            "Smoothed produce rate per partition.",
+            ("partition",),
+        )
         self.total_lag = g("lagpilot_lag_records", "Records not yet committed, all partitions.")
-        self.projected = g("lagpilot_projected_catch_up_seconds",
-                           "Projected catch-up time at the current replica count (+Inf: never).")
+        self.projected = g(
+            "lagpilot_projected_catch_up_seconds",
+            "Projected catch-up time at the current replica count (+Inf: never).",
+        )
         self.sla = g("lagpilot_sla_seconds", "The group's catch-up SLA.")
         self.desired = g("lagpilot_desired_replicas", "Replicas the last decision asked for.")
         self.replicas = g("lagpilot_replicas", "Replicas of the consumer Deployment.")
         self.partitions = g("lagpilot_partitions", "Partition count of the topic.")
-        self.produce_rate = g("lagpilot_produce_rate_records_per_second",
-                              "Smoothed produce rate of the whole topic.")
-        self.capacity = g("lagpilot_capacity_records_per_second",
-                          "Records one consumer processes per busy second (from commit metadata).")
-        self.data_loss = g("lagpilot_data_loss_records",
-                           "Records deleted by retention before the group consumed them (cumulative).")
-        self.decisions = Counter("lagpilot_scale_decisions_total",
-                                 "Scale decisions applied, by direction.", GROUP + ("direction",),
-                                 registry=registry)
-        self.errors = Counter("lagpilot_observe_errors_total",
-                              "Failed observation cycles, by reason.", GROUP + ("reason",),
-                              registry=registry)
-        self.cycle_seconds = Histogram("lagpilot_cycle_duration_seconds",
-                                       "Duration of one observe-decide-act cycle.",
-                                       registry=registry,
-                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10, 30))
+        self.produce_rate = g(
+            "lagpilot_produce_rate_records_per_second", "Smoothed produce rate of the whole topic."
+        )
+        self.capacity = g(
+            "lagpilot_capacity_records_per_second",
+            "Records one consumer processes per busy second (from commit metadata).",
+        )
+        self.data_loss = g(
+            "lagpilot_data_loss_records",
+            "Records deleted by retention before the group consumed them (cumulative).",
+        )
+        self.decisions = Counter(
+            "lagpilot_scale_decisions_total",
+            "Scale decisions applied, by direction.",
+            GROUP + ("direction",),
+            registry=registry,
+        )
+        self.errors = Counter(
+            "lagpilot_observe_errors_total",
+            "Failed observation cycles, by reason.",
+            GROUP + ("reason",),
+            registry=registry,
+        )
+        self.cycle_seconds = Histogram(
+            "lagpilot_cycle_duration_seconds",
+            "Duration of one observe-decide-act cycle.",
+            registry=registry,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10, 30),
+        )
         # operator-wide (no group labels): Kafka requests by kind, to show they do not grow with the
         # number of CRs on a cluster (cluster_view: one shared view per interval); see docs/operator.md "Scale"
-        self.kafka_requests = Counter("lagpilot_kafka_requests_total",
-                                      "Kafka requests the operator issued, by kind (describe_topics, "
-                                      "list_offsets, offset_fetch, admin_other).", ("kind",),
-                                      registry=registry)
-        self.kube_requests = Counter("lagpilot_kube_requests_total",
-                                     "Kubernetes API requests made through the kubernetes client "
-                                     "(not kopf's own watches and event posts), by HTTP verb.", ("verb",),
-                                     registry=registry)
+        self.kafka_requests = Counter(
+            "lagpilot_kafka_requests_total",
+            "Kafka requests the operator issued, by kind (describe_topics, "
+            "list_offsets, offset_fetch, admin_other).",
+            ("kind",),
+            registry=registry,
+        )
+        self.kube_requests = Counter(
+            "lagpilot_kube_requests_total",
+            "Kubernetes API requests made through the kubernetes client "
+            "(not kopf's own watches and event posts), by HTTP verb.",
+            ("verb",),
+            registry=registry,
+        )
         # leader election (run.py, docs/operator.md "Two instances"): 1 while this instance holds its
         # Lease(s) and reconciles, 0 while it stands by
-        self.leader = Gauge("lagpilot_operator_leader",
-                            "1 when this operator instance holds its leader Lease(s) and reconciles, 0 on standby.",
-                            registry=registry)
+        self.leader = Gauge(
+            "lagpilot_operator_leader",
+            "1 when this operator instance holds its leader Lease(s) and reconciles, 0 on standby.",
+            registry=registry,
+        )
         # status as metrics, for alert rules and dashboards (charts/lagpilot, docs/observability.md)
         self.max_replicas = g("lagpilot_max_replicas", "spec.scaling.maxReplicas of the group.")
-        self.oldest_age = g("lagpilot_partition_oldest_record_age_seconds",
-                            "Age of the oldest record not yet processed, per lagging partition.", ("partition",))
-        self.condition = g("lagpilot_status_condition",
-                           "Status of each condition type of the group: 1 for its current status "
-                           "(True, False or Unknown), 0 for the other two.", ("type", "status"))
-        self.condition_reason = g("lagpilot_status_condition_reason",
-                                  "1 for the current reason of each condition type of the group (the "
-                                  "series of a former reason is removed).", ("type", "reason"))
+        self.oldest_age = g(
+            "lagpilot_partition_oldest_record_age_seconds",
+            "Age of the oldest record not yet processed, per lagging partition.",
+            ("partition",),
+        )
+        self.condition = g(
+            "lagpilot_status_condition",
+            "Status of each condition type of the group: 1 for its current status "
+            "(True, False or Unknown), 0 for the other two.",
+            ("type", "status"),
+        )
+        self.condition_reason = g(
+            "lagpilot_status_condition_reason",
+            "1 for the current reason of each condition type of the group (the "
+            "series of a former reason is removed).",
+            ("type", "reason"),
+        )
         # per-partition offsets as the operator last read them, so users can rate() them (produce
         # rate: log end; consume rate: committed); a partition without a committed offset has no
         # committed series
-        self.log_end_offset = g("lagpilot_partition_log_end_offset",
-                                "Log-end offset (next offset to be written) of the partition.", ("partition",))
-        self.committed_offset = g("lagpilot_partition_committed_offset",
-                                  "Offset the group has committed on the partition.", ("partition",))
+        self.log_end_offset = g(
+            "lagpilot_partition_log_end_offset",
+            "Log-end offset (next offset to be written) of the partition.",
+            ("partition",),
+        )
+        self.committed_offset = g(
+            "lagpilot_partition_committed_offset",
+            "Offset the group has committed on the partition.",
+            ("partition",),
+        )
         # operator-wide: which build runs (value 1; the labels carry the information)
-        self.build_info = Gauge("lagpilot_build_info",
-                                "lagpilot operator build information (value 1).", ("version", "python_version"),
-                                registry=registry)
+        self.build_info = Gauge(
+            "lagpilot_build_info",
+            "lagpilot operator build information (value 1).",
+            ("version", "python_version"),
+            registry=registry,
+        )
         self.build_info.labels(__version__, platform.python_version()).set(1)
-        self.recommend_only = g("lagpilot_recommend_only",
-                                "1 when the group is in spec.mode Recommend (lagpilot_desired_replicas is then "
-                                "a recommendation, not applied), 0 in mode Act.")
-        self.drain_tasks = g("lagpilot_drain_tasks",
-                             "Sub-ranges (Spark tasks) of the current drain, by state (done, remaining).", ("state",))
+        self.recommend_only = g(
+            "lagpilot_recommend_only",
+            "1 when the group is in spec.mode Recommend (lagpilot_desired_replicas is then "
+            "a recommendation, not applied), 0 in mode Act.",
+        )
+        self.drain_tasks = g(
+            "lagpilot_drain_tasks",
+            "Sub-ranges (Spark tasks) of the current drain, by state (done, remaining).",
+            ("state",),
+        )
         self._lock = threading.Lock()
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
         self._conditions_seen: dict[tuple[str, str], set[str]] = {}
@@ -100,12 +153,24 @@ class OperatorMetrics:
         self._committed_seen: dict[tuple[str, str], set[str]] = {}
         self._aged_seen: dict[tuple[str, str], set[str]] = {}
 
-    def observe_group(self, namespace: str, name: str, *, partition_lag: Mapping[int, int],
-                      partition_rate: Mapping[int, float], total_lag: int, projected_s: float | None,
-                      sla_s: float, desired: int, replicas: int, produce_rate: float,
-                      capacity: float | None, data_loss: int,
-                      log_end: Mapping[int, int] | None = None,
-                      committed: Mapping[int, int | None] | None = None) -> None:
+    def observe_group(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        partition_lag: Mapping[int, int],
+        partition_rate: Mapping[int, float],
+        total_lag: int,
+        projected_s: float | None,
+        sla_s: float,
+        desired: int,
+        replicas: int,
+        produce_rate: float,
+        capacity: float | None,
+        data_loss: int,
+        log_end: Mapping[int, int] | None = None,
+        committed: Mapping[int, int | None] | None = None,
+    ) -> None:
         """`log_end`/`committed`: per-partition offsets (None: not known this cycle; a partition the
         group never committed on has committed None and no series)."""
         key = (namespace, name)
@@ -140,9 +205,17 @@ class OperatorMetrics:
             self.capacity.labels(namespace, name).set(capacity)
         self.data_loss.labels(namespace, name).set(data_loss)
 
-    def observe_status(self, namespace: str, name: str, *, conditions: Iterable[Mapping[str, object]],
-                       max_replicas: int | None = None, oldest_age_s: Mapping[int, float] | None = None,
-                       drain_done: int | None = None, drain_remaining: int | None = None) -> None:
+    def observe_status(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        conditions: Iterable[Mapping[str, object]],
+        max_replicas: int | None = None,
+        oldest_age_s: Mapping[int, float] | None = None,
+        drain_done: int | None = None,
+        drain_remaining: int | None = None,
+    ) -> None:
         """The group's status conditions (per type: its status as three 0/1 series, its reason as one
         series), its replica cap, the oldest unprocessed record's age per partition and the current
         drain's tasks."""
@@ -216,9 +289,19 @@ class OperatorMetrics:
             self._remove(self.condition_reason, namespace, name, *labels)
         for state in ("done", "remaining"):
             self._remove(self.drain_tasks, namespace, name, state)
-        for gauge in (self.total_lag, self.projected, self.sla, self.desired, self.replicas,
-                      self.partitions, self.produce_rate, self.capacity, self.data_loss, self.max_replicas,
-                      self.recommend_only):
+        for gauge in (
+            self.total_lag,
+            self.projected,
+            self.sla,
+            self.desired,
+            self.replicas,
+            self.partitions,
+            self.produce_rate,
+            self.capacity,
+            self.data_loss,
+            self.max_replicas,
+            self.recommend_only,
+        ):
             self._remove(gauge, namespace, name)
         for counter in (self.decisions, self.errors):
             for labels in _label_sets(counter):

@@ -14,6 +14,7 @@ Its identity is $LAGPILOT_POD_NAME (the chart sets the pod name), else host name
 The metrics endpoint (`lagpilot_*`, Prometheus text format) listens on --metrics-port, default
 $LAGPILOT_OPERATOR_METRICS_PORT or 9090; 0 disables it. Logs are JSON lines on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,21 +29,46 @@ from lagpilot.config import OperatorConfig
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lagpilot operator", description=__doc__.split("\n\n")[0])
-    p.add_argument("--namespace", "-n", action="append", default=[],
-                   help="namespace (or kopf glob pattern) to watch; repeatable")
-    p.add_argument("--all-namespaces", "-A", action="store_true",
-                   help="watch every namespace (the default when no --namespace is given)")
-    p.add_argument("--standalone", action="store_true", help="no kopf peering objects (lagpilot elects with a Lease)")
-    p.add_argument("--no-leader-election", dest="leader_election", action="store_false",
-                   help="reconcile at once without holding the Lease (only where no other instance can run)")
-    p.add_argument("--leader-election-namespace", default=None,
-                   help="namespace of the Lease when watching all namespaces (default $LAGPILOT_OPERATOR_NAMESPACE)")
-    p.add_argument("--leader-election-name", default="lagpilot-operator", help="name of the Lease (default %(default)s)")
-    p.add_argument("--metrics-port", type=int,
-                   default=OperatorConfig.from_env().metrics_port,
-                   help="Prometheus metrics port; 0 disables (default %(default)s)")
+    p.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="namespace (or kopf glob pattern) to watch; repeatable",
+    )
+    p.add_argument(
+        "--all-namespaces",
+        "-A",
+        action="store_true",
+        help="watch every namespace (the default when no --namespace is given)",
+    )
+    p.add_argument(
+        "--standalone", action="store_true", help="no kopf peering objects (lagpilot elects with a Lease)"
+    )
+    p.add_argument(
+        "--no-leader-election",
+        dest="leader_election",
+        action="store_false",
+        help="reconcile at once without holding the Lease (only where no other instance can run)",
+    )
+    p.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        help="namespace of the Lease when watching all namespaces (default $LAGPILOT_OPERATOR_NAMESPACE)",
+    )
+    p.add_argument(
+        "--leader-election-name", default="lagpilot-operator", help="name of the Lease (default %(default)s)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=OperatorConfig.from_env().metrics_port,
+        help="Prometheus metrics port; 0 disables (default %(default)s)",
+    )
     p.add_argument("--metrics-host", default="0.0.0.0")
-    p.add_argument("--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    p.add_argument(
+        "--liveness", default=None, help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+    )
     p.add_argument("--verbose", "-v", action="store_true")
     args = p.parse_args(argv)
     if args.namespace and args.all_namespaces:
@@ -111,7 +137,10 @@ class StandbyHealth:
         http.server.ThreadingHTTPServer.allow_reuse_address = True
         self.server = http.server.ThreadingHTTPServer((u.hostname or "0.0.0.0", int(u.port or 80)), Handler)
         import threading
-        threading.Thread(target=self.server.serve_forever, name="lagpilot-standby-health", daemon=True).start()
+
+        threading.Thread(
+            target=self.server.serve_forever, name="lagpilot-standby-health", daemon=True
+        ).start()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -129,10 +158,14 @@ def lead(args: argparse.Namespace, log: logging.Logger) -> Any:
     from lagpilot.decide.leader import LeaseTiming, lease_namespaces
     from lagpilot.metrics import default_metrics
 
-    namespaces = lease_namespaces(list(args.namespace),
-                                  args.leader_election_namespace or OperatorConfig.from_env().operator_namespace or None)
+    namespaces = lease_namespaces(
+        list(args.namespace),
+        args.leader_election_namespace or OperatorConfig.from_env().operator_namespace or None,
+    )
     me = identity()
-    elector = LeaseElector(load_api_client(pool_size=2), namespaces, args.leader_election_name, me, LeaseTiming.from_env())
+    elector = LeaseElector(
+        load_api_client(pool_size=2), namespaces, args.leader_election_name, me, LeaseTiming.from_env()
+    )
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     health = StandbyHealth(args.liveness) if args.liveness else None
@@ -140,8 +173,10 @@ def lead(args: argparse.Namespace, log: logging.Logger) -> Any:
     leader.set(0)
 
     def waiting(ns: str, holder: str) -> None:
-        log.info("standing by for the leader lease", extra={"namespace": ns, "lease": args.leader_election_name,
-                                                           "holder": holder, "identity": me})
+        log.info(
+            "standing by for the leader lease",
+            extra={"namespace": ns, "lease": args.leader_election_name, "holder": holder, "identity": me},
+        )
 
     try:
         if not elector.acquire(stop, waiting):
@@ -152,7 +187,10 @@ def lead(args: argparse.Namespace, log: logging.Logger) -> Any:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     leader.set(1)
-    log.info("became the leader", extra={"namespaces": namespaces, "lease": args.leader_election_name, "identity": me})
+    log.info(
+        "became the leader",
+        extra={"namespaces": namespaces, "lease": args.leader_election_name, "identity": me},
+    )
 
     def lost(ns: str, why: str) -> None:
         # stop acting at once: a standby may take the Lease after its duration; the container's
@@ -161,7 +199,9 @@ def lead(args: argparse.Namespace, log: logging.Logger) -> Any:
         logging.shutdown()
         os._exit(1)
 
-    threading.Thread(target=elector.renew_forever, args=(stop, lost), name="lagpilot-lease", daemon=True).start()
+    threading.Thread(
+        target=elector.renew_forever, args=(stop, lost), name="lagpilot-lease", daemon=True
+    ).start()
     elector.stop = stop  # type: ignore[attr-defined]
     return elector
 
@@ -172,14 +212,20 @@ def main(argv: list[str] | None = None) -> int:
     # thread's stack on stderr. Not for crashes inside librdkafka's own threads: librdkafka blocks
     # all signals there, so the kernel kills the process without running any handler.
     import faulthandler
+
     if not faulthandler.is_enabled():
         faulthandler.enable(all_threads=True)
     import kopf  # heavy imports only for this subcommand
 
     level = OperatorConfig.from_env().log_level
-    kopf.configure(verbose=args.verbose or level == "DEBUG", quiet=level in ("WARNING", "ERROR"),
-                   log_format=kopf.LogFormat.JSON, log_refkey="object")
+    kopf.configure(
+        verbose=args.verbose or level == "DEBUG",
+        quiet=level in ("WARNING", "ERROR"),
+        log_format=kopf.LogFormat.JSON,
+        log_refkey="object",
+    )
     from lagpilot_runtime import redaction
+
     redaction.filter_log_handlers()  # kopf's JSON handler: secret values and DSN patterns masked (redaction.py)
     log = logging.getLogger("lagpilot.run")
     # the Deployment watch's handler runs for every event of every consumer Deployment: its
@@ -187,12 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf.objects").addFilter(quiet_watch_successes)
     if args.metrics_port:
         from prometheus_client import start_http_server
+
         start_http_server(args.metrics_port, addr=args.metrics_host)
         log.info("metrics endpoint started", extra={"port": args.metrics_port})
 
     import lagpilot.handlers  # noqa: F401  registers the handlers and the startup settings
     from lagpilot.observe.kafka_observe import set_request_counter
     from lagpilot.metrics import default_metrics
+
     set_request_counter(default_metrics().count_kafka_request)  # lagpilot_kafka_requests_total{kind}
     count_kube_requests(default_metrics().count_kube_request)  # lagpilot_kube_requests_total{verb}
 

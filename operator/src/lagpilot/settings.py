@@ -2,6 +2,7 @@
 
 The environment is read once, by lagpilot.config (OperatorConfig.from_env), into `memo.config`.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -22,7 +23,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # structural, so kopf's default `status.kopf` would be pruned (and cause endless re-handling).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.lagpilot.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kopf.lagpilot.io", key="last-handled-configuration")
+        prefix="kopf.lagpilot.io", key="last-handled-configuration"
+    )
     # Only our explicit events (scale decisions, Degraded causes) and kopf's own warnings become
     # Kubernetes events; INFO log lines stay in the log instead of flooding `kubectl describe`.
     # kopf >= 1.4x posts its log lines only with posting.loggers (older kopf always did): set it, so
@@ -51,15 +53,20 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # threads for the control-loop cycles (handlers.control_loop): each CR's cycle holds one while it
     # waits on Kafka and the API server, so size it for the CRs that may be slow at the same time
     memo.cycle_pool = concurrent.futures.ThreadPoolExecutor(
-        max_workers=memo.config.cycle_workers, thread_name_prefix="lagpilot-cycle")
-    memo.admin_pool = AdminPool(socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000),
-                                offsets_snapshot=memo.config.offsets_snapshot)
+        max_workers=memo.config.cycle_workers, thread_name_prefix="lagpilot-cycle"
+    )
+    memo.admin_pool = AdminPool(
+        socket_timeout_ms=int(memo.config.kafka_timeout_seconds * 1000),
+        offsets_snapshot=memo.config.offsets_snapshot,
+    )
     memo.metrics = default_metrics()
     # the consumer Deployments as the watch (handlers.deployment_seen) delivers them: no GET per cycle;
     # the API server sends only the operator's own Deployments (label selector), not every one
     from lagpilot.act.deployment_cache import WATCH_SELECTOR, DeploymentCache
+
     settings.watching.label_selectors["apps", "v1", "deployments"] = WATCH_SELECTOR
     memo.deployments = DeploymentCache()
     if getattr(memo, "kube", None) is None:  # tests may inject a fake before startup
         from lagpilot.act.kubeapi import KubeApi, load_api_client
+
         memo.kube = KubeApi(load_api_client(pool_size=memo.config.cycle_workers))

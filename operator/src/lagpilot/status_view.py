@@ -6,6 +6,7 @@ module changes. It reads the structured status (lagpilot.model.status: ``partiti
 missing or malformed entry (skipped) rather than failing the whole view. Pure: dicts in, plain
 values out.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,9 @@ class DrainView:
     phase: str
     reason: str
     message: str
-    ranges: list[dict[str, Any]]  # {partition, start (None until acknowledged), end (the split offset), tasks}
+    ranges: list[
+        dict[str, Any]
+    ]  # {partition, start (None until acknowledged), end (the split offset), tasks}
     sub_ranges: list[dict[str, int]]  # {partition, index, start, end, next, records}
     records_done: int | None
     records_total: int | None
@@ -45,7 +48,11 @@ def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x)) else None
+    return (
+        float(x)
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+        else None
+    )
 
 
 def _int(x: Any) -> int | None:
@@ -70,7 +77,9 @@ def _ranges(raw: Any) -> list[dict[str, Any]]:
 
 
 def _ranges_line(ranges: list[dict[str, Any]]) -> str:
-    return " ".join(f"p{r['partition']}[{'?' if r['start'] is None else r['start']}..{r['end']})" for r in ranges)
+    return " ".join(
+        f"p{r['partition']}[{'?' if r['start'] is None else r['start']}..{r['end']})" for r in ranges
+    )
 
 
 def _secs(x: Any) -> str:
@@ -117,13 +126,19 @@ def summary(obj: Mapping[str, Any]) -> dict[str, Any]:
     st = _status(obj)
     sc = spec(obj).get("scaling") or {}
     return {
-        "namespace": namespace(obj), "name": name(obj), "mode": mode(obj), "paused": paused(obj),
+        "namespace": namespace(obj),
+        "name": name(obj),
+        "mode": mode(obj),
+        "paused": paused(obj),
         "ready": condition(obj, "Ready").get("status", "Unknown"),
         "health": health(obj),
-        "replicas": st.get("replicas"), "desiredReplicas": st.get("desiredReplicas"),
-        "minReplicas": sc.get("minReplicas", 1), "maxReplicas": sc.get("maxReplicas", 10),
+        "replicas": st.get("replicas"),
+        "desiredReplicas": st.get("desiredReplicas"),
+        "minReplicas": sc.get("minReplicas", 1),
+        "maxReplicas": sc.get("maxReplicas", 10),
         "partitions": st.get("partitions"),
-        "totalLag": st.get("totalLag"), "maxPartitionLag": st.get("maxPartitionLag"),
+        "totalLag": st.get("totalLag"),
+        "maxPartitionLag": st.get("maxPartitionLag"),
         "produceRate": _num(st.get("produceRate")),
         "capacityPerReplica": _num(st.get("capacityPerReplica")),
         "projectedCatchUpSeconds": _num(st.get("projectedCatchUpSeconds")),
@@ -143,8 +158,17 @@ def partitions(obj: Mapping[str, Any]) -> list[PartitionRow]:
         p = _int(r.get("partition"))
         if p is None:
             continue
-        rows.append(PartitionRow(p, _int(r.get("lag")), _num(r.get("oldestAgeSeconds")), _num(r.get("produceRate")),
-                                 _num(r.get("consumeRate")), _int(r.get("committed")), _int(r.get("end"))))
+        rows.append(
+            PartitionRow(
+                p,
+                _int(r.get("lag")),
+                _num(r.get("oldestAgeSeconds")),
+                _num(r.get("produceRate")),
+                _num(r.get("consumeRate")),
+                _int(r.get("committed")),
+                _int(r.get("end")),
+            )
+        )
     return sorted(rows, key=lambda r: r.partition)
 
 
@@ -156,19 +180,39 @@ def decision(obj: Mapping[str, Any]) -> dict[str, Any]:
     scaling = condition(obj, "Scaling")
     risk = condition(obj, "CatchUpAtRisk")
     return {
-        "reason": scaling.get("reason"), "message": scaling.get("message"),
-        "scaling": scaling.get("status"), "decidedAt": scaling.get("lastTransitionTime"),
+        "reason": scaling.get("reason"),
+        "message": scaling.get("message"),
+        "scaling": scaling.get("status"),
+        "decidedAt": scaling.get("lastTransitionTime"),
         # abnormal-true: not listed while False (once the operator wrote its conditions)
         "catchUpAtRisk": risk.get("status") or ("False" if condition(obj, "Ready") else None),
-        "catchUpReason": risk.get("reason"), "catchUpMessage": risk.get("message"),
-        "inputs": {k: summary(obj)[k] for k in ("replicas", "desiredReplicas", "partitions", "totalLag", "maxPartitionLag",
-                                                "produceRate", "capacityPerReplica", "projectedCatchUpSeconds",
-                                                "slaSeconds", "lastScaleTime")},
-        "policy": {"minReplicas": sc.get("minReplicas", 1), "maxReplicas": sc.get("maxReplicas", 10),
-                   "tolerance": sc.get("tolerance", 0.1),
-                   "scaleUpStabilizationSeconds": (beh.get("scaleUp") or {}).get("stabilizationWindowSeconds", 0),
-                   "scaleDownStabilizationSeconds": (beh.get("scaleDown") or {}).get("stabilizationWindowSeconds", 300),
-                   "drainEnabled": (spec(obj).get("drain") or {}).get("enabled", True)},
+        "catchUpReason": risk.get("reason"),
+        "catchUpMessage": risk.get("message"),
+        "inputs": {
+            k: summary(obj)[k]
+            for k in (
+                "replicas",
+                "desiredReplicas",
+                "partitions",
+                "totalLag",
+                "maxPartitionLag",
+                "produceRate",
+                "capacityPerReplica",
+                "projectedCatchUpSeconds",
+                "slaSeconds",
+                "lastScaleTime",
+            )
+        },
+        "policy": {
+            "minReplicas": sc.get("minReplicas", 1),
+            "maxReplicas": sc.get("maxReplicas", 10),
+            "tolerance": sc.get("tolerance", 0.1),
+            "scaleUpStabilizationSeconds": (beh.get("scaleUp") or {}).get("stabilizationWindowSeconds", 0),
+            "scaleDownStabilizationSeconds": (beh.get("scaleDown") or {}).get(
+                "stabilizationWindowSeconds", 300
+            ),
+            "drainEnabled": (spec(obj).get("drain") or {}).get("enabled", True),
+        },
         "recommendation": recommendation(obj),
     }
 
@@ -185,11 +229,22 @@ def drain(obj: Mapping[str, Any]) -> DrainView | None:
     d = _status(obj).get("drain")
     if not d or not isinstance(d, Mapping):
         return None
-    subs = [{k: int(x[k]) for k in _SUB_KEYS} for x in _objects(d.get("subRanges"))
-            if all(_int(x.get(k)) is not None for k in _SUB_KEYS)]
-    return DrainView(d.get("id"), str(d.get("phase") or ""), str(d.get("reason") or ""), str(d.get("message") or ""),
-                     _ranges(d.get("ranges")), sorted(subs, key=lambda x: (x["partition"], x["index"])),
-                     d.get("recordsDone"), d.get("recordsTotal"), d.get("attempt"))
+    subs = [
+        {k: int(x[k]) for k in _SUB_KEYS}
+        for x in _objects(d.get("subRanges"))
+        if all(_int(x.get(k)) is not None for k in _SUB_KEYS)
+    ]
+    return DrainView(
+        d.get("id"),
+        str(d.get("phase") or ""),
+        str(d.get("reason") or ""),
+        str(d.get("message") or ""),
+        _ranges(d.get("ranges")),
+        sorted(subs, key=lambda x: (x["partition"], x["index"])),
+        d.get("recordsDone"),
+        d.get("recordsTotal"),
+        d.get("attempt"),
+    )
 
 
 def drain_history(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -203,8 +258,10 @@ def drain_history(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         entry["ranges"] = _ranges_line(_ranges(h.get("ranges")))
         if _int(h.get("rangesOmitted")):  # past the entry's bound (a busy drain's many splits)
             entry["ranges"] += f" (+{_int(h.get('rangesOmitted'))} earlier ranges not kept)"
-        line = (f"drain {h.get('id', '?')} {h.get('phase') or 'Unknown'} ({h.get('reason') or ''}): "
-                f"{entry['ranges'] or 'none'}; {_int(h.get('recordsDone')) or 0}/{_int(h.get('recordsTotal')) or 0} records")
+        line = (
+            f"drain {h.get('id', '?')} {h.get('phase') or 'Unknown'} ({h.get('reason') or ''}): "
+            f"{entry['ranges'] or 'none'}; {_int(h.get('recordsDone')) or 0}/{_int(h.get('recordsTotal')) or 0} records"
+        )
         if h.get("seconds") is not None:
             line += f" in {_secs(h['seconds'])} s"
         if h.get("pauseSeconds") is not None:
@@ -218,7 +275,11 @@ def simulation_inputs(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The live figures `simulate` starts from: lag and rate per partition, capacity, replicas."""
     rows = partitions(obj)
     s = summary(obj)
-    return {"partitionLag": {r.partition: int(r.lag or 0) for r in rows},
-            "partitionRate": {r.partition: float(r.produce_rate or 0.0) for r in rows},
-            "produceRate": s["produceRate"] or sum(float(r.produce_rate or 0.0) for r in rows),
-            "capacityPerReplica": s["capacityPerReplica"], "replicas": s["replicas"], "partitions": s["partitions"] or len(rows)}
+    return {
+        "partitionLag": {r.partition: int(r.lag or 0) for r in rows},
+        "partitionRate": {r.partition: float(r.produce_rate or 0.0) for r in rows},
+        "produceRate": s["produceRate"] or sum(float(r.produce_rate or 0.0) for r in rows),
+        "capacityPerReplica": s["capacityPerReplica"],
+        "replicas": s["replicas"],
+        "partitions": s["partitions"] or len(rows),
+    }

@@ -23,6 +23,7 @@ Writes: one ``COPY`` per batch in its own transaction (the batch's rows appear a
 Delivery into the ledger is at-least-once like every handler: that is the point — a replay shows up
 as extra rows.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,10 @@ def qualified(table: str) -> str:
 def ddl(table: str) -> str:
     """CREATE TABLE IF NOT EXISTS without any key or unique constraint (on purpose)."""
     t = qualified(table)
-    return (f'CREATE TABLE IF NOT EXISTS {t} (topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL, '
-            "source text NOT NULL, drain_id text, delivered_at double precision NOT NULL)")
+    return (
+        f'CREATE TABLE IF NOT EXISTS {t} (topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL, '
+        "source text NOT NULL, drain_id text, delivered_at double precision NOT NULL)"
+    )
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,9 @@ class LedgerSettings:
     cost_ms: float = 0.0
 
     @classmethod
-    def resolve(cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> "LedgerSettings":
+    def resolve(
+        cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+    ) -> "LedgerSettings":
         e = os.environ if env is None else env
         c = config or {}
         dsn = e.get("LAGPILOT_LEDGER_DSN") or e.get("LEDGER_DSN") or e.get("LAGPILOT_POSTGRES_DSN") or ""
@@ -93,7 +98,9 @@ def drain_id_of(ctx: BatchContext, env: Mapping[str, str] | None = None) -> str 
     return None
 
 
-def rows_for(records: Sequence[Record], source: str, drain_id: str | None, now: float) -> list[tuple[Any, ...]]:
+def rows_for(
+    records: Sequence[Record], source: str, drain_id: str | None, now: float
+) -> list[tuple[Any, ...]]:
     """One row per record, in the ledger's column order (pure)."""
     return [(r.topic, r.partition, r.offset, source, drain_id, now) for r in records]
 
@@ -114,7 +121,9 @@ def _connection(settings: LedgerSettings) -> Any:
     _local.conns = conns
     conn = conns.get(_key(settings.dsn))
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(settings.dsn, autocommit=True, connect_timeout=10, application_name="lagpilot-ledger")
+        conn = psycopg.connect(
+            settings.dsn, autocommit=True, connect_timeout=10, application_name="lagpilot-ledger"
+        )
         conns[_key(settings.dsn)] = conn
     return conn
 
@@ -175,6 +184,7 @@ def process(records: list[Record], ctx: BatchContext) -> None:
 
 # ---------------------------------------------------------------- the report (pure + one query)
 
+
 @dataclass(frozen=True)
 class PartitionReport:
     produced: int
@@ -186,8 +196,11 @@ class PartitionReport:
     lost_offsets: tuple[int, ...] = ()  # the first 20, for messages
 
 
-def report_from_counts(counts: Iterable[tuple[int, int, int]], produced_per_partition: Mapping[int, int],
-                       produced_from: Mapping[int, int] | None = None) -> dict[str, Any]:
+def report_from_counts(
+    counts: Iterable[tuple[int, int, int]],
+    produced_per_partition: Mapping[int, int],
+    produced_from: Mapping[int, int] | None = None,
+) -> dict[str, Any]:
     """The report from ``(partition, offset, times delivered)`` triples (pure).
 
     Offsets ``[produced_from.get(p, 0), produced_per_partition[p])`` of partition p had to be
@@ -213,8 +226,14 @@ def report_from_counts(counts: Iterable[tuple[int, int, int]], produced_per_part
                     if len(lost_list) >= 20:
                         break
         per[p] = PartitionReport(
-            produced=max(0, hi - lo), delivered=sum(seen.values()), distinct=len(seen), lost=lost_n,
-            duplicated=sum(n - 1 for n in seen.values()), outside=len(seen) - inside, lost_offsets=tuple(lost_list))
+            produced=max(0, hi - lo),
+            delivered=sum(seen.values()),
+            distinct=len(seen),
+            lost=lost_n,
+            duplicated=sum(n - 1 for n in seen.values()),
+            outside=len(seen) - inside,
+            lost_offsets=tuple(lost_list),
+        )
     return {
         "produced": sum(r.produced for r in per.values()),
         "delivered": sum(r.delivered for r in per.values()),
@@ -235,18 +254,28 @@ def _where(topic: str | None, source: str | None, drain_id: str | None) -> tuple
     return where, args
 
 
-def ledger_counts(conn: Any, table: str, topic: str | None = None, source: str | None = None,
-                  drain_id: str | None = None) -> list[tuple[int, int, int]]:
+def ledger_counts(
+    conn: Any, table: str, topic: str | None = None, source: str | None = None, drain_id: str | None = None
+) -> list[tuple[int, int, int]]:
     """``(partition, offset, deliveries)`` from the ledger (optionally one topic, one source, one drain)."""
     where, args = _where(topic, source, drain_id)
-    sql = (f'SELECT partition, "offset", count(*) FROM {qualified(table)}'
-           + (" WHERE " + " AND ".join(where) if where else "") + ' GROUP BY partition, "offset"')
+    sql = (
+        f'SELECT partition, "offset", count(*) FROM {qualified(table)}'
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + ' GROUP BY partition, "offset"'
+    )
     return [(int(p), int(o), int(n)) for p, o, n in conn.execute(sql, args).fetchall()]
 
 
-def ledger_report(conn: Any, table: str, topic: str | None, produced_per_partition: Mapping[int, int],
-                  produced_from: Mapping[int, int] | None = None, source: str | None = None,
-                  drain_id: str | None = None) -> dict[str, Any]:
+def ledger_report(
+    conn: Any,
+    table: str,
+    topic: str | None,
+    produced_per_partition: Mapping[int, int],
+    produced_from: Mapping[int, int] | None = None,
+    source: str | None = None,
+    drain_id: str | None = None,
+) -> dict[str, Any]:
     """``{produced, delivered, distinct, lost, duplicated, outside, per_partition, by_source,
     first_at, last_at}`` for a topic (None: every topic in the table).
 
@@ -256,10 +285,16 @@ def ledger_report(conn: Any, table: str, topic: str | None, produced_per_partiti
     ``by_source``: deliveries per ``consumer`` / ``drain``; ``first_at``/``last_at``: the first and
     last delivery's wall time (steady-state rates for benches).
     """
-    rep = report_from_counts(ledger_counts(conn, table, topic, source, drain_id), produced_per_partition, produced_from)
+    rep = report_from_counts(
+        ledger_counts(conn, table, topic, source, drain_id), produced_per_partition, produced_from
+    )
     where, args = _where(topic, None, drain_id)
-    rows = conn.execute(f"SELECT source, count(*), min(delivered_at), max(delivered_at) FROM {qualified(table)} "
-                        + (" WHERE " + " AND ".join(where) if where else "") + " GROUP BY source", args).fetchall()
+    rows = conn.execute(
+        f"SELECT source, count(*), min(delivered_at), max(delivered_at) FROM {qualified(table)} "
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + " GROUP BY source",
+        args,
+    ).fetchall()
     rep["by_source"] = {str(s): int(n) for s, n, _, _ in rows}
     picked = [r for r in rows if source is None or r[0] == source]
     rep["first_at"] = min((r[2] for r in picked), default=None)
@@ -267,11 +302,23 @@ def ledger_report(conn: Any, table: str, topic: str | None, produced_per_partiti
     return rep
 
 
-def stats(dsn: str, table: str, ranges: Mapping[int, tuple[int, int]], source: str | None = None,
-          drain_id: str | None = None) -> dict[str, Any]:
+def stats(
+    dsn: str,
+    table: str,
+    ranges: Mapping[int, tuple[int, int]],
+    source: str | None = None,
+    drain_id: str | None = None,
+) -> dict[str, Any]:
     """Convenience over :func:`ledger_report` with a DSN and ``ranges`` (partition → [start, end))."""
     import psycopg
 
     with psycopg.connect(dsn, connect_timeout=30) as conn:
-        return ledger_report(conn, table, None, {p: b for p, (_, b) in ranges.items()},
-                             {p: a for p, (a, _) in ranges.items()}, source=source, drain_id=drain_id)
+        return ledger_report(
+            conn,
+            table,
+            None,
+            {p: b for p, (_, b) in ranges.items()},
+            {p: a for p, (a, _) in ranges.items()},
+            source=source,
+            drain_id=drain_id,
+        )

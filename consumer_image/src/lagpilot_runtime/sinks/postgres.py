@@ -38,6 +38,7 @@ temporary table and moved with one ``INSERT ... SELECT ... ON CONFLICT``; smalle
 500 rows per batch vs 54-56k for executemany, executemany 38-40k vs 23-31k at 50 rows.
 ``postgres.method`` (copy | executemany | auto) forces one path.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,7 +66,9 @@ class PostgresSettings:
     key: str = "primary"  # "primary" | "none" (insert mode only)
 
     @classmethod
-    def resolve(cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> "PostgresSettings":
+    def resolve(
+        cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+    ) -> "PostgresSettings":
         """Environment first, ``ctx.config`` overrides; raises ValueError naming what is missing."""
         e = os.environ if env is None else env
         c = config or {}
@@ -93,7 +96,9 @@ def _check_identifier(name: str, what: str = "postgres table") -> str:
     shared by every sink that names a table (postgres, ledger)."""
     parts = name.split(".")
     ok = 1 <= len(parts) <= 2 and all(
-        p and p.isascii() and (p[0].isalpha() or p[0] == "_") and all(ch.isalnum() or ch == "_" for ch in p) for p in parts)
+        p and p.isascii() and (p[0].isalpha() or p[0] == "_") and all(ch.isalnum() or ch == "_" for ch in p)
+        for p in parts
+    )
     if not ok:
         raise ValueError(f"{what} must be a plain identifier (optionally schema.table), got {name!r}")
     return name
@@ -108,10 +113,12 @@ def ddl(table: str, mode: str, key: str = "primary") -> str:
     pk = '(topic, topic_id, partition, "offset")' if mode == "insert" else "(topic, key)"
     key_null = "" if mode == "insert" else " NOT NULL"
     pk_clause = "" if key == "none" and mode == "insert" else f", PRIMARY KEY {pk}"
-    return (f"CREATE TABLE IF NOT EXISTS {_qualified(table)} (topic text NOT NULL, partition integer NOT NULL, "
-            f"topic_id text NOT NULL DEFAULT '', "
-            f'"offset" bigint NOT NULL, key bytea{key_null}, value bytea, headers jsonb, timestamp_ms bigint, '
-            f"written_at timestamptz NOT NULL DEFAULT now(){pk_clause})")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {_qualified(table)} (topic text NOT NULL, partition integer NOT NULL, "
+        f"topic_id text NOT NULL DEFAULT '', "
+        f'"offset" bigint NOT NULL, key bytea{key_null}, value bytea, headers jsonb, timestamp_ms bigint, '
+        f"written_at timestamptz NOT NULL DEFAULT now(){pk_clause})"
+    )
 
 
 def progress_table(table: str) -> str:
@@ -122,12 +129,16 @@ def progress_table(table: str) -> str:
 def progress_ddl(table: str) -> str:
     """``epoch``: the newest claim on the range (drains; 0 never claimed); ``next_offset`` -1: claimed,
     nothing written yet."""
-    return (f"CREATE TABLE IF NOT EXISTS {_qualified(progress_table(table))} (scope text NOT NULL, topic text NOT NULL, "
-            "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), "
-            "epoch bigint NOT NULL DEFAULT 0, PRIMARY KEY (scope, topic, partition))")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {_qualified(progress_table(table))} (scope text NOT NULL, topic text NOT NULL, "
+        "partition integer NOT NULL, next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), "
+        "epoch bigint NOT NULL DEFAULT 0, PRIMARY KEY (scope, topic, partition))"
+    )
 
 
-def progress_rows(scope: str, offsets: Mapping[tuple[str, int], int] | None) -> list[tuple[str, str, int, int]]:
+def progress_rows(
+    scope: str, offsets: Mapping[tuple[str, int], int] | None
+) -> list[tuple[str, str, int, int]]:
     """(scope, topic, partition, next_offset) rows for a batch's progress (pure)."""
     return [(scope, t, int(p), int(o)) for (t, p), o in sorted((offsets or {}).items())]
 
@@ -156,20 +167,39 @@ def rows_for(records: Sequence[Record], mode: str, topic_id: str = "") -> list[t
     """The rows to write; in upsert mode only the newest record per key (one statement cannot
     update the same row twice) and keyless records fail permanently (raised as RecordsFailed)."""
     if mode == "insert":
-        return [(r.topic, topic_id, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms)
-                for r in records]
-    keyless = [RecordError(r, "upsert mode needs a record key, this record has none", retriable=False) for r in records if r.key is None]
+        return [
+            (
+                r.topic,
+                topic_id,
+                r.partition,
+                r.offset,
+                r.key,
+                r.value,
+                headers_json(r.headers),
+                r.timestamp_ms,
+            )
+            for r in records
+        ]
+    keyless = [
+        RecordError(r, "upsert mode needs a record key, this record has none", retriable=False)
+        for r in records
+        if r.key is None
+    ]
     if keyless:
         raise RecordsFailed(keyless)
     newest: dict[tuple[str, bytes], Record] = {}
     for r in records:
         k = (r.topic, r.key)  # type: ignore[assignment]
         cur = newest.get(k)
-        if cur is None or supersedes((topic_id, r.partition, r.offset, r.timestamp_ms),
-                                     (topic_id, cur.partition, cur.offset, cur.timestamp_ms)):
+        if cur is None or supersedes(
+            (topic_id, r.partition, r.offset, r.timestamp_ms),
+            (topic_id, cur.partition, cur.offset, cur.timestamp_ms),
+        ):
             newest[k] = r
-    return [(r.topic, topic_id, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms)
-            for r in newest.values()]
+    return [
+        (r.topic, topic_id, r.partition, r.offset, r.key, r.value, headers_json(r.headers), r.timestamp_ms)
+        for r in newest.values()
+    ]
 
 
 def _conflict_clause(table: str, mode: str, key: str = "primary", legacy_key: bool = False) -> str:
@@ -178,18 +208,23 @@ def _conflict_clause(table: str, mode: str, key: str = "primary", legacy_key: bo
     if mode == "insert" and key == "none":
         return ""
     if mode == "insert":
-        return ('ON CONFLICT (topic, partition, "offset") DO NOTHING' if legacy_key
-                else 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING')
+        return (
+            'ON CONFLICT (topic, partition, "offset") DO NOTHING'
+            if legacy_key
+            else 'ON CONFLICT (topic, topic_id, partition, "offset") DO NOTHING'
+        )
     t = _qualified(table)
-    return ('ON CONFLICT (topic, key) DO UPDATE SET topic_id = EXCLUDED.topic_id, partition = EXCLUDED.partition, '
-            '"offset" = EXCLUDED."offset", value = EXCLUDED.value, headers = EXCLUDED.headers, '
-            "timestamp_ms = EXCLUDED.timestamp_ms, written_at = now() "
-            # supersedes(): offset order within one partition of one incarnation, else the timestamp
-            f"WHERE CASE WHEN {t}.topic_id = EXCLUDED.topic_id AND {t}.partition = EXCLUDED.partition "
-            f'THEN {t}."offset" < EXCLUDED."offset" '
-            f"ELSE (CASE WHEN {t}.timestamp_ms >= 0 THEN {t}.timestamp_ms ELSE -1 END, {t}.partition, {t}.\"offset\") "
-            '< (CASE WHEN EXCLUDED.timestamp_ms >= 0 THEN EXCLUDED.timestamp_ms ELSE -1 END, EXCLUDED.partition, '
-            'EXCLUDED."offset") END')
+    return (
+        "ON CONFLICT (topic, key) DO UPDATE SET topic_id = EXCLUDED.topic_id, partition = EXCLUDED.partition, "
+        '"offset" = EXCLUDED."offset", value = EXCLUDED.value, headers = EXCLUDED.headers, '
+        "timestamp_ms = EXCLUDED.timestamp_ms, written_at = now() "
+        # supersedes(): offset order within one partition of one incarnation, else the timestamp
+        f"WHERE CASE WHEN {t}.topic_id = EXCLUDED.topic_id AND {t}.partition = EXCLUDED.partition "
+        f'THEN {t}."offset" < EXCLUDED."offset" '
+        f'ELSE (CASE WHEN {t}.timestamp_ms >= 0 THEN {t}.timestamp_ms ELSE -1 END, {t}.partition, {t}."offset") '
+        "< (CASE WHEN EXCLUDED.timestamp_ms >= 0 THEN EXCLUDED.timestamp_ms ELSE -1 END, EXCLUDED.partition, "
+        'EXCLUDED."offset") END'
+    )
 
 
 _lock = threading.Lock()
@@ -203,7 +238,9 @@ def _connection(settings: PostgresSettings) -> Any:
     key = hashlib.sha256(settings.dsn.encode()).hexdigest()
     conn = _connections.get(key)
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(settings.dsn, autocommit=True, connect_timeout=10, application_name="lagpilot-sink")
+        conn = psycopg.connect(
+            settings.dsn, autocommit=True, connect_timeout=10, application_name="lagpilot-sink"
+        )
         _connections[key] = conn
     return conn
 
@@ -225,21 +262,30 @@ def ensure_table(conn: Any, table: str, mode: str, key: str = "primary") -> bool
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lagpilot:{table}",))
         conn.execute(ddl(table, mode, key))
-        conn.execute(f"ALTER TABLE {_qualified(table)} ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT ''")
+        conn.execute(
+            f"ALTER TABLE {_qualified(table)} ADD COLUMN IF NOT EXISTS topic_id text NOT NULL DEFAULT ''"
+        )
         conn.execute(progress_ddl(table))
-        conn.execute(f"ALTER TABLE {_qualified(progress_table(table))} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0")
+        conn.execute(
+            f"ALTER TABLE {_qualified(progress_table(table))} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
+        )
         if mode != "insert" or key == "none":
             return False
-        pk = conn.execute(
-            "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
-            (_qualified(table),)).fetchone()[0] or []
+        pk = (
+            conn.execute(
+                "SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+                (_qualified(table),),
+            ).fetchone()[0]
+            or []
+        )
     legacy = "topic_id" not in pk
     if legacy:
         logging.getLogger("lagpilot.sink.postgres").warning(
             "table has the old insert key (topic, partition, offset): records of a re-created topic at reused "
-            "offsets are dropped until it is migrated (docs/consumer.md)", extra={"fields": {
-                "event": "sink_legacy_key", "table": table}})
+            "offsets are dropped until it is migrated (docs/consumer.md)",
+            extra={"fields": {"event": "sink_legacy_key", "table": table}},
+        )
     return legacy
 
 
@@ -258,11 +304,15 @@ def check_fence(conn: Any, table: str, fence: Sequence[tuple[str, str, int, int]
     is the writer's (a later claim, or no claim at all)."""
     pt = _qualified(progress_table(table))
     for scope, topic, partition, epoch in fence:
-        row = conn.execute(f"SELECT epoch FROM {pt} WHERE scope = %s AND topic = %s AND partition = %s FOR UPDATE",
-                           (scope, topic, partition)).fetchone()
+        row = conn.execute(
+            f"SELECT epoch FROM {pt} WHERE scope = %s AND topic = %s AND partition = %s FOR UPDATE",
+            (scope, topic, partition),
+        ).fetchone()
         if row is None or int(row[0]) != epoch:
-            raise Fenced(f"{topic}/{partition}: the range was claimed by a later attempt (epoch "
-                         f"{row[0] if row else 'none'}, this writer's {epoch})")
+            raise Fenced(
+                f"{topic}/{partition}: the range was claimed by a later attempt (epoch "
+                f"{row[0] if row else 'none'}, this writer's {epoch})"
+            )
 
 
 def claim_rows(conn: Any, table: str, scope: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
@@ -274,14 +324,24 @@ def claim_rows(conn: Any, table: str, scope: str, topic: str, partitions: Sequen
             got = conn.execute(
                 f"INSERT INTO {pt} (scope, topic, partition, next_offset, epoch) VALUES (%s, %s, %s, -1, 1) "
                 f"ON CONFLICT (scope, topic, partition) DO UPDATE SET epoch = {pt}.epoch + 1, updated_at = now() "
-                "RETURNING epoch", (scope, topic, int(p))).fetchone()
+                "RETURNING epoch",
+                (scope, topic, int(p)),
+            ).fetchone()
             out[int(p)] = int(got[0])
     return out
 
 
-def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]], method: str = "auto",
-               key: str = "primary", progress: Sequence[tuple[str, str, int, int]] = (),
-               legacy_key: bool = False, fence: Sequence[tuple[str, str, int, int]] = ()) -> None:
+def write_rows(
+    conn: Any,
+    table: str,
+    mode: str,
+    rows: Sequence[tuple[Any, ...]],
+    method: str = "auto",
+    key: str = "primary",
+    progress: Sequence[tuple[str, str, int, int]] = (),
+    legacy_key: bool = False,
+    fence: Sequence[tuple[str, str, int, int]] = (),
+) -> None:
     """Write rows (idempotently unless ``key="none"``) and the batch's progress rows in ONE
     transaction (COPY into a staging table, or executemany); ``fence`` (:func:`fence_rows`) checked
     first in the same transaction (Fenced: nothing written)."""
@@ -301,16 +361,22 @@ def write_rows(conn: Any, table: str, mode: str, rows: Sequence[tuple[Any, ...]]
                 cur.executemany(
                     f"INSERT INTO {pt} (scope, topic, partition, next_offset) VALUES (%s, %s, %s, %s) "
                     f"ON CONFLICT (scope, topic, partition) DO UPDATE SET next_offset = "
-                    f"GREATEST({pt}.next_offset, EXCLUDED.next_offset), updated_at = now()", list(progress))
+                    f"GREATEST({pt}.next_offset, EXCLUDED.next_offset), updated_at = now()",
+                    list(progress),
+                )
         if not rows:
             return
         if method == "executemany":
             with conn.cursor() as cur:
-                cur.executemany(f"INSERT INTO {t} ({cols}) VALUES ({', '.join(['%s'] * len(COLUMNS))}) {conflict}", rows)
+                cur.executemany(
+                    f"INSERT INTO {t} ({cols}) VALUES ({', '.join(['%s'] * len(COLUMNS))}) {conflict}", rows
+                )
             return
         stage = "lagpilot_stage_" + hashlib.sha1(table.encode()).hexdigest()[:12]
-        conn.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{stage}" (topic text, topic_id text, partition integer, '
-                     '"offset" bigint, key bytea, value bytea, headers jsonb, timestamp_ms bigint) ON COMMIT DELETE ROWS')
+        conn.execute(
+            f'CREATE TEMP TABLE IF NOT EXISTS "{stage}" (topic text, topic_id text, partition integer, '
+            '"offset" bigint, key bytea, value bytea, headers jsonb, timestamp_ms bigint) ON COMMIT DELETE ROWS'
+        )
         with conn.cursor() as cur:
             with cur.copy(f'COPY "{stage}" ({cols}) FROM STDIN') as copy:
                 for row in rows:
@@ -345,21 +411,28 @@ def _admin_conf(env: Mapping[str, str]) -> dict[str, Any] | None:
     def opt(name: str) -> str | None:
         return env.get(name) or None
 
-    cfg = ConsumerConfig(bootstrap_servers=boot, topic="", group_id="",
-                         security_protocol=(opt("LAGPILOT_SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
-                         sasl_mechanism=(opt("LAGPILOT_SASL_MECHANISM") or "").upper() or None,
-                         sasl_username=opt("LAGPILOT_SASL_USERNAME"), sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
-                         oauth_token_endpoint_url=opt("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL"),
-                         oauth_scope=opt("LAGPILOT_SASL_OAUTHBEARER_SCOPE"),
-                         oauth_client_id=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID"),
-                         oauth_client_secret=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
-                         ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"), ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
-                         ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"))
+    cfg = ConsumerConfig(
+        bootstrap_servers=boot,
+        topic="",
+        group_id="",
+        security_protocol=(opt("LAGPILOT_SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
+        sasl_mechanism=(opt("LAGPILOT_SASL_MECHANISM") or "").upper() or None,
+        sasl_username=opt("LAGPILOT_SASL_USERNAME"),
+        sasl_password=opt("LAGPILOT_SASL_PASSWORD"),
+        oauth_token_endpoint_url=opt("LAGPILOT_SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL"),
+        oauth_scope=opt("LAGPILOT_SASL_OAUTHBEARER_SCOPE"),
+        oauth_client_id=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID"),
+        oauth_client_secret=opt("LAGPILOT_SASL_OAUTHBEARER_CLIENT_SECRET"),
+        ssl_ca_pem=opt("LAGPILOT_SSL_CA_PEM"),
+        ssl_cert_pem=opt("LAGPILOT_SSL_CERT_PEM"),
+        ssl_key_pem=opt("LAGPILOT_SSL_KEY_PEM"),
+    )
     return {"bootstrap.servers": boot, "client.id": "lagpilot-sink-metadata", **cfg.kafka_security()}
 
 
-def topic_id_for(topic: str, records: Sequence[Record], env: Mapping[str, str] | None = None,
-                 now: float | None = None) -> str:
+def topic_id_for(
+    topic: str, records: Sequence[Record], env: Mapping[str, str] | None = None, now: float | None = None
+) -> str:
     """The topic's id (its incarnation) from the cluster's metadata, "" when no Kafka is configured.
 
     Looked up once per process and topic, again when a partition's offsets go back below what this
@@ -387,9 +460,12 @@ def topic_id_for(topic: str, records: Sequence[Record], env: Mapping[str, str] |
     return held[0]
 
 
-def write_records(records: Sequence[Record], settings: PostgresSettings,
-                  progress: Sequence[tuple[str, str, int, int]] = (),
-                  fence: Sequence[tuple[str, str, int, int]] = ()) -> None:
+def write_records(
+    records: Sequence[Record],
+    settings: PostgresSettings,
+    progress: Sequence[tuple[str, str, int, int]] = (),
+    fence: Sequence[tuple[str, str, int, int]] = (),
+) -> None:
     """Write a batch and its progress (creating the tables on first use); reconnects next time
     after a broken connection."""
     import psycopg
@@ -398,10 +474,24 @@ def write_records(records: Sequence[Record], settings: PostgresSettings,
     with _lock:
         # one topic per consumer/drain; several (a custom caller): each its own incarnation
         ids = {t: topic_id_for(t, [r for r in records if r.topic == t]) for t in sorted(topics)}
-        rows = [row for t in sorted(topics) for row in rows_for([r for r in records if r.topic == t], settings.mode, ids[t])]
+        rows = [
+            row
+            for t in sorted(topics)
+            for row in rows_for([r for r in records if r.topic == t], settings.mode, ids[t])
+        ]
         try:
             conn, legacy = _ready_connection(settings)
-            write_rows(conn, settings.table, settings.mode, rows, settings.method, settings.key, progress, legacy, fence)
+            write_rows(
+                conn,
+                settings.table,
+                settings.mode,
+                rows,
+                settings.method,
+                settings.key,
+                progress,
+                legacy,
+                fence,
+            )
             _test_crash_point("after_sink_write")
         except psycopg.OperationalError:
             _drop_connection(settings)
@@ -445,8 +535,12 @@ def process(records: list[Record], ctx: BatchContext) -> None:
     """Handler-contract entry point: the batch (and ``ctx.offsets`` under ``ctx.progress_scope``)
     is durable in PostgreSQL when this returns."""
     _current_source["source"] = ctx.source
-    write_records(records, PostgresSettings.resolve(ctx.config), progress_rows(ctx.progress_scope, ctx.offsets),
-                  fence_rows(ctx.progress_scope, ctx.epoch, records))
+    write_records(
+        records,
+        PostgresSettings.resolve(ctx.config),
+        progress_rows(ctx.progress_scope, ctx.offsets),
+        fence_rows(ctx.progress_scope, ctx.epoch, records),
+    )
 
 
 def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[int, int]:
@@ -460,7 +554,8 @@ def progress(topic: str, partitions: Sequence[int], ctx: BatchContext) -> dict[i
             got = conn.execute(
                 f"SELECT partition, next_offset FROM {_qualified(progress_table(settings.table))} "
                 "WHERE scope = %s AND topic = %s AND partition = ANY(%s) AND next_offset >= 0",
-                (ctx.progress_scope, topic, [int(p) for p in partitions])).fetchall()
+                (ctx.progress_scope, topic, [int(p) for p in partitions]),
+            ).fetchall()
         except psycopg.OperationalError:
             _drop_connection(settings)
             raise

@@ -58,21 +58,64 @@ for the workers), `node` (the Node and its heartbeat), `runner` (watch, scope, b
 
 from __future__ import annotations
 
-from .base import (DEFAULT_NODE_NAME, INHERITED_ENV, KUBELET_VERSION, LOOPBACK, NODE_CAPACITY, RUNNER_LABEL,
-                   ContainerConfigError, StartError, now_micro, now_rfc3339)
+from .base import (
+    DEFAULT_NODE_NAME,
+    INHERITED_ENV,
+    KUBELET_VERSION,
+    LOOPBACK,
+    NODE_CAPACITY,
+    RUNNER_LABEL,
+    ContainerConfigError,
+    StartError,
+    now_micro,
+    now_rfc3339,
+)
 from .container import DEFAULT_ENTRYPOINTS, DEFAULT_IMAGE_CMDS, build_argv, image_repository
 from .env import expand_vars, parse_quantity, resolve_env
-from .lifecycle import ExitOutcome, crash_backoff, exit_code_of, exit_outcome, pod_conditions, terminated_state
+from .lifecycle import (
+    ExitOutcome,
+    crash_backoff,
+    exit_code_of,
+    exit_outcome,
+    pod_conditions,
+    terminated_state,
+)
 from .probes import PORT_ENV_VARS, probe_target, remapped_ports, resolve_probe_port
 from .runner import PodRunner, node_selector_matches
 from .worker import PodWorker
 
 __all__ = [
-    "DEFAULT_ENTRYPOINTS", "DEFAULT_IMAGE_CMDS", "DEFAULT_NODE_NAME", "INHERITED_ENV", "KUBELET_VERSION", "LOOPBACK",
-    "NODE_CAPACITY", "PORT_ENV_VARS", "RUNNER_LABEL", "ContainerConfigError", "ExitOutcome", "PodRunner", "PodWorker",
-    "StartError", "build_argv", "crash_backoff", "exit_code_of", "exit_outcome", "expand_vars", "image_repository",
-    "main", "node_selector_matches", "now_micro", "now_rfc3339", "parse_quantity", "pod_conditions", "probe_target",
-    "remapped_ports", "resolve_env", "resolve_probe_port", "terminated_state",
+    "DEFAULT_ENTRYPOINTS",
+    "DEFAULT_IMAGE_CMDS",
+    "DEFAULT_NODE_NAME",
+    "INHERITED_ENV",
+    "KUBELET_VERSION",
+    "LOOPBACK",
+    "NODE_CAPACITY",
+    "PORT_ENV_VARS",
+    "RUNNER_LABEL",
+    "ContainerConfigError",
+    "ExitOutcome",
+    "PodRunner",
+    "PodWorker",
+    "StartError",
+    "build_argv",
+    "crash_backoff",
+    "exit_code_of",
+    "exit_outcome",
+    "expand_vars",
+    "image_repository",
+    "main",
+    "node_selector_matches",
+    "now_micro",
+    "now_rfc3339",
+    "parse_quantity",
+    "pod_conditions",
+    "probe_target",
+    "remapped_ports",
+    "resolve_env",
+    "resolve_probe_port",
+    "terminated_state",
 ]
 
 

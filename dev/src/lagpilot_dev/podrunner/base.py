@@ -1,5 +1,6 @@
 """The pod runner's shared vocabulary: its node's identity constants, the kubelet-style errors, time
 stamps, and the small host helpers (free port, private files, the project's venv)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,8 +17,18 @@ DEFAULT_NODE_NAME = "lagpilot-local"
 KUBELET_VERSION = "v1.35.4"
 # host variables a local "container" inherits (a real one inherits none, but Java, Spark and the
 # cache locations must be found); everything else comes from the Pod spec
-INHERITED_ENV = ("HOME", "USER", "LANG", "LC_ALL", "TZ", "TMPDIR", "JAVA_HOME", "SPARK_HOME",
-                 "LAGPILOT_CACHE", "LAGPILOT_STATE")
+INHERITED_ENV = (
+    "HOME",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "JAVA_HOME",
+    "SPARK_HOME",
+    "LAGPILOT_CACHE",
+    "LAGPILOT_STATE",
+)
 # the runtime's test fault hooks (LP_TEST_*) for a namespace's pods: a JSON object in this namespace
 # annotation, added to every container's env by the runner (never from the pod spec: the CRD
 # refuses LP_TEST_* in a CR's template.env)

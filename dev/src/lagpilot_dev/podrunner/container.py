@@ -1,5 +1,6 @@
 """What a container runs locally: the image's known entrypoint and CMD (test-side knowledge of our
 own images), and the argv built from command + args."""
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,16 @@ def image_repository(image: str) -> str:
     return "/".join(parts)
 
 
-def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs: Sequence[str],
-               python: str, entrypoints: Mapping[str, Sequence[str]] = DEFAULT_ENTRYPOINTS,
-               search_path: str = "", image_cmds: Mapping[str, Sequence[str]] = DEFAULT_IMAGE_CMDS) -> list[str]:
+def build_argv(
+    container: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    bin_dirs: Sequence[str],
+    python: str,
+    entrypoints: Mapping[str, Sequence[str]] = DEFAULT_ENTRYPOINTS,
+    search_path: str = "",
+    image_cmds: Mapping[str, Sequence[str]] = DEFAULT_IMAGE_CMDS,
+) -> list[str]:
     """The local argv for a container: command + args with `$(VAR)` expanded; the image's known
     entrypoint when there is no command; a bare program name resolved in `bin_dirs` first, then
     `search_path`; `python`/`python3` become `python` (the project's interpreter)."""
@@ -52,8 +60,10 @@ def build_argv(container: Mapping[str, Any], env: Mapping[str, str], *, bin_dirs
         repo = image_repository(str(container.get("image") or ""))
         key = next((k for k in entrypoints if repo == k or repo.endswith("/" + k)), None)
         if key is None:
-            raise StartError(f"container {container.get('name')!r} has no command and the local runner does not "
-                             f"know the entrypoint of image {container.get('image')!r}")
+            raise StartError(
+                f"container {container.get('name')!r} has no command and the local runner does not "
+                f"know the entrypoint of image {container.get('image')!r}"
+            )
         command = list(entrypoints[key])
         if not args:
             args = list(image_cmds.get(key, ()))
@@ -85,7 +95,22 @@ def with_mounts(argv: Sequence[str], binds: Sequence[tuple[str, str]], unshare: 
     read-only (pure). The process keeps its pid (unshare and sh exec into it); needs root."""
     if not binds:
         return list(argv)
-    script = ('while [ "$1" != "--" ]; do mkdir -p "$1" && mount -o bind,ro "$2" "$1" || exit 127; shift 2; done; '
-              'shift; exec "$@"')
+    script = (
+        'while [ "$1" != "--" ]; do mkdir -p "$1" && mount -o bind,ro "$2" "$1" || exit 127; shift 2; done; '
+        'shift; exec "$@"'
+    )
     pairs = [p for mount_path, source in binds for p in (mount_path, source)]
-    return [unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *pairs, "--", *argv]
+    return [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        *pairs,
+        "--",
+        *argv,
+    ]

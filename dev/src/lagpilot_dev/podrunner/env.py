@@ -1,5 +1,6 @@
 """A container's environment as the kubelet builds it (`env`, `envFrom`, `$(VAR)` expansion,
 Secret/ConfigMap/field/resource references), plus the host variables a local process inherits."""
+
 from __future__ import annotations
 
 import math
@@ -31,11 +32,11 @@ def expand_vars(text: str, env: Mapping[str, str]) -> str:
             if nxt == "(":
                 end = text.find(")", i + 2)
                 if end != -1:
-                    name = text[i + 2:end]
+                    name = text[i + 2 : end]
                     if name in env:
                         out.append(env[name])
                     else:
-                        out.append(text[i:end + 1])
+                        out.append(text[i : end + 1])
                     i = end + 1
                     continue
         out.append(c)
@@ -90,10 +91,14 @@ def _resource_field_ref(container: Mapping[str, Any], ref: Mapping[str, Any]) ->
     return str(math.ceil(parse_quantity(value) / divisor))
 
 
-def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any], *,
-                get_secret: Callable[[str], Mapping[str, str] | None],
-                get_config_map: Callable[[str], Mapping[str, str] | None],
-                node_name: str = DEFAULT_NODE_NAME) -> dict[str, str]:
+def resolve_env(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    get_secret: Callable[[str], Mapping[str, str] | None],
+    get_config_map: Callable[[str], Mapping[str, str] | None],
+    node_name: str = DEFAULT_NODE_NAME,
+) -> dict[str, str]:
     """The container's environment as the kubelet builds it: `envFrom` first, then `env` in order
     (later entries override, values may reference earlier ones with `$(VAR)`).
 
@@ -134,7 +139,7 @@ def resolve_env(pod: Mapping[str, Any], container: Mapping[str, Any], *,
                     continue
                 if data is None:
                     raise ContainerConfigError(f'{what} "{ref.get("name")}" not found')
-                raise ContainerConfigError(f'couldn\'t find key {ref.get("key")} in {what} {ref.get("name")}')
+                raise ContainerConfigError(f"couldn't find key {ref.get('key')} in {what} {ref.get('name')}")
             env[name] = data[ref["key"]]
         elif "fieldRef" in vf:
             env[name] = _field_ref(pod, vf["fieldRef"].get("fieldPath", ""), node_name)

@@ -1,5 +1,6 @@
 """The runner's calls to the API server on the workers' behalf: Secret/ConfigMap data for the env,
 the pod's ServiceAccount credentials (TokenRequest), the pod status patch and the final delete."""
+
 from __future__ import annotations
 
 import base64
@@ -34,13 +35,19 @@ class PodApi:
             raise ContainerConfigError(f"reading {kind} {name}: HTTP {exc.status}") from exc
         obj = json.loads(resp.data)
         if kind == "secret":
-            data = {k: base64.b64decode(v).decode("utf-8", errors="surrogateescape")
-                    for k, v in (obj.get("data") or {}).items()}
+            data = {
+                k: base64.b64decode(v).decode("utf-8", errors="surrogateescape")
+                for k, v in (obj.get("data") or {}).items()
+            }
             data.update(obj.get("stringData") or {})
             return data
         data = dict(obj.get("data") or {})
-        data.update({k: base64.b64decode(v).decode("utf-8", errors="surrogateescape")
-                     for k, v in (obj.get("binaryData") or {}).items()})
+        data.update(
+            {
+                k: base64.b64decode(v).decode("utf-8", errors="surrogateescape")
+                for k, v in (obj.get("binaryData") or {}).items()
+            }
+        )
         return data
 
     def test_env(self, namespace: str) -> dict[str, str]:
@@ -56,7 +63,9 @@ class PodApi:
         try:
             data = json.loads(raw)
         except ValueError as exc:
-            raise ContainerConfigError(f"namespace annotation {TEST_ENV_ANNOTATION} is not JSON: {exc}") from exc
+            raise ContainerConfigError(
+                f"namespace annotation {TEST_ENV_ANNOTATION} is not JSON: {exc}"
+            ) from exc
         return {str(k): str(v) for k, v in (data or {}).items() if str(k).startswith(TEST_HOOK_PREFIX)}
 
     def get_secret(self, namespace: str, name: str) -> dict[str, str] | None:
@@ -75,8 +84,17 @@ class PodApi:
 
         meta = pod["metadata"]
         ns, sa = meta["namespace"], pod["spec"].get("serviceAccountName") or "default"
-        body = {"spec": {"expirationSeconds": 86400, "boundObjectRef": {
-            "apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}}}
+        body = {
+            "spec": {
+                "expirationSeconds": 86400,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                },
+            }
+        }
         try:
             resp = self._core.create_namespaced_service_account_token(sa, ns, body, _preload_content=False)
         except client.ApiException as exc:
@@ -91,21 +109,26 @@ class PodApi:
         for name, content in (("token", token), ("namespace", ns), ("ca.crt", ca.read_text())):
             write_private(sa_dir / name, content)
         path = pod_dir / "kubeconfig"
-        write_private(path, kubeconfig_yaml(cfg.host, ca, f"system:serviceaccount:{ns}:{sa}", token=token,
-                                             namespace=ns))
+        write_private(
+            path, kubeconfig_yaml(cfg.host, ca, f"system:serviceaccount:{ns}:{sa}", token=token, namespace=ns)
+        )
         return path
 
     def patch_pod_status(self, namespace: str, name: str, status: dict[str, Any]) -> bool:
         from kubernetes import client
 
         try:
-            self._core.patch_namespaced_pod_status(name, namespace, {"status": status}, _preload_content=False)
+            self._core.patch_namespaced_pod_status(
+                name, namespace, {"status": status}, _preload_content=False
+            )
             return True
         except client.ApiException as exc:
             if exc.status == 404:
                 return True  # the pod is gone: nothing left to report
-            log.warning("pod status update failed", extra={"pod": f"{namespace}/{name}", "status": exc.status,
-                                                           "reason": exc.reason})
+            log.warning(
+                "pod status update failed",
+                extra={"pod": f"{namespace}/{name}", "status": exc.status, "reason": exc.reason},
+            )
             return False
         except Exception as exc:  # noqa: BLE001 - apiserver down (fault tests): retried on the next change
             log.warning("pod status update failed", extra={"pod": f"{namespace}/{name}", "error": repr(exc)})
@@ -117,15 +140,22 @@ class PodApi:
 
         while True:
             try:
-                self._core.delete_namespaced_pod(name, namespace, body={"gracePeriodSeconds": 0,
-                                                                        "preconditions": {"uid": uid}},
-                                                 _preload_content=False)
+                self._core.delete_namespaced_pod(
+                    name,
+                    namespace,
+                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+                    _preload_content=False,
+                )
                 return
             except client.ApiException as exc:
                 if exc.status in (404, 409):
                     return
-                log.warning("final pod delete failed", extra={"pod": f"{namespace}/{name}", "status": exc.status})
+                log.warning(
+                    "final pod delete failed", extra={"pod": f"{namespace}/{name}", "status": exc.status}
+                )
             except Exception as exc:  # noqa: BLE001 - apiserver down (fault tests)
-                log.warning("final pod delete failed", extra={"pod": f"{namespace}/{name}", "error": repr(exc)[:300]})
+                log.warning(
+                    "final pod delete failed", extra={"pod": f"{namespace}/{name}", "error": repr(exc)[:300]}
+                )
             if self.stopping.wait(2.0):
                 return

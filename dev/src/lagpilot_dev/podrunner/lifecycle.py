@@ -1,5 +1,6 @@
 """The kubelet's decisions and status shapes for a single-container pod: restart or end after an
 exit (restart policy, crash back-off), exit codes of signals, terminated states, pod conditions."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -37,8 +38,14 @@ def exit_code_of(returncode: int) -> tuple[int, int | None]:
     return returncode, None
 
 
-def terminated_state(exit_code: int, sig: int | None, started_at: str | None, finished_at: str,
-                     reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+def terminated_state(
+    exit_code: int,
+    sig: int | None,
+    started_at: str | None,
+    finished_at: str,
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
     state: dict[str, Any] = {
         "exitCode": exit_code,
         "reason": reason or ("Completed" if exit_code == 0 else "Error"),
@@ -61,7 +68,9 @@ FALLBACK_LINES, FALLBACK_BYTES = 80, 2048
 TERMINATION_LOG_ENV = "LAGPILOT_TERMINATION_LOG"
 
 
-def termination_message(container: Mapping[str, Any], exit_code: int, message_file: Path, log_tail: str) -> str | None:
+def termination_message(
+    container: Mapping[str, Any], exit_code: int, message_file: Path, log_tail: str
+) -> str | None:
     """What the kubelet puts in `state.terminated.message`: the termination message file's content,
     else (terminationMessagePolicy FallbackToLogsOnError and a failed exit) the log's tail."""
     try:
@@ -77,8 +86,9 @@ def termination_message(container: Mapping[str, Any], exit_code: int, message_fi
     return None
 
 
-def pod_conditions(*, phase: str, ready: bool, started_at: str, transitions: dict[str, tuple[str, str]],
-                   now: str) -> list[dict[str, Any]]:
+def pod_conditions(
+    *, phase: str, ready: bool, started_at: str, transitions: dict[str, tuple[str, str]], now: str
+) -> list[dict[str, Any]]:
     """The four kubelet-owned conditions plus PodScheduled; `transitions` remembers (status, time)
     per type so lastTransitionTime only moves when the status does (updated in place)."""
     initialized = "True"
@@ -95,8 +105,12 @@ def pod_conditions(*, phase: str, ready: bool, started_at: str, transitions: dic
         prev = transitions.get(ctype)
         if prev is None or prev[0] != status:
             transitions[ctype] = (status, now if prev is not None else started_at)
-        cond: dict[str, Any] = {"type": ctype, "status": status, "lastProbeTime": None,
-                                "lastTransitionTime": transitions[ctype][1]}
+        cond: dict[str, Any] = {
+            "type": ctype,
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": transitions[ctype][1],
+        }
         if status == "False" and ctype in ("ContainersReady", "Ready"):
             cond["reason"] = "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"
         out.append(cond)

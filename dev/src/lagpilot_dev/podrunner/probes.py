@@ -1,6 +1,7 @@
 """Readiness and liveness probes of a local pod: where a probe goes (one network namespace for all
 local pods, so the pod's own port replaces LAGPILOT_METRICS_PORT / PORT), when it runs next, and
 one probe attempt (httpGet, tcpSocket, exec)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,11 @@ def probe_target(probe: Mapping[str, Any], pod_port: int, container: Mapping[str
         if not path.startswith("/"):
             path = "/" + path
         scheme = str(hg.get("scheme") or "HTTP").lower()
-        return {"kind": "http", "url": f"{scheme}://{LOOPBACK}:{port_of(hg.get('port'))}{path}",
-                "headers": {h["name"]: h["value"] for h in hg.get("httpHeaders") or []}}
+        return {
+            "kind": "http",
+            "url": f"{scheme}://{LOOPBACK}:{port_of(hg.get('port'))}{path}",
+            "headers": {h["name"]: h["value"] for h in hg.get("httpHeaders") or []},
+        }
     if "tcpSocket" in probe:
         return {"kind": "tcp", "port": port_of(probe["tcpSocket"].get("port"))}
     if "exec" in probe:
@@ -91,8 +95,13 @@ class Probe:
         return float(self.spec.get("timeoutSeconds") or 1)
 
 
-def probe_once(probe: Probe, pod_port: int, container: Mapping[str, Any], exec_env: Callable[[], dict[str, str]],
-               cwd: Path) -> bool:
+def probe_once(
+    probe: Probe,
+    pod_port: int,
+    container: Mapping[str, Any],
+    exec_env: Callable[[], dict[str, str]],
+    cwd: Path,
+) -> bool:
     """One attempt of `probe` (kubelet semantics: 2xx/3xx, a TCP connect, exit 0); `exec_env` is
     called only for an exec probe."""
     target = probe_target(probe.spec, pod_port, container)
@@ -106,8 +115,17 @@ def probe_once(probe: Probe, pod_port: int, container: Mapping[str, Any], exec_e
             with socket.create_connection((LOOPBACK, target["port"]), timeout=probe.timeout):
                 return True
         if target["kind"] == "exec":
-            return subprocess.run(target["command"], env=exec_env(), cwd=cwd, timeout=probe.timeout,  # noqa: S603
-                                  capture_output=True, check=False).returncode == 0
+            return (
+                subprocess.run(
+                    target["command"],
+                    env=exec_env(),
+                    cwd=cwd,
+                    timeout=probe.timeout,  # noqa: S603
+                    capture_output=True,
+                    check=False,
+                ).returncode
+                == 0
+            )
     except (urllib.error.URLError, OSError, subprocess.TimeoutExpired, ValueError):
         return False
     return True

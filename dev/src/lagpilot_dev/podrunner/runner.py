@@ -1,5 +1,6 @@
 """The runner: one per Node, it watches the Pods in its scope, binds unscheduled ones to its Node
 (the scheduler's job), starts a PodWorker per Pod bound to it, and stops them all on stop()."""
+
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +28,7 @@ def node_selector_matches(pod: Mapping[str, Any], labels: Mapping[str, str]) -> 
 
 def _default_metrics_sd_dir() -> Path | None:
     from lagpilot_dev.prometheus import pods_sd_dir
+
     return pods_sd_dir()
 
 
@@ -71,8 +73,12 @@ class PodRunner:
         self.stopping = threading.Event()
         self.venv_bin = venv_bin()
         self.python = str(self.venv_bin / "python") if (self.venv_bin / "python").exists() else sys.executable
-        self.labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "lagpilot.io/pod-runner": "true"}
+        self.labels = {
+            "kubernetes.io/hostname": self.node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "lagpilot.io/pod-runner": "true",
+        }
         self._workers: dict[str, PodWorker] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -92,7 +98,9 @@ class PodRunner:
         self._api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
         self._core = client.CoreV1Api(self._api_client)
         self._api = PodApi(self._core, self._api_client, self.stopping)
-        self._node = NodeAgent(self._core, self._api_client, self.node_name, self.labels, self.stale_node_seconds)
+        self._node = NodeAgent(
+            self._core, self._api_client, self.node_name, self.labels, self.stale_node_seconds
+        )
         self._node.register()
         self._node.reap_stale_nodes()
         t = threading.Thread(target=self._watch_loop, name="podrunner-watch", daemon=True)
@@ -101,8 +109,14 @@ class PodRunner:
         hb = threading.Thread(target=self._heartbeat_loop, name="podrunner-heartbeat", daemon=True)
         hb.start()
         self._threads.append(hb)
-        log.info("pod runner started", extra={"node": self.node_name, "workdir": str(self.workdir),
-                                              "namespaces": "*" if self.namespaces is None else "(given)"})
+        log.info(
+            "pod runner started",
+            extra={
+                "node": self.node_name,
+                "workdir": str(self.workdir),
+                "namespaces": "*" if self.namespaces is None else "(given)",
+            },
+        )
         return self
 
     def stop(self) -> None:
@@ -153,8 +167,11 @@ class PodRunner:
         """pod name -> pid of every running process (optionally in one namespace)."""
         with self._lock:
             workers = list(self._workers.values())
-        return {w.name: pid for w in workers
-                if (namespace is None or w.namespace == namespace) and (pid := w.pid()) is not None}
+        return {
+            w.name: pid
+            for w in workers
+            if (namespace is None or w.namespace == namespace) and (pid := w.pid()) is not None
+        }
 
     # ---- API helpers used by the workers ---------------------------------------------------------
     def base_env(self, pod_name: str) -> dict[str, str]:
@@ -196,8 +213,13 @@ class PodRunner:
                 rv = listing["metadata"]["resourceVersion"]
                 self._resync(listing.get("items") or [])
                 stream = self._core.list_pod_for_all_namespaces(
-                    watch=True, resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=self.resync_seconds,
-                    _preload_content=False, _request_timeout=(10, self.resync_seconds + 30))
+                    watch=True,
+                    resource_version=rv,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self.resync_seconds,
+                    _preload_content=False,
+                    _request_timeout=(10, self.resync_seconds + 30),
+                )
                 self._responses.append(stream)
                 try:
                     for line in iter_resp_lines(stream):
@@ -274,9 +296,12 @@ class PodRunner:
             hold = self.hold
             if hold is not None and hold(pod):
                 return
-            if (self.bind and not meta.get("deletionTimestamp")
-                    and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
-                    and node_selector_matches(pod, self.labels)):
+            if (
+                self.bind
+                and not meta.get("deletionTimestamp")
+                and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+                and node_selector_matches(pod, self.labels)
+            ):
                 self._bind(ns, name, uid)
             return
         if node != self.node_name:
@@ -302,8 +327,12 @@ class PodRunner:
     def _bind(self, namespace: str, name: str, uid: str) -> None:
         from kubernetes import client
 
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "uid": uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
+        }
         try:
             self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
             log.info("bound pod", extra={"pod": f"{namespace}/{name}", "node": self.node_name})

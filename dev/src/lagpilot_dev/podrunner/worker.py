@@ -1,6 +1,7 @@
 """One Pod's container as a local process: start it (env, credentials, argv), watch it (exit,
 restart with back-off, probes), stop it (deletion, grace period) and report the status a kubelet
 would (phase, conditions, containerStatuses). One thread per pod."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,15 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .base import LOOPBACK, ContainerConfigError, StartError, free_port, log, now_rfc3339
 from .container import build_argv, secret_mounts, with_mounts
 from .env import resolve_env
-from .lifecycle import (TERMINATION_LOG_ENV, crash_backoff, exit_code_of, exit_outcome, pod_conditions, terminated_state,
-                        termination_message)
+from .lifecycle import (
+    TERMINATION_LOG_ENV,
+    crash_backoff,
+    exit_code_of,
+    exit_outcome,
+    pod_conditions,
+    terminated_state,
+    termination_message,
+)
 from .probes import Probe, probe_once
 
 if TYPE_CHECKING:
@@ -62,7 +70,9 @@ class PodWorker:
         self._last_status: dict[str, Any] | None = None
         self._retry_write_at: float | None = None
         self._adopt_existing_status(pod)
-        self.thread = threading.Thread(target=self._run, name=f"pod-{self.namespace}/{self.name}", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name=f"pod-{self.namespace}/{self.name}", daemon=True
+        )
 
     def _adopt_existing_status(self, pod: Mapping[str, Any]) -> None:
         """After a runner restart: keep startTime and count the lost container as a restart."""
@@ -73,8 +83,9 @@ class PodWorker:
                 self.restart_count = int(cs.get("restartCount") or 0)
                 if "running" in (cs.get("state") or {}) or "terminated" in (cs.get("state") or {}):
                     self.restart_count += 1
-                    self.last_state = {"terminated": terminated_state(137, 9, None, now_rfc3339(),
-                                                                     reason="RunnerRestarted")}
+                    self.last_state = {
+                        "terminated": terminated_state(137, 9, None, now_rfc3339(), reason="RunnerRestarted")
+                    }
 
     # -- called from the watch thread --
     def update(self, pod: dict[str, Any]) -> None:
@@ -107,9 +118,12 @@ class PodWorker:
         the container starts and its spec sets LAGPILOT_METRICS_PORT (the runner's own port for the
         pod), removed when the worker ends (pod deleted or gone, runner stopped)."""
         sd = getattr(self.runner, "metrics_sd_dir", None)
-        if sd is None or not any(e.get("name") == "LAGPILOT_METRICS_PORT" for e in self.container.get("env") or []):
+        if sd is None or not any(
+            e.get("name") == "LAGPILOT_METRICS_PORT" for e in self.container.get("env") or []
+        ):
             return
         from lagpilot_dev import prometheus
+
         with contextlib.suppress(OSError):
             if not up:
                 prometheus.remove_pod_target(Path(sd), self.namespace, self.name)
@@ -151,10 +165,16 @@ class PodWorker:
     def _start_container(self) -> None:
         pod, c = self.pod, self.container
         try:
-            env = resolve_env(pod, c, get_secret=lambda n: self.runner.get_secret(self.namespace, n),
-                              get_config_map=lambda n: self.runner.get_config_map(self.namespace, n),
-                              node_name=self.runner.node_name)
-            env.update(self.runner.test_env(self.namespace))  # LP_TEST_* hooks: the namespace's, never the spec's
+            env = resolve_env(
+                pod,
+                c,
+                get_secret=lambda n: self.runner.get_secret(self.namespace, n),
+                get_config_map=lambda n: self.runner.get_config_map(self.namespace, n),
+                node_name=self.runner.node_name,
+            )
+            env.update(
+                self.runner.test_env(self.namespace)
+            )  # LP_TEST_* hooks: the namespace's, never the spec's
             if "KUBECONFIG" not in env and pod["spec"].get("automountServiceAccountToken") is not False:
                 env["KUBECONFIG"] = str(self.runner.pod_credentials(pod, self.pod_dir))
         except ContainerConfigError as exc:
@@ -163,8 +183,10 @@ class PodWorker:
             self._write_status()
             return
         except Exception as exc:  # noqa: BLE001 - apiserver unreachable (fault tests): try again shortly
-            log.warning("cannot prepare container yet", extra={"pod": f"{self.namespace}/{self.name}",
-                                                                "error": repr(exc)[:300]})
+            log.warning(
+                "cannot prepare container yet",
+                extra={"pod": f"{self.namespace}/{self.name}", "error": repr(exc)[:300]},
+            )
             self.backoff_until = time.monotonic() + 2.0
             return
         # one network namespace for all local pods: each gets its own port (see module docstring)
@@ -174,8 +196,14 @@ class PodWorker:
         full_env.update(env)
         full_env[TERMINATION_LOG_ENV] = str(self._termination_file())
         try:
-            argv = build_argv(c, full_env, bin_dirs=[str(self.runner.venv_bin)], python=self.runner.python,
-                              entrypoints=self.runner.entrypoints, search_path=os.environ.get("PATH", ""))
+            argv = build_argv(
+                c,
+                full_env,
+                bin_dirs=[str(self.runner.venv_bin)],
+                python=self.runner.python,
+                entrypoints=self.runner.entrypoints,
+                search_path=os.environ.get("PATH", ""),
+            )
         except StartError as exc:
             self._record_exit(128, None, reason="StartError", message=str(exc), started_at=now_rfc3339())
             return
@@ -186,16 +214,27 @@ class PodWorker:
             self.backoff_until = time.monotonic() + 2.0
             self._write_status()
             return
-        cwd = Path(c["workingDir"]) if c.get("workingDir") and Path(c["workingDir"]).is_dir() else self.pod_dir
+        cwd = (
+            Path(c["workingDir"]) if c.get("workingDir") and Path(c["workingDir"]).is_dir() else self.pod_dir
+        )
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            out.write(f"\n==== {now_rfc3339()} start #{self.restart_count} pod {self.namespace}/{self.name}: "
-                      f"{json.dumps(argv)}\n".encode())
+            out.write(
+                f"\n==== {now_rfc3339()} start #{self.restart_count} pod {self.namespace}/{self.name}: "
+                f"{json.dumps(argv)}\n".encode()
+            )
             out.flush()
             try:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,  # noqa: S603
-                                             cwd=cwd, env=full_env, start_new_session=True)
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,  # noqa: S603
+                    cwd=cwd,
+                    env=full_env,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 self._record_exit(128, None, reason="StartError", message=str(exc), started_at=now_rfc3339())
                 return
@@ -208,9 +247,16 @@ class PodWorker:
         self.readiness = Probe(rp, started) if rp else None
         self.liveness = Probe(lp, started) if lp else None
         self.ready = self.readiness is None
-        log.info("container started", extra={"pod": f"{self.namespace}/{self.name}", "pid": self.proc.pid,
-                                             "port": self.port, "restart_count": self.restart_count,
-                                             "log": str(self.log_path)})
+        log.info(
+            "container started",
+            extra={
+                "pod": f"{self.namespace}/{self.name}",
+                "pid": self.proc.pid,
+                "port": self.port,
+                "restart_count": self.restart_count,
+                "log": str(self.log_path),
+            },
+        )
         self._write_status()
 
     def _secret_volumes(self) -> list[tuple[str, str]]:
@@ -220,7 +266,9 @@ class PodWorker:
         for mount_path, secret, volume in secret_mounts(self.pod, self.container):
             data = self.runner.get_secret(self.namespace, secret)
             if data is None:
-                raise ContainerConfigError(f'MountVolume.SetUp failed for volume "{volume}": secret "{secret}" not found')
+                raise ContainerConfigError(
+                    f'MountVolume.SetUp failed for volume "{volume}": secret "{secret}" not found'
+                )
             d = self.pod_dir / "volumes" / volume
             d.mkdir(parents=True, exist_ok=True)
             for key, value in data.items():
@@ -234,8 +282,12 @@ class PodWorker:
         code, sig = exit_code_of(returncode)
         pid = self.proc.pid if self.proc else None
         self.proc = None
-        log.info("container exited", extra={"pod": f"{self.namespace}/{self.name}", "pid": pid, "exit_code": code})
-        self._record_exit(code, sig, started_at=self.container_started_at, message=self._termination_message(code))
+        log.info(
+            "container exited", extra={"pod": f"{self.namespace}/{self.name}", "pid": pid, "exit_code": code}
+        )
+        self._record_exit(
+            code, sig, started_at=self.container_started_at, message=self._termination_message(code)
+        )
 
     def _termination_file(self) -> Path:
         """This run's termination message file (cleared before every start, as a new container's is)."""
@@ -254,17 +306,28 @@ class PodWorker:
             tail = ""
         return termination_message(self.container, code, self.pod_dir / "termination-log", tail)
 
-    def _record_exit(self, code: int, sig: int | None, *, reason: str | None = None, message: str | None = None,
-                     started_at: str | None) -> None:
+    def _record_exit(
+        self,
+        code: int,
+        sig: int | None,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        started_at: str | None,
+    ) -> None:
         term = terminated_state(code, sig, started_at, now_rfc3339(), reason=reason, message=message)
         self.ready = False
         outcome = exit_outcome(self.pod["spec"].get("restartPolicy"), code)
         if outcome.restart:
             delay = crash_backoff(self.restart_count, self.runner.backoff_initial, self.runner.backoff_max)
             self.last_state = {"terminated": term}
-            self.state = {"waiting": {"reason": "CrashLoopBackOff",
-                                      "message": f"back-off {delay:.0f}s restarting failed container={self.cname} "
-                                                 f"pod={self.name}_{self.namespace}({self.uid})"}}
+            self.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:.0f}s restarting failed container={self.cname} "
+                    f"pod={self.name}_{self.namespace}({self.uid})",
+                }
+            }
             self.restart_count += 1
             self.backoff_until = time.monotonic() + delay
             # the phase stays as it was: Running once a process ran, Pending while none could start
@@ -294,14 +357,18 @@ class PodWorker:
                     self.ready = False
                     self._write_status()
             elif probe.failures >= int(probe.spec.get("failureThreshold") or 3):
-                log.info("liveness probe failed, killing container", extra={"pod": f"{self.namespace}/{self.name}"})
+                log.info(
+                    "liveness probe failed, killing container", extra={"pod": f"{self.namespace}/{self.name}"}
+                )
                 probe.failures = 0
-                self._kill_process(grace=float(self.pod["spec"].get("terminationGracePeriodSeconds") or 30),
-                                   reap=False)
+                self._kill_process(
+                    grace=float(self.pod["spec"].get("terminationGracePeriodSeconds") or 30), reap=False
+                )
 
     def _probe_once(self, probe: Probe) -> bool:
-        return probe_once(probe, self.port, self.container, lambda: self.runner.base_env(self.name), self.pod_dir)
-
+        return probe_once(
+            probe, self.port, self.container, lambda: self.runner.base_env(self.name), self.pod_dir
+        )
 
     def _kill_process(self, grace: float, reap: bool = True) -> int | None:
         """SIGTERM the process group, SIGKILL after `grace` seconds; returns the returncode."""
@@ -313,7 +380,9 @@ class PodWorker:
         try:
             rc = proc.wait(timeout=max(0.0, grace))
         except subprocess.TimeoutExpired:
-            log.info("grace period over, killing", extra={"pod": f"{self.namespace}/{self.name}", "pid": proc.pid})
+            log.info(
+                "grace period over, killing", extra={"pod": f"{self.namespace}/{self.name}", "pid": proc.pid}
+            )
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
@@ -330,8 +399,10 @@ class PodWorker:
         if grace is None:
             grace = spec.get("terminationGracePeriodSeconds", 30)
         if self.proc is not None:
-            log.info("pod deleted: stopping container", extra={"pod": f"{self.namespace}/{self.name}",
-                                                               "pid": self.proc.pid, "grace_s": grace})
+            log.info(
+                "pod deleted: stopping container",
+                extra={"pod": f"{self.namespace}/{self.name}", "pid": self.proc.pid, "grace_s": grace},
+            )
             rc = self._kill_process(grace=float(grace))
             code, sig = exit_code_of(rc if rc is not None else -9)
             self.state = {"terminated": terminated_state(code, sig, self.container_started_at, now_rfc3339())}
@@ -344,9 +415,16 @@ class PodWorker:
             # no process (never started, or in back-off): what the kubelet reports for a container
             # it cannot account for; never Succeeded, or a Job would count a pod that did not run
             self.ready = False
-            self.state = {"terminated": terminated_state(
-                137, None, None, now_rfc3339(), reason="ContainerStatusUnknown",
-                message="The container could not be located when the pod was terminated")}
+            self.state = {
+                "terminated": terminated_state(
+                    137,
+                    None,
+                    None,
+                    now_rfc3339(),
+                    reason="ContainerStatusUnknown",
+                    message="The container could not be located when the pod was terminated",
+                )
+            }
             self.phase, self.done = "Failed", True
             self._write_status()
         self.runner.delete_pod(self.namespace, self.name, self.uid)
@@ -368,8 +446,13 @@ class PodWorker:
             cs["containerID"] = f"local://{self.proc.pid}"
         status: dict[str, Any] = {
             "phase": self.phase,
-            "conditions": pod_conditions(phase=self.phase, ready=ready, started_at=self.start_time,
-                                         transitions=self.transitions, now=now),
+            "conditions": pod_conditions(
+                phase=self.phase,
+                ready=ready,
+                started_at=self.start_time,
+                transitions=self.transitions,
+                now=now,
+            ),
             "hostIP": LOOPBACK,
             "hostIPs": [{"ip": LOOPBACK}],
             "podIP": LOOPBACK,

@@ -19,6 +19,7 @@ Choices worth knowing:
   when what they run changes (the image, the env...). The first upgrade to this rule removes the
   label from the template once (one roll).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -101,8 +102,9 @@ def _value_env(name: str, value: object) -> dict[str, Any]:
     return {"name": name, "value": str(value)}
 
 
-def build_env(spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = "",
-              handoff_key_id: str = "") -> list[dict[str, Any]]:
+def build_env(
+    spec: GroupSpec, owner_uid: str = "", handoff_key_secret: str = "", handoff_key_id: str = ""
+) -> list[dict[str, Any]]:
     """The runtime's environment (docs/CONTRACTS.md), then the user's extra env. ``owner_uid``: the
     CR's uid (LAGPILOT_OWNER_UID: the drain hand-off acts only on mailbox entries of this CR);
     ``handoff_key_secret``/``handoff_key_id``: the CR's hand-off key Secret and its fingerprint
@@ -166,8 +168,9 @@ def _processing_env(spec: GroupSpec) -> list[dict[str, Any]]:
         _value_env("LAGPILOT_CONCURRENCY", p.concurrency),
     ]
     if p.sink == "postgres" and p.postgres.dsn_secret_name:
-        env.append(_secret_env("LAGPILOT_POSTGRES_DSN", p.postgres.dsn_secret_name,
-                               p.postgres.dsn_secret_key))
+        env.append(
+            _secret_env("LAGPILOT_POSTGRES_DSN", p.postgres.dsn_secret_name, p.postgres.dsn_secret_key)
+        )
         env.append(_value_env("LAGPILOT_POSTGRES_TABLE", p.postgres.table))
         env.append(_value_env("LAGPILOT_POSTGRES_MODE", p.postgres.mode))
     return env
@@ -182,8 +185,10 @@ def _failure_env(spec: GroupSpec) -> list[dict[str, Any]]:
         _value_env("LAGPILOT_RETRY_BACKOFF_MS", f.backoff_ms),
         _value_env("LAGPILOT_DLQ_TOPIC", spec.dead_letter_topic),
         _value_env("LAGPILOT_METRICS_PORT", HTTP_PORT),
-        {"name": "LAGPILOT_POD_NAME",
-         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+        {
+            "name": "LAGPILOT_POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        },
         _value_env("LAGPILOT_LOG_LEVEL", "INFO"),
     ]
 
@@ -206,25 +211,45 @@ def termination_grace_seconds(spec: GroupSpec) -> int:
     return max(60, math.ceil(spec.batch.timeout_ms / 1000) + 30)
 
 
-def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                     replicas: int, version: str = __version__, handoff_key_id: str = "") -> dict[str, Any]:
+def build_deployment(
+    cr_name: str,
+    namespace: str,
+    cr_uid: str,
+    spec: GroupSpec,
+    replicas: int,
+    version: str = __version__,
+    handoff_key_id: str = "",
+) -> dict[str, Any]:
     """The full desired Deployment, ready for server-side apply. ``handoff_key_id``: the fingerprint
     of the CR's hand-off key (its Secret exists: the pods get the key from it); "" none."""
     if replicas < 0:
         raise ValueError(f"replicas must be >= 0, got {replicas}")
     lbl = labels(cr_name, version)
-    probe = {"httpGet": {"path": "/healthz", "port": HTTP_PORT}, "periodSeconds": 10,
-             "timeoutSeconds": 3, "failureThreshold": 6, "initialDelaySeconds": 10}
-    ready = {"httpGet": {"path": "/readyz", "port": HTTP_PORT}, "periodSeconds": 5,
-             "timeoutSeconds": 3, "failureThreshold": 3}
+    probe = {
+        "httpGet": {"path": "/healthz", "port": HTTP_PORT},
+        "periodSeconds": 10,
+        "timeoutSeconds": 3,
+        "failureThreshold": 6,
+        "initialDelaySeconds": 10,
+    }
+    ready = {
+        "httpGet": {"path": "/readyz", "port": HTTP_PORT},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec.template.image,
         "imagePullPolicy": spec.template.image_pull_policy,
         # explicit (not the image's entrypoint) so the test-side pod runner can run it as is
         "command": ["lagpilot", "consume"],
-        "env": build_env(spec, owner_uid=cr_uid, handoff_key_secret=f"{cr_name}-handoff-key" if handoff_key_id else "",
-                         handoff_key_id=handoff_key_id),
+        "env": build_env(
+            spec,
+            owner_uid=cr_uid,
+            handoff_key_secret=f"{cr_name}-handoff-key" if handoff_key_id else "",
+            handoff_key_id=handoff_key_id,
+        ),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "livenessProbe": probe,
         "readinessProbe": ready,
@@ -250,8 +275,7 @@ def build_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
             "replicas": replicas,
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector_labels(cr_name)},
-            "strategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
                 # the operator's version labels the Deployment only: in the pod template it would
                 # roll every consumer Deployment at every operator upgrade (issue 23 M10)

@@ -17,6 +17,7 @@ Only `metadata` (name, namespace, resourceVersion, generation), `spec.replicas` 
 kept (what the cycle reads): the cache of 200 Deployments stays small. Thread-safe (cycles run in
 threads, the watch in the event loop). Time (`monotonic`) is injected for tests.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,9 +43,11 @@ def _rv(obj: Mapping[str, Any]) -> int | None:
 
 def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion", "generation")},
-            "spec": {"replicas": (obj.get("spec") or {}).get("replicas")},
-            "status": copy.deepcopy(dict(obj.get("status") or {}))}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion", "generation")},
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas")},
+        "status": copy.deepcopy(dict(obj.get("status") or {})),
+    }
 
 
 class DeploymentCache:

@@ -18,6 +18,7 @@ adopted (409), never duplicated.
 The Kafka admin and Kubernetes calls it makes are in `drain_calls.DrainCalls` (its base class; unit
 tests replace them); the Job and SparkApplication manifests in `drain_manifests`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,15 @@ from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain po
 from .drain_runtime import RuntimeManager
 from .handoff_key import HandoffKeys
 from lagpilot.model.status import DrainRuntime
-from lagpilot.decide.drain_watch import (NO_POD_S, NO_PROGRESS_S, STARTUP_S, Sighting, StallLimits, first_sighting,
-                                         stalled_condition)
+from lagpilot.decide.drain_watch import (
+    NO_POD_S,
+    NO_PROGRESS_S,
+    STARTUP_S,
+    Sighting,
+    StallLimits,
+    first_sighting,
+    stalled_condition,
+)
 from lagpilot.decide.status import Condition, merge_conditions
 from .kubeapi import StatusConflict
 from lagpilot_runtime import handoff_mailbox as mbx
@@ -79,6 +87,7 @@ def _or(value: float | None, default: float) -> float:
 
 # ---- fault injection (tests only) ----------------------------------------------------------------
 
+
 def _fault_point(kind: str, when: str) -> None:
     """Die like `kill -9` at a named point, once per point: the fault tests' way of killing the
     operator between an effect and its status write (or right after the write).
@@ -107,17 +116,28 @@ _METRICS: dict[str, Any] = {}
 def _metrics() -> dict[str, Any]:
     if not _METRICS:
         from prometheus_client import Gauge
-        _METRICS["total"] = Gauge("lagpilot_drain_records_total", "Records in the current drain's ranges",
-                                  ["namespace", "name"])
-        _METRICS["done"] = Gauge("lagpilot_drain_records_done", "Records the current drain has processed",
-                                 ["namespace", "name"])
-        _METRICS["active"] = Gauge("lagpilot_drain_active", "1 while a drain holds a range (Planned..Succeeded)",
-                                   ["namespace", "name"])
-        _METRICS["pause"] = Gauge("lagpilot_drain_pause_seconds", "How long the last hand-off paused the live group",
-                                  ["namespace", "name"])
-        _METRICS["progress_at"] = Gauge("lagpilot_drain_last_progress_timestamp_seconds",
-                                        "When the current drain attempt launched or its progress last moved (Unix time)",
-                                        ["namespace", "name"])
+
+        _METRICS["total"] = Gauge(
+            "lagpilot_drain_records_total", "Records in the current drain's ranges", ["namespace", "name"]
+        )
+        _METRICS["done"] = Gauge(
+            "lagpilot_drain_records_done", "Records the current drain has processed", ["namespace", "name"]
+        )
+        _METRICS["active"] = Gauge(
+            "lagpilot_drain_active",
+            "1 while a drain holds a range (Planned..Succeeded)",
+            ["namespace", "name"],
+        )
+        _METRICS["pause"] = Gauge(
+            "lagpilot_drain_pause_seconds",
+            "How long the last hand-off paused the live group",
+            ["namespace", "name"],
+        )
+        _METRICS["progress_at"] = Gauge(
+            "lagpilot_drain_last_progress_timestamp_seconds",
+            "When the current drain attempt launched or its progress last moved (Unix time)",
+            ["namespace", "name"],
+        )
     return _METRICS
 
 
@@ -128,9 +148,12 @@ def _count_lost(namespace: str, name: str, n: int) -> None:
         m = _metrics()
         if "lost" not in m:
             from prometheus_client import Counter
-            m["lost"] = Counter("lagpilot_drain_records_lost_total",
-                                "Records of drained ranges deleted by retention before the drain read them",
-                                ["namespace", "name"])
+
+            m["lost"] = Counter(
+                "lagpilot_drain_records_lost_total",
+                "Records of drained ranges deleted by retention before the drain read them",
+                ["namespace", "name"],
+            )
         m["lost"].labels(namespace, name).inc(n)
     except Exception:  # noqa: BLE001 - metrics are best effort
         pass
@@ -143,9 +166,12 @@ def _count_stall(namespace: str, name: str, reason: str) -> None:
         m = _metrics()
         if "stalls" not in m:
             from prometheus_client import Counter
-            m["stalls"] = Counter("lagpilot_drain_stalls_total",
-                                  "Drain attempts stopped by the no-progress detector, by reason",
-                                  ["namespace", "name", "reason"])
+
+            m["stalls"] = Counter(
+                "lagpilot_drain_stalls_total",
+                "Drain attempts stopped by the no-progress detector, by reason",
+                ["namespace", "name", "reason"],
+            )
         m["stalls"].labels(namespace, name, reason or "Unknown").inc()
     except Exception:  # noqa: BLE001 - metrics are best effort
         pass
@@ -160,7 +186,9 @@ def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
         return
     m["total"].labels(namespace, name).set(d.records_total)
     m["done"].labels(namespace, name).set(d.records_done)
-    m["active"].labels(namespace, name).set(1 if d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED) else 0)
+    m["active"].labels(namespace, name).set(
+        1 if d.phase in (Phase.PLANNED, Phase.HANDED_OFF, Phase.RUNNING, Phase.SUCCEEDED) else 0
+    )
     if d.pause_seconds is not None:
         m["pause"].labels(namespace, name).set(d.pause_seconds)
     if d.progress_at is not None:
@@ -168,6 +196,7 @@ def _publish(namespace: str, name: str, d: DrainStatus | None) -> None:
 
 
 # ---- the executor ---------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class DrainContext:
@@ -182,14 +211,18 @@ class DrainContext:
     offsets: Mapping[int, Offsets]
     replicas: int
     wanted: Sequence[int]
-    admin: Any                               # confluent_kafka AdminClient (shared, from the pool)
-    scale: Callable[[int], None]             # apply the consumer Deployment with n replicas
+    admin: Any  # confluent_kafka AdminClient (shared, from the pool)
+    scale: Callable[[int], None]  # apply the consumer Deployment with n replicas
     patch_status: Callable[[dict[str, Any]], None]
     emit: Callable[[str, str, str], None]
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)
     version: str = __version__
-    tasks: Mapping[int, int] = dataclasses.field(default_factory=dict)  # planner's Spark tasks per wanted partition
-    slots: int = 0  # a busy drain's first split: the task slots the planner asks its Job to hold (0: its tasks)
+    tasks: Mapping[int, int] = dataclasses.field(
+        default_factory=dict
+    )  # planner's Spark tasks per wanted partition
+    slots: int = (
+        0  # a busy drain's first split: the task slots the planner asks its Job to hold (0: its tasks)
+    )
     slot_rate: float = 0.0  # records/s of one such slot as the planner sized them (DrainNeed.slot_rate)
     # the running busy drain outgrew its slots (drain_policy.RollOver: slots held, needed, rate), else None
     roll_over: Any = None
@@ -209,8 +242,16 @@ class DrainContext:
     conditions: Sequence[Mapping[str, Any]] | None = None
 
 
-EFFECTS = (Kind.PUBLISH, Kind.QUIESCE, Kind.ALTER_OFFSETS, Kind.SEAL, Kind.LAUNCH, Kind.DELETE_JOB, Kind.RESTORE,
-           Kind.DELIVER)
+EFFECTS = (
+    Kind.PUBLISH,
+    Kind.QUIESCE,
+    Kind.ALTER_OFFSETS,
+    Kind.SEAL,
+    Kind.LAUNCH,
+    Kind.DELETE_JOB,
+    Kind.RESTORE,
+    Kind.DELIVER,
+)
 
 
 def normalized(d: DrainStatus | None) -> DrainStatus | None:
@@ -238,20 +279,26 @@ class DrainResult:
     condition: tuple[str, str, str]
     actions: tuple[str, ...] = ()
     data_loss: tuple[str, str, str] | None = None  # the DataLoss condition (None: no drain recorded)
-    stalled: tuple[str, str, str] | None = None    # the DrainStalled condition (None: no drain recorded)
-    conditions: list[dict[str, Any]] | None = None  # status.conditions as this call last wrote them (None: not written)
+    stalled: tuple[str, str, str] | None = None  # the DrainStalled condition (None: no drain recorded)
+    conditions: list[dict[str, Any]] | None = (
+        None  # status.conditions as this call last wrote them (None: not written)
+    )
 
 
 def drain_conditions(d: DrainStatus | None) -> list[Condition]:
     """The conditions that follow from status.drain alone: Draining, DataLoss (once a drain is
     recorded), DrainStalled (likewise)."""
     loss = data_loss_condition(d)
-    return ([Condition("Draining", *condition(d))] + ([] if loss is None else [Condition("DataLoss", *loss)])
-            + ([] if d is None else [Condition("DrainStalled", *stalled_condition(d))]))
+    return (
+        [Condition("Draining", *condition(d))]
+        + ([] if loss is None else [Condition("DataLoss", *loss)])
+        + ([] if d is None else [Condition("DrainStalled", *stalled_condition(d))])
+    )
 
 
-def drain_patch(d: DrainStatus, conditions: Sequence[Mapping[str, Any]] | None, generation: int,
-                now: float) -> dict[str, Any]:
+def drain_patch(
+    d: DrainStatus, conditions: Sequence[Mapping[str, Any]] | None, generation: int, now: float
+) -> dict[str, Any]:
     """The status write of a drain step: status.drain and, in the same merge patch, the conditions
     it implies merged into `conditions` (the whole list: a merge patch replaces a list), so no reader
     sees a phase without its condition. `conditions` None (unknown): status.drain alone."""
@@ -264,9 +311,14 @@ def drain_patch(d: DrainStatus, conditions: Sequence[Mapping[str, Any]] | None, 
 class DrainExecutor(DrainCalls):
     """Runs the hand-off state machine against the cluster (its calls: `DrainCalls`). One instance per operator."""
 
-    def __init__(self, api_client: Any, settings: DrainSettings | None = None,
-                 clock: Callable[[], float] = time.time, timeout_s: float = 15.0,
-                 config: OperatorConfig | None = None) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        settings: DrainSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = 15.0,
+        config: OperatorConfig | None = None,
+    ) -> None:
         from kubernetes import client
 
         self.batch = client.BatchV1Api(api_client)
@@ -294,7 +346,8 @@ class DrainExecutor(DrainCalls):
         self.stall_limits = StallLimits(
             no_progress_s=_or(cfg.drain_stall_seconds, NO_PROGRESS_S),
             no_pod_s=_or(cfg.drain_no_pod_seconds, NO_POD_S),
-            startup_s=_or(cfg.drain_startup_seconds, STARTUP_S))
+            startup_s=_or(cfg.drain_startup_seconds, STARTUP_S),
+        )
         # per CR uid: when this operator first saw its running attempt's sign of life (a task's start;
         # drain_watch.first_sighting): the no-progress window counts from it, start-up is bounded apart
         self.sightings: dict[str, Sighting] = {}
@@ -313,7 +366,9 @@ class DrainExecutor(DrainCalls):
         """The CR's drain part key (`drain_part_key.PartKeys`; created before a busy drain's Job)."""
         return self.part_keys.key(namespace, name, uid)
 
-    def read_part(self, admin: Any, spec: GroupSpec, d: DrainStatus, *, key: bytes, uid: str) -> PartSeen | None:
+    def read_part(
+        self, admin: Any, spec: GroupSpec, d: DrainStatus, *, key: bytes, uid: str
+    ) -> PartSeen | None:
         """The next part a busy drain's driver reads now (its commit in the parts group, topic
         partition 0): NO_PART when there is none or it does not verify under the CR's part key (the
         driver ignores it too); None when the read failed."""
@@ -321,19 +376,26 @@ class DrainExecutor(DrainCalls):
 
         g = parts_group(spec.group_id, str(d.id), owner_tag(uid))
         try:
-            fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0)])],
-                                                    request_timeout=self.timeout_s)[g]
+            fut = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0)])],
+                request_timeout=self.timeout_s,
+            )[g]
             tps = fut.result(timeout=self.timeout_s).topic_partitions
         except Exception as err:  # noqa: BLE001
-            log.warning("reading the busy drain's next part failed", extra={"group": spec.group_id, "error": str(err)})
+            log.warning(
+                "reading the busy drain's next part failed", extra={"group": spec.group_id, "error": str(err)}
+            )
             return None
         for tp in tps:
             if tp.offset is None or tp.offset < 0:
                 continue
             meta = getattr(tp, "metadata", None)
             try:
-                part = NextPart.from_body(plan_auth.verify_part(key, owner_tag(uid), spec.topic,
-                                                                meta.decode() if isinstance(meta, bytes) else meta))
+                part = NextPart.from_body(
+                    plan_auth.verify_part(
+                        key, owner_tag(uid), spec.topic, meta.decode() if isinstance(meta, bytes) else meta
+                    )
+                )
             except ValueError:  # plan_auth.Refused is one: unsigned, forged, malformed
                 return NO_PART
             if part.drain_id == str(d.id):
@@ -348,23 +410,37 @@ class DrainExecutor(DrainCalls):
         g = parts_group(spec.group_id, part.drain_id, owner_tag(uid))
         meta = plan_auth.sign_part(key, owner_tag(uid), spec.topic, part.body())
         req = ConsumerGroupTopicPartitions(g, [TopicPartition(spec.topic, 0, part.round, metadata=meta)])
-        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(timeout=self.timeout_s)
+        res = admin.alter_consumer_group_offsets([req], request_timeout=self.timeout_s)[g].result(
+            timeout=self.timeout_s
+        )
         bad = [tp for tp in res.topic_partitions if tp.error is not None]
         if bad:
             raise RuntimeError(f"writing the busy drain's next part to {g} failed: {bad[0].error}")
 
     # -- the loop -----------------------------------------------------------------------------------
-    def observe(self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int) -> Observed:
+    def observe(
+        self, ctx: DrainContext, d: DrainStatus | None, offsets: Mapping[int, Offsets], replicas: int
+    ) -> Observed:
         """What ``next_action`` needs, read in order: ``_observe_hand_off`` (membership, the group's
         offsets, then the mailbox) -> ``_observe_part`` (a busy drain's delivered part) ->
         ``_observe_progress`` (progress groups, retention losses) -> ``_observe_job``."""
         if decided_unobserved(d):  # nothing read: the step does not look (``decided_unobserved``)
             self.sightings.pop(ctx.uid, None)
-            return Observed(generation=ctx.generation, offsets=offsets, group_empty=None, replicas=replicas,
-                            wanted=tuple(ctx.wanted), tasks=dict(ctx.tasks), slots=ctx.slots,
-                            ack_timeout_s=self.ack_timeout_s, stall_limits=self.stall_limits, owner=ctx.uid,
-                            quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy,
-                            hand_back=ctx.hand_back)
+            return Observed(
+                generation=ctx.generation,
+                offsets=offsets,
+                group_empty=None,
+                replicas=replicas,
+                wanted=tuple(ctx.wanted),
+                tasks=dict(ctx.tasks),
+                slots=ctx.slots,
+                ack_timeout_s=self.ack_timeout_s,
+                stall_limits=self.stall_limits,
+                owner=ctx.uid,
+                quiesce_timeout_s=self.quiesce_bound_s(ctx.spec),
+                busy=ctx.busy,
+                hand_back=ctx.hand_back,
+            )
         group_empty, members, mailbox = None, None, None
         if d is not None and (d.phase is Phase.PLANNED or d.extension is not None):
             group_empty, members, offsets, mailbox = self._observe_hand_off(ctx, d)
@@ -372,45 +448,77 @@ class DrainExecutor(DrainCalls):
         progress, lost, attempts = self._observe_progress(ctx, d)
         job = self._observe_job(ctx, d)
         stall_limits = self._started(ctx, d, attempts)
-        return Observed(generation=ctx.generation, offsets=offsets, group_empty=group_empty, replicas=replicas,
-                        wanted=wanted, tasks=dict(ctx.tasks), slots=ctx.slots,
-                        slot_rate=ctx.slot_rate, roll_over=ctx.roll_over, job=job, progress=progress,
-                        mailbox=mailbox, ack_timeout_s=self.ack_timeout_s, lost=lost, stall_limits=stall_limits,
-                        members=members, owner=ctx.uid,
-                        quiesce_timeout_s=self.quiesce_bound_s(ctx.spec), busy=ctx.busy, part=part,
-                        hand_back=ctx.hand_back)
+        return Observed(
+            generation=ctx.generation,
+            offsets=offsets,
+            group_empty=group_empty,
+            replicas=replicas,
+            wanted=wanted,
+            tasks=dict(ctx.tasks),
+            slots=ctx.slots,
+            slot_rate=ctx.slot_rate,
+            roll_over=ctx.roll_over,
+            job=job,
+            progress=progress,
+            mailbox=mailbox,
+            ack_timeout_s=self.ack_timeout_s,
+            lost=lost,
+            stall_limits=stall_limits,
+            members=members,
+            owner=ctx.uid,
+            quiesce_timeout_s=self.quiesce_bound_s(ctx.spec),
+            busy=ctx.busy,
+            part=part,
+            hand_back=ctx.hand_back,
+        )
 
-    def _observe_hand_off(self, ctx: DrainContext, d: DrainStatus
-                          ) -> tuple[bool | None, Sequence[GroupMember] | None, Mapping[int, Offsets],
-                                     Mapping[int, mbx.Entry | None] | None]:
+    def _observe_hand_off(
+        self, ctx: DrainContext, d: DrainStatus
+    ) -> tuple[
+        bool | None,
+        Sequence[GroupMember] | None,
+        Mapping[int, Offsets],
+        Mapping[int, mbx.Entry | None] | None,
+    ]:
         """A hand-off in flight (a first split, or a busy drain's next split): (group empty, its
         members, the group's offsets, the mailbox entries of the handed partitions)."""
         members = None
         # order matters: membership, then the group's committed offsets, then the mailbox (a
         # busy drain's next split in hand-off reads them as a first split does)
         group_empty = self.group_empty(ctx.admin, ctx.spec.group_id)
-        if d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False:  # who keeps the group non-empty (M6)
+        if (
+            d.phase is Phase.PLANNED and d.quiesced_at is not None and group_empty is False
+        ):  # who keeps the group non-empty (M6)
             members = self.group_members(ctx.admin, ctx.spec.group_id)
         offsets = ctx.reobserve()
         handed = d.partitions if d.phase is Phase.PLANNED else (d.extension.partitions if d.extension else [])
-        mailbox = self.mailbox(ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+        mailbox = self.mailbox(
+            ctx.admin, ctx.spec, handed, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid)
+        )
         return group_empty, members, offsets, mailbox
 
-    def _observe_part(self, ctx: DrainContext, d: DrainStatus | None) -> tuple[PartSeen | None, tuple[int, ...]]:
+    def _observe_part(
+        self, ctx: DrainContext, d: DrainStatus | None
+    ) -> tuple[PartSeen | None, tuple[int, ...]]:
         """A Running busy drain's delivered part, and the partitions wanted for a next split (none
         when the part cannot be read: unknown whether the drain was handed back)."""
         wanted = tuple(ctx.wanted)
         part = None
         if d is not None and d.busy and d.phase is Phase.RUNNING and d.attempt > 0:
-            part = self.read_part(ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
+            part = self.read_part(
+                ctx.admin, ctx.spec, d, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid
+            )
             if part is None:
                 wanted = ()  # unknown whether the drain was handed back: no next split this cycle
         return part, wanted
 
-    def _observe_progress(self, ctx: DrainContext, d: DrainStatus | None
-                          ) -> tuple[dict[tuple[int, int], tuple[int, int]] | None,
-                                     dict[tuple[int, int], tuple[tuple[int, int], ...]] | None,
-                                     dict[tuple[int, int], int] | None]:
+    def _observe_progress(
+        self, ctx: DrainContext, d: DrainStatus | None
+    ) -> tuple[
+        dict[tuple[int, int], tuple[int, int]] | None,
+        dict[tuple[int, int], tuple[tuple[int, int], ...]] | None,
+        dict[tuple[int, int], int] | None,
+    ]:
         """The sub-ranges' progress, the ranges retention deleted and the attempt that last wrote each
         (None, None, None: nothing to read or not read)."""
         progress, lost, attempts = None, None, None
@@ -421,8 +529,9 @@ class DrainExecutor(DrainCalls):
             lost, attempts = (None, None) if progress is None else (found, by)
         return progress, lost, attempts
 
-    def _started(self, ctx: DrainContext, d: DrainStatus | None,
-                 attempts: Mapping[tuple[int, int], int] | None) -> StallLimits:
+    def _started(
+        self, ctx: DrainContext, d: DrainStatus | None, attempts: Mapping[tuple[int, int], int] | None
+    ) -> StallLimits:
         """The stall limits with the running attempt's first sign of life as this operator saw it
         (``first_sighting``; a progress read that failed sees none this cycle)."""
         if d is None or d.phase is not Phase.RUNNING or d.attempt <= 0:
@@ -437,7 +546,11 @@ class DrainExecutor(DrainCalls):
         return dataclasses.replace(self.stall_limits, started_at=seen.at)
 
     def _observe_job(self, ctx: DrainContext, d: DrainStatus | None) -> JobObservation | None:
-        if d is not None and d.attempt > 0 and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED):
+        if (
+            d is not None
+            and d.attempt > 0
+            and d.phase in (Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+        ):
             return self.job(ctx.namespace, job_name(ctx.name, d.id, d.attempt), ctx.spec.drain.launcher)
         return None
 
@@ -446,16 +559,22 @@ class DrainExecutor(DrainCalls):
             return self.quiesce_timeout_s
         return max(QUIESCE_TIMEOUT_S, 2 * spec.kafka.session_timeout_ms / 1000.0 + 30.0)
 
-    def perform(self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None) -> bool:
+    def perform(
+        self, ctx: DrainContext, action: Action, d: DrainStatus | None, runtime_url: str | None = None
+    ) -> bool:
         """Do the action's effect; False when the broker refused an offset move because a member
         joined meanwhile (nothing to record: that member finds the ack and completes it)."""
         k = action.kind
         if k in (Kind.QUIESCE, Kind.RESTORE) and action.replicas is not None:
             ctx.scale(action.replicas)
         elif k is Kind.PUBLISH:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+            self.write_mailbox(
+                ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid)
+            )
         elif k is Kind.ALTER_OFFSETS:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))  # the acks first: the owner's order
+            self.write_mailbox(
+                ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid)
+            )  # the acks first: the owner's order
             _fault_point(k.value, "ack")
             try:
                 # forward only: a member may have come, moved past the split and gone since the observation
@@ -464,11 +583,15 @@ class DrainExecutor(DrainCalls):
                 if moves:
                     self.alter_offsets(ctx.admin, ctx.spec, moves)
             except Exception as err:  # noqa: BLE001 - typically UNKNOWN_MEMBER_ID / non-empty group
-                log.warning("moving the empty group's offsets refused; retrying next cycle",
-                            extra={"group": ctx.spec.group_id, "error": str(err)})
+                log.warning(
+                    "moving the empty group's offsets refused; retrying next cycle",
+                    extra={"group": ctx.spec.group_id, "error": str(err)},
+                )
                 return False
         elif k is Kind.SEAL:
-            self.write_mailbox(ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid))
+            self.write_mailbox(
+                ctx.admin, ctx.spec, action.entries, key=self.handoff_key(ctx.namespace, ctx.name, ctx.uid)
+            )
             if action.replicas is not None:
                 ctx.scale(action.replicas)
         elif k is Kind.LAUNCH:
@@ -480,10 +603,18 @@ class DrainExecutor(DrainCalls):
             self.create_job(ctx, action.status, action.attempt, runtime_url)
         elif k is Kind.DELIVER:
             assert action.part is not None
-            self.write_part(ctx.admin, ctx.spec, action.part, key=self.part_key(ctx.namespace, ctx.name, ctx.uid), uid=ctx.uid)
+            self.write_part(
+                ctx.admin,
+                ctx.spec,
+                action.part,
+                key=self.part_key(ctx.namespace, ctx.name, ctx.uid),
+                uid=ctx.uid,
+            )
         elif k is Kind.DELETE_JOB:
             assert d is not None
-            self.delete_job(ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt), ctx.spec.drain.launcher)
+            self.delete_job(
+                ctx.namespace, job_name(ctx.name, d.id, action.attempt or d.attempt), ctx.spec.drain.launcher
+            )
         return True
 
     def reconcile(self, ctx: DrainContext) -> DrainResult:
@@ -498,8 +629,10 @@ class DrainExecutor(DrainCalls):
         waited = 0.0
         step = 0
         while step < MAX_STEPS:
-            if step > 0 and (d is None or ((d.phase is not Phase.PLANNED and d.extension is None)
-                                           and not decided_unobserved(d))):  # observe() re-reads
+            if step > 0 and (
+                d is None
+                or ((d.phase is not Phase.PLANNED and d.extension is None) and not decided_unobserved(d))
+            ):  # observe() re-reads
                 offsets = ctx.reobserve()
             step += 1
             marks = [time.monotonic()]
@@ -514,7 +647,12 @@ class DrainExecutor(DrainCalls):
             marks.append(time.monotonic())
             if action.kind is Kind.LAUNCH:
                 action = with_runtime(action, ctx.launched_runtime)
-            if action.replicas is not None and action.kind in (Kind.QUIESCE, Kind.RESTORE, Kind.LAUNCH, Kind.SEAL):
+            if action.replicas is not None and action.kind in (
+                Kind.QUIESCE,
+                Kind.RESTORE,
+                Kind.LAUNCH,
+                Kind.SEAL,
+            ):
                 replicas = action.replicas
             d, written = _record(ctx, action, d, written, self.clock())
             marks.append(time.monotonic())
@@ -528,8 +666,14 @@ class DrainExecutor(DrainCalls):
                 break
         _publish(ctx.namespace, ctx.name, d)
         status = None if d is None else d.to_dict()
-        return DrainResult(status, condition(d), tuple(done), data_loss_condition(d),
-                           None if d is None else stalled_condition(d), written)
+        return DrainResult(
+            status,
+            condition(d),
+            tuple(done),
+            data_loss_condition(d),
+            None if d is None else stalled_condition(d),
+            written,
+        )
 
     def _announce(self, ctx: DrainContext, action: Action, d: DrainStatus | None) -> str | None:
         """Before the effect: a launch's warm runtime URL (None: the Job drains cold), the action
@@ -539,8 +683,12 @@ class DrainExecutor(DrainCalls):
             # the warm runtime, if wanted and Ready right now (else the Job drains cold)
             runtime_url = self.runtime.url(ctx.namespace, ctx.name, ctx.uid, ctx.spec, ctx.version)
         if action.kind is not Kind.NONE:
-            extra = {"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
-                     "reason": action.reason, "drain_message": action.message}
+            extra = {
+                "group": f"{ctx.namespace}/{ctx.name}",
+                "action": action.kind.value,
+                "reason": action.reason,
+                "drain_message": action.message,
+            }
             if action.kind is Kind.LAUNCH:
                 extra["runtime"] = (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value
             log.info("drain action", extra=extra)
@@ -552,10 +700,21 @@ class DrainExecutor(DrainCalls):
         """Right after the publish the owners ack within about a second (their mailbox check runs at
         every batch boundary, at most once a second): wait briefly (True: slept, decide again)
         instead of a whole control-loop interval."""
-        published = None if d is None else (d.extension.published_at if d.extension is not None
-                                            and d.phase is not Phase.PLANNED else d.published_at)
-        if (action.reason == "WaitingForAcks" and published is not None
-                and waited < self.ack_wait_s and self.clock() - published < self.ack_wait_s + 1):
+        published = (
+            None
+            if d is None
+            else (
+                d.extension.published_at
+                if d.extension is not None and d.phase is not Phase.PLANNED
+                else d.published_at
+            )
+        )
+        if (
+            action.reason == "WaitingForAcks"
+            and published is not None
+            and waited < self.ack_wait_s
+            and self.clock() - published < self.ack_wait_s + 1
+        ):
             time.sleep(self.ack_poll_s)
             return True
         return False
@@ -584,24 +743,42 @@ def _log_step(ctx: DrainContext, action: Action, marks: Sequence[float]) -> None
     start-up (plan → publish → acks → seal → Job) read from the operator's log, a phase at a time."""
     if action.kind is Kind.NONE and action.status is None:
         return
-    log.info("drain step", extra={"group": f"{ctx.namespace}/{ctx.name}", "action": action.kind.value,
-                                  "reason": action.reason, **step_timings(marks)})
+    log.info(
+        "drain step",
+        extra={
+            "group": f"{ctx.namespace}/{ctx.name}",
+            "action": action.kind.value,
+            "reason": action.reason,
+            **step_timings(marks),
+        },
+    )
 
 
-def _record(ctx: DrainContext, action: Action, d: DrainStatus | None,
-            written: list[dict[str, Any]] | None, now: float,
-            ) -> tuple[DrainStatus | None, list[dict[str, Any]] | None]:
+def _record(
+    ctx: DrainContext,
+    action: Action,
+    d: DrainStatus | None,
+    written: list[dict[str, Any]] | None,
+    now: float,
+) -> tuple[DrainStatus | None, list[dict[str, Any]] | None]:
     """After the effect: the fault points (chaos bench), the status written with its conditions in
     one patch (``drain_patch``; guarded by the status it was decided on, when the API allows), the
     event and the metrics. `written`: the conditions this reconcile call last wrote (None: none yet;
     the CR's as read, ``ctx.conditions``, are merged into). Returns the status now current and the
     conditions as this call last wrote them."""
     # a busy drain's next split has points of its own ("NextPublish", "NextSeal", ...)
-    point = ("Next" + action.kind.value if d is not None and d.phase is not Phase.PLANNED
-             and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL) else action.kind.value)
+    point = (
+        "Next" + action.kind.value
+        if d is not None
+        and d.phase is not Phase.PLANNED
+        and action.kind in (Kind.PUBLISH, Kind.ALTER_OFFSETS, Kind.SEAL)
+        else action.kind.value
+    )
     _fault_point(point, "effect")
     if action.status is not None and action.status != d:
-        patch = drain_patch(action.status, ctx.conditions if written is None else written, ctx.generation, now)
+        patch = drain_patch(
+            action.status, ctx.conditions if written is None else written, ctx.generation, now
+        )
         if ctx.patch_drain is not None:
             ctx.patch_drain(patch, d)
         else:
@@ -629,10 +806,22 @@ def with_runtime(action: Action, word: str) -> Action:
     return dataclasses.replace(action, status=dataclasses.replace(action.status, runtime=word), event=event)
 
 
-def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: Mapping[str, Any],
-                 status: Mapping[str, Any], obs: Any, decision: Any, replicas: int, handle: Any, deps: Any,
-                 apply_deployment: Callable[..., int], runtime_replicas: int | None = 1,
-                 runtime_seen: Any = None, hand_back: HandBack | None = None) -> DrainResult:
+def run_in_cycle(
+    executor: DrainExecutor,
+    ref: Any,
+    spec: GroupSpec,
+    raw_spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    obs: Any,
+    decision: Any,
+    replicas: int,
+    handle: Any,
+    deps: Any,
+    apply_deployment: Callable[..., int],
+    runtime_replicas: int | None = 1,
+    runtime_seen: Any = None,
+    hand_back: HandBack | None = None,
+) -> DrainResult:
     """The adapter reconcile.py calls: converts its observation and decision, wires the effects.
     `runtime_replicas` is the step's count for the warm drain runtime (None: none), `runtime_seen`
     this cycle's read of it (`RuntimeManager.observe`; None: not read)."""
@@ -646,28 +835,49 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
     runtime = getattr(executor, "runtime", None)
     if runtime is not None:
         running = (status.get("drain") or {}).get("phase") == Phase.RUNNING.value
-        runtime.sync(ref.namespace, ref.name, ref.uid, spec, running, getattr(deps, "version", __version__), deps.emit,
-                     replicas=runtime_replicas, seen=runtime_seen, now=getattr(deps, "clock", time.time)())
+        runtime.sync(
+            ref.namespace,
+            ref.name,
+            ref.uid,
+            spec,
+            running,
+            getattr(deps, "version", __version__),
+            deps.emit,
+            replicas=runtime_replicas,
+            seen=runtime_seen,
+            now=getattr(deps, "clock", time.time)(),
+        )
 
     guarded = getattr(deps.kube, "patch_status_guarded", None)
     read = getattr(deps.kube, "read_status", None)
     ctx = DrainContext(
-        namespace=ref.namespace, name=ref.name, uid=ref.uid, generation=int(ref.generation or 0), spec=spec,
-        raw_drain=status.get("drain"), offsets=offsets_of(obs), replicas=replicas,
+        namespace=ref.namespace,
+        name=ref.name,
+        uid=ref.uid,
+        generation=int(ref.generation or 0),
+        spec=spec,
+        raw_drain=status.get("drain"),
+        offsets=offsets_of(obs),
+        replicas=replicas,
         wanted=tuple(decision.drain.partitions) if getattr(decision, "drain", None) else (),
         tasks=dict(decision.drain.tasks_by_partition) if getattr(decision, "drain", None) else {},
         slots=int(getattr(decision.drain, "slots", 0) or 0) if getattr(decision, "drain", None) else 0,
-        slot_rate=float(getattr(decision.drain, "slot_rate", 0.0) or 0.0) if getattr(decision, "drain", None) else 0.0,
+        slot_rate=float(getattr(decision.drain, "slot_rate", 0.0) or 0.0)
+        if getattr(decision, "drain", None)
+        else 0.0,
         roll_over=getattr(decision, "roll_over", None),
         hand_back=hand_back or HandBack(),
         admin=handle.safe_admin(executor.timeout_s),  # admin OffsetFetch would SIGSEGV (kafka_observe)
         scale=lambda n: apply_deployment(ref, raw_spec, status, deps, replicas=n),
         patch_status=lambda patch: deps.kube.patch_status(ref.namespace, ref.name, patch),
         emit=deps.emit,
-        patch_drain=None if guarded is None else (
-            lambda patch, basis: guarded(ref.namespace, ref.name, patch, same_drain(basis))),
+        patch_drain=None
+        if guarded is None
+        else (lambda patch, basis: guarded(ref.namespace, ref.name, patch, same_drain(basis))),
         verify_drain=None if read is None else (lambda basis: _verify(read, ref, basis)),
-        reobserve=lambda: offsets_of(deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)),
+        reobserve=lambda: offsets_of(
+            deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds)
+        ),
         version=getattr(deps, "version", __version__),
         busy=spec.drain.busy,  # the planner's flag too (reconcile's Model.drain_busy)
         conditions=list(status.get("conditions") or []),
@@ -675,9 +885,13 @@ def run_in_cycle(executor: DrainExecutor, ref: Any, spec: GroupSpec, raw_spec: M
     return executor.reconcile(ctx)
 
 
-def _verify(read: Callable[[str, str], tuple[str, dict[str, Any]]], ref: Any, basis: DrainStatus | None) -> None:
+def _verify(
+    read: Callable[[str, str], tuple[str, dict[str, Any]]], ref: Any, basis: DrainStatus | None
+) -> None:
     """Before an effect: the stored status.drain is still the one the action was decided on."""
     _rv, status = read(ref.namespace, ref.name)
     if not same_drain(basis)(status):
-        raise StatusConflict("status.drain changed since it was read (another writer); the effect is not made",
-                             f"drain step of BatchConsumerGroup {ref.namespace}/{ref.name}")
+        raise StatusConflict(
+            "status.drain changed since it was read (another writer); the effect is not made",
+            f"drain step of BatchConsumerGroup {ref.namespace}/{ref.name}",
+        )

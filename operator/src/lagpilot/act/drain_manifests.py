@@ -11,6 +11,7 @@
 Both are named `<cr>-drain-<id>-<attempt>` (a lost status write finds the object again) and owned by
 the CR; Secret material only through secretKeyRef, or a Secret volume (the Spark RPC key, k8s master).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,9 +36,18 @@ from lagpilot.spec import GroupSpec
 
 DRAIN_LABEL = "lagpilot.io/drain"
 JOB_LABEL = "lagpilot.io/drain-job"
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-                      "capabilities": {"drop": ["ALL"]}}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 10001,
+    "runAsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
 # the kubeflow spark-operator's API (docs/drain.md "Launchers")
 SPARK_APP_GROUP, SPARK_APP_VERSION, SPARK_APP_PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 SPARK_VERSION = "4.2.0"  # the pyspark the consumer image carries
@@ -48,7 +58,11 @@ DRIVER_MAIN = "local:///opt/lagpilot/drain_main.py"
 RUNTIME_PATH_LABEL = "lagpilot.io/drain-runtime"
 RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"
 WARM_JOB_CPU_M = 100
-SPARK_APP_DONE = {"COMPLETED": JobState.SUCCEEDED, "FAILED": JobState.FAILED, "SUBMISSION_FAILED": JobState.FAILED}
+SPARK_APP_DONE = {
+    "COMPLETED": JobState.SUCCEEDED,
+    "FAILED": JobState.FAILED,
+    "SUBMISSION_FAILED": JobState.FAILED,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +116,7 @@ class DrainSettings:
 
 # ---- pure builders ----------------------------------------------------------------------------
 
+
 def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str, attempt: int | None = None) -> DrainPlan:
     """The plan the job runs: the recorded sub-ranges (whole; the job skips finished work itself);
     its progress groups carry the CR (``owner_tag(cr_uid)``: a re-created CR never reads a deleted
@@ -110,9 +125,14 @@ def drain_plan_for(spec: GroupSpec, drain: DrainStatus, cr_uid: str, attempt: in
     # the figure a busy drain's launch records as status.drain.slots (one function for both)
     parallelism = job_slots(drain, spec.drain.max_tasks)
     return DrainPlan(
-        drain_id=str(drain.id), topic=spec.topic, group_id=spec.group_id, sub_ranges=subs,
+        drain_id=str(drain.id),
+        topic=spec.topic,
+        group_id=spec.group_id,
+        sub_ranges=subs,
         batch_max_records=spec.batch.max_records,
-        parallelism=parallelism, busy=drain.busy, round=drain.round,
+        parallelism=parallelism,
+        busy=drain.busy,
+        round=drain.round,
         # the split is the read_committed end offset (LSO): reading committed data only keeps
         # aborted transactions out of the drain exactly as the consumer's default would
         read_committed=True,
@@ -131,8 +151,14 @@ def _secret_refs(env: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]
     return out
 
 
-def spark_k8s_conf(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
-                   env: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def spark_k8s_conf(
+    cr_name: str,
+    namespace: str,
+    spec: GroupSpec,
+    plan: DrainPlan,
+    settings: DrainSettings,
+    env: Sequence[Mapping[str, Any]],
+) -> dict[str, str]:
     """Spark conf for client mode on Kubernetes: executors as pods owned by the driver pod.
 
     Executors get the same environment: plain values through spark.executorEnv, Secret material
@@ -251,9 +277,14 @@ def executor_pod_template() -> dict[str, Any]:
             # workingDir: the executor fetches the application's jars (spark.jars) into its working
             # directory, the image's WORKDIR on a read-only root filesystem otherwise ("Unable to
             # create executor due to ./kafka-clients-3.9.2.jar: Read-only file system", real node)
-            "containers": [{"name": "spark-kubernetes-executor", "securityContext": dict(CONTAINER_SECURITY),
-                            "workingDir": "/tmp",
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+            "containers": [
+                {
+                    "name": "spark-kubernetes-executor",
+                    "securityContext": dict(CONTAINER_SECURITY),
+                    "workingDir": "/tmp",
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                }
+            ],
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
         },
     }
@@ -273,13 +304,19 @@ def _labels(cr_name: str, name: str, version: str) -> dict[str, str]:
     }
 
 
-def _metadata(cr_name: str, cr_uid: str, name: str, namespace: str, labels: Mapping[str, str],
-              plan: DrainPlan) -> dict[str, Any]:
+def _metadata(
+    cr_name: str, cr_uid: str, name: str, namespace: str, labels: Mapping[str, str], plan: DrainPlan
+) -> dict[str, Any]:
     """Metadata of an attempt's object: owned by the CR, its ranges readable in an annotation."""
     return {
-        "name": name, "namespace": namespace, "labels": dict(labels),
-        "annotations": {"lagpilot.io/drain-ranges": ",".join(
-            f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items()))},
+        "name": name,
+        "namespace": namespace,
+        "labels": dict(labels),
+        "annotations": {
+            "lagpilot.io/drain-ranges": ",".join(
+                f"p{p}[{a}..{b})" for p, (a, b) in sorted(plan.partition_ranges().items())
+            )
+        },
         "ownerReferences": [owner_reference(cr_name, cr_uid)],
     }
 
@@ -290,7 +327,9 @@ def consumer_env(spec: GroupSpec) -> list[dict[str, Any]]:
     return [e for e in build_env(spec) if e["name"] != "LAGPILOT_METRICS_PORT"]
 
 
-def _drain_env(spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int) -> list[dict[str, Any]]:
+def _drain_env(
+    spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int
+) -> list[dict[str, Any]]:
     """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
     return consumer_env(spec) + [
         {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
@@ -299,8 +338,16 @@ def _drain_env(spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attemp
     ]
 
 
-def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPlan, settings: DrainSettings,
-                   env: list[dict[str, Any]], command: list[str], cpu_m: int | None = None) -> dict[str, Any]:
+def drain_pod_spec(
+    cr_name: str,
+    namespace: str,
+    spec: GroupSpec,
+    plan: DrainPlan,
+    settings: DrainSettings,
+    env: list[dict[str, Any]],
+    command: list[str],
+    cpu_m: int | None = None,
+) -> dict[str, Any]:
     """The pod spec of a drain process (the Job's `lagpilot drain`, the warm runtime's `lagpilot
     drain --serve`): Spark master/conf and ServiceAccount for the k8s backend, security contexts,
     /tmp emptyDir, resources (the template's, else a CPU request per task: `cpu_m` overrides it).
@@ -314,18 +361,27 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
     }
     if settings.spark_master:
         env.append({"name": "LAGPILOT_SPARK_MASTER", "value": settings.spark_master})
-        env.append({"name": "LAGPILOT_SPARK_CONF",
-                    "value": json.dumps(spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True)})
+        env.append(
+            {
+                "name": "LAGPILOT_SPARK_CONF",
+                "value": json.dumps(
+                    spark_k8s_conf(cr_name, namespace, spec, plan, settings, env), sort_keys=True
+                ),
+            }
+        )
         env.append({"name": "LAGPILOT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         # the driver looks its pod up by name: executor pods are owned by it (deleted with it)
         env.append({"name": "LAGPILOT_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
         # the driver writes it to a file and names it in spark.kubernetes.executor.podTemplateFile
-        env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": json.dumps(executor_pod_template(), sort_keys=True)})
+        env.append(
+            {"name": EXECUTOR_POD_TEMPLATE_ENV, "value": json.dumps(executor_pod_template(), sort_keys=True)}
+        )
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
         # the RPC's secret (spark_rpc_key_conf), never in the environment
-        pod_spec["volumes"].append({"name": SPARK_RPC_KEY_VOLUME,
-                                    "secret": {"secretName": spark_rpc_key_secret_name(cr_name)}})
+        pod_spec["volumes"].append(
+            {"name": SPARK_RPC_KEY_VOLUME, "secret": {"secretName": spark_rpc_key_secret_name(cr_name)}}
+        )
         mounts.append({"name": SPARK_RPC_KEY_VOLUME, "mountPath": SPARK_RPC_KEY_DIR, "readOnly": True})
         default_cpu_m = 1000
     else:
@@ -333,24 +389,36 @@ def drain_pod_spec(cr_name: str, namespace: str, spec: GroupSpec, plan: DrainPla
         default_cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
     resources = dict(spec.template.resources) or {
         "requests": {"cpu": f"{cpu_m if cpu_m is not None else default_cpu_m}m", "memory": "1536Mi"},
-        "limits": {"memory": "3Gi"}}
-    pod_spec["containers"] = [{
-        "name": "drain",
-        "image": spec.template.image,
-        "imagePullPolicy": spec.template.image_pull_policy,
-        "command": list(command),
-        "env": env,
-        "resources": resources,
-        "securityContext": dict(CONTAINER_SECURITY),
-        "volumeMounts": mounts,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }]
+        "limits": {"memory": "3Gi"},
+    }
+    pod_spec["containers"] = [
+        {
+            "name": "drain",
+            "image": spec.template.image,
+            "imagePullPolicy": spec.template.image_pull_policy,
+            "command": list(command),
+            "env": env,
+            "resources": resources,
+            "securityContext": dict(CONTAINER_SECURITY),
+            "volumeMounts": mounts,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+    ]
     return pod_spec
 
 
-def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                    attempt: int, settings: DrainSettings | None = None, version: str = __version__,
-                    runtime_url: str | None = None, runtime_auth: Any = None) -> dict[str, Any]:
+def build_drain_job(
+    cr_name: str,
+    namespace: str,
+    cr_uid: str,
+    spec: GroupSpec,
+    drain: DrainStatus,
+    attempt: int,
+    settings: DrainSettings | None = None,
+    version: str = __version__,
+    runtime_url: str | None = None,
+    runtime_auth: Any = None,
+) -> dict[str, Any]:
     """The drain Job for one attempt: the consumer image running `lagpilot drain` on the plan.
 
     backoffLimit 0: retries are the operator's (same recorded ranges, backoff, attempt count in
@@ -367,14 +435,25 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
     settings = settings or DrainSettings()
     plan = drain_plan_for(spec, drain, cr_uid, attempt)
     name = job_name(cr_name, drain.id, attempt)
-    labels = {**_labels(cr_name, name, version), RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value}
+    labels = {
+        **_labels(cr_name, name, version),
+        RUNTIME_PATH_LABEL: (DrainRuntime.WARM if runtime_url else DrainRuntime.COLD).value,
+    }
     env = _drain_env(spec, plan, settings, attempt)
     if runtime_url:
         env.append({"name": RUNTIME_URL_ENV, "value": runtime_url})
         if runtime_auth is not None:
             env.append({"name": RUNTIME_AUTH_ENV, "value": runtime_auth.to_json()})
-    pod_spec = drain_pod_spec(cr_name, namespace, spec, plan, settings, env, ["lagpilot", "drain"],
-                              cpu_m=WARM_JOB_CPU_M if runtime_url else None)
+    pod_spec = drain_pod_spec(
+        cr_name,
+        namespace,
+        spec,
+        plan,
+        settings,
+        env,
+        ["lagpilot", "drain"],
+        cpu_m=WARM_JOB_CPU_M if runtime_url else None,
+    )
     if drain.busy:  # its driver verifies the operator's next parts with the CR's part key; added
         # after the Spark conf was built from the env, so Spark-on-Kubernetes executors never get it
         pod_spec["containers"][0]["env"].append(part_key_ref(cr_name))
@@ -386,8 +465,12 @@ def build_drain_job(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, 
             "backoffLimit": 0,
             # the backstop against an attempt that hangs whatever its pod does (docs/drain.md
             # "Deadlines and stalls"): the Job controller fails it past this, the operator retries
-            "activeDeadlineSeconds": attempt_deadline_s(drain.remaining, plan.parallelism, measured_rate(drain.history),
-                                                        floor_s=settings.deadline_floor_s),
+            "activeDeadlineSeconds": attempt_deadline_s(
+                drain.remaining,
+                plan.parallelism,
+                measured_rate(drain.history),
+                floor_s=settings.deadline_floor_s,
+            ),
             "ttlSecondsAfterFinished": settings.job_ttl_seconds,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
@@ -406,7 +489,9 @@ def job_observation(job: Mapping[str, Any] | None, pods: Sequence[Mapping[str, A
     if "Failed" in conds or "FailureTarget" in conds or int(st.get("failed") or 0) > 0:
         c = conds.get("Failed") or conds.get("FailureTarget") or {}
         message = _pod_failure(pods)
-        return JobObservation(JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed"))
+        return JobObservation(
+            JobState.FAILED, alive, message or str(c.get("message") or c.get("reason") or "Job failed")
+        )
     if "SuccessCriteriaMet" in conds or int(st.get("succeeded") or 0) > 0:
         return JobObservation(JobState.SUCCEEDED, alive)
     return JobObservation(JobState.ACTIVE, alive, running=running)
@@ -416,8 +501,10 @@ def _pod_counts(pods: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     """(alive, running) pods: a pod being deleted still counts while its process may run (phase not
     yet final)."""
     phases = [(p.get("status") or {}).get("phase") for p in pods]
-    return (sum(1 for ph in phases if ph in ("Pending", "Running", None)),
-            sum(1 for ph in phases if ph == "Running"))
+    return (
+        sum(1 for ph in phases if ph in ("Pending", "Running", None)),
+        sum(1 for ph in phases if ph == "Running"),
+    )
 
 
 def _pod_failure(pods: Sequence[Mapping[str, Any]]) -> str:
@@ -434,8 +521,16 @@ def _pod_failure(pods: Sequence[Mapping[str, Any]]) -> str:
     return message
 
 
-def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec, drain: DrainStatus,
-                            attempt: int, settings: DrainSettings | None = None, version: str = __version__) -> dict[str, Any]:
+def build_spark_application(
+    cr_name: str,
+    namespace: str,
+    cr_uid: str,
+    spec: GroupSpec,
+    drain: DrainStatus,
+    attempt: int,
+    settings: DrainSettings | None = None,
+    version: str = __version__,
+) -> dict[str, Any]:
     """The SparkApplication for one attempt: cluster mode, the consumer image's driver main, the same
     plan/environment as the Job (Secret refs stay refs), executors sized like the k8s backend's.
     restartPolicy Never: retries are the operator's, as with the Job's backoffLimit 0."""
@@ -444,16 +539,31 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
     name = job_name(cr_name, drain.id, attempt)
     labels = _labels(cr_name, name, version)
     env = _drain_env(spec, plan, settings, attempt)
-    pod = {"labels": labels, "env": env, "securityContext": dict(CONTAINER_SECURITY),
-           "podSecurityContext": dict(POD_SECURITY), "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
-    driver: dict[str, Any] = {**pod, "cores": 1, "memory": "1g", "secrets": spark_application_rpc_key_secrets(cr_name)}
+    pod = {
+        "labels": labels,
+        "env": env,
+        "securityContext": dict(CONTAINER_SECURITY),
+        "podSecurityContext": dict(POD_SECURITY),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    driver: dict[str, Any] = {
+        **pod,
+        "cores": 1,
+        "memory": "1g",
+        "secrets": spark_application_rpc_key_secrets(cr_name),
+    }
     if drain.busy:  # the driver verifies the next parts; the executors never get the key
         driver["env"] = [*env, part_key_ref(cr_name)]
     if settings.service_account:
         driver["serviceAccount"] = settings.service_account
-    executor = {**pod, "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),
-                "cores": settings.executor_cores, "memory": settings.executor_memory, "deleteOnTermination": True,
-                "secrets": spark_application_rpc_key_secrets(cr_name)}
+    executor = {
+        **pod,
+        "instances": max(1, math.ceil(plan.parallelism / settings.executor_cores)),
+        "cores": settings.executor_cores,
+        "memory": settings.executor_memory,
+        "deleteOnTermination": True,
+        "secrets": spark_application_rpc_key_secrets(cr_name),
+    }
     return {
         "apiVersion": f"{SPARK_APP_GROUP}/{SPARK_APP_VERSION}",
         "kind": "SparkApplication",
@@ -468,8 +578,11 @@ def build_spark_application(cr_name: str, namespace: str, cr_uid: str, spec: Gro
             "mainApplicationFile": DRIVER_MAIN,
             # the RPC between the driver and its executors authenticated with the CR's key (a file in
             # both pods: `secrets` above; never the env secret Spark would generate) and encrypted (H4)
-            "sparkConf": {"spark.local.dir": "/tmp/spark-local", "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
-                          **spark_application_rpc_conf()},
+            "sparkConf": {
+                "spark.local.dir": "/tmp/spark-local",
+                "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+                **spark_application_rpc_conf(),
+            },
             "restartPolicy": {"type": "Never"},
             "timeToLiveSeconds": settings.job_ttl_seconds,
             "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}],
@@ -484,8 +597,11 @@ def spark_application_rpc_conf() -> dict[str, str]:
     the file its `secrets` mount in the driver's and every executor's pod (the Job's k8s mode does the
     same with `spark_rpc_key_conf`), and encrypted. Spark then puts no _SPARK_AUTH_SECRET in the
     executors' env (it only does so for a secret it generated)."""
-    return {"spark.authenticate": "true", "spark.network.crypto.enabled": "true",
-            "spark.authenticate.secret.file": f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}"}
+    return {
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        "spark.authenticate.secret.file": f"{SPARK_RPC_KEY_DIR}/{KEY_FIELD}",
+    }
 
 
 def spark_application_rpc_key_secrets(cr_name: str) -> list[dict[str, str]]:
@@ -493,16 +609,20 @@ def spark_application_rpc_key_secrets(cr_name: str) -> list[dict[str, str]]:
     return [{"name": spark_rpc_key_secret_name(cr_name), "path": SPARK_RPC_KEY_DIR, "secretType": "Generic"}]
 
 
-def spark_application_observation(app: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]) -> JobObservation:
+def spark_application_observation(
+    app: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]]
+) -> JobObservation:
     """A SparkApplication (+ the pods carrying its drain-job label) → the state machine's view (pure).
     COMPLETED → Succeeded; FAILED / SUBMISSION_FAILED → Failed with the operator's error message;
     every other state (new, SUBMITTED, RUNNING, PENDING_RERUN, SUCCEEDING, FAILING, UNKNOWN…) → Active."""
     alive, running = _pod_counts(pods)
     if app is None:
         return JobObservation(JobState.ABSENT, alive, running=running)
-    state = ((app.get("status") or {}).get("applicationState") or {})
+    state = (app.get("status") or {}).get("applicationState") or {}
     done = SPARK_APP_DONE.get(str(state.get("state") or ""))
     if done is JobState.FAILED:
         msg = redact(str(state.get("errorMessage") or f"SparkApplication {state.get('state')}")).strip()
-        return JobObservation(JobState.FAILED, alive, msg.splitlines()[-1][:300] if msg else "SparkApplication failed")
+        return JobObservation(
+            JobState.FAILED, alive, msg.splitlines()[-1][:300] if msg else "SparkApplication failed"
+        )
     return JobObservation(done or JobState.ACTIVE, alive, running=running)

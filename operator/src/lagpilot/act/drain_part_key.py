@@ -7,6 +7,7 @@ verify every part with it; the consumers never get it. Why a key of its own and 
 plan key or the hand-off key: docs/drain.md "Busy drains: the executor". Never logged: only the
 Secret's name is.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -24,7 +25,9 @@ def part_key_secret_name(cr_name: str) -> str:
     return f"{cr_name}-drain-part-key"
 
 
-PART_KEY = KeyKind("drain part key", part_key_secret_name, "drain-part-key", plan_auth.new_key, plan_auth.parse_key)
+PART_KEY = KeyKind(
+    "drain part key", part_key_secret_name, "drain-part-key", plan_auth.new_key, plan_auth.parse_key
+)
 
 
 def part_key_ref(cr_name: str, optional: bool = False) -> dict[str, Any]:

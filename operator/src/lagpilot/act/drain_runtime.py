@@ -58,6 +58,7 @@ Who may send it a plan (issue 23, C1; docs/drain.md "Who may send the warm runti
   the runtime port (and, with Spark's k8s backend, from this CR's executors on any port: the
   runtime is their driver).
 """
+
 from __future__ import annotations
 
 import copy
@@ -101,6 +102,7 @@ READINESS = {"periodSeconds": 2, "timeoutSeconds": 2, "failureThreshold": 3}
 
 
 # ---- pure ----------------------------------------------------------------------------------------
+
 
 def runtime_wanted(spec: GroupSpec) -> bool:
     """A runtime exists only where a drain Job could use it."""
@@ -149,9 +151,15 @@ def config_hash(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: GroupSpec,
-                             settings: DrainSettings | None = None, version: str = __version__,
-                             key_id: str = "") -> dict[str, Any]:
+def build_runtime_deployment(
+    cr_name: str,
+    namespace: str,
+    cr_uid: str,
+    spec: GroupSpec,
+    settings: DrainSettings | None = None,
+    version: str = __version__,
+    key_id: str = "",
+) -> dict[str, Any]:
     """The runtime's Deployment: 1 replica, owned by the CR, the drain Job's pod pieces
     (drain_manifests.drain_pod_spec, consumer_env) with `lagpilot drain --serve`, no plan; the
     CR's key (secretKeyRef), its fingerprint `key_id` and the CR uid added after the Spark conf
@@ -159,8 +167,14 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
     settings = settings or DrainSettings()
     port = runtime_port(namespace, cr_name)
     # the Spark side is sized for the most tasks a drain may run (drain_runtime's local[N] / executors)
-    plan = DrainPlan(drain_id="runtime", topic=spec.topic, group_id=spec.group_id, sub_ranges=(),
-                     batch_max_records=spec.batch.max_records, parallelism=spec.drain.max_tasks)
+    plan = DrainPlan(
+        drain_id="runtime",
+        topic=spec.topic,
+        group_id=spec.group_id,
+        sub_ranges=(),
+        batch_max_records=spec.batch.max_records,
+        parallelism=spec.drain.max_tasks,
+    )
     env = consumer_env(spec) + [
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": PORT_ENV, "value": str(port)},
@@ -170,7 +184,10 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
     pod_spec["restartPolicy"] = "Always"
     container = pod_spec["containers"][0]
     container["env"] = container["env"] + [
-        {"name": plan_auth.KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key_secret_name(cr_name), "key": KEY_FIELD}}},
+        {
+            "name": plan_auth.KEY_ENV,
+            "valueFrom": {"secretKeyRef": {"name": key_secret_name(cr_name), "key": KEY_FIELD}},
+        },
         {"name": plan_auth.CR_UID_ENV, "value": cr_uid},
         *([{"name": plan_auth.KEY_ID_ENV, "value": key_id}] if key_id else []),
         # a busy drain's next parts are verified with the CR's part key (optional: a runtime runs
@@ -187,7 +204,9 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": runtime_name(cr_name), "namespace": namespace, "labels": labels,
+            "name": runtime_name(cr_name),
+            "namespace": namespace,
+            "labels": labels,
             "annotations": {CONFIG_ANNOTATION: digest},
             "ownerReferences": [owner_reference(cr_name, cr_uid)],
         },
@@ -196,52 +215,99 @@ def build_runtime_deployment(cr_name: str, namespace: str, cr_uid: str, spec: Gr
             "revisionHistoryLimit": 2,
             "selector": {"matchLabels": selector_labels(cr_name)},
             "strategy": {"type": "Recreate"},
-            "template": {"metadata": {"labels": labels, "annotations": {CONFIG_ANNOTATION: digest}},
-                         "spec": pod_spec},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {CONFIG_ANNOTATION: digest}},
+                "spec": pod_spec,
+            },
         },
     }
 
 
 # the CR's plan-signing key; its Secret carries the runtime's labels (a new key rolls the runtime)
-RUNTIME_KEY = KeyKind("drain runtime key", key_secret_name, COMPONENT, plan_auth.new_key, plan_auth.parse_key,
-                      extra_labels=selector_labels)
+RUNTIME_KEY = KeyKind(
+    "drain runtime key",
+    key_secret_name,
+    COMPONENT,
+    plan_auth.new_key,
+    plan_auth.parse_key,
+    extra_labels=selector_labels,
+)
 
 
-def build_network_policy(cr_name: str, namespace: str, cr_uid: str, settings: DrainSettings | None = None,
-                         version: str = __version__) -> dict[str, Any]:
+def build_network_policy(
+    cr_name: str,
+    namespace: str,
+    cr_uid: str,
+    settings: DrainSettings | None = None,
+    version: str = __version__,
+) -> dict[str, Any]:
     """Ingress to the CR's runtime pods only from the CR's drain pods (label
     `app.kubernetes.io/name: lagpilot-drain` + `lagpilot.io/drain: <cr>`, same namespace) on the
     runtime port; with Spark's k8s backend (`settings.spark_master`) also from the CR's executors
     (`spark-role: executor` + `lagpilot.io/drain: <cr>`) on any port (they connect back to their
     driver: the runtime). Everything else is dropped where the network plugin enforces policies."""
     settings = settings or DrainSettings()
-    rules: list[dict[str, Any]] = [{
-        "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "lagpilot-drain",
-                                                  DRAIN_LABEL: label_value(cr_name)}}}],
-        "ports": [{"protocol": "TCP", "port": runtime_port(namespace, cr_name)}],
-    }]
+    rules: list[dict[str, Any]] = [
+        {
+            "from": [
+                {
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "lagpilot-drain",
+                            DRAIN_LABEL: label_value(cr_name),
+                        }
+                    }
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": runtime_port(namespace, cr_name)}],
+        }
+    ]
     if settings.spark_master:
-        rules.append({"from": [{"podSelector": {"matchLabels": {DRAIN_LABEL: label_value(cr_name),
-                                                                "spark-role": "executor"}}}]})
+        rules.append(
+            {
+                "from": [
+                    {
+                        "podSelector": {
+                            "matchLabels": {DRAIN_LABEL: label_value(cr_name), "spark-role": "executor"}
+                        }
+                    }
+                ]
+            }
+        )
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": runtime_name(cr_name), "namespace": namespace, "labels": _labels(cr_name, version),
-                     "ownerReferences": [owner_reference(cr_name, cr_uid)]},
-        "spec": {"podSelector": {"matchLabels": selector_labels(cr_name)}, "policyTypes": ["Ingress"],
-                 "ingress": rules},
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": runtime_name(cr_name),
+            "namespace": namespace,
+            "labels": _labels(cr_name, version),
+            "ownerReferences": [owner_reference(cr_name, cr_uid)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(cr_name)},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
+        },
     }
 
 
-def owned_pods(pods: Sequence[Mapping[str, Any]], replicasets: Sequence[Mapping[str, Any]],
-               deployment: Mapping[str, Any] | None, cr_uid: str) -> list[Mapping[str, Any]]:
+def owned_pods(
+    pods: Sequence[Mapping[str, Any]],
+    replicasets: Sequence[Mapping[str, Any]],
+    deployment: Mapping[str, Any] | None,
+    cr_uid: str,
+) -> list[Mapping[str, Any]]:
     """The pods of this CR's runtime: controlled by a ReplicaSet that is controlled by the runtime
     Deployment (by uid) that is controlled by the CR (by uid). A pod whose labels merely match
     (anyone who may create pods in the namespace can copy them) is not one of them (pure)."""
     if deployment is None or not owned_by(deployment, cr_uid):
         return []
     dep_uid = ((deployment.get("metadata") or {}).get("uid")) or ""
-    rs_uids = {str((rs.get("metadata") or {}).get("uid")) for rs in replicasets
-               if owned_by(rs, dep_uid) and (controller_of(rs) or {}).get("kind") == "Deployment"}
+    rs_uids = {
+        str((rs.get("metadata") or {}).get("uid"))
+        for rs in replicasets
+        if owned_by(rs, dep_uid) and (controller_of(rs) or {}).get("kind") == "Deployment"
+    }
     out = []
     for pod in pods:
         ref = controller_of(pod)
@@ -260,7 +326,8 @@ def manifest_hash(manifest: Mapping[str, Any] | None) -> str | None:
 def _ready(pod: Mapping[str, Any]) -> bool:
     st = pod.get("status") or {}
     return st.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
+    )
 
 
 def runtime_url(pods: Sequence[Mapping[str, Any]], port: int, config: str | None = None) -> str | None:
@@ -294,16 +361,21 @@ def scaled_up_at(manifest: Mapping[str, Any] | None) -> float | None:
         return None
 
 
-def observation_of(existing: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], port: int,
-                   config: str | None) -> RuntimeObservation:
+def observation_of(
+    existing: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], port: int, config: str | None
+) -> RuntimeObservation:
     """What the decision step sees of the runtime: the Deployment's replicas, whether a pod of the
     current config is Ready (the notion `runtime_url` uses for a launch), the last scale-up."""
-    return RuntimeObservation(replicas=replicas_of(existing), ready=runtime_url(pods, port, config) is not None,
-                              scaled_up_at_s=scaled_up_at(existing))
+    return RuntimeObservation(
+        replicas=replicas_of(existing),
+        ready=runtime_url(pods, port, config) is not None,
+        scaled_up_at_s=scaled_up_at(existing),
+    )
 
 
-def with_replicas(desired: Mapping[str, Any], replicas: int, existing: Mapping[str, Any] | None,
-                  now: float) -> dict[str, Any]:
+def with_replicas(
+    desired: Mapping[str, Any], replicas: int, existing: Mapping[str, Any] | None, now: float
+) -> dict[str, Any]:
     """The desired Deployment with the decided replica count; a scale-up from 0 (or the creation)
     stamps `SCALED_UP_ANNOTATION` with `now`, otherwise the existing stamp is kept (a server-side
     apply that left it out would remove it). A running Deployment without a readable stamp (made
@@ -320,14 +392,15 @@ def with_replicas(desired: Mapping[str, Any], replicas: int, existing: Mapping[s
 
 
 class Sync(enum.Enum):
-    NONE = "none"          # as wanted (or already going away)
-    APPLY = "apply"        # create it, or bring it to the current spec
+    NONE = "none"  # as wanted (or already going away)
+    APPLY = "apply"  # create it, or bring it to the current spec
     DELETE = "delete"
-    DEFER = "defer"        # would change or delete it, but a drain attempt is running
+    DEFER = "defer"  # would change or delete it, but a drain attempt is running
 
 
-def sync_action(desired: Mapping[str, Any] | None, existing: Mapping[str, Any] | None,
-                attempt_running: bool) -> Sync:
+def sync_action(
+    desired: Mapping[str, Any] | None, existing: Mapping[str, Any] | None, attempt_running: bool
+) -> Sync:
     """What to do with the runtime Deployment this cycle (pure)."""
     if existing is not None and (existing.get("metadata") or {}).get("deletionTimestamp"):
         return Sync.NONE  # foreground deletion under way: wait for it to be gone
@@ -347,14 +420,24 @@ def sync_action(desired: Mapping[str, Any] | None, existing: Mapping[str, Any] |
 def _same_shell(desired: Mapping[str, Any], existing: Mapping[str, Any]) -> bool:
     """Replicas, scale-up stamp and owner as wanted (someone scaled it by hand, or it was adopted
     from another CR uid)."""
-    owners = [(o.get("uid"), o.get("controller")) for o in (existing.get("metadata") or {}).get("ownerReferences") or []]
+    owners = [
+        (o.get("uid"), o.get("controller"))
+        for o in (existing.get("metadata") or {}).get("ownerReferences") or []
+    ]
     want = [(o["uid"], o["controller"]) for o in desired["metadata"]["ownerReferences"]]
-    stamps = [((m.get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION) for m in (desired, existing)]
-    return ((existing.get("spec") or {}).get("replicas") == desired["spec"]["replicas"] and owners == want
-            and stamps[0] == stamps[1])
+    stamps = [
+        ((m.get("metadata") or {}).get("annotations") or {}).get(SCALED_UP_ANNOTATION)
+        for m in (desired, existing)
+    ]
+    return (
+        (existing.get("spec") or {}).get("replicas") == desired["spec"]["replicas"]
+        and owners == want
+        and stamps[0] == stamps[1]
+    )
 
 
 # ---- I/O -----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class SyncResult:
@@ -389,10 +472,14 @@ class RuntimeManager:
         self._keys = CrKeys(RUNTIME_KEY, self.core, self._sanitize)  # the CRs' plan-signing keys
         # the CRs' Spark RPC keys (k8s master: the runtime's and the drain Jobs' executors; H4)
         self.rpc_keys = SparkRpcKeys(self.core, self._sanitize)
-        self._part_keys = PartKeys(self.core, self._sanitize)  # the CRs' busy drains' part keys (drain_part_key.py)
+        self._part_keys = PartKeys(
+            self.core, self._sanitize
+        )  # the CRs' busy drains' part keys (drain_part_key.py)
         self._policies: set[tuple[str, str, str]] = set()  # NetworkPolicies known to be the CR's
 
-    def desired(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str) -> dict[str, Any] | None:
+    def desired(
+        self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str
+    ) -> dict[str, Any] | None:
         """The runtime Deployment the spec wants (None: none). Reads (or creates) the CR's key on
         first use: raises when it cannot (the caller's error path: no runtime change, cold drains)."""
         if not runtime_wanted(spec):
@@ -400,19 +487,30 @@ class RuntimeManager:
         key = self.key(namespace, name, uid)
         if self.settings.spark_master:  # the runtime's pod mounts it (drain_manifests.spark_rpc_key_conf)
             self.rpc_keys.key(namespace, name, uid)
-        return build_runtime_deployment(name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key))
+        return build_runtime_deployment(
+            name, namespace, uid, spec, self.settings, version, plan_auth.key_id(key)
+        )
 
     def key(self, namespace: str, name: str, uid: str) -> bytes:
         """The CR's plan-signing key (`key_secret.CrKeys`: read, or created when absent, once per
         operator process; a Secret the CR does not own, or without a valid key, raises)."""
         return self._keys.key(namespace, name, uid)
 
-    def sign(self, namespace: str, name: str, uid: str, plan_text: str, drain_id: str, attempt: int,
-             now: float | None = None) -> plan_auth.PlanAuth:
+    def sign(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        plan_text: str,
+        drain_id: str,
+        attempt: int,
+        now: float | None = None,
+    ) -> plan_auth.PlanAuth:
         """The operator's signature of one warm attempt's plan (valid plan_auth.PLAN_TTL_S)."""
         t = time.time() if now is None else now
-        return plan_auth.sign(self.key(namespace, name, uid), plan_text, uid, drain_id, attempt,
-                              t + plan_auth.PLAN_TTL_S)
+        return plan_auth.sign(
+            self.key(namespace, name, uid), plan_text, uid, drain_id, attempt, t + plan_auth.PLAN_TTL_S
+        )
 
     def ensure_policy(self, namespace: str, name: str, uid: str) -> None:
         """Create the CR's NetworkPolicy unless it exists as the CR's (once per operator process).
@@ -422,12 +520,18 @@ class RuntimeManager:
         if cache in self._policies:
             return
         try:
-            self.net.create_namespaced_network_policy(namespace, build_network_policy(name, namespace, uid, self.settings))
+            self.net.create_namespaced_network_policy(
+                namespace, build_network_policy(name, namespace, uid, self.settings)
+            )
         except Exception as err:  # noqa: BLE001
             if getattr(err, "status", None) != 409:
                 raise
-            if not owned_by(self._sanitize(self.net.read_namespaced_network_policy(runtime_name(name), namespace)), uid):
-                raise RuntimeError(f"NetworkPolicy {runtime_name(name)} exists and is not this BatchConsumerGroup's")
+            if not owned_by(
+                self._sanitize(self.net.read_namespaced_network_policy(runtime_name(name), namespace)), uid
+            ):
+                raise RuntimeError(
+                    f"NetworkPolicy {runtime_name(name)} exists and is not this BatchConsumerGroup's"
+                )
         self._policies.add(cache)
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -439,10 +543,16 @@ class RuntimeManager:
             raise
 
     def _pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector(name))).get("items") or []
+        return (
+            self._sanitize(self.core.list_namespaced_pod(namespace, label_selector=selector(name))).get(
+                "items"
+            )
+            or []
+        )
 
-    def observe(self, namespace: str, name: str, uid: str, spec: GroupSpec,
-                version: str = __version__) -> RuntimeSeen | None:
+    def observe(
+        self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__
+    ) -> RuntimeSeen | None:
         """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only on
         demand (``warmRuntimeCooldownSeconds``) while it has replicas. None (no call at all) for a CR without a runtime, and on an API error
         (logged; `sync` then reads the Deployment itself, the step sees no runtime)."""
@@ -455,14 +565,31 @@ class RuntimeManager:
             on_demand = mode_of(spec) == MODE_ON_DEMAND
             pods = self._pods(namespace, name) if on_demand and replicas_of(existing) > 0 else []
         except Exception as err:  # noqa: BLE001 - best effort: the step then plans as without a runtime
-            log.warning("observing the drain runtime failed", extra={
-                "group": f"{namespace}/{name}", "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
+            log.warning(
+                "observing the drain runtime failed",
+                extra={
+                    "group": f"{namespace}/{name}",
+                    "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}",
+                },
+            )
             return None
-        return RuntimeSeen(existing, observation_of(existing, pods, runtime_port(namespace, name), manifest_hash(desired)))
+        return RuntimeSeen(
+            existing, observation_of(existing, pods, runtime_port(namespace, name), manifest_hash(desired))
+        )
 
-    def sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
-             version: str = __version__, emit: Callable[[str, str, str], None] | None = None,
-             replicas: int | None = 1, seen: RuntimeSeen | None = None, now: float | None = None) -> SyncResult:
+    def sync(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec: GroupSpec,
+        attempt_running: bool,
+        version: str = __version__,
+        emit: Callable[[str, str, str], None] | None = None,
+        replicas: int | None = 1,
+        seen: RuntimeSeen | None = None,
+        now: float | None = None,
+    ) -> SyncResult:
         """Bring `<cr>-drain-runtime` to what the spec and the step want: `replicas` is the step's
         `runtime_replicas` (None: no runtime, deleted), `seen` this cycle's `observe` (no second
         GET), `now` the scale-up stamp's time. Never raises: a failure is logged and returned (the
@@ -473,16 +600,19 @@ class RuntimeManager:
             return SyncResult(Sync.NONE, dname)
         policy_error = ""
         try:
-            desired, existing, action = self._planned_sync(namespace, name, uid, spec, attempt_running, version,
-                                                           replicas, seen, now)
+            desired, existing, action = self._planned_sync(
+                namespace, name, uid, spec, attempt_running, version, replicas, seen, now
+            )
             if action is Sync.APPLY:
                 assert desired is not None
                 policy_error = self._apply(namespace, name, uid, desired, existing, emit)
             elif action is Sync.DELETE:
                 self._delete(namespace, name, emit)
             elif action is Sync.DEFER:
-                log.info("drain runtime change deferred: a drain attempt is running",
-                         extra={"group": key, "deployment": dname})
+                log.info(
+                    "drain runtime change deferred: a drain attempt is running",
+                    extra={"group": key, "deployment": dname},
+                )
             if desired is None and existing is None:
                 self._absent.add(key)
             else:
@@ -494,9 +624,18 @@ class RuntimeManager:
             self._absent.discard(key)
             return SyncResult(Sync.NONE, dname, msg)
 
-    def _planned_sync(self, namespace: str, name: str, uid: str, spec: GroupSpec, attempt_running: bool,
-                      version: str, replicas: int | None, seen: RuntimeSeen | None, now: float | None
-                      ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Sync]:
+    def _planned_sync(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec: GroupSpec,
+        attempt_running: bool,
+        version: str,
+        replicas: int | None,
+        seen: RuntimeSeen | None,
+        now: float | None,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Sync]:
         """(desired, existing, action): the manifest at the step's replicas (None: no runtime), the
         Deployment as read, and what to do; a Deployment this CR does not own is never deleted."""
         dname = runtime_name(name)
@@ -507,13 +646,22 @@ class RuntimeManager:
             desired = with_replicas(desired, replicas, existing, time.time() if now is None else now)
         action = sync_action(desired, existing, attempt_running)
         if action is Sync.DELETE and not owned_by(existing, uid):
-            log.warning("drain runtime Deployment not owned by this BatchConsumerGroup: not deleted",
-                        extra={"group": f"{namespace}/{name}", "deployment": dname})
+            log.warning(
+                "drain runtime Deployment not owned by this BatchConsumerGroup: not deleted",
+                extra={"group": f"{namespace}/{name}", "deployment": dname},
+            )
             action = Sync.NONE
         return desired, existing, action
 
-    def _apply(self, namespace: str, name: str, uid: str, desired: dict[str, Any], existing: dict[str, Any] | None,
-               emit: Callable[[str, str, str], None] | None) -> str:
+    def _apply(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        desired: dict[str, Any],
+        existing: dict[str, Any] | None,
+        emit: Callable[[str, str, str], None] | None,
+    ) -> str:
         """Create, update or scale the runtime (its NetworkPolicy and the part key first); returns
         the NetworkPolicy's error ("" when made)."""
         key, dname = f"{namespace}/{name}", runtime_name(name)
@@ -522,24 +670,46 @@ class RuntimeManager:
             self.ensure_policy(namespace, name, uid)
         except Exception as err:  # noqa: BLE001 - the signature still guards the runtime: applied anyway
             policy_error = f"NetworkPolicy: {type(err).__name__}: HTTP {getattr(err, 'status', '')}"
-            log.warning("drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error})
+            log.warning(
+                "drain runtime NetworkPolicy not created", extra={"group": key, "error": policy_error}
+            )
         try:  # the busy drains' part key before the pod that reads it (its env ref is optional)
             self._part_keys.key(namespace, name, uid)
         except Exception as err:  # noqa: BLE001 - busy drains in this runtime then take no next part
-            log.warning("drain part key not made before the runtime", extra={
-                "group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
-        self.apps.patch_namespaced_deployment(dname, namespace, desired, field_manager=FIELD_MANAGER, force=True,
-                                              _content_type="application/apply-patch+yaml")
+            log.warning(
+                "drain part key not made before the runtime",
+                extra={"group": key, "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"},
+            )
+        self.apps.patch_namespaced_deployment(
+            dname,
+            namespace,
+            desired,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
         verb = "created" if existing is None else "updated"
         before, after = replicas_of(existing), desired["spec"]["replicas"]
         if existing is not None and before != after and manifest_hash(existing) == manifest_hash(desired):
             verb = f"scaled {before}->{after}"
-        log.info("drain runtime applied", extra={"group": key, "deployment": dname, "verb": verb,
-                                                 "replicas": after, "port": runtime_port(namespace, name)})
+        log.info(
+            "drain runtime applied",
+            extra={
+                "group": key,
+                "deployment": dname,
+                "verb": verb,
+                "replicas": after,
+                "port": runtime_port(namespace, name),
+            },
+        )
         if emit is not None:
-            emit("Normal", "DrainRuntimeApplied", f"{verb} Deployment {dname} (warm drain runtime, "
-                                                  f"{after} replica{'' if after == 1 else 's'}, port "
-                                                  f"{runtime_port(namespace, name)})")
+            emit(
+                "Normal",
+                "DrainRuntimeApplied",
+                f"{verb} Deployment {dname} (warm drain runtime, "
+                f"{after} replica{'' if after == 1 else 's'}, port "
+                f"{runtime_port(namespace, name)})",
+            )
         return policy_error
 
     def _delete(self, namespace: str, name: str, emit: Callable[[str, str, str], None] | None) -> None:
@@ -547,11 +717,15 @@ class RuntimeManager:
         self.apps.delete_namespaced_deployment(dname, namespace, propagation_policy="Foreground")
         log.info("drain runtime deleted", extra={"group": f"{namespace}/{name}", "deployment": dname})
         if emit is not None:
-            emit("Normal", "DrainRuntimeDeleted", f"deleted Deployment {dname} (spec.drain.warmRuntime off "
-                                                  "or drains disabled)")
+            emit(
+                "Normal",
+                "DrainRuntimeDeleted",
+                f"deleted Deployment {dname} (spec.drain.warmRuntime off or drains disabled)",
+            )
 
-
-    def url(self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__) -> str | None:
+    def url(
+        self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__
+    ) -> str | None:
         """The URL a Job launched now should hand its plan to; None → cold (also on any API error, or
         when the CR's key cannot be had). Only a pod of the CR's own runtime Deployment (`owned_pods`)."""
         if not runtime_wanted(spec):
@@ -562,16 +736,29 @@ class RuntimeManager:
             deployment = self._get(namespace, runtime_name(name)) if pods else None
             replicasets = self._replicasets(namespace, name) if deployment is not None else []
         except Exception as err:  # noqa: BLE001
-            log.warning("reading the drain runtime failed: launching cold",
-                        extra={"group": f"{namespace}/{name}",
-                               "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}"})
+            log.warning(
+                "reading the drain runtime failed: launching cold",
+                extra={
+                    "group": f"{namespace}/{name}",
+                    "error": f"{type(err).__name__}: HTTP {getattr(err, 'status', '')}",
+                },
+            )
             return None
         mine = owned_pods(pods, replicasets, deployment, uid)
         if len(mine) < len(pods):
-            log.warning("pods that look like the drain runtime but are not its own: ignored",
-                        extra={"group": f"{namespace}/{name}",
-                               "pods": sorted(str((p.get("metadata") or {}).get("name")) for p in pods if p not in mine)})
+            log.warning(
+                "pods that look like the drain runtime but are not its own: ignored",
+                extra={
+                    "group": f"{namespace}/{name}",
+                    "pods": sorted(str((p.get("metadata") or {}).get("name")) for p in pods if p not in mine),
+                },
+            )
         return runtime_url(mine, runtime_port(namespace, name), manifest_hash(desired))
 
     def _replicasets(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        return self._sanitize(self.apps.list_namespaced_replica_set(namespace, label_selector=selector(name))).get("items") or []
+        return (
+            self._sanitize(
+                self.apps.list_namespaced_replica_set(namespace, label_selector=selector(name))
+            ).get("items")
+            or []
+        )

@@ -6,6 +6,7 @@ consumer Deployment, owned by the CR (deleted with it). The consumer pods get it
 them); the operator reads it here, once per process, and refuses a Secret the CR does not own (a
 key someone else chose must never be trusted). Never logged: only the Secret's name is.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -29,7 +30,9 @@ def new_key() -> str:
 
 # its Secret: owned by the CR, immutable (a new key is a new Secret: delete it and the operator makes
 # another at its next start, which rolls the consumers)
-HANDOFF_KEY = KeyKind("hand-off key", key_secret_name, "handoff-key", new_key, mbx.parse_key, key_id=mbx.key_id)
+HANDOFF_KEY = KeyKind(
+    "hand-off key", key_secret_name, "handoff-key", new_key, mbx.parse_key, key_id=mbx.key_id
+)
 
 # the CRs' hand-off keys (``HandoffKeys(core, sanitize)``): ``key``, ``key_id`` (its fingerprint)
 HandoffKeys = partial(CrKeys, HANDOFF_KEY)

@@ -10,6 +10,7 @@ owned by the CR (deleted with it), created by the operator when absent and read 
 process and CR uid. A Secret of that name the CR does not own is refused: a key someone else chose
 (and so knows) must never be trusted. Never logged: only the Secret's name is.
 """
+
 from __future__ import annotations
 
 import base64
@@ -54,21 +55,31 @@ class KeyKind:
     # labels the Secret carries beyond the common ones (CR name -> labels; the runtime key: its runtime's)
     extra_labels: Callable[[str], Mapping[str, str]] | None = None
 
-    def secret(self, cr_name: str, namespace: str, cr_uid: str, key_hex: str,
-               version: str = __version__) -> dict[str, Any]:
+    def secret(
+        self, cr_name: str, namespace: str, cr_uid: str, key_hex: str, version: str = __version__
+    ) -> dict[str, Any]:
         """The CR's key Secret: owned by the CR (controller reference: deleted with it), immutable (a new
         key is a new Secret: delete it and the operator makes another, which rolls what uses it),
         labelled by its component."""
-        labels = {**(self.extra_labels(cr_name) if self.extra_labels else {}),
-                  "app.kubernetes.io/instance": label_value(cr_name),
-                  "app.kubernetes.io/component": self.component,
-                  "app.kubernetes.io/part-of": "lagpilot",
-                  "app.kubernetes.io/managed-by": "lagpilot",
-                  "app.kubernetes.io/version": label_value(version)}
+        labels = {
+            **(self.extra_labels(cr_name) if self.extra_labels else {}),
+            "app.kubernetes.io/instance": label_value(cr_name),
+            "app.kubernetes.io/component": self.component,
+            "app.kubernetes.io/part-of": "lagpilot",
+            "app.kubernetes.io/managed-by": "lagpilot",
+            "app.kubernetes.io/version": label_value(version),
+        }
         return {
-            "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
-            "metadata": {"name": self.secret_name(cr_name), "namespace": namespace, "labels": labels,
-                         "ownerReferences": [owner_reference(cr_name, cr_uid)]},
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "immutable": True,
+            "metadata": {
+                "name": self.secret_name(cr_name),
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [owner_reference(cr_name, cr_uid)],
+            },
             "stringData": {KEY_FIELD: key_hex},
         }
 
@@ -109,8 +120,10 @@ class CrKeys:
                     raise
                 secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile
         if not owned_by(secret, uid):
-            raise RuntimeError(f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its {kind.what} "
-                               "(delete it; the operator makes its own)")
+            raise RuntimeError(
+                f"Secret {sname} is not owned by this BatchConsumerGroup: not used as its {kind.what} "
+                "(delete it; the operator makes its own)"
+            )
         raw = ((secret or {}).get("data") or {}).get(KEY_FIELD) or ""
         try:
             key = kind.parse_key(base64.b64decode(raw))

@@ -15,6 +15,7 @@ Handlers call these through `asyncio.to_thread`; the kubernetes client is thread
 that (one urllib3 pool). Errors are re-raised as `KubeError` with the HTTP status and the API's
 reason, without bodies (a 422 body can echo the object we sent).
 """
+
 from __future__ import annotations
 
 import json
@@ -97,6 +98,7 @@ def load_api_client(pool_size: int = 32) -> Any:
 class KubeApi:
     def __init__(self, api_client: Any = None):
         from kubernetes import client
+
         self._client = api_client if api_client is not None else load_api_client()
         self.apps = client.AppsV1Api(self._client)
         self.core = client.CoreV1Api(self._client)
@@ -107,23 +109,33 @@ class KubeApi:
         meta = manifest["metadata"]
         try:
             resp = self.apps.patch_namespaced_deployment(
-                meta["name"], meta["namespace"], manifest, field_manager=FIELD_MANAGER, force=True,
-                _content_type="application/apply-patch+yaml")
+                meta["name"],
+                meta["namespace"],
+                manifest,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+            )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"apply Deployment {meta['namespace']}/{meta['name']}") from None
         return self._client.sanitize_for_serialization(resp)
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         # the raw JSON, not the client's V1Deployment model (`_raw_json`)
-        body = _raw_json(lambda: self.apps.read_namespaced_deployment(name, namespace, _preload_content=False),
-                         f"get Deployment {namespace}/{name}", missing_ok=True)
+        body = _raw_json(
+            lambda: self.apps.read_namespaced_deployment(name, namespace, _preload_content=False),
+            f"get Deployment {namespace}/{name}",
+            missing_ok=True,
+        )
         return None if body is None else dict(body)
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         """The pods matching `selector` (raw JSON items)."""
         sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        body = _raw_json(lambda: self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False),
-                         f"list pods {namespace} -l {sel}")
+        body = _raw_json(
+            lambda: self.core.list_namespaced_pod(namespace, label_selector=sel, _preload_content=False),
+            f"list pods {namespace} -l {sel}",
+        )
         return list(body.get("items") or [])
 
     def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
@@ -138,8 +150,11 @@ class KubeApi:
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap `name` (raw JSON), None when it does not exist."""
-        body = _raw_json(lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
-                         f"get ConfigMap {namespace}/{name}", missing_ok=True)
+        body = _raw_json(
+            lambda: self.core.read_namespaced_config_map(name, namespace, _preload_content=False),
+            f"get ConfigMap {namespace}/{name}",
+            missing_ok=True,
+        )
         return None if body is None else dict(body)
 
     def apply_configmap(self, manifest: dict[str, Any]) -> None:
@@ -147,8 +162,14 @@ class KubeApi:
         meta = manifest["metadata"]
         try:
             resp = self.core.patch_namespaced_config_map(
-                meta["name"], meta["namespace"], manifest, field_manager=FIELD_MANAGER, force=True,
-                _content_type="application/apply-patch+yaml", _preload_content=False)
+                meta["name"],
+                meta["namespace"],
+                manifest,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type="application/apply-patch+yaml",
+                _preload_content=False,
+            )
             resp.release_conn()
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"apply ConfigMap {meta['namespace']}/{meta['name']}") from None
@@ -157,7 +178,8 @@ class KubeApi:
         """JSON merge patch of the CR's status subresource."""
         try:
             self.custom.patch_namespaced_custom_object_status(
-                API_GROUP, VERSION, namespace, PLURAL, name, {"status": patch})
+                API_GROUP, VERSION, namespace, PLURAL, name, {"status": patch}
+            )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"patch status of BatchConsumerGroup {namespace}/{name}") from None
 
@@ -169,8 +191,14 @@ class KubeApi:
             raise _wrap(err, f"get status of BatchConsumerGroup {namespace}/{name}") from None
         return str((obj.get("metadata") or {}).get("resourceVersion") or ""), dict(obj.get("status") or {})
 
-    def patch_status_guarded(self, namespace: str, name: str, patch: dict[str, Any],
-                             basis: Callable[[Mapping[str, Any]], bool], attempts: int = 5) -> None:
+    def patch_status_guarded(
+        self,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        basis: Callable[[Mapping[str, Any]], bool],
+        attempts: int = 5,
+    ) -> None:
         """A merge patch of the status that cannot overwrite a concurrent writer's decision
         (optimistic concurrency): read the status and its resourceVersion, check `basis` (the part
         the write was decided on is still as the caller read it), patch with that resourceVersion;
@@ -183,7 +211,13 @@ class KubeApi:
                 raise StatusConflict("the status changed since it was read (another writer)", what)
             try:
                 self.custom.patch_namespaced_custom_object_status(
-                    API_GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"resourceVersion": rv}, "status": patch})
+                    API_GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    {"metadata": {"resourceVersion": rv}, "status": patch},
+                )
                 return
             except Exception as err:  # noqa: BLE001
                 if getattr(err, "status", None) == 409:

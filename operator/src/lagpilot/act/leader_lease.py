@@ -8,6 +8,7 @@ within one retry period instead of one lease duration.
 Every write is an optimistic-concurrency write (create, or update with the resourceVersion read):
 two standbys racing for an expired Lease cannot both win (the loser gets a 409).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -28,9 +29,16 @@ def _micro_time(t: float) -> str:
 
 
 class LeaseElector:
-    def __init__(self, api_client: Any, namespaces: Sequence[str], name: str, identity: str,
-                 timing: LeaseTiming | None = None, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        namespaces: Sequence[str],
+        name: str,
+        identity: str,
+        timing: LeaseTiming | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         from kubernetes import client
 
         self.api = client.CoordinationV1Api(api_client)
@@ -40,7 +48,7 @@ class LeaseElector:
         self.timing = timing or LeaseTiming()
         self.clock, self.wall = clock, wall
         self._seen: dict[str, tuple[str, float]] = {}  # namespace -> (resourceVersion, first seen at)
-        self.renewed: dict[str, float] = {}            # namespace -> last successful acquire/renew (clock)
+        self.renewed: dict[str, float] = {}  # namespace -> last successful acquire/renew (clock)
 
     # -- one attempt -------------------------------------------------------------------------------
     def _read(self, ns: str) -> dict[str, Any] | None:
@@ -67,8 +75,15 @@ class LeaseElector:
                 return False, record.holder if record is not None else ""
             raise
         if step is Step.TAKE:
-            log.info("leader lease taken over", extra={"namespace": ns, "lease": self.name, "identity": self.identity,
-                                                       "from": record.holder if record else ""})
+            log.info(
+                "leader lease taken over",
+                extra={
+                    "namespace": ns,
+                    "lease": self.name,
+                    "identity": self.identity,
+                    "from": record.holder if record else "",
+                },
+            )
         self.renewed[ns] = now
         return True, self.identity
 
@@ -81,19 +96,31 @@ class LeaseElector:
         rv = str((lease.get("metadata") or {}).get("resourceVersion") or "")
         if self._seen.get(ns, ("", 0.0))[0] != rv:
             self._seen[ns] = (rv, now)
-        return LeaseRecord(str(spec.get("holderIdentity") or ""),
-                           float(spec.get("leaseDurationSeconds") or self.timing.duration_s),
-                           int(spec.get("leaseTransitions") or 0))
+        return LeaseRecord(
+            str(spec.get("holderIdentity") or ""),
+            float(spec.get("leaseDurationSeconds") or self.timing.duration_s),
+            int(spec.get("leaseTransitions") or 0),
+        )
 
     def _write(self, ns: str, step: Step, lease: dict[str, Any] | None, record: LeaseRecord | None) -> None:
         """Create, take over or renew the Lease (a replace guarded by the resourceVersion read)."""
         stamp = _micro_time(self.wall())
-        spec: dict[str, Any] = {"holderIdentity": self.identity,
-                                "leaseDurationSeconds": int(round(self.timing.duration_s)), "renewTime": stamp}
+        spec: dict[str, Any] = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(round(self.timing.duration_s)),
+            "renewTime": stamp,
+        }
         if step is Step.CREATE:
             spec.update(acquireTime=stamp, leaseTransitions=0)
-            self.api.create_namespaced_lease(ns, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                                  "metadata": {"name": self.name, "namespace": ns}, "spec": spec})
+            self.api.create_namespaced_lease(
+                ns,
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": ns},
+                    "spec": spec,
+                },
+            )
             return
         assert lease is not None and record is not None
         old = lease.get("spec") or {}
@@ -101,10 +128,16 @@ class LeaseElector:
             spec.update(acquireTime=stamp, leaseTransitions=record.transitions + 1)
         else:
             spec.update(acquireTime=old.get("acquireTime") or stamp, leaseTransitions=record.transitions)
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": ns,
-                             "resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": spec}
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": ns,
+                "resourceVersion": lease["metadata"]["resourceVersion"],
+            },
+            "spec": spec,
+        }
         self.api.replace_namespaced_lease(self.name, ns, body)
 
     # -- the loops -----------------------------------------------------------------------------------
@@ -117,7 +150,9 @@ class LeaseElector:
                 try:
                     held, holder = self.try_once(ns)
                 except Exception as err:  # noqa: BLE001 - the API server away: keep trying
-                    log.warning("leader lease attempt failed", extra={"namespace": ns, "error": str(err)[:300]})
+                    log.warning(
+                        "leader lease attempt failed", extra={"namespace": ns, "error": str(err)[:300]}
+                    )
                     held, holder = False, "?"
                 if held:
                     break
@@ -139,7 +174,9 @@ class LeaseElector:
                     held, holder = self.try_once(ns)
                 except Exception as err:  # noqa: BLE001
                     held, holder = False, ""
-                    log.warning("leader lease renewal failed", extra={"namespace": ns, "error": str(err)[:300]})
+                    log.warning(
+                        "leader lease renewal failed", extra={"namespace": ns, "error": str(err)[:300]}
+                    )
                 if held:
                     continue
                 if holder and holder != self.identity:
@@ -158,10 +195,22 @@ class LeaseElector:
                 if lease is None or spec.get("holderIdentity") != self.identity:
                     continue
                 spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_micro_time(self.wall()))
-                self.api.replace_namespaced_lease(self.name, ns, {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": ns,
-                                 "resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": spec})
+                self.api.replace_namespaced_lease(
+                    self.name,
+                    ns,
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {
+                            "name": self.name,
+                            "namespace": ns,
+                            "resourceVersion": lease["metadata"]["resourceVersion"],
+                        },
+                        "spec": spec,
+                    },
+                )
                 log.info("leader lease released", extra={"namespace": ns, "lease": self.name})
             except Exception as err:  # noqa: BLE001 - it expires by itself
-                log.warning("releasing the leader lease failed", extra={"namespace": ns, "error": str(err)[:300]})
+                log.warning(
+                    "releasing the leader lease failed", extra={"namespace": ns, "error": str(err)[:300]}
+                )

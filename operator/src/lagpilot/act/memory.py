@@ -12,6 +12,7 @@ The ConfigMap is server-side applied (field manager ``lagpilot``; create or upda
 controlled by the CR (garbage-collected with it). One of that name the CR does not control is
 not read (a fresh start) and is taken over by the next write.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,12 @@ def memory_configmap(cr_name: str, namespace: str, uid: str, memory: Mapping[str
         "metadata": {
             "name": memory_name(cr_name),
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "lagpilot", "app.kubernetes.io/component": "memory",
-                       "app.kubernetes.io/managed-by": "lagpilot", "lagpilot.io/group": label_value(cr_name)},
+            "labels": {
+                "app.kubernetes.io/name": "lagpilot",
+                "app.kubernetes.io/component": "memory",
+                "app.kubernetes.io/managed-by": "lagpilot",
+                "lagpilot.io/group": label_value(cr_name),
+            },
             "ownerReferences": [owner_reference(cr_name, uid)],
         },
         "data": {MEMORY_FIELD: json.dumps(memory, separators=(",", ":"), sort_keys=True)},

@@ -10,6 +10,7 @@ operator uses no key itself: it makes sure the Secret exists, is the CR's and ho
 key (a Secret of that name the CR does not own is refused: a key someone else chose must never be
 trusted). Never logged: only the Secret's name is.
 """
+
 from __future__ import annotations
 
 from functools import partial

@@ -40,6 +40,7 @@ acked start instead was rejected: the broker refuses an offset alter while the g
 a group past the split would re-process everything it did since (and one committed offset cannot
 express a gap).
 """
+
 from __future__ import annotations
 
 import enum
@@ -92,8 +93,10 @@ def encode_remainder(r: Remainder) -> dict[int, tuple[int, str]]:
     for p, a, b in sorted(r.ranges):
         if b > a:
             by_part.setdefault(p, []).append((a, b))
-    return {p: (rs[0][0], f"{REMAINDER_PREFIX};d={r.drain_id};r=" + ",".join(f"{a}-{b}" for a, b in rs))
-            for p, rs in by_part.items()}
+    return {
+        p: (rs[0][0], f"{REMAINDER_PREFIX};d={r.drain_id};r=" + ",".join(f"{a}-{b}" for a, b in rs))
+        for p, rs in by_part.items()
+    }
 
 
 def decode_remainder(committed: Mapping[int, tuple[int, str | None]]) -> Remainder | None:
@@ -135,10 +138,10 @@ def remainder_of(d: DrainStatus, committed: Mapping[int, int | None] | None = No
 
 
 class DeleteKind(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
-    RELEASE = "Release"        # let the CR go (nothing held, or finished)
-    WAIT = "Wait"              # check again in `delay_s`
-    DELETE_JOB = "DeleteJob"   # stop the drain's Job (foreground), then check again
-    HAND_BACK = "HandBack"     # write the remainder group, then release
+    RELEASE = "Release"  # let the CR go (nothing held, or finished)
+    WAIT = "Wait"  # check again in `delay_s`
+    DELETE_JOB = "DeleteJob"  # stop the drain's Job (foreground), then check again
+    HAND_BACK = "HandBack"  # write the remainder group, then release
     STOP_CONSUMERS = "StopConsumers"  # Planned: scale the consumer Deployment to 0, then check again
 
 
@@ -210,8 +213,11 @@ def decide(
     d = with_progress(d, progress)
     if d.sub_ranges and d.remaining == 0:
         return _finished(d, job)
-    running = (d.phase in (Phase.RUNNING, Phase.SUCCEEDED) and job is not None
-               and job.state in (JobState.ACTIVE, JobState.SUCCEEDED))
+    running = (
+        d.phase in (Phase.RUNNING, Phase.SUCCEEDED)
+        and job is not None
+        and job.state in (JobState.ACTIVE, JobState.SUCCEEDED)
+    )
     if running and age < wait_s:
         left = wait_s - age
         msg = (
@@ -219,20 +225,30 @@ def decide(
             f"{d.records_done}/{d.records_total} records, "
             f"{d.remaining} remaining; after that the remainder is handed back to {{group}}{REMAINDER_SUFFIX}"
         )
-        return DeleteDecision(DeleteKind.WAIT, "WaitingForDrain", msg, delay_s=min(POLL_S, max(1.0, left)),
-                              event=("Normal", "DeletionWaitingForDrain", msg))
+        return DeleteDecision(
+            DeleteKind.WAIT,
+            "WaitingForDrain",
+            msg,
+            delay_s=min(POLL_S, max(1.0, left)),
+            event=("Normal", "DeletionWaitingForDrain", msg),
+        )
     if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
         why = "the wait bound passed" if running else f"the drain cannot finish ({job.state.value})"
-        return DeleteDecision(DeleteKind.DELETE_JOB, "StoppingDrain",
-                              f"drain {d.id}: {why}; stopping its Job to hand the remainder back")
+        return DeleteDecision(
+            DeleteKind.DELETE_JOB,
+            "StoppingDrain",
+            f"drain {d.id}: {why}; stopping its Job to hand the remainder back",
+        )
     return _hand_back(d, remainder_of(d), "the drain did not finish before the CR was deleted")
 
 
 def _finished(d: DrainStatus, job: JobObservation | None) -> DeleteDecision:
     """Every sub-range done while the CR is deleted: release once its pods ended (a busy drain's
     idle driver is stopped instead of waited for)."""
-    msg = (f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
-           f"deleted; released")
+    msg = (
+        f"drain {d.id} finished ({d.records_done}/{d.records_total} records) while the CR was being "
+        f"deleted; released"
+    )
     if job is not None and (job.state is JobState.ACTIVE or job.pods_alive > 0):
         if d.busy:
             # a busy drain's driver, every sub-range done, only waits for a next part that a
@@ -248,9 +264,7 @@ def _finished(d: DrainStatus, job: JobObservation | None) -> DeleteDecision:
             "WaitingForDrainExit",
             f"drain {d.id}: all ranges done, waiting for its pods to end",
         )
-    return DeleteDecision(
-        DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg)
-    )
+    return DeleteDecision(DeleteKind.RELEASE, "DrainFinished", msg, event=("Normal", "DrainFinished", msg))
 
 
 def _planned(
@@ -270,8 +284,10 @@ def _planned(
             f"drain {d.id}: reading the group's offsets and the hand-off mailbox",
         )
     posted, known = _hand_off_entries(d, mailbox, owner)
-    res = {r.partition: mbx.resolve(committed.get(r.partition), known.get(r.partition), d.id, r.split, owner)
-           for r in d.ranges}
+    res = {
+        r.partition: mbx.resolve(committed.get(r.partition), known.get(r.partition), d.id, r.split, owner)
+        for r in d.ranges
+    }
     # unresolved with a live request (or ack) of this drain: its owner may still ack and move
     pending = sorted(p for p, x in res.items() if not x.resolved and p in posted and not posted[p].done)
     if pending:
@@ -282,8 +298,16 @@ def _planned(
         # withdrawn (sealed as an empty range): the group keeps [committed, split)
         res = {**res, **{p: mbx.Resolution(True, res[p].split, res[p].split) for p in pending}}
     seal = seal_entries(d, res, posted, owner)
-    rem = Remainder(d.id, tuple(sorted((p, int(x.start), x.split) for p, x in res.items()
-                                       if x.resolved and not x.empty and x.start is not None)))
+    rem = Remainder(
+        d.id,
+        tuple(
+            sorted(
+                (p, int(x.start), x.split)
+                for p, x in res.items()
+                if x.resolved and not x.empty and x.start is not None
+            )
+        ),
+    )
     if not rem.ranges:
         return DeleteDecision(
             DeleteKind.RELEASE,
@@ -295,8 +319,9 @@ def _planned(
     return DeleteDecision(h.kind, h.reason, h.message, h.remainder, h.delay_s, h.event, entries=seal)
 
 
-def _hand_off_entries(d: DrainStatus, mailbox: Mapping[int, mbx.Entry | None],
-                      owner: str) -> tuple[dict[int, mbx.Entry], dict[int, mbx.Entry]]:
+def _hand_off_entries(
+    d: DrainStatus, mailbox: Mapping[int, mbx.Entry | None], owner: str
+) -> tuple[dict[int, mbx.Entry], dict[int, mbx.Entry]]:
     """(posted, known): this drain's entries in the mailbox (an owner may act on them), and those plus
     the starts a pre-mailbox operator fixed (acks nobody else sees)."""
     posted: dict[int, mbx.Entry] = {}
@@ -310,8 +335,9 @@ def _hand_off_entries(d: DrainStatus, mailbox: Mapping[int, mbx.Entry | None],
     return posted, known
 
 
-def _while_owners_may_ack(d: DrainStatus, pending: list[int], consumers_alive: int | None, age: float,
-                          ack_until: float) -> DeleteDecision | None:
+def _while_owners_may_ack(
+    d: DrainStatus, pending: list[int], consumers_alive: int | None, age: float, ack_until: float
+) -> DeleteDecision | None:
     """Partitions whose owners may still acknowledge the hand-off: wait for them (or for the pods to
     be read), then stop the consumers; None when no consumer is left (the requests are withdrawn)."""
     if consumers_alive is None:
@@ -344,16 +370,22 @@ def _hand_back(d: DrainStatus, rem: Remainder, why: str) -> DeleteDecision:
         f"drain {d.id}: {why}; {rem.records} unprocessed records handed back to {{group}}{REMAINDER_SUFFIX} "
         f"({parts}); a CR created with the same groupId drains them first"
     )
-    return DeleteDecision(DeleteKind.HAND_BACK, "RemainderHandedBack", msg, remainder=rem,
-                          event=("Warning", "DrainRemainderHandedBack", msg))
+    return DeleteDecision(
+        DeleteKind.HAND_BACK,
+        "RemainderHandedBack",
+        msg,
+        remainder=rem,
+        event=("Warning", "DrainRemainderHandedBack", msg),
+    )
 
 
 # ------------------------------------------------------------------------------- adoption
 
+
 class AdoptKind(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     NONE = "None"
-    ADOPT = "Adopt"    # write the new drain to status.drain, then delete the remainder group
-    CLEAR = "Clear"    # already recorded by a drain in status: delete the remainder group
+    ADOPT = "Adopt"  # write the new drain to status.drain, then delete the remainder group
+    CLEAR = "Clear"  # already recorded by a drain in status: delete the remainder group
 
 
 def _covered(rem: Remainder, drains: Iterable[Mapping[str, Any]]) -> bool:
@@ -398,8 +430,10 @@ def adoption(
         id=new_id,
         phase=Phase.HANDED_OFF,
         reason="AdoptedRemainder",
-        message=(f"drain {new_id}: {rem.records} records handed back by a deleted CR (drain {rem.drain_id}) "
-                 f"of this group: {parts}"),
+        message=(
+            f"drain {new_id}: {rem.records} records handed back by a deleted CR (drain {rem.drain_id}) "
+            f"of this group: {parts}"
+        ),
         ranges=tuple(PartitionRange(p, split=b, start=a) for p, (a, b) in sorted(spans.items())),
         sub_ranges=tuple(subs),
         restore_replicas=max(0, restore_replicas),
@@ -412,6 +446,8 @@ def adoption(
 
 def group_offsets_of(tps: Sequence[Any]) -> dict[int, tuple[int, str | None]]:
     """Committed (offset, metadata) per partition from confluent-kafka TopicPartitions (no commit: absent)."""
-    return {int(tp.partition): (int(tp.offset), getattr(tp, "metadata", None))
-            for tp in tps if tp.offset is not None and tp.offset >= 0}
-
+    return {
+        int(tp.partition): (int(tp.offset), getattr(tp, "metadata", None))
+        for tp in tps
+        if tp.offset is not None and tp.offset >= 0
+    }

@@ -52,6 +52,7 @@ the answer does not alternate while the load is steady), the minimum backlog, th
 rule, the minimum interval outside overload, and ranges are never re-planned (the hand-off owns a
 range until its sub-ranges are done).
 """
+
 from __future__ import annotations
 
 import math
@@ -231,9 +232,11 @@ class RollOver:
 
     @property
     def message(self) -> str:
-        return (f"its {self.slots} slots cannot hold the burst: {self.rate:.0f} records/s on the partitions "
-                f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with at "
-                f"least {self.needed} slots")
+        return (
+            f"its {self.slots} slots cannot hold the burst: {self.rate:.0f} records/s on the partitions "
+            f"over their share keep {self.regrowth:.1f} tasks busy; the next drain is planned with at "
+            f"least {self.needed} slots"
+        )
 
 
 @dataclass(frozen=True)
@@ -279,8 +282,9 @@ def task_cap_of(policy: DrainPolicy, partitions: int, budget: int) -> int:
     return max(0, min(budget, policy.split_factor * partitions))
 
 
-def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 1.0,
-                   weights: Sequence[float] | None = None) -> list[int]:
+def allocate_tasks(
+    records: Sequence[float], budget: int, per_task_min: float = 1.0, weights: Sequence[float] | None = None
+) -> list[int]:
     """Spread ``budget`` tasks over partitions in proportion to ``records`` (largest remainder), or
     to ``weights`` when given (the records still bound each partition's count).
 
@@ -307,8 +311,15 @@ def allocate_tasks(records: Sequence[float], budget: int, per_task_min: float = 
     return out
 
 
-def _largest_remainder_round(out: list[int], room: list[int], w: list[float], caps: list[int],
-                             records: Sequence[float], left: int, total: float) -> int:
+def _largest_remainder_round(
+    out: list[int],
+    room: list[int],
+    w: list[float],
+    caps: list[int],
+    records: Sequence[float],
+    left: int,
+    total: float,
+) -> int:
     """One round of :func:`allocate_tasks` over the partitions with room: each up to its ideal share
     of everything handed out so far plus what is ``left`` when that fits, else one more task to the
     partition furthest below its share. Updates ``out``; returns the tasks handed out."""
@@ -325,8 +336,16 @@ def _largest_remainder_round(out: list[int], room: list[int], w: list[float], ca
     return 1
 
 
-def partition_need(lag: float, age: float, rate: float, share: float, target_s: float, policy: DrainPolicy,
-                   task_cap: float, high: int) -> int:
+def partition_need(
+    lag: float,
+    age: float,
+    rate: float,
+    share: float,
+    target_s: float,
+    policy: DrainPolicy,
+    task_cap: float,
+    high: int,
+) -> int:
     """The tasks one partition's range needs (issue 25): the fewest ``k`` in ``[1, high]`` with which
     its oldest records meet ``target_s`` in this drain (``age`` old now, ``lag`` records at
     ``task_cap`` each, :func:`worst_latency_s`) **and** in the next one, which takes what arrives
@@ -400,8 +419,9 @@ def _fewest_meeting(counts: range, worst_of: Callable[[int], float], target_s: f
     return best
 
 
-def allocate_by_need(records: Sequence[float], needs: Sequence[int], budget: int,
-                     per_task_min: float = 1.0) -> list[int]:
+def allocate_by_need(
+    records: Sequence[float], needs: Sequence[int], budget: int, per_task_min: float = 1.0
+) -> list[int]:
     """``budget`` tasks over partitions: each its ``needs`` (:func:`partition_need`, bounded by one
     task per ``per_task_min`` records) when they fit, the rest one at a time to the partition whose
     sub-ranges are longest (records per task: every range then finishes about together); when the
@@ -465,12 +485,32 @@ def drain_need(
     if policy.busy and busy_drain is not None:
         # a busy drain runs and may take a next split: it does, or nothing (its partitions are
         # handed back as their ranges end: the group alone meets the target)
-        return extension_need(loads, capacity, busy_drain, group_replicas=group_replicas, target_s=target_s,
-                              policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s)
+        return extension_need(
+            loads,
+            capacity,
+            busy_drain,
+            group_replicas=group_replicas,
+            target_s=target_s,
+            policy=policy,
+            sla_s=sla_s,
+            oldest_age_s=oldest_age_s,
+        )
     in_flight = drains_in_flight if drains_in_flight is not None else (1 if drain_active else 0)
-    x = _gate(loads, capacity, group_replicas=group_replicas, target_s=target_s, sla_s=sla_s, policy=policy,
-              now_s=now_s, in_flight=in_flight, last_drain_end_s=last_drain_end_s, oldest_age_s=oldest_age_s,
-              tasks_in_flight=tasks_in_flight, busy_partitions=busy_partitions, retention_s=retention_s)
+    x = _gate(
+        loads,
+        capacity,
+        group_replicas=group_replicas,
+        target_s=target_s,
+        sla_s=sla_s,
+        policy=policy,
+        now_s=now_s,
+        in_flight=in_flight,
+        last_drain_end_s=last_drain_end_s,
+        oldest_age_s=oldest_age_s,
+        tasks_in_flight=tasks_in_flight,
+        busy_partitions=busy_partitions,
+        retention_s=retention_s,
+    )
     if x is None:
         return None
     notes: list[str] = []
@@ -485,13 +525,22 @@ def drain_need(
         # the partitions below minBacklogRecords only join a drain due for a larger one: with that
         # one left out (no faster than the group, or no task left), there is no drain to join
         return None
-    need = _need(chosen, target_s=target_s, group_replicas=x.group_replicas, notes=notes,
-                 follow_up=in_flight > 0, extension=False)
+    need = _need(
+        chosen,
+        target_s=target_s,
+        group_replicas=x.group_replicas,
+        notes=notes,
+        follow_up=in_flight > 0,
+        extension=False,
+    )
     if not policy.busy:
         return need
     inside = set(need.partitions)
-    others = [_seen_rate(ld, _age(ld, x.ages), policy.poll_interval_s) for ld in loads
-              if ld.partition not in inside and ld.partition not in x.busy]
+    others = [
+        _seen_rate(ld, _age(ld, x.ages), policy.poll_interval_s)
+        for ld in loads
+        if ld.partition not in inside and ld.partition not in x.busy
+    ]
     slots = burst_slots(need.tasks, others, x.share, x.task_cap, x.budget)
     return replace(need, slots=max(need.tasks, slots), slot_rate=x.task_cap)
 
@@ -552,8 +601,7 @@ def _gate(
     if group.catch_up_s <= target_s:
         return None  # the group alone meets the target: no drain (and no more drains)
     overloaded = group.utilization >= 1.0
-    if (not overloaded and last_drain_end_s is not None
-            and now_s - last_drain_end_s < policy.min_interval_s):
+    if not overloaded and last_drain_end_s is not None and now_s - last_drain_end_s < policy.min_interval_s:
         return None
     ages = dict(oldest_age_s or {})
     share = capacity / group.per_consumer_partitions
@@ -562,13 +610,27 @@ def _gate(
     # steady state (one_at_a_time_worst_s): follow-ups have their own timing and sizing
     # (follow_up_due, pipeline_tasks). Otherwise (a hot partition carried by drains, a mild
     # excess) the rules above, like one drain at a time (max_concurrent 1): nothing below changes
-    pipelined = (policy.max_concurrent > 1 and overloaded
-                 and one_at_a_time_worst_s(loads, ages, share, policy, capacity) > target_s)
+    pipelined = (
+        policy.max_concurrent > 1
+        and overloaded
+        and one_at_a_time_worst_s(loads, ages, share, policy, capacity) > target_s
+    )
     return _Setting(
-        loads=loads, capacity=capacity, policy=policy, group_replicas=group_replicas, target_s=target_s,
-        sla_s=sla_s, in_flight=in_flight, budget=budget, overloaded=overloaded, share=share,
-        task_cap=policy.task_capacity or capacity, ages=ages, busy=frozenset(busy_partitions),
-        regrowing=frozenset(ld.partition for ld in loads if ld.rate >= capacity), pipelined=pipelined,
+        loads=loads,
+        capacity=capacity,
+        policy=policy,
+        group_replicas=group_replicas,
+        target_s=target_s,
+        sla_s=sla_s,
+        in_flight=in_flight,
+        budget=budget,
+        overloaded=overloaded,
+        share=share,
+        task_cap=policy.task_capacity or capacity,
+        ages=ages,
+        busy=frozenset(busy_partitions),
+        regrowing=frozenset(ld.partition for ld in loads if ld.rate >= capacity),
+        pipelined=pipelined,
         retention_s=retention_s,
     )
 
@@ -614,8 +676,11 @@ def _select(x: _Setting, notes: list[str]) -> _Picked:
 def _needed(x: _Setting, ld: PartitionLoad, remaining: Iterable[PartitionLoad]) -> bool:
     """A regrowing partition always (one drain cannot fix it), every one when the group is
     overloaded, else one while the partitions left to the group do not meet the target."""
-    return ld.partition in x.regrowing or x.overloaded or not _rest_ok(
-        remaining, x.regrowing, x.group_replicas, x.capacity, x.target_s)
+    return (
+        ld.partition in x.regrowing
+        or x.overloaded
+        or not _rest_ok(remaining, x.regrowing, x.group_replicas, x.capacity, x.target_s)
+    )
 
 
 def _over_lag(x: _Setting) -> float:
@@ -665,8 +730,12 @@ def _follow_up_due_now(x: _Setting, candidates: list[PartitionLoad], notes: list
     planned = pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, cap)
     due = follow_up_due(candidates, x.ages, planned or budget, x.share, x.target_s, p, cap)
     wanted = pipeline_tasks(candidates, x.ages, p.max_tasks, x.share, x.target_s, p, cap)
-    if due and wanted is not None and budget < wanted and not follow_up_due(
-            candidates, x.ages, planned or budget, x.share, x.sla_s, p, cap):
+    if (
+        due
+        and wanted is not None
+        and budget < wanted
+        and not follow_up_due(candidates, x.ages, planned or budget, x.share, x.sla_s, p, cap)
+    ):
         notes.append(f"follow-up waits for tasks ({budget} free of {wanted} wanted)")
         return False
     return due
@@ -684,8 +753,11 @@ def _ordered(x: _Setting, picked: _Picked, notes: list[str]) -> list[PartitionLo
         notes.append(f"partition {ld.partition}: below minBacklogRecords, joins the due drain (overloaded)")
     candidates.sort(key=lambda ld: (-_age(ld, x.ages), -ld.lag, ld.partition))
     candidates = expiring_first(candidates, x.ages, x.retention_s, x.target_s)
-    if x.retention_s is not None and candidates and _expires_soon(candidates[0], x.ages, x.retention_s,
-                                                                  x.target_s):
+    if (
+        x.retention_s is not None
+        and candidates
+        and _expires_soon(candidates[0], x.ages, x.retention_s, x.target_s)
+    ):
         notes.append(
             f"partition {candidates[0].partition}: oldest record expires within the target: planned first"
         )
@@ -699,9 +771,13 @@ def _size(x: _Setting, candidates: list[PartitionLoad]) -> tuple[int, int | None
     else, while the backlog regrows behind the split, the count with which this drain and the next
     one meet the target (:func:`tasks_for_two_drains`)."""
     p, budget = x.policy, x.budget
-    n = max(min(len(candidates), budget),
-            min(max(_tasks_for_time(x, candidates), _tasks_to_help(x, candidates)),
-                task_cap_of(p, len(candidates), budget)))
+    n = max(
+        min(len(candidates), budget),
+        min(
+            max(_tasks_for_time(x, candidates), _tasks_to_help(x, candidates)),
+            task_cap_of(p, len(candidates), budget),
+        ),
+    )
     piped = (
         pipeline_tasks(candidates, x.ages, budget, x.share, x.target_s, p, x.capacity)
         if x.pipelined
@@ -713,8 +789,9 @@ def _size(x: _Setting, candidates: list[PartitionLoad]) -> tuple[int, int | None
         # the backlog regrows behind the split while this drain runs, and (one drain at a time)
         # the next drain can start only when this one ended: size this one so that both meet
         # the target, else so that the worse of the two is as short as the budget allows
-        n = tasks_for_two_drains(candidates, x.ages, n, task_cap_of(p, len(candidates), budget),
-                                 x.share, x.target_s, p, x.capacity)
+        n = tasks_for_two_drains(
+            candidates, x.ages, n, task_cap_of(p, len(candidates), budget), x.share, x.target_s, p, x.capacity
+        )
     return n, None
 
 
@@ -766,8 +843,14 @@ def _spread(x: _Setting, candidates: list[PartitionLoad], notes: list[str]) -> l
             if tasks <= 0:
                 notes.append(f"partition {ld.partition}: task budget exhausted")
                 continue
-            r = _range(ld, tasks, x.policy.fixed_cost_s, x.task_cap, x.capacity,
-                       regrowing=ld.partition in x.regrowing)
+            r = _range(
+                ld,
+                tasks,
+                x.policy.fixed_cost_s,
+                x.task_cap,
+                x.capacity,
+                regrowing=ld.partition in x.regrowing,
+            )
             if not r.expected_s < r.group_would_need_s:
                 notes.append(
                     f"partition {ld.partition}: {tasks} tasks ({r.expected_s:.0f}s) no faster than the group"
@@ -789,8 +872,10 @@ def _allocation(x: _Setting, live: list[PartitionLoad], n: int, piped: bool, hig
     if piped:
         return allocate_tasks([ld.lag for ld in live], n, per_task_min=p.min_records_per_task)
     rates = [_seen_rate(ld, _age(ld, x.ages), p.poll_interval_s) for ld in live]
-    needs = [partition_need(ld.lag, _age(ld, x.ages), rate, x.share, x.target_s, p, x.task_cap, high)
-             for ld, rate in zip(live, rates, strict=True)]
+    needs = [
+        partition_need(ld.lag, _age(ld, x.ages), rate, x.share, x.target_s, p, x.task_cap, high)
+        for ld, rate in zip(live, rates, strict=True)
+    ]
     if p.busy:  # the Job keeps the slots it is launched with: each partition its need over the burst
         needs = [burst_need(nd, r, x.share, x.task_cap, high) for nd, r in zip(needs, rates, strict=True)]
     m = max(min(len(live), x.budget), min(max(n, sum(needs)), task_cap_of(p, len(live), x.budget)))
@@ -814,15 +899,22 @@ def shortest_lanes_only(records: Sequence[float], alloc: Sequence[int], needs: S
     if not live:
         return list(alloc)
     longest = max(r / a for r, a in live)
-    return [a if a <= 0 else min(a, max(nd, math.ceil(r / longest - 1e-9)))
-            for r, a, nd in zip(records, alloc, needs, strict=True)]
+    return [
+        a if a <= 0 else min(a, max(nd, math.ceil(r / longest - 1e-9)))
+        for r, a, nd in zip(records, alloc, needs, strict=True)
+    ]
 
 
-def _range(ld: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *,
-           regrowing: bool) -> DrainRange:
+def _range(
+    ld: PartitionLoad, tasks: int, fixed_s: float, task_cap: float, capacity: float, *, regrowing: bool
+) -> DrainRange:
     """One partition's range with ``tasks`` tasks, ``fixed_s`` before its first record."""
     return DrainRange(
-        partition=ld.partition, start=ld.start_offset, end=ld.end_offset, records=int(ld.lag), tasks=tasks,
+        partition=ld.partition,
+        start=ld.start_offset,
+        end=ld.end_offset,
+        records=int(ld.lag),
+        tasks=tasks,
         expected_s=fixed_s + ld.lag / (tasks * task_cap),
         group_would_need_s=clear_time_s(ld.lag, ld.rate, capacity),
         regrowing=regrowing,
@@ -859,8 +951,10 @@ def _need(
             f"expected {expected_s:.0f}s; group capped at {group_replicas} cannot meet {target_s:.0f}s"
         )
     else:
-        message = (f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
-                   f"group capped at {group_replicas} cannot meet {target_s:.0f}s")
+        message = (
+            f"drain {parts} (records/tasks) in {tasks_total} tasks, expected {expected_s:.0f}s; "
+            f"group capped at {group_replicas} cannot meet {target_s:.0f}s"
+        )
     return DrainNeed(
         ranges=tuple(chosen),
         reason=_reason(chosen, target_s),
@@ -873,9 +967,17 @@ def _need(
     )
 
 
-def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
-                   target_s: float, policy: DrainPolicy, sla_s: float | None = None,
-                   oldest_age_s: Mapping[int, float] | None = None) -> DrainNeed | None:
+def extension_need(
+    loads: Sequence[PartitionLoad],
+    capacity: float,
+    busy: BusyDrain,
+    *,
+    group_replicas: int,
+    target_s: float,
+    policy: DrainPolicy,
+    sla_s: float | None = None,
+    oldest_age_s: Mapping[int, float] | None = None,
+) -> DrainNeed | None:
     """The next split of a running busy drain (issue 25 item 2), or None. Pure.
 
     - **While.** Only while the capped group alone cannot meet the target (the same gate as a first
@@ -908,8 +1010,17 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     each partition's tasks -> the need, with its reason and message.
     """
     notes: list[str] = []
-    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
-                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=notes)
+    setting = _split_setting(
+        loads,
+        capacity,
+        busy,
+        group_replicas=group_replicas,
+        target_s=target_s,
+        policy=policy,
+        sla_s=sla_s,
+        oldest_age_s=oldest_age_s,
+        notes=notes,
+    )
     if setting is None:
         return None
     x, picks = setting
@@ -930,13 +1041,22 @@ def extension_need(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
         chosen.append(_range(ld, tasks, policy.handoff_s, x.task_cap, capacity, regrowing=rate >= capacity))
     if not chosen:
         return None
-    return _need(chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True,
-                 extension=True)
+    return _need(
+        chosen, target_s=target_s, group_replicas=group_replicas, notes=notes, follow_up=True, extension=True
+    )
 
 
-def roll_over(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
-              target_s: float, policy: DrainPolicy, sla_s: float | None = None,
-              oldest_age_s: Mapping[int, float] | None = None) -> RollOver | None:
+def roll_over(
+    loads: Sequence[PartitionLoad],
+    capacity: float,
+    busy: BusyDrain,
+    *,
+    group_replicas: int,
+    target_s: float,
+    policy: DrainPolicy,
+    sla_s: float | None = None,
+    oldest_age_s: Mapping[int, float] | None = None,
+) -> RollOver | None:
     """Why a running busy drain takes no next split now, when that is a roll-over: the steps of
     :func:`extension_need` up to the outgrown slots (:func:`_outgrown`), with the figures the
     drain's final part names (``status.drain.reason`` ``RollingOver``). None when it takes a next
@@ -944,8 +1064,17 @@ def roll_over(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, 
     hand-back). Pure."""
     if not policy.busy:
         return None
-    setting = _split_setting(loads, capacity, busy, group_replicas=group_replicas, target_s=target_s,
-                             policy=policy, sla_s=sla_s, oldest_age_s=oldest_age_s, notes=[])
+    setting = _split_setting(
+        loads,
+        capacity,
+        busy,
+        group_replicas=group_replicas,
+        target_s=target_s,
+        policy=policy,
+        sla_s=sla_s,
+        oldest_age_s=oldest_age_s,
+        notes=[],
+    )
     if setting is None:
         return None
     by = _outgrown_by(setting[0])
@@ -955,10 +1084,18 @@ def roll_over(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, 
     return RollOver(slots=busy.slots, needed=needed, rate=rate, regrowth=regrowth)
 
 
-def _split_setting(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDrain, *, group_replicas: int,
-                   target_s: float, policy: DrainPolicy, sla_s: float | None,
-                   oldest_age_s: Mapping[int, float] | None,
-                   notes: list[str]) -> tuple[_Split, list[tuple[PartitionLoad, float]]] | None:
+def _split_setting(
+    loads: Sequence[PartitionLoad],
+    capacity: float,
+    busy: BusyDrain,
+    *,
+    group_replicas: int,
+    target_s: float,
+    policy: DrainPolicy,
+    sla_s: float | None,
+    oldest_age_s: Mapping[int, float] | None,
+    notes: list[str],
+) -> tuple[_Split, list[tuple[PartitionLoad, float]]] | None:
     """The setting of a next split and the partitions due for one, or None (the capped group alone
     meets the target, or none is due)."""
     if capacity <= 0 or not loads:
@@ -967,13 +1104,21 @@ def _split_setting(loads: Sequence[PartitionLoad], capacity: float, busy: BusyDr
     group = project(loads, group_replicas, capacity)
     if group.catch_up_s <= target_s:
         return None
-    x = _Split(loads=loads, capacity=capacity, busy=busy, policy=policy, target_s=target_s,
-               sla_s=target_s if sla_s is None else sla_s, share=capacity / group.per_consumer_partitions,
-               # when the running tasks run dry and how a split is cut: the task capacity of the
-               # moment; whether the slots were sized wrong (the roll-over): the figure the launch
-               # sized them with (``slot_cap``), so a steady burst is judged as it was launched
-               task_cap=policy.task_capacity or capacity,
-               slot_cap=busy.slot_rate or policy.task_capacity or capacity, ages=dict(oldest_age_s or {}))
+    x = _Split(
+        loads=loads,
+        capacity=capacity,
+        busy=busy,
+        policy=policy,
+        target_s=target_s,
+        sla_s=target_s if sla_s is None else sla_s,
+        share=capacity / group.per_consumer_partitions,
+        # when the running tasks run dry and how a split is cut: the task capacity of the
+        # moment; whether the slots were sized wrong (the roll-over): the figure the launch
+        # sized them with (``slot_cap``), so a steady burst is judged as it was launched
+        task_cap=policy.task_capacity or capacity,
+        slot_cap=busy.slot_rate or policy.task_capacity or capacity,
+        ages=dict(oldest_age_s or {}),
+    )
     picks = _split_picks(x, notes)
     if not picks:
         return None
@@ -1032,8 +1177,9 @@ def _outgrown_by(x: _Split) -> tuple[float, int, float] | None:
     return regrowth, want, sum(r for r in rates.values() if r > x.share)
 
 
-def launch_slots(rates: Sequence[float], others: Iterable[float], share: float, task_cap: float,
-                 policy: DrainPolicy) -> int:
+def launch_slots(
+    rates: Sequence[float], others: Iterable[float], share: float, task_cap: float, policy: DrainPolicy
+) -> int:
     """The slots a busy drain's launch asks for the regrowth alone (no backlog): each partition of
     the drain (``rates``) its :func:`burst_need`, within the launch's bound (:func:`task_cap_of`:
     ``maxTasks``, and the CR's ``splitFactor`` a partition), and room for the regrowth of the
@@ -1057,8 +1203,9 @@ def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float
     order = sorted(x.loads, key=lambda ld: (-_age(ld, x.ages), -ld.lag, ld.partition))
     for ld in order:
         lane = lanes.get(ld.partition)
-        ahead = (lane is not None and lane.tasks > 0
-                 and lane.remaining / (lane.tasks * x.task_cap) > x.horizon_s)
+        ahead = (
+            lane is not None and lane.tasks > 0 and lane.remaining / (lane.tasks * x.task_cap) > x.horizon_s
+        )
         if ld.lag < max(1, p.min_records_per_task):
             continue
         rate = _seen_rate(ld, _age(ld, x.ages), p.poll_interval_s)
@@ -1077,14 +1224,17 @@ def _split_picks(x: _Split, notes: list[str]) -> list[tuple[PartitionLoad, float
         picks.append((ld, rate))
     joined = _joins_saturated(x, picks, held)  # ...unless the slots are saturated
     for ld, _ in joined:
-        notes.append(f"partition {ld.partition}: joins the split (the slots cannot carry the regrowth; "
-                     "its records are older than a pick's)")
+        notes.append(
+            f"partition {ld.partition}: joins the split (the slots cannot carry the regrowth; "
+            "its records are older than a pick's)"
+        )
     rank = {ld.partition: i for i, ld in enumerate(order)}
     return sorted(picks + joined, key=lambda pick: rank[pick[0].partition])
 
 
-def _joins_saturated(x: _Split, picks: Sequence[tuple[PartitionLoad, float]],
-                     held: Sequence[tuple[PartitionLoad, float]]) -> list[tuple[PartitionLoad, float]]:
+def _joins_saturated(
+    x: _Split, picks: Sequence[tuple[PartitionLoad, float]], held: Sequence[tuple[PartitionLoad, float]]
+) -> list[tuple[PartitionLoad, float]]:
     """The partitions whose tasks still hold work that join a split due anyway, when the drain's
     slots are saturated: the regrowth of every partition over its consumer's share keeps at least
     as many tasks busy as the drain holds slots (:func:`regrowth_tasks`, the task capacity of the
@@ -1152,8 +1302,10 @@ def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budge
     caps = [max(1, int(r // max(1.0, p.min_records_per_task))) for r in records]
     alloc = [min(h, c) for h, c in zip(holds, caps, strict=True)]
     if sum(alloc) > budget:  # the free slots cannot hold every pick's regrowth (with its spare)
-        floors = [min(a, math.ceil(max(0.0, rate - x.share) / x.task_cap - 1e-9)) for a, (_, rate) in
-                  zip(alloc, picks, strict=True)]
+        floors = [
+            min(a, math.ceil(max(0.0, rate - x.share) / x.task_cap - 1e-9))
+            for a, (_, rate) in zip(alloc, picks, strict=True)
+        ]
         return _holds_first(alloc, floors, [rate - x.share >= 0.5 * x.task_cap for _, rate in picks], budget)
     left = min(budget, sum(needs)) - sum(alloc)
     while left > 0:  # the rest towards each need, to the longest sub-ranges first
@@ -1171,8 +1323,9 @@ def _split_allocation(x: _Split, picks: list[tuple[PartitionLoad, float]], budge
 BURST_SPARE = 1.2
 
 
-def _holds_first(holds: Sequence[int], floors: Sequence[int], steady: Sequence[bool],
-                 budget: int) -> list[int]:
+def _holds_first(
+    holds: Sequence[int], floors: Sequence[int], steady: Sequence[bool], budget: int
+) -> list[int]:
     """The sub-ranges of picks whose holding tasks (``holds``, with their spare) do not all fit the
     ``budget`` of free slots: first the partitions whose regrowth keeps a task busy (``steady``)
     the tasks that just carry it (``floors``, no spare) — those even beyond the free slots: the
@@ -1202,8 +1355,9 @@ def _hold_tasks(rate: float, share: float, task_cap: float) -> int:
     return max(1, math.ceil(max(0.0, rate - share) * 1.1 / task_cap - 1e-9))
 
 
-def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequence[int], policy: DrainPolicy,
-                    task_cap: float) -> tuple[float, float]:
+def worst_latency_s(
+    lags: Sequence[float], ages: Sequence[float], tasks: Sequence[int], policy: DrainPolicy, task_cap: float
+) -> tuple[float, float]:
     """(worst latency of a drain's records, the drain's duration), from the plan (pure).
 
     A partition's range of ``lag`` records whose oldest is ``age`` old is cut into ``tasks`` equal
@@ -1222,8 +1376,16 @@ def worst_latency_s(lags: Sequence[float], ages: Sequence[float], tasks: Sequenc
     return worst, duration
 
 
-def tasks_for_two_drains(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], low: int, high: int,
-                         share: float, target_s: float, policy: DrainPolicy, capacity: float) -> int:
+def tasks_for_two_drains(
+    candidates: Sequence[PartitionLoad],
+    ages: Mapping[int, float],
+    low: int,
+    high: int,
+    share: float,
+    target_s: float,
+    policy: DrainPolicy,
+    capacity: float,
+) -> int:
     """Tasks for a drain of ``candidates`` while they regrow (the group processes ``share`` records/s
     of each): the fewest in ``[low, high]`` with which this drain AND the next one meet ``target_s``;
     if none does, the count that makes the worse of the two shortest (fewest on ties).
@@ -1267,8 +1429,13 @@ def _seen_rate(ld: PartitionLoad, age: float, poll_s: float) -> float:
     return max(ld.rate, ld.lag / age if age >= poll_s else 0.0)
 
 
-def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, float], share: float,
-                          policy: DrainPolicy, capacity: float) -> float:
+def one_at_a_time_worst_s(
+    loads: Sequence[PartitionLoad],
+    ages: Mapping[int, float],
+    share: float,
+    policy: DrainPolicy,
+    capacity: float,
+) -> float:
     """The worst record of one drain at a time in steady state on these rates (pure): each cycle is
     start-up + hand-off + poll + the work, ``C = (F + poll) / (1 - X / N)`` with ``X`` the tasks
     the excess over the group keeps busy (``sum(rate - share) / task throughput`` over the
@@ -1291,8 +1458,15 @@ def one_at_a_time_worst_s(loads: Sequence[PartitionLoad], ages: Mapping[int, flo
     return cycle * (1 - 1 / k) + cycle - policy.poll_interval_s
 
 
-def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], budget: int, share: float,
-                   target_s: float, policy: DrainPolicy, capacity: float) -> int | None:
+def pipeline_tasks(
+    candidates: Sequence[PartitionLoad],
+    ages: Mapping[int, float],
+    budget: int,
+    share: float,
+    target_s: float,
+    policy: DrainPolicy,
+    capacity: float,
+) -> int | None:
     """Tasks for one drain of ``candidates`` when drains run side by side (``max_concurrent`` > 1)
     while the partitions regrow (the group processes ``share`` records/s of each), or None when no
     pipeline can carry the regrowth (the caller then sizes as for one drain at a time).
@@ -1339,8 +1513,15 @@ def pipeline_tasks(candidates: Sequence[PartitionLoad], ages: Mapping[int, float
     return max(min(n_parts, budget), n)
 
 
-def follow_up_due(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], budget: int, share: float,
-                  target_s: float, policy: DrainPolicy, capacity: float) -> bool:
+def follow_up_due(
+    candidates: Sequence[PartitionLoad],
+    ages: Mapping[int, float],
+    budget: int,
+    share: float,
+    target_s: float,
+    policy: DrainPolicy,
+    capacity: float,
+) -> bool:
     """A follow-up drain (planned while an earlier drain still runs) of the range that regrew behind
     the earlier split is due when one more poll's wait would make its worst record miss ``target_s``:
     the range as it will be at the next poll (each partition grows by ``rate - share`` records/s,
@@ -1373,7 +1554,7 @@ def consumer_rates(rates: Sequence[float], replicas: int) -> list[tuple[int, flo
     out, i = [], 0
     for j in range(r):
         size = k if j < big else k - 1
-        out.append((size, sum(ordered[i:i + size])))
+        out.append((size, sum(ordered[i : i + size])))
         i += size
     return out
 
@@ -1467,14 +1648,19 @@ def assisted_replicas(
     # a count that puts other partitions on the hot partition's consumer (starves_neighbours)
     limit = None
     if target_s is not None:
-        limit = max(target_s, one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full),
-                                                    policy, capacity))
+        limit = max(
+            target_s,
+            one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / full), policy, capacity),
+        )
     saturated = limit is not None and target_s is not None and limit > target_s
     for r in range(lo, full):
         if saturated and starves_neighbours(rates, r, capacity):
             continue  # the drains are saturated by the hot partition: none left for its neighbours
-        if limit is not None and one_at_a_time_worst_s(
-                loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity) > limit:
+        if (
+            limit is not None
+            and one_at_a_time_worst_s(loads, {}, capacity / math.ceil(len(loads) / r), policy, capacity)
+            > limit
+        ):
             continue
         cost = group_cost(rates, r, capacity, sla_s, policy)
         if cost <= best_cost + 1e-9:
@@ -1500,8 +1686,9 @@ def _expires_soon(
     return age + target_s >= retention_s
 
 
-def expiring_first(candidates: Sequence[PartitionLoad], ages: Mapping[int, float], retention_s: float | None,
-                   target_s: float) -> list[PartitionLoad]:
+def expiring_first(
+    candidates: Sequence[PartitionLoad], ages: Mapping[int, float], retention_s: float | None, target_s: float
+) -> list[PartitionLoad]:
     """Candidates whose oldest unprocessed record would be deleted by retention before the target
     (age + target >= retention) first, least time left first; the others keep their order (pure).
     With a task budget smaller than the candidates this decides who is drained now."""

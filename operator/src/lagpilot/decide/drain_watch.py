@@ -18,6 +18,7 @@ A drain attempt must never hang unnoticed (docs/drain.md "Deadlines and stalls")
   progress group with the attempt's number at its start, ``lagpilot_runtime.drain_task``).
 - ``stalled_condition``: the ``DrainStalled`` condition from the recorded status.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,12 +34,12 @@ if TYPE_CHECKING:
 
 # activeDeadlineSeconds never below this (operator env LAGPILOT_DRAIN_DEADLINE_FLOOR_SECONDS)
 DEADLINE_FLOOR_S = 3600
-DEADLINE_FACTOR = 3.0          # x the expected duration at the measured rate
-STARTUP_ALLOWANCE_S = 300      # JVM, session, executor pods, image pull on a busy node
-ASSUMED_TASK_RATE = 10.0       # records/s per task when no drain of this group was measured yet
-NO_PROGRESS_S = 600.0          # LAGPILOT_DRAIN_STALL_SECONDS
-NO_POD_S = 300.0               # LAGPILOT_DRAIN_NO_POD_SECONDS
-STARTUP_S = 600.0              # LAGPILOT_DRAIN_STARTUP_SECONDS: launch -> the first task's sign of life
+DEADLINE_FACTOR = 3.0  # x the expected duration at the measured rate
+STARTUP_ALLOWANCE_S = 300  # JVM, session, executor pods, image pull on a busy node
+ASSUMED_TASK_RATE = 10.0  # records/s per task when no drain of this group was measured yet
+NO_PROGRESS_S = 600.0  # LAGPILOT_DRAIN_STALL_SECONDS
+NO_POD_S = 300.0  # LAGPILOT_DRAIN_NO_POD_SECONDS
+STARTUP_S = 600.0  # LAGPILOT_DRAIN_STARTUP_SECONDS: launch -> the first task's sign of life
 
 NO_PROGRESS = StallReason.NO_PROGRESS.value
 NO_RUNNING_POD = StallReason.NO_RUNNING_POD.value
@@ -56,8 +57,13 @@ def measured_rate(history: Iterable[Mapping[str, Any]]) -> float | None:
     return statistics.median(rates) if rates else None
 
 
-def attempt_deadline_s(records: int, tasks: int, rate: float | None, floor_s: int = DEADLINE_FLOOR_S,
-                       factor: float = DEADLINE_FACTOR) -> int:
+def attempt_deadline_s(
+    records: int,
+    tasks: int,
+    rate: float | None,
+    floor_s: int = DEADLINE_FLOOR_S,
+    factor: float = DEADLINE_FACTOR,
+) -> int:
     """``activeDeadlineSeconds`` of an attempt that has ``records`` left on ``tasks`` Spark tasks."""
     r = rate if rate is not None and rate > 0 else ASSUMED_TASK_RATE * max(1, tasks)
     expected = STARTUP_ALLOWANCE_S + math.ceil(factor * max(0, records) / r) if records > 0 else 0
@@ -100,8 +106,8 @@ def first_sighting(
 
 @dataclass(frozen=True)
 class Stall:
-    reason: str      # NoProgress | NoRunningPod
-    seconds: float   # since the attempt launched (not started) or started or last moved
+    reason: str  # NoProgress | NoRunningPod
+    seconds: float  # since the attempt launched (not started) or started or last moved
     message: str
 
 
@@ -127,15 +133,23 @@ def stall(
         )
     if limits.started_at is None:
         if idle >= limits.startup_s:
-            return Stall(NO_PROGRESS, idle, f"no progress for {idle:.0f} s: no drain task started (start-up "
-                                            f"limit {limits.startup_s:g} s: executors, Spark session or warm "
-                                            f"runtime not coming up, or the topic not readable?)")
+            return Stall(
+                NO_PROGRESS,
+                idle,
+                f"no progress for {idle:.0f} s: no drain task started (start-up "
+                f"limit {limits.startup_s:g} s: executors, Spark session or warm "
+                f"runtime not coming up, or the topic not readable?)",
+            )
         return None
     quiet = now - max(progress_at, limits.started_at)
     if quiet >= limits.no_progress_s:
-        return Stall(NO_PROGRESS, quiet, f"no progress for {quiet:.0f} s since the attempt's tasks started "
-                                         f"or last moved (limit {limits.no_progress_s:g} s: a hung handler, "
-                                         f"sink or warm runtime?)")
+        return Stall(
+            NO_PROGRESS,
+            quiet,
+            f"no progress for {quiet:.0f} s since the attempt's tasks started "
+            f"or last moved (limit {limits.no_progress_s:g} s: a hung handler, "
+            f"sink or warm runtime?)",
+        )
     return None
 
 

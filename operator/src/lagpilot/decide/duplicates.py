@@ -16,6 +16,7 @@ The CR created first (``creationTimestamp``, then ``uid``) holds the group; ever
 changes (no admission webhook: a CEL rule cannot see other objects, so this is a condition, as a
 KEDA user knows it from a ScaledObject whose target another one already scales).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -52,8 +53,12 @@ def index_key(raw_spec: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def claim_of(meta: Mapping[str, Any]) -> Claim:
-    return Claim(str(meta.get("creationTimestamp") or ""), str(meta.get("uid") or ""),
-                 str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    return Claim(
+        str(meta.get("creationTimestamp") or ""),
+        str(meta.get("uid") or ""),
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+    )
 
 
 def other_holder(me: Claim, claims: Iterable[Claim]) -> Claim | None:

@@ -38,6 +38,7 @@ Why these choices:
   is a convex step towards the median: never above the highest report; steady noise of +-5 % on
   each report reads unbiased on average (same half-life both ways).
 """
+
 from __future__ import annotations
 
 import math
@@ -125,10 +126,13 @@ class EstimatorState:
         """Inverse of :meth:`to_dict`. Raises ValueError on a malformed value (callers then start fresh)."""
         try:
             parts = {
-                int(k): PartitionEstimate(**{
-                    **v, "partition": int(v["partition"]),
-                    "window": tuple((float(t), int(e)) for t, e in v.get("window") or ()),
-                })
+                int(k): PartitionEstimate(
+                    **{
+                        **v,
+                        "partition": int(v["partition"]),
+                        "window": tuple((float(t), int(e)) for t, e in v.get("window") or ()),
+                    }
+                )
                 for k, v in dict(data.get("partitions", {})).items()
             }
             cap = data.get("capacityPerReplica")
@@ -151,13 +155,18 @@ def _alpha(dt: float, half_life: float) -> float:
 
 def _fresh(p: PartitionOffsets, at_s: float) -> PartitionEstimate:
     return PartitionEstimate(
-        partition=p.partition, end=p.end, low=p.low, committed=p.committed, lag=partition_lag(p),
+        partition=p.partition,
+        end=p.end,
+        low=p.low,
+        committed=p.committed,
+        lag=partition_lag(p),
         window=((at_s, p.end),),
     )
 
 
-def _slide(window: tuple[tuple[float, int], ...], at_s: float, end: int,
-           cfg: EstimatorConfig) -> tuple[tuple[float, int], ...]:
+def _slide(
+    window: tuple[tuple[float, int], ...], at_s: float, end: int, cfg: EstimatorConfig
+) -> tuple[tuple[float, int], ...]:
     """Append (at_s, end); keep the samples of the last `window_s` plus the newest older one (the
     anchor, so the window spans at least `window_s` once there is that much history); merge samples
     closer than `window_spacing_s` (at most ~window_s / spacing + 2 entries)."""
@@ -264,9 +273,11 @@ def update(
             consume = old.consume_rate
             if p.committed is not None and old.committed is not None and p.committed >= old.committed:
                 inst_c = (p.committed - old.committed) / dt
-                consume = inst_c if old.samples == 0 else old.consume_rate + _alpha(
-                    dt, config.fall_half_life_s
-                ) * (inst_c - old.consume_rate)
+                consume = (
+                    inst_c
+                    if old.samples == 0
+                    else old.consume_rate + _alpha(dt, config.fall_half_life_s) * (inst_c - old.consume_rate)
+                )
             est = PartitionEstimate(
                 live_rate=max(0.0, inst),
                 partition=p.partition,

@@ -35,6 +35,7 @@ The hand-off never stops the live group (``lagpilot_runtime.handoff_mailbox``, t
   reset by hand; a lost status write is recognised from the sealed entries.
 - Every entry carries the CR's uid (``Observed.owner``); entries of another CR are not this drain's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,14 +86,14 @@ Phase = DrainPhase  # the drain's phases: declared once, in the status model (st
 class Kind(str, enum.Enum):  # noqa: UP042
     """What the executor does; status (if any) is written AFTER the effect succeeded."""
 
-    NONE = "None"                    # wait; maybe write status (progress, messages)
-    WRITE_STATUS = "WriteStatus"     # no side effect, only the new status
-    PUBLISH = "Publish"              # write hand-off requests to the mailbox (Action.entries)
+    NONE = "None"  # wait; maybe write status (progress, messages)
+    WRITE_STATUS = "WriteStatus"  # no side effect, only the new status
+    PUBLISH = "Publish"  # write hand-off requests to the mailbox (Action.entries)
     QUIESCE = "Quiesce"  # fallback: scale the consumer Deployment to 0
     ALTER_OFFSETS = "AlterOffsets"  # empty group: write Action.entries (acks), then alter the group's offsets
-    SEAL = "Seal"                    # write the sealed entries (Action.entries), then the status
-    LAUNCH = "Launch"                # restore replicas, create the drain Job for `attempt`
-    DELETE_JOB = "DeleteJob"         # cancel: delete the Job and its pods
+    SEAL = "Seal"  # write the sealed entries (Action.entries), then the status
+    LAUNCH = "Launch"  # restore replicas, create the drain Job for `attempt`
+    DELETE_JOB = "DeleteJob"  # cancel: delete the Job and its pods
     RESTORE = "Restore"  # abort before hand-off: give the replicas back
     DELIVER = "Deliver"  # a busy drain: write its next part (Action.part) where its driver reads it
 
@@ -120,8 +121,12 @@ class PartitionRange:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PartitionRange:
         start, tasks = d.get("start"), d.get("tasks")
-        return cls(int(d["partition"]), int(d["end"]), None if start is None else int(start),
-                   None if tasks is None else max(1, int(tasks)))
+        return cls(
+            int(d["partition"]),
+            int(d["end"]),
+            None if start is None else int(start),
+            None if tasks is None else max(1, int(tasks)),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,13 +152,25 @@ class SubProgress:
         return SubRange(self.partition, self.index, self.start, self.end)
 
     def to_dict(self) -> dict[str, int]:
-        return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end,
-                "next": self.next, "records": self.records}
+        return {
+            "partition": self.partition,
+            "index": self.index,
+            "start": self.start,
+            "end": self.end,
+            "next": self.next,
+            "records": self.records,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SubProgress:
-        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]),
-                   int(d.get("next", d["start"])), int(d.get("records", 0)))
+        return cls(
+            int(d["partition"]),
+            int(d["index"]),
+            int(d["start"]),
+            int(d["end"]),
+            int(d.get("next", d["start"])),
+            int(d.get("records", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -186,8 +203,12 @@ class Extension:
     def from_dict(cls, d: Mapping[str, Any] | None) -> Extension | None:
         if not d:
             return None
-        return cls(int(d["round"]), tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
-                   parse_time(d.get("plannedAt")), parse_time(d.get("publishedAt")))
+        return cls(
+            int(d["round"]),
+            tuple(PartitionRange.from_dict(r) for r in d.get("ranges") or ()),
+            parse_time(d.get("plannedAt")),
+            parse_time(d.get("publishedAt")),
+        )
 
 
 @dataclass(frozen=True)
@@ -214,7 +235,7 @@ class DrainStatus:
     finished_at: float | None = None
     last_error: str = ""
     history: tuple[Mapping[str, Any], ...] = ()
-    hand_off_path: str = ""          # ConsumerAck | EmptyGroup | Quiesce ("" before the publish)
+    hand_off_path: str = ""  # ConsumerAck | EmptyGroup | Quiesce ("" before the publish)
     published_at: float | None = None
     # retention deleted these offsets of handed-off ranges before the drain read them:
     # (partition, start, end) ranges, recorded by the drain job in its progress metadata
@@ -304,8 +325,9 @@ class DrainStatus:
             "message": self.message,
             "ranges": [r.to_dict() for r in self.ranges],
             "subRanges": None if over else [s.to_dict() for s in self.sub_ranges],
-            "subRangesFolded": None if over or not self.folded[0] else {
-                "ranges": self.folded[0], "recordsDone": self.folded[1], "recordsTotal": self.folded[2]},
+            "subRangesFolded": None
+            if over or not self.folded[0]
+            else {"ranges": self.folded[0], "recordsDone": self.folded[1], "recordsTotal": self.folded[2]},
             "restoreReplicas": None if over else self.restore_replicas,
             "attempt": self.attempt,
             "attemptBase": _unless(self.attempt_base == 1, self.attempt_base),
@@ -424,8 +446,9 @@ def _folded(d: Mapping[str, Any] | None) -> tuple[int, int, int]:
     return (_int(d, "ranges"), _int(d, "recordsDone"), _int(d, "recordsTotal"))
 
 
-def fold_done(subs: Sequence[SubProgress], folded: tuple[int, int, int],
-              listed: int = MAX_PART_SUB_RANGES) -> tuple[tuple[SubProgress, ...], tuple[int, int, int]]:
+def fold_done(
+    subs: Sequence[SubProgress], folded: tuple[int, int, int], listed: int = MAX_PART_SUB_RANGES
+) -> tuple[tuple[SubProgress, ...], tuple[int, int, int]]:
     """A busy drain's sub-ranges bounded: past ``listed``, its done sub-ranges leave the list into
     the folded counts (ranges, records done, records total), a range at a time (done sub-ranges
     joined where one ends at the next's start), the oldest of the partition with the most done
@@ -475,8 +498,17 @@ def _finished(d: DrainStatus) -> bool:
     return d.phase is Phase.VERIFIED or (d.phase is Phase.CANCELLED and d.remaining == 0)
 
 
-HISTORY_FIELDS = ("id", "phase", "reason", "ranges", "rangesOmitted", "recordsDone", "recordsTotal",
-                  "seconds", "pauseSeconds")
+HISTORY_FIELDS = (
+    "id",
+    "phase",
+    "reason",
+    "ranges",
+    "rangesOmitted",
+    "recordsDone",
+    "recordsTotal",
+    "seconds",
+    "pauseSeconds",
+)
 
 
 def history_entry(h: Mapping[str, Any]) -> dict[str, Any]:
@@ -640,17 +672,17 @@ NO_PART = PartSeen(-1, False)  # no valid part delivered yet
 @dataclass(frozen=True)
 class Action:
     kind: Kind
-    status: DrainStatus | None = None   # to write after the effect; None: leave status alone
+    status: DrainStatus | None = None  # to write after the effect; None: leave status alone
     reason: str = ""
     message: str = ""
     offsets: Mapping[int, int] = field(default_factory=dict)  # ALTER_OFFSETS
     # PUBLISH / ALTER_OFFSETS / SEAL: mailbox writes first
     entries: Mapping[int, mbx.Entry] = field(default_factory=dict)
-    replicas: int | None = None          # QUIESCE / LAUNCH / RESTORE
-    attempt: int = 0                     # LAUNCH: which Job
+    replicas: int | None = None  # QUIESCE / LAUNCH / RESTORE
+    attempt: int = 0  # LAUNCH: which Job
     event: tuple[str, str, str] | None = None  # (type Normal|Warning, reason, message)
-    lost_records: int = 0                # records newly recorded as lost (lagpilot_drain_records_lost_total)
-    part: NextPart | None = None         # DELIVER: the part to write (signed by the executor)
+    lost_records: int = 0  # records newly recorded as lost (lagpilot_drain_records_lost_total)
+    part: NextPart | None = None  # DELIVER: the part to write (signed by the executor)
 
 
 def job_name(cr_name: str, drain_id: int, attempt: int) -> str:
@@ -677,9 +709,14 @@ def _failed(d: DrainStatus, what: str, last_error: str, observed: Observed, now:
     message and so in the Draining condition), the ranges kept."""
     n = d.failed_rounds + 1
     retry_at = now + failed_round_backoff_seconds(n)
-    f = _finish(d, Phase.FAILED, "AttemptsExhausted",
-                f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
-                f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)", now)
+    f = _finish(
+        d,
+        Phase.FAILED,
+        "AttemptsExhausted",
+        f"{what}; {d.remaining} records stay recorded; next retry at {format_time(retry_at)} "
+        f"(failed round {n}; a spec change retries at once, spec.drain.cancel stops it)",
+        now,
+    )
     return dataclasses.replace(
         f, failed_generation=observed.generation, last_error=last_error, failed_rounds=n, retry_at=retry_at
     )
@@ -878,11 +915,14 @@ def _record_data_loss(spec: GroupSpec, d: DrainStatus, observed: Observed) -> Ac
         return None
     n = sum(b - a for _, a, b in new_lost)
     what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in new_lost)
-    msg = (f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
-           f"({what}); the rest of the range is drained")
+    msg = (
+        f"drain {d.id}: retention deleted {n} records of topic {spec.topic!r} before the drain read them "
+        f"({what}); the rest of the range is drained"
+    )
     lost_d = dataclasses.replace(d, lost=tuple(sorted(d.lost + new_lost)), message=msg)
-    return Action(Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]),
-                  lost_records=n)
+    return Action(
+        Kind.WRITE_STATUS, lost_d, "DataLoss", msg, event=("Warning", "DataLoss", msg[:1000]), lost_records=n
+    )
 
 
 def _busy_next_split(
@@ -900,8 +940,14 @@ def _busy_next_split(
     return waiting
 
 
-def _running(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, observed: Observed, now: float,
-             waiting: Action | None) -> Action:
+def _running(
+    spec: GroupSpec,
+    drain: DrainStatus,
+    d: DrainStatus,
+    observed: Observed,
+    now: float,
+    waiting: Action | None,
+) -> Action:
     """Running: the attempt's Job decides: succeeded -> ``_job_succeeded``; cancel ->
     ``_cancel_running``; active -> ``_job_active`` (deliver a part, stall detection); failed (or
     succeeded with work left, retry_at set) -> ``_attempt_over``; vanished -> ``_job_absent``."""
@@ -930,16 +976,25 @@ def _job_succeeded(d: DrainStatus, waiting: Action | None) -> Action:
     """The Job succeeded: phase Succeeded (verified next), unless a published next split resolves first."""
     if waiting is not None:  # a published next split resolves first (its ranges are the drain's)
         return waiting
-    s = dataclasses.replace(d, phase=Phase.SUCCEEDED, reason="JobSucceeded", retry_at=None,
-                            message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)))
+    s = dataclasses.replace(
+        d,
+        phase=Phase.SUCCEEDED,
+        reason="JobSucceeded",
+        retry_at=None,
+        message=progress_message(dataclasses.replace(d, phase=Phase.SUCCEEDED)),
+    )
     return Action(Kind.WRITE_STATUS, s, s.reason, s.message)
 
 
 def _cancel_running(d: DrainStatus, job: JobObservation, now: float) -> Action:
     """spec.drain.cancel on a Running drain: delete the Job, then (pods gone) Cancelled, remainder kept."""
     if job.state is not JobState.ABSENT or job.pods_alive > 0:
-        c = dataclasses.replace(d, cancel_requested=True, reason="Cancelling",
-                                message=f"drain {d.id}: deleting Job attempt {d.attempt}")
+        c = dataclasses.replace(
+            d,
+            cancel_requested=True,
+            reason="Cancelling",
+            message=f"drain {d.id}: deleting Job attempt {d.attempt}",
+        )
         return Action(Kind.DELETE_JOB, c, c.reason, c.message, attempt=d.attempt)
     c = _finish(
         d,
@@ -952,8 +1007,14 @@ def _cancel_running(d: DrainStatus, job: JobObservation, now: float) -> Action:
     return Action(Kind.WRITE_STATUS, c, c.reason, c.message, event=("Normal", "DrainCancelled", c.message))
 
 
-def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float,
-                waiting: Action | None) -> Action | None:
+def _job_active(
+    drain: DrainStatus,
+    d: DrainStatus,
+    job: JobObservation,
+    observed: Observed,
+    now: float,
+    waiting: Action | None,
+) -> Action | None:
     """The attempt's Job runs: a busy drain's next part (``_deliver``), the stall clock started, a
     stall detected (``_stalled``); None: only progress to record."""
     if d.busy and waiting is None:
@@ -971,8 +1032,9 @@ def _job_active(drain: DrainStatus, d: DrainStatus, job: JobObservation, observe
     return None
 
 
-def _attempt_over(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation,
-                  observed: Observed, now: float) -> Action:
+def _attempt_over(
+    spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobObservation, observed: Observed, now: float
+) -> Action:
     """The attempt's Job failed (or succeeded with work left): schedule the retry (``_attempt_failed``),
     wait out the back-off and the attempt's pods, then launch the next attempt."""
     if d.retry_at is None:
@@ -987,8 +1049,14 @@ def _attempt_over(spec: GroupSpec, drain: DrainStatus, d: DrainStatus, job: JobO
 def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now: float) -> Action:
     """A failed attempt: the round's last one ends Failed (``_failed``); else a retry after the back-off."""
     if _last_attempt(d):
-        f = _failed(d, f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
-                       f"{MAX_ATTEMPTS} attempts in this round", job.message, observed, now)
+        f = _failed(
+            d,
+            f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}), "
+            f"{MAX_ATTEMPTS} attempts in this round",
+            job.message,
+            observed,
+            now,
+        )
         return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
     delay = backoff_seconds(d.attempt)
     r = dataclasses.replace(
@@ -997,7 +1065,7 @@ def _attempt_failed(d: DrainStatus, job: JobObservation, observed: Observed, now
         reason="RetryScheduled",
         last_error=job.message,
         message=f"drain {d.id} attempt {d.attempt} failed ({job.message or 'Job failed'}); retrying in "
-                f"{delay:.0f}s",
+        f"{delay:.0f}s",
     )
     return Action(
         Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainAttemptFailed", r.message)
@@ -1041,10 +1109,15 @@ def _succeeded(
         )
         return Action(Kind.WRITE_STATUS, f, f.reason, f.message, event=("Warning", "DrainFailed", f.message))
     delay = backoff_seconds(d.attempt)
-    r = dataclasses.replace(d, phase=Phase.RUNNING, reason="IncompleteProgress", retry_at=now + delay,
-                            last_error="Job succeeded but progress shows unfinished sub-ranges",
-                            message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
-                                    f"unfinished; retrying in {delay:.0f}s")
+    r = dataclasses.replace(
+        d,
+        phase=Phase.RUNNING,
+        reason="IncompleteProgress",
+        retry_at=now + delay,
+        last_error="Job succeeded but progress shows unfinished sub-ranges",
+        message=f"drain {d.id}: attempt {d.attempt} succeeded with {d.remaining} records "
+        f"unfinished; retrying in {delay:.0f}s",
+    )
     return Action(Kind.WRITE_STATUS, r, r.reason, r.message, event=("Warning", "DrainIncomplete", r.message))
 
 
@@ -1061,8 +1134,9 @@ def _after_failure(
         # Failed by an operator that only retried on a spec change: schedule its next round
         n = max(1, d.failed_rounds)
         at = now + failed_round_backoff_seconds(n)
-        r = dataclasses.replace(d, failed_rounds=n, retry_at=at,
-                                message=f"{d.message}; next retry at {format_time(at)}"[:1000])
+        r = dataclasses.replace(
+            d, failed_rounds=n, retry_at=at, message=f"{d.message}; next retry at {format_time(at)}"[:1000]
+        )
         return Action(Kind.NONE, r, r.reason, r.message)
     if spec_changed or (d.retry_at is not None and now >= d.retry_at):
         job = observed.job
@@ -1126,10 +1200,15 @@ def _may_take_next_split(d: DrainStatus, observed: Observed, stop: bool) -> bool
     """A next split is planned only while the attempt's Job runs, busy drains are on and the driver
     was not handed back (its final part); which partitions it takes is ``_split_plan``'s."""
     job = observed.job
-    return not (stop or d.retry_at is not None
-                # spec.drain.busy turned off
-                or job is None or job.state is not JobState.ACTIVE or not observed.busy
-                or (observed.part is not None and observed.part.final))  # handed back: the driver ends
+    return not (
+        stop
+        or d.retry_at is not None
+        # spec.drain.busy turned off
+        or job is None
+        or job.state is not JobState.ACTIVE
+        or not observed.busy
+        or (observed.part is not None and observed.part.final)
+    )  # handed back: the driver ends
 
 
 def _plan_next_split(
@@ -1147,9 +1226,16 @@ def _plan_next_split(
     if pieces + sum(1 for x in d.sub_ranges if not x.done) > MAX_PART_SUB_RANGES:
         return None
     e = Extension(d.round + 1, tuple(ranges), planned_at=now)
-    n = dataclasses.replace(d, extension=e, idle_since=None, reason="NextSplitPlanned", message=(
-        f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to {splits}; "
-        "publishing the hand-off"))
+    n = dataclasses.replace(
+        d,
+        extension=e,
+        idle_since=None,
+        reason="NextSplitPlanned",
+        message=(
+            f"drain {d.id}: next split {e.round} planned for partitions {e.partitions} up to {splits}; "
+            "publishing the hand-off"
+        ),
+    )
     return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
 
 
@@ -1157,15 +1243,20 @@ def _publish_next_split(d: DrainStatus, ext: Extension, observed: Observed, now:
     """Publish the planned next split's requests (never over an entry of this drain), or drop it
     when stopping (nothing was published: nothing to hand off)."""
     if stop:  # nothing published: nothing to hand off
-        n = dataclasses.replace(d, extension=None, reason="NextSplitDropped",
-                                message=f"drain {d.id}: next split {ext.round} dropped before its hand-off")
+        n = dataclasses.replace(
+            d,
+            extension=None,
+            reason="NextSplitDropped",
+            message=f"drain {d.id}: next split {ext.round} dropped before its hand-off",
+        )
         return Action(Kind.WRITE_STATUS, n, n.reason, n.message)
     mb, owner = observed.mailbox, observed.owner
     if mb is None:
         return Action(Kind.NONE, reason="WaitingForKafka", message="waiting for the hand-off mailbox")
     mine = _entries_of_drain(d.id, ext.ranges, mb, owner)
-    entries: dict[int, mbx.Entry] = {r.partition: mbx.request(d.id, r.split, owner)
-                                     for r in ext.ranges if r.partition not in mine}
+    entries: dict[int, mbx.Entry] = {
+        r.partition: mbx.request(d.id, r.split, owner) for r in ext.ranges if r.partition not in mine
+    }
     n = dataclasses.replace(
         d,
         extension=dataclasses.replace(ext, published_at=now),
@@ -1195,9 +1286,15 @@ def _resolve_next_split(
         return _append_next_split(spec, d, ext, res, mine, owner, now)
     if observed.group_empty is True:  # nobody owns them: the owner's rule for the absent owner
         entries, alter = _act_for_absent_owners(d.id, ext.ranges, pending, offs, mine, owner)
-        return Action(Kind.ALTER_OFFSETS, None, "MovingEmptyGroup",
-                      f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
-                      f"partitions {pending} for it and moving them to split", offsets=alter, entries=entries)
+        return Action(
+            Kind.ALTER_OFFSETS,
+            None,
+            "MovingEmptyGroup",
+            f"drain {d.id}: next split {ext.round}: the group has no members; acknowledging "
+            f"partitions {pending} for it and moving them to split",
+            offsets=alter,
+            entries=entries,
+        )
     return Action(
         Kind.NONE,
         reason="WaitingForAcks",
@@ -1205,8 +1302,15 @@ def _resolve_next_split(
     )
 
 
-def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Mapping[int, mbx.Resolution],
-                       mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+def _append_next_split(
+    spec: GroupSpec,
+    d: DrainStatus,
+    ext: Extension,
+    res: Mapping[int, mbx.Resolution],
+    mine: Mapping[int, mbx.Entry],
+    owner: str,
+    now: float,
+) -> Action:
     """Every partition of the next split resolved: seal its entries; its non-empty ranges join the
     drain's, their sub-ranges appended with fresh indices; ``round`` moves on."""
     seal = seal_entries(dataclasses.replace(d, ranges=ext.ranges), res, mine, owner)
@@ -1222,23 +1326,45 @@ def _append_next_split(spec: GroupSpec, d: DrainStatus, ext: Extension, res: Map
     latest.update({r.partition: r for r in new})
     listed, folded = fold_done(subs, d.folded)
     # the stall clock restarts: the driver may have waited (no work, no progress) for this split
-    n = dataclasses.replace(d, extension=None, round=ext.round, sub_ranges=listed, folded=folded,
-                            progress_at=now,
-                            ranges=tuple(latest[p] for p in sorted(latest)), reason="NextSplitHandedOff")
+    n = dataclasses.replace(
+        d,
+        extension=None,
+        round=ext.round,
+        sub_ranges=listed,
+        folded=folded,
+        progress_at=now,
+        ranges=tuple(latest[p] for p in sorted(latest)),
+        reason="NextSplitHandedOff",
+    )
     n = dataclasses.replace(n, message=progress_message(n) + f" (next split {ext.round} handed off)")
-    return Action(Kind.SEAL, n, n.reason, n.message, entries=seal,
-                  event=("Normal", "DrainNextSplitHandedOff", n.message))
+    return Action(
+        Kind.SEAL,
+        n,
+        n.reason,
+        n.message,
+        entries=seal,
+        event=("Normal", "DrainNextSplitHandedOff", n.message),
+    )
 
 
-def _entries_of_drain(drain_id: int, ranges: Sequence[PartitionRange], mb: Mapping[int, mbx.Entry | None],
-                      owner: str) -> dict[int, mbx.Entry]:
+def _entries_of_drain(
+    drain_id: int, ranges: Sequence[PartitionRange], mb: Mapping[int, mbx.Entry | None], owner: str
+) -> dict[int, mbx.Entry]:
     """The mailbox entries of this drain (its id and split, this CR's uid or none) by partition."""
-    return {r.partition: e for r in ranges
-            if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, drain_id, r.split, owner)}
+    return {
+        r.partition: e
+        for r in ranges
+        if (e := mb.get(r.partition)) is not None and mbx.of_drain(e, drain_id, r.split, owner)
+    }
 
 
-def _resolutions(drain_id: int, ranges: Sequence[PartitionRange], offs: Mapping[int, Offsets],
-                 mine: Mapping[int, mbx.Entry], owner: str) -> dict[int, mbx.Resolution]:
+def _resolutions(
+    drain_id: int,
+    ranges: Sequence[PartitionRange],
+    offs: Mapping[int, Offsets],
+    mine: Mapping[int, mbx.Entry],
+    owner: str,
+) -> dict[int, mbx.Resolution]:
     """The operator's rule (``mbx.resolve``) per planned partition: the group's committed offset
     (read before the mailbox) against this drain's entry."""
     return {
@@ -1279,9 +1405,14 @@ def _deliver(drain: DrainStatus, d: DrainStatus, observed: Observed, now: float)
     unfinished = tuple(s.sub_range() for s in d.sub_ranges if not s.done)
     if 0 < d.round and seen.round < d.round:  # (round 0 is the Job's own plan: nothing to deliver)
         part = NextPart(str(d.id), d.round, False, unfinished)
-        return Action(Kind.DELIVER, None, "NextPartDelivered",
-                      f"drain {d.id}: next split {d.round} delivered to attempt {d.attempt} "
-                      f"({len(unfinished)} sub-ranges unfinished)", part=part)
+        return Action(
+            Kind.DELIVER,
+            None,
+            "NextPartDelivered",
+            f"drain {d.id}: next split {d.round} delivered to attempt {d.attempt} "
+            f"({len(unfinished)} sub-ranges unfinished)",
+            part=part,
+        )
     if not unfinished and (not observed.wanted or not observed.busy) and ext is None:
         part = NextPart(str(d.id), d.round, True, ())
         rolled = observed.roll_over if observed.busy and not observed.wanted else None
@@ -1290,14 +1421,24 @@ def _deliver(drain: DrainStatus, d: DrainStatus, observed: Observed, now: float)
             if since is not None:
                 return _holding(drain, d, since, observed.hand_back)
         if rolled is not None:  # the load outgrew its slots: it ends, a drain with more slots follows
-            h = dataclasses.replace(d, reason=DrainEndReason.ROLLING_OVER.value, message=(
-                f"drain {d.id}: every sub-range done; rolling over: {rolled.message}; no further split; "
-                f"attempt {d.attempt} ends"))
+            h = dataclasses.replace(
+                d,
+                reason=DrainEndReason.ROLLING_OVER.value,
+                message=(
+                    f"drain {d.id}: every sub-range done; rolling over: {rolled.message}; no further split; "
+                    f"attempt {d.attempt} ends"
+                ),
+            )
             event = "DrainRollingOver"
         else:
-            h = dataclasses.replace(d, reason=DrainEndReason.HANDING_BACK.value, message=(
-                f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
-                f"no further split; attempt {d.attempt} ends"))
+            h = dataclasses.replace(
+                d,
+                reason=DrainEndReason.HANDING_BACK.value,
+                message=(
+                    f"drain {d.id}: every sub-range done and the group holds partitions {d.partitions} again: "
+                    f"no further split; attempt {d.attempt} ends"
+                ),
+            )
             event = "DrainHandedBack"
         return Action(Kind.DELIVER, h, h.reason, h.message, part=part, event=("Normal", event, h.message))
     return None
@@ -1311,15 +1452,22 @@ def _holding(drain: DrainStatus, d: DrainStatus, since: float, rule: HandBack) -
     if d.idle_since == since and d.reason == REASON_HOLDING:
         return _progress_only(drain, d) if d.sub_ranges != drain.sub_ranges else Action(Kind.NONE)
     why = "" if rule.warm else " (the rates are not measured yet)"
-    w = dataclasses.replace(d, idle_since=since, reason=REASON_HOLDING, message=(
-        f"drain {d.id}: every sub-range done and no next split wanted; holding its {d.slots} slots "
-        f"from {format_time(since)} for {rule.hold_s:.0f}s (a new drain's start-up){why} before handing "
-        f"partitions {d.partitions} back"))
+    w = dataclasses.replace(
+        d,
+        idle_since=since,
+        reason=REASON_HOLDING,
+        message=(
+            f"drain {d.id}: every sub-range done and no next split wanted; holding its {d.slots} slots "
+            f"from {format_time(since)} for {rule.hold_s:.0f}s (a new drain's start-up){why} before handing "
+            f"partitions {d.partitions} back"
+        ),
+    )
     return Action(Kind.NONE, w, w.reason, w.message)
 
 
-def lost_ranges(d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
-                ) -> tuple[tuple[int, int, int], ...]:
+def lost_ranges(
+    d: DrainStatus, observed: Mapping[tuple[int, int], Sequence[tuple[int, int]]] | None
+) -> tuple[tuple[int, int, int], ...]:
     """(partition, start, end) losses in ``observed`` not yet in ``d.lost``, clipped to the drain's
     sub-ranges (pure; a foreign or garbled range is ignored)."""
     if not observed:
@@ -1350,8 +1498,13 @@ def data_loss_condition(d: DrainStatus | None) -> tuple[str, str, str] | None:
     if not d.lost:
         return "False", "NoDataLoss", f"drain {d.id}: no record of its ranges was deleted before it read them"
     what = "; ".join(f"partition {p}: offsets [{a}, {b})" for p, a, b in d.lost)
-    return "True", "RetentionDeletedRecords", (f"drain {d.id}: {d.records_lost} records deleted by retention "
-                                               f"before the drain read them ({what})")[:1000]
+    return (
+        "True",
+        "RetentionDeletedRecords",
+        (f"drain {d.id}: {d.records_lost} records deleted by retention before the drain read them ({what})")[
+            :1000
+        ],
+    )
 
 
 def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Action:
@@ -1365,17 +1518,32 @@ def _stalled(d: DrainStatus, st: Stall, observed: Observed, now: float) -> Actio
         after = dataclasses.replace(failed, stalled=st.reason)
     else:
         delay = backoff_seconds(d.attempt)
-        after = dataclasses.replace(d, retry_at=now + delay, reason="Stalled", stalled=st.reason,
-                                    last_error=what, message=f"{what}; Job deleted, retrying in {delay:.0f}s")
-    return Action(Kind.DELETE_JOB, after, after.reason, after.message, attempt=d.attempt,
-                  event=("Warning", "DrainStalled", after.message[:1000]))
+        after = dataclasses.replace(
+            d,
+            retry_at=now + delay,
+            reason="Stalled",
+            stalled=st.reason,
+            last_error=what,
+            message=f"{what}; Job deleted, retrying in {delay:.0f}s",
+        )
+    return Action(
+        Kind.DELETE_JOB,
+        after,
+        after.reason,
+        after.message,
+        attempt=d.attempt,
+        event=("Warning", "DrainStalled", after.message[:1000]),
+    )
 
 
 def _waiting_for_pods(before: DrainStatus, after: DrainStatus) -> Action:
     """A retry starts only after the previous attempt's pods have ended (no two attempts at once)."""
     a = _progress_only(before, after)
-    return dataclasses.replace(a, reason=a.reason or "WaitingForPodsGone",
-                               message=a.message or "waiting for the previous attempt's pods to end")
+    return dataclasses.replace(
+        a,
+        reason=a.reason or "WaitingForPodsGone",
+        message=a.message or "waiting for the previous attempt's pods to end",
+    )
 
 
 def _progress_only(before: DrainStatus, after: DrainStatus) -> Action:
@@ -1438,8 +1606,9 @@ def _planned(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, st
     return _awaiting_acks(d, observed, pending, now)
 
 
-def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], owner: str, now: float,
-             stop: bool) -> Action:
+def _publish(
+    spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], owner: str, now: float, stop: bool
+) -> Action:
     """Publish a request per planned partition without an entry of this drain (a re-publish never
     overwrites an ack); stopping before anything was published drops the drain."""
     if stop and not mine:
@@ -1456,9 +1625,15 @@ def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], own
             Kind.RESTORE, c, c.reason, c.message, replicas=d.restore_replicas if d.quiescing else None
         )
     # a start fixed by a pre-mailbox operator (group emptied, maybe already altered) is an ack
-    entries: dict[int, mbx.Entry] = {r.partition: (mbx.request(d.id, r.split, owner) if r.start is None
-                                                   else mbx.Entry(d.id, r.split, r.start, owner=owner))
-                                     for r in d.ranges if r.partition not in mine}
+    entries: dict[int, mbx.Entry] = {
+        r.partition: (
+            mbx.request(d.id, r.split, owner)
+            if r.start is None
+            else mbx.Entry(d.id, r.split, r.start, owner=owner)
+        )
+        for r in d.ranges
+        if r.partition not in mine
+    }
     path = d.hand_off_path or (PATH_QUIESCE if d.quiescing else PATH_ACK)
     p = dataclasses.replace(
         d,
@@ -1466,15 +1641,21 @@ def _publish(spec: GroupSpec, d: DrainStatus, mine: Mapping[int, mbx.Entry], own
         hand_off_path=path,
         reason="Published",
         message=f"drain {d.id}: hand-off published; waiting for the owners of partitions {d.partitions} to "
-                "acknowledge",
+        "acknowledge",
     )
     if entries:
         return Action(Kind.PUBLISH, p, p.reason, p.message, entries=entries)
     return Action(Kind.WRITE_STATUS, p, p.reason, p.message)
 
 
-def _move_empty_group(d: DrainStatus, pending: Sequence[int], offs: Mapping[int, Offsets],
-                      mine: Mapping[int, mbx.Entry], owner: str, now: float) -> Action:
+def _move_empty_group(
+    d: DrainStatus,
+    pending: Sequence[int],
+    offs: Mapping[int, Offsets],
+    mine: Mapping[int, mbx.Entry],
+    owner: str,
+    now: float,
+) -> Action:
     """Nobody owns the pending partitions: apply the owner's rule for them (ack, then move)."""
     entries, alter = _act_for_absent_owners(d.id, d.ranges, pending, offs, mine, owner)
     path = PATH_QUIESCE if d.quiescing else PATH_EMPTY
@@ -1484,7 +1665,7 @@ def _move_empty_group(d: DrainStatus, pending: Sequence[int], offs: Mapping[int,
         hand_off_path=path,
         reason="MovingEmptyGroup",
         message=f"drain {d.id}: the group has no members; acknowledging partitions {pending} for it and "
-                "moving them to split",
+        "moving them to split",
     )
     return Action(Kind.ALTER_OFFSETS, q, q.reason, q.message, offsets=alter, entries=entries)
 
@@ -1493,8 +1674,12 @@ def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: 
     """The quiesce fallback: scale the group to 0 and wait for its members to leave; past
     ``quiesce_timeout_s`` with members still in, ``_give_up_quiesce``."""
     q = d if d.quiesced_at is not None else dataclasses.replace(d, quiesced_at=now)
-    if (observed.group_empty is False and observed.members is not None and d.quiesced_at is not None
-            and now - d.quiesced_at >= observed.quiesce_timeout_s):
+    if (
+        observed.group_empty is False
+        and observed.members is not None
+        and d.quiesced_at is not None
+        and now - d.quiesced_at >= observed.quiesce_timeout_s
+    ):
         return _give_up_quiesce(d, observed, pending, now)
     if observed.replicas > 0:
         q = dataclasses.replace(
@@ -1502,7 +1687,7 @@ def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: 
             hand_off_path=PATH_QUIESCE,
             reason="Quiescing",
             message=f"drain {d.id}: no acknowledgement from the owners of {pending}; scaling the group to 0 "
-                    "(fallback)",
+            "(fallback)",
         )
         return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0)
     q = dataclasses.replace(
@@ -1510,7 +1695,7 @@ def _quiescing(d: DrainStatus, observed: Observed, pending: Sequence[int], now: 
         hand_off_path=PATH_QUIESCE,
         reason="WaitingForGroupEmpty",
         message=f"drain {d.id}: waiting for the group's members to leave (session timeout for killed "
-                "members)",
+        "members)",
     )
     return Action(Kind.NONE, q if q != d else None, q.reason, q.message)
 
@@ -1565,14 +1750,25 @@ def _start_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int], n
         f"{observed.ack_timeout_s:.0f}s (older consumer image?); scaling the group to 0 (fallback)",
     )
     if observed.replicas > 0:
-        return Action(Kind.QUIESCE, q, q.reason, q.message, replicas=0,
-                      event=("Warning", "DrainHandOffFallback", q.message))
+        return Action(
+            Kind.QUIESCE,
+            q,
+            q.reason,
+            q.message,
+            replicas=0,
+            event=("Warning", "DrainHandOffFallback", q.message),
+        )
     return Action(Kind.WRITE_STATUS, q, q.reason, q.message)
 
 
-def _act_for_absent_owners(drain_id: int, ranges: Sequence[PartitionRange], pending: Sequence[int],
-                           offs: Mapping[int, Offsets], mine: Mapping[int, mbx.Entry], owner: str
-                           ) -> tuple[dict[int, mbx.Entry], dict[int, int]]:
+def _act_for_absent_owners(
+    drain_id: int,
+    ranges: Sequence[PartitionRange],
+    pending: Sequence[int],
+    offs: Mapping[int, Offsets],
+    mine: Mapping[int, mbx.Entry],
+    owner: str,
+) -> tuple[dict[int, mbx.Entry], dict[int, int]]:
     """The owner's rule applied for the absent owners of the ``pending`` partitions of a group with
     no members (a first split and a busy drain's next split alike): (the acks to write, then the
     offsets to move the group to). A partition that never committed, with retention already past
@@ -1616,12 +1812,24 @@ def _give_up_quiesce(d: DrainStatus, observed: Observed, pending: Sequence[int],
             "its owner)"
         ),
     )
-    return Action(Kind.RESTORE, q, q.reason, q.message, replicas=d.restore_replicas,
-                  event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]))
+    return Action(
+        Kind.RESTORE,
+        q,
+        q.reason,
+        q.message,
+        replicas=d.restore_replicas,
+        event=("Warning", "DrainHandOffForeignMembers", q.message[:1000]),
+    )
 
 
-def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution],
-              mine: Mapping[int, mbx.Entry], now: float, owner: str = "") -> Action:
+def _resolved(
+    spec: GroupSpec,
+    d: DrainStatus,
+    res: Mapping[int, mbx.Resolution],
+    mine: Mapping[int, mbx.Entry],
+    now: float,
+    owner: str = "",
+) -> Action:
     """Every planned partition resolved: seal the entries, record the ranges (HandedOff), or
     Cancelled (nothing to drain / cancel requested meanwhile: the remainder stays recorded)."""
     seal = seal_entries(d, res, mine, owner)
@@ -1660,15 +1868,23 @@ def _resolved(spec: GroupSpec, d: DrainStatus, res: Mapping[int, mbx.Resolution]
             "when spec.drain.cancel is false",
             now,
         )
-        return Action(Kind.SEAL, c, c.reason, c.message, replicas=restore, entries=seal,
-                      event=("Normal", "DrainCancelled", c.message))
+        return Action(
+            Kind.SEAL,
+            c,
+            c.reason,
+            c.message,
+            replicas=restore,
+            entries=seal,
+            event=("Normal", "DrainCancelled", c.message),
+        )
     return Action(
         Kind.SEAL, h, h.reason, h.message, entries=seal, event=("Normal", "DrainHandedOff", h.message)
     )
 
 
-def seal_entries(d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mapping[int, mbx.Entry],
-                 owner: str) -> dict[int, mbx.Entry]:
+def seal_entries(
+    d: DrainStatus, res: Mapping[int, mbx.Resolution], mine: Mapping[int, mbx.Entry], owner: str
+) -> dict[int, mbx.Entry]:
     """The sealed entry of every resolved partition not sealed yet: an ack sealed as it is; a
     partition the group got past by itself (a request nobody acked, or no entry at all) sealed with
     the empty range ``[split, split)`` — left as a request, a later offset reset (by hand, or a CR
@@ -1722,13 +1938,26 @@ def job_slots(d: DrainStatus, max_tasks: int) -> int:
     return n
 
 
-def _launch(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, attempt: int, reason: str,
-            restore: bool, reset_attempts: bool = False) -> Action:
+def _launch(
+    spec: GroupSpec,
+    d: DrainStatus,
+    observed: Observed,
+    now: float,
+    attempt: int,
+    reason: str,
+    restore: bool,
+    reset_attempts: bool = False,
+) -> Action:
     """Launch ``attempt``: Running, the Job created by the executor from the status written here; a
     busy drain records the slots its Job holds (:func:`job_slots`, the Job's own parallelism)."""
     attempt = max(1, attempt)
     r = dataclasses.replace(
-        d, phase=Phase.RUNNING, attempt=attempt, retry_at=None, reason=reason, progress_at=now,
+        d,
+        phase=Phase.RUNNING,
+        attempt=attempt,
+        retry_at=None,
+        reason=reason,
+        progress_at=now,
         started_at=d.started_at if d.started_at is not None else now,
         resumed_at=d.resumed_at if d.resumed_at is not None else (now if restore else None),
         slots=job_slots(d, spec.drain.max_tasks) if d.busy else d.slots,
@@ -1740,8 +1969,15 @@ def _launch(spec: GroupSpec, d: DrainStatus, observed: Observed, now: float, att
     r = dataclasses.replace(
         r, message=f"drain {d.id} attempt {attempt}: " + progress_message(r).split(": ", 1)[1]
     )
-    return Action(Kind.LAUNCH, r, r.reason, r.message, replicas=d.restore_replicas if restore else None,
-                  attempt=attempt, event=("Normal", "DrainStarted", r.message))
+    return Action(
+        Kind.LAUNCH,
+        r,
+        r.reason,
+        r.message,
+        replicas=d.restore_replicas if restore else None,
+        attempt=attempt,
+        event=("Normal", "DrainStarted", r.message),
+    )
 
 
 def condition(d: DrainStatus | None) -> tuple[str, str, str]:
@@ -1752,8 +1988,12 @@ def condition(d: DrainStatus | None) -> tuple[str, str, str]:
     if d.phase is Phase.PLANNED and d.reason == REASON_FOREIGN:
         return "True", REASON_FOREIGN, d.message[:1000]
     reason = {
-        Phase.PLANNED: "HandOffInProgress", Phase.HANDED_OFF: "HandedOff", Phase.RUNNING: "DrainRunning",
-        Phase.SUCCEEDED: "Verifying", Phase.VERIFIED: "DrainVerified", Phase.FAILED: "DrainFailed",
+        Phase.PLANNED: "HandOffInProgress",
+        Phase.HANDED_OFF: "HandedOff",
+        Phase.RUNNING: "DrainRunning",
+        Phase.SUCCEEDED: "Verifying",
+        Phase.VERIFIED: "DrainVerified",
+        Phase.FAILED: "DrainFailed",
         Phase.CANCELLED: "DrainCancelled",
     }[d.phase]
     return ("True" if active else "False"), reason, (d.message or progress_message(d))[:1000]

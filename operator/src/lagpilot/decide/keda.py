@@ -18,6 +18,7 @@ Defaults as KEDA and Kubernetes ship them (sources cited in docs/decision.md):
   stabilization 0 s, scale-down 300 s; scale-up rate limit max(+4 pods, +100%) per 15 s;
   scale-down limit 100% per 15 s.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,10 +27,18 @@ from dataclasses import dataclass, replace
 
 # option pairs KEDA's Kafka scaler refuses together (parseKafkaMetadata's validate, v2.20)
 _EXCLUSIVE = (
-    ("allow_idle_consumers", "limit_to_partitions_with_lag",
-     "allowIdleConsumers", "limitToPartitionsWithLag"),
-    ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions",
-     "limitToPartitionsWithLag", "ensureEvenDistributionOfPartitions"),
+    (
+        "allow_idle_consumers",
+        "limit_to_partitions_with_lag",
+        "allowIdleConsumers",
+        "limitToPartitionsWithLag",
+    ),
+    (
+        "limit_to_partitions_with_lag",
+        "ensure_even_distribution_of_partitions",
+        "limitToPartitionsWithLag",
+        "ensureEvenDistributionOfPartitions",
+    ),
 )
 
 
@@ -65,8 +74,9 @@ class KedaConfig:
         # simultaneously"): such a ScaledObject gets no scaler, so there is nothing to model
         for a, b, name_a, name_b in _EXCLUSIVE:
             if getattr(self, a) and getattr(self, b):
-                raise ValueError(f"{name_a} and {name_b} cannot be set simultaneously "
-                                 "(KEDA refuses the trigger)")
+                raise ValueError(
+                    f"{name_a} and {name_b} cannot be set simultaneously (KEDA refuses the trigger)"
+                )
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,9 @@ def _factors(n: int) -> list[int]:
     return [f for f in range(1, n + 1) if n % f == 0]
 
 
-def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfig,
-                persistent: Sequence[int] = ()) -> int:
+def keda_metric(
+    partition_lags: Sequence[float], partitions: int, cfg: KedaConfig, persistent: Sequence[int] = ()
+) -> int:
     """The external metric KEDA serves (``getTotalLag``): the total lag (partitions in ``persistent``
     count 0 with ``excludePersistentLag``), raised to an even split with
     ``ensureEvenDistributionOfPartitions``, capped at ``upper x threshold`` where ``upper`` is the
@@ -99,8 +110,11 @@ def keda_metric(partition_lags: Sequence[float], partitions: int, cfg: KedaConfi
     lags = [0 if i in stuck else max(0, int(ld)) for i, ld in enumerate(partition_lags)]
     total = sum(lags)
     thr = cfg.lag_threshold
-    if thr > 0 and (not cfg.allow_idle_consumers or cfg.limit_to_partitions_with_lag
-                    or cfg.ensure_even_distribution_of_partitions):
+    if thr > 0 and (
+        not cfg.allow_idle_consumers
+        or cfg.limit_to_partitions_with_lag
+        or cfg.ensure_even_distribution_of_partitions
+    ):
         upper = partitions
         if cfg.ensure_even_distribution_of_partitions:
             total = next((f for f in _factors(partitions) if f * thr >= total), partitions) * thr
@@ -195,8 +209,9 @@ def step(
     return desired, state
 
 
-def _activity_poll(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float],
-                   cfg: KedaConfig) -> tuple[int, KedaState]:
+def _activity_poll(
+    state: KedaState, now_s: float, current: int, partition_lags: Sequence[float], cfg: KedaConfig
+) -> tuple[int, KedaState]:
     """KEDA's own poll: activate from zero, or to zero after the cooldown (minReplicaCount 0)."""
     desired = current
     active = is_active(partition_lags, cfg)
@@ -213,8 +228,14 @@ def _activity_poll(state: KedaState, now_s: float, current: int, partition_lags:
     return desired, replace(state, last_active_s=last_active, next_poll_s=now_s + cfg.polling_interval_s)
 
 
-def _hpa_sync(state: KedaState, now_s: float, current: int, partition_lags: Sequence[float], partitions: int,
-              cfg: KedaConfig) -> tuple[int, KedaState]:
+def _hpa_sync(
+    state: KedaState,
+    now_s: float,
+    current: int,
+    partition_lags: Sequence[float],
+    partitions: int,
+    cfg: KedaConfig,
+) -> tuple[int, KedaState]:
     """The HPA's sync: the metric's recommendation, stabilized, rate-limited, within the bounds."""
     metric = keda_metric(partition_lags, partitions, cfg, state.persistent)
     raw = hpa_replicas(current, metric, cfg)

@@ -20,6 +20,7 @@ Rules (docs/gitops.md; tested against kstatus itself in tests/real/test_kstatus.
 
 Pure: no I/O; `derive` sees the merged conditions of one status write.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -39,8 +40,10 @@ def derive(by_type: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str
     if degraded.get("status") == "True":
         reason = str(degraded.get("reason") or "Degraded")
         message = str(degraded.get("message") or "")
-        return [(STALLED, "True", reason, message),
-                (RECONCILING, "False", "Stalled", f"stalled ({reason}): the operator needs the cause fixed")]
+        return [
+            (STALLED, "True", reason, message),
+            (RECONCILING, "False", "Stalled", f"stalled ({reason}): the operator needs the cause fixed"),
+        ]
     stalled = (STALLED, "False", "AsExpected", "")
     if ready is None:
         return [stalled, (RECONCILING, "True", "Initializing", "the operator has not completed a cycle yet")]

@@ -6,6 +6,7 @@ that the consumer runtime puts in each commit's metadata (the contract module
 ``lagpilot_runtime.commit_metadata``, docs/CONTRACTS.md). Everything below is plain arithmetic on
 those numbers so that it can be tested table-driven and reused by the simulator.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping

@@ -8,6 +8,7 @@ remembers WHEN IT FIRST SAW the current version of the Lease (`observed_at`) and
 machine's clock. The holder stops acting (the process exits) when it could not renew for
 `renew_deadline_s` < `duration_s`, so it has stopped before any standby can take the Lease over.
 """
+
 from __future__ import annotations
 
 import enum
@@ -27,17 +28,21 @@ class LeaseTiming:
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_s < self.renew_deadline_s < self.duration_s:
-            raise ValueError("leader election timings need 0 < retry < renew deadline < lease duration, got "
-                             f"{self.retry_s} / {self.renew_deadline_s} / {self.duration_s}")
+            raise ValueError(
+                "leader election timings need 0 < retry < renew deadline < lease duration, got "
+                f"{self.retry_s} / {self.renew_deadline_s} / {self.duration_s}"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LeaseTiming:
         """LAGPILOT_LEASE_DURATION_SECONDS, LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS,
         LAGPILOT_LEASE_RETRY_SECONDS."""
         e = Env(env)
-        return cls(e.number("LAGPILOT_LEASE_DURATION_SECONDS", cls.duration_s, minimum=None),
-                   e.number("LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_s, minimum=None),
-                   e.number("LAGPILOT_LEASE_RETRY_SECONDS", cls.retry_s, minimum=None))
+        return cls(
+            e.number("LAGPILOT_LEASE_DURATION_SECONDS", cls.duration_s, minimum=None),
+            e.number("LAGPILOT_LEASE_RENEW_DEADLINE_SECONDS", cls.renew_deadline_s, minimum=None),
+            e.number("LAGPILOT_LEASE_RETRY_SECONDS", cls.retry_s, minimum=None),
+        )
 
 
 @dataclass(frozen=True)
@@ -51,9 +56,9 @@ class LeaseRecord:
 
 class Step(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     CREATE = "Create"  # no Lease yet: create it holding it
-    RENEW = "Renew"    # ours: write a new renewTime
-    TAKE = "Take"      # released or expired: write ourselves as the holder (transitions + 1)
-    WAIT = "Wait"      # another holder's, not expired
+    RENEW = "Renew"  # ours: write a new renewTime
+    TAKE = "Take"  # released or expired: write ourselves as the holder (transitions + 1)
+    WAIT = "Wait"  # another holder's, not expired
 
 
 def next_step(
@@ -84,6 +89,8 @@ def lease_namespaces(watched: list[str], own: str | None) -> list[str]:
     if watched and not any(c in n for n in watched for c in GLOB_CHARS):
         return sorted(set(watched))
     if not own:
-        raise ValueError("leader election when watching all namespaces (or namespace patterns) needs the "
-                         "operator's namespace: --leader-election-namespace or LAGPILOT_OPERATOR_NAMESPACE")
+        raise ValueError(
+            "leader election when watching all namespaces (or namespace patterns) needs the "
+            "operator's namespace: --leader-election-namespace or LAGPILOT_OPERATOR_NAMESPACE"
+        )
     return [own]

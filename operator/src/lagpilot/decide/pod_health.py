@@ -7,6 +7,7 @@ cpu`). `not_ready_detail` puts that into the condition's message, so `kubectl ge
 (or `kubectl describe`) shows the cause without looking for the pods (docs/operator.md). Only
 what the pod objects carry; no secrets are in them (env values are not read).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -18,13 +19,14 @@ MAX_TEXT = 160  # characters of a scheduler's or a termination's message
 
 def _clip(text: str) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
     st = pod.get("status") or {}
     return st.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []
+    )
 
 
 def pod_problem(pod: Mapping[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ Model (pure, documented in docs/decision.md):
 - Adding replicas is not instant: with ``startup_s`` the backlog first grows by what the current
   consumers cannot absorb during the start-up, and the start-up time is added to the projection.
 """
+
 from __future__ import annotations
 
 import math

@@ -22,6 +22,7 @@ something shared (a database) that more replicas would not raise; how often the 
 that application takes to start (pod start-up is the operator's LAGPILOT_POD_START_SECONDS).
 Pure: no I/O, `now` passed in.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,8 +39,9 @@ CAP_METADATA, CAP_COMMITTED, CAP_UNKNOWN = "CommitMetadata", "CommittedRate", "U
 REASON = "RecommendOnly"
 
 
-def committed_rate_capacity(prev: est_mod.EstimatorState | None, snap: lag_mod.LagSnapshot,
-                            consumers: int) -> float | None:
+def committed_rate_capacity(
+    prev: est_mod.EstimatorState | None, snap: lag_mod.LagSnapshot, consumers: int
+) -> float | None:
     """One capacity sample (records/s of one consumer) from the commits between the previous
     estimate and `snap`, or None when this interval cannot tell (see the module docstring)."""
     if prev is None or consumers <= 0 or not snap.partitions:
@@ -72,8 +74,14 @@ def with_capacity(snap: lag_mod.LagSnapshot, capacity: float) -> lag_mod.LagSnap
     return dataclasses.replace(snap, capacity_reports={p.partition: capacity for p in snap.partitions})
 
 
-def recommendation(decision: Decision, current: int, source: str, capacity_source: str,
-                   previous: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+def recommendation(
+    decision: Decision,
+    current: int,
+    source: str,
+    capacity_source: str,
+    previous: Mapping[str, Any] | None,
+    now: float,
+) -> dict[str, Any]:
     """status.recommendation for this cycle; `since` moves only when the recommended count changes."""
     prev = previous or {}
     since = prev.get("since") if prev.get("replicas") == decision.desired_replicas else None
@@ -97,7 +105,7 @@ def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
 
 def event_message(name: str, rec: Mapping[str, Any]) -> str:
     cur, want = rec["currentReplicas"], rec["replicas"]
-    verb = (f"scale from {cur} to {want} replicas" if want != cur else f"keep {cur} replicas")
+    verb = f"scale from {cur} to {want} replicas" if want != cur else f"keep {cur} replicas"
     drain = "; drain the backlog" if rec["drain"] else ""
     return (
         f"recommend: {verb}{drain} ({rec['reason']}: {rec['message']}); spec.mode is Recommend: not applied"

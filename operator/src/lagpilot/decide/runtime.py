@@ -24,6 +24,7 @@ it (mode ``on-demand``) it runs only around bursts, scaled 0 -> 1 -> 0:
 Mode ``off`` (``warmRuntime: false``, or drains disabled, or launcher ``sparkApplication``): every
 drain is a cold Job, planned when due (the rule before this module).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,8 +103,15 @@ def start_up_s(pol: RuntimePolicy, obs: RuntimeObservation | None, now: float) -
     return pol.warm_up_s  # given up on: a cold Job
 
 
-def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, drain_wanted: bool,
-                    drain_in_flight: bool, last_drain_end_s: float | None, now: float) -> int | None:
+def wanted_replicas(
+    pol: RuntimePolicy,
+    obs: RuntimeObservation | None,
+    *,
+    drain_wanted: bool,
+    drain_in_flight: bool,
+    last_drain_end_s: float | None,
+    now: float,
+) -> int | None:
     """The runtime Deployment's replica count (None: no runtime for this CR). On demand, a scale-up
     holds for its warm-up plus the cooldown (no 0 -> 1 -> 0 while a due drain flickers)."""
     if pol.mode == MODE_OFF:
@@ -111,8 +119,12 @@ def wanted_replicas(pol: RuntimePolicy, obs: RuntimeObservation | None, *, drain
     if pol.mode == MODE_ALWAYS:
         return 1
     recent = last_drain_end_s is not None and now - last_drain_end_s < pol.cooldown_s
-    held = (obs is not None and obs.replicas > 0 and obs.scaled_up_at_s is not None
-            and now - obs.scaled_up_at_s < pol.warm_up_s + pol.cooldown_s)
+    held = (
+        obs is not None
+        and obs.replicas > 0
+        and obs.scaled_up_at_s is not None
+        and now - obs.scaled_up_at_s < pol.warm_up_s + pol.cooldown_s
+    )
     return 1 if (drain_wanted or drain_in_flight or recent or held) else 0
 
 

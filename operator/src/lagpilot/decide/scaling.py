@@ -10,6 +10,7 @@ Invariants (tested with hypothesis): never above partitions or max; never below 
 scale-to-zero is allowed and the group is idle; never scale down while the projected catch-up
 exceeds the SLA; more lag never yields fewer replicas; constant load converges without flapping.
 """
+
 from __future__ import annotations
 
 import math
@@ -336,8 +337,15 @@ def decide(
     history = history or ScalingHistory()
     cur = max(0, obs.current_replicas)
     if obs.partitions <= 0:
-        d = Decision(cur, "NoPartitions", "topic has no partitions (missing?): replicas unchanged",
-                     None, None, None, False)
+        d = Decision(
+            cur,
+            "NoPartitions",
+            "topic has no partitions (missing?): replicas unchanged",
+            None,
+            None,
+            None,
+            False,
+        )
         return d, history
     cap_hi = min(policy.max_replicas, obs.partitions)
     idle = obs.total_lag <= 0 and obs.produce_rate <= policy.idle_rate
@@ -421,15 +429,30 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
     drain: DrainNeed | None = None
     if drain_policy is not None:
         drain = drain_need(
-            now_loads, c, group_replicas=assisted or x.cap_hi, target_s=x.target, sla_s=policy.sla_s,
-            policy=drain_policy, now_s=obs.now_s, drain_active=obs.drain_active,
-            last_drain_end_s=obs.last_drain_end_s, oldest_age_s=obs.oldest_age_s,
-            drains_in_flight=obs.drains_in_flight, tasks_in_flight=obs.tasks_in_flight,
-            busy_partitions=obs.busy_partitions, retention_s=obs.retention_s, busy_drain=obs.busy_drain,
+            now_loads,
+            c,
+            group_replicas=assisted or x.cap_hi,
+            target_s=x.target,
+            sla_s=policy.sla_s,
+            policy=drain_policy,
+            now_s=obs.now_s,
+            drain_active=obs.drain_active,
+            last_drain_end_s=obs.last_drain_end_s,
+            oldest_age_s=obs.oldest_age_s,
+            drains_in_flight=obs.drains_in_flight,
+            tasks_in_flight=obs.tasks_in_flight,
+            busy_partitions=obs.busy_partitions,
+            retention_s=obs.retention_s,
+            busy_drain=obs.busy_drain,
         )
     loads = _handed_off(obs.loads, set(drain.partitions) if drain else set())
-    hot = tuple(p for p, t in sorted(project(now_loads, obs.partitions, c).per_partition_s.items(),
-                                     key=lambda kv: (-kv[1], kv[0])) if t > x.target)
+    hot = tuple(
+        p
+        for p, t in sorted(
+            project(now_loads, obs.partitions, c).per_partition_s.items(), key=lambda kv: (-kv[1], kv[0])
+        )
+        if t > x.target
+    )
     # the current projection on the whole backlog: a planned drain has not taken anything yet,
     # so it may spare a scale-up but never justify a scale-down (guard below). On the rate
     # measured now: a fall is not stabilized here (it is for the replica count)
@@ -445,9 +468,16 @@ def _assess(x: _Case, drain_policy: DrainPolicy | None) -> _Load:
     rolled = None
     if drain is None and drain_policy is not None and drain_policy.busy and obs.busy_drain is not None:
         # no next split: say so when it is because the load outgrew the drain's slots (a roll-over)
-        rolled = roll_over(now_loads, c, obs.busy_drain, group_replicas=assisted or x.cap_hi,
-                           target_s=x.target, policy=drain_policy, sla_s=policy.sla_s,
-                           oldest_age_s=obs.oldest_age_s)
+        rolled = roll_over(
+            now_loads,
+            c,
+            obs.busy_drain,
+            group_replicas=assisted or x.cap_hi,
+            target_s=x.target,
+            policy=drain_policy,
+            sla_s=policy.sla_s,
+            oldest_age_s=obs.oldest_age_s,
+        )
     return _Load(drain, assisted, burst, loads, hot, cur_proj, cur_util, required, rolled)
 
 
@@ -472,8 +502,14 @@ def _drain_assisted(x: _Case, load: _Load) -> Step | None:
     if a is None:
         return None
     reason = "ScaleUp" if a > x.cur else ("ScaleDown" if a < x.cur else "Steady")
-    return a, reason, (f"{a} replicas with drains carrying their excess cost less than sizing the group "
-                       f"for the load (drain-assisted)")
+    return (
+        a,
+        reason,
+        (
+            f"{a} replicas with drains carrying their excess cost less than sizing the group "
+            f"for the load (drain-assisted)"
+        ),
+    )
 
 
 def _rate_fell(x: _Case, load: _Load) -> Step | None:
@@ -484,21 +520,28 @@ def _rate_fell(x: _Case, load: _Load) -> Step | None:
     assert x.c is not None
     drained = set(load.drain.partitions) if load.drain else set()
     now_loads = x.obs.loads_now
-    live = required_replicas(_handed_off(now_loads, drained), x.c, x.target, x.cap_hi,
-                             max_utilization=x.policy.max_utilization)
+    live = required_replicas(
+        _handed_off(now_loads, drained), x.c, x.target, x.cap_hi, max_utilization=x.policy.max_utilization
+    )
     if live is None:
         return None
-    return (min(x.cap_hi, max(x.cur, live)), "Steady",
-            f"the produce rate fell to {sum(x.rate for x in now_loads):.0f}/s (measured now; "
-            f"{live} replicas hold it): holding while the fall is stabilized ({x.obs.produce_rate:.0f}/s)")
+    return (
+        min(x.cap_hi, max(x.cur, live)),
+        "Steady",
+        f"the produce rate fell to {sum(x.rate for x in now_loads):.0f}/s (measured now; "
+        f"{live} replicas hold it): holding while the fall is stabilized ({x.obs.produce_rate:.0f}/s)",
+    )
 
 
 def _unreachable(x: _Case, load: _Load) -> Step | None:
     if load.required is not None:
         return None
     limit = "partitions" if x.obs.partitions <= x.policy.max_replicas else "maxReplicas"
-    return (x.cap_hi, "SLAUnreachable",
-            f"even {x.cap_hi} replicas (capped by {limit}) cannot catch up within {x.target:.0f}s")
+    return (
+        x.cap_hi,
+        "SLAUnreachable",
+        f"even {x.cap_hi} replicas (capped by {limit}) cannot catch up within {x.target:.0f}s",
+    )
 
 
 def _scale_up(x: _Case, load: _Load) -> Step | None:
@@ -508,10 +551,16 @@ def _scale_up(x: _Case, load: _Load) -> Step | None:
     assert x.c is not None
     p = x.policy
     proj_after = project(load.loads, x.cur, x.c).catch_up_s
-    if (x.cur > 0 and proj_after <= x.target * (1 + p.tolerance)
-            and load.cur_util <= p.max_utilization * (1 + p.tolerance)):
-        return (x.cur, "WithinTolerance",
-                f"projected {_fmt(proj_after)} within {p.tolerance:.0%} of target {x.target:.0f}s")
+    if (
+        x.cur > 0
+        and proj_after <= x.target * (1 + p.tolerance)
+        and load.cur_util <= p.max_utilization * (1 + p.tolerance)
+    ):
+        return (
+            x.cur,
+            "WithinTolerance",
+            f"projected {_fmt(proj_after)} within {p.tolerance:.0%} of target {x.target:.0f}s",
+        )
     return load.required, "ScaleUp", f"projected {_fmt(load.cur_proj)} at {x.cur} > target {x.target:.0f}s"
 
 
@@ -519,17 +568,25 @@ def _scale_down_or_steady(x: _Case, load: _Load) -> Step:
     """Fewer replicas when they meet a target tightened by the tolerance, else keep the count."""
     assert x.c is not None and load.required is not None
     p = x.policy
-    down_to = required_replicas(load.loads, x.c, x.target * (1 - p.tolerance), x.cap_hi,
-                                max_utilization=p.max_utilization * (1 - p.tolerance))
+    down_to = required_replicas(
+        load.loads,
+        x.c,
+        x.target * (1 - p.tolerance),
+        x.cap_hi,
+        max_utilization=p.max_utilization * (1 - p.tolerance),
+    )
     if down_to is not None:
         # the tighter bounds can only ask for more; where no count meets the tighter
         # utilization, required_replicas falls back to the fewest meeting the target alone,
         # which can be below what the load needs at the plain bound: up, then down, forever
         down_to = max(down_to, load.required)
         if down_to < x.cur:
-            return (down_to, "ScaleDown",
-                    f"{down_to} replicas project {_fmt(project(load.loads, down_to, x.c).catch_up_s)} "
-                    f"<= target {x.target:.0f}s")
+            return (
+                down_to,
+                "ScaleDown",
+                f"{down_to} replicas project {_fmt(project(load.loads, down_to, x.c).catch_up_s)} "
+                f"<= target {x.target:.0f}s",
+            )
     return x.cur, "Steady", f"projected {_fmt(load.cur_proj)} at {x.cur}, target {x.target:.0f}s"
 
 
@@ -582,8 +639,11 @@ def _hold_at_downstream_limit(x: _Case, step: Step) -> Step:
     keep = max(x.cur, x.lo)  # never below minReplicas (a raised minimum still applies)
     pending = x.obs.unjudged_scale_up
     if lim is None and pending is not None and desired > keep and x.cur >= pending:
-        return keep, "ScaleUpUnjudged", (f"{why}; held: the scale-up to {pending} is not judged yet "
-                                         "(did it raise the throughput?)")
+        return (
+            keep,
+            "ScaleUpUnjudged",
+            (f"{why}; held: the scale-up to {pending} is not judged yet (did it raise the throughput?)"),
+        )
     if lim is None or desired <= keep or x.cur < lim.replicas:
         return step
     return keep, "DownstreamLimited", f"{why}; held: {lim.message}"
@@ -607,5 +667,6 @@ def _verb(cur: int, desired: int) -> str:
 
 def loads_from(lags: Sequence[float], rates: Sequence[float]) -> tuple[PartitionLoad, ...]:
     """Convenience for tests and the simulator: partition i has lags[i] and rates[i]."""
-    return tuple(PartitionLoad(i, float(lag), float(r))
-                 for i, (lag, r) in enumerate(zip(lags, rates, strict=False)))
+    return tuple(
+        PartitionLoad(i, float(lag), float(r)) for i, (lag, r) in enumerate(zip(lags, rates, strict=False))
+    )

@@ -8,6 +8,7 @@
 - `status_patch` compares old and new status ignoring `lastTransitionTime` and returns a merge patch
   of the top-level fields that really changed, or None: no write, no watch event, no reconcile echo.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,6 +52,7 @@ def rfc3339(now: float) -> str:
 # Inside the operator every time is a float (epoch seconds, `now` passed into pure code); the status
 # holds RFC 3339 strings with millisecond precision ("2026-11-23T06:54:09.503Z"). Convert only here.
 
+
 def format_time(t: float | None) -> str | None:
     """Epoch seconds -> RFC 3339 UTC with milliseconds; None stays None. Rounded to the millisecond,
     so ``format_time(parse_time(format_time(t))) == format_time(t)`` (a round trip never diffs)."""
@@ -86,8 +88,9 @@ def parse_time(v: Any) -> float | None:
     return t.timestamp()
 
 
-def merge_conditions(old: Iterable[Mapping[str, Any]] | None, new: Iterable[Condition],
-                     generation: int | None, now: float) -> list[dict[str, Any]]:
+def merge_conditions(
+    old: Iterable[Mapping[str, Any]] | None, new: Iterable[Condition], generation: int | None, now: float
+) -> list[dict[str, Any]]:
     """New conditions replace old ones of the same type; other old types are kept as they were. The
     abnormal-true types (model.status.ABNORMAL_TRUE) are left out while False: absent means normal
     (kstatus), and `kubectl describe` lists only what needs a look besides Ready, Scaling, Draining.

@@ -15,6 +15,7 @@ Policies are built from the parsed spec (``spec.parse_spec``: one parse, one def
 plus :class:`Model`, the figures the spec does not carry (pod start-up, drain start-up, hand-off
 pause, drain task throughput, how many drains the executor runs side by side).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -313,8 +314,10 @@ def step(
         decision = dataclasses.replace(
             decision,
             drain=None,
-            message=(f"{decision.message}; a drain is due: it waits for the warm drain runtime "
-                     "(split once it is Ready)"),
+            message=(
+                f"{decision.message}; a drain is due: it waits for the warm drain runtime "
+                "(split once it is Ready)"
+            ),
         )
     out = StepDecision(
         decision,

@@ -21,6 +21,7 @@ the groups say which `__consumer_offsets` partitions the snapshot must catch up 
 called with A's ends before B is sent). Waits are bounded by the caller's timeout; the observer's
 own requests by `fetch_timeout_s`. Time (`clock`, `monotonic`) is injected for tests.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,21 +70,36 @@ class ClusterView:
 CallFn = Callable[[float, Callable[[Any], Any]], Any]
 
 
-def _watermarks(ids: Mapping[str, tuple[int, ...]], earliest: Mapping[tuple[str, int], Any],
-                latest: Mapping[tuple[str, int], Any], offsets_ends: Mapping[int, int],
-                described: dict[str, tuple[tuple[int, ...], float]]) -> dict[str, TopicWatermarks | BaseException]:
+def _watermarks(
+    ids: Mapping[str, tuple[int, ...]],
+    earliest: Mapping[tuple[str, int], Any],
+    latest: Mapping[tuple[str, int], Any],
+    offsets_ends: Mapping[int, int],
+    described: dict[str, tuple[tuple[int, ...], float]],
+) -> dict[str, TopicWatermarks | BaseException]:
     """Each topic's watermarks, or the first error among its partitions' offsets (the topic is then
     described again next time: deleted or re-created?)."""
     out: dict[str, TopicWatermarks | BaseException] = {}
     for t, parts in ids.items():
-        err = next((v for m in (earliest, latest) for p in parts
-                    if isinstance(v := m.get((t, p)), BaseException) or v is None), None)
+        err = next(
+            (
+                v
+                for m in (earliest, latest)
+                for p in parts
+                if isinstance(v := m.get((t, p)), BaseException) or v is None
+            ),
+            None,
+        )
         if err is not None:
             described.pop(t, None)
             out[t] = err if isinstance(err, BaseException) else TimeoutError("no offsets")
             continue
-        out[t] = TopicWatermarks(tuple(parts), {p: int(earliest[(t, p)]) for p in parts},
-                                 {p: int(latest[(t, p)]) for p in parts}, offsets_ends)
+        out[t] = TopicWatermarks(
+            tuple(parts),
+            {p: int(earliest[(t, p)]) for p in parts},
+            {p: int(latest[(t, p)]) for p in parts},
+            offsets_ends,
+        )
     return out
 
 
@@ -93,10 +109,17 @@ class ClusterObserver:
     while the snapshot runs (None: do not read its ends); `on_ends(ends, groups)` hands A's ends and
     the registered groups to the snapshot."""
 
-    def __init__(self, call: CallFn, offsets_partitions: Callable[[], int | None] = lambda: None,
-                 on_ends: Callable[[Mapping[int, int], frozenset[str]], None] = lambda e, g: None,
-                 fetch_timeout_s: float = 10.0, describe_every_s: float = 30.0, forget_after_s: float = 600.0,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        call: CallFn,
+        offsets_partitions: Callable[[], int | None] = lambda: None,
+        on_ends: Callable[[Mapping[int, int], frozenset[str]], None] = lambda e, g: None,
+        fetch_timeout_s: float = 10.0,
+        describe_every_s: float = 30.0,
+        forget_after_s: float = 600.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._call = call
         self._offsets_partitions = offsets_partitions
         self._on_ends = on_ends
@@ -188,8 +211,9 @@ class ClusterObserver:
         for t in [t for t in self._described if t not in self._topics]:
             del self._described[t]
 
-    def _fetch(self, topics: list[str], groups: frozenset[str], started: float
-               ) -> tuple[dict[str, TopicWatermarks | BaseException], float]:
+    def _fetch(
+        self, topics: list[str], groups: frozenset[str], started: float
+    ) -> tuple[dict[str, TopicWatermarks | BaseException], float]:
         """One view: describe the topics not described lately, list their log starts (with the
         `__consumer_offsets` ends), then their ends, and build each topic's watermarks. A topic's
         own error is its result; a request's error is every remaining topic's."""
@@ -211,16 +235,26 @@ class ClusterObserver:
                 results.setdefault(t, err)
             return results, self._clock()
 
-    def _describe_stale(self, topics: list[str], started: float, left: Callable[[], float],
-                        results: dict[str, TopicWatermarks | BaseException]) -> None:
+    def _describe_stale(
+        self,
+        topics: list[str],
+        started: float,
+        left: Callable[[], float],
+        results: dict[str, TopicWatermarks | BaseException],
+    ) -> None:
         """Describe the topics whose partitions were not read within `describe_every_s`."""
         from confluent_kafka import TopicCollection
 
-        stale = [t for t in topics if t not in self._described
-                 or started - self._described[t][1] >= self.describe_every_s]
+        stale = [
+            t
+            for t in topics
+            if t not in self._described or started - self._described[t][1] >= self.describe_every_s
+        ]
         if not stale:
             return
-        desc_f = self._call(left(), lambda admin: admin.describe_topics(TopicCollection(stale), request_timeout=left()))
+        desc_f = self._call(
+            left(), lambda admin: admin.describe_topics(TopicCollection(stale), request_timeout=left())
+        )
         _count("describe_topics")
         for t in stale:
             try:
@@ -230,8 +264,9 @@ class ClusterObserver:
                 self._described.pop(t, None)
                 results[t] = err
 
-    def _partition_ids(self, topics: list[str], results: dict[str, TopicWatermarks | BaseException]
-                       ) -> dict[str, tuple[int, ...]]:
+    def _partition_ids(
+        self, topics: list[str], results: dict[str, TopicWatermarks | BaseException]
+    ) -> dict[str, tuple[int, ...]]:
         """The described partitions of each topic still without a result (none: NoPartitions)."""
         ids = {t: self._described[t][0] for t in topics if t not in results and t in self._described}
         for t in [t for t, parts in ids.items() if not parts]:
@@ -239,8 +274,9 @@ class ClusterObserver:
             del ids[t]
         return ids
 
-    def _list_offsets(self, ids: Mapping[str, tuple[int, ...]], groups: frozenset[str], left: Callable[[], float]
-                      ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], Any], dict[int, int]]:
+    def _list_offsets(
+        self, ids: Mapping[str, tuple[int, ...]], groups: frozenset[str], left: Callable[[], float]
+    ) -> tuple[dict[tuple[str, int], Any], dict[tuple[str, int], Any], dict[int, int]]:
         """(log starts, log ends, `__consumer_offsets` ends); a partition's error is its value.
 
         Request A reads the topics' log starts AND the `__consumer_offsets` ends, awaited before
@@ -256,8 +292,13 @@ class ClusterObserver:
             return earliest, latest, offsets_ends
         off_tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(self._offsets_partitions() or 0)]
         kw = {"request_timeout": left(), "isolation_level": IsolationLevel.READ_COMMITTED}
-        first_f = self._call(left(), lambda admin: admin.list_offsets(
-            {**{tp: OffsetSpec.latest() for tp in off_tps}, **{tp: OffsetSpec.earliest() for tp in tps}}, **kw))
+        first_f = self._call(
+            left(),
+            lambda admin: admin.list_offsets(
+                {**{tp: OffsetSpec.latest() for tp in off_tps}, **{tp: OffsetSpec.earliest() for tp in tps}},
+                **kw,
+            ),
+        )
         _count("list_offsets")
         for tp, f in first_f.items():
             try:
@@ -274,7 +315,9 @@ class ClusterObserver:
                 self._on_ends(dict(offsets_ends), groups)  # the snapshot catches up meanwhile
             except Exception:  # noqa: BLE001 - the readers wait (bounded) or fall back
                 log.exception("offsets snapshot hand-over failed")
-        latest_f = self._call(left(), lambda admin: admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw))
+        latest_f = self._call(
+            left(), lambda admin: admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)
+        )
         _count("list_offsets")
         for tp, f in latest_f.items():
             try:

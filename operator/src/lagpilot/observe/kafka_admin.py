@@ -19,6 +19,7 @@ Python callbacks: only the `logger` (librdkafka `log.queue=true`: lines are queu
 poll/consume in the calling thread, never from librdkafka's threads) and the admin client's
 `error_cb` (served by `poll()` only, under the handle lock).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -59,7 +60,6 @@ class _GroupReader:
         self.last_used = time.monotonic()
 
 
-
 class AdminHandle:
     """An AdminClient plus the last client-level error its error callback saw (for classification),
     and, made on first use: one shared "peek" consumer of the same cluster (`peek_oldest`) and one
@@ -71,11 +71,16 @@ class AdminHandle:
 
     GROUP_IDLE_S = 600.0  # an offsets reader unused this long is closed (its CR went away)
 
-    def __init__(self, client: Any, bootstrap: str,
-                 consumer_factory: Callable[[], Any] | None = None,
-                 group_reader_factory: Callable[[str], Any] | None = None,
-                 snapshot_consumer_factory: Callable[[], Any] | None = None,
-                 fetch_timeout_s: float = 10.0, token_endpoint: str | None = None):
+    def __init__(
+        self,
+        client: Any,
+        bootstrap: str,
+        consumer_factory: Callable[[], Any] | None = None,
+        group_reader_factory: Callable[[str], Any] | None = None,
+        snapshot_consumer_factory: Callable[[], Any] | None = None,
+        fetch_timeout_s: float = 10.0,
+        token_endpoint: str | None = None,
+    ):
         self.client = client
         self.bootstrap = bootstrap
         self.token_endpoint = token_endpoint  # OAUTHBEARER: named in an authentication failure
@@ -94,8 +99,12 @@ class AdminHandle:
         self.snapshot = OffsetsSnapshot(snapshot_consumer_factory) if snapshot_consumer_factory else None
         self.observer = ClusterObserver(
             self.call,
-            offsets_partitions=lambda: self.snapshot.partitions if self.snapshot and self.snapshot.healthy else None,
-            on_ends=self._snapshot_ends, fetch_timeout_s=fetch_timeout_s)
+            offsets_partitions=lambda: (
+                self.snapshot.partitions if self.snapshot and self.snapshot.healthy else None
+            ),
+            on_ends=self._snapshot_ends,
+            fetch_timeout_s=fetch_timeout_s,
+        )
 
     # --- lifetime ---------------------------------------------------------------------------------
     def _lease(self) -> None:
@@ -254,7 +263,6 @@ class AdminHandle:
         return None
 
 
-
 class SafeAdmin:
     """Stands in for the shared AdminClient in other modules (same method names).
 
@@ -268,8 +276,9 @@ class SafeAdmin:
         self._handle = handle
         self._timeout_s = timeout_s
 
-    def list_consumer_group_offsets(self, requests: list[Any], request_timeout: float | None = None,
-                                    **_: Any) -> dict[str, concurrent.futures.Future]:
+    def list_consumer_group_offsets(
+        self, requests: list[Any], request_timeout: float | None = None, **_: Any
+    ) -> dict[str, concurrent.futures.Future]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         timeout = request_timeout or self._timeout_s
@@ -291,23 +300,30 @@ class SafeAdmin:
         def locked(*args: Any, **kwargs: Any) -> Any:
             _count("admin_other")
             return self._handle.call(self._timeout_s, lambda client: getattr(client, name)(*args, **kwargs))
-        return locked
 
+        return locked
 
 
 class AdminPool:
     """AdminClients shared across CRs, keyed by configuration hash, reference-counted by owner."""
 
-    def __init__(self, factory: Callable[[dict[str, Any]], Any] = _default_factory,
-                 socket_timeout_ms: int = 10_000,
-                 consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
-                 group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]] | None = _group_reader_factory,
-                 fetch_timeout_s: float = 10.0,
-                 snapshot_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = None,
-                 offsets_snapshot: bool = True):
+    def __init__(
+        self,
+        factory: Callable[[dict[str, Any]], Any] = _default_factory,
+        socket_timeout_ms: int = 10_000,
+        consumer_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = _peek_consumer_factory,
+        group_reader_factory: Callable[[Mapping[str, Any]], Callable[[str], Any]]
+        | None = _group_reader_factory,
+        fetch_timeout_s: float = 10.0,
+        snapshot_factory: Callable[[Mapping[str, Any]], Callable[[], Any]] | None = None,
+        offsets_snapshot: bool = True,
+    ):
         self._factory = factory
-        self._snapshot_factory = snapshot_factory if snapshot_factory is not None else (
-            _snapshot_consumer_factory if offsets_snapshot and factory is _default_factory else None)
+        self._snapshot_factory = (
+            snapshot_factory
+            if snapshot_factory is not None
+            else (_snapshot_consumer_factory if offsets_snapshot and factory is _default_factory else None)
+        )
         self._fetch_timeout_s = fetch_timeout_s
         self._consumer_factory = consumer_factory
         self._group_reader_factory = group_reader_factory
@@ -359,21 +375,31 @@ class AdminPool:
                     client = self._factory(full)
                 except Exception as err:  # noqa: BLE001 - e.g. a TLS key librdkafka cannot load
                     # the text of a client-creation error may quote configuration: only its code
-                    raise ObserveError("KafkaConfigInvalid", f"cannot create a Kafka client for "
-                                       f"{conf.get('bootstrap.servers', '')} from spec.kafka and its Secret "
-                                       f"({_error_name(err)}); check the TLS/SASL material") from None
-                handle = AdminHandle(client, conf.get("bootstrap.servers", ""),
-                                     self._consumer_factory(full) if self._consumer_factory else None,
-                                     self._group_reader_factory(full) if self._group_reader_factory else None,
-                                     self._snapshot_factory(full) if self._snapshot_factory else None,
-                                     self._fetch_timeout_s,
-                                     token_endpoint=(
-                                         conf.get("sasl.oauthbearer.token.endpoint.url")
-                                         if conf.get("sasl.mechanism") == "OAUTHBEARER" else None))
+                    raise ObserveError(
+                        "KafkaConfigInvalid",
+                        f"cannot create a Kafka client for "
+                        f"{conf.get('bootstrap.servers', '')} from spec.kafka and its Secret "
+                        f"({_error_name(err)}); check the TLS/SASL material",
+                    ) from None
+                handle = AdminHandle(
+                    client,
+                    conf.get("bootstrap.servers", ""),
+                    self._consumer_factory(full) if self._consumer_factory else None,
+                    self._group_reader_factory(full) if self._group_reader_factory else None,
+                    self._snapshot_factory(full) if self._snapshot_factory else None,
+                    self._fetch_timeout_s,
+                    token_endpoint=(
+                        conf.get("sasl.oauthbearer.token.endpoint.url")
+                        if conf.get("sasl.mechanism") == "OAUTHBEARER"
+                        else None
+                    ),
+                )
                 holder.append(handle)
                 self._handles[key] = handle
-                log.info("kafka admin client created", extra={"bootstrap": handle.bootstrap,
-                                                              "clients": len(self._handles)})
+                log.info(
+                    "kafka admin client created",
+                    extra={"bootstrap": handle.bootstrap, "clients": len(self._handles)},
+                )
             if lease:
                 handle._lease()  # under the pool lock: a concurrent release cannot close it first
             return handle
@@ -393,4 +419,3 @@ class AdminPool:
     def size(self) -> int:
         with self._lock:
             return len(self._handles)
-

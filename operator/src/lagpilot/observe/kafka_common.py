@@ -1,5 +1,6 @@
 """What every Kafka module of the operator shares: request counting, the user-facing errors and
 their classification, bounded locks, librdkafka's log lines (thinned), closing consumers quietly."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -9,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
 
 class _RepeatFilter(logging.Filter):
     """librdkafka repeats a failing connection's line on every retry (every 1-5 s, per broker
@@ -70,7 +72,6 @@ class SecretError(ObserveError):
     """The Kafka credentials Secret is missing or lacks a key (values are never echoed)."""
 
 
-
 def _timed_lock(lock: threading.Lock, timeout_s: float, what: str) -> "_Held":
     """Acquire `lock` within `timeout_s` or raise TimeoutError: a stuck holder never blocks a cycle forever."""
     if not lock.acquire(timeout=max(0.0, timeout_s)):
@@ -87,7 +88,6 @@ class _Held:
 
     def __exit__(self, *exc: Any) -> None:
         self._lock.release()
-
 
 
 def close_quietly(consumer: Any) -> None:
@@ -117,12 +117,17 @@ class _RecentErrors(Protocol):
 
 # --- error classification ------------------------------------------------------------------------
 
-_UNREACHABLE = {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_DESTROY", "NETWORK_EXCEPTION",
-                "BROKER_NOT_AVAILABLE", "_SSL"}
-_AUTHN = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "ILLEGAL_SASL_STATE",
-          "UNSUPPORTED_SASL_MECHANISM"}
-_AUTHZ = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
-          "CLUSTER_AUTHORIZATION_FAILED"}
+_UNREACHABLE = {
+    "_TRANSPORT",
+    "_ALL_BROKERS_DOWN",
+    "_RESOLVE",
+    "_DESTROY",
+    "NETWORK_EXCEPTION",
+    "BROKER_NOT_AVAILABLE",
+    "_SSL",
+}
+_AUTHN = {"_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED", "ILLEGAL_SASL_STATE", "UNSUPPORTED_SASL_MECHANISM"}
+_AUTHZ = {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"}
 _MISSING = {"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"}
 _TIMEOUT = {"_TIMED_OUT", "REQUEST_TIMED_OUT", "_TIMED_OUT_QUEUE"}
 
@@ -146,8 +151,11 @@ def classify(err: BaseException, handle: _RecentErrors | None, topic: str, boots
         recent = handle.recent_error() if handle else None
         name = recent or "_TIMED_OUT"
         if name in _TIMEOUT:
-            return ObserveError("KafkaTimeout", f"no answer from the Kafka cluster at {bootstrap} in time; "
-                                                "is it reachable, and is spec.kafka.securityProtocol right?")
+            return ObserveError(
+                "KafkaTimeout",
+                f"no answer from the Kafka cluster at {bootstrap} in time; "
+                "is it reachable, and is spec.kafka.securityProtocol right?",
+            )
     if name in _MISSING:
         return ObserveError("TopicNotFound", f"topic {topic!r} does not exist on {bootstrap}")
     if name in _AUTHN:
@@ -155,21 +163,32 @@ def classify(err: BaseException, handle: _RecentErrors | None, topic: str, boots
         if token_endpoint:
             # OIDC client credentials: librdkafka reports a refusal at the token endpoint and one at
             # the broker alike, so both places are named (the URL is the CR's, never a credential)
-            return ObserveError("AuthenticationFailed", (
-                f"SASL OAUTHBEARER authentication failed: the token endpoint {token_endpoint} "
-                "(spec.kafka.oauthbearer.tokenEndpointUrl) refused the client credentials from "
-                f"spec.kafka.secretRef, or the Kafka cluster at {bootstrap} refused the token it issued "
-                "(expired, or not for this cluster: issuer, audience or signature)"))
-        return ObserveError("AuthenticationFailed", f"the Kafka cluster at {bootstrap} rejected the "
-                                                    "credentials from spec.kafka.secretRef")
+            return ObserveError(
+                "AuthenticationFailed",
+                (
+                    f"SASL OAUTHBEARER authentication failed: the token endpoint {token_endpoint} "
+                    "(spec.kafka.oauthbearer.tokenEndpointUrl) refused the client credentials from "
+                    f"spec.kafka.secretRef, or the Kafka cluster at {bootstrap} refused the token it issued "
+                    "(expired, or not for this cluster: issuer, audience or signature)"
+                ),
+            )
+        return ObserveError(
+            "AuthenticationFailed",
+            f"the Kafka cluster at {bootstrap} rejected the credentials from spec.kafka.secretRef",
+        )
     if name in _AUTHZ:
-        return ObserveError("AuthorizationFailed", f"the Kafka principal may not describe topic "
-                                                   f"{topic!r} or its group on {bootstrap} ({name})")
+        return ObserveError(
+            "AuthorizationFailed",
+            f"the Kafka principal may not describe topic {topic!r} or its group on {bootstrap} ({name})",
+        )
     if name in _UNREACHABLE:
-        return ObserveError("BrokerUnreachable", f"cannot connect to the Kafka cluster at {bootstrap} ({name})")
+        return ObserveError(
+            "BrokerUnreachable", f"cannot connect to the Kafka cluster at {bootstrap} ({name})"
+        )
     return ObserveError("KafkaError", f"Kafka request to {bootstrap} failed ({name})")
 
 
 def as_exception(err: Any) -> Exception:
     from confluent_kafka import KafkaException
+
     return KafkaException(err)

@@ -1,5 +1,6 @@
 """The operator's librdkafka configuration for one CR's cluster, from spec.kafka and its Secret, and
 the factories of the clients made from it (the admin client, the peek consumer, the offsets readers)."""
+
 from __future__ import annotations
 
 import base64
@@ -13,8 +14,10 @@ from lagpilot.spec import KafkaSpec
 
 
 # the Secret's keys for SASL OAUTHBEARER and the librdkafka settings they fill
-OAUTH_SECRET_KEYS = (("clientId", "sasl.oauthbearer.client.id"),
-                     ("clientSecret", "sasl.oauthbearer.client.secret"))
+OAUTH_SECRET_KEYS = (
+    ("clientId", "sasl.oauthbearer.client.id"),
+    ("clientSecret", "sasl.oauthbearer.client.secret"),
+)
 
 
 def _decode(data: Mapping[str, str], key: str, where: str) -> str | None:
@@ -24,11 +27,14 @@ def _decode(data: Mapping[str, str], key: str, where: str) -> str | None:
     try:
         return base64.b64decode(raw, validate=True).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
-        raise SecretError("SecretMalformed", f"{where}: key {key!r} is not valid base64-encoded UTF-8") from None
+        raise SecretError(
+            "SecretMalformed", f"{where}: key {key!r} is not valid base64-encoded UTF-8"
+        ) from None
 
 
-def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
-                 secret_name: str | None = None) -> dict[str, str]:
+def admin_config(
+    kafka: KafkaSpec, secret_data: Mapping[str, str] | None, secret_name: str | None = None
+) -> dict[str, str]:
     """librdkafka configuration for the operator's own admin connection.
 
     `secret_data` is the Secret's `data` (base64 values, as the API returns them). Raises
@@ -54,18 +60,25 @@ def admin_config(kafka: KafkaSpec, secret_data: Mapping[str, str] | None,
         for key, opt in OAUTH_SECRET_KEYS:
             value = _decode(secret_data, key, where)
             if not value:
-                raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} "
-                                                     "(needed for SASL OAUTHBEARER)")
+                raise SecretError(
+                    "SecretMalformed", f"{where} has no non-empty key {key!r} (needed for SASL OAUTHBEARER)"
+                )
             conf[opt] = value
     elif kafka.uses_sasl:
         for key, opt in (("username", "sasl.username"), ("password", "sasl.password")):
             value = _decode(secret_data, key, where)
             if not value:
-                raise SecretError("SecretMalformed", f"{where} has no non-empty key {key!r} (needed for {kafka.security_protocol})")
+                raise SecretError(
+                    "SecretMalformed",
+                    f"{where} has no non-empty key {key!r} (needed for {kafka.security_protocol})",
+                )
             conf[opt] = value
     if kafka.uses_ssl:
-        for key, opt in (("ca.crt", "ssl.ca.pem"), ("tls.crt", "ssl.certificate.pem"),
-                         ("tls.key", "ssl.key.pem")):
+        for key, opt in (
+            ("ca.crt", "ssl.ca.pem"),
+            ("tls.crt", "ssl.certificate.pem"),
+            ("tls.key", "ssl.key.pem"),
+        ):
             value = _decode(secret_data, key, where)
             if value:
                 conf[opt] = value
@@ -81,45 +94,55 @@ def config_key(conf: Mapping[str, str]) -> str:
 
 def _default_factory(conf: dict[str, Any]) -> Any:
     from confluent_kafka.admin import AdminClient
-    return AdminClient(conf)
 
+    return AdminClient(conf)
 
 
 def _peek_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
     """A consumer that only reads one record per lagging partition: it never joins or commits to
     any group (manual assign; the group.id is required by librdkafka but never used on the broker
     side for assign + consume without commits)."""
+
     def make() -> Any:
         from confluent_kafka import Consumer
-        return Consumer({
-            **consumer_base(conf),
-            "client.id": "lagpilot-operator-peek",
-            "group.id": "lagpilot-operator-peek",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": False,
-            "isolation.level": "read_committed",
-            # one record per partition is all we want: keep fetches small (librdkafka requires
-            # fetch.max.bytes >= message.max.bytes; at least one record is always returned)
-            "message.max.bytes": 65536,
-            "fetch.max.bytes": 65536,
-            "max.partition.fetch.bytes": 4096,
-            "fetch.wait.max.ms": 100,
-            "queued.max.messages.kbytes": 1024,
-        })
+
+        return Consumer(
+            {
+                **consumer_base(conf),
+                "client.id": "lagpilot-operator-peek",
+                "group.id": "lagpilot-operator-peek",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "isolation.level": "read_committed",
+                # one record per partition is all we want: keep fetches small (librdkafka requires
+                # fetch.max.bytes >= message.max.bytes; at least one record is always returned)
+                "message.max.bytes": 65536,
+                "fetch.max.bytes": 65536,
+                "max.partition.fetch.bytes": 4096,
+                "fetch.wait.max.ms": 100,
+                "queued.max.messages.kbytes": 1024,
+            }
+        )
+
     return make
 
 
 def _group_reader_factory(conf: Mapping[str, Any]) -> Callable[[str], Any]:
     """A Consumer with the observed group's id, for `committed()` only: it never subscribes (so it
     never joins the group or triggers a rebalance) and never commits."""
+
     def make(group_id: str) -> Any:
         from confluent_kafka import Consumer
-        return Consumer({
-            **consumer_base(conf),
-            "client.id": "lagpilot-operator-offsets",
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-        })
+
+        return Consumer(
+            {
+                **consumer_base(conf),
+                "client.id": "lagpilot-operator-offsets",
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+            }
+        )
+
     return make

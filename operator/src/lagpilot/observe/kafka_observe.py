@@ -27,6 +27,7 @@ Errors become `ObserveError(reason, message)` with a CamelCase reason the handle
 `Degraded` condition: TopicNotFound, AuthenticationFailed, AuthorizationFailed, BrokerUnreachable,
 KafkaTimeout, KafkaError. Messages name the bootstrap servers and the topic, never credentials.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,20 +61,45 @@ from lagpilot.observe.offsets_snapshot import (
 from lagpilot_runtime import commit_metadata
 from lagpilot_runtime.commit_metadata import CapacityReport
 
-__all__ = ["AdminHandle", "AdminPool", "ClusterObserver", "ClusterView", "ObserveError",
-           "Observation", "OFFSETS_TOPIC", "OffsetsSnapshot", "PartitionOffsets", "SafeAdmin", "SecretError",
-           "TopicWatermarks", "_KAFKA_LOG", "_RepeatFilter", "_snapshot_consumer_factory", "admin_config",
-           "classify", "committed_offsets", "has_commits", "config_key", "cycle_phase_s", "observe", "observe_max_age_s", "offsets_partition_for",
-           "parse_offset_commit", "peek_oldest", "set_request_counter"]
+__all__ = [
+    "AdminHandle",
+    "AdminPool",
+    "ClusterObserver",
+    "ClusterView",
+    "ObserveError",
+    "Observation",
+    "OFFSETS_TOPIC",
+    "OffsetsSnapshot",
+    "PartitionOffsets",
+    "SafeAdmin",
+    "SecretError",
+    "TopicWatermarks",
+    "_KAFKA_LOG",
+    "_RepeatFilter",
+    "_snapshot_consumer_factory",
+    "admin_config",
+    "classify",
+    "committed_offsets",
+    "has_commits",
+    "config_key",
+    "cycle_phase_s",
+    "observe",
+    "observe_max_age_s",
+    "offsets_partition_for",
+    "parse_offset_commit",
+    "peek_oldest",
+    "set_request_counter",
+]
 
 log = logging.getLogger(__name__)
+
 
 def cycle_phase_s(key: str, poll_interval_s: float, max_age_cap_s: float = 5.0) -> float:
     """Where in its poll interval a CR's cycle starts (`reconcile.aligned_delay`): spread over the
     first 60 % of the freshness bound by a hash of the CR's key, so the cycles of many CRs do not
     reach the API server (and the GIL) in one burst, yet all fall within one cluster view's
     freshness and share it. Stable across operator restarts."""
-    frac = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") / 2 ** 32
+    frac = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") / 2**32
     return frac * 0.6 * observe_max_age_s(poll_interval_s, max_age_cap_s)
 
 
@@ -108,8 +134,15 @@ class Observation:
 
 # --- the observation -----------------------------------------------------------------------------
 
-def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 10.0,
-            clock: Callable[[], float] = time.time, max_age_s: float = 0.0) -> Observation:
+
+def observe(
+    handle: AdminHandle,
+    topic: str,
+    group_id: str,
+    timeout_s: float = 10.0,
+    clock: Callable[[], float] = time.time,
+    max_age_s: float = 0.0,
+) -> Observation:
     """Partition count, earliest/latest/committed offsets and capacity reports for one group, from
     a view of the cluster read at most `max_age_s` before the call (0: read after the call).
 
@@ -131,11 +164,19 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
             # the commits as of the view's __consumer_offsets end (read before the topic's ends)
             gp = snap.group_partition(group_id)
             end = wm.offsets_ends.get(gp) if gp is not None else None
-            got = (snap.committed(group_id, topic, list(wm.partitions), end, min(2.0, left() / 2))
-                   if end is not None else None)
+            got = (
+                snap.committed(group_id, topic, list(wm.partitions), end, min(2.0, left() / 2))
+                if end is not None
+                else None
+            )
             if got is not None:
-                return _observation(topic, group_id, wm, [
-                    (p, off if off is not None and off >= 0 else None, meta) for p, off, meta in got], view.read_at)
+                return _observation(
+                    topic,
+                    group_id,
+                    wm,
+                    [(p, off if off is not None and off >= 0 else None, meta) for p, off, meta in got],
+                    view.read_at,
+                )
             _count("snapshot_fallback")
         # the group's own OffsetFetch first, then a view read after it answered (ends after commits)
         ids = list(wm.partitions)
@@ -149,7 +190,9 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
     except ObserveError:
         raise
     except NoPartitions:
-        raise ObserveError("TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}") from None
+        raise ObserveError(
+            "TopicNotFound", f"topic {topic!r} has no partitions on {handle.bootstrap}"
+        ) from None
     except Exception as err:  # noqa: BLE001 - every Kafka failure is classified for the user
         raise classify(err, handle, topic, handle.bootstrap) from None
 
@@ -162,20 +205,27 @@ def observe(handle: AdminHandle, topic: str, group_id: str, timeout_s: float = 1
     return _observation(topic, group_id, wm, rows, view.read_at)
 
 
-def _observation(topic: str, group_id: str, wm: TopicWatermarks,
-                 rows: list[tuple[int, int | None, str | None]], now: float) -> Observation:
+def _observation(
+    topic: str, group_id: str, wm: TopicWatermarks, rows: list[tuple[int, int | None, str | None]], now: float
+) -> Observation:
     committed = {p: (off, commit_metadata.decode(meta)) for p, off, meta in rows}
     parts = tuple(
-        PartitionOffsets(partition=i, earliest=int(wm.earliest[i]), latest=int(wm.latest[i]),
-                         committed=committed.get(i, (None, None))[0],
-                         capacity=committed.get(i, (None, None))[1])
-        for i in wm.partitions if i in wm.earliest and i in wm.latest
+        PartitionOffsets(
+            partition=i,
+            earliest=int(wm.earliest[i]),
+            latest=int(wm.latest[i]),
+            committed=committed.get(i, (None, None))[0],
+            capacity=committed.get(i, (None, None))[1],
+        )
+        for i in wm.partitions
+        if i in wm.earliest and i in wm.latest
     )
     return Observation(topic=topic, group_id=group_id, observed_at=now, partitions=parts)
 
 
-def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float,
-                snapshot_wait_s: float = 5.0) -> bool | None:
+def has_commits(
+    handle: AdminHandle, topic: str, group_id: str, timeout_s: float, snapshot_wait_s: float = 5.0
+) -> bool | None:
     """Whether `group_id` has a commit on `topic`, from the `__consumer_offsets` snapshot as of a
     view whose reads started after this call (every commit made before the call is seen); no
     OffsetFetch, no per-group consumer. None when the snapshot cannot say (disabled, not loaded
@@ -192,8 +242,13 @@ def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float
         end = wm.offsets_ends.get(gp) if gp is not None else None
         if end is None:
             return None
-        got = snap.committed(group_id, topic, list(wm.partitions), end,
-                             max(0.0, min(snapshot_wait_s, timeout_s - (time.monotonic() - started))))
+        got = snap.committed(
+            group_id,
+            topic,
+            list(wm.partitions),
+            end,
+            max(0.0, min(snapshot_wait_s, timeout_s - (time.monotonic() - started))),
+        )
     except Exception:  # noqa: BLE001 - the caller's exact path reports (and classifies) errors
         return None
     if got is None:
@@ -201,8 +256,9 @@ def has_commits(handle: AdminHandle, topic: str, group_id: str, timeout_s: float
     return any(off is not None and off >= 0 for _p, off, _meta in got)
 
 
-def committed_offsets(handle: AdminHandle, group_id: str, topic: str, partitions: list[int],
-                      timeout_s: float) -> dict[int, int | None]:
+def committed_offsets(
+    handle: AdminHandle, group_id: str, topic: str, partitions: list[int], timeout_s: float
+) -> dict[int, int | None]:
     """A group's committed offset per partition (None: none committed), for other modules (the
     drain's progress groups): use this, not `AdminClient.list_consumer_group_offsets` (see the
     module docstring: that call can crash the process). Raises ObserveError."""
@@ -218,9 +274,9 @@ def committed_offsets(handle: AdminHandle, group_id: str, topic: str, partitions
     return out
 
 
-
-def peek_oldest(handle: AdminHandle, topic: str, positions: Mapping[int, int],
-                timeout_s: float = 2.0) -> dict[int, float]:
+def peek_oldest(
+    handle: AdminHandle, topic: str, positions: Mapping[int, int], timeout_s: float = 2.0
+) -> dict[int, float]:
     """Timestamp (unix seconds) of the record at each given position: the oldest record the group
     has not processed yet, per partition. Best effort: partitions whose record does not arrive in
     time, or whose records carry no timestamp, are left out; failures return what was read.
@@ -243,8 +299,9 @@ def peek_oldest(handle: AdminHandle, topic: str, positions: Mapping[int, int],
         try:
             consumer.assign([TopicPartition(topic, p, off) for p, off in sorted(positions.items())])
             while len(out) < len(positions) and time.monotonic() < deadline:
-                for msg in consumer.consume(num_messages=len(positions) * 4,
-                                            timeout=max(0.05, deadline - time.monotonic())):
+                for msg in consumer.consume(
+                    num_messages=len(positions) * 4, timeout=max(0.05, deadline - time.monotonic())
+                ):
                     if msg.error() is not None or msg.topic() != topic:
                         continue
                     p = msg.partition()

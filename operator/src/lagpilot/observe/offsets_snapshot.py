@@ -12,6 +12,7 @@ further. Once loaded, the snapshot's partitions are paused; the cluster observat
 partitions of the registered groups up to the ends it read (`want`), once per observation, so the
 snapshot's Fetch requests follow the observations, not the cluster's commit traffic.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ def _java_string_hash(s: str) -> int:
     h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
     return h - (1 << 32) if h >= (1 << 31) else h
 
 
@@ -49,8 +50,9 @@ _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 
 
-def parse_offset_commit(key: bytes | None, value: bytes | None
-                        ) -> tuple[str, str, int, tuple[int, str | None] | None] | None:
+def parse_offset_commit(
+    key: bytes | None, value: bytes | None
+) -> tuple[str, str, int, tuple[int, str | None] | None] | None:
     """One `__consumer_offsets` record → (group, topic, partition, (offset, metadata) or None for a
     deleted offset); None for other record types (group metadata, new-protocol records) or bytes
     this parser does not understand. Key versions 0/1 = OffsetCommitKey; value versions 0-3 plain,
@@ -75,12 +77,12 @@ def _offset_commit_key(key: bytes | None) -> tuple[str, str, int] | None:
     n = _H.unpack_from(key, 2)[0]
     if n < 0 or len(key) < 4 + n:
         return None
-    group = key[4:4 + n].decode()
+    group = key[4 : 4 + n].decode()
     pos = 4 + n
     n = _H.unpack_from(key, pos)[0]
     if n < 0 or len(key) < pos + 2 + n + 4:
         return None
-    return group, key[pos + 2:pos + 2 + n].decode(), _I.unpack_from(key, pos + 2 + n)[0]
+    return group, key[pos + 2 : pos + 2 + n].decode(), _I.unpack_from(key, pos + 2 + n)[0]
 
 
 def _offset_commit_value(value: bytes) -> tuple[int, str | None] | None:
@@ -114,7 +116,7 @@ def _compact_string(value: bytes, pos: int) -> tuple[bool, str | None]:
             break
     if n > 0 and len(value) < pos + n - 1:
         return False, None
-    return True, (None if n == 0 else value[pos:pos + n - 1].decode())
+    return True, (None if n == 0 else value[pos : pos + n - 1].decode())
 
 
 def _string(value: bytes, pos: int) -> tuple[bool, str | None]:
@@ -122,7 +124,7 @@ def _string(value: bytes, pos: int) -> tuple[bool, str | None]:
     n = _H.unpack_from(value, pos)[0]
     if n >= 0 and len(value) < pos + 2 + n:
         return False, None
-    return True, (None if n < 0 else value[pos + 2:pos + 2 + n].decode())
+    return True, (None if n < 0 else value[pos + 2 : pos + 2 + n].decode())
 
 
 Commit = tuple[int, str | None]  # (offset, metadata)
@@ -168,17 +170,22 @@ class OffsetsSnapshot:
         self.records = 0
         self.loaded = False  # every partition read to its end once (the first load is done)
 
-
     def start(self) -> None:
         """Start the reading thread; after a failure, start it again once RESTART_S have passed."""
         with self._cond:
             if self._stop.is_set():
                 return
-            if self._thread is not None and self.failed is not None and not self._thread.is_alive() \
-                    and time.monotonic() - self._failed_at >= self.RESTART_S:
+            if (
+                self._thread is not None
+                and self.failed is not None
+                and not self._thread.is_alive()
+                and time.monotonic() - self._failed_at >= self.RESTART_S
+            ):
                 self._thread, self.failed, self.partitions = None, None, None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="lagpilot-offsets-snapshot", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name="lagpilot-offsets-snapshot", daemon=True
+                )
                 self._thread.start()
 
     def stop(self) -> None:
@@ -212,7 +219,9 @@ class OffsetsSnapshot:
                 behind = self._behind()
                 if not self.loaded and eof_seen == every:
                     self.loaded = True
-                    log.info("offsets snapshot loaded", extra={"partitions": len(every), "records": self.records})
+                    log.info(
+                        "offsets snapshot loaded", extra={"partitions": len(every), "records": self.records}
+                    )
                 active = _pause_resume(consumer, every, set(every) if eof_seen != every else behind, active)
                 if not active:
                     self._idle(consumer)
@@ -223,7 +232,9 @@ class OffsetsSnapshot:
                 self.failed = str(err)[:200]
                 self._failed_at = time.monotonic()
                 self._cond.notify_all()
-            log.warning("offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed})
+            log.warning(
+                "offsets snapshot stopped; per-group OffsetFetch is used", extra={"error": self.failed}
+            )
         finally:
             close_quietly(consumer)
 
@@ -234,7 +245,9 @@ class OffsetsSnapshot:
         md = consumer.list_topics(OFFSETS_TOPIC, timeout=10)
         t = md.topics.get(OFFSETS_TOPIC)
         if t is None or t.error is not None or not t.partitions:
-            raise RuntimeError(f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})")
+            raise RuntimeError(
+                f"{OFFSETS_TOPIC} not readable ({_error_name(t.error) if t is not None and t.error else 'absent'})"
+            )
         tps = [TopicPartition(OFFSETS_TOPIC, p, OFFSET_BEGINNING) for p in sorted(t.partitions)]
         consumer.assign(tps)
         with self._cond:
@@ -302,8 +315,9 @@ class OffsetsSnapshot:
         n = self.partitions
         return offsets_partition_for(group_id, n) if n else None
 
-    def committed(self, group_id: str, topic: str, partitions: list[int], end: int,
-                  timeout_s: float) -> list[tuple[int, int | None, str | None]] | None:
+    def committed(
+        self, group_id: str, topic: str, partitions: list[int], end: int, timeout_s: float
+    ) -> list[tuple[int, int | None, str | None]] | None:
         """[(partition, committed offset or None, metadata)] as of `end` of the group's
         `__consumer_offsets` partition, once the snapshot has read it up to `end`; None when it
         cannot within `timeout_s`."""
@@ -337,26 +351,30 @@ def _as_of(hist: list[tuple[int, Commit | None]] | None, end: int) -> Commit | N
 def _snapshot_consumer_factory(conf: Mapping[str, Any]) -> Callable[[], Any]:
     def make() -> Any:
         from confluent_kafka import Consumer
-        return Consumer({
-            **consumer_base(conf),
-            "client.id": "lagpilot-operator-offsets-snapshot",
-            "group.id": "lagpilot-operator-offsets-snapshot",  # never joined, never committed to
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",  # compaction/retention moved the start: never skip ahead
-            # a resumed partition is read in few Fetches even while the cluster commits all the time:
-            # the broker answers after 100 ms (or 1 MB), not at every new commit record; the
-            # snapshot pauses the partition once at the wanted end (before: ~12 Fetches per view
-            # with 58 commits/s on one partition, measured)
-            "fetch.wait.max.ms": 100,
-            "fetch.min.bytes": 1_048_576,
-            # its Fetch requests are counted (lagpilot_kafka_requests_total{kind="offsets_topic_fetch"})
-            # from librdkafka's statistics, served by consume() in the snapshot's own thread
-            "statistics.interval.ms": 5000,
-            "stats_cb": _FetchCounter(),
-        })
+
+        return Consumer(
+            {
+                **consumer_base(conf),
+                "client.id": "lagpilot-operator-offsets-snapshot",
+                "group.id": "lagpilot-operator-offsets-snapshot",  # never joined, never committed to
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",  # compaction/retention moved the start: never skip ahead
+                # a resumed partition is read in few Fetches even while the cluster commits all the time:
+                # the broker answers after 100 ms (or 1 MB), not at every new commit record; the
+                # snapshot pauses the partition once at the wanted end (before: ~12 Fetches per view
+                # with 58 commits/s on one partition, measured)
+                "fetch.wait.max.ms": 100,
+                "fetch.min.bytes": 1_048_576,
+                # its Fetch requests are counted (lagpilot_kafka_requests_total{kind="offsets_topic_fetch"})
+                # from librdkafka's statistics, served by consume() in the snapshot's own thread
+                "statistics.interval.ms": 5000,
+                "stats_cb": _FetchCounter(),
+            }
+        )
+
     return make
 
 
@@ -375,4 +393,3 @@ class _FetchCounter:
         if total >= self._last:
             _count("offsets_topic_fetch", total - self._last)
         self._last = total
-

@@ -5,6 +5,7 @@
 is not turned into a time (it would need the partition's size and byte rate): a topic limited by
 bytes only is treated as unknown.
 """
+
 from __future__ import annotations
 
 import logging

@@ -2,6 +2,7 @@
 replica count (`apply_deployment`, also called by the create/update/resume handlers and by the drain
 executor to scale), creating a missing Deployment, scaling to 0 while paused, scaling to the
 decision's count, and the estimator's events."""
+
 from __future__ import annotations
 
 import logging
@@ -25,6 +26,7 @@ def clamp_initial(spec: GroupSpec, status: Mapping[str, Any]) -> int:
     if spec.paused:
         return 0
     from lagpilot.decide.handoff import replicas_override_raw
+
     if replicas_override_raw(status.get("drain")) == 0:
         return 0  # the quiesce fallback of the hand-off emptied the group: keep it empty
     s = spec.scaling
@@ -46,8 +48,13 @@ def dep_replicas(dep: Mapping[str, Any] | None) -> tuple[int, int, int]:
     return spec_r, int(st.get("replicas") or 0), int(st.get("readyReplicas") or 0)
 
 
-def apply_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None,
-                     deps: Deps, replicas: int | None = None) -> int:
+def apply_deployment(
+    ref: GroupRef,
+    raw_spec: Mapping[str, Any],
+    raw_status: Mapping[str, Any] | None,
+    deps: Deps,
+    replicas: int | None = None,
+) -> int:
     """Server-side apply the consumer Deployment; returns the replica count applied.
 
     Raises SpecError (invalid spec) or KubeError (API failure) for the handler to translate.
@@ -55,13 +62,20 @@ def apply_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Map
     spec = parse_spec(raw_spec)
     n = clamp_initial(spec, raw_status or {}) if replicas is None else replicas
     # the CR's hand-off key Secret first (created on first use): the pods reference it (M8)
-    kid = deps.drain.handoff_key_id(ref.namespace, ref.name, ref.uid) if deps.drain is not None and ref.uid else ""
-    deps.kube.apply_deployment(build_deployment(ref.name, ref.namespace, ref.uid, spec, n, deps.version, handoff_key_id=kid))
+    kid = (
+        deps.drain.handoff_key_id(ref.namespace, ref.name, ref.uid)
+        if deps.drain is not None and ref.uid
+        else ""
+    )
+    deps.kube.apply_deployment(
+        build_deployment(ref.name, ref.namespace, ref.uid, spec, n, deps.version, handoff_key_id=kid)
+    )
     return n
 
 
-def ensure_deployment(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any],
-                      deps: Deps) -> tuple[int, int, int]:
+def ensure_deployment(
+    ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], deps: Deps
+) -> tuple[int, int, int]:
     """The Deployment's replicas (`dep_replicas`), after creating it if it is missing."""
     dname = deployment_name(ref.name)
     dep = deps.kube.get_deployment(ref.namespace, dname)
@@ -86,8 +100,9 @@ def consumers_not_ready(ref: GroupRef, deps: Deps) -> str:
         return ""
 
 
-def pause(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], deps: Deps,
-          cur: int) -> int | None:
+def pause(
+    ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], deps: Deps, cur: int
+) -> int | None:
     """spec.paused: scale the Deployment to 0; the count applied (None: it already was 0)."""
     if cur == 0:
         return None
@@ -96,8 +111,16 @@ def pause(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any],
     return 0
 
 
-def scale(ref: GroupRef, raw_spec: Mapping[str, Any], status: Mapping[str, Any], deps: Deps, cur: int,
-          decision: Decision, held: bool, now: float) -> tuple[int | None, Any]:
+def scale(
+    ref: GroupRef,
+    raw_spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    deps: Deps,
+    cur: int,
+    decision: Decision,
+    held: bool,
+    now: float,
+) -> tuple[int | None, Any]:
     """Apply the decided replica count when it differs from the Deployment's and the drain hand-off
     does not hold it: (the count applied or None, status.lastScaleTime)."""
     applied: int | None = None
@@ -121,8 +144,16 @@ def emit_estimate_events(spec: GroupSpec, est: est_mod.EstimatorState, deps: Dep
         kind, _, rest = e.partition(":")
         if kind == "DataLoss":
             p, _, n = rest.partition(":")
-            deps.emit("Warning", "DataLoss", f"retention deleted {n} records of partition {p} of topic "
-                                             f"{spec.topic!r} before group {spec.group_id!r} consumed them")
+            deps.emit(
+                "Warning",
+                "DataLoss",
+                f"retention deleted {n} records of partition {p} of topic "
+                f"{spec.topic!r} before group {spec.group_id!r} consumed them",
+            )
         elif kind == "OffsetsWentBackwards":
-            deps.emit("Warning", "OffsetsWentBackwards", f"offsets of partition {rest} of topic {spec.topic!r} "
-                                                         "moved backwards (topic recreated?); its estimate was reset")
+            deps.emit(
+                "Warning",
+                "OffsetsWentBackwards",
+                f"offsets of partition {rest} of topic {spec.topic!r} "
+                "moved backwards (topic recreated?); its estimate was reset",
+            )

@@ -20,6 +20,7 @@ broker, rejected credentials, or an invalid spec set `Degraded=True` with a Came
 message naming the cause (never a secret), post a Warning event, count a metric, and return a
 back-off delay (exponential, capped) for the next attempt.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,13 +39,26 @@ from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
 from lagpilot.observe.kafka_observe import ObserveError, cycle_phase_s
-from lagpilot.reconcile.act import (consumers_not_ready, dep_replicas, emit_estimate_events, ensure_deployment, pause,
-                                   scale)
+from lagpilot.reconcile.act import (
+    consumers_not_ready,
+    dep_replicas,
+    emit_estimate_events,
+    ensure_deployment,
+    pause,
+    scale,
+)
 from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.reconcile.drain import drains_of, last_drain_end, retention_s, run_drain
 from lagpilot.reconcile.observe import Observed, group_consumers, observe
-from lagpilot.reconcile.report import (current_status, cycle_status, load_memory, paused_status, report_metrics,
-                                       save_memory, write_status)
+from lagpilot.reconcile.report import (
+    current_status,
+    cycle_status,
+    load_memory,
+    paused_status,
+    report_metrics,
+    save_memory,
+    write_status,
+)
 from lagpilot.spec import GroupSpec, SpecError, parse_spec
 
 log = logging.getLogger(__name__)
@@ -66,8 +80,10 @@ def backoff_s(failures: int, lo: float, hi: float) -> float:
 
 # --- the control loop cycle ---------------------------------------------------------------------
 
-def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None,
-              deps: Deps, cache: Cache) -> CycleResult:
+
+def run_cycle(
+    ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[str, Any] | None, deps: Deps, cache: Cache
+) -> CycleResult:
     """One observe → decide → act → report pass. Never raises for expected failures."""
     started = time.monotonic()
     cache.timing = {}
@@ -76,8 +92,16 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
     try:
         spec = parse_spec(raw_spec)
     except SpecError as err:
-        return _fail(ref, status, deps, cache, now, "InvalidSpec", f"spec is invalid: {err}",
-                     delay=deps.max_backoff_seconds)
+        return _fail(
+            ref,
+            status,
+            deps,
+            cache,
+            now,
+            "InvalidSpec",
+            f"spec is invalid: {err}",
+            delay=deps.max_backoff_seconds,
+        )
     try:
         # the Kafka handle's lease ends with the cycle: the pool never closes it under us
         with contextlib.ExitStack() as leases:
@@ -87,7 +111,9 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
     except StatusConflict as err:
         # another writer (a second operator instance, a person) changed status.drain since this
         # cycle read it: nothing of this step was recorded; the next cycle re-reads and decides again
-        log.warning("status changed by another writer; deciding again", extra={"group": ref.key, "error": str(err)})
+        log.warning(
+            "status changed by another writer; deciding again", extra={"group": ref.key, "error": str(err)}
+        )
         deps.metrics.count_error(ref.namespace, ref.name, "StatusConflict")
         cache.last_status = None  # the cached copy is what conflicted: take the API server's next time
         return CycleResult(False, deps.min_backoff_seconds, "StatusConflict")
@@ -100,8 +126,16 @@ def run_cycle(ref: GroupRef, raw_spec: Mapping[str, Any], raw_status: Mapping[st
     return result
 
 
-def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: dict[str, Any],
-           deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack) -> CycleResult:
+def _cycle(
+    ref: GroupRef,
+    spec: GroupSpec,
+    raw_spec: Mapping[str, Any],
+    status: dict[str, Any],
+    deps: Deps,
+    cache: Cache,
+    now: float,
+    leases: contextlib.ExitStack,
+) -> CycleResult:
     """The phases in order, each timed into `cache.timing`: deployment, then (paused: scale to 0 and
     report) observe (kafka_config, observe, peek, runtime), decide (step), act, drain, report (write)."""
     poll = spec.scaling.poll_interval_seconds
@@ -126,21 +160,53 @@ def _cycle(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: 
     emit_estimate_events(spec, est, deps)
     mark("act")
     target = applied if applied is not None else cur
-    drain_out = run_drain(ref, spec, raw_spec, status, seen, out.decision, target, deps, out.runtime_replicas,
-                          hand_back=out.hand_back)
+    drain_out = run_drain(
+        ref,
+        spec,
+        raw_spec,
+        status,
+        seen,
+        out.decision,
+        target,
+        deps,
+        out.runtime_replicas,
+        hand_back=out.hand_back,
+    )
     mark("drain")
 
     not_ready = consumers_not_ready(ref, deps) if ready < cur else ""
-    new = cycle_status(ref, spec, status, seen.snap, out, est, (cur, pods, ready), target,
-                       last_scale_time, drain_out, now, not_ready=not_ready)
+    new = cycle_status(
+        ref,
+        spec,
+        status,
+        seen.snap,
+        out,
+        est,
+        (cur, pods, ready),
+        target,
+        last_scale_time,
+        drain_out,
+        now,
+        not_ready=not_ready,
+    )
     # status.drain: the executor wrote every change itself, guarded (resourceVersion)
     guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()
     write_status(ref, status, new, deps, cache, written=guarded)
-    return _finish_cycle(ref, spec, status, new, seen.snap, out, state, target, applied, deps, cache, now, mark)
+    return _finish_cycle(
+        ref, spec, status, new, seen.snap, out, state, target, applied, deps, cache, now, mark
+    )
 
 
-def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], deps: Deps, cache: Cache,
-                     now: float, leases: contextlib.ExitStack, mark: _Marks) -> CycleResult:
+def _recommend_cycle(
+    ref: GroupRef,
+    spec: GroupSpec,
+    status: dict[str, Any],
+    deps: Deps,
+    cache: Cache,
+    now: float,
+    leases: contextlib.ExitStack,
+    mark: _Marks,
+) -> CycleResult:
     """spec.mode Recommend (docs/recommend.md): observe and decide as in mode Act, publish the
     decision (status.recommendation, a Recommendation event when it changes, metrics), and write
     nothing else anywhere: no Deployment created or scaled, no drain, no offset, no adoption."""
@@ -148,11 +214,20 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
     dep = deps.kube.get_deployment(ref.namespace, deployment_name(ref.name))
     mark("deployment")
     if spec.paused:
-        new = {"observedGeneration": ref.generation, "recommendation": None,
-               "conditions": merge_conditions(status.get("conditions"), [
-                   Condition("Ready", FALSE, "Paused", "spec.paused is true: no recommendations"),
-                   Condition("Scaling", FALSE, "Paused", "no decisions while paused"),
-                   Condition("Degraded", FALSE, "AsExpected", "")], ref.generation, now)}
+        new = {
+            "observedGeneration": ref.generation,
+            "recommendation": None,
+            "conditions": merge_conditions(
+                status.get("conditions"),
+                [
+                    Condition("Ready", FALSE, "Paused", "spec.paused is true: no recommendations"),
+                    Condition("Scaling", FALSE, "Paused", "no decisions while paused"),
+                    Condition("Degraded", FALSE, "AsExpected", ""),
+                ],
+                ref.generation,
+                now,
+            ),
+        }
         write_status(ref, status, new, deps, cache)
         return CycleResult(True, poll, "Paused")
     seen = observe(ref, spec, deps, cache, now, leases, mark)
@@ -160,7 +235,9 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
         cur, pods, ready = dep_replicas(dep)
         source = recommend.SOURCE_DEPLOYMENT
     else:
-        cur = pods = ready = group_consumers(seen.handle, spec.group_id, spec.topic, deps.kafka_timeout_seconds)
+        cur = pods = ready = group_consumers(
+            seen.handle, spec.group_id, spec.topic, deps.kafka_timeout_seconds
+        )
         source = recommend.SOURCE_MEMBERS
     mark("members")
     snap = seen.snap
@@ -173,9 +250,16 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
         if sample is not None:
             snap = recommend.with_capacity(snap, sample)
         prev_source = (status.get("recommendation") or {}).get("capacitySource")
-        cap_source = (recommend.CAP_COMMITTED if sample is not None or
-                      (prev_est is not None and prev_est.capacity_per_replica is not None
-                       and prev_source == recommend.CAP_COMMITTED) else recommend.CAP_UNKNOWN)
+        cap_source = (
+            recommend.CAP_COMMITTED
+            if sample is not None
+            or (
+                prev_est is not None
+                and prev_est.capacity_per_replica is not None
+                and prev_source == recommend.CAP_COMMITTED
+            )
+            else recommend.CAP_UNKNOWN
+        )
     seen = dataclasses.replace(seen, snap=snap)
     out, state = _decide(spec, status, memory, seen, cur, deps, now, ready=ready)
     est = state.estimator
@@ -185,25 +269,59 @@ def _recommend_cycle(ref: GroupRef, spec: GroupSpec, status: dict[str, Any], dep
     rec = recommend.recommendation(out.decision, cur, source, cap_source, status.get("recommendation"), now)
     if recommend.changed(status.get("recommendation"), rec):
         deps.emit("Normal", "Recommendation", recommend.event_message(ref.name, rec))
-        log.info("recommendation", extra={"group": ref.key, "current": cur, "recommended": rec["replicas"],
-                                          "drain": rec["drain"], "reason": rec["reason"], "source": source,
-                                          "capacity_source": cap_source})
+        log.info(
+            "recommendation",
+            extra={
+                "group": ref.key,
+                "current": cur,
+                "recommended": rec["replicas"],
+                "drain": rec["drain"],
+                "reason": rec["reason"],
+                "source": source,
+                "capacity_source": cap_source,
+            },
+        )
     # nothing is held and nothing was scaled: the status of a cycle that kept `cur`, whose Scaling
     # condition says what it would have done
-    new = cycle_status(ref, spec, status, snap, dataclasses.replace(out, held=False), est,
-                       (cur, pods, ready), cur, status.get("lastScaleTime"), None, now)
+    new = cycle_status(
+        ref,
+        spec,
+        status,
+        snap,
+        dataclasses.replace(out, held=False),
+        est,
+        (cur, pods, ready),
+        cur,
+        status.get("lastScaleTime"),
+        None,
+        now,
+    )
     new["desiredReplicas"] = out.decision.desired_replicas
     new["recommendation"] = rec
-    new["conditions"] = merge_conditions(new["conditions"], [recommend.scaling_condition(rec)], ref.generation, now)
+    new["conditions"] = merge_conditions(
+        new["conditions"], [recommend.scaling_condition(rec)], ref.generation, now
+    )
     write_status(ref, status, new, deps, cache)
     # the controller's memory (lagpilot's own ConfigMap, owned by the CR): the estimator's rate
     # windows carry the committed-rate capacity samples across cycles and restarts
     return _finish_cycle(ref, spec, status, new, snap, out, state, cur, None, deps, cache, now, mark)
 
 
-def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new: Mapping[str, Any],
-                  snap: lag_mod.LagSnapshot, out: step_mod.StepDecision, state: step_mod.StepState, replicas: int,
-                  applied: int | None, deps: Deps, cache: Cache, now: float, mark: _Marks) -> CycleResult:
+def _finish_cycle(
+    ref: GroupRef,
+    spec: GroupSpec,
+    status: Mapping[str, Any],
+    new: Mapping[str, Any],
+    snap: lag_mod.LagSnapshot,
+    out: step_mod.StepDecision,
+    state: step_mod.StepState,
+    replicas: int,
+    applied: int | None,
+    deps: Deps,
+    cache: Cache,
+    now: float,
+    mark: _Marks,
+) -> CycleResult:
     """The tail both modes share: the controller's memory saved, metrics, a `Recovered` event after
     a failed cycle, the next poll aligned to this CR's phase."""
     est = state.estimator
@@ -219,23 +337,45 @@ def _finish_cycle(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], new
         deps.emit("Normal", "Recovered", f"observing again after {cache.last_event_reason}")
         cache.last_event_reason = None
     poll = spec.scaling.poll_interval_seconds
-    return CycleResult(True, aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll, deps.observe_max_age_seconds)), out.decision.reason,
-                       out.decision, applied)
+    return CycleResult(
+        True,
+        aligned_delay(poll, deps.clock(), cycle_phase_s(ref.key, poll, deps.observe_max_age_seconds)),
+        out.decision.reason,
+        out.decision,
+        applied,
+    )
 
 
-def _decide(spec: GroupSpec, status: Mapping[str, Any], memory: Mapping[str, Any] | None, seen: Observed, cur: int,
-            deps: Deps, now: float, ready: int | None = None) -> tuple[step_mod.StepDecision, step_mod.StepState]:
+def _decide(
+    spec: GroupSpec,
+    status: Mapping[str, Any],
+    memory: Mapping[str, Any] | None,
+    seen: Observed,
+    cur: int,
+    deps: Deps,
+    now: float,
+    ready: int | None = None,
+) -> tuple[step_mod.StepDecision, step_mod.StepState]:
     """Estimate + decide: one pure step (lagpilot.decide.step), shared with the simulator, from the
     controller's memory, the observation and the drain recorded in the status."""
     drain_status = status.get("drain") or {}
     out, new_state = step_mod.step(
         step_mod.StepState.from_memory(memory),
-        step_mod.StepObservation(seen.snap, cur, drains_of(drain_status), last_drain_end(drain_status),
-                                 retention_s=retention_s(seen.handle, spec, deps),
-                                 runtime=seen.runtime_observation, ready_replicas=ready),
+        step_mod.StepObservation(
+            seen.snap,
+            cur,
+            drains_of(drain_status),
+            last_drain_end(drain_status),
+            retention_s=retention_s(seen.handle, spec, deps),
+            runtime=seen.runtime_observation,
+            ready_replicas=ready,
+        ),
         # spec.drain.busy: the planner takes next splits of a running drain (its executor: act/drain.py)
-        step_mod.Policies.from_group_spec(spec, step_mod.Model(pod_start_s=deps.pod_start_seconds,
-                                                               drain_busy=spec.drain.busy)), now)
+        step_mod.Policies.from_group_spec(
+            spec, step_mod.Model(pod_start_s=deps.pod_start_seconds, drain_busy=spec.drain.busy)
+        ),
+        now,
+    )
     return out, new_state
 
 
@@ -265,14 +405,27 @@ def aligned_delay(poll_s: float, now: float, phase_s: float = 0.0) -> float:
     return d if d >= poll_s / 2 else d + poll_s
 
 
-def _fail(ref: GroupRef, status: dict[str, Any], deps: Deps, cache: Cache, now: float, reason: str,
-          message: str, delay: float | None = None) -> CycleResult:
+def _fail(
+    ref: GroupRef,
+    status: dict[str, Any],
+    deps: Deps,
+    cache: Cache,
+    now: float,
+    reason: str,
+    message: str,
+    delay: float | None = None,
+) -> CycleResult:
     """Degraded=True naming the cause, a Warning event, a metric, and the back-off delay."""
     cache.failures += 1
-    wait = delay if delay is not None else backoff_s(cache.failures, deps.min_backoff_seconds,
-                                                     deps.max_backoff_seconds)
-    log.warning("cycle failed", extra={"group": ref.key, "reason": reason, "failures": cache.failures,
-                                       "retry_in_s": wait})
+    wait = (
+        delay
+        if delay is not None
+        else backoff_s(cache.failures, deps.min_backoff_seconds, deps.max_backoff_seconds)
+    )
+    log.warning(
+        "cycle failed",
+        extra={"group": ref.key, "reason": reason, "failures": cache.failures, "retry_in_s": wait},
+    )
     deps.metrics.count_error(ref.namespace, ref.name, reason)
     # an event per failure, but the back-off bounds the rate; a repeated cause within the streak
     # is posted only when the streak hits a power of two (1, 2, 4, 8, ...)
@@ -282,10 +435,15 @@ def _fail(ref: GroupRef, status: dict[str, Any], deps: Deps, cache: Cache, now: 
     cache.last_event_reason = reason
     new: dict[str, Any] = {
         "observedGeneration": ref.generation,
-        "conditions": merge_conditions(status.get("conditions"), [
-            Condition("Degraded", TRUE, reason, message),
-            Condition("Ready", FALSE, reason, message),
-        ], ref.generation, now),
+        "conditions": merge_conditions(
+            status.get("conditions"),
+            [
+                Condition("Degraded", TRUE, reason, message),
+                Condition("Ready", FALSE, reason, message),
+            ],
+            ref.generation,
+            now,
+        ),
     }
     try:
         write_status(ref, status, new, deps, cache)

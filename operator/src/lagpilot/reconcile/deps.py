@@ -1,6 +1,7 @@
 """What one control-loop cycle (reconcile.py) is given: the CR it runs for (`GroupRef`), everything
 it touches outside itself (`Deps`; fakes in unit tests) and the per-CR memo kept between cycles
 (`Cache`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,12 @@ class GroupRef:
     def from_body(cls, body: Mapping[str, Any]) -> "GroupRef":
         meta = body.get("metadata", {})
         gen = meta.get("generation")
-        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", "")),
-                   int(gen) if gen is not None else None)
+        return cls(
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            str(meta.get("uid", "")),
+            int(gen) if gen is not None else None,
+        )
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
 """The drain hand-off's part of a cycle (reconcile.py): what the decision step reads of status.drain
 and of the topic's retention, the drain executor's call after the scaler acted (lagpilot.act.drain,
 issue 6), and the recorded drain's progress for the metrics."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from lagpilot.spec import GroupSpec
 def drains_of(raw: Mapping[str, Any]) -> tuple[Any, ...]:
     """status.drain as the hand-off's DrainStatus (none if absent or unreadable)."""
     from lagpilot.decide.handoff import DrainStatus
+
     try:
         d = DrainStatus.from_dict(raw)
     except (ValueError, TypeError, KeyError):
@@ -41,18 +43,41 @@ def retention_s(handle: Any, spec: GroupSpec, deps: Any) -> float | None:
     return topic_retention.cached(handle, spec.topic, deps.kafka_timeout_seconds)
 
 
-def run_drain(ref: GroupRef, spec: GroupSpec, raw_spec: Mapping[str, Any], status: Mapping[str, Any],
-              seen: Observed, decision: Decision, replicas: int, deps: Deps, runtime_replicas: int | None = 1,
-              hand_back: Any = None) -> Any:
+def run_drain(
+    ref: GroupRef,
+    spec: GroupSpec,
+    raw_spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    seen: Observed,
+    decision: Decision,
+    replicas: int,
+    deps: Deps,
+    runtime_replicas: int | None = 1,
+    hand_back: Any = None,
+) -> Any:
     """The drain executor's step (its DrainResult), after the scaler acted and before the status
     write, with the step's replica count for the warm drain runtime and its hand-back rule
     (``StepDecision.hand_back``); None without a drain executor."""
     if deps.drain is None:
         return None
     from lagpilot.act.drain import run_in_cycle
-    return run_in_cycle(deps.drain, ref, spec, raw_spec, status, seen.obs, decision, replicas, seen.handle, deps,
-                        apply_deployment, runtime_replicas=runtime_replicas, runtime_seen=seen.runtime,
-                        hand_back=hand_back)
+
+    return run_in_cycle(
+        deps.drain,
+        ref,
+        spec,
+        raw_spec,
+        status,
+        seen.obs,
+        decision,
+        replicas,
+        seen.handle,
+        deps,
+        apply_deployment,
+        runtime_replicas=runtime_replicas,
+        runtime_seen=seen.runtime,
+        hand_back=hand_back,
+    )
 
 
 def drain_progress(raw: Mapping[str, Any]) -> tuple[int, int]:

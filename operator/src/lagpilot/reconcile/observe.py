@@ -2,6 +2,7 @@
 a lease on the cluster's shared clients, the group's observation from the cluster's shared view, the
 timestamp of the oldest unprocessed record of each lagging partition, the lag snapshot the
 decision step reads, and the warm drain runtime's Deployment and pods (spec.drain.warmRuntime only)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +25,9 @@ class Observed:
     handle: Any  # the leased Kafka handle (kafka_admin), held until the cycle ends
     obs: Observation
     snap: lag_mod.LagSnapshot
-    runtime: Any = None  # act.drain_runtime.RuntimeSeen: the warm drain runtime read (None: none, or not read)
+    runtime: Any = (
+        None  # act.drain_runtime.RuntimeSeen: the warm drain runtime read (None: none, or not read)
+    )
 
     @property
     def runtime_observation(self) -> Any:
@@ -40,7 +43,12 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
     name = spec.kafka.secret_name
     if name:
         held = cache.secret
-        if held is not None and held[0] == name and cache.failures == 0 and 0 <= now - held[1] < SECRET_MAX_AGE_S:
+        if (
+            held is not None
+            and held[0] == name
+            and cache.failures == 0
+            and 0 <= now - held[1] < SECRET_MAX_AGE_S
+        ):
             secret = held[2]
         else:
             cache.secret = None
@@ -48,8 +56,9 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
                 secret = deps.kube.read_secret_data(ref.namespace, name)
             except KubeError as err:
                 if err.status == 403:
-                    raise SecretError("SecretForbidden", f"the operator may not read Secret "
-                                                         f"{name!r} (RBAC)") from None
+                    raise SecretError(
+                        "SecretForbidden", f"the operator may not read Secret {name!r} (RBAC)"
+                    ) from None
                 raise
             if secret is not None:
                 cache.secret = (name, now, dict(secret))
@@ -57,12 +66,21 @@ def kafka_config(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: 
         cache.secret = None
     conf = admin_config(spec.kafka, secret)
     # the secret values this operator was given: masked in its log lines, events and status text
-    redaction.install([conf.get("sasl.password"), conf.get("ssl.key.pem"), conf.get("sasl.oauthbearer.client.secret")])
+    redaction.install(
+        [conf.get("sasl.password"), conf.get("ssl.key.pem"), conf.get("sasl.oauthbearer.client.secret")]
+    )
     return conf
 
 
-def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float, leases: contextlib.ExitStack,
-            mark: Callable[[str], None]) -> Observed:
+def observe(
+    ref: GroupRef,
+    spec: GroupSpec,
+    deps: Deps,
+    cache: Cache,
+    now: float,
+    leases: contextlib.ExitStack,
+    mark: Callable[[str], None],
+) -> Observed:
     """Credentials, lease, observation and peek (time marks kafka_config, observe, peek), the
     snapshot, then the warm drain runtime (mark runtime). Raises ObserveError / KubeError for the
     cycle to report."""
@@ -71,14 +89,24 @@ def observe(ref: GroupRef, spec: GroupSpec, deps: Deps, cache: Cache, now: float
     mark("kafka_config")
     handle = leases.enter_context(deps.admin_pool.lease(ref.key, conf))
     # the cluster's shared view, at most half an interval old: one Kafka read serves every CR's cycle
-    obs = deps.observe(handle, spec.topic, spec.group_id, deps.kafka_timeout_seconds, max_age_s=observe_max_age_s(poll, deps.observe_max_age_seconds))
+    obs = deps.observe(
+        handle,
+        spec.topic,
+        spec.group_id,
+        deps.kafka_timeout_seconds,
+        max_age_s=observe_max_age_s(poll, deps.observe_max_age_seconds),
+    )
     mark("observe")
 
     # the oldest unprocessed record of each lagging partition (its timestamp), best effort
-    offsets = [lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions]
+    offsets = [
+        lag_mod.PartitionOffsets(p.partition, p.earliest, p.latest, p.committed) for p in obs.partitions
+    ]
     oldest: dict[int, float] = {}
     if deps.peek is not None:
-        positions = {p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0}
+        positions = {
+            p.partition: lag_mod.consume_position(p) for p in offsets if lag_mod.partition_lag(p) > 0
+        }
         oldest = deps.peek(handle, spec.topic, positions, min(2.0, deps.kafka_timeout_seconds))
     mark("peek")
 
@@ -110,10 +138,15 @@ def group_consumers(handle: Any, group_id: str, topic: str, timeout_s: float) ->
 
     try:
         admin = handle.safe_admin(timeout_s)
-        desc = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id].result(timeout=timeout_s)
+        desc = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id].result(
+            timeout=timeout_s
+        )
     except Exception as err:  # noqa: BLE001 - named in the Degraded condition
-        raise ObserveError("GroupDescribeFailed", f"describing consumer group {group_id!r} failed: "
-                                                  f"{type(err).__name__}: {redaction.redact(str(err))}") from None
+        raise ObserveError(
+            "GroupDescribeFailed",
+            f"describing consumer group {group_id!r} failed: "
+            f"{type(err).__name__}: {redaction.redact(str(err))}",
+        ) from None
     n = 0
     for m in desc.members or ():
         tps = getattr(getattr(m, "assignment", None), "topic_partitions", None)

@@ -15,6 +15,7 @@ the per-CR `Cache` between cycles, written on the CR's first cycle in this proce
 `status_heartbeat_seconds` while it moves, and at once when a fact a restart must not get wrong
 moved (the data-loss count, offset resets, the partitions, the last scale decision). A restarted
 operator (or a new leader) resumes from a memory at most that old, as after that much downtime."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,15 @@ from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import lag as lag_mod
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
-from lagpilot.decide.status import (FALSE, TRUE, Condition, format_time, merge_conditions, parse_time,
-                                    status_patch)
+from lagpilot.decide.status import (
+    FALSE,
+    TRUE,
+    Condition,
+    format_time,
+    merge_conditions,
+    parse_time,
+    status_patch,
+)
 from lagpilot.model.status import ConditionType, ScalingIneffectiveReason, StartUpSource
 from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.reconcile.drain import drain_progress
@@ -57,8 +65,13 @@ def current_status(raw_status: Mapping[str, Any] | None, cache: Cache) -> dict[s
     return {**live, **cached} if _observed_at(cached) > _observed_at(live) else live
 
 
-def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], view_written_at: float | None,
-                 now: float, heartbeat_s: float) -> dict[str, Any] | None:
+def status_write(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any],
+    view_written_at: float | None,
+    now: float,
+    heartbeat_s: float,
+) -> dict[str, Any] | None:
     """The merge patch to send, or None. A field other than the per-partition view (VIEW_KEYS)
     changed: its patch, with the view. Only the view changed (beyond its time): the view alone once
     `heartbeat_s` passed since it was last written (`view_written_at`; None: not yet in this
@@ -73,8 +86,14 @@ def status_write(old: Mapping[str, Any] | None, new: Mapping[str, Any], view_wri
     return None
 
 
-def write_status(ref: GroupRef, old: Mapping[str, Any], new: dict[str, Any], deps: Deps, cache: Cache,
-                 written: tuple[str, ...] = ()) -> None:
+def write_status(
+    ref: GroupRef,
+    old: Mapping[str, Any],
+    new: dict[str, Any],
+    deps: Deps,
+    cache: Cache,
+    written: tuple[str, ...] = (),
+) -> None:
     """Patch what changed (`status_write`).
     `written`: fields this cycle already wrote with a guarded write (status.drain, by the drain
     executor): left out of this unguarded merge patch, so it cannot overwrite another writer's."""
@@ -107,10 +126,19 @@ def memory_facts(memory: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a restart must not get wrong: written at once when it moves (not on the heartbeat)."""
     est = memory.get("estimator") or {}
     hist = memory.get("scalingHistory") or {}
-    learned = memory.get("learned") or {}  # decide.learn: a new start-up sample, a downstream limit set or cleared
-    return (est.get("dataLossRecords"), est.get("resets"), tuple(sorted((est.get("partitions") or {}).keys())),
-            hist.get("lastScaleS"), tuple(learned.get("podStart") or ()), tuple(learned.get("drainStart") or ()),
-            tuple(learned.get("drainWarmStart") or ()), (learned.get("limit") or {}).get("since_s"))
+    learned = (
+        memory.get("learned") or {}
+    )  # decide.learn: a new start-up sample, a downstream limit set or cleared
+    return (
+        est.get("dataLossRecords"),
+        est.get("resets"),
+        tuple(sorted((est.get("partitions") or {}).keys())),
+        hist.get("lastScaleS"),
+        tuple(learned.get("podStart") or ()),
+        tuple(learned.get("drainStart") or ()),
+        tuple(learned.get("drainWarmStart") or ()),
+        (learned.get("limit") or {}).get("since_s"),
+    )
 
 
 def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepState) -> None:
@@ -120,8 +148,11 @@ def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepSta
     cache.memory = memory
     now = deps.clock()
     facts = memory_facts(memory)
-    if (cache.memory_written_at is not None and facts == cache.memory_facts
-            and now - cache.memory_written_at < deps.status_heartbeat_seconds):
+    if (
+        cache.memory_written_at is not None
+        and facts == cache.memory_facts
+        and now - cache.memory_written_at < deps.status_heartbeat_seconds
+    ):
         return
     deps.kube.apply_configmap(memory_configmap(ref.name, ref.namespace, ref.uid, memory))
     cache.memory_written_at = now
@@ -131,20 +162,36 @@ def save_memory(ref: GroupRef, deps: Deps, cache: Cache, state: step_mod.StepSta
 def paused_status(ref: GroupRef, status: Mapping[str, Any], pods: int, now: float) -> dict[str, Any]:
     """The status while spec.paused: replicas 0 wanted, no decisions."""
     return {
-        "replicas": pods, "desiredReplicas": 0,
-        "conditions": merge_conditions(status.get("conditions"), [
-            Condition("Ready", FALSE, "Paused", "spec.paused is true: consumers scaled to 0"),
-            Condition("Scaling", FALSE, "Paused", "no scaling decisions while paused"),
-            Condition("Degraded", FALSE, "AsExpected", ""),
-        ], ref.generation, now),
+        "replicas": pods,
+        "desiredReplicas": 0,
+        "conditions": merge_conditions(
+            status.get("conditions"),
+            [
+                Condition("Ready", FALSE, "Paused", "spec.paused is true: consumers scaled to 0"),
+                Condition("Scaling", FALSE, "Paused", "no scaling decisions while paused"),
+                Condition("Degraded", FALSE, "AsExpected", ""),
+            ],
+            ref.generation,
+            now,
+        ),
         "observedGeneration": ref.generation,
     }
 
 
-def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap: lag_mod.LagSnapshot,
-                 out: step_mod.StepDecision, est: est_mod.EstimatorState,
-                 replicas: tuple[int, int, int], target: int, last_scale_time: Any, drain_out: Any,
-                 now: float, not_ready: str = "") -> dict[str, Any]:
+def cycle_status(
+    ref: GroupRef,
+    spec: GroupSpec,
+    status: Mapping[str, Any],
+    snap: lag_mod.LagSnapshot,
+    out: step_mod.StepDecision,
+    est: est_mod.EstimatorState,
+    replicas: tuple[int, int, int],
+    target: int,
+    last_scale_time: Any,
+    drain_out: Any,
+    now: float,
+    not_ready: str = "",
+) -> dict[str, Any]:
     """The status of a cycle that observed and decided. `replicas`: the Deployment's (spec.replicas,
     status.replicas, readyReplicas) before the cycle acted; `target`: the count it now asks for;
     `not_ready`: why consumer pods are not ready, as they say (decide.pod_health; "" none)."""
@@ -179,8 +226,9 @@ def cycle_status(ref: GroupRef, spec: GroupSpec, status: Mapping[str, Any], snap
         "partitionStatuses": partition_statuses(est, oldest_ages(snap, now)),
         # over the conditions the drain executor wrote with status.drain this cycle, if it did (its
         # Draining keeps the lastTransitionTime it wrote)
-        "conditions": merge_conditions(getattr(drain_out, "conditions", None) or status.get("conditions"),
-                                       conds, ref.generation, now),
+        "conditions": merge_conditions(
+            getattr(drain_out, "conditions", None) or status.get("conditions"), conds, ref.generation, now
+        ),
         # mode Act: no recommendation (null deletes the one a Recommend period left)
         "recommendation": None,
         "startUps": start_ups(out),
@@ -194,10 +242,18 @@ def scaling_ineffective(out: step_mod.StepDecision) -> Condition:
     """``ScalingIneffective`` (decide.learn): True while a scale-up that did not raise the throughput
     holds the count (a downstream limit), else False."""
     if out.limit is not None:
-        return Condition(ConditionType.SCALING_INEFFECTIVE.value, TRUE,
-                         ScalingIneffectiveReason.DOWNSTREAM_LIMITED.value, out.limit.message)
-    return Condition(ConditionType.SCALING_INEFFECTIVE.value, FALSE, ScalingIneffectiveReason.AS_EXPECTED.value,
-                     "no scale-up was judged ineffective")
+        return Condition(
+            ConditionType.SCALING_INEFFECTIVE.value,
+            TRUE,
+            ScalingIneffectiveReason.DOWNSTREAM_LIMITED.value,
+            out.limit.message,
+        )
+    return Condition(
+        ConditionType.SCALING_INEFFECTIVE.value,
+        FALSE,
+        ScalingIneffectiveReason.AS_EXPECTED.value,
+        "no scale-up was judged ineffective",
+    )
 
 
 def start_ups(out: step_mod.StepDecision) -> dict[str, Any] | None:
@@ -205,8 +261,13 @@ def start_ups(out: step_mod.StepDecision) -> dict[str, Any] | None:
     the default; the samples behind them stay in the controller's memory (act/memory.py)."""
     if not out.start_ups:
         return None
-    return {key: {"seconds": round(seconds, 3), "source": (StartUpSource.MEASURED if samples else StartUpSource.DEFAULT).value}
-            for key, (seconds, samples) in out.start_ups.items()}
+    return {
+        key: {
+            "seconds": round(seconds, 3),
+            "source": (StartUpSource.MEASURED if samples else StartUpSource.DEFAULT).value,
+        }
+        for key, (seconds, samples) in out.start_ups.items()
+    }
 
 
 def partition_statuses(est: est_mod.EstimatorState, ages: Mapping[int, float]) -> list[dict[str, Any]]:
@@ -219,52 +280,100 @@ def partition_statuses(est: est_mod.EstimatorState, ages: Mapping[int, float]) -
         row.update(end=e.end, low=e.low, lag=e.lag)
         if ages.get(p) is not None:
             row["oldestAgeSeconds"] = ages[p]
-        row.update(produceRate=round(e.produce_rate, RATE_DECIMALS), consumeRate=round(e.consume_rate, RATE_DECIMALS))
+        row.update(
+            produceRate=round(e.produce_rate, RATE_DECIMALS), consumeRate=round(e.consume_rate, RATE_DECIMALS)
+        )
         out.append(row)
     return out
 
 
 def oldest_ages(snap: lag_mod.LagSnapshot, now: float) -> dict[int, float]:
     """Age (s) of the oldest unprocessed record of each lagging partition whose age is known."""
-    return {p.partition: a for p in snap.partitions
-            if (a := finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None}
+    return {
+        p.partition: a
+        for p in snap.partitions
+        if (a := finite(lag_mod.oldest_unprocessed_age_s(p, now))) is not None
+    }
 
 
-def conditions(spec: GroupSpec, d: Decision, target: int, cur: int, ready: int, held: bool,
-               lost_now: list[int], est: est_mod.EstimatorState, phase: str | None = None,
-               not_ready: str = "") -> list[Condition]:
+def conditions(
+    spec: GroupSpec,
+    d: Decision,
+    target: int,
+    cur: int,
+    ready: int,
+    held: bool,
+    lost_now: list[int],
+    est: est_mod.EstimatorState,
+    phase: str | None = None,
+    not_ready: str = "",
+) -> list[Condition]:
     out: list[Condition] = []
     if target == 0:
-        out.append(Condition("Ready", TRUE, "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
-                             "no consumer replicas wanted"))
+        out.append(
+            Condition(
+                "Ready",
+                TRUE,
+                "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
+                "no consumer replicas wanted",
+            )
+        )
     elif ready >= target:
         out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready"))
     else:
-        out.append(Condition("Ready", FALSE, "ConsumersNotReady",
-                             f"{ready}/{target} consumers ready" + (f"; {not_ready}" if not_ready else "")))
+        out.append(
+            Condition(
+                "Ready",
+                FALSE,
+                "ConsumersNotReady",
+                f"{ready}/{target} consumers ready" + (f"; {not_ready}" if not_ready else ""),
+            )
+        )
     if held:
-        out.append(Condition("Scaling", FALSE, "DrainHandOff",
-                             f"drain {phase}: replicas held at {cur}; {d.message}"))
+        out.append(
+            Condition("Scaling", FALSE, "DrainHandOff", f"drain {phase}: replicas held at {cur}; {d.message}")
+        )
     elif target != cur or ready != target:
         out.append(Condition("Scaling", TRUE, d.reason, d.message))
     else:
         out.append(Condition("Scaling", FALSE, d.reason, d.message))
     if d.at_risk:
         hot = f"; hot partitions {list(d.hot_partitions)}" if d.hot_partitions else ""
-        out.append(Condition("CatchUpAtRisk", TRUE, "ProjectedAboveSLA" if d.reason != "SLAUnreachable" else d.reason,
-                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} > SLA "
-                             f"{spec.catch_up_sla_seconds:.0f}s{hot}"))
+        out.append(
+            Condition(
+                "CatchUpAtRisk",
+                TRUE,
+                "ProjectedAboveSLA" if d.reason != "SLAUnreachable" else d.reason,
+                f"projected catch-up {_fmt_s(d.projected_catch_up_s)} > SLA "
+                f"{spec.catch_up_sla_seconds:.0f}s{hot}",
+            )
+        )
     elif d.projected_catch_up_s is None:
-        out.append(Condition("CatchUpAtRisk", "Unknown", "CapacityUnknown",
-                             "no consumer has reported its capacity yet"))
+        out.append(
+            Condition(
+                "CatchUpAtRisk", "Unknown", "CapacityUnknown", "no consumer has reported its capacity yet"
+            )
+        )
     else:
-        out.append(Condition("CatchUpAtRisk", FALSE, "WithinSLA",
-                             f"projected catch-up {_fmt_s(d.projected_catch_up_s)} <= SLA "
-                             f"{spec.catch_up_sla_seconds:.0f}s"))
+        out.append(
+            Condition(
+                "CatchUpAtRisk",
+                FALSE,
+                "WithinSLA",
+                f"projected catch-up {_fmt_s(d.projected_catch_up_s)} <= SLA "
+                f"{spec.catch_up_sla_seconds:.0f}s",
+            )
+        )
     if lost_now:
-        out.append(Condition("Degraded", TRUE, "DataLoss",
-                             f"retention deleted records of partitions {lost_now} before the group consumed them "
-                             f"({est.data_loss_records} records lost so far)"))
+        out.append(
+            Condition(
+                "Degraded",
+                TRUE,
+                "DataLoss",
+                f"retention deleted records of partitions {lost_now} before the group consumed them "
+                f"({est.data_loss_records} records lost so far)",
+            )
+        )
     else:
         out.append(Condition("Degraded", FALSE, "AsExpected", ""))
     return out
@@ -276,21 +385,42 @@ def _fmt_s(x: float | None) -> str:
     return "never" if not math.isfinite(x) else f"{x:.0f}s"
 
 
-def report_metrics(ref: GroupRef, spec: GroupSpec, deps: Deps, snap: lag_mod.LagSnapshot,
-                   est: est_mod.EstimatorState, decision: Decision, target: int, new: Mapping[str, Any],
-                   status: Mapping[str, Any], now: float) -> None:
+def report_metrics(
+    ref: GroupRef,
+    spec: GroupSpec,
+    deps: Deps,
+    snap: lag_mod.LagSnapshot,
+    est: est_mod.EstimatorState,
+    decision: Decision,
+    target: int,
+    new: Mapping[str, Any],
+    status: Mapping[str, Any],
+    now: float,
+) -> None:
     """The group's gauges after a cycle that observed and decided (`new`: the status it computed)."""
     deps.metrics.observe_group(
-        ref.namespace, ref.name,
+        ref.namespace,
+        ref.name,
         partition_lag={p.partition: lag_mod.partition_lag(p) for p in snap.partitions},
         partition_rate={p: e.produce_rate for p, e in est.partitions.items()},
-        total_lag=snap.total_lag, projected_s=finite(decision.current_catch_up_s),
-        sla_s=spec.catch_up_sla_seconds, desired=decision.desired_replicas, replicas=target,
-        produce_rate=est.produce_rate, capacity=est.capacity_per_replica, data_loss=est.data_loss_records,
+        total_lag=snap.total_lag,
+        projected_s=finite(decision.current_catch_up_s),
+        sla_s=spec.catch_up_sla_seconds,
+        desired=decision.desired_replicas,
+        replicas=target,
+        produce_rate=est.produce_rate,
+        capacity=est.capacity_per_replica,
+        data_loss=est.data_loss_records,
         log_end={p.partition: p.end for p in snap.partitions},
-        committed={p.partition: p.committed for p in snap.partitions})
+        committed={p.partition: p.committed for p in snap.partitions},
+    )
     tasks_done, tasks_remaining = drain_progress(new.get("drain") or status.get("drain") or {})
     deps.metrics.observe_status(
-        ref.namespace, ref.name, conditions=new["conditions"], max_replicas=spec.scaling.max_replicas,
+        ref.namespace,
+        ref.name,
+        conditions=new["conditions"],
+        max_replicas=spec.scaling.max_replicas,
         oldest_age_s=oldest_ages(snap, now),
-        drain_done=tasks_done, drain_remaining=tasks_remaining)
+        drain_done=tasks_done,
+        drain_remaining=tasks_remaining,
+    )

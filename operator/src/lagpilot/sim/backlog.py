@@ -1,5 +1,6 @@
 """Fluid backlog: per-partition FIFO queues of produced records (segments ``[t0, t1, n]``) and the
 latency the records accumulate until they are processed."""
+
 from __future__ import annotations
 
 from collections import deque

@@ -18,6 +18,7 @@ within 25 % of the measured value; the p99 latency is shown, not judged. Paramet
 does not know (no ``SimParams`` field of that name) are listed as not modelled, never silently
 dropped. Pure except :func:`main_from_demo` (reads the two files, prints).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,10 @@ def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict
     return vars(ns)
 
 
-def params_from_summary(summary: Mapping[str, Any], overrides: Mapping[str, Any] | None = None,
-                        ) -> tuple[sim_params.SimParams, dict[str, Any], dict[str, Any]]:
+def params_from_summary(
+    summary: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[sim_params.SimParams, dict[str, Any], dict[str, Any]]:
     """(params, what was set, what the simulator does not model). ``overrides`` are CLI dests or
     field names; ``None`` values (not measured in the run) leave the simulator's default."""
     fields = sim_fields()
@@ -107,16 +110,25 @@ def measured_from_summary(summary: Mapping[str, Any]) -> dict[str, float | None]
     def num(x: Any) -> float | None:
         return None if x is None else float(x)
 
-    return {"within_sla_fraction": num(lat.get("within_sla_fraction")), "p99_latency_s": num(lat.get("p99_s")),
-            "replica_minutes": num(summary.get("replica_minutes")),
-            "drain_task_minutes": num(summary.get("drain_task_minutes"))}
+    return {
+        "within_sla_fraction": num(lat.get("within_sla_fraction")),
+        "p99_latency_s": num(lat.get("p99_s")),
+        "replica_minutes": num(summary.get("replica_minutes")),
+        "drain_task_minutes": num(summary.get("drain_task_minutes")),
+    }
 
 
 def judge(metric: str, predicted: float | None, measured: float | None) -> dict[str, Any]:
     """One row: the two values, the difference, the tolerance and whether it holds (None: not judged)."""
     tol = TOLERANCES.get(metric)
-    row: dict[str, Any] = {"metric": metric, "predicted": predicted, "measured": measured, "difference": None,
-                           "tolerance": None, "ok": None}
+    row: dict[str, Any] = {
+        "metric": metric,
+        "predicted": predicted,
+        "measured": measured,
+        "difference": None,
+        "tolerance": None,
+        "ok": None,
+    }
     if predicted is None or measured is None:
         return row
     diff = predicted - measured
@@ -136,7 +148,9 @@ def judge(metric: str, predicted: float | None, measured: float | None) -> dict[
 
 
 def compare(predicted: Mapping[str, Any], measured: Mapping[str, float | None]) -> list[dict[str, Any]]:
-    return [judge(m, None if predicted.get(m) is None else float(predicted[m]), measured.get(m)) for m in METRICS]
+    return [
+        judge(m, None if predicted.get(m) is None else float(predicted[m]), measured.get(m)) for m in METRICS
+    ]
 
 
 def runtime_comparison(predicted: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -146,20 +160,26 @@ def runtime_comparison(predicted: Mapping[str, Any], summary: Mapping[str, Any])
     rt = summary.get("runtime")
     if not rt:
         return None
-    return {"predicted_idle_minutes": float(predicted.get("drain_runtime_minutes") or 0.0),
-            "measured_idle_minutes": rt.get("idle_minutes"), "measured_up_minutes": rt.get("up_minutes"),
-            "measured_scale_ups": rt.get("scale_ups"), "measured_scale_downs": rt.get("scale_downs"),
-            "measured_warm_up_seconds": rt.get("warm_up_seconds")}
+    return {
+        "predicted_idle_minutes": float(predicted.get("drain_runtime_minutes") or 0.0),
+        "measured_idle_minutes": rt.get("idle_minutes"),
+        "measured_up_minutes": rt.get("up_minutes"),
+        "measured_scale_ups": rt.get("scale_ups"),
+        "measured_scale_downs": rt.get("scale_downs"),
+        "measured_warm_up_seconds": rt.get("warm_up_seconds"),
+    }
 
 
 def format_runtime(row: Mapping[str, Any]) -> str:
     def num(x: Any, fmt: str) -> str:
         return "—" if x is None else format(float(x), fmt)
 
-    return (f"warm drain runtime minutes serving no drain (not judged): predicted "
-            f"{num(row['predicted_idle_minutes'], '.1f')}, measured {num(row['measured_idle_minutes'], '.1f')} "
-            f"(up {num(row['measured_up_minutes'], '.1f')} min, {row.get('measured_scale_ups')} scale-ups, "
-            f"{row.get('measured_scale_downs')} scale-downs, warm-up {num(row['measured_warm_up_seconds'], '.1f')} s)")
+    return (
+        f"warm drain runtime minutes serving no drain (not judged): predicted "
+        f"{num(row['predicted_idle_minutes'], '.1f')}, measured {num(row['measured_idle_minutes'], '.1f')} "
+        f"(up {num(row['measured_up_minutes'], '.1f')} min, {row.get('measured_scale_ups')} scale-ups, "
+        f"{row.get('measured_scale_downs')} scale-downs, warm-up {num(row['measured_warm_up_seconds'], '.1f')} s)"
+    )
 
 
 def _cell(metric: str, v: float | None) -> str:
@@ -183,8 +203,10 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     out = [head]
     for r in rows:
         verdict = "—" if r["ok"] is None else ("agrees" if r["ok"] else "DISAGREES")
-        out.append(f"{r['metric']:<22}{_cell(r['metric'], r['predicted']):>12}{_cell(r['metric'], r['measured']):>12}"
-                   f"{_diff(r):>18}{(r['tolerance'] or '—'):>12}  {verdict}")
+        out.append(
+            f"{r['metric']:<22}{_cell(r['metric'], r['predicted']):>12}{_cell(r['metric'], r['measured']):>12}"
+            f"{_diff(r):>18}{(r['tolerance'] or '—'):>12}  {verdict}"
+        )
     return "\n".join(out)
 
 
@@ -199,8 +221,11 @@ def padded(trace: sim_trace.Trace, seconds: float) -> sim_trace.Trace:
         return trace
     step = trace.end_s - trace.times[-1]
     n = max(0, int(math.ceil(seconds / step)))
-    return sim_trace.Trace(trace.times + tuple(trace.end_s + i * step for i in range(n)), trace.rates + (0.0,) * n,
-                     trace.weights + (None,) * n)
+    return sim_trace.Trace(
+        trace.times + tuple(trace.end_s + i * step for i in range(n)),
+        trace.rates + (0.0,) * n,
+        trace.weights + (None,) * n,
+    )
 
 
 LATENCY_KEYS = ("within_sla_fraction", "p99_latency_s", "max_latency_s")
@@ -221,8 +246,11 @@ def predict(trace: sim_trace.Trace, params: sim_params.SimParams, policies: Sequ
         res = sim_policies.run_policy(trace, params, p)
         if res.remaining > 0:
             full = sim_policies.run_policy(longer, params, p)
-            res = dataclasses.replace(res, **{k: getattr(full, k) for k in LATENCY_KEYS},
-                                      extra={**res.extra, "latency_from_padded_trace_s": longer.end_s})
+            res = dataclasses.replace(
+                res,
+                **{k: getattr(full, k) for k in LATENCY_KEYS},
+                extra={**res.extra, "latency_from_padded_trace_s": longer.end_s},
+            )
         out[p] = res
     return out
 
@@ -244,19 +272,25 @@ def _describe_params(used: Mapping[str, Any], unknown: Mapping[str, Any], summar
     for k in sorted(used):
         if k == "reported_capacity" and used[k]:
             series = used[k]
-            parts.append(f"{k}={len(series)} points, {series[0][1]:g} at {series[0][0]:g} s .. "
-                         f"{series[-1][1]:g} at {series[-1][0]:g} s (the operator's estimate)")
+            parts.append(
+                f"{k}={len(series)} points, {series[0][1]:g} at {series[0][0]:g} s .. "
+                f"{series[-1][1]:g} at {series[-1][0]:g} s (the operator's estimate)"
+            )
             continue
         parts.append(f"{k}={used[k]:g}" if isinstance(used[k], float) else f"{k}={used[k]}")
         if k in measured:
             parts[-1] += " (measured)"
     line = "parameters: " + ", ".join(parts)
     if unknown:
-        line += "\nnot modelled by this simulator (ignored): " + ", ".join(f"{k}={v}" for k, v in sorted(unknown.items()))
+        line += "\nnot modelled by this simulator (ignored): " + ", ".join(
+            f"{k}={v}" for k, v in sorted(unknown.items())
+        )
     return line
 
 
-def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
+def main_from_demo(
+    args: argparse.Namespace, argv: Sequence[str] | None, parser: argparse.ArgumentParser
+) -> int:
     """``lagpilot simulate --trace T --from-demo S``: predict the demo run, print the comparison."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -279,9 +313,14 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
     rows = compare(pred, measured_from_summary(summary))
     verdict = agrees(rows)
     runtime = runtime_comparison(pred, summary)
-    out = {"policies": {k: v.to_dict() for k, v in results.items()}, "params": dataclasses.asdict(params),
-           "not_modelled": unknown, "comparison": {r["metric"]: r for r in rows}, "agrees": verdict,
-           "demo": {"summary": args.from_demo, "profile": summary.get("profile"), "trace": args.trace}}
+    out = {
+        "policies": {k: v.to_dict() for k, v in results.items()},
+        "params": dataclasses.asdict(params),
+        "not_modelled": unknown,
+        "comparison": {r["metric"]: r for r in rows},
+        "agrees": verdict,
+        "demo": {"summary": args.from_demo, "profile": summary.get("profile"), "trace": args.trace},
+    }
     if runtime is not None:
         out["runtime"] = runtime
     if args.json:
@@ -296,6 +335,8 @@ def main_from_demo(args: argparse.Namespace, argv: Sequence[str] | None, parser:
         print(format_runtime(runtime))
     print()
     print(sim_report.format_table(results))
-    print(f"\nverdict: {'the simulator agrees with the run' if verdict else 'the simulator does NOT agree with the run' if verdict is False else 'nothing to judge'}"
-          " (within-SLA ±5 pp; replica- and drain-task-minutes ±25 %)")
+    print(
+        f"\nverdict: {'the simulator agrees with the run' if verdict else 'the simulator does NOT agree with the run' if verdict is False else 'nothing to judge'}"
+        " (within-SLA ±5 pp; replica- and drain-task-minutes ±25 %)"
+    )
     return 0

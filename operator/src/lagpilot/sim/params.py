@@ -1,4 +1,5 @@
 """The simulator's model figures (:class:`SimParams`) and the CR spec and decision model they stand for."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,9 @@ from lagpilot.decide import step as step_mod
 from lagpilot.spec import BatchSpec, DrainSpec, GroupSpec, KafkaSpec, ScalingSpec
 
 # measured on this machine (docs/decision.md "Calibration" names the command for each)
-QUIESCE_PAUSE_S = 31.0  # tests/real/test_drain_operator.py: group pause 29.9-32.6 s (session timeout + restart)
+QUIESCE_PAUSE_S = (
+    31.0  # tests/real/test_drain_operator.py: group pause 29.9-32.6 s (session timeout + restart)
+)
 
 
 @dataclass(frozen=True)
@@ -99,29 +102,40 @@ class SimParams:
     def group_spec(self) -> GroupSpec:
         """The CR spec this simulated group runs under (the operator's own parse types)."""
         return GroupSpec(
-            kafka=KafkaSpec(bootstrap_servers="127.0.0.1:9092"), topic="simulated", group_id="simulated",
+            kafka=KafkaSpec(bootstrap_servers="127.0.0.1:9092"),
+            topic="simulated",
+            group_id="simulated",
             batch=BatchSpec(max_records=self.batch_max_records),
-            scaling=ScalingSpec(min_replicas=self.min_replicas,
-                                max_replicas=self.max_replicas_cap,
-                                poll_interval_seconds=self.poll_interval_s,
-                                scale_down_window_seconds=self.scale_down_window_s),
+            scaling=ScalingSpec(
+                min_replicas=self.min_replicas,
+                max_replicas=self.max_replicas_cap,
+                poll_interval_seconds=self.poll_interval_s,
+                scale_down_window_seconds=self.scale_down_window_s,
+            ),
             catch_up_sla_seconds=self.sla_s,
-            drain=DrainSpec(split_factor=self.split_factor, max_tasks=self.max_drain_tasks,
-                            min_backlog_records=self.min_backlog_records, assist_replicas=self.drain_assist,
-                            warm_runtime=self.warm_runtime != "off",
-                            warm_runtime_cooldown_s=(int(self.runtime_cooldown_s) if self.warm_runtime == "on-demand"
-                                                     else None)),
+            drain=DrainSpec(
+                split_factor=self.split_factor,
+                max_tasks=self.max_drain_tasks,
+                min_backlog_records=self.min_backlog_records,
+                assist_replicas=self.drain_assist,
+                warm_runtime=self.warm_runtime != "off",
+                warm_runtime_cooldown_s=(
+                    int(self.runtime_cooldown_s) if self.warm_runtime == "on-demand" else None
+                ),
+            ),
         )
 
     def model(self) -> step_mod.Model:
         told = step_mod.Model() if self.learn_start_ups else None  # the operator's defaults, then learned
-        return step_mod.Model(pod_start_s=told.pod_start_s if told else self.pod_start_s,
-                              drain_start_s=told.drain_start_s if told else self.drain_start_s,
-                              drain_warm_start_s=told.drain_warm_start_s if told else self.drain_warm_start_s,
-                              learn_start_ups=self.learn_start_ups,
-                              handoff_pause_s=self.pause_s,
-                              drain_task_capacity=self.drain_task_capacity if self.tell_task_capacity else None,
-                              max_concurrent_drains=self.concurrent_drains,
-                              drain_min_interval_s=self.drain_min_interval_s,
-                              drain_assist_min_saving=self.drain_assist_min_saving,
-                              drain_busy=self.busy_drains)
+        return step_mod.Model(
+            pod_start_s=told.pod_start_s if told else self.pod_start_s,
+            drain_start_s=told.drain_start_s if told else self.drain_start_s,
+            drain_warm_start_s=told.drain_warm_start_s if told else self.drain_warm_start_s,
+            learn_start_ups=self.learn_start_ups,
+            handoff_pause_s=self.pause_s,
+            drain_task_capacity=self.drain_task_capacity if self.tell_task_capacity else None,
+            max_concurrent_drains=self.concurrent_drains,
+            drain_min_interval_s=self.drain_min_interval_s,
+            drain_assist_min_saving=self.drain_assist_min_saving,
+            drain_busy=self.busy_drains,
+        )

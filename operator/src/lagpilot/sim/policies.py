@@ -12,6 +12,7 @@ lower bound), ``violation_minutes`` (time during which the oldest unprocessed re
 the SLA), ``replica_minutes`` (pods that exist, starting ones included), ``drain_task_minutes``
 (from launch, start-up included, to each task's finish), ``scale_events``.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,11 @@ KEDA_WINDOWS = (0.0, 60.0, 300.0, 900.0)
 KEDA_COOLDOWNS = (60.0, 300.0, 900.0)
 # keda_tuned, third stage: the Kafka scaler's partition options (kafka_scaler.go), every combination
 # on the best threshold/window/cooldown of the first two stages
-KEDA_OPTIONS = ("limit_to_partitions_with_lag", "ensure_even_distribution_of_partitions", "exclude_persistent_lag")
+KEDA_OPTIONS = (
+    "limit_to_partitions_with_lag",
+    "ensure_even_distribution_of_partitions",
+    "exclude_persistent_lag",
+)
 
 
 @dataclass
@@ -61,8 +66,16 @@ class PolicyResult:
         extra = d.pop("extra")
         for k in ("within_sla_fraction",):
             d[k] = round(d[k], 6)
-        for k in ("p99_latency_s", "max_latency_s", "violation_minutes", "replica_minutes",
-                  "drain_task_minutes", "produced", "processed", "remaining"):
+        for k in (
+            "p99_latency_s",
+            "max_latency_s",
+            "violation_minutes",
+            "replica_minutes",
+            "drain_task_minutes",
+            "produced",
+            "processed",
+            "remaining",
+        ):
             d[k] = round(d[k], 1)
         d.update(extra)
         return d
@@ -71,8 +84,9 @@ class PolicyResult:
 Controller = Callable[["_World", float], None]
 
 
-def _run(trace: Trace, params: SimParams, initial: int, controller: Controller | None,
-         sample_s: float = 60.0) -> PolicyResult:
+def _run(
+    trace: Trace, params: SimParams, initial: int, controller: Controller | None, sample_s: float = 60.0
+) -> PolicyResult:
     world = _World(trace, params, initial)
     dt = params.step_s
     end = trace.end_s
@@ -138,9 +152,15 @@ def _run(trace: Trace, params: SimParams, initial: int, controller: Controller |
         processed=processed,
         remaining=remaining,
         series=series,
-        extra={**({"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}} if world.drains else {}),
-               **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if world.runtime_s > 0 else {}),
-               **({"busy_drain_splits": world.drains_extended} if world.drains_extended else {})},
+        extra={
+            **(
+                {"drains_by_partition": {str(k): v for k, v in sorted(world.drained.items())}}
+                if world.drains
+                else {}
+            ),
+            **({"drain_runtime_minutes": round(world.runtime_s / 60, 1)} if world.runtime_s > 0 else {}),
+            **({"busy_drain_splits": world.drains_extended} if world.drains_extended else {}),
+        },
     )
 
 
@@ -165,8 +185,9 @@ def lagpilot_controller(params: SimParams) -> Controller:
             parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
         snap = snapshot(t, parts, {i: params.decision_capacity(t) for i in owned})
         runtime = world.runtime_observation(t) if params.warm_runtime != "off" else None
-        obs = step_mod.StepObservation(snap, len(world.pods), world.drain_statuses(), runtime=runtime,
-                                       ready_replicas=ready)
+        obs = step_mod.StepObservation(
+            snap, len(world.pods), world.drain_statuses(), runtime=runtime, ready_replicas=ready
+        )
         out, state["step"] = step_mod.step(state["step"], obs, policies, t)
         if out.runtime_replicas is not None:
             world.scale_runtime(out.runtime_replicas, t)
@@ -200,12 +221,21 @@ def keda_config(params: SimParams, lag_threshold: int = 10, **over: Any) -> keda
     """KEDA's defaults, except minReplicaCount = lagpilot's minReplicas (a fair comparison) and
     maxReplicaCount = lagpilot's cap; ``over`` sets any other field (cooldown_s, down_window_s...)."""
     over.setdefault("min_replicas", params.min_replicas)
-    return keda_model.KedaConfig(lag_threshold=lag_threshold,
-                                 max_replicas=params.max_replicas or keda_model.KedaConfig().max_replicas, **over)
+    return keda_model.KedaConfig(
+        lag_threshold=lag_threshold,
+        max_replicas=params.max_replicas or keda_model.KedaConfig().max_replicas,
+        **over,
+    )
 
 
-def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int = 10,
-               keda: keda_model.KedaConfig | None = None, sample_s: float = 60.0) -> PolicyResult:
+def run_policy(
+    trace: Trace,
+    params: SimParams,
+    policy: str,
+    lag_threshold: int = 10,
+    keda: keda_model.KedaConfig | None = None,
+    sample_s: float = 60.0,
+) -> PolicyResult:
     """One policy on one trace: ``lagpilot`` (the operator's step), ``static`` (partitions replicas),
     ``keda`` (KEDA defaults with minReplicaCount = minReplicas, or ``keda`` given), ``keda_min0``
     (KEDA exactly as shipped: minReplicaCount 0). ``sample_s``: the interval of ``series`` (the
@@ -218,12 +248,21 @@ def run_policy(trace: Trace, params: SimParams, policy: str, lag_threshold: int 
         res.extra["decision_reasons"] = dict(sorted(ctl.state["decisions"].items()))  # type: ignore[attr-defined]
         return res
     if policy in ("keda", "keda_min0"):
-        cfg = keda or (keda_config(params, lag_threshold) if policy == "keda"
-                       else keda_model.KedaConfig(lag_threshold=lag_threshold))
+        cfg = keda or (
+            keda_config(params, lag_threshold)
+            if policy == "keda"
+            else keda_model.KedaConfig(lag_threshold=lag_threshold)
+        )
         res = _run(trace, params, max(1, cfg.min_replicas), keda_controller(params, cfg), sample_s)
-        res.extra.update({"lag_threshold": cfg.lag_threshold, "min_replica_count": cfg.min_replicas,
-                          "cooldown_s": cfg.cooldown_s, "scale_down_window_s": cfg.down_window_s,
-                          **{k: True for k in KEDA_OPTIONS if getattr(cfg, k)}})
+        res.extra.update(
+            {
+                "lag_threshold": cfg.lag_threshold,
+                "min_replica_count": cfg.min_replicas,
+                "cooldown_s": cfg.cooldown_s,
+                "scale_down_window_s": cfg.down_window_s,
+                **{k: True for k in KEDA_OPTIONS if getattr(cfg, k)},
+            }
+        )
         return res
     raise ValueError(f"unknown policy {policy!r}")
 
@@ -234,8 +273,12 @@ def _better(a: PolicyResult, b: PolicyResult) -> bool:
 
 
 def run_all(
-    trace: Trace, params: SimParams, sweep: Sequence[int] = KEDA_SWEEP,
-    windows: Sequence[float] = KEDA_WINDOWS, cooldowns: Sequence[float] = KEDA_COOLDOWNS, top: int = 2,
+    trace: Trace,
+    params: SimParams,
+    sweep: Sequence[int] = KEDA_SWEEP,
+    windows: Sequence[float] = KEDA_WINDOWS,
+    cooldowns: Sequence[float] = KEDA_COOLDOWNS,
+    top: int = 2,
     policies: Sequence[str] = DEFAULT_POLICIES,
 ) -> tuple[dict[str, PolicyResult], list[dict[str, Any]]]:
     """The policies; ``keda_tuned`` is the best KEDA of a sweep (returned): every ``lagThreshold``
@@ -254,12 +297,22 @@ def run_all(
     runs: list[tuple[keda_model.KedaConfig, PolicyResult]] = []
 
     def run(cfg: keda_model.KedaConfig) -> PolicyResult:
-        res = results["keda"] if cfg == base and "keda" in results else run_policy(trace, params, "keda", keda=cfg)
-        table.append({"lag_threshold": cfg.lag_threshold, "scale_down_window_s": cfg.down_window_s,
-                      "cooldown_s": cfg.cooldown_s, **{k: getattr(cfg, k) for k in KEDA_OPTIONS},
-                      "within_sla_fraction": round(res.within_sla_fraction, 6),
-                      "violation_minutes": round(res.violation_minutes, 1),
-                      "replica_minutes": round(res.replica_minutes, 1)})
+        res = (
+            results["keda"]
+            if cfg == base and "keda" in results
+            else run_policy(trace, params, "keda", keda=cfg)
+        )
+        table.append(
+            {
+                "lag_threshold": cfg.lag_threshold,
+                "scale_down_window_s": cfg.down_window_s,
+                "cooldown_s": cfg.cooldown_s,
+                **{k: getattr(cfg, k) for k in KEDA_OPTIONS},
+                "within_sla_fraction": round(res.within_sla_fraction, 6),
+                "violation_minutes": round(res.violation_minutes, 1),
+                "replica_minutes": round(res.replica_minutes, 1),
+            }
+        )
         runs.append((cfg, res))
         return res
 
@@ -272,7 +325,7 @@ def run_all(
             best_thr.append(cfg.lag_threshold)
     for thr in best_thr[:top]:
         for w in windows:
-            for cd in (cooldowns if base.min_replicas == 0 else (base.cooldown_s,)):
+            for cd in cooldowns if base.min_replicas == 0 else (base.cooldown_s,):
                 cfg = replace(base, lag_threshold=thr, down_window_s=w, cooldown_s=cd)
                 if cfg.down_window_s == base.down_window_s and cfg.cooldown_s == base.cooldown_s:
                     continue  # already run in the first stage

@@ -1,4 +1,5 @@
 """The simulator's output: the policy table, the plot (matplotlib, optional) and the suite's rows."""
+
 from __future__ import annotations
 
 import sys
@@ -8,8 +9,15 @@ from lagpilot.sim.params import SimParams
 from lagpilot.sim.policies import PolicyResult
 
 
-COLUMNS = ("within_sla_fraction", "p99_latency_s", "max_latency_s", "violation_minutes",
-           "replica_minutes", "drain_task_minutes", "scale_events")
+COLUMNS = (
+    "within_sla_fraction",
+    "p99_latency_s",
+    "max_latency_s",
+    "violation_minutes",
+    "replica_minutes",
+    "drain_task_minutes",
+    "scale_events",
+)
 
 
 def format_table(results: dict[str, PolicyResult]) -> str:
@@ -50,7 +58,9 @@ def plot(results: dict[str, PolicyResult], params: SimParams, path: str) -> None
     axes[3].set_ylabel("drain tasks")
     axes[3].set_xlabel("hours")
     axes[0].legend(fontsize=8, ncol=5)
-    fig.suptitle(f"{params.partitions} partitions, capacity {params.capacity}/s per consumer, SLA {params.sla_s:.0f}s")
+    fig.suptitle(
+        f"{params.partitions} partitions, capacity {params.capacity}/s per consumer, SLA {params.sla_s:.0f}s"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -1,4 +1,5 @@
 """The simulator's input: a produce-rate trace (CSV ``t_s,produce_msgs_per_s[,partition_weights]``)."""
+
 from __future__ import annotations
 
 import csv
@@ -34,7 +35,9 @@ def parse_trace(lines: Sequence[str] | Any) -> Trace:
         w = (row.get("partition_weights") or "").strip()
         weights.append(tuple(float(x) for x in w.split(",")) if w else None)
     order = sorted(range(len(times)), key=lambda i: times[i])
-    return Trace(tuple(times[i] for i in order), tuple(rates[i] for i in order), tuple(weights[i] for i in order))
+    return Trace(
+        tuple(times[i] for i in order), tuple(rates[i] for i in order), tuple(weights[i] for i in order)
+    )
 
 
 def load_trace(path: str) -> Trace:

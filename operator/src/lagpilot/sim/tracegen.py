@@ -23,6 +23,7 @@ process (``group``). Families (each seed draws its own times, levels and noise):
 
 ``SUITE`` lists the simulator parameters each family is checked with (`lagpilot simulate --suite`).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,13 @@ SUITE: dict[str, Family] = {
 }
 
 
-def generate(kind: str, seed: int, partitions: int | None = None, capacity: float | None = None,
-             hours: int | None = None) -> list[Row]:
+def generate(
+    kind: str,
+    seed: int,
+    partitions: int | None = None,
+    capacity: float | None = None,
+    hours: int | None = None,
+) -> list[Row]:
     """Rows (t_s, rate, weights or None) of a ``kind`` trace for ``seed``."""
     if kind not in KINDS:
         raise ValueError(f"unknown trace kind {kind!r}; choose from {', '.join(KINDS)}")
@@ -66,8 +72,15 @@ def generate(kind: str, seed: int, partitions: int | None = None, capacity: floa
     minutes = 60 * (hours or fam.hours)
     rng = random.Random(f"{kind}:{seed}")
     group = p * c
-    gen = {"flash": _flash, "hot-partition": _hot, "diurnal": _diurnal, "step": _step, "backfill": _backfill,
-           "rolling-hot": _rolling_hot, "long-flash": _long_flash}[kind]
+    gen = {
+        "flash": _flash,
+        "hot-partition": _hot,
+        "diurnal": _diurnal,
+        "step": _step,
+        "backfill": _backfill,
+        "rolling-hot": _rolling_hot,
+        "long-flash": _long_flash,
+    }[kind]
     return gen(rng, minutes, p, c, group)
 
 
@@ -88,8 +101,13 @@ def _flash(rng: random.Random, minutes: int, p: int, c: float, group: float) -> 
     return _spiked(rng, minutes, p, spikes, lambda m: _noise(rng, base, 0.1))
 
 
-def _spiked(rng: random.Random, minutes: int, p: int, spikes: Sequence[tuple[int, int, float]],
-            rate_at: Callable[[int], float]) -> list[Row]:
+def _spiked(
+    rng: random.Random,
+    minutes: int,
+    p: int,
+    spikes: Sequence[tuple[int, int, float]],
+    rate_at: Callable[[int], float],
+) -> list[Row]:
     """One row a minute: the rate `rate_at(m)` (its noise drawn first), but inside a spike
     (start, end, level) the spike's level with 5 % noise, spread over the partitions with weights
     of 0.9-1.1."""
@@ -132,7 +150,7 @@ def _diurnal(rng: random.Random, minutes: int, p: int, c: float, group: float) -
     rows: list[Row] = []
     for m in range(minutes):
         x = 0.5 * (1 + math.sin(2 * math.pi * m / 1440 + phase))
-        rows.append((60.0 * m, _noise(rng, lo + (hi - lo) * x ** 2, 0.05), None))
+        rows.append((60.0 * m, _noise(rng, lo + (hi - lo) * x**2, 0.05), None))
     return rows
 
 
@@ -163,8 +181,18 @@ def _backfill(rng: random.Random, minutes: int, p: int, c: float, group: float) 
     return rows
 
 
-def rolling_hot(minutes: int, p: int, *, base: float, period_min: int, burst: float, hot_share: float,
-                length_min: int, first_min: int = 30, hot: Sequence[int] | None = None) -> list[Row]:
+def rolling_hot(
+    minutes: int,
+    p: int,
+    *,
+    base: float,
+    period_min: int,
+    burst: float,
+    hot_share: float,
+    length_min: int,
+    first_min: int = 30,
+    hot: Sequence[int] | None = None,
+) -> list[Row]:
     """Explicit rolling-hot trace: ``base`` records/s spread evenly, and from ``first_min`` every
     ``period_min`` minutes a burst of ``burst`` records/s for ``length_min`` minutes, ``hot_share``
     of it on one partition (``hot[k]`` for the k-th burst, default partition ``k mod p``), the rest
@@ -192,8 +220,17 @@ def _rolling_hot(rng: random.Random, minutes: int, p: int, c: float, group: floa
     hot: list[int] = []
     for _ in range(minutes // period + 1):
         hot.append(rng.choice([i for i in range(p) if not hot or i != hot[-1]] or [0]))
-    rows = rolling_hot(minutes, p, base=base, period_min=period, burst=burst, hot_share=share,
-                       length_min=length, first_min=rng.randint(10, period), hot=hot)
+    rows = rolling_hot(
+        minutes,
+        p,
+        base=base,
+        period_min=period,
+        burst=burst,
+        hot_share=share,
+        length_min=length,
+        first_min=rng.randint(10, period),
+        hot=hot,
+    )
     return [(t, _noise(rng, r, 0.05), w) for t, r, w in rows]
 
 
@@ -206,7 +243,9 @@ def _long_flash(rng: random.Random, minutes: int, p: int, c: float, group: float
         for half in (0, 1):
             a = day * 1440 + half * 720 + 30
             start = rng.randrange(a, a + 720 - 60)
-            spikes.append((start, start + rng.randint(8, 20), group * rng.uniform(2.1, 3.8)))  # 2-4x after the 5 % noise
+            spikes.append(
+                (start, start + rng.randint(8, 20), group * rng.uniform(2.1, 3.8))
+            )  # 2-4x after the 5 % noise
 
     def rate_at(m: int) -> float:
         x = 0.5 * (1 + math.sin(2 * math.pi * m / 1440 + phase))

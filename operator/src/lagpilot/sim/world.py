@@ -24,6 +24,7 @@ The model (documented in docs/decision.md):
 - observers (lagpilot and KEDA) see a partition's lag as its queue plus the records in flight in a
   batch (rate x ``batch_timeout_s``), like a batching consumer's committed offsets.
 """
+
 from __future__ import annotations
 
 import math
@@ -216,33 +217,60 @@ class _World:
             self._plan_extension(tasks, t)
             return
         self.drains += 1
-        prev_id = max([d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0])
-        ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        prev_id = max(
+            [d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0]
+        )
+        ranges = tuple(
+            handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks)
+        )
         # a group another quiesce emptied gets back what that drain will restore
-        restore = max([len(self.pods)] + [d.status.restore_replicas for d in self.sim_drains
-                                          if d.status.handed_off_at is None and d.status.quiesced_at is not None])
-        st = handoff.DrainStatus(id=prev_id + 1, phase=handoff.Phase.PLANNED, reason=need.reason, ranges=ranges,
-                                 restore_replicas=restore, planned_at=t)
+        restore = max(
+            [len(self.pods)]
+            + [
+                d.status.restore_replicas
+                for d in self.sim_drains
+                if d.status.handed_off_at is None and d.status.quiesced_at is not None
+            ]
+        )
+        st = handoff.DrainStatus(
+            id=prev_id + 1,
+            phase=handoff.Phase.PLANNED,
+            reason=need.reason,
+            ranges=ranges,
+            restore_replicas=restore,
+            planned_at=t,
+        )
         if self.p.handoff_quiesce:
             st = replace(st, quiesced_at=t, **_path("PATH_QUIESCE"))
             self.scale(0, t)  # the quiesce path empties the group; replicas come back at launch
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
-        st = replace(st, busy=self.p.busy_drains, slots=getattr(need, "slots", 0) if self.p.busy_drains else 0,
-                     slot_rate=getattr(need, "slot_rate", 0.0) if self.p.busy_drains else 0.0)
+        st = replace(
+            st,
+            busy=self.p.busy_drains,
+            slots=getattr(need, "slots", 0) if self.p.busy_drains else 0,
+            slot_rate=getattr(need, "slot_rate", 0.0) if self.p.busy_drains else 0.0,
+        )
         self.sim_drains.append(_SimDrain(st, tasks, t, t + self.p.pause_s, busy=self.p.busy_drains))
 
     def _plan_extension(self, tasks: dict[int, int], t: float) -> None:
         """A busy drain's next split (handoff.Extension): split = the end offset now, handed off after
         the pause like a first split; its records join the drain's tasks (no new start-up)."""
-        live = [d for d in self.sim_drains if d.busy and d.ext_handoff_at is None and d.status.handed_off_at is not None]
+        live = [
+            d
+            for d in self.sim_drains
+            if d.busy and d.ext_handoff_at is None and d.status.handed_off_at is not None
+        ]
         if not live:
             return
         d = live[0]
         self.drains_extended += 1
-        ranges = tuple(handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks))
+        ranges = tuple(
+            handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks)
+        )
         d.ext_tasks, d.ext_planned_s, d.ext_handoff_at = dict(tasks), t, t + self.p.pause_s
-        d.status = replace(d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t),
-                           idle_since=None)
+        d.status = replace(
+            d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t), idle_since=None
+        )
         self.paused_until = max(self.paused_until, t + self.p.pause_s)
 
     def _extend(self, d: _SimDrain, t: float) -> None:
@@ -266,8 +294,12 @@ class _World:
         ranges = {r.partition: r for r in d.status.ranges}
         for r in d.status.extension.ranges:
             ranges[r.partition] = r
-        d.status = replace(d.status, extension=None, round=d.status.extension.round,
-                           ranges=tuple(ranges[p] for p in sorted(ranges)))
+        d.status = replace(
+            d.status,
+            extension=None,
+            round=d.status.extension.round,
+            ranges=tuple(ranges[p] for p in sorted(ranges)),
+        )
         d.ext_tasks, d.ext_handoff_at = {}, None
         self._next_pass(d, new, t)
         self._busy_status(d)
@@ -349,13 +381,20 @@ class _World:
                     d.sizes[idx] = (p, n)
                     task.marks.append([idx, q.total])
                 subs.append(handoff.SubProgress(p, k, 0, n, 0))
-        st = replace(d.status, phase=handoff.Phase.HANDED_OFF, handed_off_at=t, sub_ranges=tuple(subs),
-                     runtime="warm" if d.warm else "cold")
+        st = replace(
+            d.status,
+            phase=handoff.Phase.HANDED_OFF,
+            handed_off_at=t,
+            sub_ranges=tuple(subs),
+            runtime="warm" if d.warm else "cold",
+        )
         d.status = replace(st, phase=handoff.Phase.RUNNING, started_at=t, resumed_at=t, attempt=1)
         if d.busy:
             # the operator's launch records the Job's slots (handoff.job_slots): the driver holds them all
             d.status = replace(d.status, slots=handoff.job_slots(d.status, self.p.max_drain_tasks))
-            d.tasks.extend(_Task(_Queue(), t, t + start_s, done_at=t) for _ in range(d.status.slots - len(d.tasks)))
+            d.tasks.extend(
+                _Task(_Queue(), t, t + start_s, done_at=t) for _ in range(d.status.slots - len(d.tasks))
+            )
             self._busy_status(d)
         if self.p.handoff_quiesce:
             self.scale(d.status.restore_replicas, t)
@@ -403,7 +442,9 @@ class _World:
             s0 = t + dt - work
             for i, a in zip(owned, alloc):
                 if a > 0:
-                    self.queues[i].take(a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat)
+                    self.queues[i].take(
+                        a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat
+                    )
 
     def _run_tasks(self, d: _SimDrain, t: float, dt: float) -> int:
         """The drain's started tasks work through their sub-ranges; returns the tasks not done."""
@@ -431,19 +472,28 @@ class _World:
                 self._busy_status(d)
         elif d.status.handed_off_at is not None:
             # progress as the executor reads it from Kafka (decide.learn's drain start-up reads it)
-            subs = tuple(replace(sp, next=sp.end, records=sp.end - sp.start) if task.done_at is not None
-                         else _progress(sp, task) for sp, task in zip(d.status.sub_ranges, d.tasks))
+            subs = tuple(
+                replace(sp, next=sp.end, records=sp.end - sp.start)
+                if task.done_at is not None
+                else _progress(sp, task)
+                for sp, task in zip(d.status.sub_ranges, d.tasks)
+            )
             d.status = replace(d.status, sub_ranges=subs)
 
     def _finish_drains(self, t: float, dt: float) -> None:
         """A drain (not busy) whose tasks are all done succeeds and is verified; a busy drain's driver
         with nothing left that got no part for ``drain_part_wait_s`` ends by itself."""
-        for d in [d for d in self.sim_drains if d.busy and d.tasks and d.ext_handoff_at is None and not d.has_work()]:
+        for d in [
+            d for d in self.sim_drains if d.busy and d.tasks and d.ext_handoff_at is None and not d.has_work()
+        ]:
             idle_since = max(x.done_at if x.done_at is not None else t for x in d.tasks)
             if idle_since + self.p.drain_part_wait_s <= t + dt:
                 self._end_busy(d, idle_since + self.p.drain_part_wait_s)
-        for d in [d for d in self.sim_drains
-                  if not d.busy and d.tasks and all(task.done_at is not None for task in d.tasks)]:
+        for d in [
+            d
+            for d in self.sim_drains
+            if not d.busy and d.tasks and all(task.done_at is not None for task in d.tasks)
+        ]:
             end = max(task.done_at or t for task in d.tasks)
             self.finished_task_s += sum((task.done_at or t) - task.launched for task in d.tasks)
             done = replace(d.status, phase=handoff.Phase.SUCCEEDED)
@@ -466,4 +516,8 @@ class _World:
 def _path(name: str) -> dict[str, Any]:
     """The hand-off path field, when the hand-off module has one."""
     value = getattr(handoff, name, None)
-    return {"hand_off_path": value} if value is not None and "hand_off_path" in handoff.DrainStatus.__dataclass_fields__ else {}
+    return (
+        {"hand_off_path": value}
+        if value is not None and "hand_off_path" in handoff.DrainStatus.__dataclass_fields__
+        else {}
+    )
