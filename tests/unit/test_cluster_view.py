@@ -123,7 +123,9 @@ def run_interval(
     late: frozenset[int] = frozenset(),
 ) -> dict[int, Any]:
     """Every CR's cycle of one poll interval, each in its own thread (as the operator's cycle pool
-    runs them), each accepting a view no older than the interval's start. The cycles in `late` are
+    runs them), each accepting a view no older than the interval's start: `not_before`, the same
+    instant for every cycle (a `max_age_s` taken from the clock before observe() reads its own moved
+    with the thread's scheduling: test_a_cycle_held_after_...). The cycles in `late` are
     held between taking that bound and their read (a thread preempted there: what 200 threads on a
     loaded machine do now and then) until every other cycle has its observation and they have been
     held longer than the interval's view had been running when they took the bound."""
@@ -132,7 +134,7 @@ def run_interval(
 
     def cycle(i: int) -> None:
         taken = time.monotonic()
-        bound = {"max_age_s": taken - interval_start}
+        bound = {"not_before": interval_start}
         if i in late:
             for _ in range(crs - len(late)):
                 others.acquire(timeout=30)
