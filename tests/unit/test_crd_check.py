@@ -250,3 +250,26 @@ def test_a_crd_the_operator_may_not_read_is_not_checked(caplog: pytest.LogCaptur
         assert check.outdated() is None
     assert reads.calls == 2
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1  # said once
+
+
+def test_a_cycle_never_waits_for_another_cycles_read_of_the_crd() -> None:
+    """The read is made outside the lock: a slow API server holds one cycle, not all of them."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+    stale = _edit(_drop("status.drain.idleSince"))
+
+    def slow_read() -> dict[str, Any]:
+        entered.set()
+        assert release.wait(30)
+        return stale
+
+    check = CrdCheck(slow_read, every_s=300.0, clock=lambda: 0.0)
+    got: list[Condition | None] = []
+    reader = threading.Thread(target=lambda: got.append(check.outdated()))
+    reader.start()
+    assert entered.wait(30)
+    assert check.outdated() is None  # the previous verdict (none yet), at once
+    release.set()
+    reader.join(30)
+    assert got and got[0] is not None and check.outdated() == got[0]
