@@ -44,15 +44,24 @@ class CrdCheck:
         self._lock = threading.Lock()
         self._read_at: float | None = None
         self._verdict: Condition | None = None
+        self._reading = False
         self._said: str | None = None  # the last verdict or read error logged
 
     def outdated(self) -> Condition | None:
+        """The verdict; the caller that finds it due reads the CRD (outside the lock: the other
+        cycles meanwhile get the previous verdict, never wait for the read)."""
         with self._lock:
             now = self._clock()
-            if self._read_at is None or now - self._read_at >= self._every_s:
-                self._read_at = now
-                self._verdict = self._check()
-            return self._verdict
+            if self._reading or (self._read_at is not None and now - self._read_at < self._every_s):
+                return self._verdict
+            self._reading, self._read_at = True, now
+        verdict = None
+        try:
+            verdict = self._check()
+        finally:
+            with self._lock:
+                self._verdict, self._reading = verdict, False
+        return verdict
 
     def _check(self) -> Condition | None:
         try:

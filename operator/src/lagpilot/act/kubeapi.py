@@ -183,7 +183,7 @@ class KubeApi:
 
         api = client.ApiextensionsV1Api(self._client)
         body = _raw_json(
-            lambda: api.read_custom_resource_definition(name, _preload_content=False),
+            lambda: api.read_custom_resource_definition(name, _preload_content=False, _request_timeout=30),
             f"get CustomResourceDefinition {name}",
             missing_ok=True,
         )
