@@ -41,8 +41,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 30
     # API calls are small; a stuck call is retried instead of blocking a handler forever.
     settings.networking.request_timeout = 60
-    # No cluster-wide scans of CRDs and namespaces: the operator then needs no cluster-scoped
-    # permission at all (docs/rbac.md). The CRD must exist before the operator starts (the chart
+    # No cluster-wide scans of CRDs and namespaces: the operator's only cluster-scoped permission is
+    # then `get` on its own CRD by name (the check below; docs/rbac.md). The CRD must exist before the operator starts (the chart
     # installs it first); LAGPILOT_KOPF_SCANNING=true re-enables kopf's scans (CRDs installed later
     # are noticed; needs list/watch on customresourcedefinitions and namespaces).
     memo.config = OperatorConfig.from_env()
