@@ -458,6 +458,8 @@ def test_operator_reconciles_with_only_the_charts_service_account(
         lambda: (
             kube.kubectl("get", "bcg", "-n", team, kubeconfig=sa_kubeconfig, check=False).returncode == 0
             and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "create", "deployments.apps", team)
+            # the -crd ClusterRole: the CRD is read at start-up (act/crd_check.py)
+            and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "get", f"{CRDS}/{CRD}", None)
         ),
         "the chart's RBAC to take effect",
         60,
