@@ -273,3 +273,39 @@ def test_a_cycle_never_waits_for_another_cycles_read_of_the_crd() -> None:
     release.set()
     reader.join(30)
     assert got and got[0] is not None and check.outdated() == got[0]
+
+
+def test_the_operator_checks_the_crd_at_start_up_and_hands_the_verdict_to_every_cycle(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """settings.configure (kopf's start-up) builds the check and reads the CRD once; the cycles'
+    Deps (handlers._deps) ask the same check."""
+    import kopf
+
+    from lagpilot import handlers, settings
+
+    class Kube:
+        _client = None
+
+        def __init__(self) -> None:
+            self.reads: list[str] = []
+
+        def get_crd(self, name: str) -> dict[str, Any]:
+            self.reads.append(name)
+            return _edit(_drop("status.drain.idleSince"))
+
+    monkeypatch.setenv("LAGPILOT_CRD_CHECK_SECONDS", "300")
+    memo = kopf.Memo()
+    memo.kube = Kube()
+    memo.drain = object()  # no drain executor built (it needs a real API client)
+    with caplog.at_level(logging.ERROR, logger="lagpilot.act.crd_check"):
+        settings.configure(settings=kopf.OperatorSettings(), memo=memo)
+    try:
+        assert memo.kube.reads == ["batchconsumergroups.lagpilot.io"]
+        assert [r for r in caplog.records if "status.drain.idleSince" in r.getMessage()]
+        deps = handlers._deps(memo, {"metadata": {"name": "x", "namespace": "ns"}})
+        verdict = deps.crd_outdated() if deps.crd_outdated is not None else None
+        assert verdict is not None and verdict.reason == "CRDOutdated"
+        assert memo.kube.reads == ["batchconsumergroups.lagpilot.io"]  # one read per interval
+    finally:
+        memo.cycle_pool.shutdown(wait=False)
