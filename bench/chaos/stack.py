@@ -288,8 +288,11 @@ class CampaignBase:
         ``AdminClient.list_consumer_group_offsets``, whose OffsetFetch librdkafka 2.16.0 mishandles on
         a coordinator error: in the 2026-11-27 campaign (round 2) the bench's long-lived AdminClient
         answered none for 180 s while a new client answered the same read in 0.05 s
-        (tests/unit/test_chaos_offsets.py)."""
+        (tests/unit/test_chaos_offsets.py). The read is the runtime's one reader of commits
+        (``lagpilot_runtime.drain_progress.read_committed``, 30 s: a moving coordinator retried)."""
         import confluent_kafka
+
+        from lagpilot_runtime.drain_progress import read_committed
 
         parts = range(PARTS) if partitions is None else partitions
         c = confluent_kafka.Consumer(
@@ -301,9 +304,7 @@ class CampaignBase:
             }
         )
         try:
-            return list(
-                c.committed([confluent_kafka.TopicPartition(self.topic, p) for p in parts], timeout=30)
-            )
+            return read_committed(c, [confluent_kafka.TopicPartition(self.topic, p) for p in parts], 30.0)
         finally:
             c.close()
 

@@ -51,7 +51,7 @@ def release(kube: KubeEnv) -> Iterator[str]:
     name = f"lpt-{uuid.uuid4().hex[:6]}"
     yield name
     for kind in ("clusterrolebinding", "clusterrole"):
-        for suffix in ("", "-scanning"):
+        for suffix in ("", "-scanning", "-crd"):
             kube.kubectl("delete", kind, f"{name}-lagpilot{suffix}", "--ignore-not-found", check=False)
 
 
@@ -82,6 +82,17 @@ def _can_i(
 
 
 LEASES = "leases.coordination.k8s.io"
+CRDS = "customresourcedefinitions.apiextensions.k8s.io"
+# cluster-wide, in both modes: get on the one CRD by name (the installed CRD's check), nothing else
+CRD_ALLOWED = [("get", f"{CRDS}/{CRD}", None)]
+CRD_DENIED = [
+    ("get", f"{CRDS}/sparkapplications.sparkoperator.k8s.io", None),
+    ("get", CRDS, None),
+    ("list", CRDS, None),
+    ("update", f"{CRDS}/{CRD}", None),
+    ("patch", f"{CRDS}/{CRD}", None),
+    ("delete", f"{CRDS}/{CRD}", None),
+]
 # (verb, resource, subresource) the operator's ServiceAccount must be allowed in a served namespace:
 # docs/rbac.md's tables
 OPERATOR_ALLOWED = [
@@ -255,6 +266,8 @@ def test_watch_namespaces_install_grants_exactly_the_documented_permissions(
         + _check(kube, operator, team, [("create", LEASES, None)], True)
         + _check(kube, operator, team, [("list", LEASES, None), ("delete", LEASES, None)], False)
         + _check(kube, operator, other, [("create", LEASES, None)], False)
+        + _check(kube, operator, None, CRD_ALLOWED, True)
+        + _check(kube, operator, None, CRD_DENIED, False)
     )
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
 
@@ -325,6 +338,8 @@ def test_all_namespaces_install_serves_every_namespace_but_nothing_more(
         # leader election: the Lease in the release namespace only
         + _check(kube, operator, rel_ns, [("create", LEASES, None)], True)
         + _check(kube, operator, anywhere, [("create", LEASES, None)], False)
+        + _check(kube, operator, None, CRD_ALLOWED, True)
+        + _check(kube, operator, None, CRD_DENIED, False)
     )
     assert wrong == [], "permissions differ from docs/helm.md:\n" + "\n".join(wrong)
     # the drain ServiceAccount exists in the release namespace only (drain.namespaces default)
@@ -443,6 +458,8 @@ def test_operator_reconciles_with_only_the_charts_service_account(
         lambda: (
             kube.kubectl("get", "bcg", "-n", team, kubeconfig=sa_kubeconfig, check=False).returncode == 0
             and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "create", "deployments.apps", team)
+            # the -crd ClusterRole: the CRD is read at start-up (act/crd_check.py)
+            and _can_i(kube, _sa(rel_ns, f"{release}-lagpilot"), "get", f"{CRDS}/{CRD}", None)
         ),
         "the chart's RBAC to take effect",
         60,

@@ -115,3 +115,43 @@ def test_delete_while_planned_sees_the_acks_although_the_admin_clients_offset_fe
     assert f.evidence["acks"] == ACKS and f.recovered, f.detail
     assert c.admin.offset_fetches == 0, "the bench asked the AdminClient's OffsetFetch"
     assert readers.reads > 0 and not readers.subscribed  # read through group readers that never join
+
+
+class MovingCoordinator:
+    """A group reader whose first ``committed()`` meets the coordinator moving (librdkafka raises
+    COORDINATOR_NOT_AVAILABLE, not retriable by its own flag), then answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, conf: dict[str, Any], **_: Any) -> Any:
+        reader = self
+
+        class Reader:
+            def committed(self, tps: list[Any], timeout: float = -1) -> list[Any]:
+                reader.calls += 1
+                if reader.calls == 1:
+                    raise confluent_kafka.KafkaException(
+                        confluent_kafka.KafkaError(confluent_kafka.KafkaError.COORDINATOR_NOT_AVAILABLE)
+                    )
+                return [confluent_kafka.TopicPartition(tp.topic, tp.partition, 42) for tp in tps]
+
+            def close(self) -> None:
+                pass
+
+        return Reader()
+
+
+def test_the_bench_reads_commits_through_the_runtimes_one_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reader of committed offsets (lagpilot_runtime.drain_progress.read_committed): the bench's
+    read rides out a coordinator that moves, as the drain's progress reads do."""
+    from bench.chaos.stack import CampaignBase
+    from lagpilot_runtime import drain_progress
+
+    monkeypatch.setattr(drain_progress, "_BACKOFF_S", (0.0, 0.0))
+    readers = MovingCoordinator()
+    monkeypatch.setattr(confluent_kafka, "Consumer", readers)
+    bench = SimpleNamespace(bootstrap="127.0.0.1:9", topic="chaos")
+    got = CampaignBase.committed_offsets(bench, "g", [0, 1])  # type: ignore[arg-type]
+    assert [(tp.partition, tp.offset) for tp in got] == [(0, 42), (1, 42)]
+    assert readers.calls == 2  # the moving coordinator was met, and retried

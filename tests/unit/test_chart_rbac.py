@@ -88,11 +88,35 @@ def _rule_triples(rules: list[dict]) -> set[Triple]:
 @pytest.fixture(scope="module")
 def operator_rules() -> set[Triple]:
     """The operator's rules when watching all namespaces: its ClusterRole plus the leader-election
-    Role in the release namespace (the Lease; docs/operator.md "Two instances")."""
+    Role in the release namespace (the Lease; docs/operator.md "Two instances") and the `-crd`
+    ClusterRole (the installed CRD's check)."""
     rendered = h.template(release="lp", namespace="lagpilot-system")
-    return _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"]) | _rule_triples(
-        rendered.get("Role", "lp-lagpilot-leader-election")["rules"]
+    return (
+        _rule_triples(rendered.get("ClusterRole", "lp-lagpilot")["rules"])
+        | _rule_triples(rendered.get("Role", "lp-lagpilot-leader-election")["rules"])
+        | _rule_triples(rendered.get("ClusterRole", "lp-lagpilot-crd")["rules"])
     )
+
+
+@pytest.mark.parametrize(
+    "values", [{}, {"watchNamespaces": ["a"]}], ids=["all-namespaces", "watch-namespaces"]
+)
+def test_the_crd_is_readable_by_its_name_only_in_both_modes(values: dict) -> None:
+    rendered = h.template(values, release="lp", namespace="lagpilot-system")
+    role = rendered.get("ClusterRole", "lp-lagpilot-crd")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": ["batchconsumergroups.lagpilot.io"],
+            "verbs": ["get"],
+        }
+    ]
+    binding = rendered.get("ClusterRoleBinding", "lp-lagpilot-crd")
+    assert binding["roleRef"]["name"] == "lp-lagpilot-crd"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "lp-lagpilot", "namespace": "lagpilot-system"}
+    ]
 
 
 def test_leases_are_granted_only_in_the_release_namespace_and_only_by_name() -> None:

@@ -159,6 +159,9 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
             ("ServiceAccount", FULL, NS),
             ("ClusterRole", FULL, None),
             ("ClusterRoleBinding", FULL, None),
+            # get on the one CRD, by name: the installed CRD's check (docs/rbac.md)
+            ("ClusterRole", f"{FULL}-crd", None),
+            ("ClusterRoleBinding", f"{FULL}-crd", None),
             ("Role", f"{FULL}-leader-election", NS),
             ("RoleBinding", f"{FULL}-leader-election", NS),
             ("ServiceAccount", f"{FULL}-drain", NS),
@@ -177,7 +180,9 @@ def test_defaults_render_the_cluster_wide_install(rendered: dict[str, h.Rendered
     assert not any(a.startswith("--namespace") for a in args)
 
 
-def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: dict[str, h.Rendered]) -> None:
+def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide_but_the_crds_get(
+    rendered: dict[str, h.Rendered],
+) -> None:
     r = rendered["watch-two-namespaces"]
     roles = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("Role")}
     assert roles == {
@@ -188,7 +193,12 @@ def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: d
     }
     bindings = {(o["metadata"]["name"], o["metadata"]["namespace"]) for o in r.of_kind("RoleBinding")}
     assert bindings == roles
-    assert [o["kind"] for o in r.objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")] == []
+    # cluster-wide only the get of the one CRD by name (tests/unit/test_chart_rbac.py)
+    assert sorted(
+        (o["kind"], o["metadata"]["name"])
+        for o in r.objects
+        if o["kind"] in ("ClusterRole", "ClusterRoleBinding")
+    ) == [("ClusterRole", f"{FULL}-crd"), ("ClusterRoleBinding", f"{FULL}-crd")]
     container = r.get("Deployment", FULL)["spec"]["template"]["spec"]["containers"][0]
     args = container["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
@@ -202,14 +212,13 @@ def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(rendered: d
 
 def test_cluster_scanning_is_read_only_and_switches_the_operator_on(rendered: dict[str, h.Rendered]) -> None:
     r = rendered["namespaced-with-scanning"]
-    (cluster_role,) = r.of_kind("ClusterRole")
-    assert cluster_role["metadata"]["name"] == f"{FULL}-scanning"
+    cluster_role = r.get("ClusterRole", f"{FULL}-scanning")
     assert {v for rule in _rules(cluster_role) for v in rule["verbs"]} == {"list", "watch"}
     assert {res for rule in _rules(cluster_role) for res in rule["resources"]} == {
         "customresourcedefinitions",
         "namespaces",
     }
-    (binding,) = r.of_kind("ClusterRoleBinding")
+    binding = r.get("ClusterRoleBinding", f"{FULL}-scanning")
     assert binding["roleRef"]["name"] == f"{FULL}-scanning"
     env = {
         e["name"]: e.get("value")

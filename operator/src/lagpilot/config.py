@@ -85,6 +85,7 @@ class OperatorConfig:
     observe_max_age_seconds: float = 5.0  # LAGPILOT_OBSERVE_MAX_AGE_SECONDS: oldest shared view a cycle takes
     offsets_snapshot: bool = True  # LAGPILOT_OFFSETS_SNAPSHOT: committed offsets from __consumer_offsets
     kopf_scanning: bool = False  # LAGPILOT_KOPF_SCANNING: kopf's cluster-wide CRD/namespace scans
+    crd_check_seconds: float = 300.0  # LAGPILOT_CRD_CHECK_SECONDS: the installed CRD re-read this often
     delete_drain_wait_seconds: float | None = (
         None  # LAGPILOT_DELETE_DRAIN_WAIT_SECONDS (None: deletion's default)
     )
@@ -114,6 +115,7 @@ class OperatorConfig:
             observe_max_age_seconds=e.number("LAGPILOT_OBSERVE_MAX_AGE_SECONDS", cls.observe_max_age_seconds),
             offsets_snapshot=e.flag("LAGPILOT_OFFSETS_SNAPSHOT", cls.offsets_snapshot),
             kopf_scanning=e.flag("LAGPILOT_KOPF_SCANNING", cls.kopf_scanning),
+            crd_check_seconds=e.number("LAGPILOT_CRD_CHECK_SECONDS", cls.crd_check_seconds),
             delete_drain_wait_seconds=e.optional_number("LAGPILOT_DELETE_DRAIN_WAIT_SECONDS"),
             drain_ack_timeout_seconds=e.optional_number("LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS"),
             drain_stall_seconds=e.optional_number("LAGPILOT_DRAIN_STALL_SECONDS"),

@@ -82,6 +82,7 @@ def _deps(memo: kopf.Memo, body: kopf.Body) -> Deps:
         drain=memo.drain,
         status_heartbeat_seconds=cfg.status_heartbeat_seconds,
         observe_max_age_seconds=cfg.observe_max_age_seconds,
+        crd_outdated=crd.outdated if (crd := getattr(memo, "crd_check", None)) is not None else None,
     )
 
 

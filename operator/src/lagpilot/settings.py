@@ -41,8 +41,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.connect_timeout = 30
     # API calls are small; a stuck call is retried instead of blocking a handler forever.
     settings.networking.request_timeout = 60
-    # No cluster-wide scans of CRDs and namespaces: the operator then needs no cluster-scoped
-    # permission at all (docs/rbac.md). The CRD must exist before the operator starts (the chart
+    # No cluster-wide scans of CRDs and namespaces: the operator's only cluster-scoped permission is
+    # then `get` on its own CRD by name (the check below; docs/rbac.md). The CRD must exist before the operator starts (the chart
     # installs it first); LAGPILOT_KOPF_SCANNING=true re-enables kopf's scans (CRDs installed later
     # are noticed; needs list/watch on customresourcedefinitions and namespaces).
     memo.config = OperatorConfig.from_env()
@@ -70,3 +70,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         from lagpilot.act.kubeapi import KubeApi, load_api_client
 
         memo.kube = KubeApi(load_api_client(pool_size=memo.config.cycle_workers))
+    # the installed CRD against this operator's (act/crd_check.py): read once now, so a stale CRD is
+    # logged at start-up, then by the cycles every LAGPILOT_CRD_CHECK_SECONDS; every CR it reconciles
+    # says Degraded=CRDOutdated while it lacks fields (a fake kube without get_crd: not checked)
+    if getattr(memo, "crd_check", None) is None and hasattr(memo.kube, "get_crd"):
+        from lagpilot.act.crd_check import CRD_NAME, CrdCheck
+
+        memo.crd_check = CrdCheck(lambda: memo.kube.get_crd(CRD_NAME), every_s=memo.config.crd_check_seconds)
+        memo.crd_check.outdated()

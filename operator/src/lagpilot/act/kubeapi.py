@@ -8,7 +8,9 @@ Every verb here is listed in docs/rbac.md (the Helm chart's Role is built from t
   act/memory.py);
 - lagpilot.io/batchconsumergroups/status: patch (merge patch, only when something changed), and get
   for the writes the next cycle depends on (status.drain: `patch_status_guarded`, resourceVersion);
-- core/events + events.k8s.io/events: create (kopf posts the events).
+- core/events + events.k8s.io/events: create (kopf posts the events);
+- apiextensions.k8s.io/customresourcedefinitions: get, of `batchconsumergroups.lagpilot.io` only
+  (the installed CRD checked against the operator's own: act/crd_check.py).
 kopf itself lists/watches batchconsumergroups and patches them (annotations for its progress).
 
 Handlers call these through `asyncio.to_thread`; the kubernetes client is thread-safe enough for
@@ -173,6 +175,19 @@ class KubeApi:
             resp.release_conn()
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"apply ConfigMap {meta['namespace']}/{meta['name']}") from None
+
+    def get_crd(self, name: str) -> dict[str, Any] | None:
+        """The CustomResourceDefinition `name` (raw JSON), None when it does not exist: the start-up
+        check of the installed CRD (act/crd_check.py; RBAC: `get` on that one name)."""
+        from kubernetes import client
+
+        api = client.ApiextensionsV1Api(self._client)
+        body = _raw_json(
+            lambda: api.read_custom_resource_definition(name, _preload_content=False, _request_timeout=30),
+            f"get CustomResourceDefinition {name}",
+            missing_ok=True,
+        )
+        return None if body is None else dict(body)
 
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """JSON merge patch of the CR's status subresource."""

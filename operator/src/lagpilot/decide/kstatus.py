@@ -9,7 +9,8 @@ operator cannot observe Kafka) read as Current: healthy.
 Rules (docs/gitops.md; tested against kstatus itself in tests/real/test_kstatus.py):
 - `Stalled` = `Degraded`: True with Degraded's reason and message while the operator cannot observe
   or act on the group (Kafka unreachable, authentication, invalid spec, duplicate groupId, data
-  lost to retention); False (`AsExpected`) otherwise. It needs someone to act.
+  lost to retention), or while the installed CRD is older than the operator (`CRDOutdated`:
+  decide/crd_check.py); False (`AsExpected`) otherwise. It needs someone to act.
 - `Reconciling` = True while the operator is bringing the consumers to what it decided and nothing
   stalls it: no `Ready` yet (the first cycle has not run), or `Ready` False/Unknown for another
   reason than `Paused` (consumers starting, a rollout); False (`Reconciled`) when Ready,

@@ -123,6 +123,14 @@ class ScalingIneffectiveReason(str, enum.Enum):  # noqa: UP042 - str() and forma
     AS_EXPECTED = "AsExpected"
 
 
+class DegradedReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Reasons of the ``Degraded`` condition declared here (the cycle's Kafka and Kubernetes causes are
+    their error's reason)."""
+
+    # the installed CRD lacks fields this operator writes or reads (decide/crd_check.py)
+    CRD_OUTDATED = "CRDOutdated"
+
+
 class StartUpSource(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     MEASURED = "Measured"
     DEFAULT = "Default"

@@ -142,9 +142,11 @@ def observe(
     timeout_s: float = 10.0,
     clock: Callable[[], float] = time.time,
     max_age_s: float = 0.0,
+    not_before: float | None = None,
 ) -> Observation:
     """Partition count, earliest/latest/committed offsets and capacity reports for one group, from
-    a view of the cluster read at most `max_age_s` before the call (0: read after the call).
+    a view of the cluster read at most `max_age_s` before the call (0: read after the call), or,
+    given `not_before` (monotonic seconds), a view whose reads started at or after that instant.
 
     Returns or raises ObserveError within about `timeout_s`: every lock and every wait is bounded.
     `clock` is unused (the observation's time is the view's); kept for callers that pass it.
@@ -158,7 +160,8 @@ def observe(
     handle.serve()  # served callbacks of this shared client (error_cb, log lines)
     try:
         snap = handle.offsets_snapshot()
-        view = handle.observer.view(topic, group_id, started - max_age_s, left())
+        bound = started - max_age_s if not_before is None else not_before
+        view = handle.observer.view(topic, group_id, bound, left())
         wm = view.topic(topic)
         if snap is not None and snap.healthy:
             # the commits as of the view's __consumer_offsets end (read before the topic's ends)

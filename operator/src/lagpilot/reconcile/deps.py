@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from lagpilot import __version__
+from lagpilot.decide.status import Condition
 from lagpilot.metrics import OperatorMetrics
 from lagpilot.observe.kafka_observe import AdminPool, Observation
 from lagpilot.observe.kafka_observe import observe as kafka_observe
@@ -74,6 +75,8 @@ class Deps:
     # memory ConfigMap while only its rates and windows move, are written at most this often
     status_heartbeat_seconds: float = 60.0
     observe_max_age_seconds: float = 5.0  # the oldest shared Kafka view a cycle takes (at most half its poll)
+    # the installed CRD's verdict (act/crd_check.CrdCheck.outdated): Degraded=CRDOutdated; None: unchecked
+    crd_outdated: Callable[[], Condition | None] | None = None
 
 
 @dataclasses.dataclass
@@ -91,6 +94,7 @@ class Cache:
     failures: int = 0
     last_error: str | None = None
     last_event_reason: str | None = None
+    crd_reported: str | None = None  # the CRD verdict's message last posted as an event on this CR
     # seconds per phase of the last cycle (deployment, observe, peek, step, act, drain, write, ...):
     # logged by the control loop with a CR's first cycle and with any slow one
     timing: dict[str, float] = dataclasses.field(default_factory=dict)

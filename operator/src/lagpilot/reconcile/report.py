@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lagpilot.act.memory import memory_configmap, memory_name, memory_of
+from lagpilot.decide import crd_check
 from lagpilot.decide import estimate as est_mod
 from lagpilot.decide import lag as lag_mod
 from lagpilot.decide import step as step_mod
@@ -96,7 +97,11 @@ def write_status(
 ) -> None:
     """Patch what changed (`status_write`).
     `written`: fields this cycle already wrote with a guarded write (status.drain, by the drain
-    executor): left out of this unguarded merge patch, so it cannot overwrite another writer's."""
+    executor): left out of this unguarded merge patch, so it cannot overwrite another writer's.
+    The installed CRD's verdict (`deps.crd_outdated`, act/crd_check.py) is laid over the conditions
+    first: `Degraded=CRDOutdated` on every CR while the CRD lacks fields of this operator's."""
+    if new.get("conditions") is not None:
+        new["conditions"] = _crd_verdict(ref, old, new["conditions"], deps, cache)
     if new.get("conditions") is not None:
         deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
     now = deps.clock()
@@ -110,6 +115,20 @@ def write_status(
         cache.view_written_at = now
     # cache only the fields this loop owns: other writers (the drain executor) stay authoritative
     cache.last_status = {k: v for k, v in {**(cache.last_status or {}), **new}.items() if v is not None}
+
+
+def _crd_verdict(
+    ref: GroupRef, old: Mapping[str, Any], conditions: list[dict[str, Any]], deps: Deps, cache: Cache
+) -> list[dict[str, Any]]:
+    """`conditions` with the installed CRD's verdict laid over (decide/crd_check.with_outdated), and
+    a Warning event `CRDOutdated` on the CR each time the verdict's message changes."""
+    outdated = deps.crd_outdated() if deps.crd_outdated is not None else None
+    said = outdated.message if outdated is not None else None
+    if said != cache.crd_reported:
+        cache.crd_reported = said
+        if outdated is not None:
+            deps.emit("Warning", outdated.reason, outdated.message)
+    return crd_check.with_outdated(conditions, old.get("conditions"), outdated, ref.generation, deps.clock())
 
 
 def load_memory(ref: GroupRef, deps: Deps, cache: Cache) -> dict[str, Any] | None:
