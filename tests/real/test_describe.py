@@ -1,12 +1,14 @@
 """`kubectl describe bcg` of a busy CR with a drain in flight, measured against a bound (issue 26
-item 2).
+item 2: two screens).
 
 A screen is 50 lines (a terminal of common height; kubectl describe does not page). The issue asks
-for two screens (100 lines); this test bounds FIVE (250 lines), which is what is reached, and says
-so: before any status field describe prints the header and metadata (14 lines) and the spec as
-stored (54 lines here, the CRD's persisted defaults included), so two screens would leave 32 lines
-for the status and the events - less than the in-flight drain's sub-ranges (6 lines a Spark task;
-49 lines once its first next split is appended). docs/operator.md "What the status holds" has the
+for two screens (100 lines); they are not reached: before any status field describe prints the
+header and metadata (14 lines) and the spec as stored (54 here, 17 of them the CRD's persisted
+defaults), the events take 8 and the conditions listed at that moment 31 (Ready, Scaling,
+CatchUpAtRisk, Draining, Reconciling). The worst poll measured 227 lines at 3abba05 and 200 with
+the fields at their default left out (a sub-range not begun: 4 lines, not 6; no empty history; a
+partition's zero low, lag and rates); the bound is that plus 2 lines for each of the 8 sub-ranges,
+should its task have begun by then (216). docs/operator.md "What the status holds" has the
 accounting.
 
 Measured with the real `kubectl describe` (the version-matched kubectl of the dev stack) on a CR the
@@ -14,9 +16,7 @@ operator reconciles on the real API server while a busy drain is in flight: the 
 partition 0 keeps taking records, the drain Job is Running (its sub-ranges listed). Every poll
 while the drain runs (until its first next split is appended, the drain leaves Running, or 120 s)
 is measured; the largest count is held to the bound. The abnormal-true conditions (Degraded,
-Stalled, DataLoss, ...) are listed only while True or Unknown: none is listed False (with them
-listed False, as before, this run's worst moment would have 30 lines more - Degraded, Stalled,
-DataLoss, DrainStalled and ScalingIneffective, 6 lines each: 257)."""
+Stalled, DataLoss, ...) are listed only while True or Unknown: none is listed False."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from tests.real.test_drain_operator import crd, scenario, wait_phase  # noqa: F4
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 SCREEN = 50
-BOUND = 5 * SCREEN  # the issue's two screens are not reached (docstring)
+BOUND = 200 + 2 * 8  # measured 200 (2026-11-27); the issue's two screens (2 * SCREEN) are not reached
 
 
 def sections(text: str) -> dict[str, int]:
@@ -47,9 +47,10 @@ def sections(text: str) -> dict[str, int]:
     return out
 
 
-def test_describe_of_a_busy_cr_with_a_drain_in_flight_stays_within_five_screens(
-    scenario: Any, crd: Any
-) -> None:  # noqa: F811 - fixtures
+def test_describe_of_a_busy_cr_with_a_drain_in_flight_stays_within_its_measured_bound(
+    scenario: Any,  # noqa: F811 - fixtures
+    crd: Any,  # noqa: F811
+) -> None:
     import time
 
     from lagpilot.model.status import ABNORMAL_TRUE

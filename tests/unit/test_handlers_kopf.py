@@ -341,7 +341,7 @@ def test_adopt_remainder_records_the_drain_then_clears_the_group(monkeypatch) ->
     (patch,) = kube.patches
     d = patch["drain"]
     assert (d["id"], d["phase"], d["reason"]) == (6, "HandedOff", "AdoptedRemainder")
-    assert d["subRanges"] == [{"partition": 1, "index": 0, "start": 10, "end": 30, "next": 10, "records": 0}]
+    assert d["subRanges"] == [{"partition": 1, "index": 0, "start": 10, "end": 30}]  # next: start, records: 0
     assert cleared == ["g.lagpilot-remainder"] and emitted[0][1] == "DrainRemainderAdopted"
     # already recorded (restart before the clear): only the clear, no second drain
     kube2, cleared[:] = Kube(), []

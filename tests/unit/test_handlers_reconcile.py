@@ -238,19 +238,9 @@ def test_first_cycle_creates_deployment_and_reports() -> None:
     # message, the capacity and data-loss count status.capacityPerReplica / status.dataLossRecords
     assert "slaSeconds" not in st and "lastDecision" not in st, st
     assert w.cond("Scaling")["message"].startswith("keep 1->1"), w.cond("Scaling")
-    # one per-partition list keyed by partition, one object each
-    assert st["partitionStatuses"] == [
-        {
-            "partition": p,
-            "committed": 100,
-            "end": 100,
-            "low": 0,
-            "lag": 0,
-            "produceRate": 0.0,
-            "consumeRate": 0.0,
-        }
-        for p in range(3)
-    ]
+    # one per-partition list keyed by partition, one object each (low, lag and the rates left out
+    # while 0: a caught-up, idle partition is three lines in kubectl describe)
+    assert st["partitionStatuses"] == [{"partition": p, "committed": 100, "end": 100} for p in range(3)]
     assert st["lastObservedTime"] == "2023-11-14T22:13:20.000Z"
     assert all(c["observedGeneration"] == 1 for c in st["conditions"])
     assert w.absent("Degraded")  # False

@@ -105,7 +105,7 @@ def drain_tasks_of(drain: Mapping[str, Any] | None) -> int:
         return 0
     if d.get("busy") and d.get("slots"):
         return int(d["slots"])
-    return sum(1 for s in d.get("subRanges") or () if s["next"] < s["end"])
+    return sum(1 for s in d.get("subRanges") or () if s.get("next", s["start"]) < s["end"])
 
 
 def condition(sample: Sample, ctype: str) -> tuple[str, str] | None:

@@ -161,10 +161,10 @@ def partitions(obj: Mapping[str, Any]) -> list[PartitionRow]:
         rows.append(
             PartitionRow(
                 p,
-                _int(r.get("lag")),
+                _int(r.get("lag", 0)),  # lag, low and the rates are left out while 0
                 _num(r.get("oldestAgeSeconds")),
-                _num(r.get("produceRate")),
-                _num(r.get("consumeRate")),
+                _num(r.get("produceRate", 0.0)),
+                _num(r.get("consumeRate", 0.0)),
                 _int(r.get("committed")),
                 _int(r.get("end")),
             )
@@ -225,13 +225,19 @@ def recommendation(obj: Mapping[str, Any]) -> dict[str, Any] | None:
 _SUB_KEYS = ("partition", "index", "start", "end", "next", "records")
 
 
+def _sub_range(x: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored sub-range with the fields the operator leaves out at their defaults filled in:
+    ``next`` absent is ``start`` (nothing processed), ``records`` absent is 0."""
+    return {"next": x.get("start"), "records": 0, **x}
+
+
 def drain(obj: Mapping[str, Any]) -> DrainView | None:
     d = _status(obj).get("drain")
     if not d or not isinstance(d, Mapping):
         return None
     subs = [
         {k: int(x[k]) for k in _SUB_KEYS}
-        for x in _objects(d.get("subRanges"))
+        for x in (_sub_range(y) for y in _objects(d.get("subRanges")))
         if all(_int(x.get(k)) is not None for k in _SUB_KEYS)
     ]
     return DrainView(

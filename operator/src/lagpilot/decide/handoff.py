@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from lagpilot.decide.drain_policy import RollOver
-from lagpilot.model.status import HISTORY_RANGES, DrainEndReason, DrainPhase, HandOffPath
+from lagpilot.model.status import HISTORY_RANGES, DrainEndReason, DrainHoldReason, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, parallelism_for, split_ranges
@@ -69,7 +69,8 @@ REASON_FOREIGN = "ForeignGroupMembers"
 # (``hold_seconds``): half the driver's own wait for a part (lagpilot_runtime.drain_job.PART_WAIT_S,
 # 300 s), so the driver never ends by itself in the middle of a hold
 HOLD_MAX_S = 150.0
-REASON_HOLDING = "HoldingSlots"  # status.drain.reason of a busy drain in its hold (``_holding``)
+# status.drain.reason of a busy drain in its hold (``_holding``)
+REASON_HOLDING = DrainHoldReason.HOLDING_SLOTS.value
 CONSUMER_CLIENT_PREFIX = "lagpilot-"  # the CR's consumers' client.id: lagpilot-<pod> (docs/CONTRACTS.md)
 
 # the hand-off paths (status.drain.handOffPath), declared in the status model:
@@ -152,14 +153,15 @@ class SubProgress:
         return SubRange(self.partition, self.index, self.start, self.end)
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "partition": self.partition,
-            "index": self.index,
-            "start": self.start,
-            "end": self.end,
-            "next": self.next,
-            "records": self.records,
-        }
+        """``status.drain.subRanges[]`` (lagpilot.model.status.SubRange): ``next`` left out while it
+        is ``start`` and ``records`` while 0 (``from_dict`` reads them back so: lossless), so a
+        sub-range not begun is 4 lines in ``kubectl describe``, not 6."""
+        d = {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end}
+        if self.next != self.start:
+            d["next"] = self.next
+        if self.records:
+            d["records"] = self.records
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SubProgress:
@@ -344,7 +346,7 @@ class DrainStatus:
             "recordsTotal": self.records_total,
             "recordsDone": self.records_done,
             "lastError": _or_none(self.last_error),
-            "history": [history_entry(h) for h in self.history],
+            "history": [history_entry(h) for h in self.history] or None,
             "handOffPath": _or_none(self.hand_off_path),
             "publishedAt": format_time(self.published_at),
             "lostRanges": _or_none([{"partition": p, "start": a, "end": b} for p, a, b in self.lost]),

@@ -80,6 +80,14 @@ class DrainEndReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the
     ROLLING_OVER = "RollingOver"
 
 
+class DrainHoldReason(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
+    """Why an idle busy drain keeps its slots (``status.drain.reason`` during its hold, with
+    ``idleSince`` set): every sub-range done, no next split wanted, the slots held for a new drain's
+    start-up before the partitions are handed back (docs/drain.md "Busy drains")."""
+
+    HOLDING_SLOTS = "HoldingSlots"
+
+
 class ConditionType(str, enum.Enum):  # noqa: UP042 - str() and format() of the members as today
     """Every condition type the operator writes, in the order `merge_conditions` lists them (the one
     declaration: decide/status.CONDITION_TYPES and decide/kstatus read it)."""
@@ -169,15 +177,23 @@ class PartitionStatus(_Model):
         "The group's committed offset; absent before its first commit.", default=None
     )
     end: int = _int("Log-end offset.")
-    low: int = _int("Earliest offset still in the log (records below it were deleted by retention).")
-    lag: int = _int("Records not yet committed: end - committed (from low when retention deleted some).")
+    low: int | None = _int(
+        "Earliest offset still in the log (records below it were deleted by retention); absent: 0.",
+        default=None,
+    )
+    lag: int | None = _int(
+        "Records not yet committed: end - committed (from low when retention deleted some); absent: 0.",
+        default=None,
+    )
     oldest_age_seconds: float | None = Field(
         None,
         description="Age of the oldest record waiting to be processed; absent when nothing waits or unknown.",
     )
-    produce_rate: float = Field(description="Smoothed produce rate, records per second (to 0.001).")
-    consume_rate: float = Field(
-        description="Smoothed rate the group commits at, records per second (to 0.001)."
+    produce_rate: float | None = Field(
+        None, description="Smoothed produce rate, records per second (to 0.001); absent: 0."
+    )
+    consume_rate: float | None = Field(
+        None, description="Smoothed rate the group commits at, records per second (to 0.001); absent: 0."
     )
 
 
@@ -203,8 +219,10 @@ class SubRange(_Model):
     index: int = _int("Sub-range index within the partition.", INT32)
     start: int = _int("First offset of the sub-range.")
     end: int = _int("The sub-range ends before this offset.")
-    next: int = _int("Next offset to process (end: done).")
-    records: int = _int("Records processed so far.")
+    next: int | None = _int(
+        "Next offset to process (end: done); absent: start (nothing processed yet).", default=None
+    )
+    records: int | None = _int("Records processed so far; absent: 0.", default=None)
 
 
 class SubRangesFolded(_Model):
@@ -355,8 +373,10 @@ class DrainStatus(_Model):
         "When a busy drain became idle (every sub-range done, no next split wanted): it holds its slots "
         "for a new drain's start-up from then before it hands its partitions back (absent: not idle)."
     )
-    history: list[DrainHistoryEntry] = Field(
-        default_factory=list, description="The last 5 finished drains.", json_schema_extra=_list_map("id")
+    history: list[DrainHistoryEntry] | None = Field(
+        None,
+        description="The last 5 finished drains (absent: none yet).",
+        json_schema_extra=_list_map("id"),
     )
 
 
@@ -572,6 +592,7 @@ __all__ = [
     "CapacitySource",
     "Condition",
     "DrainHistoryEntry",
+    "DrainHoldReason",
     "DrainPhase",
     "DrainRange",
     "DrainStatus",
