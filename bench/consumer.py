@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules["bench"] = sys.modules[__name__]  # "bench:handler" in the config is a placeholder
 
     from confluent_kafka.admin import AdminClient, NewTopic
+
     from lagpilot_dev.stack import Stack
 
     stack = Stack()

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from bench.chaos import faults as cf
-from bench.chaos.faults import Fault
 from bench.chaos.drain_watch import DrainWatch
+from bench.chaos.faults import Fault
 from bench.chaos.procs import GROUP, PLURAL, TERMINAL, VERSION, dead, pid_gone, say
 
 

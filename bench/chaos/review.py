@@ -16,11 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos import faults as cf
-from bench.chaos.faults import Fault
 from bench.chaos.drain_watch import DrainWatch
-from lagpilot_dev.paths import free_port
-from lagpilot_dev.runtime_attacker import attack
-
+from bench.chaos.faults import Fault
 from bench.chaos.procs import (
     GROUP,
     JOB_LABEL,
@@ -33,6 +30,8 @@ from bench.chaos.procs import (
     pid_gone,
     say,
 )
+from lagpilot_dev.paths import free_port
+from lagpilot_dev.runtime_attacker import attack
 
 
 def proc_state(pid: int) -> str:

@@ -31,6 +31,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +99,9 @@ def overlapping_passes(starts: list[dict[str, Any]], ends: list[dict[str, Any]])
 
 def log_time(e: dict[str, Any]) -> float:
     """A JSON log line's time (its `ts`, UTC with milliseconds) in epoch seconds."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.strptime(str(e["ts"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(str(e["ts"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
 
 
 def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:

@@ -45,9 +45,9 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
     kube: KubeEnv,
     kafka_part: Any,
     pods_postgres: Any,
-    new_topic: Callable[..., str],  # noqa: F811
+    new_topic: Callable[..., str],
     on_node: Callable[[str], str],
-) -> None:  # noqa: F811
+) -> None:
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
     from lagpilot.act.spark_rpc_key import SPARK_RPC_KEY, new_key
     from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.act.memory import MEMORY_FIELD, memory_name
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import Pods
 from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)

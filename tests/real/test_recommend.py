@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +29,8 @@ from tests.real.test_operator_e2e import (
     cr,
     events_for,
     get_cr,
-    produce,  # noqa: F401
-    start_operator,
+    produce,
+    start_operator,  # noqa: F401 - the fixture
 )
 
 pytestmark = pytest.mark.real
@@ -186,7 +185,7 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
     count = lambda: float(
         next(
             ln.split()[-1]
-            for ln in op.metrics().splitlines()  # noqa: E731
+            for ln in op.metrics().splitlines()
             if ln.startswith("lagpilot_cycle_duration_seconds_count")
         )
     )

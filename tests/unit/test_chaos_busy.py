@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.chaos import faults as cf
 import bench.chaos.busy as busy_mod
+from bench.chaos import faults as cf
 from bench.chaos.busy import BusyFaults
 from bench.chaos.faults import Fault
 

@@ -272,8 +272,8 @@ def _pod(phase: str, ready: str, at: dt.datetime | None, deleting: bool = False)
 
 
 def test_ready_since_reads_the_ready_transition_of_a_live_pod() -> None:
-    t1 = dt.datetime(2026, 1, 1, 0, 0, 10, tzinfo=dt.timezone.utc)
-    t0 = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.timezone.utc)
+    t1 = dt.datetime(2026, 1, 1, 0, 0, 10, tzinfo=dt.UTC)
+    t0 = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
     assert ready_since([], 99.0) is None
     assert ready_since([_pod("Running", "False", t1)], 99.0) is None
     assert ready_since([_pod("Running", "True", t0, deleting=True)], 99.0) is None  # the previous burst's pod

@@ -50,7 +50,7 @@ class FakePart:
 def fake_stack(tmp_path: Path, fail: set[str] = frozenset()) -> tuple[Stack, dict[str, FakePart]]:
     s = Stack(cache_dir=tmp_path / "cache", state_dir=tmp_path / "state")
     parts = {n: FakePart(n, fail=n in fail) for n in ALL_PARTS}
-    s._parts.update(parts)  # noqa: SLF001 - inject fakes
+    s._parts.update(parts)  # inject fakes
     return s, parts
 
 

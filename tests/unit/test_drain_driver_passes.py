@@ -231,8 +231,7 @@ def test_forged_and_stale_parts_start_nothing_while_a_pass_runs(
         # forged: signed with another key, every offset again under a new index
         w.deliver(NextPart("7", 1, False, (SubRange(0, 9, 0, 400),)), key=bytes(32))
         refused = lambda: any(
-            getattr(r, "fields", {}).get("event") == "drain_part_refused"  # noqa: E731
-            for r in caplog.records
+            getattr(r, "fields", {}).get("event") == "drain_part_refused" for r in caplog.records
         )
         for _ in range(2000):
             if refused():

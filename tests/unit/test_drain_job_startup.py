@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagpilot_runtime.drain_job import startup_breakdown
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 from lagpilot_runtime.drain_progress import remaining_work
 from lagpilot_runtime.drain_spark import (
     CDS_ARCHIVE_NAME,
@@ -24,16 +25,15 @@ from lagpilot_runtime.drain_spark import (
     session_conf,
 )
 from lagpilot_runtime.drain_task import sub_range_of
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain.measure import classify, longest_gap, percentile  # noqa: E402
+from bench.drain.measure import classify, longest_gap, percentile
 from bench.drain.variants import (
     executor_variants,
     median_diffs,
     median_of,
     median_ratios,
-    parse_variants,  # noqa: E402
+    parse_variants,
     round_order,
 )
 

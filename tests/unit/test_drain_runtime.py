@@ -284,7 +284,7 @@ def test_a_runtime_that_dies_mid_plan_fails_the_attempt_with_a_message():
     import http.server
 
     class Dies(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.connection.close()  # the runtime's process gone mid-plan
 

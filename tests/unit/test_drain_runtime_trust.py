@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from lagpilot.act import drain_runtime as rt
-from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
 from lagpilot.act.deployment import build_deployment
+from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
 from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
 from tests.unit.runtime_fakes import executor_at_launch, runtime_manager

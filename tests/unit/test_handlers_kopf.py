@@ -8,10 +8,10 @@ from typing import Any
 import kopf
 import pytest
 
-from lagpilot.reconcile import delete
-from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.act.kubeapi import KubeError
+from lagpilot.config import OperatorConfig
+from lagpilot.reconcile import delete
 
 SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"sink": "log"}}
 

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from lagpilot.decide import handoff as h
 from lagpilot.decide.handoff import (
-    Action,
     DrainStatus,
     JobObservation,
     JobState,
@@ -1191,7 +1190,6 @@ def _spec_for_tasks():
 
 def stored(value):
     """What the API server keeps of a status written with a merge patch: JSON, null fields dropped."""
-    import json
 
     def drop(v):
         if isinstance(v, dict):
@@ -1207,8 +1205,6 @@ def run_drains_through_the_cr(
     """``n`` drains of every partition, one after the other, the status read back from JSON (what the
     apiserver stores) before every step; the owners ack and move at once. Returns status.drain after
     each finished drain, and the last status as the machine made it (before the JSON)."""
-    import json
-
     sp = spec(splitFactor=split_factor, maxTasks=1024, minBacklogRecords=0)
     committed = {p: 1_000_000 for p in range(parts)}  # 7 digits all along: sizes compare
     end = dict(committed)
@@ -1282,8 +1278,6 @@ def test_status_stays_small_after_100_drains():
     the finished drain keeps no sub-ranges (its record counts, ranges and history entry summarise
     them), the history keeps the last 5 drains, the defaults are left out and the times are RFC
     3339 strings. Every range is an object {partition, start, end}: jsonpath reaches each."""
-    import json
-
     seen, mem = run_drains_through_the_cr(100)
     sizes = [len(json.dumps(d)) for d in seen]
     last = seen[-1]

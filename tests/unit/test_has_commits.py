@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from lagpilot.reconcile import delete
 from lagpilot import handlers
 from lagpilot.act import deletion_io
 from lagpilot.observe import kafka_observe
 from lagpilot.observe.cluster_view import TopicWatermarks
 from lagpilot.observe.offsets_snapshot import offsets_partition_for
+from lagpilot.reconcile import delete
 
 
 class Snap:

@@ -7,10 +7,10 @@ import logging
 import pytest
 from confluent_kafka import TopicPartition
 
-from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.batch_consumer import BatchConsumer
-from lagpilot_runtime.handler import Record
 from lagpilot_runtime.commit_metadata import decode
+from lagpilot_runtime.config import ConsumerConfig
+from lagpilot_runtime.handler import Record
 
 TOPIC = "t"
 

@@ -8,12 +8,14 @@ import dataclasses
 import pytest
 
 from lagpilot.decide import handoff
-from lagpilot.sim import params as simulate_params, policies as simulate_policies, trace as simulate_trace
-from lagpilot.sim import world as simulate_world
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.drain_policy import DrainPolicy
 from lagpilot.decide.lag import PartitionOffsets, snapshot
 from lagpilot.decide.scaling import ScalingPolicy
+from lagpilot.sim import params as simulate_params
+from lagpilot.sim import policies as simulate_policies
+from lagpilot.sim import trace as simulate_trace
+from lagpilot.sim import world as simulate_world
 from lagpilot.spec import parse_spec
 
 BASE = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g"}

@@ -282,8 +282,7 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     task_started_at = time.time()
     from confluent_kafka import TopicPartition
 
-    from . import jsonlog
-    from . import redaction
+    from . import jsonlog, redaction
     from .batch_deadline import BatchTimeout, bounded
     from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
     from .handler import BatchContext, Fenced, claims, commits_progress, describe_error, load_handler

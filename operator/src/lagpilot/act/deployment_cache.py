@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
 # the label of every Deployment the operator manages (deployment.labels): the watch's server-side
 # selector (settings.configure) and the handler's filter (handlers.deployment_seen)
 MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "lagpilot"

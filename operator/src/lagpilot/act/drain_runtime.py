@@ -75,6 +75,7 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
+from lagpilot.spec import GroupSpec
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import DrainPlan
 
@@ -83,7 +84,6 @@ from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod
 from .drain_part_key import PartKeys, part_key_ref
 from .key_secret import KEY_FIELD, CrKeys, KeyKind, controller_of, owned_by
 from .spark_rpc_key import SparkRpcKeys
-from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +523,7 @@ class RuntimeManager:
             self.net.create_namespaced_network_policy(
                 namespace, build_network_policy(name, namespace, uid, self.settings)
             )
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) != 409:
                 raise
             if not owned_by(
@@ -537,7 +537,7 @@ class RuntimeManager:
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self._sanitize(self.apps.read_namespaced_deployment(name, namespace))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise

@@ -54,7 +54,7 @@ class LeaseElector:
     def _read(self, ns: str) -> dict[str, Any] | None:
         try:
             return dict(self._sanitize(self.api.read_namespaced_lease(self.name, ns)))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise
@@ -70,7 +70,7 @@ class LeaseElector:
             return False, record.holder
         try:
             self._write(ns, step, lease, record)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) in (409, 422):  # another instance wrote first: re-read next time
                 return False, record.holder if record is not None else ""
             raise

@@ -180,7 +180,7 @@ class AdminHandle:
         self._close_idle_readers()
         return list(out)
 
-    def safe_admin(self, timeout_s: float = 10.0) -> "SafeAdmin":
+    def safe_admin(self, timeout_s: float = 10.0) -> SafeAdmin:
         """The admin client for other modules (the drain): calls under the handle lock, and
         `list_consumer_group_offsets` through the per-group readers (it would crash librdkafka)."""
         return SafeAdmin(self, timeout_s)

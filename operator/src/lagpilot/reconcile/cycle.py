@@ -33,8 +33,8 @@ from typing import Any
 
 from lagpilot.act.deployment import deployment_name
 from lagpilot.act.kubeapi import KubeError, StatusConflict
-from lagpilot.decide import recommend
 from lagpilot.decide import lag as lag_mod
+from lagpilot.decide import recommend
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions

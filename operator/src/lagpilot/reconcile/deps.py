@@ -11,9 +11,8 @@ from typing import Any, Protocol
 
 from lagpilot import __version__
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.observe.kafka_observe import AdminPool, Observation
+from lagpilot.observe.kafka_observe import AdminPool, Observation, peek_oldest
 from lagpilot.observe.kafka_observe import observe as kafka_observe
-from lagpilot.observe.kafka_observe import peek_oldest
 
 
 class Kube(Protocol):
@@ -41,7 +40,7 @@ class GroupRef:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> "GroupRef":
+    def from_body(cls, body: Mapping[str, Any]) -> GroupRef:
         meta = body.get("metadata", {})
         gen = meta.get("generation")
         return cls(

@@ -16,8 +16,9 @@ the SLA), ``replica_minutes`` (pods that exist, starting ones included), ``drain
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from lagpilot.decide import keda as keda_model
 from lagpilot.decide import step as step_mod
