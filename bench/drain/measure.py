@@ -4,6 +4,7 @@ tree's memory (PSS), the live group's longest pause between sink commits, percen
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -111,7 +112,7 @@ def longest_gap(ats: list[float], t_from: float, t_to: float) -> float:
     # the LAST commit before the window (``ats`` comes from SQL in no particular order)
     before = max((a for a in ats if a < t_from), default=t_from)
     edges = [before] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
-    return max(b - a for a, b in zip(edges, edges[1:]))
+    return max(b - a for a, b in itertools.pairwise(edges))
 
 
 def commit_gaps(dsn: str, table: str, t_from: float, t_to: float) -> dict[int, float]:

@@ -27,6 +27,7 @@ offset must be there exactly once (lost 0, duplicated 0), whichever path process
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -238,7 +239,7 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
         led.outside,
     )
     drained = sorted(o for p, o, src, _ in rows if src == "drain" and p == 0)
-    ranges = sum(1 for a, b in zip(drained, drained[1:]) if b != a + 1) + (1 if drained else 0)
+    ranges = sum(1 for a, b in itertools.pairwise(drained) if b != a + 1) + (1 if drained else 0)
     pass_starts, pass_ends = driver_events(s, "drain_pass_started"), driver_events(s, "drain_pass_ended")
     overlaps = overlapping_passes(pass_starts, pass_ends)
     print(

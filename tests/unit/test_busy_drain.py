@@ -28,7 +28,7 @@ POLICY = DrainPolicy(start_up_s=90.0, handoff_s=1.0, max_tasks=16, busy=True)
 
 
 def _loads(rates: list[float], lags: list[float]) -> list[PartitionLoad]:
-    return [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags))]
+    return [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags, strict=False))]
 
 
 def test_no_next_split_once_the_group_alone_meets_the_target() -> None:

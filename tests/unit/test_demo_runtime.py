@@ -6,6 +6,7 @@ README demo (the runtime always on) keeps its settings and parameters as before.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -259,7 +260,7 @@ def test_runtime_report_invariants(samples: list[Sample]) -> None:
     )
     assert r["scale_downs"] <= r["scale_ups"] and all(w >= 0 for w in r["warm_ups_seconds"])
     assert r["scale_ups"] >= sum(
-        1 for a, b in zip(seen, seen[1:]) if not a.runtime_replicas and b.runtime_replicas
+        1 for a, b in itertools.pairwise(seen) if not a.runtime_replicas and b.runtime_replicas
     )
 
 

@@ -4,6 +4,7 @@ operator killed between any effect and its status write still gives every offset
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import random
 from typing import Any
@@ -592,7 +593,7 @@ def test_empty_group_acks_then_moves_only_to_split_and_sub_ranges_tile_the_range
     )
     subs = b.status.sub_ranges
     assert b.kind is Kind.SEAL and subs[0].start == 200 and subs[-1].end == 1000
-    assert all(x.end == y.start for x, y in zip(subs, subs[1:]))
+    assert all(x.end == y.start for x, y in itertools.pairwise(subs))
     assert b.status.pause_seconds == 0.0
 
 
@@ -1165,7 +1166,7 @@ def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them(
     for r in ranges:  # pieces tile [start, split) exactly
         pieces = sorted(per[r.partition], key=lambda s: s.start)
         assert pieces[0].start == r.start and pieces[-1].end == r.split
-        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))
+        assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
     assert PartitionRange.from_dict(ranges[0].to_dict()) == ranges[0]
     assert "tasks" not in ranges[2].to_dict() and PartitionRange.from_dict(ranges[2].to_dict()) == ranges[2]
 
@@ -1633,7 +1634,7 @@ def test_a_busy_drains_next_split_is_planned_published_acked_and_appended():
     new = [s for s in a.status.sub_ranges if s.index >= 2]
     # [ack, split) = [1040, 1600) in 3 sub-ranges with fresh indices: nothing overlaps the first range
     assert [s.index for s in new] == [2, 3, 4] and new[0].start == 1040 and new[-1].end == 1600
-    assert all(a.end == b.start for a, b in zip(new, new[1:]))  # they tile [1040, 1600)
+    assert all(a.end == b.start for a, b in itertools.pairwise(new))  # they tile [1040, 1600)
     assert a.status.ranges == (h.PartitionRange(0, 1600, 1040, 3),)
 
 

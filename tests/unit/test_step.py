@@ -22,7 +22,7 @@ BASE = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId"
 
 
 def snap(at: float, ends: list[int], committed: list[int], cap: float | None = 100.0):  # type: ignore[no-untyped-def]
-    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed))]
+    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed, strict=False))]
     return snapshot(at, parts, {i: cap for i in range(len(ends))} if cap else {})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 import pytest
 
@@ -90,9 +91,9 @@ def test_rolling_hot_a_different_partition_hot_each_burst(seed: int) -> None:
     bursts = _bursts(rows)
     assert len(bursts) >= 5
     hot = [max(range(fam.partitions), key=lambda i: w[i]) for _, _, w in bursts]
-    assert all(a != b for a, b in zip(hot, hot[1:]))  # a different partition each time
+    assert all(a != b for a, b in itertools.pairwise(hot))  # a different partition each time
     assert all(10 <= n <= 30 for _, n, _ in bursts[:-1])  # the last may be cut by the trace's end
-    gaps = {b[0] - a[0] for a, b in zip(bursts, bursts[1:])}
+    gaps = {b[0] - a[0] for a, b in itertools.pairwise(bursts)}
     assert len(gaps) == 1 and 45 <= gaps.pop() <= 120  # every N minutes
     for _, rate, w in rows:
         if w is not None:

@@ -21,6 +21,7 @@ which run without a CR) keeps ``<groupId>.lagpilot-drain.<drainId>.<k>``.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,7 +105,7 @@ class DrainPlan:
             by_partition.setdefault(s.partition, []).append(s)
         for p, subs in by_partition.items():
             subs.sort(key=lambda s: s.start)
-            for a, b in zip(subs, subs[1:]):
+            for a, b in itertools.pairwise(subs):
                 if b.start < a.end:
                     raise ValueError(
                         f"overlapping sub-ranges in partition {p}: {a.to_dict()} and {b.to_dict()}"

@@ -105,7 +105,7 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
             d = rb.to_pydict()
             topic = spec.topic  # one topic per plan: no need to ship the column
             for p, o, k, v, hs, ts in zip(
-                d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]
+                d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"], strict=True
             ):
                 headers = (
                     [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []

@@ -129,7 +129,7 @@ class BatchContext:
                 )
             futures = [self._pool.submit(fn, r) for r in records]
             results, errors = [], []
-            for r, fut in zip(records, futures):
+            for r, fut in zip(records, futures, strict=True):
                 exc = fut.exception()
                 if exc is None:
                     results.append(fut.result())

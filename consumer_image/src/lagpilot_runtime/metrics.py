@@ -179,7 +179,7 @@ class CapacityEstimator:
         sxx = sum((x - mx) ** 2 for x in xs)
         if k < 3 or sxx <= 0 or max(xs) < 2 * min(xs):
             return ratio
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
         intercept = my - slope * mx
         if slope <= 0 or intercept < 0:
             return ratio

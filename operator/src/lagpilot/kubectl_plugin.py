@@ -105,7 +105,7 @@ def _dur(x: float | None) -> str:
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells)
 
 
 def emit(data: Any, output: str, text: Callable[[], str]) -> str:

@@ -149,7 +149,7 @@ class _World:
 
     # observers ---------------------------------------------------------------------------
     def observed_lags(self) -> list[float]:
-        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates)]
+        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates, strict=True)]
 
     def ready(self, t: float) -> int:
         return sum(1 for r in self.pods if r <= t)
@@ -440,7 +440,7 @@ class _World:
             alloc = _water_fill(budget, [self.queues[i].total for i in owned])
             share = budget / len(owned)
             s0 = t + dt - work
-            for i, a in zip(owned, alloc):
+            for i, a in zip(owned, alloc, strict=True):
                 if a > 0:
                     self.queues[i].take(
                         a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat
@@ -476,7 +476,7 @@ class _World:
                 replace(sp, next=sp.end, records=sp.end - sp.start)
                 if task.done_at is not None
                 else _progress(sp, task)
-                for sp, task in zip(d.status.sub_ranges, d.tasks)
+                for sp, task in zip(d.status.sub_ranges, d.tasks, strict=False)
             )
             d.status = replace(d.status, sub_ranges=subs)
 
