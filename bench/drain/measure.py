@@ -111,7 +111,7 @@ def longest_gap(ats: list[float], t_from: float, t_to: float) -> float:
     bounded by the last commit before it (or t_from) and t_to."""
     # the LAST commit before the window (``ats`` comes from SQL in no particular order)
     before = max((a for a in ats if a < t_from), default=t_from)
-    edges = [before] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
+    edges = [before, *sorted(a for a in ats if t_from <= a <= t_to), t_to]
     return max(b - a for a, b in itertools.pairwise(edges))
 
 

@@ -136,7 +136,7 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
     )["items"]
     print(kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout)
     assert len(execs) >= 2, [p["metadata"]["name"] for p in execs]
-    for p in execs + [driver]:  # containers on the real node, admitted under `restricted`
+    for p in [*execs, driver]:  # containers on the real node, admitted under `restricted`
         assert p["spec"]["nodeName"] == node.info()["node_name"], p["metadata"]["name"]
         assert p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
     for p in execs:

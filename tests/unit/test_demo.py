@@ -570,13 +570,13 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
         consumer_capacity=50.0,
         drain_task_capacity=None,
         pod_starts_s=[3.0, 5.0],
-        drains=drains
-        + [
+        drains=[
+            *drains,
             {
                 "launch_to_first_record_seconds": 10.0,
                 "pause_excess_seconds": 0.5,
                 "hand_off_path": "ConsumerAck",
-            }
+            },
         ],
         split_factor=4,
         max_tasks=12,

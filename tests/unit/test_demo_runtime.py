@@ -342,7 +342,7 @@ def test_sim_params_on_demand_split_the_start_up() -> None:
         unmeasured["drain_warm_start_s"] is None and unmeasured["drain_start_s"] is None
     )  # simulator defaults
     # every key is a SimParams field: nothing lands in "not modelled"; None keeps the default
-    params, used, unknown = sim_compare.params_from_summary({"sim_params": p})
+    params, _used, unknown = sim_compare.params_from_summary({"sim_params": p})
     assert unknown == {} and params.warm_runtime == "on-demand" and params.runtime_cooldown_s == 120.0
     assert params.drain_warm_start_s == 4.0 and params.drain_start_s == 31.5
     params, _, unknown = sim_compare.params_from_summary({"sim_params": unmeasured})

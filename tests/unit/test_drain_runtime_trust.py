@@ -96,7 +96,7 @@ def test_a_look_alike_pod_is_never_the_runtime_url() -> None:
     m.apps.rss = [rs, replica_set("rs-evil", "dep-evil")]
     assert m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") is None
     # the real one (owned through our ReplicaSet by our Deployment by the CR) is taken, the fakes still not
-    m.core.pods = fakes + [runtime_pod("z-real", "10.0.0.5", rs, cfg)]
+    m.core.pods = [*fakes, runtime_pod("z-real", "10.0.0.5", rs, cfg)]
     assert (
         m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") == f"http://10.0.0.5:{rt.runtime_port('ns1', 'orders')}"
     )

@@ -1324,7 +1324,7 @@ def test_a_running_drain_round_trips_exactly_as_objects():
         attempt_base=2,
         last_error="boom",
         lost=((0, 12, 20),),
-        ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),),
+        ranges=(*RUNNING.ranges, h.PartitionRange(3, 90, None, 5)),
     )
     out = d.to_dict()
     assert out["ranges"][-1] == {"partition": 3, "end": 90, "tasks": 5}  # start absent until the owner acked

@@ -421,7 +421,7 @@ def test_scale_down_window_reaches_the_simulated_cr_and_from_demo() -> None:
     pol = simulate_params.step_mod.Policies.from_group_spec(p.group_spec(), p.model())
     assert pol.scaling.scale_down_window_s == 60
     assert SimParams().group_spec().scaling.scale_down_window_seconds == 300  # the HPA's default
-    params, used, unknown = sim_compare.params_from_summary({"sim_params": {"scale_down_window_s": 60.0}})
+    params, _used, unknown = sim_compare.params_from_summary({"sim_params": {"scale_down_window_s": 60.0}})
     assert params.scale_down_window_s == 60 and "scale_down_window_s" not in unknown
 
 

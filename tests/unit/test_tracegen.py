@@ -30,7 +30,7 @@ def test_flash_twice_a_day_above_the_group_on_every_partition(seed: int) -> None
     group = fam.partitions * fam.capacity
     rows = tracegen.generate("flash", seed)
     spikes, run = [], 0
-    for _, rate, w in rows + [(0.0, 0.0, None)]:
+    for _, rate, w in [*rows, (0.0, 0.0, None)]:
         if w is not None:
             run += 1
             assert rate >= 1.4 * group
@@ -75,7 +75,7 @@ def test_unknown_kind() -> None:
 def _bursts(rows: list) -> list[tuple[int, int, tuple[float, ...]]]:
     """(first minute, length, weights of the first minute) of each run of weighted rows."""
     out, start = [], None
-    for m, (_, _, w) in enumerate(rows + [(0.0, 0.0, None)]):
+    for m, (_, _, w) in enumerate([*rows, (0.0, 0.0, None)]):
         if w is not None and start is None:
             start = m
         elif w is None and start is not None:

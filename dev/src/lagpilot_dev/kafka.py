@@ -644,6 +644,6 @@ def parse_consumer_groups_describe(text: str) -> list[dict[str, str]]:
             continue
         # CLIENT-ID is last and the only column that may contain spaces: join the overflow into it
         if len(cells) > len(header):
-            cells = cells[: len(header) - 1] + [" ".join(cells[len(header) - 1 :])]
+            cells = [*cells[: len(header) - 1], " ".join(cells[len(header) - 1 :])]
         rows.append(dict(zip(header, cells, strict=True)))
     return rows

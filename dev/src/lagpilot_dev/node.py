@@ -239,7 +239,7 @@ def cri_image_name(reference: str) -> str:
     (Docker's normalization, which the kubelet and containerd apply): a first path component that is
     not a registry (no "." or ":", not "localhost") means Docker Hub, a single name its `library/`,
     no tag `:latest`. `lagpilot/consumer:0.1.0` -> `docker.io/lagpilot/consumer:0.1.0`."""
-    name, digest = (reference.split("@", 1) + [""])[:2]
+    name, digest = ([*reference.split("@", 1), ""])[:2]
     first, _, rest = name.partition("/")
     if not rest:
         name = f"docker.io/library/{name}"

@@ -314,7 +314,7 @@ class Versus:
                         with contextlib.suppress(Exception):
                             fig["model"] = model_check(summary, by_name[name], run_out)
                     rnd.results[name] = fig
-                    self._write(done + [rnd], keda_info)
+                    self._write([*done, rnd], keda_info)
                 done.append(rnd)
         finally:
             stack.release(lease, stop=True)

@@ -58,13 +58,13 @@ class OperatorMetrics:
         self.decisions = Counter(
             "lagpilot_scale_decisions_total",
             "Scale decisions applied, by direction.",
-            GROUP + ("direction",),
+            (*GROUP, "direction"),
             registry=registry,
         )
         self.errors = Counter(
             "lagpilot_observe_errors_total",
             "Failed observation cycles, by reason.",
-            GROUP + ("reason",),
+            (*GROUP, "reason"),
             registry=registry,
         )
         self.cycle_seconds = Histogram(

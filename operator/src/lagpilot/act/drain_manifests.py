@@ -331,7 +331,8 @@ def _drain_env(
     spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int
 ) -> list[dict[str, Any]]:
     """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
-    return consumer_env(spec) + [
+    return [
+        *consumer_env(spec),
         {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},

@@ -175,7 +175,8 @@ def build_runtime_deployment(
         batch_max_records=spec.batch.max_records,
         parallelism=spec.drain.max_tasks,
     )
-    env = consumer_env(spec) + [
+    env = [
+        *consumer_env(spec),
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": PORT_ENV, "value": str(port)},
         {"name": PARALLELISM_ENV, "value": str(spec.drain.max_tasks)},

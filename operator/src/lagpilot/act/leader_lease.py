@@ -107,7 +107,7 @@ class LeaseElector:
         stamp = _micro_time(self.wall())
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(round(self.timing.duration_s)),
+            "leaseDurationSeconds": round(self.timing.duration_s),
             "renewTime": stamp,
         }
         if step is Step.CREATE:

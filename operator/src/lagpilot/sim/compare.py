@@ -226,7 +226,7 @@ def padded(trace: sim_trace.Trace, seconds: float) -> sim_trace.Trace:
     if not trace.times:
         return trace
     step = trace.end_s - trace.times[-1]
-    n = max(0, int(math.ceil(seconds / step)))
+    n = max(0, math.ceil(seconds / step))
     return sim_trace.Trace(
         trace.times + tuple(trace.end_s + i * step for i in range(n)),
         trace.rates + (0.0,) * n,
