@@ -8,6 +8,7 @@ the finalizer hands `[ack, split)` back, the re-created CR drains it). Each conf
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -295,7 +296,7 @@ class ReviewFaults(DrainWatch):
                     continue
                 check = None
             else:
-                check = lambda f=f: self.forged_ok(f, drain_id)
+                check = functools.partial(self.forged_ok, f, drain_id)
             assert f.at is not None
             secs = self.recover_wait(f.at, f.kind, self.timeout, None, check)
             f.recovered, f.recover_s = secs is not None, secs

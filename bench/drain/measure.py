@@ -73,7 +73,7 @@ class CpuSampler(threading.Thread):
                 st = _stat(int(name))
                 if st:
                     stats[int(name)] = st
-        for pid, (ppid, cpu) in stats.items():
+        for pid, (_ppid, cpu) in stats.items():
             chain, cur = set(), pid
             for _ in range(12):
                 chain.add(cur)

@@ -182,13 +182,15 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
         print("hand consumer:", out[-2000:])
 
     # after the hand consumer stopped, the operator keeps cycling (recommending) for a while
-    count = lambda: float(
-        next(
-            ln.split()[-1]
-            for ln in op.metrics().splitlines()
-            if ln.startswith("lagpilot_cycle_duration_seconds_count")
+    def count() -> float:
+        return float(
+            next(
+                ln.split()[-1]
+                for ln in op.metrics().splitlines()
+                if ln.startswith("lagpilot_cycle_duration_seconds_count")
+            )
         )
-    )
+
     c0 = count()
     wait_until(lambda: count() >= c0 + 4, "four more operator cycles", 120, interval=1)
 

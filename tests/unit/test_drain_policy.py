@@ -15,7 +15,7 @@ TARGET, SLA = 480.0, 600.0
 DP = DrainPolicy(start_up_s=60, min_backlog_records=10_000, split_factor=4, max_tasks=16, min_interval_s=60)
 
 
-def L(*rows: tuple[float, float]) -> list[PartitionLoad]:
+def L(*rows: tuple[float, float]) -> list[PartitionLoad]:  # noqa: N802 - short: (lag, rate) rows
     return [PartitionLoad(i, lag, rate, 1000 * i, 1000 * i + int(lag)) for i, (lag, rate) in enumerate(rows)]
 
 
@@ -367,7 +367,7 @@ AP = DrainPolicy(start_up_s=20, handoff_s=1, assist_always=True)  # spec.drain.a
 BP = DrainPolicy(start_up_s=20, handoff_s=1)  # the default: the assisted count only in bursts
 
 
-def R(*rates: float) -> list[PartitionLoad]:
+def R(*rates: float) -> list[PartitionLoad]:  # noqa: N802 - short: rates, no lag
     return [PartitionLoad(i, 0.0, r) for i, r in enumerate(rates)]
 
 
@@ -487,7 +487,7 @@ def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  
     pol = DrainPolicy(start_up_s=start, assist_min_saving=saving, assist_always=True)
     loads = R(*rates)
     got = assisted_replicas(loads, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol)
-    lagged = [PartitionLoad(l.partition, lag, l.rate) for l, lag in zip(loads, lags, strict=False)]
+    lagged = [PartitionLoad(ld.partition, lag, ld.rate) for ld, lag in zip(loads, lags, strict=False)]
     assert assisted_replicas(lagged, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol) == got
     if got is None:
         return
@@ -586,11 +586,11 @@ def _two_drains_worst(
     cap: float,
 ) -> float:
     """The model, stated independently: worst latency of this drain and of the next (one at a time)."""
-    lags = [l.lag for l in loads]
-    olds = [ages[l.partition] for l in loads]
+    lags = [ld.lag for ld in loads]
+    olds = [ages[ld.partition] for ld in loads]
     rates = [
-        max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0)
-        for l, a in zip(loads, olds, strict=False)
+        max(ld.rate, ld.lag / a if a >= policy.poll_interval_s else 0.0)
+        for ld, a in zip(loads, olds, strict=False)
     ]
     alloc = allocate_tasks(lags, n, policy.min_records_per_task)
     worst, dur = 0.0, policy.fixed_cost_s

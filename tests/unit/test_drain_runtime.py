@@ -212,7 +212,9 @@ def _fake_keep_warm(
     started: threading.Event | None = None,
 ) -> None:
     runtime.spark.sparkContext.setJobGroup = lambda *a, **k: None
-    runtime.spark.range = lambda start, end, numPartitions: _Frame(numPartitions, ran, hold, started)
+    runtime.spark.range = lambda start, end, numPartitions: _Frame(  # noqa: N803 - Spark's keyword
+        numPartitions, ran, hold, started
+    )
 
 
 def _run_until_released(

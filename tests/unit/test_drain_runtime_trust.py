@@ -154,7 +154,7 @@ def test_a_key_secret_not_owned_by_the_cr_is_not_used() -> None:
         "metadata": {"name": rt.key_secret_name("orders"), "ownerReferences": [owner("X", "x", "someone")]},
         "data": {"key": "YWJj"},
     }
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="is not owned by this BatchConsumerGroup"):
         m.key("ns1", "orders", CR_UID)
     assert m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") is None  # a launch goes cold
 

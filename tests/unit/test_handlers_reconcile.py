@@ -135,8 +135,8 @@ class Script:
             group,
             self.clock,
             tuple(
-                PartitionOffsets(i, e, l, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
-                for i, (e, l, c, cap) in enumerate(self.parts)
+                PartitionOffsets(i, e, end, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
+                for i, (e, end, c, cap) in enumerate(self.parts)
             ),
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -13,7 +14,7 @@ from lagpilot_dev.runtime_attacker import attack
 
 
 class _Runtime(http.server.BaseHTTPRequestHandler):
-    posted: list[bytes] = []
+    posted: ClassVar[list[bytes]] = []
 
     def do_POST(self) -> None:  # http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))

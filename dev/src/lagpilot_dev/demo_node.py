@@ -220,7 +220,7 @@ class NodeRun:
             indent=True,
         )
         report = build_and_run(("operator", "consumer", "demo"), run=False)
-        for n, b in report.builds.items():
+        for b in report.builds.values():
             console.say(
                 f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)",
                 indent=True,

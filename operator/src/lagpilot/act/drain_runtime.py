@@ -532,7 +532,7 @@ class RuntimeManager:
             ):
                 raise RuntimeError(
                     f"NetworkPolicy {runtime_name(name)} exists and is not this BatchConsumerGroup's"
-                )
+                ) from err
         self._policies.add(cache)
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:

@@ -209,7 +209,7 @@ def keda_controller(params: SimParams, cfg: keda_model.KedaConfig) -> Controller
 
     def control(world: _World, t: float) -> None:
         lags = world.observed_lags()
-        committed = [round(e - l) for e, l in zip(world.produced_by, lags, strict=True)]
+        committed = [round(e - lag) for e, lag in zip(world.produced_by, lags, strict=True)]
         desired, box["state"] = keda_model.step(
             box["state"], t, len(world.pods), lags, params.partitions, cfg, committed=committed
         )
