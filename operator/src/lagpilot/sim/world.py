@@ -498,11 +498,8 @@ class _World:
 
     def _oldest_age(self, now: float) -> float:
         """The age of the oldest record not processed yet, in the group's queues or a task's."""
-        oldest = min(
-            [q.oldest() for q in self.queues if q.oldest() is not None]
-            + [q.oldest() for q in self.drain_queues() if q.oldest() is not None],
-            default=None,
-        )
+        starts = [q.oldest() for q in [*self.queues, *self.drain_queues()]]
+        oldest = min((s for s in starts if s is not None), default=None)
         return 0.0 if oldest is None else max(0.0, now - oldest)
 
     def remaining(self) -> float:
