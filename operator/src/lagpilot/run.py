@@ -83,7 +83,7 @@ def count_kube_requests(count: Callable[[str], None]) -> None:
     `RESTClientObject.request` once. kopf's own watch streams and event posts are not included."""
     from kubernetes.client import rest
 
-    orig = rest.RESTClientObject.request
+    orig: Callable[..., Any] = rest.RESTClientObject.request
     if getattr(orig, "_lagpilot_counted", False):
         return
 
