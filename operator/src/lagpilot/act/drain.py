@@ -213,7 +213,7 @@ class DrainContext:
     replicas: int
     wanted: Sequence[int]
     admin: Any  # confluent_kafka AdminClient (shared, from the pool)
-    scale: Callable[[int], None]  # apply the consumer Deployment with n replicas
+    scale: Callable[[int], object]  # apply the consumer Deployment with n replicas (its result unused)
     patch_status: Callable[[dict[str, Any]], None]
     emit: Callable[[str, str, str], None]
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)

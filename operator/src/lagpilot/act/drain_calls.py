@@ -47,7 +47,7 @@ class DrainCalls:
     batch: Any
     core: Any
     custom: Any
-    _sanitize: Any
+    _sanitize: Callable[[object], dict[str, Any]]
     settings: DrainSettings
     timeout_s: float
     runtime: Any  # drain_runtime.RuntimeManager: signs warm plans
@@ -296,7 +296,9 @@ class DrainCalls:
         """Foreground deletion: the object stays until the garbage collector removed its pods, so
         "absent" (what Cancelled waits for) means no drain process is left. Both kinds with launcher
         sparkApplication (the attempt may predate a launcher change)."""
-        calls = [lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")]
+        calls: list[Callable[[], object]] = [
+            lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+        ]
         if launcher == "sparkApplication":
             calls.append(
                 lambda: self.custom.delete_namespaced_custom_object(

@@ -465,7 +465,7 @@ class RuntimeManager:
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
-        self._sanitize = api_client.sanitize_for_serialization
+        self._sanitize: Callable[[object], dict[str, Any]] = api_client.sanitize_for_serialization
         self.settings = settings or DrainSettings.from_env()
         # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
@@ -521,9 +521,8 @@ class RuntimeManager:
         if cache in self._policies:
             return
         try:
-            self.net.create_namespaced_network_policy(
-                namespace, build_network_policy(name, namespace, uid, self.settings)
-            )
+            policy = build_network_policy(name, namespace, uid, self.settings)
+            self.net.create_namespaced_network_policy(namespace, policy)  # type: ignore[arg-type]  # a dict body
         except Exception as err:
             if getattr(err, "status", None) != 409:
                 raise

@@ -30,7 +30,8 @@ KEY_FIELD = "key"  # the Secret's data field (hex)
 
 def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The object's controller ownerReference (None: none)."""
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+    refs: list[Mapping[str, Any]] = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
         if ref.get("controller"):
             return ref
     return None

@@ -114,7 +114,7 @@ class LeaseElector:
             spec.update(acquireTime=stamp, leaseTransitions=0)
             self.api.create_namespaced_lease(
                 ns,
-                {
+                {  # type: ignore[arg-type]  # a dict body: the client serializes it as is
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": ns},
@@ -138,7 +138,7 @@ class LeaseElector:
             },
             "spec": spec,
         }
-        self.api.replace_namespaced_lease(self.name, ns, body)
+        self.api.replace_namespaced_lease(self.name, ns, body)  # type: ignore[arg-type]  # a dict body
 
     # -- the loops -----------------------------------------------------------------------------------
     def acquire(self, stop: threading.Event, on_wait: Callable[[str, str], None] | None = None) -> bool:
@@ -198,7 +198,7 @@ class LeaseElector:
                 self.api.replace_namespaced_lease(
                     self.name,
                     ns,
-                    {
+                    {  # type: ignore[arg-type]  # a dict body: the client serializes it as is
                         "apiVersion": "coordination.k8s.io/v1",
                         "kind": "Lease",
                         "metadata": {
