@@ -199,7 +199,7 @@ def perf_test(kafka: Any, bootstrap: str, topic: str, n: int) -> dict[str, Any]:
     header_idx = next(i for i, ln in enumerate(lines) if "nMsg.sec" in ln)
     row = next(csv.reader(io.StringIO(lines[header_idx + 1])))
     header = [h.strip() for h in lines[header_idx].split(",")]
-    values = dict(zip(header, (v.strip() for v in row)))
+    values = dict(zip(header, (v.strip() for v in row), strict=False))
     return {
         "records": int(float(values["data.consumed.in.nMsg"])),
         "records_per_s": float(values["nMsg.sec"]),
@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules["bench"] = sys.modules[__name__]  # "bench:handler" in the config is a placeholder
 
     from confluent_kafka.admin import AdminClient, NewTopic
+
     from lagpilot_dev.stack import Stack
 
     stack = Stack()

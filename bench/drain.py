@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.drain.cli import main  # noqa: E402
+from bench.drain.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         b.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=120s", timeout=150)
         b.kubectl("create", "namespace", ns)
-        for t, f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).items():
+        for f in admin.create_topics([NewTopic(t, 3, 1) for t in topics]).values():
             f.result(60)
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
@@ -252,9 +252,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 metrics()
                 break
-            except OSError:
+            except OSError as err:
                 if op.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"operator did not start (exit {op.poll()}); log {log_path}")
+                    raise RuntimeError(f"operator did not start (exit {op.poll()}); log {log_path}") from err
                 time.sleep(0.5)
         objs = [
             cr(f"g{i:03d}", topics[i % len(topics)], f"bench-scale-{run_id}-g{i:03d}", b.bootstrap, args.poll)

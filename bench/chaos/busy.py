@@ -36,9 +36,11 @@ the end check of the ledgers (`lost`, `duplicated`) covers every offset of the d
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.chaos import faults as cf
@@ -59,6 +61,48 @@ FORGE_TRIES = 15
 STALE_WAIT_S = (
     120.0  # the driver kill waits this long after the forgery for stale_part's window (a later round)
 )
+
+
+def _done(f: Fault | None) -> bool:
+    return f is None or f.fired or bool(f.detail)
+
+
+@dataclass
+class _BusyRun:
+    """drain_seven's kinds and what its polls learned (one busy drain, and the drains its kinds left
+    are carried over to)."""
+
+    faults: dict[str, Fault]
+    points: dict[str, Fault]  # the operator's crash points (cf.BUSY_POINTS)
+    empty_points: dict[str, Fault]  # the empty group's crash point (cf.EMPTY_GROUP_POINTS)
+    ao: Fault | None  # operator_at_next_alter_offsets
+    fp: Fault | None  # forged_part
+    dk: Fault | None  # busy_driver_kill
+    sp: Fault | None  # stale_part
+    hold: dict[str, Any] = field(
+        default_factory=dict
+    )  # the empty group's evidence (operator_at_next_alter_offsets)
+    genuine: dict[int, str] = field(
+        default_factory=dict
+    )  # the operator's parts as read from the parts group, per round
+    forged: set[str] = field(
+        default_factory=set
+    )  # what forged_part wrote there (never taken for a genuine part)
+    seen: dict[str, Any] = field(default_factory=lambda: {"rounds": 0, "attempts": set(), "busy": False})
+    hot_at: list[float] = field(default_factory=list)
+    hot_ev: dict[str, Any] = field(
+        default_factory=dict
+    )  # the hot stream's rate and where it came from (evidence of every kind)
+    eligible: list[float] = field(default_factory=list)
+    kill_att: int = 0
+    # the crash points' restarts can end a busy drain before the kinds after them had a window (the
+    # restarted operator measures the rates afresh and may hand the partitions back): while the hot
+    # stream runs, the kinds left go on in the next drain (verified: drain id -> when seen Verified)
+    carried: set[int] = field(default_factory=set)
+    verified: dict[int, float] = field(default_factory=dict)
+    holds: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # empty groups of carried drains that reached no NextAlterOffsets
 
 
 class BusyFaults(ReviewFaults):
@@ -326,91 +370,24 @@ class BusyFaults(ReviewFaults):
         round above one read earlier)."""
         want = [k for k in cf.BUSY_KINDS if k in self.kinds]
         faults = {k: Fault(k, rnd, "eos") for k in want}
-        points = {k: f for k, f in faults.items() if k in cf.BUSY_POINTS}
-        empty_points = {k: f for k, f in faults.items() if k in cf.EMPTY_GROUP_POINTS}
-        ao = faults.get("operator_at_next_alter_offsets")
-        hold: dict[str, Any] = {}  # the empty group's evidence (operator_at_next_alter_offsets)
-        fp, dk, sp = faults.get("forged_part"), faults.get("busy_driver_kill"), faults.get("stale_part")
-        genuine: dict[int, str] = {}  # the operator's parts as read from the parts group, per round
-        forged: set[str] = set()  # what forged_part wrote there (never taken for a genuine part)
-        seen: dict[str, Any] = {"rounds": 0, "attempts": set(), "busy": False}
-        hot_at: list[float] = []
-        hot_ev: dict[str, Any] = {}  # the hot stream's rate and where it came from (evidence of every kind)
-        eligible: list[float] = []
-        kill_att = 0
-        # the crash points' restarts can end a busy drain before the kinds after them had a window (the
-        # restarted operator measures the rates afresh and may hand the partitions back): while the hot
-        # stream runs, the kinds left go on in the next drain (verified: drain id -> when seen Verified)
-        carried: set[int] = set()
-        verified: dict[int, float] = {}
-        holds: list[dict[str, Any]] = []  # empty groups of carried drains that reached no NextAlterOffsets
+        st = _BusyRun(
+            faults=faults,
+            points={k: f for k, f in faults.items() if k in cf.BUSY_POINTS},
+            empty_points={k: f for k, f in faults.items() if k in cf.EMPTY_GROUP_POINTS},
+            ao=faults.get("operator_at_next_alter_offsets"),
+            fp=faults.get("forged_part"),
+            dk=faults.get("busy_driver_kill"),
+            sp=faults.get("stale_part"),
+        )
+        d = self._busy_polls(st, rnd)
+        self._busy_outcomes(st, d)
+        for f in faults.values():
+            self.record(f)
+        return list(faults.values())
 
-        def arm() -> None:
-            for k in points:
-                (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
-            for k in empty_points:
-                (self.crash_dir / cf.EMPTY_GROUP_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
-            cap = ((self.cr("eos") or {}).get("status") or {}).get("capacityPerReplica")
-            rate, source = cf.hot_rate(self.args.hot_rate, cap)
-            hot_ev.update({"hot_rate": rate, "hot_rate_source": source, "capacity_per_replica": cap})
-            say(
-                f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})"
-            )
-            self.producer.heat(0, rate)
-            hot_at.append(time.time())
-
-        def check() -> None:
-            self.check_points(
-                points,
-                cf.BUSY_POINTS,
-                more=lambda d: {
-                    "drain": d.get("id"),
-                    "round": d.get("round"),
-                    "extension": bool(d.get("extension")),
-                },
-            )
-            self.check_points(
-                empty_points,
-                cf.EMPTY_GROUP_POINTS,
-                more=lambda d: {
-                    "drain": d.get("id"),
-                    "round": d.get("round"),
-                    "extension": bool(d.get("extension")),
-                    "group_members_at_fire": self.group_members(),
-                },
-            )
-
-        def done(f: Fault | None) -> bool:
-            return f is None or f.fired or bool(f.detail)
-
-        def ended(dd: dict[str, Any]) -> bool:
-            """Drain `dd` (ours) ended: record it; True when the kinds left go on in the next drain."""
-            check()
-            if dd.get("phase") == "Verified":
-                verified[int(dd.get("id") or 0)] = time.time()
-            left = [k for k, f in faults.items() if not done(f)]
-            if not (
-                dd.get("phase") == "Verified"
-                and left
-                and not any(f.fired for f in (fp, dk, sp) if f is not None)
-                and self.producer.hot
-                and hot_at
-                and time.time() - hot_at[0] < MAX_HOT_S
-            ):
-                return False
-            say(
-                f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
-                "they go on in the next drain (the hot stream runs)"
-            )
-            carried.add(int(dd.get("id") or 0))
-            self.release_group(hold)
-            if hold and ao is not None and not ao.fired:
-                holds.append({**hold, "drain": dd.get("id")})
-                hold.clear()
-            genuine.clear()
-            eligible.clear()
-            return True
-
+    def _busy_polls(self, st: _BusyRun, rnd: int) -> dict[str, Any]:
+        """drain_seven's polls of its drain (and of the drains the kinds left are carried over to): each
+        poll's step, a drain's end; the last status seen."""
         d: dict[str, Any] = {}
         last: dict[str, Any] = {}  # the last status of our current drain
         try:
@@ -418,12 +395,12 @@ class BusyFaults(ReviewFaults):
             # 118,392 records in its retry, still Running 600 s after the burst): polled that much longer
             for d, ours in self.drain_polls(
                 f"drain 7 (busy) of round {rnd}",
-                before_burst=arm,
-                each=check,
+                before_burst=functools.partial(self._busy_arm, st),
+                each=functools.partial(self._busy_check, st),
                 window=MAX_HOT_S + self.timeout * 2,
             ):
-                if not ours or int(d.get("id") or 0) in carried:
-                    if hot_at and time.time() - hot_at[0] > MAX_HOT_S:
+                if not ours or int(d.get("id") or 0) in st.carried:
+                    if st.hot_at and time.time() - st.hot_at[0] > MAX_HOT_S:
                         break
                     continue
                 if last and last.get("id") != d.get("id"):
@@ -436,183 +413,280 @@ class BusyFaults(ReviewFaults):
                         "phase": end.get("phase") or "Unknown",
                         "message": f"ended between two polls ({end.get('reason') or 'not in status.drain.history'})",
                     }
-                    if not ended(prev):
+                    if not self._busy_ended(st, prev):
                         d = prev
                         break
                 last = d
-                seen["busy"] = seen["busy"] or bool(d.get("busy"))
-                seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
-                running = d.get("phase") == "Running"
-                current = None
-                if running:
-                    seen["attempts"].add(int(d.get("attempt") or 0))
-                    with contextlib.suppress(
-                        Exception
-                    ):  # the genuine parts, per round (stale_part replays one)
-                        got = self.read_parts_commit(d["id"])
-                        if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in forged:
-                            genuine.setdefault(got[0], got[1])
-                            current = got[0]
-                crash_done = all(done(f) for f in points.values())
-                # the group is emptied while no next split is in hand and the drain has ALTER_MIN_LEFT records
-                # left, so that its NEXT split is planned and published with no owner: a split in hand
-                # may be acked by its owners as they leave (16:41 and 17:07, shared stack; the operator
-                # plans and publishes in one cycle, 0.2 s apart, so a poll cannot catch it in between),
-                # a drain near its end may hand its partitions back first (16:41). A drain that ends
-                # while held releases the group; the next one (carried over) empties it again
-                if (
-                    ao is not None
-                    and not done(ao)
-                    and not hold
-                    and crash_done
-                    and running
-                    and d.get("busy")
-                    and cf.room_for_next_split(d, ALTER_MIN_LEFT)
-                ):
-                    hold.update(self.empty_group(d))
-                elif (
-                    hold
-                    and "released_at" not in hold
-                    and (done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S)
-                ):
-                    self.release_group(hold)
-                    if ao is not None and not ao.fired and not ao.detail:
-                        ao.detail = (
-                            f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
-                            f"of an empty group (round {d.get('round')}, extension {d.get('extension')})"
-                        )
-                # the other kinds once every crash point is done and the group is back
-                points_done = crash_done and done(ao) and (not hold or "released_at" in hold)
-                if (
-                    fp is not None
-                    and not done(fp)
-                    and points_done
-                    and running
-                    and d.get("busy")
-                    and any(not p.get("final") for p in self.taken(d.get("id")))
-                ):
-                    try:
-                        self.forge_part(fp, d, forged)
-                    except Exception as exc:  # noqa: BLE001 - not injected: say so
-                        fp.detail = f"forging failed: {exc!r}"[:300]
-                elif (
-                    dk is not None
-                    and not done(dk)
-                    and points_done
-                    and done(fp)
-                    and running
-                    and (done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S)
-                ):
-                    if self.kill_busy_driver(dk, d, eligible):
-                        kill_att = int(dk.evidence.get("attempt") or 0)
-                elif (
-                    sp is not None
-                    and not done(sp)
-                    and points_done
-                    and running
-                    and current is not None
-                    and any(r < current for r in genuine)
-                    and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence)
-                ):
-                    try:
-                        self.replay_stale(sp, d, genuine, current)
-                    except Exception as exc:  # noqa: BLE001
-                        sp.detail = f"replay failed: {exc!r}"[:300]
-                if (
-                    dk is not None
-                    and dk.fired
-                    and "retry_attempt" not in dk.evidence
-                    and running
-                    and int(d.get("attempt") or 0) > kill_att
-                ):
-                    dk.evidence.update(
-                        {
-                            "retry_attempt": int(d.get("attempt") or 0),
-                            "retry_runtime": d.get("runtime"),
-                            "retry_sub_ranges": len(d.get("subRanges") or ()),
-                        }
-                    )
-                if self.producer.hot and hot_at:
-                    all_in = all(done(f) for f in faults.values()) and (
-                        dk is None or not dk.fired or "retry_attempt" in dk.evidence
-                    )
-                    hot_s = time.time() - hot_at[0]
-                    if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
-                        self.producer.cool()
-                        say(
-                            f"drain 7: hot stream off after {hot_s:.0f} s (rounds {seen['rounds']}, attempts {sorted(seen['attempts'])})"
-                        )
+                self._busy_step(st, d)
                 if d.get("phase") in TERMINAL:
-                    if ended(d):
+                    if self._busy_ended(st, d):
                         last = {}
                         continue
                     break
         finally:
             self.producer.cool()
+            self.release_group(st.hold)
+        return d
+
+    def _busy_arm(self, st: _BusyRun) -> None:
+        """Before the burst: the crash points armed, the hot stream on."""
+        for k in st.points:
+            (self.crash_dir / cf.BUSY_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+        for k in st.empty_points:
+            (self.crash_dir / cf.EMPTY_GROUP_POINTS[k].replace(":", "-")).unlink(missing_ok=True)
+        cap = ((self.cr("eos") or {}).get("status") or {}).get("capacityPerReplica")
+        rate, source = cf.hot_rate(self.args.hot_rate, cap)
+        st.hot_ev.update({"hot_rate": rate, "hot_rate_source": source, "capacity_per_replica": cap})
+        say(f"drain 7: hot stream {rate} records/s on partition 0 ({source}; eos capacityPerReplica {cap})")
+        self.producer.heat(0, rate)
+        st.hot_at.append(time.time())
+
+    def _busy_check(self, st: _BusyRun) -> None:
+        """Every poll: which crash points fired."""
+        self.check_points(
+            st.points,
+            cf.BUSY_POINTS,
+            more=lambda d: {
+                "drain": d.get("id"),
+                "round": d.get("round"),
+                "extension": bool(d.get("extension")),
+            },
+        )
+        self.check_points(
+            st.empty_points,
+            cf.EMPTY_GROUP_POINTS,
+            more=lambda d: {
+                "drain": d.get("id"),
+                "round": d.get("round"),
+                "extension": bool(d.get("extension")),
+                "group_members_at_fire": self.group_members(),
+            },
+        )
+
+    def _busy_ended(self, st: _BusyRun, dd: dict[str, Any]) -> bool:
+        """Drain `dd` (ours) ended: record it; True when the kinds left go on in the next drain."""
+        self._busy_check(st)
+        if dd.get("phase") == "Verified":
+            st.verified[int(dd.get("id") or 0)] = time.time()
+        left = [k for k, f in st.faults.items() if not _done(f)]
+        if not (
+            dd.get("phase") == "Verified"
+            and left
+            and not any(f.fired for f in (st.fp, st.dk, st.sp) if f is not None)
+            and self.producer.hot
+            and st.hot_at
+            and time.time() - st.hot_at[0] < MAX_HOT_S
+        ):
+            return False
+        say(
+            f"drain 7: drain {dd.get('id')} Verified at round {dd.get('round')} before {left} had a window: "
+            "they go on in the next drain (the hot stream runs)"
+        )
+        st.carried.add(int(dd.get("id") or 0))
+        self.release_group(st.hold)
+        if st.hold and st.ao is not None and not st.ao.fired:
+            st.holds.append({**st.hold, "drain": dd.get("id")})
+            st.hold.clear()
+        st.genuine.clear()
+        st.eligible.clear()
+        return True
+
+    def _busy_step(self, st: _BusyRun, d: dict[str, Any]) -> None:
+        """One poll of our drain: what it shows, then the next kind injected when its window is open."""
+        seen = st.seen
+        seen["busy"] = seen["busy"] or bool(d.get("busy"))
+        seen["rounds"] = max(seen["rounds"], int(d.get("round") or 0))
+        running = d.get("phase") == "Running"
+        current = None
+        if running:
+            seen["attempts"].add(int(d.get("attempt") or 0))
+            current = self._busy_genuine_part(st, d)
+        crash_done = all(_done(f) for f in st.points.values())
+        self._busy_hold_group(st, d, crash_done and running)
+        # the other kinds once every crash point is done and the group is back
+        points_done = crash_done and _done(st.ao) and (not st.hold or "released_at" in st.hold)
+        if points_done and running:
+            self._busy_inject(st, d, current)
+        dk = st.dk
+        if (
+            dk is not None
+            and dk.fired
+            and "retry_attempt" not in dk.evidence
+            and running
+            and int(d.get("attempt") or 0) > st.kill_att
+        ):
+            dk.evidence.update(
+                {
+                    "retry_attempt": int(d.get("attempt") or 0),
+                    "retry_runtime": d.get("runtime"),
+                    "retry_sub_ranges": len(d.get("subRanges") or ()),
+                }
+            )
+        self._busy_cool(st)
+
+    def _busy_genuine_part(self, st: _BusyRun, d: dict[str, Any]) -> int | None:
+        """The round of the operator's part in the drain's parts group, kept per round (stale_part
+        replays one), None when there is none or it is not genuine."""
+        with contextlib.suppress(Exception):  # the genuine parts, per round (stale_part replays one)
+            got = self.read_parts_commit(d["id"])
+            if got is not None and cf.part_round(got[1]) == got[0] and got[1] not in st.forged:
+                st.genuine.setdefault(got[0], got[1])
+                return got[0]
+        return None
+
+    def _busy_hold_group(self, st: _BusyRun, d: dict[str, Any], crash_done_running: bool) -> None:
+        """operator_at_next_alter_offsets: the group emptied, or released when it fired or waited enough.
+
+        The group is emptied while no next split is in hand and the drain has ALTER_MIN_LEFT records
+        left, so that its NEXT split is planned and published with no owner: a split in hand may be
+        acked by its owners as they leave (16:41 and 17:07, shared stack; the operator plans and
+        publishes in one cycle, 0.2 s apart, so a poll cannot catch it in between), a drain near its end
+        may hand its partitions back first (16:41). A drain that ends while held releases the group; the
+        next one (carried over) empties it again."""
+        ao, hold = st.ao, st.hold
+        if (
+            ao is not None
+            and not _done(ao)
+            and not hold
+            and crash_done_running
+            and d.get("busy")
+            and cf.room_for_next_split(d, ALTER_MIN_LEFT)
+        ):
+            hold.update(self.empty_group(d))
+        elif (
+            hold and "released_at" not in hold and (_done(ao) or time.time() - hold["held_at"] > ALTER_WAIT_S)
+        ):
             self.release_group(hold)
-        if ao is not None and hold:
-            ao.evidence.update(hold)
-        if ao is not None and holds:
-            ao.evidence["earlier_holds"] = holds
+            if ao is not None and not ao.fired and not ao.detail:
+                ao.detail = (
+                    f"the operator did not reach {cf.EMPTY_GROUP_POINTS[ao.kind]} in {hold['held_s']} s "
+                    f"of an empty group (round {d.get('round')}, extension {d.get('extension')})"
+                )
+
+    def _busy_inject(self, st: _BusyRun, d: dict[str, Any], current: int | None) -> None:
+        """The crash points done and the group back, the drain running: the forged part, then the driver
+        kill, then the stale part, each once its window is open (one per poll)."""
+        fp, dk, sp = st.fp, st.dk, st.sp
+        if (
+            fp is not None
+            and not _done(fp)
+            and d.get("busy")
+            and any(not p.get("final") for p in self.taken(d.get("id")))
+        ):
+            try:
+                self.forge_part(fp, d, st.forged)
+            except Exception as exc:  # noqa: BLE001 - not injected: say so
+                fp.detail = f"forging failed: {exc!r}"[:300]
+        elif (
+            dk is not None
+            and not _done(dk)
+            and _done(fp)
+            and (_done(sp) or time.time() - (fp.at if fp is not None and fp.at else 0) > STALE_WAIT_S)
+        ):
+            if self.kill_busy_driver(dk, d, st.eligible):
+                st.kill_att = int(dk.evidence.get("attempt") or 0)
+        elif (
+            sp is not None
+            and not _done(sp)
+            and current is not None
+            and any(r < current for r in st.genuine)
+            and not (dk is not None and dk.fired and "retry_attempt" not in dk.evidence)
+        ):
+            try:
+                self.replay_stale(sp, d, st.genuine, current)
+            except Exception as exc:  # noqa: BLE001
+                sp.detail = f"replay failed: {exc!r}"[:300]
+
+    def _busy_cool(self, st: _BusyRun) -> None:
+        """The hot stream off once every kind is in (at least MIN_HOT_S) or after MAX_HOT_S."""
+        if not (self.producer.hot and st.hot_at):
+            return
+        dk = st.dk
+        all_in = all(_done(f) for f in st.faults.values()) and (
+            dk is None or not dk.fired or "retry_attempt" in dk.evidence
+        )
+        hot_s = time.time() - st.hot_at[0]
+        if (all_in and hot_s >= MIN_HOT_S) or hot_s > MAX_HOT_S:
+            self.producer.cool()
+            say(
+                f"drain 7: hot stream off after {hot_s:.0f} s (rounds {st.seen['rounds']}, attempts {sorted(st.seen['attempts'])})"
+            )
+
+    def _busy_outcomes(self, st: _BusyRun, d: dict[str, Any]) -> None:
+        """After the polls: each kind's evidence, and whether it fired and its drain recovered."""
+        ao = st.ao
+        if ao is not None and st.hold:
+            ao.evidence.update(st.hold)
+        if ao is not None and st.holds:
+            ao.evidence["earlier_holds"] = st.holds
         if d.get("phase") not in TERMINAL:
             say(
                 f"drain 7: still {d.get('phase')} when the bench stopped polling ({d.get('recordsDone')}/{d.get('recordsTotal')})"
             )
         final_verified_at = time.time() if d.get("phase") == "Verified" else None
         parts_seen = self.taken(d.get("id")) if d else []
-        for k, f in faults.items():
+        for k, f in st.faults.items():
             if not f.fired and not f.detail:
                 f.detail = (
-                    f"no window in this drain (busy {seen['busy']}, rounds {seen['rounds']}, genuine parts read "
-                    f"{sorted(genuine)}, last phase {d.get('phase')}, drains carried over {sorted(carried)})"
+                    f"no window in this drain (busy {st.seen['busy']}, rounds {st.seen['rounds']}, genuine parts read "
+                    f"{sorted(st.genuine)}, last phase {d.get('phase')}, drains carried over {sorted(st.carried)})"
                 )
-            if not f.fired:
-                continue
-            fired_in = int(f.evidence.get("drain") or d.get("id") or 0)
-            # a fault of a carried drain: that drain was seen Verified; else the last one must be
-            verified_at = verified.get(fired_in) if fired_in in carried else final_verified_at
-            f.evidence.update(
-                {
-                    **hot_ev,
-                    "final_phase": d.get("phase"),
-                    "verified_attempt": d.get("attempt"),
-                    "verified_runtime": d.get("runtime"),
-                    "rounds": d.get("round"),
-                    "drains_carried_over": sorted(carried),
-                    "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen],
-                }
+            if f.fired:
+                self._busy_outcome(st, d, k, f, final_verified_at, parts_seen)
+
+    def _busy_outcome(
+        self,
+        st: _BusyRun,
+        d: dict[str, Any],
+        k: str,
+        f: Fault,
+        final_verified_at: float | None,
+        parts_seen: list[dict[str, Any]],
+    ) -> None:
+        """A fired kind: recovered when its drain was Verified (the driver kill: by a later attempt) and
+        the system healthy (recover_wait, with the kind's own check)."""
+        fired_in = int(f.evidence.get("drain") or d.get("id") or 0)
+        # a fault of a carried drain: that drain was seen Verified; else the last one must be
+        verified_at = st.verified.get(fired_in) if fired_in in st.carried else final_verified_at
+        f.evidence.update(
+            {
+                **st.hot_ev,
+                "final_phase": d.get("phase"),
+                "verified_attempt": d.get("attempt"),
+                "verified_runtime": d.get("runtime"),
+                "rounds": d.get("round"),
+                "drains_carried_over": sorted(st.carried),
+                "parts_taken": [(p.get("round"), p.get("final")) for p in parts_seen],
+            }
+        )
+        if verified_at is None:
+            f.detail = (
+                f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+                if d.get("phase") in TERMINAL
+                else f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}"
             )
-            if verified_at is None:
-                f.detail = (
-                    f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
-                    if d.get("phase") in TERMINAL
-                    else f"drain still {d.get('phase')} when polling stopped: {str(d.get('message'))[:200]}"
-                )
-                continue
-            if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= kill_att:
-                f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {kill_att}"
-                continue
-            extra = (
-                (lambda f=f: self.stale_ok(f))
-                if k == "stale_part"
-                else (lambda f=f: self.republish_ok(f))
-                if k == "operator_at_next_publish"
-                # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
-                else (lambda f=f: self.cancel_seen(f, d.get("id")))
-                if k == "busy_driver_kill"
-                else None
-            )
-            assert f.at is not None
-            secs = self.recover_wait(f.at, k, self.timeout, None, extra)
-            f.recovered = secs is not None
-            # a carried drain's fault: recovered when its drain was Verified (the health check above runs
-            # only after the later drain; it says nothing of how long this one took: evidence)
-            f.evidence["health_checked_after_s"] = None if secs is None else round(secs, 1)
-            f.recover_s = (
-                None
-                if secs is None
-                else (verified_at - f.at if fired_in in carried else max(secs, verified_at - f.at))
-            )
-        for f in faults.values():
-            self.record(f)
-        return list(faults.values())
+            return
+        if k == "busy_driver_kill" and int(d.get("attempt") or 0) <= st.kill_att:
+            f.detail = f"the drain was Verified by attempt {d.get('attempt')}, not a retry of {st.kill_att}"
+            return
+        extra = (
+            (lambda f=f: self.stale_ok(f))
+            if k == "stale_part"
+            else (lambda f=f: self.republish_ok(f))
+            if k == "operator_at_next_publish"
+            # warm: the runtime must have cancelled the killed caller's plan (drain_two's check)
+            else (lambda f=f: self.cancel_seen(f, d.get("id")))
+            if k == "busy_driver_kill"
+            else None
+        )
+        assert f.at is not None
+        secs = self.recover_wait(f.at, k, self.timeout, None, extra)
+        f.recovered = secs is not None
+        # a carried drain's fault: recovered when its drain was Verified (the health check above runs
+        # only after the later drain; it says nothing of how long this one took: evidence)
+        f.evidence["health_checked_after_s"] = None if secs is None else round(secs, 1)
+        f.recover_s = (
+            None
+            if secs is None
+            else (verified_at - f.at if fired_in in st.carried else max(secs, verified_at - f.at))
+        )

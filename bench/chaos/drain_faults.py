@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from bench.chaos import faults as cf
-from bench.chaos.faults import Fault
 from bench.chaos.drain_watch import DrainWatch
+from bench.chaos.faults import Fault
 from bench.chaos.procs import GROUP, PLURAL, TERMINAL, VERSION, dead, pid_gone, say
 
 
@@ -174,7 +174,7 @@ class DrainFaults(DrainWatch):
                 f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
                 continue
 
-            def gen_ok() -> str | None:
+            def gen_ok(f: Fault = f) -> str | None:  # f bound: called within this iteration
                 if f.kind != "spec_change_mid_drain":
                     return None
                 conds = ((self.cr("eos") or {}).get("status") or {}).get("conditions") or []
@@ -235,7 +235,11 @@ class DrainFaults(DrainWatch):
                 if want_de:  # the CR is deleted under this retry: recovered = the retry delivering
                     assert dv.at is not None
                     secs = self.recover_wait(
-                        dv.at, dv.kind, self.timeout, None, lambda: self.cancel_seen(dv, drain_id)
+                        dv.at,
+                        dv.kind,
+                        self.timeout,
+                        None,
+                        lambda drain_id=drain_id: self.cancel_seen(dv, drain_id),
                     )
                     dv.recovered, dv.recover_s = secs is not None, secs
             elif (

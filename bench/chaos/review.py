@@ -8,6 +8,7 @@ the finalizer hands `[ack, split)` back, the re-created CR drains it). Each conf
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -16,11 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos import faults as cf
-from bench.chaos.faults import Fault
 from bench.chaos.drain_watch import DrainWatch
-from lagpilot_dev.paths import free_port
-from lagpilot_dev.runtime_attacker import attack
-
+from bench.chaos.faults import Fault
 from bench.chaos.procs import (
     GROUP,
     JOB_LABEL,
@@ -33,6 +31,8 @@ from bench.chaos.procs import (
     pid_gone,
     say,
 )
+from lagpilot_dev.paths import free_port
+from lagpilot_dev.runtime_attacker import attack
 
 
 def proc_state(pid: int) -> str:
@@ -246,16 +246,7 @@ class ReviewFaults(DrainWatch):
                     elif time.time() - (fp.at or 0) > 3:
                         tree = self.stop_runtime(ss, d, job, rt)
                 if ss.fired and tree and "job_ended_s" not in ss.evidence:
-                    jp = int(ss.evidence["job_pid"])
-                    if dead(jp):  # the Job's process ended by itself: was the runtime still stopped?
-                        ss.evidence["job_ended_s"] = round(time.time() - (ss.at or 0), 1)
-                        ss.evidence["runtime_still_stopped"] = proc_state(tree[0]) == "T"
-                        ss.evidence["job_log_tail"] = self.pod_log_tail(str(ss.evidence["job_pod_at_stop"]))
-                        self.resume(tree)
-                        ss.evidence["resumed_at"] = round(time.time(), 1)
-                    elif time.time() - (ss.at or 0) > self.timeout:
-                        ss.evidence["job_ended_s"] = None
-                        self.resume(tree)
+                    self._watch_stopped_job(ss, tree)
                 if ours and d.get("phase") in TERMINAL:
                     break
         finally:
@@ -268,44 +259,65 @@ class ReviewFaults(DrainWatch):
                 )
         out = [f for f, want in ((fp, want_fp), (ss, want_ss)) if want]
         for f in out:
-            if not f.fired:
-                continue
-            f.evidence.update(
-                {
-                    "attempts": attempts,
-                    "final_phase": d.get("phase"),
-                    "verified_attempt": d.get("attempt"),
-                    "verified_runtime": d.get("runtime"),
-                }
-            )
-            if d.get("phase") != "Verified":
-                f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
-                continue
-            if f.kind == "runtime_sigstop":
-                ok = (
-                    ss.evidence.get("job_ended_s") is not None
-                    and ss.evidence.get("runtime_still_stopped")
-                    and int(d.get("attempt") or 0) > int(ss.evidence.get("attempt_at_stop") or 0)
-                )
-                if not ok:
-                    f.detail = (
-                        "the attempt did not fail by its heartbeat while the runtime was stopped, or no retry "
-                        f"finished: {ss.evidence.get('job_ended_s')} {ss.evidence.get('runtime_still_stopped')} "
-                        f"attempt {d.get('attempt')}"
-                    )
-                    continue
-                check = None
-            else:
-                check = lambda f=f: self.forged_ok(f, drain_id)
-            assert f.at is not None
-            secs = self.recover_wait(f.at, f.kind, self.timeout, None, check)
-            f.recovered, f.recover_s = secs is not None, secs
-            if not f.recovered and check is not None:
-                f.detail = str(check())
+            if f.fired:
+                self._drain_four_outcome(f, d, attempts, drain_id)
         for f in out:
             f.evidence.pop("replay_body", None)  # a signed plan: not written to the result
             self.record(f)
         return out
+
+    def _watch_stopped_job(self, ss: Fault, tree: list[int]) -> None:
+        """runtime_sigstop fired, its Job's end not seen yet: once the Job's process ended by itself, was
+        the runtime still stopped (then resumed); after the timeout, resumed without an end."""
+        jp = int(ss.evidence["job_pid"])
+        if dead(jp):  # the Job's process ended by itself: was the runtime still stopped?
+            ss.evidence["job_ended_s"] = round(time.time() - (ss.at or 0), 1)
+            ss.evidence["runtime_still_stopped"] = proc_state(tree[0]) == "T"
+            ss.evidence["job_log_tail"] = self.pod_log_tail(str(ss.evidence["job_pod_at_stop"]))
+            self.resume(tree)
+            ss.evidence["resumed_at"] = round(time.time(), 1)
+        elif time.time() - (ss.at or 0) > self.timeout:
+            ss.evidence["job_ended_s"] = None
+            self.resume(tree)
+
+    def _drain_four_outcome(
+        self, f: Fault, d: dict[str, Any], attempts: dict[str, Any], drain_id: Any
+    ) -> None:
+        """A fired kind of drain 4: recovered when the drain was Verified (runtime_sigstop: by a retry,
+        after the stopped attempt failed by its heartbeat) and the system healthy (forged_plan: its own
+        check, that no forged plan ran)."""
+        f.evidence.update(
+            {
+                "attempts": attempts,
+                "final_phase": d.get("phase"),
+                "verified_attempt": d.get("attempt"),
+                "verified_runtime": d.get("runtime"),
+            }
+        )
+        if d.get("phase") != "Verified":
+            f.detail = f"drain ended {d.get('phase')}: {str(d.get('message'))[:200]}"
+            return
+        if f.kind == "runtime_sigstop":
+            ok = (
+                f.evidence.get("job_ended_s") is not None
+                and f.evidence.get("runtime_still_stopped")
+                and int(d.get("attempt") or 0) > int(f.evidence.get("attempt_at_stop") or 0)
+            )
+            if not ok:
+                f.detail = (
+                    "the attempt did not fail by its heartbeat while the runtime was stopped, or no retry "
+                    f"finished: {f.evidence.get('job_ended_s')} {f.evidence.get('runtime_still_stopped')} "
+                    f"attempt {d.get('attempt')}"
+                )
+                return
+            check = None
+        else:
+            check = functools.partial(self.forged_ok, f, drain_id)
+        assert f.at is not None
+        secs = self.recover_wait(f.at, f.kind, self.timeout, None, check)
+        f.recovered, f.recover_s = secs is not None, secs
+        if not f.recovered and check is not None:
+            f.detail = str(check())
 
     def pod_log_tail(self, pod: str, n: int = 3) -> list[str]:
         path = self.runner.log_path(self.ns, pod)

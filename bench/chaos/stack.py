@@ -276,7 +276,7 @@ class CampaignBase:
     def cr(self, which: str) -> dict[str, Any] | None:
         try:
             return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, which)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise

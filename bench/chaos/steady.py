@@ -97,14 +97,7 @@ class SteadyFaults(ReviewFaults):
             return self.record(f)
         assert f.at is not None
         took_over = (
-            (
-                lambda: (
-                    None
-                    if f.evidence.get("took_over_s") is not None
-                    # noqa: E731
-                    else "the standby never took over"
-                )
-            )
+            (lambda: None if f.evidence.get("took_over_s") is not None else "the standby never took over")
             if kind == "second_operator"
             else None
         )

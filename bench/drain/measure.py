@@ -4,6 +4,7 @@ tree's memory (PSS), the live group's longest pause between sink commits, percen
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -72,7 +73,7 @@ class CpuSampler(threading.Thread):
                 st = _stat(int(name))
                 if st:
                     stats[int(name)] = st
-        for pid, (ppid, cpu) in stats.items():
+        for pid, (_ppid, cpu) in stats.items():
             chain, cur = set(), pid
             for _ in range(12):
                 chain.add(cur)
@@ -110,8 +111,8 @@ def longest_gap(ats: list[float], t_from: float, t_to: float) -> float:
     bounded by the last commit before it (or t_from) and t_to."""
     # the LAST commit before the window (``ats`` comes from SQL in no particular order)
     before = max((a for a in ats if a < t_from), default=t_from)
-    edges = [before] + sorted(a for a in ats if t_from <= a <= t_to) + [t_to]
-    return max(b - a for a, b in zip(edges, edges[1:]))
+    edges = [before, *sorted(a for a in ats if t_from <= a <= t_to), t_to]
+    return max(b - a for a, b in itertools.pairwise(edges))
 
 
 def commit_gaps(dsn: str, table: str, t_from: float, t_to: float) -> dict[int, float]:

@@ -45,7 +45,7 @@ def median_diffs(rows: dict[str, list[dict[str, Any]]], key: str, base: str) -> 
             continue
         d = [
             b[key] - a[key]
-            for a, b in zip(rows[base], rs)
+            for a, b in zip(rows[base], rs, strict=False)
             if a.get(key) is not None and b.get(key) is not None
         ]
         out[name] = round(statistics.median(d), 2) if d else None
@@ -58,7 +58,11 @@ def median_ratios(rows: dict[str, list[dict[str, Any]]], key: str, base: str) ->
     for name, rs in rows.items():
         if name == base:
             continue
-        q = [b[key] / a[key] for a, b in zip(rows[base], rs) if a.get(key) and b.get(key) is not None]
+        q = [
+            b[key] / a[key]
+            for a, b in zip(rows[base], rs, strict=False)
+            if a.get(key) and b.get(key) is not None
+        ]
         out[name] = round(statistics.median(q), 2) if q else None
     return out
 

@@ -27,10 +27,12 @@ offset must be there exactly once (lost 0, duplicated 0), whichever path process
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +100,9 @@ def overlapping_passes(starts: list[dict[str, Any]], ends: list[dict[str, Any]])
 
 def log_time(e: dict[str, Any]) -> float:
     """A JSON log line's time (its `ts`, UTC with milliseconds) in epoch seconds."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.strptime(str(e["ts"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(str(e["ts"]), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
 
 
 def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:
@@ -237,7 +239,7 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
         led.outside,
     )
     drained = sorted(o for p, o, src, _ in rows if src == "drain" and p == 0)
-    ranges = sum(1 for a, b in zip(drained, drained[1:]) if b != a + 1) + (1 if drained else 0)
+    ranges = sum(1 for a, b in itertools.pairwise(drained) if b != a + 1) + (1 if drained else 0)
     pass_starts, pass_ends = driver_events(s, "drain_pass_started"), driver_events(s, "drain_pass_ended")
     overlaps = overlapping_passes(pass_starts, pass_ends)
     print(

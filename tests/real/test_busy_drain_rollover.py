@@ -63,7 +63,7 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
             try:
                 produce(s.bootstrap, s.topic, {0: n}, s.produced)
                 owed -= n
-            except Exception as exc:  # a broker hiccup must not end the feed silently
+            except Exception as exc:  # noqa: BLE001 - a broker hiccup must not end the feed silently
                 s.live_errors.append(repr(exc))
 
     seen: dict[str, Any] = {"ids": set(), "slots": {}, "reasons_of": {}, "rounds": {}, "messages": {}}
@@ -72,7 +72,7 @@ def test_a_busy_drain_whose_burst_outgrew_its_slots_rolls_over_to_a_drain_with_m
         s.op.ensure()
         try:
             d = s.drain()
-        except Exception:  # apiserver hiccup: poll again
+        except Exception:  # noqa: BLE001 - apiserver hiccup: poll again
             return {}
         if d:
             i = d.get("id")

@@ -36,7 +36,7 @@ RECORDS, MAX = 1200, 50
 
 def test_committed_capacity_matches_the_ledgers_full_batch_throughput(
     kafka_bootstrap, postgres_dsn, new_topic, consumers
-):  # noqa: F811
+):
     topic = new_topic(partitions=1)
     group, table, ledger = f"g-{uid()}", f"cap_{uid()}", f"cap_ledger_{uid()}"
     produce(kafka_bootstrap, topic, [json.dumps({"n": i}).encode() for i in range(RECORDS)], partition=0)

@@ -18,9 +18,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -67,7 +67,7 @@ class ConsumerProc:
         self.proc = subprocess.Popen(
             [*LAGPILOT, "consume"],
             env=full_env,
-            cwd=str(REPO),  # noqa: S603
+            cwd=str(REPO),
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )

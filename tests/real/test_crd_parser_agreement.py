@@ -51,7 +51,7 @@ def dry_run_create(custom: Any, namespace: str, spec: dict[str, Any]) -> tuple[d
 
 
 @pytest.fixture(scope="module")
-def custom(crd, kube_api):  # noqa: F811 - the fixture imported above
+def custom(crd, kube_api):  # the fixture imported above
     from kubernetes import client
 
     return client.CustomObjectsApi(kube_api)
@@ -76,13 +76,13 @@ def _parser_paths(spec: dict[str, Any]) -> list[str] | None:
     ],
 )
 @given(valid_specs())
-def test_generated_valid_specs_are_admitted_and_parsed(custom, ns, spec):  # noqa: F811
+def test_generated_valid_specs_are_admitted_and_parsed(custom, ns, spec):
     stored, err = dry_run_create(custom, ns, spec)
     assert stored is not None, f"API server rejected a spec the generator deems valid: {err}\n{spec}"
     assert _parser_paths(stored["spec"]) is None, (_parser_paths(stored["spec"]), stored["spec"])
 
 
-def test_api_server_and_parser_agree(custom, ns):  # noqa: F811
+def test_api_server_and_parser_agree(custom, ns):
     verdicts = {"admitted": 0, "rejected": 0}
 
     @settings(
@@ -128,7 +128,7 @@ def test_api_server_and_parser_agree(custom, ns):  # noqa: F811
     ],
     ids=["topic-245", "topic-249-exit", "tolerance-1", "sla-equals-default-poll", "schema-table"],
 )
-def test_boundary_specs_are_admitted_and_parsed(custom, ns, spec):  # noqa: F811
+def test_boundary_specs_are_admitted_and_parsed(custom, ns, spec):
     full = {
         "kafka": {"bootstrapServers": "k:9092"},
         "topic": "orders",

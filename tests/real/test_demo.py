@@ -67,7 +67,7 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
         capture_output=True,
         text=True,
         timeout=2300,
-        check=False,  # noqa: S603
+        check=False,
         env=dict(os.environ),
     )
     wall = time.monotonic() - started
@@ -162,7 +162,7 @@ def _run_and_check(tmp_path: Path, extra: list[str]) -> tuple[dict, subprocess.C
                 f"--kubeconfig={info.kubeconfig}",
                 "get",
                 "namespace",
-                ns,  # noqa: S603
+                ns,
                 "-o",
                 "jsonpath={.status.phase}",
             ],

@@ -57,13 +57,13 @@ def _rate_with_several_writers(log: Path) -> tuple[float, int] | None:
 
 
 def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
-    crd: Any,  # noqa: F811 - the fixture
+    crd: Any,  # the fixture
     kube_api: Any,
     pod_runner: Any,
     namespace: Callable[..., str],
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
-    start_operator: Callable[[str], Operator],  # noqa: F811 - the fixture
+    start_operator: Callable[[str], Operator],  # the fixture
 ) -> None:
     from kubernetes import client
 

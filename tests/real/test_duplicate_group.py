@@ -23,10 +23,10 @@ from tests.real.test_operator_e2e import (
     apply_cr,
     condition,
     cr,
-    crd,
+    crd,  # noqa: F401 - the fixture
     events_for,
-    get_cr,  # noqa: F401
-    start_operator,
+    get_cr,
+    start_operator,  # noqa: F401 - the fixture
 )
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]

@@ -15,7 +15,6 @@ pid, and that process is gone. Without the sink's progress the batch is delivere
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any

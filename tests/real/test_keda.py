@@ -16,8 +16,9 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -183,7 +184,7 @@ def test_one_short_versus_round(keda: Any, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=2300,
-        check=False,  # noqa: S603
+        check=False,
         env=dict(os.environ),
     )
     tail = proc.stdout[-5000:] + "\n--- stderr ---\n" + proc.stderr[-3000:]

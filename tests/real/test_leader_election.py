@@ -20,8 +20,15 @@ import pytest
 
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
-from tests.real.test_operator_e2e import REPO, SA_NAME, apply_cr, cr, get_cr, rbac_rules
-from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture)
+from tests.real.test_operator_e2e import (
+    REPO,
+    SA_NAME,
+    apply_cr,
+    cr,
+    crd,  # noqa: F401  (fixture)
+    get_cr,
+    rbac_rules,
+)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -138,7 +138,7 @@ def test_restricted_pod_runs_as_container_reachable_from_host(
     assert ctr["id"].startswith(pod["status"]["containerStatuses"][0]["containerID"].split("//", 1)[1][:12])
     # the host reaches the pod IP (CNI bridge); the answer proves the non-root uid
     pod_ip = pod["status"]["podIP"]
-    with urllib.request.urlopen(f"http://{pod_ip}:8080/index.html", timeout=10) as resp:  # noqa: S310
+    with urllib.request.urlopen(f"http://{pod_ip}:8080/index.html", timeout=10) as resp:
         assert resp.read().decode().strip() == "served-by-65534"
 
 
@@ -236,7 +236,7 @@ def test_service_cluster_ip_reaches_the_pod_through_kube_proxy(
     cluster_ip = svc["spec"]["clusterIP"]
 
     def served_from_host() -> str | None:
-        with urllib.request.urlopen(f"http://{cluster_ip}/index.html", timeout=5) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"http://{cluster_ip}/index.html", timeout=5) as resp:
             return resp.read().decode().strip()
 
     # kube-proxy programs the Service once the EndpointSlice names the ready pod

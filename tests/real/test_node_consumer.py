@@ -34,7 +34,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def pods_kafka(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  # noqa: F811
+def pods_kafka(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:
     """A private broker with the PODS listener (the node's bridge exists: the node part made it)."""
     from lagpilot_dev import paths
     from lagpilot_dev.kafka import KafkaPart
@@ -63,7 +63,7 @@ def user_reference(name: str) -> str:
     return f"{values['image']['repository']}:{values['image']['tag'] or app_version}"
 
 
-def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
+def _built_and_loaded(node: Any, name: str) -> str:
     """Build the image (cached layers when nothing changed), load it into the node, and return the
     name the chart / the CRD use for it: a pod naming it with `imagePullPolicy: Never` must run.
     Once per session and image (tests/fixtures/node.py)."""
@@ -73,7 +73,7 @@ def _built_and_loaded(node: Any, name: str) -> str:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  # noqa: F811
+def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:
     """A private PostgreSQL listening on the bridge gateway too (the shared one was started without)."""
     from lagpilot_dev import paths
     from lagpilot_dev.postgres import PostgresPart
@@ -87,7 +87,7 @@ def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Any:  
 
 
 @pytest.fixture(scope="module")
-def consumer_image(node: Any) -> str:  # noqa: F811
+def consumer_image(node: Any) -> str:
     return _built_and_loaded(node, "consumer")
 
 
@@ -100,7 +100,7 @@ def _image_refused(status: dict[str, Any]) -> str | None:
     return None
 
 
-def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
+def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, namespace: Any) -> None:
     tag = _built_and_loaded(node, "operator")
     ns = _restricted_ns(kube, namespace)
     pod = {
@@ -142,7 +142,7 @@ def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, names
 def test_consumer_image_pod_consumes_from_host_kafka(
     node: Any,
     kube: KubeEnv,
-    namespace: Any,  # noqa: F811
+    namespace: Any,
     pods_kafka: Any,
     consumer_image: str,
 ) -> None:
@@ -210,7 +210,7 @@ def test_consumer_image_pod_consumes_from_host_kafka(
 def test_deleted_consumer_pod_finishes_its_batch_and_commits(
     node: Any,
     kube: KubeEnv,
-    kube_api: Any,  # noqa: F811
+    kube_api: Any,
     namespace: Any,
     pods_kafka: Any,
     pods_postgres: Any,
@@ -307,7 +307,7 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(
     committed = committed_offsets(pods_kafka.bootstrap_servers(), group, topic, 2)
     with psycopg.connect(pods_postgres.app_dsn()) as conn:
         rows = conn.execute(
-            f'SELECT partition, count(*), count(DISTINCT "offset"), max("offset") '  # noqa: S608
+            f'SELECT partition, count(*), count(DISTINCT "offset"), max("offset") '
             f"FROM {table} GROUP BY partition"
         ).fetchall()
     delivered = {p: (n, distinct, top) for p, n, distinct, top in rows}
@@ -330,7 +330,7 @@ client.CoreV1Api().create_namespaced_config_map(ns, {"metadata": {"name": "writt
 """
 
 
-def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: KubeEnv, namespace: Any) -> None:  # noqa: F811
+def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: KubeEnv, namespace: Any) -> None:
     """An in-cluster client on the node (what the operator as a pod is): the `kubernetes` Service
     leads to the apiserver, which authenticates the pod's ServiceAccount token and authorizes it
     by RBAC (a Role that may create ConfigMaps in its namespace, nothing else)."""

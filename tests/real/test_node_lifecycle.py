@@ -52,7 +52,7 @@ def operator_for(
     kube: KubeEnv,
     node: Any,
     helm_bin: Any,
-    on_node: Callable[[str], str],  # noqa: F811
+    on_node: Callable[[str], str],
     tmp_path: Any,
 ) -> Iterator[Callable[[], tuple[str, str]]]:
     """`helm install` of charts/lagpilot watching a fresh team namespace (both on the node,
@@ -141,7 +141,7 @@ def _ledger(dsn: str, table: str) -> list[tuple[int, int, float]]:
             for p, o, t in conn.execute(
                 f'SELECT partition, "offset", delivered_at FROM {table} ORDER BY delivered_at'
             )
-        ]  # noqa: S608
+        ]
 
 
 def test_scale_down_sigterm_finishes_the_batch_in_flight_and_commits_it(
@@ -149,7 +149,7 @@ def test_scale_down_sigterm_finishes_the_batch_in_flight_and_commits_it(
     kube: KubeEnv,
     kube_api: Any,
     kafka_part: Any,
-    pods_postgres: Any,  # noqa: F811
+    pods_postgres: Any,
     operator_for: Callable[[], tuple[str, str]],
 ) -> None:
     """Two consumers, one partition each, batches of 50 records padded to COST_S; the CR goes from
@@ -321,7 +321,7 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
     kube: KubeEnv,
     kube_api: Any,
     kafka_part: Any,
-    pods_postgres: Any,  # noqa: F811
+    pods_postgres: Any,
     operator_for: Callable[[], tuple[str, str]],
 ) -> None:
     """A consumer with a 128 Mi memory limit: small records pass, then records of ~900 KB (a batch of

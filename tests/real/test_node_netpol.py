@@ -40,7 +40,7 @@ def _pod(
     name: str,
     node: Any,
     labels: dict[str, str],
-    command: str,  # noqa: F811
+    command: str,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     return {
@@ -66,7 +66,7 @@ def _pod(
     }
 
 
-def _answers(node: Any, ns: str, name: str) -> list[str]:  # noqa: F811
+def _answers(node: Any, ns: str, name: str) -> list[str]:
     """The client's answers so far, read from the runtime (`crictl logs`): no apiserver-to-kubelet
     path needed (a control plane started before kube.py's --kubelet-preferred-address-types has none)."""
     ids = node.crictl(
@@ -80,7 +80,7 @@ def _answers(node: Any, ns: str, name: str) -> list[str]:  # noqa: F811
 
 def test_drain_runtime_policy_admits_its_drain_pods_and_refuses_others(
     node: Any, netpol: Any, kube: KubeEnv, namespace: Callable[..., str]
-) -> None:  # noqa: F811
+) -> None:
     from lagpilot.act.drain_manifests import _labels as drain_pod_labels
     from lagpilot.act.drain_runtime import build_network_policy, runtime_port, selector_labels
 

@@ -45,7 +45,7 @@ def helm_bin() -> Any:
 
 
 @pytest.fixture
-def on_node(kube: KubeEnv, namespace: Callable[..., str], node: Any) -> Callable[[str], str]:  # noqa: F811
+def on_node(kube: KubeEnv, namespace: Callable[..., str], node: Any) -> Callable[[str], str]:
     """A test namespace whose pods go to the real node (and Pod Security `restricted` enforced)."""
     assert node.namespace_policy_installed(), (
         "the apiserver serves no MutatingAdmissionPolicy: restart the kube part"
@@ -88,7 +88,7 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
     kube: KubeEnv,
     kafka_part: Any,
     helm_bin: Any,
-    release: str,  # noqa: F811
+    release: str,
     on_node: Callable[[str], str],
     tmp_path: Any,
 ) -> None:
@@ -201,7 +201,7 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
 
 
 @pytest.fixture
-def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Iterator[Any]:  # noqa: F811
+def pods_postgres(tmp_path_factory: pytest.TempPathFactory, node: Any) -> Iterator[Any]:
     """A private PostgreSQL listening on the bridge gateway too (started after the node's bridge)."""
     from lagpilot_dev import paths
     from lagpilot_dev.postgres import PostgresPart
@@ -219,7 +219,7 @@ def test_drain_job_runs_as_a_container_to_verified(
     kube: KubeEnv,
     kafka_part: Any,
     helm_bin: Any,
-    release: str,  # noqa: F811
+    release: str,
     on_node: Callable[[str], str],
     pods_postgres: Any,
     tmp_path: Any,
@@ -308,7 +308,7 @@ def test_drain_job_runs_as_a_container_to_verified(
         def all_delivered() -> list[Any] | None:
             with psycopg.connect(pods_postgres.app_dsn()) as conn:
                 rows = conn.execute(
-                    f'SELECT partition, count(*), count(DISTINCT "offset"), '  # noqa: S608
+                    f'SELECT partition, count(*), count(DISTINCT "offset"), '
                     f"count(*) FILTER (WHERE source = 'drain') FROM {table} GROUP BY partition"
                 ).fetchall()
             return rows if sum(r[2] for r in rows) == parts * per_part else None

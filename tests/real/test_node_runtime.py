@@ -69,9 +69,9 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
     netpol: Any,
     kube: KubeEnv,
     kafka_part: Any,
-    pods_postgres: Any,  # noqa: F811
+    pods_postgres: Any,
     operator_for: Callable[[], tuple[str, str]],
-) -> None:  # noqa: F811
+) -> None:
     import psycopg
 
     from lagpilot.act.drain_manifests import _labels as drain_pod_labels
@@ -183,7 +183,7 @@ def test_warm_runtime_on_the_node_answers_its_drain_pods_only(
     def all_delivered() -> list[Any] | None:
         with psycopg.connect(pods_postgres.app_dsn()) as conn:
             rows = conn.execute(
-                f'SELECT partition, count(*), count(DISTINCT "offset"), '  # noqa: S608
+                f'SELECT partition, count(*), count(DISTINCT "offset"), '
                 f"count(*) FILTER (WHERE source = 'drain') FROM {table} GROUP BY partition"
             ).fetchall()
         return rows if sum(r[2] for r in rows) == parts * per_part else None

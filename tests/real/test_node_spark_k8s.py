@@ -45,9 +45,9 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
     kube: KubeEnv,
     kafka_part: Any,
     pods_postgres: Any,
-    new_topic: Callable[..., str],  # noqa: F811
+    new_topic: Callable[..., str],
     on_node: Callable[[str], str],
-) -> None:  # noqa: F811
+) -> None:
     from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
     from lagpilot.act.spark_rpc_key import SPARK_RPC_KEY, new_key
     from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
@@ -136,7 +136,7 @@ def test_spark_k8s_drain_on_the_node_in_a_restricted_namespace(
     )["items"]
     print(kube.kubectl("get", "pods", "-n", ns, "-o", "wide").stdout)
     assert len(execs) >= 2, [p["metadata"]["name"] for p in execs]
-    for p in execs + [driver]:  # containers on the real node, admitted under `restricted`
+    for p in [*execs, driver]:  # containers on the real node, admitted under `restricted`
         assert p["spec"]["nodeName"] == node.info()["node_name"], p["metadata"]["name"]
         assert p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
     for p in execs:

@@ -69,7 +69,7 @@ def _props(tmp_path: Path, name: str, ok: OidcKafka, secret: str) -> Path:
     return p
 
 
-def test_keycloak_issues_tokens_for_the_client_and_refuses_a_wrong_secret(oidc_kafka: OidcKafka) -> None:  # noqa: F811
+def test_keycloak_issues_tokens_for_the_client_and_refuses_a_wrong_secret(oidc_kafka: OidcKafka) -> None:
     ok = oidc_kafka
     token = ok.oidc.fetch_token()["access_token"]
     claims = _claims(token)
@@ -84,7 +84,7 @@ def test_keycloak_issues_tokens_for_the_client_and_refuses_a_wrong_secret(oidc_k
 
 def test_kafka_cli_creates_and_lists_topics_with_oidc_and_fails_with_a_wrong_secret(
     oidc_kafka: OidcKafka, tmp_path: Path
-) -> None:  # noqa: F811
+) -> None:
     ok = oidc_kafka
     topic = f"oauth-cli-{uuid.uuid4().hex[:8]}"
     good = _props(tmp_path, "good.properties", ok, ok.client_secret)
@@ -105,7 +105,7 @@ def test_kafka_cli_creates_and_lists_topics_with_oidc_and_fails_with_a_wrong_sec
     assert "401" in res.stderr or "authenticat" in res.stderr.lower(), res.stderr[-2000:]
 
 
-def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oidc_kafka: OidcKafka) -> None:  # noqa: F811
+def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oidc_kafka: OidcKafka) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -148,10 +148,10 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     oidc_kafka: OidcKafka,
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,  # noqa: F811
+    pod_runner: Any,
     namespace: Callable[..., str],
     start_operator: Callable[[str], Operator],
-) -> None:  # noqa: F811
+) -> None:
     """(2) the operator's admin client and the consumer pods authenticate with OIDC client
     credentials from the CR's Secret: the group commits every record; (3) a wrong client secret
     (refused at the token endpoint) and a token the endpoint issues for another audience (refused
@@ -288,7 +288,7 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
 
 def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
     oidc_kafka: OidcKafka, spark_jars: list[str]
-) -> None:  # noqa: F811
+) -> None:
     """(4) the drain's Kafka options (`spark_kafka_options`, from the env the drain Job gets) make
     Spark's kafka-clients fetch a token at Keycloak and read a range over the OAUTHBEARER listener;
     with a wrong client secret the same read fails (the fault fires at the token endpoint)."""
@@ -333,7 +333,7 @@ def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
         assert n == 100
         wrong_secret = "wrong-" + uuid.uuid4().hex
         wrong = spark_kafka_options(cfg(wrong_secret), True)
-        with pytest.raises(Exception) as info:  # noqa: PT011 - Py4J wraps the JVM's error
+        with pytest.raises(Exception) as info:  # Py4J wraps the JVM's error
             spark.read.format("kafka").options(
                 **wrong, **{"kafka.default.api.timeout.ms": "30000"}, **rng
             ).load().count()

@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 import yaml
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.act.memory import MEMORY_FIELD, memory_name
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import Pods
 from tests.real.test_crd import crd  # noqa: F401 - fixture (imported by the drain and finalizer tests from here)
@@ -128,7 +128,7 @@ def start_operator(crd: Any, kube_api: Any) -> Iterator[Callable[[str], Operator
                 "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
             )
             wait_until(
-                lambda: (
+                lambda ns=ns: (
                     not custom.list_namespaced_custom_object(
                         "lagpilot.io", "v1alpha1", ns, "batchconsumergroups"
                     )["items"]
@@ -478,12 +478,20 @@ def test_degraded_paths_name_the_cause_and_recover(
         ("unreachable", ("BrokerUnreachable",), f"127.0.0.1:{closed}"),
     ]
     for name, reasons, needle in cases:
-        c = wait_until(lambda: degraded(name, reasons), f"{name}: Degraded {reasons}", 120, interval=1)
+        c = wait_until(
+            lambda name=name, reasons=reasons: degraded(name, reasons),
+            f"{name}: Degraded {reasons}",
+            120,
+            interval=1,
+        )
         print(f"{name}: {c['reason']}: {c['message']}")
         assert needle in c["message"]
         assert condition(get_cr(custom, ns, name), "Ready")["status"] == "False"
         wait_until(
-            lambda: warned(name, c["reason"]), f"{name}: a Warning event {c['reason']}", 60, interval=1
+            lambda name=name, c=c: warned(name, c["reason"]),
+            f"{name}: a Warning event {c['reason']}",
+            60,
+            interval=1,
         )
 
     # a Secret without the password → SecretMalformed, naming the key, not the value

@@ -60,7 +60,7 @@ def console_consumer(
     ]
     return subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )  # noqa: S603
+    )
 
 
 def members(kafka_admin: Any, group: str) -> list[str]:

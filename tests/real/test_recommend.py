@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -30,8 +29,8 @@ from tests.real.test_operator_e2e import (
     cr,
     events_for,
     get_cr,
-    produce,  # noqa: F401
-    start_operator,
+    produce,
+    start_operator,  # noqa: F401 - the fixture
 )
 
 pytestmark = pytest.mark.real
@@ -183,13 +182,15 @@ def test_recommend_only_on_a_hand_run_group_publishes_and_touches_nothing(
         print("hand consumer:", out[-2000:])
 
     # after the hand consumer stopped, the operator keeps cycling (recommending) for a while
-    count = lambda: float(
-        next(
-            ln.split()[-1]
-            for ln in op.metrics().splitlines()  # noqa: E731
-            if ln.startswith("lagpilot_cycle_duration_seconds_count")
+    def count() -> float:
+        return float(
+            next(
+                ln.split()[-1]
+                for ln in op.metrics().splitlines()
+                if ln.startswith("lagpilot_cycle_duration_seconds_count")
+            )
         )
-    )
+
     c0 = count()
     wait_until(lambda: count() >= c0 + 4, "four more operator cycles", 120, interval=1)
 

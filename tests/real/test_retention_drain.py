@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain_plan import DrainPlan, owner_tag, split_ranges
-
 from tests.real.test_drain_job import PARTS, PER_PARTITION, drain_env, pg_offsets, produce, start_drain
 
 pytestmark = [pytest.mark.real]
@@ -96,9 +95,9 @@ def test_retention_deleting_part_of_a_range_is_reported_exactly_and_the_rest_dra
     # the operator's side: read the progress like the executor does, then the hand-off machine
     from kubernetes import client as k8s
 
-    from lagpilot.decide import handoff as h
     from lagpilot.act import drain as drain_mod
     from lagpilot.act.drain import DrainExecutor
+    from lagpilot.decide import handoff as h
     from lagpilot.spec import parse_spec
 
     spec = parse_spec(

@@ -160,8 +160,8 @@ def test_remainder_check_from_the_snapshot_sees_a_hand_back(
     import uuid
 
     from lagpilot.act import deletion_io
-    from lagpilot.observe import kafka_observe as ko
     from lagpilot.decide.deletion import Remainder, remainder_group
+    from lagpilot.observe import kafka_observe as ko
 
     topic = new_topic(partitions=3, prefix="remainder-check")  # type: ignore[operator]
     group = "g-" + uuid.uuid4().hex[:6]

@@ -57,12 +57,12 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     sasl: dict[str, str],
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,  # noqa: F811
+    pod_runner: Any,
     namespace: Callable[..., str],
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],
-) -> None:  # noqa: F811
+) -> None:
     from kubernetes import client
 
     core = client.CoreV1Api(kube_api)
@@ -160,7 +160,7 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     def right_pods() -> list[Any]:
         return [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("right-")]
 
-    pods = wait_until(
+    wait_until(
         lambda: [
             p
             for p in right_pods()
@@ -172,11 +172,14 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
         240,
         interval=2,
     )
-    pod_log = lambda: "\n".join(
-        pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")  # noqa: E731
-        for p in right_pods()
-        if pod_runner.log_path(ns, p.metadata.name) and pod_runner.log_path(ns, p.metadata.name).exists()
-    )
+
+    def pod_log() -> str:
+        return "\n".join(
+            pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")
+            for p in right_pods()
+            if pod_runner.log_path(ns, p.metadata.name) and pod_runner.log_path(ns, p.metadata.name).exists()
+        )
+
     # the consumer read records over SASL with the right password and its PostgreSQL sink failed
     # on them (the DSN's closed port): the exception text is part of what is scanned below
     # the sink's progress is read at assignment (exactly-once resume), so an unreachable sink shows
@@ -232,7 +235,7 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
     crd: Any,
     kube_api: Any,
     pod_runner: Any,
-    namespace: Callable[..., str],  # noqa: F811
+    namespace: Callable[..., str],
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     spark_jars: list[str],

@@ -28,7 +28,7 @@ POLICY = DrainPolicy(start_up_s=90.0, handoff_s=1.0, max_tasks=16, busy=True)
 
 
 def _loads(rates: list[float], lags: list[float]) -> list[PartitionLoad]:
-    return [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags))]
+    return [PartitionLoad(p, lag, r) for p, (r, lag) in enumerate(zip(rates, lags, strict=False))]
 
 
 def test_no_next_split_once_the_group_alone_meets_the_target() -> None:
@@ -184,7 +184,7 @@ def test_the_step_sees_a_running_busy_drain_as_lanes() -> None:
     assert busy_drain_of([_running(retry_at=9.0)]) is None
 
 
-def _trace(kind: str, seed: int):  # noqa: ANN202
+def _trace(kind: str, seed: int):
     fam = tracegen.SUITE[kind]
     return trace_from_rows(tracegen.generate(kind, seed, fam.partitions, fam.capacity))
 
@@ -203,7 +203,7 @@ def _params(kind: str, start: float, busy: bool) -> SimParams:
     )
 
 
-def _run(kind: str, seed: int, start: float, busy: bool):  # noqa: ANN202
+def _run(kind: str, seed: int, start: float, busy: bool):
     return run_policy(_trace(kind, seed), _params(kind, start, busy), "lagpilot")
 
 

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.chaos import faults as cf
 import bench.chaos.busy as busy_mod
+from bench.chaos import faults as cf
 from bench.chaos.busy import BusyFaults
 from bench.chaos.faults import Fault
 
@@ -289,7 +289,7 @@ def test_a_group_emptied_without_the_operator_reaching_alter_offsets_is_not_fire
 def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(
     monkeypatch: Any, tmp_path: Any
 ) -> None:
-    c = Scripted(POLLS[:6] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
+    c = Scripted([*POLLS[:6], {**RUN, "phase": "Verified", "round": 1, "attempt": 1}])
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     c.alter_reached = False
     out = run(c, monkeypatch, tmp_path)
@@ -300,7 +300,7 @@ def test_the_consumers_are_released_when_the_drain_ends_while_they_are_held(
 def test_the_group_is_emptied_only_with_no_split_in_hand_and_records_left(
     monkeypatch: Any, tmp_path: Any
 ) -> None:
-    c = Scripted(POLLS[:5] + [{**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never both
+    c = Scripted([*POLLS[:5], {**RUN, "phase": "Verified", "round": 1, "attempt": 1}])  # never both
     c.kinds = frozenset({"operator_at_next_alter_offsets"})
     out = run(c, monkeypatch, tmp_path)
     assert c.deleted == [] and not out["operator_at_next_alter_offsets"].fired

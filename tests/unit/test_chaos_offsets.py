@@ -106,7 +106,7 @@ class KafkaSim(Sim):
 
 def test_delete_while_planned_sees_the_acks_although_the_admin_clients_offset_fetch_hangs(
     world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: F811 - the imported fixture
+) -> None:  # the imported fixture
     c = KafkaSim(world)
     readers = GroupReaders(world, c.groups)
     monkeypatch.setattr(confluent_kafka, "Consumer", readers)

@@ -420,8 +420,6 @@ def test_secrets_are_get_and_create_only_and_pods_untouched_by_the_operator(
 def test_schema_is_valid_against_the_draft_07_metaschema(helm: Path, tmp_path: Path) -> None:
     """helm compiles values.schema.json against its metaschema on every lint/template: the real
     schema passes (every test above), a schema with an invalid keyword value is refused."""
-    import shutil
-
     assert (
         '"$schema": "http://json-schema.org/draft-07/schema#"'
         in (h.CHART_DIR / "values.schema.json").read_text()

@@ -302,7 +302,7 @@ def test_topics_are_described_again_only_after_describe_every_s() -> None:
 
     obs = ClusterObserver(call, monotonic=lambda: now[0], describe_every_s=30.0)
     try:
-        for step in range(4):  # views at 1000, 1010, 1020, 1030 (monotonic)
+        for _ in range(4):  # views at 1000, 1010, 1020, 1030 (monotonic)
             v = obs.view("t0", "g", now[0], timeout_s=5)
             assert v.topic("t0").latest == {0: 5, 1: 5, 2: 5}
             now[0] += 10.0

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot.decide.status import format_time
 from lagpilot_dev import demo_measure, demo_plot, demo_report, demo_table, demo_traffic, demo_view
 from lagpilot_dev.demo_handler import batch_cost_s
 from lagpilot_dev.demo_report import Proof, Sample
@@ -571,13 +570,13 @@ def test_drain_measurements_from_the_ledger_and_the_status() -> None:
         consumer_capacity=50.0,
         drain_task_capacity=None,
         pod_starts_s=[3.0, 5.0],
-        drains=drains
-        + [
+        drains=[
+            *drains,
             {
                 "launch_to_first_record_seconds": 10.0,
                 "pause_excess_seconds": 0.5,
                 "hand_off_path": "ConsumerAck",
-            }
+            },
         ],
         split_factor=4,
         max_tasks=12,
@@ -693,7 +692,9 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
     own trace, the simulator with the handler-only capacity (an upper bound: overheads only lower
     it, and a slower group keeps fewer records within the SLA) gives static replicas at the
     partition cap and KEDA at most 0.8 of the records within the SLA."""
-    from lagpilot.sim import params as sim_params, policies as sim_policies, trace as sim_trace
+    from lagpilot.sim import params as sim_params
+    from lagpilot.sim import policies as sim_policies
+    from lagpilot.sim import trace as sim_trace
 
     p = PROFILES[name]
     sent = {}

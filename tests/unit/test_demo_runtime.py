@@ -6,6 +6,7 @@ README demo (the runtime always on) keeps its settings and parameters as before.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -259,7 +260,7 @@ def test_runtime_report_invariants(samples: list[Sample]) -> None:
     )
     assert r["scale_downs"] <= r["scale_ups"] and all(w >= 0 for w in r["warm_ups_seconds"])
     assert r["scale_ups"] >= sum(
-        1 for a, b in zip(seen, seen[1:]) if not a.runtime_replicas and b.runtime_replicas
+        1 for a, b in itertools.pairwise(seen) if not a.runtime_replicas and b.runtime_replicas
     )
 
 
@@ -272,8 +273,8 @@ def _pod(phase: str, ready: str, at: dt.datetime | None, deleting: bool = False)
 
 
 def test_ready_since_reads_the_ready_transition_of_a_live_pod() -> None:
-    t1 = dt.datetime(2026, 1, 1, 0, 0, 10, tzinfo=dt.timezone.utc)
-    t0 = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.timezone.utc)
+    t1 = dt.datetime(2026, 1, 1, 0, 0, 10, tzinfo=dt.UTC)
+    t0 = dt.datetime(2026, 1, 1, 0, 0, 5, tzinfo=dt.UTC)
     assert ready_since([], 99.0) is None
     assert ready_since([_pod("Running", "False", t1)], 99.0) is None
     assert ready_since([_pod("Running", "True", t0, deleting=True)], 99.0) is None  # the previous burst's pod
@@ -341,7 +342,7 @@ def test_sim_params_on_demand_split_the_start_up() -> None:
         unmeasured["drain_warm_start_s"] is None and unmeasured["drain_start_s"] is None
     )  # simulator defaults
     # every key is a SimParams field: nothing lands in "not modelled"; None keeps the default
-    params, used, unknown = sim_compare.params_from_summary({"sim_params": p})
+    params, _used, unknown = sim_compare.params_from_summary({"sim_params": p})
     assert unknown == {} and params.warm_runtime == "on-demand" and params.runtime_cooldown_s == 120.0
     assert params.drain_warm_start_s == 4.0 and params.drain_start_s == 31.5
     params, _, unknown = sim_compare.params_from_summary({"sim_params": unmeasured})

@@ -68,7 +68,7 @@ def _wait(check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_runner_writes_a_target_while_the_pod_runs_and_removes_it_when_it_is_gone(tmp_path: Path) -> None:
-    runner, w = _worker(tmp_path, [{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}])
+    _runner, w = _worker(tmp_path, [{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}])
     target = tmp_path / "sd" / "pods" / "ns_p.json"
     w.start()
     try:
@@ -83,7 +83,7 @@ def test_runner_writes_a_target_while_the_pod_runs_and_removes_it_when_it_is_gon
 
 
 def test_no_target_for_a_pod_without_a_metrics_port(tmp_path: Path) -> None:
-    runner, w = _worker(tmp_path, [])
+    _runner, w = _worker(tmp_path, [])
     w.start()
     try:
         _wait(lambda: w.proc is not None)

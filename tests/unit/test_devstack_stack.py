@@ -50,7 +50,7 @@ class FakePart:
 def fake_stack(tmp_path: Path, fail: set[str] = frozenset()) -> tuple[Stack, dict[str, FakePart]]:
     s = Stack(cache_dir=tmp_path / "cache", state_dir=tmp_path / "state")
     parts = {n: FakePart(n, fail=n in fail) for n in ALL_PARTS}
-    s._parts.update(parts)  # noqa: SLF001 - inject fakes
+    s._parts.update(parts)  # inject fakes
     return s, parts
 
 
@@ -145,7 +145,7 @@ def test_person_dev_up_takes_ownership_from_tests(tmp_path: Path) -> None:
 
 
 def test_lease_of_a_dead_session_does_not_block_the_stop(tmp_path: Path) -> None:
-    s, parts = fake_stack(tmp_path)
+    s, _parts = fake_stack(tmp_path)
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )

@@ -54,13 +54,13 @@ class FakeSpark:
         self.world = world
         self.sparkContext = self
 
-    def cancelJobGroup(self, group: str) -> None:
+    def cancelJobGroup(self, group: str) -> None:  # noqa: N802 - Spark's name
         self.world.cancelled.append(group)
         for gate in self.world.gates.values():
             gate.set()  # a cancelled job ends (its collect raises)
         self.world.cancel_all = True
 
-    def setJobGroup(self, *a: Any, **kw: Any) -> None:
+    def setJobGroup(self, *a: Any, **kw: Any) -> None:  # noqa: N802 - Spark's name
         pass
 
 
@@ -230,10 +230,10 @@ def test_forged_and_stale_parts_start_nothing_while_a_pass_runs(
     with caplog.at_level(logging.WARNING, logger="lagpilot.drain"):
         # forged: signed with another key, every offset again under a new index
         w.deliver(NextPart("7", 1, False, (SubRange(0, 9, 0, 400),)), key=bytes(32))
-        refused = lambda: any(
-            getattr(r, "fields", {}).get("event") == "drain_part_refused"  # noqa: E731
-            for r in caplog.records
-        )
+
+        def refused() -> bool:
+            return any(getattr(r, "fields", {}).get("event") == "drain_part_refused" for r in caplog.records)
+
         for _ in range(2000):
             if refused():
                 break

@@ -8,7 +8,6 @@ from typing import Any
 from lagpilot.act.drain import DrainContext, DrainExecutor, DrainSettings
 from lagpilot.decide.handoff import JobObservation, JobState, Offsets
 from lagpilot.spec import parse_spec
-from lagpilot_runtime import handoff_mailbox as mbx
 
 SPEC = parse_spec(
     {

@@ -294,7 +294,7 @@ class Paused:
         except BaseException as exc:  # noqa: BLE001
             self.error = exc
 
-    def start(self) -> "Paused":
+    def start(self) -> Paused:
         self.thread.start()
         assert self.frozen.wait(30), f"{self.thread.name} never reached its pause"
         return self

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lagpilot_runtime.drain_job import startup_breakdown
+from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 from lagpilot_runtime.drain_progress import remaining_work
 from lagpilot_runtime.drain_spark import (
     CDS_ARCHIVE_NAME,
@@ -24,16 +25,17 @@ from lagpilot_runtime.drain_spark import (
     session_conf,
 )
 from lagpilot_runtime.drain_task import sub_range_of
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain.measure import classify, longest_gap, percentile  # noqa: E402
+import itertools
+
+from bench.drain.measure import classify, longest_gap, percentile
 from bench.drain.variants import (
     executor_variants,
     median_diffs,
     median_of,
     median_ratios,
-    parse_variants,  # noqa: E402
+    parse_variants,
     round_order,
 )
 
@@ -349,5 +351,7 @@ def test_per_partition_task_counts_that_differ_become_one_spark_task_per_sub_ran
     for p, (a, b) in {0: (10_000, 130_000), 3: (8_000, 9_000), 5: (1_000, 4_000)}.items():
         mine = [(x, y) for q, x, y in covered if q == p]
         assert (
-            mine[0][0] == a and mine[-1][1] == b and all(y == x2 for (_, y), (x2, _) in zip(mine, mine[1:]))
+            mine[0][0] == a
+            and mine[-1][1] == b
+            and all(y == x2 for (_, y), (x2, _) in itertools.pairwise(mine))
         )

@@ -79,7 +79,7 @@ def test_a_plan_extended_by_a_part_takes_its_new_sub_ranges_and_round_and_refuse
     p = plan()
     part = NextPart("7", 1, False, (SubRange(0, 1, 200, 300), SubRange(0, 2, 300, 350)))
     e = p.extended(part)
-    assert e.round == 1 and e.sub_ranges == p.sub_ranges + (SubRange(0, 2, 300, 350),)
+    assert e.round == 1 and e.sub_ranges == (*p.sub_ranges, SubRange(0, 2, 300, 350))
     assert DrainPlan.from_json(e.to_json()) == e  # busy and round travel with the plan (and its signature)
     with pytest.raises(ValueError):
         p.extended(NextPart("7", 1, False, (SubRange(0, 1, 200, 310),)))  # another bound for a known index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -14,7 +15,7 @@ TARGET, SLA = 480.0, 600.0
 DP = DrainPolicy(start_up_s=60, min_backlog_records=10_000, split_factor=4, max_tasks=16, min_interval_s=60)
 
 
-def L(*rows: tuple[float, float]) -> list[PartitionLoad]:
+def L(*rows: tuple[float, float]) -> list[PartitionLoad]:  # noqa: N802 - short: (lag, rate) rows
     return [PartitionLoad(i, lag, rate, 1000 * i, 1000 * i + int(lag)) for i, (lag, rate) in enumerate(rows)]
 
 
@@ -160,7 +161,7 @@ def test_hot_partition_drained_repeatedly() -> None:
         lag += (150.0 - C) * 15
         t += 15
     assert len(drains) >= 5
-    gaps = [b - a for a, b in zip(drains, drains[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(drains)]
     # never two at once; the regrowth is batched (a drain only when due), not one per poll
     assert min(gaps) >= DP.start_up_s + 2 * 15
 
@@ -292,7 +293,7 @@ def test_allocate_tasks_properties(records: list[float], budget: int, per_task: 
     assert sum(out) <= budget
     live = [i for i, r in enumerate(records) if r > 0]
     caps = [max(1, int(r // per_task)) if r > 0 else 0 for r in records]
-    assert all(0 <= o <= c for o, c in zip(out, caps))
+    assert all(0 <= o <= c for o, c in zip(out, caps, strict=False))
     if budget >= len(live):
         assert all(out[i] >= 1 for i in live)
         assert sum(out) == min(budget, sum(caps))  # the budget is used while anyone can take a task
@@ -366,7 +367,7 @@ AP = DrainPolicy(start_up_s=20, handoff_s=1, assist_always=True)  # spec.drain.a
 BP = DrainPolicy(start_up_s=20, handoff_s=1)  # the default: the assisted count only in bursts
 
 
-def R(*rates: float) -> list[PartitionLoad]:
+def R(*rates: float) -> list[PartitionLoad]:  # noqa: N802 - short: rates, no lag
     return [PartitionLoad(i, 0.0, r) for i, r in enumerate(rates)]
 
 
@@ -486,7 +487,7 @@ def test_assisted_replicas_properties(rates, lo, lags, start, saving) -> None:  
     pol = DrainPolicy(start_up_s=start, assist_min_saving=saving, assist_always=True)
     loads = R(*rates)
     got = assisted_replicas(loads, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol)
-    lagged = [PartitionLoad(l.partition, lag, l.rate) for l, lag in zip(loads, lags)]
+    lagged = [PartitionLoad(ld.partition, lag, ld.rate) for ld, lag in zip(loads, lags, strict=False)]
     assert assisted_replicas(lagged, C2, min_replicas=lo, cap=len(loads), sla_s=600.0, policy=pol) == got
     if got is None:
         return
@@ -585,19 +586,22 @@ def _two_drains_worst(
     cap: float,
 ) -> float:
     """The model, stated independently: worst latency of this drain and of the next (one at a time)."""
-    lags = [l.lag for l in loads]
-    olds = [ages[l.partition] for l in loads]
-    rates = [max(l.rate, l.lag / a if a >= policy.poll_interval_s else 0.0) for l, a in zip(loads, olds)]
+    lags = [ld.lag for ld in loads]
+    olds = [ages[ld.partition] for ld in loads]
+    rates = [
+        max(ld.rate, ld.lag / a if a >= policy.poll_interval_s else 0.0)
+        for ld, a in zip(loads, olds, strict=False)
+    ]
     alloc = allocate_tasks(lags, n, policy.min_records_per_task)
     worst, dur = 0.0, policy.fixed_cost_s
-    for lag, a, k in zip(lags, olds, alloc):
+    for lag, a, k in zip(lags, olds, alloc, strict=False):
         if k and lag > 0:
             dur = max(dur, policy.fixed_cost_s + lag / (k * cap))
             worst = max(
                 worst, a + policy.fixed_cost_s, a * (1 - 1 / k) + policy.fixed_cost_s + lag / (k * cap)
             )
     nxt = [max(0.0, r - share) * (dur + policy.poll_interval_s) for r in rates]
-    for b, r, k in zip(nxt, rates, allocate_tasks(nxt, high, policy.min_records_per_task)):
+    for b, r, k in zip(nxt, rates, allocate_tasks(nxt, high, policy.min_records_per_task), strict=False):
         if k and b > 0:
             a = b / r
             worst = max(worst, a + policy.fixed_cost_s, a * (1 - 1 / k) + policy.fixed_cost_s + b / (k * cap))

@@ -11,14 +11,13 @@ import pytest
 from lagpilot.decide import handoff as h
 from lagpilot.decide.drain_policy import PartitionLoad, expiring_first
 from lagpilot.decide.handoff import JobObservation, JobState, Kind, next_action
-from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
 from lagpilot_runtime.drain_plan import (
     SubRange,
     parse_progress_lost,
     parse_progress_metadata,
     progress_metadata,
 )
-
+from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
 from tests.unit.test_handoff import NOW, RUNNING, obs, spec
 
 
@@ -96,9 +95,9 @@ def test_partitions_about_to_expire_are_planned_first():
         PartitionLoad(2, 5000, 10.0, 0, 5000),
     ]
     ages = {0: 100.0, 1: 3500.0, 2: 50.0}
-    order = [l.partition for l in expiring_first(loads, ages, retention_s=3600.0, target_s=300.0)]
+    order = [ld.partition for ld in expiring_first(loads, ages, retention_s=3600.0, target_s=300.0)]
     assert order == [1, 0, 2]  # p1 expires within the target: first; the rest keep their order
-    assert [l.partition for l in expiring_first(loads, ages, None, 300.0)] == [0, 1, 2]
+    assert [ld.partition for ld in expiring_first(loads, ages, None, 300.0)] == [0, 1, 2]
 
 
 def test_the_executor_writes_the_loss_emits_one_event_counts_it_and_reports_the_condition():

@@ -212,7 +212,9 @@ def _fake_keep_warm(
     started: threading.Event | None = None,
 ) -> None:
     runtime.spark.sparkContext.setJobGroup = lambda *a, **k: None
-    runtime.spark.range = lambda start, end, numPartitions: _Frame(numPartitions, ran, hold, started)
+    runtime.spark.range = lambda start, end, numPartitions: _Frame(  # noqa: N803 - Spark's keyword
+        numPartitions, ran, hold, started
+    )
 
 
 def _run_until_released(
@@ -284,7 +286,7 @@ def test_a_runtime_that_dies_mid_plan_fails_the_attempt_with_a_message():
     import http.server
 
     class Dies(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.connection.close()  # the runtime's process gone mid-plan
 

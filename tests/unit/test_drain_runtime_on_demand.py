@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from lagpilot.act import drain_runtime as rt
-from lagpilot_runtime import plan_auth
 from lagpilot.decide.handoff import condition
 from lagpilot.decide.runtime import RuntimeObservation
 from lagpilot.decide.status import format_time, parse_time
+from lagpilot_runtime import plan_auth
 from tests.unit.runtime_fakes import FakeApps, FakeCore, runtime_manager
 from tests.unit.test_drain_runtime_operator import pod, spec_with
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from lagpilot.act import drain_runtime as rt
-from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
 from lagpilot.act.deployment import build_deployment
+from lagpilot.act.drain_manifests import DrainSettings, build_drain_job
 from lagpilot.decide.handoff import DrainStatus, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
 from tests.unit.runtime_fakes import executor_at_launch, runtime_manager
@@ -96,7 +96,7 @@ def test_a_look_alike_pod_is_never_the_runtime_url() -> None:
     m.apps.rss = [rs, replica_set("rs-evil", "dep-evil")]
     assert m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") is None
     # the real one (owned through our ReplicaSet by our Deployment by the CR) is taken, the fakes still not
-    m.core.pods = fakes + [runtime_pod("z-real", "10.0.0.5", rs, cfg)]
+    m.core.pods = [*fakes, runtime_pod("z-real", "10.0.0.5", rs, cfg)]
     assert (
         m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") == f"http://10.0.0.5:{rt.runtime_port('ns1', 'orders')}"
     )
@@ -154,7 +154,7 @@ def test_a_key_secret_not_owned_by_the_cr_is_not_used() -> None:
         "metadata": {"name": rt.key_secret_name("orders"), "ownerReferences": [owner("X", "x", "someone")]},
         "data": {"key": "YWJj"},
     }
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="is not owned by this BatchConsumerGroup"):
         m.key("ns1", "orders", CR_UID)
     assert m.url("ns1", "orders", CR_UID, SPEC, "0.1.0") is None  # a launch goes cold
 

@@ -11,10 +11,10 @@ from typing import Any
 import kopf
 import pytest
 
-from lagpilot.reconcile import delete
-from lagpilot.config import OperatorConfig
 from lagpilot import handlers
+from lagpilot.config import OperatorConfig
 from lagpilot.decide import duplicates as dup
+from lagpilot.reconcile import delete
 
 SPEC = {
     "kafka": {"bootstrapServers": "k1:9092,k2:9092"},

@@ -57,7 +57,7 @@ def table() -> list[dict]:
                     "t": t,
                     "rate": rate,
                     "estimate": round(state.estimator.produce_rate, 1),
-                    "lag": int(sum(e - d for e, d in zip(ends, done))),
+                    "lag": int(sum(e - d for e, d in zip(ends, done, strict=False))),
                     "at_risk": out.decision.at_risk,
                     "reason": out.decision.reason,
                 }

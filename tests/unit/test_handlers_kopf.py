@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import kopf
 import pytest
 
-from lagpilot.reconcile import delete
-from lagpilot.config import OperatorConfig
 from lagpilot import handlers
 from lagpilot.act.kubeapi import KubeError
+from lagpilot.config import OperatorConfig
+from lagpilot.reconcile import delete
 
 SPEC = {"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g", "processing": {"sink": "log"}}
 
@@ -38,7 +38,7 @@ class Kube:
             raise StatusConflict("changed", "test")
         self.patches.append(patch)
 
-    stored: dict[str, Any] = {}  # the status as the API server has it (for guarded writes)
+    stored: ClassVar[dict[str, Any]] = {}  # the status as the API server has it (for guarded writes)
 
 
 def _adopt(ref: Any, spec: Any, status: Any, memo: Any, emit: Any) -> Any:

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lagpilot_runtime.commit_metadata import CapacityReport
+from lagpilot.act.kubeapi import KubeError
+from lagpilot.act.memory import memory_name
+from lagpilot.decide import status as status_mod
+from lagpilot.decide.status import find_condition
+from lagpilot.metrics import OperatorMetrics
+from lagpilot.model.status import validate_status
 from lagpilot.observe.kafka_observe import (
     AdminPool,
     Observation,
@@ -21,15 +26,10 @@ from lagpilot.observe.kafka_observe import (
     PartitionOffsets,
     cycle_phase_s,
 )
-from lagpilot.act.kubeapi import KubeError
-from lagpilot.metrics import OperatorMetrics
-from lagpilot.reconcile.cycle import aligned_delay, backoff_s, run_cycle
 from lagpilot.reconcile.act import apply_deployment
+from lagpilot.reconcile.cycle import aligned_delay, backoff_s, run_cycle
 from lagpilot.reconcile.deps import Cache, Deps, GroupRef
-from lagpilot.decide import status as status_mod
-from lagpilot.decide.status import find_condition
-from lagpilot.act.memory import memory_name
-from lagpilot.model.status import validate_status
+from lagpilot_runtime.commit_metadata import CapacityReport
 
 T0 = 1_700_000_000.0
 NS, NAME = "team-a", "orders"
@@ -135,8 +135,8 @@ class Script:
             group,
             self.clock,
             tuple(
-                PartitionOffsets(i, e, l, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
-                for i, (e, l, c, cap) in enumerate(self.parts)
+                PartitionOffsets(i, e, end, c, CapacityReport(cap, int(self.clock * 1000)) if cap else None)
+                for i, (e, end, c, cap) in enumerate(self.parts)
             ),
         )
 
@@ -171,7 +171,7 @@ class World:
     def ref(self) -> GroupRef:
         return GroupRef(NS, NAME, "uid-1", self.generation)
 
-    def cycle(self, advance: float = 0.0):  # noqa: ANN201
+    def cycle(self, advance: float = 0.0):
         self.kafka.clock += advance
         return run_cycle(self.ref, self.spec, copy.deepcopy(self.kube.status), self.deps, self.cache)
 

@@ -4,6 +4,7 @@ operator killed between any effect and its status write still gives every offset
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import random
 from typing import Any
@@ -14,7 +15,6 @@ from hypothesis import strategies as st
 
 from lagpilot.decide import handoff as h
 from lagpilot.decide.handoff import (
-    Action,
     DrainStatus,
     JobObservation,
     JobState,
@@ -593,7 +593,7 @@ def test_empty_group_acks_then_moves_only_to_split_and_sub_ranges_tile_the_range
     )
     subs = b.status.sub_ranges
     assert b.kind is Kind.SEAL and subs[0].start == 200 and subs[-1].end == 1000
-    assert all(x.end == y.start for x, y in zip(subs, subs[1:]))
+    assert all(x.end == y.start for x, y in itertools.pairwise(subs))
     assert b.status.pause_seconds == 0.0
 
 
@@ -1166,7 +1166,7 @@ def test_plan_records_the_planners_tasks_and_hand_off_cuts_each_range_into_them(
     for r in ranges:  # pieces tile [start, split) exactly
         pieces = sorted(per[r.partition], key=lambda s: s.start)
         assert pieces[0].start == r.start and pieces[-1].end == r.split
-        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))
+        assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
     assert PartitionRange.from_dict(ranges[0].to_dict()) == ranges[0]
     assert "tasks" not in ranges[2].to_dict() and PartitionRange.from_dict(ranges[2].to_dict()) == ranges[2]
 
@@ -1191,7 +1191,6 @@ def _spec_for_tasks():
 
 def stored(value):
     """What the API server keeps of a status written with a merge patch: JSON, null fields dropped."""
-    import json
 
     def drop(v):
         if isinstance(v, dict):
@@ -1207,8 +1206,6 @@ def run_drains_through_the_cr(
     """``n`` drains of every partition, one after the other, the status read back from JSON (what the
     apiserver stores) before every step; the owners ack and move at once. Returns status.drain after
     each finished drain, and the last status as the machine made it (before the JSON)."""
-    import json
-
     sp = spec(splitFactor=split_factor, maxTasks=1024, minBacklogRecords=0)
     committed = {p: 1_000_000 for p in range(parts)}  # 7 digits all along: sizes compare
     end = dict(committed)
@@ -1282,8 +1279,6 @@ def test_status_stays_small_after_100_drains():
     the finished drain keeps no sub-ranges (its record counts, ranges and history entry summarise
     them), the history keeps the last 5 drains, the defaults are left out and the times are RFC
     3339 strings. Every range is an object {partition, start, end}: jsonpath reaches each."""
-    import json
-
     seen, mem = run_drains_through_the_cr(100)
     sizes = [len(json.dumps(d)) for d in seen]
     last = seen[-1]
@@ -1329,7 +1324,7 @@ def test_a_running_drain_round_trips_exactly_as_objects():
         attempt_base=2,
         last_error="boom",
         lost=((0, 12, 20),),
-        ranges=RUNNING.ranges + (h.PartitionRange(3, 90, None, 5),),
+        ranges=(*RUNNING.ranges, h.PartitionRange(3, 90, None, 5)),
     )
     out = d.to_dict()
     assert out["ranges"][-1] == {"partition": 3, "end": 90, "tasks": 5}  # start absent until the owner acked
@@ -1639,7 +1634,7 @@ def test_a_busy_drains_next_split_is_planned_published_acked_and_appended():
     new = [s for s in a.status.sub_ranges if s.index >= 2]
     # [ack, split) = [1040, 1600) in 3 sub-ranges with fresh indices: nothing overlaps the first range
     assert [s.index for s in new] == [2, 3, 4] and new[0].start == 1040 and new[-1].end == 1600
-    assert all(a.end == b.start for a, b in zip(new, new[1:]))  # they tile [1040, 1600)
+    assert all(a.end == b.start for a, b in itertools.pairwise(new))  # they tile [1040, 1600)
     assert a.status.ranges == (h.PartitionRange(0, 1600, 1040, 3),)
 
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from lagpilot.reconcile import delete
 from lagpilot import handlers
 from lagpilot.act import deletion_io
 from lagpilot.observe import kafka_observe
 from lagpilot.observe.cluster_view import TopicWatermarks
 from lagpilot.observe.offsets_snapshot import offsets_partition_for
+from lagpilot.reconcile import delete
 
 
 class Snap:
@@ -81,7 +81,7 @@ ENDS = {p: 100 + p for p in range(4)}
 def test_has_commits(name: str, snap: Snap | None, observer: Observer, want: bool | None) -> None:
     assert kafka_observe.has_commits(handle(snap, observer), "t", G, 10.0) is want, name
     if observer.calls:
-        topic, group, not_before = observer.calls[0]
+        topic, group, _not_before = observer.calls[0]
         assert topic == "t" and group is None  # the group is asked once, not registered for every view
     if want is not None:  # as of the end the view read for the group's __consumer_offsets partition
         assert snap.asked == [(G, "t", (0, 1), ENDS[offsets_partition_for(G, 4)])]

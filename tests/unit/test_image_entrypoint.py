@@ -35,7 +35,7 @@ def test_executor_argv_matches_sparks_entrypoint():
     assert argv[:4] == ["/jdk/bin/java", "-Dfirst", "-Dsecond", "-Dlast"]  # numeric order, not lexical
     assert argv[4:6] == ["-Xms512m", "-Xmx512m"]
     assert argv[6] == "-cp" and argv[7].endswith("/opt/spark/jars/*") and argv[8] == EXECUTOR_BACKEND
-    tail = dict(zip(argv[9::2], argv[10::2]))
+    tail = dict(zip(argv[9::2], argv[10::2], strict=False))
     assert tail == {
         "--driver-url": "spark://CoarseGrainedScheduler@10.0.0.5:7078",
         "--executor-id": "2",

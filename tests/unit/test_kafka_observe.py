@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from hypothesis import given as _given
+from hypothesis import settings as _settings
+from hypothesis import strategies as _st
 
 from lagpilot.observe.kafka_observe import (
     AdminHandle,
@@ -146,7 +149,7 @@ class FakeAdmin:
     def list_consumer_group_offsets(self, reqs: list[Any], **kw: Any) -> dict[str, concurrent.futures.Future]:
         raise AssertionError("never through the admin client: librdkafka crashes on a coordinator error")
 
-    def reader(self, group_id: str) -> "FakeGroupReader":
+    def reader(self, group_id: str) -> FakeGroupReader:
         """The per-group offsets consumer: answers committed() from the same table."""
         return FakeGroupReader(self, group_id)
 
@@ -644,9 +647,6 @@ def _value_any(version: int, offset: int, metadata: str | None) -> bytes:
     else:
         meta = (-1 if m is None else len(m)).to_bytes(2, "big", signed=True) + (m or b"")
     return head + meta + (1700000000000).to_bytes(8, "big") + (b"\x00" if version >= 4 else b"")
-
-
-from hypothesis import given as _given, settings as _settings, strategies as _st  # noqa: E402
 
 
 @_settings(max_examples=400, deadline=None)

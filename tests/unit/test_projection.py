@@ -49,7 +49,7 @@ def test_per_consumer_partitions(partitions: int, replicas: int, k: int) -> None
 
 
 def loads(lags: list[float], rates: list[float]) -> list[PartitionLoad]:
-    return [PartitionLoad(i, l, r) for i, (l, r) in enumerate(zip(lags, rates))]
+    return [PartitionLoad(i, lag, r) for i, (lag, r) in enumerate(zip(lags, rates, strict=False))]
 
 
 PROJECT_CASES = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import threading
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -13,14 +14,14 @@ from lagpilot_dev.runtime_attacker import attack
 
 
 class _Runtime(http.server.BaseHTTPRequestHandler):
-    posted: list[bytes] = []
+    posted: ClassVar[list[bytes]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:  # http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
         _Runtime.posted.append(body)
         self._answer(401, b'{"error": "not a signed plan"}')
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer(200, b'{"warm": true}')
 
     def _answer(self, status: int, body: bytes) -> None:

@@ -7,10 +7,10 @@ import logging
 import pytest
 from confluent_kafka import TopicPartition
 
-from lagpilot_runtime.config import ConsumerConfig
 from lagpilot_runtime.batch_consumer import BatchConsumer
-from lagpilot_runtime.handler import Record
 from lagpilot_runtime.commit_metadata import decode
+from lagpilot_runtime.config import ConsumerConfig
+from lagpilot_runtime.handler import Record
 
 TOPIC = "t"
 
@@ -587,7 +587,7 @@ def test_request_is_acked_then_split_committed_then_seeked_at_a_batch_boundary()
     logs = {0: [b"x"] * 100, 1: [b"y"] * 30}
     mailbox = FakeMailbox({0: (60, "lph1;id=4;split=60")})
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_BATCH_MAX_RECORDS="10")
+    loop, _fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_BATCH_MAX_RECORDS="10")
     run_batches(loop, 20)
     # on_assign saw the request before any record: own committed = low watermark 0 → ack 0, move to 60
     assert mailbox.entries[0] == (60, "lph1;id=4;split=60;ack=0")
@@ -625,14 +625,14 @@ def test_acker_died_between_its_commits_the_next_owner_finishes_or_reacks():
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (80, "lph1;id=2;split=80;ack=40")})
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 40})
+    loop, _fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 40})
     run_batches(loop, 5)
     assert ("commit", {0: 80}) in events and not [e for e in events if e[0] == "ack"]  # c == s: no re-ack
     assert [o for _, o in rec.processed] == list(range(80, 100))
     # records after the ack were processed meanwhile (own 50 > ack 40): re-ack 50, then move
     mailbox2 = FakeMailbox({0: (80, "lph1;id=2;split=80;ack=40")})
     rec2 = Recorder()
-    loop2, fake2, events2 = handoff_loop(logs, mailbox2, rec2, broker_committed={0: 50})
+    loop2, _fake2, events2 = handoff_loop(logs, mailbox2, rec2, broker_committed={0: 50})
     run_batches(loop2, 5)
     assert mailbox2.entries[0][1] == "lph1;id=2;split=80;ack=50"
     assert [e[0] for e in events2 if e[0] in ("ack", "commit")][:2] == ["ack", "commit"]
@@ -648,7 +648,7 @@ def test_frozen_sealed_and_garbage_entries_change_nothing():
         }
     )  # not ours
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 30, 1: 0, 2: 0})
+    loop, _fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 30, 1: 0, 2: 0})
     run_batches(loop, 30)
     assert not [e for e in events if e[0] in ("ack", "seek")]
     assert sorted(rec.processed) == sorted(
@@ -659,7 +659,7 @@ def test_frozen_sealed_and_garbage_entries_change_nothing():
 def test_mailbox_reads_are_rate_limited_and_a_failed_commit_blocks_the_ack():
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox()
-    loop, fake, _ = handoff_loop(logs, mailbox, Recorder(), per_call=10)
+    loop, _fake, _ = handoff_loop(logs, mailbox, Recorder(), per_call=10)
     loop.subscribe()
     reads = mailbox.reads
     for _ in range(5):
@@ -698,7 +698,7 @@ def test_on_assign_retries_a_failed_mailbox_read_before_any_record_is_processed(
     logs = {0: [b"x"] * 60}
     mailbox = Flaky({0: (50, "lph1;id=2;split=50;ack=10")})  # the previous owner died before its split commit
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 10})
+    loop, _fake, events = handoff_loop(logs, mailbox, rec, broker_committed={0: 10})
     run_batches(loop, 5)
     assert ("commit", {0: 50}) in events
     assert [o for _, o in rec.processed] == list(range(50, 60))  # nothing of the drain's [10, 50)
@@ -737,7 +737,7 @@ def test_owner_ignores_requests_of_another_cr(meta):
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, meta)})
     rec = Recorder()
-    loop, fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
+    loop, _fake, events = handoff_loop(logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID)
     run_batches(loop, 20)
     assert mailbox.writes == [] and not [e for e in events if e[0] == "seek"], events[:5]
     assert [o for p, o in rec.processed if p == 0] == list(range(100))  # nothing skipped
@@ -752,7 +752,7 @@ def test_owner_acts_on_its_own_crs_request():
         {0: (60, mbx.sign(mbx.request(1, 60, CR_UID), key, TOPIC, 0).encode())}
     )  # M8: signed
     rec = Recorder()
-    loop, fake, events = handoff_loop(
+    loop, _fake, _events = handoff_loop(
         logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=key.hex()
     )
     run_batches(loop, 20)
@@ -778,7 +778,7 @@ def test_owner_ignores_a_forged_request_with_its_own_uid(forge):
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, meta)})
     rec = Recorder()
-    loop, fake, events = handoff_loop(
+    loop, _fake, events = handoff_loop(
         logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex()
     )
     run_batches(loop, 20)
@@ -792,7 +792,7 @@ def test_owner_acts_on_a_signed_request_and_signs_its_ack():
     logs = {0: [b"x"] * 100}
     mailbox = FakeMailbox({0: (60, mbx.sign(mbx.request(1, 60, CR_UID), HANDOFF_KEY, TOPIC, 0).encode())})
     rec = Recorder()
-    loop, fake, events = handoff_loop(
+    loop, _fake, _events = handoff_loop(
         logs, mailbox, rec, LAGPILOT_OWNER_UID=CR_UID, LAGPILOT_HANDOFF_KEY=HANDOFF_KEY.hex()
     )
     run_batches(loop, 20)

@@ -13,7 +13,6 @@ from confluent_kafka import TopicPartition
 
 from lagpilot_runtime.handler import BatchContext, Record, batch_offsets, commits_progress
 from lagpilot_runtime.sinks import postgres as pg
-
 from tests.unit.test_runtime_consumer import TOPIC, FakeConsumer, Recorder, make, stop_when_drained
 
 

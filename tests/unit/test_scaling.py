@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -313,7 +314,7 @@ def test_constant_load_does_not_flap(pairs, cur, cap, policy) -> None:  # type: 
         )
         d, history = decide(o, policy, history)
         seq.append(d.desired_replicas)
-    diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
+    diffs = [b - a for a, b in itertools.pairwise(seq) if b != a]
     assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
     assert len(set(seq[-40:])) == 1, seq
 
@@ -392,7 +393,7 @@ def assert_one_direction_then_settled(rates: list[float], cur: int, pol: DrainPo
         o = ScalingObservation(NOW + 15 * k, len(rates), seq[-1], loads_from([0] * len(rates), rates), 137.0)
         d, history = decide(o, P, history, pol)
         seq.append(d.desired_replicas)
-    diffs = [b - a for a, b in zip(seq, seq[1:]) if b != a]
+    diffs = [b - a for a, b in itertools.pairwise(seq) if b != a]
     assert all(x > 0 for x in diffs) or all(x < 0 for x in diffs), seq
     assert len(set(seq[-40:])) == 1, seq
 

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot.sim import cli as sim_cli, policies as sim_policies, trace as sim_trace
+from lagpilot.sim import cli as sim_cli
 from lagpilot.sim import compare as sc
+from lagpilot.sim import policies as sim_policies
+from lagpilot.sim import trace as sim_trace
 
 
 def _summary(**kw):

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from lagpilot.sim import cli as simulate_cli, params as simulate_params, trace as simulate_trace
-from lagpilot.sim.params import SimParams
+from lagpilot.sim import cli as simulate_cli
+from lagpilot.sim import params as simulate_params
+from lagpilot.sim import trace as simulate_trace
 from lagpilot.sim.backlog import _Latency, _Queue, _split
-from lagpilot.sim.world import _water_fill, range_assignment
 from lagpilot.sim.cli import main
-from lagpilot.sim.trace import parse_trace
+from lagpilot.sim.params import SimParams
 from lagpilot.sim.policies import run_all, run_policy
+from lagpilot.sim.trace import parse_trace
+from lagpilot.sim.world import _water_fill, range_assignment
 
 
 def trace_of(rows: list[tuple[float, float, str]]):  # type: ignore[no-untyped-def]
@@ -210,8 +212,8 @@ def test_cli_bad_input(args: list[str], tmp_path: Path) -> None:
 # --- the hand-off and drain timing (the operator's drain phases, handoff.Phase) -------------------
 from lagpilot.decide import handoff  # noqa: E402
 from lagpilot.decide.drain_policy import DrainNeed, DrainRange  # noqa: E402
-from lagpilot.sim.world import _World  # noqa: E402
 from lagpilot.sim.trace import trace_from_rows  # noqa: E402
+from lagpilot.sim.world import _World  # noqa: E402
 
 
 def _need(parts: dict[int, int]) -> DrainNeed:
@@ -419,7 +421,7 @@ def test_scale_down_window_reaches_the_simulated_cr_and_from_demo() -> None:
     pol = simulate_params.step_mod.Policies.from_group_spec(p.group_spec(), p.model())
     assert pol.scaling.scale_down_window_s == 60
     assert SimParams().group_spec().scaling.scale_down_window_seconds == 300  # the HPA's default
-    params, used, unknown = sim_compare.params_from_summary({"sim_params": {"scale_down_window_s": 60.0}})
+    params, _used, unknown = sim_compare.params_from_summary({"sim_params": {"scale_down_window_s": 60.0}})
     assert params.scale_down_window_s == 60 and "scale_down_window_s" not in unknown
 
 

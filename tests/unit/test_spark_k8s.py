@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lagpilot_dev.spark_k8s import client_mode_conf, drain_rbac_objects, executor_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain.variants import K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, k8s_executor_variants  # noqa: E402
+from bench.drain.variants import K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, k8s_executor_variants
 
 DSN = "postgresql://u:s3cret@127.0.0.1:5432/db"
 

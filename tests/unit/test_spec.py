@@ -150,7 +150,7 @@ def test_all_problems_reported_at_once() -> None:
 
 
 def test_bool_is_not_a_number() -> None:
-    with pytest.raises(SpecError, match="spec.scaling.maxReplicas"):
+    with pytest.raises(SpecError, match=r"spec\.scaling\.maxReplicas"):
         parse_spec(with_(scaling__maxReplicas=True))
 
 

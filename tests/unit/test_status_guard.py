@@ -9,6 +9,7 @@ written."""
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
@@ -133,7 +134,7 @@ def test_the_drain_executor_writes_status_drain_guarded_by_the_drain_it_decided_
     FakeExecutor(log, w).reconcile(c)
     assert [p["reason"] for p, _ in writes] == ["Planned", "Published", "WaitingForAcks"]
     assert writes[0][1] is None  # planned over no drain
-    for (prev, _), (_, basis) in zip(writes, writes[1:]):
+    for (prev, _), (_, basis) in itertools.pairwise(writes):
         assert normalized(basis) == normalized(DrainStatus.from_dict(prev))
     assert (
         verified and verified[0] is not None and verified[0].reason == "Planned"

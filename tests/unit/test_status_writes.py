@@ -13,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lagpilot.decide import status as status_mod
+from lagpilot.decide.status import Condition, merge_conditions
 from lagpilot.reconcile.deps import Cache
 from lagpilot.reconcile.report import VIEW_KEYS, status_write
-from lagpilot.decide import status as status_mod
-from lagpilot.decide.status import merge_conditions, Condition
-
 from tests.unit.test_handlers_reconcile import T0, World, base_spec
 
 HB = 60.0

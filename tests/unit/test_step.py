@@ -8,19 +8,21 @@ import dataclasses
 import pytest
 
 from lagpilot.decide import handoff
-from lagpilot.sim import params as simulate_params, policies as simulate_policies, trace as simulate_trace
-from lagpilot.sim import world as simulate_world
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.drain_policy import DrainPolicy
 from lagpilot.decide.lag import PartitionOffsets, snapshot
 from lagpilot.decide.scaling import ScalingPolicy
+from lagpilot.sim import params as simulate_params
+from lagpilot.sim import policies as simulate_policies
+from lagpilot.sim import trace as simulate_trace
+from lagpilot.sim import world as simulate_world
 from lagpilot.spec import parse_spec
 
 BASE = {"kafka": {"bootstrapServers": "127.0.0.1:9092"}, "topic": "t", "groupId": "g"}
 
 
 def snap(at: float, ends: list[int], committed: list[int], cap: float | None = 100.0):  # type: ignore[no-untyped-def]
-    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed))]
+    parts = [PartitionOffsets(i, 0, e, c) for i, (e, c) in enumerate(zip(ends, committed, strict=False))]
     return snapshot(at, parts, {i: cap for i in range(len(ends))} if cap else {})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_flash_twice_a_day_above_the_group_on_every_partition(seed: int) -> None
     group = fam.partitions * fam.capacity
     rows = tracegen.generate("flash", seed)
     spikes, run = [], 0
-    for _, rate, w in rows + [(0.0, 0.0, None)]:
+    for _, rate, w in [*rows, (0.0, 0.0, None)]:
         if w is not None:
             run += 1
             assert rate >= 1.4 * group
@@ -74,7 +75,7 @@ def test_unknown_kind() -> None:
 def _bursts(rows: list) -> list[tuple[int, int, tuple[float, ...]]]:
     """(first minute, length, weights of the first minute) of each run of weighted rows."""
     out, start = [], None
-    for m, (_, _, w) in enumerate(rows + [(0.0, 0.0, None)]):
+    for m, (_, _, w) in enumerate([*rows, (0.0, 0.0, None)]):
         if w is not None and start is None:
             start = m
         elif w is None and start is not None:
@@ -90,9 +91,9 @@ def test_rolling_hot_a_different_partition_hot_each_burst(seed: int) -> None:
     bursts = _bursts(rows)
     assert len(bursts) >= 5
     hot = [max(range(fam.partitions), key=lambda i: w[i]) for _, _, w in bursts]
-    assert all(a != b for a, b in zip(hot, hot[1:]))  # a different partition each time
+    assert all(a != b for a, b in itertools.pairwise(hot))  # a different partition each time
     assert all(10 <= n <= 30 for _, n, _ in bursts[:-1])  # the last may be cut by the trace's end
-    gaps = {b[0] - a[0] for a, b in zip(bursts, bursts[1:])}
+    gaps = {b[0] - a[0] for a, b in itertools.pairwise(bursts)}
     assert len(gaps) == 1 and 45 <= gaps.pop() <= 120  # every N minutes
     for _, rate, w in rows:
         if w is not None:

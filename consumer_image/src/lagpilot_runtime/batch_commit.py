@@ -13,7 +13,7 @@ the records below it belong to the drain) and the sink's progress
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import commit_metadata
 from .consumer_state import TP, FatalError, LoopState, log

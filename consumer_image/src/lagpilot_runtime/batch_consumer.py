@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .batch_commit import BatchCommit
 from .config import ConsumerConfig

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from . import redaction
 from .handoff_mailbox import parse_key as parse_handoff_key
@@ -159,7 +160,7 @@ class ConsumerConfig:
             raise ConfigError("LAGPILOT_DLQ_TOPIC must differ from LAGPILOT_TOPIC")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "ConsumerConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ConsumerConfig:
         """Parse the pod environment (os.environ by default); raises ConfigError."""
         e = os.environ if env is None else env
 

@@ -60,8 +60,8 @@ from .drain_progress import (
 from .drain_spark import (
     CDS_ARCHIVE_NAME,
     EXECUTOR_POD_TEMPLATE_ENV,
-    _SessionStarter,
     _arrow_available,
+    _SessionStarter,
     _switch,
     build_frame,
     build_frames,

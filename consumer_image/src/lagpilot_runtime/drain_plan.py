@@ -21,6 +21,7 @@ which run without a CR) keeps ``<groupId>.lagpilot-drain.<drainId>.<k>``.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,7 +53,7 @@ class SubRange:
         return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> "SubRange":
+    def from_dict(cls, d: Mapping[str, object]) -> SubRange:
         return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]))  # type: ignore[arg-type]
 
 
@@ -79,7 +80,7 @@ class DrainPlan:
     # "Deadlines, stalls and retries")
     attempt: int = 0
 
-    def validate(self) -> "DrainPlan":
+    def validate(self) -> DrainPlan:
         """Reject plans that could process an offset twice or never (overlaps, empty ids)."""
         if not self.drain_id or not self.topic or not self.group_id:
             raise ValueError("drain plan needs drainId, topic and groupId")
@@ -104,7 +105,7 @@ class DrainPlan:
             by_partition.setdefault(s.partition, []).append(s)
         for p, subs in by_partition.items():
             subs.sort(key=lambda s: s.start)
-            for a, b in zip(subs, subs[1:]):
+            for a, b in itertools.pairwise(subs):
                 if b.start < a.end:
                     raise ValueError(
                         f"overlapping sub-ranges in partition {p}: {a.to_dict()} and {b.to_dict()}"
@@ -144,7 +145,7 @@ class DrainPlan:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "DrainPlan":
+    def from_json(cls, text: str) -> DrainPlan:
         d = json.loads(text)
         return cls(
             drain_id=str(d["drainId"]),
@@ -160,7 +161,7 @@ class DrainPlan:
             attempt=int(d.get("attempt") or 0),
         ).validate()
 
-    def extended(self, part: "NextPart") -> "DrainPlan":
+    def extended(self, part: NextPart) -> DrainPlan:
         """This plan with a next part's sub-ranges added (those it does not hold yet) and its round;
         ValueError when a part's sub-range has another's index or overlaps one (``validate``)."""
         known = {(s.partition, s.index): s for s in self.sub_ranges}
@@ -300,7 +301,7 @@ class NextPart:
         return f"{NEXT_PART_PREFIX};id={self.drain_id};r={int(self.round)};more={0 if self.final else 1};s={subs}"
 
     @classmethod
-    def from_body(cls, body: str) -> "NextPart":
+    def from_body(cls, body: str) -> NextPart:
         """ValueError on anything but a well-formed body."""
         fields = body.split(";")
         if not fields or fields[0] != NEXT_PART_PREFIX:

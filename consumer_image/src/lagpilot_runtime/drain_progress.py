@@ -301,7 +301,7 @@ def record_losses(
             meta = getattr(got, "metadata", None)
             if got.offset is not None and got.offset >= b:
                 continue  # already past (a concurrent or earlier record)
-            ranges = merge_ranges(parse_progress_lost(meta) + ((a, b),))
+            ranges = merge_ranges((*parse_progress_lost(meta), (a, b)))
             commit_progress(
                 c,
                 TopicPartition(

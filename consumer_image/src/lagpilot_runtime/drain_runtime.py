@@ -54,11 +54,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import drain_job, drain_spark, plan_auth
+from .config import ConsumerConfig
+from .drain_plan import DrainPlan, SubRange, split_ranges
 from .drain_progress import progress_consumer
 from .drain_task import process_start_time
 from .jsonlog import fields as _fields
-from .config import ConsumerConfig
-from .drain_plan import DrainPlan, SubRange, split_ranges
 
 log = logging.getLogger("lagpilot.drain.runtime")
 
@@ -101,7 +101,7 @@ class Outcome:
         return json.dumps({"exit": self.exit, "message": self.message, "summary": self.summary})
 
     @classmethod
-    def from_json(cls, text: str) -> "Outcome":
+    def from_json(cls, text: str) -> Outcome:
         d = json.loads(text)
         return cls(int(d["exit"]), str(d.get("message") or ""), d.get("summary"))
 
@@ -434,7 +434,7 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             if self.path.rstrip("/") == "/healthz":
                 ok = runtime.ready.is_set()
                 self._reply(
@@ -444,7 +444,7 @@ def _handler_class(runtime: DrainRuntime) -> type[BaseHTTPRequestHandler]:
             else:
                 self._reply(404, "{}")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             if self.path.rstrip("/") != "/drains":
                 self._reply(404, "{}")
                 return

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import ConsumerConfig
 from .drain_plan import (
@@ -25,6 +25,9 @@ from .drain_plan import (
 from .drain_progress import commit_progress, progress_consumer, read_committed
 from .drain_progress import sink_next as sink_next_of
 from .jsonlog import fields as _fields
+
+if TYPE_CHECKING:
+    from .failure import DeadLetterProducer
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -105,7 +108,7 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
             d = rb.to_pydict()
             topic = spec.topic  # one topic per plan: no need to ship the column
             for p, o, k, v, hs, ts in zip(
-                d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"]
+                d["partition"], d["offset"], d["key"], d["value"], d["headers"], d["ts_ms"], strict=True
             ):
                 headers = (
                     [(h["key"], h["value"] if h["value"] is not None else b"") for h in hs] if hs else []
@@ -270,6 +273,174 @@ def _named(sub: SubRange | None) -> Any:
     return sub.partition if sub else "?"
 
 
+class _Task:
+    """One running drain task (run_task's steps): its handler and context, its sub-range once known,
+    the progress committer, what is done, the dead-letter producer (made on the first failure)."""
+
+    def __init__(self, spec: TaskSpec, task_started_at: float) -> None:
+        from . import jsonlog
+        from .failure import RetryPolicy
+        from .handler import BatchContext, claims, commits_progress, load_handler
+
+        self.spec = spec
+        self.cfg = cfg = ConsumerConfig.from_env()
+        jsonlog.setup(cfg.log_level)
+        self.handler = load_handler(cfg.handler_spec)
+        self.ctx = BatchContext(
+            config=dict(cfg.handler_config),
+            logger=logging.getLogger("lagpilot.handler"),
+            source="drain",
+            concurrency=cfg.concurrency,
+            group_id=spec.group_id,
+            drain_id=spec.drain_id,
+        )
+        self.sink_progress = commits_progress(self.handler)
+        self.fences = claims(self.handler)
+        self.policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
+        self.handler_timeout_s = cfg.max_poll_interval_ms / 1000.0
+        self.summary: dict[str, Any] = {
+            "records": 0,
+            "batches": 0,
+            "skipped": 0,
+            "first_batch_at": None,
+            "last_batch_at": None,
+            "task_started_at": task_started_at,
+            "worker_forked_at": process_start_time(),
+            "daemon_started_at": process_start_time(os.getppid()),
+            "first_record_at": None,
+        }
+        self.sub: SubRange | None = None
+        self.committer: Any = None
+        self.done_next = 0
+        self.done_records = 0
+        self.dlq: DeadLetterProducer | None = None
+        self.lost_before: tuple[tuple[int, int], ...] = ()  # retention losses recorded in the progress: kept
+        self.kafka_next = 0  # the progress group's committed offset (the sink's progress may be ahead of it)
+
+    def run(self, items: Iterable[Any]) -> None:
+        """Every record of ``items`` through the handler in batches, then the progress group caught up."""
+        named = _named_by_driver(self.spec)
+        if named is not None:  # before reading: a sub-range with no visible record shows life too
+            self.begin(named)
+        batch: list[Any] = []
+        for record in items:
+            if not self.admit(record):
+                continue
+            batch.append(record)
+            if len(batch) >= self.spec.batch_max_records:
+                self.flush(batch)
+                batch = []
+        if batch:
+            self.flush(batch)
+        if self.sub is not None and self.kafka_next < self.done_next:
+            # the sink's progress is ahead of the progress group (a crash after the sink's commit, before
+            # Kafka's) and no record above it came: the group catches up to what the sink holds
+            self.commit(self.done_next, self.done_records)
+        # NOT the sub-range's end when the records stop short of it: an iterator also ends early when
+        # the attempt is cancelled (its caller gone, the CR deleted), and the end committed then made
+        # the retry skip the rest as done. The driver completes a range read to its end (markers,
+        # compaction at its tail) only once the whole Spark job ended without an error (drain_job.run).
+
+    def begin(self, named: SubRange) -> None:
+        """The task's sub-range known: its progress read, its sign of life, its claim in the sink."""
+        spec = self.spec
+        self.sub = sub = named
+        self.committer = progress_consumer(
+            self.cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner)
+        )
+        self.done_next, self.done_records, self.lost_before = _progress_of(self.committer, spec, sub)
+        self.kafka_next = self.done_next
+        self.ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
+        self.done_next = _claim_and_resume(
+            spec, self.handler, self.ctx, sub, self.fences, self.sink_progress, self.done_next
+        )
+
+    def admit(self, record: Any) -> bool:
+        """The record checked against the task's sub-range (the first record names it when the driver
+        did not): False when an earlier attempt of this task processed it (a Spark retry)."""
+        first = self.summary["first_record_at"] is None
+        if first:
+            self.summary["first_record_at"] = time.time()
+        if self.sub is None:
+            self.begin(sub_range_of(self.spec.sub_ranges, record.partition, record.offset))
+        sub = self.sub
+        assert sub is not None
+        if (
+            first
+        ):  # the summary names the sub-range only once a record came (drain_progress.unread_sub_ranges)
+            self.summary.update(partition=sub.partition, index=sub.index)
+        if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
+            raise RuntimeError(
+                f"record p{record.partition}@{record.offset} outside the task's sub-range "
+                f"p{sub.partition}[{sub.start}, {sub.end})"
+            )
+        if record.offset < self.done_next:  # done by an earlier attempt of this task (Spark retry)
+            self.summary["skipped"] += 1
+            return False
+        return True
+
+    def commit(self, next_offset: int, records: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        meta = progress_metadata(records, self.lost_before, self.spec.attempt)
+        # retried within one deadline while the coordinator moves; any other error fails the task
+        # (Spark retries it from the progress committed)
+        commit_progress(
+            self.committer,
+            TopicPartition(self.spec.topic, self.sub.partition, next_offset, metadata=meta),  # type: ignore[union-attr]
+        )
+        self.kafka_next = max(self.kafka_next, next_offset)
+
+    def flush(self, batch: list[Any]) -> None:
+        """One batch through the handler (retried, failures dead-lettered or fatal), then its progress."""
+        self.handle(batch)
+        self.done_records += len(batch)
+        self.done_next = batch[-1].offset + 1
+        self.commit(self.done_next, self.done_records)
+        now = time.time()
+        summary = self.summary
+        summary["batches"] += 1
+        summary["records"] += len(batch)
+        summary["first_batch_at"] = summary["first_batch_at"] or now
+        summary["last_batch_at"] = now
+
+    def handle(self, batch: list[Any]) -> None:
+        from .batch_deadline import bounded
+        from .failure import DeadLetterProducer, run_batch
+
+        cfg, ctx = self.cfg, self.ctx
+        offsets = None
+        if self.sink_progress:
+            offsets = {(self.spec.topic, self.sub.partition): batch[-1].offset + 1}  # type: ignore[union-attr]
+
+        def call(piece: list[Any]) -> None:
+            # progress with the whole batch only (a piece of a failure isolation does not cover all below it)
+            ctx.offsets = offsets if len(piece) == len(batch) else None
+            # a hung handler fails the task (BatchTimeout: never retried or dead-lettered), it does not
+            # hang it: the consumer's bound on one batch, max.poll.interval.ms, bounds a drain batch too
+            with bounded(self.handler_timeout_s, f"drain batch p{piece[0].partition}@{piece[0].offset}"):
+                self.handler(piece, ctx)
+
+        result = run_batch(batch, call, self.policy, sleep=time.sleep)
+        if result.failures:
+            if cfg.failure_policy != "deadLetter":
+                where = ", ".join(f.record.where for f in result.failures[:5])
+                raise RuntimeError(
+                    f"{len(result.failures)} record(s) failed in the drain ({where}); "
+                    f"failure policy {cfg.failure_policy} stops the drain task"
+                )
+            if self.dlq is None:
+                self.dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
+            self.dlq.send(result.failures)
+
+    def close(self) -> None:
+        if self.committer is not None:
+            self.committer.close()
+        if self.dlq is not None:
+            self.dlq.close()
+        self.ctx.close()
+
+
 def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Process one sub-range's records: batches through the handler, progress commit after each.
 
@@ -280,139 +451,17 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     Yields one summary dict (records, batches, first/last batch wall time) for the driver's log.
     """
     task_started_at = time.time()
-    from confluent_kafka import TopicPartition
-
-    from . import jsonlog
     from . import redaction
-    from .batch_deadline import BatchTimeout, bounded
-    from .failure import DeadLetterProducer, RetryPolicy, SystemicFailure, run_batch
-    from .handler import BatchContext, Fenced, claims, commits_progress, describe_error, load_handler
+    from .batch_deadline import BatchTimeout
+    from .failure import SystemicFailure
+    from .handler import Fenced, describe_error
 
-    cfg = ConsumerConfig.from_env()
-    jsonlog.setup(cfg.log_level)
-    handler = load_handler(cfg.handler_spec)
-    ctx = BatchContext(
-        config=dict(cfg.handler_config),
-        logger=logging.getLogger("lagpilot.handler"),
-        source="drain",
-        concurrency=cfg.concurrency,
-        group_id=spec.group_id,
-        drain_id=spec.drain_id,
-    )
-    sink_progress = commits_progress(handler)
-    fences = claims(handler)
-    policy = RetryPolicy(max_retries=cfg.max_retries, backoff_ms=cfg.retry_backoff_ms)
-    handler_timeout_s = cfg.max_poll_interval_ms / 1000.0
-    summary: dict[str, Any] = {
-        "records": 0,
-        "batches": 0,
-        "skipped": 0,
-        "first_batch_at": None,
-        "last_batch_at": None,
-        "task_started_at": task_started_at,
-        "worker_forked_at": process_start_time(),
-        "daemon_started_at": process_start_time(os.getppid()),
-        "first_record_at": None,
-    }
-    sub: SubRange | None = None
-    committer = None
-    done_next = 0
-    done_records = 0
-    dlq: DeadLetterProducer | None = None
-    lost_before: tuple[tuple[int, int], ...] = ()  # retention losses recorded in the progress: kept
-    kafka_next = [0]  # the progress group's committed offset (the sink's progress may be ahead of it)
-
-    def commit(next_offset: int, records: int) -> None:
-        meta = progress_metadata(records, lost_before, spec.attempt)
-        # retried within one deadline while the coordinator moves; any other error fails the task
-        # (Spark retries it from the progress committed)
-        commit_progress(committer, TopicPartition(spec.topic, sub.partition, next_offset, metadata=meta))  # type: ignore[union-attr]
-        kafka_next[0] = max(kafka_next[0], next_offset)
-
-    def flush(batch: list[Any]) -> None:
-        nonlocal done_next, done_records, dlq
-        offsets = {(spec.topic, sub.partition): batch[-1].offset + 1} if sink_progress else None  # type: ignore[union-attr]
-
-        def call(piece: list[Any]) -> None:
-            # progress with the whole batch only (a piece of a failure isolation does not cover all below it)
-            ctx.offsets = offsets if len(piece) == len(batch) else None
-            # a hung handler fails the task (BatchTimeout: never retried or dead-lettered), it does not
-            # hang it: the consumer's bound on one batch, max.poll.interval.ms, bounds a drain batch too
-            with bounded(handler_timeout_s, f"drain batch p{piece[0].partition}@{piece[0].offset}"):
-                handler(piece, ctx)
-
-        result = run_batch(batch, call, policy, sleep=time.sleep)
-        if result.failures:
-            if cfg.failure_policy != "deadLetter":
-                where = ", ".join(f.record.where for f in result.failures[:5])
-                raise RuntimeError(
-                    f"{len(result.failures)} record(s) failed in the drain ({where}); "
-                    f"failure policy {cfg.failure_policy} stops the drain task"
-                )
-            if dlq is None:
-                dlq = DeadLetterProducer(cfg.producer_conf(), cfg.dlq_topic)
-            dlq.send(result.failures)
-        done_records += len(batch)
-        done_next = batch[-1].offset + 1
-        commit(done_next, done_records)
-        now = time.time()
-        summary["batches"] += 1
-        summary["records"] += len(batch)
-        summary["first_batch_at"] = summary["first_batch_at"] or now
-        summary["last_batch_at"] = now
-
-    def begin(named: SubRange) -> None:
-        """The task's sub-range known: its progress read, its sign of life, its claim in the sink."""
-        nonlocal sub, committer, done_next, done_records, lost_before
-        sub = named
-        committer = progress_consumer(
-            cfg, progress_group(spec.group_id, spec.drain_id, sub.index, spec.owner)
-        )
-        done_next, done_records, lost_before = _progress_of(committer, spec, sub)
-        kafka_next[0] = done_next
-        ctx.sub_range = (sub.partition, sub.index, sub.start, sub.end)
-        done_next = _claim_and_resume(spec, handler, ctx, sub, fences, sink_progress, done_next)
-
-    batch: list[Any] = []
+    task = _Task(spec, task_started_at)
     try:
-        named = _named_by_driver(spec)
-        if named is not None:  # before reading: a sub-range with no visible record shows life too
-            begin(named)
-        for record in items:
-            first = summary["first_record_at"] is None
-            if first:
-                summary["first_record_at"] = time.time()
-            if sub is None:
-                begin(sub_range_of(spec.sub_ranges, record.partition, record.offset))
-            assert sub is not None
-            if (
-                first
-            ):  # the summary names the sub-range only once a record came (drain_progress.unread_sub_ranges)
-                summary.update(partition=sub.partition, index=sub.index)
-            if record.partition != sub.partition or not sub.start <= record.offset < sub.end:
-                raise RuntimeError(
-                    f"record p{record.partition}@{record.offset} outside the task's sub-range "
-                    f"p{sub.partition}[{sub.start}, {sub.end})"
-                )
-            if record.offset < done_next:  # done by an earlier attempt of this task (Spark retry)
-                summary["skipped"] += 1
-                continue
-            batch.append(record)
-            if len(batch) >= spec.batch_max_records:
-                flush(batch)
-                batch = []
-        if batch:
-            flush(batch)
-        if sub is not None and kafka_next[0] < done_next:
-            # the sink's progress is ahead of the progress group (a crash after the sink's commit, before
-            # Kafka's) and no record above it came: the group catches up to what the sink holds
-            commit(done_next, done_records)
-        # NOT the sub-range's end when the records stop short of it: an iterator also ends early when
-        # the attempt is cancelled (its caller gone, the CR deleted), and the end committed then made
-        # the retry skip the rest as done. The driver completes a range read to its end (markers,
-        # compaction at its tail) only once the whole Spark job ended without an error (drain_job.run).
-        yield summary
+        task.run(items)
+        yield task.summary
     except Fenced as exc:  # a later attempt claimed the range: this one must stop writing (it is over)
+        sub = task.sub
         log.warning(
             "drain attempt fenced: a later attempt claimed its range",
             extra=_fields(
@@ -420,25 +469,21 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
                 drain=spec.drain_id,
                 partition=_attr(sub, "partition"),
                 index=_attr(sub, "index"),
-                epoch=ctx.epoch,
+                epoch=task.ctx.epoch,
             ),
         )
         raise RuntimeError(
             redaction.redact(f"drain task p{_named(sub)} fenced: {describe_error(exc)}")
         ) from None
     except BatchTimeout as exc:  # an Exception for Spark: the task fails (and is retried) with the message
-        raise RuntimeError(redaction.redact(f"drain task p{_named(sub)} failed: {exc}")) from None
+        raise RuntimeError(redaction.redact(f"drain task p{_named(task.sub)} failed: {exc}")) from None
     except Exception as exc:  # noqa: BLE001 - the text Spark carries to the driver and logs: redacted, unchained
         # (a chained cause would be printed whole by the worker's traceback, secrets and all)
         raise RuntimeError(
             redaction.redact(
-                f"drain task p{_named(sub)} failed: "
+                f"drain task p{_named(task.sub)} failed: "
                 f"{exc if isinstance(exc, SystemicFailure) else describe_error(exc)}"
             )
         ) from None
     finally:
-        if committer is not None:
-            committer.close()
-        if dlq is not None:
-            dlq.close()
-        ctx.close()
+        task.close()

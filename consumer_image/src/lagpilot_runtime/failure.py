@@ -25,8 +25,9 @@ import logging
 import math
 import random
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from .handler import Fenced, Record, RecordError, RecordsFailed, describe_error
 
@@ -362,7 +363,7 @@ class DeadLetterProducer:
             return
         try:
             self._ensure_topic()
-        except Exception as exc:  # noqa: BLE001 - e.g. metadata timeout: the batch must not be committed
+        except Exception as exc:  # e.g. metadata timeout: the batch must not be committed
             raise DeadLetterError(
                 f"dead-letter topic {self.topic} unavailable: {describe_error(exc)}"
             ) from exc
@@ -390,7 +391,7 @@ class DeadLetterProducer:
                     break
                 except BufferError:
                     self._producer.poll(0.1)
-                except Exception as exc:  # noqa: BLE001 - KafkaException etc.
+                except Exception as exc:  # KafkaException etc.
                     raise DeadLetterError(f"producing to {self.topic} failed: {describe_error(exc)}") from exc
         remaining = self._producer.flush(self.timeout_s)
         if remaining or errors or not done.is_set():

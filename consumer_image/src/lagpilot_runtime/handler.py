@@ -36,9 +36,10 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from . import redaction
 
@@ -66,7 +67,7 @@ class Record:
 
 
 class Handler(Protocol):
-    def __call__(self, records: list[Record], ctx: "BatchContext") -> None: ...
+    def __call__(self, records: list[Record], ctx: BatchContext) -> None: ...
 
 
 @dataclass
@@ -128,7 +129,7 @@ class BatchContext:
                 )
             futures = [self._pool.submit(fn, r) for r in records]
             results, errors = [], []
-            for r, fut in zip(records, futures):
+            for r, fut in zip(records, futures, strict=True):
                 exc = fut.exception()
                 if exc is None:
                     results.append(fut.result())

@@ -108,10 +108,10 @@ class Entry:
     def encode(self) -> str:
         return self.body() + (f";mac={self.mac}" if self.mac else "")
 
-    def with_ack(self, start: int) -> "Entry":
+    def with_ack(self, start: int) -> Entry:
         return Entry(self.drain_id, self.split, int(start), owner=self.owner)
 
-    def sealed(self) -> "Entry":
+    def sealed(self) -> Entry:
         if self.ack is None:
             raise ValueError("only an acked entry can be sealed")
         return Entry(self.drain_id, self.split, self.ack, True, self.owner)

@@ -46,7 +46,7 @@ def spark_home(env: Mapping[str, str]) -> str:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         raise EntrypointError("neither SPARK_HOME nor an installed pyspark: cannot start a Spark executor")
-    return str(list(spec.submodule_search_locations)[0])
+    return str(next(iter(spec.submodule_search_locations)))
 
 
 def java_binary(env: Mapping[str, str]) -> str:

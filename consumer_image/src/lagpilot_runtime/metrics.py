@@ -15,9 +15,9 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -179,7 +179,7 @@ class CapacityEstimator:
         sxx = sum((x - mx) ** 2 for x in xs)
         if k < 3 or sxx <= 0 or max(xs) < 2 * min(xs):
             return ratio
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
         intercept = my - slope * mx
         if slope <= 0 or intercept < 0:
             return ratio
@@ -285,7 +285,7 @@ class MetricsServer:
         registry = metrics.registry
 
         class _Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:  # http.server API
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
                     body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
@@ -311,7 +311,7 @@ class MetricsServer:
             target=self._server.serve_forever, name="lagpilot-metrics", daemon=True
         )
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         return self
 

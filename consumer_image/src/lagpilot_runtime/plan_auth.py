@@ -80,7 +80,7 @@ class PlanAuth:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "PlanAuth":
+    def from_dict(cls, d: Mapping[str, Any]) -> PlanAuth:
         if not isinstance(d, Mapping):
             raise Refused("no signature")
         try:

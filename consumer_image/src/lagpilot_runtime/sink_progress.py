@@ -51,7 +51,7 @@ class SinkProgress(LoopState):
                         }
                     )  # type: ignore[attr-defined]
                     break
-                except Exception as exc:  # noqa: BLE001 - retried, then fatal
+                except Exception as exc:  # retried, then fatal
                     log.warning(
                         "reading the sink's progress failed",
                         extra=_fields(

@@ -16,8 +16,8 @@ import sys
 import time
 
 from lagpilot_dev import images
-from lagpilot_runtime import jsonlog
 from lagpilot_dev.stack import ALL_PARTS, DEFAULT_PARTS, Stack, StackInfo, parse_parts
+from lagpilot_runtime import jsonlog
 
 
 def _parser() -> argparse.ArgumentParser:

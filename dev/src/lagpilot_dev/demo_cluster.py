@@ -110,7 +110,7 @@ class Cluster:
             capture_output=True,
             text=True,
             input=input_text,
-            timeout=timeout,  # noqa: S603
+            timeout=timeout,
             check=False,
         )
         log.info("kubectl", extra={"kubectl_args": " ".join(args), "rc": proc.returncode})

@@ -23,6 +23,7 @@ These are also the parameters ``lagpilot simulate --from-demo`` uses to predict 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def saturated_rates(batches: Iterable[Batch], source: str, full: int, max_gap_s:
     rates = []
     for bs in by_worker.values():
         bs.sort(key=lambda b: b.t)
-        for a, b in zip(bs, bs[1:]):
+        for a, b in itertools.pairwise(bs):
             dt = b.t - a.t
             if b.n >= full and 0 < dt <= max_gap_s:
                 rates.append(b.n / dt)
@@ -108,7 +109,7 @@ def longest_gap(times: Sequence[float], w0: float, w1: float) -> float | None:
     if not times or times[0] > w0 or times[-1] < w1:
         return None
     best = 0.0
-    for a, b in zip(times, times[1:]):
+    for a, b in itertools.pairwise(times):
         if b >= w0 and a <= w1:
             best = max(best, b - a)
     return best
@@ -117,7 +118,7 @@ def longest_gap(times: Sequence[float], w0: float, w1: float) -> float | None:
 def usual_gap(times: Sequence[float], before: float, span_s: float = 60.0) -> float | None:
     """Median gap between commits in the ``span_s`` seconds before ``before``."""
     ts = [t for t in times if before - span_s <= t <= before]
-    return _median([b - a for a, b in zip(ts, ts[1:])])
+    return _median([b - a for a, b in itertools.pairwise(ts)])
 
 
 def hand_off_window(times: Mapping[str, float], wall0: float) -> tuple[float, float] | None:
@@ -257,7 +258,7 @@ def runtime_report(samples: Sequence[Any], wall0: float | None) -> dict[str, Any
     episodes: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     up_s = idle_s = 0.0
-    for a, b in zip(seen, seen[1:]):
+    for a, b in itertools.pairwise(seen):
         if a.runtime_replicas:
             dt = max(0.0, b.t - a.t)
             up_s += a.runtime_replicas * dt

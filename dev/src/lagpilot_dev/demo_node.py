@@ -150,7 +150,7 @@ def format_listing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out = [f"{'CONTAINER':<14} {'STATE':<18} {'NAME':<10} {'POD':<48} NAMESPACE   IMAGE"]
     for r in sorted(rows, key=lambda r: (r["namespace"], r["pod"] or "", r["container"] or "")):
         out.append(
-            f"{r['id']:<14} {str(r['state']):<18} {str(r['container']):<10} {str(r['pod']):<48} "
+            f"{r['id']:<14} {r['state']!s:<18} {r['container']!s:<10} {r['pod']!s:<48} "
             f"{r['namespace']}   {r['image']}"
         )
     return out
@@ -220,7 +220,7 @@ class NodeRun:
             indent=True,
         )
         report = build_and_run(("operator", "consumer", "demo"), run=False)
-        for n, b in report.builds.items():
+        for b in report.builds.values():
             console.say(
                 f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)",
                 indent=True,

@@ -53,7 +53,7 @@ class OperatorProcess:
         """`lagpilot operator` for the demo namespace, in its own session, logging to <out>/operator.log."""
         self.port = free_port()
         if self.log_file is None:
-            self.log_file = open(self.names.out / "operator.log", "ab")  # noqa: SIM115 - closed in cleanup
+            self.log_file = open(self.names.out / "operator.log", "ab")  # closed in cleanup
         env = dict(
             os.environ,
             KUBECONFIG=str(self.info.kubeconfig),
@@ -81,7 +81,7 @@ class OperatorProcess:
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=self.log_file,  # noqa: S603
+            stdout=self.log_file,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
@@ -159,10 +159,10 @@ class BareConsumer:
             LAGPILOT_METRICS_PORT=str(free_port()),
             LAGPILOT_POD_NAME="bare-consumer-0",
         )
-        self.log_file = open(names.out / "consumer.log", "ab")  # noqa: SIM115 - closed in cleanup
+        self.log_file = open(names.out / "consumer.log", "ab")  # closed in cleanup
         self.proc = subprocess.Popen(
             [str(_lagpilot_exe()), "consume"],
-            stdin=subprocess.DEVNULL,  # noqa: S603
+            stdin=subprocess.DEVNULL,
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             env=env,

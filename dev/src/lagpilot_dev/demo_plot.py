@@ -109,7 +109,7 @@ def plot(
     # shade the drains on every panel
     active = [s.drain_active for s in samples]
     start = None
-    for i, a in enumerate(active + [False]):
+    for i, a in enumerate([*active, False]):
         if a and start is None:
             start = xs[i]
         elif not a and start is not None:

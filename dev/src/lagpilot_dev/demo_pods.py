@@ -73,7 +73,7 @@ class PodRunnerHandle:
             self.kept_runner = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=fh,  # noqa: S603
+                stdout=fh,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )

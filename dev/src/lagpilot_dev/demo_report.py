@@ -14,6 +14,7 @@ Two kinds of "lag" are shown, because a drain makes them differ:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +192,7 @@ def _drain_entry(d: Mapping[str, Any], final: bool = False) -> dict[str, Any]:
 def integrate_minutes(samples: Sequence[Sample], value: Any) -> float:
     """∫ value(sample) dt in minutes (step-wise: each sample's value holds until the next)."""
     total = 0.0
-    for a, b in zip(samples, samples[1:]):
+    for a, b in itertools.pairwise(samples):
         v = value(a)
         if v:
             total += float(v) * max(0.0, b.t - a.t)

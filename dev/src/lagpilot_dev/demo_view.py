@@ -75,7 +75,7 @@ def bar(value: float, total: float, width: int = 30, fill: str = "█", empty: s
     """A horizontal bar; ``value/total`` of it filled (clamped)."""
     if total <= 0 or width <= 0:
         return empty * max(0, width)
-    n = int(round(width * max(0.0, min(1.0, value / total))))
+    n = round(width * max(0.0, min(1.0, value / total)))
     return fill * n + empty * (width - n)
 
 

@@ -93,7 +93,7 @@ def ensure_helm(cache: Path | None = None, timeout: float = 1800.0, version: str
         subprocess.run(
             ["bash", str(INSTALL_SCRIPT), str(base)],
             check=True,
-            timeout=timeout,  # noqa: S603,S607
+            timeout=timeout,
             env={**os.environ, "LAGPILOT_HELM_VERSION": version},
         )
     found = find_helm(cache, version)
@@ -113,7 +113,7 @@ def run_helm(helm: Path, args: Sequence[str], timeout: float = 120.0) -> subproc
         "HELM_DATA_HOME": str(home / "data"),
     }
     argv = [str(helm), *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)  # noqa: S603
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if proc.returncode != 0:
         raise HelmError(argv, proc.returncode, proc.stdout + proc.stderr)
     return proc

@@ -26,8 +26,9 @@ import argparse
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from lagpilot_dev.images_base import BASE_NAMES, ensure_base
 from lagpilot_dev.images_build import IMAGES, build

@@ -18,9 +18,10 @@ import resource
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from lagpilot_dev.paths import cache_dir
 

@@ -14,8 +14,8 @@ import base64
 import json
 import logging
 import os
-import secrets
 import re
+import secrets
 import shutil
 import subprocess
 import uuid
@@ -394,7 +394,7 @@ class KafkaPart:
             "--ignore-formatted",
         ]
         log.info("formatting kafka storage", extra={"data_dir": str(self.data_dir)})
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)  # noqa: S603
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"kafka StorageTool format failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
@@ -618,7 +618,7 @@ def run_cli_tool(
     argv += ["-cp", str(Path(libs) / "*"), tool_class, *args]
     env = dict(os.environ)
     env.pop("KAFKA_OPTS", None)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)  # noqa: S603
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
 
 _HEADER = re.compile(r"^\s*GROUP\s+TOPIC\s+PARTITION\b")
@@ -644,6 +644,6 @@ def parse_consumer_groups_describe(text: str) -> list[dict[str, str]]:
             continue
         # CLIENT-ID is last and the only column that may contain spaces: join the overflow into it
         if len(cells) > len(header):
-            cells = cells[: len(header) - 1] + [" ".join(cells[len(header) - 1 :])]
+            cells = [*cells[: len(header) - 1], " ".join(cells[len(header) - 1 :])]
         rows.append(dict(zip(header, cells, strict=True)))
     return rows

@@ -25,7 +25,7 @@ def ensure_kstatus_check(cache: Path | None = None, timeout: float = 1800.0) -> 
             "kstatus-check is not built and `go` is not on PATH (dev/build-kstatus-check.sh)"
         )
     with file_lock(base / ".build.lock"):
-        subprocess.run(["bash", str(BUILD_SCRIPT), str(base)], check=True, timeout=timeout)  # noqa: S603,S607
+        subprocess.run(["bash", str(BUILD_SCRIPT), str(base)], check=True, timeout=timeout)
     return base / "bin" / "kstatus-check"
 
 
@@ -36,7 +36,7 @@ def verdicts(
     object: name, namespace, status, message (argocdStatus, argocdMessage)."""
     exe = binary or ensure_kstatus_check()
     args = [str(exe)] + (["-argocd-health", str(argocd_health)] if argocd_health else [])
-    proc = subprocess.run(args, input=objects_json, capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+    proc = subprocess.run(args, input=objects_json, capture_output=True, text=True, timeout=60, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"kstatus-check exited {proc.returncode}: {proc.stderr.strip()}")
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]

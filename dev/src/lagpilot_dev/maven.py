@@ -97,7 +97,7 @@ def _fetch_locked(mvn: str, deps: Sequence[Dep], dest: Path, cache: Path, what: 
         t0 = time.monotonic()
         env = dict(os.environ)
         env.setdefault("MAVEN_OPTS", "-Xmx512m")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)  # noqa: S603
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
         if proc.returncode != 0:
             raise RuntimeError(
                 f"mvn failed fetching {what} (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
@@ -147,7 +147,7 @@ def fetch_artifact(dep: Dep, packaging: str, dest_dir: Path, cache: Path, what: 
                 text=True,
                 env=env,
                 timeout=1800,
-                check=False,  # noqa: S603
+                check=False,
                 cwd=work,
             )
             if proc.returncode != 0:

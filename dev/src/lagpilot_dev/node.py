@@ -36,8 +36,8 @@ import shutil
 import ssl
 import subprocess
 import time
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from lagpilot_dev import node_oci
@@ -239,7 +239,7 @@ def cri_image_name(reference: str) -> str:
     (Docker's normalization, which the kubelet and containerd apply): a first path component that is
     not a registry (no "." or ":", not "localhost") means Docker Hub, a single name its `library/`,
     no tag `:latest`. `lagpilot/consumer:0.1.0` -> `docker.io/lagpilot/consumer:0.1.0`."""
-    name, digest = (reference.split("@", 1) + [""])[:2]
+    name, digest = ([*reference.split("@", 1), ""])[:2]
     first, _, rest = name.partition("/")
     if not rest:
         name = f"docker.io/library/{name}"
@@ -397,36 +397,36 @@ class NodePart:
         """The host settings a node needs (docs/node.md says why), and the pod bridge with its gateway
         address made before the first pod (the CNI bridge plugin takes it as it finds it): so the
         address exists for the Kafka part's PODS listener whatever starts first."""
-        subprocess.run(["mount", "--make-rshared", "/"], check=True, capture_output=True)  # noqa: S607
+        subprocess.run(["mount", "--make-rshared", "/"], check=True, capture_output=True)
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
         if not Path(f"/sys/class/net/{BRIDGE}").exists():
-            subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True, capture_output=True)  # noqa: S607
+            subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True, capture_output=True)
         prefix = POD_SUBNET.split("/", 1)[1]
         addrs = subprocess.run(
             ["ip", "-4", "-o", "addr", "show", "dev", BRIDGE],
-            check=True,  # noqa: S607
+            check=True,
             capture_output=True,
             text=True,
         ).stdout
         if f" {POD_GATEWAY}/" not in addrs:
             subprocess.run(
                 ["ip", "addr", "add", f"{POD_GATEWAY}/{prefix}", "dev", BRIDGE],
-                check=True,  # noqa: S607
+                check=True,
                 capture_output=True,
             )
-        subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True, capture_output=True)  # noqa: S607
+        subprocess.run(["ip", "link", "set", BRIDGE, "up"], check=True, capture_output=True)
         # Service IPs are private addresses: a packet to one that kube-proxy did not translate must
         # stay on this machine (the bridge), never leave by the default route
         routes = subprocess.run(
             ["ip", "-4", "route", "show", SERVICE_CLUSTER_IP_RANGE],
-            check=True,  # noqa: S607
+            check=True,
             capture_output=True,
             text=True,
         ).stdout
         if not routes.strip():
             subprocess.run(
                 ["ip", "route", "add", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE],
-                check=True,  # noqa: S607
+                check=True,
                 capture_output=True,
             )
 
@@ -708,14 +708,14 @@ state = "{self.run_dir / "containerd"}"
         argv = [str(self.bin / "ctr"), "--address", str(self.containerd_sock), "-n", CRI_NAMESPACE, *args]
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
-        )  # noqa: S603
+        )
 
     def crictl(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run crictl against this node's containerd."""
         argv = [str(self.bin / "crictl"), "--config", str(self.dir / "crictl.yaml"), *args]
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
-        )  # noqa: S603
+        )
 
     def import_image(self, archive: Path) -> None:
         """Import an OCI/docker archive into the CRI's namespace (no registry: imagePullPolicy Never)."""
@@ -958,12 +958,12 @@ state = "{self.run_dir / "containerd"}"
     def purge(self) -> None:
         """Delete the node's state (containerd's images and containers, kubelet's root); caches stay."""
         self.stop()
-        subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)  # noqa: S607
+        subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)
         # the bridge and the Service route go too (stop() keeps them: host parts may listen on the gateway)
         subprocess.run(
             ["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False
-        )  # noqa: S607
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)  # noqa: S607
+        )
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 

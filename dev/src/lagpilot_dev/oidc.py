@@ -103,7 +103,7 @@ def _java_major(java: str) -> int:
     try:
         out = subprocess.run(
             [java, "-version"], capture_output=True, text=True, timeout=60, check=False
-        ).stderr  # noqa: S603
+        ).stderr
     except (OSError, subprocess.SubprocessError):
         return 0
     m = re.search(r'version "(\d+)', out)
@@ -307,10 +307,10 @@ class OidcPart:
         req = urllib.request.Request(
             self.token_endpoint_url(),
             data=body,
-            method="POST",  # noqa: S310 - our loopback URL
+            method="POST",  # our loopback URL
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return dict(json.loads(resp.read()))
 
     # ---- run -----------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ class OidcPart:
             try:
                 with urllib.request.urlopen(
                     f"{self.issuer()}/.well-known/openid-configuration", timeout=10
-                ) as r:  # noqa: S310
+                ) as r:
                     doc = json.loads(r.read())
             except (urllib.error.URLError, OSError, ValueError):
                 return False

@@ -43,7 +43,7 @@ def host_ip() -> str:
         out = subprocess.run(
             ["ip", "-j", "route", "get", "192.0.2.1"],
             capture_output=True,
-            text=True,  # noqa: S607
+            text=True,
             timeout=5,
             check=True,
         ).stdout
@@ -239,7 +239,7 @@ class Process:
         with open(self.log_file, "ab") as out:
             out.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {self.name}\n".encode())
             out.flush()
-            proc = subprocess.Popen(  # noqa: S603 - argv is built by us, no shell
+            proc = subprocess.Popen(  # argv is built by us, no shell
                 list(self.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -393,7 +393,7 @@ def wait_tcp(
 def http_ok(url: str, timeout: float = 2.0, context: Any = None) -> bool:
     """True when GET `url` answers 2xx."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
             return 200 <= int(resp.status) < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False

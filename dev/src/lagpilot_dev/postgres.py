@@ -149,7 +149,7 @@ class PostgresPart:
             for argv in apt_commands():
                 proc = subprocess.run(
                     argv, capture_output=True, text=True, env=env, timeout=1800, check=False
-                )  # noqa: S603
+                )
                 if proc.returncode != 0:
                     raise RuntimeError(
                         f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -281,7 +281,7 @@ class PostgresPart:
                 text=True,
                 timeout=600,
                 check=False,
-                cwd=data.parent,  # noqa: S603
+                cwd=data.parent,
                 user=user.pw_name if os.geteuid() == 0 else None,
                 **self._drop_privileges_kwargs(user),
             )

@@ -149,19 +149,19 @@ class PrometheusPart:
             download = ["apt-get", "download", "-q", PACKAGE]
             proc = subprocess.run(
                 download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False
-            )  # noqa: S603
+            )
             if proc.returncode != 0 and os.geteuid() == 0:
                 # a fresh machine may have no package lists yet: fetch them once (root only) and retry
                 subprocess.run(
                     ["apt-get", "update", "-q", "-o", "DPkg::Lock::Timeout=600"],
-                    capture_output=True,  # noqa: S603,S607
+                    capture_output=True,
                     text=True,
                     timeout=1800,
                     check=False,
                 )
                 proc = subprocess.run(
                     download, cwd=debs, capture_output=True, text=True, timeout=1800, check=False
-                )  # noqa: S603
+                )
             found = sorted(debs.glob(f"{PACKAGE}_*.deb"))
             if proc.returncode != 0 or not found:
                 raise RuntimeError(
@@ -173,7 +173,7 @@ class PrometheusPart:
             proc = subprocess.run(
                 ["dpkg-deb", "-x", str(found[-1]), str(tmp)],
                 capture_output=True,
-                text=True,  # noqa: S603,S607
+                text=True,
                 timeout=600,
                 check=False,
             )
@@ -187,7 +187,7 @@ class PrometheusPart:
     def version(self) -> str:
         proc = subprocess.run(
             [str(self.binary()), "--version"], capture_output=True, text=True, timeout=30, check=False
-        )  # noqa: S603
+        )
         return (proc.stdout or proc.stderr).splitlines()[0] if (proc.stdout or proc.stderr) else ""
 
     # ---- run -----------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ class PrometheusPart:
             chk = subprocess.run(
                 [str(self.promtool()), "check", "rules", str(tmp)],
                 capture_output=True,
-                text=True,  # noqa: S603
+                text=True,
                 timeout=60,
                 check=False,
             )
@@ -323,14 +323,14 @@ class PrometheusPart:
 
     def reload(self) -> None:
         req = urllib.request.Request(f"{self.url()}/-/reload", method="POST")
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(req, timeout=30) as resp:  # loopback
             if resp.status != 200:
                 raise RuntimeError(f"prometheus reload answered {resp.status}")
 
     def api(self, path: str, **params: str) -> Any:
         """GET /api/v1/<path> and return its `data` (raises on status != success)."""
         qs = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(f"{self.url()}/api/v1/{path}{qs}", timeout=30) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(f"{self.url()}/api/v1/{path}{qs}", timeout=30) as resp:  # loopback
             body = json.loads(resp.read())
         if body.get("status") != "success":
             raise RuntimeError(f"prometheus /api/v1/{path}: {body}")

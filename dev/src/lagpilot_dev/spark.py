@@ -183,7 +183,8 @@ class SparkPart:
 
 def spark_jars(cache_dir: Path | None = None) -> list[str]:
     """Paths for `spark.jars` (fetched on first use)."""
-    from lagpilot_dev.paths import cache_dir as default_cache, state_dir
+    from lagpilot_dev.paths import cache_dir as default_cache
+    from lagpilot_dev.paths import state_dir
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache()
     part = SparkPart(cache, state_dir(cache))

@@ -182,7 +182,9 @@ def model_check(summary: dict[str, Any], variant: KedaVariant, out: Path) -> dic
     measured_traj = [(e["t"], e["to"]) for e in summary.get("scale_events") or []]
     ts, reps = res.series.get("t", []), res.series.get("replicas", [])
     predicted_traj = [
-        (round(t, 1), int(r)) for i, (t, r) in enumerate(zip(ts, reps)) if i == 0 or reps[i - 1] != r
+        (round(t, 1), int(r))
+        for i, (t, r) in enumerate(zip(ts, reps, strict=True))
+        if i == 0 or reps[i - 1] != r
     ]
     return {
         "comparison": {r["metric"]: r for r in rows if r["metric"] != "drain_task_minutes"},
@@ -312,7 +314,7 @@ class Versus:
                         with contextlib.suppress(Exception):
                             fig["model"] = model_check(summary, by_name[name], run_out)
                     rnd.results[name] = fig
-                    self._write(done + [rnd], keda_info)
+                    self._write([*done, rnd], keda_info)
                 done.append(rnd)
         finally:
             stack.release(lease, stop=True)

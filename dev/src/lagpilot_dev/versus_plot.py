@@ -108,7 +108,7 @@ def plot_summary(result: Mapping[str, Any], path: Path) -> None:
     names = list(result["summary"])
     names.sort(key=lambda n: (n != "lagpilot", n))
     fig, axes = plt.subplots(1, len(SUMMARY_PANELS), figsize=(14, 4))
-    for ax, (key, label, scale) in zip(axes, SUMMARY_PANELS):
+    for ax, (key, label, scale) in zip(axes, SUMMARY_PANELS, strict=True):
         for i, name in enumerate(names):
             med = result["summary"][name]["median"].get(key)
             if med is None:

@@ -40,16 +40,16 @@ from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup sett
 from lagpilot.act.deployment import API_GROUP
 from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
 from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
-from lagpilot_runtime.redaction import redact
-from lagpilot.reconcile.cycle import run_cycle
-from lagpilot.reconcile.act import apply_deployment
-from lagpilot.reconcile import delete
-from lagpilot.reconcile.deps import Cache, Deps, GroupRef
 from lagpilot.decide import deletion, duplicates
 from lagpilot.decide.handoff import DrainStatus
-from lagpilot.observe.kafka_observe import ObserveError
-from lagpilot.spec import SpecError
 from lagpilot.decide.status import TRUE, Condition, merge_conditions
+from lagpilot.observe.kafka_observe import ObserveError
+from lagpilot.reconcile import delete
+from lagpilot.reconcile.act import apply_deployment
+from lagpilot.reconcile.cycle import run_cycle
+from lagpilot.reconcile.deps import Cache, Deps, GroupRef
+from lagpilot.spec import SpecError
+from lagpilot_runtime.redaction import redact
 
 log = logging.getLogger(__name__)
 RESOURCE = (API_GROUP, VERSION, PLURAL)
@@ -211,7 +211,7 @@ async def await_cycle(fut: Awaitable[Any], where: dict[str, int], key: str, warn
     while True:
         try:
             return await asyncio.wait_for(asyncio.shield(fut), warn_after_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             waited += warn_after_s
             frame = sys._current_frames().get(where.get("thread", -1))
             stack = (
@@ -275,7 +275,7 @@ async def control_loop(
                 # a cycle needs at most ~3 Kafka timeouts (observe, peek, drain) plus API calls
                 t = time.monotonic()
                 result = await await_cycle(fut, where, ref.key, 3 * deps.kafka_timeout_seconds + 60.0)
-            except Exception as err:  # noqa: BLE001 - a bug must not kill the loop for good
+            except Exception as err:  # a bug must not kill the loop for good
                 log.exception("control loop cycle crashed", extra={"group": ref.key})
                 raise kopf.TemporaryError(f"cycle crashed: {type(err).__name__}", delay=30) from None
             if first is not None:
@@ -336,7 +336,7 @@ async def _adopt(body: kopf.Body, memo: kopf.Memo, deps: Deps, ref: GroupRef) ->
             extra={"group": ref.key, "error": type(err).__name__, "reason": getattr(err, "reason", "")},
         )
         return False
-    except Exception:  # noqa: BLE001 - a bug: logged, retried next cycle; the loop must run
+    except Exception:  # a bug: logged, retried next cycle; the loop must run
         log.exception("adopting a remainder failed", extra={"group": ref.key})
         return False
     for _ in range(40):  # the first cycle must see the adopted drain (the watch delivers it)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import yaml
@@ -60,7 +60,10 @@ class Client:
             raise PluginError(f"API error {err.status}: {err.reason}") from None
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+        obj: dict[str, Any] = self._call(
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+        )
+        return obj
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         if namespace is None:
@@ -70,7 +73,7 @@ class Client:
         return sorted(out.get("items", []), key=lambda o: (sv.namespace(o), sv.name(o)))
 
     def set_paused(self, namespace: str, name: str, paused: bool) -> dict[str, Any]:
-        return self._call(
+        obj: dict[str, Any] = self._call(
             self.custom.patch_namespaced_custom_object,
             GROUP,
             VERSION,
@@ -79,6 +82,7 @@ class Client:
             name,
             {"spec": {"paused": paused}},
         )
+        return obj
 
 
 # ------------------------------------------------------------------------------- formatting
@@ -105,7 +109,7 @@ def _dur(x: float | None) -> str:
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells)
 
 
 def emit(data: Any, output: str, text: Callable[[], str]) -> str:
@@ -168,7 +172,7 @@ def cmd_status(obj: dict[str, Any], output: str) -> str:
     s = sv.summary(obj)
     parts = sv.partitions(obj)
     d = sv.drain(obj)
-    data = {
+    data: dict[str, Any] = {
         "group": s,
         "partitions": [p.__dict__ for p in parts],
         "conditions": [

@@ -24,7 +24,9 @@ CONDITION_STATUSES = ("True", "False", "Unknown")
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry = REGISTRY):
-        g = lambda n, d, extra=(): Gauge(n, d, GROUP + tuple(extra), registry=registry)  # noqa: E731
+        def g(n: str, d: str, extra: Iterable[str] = ()) -> Gauge:
+            return Gauge(n, d, GROUP + tuple(extra), registry=registry)
+
         self.partition_lag = g(
             "lagpilot_partition_lag_records",
             "Records not yet committed by the group, per partition.",
@@ -58,13 +60,13 @@ class OperatorMetrics:
         self.decisions = Counter(
             "lagpilot_scale_decisions_total",
             "Scale decisions applied, by direction.",
-            GROUP + ("direction",),
+            (*GROUP, "direction"),
             registry=registry,
         )
         self.errors = Counter(
             "lagpilot_observe_errors_total",
             "Failed observation cycles, by reason.",
-            GROUP + ("reason",),
+            (*GROUP, "reason"),
             registry=registry,
         )
         self.cycle_seconds = Histogram(
@@ -304,9 +306,9 @@ class OperatorMetrics:
         ):
             self._remove(gauge, namespace, name)
         for counter in (self.decisions, self.errors):
-            for labels in _label_sets(counter):
-                if labels[:2] == (namespace, name):
-                    self._remove(counter, *labels)
+            for counted in _label_sets(counter):
+                if counted[:2] == (namespace, name):
+                    self._remove(counter, *counted)
 
     @staticmethod
     def _remove(metric: Gauge | Counter, *labels: str) -> None:

@@ -18,11 +18,11 @@ $LAGPILOT_OPERATOR_METRICS_PORT or 9090; 0 disables it. Logs are JSON lines on s
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
 import logging
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from lagpilot.config import OperatorConfig
 
@@ -78,12 +78,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def count_kube_requests(count: "Callable[[str], None]") -> None:
+def count_kube_requests(count: Callable[[str], None]) -> None:
     """Count every request the kubernetes client makes (KubeApi, the drain executor): wraps
     `RESTClientObject.request` once. kopf's own watch streams and event posts are not included."""
     from kubernetes.client import rest
 
-    orig = rest.RESTClientObject.request
+    orig: Callable[..., Any] = rest.RESTClientObject.request
     if getattr(orig, "_lagpilot_counted", False):
         return
 
@@ -124,7 +124,7 @@ class StandbyHealth:
         path = u.path or "/"
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 code = 200 if self.path.split("?")[0] == path else 404
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         log.info("metrics endpoint started", extra={"port": args.metrics_port})
 
     import lagpilot.handlers  # noqa: F401  registers the handlers and the startup settings
-    from lagpilot.observe.kafka_observe import set_request_counter
     from lagpilot.metrics import default_metrics
+    from lagpilot.observe.kafka_observe import set_request_counter
 
     set_request_counter(default_metrics().count_kafka_request)  # lagpilot_kafka_requests_total{kind}
     count_kube_requests(default_metrics().count_kube_request)  # lagpilot_kube_requests_total{verb}

@@ -12,8 +12,8 @@ from typing import Any
 import kopf
 
 from lagpilot.config import OperatorConfig
-from lagpilot.observe.kafka_observe import AdminPool
 from lagpilot.metrics import default_metrics
+from lagpilot.observe.kafka_observe import AdminPool
 
 
 @kopf.on.startup()

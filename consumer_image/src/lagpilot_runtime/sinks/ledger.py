@@ -69,7 +69,7 @@ class LedgerSettings:
     @classmethod
     def resolve(
         cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
-    ) -> "LedgerSettings":
+    ) -> LedgerSettings:
         e = os.environ if env is None else env
         c = config or {}
         dsn = e.get("LAGPILOT_LEDGER_DSN") or e.get("LEDGER_DSN") or e.get("LAGPILOT_POSTGRES_DSN") or ""

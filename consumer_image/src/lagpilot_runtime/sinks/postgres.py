@@ -47,8 +47,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..handler import BatchContext, Fenced, Record, RecordError, RecordsFailed
 
@@ -68,7 +69,7 @@ class PostgresSettings:
     @classmethod
     def resolve(
         cls, config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
-    ) -> "PostgresSettings":
+    ) -> PostgresSettings:
         """Environment first, ``ctx.config`` overrides; raises ValueError naming what is missing."""
         e = os.environ if env is None else env
         c = config or {}

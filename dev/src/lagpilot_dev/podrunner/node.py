@@ -106,7 +106,7 @@ class NodeAgent:
         except Exception as exc:  # noqa: BLE001 - housekeeping only
             log.warning("could not list runner nodes", extra={"error": repr(exc)[:300]})
             return
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for node in nodes:
             name = node["metadata"]["name"]
             beats = [
@@ -116,7 +116,7 @@ class NodeAgent:
             ]
             if name == self.node_name or not beats:
                 continue
-            last = dt.datetime.strptime(beats[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+            last = dt.datetime.strptime(beats[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
             if (now - last).total_seconds() > self.stale_node_seconds:
                 log.info("deleting stale pod-runner node", extra={"node": name, "last_heartbeat": beats[0]})
                 with contextlib.suppress(Exception):

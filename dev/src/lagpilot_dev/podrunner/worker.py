@@ -11,8 +11,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .base import LOOPBACK, ContainerConfigError, StartError, free_port, log, now_rfc3339
 from .container import build_argv, secret_mounts, with_mounts
@@ -230,7 +231,7 @@ class PodWorker:
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
-                    stderr=subprocess.STDOUT,  # noqa: S603
+                    stderr=subprocess.STDOUT,
                     cwd=cwd,
                     env=full_env,
                     start_new_session=True,

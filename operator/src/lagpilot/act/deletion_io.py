@@ -7,7 +7,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-
 from lagpilot.decide.deletion import (
     Remainder,
     decode_remainder,

@@ -146,7 +146,8 @@ def _kafka_env(spec: GroupSpec) -> list[dict[str, Any]]:
         env.append(_secret_env("LAGPILOT_SSL_CA_PEM", k.secret_name, "ca.crt", optional=True))
         env.append(_secret_env("LAGPILOT_SSL_CERT_PEM", k.secret_name, "tls.crt", optional=True))
         env.append(_secret_env("LAGPILOT_SSL_KEY_PEM", k.secret_name, "tls.key", optional=True))
-    return env + [
+    return [
+        *env,
         _value_env("LAGPILOT_TOPIC", spec.topic),
         _value_env("LAGPILOT_GROUP_ID", spec.group_id),
         _value_env("LAGPILOT_BATCH_MAX_RECORDS", spec.batch.max_records),

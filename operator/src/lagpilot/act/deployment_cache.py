@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
 # the label of every Deployment the operator manages (deployment.labels): the watch's server-side
 # selector (settings.configure) and the handler's filter (handlers.deployment_seen)
 MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "lagpilot"
@@ -34,7 +33,7 @@ WATCH_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 
 
 def _rv(obj: Mapping[str, Any]) -> int | None:
-    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    raw: Any = (obj.get("metadata") or {}).get("resourceVersion")
     try:
         return int(raw)
     except (TypeError, ValueError):
@@ -118,13 +117,13 @@ class CachingKube:
         got = self.cache.get(namespace, name)
         if got is not None:
             return got
-        dep = self._kube.get_deployment(namespace, name)
+        dep: dict[str, Any] | None = self._kube.get_deployment(namespace, name)
         if dep is not None:
             self.cache.put(dep)
         return dep
 
     def apply_deployment(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        resp = self._kube.apply_deployment(manifest)
+        resp: dict[str, Any] = self._kube.apply_deployment(manifest)
         if isinstance(resp, Mapping) and resp.get("metadata"):
             self.cache.put(resp)
         return resp

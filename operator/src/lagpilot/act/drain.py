@@ -30,13 +30,6 @@ from typing import Any
 
 from lagpilot import __version__
 from lagpilot.config import OperatorConfig
-
-from .drain_calls import DrainCalls
-from .drain_manifests import DrainSettings
-from .drain_manifests import JOB_LABEL  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
-from .drain_runtime import RuntimeManager
-from .handoff_key import HandoffKeys
-from lagpilot.model.status import DrainRuntime
 from lagpilot.decide.drain_watch import (
     NO_POD_S,
     NO_PROGRESS_S,
@@ -46,13 +39,6 @@ from lagpilot.decide.drain_watch import (
     first_sighting,
     stalled_condition,
 )
-from lagpilot.decide.status import Condition, merge_conditions
-from .kubeapi import StatusConflict
-from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime import plan_auth
-from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
-
-from .drain_part_key import PartKeys
 from lagpilot.decide.handoff import (
     ACK_TIMEOUT_S,
     NO_PART,
@@ -73,7 +59,22 @@ from lagpilot.decide.handoff import (
     job_name,
     next_action,
 )
+from lagpilot.decide.status import Condition, merge_conditions
+from lagpilot.model.status import DrainRuntime
 from lagpilot.spec import GroupSpec
+from lagpilot_runtime import handoff_mailbox as mbx
+from lagpilot_runtime import plan_auth
+from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
+
+from .drain_calls import DrainCalls
+from .drain_manifests import (
+    JOB_LABEL,  # noqa: F401 - re-exported: the drain pods' label (tests, finalizer)
+    DrainSettings,
+)
+from .drain_part_key import PartKeys
+from .drain_runtime import RuntimeManager
+from .handoff_key import HandoffKeys
+from .kubeapi import StatusConflict
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ class DrainContext:
     replicas: int
     wanted: Sequence[int]
     admin: Any  # confluent_kafka AdminClient (shared, from the pool)
-    scale: Callable[[int], None]  # apply the consumer Deployment with n replicas
+    scale: Callable[[int], object]  # apply the consumer Deployment with n replicas (its result unused)
     patch_status: Callable[[dict[str, Any]], None]
     emit: Callable[[str, str, str], None]
     reobserve: Callable[[], Mapping[int, Offsets]]  # fresh offsets (after an alter / quiesce)

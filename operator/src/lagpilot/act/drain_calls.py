@@ -9,6 +9,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
+from lagpilot.model.status import DrainRuntime
+from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime.drain_plan import (
     owner_tag,
@@ -17,10 +20,6 @@ from lagpilot_runtime.drain_plan import (
     parse_progress_metadata,
     progress_group,
 )
-
-from lagpilot.model.status import DrainRuntime
-from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, job_name
-from lagpilot.spec import GroupSpec
 
 from .drain_manifests import (
     JOB_LABEL,
@@ -48,7 +47,7 @@ class DrainCalls:
     batch: Any
     core: Any
     custom: Any
-    _sanitize: Any
+    _sanitize: Callable[[object], dict[str, Any]]
     settings: DrainSettings
     timeout_s: float
     runtime: Any  # drain_runtime.RuntimeManager: signs warm plans
@@ -191,7 +190,7 @@ class DrainCalls:
         def read(call: Callable[[], Any]) -> dict[str, Any] | None:
             try:
                 return self._sanitize(call())
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 if getattr(err, "status", None) != 404:
                     raise
                 return None
@@ -273,7 +272,7 @@ class DrainCalls:
                 self.batch.create_namespaced_job(
                     ctx.namespace, build_drain_job(*args, runtime_url=runtime_url, runtime_auth=runtime_auth)
                 )
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) != 409:  # 409: created before a lost status write → adopt
                 raise
             ctx.launched_runtime = self._adopted_runtime(
@@ -297,7 +296,9 @@ class DrainCalls:
         """Foreground deletion: the object stays until the garbage collector removed its pods, so
         "absent" (what Cancelled waits for) means no drain process is left. Both kinds with launcher
         sparkApplication (the attempt may predate a launcher change)."""
-        calls = [lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")]
+        calls: list[Callable[[], object]] = [
+            lambda: self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+        ]
         if launcher == "sparkApplication":
             calls.append(
                 lambda: self.custom.delete_namespaced_custom_object(
@@ -312,6 +313,6 @@ class DrainCalls:
         for call in calls:
             try:
                 call()
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 if getattr(err, "status", None) != 404:
                     raise

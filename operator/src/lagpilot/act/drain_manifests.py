@@ -22,6 +22,10 @@ from typing import Any
 
 from lagpilot import __version__
 from lagpilot.config import Env
+from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
+from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name, job_slots
+from lagpilot.model.status import DrainRuntime
+from lagpilot.spec import GroupSpec
 from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
@@ -29,10 +33,6 @@ from lagpilot_runtime.redaction import redact
 from .deployment import _shorten, build_env, label_value, owner_reference
 from .drain_part_key import part_key_ref
 from .key_secret import KEY_FIELD
-from lagpilot.model.status import DrainRuntime
-from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
-from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name, job_slots
-from lagpilot.spec import GroupSpec
 
 DRAIN_LABEL = "lagpilot.io/drain"
 JOB_LABEL = "lagpilot.io/drain-job"
@@ -100,7 +100,7 @@ class DrainSettings:
     deadline_floor_s: int = DEADLINE_FLOOR_S
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "DrainSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DrainSettings:
         e = Env(env)
         return cls(
             spark_jars=e.text("LAGPILOT_DRAIN_SPARK_JARS", cls.spark_jars),
@@ -331,7 +331,8 @@ def _drain_env(
     spec: GroupSpec, plan: DrainPlan, settings: DrainSettings, attempt: int
 ) -> list[dict[str, Any]]:
     """The drain process's environment: the consumer's (handler, sink, Kafka, Secret refs) + the plan."""
-    return consumer_env(spec) + [
+    return [
+        *consumer_env(spec),
         {"name": "LAGPILOT_DRAIN_PLAN", "value": plan.to_json()},
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": "LAGPILOT_DRAIN_ATTEMPT", "value": str(attempt)},

@@ -75,6 +75,7 @@ from typing import Any
 from lagpilot import __version__
 from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
+from lagpilot.spec import GroupSpec
 from lagpilot_runtime import plan_auth
 from lagpilot_runtime.drain_plan import DrainPlan
 
@@ -83,7 +84,6 @@ from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod
 from .drain_part_key import PartKeys, part_key_ref
 from .key_secret import KEY_FIELD, CrKeys, KeyKind, controller_of, owned_by
 from .spark_rpc_key import SparkRpcKeys
-from lagpilot.spec import GroupSpec
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,8 @@ def build_runtime_deployment(
         batch_max_records=spec.batch.max_records,
         parallelism=spec.drain.max_tasks,
     )
-    env = consumer_env(spec) + [
+    env = [
+        *consumer_env(spec),
         {"name": "LAGPILOT_SPARK_JARS", "value": settings.spark_jars},
         {"name": PORT_ENV, "value": str(port)},
         {"name": PARALLELISM_ENV, "value": str(spec.drain.max_tasks)},
@@ -464,7 +465,7 @@ class RuntimeManager:
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
-        self._sanitize = api_client.sanitize_for_serialization
+        self._sanitize: Callable[[object], dict[str, Any]] = api_client.sanitize_for_serialization
         self.settings = settings or DrainSettings.from_env()
         # CRs without a runtime Deployment, as last seen: a CR that never wanted one costs one GET per
         # operator start, not one per cycle (thread-safe enough: set add/discard under the GIL)
@@ -520,10 +521,9 @@ class RuntimeManager:
         if cache in self._policies:
             return
         try:
-            self.net.create_namespaced_network_policy(
-                namespace, build_network_policy(name, namespace, uid, self.settings)
-            )
-        except Exception as err:  # noqa: BLE001
+            policy = build_network_policy(name, namespace, uid, self.settings)
+            self.net.create_namespaced_network_policy(namespace, policy)  # type: ignore[arg-type]  # a dict body
+        except Exception as err:
             if getattr(err, "status", None) != 409:
                 raise
             if not owned_by(
@@ -531,13 +531,13 @@ class RuntimeManager:
             ):
                 raise RuntimeError(
                     f"NetworkPolicy {runtime_name(name)} exists and is not this BatchConsumerGroup's"
-                )
+                ) from err
         self._policies.add(cache)
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self._sanitize(self.apps.read_namespaced_deployment(name, namespace))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise

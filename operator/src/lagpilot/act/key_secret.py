@@ -30,7 +30,8 @@ KEY_FIELD = "key"  # the Secret's data field (hex)
 
 def controller_of(obj: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The object's controller ownerReference (None: none)."""
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+    refs: list[Mapping[str, Any]] = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
         if ref.get("controller"):
             return ref
     return None
@@ -106,7 +107,7 @@ class CrKeys:
         kind, sname = self.kind, self.kind.secret_name(name)
         try:
             secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) != 404:
                 raise
             key_hex = kind.new_key()
@@ -115,7 +116,7 @@ class CrKeys:
                 log.info(f"{kind.what} created", extra={"group": f"{namespace}/{name}", "secret": sname})
                 self._keys[cache] = kind.parse_key(key_hex)
                 return self._keys[cache]
-            except Exception as err2:  # noqa: BLE001
+            except Exception as err2:
                 if getattr(err2, "status", None) != 409:
                     raise
                 secret = self._sanitize(self.core.read_namespaced_secret(sname, namespace))  # made meanwhile

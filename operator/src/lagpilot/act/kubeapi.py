@@ -120,7 +120,8 @@ class KubeApi:
             )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"apply Deployment {meta['namespace']}/{meta['name']}") from None
-        return self._client.sanitize_for_serialization(resp)
+        applied: dict[str, Any] = self._client.sanitize_for_serialization(resp)
+        return applied
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         # the raw JSON, not the client's V1Deployment model (`_raw_json`)
@@ -148,7 +149,7 @@ class KubeApi:
             if getattr(err, "status", None) == 404:
                 return None
             raise _wrap(err, f"get Secret {namespace}/{name}") from None
-        return dict(resp.data or {})
+        return dict(resp.data or {})  # type: ignore[arg-type]  # base64 text, typed bytes | str by the stubs
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ConfigMap `name` (raw JSON), None when it does not exist."""
@@ -172,7 +173,7 @@ class KubeApi:
                 _content_type="application/apply-patch+yaml",
                 _preload_content=False,
             )
-            resp.release_conn()
+            resp.release_conn()  # type: ignore[attr-defined]  # _preload_content=False: the raw response
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"apply ConfigMap {meta['namespace']}/{meta['name']}") from None
 
@@ -201,7 +202,10 @@ class KubeApi:
     def read_status(self, namespace: str, name: str) -> tuple[str, dict[str, Any]]:
         """(resourceVersion, status) of the CR, read through the status subresource."""
         try:
-            obj = self.custom.get_namespaced_custom_object_status(API_GROUP, VERSION, namespace, PLURAL, name)
+            # a custom object: its JSON as a dict (the stubs say object)
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object_status(  # type: ignore[assignment]
+                API_GROUP, VERSION, namespace, PLURAL, name
+            )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"get status of BatchConsumerGroup {namespace}/{name}") from None
         return str((obj.get("metadata") or {}).get("resourceVersion") or ""), dict(obj.get("status") or {})

@@ -54,7 +54,7 @@ class LeaseElector:
     def _read(self, ns: str) -> dict[str, Any] | None:
         try:
             return dict(self._sanitize(self.api.read_namespaced_lease(self.name, ns)))
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise
@@ -70,7 +70,7 @@ class LeaseElector:
             return False, record.holder
         try:
             self._write(ns, step, lease, record)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) in (409, 422):  # another instance wrote first: re-read next time
                 return False, record.holder if record is not None else ""
             raise
@@ -107,14 +107,14 @@ class LeaseElector:
         stamp = _micro_time(self.wall())
         spec: dict[str, Any] = {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(round(self.timing.duration_s)),
+            "leaseDurationSeconds": round(self.timing.duration_s),
             "renewTime": stamp,
         }
         if step is Step.CREATE:
             spec.update(acquireTime=stamp, leaseTransitions=0)
             self.api.create_namespaced_lease(
                 ns,
-                {
+                {  # type: ignore[arg-type]  # a dict body: the client serializes it as is
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": ns},
@@ -138,7 +138,7 @@ class LeaseElector:
             },
             "spec": spec,
         }
-        self.api.replace_namespaced_lease(self.name, ns, body)
+        self.api.replace_namespaced_lease(self.name, ns, body)  # type: ignore[arg-type]  # a dict body
 
     # -- the loops -----------------------------------------------------------------------------------
     def acquire(self, stop: threading.Event, on_wait: Callable[[str, str], None] | None = None) -> bool:
@@ -198,7 +198,7 @@ class LeaseElector:
                 self.api.replace_namespaced_lease(
                     self.name,
                     ns,
-                    {
+                    {  # type: ignore[arg-type]  # a dict body: the client serializes it as is
                         "apiVersion": "coordination.k8s.io/v1",
                         "kind": "Lease",
                         "metadata": {

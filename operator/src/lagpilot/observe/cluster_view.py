@@ -195,7 +195,7 @@ class ClusterObserver:
                 self._inflight = (now, topics)
             try:
                 results, read_at = self._fetch(sorted(topics), groups, now)
-            except BaseException as err:  # noqa: BLE001 - a bug: every waiting cycle gets it, the thread lives
+            except BaseException as err:  # a bug: every waiting cycle gets it, the thread lives
                 log.exception("cluster observation failed")
                 results, read_at = {t: err for t in topics}, self._clock()
             with self._cond:
@@ -313,7 +313,7 @@ class ClusterObserver:
         if offsets_ends:
             try:
                 self._on_ends(dict(offsets_ends), groups)  # the snapshot catches up meanwhile
-            except Exception:  # noqa: BLE001 - the readers wait (bounded) or fall back
+            except Exception:  # the readers wait (bounded) or fall back
                 log.exception("offsets snapshot hand-over failed")
         latest_f = self._call(
             left(), lambda admin: admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, **kw)

@@ -180,7 +180,7 @@ class AdminHandle:
         self._close_idle_readers()
         return list(out)
 
-    def safe_admin(self, timeout_s: float = 10.0) -> "SafeAdmin":
+    def safe_admin(self, timeout_s: float = 10.0) -> SafeAdmin:
         """The admin client for other modules (the drain): calls under the handle lock, and
         `list_consumer_group_offsets` through the per-group readers (it would crash librdkafka)."""
         return SafeAdmin(self, timeout_s)
@@ -278,13 +278,13 @@ class SafeAdmin:
 
     def list_consumer_group_offsets(
         self, requests: list[Any], request_timeout: float | None = None, **_: Any
-    ) -> dict[str, concurrent.futures.Future]:
+    ) -> dict[str, concurrent.futures.Future[Any]]:
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         timeout = request_timeout or self._timeout_s
-        out: dict[str, concurrent.futures.Future] = {}
+        out: dict[str, concurrent.futures.Future[Any]] = {}
         for req in requests:
-            fut: concurrent.futures.Future = concurrent.futures.Future()
+            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
             try:
                 tps = self._handle.committed_tps(req.group_id, list(req.topic_partitions or []), timeout)
                 fut.set_result(ConsumerGroupTopicPartitions(req.group_id, tps))

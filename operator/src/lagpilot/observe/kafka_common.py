@@ -72,7 +72,7 @@ class SecretError(ObserveError):
     """The Kafka credentials Secret is missing or lacks a key (values are never echoed)."""
 
 
-def _timed_lock(lock: threading.Lock, timeout_s: float, what: str) -> "_Held":
+def _timed_lock(lock: threading.Lock, timeout_s: float, what: str) -> _Held:
     """Acquire `lock` within `timeout_s` or raise TimeoutError: a stuck holder never blocks a cycle forever."""
     if not lock.acquire(timeout=max(0.0, timeout_s)):
         raise TimeoutError(f"{what}: lock not free within {timeout_s:.1f}s")

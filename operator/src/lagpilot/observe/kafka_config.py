@@ -12,7 +12,6 @@ from typing import Any
 from lagpilot.observe.kafka_common import SecretError, consumer_base
 from lagpilot.spec import KafkaSpec
 
-
 # the Secret's keys for SASL OAUTHBEARER and the librdkafka settings they fill
 OAUTH_SECRET_KEYS = (
     ("clientId", "sasl.oauthbearer.client.id"),

@@ -33,8 +33,8 @@ from typing import Any
 
 from lagpilot.act.deployment import deployment_name
 from lagpilot.act.kubeapi import KubeError, StatusConflict
-from lagpilot.decide import recommend
 from lagpilot.decide import lag as lag_mod
+from lagpilot.decide import recommend
 from lagpilot.decide import step as step_mod
 from lagpilot.decide.scaling import Decision
 from lagpilot.decide.status import FALSE, TRUE, Condition, merge_conditions
@@ -75,7 +75,8 @@ class CycleResult:
 
 def backoff_s(failures: int, lo: float, hi: float) -> float:
     """Exponential back-off: lo, 2lo, 4lo, ... capped at hi."""
-    return min(hi, lo * (2 ** max(0, failures - 1)))
+    factor: int = 2 ** max(0, failures - 1)  # int ** a non-negative int: an int (typeshed says Any)
+    return min(hi, lo * factor)
 
 
 # --- the control loop cycle ---------------------------------------------------------------------
@@ -214,7 +215,7 @@ def _recommend_cycle(
     dep = deps.kube.get_deployment(ref.namespace, deployment_name(ref.name))
     mark("deployment")
     if spec.paused:
-        new = {
+        new: dict[str, Any] = {
             "observedGeneration": ref.generation,
             "recommendation": None,
             "conditions": merge_conditions(

@@ -42,7 +42,8 @@ class DeleteDeps:
     emit: EmitFn
     kafka_timeout_s: float
     wait_s: float  # how long a deletion waits for a running drain (LAGPILOT_DELETE_DRAIN_WAIT_SECONDS)
-    stop_consumers: Callable[[], None]  # scale the consumer Deployment to 0 (a Planned drain's hand-off)
+    # scale the consumer Deployment to 0 (a Planned drain's hand-off); its result is not used
+    stop_consumers: Callable[[], object]
 
 
 @dataclasses.dataclass(frozen=True)

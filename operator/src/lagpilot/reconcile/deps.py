@@ -12,9 +12,8 @@ from typing import Any, Protocol
 from lagpilot import __version__
 from lagpilot.decide.status import Condition
 from lagpilot.metrics import OperatorMetrics
-from lagpilot.observe.kafka_observe import AdminPool, Observation
+from lagpilot.observe.kafka_observe import AdminPool, Observation, peek_oldest
 from lagpilot.observe.kafka_observe import observe as kafka_observe
-from lagpilot.observe.kafka_observe import peek_oldest
 
 
 class Kube(Protocol):
@@ -22,6 +21,9 @@ class Kube(Protocol):
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def read_secret_data(self, namespace: str, name: str) -> dict[str, str] | None: ...
     def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+    def patch_status_guarded(
+        self, namespace: str, name: str, patch: dict[str, Any], basis: Callable[[Mapping[str, Any]], bool]
+    ) -> None: ...
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def apply_configmap(self, manifest: dict[str, Any]) -> None: ...
 
@@ -42,7 +44,7 @@ class GroupRef:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> "GroupRef":
+    def from_body(cls, body: Mapping[str, Any]) -> GroupRef:
         meta = body.get("metadata", {})
         gen = meta.get("generation")
         return cls(

@@ -23,7 +23,7 @@ class _Queue:
     def oldest(self) -> float | None:
         return self.segs[0][0] if self.segs else None
 
-    def take(self, amount: float, s: float, e: float, out: "_Latency") -> float:
+    def take(self, amount: float, s: float, e: float, out: _Latency) -> float:
         """Process up to ``amount`` records over [s, e] (linearly); returns what was processed."""
         amount = min(amount, self.total)
         if amount <= 0:

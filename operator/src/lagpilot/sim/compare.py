@@ -31,8 +31,14 @@ from typing import Any
 
 from lagpilot.sim import (
     params as sim_params,
+)
+from lagpilot.sim import (
     policies as sim_policies,
+)
+from lagpilot.sim import (
     report as sim_report,
+)
+from lagpilot.sim import (
     trace as sim_trace,
 )
 
@@ -65,8 +71,8 @@ def dest_to_field(dest: str, fields: set[str]) -> str | None:
 def explicit_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> dict[str, Any]:
     """Only the options given on the command line (defaults suppressed), by dest."""
     p = argparse.ArgumentParser(add_help=False)
-    for a in parser._actions:  # noqa: SLF001 - re-declare the same options with no defaults
-        if not a.option_strings or isinstance(a, argparse._HelpAction):  # noqa: SLF001
+    for a in parser._actions:  # re-declare the same options with no defaults
+        if not a.option_strings or isinstance(a, argparse._HelpAction):
             continue
         kw: dict[str, Any] = {"dest": a.dest, "default": argparse.SUPPRESS}
         if a.nargs == 0:
@@ -220,7 +226,7 @@ def padded(trace: sim_trace.Trace, seconds: float) -> sim_trace.Trace:
     if not trace.times:
         return trace
     step = trace.end_s - trace.times[-1]
-    n = max(0, int(math.ceil(seconds / step)))
+    n = max(0, math.ceil(seconds / step))
     return sim_trace.Trace(
         trace.times + tuple(trace.end_s + i * step for i in range(n)),
         trace.rates + (0.0,) * n,
@@ -267,7 +273,7 @@ def baselines(trace: sim_trace.Trace, summary: Mapping[str, Any]) -> dict[str, d
 
 
 def _describe_params(used: Mapping[str, Any], unknown: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
-    measured = set((summary.get("sim_params_measured") or []))
+    measured = set(summary.get("sim_params_measured") or [])
     parts = []
     for k in sorted(used):
         if k == "reported_capacity" and used[k]:

@@ -16,8 +16,9 @@ the SLA), ``replica_minutes`` (pods that exist, starting ones included), ``drain
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from lagpilot.decide import keda as keda_model
 from lagpilot.decide import step as step_mod
@@ -180,8 +181,8 @@ def lagpilot_controller(params: SimParams) -> Controller:
         owned = {i for block in range_assignment(params.partitions, ready) for i in block}
         parts = []
         for i in range(params.partitions):
-            end = int(round(world.produced_by[i]))
-            committed = max(0, end - int(round(lags[i])))
+            end = round(world.produced_by[i])
+            committed = max(0, end - round(lags[i]))
             parts.append(PartitionOffsets(i, 0, end, committed, world.queues[i].oldest()))
         snap = snapshot(t, parts, {i: params.decision_capacity(t) for i in owned})
         runtime = world.runtime_observation(t) if params.warm_runtime != "off" else None
@@ -208,7 +209,7 @@ def keda_controller(params: SimParams, cfg: keda_model.KedaConfig) -> Controller
 
     def control(world: _World, t: float) -> None:
         lags = world.observed_lags()
-        committed = [int(round(e - l)) for e, l in zip(world.produced_by, lags)]
+        committed = [round(e - lag) for e, lag in zip(world.produced_by, lags, strict=True)]
         desired, box["state"] = keda_model.step(
             box["state"], t, len(world.pods), lags, params.partitions, cfg, committed=committed
         )

@@ -8,7 +8,6 @@ from typing import Any
 from lagpilot.sim.params import SimParams
 from lagpilot.sim.policies import PolicyResult
 
-
 COLUMNS = (
     "within_sla_fraction",
     "p99_latency_s",

@@ -93,7 +93,7 @@ class _Task:
 
 def _progress(sp: handoff.SubProgress, task: _Task) -> handoff.SubProgress:
     """A running task's sub-range with the records it processed so far (whole records)."""
-    done = max(0, min(sp.end - sp.start, (sp.end - sp.start) - int(math.ceil(task.queue.total - 1e-6))))
+    done = max(0, min(sp.end - sp.start, (sp.end - sp.start) - math.ceil(task.queue.total - 1e-6)))
     return replace(sp, next=sp.start + done, records=done)
 
 
@@ -149,7 +149,7 @@ class _World:
 
     # observers ---------------------------------------------------------------------------
     def observed_lags(self) -> list[float]:
-        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates)]
+        return [q.total + r * self.p.batch_timeout_s for q, r in zip(self.queues, self.rates, strict=True)]
 
     def ready(self, t: float) -> int:
         return sum(1 for r in self.pods if r <= t)
@@ -220,9 +220,7 @@ class _World:
         prev_id = max(
             [d.status.id for d in self.sim_drains] + [self.last_status.id if self.last_status else 0]
         )
-        ranges = tuple(
-            handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks)
-        )
+        ranges = tuple(handoff.PartitionRange(p, split=round(self.produced_by[p])) for p in sorted(tasks))
         # a group another quiesce emptied gets back what that drain will restore
         restore = max(
             [len(self.pods)]
@@ -264,9 +262,7 @@ class _World:
             return
         d = live[0]
         self.drains_extended += 1
-        ranges = tuple(
-            handoff.PartitionRange(p, split=int(round(self.produced_by[p]))) for p in sorted(tasks)
-        )
+        ranges = tuple(handoff.PartitionRange(p, split=round(self.produced_by[p])) for p in sorted(tasks))
         d.ext_tasks, d.ext_planned_s, d.ext_handoff_at = dict(tasks), t, t + self.p.pause_s
         d.status = replace(
             d.status, extension=handoff.Extension(d.status.round + 1, ranges, planned_at=t), idle_since=None
@@ -289,7 +285,7 @@ class _World:
                 if n <= 1e-9:
                     continue
                 idx = self._next_index(d)
-                d.sizes[idx] = (p, int(round(n)))
+                d.sizes[idx] = (p, round(n))
                 new.append((p, q, idx))
         ranges = {r.partition: r for r in d.status.ranges}
         for r in d.status.extension.ranges:
@@ -329,7 +325,7 @@ class _World:
             for idx, left in task.marks:
                 if left > 1e-6:
                     p, n = d.sizes[int(idx)]
-                    subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - int(math.ceil(left)))))
+                    subs.append(handoff.SubProgress(p, int(idx), 0, n, max(0, n - math.ceil(left))))
         subs.sort(key=lambda x: (x.partition, x.index))
         d.status = replace(d.status, sub_ranges=tuple(subs))
 
@@ -375,7 +371,7 @@ class _World:
             for k, q in enumerate(_split(segs, n_tasks)):
                 task = _Task(q, t, t + start_s, partition=p)
                 d.tasks.append(task)
-                n = int(round(q.total))
+                n = round(q.total)
                 if d.busy:
                     idx = self._next_index(d)
                     d.sizes[idx] = (p, n)
@@ -440,7 +436,7 @@ class _World:
             alloc = _water_fill(budget, [self.queues[i].total for i in owned])
             share = budget / len(owned)
             s0 = t + dt - work
-            for i, a in zip(owned, alloc):
+            for i, a in zip(owned, alloc, strict=True):
                 if a > 0:
                     self.queues[i].take(
                         a, s0, s0 + work * min(1.0, a / share) if share > 0 else t + dt, self.lat
@@ -476,7 +472,7 @@ class _World:
                 replace(sp, next=sp.end, records=sp.end - sp.start)
                 if task.done_at is not None
                 else _progress(sp, task)
-                for sp, task in zip(d.status.sub_ranges, d.tasks)
+                for sp, task in zip(d.status.sub_ranges, d.tasks, strict=False)
             )
             d.status = replace(d.status, sub_ranges=subs)
 
@@ -502,11 +498,8 @@ class _World:
 
     def _oldest_age(self, now: float) -> float:
         """The age of the oldest record not processed yet, in the group's queues or a task's."""
-        oldest = min(
-            [q.oldest() for q in self.queues if q.oldest() is not None]
-            + [q.oldest() for q in self.drain_queues() if q.oldest() is not None],
-            default=None,
-        )
+        starts = [q.oldest() for q in [*self.queues, *self.drain_queues()]]
+        oldest = min((s for s in starts if s is not None), default=None)
         return 0.0 if oldest is None else max(0.0, now - oldest)
 
     def remaining(self) -> float:
