@@ -14,6 +14,7 @@ the records below it belong to the drain) and the sink's progress
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from . import commit_metadata
 from .consumer_state import TP, FatalError, LoopState, log
@@ -191,7 +192,7 @@ class BatchCommit(LoopState):
         """One failed commit: True to retry it; False when it is given up for now. Raises FatalError."""
         from confluent_kafka import KafkaError
 
-        err = exc.args[0] if exc.args else None
+        err: Any = exc.args[0] if exc.args else None  # a KafkaError (or None); hasattr guards each call
         code = err.code() if hasattr(err, "code") else None
         self.metrics.commits.labels("failed").inc()
         fields = dict(

@@ -214,10 +214,9 @@ class _Run:
                 continue
             if len(piece) > 1:
                 work.extend(reversed(_split(piece, exc)))
-            elif _all_permanent(exc, piece):
-                failures.append(
-                    Failure(piece[0], describe_error(_named_errors(exc, piece)[0]), retriable=False)
-                )
+            elif (named := _named_errors(exc, piece)) is not None and all(not e.retriable for e in named):
+                # _all_permanent(exc, piece), keeping the errors it named for the failure
+                failures.append(Failure(piece[0], describe_error(named[0]), retriable=False))
             else:
                 suspects.append((piece[0], exc))
             if successes == 0 and isolation_calls >= budget and not failures:
@@ -385,7 +384,8 @@ class DeadLetterProducer:
                         self.topic,
                         value=f.record.value,
                         key=f.record.key,
-                        headers=dlq_headers(f.record, f.error),
+                        # a fresh list: typed as produce's headers (a list is invariant)
+                        headers=[*dlq_headers(f.record, f.error)],
                         on_delivery=on_delivery,
                     )
                     break

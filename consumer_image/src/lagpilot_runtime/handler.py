@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from . import redaction
 
@@ -68,6 +68,15 @@ class Record:
 
 class Handler(Protocol):
     def __call__(self, records: list[Record], ctx: BatchContext) -> None: ...
+
+
+class ProgressHandler(Handler, Protocol):
+    """A progress-committing handler (the exactly-once capability, :func:`commits_progress`): its
+    ``progress(topic, partitions, ctx)`` gives the next offset the sink holds per partition."""
+
+    commits_progress: bool
+
+    def progress(self, topic: str, partitions: list[int], ctx: BatchContext) -> Mapping[int, int]: ...
 
 
 @dataclass
@@ -130,11 +139,11 @@ class BatchContext:
             futures = [self._pool.submit(fn, r) for r in records]
             results, errors = [], []
             for r, fut in zip(records, futures, strict=True):
-                exc = fut.exception()
-                if exc is None:
+                failed = fut.exception()
+                if failed is None:
                     results.append(fut.result())
                 else:
-                    errors.append(_as_record_error(r, exc))
+                    errors.append(_as_record_error(r, failed))
                     results.append(None)
         if errors:
             raise RecordsFailed(errors)
@@ -287,4 +296,4 @@ def load_handler(spec: str) -> Handler:
             raise HandlerLoadError(f"module {module_name!r} has no attribute {func_name!r}")
     if not callable(obj):
         raise HandlerLoadError(f"{target!r} is not callable")
-    return obj
+    return cast(Handler, obj)  # a callable named by the spec: called as a Handler

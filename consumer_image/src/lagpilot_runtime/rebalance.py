@@ -10,14 +10,24 @@ commit) the lost partitions' pending records are dropped.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .consumer_state import TP, FatalError, LoopState, log
 from .jsonlog import fields as _fields
 
+if TYPE_CHECKING:
+    from .handler import Record
+
 
 class RebalanceCallbacks(LoopState):
     """on_assign / on_revoke / on_lost (part of BatchConsumer)."""
+
+    if TYPE_CHECKING:  # the sibling parts of BatchConsumer that the callbacks call (types only)
+
+        def sync_sink_progress(self, parts: set[TP]) -> None: ...  # SinkProgress
+        def check_handoff(self, parts: set[TP] | None = None) -> None: ...  # HandoffOwner
+        def process(self, batch: list[Record]) -> None: ...  # BatchCommit
+        def _commit_offsets(self, positions: dict[TP, int]) -> bool: ...  # BatchCommit
 
     def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
         new = {(tp.topic, tp.partition) for tp in partitions}

@@ -7,9 +7,11 @@ processed.
 
 from __future__ import annotations
 
+from typing import cast
+
 from . import commit_metadata
 from .consumer_state import KAFKA_CALL_TIMEOUT_S, TP, FatalError, LoopState, log
-from .handler import describe_error
+from .handler import ProgressHandler, describe_error
 from .jsonlog import fields as _fields
 
 
@@ -40,16 +42,15 @@ class SinkProgress(LoopState):
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(parts):
             by_topic.setdefault(t, []).append(p)
+        # sink_progress is commits_progress(handler): the handler has progress()
+        handler = cast(ProgressHandler, self.handler)
         got: dict[TP, int] = {}
         for topic, plist in by_topic.items():
             for attempt in range(3):
                 try:
                     got.update(
-                        {
-                            (topic, int(p)): int(o)
-                            for p, o in self.handler.progress(topic, plist, self.ctx).items()
-                        }
-                    )  # type: ignore[attr-defined]
+                        {(topic, int(p)): int(o) for p, o in handler.progress(topic, plist, self.ctx).items()}
+                    )
                     break
                 except Exception as exc:  # retried, then fatal
                     log.warning(
