@@ -46,7 +46,7 @@ class KafkaRecord(Record):
 
     __hash__ = Record.__hash__
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (Record, tuple(getattr(self, f) for f in _FIELDS))
 
 

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -148,7 +149,7 @@ class CapacityEstimator:
 
     max_records: int
     window: int = 50
-    samples: deque = field(default_factory=deque)
+    samples: deque[tuple[int, float]] = field(default_factory=deque)  # (records, busy seconds)
     first_is_setup: bool = True
     _first: tuple[int, float] | None = field(default=None, repr=False)
     _observed: int = field(default=0, repr=False)
@@ -247,9 +248,9 @@ class Health:
         self.handler_since = None
         self.progress()
 
-    def live(self) -> tuple[bool, dict]:
+    def live(self) -> tuple[bool, dict[str, Any]]:
         age = self.clock() - self.last_progress
-        detail: dict = {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
+        detail: dict[str, Any] = {"last_progress_age_s": round(age, 3), "stale_after_s": self.stale_after_s}
         if self.fatal:
             detail["fatal"] = self.fatal
         if self.handler_since is None and age > min(self.stale_after_s, self.outside_handler_s):
@@ -267,7 +268,7 @@ class Health:
             return False, detail
         return age <= self.stale_after_s and not self.fatal, detail
 
-    def ready(self) -> tuple[bool, dict]:
+    def ready(self) -> tuple[bool, dict[str, Any]]:
         ok = self.member and self.connected and not self.stopping
         return ok, {
             "member": self.member,

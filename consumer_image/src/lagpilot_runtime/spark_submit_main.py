@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 
 def submitted_settings(props: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
@@ -33,7 +34,7 @@ def main() -> int:
     from pyspark import SparkContext
 
     SparkContext._ensure_initialized()  # spark-submit's gateway (PYSPARK_GATEWAY_PORT): the driver JVM
-    jvm = SparkContext._jvm
+    jvm: Any = SparkContext._jvm  # set by _ensure_initialized (None only before it)
     props = {
         str(k): str(jvm.System.getProperty(k))
         for k in jvm.System.getProperties().stringPropertyNames()

@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..handler import BatchContext, Fenced, Record, RecordError, RecordsFailed
 
@@ -190,7 +190,7 @@ def rows_for(records: Sequence[Record], mode: str, topic_id: str = "") -> list[t
         raise RecordsFailed(keyless)
     newest: dict[tuple[str, bytes], Record] = {}
     for r in records:
-        k = (r.topic, r.key)  # type: ignore[assignment]
+        k = (r.topic, cast(bytes, r.key))  # not None: keyless records raised above
         cur = newest.get(k)
         if cur is None or supersedes(
             (topic_id, r.partition, r.offset, r.timestamp_ms),
