@@ -125,9 +125,9 @@ def startup_breakdown(marks: Mapping[str, float | None]) -> dict[str, float]:
     if t0 is None:
         return {}
     return {
-        k: round(float(marks[k]) - t0, 3)
+        k: round(float(v) - t0, 3)
         for k in STARTUP_MARKS
-        if marks.get(k) is not None and float(marks[k]) >= t0
+        if (v := marks.get(k)) is not None and float(v) >= t0
     }
 
 

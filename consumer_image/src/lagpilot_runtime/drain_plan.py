@@ -26,6 +26,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 PROGRESS_METADATA_PREFIX = "lpd1"
 # bounds of a plan (issue 23, C1): what the CRD allows (spec.batch.maxRecords <= 100000,
@@ -53,8 +54,8 @@ class SubRange:
         return {"partition": self.partition, "index": self.index, "start": self.start, "end": self.end}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> SubRange:
-        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]))  # type: ignore[arg-type]
+    def from_dict(cls, d: Mapping[str, Any]) -> SubRange:  # the plan's JSON
+        return cls(int(d["partition"]), int(d["index"]), int(d["start"]), int(d["end"]))
 
 
 @dataclass(frozen=True)

@@ -486,7 +486,8 @@ def train_cds(
     os.environ.setdefault("SPARK_LAUNCHER_OPTS", DEFAULT_DRIVER_JAVA_OPTIONS)
     sconf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
     SparkContext._ensure_initialized(conf=sconf)
-    gateway_proc = SparkContext._gateway.proc
+    gateway: Any = SparkContext._gateway  # set by _ensure_initialized (None only before it)
+    gateway_proc = gateway.proc
     spark = SparkSession.builder.config(conf=sconf).getOrCreate()
     try:
         reader = spark.read.format("kafka")

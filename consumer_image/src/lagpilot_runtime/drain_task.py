@@ -251,7 +251,9 @@ def _named_by_driver(spec: TaskSpec) -> SubRange | None:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        raw = tc.getLocalProperty(TASK_RANGES_PROPERTY) if tc is not None else None
+        if tc is None:
+            return None
+        raw = tc.getLocalProperty(TASK_RANGES_PROPERTY)
         if not raw:
             return None
         ranges = json.loads(raw)
