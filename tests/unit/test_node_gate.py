@@ -176,3 +176,91 @@ def test_a_node_part_starts_beside_its_own_state_dirs_node(tmp_path: Path) -> No
     link = tmp_path / "link"
     os.symlink(state, link)
     part.refuse_other_node([["/c/node/bin/kubelet", f"--config={link}/node/kubelet-config.json"]])
+
+
+# ---- the pod bridge before the host parts: the broker's PODS listener --------------------------
+class _Part:
+    def __init__(self, name: str, events: list[str], running: bool = False) -> None:
+        self.name, self.events, self.running = name, events, running
+
+    def install(self) -> None:
+        pass
+
+    def start(self) -> None:
+        self.events.append(f"{self.name}.start")
+        self.running = True
+
+    def stop(self) -> None:
+        self.running = False
+
+    def is_running(self) -> bool:
+        return self.running
+
+    def info(self) -> dict[str, object]:
+        return {}
+
+
+class _Node(_Part):
+    def __init__(self, events: list[str], running: bool = False, refuse: bool = False) -> None:
+        super().__init__("node", events, running)
+        self.refuse = refuse
+
+    def prepare_host(self) -> None:
+        if self.refuse:
+            raise RuntimeError("the real node of state dir /other runs on this machine")
+        self.events.append("node.prepare_host")
+
+
+def _stack(tmp_path: Path, node: _Node, events: list[str]) -> object:
+    from lagpilot_dev.stack import Stack
+
+    s = Stack(cache_dir=tmp_path / "cache", state_dir=tmp_path / "state")
+    s._parts.update({n: _Part(n, events) for n in ("kafka", "kube", "postgres", "spark")})  # noqa: SLF001
+    s._parts["node"] = node  # noqa: SLF001 - inject fakes
+    return s
+
+
+def test_stack_up_makes_the_pod_bridge_before_any_part_starts(tmp_path: Path) -> None:
+    """Kafka and PostgreSQL listen on the bridge gateway for pods only when it exists at their start
+    (KafkaPart.pods_listener_host): with the node in the same `dev up` (./dev/test) the bridge comes
+    first, whatever the node's own start waits for (its build on a cold cache)."""
+    events: list[str] = []
+    s = _stack(tmp_path, _Node(events), events)
+    s.up(["kafka", "kube", "postgres", "spark", "node"])  # type: ignore[attr-defined]
+    assert events[0] == "node.prepare_host", events
+    assert sorted(events[1:]) == ["kafka.start", "kube.start", "node.start", "postgres.start", "spark.start"]
+
+
+def test_stack_up_without_the_node_or_with_it_running_prepares_nothing(tmp_path: Path) -> None:
+    events: list[str] = []
+    _stack(tmp_path, _Node(events), events).up(["kafka", "postgres"])  # type: ignore[attr-defined]
+    assert "node.prepare_host" not in events
+    events.clear()
+    _stack(tmp_path, _Node(events, running=True), events).up(["kafka", "node"])  # type: ignore[attr-defined]
+    assert events == ["kafka.start"]
+
+
+def test_stack_up_refused_by_another_node_starts_nothing(tmp_path: Path) -> None:
+    events: list[str] = []
+    with pytest.raises(RuntimeError, match="/other"):
+        _stack(tmp_path, _Node(events, refuse=True), events).up(["kafka", "kube", "node"])  # type: ignore[attr-defined]
+    assert events == []
+
+
+def test_node_prepare_host_refuses_another_state_dirs_node_before_touching_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    touched: list[str] = []
+    monkeypatch.setattr(node_part.NodePart, "_prepare_host", staticmethod(lambda: touched.append("host")))
+    monkeypatch.setattr(
+        node_part,
+        "running_cmdlines",
+        lambda: [["/c/node/bin/containerd", "--config", "/other/node/containerd.toml"]],
+    )
+    part = node_part.NodePart(tmp_path / "cache", tmp_path / "state")
+    with pytest.raises(RuntimeError, match="/other"):
+        part.prepare_host()
+    assert touched == []
+    monkeypatch.setattr(node_part, "running_cmdlines", lambda: [])
+    part.prepare_host()
+    assert touched == ["host"]
