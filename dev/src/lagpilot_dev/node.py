@@ -738,6 +738,13 @@ state = "{self.run_dir / "containerd"}"
                 f"--parts node), or run without a node (LAGPILOT_NODE=0)"
             )
 
+    def prepare_host(self) -> None:
+        """Before the stack starts anything with the node (Stack.up): refuse another state dir's node
+        (`refuse_other_node`), then the host settings and the pod bridge with its gateway address,
+        which Kafka and PostgreSQL listen on for pods only when it exists at their start."""
+        self.refuse_other_node()
+        self._prepare_host()
+
     def start(self, timeout: float = 180.0) -> None:
         self.refuse_other_node()
         self.install()
