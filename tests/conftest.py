@@ -7,8 +7,21 @@ through the dev stack, so unit tests run with no real part installed.
 pytest_plugins = [
     "tests.fixtures.stack",  # Kafka, PostgreSQL, Spark jars (session-scoped)
     "tests.fixtures.kube",  # etcd + kube-apiserver + controller-manager, pod runner
-    "tests.fixtures.node",  # the real node (LAGPILOT_NODE=1), its images, `pods`: runner or node
+    "tests.fixtures.node",  # the real node (default; LAGPILOT_NODE=0 opts out), its images, `pods`
 ]
+
+
+def pytest_report_header(config: object) -> str:
+    """Say at the top of every run whether the real node is in it (docs/node.md): an opt-out is
+    never silent."""
+    import os
+
+    from tests.fixtures.node import netpol_gate, node_gate
+
+    verdict, why = node_gate(os.environ)
+    node = "on (pods run as containers on the real node)" if verdict == "on" else f"OFF: {why}"
+    netpol = "on" if netpol_gate(os.environ)[0] == "on" else "off (LAGPILOT_NETPOL=1 runs its 2 tests)"
+    return f"lagpilot real node: {node}; NetworkPolicy agent: {netpol}"
 
 
 def pytest_collection_modifyitems(session: object, config: object, items: list) -> None:  # type: ignore[type-arg]

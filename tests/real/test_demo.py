@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.node import node_gate
+
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,11 +37,14 @@ def test_demo_fast_profile_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.images
 @pytest.mark.timeout(3600)
 def test_demo_on_the_real_node(tmp_path: Path) -> None:
-    """`lagpilot demo --node` (opt-in, LAGPILOT_NODE=1; docs/node.md): the same checks, and every pod
-    the run saw in its two namespaces ran as a container on the node (the runtime's listing), the
-    operator among them, installed by helm."""
-    if os.environ.get("LAGPILOT_NODE", "") != "1":
-        pytest.skip("the real node is opt-in: LAGPILOT_NODE=1 (docs/node.md)")
+    """`lagpilot demo --node` (with the node's tests; LAGPILOT_NODE=0 skips it: docs/node.md): the same
+    checks, and every pod the run saw in its two namespaces ran as a container on the node (the
+    runtime's listing), the operator among them, installed by helm."""
+    verdict, why = node_gate(os.environ)
+    if verdict == "fail":
+        pytest.fail(why, pytrace=False)
+    if verdict == "skip":
+        pytest.skip(why)
     summary, proc = _run_and_check(tmp_path, ["--node"])
     node = summary["node"]
     assert node["every_pod_a_container"], node

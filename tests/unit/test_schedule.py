@@ -75,3 +75,32 @@ def test_the_committed_durations_cover_the_real_files_and_load_a_broken_file_as_
     assert load(bad) == {}
     bad.write_text(json.dumps({"tests/unit/test_a.py": 3}))
     assert load(bad) == {"tests/unit/test_a.py": 3.0}
+
+
+def test_estimated_wall_time_follows_xdists_loadfile_rule() -> None:
+    from tests.schedule import estimate_wall
+
+    # one worker: everything in a row
+    assert estimate_wall([("a", 10.0, 1), ("b", 5.0, 2)], 1) == (15.0, [["a", "b"]])
+    # two workers, longest first: the short files fill the gap beside the long one
+    wall, ran = estimate_wall([("long", 100.0, 10), ("m", 40.0, 10), ("s1", 30.0, 10), ("s2", 30.0, 10)], 2)
+    assert wall == 100.0 and ran == [["long"], ["m", "s1", "s2"]]
+    # xdist hands a worker the next file while it still has <= 2 tests left: a one-test long file
+    # holds the next file too, which then waits behind it although the other worker is free sooner
+    wall, ran = estimate_wall([("long1", 100.0, 1), ("mid", 20.0, 1), ("x", 50.0, 1), ("y", 10.0, 1)], 2)
+    assert ran[0][:2] == ["long1", "x"] and wall == 150.0, (wall, ran)
+    # with more tests left than the limit the next file goes to the worker that runs out first
+    wall, ran = estimate_wall([("long1", 100.0, 10), ("mid", 20.0, 10), ("x", 50.0, 10)], 2)
+    assert ran == [["long1"], ["mid", "x"]] and wall == 100.0, (wall, ran)
+    assert estimate_wall([], 3) == (0.0, [[], [], []])
+
+
+def test_the_suite_estimate_counts_tests_from_a_collection_and_orders_files_longest_first() -> None:
+    from tests.schedule import counts_from_collection, estimate_suite
+
+    text = "tests/real/test_b.py::t1\ntests/real/test_b.py::t2[x]\ntests/unit/test_a.py::t\n\n3 tests collected\n"
+    counts = counts_from_collection(text)
+    assert counts == {"tests/real/test_b.py": 2, "tests/unit/test_a.py": 1}
+    # one worker: the sum; an unrecorded real file counts NEW_REAL_S
+    assert estimate_suite(counts, {"tests/unit/test_a.py": 5.0}, 1) == NEW_REAL_S + 5.0
+    assert estimate_suite(counts, {"tests/real/test_b.py": 50.0, "tests/unit/test_a.py": 5.0}, 2) == 50.0

@@ -36,7 +36,7 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,56 @@ def pod_gateway_on_host() -> str | None:
         return POD_GATEWAY
     except OSError:
         return None
+
+
+# the node's own processes (argv[0] `<cache>/node/bin/<name>`) and the flags that name a file of
+# `<state>/node/`: how a node of any state dir is found from /proc (one node per machine)
+_NODE_PROCESS_CONFIG_FLAGS = {
+    "containerd": ("--config",),
+    "kubelet": ("--config", "--root-dir"),
+    "kube-scheduler": ("--config",),
+    "kube-proxy": ("--config",),
+    "coredns": ("-conf",),
+}
+
+
+def node_state_dirs(cmdlines: Iterable[Sequence[str]]) -> set[Path]:
+    """The state dirs of the node parts whose processes these command lines are (from their config
+    paths: `<state>/node/<file>`). Pure; `running_cmdlines()` reads the machine's."""
+    found: set[Path] = set()
+    for argv in cmdlines:
+        if not argv:
+            continue
+        exe = Path(argv[0])
+        flags = _NODE_PROCESS_CONFIG_FLAGS.get(exe.name)
+        if flags is None or exe.parent.name != "bin" or exe.parent.parent.name != "node":
+            continue
+        for i, arg in enumerate(argv[1:], start=1):
+            flag, eq, value = arg.partition("=")
+            if flag not in flags:
+                continue
+            if not eq:
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+            path = Path(value)
+            for parent in (path.parent, path.parent.parent):  # <state>/node/<file>, or <state>/node/kubelet
+                if parent.name == "node":
+                    found.add(parent.parent)
+                    break
+    return found
+
+
+def running_cmdlines() -> list[list[str]]:
+    """Every process's argv on this machine (/proc/<pid>/cmdline; those that vanish are skipped)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            raw = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        out.append([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+    return out
 
 
 def default_node_ip() -> str:
@@ -668,7 +718,35 @@ state = "{self.run_dir / "containerd"}"
             return False
         return http_ok(f"http://{LOOPBACK}:{self.ports.ensure('node.kubelet-healthz')}/healthz")
 
+    def refuse_other_node(self, cmdlines: Iterable[Sequence[str]] | None = None) -> None:
+        """One node per machine (fixed node name, bridge, pod subnet, CoreDNS on the gateway:
+        docs/node.md "Stand-ins"): raise, naming the other state dir, when a node part of another
+        state dir has processes running here. `cmdlines`: the machine's (default) or a test's."""
+        mine = self.state_dir.resolve()
+        others = sorted(
+            str(d)
+            for d in node_state_dirs(running_cmdlines() if cmdlines is None else cmdlines)
+            if d.resolve() != mine
+        )
+        if others:
+            other = others[0]
+            raise RuntimeError(
+                f"the real node of state dir {other} runs on this machine, and there is one node per "
+                f"machine (node {NODE_NAME}, bridge {BRIDGE}, subnet {POD_SUBNET}: docs/node.md "
+                f"'Stand-ins'); this stack's state dir is {self.state_dir}. Run in that stack "
+                f"(LAGPILOT_STATE={other}), stop its node (LAGPILOT_STATE={other} lagpilot dev down "
+                f"--parts node), or run without a node (LAGPILOT_NODE=0)"
+            )
+
+    def prepare_host(self) -> None:
+        """Before the stack starts anything with the node (Stack.up): refuse another state dir's node
+        (`refuse_other_node`), then the host settings and the pod bridge with its gateway address,
+        which Kafka and PostgreSQL listen on for pods only when it exists at their start."""
+        self.refuse_other_node()
+        self._prepare_host()
+
     def start(self, timeout: float = 180.0) -> None:
+        self.refuse_other_node()
         self.install()
         self.kube.start()
         self.dir.mkdir(parents=True, exist_ok=True)

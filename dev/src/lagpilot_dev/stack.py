@@ -209,6 +209,14 @@ class Stack:
                 log.info("part is up", extra={"part": name, "seconds": round(time.monotonic() - t0, 1)})
             self._mark_owner(name, started_now=not was_running, by_tests=by_tests)
 
+        if "node" in names:
+            node = self.part("node")
+            prepare = getattr(node, "prepare_host", None)
+            if prepare is not None and not node.is_running():
+                # before anything starts: one node per machine (raises, naming another state dir's
+                # node), and the pod bridge, so Kafka and PostgreSQL starting beside the node's
+                # build listen on its gateway for pods (docs/node.md)
+                prepare()
         first = [n for n in names if n in _FIRST]
         rest = [n for n in names if n not in _FIRST]
         for batch in (first, rest):
