@@ -24,7 +24,7 @@ from lagpilot_dev.demo.node import (
     pods_without_containers,
 )
 from lagpilot_dev.demo.run import parse_args
-from lagpilot_dev.images_build import IMAGES
+from lagpilot_dev.images.build import IMAGES
 from lagpilot_dev.node import NAMESPACE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev import images_tools, kube, node
+from lagpilot_dev import kube, node
+from lagpilot_dev.images import tools as images_tools
 from lagpilot_dev.stack import Stack
 
 

@@ -19,6 +19,7 @@ def test_the_lagpilot_distribution_packages_no_dev_code() -> None:
     assert dev["tool"]["setuptools"]["packages"] == [
         "lagpilot_dev",
         "lagpilot_dev.demo",
+        "lagpilot_dev.images",
         "lagpilot_dev.podrunner",
     ]
     # every subpackage of lagpilot_dev is listed (a missing one would be absent from a wheel)

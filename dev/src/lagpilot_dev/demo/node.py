@@ -205,9 +205,9 @@ class NodeRun:
     def prepare_images(self, stack: Any) -> None:
         """Build the images from this checkout (cached layers: only what changed) and load them into
         the node's containerd."""
-        from lagpilot_dev import images_tools
-        from lagpilot_dev.images import build_and_run
-        from lagpilot_dev.images_build import IMAGES
+        from lagpilot_dev.images import tools as images_tools
+        from lagpilot_dev.images.build import IMAGES
+        from lagpilot_dev.images.command import build_and_run
 
         console = self.console
         self.node = stack.part("node")
