@@ -130,7 +130,7 @@ class BusyFaults(ReviewFaults):
         return out
 
     def parts_group(self, drain: Any) -> str:
-        from lagpilot_runtime.drain_plan import owner_tag, parts_group
+        from lagpilot_runtime.drain.plan import owner_tag, parts_group
 
         return parts_group(
             self.groups["eos"], str(drain), owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
@@ -241,7 +241,7 @@ class BusyFaults(ReviewFaults):
         driver's next poll; a driver running a pass does not poll).
         Fired = the forged commit read back from Kafka as written and the refusal logged."""
         drain, rnd = d["id"], int(d.get("round") or 0)
-        from lagpilot_runtime.drain_plan import owner_tag
+        from lagpilot_runtime.drain.plan import owner_tag
 
         owner = owner_tag(str((self.cr("eos") or {})["metadata"]["uid"]))
         forged = cf.forged_part(drain, rnd, self.watermarks(), owner, self.topic)

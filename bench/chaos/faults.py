@@ -443,7 +443,7 @@ def forged_part(drain_id: Any, round_: int, ends: Mapping[int, int], owner: str,
     import secrets
 
     from lagpilot_runtime import plan_auth
-    from lagpilot_runtime.drain_plan import NextPart, SubRange
+    from lagpilot_runtime.drain.plan import NextPart, SubRange
 
     subs = tuple(SubRange(int(p), 900 + int(p), 0, int(e) + 1000) for p, e in sorted(ends.items()))
     body = NextPart(str(drain_id), int(round_) + 1, False, subs).body()
@@ -482,7 +482,7 @@ def room_for_next_split(drain: Mapping[str, Any], min_left: int) -> bool:
 
 def part_round(metadata: str | None) -> int | None:
     """The round a parts-group commit's metadata claims (unverified), None when it is not a part (pure)."""
-    from lagpilot_runtime.drain_plan import NextPart
+    from lagpilot_runtime.drain.plan import NextPart
 
     body = (metadata or "").rpartition(";mac=")[0]
     try:

@@ -289,10 +289,10 @@ class CampaignBase:
         a coordinator error: in the 2026-11-27 campaign (round 2) the bench's long-lived AdminClient
         answered none for 180 s while a new client answered the same read in 0.05 s
         (tests/unit/test_chaos_offsets.py). The read is the runtime's one reader of commits
-        (``lagpilot_runtime.drain_progress.read_committed``, 30 s: a moving coordinator retried)."""
+        (``lagpilot_runtime.drain.progress.read_committed``, 30 s: a moving coordinator retried)."""
         import confluent_kafka
 
-        from lagpilot_runtime.drain_progress import read_committed
+        from lagpilot_runtime.drain.progress import read_committed
 
         parts = range(PARTS) if partitions is None else partitions
         c = confluent_kafka.Consumer(

@@ -30,7 +30,7 @@ from bench.drain.workload import (
     wait_until,
 )
 from lagpilot_runtime import plan_auth
-from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
+from lagpilot_runtime.drain.plan import DrainPlan, parallelism_for, split_ranges
 from lagpilot_runtime.sinks import ledger
 
 RUNTIME_URL_ENV = "LAGPILOT_DRAIN_RUNTIME_URL"

@@ -17,7 +17,7 @@ import signal
 
 import pytest
 
-from lagpilot_dev import demo_measure
+from lagpilot_dev.demo import measure as demo_measure
 from tests.real.test_consumer_runtime import (
     base_env,
     committed,
@@ -42,7 +42,7 @@ def test_committed_capacity_matches_the_ledgers_full_batch_throughput(
     produce(kafka_bootstrap, topic, [json.dumps({"n": i}).encode() for i in range(RECORDS)], partition=0)
     env = {
         **base_env(kafka_bootstrap, topic, group, postgres_dsn, table),
-        "LAGPILOT_HANDLER": "lagpilot_dev.demo_handler:process",
+        "LAGPILOT_HANDLER": "lagpilot_dev.demo.handler:process",
         "LAGPILOT_HANDLER_CONFIG": json.dumps(
             {"recordDelayMs": "18", "batchDelayMs": "50", "postgres.table": table, "ledgerTable": ledger}
         ),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
+from lagpilot_runtime.drain.plan import DrainPlan, parallelism_for, split_ranges
 from tests.real.test_drain_job import PARTS, drain_env, ledger, produce, start_drain
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
 from tests.real.test_drain_job import drain_env, pg_offsets, progress, start_drain
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator test
 

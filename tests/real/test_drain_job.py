@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from lagpilot_dev.operator_process import checkout_pythonpath
-from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
+from lagpilot_runtime.drain.plan import DrainPlan, parallelism_for, split_ranges
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -111,7 +111,7 @@ def pg_offsets(dsn: str, table: str) -> list[tuple[int, int]]:
 
 def progress(bootstrap: str, plan: DrainPlan) -> dict[tuple[int, int], tuple[int, int]]:
     from lagpilot_runtime.config import ConsumerConfig
-    from lagpilot_runtime.drain_progress import read_progress
+    from lagpilot_runtime.drain.progress import read_progress
 
     cfg = ConsumerConfig(bootstrap_servers=bootstrap, topic=plan.topic, group_id=plan.group_id, sink="log")
     return read_progress(cfg, plan)

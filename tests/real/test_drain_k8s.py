@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import split_ranges
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
+from lagpilot_runtime.drain.plan import split_ranges
 from tests.fixtures.kube import KubeEnv, wait_until
 from tests.real.test_drain_job import produce
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant

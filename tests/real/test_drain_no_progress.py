@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime.drain.plan import (
     owner_tag,
     parse_progress_attempt,
     parse_progress_metadata,

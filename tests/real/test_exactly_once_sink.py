@@ -134,7 +134,7 @@ def test_consumer_crash_after_the_sink_commit_before_the_kafka_commit_delivers_n
 def test_drain_task_crash_after_the_sink_commit_before_its_progress_commit_delivers_nothing_twice(
     kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], new_topic: Any, tmp_path: Path
 ) -> None:
-    from lagpilot_runtime.drain_plan import DrainPlan, split_ranges
+    from lagpilot_runtime.drain.plan import DrainPlan, split_ranges
     from tests.real.test_drain_job import drain_env, progress, start_drain
 
     topic = new_topic(partitions=PARTS, prefix="eos-drain")
@@ -194,7 +194,7 @@ def test_expired_drain_progress_groups_the_sinks_progress_is_authoritative(
     """Kafka expires a memberless group's offsets after offsets.retention.minutes; deleting the
     progress groups does the same deterministically. A second run of the finished plan must then
     deliver nothing again (the sink's progress rows never expire)."""
-    from lagpilot_runtime.drain_plan import DrainPlan, split_ranges
+    from lagpilot_runtime.drain.plan import DrainPlan, split_ranges
     from tests.real.test_drain_job import drain_env, progress, start_drain
 
     topic = new_topic(partitions=1, prefix="eos-expire")

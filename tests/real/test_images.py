@@ -13,7 +13,8 @@ import os
 
 import pytest
 
-from lagpilot_dev import images, images_tools
+from lagpilot_dev.images import command as images
+from lagpilot_dev.images import tools as images_tools
 
 pytestmark = [pytest.mark.real, pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -68,7 +69,7 @@ def test_consumer_image_consumes_into_postgres_and_commits_in_kafka(report):
 
 
 def test_the_build_storage_is_pruned_and_keeps_what_this_checkout_built(report):
-    # images_prune ran after the builds (docs/images.md "Disk"): it listed the storage without error,
+    # images.prune ran after the builds (docs/images.md "Disk"): it listed the storage without error,
     # and the images this checkout's content tags name are still there, with the plain tags and the base
     assert "error" not in report.prune, report.prune
     assert report.prune["kept"] > 0, report.prune

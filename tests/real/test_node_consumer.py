@@ -146,7 +146,7 @@ def test_consumer_image_pod_consumes_from_host_kafka(
     pods_kafka: Any,
     consumer_image: str,
 ) -> None:
-    from lagpilot_dev.images_run import committed_offsets, produce
+    from lagpilot_dev.images.run import committed_offsets, produce
 
     pods_bootstrap = pods_kafka.pods_bootstrap_servers()
     assert pods_bootstrap and pods_bootstrap.startswith(node.info()["host_from_pods"] + ":"), pods_bootstrap
@@ -221,7 +221,7 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(
     import psycopg
     from kubernetes import client, watch
 
-    from lagpilot_dev.images_run import committed_offsets, produce
+    from lagpilot_dev.images.run import committed_offsets, produce
 
     pods_dsn = pods_postgres.pods_dsn()
     assert pods_dsn and f"@{node.info()['host_from_pods']}:" in pods_dsn

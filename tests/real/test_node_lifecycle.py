@@ -160,7 +160,7 @@ def test_scale_down_sigterm_finishes_the_batch_in_flight_and_commits_it(
     from confluent_kafka.admin import AdminClient
     from kubernetes import client, watch
 
-    from lagpilot_dev.images_run import committed_offsets, produce
+    from lagpilot_dev.images.run import committed_offsets, produce
 
     team, image = operator_for()
     pods_bootstrap, pods_dsn = kafka_part.pods_bootstrap_servers(), pods_postgres.pods_dsn()
@@ -330,7 +330,7 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
     limit in the CR rolls the Deployment and every record reaches the ledger."""
     from kubernetes import client
 
-    from lagpilot_dev.images_run import committed_offsets
+    from lagpilot_dev.images.run import committed_offsets
 
     team, image = operator_for()
     pods_bootstrap, pods_dsn = kafka_part.pods_bootstrap_servers(), pods_postgres.pods_dsn()

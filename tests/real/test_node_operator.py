@@ -93,7 +93,7 @@ def test_helm_installed_operator_pod_reconciles_a_cr_into_consumer_containers(
     tmp_path: Any,
 ) -> None:
     from lagpilot_dev import helm as h
-    from lagpilot_dev.images_run import committed_offsets, produce
+    from lagpilot_dev.images.run import committed_offsets, produce
 
     pods_bootstrap = kafka_part.pods_bootstrap_servers()
     assert pods_bootstrap, (
@@ -231,7 +231,7 @@ def test_drain_job_runs_as_a_container_to_verified(
     import psycopg
 
     from lagpilot_dev import helm as h
-    from lagpilot_dev.images_run import produce
+    from lagpilot_dev.images.run import produce
 
     pods_bootstrap, pods_dsn = kafka_part.pods_bootstrap_servers(), pods_postgres.pods_dsn()
     assert pods_bootstrap and pods_dsn

@@ -294,7 +294,7 @@ def test_the_drains_spark_reader_authenticates_with_oidc_client_credentials(
     with a wrong client secret the same read fails (the fault fires at the token endpoint)."""
     from lagpilot_dev.spark import local_session
     from lagpilot_runtime.config import ConsumerConfig
-    from lagpilot_runtime.drain_spark import spark_kafka_options
+    from lagpilot_runtime.drain.spark import spark_kafka_options
 
     ok = oidc_kafka
     topic = f"oauth-spark-{uuid.uuid4().hex[:8]}"

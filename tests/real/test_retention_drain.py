@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime.drain_plan import DrainPlan, owner_tag, split_ranges
+from lagpilot_runtime.drain.plan import DrainPlan, owner_tag, split_ranges
 from tests.real.test_drain_job import PARTS, PER_PARTITION, drain_env, pg_offsets, produce, start_drain
 
 pytestmark = [pytest.mark.real]

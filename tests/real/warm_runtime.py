@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lagpilot_dev.paths import free_port
 from lagpilot_runtime import plan_auth
-from lagpilot_runtime.drain_plan import DrainPlan, parallelism_for, split_ranges
+from lagpilot_runtime.drain.plan import DrainPlan, parallelism_for, split_ranges
 from tests.real.test_drain_job import PARTS, drain_env, produce, wait_for
 
 

@@ -144,7 +144,7 @@ def test_the_part_is_written_to_kafka_and_read_back_signed() -> None:
 
     from lagpilot.act.drain import DrainExecutor, DrainSettings
     from lagpilot.spec import parse_spec
-    from lagpilot_runtime.drain_plan import NextPart, SubRange
+    from lagpilot_runtime.drain.plan import NextPart, SubRange
 
     spec = parse_spec({"kafka": {"bootstrapServers": "k:9092"}, "topic": "t", "groupId": "g"})
     ex = DrainExecutor(client.ApiClient(), DrainSettings())

@@ -277,6 +277,6 @@ def test_the_hold_is_a_new_drains_start_up_within_bounds(start_up: float, poll: 
 
 
 def test_the_hold_ends_before_the_drivers_own_wait_for_a_part() -> None:
-    from lagpilot_runtime.drain_job import PART_WAIT_S
+    from lagpilot_runtime.drain.job import PART_WAIT_S
 
     assert h.HOLD_MAX_S < PART_WAIT_S

@@ -299,7 +299,7 @@ def test_the_forged_part_is_refused_by_the_crs_key_and_would_rerun_everything() 
     import pytest as _pytest
 
     from lagpilot_runtime import plan_auth
-    from lagpilot_runtime.drain_plan import NextPart
+    from lagpilot_runtime.drain.plan import NextPart
 
     meta = cf.forged_part(7, 2, {0: 5000, 1: 300}, "abc123abc123", "t")
     assert cf.part_round(meta) == 3

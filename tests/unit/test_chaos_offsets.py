@@ -143,10 +143,10 @@ class MovingCoordinator:
 
 
 def test_the_bench_reads_commits_through_the_runtimes_one_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One reader of committed offsets (lagpilot_runtime.drain_progress.read_committed): the bench's
+    """One reader of committed offsets (lagpilot_runtime.drain.progress.read_committed): the bench's
     read rides out a coordinator that moves, as the drain's progress reads do."""
     from bench.chaos.stack import CampaignBase
-    from lagpilot_runtime import drain_progress
+    from lagpilot_runtime.drain import progress as drain_progress
 
     monkeypatch.setattr(drain_progress, "_BACKOFF_S", (0.0, 0.0))
     readers = MovingCoordinator()

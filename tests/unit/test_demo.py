@@ -8,10 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot_dev import demo_measure, demo_plot, demo_report, demo_table, demo_traffic, demo_view
-from lagpilot_dev.demo_handler import batch_cost_s
-from lagpilot_dev.demo_report import Proof, Sample
-from lagpilot_dev.demo_traffic import PROFILES, Phase, partition_for, phase_at, records_due
+from lagpilot_dev.demo import measure as demo_measure
+from lagpilot_dev.demo import plot as demo_plot
+from lagpilot_dev.demo import report as demo_report
+from lagpilot_dev.demo import table as demo_table
+from lagpilot_dev.demo import traffic as demo_traffic
+from lagpilot_dev.demo import view as demo_view
+from lagpilot_dev.demo.handler import batch_cost_s
+from lagpilot_dev.demo.report import Proof, Sample
+from lagpilot_dev.demo.traffic import PROFILES, Phase, partition_for, phase_at, records_due
 
 PHASES = (Phase("quiet", 10, 2.0), Phase("peak", 5, 100.0), Phase("quiet", 10, 2.0))
 
@@ -386,7 +391,7 @@ def test_render_shows_every_part_of_the_story() -> None:
 
 
 def test_handler_settings_read_the_dsn_from_the_named_env_var() -> None:
-    from lagpilot_dev.demo_handler import settings
+    from lagpilot_dev.demo.handler import settings
 
     cfg = settings({"postgres.table": "t1", "dsnEnv": "X_DSN"}, env={"X_DSN": "postgresql://u:p@h/d"})
     assert cfg.dsn == "postgresql://u:p@h/d" and cfg.table == "t1" and cfg.mode == "insert"
@@ -632,7 +637,7 @@ def test_trace_rows_cover_the_observation_at_one_second_and_parse_in_the_simulat
 def test_ledger_has_no_key_and_one_row_per_record() -> None:
     import logging
 
-    from lagpilot_dev.demo_handler import ledger_ddl, ledger_rows, ledger_table
+    from lagpilot_dev.demo.handler import ledger_ddl, ledger_rows, ledger_table
     from lagpilot_runtime.handler import BatchContext, Record
 
     sql = ledger_ddl("demo_ledger_x").upper()
@@ -720,7 +725,7 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
 
 
 def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
-    from lagpilot_dev.demo_keep import kept_lines
+    from lagpilot_dev.demo.keep import kept_lines
 
     kw = dict(
         ns="lagpilot-demo",
@@ -753,7 +758,7 @@ def test_a_busy_drains_task_minutes_count_the_slots_it_holds_not_its_queued_sub_
     drain holds status.drain.slots from its launch to its end (also while it waits for a next part),
     and sub-ranges beyond them queue; the simulator counts the same (sim/world.py). Counting unfinished
     sub-ranges made the demo's 'measured' 48.4 drain-task minutes for ~27 slot-minutes."""
-    from lagpilot_dev.demo_report import drain_tasks_of
+    from lagpilot_dev.demo.report import drain_tasks_of
 
     def subs(unfinished: int, done: int) -> list[dict[str, int]]:
         return [{"partition": 0, "index": i, "start": 0, "end": 10, "next": 0} for i in range(unfinished)] + [

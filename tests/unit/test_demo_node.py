@@ -1,4 +1,4 @@
-"""`lagpilot demo --node` (lagpilot_dev.demo_node): the pure parts. The CR names the demo image and
+"""`lagpilot demo --node` (lagpilot_dev.demo.node): the pure parts. The CR names the demo image and
 never pulls it, the release's values, the namespaces' labels, the demo image's build definition,
 and the record of which pods ran as containers (from `crictl ps -a -o json` and the API's pods)."""
 
@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from lagpilot.spec import parse_spec
-from lagpilot_dev.demo import parse_args
-from lagpilot_dev.demo_config import HANDLER, RunNames, manifest, profile_for
-from lagpilot_dev.demo_node import (
+from lagpilot_dev.demo.config import HANDLER, RunNames, manifest, profile_for
+from lagpilot_dev.demo.node import (
     DRAIN_CPU_PER_TASK_M,
     NODE_CPU_M,
     NODE_PARTS,
@@ -24,7 +23,8 @@ from lagpilot_dev.demo_node import (
     operator_namespace,
     pods_without_containers,
 )
-from lagpilot_dev.images_build import IMAGES
+from lagpilot_dev.demo.run import parse_args
+from lagpilot_dev.images.build import IMAGES
 from lagpilot_dev.node import NAMESPACE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def test_image_names_prefer_the_name_pods_use() -> None:
 
 
 def test_cpu_window_is_the_node_pods_cpu_share_of_the_machine(tmp_path: Path) -> None:
-    from lagpilot_dev.demo_node import cpu_window, drain_cpu, read_cpu
+    from lagpilot_dev.demo.node import cpu_window, drain_cpu, read_cpu
 
     # (epoch s, cumulative CPU-s of the node's pods, load1): 3 CPU-s in 10 s on 2 cores = 15 %
     samples = [[100.0, 50.0, 20.0], [105.0, 51.0, 22.0], [110.0, 53.0, 24.0], [200.0, 90.0, 1.0]]

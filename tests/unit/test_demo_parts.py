@@ -1,5 +1,5 @@
-"""Unit tests for the demo's run settings and loop decisions (demo_config, demo_loop, demo_summary's
-paths, demo_keep's record): the pure parts the split out of demo.py made testable."""
+"""Unit tests for the demo's run settings and loop decisions (demo.config, demo.loop, demo.summary's
+paths, demo.keep's record): the pure parts the split out of demo.py made testable."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from lagpilot.spec import parse_spec
-from lagpilot_dev import demo_keep
-from lagpilot_dev.demo_config import HANDLER, PG_SECRET, RunNames, manifest, profile_for, spec_settings
-from lagpilot_dev.demo_loop import caught_up, phase_text
-from lagpilot_dev.demo_report import Sample
-from lagpilot_dev.demo_summary import OutputPaths
-from lagpilot_dev.demo_traffic import PROFILES
+from lagpilot_dev.demo import keep as demo_keep
+from lagpilot_dev.demo.config import HANDLER, PG_SECRET, RunNames, manifest, profile_for, spec_settings
+from lagpilot_dev.demo.loop import caught_up, phase_text
+from lagpilot_dev.demo.report import Sample
+from lagpilot_dev.demo.summary import OutputPaths
+from lagpilot_dev.demo.traffic import PROFILES
 
 
 def _names(tmp_path: Path) -> RunNames:
@@ -34,7 +34,7 @@ def test_run_names_share_one_suffix_and_follow_the_operators_naming(tmp_path: Pa
 
 
 def test_default_out_is_under_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("lagpilot_dev.demo_config.cache_dir", lambda: tmp_path)
+    monkeypatch.setattr("lagpilot_dev.demo.config.cache_dir", lambda: tmp_path)
     n = RunNames.new("ns", None)
     assert n.out == tmp_path / "demo" / n.run_id
 
@@ -119,7 +119,7 @@ def test_output_paths_are_the_summarys_paths(tmp_path: Path) -> None:
 
 
 def test_kept_record_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("lagpilot_dev.demo_keep.cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr("lagpilot_dev.demo.keep.cache_dir", lambda: tmp_path / "cache")
     out = tmp_path / "out"
     out.mkdir()
     kept = {"operator_pid": None, "podrunner_pid": None}

@@ -18,12 +18,15 @@ from lagpilot.decide.runtime import MODE_ALWAYS, MODE_ON_DEMAND, mode_of
 from lagpilot.sim import compare as sim_compare
 from lagpilot.sim.params import SimParams
 from lagpilot.spec import parse_spec
-from lagpilot_dev import demo_loop, demo_measure, demo_report, demo_table
-from lagpilot_dev.demo import parse_args
-from lagpilot_dev.demo_config import RunNames, manifest, profile_for, spec_settings
-from lagpilot_dev.demo_console import Console
-from lagpilot_dev.demo_observe import ready_since
-from lagpilot_dev.demo_report import Proof, Sample
+from lagpilot_dev.demo import loop as demo_loop
+from lagpilot_dev.demo import measure as demo_measure
+from lagpilot_dev.demo import report as demo_report
+from lagpilot_dev.demo import table as demo_table
+from lagpilot_dev.demo.config import RunNames, manifest, profile_for, spec_settings
+from lagpilot_dev.demo.console import Console
+from lagpilot_dev.demo.observe import ready_since
+from lagpilot_dev.demo.report import Proof, Sample
+from lagpilot_dev.demo.run import parse_args
 
 WALL0 = 1_700_000_000.0
 # the README demo's sim_params keys (summary.json), as before this option (+ busy_drains: the CRD's

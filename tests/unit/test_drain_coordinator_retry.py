@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from lagpilot_runtime import drain_progress
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange
+from lagpilot_runtime.drain import progress as drain_progress
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
 
 ENV = {
     "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
@@ -127,7 +127,7 @@ class MovingAtBatch(Moving):
 
 
 def _run_task(monkeypatch: pytest.MonkeyPatch, group: Moving) -> list[Any]:
-    from lagpilot_runtime import drain_task
+    from lagpilot_runtime.drain import task as drain_task
     from lagpilot_runtime.handler import Record
 
     monkeypatch.delenv("LAGPILOT_SINK", raising=False)

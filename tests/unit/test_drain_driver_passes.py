@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_job, plan_auth
-from lagpilot_runtime.drain_plan import DrainPlan, NextPart, SubRange, owner_tag
+from lagpilot_runtime import plan_auth
+from lagpilot_runtime.drain import job as drain_job
+from lagpilot_runtime.drain.plan import DrainPlan, NextPart, SubRange, owner_tag
 
 KEY = bytes(range(32))
 OWNER = owner_tag("uid-1")

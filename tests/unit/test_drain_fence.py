@@ -29,9 +29,10 @@ import pytest
 from lagpilot.act.drain_manifests import drain_plan_for
 from lagpilot.decide import deletion
 from lagpilot.decide.handoff import DrainStatus, Phase, SubProgress
-from lagpilot_runtime import drain_progress, drain_task
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_plan import SubRange, owner_tag, progress_group
+from lagpilot_runtime.drain import progress as drain_progress
+from lagpilot_runtime.drain import task as drain_task
+from lagpilot_runtime.drain.plan import SubRange, owner_tag, progress_group
 from lagpilot_runtime.handler import Fenced, Record
 
 ENV = {

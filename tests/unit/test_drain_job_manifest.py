@@ -9,7 +9,7 @@ import pytest
 from lagpilot.act.drain_manifests import DrainSettings, build_drain_job, drain_plan_for, job_observation
 from lagpilot.decide.handoff import DrainStatus, JobState, PartitionRange, Phase, SubProgress
 from lagpilot.spec import parse_spec
-from lagpilot_runtime.drain_plan import DrainPlan
+from lagpilot_runtime.drain.plan import DrainPlan
 
 RAW = {
     "kafka": {

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_job import _short_error
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange
-from lagpilot_runtime.drain_progress import RetentionError, check_retention, remaining_work
-from lagpilot_runtime.drain_spark import read_options, resolve_jars, spark_kafka_options
+from lagpilot_runtime.drain.job import _short_error
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
+from lagpilot_runtime.drain.progress import RetentionError, check_retention, remaining_work
+from lagpilot_runtime.drain.spark import read_options, resolve_jars, spark_kafka_options
 
 PLAN = DrainPlan(
     "4", "orders", "g", (SubRange(0, 0, 0, 100), SubRange(0, 1, 100, 200), SubRange(2, 0, 50, 80))

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lagpilot_runtime.drain_job import startup_breakdown
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
-from lagpilot_runtime.drain_progress import remaining_work
-from lagpilot_runtime.drain_spark import (
+from lagpilot_runtime.drain.job import startup_breakdown
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange, split_ranges
+from lagpilot_runtime.drain.progress import remaining_work
+from lagpilot_runtime.drain.spark import (
     CDS_ARCHIVE_NAME,
     DEFAULT_DRIVER_JAVA_OPTIONS,
     _switch,
@@ -24,7 +24,7 @@ from lagpilot_runtime.drain_spark import (
     relation_options,
     session_conf,
 )
-from lagpilot_runtime.drain_task import sub_range_of
+from lagpilot_runtime.drain.task import sub_range_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import itertools
@@ -277,7 +277,7 @@ class _FakeSpark:
 
 
 def test_collect_in_parallel_returns_every_task_summary():
-    from lagpilot_runtime.drain_spark import collect_in_parallel
+    from lagpilot_runtime.drain.spark import collect_in_parallel
 
     jobs = [_FakeJob([{"records": i, "index": i}, {"records": 10 + i, "index": i}]) for i in range(4)]
     spark = _FakeSpark()
@@ -289,7 +289,7 @@ def test_collect_in_parallel_returns_every_task_summary():
 def test_collect_in_parallel_a_failure_cancels_the_other_jobs_and_is_raised():
     import threading
 
-    from lagpilot_runtime.drain_spark import collect_in_parallel
+    from lagpilot_runtime.drain.spark import collect_in_parallel
 
     release = threading.Event()
     spark = _FakeSpark(on_cancel=release.set)  # a cancelled job returns (Spark: its collect raises)

@@ -143,7 +143,7 @@ def test_spark_cleans_up_through_owner_references_not_deletecollection():
 
 
 def test_the_runtime_writes_the_executor_pod_template(tmp_path):
-    from lagpilot_runtime.drain_spark import executor_pod_template_conf
+    from lagpilot_runtime.drain.spark import executor_pod_template_conf
 
     template = env_of(k8s_job())["LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE"]["value"]
     conf = executor_pod_template_conf({"LAGPILOT_SPARK_EXECUTOR_POD_TEMPLATE": template}, tmp_path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from lagpilot_runtime.drain_spark import collect_in_parallel
+from lagpilot_runtime.drain.spark import collect_in_parallel
 
 GROUP = "lagpilot-drain-7"
 HANG_GUARD_S = 60  # only so that a broken test does not hang the suite; nothing is timed

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lagpilot_runtime import drain_job, plan_auth
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime import plan_auth
+from lagpilot_runtime.drain import job as drain_job
+from lagpilot_runtime.drain.plan import (
     MAX_PART_BYTES,
     MAX_PART_SUB_RANGES,
     DrainPlan,

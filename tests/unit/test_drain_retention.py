@@ -11,13 +11,13 @@ import pytest
 from lagpilot.decide import handoff as h
 from lagpilot.decide.drain_policy import PartitionLoad, expiring_first
 from lagpilot.decide.handoff import JobObservation, JobState, Kind, next_action
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime.drain.plan import (
     SubRange,
     parse_progress_lost,
     parse_progress_metadata,
     progress_metadata,
 )
-from lagpilot_runtime.drain_progress import merge_ranges, retention_losses
+from lagpilot_runtime.drain.progress import merge_ranges, retention_losses
 from tests.unit.test_handoff import NOW, RUNNING, obs, spec
 
 

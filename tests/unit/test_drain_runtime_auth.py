@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_job, drain_runtime
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange
-from lagpilot_runtime.drain_runtime import DrainRuntime
+from lagpilot_runtime.drain import job as drain_job
+from lagpilot_runtime.drain import runtime as drain_runtime
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
+from lagpilot_runtime.drain.runtime import DrainRuntime
 
 ENV = {
     "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",

@@ -9,10 +9,12 @@ import time
 
 import pytest
 
-from lagpilot_runtime import drain_runtime, drain_spark, plan_auth
+from lagpilot_runtime import plan_auth
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, split_ranges
-from lagpilot_runtime.drain_runtime import DrainRuntime, warm_up_work
+from lagpilot_runtime.drain import runtime as drain_runtime
+from lagpilot_runtime.drain import spark as drain_spark
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange, split_ranges
+from lagpilot_runtime.drain.runtime import DrainRuntime, warm_up_work
 
 ENV = {
     "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",

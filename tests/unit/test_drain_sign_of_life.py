@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_task
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime.drain import task as drain_task
+from lagpilot_runtime.drain.plan import (
     DrainPlan,
     SubRange,
     parse_progress_attempt,

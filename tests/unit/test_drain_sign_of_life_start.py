@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_task
-from lagpilot_runtime.drain_plan import SubRange
+from lagpilot_runtime.drain import task as drain_task
+from lagpilot_runtime.drain.plan import SubRange
 from lagpilot_runtime.handler import Record
 from tests.unit.test_drain_sign_of_life import CALLS, ENV, PROGRESS, FakeProgress
 
@@ -151,7 +151,7 @@ def _kafka(index: int, partition: int, start: int, end: int) -> _J:
 
 
 def test_task_ranges_unwraps_the_union_to_the_kafka_ranges() -> None:
-    from lagpilot_runtime.drain_spark import task_ranges
+    from lagpilot_runtime.drain.spark import task_ranges
 
     # as printed on Spark 4.2 for 3 relations x 3 partitions: UnionPartition -> KafkaSourceRDDPartition
     kafka = [
@@ -175,7 +175,7 @@ def test_task_ranges_unwraps_the_union_to_the_kafka_ranges() -> None:
 
 
 def test_name_tasks_sets_the_property_or_clears_it_when_the_plan_is_of_another_shape() -> None:
-    from lagpilot_runtime.drain_spark import name_tasks
+    from lagpilot_runtime.drain.spark import name_tasks
 
     props: dict[str, Any] = {}
     spark = type(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_runtime import drain_task
-from lagpilot_runtime.drain_plan import SubRange, parse_progress_metadata
+from lagpilot_runtime.drain import task as drain_task
+from lagpilot_runtime.drain.plan import SubRange, parse_progress_metadata
 from lagpilot_runtime.handler import Record
 
 ENV = {

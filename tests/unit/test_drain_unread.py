@@ -3,8 +3,8 @@ no task summary names them, because a task names its sub-range from its first re
 
 from __future__ import annotations
 
-from lagpilot_runtime.drain_plan import SubRange
-from lagpilot_runtime.drain_progress import unread_sub_ranges
+from lagpilot_runtime.drain.plan import SubRange
+from lagpilot_runtime.drain.progress import unread_sub_ranges
 
 A, B, C = SubRange(0, 0, 0, 300), SubRange(0, 1, 300, 700), SubRange(1, 0, 0, 50)
 

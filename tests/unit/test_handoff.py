@@ -30,7 +30,7 @@ from lagpilot.decide.status import format_time
 from lagpilot.model.status import validate_status
 from lagpilot.spec import parse_spec
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime.drain.plan import (
     DrainPlan,
     SubRange,
     parse_progress_metadata,

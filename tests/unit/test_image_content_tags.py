@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev import images_build, images_tools
+from lagpilot_dev.images import build as images_build
+from lagpilot_dev.images import tools as images_tools
 
 REPO = Path(__file__).resolve().parents[2]
 # what the consumer and test images read from the repository (their Dockerfiles + ignore files, real)
@@ -109,7 +110,7 @@ def test_a_derived_image_is_built_from_its_bases_content_tag_and_follows_its_cha
 
 
 def test_the_real_ignore_files_admit_what_the_dockerfiles_copy() -> None:
-    from lagpilot_dev.images_digest import context_files
+    from lagpilot_dev.images.digest import context_files
 
     test_files = context_files(REPO, images_build.IMAGES["test"].ignorefile)
     assert test_files == [
@@ -148,13 +149,13 @@ def test_the_real_ignore_files_admit_what_the_dockerfiles_copy() -> None:
     ],
 )
 def test_dockerignore_rules_as_docker_reads_them(rules: str, path: str, out: bool) -> None:
-    from lagpilot_dev.images_digest import excluded, ignore_rules
+    from lagpilot_dev.images.digest import excluded, ignore_rules
 
     assert excluded(path, ignore_rules(rules)) is out
 
 
 def test_content_tag_keeps_the_plain_tag_in_front() -> None:
-    from lagpilot_dev.images_digest import content_tag
+    from lagpilot_dev.images.digest import content_tag
 
     assert (
         content_tag("localhost/lagpilot/consumer:0.1.0", "ab" * 32)

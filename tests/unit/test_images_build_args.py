@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lagpilot_dev import images_base, images_build, images_tools
+from lagpilot_dev.images import base as images_base
+from lagpilot_dev.images import build as images_build
+from lagpilot_dev.images import tools as images_tools
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev import images, images_tools
-from lagpilot_dev.images_build import IMAGES
+from lagpilot_dev.images import command as images
+from lagpilot_dev.images import tools as images_tools
+from lagpilot_dev.images.build import IMAGES
 
 DAY = 86400.0
 
@@ -125,12 +126,12 @@ def test_a_failed_listing_leaves_the_builds_standing_and_says_so(
     assert not any("rmi" in c or "untag" in c for c in store.calls)
 
 
-# ---------------------------------------------------------------- the choice, pure (images_prune.plan)
+# ---------------------------------------------------------------- the choice, pure (images.prune.plan)
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from lagpilot_dev.images_prune import Built, StoredImage, build_steps, is_content_tag, plan  # noqa: E402
+from lagpilot_dev.images.prune import Built, StoredImage, build_steps, is_content_tag, plan  # noqa: E402
 
 PLAIN = "localhost/lagpilot/consumer:0.1.0"
 OPER = "localhost/lagpilot/operator:0.1.0"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev import images_tools, kube, node
+from lagpilot_dev import kube, node
+from lagpilot_dev.images import tools as images_tools
 from lagpilot_dev.stack import Stack
 
 
@@ -164,7 +165,7 @@ def test_netpol_is_a_part_asked_for_and_stopped_before_the_node(tmp_path: Path) 
 
 @pytest.mark.parametrize(("built", "has_netpol"), [(True, True), (False, False)])
 def test_the_node_demo_enforces_policies_only_with_a_built_agent(built: bool, has_netpol: bool) -> None:
-    from lagpilot_dev.demo_node import NODE_PARTS, node_parts
+    from lagpilot_dev.demo.node import NODE_PARTS, node_parts
 
     assert ("netpol" in node_parts(built)) is has_netpol
     assert set(NODE_PARTS) <= set(node_parts(built))

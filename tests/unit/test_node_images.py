@@ -1,5 +1,5 @@
 """The real node's pure pieces: the names it knows the project's images by (lagpilot_dev.node,
-images_build) and the policy that sends a labelled namespace's pods to it."""
+images.build) and the policy that sends a labelled namespace's pods to it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lagpilot.spec import DEFAULT_IMAGE
-from lagpilot_dev.images_build import IMAGES
+from lagpilot_dev.images.build import IMAGES
 from lagpilot_dev.node import cri_image_name
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "lagpilot"
@@ -69,7 +69,7 @@ def test_load_built_image_logs_under_info_without_breaking(
     import logging
     import subprocess
 
-    from lagpilot_dev import images_tools
+    from lagpilot_dev.images import tools as images_tools
     from lagpilot_dev.node import NodePart
 
     part = NodePart(tmp_path / "cache", tmp_path / "state")

@@ -14,7 +14,7 @@ from lagpilot.observe.kafka_common import SecretError
 from lagpilot.observe.kafka_config import admin_config
 from lagpilot.spec import SpecError, parse_spec
 from lagpilot_runtime.config import ConfigError, ConsumerConfig
-from lagpilot_runtime.drain_spark import spark_kafka_options
+from lagpilot_runtime.drain.spark import spark_kafka_options
 
 URL = "https://idp.example.com/realms/kafka/protocol/openid-connect/token"
 KAFKA = {

@@ -16,7 +16,12 @@ def test_the_lagpilot_distribution_packages_no_dev_code() -> None:
     assert not [p for p in conf["packages"] if p.startswith("lagpilot_dev")]
     assert "lagpilot_dev" not in conf["package-dir"]
     dev = tomllib.loads((ROOT / "dev" / "pyproject.toml").read_text())
-    assert dev["tool"]["setuptools"]["packages"] == ["lagpilot_dev", "lagpilot_dev.podrunner"]
+    assert dev["tool"]["setuptools"]["packages"] == [
+        "lagpilot_dev",
+        "lagpilot_dev.demo",
+        "lagpilot_dev.images",
+        "lagpilot_dev.podrunner",
+    ]
     # every subpackage of lagpilot_dev is listed (a missing one would be absent from a wheel)
     src = ROOT / "dev" / "src"
     found = sorted(

@@ -13,8 +13,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from lagpilot_runtime import drain_plan as dp
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange
+from lagpilot_runtime.drain import plan as dp
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
 
 OLD = "0b6f7c1e-8f3a-4c1d-9e2b-3f4a5b6c7d8e"
 NEW = "5d1e2f3a-1b2c-4d3e-8f4a-6b7c8d9e0f1a"

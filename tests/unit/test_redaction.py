@@ -18,8 +18,10 @@ import uuid
 import pytest
 
 from lagpilot.act.drain_manifests import job_observation
-from lagpilot_runtime import drain_job, drain_runtime, jsonlog
+from lagpilot_runtime import jsonlog
 from lagpilot_runtime.config import ConsumerConfig
+from lagpilot_runtime.drain import job as drain_job
+from lagpilot_runtime.drain import runtime as drain_runtime
 from lagpilot_runtime.handler import describe_error
 
 SECRET = f"pw{uuid.uuid4().hex}"

@@ -23,9 +23,10 @@ import pytest
 from lagpilot.act.drain_manifests import drain_plan_for
 from lagpilot.decide import deletion
 from lagpilot.decide.handoff import DrainStatus, Phase, SubProgress
-from lagpilot_runtime import drain_progress, drain_task
 from lagpilot_runtime.config import ConsumerConfig
-from lagpilot_runtime.drain_plan import SubRange
+from lagpilot_runtime.drain import progress as drain_progress
+from lagpilot_runtime.drain import task as drain_task
+from lagpilot_runtime.drain.plan import SubRange
 from lagpilot_runtime.handler import Record
 
 ENV = {
@@ -104,7 +105,7 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, FakeProgress]:
 def test_an_adopted_remainder_does_not_rewrite_what_the_sink_already_holds(
     groups: dict[str, FakeProgress],
 ) -> None:
-    from lagpilot_runtime.drain_plan import owner_tag, progress_group
+    from lagpilot_runtime.drain.plan import owner_tag, progress_group
 
     old_uid, new_uid = "uid-of-the-deleted-cr", "uid-of-the-re-created-cr"
     old_sub = SubRange(1, 1, 4052, 9064)

@@ -1,4 +1,4 @@
-"""The simulated busy drain behaves as the real driver does (lagpilot_runtime.drain_job.run,
+"""The simulated busy drain behaves as the real driver does (lagpilot_runtime.drain.job.run,
 docs/drain.md "Busy drains"): its Job holds the task slots it was launched with until it ends — while
 it waits for the operator's next part too — and ends on the final part (the first decision that takes
 no next split once every sub-range is done) or after LAGPILOT_DRAIN_PART_WAIT_SECONDS without a part;
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from lagpilot.sim.params import SimParams
 from lagpilot.sim.trace import Trace
 from lagpilot.sim.world import _World
-from lagpilot_runtime import drain_job
+from lagpilot_runtime.drain import job as drain_job
 
 CAP = 100.0
 P = SimParams(

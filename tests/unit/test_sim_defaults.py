@@ -97,7 +97,7 @@ def test_the_demos_sim_to_real_defaults_to_the_crds_busy_drains() -> None:
     """A demo spec without the setting (an older summary) is simulated with the CRD's default."""
     import inspect
 
-    from lagpilot_dev import demo_measure
+    from lagpilot_dev.demo import measure as demo_measure
 
     busy = m.Drain.model_fields["busy"].default
     assert inspect.signature(demo_measure.sim_params).parameters["busy_drains"].default is busy

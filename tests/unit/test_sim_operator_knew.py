@@ -11,7 +11,7 @@ from lagpilot.sim import compare as sim_compare
 from lagpilot.sim.params import SimParams
 from lagpilot.sim.policies import run_policy
 from lagpilot.sim.trace import Trace
-from lagpilot_dev import demo_measure
+from lagpilot_dev.demo import measure as demo_measure
 
 
 def test_decision_capacity_steps_through_the_reports() -> None:

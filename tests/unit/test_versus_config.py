@@ -6,8 +6,8 @@ import pytest
 
 from lagpilot.act.deployment import build_deployment
 from lagpilot.spec import parse_spec
-from lagpilot_dev.demo_config import RunNames, manifest
-from lagpilot_dev.demo_traffic import PROFILES
+from lagpilot_dev.demo.config import RunNames, manifest
+from lagpilot_dev.demo.traffic import PROFILES
 from lagpilot_dev.versus_config import (
     HPA_SCALE_DOWN_WINDOW_S,
     KedaVariant,
@@ -262,8 +262,8 @@ def test_the_round_plot_counts_the_running_drains_tasks(tmp_path) -> None:  # ty
 
 def test_the_hot_profile_sends_each_partition_its_share_and_the_trace_keeps_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from lagpilot.sim import trace as sim_trace
-    from lagpilot_dev.demo_config import profile_for
-    from lagpilot_dev.demo_traffic import trace_rows, trace_weights, weighted_partition, write_trace
+    from lagpilot_dev.demo.config import profile_for
+    from lagpilot_dev.demo.traffic import trace_rows, trace_weights, weighted_partition, write_trace
 
     hot = profile_for("hot", cold_drains=False)
     w = hot.phases[1].weights
@@ -330,7 +330,7 @@ def test_each_run_gets_every_option_the_demo_parses(tmp_path, monkeypatch) -> No
     from pathlib import Path
 
     from lagpilot_dev import versus
-    from lagpilot_dev.demo import parse_args
+    from lagpilot_dev.demo.run import parse_args
 
     seen = []
 

@@ -24,7 +24,7 @@ def _preload() -> None:
         "pyarrow.pandas_compat",
         "confluent_kafka",
         "psycopg",
-        "lagpilot_runtime.drain_task",
+        "lagpilot_runtime.drain.task",
         "lagpilot_runtime.failure",
         "lagpilot_runtime.handler",
         "pyspark.worker",

@@ -41,7 +41,7 @@ def main() -> int:
         if str(k).startswith("spark.")
     }
     os.environ.update(submitted_settings(props, os.environ))
-    from .drain_job import main as drain_main
+    from .drain.job import main as drain_main
 
     return drain_main(sys.argv[1:])
 

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from lagpilot_dev import images
+from lagpilot_dev.images import command as images
 from lagpilot_dev.stack import ALL_PARTS, DEFAULT_PARTS, Stack, StackInfo, parse_parts
 from lagpilot_runtime import jsonlog
 

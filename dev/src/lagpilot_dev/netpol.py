@@ -107,7 +107,7 @@ class NetpolPart:
         build lock (the two builds share the Go caches' directory)."""
         if self.installed():
             return
-        from lagpilot_dev.images_tools import ensure_apt_packages
+        from lagpilot_dev.images.tools import ensure_apt_packages
 
         with file_lock(self.node.node_cache / ".build.lock"):
             ensure_apt_packages(APT_PACKAGES)

@@ -392,7 +392,7 @@ class NodePart:
         if self.installed() and self.kube.installed():
             self._write_images()
             return
-        from lagpilot_dev.images_tools import ensure_apt_packages
+        from lagpilot_dev.images.tools import ensure_apt_packages
 
         with file_lock(self.kube.kube_cache / ".build.lock"), file_lock(self.node_cache / ".build.lock"):
             ensure_apt_packages(APT_PACKAGES)
@@ -809,7 +809,7 @@ state = "{self.run_dir / "containerd"}"
         the chart's and the CRD's image names run with `imagePullPolicy: Never`. Returns seconds."""
         import tempfile
 
-        from lagpilot_dev.images_tools import default_layout, run_cmd
+        from lagpilot_dev.images.tools import default_layout, run_cmd
 
         t0 = time.monotonic()
         layout = default_layout()

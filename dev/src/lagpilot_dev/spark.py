@@ -40,7 +40,7 @@ from lagpilot_dev.paths import LOOPBACK, file_lock
 log = logging.getLogger("lagpilot_dev.spark")
 
 SCALA_BINARY = "2.13"
-CDS_ARCHIVE_NAME = "lagpilot-drain.jsa"  # = lagpilot_runtime.drain_spark.CDS_ARCHIVE_NAME
+CDS_ARCHIVE_NAME = "lagpilot-drain.jsa"  # = lagpilot_runtime.drain.spark.CDS_ARCHIVE_NAME
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^_/]*)\.jar$")
 
 
@@ -136,7 +136,7 @@ class SparkPart:
                     [
                         sys.executable,
                         "-m",
-                        "lagpilot_runtime.drain_job",
+                        "lagpilot_runtime.drain.job",
                         "--train-cds",
                         str(self.cds_archive),
                         "--jars",

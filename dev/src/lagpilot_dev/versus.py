@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev import demo_summary
-from lagpilot_dev.demo import Demo
-from lagpilot_dev.demo import parse_args as demo_parse_args
-from lagpilot_dev.demo_cluster import Cluster
-from lagpilot_dev.demo_config import PARTS
+from lagpilot_dev.demo import summary as demo_summary
+from lagpilot_dev.demo.cluster import Cluster
+from lagpilot_dev.demo.config import PARTS
+from lagpilot_dev.demo.run import Demo
+from lagpilot_dev.demo.run import parse_args as demo_parse_args
 from lagpilot_dev.versus_config import (
     KedaVariant,
     Round,
@@ -92,7 +92,7 @@ class VariantRun(Demo):
         if self.variant is None:
             super().stage_operator()
             return
-        from lagpilot_dev.demo_pods import PodRunnerHandle
+        from lagpilot_dev.demo.pods import PodRunnerHandle
 
         t0 = self.console.begin(
             3,

@@ -19,8 +19,8 @@ from typing import Any
 from lagpilot.act.deployment import build_deployment
 from lagpilot.decide.keda import KedaConfig
 from lagpilot.spec import parse_spec
-from lagpilot_dev.demo_config import RunNames, manifest
-from lagpilot_dev.demo_traffic import Profile
+from lagpilot_dev.demo.config import RunNames, manifest
+from lagpilot_dev.demo.traffic import Profile
 
 # the partition options of KEDA's Kafka scaler (trigger metadata names) -> KedaConfig fields
 OPTIONS = {

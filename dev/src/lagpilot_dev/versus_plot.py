@@ -31,7 +31,7 @@ def _backlog(s: Mapping[str, Any]) -> int:
 
 
 def _tasks(s: Mapping[str, Any]) -> int:
-    from lagpilot_dev.demo_report import drain_tasks_of
+    from lagpilot_dev.demo.report import drain_tasks_of
 
     return drain_tasks_of(s.get("drain"))
 

@@ -15,7 +15,7 @@ from importlib.metadata import entry_points
 # subcommand -> "module:function"; each function takes argv (list[str]) and returns an exit code
 SUBCOMMANDS: dict[str, str] = {
     "consume": "lagpilot_runtime.consumer:main",
-    "drain": "lagpilot_runtime.drain_job:main",
+    "drain": "lagpilot_runtime.drain.job:main",
     "operator": "lagpilot.run:main",
     "simulate": "lagpilot.sim.cli:main",
 }

@@ -64,7 +64,7 @@ from lagpilot.model.status import DrainRuntime
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
 from lagpilot_runtime import plan_auth
-from lagpilot_runtime.drain_plan import NextPart, owner_tag, parts_group
+from lagpilot_runtime.drain.plan import NextPart, owner_tag, parts_group
 
 from .drain_calls import DrainCalls
 from .drain_manifests import (

@@ -13,7 +13,7 @@ from lagpilot.decide.handoff import DrainStatus, GroupMember, JobObservation, jo
 from lagpilot.model.status import DrainRuntime
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import (
+from lagpilot_runtime.drain.plan import (
     owner_tag,
     parse_progress_attempt,
     parse_progress_lost,

@@ -26,7 +26,7 @@ from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, me
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name, job_slots
 from lagpilot.model.status import DrainRuntime
 from lagpilot.spec import GroupSpec
-from lagpilot_runtime.drain_plan import DrainPlan, SubRange, owner_tag
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange, owner_tag
 from lagpilot_runtime.plan_auth import AUTH_ENV as RUNTIME_AUTH_ENV
 from lagpilot_runtime.redaction import redact
 

@@ -1,4 +1,4 @@
-"""The CR's drain part key (issue 25 item 2): signs a busy drain's next parts (lagpilot_runtime.drain_plan.NextPart).
+"""The CR's drain part key (issue 25 item 2): signs a busy drain's next parts (lagpilot_runtime.drain.plan.NextPart).
 
 A Secret `<cr>-drain-part-key` (32 random bytes, hex; immutable), owned by the CR (deleted with
 it), created by the operator when a busy drain is launched or the warm runtime is applied. The drain

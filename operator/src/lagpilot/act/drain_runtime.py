@@ -6,7 +6,7 @@ keeps one Deployment `<cr>-drain-runtime` per CR whose pod runs `lagpilot drain 
 Job's image, command and environment (Secret material as secretKeyRef only) without the plan, plus
 `LAGPILOT_DRAIN_RUNTIME_PORT` and `LAGPILOT_DRAIN_MAX_PARALLELISM` (= spec.drain.maxTasks). It serves
 HTTP on that port (`GET /healthz` 200 once warm; `POST /drains` from the drain Job's process;
-lagpilot_runtime.drain_runtime). The drain Job stays the unit the operator launches, observes,
+lagpilot_runtime.drain.runtime). The drain Job stays the unit the operator launches, observes,
 retries and cancels: a Job launched while the runtime pod is Ready gets
 `LAGPILOT_DRAIN_RUNTIME_URL=http://<podIP>:<port>` and hands its plan over (label
 `lagpilot.io/drain-runtime: warm`); otherwise it drains by itself (`cold`).
@@ -77,7 +77,7 @@ from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import plan_auth
-from lagpilot_runtime.drain_plan import DrainPlan
+from lagpilot_runtime.drain.plan import DrainPlan
 
 from .deployment import FIELD_MANAGER, label_value, owner_reference
 from .drain_manifests import DRAIN_LABEL, DrainSettings, consumer_env, drain_pod_spec

@@ -15,7 +15,7 @@ A drain attempt must never hang unnoticed (docs/drain.md "Deadlines and stalls")
   or last moved (a missing ServiceAccount, an unschedulable pod, a pod stuck pulling its image) is
   stalled; the hand-off machine deletes its Job and counts the attempt as failed.
 - ``first_sighting``: when the operator first saw the attempt's sign of life (each task commits its
-  progress group with the attempt's number at its start, ``lagpilot_runtime.drain_task``).
+  progress group with the attempt's number at its start, ``lagpilot_runtime.drain.task``).
 - ``stalled_condition``: the ``DrainStalled`` condition from the recorded status.
 """
 

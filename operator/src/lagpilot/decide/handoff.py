@@ -48,7 +48,7 @@ from lagpilot.decide.drain_policy import RollOver
 from lagpilot.model.status import HISTORY_RANGES, DrainEndReason, DrainHoldReason, DrainPhase, HandOffPath
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime import handoff_mailbox as mbx
-from lagpilot_runtime.drain_plan import MAX_PART_SUB_RANGES, NextPart, SubRange, parallelism_for, split_ranges
+from lagpilot_runtime.drain.plan import MAX_PART_SUB_RANGES, NextPart, SubRange, parallelism_for, split_ranges
 
 from .drain_watch import Stall, StallLimits, stall
 from .status import format_time, parse_time
@@ -66,7 +66,7 @@ ACK_TIMEOUT_S = 30.0  # no consumer ack within this long after the publish: quie
 QUIESCE_TIMEOUT_S = 120.0
 REASON_FOREIGN = "ForeignGroupMembers"
 # an idle busy drain holds its slots at most this long before it hands its partitions back
-# (``hold_seconds``): half the driver's own wait for a part (lagpilot_runtime.drain_job.PART_WAIT_S,
+# (``hold_seconds``): half the driver's own wait for a part (lagpilot_runtime.drain.job.PART_WAIT_S,
 # 300 s), so the driver never ends by itself in the middle of a hold
 HOLD_MAX_S = 150.0
 # status.drain.reason of a busy drain in its hold (``_holding``)

@@ -56,7 +56,7 @@ class SimParams:
     # (spec.drain.busy, read from the model: lagpilot.spec.DrainSpec)
     busy_drains: bool = DrainSpec().busy
     # a busy drain's driver ends by itself after this long without a next part
-    # (LAGPILOT_DRAIN_PART_WAIT_SECONDS, lagpilot_runtime.drain_job.PART_WAIT_S); until then it holds
+    # (LAGPILOT_DRAIN_PART_WAIT_SECONDS, lagpilot_runtime.drain.job.PART_WAIT_S); until then it holds
     # its task slots (docs/drain.md "Busy drains")
     drain_part_wait_s: float = 300.0
     # issue 25 item 4 (decide.learn): the planner starts from the operator's defaults (step.Model's

@@ -11,7 +11,7 @@ The model (documented in docs/decision.md):
   size, each task starts ``drain_start_s`` after launch (``drain_warm_start_s`` when the warm
   runtime is Ready and not serving another drain) and processes its sub-range FIFO at
   ``drain_task_capacity``; at most ``concurrent_drains`` side by side and ``max_drain_tasks`` tasks;
-- a busy drain (``busy_drains``) is its driver (lagpilot_runtime.drain_job.run): it holds the task
+- a busy drain (``busy_drains``) is its driver (lagpilot_runtime.drain.job.run): it holds the task
   slots it was launched with until it ends, also while it waits for a next part; a next split's
   sub-ranges start as soon as it is handed off, beside the pass under way (the driver reads parts
   while its passes run and starts each as one more Spark job), on those slots: each, in the order of

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lagpilot_dev.demo_config import HANDLER, RunNames
-from lagpilot_dev.demo_console import Console, DemoError
-from lagpilot_dev.demo_traffic import Profile
+from lagpilot_dev.demo.config import HANDLER, RunNames
+from lagpilot_dev.demo.console import Console, DemoError
+from lagpilot_dev.demo.traffic import Profile
 from lagpilot_dev.paths import free_port
 
 log = logging.getLogger("lagpilot_dev.demo")

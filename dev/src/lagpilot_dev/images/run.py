@@ -11,8 +11,8 @@ import time
 import uuid
 from typing import Any
 
-from lagpilot_dev.images_build import IMAGES, ImageDef
-from lagpilot_dev.images_tools import RUN_NPROC_CAP, Layout, run_cmd, ulimit_flags
+from lagpilot_dev.images.build import IMAGES, ImageDef
+from lagpilot_dev.images.tools import RUN_NPROC_CAP, Layout, run_cmd, ulimit_flags
 from lagpilot_dev.paths import free_port
 
 

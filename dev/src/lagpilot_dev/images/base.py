@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.images_tools import Layout, image_exists, image_size, run_cmd
+from lagpilot_dev.images.tools import Layout, image_exists, image_size, run_cmd
 
 log = logging.getLogger("lagpilot_dev.images")
 

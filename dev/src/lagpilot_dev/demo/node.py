@@ -1,6 +1,6 @@
 """`lagpilot demo --node`: the demo's pods as containers on the real node (docs/node.md, issue 24).
 
-What changes against the default run (the pod runner, lagpilot_dev.demo_pods):
+What changes against the default run (the pod runner, lagpilot_dev.demo.pods):
 - the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS), and the
   `netpol` part (kube-router: the operator's NetworkPolicies enforced) when that agent is built: the
   demo does not build it (41 min cold, docs/node.md "Cold build"); the output and summary.json
@@ -42,8 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot_dev.demo_config import PARTS, RunNames
-from lagpilot_dev.demo_console import Console, DemoError
+from lagpilot_dev.demo.config import PARTS, RunNames
+from lagpilot_dev.demo.console import Console, DemoError
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -205,9 +205,9 @@ class NodeRun:
     def prepare_images(self, stack: Any) -> None:
         """Build the images from this checkout (cached layers: only what changed) and load them into
         the node's containerd."""
-        from lagpilot_dev import images_tools
-        from lagpilot_dev.images import build_and_run
-        from lagpilot_dev.images_build import IMAGES
+        from lagpilot_dev.images import tools as images_tools
+        from lagpilot_dev.images.build import IMAGES
+        from lagpilot_dev.images.command import build_and_run
 
         console = self.console
         self.node = stack.part("node")

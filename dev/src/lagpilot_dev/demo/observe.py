@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot_dev.demo_cluster import Cluster
-from lagpilot_dev.demo_report import Sample
-from lagpilot_dev.demo_traffic import Producer, Profile, phase_at
+from lagpilot_dev.demo.cluster import Cluster
+from lagpilot_dev.demo.report import Sample
+from lagpilot_dev.demo.traffic import Producer, Profile, phase_at
 
 log = logging.getLogger("lagpilot_dev.demo")
 

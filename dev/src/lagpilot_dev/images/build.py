@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.images_prune import record_build
-from lagpilot_dev.images_tools import RUN_NPROC_CAP, Layout, image_size, image_user, ulimit_flags
+from lagpilot_dev.images.prune import record_build
+from lagpilot_dev.images.tools import RUN_NPROC_CAP, Layout, image_size, image_user, ulimit_flags
 
 log = logging.getLogger("lagpilot_dev.images")
 
@@ -44,11 +44,11 @@ class ImageDef:
         return self.tag.removeprefix("localhost/")
 
     def content_tag(self, context: Path | None = None) -> str:
-        """The build's tag with the digest of what goes into it (`images_digest`: the Dockerfile, its
+        """The build's tag with the digest of what goes into it (`images.digest`: the Dockerfile, its
         .dockerignore, the context files it admits, the FROM image's own digest), e.g.
         `localhost/lagpilot/consumer:0.1.0-c1f2e3d4c5b6a`: a build of other content (another
         checkout, an older tree) never carries it, where the plain `tag` is one per machine."""
-        from lagpilot_dev.images_digest import content_digest, content_tag
+        from lagpilot_dev.images.digest import content_digest, content_tag
 
         return content_tag(self.tag, content_digest(self.name, context or repo_root(), IMAGES))
 
@@ -58,7 +58,7 @@ class ImageDef:
 
     def base(self, context: Path | None = None) -> ImageDef | None:
         """The image of IMAGES this one is built FROM (the demo and test images: the consumer), if any."""
-        from lagpilot_dev.images_digest import base_names
+        from lagpilot_dev.images.digest import base_names
 
         names = base_names(((context or repo_root()) / self.dockerfile).read_text())
         return next((d for d in IMAGES.values() if d.reference in names), None)
@@ -194,7 +194,7 @@ def build(layout: Layout, image: ImageDef, context: Path | None = None) -> dict[
         raise RuntimeError(
             f"build of {image.tag} failed (exit {proc.returncode}); log {log_file}:\n{text[-3000:]}"
         )
-    record_build(layout, ctag, text)  # when, and its steps' images: what images_prune keeps for it
+    record_build(layout, ctag, text)  # when, and its steps' images: what images.prune keeps for it
     steps = sum(
         1
         for line in text.splitlines()

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lagpilot_dev.demo_report import Sample, measured_rates
+from lagpilot_dev.demo.report import Sample, measured_rates
 
 
 def plot(

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from lagpilot_dev.demo_config import RunNames
-from lagpilot_dev.demo_console import DemoError
+from lagpilot_dev.demo.config import RunNames
+from lagpilot_dev.demo.console import DemoError
 
 
 @dataclass

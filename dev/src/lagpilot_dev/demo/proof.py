@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lagpilot_dev import demo_measure
-from lagpilot_dev.demo_config import RunNames
-from lagpilot_dev.demo_observe import sql_rows
-from lagpilot_dev.demo_report import Proof
+from lagpilot_dev.demo import measure as demo_measure
+from lagpilot_dev.demo.config import RunNames
+from lagpilot_dev.demo.observe import sql_rows
+from lagpilot_dev.demo.report import Proof
 
 
 def proof(

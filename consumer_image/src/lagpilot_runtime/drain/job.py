@@ -41,10 +41,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import plan_auth, redaction
-from .config import ConfigError, ConsumerConfig
-from .drain_plan import DrainPlan, NextPart, parts_group
-from .drain_progress import (
+from .. import plan_auth, redaction
+from ..config import ConfigError, ConsumerConfig
+from ..jsonlog import fields as _fields
+from .plan import DrainPlan, NextPart, parts_group
+from .progress import (
     RetentionError,
     catch_up_to_sink,
     complete_unread,
@@ -57,7 +58,7 @@ from .drain_progress import (
     retention_losses,
     unread_sub_ranges,
 )
-from .drain_spark import (
+from .spark import (
     CDS_ARCHIVE_NAME,
     EXECUTOR_POD_TEMPLATE_ENV,
     _arrow_available,
@@ -74,8 +75,7 @@ from .drain_spark import (
     train_cds,
     warm_workers,
 )
-from .drain_task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
-from .jsonlog import fields as _fields
+from .task import SUMMARY_SCHEMA, TaskSpec, arrow_task, process_start_time, rdd_task
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -173,7 +173,7 @@ def run(
 
     ``marks`` collects the start-up milestones (epoch seconds); the summary carries them and
     ``startup`` (seconds since process start per milestone), also logged as event ``drain_startup``.
-    ``warm_session``: a running SparkSession with warm workers (the drain runtime, drain_runtime.py):
+    ``warm_session``: a running SparkSession with warm workers (the drain runtime, runtime.py):
     used as is and left running; else this attempt starts its own and stops it at the end.
 
     A busy plan (``plan.busy``; docs/drain.md "Busy drains: the runtime"): while its passes run the
@@ -767,7 +767,8 @@ def _termination_message(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     marks: dict[str, float | None] = {"process_start": process_start_time(), "main_entered": time.time()}
-    from . import drain_runtime, jsonlog
+    from .. import jsonlog
+    from . import runtime as drain_runtime
 
     ap = argparse.ArgumentParser(
         prog="lagpilot drain",
@@ -864,7 +865,7 @@ def _part_key(args: argparse.Namespace) -> bytes:
 def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
     """The attempt run by the warm drain runtime (``drain_runtime.request``, the plan signed by the
     operator), or None: no runtime URL, no signature, or nothing listening (drained here then)."""
-    from . import drain_runtime
+    from . import runtime as drain_runtime
 
     outcome: drain_runtime.Outcome | None = None
     url = os.environ.get(drain_runtime.RUNTIME_URL_ENV)

@@ -3,7 +3,7 @@
 The demo samples the world about once a second into a `Sample`: Kafka (end and committed offsets
 per partition), PostgreSQL (rows per partition) and the CR status (replicas, projection, drain).
 `summarize` turns the samples and the final SQL proof into the summary (summary.json);
-`demo_table` prints it and `demo_plot` draws the samples.
+`demo.table` prints it and `demo.plot` draws the samples.
 
 Two kinds of "lag" are shown, because a drain makes them differ:
 - *group lag* (Kafka): end offset − committed offset of the live group. A hand-off moves the group's
@@ -21,7 +21,7 @@ from typing import Any
 
 from lagpilot.decide.status import parse_time
 from lagpilot.spec import DrainSpec
-from lagpilot_dev import demo_measure
+from lagpilot_dev.demo import measure as demo_measure
 
 ACTIVE_DRAIN_PHASES = ("Planned", "HandedOff", "Running", "Succeeded")
 

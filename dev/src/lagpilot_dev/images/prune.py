@@ -1,6 +1,6 @@
 """`lagpilot dev images`, the pruning of the build storage after each build (docs/images.md "Disk").
 
-Content tags (images_digest) make every change of an image's sources a new image; the older ones,
+Content tags (images.digest) make every change of an image's sources a new image; the older ones,
 their layers and the dangling images of overwritten plain tags stayed in the storage (~11 GB after a
 few sessions' builds). After the builds, under the build lock, `prune` removes every image of the
 storage except what `plan` keeps:
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.images_digest import DIGEST_CHARS, TAG_MARK
-from lagpilot_dev.images_tools import Layout, run_cmd
+from lagpilot_dev.images.digest import DIGEST_CHARS, TAG_MARK
+from lagpilot_dev.images.tools import Layout, run_cmd
 
 log = logging.getLogger("lagpilot_dev.images")
 

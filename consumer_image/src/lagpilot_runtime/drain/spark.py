@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import ConsumerConfig
-from .drain_plan import DrainPlan, SubRange
-from .jsonlog import fields as _fields
+from ..config import ConsumerConfig
+from ..jsonlog import fields as _fields
+from .plan import DrainPlan, SubRange
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -351,7 +351,7 @@ def name_tasks(spark: Any, partitions_of: Any, drain_id: str) -> bool:
     it reads a record and shows its sign of life at once (``drain_task._named_by_driver``). Best
     effort: when the partitions cannot be read the property is cleared, and the tasks are named by
     their first record as before (logged)."""
-    from .drain_task import TASK_RANGES_PROPERTY
+    from .task import TASK_RANGES_PROPERTY
 
     sc = spark.sparkContext
     try:

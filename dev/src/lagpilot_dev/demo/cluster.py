@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot_dev.demo_config import (
+from lagpilot_dev.demo.config import (
     CRD_FILE,
     CRD_NAME,
     DEMO_LABEL,
@@ -23,8 +23,8 @@ from lagpilot_dev.demo_config import (
     VERSION,
     RunNames,
 )
-from lagpilot_dev.demo_console import Console, DemoError
-from lagpilot_dev.demo_traffic import Profile
+from lagpilot_dev.demo.console import Console, DemoError
+from lagpilot_dev.demo.traffic import Profile
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -36,7 +36,7 @@ class Cluster:
     console: Console
     names: RunNames
     parts: tuple[str, ...]
-    node: bool = False  # --node: pods on the real node (lagpilot_dev.demo_node)
+    node: bool = False  # --node: pods on the real node (lagpilot_dev.demo.node)
     stack: Any = None
     lease: str | None = None
     info: Any = None  # the stack's connection details (StackInfo)
@@ -175,7 +175,7 @@ class Cluster:
         console.say(f"waiting for: namespace {n.ns} and its default ServiceAccount", indent=True)
         labels = {DEMO_LABEL: "true"}
         if self.node:  # its pods go to the real node's scheduler; Pod Security `restricted` enforced
-            from lagpilot_dev.demo_node import namespace_labels
+            from lagpilot_dev.demo.node import namespace_labels
 
             labels.update(namespace_labels())
         core.create_namespace(
@@ -225,7 +225,7 @@ class Cluster:
         """Kafka as the consumer pods reach it: the host's address, or on the node the PODS listener."""
         if not self.node:
             return str(self.info.bootstrap_servers)
-        from lagpilot_dev.demo_node import pods_bootstrap
+        from lagpilot_dev.demo.node import pods_bootstrap
 
         return pods_bootstrap(self.info)
 
@@ -233,7 +233,7 @@ class Cluster:
         """PostgreSQL as the pods reach it (the Secret's DSN; never printed)."""
         if not self.node:
             return str(self.info.postgres_dsn)
-        from lagpilot_dev.demo_node import pods_dsn
+        from lagpilot_dev.demo.node import pods_dsn
 
         return pods_dsn(self.info)
 

@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev import demo_plot, demo_proof, demo_report, demo_table, demo_traffic
-from lagpilot_dev.demo_config import RunNames, spec_settings
-from lagpilot_dev.demo_console import Console
-from lagpilot_dev.demo_report import Proof, Sample
-from lagpilot_dev.demo_traffic import Producer, Profile
+from lagpilot_dev.demo import plot as demo_plot
+from lagpilot_dev.demo import proof as demo_proof
+from lagpilot_dev.demo import report as demo_report
+from lagpilot_dev.demo import table as demo_table
+from lagpilot_dev.demo import traffic as demo_traffic
+from lagpilot_dev.demo.config import RunNames, spec_settings
+from lagpilot_dev.demo.console import Console
+from lagpilot_dev.demo.report import Proof, Sample
+from lagpilot_dev.demo.traffic import Producer, Profile
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -127,8 +131,8 @@ def report(
         producer_error=producer.error if producer else None,
         load_average=list(os.getloadavg()),
     )
-    if node is not None:  # --node: which pods ran as containers (lagpilot_dev.demo_node)
-        from lagpilot_dev.demo_node import cpu_window, drain_cpu
+    if node is not None:  # --node: which pods ran as containers (lagpilot_dev.demo.node)
+        from lagpilot_dev.demo.node import cpu_window, drain_cpu
 
         drain_cpu(node, summary["drains"])
         if wall0 is not None:  # the node's CPU over the replay and the catch-up

@@ -10,7 +10,7 @@ Stages (each prints what it waits for):
  3. the operator (`lagpilot operator`, a subprocess logging to <out>/operator.log) and the test-side
     pod runner (threads in this process: it plays the kubelet, consumer pods become local processes);
  4. a BatchConsumerGroup (<out>/bcg.yaml, applied with the real kubectl) whose handler writes to
-    PostgreSQL through the built-in sink behind an artificial per-record cost (demo_handler);
+    PostgreSQL through the built-in sink behind an artificial per-record cost (demo.handler);
  5. the replay of a scaled-down seed backfill (quiet → a peak the group cannot absorb → quiet)
     with a live view: per-partition lag and backlog, projection vs SLA, replicas, the drain and
     its progress, the conditions and `kubectl get bcg`;
@@ -23,7 +23,7 @@ Stages (each prints what it waits for):
 
 With --node (docs/node.md; root, opt-in) the pods are containers on the real node instead: stage 1
 adds the node part, stage 3 builds the images from this checkout, loads them into the node and
-installs the operator with `helm install` (lagpilot_dev.demo_node), the namespaces enforce Pod
+installs the operator with `helm install` (lagpilot_dev.demo.node), the namespaces enforce Pod
 Security `restricted`, and the summary lists the runtime's containers (`crictl ps -a`).
 
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
@@ -44,16 +44,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from lagpilot_dev import demo_keep, demo_summary
-from lagpilot_dev.demo_cluster import Cluster
-from lagpilot_dev.demo_config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
-from lagpilot_dev.demo_console import Console, DemoError, setup_logging
-from lagpilot_dev.demo_loop import RunLoop
-from lagpilot_dev.demo_node import NodeRun, demo_node_parts
-from lagpilot_dev.demo_observe import Observer
-from lagpilot_dev.demo_operator import BareConsumer, OperatorProcess
-from lagpilot_dev.demo_pods import PodRunnerHandle
-from lagpilot_dev.demo_traffic import PROFILES
+from lagpilot_dev.demo import keep as demo_keep
+from lagpilot_dev.demo import summary as demo_summary
+from lagpilot_dev.demo.cluster import Cluster
+from lagpilot_dev.demo.config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
+from lagpilot_dev.demo.console import Console, DemoError, setup_logging
+from lagpilot_dev.demo.loop import RunLoop
+from lagpilot_dev.demo.node import NodeRun, demo_node_parts
+from lagpilot_dev.demo.observe import Observer
+from lagpilot_dev.demo.operator import BareConsumer, OperatorProcess
+from lagpilot_dev.demo.pods import PodRunnerHandle
+from lagpilot_dev.demo.traffic import PROFILES
 from lagpilot_dev.paths import http_ok
 
 log = logging.getLogger("lagpilot_dev.demo")

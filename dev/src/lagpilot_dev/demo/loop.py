@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lagpilot_dev import demo_view
-from lagpilot_dev.demo_config import RunNames
-from lagpilot_dev.demo_console import Console, DemoError
-from lagpilot_dev.demo_observe import Observer
-from lagpilot_dev.demo_report import Sample
-from lagpilot_dev.demo_traffic import Producer, Profile, phase_at
+from lagpilot_dev.demo import view as demo_view
+from lagpilot_dev.demo.config import RunNames
+from lagpilot_dev.demo.console import Console, DemoError
+from lagpilot_dev.demo.observe import Observer
+from lagpilot_dev.demo.report import Sample
+from lagpilot_dev.demo.traffic import Producer, Profile, phase_at
 
 TICK_S = 1.0  # one sample a second
 # --runtime-on-demand: after catching up, watch the runtime's scale-down at most its cooldown plus this

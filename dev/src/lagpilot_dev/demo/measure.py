@@ -1,6 +1,6 @@
 """What the demo measures from its delivery ledger and its samples (pure, no I/O).
 
-The ledger (``demo_handler``) holds one row per delivered record with the path (``consumer`` or
+The ledger (``demo.handler``) holds one row per delivered record with the path (``consumer`` or
 ``drain``), the worker (pod/pid/thread) and the commit time of its transaction. A *batch* is the
 rows one worker committed together: ``Batch(worker, source, t, n, partitions)`` with ``t`` in
 seconds since the replay started. From those:

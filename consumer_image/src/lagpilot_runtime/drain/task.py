@@ -13,8 +13,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .config import ConsumerConfig
-from .drain_plan import (
+from ..config import ConsumerConfig
+from ..jsonlog import fields as _fields
+from .plan import (
     SubRange,
     parse_progress_attempt,
     parse_progress_lost,
@@ -22,12 +23,11 @@ from .drain_plan import (
     progress_group,
     progress_metadata,
 )
-from .drain_progress import commit_progress, progress_consumer, read_committed
-from .drain_progress import sink_next as sink_next_of
-from .jsonlog import fields as _fields
+from .progress import commit_progress, progress_consumer, read_committed
+from .progress import sink_next as sink_next_of
 
 if TYPE_CHECKING:
-    from .failure import DeadLetterProducer
+    from ..failure import DeadLetterProducer
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -62,7 +62,7 @@ class TaskSpec:
 
 
 def _row_record(row: Any) -> Any:
-    from .handler import Record
+    from ..handler import Record
 
     headers = [(h[0], bytes(h[1]) if h[1] is not None else b"") for h in (row.headers or [])]
     return Record(
@@ -101,7 +101,7 @@ def arrow_task(spec: TaskSpec, batches: Iterable[Any]) -> Iterator[Any]:
     """The Arrow path (`mapInArrow`): columnar batches from the JVM, about twice as fast as Rows."""
     import pyarrow as pa
 
-    from .handler import Record
+    from ..handler import Record
 
     def items() -> Iterator[Any]:
         for rb in batches:
@@ -280,9 +280,9 @@ class _Task:
     the progress committer, what is done, the dead-letter producer (made on the first failure)."""
 
     def __init__(self, spec: TaskSpec, task_started_at: float) -> None:
-        from . import jsonlog
-        from .failure import RetryPolicy
-        from .handler import BatchContext, claims, commits_progress, load_handler
+        from .. import jsonlog
+        from ..failure import RetryPolicy
+        from ..handler import BatchContext, claims, commits_progress, load_handler
 
         self.spec = spec
         self.cfg = cfg = ConsumerConfig.from_env()
@@ -407,8 +407,8 @@ class _Task:
         summary["last_batch_at"] = now
 
     def handle(self, batch: list[Any]) -> None:
-        from .batch_deadline import bounded
-        from .failure import DeadLetterProducer, run_batch
+        from ..batch_deadline import bounded
+        from ..failure import DeadLetterProducer, run_batch
 
         cfg, ctx = self.cfg, self.ctx
         offsets = None
@@ -453,10 +453,10 @@ def run_task(spec: TaskSpec, items: Iterable[Any]) -> Iterator[dict[str, Any]]:
     Yields one summary dict (records, batches, first/last batch wall time) for the driver's log.
     """
     task_started_at = time.time()
-    from . import redaction
-    from .batch_deadline import BatchTimeout
-    from .failure import SystemicFailure
-    from .handler import Fenced, describe_error
+    from .. import redaction
+    from ..batch_deadline import BatchTimeout
+    from ..failure import SystemicFailure
+    from ..handler import Fenced, describe_error
 
     task = _Task(spec, task_started_at)
     try:

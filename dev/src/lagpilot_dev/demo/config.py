@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lagpilot.model.spec import Drain
-from lagpilot_dev.demo_traffic import PROFILES, VERSUS_PROFILES, Profile
+from lagpilot_dev.demo.traffic import PROFILES, VERSUS_PROFILES, Profile
 from lagpilot_dev.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[3]
@@ -20,7 +20,7 @@ CRD_NAME = "batchconsumergroups.lagpilot.io"
 GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 PARTS = ("kafka", "kube", "postgres", "spark")
 PARTS_WITHOUT_OPERATOR = ("kafka", "kube", "postgres")  # --no-operator: no drains, no Spark
-HANDLER = "lagpilot_dev.demo_handler:process"
+HANDLER = "lagpilot_dev.demo.handler:process"
 DEMO_LABEL = "lagpilot.io/demo"
 PG_SECRET = "demo-pg"  # the Secret holding the PostgreSQL DSN (key "dsn")
 MAX_RUNTIME_COOLDOWN_S = 86400  # spec.drain.warmRuntimeCooldownSeconds' maximum (the CRD)
@@ -55,7 +55,7 @@ class RunNames:
     topic: str
     group_id: str
     table: str  # the sink table
-    ledger_table: str  # one row per delivery, no key (demo_handler)
+    ledger_table: str  # one row per delivery, no key (demo.handler)
 
     @classmethod
     def new(cls, ns: str, out: str | None) -> RunNames:
@@ -105,7 +105,7 @@ def manifest(
             "groupId": names.group_id,
             "batch": {"maxRecords": p.batch_max_records, "timeoutMs": p.batch_timeout_ms},
             "processing": {
-                # the built-in PostgreSQL sink behind an artificial downstream cost (see demo_handler)
+                # the built-in PostgreSQL sink behind an artificial downstream cost (see demo.handler)
                 "handler": HANDLER,
                 "config": {
                     "recordDelayMs": str(p.record_delay_ms),

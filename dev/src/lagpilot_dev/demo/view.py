@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lagpilot_dev.demo_report import Sample, condition
+from lagpilot_dev.demo.report import Sample, condition
 
 BOLD, DIM, RED, GREEN, YELLOW, CYAN, RESET = (
     "\x1b[1m",

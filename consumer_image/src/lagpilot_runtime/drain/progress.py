@@ -1,6 +1,6 @@
 """Drain progress in Kafka and in the sink, and retention (the drain driver's side; pure helpers
 plus the Kafka reads/writes). Progress of sub-range k of a partition is the committed offset of the
-memberless group ``<groupId>.lagpilot-drain.<drainId>.<k>`` (lagpilot_runtime.drain_plan), and for a
+memberless group ``<groupId>.lagpilot-drain.<drainId>.<k>`` (lagpilot_runtime.drain.plan), and for a
 progress-committing handler also the sink's own record; a retry skips what either recorded.
 """
 
@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .config import ConsumerConfig
-from .drain_plan import (
+from ..config import ConsumerConfig
+from ..jsonlog import fields as _fields
+from .plan import (
     DrainPlan,
     SubRange,
     parse_progress_lost,
@@ -20,7 +21,6 @@ from .drain_plan import (
     progress_group,
     progress_metadata,
 )
-from .jsonlog import fields as _fields
 
 log = logging.getLogger("lagpilot.drain")
 
@@ -179,7 +179,7 @@ def sink_next(handler: Any, topic: str, s: SubRange, ctx: Any) -> int | None:
 
 def range_context(cfg: ConsumerConfig, plan: DrainPlan, s: SubRange) -> Any:
     """The handler context of sub-range ``s`` of ``plan`` (its progress scope), for reads outside a task."""
-    from .handler import BatchContext
+    from ..handler import BatchContext
 
     return BatchContext(
         config=dict(cfg.handler_config),
@@ -204,7 +204,7 @@ def catch_up_to_sink(
     try:
         from confluent_kafka import TopicPartition
 
-        from .handler import commits_progress, load_handler
+        from ..handler import commits_progress, load_handler
 
         handler = load_handler(cfg.handler_spec)
         if not commits_progress(handler):

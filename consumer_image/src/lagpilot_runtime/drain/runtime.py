@@ -11,7 +11,7 @@ environment names a runtime (``LAGPILOT_DRAIN_RUNTIME_URL``), its ``lagpilot dra
 its plan there, waits, and exits with the runtime's result (same exit codes, same termination
 message); when nothing listens there it drains by itself, cold, as without a runtime.
 
-Exactness is the drain's own (drain_progress.py: progress per sub-range in Kafka and in the sink; a
+Exactness is the drain's own (progress.py: progress per sub-range in Kafka and in the sink; a
 retry skips what is recorded). The runtime adds two rules so that no two attempts of one drain
 ever run at once: it runs one plan at a time (a second request gets 409 and its caller waits), and
 when the caller goes away (its Job deleted, its pod killed) it cancels that plan's Spark jobs and
@@ -53,12 +53,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import drain_job, drain_spark, plan_auth
-from .config import ConsumerConfig
-from .drain_plan import DrainPlan, SubRange, split_ranges
-from .drain_progress import progress_consumer
-from .drain_task import process_start_time
-from .jsonlog import fields as _fields
+from .. import plan_auth
+from ..config import ConsumerConfig
+from ..jsonlog import fields as _fields
+from . import job as drain_job
+from . import spark as drain_spark
+from .plan import DrainPlan, SubRange, split_ranges
+from .progress import progress_consumer
+from .task import process_start_time
 
 log = logging.getLogger("lagpilot.drain.runtime")
 
@@ -236,7 +238,7 @@ class DrainRuntime:
         from confluent_kafka import TopicPartition
 
         try:
-            from .handler import load_handler
+            from ..handler import load_handler
 
             load_handler(self.cfg.handler_spec)
         except Exception as exc:  # noqa: BLE001 - the drain reports a real import error itself

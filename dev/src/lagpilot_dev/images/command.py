@@ -3,15 +3,15 @@
 No Docker engine runs here and public base images cannot be pulled, so, a module per step, run in
 order here under one lock (`build_and_run`) and reported (`main`):
 
-- tools (images_tools): Debian's podman and mmdebstrap from apt-get; buildah BUILDAH_VERSION built
+- tools (images.tools): Debian's podman and mmdebstrap from apt-get; buildah BUILDAH_VERSION built
   from the Go module proxy into the cache (Debian's cannot parse `ADD --checksum=...`).
-- base (images_base): a stand-in for the unpullable python:3.11-slim(-bookworm), made once by
+- base (images.base): a stand-in for the unpullable python:3.11-slim(-bookworm), made once by
   mmdebstrap from Debian bookworm with Debian's python3.11 and a virtualenv at /usr/local.
-- build (images_build): `buildah bud` of the UNCHANGED Dockerfiles, layers cached, the host's CA
+- build (images.build): `buildah bud` of the UNCHANGED Dockerfiles, layers cached, the host's CA
   bundle and built wheels bind-mounted read-only for the RUN steps.
-- run (images_run): `podman run --network host` of each image: the operator's `--help`, `id` in
+- run (images.run): `podman run --network host` of each image: the operator's `--help`, `id` in
   each, the consumer's `consume` against the dev stack's Kafka into its PostgreSQL.
-- prune (images_prune): the storage keeps this checkout's current content tags, the plain tags, the
+- prune (images.prune): the storage keeps this checkout's current content tags, the plain tags, the
   base, content tags built within the last hour, and their layers; older content tags and images
   nothing keeps are removed.
 
@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lagpilot_dev.images_base import BASE_NAMES, ensure_base
-from lagpilot_dev.images_build import IMAGES, build
-from lagpilot_dev.images_prune import prune as prune_storage
-from lagpilot_dev.images_run import run_consumer, run_id, run_operator_help
-from lagpilot_dev.images_tools import Layout, default_layout, ensure_tools
+from lagpilot_dev.images.base import BASE_NAMES, ensure_base
+from lagpilot_dev.images.build import IMAGES, build
+from lagpilot_dev.images.prune import prune as prune_storage
+from lagpilot_dev.images.run import run_consumer, run_id, run_operator_help
+from lagpilot_dev.images.tools import Layout, default_layout, ensure_tools
 from lagpilot_dev.paths import file_lock
 
 log = logging.getLogger("lagpilot_dev.images")

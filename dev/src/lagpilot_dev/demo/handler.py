@@ -8,7 +8,7 @@ record and per batch in front of the real write, so one consumer manages a few d
 second and a spike needs the drain. Consumers and the Spark drain call the same function.
 
     processing:
-      handler: "lagpilot_dev.demo_handler:process"
+      handler: "lagpilot_dev.demo.handler:process"
       config: {recordDelayMs: "15", batchDelayMs: "50", postgres.table: orders, ledgerTable: demo_ledger}
     template:
       env: [{name: DEMO_POSTGRES_DSN, valueFrom: {secretKeyRef: {name: demo-pg, key: dsn}}}]
