@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401
 from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _worktree_pythonpath
 

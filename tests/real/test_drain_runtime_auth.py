@@ -28,6 +28,7 @@ import pytest
 from lagpilot.act.drain_runtime import runtime_name, runtime_port
 from lagpilot_dev.runtime_attacker import attack
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _worktree_pythonpath
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, scenario  # noqa: F401
 from tests.real.test_handoff_live import wait_group_running
 from tests.real.test_handoff_reset import committed, mailbox_entries
