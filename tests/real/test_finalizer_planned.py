@@ -47,7 +47,7 @@ def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
             "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "600",
         },
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     enable_drain(s)
     marker = tmp_path / f"crash-{s.ns}" / "Publish-status"
     wait_until(

@@ -67,7 +67,7 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         consumer_env={"LP_TEST_NO_HANDOFF": "1"},
         operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "900"},
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     enable_drain(s)
     d = wait_phase(s, ("HandedOff", "Running", "Verified", "Cancelled", "Failed"), 600)
     # the setup really produced the H2 case: a drain resolved with no ack (the group got there by itself)
