@@ -31,9 +31,11 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def _log_events(path: Any, event: str, key: str = "event") -> list[dict[str, Any]]:
-    """The JSON log records whose ``key`` (``event``, or ``message``) is exactly ``event``."""
+    """The JSON log records whose ``key`` (``event``, or ``message``) is exactly ``event``; `path` is a
+    log file, or a log's text (`pod_io.logs`)."""
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    text = path if isinstance(path, str) else path.read_text(errors="replace")
+    for line in text.splitlines():
         if event not in line:
             continue
         try:
