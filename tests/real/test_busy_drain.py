@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.busy_drains import end_reasons, roll_over_problems
 from tests.real.test_drain_operator import PARTS, Scenario, crd, produce, replay_runs, scenario  # noqa: F401 - fixtures too
 

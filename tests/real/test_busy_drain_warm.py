@@ -4,7 +4,9 @@ while partition 0 takes 300 records/s (3x one consumer); once the runtime pod is
 allowed. Proven: the attempt ran warm (status.drain.runtime), the runtime served exactly one plan
 (`drain_runtime_served`, exit 0) and its driver thread took >= 2 next parts and the final part with
 the session it holds (`drain_next_part` in the runtime's log), one attempt; the ledger (no key) holds
-every produced offset once."""
+every produced offset once. Its pods run where `pods` says (the pod runner; with LAGPILOT_NODE=1 the
+real node: the runtime a JVM in the test image's container), the runtime's log is read through
+`pod_io` (the API's on the node)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401
 from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _worktree_pythonpath
 
@@ -22,7 +25,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def test_a_busy_drain_takes_its_next_parts_in_the_warm_runtime(
-    scenario: Any, pod_runner: Any, postgres_dsn: str
+    scenario: Any, pod_io: PodIO, postgres_dsn: str
 ) -> None:
     import psycopg
     from confluent_kafka import Consumer, TopicPartition
@@ -34,7 +37,6 @@ def test_a_busy_drain_takes_its_next_parts_in_the_warm_runtime(
         operator_env=_worktree_pythonpath(),
     )
     pod = wait_until(lambda: _ready_runtime_pod(s), "runtime Ready", 240, interval=1)
-    rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
     s.custom.patch_namespaced_custom_object(
         "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
     )
@@ -72,6 +74,7 @@ def test_a_busy_drain_takes_its_next_parts_in_the_warm_runtime(
         rows = conn.execute(f'SELECT partition, "offset" FROM {s.table}').fetchall()
     seen = [(int(p), int(o)) for p, o in rows]
     expected = {(p, o) for p, n in s.produced.items() for o in range(n)}
+    rt_log = pod_io.logs(s.ns, pod.metadata.name)  # the runtime pod that served it (still Ready)
     served = _log_events(rt_log, "drain_runtime_served")
     parts = _log_events(rt_log, "drain_next_part")
     print(

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain.plan import DrainPlan, SubRange
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_job import drain_env, pg_offsets, progress, start_drain
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator test
 

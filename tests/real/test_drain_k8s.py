@@ -40,6 +40,7 @@ import pytest
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
 from lagpilot_runtime.drain.plan import split_ranges
 from tests.fixtures.kube import KubeEnv, wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_job import produce
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant
 

@@ -1,6 +1,9 @@
 """The drain hand-off end to end: operator (subprocess, RBAC of docs/rbac.md) + kube-apiserver +
-controller-manager + the test-side pod runner (consumer pods, drain Job pods) + Kafka + Spark
-(local mode inside the Job's pod) + PostgreSQL.
+controller-manager + the pods (consumer pods, drain Job pods) where the fixture `pods` runs them
+(the test-side pod runner by default; with LAGPILOT_NODE=1 containers of the test image on the real
+node, Pod Security `restricted`) + Kafka + Spark (local mode inside the Job's pod) + PostgreSQL.
+The pods' logs and processes are read and killed through `pod_io` (the API and the node's runtime
+on the node), the ledger's DSN is the one the pods reach (`pods_dsn`).
 
 A backlog that the partition-capped group (3 partitions → at most 3 consumers, ~100 records/s each)
 cannot clear within the SLA triggers a drain while a trickle of live records keeps arriving. The
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import threading
 import time
 import uuid
@@ -35,14 +37,10 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import (
-    DEV_SESSION_TIMEOUT_MS,
-    OperatorProcess,
-    checkout_pythonpath,
-    operator_env,
-)
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.decide.status import parse_time
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO, Pods
 from tests.fixtures.stack import produce_counts
 from tests.real.drain_handlers import LEDGER_DDL
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401
@@ -53,6 +51,10 @@ REPO = Path(__file__).resolve().parents[2]
 PARTS = 3
 COST_MS = 1000  # per handler call of BATCH records: ~100 records/s per consumer or drain task
 BATCH = 100
+# on the real node (2 CPUs of requests for every pod of the machine's sessions): the drain Job's
+# request per task, as the node demo sets it (lagpilot_dev.demo_node DRAIN_CPU_PER_TASK_M): 12 tasks
+# at the default 250m would ask for 3 CPUs and stay Pending
+NODE_DRAIN_CPU_PER_TASK_M = "50"
 
 
 def operator_rules() -> list[dict[str, Any]]:
@@ -105,7 +107,8 @@ class Scenario:
     live_errors: list[str] = field(default_factory=list)
     live_thread: threading.Thread | None = None
     bootstrap: str = ""
-    logs: Path | None = None  # the pod runner's log directory (the consumers' JSON logs)
+    io: PodIO | None = None  # the pods' logs and processes, on the runner or the node
+    stop_logs: threading.Event | None = None  # ends pod_io.follow (the node: logs of deleted pods)
 
     def status(self) -> dict[str, Any]:
         return get_cr(self.custom, self.ns, self.name).get("status") or {}
@@ -159,7 +162,8 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[i
 
 def set_test_env(core: Any, ns: str, hooks: dict[str, str]) -> None:
     """The runtime's LP_TEST_* fault hooks for every pod of `ns` (the pod runner adds them:
-    lagpilot_dev.podrunner TEST_ENV_ANNOTATION)."""
+    lagpilot_dev.podrunner TEST_ENV_ANNOTATION; the real node has no such way: `scenario` skips
+    there)."""
     from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
 
     core.patch_namespace(ns, {"metadata": {"annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)}}})
@@ -183,15 +187,17 @@ def grant_operator(rbac: Any, core: Any, ns: str, rules: list[dict[str, Any]], p
 def scenario(
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
     tmp_path: Path,
 ) -> Iterator[Callable[..., Scenario]]:
-    """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR."""
+    """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR,
+    its pods where `pods` runs them (the runner, or the real node with LAGPILOT_NODE=1)."""
     import psycopg
     from kubernetes import client
 
@@ -218,15 +224,29 @@ def scenario(
         handler_config: dict[str, str] | None = None,
         topic_config: dict[str, str] | None = None,
     ) -> Scenario:
-        ns = namespace("drain")
-        grant_operator(rbac, core, ns, operator_rules() + (extra_rules or []), postgres_dsn)
+        hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
+        if hooks and pods.on_node:
+            pytest.skip(
+                "the runtime's LP_TEST_* fault hooks reach pods through the pod runner's namespace "
+                "annotation only; the real node has no such way yet (docs/node.md step 4)"
+            )
+        ns = pods.namespace("drain")
+        # the pods' DSN (the node's pods reach PostgreSQL on the bridge); the test reads the ledger
+        # through postgres_dsn, the same database
+        grant_operator(rbac, core, ns, operator_rules() + (extra_rules or []), pods_dsn)
         topic = new_topic(
             partitions=PARTS, prefix="drain-e2e", **({"config": topic_config} if topic_config else {})
         )
         table = "ledger_" + uuid.uuid4().hex[:8]
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(LEDGER_DDL.format(table=table))
-        extra = {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
+        # on the runner the Job's Spark takes the stack's connector jars; on the node the image's
+        # (/opt/lagpilot/spark-jars, the operator's default)
+        extra = (
+            {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
+            if pods.on_node
+            else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
+        )
         if crash_at:
             crash_dir = tmp_path / f"crash-{ns}"
             crash_dir.mkdir()
@@ -245,10 +265,10 @@ def scenario(
             custom,
             core,
             bootstrap=kafka_bootstrap,
-            logs=Path(pod_runner.workdir) / "logs",
+            io=pod_io,
+            stop_logs=pod_io.follow(ns, "consumer"),
         )
         produce(kafka_bootstrap, topic, backlog, s.produced)
-        hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
         if hooks:  # fault hooks reach the pods through the pod runner, never a CR (the CRD refuses them)
             set_test_env(core, ns, hooks)
         apply_cr(
@@ -258,7 +278,7 @@ def scenario(
                 s.name,
                 {
                     "kafka": {
-                        "bootstrapServers": kafka_bootstrap,
+                        "bootstrapServers": pods.kafka_bootstrap,
                         "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
                     },
                     "topic": topic,
@@ -285,10 +305,10 @@ def scenario(
                         "busy": False,
                         **(drain or {}),
                     },
-                    # the checkout's source dirs first: the pods (consumers, drain Jobs) run this tree's code
-                    "template": {
-                        "env": [
-                            {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                    # the pods (consumers, drain Jobs) run this tree's code: on the runner the
+                    # checkout's source dirs first (PYTHONPATH), on the node the test image
+                    "template": pods.template(
+                        env=[
                             {
                                 "name": "LEDGER_DSN",
                                 "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}},
@@ -299,7 +319,7 @@ def scenario(
                                 if not k.startswith("LP_TEST_")
                             ),
                         ]
-                    },
+                    ),
                 },
             ),
         )
@@ -331,6 +351,8 @@ def scenario(
     yield make
     for s in made:
         s.stop_live.set()
+        if s.stop_logs is not None:
+            s.stop_logs.set()
         try:
             custom.delete_collection_namespaced_custom_object(
                 "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
@@ -435,8 +457,9 @@ def given_up_commits(s: Scenario) -> set[tuple[int, int]]:
     (event ``commit_given_up``: its commits were refused until the partition moved). The next owner
     replays from the group's last commit up to such a position: at-least-once, announced."""
     out: set[tuple[int, int]] = set()
-    for f in sorted(s.logs.glob(f"{s.ns}_*consumer*.log")) if s.logs is not None else []:
-        for line in f.read_text(errors="replace").splitlines():
+    logs = s.io.namespace_logs(s.ns, "consumer") if s.io is not None else {}
+    for text in logs.values():
+        for line in text.splitlines():
             if '"commit_given_up"' not in line:
                 continue
             for tp, v in json.loads(line).get("positions", {}).items():
@@ -565,7 +588,7 @@ def test_operator_killed_at_each_hand_off_step(
 
 
 def test_drain_driver_killed_midway_is_retried(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     s = scenario({p: 15000 for p in range(PARTS)})
     killed: list[str] = []
@@ -575,9 +598,9 @@ def test_drain_driver_killed_midway_is_retried(
             return
         pods = s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items
         for pod in pods:
-            pid = pod_runner.pid_of(s.ns, pod.metadata.name)
-            if pid:
-                os.killpg(pid, signal.SIGKILL)  # the driver, its JVM and the Python workers
+            # the driver, its JVM and the Python workers: the runner's process group, the node's
+            # container (its init process, SIGKILL from the node)
+            if pod_io.kill(s.ns, pod.metadata.name):
                 killed.append(pod.metadata.name)
 
     wait_phase(s, ("Verified", "Failed"), 900, on_poll=kill_when_progressing)

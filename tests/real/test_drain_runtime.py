@@ -1,6 +1,8 @@
 """The warm drain runtime through the operator (spec.drain.warmRuntime), on the real stack of
 tests/real/test_drain_operator.py (operator subprocess as the docs/rbac.md ServiceAccount,
-kube-apiserver + controller-manager + pod runner, Kafka, Spark local mode, PostgreSQL ledger).
+kube-apiserver + controller-manager + the pods where `pods` runs them: the pod runner, or with
+LAGPILOT_NODE=1 the real node, the runtime's and the Job's logs read through `pod_io`; Kafka, Spark
+local mode, PostgreSQL ledger).
 
 The CR starts with `warmRuntime: true` and `cancel: true` (no drain yet): the operator creates the
 runtime Deployment, its pod (`lagpilot drain --serve`) becomes Ready; then `cancel: false` lets the
@@ -23,6 +25,7 @@ import pytest
 
 from lagpilot.act.drain_runtime import APP_NAME, runtime_name, runtime_port
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import events_for
 
@@ -30,9 +33,11 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def _log_events(path: Any, event: str, key: str = "event") -> list[dict[str, Any]]:
-    """The JSON log records whose ``key`` (``event``, or ``message``) is exactly ``event``."""
+    """The JSON log records whose ``key`` (``event``, or ``message``) is exactly ``event``; `path` is a
+    log file, or a log's text (`pod_io.logs`)."""
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    text = path if isinstance(path, str) else path.read_text(errors="replace")
+    for line in text.splitlines():
         if event not in line:
             continue
         try:
@@ -53,7 +58,7 @@ def _ready_runtime_pod(s: Scenario) -> Any:
 
 
 def test_warm_runtime_serves_the_drain_exactly_once(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     from kubernetes import client
 
@@ -78,10 +83,8 @@ def test_warm_runtime_serves_the_drain_exactly_once(
     assert [(p.name, p.container_port) for p in container.ports] == [("drain-api", port)]
     pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 150, interval=1)
     t_ready = time.monotonic()
-    rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
-    assert rt_log is not None and _log_events(rt_log, "drain_runtime_ready"), (
-        "Ready before the runtime said warm"
-    )
+    rt_log = pod_io.logs(s.ns, pod.metadata.name)
+    assert _log_events(rt_log, "drain_runtime_ready"), "Ready before the runtime said warm"
 
     s.custom.patch_namespaced_custom_object(
         "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
@@ -106,15 +109,16 @@ def test_warm_runtime_serves_the_drain_exactly_once(
     assert started and started[-1].endswith("runtime warm"), started
 
     # the runtime really ran it: its served event for this drain id, and the Job process used it
+    rt_log = pod_io.logs(s.ns, pod.metadata.name)
     served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
     assert len(served) == 1 and served[0]["exit"] == 0 and not served[0]["cancelled"], served
     assert served[0].get("records") == d["recordsTotal"], (served, d["recordsTotal"])
     job_pods = s.core.list_namespaced_pod(s.ns, label_selector=f"job-name={job.metadata.name}").items
-    job_log = pod_runner.log_path(s.ns, job_pods[0].metadata.name)
+    job_log = pod_io.logs(s.ns, job_pods[0].metadata.name)
     used = _log_events(job_log, "drain_runtime_used")
-    assert used and used[0]["exit"] == 0 and not _log_events(job_log, "drain_runtime_unreachable"), (
-        job_log.read_text()[-2000:]
-    )
+    assert used and used[0]["exit"] == 0 and not _log_events(job_log, "drain_runtime_unreachable"), job_log[
+        -2000:
+    ]
     print(
         f"warm runtime: Ready {t_ready - t0:.1f} s after the CR, served drain {d['id']} ({served[0]['records']} "
         f"records in {served[0]['seconds']} s), test {time.monotonic() - t0:.1f} s"
@@ -143,7 +147,7 @@ def _worktree_pythonpath() -> dict[str, str]:
 
 
 def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_zero(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     """spec.drain.warmRuntimeCooldownSeconds: 5. The CR starts with `cancel: true` (no drain may be
     due): the runtime Deployment is created with 0 replicas and stays there although the capped
@@ -229,7 +233,7 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
         .items
     )
     assert [j.metadata.labels["lagpilot.io/drain-runtime"] for j in jobs] == ["warm"], jobs
-    rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
+    rt_log = pod_io.logs(s.ns, pod.metadata.name)
     served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
     assert len(served) == 1 and served[0]["exit"] == 0, served
 

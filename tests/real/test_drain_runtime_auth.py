@@ -1,8 +1,9 @@
 """C1 on the real stack: a plan forged by another process and sent to the warm drain runtime's port
 is refused, and the real drain still processes every record exactly once (the delivery ledger).
 
-The stack of tests/real/test_drain_runtime.py (operator as the docs/rbac.md ServiceAccount, pod
-runner, Kafka, Spark local mode, PostgreSQL ledger). While the CR holds `cancel: true` (no drain yet)
+The stack of tests/real/test_drain_runtime.py (operator as the docs/rbac.md ServiceAccount, the pods
+where `pods` runs them: the pod runner, or with LAGPILOT_NODE=1 the real node, where the attacker
+reaches the runtime at its pod IP; Kafka, Spark local mode, PostgreSQL ledger). While the CR holds `cancel: true` (no drain yet)
 and the runtime pod is Ready, a separate Python process (the attacker: no key, but it can reach the
 port, as any pod could before) sends the attack of issue 23: the drain id the operator will use
 next ("1") with one sub-range per partition covering the whole backlog, as a bare plan (the old
@@ -28,6 +29,7 @@ import pytest
 from lagpilot.act.drain_runtime import runtime_name, runtime_port
 from lagpilot_dev.runtime_attacker import attack
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO, Pods
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_drain_runtime import _log_events, _ready_runtime_pod, _worktree_pythonpath
 
@@ -47,7 +49,7 @@ def ledger_rows(dsn: str, table: str) -> int:
 
 
 def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], pods: Pods, pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     from kubernetes import client
 
@@ -61,7 +63,13 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
     )
     pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 240, interval=1)
     port = runtime_port(s.ns, s.name)
-    rt_log = pod_runner.log_path(s.ns, pod.metadata.name)
+    # the runner's runtime listens on the host's loopback; the node's in its pod (the host reaches
+    # pod IPs through the bridge; no NetworkPolicy agent on this path)
+    host = pod.status.pod_ip if pods.on_node else "127.0.0.1"
+
+    def rt_log() -> str:
+        return pod_io.logs(s.ns, pod.metadata.name)
+
     assert not s.drain().get("id"), "a drain started before the attack"
 
     # the attack: the next drain id, one sub-range per partition over the whole backlog
@@ -92,20 +100,20 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
             },
         }
     )
-    answers = attack(port, [forged, made_up], healthz=True)
+    answers = attack(port, [forged, made_up], healthz=True, host=host)
     assert [a[0] for a in answers[:2]] == [401, 401], answers
     healthz = answers[2]
     assert healthz[0] == 200 and '"1"' not in healthz[1], healthz
     # the fault fired: both requests reached the runtime and were refused there
     refused = wait_until(
         lambda: (
-            len(_log_events(rt_log, "drain_runtime_refused")) >= 2
-            and _log_events(rt_log, "drain_runtime_refused")
+            len(_log_events(rt_log(), "drain_runtime_refused")) >= 2
+            and _log_events(rt_log(), "drain_runtime_refused")
         ),
         "the runtime's refusals logged",
         30,
     )
-    assert len(refused) == 2 and not _log_events(rt_log, "drain_runtime_served"), refused
+    assert len(refused) == 2 and not _log_events(rt_log(), "drain_runtime_served"), refused
 
     s.custom.patch_namespaced_custom_object(
         "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
@@ -113,7 +121,7 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
     wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 300)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d.get("runtime") == "warm" and d["attempt"] == 1, d
-    served = [e for e in _log_events(rt_log, "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
+    served = [e for e in _log_events(rt_log(), "drain_runtime_served") if str(e.get("drain")) == str(d["id"])]
     assert len(served) == 1 and served[0]["exit"] == 0 and served[0]["records"] == d["recordsTotal"], served
 
     # the real Job's signed plan, replayed by the attacker: refused, the ledger unchanged
@@ -128,10 +136,10 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
         {"plan": env["LAGPILOT_DRAIN_PLAN"], "auth": json.loads(env["LAGPILOT_DRAIN_PLAN_AUTH"])}
     )
     rows = ledger_rows(postgres_dsn, s.table)
-    answers = attack(port, [replay])
+    answers = attack(port, [replay], host=host)
     assert answers[0][0] == 401 and "replay" in answers[0][1], answers
     assert ledger_rows(postgres_dsn, s.table) == rows
-    assert len([e for e in _log_events(rt_log, "drain_runtime_served")]) == 1
+    assert len([e for e in _log_events(rt_log(), "drain_runtime_served")]) == 1
 
     # what the operator made for it: the key Secret and the NetworkPolicy, both owned by the CR
     uid = s.custom.get_namespaced_custom_object(

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, REPO, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd, events_for  # noqa: F401  (fixture used by `scenario`)
 

@@ -1,7 +1,8 @@
 """Deleting a CR while its drain is `Planned` with acks in the mailbox (issue 23, H1).
 
-Operator subprocess + kube-apiserver/controller-manager + pod runner + Kafka + PostgreSQL (the ledger
-handler of tests/real/test_drain_operator.py: one row per delivery).
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the pod
+runner; with LAGPILOT_NODE=1 the real node) + Kafka + PostgreSQL (the ledger handler of
+tests/real/test_drain_operator.py: one row per delivery).
 
 The operator dies right after publishing the hand-off (test-only crash point `Publish:status`), so it
 never sees the acks: the live owners ack (start = their committed offset) and move themselves to the
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 
 
 def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
 ) -> None:
     import psycopg
 
@@ -46,7 +47,7 @@ def test_cr_deleted_while_planned_with_acks_hands_the_acked_ranges_back(
             "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "600",
         },
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     enable_drain(s)
     marker = tmp_path / f"crash-{s.ns}" / "Publish-status"
     wait_until(

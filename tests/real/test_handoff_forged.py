@@ -1,7 +1,9 @@
 """A forged hand-off request does not move the live group (issue 23, M8).
 
-Operator subprocess + kube-apiserver/controller-manager + pod runner + Kafka + PostgreSQL (the ledger
-handler of tests/real/test_drain_operator.py: one row per delivery).
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the pod
+runner; with LAGPILOT_NODE=1 the real node) + Kafka + PostgreSQL (the ledger handler of
+tests/real/test_drain_operator.py: one row per delivery). The consumers' logs are read through
+`pod_io` (the API on the node).
 
 The live group processes its backlog with drains disabled (no drain is ever planned). Another process,
 with nothing but the Kafka client and Read on the mailbox group, commits to
@@ -47,12 +49,12 @@ sys.exit(1 if bad else 0)
 
 
 def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
 ) -> None:
     import psycopg
 
     s = scenario({p: BACKLOG for p in range(PARTS)}, sla_s=10, live={}, drain_enabled=False)
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     uid = s.custom.get_namespaced_custom_object(
         "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name
     )["metadata"]["uid"]
@@ -103,16 +105,17 @@ def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
     )
     assert not s.drain(), s.drain()  # no drain ran: nothing else could have processed the records
     # the owners saw the forged entries and refused them holding the key (not merely keyless)
-    refused = handoff_refusals(pod_runner, s)
+    refused = handoff_refusals(s)
     assert refused and all('"key_present": true' in ln and '"signed": false' in ln for ln in refused), (
         refused[:3]
     )
 
 
-def handoff_refusals(pod_runner: Any, s: Scenario) -> list[str]:
-    from pathlib import Path
-
+def handoff_refusals(s: Scenario) -> list[str]:
+    """The `handoff_refused` lines of every consumer pod's log (`pod_io`: the runner's files, or the
+    API's logs on the node, kept for pods deleted since by `follow`)."""
+    assert s.io is not None
     out: list[str] = []
-    for f in (Path(pod_runner.workdir) / "logs").glob(f"*{s.ns}*"):
-        out += [ln for ln in f.read_text(errors="replace").splitlines() if "handoff_refused" in ln]
+    for text in s.io.namespace_logs(s.ns, "consumer").values():
+        out += [ln for ln in text.splitlines() if "handoff_refused" in ln]
     return out

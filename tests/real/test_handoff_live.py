@@ -28,6 +28,7 @@ import pytest
 
 from lagpilot.decide.status import parse_time
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
 
@@ -40,12 +41,18 @@ def consumer_pids(pod_runner: Any, s: Scenario) -> dict[str, int]:
     return {n: pid for n, pid in pod_runner.running_pids(s.ns).items() if "drain" not in n}
 
 
-def wait_group_running(s: Scenario, pod_runner: Any, postgres_dsn: str, replicas: int = PARTS) -> None:
+def running_consumers(s: Scenario) -> set[str]:
+    """The scenario's consumer pods whose process runs now (`pod_io.running`: on the runner or the node)."""
+    assert s.io is not None
+    return {n for n in s.io.running(s.ns) if "drain" not in n}
+
+
+def wait_group_running(s: Scenario, postgres_dsn: str, replicas: int = PARTS) -> None:
     import psycopg
 
     def ready() -> bool:
         s.op.ensure()
-        if len(consumer_pids(pod_runner, s)) < replicas:
+        if len(running_consumers(s)) < replicas:
             return False
         with psycopg.connect(postgres_dsn) as conn:
             parts = conn.execute(
@@ -85,7 +92,7 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
             "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir),
         },
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     # mid-rebalance: one member gone (SIGKILL, restarted by the pod runner after its back-off)
     victim, vpid = sorted(consumer_pids(pod_runner, s).items())[0]
     os.killpg(vpid, signal.SIGKILL)
@@ -129,7 +136,7 @@ def test_scale_down_and_up_during_the_hand_off(
     s = scenario(
         {p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     before = consumer_pids(pod_runner, s)
     dep = deployment_name(s.name)
     # scale down (two members finish their 3 s batch and leave: a rebalance) and enable the drain

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, REPO, Scenario, scenario, wait_phase  # noqa: F401
 from tests.real.test_handoff_live import consumer_pids, enable_drain, wait_group_running
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
@@ -66,7 +67,7 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         consumer_env={"LP_TEST_NO_HANDOFF": "1"},
         operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "900"},
     )
-    wait_group_running(s, pod_runner, postgres_dsn)
+    wait_group_running(s, postgres_dsn)
     enable_drain(s)
     d = wait_phase(s, ("HandedOff", "Running", "Verified", "Cancelled", "Failed"), 600)
     # the setup really produced the H2 case: a drain resolved with no ack (the group got there by itself)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain import plan as dp
+from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario  # noqa: F401
 from tests.real.test_handoff_live import enable_drain
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)

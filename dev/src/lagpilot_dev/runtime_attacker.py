@@ -9,14 +9,14 @@ import json
 import subprocess
 import sys
 
-# stdin: the bodies (JSON list); argv: the port, then "healthz" to ask GET /healthz after them.
+# stdin: the bodies (JSON list); argv: the port, the host, then "healthz" to ask GET /healthz after them.
 # stdout: [[status, body], ...]; a runtime that takes a plan runs it: no answer within 30 s (status 0)
 ATTACKER = r"""
 import http.client, json, sys
-port, bodies = int(sys.argv[1]), json.loads(sys.stdin.read())
+port, host, bodies = int(sys.argv[1]), sys.argv[2], json.loads(sys.stdin.read())
 out = []
 for body in bodies:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c = http.client.HTTPConnection(host, port, timeout=30)
     try:
         c.request("POST", "/drains", body=body.encode(), headers={"Content-Type": "application/json"})
         r = c.getresponse()
@@ -24,8 +24,8 @@ for body in bodies:
     except Exception as exc:
         out.append([0, type(exc).__name__ + ": " + str(exc)])
     c.close()
-if sys.argv[2:] == ["healthz"]:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+if sys.argv[3:] == ["healthz"]:
+    c = http.client.HTTPConnection(host, port, timeout=10)
     c.request("GET", "/healthz")
     r = c.getresponse()
     out.append([r.status, r.read().decode()])
@@ -33,11 +33,14 @@ print(json.dumps(out))
 """
 
 
-def attack(port: int, bodies: list[str], healthz: bool = False) -> list[tuple[int, str]]:
-    """Send `bodies` to the runtime on 127.0.0.1:`port` from another process: [(status, body)] per
-    body, then (with `healthz`) the `GET /healthz` answer last."""
+def attack(
+    port: int, bodies: list[str], healthz: bool = False, host: str = "127.0.0.1"
+) -> list[tuple[int, str]]:
+    """Send `bodies` to the runtime on `host`:`port` from another process (the pod runner's runtime
+    listens on the host's loopback; on the real node `host` is the runtime pod's IP): [(status,
+    body)] per body, then (with `healthz`) the `GET /healthz` answer last."""
     done = subprocess.run(
-        [sys.executable, "-c", ATTACKER, str(port), *(["healthz"] if healthz else [])],
+        [sys.executable, "-c", ATTACKER, str(port), host, *(["healthz"] if healthz else [])],
         input=json.dumps(bodies),
         text=True,
         capture_output=True,
