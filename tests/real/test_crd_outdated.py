@@ -216,5 +216,5 @@ def test_an_older_crd_is_named_on_every_cr_and_cleared_by_applying_this_one(
             part.kubectl("delete", kind, f"{ns}-crd", "--ignore-not-found")
         try:
             kafka_admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
-        except Exception:  # best effort
+        except Exception:  # noqa: BLE001 - best effort
             pass

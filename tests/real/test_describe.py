@@ -49,8 +49,8 @@ def sections(text: str) -> dict[str, int]:
 
 
 def test_describe_of_a_busy_cr_with_a_drain_in_flight_stays_within_its_measured_bound(
-    scenario: Any,  # noqa: F811 - fixtures
-    crd: Any,  # noqa: F811
+    scenario: Any,
+    crd: Any,
 ) -> None:
     import time
 

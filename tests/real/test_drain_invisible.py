@@ -229,7 +229,7 @@ def test_a_task_with_no_visible_record_shows_its_sign_of_life(
         if outcome == "abort":
             assert visible_offsets(kafka_bootstrap, topic, 0, a, b) == [] and b - a > 100
 
-    rc, plan, table, log = run_drain(
+    rc, plan, _table, log = run_drain(
         kafka_bootstrap, postgres_dsn, spark_jars, topic, subs, tmp_path, attempt=2
     )
     assert rc == 0, log[-4000:]
@@ -347,7 +347,7 @@ def test_operator_drains_a_transactional_backlog_with_aborted_sub_ranges_to_veri
     p.init_transactions(30)
     for outcome, n in (("commit", 1500), ("abort", 4000), ("commit", 1500)):
         p.begin_transaction()
-        for i in range(n):
+        for _i in range(n):
             for part in range(PARTS):
                 while True:
                     try:
@@ -376,6 +376,7 @@ def test_operator_drains_a_transactional_backlog_with_aborted_sub_ranges_to_veri
 
     # the group catches up to the end; then every committed record exactly once, no aborted one
     from confluent_kafka import Consumer, TopicPartition
+
     from tests.fixtures.kube import wait_until
 
     reader = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False})

@@ -108,7 +108,8 @@ def test_a_drain_without_progress_is_stalled_reported_and_retried(
     subs = s.drain()["subRanges"]
     signs = sub_range_progress(kafka_admin, s.group, s.topic, uid, subs)
     assert all(
-        o in (-1, sub["start"]) and parse_progress_metadata(m) == 0 for sub, (o, m) in zip(subs, signs)
+        o in (-1, sub["start"]) and parse_progress_metadata(m) == 0
+        for sub, (o, m) in zip(subs, signs, strict=True)
     ), signs
     started = [m for _, m in signs if parse_progress_attempt(m) == 1]
     assert started, f"no task of attempt 1 left its sign of life: {signs}"

@@ -25,6 +25,7 @@ tests/real/test_handoff_live.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -37,8 +38,8 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from lagpilot.decide.status import parse_time
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import PodIO, Pods
 from tests.fixtures.stack import produce_counts
@@ -358,7 +359,7 @@ def scenario(
                 "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
             )
             wait_until(
-                lambda: (
+                lambda s=s: (
                     not custom.list_namespaced_custom_object(
                         "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
                     )["items"]
@@ -421,7 +422,7 @@ def live_pause(s: Scenario, postgres_dsn: str, d: dict[str, Any]) -> float | Non
                     (p, t0 - 10, t1 + 15),
                 ).fetchall()
             ]
-            gaps = [b - a for a, b in zip(ats, ats[1:]) if b >= t0 and a <= t1 + 5]
+            gaps = [b - a for a, b in itertools.pairwise(ats) if b >= t0 and a <= t1 + 5]
             if gaps:
                 worst = max(worst, max(gaps))
     return round(worst, 3)

@@ -128,7 +128,7 @@ def test_warm_runtime_serves_the_drain_exactly_once(
 def _get_deployment(apps: Any, s: Scenario) -> Any:
     try:
         return apps.read_namespaced_deployment(runtime_name(s.name), s.ns)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         if getattr(exc, "status", None) == 404:
             return None
         raise

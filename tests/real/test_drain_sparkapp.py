@@ -55,7 +55,7 @@ def sparkapp_crd(kube: Any) -> Iterator[Any]:
 def _app(s: Scenario, name: str) -> dict[str, Any] | None:
     try:
         return s.custom.get_namespaced_custom_object(GROUP, VERSION, s.ns, PLURAL, name)
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         if getattr(err, "status", None) == 404:
             return None
         raise

@@ -55,7 +55,7 @@ class Case:
     def get(self) -> dict[str, Any] | None:
         try:
             return get_cr(self.custom, self.ns, self.name)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise
@@ -140,7 +140,7 @@ def case(
         try:
             if c.get() is not None:
                 c.delete()
-                wait_until(lambda: c.get() is None, "CR deleted", 120)
+                wait_until(lambda c=c: c.get() is None, "CR deleted", 120)
         except Exception as exc:  # noqa: BLE001 - release it whatever happens: the namespace must go
             print(f"teardown {c.ns}: {exc!r}")
             try:

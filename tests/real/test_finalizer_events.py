@@ -30,11 +30,11 @@ from tests.real.test_operator_e2e import (
     apply_cr,
     condition,
     cr,
+    crd,  # noqa: F401  (fixture)
     events_for,
     get_cr,
     rbac_rules,
 )
-from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 

@@ -111,7 +111,7 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     assert marker.exists(), "the consumer's crash point (after its split commit, before its seek) never fired"
     cpid = int(marker.read_text().split()[0])
     assert not Path(f"/proc/{cpid}").exists(), f"consumer pid {cpid} still alive"
-    crashed_pod = (marker.read_text().split() + [""])[2]
+    crashed_pod = [*marker.read_text().split(), ""][2]
     print(
         f"consumer pid {cpid} ({crashed_pod}) died between its split commit and its seek; "
         f"the SIGKILLed member was {victim}"

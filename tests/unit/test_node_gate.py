@@ -82,14 +82,14 @@ def test_netpol_gate(env: dict[str, str], verdict: str) -> None:
 
 # ---- dev/test, run against stubs (no setup, no stack, no pytest) --------------------------------
 def _stub_checkout(tmp_path: Path) -> Path:
-    """A copy of dev/test beside stub dev/setup, dev/lint-model and .venv/bin/{lagpilot,python}
+    """A copy of dev/test beside stub dev/setup, dev/lint and .venv/bin/{lagpilot,python}
     that record their arguments to calls.txt."""
     root = tmp_path / "repo"
     (root / "dev").mkdir(parents=True)
     (root / ".venv" / "bin").mkdir(parents=True)
     shutil.copy(REPO / "dev" / "test", root / "dev" / "test")
     rec = 'echo "$(basename "$0") $*" >> "$(dirname "$0")/../../calls.txt"\n'
-    for stub in ("dev/setup", "dev/lint-model", ".venv/bin/lagpilot", ".venv/bin/python"):
+    for stub in ("dev/setup", "dev/lint", ".venv/bin/lagpilot", ".venv/bin/python"):
         p = root / stub
         p.write_text("#!/usr/bin/env bash\n" + ("" if stub.startswith("dev/") else rec) + "exit 0\n")
         p.chmod(0o755)
@@ -215,8 +215,8 @@ def _stack(tmp_path: Path, node: _Node, events: list[str]) -> object:
     from lagpilot_dev.stack import Stack
 
     s = Stack(cache_dir=tmp_path / "cache", state_dir=tmp_path / "state")
-    s._parts.update({n: _Part(n, events) for n in ("kafka", "kube", "postgres", "spark")})  # noqa: SLF001
-    s._parts["node"] = node  # noqa: SLF001 - inject fakes
+    s._parts.update({n: _Part(n, events) for n in ("kafka", "kube", "postgres", "spark")})
+    s._parts["node"] = node
     return s
 
 

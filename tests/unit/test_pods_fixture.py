@@ -105,7 +105,7 @@ def test_pod_io_on_the_node_keeps_the_log_of_a_pod_deleted_since_it_was_read() -
 
 
 def test_pod_io_on_the_node_sigkills_the_containers_init_process() -> None:
-    victim = subprocess.Popen(["sleep", "60"])  # noqa: S607 - stands for a container's init process
+    victim = subprocess.Popen(["sleep", "60"])
     calls: list[tuple[str, ...]] = []
 
     class Node:
