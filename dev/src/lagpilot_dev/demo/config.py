@@ -14,7 +14,7 @@ from lagpilot.model.spec import Drain
 from lagpilot_dev.demo.traffic import PROFILES, VERSUS_PROFILES, Profile
 from lagpilot_dev.paths import cache_dir
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 CRD_NAME = "batchconsumergroups.lagpilot.io"
 GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
