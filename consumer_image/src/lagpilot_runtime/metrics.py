@@ -171,27 +171,36 @@ class CapacityEstimator:
             return None
         full = [(n, b) for n, b in samples if n >= 0.9 * self.max_records]
         if len(full) >= 3 or len(full) == len(samples):
-            return sum(n for n, _ in full) / sum(b for _, b in full)
-        ratio = sum(n for n, _ in samples) / sum(b for _, b in samples)
-        xs = [n for n, _ in samples]
-        ys = [b for _, b in samples]
-        k = len(xs)
-        mx, my = sum(xs) / k, sum(ys) / k
-        sxx = sum((x - mx) ** 2 for x in xs)
-        if k < 3 or sxx <= 0 or max(xs) < 2 * min(xs):
-            return ratio
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        intercept = my - slope * mx
-        if slope <= 0 or intercept < 0:
-            return ratio
-        m = self.max_records
-        residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (
-            k - 2
-        )  # k >= 3
-        se_at_m = math.sqrt(residual_var * (1 / k + (m - mx) ** 2 / sxx))
-        projected = m / (intercept + slope * m + FIT_Z * se_at_m)
+            return _ratio(full)
+        ratio = _ratio(samples)
+        projected = _projected_at(samples, self.max_records)
         # with a fixed cost per call (intercept >= 0) bigger batches only amortise it further
-        return max(ratio, projected)
+        return ratio if projected is None else max(ratio, projected)
+
+
+def _ratio(samples: list[tuple[int, float]]) -> float:
+    """Records per second of handler time over the samples: (records, seconds) pairs."""
+    return sum(n for n, _ in samples) / sum(b for _, b in samples)
+
+
+def _projected_at(samples: list[tuple[int, float]], m: int) -> float | None:
+    """Records per second at batches of ``m`` records from a least-squares line through the samples'
+    (records, seconds), made cautious by FIT_Z standard errors of the fit at ``m``; None when the
+    samples cannot carry a line (fewer than 3, sizes too alike, a negative slope or intercept)."""
+    xs = [n for n, _ in samples]
+    ys = [b for _, b in samples]
+    k = len(xs)
+    mx, my = sum(xs) / k, sum(ys) / k
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if k < 3 or sxx <= 0 or max(xs) < 2 * min(xs):
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = my - slope * mx
+    if slope <= 0 or intercept < 0:
+        return None
+    residual_var = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (k - 2)
+    se_at_m = math.sqrt(residual_var * (1 / k + (m - mx) ** 2 / sxx))
+    return m / (intercept + slope * m + FIT_Z * se_at_m)
 
 
 OUTSIDE_HANDLER_S = 120.0  # Health.outside_handler_s
