@@ -55,10 +55,10 @@ SLA_S = 240
 
 
 def driver_events(s: Scenario, event: str) -> list[dict[str, Any]]:
-    """The drain Job pods' JSON log lines of `event` (the pod runner's logs)."""
+    """The drain Job pods' JSON log lines of `event` (`PodIO`: the runner's log files or the API's)."""
     out = []
-    for f in sorted(s.logs.glob(f"{s.ns}_*drain*.log")) if s.logs is not None else []:
-        for line in f.read_text(errors="replace").splitlines():
+    for text in s.io.namespace_logs(s.ns, "drain").values() if s.io is not None else []:
+        for line in text.splitlines():
             if f'"{event}"' in line:
                 try:
                     out.append(json.loads(line))
