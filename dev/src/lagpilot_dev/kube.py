@@ -372,10 +372,10 @@ class KubePart:
     def apiserver_aggregates(self) -> bool:
         """True when the running kube-apiserver was started with the aggregator's client certificate
         (an apiserver started by an older checkout was not: aggregated APIs then get no identity)."""
-        from lagpilot_dev.paths import _cmdline
+        from lagpilot_dev.paths import cmdline
 
         pid = self.processes["apiserver"].pid()
-        return pid is not None and any(a.startswith("--proxy-client-cert-file=") for a in _cmdline(pid))
+        return pid is not None and any(a.startswith("--proxy-client-cert-file=") for a in cmdline(pid))
 
     def restart_apiserver(self, timeout: float = 180.0) -> None:
         """Stop and start kube-apiserver alone (same etcd, port and certificates: its state is all in

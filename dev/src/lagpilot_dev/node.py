@@ -42,7 +42,7 @@ from typing import Any
 
 from lagpilot_dev import node_oci
 from lagpilot_dev.kube import ETCD_VERSION, KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
-from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
+from lagpilot_dev.paths import LOOPBACK, Ports, Process, cmdline, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.node")
 
@@ -302,17 +302,8 @@ def node_state_dirs(cmdlines: Iterable[Sequence[str]]) -> set[Path]:
 
 
 def running_cmdlines() -> list[list[str]]:
-    """Every process's argv on this machine (/proc/<pid>/cmdline; those that vanish are skipped)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            raw = (d / "cmdline").read_bytes()
-        except OSError:
-            continue
-        out.append([a.decode(errors="replace") for a in raw.split(b"\0") if a])
-    return out
+    """Every process's argv on this machine (`paths.cmdline`; those that vanish read empty)."""
+    return [cmdline(int(d.name)) for d in Path("/proc").iterdir() if d.name.isdigit()]
 
 
 def default_node_ip() -> str:

@@ -186,7 +186,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -221,7 +221,7 @@ class Process:
             return None
         if not pid_alive(pid):
             return None
-        if self.marker not in " ".join(_cmdline(pid)):
+        if self.marker not in " ".join(cmdline(pid)):
             return None
         return pid
 
@@ -257,7 +257,7 @@ class Process:
         # recognise the process (seen in CI under load: is_running() False right after start)
         deadline = time.monotonic() + 10.0
         while (
-            self.marker not in " ".join(_cmdline(proc.pid))
+            self.marker not in " ".join(cmdline(proc.pid))
             and proc.poll() is None
             and time.monotonic() < deadline
         ):

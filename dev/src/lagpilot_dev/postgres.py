@@ -351,11 +351,11 @@ class PostgresPart:
 
     def pods_dsn(self) -> str | None:
         """The app DSN for pods on the real node, when the running server listens for them."""
-        from lagpilot_dev.paths import _cmdline
+        from lagpilot_dev.paths import cmdline
 
         gw = self.pods_listen_host()
         pid = self.process().pid()
-        if gw is None or pid is None or f"listen_addresses={LOOPBACK},{gw}" not in " ".join(_cmdline(pid)):
+        if gw is None or pid is None or f"listen_addresses={LOOPBACK},{gw}" not in " ".join(cmdline(pid)):
             return None
         return self.app_dsn().replace(f"@{LOOPBACK}:", f"@{gw}:")
 

@@ -102,7 +102,6 @@ def write_status(
     first: `Degraded=CRDOutdated` on every CR while the CRD lacks fields of this operator's."""
     if new.get("conditions") is not None:
         new["conditions"] = _crd_verdict(ref, old, new["conditions"], deps, cache)
-    if new.get("conditions") is not None:
         deps.metrics.observe_status(ref.namespace, ref.name, conditions=new["conditions"])
     now = deps.clock()
     patch = status_write(old, new, cache.view_written_at, now, deps.status_heartbeat_seconds)
