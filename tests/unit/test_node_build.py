@@ -128,7 +128,23 @@ def test_the_node_builds_and_installs_without_the_policy_agent(tmp_path: Path, f
     assert not netpol.NetpolPart(cache, tmp_path / "state").installed()
     # the scripts: the node's build has no kube-router step, the agent's build is its own
     assert "cmd/kube-router" not in node.BUILD_SCRIPT.read_text()
-    assert "cmd/kube-router@$KUBE_ROUTER_VERSION" in netpol.BUILD_SCRIPT.read_text()
+    assert "netpol-agent" in netpol.BUILD_SCRIPT.read_text()
+
+
+def test_the_policy_agent_links_kube_routers_policy_controller_and_nothing_else_of_it() -> None:
+    """dev/netpol-agent: its main imports kube-router's netpol, healthcheck and options packages
+    only (not pkg/cmd, which links GoBGP, the service proxy and the AWS SDK), and its go.mod pins the
+    release `kube_router_version` reports."""
+    import re
+
+    from lagpilot_dev import netpol
+
+    main = (netpol.AGENT_MODULE.parent / "main.go").read_text()
+    used = sorted(set(re.findall(r'"github.com/cloudnativelabs/kube-router/v2/([^"]+)"', main)))
+    assert used == ["pkg/controllers/netpol", "pkg/healthcheck", "pkg/options"]
+    assert re.fullmatch(r"v\d+\.\d+\.\d+", netpol.kube_router_version())
+    go_sum = (netpol.AGENT_MODULE.parent / "go.sum").read_text()
+    assert f"{netpol.KUBE_ROUTER_MODULE} {netpol.kube_router_version()} h1:" in go_sum
 
 
 def test_the_policy_agent_is_built_once_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,8 +157,7 @@ def test_the_policy_agent_is_built_once_on_first_use(tmp_path: Path, monkeypatch
         calls.append(list(argv))
         out = Path(argv[-1]) / "bin"
         out.mkdir(parents=True, exist_ok=True)
-        (out / "kube-router").touch(mode=0o755)
-        assert kw["env"]["LAGPILOT_KUBE_ROUTER_VERSION"] == netpol.KUBE_ROUTER_VERSION
+        (out / netpol.BINARY).touch(mode=0o755)
         return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(netpol.subprocess, "run", run)
@@ -169,3 +184,19 @@ def test_the_node_demo_enforces_policies_only_with_a_built_agent(built: bool, ha
 
     assert ("netpol" in node_parts(built)) is has_netpol
     assert set(NODE_PARTS) <= set(node_parts(built))
+
+
+def test_a_cached_policy_agent_still_gets_its_debian_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binary comes from the cache (~/.cache/lagpilot/node/bin, restored by CI), ipset and
+    iptables from Debian: a machine with the cached binary and no ipset got `ipset utility not found`
+    from the agent at start (seen 2026-11-27), because install() returned before the apt step."""
+    from lagpilot_dev import netpol
+
+    asked: list[tuple[str, ...]] = []
+    monkeypatch.setattr(images_tools, "ensure_apt_packages", lambda pkgs, *a, **k: asked.append(tuple(pkgs)) or [])
+    monkeypatch.setattr(netpol.subprocess, "run", lambda *a, **k: pytest.fail("built again"))
+    part = netpol.NetpolPart(tmp_path / "cache", tmp_path / "state")
+    part.binary.parent.mkdir(parents=True)
+    part.binary.touch(mode=0o755)
+    part.install()
+    assert asked == [netpol.APT_PACKAGES]
