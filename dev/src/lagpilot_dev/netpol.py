@@ -1,17 +1,16 @@
 """The real node's NetworkPolicy agent, a part of its own: `lagpilot dev up --parts node,netpol`.
 
-kube-router's policy controller alone (`--run-firewall`; no routing, no service proxy: the CNI bridge
-and kube-proxy do those), a host process enforcing NetworkPolicies for the node's pods with iptables
-and ipsets (docs/node.md "NetworkPolicy").
+kube-router's policy controller alone (no routing, no service proxy: the CNI bridge and kube-proxy do
+those), a host process enforcing NetworkPolicies for the node's pods with iptables and ipsets
+(docs/node.md "NetworkPolicy"). The binary, `kube-router-netpol`, is kube-router's
+`pkg/controllers/netpol` at the release `dev/netpol-agent/go.mod` pins, behind a main that links
+nothing else of kube-router (`dev/netpol-agent/main.go`): kube-router's own binary links GoBGP, its
+service proxy and the AWS SDK whatever runs (46 MB of Go source, 41 min of cold build on the loaded 2
+cores); the controller alone built cold in 11.4 min wall / 3.6 CPU-min at load 17-19.
 
-Why a part and not a component of `node`: its cold build (`go install` of kube-router, 46 MB of Go
-source, 41 min measured on the loaded 2 cores) was the largest single build of the node after
-Kubernetes, and only what needs policies enforced needs it: `tests/real/test_node_netpol.py`,
-`test_node_runtime.py` (their fixture brings this part up, building it on first use), and
-`lagpilot demo --node` when the agent is already built (the demo says which). The node alone builds
-and starts without it (docs/node.md "Cold build"). A node without this part admits what a policy
-refuses: a test about policies asks for this part, whose `up` fails unless the agent answers its
-health check.
+A part and not a component of `node`, so that the node alone starts without it; `./dev/test` and
+`./dev/demo` ask for both. A node without this part admits what a policy refuses: a test about
+policies asks for this part, whose `up` fails unless the agent answers its health check.
 """
 
 from __future__ import annotations
@@ -28,10 +27,20 @@ from lagpilot_dev.paths import LOOPBACK, Process, file_lock, http_ok, wait_start
 
 log = logging.getLogger("lagpilot_dev.netpol")
 
-# v2.1.0 is what the Go module proxy serves here
-KUBE_ROUTER_VERSION = "v2.1.0"
-BINARY = "kube-router"
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "build-netpol.sh"
+AGENT_MODULE = BUILD_SCRIPT.parent / "netpol-agent" / "go.mod"
+BINARY = "kube-router-netpol"
+KUBE_ROUTER_MODULE = "github.com/cloudnativelabs/kube-router/v2"
+
+
+def kube_router_version(go_mod: Path = AGENT_MODULE) -> str:
+    """The kube-router release the agent's module pins (its go.mod: the one place it is written)."""
+    for line in go_mod.read_text().splitlines():
+        words = line.split()
+        if KUBE_ROUTER_MODULE in words[:-1]:
+            return words[words.index(KUBE_ROUTER_MODULE) + 1]
+    raise ValueError(f"{go_mod}: no {KUBE_ROUTER_MODULE} requirement")
+
 APT_PACKAGES = ("ipset", "iptables")
 KUBE_ROUTER_RBAC = {
     "apiVersion": "v1",
@@ -103,21 +112,23 @@ class NetpolPart:
         return os.access(self.binary, os.X_OK)
 
     def install(self) -> None:
-        """Debian's ipset and iptables, then dev/build-netpol.sh (first use only), under the node's
-        build lock (the two builds share the Go caches' directory)."""
-        if self.installed():
-            return
+        """Debian's ipset and iptables (every time: a cached binary does not bring them), then
+        dev/build-netpol.sh (first use only), under the node's build lock (the two builds share the
+        Go caches' directory)."""
         from lagpilot_dev.images.tools import ensure_apt_packages
 
+        # the binary may come from a restored cache; the Debian tools it runs never do
+        ensure_apt_packages(APT_PACKAGES)
+        if self.installed():
+            return
         with file_lock(self.node.node_cache / ".build.lock"):
-            ensure_apt_packages(APT_PACKAGES)
             if self.installed():
                 return
             build_log = self.node.node_cache / "build-netpol.log"
             build_log.parent.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
             log.info("building the NetworkPolicy agent (first use only)", extra={"log": str(build_log)})
-            env = {**os.environ, "LAGPILOT_KUBE_ROUTER_VERSION": KUBE_ROUTER_VERSION}
+            env = dict(os.environ)
             with open(build_log, "ab") as out:
                 rc = subprocess.run(
                     build_command(self.node.node_cache),
@@ -174,7 +185,7 @@ class NetpolPart:
 
     def info(self) -> dict[str, object]:
         return {
-            "agent": f"kube-router {KUBE_ROUTER_VERSION} (--run-firewall)",
+            "agent": f"kube-router {kube_router_version()} policy controller ({BINARY})",
             "node_name": NODE_NAME,
             "health": self.health_url(),
             "log": str(self.process.log_file),
