@@ -64,20 +64,20 @@ def test_the_node_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("env", "verdict"),
     [
-        ({}, "skip"),
-        ({"LAGPILOT_NODE": "1"}, "skip"),
-        ({"LAGPILOT_NETPOL": "0"}, "skip"),
+        ({}, "on"),  # with the node, by default (its agent's cold build is minutes: docs/node.md)
         ({"LAGPILOT_NETPOL": "1"}, "on"),
-        ({"LAGPILOT_NETPOL": "1", "CI": "true"}, "on"),
-        ({"CI": "true"}, "skip"),  # not in CI's suite by design (docs/node.md): a skip, not a failure
+        ({"CI": "true"}, "on"),
+        ({"LAGPILOT_NETPOL": "0"}, "skip"),
+        ({"LAGPILOT_NETPOL": "off"}, "skip"),
+        ({"LAGPILOT_NETPOL": "0", "CI": "true"}, "fail"),  # CI runs the policy tests
     ],
 )
 def test_netpol_gate(env: dict[str, str], verdict: str) -> None:
     got, why = fixtures.netpol_gate(env)
     assert got == verdict, (env, got, why)
     assert (why == "") == (verdict == "on")
-    if verdict == "skip":
-        assert "LAGPILOT_NETPOL=1" in why and "kube-router" in why, why
+    if verdict != "on":
+        assert "LAGPILOT_NETPOL=0" in why, why
 
 
 # ---- dev/test, run against stubs (no setup, no stack, no pytest) --------------------------------
@@ -111,7 +111,20 @@ def _run_dev_test(root: Path, env: dict[str, str]) -> tuple[subprocess.Completed
 def test_dev_test_brings_the_node_up_with_the_other_parts(tmp_path: Path) -> None:
     r, calls = _run_dev_test(_stub_checkout(tmp_path), {"LAGPILOT_KEEP_STACK": "1"})
     assert r.returncode == 0, r.stderr
+    assert "lagpilot dev up --parts kafka,kube,postgres,spark,node,netpol" in calls, calls
+
+
+def test_dev_test_without_the_policy_agent_says_so_and_leaves_it_out(tmp_path: Path) -> None:
+    r, calls = _run_dev_test(_stub_checkout(tmp_path), {"LAGPILOT_NETPOL": "0", "LAGPILOT_KEEP_STACK": "1"})
+    assert r.returncode == 0, r.stderr
     assert "lagpilot dev up --parts kafka,kube,postgres,spark,node" in calls, calls
+    assert "LAGPILOT_NETPOL=0" in r.stderr, r.stderr
+
+
+def test_dev_test_refuses_the_policy_agent_off_under_ci(tmp_path: Path) -> None:
+    r, calls = _run_dev_test(_stub_checkout(tmp_path), {"CI": "true", "LAGPILOT_NETPOL": "0"})
+    assert r.returncode == 2 and "refusing" in r.stderr and "LAGPILOT_NETPOL=0" in r.stderr, r.stderr
+    assert calls == []
 
 
 def test_dev_test_without_the_node_says_so_and_leaves_it_out(tmp_path: Path) -> None:
@@ -129,7 +142,7 @@ def test_dev_test_refuses_the_node_off_under_ci(tmp_path: Path) -> None:
 
 def test_ci_run_unsets_the_node_opt_out() -> None:
     text = (REPO / ".ci" / "run").read_text()
-    assert "unset LAGPILOT_SKIP_REAL LAGPILOT_NODE" in text
+    assert "unset LAGPILOT_SKIP_REAL LAGPILOT_NODE LAGPILOT_NETPOL" in text
 
 
 # ---- one node per machine ----------------------------------------------------------------------
