@@ -1,32 +1,31 @@
 #!/usr/bin/env bash
 # Build the real node's NetworkPolicy agent from the Go module proxy into OUT_DIR/bin:
-#   kube-router   (github.com/cloudnativelabs/kube-router/v2, CGO_ENABLED=0; run with --run-firewall
-#                  only: lagpilot_dev/netpol.py)
-# Run by the `netpol` part on first use, not by the node's build (dev/build-node.sh): its cold build
-# (46 MB of Go source, most of it client-go, the AWS SDK and GoBGP that kube-router links whatever
-# runs; 41 min measured on the loaded 2 cores) is paid only by what needs policies enforced
-# (docs/node.md "Cold build").
+#   kube-router-netpol   kube-router's policy controller (github.com/cloudnativelabs/kube-router/v2
+#                        pkg/controllers/netpol, the release pinned in dev/netpol-agent/go.mod) behind
+#                        a main that links nothing else of kube-router (dev/netpol-agent/main.go);
+#                        CGO_ENABLED=0; run by lagpilot_dev/netpol.py with --run-firewall only
+# kube-router's own binary links its router (GoBGP), service proxy and the AWS SDK whatever runs: 46 MB
+# of Go source, 41 min of cold build measured on the loaded 2 cores. The policy controller alone is
+# client-go, netlink and go-iptables: 11.4 min wall / 3.6 CPU-min cold at load 17-19 (2026-11-27),
+# small enough for the default path (docs/node.md "NetworkPolicy").
 #
 # Usage: build-netpol.sh OUT_DIR   (idempotent: skips what exists). Go caches in OUT_DIR/src,
 # deleted at the end unless LAGPILOT_KEEP_GO_CACHE=1 (the caller holds the node's build lock: the
 # node's build uses the same directory).
 set -euo pipefail
 
-KUBE_ROUTER_VERSION="${LAGPILOT_KUBE_ROUTER_VERSION:-v2.1.0}"
 out="${1:?usage: build-netpol.sh OUT_DIR}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=build-go-env.sh
 . "$here/build-go-env.sh"   # log, the Go env and its caches, cleanup_go_caches
 go_build_setup netpol "$out"
-export GOBIN="$out/bin"
+export GOFLAGS="-mod=readonly -buildvcs=false"   # the module's go.sum pins every dependency
 
-if [ ! -x "$out/bin/kube-router" ]; then
-  log "building kube-router $KUBE_ROUTER_VERSION"
-  m=github.com/cloudnativelabs/kube-router/v2
-  go install -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
-    "$m/cmd/kube-router@$KUBE_ROUTER_VERSION"
-  log "kube-router built"
+if [ ! -x "$out/bin/kube-router-netpol" ]; then
+  log "building kube-router's policy controller (dev/netpol-agent, kube-router $(awk '/cloudnativelabs\/kube-router/ {print $2; exit}' "$here/netpol-agent/go.mod"))"
+  (cd "$here/netpol-agent" && go build -trimpath -ldflags "-s -w" -o "$out/bin/kube-router-netpol" .)
+  log "kube-router-netpol built"
 fi
 
 cleanup_go_caches
-ls -la "$out/bin/kube-router" >&2
+ls -la "$out/bin/kube-router-netpol" >&2

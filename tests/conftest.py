@@ -20,7 +20,8 @@ def pytest_report_header(config: object) -> str:
 
     verdict, why = node_gate(os.environ)
     node = "on (pods run as containers on the real node)" if verdict == "on" else f"OFF: {why}"
-    netpol = "on" if netpol_gate(os.environ)[0] == "on" else "off (LAGPILOT_NETPOL=1 runs its 2 tests)"
+    verdict, why = netpol_gate(os.environ)
+    netpol = "on" if verdict == "on" else f"OFF: {why}"
     return f"lagpilot real node: {node}; NetworkPolicy agent: {netpol}"
 
 

@@ -186,14 +186,18 @@ def test_the_node_demo_enforces_policies_only_with_a_built_agent(built: bool, ha
     assert set(NODE_PARTS) <= set(node_parts(built))
 
 
-def test_a_cached_policy_agent_still_gets_its_debian_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cached_policy_agent_still_gets_its_debian_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The binary comes from the cache (~/.cache/lagpilot/node/bin, restored by CI), ipset and
     iptables from Debian: a machine with the cached binary and no ipset got `ipset utility not found`
     from the agent at start (seen 2026-11-27), because install() returned before the apt step."""
     from lagpilot_dev import netpol
 
     asked: list[tuple[str, ...]] = []
-    monkeypatch.setattr(images_tools, "ensure_apt_packages", lambda pkgs, *a, **k: asked.append(tuple(pkgs)) or [])
+    monkeypatch.setattr(
+        images_tools, "ensure_apt_packages", lambda pkgs, *a, **k: asked.append(tuple(pkgs)) or []
+    )
     monkeypatch.setattr(netpol.subprocess, "run", lambda *a, **k: pytest.fail("built again"))
     part = netpol.NetpolPart(tmp_path / "cache", tmp_path / "state")
     part.binary.parent.mkdir(parents=True)

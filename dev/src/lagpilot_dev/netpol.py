@@ -41,6 +41,7 @@ def kube_router_version(go_mod: Path = AGENT_MODULE) -> str:
             return words[words.index(KUBE_ROUTER_MODULE) + 1]
     raise ValueError(f"{go_mod}: no {KUBE_ROUTER_MODULE} requirement")
 
+
 APT_PACKAGES = ("ipset", "iptables")
 KUBE_ROUTER_RBAC = {
     "apiVersion": "v1",
