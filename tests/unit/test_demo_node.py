@@ -30,11 +30,43 @@ from lagpilot_dev.node import NAMESPACE_LABEL
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_node_flag_adds_the_node_part_and_excludes_no_operator() -> None:
-    assert parse_args(["--node"]).node is True and parse_args([]).node is False  # the default is unchanged
+def test_the_node_is_the_default_and_the_pod_runner_an_explicit_opt_out() -> None:
+    """Issue 24 step 5: `./dev/demo` runs on the real node; the pod runner (the stand-in, deleted with
+    step 6) only with --runner. --node, the old opt-in, still parses and means the default."""
+    assert parse_args([]).node is True and parse_args([]).runner is False
+    assert parse_args(["--node"]).node is True
+    assert parse_args(["--runner"]).node is False and parse_args(["--runner"]).runner is True
+    # the bare-consumer aid has no pods at all: neither the node nor the runner
+    assert parse_args(["--no-operator"]).node is False
     assert NODE_PARTS[-1] == "node" and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
-    with pytest.raises(SystemExit):
-        parse_args(["--node", "--no-operator"])
+    for argv in (["--node", "--no-operator"], ["--node", "--runner"]):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+
+
+def test_keep_on_the_node_names_the_release_and_no_background_process() -> None:
+    """--keep on the node leaves the helm release, the namespaces and the CR: the kubelet runs the
+    pods, so no pid to kill (no background pod runner); how to take it down is helm + kubectl."""
+    from lagpilot_dev.demo.keep import kept_lines_node
+
+    lines = kept_lines_node(
+        ns="lagpilot-demo",
+        name="orders-demo",
+        op_ns="lagpilot-demo-operator",
+        release="lagpilot-demo",
+        exports=["export KUBECONFIG=/s/admin.kubeconfig"],
+        kubectl="/c/kube/bin/kubectl",
+        crictl="/c/node/bin/crictl --runtime-endpoint unix:///run/x.sock",
+        prometheus_url=None,
+    )
+    text = "\n".join(lines)
+    assert "kill" not in text and "podrunner" not in text and "pod runner" not in text
+    assert "  helm uninstall lagpilot-demo -n lagpilot-demo-operator" in text
+    assert "kubectl delete bcg -n lagpilot-demo orders-demo" in text  # before the release goes: the finalizer
+    assert text.index("kubectl delete bcg") < text.index("helm uninstall")
+    assert "  kubectl describe bcg -n lagpilot-demo orders-demo" in lines
+    assert "/c/node/bin/crictl --runtime-endpoint unix:///run/x.sock ps" in text
+    assert "export KUBECONFIG=/s/admin.kubeconfig" in lines[lines.index("Try:") + 1]
 
 
 def test_manifest_on_the_node_names_the_demo_image_never_pulled(tmp_path: Path) -> None:
