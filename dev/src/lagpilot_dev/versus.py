@@ -325,7 +325,16 @@ class Versus:
         # the demo's own parser, so every option it knows has its default (the profile is set after:
         # `hot` is one of VERSUS_PROFILES, not a choice of the demo's --profile)
         args = demo_parse_args(
-            ["--namespace", f"versus-{tag}-{i}", "--out", str(out), *(["--plain"] if self.plain else [])]
+            # the pod runner, as before the demo moved to the node (issue 24 step 5): the bench is
+            # ported to the node on its own (docs/node.md "Retiring the pod runner")
+            [
+                "--runner",
+                "--namespace",
+                f"versus-{tag}-{i}",
+                "--out",
+                str(out),
+                *(["--plain"] if self.plain else []),
+            ]
         )
         args.profile = self.profile
         root = logging.getLogger()

@@ -1,6 +1,8 @@
 """What `lagpilot demo --keep` leaves running: the record of it (<out>/kept.json and one file per
 namespace in the cache), what the demo prints about it, and how the next run in that namespace
-stops it."""
+stops it. On the real node (the default) that is the helm release and the kubelet's pods: nothing
+of the demo's process keeps running. With --runner, the operator process and a background pod
+runner."""
 
 from __future__ import annotations
 
@@ -96,7 +98,11 @@ def kept_lines(
         out.append("The operator and the pod runner stopped with the demo (they were not running).")
     if prometheus_url:
         out.append(f"  Prometheus: {prometheus_url}")
-    out.append("Try:")
+    return out + _try_lines(ns, name, exports, kubectl)
+
+
+def _try_lines(ns: str, name: str, exports: list[str], kubectl: str | None) -> list[str]:
+    out = ["Try:"]
     out += [f"  {line}" for line in exports]
     if kubectl:
         out.append(f"  export PATH={Path(kubectl).parent}:$PATH   # the version-matched kubectl")
@@ -110,3 +116,33 @@ def kept_lines(
         "  .venv/bin/lagpilot dev down    # stops the stack",
     ]
     return out
+
+
+def kept_lines_node(
+    *,
+    ns: str,
+    name: str,
+    op_ns: str,
+    release: str,
+    exports: list[str],
+    kubectl: str | None,
+    crictl: str | None,
+    prometheus_url: str | None,
+) -> list[str]:
+    """What `lagpilot demo --keep` prints on the real node: the kubelet keeps running the pods and the
+    operator is the helm release's Deployment, so there is no process of the demo's to stop; taking
+    it down is the CR first (while the operator still runs, so its finalizer is released), then the
+    release and both namespaces. The next run with this --namespace does the same by itself."""
+    out = [
+        "The stack, the namespace, the BatchConsumerGroup and the operator stay up on the node:",
+        f"  operator:   helm release {release} in {op_ns} (a Deployment; the kubelet runs its pod)",
+        f"  pods:       kubectl get pods -n {ns} -o wide"
+        + (f";  the runtime's listing: {crictl} ps" if crictl else ""),
+        "  a CR you apply or edit there is reconciled.",
+        "  take it down (or run the demo again with this --namespace):",
+        f"    kubectl delete bcg -n {ns} {name}   # first: the running operator releases its finalizer",
+        f"    helm uninstall {release} -n {op_ns} && kubectl delete namespace {ns} {op_ns}",
+    ]
+    if prometheus_url:
+        out.append(f"  Prometheus: {prometheus_url}")
+    return out + _try_lines(ns, name, exports, kubectl)

@@ -1,6 +1,7 @@
-"""`lagpilot demo --node`: the demo's pods as containers on the real node (docs/node.md, issue 24).
+"""`lagpilot demo` on the real node (the default since issue 24 step 5; docs/node.md): the demo's pods
+as containers.
 
-What changes against the default run (the pod runner, lagpilot_dev.demo.pods):
+What changes against `--runner` (the pod runner, lagpilot_dev.demo.pods, the stand-in):
 - the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS), and the
   `netpol` part (kube-router: the operator's NetworkPolicies enforced) when that agent is built: the
   demo does not build it (41 min cold, docs/node.md "Cold build"); the output and summary.json
@@ -51,7 +52,7 @@ NODE_PARTS = (*PARTS, "node")
 
 
 def node_parts(netpol_built: bool) -> tuple[str, ...]:
-    """The parts of `lagpilot demo --node`: NODE_PARTS, and the node's NetworkPolicy agent when it is
+    """The parts of `lagpilot demo` on the node: NODE_PARTS, and the node's NetworkPolicy agent when it is
     already built (the demo never waits for its cold build; pure)."""
     return (*NODE_PARTS, "netpol") if netpol_built else NODE_PARTS
 
@@ -158,7 +159,7 @@ def format_listing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @dataclass
 class NodeRun:
-    """The node side of one `lagpilot demo --node` run: the images, the helm release of the
+    """The node side of one `lagpilot demo` run (not --runner): the images, the helm release of the
     operator, the operator pod's restarts, and the record of which pods ran as containers."""
 
     console: Console

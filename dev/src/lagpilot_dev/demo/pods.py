@@ -1,6 +1,7 @@
-"""The pod runner the demo plays the kubelet with: in this process while the demo runs (consumer and
-drain pods become local processes), stopped at the end, or with --keep handed over to a background
-`python -m lagpilot_dev.podrunner` on the same node."""
+"""`lagpilot demo --runner`: the pod runner (the kubelet stand-in, deleted with issue 24 step 6) in
+this process while the demo runs (consumer and drain pods become local processes), stopped at the
+end, or with --keep handed over to a background `python -m lagpilot_dev.podrunner` on the same node.
+The default demo runs on the real node instead (lagpilot_dev.demo.node)."""
 
 from __future__ import annotations
 

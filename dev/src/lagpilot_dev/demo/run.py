@@ -1,14 +1,17 @@
 """`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
 
     lagpilot demo [--profile default|fast] [--keep] [--cold-drains | --runtime-on-demand SECONDS]
-                  [--namespace NS] [--out DIR] [--plain] [--node]
+                  [--namespace NS] [--out DIR] [--plain] [--runner]
 
 Stages (each prints what it waits for):
- 1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector
-    (installed into the cache on first use; the first run builds Kubernetes, 20-30 min);
- 2. the CRD, a namespace, a 3-partition topic and the PostgreSQL DSN Secret;
- 3. the operator (`lagpilot operator`, a subprocess logging to <out>/operator.log) and the test-side
-    pod runner (threads in this process: it plays the kubelet, consumer pods become local processes);
+ 1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector and
+    the real node (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS; installed into the cache on
+    first use: the first run builds Kubernetes and the node from the Go module proxy);
+ 2. the CRD, a namespace enforcing Pod Security `restricted`, a 3-partition topic and the
+    PostgreSQL DSN Secret;
+ 3. the images built from this checkout and loaded into the node's containerd, and the operator
+    installed by `helm install` (the chart's Deployment, a container on the node;
+    lagpilot_dev.demo.node);
  4. a BatchConsumerGroup (<out>/bcg.yaml, applied with the real kubectl) whose handler writes to
     PostgreSQL through the built-in sink behind an artificial per-record cost (demo.handler);
  5. the replay of a scaled-down seed backfill (quiet → a peak the group cannot absorb → quiet)
@@ -21,18 +24,21 @@ Stages (each prints what it waits for):
     of the same trace (static replicas, KEDA, and lagpilot predicted vs measured). Exit status 1
     when the proof fails.
 
-With --node (docs/node.md; root, opt-in) the pods are containers on the real node instead: stage 1
-adds the node part, stage 3 builds the images from this checkout, loads them into the node and
-installs the operator with `helm install` (lagpilot_dev.demo.node), the namespaces enforce Pod
-Security `restricted`, and the summary lists the runtime's containers (`crictl ps -a`).
+Every lagpilot pod is a container on the node (docs/node.md; needs root): the output prints the
+runtime's own listing (`crictl ps -a`) after stage 4 and after catching up, and summary.json's
+`node` says which pods ran as containers.
+
+--runner: the pod runner instead of the node (`lagpilot_dev.podrunner`, the kubelet stand-in, to
+be deleted with issue 24 step 6): the operator a subprocess (<out>/operator.log), the consumer and
+drain pods local processes (<out>/pods/), no images, no helm.
 
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
-them and --keep is not given). With --keep the stack, the namespace and the CR stay, and so do the
-operator and the pod runner (handed over to a background process `python -m lagpilot_dev.podrunner`
-on the same node, which adopts the consumer pods): a CR applied or edited afterwards is reconciled.
-The demo then prints their pids and how to stop them (also in <out>/kept.json), the
+them and --keep is not given). With --keep the stack, the namespace, the CR and the operator's helm
+release stay: the kubelet keeps running the pods and a CR applied or edited afterwards is
+reconciled. The demo then prints how to take it down (also in <out>/kept.json), the
 `export KUBECONFIG=...` line, the Prometheus URL when the dev stack's prometheus part runs, and
-kubectl lines to try.
+kubectl lines to try. (--runner --keep hands the pod runner over to a background
+`python -m lagpilot_dev.podrunner` and leaves the operator process running.)
 """
 
 from __future__ import annotations
@@ -76,8 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--keep",
         action="store_true",
-        help="leave the stack, namespace and CR up at the end, with the operator and the pod runner "
-        "still running (a CR applied or edited afterwards is reconciled); prints how to stop them",
+        help="leave the stack, namespace, CR and the operator's helm release up at the end (a CR "
+        "applied or edited afterwards is reconciled); prints how to take them down",
     )
     runtime = p.add_mutually_exclusive_group()
     runtime.add_argument(
@@ -106,18 +112,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)",
     )
-    p.add_argument(
-        "--node",
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--runner",
         action="store_true",
-        help="run lagpilot's pods as containers on the real node (kubelet + containerd; docs/node.md): "
-        "the operator installed by helm, the images built from this checkout, the namespace "
-        "enforcing Pod Security restricted (needs root; the node's first build takes long)",
+        help="the pod runner instead of the real node: lagpilot_dev.podrunner, the kubelet stand-in "
+        "(pods as local processes, the operator a subprocess; no images, no helm). To be deleted "
+        "with issue 24 step 6 (docs/node.md)",
     )
+    # the old opt-in (sessions before issue 24 step 5): the default now, still accepted
+    where.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.node and args.no_operator:
         p.error("--node runs the operator as a pod: not with --no-operator")
+    # the real node unless --runner (or the bare consumer, which runs no pods at all)
+    args.node = not (args.runner or args.no_operator)
     try:  # the profile's own rules (the CRD's range of the cooldown), as a usage error
         profile_for(args.profile, args.cold_drains, args.runtime_on_demand)
     except ValueError as err:
@@ -142,7 +153,7 @@ class Demo:
         # created once the stack is up (they need its connection details)
         self.operator: OperatorProcess | None = None
         self.pods: PodRunnerHandle | None = None
-        self.node: NodeRun | None = None  # --node: the helm release and the containers' record
+        self.node: NodeRun | None = None  # on the node: the helm release and the containers' record
         self.bare_consumer = BareConsumer()
         self.loop = RunLoop(
             self.console,
@@ -232,7 +243,7 @@ class Demo:
             return
         t0 = console.begin(
             3,
-            "The operator (lagpilot operator) and the pod runner (the kubelet stand-in)",
+            "The operator (lagpilot operator) and the pod runner (--runner: the kubelet stand-in)",
             "the operator's metrics endpoint to answer",
         )
         if self.args.no_operator:
@@ -264,7 +275,7 @@ class Demo:
         )
 
     def stage_operator_on_node(self) -> None:
-        """--node: the images into the node's containerd, the operator by `helm install`."""
+        """The images into the node's containerd, the operator by `helm install`."""
         console, cluster = self.console, self.cluster
         t0 = console.begin(
             3,
@@ -419,13 +430,29 @@ class Demo:
         """--keep: what still runs (also in <out>/kept.json), how to stop it, what to try."""
         if self.node is not None:
             n, info = self.names, self.cluster.info
+            kept_node = {
+                "operator_release": self.node.release,
+                "operator_namespace": self.node.op_ns,
+                "namespace": n.ns,
+                "topic": n.topic,
+                "tables": [n.table, n.ledger_table],
+                "prometheus_url": self.cluster.prometheus_url(),
+            }
+            demo_keep.write_kept(n.out, n.ns, kept_node)
+            print()
             print(
-                f"\nkept: the namespace {n.ns}, the CR and the operator's helm release {self.node.op_ns}/{self.node.release}"
-            )
-            print("\n".join(info.shell_exports()[:1]))
-            print(
-                f"  kubectl get bcg,pods -n {n.ns} -o wide\n  {self.node.node.info()['crictl']} ps\n"
-                f"  helm uninstall {self.node.release} -n {self.node.op_ns}   (then delete both namespaces)"
+                "\n".join(
+                    demo_keep.kept_lines_node(
+                        ns=n.ns,
+                        name=n.name,
+                        op_ns=self.node.op_ns,
+                        release=self.node.release,
+                        exports=info.shell_exports()[:1],
+                        kubectl=info.kubectl,
+                        crictl=self.node.node.info()["crictl"] if self.node.node is not None else None,
+                        prometheus_url=kept_node["prometheus_url"],
+                    )
+                )
             )
             return
         op = self.operator if self.operator is not None and self.operator.proc is not None else None
