@@ -165,3 +165,30 @@ def test_operator_env_runs_the_checkouts_own_code(tmp_path: Path) -> None:
     )
     for line in out.stdout.split():
         assert Path(line).resolve().is_relative_to(repo), out.stdout
+
+
+def test_a_stage_that_fails_with_any_error_exits_2_after_cleaning_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 is "a stage failed" (docs/demo.md), 1 "the proof failed". Seen on the node: the demo
+    image's build failed in stage 3 (buildah: the consumer's content tag "image not known") with a
+    RuntimeError, which escaped main() as a traceback and exit status 1: a proof failure to a script."""
+    from lagpilot_dev.demo import run as demo_run
+
+    cleaned = []
+
+    class FailingDemo:
+        def __init__(self, args: object) -> None:
+            self.console = SimpleNamespace(stage="operator_up")
+
+        def run(self) -> int:
+            raise RuntimeError("build of localhost/lagpilot/demo-consumer:0.1.0 failed (exit 125)")
+
+        def cleanup(self) -> None:
+            cleaned.append(True)
+
+    monkeypatch.setattr(demo_run, "Demo", FailingDemo)
+    assert demo_run.main(["--plain"]) == 2
+    assert cleaned == [True]
+    err = capsys.readouterr().err
+    assert "demo failed at stage 'operator_up'" in err and "demo-consumer:0.1.0 failed" in err
