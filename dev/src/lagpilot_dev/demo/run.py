@@ -498,6 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     except DemoError as exc:
         print(f"\ndemo failed at stage '{demo.console.stage}': {exc}", file=sys.stderr, flush=True)
         rc = 2
+    except Exception as exc:  # any other failure of a stage (an image build, the API): exit 2, not 1
+        log.exception("stage failed", extra={"stage": demo.console.stage})
+        print(f"\ndemo failed at stage '{demo.console.stage}': {exc!r:.2000}", file=sys.stderr, flush=True)
+        rc = 2
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
         demo.cleanup()
