@@ -84,8 +84,8 @@ def manifest(
     names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None
 ) -> dict[str, Any]:
     """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml). ``image``: the
-    consumer image its pods run, never pulled (`--node`: the demo image loaded into the node; the
-    pod runner runs no image)."""
+    consumer image its pods run, never pulled (on the node, the default: the demo image loaded into
+    the node; --runner's pod runner runs no image)."""
     p = profile
     template: dict[str, Any] = {
         # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)

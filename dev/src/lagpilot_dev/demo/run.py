@@ -138,8 +138,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 class Demo:
     """One run of the demo: the stages in order (`run()`), and `cleanup()` undoing what they started.
-    Each part it starts is one object: the stack and its objects (Cluster), the operator process,
-    the pod runner, the sampling (Observer) and the replay loop (RunLoop)."""
+    Each part it starts is one object: the stack and its objects (Cluster), the node's images and
+    helm release (NodeRun; with --runner the operator process and the pod runner), the sampling
+    (Observer) and the replay loop (RunLoop)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args

@@ -67,7 +67,7 @@ class ImageDef:
 IMAGES: dict[str, ImageDef] = {
     "operator": ImageDef("operator", "operator/Dockerfile", "localhost/lagpilot/operator:0.1.0"),
     "consumer": ImageDef("consumer", "consumer_image/Dockerfile", "localhost/lagpilot/consumer:0.1.0"),
-    # `lagpilot demo --node`: the consumer image plus the demo's handler (a derived image, as users
+    # `lagpilot demo` (on the node): the consumer image plus the demo's handler (a derived image, as users
     # add theirs); built after "consumer" (its FROM)
     "demo": ImageDef("demo", "dev/demo_image/Dockerfile", "localhost/lagpilot/demo-consumer:0.1.0"),
     # the real tests on the node (tests/fixtures/node.py): the consumer image plus the tests' handler
