@@ -1,4 +1,4 @@
-"""`lagpilot demo --node` (lagpilot_dev.demo.node): the pure parts. The CR names the demo image and
+"""`lagpilot demo` on the node, its default (lagpilot_dev.demo.node): the pure parts. The CR names the demo image and
 never pulls it, the release's values, the namespaces' labels, the demo image's build definition,
 and the record of which pods ran as containers (from `crictl ps -a -o json` and the API's pods)."""
 

@@ -64,7 +64,7 @@ def test_namespace_policy_sends_a_labelled_namespaces_default_scheduler_pods_to_
 def test_load_built_image_logs_under_info_without_breaking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """`lagpilot demo --node` logs at INFO: loading an image (here one the node already has) must
+    """`lagpilot demo` (on the node) logs at INFO: loading an image (here one the node already has) must
     log its record, not raise from the logging call."""
     import logging
     import subprocess
