@@ -38,7 +38,7 @@ def test_the_node_is_the_default_and_the_pod_runner_an_explicit_opt_out() -> Non
     assert parse_args(["--runner"]).node is False and parse_args(["--runner"]).runner is True
     # the bare-consumer aid has no pods at all: neither the node nor the runner
     assert parse_args(["--no-operator"]).node is False
-    assert NODE_PARTS[-1] == "node" and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
+    assert NODE_PARTS[-2:] == ("node", "netpol") and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
     for argv in (["--node", "--no-operator"], ["--node", "--runner"]):
         with pytest.raises(SystemExit):
             parse_args(argv)
