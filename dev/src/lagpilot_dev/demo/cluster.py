@@ -60,11 +60,8 @@ class Cluster:
             "Embedded stack: Kafka, Kubernetes API server + controller-manager, PostgreSQL, Spark jars"
             + (", the real node (kubelet, containerd, CNI, kube-proxy, CoreDNS)" if self.node else "")
             + (
-                ", its NetworkPolicy agent (kube-router)"
+                ", its NetworkPolicy agent (kube-router's policy controller)"
                 if "netpol" in self.parts
-                else "; NetworkPolicies NOT enforced (the agent is not built: "
-                "`lagpilot dev up --parts node,netpol` builds it)"
-                if self.node
                 else ""
             ),
             "every part to be installed (first run only) and healthy",

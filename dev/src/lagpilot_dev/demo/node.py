@@ -2,10 +2,11 @@
 as containers.
 
 What changes against `--runner` (the pod runner, lagpilot_dev.demo.pods, the stand-in):
-- the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS), and the
-  `netpol` part (kube-router: the operator's NetworkPolicies enforced) when that agent is built: the
-  demo does not build it (41 min cold, docs/node.md "Cold build"); the output and summary.json
-  (`node.network_policy_enforced`) say which; the node starts first, so a broker or PostgreSQL started by this run listens on its bridge too;
+- the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS) and the
+  `netpol` part (kube-router's policy controller: the operator's NetworkPolicies enforced; built on
+  first use, minutes cold: docs/node.md "NetworkPolicy"); summary.json's
+  `node.network_policy_enforced` says it ran; the node starts first, so a broker or PostgreSQL
+  started by this run listens on its bridge too;
 - the images are built from this checkout's unchanged Dockerfiles (`lagpilot dev images`, buildah,
   cached layers) and loaded into the node's containerd (no registry): the operator image and the
   demo's consumer image, which is lagpilot/consumer plus the demo's handler (dev/demo_image, a
@@ -48,19 +49,7 @@ from lagpilot_dev.demo.console import Console, DemoError
 
 log = logging.getLogger("lagpilot_dev.demo")
 
-NODE_PARTS = (*PARTS, "node")
-
-
-def node_parts(netpol_built: bool) -> tuple[str, ...]:
-    """The parts of `lagpilot demo` on the node: NODE_PARTS, and the node's NetworkPolicy agent when it is
-    already built (the demo never waits for its cold build; pure)."""
-    return (*NODE_PARTS, "netpol") if netpol_built else NODE_PARTS
-
-
-def demo_node_parts() -> tuple[str, ...]:
-    from lagpilot_dev.stack import Stack
-
-    return node_parts(bool(Stack().part("netpol").installed()))  # type: ignore[attr-defined]
+NODE_PARTS = (*PARTS, "node", "netpol")
 
 
 DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a cold Job (see above)

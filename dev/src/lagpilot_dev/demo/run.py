@@ -56,7 +56,7 @@ from lagpilot_dev.demo.cluster import Cluster
 from lagpilot_dev.demo.config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo.console import Console, DemoError, setup_logging
 from lagpilot_dev.demo.loop import RunLoop
-from lagpilot_dev.demo.node import NodeRun, demo_node_parts
+from lagpilot_dev.demo.node import NODE_PARTS, NodeRun
 from lagpilot_dev.demo.observe import Observer
 from lagpilot_dev.demo.operator import BareConsumer, OperatorProcess
 from lagpilot_dev.demo.pods import PodRunnerHandle
@@ -148,7 +148,7 @@ class Demo:
         self.names = RunNames.new(args.namespace, args.out)
         self.names.out.mkdir(parents=True, exist_ok=True)
         self.console = Console(live=sys.stdout.isatty() and not args.plain)
-        parts = demo_node_parts() if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
+        parts = NODE_PARTS if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
         self.cluster = Cluster(self.console, self.names, parts, node=args.node)
         self.observer = Observer(self.cluster, self.profile)
         # created once the stack is up (they need its connection details)
