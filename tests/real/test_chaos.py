@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.node import on_node
 
 pytestmark = [pytest.mark.real]
@@ -39,7 +40,9 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-    env["PYTHONPATH"] = str(REPO)
+    # this checkout's sources first (lagpilot_dev builds the node's test image from its own checkout:
+    # with the repo root alone a worktree's bench imports the venv's editable install, another tree)
+    env["PYTHONPATH"] = checkout_pythonpath(REPO)
     env["TMPDIR"] = str(tmp_path)
     if os.environ.get("LAGPILOT_CACHE"):
         env["LAGPILOT_CACHE"] = os.environ["LAGPILOT_CACHE"]
