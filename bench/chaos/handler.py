@@ -60,7 +60,7 @@ def crash_claim_sql(table: str) -> str:
 def crash_after_write(ctx: BatchContext) -> None:
     """The node's crash hook (module doc): after a consumer's batch transaction, before its commit."""
     table = (ctx.config or {}).get(CRASH_TABLE_KEY)
-    if not table or ctx.source != "consumer":
+    if not table or ctx.source != "consumer" or _batches.get("spent"):
         return
     _batches["consumer"] += 1
     if _batches["consumer"] <= CRASH_AFTER_BATCHES:
@@ -68,8 +68,16 @@ def crash_after_write(ctx: BatchContext) -> None:
     import psycopg
 
     who = f"{os.getpid()} {time.time()} {os.environ.get('HOSTNAME', '')}"
-    with psycopg.connect(os.environ["LAGPILOT_POSTGRES_DSN"], autocommit=True, connect_timeout=10) as conn:
-        claimed = conn.execute(crash_claim_sql(table), (who,)).fetchone()
+    try:
+        with psycopg.connect(
+            os.environ["LAGPILOT_POSTGRES_DSN"], autocommit=True, connect_timeout=10
+        ) as conn:
+            claimed = conn.execute(crash_claim_sql(table), (who,)).fetchone()
+            if not claimed:
+                row = conn.execute(f'SELECT fired IS NOT NULL FROM "{table}" WHERE id = 1').fetchone()
+                _batches["spent"] = int(bool(row and row[0]))  # fired by a pod: never asked again
+    except psycopg.Error:
+        return  # PostgreSQL away (postgres_restart): the hook waits; a written batch never fails here
     if claimed:
         os._exit(137)
 

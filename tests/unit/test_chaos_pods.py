@@ -98,13 +98,15 @@ class _Conn:
 
     def execute(self, sql: str, params: Any = None) -> Any:
         self.sql.append((sql, params))
-        claimed = self.claimed
+        answer = (("x",) if self.claimed else None) if sql.startswith("UPDATE") else (self.fired_elsewhere,)
 
         class R:
             def fetchone(self) -> Any:
-                return ("x",) if claimed else None
+                return answer
 
         return R()
+
+    fired_elsewhere = False
 
 
 @pytest.mark.parametrize("claimed", [True, False])
@@ -116,7 +118,7 @@ def test_the_handlers_node_hook_dies_once_claimed_after_two_consumer_batches(
     conn = _Conn(claimed)
     monkeypatch.setattr(psycopg, "connect", lambda *a, **k: conn)
     monkeypatch.setenv("LAGPILOT_POSTGRES_DSN", "postgresql://x")
-    monkeypatch.setitem(handler._batches, "consumer", 0)
+    monkeypatch.setattr(handler, "_batches", {"consumer": 0})
     exits: list[int] = []
     monkeypatch.setattr(handler.os, "_exit", exits.append)
     ctx = argparse.Namespace(config={CRASH_TABLE_KEY: "chaos_crash_x"}, source="consumer")
@@ -124,9 +126,10 @@ def test_the_handlers_node_hook_dies_once_claimed_after_two_consumer_batches(
         handler.crash_after_write(ctx)  # type: ignore[arg-type]
     assert conn.sql == [] and exits == []  # not before its 3rd batch
     handler.crash_after_write(ctx)  # type: ignore[arg-type]
-    assert conn.sql == [(handler.crash_claim_sql("chaos_crash_x"), (conn.sql[0][1][0],))]
+    assert conn.sql[0] == (handler.crash_claim_sql("chaos_crash_x"), (conn.sql[0][1][0],))
     assert "WHERE armed AND fired IS NULL" in conn.sql[0][0]
     assert exits == ([137] if claimed else [])
+    assert len(conn.sql) == (1 if claimed else 2)  # not claimed: is it spent?
     # a drain's batches and a CR without the hook never claim it
     conn.sql.clear()
     handler.crash_after_write(argparse.Namespace(config={CRASH_TABLE_KEY: "t"}, source="drain"))  # type: ignore[arg-type]
@@ -136,3 +139,27 @@ def test_the_handlers_node_hook_dies_once_claimed_after_two_consumer_batches(
 
 def test_the_hooks_config_key_is_the_handlers() -> None:
     assert handler.CRASH_TABLE_KEY == CRASH_TABLE_KEY
+
+
+def test_the_handlers_node_hook_stops_asking_once_fired_and_never_fails_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    conn = _Conn(False)
+    conn.fired_elsewhere = True  # another pod claimed it
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: conn)
+    monkeypatch.setenv("LAGPILOT_POSTGRES_DSN", "postgresql://x")
+    monkeypatch.setattr(handler, "_batches", {"consumer": handler.CRASH_AFTER_BATCHES})
+    ctx = argparse.Namespace(config={CRASH_TABLE_KEY: "t"}, source="consumer")
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert len(conn.sql) == 2 and handler._batches["spent"] == 1
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert len(conn.sql) == 2  # spent: no more queries
+
+    def down(*a: Any, **k: Any) -> Any:
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(psycopg, "connect", down)
+    monkeypatch.setattr(handler, "_batches", {"consumer": handler.CRASH_AFTER_BATCHES})
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]  # no exception: the batch stands
