@@ -163,3 +163,53 @@ def test_the_handlers_node_hook_stops_asking_once_fired_and_never_fails_a_batch(
     monkeypatch.setattr(psycopg, "connect", down)
     monkeypatch.setattr(handler, "_batches", {"consumer": handler.CRASH_AFTER_BATCHES})
     handler.crash_after_write(ctx)  # type: ignore[arg-type]  # no exception: the batch stands
+
+
+class _Pod:
+    def __init__(self, name: str, ip: str | None) -> None:
+        self.metadata = argparse.Namespace(name=name)
+        self.status = argparse.Namespace(pod_ip=ip)
+
+
+@pytest.mark.parametrize("pods", ["node", "runner"])
+def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
+    pods: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """forged_plan with the pods on the node: the runtime listens on its pod's IP, not the host's
+    loopback (seen before the fix: not fired, 'Connection refused' from 127.0.0.1:<port>)."""
+    from bench.chaos import review
+    from bench.chaos.cli import Campaign
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    c = Campaign(
+        argparse.Namespace(
+            fault_timeout=1.0,
+            warm_runtime=True,
+            quick=False,
+            eos_handler="x:y",
+            cost_ms=1,
+            alo_cost_ms=1,
+            sla=1,
+            pods=pods,
+        )
+    )
+    c.ns, c.topic = "chaos-x", "chaos-x"
+    pod = _Pod("eos-drain-runtime-1", "10.244.0.77")
+    c.core = argparse.Namespace(read_namespaced_pod=lambda name, ns: pod)
+    monkeypatch.setattr(c, "runtime_pod", lambda: (pod.metadata.name, 123, True))
+    monkeypatch.setattr(c, "runtime_events", lambda *a: [])
+    monkeypatch.setattr(c, "watermarks", lambda: {0: 10, 1: 10})
+    monkeypatch.setattr(c, "live_job_plan", lambda: None)
+    monkeypatch.setattr(c, "how_ran", lambda d: {})
+    monkeypatch.setattr(review.time, "sleep", lambda s: None)
+    sent: list[tuple[Any, ...]] = []
+
+    def attack(port: int, bodies: list[str], healthz: bool = False, host: str = "127.0.0.1") -> Any:
+        sent.append((port, host))
+        return [(401, "refused")] * len(bodies)
+
+    monkeypatch.setattr(review, "attack", attack)
+    f = cf.Fault("forged_plan", 1, "eos")
+    c.forge(f, {"id": 3, "recordsDone": 1, "recordsTotal": 9})
+    assert f.fired
+    assert {h for _, h in sent} == {"10.244.0.77" if pods == "node" else "127.0.0.1"}
