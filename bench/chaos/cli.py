@@ -88,6 +88,7 @@ from bench.chaos import faults as cf  # noqa: E402
 from bench.chaos.busy import BusyFaults  # noqa: E402
 from bench.chaos.drain_faults import DrainFaults  # noqa: E402
 from bench.chaos.ledger import LedgerChecks  # noqa: E402
+from bench.chaos.pods import NODE_NOT_APPLICABLE, node_kinds  # noqa: E402
 from bench.chaos.procs import say  # noqa: E402
 from bench.chaos.report import campaign_result, report  # noqa: E402
 from bench.chaos.steady import SteadyFaults  # noqa: E402
@@ -112,6 +113,7 @@ QUICK_KINDS = (
 )
 
 
+_OFF = ("0", "false", "no", "off")  # LAGPILOT_NODE's opt-out (tests/fixtures/node.py node_gate)
 RESTART_KINDS = ("kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
 
 
@@ -145,6 +147,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run on the shared dev stack (<cache>/state/default, `lagpilot dev up`) instead of a private "
         "one; refused with a kind that restarts a part (" + ", ".join(RESTART_KINDS) + "); never stops it",
+    )
+    ap.add_argument(
+        "--pods",
+        choices=("node", "runner"),
+        default="runner" if os.environ.get("LAGPILOT_NODE", "").strip().lower() in _OFF else "node",
+        help="where the CRs' pods run: node (the default; LAGPILOT_NODE=0 makes it runner): containers of "
+        "the machine's real node, the default state's (one node per machine: a bench never starts one; "
+        "refused when it is not running), with that state's control plane, which no kind restarts ("
+        + ", ".join(NODE_NOT_APPLICABLE)
+        + " are not applicable there); runner: the pod runner's processes beside a private control plane",
+    )
+    ap.add_argument(
+        "--node-state",
+        default=None,
+        help="--pods node: the state dir whose real node and control plane the pods use (default "
+        "$LAGPILOT_STATE, else <cache>/state/default: where `lagpilot dev up` runs the node)",
     )
     ap.add_argument("--keep-stack", action="store_true", help="leave the private stack running at the end")
     ap.add_argument("--rate", type=int, default=10, help="steady records/s per partition")
@@ -196,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             "refusing to restart the shared stack's parts: give a private --state-dir (or --shared-stack)"
         )
     kinds, not_applicable = cf.split_kinds(kinds, args.warm_runtime and not args.quick)
+    if args.pods == "node":
+        kinds, off_node = node_kinds(kinds)
+        not_applicable = tuple(sorted({*not_applicable, *off_node}))
     rounds = 1 if args.quick else args.rounds
     if args.quick:
         args.fault_timeout = min(args.fault_timeout, 120.0)

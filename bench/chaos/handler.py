@@ -19,6 +19,14 @@ counts duplicates in.
 The sink reads its DSN only from ``LAGPILOT_POSTGRES_DSN``, a name a CR's ``template.env`` may not
 set (``LAGPILOT_*`` is reserved): the DSN arrives as ``CHAOS_PG_DSN`` (from a Secret) and is copied
 at import. Nothing else differs from the built-in sink.
+
+The crash hook for pods on the real node (`consumer_kill_after_write`, docs/chaos.md "Pods on the
+real node"): with ``chaos.crash_table`` in the config, a consumer's process, after its 2nd batch's
+transaction and before its Kafka commit, claims the hook in that table (one row; once across every
+pod: the UPDATE that sets ``fired`` where it is still NULL and ``armed`` is true) and dies like
+``kill -9`` (exit 137). The runtime's own hook (``LP_TEST_SINK_CRASH_*``, a marker file shared by the
+processes) reaches the pod runner's processes through its namespace annotation only: containers
+share no directory with the bench and a CR cannot set ``LP_TEST_*``.
 """
 
 from __future__ import annotations
@@ -39,10 +47,46 @@ def cost_s(config: Any) -> float:
     return max(0.0, float((config or {}).get("cost_ms", "0") or 0)) / 1000.0
 
 
+CRASH_TABLE_KEY = "chaos.crash_table"
+CRASH_AFTER_BATCHES = 2
+_batches = {"consumer": 0}
+
+
+def crash_claim_sql(table: str) -> str:
+    """The once-across-pods claim of the crash hook: one row, `fired` set only while armed and unset."""
+    return f'UPDATE "{table}" SET fired = %s, fired_at = now() WHERE armed AND fired IS NULL RETURNING fired'
+
+
+def crash_after_write(ctx: BatchContext) -> None:
+    """The node's crash hook (module doc): after a consumer's batch transaction, before its commit."""
+    table = (ctx.config or {}).get(CRASH_TABLE_KEY)
+    if not table or ctx.source != "consumer" or _batches.get("spent"):
+        return
+    _batches["consumer"] += 1
+    if _batches["consumer"] <= CRASH_AFTER_BATCHES:
+        return
+    import psycopg
+
+    who = f"{os.getpid()} {time.time()} {os.environ.get('HOSTNAME', '')}"
+    try:
+        with psycopg.connect(
+            os.environ["LAGPILOT_POSTGRES_DSN"], autocommit=True, connect_timeout=10
+        ) as conn:
+            claimed = conn.execute(crash_claim_sql(table), (who,)).fetchone()
+            if not claimed:
+                row = conn.execute(f'SELECT fired IS NOT NULL FROM "{table}" WHERE id = 1').fetchone()
+                _batches["spent"] = int(bool(row and row[0]))  # fired by a pod: never asked again
+    except psycopg.Error:
+        return  # PostgreSQL away (postgres_restart): the hook waits; a written batch never fails here
+    if claimed:
+        os._exit(137)
+
+
 def process(records: list[Record], ctx: BatchContext) -> None:
     """Sleep the batch's cost, then the built-in sink's transaction (rows + progress)."""
     time.sleep(cost_s(ctx.config))
     pg_sink.process(records, ctx)
+    crash_after_write(ctx)
 
 
 def progress(topic: str, partitions: Any, ctx: BatchContext) -> dict[int, int]:
@@ -65,3 +109,4 @@ def process_at_least_once(records: list[Record], ctx: BatchContext) -> None:
     Kafka commit delivers that batch again: the bench must then report ``duplicated`` > 0."""
     time.sleep(cost_s(ctx.config))
     pg_sink.process(records, ctx)
+    crash_after_write(ctx)

@@ -123,23 +123,37 @@ class ReviewFaults(DrainWatch):
                     )
         return None
 
+    def runtime_host(self) -> str:
+        """Where the warm runtime listens for its drain pods: the host's loopback for the pod runner's
+        process; on the real node the runtime pod's IP on the bridge (lagpilot_dev.runtime_attacker)."""
+        if self.pods_where != "node":
+            return "127.0.0.1"
+        rt = self.runtime_pod()
+        if rt is None:
+            raise RuntimeError("no drain runtime pod")
+        ip = self.core.read_namespaced_pod(rt[0], self.ns).status.pod_ip
+        if not ip:
+            raise RuntimeError(f"the drain runtime pod {rt[0]} has no IP yet")
+        return str(ip)
+
     def forge(self, f: Fault, d: dict[str, Any]) -> None:
         """forged_plan: the C1 attack for the live drain id (bare, made-up signature) and the live Job's
         own signed plan replayed, from another process. Fired = the requests reached the runtime (an
         answer and the runtime's `drain_runtime_refused` lines)."""
         from lagpilot.act.drain_runtime import runtime_port
 
-        port = runtime_port(self.ns, "eos")
+        port, host = runtime_port(self.ns, "eos"), self.runtime_host()
         before = len(self.runtime_events("drain_runtime_refused"))
         bodies = cf.forged_bodies(
             str(d["id"]), self.topic, self.groups["eos"], self.watermarks(), time.time()
         )
         replay = self.live_job_plan()
-        answers = attack(port, bodies + ([replay] if replay else []))
+        answers = attack(port, bodies + ([replay] if replay else []), host=host)
         time.sleep(1.0)
         refused = len(self.runtime_events("drain_runtime_refused")) - before
         f.evidence = {
             "port": port,
+            "host": host,
             "answers": [[s, b[:160]] for s, b in answers],
             "runtime_refused_logged": refused,
             "drain": d.get("id"),
@@ -150,7 +164,7 @@ class ReviewFaults(DrainWatch):
             **self.how_ran(d),
         }
         if all(s == 0 for s, _ in answers):
-            f.detail = f"no answer from the runtime's port {port}: {answers}"
+            f.detail = f"no answer from the runtime's {host}:{port}: {answers}"
             return
         f.fired, f.at = True, time.time()
 
@@ -167,7 +181,10 @@ class ReviewFaults(DrainWatch):
             return f"the replayed live plan was answered {answers[2]}"
         if "replay_after" not in f.evidence and f.evidence.get("replay_body"):
             f.evidence["replay_after"] = [
-                list(a) for a in attack(f.evidence["port"], [f.evidence["replay_body"]])
+                list(a)
+                for a in attack(
+                    f.evidence["port"], [f.evidence["replay_body"]], host=f.evidence.get("host", "127.0.0.1")
+                )
             ]
         after = f.evidence.get("replay_after")
         if after and not (after[0][0] == 401 and "replay" in after[0][1]):

@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import time
+from typing import Any
 
 from bench.chaos.faults import Fault
 from bench.chaos.procs import SINK_MARKER, pid_gone, port_closed
@@ -26,6 +27,42 @@ class SteadyFaults(ReviewFaults):
                 return pod.metadata.name, pid
         return None
 
+    def crash_after_write_on_node(self, f: Fault) -> None:
+        """consumer_kill_after_write with the pods on the real node: the eos handler's hook
+        (bench/chaos/handler.py `crash_after_write`) armed in its table; the consumer that claims it
+        dies with exit 137 right after its batch's transaction, before its Kafka commit. Confirmed
+        through the kubelet: that pod's container terminated with 137 and ran again."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            before = {
+                p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
+                for p in self.core.list_namespaced_pod(
+                    self.ns,
+                    label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos",
+                ).items
+            }
+            conn.execute(f'UPDATE "{self.crash_table}" SET armed = true WHERE id = 1')
+
+            def fired() -> str | None:
+                row = conn.execute(f'SELECT fired FROM "{self.crash_table}" WHERE id = 1').fetchone()
+                return row[0] if row and row[0] else None
+
+            claim = self.until(fired, "the eos handler's crash hook to fire", 120, 0.2)
+        pid, _at, pod = [*claim.split(" ", 2), "", ""][:3]
+
+        def terminated_137() -> dict[str, Any] | None:
+            obj = self.core.read_namespaced_pod(pod, self.ns)
+            for c in obj.status.container_statuses or []:
+                last = c.last_state.terminated if c.last_state is not None else None
+                if last is not None and last.exit_code == 137 and c.restart_count > before.get(pod, 0):
+                    return {"exit_code": last.exit_code, "restarts": c.restart_count}
+            return None
+
+        ended = self.until(terminated_137, f"{pod}'s container to end with 137 and run again", 120)
+        f.fired = bool(ended)
+        f.evidence = {"pid": int(pid), "pod": pod, "marker": claim, **ended}
+
     def steady(self, kind: str, rnd: int, target: str = "") -> Fault:
         f = Fault(kind, rnd, target)
         base = self.base()
@@ -36,6 +73,8 @@ class SteadyFaults(ReviewFaults):
                 os.killpg(pid, signal.SIGKILL)
                 f.fired = pid_gone(pid)
                 f.evidence = {"pod": name, "pid": pid}
+            elif kind == "consumer_kill_after_write" and self.pods_where == "node":
+                self.crash_after_write_on_node(f)
             elif kind == "consumer_kill_after_write":
                 marker = self.crash_dir / SINK_MARKER
                 marker.unlink()  # armed: the next consumer batch write (after 2 in its process) dies

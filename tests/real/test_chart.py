@@ -4,9 +4,13 @@ docs/helm.md / docs/rbac.md list, denied the rest.
 
 Then the operator itself with the chart's permissions, twice: as a local process with the chart's
 command line, environment and a token of its ServiceAccount (`lagpilot_dev.helm.operator_kubeconfig`),
-and through a real `helm install` whose Deployment's pod the test-side pod runner runs. Both serve
-only their own test namespace (`watchNamespaces`); the plain applies above use replicas 0, since an
-operator watching every namespace of the shared test cluster would act on other tests' objects.
+and through a real `helm install` whose Deployment's pod runs where the `pods` fixture says
+(tests/fixtures/node.py): on the real node (the default) a container of this checkout's operator
+image (`node_images`, never pulled) in a namespace under Pod Security `restricted`, reaching the
+apiserver through the `kubernetes` Service with its ServiceAccount's token and the chart's RBAC; with
+LAGPILOT_NODE=0 a process of the pod runner. Both serve only their own test namespace
+(`watchNamespaces`); the plain applies above use replicas 0, since an operator watching every
+namespace of the shared test cluster would act on other tests' objects.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from lagpilot_dev import helm as h
 from lagpilot_dev.operator_process import checkout_pythonpath
 from lagpilot_dev.paths import http_ok
 from tests.fixtures.kube import KubeEnv, wait_until
+from tests.fixtures.node import PodIO, Pods
 
 pytestmark = pytest.mark.real
 
@@ -584,22 +589,22 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
     kube: KubeEnv,
     helm_bin: Any,
     release: str,
-    namespace: Callable[..., str],
-    pod_runner: Any,
-    kafka_bootstrap: str,
+    pods: Pods,
+    pod_io: PodIO,
+    node_images: Any,
     new_topic: Callable[..., str],
     tmp_path: Any,
 ) -> None:
-    """A real `helm install`: the controller-manager turns the chart's Deployment into a Pod, the pod
-    runner runs its container (`lagpilot operator ...` with the chart's env and a token of the
-    chart's ServiceAccount), and that operator reconciles a CR end to end; `helm uninstall` removes
-    the operator again (and its cluster-scoped RBAC)."""
-    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
-    values = {
+    """A real `helm install`: the controller-manager turns the chart's Deployment into a Pod, which
+    runs where `pods` says: on the real node a container of this checkout's operator image (the
+    chart's command, env, securityContext and probes, a token of the chart's ServiceAccount mounted
+    by the kubelet), with LAGPILOT_NODE=0 the pod runner's process. That operator reconciles a CR end
+    to end (its consumer pods where `pods` says too); `helm uninstall` removes the operator again
+    (and its cluster-scoped RBAC)."""
+    rel_ns, team = pods.namespace("lp-sys"), pods.namespace("lp-team")
+    values: dict[str, Any] = {
         "watchNamespaces": [team],
-        # one network namespace for every local pod: no fixed ports
-        "health": {"port": _free_port()},
-        "metrics": {"enabled": True, "port": _free_port()},
+        "metrics": {"enabled": True},
         "operator": {
             "extraEnv": [
                 {"name": "LAGPILOT_MAX_BACKOFF_SECONDS", "value": "15"},
@@ -607,6 +612,16 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
             ]
         },
     }
+    operator_image = None
+    if pods.on_node:
+        # this checkout's operator image, loaded into the node (the chart's name; never pulled)
+        operator_image = node_images.get("operator")
+        repository, tag = operator_image.rsplit(":", 1)
+        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+    else:
+        # one network namespace for every pod of the runner: no fixed ports
+        values["health"] = {"port": _free_port()}
+        values["metrics"]["port"] = _free_port()
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
@@ -634,20 +649,33 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
             ]
             return ready[0] if ready else None
 
-        pod = wait_until(operator_pod, "the operator pod Ready (kopf /healthz through the pod runner)", 180)
+        pod = wait_until(
+            operator_pod, f"the operator pod Ready (kopf /healthz; pods on the {pods.where})", 300
+        )
         assert pod["spec"]["serviceAccountName"] == full
+        assert pod["spec"]["nodeName"] == pods.node_name
+        if pods.on_node:
+            assert pod["spec"]["containers"][0]["image"] == operator_image
+            # the runtime's own listing: the operator is a container of the node
+            listed = {
+                c["labels"]["io.kubernetes.pod.name"]
+                for c in json.loads(pods.node.crictl("ps", "-o", "json").stdout)["containers"]
+                if c["labels"].get("io.kubernetes.pod.namespace") == rel_ns
+            }
+            assert pod["metadata"]["name"] in listed, listed
         topic = new_topic(partitions=2)
         bcg = {
             "apiVersion": "lagpilot.io/v1alpha1",
             "kind": "BatchConsumerGroup",
             "metadata": {"name": name},
             "spec": {
-                "kafka": {"bootstrapServers": kafka_bootstrap},
+                "kafka": {"bootstrapServers": pods.kafka_bootstrap},
                 "topic": topic,
                 "groupId": f"{topic}-g",
                 "processing": {"sink": "log"},
                 "scaling": {"minReplicas": 1, "maxReplicas": 2},
                 "catchUpSLASeconds": 60,
+                "template": pods.template(),
             },
         }
         kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
@@ -670,9 +698,8 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
         )
         assert st.get("observedGeneration") == 1
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
-        log_path = pod_runner.log_path(rel_ns, pod["metadata"]["name"])
-        log = log_path.read_text(errors="replace") if log_path else ""
-        assert log, "no operator log from the pod runner"
+        log = pod_io.logs(rel_ns, pod["metadata"]["name"])
+        assert log, f"no operator log (pods on the {pods.where})"
         denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
         assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
     finally:
@@ -704,18 +731,25 @@ def any_helm(request: pytest.FixtureRequest) -> Any:
 
 @pytest.mark.slow
 def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
-    kube: KubeEnv, any_helm: Any, namespace: Callable[..., str], pod_runner: Any, tmp_path: Any
+    kube: KubeEnv,
+    any_helm: Any,
+    pods: Pods,
+    pod_io: PodIO,
+    node_images: Any,
+    tmp_path: Any,
 ) -> None:
     """Issue 28 item 5, under Helm 3 and Helm 4: lagpilot as a subchart of a parent chart whose
     `global` values reach it (helm/helm#10392: the strict schema used to reject them), a real
     `helm install`, `helm test` (the hook pod fetches the operator's /metrics and checks
     lagpilot_build_info and the leader gauge), `helm upgrade`, `helm test` again; then with the
-    operator scaled to 0 `helm test` fails (the hook can fail)."""
+    operator scaled to 0 `helm test` fails (the hook can fail). On the real node (the default) the
+    operator and the hook are containers of this checkout's operator image and the hook reaches the
+    operator through the chart's metrics Service by its DNS name (CoreDNS, kube-proxy): the chart's
+    default `helmTest.url`; with LAGPILOT_NODE=0 the pod runner's processes on loopback."""
     version = h.run_helm(any_helm, ["version", "--template", "{{.Version}}"]).stdout.strip()
     assert version.startswith(("v3.", "v4.")), version
-    rel_ns, team = namespace("lp-sys"), namespace("lp-team")
+    rel_ns, team = pods.namespace("lp-sys"), pods.namespace("lp-team")
     release = f"plat-{uuid.uuid4().hex[:5]}"
-    metrics_port = _free_port()
     parent = tmp_path / "platform"
     (parent / "charts").mkdir(parents=True)
     (parent / "Chart.yaml").write_text(
@@ -729,18 +763,28 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
         )
     )
     shutil.copytree(h.CHART_DIR, parent / "charts" / "lagpilot")
+    full = f"{release}-lagpilot"
+    sub: dict[str, Any] = {"watchNamespaces": [team], "helmTest": {"attempts": 20}}
+    if pods.on_node:
+        # this checkout's operator image on the node (the chart's name; never pulled); the hook's URL
+        # is the chart's default, the metrics Service's DNS name
+        repository, tag = node_images.get("operator").rsplit(":", 1)
+        sub["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+        sub["metrics"] = {"enabled": True}
+        metrics_url = f"http://{full}-metrics.{rel_ns}.svc:9090/metrics"  # values.yaml metrics.servicePort
+    else:
+        metrics_port = _free_port()
+        sub["health"] = {"port": _free_port()}
+        sub["metrics"] = {"enabled": True, "port": metrics_port}
+        # the pod runner gives every local pod one network namespace and no Service DNS: the test
+        # pod reaches the operator on loopback; a cluster uses the Service URL (the default)
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        sub["helmTest"]["url"] = metrics_url
+        # this checkout's operator (the pod runner's interpreter is the venv's, editable at /work/main)
+        sub["operator"] = {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]}
     values = {
         "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
-        "lagpilot": {
-            "watchNamespaces": [team],
-            "health": {"port": _free_port()},
-            "metrics": {"enabled": True, "port": metrics_port},
-            # the pod runner gives every local pod one network namespace and no Service DNS: the test
-            # pod reaches the operator on loopback; a cluster uses the Service URL (the default)
-            "helmTest": {"url": f"http://127.0.0.1:{metrics_port}/metrics", "attempts": 20},
-            # this checkout's operator (the pod runner's interpreter is the venv's, editable at /work/main)
-            "operator": {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]},
-        },
+        "lagpilot": sub,
     }
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
@@ -750,7 +794,6 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
     # (seen: "Apply failed with 2 conflicts: conflicts with \"lagpilot-tests\": .spec.versions");
     # Helm 3 skips an existing CRD. The CRD is the session's here: --skip-crds (docs/helm.md)
     crd_args = ["--skip-crds"] if version.startswith("v4.") else []
-    full = f"{release}-lagpilot"
     out = h.run_helm(
         any_helm,
         ["install", release, str(parent), "-f", str(values_file), *crd_args, *helm_args],
@@ -786,15 +829,14 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
             )
 
         def hook_log() -> str:
-            # `helm test --logs` reads logs through a kubelet, which the pod runner is not: its log file
-            path = pod_runner.log_path(rel_ns, f"{full}-test-metrics")
-            return path.read_text(errors="replace") if path else ""
+            # the hook pod's log: the API's (through the kubelet) on the node, the runner's file without it
+            return pod_io.logs(rel_ns, f"{full}-test-metrics")
 
         wait_until(ready_operator, f"the operator pod Ready ({version})", 180)
         tested = h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240).stdout
         print(tested, hook_log())
         assert f"{full}-test-metrics" in tested and "Succeeded" in tested, tested
-        assert "ok: http://127.0.0.1" in hook_log() and "lagpilot_operator_leader 1" in hook_log()
+        assert f"ok: {metrics_url}" in hook_log() and "lagpilot_operator_leader 1" in hook_log()
 
         # upgrade (a changed value rolls the operator; leader election hands the Lease over)
         up = h.run_helm(
@@ -821,7 +863,7 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
         assert env.get("LAGPILOT_LOG_LEVEL") == "DEBUG", env
         wait_until(ready_operator, "the upgraded operator pod Ready", 180)
         tested = h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240).stdout
-        assert "Succeeded" in tested and "ok: http://127.0.0.1" in hook_log(), (tested, hook_log())
+        assert "Succeeded" in tested and f"ok: {metrics_url}" in hook_log(), (tested, hook_log())
 
         # the hook can fail: no operator, no metrics
         kube.kubectl("scale", "deployment", full, "-n", rel_ns, "--replicas=0")
@@ -846,7 +888,7 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
             h.run_helm(any_helm, ["test", release, "--timeout", "180s", *helm_args], timeout=240)
         print(failed.value.output, hook_log())
         assert f"{full}-test-metrics" in failed.value.output and "failed" in failed.value.output.lower()
-        assert "FAILED: GET http://127.0.0.1" in hook_log()
+        assert f"FAILED: GET {metrics_url}" in hook_log()
     finally:
         h.run_helm(any_helm, ["uninstall", release, "--wait", "--timeout", "120s", *helm_args], timeout=180)
     assert kube.kubectl("get", "deployment", full, "-n", rel_ns, check=False).returncode != 0

@@ -1,10 +1,18 @@
 """The local control plane is a real one: kubectl talks to it, RBAC applies, and the real
-kube-controller-manager collects garbage, runs Deployments and Jobs (pods through the pod runner)."""
+kube-controller-manager collects garbage, runs Deployments and Jobs, whose pods run where the `pods`
+fixture says (tests/fixtures/node.py): containers of the real node by default (the test image,
+Pod Security `restricted`), the pod runner's processes with LAGPILOT_NODE=0.
+
+One test keeps a pod runner of its own: `test_control_plane_survives_kill_and_restart_on_its_data_dir`
+kills and restarts a private control plane (its own state dir, so that the shared one is never
+disturbed); the real node is one per machine and registered with the shared apiserver, so it cannot
+serve a private one (docs/node.md "Retiring the pod runner": the named exception)."""
 
 from __future__ import annotations
 
 import json
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +20,7 @@ import pytest
 
 from lagpilot_dev.paths import pid_alive
 from tests.fixtures.kube import KubeEnv, wait_until
+from tests.fixtures.node import PodIO, Pods
 
 pytestmark = pytest.mark.real
 
@@ -147,7 +156,8 @@ def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(
     wait_until(both_gone, "the Widget and its ConfigMap to be deleted (foreground)", timeout=180)
 
 
-# A container that records its pid and, on SIGTERM, writes <dir>/<pod>.term and exits.
+# A container that records its pid and, on SIGTERM, writes <dir>/<pod>.term and exits (the pod runner:
+# its pods are host processes sharing the test's filesystem).
 WORKER = textwrap.dedent("""
     import os, signal, sys, time
     out, me = sys.argv[1], os.environ["HOSTNAME"]
@@ -162,8 +172,31 @@ WORKER = textwrap.dedent("""
         time.sleep(0.2)
 """)
 
+# The same worker as a container of the real node: it says who it is on stdout and, on SIGTERM,
+# writes its termination message (the kubelet's /dev/termination-log, reported in the container's
+# terminated state) and exits 0; a SIGKILL after the grace period would end it with 137.
+NODE_WORKER = textwrap.dedent("""
+    import os, signal, sys, time
+    me = os.environ["HOSTNAME"]
+    def on_term(signum, frame):
+        with open("/dev/termination-log", "w") as f:
+            f.write("SIGTERM " + me)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("worker", me, "pid", os.getpid(), flush=True)
+    while True:
+        time.sleep(0.2)
+""")
 
-def _deployment(name: str, replicas: int, command: list[str]) -> dict[str, Any]:
+RESTRICTED_CONTAINER_SC = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _deployment(name: str, replicas: int, command: list[str], pods: Pods | None = None) -> dict[str, Any]:
     labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
@@ -176,93 +209,147 @@ def _deployment(name: str, replicas: int, command: list[str]) -> dict[str, Any]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "terminationGracePeriodSeconds": 30,
-                    "containers": [{"name": "worker", "image": "lagpilot/test:0", "command": command}],
+                    "containers": [_container("worker", command, pods)],
                 },
             },
         },
     }
 
 
+def _container(name: str, command: list[str], pods: Pods | None) -> dict[str, Any]:
+    """A container spec: on the runner any image name (it runs the venv's python); on the node the
+    test image (never pulled) under Pod Security `restricted`."""
+    if pods is None or not pods.on_node:
+        return {"name": name, "image": "lagpilot/test:0", "command": command}
+    return {
+        "name": name,
+        "image": pods.image,
+        "imagePullPolicy": "Never",
+        "command": command,
+        "securityContext": RESTRICTED_CONTAINER_SC,
+    }
+
+
+def _node_pids(pods: Pods, namespace: str) -> dict[str, int]:
+    """pod name -> host pid of its running container's init process (the node's runtime: `crictl ps`
+    and `crictl inspect`), as `pod_runner.running_pids` gives for the runner's processes."""
+    listed = json.loads(pods.node.crictl("ps", "-o", "json", "--namespace", namespace).stdout)["containers"]
+    out = {}
+    for c in listed:
+        if c.get("state") != "CONTAINER_RUNNING":
+            continue
+        info = json.loads(pods.node.crictl("inspect", c["id"]).stdout).get("info", {})
+        if info.get("pid"):
+            out[c["labels"]["io.kubernetes.pod.name"]] = int(info["pid"])
+    return out
+
+
 @pytest.mark.slow
-def test_deployment_replicas_are_local_processes_and_scale_to_zero(
-    kube: KubeEnv, kube_api: Any, namespace: Any, pod_runner: Any, tmp_path: Path
+def test_deployment_replicas_run_as_pods_and_scale_to_zero(
+    kube: KubeEnv, kube_api: Any, pods: Pods, pod_io: PodIO, tmp_path: Path
 ) -> None:
-    from kubernetes import client
+    """The real Deployment and ReplicaSet controllers make two pods that run (containers of the real
+    node, or the runner's processes), each with its pod name as HOSTNAME; scaled to 0 the pods are
+    deleted and each process ends on its SIGTERM, gracefully (not killed after the grace period)."""
+    from kubernetes import client, watch
 
     apps = client.AppsV1Api(kube_api)
-    ns = namespace()
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / "out"
-    out.mkdir()
-    apps.create_namespaced_deployment(ns, _deployment("workers", 2, ["python", str(script), str(out)]))
+    core = client.CoreV1Api(kube_api)
+    ns = pods.namespace()
+    if pods.on_node:
+        command = ["python", "-c", NODE_WORKER]
+        marker = "/dev/termination-log"  # the container's init is `python -c <NODE_WORKER>`
+    else:
+        script = tmp_path / "worker.py"
+        script.write_text(WORKER)
+        out = tmp_path / "out"
+        out.mkdir()
+        command = ["python", str(script), str(out)]
+        marker = str(script)
+    apps.create_namespaced_deployment(ns, _deployment("workers", 2, command, pods))
 
     def two_ready() -> bool:
         line = kube.kubectl("get", "deploy", "workers", "-n", ns, "--no-headers").stdout.split()
         return len(line) > 1 and line[1] == "2/2"
 
     wait_until(two_ready, "kubectl get deploy to show 2/2", timeout=180)
-    pids = pod_runner.running_pids(ns)
+    running = (lambda: _node_pids(pods, ns)) if pods.on_node else (lambda: pod_io.runner.running_pids(ns))
+
+    def two_running() -> dict[str, int] | None:
+        got = running()
+        return got if len(got) == 2 else None
+
+    pids = wait_until(two_running, "two running pods", 60)
     assert len(pids) == 2
     for pod_name, pid in pids.items():
-        # Ready comes with the process start (no probe): the script may not have written its file yet
-        pid_file = out / f"{pod_name}.pid"
-        wait_until(pid_file.exists, f"{pid_file.name}", timeout=60)
-        assert pid_file.read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
+        if pods.on_node:
+            # HOSTNAME is the pod name, as in a pod; the log through the API (the kubelet)
+            wait_until(lambda n=pod_name: f"worker {n} pid" in pod_io.logs(ns, n), f"{pod_name}'s log", 60)
+            assert core.read_namespaced_pod(pod_name, ns).spec.node_name == pods.node_name
+        else:
+            # Ready comes with the process start (no probe): the script may not have written its file yet
+            pid_file = out / f"{pod_name}.pid"
+            wait_until(pid_file.exists, f"{pid_file.name}", timeout=60)
+            assert pid_file.read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
         assert pid_alive(pid)
-        assert str(script) in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
+        assert marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
     # the real ReplicaSet controller created them: they are owned by the Deployment's ReplicaSet
     rs_names = {rs.metadata.name for rs in apps.list_namespaced_replica_set(ns).items}
-    pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns).items
-    assert {p.metadata.owner_references[0].name for p in pods} <= rs_names and len(rs_names) == 1
+    listed = core.list_namespaced_pod(ns)
+    assert {p.metadata.owner_references[0].name for p in listed.items} <= rs_names and len(rs_names) == 1
 
+    # each container's end as the kubelet reports it before the pod goes (node: exit code, message)
+    ended: dict[str, Any] = {}
+    stop = threading.Event()
+
+    def watch_pods() -> None:
+        w = watch.Watch()
+        for ev in w.stream(
+            core.list_namespaced_pod,
+            ns,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=300,
+        ):
+            for cs in ev["object"].status.container_statuses or []:
+                if cs.state is not None and cs.state.terminated is not None:
+                    ended[ev["object"].metadata.name] = cs.state.terminated
+            if stop.is_set():
+                w.stop()
+
+    if pods.on_node:
+        threading.Thread(target=watch_pods, daemon=True).start()
     kube.kubectl("scale", "deploy", "workers", "-n", ns, "--replicas=0")
-    wait_until(
-        lambda: not client.CoreV1Api(kube_api).list_namespaced_pod(ns).items,
-        "the pods to be deleted",
-        timeout=180,
-    )
+    wait_until(lambda: not core.list_namespaced_pod(ns).items, "the pods to be deleted", timeout=180)
     wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "the processes to exit", timeout=60)
-    assert {f.name for f in out.glob("*.term")} == {f"{name}.term" for name in pids}  # SIGTERMed, gracefully
-    assert pod_runner.running_pids(ns) == {}
+    stop.set()
+    if pods.on_node:
+        # SIGTERMed, gracefully: the handler's message and exit 0 (137 = SIGKILL after the grace period)
+        assert set(ended) == set(pids), (ended, pids)
+        for name, term in ended.items():
+            assert (term.exit_code, term.message) == (0, f"SIGTERM {name}"), (name, term)
+        assert _node_pids(pods, ns) == {}
+    else:
+        assert {f.name for f in out.glob("*.term")} == {f"{name}.term" for name in pids}  # SIGTERMed
+        assert pod_io.runner.running_pids(ns) == {}
 
 
 @pytest.mark.slow
 def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(
-    kube: KubeEnv, kube_api: Any, namespace: Any, pod_runner: Any
+    kube: KubeEnv, kube_api: Any, pods: Pods, pod_io: PodIO
 ) -> None:
     from kubernetes import client
 
     batch = client.BatchV1Api(kube_api)
-    ns = namespace()
+    ns = pods.namespace()
+    main = _container("main", ["python", "-c", "import os; print('job done in', os.environ['JOB_NS'])"], pods)
+    main["env"] = [{"name": "JOB_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "once"},
         "spec": {
             "backoffLimit": 0,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "lagpilot/test:0",
-                            "command": [
-                                "python",
-                                "-c",
-                                "import os; print('job done in', os.environ['JOB_NS'])",
-                            ],
-                            "env": [
-                                {
-                                    "name": "JOB_NS",
-                                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-                                }
-                            ],
-                        }
-                    ],
-                }
-            },
+            "template": {"spec": {"restartPolicy": "Never", "containers": [main]}},
         },
     }
     batch.create_namespaced_job(ns, job)
@@ -274,10 +361,10 @@ def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(
     wait_until(complete, "the Job to be Complete", timeout=180)
     st = batch.read_namespaced_job_status("once", ns).status
     assert st.succeeded == 1 and not st.failed
-    pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns, label_selector="job-name=once").items
-    assert [p.status.phase for p in pods] == ["Succeeded"]
-    log_path = pod_runner.log_path(ns, pods[0].metadata.name)
-    assert f"job done in {ns}" in log_path.read_text()
+    job_pods = client.CoreV1Api(kube_api).list_namespaced_pod(ns, label_selector="job-name=once").items
+    assert [p.status.phase for p in job_pods] == ["Succeeded"]
+    assert job_pods[0].spec.node_name == pods.node_name
+    assert f"job done in {ns}" in pod_io.logs(ns, job_pods[0].metadata.name)
     out = kube.kubectl("get", "job", "once", "-n", ns, "--no-headers").stdout
     assert "Complete" in out and "1/1" in out
 

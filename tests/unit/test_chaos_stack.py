@@ -28,7 +28,7 @@ def test_pods_import_the_checkouts_own_runtime(
         sla=20,
     )
     c = CampaignBase(args)
-    c.bootstrap = "127.0.0.1:9092"  # set by setup() from the private stack
+    c.bootstrap = c.pods_bootstrap = "127.0.0.1:9092"  # set by setup() from the private stack
     env = {e["name"]: e.get("value") for e in c.spec(which)["template"]["env"]}
     path = env["PYTHONPATH"].split(":")
     assert path[:3] == [str(REPO / d) for d in ("operator/src", "consumer_image/src", "dev/src")]

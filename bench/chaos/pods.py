@@ -1,0 +1,122 @@
+"""Where the chaos bench's pods run, and how its faults reach them (docs/chaos.md "Pods on the real
+node"): `NodePods`, the machine's real node (containers; the default), or the pod runner
+(`--pods runner`, its processes). Both answer what the fault rounds ask of "the runner":
+
+- `pid_of(ns, pod)`: the host pid of the pod's running process (the runner's process; on the node
+  the init process of the pod's running container, from `crictl inspect`: killing it with SIGKILL
+  ends every process of the container, as the kernel's OOM killer would, and the kubelet restarts
+  or fails the pod by its restartPolicy). The drain faults walk its descendants in the host's /proc
+  (the container's processes are host processes in their own PID namespace).
+- `log_path(ns, pod)`: a file holding the pod's log (the runner's log file; on the node the API's
+  log, the previous run first, written to the bench's work dir at each call, the last read kept
+  when the pod is gone).
+
+What only the runner can do (`hold`: keep a Deployment's new pods Pending, "no node fits") is
+refused on the node: the kinds that need it are "not applicable" there (`NODE_NOT_APPLICABLE`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# kinds the bench cannot inject with its pods on the real node, and why (listed as not applicable,
+# never injected, never counted as not fired): the node is the default state's, registered with the
+# shared control plane, which no bench restarts; the runner's `hold` has no counterpart on a real
+# node shared by other sessions (cordoning it would stop theirs too)
+NODE_NOT_APPLICABLE: dict[str, str] = {
+    "apiserver_restart": "the real node's apiserver is the shared stack's: never restarted by a bench",
+    "etcd_restart": "the real node's etcd is the shared stack's: never restarted by a bench",
+    "operator_at_next_alter_offsets": "needs the pod runner's hold (pods Pending: no node fits)",
+}
+
+# the eos handler's crash hook on the node (bench/chaos/handler.py `crash_after_write`): the
+# runner's LP_TEST_* namespace annotation has no counterpart for containers (a CR cannot set them)
+CRASH_TABLE_KEY = "chaos.crash_table"
+
+
+def node_kinds(kinds: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(kinds injected on the node, kinds not applicable there) of `kinds` (pure)."""
+    ks = set(kinds)
+    na = tuple(sorted(ks & set(NODE_NOT_APPLICABLE)))
+    return frozenset(ks - set(na)), na
+
+
+def container_pids(crictl_ps: dict[str, Any], inspect: Any) -> dict[str, int]:
+    """pod name -> host pid of its running container's init process, from `crictl ps -o json`'s
+    listing and `inspect(container id) -> crictl inspect's JSON` (pure but for `inspect`)."""
+    out: dict[str, int] = {}
+    for c in crictl_ps.get("containers", []):
+        if c.get("state") != "CONTAINER_RUNNING":
+            continue
+        pid = (inspect(c["id"]).get("info") or {}).get("pid")
+        pod = (c.get("labels") or {}).get("io.kubernetes.pod.name")
+        if pid and pod:
+            out[pod] = int(pid)
+    return out
+
+
+class NodePods:
+    """The bench's pods on the real node (the default state's node part)."""
+
+    where = "node"
+
+    def __init__(self, node: Any, core: Any, workdir: Path) -> None:
+        self.node = node
+        self.core = core
+        self.workdir = workdir
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+
+    def _inspect(self, cid: str) -> Any:
+        return json.loads(self.node.crictl("inspect", cid).stdout or "{}")
+
+    def running_pids(self, namespace: str | None = None) -> dict[str, int]:
+        args = ["ps", "-o", "json", "--state", "Running"]
+        if namespace:
+            args += ["--namespace", namespace]
+        return container_pids(json.loads(self.node.crictl(*args).stdout or "{}"), self._inspect)
+
+    def pid_of(self, namespace: str, name: str) -> int | None:
+        listed = json.loads(
+            self.node.crictl(
+                "ps",
+                "-o",
+                "json",
+                "--state",
+                "Running",
+                "--namespace",
+                namespace,
+                "--label",
+                f"io.kubernetes.pod.name={name}",
+            ).stdout
+            or "{}"
+        )
+        return container_pids(listed, self._inspect).get(name)
+
+    def log_path(self, namespace: str, name: str) -> Path:
+        from kubernetes.client.rest import ApiException
+
+        path = self.workdir / "logs" / f"{namespace}_{name}.log"
+        parts = []
+        for previous in (True, False):
+            try:
+                parts.append(self.core.read_namespaced_pod_log(name, namespace, previous=previous))
+            except ApiException as exc:  # no previous run, or the pod is gone: keep the last read
+                if exc.status not in (400, 404):
+                    raise
+        if parts and "".join(parts):
+            path.write_text("".join(parts))
+        elif not path.exists():
+            path.write_text("")
+        return path
+
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        """`sig` to the container's init process group (runc's init is a session leader: the group
+        is the container's first process and what it did not move to a group of its own)."""
+        os.killpg(pid, sig)
+
+    def stop(self) -> None:
+        """Nothing to stop: the node is the default state's (the namespace's deletion ends its pods)."""

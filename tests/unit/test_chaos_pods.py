@@ -1,0 +1,215 @@
+"""The chaos bench with its pods on the real node (bench/chaos/pods.py, docs/chaos.md "Pods on the
+real node"): which kinds apply there, the host pids of the pods' containers from crictl's listing, the
+CRs' spec (the test image, no PYTHONPATH, the eos handler's crash hook), and that hook's claim."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.chaos import faults as cf
+from bench.chaos import handler
+from bench.chaos.cli import QUICK_KINDS
+from bench.chaos.pods import CRASH_TABLE_KEY, NODE_NOT_APPLICABLE, container_pids, node_kinds
+from bench.chaos.stack import CampaignBase
+
+
+def test_on_the_node_only_the_shared_control_planes_restarts_and_the_runners_hold_are_not_applicable() -> (
+    None
+):
+    kinds, na = node_kinds(cf.KINDS)
+    assert na == ("apiserver_restart", "etcd_restart", "operator_at_next_alter_offsets")
+    assert set(na) == set(NODE_NOT_APPLICABLE)
+    assert kinds == frozenset(cf.KINDS) - set(na)
+    # the CI campaign's six kinds all run on the node
+    assert node_kinds(QUICK_KINDS) == (frozenset(QUICK_KINDS), ())
+
+
+def _c(id_: str, pod: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
+    return {"id": id_, "state": state, "labels": {"io.kubernetes.pod.name": pod}}
+
+
+def test_container_pids_are_the_running_containers_init_pids() -> None:
+    listing = {
+        "containers": [
+            _c("a", "eos-1"),
+            _c("b", "eos-2", "CONTAINER_EXITED"),  # its last run: no process
+            _c("c", "alo-1"),
+            _c("d", "alo-2"),  # created, no pid yet
+        ]
+    }
+    pids = {"a": 101, "b": 102, "c": 103}
+    got = container_pids(listing, lambda cid: {"info": {"pid": pids.get(cid, 0)}})
+    assert got == {"eos-1": 101, "alo-1": 103}
+    assert container_pids({}, lambda cid: {}) == {}
+
+
+def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pods: str) -> CampaignBase:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    args = argparse.Namespace(
+        fault_timeout=1.0,
+        warm_runtime=False,
+        quick=False,
+        eos_handler="bench.chaos.handler:process",
+        cost_ms=500,
+        alo_cost_ms=50,
+        sla=20,
+        pods=pods,
+    )
+    c = CampaignBase(args)
+    c.bootstrap, c.pods_bootstrap = "127.0.0.1:9092", "10.244.0.1:9094"
+    c.image = "lagpilot/test-consumer:0.1.0-cabc"
+    return c
+
+
+@pytest.mark.parametrize("which", ["eos", "alo"])
+def test_on_the_node_the_crs_run_the_test_image_and_reach_the_bridge(
+    which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = _campaign(tmp_path, monkeypatch, "node")
+    spec = c.spec(which)
+    assert spec["kafka"]["bootstrapServers"] == "10.244.0.1:9094"
+    t = spec["template"]
+    assert (t["image"], t["imagePullPolicy"]) == ("lagpilot/test-consumer:0.1.0-cabc", "Never")
+    assert "PYTHONPATH" not in {e["name"] for e in t["env"]}  # the image's own
+    config = spec["processing"]["config"]
+    assert (config.get(CRASH_TABLE_KEY) == c.crash_table) is (which == "eos")
+
+
+def test_on_the_runner_the_crs_have_no_node_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _campaign(tmp_path, monkeypatch, "runner")
+    spec = c.spec("eos")
+    assert CRASH_TABLE_KEY not in spec["processing"]["config"] and "image" not in spec["template"]
+    assert spec["kafka"]["bootstrapServers"] == "10.244.0.1:9094"  # what setup() set for the pods
+
+
+class _Conn:
+    def __init__(self, claimed: bool) -> None:
+        self.claimed, self.sql = claimed, []
+
+    def __enter__(self) -> _Conn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        self.sql.append((sql, params))
+        answer = (("x",) if self.claimed else None) if sql.startswith("UPDATE") else (self.fired_elsewhere,)
+
+        class R:
+            def fetchone(self) -> Any:
+                return answer
+
+        return R()
+
+    fired_elsewhere = False
+
+
+@pytest.mark.parametrize("claimed", [True, False])
+def test_the_handlers_node_hook_dies_once_claimed_after_two_consumer_batches(
+    claimed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    conn = _Conn(claimed)
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: conn)
+    monkeypatch.setenv("LAGPILOT_POSTGRES_DSN", "postgresql://x")
+    monkeypatch.setattr(handler, "_batches", {"consumer": 0})
+    exits: list[int] = []
+    monkeypatch.setattr(handler.os, "_exit", exits.append)
+    ctx = argparse.Namespace(config={CRASH_TABLE_KEY: "chaos_crash_x"}, source="consumer")
+    for _ in range(handler.CRASH_AFTER_BATCHES):
+        handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert conn.sql == [] and exits == []  # not before its 3rd batch
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert conn.sql[0] == (handler.crash_claim_sql("chaos_crash_x"), (conn.sql[0][1][0],))
+    assert "WHERE armed AND fired IS NULL" in conn.sql[0][0]
+    assert exits == ([137] if claimed else [])
+    assert len(conn.sql) == (1 if claimed else 2)  # not claimed: is it spent?
+    # a drain's batches and a CR without the hook never claim it
+    conn.sql.clear()
+    handler.crash_after_write(argparse.Namespace(config={CRASH_TABLE_KEY: "t"}, source="drain"))  # type: ignore[arg-type]
+    handler.crash_after_write(argparse.Namespace(config={}, source="consumer"))  # type: ignore[arg-type]
+    assert conn.sql == []
+
+
+def test_the_hooks_config_key_is_the_handlers() -> None:
+    assert handler.CRASH_TABLE_KEY == CRASH_TABLE_KEY
+
+
+def test_the_handlers_node_hook_stops_asking_once_fired_and_never_fails_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    conn = _Conn(False)
+    conn.fired_elsewhere = True  # another pod claimed it
+    monkeypatch.setattr(psycopg, "connect", lambda *a, **k: conn)
+    monkeypatch.setenv("LAGPILOT_POSTGRES_DSN", "postgresql://x")
+    monkeypatch.setattr(handler, "_batches", {"consumer": handler.CRASH_AFTER_BATCHES})
+    ctx = argparse.Namespace(config={CRASH_TABLE_KEY: "t"}, source="consumer")
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert len(conn.sql) == 2 and handler._batches["spent"] == 1
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]
+    assert len(conn.sql) == 2  # spent: no more queries
+
+    def down(*a: Any, **k: Any) -> Any:
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(psycopg, "connect", down)
+    monkeypatch.setattr(handler, "_batches", {"consumer": handler.CRASH_AFTER_BATCHES})
+    handler.crash_after_write(ctx)  # type: ignore[arg-type]  # no exception: the batch stands
+
+
+class _Pod:
+    def __init__(self, name: str, ip: str | None) -> None:
+        self.metadata = argparse.Namespace(name=name)
+        self.status = argparse.Namespace(pod_ip=ip)
+
+
+@pytest.mark.parametrize("pods", ["node", "runner"])
+def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
+    pods: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """forged_plan with the pods on the node: the runtime listens on its pod's IP, not the host's
+    loopback (seen before the fix: not fired, 'Connection refused' from 127.0.0.1:<port>)."""
+    from bench.chaos import review
+    from bench.chaos.cli import Campaign
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    c = Campaign(
+        argparse.Namespace(
+            fault_timeout=1.0,
+            warm_runtime=True,
+            quick=False,
+            eos_handler="x:y",
+            cost_ms=1,
+            alo_cost_ms=1,
+            sla=1,
+            pods=pods,
+        )
+    )
+    c.ns, c.topic = "chaos-x", "chaos-x"
+    pod = _Pod("eos-drain-runtime-1", "10.244.0.77")
+    c.core = argparse.Namespace(read_namespaced_pod=lambda name, ns: pod)
+    monkeypatch.setattr(c, "runtime_pod", lambda: (pod.metadata.name, 123, True))
+    monkeypatch.setattr(c, "runtime_events", lambda *a: [])
+    monkeypatch.setattr(c, "watermarks", lambda: {0: 10, 1: 10})
+    monkeypatch.setattr(c, "live_job_plan", lambda: None)
+    monkeypatch.setattr(c, "how_ran", lambda d: {})
+    monkeypatch.setattr(review.time, "sleep", lambda s: None)
+    sent: list[tuple[Any, ...]] = []
+
+    def attack(port: int, bodies: list[str], healthz: bool = False, host: str = "127.0.0.1") -> Any:
+        sent.append((port, host))
+        return [(401, "refused")] * len(bodies)
+
+    monkeypatch.setattr(review, "attack", attack)
+    f = cf.Fault("forged_plan", 1, "eos")
+    c.forge(f, {"id": 3, "recordsDone": 1, "recordsTotal": 9})
+    assert f.fired
+    assert {h for _, h in sent} == {"10.244.0.77" if pods == "node" else "127.0.0.1"}
