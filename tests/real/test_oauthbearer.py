@@ -4,6 +4,10 @@ A private stack (tests/fixtures/oidc.py): Keycloak (`lagpilot dev up --parts oid
 for one confidential client; a broker with an OAUTHBEARER listener validates them with Kafka's
 built-in `OAuthBearerValidatorCallbackHandler` against Keycloak's JWKS (signature, issuer,
 audience, expiry). Kafka's own CLI and librdkafka are the clients that check the listener.
+
+The CR's pods run where `pods` says: on the real node (the default) they fetch tokens at Keycloak on
+the pod-bridge gateway and consume through the broker's OAUTH_PODS listener there; on the pod
+runner through the loopback ones.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import pytest
 
 from lagpilot_dev.kafka import OAUTH_ALLOWED_URLS_PROPERTY, TOPICS_CLASS, oauth_client_properties
 from lagpilot_dev.oidc import AUDIENCE, OTHER_AUDIENCE_CLIENT_ID
-from lagpilot_dev.operator_process import checkout_pythonpath
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO, Pods
 from tests.fixtures.oidc import OidcKafka, oidc_kafka  # noqa: F401 - fixture
 from tests.fixtures.sasl_crs import (
     apply_auth_cr,
@@ -32,7 +36,6 @@ from tests.fixtures.sasl_crs import (
 )
 from tests.fixtures.stack import create_topic
 from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
-    REPO,
     Operator,
     apply_cr,
     condition,
@@ -105,13 +108,18 @@ def test_kafka_cli_creates_and_lists_topics_with_oidc_and_fails_with_a_wrong_sec
     assert "401" in res.stderr or "authenticat" in res.stderr.lower(), res.stderr[-2000:]
 
 
-def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oidc_kafka: OidcKafka) -> None:
+@pytest.mark.parametrize("listener", ["oauth_bootstrap", "oauth_pods_bootstrap"])
+def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(
+    oidc_kafka: OidcKafka, listener: str
+) -> None:
+    """On the loopback OAUTH listener and on the one pods use (OAUTH_PODS on the node's bridge)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     ok = oidc_kafka
+    bootstrap = getattr(ok, listener)
     conf = {
-        "bootstrap.servers": ok.oauth_bootstrap,
+        "bootstrap.servers": bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "OAUTHBEARER",
     }
@@ -123,8 +131,8 @@ def test_librdkafka_oidc_client_is_accepted_and_an_unsigned_token_is_refused(oid
         "sasl.oauthbearer.client.secret": ok.client_secret,
     }
     md = AdminClient(oidc).list_topics(timeout=60)
-    # the listener advertises itself: clients bootstrapped here stay on OAUTHBEARER
-    assert [f"{b.host}:{b.port}" for b in md.brokers.values()] == [ok.oauth_bootstrap]
+    # the listener advertises itself: clients bootstrapped here stay on OAUTHBEARER (and on the bridge)
+    assert [f"{b.host}:{b.port}" for b in md.brokers.values()] == [bootstrap]
 
     # librdkafka's default OAUTHBEARER token is an unsecured JWT (alg none): the broker must
     # check signatures against the JWKS and refuse it
@@ -148,8 +156,8 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     oidc_kafka: OidcKafka,
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     start_operator: Callable[[str], Operator],
 ) -> None:
     """(2) the operator's admin client and the consumer pods authenticate with OIDC client
@@ -163,7 +171,8 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
 
     ok = oidc_kafka
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
-    ns = namespace("oauth")
+    ns = pods.namespace("oauth")
+    stop_logs = pod_io.follow(ns)
     op = start_operator(ns)
     admin = ok.admin()
     topic = f"oauth-{uuid.uuid4().hex[:8]}"
@@ -179,17 +188,20 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         core.create_namespaced_secret(
             ns, credentials_secret(name, {"clientId": client_id, "clientSecret": secret})
         )
+    # the pods' way to the broker (OAUTH_PODS on the node's bridge); the operator on the host
+    # reaches the same address
+    bootstrap = ok.oauth_pods_bootstrap if pods.on_node else ok.oauth_bootstrap
     kafka = {
-        "bootstrapServers": ok.oauth_bootstrap,
+        "bootstrapServers": bootstrap,
         "securityProtocol": "SASL_PLAINTEXT",
         "saslMechanism": "OAUTHBEARER",
         "oauthbearer": {"tokenEndpointUrl": ok.token_endpoint_url},
     }
     u = uuid.uuid4().hex[:6]
     group_right, group_wrong = f"oauth-right-{u}", f"oauth-wrong-{u}"
-    # the consumer pods run this checkout's runtime (the pod runner's python imports the venv's
-    # editable install otherwise)
-    template = {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}]}
+    # the consumer pods run this checkout's runtime (the pod runner: its source dirs on PYTHONPATH;
+    # the node: the test image)
+    template = pods.template()
     apply_auth_cr(crd, ns, "right", kafka, "idp-right", topic, group_right, consume=True, template=template)
     for name in ("wrong", "audience"):
         apply_auth_cr(
@@ -219,7 +231,7 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     for name in ("wrong", "audience"):
         c = wait_authentication_failed(custom, core, ns, name, 240)
         assert "authenticat" in (c["reason"] + c["message"]).lower()
-        assert ok.token_endpoint_url in c["message"] and ok.oauth_bootstrap in c["message"], c
+        assert ok.token_endpoint_url in c["message"] and bootstrap in c["message"], c
 
     # (2) the right CR: the pod consumes every record over OAUTHBEARER and commits
     wait_until(
@@ -239,7 +251,7 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     # the group's members came through the OAUTHBEARER listener: its only bootstrap and advertised address
     dep = client.AppsV1Api(kube_api).read_namespaced_deployment("right-consumer", ns)
     env = {e.name: e for e in dep.spec.template.spec.containers[0].env}
-    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == ok.oauth_bootstrap
+    assert env["LAGPILOT_BOOTSTRAP_SERVERS"].value == bootstrap
     assert env["LAGPILOT_SASL_MECHANISM"].value == "OAUTHBEARER"
     for key, secret_key in (
         ("LAGPILOT_SASL_OAUTHBEARER_CLIENT_ID", "clientId"),
@@ -264,12 +276,13 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
 
     places = {
         "operator log": op.log_path.read_text(errors="replace"),
-        "pod logs": pod_logs(core, pod_runner, ns),
+        "pod logs": pod_logs(pod_io, ns),
         "events": kubectl_json("events"),
         "CRs (spec+status)": kubectl_json("batchconsumergroups"),
         "metrics": op.metrics(),
         "deployments, replicasets, pods, jobs": kubectl_json("deployments,replicasets,pods,jobs"),
     }
+    stop_logs.set()
     found = {place: {k: n for k, n in hits(text, values).items() if n} for place, text in places.items()}
     print("scanned:", {place: len(text) for place, text in places.items()}, "hits:", found)
     assert all(len(text) > 0 for text in places.values()), {p: len(t) for p, t in places.items()}

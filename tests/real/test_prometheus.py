@@ -3,8 +3,9 @@
 - `promtool test rules` on the rules rendered from charts/lagpilot (what ships, not a copy): each
   alert fires after its `for:` and not before, and not for the look-alike that must not page; a
   wrong expectation makes promtool fail (so the passing run proves something);
-- on the real Prometheus, scraping the operator and the consumer pods (file-based discovery fed by
-  the pod runner): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
+- on the real Prometheus, scraping the operator and the consumer pods (file-based discovery: fed
+  by the pod runner's workers, or on the real node from the API's running pods at their IP,
+  `prometheus.node_pod_targets`): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
   LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs; the
   operator SIGKILLed fires LagpilotOperatorDown.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +27,7 @@ import yaml
 
 from lagpilot_dev import prometheus as prom
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_operator_e2e import Operator, apply_cr, cr, crd, produce, start_operator  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.real
@@ -391,8 +394,8 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     prometheus: prom.PrometheusPart,
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    request: pytest.FixtureRequest,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],
@@ -411,9 +414,16 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
             release="lp",
         ),
     )
-    # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
-    pod_runner.metrics_sd_dir = prometheus.sd_dir
-    ns = namespace("prom")
+    ns = pods.namespace("prom")
+    stop_sd = threading.Event()
+    if not pods.on_node:
+        # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
+        request.getfixturevalue("pod_runner").metrics_sd_dir = prometheus.sd_dir
+    else:
+        # on the node the namespace's running pods at their IP, from the API (node_pod_targets)
+        threading.Thread(
+            target=_feed_node_targets, args=(crd, prometheus, ns, stop_sd), daemon=True, name=f"sd-{ns}"
+        ).start()
     # a group that cannot catch up: 6,000 records, a consumer does ~100 records/s (10 ms each),
     # one replica at most, no drain: ~60 s of work against a 10 s SLA
     topic = new_topic(partitions=2, prefix="prom")
@@ -428,7 +438,7 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
             cr(
                 name,
                 {
-                    "kafka": {"bootstrapServers": kafka_bootstrap},
+                    "kafka": {"bootstrapServers": pods.kafka_bootstrap},
                     "topic": topic,
                     "groupId": f"prom-{uuid.uuid4().hex[:6]}",
                     "batch": {"maxRecords": 50, "timeoutMs": 500},
@@ -439,12 +449,13 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
                     "scaling": {"minReplicas": 1, "maxReplicas": 1, "pollIntervalSeconds": 2},
                     "catchUpSLASeconds": 10,
                     "drain": {"enabled": False},
-                    "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+                    "template": pods.template(),
                 },
             ),
         )
         t0 = time.monotonic()
-        # both jobs are scraped: the operator, and the group's consumer pod through the runner's file-SD
+        # both jobs are scraped: the operator, and the group's consumer pod (file-SD: the runner's, or
+        # the node's pod IP)
         prom.wait_target_up(prometheus, prom.OPERATOR_JOB, {"namespace_served": ns}, timeout=60)
         pod_target = prom.wait_target_up(
             prometheus, prom.CONSUMER_JOB, {"namespace": ns, "group": name}, timeout=90
@@ -522,5 +533,30 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
         assert alert["labels"]["severity"] == "critical" and alert["labels"]["job"] == prom.OPERATOR_JOB
         start_operator(ns)  # a live operator again, for the teardown (the CR's finalizer)
     finally:
+        stop_sd.set()
         prometheus.remove_target("operator", ns)
         prometheus.remove_rules(rules_name)
+
+
+def _feed_node_targets(crd: Any, prometheus: prom.PrometheusPart, ns: str, stop: threading.Event) -> None:
+    """Every 2 s until `stop`: a file-SD target for each running pod of `ns` with a metrics port, at
+    its pod IP (the host reaches it through the bridge), as the runner's workers publish theirs;
+    the targets of pods gone are removed, and all of them at the end."""
+    written: set[str] = set()
+    while True:
+        try:
+            items = json.loads(crd.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+            now = {}
+            for _ns, pod, address, labels in prom.node_pod_targets(items):
+                now[pod] = (address, {"namespace": ns, "pod": pod, **labels})
+            for pod, (address, labels) in now.items():
+                prometheus.add_target("pods", f"{ns}_{pod}", address, labels)
+            for pod in written - set(now):
+                prometheus.remove_target("pods", f"{ns}_{pod}")
+            written = set(now)
+        except Exception as exc:  # noqa: BLE001 - an apiserver hiccup: read again next time
+            print(f"file-SD for {ns}: {exc!r}")
+        if stop.wait(2.0):
+            break
+    for pod in written:
+        prometheus.remove_target("pods", f"{ns}_{pod}")

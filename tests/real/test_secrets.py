@@ -14,6 +14,11 @@ spec only as `secretKeyRef`. Positive control: the same scanner finds the values
 handler's client echoes a malformed DSN's password (psycopg quotes the bad token) fails through the
 whole chain — Spark task, driver, termination message, status.drain.lastError, Warning events —
 and the consumer dead-letters records with that error (DLQ headers); the value is in none of them.
+
+The pods run where `pods` says: on the real node (the default; the CRs name the broker's listeners
+on the pod-bridge gateway, SASL_PODS for SCRAM, and the handlers come from the test image) or on
+the pod runner; their logs are read through `pod_io` (on the node also those of pods deleted
+while the test ran: `follow`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import PodIO, Pods
 from tests.real.test_operator_e2e import (  # noqa: F401 - fixtures
     Operator,
     apply_cr,
@@ -57,8 +63,8 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
     sasl: dict[str, str],
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],
@@ -67,7 +73,8 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
 
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    ns = namespace("secrets")
+    ns = pods.namespace("secrets")
+    stop_logs = pod_io.follow(ns)
     op = start_operator(ns)
     topic = new_topic(partitions=2, prefix="secrets")
     produce(kafka_bootstrap, topic, 100, 2)
@@ -94,11 +101,11 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
             ns, {"metadata": {"name": name}, "data": {k: _b64(v) for k, v in data.items()}}
         )
     sasl_kafka = {
-        "bootstrapServers": sasl["bootstrap"],
+        "bootstrapServers": sasl["pods_bootstrap"],
         "securityProtocol": "SASL_PLAINTEXT",
         "saslMechanism": "SCRAM-SHA-512",
     }
-    common = {"topic": topic, "drain": {"enabled": False}}
+    common = {"topic": topic, "drain": {"enabled": False}, "template": pods.template()}
     apply_cr(
         crd,
         ns,
@@ -136,7 +143,7 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
                 **common,
                 "groupId": f"sec-tls-{u[:6]}",
                 "kafka": {
-                    "bootstrapServers": kafka_bootstrap,
+                    "bootstrapServers": pods.kafka_bootstrap,
                     "securityProtocol": "SSL",
                     "secretRef": {"name": "kafka-tls"},
                 },
@@ -161,24 +168,14 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
         return [p for p in core.list_namespaced_pod(ns).items if p.metadata.name.startswith("right-")]
 
     wait_until(
-        lambda: [
-            p
-            for p in right_pods()
-            if pod_runner.log_path(ns, p.metadata.name)
-            and pod_runner.log_path(ns, p.metadata.name).exists()
-            and pod_runner.log_path(ns, p.metadata.name).stat().st_size > 0
-        ],
+        lambda: [p for p in right_pods() if pod_io.logs(ns, p.metadata.name)],
         "the right CR's consumer pod running with a log",
         240,
         interval=2,
     )
 
     def pod_log() -> str:
-        return "\n".join(
-            pod_runner.log_path(ns, p.metadata.name).read_text(errors="replace")
-            for p in right_pods()
-            if pod_runner.log_path(ns, p.metadata.name) and pod_runner.log_path(ns, p.metadata.name).exists()
-        )
+        return "\n".join(log for name, log in pod_io.namespace_logs(ns).items() if name.startswith("right-"))
 
     # the consumer read records over SASL with the right password and its PostgreSQL sink failed
     # on them (the DSN's closed port): the exception text is part of what is scanned below
@@ -201,12 +198,13 @@ def test_secret_values_appear_nowhere_but_in_their_secrets(
 
     places = {
         "operator log": op.log_path.read_text(errors="replace"),
-        "pod logs": pod_log(),
+        "pod logs": "\n".join(pod_io.namespace_logs(ns).values()),
         "events": kubectl_json("events"),
         "CRs (spec+status)": kubectl_json("batchconsumergroups"),
         "metrics": op.metrics(),
         "deployments, replicasets, pods, jobs": kubectl_json("deployments,replicasets,pods,jobs"),
     }
+    stop_logs.set()
     found = {place: {k: n for k, n in hits(text, values).items() if n} for place, text in places.items()}
     print("scanned:", {place: len(text) for place, text in places.items()}, "hits:", found)
     assert all(len(text) > 0 for place, text in places.items() if place != "pod logs"), places.keys()
@@ -234,8 +232,8 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
     runtime: str,
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     spark_jars: list[str],
@@ -248,14 +246,21 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
     from lagpilot_dev.operator_process import (
         DEV_SESSION_TIMEOUT_MS,
         OperatorProcess,
-        checkout_pythonpath,
         operator_env,
     )
-    from tests.real.test_drain_operator import REPO, SA_NAME, grant_operator, operator_rules
+    from tests.real.test_drain_operator import (
+        NODE_DRAIN_CPU_PER_TASK_M,
+        REPO,
+        SA_NAME,
+        grant_operator,
+        operator_rules,
+    )
     from tests.real.test_operator_e2e import free_port
 
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
-    ns = namespace("secrets-drain")
+    ns = pods.namespace("secrets-drain")
+    # the drain pods of a failed attempt are deleted before the next one: read their logs meanwhile
+    stop_logs = pod_io.follow(ns)
     u = uuid.uuid4().hex
     password = f"dsnpw{u}"
     values = {"dsn_password": password}
@@ -274,7 +279,11 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
         operator_env(
             crd.kubeconfig_for_service_account(ns, SA_NAME),
             REPO,
-            {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)},
+            # on the runner the Job's Spark takes the stack's connector jars; on the node the
+            # image's, and a CPU request per task that fits the node (tests/real/test_drain_operator.py)
+            {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
+            if pods.on_node
+            else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)},
         ),
         metrics_port=free_port(),
     )
@@ -299,7 +308,7 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
                 "leaky",
                 {
                     "kafka": {
-                        "bootstrapServers": kafka_bootstrap,
+                        "bootstrapServers": pods.kafka_bootstrap,
                         "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
                     },
                     "topic": topic,
@@ -320,15 +329,16 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
                         "minBacklogRecords": 1000,
                         **({"warmRuntime": True, "cancel": True} if runtime == "warm" else {}),
                     },
-                    "template": {
-                        "env": [
-                            {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
+                    # the handler (tests.real.secret_handlers) from the checkout on the runner, from
+                    # the test image on the node
+                    "template": pods.template(
+                        env=[
                             {
                                 "name": "LEAKY_DSN",
                                 "valueFrom": {"secretKeyRef": {"name": "leaky", "key": "dsn"}},
-                            },
+                            }
                         ]
-                    },
+                    ),
                 },
             ),
         )
@@ -425,12 +435,11 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
             lambda: dlq_errors(), "a poison record dead-lettered with the client's error", 300, interval=3
         )
 
-        logs = Path(pod_runner.workdir) / "logs"
-        pod_logs = "\n".join(f.read_text(errors="replace") for f in sorted(logs.glob(f"{ns}_*.log")))
-        drain_logs = [f for f in logs.glob(f"{ns}_leaky-drain-*.log")]  # Jobs' and the warm runtime's pods
-        assert drain_logs, sorted(
-            f.name for f in logs.glob(f"{ns}_*")
-        )  # the drain pods' logs (Spark's included)
+        all_logs = pod_io.namespace_logs(ns)
+        pod_logs = "\n".join(all_logs.values())
+        # the drain pods' logs (Spark's included): the Jobs' and the warm runtime's pods
+        drain_logs = [name for name, text in all_logs.items() if name.startswith("leaky-drain-") and text]
+        assert drain_logs, sorted(all_logs)
 
         def kubectl_json(*what: str) -> str:
             return crd.kubectl("get", *what, "-n", ns, "-o", "json").stdout
@@ -468,6 +477,7 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
             )
         except Exception as exc:  # noqa: BLE001 - teardown must reach op.stop()
             print(f"teardown {ns}: {exc!r}")
+        stop_logs.set()
         print(f"--- operator log ({ns}) ---\n{op.tail(80)}")
         op.stop()
 

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lagpilot_dev.kafka import new_cluster_id, parse_consumer_groups_describe, server_properties
+from lagpilot_dev.kafka import (
+    PodsListeners,
+    new_cluster_id,
+    parse_consumer_groups_describe,
+    server_properties,
+)
 
 DESCRIBE_ACTIVE = """
 GROUP           TOPIC           PARTITION  CURRENT-OFFSET  LOG-END-OFFSET  LAG             CONSUMER-ID                                           HOST            CLIENT-ID
@@ -115,7 +120,7 @@ def test_server_properties_pods_listener_adds_and_changes_nothing_else() -> None
     props = dict(
         line.split("=", 1)
         for line in server_properties(
-            Path("/data/k"), 9092, 9093, 9094, pods_listener=("10.244.0.1", 9095)
+            Path("/data/k"), 9092, 9093, 9094, pods_listener=PodsListeners("10.244.0.1", 9095)
         ).splitlines()
     )
     assert props["listeners"] == base["listeners"] + ",PODS://10.244.0.1:9095"

@@ -92,3 +92,32 @@ def test_no_target_for_a_pod_without_a_metrics_port(tmp_path: Path) -> None:
     finally:
         w.on_deleted()
         w.finished.wait(20)
+
+
+def _api_pod(name: str, phase: str, ip: str | None, env: dict[str, str], group: str = "orders") -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "labels": {"lagpilot.io/group": group}},
+        "spec": {"containers": [{"name": "c", "env": [{"name": k, "value": v} for k, v in env.items()]}]},
+        "status": {"phase": phase, **({"podIP": ip} if ip else {})},
+    }
+
+
+def test_node_pod_targets_are_the_running_pods_with_a_metrics_port_at_their_ip() -> None:
+    """On the real node nothing feeds file-SD as the pod runner's worker does: the targets come from
+    the API's pods (their IP, which the host reaches through the bridge, and their own
+    LAGPILOT_METRICS_PORT); a pending pod, one without an IP or without a metrics port is none."""
+    pods = [
+        _api_pod("orders-consumer-a", "Running", "10.244.0.7", {"LAGPILOT_METRICS_PORT": "8080"}),
+        _api_pod("orders-consumer-b", "Pending", None, {"LAGPILOT_METRICS_PORT": "8080"}),
+        _api_pod("orders-drain-1-x", "Running", "10.244.0.8", {"LAGPILOT_TOPIC": "t"}),
+        _api_pod("billing-consumer-c", "Running", "10.244.0.9", {"LAGPILOT_METRICS_PORT": "9000"}, "billing"),
+    ]
+    assert prom.node_pod_targets(pods) == [
+        ("ns", "orders-consumer-a", "10.244.0.7:8080", {"group": "orders"}),
+        ("ns", "billing-consumer-c", "10.244.0.9:9000", {"group": "billing"}),
+    ]
+
+
+def test_a_pod_target_names_the_host_it_is_scraped_at(tmp_path: Path) -> None:
+    path = prom.write_pod_target(tmp_path, "ns", "p", 8080, {"group": "g"}, host="10.244.0.7")
+    assert json.loads(path.read_text())[0]["targets"] == ["10.244.0.7:8080"]

@@ -40,6 +40,7 @@ def context(tmp_path: Path) -> Path:
         "tests/real/__init__.py": "",
         "tests/real/operator_handlers.py": "h = 1\n",
         "tests/real/drain_handlers.py": "d = 1\n",
+        "tests/real/secret_handlers.py": "s = 1\n",
         "docs/notes.md": "not in any image\n",
     }
     for rel, text in files.items():
@@ -121,6 +122,7 @@ def test_the_real_ignore_files_admit_what_the_dockerfiles_copy() -> None:
         "tests/real/__init__.py",
         "tests/real/drain_handlers.py",
         "tests/real/operator_handlers.py",
+        "tests/real/secret_handlers.py",
     ]
     consumer = context_files(REPO, images_build.IMAGES["consumer"].ignorefile)
     assert {

@@ -37,3 +37,32 @@ def test_a_state_dir_copies_the_baked_distribution_and_keeps_its_copy(tmp_path: 
     part._unpack()
     assert (part.home / "data").is_dir()
     assert not (part.baked / "data").exists()  # the cache is never written through a copy
+
+
+def test_keycloak_serves_on_the_pod_bridge_when_the_node_made_it(tmp_path: Path) -> None:
+    """Pods on the real node fetch their tokens at the token endpoint: Keycloak listens on the
+    bridge gateway (pods reach the host there), and its issuer is pinned to that address, the one
+    URL the host's clients, the broker's validator and the pods all use; loopback without the
+    bridge. The same build-time options either way (no re-augmentation)."""
+    start = OidcPart._argv(tmp_path, 2001, 2002, marker="-Dm=b", import_realm=True, host="10.244.0.1")
+    assert "--http-host=10.244.0.1" in start and "--hostname=http://10.244.0.1:2001" in start
+    assert not [a for a in start if "127.0.0.1" in a]
+    loopback = OidcPart._argv(tmp_path, 2001, 2002, marker="-Dm=b", import_realm=True)
+    assert [a for a in start if "10.244.0.1" not in a] == [a for a in loopback if "127.0.0.1" not in a]
+
+
+def test_the_parts_addresses_follow_the_host_it_was_started_on(tmp_path: Path) -> None:
+    """The host is chosen at start and kept in the state dir: a bridge made after Keycloak started
+    on loopback does not move the addresses other processes read (the broker's JWKS, the tests)."""
+    part = OidcPart(tmp_path / "cache", tmp_path / "state")
+    assert part.http_host() == "127.0.0.1"
+    port = part.http_port()
+    assert (
+        part.token_endpoint_url() == f"http://127.0.0.1:{port}/realms/lagpilot/protocol/openid-connect/token"
+    )
+    part.dir.mkdir(parents=True)
+    (part.dir / "http-host").write_text("10.244.0.1\n")
+    again = OidcPart(tmp_path / "cache", tmp_path / "state")
+    assert again.issuer() == f"http://10.244.0.1:{port}/realms/lagpilot"
+    assert again.jwks_url() == f"http://10.244.0.1:{port}/realms/lagpilot/protocol/openid-connect/certs"
+    assert again.info()["oidc_token_endpoint_url"].startswith(f"http://10.244.0.1:{port}/")

@@ -121,11 +121,11 @@ class Listener:
         }
 
 
-def scram_listener(port: int) -> Listener:
+def scram_listener(port: int, name: str = "SASL_PLAINTEXT", host: str = LOOPBACK) -> Listener:
     """SASL_PLAINTEXT with SCRAM-SHA-512 (users in the KRaft metadata log)."""
     return Listener(
-        "SASL_PLAINTEXT",
-        LOOPBACK,
+        name,
+        host,
         port,
         "SASL_PLAINTEXT",
         SASL_MECHANISM,
@@ -134,11 +134,13 @@ def scram_listener(port: int) -> Listener:
     )
 
 
-def oauth_listener(port: int, settings: dict[str, str]) -> Listener:
+def oauth_listener(
+    port: int, settings: dict[str, str], name: str = OAUTH_LISTENER, host: str = LOOPBACK
+) -> Listener:
     """SASL_PLAINTEXT with OAUTHBEARER: Kafka's validator against the provider's JWKS, issuer, audience."""
     return Listener(
-        OAUTH_LISTENER,
-        LOOPBACK,
+        name,
+        host,
         port,
         "SASL_PLAINTEXT",
         "OAUTHBEARER",
@@ -152,12 +154,91 @@ def oauth_listener(port: int, settings: dict[str, str]) -> Listener:
     )
 
 
+PODS_LISTENER = "PODS"
+SASL_PODS_LISTENER = "SASL_PODS"
+OAUTH_PODS_LISTENER = "OAUTH_PODS"
+
+
+@dataclass(frozen=True)
+class PodsListeners:
+    """The broker's listeners on the real node's pod-bridge gateway (`host`): pods reach the host
+    there, not at 127.0.0.1 (their own loopback). `plaintext`: PODS; `sasl`: SASL_PODS, SCRAM as the
+    loopback SASL_PLAINTEXT listener (only with it); `oauth`: OAUTH_PODS, OAUTHBEARER as OAUTH (only
+    when the broker has the provider's settings). Each advertises its own gateway address."""
+
+    host: str
+    plaintext: int
+    sasl: int | None = None
+    oauth: int | None = None
+
+
+def client_listeners(
+    sasl_port: int | None = None,
+    pods: PodsListeners | None = None,
+    oauth: tuple[int, dict[str, str]] | None = None,
+) -> list[Listener]:
+    """The client listeners beside PLAINTEXT and CONTROLLER, in the order the config lists them:
+    SASL_PLAINTEXT (loopback), PODS, SASL_PODS (gateway), OAUTH (loopback), OAUTH_PODS (gateway).
+    A bridge counterpart exists only with its loopback listener: the same mechanism, the same
+    users or validator."""
+    out: list[Listener] = []
+    if sasl_port is not None:
+        out.append(scram_listener(sasl_port))
+    if pods is not None:
+        out.append(Listener(PODS_LISTENER, pods.host, pods.plaintext, "PLAINTEXT"))
+        if sasl_port is not None and pods.sasl is not None:
+            out.append(scram_listener(pods.sasl, SASL_PODS_LISTENER, pods.host))
+    if oauth is not None:
+        out.append(oauth_listener(*oauth))
+        if pods is not None and pods.oauth is not None:
+            out.append(oauth_listener(pods.oauth, oauth[1], OAUTH_PODS_LISTENER, pods.host))
+    return out
+
+
+def listener_lines(
+    broker_port: int,
+    controller_port: int,
+    sasl_port: int | None = None,
+    pods: PodsListeners | None = None,
+    oauth: tuple[int, dict[str, str]] | None = None,
+) -> dict[str, str]:
+    """`listeners`, `advertised.listeners` and `listener.security.protocol.map`: PLAINTEXT and
+    CONTROLLER on loopback, then `client_listeners`; every client listener advertises the address
+    it listens on (a client bootstrapped on one stays on it: its metadata names only that one)."""
+    extra = client_listeners(sasl_port, pods, oauth)
+    listeners = [f"PLAINTEXT://{LOOPBACK}:{broker_port}", f"CONTROLLER://{LOOPBACK}:{controller_port}"]
+    advertised = [f"PLAINTEXT://{LOOPBACK}:{broker_port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    for x in extra:
+        listeners.append(f"{x.name}://{x.host}:{x.port}")
+        advertised.append(f"{x.name}://{x.host}:{x.port}")
+        protocols.append(f"{x.name}:{x.protocol}")
+    return {
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
+        "listener.security.protocol.map": ",".join(protocols),
+    }
+
+
+def advertised_addresses(properties_text: str) -> dict[str, str]:
+    """listener name -> host:port of `advertised.listeners` in a server.properties text ({} without)."""
+    for line in properties_text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "advertised.listeners":
+            return {
+                name: address
+                for name, _, address in (x.strip().partition("://") for x in value.split(","))
+                if address
+            }
+    return {}
+
+
 def server_properties(
     data_dir: Path,
     broker_port: int,
     controller_port: int,
     sasl_port: int | None = None,
-    pods_listener: tuple[str, int] | None = None,
+    pods_listener: PodsListeners | None = None,
     oauth: tuple[int, dict[str, str]] | None = None,
 ) -> str:
     """The broker config: one combined node on loopback, replication factors 1, fast group joins.
@@ -166,39 +247,24 @@ def server_properties(
     port; the inter-broker and controller listeners stay PLAINTEXT, so SASL is only what clients
     see. SCRAM users live in the KRaft metadata log (created by `KafkaPart.ensure_scram_user`).
 
-    With `pods_listener` (host, port), a third client listener PODS (PLAINTEXT) on the real node's
-    pod-bridge gateway address, advertised as such: pods reach the host there, not at 127.0.0.1
-    (their own loopback). The other listeners, and so every client on loopback, are unchanged.
+    With `pods_listener` (PodsListeners), client listeners on the real node's pod-bridge gateway
+    address, advertised as such: pods reach the host there, not at 127.0.0.1 (their own loopback).
+    PODS (PLAINTEXT), and the counterparts of the SASL listeners: SASL_PODS (SCRAM, the same users)
+    and OAUTH_PODS (OAUTHBEARER, the same validator). The loopback listeners, and so every client
+    on loopback, are unchanged.
 
     With `oauth` (port, settings of `lagpilot_dev.oidc.oauth_broker_settings`), a client listener
     OAUTH (SASL_PLAINTEXT, OAUTHBEARER only) on that loopback port: Kafka's built-in
     `OAuthBearerValidatorCallbackHandler` checks each token's signature against the OIDC
     provider's JWKS, its issuer, audience and expiry (no token is accepted unseen)."""
-    extra = [
-        x
-        for x in (
-            scram_listener(sasl_port) if sasl_port is not None else None,
-            Listener("PODS", *pods_listener, "PLAINTEXT") if pods_listener is not None else None,
-            oauth_listener(*oauth) if oauth is not None else None,
-        )
-        if x is not None
-    ]
-    listeners = f"PLAINTEXT://{LOOPBACK}:{broker_port},CONTROLLER://{LOOPBACK}:{controller_port}"
-    advertised = f"PLAINTEXT://{LOOPBACK}:{broker_port}"
-    protocol_map = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-    for x in extra:
-        listeners += f",{x.name}://{x.host}:{x.port}"
-        advertised += f",{x.name}://{x.host}:{x.port}"
-        protocol_map += f",{x.name}:{x.protocol}"
+    extra = client_listeners(sasl_port, pods_listener, oauth)
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-        "listeners": listeners,
-        "advertised.listeners": advertised,
+        **listener_lines(broker_port, controller_port, sasl_port, pods_listener, oauth),
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": protocol_map,
         "log.dirs": str(data_dir),
         "num.partitions": "1",
         "default.replication.factor": "1",
@@ -316,14 +382,28 @@ class KafkaPart:
 
         return pod_gateway_on_host()
 
-    def pods_bootstrap_servers(self) -> str | None:
-        """host:port of the PODS listener for pods on the real node, when the running broker has it
-        (a broker started before the node's bridge existed needs one restart to get it)."""
+    def _advertised(self, listener: str) -> str | None:
+        """host:port the running broker's config advertises for `listener`, None without it."""
         props = self.dir / "server.properties"
         if not props.exists():
             return None
-        m = re.search(r"PODS://([0-9.]+:[0-9]+)", props.read_text())
-        return m.group(1) if m else None
+        return advertised_addresses(props.read_text()).get(listener)
+
+    def pods_bootstrap_servers(self) -> str | None:
+        """host:port of the PODS listener for pods on the real node, when the running broker has it
+        (a broker started before the node's bridge existed needs one restart to get it)."""
+        return self._advertised(PODS_LISTENER)
+
+    def sasl_pods_bootstrap_servers(self) -> str | None:
+        """host:port of SASL_PODS (SCRAM-SHA-512, the dev user of `sasl_credentials`) on the bridge
+        gateway, for pods on the real node, when the running broker has it (one restart after the
+        node's bridge, or after this listener's addition, gives it)."""
+        return self._advertised(SASL_PODS_LISTENER)
+
+    def oauth_pods_bootstrap_servers(self) -> str | None:
+        """host:port of OAUTH_PODS (OAUTHBEARER, the oidc part's tokens) on the bridge gateway, when
+        the running broker has it (the oidc part up and the bridge there at the broker's start)."""
+        return self._advertised(OAUTH_PODS_LISTENER)
 
     def sasl_listener_configured(self) -> bool:
         """True when the running broker's config has the SASL listener (a broker started before
@@ -415,8 +495,19 @@ class KafkaPart:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 props_file = self.dir / "server.properties"
                 pods_host = self.pods_listener_host()
-                pods = (pods_host, self.ports.ensure("kafka.pods", must_be_free=True)) if pods_host else None
                 oauth_settings = self.oauth_settings()
+                pods = (
+                    PodsListeners(
+                        pods_host,
+                        self.ports.ensure("kafka.pods", must_be_free=True),
+                        sasl=self.ports.ensure("kafka.sasl-pods", must_be_free=True),
+                        oauth=self.ports.ensure("kafka.oauth-pods", must_be_free=True)
+                        if oauth_settings
+                        else None,
+                    )
+                    if pods_host
+                    else None
+                )
                 oauth = (
                     (self.ports.ensure("kafka.oauth", must_be_free=True), oauth_settings)
                     if oauth_settings
@@ -527,6 +618,9 @@ class KafkaPart:
             "oauth_bootstrap_servers": self.oauth_bootstrap_servers(),
             # for pods on the real node (lagpilot_dev.node); None until the broker has the listener
             "pods_bootstrap_servers": self.pods_bootstrap_servers(),
+            # SCRAM and OAUTHBEARER for pods on the real node: the bridge gateway's counterparts
+            "sasl_pods_bootstrap_servers": self.sasl_pods_bootstrap_servers(),
+            "oauth_pods_bootstrap_servers": self.oauth_pods_bootstrap_servers(),
             "sasl_username": SASL_USERNAME,
             "kafka_home": str(self.libs),
             "kafka_version": self.version,

@@ -21,6 +21,11 @@ the audience `kafka` (an audience mapper) and live `TOKEN_LIFESPAN_S` seconds. T
 random per state dir, kept in a 0600 file (`client_credentials()`), never logged. The issuer is
 pinned with `--hostname` so it does not depend on how a client reaches the server.
 
+Where it serves: on the real node's pod-bridge gateway when the node made it (pods fetch their
+tokens there; their 127.0.0.1 is their own), else on loopback; chosen at start and kept in the
+state dir (`http_host`), so the issuer, the token endpoint and the JWKS URL are one address for
+the host's clients, the broker's validator and the pods alike.
+
 The Kafka part adds an OAUTHBEARER listener when this part is up in the same state dir
 (`oauth_broker_settings`); see `lagpilot_dev.kafka.server_properties`.
 """
@@ -265,8 +270,24 @@ class OidcPart:
     def http_port(self) -> int:
         return self.ports.ensure("oidc.http")
 
+    def http_host(self) -> str:
+        """The address Keycloak serves on, chosen at its start (`serve_host`) and kept in the state
+        dir: the pod-bridge gateway when the real node made it, else loopback."""
+        try:
+            return (self.dir / "http-host").read_text().strip() or LOOPBACK
+        except FileNotFoundError:
+            return LOOPBACK
+
+    @staticmethod
+    def serve_host() -> str:
+        """Where a starting Keycloak listens: the real node's pod-bridge gateway when it exists on
+        this host (pods fetch tokens there: their 127.0.0.1 is their own), else loopback."""
+        from lagpilot_dev.node import pod_gateway_on_host
+
+        return pod_gateway_on_host() or LOOPBACK
+
     def base_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.http_port()}"
+        return f"http://{self.http_host()}:{self.http_port()}"
 
     def issuer(self) -> str:
         return f"{self.base_url()}/realms/{REALM}"
@@ -307,7 +328,7 @@ class OidcPart:
         req = urllib.request.Request(
             self.token_endpoint_url(),
             data=body,
-            method="POST",  # our loopback URL
+            method="POST",  # our own token endpoint (loopback or the pod bridge)
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -325,6 +346,9 @@ class OidcPart:
             if not self.process.is_running():
                 port = self.ports.ensure("oidc.http", must_be_free=True)
                 mgmt = self.ports.ensure("oidc.management", must_be_free=True)
+                host = self.serve_host()
+                self.dir.mkdir(parents=True, exist_ok=True)
+                (self.dir / "http-host").write_text(host + "\n")
                 self._unpack()
                 imports = self.home / "data" / "import"
                 imports.mkdir(parents=True, exist_ok=True)
@@ -334,7 +358,7 @@ class OidcPart:
                 self.process.env = self._env()
                 self.process.cwd = self.home
                 self.process.argv = self._argv(
-                    self.home, port, mgmt, marker=self.process.marker, import_realm=True
+                    self.home, port, mgmt, marker=self.process.marker, import_realm=True, host=host
                 )
                 self.process.start()
         self.wait_ready(timeout)
@@ -352,8 +376,11 @@ class OidcPart:
         return env
 
     @staticmethod
-    def _argv(home: Path, port: int, mgmt: int, marker: str, import_realm: bool) -> list[str]:
-        """`kc.sh start-dev` on loopback ports. The bake and every state dir's start use the same
+    def _argv(
+        home: Path, port: int, mgmt: int, marker: str, import_realm: bool, host: str = LOOPBACK
+    ) -> list[str]:
+        """`kc.sh start-dev` on `host`'s port (loopback, or the pod-bridge gateway: `serve_host`),
+        the issuer pinned to that address. The bake and every state dir's start use the same
         build-time options (`--health-enabled`, `--cache`): a difference would make the start
         re-augment (slow, and it writes into the copy's lib/quarkus)."""
         # kc.sh passes -D arguments to the JVM: the marker is in the command line of kc.sh and,
@@ -363,10 +390,10 @@ class OidcPart:
             marker,
             "start-dev",
             *(["--import-realm"] if import_realm else []),
-            f"--http-host={LOOPBACK}",
+            f"--http-host={host}",
             f"--http-port={port}",
             f"--http-management-port={mgmt}",
-            f"--hostname=http://{LOOPBACK}:{port}",
+            f"--hostname=http://{host}:{port}",
             "--health-enabled=true",
             "--cache=local",
             "--log-level=info",
@@ -376,7 +403,7 @@ class OidcPart:
         """Wait until the realm's discovery document names our issuer and a grant succeeds."""
 
         def ready() -> bool:
-            if not tcp_open(self.http_port(), LOOPBACK):
+            if not tcp_open(self.http_port(), self.http_host()):
                 return False
             try:
                 with urllib.request.urlopen(

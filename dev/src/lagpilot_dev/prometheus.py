@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +83,38 @@ def _target_file(sd_dir: Path, kind: str, key: str) -> Path:
     return sd_dir / kind / f"{safe}.json"
 
 
-def write_pod_target(sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str]) -> Path:
-    """One consumer pod's metrics endpoint as a file-SD target (the pod runner calls this)."""
+def write_pod_target(
+    sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str], host: str = LOOPBACK
+) -> Path:
+    """One consumer pod's metrics endpoint as a file-SD target: the pod runner's pods on loopback (the
+    runner calls this), a real node's pod at its IP (`node_pod_targets`)."""
     path = _target_file(sd_dir, "pods", f"{namespace}_{pod}")
     _write_json_atomic(
-        path, [{"targets": [f"{LOOPBACK}:{port}"], "labels": {"namespace": namespace, "pod": pod, **labels}}]
+        path, [{"targets": [f"{host}:{port}"], "labels": {"namespace": namespace, "pod": pod, **labels}}]
     )
     return path
+
+
+def node_pod_targets(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(namespace, pod, "ip:port", labels) for each running pod (the API's pod dicts) whose container
+    sets LAGPILOT_METRICS_PORT: what the pod runner's worker publishes for its pods, for pods on the
+    real node (the host reaches pod IPs through the bridge). Labels: the pod's `lagpilot.io/group`."""
+    out = []
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        ip = status.get("podIP")
+        if status.get("phase") != "Running" or not ip:
+            continue
+        ports = [
+            str(e.get("value"))
+            for c in (pod.get("spec") or {}).get("containers") or []
+            for e in c.get("env") or []
+            if e.get("name") == "LAGPILOT_METRICS_PORT" and e.get("value")
+        ]
+        if ports:
+            group = (meta.get("labels") or {}).get("lagpilot.io/group", "")
+            out.append((meta.get("namespace", ""), meta["name"], f"{ip}:{ports[0]}", {"group": group}))
+    return out
 
 
 def remove_pod_target(sd_dir: Path, namespace: str, pod: str) -> None:

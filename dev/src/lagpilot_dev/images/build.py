@@ -71,7 +71,8 @@ IMAGES: dict[str, ImageDef] = {
     # add theirs); built after "consumer" (its FROM)
     "demo": ImageDef("demo", "dev/demo_image/Dockerfile", "localhost/lagpilot/demo-consumer:0.1.0"),
     # the real tests on the node (tests/fixtures/node.py): the consumer image plus the tests' handler
-    # modules (tests/real/operator_handlers.py, drain_handlers.py); built after "consumer" (its FROM)
+    # modules (tests/real/operator_handlers.py, drain_handlers.py, secret_handlers.py); built after
+    # "consumer" (its FROM)
     "test": ImageDef("test", "tests/real/image/Dockerfile", "localhost/lagpilot/test-consumer:0.1.0"),
 }
 
