@@ -162,28 +162,36 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[i
     produce_counts(bootstrap, topic, counts, produced, lambda part: json.dumps({"p": part}).encode())
 
 
-def crash_fired(s: Scenario, postgres_dsn: str, name: str) -> tuple[int, str] | None:
-    """(pid, pod) of the consumer whose crash point `name` fired (the claim in the scenario's once
-    table, `lagpilot_runtime.fault_once`), None before; the pid is the container's on the node."""
+def crash_fired(s: Scenario, postgres_dsn: str, name: str) -> tuple[int, str, float] | None:
+    """(pid, pod, when) of the consumer whose crash point `name` fired (the claim in the scenario's
+    once table, `lagpilot_runtime.fault_once`), None before; the pid is the container's on the node."""
     detail = TestHooks.fired(postgres_dsn, s.once_table, name)
     if detail is None:
         return None
-    pid, _at, pod = [*detail.split(" ", 2), ""][:3]
-    return int(pid), pod
+    pid, at, pod = [*detail.split(" ", 2), ""][:3]
+    return int(pid), pod, float(at)
 
 
-def assert_crashed(s: Scenario, pod: str) -> dict[str, Any]:
-    """The crash point ended `pod`'s consumer container: the kubelet (or the runner) reports its last
-    termination with exit code 137 (the hook's `os._exit(137)`, as a SIGKILL), and that run's log
-    ends with the hook's `test_crash` line (so a SIGKILL of the same pod by the test is not taken
-    for it). Its terminated state, returned."""
+def assert_crashed(s: Scenario, pod: str, claimed_at: float) -> dict[str, Any]:
+    """The crash point ended `pod`'s consumer container: the kubelet (or the runner) reports a
+    termination with exit code 137 (the hook's `os._exit(137)`, as a SIGKILL) that finished no
+    earlier than the claim (`claimed_at`, the second it is in: the API's times are whole seconds),
+    so a SIGKILL of the same pod by the test before is not taken for it; and the pod's log has the
+    hook's `test_crash` line. That terminated state, returned."""
+    import math
+
     seen: dict[str, Any] = {}
 
     def exited() -> bool:
         for c in s.core.read_namespaced_pod(pod, s.ns).status.container_statuses or ():
-            for st in (c.last_state, c.state):
+            for st in (c.state, c.last_state):
                 t = st.terminated if st is not None else None
-                if t is not None and t.exit_code == 137:
+                if (
+                    t is not None
+                    and t.exit_code == 137
+                    and t.finished_at is not None
+                    and t.finished_at.timestamp() >= math.floor(claimed_at)
+                ):
                     seen.update(exit_code=t.exit_code, restarts=c.restart_count, finished=str(t.finished_at))
                     return True
         return False
@@ -652,8 +660,8 @@ def test_consumer_killed_between_its_ack_and_its_split_commit(
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
     fired = crash_fired(s, postgres_dsn, "handoff-after_ack")
     assert fired is not None, "the consumer's crash point never fired"
-    pid, pod = fired
-    exited = assert_crashed(s, pod)
+    pid, pod, claimed_at = fired
+    exited = assert_crashed(s, pod, claimed_at)
     print(
         f"consumer {pod} (pid {pid}) died after its ack ({exited}); drain {d.get('phase')} via {d.get('handOffPath')}"
     )
