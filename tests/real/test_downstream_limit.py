@@ -2,20 +2,19 @@
 limit) stops the scale-ups, the ScalingIneffective condition and a Warning event say so; the pod
 start the scale-ups showed is measured (the controller's memory, shown in status.startUps).
 
-Consumers run in pods of the test-side pod runner (processes of this machine) with a handler whose
-sink every consumer shares: an exclusive file lock held for 10 ms per record, so the group takes at
-most ~100 records/s whatever its size. The operator (a subprocess, the docs/rbac.md Role) runs this
+Consumers run in pods where `pods` runs them (the real node by default, Pod Security `restricted`;
+the pod runner with LAGPILOT_NODE=0) with a handler whose sink every consumer shares: a PostgreSQL
+advisory lock held for 10 ms per record (pods share no file), so the group takes at most ~100
+records/s whatever its size. The operator (a subprocess, the docs/rbac.md Role) runs this
 checkout's code.
 """
 
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,9 +22,10 @@ import pytest
 from lagpilot.act.memory import MEMORY_FIELD, memory_name
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
+from tests.real.operator_handlers import SHARED_LIMIT_DDL
 from tests.real.test_crd import crd  # noqa: F401 - fixture
 from tests.real.test_operator_e2e import (
-    REPO,
     Operator,
     apply_cr,
     condition,
@@ -41,11 +41,16 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 MS_PER_RECORD = 10  # the shared sink: <= 100 records/s in total
 
 
-def _rate_with_several_writers(log: Path) -> tuple[float, int] | None:
+def _rate_with_several_writers(dsn: str, table: str) -> tuple[float, int] | None:
     """The sink's total rate over the batches written while more than one consumer wrote, and how many
     consumers wrote then (None: never more than one)."""
-    rows = [line.split() for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
-    rows = [(int(p), float(t), int(n)) for p, t, n in rows]
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = [
+            (str(p), float(t), int(n))
+            for p, t, n in conn.execute(f"SELECT pod, at, records FROM {table} ORDER BY at").fetchall()
+        ]
     if len(rows) < 20:
         return None
     tail = rows[len(rows) // 2 :]  # the later half: the scaled-up group
@@ -59,8 +64,9 @@ def _rate_with_several_writers(log: Path) -> tuple[float, int] | None:
 def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
     crd: Any,  # the fixture
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pods_dsn: str,
+    postgres_dsn: str,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],  # the fixture
@@ -69,15 +75,20 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
 
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    ns = namespace("op-limit")
+    ns = pods.namespace("op-limit")
     partitions = 12
     topic = new_topic(partitions=partitions, prefix="op-limit")
     # 60,000 records: at a consumer's ~100 records/s three replicas meet the 240 s target (0.8 x SLA
     # 300 s), so the first scale-up stays below the cap; at the sink's ~100 records/s in total the
     # backlog outlives the scale-up and its judgement by minutes
     produce(kafka_bootstrap, topic, 5000, partitions)
-    work = Path(tempfile.mkdtemp(prefix="lagpilot-limit-"))
-    lock, log = work / "sink.lock", work / "sink.log"
+    import psycopg
+
+    table = "limit_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(SHARED_LIMIT_DDL.format(table=table))
+    # the DSN as the pods reach PostgreSQL (the bridge on the node), in a Secret
+    core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": pods_dsn}})
     op = start_operator(ns)
     name = "limited"
     apply_cr(
@@ -86,14 +97,17 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
         cr(
             name,
             {
-                "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+                "kafka": {
+                    "bootstrapServers": pods.kafka_bootstrap,
+                    "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS,
+                },
                 "topic": topic,
                 "groupId": f"g-{uuid.uuid4().hex[:6]}",
                 # small batches: commits every ~0.2 s, so a poll's throughput is not lumpy
                 "batch": {"maxRecords": 20, "timeoutMs": 500},
                 "processing": {
                     "handler": "tests.real.operator_handlers:shared_limit",
-                    "config": {"ms_per_record": str(MS_PER_RECORD), "lock": str(lock), "log": str(log)},
+                    "config": {"ms_per_record": str(MS_PER_RECORD), "table": table},
                 },
                 "scaling": {
                     "minReplicas": 1,
@@ -106,7 +120,9 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
                 },
                 "catchUpSLASeconds": 300,
                 "drain": {"enabled": False},
-                "template": {"env": [{"name": "PYTHONPATH", "value": str(REPO)}]},
+                "template": pods.template(
+                    env=[{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]
+                ),
             },
         ),
     )
@@ -130,7 +146,7 @@ def test_a_scale_up_that_does_not_raise_throughput_stops_the_scale_ups(
     held_at = replicas()
     print("condition:", cond["reason"], cond["message"], "replicas", held_at, "seen", sorted(set(seen)))
     # the fault fired: several consumers wrote to the sink and together stayed at its limit
-    fired = _rate_with_several_writers(log)
+    fired = _rate_with_several_writers(postgres_dsn, table)
     assert fired is not None, "the sink never had two writers"
     rate, writers = fired
     print(f"sink: {rate:.1f} records/s with {writers} writers")

@@ -41,7 +41,7 @@ import pytest
 from lagpilot.decide.status import parse_time
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import PodIO, Pods
+from tests.fixtures.node import PodIO, Pods, TestHooks
 from tests.fixtures.stack import produce_counts
 from tests.real.drain_handlers import LEDGER_DDL
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr, rbac_rules  # noqa: F401
@@ -110,6 +110,7 @@ class Scenario:
     bootstrap: str = ""
     io: PodIO | None = None  # the pods' logs and processes, on the runner or the node
     stop_logs: threading.Event | None = None  # ends pod_io.follow (the node: logs of deleted pods)
+    once_table: str = ""  # the consumers' crash points' once-claims (LP_TEST_* hooks given)
 
     def status(self) -> dict[str, Any]:
         return get_cr(self.custom, self.ns, self.name).get("status") or {}
@@ -161,13 +162,44 @@ def produce(bootstrap: str, topic: str, counts: dict[int, int], produced: dict[i
     produce_counts(bootstrap, topic, counts, produced, lambda part: json.dumps({"p": part}).encode())
 
 
-def set_test_env(core: Any, ns: str, hooks: dict[str, str]) -> None:
-    """The runtime's LP_TEST_* fault hooks for every pod of `ns` (the pod runner adds them:
-    lagpilot_dev.podrunner TEST_ENV_ANNOTATION; the real node has no such way: `scenario` skips
-    there)."""
-    from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
+def crash_fired(s: Scenario, postgres_dsn: str, name: str) -> tuple[int, str, float] | None:
+    """(pid, pod, when) of the consumer whose crash point `name` fired (the claim in the scenario's
+    once table, `lagpilot_runtime.fault_once`), None before; the pid is the container's on the node."""
+    detail = TestHooks.fired(postgres_dsn, s.once_table, name)
+    if detail is None:
+        return None
+    pid, at, pod = [*detail.split(" ", 2), ""][:3]
+    return int(pid), pod, float(at)
 
-    core.patch_namespace(ns, {"metadata": {"annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)}}})
+
+def assert_crashed(s: Scenario, pod: str, claimed_at: float) -> dict[str, Any]:
+    """The crash point ended `pod`'s consumer container: the kubelet (or the runner) reports a
+    termination with exit code 137 (the hook's `os._exit(137)`, as a SIGKILL) that finished no
+    earlier than the claim (`claimed_at`, the second it is in: the API's times are whole seconds),
+    so a SIGKILL of the same pod by the test before is not taken for it; and the pod's log has the
+    hook's `test_crash` line. That terminated state, returned."""
+    import math
+
+    seen: dict[str, Any] = {}
+
+    def exited() -> bool:
+        for c in s.core.read_namespaced_pod(pod, s.ns).status.container_statuses or ():
+            for st in (c.state, c.last_state):
+                t = st.terminated if st is not None else None
+                if (
+                    t is not None
+                    and t.exit_code == 137
+                    and t.finished_at is not None
+                    and t.finished_at.timestamp() >= math.floor(claimed_at)
+                ):
+                    seen.update(exit_code=t.exit_code, restarts=c.restart_count, finished=str(t.finished_at))
+                    return True
+        return False
+
+    wait_until(exited, f"{pod}'s consumer container terminated with exit code 137", 120, interval=0.5)
+    assert s.io is not None
+    assert '"test_crash"' in s.io.logs(s.ns, pod), f"{pod}'s log has no test_crash line"
+    return seen
 
 
 def grant_operator(rbac: Any, core: Any, ns: str, rules: list[dict[str, Any]], postgres_dsn: str) -> None:
@@ -196,6 +228,7 @@ def scenario(
     pods_dsn: str,
     spark_jars: list[str],
     tmp_path: Path,
+    test_hooks: TestHooks,
 ) -> Iterator[Callable[..., Scenario]]:
     """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR,
     its pods where `pods` runs them (the runner, or the real node with LAGPILOT_NODE=1)."""
@@ -226,11 +259,10 @@ def scenario(
         topic_config: dict[str, str] | None = None,
     ) -> Scenario:
         hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
-        if hooks and pods.on_node:
-            pytest.skip(
-                "the runtime's LP_TEST_* fault hooks reach pods through the pod runner's namespace "
-                "annotation only; the real node has no such way yet (docs/node.md step 4)"
-            )
+        once_table = ""
+        if hooks:  # a crash point fires once across the pods: a claim in this table (fault_once)
+            once_table, once = test_hooks.once_table(postgres_dsn)
+            hooks.update(once)
         ns = pods.namespace("drain")
         # the pods' DSN (the node's pods reach PostgreSQL on the bridge); the test reads the ledger
         # through postgres_dsn, the same database
@@ -268,10 +300,11 @@ def scenario(
             bootstrap=kafka_bootstrap,
             io=pod_io,
             stop_logs=pod_io.follow(ns, "consumer"),
+            once_table=once_table,
         )
         produce(kafka_bootstrap, topic, backlog, s.produced)
-        if hooks:  # fault hooks reach the pods through the pod runner, never a CR (the CRD refuses them)
-            set_test_env(core, ns, hooks)
+        if hooks:  # the fault hooks reach the pods through admission, never the CR (the CRD refuses them)
+            test_hooks.set(ns, hooks)
         apply_cr(
             crd,
             ns,
@@ -613,25 +646,25 @@ def test_drain_driver_killed_midway_is_retried(
 
 
 def test_consumer_killed_between_its_ack_and_its_split_commit(
-    scenario: Callable[..., Scenario], tmp_path: Path, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
 ) -> None:
     """A consumer SIGKILLed (test-only crash point) right after writing its ack, before committing
     split: its restarted pod (same static member) finds the ack with its committed offset equal to
     the ack's start and completes the move. The operator's ack timeout is long, so the quiesce
     fallback cannot take over: the path is still ConsumerAck."""
-    crash_dir = tmp_path / "consumer-crash"
-    crash_dir.mkdir()
     s = scenario(
         {p: 15000 for p in range(PARTS)},
-        consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_ack", "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir)},
+        consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_ack"},
         operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"},
     )
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
-    marker = crash_dir / "handoff-after_ack"
-    assert marker.exists(), "the consumer's crash point never fired"
-    pid = int(marker.read_text().split()[0])
-    assert not Path(f"/proc/{pid}").exists(), f"consumer pid {pid} still alive"
-    print(f"consumer pid {pid} died after its ack; drain {d.get('phase')} via {d.get('handOffPath')}")
+    fired = crash_fired(s, postgres_dsn, "handoff-after_ack")
+    assert fired is not None, "the consumer's crash point never fired"
+    pid, pod, claimed_at = fired
+    exited = assert_crashed(s, pod, claimed_at)
+    print(
+        f"consumer {pod} (pid {pid}) died after its ack ({exited}); drain {d.get('phase')} via {d.get('handOffPath')}"
+    )
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=1)
     assert d["handOffPath"] == "ConsumerAck", d
 

@@ -1,5 +1,7 @@
 """Deleting a CR mid-drain (issue 12, item 1): operator subprocess + kube-apiserver/controller-manager +
-pod runner + Kafka + Spark (local mode in the Job's pod) + PostgreSQL; every delivery counted in the
+the pods where `pods` runs them (the real node by default: containers of the test image under Pod
+Security `restricted`; the pod runner with LAGPILOT_NODE=0) + Kafka + Spark (local mode in the Job's
+pod) + PostgreSQL (`pods_dsn` for the pods); every delivery counted in the
 built-in ledger sink (one row per delivery, no unique key).
 
 `test_cr_deleted_mid_drain_hands_back_the_remainder_and_a_recreated_cr_drains_it`: the drain is
@@ -24,15 +26,15 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.fixtures.stack import produce_counts
-from tests.real.test_drain_operator import Operator, grant_operator, operator_rules
+from tests.real.test_drain_operator import NODE_DRAIN_CPU_PER_TASK_M, Operator, grant_operator, operator_rules
 from tests.real.test_operator_e2e import SA_NAME, apply_cr, condition, cr, crd, events_for, get_cr  # noqa: F401  (crd: fixture)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 PARTS = 3
 BATCH = 100
 COST_MS = 2000  # per handler call: ~50 records/s per consumer or drain task (the drain must be slow enough to catch mid-way)
@@ -72,11 +74,11 @@ class Case:
 def case(
     crd: Any,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
     tmp_path: Path,
 ) -> Iterator[Callable[..., Case]]:
@@ -92,8 +94,10 @@ def case(
     made: list[Case] = []
 
     def make(backlog: int, wait_s: str) -> Case:
-        ns = namespace("fin")
-        grant_operator(rbac, core, ns, operator_rules(), postgres_dsn)
+        ns = pods.namespace("fin")
+        # the pods' DSN (on the node PostgreSQL's listener on the bridge); the test reads the ledger
+        # through postgres_dsn, the same database
+        grant_operator(rbac, core, ns, operator_rules(), pods_dsn)
         topic = new_topic(partitions=PARTS, prefix="fin")
         table = "fin_ledger_" + uuid.uuid4().hex[:8]
         create_table(postgres_dsn, table)
@@ -101,10 +105,19 @@ def case(
             crd.kubeconfig_for_service_account(ns, SA_NAME),
             ns,
             tmp_path / f"operator-{ns}.log",
-            {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars), "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": wait_s},
+            {
+                # on the node the image's connector jars and the node demo's CPU request per task
+                # (12 tasks at the default 250m would stay Pending on the 2-CPU node)
+                **(
+                    {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
+                    if pods.on_node
+                    else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
+                ),
+                "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": wait_s,
+            },
         )
         spec = {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+            "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
             "topic": topic,
             "groupId": "g-" + uuid.uuid4().hex[:6],
             "batch": {"maxRecords": BATCH, "timeoutMs": 500},
@@ -120,12 +133,9 @@ def case(
             },
             "catchUpSLASeconds": 60,
             "drain": {"enabled": True, "splitFactor": 4, "maxTasks": 12, "minBacklogRecords": 1000},
-            "template": {
-                "env": [
-                    {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                    {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                ]
-            },
+            "template": pods.template(
+                env=[{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}]
+            ),
         }
         c = Case(ns, "orders", topic, spec["groupId"], table, spec, op, custom, core)
         produce_counts(
@@ -209,7 +219,7 @@ def delivered(dsn: str, c: Case) -> set[tuple[int, int]]:
 
 
 def test_cr_deleted_mid_drain_hands_back_the_remainder_and_a_recreated_cr_drains_it(
-    case: Callable[..., Case], crd: Any, pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    case: Callable[..., Case], crd: Any, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     c = case(backlog=8000, wait_s="5")
     d = wait_drain(

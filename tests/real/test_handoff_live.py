@@ -1,9 +1,12 @@
 """The mailbox hand-off under faults on the real stack (operator subprocess + kube-apiserver +
-controller-manager + pod runner + Kafka + Spark + PostgreSQL), with the ledger handler of
+controller-manager + the pods where `pods` runs them: the real node by default, Pod Security
+`restricted` + Kafka + Spark + PostgreSQL), with the ledger handler of
 tests/real/test_drain_operator.py (one row per delivery, no key): every offset processed, none
 lost, duplicates at most one in-flight batch per killed consumer.
 
-- a consumer SIGKILLed between its split commit and its seek (test-only crash point, proven fired),
+- a consumer SIGKILLed between its split commit and its seek (test-only crash point, proven fired:
+  its once-claim in PostgreSQL, exit code 137 and its `test_crash` line; the LP_TEST_* hooks reach
+  the pods through the test hooks' admission policy, `tests.fixtures.node.TestHooks`),
   in the same run as a drain planned while another partition is mid-rebalance (its owner SIGKILLed
   just before the drain is enabled: the partition has no live owner when the split is published; the
   restarted member finds the request in on_assign);
@@ -17,8 +20,6 @@ The operator's ack timeout is raised so the quiesce fallback cannot take over (p
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,15 @@ import pytest
 
 from lagpilot.decide.status import parse_time
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
-from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
+from tests.real.test_drain_operator import (  # noqa: F401
+    PARTS,
+    Scenario,
+    assert_crashed,
+    crash_fired,
+    finish_and_check,
+    scenario,
+    wait_phase,
+)
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -37,8 +45,25 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 NO_FALLBACK = {"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"}
 
 
-def consumer_pids(pod_runner: Any, s: Scenario) -> dict[str, int]:
-    return {n: pid for n, pid in pod_runner.running_pids(s.ns).items() if "drain" not in n}
+def consumer_pids(s: Scenario) -> dict[str, list[int]]:
+    """pod name -> host pids of the scenario's running consumer pods (`pod_io.pids`: the runner's
+    process, the node's container init), for a test to watch /proc/<pid> end."""
+    assert s.io is not None
+    return {n: s.io.pids(s.ns, n) for n in running_consumers(s)}
+
+
+def live_consumer_processes(s: Scenario) -> int:
+    """Consumer pods whose process runs now, those being deleted included (a scaled-down pod runs
+    its grace period): host pids through `pod_io.pids`."""
+    assert s.io is not None
+    names = {
+        p.metadata.name for p in s.core.list_namespaced_pod(s.ns).items if "drain" not in p.metadata.name
+    }
+    return sum(1 for n in names if s.io.pids(s.ns, n))
+
+
+def gone(pids: list[int]) -> bool:
+    return not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
 def running_consumers(s: Scenario) -> set[str]:
@@ -69,62 +94,60 @@ def enable_drain(s: Scenario) -> None:
     )
 
 
-def handoff_log_lines(pod_runner: Any, s: Scenario) -> list[str]:
-    logs = Path(pod_runner.workdir) / "logs"
-    out = []
-    for f in logs.glob(f"*{s.ns}*"):
-        out += [ln for ln in f.read_text(errors="replace").splitlines() if "handoff_ack" in ln]
-    return out
+def handoff_log_lines(s: Scenario) -> list[str]:
+    """The consumers' `handoff_ack` log lines (`pod_io`: the runner's files, the API's logs and the
+    last read of deleted pods on the node)."""
+    assert s.io is not None
+    return [
+        ln for text in s.io.namespace_logs(s.ns).values() for ln in text.splitlines() if "handoff_ack" in ln
+    ]
 
 
 def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance(
-    scenario: Callable[..., Scenario], pod_runner: Any, tmp_path: Path, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
 ) -> None:
-    crash_dir = tmp_path / "consumer-crash"
-    crash_dir.mkdir()
     s = scenario(
         {p: 8000 for p in range(PARTS)},
         sla_s=30,
         drain_enabled=False,
         operator_env=NO_FALLBACK,
-        consumer_env={
-            "LP_TEST_HANDOFF_CRASH_AT": "after_commit",
-            "LP_TEST_HANDOFF_CRASH_DIR": str(crash_dir),
-        },
+        consumer_env={"LP_TEST_HANDOFF_CRASH_AT": "after_commit"},
     )
     wait_group_running(s, postgres_dsn)
-    # mid-rebalance: one member gone (SIGKILL, restarted by the pod runner after its back-off)
-    victim, vpid = sorted(consumer_pids(pod_runner, s).items())[0]
-    os.killpg(vpid, signal.SIGKILL)
-    wait_until(lambda: not Path(f"/proc/{vpid}").exists(), "the killed consumer gone", 30, interval=0.1)
+    assert s.io is not None
+    # mid-rebalance: one member gone (SIGKILL, restarted in place by the kubelet or the runner)
+    victim, vpids = sorted(consumer_pids(s).items())[0]
+    assert vpids and s.io.kill(s.ns, victim), f"{victim} had no process to kill"
+    wait_until(lambda: gone(vpids), "the killed consumer gone", 30, interval=0.1)
     killed_at = time.time()
     enable_drain(s)
     d = wait_phase(s, ("Planned", "HandedOff", "Running", "Succeeded", "Verified"), 300, interval=0.2)
     assert parse_time(d["plannedAt"]) >= killed_at - 1, "the drain was planned before the rebalance started"
-    restarted = pod_runner.pid_of(s.ns, victim)
+    restarted = s.io.pids(s.ns, victim)
     print(
-        f"killed {victim} (pid {vpid}) at {killed_at:.1f}; drain planned at {parse_time(d['plannedAt']):.1f}; "
-        f"victim running again: {restarted is not None and restarted != vpid}"
+        f"killed {victim} (pids {vpids}) at {killed_at:.1f}; drain planned at {parse_time(d['plannedAt']):.1f}; "
+        f"victim running again: {bool(restarted) and restarted != vpids}"
     )
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
-    marker = crash_dir / "handoff-after_commit"
-    assert marker.exists(), "the consumer's crash point (after its split commit, before its seek) never fired"
-    cpid = int(marker.read_text().split()[0])
-    assert not Path(f"/proc/{cpid}").exists(), f"consumer pid {cpid} still alive"
-    crashed_pod = [*marker.read_text().split(), ""][2]
+    fired = crash_fired(s, postgres_dsn, "handoff-after_commit")
+    assert fired is not None, (
+        "the consumer's crash point (after its split commit, before its seek) never fired"
+    )
+    cpid, crashed_pod, claimed_at = fired
+    exited = assert_crashed(s, crashed_pod, claimed_at)
     print(
-        f"consumer pid {cpid} ({crashed_pod}) died between its split commit and its seek; "
+        f"consumer {crashed_pod} (pid {cpid}) died between its split commit and its seek ({exited}); "
         f"the SIGKILLed member was {victim}"
     )
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
     assert d["handOffPath"] == "ConsumerAck" and d.get("quiescedAt") is None, d
-    acks = handoff_log_lines(pod_runner, s)
+    acks = handoff_log_lines(s)
     print(f"{len(acks)} handoff_ack log lines, e.g. {acks[:1]}")
     assert acks, "no consumer logged a hand-off"
 
 
 def test_scale_down_and_up_during_the_hand_off(
-    scenario: Callable[..., Scenario], pod_runner: Any, kube_api: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], kube_api: Any, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     from kubernetes import client
 
@@ -137,7 +160,7 @@ def test_scale_down_and_up_during_the_hand_off(
         {p: 4000 for p in range(PARTS)}, sla_s=30, drain_enabled=False, operator_env=NO_FALLBACK, cost_ms=3000
     )
     wait_group_running(s, postgres_dsn)
-    before = consumer_pids(pod_runner, s)
+    before = {n: pids for n, pids in consumer_pids(s).items() if pids}
     dep = deployment_name(s.name)
     # scale down (two members finish their 3 s batch and leave: a rebalance) and enable the drain
     # at once, so the split is published while the group rebalances; scale up again as soon as the
@@ -149,19 +172,19 @@ def test_scale_down_and_up_during_the_hand_off(
     phase_at_up = d.get("phase")
     apps.patch_namespaced_deployment_scale(dep, s.ns, {"spec": {"replicas": 3}})
     up_at = time.time()
-    gone: dict[str, float] = {}
+    left: dict[str, float] = {}
 
     def members_left() -> bool:
-        for name, pid in before.items():
-            if name not in gone and not Path(f"/proc/{pid}").exists():
-                gone[name] = time.time()
-        return len(gone) >= 2
+        for name, pids in before.items():
+            if name not in left and gone(pids):
+                left[name] = time.time()
+        return len(left) >= 2
 
     wait_until(members_left, "two consumers stopped by the scale-down", 60, interval=0.1)
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600)
     print(
         f"scale-down at {down_at:.1f}, published {parse_time(d.get('publishedAt')):.1f}, scale-up at {up_at:.1f} (phase then "
-        f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in gone.values())}, handed off {parse_time(d.get('handedOffAt')):.1f}"
+        f"{phase_at_up}), members gone at {sorted(round(t, 1) for t in left.values())}, handed off {parse_time(d.get('handedOffAt')):.1f}"
     )
     assert down_at < parse_time(d["handedOffAt"]), "the scale-down came after the hand-off"
     d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=2)
@@ -169,7 +192,7 @@ def test_scale_down_and_up_during_the_hand_off(
 
 
 def test_consumers_that_never_ack_get_the_quiesce_fallback(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
 ) -> None:
     s = scenario(
         {p: 8000 for p in range(PARTS)},
@@ -181,7 +204,7 @@ def test_consumers_that_never_ack_get_the_quiesce_fallback(
 
     def watch(d: dict[str, Any]) -> None:  # while the fallback holds, the Deployment stays at 0
         if d.get("phase") == "Planned" and d.get("handOffPath") == "Quiesce" and d.get("quiescedAt"):
-            held.append(len(consumer_pids(pod_runner, s)))
+            held.append(live_consumer_processes(s))
 
     d = wait_phase(s, ("HandedOff", "Running", "Succeeded", "Verified"), 600, on_poll=watch)
     assert d["handOffPath"] == "Quiesce", d

@@ -1,15 +1,18 @@
 """A person resets a group's offsets after a drain (issue 23, H2): the mailbox must not move it.
 
-Operator subprocess + kube-apiserver/controller-manager + pod runner + Kafka (its own
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the real
+node by default) + Kafka (its own
 `kafka-consumer-groups.sh --reset-offsets`) + PostgreSQL (the ledger handler of
 tests/real/test_drain_operator.py: one row per delivery).
 
 The drain is planned while the live group processes its backlog, but its owners never ack (an older
-consumer image, LP_TEST_NO_HANDOFF) and the ack timeout is long, so every partition reaches the split
+consumer image, LP_TEST_NO_HANDOFF, given to the pods by the test hooks' admission policy:
+`tests.fixtures.node.TestHooks`) and the ack timeout is long, so every partition reaches the split
 by itself: the drain ends `Cancelled/NothingToDrain` without any ack in the mailbox. Then the group is
 paused (0 consumers), its offsets are reset to the earliest with the real CLI tool, and it resumes
-with consumers that run the hand-off (the older-image switch removed, drains disabled so no new drain
-is planned). Every record must be processed again by the group from offset 0: a request left
+with consumers that run the hand-off (the older-image switch removed from the namespace's hooks, so
+the pods created on resume have none: checked in their specs; drains disabled so no new drain is
+planned). Every record must be processed again by the group from offset 0: a request left
 actionable in the mailbox would make the new owners ack and jump to the split, skipping everything
 below it with no drain to process it.
 """
@@ -23,9 +26,9 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
-from tests.real.test_drain_operator import PARTS, REPO, Scenario, scenario, wait_phase  # noqa: F401
-from tests.real.test_handoff_live import consumer_pids, enable_drain, wait_group_running
+from tests.fixtures.node import TestHooks
+from tests.real.test_drain_operator import PARTS, Scenario, scenario, wait_phase  # noqa: F401
+from tests.real.test_handoff_live import enable_drain, wait_group_running
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -54,8 +57,24 @@ def committed(kafka_admin: Any, s: Scenario) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in res.topic_partitions}
 
 
+def consumer_pod_hooks(s: Scenario) -> dict[str, list[str]]:
+    """pod name -> the LP_TEST_* names in its spec (what admission gave it), for the consumer pods
+    that exist now."""
+    return {
+        p.metadata.name: sorted(
+            e.name for c in p.spec.containers for e in c.env or () if e.name.startswith("LP_TEST_")
+        )
+        for p in s.core.list_namespaced_pod(s.ns).items
+        if "drain" not in p.metadata.name
+    }
+
+
 def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
-    scenario: Callable[..., Scenario], pod_runner: Any, kafka_admin: Any, kafka_part: Any, postgres_dsn: str
+    scenario: Callable[..., Scenario],
+    test_hooks: TestHooks,
+    kafka_admin: Any,
+    kafka_part: Any,
+    postgres_dsn: str,
 ) -> None:
     import psycopg
 
@@ -68,6 +87,8 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         operator_env={"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "900"},
     )
     wait_group_running(s, postgres_dsn)
+    older = consumer_pod_hooks(s)
+    assert older and all("LP_TEST_NO_HANDOFF" in h for h in older.values()), older  # the older image, really
     enable_drain(s)
     d = wait_phase(s, ("HandedOff", "Running", "Verified", "Cancelled", "Failed"), 600)
     # the setup really produced the H2 case: a drain resolved with no ack (the group got there by itself)
@@ -83,20 +104,18 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
     entries = mailbox_entries(kafka_admin, s)
     print(f"drain {drain_id} resolved by itself; splits {splits}; mailbox {entries}")
 
-    # pause (0 consumers), switch the consumers to ones that run the hand-off, no new drains
-    env = [
-        {"name": "PYTHONPATH", "value": s_pythonpath()},
-        {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-    ]
+    # pause (0 consumers), no new drains; the consumers created on resume run the hand-off (the
+    # older-image switch gone from the namespace's hooks)
     s.custom.patch_namespaced_custom_object(
         "lagpilot.io",
         "v1alpha1",
         s.ns,
         "batchconsumergroups",
         s.name,
-        {"spec": {"paused": True, "drain": {"enabled": False}, "template": {"env": env}}},
+        {"spec": {"paused": True, "drain": {"enabled": False}}},
     )
-    wait_until(lambda: not consumer_pids(pod_runner, s), "every consumer stopped (paused)", 300, interval=1)
+    wait_until(lambda: not consumer_pod_hooks(s), "every consumer pod gone (paused)", 300, interval=1)
+    test_hooks.set(s.ns, {})
 
     def reset() -> bool:
         proc = kafka_part.consumer_groups(
@@ -122,6 +141,9 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         return committed(kafka_admin, s) == {p: s.produced[p] for p in range(PARTS)}
 
     wait_until(caught_up, "the group back at the end after the reset", 600, interval=2)
+    newer = consumer_pod_hooks(s)
+    assert newer and not set(newer) & set(older), (older, newer)
+    assert all(h == [] for h in newer.values()), f"consumers still given the older-image switch: {newer}"
     with psycopg.connect(postgres_dsn) as conn:
         again = {
             (int(p), int(o))
@@ -140,9 +162,3 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         f"{splits}), e.g. {sorted(skipped)[:5]}"
     )
     assert s.drain()["id"] == drain_id  # no drain processed anything meanwhile
-
-
-def s_pythonpath() -> str:
-    from lagpilot_dev.operator_process import checkout_pythonpath
-
-    return checkout_pythonpath(REPO)

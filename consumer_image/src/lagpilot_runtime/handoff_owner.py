@@ -11,7 +11,6 @@ not at all.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from . import commit_metadata
@@ -24,22 +23,21 @@ HANDOFF_CHECK_INTERVAL_S = 0.5  # at most two mailbox reads (OffsetFetch) a seco
 
 
 def _test_crash_point(point: str) -> None:
-    """Die like ``kill -9`` at a named hand-off step, once (marker file holding the pid): the real
-    tests' way to kill a consumer between its ack, its split commit and its seek.
+    """Die like ``kill -9`` at a named hand-off step, once across every consumer process (the marker
+    ``handoff-<point>``, claimed through :mod:`lagpilot_runtime.fault_once`): the real tests' way to
+    kill a consumer between its ack, its split commit and its seek.
 
-    LP_TEST_HANDOFF_CRASH_AT="after_ack|after_commit" and LP_TEST_HANDOFF_CRASH_DIR; unset in
+    LP_TEST_HANDOFF_CRASH_AT="after_ack|after_commit", and a store for the marker: LP_TEST_ONCE_TABLE
+    + LP_TEST_ONCE_DSN_FROM (pods on a real node) or LP_TEST_HANDOFF_CRASH_DIR (one host); unset in
     production (a no-op). Not LAGPILOT_*: those names are reserved in the CR's template env."""
+    from . import fault_once
+
     at = os.environ.get("LP_TEST_HANDOFF_CRASH_AT")
     marker_dir = os.environ.get("LP_TEST_HANDOFF_CRASH_DIR")
-    if not at or not marker_dir or point not in at.split(","):
+    if not at or point not in at.split(",") or not fault_once.configured(os.environ, marker_dir):
         return
-    marker = os.path.join(marker_dir, f"handoff-{point}")
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # once across all consumer processes
-    except FileExistsError:
+    if not fault_once.claim(f"handoff-{point}", marker_dir, fault_once.detail()):
         return
-    os.write(fd, f"{os.getpid()} {time.time()} {os.environ.get('HOSTNAME', '')}".encode())  # pid, when, pod
-    os.close(fd)
     log.warning("fault injection: exiting", extra=_fields(event="test_crash", point=point))
     os._exit(137)
 

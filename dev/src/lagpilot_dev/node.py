@@ -191,6 +191,73 @@ def namespace_policy() -> list[dict[str, Any]]:
     ]
 
 
+# The runtime's test fault hooks (LP_TEST_*: crash points, the older-image switch) for the pods of a
+# test namespace, the way a real cluster lets a test set them: a MutatingAdmissionPolicy adds the
+# LP_TEST_* keys of the ConfigMap TEST_HOOKS_CONFIGMAP (its params, in the pod's own namespace) to
+# every container's env of every pod created in a namespace labelled TEST_HOOKS_LABEL. Never through
+# the CR: the CRD refuses LP_TEST_* in template.env (CEL). The label is the gate: setting it takes
+# `patch namespaces` (cluster scope, an admin's or a test's), so a CR author who may write ConfigMaps
+# in the namespace cannot turn the hooks on; the policy takes only LP_TEST_* names (not PATH, not
+# LAGPILOT_*). The pods of the Deployment and the Jobs the operator owns are mutated at creation, so
+# the operator has nothing to revert.
+TEST_HOOKS_POLICY = "lagpilot-test-hooks"
+TEST_HOOKS_LABEL = ("lagpilot.io/test-hooks", "true")
+TEST_HOOKS_CONFIGMAP = "lagpilot-test-hooks"
+TEST_HOOK_PREFIX = "LP_TEST_"
+
+
+def test_hooks_policy() -> list[dict[str, Any]]:
+    """The MutatingAdmissionPolicy and its binding for the tests' LP_TEST_* hooks (TEST_HOOKS_POLICY)."""
+    key, value = TEST_HOOKS_LABEL
+    api = "admissionregistration.k8s.io/v1beta1"
+    hooks = f"has(params.data) ? params.data.filter(k, k.startsWith('{TEST_HOOK_PREFIX}')) : []"
+    return [
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": TEST_HOOKS_POLICY},
+            "spec": {
+                "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                        }
+                    ]
+                },
+                "variables": [{"name": "hooks", "expression": hooks}],
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "mutations": [
+                    {
+                        "patchType": "ApplyConfiguration",
+                        "applyConfiguration": {
+                            "expression": "Object{spec: Object.spec{containers: object.spec.containers.map(c, "
+                            "Object.spec.containers{name: c.name, env: variables.hooks.map(k, "
+                            "Object.spec.containers.env{name: k, value: params.data[k]})})}}"
+                        },
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": TEST_HOOKS_POLICY},
+            "spec": {
+                "policyName": TEST_HOOKS_POLICY,
+                # the ConfigMap of the pod's own namespace (paramRef without a namespace); a labelled
+                # namespace without it admits its pods unchanged
+                "paramRef": {"name": TEST_HOOKS_CONFIGMAP, "parameterNotFoundAction": "Allow"},
+                "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}},
+            },
+        },
+    ]
+
+
 COMPONENTS = ("containerd", "kubelet", "scheduler", "proxy", "dns")
 COREDNS_VERSION = "v1.14.7"
 CLUSTER_DOMAIN = "cluster.local"

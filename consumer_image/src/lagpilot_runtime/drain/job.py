@@ -832,10 +832,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert plan is not None
     outcome = _in_warm_runtime(plan, plan_text)
     if outcome is None:
+        _exit_on_sigterm()
         outcome = drain_runtime.outcome_of(
             lambda: run(plan, cfg, master, jars, extra_conf, marks, part_key=part_key)
         )
     return _report(outcome, plan, args.summary_file)
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM (the Job deleted: a cancel, the finalizer's stop of a deleted CR's drain) ends the
+    local drain at once, as the signal's default action does for any other process: in a container
+    the drain is PID 1, and the kernel ignores a signal with the default action for PID 1, so it ran
+    on for the pod's whole grace period (seen on the real node). Its ranges' progress is what the
+    committed batches recorded, as after a SIGKILL; the exit ends the container's every process."""
+
+    def stop(signum: int, frame: Any) -> None:
+        log.warning("drain stopped (SIGTERM)", extra=_fields(event="drain_terminated"))
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _train_cds_only(args: argparse.Namespace) -> int:

@@ -1,0 +1,57 @@
+"""A local drain (the Job's pod, no warm runtime) ends on SIGTERM: the Job deleted (a cancel, the
+finalizer's stop of a deleted CR's drain). In a container the drain is PID 1, and the kernel ignores
+a signal whose action is the default for PID 1: without a handler the drain ran on for the pod's
+whole grace period (seen on the real node: tests/real/test_finalizer.py, the deleted CR's drain
+finished during it instead of handing its remainder back)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from lagpilot_runtime.drain import job as drain_job
+from lagpilot_runtime.drain import runtime as drain_runtime
+from lagpilot_runtime.drain.plan import DrainPlan, SubRange
+
+ENV = {
+    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
+    "LAGPILOT_TOPIC": "orders",
+    "LAGPILOT_GROUP_ID": "g",
+    "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle",
+}
+PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)
+
+
+class Exited(Exception):
+    pass
+
+
+def test_a_local_drain_ends_on_sigterm_even_as_pid_1(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    for k, v in {**ENV, "LAGPILOT_DRAIN_PLAN": PLAN.to_json()}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv(drain_runtime.RUNTIME_URL_ENV, raising=False)
+    seen: dict[str, object] = {}
+
+    def fake_run(plan, cfg, master, jars, extra, marks, part_key=None):
+        seen["handler"] = signal.getsignal(signal.SIGTERM)  # what a SIGTERM meets while it drains
+        return {"records": 10}
+
+    monkeypatch.setattr(drain_job, "run", fake_run)
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise Exited(code)
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert drain_job.main(["--summary-file", str(tmp_path / "summary.json")]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    handler = seen["handler"]
+    assert callable(handler), f"SIGTERM's action while the drain runs is {handler!r}: PID 1 ignores it"
+    monkeypatch.setattr(drain_job.os, "_exit", fake_exit)
+    with pytest.raises(Exited):
+        handler(signal.SIGTERM, None)
+    assert exits == [128 + signal.SIGTERM]
