@@ -55,3 +55,43 @@ def test_a_local_drain_ends_on_sigterm_even_as_pid_1(monkeypatch: pytest.MonkeyP
     with pytest.raises(Exited):
         handler(signal.SIGTERM, None)
     assert exits == [128 + signal.SIGTERM]
+
+
+def test_the_warm_runtime_stops_serving_on_sigterm_even_as_pid_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lagpilot drain --serve` (the warm runtime's pod) is PID 1 of its container too: without a
+    handler a SIGTERM (its Deployment scaled down, the CR deleted, a rollout) is ignored and the pod
+    waits out its grace period before the SIGKILL. It stops serving and stops Spark instead; a drain
+    it was serving keeps what its committed batches recorded, and its Job retries the rest."""
+    monkeypatch.setattr(drain_runtime, "runtime_identity", lambda env: (b"k" * 32, "uid-1"))
+    seen: dict[str, object] = {}
+
+    class FakeServer:
+        def serve_forever(self) -> None:
+            pass
+
+        def shutdown(self) -> None:
+            seen["shutdown"] = True
+
+    class FakeRuntime:
+        spark = None
+
+        def __init__(self, *a: object, **k: object) -> None:
+            pass
+
+        def warm_up(self) -> None:
+            handler = signal.getsignal(signal.SIGTERM)
+            seen["handler"] = handler
+            assert callable(handler), f"SIGTERM's action while serving is {handler!r}: PID 1 ignores it"
+            handler(signal.SIGTERM, None)  # the kubelet's SIGTERM arrives
+
+        def rewarm(self) -> bool:
+            raise AssertionError("served on after SIGTERM")
+
+    monkeypatch.setattr(drain_runtime, "DrainRuntime", FakeRuntime)
+    monkeypatch.setattr(drain_runtime, "make_server", lambda runtime, host, port: FakeServer())
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert drain_runtime.serve(object(), None, (), {}, env={}) == drain_job.EXIT_OK  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen.get("shutdown") is True
