@@ -895,12 +895,8 @@ def _in_warm_runtime(plan: DrainPlan, plan_text: str) -> Any:
             )
             url = None
     if url:
-
-        def terminated(signum: int, frame: Any) -> None:
-            raise drain_runtime.Terminated()
-
         # the Job deleted (cancel, finalizer): stop waiting, let the runtime cancel, wait for it
-        signal.signal(signal.SIGTERM, terminated)
+        signal.signal(signal.SIGTERM, drain_runtime.raise_terminated)
         try:
             outcome = drain_runtime.request(url, plan, auth=auth, plan_text=plan_text)
             log.info(

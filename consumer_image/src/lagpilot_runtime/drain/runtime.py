@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import threading
 import time
@@ -574,14 +575,17 @@ def serve(
         "drain runtime listening",
         extra=_fields(event="drain_runtime_listening", port=port, parallelism=parallelism),
     )
-    runtime.warm_up()
+    # PID 1 of its container: the kernel ignores a signal left at its default action there, so
+    # without this a SIGTERM (scale-down, rollout, the CR deleted) waited out the grace period
+    signal.signal(signal.SIGTERM, raise_terminated)
     try:
+        runtime.warm_up()
         while True:  # Spark kills Python workers idle for a minute: keep them (a few ms of CPU)
             time.sleep(KEEP_WARM_EVERY_S)
             if not runtime.rewarm():
                 runtime.keep_workers()
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, Terminated):
+        log.info("drain runtime stopping (SIGTERM)", extra=_fields(event="drain_runtime_stopping"))
     finally:
         server.shutdown()
         if runtime.spark is not None:
@@ -597,7 +601,12 @@ class Unreachable(Exception):
 
 
 class Terminated(Exception):
-    """The drain Job's process was asked to stop (SIGTERM: the Job deleted, the attempt cancelled)."""
+    """The process was asked to stop (SIGTERM): the drain Job's (the Job deleted, the attempt
+    cancelled) or the warm runtime's (its pod deleted)."""
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def _keepalive(sock: socket.socket) -> None:
