@@ -277,3 +277,51 @@ def test_node_prepare_host_refuses_another_state_dirs_node_before_touching_the_h
     monkeypatch.setattr(node_part, "running_cmdlines", lambda: [])
     part.prepare_host()
     assert touched == ["host"]
+
+
+def test_dev_test_loads_the_images_once_before_the_workers(tmp_path: Path) -> None:
+    r, calls = _run_dev_test(_stub_checkout(tmp_path), {"LAGPILOT_KEEP_STACK": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "python -m tests.fixtures.node prebuild" in calls, calls
+    r, calls = _run_dev_test(
+        _stub_checkout(tmp_path / "off"), {"LAGPILOT_NODE": "0", "LAGPILOT_KEEP_STACK": "1"}
+    )
+    assert not any("prebuild" in c for c in calls), calls
+
+
+class _FakeNode:
+    def __init__(self, ids: dict[str, str]) -> None:
+        self.ids = ids
+
+    def image_id(self, tag: str) -> str | None:
+        return self.ids.get(tag)
+
+
+@pytest.mark.parametrize(
+    ("ids", "on_node"),
+    [
+        (
+            {
+                "localhost/lagpilot/consumer:0.1.0-cabc": "sha256:1",
+                "docker.io/lagpilot/consumer:0.1.0": "sha256:1",
+            },
+            True,
+        ),
+        # the plain name holds another checkout's build: load (re-tag) it
+        (
+            {
+                "localhost/lagpilot/consumer:0.1.0-cabc": "sha256:1",
+                "docker.io/lagpilot/consumer:0.1.0": "sha256:2",
+            },
+            False,
+        ),
+        ({"docker.io/lagpilot/consumer:0.1.0": "sha256:1"}, False),
+        ({}, False),
+    ],
+)
+def test_an_image_already_on_the_node_is_not_built_again(ids: dict[str, str], on_node: bool) -> None:
+    node = _FakeNode(ids)
+    assert (
+        fixtures.already_on_node(node, "localhost/lagpilot/consumer:0.1.0-cabc", "lagpilot/consumer:0.1.0")
+        is on_node
+    )
