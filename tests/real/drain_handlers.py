@@ -79,13 +79,23 @@ def hang_once_ledger(records: list[Record], ctx: BatchContext) -> None:
     sink.process(records, ctx)
 
 
+HANG_DDL = 'CREATE TABLE {table} (kind text, pid int, partition int, "offset" bigint, at double precision)'
+
+
 def ledger_drain_hangs_while_marked(records: list[Record], ctx: BatchContext) -> None:
-    """`ledger`, except that a drain call starting while the file config["hang_marker"] exists never
-    returns and writes nothing (a sink that stopped answering); each hung call appends a line to
-    config["hang_log"]. Calls that start after the marker is gone (the sink back) are the ledger's."""
-    marker = ctx.config.get("hang_marker")
-    if marker and ctx.source == "drain" and os.path.exists(marker):
-        with open(ctx.config.get("hang_log") or marker + ".log", "a") as fh:
-            fh.write(f"{os.getpid()} p{records[0].partition}@{records[0].offset}\n")
-        time.sleep(3600)
+    """`ledger`, except that a drain call starting while the table config["hang_table"] (HANG_DDL)
+    holds a row of kind 'down' never returns and writes nothing to the ledger (a sink that stopped
+    answering); each hung call first adds a row of kind 'hung' (its pid, partition, first offset).
+    Calls that start after the 'down' row is deleted (the sink back) are the ledger's. A table, not a
+    file: the test and the drain's pods share the database, on the pod runner as on the real node,
+    where a container sees none of the test's files."""
+    table = ctx.config.get("hang_table")
+    if table and ctx.source == "drain":
+        conn = _conn()
+        if conn.execute(f"SELECT 1 FROM {table} WHERE kind = 'down'").fetchone() is not None:
+            conn.execute(
+                f'INSERT INTO {table} (kind, pid, partition, "offset", at) VALUES (%s, %s, %s, %s, %s)',
+                ("hung", os.getpid(), records[0].partition, records[0].offset, time.time()),
+            )
+            time.sleep(3600)
     ledger(records, ctx)

@@ -1,6 +1,8 @@
 """A drain that stays busy across a burst (issue 25 item 2; docs/drain.md "Busy drains"), end to end:
-operator (subprocess, docs/rbac.md) + kube-apiserver + the pod runner (consumers, the drain Job's
-pod) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
+operator (subprocess, docs/rbac.md) + kube-apiserver + the pods (consumers, the drain Job's pod)
+where `pods` runs them (the real node; the pod runner with LAGPILOT_NODE=0) + Kafka + Spark (local
+mode in the Job's pod) + PostgreSQL. The driver's log is read through `pod_io` (the API's on the
+node, read while the test runs so that a rolled-over drain's deleted Job pod keeps its log).
 
 Partition 0 is fed at 300 records/s, three times what one consumer processes (~100/s: a 1 s
 handler call per 100-record batch), for at least four minutes, while partitions 1 and 2 stay idle.
@@ -39,7 +41,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.busy_drains import end_reasons, roll_over_problems
 from tests.real.test_drain_operator import PARTS, Scenario, crd, produce, replay_runs, scenario  # noqa: F401 - fixtures too
 
@@ -117,7 +118,11 @@ def pass_ranges(start: dict[str, Any]) -> list[tuple[int, int, int]]:
 
 
 def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_partition_back(
-    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+    scenario: Callable[..., Scenario],
+    kafka_admin: Any,
+    postgres_dsn: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     # a fault during the next splits: the operator dies like kill -9 after sealing a next split's
     # entries (before the status that appends its sub-ranges) and after writing a part (before its
@@ -129,6 +134,11 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
         crash_at="NextSeal:effect,Deliver:effect",
         sla_s=SLA_S,
     )
+    # on the node the API keeps no log of a deleted pod: a rolled-over drain's Job pod is gone by the
+    # end, so its log (its `drain_startup`) is read while the test runs (on the runner: its files)
+    stop_drain_logs = s.io.follow(s.ns, "drain") if s.io is not None else None
+    if stop_drain_logs is not None:
+        request.addfinalizer(stop_drain_logs.set)
     seen: dict[str, Any] = {
         "rounds": 0,
         "attempts": set(),
@@ -226,6 +236,8 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
     assert seen["rounds"] >= 2, (seen, d)
     assert len(ids) > 1 or int(d.get("round") or 0) >= 2, (seen, d)
     assert "HandingBack" in seen["reasons_of"][ids[-1]], seen  # the final part: no further split, handed back
+    if stop_drain_logs is not None:
+        stop_drain_logs.set()
     starts, parts = driver_events(s, "drain_startup"), driver_events(s, "drain_next_part")
     assert len(starts) == len(ids), starts
     assert sum(1 for p in parts if not p.get("final")) >= 2 and any(p.get("final") for p in parts), parts

@@ -1,6 +1,7 @@
 """A busy drain's roll-over, end to end (issue 25; docs/drain.md "Busy drains", docs/decision.md
-"Busy drains: the slots"): operator (subprocess, docs/rbac.md) + kube-apiserver + the pod runner
-(consumers, the drain Jobs' pods) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
+"Busy drains: the slots"): operator (subprocess, docs/rbac.md) + kube-apiserver + the pods
+(consumers, the drain Jobs' pods) where `pods` runs them (the real node; the pod runner with
+LAGPILOT_NODE=0) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
 
 Partition 0 is fed at 250 records/s (2.5x what one consumer processes, ~100/s) until the busy drain
 the operator plans for it runs and took a next split; its Job holds the slots its launch asked for
@@ -25,7 +26,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.busy_drains import end_reasons, roll_over_problems
 from tests.real.test_drain_operator import PARTS, Scenario, crd, produce, replay_runs, scenario  # noqa: F401 - fixtures too
 from tests.real.test_operator_e2e import events_for

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import crd, scenario, wait_phase  # noqa: F401
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]

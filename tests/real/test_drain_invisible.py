@@ -10,7 +10,9 @@ unfinished on every attempt (exit 1 "sub-range(s) unfinished") and the drain end
 Each test first proves its fault fired (the sub-range holds offsets, but a read_committed consumer
 sees no record in it), then runs `lagpilot drain` as the Job's pod does and checks: exit 0, progress
 at every sub-range's end, and the delivery ledger (no unique key) holds exactly the visible records
-of the plan, each once.
+of the plan, each once. The first three run `lagpilot drain` as a host process (no pod); the two
+through the operator run their pods where `pods` runs them (the real node; the pod runner with
+LAGPILOT_NODE=0).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain.plan import DrainPlan, SubRange
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_job import drain_env, pg_offsets, progress, start_drain
 from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator test
 

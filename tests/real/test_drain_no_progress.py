@@ -2,7 +2,10 @@
 task's first call never returns: a sink that stopped answering) records no progress; the operator
 notices within its limit, reports it and retries, and the retry finishes. Real stack of
 tests/real/test_drain_operator.py (operator subprocess as the docs/rbac.md ServiceAccount,
-kube-apiserver + controller-manager + pod runner, Kafka, Spark local mode, PostgreSQL ledger).
+kube-apiserver + controller-manager + the pods where `pods` runs them: the real node, or the pod
+runner with LAGPILOT_NODE=0; Kafka, Spark local mode, PostgreSQL ledger). The sink's outage is a
+row in a PostgreSQL table (`HANG_DDL`), not a file: the test and the drain's pods share the
+database on the node as on the runner, where a file of the test's would not reach a container.
 
 The window counts from the attempt's first sign of life (each task commits its progress group with
 the attempt's number before its handler's first call), not from its launch: operator env
@@ -12,19 +15,19 @@ life the window counted from the launch: 150 s stalled attempts under load befor
 ran, so the test used 240 s and waited them out (569 s; now 352 s, docs/drain.md). The handler's own deadline,
 max.poll.interval.ms, stays at its 300 s default: the detector, not the task deadline, ends the attempt.
 
-Proven: the fault fired (drain calls hung — their log — and no drain row is in the ledger while
+Proven: the fault fired (drain calls hung — their rows — and no drain row is in the ledger while
 attempt 1 runs); every sub-range's progress group carries attempt 1's sign of life at the offset it
 had (nothing committed beyond what is processed); the operator sets DrainStalled=True/NoProgress
 counted from the tasks' start, posts the Warning event DrainStalled naming attempt 1, deletes attempt
-1's Job and schedules attempt 2; with the sink back (the marker removed) the drain reaches Verified
+1's Job and schedules attempt 2; with the sink back (the outage row deleted) the drain reaches Verified
 at attempt >= 2 with DrainStalled back to False (no longer listed), and the ledger holds every offset once (the hung
 calls wrote nothing).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,7 +39,7 @@ from lagpilot_runtime.drain.plan import (
     progress_group,
 )
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
+from tests.real.drain_handlers import HANG_DDL
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario  # noqa: F401
 from tests.real.test_operator_e2e import condition, events_for, get_cr
 
@@ -65,20 +68,23 @@ def sub_range_progress(
 
 
 def test_a_drain_without_progress_is_stalled_reported_and_retried(
-    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+    scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
 ) -> None:
     import psycopg
     from kubernetes import client
 
-    marker, hang_log = tmp_path / "sink-down", tmp_path / "hung-calls.log"
-    marker.write_text("the drain's sink does not answer while this file exists")
+    # the sink's outage: a 'down' row (the drain's calls hang while it exists), each hung call a 'hung' row
+    hang_table = "hang_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(HANG_DDL.format(table=hang_table))
+        conn.execute(f"INSERT INTO {hang_table} (kind) VALUES ('down')")
     s = scenario(
         {p: 8000 for p in range(PARTS)},
         live_per_s=0,
         sla_s=20,
         operator_env={"LAGPILOT_DRAIN_STALL_SECONDS": "60", "LAGPILOT_DRAIN_STARTUP_SECONDS": "900"},
         handler="tests.real.drain_handlers:ledger_drain_hangs_while_marked",
-        handler_config={"hang_marker": str(marker), "hang_log": str(hang_log)},
+        handler_config={"hang_table": hang_table},
     )
     batch = client.BatchV1Api(s.custom.api_client)
     job = wait_until(
@@ -98,10 +104,12 @@ def test_a_drain_without_progress_is_stalled_reported_and_retried(
 
     c = wait_until(stalled, "DrainStalled=True", 600, interval=1)
     # the fault fired: drain calls hung, and none wrote a row
-    hung = hang_log.read_text().splitlines() if hang_log.exists() else []
-    assert hung, "no drain call hung: the fault did not fire"
     with psycopg.connect(postgres_dsn) as conn:
+        hung = conn.execute(
+            f"SELECT pid, partition, \"offset\" FROM {hang_table} WHERE kind = 'hung'"
+        ).fetchall()
         drained = conn.execute(f"SELECT count(*) FROM {s.table} WHERE source = 'drain'").fetchone()[0]
+    assert hung, "no drain call hung: the fault did not fire"
     assert drained == 0, f"{drained} drain rows written while the sink hung"
     # each task's sign of life: attempt 1's number on its sub-range's progress, at its start (nothing moved)
     uid = get_cr(s.custom, s.ns, s.name)["metadata"]["uid"]
@@ -125,7 +133,8 @@ def test_a_drain_without_progress_is_stalled_reported_and_retried(
         interval=1,
     )
 
-    marker.unlink()  # the sink answers again
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:  # the sink answers again
+        conn.execute(f"DELETE FROM {hang_table} WHERE kind = 'down'")
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d["attempt"] >= 2, d
     c = condition(get_cr(s.custom, s.ns, s.name), "DrainStalled")
