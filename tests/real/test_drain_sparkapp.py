@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
+from tests.fixtures.node import Pods
 from tests.real.test_drain_operator import PARTS, REPO, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd, events_for  # noqa: F401  (fixture used by `scenario`)
 
@@ -104,7 +105,7 @@ def _driver_pod(app: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_verified(
-    sparkapp_crd: Any, scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str
+    sparkapp_crd: Any, scenario: Callable[..., Scenario], pods: Pods, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     s = scenario(
         {p: 4000 for p in range(PARTS)}, sla_s=30, drain={"launcher": "sparkApplication"}, extra_rules=RULES
@@ -151,6 +152,7 @@ def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_
     )
     assert s.io is not None
     assert ended.status.phase == "Succeeded", s.io.logs(s.ns, pod)[-4000:]
+    assert ended.spec.node_name == pods.node_name, ended.spec.node_name  # where `pods` runs them
     _play_state(s, "orders-drain-1-2", "COMPLETED")
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d["attempt"] == 2, d
