@@ -1,14 +1,18 @@
 """A drain on Spark's Kubernetes backend, for real: the kube-apiserver, Spark's own scheduler backend
 (spark-kubernetes, bundled with pyspark), Kafka and PostgreSQL.
 
-The drain Job comes from `build_drain_job` with a `k8s://<apiserver>` master and the chart's drain
+The drain Job comes from `build_drain_job` with a `k8s://` master and the chart's drain
 ServiceAccount (its ServiceAccount, Role and RoleBinding rendered by `helm template` and applied).
-The test-side pod runner runs the Job's pod (`lagpilot drain`: the Spark driver, client mode) with
-a token of that ServiceAccount only; the driver asks the API server for executor pods, which the
-runner then runs from the consumer image's entrypoint (`executor` → KubernetesExecutorBackend).
-Checked: 2 executor pods created through the API server (`kubectl get pods -l spark-role=executor`),
-owned by the driver pod; the Job succeeds; every planned offset is in the delivery ledger (built-in
-`ledger` sink: one row per delivery, no unique key) exactly once; the executor pods are deleted at
+The pods run where the fixture `pods` runs them: by default containers of the test image on the
+real node, in a namespace enforcing Pod Security `restricted`, the driver reaching the API server
+as `https://kubernetes.default.svc`; with LAGPILOT_NODE=0 the test-side pod runner (host processes,
+the API server's own address). The Job's pod (`lagpilot drain`: the Spark driver, client mode) runs
+with a token of that ServiceAccount only; the driver asks the API server for executor pods, which
+run the image's entrypoint (`executor` → KubernetesExecutorBackend). Logs and SIGKILLs go through
+`pod_io` (the API and the node's runtime on the node). Checked: 2 executor pods created through the
+API server (`kubectl get pods -l spark-role=executor`), owned by the driver pod; the Job succeeds;
+every planned offset is in the delivery ledger (built-in `ledger` sink: one row per delivery, no
+unique key) exactly once; the executor pods are deleted at
 the end; the driver's log holds no 403/Forbidden. Then the same with one executor process SIGKILLed
 mid-drain (Spark reruns its tasks: ledger exact), and with the driver SIGKILLed (the Job fails; the
 executor pods, owned by the driver pod, are garbage-collected once the Job is deleted).
@@ -27,8 +31,6 @@ last runs the whole hand-off through the operator with `LAGPILOT_DRAIN_SPARK_MAS
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -37,12 +39,12 @@ from typing import Any
 
 import pytest
 
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS
 from lagpilot_runtime.drain.plan import split_ranges
 from tests.fixtures.kube import KubeEnv, wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
+from tests.fixtures.node import PodIO, Pods
 from tests.real.test_drain_job import produce
-from tests.real.test_drain_operator import crd, scenario  # noqa: F401 - fixtures of the operator variant
+from tests.real.test_drain_operator import NODE_DRAIN_CPU_PER_TASK_M, crd, scenario  # noqa: F401 - fixtures of the operator variant
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -50,6 +52,17 @@ REPO = Path(__file__).resolve().parents[2]
 PARTS = 2
 PER_PARTITION = 1500
 DENIED = ("Forbidden", " 403", "code=403")
+# the driver inside a pod on the real node reaches the API server through its Service (kube-proxy);
+# on the runner the driver is a host process and takes the API server's own address
+IN_CLUSTER_MASTER = "k8s://https://kubernetes.default.svc"
+# on the real node (2 CPUs for every pod of the machine's sessions): the driver only schedules, as in
+# test_node_spark_k8s; its default request in k8s mode is a whole CPU
+NODE_DRIVER_RESOURCES = {"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+NODE_OPERATOR_POD_RESOURCES = {"requests": {"cpu": "100m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+
+
+def spark_master(pods: Pods, kube: KubeEnv) -> str:
+    return IN_CLUSTER_MASTER if pods.on_node else f"k8s://{kube.server}"
 
 
 def _executors(kube: KubeEnv, ns: str) -> list[dict[str, Any]]:
@@ -65,10 +78,12 @@ def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _pid(pod: dict[str, Any]) -> int:
-    cid = pod["status"]["containerStatuses"][0]["containerID"]
-    assert cid.startswith("local://"), cid
-    return int(cid.removeprefix("local://"))
+def _exit_code(kube: KubeEnv, ns: str, pod: str) -> int | None:
+    """The exit code of the pod's (first) container once terminated, None before (or the pod gone)."""
+    out = kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json", check=False).stdout
+    statuses = (json.loads(out).get("status") or {}).get("containerStatuses") if out else None
+    term = ((statuses or [{}])[0].get("state") or {}).get("terminated")
+    return int(term["exitCode"]) if term else None
 
 
 def _ledger(dsn: str, table: str, ranges: dict[int, tuple[int, int]]) -> dict[str, Any]:
@@ -98,11 +113,12 @@ def _job_done(kube: KubeEnv, ns: str, name: str) -> str | None:
 def _run_drain(
     kube: KubeEnv,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     new_topic: Callable[..., str],
     kafka_bootstrap: str,
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
     cost_ms: int,
     during: Callable[[str, str], Any] | None = None,
@@ -116,9 +132,10 @@ def _run_drain(
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
 
-    ns = namespace("drk8s")
+    ns = pods.namespace("drk8s")  # on the real node it enforces Pod Security `restricted` already
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
-    if restricted:  # PodSecurity admission (in kube-apiserver) rejects every pod not meeting `restricted`
+    # PodSecurity admission (in kube-apiserver) rejects every pod not meeting `restricted`
+    if restricted and not pods.on_node:
         kube.kubectl(
             "label",
             "namespace",
@@ -126,7 +143,11 @@ def _run_drain(
             "pod-security.kubernetes.io/enforce=restricted",
             "pod-security.kubernetes.io/enforce-version=latest",
         )
-    core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": postgres_dsn}})
+    if restricted:
+        labels = core.read_namespace(ns).metadata.labels or {}
+        assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    # the pods' DSN (on the node PostgreSQL's listener on the bridge); the test reads through postgres_dsn
+    core.create_namespaced_secret(ns, {"metadata": {"name": "pg"}, "stringData": {"dsn": pods_dsn}})
     # the chart's drain ServiceAccount + Role + RoleBinding for this namespace, as helm renders them
     # (lagpilot_dev.spark_k8s: shared with bench/drain.py --executors --k8s)
     sa = apply_drain_rbac(kube.part, ns, f"lpk-{uuid.uuid4().hex[:5]}")
@@ -138,7 +159,7 @@ def _run_drain(
     table = "drk8s_" + uuid.uuid4().hex[:8]
     spec = parse_spec(
         {
-            "kafka": {"bootstrapServers": kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
+            "kafka": {"bootstrapServers": pods.kafka_bootstrap, "sessionTimeoutMs": DEV_SESSION_TIMEOUT_MS},
             "topic": topic,
             "groupId": "g-" + uuid.uuid4().hex[:6],
             "batch": {"maxRecords": 100},
@@ -147,13 +168,12 @@ def _run_drain(
                 "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)},
             },
             "drain": {"splitFactor": 2, "maxTasks": 4},
-            # this checkout's runtime in the driver and (spark.executorEnv) the executors, not the venv's install
-            "template": {
-                "env": [
-                    {"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}},
-                    {"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)},
-                ]
-            },
+            # this checkout's runtime in the driver and (spark.executorEnv) the executors: on the
+            # runner its source dirs (PYTHONPATH), on the node the test image
+            "template": pods.template(
+                env=[{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}],
+                **({"resources": NODE_DRIVER_RESOURCES} if pods.on_node else {}),
+            ),
         }
     )
     drain = DrainStatus(
@@ -162,12 +182,19 @@ def _run_drain(
         ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),
         sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs),
     )
+    # on the runner the stack's connector jars; on the node the image's (DrainSettings' default),
+    # and a small CPU request per task slot (the executor pods' request: 2 slots x 50m)
+    where = (
+        {"cpu_per_task_m": int(NODE_DRAIN_CPU_PER_TASK_M)}
+        if pods.on_node
+        else {"spark_jars": ",".join(spark_jars)}
+    )
     settings = DrainSettings(
-        spark_jars=",".join(spark_jars),
-        spark_master=f"k8s://{kube.server}",
+        spark_master=spark_master(pods, kube),
         service_account=sa,
         executor_cores=2,
         executor_memory="512m",
+        **where,
     )
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
@@ -208,13 +235,14 @@ def _run_drain(
         return {"extra": extra, "ns": ns, "job": name, "driver": driver["metadata"]["name"]}
 
     outcome = wait_until(lambda: _job_done(kube, ns, name), "the drain Job to finish", 480, 1.0)
-    logs = sorted((pod_runner.workdir / "logs").glob(f"{ns}_*.log"))
-    driver_log = next(p for p in logs if driver["metadata"]["name"] in p.name).read_text(errors="replace")
+    driver_log = pod_io.logs(ns, driver["metadata"]["name"])
     assert outcome == "Complete", driver_log[-6000:]
     rep = _ledger(postgres_dsn, table, ranges)
     # the executors end with their driver (no deletecollection: the drain Role has none); their pods,
     # owned by the driver pod, are garbage-collected with it when the Job goes (TTL, the operator)
     wait_until(lambda: not _running(_executors(kube, ns)), "executor pods ended", 120, 1.0)
+    # their logs read while their pods exist (the API keeps none of a deleted pod)
+    executor_logs = pod_io.namespace_logs(ns, "-exec-")
     denied = [ln for ln in driver_log.splitlines() if any(d in ln for d in DENIED)]
     assert denied == [], denied[:5]
     # RPC authenticated and encrypted (spark.authenticate, spark.network.crypto.enabled)
@@ -232,18 +260,19 @@ def _run_drain(
         "subs": len(subs),
         "extra": extra,
         "driver_log": driver_log,
-        "executor_logs": [p.name for p in logs if "-exec-" in p.name],
+        "executor_logs": executor_logs,  # pod name -> log
     }
 
 
 def test_drain_on_k8s_in_a_namespace_enforcing_restricted(
     kube: KubeEnv,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     new_topic: Callable[..., str],
     kafka_bootstrap: str,
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
 ) -> None:
     """H4 (issue 23): a namespace labelled pod-security.kubernetes.io/enforce=restricted admits the
@@ -252,17 +281,18 @@ def test_drain_on_k8s_in_a_namespace_enforcing_restricted(
     out = _run_drain(
         kube,
         kube_api,
-        pod_runner,
-        namespace,
+        pods,
+        pod_io,
         new_topic,
         kafka_bootstrap,
         postgres_dsn,
+        pods_dsn,
         spark_jars,
         cost_ms=0,
         restricted=True,
     )
     rep = out["report"]
-    print("restricted namespace: executors", out["executor_logs"], "ledger:", rep)
+    print("restricted namespace: executors", sorted(out["executor_logs"]), "ledger:", rep)
     assert len(out["executor_logs"]) >= 2
     assert rep["lost"] == 0 and rep["outside"] == 0 and rep["distinct"] == out["total"], rep
 
@@ -364,11 +394,12 @@ def test_the_drain_account_may_create_only_executor_shaped_pods(
 def test_drain_on_k8s_survives_an_executor_sigkill(
     kube: KubeEnv,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     new_topic: Callable[..., str],
     kafka_bootstrap: str,
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
 ) -> None:
     def kill_one(ns: str, table: str) -> dict[str, Any]:
@@ -376,35 +407,35 @@ def test_drain_on_k8s_survives_an_executor_sigkill(
             lambda: _ledger_rows(postgres_dsn, table) >= 200, "some deliveries before the kill", 240, 0.5
         )
         victim = _running(_executors(kube, ns))[0]
-        pid, exec_id = _pid(victim), victim["metadata"]["labels"]["spark-exec-id"]
+        pod, exec_id = victim["metadata"]["name"], victim["metadata"]["labels"]["spark-exec-id"]
         before = _ledger_rows(postgres_dsn, table)
-        os.kill(pid, signal.SIGKILL)
-        # the fault fired: that process is gone (reaped by the pod runner) and its pod is Failed
-        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"executor pid {pid} gone", 30, 0.2)
-        pod = victim["metadata"]["name"]
+        # its processes (the runner's process group; the node's container, through its init process)
+        assert pod_io.kill(ns, pod), f"{pod} had no running process to kill"
+        # the fault fired: its container ended by SIGKILL (128 + 9) and the pod is Failed (no restart)
+        code = wait_until(lambda: _exit_code(kube, ns, pod), f"{pod}'s container terminated", 60, 0.5)
+        assert code == 137, code
         wait_until(
             lambda: (
-                json.loads(
-                    kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json", check=False).stdout
-                    or '{"status": {"phase": "Failed"}}'
-                )["status"].get("phase")
+                json.loads(kube.kubectl("get", "pod", "-n", ns, pod, "-o", "json").stdout)["status"].get(
+                    "phase"
+                )
                 == "Failed"
-                or not _executors(kube, ns)
             ),
             f"{pod} Failed",
             60,
             0.5,
         )
-        return {"pid": pid, "pod": pod, "exec_id": exec_id, "rows_at_kill": before, "at": time.time()}
+        return {"pod": pod, "exec_id": exec_id, "rows_at_kill": before, "at": time.time()}
 
     out = _run_drain(
         kube,
         kube_api,
-        pod_runner,
-        namespace,
+        pods,
+        pod_io,
         new_topic,
         kafka_bootstrap,
         postgres_dsn,
+        pods_dsn,
         spark_jars,
         cost_ms=1500,
         during=kill_one,
@@ -433,11 +464,12 @@ def test_drain_on_k8s_survives_an_executor_sigkill(
 def test_drain_on_k8s_driver_lost_executors_garbage_collected(
     kube: KubeEnv,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     new_topic: Callable[..., str],
     kafka_bootstrap: str,
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
 ) -> None:
     """Failure cleanup through owner references: the driver is SIGKILLed (no shutdown hook, so Spark
@@ -449,19 +481,24 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(
         driver = json.loads(kube.kubectl("get", "pods", "-n", ns, "-l", "job-name", "-o", "json").stdout)[
             "items"
         ][0]
-        pid = _pid(driver)
-        os.killpg(pid, signal.SIGKILL)  # the driver and its JVM at once, like a lost node
-        wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"driver pid {pid} gone", 30, 0.2)
-        return {"stop": True, "pid": pid}
+        pod = driver["metadata"]["name"]
+        # the driver and its JVM at once, like a lost node (the runner's process group; the node's
+        # container, through its init process)
+        assert pod_io.kill(ns, pod), f"{pod} had no running process to kill"
+        # the fault fired: its container ended by SIGKILL (128 + 9)
+        code = wait_until(lambda: _exit_code(kube, ns, pod), f"{pod}'s container terminated", 60, 0.5)
+        assert code == 137, code
+        return {"stop": True, "pod": pod}
 
     out = _run_drain(
         kube,
         kube_api,
-        pod_runner,
-        namespace,
+        pods,
+        pod_io,
         new_topic,
         kafka_bootstrap,
         postgres_dsn,
+        pods_dsn,
         spark_jars,
         cost_ms=1500,
         during=kill_driver,
@@ -477,7 +514,12 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(
 
 
 def test_operator_drain_on_k8s_reaches_verified(
-    scenario: Callable[..., Any], kube: KubeEnv, pod_runner: Any, kafka_admin: Any, postgres_dsn: str
+    scenario: Callable[..., Any],
+    kube: KubeEnv,
+    pods: Pods,
+    pod_io: PodIO,
+    kafka_admin: Any,
+    postgres_dsn: str,
 ) -> None:
     """The same path chosen by the operator (LAGPILOT_DRAIN_SPARK_MASTER): the hand-off, a drain Job
     whose driver gets its executors from the API server, Verified, exact-once over both paths
@@ -489,12 +531,19 @@ def test_operator_drain_on_k8s_reaches_verified(
     from tests.real.test_drain_operator import finish_and_check
 
     ops = {
-        "LAGPILOT_DRAIN_SPARK_MASTER": f"k8s://{kube.server}",
+        "LAGPILOT_DRAIN_SPARK_MASTER": spark_master(pods, kube),
         "LAGPILOT_DRAIN_SERVICE_ACCOUNT": "lagpilot-drain",
         "LAGPILOT_DRAIN_EXECUTOR_CORES": "6",
         "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m",
     }
-    s = scenario({p: 15000 for p in range(OP_PARTS)}, operator_env=ops)
+    # on the node the driver's request is the template's (consumers and drain pods: the consumers'
+    # default CPU, the drain Job's default memory) instead of the k8s mode's whole CPU for a driver
+    # that only schedules: 2 CPUs serve every pod of the machine's sessions
+    s = scenario(
+        {p: 15000 for p in range(OP_PARTS)},
+        operator_env=ops,
+        template={"resources": NODE_OPERATOR_POD_RESOURCES} if pods.on_node else None,
+    )
     # the chart's drain ServiceAccount/Role in the CR's namespace (release "lagpilot": lagpilot-drain);
     # applied before the drain is planned (a pod of a missing ServiceAccount is refused, then retried)
     assert apply_drain_rbac(kube.part, s.ns, "lagpilot") == "lagpilot-drain"
@@ -526,6 +575,11 @@ def test_operator_drain_on_k8s_reaches_verified(
         for r in p["metadata"].get("ownerReferences") or []
     }
     assert owners <= {("Pod", True)}, owners
+    # the driver's log, read while its pod exists (the API keeps none of a deleted pod)
+    driver_logs = {
+        name: text for name, text in pod_io.namespace_logs(s.ns, "-drain-").items() if "-exec-" not in name
+    }
+    assert driver_logs
     kube.kubectl(
         "delete",
         "jobs",
@@ -539,18 +593,7 @@ def test_operator_drain_on_k8s_reaches_verified(
     wait_until(
         lambda: _executors(kube, s.ns) == [], "executor pods garbage-collected with the driver pod", 180, 1.0
     )
-    driver_logs = [
-        p
-        for p in (pod_runner.workdir / "logs").glob(f"{s.ns}_*.log")
-        if "-drain-" in p.name and "-exec-" not in p.name
-    ]
-    assert driver_logs
-    denied = [
-        ln
-        for p in driver_logs
-        for ln in p.read_text(errors="replace").splitlines()
-        if any(d in ln for d in DENIED)
-    ]
+    denied = [ln for text in driver_logs.values() for ln in text.splitlines() if any(d in ln for d in DENIED)]
     assert denied == [], denied[:5]
 
 
@@ -579,11 +622,12 @@ def _intruder(pod: dict[str, Any], exec_id: str, secret: str) -> dict[str, Any]:
 def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
     kube: KubeEnv,
     kube_api: Any,
-    pod_runner: Any,
-    namespace: Callable[..., str],
+    pods: Pods,
+    pod_io: PodIO,
     new_topic: Callable[..., str],
     kafka_bootstrap: str,
     postgres_dsn: str,
+    pods_dsn: str,
     spark_jars: list[str],
 ) -> None:
     """H4 (issue 23), the negative: spark.authenticate with the CR's key file means a client that
@@ -613,17 +657,18 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
             return p if p["status"]["phase"] in ("Failed", "Succeeded") else None
 
         got = wait_until(ended, "the intruder pod to end", 600, 1.0)
-        log = next((pod_runner.workdir / "logs").glob(f"{ns}_{name}_*.log")).read_text(errors="replace")
+        log = pod_io.logs(ns, name)
         return {"phase": got["status"]["phase"], "log": log, "rows_then": _ledger_rows(postgres_dsn, table)}
 
     out = _run_drain(
         kube,
         kube_api,
-        pod_runner,
-        namespace,
+        pods,
+        pod_io,
         new_topic,
         kafka_bootstrap,
         postgres_dsn,
+        pods_dsn,
         spark_jars,
         cost_ms=1000,
         during=intrude,
@@ -646,9 +691,7 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
     assert "New auth protocol failed" in ilog, ilog[-3000:]
     assert "Successfully registered with driver" not in ilog, ilog[-3000:]
     # the control: the real executors, the same pod spec with the CR's key, registered and never failed
-    logs = pod_runner.workdir / "logs"
-    for name in out["executor_logs"]:
-        elog = (logs / name).read_text(errors="replace")
+    for elog in out["executor_logs"].values():
         assert "Successfully registered with driver" in elog and "New auth protocol failed" not in elog, elog[
             -3000:
         ]

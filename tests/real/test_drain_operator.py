@@ -257,6 +257,7 @@ def scenario(
         handler: str = "tests.real.drain_handlers:ledger",
         handler_config: dict[str, str] | None = None,
         topic_config: dict[str, str] | None = None,
+        template: dict[str, Any] | None = None,
     ) -> Scenario:
         hooks = {k: v for k, v in (consumer_env or {}).items() if k.startswith("LP_TEST_")}
         once_table = ""
@@ -352,7 +353,8 @@ def scenario(
                                 for k, v in (consumer_env or {}).items()
                                 if not k.startswith("LP_TEST_")
                             ),
-                        ]
+                        ],
+                        **(template or {}),  # e.g. resources (the consumers' and the drain pods')
                     ),
                 },
             ),

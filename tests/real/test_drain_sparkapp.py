@@ -3,10 +3,12 @@
 A stand-in SparkApplication CRD (tests/fixtures/crds/sparkapplication-minimal.yaml: the kubeflow
 spark-operator's group/version/kind, schema left open) is installed and the test plays the
 spark-operator: it reads the SparkApplication the operator created, moves its
-`status.applicationState.state` the way the spark-operator does, and runs the application's driver
-the only way it can here — `lagpilot drain` as a local process with the driver's environment
-resolved from the application (Secret refs read from the Secret, as the kubelet would). What is
-proven: the operator creates one SparkApplication per attempt (named like the Job, owned by the CR,
+`status.applicationState.state` the way the spark-operator does, and starts the application's
+driver as a pod where `pods` runs them (the real node by default: a container of the test image,
+admitted under Pod Security `restricted`; the pod runner with LAGPILOT_NODE=0): the driver's image,
+environment (Secret refs and fieldRefs resolved by the kubelet), labels and security contexts from
+the application, running the image's `lagpilot drain` (what spark-submit's DRIVER_MAIN ends in).
+What is proven: the operator creates one SparkApplication per attempt (named like the Job, owned by the CR,
 carrying the plan, the handler and the Secret refs), reads its state, retries a FAILED application as
 attempt 2, and reaches Verified on a COMPLETED one whose progress covers the ranges, exactly once in
 the delivery ledger. Not run here: the spark-operator itself (spark-submit in cluster mode, its pod
@@ -15,19 +17,14 @@ webhook), so the driver main file in the image is exercised only through `lagpil
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
+from tests.fixtures.node import Pods
 from tests.real.test_drain_operator import PARTS, REPO, Scenario, finish_and_check, scenario, wait_phase  # noqa: F401
 from tests.real.test_operator_e2e import crd, events_for  # noqa: F401  (fixture used by `scenario`)
 
@@ -69,29 +66,46 @@ def _play_state(s: Scenario, name: str, state: str, error: str = "") -> None:
     s.custom.patch_namespaced_custom_object_status(GROUP, VERSION, s.ns, PLURAL, name, {"status": st})
 
 
-def _driver_env(s: Scenario, app: dict[str, Any]) -> dict[str, str]:
-    """The driver container's environment as the kubelet would build it (values and Secret refs)."""
-    out: dict[str, str] = {}
-    for e in app["spec"]["driver"]["env"]:
-        if "value" in e:
-            out[e["name"]] = str(e["value"])
-            continue
-        field = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-        if field is not None:  # the downward API: the driver pod's own name / IP
-            out[e["name"]] = {
-                "metadata.name": f"{app['metadata']['name']}-driver",
-                "status.podIP": "127.0.0.1",
-            }.get(field, "")
-            continue
-        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
-        assert ref, f"only values, fieldRefs and Secret refs expected in the driver env: {e}"
-        secret = s.core.read_namespaced_secret(ref["name"], s.ns)
-        out[e["name"]] = base64.b64decode(secret.data[ref["key"]]).decode()
-    return out
+def _driver_pod(app: dict[str, Any]) -> dict[str, Any]:
+    """The driver pod the spark-operator would start for `app` (named as its driverInfo says), from
+    the application's driver spec: image, env (values, Secret refs, fieldRefs: the kubelet resolves
+    them), labels, pod and container security contexts, the /tmp volume. It runs `lagpilot drain`,
+    what spark-submit's DRIVER_MAIN ends in; Spark runs in local mode inside it (no master in the
+    plan's env), so the RPC key the spark-operator would mount (`driver.secrets`) is not mounted.
+    Not taken from the application: spark-submit itself and the driver's cores/memory (no requests:
+    the scheduler places it on the node whatever the other sessions' pods asked for)."""
+    spec, driver = app["spec"], app["spec"]["driver"]
+    assert all(
+        ("value" in e) or (e.get("valueFrom") or {}).keys() <= {"fieldRef", "secretKeyRef"}
+        for e in driver["env"]
+    ), driver["env"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{app['metadata']['name']}-driver", "labels": dict(driver.get("labels") or {})},
+        "spec": {
+            "restartPolicy": "Never",
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": dict(driver["podSecurityContext"]),
+            "volumes": list(spec["volumes"]),
+            "containers": [
+                {
+                    "name": "spark-kubernetes-driver",
+                    "image": spec["image"],
+                    "imagePullPolicy": spec["imagePullPolicy"],
+                    "command": ["lagpilot", "drain"],
+                    "env": list(driver["env"]),
+                    "securityContext": dict(driver["securityContext"]),
+                    "volumeMounts": list(driver["volumeMounts"]),
+                }
+            ],
+        },
+    }
 
 
 def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_verified(
-    sparkapp_crd: Any, scenario: Callable[..., Scenario], kafka_admin: Any, postgres_dsn: str, tmp_path: Path
+    sparkapp_crd: Any, scenario: Callable[..., Scenario], pods: Pods, kafka_admin: Any, postgres_dsn: str
 ) -> None:
     s = scenario(
         {p: 4000 for p in range(PARTS)}, sla_s=30, drain={"launcher": "sparkApplication"}, extra_rules=RULES
@@ -125,21 +139,20 @@ def test_spark_application_launcher_failed_attempt_is_retried_and_completed_one_
     assert "DrainAttemptFailed" in reasons, reasons
     print("attempt 1 failed as played; attempt 2:", second["metadata"]["name"])
 
-    # attempt 2: RUNNING, its driver runs the plan, COMPLETED
+    # attempt 2: RUNNING, its driver pod runs the plan, COMPLETED
     _play_state(s, "orders-drain-1-2", "RUNNING")
-    denv = {k: v for k, v in os.environ.items() if not k.startswith("LAGPILOT_")}
-    denv.update(_driver_env(s, second))
-    log = tmp_path / "driver.log"
-    with log.open("wb") as out:
-        rc = subprocess.run(
-            [str(Path(sys.executable).parent / "lagpilot"), "drain"],
-            env=denv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-            cwd=tmp_path,
-        ).returncode
-    assert rc == 0, log.read_text(errors="replace")[-4000:]
+    pod = s.core.create_namespaced_pod(s.ns, _driver_pod(second)).metadata.name
+    ended = wait_until(
+        lambda: (lambda p: p if p.status.phase in ("Succeeded", "Failed") else None)(
+            s.core.read_namespaced_pod(pod, s.ns)
+        ),
+        "the driver pod to end",
+        600,
+        1.0,
+    )
+    assert s.io is not None
+    assert ended.status.phase == "Succeeded", s.io.logs(s.ns, pod)[-4000:]
+    assert ended.spec.node_name == pods.node_name, ended.spec.node_name  # where `pods` runs them
     _play_state(s, "orders-drain-1-2", "COMPLETED")
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d["attempt"] == 2, d

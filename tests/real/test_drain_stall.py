@@ -1,8 +1,8 @@
 """H3 through the operator: a drain Job that stays Active without a pod (here a ResourceQuota that
 refuses its pod, as a missing ServiceAccount or an unschedulable pod would leave it) is noticed,
 reported and retried. Real stack of tests/real/test_drain_operator.py (operator subprocess as the
-docs/rbac.md ServiceAccount, kube-apiserver + controller-manager + pod runner, Kafka, Spark local
-mode, PostgreSQL ledger), operator env LAGPILOT_DRAIN_NO_POD_SECONDS=15.
+docs/rbac.md ServiceAccount, kube-apiserver + controller-manager + the pods where `pods` runs them
+(the real node by default), Kafka, Spark local mode, PostgreSQL ledger), operator env LAGPILOT_DRAIN_NO_POD_SECONDS=15.
 
 Proven: the fault fired (attempt 1's Job exists, has no pod, and the Job controller's FailedCreate
 event names the quota); the operator sets DrainStalled=True/NoRunningPod, posts the Warning event
@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario  # noqa: F401
 from tests.real.test_operator_e2e import condition, events_for, get_cr
 

@@ -1,6 +1,6 @@
 """A Spark-on-Kubernetes drain on the real node (issue 24; issue 23 H4).
 
-test_drain_k8s.py runs the same drain with the pod runner standing in for the kubelet. Here the
+test_drain_k8s.py runs the same drain (and its faults) where `pods` runs pods. Here the
 drain Job's pod (the Spark driver, client mode) and the executor pods it asks the API server for
 run as containers of the consumer image on the real node, in a namespace enforcing Pod Security
 `restricted`, as the chart's drain ServiceAccount, with the chart's ValidatingAdmissionPolicy

@@ -1,6 +1,7 @@
 """A deleted CR's leftover drain progress is not the re-created CR's (issue 23, with M8).
 
-Operator subprocess + kube-apiserver/controller-manager + pod runner + Kafka + PostgreSQL (the ledger
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the real
+node by default) + Kafka + PostgreSQL (the ledger
 handler of tests/real/test_drain_operator.py) + the drain Job (Spark).
 
 A CR deleted with `finalizers: null` never runs its finalizer, which deletes the progress groups; a CR
@@ -21,7 +22,6 @@ from typing import Any
 import pytest
 
 from lagpilot_runtime.drain import plan as dp
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario  # noqa: F401
 from tests.real.test_handoff_live import enable_drain
 from tests.real.test_operator_e2e import crd  # noqa: F401  (fixture used by `scenario`)

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.kube import wait_until
-from tests.fixtures.node import pods_on_the_runner as pods  # noqa: F401 - its pods stay on the runner (docs/node.md step 4)
 from tests.real.test_drain_operator import PARTS, Scenario, finish_and_check, scenario  # noqa: F401  (fixture)
 from tests.real.test_operator_e2e import condition, crd, events_for, get_cr  # noqa: F401  (crd: fixture)
 
