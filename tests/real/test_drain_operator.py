@@ -410,18 +410,18 @@ def scenario(
         # now, and its namespace would stay Terminating on the shared control plane for ever (seen on
         # the node after test_describe): the test is over, so drop the finalizer
         try:
-            for cr in custom.list_namespaced_custom_object(
+            for left in custom.list_namespaced_custom_object(
                 "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
             )["items"]:
                 print(
-                    f"teardown {s.ns}: {cr['metadata']['name']} still has {cr['metadata'].get('finalizers')}: dropped"
+                    f"teardown {s.ns}: {left['metadata']['name']} still has {left['metadata'].get('finalizers')}: dropped"
                 )
                 custom.patch_namespaced_custom_object(
                     "lagpilot.io",
                     "v1alpha1",
                     s.ns,
                     "batchconsumergroups",
-                    cr["metadata"]["name"],
+                    left["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                 )
         except Exception as exc:  # noqa: BLE001
