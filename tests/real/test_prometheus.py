@@ -3,9 +3,10 @@
 - `promtool test rules` on the rules rendered from charts/lagpilot (what ships, not a copy): each
   alert fires after its `for:` and not before, and not for the look-alike that must not page; a
   wrong expectation makes promtool fail (so the passing run proves something);
-- on the real Prometheus, scraping the operator and the consumer pods (file-based discovery: fed
-  by the pod runner's workers, or on the real node from the API's running pods at their IP,
-  `prometheus.node_pod_targets`): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
+- on the real Prometheus, scraping the operator (file-based discovery) and the consumer pods: on the
+  real node Prometheus's own Kubernetes discovery (role pod) when its build has it, read back from
+  /api/v1/targets; else (Debian's package has none) file-SD fed from the API's running pods at their
+  IP (`prometheus.node_pod_targets`), or by the pod runner's workers: a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
   LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs; the
   operator SIGKILLed fires LagpilotOperatorDown.
 """
@@ -419,8 +420,9 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     if not pods.on_node:
         # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
         request.getfixturevalue("pod_runner").metrics_sd_dir = prometheus.sd_dir
-    else:
-        # on the node the namespace's running pods at their IP, from the API (node_pod_targets)
+    elif not prometheus.kubernetes_sd():
+        # Prometheus discovers the node's pods itself when it can (kubernetes_sd_configs); Debian's
+        # build cannot: the namespace's running pods at their IP, from the API (node_pod_targets)
         threading.Thread(
             target=_feed_node_targets, args=(crd, prometheus, ns, stop_sd), daemon=True, name=f"sd-{ns}"
         ).start()
@@ -461,6 +463,11 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
             prometheus, prom.CONSUMER_JOB, {"namespace": ns, "group": name}, timeout=90
         )
         print("consumer pod target:", pod_target["labels"], pod_target["scrapeUrl"])
+        if pods.on_node and prometheus.kubernetes_sd():
+            items = json.loads(crd.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+            pod = {p["metadata"]["name"]: p for p in items}[pod_target["labels"]["pod"]]
+            assert pod_target["discoveredLabels"]["__meta_kubernetes_pod_name"] == pod["metadata"]["name"]
+            assert pod_target["scrapeUrl"] == f"http://{pod['status']['podIP']}:8080/metrics"
 
         def firing() -> dict[str, Any] | None:
             for a in prometheus.alerts():

@@ -121,3 +121,95 @@ def test_node_pod_targets_are_the_running_pods_with_a_metrics_port_at_their_ip()
 def test_a_pod_target_names_the_host_it_is_scraped_at(tmp_path: Path) -> None:
     path = prom.write_pod_target(tmp_path, "ns", "p", 8080, {"group": "g"}, host="10.244.0.7")
     assert json.loads(path.read_text())[0]["targets"] == ["10.244.0.7:8080"]
+
+
+# ---- consumer pods on the real node: Prometheus's own Kubernetes discovery (role: pod) ------------
+
+
+def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str] | None:
+    """Prometheus's relabelling (keep, drop, replace; fully anchored regex) on one target's labels,
+    enough to read the generated rules against discovered pods; None when the target is dropped."""
+    import re
+
+    out = dict(labels)
+    for r in rules:
+        value = r.get("separator", ";").join(out.get(s, "") for s in r.get("source_labels", []))
+        m = re.fullmatch(r.get("regex", "(.*)"), value)
+        action = r.get("action", "replace")
+        if action == "keep" and not m:
+            return None
+        if action == "drop" and m:
+            return None
+        if action == "replace" and m:
+            out[r["target_label"]] = m.expand(r.get("replacement", "$1").replace("$", "\\"))
+    return {k: v for k, v in out.items() if not k.startswith("__meta_")}
+
+
+def _discovered(
+    port_name: str,
+    *,
+    ip: str = "10.244.0.7",
+    phase: str = "Running",
+    component: str = "consumer",
+    container: str = "consumer",
+) -> dict[str, str]:
+    """One target as role: pod discovers it (one per declared container port)."""
+    return {
+        "__address__": f"{ip}:8080",
+        "__meta_kubernetes_namespace": "shop",
+        "__meta_kubernetes_pod_name": "orders-consumer-abc",
+        "__meta_kubernetes_pod_ip": ip,
+        "__meta_kubernetes_pod_phase": phase,
+        "__meta_kubernetes_pod_container_name": container,
+        "__meta_kubernetes_pod_container_port_name": port_name,
+        "__meta_kubernetes_pod_label_app_kubernetes_io_component": component,
+        "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by": "lagpilot",
+        "__meta_kubernetes_pod_label_lagpilot_io_group": "orders",
+    }
+
+
+def test_consumer_pods_are_discovered_by_prometheus_itself_with_the_given_kubeconfig(tmp_path: Path) -> None:
+    kc = tmp_path / "prometheus.kubeconfig"
+    cfg = json.loads(prom.config_yaml(9999, tmp_path / "sd", tmp_path / "rules", pods_kubeconfig=kc))
+    (job,) = [j for j in cfg["scrape_configs"] if j.get("kubernetes_sd_configs")]
+    assert job["job_name"] == prom.CONSUMER_JOB
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "kubeconfig_file": str(kc)}]
+    assert "file_sd_configs" not in job
+
+
+def test_the_pod_relabelling_keeps_what_the_charts_podmonitor_keeps(tmp_path: Path) -> None:
+    """The consumer pods the operator makes (labels component=consumer, managed-by=lagpilot; container
+    port `http`, as the chart's PodMonitor selects them), running, at a pod IP: one target labelled
+    namespace/pod/group. A drain runtime's port, another component, a finished pod and the pod runner's
+    pods (podIP 127.0.0.1, scraped through file-SD at their own port) are none."""
+    cfg = json.loads(prom.config_yaml(1, tmp_path, tmp_path, pods_kubeconfig=tmp_path / "k"))
+    (job,) = [j for j in cfg["scrape_configs"] if j.get("kubernetes_sd_configs")]
+    rules = job["relabel_configs"]
+    kept = _relabel(rules, _discovered("http"))
+    assert kept is not None
+    assert {k: kept[k] for k in ("__address__", "namespace", "pod", "group")} == {
+        "__address__": "10.244.0.7:8080",
+        "namespace": "shop",
+        "pod": "orders-consumer-abc",
+        "group": "orders",
+    }
+    for dropped in (
+        _discovered("drain-api"),
+        _discovered("http", component="drain"),
+        _discovered("http", phase="Succeeded"),
+        _discovered("http", phase="Pending"),
+        _discovered("http", ip="127.0.0.1"),
+    ):
+        assert _relabel(rules, dropped) is None, dropped
+
+
+def test_without_a_kubeconfig_only_the_runners_file_sd_feeds_the_consumer_job(tmp_path: Path) -> None:
+    cfg = json.loads(prom.config_yaml(1, tmp_path / "sd", tmp_path / "r"))
+    assert not any(j.get("kubernetes_sd_configs") for j in cfg["scrape_configs"])
+    with_kc = json.loads(prom.config_yaml(1, tmp_path / "sd", tmp_path / "r", pods_kubeconfig=tmp_path / "k"))
+    runner = [j for j in with_kc["scrape_configs"] if j.get("file_sd_configs") and "pods" in str(j)]
+    (runner_job,) = runner
+    # its targets carry the consumer job's name either way (the alerts and the test select on it)
+    assert {"target_label": "job", "replacement": prom.CONSUMER_JOB} in [
+        {k: r[k] for k in ("target_label", "replacement") if k in r} for r in runner_job["relabel_configs"]
+    ]

@@ -44,8 +44,67 @@ EVALUATION_INTERVAL = "2s"
 _SD_KIND = {"operator": OPERATOR_JOB, "pods": CONSUMER_JOB}
 
 
-def config_yaml(port: int, sd_dir: Path, rules_dir: Path) -> str:
-    """The generated prometheus.yml (JSON is valid YAML: no YAML library needed here)."""
+# the consumer pods the operator makes, as the chart's PodMonitor selects them (charts/lagpilot/
+# templates/podmonitor.yaml): these two pod labels and the container port named `http`
+# (operator/src/lagpilot/act/deployment.py, LAGPILOT_METRICS_PORT)
+CONSUMER_POD_SELECTOR = {
+    "__meta_kubernetes_pod_label_app_kubernetes_io_component": "consumer",
+    "__meta_kubernetes_pod_label_app_kubernetes_io_managed_by": "lagpilot",
+    "__meta_kubernetes_pod_container_port_name": "http",
+}
+# the read-only identity Prometheus discovers pods with (pods get/list/watch, cluster-wide)
+SD_IDENTITY = ("kube-system", "lagpilot-dev-prometheus")
+SD_TOKEN_SECONDS = 365 * 86400  # read once at config load: Prometheus never re-reads the file
+
+
+def consumer_pod_relabelling() -> list[dict[str, Any]]:
+    """relabel_configs for `kubernetes_sd_configs` role pod (one target per declared container port):
+    the running consumer pods' `http` port at their pod IP, labelled namespace/pod/group as the
+    PodMonitor does. The pod runner's pods (podIP 127.0.0.1; each listens on a port of its own) are
+    dropped here: its workers publish them through file-SD."""
+    return [
+        {
+            "action": "keep",
+            "source_labels": list(CONSUMER_POD_SELECTOR),
+            "regex": ";".join(CONSUMER_POD_SELECTOR.values()),
+        },
+        {"action": "keep", "source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running"},
+        {"action": "drop", "source_labels": ["__meta_kubernetes_pod_ip"], "regex": r"127\..*"},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        {"source_labels": ["__meta_kubernetes_pod_label_lagpilot_io_group"], "target_label": "group"},
+    ]
+
+
+def config_yaml(port: int, sd_dir: Path, rules_dir: Path, pods_kubeconfig: Path | None = None) -> str:
+    """The generated prometheus.yml (JSON is valid YAML: no YAML library needed here).
+
+    With `pods_kubeconfig` (the kube part runs) job lagpilot-consumers discovers the consumer pods
+    itself (`kubernetes_sd_configs` role pod, `consumer_pod_relabelling`), and the pod runner's
+    file-SD targets get the same job name from a job of their own; without it, file-SD only."""
+
+    # honor_labels: the operator's series carry each group's own `namespace` label (as the chart's
+    # ServiceMonitor keeps it with honorLabels); a target label never overrides it
+    def file_sd(job: str, kind: str) -> dict[str, Any]:
+        return {
+            "job_name": job,
+            "honor_labels": True,
+            "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}],
+        }
+
+    consumers: list[dict[str, Any]] = [file_sd(CONSUMER_JOB, "pods")]
+    if pods_kubeconfig is not None:
+        runner = file_sd(f"{CONSUMER_JOB}-runner", "pods")
+        runner["relabel_configs"] = [{"target_label": "job", "replacement": CONSUMER_JOB}]
+        consumers = [
+            {
+                "job_name": CONSUMER_JOB,
+                "honor_labels": True,
+                "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(pods_kubeconfig)}],
+                "relabel_configs": consumer_pod_relabelling(),
+            },
+            runner,
+        ]
     cfg = {
         "global": {
             "scrape_interval": SCRAPE_INTERVAL,
@@ -54,16 +113,8 @@ def config_yaml(port: int, sd_dir: Path, rules_dir: Path) -> str:
         },
         "rule_files": [str(rules_dir / "*.yml")],
         "scrape_configs": [
-            # honor_labels: the operator's series carry each group's own `namespace` label (as the
-            # chart's ServiceMonitor keeps it with honorLabels); a target label never overrides it
-            *(
-                {
-                    "job_name": job,
-                    "honor_labels": True,
-                    "file_sd_configs": [{"files": [str(sd_dir / kind / "*.json")], "refresh_interval": "5s"}],
-                }
-                for kind, job in _SD_KIND.items()
-            ),
+            file_sd(OPERATOR_JOB, "operator"),
+            *consumers,
             {"job_name": "prometheus", "static_configs": [{"targets": [f"{LOOPBACK}:{port}"]}]},
         ],
     }
@@ -98,7 +149,8 @@ def write_pod_target(
 def node_pod_targets(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, dict[str, str]]]:
     """(namespace, pod, "ip:port", labels) for each running pod (the API's pod dicts) whose container
     sets LAGPILOT_METRICS_PORT: what the pod runner's worker publishes for its pods, for pods on the
-    real node (the host reaches pod IPs through the bridge). Labels: the pod's `lagpilot.io/group`."""
+    real node (the host reaches pod IPs through the bridge). Labels: the pod's `lagpilot.io/group`.
+    A test-side stand-in, only while this Prometheus has no Kubernetes discovery (`kubernetes_sd`)."""
     out = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -145,6 +197,7 @@ class PrometheusPart:
         self.rules_dir = self.dir / "rules"
         self.ports = Ports(self.state_dir)
         self._process: Process | None = None
+        self._kubernetes_sd: bool | None = None
 
     # ---- install -------------------------------------------------------------------------------
     def binary(self, name: str = "prometheus") -> Path:
@@ -255,12 +308,7 @@ class PrometheusPart:
             if not self.process().is_running():
                 self.ports.ensure("prometheus", must_be_free=True)
                 self._process = None  # the port may have moved: rebuild argv
-                for kind in _SD_KIND:
-                    (self.sd_dir / kind).mkdir(parents=True, exist_ok=True)
-                self.rules_dir.mkdir(parents=True, exist_ok=True)
-                (self.dir / "prometheus.yml").write_text(
-                    config_yaml(self.port(), self.sd_dir, self.rules_dir)
-                )
+                self._write_config()
                 self.process().start()
         try:
             wait_for(
@@ -274,6 +322,94 @@ class PrometheusPart:
             raise RuntimeError(
                 f"{exc}\n--- {self.process().log_file} (tail) ---\n{self.process().log_tail()}"
             ) from exc
+
+    def _write_config(self) -> bool:
+        """Write prometheus.yml (with the pods' discovery when the kube part runs); True if it changed."""
+        for kind in _SD_KIND:
+            (self.sd_dir / kind).mkdir(parents=True, exist_ok=True)
+        self.rules_dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / "prometheus.yml"
+        text = config_yaml(self.port(), self.sd_dir, self.rules_dir, self.pods_kubeconfig())
+        if path.exists() and path.read_text() == text:
+            return False
+        path.write_text(text)
+        return True
+
+    def configure(self) -> None:
+        """Bring a running Prometheus's config up to date (a kube part started after it, a config
+        from an older checkout): rewrite and reload when it changed. `Stack.up` calls this."""
+        with file_lock(self.dir / "start.lock"):
+            changed = self._write_config()
+        if changed and self.is_running():
+            self.reload()
+            log.info("prometheus config reloaded", extra={"config": str(self.dir / "prometheus.yml")})
+
+    def kubernetes_sd(self) -> bool:
+        """Whether this Prometheus build has Kubernetes discovery (`promtool check config` on a probe).
+        Debian's package is built without it (its discovery/ has no kubernetes): then the consumer
+        job stays on file-SD."""
+        if self._kubernetes_sd is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            probe = self.dir / ".kubernetes-sd-probe.yml"
+            probe.write_text(
+                json.dumps(
+                    {
+                        "scrape_configs": [
+                            {
+                                "job_name": "probe",
+                                "kubernetes_sd_configs": [
+                                    {"role": "pod", "api_server": "https://127.0.0.1:1"}
+                                ],
+                            }
+                        ]
+                    }
+                )
+            )
+            chk = subprocess.run(
+                [str(self.promtool()), "check", "config", str(probe)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            self._kubernetes_sd = chk.returncode == 0
+        return self._kubernetes_sd
+
+    def pods_kubeconfig(self) -> Path | None:
+        """The kubeconfig Prometheus discovers pods with, or None when this build has no Kubernetes
+        discovery or the kube part of this state dir is not running. Least privilege: ServiceAccount kube-system/lagpilot-dev-prometheus,
+        bound to a ClusterRole that may get/list/watch pods and nothing else (applied each time,
+        idempotent); its token (TokenRequest, one year) is requested once, when the file is missing."""
+        from lagpilot_dev.kube import KubePart
+
+        kube = KubePart(self.cache_dir, self.state_dir)
+        if not self.kubernetes_sd() or not kube.is_running():
+            return None
+        ns, name = SD_IDENTITY
+        rbac = [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": name},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "namespace": ns, "name": name}],
+            },
+        ]
+        proc = kube.kubectl(
+            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"prometheus pod discovery RBAC: kubectl apply failed: {proc.stderr[-2000:]}")
+        path = kube.dir / "sa-kubeconfigs" / f"{ns}.{name}.kubeconfig"
+        if path.exists():
+            return path
+        return kube.kubeconfig_for_service_account(ns, name, expiration_seconds=SD_TOKEN_SECONDS)
 
     def stop(self) -> None:
         self.process().stop(grace=30.0)

@@ -233,6 +233,9 @@ class Stack:
         if errors:
             details = "\n".join(f"[{n}] {e}" for n, e in errors.items())
             raise RuntimeError(f"dev stack: {len(errors)} part(s) failed: {', '.join(errors)}\n{details}")
+        if "prometheus" in names:
+            # its pod discovery needs the kube part (started beside it, or after it in an older run)
+            getattr(self.part("prometheus"), "configure", lambda: None)()
         # a health probe can miss under load (the apiserver's /readyz has 2 s): a part just started or
         # found running is asked again for a while before it is reported as not running (its
         # details, e.g. the kubeconfig, would be missing from the answer)
