@@ -4,7 +4,7 @@
   alert fires after its `for:` and not before, and not for the look-alike that must not page; a
   wrong expectation makes promtool fail (so the passing run proves something);
 - on the real Prometheus, scraping the operator and the consumer pods (file-based discovery: fed
-  by the pod runner's workers, or on the real node from the API's running pods at their IP,
+  from the API's running pods on the real node at their IP,
   `prometheus.node_pod_targets`): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
   LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs; the
   operator SIGKILLed fires LagpilotOperatorDown.
@@ -395,7 +395,6 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     crd: Any,
     kube_api: Any,
     pods: Pods,
-    request: pytest.FixtureRequest,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],
@@ -416,14 +415,10 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     )
     ns = pods.namespace("prom")
     stop_sd = threading.Event()
-    if not pods.on_node:
-        # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
-        request.getfixturevalue("pod_runner").metrics_sd_dir = prometheus.sd_dir
-    else:
-        # on the node the namespace's running pods at their IP, from the API (node_pod_targets)
-        threading.Thread(
-            target=_feed_node_targets, args=(crd, prometheus, ns, stop_sd), daemon=True, name=f"sd-{ns}"
-        ).start()
+    # the namespace's running pods at their IP, from the API (node_pod_targets)
+    threading.Thread(
+        target=_feed_node_targets, args=(crd, prometheus, ns, stop_sd), daemon=True, name=f"sd-{ns}"
+    ).start()
     # a group that cannot catch up: 6,000 records, a consumer does ~100 records/s (10 ms each),
     # one replica at most, no drain: ~60 s of work against a 10 s SLA
     topic = new_topic(partitions=2, prefix="prom")
@@ -454,8 +449,8 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
             ),
         )
         t0 = time.monotonic()
-        # both jobs are scraped: the operator, and the group's consumer pod (file-SD: the runner's, or
-        # the node's pod IP)
+        # both jobs are scraped: the operator, and the group's consumer pod (file-SD: the node's pod
+        # IP)
         prom.wait_target_up(prometheus, prom.OPERATOR_JOB, {"namespace_served": ns}, timeout=60)
         pod_target = prom.wait_target_up(
             prometheus, prom.CONSUMER_JOB, {"namespace": ns, "group": name}, timeout=90
@@ -540,7 +535,7 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
 
 def _feed_node_targets(crd: Any, prometheus: prom.PrometheusPart, ns: str, stop: threading.Event) -> None:
     """Every 2 s until `stop`: a file-SD target for each running pod of `ns` with a metrics port, at
-    its pod IP (the host reaches it through the bridge), as the runner's workers publish theirs;
+    its pod IP (the host reaches it through the bridge);
     the targets of pods gone are removed, and all of them at the end."""
     written: set[str] = set()
     while True:
