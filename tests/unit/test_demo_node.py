@@ -30,16 +30,15 @@ from lagpilot_dev.node import NAMESPACE_LABEL
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_node_is_the_default_and_the_pod_runner_an_explicit_opt_out() -> None:
-    """Issue 24 step 5: `./dev/demo` runs on the real node; the pod runner (the stand-in, deleted with
-    step 6) only with --runner. --node, the old opt-in, still parses and means the default."""
-    assert parse_args([]).node is True and parse_args([]).runner is False
+def test_the_node_is_the_demos_only_path() -> None:
+    """Issue 24 step 6: `./dev/demo` runs on the real node; the pod runner is gone, and --runner with
+    it. --node, the old opt-in, still parses and means the default."""
+    assert parse_args([]).node is True and not hasattr(parse_args([]), "runner")
     assert parse_args(["--node"]).node is True
-    assert parse_args(["--runner"]).node is False and parse_args(["--runner"]).runner is True
-    # the bare-consumer aid has no pods at all: neither the node nor the runner
+    # the bare-consumer aid has no pods at all
     assert parse_args(["--no-operator"]).node is False
     assert NODE_PARTS[-2:] == ("node", "netpol") and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
-    for argv in (["--node", "--no-operator"], ["--node", "--runner"]):
+    for argv in (["--node", "--no-operator"], ["--runner"]):
         with pytest.raises(SystemExit):
             parse_args(argv)
 

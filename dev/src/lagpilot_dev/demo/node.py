@@ -1,7 +1,7 @@
-"""`lagpilot demo` on the real node (the default since issue 24 step 5; docs/node.md): the demo's pods
-as containers.
+"""`lagpilot demo` on the real node (the default since issue 24 step 5, the only path since the pod
+runner retired in step 6; docs/node.md): the demo's pods as containers.
 
-What changes against `--runner` (the pod runner, lagpilot_dev.demo.pods, the stand-in):
+What that takes:
 - the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS) and the
   `netpol` part (kube-router's policy controller: the operator's NetworkPolicies enforced; built on
   first use, minutes cold: docs/node.md "NetworkPolicy"); summary.json's
@@ -148,7 +148,7 @@ def format_listing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @dataclass
 class NodeRun:
-    """The node side of one `lagpilot demo` run (not --runner): the images, the helm release of the
+    """The node side of one `lagpilot demo` run: the images, the helm release of the
     operator, the operator pod's restarts, and the record of which pods ran as containers."""
 
     console: Console
