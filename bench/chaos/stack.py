@@ -134,13 +134,11 @@ class CampaignBase:
         )
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
-        # the node's namespace label (its pods go to the node's scheduler) and Pod Security
-        # `restricted`, as the tests' namespaces on the node (tests/fixtures/node.py `pods`)
-        key, value = self.kube_stack.part("node").info()["namespace_label"].split("=", 1)
+        # Pod Security `restricted`, as the tests' namespaces on the node (tests/fixtures/node.py
+        # `pods`); its pods go to the node's scheduler, the cluster's default
         meta: dict[str, Any] = {
             "name": self.ns,
             "labels": {
-                key: value,
                 "pod-security.kubernetes.io/enforce": "restricted",
                 "pod-security.kubernetes.io/enforce-version": "latest",
             },

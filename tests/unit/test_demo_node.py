@@ -25,7 +25,6 @@ from lagpilot_dev.demo.node import (
 )
 from lagpilot_dev.demo.run import parse_args
 from lagpilot_dev.images.build import IMAGES
-from lagpilot_dev.node import NAMESPACE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,10 +133,12 @@ def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_pe
     assert "node" not in json.dumps(values)
 
 
-def test_namespaces_go_to_the_node_and_enforce_restricted() -> None:
+def test_namespaces_enforce_restricted_and_need_no_label_for_the_node() -> None:
     labels = namespace_labels()
-    assert labels[NAMESPACE_LABEL[0]] == NAMESPACE_LABEL[1]
-    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels == {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
     assert operator_namespace("lagpilot-demo") == "lagpilot-demo-operator"
 
 

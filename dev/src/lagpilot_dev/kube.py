@@ -514,9 +514,8 @@ class KubePart:
                 f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
                 "--authorization-mode=RBAC,Node",
-                # MutatingAdmissionPolicy (beta in 1.35, off by default): the real node
-                # (lagpilot_dev.node) sends the pods of namespaces that opt in to its scheduler with
-                # one; nothing else uses it
+                # MutatingAdmissionPolicy (beta in 1.35, off by default): the tests' LP_TEST_* hooks
+                # for a test namespace's pods (lagpilot_dev.node.test_hooks_policy)
                 "--feature-gates=MutatingAdmissionPolicy=true",
                 "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
