@@ -6,7 +6,7 @@ through the dev stack, so unit tests run with no real part installed.
 
 pytest_plugins = [
     "tests.fixtures.stack",  # Kafka, PostgreSQL, Spark jars (session-scoped)
-    "tests.fixtures.kube",  # etcd + kube-apiserver + controller-manager, pod runner
+    "tests.fixtures.kube",  # etcd + kube-apiserver + controller-manager
     "tests.fixtures.node",  # the real node (default; LAGPILOT_NODE=0 opts out), its images, `pods`
 ]
 

@@ -10,8 +10,10 @@ delivers them as signed parts to the running driver. Into that drain:
   sealed next split's sub-ranges (crash point `NextSeal:status`), before its part is delivered;
 - operator_at_deliver: the operator dies right after writing a part to the parts group, before its
   status write (`Deliver:effect`);
-- operator_at_next_alter_offsets: the group emptied during the busy drain (its consumer pods deleted and
-  their replacements held Pending by the pod runner, as when no node fits them) so a published next split
+- operator_at_next_alter_offsets (NOT APPLICABLE since the pod runner retired, bench/chaos/pods.py
+  NODE_NOT_APPLICABLE; the code below stays for a hold on a node of the bench's own): the group
+  emptied during the busy drain (its consumer pods deleted and their replacements held Pending by the
+  pod runner, as when no node fits them) so a published next split
   has no owner to ack it: the operator acks for the absent owners and moves the group's offsets to the
   split, and dies right after that effect (`NextAlterOffsets:effect`); the consumers come back once it
   fired; the next operator must seal that split from the acks it wrote, the consumers resume at the
@@ -108,8 +110,8 @@ class _BusyRun:
 class BusyFaults(ReviewFaults):
     # -- what the driver and the parts group show ------------------------------------------------------
     def driver_events(self, event: str, drain: Any) -> list[dict[str, Any]]:
-        """`event` records of drain `drain` in every drain Job pod's log (dead ones too: the pod
-        runner keeps the files) and, --warm-runtime, the runtime pod's."""
+        """`event` records of drain `drain` in every drain Job pod's log (dead ones too: NodePods keeps
+        the last read of each in a file) and, --warm-runtime, the runtime pod's."""
         out: list[dict[str, Any]] = []
         logs = self.workdir / "pods" / "logs"
         for f in sorted(logs.glob(f"{self.ns}_eos-drain-*.log")) if logs.exists() else []:

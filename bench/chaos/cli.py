@@ -3,12 +3,13 @@
 
     .venv/bin/python bench/chaos.py [--rounds 2] [--quick] [--kinds a,b] [--no-warm-runtime] [--state-dir DIR] [--json]
 
-What runs, all on loopback: a PRIVATE dev stack (Kafka, etcd + kube-apiserver + controller-manager,
-PostgreSQL, Spark jars) under `--state-dir` (default $LAGPILOT_STATE, else <cache>/state/chaos: its
-own ports and data, so restarting its Kafka/etcd/apiserver/PostgreSQL never touches the shared
-stack), the CRD, `lagpilot operator` (subprocess, restarted like its Deployment would be whenever
-it dies), the pod runner (threads here: consumer and drain-Job pods become local processes), one
-2-partition topic with a steady producer (`--rate` records/s per partition), and two CRs on it:
+What runs: a PRIVATE dev stack (Kafka, PostgreSQL, Spark jars) under `--state-dir` (default
+$LAGPILOT_STATE, else <cache>/state/chaos: its own ports and data, so restarting its Kafka or
+PostgreSQL never touches the shared stack), listening on the node's bridge too; the control plane
+and the real node of the default state (`--node-state`: one node per machine, never restarted by
+a bench), where the consumer and drain-Job pods run as containers of the test image
+(docs/chaos.md "Pods on the real node"); the CRD, `lagpilot operator` (subprocess, restarted like
+its Deployment would be whenever it dies), one 2-partition topic with a steady producer (`--rate` records/s per partition), and two CRs on it:
 
 - `eos`: handler `bench.chaos.handler:process` = the built-in PostgreSQL sink (rows and progress in
   one transaction, resume from the sink's progress) behind a `--cost-ms` latency per batch, table
@@ -113,7 +114,6 @@ QUICK_KINDS = (
 )
 
 
-_OFF = ("0", "false", "no", "off")  # LAGPILOT_NODE's opt-out (tests/fixtures/node.py node_gate)
 RESTART_KINDS = ("kafka_restart", "apiserver_restart", "etcd_restart", "postgres_restart")
 
 
@@ -149,19 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         "one; refused with a kind that restarts a part (" + ", ".join(RESTART_KINDS) + "); never stops it",
     )
     ap.add_argument(
-        "--pods",
-        choices=("node", "runner"),
-        default="runner" if os.environ.get("LAGPILOT_NODE", "").strip().lower() in _OFF else "node",
-        help="where the CRs' pods run: node (the default; LAGPILOT_NODE=0 makes it runner): containers of "
-        "the machine's real node, the default state's (one node per machine: a bench never starts one; "
-        "refused when it is not running), with that state's control plane, which no kind restarts ("
-        + ", ".join(NODE_NOT_APPLICABLE)
-        + " are not applicable there); runner: the pod runner's processes beside a private control plane",
-    )
-    ap.add_argument(
         "--node-state",
         default=None,
-        help="--pods node: the state dir whose real node and control plane the pods use (default "
+        help="the CRs' pods run as containers of the machine's real node, the default state's (one node "
+        "per machine: a bench never starts one; refused when it is not running), with that state's "
+        "control plane, which no kind restarts (" + ", ".join(NODE_NOT_APPLICABLE) + " are not "
+        "applicable there): the state dir whose real node and control plane the pods use (default "
         "$LAGPILOT_STATE, else <cache>/state/default: where `lagpilot dev up` runs the node)",
     )
     ap.add_argument("--keep-stack", action="store_true", help="leave the private stack running at the end")
@@ -214,9 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             "refusing to restart the shared stack's parts: give a private --state-dir (or --shared-stack)"
         )
     kinds, not_applicable = cf.split_kinds(kinds, args.warm_runtime and not args.quick)
-    if args.pods == "node":
-        kinds, off_node = node_kinds(kinds)
-        not_applicable = tuple(sorted({*not_applicable, *off_node}))
+    kinds, off_node = node_kinds(kinds)
+    not_applicable = tuple(sorted({*not_applicable, *off_node}))
     rounds = 1 if args.quick else args.rounds
     if args.quick:
         args.fault_timeout = min(args.fault_timeout, 120.0)

@@ -102,7 +102,7 @@ class DrainWatch(CampaignBase):
         )
 
     def runtime_events(self, event: str, drain: str | None = None) -> list[dict[str, Any]]:
-        """`event` records (of one drain) in the runtime pod's log (the pod runner's log file)."""
+        """`event` records (of one drain) in the runtime pod's log (NodePods' file of its last read)."""
         rt = self.runtime_pod()
         path = self.runner.log_path(self.ns, rt[0]) if rt else None
         if path is None or not Path(path).exists():

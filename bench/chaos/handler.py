@@ -25,8 +25,8 @@ real node"): with ``chaos.crash_table`` in the config, a consumer's process, aft
 transaction and before its Kafka commit, claims the hook in that table (one row; once across every
 pod: the UPDATE that sets ``fired`` where it is still NULL and ``armed`` is true) and dies like
 ``kill -9`` (exit 137). The runtime's own hook (``LP_TEST_SINK_CRASH_*``, a marker file shared by the
-processes) reaches the pod runner's processes through its namespace annotation only: containers
-share no directory with the bench and a CR cannot set ``LP_TEST_*``.
+processes) does not serve here: containers share no directory with the bench and a CR cannot set
+``LP_TEST_*``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """Where the chaos bench's pods run, and how its faults reach them (docs/chaos.md "Pods on the real
-node"): `NodePods`, the machine's real node (containers; the default), or the pod runner
-(`--pods runner`, its processes). Both answer what the fault rounds ask of "the runner":
+node"): `NodePods`, the machine's real node (containers), answers what the fault rounds ask of
+`self.runner` (the name from the pod runner's days, retired in issue 24 step 6):
 
-- `pid_of(ns, pod)`: the host pid of the pod's running process (the runner's process; on the node
-  the init process of the pod's running container, from `crictl inspect`: killing it with SIGKILL
+- `pid_of(ns, pod)`: the host pid of the pod's running process (the init process of the pod's
+  running container, from `crictl inspect`: killing it with SIGKILL
   ends every process of the container, as the kernel's OOM killer would, and the kubelet restarts
   or fails the pod by its restartPolicy). The drain faults walk its descendants in the host's /proc
   (the container's processes are host processes in their own PID namespace).
-- `log_path(ns, pod)`: a file holding the pod's log (the runner's log file; on the node the API's
-  log, the previous run first, written to the bench's work dir at each call, the last read kept
+- `log_path(ns, pod)`: a file holding the pod's log (the API's log, the previous run first, written to the bench's work dir at each call, the last read kept
   when the pod is gone).
 
-What only the runner can do (`hold`: keep a Deployment's new pods Pending, "no node fits") is
-refused on the node: the kinds that need it are "not applicable" there (`NODE_NOT_APPLICABLE`)."""
+What only the pod runner could do (`hold`: keep a Deployment's new pods Pending, "no node fits")
+has no counterpart on the shared node: the kinds that need it are "not applicable"
+(`NODE_NOT_APPLICABLE`)."""
 
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ from typing import Any
 
 # kinds the bench cannot inject with its pods on the real node, and why (listed as not applicable,
 # never injected, never counted as not fired): the node is the default state's, registered with the
-# shared control plane, which no bench restarts; the runner's `hold` has no counterpart on a real
+# shared control plane, which no bench restarts; the pod runner's `hold` had no counterpart on a real
 # node shared by other sessions (cordoning it would stop theirs too)
 NODE_NOT_APPLICABLE: dict[str, str] = {
     "apiserver_restart": "the real node's apiserver is the shared stack's: never restarted by a bench",
     "etcd_restart": "the real node's etcd is the shared stack's: never restarted by a bench",
-    "operator_at_next_alter_offsets": "needs the pod runner's hold (pods Pending: no node fits)",
+    "operator_at_next_alter_offsets": "needs a hold of new pods Pending (no node fits), which only the "
+    "retired pod runner gave",
 }
 
-# the eos handler's crash hook on the node (bench/chaos/handler.py `crash_after_write`): the
-# runner's LP_TEST_* namespace annotation has no counterpart for containers (a CR cannot set them)
+# the eos handler's crash hook on the node (bench/chaos/handler.py `crash_after_write`): LP_TEST_*
+# through a CR is refused, and containers share no marker directory with the bench
 CRASH_TABLE_KEY = "chaos.crash_table"
 
 

@@ -21,7 +21,6 @@ CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 JOB_LABEL = "lagpilot.io/drain-job"
 RUNTIME_SELECTOR = "app.kubernetes.io/name=lagpilot-drain-runtime,lagpilot.io/drain-runtime-of=eos"  # operator drain_runtime.py
 TERMINAL = ("Verified", "Failed", "Cancelled")
-SINK_MARKER = "sink-after_sink_write"  # the sink's crash hook (lagpilot_runtime.sinks.postgres._crash_once)
 
 
 def say(msg: str) -> None:
@@ -39,9 +38,8 @@ def tcp_open(port: int) -> bool:
 
 
 def dead(pid: int) -> bool:
-    """True when `pid` is gone or a zombie with no live thread left. Never reaps: the pod runner runs
-    in this process, so pod processes are our children, and reaping one here would make the runner's
-    Popen.poll() see ECHILD and report exit code 0 (a SIGKILLed drain would look "Completed")."""
+    """True when `pid` is gone or a zombie with no live thread left. Never reaps (a child's
+    Popen.poll() would then see ECHILD and report exit code 0)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

@@ -54,7 +54,7 @@ def campaign_result(
                 if k in alo
             },
             "warm_runtime": c.warm,
-            "pods": c.pods_where,
+            "pods": "node",
             "not_applicable": list(not_applicable),
             "runtime_waits": c.runtime_waits,
             "eos_table_keyless": c.eos_keyless,

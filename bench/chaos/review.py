@@ -124,10 +124,8 @@ class ReviewFaults(DrainWatch):
         return None
 
     def runtime_host(self) -> str:
-        """Where the warm runtime listens for its drain pods: the host's loopback for the pod runner's
-        process; on the real node the runtime pod's IP on the bridge (lagpilot_dev.runtime_attacker)."""
-        if self.pods_where != "node":
-            return "127.0.0.1"
+        """Where the warm runtime listens for its drain pods: the runtime pod's IP on the node's bridge
+        (lagpilot_dev.runtime_attacker)."""
         rt = self.runtime_pod()
         if rt is None:
             raise RuntimeError("no drain runtime pod")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import time
@@ -26,14 +25,13 @@ from bench.chaos.procs import (
     PARTS,
     PLURAL,
     REPO,
-    SINK_MARKER,
     VERSION,
     Operator,
     Producer,
     say,
     tcp_open,
 )
-from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, checkout_pythonpath, operator_env
+from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, operator_env
 from lagpilot_dev.paths import free_port
 
 
@@ -74,8 +72,7 @@ class CampaignBase:
         self.hold_operator = (
             False  # second_operator, delete_while_planned: the dead operator stays down for a while
         )
-        # where the pods run: "node" (the default state's real node) or "runner" (bench/chaos/pods.py)
-        self.pods_where = getattr(args, "pods", "runner")
+        # the pods run on the default state's real node (bench/chaos/pods.py)
         self.crash_table = f"chaos_crash_{self.run_id}"  # the eos handler's crash hook on the node
 
     # -- setup -------------------------------------------------------------------------------------
@@ -88,7 +85,6 @@ class CampaignBase:
         from lagpilot_runtime.sinks import postgres as pg_sink
 
         self.stack = Stack(state_dir=self.args.state_dir)
-        on_node = self.pods_where == "node"
         say(
             f"stack in {self.stack.state_dir} "
             + (
@@ -96,28 +92,20 @@ class CampaignBase:
                 if getattr(self.args, "shared_stack", False)
                 else "(private: its restarts do not touch the shared stack)"
             )
-            + (
-                "; pods on the real node, with the default state's control plane (never restarted)"
-                if on_node
-                else "; pods on the pod runner"
-            )
+            + "; pods on the real node, with the default state's control plane (never restarted)"
         )
-        if on_node:
-            # one node per machine, the default state's, registered with that state's control plane:
-            # the bench's pods go there and its own state keeps Kafka and PostgreSQL (restartable)
-            self.kube_stack = Stack(state_dir=getattr(self.args, "node_state", None))
-            if not self.kube_stack.part("node").is_running():
-                raise RuntimeError(
-                    f"--pods node: the real node of the default state ({self.kube_stack.state_dir}) is not "
-                    "running; a bench cannot start a second node (one per machine): start it with "
-                    "`lagpilot dev up --parts node`, or run with --pods runner"
-                )
-            kinfo, self.kube_lease = self.kube_stack.acquire(["kube", "node"])
-            self.info, self.lease = self.stack.acquire(["kafka", "postgres", "spark"])
-        else:
-            self.kube_stack = self.stack
-            self.info, self.lease = self.stack.acquire(["kafka", "kube", "postgres", "spark"])
-            kinfo = self.info
+        # one node per machine, the default state's, registered with that state's control plane:
+        # the bench's pods go there and its own state keeps Kafka and PostgreSQL (restartable)
+        self.kube_stack = Stack(state_dir=getattr(self.args, "node_state", None))
+        if not self.kube_stack.part("node").is_running():
+            raise RuntimeError(
+                f"the real node of the default state ({self.kube_stack.state_dir}) is not running; a "
+                "bench cannot start a second node (one per machine): start it with "
+                "`lagpilot dev up --parts node` (there is no other place for the pods: the pod runner "
+                "retired, issue 24 step 6)"
+            )
+        kinfo, self.kube_lease = self.kube_stack.acquire(["kube", "node"])
+        self.info, self.lease = self.stack.acquire(["kafka", "postgres", "spark"])
         i = self.info
         self.bootstrap, self.dsn = str(i.bootstrap_servers), str(i.postgres_dsn)
         self.kafka, self.kube, self.pg = (
@@ -125,18 +113,16 @@ class CampaignBase:
             self.kube_stack.part("kube"),
             self.stack.part("postgres"),
         )
-        # what the pods reach: the loopback on the runner; the listeners on the node's bridge
-        self.pods_bootstrap, self.pods_dsn = self.bootstrap, self.dsn
-        if on_node:
-            self.pods_bootstrap = self.kafka.pods_bootstrap_servers() or ""
-            self.pods_dsn = self.pg.pods_dsn() or ""
-            if not (self.pods_bootstrap and self.pods_dsn):
-                raise RuntimeError(
-                    f"--pods node: the bench's Kafka ({self.pods_bootstrap or 'no PODS listener'}) or "
-                    f"PostgreSQL ({'listens' if self.pods_dsn else 'no bridge listener'}) in "
-                    f"{self.stack.state_dir} started before the node's bridge: stop that stack "
-                    "(`lagpilot dev down --state-dir ...`) and run again"
-                )
+        # what the pods reach: the listeners on the node's bridge
+        self.pods_bootstrap = self.kafka.pods_bootstrap_servers() or ""
+        self.pods_dsn = self.pg.pods_dsn() or ""
+        if not (self.pods_bootstrap and self.pods_dsn):
+            raise RuntimeError(
+                f"the bench's Kafka ({self.pods_bootstrap or 'no PODS listener'}) or "
+                f"PostgreSQL ({'listens' if self.pods_dsn else 'no bridge listener'}) in "
+                f"{self.stack.state_dir} started before the node's bridge: stop that stack "
+                "(`lagpilot dev down --state-dir ...`) and run again"
+            )
         self.kafka_port = int(self.bootstrap.rsplit(":", 1)[1])
         self.pg_port = int(i.parts["postgres"]["postgres_port"])
         self.kubeconfig, self.kubectl_bin = kinfo.kubeconfig, kinfo.kubectl
@@ -148,34 +134,15 @@ class CampaignBase:
         )
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
         self.core, self.custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
-        if on_node:
-            # the node's namespace label (its pods go to the node's scheduler) and Pod Security
-            # `restricted`, as the tests' namespaces on the node (tests/fixtures/node.py `pods`)
-            key, value = self.kube_stack.part("node").info()["namespace_label"].split("=", 1)
-            meta: dict[str, Any] = {
-                "name": self.ns,
-                "labels": {
-                    key: value,
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/enforce-version": "latest",
-                },
-            }
-        else:
-            # the sink's crash hook for the eos CR's consumers (the alo CR's ledger sink has none): the
-            # pod runner adds a namespace's test-env annotation to its pods (a CR cannot set LP_TEST_*)
-            from lagpilot_dev.podrunner.base import TEST_ENV_ANNOTATION
-
-            hooks = {
-                "LP_TEST_SINK_CRASH_AT": "after_sink_write",
-                "LP_TEST_SINK_CRASH_DIR": str(self.crash_dir),
-                "LP_TEST_SINK_CRASH_SOURCE": "consumer",
-                "LP_TEST_SINK_CRASH_AFTER_BATCHES": "2",
-            }
-            meta = {
-                "name": self.ns,
-                "labels": {"lagpilot.io/pod-runner": f"chaos-{self.run_id}"},
-                "annotations": {TEST_ENV_ANNOTATION: json.dumps(hooks)},
-            }
+        # Pod Security `restricted`, as the tests' namespaces on the node (tests/fixtures/node.py
+        # `pods`); its pods go to the node's scheduler, the cluster's default
+        meta: dict[str, Any] = {
+            "name": self.ns,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        }
         self.core.create_namespace({"metadata": meta})
         self.until(lambda: self.core.read_namespaced_service_account("default", self.ns), "default SA", 120)
         self.core.create_namespaced_secret(
@@ -194,16 +161,15 @@ class CampaignBase:
         if not self.eos_keyless:
             raise RuntimeError(f"{self.eos_table} has an index: duplicates would be hidden")
         ledger.create_table(self.dsn, self.alo_table)
-        if on_node:  # the eos handler's crash hook on the node (bench/chaos/handler.py), disarmed
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=30) as conn:
-                conn.execute(
-                    f'CREATE TABLE "{self.crash_table}" (id int PRIMARY KEY, armed bool NOT NULL, '
-                    "fired text, fired_at timestamptz)"
-                )
-                conn.execute(f'INSERT INTO "{self.crash_table}" VALUES (1, false, NULL, NULL)')
+        # the eos handler's crash hook on the node (bench/chaos/handler.py), disarmed
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=30) as conn:
+            conn.execute(
+                f'CREATE TABLE "{self.crash_table}" (id int PRIMARY KEY, armed bool NOT NULL, '
+                "fired text, fired_at timestamptz)"
+            )
+            conn.execute(f'INSERT INTO "{self.crash_table}" VALUES (1, false, NULL, NULL)')
         for point in cf.OPERATOR_POINTS:  # disarmed: fires only once its marker is removed
             (self.crash_dir / point.replace(":", "-")).write_text("disarmed")
-        (self.crash_dir / SINK_MARKER).write_text("disarmed")
         op_env = {
             "LAGPILOT_MAX_BACKOFF_SECONDS": "10",
             "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": "5",
@@ -211,32 +177,18 @@ class CampaignBase:
             "LAGPILOT_TEST_CRASH_DIR": str(self.crash_dir),
             "LAGPILOT_LOG_LEVEL": "INFO",
         }
-        if on_node:
-            # the drain's Spark jars are the image's (/opt/lagpilot/spark-jars); 50m per task, the
-            # node demo's figure (at the default 250m a drain's tasks ask more CPU than the node has)
-            op_env["LAGPILOT_DRAIN_CPU_PER_TASK_M"] = "50"
-        else:
-            op_env["LAGPILOT_DRAIN_SPARK_JARS"] = ",".join(i.spark_jars)
+        # the drain's Spark jars are the image's (/opt/lagpilot/spark-jars); 50m per task, the node
+        # demo's figure (at the default 250m a drain's tasks ask more CPU than the node has)
+        op_env["LAGPILOT_DRAIN_CPU_PER_TASK_M"] = "50"
         env = operator_env(self.kubeconfig, REPO, op_env)
         self.op = Operator(env, self.ns, self.workdir / "operator.log", free_port())
-        if on_node:
-            from bench.chaos.pods import NodePods
+        from bench.chaos.pods import NodePods
 
-            node = self.kube_stack.part("node")
-            self.image = node_test_image(node)
-            say(f"pods on the real node {node.info()['node_name']}, image {self.image}")
-            self.runner: Any = NodePods(node, self.core, self.workdir / "pods")
-        else:
-            from lagpilot_dev.podrunner import PodRunner
-
-            self.runner = PodRunner(
-                self.kubeconfig,
-                node_name=f"chaos-{self.run_id}",
-                workdir=self.workdir / "pods",
-                namespaces=[self.ns],
-                delete_node_on_stop=True,
-            )
-            self.runner.start()
+        node = self.kube_stack.part("node")
+        self.image = node_test_image(node)
+        say(f"pods on the real node {node.info()['node_name']}, image {self.image}")
+        # the pods' pids and logs through the node's runtime and the API (the fault rounds' "runner")
+        self.runner: Any = NodePods(node, self.core, self.workdir / "pods")
         self.producer = Producer(self.bootstrap, self.topic, self.args.rate)
         self.producer.start()
         self.producer.burst(self.args.warmup)
@@ -272,8 +224,8 @@ class CampaignBase:
                         "postgres.table": self.eos_table,
                         "postgres.key": "none",
                         "cost_ms": str(self.args.cost_ms),
-                        # the handler's crash hook on the node (the runner's is LP_TEST_* below)
-                        **({CRASH_TABLE_KEY: self.crash_table} if self.pods_where == "node" else {}),
+                        # the handler's crash hook on the node (bench/chaos/handler.py)
+                        CRASH_TABLE_KEY: self.crash_table,
                     },
                 },
                 "drain": {
@@ -283,9 +235,6 @@ class CampaignBase:
                     "minBacklogRecords": 1000,
                     **({"warmRuntime": True} if self.warm else {}),
                 },
-                # the sink's crash hook (a consumer dies right after a batch's transaction, before
-                # its Kafka commit, once per armed marker): LP_TEST_* through the namespace's
-                # test-env annotation (test_hooks), which the pod runner adds; the CRD refuses them
                 "template": self.template(
                     {"name": "CHAOS_PG_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
                 ),
@@ -303,12 +252,9 @@ class CampaignBase:
         }
 
     def template(self, *env: dict[str, Any]) -> dict[str, Any]:
-        """The CRs' spec.template: on the runner the checkout's sources (PYTHONPATH: the bench's
-        handler, this tree's runtime); on the node the test image (the consumer image with the bench's
-        handler: tests/real/image/Dockerfile), never pulled, its own PYTHONPATH."""
-        if self.pods_where == "node":
-            return {"image": self.image, "imagePullPolicy": "Never", "env": list(env)}
-        return {"env": [{"name": "PYTHONPATH", "value": checkout_pythonpath(REPO)}, *env]}
+        """The CRs' spec.template: the test image (the consumer image with the bench's handler:
+        tests/real/image/Dockerfile), never pulled, its own PYTHONPATH."""
+        return {"image": self.image, "imagePullPolicy": "Never", "env": list(env)}
 
     def apply(self, which: str) -> None:
         body = {
@@ -555,7 +501,7 @@ class CampaignBase:
         self.release_kube()
 
     def release_kube(self) -> None:
-        """The default state's control plane and node (--pods node): the lease dropped, never stopped."""
+        """The default state's control plane and node : the lease dropped, never stopped."""
         if getattr(self, "kube_lease", None):
             with contextlib.suppress(Exception):
                 self.kube_stack.release(self.kube_lease, stop=False)

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from bench.chaos.faults import Fault
-from bench.chaos.procs import SINK_MARKER, pid_gone, port_closed
+from bench.chaos.procs import pid_gone, port_closed
 from bench.chaos.review import ReviewFaults
 
 
@@ -73,20 +73,8 @@ class SteadyFaults(ReviewFaults):
                 os.killpg(pid, signal.SIGKILL)
                 f.fired = pid_gone(pid)
                 f.evidence = {"pod": name, "pid": pid}
-            elif kind == "consumer_kill_after_write" and self.pods_where == "node":
-                self.crash_after_write_on_node(f)
             elif kind == "consumer_kill_after_write":
-                marker = self.crash_dir / SINK_MARKER
-                marker.unlink()  # armed: the next consumer batch write (after 2 in its process) dies
-                self.until(
-                    lambda: marker.exists() and marker.read_text().strip(),
-                    "the sink crash hook to fire",
-                    120,
-                    0.2,
-                )
-                pid = int(marker.read_text().split()[0])
-                f.fired = pid_gone(pid)
-                f.evidence = {"pid": pid, "marker": marker.read_text().strip()}
+                self.crash_after_write_on_node(f)
             elif kind == "operator_kill":
                 assert self.op.proc is not None
                 pid = self.op.proc.pid

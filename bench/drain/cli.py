@@ -97,13 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--k8s",
         action="store_true",
-        help="with --executors: the counts on Spark's Kubernetes backend (client mode against the local "
-        "kube-apiserver, executor pods run by a pod runner started here, the driver as the chart's drain "
-        "ServiceAccount) beside a 'local' variant (local[<max-tasks>,4]), the base of the ratios",
+        help="with --executors: the counts on Spark's Kubernetes backend. NOT AVAILABLE since the pod "
+        "runner retired (issue 24 step 6): its executor pods were the runner's local processes; "
+        "tests/real/test_drain_k8s.py runs the k8s path on the real node",
     )
     args = ap.parse_args(argv)
     if args.k8s and not args.executors:
         ap.error("--k8s goes with --executors")
+    if args.k8s:
+        # the executor pods of this client-mode driver (a host process) were the pod runner's local
+        # processes, which reached the driver on loopback; on the real node they are containers that
+        # would reach it only on the pod bridge's gateway, need the consumer image loaded into the
+        # node and the pods' DSN and broker listener. Not ported: refused, never a stand-in.
+        ap.error(
+            "--k8s is not available: it ran its executor pods on the pod runner, deleted in issue 24 "
+            'step 6 (docs/node.md "Retiring the pod runner"); the driver would have to bind to the '
+            "node's bridge gateway for its executor containers. tests/real/test_drain_k8s.py runs "
+            "Spark's Kubernetes backend on the real node (the driver a pod)"
+        )
     variants = parse_variants(args.startup_ab) if args.startup_ab else None
     if args.executors:
         counts_arg = [int(x) for x in args.executors.split(",") if x.strip()]
@@ -137,22 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         if variants:
-            k8s = None
-            if args.k8s:
-                from lagpilot_dev.spark_k8s import LocalSparkK8s
-
-                k8s = LocalSparkK8s(
-                    stack.part("kube"), workdir, secret_data={"dsn": dsn}, prefix="bench-drain-k8s"
-                )
-            try:
-                if k8s is not None:
-                    k8s.start()
-                ab = run_startup_ab(
-                    AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, k8s), variants
-                )
-            finally:
-                if k8s is not None:
-                    k8s.stop()
+            ab = run_startup_ab(
+                AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, None), variants
+            )
             return report_ab(ab, args, load_before)
         group = run_group(bootstrap, topic, dsn, counts, args, workdir)
         print(f"group: {group}", file=sys.stderr)

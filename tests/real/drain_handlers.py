@@ -87,8 +87,8 @@ def ledger_drain_hangs_while_marked(records: list[Record], ctx: BatchContext) ->
     holds a row of kind 'down' never returns and writes nothing to the ledger (a sink that stopped
     answering); each hung call first adds a row of kind 'hung' (its pid, partition, first offset).
     Calls that start after the 'down' row is deleted (the sink back) are the ledger's. A table, not a
-    file: the test and the drain's pods share the database, on the pod runner as on the real node,
-    where a container sees none of the test's files."""
+    file: the test and the drain's pods share the database; a container on the real node sees none
+    of the test's files."""
     table = ctx.config.get("hang_table")
     if table and ctx.source == "drain":
         conn = _conn()

@@ -1,8 +1,7 @@
 """A drain that stays busy across a burst (issue 25 item 2; docs/drain.md "Busy drains"), end to end:
 operator (subprocess, docs/rbac.md) + kube-apiserver + the pods (consumers, the drain Job's pod)
-where `pods` runs them (the real node; the pod runner with LAGPILOT_NODE=0) + Kafka + Spark (local
-mode in the Job's pod) + PostgreSQL. The driver's log is read through `pod_io` (the API's on the
-node, read while the test runs so that a rolled-over drain's deleted Job pod keeps its log).
+on the real node (`pods`) + Kafka + Spark (local
+mode in the Job's pod) + PostgreSQL. The driver's log is read through `pod_io` (the API's, read while the test runs so that a rolled-over drain's deleted Job pod keeps its log).
 
 Partition 0 is fed at 300 records/s, three times what one consumer processes (~100/s: a 1 s
 handler call per 100-record batch), for at least four minutes, while partitions 1 and 2 stay idle.
@@ -56,7 +55,7 @@ SLA_S = 240
 
 
 def driver_events(s: Scenario, event: str) -> list[dict[str, Any]]:
-    """The drain Job pods' JSON log lines of `event` (`PodIO`: the runner's log files or the API's)."""
+    """The drain Job pods' JSON log lines of `event` (`PodIO`: the API's)."""
     out = []
     for text in s.io.namespace_logs(s.ns, "drain").values() if s.io is not None else []:
         for line in text.splitlines():
@@ -134,8 +133,8 @@ def test_a_busy_drain_takes_next_splits_without_a_new_start_up_and_hands_the_par
         crash_at="NextSeal:effect,Deliver:effect",
         sla_s=SLA_S,
     )
-    # on the node the API keeps no log of a deleted pod: a rolled-over drain's Job pod is gone by the
-    # end, so its log (its `drain_startup`) is read while the test runs (on the runner: its files)
+    # the API keeps no log of a deleted pod: a rolled-over drain's Job pod is gone by the end, so its
+    # log (its `drain_startup`) is read while the test runs
     stop_drain_logs = s.io.follow(s.ns, "drain") if s.io is not None else None
     if stop_drain_logs is not None:
         request.addfinalizer(stop_drain_logs.set)

@@ -1,7 +1,6 @@
 """A busy drain's roll-over, end to end (issue 25; docs/drain.md "Busy drains", docs/decision.md
 "Busy drains: the slots"): operator (subprocess, docs/rbac.md) + kube-apiserver + the pods
-(consumers, the drain Jobs' pods) where `pods` runs them (the real node; the pod runner with
-LAGPILOT_NODE=0) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
+(consumers, the drain Jobs' pods) on the real node (`pods`) + Kafka + Spark (local mode in the Job's pod) + PostgreSQL.
 
 Partition 0 is fed at 250 records/s (2.5x what one consumer processes, ~100/s) until the busy drain
 the operator plans for it runs and took a next split; its Job holds the slots its launch asked for

@@ -4,9 +4,8 @@ while partition 0 takes 300 records/s (3x one consumer); once the runtime pod is
 allowed. Proven: the attempt ran warm (status.drain.runtime), the runtime served exactly one plan
 (`drain_runtime_served`, exit 0) and its driver thread took >= 2 next parts and the final part with
 the session it holds (`drain_next_part` in the runtime's log), one attempt; the ledger (no key) holds
-every produced offset once. Its pods run where `pods` says (the pod runner; with LAGPILOT_NODE=1 the
-real node: the runtime a JVM in the test image's container), the runtime's log is read through
-`pod_io` (the API's on the node)."""
+every produced offset once. Its pods run on the real node (`pods`: the runtime a JVM in
+the test image's container), the runtime's log is read through `pod_io` (the API's)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ when the leader is SIGKILLed (issue 23 M3), PostgreSQL and the Kafka broker SIGK
 each confirmed fired (pid gone / port closed) and recovered; then the delivery ledgers (tables
 without any key: one row per delivery) compared with the topic's end offsets.
 
-Its pods (the CRs' consumers) run on the real node by default (the default state's node, with that
-state's control plane; the bench's own state keeps Kafka and PostgreSQL): the consumer kill is a
-SIGKILL to the container's init process, the crash hook the eos handler's (bench/chaos/handler.py);
-with LAGPILOT_NODE=0 on the pod runner. The operator stays a host process in both.
+Its pods (the CRs' consumers) run on the real node (the default state's node, with that state's
+control plane; the bench's own state keeps Kafka and PostgreSQL): the consumer kill is a SIGKILL to
+the container's init process, the crash hook the eos handler's (bench/chaos/handler.py). The
+operator stays a host process. With LAGPILOT_NODE=0 it skips.
 
 The assertions can fail: a fault that did not fire is reported as not fired (`not_fired` > 0), a
 recovery that timed out is not counted in `recovered`; the exactly-once table is checked to have no
@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from lagpilot_dev.operator_process import checkout_pythonpath
-from tests.fixtures.node import on_node
 
 pytestmark = [pytest.mark.real]
 
@@ -47,13 +46,11 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(
     if os.environ.get("LAGPILOT_CACHE"):
         env["LAGPILOT_CACHE"] = os.environ["LAGPILOT_CACHE"]
     state = os.environ.get("LAGPILOT_CHAOS_STATE")  # default: <cache>/state/chaos (bench/chaos.py)
-    # where the CRs' pods run: the real node (the default state's; docs/chaos.md "Pods on the real
-    # node"), or the pod runner with LAGPILOT_NODE=0 (the child's environment drops LAGPILOT_*)
-    where = "node" if on_node() else "runner"
-    argv = [sys.executable, str(REPO / "bench" / "chaos.py"), "--quick", "--json", "--pods", where]
-    if where == "node":  # this session's node (started if down) and its control plane: the bench's pods' home
-        request.getfixturevalue("node")
-        argv += ["--node-state", str(request.getfixturevalue("stack").state_dir)]
+    # the CRs' pods run on the real node (the default state's; docs/chaos.md "Pods on the real
+    # node"): this session's node (started if down; LAGPILOT_NODE=0 skips) and its control plane
+    request.getfixturevalue("node")
+    argv = [sys.executable, str(REPO / "bench" / "chaos.py"), "--quick", "--json"]
+    argv += ["--node-state", str(request.getfixturevalue("stack").state_dir)]
     if state:
         argv += ["--state-dir", state]
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=800)
@@ -63,16 +60,15 @@ def test_quick_fault_campaign_loses_and_duplicates_nothing(
     print(proc.stdout)
     detail = json.loads(Path(result["workdir"], "result.json").read_text())["faults_detail"]
     # every kind of the quick round fired, and each fired fault carries its confirmation
-    assert result["pods"] == where and result["not_applicable"] == [], result
+    assert result["pods"] == "node" and result["not_applicable"] == [], result
     assert result["not_fired"] == 0, [f for f in detail if not f["fired"]]
     assert result["faults"] == len(detail) == 6 and result["kinds"] == 6, result["per_kind"]
     for f in detail:
         assert f["fired"] and f["at"] is not None and f["evidence"], f
         assert f["evidence"].get("pid") or f["evidence"].get("port"), f
-    if where == "node":
-        # the consumers' faults acted on containers: the hook's pod ended with 137 and ran again
-        crashed = next(f for f in detail if f["kind"] == "consumer_kill_after_write")
-        assert crashed["evidence"]["exit_code"] == 137 and crashed["evidence"]["restarts"] >= 1, crashed
+    # the consumers' faults acted on containers: the hook's pod ended with 137 and ran again
+    crashed = next(f for f in detail if f["kind"] == "consumer_kill_after_write")
+    assert crashed["evidence"]["exit_code"] == 137 and crashed["evidence"]["restarts"] >= 1, crashed
     standby = next(f for f in detail if f["kind"] == "second_operator")
     assert standby["evidence"]["standby_reconciled_before_kill"] == 0, standby  # it stood by
     assert standby["evidence"]["took_over_s"] is not None, standby  # and took over from the dead leader

@@ -7,8 +7,7 @@ command line, environment and a token of its ServiceAccount (`lagpilot_dev.helm.
 and through a real `helm install` whose Deployment's pod runs where the `pods` fixture says
 (tests/fixtures/node.py): on the real node (the default) a container of this checkout's operator
 image (`node_images`, never pulled) in a namespace under Pod Security `restricted`, reaching the
-apiserver through the `kubernetes` Service with its ServiceAccount's token and the chart's RBAC; with
-LAGPILOT_NODE=0 a process of the pod runner. Both serve only their own test namespace
+apiserver through the `kubernetes` Service with its ServiceAccount's token and the chart's RBAC. Both serve only their own test namespace
 (`watchNamespaces`); the plain applies above use replicas 0, since an operator watching every
 namespace of the shared test cluster would act on other tests' objects.
 """
@@ -596,10 +595,9 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
     tmp_path: Any,
 ) -> None:
     """A real `helm install`: the controller-manager turns the chart's Deployment into a Pod, which
-    runs where `pods` says: on the real node a container of this checkout's operator image (the
-    chart's command, env, securityContext and probes, a token of the chart's ServiceAccount mounted
-    by the kubelet), with LAGPILOT_NODE=0 the pod runner's process. That operator reconciles a CR end
-    to end (its consumer pods where `pods` says too); `helm uninstall` removes the operator again
+    runs on the real node: a container of this checkout's operator image (the chart's command, env,
+    securityContext and probes, a token of the chart's ServiceAccount mounted by the kubelet). That
+    operator reconciles a CR end to end (its consumer pods on the node too); `helm uninstall` removes the operator again
     (and its cluster-scoped RBAC)."""
     rel_ns, team = pods.namespace("lp-sys"), pods.namespace("lp-team")
     values: dict[str, Any] = {
@@ -612,16 +610,10 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
             ]
         },
     }
-    operator_image = None
-    if pods.on_node:
-        # this checkout's operator image, loaded into the node (the chart's name; never pulled)
-        operator_image = node_images.get("operator")
-        repository, tag = operator_image.rsplit(":", 1)
-        values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
-    else:
-        # one network namespace for every pod of the runner: no fixed ports
-        values["health"] = {"port": _free_port()}
-        values["metrics"]["port"] = _free_port()
+    # this checkout's operator image, loaded into the node (the chart's name; never pulled)
+    operator_image = node_images.get("operator")
+    repository, tag = operator_image.rsplit(":", 1)
+    values["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
     values_file = tmp_path / "values.json"
     values_file.write_text(json.dumps(values))
     helm_args = ["--kubeconfig", str(kube.kubeconfig), "-n", rel_ns]
@@ -649,20 +641,17 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
             ]
             return ready[0] if ready else None
 
-        pod = wait_until(
-            operator_pod, f"the operator pod Ready (kopf /healthz; pods on the {pods.where})", 300
-        )
+        pod = wait_until(operator_pod, "the operator pod Ready (kopf /healthz)", 300)
         assert pod["spec"]["serviceAccountName"] == full
         assert pod["spec"]["nodeName"] == pods.node_name
-        if pods.on_node:
-            assert pod["spec"]["containers"][0]["image"] == operator_image
-            # the runtime's own listing: the operator is a container of the node
-            listed = {
-                c["labels"]["io.kubernetes.pod.name"]
-                for c in json.loads(pods.node.crictl("ps", "-o", "json").stdout)["containers"]
-                if c["labels"].get("io.kubernetes.pod.namespace") == rel_ns
-            }
-            assert pod["metadata"]["name"] in listed, listed
+        assert pod["spec"]["containers"][0]["image"] == operator_image
+        # the runtime's own listing: the operator is a container of the node
+        listed = {
+            c["labels"]["io.kubernetes.pod.name"]
+            for c in json.loads(pods.node.crictl("ps", "-o", "json").stdout)["containers"]
+            if c["labels"].get("io.kubernetes.pod.namespace") == rel_ns
+        }
+        assert pod["metadata"]["name"] in listed, listed
         topic = new_topic(partitions=2)
         bcg = {
             "apiVersion": "lagpilot.io/v1alpha1",
@@ -699,7 +688,7 @@ def test_helm_install_runs_the_operator_pod_as_the_charts_service_account(
         assert st.get("observedGeneration") == 1
         kube.kubectl("delete", "bcg", name, "-n", team, "--wait=true", "--timeout=120s", timeout=150)
         log = pod_io.logs(rel_ns, pod["metadata"]["name"])
-        assert log, f"no operator log (pods on the {pods.where})"
+        assert log, "no operator log"
         denied = [line for line in log.splitlines() if DENIED_LINE.search(line)]
         assert denied == [], "the chart's RBAC is missing something:\n" + "\n".join(denied[:20])
     finally:
@@ -745,7 +734,7 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
     operator scaled to 0 `helm test` fails (the hook can fail). On the real node (the default) the
     operator and the hook are containers of this checkout's operator image and the hook reaches the
     operator through the chart's metrics Service by its DNS name (CoreDNS, kube-proxy): the chart's
-    default `helmTest.url`; with LAGPILOT_NODE=0 the pod runner's processes on loopback."""
+    default `helmTest.url`."""
     version = h.run_helm(any_helm, ["version", "--template", "{{.Version}}"]).stdout.strip()
     assert version.startswith(("v3.", "v4.")), version
     rel_ns, team = pods.namespace("lp-sys"), pods.namespace("lp-team")
@@ -765,23 +754,12 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
     shutil.copytree(h.CHART_DIR, parent / "charts" / "lagpilot")
     full = f"{release}-lagpilot"
     sub: dict[str, Any] = {"watchNamespaces": [team], "helmTest": {"attempts": 20}}
-    if pods.on_node:
-        # this checkout's operator image on the node (the chart's name; never pulled); the hook's URL
-        # is the chart's default, the metrics Service's DNS name
-        repository, tag = node_images.get("operator").rsplit(":", 1)
-        sub["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
-        sub["metrics"] = {"enabled": True}
-        metrics_url = f"http://{full}-metrics.{rel_ns}.svc:9090/metrics"  # values.yaml metrics.servicePort
-    else:
-        metrics_port = _free_port()
-        sub["health"] = {"port": _free_port()}
-        sub["metrics"] = {"enabled": True, "port": metrics_port}
-        # the pod runner gives every local pod one network namespace and no Service DNS: the test
-        # pod reaches the operator on loopback; a cluster uses the Service URL (the default)
-        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-        sub["helmTest"]["url"] = metrics_url
-        # this checkout's operator (the pod runner's interpreter is the venv's, editable at /work/main)
-        sub["operator"] = {"extraEnv": [{"name": "PYTHONPATH", "value": checkout_pythonpath(h.REPO_ROOT)}]}
+    # this checkout's operator image on the node (the chart's name; never pulled); the hook's URL
+    # is the chart's default, the metrics Service's DNS name
+    repository, tag = node_images.get("operator").rsplit(":", 1)
+    sub["image"] = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+    sub["metrics"] = {"enabled": True}
+    metrics_url = f"http://{full}-metrics.{rel_ns}.svc:9090/metrics"  # values.yaml metrics.servicePort
     values = {
         "global": {"imageRegistry": "registry.example.com", "labels": {"team": "platform"}},
         "lagpilot": sub,
@@ -829,7 +807,7 @@ def test_subchart_with_global_values_installs_upgrades_and_passes_helm_test(
             )
 
         def hook_log() -> str:
-            # the hook pod's log: the API's (through the kubelet) on the node, the runner's file without it
+            # the hook pod's log: the API's (through the kubelet)
             return pod_io.logs(rel_ns, f"{full}-test-metrics")
 
         wait_until(ready_operator, f"the operator pod Ready ({version})", 180)

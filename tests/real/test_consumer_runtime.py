@@ -1,7 +1,7 @@
 """The consumer runtime against the real broker and PostgreSQL (issue 4, "What must be shown").
 
-Consumers run as real `lagpilot consume` subprocesses configured by environment, as the pod runner
-would start them, so SIGKILL and SIGTERM are real signals. Test handlers live in tests/handlers.py.
+Consumers run as real `lagpilot consume` subprocesses configured by environment, as a container's
+entrypoint starts them, so SIGKILL and SIGTERM are real signals. Test handlers live in tests/handlers.py.
 Every wait is on a condition with a generous timeout; nothing asserts on timing.
 """
 

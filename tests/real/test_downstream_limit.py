@@ -2,8 +2,7 @@
 limit) stops the scale-ups, the ScalingIneffective condition and a Warning event say so; the pod
 start the scale-ups showed is measured (the controller's memory, shown in status.startUps).
 
-Consumers run in pods where `pods` runs them (the real node by default, Pod Security `restricted`;
-the pod runner with LAGPILOT_NODE=0) with a handler whose sink every consumer shares: a PostgreSQL
+Consumers run in pods where `pods` runs them (the real node, Pod Security `restricted`) with a handler whose sink every consumer shares: a PostgreSQL
 advisory lock held for 10 ms per record (pods share no file), so the group takes at most ~100
 records/s whatever its size. The operator (a subprocess, the docs/rbac.md Role) runs this
 checkout's code.

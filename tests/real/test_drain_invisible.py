@@ -11,8 +11,7 @@ Each test first proves its fault fired (the sub-range holds offsets, but a read_
 sees no record in it), then runs `lagpilot drain` as the Job's pod does and checks: exit 0, progress
 at every sub-range's end, and the delivery ledger (no unique key) holds exactly the visible records
 of the plan, each once. The first three run `lagpilot drain` as a host process (no pod); the two
-through the operator run their pods where `pods` runs them (the real node; the pod runner with
-LAGPILOT_NODE=0).
+through the operator run their pods on the real node (`pods`).
 """
 
 from __future__ import annotations

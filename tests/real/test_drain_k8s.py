@@ -3,13 +3,12 @@
 
 The drain Job comes from `build_drain_job` with a `k8s://` master and the chart's drain
 ServiceAccount (its ServiceAccount, Role and RoleBinding rendered by `helm template` and applied).
-The pods run where the fixture `pods` runs them: by default containers of the test image on the
-real node, in a namespace enforcing Pod Security `restricted`, the driver reaching the API server
-as `https://kubernetes.default.svc`; with LAGPILOT_NODE=0 the test-side pod runner (host processes,
-the API server's own address). The Job's pod (`lagpilot drain`: the Spark driver, client mode) runs
+The pods run where the fixture `pods` runs them: containers of the test image on the real node, in
+a namespace enforcing Pod Security `restricted`, the driver reaching the API server as
+`https://kubernetes.default.svc`. The Job's pod (`lagpilot drain`: the Spark driver, client mode) runs
 with a token of that ServiceAccount only; the driver asks the API server for executor pods, which
 run the image's entrypoint (`executor` → KubernetesExecutorBackend). Logs and SIGKILLs go through
-`pod_io` (the API and the node's runtime on the node). Checked: 2 executor pods created through the
+`pod_io` (the API and the node's runtime). Checked: 2 executor pods created through the
 API server (`kubectl get pods -l spark-role=executor`), owned by the driver pod; the Job succeeds;
 every planned offset is in the delivery ledger (built-in `ledger` sink: one row per delivery, no
 unique key) exactly once; the executor pods are deleted at
@@ -52,17 +51,12 @@ REPO = Path(__file__).resolve().parents[2]
 PARTS = 2
 PER_PARTITION = 1500
 DENIED = ("Forbidden", " 403", "code=403")
-# the driver inside a pod on the real node reaches the API server through its Service (kube-proxy);
-# on the runner the driver is a host process and takes the API server's own address
+# the driver inside a pod on the real node reaches the API server through its Service (kube-proxy)
 IN_CLUSTER_MASTER = "k8s://https://kubernetes.default.svc"
 # on the real node (2 CPUs for every pod of the machine's sessions): the driver only schedules, as in
 # test_node_spark_k8s; its default request in k8s mode is a whole CPU
 NODE_DRIVER_RESOURCES = {"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
 NODE_OPERATOR_POD_RESOURCES = {"requests": {"cpu": "100m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
-
-
-def spark_master(pods: Pods, kube: KubeEnv) -> str:
-    return IN_CLUSTER_MASTER if pods.on_node else f"k8s://{kube.server}"
 
 
 def _executors(kube: KubeEnv, ns: str) -> list[dict[str, Any]]:
@@ -119,7 +113,6 @@ def _run_drain(
     kafka_bootstrap: str,
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
     cost_ms: int,
     during: Callable[[str, str], Any] | None = None,
     restricted: bool = False,
@@ -132,17 +125,9 @@ def _run_drain(
     from lagpilot.spec import parse_spec
     from lagpilot_dev.spark_k8s import apply_drain_rbac
 
-    ns = pods.namespace("drk8s")  # on the real node it enforces Pod Security `restricted` already
+    ns = pods.namespace("drk8s")  # it enforces Pod Security `restricted` (`pods`)
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
     # PodSecurity admission (in kube-apiserver) rejects every pod not meeting `restricted`
-    if restricted and not pods.on_node:
-        kube.kubectl(
-            "label",
-            "namespace",
-            ns,
-            "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest",
-        )
     if restricted:
         labels = core.read_namespace(ns).metadata.labels or {}
         assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
@@ -168,11 +153,10 @@ def _run_drain(
                 "config": {"ledger.table": table, "ledger.cost_ms": str(cost_ms)},
             },
             "drain": {"splitFactor": 2, "maxTasks": 4},
-            # this checkout's runtime in the driver and (spark.executorEnv) the executors: on the
-            # runner its source dirs (PYTHONPATH), on the node the test image
+            # this checkout's runtime in the driver and (spark.executorEnv) the executors: the test image
             "template": pods.template(
                 env=[{"name": "LEDGER_DSN", "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}],
-                **({"resources": NODE_DRIVER_RESOURCES} if pods.on_node else {}),
+                resources=NODE_DRIVER_RESOURCES,
             ),
         }
     )
@@ -182,19 +166,14 @@ def _run_drain(
         ranges=tuple(PartitionRange(p, b, a) for p, (a, b) in ranges.items()),
         sub_ranges=tuple(SubProgress(s.partition, s.index, s.start, s.end, s.start) for s in subs),
     )
-    # on the runner the stack's connector jars; on the node the image's (DrainSettings' default),
-    # and a small CPU request per task slot (the executor pods' request: 2 slots x 50m)
-    where = (
-        {"cpu_per_task_m": int(NODE_DRAIN_CPU_PER_TASK_M)}
-        if pods.on_node
-        else {"spark_jars": ",".join(spark_jars)}
-    )
+    # the image's connector jars (DrainSettings' default), and a small CPU request per task slot
+    # (the executor pods' request: 2 slots x 50m)
     settings = DrainSettings(
-        spark_master=spark_master(pods, kube),
+        spark_master=IN_CLUSTER_MASTER,
         service_account=sa,
         executor_cores=2,
         executor_memory="512m",
-        **where,
+        cpu_per_task_m=int(NODE_DRAIN_CPU_PER_TASK_M),
     )
     job = build_drain_job("orders", ns, "unused", spec, drain, 1, settings)
     job["metadata"].pop("ownerReferences")  # no BatchConsumerGroup here: the test owns the Job
@@ -273,7 +252,6 @@ def test_drain_on_k8s_in_a_namespace_enforcing_restricted(
     kafka_bootstrap: str,
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
 ) -> None:
     """H4 (issue 23): a namespace labelled pod-security.kubernetes.io/enforce=restricted admits the
     drain's driver (the Job's pod) and the executor pods Spark creates (their pod template), and the
@@ -287,7 +265,6 @@ def test_drain_on_k8s_in_a_namespace_enforcing_restricted(
         kafka_bootstrap,
         postgres_dsn,
         pods_dsn,
-        spark_jars,
         cost_ms=0,
         restricted=True,
     )
@@ -400,7 +377,6 @@ def test_drain_on_k8s_survives_an_executor_sigkill(
     kafka_bootstrap: str,
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
 ) -> None:
     def kill_one(ns: str, table: str) -> dict[str, Any]:
         wait_until(
@@ -409,7 +385,7 @@ def test_drain_on_k8s_survives_an_executor_sigkill(
         victim = _running(_executors(kube, ns))[0]
         pod, exec_id = victim["metadata"]["name"], victim["metadata"]["labels"]["spark-exec-id"]
         before = _ledger_rows(postgres_dsn, table)
-        # its processes (the runner's process group; the node's container, through its init process)
+        # its processes (the node's container, through its init process)
         assert pod_io.kill(ns, pod), f"{pod} had no running process to kill"
         # the fault fired: its container ended by SIGKILL (128 + 9) and the pod is Failed (no restart)
         code = wait_until(lambda: _exit_code(kube, ns, pod), f"{pod}'s container terminated", 60, 0.5)
@@ -436,7 +412,6 @@ def test_drain_on_k8s_survives_an_executor_sigkill(
         kafka_bootstrap,
         postgres_dsn,
         pods_dsn,
-        spark_jars,
         cost_ms=1500,
         during=kill_one,
     )
@@ -470,7 +445,6 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(
     kafka_bootstrap: str,
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
 ) -> None:
     """Failure cleanup through owner references: the driver is SIGKILLed (no shutdown hook, so Spark
     cannot delete its executors itself), the Job fails; deleting the Job (what the operator does on
@@ -482,8 +456,8 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(
             "items"
         ][0]
         pod = driver["metadata"]["name"]
-        # the driver and its JVM at once, like a lost node (the runner's process group; the node's
-        # container, through its init process)
+        # the driver and its JVM at once, like a lost node (the node's container, through its
+        # init process)
         assert pod_io.kill(ns, pod), f"{pod} had no running process to kill"
         # the fault fired: its container ended by SIGKILL (128 + 9)
         code = wait_until(lambda: _exit_code(kube, ns, pod), f"{pod}'s container terminated", 60, 0.5)
@@ -499,7 +473,6 @@ def test_drain_on_k8s_driver_lost_executors_garbage_collected(
         kafka_bootstrap,
         postgres_dsn,
         pods_dsn,
-        spark_jars,
         cost_ms=1500,
         during=kill_driver,
     )
@@ -531,7 +504,7 @@ def test_operator_drain_on_k8s_reaches_verified(
     from tests.real.test_drain_operator import finish_and_check
 
     ops = {
-        "LAGPILOT_DRAIN_SPARK_MASTER": spark_master(pods, kube),
+        "LAGPILOT_DRAIN_SPARK_MASTER": IN_CLUSTER_MASTER,
         "LAGPILOT_DRAIN_SERVICE_ACCOUNT": "lagpilot-drain",
         "LAGPILOT_DRAIN_EXECUTOR_CORES": "6",
         "LAGPILOT_DRAIN_EXECUTOR_MEMORY": "512m",
@@ -542,7 +515,7 @@ def test_operator_drain_on_k8s_reaches_verified(
     s = scenario(
         {p: 15000 for p in range(OP_PARTS)},
         operator_env=ops,
-        template={"resources": NODE_OPERATOR_POD_RESOURCES} if pods.on_node else None,
+        template={"resources": NODE_OPERATOR_POD_RESOURCES},
     )
     # the chart's drain ServiceAccount/Role in the CR's namespace (release "lagpilot": lagpilot-drain);
     # applied before the drain is planned (a pod of a missing ServiceAccount is refused, then retried)
@@ -628,7 +601,6 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
     kafka_bootstrap: str,
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
 ) -> None:
     """H4 (issue 23), the negative: spark.authenticate with the CR's key file means a client that
     presents another secret gets nothing from the driver. Mid-drain, a copy of a running executor's
@@ -669,7 +641,6 @@ def test_an_executor_with_another_rpc_secret_is_refused_by_the_driver(
         kafka_bootstrap,
         postgres_dsn,
         pods_dsn,
-        spark_jars,
         cost_ms=1000,
         during=intrude,
     )

@@ -2,10 +2,9 @@
 task's first call never returns: a sink that stopped answering) records no progress; the operator
 notices within its limit, reports it and retries, and the retry finishes. Real stack of
 tests/real/test_drain_operator.py (operator subprocess as the docs/rbac.md ServiceAccount,
-kube-apiserver + controller-manager + the pods where `pods` runs them: the real node, or the pod
-runner with LAGPILOT_NODE=0; Kafka, Spark local mode, PostgreSQL ledger). The sink's outage is a
+kube-apiserver + controller-manager + the pods where `pods` runs them: the real node; Kafka, Spark local mode, PostgreSQL ledger). The sink's outage is a
 row in a PostgreSQL table (`HANG_DDL`), not a file: the test and the drain's pods share the
-database on the node as on the runner, where a file of the test's would not reach a container.
+database, where a file of the test's would not reach a container.
 
 The window counts from the attempt's first sign of life (each task commits its progress group with
 the attempt's number before its handler's first call), not from its launch: operator env

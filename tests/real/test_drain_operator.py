@@ -1,9 +1,9 @@
 """The drain hand-off end to end: operator (subprocess, RBAC of docs/rbac.md) + kube-apiserver +
 controller-manager + the pods (consumer pods, drain Job pods) where the fixture `pods` runs them
-(the test-side pod runner by default; with LAGPILOT_NODE=1 containers of the test image on the real
-node, Pod Security `restricted`) + Kafka + Spark (local mode inside the Job's pod) + PostgreSQL.
-The pods' logs and processes are read and killed through `pod_io` (the API and the node's runtime
-on the node), the ledger's DSN is the one the pods reach (`pods_dsn`).
+(containers of the test image on the real node, Pod Security
+`restricted`) + Kafka + Spark (local mode inside the Job's pod) + PostgreSQL.
+The pods' logs and processes are read and killed through `pod_io` (the API and the node's
+runtime), the ledger's DSN is the one the pods reach (`pods_dsn`).
 
 A backlog that the partition-capped group (3 partitions → at most 3 consumers, ~100 records/s each)
 cannot clear within the SLA triggers a drain while a trickle of live records keeps arriving. The
@@ -108,7 +108,7 @@ class Scenario:
     live_errors: list[str] = field(default_factory=list)
     live_thread: threading.Thread | None = None
     bootstrap: str = ""
-    io: PodIO | None = None  # the pods' logs and processes, on the runner or the node
+    io: PodIO | None = None  # the pods' logs and processes
     stop_logs: threading.Event | None = None  # ends pod_io.follow (the node: logs of deleted pods)
     once_table: str = ""  # the consumers' crash points' once-claims (LP_TEST_* hooks given)
 
@@ -173,7 +173,7 @@ def crash_fired(s: Scenario, postgres_dsn: str, name: str) -> tuple[int, str, fl
 
 
 def assert_crashed(s: Scenario, pod: str, claimed_at: float) -> dict[str, Any]:
-    """The crash point ended `pod`'s consumer container: the kubelet (or the runner) reports a
+    """The crash point ended `pod`'s consumer container: the kubelet reports a
     termination with exit code 137 (the hook's `os._exit(137)`, as a SIGKILL) that finished no
     earlier than the claim (`claimed_at`, the second it is in: the API's times are whole seconds),
     so a SIGKILL of the same pod by the test before is not taken for it; and the pod's log has the
@@ -226,12 +226,11 @@ def scenario(
     new_topic: Callable[..., str],
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
     tmp_path: Path,
     test_hooks: TestHooks,
 ) -> Iterator[Callable[..., Scenario]]:
     """Factory: namespace + operator (as the docs/rbac.md ServiceAccount) + topic with a backlog + CR,
-    its pods where `pods` runs them (the runner, or the real node with LAGPILOT_NODE=1)."""
+    its pods on the real node (`pods`)."""
     import psycopg
     from kubernetes import client
 
@@ -274,13 +273,9 @@ def scenario(
         table = "ledger_" + uuid.uuid4().hex[:8]
         with psycopg.connect(postgres_dsn, autocommit=True) as conn:
             conn.execute(LEDGER_DDL.format(table=table))
-        # on the runner the Job's Spark takes the stack's connector jars; on the node the image's
-        # (/opt/lagpilot/spark-jars, the operator's default)
-        extra = (
-            {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
-            if pods.on_node
-            else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
-        )
+        # the Job's Spark takes the image's connector jars (/opt/lagpilot/spark-jars, the operator's
+        # default)
+        extra = {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
         if crash_at:
             crash_dir = tmp_path / f"crash-{ns}"
             crash_dir.mkdir()
@@ -340,8 +335,7 @@ def scenario(
                         "busy": False,
                         **(drain or {}),
                     },
-                    # the pods (consumers, drain Jobs) run this tree's code: on the runner the
-                    # checkout's source dirs first (PYTHONPATH), on the node the test image
+                    # the pods (consumers, drain Jobs) run this tree's code: the test image
                     "template": pods.template(
                         env=[
                             {
@@ -654,8 +648,8 @@ def test_drain_driver_killed_midway_is_retried(
             return
         pods = s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items
         for pod in pods:
-            # the driver, its JVM and the Python workers: the runner's process group, the node's
-            # container (its init process, SIGKILL from the node)
+            # the driver, its JVM and the Python workers: the container (its init process,
+            # SIGKILL from the node)
             if pod_io.kill(s.ns, pod.metadata.name):
                 killed.append(pod.metadata.name)
 

@@ -1,7 +1,6 @@
 """The warm drain runtime through the operator (spec.drain.warmRuntime), on the real stack of
 tests/real/test_drain_operator.py (operator subprocess as the docs/rbac.md ServiceAccount,
-kube-apiserver + controller-manager + the pods where `pods` runs them: the pod runner, or with
-LAGPILOT_NODE=1 the real node, the runtime's and the Job's logs read through `pod_io`; Kafka, Spark
+kube-apiserver + controller-manager + the pods where `pods` runs them: the real node, the runtime's and the Job's logs read through `pod_io`; Kafka, Spark
 local mode, PostgreSQL ledger).
 
 The CR starts with `warmRuntime: true` and `cancel: true` (no drain yet): the operator creates the

@@ -2,8 +2,7 @@
 is refused, and the real drain still processes every record exactly once (the delivery ledger).
 
 The stack of tests/real/test_drain_runtime.py (operator as the docs/rbac.md ServiceAccount, the pods
-where `pods` runs them: the pod runner, or with LAGPILOT_NODE=1 the real node, where the attacker
-reaches the runtime at its pod IP; Kafka, Spark local mode, PostgreSQL ledger). While the CR holds `cancel: true` (no drain yet)
+on the real node (`pods`), where the attacker reaches the runtime at its pod IP; Kafka, Spark local mode, PostgreSQL ledger). While the CR holds `cancel: true` (no drain yet)
 and the runtime pod is Ready, a separate Python process (the attacker: no key, but it can reach the
 port, as any pod could before) sends the attack of issue 23: the drain id the operator will use
 next ("1") with one sub-range per partition covering the whole backlog, as a bare plan (the old
@@ -13,8 +12,7 @@ every offset once, the drain exactly its recorded ranges (finish_and_check). Fin
 own signed plan (read from its env, as anyone who can read Jobs could) is replayed from the attacker
 process: refused as a replay, and the ledger does not change.
 
-NetworkPolicy enforcement needs a real node (the pod runner runs pods as local processes): here
-only that the operator created the policy and the key Secret, owned by the CR.
+NetworkPolicy enforcement needs the `netpol` part (test_node_runtime.py): here only that the operator created the policy and the key Secret, owned by the CR.
 """
 
 from __future__ import annotations
@@ -63,9 +61,9 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
     )
     pod = wait_until(lambda: _ready_runtime_pod(s), "the runtime pod Ready (warm)", 240, interval=1)
     port = runtime_port(s.ns, s.name)
-    # the runner's runtime listens on the host's loopback; the node's in its pod (the host reaches
-    # pod IPs through the bridge; no NetworkPolicy agent on this path)
-    host = pod.status.pod_ip if pods.on_node else "127.0.0.1"
+    # the runtime listens in its pod (the host reaches pod IPs through the bridge; no NetworkPolicy
+    # agent on this path)
+    host = pod.status.pod_ip
 
     def rt_log() -> str:
         return pod_io.logs(s.ns, pod.metadata.name)

@@ -4,8 +4,8 @@ A stand-in SparkApplication CRD (tests/fixtures/crds/sparkapplication-minimal.ya
 spark-operator's group/version/kind, schema left open) is installed and the test plays the
 spark-operator: it reads the SparkApplication the operator created, moves its
 `status.applicationState.state` the way the spark-operator does, and starts the application's
-driver as a pod where `pods` runs them (the real node by default: a container of the test image,
-admitted under Pod Security `restricted`; the pod runner with LAGPILOT_NODE=0): the driver's image,
+driver as a pod where `pods` runs them (the real node: a container of the test image, admitted
+under Pod Security `restricted`): the driver's image,
 environment (Secret refs and fieldRefs resolved by the kubelet), labels and security contexts from
 the application, running the image's `lagpilot drain` (what spark-submit's DRIVER_MAIN ends in).
 What is proven: the operator creates one SparkApplication per attempt (named like the Job, owned by the CR,

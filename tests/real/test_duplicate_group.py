@@ -1,8 +1,8 @@
 """A second BatchConsumerGroup with the same groupId on the same Kafka cluster (issue 23, M4).
 
 Operator subprocess (as its docs/rbac.md ServiceAccount) + kube-apiserver/controller-manager + Kafka;
-the consumer pods run where the `pods` fixture says (tests/fixtures/node.py): the pod runner, or with
-LAGPILOT_NODE=1 containers of the test image on the real node (namespace enforcing `restricted`). The first CR runs its consumer; the second CR (same groupId and bootstrapServers, another
+the consumer pods run where the `pods` fixture says (tests/fixtures/node.py): containers of the test
+image on the real node (namespace enforcing `restricted`). The first CR runs its consumer; the second CR (same groupId and bootstrapServers, another
 topic) gets `Degraded=True/DuplicateGroupId` naming `spec.groupId` and the first CR, a Warning event,
 and creates nothing: no Deployment, so no member of its own joins the first CR's group, whose Deployment
 and membership stay as they were. Once the first CR is deleted, the second takes the group over.

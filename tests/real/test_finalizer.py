@@ -1,6 +1,6 @@
 """Deleting a CR mid-drain (issue 12, item 1): operator subprocess + kube-apiserver/controller-manager +
 the pods where `pods` runs them (the real node by default: containers of the test image under Pod
-Security `restricted`; the pod runner with LAGPILOT_NODE=0) + Kafka + Spark (local mode in the Job's
+Security `restricted`) + Kafka + Spark (local mode in the Job's
 pod) + PostgreSQL (`pods_dsn` for the pods); every delivery counted in the
 built-in ledger sink (one row per delivery, no unique key).
 
@@ -79,7 +79,6 @@ def case(
     new_topic: Callable[..., str],
     postgres_dsn: str,
     pods_dsn: str,
-    spark_jars: list[str],
     tmp_path: Path,
 ) -> Iterator[Callable[..., Case]]:
     from kubernetes import client
@@ -108,11 +107,7 @@ def case(
             {
                 # on the node the image's connector jars and the node demo's CPU request per task
                 # (12 tasks at the default 250m would stay Pending on the 2-CPU node)
-                **(
-                    {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
-                    if pods.on_node
-                    else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)}
-                ),
+                "LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M,
                 "LAGPILOT_DELETE_DRAIN_WAIT_SECONDS": wait_s,
             },
         )

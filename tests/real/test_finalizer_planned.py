@@ -1,7 +1,7 @@
 """Deleting a CR while its drain is `Planned` with acks in the mailbox (issue 23, H1).
 
-Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the pod
-runner; with LAGPILOT_NODE=1 the real node) + Kafka + PostgreSQL (the ledger handler of
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the real
+node) + Kafka + PostgreSQL (the ledger handler of
 tests/real/test_drain_operator.py: one row per delivery).
 
 The operator dies right after publishing the hand-off (test-only crash point `Publish:status`), so it

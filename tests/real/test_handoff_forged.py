@@ -1,7 +1,7 @@
 """A forged hand-off request does not move the live group (issue 23, M8).
 
-Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the pod
-runner; with LAGPILOT_NODE=1 the real node) + Kafka + PostgreSQL (the ledger handler of
+Operator subprocess + kube-apiserver/controller-manager + the pods where `pods` runs them (the real
+node) + Kafka + PostgreSQL (the ledger handler of
 tests/real/test_drain_operator.py: one row per delivery). The consumers' logs are read through
 `pod_io` (the API on the node).
 
@@ -112,8 +112,7 @@ def test_a_forged_request_with_the_crs_uid_does_not_make_the_owner_jump(
 
 
 def handoff_refusals(s: Scenario) -> list[str]:
-    """The `handoff_refused` lines of every consumer pod's log (`pod_io`: the runner's files, or the
-    API's logs on the node, kept for pods deleted since by `follow`)."""
+    """The `handoff_refused` lines of every consumer pod's log (`pod_io`: the API's logs, kept for pods deleted since by `follow`)."""
     assert s.io is not None
     out: list[str] = []
     for text in s.io.namespace_logs(s.ns, "consumer").values():

@@ -48,8 +48,8 @@ NO_FALLBACK = {"LAGPILOT_DRAIN_ACK_TIMEOUT_SECONDS": "300"}
 
 
 def consumer_pids(s: Scenario) -> dict[str, list[int]]:
-    """pod name -> host pids of the scenario's running consumer pods (`pod_io.pids`: the runner's
-    process, the node's container init), for a test to watch /proc/<pid> end."""
+    """pod name -> host pids of the scenario's running consumer pods (`pod_io.pids`: the node's
+    container init), for a test to watch /proc/<pid> end."""
     assert s.io is not None
     return {n: s.io.pids(s.ns, n) for n in running_consumers(s)}
 
@@ -59,7 +59,7 @@ def gone(pids: list[int]) -> bool:
 
 
 def running_consumers(s: Scenario) -> set[str]:
-    """The scenario's consumer pods whose process runs now (`pod_io.running`: on the runner or the node)."""
+    """The scenario's consumer pods whose process runs now (`pod_io.running`)."""
     assert s.io is not None
     return {n for n in s.io.running(s.ns) if "drain" not in n}
 
@@ -87,8 +87,8 @@ def enable_drain(s: Scenario) -> None:
 
 
 def handoff_log_lines(s: Scenario) -> list[str]:
-    """The consumers' `handoff_ack` log lines (`pod_io`: the runner's files, the API's logs and the
-    last read of deleted pods on the node)."""
+    """The consumers' `handoff_ack` log lines (`pod_io`: the API's logs and the
+    last read of deleted pods)."""
     assert s.io is not None
     return [
         ln for text in s.io.namespace_logs(s.ns).values() for ln in text.splitlines() if "handoff_ack" in ln
@@ -107,7 +107,7 @@ def test_consumer_killed_between_commit_and_seek_and_drain_planned_mid_rebalance
     )
     wait_group_running(s, postgres_dsn)
     assert s.io is not None
-    # mid-rebalance: one member gone (SIGKILL, restarted in place by the kubelet or the runner)
+    # mid-rebalance: one member gone (SIGKILL, restarted in place by the kubelet)
     victim, vpids = sorted(consumer_pids(s).items())[0]
     assert vpids and s.io.kill(s.ns, victim), f"{victim} had no process to kill"
     wait_until(lambda: gone(vpids), "the killed consumer gone", 30, interval=0.1)

@@ -4,8 +4,8 @@ kstatus itself (sigs.k8s.io/cli-utils v0.37.2 pkg/kstatus/status.Compute, throug
 and by the Argo CD health check (examples/gitops/argocd-health.lua, run by gopher-lua, Argo CD's Lua
 VM). The Python copy of kstatus' rules (lagpilot.decide.kstatus.verdict) must agree with the library.
 
-The reconciling CR's consumer pod runs where the `pods` fixture says (tests/fixtures/node.py): the
-pod runner, or with LAGPILOT_NODE=1 a container of the test image on the real node."""
+The reconciling CR's consumer pod runs where the `pods` fixture says (tests/fixtures/node.py): a
+container of the test image on the real node."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The local control plane is a real one: kubectl talks to it, RBAC applies, and the real
 kube-controller-manager collects garbage, runs Deployments and Jobs, whose pods run where the `pods`
-fixture says (tests/fixtures/node.py): containers of the real node by default (the test image,
-Pod Security `restricted`), the pod runner's processes with LAGPILOT_NODE=0.
+fixture says (tests/fixtures/node.py): containers of the real node (the test image, Pod Security
+`restricted`).
 
-One test keeps a pod runner of its own: `test_control_plane_survives_kill_and_restart_on_its_data_dir`
-kills and restarts a private control plane (its own state dir, so that the shared one is never
-disturbed); the real node is one per machine and registered with the shared apiserver, so it cannot
-serve a private one (docs/node.md "Retiring the pod runner": the named exception)."""
+`test_control_plane_survives_kill_and_restart_on_its_data_dir` kills and restarts a private control
+plane (its own state dir, so that the shared one is never disturbed); the real node is one per
+machine and registered with the shared apiserver, so no pod runs there: it checks that objects
+(pods among them) survive and that the restarted controller-manager serves a new namespace."""
 
 from __future__ import annotations
 
@@ -156,23 +156,7 @@ def test_object_owned_by_a_custom_resource_is_collected_on_foreground_delete(
     wait_until(both_gone, "the Widget and its ConfigMap to be deleted (foreground)", timeout=180)
 
 
-# A container that records its pid and, on SIGTERM, writes <dir>/<pod>.term and exits (the pod runner:
-# its pods are host processes sharing the test's filesystem).
-WORKER = textwrap.dedent("""
-    import os, signal, sys, time
-    out, me = sys.argv[1], os.environ["HOSTNAME"]
-    def on_term(signum, frame):
-        open(os.path.join(out, me + ".term"), "w").close()
-        sys.exit(0)
-    signal.signal(signal.SIGTERM, on_term)
-    with open(os.path.join(out, me + ".pid.tmp"), "w") as f:
-        f.write(str(os.getpid()))
-    os.replace(os.path.join(out, me + ".pid.tmp"), os.path.join(out, me + ".pid"))  # atomic for the test
-    while True:
-        time.sleep(0.2)
-""")
-
-# The same worker as a container of the real node: it says who it is on stdout and, on SIGTERM,
+# A worker as a container of the real node: it says who it is on stdout and, on SIGTERM,
 # writes its termination message (the kubelet's /dev/termination-log, reported in the container's
 # terminated state) and exits 0; a SIGKILL after the grace period would end it with 137.
 NODE_WORKER = textwrap.dedent("""
@@ -216,11 +200,8 @@ def _deployment(name: str, replicas: int, command: list[str], pods: Pods | None 
     }
 
 
-def _container(name: str, command: list[str], pods: Pods | None) -> dict[str, Any]:
-    """A container spec: on the runner any image name (it runs the venv's python); on the node the
-    test image (never pulled) under Pod Security `restricted`."""
-    if pods is None or not pods.on_node:
-        return {"name": name, "image": "lagpilot/test:0", "command": command}
+def _container(name: str, command: list[str], pods: Pods) -> dict[str, Any]:
+    """A container spec: the test image (never pulled) under Pod Security `restricted`."""
     return {
         "name": name,
         "image": pods.image,
@@ -232,7 +213,7 @@ def _container(name: str, command: list[str], pods: Pods | None) -> dict[str, An
 
 def _node_pids(pods: Pods, namespace: str) -> dict[str, int]:
     """pod name -> host pid of its running container's init process (the node's runtime: `crictl ps`
-    and `crictl inspect`), as `pod_runner.running_pids` gives for the runner's processes."""
+    and `crictl inspect`)."""
     listed = json.loads(pods.node.crictl("ps", "-o", "json", "--namespace", namespace).stdout)["containers"]
     out = {}
     for c in listed:
@@ -246,26 +227,18 @@ def _node_pids(pods: Pods, namespace: str) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_deployment_replicas_run_as_pods_and_scale_to_zero(
-    kube: KubeEnv, kube_api: Any, pods: Pods, pod_io: PodIO, tmp_path: Path
+    kube: KubeEnv, kube_api: Any, pods: Pods, pod_io: PodIO
 ) -> None:
     """The real Deployment and ReplicaSet controllers make two pods that run (containers of the real
-    node, or the runner's processes), each with its pod name as HOSTNAME; scaled to 0 the pods are
+    node), each with its pod name as HOSTNAME; scaled to 0 the pods are
     deleted and each process ends on its SIGTERM, gracefully (not killed after the grace period)."""
     from kubernetes import client, watch
 
     apps = client.AppsV1Api(kube_api)
     core = client.CoreV1Api(kube_api)
     ns = pods.namespace()
-    if pods.on_node:
-        command = ["python", "-c", NODE_WORKER]
-        marker = "/dev/termination-log"  # the container's init is `python -c <NODE_WORKER>`
-    else:
-        script = tmp_path / "worker.py"
-        script.write_text(WORKER)
-        out = tmp_path / "out"
-        out.mkdir()
-        command = ["python", str(script), str(out)]
-        marker = str(script)
+    command = ["python", "-c", NODE_WORKER]
+    marker = "/dev/termination-log"  # the container's init is `python -c <NODE_WORKER>`
     apps.create_namespaced_deployment(ns, _deployment("workers", 2, command, pods))
 
     def two_ready() -> bool:
@@ -273,24 +246,17 @@ def test_deployment_replicas_run_as_pods_and_scale_to_zero(
         return len(line) > 1 and line[1] == "2/2"
 
     wait_until(two_ready, "kubectl get deploy to show 2/2", timeout=180)
-    running = (lambda: _node_pids(pods, ns)) if pods.on_node else (lambda: pod_io.runner.running_pids(ns))
 
     def two_running() -> dict[str, int] | None:
-        got = running()
+        got = _node_pids(pods, ns)
         return got if len(got) == 2 else None
 
     pids = wait_until(two_running, "two running pods", 60)
     assert len(pids) == 2
     for pod_name, pid in pids.items():
-        if pods.on_node:
-            # HOSTNAME is the pod name, as in a pod; the log through the API (the kubelet)
-            wait_until(lambda n=pod_name: f"worker {n} pid" in pod_io.logs(ns, n), f"{pod_name}'s log", 60)
-            assert core.read_namespaced_pod(pod_name, ns).spec.node_name == pods.node_name
-        else:
-            # Ready comes with the process start (no probe): the script may not have written its file yet
-            pid_file = out / f"{pod_name}.pid"
-            wait_until(pid_file.exists, f"{pid_file.name}", timeout=60)
-            assert pid_file.read_text() == str(pid)  # HOSTNAME is the pod name, as in a pod
+        # HOSTNAME is the pod name, as in a pod; the log through the API (the kubelet)
+        wait_until(lambda n=pod_name: f"worker {n} pid" in pod_io.logs(ns, n), f"{pod_name}'s log", 60)
+        assert core.read_namespaced_pod(pod_name, ns).spec.node_name == pods.node_name
         assert pid_alive(pid)
         assert marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode().replace("\0", " ")
     # the real ReplicaSet controller created them: they are owned by the Deployment's ReplicaSet
@@ -298,7 +264,7 @@ def test_deployment_replicas_run_as_pods_and_scale_to_zero(
     listed = core.list_namespaced_pod(ns)
     assert {p.metadata.owner_references[0].name for p in listed.items} <= rs_names and len(rs_names) == 1
 
-    # each container's end as the kubelet reports it before the pod goes (node: exit code, message)
+    # each container's end as the kubelet reports it before the pod goes (exit code, message)
     ended: dict[str, Any] = {}
     stop = threading.Event()
 
@@ -316,21 +282,16 @@ def test_deployment_replicas_run_as_pods_and_scale_to_zero(
             if stop.is_set():
                 w.stop()
 
-    if pods.on_node:
-        threading.Thread(target=watch_pods, daemon=True).start()
+    threading.Thread(target=watch_pods, daemon=True).start()
     kube.kubectl("scale", "deploy", "workers", "-n", ns, "--replicas=0")
     wait_until(lambda: not core.list_namespaced_pod(ns).items, "the pods to be deleted", timeout=180)
     wait_until(lambda: not any(pid_alive(p) for p in pids.values()), "the processes to exit", timeout=60)
     stop.set()
-    if pods.on_node:
-        # SIGTERMed, gracefully: the handler's message and exit 0 (137 = SIGKILL after the grace period)
-        assert set(ended) == set(pids), (ended, pids)
-        for name, term in ended.items():
-            assert (term.exit_code, term.message) == (0, f"SIGTERM {name}"), (name, term)
-        assert _node_pids(pods, ns) == {}
-    else:
-        assert {f.name for f in out.glob("*.term")} == {f"{name}.term" for name in pids}  # SIGTERMed
-        assert pod_io.runner.running_pids(ns) == {}
+    # SIGTERMed, gracefully: the handler's message and exit 0 (137 = SIGKILL after the grace period)
+    assert set(ended) == set(pids), (ended, pids)
+    for name, term in ended.items():
+        assert (term.exit_code, term.message) == (0, f"SIGTERM {name}"), (name, term)
+    assert _node_pids(pods, ns) == {}
 
 
 @pytest.mark.slow
@@ -372,24 +333,23 @@ def test_job_pod_runs_to_completion_and_the_job_controller_completes_the_job(
 @pytest.mark.slow
 def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, tmp_path: Path) -> None:
     """Fault tests SIGKILL parts and start them again: objects survive, the address and the
-    kubeconfig stay valid, and a pod runner reconnects by itself. On a private control plane (its
-    own state dir) so that other test sessions sharing the stack are not disturbed."""
+    kubeconfig stay valid, and the controller-manager's controllers reconnect by themselves (a
+    namespace made after the restart gets its default ServiceAccount). On a private control plane
+    (its own state dir) so that other test sessions sharing the stack are not disturbed. No pod runs
+    here: the one node per machine is registered with the shared apiserver (docs/node.md), so the
+    pods this test makes stay Pending; that they survive the kills and can still be created is
+    what it checks of them."""
     from kubernetes import client, config
 
     from lagpilot_dev import paths
     from lagpilot_dev.kube import KubePart
-    from lagpilot_dev.podrunner import PodRunner
 
     part = KubePart(paths.cache_dir(), tmp_path / "state")
     part.start()
-    runner = None
     try:
         kubeconfig_text = part.admin_kubeconfig.read_text()
         server = part.server()
         assert part.kubectl("create", "configmap", "survivor", "--from-literal=k=v").returncode == 0
-        runner = PodRunner(
-            part.admin_kubeconfig, node_name="restart-node", workdir=tmp_path / "runner"
-        ).start()
         api = config.new_client_from_config(config_file=str(part.admin_kubeconfig))
         core = client.CoreV1Api(api)
         wait_until(
@@ -401,10 +361,7 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
             "metadata": {"name": "before"},
             "spec": {"containers": [{"name": "c", "image": "x", "command": ["sleep", "600"]}]},
         }
-        core.create_namespaced_pod("default", sleeper)
-        wait_until(
-            lambda: core.read_namespaced_pod("before", "default").status.phase == "Running", "pod Running"
-        )
+        uid = core.create_namespaced_pod("default", sleeper).metadata.uid
 
         for component in ("apiserver", "etcd", "controller-manager"):
             part.kill(component)
@@ -413,6 +370,7 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
         assert part.server() == server and part.admin_kubeconfig.read_text() == kubeconfig_text
         got = part.kubectl("get", "configmap", "survivor", "-o", "jsonpath={.data.k}")
         assert got.returncode == 0 and got.stdout == "v"
+        assert core.read_namespaced_pod("before", "default").metadata.uid == uid
 
         sleeper["metadata"]["name"] = "after"
         wait_until(
@@ -420,12 +378,13 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
             "pod creation after the restart",
             timeout=60,
         )
+        # the ServiceAccount controller (in the restarted controller-manager) serves a new namespace
+        core.create_namespace({"metadata": {"name": "after-restart"}})
         wait_until(
-            lambda: core.read_namespaced_pod("after", "default").status.phase == "Running",
-            "the reconnected pod runner to run a new pod",
+            lambda: core.read_namespaced_service_account("default", "after-restart"),
+            "the restarted controller-manager to make the new namespace's default ServiceAccount",
             timeout=120,
         )
-        assert core.read_namespaced_pod("before", "default").status.container_statuses[0].restart_count == 0
         api.close()
 
         part.stop()  # a graceful stop and start works the same
@@ -433,6 +392,4 @@ def test_control_plane_survives_kill_and_restart_on_its_data_dir(kube: KubeEnv, 
         part.start()
         assert part.is_running()
     finally:
-        if runner is not None:
-            runner.stop()
         part.stop()

@@ -2,8 +2,8 @@
 `kubectl-lagpilot` executable on PATH (here a shim that runs this checkout's lagpilot.kubectl_plugin,
 as the console script of an installed package would) and the plugin reads the real API server with
 the kubeconfig kubectl was given. A group with a backlog reconciled by the operator, its consumers
-run where the `pods` fixture says (tests/fixtures/node.py: the pod runner, or with LAGPILOT_NODE=1
-containers on the real node): top, status, why, drains, simulate, pause and resume (the operator then scales
+run where the `pods` fixture says (tests/fixtures/node.py: containers on
+the real node): top, status, why, drains, simulate, pause and resume (the operator then scales
 the consumers to 0 and back). The transcript is printed."""
 
 from __future__ import annotations

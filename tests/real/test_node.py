@@ -2,8 +2,8 @@
 
 Checked with real clients only: kubectl for the API's view, crictl against the node's containerd
 for the runtime's, the memory cgroup's verdict (OOMKilled) as the kubelet reports it, and a TCP
-connection from the host to a pod IP. No pod runner is involved: the pods name the real node's
-scheduler (`schedulerName`, see lagpilot_dev.node.SCHEDULER_NAME) and run as containers.
+connection from the host to a pod IP. The pods go to the node's scheduler, the cluster's default
+(lagpilot_dev.node.SCHEDULER_NAME), and run as containers.
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ def _pod(
             "requests": {"memory": memory, "cpu": "10m"},
         }
     spec: dict[str, Any] = {
-        "schedulerName": node.info()["scheduler_name"],
         "restartPolicy": restart,
         "containers": [container],
         "automountServiceAccountToken": False,

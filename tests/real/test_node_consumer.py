@@ -108,7 +108,6 @@ def test_operator_image_runs_as_a_restricted_pod(node: Any, kube: KubeEnv, names
         "kind": "Pod",
         "metadata": {"name": "operator-help"},
         "spec": {
-            "schedulerName": node.info()["scheduler_name"],
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -166,7 +165,6 @@ def test_consumer_image_pod_consumes_from_host_kafka(
         "kind": "Pod",
         "metadata": {"name": "consumer"},
         "spec": {
-            "schedulerName": node.info()["scheduler_name"],
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [
@@ -253,7 +251,6 @@ def test_deleted_consumer_pod_finishes_its_batch_and_commits(
         "kind": "Pod",
         "metadata": {"name": "consumer"},
         "spec": {
-            "schedulerName": node.info()["scheduler_name"],
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 60,
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -360,7 +357,6 @@ def test_pod_reaches_the_apiserver_with_its_service_account(node: Any, kube: Kub
         "kind": "Pod",
         "metadata": {"name": "in-cluster"},
         "spec": {
-            "schedulerName": node.info()["scheduler_name"],
             "restartPolicy": "Never",
             "serviceAccountName": "writer",
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},

@@ -9,7 +9,7 @@
 
 Checked through Kafka (committed offsets, the group's assignment), the ledger sink in PostgreSQL
 (one row per delivery, no key) and the API (pod statuses, events, CR status), not through logs.
-Opt-in like the other node tests (LAGPILOT_NODE=1).
+Off with the other node tests (LAGPILOT_NODE=0).
 """
 
 from __future__ import annotations

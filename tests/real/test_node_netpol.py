@@ -48,7 +48,6 @@ def _pod(
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
         "spec": {
-            "schedulerName": node.info()["scheduler_name"],
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 1,
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},

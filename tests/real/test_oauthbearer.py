@@ -5,9 +5,8 @@ for one confidential client; a broker with an OAUTHBEARER listener validates the
 built-in `OAuthBearerValidatorCallbackHandler` against Keycloak's JWKS (signature, issuer,
 audience, expiry). Kafka's own CLI and librdkafka are the clients that check the listener.
 
-The CR's pods run where `pods` says: on the real node (the default) they fetch tokens at Keycloak on
-the pod-bridge gateway and consume through the broker's OAUTH_PODS listener there; on the pod
-runner through the loopback ones.
+The CR's pods run on the real node (`pods`): they fetch tokens at Keycloak on the pod-bridge gateway
+and consume through the broker's OAUTH_PODS listener there.
 """
 
 from __future__ import annotations
@@ -190,7 +189,7 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
         )
     # the pods' way to the broker (OAUTH_PODS on the node's bridge); the operator on the host
     # reaches the same address
-    bootstrap = ok.oauth_pods_bootstrap if pods.on_node else ok.oauth_bootstrap
+    bootstrap = ok.oauth_pods_bootstrap
     kafka = {
         "bootstrapServers": bootstrap,
         "securityProtocol": "SASL_PLAINTEXT",
@@ -199,8 +198,7 @@ def test_a_cr_with_oidc_credentials_consumes_and_commits_a_wrong_secret_degrades
     }
     u = uuid.uuid4().hex[:6]
     group_right, group_wrong = f"oauth-right-{u}", f"oauth-wrong-{u}"
-    # the consumer pods run this checkout's runtime (the pod runner: its source dirs on PYTHONPATH;
-    # the node: the test image)
+    # the consumer pods run this checkout's runtime (the test image)
     template = pods.template()
     apply_auth_cr(crd, ns, "right", kafka, "idp-right", topic, group_right, consume=True, template=template)
     for name in ("wrong", "audience"):

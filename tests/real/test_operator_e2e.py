@@ -1,6 +1,5 @@
 """The operator end to end on the real parts: kube-apiserver + controller-manager (GC, ReplicaSets),
-the Kafka broker, the consumer runtime in pods run by the test-side pod runner, or, with
-LAGPILOT_NODE=1, as containers of the consumer image on the real node (the `pods` fixture,
+the Kafka broker, the consumer runtime as containers of the consumer image on the real node (the `pods` fixture,
 tests/fixtures/node.py: a namespace labelled for the node and enforcing Pod Security `restricted`,
 the broker's PODS listener, the tests' handlers from the test image; docs/node.md).
 
@@ -261,7 +260,7 @@ def test_scale_up_capped_drain_scale_down_and_gc(
         return n
 
     wait_until(lambda: replicas() == partitions, f"scale-up to {partitions} replicas", 240, interval=1)
-    # the consumers run where `pods` says (the pod runner's Node, or the real node's containers)
+    # the consumers run where `pods` says (the real node's containers)
     running = wait_until(
         lambda: (lambda ps: ps if len(ps) >= 1 and all(p.status.phase == "Running" for p in ps) else None)(
             core.list_namespaced_pod(ns, label_selector=f"lagpilot.io/group={name}").items

@@ -3,10 +3,10 @@
 - `promtool test rules` on the rules rendered from charts/lagpilot (what ships, not a copy): each
   alert fires after its `for:` and not before, and not for the look-alike that must not page; a
   wrong expectation makes promtool fail (so the passing run proves something);
-- on the real Prometheus, scraping the operator (file-based discovery) and the consumer pods: on the
-  real node Prometheus's own Kubernetes discovery (role pod) when its build has it, read back from
+- on the real Prometheus, scraping the operator (file-based discovery) and the consumer pods on the
+  real node: Prometheus's own Kubernetes discovery (role pod) when its build has it, read back from
   /api/v1/targets; else (Debian's package has none) file-SD fed from the API's running pods at their
-  IP (`prometheus.node_pod_targets`), or by the pod runner's workers: a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
+  IP (`prometheus.node_pod_targets`): a group that cannot catch up (slow handler, maxReplicas 1, drain off) fires
   LagpilotCatchUpOverSLA, read from /api/v1/alerts; every dashboard query parses and runs; the
   operator SIGKILLed fires LagpilotOperatorDown.
 """
@@ -396,7 +396,6 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     crd: Any,
     kube_api: Any,
     pods: Pods,
-    request: pytest.FixtureRequest,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
     start_operator: Callable[[str], Operator],
@@ -417,10 +416,7 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
     )
     ns = pods.namespace("prom")
     stop_sd = threading.Event()
-    if not pods.on_node:
-        # the pod runner feeds file-SD (a runner made before the part existed has no dir yet)
-        request.getfixturevalue("pod_runner").metrics_sd_dir = prometheus.sd_dir
-    elif not prometheus.kubernetes_sd():
+    if not prometheus.kubernetes_sd():
         # Prometheus discovers the node's pods itself when it can (kubernetes_sd_configs); Debian's
         # build cannot: the namespace's running pods at their IP, from the API (node_pod_targets)
         threading.Thread(
@@ -456,14 +452,14 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
             ),
         )
         t0 = time.monotonic()
-        # both jobs are scraped: the operator, and the group's consumer pod (file-SD: the runner's, or
-        # the node's pod IP)
+        # both jobs are scraped: the operator, and the group's consumer pod (file-SD: the node's pod
+        # IP)
         prom.wait_target_up(prometheus, prom.OPERATOR_JOB, {"namespace_served": ns}, timeout=60)
         pod_target = prom.wait_target_up(
             prometheus, prom.CONSUMER_JOB, {"namespace": ns, "group": name}, timeout=90
         )
         print("consumer pod target:", pod_target["labels"], pod_target["scrapeUrl"])
-        if pods.on_node and prometheus.kubernetes_sd():
+        if prometheus.kubernetes_sd():
             items = json.loads(crd.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
             pod = {p["metadata"]["name"]: p for p in items}[pod_target["labels"]["pod"]]
             assert pod_target["discoveredLabels"]["__meta_kubernetes_pod_name"] == pod["metadata"]["name"]
@@ -547,7 +543,7 @@ def test_catch_up_alert_fires_on_the_real_prometheus(
 
 def _feed_node_targets(crd: Any, prometheus: prom.PrometheusPart, ns: str, stop: threading.Event) -> None:
     """Every 2 s until `stop`: a file-SD target for each running pod of `ns` with a metrics port, at
-    its pod IP (the host reaches it through the bridge), as the runner's workers publish theirs;
+    its pod IP (the host reaches it through the bridge);
     the targets of pods gone are removed, and all of them at the end."""
     written: set[str] = set()
     while True:

@@ -15,10 +15,9 @@ handler's client echoes a malformed DSN's password (psycopg quotes the bad token
 whole chain — Spark task, driver, termination message, status.drain.lastError, Warning events —
 and the consumer dead-letters records with that error (DLQ headers); the value is in none of them.
 
-The pods run where `pods` says: on the real node (the default; the CRs name the broker's listeners
-on the pod-bridge gateway, SASL_PODS for SCRAM, and the handlers come from the test image) or on
-the pod runner; their logs are read through `pod_io` (on the node also those of pods deleted
-while the test ran: `follow`).
+The pods run on the real node (`pods`: the CRs name the broker's listeners on the pod-bridge
+gateway, SASL_PODS for SCRAM, and the handlers come from the test image); their logs are read
+through `pod_io` (also those of pods deleted while the test ran: `follow`).
 """
 
 from __future__ import annotations
@@ -236,7 +235,6 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
     pod_io: PodIO,
     kafka_bootstrap: str,
     new_topic: Callable[..., str],
-    spark_jars: list[str],
 ) -> None:
     """cold: the drain Job's own Spark; warm: the CR's warm drain runtime (spec.drain.warmRuntime)
     runs the attempt and the Job's process reports its outcome."""
@@ -279,11 +277,9 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
         operator_env(
             crd.kubeconfig_for_service_account(ns, SA_NAME),
             REPO,
-            # on the runner the Job's Spark takes the stack's connector jars; on the node the
-            # image's, and a CPU request per task that fits the node (tests/real/test_drain_operator.py)
-            {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M}
-            if pods.on_node
-            else {"LAGPILOT_DRAIN_SPARK_JARS": ",".join(spark_jars)},
+            # the Job's Spark takes the image's connector jars, and a CPU request per task that
+            # fits the node (tests/real/test_drain_operator.py)
+            {"LAGPILOT_DRAIN_CPU_PER_TASK_M": NODE_DRAIN_CPU_PER_TASK_M},
         ),
         metrics_port=free_port(),
     )
@@ -329,8 +325,7 @@ def test_a_failing_drain_and_dead_lettered_records_leak_no_secret(
                         "minBacklogRecords": 1000,
                         **({"warmRuntime": True, "cancel": True} if runtime == "warm" else {}),
                     },
-                    # the handler (tests.real.secret_handlers) from the checkout on the runner, from
-                    # the test image on the node
+                    # the handler (tests.real.secret_handlers) from the test image
                     "template": pods.template(
                         env=[
                             {

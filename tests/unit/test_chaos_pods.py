@@ -17,9 +17,7 @@ from bench.chaos.pods import CRASH_TABLE_KEY, NODE_NOT_APPLICABLE, container_pid
 from bench.chaos.stack import CampaignBase
 
 
-def test_on_the_node_only_the_shared_control_planes_restarts_and_the_runners_hold_are_not_applicable() -> (
-    None
-):
+def test_on_the_node_the_shared_control_planes_restarts_and_the_hold_are_not_applicable() -> None:
     kinds, na = node_kinds(cf.KINDS)
     assert na == ("apiserver_restart", "etcd_restart", "operator_at_next_alter_offsets")
     assert set(na) == set(NODE_NOT_APPLICABLE)
@@ -47,7 +45,7 @@ def test_container_pids_are_the_running_containers_init_pids() -> None:
     assert container_pids({}, lambda cid: {}) == {}
 
 
-def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pods: str) -> CampaignBase:
+def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CampaignBase:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     args = argparse.Namespace(
         fault_timeout=1.0,
@@ -57,7 +55,6 @@ def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pods: str) -> Cam
         cost_ms=500,
         alo_cost_ms=50,
         sla=20,
-        pods=pods,
     )
     c = CampaignBase(args)
     c.bootstrap, c.pods_bootstrap = "127.0.0.1:9092", "10.244.0.1:9094"
@@ -69,7 +66,7 @@ def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pods: str) -> Cam
 def test_on_the_node_the_crs_run_the_test_image_and_reach_the_bridge(
     which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    c = _campaign(tmp_path, monkeypatch, "node")
+    c = _campaign(tmp_path, monkeypatch)
     spec = c.spec(which)
     assert spec["kafka"]["bootstrapServers"] == "10.244.0.1:9094"
     t = spec["template"]
@@ -77,13 +74,6 @@ def test_on_the_node_the_crs_run_the_test_image_and_reach_the_bridge(
     assert "PYTHONPATH" not in {e["name"] for e in t["env"]}  # the image's own
     config = spec["processing"]["config"]
     assert (config.get(CRASH_TABLE_KEY) == c.crash_table) is (which == "eos")
-
-
-def test_on_the_runner_the_crs_have_no_node_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    c = _campaign(tmp_path, monkeypatch, "runner")
-    spec = c.spec("eos")
-    assert CRASH_TABLE_KEY not in spec["processing"]["config"] and "image" not in spec["template"]
-    assert spec["kafka"]["bootstrapServers"] == "10.244.0.1:9094"  # what setup() set for the pods
 
 
 class _Conn:
@@ -171,9 +161,8 @@ class _Pod:
         self.status = argparse.Namespace(pod_ip=ip)
 
 
-@pytest.mark.parametrize("pods", ["node", "runner"])
 def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
-    pods: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """forged_plan with the pods on the node: the runtime listens on its pod's IP, not the host's
     loopback (seen before the fix: not fired, 'Connection refused' from 127.0.0.1:<port>)."""
@@ -190,7 +179,6 @@ def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
             cost_ms=1,
             alo_cost_ms=1,
             sla=1,
-            pods=pods,
         )
     )
     c.ns, c.topic = "chaos-x", "chaos-x"
@@ -212,4 +200,4 @@ def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
     f = cf.Fault("forged_plan", 1, "eos")
     c.forge(f, {"id": 3, "recordsDone": 1, "recordsTotal": 9})
     assert f.fired
-    assert {h for _, h in sent} == {"10.244.0.77" if pods == "node" else "127.0.0.1"}
+    assert {h for _, h in sent} == {"10.244.0.77"}

@@ -724,35 +724,6 @@ def test_profiles_keep_a_burst_static_replicas_and_keda_cannot_hold(name: str) -
         assert sim_policies.run_policy(trace, params, policy).within_sla_fraction <= 0.8, policy
 
 
-def test_keep_prints_what_still_runs_how_to_stop_it_and_what_to_try() -> None:
-    from lagpilot_dev.demo.keep import kept_lines
-
-    kw = dict(
-        ns="lagpilot-demo",
-        name="orders-demo",
-        exports=["export KUBECONFIG=/s/admin.kubeconfig"],
-        kubectl="/c/kube/bin/kubectl",
-        operator_pid=4101,
-        podrunner_pid=4202,
-        operator_metrics="http://127.0.0.1:9100/metrics",
-        operator_log="/o/operator.log",
-        podrunner_log="/o/podrunner.log",
-    )
-    lines = kept_lines(**kw, prometheus_url=None)
-    text = "\n".join(lines)
-    assert "kill -TERM -- -4101 -4202" in text  # both process groups
-    assert "pid 4101" in text and "pid 4202" in text and "/o/podrunner.log" in text
-    assert "Prometheus" not in text  # only when the prometheus part runs
-    assert "export KUBECONFIG=/s/admin.kubeconfig" in lines[lines.index("Try:") + 1]
-    assert "  kubectl describe bcg -n lagpilot-demo orders-demo" in lines
-    assert any(x.startswith("  kubectl patch bcg -n lagpilot-demo orders-demo --type merge") for x in lines)
-    assert "  Prometheus: http://127.0.0.1:45483" in kept_lines(**kw, prometheus_url="http://127.0.0.1:45483")
-    stopped = "\n".join(
-        kept_lines(**{**kw, "operator_pid": None, "podrunner_pid": None}, prometheus_url=None)
-    )
-    assert "kill" not in stopped and "stopped with the demo" in stopped
-
-
 def test_a_busy_drains_task_minutes_count_the_slots_it_holds_not_its_queued_sub_ranges() -> None:
     """The drain-task minutes a user pays are the Spark task slots the drain's executor holds: a busy
     drain holds status.drain.slots from its launch to its end (also while it waits for a next part),

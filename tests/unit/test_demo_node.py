@@ -25,21 +25,19 @@ from lagpilot_dev.demo.node import (
 )
 from lagpilot_dev.demo.run import parse_args
 from lagpilot_dev.images.build import IMAGES
-from lagpilot_dev.node import NAMESPACE_LABEL
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_the_node_is_the_default_and_the_pod_runner_an_explicit_opt_out() -> None:
-    """Issue 24 step 5: `./dev/demo` runs on the real node; the pod runner (the stand-in, deleted with
-    step 6) only with --runner. --node, the old opt-in, still parses and means the default."""
-    assert parse_args([]).node is True and parse_args([]).runner is False
+def test_the_node_is_the_demos_only_path() -> None:
+    """Issue 24 step 6: `./dev/demo` runs on the real node; the pod runner is gone, and --runner with
+    it. --node, the old opt-in, still parses and means the default."""
+    assert parse_args([]).node is True and not hasattr(parse_args([]), "runner")
     assert parse_args(["--node"]).node is True
-    assert parse_args(["--runner"]).node is False and parse_args(["--runner"]).runner is True
-    # the bare-consumer aid has no pods at all: neither the node nor the runner
+    # the bare-consumer aid has no pods at all
     assert parse_args(["--no-operator"]).node is False
     assert NODE_PARTS[-2:] == ("node", "netpol") and {"kafka", "kube", "postgres", "spark"} <= set(NODE_PARTS)
-    for argv in (["--node", "--no-operator"], ["--node", "--runner"]):
+    for argv in (["--node", "--no-operator"], ["--runner"]):
         with pytest.raises(SystemExit):
             parse_args(argv)
 
@@ -135,10 +133,12 @@ def test_release_values_render_the_operator_with_the_loaded_image_and_the_cpu_pe
     assert "node" not in json.dumps(values)
 
 
-def test_namespaces_go_to_the_node_and_enforce_restricted() -> None:
+def test_namespaces_enforce_restricted_and_need_no_label_for_the_node() -> None:
     labels = namespace_labels()
-    assert labels[NAMESPACE_LABEL[0]] == NAMESPACE_LABEL[1]
-    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels == {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
     assert operator_namespace("lagpilot-demo") == "lagpilot-demo-operator"
 
 

@@ -28,7 +28,6 @@ def test_run_names_share_one_suffix_and_follow_the_operators_naming(tmp_path: Pa
     assert len(suffix) == 6 and n.group_id == f"orders-demo-{suffix}"
     assert (n.table, n.ledger_table) == (f"demo_orders_{suffix}", f"demo_ledger_{suffix}")
     assert n.deployment == f"{n.name}-consumer" and n.out == tmp_path and n.ns == "ns-a"
-    assert n.node_name == f"lagpilot-demo-{n.run_id[-4:]}"
     other = _names(tmp_path)
     assert other.topic != n.topic and other.table != n.table  # runs never share a topic or a table
 
@@ -118,17 +117,12 @@ def test_output_paths_are_the_summarys_paths(tmp_path: Path) -> None:
     assert got["trace"] == str(tmp_path / "trace.csv") and got["manifest"] == str(tmp_path / "bcg.yaml")
 
 
-def test_kept_record_round_trip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("lagpilot_dev.demo.keep.cache_dir", lambda: tmp_path / "cache")
+def test_kept_record_is_written_to_the_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    kept = {"operator_pid": None, "podrunner_pid": None}
-    demo_keep.write_kept(out, "ns-b", kept)
+    kept = {"operator_release": "lagpilot-demo", "namespace": "ns-b"}
+    demo_keep.write_kept(out, kept)
     assert json.loads((out / "kept.json").read_text()) == kept
-    assert json.loads(demo_keep.kept_file("ns-b").read_text()) == {**kept, "out": str(out)}
-    said: list[str] = []
-    demo_keep.stop_kept("ns-b", said.append)  # no pid to stop: nothing signalled, the record is gone
-    assert said == [] and not demo_keep.kept_file("ns-b").exists()
 
 
 def test_operator_env_runs_the_checkouts_own_code(tmp_path: Path) -> None:

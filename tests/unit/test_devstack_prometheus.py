@@ -1,16 +1,12 @@
-"""The dev Prometheus part's pure pieces (config, file-SD targets) and the pod runner's file-SD hook,
-against a fake API (local processes, no Prometheus needed)."""
+"""The dev Prometheus part's pure pieces (config, file-SD targets of the real node's pods; no
+Prometheus needed)."""
 
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 
 from lagpilot_dev import prometheus as prom
-from lagpilot_dev.podrunner import PodWorker
-from tests.unit.test_podrunner_worker import FakeRunner
 
 
 def test_config_scrapes_both_jobs_from_file_sd_on_loopback(tmp_path: Path) -> None:
@@ -26,72 +22,17 @@ def test_config_scrapes_both_jobs_from_file_sd_on_loopback(tmp_path: Path) -> No
 
 
 def test_pod_target_file_round_trip(tmp_path: Path) -> None:
-    path = prom.write_pod_target(tmp_path, "ns", "orders-consumer-1", 4321, {"group": "orders"})
+    path = prom.write_pod_target(tmp_path, "ns", "orders-consumer-1", 4321, {"group": "orders"}, "10.244.0.7")
     assert path == tmp_path / "pods" / "ns_orders-consumer-1.json"
     assert json.loads(path.read_text()) == [
         {
-            "targets": ["127.0.0.1:4321"],
+            "targets": ["10.244.0.7:4321"],
             "labels": {"namespace": "ns", "pod": "orders-consumer-1", "group": "orders"},
         }
     ]
     assert not list((tmp_path / "pods").glob(".*"))  # no temp file left behind
     prom.remove_pod_target(tmp_path, "ns", "orders-consumer-1")
     assert not path.exists()
-
-
-def _worker(tmp_path: Path, env: list[dict[str, str]]) -> tuple[FakeRunner, PodWorker]:
-    runner = FakeRunner(tmp_path / "w")
-    runner.metrics_sd_dir = tmp_path / "sd"  # type: ignore[attr-defined]
-    pod = {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"lagpilot.io/group": "orders"}},
-        "spec": {
-            "restartPolicy": "Always",
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "x",
-                    "env": env,
-                    "command": [sys.executable, "-c", "import time; time.sleep(60)"],
-                }
-            ],
-        },
-    }
-    return runner, PodWorker(runner, pod)  # type: ignore[arg-type]
-
-
-def _wait(check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-
-
-def test_runner_writes_a_target_while_the_pod_runs_and_removes_it_when_it_is_gone(tmp_path: Path) -> None:
-    _runner, w = _worker(tmp_path, [{"name": "LAGPILOT_METRICS_PORT", "value": "8080"}])
-    target = tmp_path / "sd" / "pods" / "ns_p.json"
-    w.start()
-    try:
-        _wait(target.exists)
-        (entry,) = json.loads(target.read_text())
-        assert entry["targets"] == [f"127.0.0.1:{w.port}"]  # the pod's own port, not the spec's 8080
-        assert entry["labels"] == {"namespace": "ns", "pod": "p", "group": "orders"}
-    finally:
-        w.on_deleted()
-        w.finished.wait(20)
-    assert not target.exists()
-
-
-def test_no_target_for_a_pod_without_a_metrics_port(tmp_path: Path) -> None:
-    _runner, w = _worker(tmp_path, [])
-    w.start()
-    try:
-        _wait(lambda: w.proc is not None)
-        time.sleep(0.3)
-        assert not (tmp_path / "sd" / "pods").exists() or not list((tmp_path / "sd" / "pods").iterdir())
-    finally:
-        w.on_deleted()
-        w.finished.wait(20)
 
 
 def _api_pod(name: str, phase: str, ip: str | None, env: dict[str, str], group: str = "orders") -> dict:
@@ -103,8 +44,7 @@ def _api_pod(name: str, phase: str, ip: str | None, env: dict[str, str], group: 
 
 
 def test_node_pod_targets_are_the_running_pods_with_a_metrics_port_at_their_ip() -> None:
-    """On the real node nothing feeds file-SD as the pod runner's worker does: the targets come from
-    the API's pods (their IP, which the host reaches through the bridge, and their own
+    """On the real node the targets come from the API's pods (their IP, which the host reaches through the bridge, and their own
     LAGPILOT_METRICS_PORT); a pending pod, one without an IP or without a metrics port is none."""
     pods = [
         _api_pod("orders-consumer-a", "Running", "10.244.0.7", {"LAGPILOT_METRICS_PORT": "8080"}),

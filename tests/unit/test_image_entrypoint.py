@@ -77,22 +77,6 @@ def test_other_args_go_to_lagpilot(args, tail):
     assert argv[0].endswith("lagpilot") and argv[1:] == tail
 
 
-def test_dockerfile_and_pod_runner_agree_on_the_images_entrypoint():
-    """The test-side pod runner's knowledge of the consumer image (it has no image to read) is the
-    Dockerfile's ENTRYPOINT + CMD."""
-    import json
-    import re
-    from pathlib import Path
-
-    from lagpilot_dev.podrunner import DEFAULT_ENTRYPOINTS, DEFAULT_IMAGE_CMDS
-
-    text = (Path(__file__).resolve().parents[2] / "consumer_image" / "Dockerfile").read_text()
-    (entry,) = re.findall(r"^ENTRYPOINT (.*)$", text, re.M)
-    (cmd,) = re.findall(r"^CMD (.*)$", text, re.M)
-    assert json.loads(entry) == DEFAULT_ENTRYPOINTS["lagpilot/consumer"]
-    assert json.loads(cmd) == DEFAULT_IMAGE_CMDS["lagpilot/consumer"]
-
-
 def test_executor_gets_the_k8s_master_for_its_rpc_secret_file():
     """H4: the executor's first connection reads spark.authenticate.secret.file only with a k8s
     spark.master in its startup conf, which Spark does not pass: the entrypoint adds the drain's."""

@@ -1,7 +1,7 @@
 """The real node is a default part of `./dev/test` (docs/node.md "Retiring the pod runner", step 2).
 
 - The `node` and `pods` fixtures give the real node unless LAGPILOT_NODE=0, an explicit opt-out for
-  a machine that cannot host one: then the node's tests skip, loudly, and `pods` is the pod runner;
+  a machine that cannot host one: then the node's tests and every test that runs pods skip, loudly;
   under CI=true the opt-out fails instead (CI must run the node's tests), as dev/test refuses
   CI=true with LAGPILOT_NODE=0 the way it refuses LAGPILOT_SKIP_REAL=1.
 - The NetworkPolicy agent (the `netpol` part, kube-router: ~41 min cold build) stays opt-in
@@ -56,9 +56,9 @@ def test_node_gate(env: dict[str, str], verdict: str) -> None:
 
 def test_the_node_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LAGPILOT_NODE", raising=False)
-    assert fixtures.on_node()
+    assert fixtures.node_gate(os.environ)[0] == "on"
     monkeypatch.setenv("LAGPILOT_NODE", "0")
-    assert not fixtures.on_node()
+    assert fixtures.node_gate(os.environ)[0] == "skip"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ images.build) and the policy that sends a labelled namespace's pods to it."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -42,23 +43,35 @@ def test_built_images_carry_the_names_the_chart_and_the_crd_use() -> None:
     assert IMAGES["consumer"].reference == DEFAULT_IMAGE
 
 
-def test_namespace_policy_sends_a_labelled_namespaces_default_scheduler_pods_to_the_real_node() -> None:
-    from lagpilot_dev.node import NAMESPACE_LABEL, NAMESPACE_POLICY, SCHEDULER_NAME, namespace_policy
+def test_the_real_scheduler_is_the_default_one_for_every_node(tmp_path: Path) -> None:
+    """Issue 24 step 6: with the pod runner gone the node's kube-scheduler is the cluster's
+    `default-scheduler`, with no added node affinity, and the retired namespace policy is removed at
+    the node's start (a control plane keeps it in etcd: it would send pods to a scheduler gone)."""
+    from lagpilot_dev.node import RETIRED_NAMESPACE_POLICY, SCHEDULER_NAME, NodePart
 
-    policy, binding = namespace_policy()
-    assert policy["kind"] == "MutatingAdmissionPolicy" and binding["kind"] == "MutatingAdmissionPolicyBinding"
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == NAMESPACE_POLICY
-    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchLabels": dict([NAMESPACE_LABEL])}
-    rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+    part = NodePart.__new__(NodePart)
+    part.kubeconfig = lambda who: tmp_path / f"{who}.kubeconfig"  # type: ignore[method-assign]
+    cfg = part.scheduler_config()
+    assert SCHEDULER_NAME == "default-scheduler"
+    assert cfg["profiles"] == [{"schedulerName": "default-scheduler"}]
+    calls: list[tuple[str, ...]] = []
+
+    class Kube:
+        def kubectl(self, *args: str, **kw: object) -> object:
+            calls.append(args)
+            return SimpleNamespace(returncode=0, stderr="")
+
+    part.kube = Kube()
+    part._remove_retired_namespace_policy()
+    assert [c[:3] for c in calls] == [
+        (
+            "delete",
+            "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
+            RETIRED_NAMESPACE_POLICY,
+        ),
+        ("delete", "mutatingadmissionpolicy.v1beta1.admissionregistration.k8s.io", RETIRED_NAMESPACE_POLICY),
     ]
-    # only pods left to the default scheduler: a pod naming another scheduler keeps it
-    assert "'default-scheduler'" in policy["spec"]["matchConditions"][0]["expression"]
-    assert (
-        f'schedulerName: "{SCHEDULER_NAME}"'
-        in policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
-    )
+    assert all("--ignore-not-found" in c for c in calls)
 
 
 def test_load_built_image_logs_under_info_without_breaking(

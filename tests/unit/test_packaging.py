@@ -20,7 +20,6 @@ def test_the_lagpilot_distribution_packages_no_dev_code() -> None:
         "lagpilot_dev",
         "lagpilot_dev.demo",
         "lagpilot_dev.images",
-        "lagpilot_dev.podrunner",
     ]
     # every subpackage of lagpilot_dev is listed (a missing one would be absent from a wheel)
     src = ROOT / "dev" / "src"

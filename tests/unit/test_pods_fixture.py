@@ -1,54 +1,29 @@
-"""tests/fixtures/node.py `pods` on the pod runner: the CR's template must make the runner's pods (host
-processes sharing the venv) run the code of the checkout the tests run from. The venv's editable
-install points at the checkout it was installed from (/work/main for a worktree sharing the venv),
-so PYTHONPATH=<repo> alone would run that checkout's `lagpilot_runtime` in the consumers."""
+"""tests/fixtures/node.py: `pods`' template (the test image, never pulled) and `PodIO`, the pods'
+logs and processes on the real node."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
-from tests.fixtures.node import REPO, PodIO, Pods, runner_pods
-
-
-def _pythonpath(repo: Path) -> list[str]:
-    p = runner_pods(lambda prefix=None: "ns", "127.0.0.1:9092", "lagpilot-test-1", repo=repo)
-    env = {e["name"]: e["value"] for e in p.template()["env"]}
-    return env["PYTHONPATH"].split(os.pathsep)
-
-
-def test_runner_pods_put_the_checkouts_sources_before_the_repo_root() -> None:
-    path = _pythonpath(REPO)
-    for d in ("consumer_image/src", "operator/src"):
-        assert str(REPO / d) in path, (d, path)
-        assert path.index(str(REPO / d)) < path.index(str(REPO)), path
-    assert path[-1] == str(REPO)  # the tests' handler modules (tests.real.*) still import from the root
-
-
-def test_runner_pods_template_keeps_the_tests_env_after_its_own() -> None:
-    p = runner_pods(lambda prefix=None: "ns", "127.0.0.1:9092", "lagpilot-test-1")
-    env = p.template(env=[{"name": "X", "value": "1"}], resources={})["env"]
-    assert [e["name"] for e in env] == ["PYTHONPATH", "X"]
-    assert p.image is None and "image" not in p.template()
-
-
-# ---- PodIO: the pods' logs and processes, the same on the runner and on the node ------------------
-
-
-class _Runner:
-    def __init__(self, workdir: Path, pids: dict[str, int] | None = None) -> None:
-        self.workdir, self.pids = workdir, pids or {}
-
-    def pid_of(self, namespace: str, name: str) -> int | None:
-        return self.pids.get(f"{namespace}/{name}")
+from tests.fixtures.node import PodIO, Pods
 
 
 def _on_node(node: object = None) -> Pods:
-    return Pods("node", "10.0.0.1:9092", lambda prefix=None: "ns", "lagpilot-worker", image="i", node=node)
+    return Pods("10.0.0.1:9092", lambda prefix=None: "ns", "lagpilot-worker", image="i", node=node)
+
+
+def test_pods_template_names_the_test_image_and_keeps_the_tests_env() -> None:
+    t = _on_node().template(env=[{"name": "X", "value": "1"}], resources={})
+    assert t == {
+        "env": [{"name": "X", "value": "1"}],
+        "resources": {},
+        "image": "i",
+        "imagePullPolicy": "Never",
+    }
+    assert "PYTHONPATH" not in json.dumps(t)  # the image's own, never overridden
 
 
 class _Core:
@@ -67,22 +42,6 @@ class _Core:
         if (name, previous) not in self.logs:
             raise ApiException(status=404 if name not in self.pods else 400)
         return self.logs[(name, previous)]
-
-
-def test_pod_io_on_the_runner_reads_every_pod_the_runner_ran_in_the_namespace(tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    (logs / "drain-ab_orders-consumer-1_main.log").write_text("a\n")
-    (logs / "drain-ab_orders-consumer-2_main.log").write_text("b\n")
-    (logs / "drain-ab_orders-drain-1-1-x_main.log").write_text("d\n")
-    (logs / "drain-abc_orders-consumer-9_main.log").write_text("other namespace\n")
-    io = PodIO(runner_pods(lambda prefix=None: "ns", "b", "n"), core=None, runner=_Runner(tmp_path))
-    assert io.namespace_logs("drain-ab", "consumer") == {
-        "orders-consumer-1": "a\n",
-        "orders-consumer-2": "b\n",
-    }
-    assert io.logs("drain-ab", "orders-drain-1-1-x") == "d\n"
-    assert io.kill("drain-ab", "orders-consumer-1") is False  # no process: nothing killed
 
 
 def test_pod_io_on_the_node_keeps_the_log_of_a_pod_deleted_since_it_was_read() -> None:
@@ -146,8 +105,3 @@ def test_pod_io_running_on_the_node_counts_pods_whose_containers_run() -> None:
         )
     )
     assert PodIO(_on_node(), core=core).running("ns") == {"up"}
-    runner = _Runner(Path("/nonexistent"))
-    runner.running_pids = lambda ns: {"c-1": 11}  # type: ignore[attr-defined]
-    assert PodIO(runner_pods(lambda prefix=None: "ns", "b", "n"), core=None, runner=runner).running("ns") == {
-        "c-1"
-    }

@@ -41,6 +41,17 @@ def test_the_keda_deployment_runs_what_the_operator_would_render_for_the_demo_cr
     assert dep["spec"]["replicas"] == 1
 
 
+def test_the_keda_deployment_on_the_node_runs_the_demo_image_never_pulled() -> None:
+    """bench/versus.py on the real node: the KEDA variant's pods run the image the CR names there
+    (the demo image loaded into the node) and reach the broker at the pods' listener."""
+    n, prof, pods_boot, image = names(), PROFILES["fast"], "10.244.0.1:9093", "lagpilot/demo-consumer:0.1.0"
+    c = consumer_deployment(n, prof, pods_boot, image)["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"] == image and c["imagePullPolicy"] == "Never"
+    assert {e["name"]: e.get("value") for e in c["env"]}["LAGPILOT_BOOTSTRAP_SERVERS"] == pods_boot
+    ours = build_deployment(n.name, n.ns, "u", parse_spec(manifest(n, prof, pods_boot, image)["spec"]), 1)
+    assert c["securityContext"] == ours["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+
+
 def test_the_scaled_object_defaults_and_the_same_replica_bounds_as_the_cr() -> None:
     n, prof = names(), PROFILES["fast"]
     so = scaled_object(n, prof, BOOT, KedaVariant())
@@ -353,11 +364,10 @@ def test_each_run_gets_every_option_the_demo_parses(tmp_path, monkeypatch) -> No
     assert (
         args.profile == "hot" and args.namespace == "versus-lp-0" and args.out == str(Path(tmp_path) / "r0")
     )
-    # the bench stays on the pod runner (the demo's default is the real node since issue 24 step 5;
-    # the bench is ported on its own: docs/node.md "Retiring the pod runner")
-    assert args.runner is True and args.node is False
+    # on the real node, as the demo (issue 24 step 6: the pod runner is gone)
+    assert args.node is True
     for k, v in defaults.items():
-        if k not in ("profile", "namespace", "out", "plain", "runner", "node"):
+        if k not in ("profile", "namespace", "out", "plain", "node"):
             assert getattr(args, k) == v, k
 
 

@@ -1,1 +1,1 @@
-"""lagpilot_dev: the local real-parts stack and the test-side pod runner. Dev tooling only."""
+"""lagpilot_dev: the local real-parts stack, the real node among them. Dev tooling only."""

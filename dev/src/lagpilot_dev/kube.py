@@ -3,12 +3,9 @@
 Why these three and not envtest's two: with only etcd and an apiserver there is no garbage
 collection of owned objects, no Deployment -> ReplicaSet -> Pod chain, no Job bookkeeping, no
 default ServiceAccounts and namespace deletion hangs. The controller-manager makes all of that real.
-This part runs no scheduler and no kubelet: the test-side pod runner (`lagpilot_dev.podrunner`) binds
-pods to its Node through the `pods/binding` subresource (what kube-scheduler would do) and plays
-the kubelet. Binding in the runner instead of building and running kube-scheduler: one binary and
-one process fewer on a 2-core machine, and with a single fake node scheduling has no decision to make.
-The opt-in `node` part (`lagpilot_dev.node`, docs/node.md) adds a real kubelet, containerd and a
-kube-scheduler (under its own scheduler name while the pod runner serves the other tests).
+This part runs no scheduler and no kubelet: the `node` part (`lagpilot_dev.node`, docs/node.md)
+adds a real kubelet, containerd and kube-scheduler. (The test-side pod runner that played the
+kubelet before retired in issue 24 step 6.)
 
 Binaries are built once from the Go module proxy by `dev/build-kube.sh` into `<cache>/kube/bin`.
 Everything mutable (certificates, etcd data, kubeconfigs, logs, pids) lives in `<state>/kube`;
@@ -16,7 +13,7 @@ ports are persisted in `<state>/ports.json` so a killed and restarted part comes
 address and existing kubeconfigs stay valid.
 
 Identities (all client certificates signed by one self-signed CA, generated once with openssl):
-- `lagpilot-admin` in group `system:masters`: the admin kubeconfig for kubectl, tests, the pod runner;
+- `lagpilot-admin` in group `system:masters`: the admin kubeconfig for kubectl, tests and the dev tools;
 - `system:kube-controller-manager`: the controller-manager (bound by the bootstrap RBAC policy), which
   with `--use-service-account-credentials` runs each controller as its own ServiceAccount, as on a
   real cluster.
@@ -517,9 +514,8 @@ class KubePart:
                 f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
                 "--authorization-mode=RBAC,Node",
-                # MutatingAdmissionPolicy (beta in 1.35, off by default): the real node
-                # (lagpilot_dev.node) sends the pods of namespaces that opt in to its scheduler with
-                # one; nothing else uses it
+                # MutatingAdmissionPolicy (beta in 1.35, off by default): the tests' LP_TEST_* hooks
+                # for a test namespace's pods (lagpilot_dev.node.test_hooks_policy)
                 "--feature-gates=MutatingAdmissionPolicy=true",
                 "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
@@ -598,7 +594,7 @@ class KubePart:
     def stop(self) -> None:
         """Stop controller-manager, apiserver, etcd (reverse start order); data and ports are kept."""
         # kube-apiserver's graceful shutdown waits (up to 60 s) for connections with an open watch
-        # (an operator, a pod runner) to go idle, which they never do; its state is all in etcd, so a
+        # (an operator, a kubelet) to go idle, which they never do; its state is all in etcd, so a
         # short grace loses nothing. etcd gets a real one.
         grace = {"controller-manager": 10.0, "apiserver": 5.0, "etcd": 30.0}
         for comp in reversed(COMPONENTS):

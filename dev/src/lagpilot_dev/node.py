@@ -7,8 +7,7 @@ containers. It needs the `kube` part (its apiserver and CA) and root. What runs 
   serving the kubelet; pod networking by Debian's CNI `bridge` + `host-local` plugins (/usr/lib/cni):
   bridge `lagpilot0`, pod subnet POD_SUBNET, gateway POD_GATEWAY (= the host as pods see it);
 - kubelet (the stack's Kubernetes version, CGO_ENABLED=0) registering Node NODE_NAME;
-- kube-scheduler (binds pods to the node; the pod runner's binding is not needed for them), under
-  its own name; a namespace labelled NAMESPACE_LABEL sends its pods there (NAMESPACE_POLICY);
+- kube-scheduler (binds pods to the node), the cluster's `default-scheduler`: every pod goes there;
 - kube-proxy (iptables) and CoreDNS on the bridge gateway.
 
 The NetworkPolicy agent (kube-router's policy controller) is a part of its own, `netpol`
@@ -78,20 +77,15 @@ BRIDGE = "lagpilot0"
 CRI_NAMESPACE = "k8s.io"
 PAUSE_IMAGE = f"lagpilot.local/pause:{KUBE_VERSION}"
 TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
-# While the pod runner (lagpilot_dev.podrunner) serves other tests on the same control plane, it
-# binds every unscheduled pod of "default-scheduler" in its namespaces to its own Node. A real
-# scheduler under that name would race it for those pods and place its own on runner Nodes. So the
-# real scheduler answers to its own name, and its one profile only considers Nodes carrying
-# NODE_LABEL: a pod for the real node sets `schedulerName: lagpilot-node` (a stand-in; it becomes
-# "default-scheduler" when the pod runner retires).
-SCHEDULER_NAME = "lagpilot-node"
-NODE_LABEL = ("node.lagpilot.io/real", "true")
-# ... and a namespace carrying the same label sends every pod created in it to that scheduler (a
-# MutatingAdmissionPolicy, NAMESPACE_POLICY): the pods a Deployment, a Job or Spark creates there,
-# whose specs nobody here writes, run on the real node. The pod runner takes only namespaces its
-# sessions created, which never carry the label.
-NAMESPACE_LABEL = NODE_LABEL
-NAMESPACE_POLICY = "lagpilot-real-node"
+# The real scheduler is the cluster's default one: every pod that names no scheduler runs on the
+# node. (While the pod runner served other tests on the same control plane it answered to
+# "lagpilot-node", only for Nodes labelled node.lagpilot.io/real=true, and a MutatingAdmissionPolicy
+# sent the pods of labelled namespaces to it; both retired with the runner, issue 24 step 6.)
+SCHEDULER_NAME = "default-scheduler"
+# the retired MutatingAdmissionPolicy (and its binding, same name): removed at the node's start from
+# a control plane that still has it in etcd, or it would send labelled namespaces' pods to a
+# scheduler that no longer runs (they would stay Pending)
+RETIRED_NAMESPACE_POLICY = "lagpilot-real-node"
 # The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
 # `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
 # group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
@@ -136,59 +130,6 @@ def pods_cpu_shares(env: Mapping[str, str] | None = None, path: Path = KUBEPODS_
         path.write_text(str(shares))
         log.info("node pods' CPU weight set", extra={"cpu_shares": shares, "env": CPU_SHARES_ENV})
     return read_pods_cpu_shares(path)
-
-
-def namespace_policy() -> list[dict[str, Any]]:
-    """The MutatingAdmissionPolicy (admissionregistration.k8s.io/v1beta1; the stack's apiserver
-    enables it) and its binding: a pod created with the default scheduler in a namespace labelled
-    NAMESPACE_LABEL gets `schedulerName: SCHEDULER_NAME`."""
-    key, value = NAMESPACE_LABEL
-    api = "admissionregistration.k8s.io/v1beta1"
-    return [
-        {
-            "apiVersion": api,
-            "kind": "MutatingAdmissionPolicy",
-            "metadata": {"name": NAMESPACE_POLICY},
-            "spec": {
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                        }
-                    ]
-                },
-                "matchConditions": [
-                    {
-                        "name": "default-scheduler",
-                        "expression": "!has(object.spec.schedulerName) || "
-                        "object.spec.schedulerName == 'default-scheduler'",
-                    }
-                ],
-                "failurePolicy": "Fail",
-                "reinvocationPolicy": "Never",
-                "mutations": [
-                    {
-                        "patchType": "ApplyConfiguration",
-                        "applyConfiguration": {
-                            "expression": f'Object{{spec: Object.spec{{schedulerName: "{SCHEDULER_NAME}"}}}}'
-                        },
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": api,
-            "kind": "MutatingAdmissionPolicyBinding",
-            "metadata": {"name": NAMESPACE_POLICY},
-            "spec": {
-                "policyName": NAMESPACE_POLICY,
-                "matchResources": {"namespaceSelector": {"matchLabels": {key: value}}},
-            },
-        },
-    ]
 
 
 # The runtime's test fault hooks (LP_TEST_*: crash points, the older-image switch) for the pods of a
@@ -723,37 +664,14 @@ state = "{self.run_dir / "containerd"}"
         }
 
     def scheduler_config(self) -> dict[str, Any]:
-        """One profile, SCHEDULER_NAME, placing pods only on Nodes labelled NODE_LABEL (see above)."""
-        key, value = NODE_LABEL
+        """One profile, SCHEDULER_NAME (the cluster's default scheduler), every Node a candidate."""
         return {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": str(self.kubeconfig("scheduler"))},
             "leaderElection": {"leaderElect": False},
             "enableProfiling": False,
-            "profiles": [
-                {
-                    "schedulerName": SCHEDULER_NAME,
-                    "pluginConfig": [
-                        {
-                            "name": "NodeAffinity",
-                            "args": {
-                                "addedAffinity": {
-                                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                                        "nodeSelectorTerms": [
-                                            {
-                                                "matchExpressions": [
-                                                    {"key": key, "operator": "In", "values": [value]}
-                                                ]
-                                            }
-                                        ]
-                                    }
-                                }
-                            },
-                        }
-                    ],
-                }
-            ],
+            "profiles": [{"schedulerName": SCHEDULER_NAME}],
         }
 
     def _write_configs(self) -> None:
@@ -821,7 +739,7 @@ state = "{self.run_dir / "containerd"}"
             pods_cpu_shares()  # the kubelet made kubepods while it started
             self._start_proxy(timeout)
             self._start_dns(timeout)
-            self._install_namespace_policy()
+            self._remove_retired_namespace_policy()
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -929,7 +847,6 @@ state = "{self.run_dir / "containerd"}"
                 f"--cert-dir={self.dir / 'kubelet-pki'}",
                 f"--hostname-override={NODE_NAME}",
                 f"--node-ip={self.node_ip()}",
-                f"--node-labels={NODE_LABEL[0]}={NODE_LABEL[1]}",
                 "--v=1",
             ]
             proc.env = self._env()
@@ -1029,35 +946,23 @@ state = "{self.run_dir / "containerd"}"
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
         wait_started(proc, lambda: http_ok(url), "coredns /health", timeout)
 
-    def _install_namespace_policy(self) -> None:
-        """NAMESPACE_POLICY, when the apiserver serves MutatingAdmissionPolicy (a control plane
-        started before it enabled it has none: pods then name SCHEDULER_NAME themselves)."""
-        proc = self.kube.kubectl(
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            "-",
-            input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": namespace_policy()}),
-            timeout=60,
-        )
-        if proc.returncode != 0:
-            log.warning(
-                "no MutatingAdmissionPolicy on this apiserver: namespaces cannot opt in to the real "
-                "node (restart the kube part)",
-                extra={"error": proc.stderr.strip()[-300:]},
+    def _remove_retired_namespace_policy(self) -> None:
+        """RETIRED_NAMESPACE_POLICY and its binding, if this control plane still has them (etcd keeps
+        them across restarts): they would send a labelled namespace's pods to the retired
+        `lagpilot-node` scheduler, where they would stay Pending."""
+        for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
+            proc = self.kube.kubectl(
+                "delete",
+                f"{kind}.v1beta1.admissionregistration.k8s.io",
+                RETIRED_NAMESPACE_POLICY,
+                "--ignore-not-found",
+                timeout=60,
             )
-
-    def namespace_policy_installed(self) -> bool:
-        return (
-            self.kube.kubectl(
-                "get",
-                "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
-                NAMESPACE_POLICY,
-                timeout=20,
-            ).returncode
-            == 0
-        )
+            if proc.returncode != 0:  # an apiserver without the API: nothing to remove
+                log.info(
+                    "retired namespace policy not removed",
+                    extra={"kind": kind, "error": proc.stderr.strip()[-300:]},
+                )
 
     def node_ready(self) -> bool:
         proc = self.kube.kubectl(
@@ -1115,7 +1020,6 @@ state = "{self.run_dir / "containerd"}"
             "pause_image": PAUSE_IMAGE,
             "test_image": TEST_IMAGE,
             "scheduler_name": SCHEDULER_NAME,
-            "namespace_label": f"{NAMESPACE_LABEL[0]}={NAMESPACE_LABEL[1]}",
             "cluster_dns": CLUSTER_DNS,
             "kube_version": KUBE_VERSION,
             "containerd_version": CONTAINERD_VERSION,

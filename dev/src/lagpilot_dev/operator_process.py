@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-# pods of the local runner start in seconds; fail fast and retry often on the dev stack
+# fail fast and retry often on the dev stack (its one node is near: pods start in seconds there)
 DEV_OPERATOR_ENV = {
     "LAGPILOT_POD_START_SECONDS": "3",
     "LAGPILOT_KAFKA_TIMEOUT_SECONDS": "5",

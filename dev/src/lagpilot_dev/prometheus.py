@@ -11,9 +11,9 @@ the HTTP API, so they are not fetched.
 What it scrapes (config generated at start in `<state>/prometheus/prometheus.yml`, every 2 s):
 - job `lagpilot-operator`: file-based service discovery from `<state>/prometheus/file_sd/operator/*.json`
   (`add_target("operator", ...)` writes one file per operator process a test or the demo runs);
-- job `lagpilot-consumers`: `<state>/prometheus/file_sd/pods/*.json`, which the test-side pod runner
-  writes for each pod whose container exposes a metrics port and removes when the pod is gone
-  (`write_pod_target` / `remove_pod_target`, called from lagpilot_dev.podrunner.worker);
+- job `lagpilot-consumers`: `<state>/prometheus/file_sd/pods/*.json`, one file per running pod of the
+  real node whose container exposes a metrics port, at its pod IP (`node_pod_targets` reads them
+  from the API; `write_pod_target` / `remove_pod_target`: tests/real/test_prometheus.py feeds them);
 - itself (job `prometheus`).
 Alert and recording rules: every `<state>/prometheus/rules/*.yml` (`load_rules` writes one, reloads
 and waits until Prometheus lists its groups). Rule evaluation every 2 s.
@@ -135,10 +135,10 @@ def _target_file(sd_dir: Path, kind: str, key: str) -> Path:
 
 
 def write_pod_target(
-    sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str], host: str = LOOPBACK
+    sd_dir: Path, namespace: str, pod: str, port: int, labels: Mapping[str, str], host: str
 ) -> Path:
-    """One consumer pod's metrics endpoint as a file-SD target: the pod runner's pods on loopback (the
-    runner calls this), a real node's pod at its IP (`node_pod_targets`)."""
+    """One consumer pod's metrics endpoint as a file-SD target: a real node's pod at its IP
+    (`node_pod_targets`)."""
     path = _target_file(sd_dir, "pods", f"{namespace}_{pod}")
     _write_json_atomic(
         path, [{"targets": [f"{host}:{port}"], "labels": {"namespace": namespace, "pod": pod, **labels}}]
@@ -148,9 +148,9 @@ def write_pod_target(
 
 def node_pod_targets(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, str, dict[str, str]]]:
     """(namespace, pod, "ip:port", labels) for each running pod (the API's pod dicts) whose container
-    sets LAGPILOT_METRICS_PORT: what the pod runner's worker publishes for its pods, for pods on the
-    real node (the host reaches pod IPs through the bridge). Labels: the pod's `lagpilot.io/group`.
-    A test-side stand-in, only while this Prometheus has no Kubernetes discovery (`kubernetes_sd`)."""
+    sets LAGPILOT_METRICS_PORT, on the real node (the host reaches pod IPs through the bridge). Labels:
+    the pod's `lagpilot.io/group`. A test-side stand-in, only while this Prometheus has no Kubernetes
+    discovery (`kubernetes_sd`)."""
     out = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -171,15 +171,6 @@ def node_pod_targets(pods: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, 
 
 def remove_pod_target(sd_dir: Path, namespace: str, pod: str) -> None:
     _target_file(sd_dir, "pods", f"{namespace}_{pod}").unlink(missing_ok=True)
-
-
-def pods_sd_dir(state: Path | None = None) -> Path | None:
-    """Where the pod runner writes consumer targets: the running dev Prometheus's file-SD dir, or
-    None when no Prometheus part was ever started in this state dir (then the runner writes nothing)."""
-    from lagpilot_dev.paths import state_dir
-
-    d = (state or state_dir()) / "prometheus" / "file_sd"
-    return d if d.is_dir() else None
 
 
 class PrometheusPart:

@@ -36,8 +36,8 @@ print(json.dumps(out))
 def attack(
     port: int, bodies: list[str], healthz: bool = False, host: str = "127.0.0.1"
 ) -> list[tuple[int, str]]:
-    """Send `bodies` to the runtime on `host`:`port` from another process (the pod runner's runtime
-    listens on the host's loopback; on the real node `host` is the runtime pod's IP): [(status,
+    """Send `bodies` to the runtime on `host`:`port` from another process (on the real node `host` is
+    the runtime pod's IP): [(status,
     body)] per body, then (with `healthz`) the `GET /healthz` answer last."""
     done = subprocess.run(
         [sys.executable, "-c", ATTACKER, str(port), host, *(["healthz"] if healthz else [])],

@@ -1,6 +1,6 @@
-"""Spark's Kubernetes backend (client mode) on the local stack: shared by tests and benches.
+"""Spark's Kubernetes backend on the local stack: shared by tests and benches.
 
-What tests/real/test_drain_k8s.py and `bench/drain.py --executors ... --k8s` both need:
+What tests/real/test_drain_k8s.py and the benches need:
 
 - `drain_rbac_objects` / `apply_drain_rbac`: the chart's drain ServiceAccount, Role and RoleBinding
   for one namespace, as `helm template` renders them, applied with kubectl (the driver then runs
@@ -9,9 +9,10 @@ What tests/real/test_drain_k8s.py and `bench/drain.py --executors ... --k8s` bot
   e.g. a bench's `lagpilot drain`) and asks the API server for N executor pods of the consumer
   image (their entrypoint starts Spark's KubernetesExecutorBackend); plain values reach the
   executors through spark.executorEnv, Secret material only through secretKeyRef;
-- `LocalSparkK8s`: a namespace claimed by its own pod runner (`lagpilot_dev.podrunner`, executor
-  pods become local processes), the chart's drain RBAC, a Secret, and a kubeconfig of the drain
-  ServiceAccount for the driver; `executor_pods` lists the pods through the API server.
+- `executor_summary` (pure): how many executor pods a listing holds, running, terminating.
+
+`LocalSparkK8s` (a namespace served by its own pod runner, for `bench/drain.py --executors ...
+--k8s`'s driver outside a pod) went with the pod runner (issue 24 step 6); that bench mode refuses.
 
 Inside a pod (the operator's Job) the conf comes from `lagpilot.act.drain_manifests.spark_k8s_conf`
 instead; this module is for the local stack only.
@@ -19,17 +20,11 @@ instead; this module is for the local stack only.
 
 from __future__ import annotations
 
-import json
-import os
-import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 CONSUMER_IMAGE = (
-    "lagpilot/consumer:dev"  # the pod runner knows its entrypoint (lagpilot_runtime.image_entrypoint)
+    "lagpilot/consumer:dev"  # the executors' image (its entrypoint: lagpilot_runtime.image_entrypoint)
 )
 DRAIN_COMPONENT = "drain"
 
@@ -162,95 +157,3 @@ def executor_summary(pods: list[dict[str, Any]]) -> dict[str, int]:
         "running": len(running),
         "terminating": sum(1 for p in pods if p["metadata"].get("deletionTimestamp")),
     }
-
-
-@dataclass
-class LocalSparkK8s:
-    """A namespace on the local kube-apiserver whose pods a pod runner (started here) runs as local
-    processes, with the chart's drain RBAC, a Secret `secret_data`, and the drain ServiceAccount's
-    kubeconfig (`driver_kubeconfig`) for a driver that runs as a local process.
-
-    `kube_part`: lagpilot_dev.kube.KubePart (its admin kubeconfig, server, kubectl)."""
-
-    kube_part: Any
-    workdir: Path
-    secret_data: Mapping[str, str] = field(default_factory=dict)
-    prefix: str = "lpk8s"
-    namespace: str = ""
-    service_account: str = ""
-    driver_kubeconfig: Path | None = None
-    runner: Any = None
-    _api: Any = None
-
-    @property
-    def server(self) -> str:
-        return str(self.kube_part.server())
-
-    @property
-    def master(self) -> str:
-        return f"k8s://{self.server}"
-
-    def start(self) -> LocalSparkK8s:
-        from kubernetes import client, config
-
-        from lagpilot_dev.podrunner import RUNNER_LABEL, PodRunner
-
-        self._api = config.new_client_from_config(config_file=str(self.kube_part.admin_kubeconfig))
-        core = client.CoreV1Api(self._api)
-        node = f"lagpilot-bench-{os.getpid()}"
-        self.namespace = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
-        core.create_namespace({"metadata": {"name": self.namespace, "labels": {RUNNER_LABEL: node}}})
-        deadline = time.monotonic() + 120
-        while True:  # the ServiceAccount admission plugin rejects pods until "default" exists
-            try:
-                core.read_namespaced_service_account("default", self.namespace)
-                break
-            except client.ApiException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        if self.secret_data:
-            core.create_namespaced_secret(
-                self.namespace, {"metadata": {"name": "drain-env"}, "stringData": dict(self.secret_data)}
-            )
-        self.service_account = apply_drain_rbac(
-            self.kube_part, self.namespace, f"lpb-{uuid.uuid4().hex[:5]}", local_driver=True
-        )
-        self.driver_kubeconfig = self.kube_part.kubeconfig_for_service_account(
-            self.namespace, self.service_account, create=False
-        )
-        self.runner = PodRunner(
-            self.kube_part.admin_kubeconfig,
-            node_name=node,
-            workdir=self.workdir / "podrunner",
-            namespaces={self.namespace},
-            delete_node_on_stop=True,
-        ).start()
-        return self
-
-    def executor_pods(self, selector: str = "spark-role=executor") -> list[dict[str, Any]]:
-        """Executor pod objects in the namespace, from the API server."""
-        from kubernetes import client
-
-        resp = client.CoreV1Api(self._api).list_namespaced_pod(
-            self.namespace, label_selector=selector, _preload_content=False
-        )
-        return list(json.loads(resp.data)["items"])
-
-    def stop(self) -> None:
-        from kubernetes import client
-
-        if self.runner is not None:
-            self.runner.stop()
-        if self._api is not None:
-            try:
-                client.CoreV1Api(self._api).delete_namespace(self.namespace, propagation_policy="Background")
-            except client.ApiException:
-                pass
-            self._api.close()
-
-    def __enter__(self) -> LocalSparkK8s:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

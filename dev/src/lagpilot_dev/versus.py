@@ -11,6 +11,11 @@ and delivery ledger:
   (`versus_config.scaled_object`), run by the dev stack's `keda` part (the real keda-operator and
   keda-metrics-apiserver) and kube-controller-manager's HPA controller.
 
+Both run their pods on the real node, as the demo does (issue 24 step 6: the pod runner is gone): the
+lagpilot variant is the demo's own node path (images, `helm install`); a KEDA variant loads the same
+images and applies its Deployment (the demo image, the broker's PODS listener) in a namespace
+labelled as the demo's, with no operator installed.
+
 Both are measured by the demo's own code (`demo_observe.Observer` once a second, `demo_summary.report`:
 the delivery ledger's exactly-once proof, produce -> sink latency, replica-minutes from the
 Deployment's spec.replicas, scale events). For a KEDA run the model (`lagpilot.decide.keda` through
@@ -32,7 +37,7 @@ from typing import Any
 
 from lagpilot_dev.demo import summary as demo_summary
 from lagpilot_dev.demo.cluster import Cluster
-from lagpilot_dev.demo.config import PARTS
+from lagpilot_dev.demo.node import NODE_PARTS, NodeRun
 from lagpilot_dev.demo.run import Demo
 from lagpilot_dev.demo.run import parse_args as demo_parse_args
 from lagpilot_dev.versus_config import (
@@ -47,7 +52,7 @@ from lagpilot_dev.versus_config import (
 
 log = logging.getLogger("lagpilot_dev.versus")
 
-VERSUS_PARTS = (*PARTS, "keda")
+VERSUS_PARTS = (*NODE_PARTS, "keda")
 
 
 class KedaCluster(Cluster):
@@ -84,7 +89,7 @@ class VariantRun(Demo):
         super().__init__(args)
         self.variant = variant
         if variant is not None:
-            self.cluster = KedaCluster(self.console, self.names, VERSUS_PARTS)
+            self.cluster = KedaCluster(self.console, self.names, VERSUS_PARTS, node=True)
             self.observer.cluster = self.cluster
         self.cluster.stack, self.cluster.info, self.cluster.lease = stack, info, None
 
@@ -92,16 +97,16 @@ class VariantRun(Demo):
         if self.variant is None:
             super().stage_operator()
             return
-        from lagpilot_dev.demo.pods import PodRunnerHandle
-
-        t0 = self.console.begin(
+        console, cluster = self.console, self.cluster
+        t0 = console.begin(
             3,
-            "The pod runner (no lagpilot operator: KEDA scales this Deployment)",
-            "the pod runner to register its Node",
+            "The images on the node (no lagpilot operator: KEDA scales this Deployment)",
+            "the images to be built and loaded",
         )
-        self.pods = PodRunnerHandle(self.names, self.cluster.info)
-        self.pods.start()
-        self.console.done("operator_up", t0, f"pod runner node {self.pods.runner.node_name}")
+        self.node = NodeRun(console, self.names, cluster.info, cluster.kubectl, cluster.api)
+        self.node.prepare_images(cluster.stack)
+        self.node.start_sampler()
+        console.done("operator_up", t0, f"images on node {self.node.node.info()['node_name']}")
 
     def stage_group(self) -> None:
         if self.variant is None:
@@ -115,11 +120,17 @@ class VariantRun(Demo):
             f"Deployment {n.ns}/{n.deployment} + ScaledObject ({v.name}) → PostgreSQL table {n.table}",
             "KEDA to create the HPA",
         )
-        boot = cluster.info.bootstrap_servers
+        # the broker's PODS listener on the node's bridge: the pods' way, which keda-operator (a host
+        # process) reaches too
+        boot = cluster.pods_bootstrap_servers()
+        image = self.node.consumer_image if self.node is not None else None
         objs = {
             "apiVersion": "v1",
             "kind": "List",
-            "items": [consumer_deployment(n, self.profile, boot), scaled_object(n, self.profile, boot, v)],
+            "items": [
+                consumer_deployment(n, self.profile, boot, image),
+                scaled_object(n, self.profile, boot, v),
+            ],
         }
         path = n.out / "keda.yaml"
         path.write_text(json.dumps(objs, indent=1) + "\n")
@@ -141,7 +152,8 @@ class VariantRun(Demo):
         console.done("group_ready", t0, "consumer running, HPA present")
 
     def run_variant(self) -> dict[str, Any]:
-        """The stages after the stack: resources, operator/pod runner, group, replay, catch-up, report."""
+        """The stages after the stack: resources, operator (or the images alone), group, replay,
+        catch-up, report."""
         self.stage_resources()
         self.stage_operator()
         self.stage_group()
@@ -155,7 +167,7 @@ class VariantRun(Demo):
             samples=self.observer.samples,
             producer=self.loop.producer,
             operator_restarts=self._operator_restarts(),
-            operator_exit_codes=self.operator.exit_codes if self.operator is not None else [],
+            operator_exit_codes=self._operator_exit_codes(),
         )
         summary = json.loads((self.names.out / "summary.json").read_text())
         summary["versus_exit"] = rc
@@ -325,10 +337,8 @@ class Versus:
         # the demo's own parser, so every option it knows has its default (the profile is set after:
         # `hot` is one of VERSUS_PROFILES, not a choice of the demo's --profile)
         args = demo_parse_args(
-            # the pod runner, as before the demo moved to the node (issue 24 step 5): the bench is
-            # ported to the node on its own (docs/node.md "Retiring the pod runner")
+            # the real node, as the demo (the pod runner is gone: issue 24 step 6)
             [
-                "--runner",
                 "--namespace",
                 f"versus-{tag}-{i}",
                 "--out",

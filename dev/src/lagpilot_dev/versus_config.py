@@ -115,9 +115,12 @@ class KedaVariant:
         return d
 
 
-def consumer_deployment(names: RunNames, profile: Profile, bootstrap_servers: str) -> dict[str, Any]:
-    """The demo's consumer Deployment as the operator renders it, standing alone (1 replica to start)."""
-    spec = parse_spec(manifest(names, profile, bootstrap_servers)["spec"])
+def consumer_deployment(
+    names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None
+) -> dict[str, Any]:
+    """The demo's consumer Deployment as the operator renders it, standing alone (1 replica to start);
+    ``image``: the demo image loaded into the real node (the CR's, `imagePullPolicy: Never`)."""
+    spec = parse_spec(manifest(names, profile, bootstrap_servers, image)["spec"])
     dep = build_deployment(names.name, names.ns, "", spec, 1)
     dep["metadata"].pop("ownerReferences", None)
     dep["metadata"]["labels"]["lagpilot.io/versus"] = "keda"

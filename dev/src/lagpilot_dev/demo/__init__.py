@@ -1,5 +1,5 @@
 """`lagpilot demo`: the local demo (lagpilot_dev.demo.run; docs/demo.md). Its modules: run (the
-command), config (the CR, names, profiles), cluster, node (the default: the real node), operator and pods (--runner), traffic, observe,
+command), config (the CR, names, profiles), cluster, node (the real node), operator (--no-operator's bare consumer), traffic, observe,
 loop, measure, report, proof, summary, table, plot, view, console, keep, and handler (the handler the
 CR runs, `lagpilot_dev.demo.handler:process`).
 

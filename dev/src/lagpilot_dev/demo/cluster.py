@@ -270,10 +270,6 @@ class Cluster:
                     )
         with contextlib.suppress(client.ApiException):
             core.delete_namespace(ns, propagation_policy="Background")
-        # pods on a pod-runner Node that is gone (a --keep run) would wait forever for a kubelet
-        # to confirm their deletion: remove them at once, as `kubectl delete --force` does
-        with contextlib.suppress(client.ApiException):
-            core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         if wait:
 
             def gone() -> bool:
@@ -284,7 +280,6 @@ class Cluster:
                 return False
 
             self.console.wait(gone, f"namespace {ns} to be deleted", 180)
-            self._remove_stale_nodes(core)
 
     def _drop_leftovers(self) -> None:
         """The topic and tables of a previous run's CR in this namespace (a --keep run), demo names only."""
@@ -301,18 +296,6 @@ class Cluster:
                     with contextlib.suppress(Exception):
                         self.pg.execute(f'DROP TABLE IF EXISTS "{table}"')
         self.leftovers.clear()
-
-    def _remove_stale_nodes(self, core: Any) -> None:
-        """Nodes of earlier demo pod runners (kept with --keep, or left by a crash) that are NotReady."""
-        from kubernetes import client
-
-        with contextlib.suppress(client.ApiException):
-            for node in core.list_node().items:
-                name = node.metadata.name
-                ready = [c.status for c in (node.status.conditions or []) if c.type == "Ready"]
-                if name.startswith("lagpilot-demo-") and ready != ["True"]:
-                    with contextlib.suppress(client.ApiException):
-                        core.delete_node(name)
 
     # ---- the BatchConsumerGroup --------------------------------------------------------------------
     def cr(self) -> dict[str, Any]:

@@ -74,18 +74,13 @@ class RunNames:
             ledger_table=f"demo_ledger_{suffix}",
         )
 
-    @property
-    def node_name(self) -> str:
-        """The pod runner's Node."""
-        return f"lagpilot-demo-{self.run_id[-4:]}"
-
 
 def manifest(
     names: RunNames, profile: Profile, bootstrap_servers: str, image: str | None = None
 ) -> dict[str, Any]:
     """The BatchConsumerGroup the demo applies (also written to <out>/bcg.yaml). ``image``: the
-    consumer image its pods run, never pulled (on the node, the default: the demo image loaded into
-    the node; --runner's pod runner runs no image)."""
+    consumer image its pods run, never pulled (the demo image loaded into the node; None only for
+    --no-operator's bare consumer, which runs no pod)."""
     p = profile
     template: dict[str, Any] = {
         # the DSN reaches the pods only as a secretKeyRef (LAGPILOT_* names are the runtime's)

@@ -122,4 +122,4 @@ def setup_logging(out: Path, console: Console) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     wait_printer = WaitPrinter(lambda m: console.say(m, indent=True))
     logging.getLogger("lagpilot_dev").addHandler(wait_printer)
-    wait_printer.addFilter(lambda r: not r.name.startswith(("lagpilot_dev.podrunner", "lagpilot_dev.demo")))
+    wait_printer.addFilter(lambda r: not r.name.startswith("lagpilot_dev.demo"))

@@ -1,7 +1,7 @@
-"""`lagpilot demo` on the real node (the default since issue 24 step 5; docs/node.md): the demo's pods
-as containers.
+"""`lagpilot demo` on the real node (the default since issue 24 step 5, the only path since the pod
+runner retired in step 6; docs/node.md): the demo's pods as containers.
 
-What changes against `--runner` (the pod runner, lagpilot_dev.demo.pods, the stand-in):
+What that takes:
 - the stack adds the `node` part (kubelet, containerd + runc, CNI, kube-proxy, CoreDNS) and the
   `netpol` part (kube-router's policy controller: the operator's NetworkPolicies enforced; built on
   first use, minutes cold: docs/node.md "NetworkPolicy"); summary.json's
@@ -12,8 +12,8 @@ What changes against `--runner` (the pod runner, lagpilot_dev.demo.pods, the sta
   demo's consumer image, which is lagpilot/consumer plus the demo's handler (dev/demo_image, a
   derived image as users add their handler);
 - the operator is the chart's Deployment, installed by `helm install` into `<ns>-operator`
-  (watchNamespaces: the demo namespace); both namespaces carry the node's namespace label (their
-  pods go to the node's scheduler) and enforce Pod Security `restricted`;
+  (watchNamespaces: the demo namespace); both namespaces enforce Pod Security `restricted` (their
+  pods go to the node's scheduler, the cluster's default);
 - the CR names the pods' way to Kafka (the broker's PODS listener on the bridge gateway) and the
   demo image (`imagePullPolicy: Never`); the DSN Secret holds the pods' DSN (the bridge gateway);
 - every few seconds the demo reads the runtime's own listing (`crictl ps -a`) and the API's pods
@@ -67,10 +67,9 @@ RESTRICTED = {
 
 
 def namespace_labels() -> dict[str, str]:
-    """The labels of both demo namespaces on the node: the node's (its scheduler) and Pod Security."""
-    from lagpilot_dev.node import NAMESPACE_LABEL
-
-    return {NAMESPACE_LABEL[0]: NAMESPACE_LABEL[1], **RESTRICTED}
+    """The labels of both demo namespaces on the node: Pod Security `restricted` (their pods go to
+    the node's scheduler, the cluster's default, without any label)."""
+    return dict(RESTRICTED)
 
 
 def operator_namespace(ns: str) -> str:
@@ -148,7 +147,7 @@ def format_listing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @dataclass
 class NodeRun:
-    """The node side of one `lagpilot demo` run (not --runner): the images, the helm release of the
+    """The node side of one `lagpilot demo` run: the images, the helm release of the
     operator, the operator pod's restarts, and the record of which pods ran as containers."""
 
     console: Console

@@ -1,7 +1,7 @@
 """`lagpilot demo`: lagpilot doing its job on the embedded stack, live in the terminal.
 
     lagpilot demo [--profile default|fast] [--keep] [--cold-drains | --runtime-on-demand SECONDS]
-                  [--namespace NS] [--out DIR] [--plain] [--runner]
+                  [--namespace NS] [--out DIR] [--plain]
 
 Stages (each prints what it waits for):
  1. the embedded stack: Kafka, the Kubernetes control plane, PostgreSQL, Spark's Kafka connector and
@@ -28,17 +28,12 @@ Every lagpilot pod is a container on the node (docs/node.md; needs root): the ou
 runtime's own listing (`crictl ps -a`) after stage 4 and after catching up, and summary.json's
 `node` says which pods ran as containers.
 
---runner: the pod runner instead of the node (`lagpilot_dev.podrunner`, the kubelet stand-in, to
-be deleted with issue 24 step 6): the operator a subprocess (<out>/operator.log), the consumer and
-drain pods local processes (<out>/pods/), no images, no helm.
-
 Everything the demo starts is stopped on exit or Ctrl-C (the stack parts only if the demo started
 them and --keep is not given). With --keep the stack, the namespace, the CR and the operator's helm
 release stay: the kubelet keeps running the pods and a CR applied or edited afterwards is
 reconciled. The demo then prints how to take it down (also in <out>/kept.json), the
 `export KUBECONFIG=...` line, the Prometheus URL when the dev stack's prometheus part runs, and
-kubectl lines to try. (--runner --keep hands the pod runner over to a background
-`python -m lagpilot_dev.podrunner` and leaves the operator process running.)
+kubectl lines to try.
 """
 
 from __future__ import annotations
@@ -53,15 +48,13 @@ from typing import Any
 from lagpilot_dev.demo import keep as demo_keep
 from lagpilot_dev.demo import summary as demo_summary
 from lagpilot_dev.demo.cluster import Cluster
-from lagpilot_dev.demo.config import CRD_NAME, PARTS, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
+from lagpilot_dev.demo.config import CRD_NAME, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo.console import Console, DemoError, setup_logging
 from lagpilot_dev.demo.loop import RunLoop
 from lagpilot_dev.demo.node import NODE_PARTS, NodeRun
 from lagpilot_dev.demo.observe import Observer
-from lagpilot_dev.demo.operator import BareConsumer, OperatorProcess
-from lagpilot_dev.demo.pods import PodRunnerHandle
+from lagpilot_dev.demo.operator import BareConsumer
 from lagpilot_dev.demo.traffic import PROFILES
-from lagpilot_dev.paths import http_ok
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -112,23 +105,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="no live redraw: one progress line every few seconds (the default when stdout is not a terminal)",
     )
-    where = p.add_mutually_exclusive_group()
-    where.add_argument(
-        "--runner",
-        action="store_true",
-        help="the pod runner instead of the real node: lagpilot_dev.podrunner, the kubelet stand-in "
-        "(pods as local processes, the operator a subprocess; no images, no helm). To be deleted "
-        "with issue 24 step 6 (docs/node.md)",
-    )
-    # the old opt-in (sessions before issue 24 step 5): the default now, still accepted
-    where.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
+    # the old opt-in (sessions before issue 24 step 5): the only path now, still accepted
+    p.add_argument("--node", action="store_true", help=argparse.SUPPRESS)
     # development aid until the operator lands: run one consumer process directly, no CR, no Spark
     p.add_argument("--no-operator", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.node and args.no_operator:
         p.error("--node runs the operator as a pod: not with --no-operator")
-    # the real node unless --runner (or the bare consumer, which runs no pods at all)
-    args.node = not (args.runner or args.no_operator)
+    # the real node (the bare consumer runs no pods at all)
+    args.node = not args.no_operator
     try:  # the profile's own rules (the CRD's range of the cooldown), as a usage error
         profile_for(args.profile, args.cold_drains, args.runtime_on_demand)
     except ValueError as err:
@@ -139,8 +124,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 class Demo:
     """One run of the demo: the stages in order (`run()`), and `cleanup()` undoing what they started.
     Each part it starts is one object: the stack and its objects (Cluster), the node's images and
-    helm release (NodeRun; with --runner the operator process and the pod runner), the sampling
-    (Observer) and the replay loop (RunLoop)."""
+    helm release (NodeRun), the sampling (Observer) and the replay loop (RunLoop)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -148,12 +132,10 @@ class Demo:
         self.names = RunNames.new(args.namespace, args.out)
         self.names.out.mkdir(parents=True, exist_ok=True)
         self.console = Console(live=sys.stdout.isatty() and not args.plain)
-        parts = NODE_PARTS if args.node else PARTS if not args.no_operator else PARTS_WITHOUT_OPERATOR
+        parts = NODE_PARTS if args.node else PARTS_WITHOUT_OPERATOR
         self.cluster = Cluster(self.console, self.names, parts, node=args.node)
         self.observer = Observer(self.cluster, self.profile)
         # created once the stack is up (they need its connection details)
-        self.operator: OperatorProcess | None = None
-        self.pods: PodRunnerHandle | None = None
         self.node: NodeRun | None = None  # on the node: the helm release and the containers' record
         self.bare_consumer = BareConsumer()
         self.loop = RunLoop(
@@ -167,24 +149,16 @@ class Demo:
         setup_logging(self.names.out, self.console)
 
     def _operator_dead(self) -> str | None:
-        if self.node is not None:
-            return self.node.dead()
-        return self.operator.dead() if self.operator is not None else None
+        return self.node.dead() if self.node is not None else None
 
     def _operator_running(self) -> bool:
-        if self.node is not None:
-            return self.node.running()
-        return self.operator is not None and self.operator.running()
+        return self.node is not None and self.node.running()
 
     def _operator_restarts(self) -> int:
-        if self.node is not None:
-            return self.node.restarts
-        return self.operator.restarts if self.operator is not None else 0
+        return self.node.restarts if self.node is not None else 0
 
     def _operator_exit_codes(self) -> list[int]:
-        if self.node is not None:
-            return self.node.exit_codes
-        return self.operator.exit_codes if self.operator is not None else []
+        return self.node.exit_codes if self.node is not None else []
 
     # ---- the stages --------------------------------------------------------------------------------
     def run(self) -> int:
@@ -224,7 +198,6 @@ class Demo:
             f"CRD {CRD_NAME} to be Established",
         )
         self.cluster.apply_crd()
-        demo_keep.stop_kept(n.ns, lambda m: self.console.say(m, indent=True))
         self.cluster.create_resources(self.profile)
         if self.args.node:  # what the namespace says, as the apiserver has it
             labels = self.cluster.kubectl(
@@ -242,38 +215,14 @@ class Demo:
         if self.args.node:
             self.stage_operator_on_node()
             return
-        t0 = console.begin(
-            3,
-            "The operator (lagpilot operator) and the pod runner (--runner: the kubelet stand-in)",
-            "the operator's metrics endpoint to answer",
+        t0 = console.begin(3, "--no-operator: one bare consumer process", "the consumer to start")
+        self.bare_consumer.start(
+            n,
+            self.profile,
+            info,
+            manifest(n, self.profile, info.bootstrap_servers)["spec"]["processing"]["config"],
         )
-        if self.args.no_operator:
-            self.bare_consumer.start(
-                n,
-                self.profile,
-                info,
-                manifest(n, self.profile, info.bootstrap_servers)["spec"]["processing"]["config"],
-            )
-            console.done("operator_up", t0, "--no-operator: one bare consumer process instead")
-            return
-        self.operator = OperatorProcess(console, n, info)
-        self.operator.start()
-        console.say(
-            f"$ lagpilot operator --namespace {n.ns} --standalone   (pid {self.operator.proc.pid}, "
-            f"log {n.out / 'operator.log'})",
-            indent=True,
-        )
-        url = self.operator.metrics_url
-        console.wait(lambda: http_ok(url), url, 120, alive=self._operator_dead)
-
-        console.say("waiting for: the pod runner to register its Node", indent=True)
-        self.pods = PodRunnerHandle(n, info)
-        self.pods.start()
-        console.done(
-            "operator_up",
-            t0,
-            f"operator pid {self.operator.proc.pid}, pod runner node {self.pods.runner.node_name}",
-        )
+        console.done("operator_up", t0, "--no-operator: one bare consumer process instead")
 
     def stage_operator_on_node(self) -> None:
         """The images into the node's containerd, the operator by `helm install`."""
@@ -326,9 +275,7 @@ class Demo:
             alive=self._operator_dead,
         )
         console.say(
-            "✓ Deployment created; waiting for: a consumer pod to run "
-            + ("(a container on the node)" if self.node is not None else "(pod runner)"),
-            indent=True,
+            "✓ Deployment created; waiting for: a consumer pod to run (a container on the node)", indent=True
         )
 
         def pod_running() -> bool:
@@ -386,25 +333,8 @@ class Demo:
                 steps.append(("helm uninstall the operator", self.node.uninstall))
             else:
                 steps.append(("leave the operator's release installed", self.node.stop_sampler))
-        elif (
-            keep
-            and self.pods is not None
-            and self.pods.runner is not None
-            and self.operator is not None
-            and self.operator.proc is not None
-        ):
-            steps += [
-                (
-                    "hand the pod runner over to a background process (its pods restart once)",
-                    lambda: self.pods.detach(self.cluster.api),
-                ),
-                ("leave the operator running", self.operator.leave_running),
-            ]
         else:
-            steps += [
-                ("stop the pod runner and its processes", self._stop_pod_runner),
-                ("stop the operator", self._stop_operator),
-            ]
+            steps.append(("stop the bare consumer", self.bare_consumer.stop))
         if not keep:
             steps += [("delete the namespace, topic and tables", self.cluster.delete_resources)]
         steps.append(("release the stack", lambda: self.cluster.release_stack(keep)))
@@ -418,15 +348,6 @@ class Demo:
         if keep and self.cluster.info is not None:
             self._print_kept()
 
-    def _stop_pod_runner(self) -> None:
-        if self.pods is not None:
-            self.pods.stop(self.cluster.api, delete_node=not self.args.keep)
-
-    def _stop_operator(self) -> None:
-        self.bare_consumer.stop()
-        if self.operator is not None:
-            self.operator.stop()
-
     def _print_kept(self) -> None:
         """--keep: what still runs (also in <out>/kept.json), how to stop it, what to try."""
         if self.node is not None:
@@ -439,7 +360,7 @@ class Demo:
                 "tables": [n.table, n.ledger_table],
                 "prometheus_url": self.cluster.prometheus_url(),
             }
-            demo_keep.write_kept(n.out, n.ns, kept_node)
+            demo_keep.write_kept(n.out, kept_node)
             print()
             print(
                 "\n".join(
@@ -455,31 +376,6 @@ class Demo:
                     )
                 )
             )
-            return
-        op = self.operator if self.operator is not None and self.operator.proc is not None else None
-        kept_runner = self.pods.kept_runner if self.pods is not None else None
-        out, info = self.names.out, self.cluster.info
-        kept = {
-            "operator_pid": op.proc.pid if op is not None else None,
-            "podrunner_pid": kept_runner.pid if kept_runner is not None else None,
-            "operator_metrics": op.metrics_url if op is not None else None,
-            "operator_log": str(out / "operator.log"),
-            "podrunner_log": str(out / "podrunner.log"),
-            "prometheus_url": self.cluster.prometheus_url(),
-        }
-        demo_keep.write_kept(out, self.names.ns, kept)
-        print()
-        print(
-            "\n".join(
-                demo_keep.kept_lines(
-                    ns=self.names.ns,
-                    name=self.names.name,
-                    exports=info.shell_exports()[:1],
-                    kubectl=info.kubectl,
-                    **kept,
-                )
-            )
-        )
 
 
 def main(argv: list[str] | None = None) -> int:
