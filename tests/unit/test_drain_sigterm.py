@@ -12,15 +12,7 @@ import pytest
 
 from lagpilot_runtime.drain import job as drain_job
 from lagpilot_runtime.drain import runtime as drain_runtime
-from lagpilot_runtime.drain.plan import DrainPlan, SubRange
-
-ENV = {
-    "LAGPILOT_BOOTSTRAP_SERVERS": "127.0.0.1:9",
-    "LAGPILOT_TOPIC": "orders",
-    "LAGPILOT_GROUP_ID": "g",
-    "LAGPILOT_HANDLER": "lagpilot_runtime.sinks.stdout:handle",
-}
-PLAN = DrainPlan("41", "orders", "g", (SubRange(0, 0, 0, 10),), 100, 2, read_committed=True)
+from tests.unit.test_drain_runtime import ENV, PLAN  # the same drain and its environment
 
 
 class Exited(Exception):
