@@ -199,6 +199,16 @@ class PrometheusPart:
         self.install()
         return self.binary("promtool")
 
+    def promtool_check(self, what: str, path: Path) -> subprocess.CompletedProcess[str]:
+        """`promtool check <what> <path>` (config, rules): its result, never raising on a refusal."""
+        return subprocess.run(
+            [str(self.promtool()), "check", what, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
     def installed(self) -> bool:
         return (
             (self.home / ".complete").exists() and self.binary().exists() and self.binary("promtool").exists()
@@ -356,14 +366,7 @@ class PrometheusPart:
                     }
                 )
             )
-            chk = subprocess.run(
-                [str(self.promtool()), "check", "config", str(probe)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            self._kubernetes_sd = chk.returncode == 0
+            self._kubernetes_sd = self.promtool_check("config", probe).returncode == 0
         return self._kubernetes_sd
 
     def pods_kubeconfig(self) -> Path | None:
@@ -447,13 +450,7 @@ class PrometheusPart:
         self.rules_dir.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         try:
-            chk = subprocess.run(
-                [str(self.promtool()), "check", "rules", str(tmp)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            chk = self.promtool_check("rules", tmp)
             if chk.returncode != 0:
                 raise RuntimeError(f"promtool check rules failed:\n{chk.stdout}\n{chk.stderr}")
             tmp.replace(path)
