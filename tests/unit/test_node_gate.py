@@ -4,10 +4,10 @@
   a machine that cannot host one: then the node's tests and every test that runs pods skip, loudly;
   under CI=true the opt-out fails instead (CI must run the node's tests), as dev/test refuses
   CI=true with LAGPILOT_NODE=0 the way it refuses LAGPILOT_SKIP_REAL=1.
-- The NetworkPolicy agent (the `netpol` part, kube-router: ~41 min cold build) stays opt-in
-  (LAGPILOT_NETPOL=1).
-- dev/test brings the node up with the other parts (`dev up --parts kafka,kube,postgres,spark,node`),
-  without it when LAGPILOT_NODE=0.
+- The NetworkPolicy agent (the `netpol` part, kube-router's policy controller) is on with the node;
+  LAGPILOT_NETPOL=0 opts out, and fails under CI=true.
+- dev/test brings the node up with the other parts
+  (`dev up --parts kafka,kube,postgres,spark,node,netpol`), without them when LAGPILOT_NODE=0.
 - One node per machine: a node part refuses to start while another state dir's node runs, naming
   that state dir.
 """
@@ -55,6 +55,8 @@ def test_node_gate(env: dict[str, str], verdict: str) -> None:
 
 
 def test_the_node_is_on_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read from this process's environment, so not under CI's CI=true (the opt-out fails there)."""
+    monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("LAGPILOT_NODE", raising=False)
     assert fixtures.node_gate(os.environ)[0] == "on"
     monkeypatch.setenv("LAGPILOT_NODE", "0")
