@@ -524,7 +524,9 @@ def finish_and_check(
     import psycopg
     from confluent_kafka import Consumer, TopicPartition
 
-    d = wait_phase(s, ("Verified", "Failed", "Cancelled"), 900)
+    # below pytest's own 900 s timeout, so that a drain that never ends fails here, with its last
+    # status and the operator's log, instead of as a bare timeout
+    d = wait_phase(s, ("Verified", "Failed", "Cancelled"), 600)
     assert d["phase"] == "Verified", json.dumps(d)[:2000]
     s.stop_live.set()
     if s.live_thread is not None:
