@@ -67,7 +67,7 @@ class PodWatch(threading.Thread):
 @dataclass(frozen=True)
 class AbRun:
     """What every drain of the A/B shares: the stack, the backlog, the options, the work dir and
-    (--k8s) Spark's Kubernetes backend."""
+    (--k8s) Spark's Kubernetes backend on the real node (lagpilot_dev.spark_k8s.NodeSparkK8s)."""
 
     bootstrap: str
     topic: str
@@ -146,6 +146,7 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
             int(extra[K8S_CORES_ENV]),
             f"bench-{plan.drain_id}",
             run_label,
+            k8s.image,
         )
         watch = PodWatch(k8s, run_label)
         watch.start()
@@ -158,7 +159,8 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
         cpu = CpuSampler(
             [proc.pid] + ([target.runtime.proc.pid] if target.runtime else []),
             [],
-            (lambda: k8s.runner.running_pids(k8s.namespace).values()) if watch else None,
+            # the executor containers' processes, as the node's runtime reports them (crictl)
+            k8s.running_pids if watch else None,
         )
         cpu.start()
         rc = proc.wait(timeout=1800)
@@ -188,7 +190,7 @@ def executor_pods_row(watch: PodWatch, name: str, log_path: Path) -> dict[str, A
     watch.stop()
     watch.poll()
     t_end = time.time()
-    # Spark deletes its executor pods when the driver stops; the runner then ends them
+    # Spark deletes its executor pods when the driver stops; the kubelet then ends their containers
     left = wait_until(lambda: watch.poll() == 0 or None, f"executor pods of {name} deleted", 120, 0.5)
     log_text = log_path.read_text(errors="replace")
     return {
@@ -250,6 +252,7 @@ def ab_result(
             "namespace": k8s.namespace,
             "service_account": k8s.service_account,
             "executor_memory": "512m",
-            "driver": "local process (client mode), the drain ServiceAccount's token",
+            "driver": f"host process (client mode) at {k8s.driver_host} (the node's bridge gateway), "
+            f"the drain ServiceAccount's token; executors: {k8s.image} containers on the real node",
         }
     return out

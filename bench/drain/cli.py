@@ -97,24 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--k8s",
         action="store_true",
-        help="with --executors: the counts on Spark's Kubernetes backend. NOT AVAILABLE since the pod "
-        "runner retired (issue 24 step 6): its executor pods were the runner's local processes; "
-        "tests/real/test_drain_k8s.py runs the k8s path on the real node",
+        help="with --executors: the counts on Spark's Kubernetes backend (client mode: the driver a host "
+        "process bound to the real node's bridge gateway, as the chart's drain ServiceAccount; executor "
+        "pods are containers of the consumer image, built from this checkout and loaded into the node, "
+        "in a namespace enforcing Pod Security restricted) beside a 'local' variant (local[<max-tasks>,4]), "
+        "the base of the ratios; Kafka and PostgreSQL through their listeners on the bridge",
     )
     args = ap.parse_args(argv)
     if args.k8s and not args.executors:
         ap.error("--k8s goes with --executors")
-    if args.k8s:
-        # the executor pods of this client-mode driver (a host process) were the pod runner's local
-        # processes, which reached the driver on loopback; on the real node they are containers that
-        # would reach it only on the pod bridge's gateway, need the consumer image loaded into the
-        # node and the pods' DSN and broker listener. Not ported: refused, never a stand-in.
-        ap.error(
-            "--k8s is not available: it ran its executor pods on the pod runner, deleted in issue 24 "
-            'step 6 (docs/node.md "Retiring the pod runner"); the driver would have to bind to the '
-            "node's bridge gateway for its executor containers. tests/real/test_drain_k8s.py runs "
-            "Spark's Kubernetes backend on the real node (the driver a pod)"
-        )
     variants = parse_variants(args.startup_ab) if args.startup_ab else None
     if args.executors:
         counts_arg = [int(x) for x in args.executors.split(",") if x.strip()]
@@ -133,12 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     from lagpilot_dev.stack import Stack
 
     stack = Stack()
-    info, lease = stack.acquire(["kafka", "postgres", "spark"] + (["kube"] if args.k8s else []))
+    info, lease = stack.acquire(["kafka", "postgres", "spark"] + (["kube", "node"] if args.k8s else []))
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"lagpilot-bench-drain-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
     load_before = os.getloadavg()
     try:
         bootstrap, dsn = str(info.bootstrap_servers), str(info.postgres_dsn)
+        if args.k8s:
+            # the executor containers reach the host only on the node's bridge: the broker's PODS
+            # listener and PostgreSQL's bridge listener, which this host process reaches too (every
+            # variant uses them, so the ratios compare like with like)
+            bootstrap, dsn = k8s_addresses(stack)
         topic = f"bench-drain-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
@@ -148,9 +144,26 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         if variants:
-            ab = run_startup_ab(
-                AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, None), variants
-            )
+            k8s = None
+            if args.k8s:
+                from lagpilot_dev.spark_k8s import NodeSparkK8s
+
+                k8s = NodeSparkK8s(
+                    stack.part("kube"),
+                    stack.part("node"),
+                    image=consumer_image_on_node(stack.part("node")),
+                    secret_data={"dsn": dsn},
+                    prefix="bench-drain-k8s",
+                )
+            try:
+                if k8s is not None:
+                    k8s.start()
+                ab = run_startup_ab(
+                    AbRun(bootstrap, topic, dsn, counts, list(info.spark_jars), args, workdir, k8s), variants
+                )
+            finally:
+                if k8s is not None:
+                    k8s.stop()
             return report_ab(ab, args, load_before)
         group = run_group(bootstrap, topic, dsn, counts, args, workdir)
         print(f"group: {group}", file=sys.stderr)
@@ -159,6 +172,37 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.release(lease, stop=os.environ.get("LAGPILOT_KEEP_STACK", "") in ("", "0", "false"))
     return report_drain(group, drain, counts, args, load_before)
+
+
+def k8s_addresses(stack: Any) -> tuple[str, str]:
+    """(bootstrap, DSN) as pods on the real node reach Kafka and PostgreSQL (their bridge listeners)."""
+    bootstrap, dsn = stack.part("kafka").pods_bootstrap_servers(), stack.part("postgres").pods_dsn()
+    if not (bootstrap and dsn):
+        raise SystemExit(
+            "--k8s: the broker's PODS listener or PostgreSQL's bridge listener is missing (a part "
+            "started before the node's bridge): restart the kafka / postgres part"
+        )
+    return str(bootstrap), str(dsn)
+
+
+def consumer_image_on_node(node: Any) -> str:
+    """The consumer image built from this checkout (cached layers) and loaded into the node under
+    its content tag (the name the executor pods use, never pulled: another checkout's build may
+    hold the plain name)."""
+    from lagpilot_dev.images.build import IMAGES
+    from lagpilot_dev.images.command import build_and_run
+    from lagpilot_dev.node import cri_image_name
+
+    planned = IMAGES["consumer"].content_reference()
+    if node.image_id(cri_image_name(planned)) is not None:  # this content already there: no build
+        print(f"executor image {planned} already on the node", file=sys.stderr)
+        return planned
+    report = build_and_run(("consumer",), run=False)
+    built = str(report.builds["consumer"]["content_tag"])
+    reference = built.removeprefix("localhost/")
+    secs = node.load_built_image(built, reference=reference)
+    print(f"executor image {reference} on the node ({secs} s)", file=sys.stderr)
+    return reference
 
 
 def report_ab(ab: dict[str, Any], args: argparse.Namespace, load_before: tuple[float, float, float]) -> int:

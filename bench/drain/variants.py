@@ -9,8 +9,6 @@ import math
 import statistics
 from typing import Any
 
-from bench.drain.workload import REPO
-
 
 def parse_variants(items: list[str]) -> dict[str, dict[str, str]]:
     """``NAME=ENVJSON`` (e.g. ``old={"LAGPILOT_DRAIN_WARM_WORKERS":"0"}``) -> {name: env} (pure)."""
@@ -96,6 +94,11 @@ def k8s_executor_variants(counts: list[int], slots: int) -> dict[str, dict[str, 
     return out
 
 
+# the executors' Python (the consumer image's): the driver names it in every task it sends
+IMAGE_PYTHON = "/usr/local/bin/python3"
+CPU_PER_TASK_M = 50  # each executor pod requests its slots times this (2 CPUs shared by every pod)
+
+
 def k8s_drain_env(
     env: dict[str, str],
     k8s: Any,
@@ -103,12 +106,17 @@ def k8s_drain_env(
     cores: int,
     pod_prefix: str,
     run_label: str,
+    image: str,
     memory: str = "512m",
 ) -> dict[str, str]:
     """The drain process's environment for Spark's Kubernetes backend in client mode (pure but for
-    ``k8s``'s names): the driver is this local process, acting as the chart's drain ServiceAccount;
-    executors get the plain LAGPILOT_* settings through spark.executorEnv and the DSN through the
-    Secret (never literal)."""
+    ``k8s``'s names): the driver is this host process, acting as the chart's drain ServiceAccount,
+    reached by its executor containers on the real node at ``k8s.driver_host`` (the bridge gateway;
+    it binds there). Executors run ``image`` (the consumer image: its own PYTHONPATH and Python,
+    which the driver names in PYSPARK_PYTHON) from the operator's executor pod template (Pod
+    Security `restricted`, read-only root, /tmp an emptyDir); they get the plain LAGPILOT_* settings
+    through spark.executorEnv and the DSN through the Secret (never literal)."""
+    from lagpilot.act.drain_manifests import EXECUTOR_POD_TEMPLATE_ENV, executor_pod_template
     from lagpilot_dev.spark_k8s import client_mode_conf
 
     plain = {
@@ -118,7 +126,6 @@ def k8s_drain_env(
         and k != "LAGPILOT_POSTGRES_DSN"
         and not k.startswith(("LAGPILOT_SPARK_", "LAGPILOT_BENCH_"))
     }
-    plain["PYTHONPATH"] = env.get("PYTHONPATH", str(REPO))
     conf = client_mode_conf(
         k8s.namespace,
         executors,
@@ -128,10 +135,15 @@ def k8s_drain_env(
         plain,
         {"LAGPILOT_POSTGRES_DSN": ("drain-env", "dsn")},
         labels={"lagpilot.io/bench-run": run_label},
+        image=image,
+        driver_host=k8s.driver_host,
+        request_cores=f"{cores * CPU_PER_TASK_M}m",
     )
     return dict(
         env,
         LAGPILOT_SPARK_MASTER=k8s.master,
         LAGPILOT_SPARK_CONF=json.dumps(conf, sort_keys=True),
         KUBECONFIG=str(k8s.driver_kubeconfig),
+        PYSPARK_PYTHON=IMAGE_PYTHON,
+        **{EXECUTOR_POD_TEMPLATE_ENV: json.dumps(executor_pod_template(), sort_keys=True)},
     )

@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 from lagpilot_dev.spark_k8s import client_mode_conf, drain_rbac_objects, executor_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.drain.variants import K8S_CORES_ENV, K8S_EXECUTORS_ENV, k8s_drain_env, k8s_executor_variants
+from bench.drain.variants import (
+    CPU_PER_TASK_M,
+    IMAGE_PYTHON,
+    K8S_CORES_ENV,
+    K8S_EXECUTORS_ENV,
+    k8s_drain_env,
+    k8s_executor_variants,
+)
 
 DSN = "postgresql://u:s3cret@127.0.0.1:5432/db"
 
@@ -108,7 +115,10 @@ def test_k8s_variants_reject_zero():
 
 def test_k8s_drain_env_points_the_driver_at_the_api_server_as_the_drain_account():
     k8s = SimpleNamespace(
-        namespace="ns1", master="k8s://https://127.0.0.1:6443", driver_kubeconfig=Path("/x/sa.kubeconfig")
+        namespace="ns1",
+        master="k8s://https://127.0.0.1:6443",
+        driver_kubeconfig=Path("/x/sa.kubeconfig"),
+        driver_host="10.244.0.1",
     )
     env = {
         "LAGPILOT_TOPIC": "t",
@@ -118,12 +128,48 @@ def test_k8s_drain_env_points_the_driver_at_the_api_server_as_the_drain_account(
         "PYTHONPATH": "/repo",
         "HOME": "/root",
     }
-    out = k8s_drain_env(env, k8s, 2, 6, "bench-1", "k8s-2x6-0-1")
+    out = k8s_drain_env(env, k8s, 2, 6, "bench-1", "k8s-2x6-0-1", "lagpilot/consumer:0.1.0-cabc")
     assert out["LAGPILOT_SPARK_MASTER"] == "k8s://https://127.0.0.1:6443"
     assert out["KUBECONFIG"] == "/x/sa.kubeconfig"
-    assert out["LAGPILOT_POSTGRES_DSN"] == DSN  # the driver (a local process) keeps its own environment
+    assert out["LAGPILOT_POSTGRES_DSN"] == DSN  # the driver (a host process) keeps its own environment
+    assert out["PYTHONPATH"] == "/repo"  # ... its own PYTHONPATH too
     conf = json.loads(out["LAGPILOT_SPARK_CONF"])
     assert conf["spark.executor.instances"] == "2" and conf["spark.executor.cores"] == "6"
-    assert conf["spark.executorEnv.LAGPILOT_TOPIC"] == "t" and conf["spark.executorEnv.PYTHONPATH"] == "/repo"
+    assert conf["spark.executorEnv.LAGPILOT_TOPIC"] == "t"
     assert not any(k.endswith(("LAGPILOT_SPARK_JARS", "LAGPILOT_BENCH_K8S_CORES", "HOME")) for k in conf)
     assert "s3cret" not in out["LAGPILOT_SPARK_CONF"]  # the DSN reaches executors through the Secret only
+
+
+def test_k8s_drain_env_runs_executors_as_restricted_containers_reaching_the_driver_on_the_bridge():
+    """The real node's executors: containers of the given image (never pulled), its own PYTHONPATH
+    and Python, the operator's restricted pod template, a small CPU request per slot, the driver
+    bound to and reached at the bridge gateway (loopback would be the container's own)."""
+    from lagpilot.act.drain_manifests import EXECUTOR_POD_TEMPLATE_ENV, executor_pod_template
+
+    k8s = SimpleNamespace(
+        namespace="ns1",
+        master="k8s://https://127.0.0.1:6443",
+        driver_kubeconfig=Path("/x/sa.kubeconfig"),
+        driver_host="10.244.0.1",
+    )
+    env = {"LAGPILOT_TOPIC": "t", "PYTHONPATH": "/work/wt/repo", "PYSPARK_PYTHON": "/work/.venv/bin/python"}
+    out = k8s_drain_env(env, k8s, 3, 4, "bench-1", "k8s-3x4-0-1", "lagpilot/consumer:0.1.0-cabc")
+    conf = json.loads(out["LAGPILOT_SPARK_CONF"])
+    assert conf["spark.kubernetes.container.image"] == "lagpilot/consumer:0.1.0-cabc"
+    assert conf["spark.kubernetes.container.image.pullPolicy"] == "IfNotPresent"
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "10.244.0.1"
+    assert conf["spark.kubernetes.executor.request.cores"] == f"{4 * CPU_PER_TASK_M}m"
+    assert not any("PYTHONPATH" in k for k in conf)  # the image's PYTHONPATH, never the host's checkout
+    assert out["PYSPARK_PYTHON"] == IMAGE_PYTHON  # what the executors' Python workers run
+    assert json.loads(out[EXECUTOR_POD_TEMPLATE_ENV]) == executor_pod_template()
+    spec = json.loads(out[EXECUTOR_POD_TEMPLATE_ENV])["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["automountServiceAccountToken"] is False
+
+
+def test_client_mode_conf_sets_a_cpu_request_only_when_asked():
+    base = client_mode_conf("ns", 1, 2, "512m", "p", {}, {})
+    assert "spark.kubernetes.executor.request.cores" not in base
+    assert base["spark.driver.host"] == "127.0.0.1"
+    conf = client_mode_conf("ns", 1, 2, "512m", "p", {}, {}, driver_host="10.244.0.1", request_cores="100m")
+    assert conf["spark.kubernetes.executor.request.cores"] == "100m"
+    assert conf["spark.driver.bindAddress"] == "10.244.0.1"
