@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -163,7 +164,11 @@ def drain_round(run: AbRun, name: str, extra: dict[str, str], rnd: int, target: 
             k8s.running_pids if watch else None,
         )
         cpu.start()
-        rc = proc.wait(timeout=1800)
+        try:
+            rc = proc.wait(timeout=1800)
+        finally:
+            if proc.poll() is None:  # interrupted: the drain (its own process group) goes too
+                os.killpg(proc.pid, signal.SIGKILL)
         cpu_s = cpu.stop()
     pods_row = executor_pods_row(watch, name, log_path) if watch is not None else {}
     if rc != 0:

@@ -97,6 +97,15 @@ def k8s_executor_variants(counts: list[int], slots: int) -> dict[str, dict[str, 
 # the executors' Python (the consumer image's): the driver names it in every task it sends
 IMAGE_PYTHON = "/usr/local/bin/python3"
 CPU_PER_TASK_M = 50  # each executor pod requests its slots times this (2 CPUs shared by every pod)
+# the executor pod's memory beyond the JVM heap: Spark's floor plus one Python worker per slot. With
+# Spark's default (384 MiB) a 1 x 12 executor was OOMKilled by its cgroup (exit 137) on the real node
+# once its 12 workers ran (the pod runner enforced no limit)
+OVERHEAD_BASE_MB, OVERHEAD_PER_SLOT_MB = 384, 160
+
+
+def executor_memory_overhead(cores: int) -> str:
+    """spark.executor.memoryOverhead for an executor of `cores` task slots (pure)."""
+    return f"{OVERHEAD_BASE_MB + cores * OVERHEAD_PER_SLOT_MB}m"
 
 
 def k8s_drain_env(
@@ -138,6 +147,7 @@ def k8s_drain_env(
         image=image,
         driver_host=k8s.driver_host,
         request_cores=f"{cores * CPU_PER_TASK_M}m",
+        memory_overhead=executor_memory_overhead(cores),
     )
     return dict(
         env,

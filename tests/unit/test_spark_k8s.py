@@ -23,6 +23,7 @@ from bench.drain.variants import (
     IMAGE_PYTHON,
     K8S_CORES_ENV,
     K8S_EXECUTORS_ENV,
+    executor_memory_overhead,
     k8s_drain_env,
     k8s_executor_variants,
 )
@@ -159,6 +160,7 @@ def test_k8s_drain_env_runs_executors_as_restricted_containers_reaching_the_driv
     assert conf["spark.kubernetes.container.image.pullPolicy"] == "IfNotPresent"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "10.244.0.1"
     assert conf["spark.kubernetes.executor.request.cores"] == f"{4 * CPU_PER_TASK_M}m"
+    assert conf["spark.executor.memoryOverhead"] == executor_memory_overhead(4)
     assert not any("PYTHONPATH" in k for k in conf)  # the image's PYTHONPATH, never the host's checkout
     assert out["PYSPARK_PYTHON"] == IMAGE_PYTHON  # what the executors' Python workers run
     assert json.loads(out[EXECUTOR_POD_TEMPLATE_ENV]) == executor_pod_template()
@@ -169,7 +171,16 @@ def test_k8s_drain_env_runs_executors_as_restricted_containers_reaching_the_driv
 def test_client_mode_conf_sets_a_cpu_request_only_when_asked():
     base = client_mode_conf("ns", 1, 2, "512m", "p", {}, {})
     assert "spark.kubernetes.executor.request.cores" not in base
+    assert "spark.executor.memoryOverhead" not in base
     assert base["spark.driver.host"] == "127.0.0.1"
     conf = client_mode_conf("ns", 1, 2, "512m", "p", {}, {}, driver_host="10.244.0.1", request_cores="100m")
     assert conf["spark.kubernetes.executor.request.cores"] == "100m"
     assert conf["spark.driver.bindAddress"] == "10.244.0.1"
+
+
+@given(st.integers(1, 64))
+def test_executor_memory_overhead_grows_with_its_python_workers(cores):
+    """One Python worker per task slot lives beside the JVM in the pod's memory limit."""
+    mb = int(executor_memory_overhead(cores).removesuffix("m"))
+    assert mb >= 384 + 100 * cores  # Spark's floor, plus room for every slot's worker
+    assert int(executor_memory_overhead(cores + 1).removesuffix("m")) > mb

@@ -115,13 +115,16 @@ def client_mode_conf(
     image: str = CONSUMER_IMAGE,
     driver_host: str = "127.0.0.1",
     request_cores: str | None = None,
+    memory_overhead: str | None = None,
 ) -> dict[str, str]:
     """Spark conf for a driver outside the cluster asking the API server for `executors` pods of
     `cores` task slots each (pure). `env`: plain values for the executors; `secret_refs`:
     variable -> (Secret, key), never literal. The executors connect back to `driver_host` (the
     driver binds there too: on the real node the pod bridge's gateway, the host as pods see it).
     `request_cores`: each executor pod's CPU request (spark.kubernetes.executor.request.cores;
-    Spark's default, a whole CPU per slot, leaves executors Pending on a small node)."""
+    Spark's default, a whole CPU per slot, leaves executors Pending on a small node).
+    `memory_overhead`: spark.executor.memoryOverhead, the pod's memory beyond the JVM heap (its
+    Python workers live there: the container's limit is heap + overhead, enforced by the cgroup)."""
     if executors < 1 or cores < 1:
         raise ValueError("executors and cores must be >= 1")
     conf = {
@@ -151,6 +154,8 @@ def client_mode_conf(
     }
     if request_cores:
         conf["spark.kubernetes.executor.request.cores"] = request_cores
+    if memory_overhead:
+        conf["spark.executor.memoryOverhead"] = memory_overhead
     for k, v in (labels or {}).items():
         conf[f"spark.kubernetes.executor.label.{k}"] = str(v)
     for name, (secret, key) in secret_refs.items():
