@@ -184,3 +184,30 @@ def test_executor_memory_overhead_grows_with_its_python_workers(cores):
     mb = int(executor_memory_overhead(cores).removesuffix("m"))
     assert mb >= 384 + 100 * cores  # Spark's floor, plus room for every slot's worker
     assert int(executor_memory_overhead(cores + 1).removesuffix("m")) > mb
+
+
+def test_node_spark_k8s_takes_executor_pids_from_the_node_runtime_inspecting_each_container_once():
+    """`running_pids`: the namespace's running containers (`crictl ps`) and their init pids
+    (`crictl inspect`), each container inspected once; a container gone drops out."""
+    from lagpilot_dev.spark_k8s import NodeSparkK8s
+
+    class FakeNode:
+        def __init__(self) -> None:
+            self.running = ["c1", "c2"]
+            self.calls: list[tuple[str, ...]] = []
+
+        def crictl(self, *args: str, timeout: float = 0) -> SimpleNamespace:
+            self.calls.append(args)
+            if args[0] == "ps":
+                assert args[args.index("--namespace") + 1] == "ns1" and "Running" in args
+                return SimpleNamespace(stdout="\n".join(self.running) + "\n")
+            pid = {"c1": 101, "c2": 202, "c3": 0}[args[1]]
+            return SimpleNamespace(stdout=json.dumps({"info": {"pid": pid}}))
+
+    node = FakeNode()
+    k8s = NodeSparkK8s(kube_part=None, node_part=node, namespace="ns1")
+    assert k8s.running_pids() == [101, 202]
+    node.running = ["c2", "c3"]  # c1 ended; c3 has no pid yet
+    assert k8s.running_pids() == [202]
+    inspected = [a[1] for a in node.calls if a[0] == "inspect"]
+    assert inspected == ["c1", "c2", "c3"]  # c2 not inspected twice
