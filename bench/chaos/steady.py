@@ -33,9 +33,9 @@ class SteadyFaults(ReviewFaults):
         """consumer_kill_after_write with the pods on the real node: the eos handler's hook
         (bench/chaos/handler.py `crash_after_write`) armed in its table; the consumer that claims it
         dies with exit 137 right after its batch's transaction, before its Kafka commit. Confirmed
-        when that pod's container has ended with 137 at or after the claim and runs again, seen in the
-        pod's API status or, first, by the node's container runtime (the kubelet's own source): a
-        status the kubelet has not reported yet does not hide a crash that happened (a full-suite run
+        when that pod's container has ended with 137 at or after the claim and runs again, seen by the
+        node's container runtime (the kubelet's own source) or in the pod's API status, both read at
+        each poll (evidence `seen_by`): the API's view alone does not hide a crash (a full-suite run
         at load 8-15 saw exit 137 and the new attempt in containerd's log while a check on the API's
         restart count, against a count read before arming, saw nothing for 120 s). The timeout's
         message holds both last views."""
@@ -54,15 +54,19 @@ class SteadyFaults(ReviewFaults):
         seen: dict[str, Any] = {}
 
         def crashed_and_ran_again() -> dict[str, Any] | None:
+            # both views at each poll: the evidence says which saw it (the API alone missed one)
             seen["runtime"] = self.runner.container_statuses(self.ns, pod)
-            got = hook_crash_in_runtime(seen["runtime"], claimed_at)
-            if got is None:
+            with contextlib.suppress(Exception):  # the API away: the runtime's view still counts
                 obj = self.core.read_namespaced_pod(pod, self.ns)
                 seen["api"] = self.core.api_client.sanitize_for_serialization(
                     obj.status.container_statuses or []
                 )
-                got = hook_crash_in_status(seen["api"], claimed_at)
-            return got
+            by = {
+                "runtime": hook_crash_in_runtime(seen["runtime"], claimed_at),
+                "api": hook_crash_in_status(seen.get("api") or [], claimed_at),
+            }
+            got = by["runtime"] or by["api"]
+            return {**got, "seen_by": [k for k, v in by.items() if v]} if got else None
 
         try:
             ended = self.until(crashed_and_ran_again, f"{pod}'s container to end with 137 and run again", 240)
