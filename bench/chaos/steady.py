@@ -83,6 +83,17 @@ class SteadyFaults(ReviewFaults):
             raise TimeoutError(
                 f"{exc}; claim {claim!r}; last views {json.dumps(views, default=str)[:1500]}"
             ) from None
+        if "api" not in ended["seen_by"]:  # the runtime first: how long until the API's status shows it
+            t_rt = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                self.until(
+                    lambda: "api" in (crashed_and_ran_again() or {}).get("seen_by", []), "the API", 60, 0.5
+                )
+            ended["api_lag_s"] = (
+                round(time.monotonic() - t_rt, 1)
+                if hook_crash_in_status(seen.get("api") or [], claimed_at)
+                else None
+            )
         f.fired = True
         f.evidence = {"pid": int(pid), "pod": pod, "marker": claim, **ended}
 
