@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,60 @@ def container_pids(crictl_ps: dict[str, Any], inspect: Any) -> dict[str, int]:
     return out
 
 
+CLAIM_SLACK_S = 1.0  # the API's times have whole seconds: a crash in the claim's second counts
+
+
+def epoch(stamp: Any) -> float:
+    """Seconds since the epoch of an RFC 3339 time (the API's whole seconds, crictl's nanoseconds),
+    or of an epoch in seconds; 0.0 when unset (pure)."""
+    if isinstance(stamp, (int, float)):
+        return float(stamp)
+    if not stamp or str(stamp).startswith("0001-"):
+        return 0.0
+    text = str(stamp).replace("Z", "+00:00")
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)  # nanoseconds: fromisoformat takes microseconds
+    return datetime.fromisoformat(text).timestamp()
+
+
+def hook_crash_in_status(statuses: Iterable[dict[str, Any]], claimed_at: float) -> dict[str, Any] | None:
+    """The crash hook's crash seen in the pod's API container statuses (camelCase dicts, as
+    `sanitize_for_serialization` gives them): a container whose last run ended with 137 at or after
+    the claim and that runs again. None until then (pure). No restart count read before arming:
+    the claim's time tells this crash from an earlier one (consumer_kill's, also 137)."""
+    for c in statuses:
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        if (
+            last.get("exitCode") == 137
+            and epoch(last.get("finishedAt")) >= claimed_at - CLAIM_SLACK_S
+            and (c.get("state") or {}).get("running") is not None
+            and int(c.get("restartCount") or 0) >= 1
+        ):
+            return {"exit_code": 137, "restarts": int(c["restartCount"]), "seen_by": "api"}
+    return None
+
+
+def hook_crash_in_runtime(containers: Iterable[dict[str, Any]], claimed_at: float) -> dict[str, Any] | None:
+    """The same crash seen by the node's container runtime (`crictl inspect`'s `status` of each of
+    the pod's containers, the kubelet's own source): one exited with 137 at or after the claim, and a
+    later attempt of it running. None until then (pure)."""
+    cs = list(containers)
+
+    def attempt(c: dict[str, Any]) -> int:
+        return int((c.get("metadata") or {}).get("attempt") or 0)
+
+    for ended in cs:
+        if (
+            ended.get("state") != "CONTAINER_EXITED"
+            or ended.get("exitCode") != 137
+            or epoch(ended.get("finishedAt")) < claimed_at - CLAIM_SLACK_S
+        ):
+            continue
+        again = [c for c in cs if c.get("state") == "CONTAINER_RUNNING" and attempt(c) > attempt(ended)]
+        if again:
+            return {"exit_code": 137, "restarts": max(attempt(c) for c in again), "seen_by": "runtime"}
+    return None
+
+
 class NodePods:
     """The bench's pods on the real node (the default state's node part)."""
 
@@ -73,6 +129,23 @@ class NodePods:
 
     def _inspect(self, cid: str) -> Any:
         return json.loads(self.node.crictl("inspect", cid).stdout or "{}")
+
+    def container_statuses(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """`crictl inspect`'s `status` of every container of the pod, running or exited."""
+        listed = json.loads(
+            self.node.crictl(
+                "ps",
+                "-a",
+                "-o",
+                "json",
+                "--namespace",
+                namespace,
+                "--label",
+                f"io.kubernetes.pod.name={name}",
+            ).stdout
+            or "{}"
+        )
+        return [self._inspect(c["id"]).get("status") or {} for c in listed.get("containers", [])]
 
     def running_pids(self, namespace: str | None = None) -> dict[str, int]:
         args = ["ps", "-o", "json", "--state", "Running"]

@@ -5,6 +5,7 @@ the sink's crash hook right after a batch's transaction), the operator killed, a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ import time
 from typing import Any
 
 from bench.chaos.faults import Fault
+from bench.chaos.pods import hook_crash_in_runtime, hook_crash_in_status
 from bench.chaos.procs import pid_gone, port_closed
 from bench.chaos.review import ReviewFaults
 
@@ -31,17 +33,15 @@ class SteadyFaults(ReviewFaults):
         """consumer_kill_after_write with the pods on the real node: the eos handler's hook
         (bench/chaos/handler.py `crash_after_write`) armed in its table; the consumer that claims it
         dies with exit 137 right after its batch's transaction, before its Kafka commit. Confirmed
-        through the kubelet: that pod's container terminated with 137 and ran again."""
+        when that pod's container has ended with 137 at or after the claim and runs again, seen by the
+        node's container runtime (the kubelet's own source) or in the pod's API status, both read at
+        each poll (evidence `seen_by`): the API's view alone does not hide a crash (a full-suite run
+        at load 8-15 saw exit 137 and the new attempt in containerd's log while a check on the API's
+        restart count, against a count read before arming, saw nothing for 120 s). The timeout's
+        message holds both last views."""
         import psycopg
 
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
-            before = {
-                p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
-                for p in self.core.list_namespaced_pod(
-                    self.ns,
-                    label_selector="app.kubernetes.io/component=consumer,app.kubernetes.io/instance=eos",
-                ).items
-            }
             conn.execute(f'UPDATE "{self.crash_table}" SET armed = true WHERE id = 1')
 
             def fired() -> str | None:
@@ -49,18 +49,52 @@ class SteadyFaults(ReviewFaults):
                 return row[0] if row and row[0] else None
 
             claim = self.until(fired, "the eos handler's crash hook to fire", 120, 0.2)
-        pid, _at, pod = [*claim.split(" ", 2), "", ""][:3]
+        pid, at, pod = [*claim.split(" ", 2), "", ""][:3]
+        claimed_at = float(at)
+        seen: dict[str, Any] = {}
 
-        def terminated_137() -> dict[str, Any] | None:
-            obj = self.core.read_namespaced_pod(pod, self.ns)
-            for c in obj.status.container_statuses or []:
-                last = c.last_state.terminated if c.last_state is not None else None
-                if last is not None and last.exit_code == 137 and c.restart_count > before.get(pod, 0):
-                    return {"exit_code": last.exit_code, "restarts": c.restart_count}
-            return None
+        def crashed_and_ran_again() -> dict[str, Any] | None:
+            # both views at each poll: the evidence says which saw it (the API alone missed one)
+            seen["runtime"] = self.runner.container_statuses(self.ns, pod)
+            with contextlib.suppress(Exception):  # the API away: the runtime's view still counts
+                obj = self.core.read_namespaced_pod(pod, self.ns)
+                seen["api"] = self.core.api_client.sanitize_for_serialization(
+                    obj.status.container_statuses or []
+                )
+            by = {
+                "runtime": hook_crash_in_runtime(seen["runtime"], claimed_at),
+                "api": hook_crash_in_status(seen.get("api") or [], claimed_at),
+            }
+            got = by["runtime"] or by["api"]
+            return {**got, "seen_by": [k for k, v in by.items() if v]} if got else None
 
-        ended = self.until(terminated_137, f"{pod}'s container to end with 137 and run again", 120)
-        f.fired = bool(ended)
+        try:
+            ended = self.until(crashed_and_ran_again, f"{pod}'s container to end with 137 and run again", 240)
+        except TimeoutError as exc:
+            views = {
+                "runtime": [
+                    {k: c.get(k) for k in ("metadata", "state", "exitCode", "finishedAt")}
+                    for c in seen.get("runtime", [])
+                ],
+                "api": [
+                    {k: c.get(k) for k in ("restartCount", "state", "lastState")} for c in seen.get("api", [])
+                ],
+            }
+            raise TimeoutError(
+                f"{exc}; claim {claim!r}; last views {json.dumps(views, default=str)[:1500]}"
+            ) from None
+        if "api" not in ended["seen_by"]:  # the runtime first: how long until the API's status shows it
+            t_rt = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                self.until(
+                    lambda: "api" in (crashed_and_ran_again() or {}).get("seen_by", []), "the API", 60, 0.5
+                )
+            ended["api_lag_s"] = (
+                round(time.monotonic() - t_rt, 1)
+                if hook_crash_in_status(seen.get("api") or [], claimed_at)
+                else None
+            )
+        f.fired = True
         f.evidence = {"pid": int(pid), "pod": pod, "marker": claim, **ended}
 
     def steady(self, kind: str, rnd: int, target: str = "") -> Fault:

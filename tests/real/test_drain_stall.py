@@ -2,7 +2,8 @@
 refuses its pod, as a missing ServiceAccount or an unschedulable pod would leave it) is noticed,
 reported and retried. Real stack of tests/real/test_drain_operator.py (operator subprocess as the
 docs/rbac.md ServiceAccount, kube-apiserver + controller-manager + the pods where `pods` runs them
-(the real node by default), Kafka, Spark local mode, PostgreSQL ledger), operator env LAGPILOT_DRAIN_NO_POD_SECONDS=15.
+(the real node by default), Kafka, Spark local mode, PostgreSQL ledger), operator env
+LAGPILOT_DRAIN_NO_POD_SECONDS=30, the pods' CPU request 100m (NO_POD_SECONDS, POD_RESOURCES below).
 
 Proven: the fault fired (attempt 1's Job exists, has no pod, and the Job controller's FailedCreate
 event names the quota); the operator sets DrainStalled=True/NoRunningPod, posts the Warning event
@@ -24,6 +25,17 @@ from tests.real.test_operator_e2e import condition, events_for, get_cr
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
+# After the quota goes, the retries need a running pod on the node every test worker shares. A full
+# ./dev/test with 4 workers (load 8-15) failed here with the drain Failed at attempt 4
+# (AttemptsExhausted): the scheduler's events for attempts 2 and 3's pods said "0/1 nodes are
+# available: 1 Insufficient cpu" (the node's 2 CPUs of requests held by the other workers' pods; the
+# drain pod asks max(500m, tasks x 50m)), and a pod there took 12.8 s to start (chaos consumer,
+# 09:54:48 -> 09:55:00). The operator did right (each attempt stalled and was retried); so the
+# pods ask 100m (as test_drain_k8s's NODE_OPERATOR_POD_RESOURCES) and an attempt may wait 30 s for
+# its pod: 4 attempts then ride out ~3 min of a full node. The stall under the quota is the same.
+NO_POD_SECONDS = "30"
+POD_RESOURCES = {"requests": {"cpu": "100m", "memory": "1536Mi"}, "limits": {"memory": "3Gi"}}
+
 
 def _live_pods(s: Scenario) -> list[Any]:
     return [
@@ -41,7 +53,8 @@ def test_a_job_without_a_pod_is_stalled_reported_and_retried(
         live_per_s=0,
         sla_s=20,
         drain={"cancel": True},
-        operator_env={"LAGPILOT_DRAIN_NO_POD_SECONDS": "15"},
+        operator_env={"LAGPILOT_DRAIN_NO_POD_SECONDS": NO_POD_SECONDS},
+        template={"resources": POD_RESOURCES},
     )
     # the consumers up (the group cannot keep up: 3 replicas), then no further pod may be created
     wait_until(

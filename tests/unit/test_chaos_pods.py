@@ -13,7 +13,15 @@ import pytest
 from bench.chaos import faults as cf
 from bench.chaos import handler
 from bench.chaos.cli import QUICK_KINDS
-from bench.chaos.pods import CRASH_TABLE_KEY, NODE_NOT_APPLICABLE, container_pids, node_kinds
+from bench.chaos.pods import (
+    CRASH_TABLE_KEY,
+    NODE_NOT_APPLICABLE,
+    container_pids,
+    epoch,
+    hook_crash_in_runtime,
+    hook_crash_in_status,
+    node_kinds,
+)
 from bench.chaos.stack import CampaignBase
 
 
@@ -201,3 +209,73 @@ def test_forged_plans_go_to_the_runtime_pods_ip_on_the_node(
     c.forge(f, {"id": 3, "recordsDone": 1, "recordsTotal": 9})
     assert f.fired
     assert {h for _, h in sent} == {"10.244.0.77"}
+
+
+CLAIM = 1795773320.2  # the hook's claim (its container's clock)
+
+
+def _api(restarts: int, last_exit: int | None, finished: str, running: bool = True) -> dict[str, Any]:
+    return {
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": "2026-11-27T09:55:31Z"}} if running else {"waiting": {}},
+        "lastState": {"terminated": {"exitCode": last_exit, "finishedAt": finished}} if last_exit else {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "seen"),
+    [
+        # ended with 137 in the claim's second (whole seconds) and runs again: the hook's crash
+        (_api(2, 137, "2026-11-27T09:55:20Z"), {"exit_code": 137, "restarts": 2, "seen_by": "api"}),
+        # still in its back-off: not yet run again
+        (_api(1, 137, "2026-11-27T09:55:20Z", running=False), None),
+        # the last end is consumer_kill's, before the claim: not the hook's
+        (_api(1, 137, "2026-11-27T09:55:06Z"), None),
+        # ended after the claim but not with 137 (another failure): not the hook's
+        (_api(2, 1, "2026-11-27T09:55:21Z"), None),
+        (_api(0, None, ""), None),
+    ],
+)
+def test_the_hooks_crash_in_the_pods_api_status_is_a_137_end_after_the_claim_and_a_new_run(
+    status: dict[str, Any], seen: dict[str, Any] | None
+) -> None:
+    assert hook_crash_in_status([status], CLAIM) == seen
+
+
+def _rt(
+    attempt: int, state: str, exit_code: int = 0, finished: str = "0001-01-01T00:00:00Z"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "consumer", "attempt": attempt},
+        "state": state,
+        "exitCode": exit_code,
+        "finishedAt": finished,
+    }
+
+
+def test_the_hooks_crash_seen_by_the_runtime_is_an_exited_137_after_the_claim_and_a_later_attempt_running() -> (
+    None
+):
+    # the failing run's containers (containerd's log, 2026-11-27): attempt 0 killed by consumer_kill at
+    # 09:55:06, attempt 1 ended by the hook at 09:55:20.31, attempt 2 started at 09:55:31
+    killed = _rt(0, "CONTAINER_EXITED", 137, "2026-11-27T09:55:06.167184972Z")
+    hooked = _rt(1, "CONTAINER_EXITED", 137, "2026-11-27T09:55:20.310889270Z")
+    again = _rt(2, "CONTAINER_RUNNING")
+    assert hook_crash_in_runtime([killed, hooked, again], CLAIM) == {
+        "exit_code": 137,
+        "restarts": 2,
+        "seen_by": "runtime",
+    }
+    assert hook_crash_in_runtime([killed, hooked], CLAIM) is None  # in its back-off
+    assert hook_crash_in_runtime([killed, _rt(1, "CONTAINER_RUNNING")], CLAIM) is None  # consumer_kill's only
+    other = _rt(1, "CONTAINER_EXITED", 1, "2026-11-27T09:55:21Z")
+    assert hook_crash_in_runtime([other, again], CLAIM) is None  # not a 137 end
+    assert hook_crash_in_runtime([], CLAIM) is None
+
+
+def test_epoch_reads_the_apis_and_crictls_times() -> None:
+    assert epoch("2026-11-27T09:55:20Z") == 1795773320.0
+    assert epoch("2026-11-27T09:55:20+00:00") == 1795773320.0
+    assert abs(epoch("2026-11-27T09:55:20.310889270Z") - 1795773320.310889) < 1e-5
+    assert epoch("0001-01-01T00:00:00Z") == 0.0 and epoch("") == 0.0 and epoch(None) == 0.0
+    assert epoch(12.5) == 12.5
