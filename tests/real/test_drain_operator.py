@@ -56,6 +56,12 @@ BATCH = 100
 # request per task, as the node demo sets it (lagpilot_dev.demo_node DRAIN_CPU_PER_TASK_M): 12 tasks
 # at the default 250m would ask for 3 CPUs and stay Pending
 NODE_DRAIN_CPU_PER_TASK_M = "50"
+# every pod of a scenario (consumers, drain Jobs, the warm runtime) asks 100m CPU unless the test
+# gives its own template.resources: ./dev/test runs four files at once on the node's 2 CPUs of
+# requests, and the operator's defaults (drain pods 500m-1000m) left drain pods Pending for
+# "Insufficient cpu" long enough to fail stall-limited and timed waits (./dev/test, 2026-11-27:
+# 25 pods named by the scheduler's log in one run)
+NODE_POD_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "3Gi"}}
 
 
 def operator_rules() -> list[dict[str, Any]]:
@@ -348,7 +354,10 @@ def scenario(
                                 if not k.startswith("LP_TEST_")
                             ),
                         ],
-                        **(template or {}),  # e.g. resources (the consumers' and the drain pods')
+                        **{
+                            "resources": NODE_POD_RESOURCES,
+                            **(template or {}),
+                        },  # the consumers' and the drain pods'
                     ),
                 },
             ),
