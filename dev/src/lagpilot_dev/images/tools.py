@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lagpilot_dev import gocache
 from lagpilot_dev.paths import cache_dir
 
 log = logging.getLogger("lagpilot_dev.images")
@@ -163,15 +164,24 @@ def ensure_apt_packages(packages: Sequence[str] = APT_PACKAGES) -> list[str]:
 
 
 def ensure_buildah(layout: Layout) -> Path:
-    """Build buildah BUILDAH_VERSION from the Go module proxy into the cache (once)."""
+    """Build buildah BUILDAH_VERSION from the Go module proxy into the cache (once), in the cold
+    run's Go caches (lagpilot_dev.gocache: the modules it shares with the stack's Go builds are
+    downloaded once; removed after the run's last build, where Go's user-wide caches stayed)."""
     if layout.buildah.is_file():
         return layout.buildah
     go = go_toolchain()
     if go is None:
         raise RuntimeError("no Go toolchain: buildah is built from the Go module proxy")
+    with gocache.lease(gocache.go_cache_dir(cache_dir())) as go_dir:
+        return _build_buildah(layout, go, {**os.environ, **gocache.go_env(go_dir)})
+
+
+def _build_buildah(layout: Layout, go: str, env: dict[str, str]) -> Path:
     # `go install module@version` asks the proxy for the module's version list (deprecation check),
     # which the proxy here refuses; downloading the one version and building inside it does not.
-    dl = run_cmd([go, "mod", "download", "-json", f"{BUILDAH_MODULE}@{BUILDAH_VERSION}"], timeout=900)
+    dl = run_cmd(
+        [go, "mod", "download", "-json", f"{BUILDAH_MODULE}@{BUILDAH_VERSION}"], env=env, timeout=900
+    )
     src_dir = Path(json.loads(dl.stdout)["Dir"])
     work = layout.root / "src" / f"buildah-{BUILDAH_VERSION}"
     shutil.rmtree(work, ignore_errors=True)
@@ -187,7 +197,7 @@ def ensure_buildah(layout: Layout) -> Path:
     run_cmd(
         ["nice", go, "build", "-mod=mod", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
         cwd=work,
-        env={**os.environ, "CGO_ENABLED": "1"},
+        env={**env, "CGO_ENABLED": "1"},
         timeout=3600,
     )
     out.rename(layout.buildah)
