@@ -186,3 +186,58 @@ def test_a_stage_that_fails_with_any_error_exits_2_after_cleaning_up(
     assert cleaned == [True]
     err = capsys.readouterr().err
     assert "demo failed at stage 'operator_up'" in err and "demo-consumer:0.1.0 failed" in err
+
+
+def test_the_images_and_helm_start_building_before_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cold cache the images (buildah, base, images) and helm used to build after stage 1 had
+    built every part: now they start first and build beside it (lagpilot_dev.coldprep)."""
+    from lagpilot_dev.demo import run as demo_run
+
+    order: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def acquire_stack() -> None:
+        order.append("stage 1")
+        raise Stop
+
+    monkeypatch.setattr(demo_run, "start_builds", lambda: order.append("builds") or "started")
+    demo = demo_run.Demo.__new__(demo_run.Demo)
+    demo.args = SimpleNamespace(node=True)
+    demo.profile = SimpleNamespace(name="fast", runtime_on_demand=False)
+    demo.names = SimpleNamespace(out="out")
+    demo.cluster = SimpleNamespace(acquire_stack=acquire_stack)
+    with pytest.raises(Stop):
+        demo.run()
+    assert order == ["builds", "stage 1"] and demo.builds == "started"
+
+
+def test_stage_3_loads_the_images_built_beside_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagpilot_dev.demo import node as demo_node
+    from lagpilot_dev.images import command as images_command
+    from lagpilot_dev.images import tools as images_tools
+    from lagpilot_dev.images.build import IMAGES
+
+    monkeypatch.setattr(images_tools, "missing_preconditions", lambda layout: [])
+    monkeypatch.setattr(images_command, "build_and_run", lambda *a, **k: pytest.fail("built again"))
+    loaded: list[tuple[str, str]] = []
+    node = SimpleNamespace(load_built_image=lambda tag, reference: loaded.append((tag, reference)) or 1.5)
+    said: list[str] = []
+    run = demo_node.NodeRun(
+        console=SimpleNamespace(say=lambda text, indent=False: said.append(text)),  # type: ignore[arg-type]
+        names=None,  # type: ignore[arg-type]
+        info=None,
+        kubectl=None,
+        api=None,
+    )
+    builds = {
+        n: {"image": n, "seconds": 1, "cached_steps": 1, "steps": 1, "content_tag": f"localhost/{n}-c1"}
+        for n in demo_node.DEMO_IMAGES
+    }
+    run.prepare_images(SimpleNamespace(part=lambda name: node), built=lambda: SimpleNamespace(builds=builds))
+    assert loaded == [
+        ("localhost/operator-c1", IMAGES["operator"].reference),
+        ("localhost/demo-c1", IMAGES["demo"].reference),
+    ]
+    assert any("started beside stage 1" in s for s in said)
