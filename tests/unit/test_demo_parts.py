@@ -241,3 +241,46 @@ def test_stage_3_loads_the_images_built_beside_the_stack(monkeypatch: pytest.Mon
         ("localhost/demo-c1", IMAGES["demo"].reference),
     ]
     assert any("started beside stage 1" in s for s in said)
+
+
+def test_stage_1_brings_every_part_up_in_one_call_so_they_install_beside_the_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`Stack.up` makes the node's bridge before any part starts (`NodePart.prepare_host`), then
+    installs and starts the parts in parallel. Stage 1 brought up kube and node alone first, then the
+    rest: on a cold cache Kafka's and Spark's jars, PostgreSQL and the NetworkPolicy agent's build
+    waited for the whole of the node's build (tens of minutes) instead of running beside it."""
+    from lagpilot_dev import stack as stack_mod
+    from lagpilot_dev.demo.cluster import Cluster
+    from lagpilot_dev.demo.node import NODE_PARTS
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    info = SimpleNamespace(
+        bootstrap_servers="b:1",
+        kubeconfig="k",
+        postgres_dsn="d",
+        kubectl="kubectl",
+        kube_server="s",
+        parts={},
+        spark_jars=[],
+        running={},
+    )
+
+    class FakeStack:
+        def part(self, name: str) -> object:
+            return SimpleNamespace(installed=lambda: True)
+
+        def acquire(self, parts: tuple[str, ...]) -> tuple[object, str]:
+            calls.append(("acquire", tuple(parts)))
+            return info, "lease"
+
+        def up(self, parts: tuple[str, ...], by_tests: bool = False) -> object:
+            calls.append(("up", tuple(parts)))
+            return info
+
+    monkeypatch.setattr(stack_mod, "Stack", FakeStack)
+    console = SimpleNamespace(begin=lambda *a: 0.0, done=lambda *a, **k: None, say=lambda *a, **k: None)
+    cluster = Cluster(console, _names(tmp_path), NODE_PARTS, node=True)  # type: ignore[arg-type]
+    cluster.acquire_stack()
+    assert calls == [("acquire", NODE_PARTS)]
+    assert cluster.info is info and cluster.lease == "lease"
