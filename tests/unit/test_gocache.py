@@ -146,3 +146,13 @@ def test_every_stack_go_build_is_given_the_cold_runs_directory() -> None:
     for script in ("install-helm.sh", "build-kstatus-check.sh"):
         text = (ROOT / "dev" / script).read_text()
         assert 'go_cache_lease "$LAGPILOT_GO_CACHE_DIR"' in text and "cleanup_go_caches" in text, script
+
+
+def test_what_an_interrupted_removal_left_goes_with_the_next(tmp_path: Path) -> None:
+    go_dir = gocache.go_cache_dir(tmp_path)
+    stale = tmp_path / (gocache.TRASH_PREFIX + "old")
+    stale.mkdir()
+    deleted: list[Path] = []
+    with gocache.lease(go_dir, env={}, delete=deleted.append):
+        _filled(go_dir)
+    assert deleted[0] == stale and len(deleted) == 2 and not go_dir.exists()

@@ -126,6 +126,9 @@ def release(
             return None
         if not go_dir.exists():
             return None
+        # what an earlier removal left (its `rm` killed, e.g. by a reboot) goes too
+        for stale in sorted(go_dir.parent.glob(TRASH_PREFIX + "*")):
+            delete(stale)
         trash = go_dir.parent / f"{TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
         go_dir.rename(trash)
         log.info("Go caches of the cold run removed (in the background)", extra={"dir": str(go_dir)})
