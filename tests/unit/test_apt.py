@@ -8,6 +8,7 @@ DPkg::Lock::Timeout=5` with its lists lock held exits 100 at once (0.1 s): "E: C
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +25,9 @@ BUSY = subprocess.CompletedProcess(
 
 
 @pytest.fixture
-def apt(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+def apt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
     """apt-get whose first `update` finds the lists lock held by another apt run."""
+    monkeypatch.setattr(tools, "APT_LOCK", tmp_path / "apt.lock")
     monkeypatch.setattr(tools, "dpkg_installed", lambda p: False)
     monkeypatch.setattr(tools.os, "geteuid", lambda: 0)
     monkeypatch.setattr(tools.time, "sleep", lambda s: None)
@@ -48,3 +50,31 @@ def apt(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def test_apt_get_update_is_retried_while_another_apt_run_holds_the_lists_lock(apt: list[list[str]]) -> None:
     assert tools.ensure_apt_packages(("runc",)) == ["runc"]
     assert [c[:2] for c in apt] == [["apt-get", "update"], ["apt-get", "update"], ["apt-get", "install"]]
+
+
+def test_another_apt_failure_is_not_retried_and_says_what_apt_said(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tools, "APT_LOCK", tmp_path / "apt.lock")
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 100, "", "E: Unable to locate package nosuch\n")
+
+    monkeypatch.setattr(tools, "run_cmd", run)
+    with pytest.raises(RuntimeError, match="Unable to locate package nosuch"):
+        tools.run_apt(["apt-get", "install", "nosuch"], env={})
+    assert len(calls) == 1
+
+
+def test_every_apt_run_of_the_stack_takes_the_one_apt_lock() -> None:
+    """ensure_apt_packages (node, policy agent, images) and PostgreSQL's install: both under APT_LOCK,
+    so the stack's own apt runs never meet each other's locks."""
+    import inspect
+
+    from lagpilot_dev import postgres
+
+    for fn in (tools.ensure_apt_packages, postgres.PostgresPart.install):
+        src = inspect.getsource(fn)
+        assert "file_lock(APT_LOCK)" in src and "run_apt(" in src, fn
