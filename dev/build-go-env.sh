@@ -1,31 +1,65 @@
-# Sourced (not run) by dev/build-kube.sh and dev/build-node.sh: what both builds share.
-#   go_build_setup NAME OUT_DIR   log() as "[build-NAME HH:MM:SS] ...", OUT_DIR/bin and OUT_DIR/src made,
-#                                 static Go builds (CGO_ENABLED=0) with the module's own go.mod rules,
-#                                 and Go's module and build caches under OUT_DIR/src
-#   cleanup_go_caches             delete OUT_DIR/src after a successful build
-# Go's caches for a build (measured: 0.9 GB of modules + 3.0 GB of build cache for Kubernetes
-# v1.35.4) are deleted after it, so the only disk kept is the binaries (~280 MB).
-# LAGPILOT_KEEP_GO_CACHE=1 keeps them (a rebuild is then ~35 s instead of ~5 min);
-# LAGPILOT_GO_CACHE_SHARED=1 uses Go's own (shared, user-wide) caches instead.
+# Sourced (not run) by dev/build-kube.sh, dev/build-node.sh and dev/build-netpol.sh (go_cache_lease and
+# cleanup_go_caches also by dev/install-helm.sh and dev/build-kstatus-check.sh): what the Go builds share.
+#   go_build_setup NAME OUT_DIR   log() as "[build-NAME HH:MM:SS] ...", OUT_DIR/bin made, static Go builds
+#                                 (CGO_ENABLED=0) with the module's own go.mod rules, go_cache_lease
+#                                 with OUT_DIR/src as the default directory
+#   go_cache_lease DEFAULT_DIR    the Go caches in $LAGPILOT_GO_CACHE_DIR, else DEFAULT_DIR: GOMODCACHE
+#                                 DIR/go-mod, GOCACHE DIR/go-build, work dirs under GO_WORK=DIR/work; and a
+#                                 shared lease on them (flock on DIR.lease, fd 9) held until cleanup
+#   cleanup_go_caches             drop the lease; when it was the last one, move DIR aside and delete it in
+#                                 the background (nothing waits for the 1-2 min of `rm` of ~6 GB)
+# The stack's drivers (lagpilot_dev/gocache.py) set LAGPILOT_GO_CACHE_DIR=<cache>/go and hold a lease of
+# their own for a whole cold run, so every Go build of the run (control plane and node, NetworkPolicy
+# agent, helm, kstatus-check, buildah) shares one module cache and one build cache, deleted once at the
+# end (measured: 0.9 GB of modules + 3.0 GB of build cache for Kubernetes v1.35.4 alone); the binaries
+# are what is kept. LAGPILOT_KEEP_GO_CACHE=1 keeps the caches (a rebuild is then ~35 s instead of
+# ~5 min); LAGPILOT_GO_CACHE_SHARED=1 uses Go's own (user-wide) caches instead, never removed.
 
 KUBE_VERSION="${LAGPILOT_KUBE_VERSION:-v1.35.4}"
 
 go_build_setup() {
   _go_build_name="$1" _go_build_out="$2"
-  mkdir -p "$_go_build_out/bin" "$_go_build_out/src"
+  mkdir -p "$_go_build_out/bin"
   export GOFLAGS="-mod=mod -buildvcs=false"
   export CGO_ENABLED=0
-  if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ]; then
-    export GOMODCACHE="$_go_build_out/src/go-mod" GOCACHE="$_go_build_out/src/go-build"
-  fi
+  go_cache_lease "$_go_build_out/src"
 }
 
 log() { printf '[build-%s %s] %s\n' "$_go_build_name" "$(date +%H:%M:%S)" "$*" >&2; }
 
-cleanup_go_caches() {
-  if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" != 1 ] && [ "${LAGPILOT_KEEP_GO_CACHE:-0}" != 1 ]; then
-    chmod -R u+w "$_go_build_out/src" 2>/dev/null || true   # the module cache is read-only by design
-    rm -rf "$_go_build_out/src"
-    log "removed the build's Go caches (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
+go_cache_lease() {
+  _go_dir="${LAGPILOT_GO_CACHE_DIR:-$1}"
+  GO_WORK="$_go_dir/work"
+  if [ "${LAGPILOT_GO_CACHE_SHARED:-0}" = 1 ]; then
+    GO_WORK="$1/work"; mkdir -p "$GO_WORK"; _go_dir=""
+    return 0
   fi
+  mkdir -p "$(dirname "$_go_dir")"
+  exec 9>>"$_go_dir.lease"
+  flock -s 9
+  mkdir -p "$GO_WORK"
+  export GOMODCACHE="$_go_dir/go-mod" GOCACHE="$_go_dir/go-build"
+}
+
+cleanup_go_caches() {
+  [ -n "${_go_dir:-}" ] || return 0
+  if [ "${LAGPILOT_KEEP_GO_CACHE:-0}" = 1 ]; then
+    exec 9>&-
+    return 0
+  fi
+  # the lease converted without waiting: it fails while another build (or a cold run's driver) holds one
+  if ! flock -x -n 9; then
+    exec 9>&-
+    log "Go caches in use by another build: its release removes them"
+    return 0
+  fi
+  if [ -d "$_go_dir" ]; then
+    _go_trash="$(dirname "$_go_dir")/.go-trash.$$.$RANDOM"
+    mv "$_go_dir" "$_go_trash"
+    # the module cache is read-only by design; fd 9 closed: the lock is not the background job's
+    setsid nice -n 19 sh -c 'chmod -R u+w "$1" 2>/dev/null; rm -rf "$1"' rm-go-cache "$_go_trash" \
+      </dev/null >/dev/null 2>&1 9>&- &
+    log "removing the Go caches in the background (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
+  fi
+  exec 9>&-
 }

@@ -15,7 +15,14 @@ if [ -x "$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
 fi
 command -v go >/dev/null || { echo "go is not on PATH: needed to build kstatus-check" >&2; exit 1; }
 mkdir -p "$out/bin"
+# from the stack (lagpilot_dev.kstatus): the cold run's shared Go caches (dev/build-go-env.sh); run by
+# hand: Go's own caches, as before
+_go_build_name=kstatus-check
+# shellcheck source=build-go-env.sh
+. "$(dirname "$0")/build-go-env.sh"
+[ -z "${LAGPILOT_GO_CACHE_DIR:-}" ] || go_cache_lease "$LAGPILOT_GO_CACHE_DIR"
 (cd "$src" && CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -o "$bin.tmp" .)
 mv "$bin.tmp" "$bin"
+cleanup_go_caches
 echo "$sum" > "$stamp"
 echo "kstatus-check built: $bin" >&2

@@ -37,7 +37,7 @@ done
 
 if [ -n "$etcd_dest" ]; then
   log "building etcd $ETCD_VERSION"
-  w="$out/src/etcd-$ETCD_VERSION"; rm -rf "$w"; mkdir -p "$w"; cd "$w"
+  w="$GO_WORK/etcd-$ETCD_VERSION"; rm -rf "$w"; mkdir -p "$w"; cd "$w"
   go mod init lagpilot.local/etcdbuild >/dev/null 2>&1
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null
   go build -trimpath -ldflags "-s -w" -o "$etcd_dest.tmp" go.etcd.io/etcd/server/v3
@@ -47,7 +47,7 @@ fi
 
 if [ ${#need[@]} -gt 0 ]; then
   log "building ${need[*]} at $KUBE_VERSION (cold: 15-30 min on 2 cores)"
-  w="$out/src/kube-$KUBE_VERSION"; mkdir -p "$w"; cd "$w"
+  w="$GO_WORK/kube-$KUBE_VERSION"; mkdir -p "$w"; cd "$w"
   minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
   staging="v0.${KUBE_VERSION#v1.}"
   if [ ! -f go.mod.done ]; then

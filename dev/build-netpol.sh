@@ -9,9 +9,10 @@
 # client-go, netlink and go-iptables: 11.4 min wall / 3.6 CPU-min cold at load 17-19 (2026-11-27),
 # small enough for the default path (docs/node.md "NetworkPolicy").
 #
-# Usage: build-netpol.sh OUT_DIR   (idempotent: skips what exists). Go caches in OUT_DIR/src,
-# deleted at the end unless LAGPILOT_KEEP_GO_CACHE=1 (the caller holds the node's build lock: the
-# node's build uses the same directory).
+# Usage: build-netpol.sh OUT_DIR   (idempotent: skips what exists). Go caches in $LAGPILOT_GO_CACHE_DIR
+# (the stack's: one for every Go build of a cold run, so it runs beside the node's build and shares its
+# modules and standard library), else OUT_DIR/src; deleted by the last build holding them unless
+# LAGPILOT_KEEP_GO_CACHE=1 (dev/build-go-env.sh).
 set -euo pipefail
 
 out="${1:?usage: build-netpol.sh OUT_DIR}"

@@ -13,6 +13,9 @@ set -euo pipefail
 HELM_VERSION="${LAGPILOT_HELM_VERSION:-v3.22.0}"
 out="${1:?usage: install-helm.sh OUT_DIR}"
 bin="$out/bin/helm"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=build-go-env.sh
+. "$here/build-go-env.sh"   # go_cache_lease, cleanup_go_caches (log is this script's own, below)
 log() { printf '[install-helm %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ -x "$bin" ] && "$bin" version --template '{{.Version}}' 2>/dev/null | grep -qx "$HELM_VERSION"; then
@@ -25,6 +28,9 @@ case "$major" in v3|v4) ;; *) log "unsupported helm version $HELM_VERSION (v3.x.
 mod="helm.sh/helm/$major"
 
 mkdir -p "$out/bin" "$out/tmp"
+# from the stack (lagpilot_dev.helm): the cold run's shared Go caches (dev/build-go-env.sh); run by
+# hand: Go's own caches, as before
+[ -z "${LAGPILOT_GO_CACHE_DIR:-}" ] || go_cache_lease "$LAGPILOT_GO_CACHE_DIR"
 log "building helm $HELM_VERSION from the Go module proxy (cold: 5-10 min on 2 cores)"
 export GOFLAGS="-mod=mod -buildvcs=false"
 export CGO_ENABLED=0
@@ -46,4 +52,5 @@ fi
 # build into a temp GOBIN, then move: an interrupted build never leaves a half-written binary
 GOBIN="$out/tmp" go install -trimpath -ldflags "$ldf" "$mod/cmd/helm@$HELM_VERSION"
 mv "$out/tmp/helm" "$bin"
+cleanup_go_caches
 log "helm built: $("$bin" version --short)"

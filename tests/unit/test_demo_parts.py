@@ -186,3 +186,101 @@ def test_a_stage_that_fails_with_any_error_exits_2_after_cleaning_up(
     assert cleaned == [True]
     err = capsys.readouterr().err
     assert "demo failed at stage 'operator_up'" in err and "demo-consumer:0.1.0 failed" in err
+
+
+def test_the_images_and_helm_start_building_before_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a cold cache the images (buildah, base, images) and helm used to build after stage 1 had
+    built every part: now they start first and build beside it (lagpilot_dev.coldprep)."""
+    from lagpilot_dev.demo import run as demo_run
+
+    order: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def acquire_stack() -> None:
+        order.append("stage 1")
+        raise Stop
+
+    monkeypatch.setattr(demo_run, "start_builds", lambda: order.append("builds") or "started")
+    demo = demo_run.Demo.__new__(demo_run.Demo)
+    demo.args = SimpleNamespace(node=True)
+    demo.profile = SimpleNamespace(name="fast", runtime_on_demand=False)
+    demo.names = SimpleNamespace(out="out")
+    demo.cluster = SimpleNamespace(acquire_stack=acquire_stack)
+    with pytest.raises(Stop):
+        demo.run()
+    assert order == ["builds", "stage 1"] and demo.builds == "started"
+
+
+def test_stage_3_loads_the_images_built_beside_the_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagpilot_dev.demo import node as demo_node
+    from lagpilot_dev.images import command as images_command
+    from lagpilot_dev.images import tools as images_tools
+    from lagpilot_dev.images.build import IMAGES
+
+    monkeypatch.setattr(images_tools, "missing_preconditions", lambda layout: [])
+    monkeypatch.setattr(images_command, "build_and_run", lambda *a, **k: pytest.fail("built again"))
+    loaded: list[tuple[str, str]] = []
+    node = SimpleNamespace(load_built_image=lambda tag, reference: loaded.append((tag, reference)) or 1.5)
+    said: list[str] = []
+    run = demo_node.NodeRun(
+        console=SimpleNamespace(say=lambda text, indent=False: said.append(text)),  # type: ignore[arg-type]
+        names=None,  # type: ignore[arg-type]
+        info=None,
+        kubectl=None,
+        api=None,
+    )
+    builds = {
+        n: {"image": n, "seconds": 1, "cached_steps": 1, "steps": 1, "content_tag": f"localhost/{n}-c1"}
+        for n in demo_node.DEMO_IMAGES
+    }
+    run.prepare_images(SimpleNamespace(part=lambda name: node), built=lambda: SimpleNamespace(builds=builds))
+    assert loaded == [
+        ("localhost/operator-c1", IMAGES["operator"].reference),
+        ("localhost/demo-c1", IMAGES["demo"].reference),
+    ]
+    assert any("started beside stage 1" in s for s in said)
+
+
+def test_stage_1_brings_every_part_up_in_one_call_so_they_install_beside_the_node(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`Stack.up` makes the node's bridge before any part starts (`NodePart.prepare_host`), then
+    installs and starts the parts in parallel. Stage 1 brought up kube and node alone first, then the
+    rest: on a cold cache Kafka's and Spark's jars, PostgreSQL and the NetworkPolicy agent's build
+    waited for the whole of the node's build (tens of minutes) instead of running beside it."""
+    from lagpilot_dev import stack as stack_mod
+    from lagpilot_dev.demo.cluster import Cluster
+    from lagpilot_dev.demo.node import NODE_PARTS
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    info = SimpleNamespace(
+        bootstrap_servers="b:1",
+        kubeconfig="k",
+        postgres_dsn="d",
+        kubectl="kubectl",
+        kube_server="s",
+        parts={},
+        spark_jars=[],
+        running={},
+    )
+
+    class FakeStack:
+        def part(self, name: str) -> object:
+            return SimpleNamespace(installed=lambda: True)
+
+        def acquire(self, parts: tuple[str, ...]) -> tuple[object, str]:
+            calls.append(("acquire", tuple(parts)))
+            return info, "lease"
+
+        def up(self, parts: tuple[str, ...], by_tests: bool = False) -> object:
+            calls.append(("up", tuple(parts)))
+            return info
+
+    monkeypatch.setattr(stack_mod, "Stack", FakeStack)
+    console = SimpleNamespace(begin=lambda *a: 0.0, done=lambda *a, **k: None, say=lambda *a, **k: None)
+    cluster = Cluster(console, _names(tmp_path), NODE_PARTS, node=True)  # type: ignore[arg-type]
+    cluster.acquire_stack()
+    assert calls == [("acquire", NODE_PARTS)]
+    assert cluster.info is info and cluster.lease == "lease"

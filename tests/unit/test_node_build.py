@@ -67,6 +67,7 @@ def test_a_cold_machine_builds_control_plane_and_node_in_one_run(
     assert argv[:3] == ["nice", "-n", "10"]
     assert env["LAGPILOT_KUBE_VERSION"] == kube.KUBE_VERSION
     assert env["LAGPILOT_ETCD_VERSION"] == kube.ETCD_VERSION
+    assert env["LAGPILOT_GO_CACHE_DIR"] == str(cache / "go")  # the cold run's one Go cache (gocache)
     assert part.installed() and part.kube.installed()
     part.install()  # everything there: no second build
     assert len(fake_build) == 1
@@ -204,3 +205,37 @@ def test_a_cached_policy_agent_still_gets_its_debian_tools(
     part.binary.touch(mode=0o755)
     part.install()
     assert asked == [netpol.APT_PACKAGES]
+
+
+def test_the_policy_agent_builds_beside_the_node_in_the_cold_runs_go_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not under the node's build lock (it waited for the node's whole build before): a lock of its
+    own, and the Go caches of the cold run (lagpilot_dev.gocache), which the node's build uses too."""
+    import contextlib
+
+    from lagpilot_dev import netpol
+
+    monkeypatch.setattr(images_tools, "ensure_apt_packages", lambda *a, **k: [])
+    locked: list[Path] = []
+
+    @contextlib.contextmanager
+    def lock(path: Path) -> Any:
+        locked.append(path)
+        yield
+
+    envs: list[dict[str, str]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        envs.append(dict(kw["env"]))
+        out = Path(argv[-1]) / "bin"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / netpol.BINARY).touch(mode=0o755)
+        return subprocess.CompletedProcess(argv, 0)
+
+    monkeypatch.setattr(netpol, "file_lock", lock)
+    monkeypatch.setattr(netpol.subprocess, "run", run)
+    cache = tmp_path / "cache"
+    netpol.NetpolPart(cache, tmp_path / "state").install()
+    assert locked == [cache / "node" / ".build-netpol.lock"]
+    assert envs[0]["LAGPILOT_GO_CACHE_DIR"] == str(cache / "go")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from lagpilot_dev import gocache
 from lagpilot_dev.paths import cache_dir, file_lock
 
 log = logging.getLogger("lagpilot_dev.helm")
@@ -94,7 +95,11 @@ def ensure_helm(cache: Path | None = None, timeout: float = 1800.0, version: str
             ["bash", str(INSTALL_SCRIPT), str(base)],
             check=True,
             timeout=timeout,
-            env={**os.environ, "LAGPILOT_HELM_VERSION": version},
+            env={
+                **os.environ,
+                "LAGPILOT_HELM_VERSION": version,
+                **gocache.build_env(cache or cache_dir()),
+            },
         )
     found = find_helm(cache, version)
     if found is None:

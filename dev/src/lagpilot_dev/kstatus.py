@@ -5,12 +5,14 @@ Go module proxy into the cache on first use by dev/build-kstatus-check.sh (docs/
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lagpilot_dev import gocache
 from lagpilot_dev.paths import cache_dir, file_lock
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -25,7 +27,12 @@ def ensure_kstatus_check(cache: Path | None = None, timeout: float = 1800.0) -> 
             "kstatus-check is not built and `go` is not on PATH (dev/build-kstatus-check.sh)"
         )
     with file_lock(base / ".build.lock"):
-        subprocess.run(["bash", str(BUILD_SCRIPT), str(base)], check=True, timeout=timeout)
+        subprocess.run(
+            ["bash", str(BUILD_SCRIPT), str(base)],
+            check=True,
+            timeout=timeout,
+            env={**os.environ, **gocache.build_env(cache or cache_dir())},
+        )
     return base / "bin" / "kstatus-check"
 
 

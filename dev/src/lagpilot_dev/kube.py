@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from lagpilot_dev import gocache
 from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, host_ip, http_ok, wait_started
 
 log = logging.getLogger("lagpilot_dev.kube")
@@ -160,7 +161,12 @@ class KubePart:
                 "building kubernetes binaries (first run only: ~5 min cold on 2 cores, measured)",
                 extra={"kube_version": KUBE_VERSION, "etcd_version": ETCD_VERSION, "log": str(build_log)},
             )
-            env = dict(os.environ, LAGPILOT_KUBE_VERSION=KUBE_VERSION, LAGPILOT_ETCD_VERSION=ETCD_VERSION)
+            env = dict(
+                os.environ,
+                LAGPILOT_KUBE_VERSION=KUBE_VERSION,
+                LAGPILOT_ETCD_VERSION=ETCD_VERSION,
+                **gocache.build_env(self.cache_dir),
+            )
             started = time.monotonic()
             with open(build_log, "ab") as out:
                 proc = subprocess.Popen(

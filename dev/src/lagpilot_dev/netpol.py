@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from lagpilot_dev import gocache
 from lagpilot_dev.node import NODE_NAME, SERVICE_CLUSTER_IP_RANGE, NodePart
 from lagpilot_dev.paths import LOOPBACK, Process, file_lock, http_ok, wait_started
 
@@ -114,22 +115,23 @@ class NetpolPart:
 
     def install(self) -> None:
         """Debian's ipset and iptables (every time: a cached binary does not bring them), then
-        dev/build-netpol.sh (first use only), under the node's build lock (the two builds share the
-        Go caches' directory)."""
+        dev/build-netpol.sh (first use only), under a build lock of its own: in a cold `dev up` it
+        builds beside the node's build, in the cold run's Go caches (lagpilot_dev.gocache: modules
+        and standard library compiled once for both), not after it."""
         from lagpilot_dev.images.tools import ensure_apt_packages
 
         # the binary may come from a restored cache; the Debian tools it runs never do
         ensure_apt_packages(APT_PACKAGES)
         if self.installed():
             return
-        with file_lock(self.node.node_cache / ".build.lock"):
+        with file_lock(self.node.node_cache / ".build-netpol.lock"):
             if self.installed():
                 return
             build_log = self.node.node_cache / "build-netpol.log"
             build_log.parent.mkdir(parents=True, exist_ok=True)
             started = time.monotonic()
             log.info("building the NetworkPolicy agent (first use only)", extra={"log": str(build_log)})
-            env = dict(os.environ)
+            env = {**os.environ, **gocache.build_env(self.node.cache_dir)}
             with open(build_log, "ab") as out:
                 rc = subprocess.run(
                     build_command(self.node.node_cache),

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev import node_oci
+from lagpilot_dev import gocache, node_oci
 from lagpilot_dev.kube import ETCD_VERSION, KUBE_VERSION, KubePart, _openssl, _write_private, kubeconfig_yaml
 from lagpilot_dev.paths import LOOPBACK, Ports, Process, cmdline, file_lock, host_ip, http_ok, wait_started
 
@@ -411,7 +411,7 @@ class NodePart:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         check=False,
-                        env={**os.environ, **build_env()},
+                        env={**os.environ, **build_env(), **gocache.build_env(self.cache_dir)},
                     ).returncode
                 if rc != 0 or not self.installed() or not self.kube.installed():
                     tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])

@@ -144,16 +144,14 @@ class PostgresPart:
                 # keep Debian from creating and starting its own "main" cluster on port 5432
                 CREATECLUSTER_CONF.parent.mkdir(parents=True, exist_ok=True)
                 CREATECLUSTER_CONF.write_text("create_main_cluster = false\n")
+            from lagpilot_dev.images.tools import APT_LOCK, run_apt
+
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             log.info("installing PostgreSQL with apt-get (first run only)")
-            for argv in apt_commands():
-                proc = subprocess.run(
-                    argv, capture_output=True, text=True, env=env, timeout=1800, check=False
-                )
-                if proc.returncode != 0:
-                    raise RuntimeError(
-                        f"{' '.join(argv)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-                    )
+            # the stack's one apt lock, and apt's busy lists lock waited for (images.tools.run_apt)
+            with file_lock(APT_LOCK):
+                for argv in apt_commands():
+                    run_apt(argv, env=env)
             if not self.installed():
                 raise RuntimeError(
                     "apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found"

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from lagpilot_dev import gocache
 from lagpilot_dev.paths import cache_dir as default_cache_dir
 from lagpilot_dev.paths import file_lock, pid_alive
 from lagpilot_dev.paths import state_dir as default_state_dir
@@ -219,17 +220,23 @@ class Stack:
                 prepare()
         first = [n for n in names if n in _FIRST]
         rest = [n for n in names if n not in _FIRST]
-        for batch in (first, rest):
-            if not batch or errors:
-                continue
-            with ThreadPoolExecutor(max_workers=max(1, len(batch)), thread_name_prefix="lagpilot-up") as pool:
-                futures = {name: pool.submit(bring_up, name) for name in batch}
-                for name, fut in futures.items():
-                    try:
-                        fut.result()
-                    except BaseException as exc:  # noqa: BLE001 - report every failed part, not just the first
-                        errors[name] = exc
-                        log.error("part failed to start", extra={"part": name, "error": str(exc)[:2000]})
+        # one Go module cache and build cache for every part's Go build of this call (the control
+        # plane and node, the NetworkPolicy agent), kept while any of them builds and removed after
+        # the last (lagpilot_dev.gocache; nothing when every part is built)
+        with gocache.lease(gocache.go_cache_dir(self.cache_dir)):
+            for batch in (first, rest):
+                if not batch or errors:
+                    continue
+                with ThreadPoolExecutor(
+                    max_workers=max(1, len(batch)), thread_name_prefix="lagpilot-up"
+                ) as pool:
+                    futures = {name: pool.submit(bring_up, name) for name in batch}
+                    for name, fut in futures.items():
+                        try:
+                            fut.result()
+                        except BaseException as exc:  # noqa: BLE001 - report every failed part, not just the first
+                            errors[name] = exc
+                            log.error("part failed to start", extra={"part": name, "error": str(exc)[:2000]})
         if errors:
             details = "\n".join(f"[{n}] {e}" for n, e in errors.items())
             raise RuntimeError(f"dev stack: {len(errors)} part(s) failed: {', '.join(errors)}\n{details}")

@@ -76,17 +76,15 @@ class Cluster:
             if callable(installed) and not installed():
                 hint = {
                     "kube": " — Kubernetes is built from the Go module proxy: 20-30 min on 2 cores",
-                    "node": " — kubelet, containerd, CoreDNS from the Go module proxy: "
-                    '~45-65 min of builds on 2 loaded cores (docs/node.md "Cold build")',
+                    "node": " — kubelet, containerd, CoreDNS from the Go module proxy, with the control plane "
+                    'and beside the other parts: tens of minutes on 2 cores (docs/node.md "The cold run")',
                 }.get(name, "")
                 console.say(f"{name}: not in the cache yet, installing (first run only){hint}", indent=True)
-        if self.node:
-            # the node first: its bridge must exist when Kafka and PostgreSQL start (their listeners
-            # for pods are on the bridge gateway; docs/node.md)
-            _, self.lease = self.stack.acquire(("kube", "node"))
-            self.info = self.stack.up(self.parts, by_tests=True)
-        else:
-            self.info, self.lease = self.stack.acquire(self.parts)
+        # one call for every part, the node's too: Stack.up makes the node's bridge before any part
+        # starts (Kafka's and PostgreSQL's listeners for pods are on its gateway; docs/node.md), then
+        # installs and starts them side by side, so on a cold cache the other parts and the
+        # NetworkPolicy agent build beside the node's build (docs/node.md "The cold run")
+        self.info, self.lease = self.stack.acquire(self.parts)
         i = self.info
         if not (i.bootstrap_servers and i.kubeconfig and i.postgres_dsn and i.kubectl):
             raise DemoError(f"the stack came up without all connection details: running={i.running}")

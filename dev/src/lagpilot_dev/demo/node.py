@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,26 @@ from lagpilot_dev.demo.console import Console, DemoError
 log = logging.getLogger("lagpilot_dev.demo")
 
 NODE_PARTS = (*PARTS, "node", "netpol")
+DEMO_IMAGES = ("operator", "consumer", "demo")
+
+
+def check_image_preconditions() -> None:
+    """DemoError saying what to do when the images cannot be built here (before anything starts)."""
+    from lagpilot_dev.images import tools as images_tools
+
+    problems = images_tools.missing_preconditions(images_tools.default_layout())
+    if problems:
+        raise DemoError("cannot build the images here: " + "; ".join(problems))
+
+
+def start_builds() -> Any:
+    """The images and helm, started beside stage 1 (lagpilot_dev.coldprep: on a cold cache they build
+    while the stack's parts build, instead of after them; warm: found in seconds). Stage 3 waits."""
+    from lagpilot_dev import coldprep
+    from lagpilot_dev.helm import HELM_VERSION
+
+    check_image_preconditions()
+    return coldprep.start(coldprep.Plan(images=DEMO_IMAGES, helm=(HELM_VERSION,)))
 
 
 DRAIN_CPU_PER_TASK_M = 50  # 12 tasks: 600m for the warm runtime, 600m for a cold Job (see above)
@@ -191,24 +211,24 @@ class NodeRun:
         return self.images["demo"]
 
     # ---- images ------------------------------------------------------------------------------------
-    def prepare_images(self, stack: Any) -> None:
+    def prepare_images(self, stack: Any, built: Callable[[], Any] | None = None) -> None:
         """Build the images from this checkout (cached layers: only what changed) and load them into
-        the node's containerd."""
-        from lagpilot_dev.images import tools as images_tools
+        the node's containerd. `built`: the build started beside the stack (`start_builds`), waited
+        for here, instead of building now."""
         from lagpilot_dev.images.build import IMAGES
         from lagpilot_dev.images.command import build_and_run
 
         console = self.console
         self.node = stack.part("node")
-        problems = images_tools.missing_preconditions(images_tools.default_layout())
-        if problems:
-            raise DemoError("cannot build the images here: " + "; ".join(problems))
+        check_image_preconditions()
         console.say(
             "building the images from this checkout (operator/Dockerfile, consumer_image/Dockerfile, "
-            "dev/demo_image/Dockerfile; buildah, cached layers)",
+            "dev/demo_image/Dockerfile; buildah, cached layers)"
+            + ("; started beside stage 1, waiting for it" if built is not None else ""),
             indent=True,
         )
-        report = build_and_run(("operator", "consumer", "demo"), run=False)
+        # None from the started build: every image was built from this content already
+        report = (built() if built is not None else None) or build_and_run(DEMO_IMAGES, run=False)
         for b in report.builds.values():
             console.say(
                 f"✓ {b['image']}: {b['seconds']} s ({b['cached_steps']}/{b['steps']} steps cached)",

@@ -51,10 +51,11 @@ from lagpilot_dev.demo.cluster import Cluster
 from lagpilot_dev.demo.config import CRD_NAME, PARTS_WITHOUT_OPERATOR, RunNames, manifest, profile_for
 from lagpilot_dev.demo.console import Console, DemoError, setup_logging
 from lagpilot_dev.demo.loop import RunLoop
-from lagpilot_dev.demo.node import NODE_PARTS, NodeRun
+from lagpilot_dev.demo.node import NODE_PARTS, NodeRun, start_builds
 from lagpilot_dev.demo.observe import Observer
 from lagpilot_dev.demo.operator import BareConsumer
 from lagpilot_dev.demo.traffic import PROFILES
+from lagpilot_dev.helm import HELM_VERSION
 
 log = logging.getLogger("lagpilot_dev.demo")
 
@@ -137,6 +138,7 @@ class Demo:
         self.observer = Observer(self.cluster, self.profile)
         # created once the stack is up (they need its connection details)
         self.node: NodeRun | None = None  # on the node: the helm release and the containers' record
+        self.builds: Any = None  # on the node: the images' and helm's builds, started before stage 1
         self.bare_consumer = BareConsumer()
         self.loop = RunLoop(
             self.console,
@@ -170,6 +172,8 @@ class Demo:
         print(
             f"lagpilot demo · profile {self.profile.name}{runtime} · output in {self.names.out}", flush=True
         )
+        if self.args.node:  # the images and helm build beside stage 1 (lagpilot_dev.coldprep)
+            self.builds = start_builds()
         self.cluster.acquire_stack()
         self.stage_resources()
         self.stage_operator()
@@ -233,7 +237,12 @@ class Demo:
             "the images to be built and loaded",
         )
         self.node = NodeRun(console, self.names, cluster.info, cluster.kubectl, cluster.api)
-        self.node.prepare_images(cluster.stack)
+        builds = self.builds
+        self.node.prepare_images(
+            cluster.stack, built=(lambda: builds.result("images")) if builds is not None else None
+        )
+        if builds is not None:
+            builds.result(f"helm {HELM_VERSION}")  # NodeRun.install finds it built
         self.node.install()
         console.done(
             "operator_up",

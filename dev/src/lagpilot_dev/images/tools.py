@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot_dev.paths import cache_dir
+from lagpilot_dev import gocache
+from lagpilot_dev.paths import cache_dir, file_lock
 
 log = logging.getLogger("lagpilot_dev.images")
 
@@ -154,24 +155,63 @@ def ensure_apt_packages(packages: Sequence[str] = APT_PACKAGES) -> list[str]:
         return []
     if os.geteuid() != 0:
         raise RuntimeError(f"{', '.join(missing)} missing and not root: apt-get install {' '.join(missing)}")
-    lock_wait = ["-o", "DPkg::Lock::Timeout=600"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     log.info("installing Debian packages", extra={"packages": missing})
-    run_cmd(["apt-get", "update", "-q", *lock_wait], env=env)
-    run_cmd(["apt-get", "install", "-y", "-q", "--no-install-recommends", *lock_wait, *missing], env=env)
+    with file_lock(APT_LOCK):
+        run_apt(["apt-get", "update", "-q", *APT_LOCK_WAIT], env=env)
+        run_apt(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_LOCK_WAIT, *missing], env=env
+        )
     return missing
 
 
+# One lock for every apt-get run of the stack, machine-wide as apt's own locks are (a cold run
+# installs the node's, the policy agent's, the images' and PostgreSQL's packages side by side), and
+# retries while an apt run not ours holds apt's lists lock: `apt-get update` does not wait for it
+# (DPkg::Lock::Timeout covers dpkg's lock only; seen: exit 100 at once, "Could not get lock
+# .../lists/lock. It is held by process ...").
+APT_LOCK = Path("/run/lock/lagpilot-apt.lock")
+APT_LOCK_WAIT = ("-o", "DPkg::Lock::Timeout=600")
+APT_BUSY_RETRIES = 60
+APT_BUSY_RETRY_S = 10.0
+
+
+def run_apt(argv: Sequence[str], env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
+    """One apt-get run (the caller holds APT_LOCK), again every APT_BUSY_RETRY_S while apt says another
+    apt run holds one of its locks; RuntimeError with apt's output otherwise."""
+    for _ in range(APT_BUSY_RETRIES):
+        proc = run_cmd(argv, check=False, env=env, timeout=timeout)
+        if proc.returncode == 0:
+            return proc
+        output = (proc.stderr or "") + (proc.stdout or "")
+        if "Could not get lock" not in output:
+            break
+        log.info(
+            "apt busy (another apt run holds its lock): trying again", extra={"argv": " ".join(argv)[:200]}
+        )
+        time.sleep(APT_BUSY_RETRY_S)
+    raise RuntimeError(f"command failed (exit {proc.returncode}): {' '.join(argv)[:400]}\n{output[-3000:]}")
+
+
 def ensure_buildah(layout: Layout) -> Path:
-    """Build buildah BUILDAH_VERSION from the Go module proxy into the cache (once)."""
+    """Build buildah BUILDAH_VERSION from the Go module proxy into the cache (once), in the cold
+    run's Go caches (lagpilot_dev.gocache: the modules it shares with the stack's Go builds are
+    downloaded once; removed after the run's last build, where Go's user-wide caches stayed)."""
     if layout.buildah.is_file():
         return layout.buildah
     go = go_toolchain()
     if go is None:
         raise RuntimeError("no Go toolchain: buildah is built from the Go module proxy")
+    with gocache.lease(gocache.go_cache_dir(cache_dir())) as go_dir:
+        return _build_buildah(layout, go, {**os.environ, **gocache.go_env(go_dir)})
+
+
+def _build_buildah(layout: Layout, go: str, env: dict[str, str]) -> Path:
     # `go install module@version` asks the proxy for the module's version list (deprecation check),
     # which the proxy here refuses; downloading the one version and building inside it does not.
-    dl = run_cmd([go, "mod", "download", "-json", f"{BUILDAH_MODULE}@{BUILDAH_VERSION}"], timeout=900)
+    dl = run_cmd(
+        [go, "mod", "download", "-json", f"{BUILDAH_MODULE}@{BUILDAH_VERSION}"], env=env, timeout=900
+    )
     src_dir = Path(json.loads(dl.stdout)["Dir"])
     work = layout.root / "src" / f"buildah-{BUILDAH_VERSION}"
     shutil.rmtree(work, ignore_errors=True)
@@ -187,7 +227,7 @@ def ensure_buildah(layout: Layout) -> Path:
     run_cmd(
         ["nice", go, "build", "-mod=mod", "-tags", BUILDAH_TAGS, "-o", str(out), "./cmd/buildah"],
         cwd=work,
-        env={**os.environ, "CGO_ENABLED": "1"},
+        env={**env, "CGO_ENABLED": "1"},
         timeout=3600,
     )
     out.rename(layout.buildah)
