@@ -580,6 +580,12 @@ def finish_and_check(
     announced_offsets = {(p, o) for p, a, b, *_ in announced for o in range(a, b + 1)}
     if announced:
         print(f"replays announced by the consumers (commit_given_up): {describe_runs(announced)}")
+    if s.io is not None:  # whether the consumers' logs were kept to their end (pod_io.follow)
+        logs = s.io.namespace_logs(s.ns, "consumer")
+        ended = sum(1 for text in logs.values() if '"stopped"' in text)
+        print(
+            f"consumer logs: {len(logs)} pods, {ended} with their 'stopped' line; commit_given_up {sorted(given_up)}"
+        )
     dups_unannounced = dups - sum(b - a + 1 for _, a, b, *_ in announced)
     assert dups_unannounced <= allow_replayed_batches * BATCH, (
         f"{dups} duplicate rows: {replays}; announced {sorted(given_up)}"

@@ -8,6 +8,8 @@ import signal
 import subprocess
 from types import SimpleNamespace
 
+import pytest
+
 from tests.fixtures.node import PodIO, Pods
 
 
@@ -105,3 +107,110 @@ def test_pod_io_running_on_the_node_counts_pods_whose_containers_run() -> None:
         )
     )
     assert PodIO(_on_node(), core=core).running("ns") == {"up"}
+
+
+def _status(state: str, cid: str, last: str = "", phase: str = "Running") -> object:
+    """A single-container pod: its container `state` (running/terminated/waiting) with id `cid`,
+    `last` the id of its last ended run."""
+
+    def st(kind: str, container_id: str) -> object:
+        return SimpleNamespace(
+            running=object() if kind == "running" else None,
+            terminated=SimpleNamespace(container_id=container_id) if kind == "terminated" else None,
+            waiting=object() if kind == "waiting" else None,
+        )
+
+    cs = SimpleNamespace(
+        container_id=cid or None,
+        state=st(state, cid),
+        last_state=st("terminated", last) if last else st("", ""),
+    )
+    return SimpleNamespace(
+        spec=SimpleNamespace(containers=[object()]),
+        status=SimpleNamespace(phase=phase, container_statuses=[cs]),
+    )
+
+
+class _Streams:
+    """CoreV1Api's pod reads (`pods`: what each read_namespaced_pod returns in turn, None a 404) and
+    followed log streams (`streams`: the chunks of each in turn, an exception a cut stream)."""
+
+    def __init__(self, pods: list[object | None], streams: list[list[bytes | Exception]]) -> None:
+        self.pods, self.streams, self.log_calls = pods, streams, []
+
+    def list_namespaced_pod(self, namespace: str) -> object:
+        return SimpleNamespace(items=[])  # every pod gone by the time a test lists them
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> object:
+        from kubernetes.client.rest import ApiException
+
+        pod = self.pods.pop(0)
+        if pod is None:
+            raise ApiException(status=404)
+        return pod
+
+    def read_namespaced_pod_log(
+        self, name: str, namespace: str, previous: bool = False, **kw: object
+    ) -> object:
+        from kubernetes.client.rest import ApiException
+
+        if kw.get("_preload_content", True) is not False:  # a plain read: the pod is gone
+            raise ApiException(status=404)
+        self.log_calls.append((previous, kw.get("follow")))
+        chunks = self.streams.pop(0)
+
+        def stream(_amt: int) -> object:
+            for c in chunks:
+                if isinstance(c, Exception):
+                    raise c
+                yield c
+
+        return SimpleNamespace(stream=stream, release_conn=lambda: None)
+
+
+def test_pod_io_stream_keeps_every_run_of_a_pod_to_its_end() -> None:
+    """A stream cut mid-run is opened again (the run kept once, whole); the next run after a restart
+    is read too; a character split across chunks stays whole; the pod gone, `logs` gives them all."""
+    import threading
+
+    from urllib3.exceptions import ProtocolError
+
+    core = _Streams(
+        pods=[
+            _status("running", "c1"),
+            _status("running", "c1"),  # the stream was cut: c1 still runs
+            _status("waiting", "", last="c1"),  # _ended: c1 ended
+            _status("waiting", "", last="c1"),  # waiting for the restart: c1 already read
+            _status("running", "c2", last="c1"),
+            _status("terminated", "c2", last="c1"),  # _ended
+            None,  # the pod deleted
+        ],
+        streams=[[b"a\n", ProtocolError("cut")], [b"a\n", b"b\n"], [b"c\xc3", b"\xa9\n"]],
+    )
+    io = PodIO(_on_node(), core=core)
+    io.stream_pod("ns", "orders-consumer-1", threading.Event())
+    assert core.log_calls == [(False, True)] * 3  # followed, never `previous`
+    assert not core.pods and not core.streams
+    assert io.logs("ns", "orders-consumer-1") == "a\nb\ncé\n"
+    assert io.namespace_logs("ns", "consumer") == {"orders-consumer-1": "a\nb\ncé\n"}
+
+
+def test_pod_io_stream_keeps_the_tail_of_a_long_run_and_reads_an_ended_one_as_previous(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import tests.fixtures.node as node_fixture
+
+    monkeypatch.setattr(node_fixture, "LOG_KEEP_CHARS", 8)
+    core = _Streams(
+        pods=[
+            _status("waiting", "", last="c1"),  # crashed before it was followed: its last run
+            _status("waiting", "", last="c1", phase="Failed"),
+        ],
+        streams=[[b"aaa\n", b"bbb\n", b"ccc\n"]],
+    )
+    io = PodIO(_on_node(), core=core)
+    io.stream_pod("ns", "p", threading.Event())
+    assert core.log_calls == [(True, False)]
+    assert io.logs("ns", "p") == "[...]\nbbb\nccc\n"
