@@ -130,21 +130,27 @@ class NodePods:
     def _inspect(self, cid: str) -> Any:
         return json.loads(self.node.crictl("inspect", cid).stdout or "{}")
 
+    def _pod_containers(self, namespace: str, name: str, *state: str) -> dict[str, Any]:
+        """`crictl ps -o json` of the pod's containers (`state`: e.g. `--state Running`, or `-a`)."""
+        return dict(
+            json.loads(
+                self.node.crictl(
+                    "ps",
+                    *state,
+                    "-o",
+                    "json",
+                    "--namespace",
+                    namespace,
+                    "--label",
+                    f"io.kubernetes.pod.name={name}",
+                ).stdout
+                or "{}"
+            )
+        )
+
     def container_statuses(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """`crictl inspect`'s `status` of every container of the pod, running or exited."""
-        listed = json.loads(
-            self.node.crictl(
-                "ps",
-                "-a",
-                "-o",
-                "json",
-                "--namespace",
-                namespace,
-                "--label",
-                f"io.kubernetes.pod.name={name}",
-            ).stdout
-            or "{}"
-        )
+        listed = self._pod_containers(namespace, name, "-a")
         return [self._inspect(c["id"]).get("status") or {} for c in listed.get("containers", [])]
 
     def running_pids(self, namespace: str | None = None) -> dict[str, int]:
@@ -154,20 +160,7 @@ class NodePods:
         return container_pids(json.loads(self.node.crictl(*args).stdout or "{}"), self._inspect)
 
     def pid_of(self, namespace: str, name: str) -> int | None:
-        listed = json.loads(
-            self.node.crictl(
-                "ps",
-                "-o",
-                "json",
-                "--state",
-                "Running",
-                "--namespace",
-                namespace,
-                "--label",
-                f"io.kubernetes.pod.name={name}",
-            ).stdout
-            or "{}"
-        )
+        listed = self._pod_containers(namespace, name, "--state", "Running")
         return container_pids(listed, self._inspect).get(name)
 
     def log_path(self, namespace: str, name: str) -> Path:
