@@ -526,6 +526,15 @@ def given_up_commits(s: Scenario) -> set[tuple[int, int]]:
     return out
 
 
+def print_consumer_logs(s: Scenario, lines: int = 40) -> None:
+    """Each consumer pod's last `lines` log lines (the pods followed since the scenario began, gone
+    ones included): what a failed wait shows of the group."""
+    logs = s.io.namespace_logs(s.ns, "consumer") if s.io is not None else {}
+    for name, text in logs.items():
+        tail = "\n".join(text.splitlines()[-lines:])
+        print(f"--- consumer log {name} (last {lines} lines) ---\n{tail}")
+
+
 def finish_and_check(
     s: Scenario, kafka_admin: Any, postgres_dsn: str, allow_replayed_batches: int = 0
 ) -> dict[str, Any]:
@@ -546,18 +555,30 @@ def finish_and_check(
     # OffsetFetch can SIGSEGV librdkafka on NOT_COORDINATOR (e.g. while a broker restarts)
     reader = Consumer({"bootstrap.servers": s.bootstrap, "group.id": s.group, "enable.auto.commit": False})
 
+    last: dict[str, Any] = {}
+
     def caught_up() -> bool:
         s.op.ensure()
         res = reader.committed([TopicPartition(s.topic, p) for p in range(PARTS)], timeout=30)
+        last["committed"] = {tp.partition: tp.offset for tp in res}
+        last["drain"] = s.drain().get("phase")
         # and no drain in flight (a regrowing partition may have been handed off again meanwhile)
-        return all(tp.offset == s.produced.get(tp.partition, 0) for tp in res) and s.drain().get("phase") in (
+        return all(tp.offset == s.produced.get(tp.partition, 0) for tp in res) and last["drain"] in (
             "Verified",
             "Failed",
             "Cancelled",
         )
 
+    # the drain is Verified and live traffic stopped: the group has at most the records produced
+    # meanwhile left; below pytest's 900 s with the drain's wait, so that a group that never
+    # catches up fails here with its offsets and the consumers' logs, not as a bare timeout
     try:
-        wait_until(caught_up, "group lag back to zero", 900, interval=2)
+        wait_until(caught_up, "group lag back to zero", 240, interval=2)
+    except AssertionError as exc:
+        print_consumer_logs(s)
+        raise AssertionError(
+            f"{exc}: committed {last.get('committed')} of produced {dict(s.produced)}, drain {last.get('drain')}"
+        ) from None
     finally:
         reader.close()
     d = s.drain()
