@@ -23,12 +23,16 @@ from .handler import Record, batch_offsets, describe_error
 from .jsonlog import fields as _fields
 
 COMMIT_ATTEMPTS = 3
+# an idle loop (no record to batch) holding positions whose commit was refused tries them again this
+# often: no next batch may come to carry them, and the group's lag would stay for ever
+IDLE_COMMIT_RETRY_S = 1.0
 
 
 class BatchCommit(LoopState):
     """Processing a batch and committing its positions (part of BatchConsumer)."""
 
     _last_commit_s: float  # the previous commit's duration (stands in for this one's in the capacity)
+    _next_idle_commit: float  # the clock's time before which commit_outstanding does not try again
 
     def process(self, batch: list[Record]) -> None:
         """Handler (with the failure policy), then commit. Raises FatalError to stop the loop."""
@@ -142,6 +146,20 @@ class BatchCommit(LoopState):
         cap = self.capacity.capacity()
         if cap is not None:
             self.metrics.capacity.set(cap)
+
+    def commit_outstanding(self) -> None:
+        """Between batches: commit the positions a refused commit left (``uncommitted``) when no batch
+        is coming to carry them; at most every IDLE_COMMIT_RETRY_S. Raises FatalError when fenced."""
+        now = self.clock()
+        if not self.uncommitted or now < self._next_idle_commit:
+            return
+        self._next_idle_commit = now + IDLE_COMMIT_RETRY_S
+        held = sorted(p for _, p in self.uncommitted)
+        if self._commit_offsets({}):
+            log.info(
+                "committed positions held since a refused commit",
+                extra=_fields(event="commit_retried_idle", partitions=held),
+            )
 
     def _commit_offsets(self, positions: dict[TP, int]) -> bool:
         """Synchronous commit of these and any outstanding positions; True when it succeeded."""

@@ -93,6 +93,7 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
         self.floor: dict[TP, int] = {}
         self.skip_below: dict[TP, int] = {}
         self._last_handoff_check = float("-inf")
+        self._next_idle_commit = float("-inf")
         self.handoffs, self.handoff_pause = handoff_metrics(self.metrics.registry)
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -121,6 +122,8 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
                     break
                 if batch:
                     self.process(batch)
+                else:
+                    self.commit_outstanding()  # idle: no next batch carries a refused commit's positions
                 self.check_handoff()  # a batch boundary: everything handed out is processed and committed
         except FatalError as exc:
             self.exit_code = 1
@@ -174,7 +177,8 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
 
     # -- batching -------------------------------------------------------------------------------
     def fill_batch(self) -> list[Record]:
-        """Up to N records, or what arrived within T ms of the batch's first record."""
+        """Up to N records, or what arrived within T ms of the batch's first record; empty when idle
+        with a refused commit's positions to try again (``commit_outstanding``)."""
         n = self.cfg.batch_max_records
         timeout_s = self.cfg.batch_timeout_ms / 1000.0
         deadline: float | None = self.clock() + timeout_s if self.pending else None
@@ -198,6 +202,8 @@ class BatchConsumer(BatchCommit, HandoffOwner, SinkProgress, RebalanceCallbacks,
                 append(to_record(m))
             if self.pending and deadline is None:
                 deadline = self.clock() + timeout_s
+            if not self.pending and self.uncommitted and self.clock() >= self._next_idle_commit:
+                break  # idle with a refused commit's positions: back to run() to commit them
         batch, self.pending = self.pending, []
         return batch
 
