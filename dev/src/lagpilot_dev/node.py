@@ -35,7 +35,7 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,32 @@ def cri_image_name(reference: str) -> str:
     if ":" not in name.rsplit("/", 1)[-1]:
         name += ":latest"
     return name
+
+
+def container_pids(
+    crictl_ps: Mapping[str, Any],
+    inspect: Callable[[str], Mapping[str, Any]],
+    known: dict[str, int] | None = None,
+) -> dict[str, int]:
+    """pod name -> host pid of its running container's init process, from `crictl ps -o json`'s
+    listing and `inspect(container id) -> crictl inspect's JSON` (pure but for `inspect`). A pod
+    with several running containers keeps the last one listed. `known`: container id -> pid of
+    earlier calls, read first and filled in, so a caller that keeps it inspects each container once
+    (a container's init pid never changes; one with no pid yet is asked again next time)."""
+    out: dict[str, int] = {}
+    for c in crictl_ps.get("containers", []):
+        if c.get("state") != "CONTAINER_RUNNING":
+            continue
+        cid = str(c["id"])
+        pid = known.get(cid) if known is not None else None
+        if pid is None:
+            pid = (inspect(cid).get("info") or {}).get("pid")
+            if pid and known is not None:
+                known[cid] = int(pid)
+        pod = (c.get("labels") or {}).get("io.kubernetes.pod.name")
+        if pid and pod:
+            out[pod] = int(pid)
+    return out
 
 
 def pod_gateway_on_host() -> str | None:
@@ -770,6 +796,22 @@ state = "{self.run_dir / "containerd"}"
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
         )
+
+    def running_pids(
+        self, namespace: str | None = None, known: dict[str, int] | None = None, timeout: float = 30.0
+    ) -> dict[str, int]:
+        """pod name -> host pid of each running container's init process in `namespace` (every
+        namespace when None), as the runtime reports them (`crictl ps` and `crictl inspect`'s pid:
+        `container_pids`, with `known` its per-caller memory of containers already inspected)."""
+        args = ["ps", "-o", "json", "--state", "Running"]
+        if namespace:
+            args += ["--namespace", namespace]
+        listed = json.loads(self.crictl(*args, timeout=timeout).stdout or "{}")
+
+        def inspect(cid: str) -> Any:
+            return json.loads(self.crictl("inspect", cid, timeout=timeout).stdout or "{}")
+
+        return container_pids(listed, inspect, known)
 
     def import_image(self, archive: Path) -> None:
         """Import an OCI/docker archive into the CRI's namespace (no registry: imagePullPolicy Never)."""
