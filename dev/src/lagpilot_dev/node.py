@@ -82,10 +82,6 @@ TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
 # "lagpilot-node", only for Nodes labelled node.lagpilot.io/real=true, and a MutatingAdmissionPolicy
 # sent the pods of labelled namespaces to it; both retired with the runner, issue 24 step 6.)
 SCHEDULER_NAME = "default-scheduler"
-# the retired MutatingAdmissionPolicy (and its binding, same name): removed at the node's start from
-# a control plane that still has it in etcd, or it would send labelled namespaces' pods to a
-# scheduler that no longer runs (they would stay Pending)
-RETIRED_NAMESPACE_POLICY = "lagpilot-real-node"
 # The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
 # `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
 # group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
@@ -765,7 +761,6 @@ state = "{self.run_dir / "containerd"}"
             pods_cpu_shares()  # the kubelet made kubepods while it started
             self._start_proxy(timeout)
             self._start_dns(timeout)
-            self._remove_retired_namespace_policy()
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -987,24 +982,6 @@ state = "{self.run_dir / "containerd"}"
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
         wait_started(proc, lambda: http_ok(url), "coredns /health", timeout)
-
-    def _remove_retired_namespace_policy(self) -> None:
-        """RETIRED_NAMESPACE_POLICY and its binding, if this control plane still has them (etcd keeps
-        them across restarts): they would send a labelled namespace's pods to the retired
-        `lagpilot-node` scheduler, where they would stay Pending."""
-        for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
-            proc = self.kube.kubectl(
-                "delete",
-                f"{kind}.v1beta1.admissionregistration.k8s.io",
-                RETIRED_NAMESPACE_POLICY,
-                "--ignore-not-found",
-                timeout=60,
-            )
-            if proc.returncode != 0:  # an apiserver without the API: nothing to remove
-                log.info(
-                    "retired namespace policy not removed",
-                    extra={"kind": kind, "error": proc.stderr.strip()[-300:]},
-                )
 
     def node_ready(self) -> bool:
         proc = self.kube.kubectl(
