@@ -8,6 +8,8 @@
 #                                 shared lease on them (flock on DIR.lease, fd 9) held until cleanup
 #   cleanup_go_caches             drop the lease; when it was the last one, move DIR aside and delete it in
 #                                 the background (nothing waits for the 1-2 min of `rm` of ~6 GB)
+# Both call lagpilot_dev.gocache (`python -m lagpilot_dev.gocache lease|release DIR`, the venv's python),
+# the one implementation of the lease, which the stack's Python drivers use too.
 # The stack's drivers (lagpilot_dev/gocache.py) set LAGPILOT_GO_CACHE_DIR=<cache>/go and hold a lease of
 # their own for a whole cold run, so every Go build of the run (control plane and node, NetworkPolicy
 # agent, helm, kstatus-check, buildah) shares one module cache and one build cache, deleted once at the
@@ -27,6 +29,16 @@ go_build_setup() {
 
 log() { printf '[build-%s %s] %s\n' "$_go_build_name" "$(date +%H:%M:%S)" "$*" >&2; }
 
+# the lease itself is lagpilot_dev.gocache's (one implementation, with the Python drivers' leases): it
+# locks and releases fd 9, opened here on DIR.lease, with the venv's python (./dev/setup made it before
+# any driver runs a build; LAGPILOT_VENV as dev/lint reads it)
+_go_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+_gocache() {
+  _go_py="${LAGPILOT_VENV:-$_go_repo/.venv}/bin/python"
+  [ -x "$_go_py" ] || { echo "the Go cache lease needs $_go_py (./dev/setup makes it)" >&2; return 1; }
+  "$_go_py" -m lagpilot_dev.gocache "$@"
+}
+
 go_cache_lease() {
   _go_dir="${LAGPILOT_GO_CACHE_DIR:-$1}"
   GO_WORK="$_go_dir/work"
@@ -36,30 +48,16 @@ go_cache_lease() {
   fi
   mkdir -p "$(dirname "$_go_dir")"
   exec 9>>"$_go_dir.lease"
-  flock -s 9
+  _gocache lease "$_go_dir"
   mkdir -p "$GO_WORK"
   export GOMODCACHE="$_go_dir/go-mod" GOCACHE="$_go_dir/go-build"
 }
 
 cleanup_go_caches() {
   [ -n "${_go_dir:-}" ] || return 0
-  if [ "${LAGPILOT_KEEP_GO_CACHE:-0}" = 1 ]; then
-    exec 9>&-
-    return 0
-  fi
-  # the lease converted without waiting: it fails while another build (or a cold run's driver) holds one
-  if ! flock -x -n 9; then
-    exec 9>&-
-    log "Go caches in use by another build: its release removes them"
-    return 0
-  fi
-  if [ -d "$_go_dir" ]; then
-    _go_trash="$(dirname "$_go_dir")/.go-trash.$$.$RANDOM"
-    mv "$_go_dir" "$_go_trash"
-    # the module cache is read-only by design; fd 9 closed: the lock is not the background job's
-    setsid nice -n 19 sh -c 'chmod -R u+w "$1" 2>/dev/null; rm -rf "$1"' rm-go-cache "$_go_trash" \
-      </dev/null >/dev/null 2>&1 9>&- &
-    log "removing the Go caches in the background (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
-  fi
+  # the last lease moves DIR aside and deletes it in the background (not with LAGPILOT_KEEP_GO_CACHE=1);
+  # another build's (or a cold run's driver's) lease leaves it to that one's release
+  _go_said="$(_gocache release "$_go_dir")"
   exec 9>&-
+  [ -z "$_go_said" ] || log "$_go_said"
 }

@@ -25,6 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lagpilot_dev.node import container_pids
+
 # kinds the bench cannot inject with its pods on the real node, and why (listed as not applicable,
 # never injected, never counted as not fired): the node is the default state's, registered with the
 # shared control plane, which no bench restarts; the pod runner's `hold` had no counterpart on a real
@@ -46,20 +48,6 @@ def node_kinds(kinds: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
     ks = set(kinds)
     na = tuple(sorted(ks & set(NODE_NOT_APPLICABLE)))
     return frozenset(ks - set(na)), na
-
-
-def container_pids(crictl_ps: dict[str, Any], inspect: Any) -> dict[str, int]:
-    """pod name -> host pid of its running container's init process, from `crictl ps -o json`'s
-    listing and `inspect(container id) -> crictl inspect's JSON` (pure but for `inspect`)."""
-    out: dict[str, int] = {}
-    for c in crictl_ps.get("containers", []):
-        if c.get("state") != "CONTAINER_RUNNING":
-            continue
-        pid = (inspect(c["id"]).get("info") or {}).get("pid")
-        pod = (c.get("labels") or {}).get("io.kubernetes.pod.name")
-        if pid and pod:
-            out[pod] = int(pid)
-    return out
 
 
 CLAIM_SLACK_S = 1.0  # the API's times have whole seconds: a crash in the claim's second counts
@@ -154,10 +142,7 @@ class NodePods:
         return [self._inspect(c["id"]).get("status") or {} for c in listed.get("containers", [])]
 
     def running_pids(self, namespace: str | None = None) -> dict[str, int]:
-        args = ["ps", "-o", "json", "--state", "Running"]
-        if namespace:
-            args += ["--namespace", namespace]
-        return container_pids(json.loads(self.node.crictl(*args).stdout or "{}"), self._inspect)
+        return self.node.running_pids(namespace)  # type: ignore[no-any-return]
 
     def pid_of(self, namespace: str, name: str) -> int | None:
         listed = self._pod_containers(namespace, name, "--state", "Running")

@@ -7,6 +7,7 @@ DPkg::Lock::Timeout=5` with its lists lock held exits 100 at once (0.1 s): "E: C
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,13 +69,59 @@ def test_another_apt_failure_is_not_retried_and_says_what_apt_said(
     assert len(calls) == 1
 
 
-def test_every_apt_run_of_the_stack_takes_the_one_apt_lock() -> None:
-    """ensure_apt_packages (node, policy agent, images) and PostgreSQL's install: both under APT_LOCK,
-    so the stack's own apt runs never meet each other's locks."""
-    import inspect
+def _lock_is_held(path: Path) -> bool:
+    """Whether another open file holds the flock on `path` (flock locks belong to the open file: one
+    of this process conflicts with another of this process)."""
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
 
+
+@pytest.fixture
+def locked_apt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[list[str], bool]]:
+    """apt-get runs recorded with whether APT_LOCK was held while each ran."""
+    lock = tmp_path / "apt.lock"
+    monkeypatch.setattr(tools, "APT_LOCK", lock)
+    runs: list[tuple[list[str], bool]] = []
+
+    def run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        runs.append((list(argv), _lock_is_held(lock)))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(tools, "run_cmd", run)
+    return runs
+
+
+def test_run_apt_commands_runs_each_in_order_under_the_one_apt_lock(
+    locked_apt: list[tuple[list[str], bool]],
+) -> None:
+    tools.run_apt_commands([["apt-get", "update"], ["apt-get", "install", "x"]], env={})
+    assert locked_apt == [(["apt-get", "update"], True), (["apt-get", "install", "x"], True)]
+    assert not _lock_is_held(tools.APT_LOCK)  # released after
+
+
+@pytest.mark.parametrize("who", ["ensure_apt_packages", "postgres"])
+def test_every_apt_run_of_the_stack_takes_the_one_apt_lock(
+    who: str, locked_apt: list[tuple[list[str], bool]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """ensure_apt_packages (node, policy agent, images) and PostgreSQL's install both run apt-get
+    under APT_LOCK (`run_apt_commands`), so the stack's own apt runs never meet each other's locks."""
     from lagpilot_dev import postgres
 
-    for fn in (tools.ensure_apt_packages, postgres.PostgresPart.install):
-        src = inspect.getsource(fn)
-        assert "file_lock(APT_LOCK)" in src and "run_apt(" in src, fn
+    monkeypatch.setattr(tools.os, "geteuid", lambda: 0)
+    if who == "ensure_apt_packages":
+        monkeypatch.setattr(tools, "dpkg_installed", lambda p: False)
+        assert tools.ensure_apt_packages(("runc",)) == ["runc"]
+    else:
+        bindir = tmp_path / "usr/lib/postgresql/17/bin"
+        monkeypatch.setattr(postgres, "CREATECLUSTER_CONF", tmp_path / "createcluster.conf")
+        monkeypatch.setattr(postgres, "find_bindir", lambda: bindir if locked_apt else None)
+        postgres.PostgresPart(tmp_path / "cache", tmp_path / "state").install()
+        assert [argv for argv, _ in locked_apt] == postgres.apt_commands()
+    assert [argv[:2] for argv, _ in locked_apt] == [["apt-get", "update"], ["apt-get", "install"]]
+    assert all(held for _, held in locked_apt)
+    assert all(tools.APT_LOCK_WAIT[1] in " ".join(argv) for argv, _ in locked_apt)

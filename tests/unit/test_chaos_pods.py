@@ -1,6 +1,7 @@
 """The chaos bench with its pods on the real node (bench/chaos/pods.py, docs/chaos.md "Pods on the
-real node"): which kinds apply there, the host pids of the pods' containers from crictl's listing, the
-CRs' spec (the test image, no PYTHONPATH, the eos handler's crash hook), and that hook's claim."""
+real node"): which kinds apply there, the CRs' spec (the test image, no PYTHONPATH, the eos
+handler's crash hook), and that hook's claim. The host pids of the pods' containers come from
+lagpilot_dev.node (tests/unit/test_node_pids.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from bench.chaos.cli import QUICK_KINDS
 from bench.chaos.pods import (
     CRASH_TABLE_KEY,
     NODE_NOT_APPLICABLE,
-    container_pids,
     epoch,
     hook_crash_in_runtime,
     hook_crash_in_status,
@@ -32,25 +32,6 @@ def test_on_the_node_the_shared_control_planes_restarts_and_the_hold_are_not_app
     assert kinds == frozenset(cf.KINDS) - set(na)
     # the CI campaign's six kinds all run on the node
     assert node_kinds(QUICK_KINDS) == (frozenset(QUICK_KINDS), ())
-
-
-def _c(id_: str, pod: str, state: str = "CONTAINER_RUNNING") -> dict[str, Any]:
-    return {"id": id_, "state": state, "labels": {"io.kubernetes.pod.name": pod}}
-
-
-def test_container_pids_are_the_running_containers_init_pids() -> None:
-    listing = {
-        "containers": [
-            _c("a", "eos-1"),
-            _c("b", "eos-2", "CONTAINER_EXITED"),  # its last run: no process
-            _c("c", "alo-1"),
-            _c("d", "alo-2"),  # created, no pid yet
-        ]
-    }
-    pids = {"a": 101, "b": 102, "c": 103}
-    got = container_pids(listing, lambda cid: {"info": {"pid": pids.get(cid, 0)}})
-    assert got == {"eos-1": 101, "alo-1": 103}
-    assert container_pids({}, lambda cid: {}) == {}
 
 
 def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CampaignBase:

@@ -1,5 +1,6 @@
 """One Go cache for every Go build of a cold run (lagpilot_dev.gocache, dev/build-go-env.sh): held by
-leases, removed by the last one released, in Python and in the build scripts alike."""
+leases, removed by the last one released, in Python and in the build scripts alike (the scripts
+calling the Python implementation on their fd 9, `python -m lagpilot_dev.gocache`)."""
 
 from __future__ import annotations
 
@@ -156,3 +157,61 @@ def test_what_an_interrupted_removal_left_goes_with_the_next(tmp_path: Path) -> 
     with gocache.lease(go_dir, env={}, delete=deleted.append):
         _filled(go_dir)
     assert deleted[0] == stale and len(deleted) == 2 and not go_dir.exists()
+
+
+def test_a_build_scripts_lease_outlives_the_python_that_took_it(tmp_path: Path) -> None:
+    """The scripts' lease is lagpilot_dev.gocache's, taken by a `python -m lagpilot_dev.gocache
+    lease` that exits at once: the lock stays with the script's fd 9 until its cleanup, so a Python
+    lease released meanwhile leaves the caches, and the script's release then removes them."""
+    go_dir = gocache.go_cache_dir(tmp_path)
+    go_on = tmp_path / "go-on"
+    os.mkfifo(go_on)
+    script = (
+        f'. "{GO_ENV}"; go_build_setup test "{tmp_path / "out"}"; mkdir -p "$GOCACHE"; echo leased; '
+        f'read -r _ < "{go_on}"; cleanup_go_caches'
+    )
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        env={**os.environ, "LAGPILOT_GO_CACHE_DIR": str(go_dir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "leased"
+        deleted: list[Path] = []
+        with gocache.lease(go_dir, env={}, delete=deleted.append):
+            pass
+        assert deleted == [] and (go_dir / "go-build").is_dir()  # the script's lease held
+        with open(go_on, "w") as w:
+            w.write("\n")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert gocache.REMOVING in err and not go_dir.exists()
+
+
+def test_a_build_script_without_the_venv_fails_before_building(tmp_path: Path) -> None:
+    """The lease needs the venv's python (LAGPILOT_VENV, else the repo's .venv): without it the
+    script stops at its lease, saying so, rather than building with no lease."""
+    go_dir = gocache.go_cache_dir(tmp_path)
+    script = f'set -e; . "{GO_ENV}"; go_build_setup test "{tmp_path / "out"}"; echo built'
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        env={**os.environ, "LAGPILOT_GO_CACHE_DIR": str(go_dir), "LAGPILOT_VENV": str(tmp_path / "none")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0 and "built" not in proc.stdout
+    assert f"needs {tmp_path / 'none' / 'bin' / 'python'}" in proc.stderr
+
+
+def test_the_scripts_entry_point_refuses_a_descriptor_that_is_not_the_lease_file(tmp_path: Path) -> None:
+    go_dir = gocache.go_cache_dir(tmp_path)
+    gocache.lease_file(go_dir).write_text("")
+    with open(tmp_path / "other", "w") as other, pytest.raises(ValueError, match="is not"):
+        gocache.main(["lease", str(go_dir), "--fd", str(other.fileno())])

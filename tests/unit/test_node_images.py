@@ -1,10 +1,9 @@
 """The real node's pure pieces: the names it knows the project's images by (lagpilot_dev.node,
-images.build) and the policy that sends a labelled namespace's pods to it."""
+images.build) and its scheduler, the cluster's default one."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -45,33 +44,14 @@ def test_built_images_carry_the_names_the_chart_and_the_crd_use() -> None:
 
 def test_the_real_scheduler_is_the_default_one_for_every_node(tmp_path: Path) -> None:
     """Issue 24 step 6: with the pod runner gone the node's kube-scheduler is the cluster's
-    `default-scheduler`, with no added node affinity, and the retired namespace policy is removed at
-    the node's start (a control plane keeps it in etcd: it would send pods to a scheduler gone)."""
-    from lagpilot_dev.node import RETIRED_NAMESPACE_POLICY, SCHEDULER_NAME, NodePart
+    `default-scheduler`, with no added node affinity."""
+    from lagpilot_dev.node import SCHEDULER_NAME, NodePart
 
     part = NodePart.__new__(NodePart)
     part.kubeconfig = lambda who: tmp_path / f"{who}.kubeconfig"  # type: ignore[method-assign]
     cfg = part.scheduler_config()
     assert SCHEDULER_NAME == "default-scheduler"
     assert cfg["profiles"] == [{"schedulerName": "default-scheduler"}]
-    calls: list[tuple[str, ...]] = []
-
-    class Kube:
-        def kubectl(self, *args: str, **kw: object) -> object:
-            calls.append(args)
-            return SimpleNamespace(returncode=0, stderr="")
-
-    part.kube = Kube()
-    part._remove_retired_namespace_policy()
-    assert [c[:3] for c in calls] == [
-        (
-            "delete",
-            "mutatingadmissionpolicybinding.v1beta1.admissionregistration.k8s.io",
-            RETIRED_NAMESPACE_POLICY,
-        ),
-        ("delete", "mutatingadmissionpolicy.v1beta1.admissionregistration.k8s.io", RETIRED_NAMESPACE_POLICY),
-    ]
-    assert all("--ignore-not-found" in c for c in calls)
 
 
 def test_load_built_image_logs_under_info_without_breaking(

@@ -186,28 +186,20 @@ def test_executor_memory_overhead_grows_with_its_python_workers(cores):
     assert int(executor_memory_overhead(cores + 1).removesuffix("m")) > mb
 
 
-def test_node_spark_k8s_takes_executor_pids_from_the_node_runtime_inspecting_each_container_once():
-    """`running_pids`: the namespace's running containers (`crictl ps`) and their init pids
-    (`crictl inspect`), each container inspected once; a container gone drops out."""
+def test_node_spark_k8s_takes_executor_pids_from_the_node_runtime_inspecting_each_container_once(tmp_path):
+    """`running_pids`: the namespace's running containers' init pids through the node part's
+    `running_pids` (tests/unit/test_node_pids.py), with the bench's memory of containers already
+    inspected: each container inspected once; a container gone drops out."""
+    from lagpilot_dev.node import NodePart
     from lagpilot_dev.spark_k8s import NodeSparkK8s
+    from tests.unit.test_node_pids import FakeCrictl
 
-    class FakeNode:
-        def __init__(self) -> None:
-            self.running = ["c1", "c2"]
-            self.calls: list[tuple[str, ...]] = []
-
-        def crictl(self, *args: str, timeout: float = 0) -> SimpleNamespace:
-            self.calls.append(args)
-            if args[0] == "ps":
-                assert args[args.index("--namespace") + 1] == "ns1" and "Running" in args
-                return SimpleNamespace(stdout="\n".join(self.running) + "\n")
-            pid = {"c1": 101, "c2": 202, "c3": 0}[args[1]]
-            return SimpleNamespace(stdout=json.dumps({"info": {"pid": pid}}))
-
-    node = FakeNode()
+    node = NodePart(tmp_path / "cache", tmp_path / "state")
+    fake = FakeCrictl({"c1": 101, "c2": 202, "c3": 0})
+    node.crictl = fake
     k8s = NodeSparkK8s(kube_part=None, node_part=node, namespace="ns1")
+    fake.running = {"c1": "exec-1", "c2": "exec-2"}
     assert k8s.running_pids() == [101, 202]
-    node.running = ["c2", "c3"]  # c1 ended; c3 has no pid yet
+    fake.running = {"c2": "exec-2", "c3": "exec-3"}  # c1 ended; c3 has no pid yet
     assert k8s.running_pids() == [202]
-    inspected = [a[1] for a in node.calls if a[0] == "inspect"]
-    assert inspected == ["c1", "c2", "c3"]  # c2 not inspected twice
+    assert fake.inspected() == ["c1", "c2", "c3"]  # c2 not inspected twice

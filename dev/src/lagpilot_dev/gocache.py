@@ -15,15 +15,23 @@ removed).
 
 The lock file sits beside the directory, not in it: moving the directory aside never gives a later
 build a different lock than a build still running holds.
+
+This module is the one implementation of the lease: the build scripts (dev/build-go-env.sh, bash)
+open the lock file as fd 9 and call `python -m lagpilot_dev.gocache lease|release GO_DIR` (the
+venv's python: the scripts only run from the stack's drivers, after ./dev/setup made the venv),
+which lock and release that fd; a flock belongs to the open file, so the script holds the lease
+until it closes fd 9.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import logging
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +43,9 @@ ENV_DIR = "LAGPILOT_GO_CACHE_DIR"
 ENV_KEEP = "LAGPILOT_KEEP_GO_CACHE"
 ENV_SHARED = "LAGPILOT_GO_CACHE_SHARED"
 TRASH_PREFIX = ".go-trash."
+SCRIPT_FD = 9  # the lock file's descriptor in the build scripts (dev/build-go-env.sh)
+IN_USE = "Go caches in use by another build: its release removes them"
+REMOVING = "removing the Go caches in the background (LAGPILOT_KEEP_GO_CACHE=1 keeps them)"
 
 
 def go_cache_dir(cache: Path) -> Path:
@@ -122,7 +133,7 @@ def release(
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.info("Go caches in use by another build: left to its release", extra={"dir": str(go_dir)})
+            log.info(IN_USE, extra={"dir": str(go_dir)})
             return None
         if not go_dir.exists():
             return None
@@ -131,8 +142,44 @@ def release(
             delete(stale)
         trash = go_dir.parent / f"{TRASH_PREFIX}{uuid.uuid4().hex[:12]}"
         go_dir.rename(trash)
-        log.info("Go caches of the cold run removed (in the background)", extra={"dir": str(go_dir)})
+        log.info(REMOVING, extra={"dir": str(go_dir)})
         delete(trash)
         return trash
     finally:
         fh.close()
+
+
+def script_lock(fd: int, go_dir: Path) -> IO[str]:
+    """The build script's open lock file (descriptor `fd`, left open: the script closes it) as a
+    file object; ValueError unless it is `lease_file(go_dir)`."""
+    st, want = os.fstat(fd), lease_file(Path(go_dir))
+    if not want.exists() or not os.path.samestat(st, want.stat()):
+        raise ValueError(f"fd {fd} is not {want} (dev/build-go-env.sh opens it before the lease)")
+    return os.fdopen(fd, "a", closefd=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lagpilot_dev.gocache lease|release GO_DIR [--fd 9]`, the build scripts' lease
+    (dev/build-go-env.sh `go_cache_lease`, `cleanup_go_caches`) on the lock file they hold open:
+    `lease` takes the shared lock (waiting for a release in progress); `release` is `release` (the
+    environment's LAGPILOT_KEEP_GO_CACHE and LAGPILOT_GO_CACHE_SHARED), printing what it did for the
+    script's log. The lock stays with the script's descriptor after this process ends."""
+    parser = argparse.ArgumentParser(prog="python -m lagpilot_dev.gocache", description=main.__doc__)
+    parser.add_argument("action", choices=("lease", "release"))
+    parser.add_argument("go_dir", type=Path)
+    parser.add_argument("--fd", type=int, default=SCRIPT_FD)
+    args = parser.parse_args(argv)
+    fh = script_lock(args.fd, args.go_dir)
+    if args.action == "lease":
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        return 0
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    release(fh, args.go_dir, None, delete_in_background)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

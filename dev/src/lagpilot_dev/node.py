@@ -35,7 +35,7 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +82,6 @@ TEST_IMAGE = "lagpilot.local/busybox:3"  # bump with node_oci.BUSYBOX_APPLETS
 # "lagpilot-node", only for Nodes labelled node.lagpilot.io/real=true, and a MutatingAdmissionPolicy
 # sent the pods of labelled namespaces to it; both retired with the runner, issue 24 step 6.)
 SCHEDULER_NAME = "default-scheduler"
-# the retired MutatingAdmissionPolicy (and its binding, same name): removed at the node's start from
-# a control plane that still has it in etcd, or it would send labelled namespaces' pods to a
-# scheduler that no longer runs (they would stay Pending)
-RETIRED_NAMESPACE_POLICY = "lagpilot-real-node"
 # The CPU weight of all the node's pods together (docs/node.md "CPU"). The kubelet gives its
 # `kubepods` cgroup cpu.shares = the node's allocatable CPU (2 cores: 2048); on this machine that
 # group competes with every host session (autogroups, 1024 each: Kafka, the apiserver, each test
@@ -258,6 +254,32 @@ def cri_image_name(reference: str) -> str:
     if ":" not in name.rsplit("/", 1)[-1]:
         name += ":latest"
     return name
+
+
+def container_pids(
+    crictl_ps: Mapping[str, Any],
+    inspect: Callable[[str], Mapping[str, Any]],
+    known: dict[str, int] | None = None,
+) -> dict[str, int]:
+    """pod name -> host pid of its running container's init process, from `crictl ps -o json`'s
+    listing and `inspect(container id) -> crictl inspect's JSON` (pure but for `inspect`). A pod
+    with several running containers keeps the last one listed. `known`: container id -> pid of
+    earlier calls, read first and filled in, so a caller that keeps it inspects each container once
+    (a container's init pid never changes; one with no pid yet is asked again next time)."""
+    out: dict[str, int] = {}
+    for c in crictl_ps.get("containers", []):
+        if c.get("state") != "CONTAINER_RUNNING":
+            continue
+        cid = str(c["id"])
+        pid = known.get(cid) if known is not None else None
+        if pid is None:
+            pid = (inspect(cid).get("info") or {}).get("pid")
+            if pid and known is not None:
+                known[cid] = int(pid)
+        pod = (c.get("labels") or {}).get("io.kubernetes.pod.name")
+        if pid and pod:
+            out[pod] = int(pid)
+    return out
 
 
 def pod_gateway_on_host() -> str | None:
@@ -739,7 +761,6 @@ state = "{self.run_dir / "containerd"}"
             pods_cpu_shares()  # the kubelet made kubepods while it started
             self._start_proxy(timeout)
             self._start_dns(timeout)
-            self._remove_retired_namespace_policy()
 
     def _env(self) -> dict[str, str]:
         # containerd finds its shim on PATH
@@ -770,6 +791,22 @@ state = "{self.run_dir / "containerd"}"
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False, env=self._env()
         )
+
+    def running_pids(
+        self, namespace: str | None = None, known: dict[str, int] | None = None, timeout: float = 30.0
+    ) -> dict[str, int]:
+        """pod name -> host pid of each running container's init process in `namespace` (every
+        namespace when None), as the runtime reports them (`crictl ps` and `crictl inspect`'s pid:
+        `container_pids`, with `known` its per-caller memory of containers already inspected)."""
+        args = ["ps", "-o", "json", "--state", "Running"]
+        if namespace:
+            args += ["--namespace", namespace]
+        listed = json.loads(self.crictl(*args, timeout=timeout).stdout or "{}")
+
+        def inspect(cid: str) -> Any:
+            return json.loads(self.crictl("inspect", cid, timeout=timeout).stdout or "{}")
+
+        return container_pids(listed, inspect, known)
 
     def import_image(self, archive: Path) -> None:
         """Import an OCI/docker archive into the CRI's namespace (no registry: imagePullPolicy Never)."""
@@ -945,24 +982,6 @@ state = "{self.run_dir / "containerd"}"
             proc.start()
         url = f"http://{LOOPBACK}:{self.ports.ensure('node.dns-health')}/health"
         wait_started(proc, lambda: http_ok(url), "coredns /health", timeout)
-
-    def _remove_retired_namespace_policy(self) -> None:
-        """RETIRED_NAMESPACE_POLICY and its binding, if this control plane still has them (etcd keeps
-        them across restarts): they would send a labelled namespace's pods to the retired
-        `lagpilot-node` scheduler, where they would stay Pending."""
-        for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
-            proc = self.kube.kubectl(
-                "delete",
-                f"{kind}.v1beta1.admissionregistration.k8s.io",
-                RETIRED_NAMESPACE_POLICY,
-                "--ignore-not-found",
-                timeout=60,
-            )
-            if proc.returncode != 0:  # an apiserver without the API: nothing to remove
-                log.info(
-                    "retired namespace policy not removed",
-                    extra={"kind": kind, "error": proc.stderr.strip()[-300:]},
-                )
 
     def node_ready(self) -> bool:
         proc = self.kube.kubectl(

@@ -27,6 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from lagpilot_dev.images.tools import APT_LOCK_WAIT, run_apt_commands
 from lagpilot_dev.paths import LOOPBACK, Ports, Process, file_lock, pid_alive, tcp_open, wait_for
 
 log = logging.getLogger("lagpilot_dev.postgres")
@@ -66,16 +67,15 @@ def find_bindir() -> Path | None:
 def apt_commands() -> list[list[str]]:
     """The apt-get calls that install the server. Wait for a busy dpkg lock (another apt run)
     instead of failing; keep our createcluster.conf (--force-confold) instead of prompting."""
-    lock_wait = ["-o", "DPkg::Lock::Timeout=600"]
     return [
-        ["apt-get", "update", "-q", *lock_wait],
+        ["apt-get", "update", "-q", *APT_LOCK_WAIT],
         [
             "apt-get",
             "install",
             "-y",
             "-q",
             "--no-install-recommends",
-            *lock_wait,
+            *APT_LOCK_WAIT,
             "-o",
             "Dpkg::Options::=--force-confdef",
             "-o",
@@ -144,14 +144,10 @@ class PostgresPart:
                 # keep Debian from creating and starting its own "main" cluster on port 5432
                 CREATECLUSTER_CONF.parent.mkdir(parents=True, exist_ok=True)
                 CREATECLUSTER_CONF.write_text("create_main_cluster = false\n")
-            from lagpilot_dev.images.tools import APT_LOCK, run_apt
-
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             log.info("installing PostgreSQL with apt-get (first run only)")
-            # the stack's one apt lock, and apt's busy lists lock waited for (images.tools.run_apt)
-            with file_lock(APT_LOCK):
-                for argv in apt_commands():
-                    run_apt(argv, env=env)
+            # the stack's one apt lock, and apt's busy lists lock waited for (images.tools)
+            run_apt_commands(apt_commands(), env)
             if not self.installed():
                 raise RuntimeError(
                     "apt-get installed postgresql but no /usr/lib/postgresql/*/bin/initdb was found"

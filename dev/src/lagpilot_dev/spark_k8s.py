@@ -261,17 +261,8 @@ class NodeSparkK8s:
 
     def running_pids(self) -> list[int]:
         """Host pids of the namespace's running containers' init processes, as the node's runtime
-        reports them (`crictl ps` / `crictl inspect`'s pid; each container inspected once)."""
-        ids = self.node_part.crictl(
-            "ps", "-q", "--state", "Running", "--namespace", self.namespace, timeout=30
-        ).stdout.split()
-        for cid in ids:
-            if cid not in self._pids:
-                info = json.loads(self.node_part.crictl("inspect", cid, timeout=30).stdout or "{}")
-                pid = (info.get("info") or {}).get("pid")
-                if pid:
-                    self._pids[cid] = int(pid)
-        return [self._pids[c] for c in ids if c in self._pids]
+        reports them (`NodePart.running_pids`; each container inspected once, `_pids` its memory)."""
+        return list(self.node_part.running_pids(self.namespace, known=self._pids).values())
 
     def stop(self) -> None:
         from kubernetes import client

@@ -18,7 +18,7 @@ import resource
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,11 +157,13 @@ def ensure_apt_packages(packages: Sequence[str] = APT_PACKAGES) -> list[str]:
         raise RuntimeError(f"{', '.join(missing)} missing and not root: apt-get install {' '.join(missing)}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     log.info("installing Debian packages", extra={"packages": missing})
-    with file_lock(APT_LOCK):
-        run_apt(["apt-get", "update", "-q", *APT_LOCK_WAIT], env=env)
-        run_apt(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_LOCK_WAIT, *missing], env=env
-        )
+    run_apt_commands(
+        [
+            ["apt-get", "update", "-q", *APT_LOCK_WAIT],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_LOCK_WAIT, *missing],
+        ],
+        env,
+    )
     return missing
 
 
@@ -176,8 +178,17 @@ APT_BUSY_RETRIES = 60
 APT_BUSY_RETRY_S = 10.0
 
 
+def run_apt_commands(argvs: Iterable[Sequence[str]], env: dict[str, str]) -> None:
+    """apt-get runs one after the other under the stack's one apt lock (APT_LOCK), each by `run_apt`
+    (again while another apt run holds apt's locks): every apt run of the stack goes through here
+    (`ensure_apt_packages`: the node's, the policy agent's, the images'; PostgreSQL's install)."""
+    with file_lock(APT_LOCK):
+        for argv in argvs:
+            run_apt(argv, env=env)
+
+
 def run_apt(argv: Sequence[str], env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
-    """One apt-get run (the caller holds APT_LOCK), again every APT_BUSY_RETRY_S while apt says another
+    """One apt-get run (the caller holds APT_LOCK: `run_apt_commands`), again every APT_BUSY_RETRY_S while apt says another
     apt run holds one of its locks; RuntimeError with apt's output otherwise."""
     for _ in range(APT_BUSY_RETRIES):
         proc = run_cmd(argv, check=False, env=env, timeout=timeout)
