@@ -101,6 +101,7 @@ def _bcg(
     cost_ms: int,
     max_records: int,
     resources: dict[str, Any] | None = None,
+    timeout_ms: int = 500,
 ) -> dict[str, Any]:
     template: dict[str, Any] = {
         "image": image,
@@ -117,7 +118,7 @@ def _bcg(
             "kafka": {"bootstrapServers": bootstrap},
             "topic": topic,
             "groupId": f"{topic}-g",
-            "batch": {"maxRecords": max_records, "timeoutMs": 500},
+            "batch": {"maxRecords": max_records, "timeoutMs": timeout_ms},
             "processing": {"handler": LEDGER, "config": {"table": table, "cost_ms": str(cost_ms)}},
             "scaling": {
                 "minReplicas": replicas,
@@ -325,8 +326,8 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
     operator_for: Callable[[], tuple[str, str]],
 ) -> None:
     """A consumer with a 128 Mi memory limit: small records pass, then records of ~900 KB (a batch of
-    50 of them, ~45 MB, plus librdkafka's prefetch, up to 64 MB) exceed it; the memory cgroup kills the container
-    (OOMKilled, 137) again at each restart. What the user sees is asserted and printed; raising the
+    200 of them, ~180 MB, which the batch's 60 s timeout lets fill) exceed it; the memory cgroup kills
+    the container (OOMKilled, 137) again at each restart. What the user sees is asserted and printed; raising the
     limit in the CR rolls the Deployment and every record reaches the ledger."""
     from kubernetes import client
 
@@ -344,7 +345,20 @@ def test_consumer_oom_killed_by_its_limit_shows_and_loses_nothing(
     name = "oom"
     small = {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "128Mi"}}
     bcg = _bcg(
-        name, pods_bootstrap, topic, image, table, replicas=1, cost_ms=0, max_records=50, resources=small
+        name,
+        pods_bootstrap,
+        topic,
+        image,
+        table,
+        replicas=1,
+        cost_ms=0,
+        # the first batch the 200 small records, the next the 200 large ones: ~180 MB held at once,
+        # whatever the machine's load. With batches of 50 and a 500 ms timeout the kill depended on
+        # the fetch: CI (cold .ci/run, 2026-11-27) fetched ~1 MB per round trip at load ~8, its
+        # batches closed at 4-33 large records, and all 500 were processed under 128 Mi, no kill
+        max_records=200,
+        timeout_ms=60_000,
+        resources=small,
     )
     kube.kubectl("apply", "-n", team, "-f", "-", input_text=yaml.safe_dump(bcg))
     core = client.CoreV1Api(kube_api)
