@@ -1,6 +1,8 @@
 """bench/drain.py --quick runs end to end on the real parts (Kafka, PostgreSQL, Spark in a warm drain
 runtime, the live group's mailbox hand-off): no offset lost or delivered twice, and the JSON line
-has its shape.
+has its shape. Its `--executors --k8s` mode runs once, short (CI's version of the campaign in
+docs/drain.md "Executor pods on the k8s path"): one round, one executor pod on the real node beside
+the local variant.
 No timing is asserted (the machine is shared; the figures are the bench's business)."""
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +63,40 @@ def test_bench_drain_quick_is_exact_and_reports_its_figures(
     )
     assert not {"jvm_up", "session_ready"} & set(result["startup_breakdown_s"])
     assert {"spark_jvm", "python_workers", "drain_driver", "live_group"} <= set(result["cpu_s_during_drain"])
+
+
+def test_bench_drain_executors_on_k8s_short_round_is_exact_and_reports_its_ratios(
+    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str], node: Any
+) -> None:
+    """`bench/drain.py --executors 1 --k8s --rounds 1`: the same drain alone, local and on Spark's
+    Kubernetes backend with one executor pod (4 slots) on the real node; exact in both, the pod seen
+    by the API, no RBAC refusal in the driver's log, the ratio against the local base reported."""
+    env = dict(os.environ, LAGPILOT_KEEP_STACK="1")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "drain.py"),
+            *("--executors", "1", "--k8s", "--rounds", "1", "--records", "12000", "--max-tasks", "4"),
+            "--json",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["base"] == "local" and set(result["variants"]) == {"local", "k8s-1x4"}, result[
+        "variants"
+    ].keys()
+    assert result["records"] == 12000
+    assert result["lost"] == 0 and result["duplicated"] == 0
+    k8s = result["variants"]["k8s-1x4"]
+    (row,) = k8s["rounds"]
+    assert row["executor_pods_seen"] == 1, row  # the drain really ran on an executor pod
+    assert row["driver_log_forbidden"] == 0, row  # as the chart's drain ServiceAccount, nothing refused
+    ratio = result["median_ratio_vs_base"]["records_per_s"]
+    assert isinstance(ratio.get("k8s-1x4"), (int, float)) and ratio["k8s-1x4"] > 0, ratio
+    rates = {n: v["median_records_per_s"] for n, v in result["variants"].items()}
+    print(f"bench drain --executors 1 --k8s, one round: records/s {rates}, k8s/local {ratio}")
