@@ -21,12 +21,11 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_bench_drain_quick_is_exact_and_reports_its_figures(
-    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str]
-) -> None:
+def run_bench(*args: str) -> dict[str, Any]:
+    """`bench/drain.py ARGS --json` on the shared stack; its exit code 0 and its last line's JSON."""
     env = dict(os.environ, LAGPILOT_KEEP_STACK="1")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "drain.py"), "--quick", "--json"],
+        [sys.executable, str(REPO / "bench" / "drain.py"), *args, "--json"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -34,7 +33,13 @@ def test_bench_drain_quick_is_exact_and_reports_its_figures(
         timeout=1500,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_bench_drain_quick_is_exact_and_reports_its_figures(
+    kafka_bootstrap: str, postgres_dsn: str, spark_jars: list[str]
+) -> None:
+    result = run_bench("--quick")
     # a partition whose [ack, split) holds fewer than splitFactor batches gets fewer pieces (the live
     # group's progress before the hand-off decides that), so only the bounds are fixed
     assert result["quick"] is True and 1 <= result["tasks"] <= 12
@@ -71,22 +76,9 @@ def test_bench_drain_executors_on_k8s_short_round_is_exact_and_reports_its_ratio
     """`bench/drain.py --executors 1 --k8s --rounds 1`: the same drain alone, local and on Spark's
     Kubernetes backend with one executor pod (4 slots) on the real node; exact in both, the pod seen
     by the API, no RBAC refusal in the driver's log, the ratio against the local base reported."""
-    env = dict(os.environ, LAGPILOT_KEEP_STACK="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "drain.py"),
-            *("--executors", "1", "--k8s", "--rounds", "1", "--records", "12000", "--max-tasks", "4"),
-            "--json",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
+    result = run_bench(
+        *("--executors", "1", "--k8s", "--rounds", "1", "--records", "12000", "--max-tasks", "4")
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["base"] == "local" and set(result["variants"]) == {"local", "k8s-1x4"}, result[
         "variants"
     ].keys()
