@@ -416,6 +416,9 @@ def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
     # every attempt cold: the runtime was never Ready (and is not rolled while an attempt runs)
     assert started and all(m.endswith("runtime cold") for m in started), started
     failed = [e.message for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainAttemptFailed"]
+    if any(("OOMKilled", 137) in killed for _, _, killed in jobs_seen):
+        # an attempt's Job killed by the same limit: its failure names the kill, not a log line
+        assert any("OOMKilled" in m and OOM_LIMIT in m for m in failed), failed
     print(
         f"runtime OOM: drain {d['id']} Verified in {d['attempt']} attempt(s), runtime {d.get('runtime')}; "
         f"the Job pods (path, limit, termination): {jobs_seen}; DrainAttemptFailed {failed}; "

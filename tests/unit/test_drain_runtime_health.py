@@ -151,3 +151,38 @@ def test_ready_names_the_runtime_kill_and_keeps_the_consumers_status(
     )
     got = next(c for c in conds if c.type == "Ready")
     assert (got.status, got.reason, got.message) == want
+
+
+def test_a_drain_job_killed_by_its_memory_limit_says_so() -> None:
+    """A cold drain Job at the same limit (the CR's template) is OOM-killed too: the attempt's failure
+    (DrainAttemptFailed, status.drain.lastError) names the kill and the limit, not the log's last
+    line (FallbackToLogsOnError: whatever the process printed before the kill; seen on the node: a
+    `drain plan` JSON record)."""
+    from lagpilot.act.drain_manifests import job_observation
+
+    job = {
+        "status": {
+            "failed": 1,
+            "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+        }
+    }
+    killed = {
+        "metadata": {"name": "orders-drain-1-1-x"},
+        "spec": {"containers": [{"name": "drain", "resources": {"limits": {"memory": "160Mi"}}}]},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "drain",
+                    "state": {
+                        "terminated": {
+                            "reason": "OOMKilled",
+                            "exitCode": 137,
+                            "message": '{"msg": "drain plan", "event": "drain_plan", "drain": "1"}',
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    assert job_observation(job, [killed]).message == "drain: OOMKilled (exit 137, memory limit 160Mi)"
