@@ -25,7 +25,15 @@ import pytest
 from lagpilot.act.drain_runtime import APP_NAME, runtime_name, runtime_port
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import PodIO
-from tests.real.test_drain_operator import PARTS, Scenario, crd, finish_and_check, scenario, wait_phase  # noqa: F401
+from tests.real.test_drain_operator import (  # noqa: F401
+    NODE_POD_RESOURCES,
+    PARTS,
+    Scenario,
+    crd,
+    finish_and_check,
+    scenario,
+    wait_phase,
+)
 from tests.real.test_operator_e2e import events_for
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
@@ -259,4 +267,177 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
         f"{ready_at - t_cr:.1f} s (second precision), drain planned {planned - t_cr:.1f} s, runtime "
         f"{d['runtime']}, finished {finished - t_cr:.1f} s, scaled to 0 {down - t_cr:.1f} s (seen "
         f"{t_down - t_cr:.1f} s); waited: {waited[0][-90:]!r}; test {time.monotonic() - t0:.1f} s"
+    )
+
+
+# the CR's template.resources are the consumers', the drain Jobs' and the warm runtime's alike
+# (drain_manifests.drain_pod_spec): no separate limit for the runtime. 160 Mi: a consumer (~100 MB,
+# Python) lives within it, the runtime (a JVM with its SparkSession beside the Python of `lagpilot
+# drain --serve`) does not. 384 Mi did not kill it within 300 s (2026-11-27, first run)
+OOM_LIMIT = "160Mi"
+OOM_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": OOM_LIMIT}}
+
+
+def _runtime_pods(s: Scenario) -> list[Any]:
+    return s.core.list_namespaced_pod(s.ns, label_selector=f"app.kubernetes.io/name={APP_NAME}").items
+
+
+def _oom_killed_runtime(s: Scenario) -> Any:
+    """A runtime pod whose container the memory cgroup killed (lastState OOMKilled), or None."""
+    for p in _runtime_pods(s):
+        for cs in p.status.container_statuses or []:
+            last = cs.last_state.terminated if cs.last_state is not None else None
+            if last is not None and last.reason == "OOMKilled":
+                return p
+    return None
+
+
+def _conditions(s: Scenario) -> dict[str, tuple[str, str, str]]:
+    return {
+        c["type"]: (c["status"], c.get("reason", ""), c.get("message", ""))
+        for c in s.status().get("conditions") or []
+    }
+
+
+def _pod_events(s: Scenario, pod: str) -> list[tuple[str, str, str]]:
+    return [
+        (e.type, e.reason, (e.message or "")[:160])
+        for e in s.core.list_namespaced_event(s.ns).items
+        if e.involved_object.name == pod
+    ]
+
+
+@pytest.mark.timeout(1800)
+def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
+    scenario: Callable[..., Scenario], pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
+) -> None:
+    """The warm runtime at a memory limit it cannot live within (OOM_LIMIT, the CR's template, which
+    the consumers live within): the memory cgroup kills its container (OOMKilled) at each start,
+    while a drain is due. What the user sees is asserted and printed: the runtime pod's container
+    status and events, and a condition of the CR naming the kill (the pod, OOMKilled, the limit).
+    The drain goes cold (the runtime is not Ready); its Job has the same limit: if the attempt fails,
+    the user's fix (raising the limit in the CR) lets the operator's retry finish it; every offset
+    is in the ledger as finish_and_check checks. Then the runtime, rolled with the raised limit,
+    turns Ready and the CR's conditions no longer name the kill."""
+    t0 = time.monotonic()
+    # 3 consumers at ~50 records/s each need ~160 s for 24,000 records: the backlog outlasts the
+    # runtime's kills, and a drain is due (SLA 20 s) once cancel is lifted
+    s = scenario(
+        {p: 8000 for p in range(PARTS)},
+        live_per_s=0,
+        sla_s=20,
+        cost_ms=2000,
+        drain={"warmRuntime": True, "cancel": True},
+        template={"resources": OOM_RESOURCES},
+        operator_env=_worktree_pythonpath(),
+    )
+    try:
+        # the kill of the JVM (a child of the container's Python) ends the container at once, or at
+        # the liveness probe's verdict (180 s + 6 x 10 s); the kubelet reports OOMKilled either way
+        pod = wait_until(
+            lambda: _oom_killed_runtime(s), "the warm runtime OOM-killed by its limit", 420, interval=1
+        )
+    except AssertionError:
+        for p in _runtime_pods(s):
+            print(f"runtime pod {p.metadata.name}: {p.status.container_statuses}")
+            print(f"its events: {_pod_events(s, p.metadata.name)}")
+            print(f"its log: {pod_io.logs(s.ns, p.metadata.name)[-3000:]}")
+        raise
+    cs = pod.status.container_statuses[0]
+    last = cs.last_state.terminated
+    # the fault fired: the memory cgroup's kill as the kubelet reports it, at the CR's limit
+    assert last.reason == "OOMKilled" and last.exit_code != 0, last
+    assert pod.spec.containers[0].resources.limits["memory"] == OOM_LIMIT
+    t_killed = time.monotonic()
+    name = pod.metadata.name
+
+    # what the user sees on the CR: a condition naming the runtime's kill (its pod, OOMKilled, the limit)
+    def naming_the_kill() -> tuple[str, dict[str, tuple[str, str, str]]] | None:
+        conds = _conditions(s)
+        for ctype, (_st, _reason, message) in conds.items():
+            if name in message and "OOMKilled" in message:
+                return ctype, conds
+        return None
+
+    try:
+        ctype, conds = wait_until(
+            naming_the_kill, "a condition of the CR naming the runtime's OOM kill", 90, interval=1
+        )
+    finally:
+        print("runtime OOM: the CR's conditions: " + json.dumps(_conditions(s)))
+        print(f"runtime OOM: {name}'s events: " + json.dumps(_pod_events(s, name)))
+    assert f"memory limit {OOM_LIMIT}" in conds[ctype][2], conds[ctype]
+    pod = s.core.read_namespaced_pod(name, s.ns)
+    cs = pod.status.container_statuses[0]
+    print(
+        f"runtime OOM: {name} restarts {cs.restart_count}, lastState {cs.last_state.terminated.reason} exit "
+        f"{cs.last_state.terminated.exit_code}, state now {cs.state.waiting.reason if cs.state.waiting else 'running'}; "
+        f"killed {t_killed - t0:.0f} s after the CR; the CR's {ctype}: {json.dumps(conds[ctype])}"
+    )
+
+    # a drain due while the runtime crash-loops: launched cold; the user raises the limit once an
+    # attempt failed (its Job had the same limit)
+    raised: list[dict[str, Any]] = []
+
+    def raise_limit() -> None:
+        s.custom.patch_namespaced_custom_object(
+            "lagpilot.io",
+            "v1alpha1",
+            s.ns,
+            "batchconsumergroups",
+            s.name,
+            {"spec": {"template": {"resources": NODE_POD_RESOURCES}}},
+        )
+
+    def on_poll(d: dict[str, Any]) -> None:
+        if not raised and (d.get("retryAt") or d.get("phase") == "Failed"):
+            raised.append(dict(d))
+            raise_limit()
+
+    s.custom.patch_namespaced_custom_object(
+        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
+    )
+    wait_phase(s, ("Verified",), 600, on_poll=on_poll)
+    job_pods = s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items
+    jobs_seen = [
+        (
+            p.metadata.labels.get("lagpilot.io/drain-runtime"),
+            p.spec.containers[0].resources.limits.get("memory"),
+            [
+                (c.state.terminated.reason, c.state.terminated.exit_code)
+                for c in p.status.container_statuses or []
+                if c.state is not None and c.state.terminated is not None
+            ],
+        )
+        for p in job_pods
+    ]
+    d = finish_and_check(s, kafka_admin, postgres_dsn, allow_replayed_batches=12)
+    started = [e.message for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainStarted"]
+    # every attempt cold: the runtime was never Ready (and is not rolled while an attempt runs)
+    assert started and all(m.endswith("runtime cold") for m in started), started
+    failed = [e.message for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainAttemptFailed"]
+    if any(("OOMKilled", 137) in killed for _, _, killed in jobs_seen):
+        # an attempt's Job killed by the same limit: its failure names the kill, not a log line
+        assert any("OOMKilled" in m and OOM_LIMIT in m for m in failed), failed
+    print(
+        f"runtime OOM: drain {d['id']} Verified in {d['attempt']} attempt(s), runtime {d.get('runtime')}; "
+        f"the Job pods (path, limit, termination): {jobs_seen}; DrainAttemptFailed {failed}; "
+        f"limit raised {'after ' + json.dumps(raised[0].get('message')) if raised else 'not needed'}"
+    )
+
+    # the runtime itself: rolled with the raised limit once the drain ended, Ready; the CR's
+    # conditions no longer name the kill
+    if not raised:
+        raise_limit()
+
+    def healed() -> dict[str, tuple[str, str, str]] | None:
+        if _ready_runtime_pod(s) is None:
+            return None
+        conds = _conditions(s)
+        return None if any("OOMKilled" in m for _, _, m in conds.values()) else conds
+
+    conds = wait_until(healed, "the runtime Ready at the raised limit, the conditions clear", 300, interval=1)
+    print(
+        f"runtime OOM: after the limit was raised: runtime {_ready_runtime_pod(s).metadata.name} Ready, "
+        f"Ready {json.dumps(conds.get('Ready'))}; test {time.monotonic() - t0:.0f} s"
     )

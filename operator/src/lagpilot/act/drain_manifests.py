@@ -510,12 +510,23 @@ def _pod_counts(pods: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
 
 def _pod_failure(pods: Sequence[Mapping[str, Any]]) -> str:
     """The last line of the last failed container's termination message (its exit code when the
-    message is blank), redacted, at most 300 characters; "" when no container failed."""
+    message is blank), redacted, at most 300 characters; "" when no container failed. A container
+    the memory cgroup killed says so with its limit (`drain: OOMKilled (exit 137, memory limit
+    160Mi)`), not the log's last line (FallbackToLogsOnError: whatever it printed before the kill)."""
     message = ""
     for p in pods:
+        limits = {
+            c.get("name"): ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            for c in (p.get("spec") or {}).get("containers") or []
+        }
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
-            if term.get("exitCode") not in (None, 0):
+            if term.get("reason") == "OOMKilled":
+                memory = limits.get(cs.get("name"))
+                message = f"{cs.get('name')}: OOMKilled (exit {term.get('exitCode')}" + (
+                    f", memory limit {memory})" if memory else ")"
+                )
+            elif term.get("exitCode") not in (None, 0):
                 # a pod's own words (an older or custom image may not redact): redacted where they enter
                 words = redact(str(term.get("message") or "").strip())
                 message = (words.splitlines()[-1] if words else f"exit code {term.get('exitCode')}")[:300]

@@ -73,6 +73,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot.decide.pod_health import not_ready_detail
 from lagpilot.decide.runtime import MODE_ON_DEMAND, RuntimeObservation, mode_of
 from lagpilot.decide.status import format_time, parse_time
 from lagpilot.spec import GroupSpec
@@ -353,6 +354,11 @@ def replicas_of(manifest: Mapping[str, Any] | None) -> int:
     return int((manifest.get("spec") or {}).get("replicas") or 0)
 
 
+def ready_replicas_of(manifest: Mapping[str, Any] | None) -> int:
+    """status.readyReplicas of a runtime Deployment as read (0: absent or none ready)."""
+    return int(((manifest or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
 def scaled_up_at(manifest: Mapping[str, Any] | None) -> float | None:
     """The Deployment's last scale-up from 0 (its annotation); None when absent or unreadable."""
     raw = ((manifest or {}).get("metadata") or {}).get("annotations") or {}
@@ -366,11 +372,15 @@ def observation_of(
     existing: Mapping[str, Any] | None, pods: Sequence[Mapping[str, Any]], port: int, config: str | None
 ) -> RuntimeObservation:
     """What the decision step sees of the runtime: the Deployment's replicas, whether a pod of the
-    current config is Ready (the notion `runtime_url` uses for a launch), the last scale-up."""
+    current config is Ready (the notion `runtime_url` uses for a launch), the last scale-up, and
+    while none is Ready what its pods say keeps them from it (decide.pod_health.not_ready_detail:
+    an OOM kill at the memory limit, CrashLoopBackOff, ...), for the CR's Ready condition."""
+    ready = runtime_url(pods, port, config) is not None
     return RuntimeObservation(
         replicas=replicas_of(existing),
-        ready=runtime_url(pods, port, config) is not None,
+        ready=ready,
         scaled_up_at_s=scaled_up_at(existing),
+        problem="" if ready else not_ready_detail(pods),
     )
 
 
@@ -553,17 +563,22 @@ class RuntimeManager:
     def observe(
         self, namespace: str, name: str, uid: str, spec: GroupSpec, version: str = __version__
     ) -> RuntimeSeen | None:
-        """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods only on
-        demand (``warmRuntimeCooldownSeconds``) while it has replicas. None (no call at all) for a CR without a runtime, and on an API error
+        """The cycle's read of the runtime: a GET of the Deployment, and a LIST of its pods while it
+        has replicas, only on demand (``warmRuntimeCooldownSeconds``: is it Ready?) or while fewer
+        are ready than it asks for (what they say, e.g. OOMKilled, goes to the CR's Ready
+        condition). None (no call at all) for a CR without a runtime, and on an API error
         (logged; `sync` then reads the Deployment itself, the step sees no runtime)."""
         if not runtime_wanted(spec):
             return None
         try:
             desired = self.desired(namespace, name, uid, spec, version)
             existing = self._get(namespace, runtime_name(name))
-            # the pods only where the step reads them (on demand: is it Ready?); always-mode plans as before
+            # the pods only where the step reads them (on demand: is it Ready?), or where one is not
+            # ready (why, for the Ready condition); always-mode plans as before
             on_demand = mode_of(spec) == MODE_ON_DEMAND
-            pods = self._pods(namespace, name) if on_demand and replicas_of(existing) > 0 else []
+            wanted = replicas_of(existing)
+            read = wanted > 0 and (on_demand or ready_replicas_of(existing) < wanted)
+            pods = self._pods(namespace, name) if read else []
         except Exception as err:  # noqa: BLE001 - best effort: the step then plans as without a runtime
             log.warning(
                 "observing the drain runtime failed",

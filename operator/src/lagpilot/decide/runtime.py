@@ -70,11 +70,14 @@ class RuntimePolicy:
 @dataclass(frozen=True)
 class RuntimeObservation:
     """The runtime Deployment as observed: its replica count, a Ready pod of the current config,
-    and when it was last scaled from 0 to 1 (None: unknown or never)."""
+    when it was last scaled from 0 to 1 (None: unknown or never), and what its not-ready pods say
+    keeps them from Ready (decide.pod_health: an OOM kill at the memory limit, CrashLoopBackOff, an
+    unschedulable pod; "" when none says anything: starting, Ready, or not read)."""
 
     replicas: int = 0
     ready: bool = False
     scaled_up_at_s: float | None = None
+    problem: str = ""
 
 
 def give_up_s(pol: RuntimePolicy) -> float:

@@ -176,6 +176,8 @@ def _cycle(
     mark("drain")
 
     not_ready = consumers_not_ready(ref, deps) if ready < cur else ""
+    # why the warm drain runtime's pod is not Ready, as it says (read in observe; "" none)
+    runtime_not_ready = getattr(seen.runtime_observation, "problem", "") or ""
     new = cycle_status(
         ref,
         spec,
@@ -189,6 +191,7 @@ def _cycle(
         drain_out,
         now,
         not_ready=not_ready,
+        runtime_not_ready=runtime_not_ready,
     )
     # status.drain: the executor wrote every change itself, guarded (resourceVersion)
     guarded = ("drain",) if drain_out is not None and hasattr(deps.kube, "patch_status_guarded") else ()

@@ -209,15 +209,29 @@ def cycle_status(
     drain_out: Any,
     now: float,
     not_ready: str = "",
+    runtime_not_ready: str = "",
 ) -> dict[str, Any]:
     """The status of a cycle that observed and decided. `replicas`: the Deployment's (spec.replicas,
     status.replicas, readyReplicas) before the cycle acted; `target`: the count it now asks for;
-    `not_ready`: why consumer pods are not ready, as they say (decide.pod_health; "" none)."""
+    `not_ready`: why consumer pods are not ready, as they say (decide.pod_health; "" none);
+    `runtime_not_ready`: likewise for the warm drain runtime's pod."""
     cur, pods, ready = replicas
     decision, held = out.decision, out.held
     phase = (status.get("drain") or {}).get("phase")
     lost_now = [p.partition for p in snap.partitions if lag_mod.lost_records(p) > 0]
-    conds = conditions(spec, decision, target, cur, ready, held, lost_now, est, phase, not_ready=not_ready)
+    conds = conditions(
+        spec,
+        decision,
+        target,
+        cur,
+        ready,
+        held,
+        lost_now,
+        est,
+        phase,
+        not_ready=not_ready,
+        runtime_not_ready=runtime_not_ready,
+    )
     conds.append(scaling_ineffective(out))
     if drain_out is not None:
         conds.append(Condition("Draining", *drain_out.condition))
@@ -331,26 +345,32 @@ def conditions(
     est: est_mod.EstimatorState,
     phase: str | None = None,
     not_ready: str = "",
+    runtime_not_ready: str = "",
 ) -> list[Condition]:
+    """`not_ready` / `runtime_not_ready`: what the consumer pods / the warm drain runtime's pod say
+    keeps them from Ready (decide.pod_health). The runtime's is added to Ready's message whatever
+    its status: the status stays the consumers' (the group consumes; its drains start cold
+    meanwhile), the message names the runtime's kill (e.g. OOMKilled at its memory limit)."""
     out: list[Condition] = []
+    runtime = f"; warm drain runtime not ready: {runtime_not_ready}" if runtime_not_ready else ""
     if target == 0:
         out.append(
             Condition(
                 "Ready",
                 TRUE,
                 "ScaledToZero" if d.reason == "ScaleToZero" else "NoReplicas",
-                "no consumer replicas wanted",
+                "no consumer replicas wanted" + runtime,
             )
         )
     elif ready >= target:
-        out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready"))
+        out.append(Condition("Ready", TRUE, "ConsumersReady", f"{ready}/{target} consumers ready" + runtime))
     else:
         out.append(
             Condition(
                 "Ready",
                 FALSE,
                 "ConsumersNotReady",
-                f"{ready}/{target} consumers ready" + (f"; {not_ready}" if not_ready else ""),
+                f"{ready}/{target} consumers ready" + (f"; {not_ready}" if not_ready else "") + runtime,
             )
         )
     if held:
