@@ -4,6 +4,13 @@ Fixtures for the real parts live in tests/fixtures/ (one module per concern) and
 through the dev stack, so unit tests run with no real part installed.
 """
 
+from hypothesis import settings
+
+# no per-example deadline (hypothesis's default is 200 ms): properties assert what the code computes,
+# never how fast, and a loaded machine would break a deadline (tests/unit/test_hypothesis_profile.py)
+settings.register_profile("lagpilot", deadline=None)
+settings.load_profile("lagpilot")
+
 pytest_plugins = [
     "tests.fixtures.stack",  # Kafka, PostgreSQL, Spark jars (session-scoped)
     "tests.fixtures.kube",  # etcd + kube-apiserver + controller-manager
