@@ -198,8 +198,16 @@ def test_consumer_image_pod_consumes_from_host_kafka(
         0: 300,
         1: 300,
     }
-    status = json.loads(kube.kubectl("get", "pod", "-n", ns, "consumer", "-o", "json").stdout)["status"]
-    assert status["phase"] == "Running"
+
+    # The kubelet reports Running after the container started, and on a loaded node a consumer can
+    # commit 600 records before the API shows it (CI, stop 36: started 16:26:31.3, Running seen at
+    # 16:26:34.1, the test read Pending between). Wait for the report; a crash would show Failed.
+    def reported_running() -> dict[str, Any] | None:
+        st = json.loads(kube.kubectl("get", "pod", "-n", ns, "consumer", "-o", "json").stdout)["status"]
+        assert st["phase"] in ("Pending", "Running"), st
+        return st if st["phase"] == "Running" and st.get("podIP") else None
+
+    status = wait_until(reported_running, "the kubelet to report the consumer pod Running", timeout=120)
     assert status["podIP"].startswith(node.info()["pod_subnet"].rsplit(".", 2)[0])  # on the pod network
     running = json.loads(node.crictl("ps", "--namespace", ns, "--name", "consumer", "-o", "json").stdout)
     assert [c["image"]["image"] for c in running["containers"]] != []
