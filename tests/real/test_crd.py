@@ -901,6 +901,29 @@ INVALID_ISSUE_14 = [
 ]
 INVALID += INVALID_ISSUE_14
 
+# spec.drain.resources: the drain pods' own resources, checked as template.resources and only where
+# lagpilot builds the drain's pod (launcher job)
+INVALID += [
+    (
+        "drain-resources-negative-cpu",
+        {"spec": {"drain": {"resources": {"requests": {"cpu": "-1"}}}}},
+        "spec.drain.resources.requests.cpu",
+        "should match",
+    ),
+    (
+        "drain-resources-requests-above-limits",
+        {"spec": {"drain": {"resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "3Gi"}}}}},
+        "spec.drain.resources.requests",
+        "less than or equal to drain.resources.limits",
+    ),
+    (
+        "drain-resources-with-sparkapplication",
+        {"spec": {"drain": {"launcher": "sparkApplication", "resources": {"limits": {"memory": "4Gi"}}}}},
+        "spec.drain.resources",
+        "launcher job",
+    ),
+]
+
 
 @pytest.mark.parametrize("patch,field,reason", [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
 def test_invalid_cr_is_rejected_naming_the_field(crd, ns, patch, field, reason, request):
