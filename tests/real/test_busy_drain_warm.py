@@ -36,9 +36,7 @@ def test_a_busy_drain_takes_its_next_parts_in_the_warm_runtime(
         operator_env=_worktree_pythonpath(),
     )
     pod = wait_until(lambda: _ready_runtime_pod(s), "runtime Ready", 240, interval=1)
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     t0 = time.monotonic()
     rounds = {"max": 0}
 

@@ -364,9 +364,7 @@ def test_operator_drains_a_transactional_backlog_with_aborted_sub_ranges_to_veri
         (part, o) for part in range(PARTS) for o in visible_offsets(s.bootstrap, s.topic, part, 0, ends[part])
     }
     assert len(visible) == PARTS * 3000  # committed records only: the aborted ones are there but invisible
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     running = wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 300)
     subs = list(running.get("subRanges") or ())
     empty = [x for x in subs if not any((x["partition"], o) in visible for o in range(x["start"], x["end"]))]
@@ -498,9 +496,7 @@ def test_operator_drains_a_compacted_backlog_with_compacted_away_sub_ranges_to_v
         reader.close()
     # the consumers had not reached the middle block: nobody read it before the cleaner removed it
     assert all(committed[part] < doomed[part][0] for part in range(PARTS)), (committed, doomed)
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     running = wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 300)
     subs = list(running.get("subRanges") or ())
     ends = {part: high_watermark(s.bootstrap, s.topic, part) for part in range(PARTS)}

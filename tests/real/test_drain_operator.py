@@ -121,6 +121,12 @@ class Scenario:
     def status(self) -> dict[str, Any]:
         return get_cr(self.custom, self.ns, self.name).get("status") or {}
 
+    def patch_spec(self, spec: dict[str, Any]) -> None:
+        """A merge patch of the CR's spec, as `kubectl patch bcg --type=merge -p '{"spec": ...}'`."""
+        self.custom.patch_namespaced_custom_object(
+            "lagpilot.io", "v1alpha1", self.ns, "batchconsumergroups", self.name, {"spec": spec}
+        )
+
     def drain(self) -> dict[str, Any]:
         return self.status().get("drain") or {}
 
@@ -731,14 +737,7 @@ def test_cancel_keeps_the_remainder_recorded_and_resume_finishes_it(
     s = scenario({p: 15000 for p in range(PARTS)})
 
     def patch_cancel(value: bool) -> None:
-        s.custom.patch_namespaced_custom_object(
-            "lagpilot.io",
-            "v1alpha1",
-            s.ns,
-            "batchconsumergroups",
-            s.name,
-            {"spec": {"drain": {"cancel": value}}},
-        )
+        s.patch_spec({"drain": {"cancel": value}})
 
     wait_phase(s, ("Running",), 600)
     wait_until(lambda: s.drain().get("recordsDone", 0) >= 1000, "some drain progress", 600, interval=1)

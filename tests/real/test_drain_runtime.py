@@ -93,9 +93,7 @@ def test_warm_runtime_serves_the_drain_exactly_once(
     rt_log = pod_io.logs(s.ns, pod.metadata.name)
     assert _log_events(rt_log, "drain_runtime_ready"), "Ready before the runtime said warm"
 
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     d = wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 120)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d.get("runtime") == "warm", d
@@ -200,9 +198,7 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     assert SCALED_UP_ANNOTATION not in (dep.metadata.annotations or {}), dep.metadata.annotations
     assert not s.core.list_namespaced_pod(s.ns, label_selector=f"app.kubernetes.io/name={APP_NAME}").items
     t_due = time.time()
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     waited: list[str] = []
 
     def note_wait() -> None:  # the Scaling condition while the due drain waits (written after the scale-up)
@@ -380,23 +376,14 @@ def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
     raised: list[dict[str, Any]] = []
 
     def raise_limit() -> None:
-        s.custom.patch_namespaced_custom_object(
-            "lagpilot.io",
-            "v1alpha1",
-            s.ns,
-            "batchconsumergroups",
-            s.name,
-            {"spec": {"template": {"resources": NODE_POD_RESOURCES}}},
-        )
+        s.patch_spec({"template": {"resources": NODE_POD_RESOURCES}})
 
     def on_poll(d: dict[str, Any]) -> None:
         if not raised and (d.get("retryAt") or d.get("phase") == "Failed"):
             raised.append(dict(d))
             raise_limit()
 
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     wait_phase(s, ("Verified",), 600, on_poll=on_poll)
     job_pods = s.core.list_namespaced_pod(s.ns, label_selector="lagpilot.io/drain-job").items
     jobs_seen = [

@@ -113,9 +113,7 @@ def test_a_forged_plan_is_refused_and_the_drain_stays_exact(
     )
     assert len(refused) == 2 and not _log_events(rt_log(), "drain_runtime_served"), refused
 
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     wait_phase(s, ("Running", "Succeeded", "Verified", "Failed"), 300)
     d = finish_and_check(s, kafka_admin, postgres_dsn)
     assert d.get("runtime") == "warm" and d["attempt"] == 1, d

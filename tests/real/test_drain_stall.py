@@ -77,9 +77,7 @@ def test_a_job_without_a_pod_is_stalled_reported_and_retried(
         60,
         interval=0.5,
     )
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"cancel": False}}}
-    )
+    s.patch_spec({"drain": {"cancel": False}})
     batch = client.BatchV1Api(s.custom.api_client)
     job = wait_until(
         lambda: next(

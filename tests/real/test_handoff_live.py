@@ -81,9 +81,7 @@ def wait_group_running(s: Scenario, postgres_dsn: str, replicas: int = PARTS) ->
 
 
 def enable_drain(s: Scenario) -> None:
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"drain": {"enabled": True}}}
-    )
+    s.patch_spec({"drain": {"enabled": True}})
 
 
 def handoff_log_lines(s: Scenario) -> list[str]:

@@ -106,14 +106,7 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
 
     # pause (0 consumers), no new drains; the consumers created on resume run the hand-off (the
     # older-image switch gone from the namespace's hooks)
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io",
-        "v1alpha1",
-        s.ns,
-        "batchconsumergroups",
-        s.name,
-        {"spec": {"paused": True, "drain": {"enabled": False}}},
-    )
+    s.patch_spec({"paused": True, "drain": {"enabled": False}})
     wait_until(lambda: not consumer_pod_hooks(s), "every consumer pod gone (paused)", 300, interval=1)
     test_hooks.set(s.ns, {})
 
@@ -132,9 +125,7 @@ def test_offset_reset_after_a_drain_does_not_make_the_owner_jump(
         interval=3,
     )
     resumed_at = time.time()
-    s.custom.patch_namespaced_custom_object(
-        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups", s.name, {"spec": {"paused": False}}
-    )
+    s.patch_spec({"paused": False})
 
     def caught_up() -> bool:
         s.op.ensure()

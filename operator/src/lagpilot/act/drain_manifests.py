@@ -24,6 +24,7 @@ from lagpilot import __version__
 from lagpilot.config import Env
 from lagpilot.decide.drain_watch import DEADLINE_FLOOR_S, attempt_deadline_s, measured_rate
 from lagpilot.decide.handoff import DrainStatus, JobObservation, JobState, job_name, job_slots
+from lagpilot.decide.pod_health import memory_limits, termination_text
 from lagpilot.model.status import DrainRuntime
 from lagpilot.spec import GroupSpec
 from lagpilot_runtime.drain.plan import DrainPlan, SubRange, owner_tag
@@ -515,17 +516,12 @@ def _pod_failure(pods: Sequence[Mapping[str, Any]]) -> str:
     160Mi)`), not the log's last line (FallbackToLogsOnError: whatever it printed before the kill)."""
     message = ""
     for p in pods:
-        limits = {
-            c.get("name"): ((c.get("resources") or {}).get("limits") or {}).get("memory")
-            for c in (p.get("spec") or {}).get("containers") or []
-        }
+        limits = memory_limits(p)
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("reason") == "OOMKilled":
                 memory = limits.get(cs.get("name"))
-                message = f"{cs.get('name')}: OOMKilled (exit {term.get('exitCode')}" + (
-                    f", memory limit {memory})" if memory else ")"
-                )
+                message = f"{cs.get('name')}: {termination_text('OOMKilled', term.get('exitCode'), memory)}"
             elif term.get("exitCode") not in (None, 0):
                 # a pod's own words (an older or custom image may not redact): redacted where they enter
                 words = redact(str(term.get("message") or "").strip())

@@ -32,17 +32,29 @@ def _ready(pod: Mapping[str, Any]) -> bool:
 def pod_problem(pod: Mapping[str, Any]) -> str | None:
     """What keeps one pod from being ready, or None when nothing the kubelet reported explains it
     (starting, probes not passed yet): the scheduler's refusal first, else each container's."""
-    spec, st = pod.get("spec") or {}, pod.get("status") or {}
+    st = pod.get("status") or {}
     unscheduled = _unscheduled(st)
     if unscheduled is not None:
         return unscheduled
-    limits = {
-        c.get("name"): ((c.get("resources") or {}).get("limits") or {}) for c in spec.get("containers") or []
-    }
+    limits = memory_limits(pod)
     parts = [
         p for cs in st.get("containerStatuses") or [] if (p := _container_problem(cs, limits)) is not None
     ]
     return "; ".join(parts) or None
+
+
+def memory_limits(pod: Mapping[str, Any]) -> dict[Any, str | None]:
+    """Each container's memory limit as its spec gives it (None: no limit), by container name."""
+    return {
+        c.get("name"): ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        for c in (pod.get("spec") or {}).get("containers") or []
+    }
+
+
+def termination_text(reason: str, exit_code: Any, memory: str | None) -> str:
+    """`<reason> (exit <code>)`, with `, memory limit <limit>` inside for an OOM kill under a limit."""
+    limit = f", memory limit {memory}" if reason == "OOMKilled" and memory else ""
+    return f"{reason} (exit {exit_code}{limit})"
 
 
 def _unscheduled(st: Mapping[str, Any]) -> str | None:
@@ -52,7 +64,7 @@ def _unscheduled(st: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _container_problem(cs: Mapping[str, Any], limits: Mapping[Any, Mapping[str, Any]]) -> str | None:
+def _container_problem(cs: Mapping[str, Any], limits: Mapping[Any, str | None]) -> str | None:
     """A container's last termination (an OOM kill with its memory limit), restarts and what it
     waits for now; or a waiting reason other than creating."""
     last = (cs.get("lastState") or {}).get("terminated") or {}
@@ -60,11 +72,8 @@ def _container_problem(cs: Mapping[str, Any], limits: Mapping[Any, Mapping[str, 
     waiting = (now.get("waiting") or {}).get("reason")
     if last.get("reason"):
         restarts = int(cs.get("restartCount") or 0)
-        what = f"{cs.get('name')}: last terminated {last['reason']} (exit {last.get('exitCode')}"
-        memory = limits.get(cs.get("name"), {}).get("memory")
-        if last["reason"] == "OOMKilled" and memory:
-            what += f", memory limit {memory}"
-        what += ")"
+        memory = limits.get(cs.get("name"))
+        what = f"{cs.get('name')}: last terminated {termination_text(last['reason'], last.get('exitCode'), memory)}"
         if restarts:
             what += f", {restarts} restart{'s' if restarts != 1 else ''}"
         if waiting:

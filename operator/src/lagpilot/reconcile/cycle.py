@@ -177,7 +177,7 @@ def _cycle(
 
     not_ready = consumers_not_ready(ref, deps) if ready < cur else ""
     # why the warm drain runtime's pod is not Ready, as it says (read in observe; "" none)
-    runtime_not_ready = getattr(seen.runtime_observation, "problem", "") or ""
+    runtime_not_ready = seen.runtime.observation.problem if seen.runtime is not None else ""
     new = cycle_status(
         ref,
         spec,
