@@ -21,7 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from lagpilot.act.deployment import deployment_name
 from lagpilot.act.drain_runtime import APP_NAME, runtime_name, runtime_port
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import PodIO
@@ -307,14 +309,15 @@ def _pod_events(s: Scenario, pod: str) -> list[tuple[str, str, str]]:
 def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
     scenario: Callable[..., Scenario], pod_io: PodIO, kafka_admin: Any, postgres_dsn: str
 ) -> None:
-    """The warm runtime at a memory limit it cannot live within (OOM_LIMIT, the CR's template, which
-    the consumers live within): the memory cgroup kills its container (OOMKilled) at each start,
+    """The warm runtime at a memory limit it cannot live within (OOM_LIMIT, the CR's
+    spec.drain.resources; the consumers have their own template.resources): the memory cgroup kills
+    its container (OOMKilled) at each start,
     while a drain is due. What the user sees is asserted and printed: the runtime pod's container
     status and events, and a condition of the CR naming the kill (the pod, OOMKilled, the limit).
     The drain goes cold (the runtime is not Ready); its Job has the same limit: if the attempt fails,
-    the user's fix (raising the limit in the CR) lets the operator's retry finish it; every offset
-    is in the ledger as finish_and_check checks. Then the runtime, rolled with the raised limit,
-    turns Ready and the CR's conditions no longer name the kill."""
+    the user's fix (raising spec.drain.resources) lets the operator's retry finish it without rolling
+    the consumers; every offset is in the ledger as finish_and_check checks. Then the runtime, rolled
+    with the raised limit, turns Ready and the CR's conditions no longer name the kill."""
     t0 = time.monotonic()
     # 3 consumers at ~50 records/s each need ~160 s for 24,000 records: the backlog outlasts the
     # runtime's kills, and a drain is due (SLA 20 s) once cancel is lifted
@@ -323,10 +326,11 @@ def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
         live_per_s=0,
         sla_s=20,
         cost_ms=2000,
-        drain={"warmRuntime": True, "cancel": True},
-        template={"resources": OOM_RESOURCES},
+        drain={"warmRuntime": True, "cancel": True, "resources": OOM_RESOURCES},
         operator_env=_worktree_pythonpath(),
     )
+    consumers = deployment_name(s.name)
+    apps = client.AppsV1Api(s.core.api_client)
     try:
         # the kill of the JVM (a child of the container's Python) ends the container at once, or at
         # the liveness probe's verdict (180 s + 6 x 10 s); the kubelet reports OOMKilled either way
@@ -374,9 +378,10 @@ def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
     # a drain due while the runtime crash-loops: launched cold; the user raises the limit once an
     # attempt failed (its Job had the same limit)
     raised: list[dict[str, Any]] = []
+    consumers_before = apps.read_namespaced_deployment(consumers, s.ns).spec.template
 
     def raise_limit() -> None:
-        s.patch_spec({"template": {"resources": NODE_POD_RESOURCES}})
+        s.patch_spec({"drain": {"resources": NODE_POD_RESOURCES}})
 
     def on_poll(d: dict[str, Any]) -> None:
         if not raised and (d.get("retryAt") or d.get("phase") == "Failed"):
@@ -424,6 +429,13 @@ def test_runtime_oom_killed_by_its_limit_shows_and_loses_nothing(
         return None if any("OOMKilled" in m for _, _, m in conds.values()) else conds
 
     conds = wait_until(healed, "the runtime Ready at the raised limit, the conditions clear", 300, interval=1)
+    # the drain's limit is the drain's own: the consumers' pod template never changed (not rolled)
+    consumers_after = apps.read_namespaced_deployment(consumers, s.ns).spec.template
+    assert consumers_after == consumers_before, (consumers_before, consumers_after)
+    assert (
+        consumers_after.spec.containers[0].resources.limits["memory"]
+        == NODE_POD_RESOURCES["limits"]["memory"]
+    )
     print(
         f"runtime OOM: after the limit was raised: runtime {_ready_runtime_pod(s).metadata.name} Ready, "
         f"Ready {json.dumps(conds.get('Ready'))}; test {time.monotonic() - t0:.0f} s"

@@ -45,18 +45,24 @@ def test_drain_pods_get_the_drains_resources_and_the_consumers_keep_theirs() -> 
 
 
 def test_unset_drain_resources_keep_the_templates_else_the_defaults() -> None:
-    assert pods(spec_of(template=CONSUMERS)) == {"consumers": CONSUMERS, "job": CONSUMERS, "runtime": CONSUMERS}
+    assert pods(spec_of(template=CONSUMERS)) == {
+        "consumers": CONSUMERS,
+        "job": CONSUMERS,
+        "runtime": CONSUMERS,
+    }
     defaults = pods(spec_of())
-    assert defaults["job"]["limits"] == {"memory": "3Gi"} and defaults["runtime"]["limits"] == {"memory": "3Gi"}
+    assert defaults["job"]["limits"] == {"memory": "3Gi"} and defaults["runtime"]["limits"] == {
+        "memory": "3Gi"
+    }
     # drain resources alone leave the consumers at their defaults
     assert pods(spec_of(drain=DRAINS))["consumers"] == defaults["consumers"]
 
 
 def test_drain_resources_roll_the_runtime_not_the_consumers() -> None:
     before, after = spec_of(template=CONSUMERS), spec_of(template=CONSUMERS, drain=DRAINS)
-    assert rt.manifest_hash(rt.build_runtime_deployment("orders", "ns1", "uid-1", before)) != rt.manifest_hash(
-        rt.build_runtime_deployment("orders", "ns1", "uid-1", after)
-    )
+    assert rt.manifest_hash(
+        rt.build_runtime_deployment("orders", "ns1", "uid-1", before)
+    ) != rt.manifest_hash(rt.build_runtime_deployment("orders", "ns1", "uid-1", after))
     assert build_deployment("orders", "ns1", "uid-1", before, 2) == build_deployment(
         "orders", "ns1", "uid-1", after, 2
     )
@@ -79,7 +85,9 @@ def test_drain_resources_roll_the_runtime_not_the_consumers() -> None:
     ],
     ids=["negative", "request-above-limit", "sparkapplication"],
 )
-def test_bad_drain_resources_are_refused_naming_the_field(drain: dict[str, Any], field: str, reason: str) -> None:
+def test_bad_drain_resources_are_refused_naming_the_field(
+    drain: dict[str, Any], field: str, reason: str
+) -> None:
     raw = copy.deepcopy(RAW)
     raw["drain"] = {**{k: v for k, v in raw["drain"].items() if k != "warmRuntime"}, **drain}
     with pytest.raises(SpecError) as info:

@@ -82,7 +82,7 @@ def test_every_cel_rule_is_evaluated_but_the_documented_exceptions() -> None:
     root = [r["rule"] for p, r in rules if p == ""]
     assert root == ["size(self.metadata.name) <= 52"]  # the parser sees the spec only
     evaluated = [r for p, r in rules if p.startswith(".spec") and not cel.is_transition_rule(r["rule"])]
-    assert len(evaluated) == 30
+    assert len(evaluated) == 32
     for rule in evaluated:  # each compiles, and runs on the defaulted base spec (where it holds)
         assert cel._program(rule["rule"]) is not None
 
@@ -179,6 +179,16 @@ BREAKS = [
         "must be false",
     ),
     ({"drain": {"warmRuntimeCooldownSeconds": 5}}, "spec.drain.warmRuntimeCooldownSeconds", "allowed only"),
+    (
+        {"drain": {"resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "3Gi"}}}},
+        "spec.drain.resources.requests",
+        "less than or equal to drain.resources.limits",
+    ),
+    (
+        {"drain": {"launcher": "sparkApplication", "resources": {"limits": {"memory": "4Gi"}}}},
+        "spec.drain.resources",
+        "launcher job only",
+    ),
     (
         {"template": {"resources": {"requests": {"cpu": "1.5"}, "limits": {"cpu": "1200m"}}}},
         "spec.template.resources.requests",

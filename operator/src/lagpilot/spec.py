@@ -134,6 +134,9 @@ class DrainSpec:
     # spec.drain.warmRuntimeCooldownSeconds, with warm_runtime only: None = always running; a number =
     # on demand (decide.runtime: scaled 0 -> 1 for a burst or a due drain, kept this long after)
     warm_runtime_cooldown_s: int | None = None
+    # spec.drain.resources as stored (core/v1 ResourceRequirements): the drain Job's and the warm
+    # runtime's container; empty: template.resources, else the drain defaults (act.drain_manifests)
+    resources: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def fallback_tasks(self) -> int:
@@ -237,6 +240,7 @@ class GroupSpec:
                 busy=d.busy,
                 warm_runtime=d.warm_runtime,
                 warm_runtime_cooldown_s=d.warm_runtime_cooldown_seconds,
+                resources=out["drain"].get("resources", {}),
             ),
             paused=s.paused,
             mode=s.mode,

@@ -352,7 +352,8 @@ def drain_pod_spec(
 ) -> dict[str, Any]:
     """The pod spec of a drain process (the Job's `lagpilot drain`, the warm runtime's `lagpilot
     drain --serve`): Spark master/conf and ServiceAccount for the k8s backend, security contexts,
-    /tmp emptyDir, resources (the template's, else a CPU request per task: `cpu_m` overrides it).
+    /tmp emptyDir, resources (spec.drain.resources, else the template's, else a CPU request per task:
+    `cpu_m` overrides it, and memory).
     `env` is extended in place with the Spark settings. restartPolicy Never (a Deployment sets Always)."""
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}]
     pod_spec: dict[str, Any] = {
@@ -389,10 +390,14 @@ def drain_pod_spec(
     else:
         pod_spec["automountServiceAccountToken"] = False  # local mode never calls the API
         default_cpu_m = max(500, settings.cpu_per_task_m * plan.parallelism)
-    resources = dict(spec.template.resources) or {
-        "requests": {"cpu": f"{cpu_m if cpu_m is not None else default_cpu_m}m", "memory": "1536Mi"},
-        "limits": {"memory": "3Gi"},
-    }
+    resources = (
+        dict(spec.drain.resources)
+        or dict(spec.template.resources)
+        or {
+            "requests": {"cpu": f"{cpu_m if cpu_m is not None else default_cpu_m}m", "memory": "1536Mi"},
+            "limits": {"memory": "3Gi"},
+        }
+    )
     pod_spec["containers"] = [
         {
             "name": "drain",

@@ -901,6 +901,63 @@ class Scaling(CrdModel):
     ]
 
 
+class Resources(CrdModel):
+    cel: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            rule=(
+                "!has(self.requests) || !has(self.limits) || self.requests.all(r, !(r in self.limits)"
+                " || !isQuantity(string(self.requests[r])) || !isQuantity(string(self.limits[r])) || "
+                "quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)"
+            ),
+            message=(
+                "template.resources.requests must be less than or equal to template.resources.limits "
+                "for every resource in both."
+            ),
+            field_path=".requests",
+        ),
+    )
+
+    limits: Annotated[
+        dict[str, Quantity] | None,
+        spec_field(
+            description='Maximum resources by name, e.g. cpu "1", memory 512Mi.',
+            max_length=16,
+        ),
+        Doc(
+            bounds="non-negative quantities, ≤ 16 names",
+            use='Limits, e.g. `cpu: "1"`, `memory: 512Mi`.',
+            type="map name→quantity",
+        ),
+    ] = None
+    requests: Annotated[
+        dict[str, Quantity] | None,
+        spec_field(
+            description="Resources the scheduler reserves by name, e.g. cpu 250m, memory 256Mi.",
+            max_length=16,
+        ),
+        Doc(
+            bounds="non-negative quantities, ≤ 16 names",
+            use="Requests, e.g. `cpu: 250m`.",
+            type="map name→quantity",
+        ),
+    ] = None
+
+
+class DrainResources(Resources):
+    """Resources whose cross-field rule names spec.drain.resources."""
+
+    cel: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            rule=Resources.cel[0].rule,
+            message=(
+                "drain.resources.requests must be less than or equal to drain.resources.limits for "
+                "every resource in both."
+            ),
+            field_path=".requests",
+        ),
+    )
+
+
 class Drain(CrdModel):
     cel: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -921,6 +978,15 @@ class Drain(CrdModel):
                 "true (it says when the warm drain runtime runs)."
             ),
             field_path=".warmRuntimeCooldownSeconds",
+        ),
+        Rule(
+            rule="!has(self.resources) || !has(self.launcher) || self.launcher != 'sparkApplication'",
+            message=(
+                "spec.drain.resources applies with launcher job only (the drain Job's pod and the warm "
+                "runtime's); a SparkApplication's driver and executors are sized by the operator's "
+                "drain settings."
+            ),
+            field_path=".resources",
         ),
     )
 
@@ -1157,45 +1223,35 @@ class Drain(CrdModel):
         ),
     ] = None
 
-
-class Resources(CrdModel):
-    cel: ClassVar[tuple[Rule, ...]] = (
-        Rule(
-            rule=(
-                "!has(self.requests) || !has(self.limits) || self.requests.all(r, !(r in self.limits)"
-                " || !isQuantity(string(self.requests[r])) || !isQuantity(string(self.limits[r])) || "
-                "quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)"
-            ),
-            message=(
-                "template.resources.requests must be less than or equal to template.resources.limits "
-                "for every resource in both."
-            ),
-            field_path=".requests",
-        ),
-    )
-
-    limits: Annotated[
-        dict[str, Quantity] | None,
+    resources: Annotated[
+        DrainResources | None,
         spec_field(
-            description='Maximum resources by name, e.g. cpu "1", memory 512Mi.',
-            max_length=16,
+            description=(
+                "Optional, launcher job only: compute resources of the drain's container, in the "
+                "drain Job's pod and the warm drain runtime's (core/v1 ResourceRequirements), apart "
+                "from the consumers' template.resources. Unset: template.resources, else requests "
+                "cpu (the drain's tasks, at least 500m; 1000m with Spark on Kubernetes) and memory "
+                "1536Mi, limit memory 3Gi. Quantities are non-negative and a request is at most the "
+                "limit of the same resource."
+            ),
         ),
         Doc(
-            bounds="non-negative quantities, ≤ 16 names",
-            use='Limits, e.g. `cpu: "1"`, `memory: 512Mi`.',
-            type="map name→quantity",
-        ),
-    ] = None
-    requests: Annotated[
-        dict[str, Quantity] | None,
-        spec_field(
-            description="Resources the scheduler reserves by name, e.g. cpu 250m, memory 256Mi.",
-            max_length=16,
-        ),
-        Doc(
-            bounds="non-negative quantities, ≤ 16 names",
-            use="Requests, e.g. `cpu: 250m`.",
-            type="map name→quantity",
+            bounds=(
+                "core/v1 `ResourceRequirements`; each request ≤ the limit of the same resource; "
+                "only with `launcher: job` (CEL)"
+            ),
+            use=(
+                "The drain's own container resources: the drain Job's pod and the warm drain "
+                "runtime's (a Spark driver JVM with its Python workers), so the consumers can be "
+                "limited to what they need without OOM-killing the drains. Changing it rolls the "
+                "warm runtime (never during a drain attempt), not the consumers. Unset: "
+                "`template.resources`, else requests `cpu` (the drain's tasks × the per-task CPU, "
+                "at least 500m; 1000m with Spark on Kubernetes) and `memory: 1536Mi`, limit "
+                "`memory: 3Gi`. A warm drain Job (its plan handed to the runtime) requests little "
+                "CPU when this and `template.resources` are unset. The executors of Spark on "
+                "Kubernetes are sized by the operator's drain settings (chart values)."
+            ),
+            default="— (unset)",
         ),
     ] = None
 
