@@ -211,20 +211,6 @@ def _container(name: str, command: list[str], pods: Pods) -> dict[str, Any]:
     }
 
 
-def _node_pids(pods: Pods, namespace: str) -> dict[str, int]:
-    """pod name -> host pid of its running container's init process (the node's runtime: `crictl ps`
-    and `crictl inspect`)."""
-    listed = json.loads(pods.node.crictl("ps", "-o", "json", "--namespace", namespace).stdout)["containers"]
-    out = {}
-    for c in listed:
-        if c.get("state") != "CONTAINER_RUNNING":
-            continue
-        info = json.loads(pods.node.crictl("inspect", c["id"]).stdout).get("info", {})
-        if info.get("pid"):
-            out[c["labels"]["io.kubernetes.pod.name"]] = int(info["pid"])
-    return out
-
-
 @pytest.mark.slow
 def test_deployment_replicas_run_as_pods_and_scale_to_zero(
     kube: KubeEnv, kube_api: Any, pods: Pods, pod_io: PodIO
@@ -248,7 +234,7 @@ def test_deployment_replicas_run_as_pods_and_scale_to_zero(
     wait_until(two_ready, "kubectl get deploy to show 2/2", timeout=180)
 
     def two_running() -> dict[str, int] | None:
-        got = _node_pids(pods, ns)
+        got = pods.node.running_pids(ns)
         return got if len(got) == 2 else None
 
     pids = wait_until(two_running, "two running pods", 60)
@@ -291,7 +277,7 @@ def test_deployment_replicas_run_as_pods_and_scale_to_zero(
     assert set(ended) == set(pids), (ended, pids)
     for name, term in ended.items():
         assert (term.exit_code, term.message) == (0, f"SIGTERM {name}"), (name, term)
-    assert _node_pids(pods, ns) == {}
+    assert pods.node.running_pids(ns) == {}
 
 
 @pytest.mark.slow
