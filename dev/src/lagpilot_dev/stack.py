@@ -353,6 +353,11 @@ class Stack:
             owned = [p.stem for p in (self.state_dir / "owners").glob("*.tests")]
             return self.down(owned) if owned else []
 
+    def live_sessions(self) -> int:
+        """How many test sessions hold a lease on the stack now (a crashed session's lease is dropped)."""
+        with file_lock(self.state_dir / "leases.lock"):
+            return sum(1 for f in self._lease_dir().glob("*") if self._lease_alive(f))
+
     @staticmethod
     def _lease_alive(f: Path) -> bool:
         try:
