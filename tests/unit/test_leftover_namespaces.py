@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fixtures.kube import TEST_NAMESPACE_LABEL, leftover_namespaces, sweep_leftover_namespaces
+from tests.fixtures.kube import (
+    TEST_NAMESPACE_LABEL,
+    Leftovers,
+    leftover_namespaces,
+    sweep_leftover_namespaces,
+)
 
 
 def ns(name: str, labels: dict[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
@@ -29,12 +34,15 @@ LISTED = [
 ]
 
 
-def test_only_test_namespaces_not_already_deleted_are_leftovers_when_no_session_runs() -> None:
-    assert leftover_namespaces(LISTED, other_sessions=0) == ["drain-6336aa", "secrets-drain-bd51c5"]
+def test_only_test_namespaces_are_leftovers_when_no_session_runs() -> None:
+    assert leftover_namespaces(LISTED, other_sessions=0) == Leftovers(
+        delete=["drain-6336aa", "secrets-drain-bd51c5"],  # not the one already going
+        unblock=["drain-6336aa", "secrets-drain-bd51c5", "lpn-team-18e62c"],  # its CR's finalizer holds it
+    )
 
 
 def test_nothing_is_a_leftover_while_another_test_session_holds_the_stack() -> None:
-    assert leftover_namespaces(LISTED, other_sessions=1) == []
+    assert leftover_namespaces(LISTED, other_sessions=1) == Leftovers([], [])
 
 
 class FakeCore:
@@ -49,9 +57,32 @@ class FakeCore:
         self.deleted.append((name, propagation_policy))
 
 
-def test_sweep_deletes_the_leftovers_in_the_background() -> None:
-    core = FakeCore(LISTED)
-    assert sweep_leftover_namespaces(core, other_sessions=0) == ["drain-6336aa", "secrets-drain-bd51c5"]
+class FakeCustom:
+    """One CR with the operator's finalizer in lpn-team-18e62c, one without in drain-6336aa."""
+
+    def __init__(self) -> None:
+        self.crs = {
+            "lpn-team-18e62c": [{"metadata": {"name": "drain-on-node", "finalizers": ["lagpilot.io/drain"]}}],
+            "drain-6336aa": [{"metadata": {"name": "orders"}}],
+        }
+        self.patched: list[tuple[str, str, Any]] = []
+
+    def list_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str) -> Any:
+        assert (group, version, plural) == ("lagpilot.io", "v1alpha1", "batchconsumergroups")
+        return {"items": self.crs.get(ns, [])}
+
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, ns: str, plural: str, name: str, body: Any
+    ) -> None:
+        self.patched.append((ns, name, body))
+
+
+def test_sweep_deletes_the_leftovers_and_lifts_their_crs_finalizers() -> None:
+    core, custom = FakeCore(LISTED), FakeCustom()
+    left = sweep_leftover_namespaces(core, custom, other_sessions=0)
+    assert left.delete == ["drain-6336aa", "secrets-drain-bd51c5"]
     assert core.deleted == [("drain-6336aa", "Background"), ("secrets-drain-bd51c5", "Background")]
-    core = FakeCore(LISTED)
-    assert sweep_leftover_namespaces(core, other_sessions=2) == [] and core.deleted == []
+    assert custom.patched == [("lpn-team-18e62c", "drain-on-node", {"metadata": {"finalizers": None}})]
+    core, custom = FakeCore(LISTED), FakeCustom()
+    assert sweep_leftover_namespaces(core, custom, other_sessions=2) == Leftovers([], [])
+    assert core.deleted == [] and custom.patched == []
