@@ -63,6 +63,12 @@ def test_a_job_without_a_pod_is_stalled_reported_and_retried(
         180,
         interval=1,
     )
+    # the quota must stay full while the attempt waits for its pod: with the CR's minReplicas 1 the
+    # operator scaled the consumers 3 -> 1 once the drain took the backlog (.ci/run 2026-11-27:
+    # launch 17:41:10, scale-down 17:41:35, the freed slots let the Job's pod in 5 s before the 30 s
+    # stall could fire; the drain then ran and the stall never came). A floor at the partition count
+    # keeps the consumers at 3.
+    s.patch_spec({"scaling": {"minReplicas": PARTS}})
     time.sleep(3)  # let a scale decision in flight land before the quota freezes the pod count
     n = len(_live_pods(s))
     s.core.create_namespaced_resource_quota(
@@ -113,6 +119,7 @@ def test_a_job_without_a_pod_is_stalled_reported_and_retried(
     assert d.get("stalled") == "NoRunningPod" and d["attempt"] == 1 and d.get("retryAt"), d
     ev = [e for e in events_for(s.core, s.ns, s.name) if e.reason == "DrainStalled"]
     assert ev and ev[0].type == "Warning" and "attempt 1 stalled" in ev[0].message, [e.message for e in ev]
+    assert len(_live_pods(s)) == n  # the quota stayed full: the consumers were not scaled down
     wait_until(
         lambda: not [j for j in batch.list_namespaced_job(s.ns).items if j.metadata.name == name],
         "attempt 1's Job deleted",
