@@ -251,11 +251,21 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     )
     t_down = time.time()
     assert (dep.metadata.annotations or {}).get(SCALED_UP_ANNOTATION), "the last scale-up stamp is kept"
+
     # the operator's own record: created at 0, one scale-up, one scale-down after the cooldown
-    applied = [
-        (r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
-        for r in _log_events(s.op.log_path, "drain runtime applied", key="message")
-    ]
+    def applied_records() -> list[tuple[Any, Any, float | None]]:
+        return [
+            (r.get("verb"), r.get("replicas"), parse_time(r.get("timestamp")))
+            for r in _log_events(s.op.log_path, "drain runtime applied", key="message")
+        ]
+
+    # the operator logs the scale-down after its patch returns: the Deployment can be seen at 0 first
+    applied = wait_until(
+        lambda: (lambda rs: rs if len(rs) >= 3 else None)(applied_records()),
+        "the operator's log line for the scale-down (written after the patch the test saw)",
+        30,
+        interval=0.5,
+    )
     assert [a[:2] for a in applied] == [("created", 0), ("scaled 0->1", 1), ("scaled 1->0", 0)], applied
     up, down = applied[1][2], applied[2][2]
     assert up is not None and down is not None and down >= finished + 5, (down, finished)
@@ -268,10 +278,9 @@ def test_on_demand_runtime_scales_up_for_the_burst_split_waits_then_scales_to_ze
     )
 
 
-# the CR's template.resources are the consumers', the drain Jobs' and the warm runtime's alike
-# (drain_manifests.drain_pod_spec): no separate limit for the runtime. 160 Mi: a consumer (~100 MB,
-# Python) lives within it, the runtime (a JVM with its SparkSession beside the Python of `lagpilot
-# drain --serve`) does not. 384 Mi did not kill it within 300 s (2026-11-27, first run)
+# the warm runtime's pod takes spec.drain.resources (drain_manifests.drain_pod_spec), the consumers
+# keep spec.template.resources. 160 Mi: a consumer (~100 MB, Python) lives within it, the runtime
+# (a JVM with its SparkSession beside the Python of `lagpilot drain --serve`) does not. 384 Mi did not kill it within 300 s (2026-11-27, first run)
 OOM_LIMIT = "160Mi"
 OOM_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": OOM_LIMIT}}
 
