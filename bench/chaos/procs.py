@@ -16,7 +16,6 @@ from lagpilot_dev.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parents[2]
 PARTS = 2
 BATCH = 100
-GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
 JOB_LABEL = "lagpilot.io/drain-job"
 RUNTIME_SELECTOR = "app.kubernetes.io/name=lagpilot-drain-runtime,lagpilot.io/drain-runtime-of=eos"  # operator drain_runtime.py

@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 
 from lagpilot.decide.status import parse_time
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, OperatorProcess, operator_env
 from tests.fixtures.kube import wait_until
 from tests.fixtures.node import PodIO, Pods, TestHooks
@@ -123,9 +124,7 @@ class Scenario:
 
     def patch_spec(self, spec: dict[str, Any]) -> None:
         """A merge patch of the CR's spec, as `kubectl patch bcg --type=merge -p '{"spec": ...}'`."""
-        self.custom.patch_namespaced_custom_object(
-            "lagpilot.io", "v1alpha1", self.ns, "batchconsumergroups", self.name, {"spec": spec}
-        )
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name, {"spec": spec})
 
     def drain(self) -> dict[str, Any]:
         return self.status().get("drain") or {}
@@ -399,15 +398,9 @@ def scenario(
         if s.stop_logs is not None:
             s.stop_logs.set()
         try:
-            custom.delete_collection_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
-            )
+            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, s.ns, PLURAL)
             wait_until(
-                lambda s=s: (
-                    not custom.list_namespaced_custom_object(
-                        "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
-                    )["items"]
-                ),
+                lambda s=s: not custom.list_namespaced_custom_object(GROUP, VERSION, s.ns, PLURAL)["items"],
                 "CRs deleted",
                 60,
             )
@@ -419,17 +412,15 @@ def scenario(
         # now, and its namespace would stay Terminating on the shared control plane for ever (seen on
         # the node after test_describe): the test is over, so drop the finalizer
         try:
-            for left in custom.list_namespaced_custom_object(
-                "lagpilot.io", "v1alpha1", s.ns, "batchconsumergroups"
-            )["items"]:
+            for left in custom.list_namespaced_custom_object(GROUP, VERSION, s.ns, PLURAL)["items"]:
                 print(
                     f"teardown {s.ns}: {left['metadata']['name']} still has {left['metadata'].get('finalizers')}: dropped"
                 )
                 custom.patch_namespaced_custom_object(
-                    "lagpilot.io",
-                    "v1alpha1",
+                    GROUP,
+                    VERSION,
                     s.ns,
-                    "batchconsumergroups",
+                    PLURAL,
                     left["metadata"]["name"],
                     {"metadata": {"finalizers": None}},
                 )

@@ -347,8 +347,7 @@ class Stack:
         """Drop the lease; when no live lease is left and `stop`, stop the test-owned parts."""
         with file_lock(self.state_dir / "leases.lock"):
             (self._lease_dir() / lease).unlink(missing_ok=True)
-            live = [f for f in self._lease_dir().glob("*") if self._lease_alive(f)]
-            if live or not stop:
+            if self._live_leases() or not stop:
                 return []
             owned = [p.stem for p in (self.state_dir / "owners").glob("*.tests")]
             return self.down(owned) if owned else []
@@ -356,7 +355,11 @@ class Stack:
     def live_sessions(self) -> int:
         """How many test sessions hold a lease on the stack now (a crashed session's lease is dropped)."""
         with file_lock(self.state_dir / "leases.lock"):
-            return sum(1 for f in self._lease_dir().glob("*") if self._lease_alive(f))
+            return self._live_leases()
+
+    def _live_leases(self) -> int:
+        """The live leases (the caller holds leases.lock); a crashed session's lease is dropped."""
+        return sum(1 for f in self._lease_dir().glob("*") if self._lease_alive(f))
 
     @staticmethod
     def _lease_alive(f: Path) -> bool:

@@ -37,12 +37,12 @@ import kopf
 from confluent_kafka import KafkaException
 
 from lagpilot import settings  # noqa: F401  registers the @kopf.on.startup settings
-from lagpilot.act.deployment import API_GROUP
 from lagpilot.act.deployment_cache import MANAGED_BY, MANAGED_BY_LABEL, CachingKube
-from lagpilot.act.kubeapi import PLURAL, VERSION, KubeError
+from lagpilot.act.kubeapi import KubeError
 from lagpilot.decide import deletion, duplicates
 from lagpilot.decide.handoff import DrainStatus
 from lagpilot.decide.status import TRUE, Condition, merge_conditions
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot.observe.kafka_observe import ObserveError
 from lagpilot.reconcile import delete
 from lagpilot.reconcile.act import apply_deployment
@@ -52,7 +52,7 @@ from lagpilot.spec import SpecError
 from lagpilot_runtime.redaction import redact
 
 log = logging.getLogger(__name__)
-RESOURCE = (API_GROUP, VERSION, PLURAL)
+RESOURCE = (GROUP, VERSION, PLURAL)
 SLOW_CYCLE_S = 2.0  # a cycle (queueing for a thread included) slower than this logs its phases
 
 

@@ -25,8 +25,7 @@ from typing import Any
 import yaml
 
 from lagpilot import status_view as sv
-
-GROUP, VERSION, PLURAL = "lagpilot.io", "v1alpha1", "batchconsumergroups"
+from lagpilot.model.crd import GROUP, KIND, PLURAL, SHORT_NAMES, VERSION
 
 
 class PluginError(Exception):
@@ -419,12 +418,7 @@ def _name(raw: str) -> str:
     kind, _, rest = raw.partition("/")
     if not rest:
         return raw
-    if kind.lower() not in (
-        "bcg",
-        "batchconsumergroup",
-        "batchconsumergroups",
-        "batchconsumergroups.lagpilot.io",
-    ):
+    if kind.lower() not in (*SHORT_NAMES, KIND.lower(), PLURAL, f"{PLURAL}.{GROUP}"):
         raise PluginError(f"{raw}: expected bcg/NAME")
     return rest
 

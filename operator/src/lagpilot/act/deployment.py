@@ -28,11 +28,10 @@ import math
 from typing import Any
 
 from lagpilot import __version__
+from lagpilot.model.crd import GROUP, KIND, VERSION
 from lagpilot.spec import GroupSpec
 
-API_GROUP = "lagpilot.io"
-API_VERSION = "lagpilot.io/v1alpha1"
-KIND = "BatchConsumerGroup"
+API_VERSION = f"{GROUP}/{VERSION}"
 FIELD_MANAGER = "lagpilot"
 CONTAINER_NAME = "consumer"
 HTTP_PORT = 8080

@@ -25,11 +25,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lagpilot.act.deployment import API_GROUP, FIELD_MANAGER
+from lagpilot.act.deployment import FIELD_MANAGER
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-PLURAL = "batchconsumergroups"
-VERSION = "v1alpha1"
 
 
 class KubeError(Exception):
@@ -194,7 +193,7 @@ class KubeApi:
         """JSON merge patch of the CR's status subresource."""
         try:
             self.custom.patch_namespaced_custom_object_status(
-                API_GROUP, VERSION, namespace, PLURAL, name, {"status": patch}
+                GROUP, VERSION, namespace, PLURAL, name, {"status": patch}
             )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"patch status of BatchConsumerGroup {namespace}/{name}") from None
@@ -204,7 +203,7 @@ class KubeApi:
         try:
             # a custom object: its JSON as a dict (the stubs say object)
             obj: dict[str, Any] = self.custom.get_namespaced_custom_object_status(  # type: ignore[assignment]
-                API_GROUP, VERSION, namespace, PLURAL, name
+                GROUP, VERSION, namespace, PLURAL, name
             )
         except Exception as err:  # noqa: BLE001
             raise _wrap(err, f"get status of BatchConsumerGroup {namespace}/{name}") from None
@@ -230,7 +229,7 @@ class KubeApi:
                 raise StatusConflict("the status changed since it was read (another writer)", what)
             try:
                 self.custom.patch_namespaced_custom_object_status(
-                    API_GROUP,
+                    GROUP,
                     VERSION,
                     namespace,
                     PLURAL,
