@@ -15,7 +15,8 @@ from typing import Any
 from bench.chaos import faults as cf
 from bench.chaos.drain_watch import DrainWatch
 from bench.chaos.faults import Fault
-from bench.chaos.procs import GROUP, PLURAL, TERMINAL, VERSION, dead, pid_gone, say
+from bench.chaos.procs import TERMINAL, dead, pid_gone, say
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 
 
 class DrainFaults(DrainWatch):

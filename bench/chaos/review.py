@@ -20,17 +20,15 @@ from bench.chaos import faults as cf
 from bench.chaos.drain_watch import DrainWatch
 from bench.chaos.faults import Fault
 from bench.chaos.procs import (
-    GROUP,
     JOB_LABEL,
     PARTS,
-    PLURAL,
     TERMINAL,
-    VERSION,
     Operator,
     dead,
     pid_gone,
     say,
 )
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot_dev.paths import free_port
 from lagpilot_dev.runtime_attacker import attack
 

@@ -21,16 +21,14 @@ from bench.chaos.pods import CRASH_TABLE_KEY
 from bench.chaos.procs import (
     BATCH,
     CRD_FILE,
-    GROUP,
     PARTS,
-    PLURAL,
     REPO,
-    VERSION,
     Operator,
     Producer,
     say,
     tcp_open,
 )
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot_dev.operator_process import DEV_SESSION_TIMEOUT_MS, operator_env
 from lagpilot_dev.paths import free_port
 

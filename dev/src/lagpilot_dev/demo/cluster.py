@@ -12,15 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot_dev.demo.config import (
     CRD_FILE,
     CRD_NAME,
     DEMO_LABEL,
-    GROUP,
     PG_SECRET,
-    PLURAL,
     REPO,
-    VERSION,
     RunNames,
 )
 from lagpilot_dev.demo.console import Console, DemoError

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lagpilot.model.crd import GROUP, VERSION
+from lagpilot.model.crd import GROUP, PLURAL, VERSION
 from lagpilot.model.spec import Drain
 from lagpilot_dev.demo.traffic import PROFILES, VERSUS_PROFILES, Profile
 from lagpilot_dev.paths import cache_dir
 
 REPO = Path(__file__).resolve().parents[4]
 CRD_FILE = REPO / "crds" / "batchconsumergroup.yaml"
-CRD_NAME = "batchconsumergroups.lagpilot.io"
+CRD_NAME = f"{PLURAL}.{GROUP}"
 PARTS = ("kafka", "kube", "postgres", "spark")
 PARTS_WITHOUT_OPERATOR = ("kafka", "kube", "postgres")  # --no-operator: no drains, no Spark
 HANDLER = "lagpilot_dev.demo.handler:process"
