@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -280,6 +281,24 @@ def container_pids(
         if pid and pod:
             out[pod] = int(pid)
     return out
+
+
+MOUNTS_FILE = Path("/proc/self/mounts")
+
+
+def mounts_under(root: Path, mounts: str) -> list[str]:
+    """The mount points strictly under `root` in a mounts table (/proc/self/mounts' text; octal
+    escapes such as `\\040` for a space decoded), deepest first: the order to unmount them in."""
+    prefix = str(root).rstrip("/") + "/"
+    points = []
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        if point.startswith(prefix):
+            points.append(point)
+    return sorted(points, key=lambda m: (-m.count("/"), m))
 
 
 def pod_gateway_on_host() -> str | None:
@@ -1018,7 +1037,10 @@ state = "{self.run_dir / "containerd"}"
     def purge(self) -> None:
         """Delete the node's state (containerd's images and containers, kubelet's root); caches stay."""
         self.stop()
-        subprocess.run(["umount", "-R", str(self.kubelet_root)], capture_output=True, check=False)
+        # what the kubelet left mounted (a kept pod's volumes: its projected token is a tmpfs); the
+        # kubelet's root itself is no mount point, so `umount -R` on it would unmount nothing
+        for point in mounts_under(self.kubelet_root, MOUNTS_FILE.read_text()):
+            subprocess.run(["umount", point], capture_output=True, check=False)
         # the bridge and the Service route go too (stop() keeps them: host parts may listen on the gateway)
         subprocess.run(
             ["ip", "route", "del", SERVICE_CLUSTER_IP_RANGE, "dev", BRIDGE], capture_output=True, check=False
