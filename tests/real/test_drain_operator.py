@@ -712,6 +712,11 @@ def test_consumer_killed_between_its_ack_and_its_split_commit(
     fired = crash_fired(s, postgres_dsn, "handoff-after_ack")
     assert fired is not None, "the consumer's crash point never fired"
     pid, pod, claimed_at = fired
+    # the crashed pod must outlive the test's look at it: once the drain took the backlog the
+    # operator scaled 3 -> 1 and the ReplicaSet deleted the pod with restarts first (.ci/run
+    # 2026-11-27: hand-off 21:14:37, scale-down 21:15:07, the pod NotFound); a floor at the
+    # partition count keeps the consumers at 3
+    s.patch_spec({"scaling": {"minReplicas": PARTS}})
     exited = assert_crashed(s, pod, claimed_at)
     print(
         f"consumer {pod} (pid {pid}) died after its ack ({exited}); drain {d.get('phase')} via {d.get('handOffPath')}"
